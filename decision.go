@@ -1,0 +1,21 @@
+package floodgate
+
+import "time"
+
+// Decision is the answer to one check of one limit.
+type Decision struct {
+	// Allowed reports whether the request may pass (after Delay, if any).
+	Allowed bool
+	// Limit is the capacity of the limit in units.
+	Limit int64
+	// Remaining is the number of whole units admissible now, after charging.
+	Remaining int64
+	// RetryAfter is, on a denial, the earliest wait after which the same
+	// cost passes with no other traffic. It is 0 when Allowed.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the key is back to full (or idle).
+	ResetAfter time.Duration
+	// Delay is how long to hold an allowed request before forwarding it
+	// (the leaky queue); 0 for every other algorithm.
+	Delay time.Duration
+}
