@@ -1,0 +1,62 @@
+package redistest
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func alive(pid int) bool {
+	return pid > 0 && syscall.Kill(pid, 0) == nil
+}
+
+func TestServerLifecycle(t *testing.T) {
+	s := Start(t)
+	pid := s.PID()
+	if !alive(pid) {
+		t.Fatalf("server pid %d not running", pid)
+	}
+	if _, err := s.Do("SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Do("GET", "k"); err != nil || v != "v" {
+		t.Fatalf("GET k = %q, %v", v, err)
+	}
+	s.Kill()
+	if _, err := s.Do("PING"); err == nil {
+		t.Fatal("PING answered after Kill")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Do("GET", "k"); err != nil || v != "" {
+		t.Fatalf("after restart GET k = %q, %v; want empty (no persistence)", v, err)
+	}
+	s.Stop()
+	if alive(s.PID()) {
+		t.Fatalf("server still running after Stop")
+	}
+}
+
+func TestCluster(t *testing.T) {
+	c, err := Shared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Nodes) != 3 {
+		t.Fatalf("nodes = %d", len(c.Nodes))
+	}
+	for _, n := range c.Nodes {
+		info, err := n.Do("CLUSTER", "INFO")
+		if err != nil || !strings.Contains(info, "cluster_state:ok") {
+			t.Fatalf("node %s: %v %q", n.Addr, err, info)
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
