@@ -1,0 +1,128 @@
+package algo
+
+import (
+	"fmt"
+
+	"github.com/floodgate/floodgate"
+)
+
+// decideConcurrency limits the units in flight. State: Ext.Entries holds
+// the leases in order of expiry (At = expiry, Weight = cost, ID = lease),
+// A = the sum of their weights. Expired leases (At ≤ now) no longer count.
+//
+// A request whose Lease is already held (and not 0) re-acquires it: the old
+// lease is replaced by one with the new cost and a fresh expiry, so a
+// retried acquire never takes a second slot. Lease 0 is anonymous: it can
+// only expire.
+//
+// RetryAfter on a denial is a hint: the time until enough leases expire for
+// the cost to fit, capped at one second, because holders normally release
+// long before their leases expire.
+func (p *Params) decideConcurrency(s *State, r Request) (floodgate.Decision, error) {
+	d := floodgate.Decision{Limit: p.max}
+	if r.Now > maxInstant-p.ttl {
+		return d, ErrOverflow
+	}
+	var entries []Entry
+	if s.Ext != nil {
+		entries = s.Ext.Entries
+	}
+	k, gone := 0, int64(0)
+	for k < len(entries) && entries[k].At <= r.Now {
+		gone += entries[k].Weight
+		k++
+	}
+	live := entries[k:]
+	inflight := s.A - gone
+	if len(live) == 0 {
+		inflight = 0
+	}
+	held := -1 // index in live of the lease being re-acquired
+	if r.Lease != 0 {
+		for i := range live {
+			if live[i].ID == r.Lease {
+				held = i
+				inflight -= live[i].Weight
+				break
+			}
+		}
+	}
+	d.Remaining = max(0, p.max-inflight)
+	if len(live) > 0 {
+		d.ResetAfter = dur(live[len(live)-1].At - r.Now)
+	}
+	if r.Cost > p.max {
+		return d, floodgate.ErrNeverFits
+	}
+	if r.Cost > p.max-inflight {
+		need, acc := inflight+r.Cost-p.max, int64(0)
+		wait := int64(maxRetryHint)
+		for i, e := range live {
+			if i == held {
+				continue
+			}
+			acc += e.Weight
+			if acc >= need {
+				wait = min(wait, e.At-r.Now)
+				break
+			}
+		}
+		d.RetryAfter = dur(wait)
+		return d, nil
+	}
+	inflight += r.Cost
+	d.Allowed = true
+	d.Remaining = p.max - inflight
+	d.ResetAfter = dur(p.ttl)
+	if r.Peek {
+		return d, nil
+	}
+	// Compact: drop the expired leases and the one being re-acquired.
+	n := 0
+	for i := range live {
+		if i != held {
+			entries[n] = live[i]
+			n++
+		}
+	}
+	clear(entries[n:])
+	entries = append(entries[:n], Entry{At: r.Now + p.ttl, Weight: r.Cost, ID: r.Lease})
+	if s.Ext == nil {
+		s.Ext = &Ext{}
+	}
+	s.Ext.Entries = entries
+	s.A, s.Last = inflight, r.Now
+	return d, nil
+}
+
+// Release ends the concurrency lease with the given ID at instant now,
+// freeing its units. It is idempotent: releasing a lease that is unknown,
+// already released or expired does nothing and is not an error. Expired
+// leases are dropped on the way. Lease 0 (anonymous) is never released.
+func (p *Params) Release(s *State, now int64, lease uint64) error {
+	if p.alg != floodgate.Concurrency {
+		return fmt.Errorf("algo: release: %w: %s is not a concurrency limit", floodgate.ErrInvalidLimit, p.alg)
+	}
+	if now < s.Last {
+		return floodgate.ErrTimeBackwards
+	}
+	if s.Ext == nil {
+		s.Last = now
+		return nil
+	}
+	entries := s.Ext.Entries
+	n := 0
+	var sum int64
+	for _, e := range entries {
+		if e.At <= now || (lease != 0 && e.ID == lease) {
+			continue
+		}
+		entries[n] = e
+		sum += e.Weight
+		n++
+	}
+	clear(entries[n:])
+	s.Ext.Entries = entries[:n]
+	s.A, s.Last = sum, now
+	return nil
+}

@@ -1,0 +1,108 @@
+package algo
+
+import (
+	"time"
+
+	"github.com/floodgate/floodgate"
+)
+
+// QuotaPeriod returns the calendar period of the quota l that contains the
+// instant now (Unix ns) as [start, end) in Unix ns. Periods follow the wall
+// clock of l.Location (UTC when nil): a DAY runs from local midnight to the
+// next local midnight (23 or 25 hours across a DST change), a WEEK from
+// Monday 00:00 (ISO 8601), a MONTH from 00:00 on l.AnchorDay (0 or 1: the
+// 1st; an anchor past the end of a shorter month means its last day).
+func QuotaPeriod(l *floodgate.Limit, now int64) (start, end int64) {
+	loc := l.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	t := time.Unix(0, now).In(loc)
+	y, m, d := t.Date()
+	var s, e time.Time
+	switch l.Period {
+	case floodgate.Week:
+		back := (int(t.Weekday()) + 6) % 7 // days since Monday
+		s = time.Date(y, m, d-back, 0, 0, 0, 0, loc)
+		e = time.Date(y, m, d-back+7, 0, 0, 0, 0, loc)
+	case floodgate.Month:
+		s = anchorDate(y, m, l.AnchorDay, loc)
+		if t.Before(s) {
+			e = s
+			s = anchorDate(y, m-1, l.AnchorDay, loc)
+		} else {
+			e = anchorDate(y, m+1, l.AnchorDay, loc)
+		}
+	default: // Day
+		s = time.Date(y, m, d, 0, 0, 0, 0, loc)
+		e = time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+	}
+	start, end = s.UnixNano(), e.UnixNano()
+	// Where local midnight does not exist (a DST jump at 00:00), time.Date
+	// may pick an instant on the wrong side of now; the period still has to
+	// contain now.
+	if start > now {
+		start = now
+	}
+	if end <= now {
+		end = now + 1
+	}
+	return start, end
+}
+
+// anchorDate returns 00:00 local on the anchor day of month m of year y (m
+// may be out of 1..12 and is normalized), clamped to the month's last day.
+func anchorDate(y int, m time.Month, anchor int, loc *time.Location) time.Time {
+	first := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC) // normalizes y and m
+	y, m = first.Year(), first.Month()
+	days := time.Date(y, m+1, 0, 0, 0, 0, 0, time.UTC).Day()
+	day := min(max(anchor, 1), days)
+	return time.Date(y, m, day, 0, 0, 0, 0, loc)
+}
+
+// quotaLimit is the limit of the period starting at start: Max, less Offset
+// in the period that contains Limit.Start.
+func (p *Params) quotaLimit(start int64) int64 {
+	if p.offsetAmount > 0 && start == p.offsetStart {
+		return p.max - p.offsetAmount
+	}
+	return p.max
+}
+
+// decideQuota counts units per calendar period. State: A = units counted,
+// B = the period's start, C = its end (Unix ns; C = 0 for a fresh key).
+func (p *Params) decideQuota(s *State, r Request) (floodgate.Decision, error) {
+	d := floodgate.Decision{Limit: p.max}
+	start, end, count := s.B, s.C, s.A
+	if end == 0 || r.Now >= end || r.Now < start {
+		start, end = QuotaPeriod(&p.limit, r.Now)
+		count = 0
+	}
+	limit := p.quotaLimit(start)
+	d.Remaining = max(0, limit-count)
+	d.ResetAfter = dur(end - r.Now)
+	if r.Cost > p.max {
+		return d, floodgate.ErrNeverFits
+	}
+	if r.Cost > limit-count {
+		// The first boundary after which the cost fits: the next period,
+		// or the one after if the next carries the offset.
+		b := end
+		for range 3 {
+			ns, ne := QuotaPeriod(&p.limit, b)
+			if r.Cost <= p.quotaLimit(ns) {
+				break
+			}
+			b = ne
+		}
+		d.RetryAfter = dur(b - r.Now)
+		return d, nil
+	}
+	count += r.Cost
+	d.Allowed = true
+	d.Remaining = limit - count
+	if !r.Peek {
+		s.A, s.B, s.C, s.Last = count, start, end, r.Now
+	}
+	return d, nil
+}
