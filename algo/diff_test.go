@@ -25,7 +25,7 @@ import (
 // interval of ≥ 1 ms is below 1e-9 tokens, so both must agree exactly.
 func traceInstants(rng *rand.Rand, n int, r int64, per time.Duration) []int64 {
 	perU := uint64(per)
-	slot := uint64(4 * r) // 4 ns in units of 1/r ns
+	slot := uint64(4 * r)  // 4 ns in units of 1/r ns
 	slots := perU/slot + 1 // the last one may be narrower
 	used := make(map[uint64]bool)
 	free := func(t int64) (uint64, bool) {
