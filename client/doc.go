@@ -1,0 +1,15 @@
+// Package client is the caller's side of Floodgate's decision service.
+//
+// HTTP asks the HTTP check API (package httpapi) and GRPC asks the Envoy
+// RLS v3 service (package rls); both answer a Decision. Wait blocks until a
+// distributed limit lets one more call through, sleeping for the
+// RetryAfter the service gives plus a little jitter, so that outbound calls
+// to a paid provider (SMS, e-mail, an AI model) stay within the provider's
+// limit across every process that shares the limit.
+//
+// RetryTransport is an http.RoundTripper for the other direction: when a
+// server answers 429 or 503 it waits for the Retry-After the server sent
+// (or a capped exponential backoff with full jitter when there is none)
+// and tries again, a bounded number of times, and never retries a request
+// whose body cannot be sent again.
+package client
