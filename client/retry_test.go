@@ -226,10 +226,10 @@ func TestParseRetryAfter(t *testing.T) {
 		{"0", 0, true},
 		{"17", 17 * time.Second, true},
 		{" 5 ", 5 * time.Second, true},
-		{"Mon, 30 Nov 2026 08:49:37 GMT", 7 * time.Second, true},  // IMF-fixdate
+		{"Mon, 30 Nov 2026 08:49:37 GMT", 7 * time.Second, true},   // IMF-fixdate
 		{"Monday, 30-Nov-26 08:49:40 GMT", 10 * time.Second, true}, // RFC 850
-		{"Mon Nov 30 08:49:31 2026", time.Second, true},           // asctime
-		{"Mon, 30 Nov 2026 08:00:00 GMT", 0, true},                // in the past
+		{"Mon Nov 30 08:49:31 2026", time.Second, true},            // asctime
+		{"Mon, 30 Nov 2026 08:00:00 GMT", 0, true},                 // in the past
 		{"", 0, false},
 		{"-1", 0, false},
 		{"1.5", 0, false},
