@@ -1,0 +1,376 @@
+package config
+
+import (
+	"net/netip"
+	"net/url"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgate/floodgate"
+)
+
+// File is a whole, validated configuration file. Fields tagged yaml:"-" are
+// filled by validation from the written ones (parsed URLs, CIDRs, compiled
+// limits) so that consumers need not parse anything again.
+type File struct {
+	// Path is the name the file was loaded from (or given to Parse).
+	Path string `yaml:"-"`
+	// Version is the format version; 1 (the default) is the only one.
+	Version int `yaml:"version"`
+	// Server holds the settings of the gateway and the decision service.
+	Server Server `yaml:"server"`
+	// Routes are matched in file order; the first match is the request's
+	// route (its upstream, its stage, whether it needs an API key).
+	Routes []Route `yaml:"routes"`
+	// Stages carry the default limit of every route on the stage.
+	Stages []Stage `yaml:"stages"`
+	// Plans are the usage plans API keys attach to.
+	Plans []Plan `yaml:"plans"`
+	// Keys are the API keys, stored only as SHA-256 hashes.
+	Keys []Key `yaml:"keys"`
+	// Limits are the named limits, each with its match and its key.
+	Limits []Limit `yaml:"limits"`
+	// Account is the account-wide (global) limit checked last, if set.
+	Account *Account `yaml:"account"`
+
+	pos map[string]Pos
+}
+
+// Position returns the position of the value at a field path such as
+// "limits[2].burst", or of its nearest written parent.
+func (f *File) Position(field string) Pos {
+	for {
+		if p, ok := f.pos[field]; ok {
+			return p
+		}
+		i := lastSep(field)
+		if i < 0 {
+			return Pos{}
+		}
+		field = field[:i]
+	}
+}
+
+// lastSep is the index of the last '.' or '[' in a field path, or -1.
+func lastSep(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '.' || s[i] == '[' {
+			return i
+		}
+	}
+	return -1
+}
+
+// Server holds the settings of the processes that serve traffic. Zero
+// values written in the file are replaced by the documented defaults.
+type Server struct {
+	// Listen is the gateway's address (default ":8080").
+	Listen string `yaml:"listen"`
+	// AdminListen serves /metrics and health checks (default
+	// "127.0.0.1:9090"; "off" disables it).
+	AdminListen string `yaml:"admin_listen"`
+	// GRPCListen, when set, serves Envoy's rate-limit service (RLS v3).
+	GRPCListen string `yaml:"grpc_listen"`
+	// APIListen, when set, serves the HTTP decision API (/v1/check).
+	APIListen string `yaml:"api_listen"`
+	// Store is "memory" (default) or a Redis URL: redis://host:port/db,
+	// rediss:// (TLS), redis+cluster://host1,host2 or
+	// redis+sentinel://master@host1,host2.
+	Store string `yaml:"store"`
+	// StateFile is where the memory store snapshots its counts; empty
+	// keeps them in memory only.
+	StateFile string `yaml:"state_file"`
+	// StoreTimeout is the deadline of one store call (default 50ms); past
+	// it every limit follows its failure policy.
+	StoreTimeout time.Duration `yaml:"store_timeout"`
+	// Instances is the number of gateway instances sharing the store; the
+	// local fallback of a limit is its capacity divided by it (default 1).
+	Instances int `yaml:"instances"`
+	// Headers switches the rate-limit response fields.
+	Headers Headers `yaml:"headers"`
+	// TrustedProxies are the CIDRs (or single addresses) of the proxies
+	// whose X-Forwarded-For and Forwarded fields are believed.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// IPv6Prefix is the prefix length IPv6 clients are keyed by (default
+	// 64). IPv4 clients are keyed by their whole address.
+	IPv6Prefix int `yaml:"ipv6_prefix"`
+	// APIKeyHeader is the request header carrying the API key (default
+	// x-api-key).
+	APIKeyHeader string `yaml:"api_key_header"`
+	// User says where the user of a request comes from; with neither a JWT
+	// nor a header, requests have no user and per-user limits skip them.
+	User User `yaml:"user"`
+	// Upstream holds the reverse proxy's timeouts.
+	Upstream Upstream `yaml:"upstream"`
+
+	// TrustedProxyPrefixes is TrustedProxies parsed (single addresses as
+	// full-length prefixes).
+	TrustedProxyPrefixes []netip.Prefix `yaml:"-"`
+	// StoreURL is Store parsed; nil for "memory".
+	StoreURL *url.URL `yaml:"-"`
+}
+
+// StoreKind returns "memory", "redis", "rediss", "redis+cluster" or
+// "redis+sentinel".
+func (s *Server) StoreKind() string {
+	if s.StoreURL == nil {
+		return "memory"
+	}
+	return s.StoreURL.Scheme
+}
+
+// Headers switches the rate-limit fields of responses.
+type Headers struct {
+	// RateLimit adds the IETF RateLimit-Policy and RateLimit fields
+	// (default true).
+	RateLimit bool `yaml:"ratelimit"`
+	// XRateLimit adds the legacy X-RateLimit-Limit, -Remaining and -Reset
+	// fields (default false).
+	XRateLimit bool `yaml:"x_ratelimit"`
+	// BindingLimit, when set, is the name of a response header that names
+	// the limit that decided a denial (default: none).
+	BindingLimit string `yaml:"binding_limit"`
+}
+
+// User says where a request's user comes from.
+type User struct {
+	// JWT verifies a token and takes the user from one of its claims.
+	JWT *JWT `yaml:"jwt"`
+	// Header names a request header holding the user, believed only when
+	// the peer is a trusted proxy.
+	Header string `yaml:"header"`
+}
+
+// JWT configures token verification. Exactly one of KeyFile and JWKSFile
+// is needed.
+type JWT struct {
+	// Header carries the token (default Authorization, with or without
+	// the "Bearer " prefix).
+	Header string `yaml:"header"`
+	// Claim holds the user (default sub).
+	Claim string `yaml:"claim"`
+	// Alg is the only accepted algorithm: HS256, RS256 or ES256.
+	Alg string `yaml:"alg"`
+	// KeyFile is the HS256 secret or the PEM public key, relative to the
+	// configuration file.
+	KeyFile string `yaml:"key_file"`
+	// JWKSFile is a JSON Web Key Set file, relative to the configuration
+	// file; tokens pick their key by "kid".
+	JWKSFile string `yaml:"jwks_file"`
+	// Issuer and Audience, when set, must match the iss and aud claims.
+	Issuer   string `yaml:"issuer"`
+	Audience string `yaml:"audience"`
+	// Leeway is the clock skew tolerated on exp and nbf (default 10s).
+	Leeway time.Duration `yaml:"leeway"`
+
+	// KeyPath and JWKSPath are KeyFile and JWKSFile resolved against the
+	// configuration file's directory.
+	KeyPath  string `yaml:"-"`
+	JWKSPath string `yaml:"-"`
+}
+
+// Upstream holds the reverse proxy's timeouts.
+type Upstream struct {
+	// Timeout bounds the wait for the upstream's response headers
+	// (default 30s).
+	Timeout time.Duration `yaml:"timeout"`
+	// DialTimeout bounds connecting to the upstream (default 5s).
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// IdleTimeout closes idle upstream connections (default 90s).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
+// Match selects requests. Every non-empty list must match (and within a
+// list, any entry); an empty Match selects every request.
+type Match struct {
+	// Methods are HTTP methods, upper case (GET, POST ...).
+	Methods []string `yaml:"methods"`
+	// Paths are path patterns: literal segments, {name} or * for exactly
+	// one segment, and a final /** for any rest (including none).
+	Paths []string `yaml:"paths"`
+	// Hosts are host names, exact or *.example.com (any subdomain); the
+	// port is ignored.
+	Hosts []string `yaml:"hosts"`
+	// Stages limit the match to requests on these stages (limits only).
+	Stages []string `yaml:"stages"`
+	// Routes limit the match to requests on these routes (limits only).
+	Routes []string `yaml:"routes"`
+}
+
+// Route is one group of requests with one upstream.
+type Route struct {
+	// Name identifies the route in plans, limits and metrics.
+	Name string `yaml:"name"`
+	// Match selects the route's requests (methods, paths, hosts).
+	Match Match `yaml:"match"`
+	// Upstream is the URL requests are forwarded to (http or https); it
+	// may be empty for the decision service alone.
+	Upstream string `yaml:"upstream"`
+	// Stage names the route's stage, whose default limit applies.
+	Stage string `yaml:"stage"`
+	// APIKeyRequired makes a missing, unknown or unplanned API key a 403.
+	APIKeyRequired bool `yaml:"api_key_required"`
+
+	// UpstreamURL is Upstream parsed; nil when Upstream is empty.
+	UpstreamURL *url.URL `yaml:"-"`
+}
+
+// Params are the parameters of one limit. Which ones apply depends on the
+// algorithm (see floodgate.Limit); the algorithm defaults to token_bucket
+// when Rate is set, quota when Period is set, and sliding_window otherwise.
+type Params struct {
+	// Algorithm is token_bucket, gcra, leaky_bucket, leaky_queue,
+	// fixed_window, sliding_log, sliding_window, concurrency or quota.
+	Algorithm string `yaml:"algorithm"`
+	// Rate units are admitted every Per (default 1s); Burst is the
+	// capacity (default: Rate).
+	Rate  int64         `yaml:"rate"`
+	Per   time.Duration `yaml:"per"`
+	Burst int64         `yaml:"burst"`
+	// Delay is, for leaky_queue, how many queued requests pass at once:
+	// a number or "nodelay".
+	Delay Delay `yaml:"delay"`
+	// Max is the count of the window algorithms, concurrency and quota.
+	Max int64 `yaml:"limit"`
+	// Window is the window of fixed_window, sliding_log, sliding_window.
+	Window time.Duration `yaml:"window"`
+	// LeaseTTL frees a concurrency slot whose holder died (default 1m).
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// Period is the quota's calendar period: DAY, WEEK (ISO, from Monday)
+	// or MONTH, in any case.
+	Period string `yaml:"period"`
+	// TimeZone is the IANA zone the quota's periods follow (default UTC).
+	TimeZone string `yaml:"time_zone"`
+	// AnchorDay starts monthly periods on this day of the month (1-31;
+	// shorter months start on their last day).
+	AnchorDay int `yaml:"anchor_day"`
+	// Offset units are taken from the period that contains Start.
+	Offset int64 `yaml:"offset"`
+	// Start is the first period's date (2026-01-15) or instant (RFC 3339).
+	Start string `yaml:"start"`
+	// OnFailure is allow, deny or local (default): what the limit does
+	// when the store cannot answer in time.
+	OnFailure string `yaml:"on_failure"`
+	// Shadow limits are evaluated and counted but never block.
+	Shadow bool `yaml:"shadow"`
+
+	// Compiled is the limit these parameters describe, set by validation.
+	Compiled floodgate.Limit `yaml:"-"`
+}
+
+// Delay is a leaky queue's delay: a count of requests or "nodelay".
+type Delay struct {
+	Value int64
+	Set   bool
+}
+
+func (dl *Delay) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if isNull(n) {
+		return
+	}
+	if n.Kind == yaml.ScalarNode && n.Value == "nodelay" {
+		*dl = Delay{Value: floodgate.NoDelay, Set: true}
+		return
+	}
+	var v int64
+	d.decode(n, reflectValue(&v), path)
+	*dl = Delay{Value: v, Set: true}
+}
+
+// Stage is a stage with its default limit, keyed by the stage: every
+// request on the stage shares it, as API Gateway's stage throttling.
+type Stage struct {
+	Name   string `yaml:"name"`
+	Params `yaml:",inline"`
+}
+
+// Account is the account-wide limit, keyed globally and checked last.
+type Account struct {
+	Params `yaml:",inline"`
+}
+
+// Plan is a usage plan: a per-key rate and burst, a per-key quota, and the
+// routes it covers.
+type Plan struct {
+	Name string `yaml:"name"`
+	// Rate requests every Per (default 1s), with a bucket of Burst
+	// (default: Rate); zero Rate means no throttle.
+	Rate  int64         `yaml:"rate"`
+	Per   time.Duration `yaml:"per"`
+	Burst int64         `yaml:"burst"`
+	// Quota is the per-key count per calendar period, if any.
+	Quota *Quota `yaml:"quota"`
+	// Routes names the routes the plan covers; empty covers every route.
+	Routes []string `yaml:"routes"`
+	// OnFailure applies to both the throttle and the quota (default local).
+	OnFailure string `yaml:"on_failure"`
+
+	// Throttle and QuotaLimit are the compiled limits; Throttle.Algorithm
+	// (QuotaLimit.Algorithm) is zero when the plan has none.
+	Throttle   floodgate.Limit `yaml:"-"`
+	QuotaLimit floodgate.Limit `yaml:"-"`
+}
+
+// Quota is a usage plan's quota.
+type Quota struct {
+	// Limit requests per Period (DAY, WEEK or MONTH).
+	Limit  int64  `yaml:"limit"`
+	Period string `yaml:"period"`
+	// TimeZone is the IANA zone of the periods (default UTC).
+	TimeZone string `yaml:"time_zone"`
+	// AnchorDay is the billing day of monthly periods.
+	AnchorDay int `yaml:"anchor_day"`
+	// Offset requests are taken from the period that contains Start.
+	Offset int64  `yaml:"offset"`
+	Start  string `yaml:"start"`
+}
+
+// Key is an API key attached to a plan. Only the SHA-256 of the key is in
+// the file; `floodgate key new` prints both.
+type Key struct {
+	// Name identifies the key in logs and counters (never the key itself).
+	Name string `yaml:"name"`
+	// Plan is the usage plan the key belongs to.
+	Plan string `yaml:"plan"`
+	// SHA256 is the lowercase hex SHA-256 of the key.
+	SHA256 string `yaml:"sha256"`
+}
+
+// Limit is one named limit.
+type Limit struct {
+	// Name identifies the limit in headers, metrics and the check API.
+	Name string `yaml:"name"`
+	Params `yaml:",inline"`
+	// Match selects the requests the limit applies to.
+	Match Match `yaml:"match"`
+	// Key is what the limit counts per: client_ip, api_key, user, route,
+	// stage, global, header:NAME, or a list of them (a composite key).
+	// Default client_ip. A request lacking a part (no user, no header) is
+	// not counted by the limit.
+	Key KeySpec `yaml:"key"`
+	// Cost is the units one request takes (default 1).
+	Cost int64 `yaml:"cost"`
+	// CountOn, when set, charges only responses with these statuses: the
+	// request is checked before it is forwarded and charged after the
+	// response (a login limit counts [401, 403]).
+	CountOn []int `yaml:"count_on"`
+	// Scope orders the limit among the others: method, route (default),
+	// stage or global. Usage plans always come first.
+	Scope string `yaml:"scope"`
+}
+
+// KeySpec is a limit's key: one part or a list of parts.
+type KeySpec struct {
+	Parts []string
+}
+
+func (k *KeySpec) decodeNode(d *decoder, n *yaml.Node, path string) {
+	switch {
+	case isNull(n):
+	case n.Kind == yaml.ScalarNode:
+		k.Parts = []string{n.Value}
+	default:
+		d.decode(n, reflectValue(&k.Parts), path)
+	}
+}

@@ -1,0 +1,672 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Key parts a limit can be counted per.
+const (
+	KeyClientIP = "client_ip"
+	KeyAPIKey   = "api_key"
+	KeyUser     = "user"
+	KeyRoute    = "route"
+	KeyStage    = "stage"
+	KeyGlobal   = "global"
+	// KeyHeaderPrefix starts a header part: "header:X-Tenant".
+	KeyHeaderPrefix = "header:"
+)
+
+// Scopes order limits: usage plans first, then method, route, stage and
+// global limits.
+const (
+	ScopeMethod = "method"
+	ScopeRoute  = "route"
+	ScopeStage  = "stage"
+	ScopeGlobal = "global"
+)
+
+// HashKey returns the lowercase hex SHA-256 of an API key, as written in a
+// Key's sha256 field.
+func HashKey(raw string) string {
+	sum := sha256.Sum256([]byte(raw))
+	return hex.EncodeToString(sum[:])
+}
+
+type validator struct {
+	f    *File
+	dir  string
+	errs Errors
+}
+
+func (v *validator) errorf(field, format string, args ...any) {
+	p := v.f.Position(field)
+	v.errs = append(v.errs, &Error{File: v.f.Path, Line: p.Line, Column: p.Column, Field: field,
+		Msg: fmt.Sprintf(format, args...)})
+}
+
+// written reports whether the field at path was in the file.
+func (v *validator) written(path string) bool {
+	_, ok := v.f.pos[path]
+	return ok
+}
+
+func (v *validator) validate() {
+	f := v.f
+	if f.Version != 1 {
+		v.errorf("version", "unsupported version %d (want 1)", f.Version)
+	}
+	v.server()
+	routes := v.names("routes", len(f.Routes), func(i int) string { return f.Routes[i].Name })
+	stages := v.names("stages", len(f.Stages), func(i int) string { return f.Stages[i].Name })
+	plans := v.names("plans", len(f.Plans), func(i int) string { return f.Plans[i].Name })
+	v.names("keys", len(f.Keys), func(i int) string { return f.Keys[i].Name })
+	v.names("limits", len(f.Limits), func(i int) string { return f.Limits[i].Name })
+	for i := range f.Limits {
+		if f.Limits[i].Name == "account" {
+			v.errorf(fmt.Sprintf("limits[%d].name", i), `the name "account" is reserved for the account limit`)
+		}
+	}
+
+	for i := range f.Routes {
+		v.route(i, stages)
+	}
+	for i := range f.Stages {
+		s := &f.Stages[i]
+		s.Compiled = v.params(&s.Params, fmt.Sprintf("stages[%d]", i), "stage."+s.Name, 1)
+	}
+	for i := range f.Plans {
+		v.plan(i, routes)
+	}
+	hashes := map[string]int{}
+	for i := range f.Keys {
+		k := &f.Keys[i]
+		path := fmt.Sprintf("keys[%d]", i)
+		if k.Plan == "" {
+			v.errorf(path+".plan", "plan is required")
+		} else if !plans[k.Plan] {
+			v.errorf(path+".plan", "unknown plan %q", k.Plan)
+		}
+		h := strings.ToLower(k.SHA256)
+		if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
+			v.errorf(path+".sha256", "want the 64 hex digits of the key's SHA-256 (floodgate key new prints it)")
+		} else if j, dup := hashes[h]; dup {
+			v.errorf(path+".sha256", "same key as keys[%d]", j)
+		} else {
+			hashes[h] = i
+		}
+		k.SHA256 = h
+	}
+	for i := range f.Limits {
+		v.limit(i, routes, stages)
+	}
+	if f.Account != nil {
+		f.Account.Compiled = v.params(&f.Account.Params, "account", "account", 1)
+	}
+}
+
+// names checks that every item of a section has a valid, unique name and
+// returns the set of names.
+func (v *validator) names(section string, n int, name func(int) string) map[string]bool {
+	seen := make(map[string]int, n)
+	for i := 0; i < n; i++ {
+		path := fmt.Sprintf("%s[%d].name", section, i)
+		nm := name(i)
+		switch {
+		case nm == "":
+			v.errorf(path, "name is required")
+			continue
+		case !validName(nm):
+			v.errorf(path, "name %q may only have letters, digits, '-' and '_' (at most 64)", nm)
+		}
+		if j, dup := seen[nm]; dup {
+			v.errorf(path, "duplicate name %q (also %s[%d])", nm, section, j)
+			continue
+		}
+		seen[nm] = i
+	}
+	set := make(map[string]bool, len(seen))
+	for nm := range seen {
+		set[nm] = true
+	}
+	return set
+}
+
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// validToken reports whether s is an HTTP token (a header name, a method).
+func validToken(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (v *validator) server() {
+	s := &v.f.Server
+	if s.Listen == "" {
+		v.errorf("server.listen", "listen address is required")
+	}
+	if s.AdminListen == "off" {
+		s.AdminListen = ""
+	}
+	switch s.Store {
+	case "memory":
+	case "":
+		v.errorf("server.store", `store is required: "memory" or a redis:// URL`)
+	default:
+		u, err := url.Parse(s.Store)
+		switch {
+		case err != nil:
+			v.errorf("server.store", "bad store URL: %v", errors.Unwrap(err))
+		case !slices.Contains([]string{"redis", "rediss", "redis+cluster", "redis+sentinel"}, u.Scheme):
+			v.errorf("server.store", `store must be "memory" or a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, got scheme %q`, u.Scheme)
+		case u.Host == "":
+			v.errorf("server.store", "store URL has no host")
+		case u.Scheme == "redis+sentinel" && u.User.Username() == "":
+			v.errorf("server.store", "a sentinel URL names the master: redis+sentinel://MASTER@host1,host2")
+		default:
+			s.StoreURL = u
+		}
+	}
+	if s.StoreTimeout <= 0 {
+		v.errorf("server.store_timeout", "store timeout must be positive")
+	}
+	if s.Instances < 1 {
+		v.errorf("server.instances", "instances must be at least 1, got %d", s.Instances)
+	}
+	if s.IPv6Prefix < 1 || s.IPv6Prefix > 128 {
+		v.errorf("server.ipv6_prefix", "ipv6 prefix must be between 1 and 128, got %d", s.IPv6Prefix)
+	}
+	if !validToken(s.APIKeyHeader) {
+		v.errorf("server.api_key_header", "%q is not a valid header name", s.APIKeyHeader)
+	}
+	if s.Headers.BindingLimit != "" && !validToken(s.Headers.BindingLimit) {
+		v.errorf("server.headers.binding_limit", "%q is not a valid header name", s.Headers.BindingLimit)
+	}
+	s.TrustedProxyPrefixes = nil
+	for i, c := range s.TrustedProxies {
+		path := fmt.Sprintf("server.trusted_proxies[%d]", i)
+		if p, err := netip.ParsePrefix(c); err == nil {
+			if p.Masked() != p {
+				v.errorf(path, "%s has host bits set; did you mean %s?", c, p.Masked())
+				continue
+			}
+			s.TrustedProxyPrefixes = append(s.TrustedProxyPrefixes, p)
+		} else if a, err := netip.ParseAddr(c); err == nil && a.Zone() == "" {
+			s.TrustedProxyPrefixes = append(s.TrustedProxyPrefixes, netip.PrefixFrom(a, a.BitLen()))
+		} else {
+			v.errorf(path, "%q is not a CIDR or an IP address", c)
+		}
+	}
+	if h := s.User.Header; h != "" && !validToken(h) {
+		v.errorf("server.user.header", "%q is not a valid header name", h)
+	}
+	if h := s.User.Header; h != "" && len(s.TrustedProxies) == 0 {
+		v.errorf("server.user.header", "a user header is only believed from trusted proxies; set server.trusted_proxies")
+	}
+	if j := s.User.JWT; j != nil {
+		v.jwt(j)
+	}
+	for _, u := range []struct {
+		name string
+		d    time.Duration
+	}{{"timeout", s.Upstream.Timeout}, {"dial_timeout", s.Upstream.DialTimeout}, {"idle_timeout", s.Upstream.IdleTimeout}} {
+		if u.d <= 0 {
+			v.errorf("server.upstream."+u.name, "must be a positive duration")
+		}
+	}
+}
+
+func (v *validator) jwt(j *JWT) {
+	const p = "server.user.jwt"
+	if j.Header == "" {
+		j.Header = "Authorization"
+	}
+	if j.Claim == "" {
+		j.Claim = "sub"
+	}
+	if j.Leeway == 0 {
+		j.Leeway = DefaultJWTLeeway
+	}
+	ok := true
+	switch j.Alg {
+	case "HS256", "RS256", "ES256":
+	case "":
+		v.errorf(p+".alg", "alg is required: HS256, RS256 or ES256")
+		ok = false
+	default:
+		v.errorf(p+".alg", "alg must be HS256, RS256 or ES256, got %q", j.Alg)
+		ok = false
+	}
+	switch {
+	case j.KeyFile == "" && j.JWKSFile == "":
+		v.errorf(p, "jwt needs key_file or jwks_file")
+		return
+	case j.KeyFile != "" && j.JWKSFile != "":
+		v.errorf(p+".jwks_file", "give key_file or jwks_file, not both")
+		return
+	}
+	field := p + ".key_file"
+	if j.KeyFile != "" {
+		j.KeyPath = v.rel(j.KeyFile)
+	} else {
+		j.JWKSPath = v.rel(j.JWKSFile)
+		field = p + ".jwks_file"
+	}
+	if !ok {
+		return
+	}
+	if _, err := identity.NewVerifier(j.Options()); err != nil {
+		v.errorf(field, "%s", strings.TrimPrefix(err.Error(), "identity: "))
+	}
+}
+
+// Options returns the identity options of the JWT settings.
+func (j *JWT) Options() identity.JWTOptions {
+	return identity.JWTOptions{Header: j.Header, Claim: j.Claim, Alg: j.Alg, KeyFile: j.KeyPath,
+		JWKSFile: j.JWKSPath, Issuer: j.Issuer, Audience: j.Audience, Leeway: j.Leeway}
+}
+
+// IdentityOptions returns the options of an identity.Resolver for the
+// server settings.
+func (s *Server) IdentityOptions() identity.Options {
+	o := identity.Options{TrustedProxies: s.TrustedProxyPrefixes, IPv6Prefix: s.IPv6Prefix,
+		UserHeader: s.User.Header}
+	if s.User.JWT != nil {
+		j := s.User.JWT.Options()
+		o.JWT = &j
+	}
+	return o
+}
+
+func (v *validator) rel(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(v.dir, p)
+}
+
+func (v *validator) route(i int, stages map[string]bool) {
+	r := &v.f.Routes[i]
+	path := fmt.Sprintf("routes[%d]", i)
+	v.match(&r.Match, path+".match", nil, nil)
+	if len(r.Match.Stages) > 0 {
+		v.errorf(path+".match.stages", "a route's match cannot name stages; set the route's stage")
+	}
+	if len(r.Match.Routes) > 0 {
+		v.errorf(path+".match.routes", "a route's match cannot name routes")
+	}
+	if r.Stage != "" && !stages[r.Stage] {
+		v.errorf(path+".stage", "unknown stage %q", r.Stage)
+	}
+	if r.Upstream != "" {
+		u, err := url.Parse(r.Upstream)
+		switch {
+		case err != nil:
+			v.errorf(path+".upstream", "bad URL: %v", errors.Unwrap(err))
+		case u.Scheme != "http" && u.Scheme != "https":
+			v.errorf(path+".upstream", "upstream must be an http:// or https:// URL")
+		case u.Host == "":
+			v.errorf(path+".upstream", "upstream URL has no host")
+		default:
+			r.UpstreamURL = u
+		}
+	}
+}
+
+// match validates a Match; routes and stages are the known names (nil when
+// the match may not name them).
+func (v *validator) match(m *Match, path string, routes, stages map[string]bool) {
+	for i, meth := range m.Methods {
+		if !validToken(meth) || strings.ToUpper(meth) != meth {
+			v.errorf(fmt.Sprintf("%s.methods[%d]", path, i), "%q is not an upper-case HTTP method", meth)
+		}
+	}
+	for i, p := range m.Paths {
+		if err := CheckPathPattern(p); err != nil {
+			v.errorf(fmt.Sprintf("%s.paths[%d]", path, i), "%v", err)
+		}
+	}
+	for i, h := range m.Hosts {
+		hh := strings.TrimPrefix(h, "*.")
+		if hh == "" || strings.ContainsAny(hh, "*/: ") || strings.ToLower(h) != h {
+			v.errorf(fmt.Sprintf("%s.hosts[%d]", path, i), "%q is not a lower-case host name or *.domain", h)
+		}
+	}
+	if stages != nil {
+		for i, s := range m.Stages {
+			if !stages[s] {
+				v.errorf(fmt.Sprintf("%s.stages[%d]", path, i), "unknown stage %q", s)
+			}
+		}
+	}
+	if routes != nil {
+		for i, r := range m.Routes {
+			if !routes[r] {
+				v.errorf(fmt.Sprintf("%s.routes[%d]", path, i), "unknown route %q", r)
+			}
+		}
+	}
+}
+
+// CheckPathPattern reports what is wrong with a path pattern, if anything.
+func CheckPathPattern(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("path pattern %q must start with /", p)
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		switch {
+		case s == "**":
+			if i != len(segs)-1 {
+				return fmt.Errorf("path pattern %q: ** may only be the last segment", p)
+			}
+		case s == "*":
+		case strings.HasPrefix(s, "{") || strings.HasSuffix(s, "}"):
+			if len(s) < 3 || !strings.HasPrefix(s, "{") || !strings.HasSuffix(s, "}") || strings.ContainsAny(s[1:len(s)-1], "{}*") {
+				return fmt.Errorf("path pattern %q: bad parameter segment %q (want {name})", p, s)
+			}
+		case strings.Contains(s, "*"):
+			return fmt.Errorf("path pattern %q: * must be a whole segment", p)
+		case s == "" && i != len(segs)-1:
+			return fmt.Errorf("path pattern %q has an empty segment", p)
+		}
+	}
+	return nil
+}
+
+func (v *validator) plan(i int, routes map[string]bool) {
+	p := &v.f.Plans[i]
+	path := fmt.Sprintf("plans[%d]", i)
+	if _, err := limiter.ParseFailurePolicy(p.OnFailure); err != nil {
+		v.errorf(path+".on_failure", "on_failure must be allow, deny or local, got %q", p.OnFailure)
+	}
+	for j, r := range p.Routes {
+		if !routes[r] {
+			v.errorf(fmt.Sprintf("%s.routes[%d]", path, j), "unknown route %q", r)
+		}
+	}
+	if p.Rate == 0 && p.Quota == nil {
+		v.errorf(path, "a plan needs a rate, a quota or both")
+	}
+	if p.Rate != 0 || v.written(path+".burst") || v.written(path+".per") {
+		tp := Params{Algorithm: "token_bucket", Rate: p.Rate, Per: p.Per, Burst: p.Burst}
+		p.Throttle = v.paramsAt(&tp, path, p.Name+".rate", 1, true)
+		p.Per, p.Burst = tp.Per, tp.Burst
+	}
+	if q := p.Quota; q != nil {
+		qp := Params{Algorithm: "quota", Max: q.Limit, Period: q.Period, TimeZone: q.TimeZone,
+			AnchorDay: q.AnchorDay, Offset: q.Offset, Start: q.Start}
+		p.QuotaLimit = v.paramsAt(&qp, path+".quota", p.Name+".quota", 1, true)
+	}
+}
+
+func (v *validator) limit(i int, routes, stages map[string]bool) {
+	l := &v.f.Limits[i]
+	path := fmt.Sprintf("limits[%d]", i)
+	if l.Cost == 0 && !v.written(path+".cost") {
+		l.Cost = 1
+	}
+	if l.Cost < 1 {
+		v.errorf(path+".cost", "cost must be at least 1, got %d", l.Cost)
+	}
+	l.Compiled = v.params(&l.Params, path, l.Name, max(l.Cost, 1))
+	v.match(&l.Match, path+".match", routes, stages)
+	if len(l.Key.Parts) == 0 {
+		l.Key.Parts = []string{KeyClientIP}
+	}
+	seen := map[string]bool{}
+	for j, part := range l.Key.Parts {
+		kp := path + ".key"
+		if v.written(fmt.Sprintf("%s[%d]", kp, j)) {
+			kp = fmt.Sprintf("%s[%d]", kp, j)
+		}
+		switch part {
+		case KeyClientIP, KeyAPIKey, KeyUser, KeyRoute, KeyStage, KeyGlobal:
+		default:
+			if h, ok := strings.CutPrefix(part, KeyHeaderPrefix); ok && validToken(h) {
+				break
+			}
+			v.errorf(kp, "unknown key %q (want client_ip, api_key, user, route, stage, global or header:NAME)", part)
+		}
+		if seen[strings.ToLower(part)] {
+			v.errorf(kp, "key part %q given twice", part)
+		}
+		seen[strings.ToLower(part)] = true
+	}
+	if seen[KeyGlobal] && len(l.Key.Parts) > 1 {
+		v.errorf(path+".key", "global cannot be combined with other key parts")
+	}
+	for j, st := range l.CountOn {
+		if st < 100 || st > 599 {
+			v.errorf(fmt.Sprintf("%s.count_on[%d]", path, j), "%d is not an HTTP status", st)
+		}
+	}
+	switch l.Scope {
+	case "":
+		l.Scope = ScopeRoute
+	case ScopeMethod, ScopeRoute, ScopeStage, ScopeGlobal:
+	default:
+		v.errorf(path+".scope", "scope must be method, route, stage or global, got %q", l.Scope)
+	}
+}
+
+// params validates a limit's parameters at path and returns the compiled
+// limit; cost is the cost one request takes.
+func (v *validator) params(p *Params, path, name string, cost int64) floodgate.Limit {
+	return v.paramsAt(p, path, name, cost, false)
+}
+
+// applies lists the parameters each algorithm reads.
+var applies = map[string][]floodgate.Algorithm{
+	"rate":       {floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue},
+	"per":        {floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue},
+	"burst":      {floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue},
+	"delay":      {floodgate.LeakyQueue},
+	"limit":      {floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow, floodgate.Concurrency, floodgate.Quota},
+	"window":     {floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow},
+	"lease_ttl":  {floodgate.Concurrency},
+	"period":     {floodgate.Quota},
+	"time_zone":  {floodgate.Quota},
+	"anchor_day": {floodgate.Quota},
+	"offset":     {floodgate.Quota},
+	"start":      {floodgate.Quota},
+}
+
+// paramOrder is the order parameters are checked in, for stable messages.
+var paramOrder = []string{"rate", "per", "burst", "delay", "limit", "window", "lease_ttl",
+	"period", "time_zone", "anchor_day", "offset", "start"}
+
+func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic bool) floodgate.Limit {
+	l := floodgate.Limit{Name: name}
+	field := func(f string) string { return path + "." + f }
+	// The algorithm.
+	switch {
+	case p.Algorithm != "":
+		a, err := floodgate.ParseAlgorithm(p.Algorithm)
+		if err != nil {
+			v.errorf(field("algorithm"), "unknown algorithm %q (want one of %s)", p.Algorithm, algorithmList())
+			return floodgate.Limit{}
+		}
+		l.Algorithm = a
+	case p.Rate != 0:
+		l.Algorithm = floodgate.TokenBucket
+	case p.Period != "":
+		l.Algorithm = floodgate.Quota
+	case p.Window != 0:
+		l.Algorithm = floodgate.SlidingWindow
+	default:
+		v.errorf(path, "algorithm is required (or give rate, window or period)")
+		return floodgate.Limit{}
+	}
+	if !synthetic {
+		for _, f := range paramOrder {
+			if v.written(field(f)) && !slices.Contains(applies[f], l.Algorithm) {
+				v.errorf(field(f), "%s does not apply to %s", f, l.Algorithm)
+			}
+		}
+	}
+	if _, err := limiter.ParseFailurePolicy(p.OnFailure); err != nil {
+		v.errorf(field("on_failure"), "on_failure must be allow, deny or local, got %q", p.OnFailure)
+	}
+	bad := false
+	fail := func(f, format string, args ...any) {
+		v.errorf(field(f), format, args...)
+		bad = true
+	}
+	switch l.Algorithm {
+	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+		if p.Per == 0 && !v.written(field("per")) {
+			p.Per = time.Second
+		}
+		if p.Burst == 0 && !v.written(field("burst")) && l.Algorithm != floodgate.LeakyQueue {
+			p.Burst = p.Rate
+		}
+		l.Rate, l.Per, l.Burst = p.Rate, p.Per, p.Burst
+		if p.Rate < 1 {
+			fail("rate", "rate must be at least 1, got %d", p.Rate)
+		}
+		if p.Per <= 0 {
+			fail("per", "per must be a positive duration")
+		}
+		if l.Algorithm == floodgate.LeakyQueue {
+			if p.Burst < 0 {
+				fail("burst", "burst (the queue) must not be negative, got %d", p.Burst)
+			}
+			if p.Delay.Set {
+				l.Delay = p.Delay.Value
+				if l.Delay < floodgate.NoDelay {
+					fail("delay", `delay must be "nodelay" or at least 0, got %d`, l.Delay)
+				}
+			}
+		} else if p.Burst < 1 {
+			fail("burst", "burst must be at least 1, got %d", p.Burst)
+		}
+		if !bad && l.Capacity() < cost {
+			fail("burst", "burst %d is below the cost %d: no request could ever pass", p.Burst, cost)
+		}
+	case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow:
+		l.Max, l.Window = p.Max, p.Window
+		if p.Max < 1 {
+			fail("limit", "limit must be at least 1, got %d", p.Max)
+		}
+		if p.Window <= 0 {
+			fail("window", "window must be a positive duration")
+		}
+		if !bad && p.Max < cost {
+			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
+		}
+	case floodgate.Concurrency:
+		l.Max, l.LeaseTTL = p.Max, p.LeaseTTL
+		if p.Max < 1 {
+			fail("limit", "limit must be at least 1, got %d", p.Max)
+		}
+		if !bad && p.Max < cost {
+			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
+		}
+	case floodgate.Quota:
+		l.Max, l.AnchorDay, l.Offset = p.Max, p.AnchorDay, p.Offset
+		if p.Max < 1 {
+			fail("limit", "limit must be at least 1, got %d", p.Max)
+		}
+		if p.Period == "" {
+			fail("period", "period is required: DAY, WEEK or MONTH")
+		} else if per, err := floodgate.ParsePeriod(p.Period); err != nil {
+			fail("period", "period must be DAY, WEEK or MONTH, got %q", p.Period)
+		} else {
+			l.Period = per
+		}
+		l.Location = time.UTC
+		if p.TimeZone != "" {
+			loc, err := loadZone(p.TimeZone)
+			if err != nil {
+				fail("time_zone", "unknown time zone %q (want an IANA name such as Asia/Kolkata)", p.TimeZone)
+			} else {
+				l.Location = loc
+			}
+		}
+		if p.AnchorDay < 0 || p.AnchorDay > 31 {
+			fail("anchor_day", "anchor day must be between 1 and 31, got %d", p.AnchorDay)
+		} else if p.AnchorDay > 1 && l.Period != floodgate.Month && l.Period != 0 {
+			fail("anchor_day", "an anchor day needs period MONTH")
+		}
+		if p.Offset < 0 || (p.Max >= 1 && p.Offset > p.Max) {
+			fail("offset", "offset must be between 0 and the limit %d, got %d", p.Max, p.Offset)
+		}
+		if p.Start != "" {
+			st, err := parseStart(p.Start, l.Location)
+			if err != nil {
+				fail("start", "start must be a date (2026-01-15) or an RFC 3339 time, got %q", p.Start)
+			} else {
+				l.Start = st
+			}
+		} else if p.Offset > 0 {
+			fail("offset", "an offset needs a start (the date of the first period)")
+		}
+		if !bad && p.Max < cost {
+			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
+		}
+	}
+	if bad {
+		return floodgate.Limit{}
+	}
+	if err := l.Validate(); err != nil {
+		v.errorf(path, "%s", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidLimit.Error()+": "))
+		return floodgate.Limit{}
+	}
+	return l
+}
+
+// loadZone loads an IANA zone; "Local" and "" are refused so that a file
+// means the same on every machine.
+func loadZone(name string) (*time.Location, error) {
+	if name == "Local" || strings.HasPrefix(name, "/") || strings.Contains(name, "..") {
+		return nil, fmt.Errorf("config: zone %q not allowed", name)
+	}
+	return time.LoadLocation(name)
+}
+
+func parseStart(s string, loc *time.Location) (time.Time, error) {
+	if t, err := time.ParseInLocation("2006-01-02", s, loc); err == nil {
+		return t, nil
+	}
+	return time.Parse(time.RFC3339, s)
+}
+
+func algorithmList() string {
+	var names []string
+	for _, a := range floodgate.Algorithms() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, ", ")
+}

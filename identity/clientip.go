@@ -1,0 +1,144 @@
+package identity
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// Forwarding headers a Resolver can read.
+const (
+	HeaderXForwardedFor = "X-Forwarded-For"
+	HeaderForwarded     = "Forwarded"
+)
+
+// ParsePeer parses an http.Request.RemoteAddr ("ip:port", "[v6]:port" or a
+// bare address) and unmaps IPv4-mapped IPv6 addresses. It returns the zero
+// Addr when RemoteAddr is not an IP address (a Unix socket).
+func ParsePeer(remoteAddr string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(remoteAddr); err == nil {
+		return ap.Addr().Unmap().WithZone("")
+	}
+	if a, err := netip.ParseAddr(strings.Trim(remoteAddr, "[]")); err == nil {
+		return a.Unmap().WithZone("")
+	}
+	return netip.Addr{}
+}
+
+// parseHop parses one forwarded address: a bare IP, ip:port, [v6] or
+// [v6]:port, optionally in double quotes (Forwarded). It returns false for
+// anything else ("unknown", obfuscated identifiers, garbage).
+func parseHop(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	if s == "" || len(s) > 64 {
+		return netip.Addr{}, false
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return netip.Addr{}, false
+		}
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		if ap.Addr().Zone() != "" {
+			return netip.Addr{}, false
+		}
+		return ap.Addr().Unmap(), true
+	}
+	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() && a.Zone() == "" {
+			return a.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// forwardedFor extracts the for= parameter of one element of a Forwarded
+// field ("for=192.0.2.1;proto=https"). ok is false when the element has no
+// for= parameter.
+func forwardedFor(elem string) (string, bool) {
+	for elem != "" {
+		var pair string
+		pair, elem, _ = strings.Cut(elem, ";")
+		k, v, found := strings.Cut(strings.TrimSpace(pair), "=")
+		if found && strings.EqualFold(strings.TrimSpace(k), "for") {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}
+
+// walker reads the hops of a forwarding header from right to left without
+// splitting the whole header: lines are taken last first, and within a line
+// elements are cut at the last comma.
+type walker struct {
+	lines     []string
+	line      string
+	forwarded bool
+}
+
+// next returns the next hop to the left; done is true when none is left.
+func (w *walker) next() (hop string, done bool) {
+	for {
+		if w.line == "" {
+			if len(w.lines) == 0 {
+				return "", true
+			}
+			w.line = w.lines[len(w.lines)-1]
+			w.lines = w.lines[:len(w.lines)-1]
+			continue
+		}
+		var elem string
+		if i := strings.LastIndexByte(w.line, ','); i >= 0 {
+			elem, w.line = w.line[i+1:], w.line[:i]
+		} else {
+			elem, w.line = w.line, ""
+		}
+		if strings.TrimSpace(elem) == "" {
+			continue
+		}
+		if !w.forwarded {
+			return elem, false
+		}
+		v, ok := forwardedFor(elem)
+		if !ok {
+			// An element without for= says nothing about the client;
+			// treat it as an unparseable hop.
+			return "", false
+		}
+		return v, false
+	}
+}
+
+// clientIP walks the forwarding header right to left from a trusted peer,
+// skipping trusted proxies. The first address that is not a trusted proxy
+// is the client. An unparseable hop stops the walk: the client is then the
+// last address known (the hop that reported it). If every hop is trusted,
+// the leftmost hop is the client.
+func clientIP(peer netip.Addr, h http.Header, header string, trusted func(netip.Addr) bool) netip.Addr {
+	lines := h.Values(header)
+	if len(lines) == 0 {
+		return peer
+	}
+	w := walker{lines: lines, forwarded: header == HeaderForwarded}
+	client := peer
+	// A bound on the hops read keeps a huge header cheap.
+	for range 64 {
+		hop, done := w.next()
+		if done {
+			return client
+		}
+		a, ok := parseHop(hop)
+		if !ok {
+			return client
+		}
+		client = a
+		if !trusted(a) {
+			return client
+		}
+	}
+	return client
+}

@@ -1,0 +1,354 @@
+package identity
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// DefaultLeeway is the clock skew tolerated on exp and nbf.
+const DefaultLeeway = 10 * time.Second
+
+// minSecret is the shortest HS256 secret accepted, in bytes.
+const minSecret = 32
+
+// maxToken bounds the token length read from a request.
+const maxToken = 8 << 10
+
+// JWTOptions configures token verification.
+type JWTOptions struct {
+	// Header carries the token (default Authorization); a "Bearer "
+	// prefix is removed.
+	Header string
+	// Claim holds the user (default sub); its value must be a string.
+	Claim string
+	// Alg is the one accepted algorithm: HS256, RS256 or ES256. Tokens
+	// signed otherwise (or with "none") are rejected.
+	Alg string
+	// KeyFile holds the HS256 secret (at least 32 bytes; a final newline
+	// is ignored) or a PEM public key or certificate (RS256, ES256).
+	KeyFile string
+	// JWKSFile holds a JSON Web Key Set; tokens choose a key by kid.
+	JWKSFile string
+	// Key and JWKS give the same material inline instead of a file.
+	Key  []byte
+	JWKS []byte
+	// Issuer and Audience, when set, must match the iss and aud claims.
+	Issuer   string
+	Audience string
+	// Leeway is the skew tolerated on exp and nbf (default 10s).
+	Leeway time.Duration
+}
+
+// Verifier checks tokens against one algorithm and its keys. It is
+// immutable and safe for concurrent use.
+type Verifier struct {
+	o      JWTOptions
+	method jwt.SigningMethod
+	keys   map[string]any // by kid; "" holds the only key of a key file
+	single any            // the key to use when the token names no kid
+}
+
+// ErrNoKey reports a token whose kid names no configured key.
+var ErrNoKey = errors.New("identity: no key for the token")
+
+// NewVerifier loads the keys and checks the options.
+func NewVerifier(o JWTOptions) (*Verifier, error) {
+	if o.Header == "" {
+		o.Header = "Authorization"
+	}
+	if o.Claim == "" {
+		o.Claim = "sub"
+	}
+	if o.Leeway == 0 {
+		o.Leeway = DefaultLeeway
+	}
+	if o.Leeway < 0 {
+		return nil, fmt.Errorf("identity: jwt leeway must not be negative")
+	}
+	v := &Verifier{o: o, keys: map[string]any{}}
+	switch o.Alg {
+	case "HS256":
+		v.method = jwt.SigningMethodHS256
+	case "RS256":
+		v.method = jwt.SigningMethodRS256
+	case "ES256":
+		v.method = jwt.SigningMethodES256
+	default:
+		return nil, fmt.Errorf("identity: jwt alg must be HS256, RS256 or ES256, got %q", o.Alg)
+	}
+	keyData, jwksData := o.Key, o.JWKS
+	var err error
+	if o.KeyFile != "" {
+		if keyData, err = os.ReadFile(o.KeyFile); err != nil {
+			return nil, fmt.Errorf("identity: jwt key: %w", err)
+		}
+	}
+	if o.JWKSFile != "" {
+		if jwksData, err = os.ReadFile(o.JWKSFile); err != nil {
+			return nil, fmt.Errorf("identity: jwks: %w", err)
+		}
+	}
+	switch {
+	case len(keyData) > 0 && len(jwksData) > 0:
+		return nil, fmt.Errorf("identity: give either a jwt key or a jwks, not both")
+	case len(keyData) > 0:
+		k, err := parseKey(o.Alg, keyData)
+		if err != nil {
+			return nil, err
+		}
+		v.single = k
+	case len(jwksData) > 0:
+		if err := v.loadJWKS(jwksData); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("identity: jwt needs a key file or a jwks file")
+	}
+	return v, nil
+}
+
+// parseKey reads a secret (HS256) or a PEM public key (RS256, ES256).
+func parseKey(alg string, data []byte) (any, error) {
+	if alg == "HS256" {
+		secret := bytes.TrimRight(data, "\r\n")
+		if len(secret) < minSecret {
+			return nil, fmt.Errorf("identity: jwt HS256 secret is %d bytes; use at least %d", len(secret), minSecret)
+		}
+		return secret, nil
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, fmt.Errorf("identity: jwt key: no PEM block found")
+	}
+	var pub any
+	var err error
+	switch block.Type {
+	case "CERTIFICATE":
+		var cert *x509.Certificate
+		if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
+			pub = cert.PublicKey
+		}
+	case "RSA PUBLIC KEY":
+		pub, err = x509.ParsePKCS1PublicKey(block.Bytes)
+	case "PUBLIC KEY":
+		pub, err = x509.ParsePKIXPublicKey(block.Bytes)
+	default:
+		return nil, fmt.Errorf("identity: jwt key: want a PUBLIC KEY or CERTIFICATE PEM block, got %q", block.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("identity: jwt key: %w", err)
+	}
+	if err := keyFits(alg, pub); err != nil {
+		return nil, err
+	}
+	return pub, nil
+}
+
+// keyFits checks that a public key is of the kind alg needs.
+func keyFits(alg string, pub any) error {
+	switch k := pub.(type) {
+	case *rsa.PublicKey:
+		if alg != "RS256" {
+			return fmt.Errorf("identity: jwt key is RSA but alg is %s", alg)
+		}
+		if k.N.BitLen() < 2048 {
+			return fmt.Errorf("identity: jwt RSA key has %d bits; use at least 2048", k.N.BitLen())
+		}
+	case *ecdsa.PublicKey:
+		if alg != "ES256" {
+			return fmt.Errorf("identity: jwt key is ECDSA but alg is %s", alg)
+		}
+		if k.Curve != elliptic.P256() {
+			return fmt.Errorf("identity: jwt ES256 key must be on P-256")
+		}
+	default:
+		return fmt.Errorf("identity: jwt key of type %T does not fit alg %s", pub, alg)
+	}
+	return nil
+}
+
+// jwk is the part of a JSON Web Key Floodgate reads.
+type jwk struct {
+	Kty string `json:"kty"`
+	Kid string `json:"kid"`
+	Alg string `json:"alg"`
+	Use string `json:"use"`
+	Crv string `json:"crv"`
+	N   string `json:"n"`
+	E   string `json:"e"`
+	X   string `json:"x"`
+	Y   string `json:"y"`
+	K   string `json:"k"`
+}
+
+func (v *Verifier) loadJWKS(data []byte) error {
+	var set struct {
+		Keys []jwk `json:"keys"`
+	}
+	if err := json.Unmarshal(data, &set); err != nil {
+		return fmt.Errorf("identity: jwks: %w", err)
+	}
+	usable := 0
+	var last any
+	for i, k := range set.Keys {
+		if k.Use != "" && k.Use != "sig" {
+			continue
+		}
+		if k.Alg != "" && k.Alg != v.o.Alg {
+			continue
+		}
+		key, err := jwkKey(v.o.Alg, k)
+		if err != nil {
+			return fmt.Errorf("identity: jwks key %d (kid %q): %w", i, k.Kid, err)
+		}
+		if key == nil {
+			continue // another kind of key
+		}
+		if _, dup := v.keys[k.Kid]; dup {
+			return fmt.Errorf("identity: jwks: two keys with kid %q", k.Kid)
+		}
+		v.keys[k.Kid] = key
+		usable++
+		last = key
+	}
+	if usable == 0 {
+		return fmt.Errorf("identity: jwks has no key usable with %s", v.o.Alg)
+	}
+	if usable == 1 {
+		v.single = last
+	}
+	return nil
+}
+
+// jwkKey converts a JWK to a key for alg, or nil when its kty does not fit.
+func jwkKey(alg string, k jwk) (any, error) {
+	b64 := base64.RawURLEncoding
+	switch {
+	case alg == "HS256" && k.Kty == "oct":
+		secret, err := b64.DecodeString(k.K)
+		if err != nil {
+			return nil, fmt.Errorf("k: %w", err)
+		}
+		if len(secret) < minSecret {
+			return nil, fmt.Errorf("HS256 secret is %d bytes; use at least %d", len(secret), minSecret)
+		}
+		return secret, nil
+	case alg == "RS256" && k.Kty == "RSA":
+		n, err1 := b64.DecodeString(k.N)
+		e, err2 := b64.DecodeString(k.E)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, err
+		}
+		if len(e) == 0 || len(e) > 4 {
+			return nil, fmt.Errorf("bad RSA exponent")
+		}
+		exp := new(big.Int).SetBytes(e).Int64()
+		pub := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(exp)}
+		if exp < 3 || exp%2 == 0 {
+			return nil, fmt.Errorf("bad RSA exponent %d", exp)
+		}
+		return pub, keyFits(alg, pub)
+	case alg == "ES256" && k.Kty == "EC":
+		if k.Crv != "P-256" {
+			return nil, fmt.Errorf("crv must be P-256, got %q", k.Crv)
+		}
+		x, err1 := b64.DecodeString(k.X)
+		y, err2 := b64.DecodeString(k.Y)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, err
+		}
+		if len(x) != 32 || len(y) != 32 {
+			return nil, fmt.Errorf("P-256 coordinates must be 32 bytes")
+		}
+		raw := append(append([]byte{4}, x...), y...)
+		pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), raw)
+		if err != nil {
+			return nil, err
+		}
+		return pub, nil
+	}
+	return nil, nil
+}
+
+// token takes the token from the configured header.
+func (v *Verifier) token(h http.Header) string {
+	t := strings.TrimSpace(h.Get(v.o.Header))
+	if len(t) > 7 && strings.EqualFold(t[:7], "bearer ") {
+		t = strings.TrimSpace(t[7:])
+	}
+	if len(t) > maxToken {
+		return ""
+	}
+	return t
+}
+
+// Verify checks a token at the current time and returns its user.
+func (v *Verifier) Verify(token string) (string, error) {
+	return v.VerifyAt(token, time.Now())
+}
+
+// VerifyAt checks a token's signature, algorithm, exp (required), nbf, iss
+// and aud at now, and returns the user claim.
+func (v *Verifier) VerifyAt(token string, now time.Time) (string, error) {
+	if len(token) > maxToken {
+		return "", fmt.Errorf("identity: token longer than %d bytes", maxToken)
+	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods([]string{v.o.Alg}),
+		jwt.WithLeeway(v.o.Leeway),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+		jwt.WithExpirationRequired(),
+	}
+	if v.o.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(v.o.Issuer))
+	}
+	if v.o.Audience != "" {
+		opts = append(opts, jwt.WithAudience(v.o.Audience))
+	}
+	claims := jwt.MapClaims{}
+	_, err := jwt.NewParser(opts...).ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
+		if t.Method.Alg() != v.method.Alg() {
+			return nil, fmt.Errorf("identity: token alg %q is not %s", t.Method.Alg(), v.o.Alg)
+		}
+		kid, _ := t.Header["kid"].(string)
+		if kid == "" {
+			if v.single == nil {
+				return nil, ErrNoKey
+			}
+			return v.single, nil
+		}
+		if k, ok := v.keys[kid]; ok {
+			return k, nil
+		}
+		if len(v.keys) == 0 && v.single != nil {
+			return v.single, nil // a key file: kid is informational
+		}
+		return nil, ErrNoKey
+	})
+	if err != nil {
+		return "", fmt.Errorf("identity: token: %w", err)
+	}
+	u, ok := claims[v.o.Claim].(string)
+	if !ok || u == "" {
+		return "", fmt.Errorf("identity: token: claim %q is missing or not a string", v.o.Claim)
+	}
+	if len(u) > maxUserLen || !printable(u) {
+		return "", fmt.Errorf("identity: token: claim %q is too long or not printable", v.o.Claim)
+	}
+	return u, nil
+}

@@ -1,0 +1,185 @@
+package identity
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// DefaultIPv6Prefix is the prefix length IPv6 clients are keyed by: a /64
+// is the smallest allocation a subscriber usually gets.
+const DefaultIPv6Prefix = 64
+
+// maxUserLen bounds a user taken from a header or a claim.
+const maxUserLen = 256
+
+// Options configures a Resolver. The zero value trusts no proxy, keys IPv6
+// by /64 and finds no users.
+type Options struct {
+	// TrustedProxies are the peers whose forwarding header is believed,
+	// and the hops skipped while reading it.
+	TrustedProxies []netip.Prefix
+	// ForwardedHeader is the one header read from trusted proxies:
+	// X-Forwarded-For (default) or Forwarded (RFC 7239). Reading only one
+	// keeps a client from smuggling the other through a proxy that does
+	// not rewrite it.
+	ForwardedHeader string
+	// IPv6Prefix is the prefix length of IPv6 client keys (default 64).
+	IPv6Prefix int
+	// JWT, when set, takes the user from a verified token.
+	JWT *JWTOptions
+	// UserHeader, when set, takes the user from this header, but only
+	// when the peer is a trusted proxy.
+	UserHeader string
+}
+
+// Identity is what a Resolver found out about one request.
+type Identity struct {
+	// ClientIP is the client's address (IPv4-mapped addresses unmapped);
+	// the zero Addr when the peer is not an IP address.
+	ClientIP netip.Addr
+	// ClientKey is the client as counted: the IPv4 address, the IPv6
+	// prefix ("2001:db8:1:2::/64"), or "unknown".
+	ClientKey string
+	// Peer is the address of the connection's other end.
+	Peer netip.Addr
+	// PeerTrusted reports whether Peer is a trusted proxy.
+	PeerTrusted bool
+	// User is the verified user, or "".
+	User string
+	// UserError says why a presented token gave no user (nil when no
+	// token was presented or it verified). It is for logs and metrics; a
+	// request with a bad token is simply anonymous.
+	UserError error
+}
+
+// Resolver works out the Identity of requests. It is immutable and safe for
+// concurrent use.
+type Resolver struct {
+	trusted    []netip.Prefix
+	header     string
+	v6bits     int
+	jwt        *Verifier
+	userHeader string
+}
+
+// NewResolver checks the options and loads the JWT keys.
+func NewResolver(o Options) (*Resolver, error) {
+	r := &Resolver{v6bits: o.IPv6Prefix, userHeader: o.UserHeader}
+	if r.v6bits == 0 {
+		r.v6bits = DefaultIPv6Prefix
+	}
+	if r.v6bits < 1 || r.v6bits > 128 {
+		return nil, fmt.Errorf("identity: ipv6 prefix must be between 1 and 128, got %d", o.IPv6Prefix)
+	}
+	switch strings.ToLower(o.ForwardedHeader) {
+	case "", "x-forwarded-for":
+		r.header = HeaderXForwardedFor
+	case "forwarded":
+		r.header = HeaderForwarded
+	default:
+		return nil, fmt.Errorf("identity: forwarded header must be X-Forwarded-For or Forwarded, got %q", o.ForwardedHeader)
+	}
+	for _, p := range o.TrustedProxies {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("identity: invalid trusted proxy prefix")
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+		}
+		r.trusted = append(r.trusted, p.Masked())
+	}
+	if o.JWT != nil {
+		v, err := NewVerifier(*o.JWT)
+		if err != nil {
+			return nil, err
+		}
+		r.jwt = v
+	}
+	return r, nil
+}
+
+// Trusted reports whether a is a trusted proxy.
+func (r *Resolver) Trusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range r.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientIP returns the client's address for a connection from remoteAddr
+// carrying header h, following the rules in the package documentation.
+func (r *Resolver) ClientIP(remoteAddr string, h http.Header) netip.Addr {
+	peer := ParsePeer(remoteAddr)
+	if !peer.IsValid() || !r.Trusted(peer) {
+		return peer
+	}
+	return clientIP(peer, h, r.header, r.Trusted)
+}
+
+// Key returns the key a client address is counted under: the IPv4 address
+// itself, or the IPv6 address masked to the configured prefix.
+func (r *Resolver) Key(a netip.Addr) string {
+	return ClientKey(a, r.v6bits)
+}
+
+// ClientKey returns the key of a client address: IPv4 (and IPv4-mapped)
+// addresses whole, IPv6 masked to v6bits, and "unknown" for the zero Addr.
+func ClientKey(a netip.Addr, v6bits int) string {
+	if !a.IsValid() {
+		return "unknown"
+	}
+	a = a.Unmap().WithZone("")
+	if a.Is4() {
+		return a.String()
+	}
+	p, err := a.Prefix(v6bits)
+	if err != nil {
+		return a.String()
+	}
+	return p.String()
+}
+
+// Resolve works out the identity of req at the current time.
+func (r *Resolver) Resolve(req *http.Request) Identity {
+	return r.ResolveAt(req, time.Now())
+}
+
+// ResolveAt works out the identity of req, verifying tokens at now.
+func (r *Resolver) ResolveAt(req *http.Request, now time.Time) Identity {
+	var id Identity
+	id.Peer = ParsePeer(req.RemoteAddr)
+	id.PeerTrusted = id.Peer.IsValid() && r.Trusted(id.Peer)
+	id.ClientIP = id.Peer
+	if id.PeerTrusted {
+		id.ClientIP = clientIP(id.Peer, req.Header, r.header, r.Trusted)
+	}
+	id.ClientKey = ClientKey(id.ClientIP, r.v6bits)
+	if r.jwt != nil {
+		if tok := r.jwt.token(req.Header); tok != "" {
+			id.User, id.UserError = r.jwt.VerifyAt(tok, now)
+		}
+	}
+	if id.User == "" && r.userHeader != "" && id.PeerTrusted {
+		if u := strings.TrimSpace(req.Header.Get(r.userHeader)); u != "" && len(u) <= maxUserLen && printable(u) {
+			id.User = u
+		}
+	}
+	return id
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
+}

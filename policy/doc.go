@@ -1,0 +1,11 @@
+// Package policy is the compiled, immutable rule set of a configuration
+// file: it matches a request to its route and to every limit that applies,
+// most specific first (usage plan, then method and route limits, then the
+// stage, then global and account limits), with the key each limit counts
+// the request under. The engine (package limiter) then checks and charges
+// them all at once.
+//
+// A Policy is safe for concurrent use. Reloader swaps policies atomically
+// when the file changes, keeping the rules (and so the counts) of limits
+// that did not change.
+package policy

@@ -1,0 +1,190 @@
+package policy
+
+import (
+	"path"
+	"strings"
+
+	"github.com/floodgate/floodgate/config"
+)
+
+// pathPattern is a compiled path pattern: literal segments, "" for one
+// segment of any non-empty value, and rest for a final /**.
+type pathPattern struct {
+	segs []string
+	any  []bool
+	rest bool
+}
+
+func compilePath(p string) pathPattern {
+	var pp pathPattern
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		if s == "**" && i == len(segs)-1 {
+			pp.rest = true
+			break
+		}
+		if s == "*" || (strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}")) {
+			pp.segs = append(pp.segs, "")
+			pp.any = append(pp.any, true)
+			continue
+		}
+		pp.segs = append(pp.segs, s)
+		pp.any = append(pp.any, false)
+	}
+	return pp
+}
+
+// match reports whether a cleaned path (starting with /) matches.
+func (pp *pathPattern) match(p string) bool {
+	rest := p[1:]
+	done := false
+	for i, want := range pp.segs {
+		if done {
+			return false
+		}
+		var seg string
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			seg, rest = rest[:j], rest[j+1:]
+		} else {
+			seg, rest, done = rest, "", true
+		}
+		if pp.any[i] {
+			if seg == "" {
+				return false
+			}
+		} else if seg != want {
+			return false
+		}
+	}
+	if pp.rest {
+		return true
+	}
+	return done || (len(pp.segs) == 0 && rest == "")
+}
+
+// cleanPath returns the path as matched: "/" for empty, dot segments and
+// double slashes resolved, and one trailing slash removed, so that
+// "/login/" and "//login" meet the limits of "/login".
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	if strings.Contains(p, "//") || strings.Contains(p, "/.") {
+		p = path.Clean(p)
+	}
+	if len(p) > 1 && p[len(p)-1] == '/' {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+// hostOnly lower-cases a Host value and removes its port.
+func hostOnly(h string) string {
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
+		h = h[:i]
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSuffix(h, "]"), "["), ".")
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(h)
+		}
+	}
+	return h
+}
+
+// matcher is a compiled config.Match.
+type matcher struct {
+	methods []string
+	paths   []pathPattern
+	hosts   []string
+	stages  []string
+	routes  []string
+	src     config.Match
+}
+
+func compileMatch(m config.Match) matcher {
+	mt := matcher{methods: m.Methods, hosts: m.Hosts, stages: m.Stages, routes: m.Routes, src: m}
+	for _, p := range m.Paths {
+		mt.paths = append(mt.paths, compilePath(p))
+	}
+	return mt
+}
+
+// req is a request reduced to what matchers read.
+type req struct {
+	method, host, path, stage, route string
+}
+
+func (m *matcher) match(r *req) bool {
+	if len(m.methods) > 0 && !contains(m.methods, r.method) {
+		return false
+	}
+	if len(m.stages) > 0 && !contains(m.stages, r.stage) {
+		return false
+	}
+	if len(m.routes) > 0 && !contains(m.routes, r.route) {
+		return false
+	}
+	if len(m.hosts) > 0 {
+		ok := false
+		for _, h := range m.hosts {
+			if suffix, wild := strings.CutPrefix(h, "*"); wild {
+				ok = len(r.host) > len(suffix) && strings.HasSuffix(r.host, suffix)
+			} else {
+				ok = r.host == h
+			}
+			if ok {
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if len(m.paths) > 0 {
+		ok := false
+		for i := range m.paths {
+			if m.paths[i].match(r.path) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// describe renders a Match for the check table.
+func describe(m config.Match) string {
+	var parts []string
+	if len(m.Methods) > 0 {
+		parts = append(parts, strings.Join(m.Methods, ","))
+	}
+	if len(m.Hosts) > 0 {
+		parts = append(parts, "host="+strings.Join(m.Hosts, ","))
+	}
+	if len(m.Paths) > 0 {
+		parts = append(parts, strings.Join(m.Paths, ","))
+	}
+	if len(m.Routes) > 0 {
+		parts = append(parts, "route="+strings.Join(m.Routes, ","))
+	}
+	if len(m.Stages) > 0 {
+		parts = append(parts, "stage="+strings.Join(m.Stages, ","))
+	}
+	if len(parts) == 0 {
+		return "*"
+	}
+	return strings.Join(parts, " ")
+}
