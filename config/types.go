@@ -340,7 +340,7 @@ type Key struct {
 // Limit is one named limit.
 type Limit struct {
 	// Name identifies the limit in headers, metrics and the check API.
-	Name string `yaml:"name"`
+	Name   string `yaml:"name"`
 	Params `yaml:",inline"`
 	// Match selects the requests the limit applies to.
 	Match Match `yaml:"match"`
