@@ -6,9 +6,10 @@ import (
 	"github.com/floodgate/floodgate"
 )
 
-// decideConcurrency limits the units in flight. State: Ext.Entries holds
-// the leases in order of expiry (At = expiry, Weight = cost, ID = lease),
-// A = the sum of their weights. Expired leases (At ≤ now) no longer count.
+// decideConcurrency limits the units in flight. State: Ext.Entries[C:]
+// holds the leases in order of expiry (At = expiry, Weight = cost, ID =
+// lease), A = the sum of their weights; the C entries before them are gone
+// and wait to be compacted away. Expired leases (At ≤ now) no longer count.
 //
 // A request whose Lease is already held (and not 0) re-acquires it: the old
 // lease is replaced by one with the new cost and a fresh expiry, so a
@@ -23,11 +24,8 @@ func (p *Params) decideConcurrency(s *State, r Request) (floodgate.Decision, err
 	if r.Now > maxInstant-p.ttl {
 		return d, ErrOverflow
 	}
-	var entries []Entry
-	if s.Ext != nil {
-		entries = s.Ext.Entries
-	}
-	k, gone := 0, int64(0)
+	entries, k := liveEntries(s)
+	gone := int64(0)
 	for k < len(entries) && entries[k].At <= r.Now {
 		gone += entries[k].Weight
 		k++
@@ -38,7 +36,9 @@ func (p *Params) decideConcurrency(s *State, r Request) (floodgate.Decision, err
 		inflight = 0
 	}
 	held := -1 // index in live of the lease being re-acquired
-	if r.Lease != 0 {
+	// B keeps the largest lease ID ever charged: a larger one (the usual
+	// case, IDs from a counter) cannot be held, so no search is needed.
+	if r.Lease != 0 && r.Lease <= uint64(s.B) {
 		for i := range live {
 			if live[i].ID == r.Lease {
 				held = i
@@ -77,21 +77,23 @@ func (p *Params) decideConcurrency(s *State, r Request) (floodgate.Decision, err
 	if r.Peek {
 		return d, nil
 	}
-	// Compact: drop the expired leases and the one being re-acquired.
-	n := 0
-	for i := range live {
-		if i != held {
-			entries[n] = live[i]
-			n++
-		}
+	if held >= 0 {
+		// Rare: close the gap the re-acquired lease leaves.
+		i := k + held
+		copy(entries[i:], entries[i+1:])
+		entries[len(entries)-1] = Entry{}
+		entries = entries[:len(entries)-1]
 	}
-	clear(entries[n:])
-	entries = append(entries[:n], Entry{At: r.Now + p.ttl, Weight: r.Cost, ID: r.Lease})
+	entries, k = compact(entries, k)
+	entries = append(entries, Entry{At: r.Now + p.ttl, Weight: r.Cost, ID: r.Lease})
 	if s.Ext == nil {
 		s.Ext = &Ext{}
 	}
 	s.Ext.Entries = entries
-	s.A, s.Last = inflight, r.Now
+	s.A, s.C, s.Last = inflight, int64(k), r.Now
+	if r.Lease > uint64(s.B) {
+		s.B = int64(r.Lease)
+	}
 	return d, nil
 }
 
@@ -110,10 +112,10 @@ func (p *Params) Release(s *State, now int64, lease uint64) error {
 		s.Last = now
 		return nil
 	}
-	entries := s.Ext.Entries
+	entries, head := liveEntries(s)
 	n := 0
 	var sum int64
-	for _, e := range entries {
+	for _, e := range entries[head:] {
 		if e.At <= now || (lease != 0 && e.ID == lease) {
 			continue
 		}
@@ -123,6 +125,6 @@ func (p *Params) Release(s *State, now int64, lease uint64) error {
 	}
 	clear(entries[n:])
 	s.Ext.Entries = entries[:n]
-	s.A, s.Last = sum, now
+	s.A, s.C, s.Last = sum, 0, now
 	return nil
 }

@@ -88,12 +88,8 @@ func (p *Params) decideQuota(s *State, r Request) (floodgate.Decision, error) {
 		// The first boundary after which the cost fits: the next period,
 		// or the one after if the next carries the offset.
 		b := end
-		for range 3 {
-			ns, ne := QuotaPeriod(&p.limit, b)
-			if r.Cost <= p.quotaLimit(ns) {
-				break
-			}
-			b = ne
+		if end == p.offsetStart && r.Cost > p.quotaLimit(end) {
+			_, b = QuotaPeriod(&p.limit, end)
 		}
 		d.RetryAfter = dur(b - r.Now)
 		return d, nil

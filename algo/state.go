@@ -10,12 +10,15 @@ package algo
 //     arrival time (TAT) in whole ns, B = its fraction in units of 1/Rate ns
 //     (0 ≤ B < Rate), so that the emission interval Per/Rate adds up exactly.
 //   - FixedWindow: A = window index ⌊now/Window⌋, B = units counted in it.
-//   - SlidingLog: Ext.Entries = admitted arrivals in time order (At, Weight),
-//     A = the sum of their weights.
+//   - SlidingLog: Ext.Entries[C:] = admitted arrivals in time order (At,
+//     Weight), A = the sum of their weights; Ext.Entries[:C] are dropped
+//     entries not yet compacted away.
 //   - SlidingWindow: A = current window index, B = its count, C = the
 //     previous window's count.
-//   - Concurrency: Ext.Entries = leases in order of expiry (At = expiry,
-//     Weight = cost, ID = lease), A = the sum of their weights.
+//   - Concurrency: Ext.Entries[C:] = leases in order of expiry (At = expiry,
+//     Weight = cost, ID = lease), A = the sum of their weights, B = the
+//     largest lease ID charged so far (as uint64 bits); as for the sliding
+//     log, Ext.Entries[:C] wait to be compacted away.
 //   - Quota: A = units counted in the period, B = period start, C = period
 //     end (0 for a fresh key).
 type State struct {

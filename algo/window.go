@@ -38,18 +38,16 @@ func (p *Params) decideFixed(s *State, r Request) (floodgate.Decision, error) {
 	return d, nil
 }
 
-// decideLog is the exact sliding window log. State: Ext.Entries holds the
-// admitted arrivals in time order (At = instant, Weight = cost; arrivals at
-// the same instant share one entry), A = the sum of their weights. An entry
-// counts while At > now − W.
+// decideLog is the exact sliding window log. State: Ext.Entries[C:] holds
+// the admitted arrivals in time order (At = instant, Weight = cost; arrivals
+// at the same instant share one entry), A = the sum of their weights; the C
+// entries before them have left the window and wait to be compacted away.
+// An entry counts while At > now − W.
 func (p *Params) decideLog(s *State, r Request) (floodgate.Decision, error) {
 	d := floodgate.Decision{Limit: p.max}
-	var entries []Entry
-	if s.Ext != nil {
-		entries = s.Ext.Entries
-	}
+	entries, k := liveEntries(s)
 	cut := r.Now - p.window // entries at or before cut have left the window
-	k, gone := 0, int64(0)
+	gone := int64(0)
 	for k < len(entries) && entries[k].At <= cut {
 		gone += entries[k].Weight
 		k++
@@ -86,12 +84,8 @@ func (p *Params) decideLog(s *State, r Request) (floodgate.Decision, error) {
 	if r.Peek {
 		return d, nil
 	}
-	if k > 0 {
-		n := copy(entries, live)
-		clear(entries[n:])
-		entries = entries[:n]
-	}
-	if n := len(entries); n > 0 && entries[n-1].At == r.Now {
+	entries, k = compact(entries, k)
+	if n := len(entries); n > k && entries[n-1].At == r.Now {
 		entries[n-1].Weight += r.Cost
 	} else {
 		entries = append(entries, Entry{At: r.Now, Weight: r.Cost})
@@ -100,8 +94,31 @@ func (p *Params) decideLog(s *State, r Request) (floodgate.Decision, error) {
 		s.Ext = &Ext{}
 	}
 	s.Ext.Entries = entries
-	s.A, s.Last = sum, r.Now
+	s.A, s.C, s.Last = sum, int64(k), r.Now
 	return d, nil
+}
+
+// liveEntries returns the state's entries and the index of the first one
+// still in use (State.C, clamped to the slice).
+func liveEntries(s *State) ([]Entry, int) {
+	if s.Ext == nil {
+		return nil, 0
+	}
+	e := s.Ext.Entries
+	return e, int(min(max(s.C, 0), int64(len(e))))
+}
+
+// compact moves the entries from index head on to the front of the slice
+// once the dropped ones take half of it or it is full, so that dropping is
+// amortized O(1) and the slice stays at most twice the live entries. It
+// returns the slice and the new head.
+func compact(entries []Entry, head int) ([]Entry, int) {
+	if head == 0 || (2*head < len(entries) && len(entries) < cap(entries)) {
+		return entries, head
+	}
+	n := copy(entries, entries[head:])
+	clear(entries[n:])
+	return entries[:n], 0
 }
 
 // decideCounter is Cloudflare's sliding window counter: windows aligned to
