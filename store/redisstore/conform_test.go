@@ -1,0 +1,149 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/algo"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// conformLimits are limits of every algorithm, with parameters that make
+// their spans exact in microseconds and some that do not.
+func conformLimits(t *testing.T) []*limiter.Rule {
+	t.Helper()
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		ny = time.FixedZone("EST", -5*3600)
+	}
+	ls := []floodgate.Limit{
+		{Name: "tb", Algorithm: floodgate.TokenBucket, Rate: 2, Per: time.Second, Burst: 10},
+		{Name: "tb3", Algorithm: floodgate.TokenBucket, Rate: 3, Per: time.Second, Burst: 5},
+		{Name: "gcra", Algorithm: floodgate.GCRA, Rate: 7, Per: time.Minute, Burst: 4},
+		{Name: "meter", Algorithm: floodgate.LeakyBucket, Rate: 100, Per: time.Second, Burst: 3},
+		{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Second, Burst: 5},
+		{Name: "queue2", Algorithm: floodgate.LeakyQueue, Rate: 3, Per: time.Second, Burst: 12, Delay: 8},
+		{Name: "queuend", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Second, Burst: 5, Delay: floodgate.NoDelay},
+		{Name: "fixed", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Second},
+		{Name: "fixed7", Algorithm: floodgate.FixedWindow, Max: 7, Window: 1500 * time.Millisecond},
+		{Name: "log", Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Second},
+		{Name: "counter", Algorithm: floodgate.SlidingWindow, Max: 6, Window: time.Second},
+		{Name: "counter3", Algorithm: floodgate.SlidingWindow, Max: 10, Window: 3 * time.Second},
+		{Name: "conc", Algorithm: floodgate.Concurrency, Max: 3, LeaseTTL: 2 * time.Second},
+		{Name: "quota", Algorithm: floodgate.Quota, Max: 6, Period: floodgate.Day, Location: ny},
+		{Name: "quotaoff", Algorithm: floodgate.Quota, Max: 6, Period: floodgate.Day, Offset: 4,
+			Start: time.Date(2026, 3, 7, 12, 0, 0, 0, time.UTC)},
+	}
+	var rules []*limiter.Rule
+	for _, l := range ls {
+		r, err := limiter.NewRule(l, limiter.FailOpen, false)
+		if err != nil {
+			t.Fatalf("%s: %v", l.Name, err)
+		}
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+// TestConformsToAlgo runs the same random requests through algo (pure) and
+// through the store at the same fixed instants, and wants the same
+// decisions, field by field.
+func TestConformsToAlgo(t *testing.T) {
+	for _, mode := range []string{"standalone", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			var s *Store
+			if mode == "standalone" {
+				s = newStandalone(t)
+			} else {
+				s = newCluster(t)
+			}
+			for _, r := range conformLimits(t) {
+				t.Run(r.Limit.Name, func(t *testing.T) { conform(t, s, r) })
+			}
+		})
+	}
+}
+
+func conform(t *testing.T, s *Store, r *limiter.Rule) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(len(r.ID)), 7))
+	// Start a little before a DST change in New York, at a whole second.
+	now := time.Date(2026, 3, 7, 23, 59, 50, 0, time.UTC).UnixMicro()
+	if r.Limit.Algorithm == floodgate.Quota {
+		now = time.Date(2026, 3, 8, 4, 59, 58, 0, time.UTC).UnixMicro()
+	}
+	var st algo.State
+	key := "conform"
+	steps := 300
+	if testing.Short() {
+		steps = 100
+	}
+	allowed, denied := 0, 0
+	for step := 0; step < steps; step++ {
+		switch rng.IntN(4) {
+		case 0: // same instant
+		case 1:
+			now += rng.Int64N(1000)
+		case 2:
+			now += rng.Int64N(400_000)
+		default:
+			now += rng.Int64N(3_000_000)
+		}
+		if r.Limit.Algorithm == floodgate.Quota {
+			now += rng.Int64N(3600_000_000) // hours: cross day boundaries
+		}
+		s.testNow.Store(now)
+		cost := 1 + rng.Int64N(r.Params.Capacity()+1) // sometimes too big
+		if rng.IntN(3) > 0 {
+			cost = 1
+		}
+		lease := uint64(rng.IntN(5))
+		op := limiter.Charge
+		switch rng.IntN(10) {
+		case 0:
+			op = limiter.Peek
+		case 1:
+			if r.Limit.Algorithm == floodgate.Concurrency {
+				op = limiter.Release
+			}
+		}
+		req := algo.Request{Now: now * 1000, Cost: cost, Peek: op == limiter.Peek, Lease: lease}
+		var want floodgate.Decision
+		var wantErr error
+		if op == limiter.Release {
+			wantErr = r.Params.Release(&st, now*1000, lease)
+		} else {
+			want, wantErr = r.Params.Decide(&st, req)
+		}
+		out := make([]floodgate.Decision, 1)
+		err := s.Apply(ctx, op, []limiter.Hit{{Rule: r, Key: key, Cost: cost, Lease: lease}}, out)
+		desc := fmt.Sprintf("step %d at %s: op %d cost %d lease %d", step,
+			time.UnixMicro(now).UTC().Format("15:04:05.000000"), op, cost, lease)
+		if !errors.Is(err, floodgate.ErrNeverFits) || !errors.Is(wantErr, floodgate.ErrNeverFits) {
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("%s: error %v, algo %v", desc, err, wantErr)
+			}
+		}
+		if op == limiter.Release {
+			continue
+		}
+		if out[0] != want {
+			t.Fatalf("%s:\n redis %+v\n algo  %+v", desc, out[0], want)
+		}
+		if want.Allowed {
+			allowed++
+		} else {
+			denied++
+		}
+	}
+	// The sequence must exercise both answers to mean anything.
+	if allowed == 0 || denied == 0 {
+		t.Fatalf("%d allowed, %d denied: the sequence does not exercise the limit", allowed, denied)
+	}
+	t.Logf("%d allowed, %d denied", allowed, denied)
+}

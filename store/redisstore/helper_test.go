@@ -1,0 +1,3 @@
+package redisstore
+
+func helperMain() int { return 0 }

@@ -1,0 +1,229 @@
+package redisstore
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Mode says how the store reaches Redis.
+type Mode uint8
+
+// Modes, chosen by the URL's scheme.
+const (
+	Standalone Mode = iota + 1 // redis://, rediss://
+	Cluster                    // redis+cluster://, rediss+cluster://
+	Sentinel                   // redis+sentinel://, rediss+sentinel://
+)
+
+// String returns standalone, cluster or sentinel.
+func (m Mode) String() string {
+	switch m {
+	case Standalone:
+		return "standalone"
+	case Cluster:
+		return "cluster"
+	case Sentinel:
+		return "sentinel"
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Address is a parsed Redis URL.
+type Address struct {
+	Mode Mode
+	// TLS is set by the rediss schemes.
+	TLS bool
+	// Hosts are host:port pairs: the server, the cluster's seed nodes or
+	// the sentinels.
+	Hosts    []string
+	Username string
+	Password string
+	// DB is the database number (standalone and Sentinel only).
+	DB int
+	// MasterSet is the name of the primary that the sentinels watch.
+	MasterSet string
+}
+
+// ParseURL parses one of
+//
+//	redis://[user:password@]host[:port][/db]
+//	rediss://[user:password@]host[:port][/db]                    (TLS)
+//	redis+cluster://[user:password@]host:port[,host:port...]
+//	redis+sentinel://[user:password@]host:port[,host:port...]/master[/db]
+//
+// (rediss+cluster and rediss+sentinel for TLS). The port defaults to 6379
+// (26379 for sentinels).
+func ParseURL(raw string) (Address, error) {
+	bad := func(format string, args ...any) (Address, error) {
+		return Address{}, fmt.Errorf("redisstore: address %q: %s", redact(raw), fmt.Sprintf(format, args...))
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return bad("want a URL such as redis://host:6379, redis+cluster://h1:6379,h2:6379 or redis+sentinel://h1:26379/mymaster")
+	}
+	var a Address
+	switch strings.ToLower(scheme) {
+	case "redis":
+		a.Mode = Standalone
+	case "rediss":
+		a.Mode, a.TLS = Standalone, true
+	case "redis+cluster":
+		a.Mode = Cluster
+	case "rediss+cluster":
+		a.Mode, a.TLS = Cluster, true
+	case "redis+sentinel":
+		a.Mode = Sentinel
+	case "rediss+sentinel":
+		a.Mode, a.TLS = Sentinel, true
+	default:
+		return bad("unknown scheme %q (want redis, rediss, redis+cluster, rediss+cluster, redis+sentinel or rediss+sentinel)", scheme)
+	}
+	if strings.Contains(rest, "?") || strings.Contains(rest, "#") {
+		return bad("query parameters and fragments are not supported; use the store's options")
+	}
+	hostpart, path, _ := strings.Cut(rest, "/")
+	if at := strings.LastIndex(hostpart, "@"); at >= 0 {
+		info := hostpart[:at]
+		hostpart = hostpart[at+1:]
+		user, pass, hasPass := strings.Cut(info, ":")
+		var err error
+		if a.Username, err = url.PathUnescape(user); err != nil {
+			return bad("bad user name: %v", err)
+		}
+		if hasPass {
+			if a.Password, err = url.PathUnescape(pass); err != nil {
+				return bad("bad password: %v", err)
+			}
+		}
+	}
+	defPort := "6379"
+	if a.Mode == Sentinel {
+		defPort = "26379"
+	}
+	if hostpart == "" {
+		return bad("no host")
+	}
+	for _, h := range strings.Split(hostpart, ",") {
+		if h == "" {
+			return bad("empty host in list")
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			// No port given (or a bare IPv6 address in brackets).
+			host, port = strings.Trim(h, "[]"), defPort
+			if strings.ContainsAny(host, "[]") {
+				return bad("bad host %q", h)
+			}
+		}
+		if host == "" {
+			return bad("empty host in %q", h)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad("bad port %q", port)
+		}
+		a.Hosts = append(a.Hosts, net.JoinHostPort(host, port))
+	}
+	if a.Mode == Standalone && len(a.Hosts) > 1 {
+		return bad("redis:// takes one host; use redis+cluster:// or redis+sentinel:// for several")
+	}
+	segs := []string{}
+	if path != "" {
+		segs = strings.Split(path, "/")
+	}
+	if a.Mode == Sentinel {
+		if len(segs) == 0 || segs[0] == "" {
+			return bad("redis+sentinel:// needs the master's name as its path: redis+sentinel://host:26379/mymaster")
+		}
+		a.MasterSet, segs = segs[0], segs[1:]
+	}
+	if len(segs) > 1 {
+		return bad("path %q has too many parts", path)
+	}
+	if len(segs) == 1 && segs[0] != "" {
+		if a.Mode == Cluster {
+			return bad("a cluster has only database 0")
+		}
+		db, err := strconv.Atoi(segs[0])
+		if err != nil || db < 0 {
+			return bad("database %q is not a number", segs[0])
+		}
+		a.DB = db
+	}
+	return a, nil
+}
+
+// redact hides the password of a URL in error messages.
+func redact(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	hostpart, path, hasPath := strings.Cut(rest, "/")
+	at := strings.LastIndex(hostpart, "@")
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPass := strings.Cut(hostpart[:at], ":")
+	if hasPass {
+		user += ":xxxxx"
+	}
+	out := scheme + "://" + user + "@" + hostpart[at+1:]
+	if hasPath {
+		out += "/" + path
+	}
+	return out
+}
+
+// clientOption turns the address and options into rueidis' options.
+func (a Address) clientOption(o *Options) rueidis.ClientOption {
+	opt := rueidis.ClientOption{
+		InitAddress:  a.Hosts,
+		Username:     a.Username,
+		Password:     a.Password,
+		SelectDB:     a.DB,
+		DisableCache: true, // no server-assisted client cache: every decision reads the server
+		Dialer:       net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second},
+		// Decisions are writes: a retried script could charge twice.
+		DisableRetry:     true,
+		ConnWriteTimeout: o.WriteTimeout,
+		ClientName:       "floodgate",
+	}
+	if o.PipelineMultiplex != 0 {
+		opt.PipelineMultiplex = o.PipelineMultiplex
+	}
+	if a.TLS {
+		cfg := o.TLSConfig
+		if cfg == nil {
+			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		} else {
+			cfg = cfg.Clone()
+		}
+		if cfg.ServerName == "" && len(a.Hosts) == 1 {
+			cfg.ServerName, _, _ = net.SplitHostPort(a.Hosts[0])
+		}
+		opt.TLSConfig = cfg
+	}
+	switch a.Mode {
+	case Standalone:
+		opt.ForceSingleClient = true
+	case Sentinel:
+		opt.Sentinel = rueidis.SentinelOption{
+			MasterSet:               a.MasterSet,
+			Dialer:                  opt.Dialer,
+			TLSConfig:               opt.TLSConfig,
+			Username:                o.SentinelUsername,
+			Password:                o.SentinelPassword,
+			TopologyRefreshInterval: 5 * time.Second,
+		}
+	case Cluster:
+		opt.ClusterOption.ShardsRefreshInterval = 10 * time.Second
+	}
+	return opt
+}

@@ -1,0 +1,102 @@
+-- Floodgate: give back what apply.lua charged for some hits of one request
+-- (Redis Cluster, when a later slot denied). Only exact inverses are
+-- applied, and only to the state the charge wrote: a window or period that
+-- has moved on since is left alone.
+--
+-- ARGV[1] mark: the now (µs) that apply.lua returned for the charge
+-- ARGV[2] number of hits; then 12 arguments per hit as for apply.lua.
+local STRIDE = 12
+local mark = tonumber(ARGV[1])
+local nhits = tonumber(ARGV[2])
+local mark_s = math.floor(mark / 1000000)
+
+local function fmt(x) return string.format('%.0f', x) end
+
+local k = 1
+for h = 1, nhits do
+  local i = 2 + (h - 1) * STRIDE
+  local alg = tonumber(ARGV[i+1])
+  local cost = tonumber(ARGV[i+2])
+  if alg <= 4 then
+    local key = KEYS[k]; k = k + 1
+    local v = redis.call('GET', key)
+    if v then
+      local s, n, r = string.match(v, '^(%-?%d+) (%-?%d+) (%d+)$')
+      if s then
+        local den = tonumber(ARGV[i+5])
+        s, n, r = tonumber(s), tonumber(n) - tonumber(ARGV[i+9]), tonumber(r) - tonumber(ARGV[i+10])
+        if r < 0 then r = r + den; n = n - 1 end
+        local q = math.floor(n / 1000000000)
+        s, n = s + q, n - q * 1000000000
+        redis.call('SET', key, fmt(s) .. ' ' .. fmt(n) .. ' ' .. fmt(r), 'KEEPTTL')
+      end
+    end
+  elseif alg == 5 or alg == 7 then
+    local key = KEYS[k]; k = k + 1
+    local wus = tonumber(ARGV[i+6]) / 1000
+    local idx = (mark - math.fmod(mark, wus)) / wus
+    local v = redis.call('GET', key)
+    if v then
+      local parts = {}
+      for x in string.gmatch(v, '%-?%d+') do parts[#parts+1] = tonumber(x) end
+      if alg == 5 and parts[1] == idx then
+        parts[2] = math.max(0, parts[2] - cost)
+      elseif alg == 7 and parts[1] == idx then
+        parts[2] = math.max(0, parts[2] - cost)
+      elseif alg == 7 and parts[1] == idx + 1 then
+        parts[3] = math.max(0, parts[3] - cost)
+      end
+      for j = 1, #parts do parts[j] = fmt(parts[j]) end
+      redis.call('SET', key, table.concat(parts, ' '), 'KEEPTTL')
+    end
+  elseif alg == 6 then
+    local zkey, hkey = KEYS[k], KEYS[k+1]; k = k + 2
+    local m = fmt(mark)
+    local wgt = tonumber(redis.call('HGET', hkey, m) or '0')
+    if wgt > 0 then
+      local take = math.min(wgt, cost)
+      if wgt - take <= 0 then
+        redis.call('ZREM', zkey, m)
+        redis.call('HDEL', hkey, m)
+      else
+        redis.call('HSET', hkey, m, fmt(wgt - take))
+      end
+      local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0') - take
+      redis.call('HSET', hkey, 'sum', fmt(math.max(0, sum)))
+    end
+  elseif alg == 8 then
+    local zkey, hkey = KEYS[k], KEYS[k+1]; k = k + 2
+    local lease = ARGV[i+4]
+    if lease == '0' then
+      lease = nil
+      local exp = mark + tonumber(ARGV[i+6]) / 1000
+      for _, m in ipairs(redis.call('ZRANGEBYSCORE', zkey, exp, exp)) do
+        if string.sub(m, 1, 1) == 'a' and string.find(m, 'a' .. fmt(mark) .. '.', 1, true) == 1 then
+          lease = m
+        end
+      end
+    end
+    if lease then
+      local wgt = redis.call('HGET', hkey, lease)
+      if wgt then
+        redis.call('ZREM', zkey, lease)
+        redis.call('HDEL', hkey, lease)
+        local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0') - tonumber(wgt)
+        redis.call('HSET', hkey, 'sum', fmt(math.max(0, sum)))
+      end
+    end
+  elseif alg == 9 then
+    local key = KEYS[k]; k = k + 1
+    local b = {tonumber(ARGV[i+6]), tonumber(ARGV[i+7]), tonumber(ARGV[i+8]), tonumber(ARGV[i+9])}
+    local st = b[1]
+    if mark >= b[3] then st = b[3] elseif mark >= b[2] then st = b[2] end
+    local v = redis.call('GET', key)
+    if v then
+      local ss, sc = string.match(v, '^(%-?%d+) (%-?%d+)$')
+      if ss and tonumber(ss) == st then
+        redis.call('SET', key, ss .. ' ' .. fmt(math.max(0, tonumber(sc) - cost)), 'KEEPTTL')
+      end
+    end
+  end
+end
+return 1

@@ -1,0 +1,391 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/redis/rueidis"
+)
+
+//go:embed apply.lua
+var applySource string
+
+//go:embed refund.lua
+var refundSource string
+
+// Options configure a Store. The zero value talks to redis://127.0.0.1:6379.
+type Options struct {
+	// URL names the Redis deployment; see ParseURL. Default
+	// redis://127.0.0.1:6379.
+	URL string
+	// Prefix starts every key. Default "fg:".
+	Prefix string
+	// DialTimeout bounds connecting. Default 1s.
+	DialTimeout time.Duration
+	// WriteTimeout bounds writing to a connection and detects dead ones.
+	// Default 1s. The deadline of each decision comes from its context.
+	WriteTimeout time.Duration
+	// TLSConfig is used by the rediss schemes (default: system roots).
+	TLSConfig *tls.Config
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// (the URL's credentials are for Redis itself).
+	SentinelUsername, SentinelPassword string
+	// PipelineMultiplex spreads the automatic pipeline over 2^n
+	// connections per node (rueidis' default when 0).
+	PipelineMultiplex int
+	// Logger receives connection problems and refund failures. Default:
+	// discard.
+	Logger *slog.Logger
+}
+
+// Store is a limiter.Store kept in Redis. It is safe for concurrent use;
+// many goroutines share a few connections through rueidis' automatic
+// pipelining.
+type Store struct {
+	client rueidis.Client
+	mode   Mode
+	prefix string
+	log    *slog.Logger
+	apply  *rueidis.Lua
+	refund *rueidis.Lua
+
+	rules sync.Map // *limiter.Rule -> *ruleArgs
+
+	// testNow, when not zero, replaces the server's clock (µs); tests use
+	// it to compare decisions at fixed instants.
+	testNow atomic.Int64
+
+	refundErrors atomic.Int64
+	refunds      sync.WaitGroup // refunds in flight
+}
+
+// New connects to the Redis named by opts.URL.
+func New(opts Options) (*Store, error) {
+	if opts.URL == "" {
+		opts.URL = "redis://127.0.0.1:6379"
+	}
+	addr, err := ParseURL(opts.URL)
+	if err != nil {
+		return nil, err
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = time.Second
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = time.Second
+	}
+	co := addr.clientOption(&opts)
+	c, err := rueidis.NewClient(co)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: connect %s: %w", redact(opts.URL), err)
+	}
+	mode := addr.Mode
+	if c.Mode() == rueidis.ClientModeCluster {
+		mode = Cluster
+	}
+	return newStore(c, mode, opts), nil
+}
+
+// NewFromClient wraps a rueidis client that the caller made and closes.
+func NewFromClient(c rueidis.Client, opts Options) *Store {
+	mode := Standalone
+	if c.Mode() == rueidis.ClientModeCluster {
+		mode = Cluster
+	}
+	return newStore(c, mode, opts)
+}
+
+func newStore(c rueidis.Client, mode Mode, opts Options) *Store {
+	if opts.Prefix == "" {
+		opts.Prefix = "fg:"
+	}
+	lg := opts.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	return &Store{
+		client: c,
+		mode:   mode,
+		prefix: opts.Prefix,
+		log:    lg,
+		apply:  rueidis.NewLuaScript(applySource),
+		refund: rueidis.NewLuaScript(refundSource),
+	}
+}
+
+// Mode reports whether the store talks to a standalone server (or a
+// Sentinel-managed primary) or to a Cluster.
+func (s *Store) Mode() Mode { return s.mode }
+
+// Close waits for refunds in flight and closes the connections.
+func (s *Store) Close() {
+	s.refunds.Wait()
+	s.client.Close()
+}
+
+// RefundErrors counts refunds (Cluster only) that failed, leaving a charge
+// in place until its key's window passes or its TTL expires.
+func (s *Store) RefundErrors() int64 { return s.refundErrors.Load() }
+
+// Key returns the Redis key of a rule's counter for a subject:
+// <prefix>{<subject>}:<rule id>. The hash tag keeps all limits of one
+// subject in one Cluster slot.
+func (s *Store) Key(r *limiter.Rule, subject string) string {
+	return s.prefix + "{" + subject + "}:" + r.ID
+}
+
+func (s *Store) ruleArgs(r *limiter.Rule) *ruleArgs {
+	if v, ok := s.rules.Load(r); ok {
+		return v.(*ruleArgs)
+	}
+	v, _ := s.rules.LoadOrStore(r, newRuleArgs(r))
+	return v.(*ruleArgs)
+}
+
+// call is one script invocation: the hits of one slot.
+type call struct {
+	idx  []int // indexes into hits
+	keys []string
+	args []string
+}
+
+var callPool = sync.Pool{New: func() any {
+	return &call{idx: make([]int, 0, 4), keys: make([]string, 0, 8), args: make([]string, 0, 3+4*stride)}
+}}
+
+func (c *call) reset() {
+	c.idx, c.keys, c.args = c.idx[:0], c.keys[:0], c.args[:0]
+}
+
+var opCodes = [...]string{limiter.Charge: "c", limiter.Peek: "p", limiter.Release: "r"}
+
+// Apply runs op on all hits; see limiter.Store. Hits in one Cluster slot
+// (always, on a standalone server) are decided by one script call, all or
+// nothing. On a Cluster, slots are charged one after the other and the
+// charged ones are refunded when a later slot denies (see the package
+// documentation for the bound on over-counting this gives).
+//
+// A hit whose cost exceeds its limit's capacity denies the request and makes
+// Apply return an error wrapping floodgate.ErrNeverFits, with out filled in.
+func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+	if len(out) != len(hits) {
+		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
+	}
+	if op != limiter.Charge && op != limiter.Peek && op != limiter.Release {
+		return fmt.Errorf("redisstore: unknown op %d", op)
+	}
+	if len(hits) == 0 {
+		return nil
+	}
+	for i := range hits {
+		if hits[i].Rule == nil {
+			return fmt.Errorf("redisstore: hit %d has no rule", i)
+		}
+		if op != limiter.Release && hits[i].Cost < 1 {
+			return fmt.Errorf("redisstore: hit %d: %w", i, floodgate.ErrInvalidCost)
+		}
+	}
+	if s.mode != Cluster || len(hits) == 1 {
+		c := callPool.Get().(*call)
+		defer func() { c.reset(); callPool.Put(c) }()
+		for i := range hits {
+			c.idx = append(c.idx, i)
+		}
+		_, _, err := s.run(ctx, op, hits, out, c)
+		return err
+	}
+	return s.applyCluster(ctx, op, hits, out)
+}
+
+// applyCluster decides the hits slot by slot.
+func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+	var groups []*call
+	var slots []uint16
+	defer func() {
+		for _, c := range groups {
+			c.reset()
+			callPool.Put(c)
+		}
+	}()
+	for i := range hits {
+		sl := slot(s.Key(hits[i].Rule, hits[i].Key))
+		g := -1
+		for j, x := range slots {
+			if x == sl {
+				g = j
+				break
+			}
+		}
+		if g < 0 {
+			slots = append(slots, sl)
+			groups = append(groups, callPool.Get().(*call))
+			g = len(groups) - 1
+		}
+		groups[g].idx = append(groups[g].idx, i)
+	}
+	var charged []charge
+	curOp := op
+	var firstErr error
+	for _, c := range groups {
+		ok, mark, err := s.run(ctx, curOp, hits, out, c)
+		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
+			// The state of this slot is unknown; give back what is known.
+			s.refundAll(charged, hits, out)
+			return err
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if curOp == limiter.Charge {
+			if ok {
+				charged = append(charged, charge{c, mark})
+			} else {
+				// A denial: the rest is only looked at, and the slots
+				// charged so far are given back.
+				curOp = limiter.Peek
+				s.refundAll(charged, hits, out)
+				charged = nil
+			}
+		}
+	}
+	return firstErr
+}
+
+// charge is a slot that a script call charged, at the server instant mark
+// (µs).
+type charge struct {
+	c    *call
+	mark int64
+}
+
+// refundAll gives back the charged slots in the background, so that a
+// denial never waits for a second round trip; Flush waits for them.
+func (s *Store) refundAll(charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
+	for _, d := range charged {
+		r := callPool.Get().(*call)
+		r.args = append(r.args, itoa(d.mark), "")
+		n := 0
+		for _, i := range d.c.idx {
+			if out[i].Allowed {
+				s.appendHit(r, &hits[i], d.mark*1000)
+				n++
+			}
+		}
+		if n == 0 {
+			r.reset()
+			callPool.Put(r)
+			continue
+		}
+		r.args[1] = strconv.Itoa(n)
+		s.refunds.Add(1)
+		go func() {
+			defer s.refunds.Done()
+			defer func() { r.reset(); callPool.Put(r) }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error(); err != nil {
+				s.refundErrors.Add(1)
+				s.log.Warn("redisstore: refund failed; the charge stays until its window passes", "err", err)
+			}
+		}()
+	}
+}
+
+// Flush waits until every refund started so far has finished (Cluster only;
+// each gives up after one second).
+func (s *Store) Flush() { s.refunds.Wait() }
+
+// appendHit adds the keys and the stride arguments of one hit.
+func (s *Store) appendHit(c *call, h *limiter.Hit, now int64) {
+	ra := s.ruleArgs(h.Rule)
+	key := s.Key(h.Rule, h.Key)
+	c.keys = append(c.keys, key)
+	if ra.twoKeys {
+		c.keys = append(c.keys, key+":h")
+	}
+	shadow := "0"
+	if h.Rule.Shadow {
+		shadow = "1"
+	}
+	lease := ra.lease
+	if ra.alg == floodgate.Concurrency {
+		lease = strconv.FormatUint(h.Lease, 10)
+	}
+	c.args = append(c.args, ra.algStr, itoa(h.Cost), shadow, lease)
+	switch ra.alg {
+	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+		n, r := ra.costArgs(h.Cost)
+		p := &ra.params
+		c.args = append(c.args, p[0], p[1], p[2], p[3], n, r, p[6], p[7])
+	case floodgate.Quota:
+		b := ra.bounds(now)
+		p := &ra.params
+		c.args = append(c.args, p[0], b[0], b[1], b[2], b[3], b[4], p[6], p[7])
+	default:
+		c.args = append(c.args, ra.params[:]...)
+	}
+}
+
+// now returns the instant used for quota boundaries: the test clock when
+// set, else this machine's clock.
+func (s *Store) now() (goNow int64, scriptNow string) {
+	if t := s.testNow.Load(); t != 0 {
+		return t * 1000, itoa(t)
+	}
+	return time.Now().UnixNano(), ""
+}
+
+// run executes apply.lua for the hits of one call and fills their
+// decisions. It reports whether the call charged and the server instant.
+func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision, c *call) (bool, int64, error) {
+	goNow, scriptNow := s.now()
+	c.keys, c.args = c.keys[:0], c.args[:0]
+	c.args = append(c.args, opCodes[op], scriptNow, strconv.Itoa(len(c.idx)))
+	for _, i := range c.idx {
+		s.appendHit(c, &hits[i], goNow)
+	}
+	res := s.apply.Exec(ctx, s.client, c.keys, c.args)
+	if err := res.Error(); err != nil {
+		return false, 0, fmt.Errorf("redisstore: eval: %w", err)
+	}
+	arr, err := res.ToArray()
+	if err != nil || len(arr) != 2+6*len(c.idx) {
+		return false, 0, fmt.Errorf("redisstore: eval: unexpected reply (%d values): %v", len(arr), err)
+	}
+	var v [6]int64
+	charged, _ := arr[0].AsInt64()
+	mark, _ := arr[1].AsInt64()
+	var never error
+	for j, i := range c.idx {
+		for k := range v {
+			if v[k], err = arr[2+6*j+k].AsInt64(); err != nil {
+				return false, 0, fmt.Errorf("redisstore: eval: unexpected reply: %w", err)
+			}
+		}
+		out[i] = floodgate.Decision{
+			Allowed:    v[0] == 1,
+			Limit:      s.ruleArgs(hits[i].Rule).cap,
+			Remaining:  v[1],
+			RetryAfter: time.Duration(v[2]),
+			ResetAfter: time.Duration(v[3]),
+			Delay:      time.Duration(v[4]),
+		}
+		if op == limiter.Release {
+			out[i].Allowed = true
+		}
+		if v[5] == 1 && never == nil {
+			never = fmt.Errorf("redisstore: %s: %w", hits[i].Rule.ID, floodgate.ErrNeverFits)
+		}
+	}
+	return charged == 1, mark, never
+}
