@@ -1,0 +1,35 @@
+// Package memstore is Floodgate's embedded store: the counts of every
+// (limit, key) pair in this process's memory, behind the limiter.Store
+// interface.
+//
+// The keys are spread over a power-of-two number of shards, each guarded by
+// its own mutex and padded against false sharing. A decision for a key that
+// is already known allocates nothing. Keys whose limit is back to full are
+// idle: they are treated as new and removed, lazily on access and by a
+// periodic sweep. Options.MaxKeys caps the number of keys; a full shard
+// evicts its least recently used key and counts the eviction.
+//
+// A request's hits are checked and charged all or nothing: the shards they
+// live in are locked in ascending order, every hit is decided on a copy of
+// its state, and the copies are written back only if every non-shadow hit
+// allows.
+//
+// # State file
+//
+// With Options.StatePath set, the store writes a snapshot of every live key
+// every Options.SnapshotInterval (default one second) and on Close, to a
+// temporary file that is synced and then renamed over the state file, so a
+// reader sees either the old or the new snapshot, never a mix. The file
+// starts with a magic number, a version, the body's length and its CRC-32C;
+// New loads it and, if any of these does not match, reports the problem
+// (Stats().LoadError and a warning on the logger) and starts empty rather
+// than loading part of it.
+//
+// Crash-loss bound: after a crash (kill -9, power loss after the rename was
+// synced) the store restarts from the last completed snapshot. The charges
+// made after that snapshot began are lost: at most one SnapshotInterval
+// plus the time one snapshot takes to write. Shards are copied one at a
+// time, so a request that charged keys in two shards while a snapshot was
+// being written may appear charged in one and not the other. Lost charges
+// only ever make the restored counts lower than the true ones, never higher.
+package memstore

@@ -1,0 +1,456 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/algo"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultShards           = 64
+	DefaultSnapshotInterval = time.Second
+	DefaultSweepInterval    = 10 * time.Second
+)
+
+// Options configure a Store. The zero value is a store with 64 shards, no
+// key cap, the system clock and no state file.
+type Options struct {
+	// Shards is the number of shards, rounded up to a power of two
+	// (0: DefaultShards, at most 65536).
+	Shards int
+	// MaxKeys caps the number of keys (0: no cap). Each shard keeps at
+	// most MaxKeys/Shards of them (at least one) and evicts its least
+	// recently used key to make room.
+	MaxKeys int
+	// Now returns the current instant in Unix nanoseconds (default:
+	// time.Now().UnixNano()). An instant earlier than one already seen for
+	// a key is clamped to that one and counted in Stats().Clamps.
+	Now func() int64
+	// StatePath, when set, is the state file: loaded by New, written
+	// every SnapshotInterval and by Close.
+	StatePath string
+	// SnapshotInterval is the time between snapshots (0:
+	// DefaultSnapshotInterval; negative: only on Close).
+	SnapshotInterval time.Duration
+	// SweepInterval is the time between sweeps that remove idle keys (0:
+	// DefaultSweepInterval; negative: keys are only removed when touched
+	// or evicted).
+	SweepInterval time.Duration
+	// Logger receives warnings about the state file (default: discard).
+	Logger *slog.Logger
+}
+
+// Stats is a snapshot of a Store's counters.
+type Stats struct {
+	// Keys is the number of keys held, idle ones not yet removed included.
+	Keys int
+	// Evictions counts keys removed to keep within MaxKeys.
+	Evictions uint64
+	// Expired counts idle keys removed by sweeps.
+	Expired uint64
+	// Clamps counts decisions whose clock reading was earlier than the
+	// key's last one and was moved forward to it.
+	Clamps uint64
+	// Loaded is the number of keys read from the state file by New.
+	Loaded int
+	// LoadError says why the state file was not loaded (nil if it was, or
+	// if there was none).
+	LoadError error
+	// Snapshots counts snapshots written; SnapshotErrors those that failed.
+	Snapshots, SnapshotErrors uint64
+	// LastSnapshotError is the latest snapshot failure, if any.
+	LastSnapshotError error
+	// LastSnapshot is the instant the latest successful snapshot began.
+	LastSnapshot time.Time
+}
+
+// Store is the in-memory limiter.Store. It is safe for concurrent use.
+type Store struct {
+	shards []shard
+	shift  uint // shard of a hash: h >> shift
+	seed   maphash.Seed
+	now    func() int64
+	opts   Options
+	log    *slog.Logger
+
+	loaded  int
+	loadErr error
+
+	snapMu       sync.Mutex // serializes snapshot writes
+	snapshots    atomic.Uint64
+	snapErrors   atomic.Uint64
+	lastSnapErr  atomic.Pointer[error]
+	lastSnapshot atomic.Int64
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// New returns a store. With Options.StatePath set it loads the state file
+// if there is one; a file that cannot be read or does not check out is
+// reported through Stats().LoadError and the logger and otherwise ignored.
+// New starts the sweep and snapshot goroutines that Close stops.
+func New(opts Options) (*Store, error) {
+	if opts.Shards < 0 || opts.Shards > 1<<16 {
+		return nil, fmt.Errorf("memstore: shards must be between 0 and 65536, got %d", opts.Shards)
+	}
+	if opts.MaxKeys < 0 {
+		return nil, fmt.Errorf("memstore: max keys must not be negative, got %d", opts.MaxKeys)
+	}
+	n := opts.Shards
+	if n == 0 {
+		n = DefaultShards
+	}
+	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
+	if opts.SnapshotInterval == 0 {
+		opts.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	s := &Store{
+		shards: make([]shard, n),
+		shift:  uint(64 - bits.TrailingZeros(uint(n))),
+		seed:   maphash.MakeSeed(),
+		now:    opts.Now,
+		opts:   opts,
+		log:    opts.Logger,
+		stop:   make(chan struct{}),
+	}
+	if s.now == nil {
+		s.now = func() int64 { return time.Now().UnixNano() }
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	per := int32(0)
+	if opts.MaxKeys > 0 {
+		per = int32(min(max(opts.MaxKeys/n, 1), maxEntries))
+	}
+	for i := range s.shards {
+		s.shards[i].init(per)
+	}
+	if opts.StatePath != "" {
+		s.load()
+		if opts.SnapshotInterval > 0 {
+			s.wg.Add(1)
+			go s.loop(opts.SnapshotInterval, func() { _ = s.Snapshot() })
+		}
+	}
+	if opts.SweepInterval > 0 {
+		s.wg.Add(1)
+		go s.loop(opts.SweepInterval, s.sweep)
+	}
+	return s, nil
+}
+
+// loop calls f every d until Close.
+func (s *Store) loop(d time.Duration, f func()) {
+	defer s.wg.Done()
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// Close stops the background goroutines and, with a state file, writes a
+// last snapshot, whose error it returns. The store still answers
+// afterwards, but nothing more is written to disk.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		if s.opts.StatePath != "" {
+			s.closeErr = s.Snapshot()
+		}
+	})
+	return s.closeErr
+}
+
+// hash mixes the rule ID and the key into the 64 bits that choose the
+// shard (top bits), the index slot (low bits) and the slot's fingerprint.
+func (s *Store) hash(rule, key string) uint64 {
+	return maphash.String(s.seed, key) ^ bits.RotateLeft64(maphash.String(s.seed, rule)*0x9e3779b97f4a7c15, 29)
+}
+
+// stackHits is the number of hits a request can have before Apply
+// allocates its scratch space.
+const stackHits = 8
+
+// work is Apply's scratch state for one hit.
+type work struct {
+	h          uint64
+	sh         int32 // shard
+	idx        int32 // entry, or -1 if the key is not stored
+	st         algo.State
+	exp        int64
+	allowed    bool // some hit on this key allowed: st must be written
+	superseded bool // a later hit on the same key carries st on
+}
+
+// Apply runs op on hits, all or nothing (see limiter.Store). It never
+// blocks on I/O, so ctx is not consulted.
+func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+	if len(out) != len(hits) {
+		return fmt.Errorf("memstore: %d decisions for %d hits", len(out), len(hits))
+	}
+	if op != limiter.Charge && op != limiter.Peek && op != limiter.Release {
+		return fmt.Errorf("memstore: unknown op %d", op)
+	}
+	for i := range hits {
+		if hits[i].Rule == nil {
+			return fmt.Errorf("memstore: hit %d has no rule", i)
+		}
+		if op != limiter.Release && hits[i].Cost < 1 {
+			return fmt.Errorf("memstore: %s: cost %d: %w", hits[i].Rule.ID, hits[i].Cost, floodgate.ErrInvalidCost)
+		}
+	}
+	if len(hits) == 0 {
+		return nil
+	}
+	var buf [stackHits]work
+	var lockBuf [stackHits]int32
+	w, locks := buf[:0], lockBuf[:0]
+	if len(hits) > stackHits {
+		w, locks = make([]work, 0, len(hits)), make([]int32, 0, len(hits))
+	}
+	for i := range hits {
+		h := s.hash(hits[i].Rule.ID, hits[i].Key)
+		w = append(w, work{h: h, sh: int32(h >> s.shift)})
+		locks = insertSorted(locks, int32(h>>s.shift))
+	}
+	for _, l := range locks {
+		s.shards[l].mu.Lock()
+	}
+	now := s.now()
+	var err error
+	if op == limiter.Release {
+		err = s.release(w, hits, out, now)
+	} else {
+		err = s.decide(w, hits, out, now, op == limiter.Peek)
+	}
+	for i := len(locks) - 1; i >= 0; i-- {
+		s.shards[locks[i]].mu.Unlock()
+	}
+	return err
+}
+
+// insertSorted adds v to the ascending set l.
+func insertSorted(l []int32, v int32) []int32 {
+	i := len(l)
+	for i > 0 && l[i-1] > v {
+		i--
+	}
+	if i > 0 && l[i-1] == v {
+		return l
+	}
+	l = append(l, 0)
+	copy(l[i+1:], l[i:])
+	l[i] = v
+	return l
+}
+
+// decide charges (or peeks) every hit on a copy of its state and writes the
+// copies back only if every non-shadow hit allows. The hits' shards are
+// locked.
+func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64, peek bool) error {
+	denied := false
+	multi := len(hits) > 1
+	for i := range hits {
+		hit, wk := &hits[i], &w[i]
+		sh := &s.shards[wk.sh]
+		dup := -1
+		for j := i - 1; j >= 0; j-- {
+			if w[j].h == wk.h && hits[j].Key == hit.Key && hits[j].Rule.ID == hit.Rule.ID {
+				dup = j
+				break
+			}
+		}
+		if dup >= 0 {
+			// The same key twice: decide on the earlier hit's outcome.
+			prev := &w[dup]
+			wk.idx, wk.st, wk.exp, wk.allowed = prev.idx, prev.st, prev.exp, prev.allowed
+			prev.superseded = true
+		} else {
+			wk.idx = sh.find(wk.h, hit.Rule, hit.Key)
+			if wk.idx >= 0 {
+				e := sh.at(wk.idx)
+				if e.exp > now {
+					wk.st, wk.exp = e.st, e.exp
+					if multi && !peek && wk.st.Ext != nil {
+						wk.st.Ext = cloneExt(wk.st.Ext)
+					}
+				}
+				sh.touch(wk.idx)
+			}
+		}
+		t := now
+		if t < wk.st.Last {
+			t = wk.st.Last
+			sh.clamps++
+		}
+		d, err := hit.Rule.Params.Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
+		out[i] = d
+		if err != nil {
+			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
+		}
+		if d.Allowed {
+			wk.allowed = true
+			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, d, t))
+		} else if !hit.Rule.Shadow {
+			denied = true
+		}
+	}
+	if denied || peek {
+		return nil
+	}
+	// Existing entries first: an insert may evict, and must not evict an
+	// entry this request is about to write.
+	for pass := 0; pass < 2; pass++ {
+		for i := range w {
+			wk := &w[i]
+			if wk.superseded || !wk.allowed || (pass == 0) != (wk.idx >= 0) {
+				continue
+			}
+			sh := &s.shards[wk.sh]
+			if wk.idx >= 0 {
+				e := sh.at(wk.idx)
+				e.st, e.exp, e.rule = wk.st, wk.exp, hits[i].Rule
+			} else {
+				s.insert(sh, wk.h, hits[i].Rule, hits[i].Key, wk.st, wk.exp)
+			}
+		}
+	}
+	return nil
+}
+
+// release ends the leases named by the concurrency hits and reports each
+// hit's state afterwards: Remaining is the number of units free. Hits of other algorithms
+// are left alone and reported as allowed.
+func (s *Store) release(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64) error {
+	for i := range hits {
+		hit, wk := &hits[i], &w[i]
+		p := &hit.Rule.Params
+		if p.Algorithm() != floodgate.Concurrency {
+			out[i] = floodgate.Decision{Allowed: true, Limit: p.Capacity(), Remaining: p.Capacity()}
+			continue
+		}
+		sh := &s.shards[wk.sh]
+		var st algo.State
+		var e *entry
+		t := now
+		if idx := sh.find(wk.h, hit.Rule, hit.Key); idx >= 0 {
+			if e = sh.at(idx); e.exp > now {
+				if t < e.st.Last {
+					t = e.st.Last
+					sh.clamps++
+				}
+				if err := p.Release(&e.st, t, hit.Lease); err != nil {
+					return fmt.Errorf("memstore: %s: release: %w", hit.Rule.ID, err)
+				}
+				st = e.st
+			}
+		}
+		d, err := p.Decide(&st, algo.Request{Now: t, Cost: 1, Peek: true})
+		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
+			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
+		}
+		free := d.Remaining // what one more unit would leave
+		if d.Allowed {
+			free++
+		}
+		out[i] = floodgate.Decision{Allowed: true, Limit: d.Limit, Remaining: free, ResetAfter: d.ResetAfter}
+		if e != nil && e.rule != nil {
+			e.exp = expiry(hit.Rule, &e.st, d, t)
+		}
+	}
+	return nil
+}
+
+// expiry is the instant the state left by an allowed decision d is back to
+// full: d.ResetAfter from now, or the last lease's expiry for concurrency.
+func expiry(r *limiter.Rule, st *algo.State, d floodgate.Decision, now int64) int64 {
+	exp := satAdd(now, int64(d.ResetAfter))
+	if r.Params.Algorithm() == floodgate.Concurrency && st.Ext != nil {
+		for _, e := range st.Ext.Entries {
+			exp = max(exp, e.At)
+		}
+	}
+	return exp
+}
+
+func cloneExt(x *algo.Ext) *algo.Ext {
+	return &algo.Ext{Entries: append([]algo.Entry(nil), x.Entries...)}
+}
+
+// sweep removes the idle keys of every shard, a chunk at a time so that no
+// lock is held for long.
+func (s *Store) sweep() {
+	for k := range s.shards {
+		sh := &s.shards[k]
+		sh.mu.Lock()
+		used := sh.used
+		sh.mu.Unlock()
+		for lo := int32(0); lo < used; lo += chunkSize {
+			sh.mu.Lock()
+			now := s.now()
+			for i := lo; i < min(lo+chunkSize, sh.used); i++ {
+				if e := sh.at(i); e.rule != nil && e.exp <= now {
+					s.remove(sh, i)
+					sh.expired++
+				}
+			}
+			sh.mu.Unlock()
+		}
+	}
+}
+
+// Sweep removes every idle key now, as the periodic sweep does.
+func (s *Store) Sweep() { s.sweep() }
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		Loaded:         s.loaded,
+		LoadError:      s.loadErr,
+		Snapshots:      s.snapshots.Load(),
+		SnapshotErrors: s.snapErrors.Load(),
+	}
+	if p := s.lastSnapErr.Load(); p != nil {
+		st.LastSnapshotError = *p
+	}
+	if ns := s.lastSnapshot.Load(); ns != 0 {
+		st.LastSnapshot = time.Unix(0, ns)
+	}
+	for k := range s.shards {
+		sh := &s.shards[k]
+		sh.mu.Lock()
+		st.Keys += int(sh.n)
+		st.Evictions += sh.evictions
+		st.Expired += sh.expired
+		st.Clamps += sh.clamps
+		sh.mu.Unlock()
+	}
+	return st
+}

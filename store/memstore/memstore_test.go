@@ -1,0 +1,34 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+	"github.com/floodgate/floodgate/store/storetest"
+)
+
+// newStore returns a store closed at the end of the test.
+func newStore(t testing.TB, opts memstore.Options) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) limiter.Store { return newStore(t, memstore.Options{}) })
+}
+
+func TestConformanceSharedSmallShards(t *testing.T) {
+	// One store for every subtest, two shards: many keys share a shard.
+	s := newStore(t, memstore.Options{Shards: 2})
+	storetest.Run(t, func(t *testing.T) limiter.Store { return s })
+}

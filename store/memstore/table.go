@@ -1,0 +1,226 @@
+package memstore
+
+import (
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/floodgate/floodgate/algo"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// chunkSize is the number of entries allocated at once. Entries never move,
+// so a pointer to one stays valid while its shard is locked.
+const (
+	chunkShift = 8
+	chunkSize  = 1 << chunkShift
+	chunkMask  = chunkSize - 1
+)
+
+// A slot of a shard's open-addressing index holds the entry's index plus
+// one in its low 24 bits (0 is an empty slot) and 8 bits of the key's hash
+// above them, so most probes that miss do not touch the entry.
+const (
+	idxBits    = 24
+	idxMask    = 1<<idxBits - 1
+	maxEntries = idxMask - 1 // per shard
+	minSlots   = 16
+)
+
+// cacheLine is the padding unit that keeps two shards' mutexes apart (two
+// 64-byte lines, for CPUs that fetch lines in pairs).
+const cacheLine = 128
+
+// entry is one (rule, key) pair's state: 80 bytes on 64-bit machines, plus
+// the key's own bytes (shared with the caller's string) and about 5-11 bytes
+// of index.
+type entry struct {
+	st   algo.State
+	rule *limiter.Rule // nil for a free entry
+	key  string
+	exp  int64 // Unix ns at which the state is back to full (idle)
+	// prev and next link the shard's LRU list (next also links the free
+	// list); -1 ends a list.
+	prev, next int32
+}
+
+// shardState is one shard; every field is guarded by mu.
+type shardState struct {
+	mu     sync.Mutex
+	slots  []uint32
+	chunks []*[chunkSize]entry
+	used   int32 // entries ever handed out (the high-water mark)
+	free   int32 // head of the free list
+	n      int32 // live entries
+	max    int32 // most live entries (0: no cap)
+	head   int32 // most recently used
+	tail   int32 // least recently used
+
+	evictions uint64
+	expired   uint64
+	clamps    uint64
+}
+
+// shard pads shardState to whole cache-line pairs so that two shards'
+// mutexes never share a line.
+type shard struct {
+	shardState
+	_ [(cacheLine - unsafe.Sizeof(shardState{})%cacheLine) % cacheLine]byte
+}
+
+func (sh *shard) init(max int32) {
+	sh.free, sh.head, sh.tail = -1, -1, -1
+	sh.max = max
+}
+
+// at returns entry i.
+func (sh *shard) at(i int32) *entry {
+	return &sh.chunks[i>>chunkShift][i&chunkMask]
+}
+
+// find returns the index of the entry for (rule, key) with hash h, or -1.
+func (sh *shard) find(h uint64, rule *limiter.Rule, key string) int32 {
+	if len(sh.slots) == 0 {
+		return -1
+	}
+	mask := uint32(len(sh.slots) - 1)
+	fp := uint32(h>>32) & 0xff
+	for pos := uint32(h) & mask; ; pos = (pos + 1) & mask {
+		v := sh.slots[pos]
+		if v == 0 {
+			return -1
+		}
+		if v>>idxBits == fp {
+			i := int32(v&idxMask) - 1
+			e := sh.at(i)
+			if e.key == key && (e.rule == rule || e.rule.ID == rule.ID) {
+				return i
+			}
+		}
+	}
+}
+
+// touch moves entry i to the front of the LRU list.
+func (sh *shard) touch(i int32) {
+	if sh.head == i {
+		return
+	}
+	sh.unlink(i)
+	sh.pushFront(i)
+}
+
+func (sh *shard) unlink(i int32) {
+	e := sh.at(i)
+	if e.prev >= 0 {
+		sh.at(e.prev).next = e.next
+	} else {
+		sh.head = e.next
+	}
+	if e.next >= 0 {
+		sh.at(e.next).prev = e.prev
+	} else {
+		sh.tail = e.prev
+	}
+	e.prev, e.next = -1, -1
+}
+
+func (sh *shard) pushFront(i int32) {
+	e := sh.at(i)
+	e.prev, e.next = -1, sh.head
+	if sh.head >= 0 {
+		sh.at(sh.head).prev = i
+	} else {
+		sh.tail = i
+	}
+	sh.head = i
+}
+
+// insert adds a new entry for (rule, key), which must not be present,
+// evicting the least recently used entry when the shard is full. It returns
+// the new entry's index.
+func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st algo.State, exp int64) int32 {
+	for sh.n > 0 && ((sh.max > 0 && sh.n >= sh.max) || (sh.free < 0 && sh.used >= maxEntries)) {
+		s.remove(sh, sh.tail)
+		sh.evictions++
+	}
+	if int(sh.n+1)*4 > len(sh.slots)*3 {
+		s.grow(sh)
+	}
+	var i int32
+	if sh.free >= 0 {
+		i = sh.free
+		sh.free = sh.at(i).next
+	} else {
+		i = sh.used
+		if int(i>>chunkShift) == len(sh.chunks) {
+			sh.chunks = append(sh.chunks, new([chunkSize]entry))
+		}
+		sh.used++
+	}
+	e := sh.at(i)
+	*e = entry{st: st, rule: rule, key: key, exp: exp, prev: -1, next: -1}
+	mask := uint32(len(sh.slots) - 1)
+	pos := uint32(h) & mask
+	for sh.slots[pos] != 0 {
+		pos = (pos + 1) & mask
+	}
+	sh.slots[pos] = (uint32(h>>32)&0xff)<<idxBits | uint32(i+1)
+	sh.pushFront(i)
+	sh.n++
+	return i
+}
+
+// grow doubles the shard's index and places every entry again.
+func (s *Store) grow(sh *shard) {
+	old := sh.slots
+	sh.slots = make([]uint32, max(minSlots, 2*len(old)))
+	mask := uint32(len(sh.slots) - 1)
+	for _, v := range old {
+		if v == 0 {
+			continue
+		}
+		e := sh.at(int32(v&idxMask) - 1)
+		pos := uint32(s.hash(e.rule.ID, e.key)) & mask
+		for sh.slots[pos] != 0 {
+			pos = (pos + 1) & mask
+		}
+		sh.slots[pos] = v
+	}
+}
+
+// remove deletes entry i from the index and the LRU list and frees it.
+func (s *Store) remove(sh *shard, i int32) {
+	e := sh.at(i)
+	mask := uint32(len(sh.slots) - 1)
+	pos := uint32(s.hash(e.rule.ID, e.key)) & mask
+	for sh.slots[pos]&idxMask != uint32(i+1) {
+		pos = (pos + 1) & mask
+	}
+	// Backward-shift deletion: pull later entries of the same probe run
+	// into the hole so that lookups never need tombstones.
+	sh.slots[pos] = 0
+	for j := (pos + 1) & mask; sh.slots[j] != 0; j = (j + 1) & mask {
+		v := sh.slots[j]
+		o := sh.at(int32(v&idxMask) - 1)
+		home := uint32(s.hash(o.rule.ID, o.key)) & mask
+		// The entry at j may move to the hole unless its home lies
+		// cyclically in (pos, j].
+		if (j > pos && (home <= pos || home > j)) || (j < pos && home <= pos && home > j) {
+			sh.slots[pos] = v
+			sh.slots[j] = 0
+			pos = j
+		}
+	}
+	sh.unlink(i)
+	*e = entry{prev: -1, next: sh.free}
+	sh.free = i
+	sh.n--
+}
+
+// satAdd returns a+b for b ≥ 0, saturating at MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

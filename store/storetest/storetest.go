@@ -1,0 +1,562 @@
+// Package storetest is the conformance suite every limiter.Store must pass:
+// the same behaviour tests for the embedded store and for Redis, standalone
+// and Cluster.
+//
+// The tests use the real clock of the store (for Redis, the server's), so
+// they are built to be independent of it: rates of one unit an hour,
+// windows of hours or longer, and generous waits where time must pass.
+// Every subtest uses keys of its own, so a store may be shared between
+// subtests and between runs.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Run runs the whole suite against the stores newStore returns. newStore is
+// called once per subtest; it may return the same store every time.
+func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	tests := []struct {
+		name string
+		f    func(*testing.T, limiter.Store)
+	}{
+		{"TokenBucket", testTokenBucket},
+		{"GCRA", testGCRA},
+		{"LeakyBucket", testLeakyBucket},
+		{"LeakyQueue", testLeakyQueue},
+		{"FixedWindow", testFixedWindow},
+		{"SlidingLog", testSlidingLog},
+		{"SlidingWindow", testSlidingWindow},
+		{"Concurrency", testConcurrency},
+		{"Quota", testQuota},
+		{"CostAboveCapacity", testNeverFits},
+		{"InvalidCost", testInvalidCost},
+		{"AllOrNothing", testAllOrNothing},
+		{"Shadow", testShadow},
+		{"Peek", testPeek},
+		{"Release", testRelease},
+		{"IdleExpiry", testIdleExpiry},
+		{"ConcurrentExact", testConcurrentExact},
+		{"ConcurrentExactTokenBucket", testConcurrentExactTokenBucket},
+		{"ConcurrentExactThreeLimits", testConcurrentThreeLimits},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.f(t, newStore(t))
+		})
+	}
+}
+
+// hour and long are spans no test run comes close to: a limit refilling one
+// unit an hour does not refill during a test, and a window of a thousand
+// hours practically never ends during one.
+const (
+	hour = time.Hour
+	long = 1000 * time.Hour
+)
+
+// rule compiles l or fails the test.
+func rule(t testing.TB, l floodgate.Limit) *limiter.Rule {
+	t.Helper()
+	if l.Name == "" {
+		l.Name = "st_" + l.Algorithm.String()
+	}
+	r, err := limiter.NewRule(l, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatalf("NewRule(%+v): %v", l, err)
+	}
+	return r
+}
+
+func shadowRule(t testing.TB, l floodgate.Limit) *limiter.Rule {
+	t.Helper()
+	r := rule(t, l)
+	r.Shadow = true
+	return r
+}
+
+// key returns a key no other test uses, with the given suffix.
+func key(suffix string) string {
+	return fmt.Sprintf("st%016x:%s", rand.Uint64(), suffix)
+}
+
+func apply(s limiter.Store, op limiter.Op, hits ...limiter.Hit) ([]floodgate.Decision, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out := make([]floodgate.Decision, len(hits))
+	err := s.Apply(ctx, op, hits, out)
+	return out, err
+}
+
+func must(t testing.TB, s limiter.Store, op limiter.Op, hits ...limiter.Hit) []floodgate.Decision {
+	t.Helper()
+	out, err := apply(s, op, hits...)
+	if err != nil {
+		t.Fatalf("Apply(%v): %v", op, err)
+	}
+	return out
+}
+
+// charge charges one hit and returns its decision.
+func charge(t testing.TB, s limiter.Store, h limiter.Hit) floodgate.Decision {
+	t.Helper()
+	return must(t, s, limiter.Charge, h)[0]
+}
+
+func peek(t testing.TB, s limiter.Store, h limiter.Hit) floodgate.Decision {
+	t.Helper()
+	return must(t, s, limiter.Peek, h)[0]
+}
+
+// within reports whether d lies in [lo, hi].
+func within(d, lo, hi time.Duration) bool { return d >= lo && d <= hi }
+
+// wantAllowed checks an allowed decision's limit and remaining units.
+func wantAllowed(t testing.TB, what string, d floodgate.Decision, limit, remaining int64) {
+	t.Helper()
+	if !d.Allowed || d.Limit != limit || d.Remaining != remaining || d.RetryAfter != 0 {
+		t.Fatalf("%s: got %+v, want allowed with limit %d, remaining %d, no retry", what, d, limit, remaining)
+	}
+}
+
+// wantDenied checks a denial and that its RetryAfter lies in [lo, hi].
+func wantDenied(t testing.TB, what string, d floodgate.Decision, limit int64, lo, hi time.Duration) {
+	t.Helper()
+	if d.Allowed || d.Limit != limit || !within(d.RetryAfter, lo, hi) {
+		t.Fatalf("%s: got %+v, want denied with limit %d, retry after in [%v, %v]", what, d, limit, lo, hi)
+	}
+}
+
+// testRate is the shared contract of the token bucket, GCRA and the leaky
+// bucket meter at one unit an hour with a burst of 5.
+func testRate(t *testing.T, s limiter.Store, alg floodgate.Algorithm) {
+	r := rule(t, floodgate.Limit{Algorithm: alg, Rate: 1, Per: hour, Burst: 5})
+	h := limiter.Hit{Rule: r, Key: key("rate"), Cost: 1}
+	for i := int64(1); i <= 5; i++ {
+		d := charge(t, s, h)
+		wantAllowed(t, fmt.Sprintf("request %d", i), d, 5, 5-i)
+		// The bucket is back to full after the used units refill.
+		if !within(d.ResetAfter, time.Duration(i)*hour-time.Minute, time.Duration(i)*hour) {
+			t.Fatalf("request %d: reset after %v, want about %d h", i, d.ResetAfter, i)
+		}
+	}
+	d := charge(t, s, h)
+	wantDenied(t, "request 6", d, 5, hour-time.Minute, hour)
+	if d.Remaining != 0 {
+		t.Fatalf("request 6: remaining %d, want 0", d.Remaining)
+	}
+	// A cost of 2 on a bucket with 1 token: one more unit must refill first.
+	h2 := limiter.Hit{Rule: r, Key: key("rate2"), Cost: 4}
+	wantAllowed(t, "cost 4", charge(t, s, h2), 5, 1)
+	h2.Cost = 2
+	wantDenied(t, "cost 2 with 1 left", charge(t, s, h2), 5, hour-time.Minute, hour)
+	h2.Cost = 1
+	wantAllowed(t, "cost 1 with 1 left", charge(t, s, h2), 5, 0)
+}
+
+func testTokenBucket(t *testing.T, s limiter.Store) { testRate(t, s, floodgate.TokenBucket) }
+func testGCRA(t *testing.T, s limiter.Store)        { testRate(t, s, floodgate.GCRA) }
+func testLeakyBucket(t *testing.T, s limiter.Store) { testRate(t, s, floodgate.LeakyBucket) }
+
+func testLeakyQueue(t *testing.T, s limiter.Store) {
+	// One request an hour leaves the queue; 3 may wait; none passes early.
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 3, Delay: 0})
+	h := limiter.Hit{Rule: r, Key: key("queue"), Cost: 1}
+	for i := range 4 {
+		d := charge(t, s, h)
+		if !d.Allowed {
+			t.Fatalf("request %d: denied (%+v), want queued", i+1, d)
+		}
+		want := time.Duration(i) * hour
+		if !within(d.Delay, want-time.Minute, want) {
+			t.Fatalf("request %d: delay %v, want about %v", i+1, d.Delay, want)
+		}
+	}
+	wantDenied(t, "request 5 (queue full)", charge(t, s, h), 4, hour-time.Minute, hour)
+
+	// NoDelay lets the whole burst through at once.
+	r = rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 3, Delay: floodgate.NoDelay})
+	h = limiter.Hit{Rule: r, Key: key("nodelay"), Cost: 1}
+	for i := range 4 {
+		if d := charge(t, s, h); !d.Allowed || d.Delay != 0 {
+			t.Fatalf("nodelay request %d: %+v, want allowed without delay", i+1, d)
+		}
+	}
+	if d := charge(t, s, h); d.Allowed {
+		t.Fatalf("nodelay request 5: %+v, want denied", d)
+	}
+}
+
+// testWindow checks a window algorithm with 3 units per window.
+func testWindow(t *testing.T, s limiter.Store, alg floodgate.Algorithm, window time.Duration) {
+	r := rule(t, floodgate.Limit{Algorithm: alg, Max: 3, Window: window})
+	h := limiter.Hit{Rule: r, Key: key("window"), Cost: 1}
+	for i := int64(1); i <= 3; i++ {
+		wantAllowed(t, fmt.Sprintf("request %d", i), charge(t, s, h), 3, 3-i)
+	}
+	d := charge(t, s, h)
+	wantDenied(t, "request 4", d, 3, time.Nanosecond, 2*window)
+	if d.Remaining != 0 {
+		t.Fatalf("request 4: remaining %d, want 0", d.Remaining)
+	}
+	// Cost 2 on a fresh key, then 2 more do not fit, 1 does.
+	h = limiter.Hit{Rule: r, Key: key("window2"), Cost: 2}
+	wantAllowed(t, "cost 2", charge(t, s, h), 3, 1)
+	if d := charge(t, s, h); d.Allowed || d.Remaining != 1 {
+		t.Fatalf("cost 2 with 1 left: %+v, want denied with 1 remaining", d)
+	}
+	h.Cost = 1
+	wantAllowed(t, "cost 1 with 1 left", charge(t, s, h), 3, 0)
+}
+
+func testFixedWindow(t *testing.T, s limiter.Store) {
+	testWindow(t, s, floodgate.FixedWindow, long)
+	// The reset is the end of the epoch-aligned window.
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	d := charge(t, s, limiter.Hit{Rule: r, Key: key("fw"), Cost: 1})
+	now := time.Now().UnixNano()
+	want := time.Duration(int64(long) - now%int64(long))
+	if !within(d.ResetAfter, want-time.Minute, want+time.Minute) {
+		t.Fatalf("reset after %v, want about %v (the window's end)", d.ResetAfter, want)
+	}
+}
+
+func testSlidingLog(t *testing.T, s limiter.Store) {
+	testWindow(t, s, floodgate.SlidingLog, hour)
+	// The denial waits for the oldest entry to leave the window.
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 1, Window: hour})
+	h := limiter.Hit{Rule: r, Key: key("log"), Cost: 1}
+	charge(t, s, h)
+	wantDenied(t, "second", charge(t, s, h), 1, hour-time.Minute, hour)
+}
+
+func testSlidingWindow(t *testing.T, s limiter.Store) {
+	testWindow(t, s, floodgate.SlidingWindow, long)
+}
+
+func testConcurrency(t *testing.T, s limiter.Store) {
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: hour})
+	k := key("conc")
+	lease := func(id uint64) limiter.Hit { return limiter.Hit{Rule: r, Key: k, Cost: 1, Lease: id} }
+	wantAllowed(t, "lease 1", charge(t, s, lease(1)), 2, 1)
+	wantAllowed(t, "lease 2", charge(t, s, lease(2)), 2, 0)
+	d := charge(t, s, lease(3))
+	if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
+		t.Fatalf("lease 3 while 2 are held: %+v, want denied with a retry hint", d)
+	}
+	// Re-acquiring a held lease does not take a second slot.
+	if d := charge(t, s, lease(2)); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("re-acquiring lease 2: %+v, want allowed with 0 remaining", d)
+	}
+	must(t, s, limiter.Release, lease(1))
+	wantAllowed(t, "lease 3 after releasing 1", charge(t, s, lease(3)), 2, 0)
+}
+
+func testQuota(t *testing.T, s limiter.Store) {
+	loc, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		loc = time.UTC
+	}
+	// Stay clear of a day boundary while the test runs.
+	now := time.Now().In(loc)
+	y, m, dd := now.Date()
+	next := time.Date(y, m, dd+1, 0, 0, 0, 0, loc)
+	if time.Until(next) < 30*time.Second {
+		time.Sleep(time.Until(next) + time.Second)
+		now = time.Now().In(loc)
+		y, m, dd = now.Date()
+		next = time.Date(y, m, dd+1, 0, 0, 0, 0, loc)
+	}
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.Quota, Max: 3, Period: floodgate.Day, Location: loc})
+	h := limiter.Hit{Rule: r, Key: key("quota"), Cost: 1}
+	for i := int64(1); i <= 3; i++ {
+		d := charge(t, s, h)
+		wantAllowed(t, fmt.Sprintf("request %d", i), d, 3, 3-i)
+		want := time.Until(next)
+		if !within(d.ResetAfter, want-time.Minute, want+time.Minute) {
+			t.Fatalf("request %d: reset after %v, want about %v (next midnight in %s)", i, d.ResetAfter, want, loc)
+		}
+	}
+	want := time.Until(next)
+	wantDenied(t, "request 4", charge(t, s, h), 3, want-time.Minute, want+time.Minute)
+}
+
+func testNeverFits(t *testing.T, s limiter.Store) {
+	for _, l := range []floodgate.Limit{
+		{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 5},
+		{Algorithm: floodgate.FixedWindow, Max: 5, Window: long},
+		{Algorithm: floodgate.SlidingLog, Max: 5, Window: hour},
+		{Algorithm: floodgate.Quota, Max: 5, Period: floodgate.Month},
+	} {
+		r := rule(t, l)
+		h := limiter.Hit{Rule: r, Key: key("never"), Cost: 6}
+		if _, err := apply(s, limiter.Charge, h); !errors.Is(err, floodgate.ErrNeverFits) {
+			t.Fatalf("%s: cost 6 of 5: err %v, want ErrNeverFits", l.Algorithm, err)
+		}
+		// Nothing was taken.
+		h.Cost = 1
+		wantAllowed(t, l.Algorithm.String()+" after the refused cost", charge(t, s, h), 5, 4)
+	}
+}
+
+func testInvalidCost(t *testing.T, s limiter.Store) {
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	for _, c := range []int64{0, -1} {
+		if _, err := apply(s, limiter.Charge, limiter.Hit{Rule: r, Key: key("cost"), Cost: c}); !errors.Is(err, floodgate.ErrInvalidCost) {
+			t.Fatalf("cost %d: err %v, want ErrInvalidCost", c, err)
+		}
+	}
+}
+
+func testAllOrNothing(t *testing.T, s limiter.Store) {
+	user := rule(t, floodgate.Limit{Name: "st_user", Algorithm: floodgate.FixedWindow, Max: 10, Window: long})
+	route := rule(t, floodgate.Limit{Name: "st_route", Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 2})
+	global := rule(t, floodgate.Limit{Name: "st_global", Algorithm: floodgate.SlidingLog, Max: 10, Window: hour})
+	hits := []limiter.Hit{
+		{Rule: user, Key: key("user"), Cost: 1},
+		{Rule: route, Key: key("route"), Cost: 1},
+		{Rule: global, Key: key("global"), Cost: 1},
+	}
+	for i := 1; i <= 2; i++ {
+		out := must(t, s, limiter.Charge, hits...)
+		for j, d := range out {
+			if !d.Allowed {
+				t.Fatalf("request %d, hit %d: %+v, want allowed", i, j, d)
+			}
+		}
+	}
+	for i := 3; i <= 5; i++ {
+		out := must(t, s, limiter.Charge, hits...)
+		if out[1].Allowed {
+			t.Fatalf("request %d: route allowed %+v, want denied", i, out[1])
+		}
+		// The others are reported as they stand, without the charge.
+		wantAllowed(t, "user as peeked", out[0], 10, 7)
+		wantAllowed(t, "global as peeked", out[2], 10, 7)
+	}
+	// The denied requests took nothing from the others.
+	wantAllowed(t, "user after denials", peek(t, s, hits[0]), 10, 7)
+	wantAllowed(t, "global after denials", peek(t, s, hits[2]), 10, 7)
+
+	// The denying hit first and last; a new key on the allowing ones that
+	// a denied request must not create.
+	full := limiter.Hit{Rule: user, Key: key("full"), Cost: 10}
+	charge(t, s, full)
+	full.Cost = 1
+	fresh := limiter.Hit{Rule: global, Key: key("fresh"), Cost: 3}
+	for _, order := range [][]limiter.Hit{{full, fresh}, {fresh, full}} {
+		out := must(t, s, limiter.Charge, order...)
+		if out[0].Allowed == out[1].Allowed {
+			t.Fatalf("order %v: %+v, want one allowed and one denied", order, out)
+		}
+	}
+	wantAllowed(t, "fresh key after denied requests", peek(t, s, limiter.Hit{Rule: global, Key: fresh.Key, Cost: 1}), 10, 9)
+}
+
+func testShadow(t *testing.T, s limiter.Store) {
+	// A shadow limit that denies blocks nothing and is not charged.
+	sh := shadowRule(t, floodgate.Limit{Name: "st_shadow", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	en := rule(t, floodgate.Limit{Name: "st_enforced", Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	hits := []limiter.Hit{{Rule: sh, Key: key("shadow"), Cost: 1}, {Rule: en, Key: key("enforced"), Cost: 1}}
+	out := must(t, s, limiter.Charge, hits...)
+	wantAllowed(t, "shadow, first", out[0], 1, 0)
+	wantAllowed(t, "enforced, first", out[1], 5, 4)
+	out = must(t, s, limiter.Charge, hits...)
+	if out[0].Allowed {
+		t.Fatalf("shadow, second: %+v, want denied", out[0])
+	}
+	wantAllowed(t, "enforced, second (shadow denial does not block)", out[1], 5, 3)
+	if d := peek(t, s, hits[0]); d.Allowed || d.Remaining != 0 {
+		t.Fatalf("shadow after: %+v, want exhausted", d)
+	}
+
+	// An enforced denial stops the shadow hit's charge too.
+	sh2 := shadowRule(t, floodgate.Limit{Name: "st_shadow2", Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	en2 := rule(t, floodgate.Limit{Name: "st_enforced2", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	hits = []limiter.Hit{{Rule: sh2, Key: key("shadow2"), Cost: 1}, {Rule: en2, Key: key("enforced2"), Cost: 1}}
+	must(t, s, limiter.Charge, hits...)
+	out = must(t, s, limiter.Charge, hits...)
+	if out[1].Allowed {
+		t.Fatalf("enforced, second: %+v, want denied", out[1])
+	}
+	wantAllowed(t, "shadow after an enforced denial", peek(t, s, hits[0]), 5, 3)
+}
+
+func testPeek(t *testing.T, s limiter.Store) {
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 3})
+	h := limiter.Hit{Rule: r, Key: key("peek"), Cost: 1}
+	for range 5 {
+		// Remaining is what the peeked cost would leave.
+		wantAllowed(t, "peek on a fresh key", peek(t, s, h), 3, 2)
+	}
+	wantAllowed(t, "first charge after peeks", charge(t, s, h), 3, 2)
+	h.Cost = 2
+	charge(t, s, h)
+	h.Cost = 1
+	for range 3 {
+		wantDenied(t, "peek on an empty bucket", peek(t, s, h), 3, hour-time.Minute, hour)
+	}
+	// Several hits, one of them denying: nothing charged either way.
+	w := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 2, Window: long})
+	hw := limiter.Hit{Rule: w, Key: key("peekw"), Cost: 1}
+	out := must(t, s, limiter.Peek, hw, h)
+	if !out[0].Allowed || out[1].Allowed {
+		t.Fatalf("peek of two: %+v, want allowed then denied", out)
+	}
+	wantAllowed(t, "window after peeks", charge(t, s, hw), 2, 1)
+}
+
+func testRelease(t *testing.T, s limiter.Store) {
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 3, LeaseTTL: hour})
+	k := key("release")
+	h := func(lease uint64, cost int64) limiter.Hit {
+		return limiter.Hit{Rule: r, Key: k, Cost: cost, Lease: lease}
+	}
+	wantAllowed(t, "lease 10 (cost 2)", charge(t, s, h(10, 2)), 3, 1)
+	wantAllowed(t, "lease 11", charge(t, s, h(11, 1)), 3, 0)
+	out := must(t, s, limiter.Release, h(10, 2))
+	if out[0].Remaining != 2 {
+		t.Fatalf("after releasing lease 10: %+v, want 2 remaining", out[0])
+	}
+	// Releasing again, or a lease never taken, changes nothing.
+	must(t, s, limiter.Release, h(10, 2))
+	must(t, s, limiter.Release, h(99, 1))
+	must(t, s, limiter.Release, limiter.Hit{Rule: r, Key: key("never-taken"), Cost: 1, Lease: 5})
+	wantAllowed(t, "peek after releases", peek(t, s, h(12, 1)), 3, 1)
+	must(t, s, limiter.Release, h(11, 1))
+	wantAllowed(t, "all released", peek(t, s, h(12, 3)), 3, 0)
+}
+
+func testIdleExpiry(t *testing.T, s limiter.Store) {
+	// A one-second window: once it has passed, the key is as new.
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Second})
+	h := limiter.Hit{Rule: r, Key: key("idle"), Cost: 1}
+	charge(t, s, h)
+	charge(t, s, h)
+	d := charge(t, s, h)
+	if d.Allowed {
+		// More than a second passed between the charges (a very loaded
+		// machine); the key is then already back, which is the point.
+		t.Logf("third charge allowed after a stall: %+v", d)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		time.Sleep(1100 * time.Millisecond)
+		if d := peek(t, s, h); d.Allowed && d.Remaining == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key still charged 20 s after a 1 s window: %+v", peek(t, s, h))
+		}
+	}
+	wantAllowed(t, "after the window", charge(t, s, h), 2, 1)
+}
+
+// hammer runs goroutines that each try attempts requests and returns how
+// many were allowed.
+func hammer(t *testing.T, goroutines, attempts int, try func(g int) (bool, error)) int64 {
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range attempts {
+				ok, err := try(g)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return allowed.Load()
+}
+
+func testConcurrentExact(t *testing.T, s limiter.Store) {
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1000, Window: long})
+	h := limiter.Hit{Rule: r, Key: key("exact"), Cost: 1}
+	got := hammer(t, 50, 30, func(int) (bool, error) {
+		out, err := apply(s, limiter.Charge, h)
+		return out[0].Allowed, err
+	})
+	if got != 1000 {
+		t.Fatalf("50 goroutines × 30 requests on a limit of 1000: %d allowed, want exactly 1000", got)
+	}
+}
+
+func testConcurrentExactTokenBucket(t *testing.T, s limiter.Store) {
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 1000})
+	h := limiter.Hit{Rule: r, Key: key("exacttb"), Cost: 1}
+	got := hammer(t, 50, 30, func(int) (bool, error) {
+		out, err := apply(s, limiter.Charge, h)
+		return out[0].Allowed, err
+	})
+	if got != 1000 {
+		t.Fatalf("token bucket of 1000: %d allowed, want exactly 1000", got)
+	}
+}
+
+func testConcurrentThreeLimits(t *testing.T, s limiter.Store) {
+	// 10 users of 50 each, one route of 300, a global limit of 1000: the
+	// route binds, so exactly 300 pass, and the denied requests take
+	// nothing from the users or the global limit.
+	user := rule(t, floodgate.Limit{Name: "st_user", Algorithm: floodgate.FixedWindow, Max: 50, Window: long})
+	route := rule(t, floodgate.Limit{Name: "st_route", Algorithm: floodgate.FixedWindow, Max: 300, Window: long})
+	global := rule(t, floodgate.Limit{Name: "st_global", Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 1000})
+	users := make([]string, 10)
+	for i := range users {
+		users[i] = key(fmt.Sprintf("user%d", i))
+	}
+	routeKey, globalKey := key("route"), key("global")
+	var perUser [10]atomic.Int64
+	got := hammer(t, 50, 20, func(g int) (bool, error) {
+		u := g % 10
+		out, err := apply(s, limiter.Charge,
+			limiter.Hit{Rule: user, Key: users[u], Cost: 1},
+			limiter.Hit{Rule: route, Key: routeKey, Cost: 1},
+			limiter.Hit{Rule: global, Key: globalKey, Cost: 1})
+		if err != nil {
+			return false, err
+		}
+		all := out[0].Allowed && out[1].Allowed && out[2].Allowed
+		if all {
+			perUser[u].Add(1)
+		}
+		return all, nil
+	})
+	if got != 300 {
+		t.Fatalf("%d requests passed all three limits, want exactly 300", got)
+	}
+	wantAllowed(t, "global after the run", peek(t, s, limiter.Hit{Rule: global, Key: globalKey, Cost: 1}), 1000, 1000-300-1)
+	for i, k := range users {
+		used := perUser[i].Load()
+		if used > 50 {
+			t.Fatalf("user %d: %d allowed, more than its limit of 50", i, used)
+		}
+		d := peek(t, s, limiter.Hit{Rule: user, Key: k, Cost: 1})
+		// A peek reports what would remain after the peeked unit.
+		if want := max(0, 50-used-1); d.Remaining != want || d.Allowed != (used < 50) {
+			t.Fatalf("user %d: %d allowed, peek %+v, want %d remaining", i, used, d, want)
+		}
+	}
+}
