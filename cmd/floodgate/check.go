@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/policy"
+)
+
+func init() {
+	register("check", "validate a policy file and print its limits", runCheck)
+}
+
+func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "the policy file to check (required)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: floodgate check --config FILE")
+		fmt.Fprintln(stderr, "\nValidates the file, reporting every problem as file:line:col: field: message")
+		fmt.Fprintln(stderr, "(exit status 1), or prints its limits in evaluation order.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usagef("check: %v", err)
+	}
+	if *path == "" && fs.NArg() == 1 {
+		*path = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return usagef("check: unexpected arguments %q", fs.Args())
+	}
+	if *path == "" {
+		fs.Usage()
+		return usagef("check: --config is required")
+	}
+	f, err := config.Load(*path)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("%s: %w", *path, err)}
+	}
+	return printPolicy(stdout, *path, p)
+}
+
+// printPolicy writes the limits of p as a table, in evaluation order.
+func printPolicy(w io.Writer, path string, p *policy.Policy) error {
+	f := p.File()
+	fmt.Fprintf(w, "%s: valid: %d routes, %d stages, %d plans, %d keys, %d limits\n\n",
+		path, len(f.Routes), len(f.Stages), len(f.Plans), len(f.Keys), len(p.Limits()))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tNAME\tSCOPE\tMATCH\tKEY\tALGORITHM\tNUMBERS\tON FAILURE\tSHADOW\tCOUNT ON")
+	for i, l := range p.Limits() {
+		countOn := "all"
+		if len(l.CountOn) > 0 {
+			s := make([]string, len(l.CountOn))
+			for j, c := range l.CountOn {
+				s[j] = strconv.Itoa(c)
+			}
+			countOn = strings.Join(s, ",")
+		}
+		shadow := "no"
+		if l.Shadow {
+			shadow = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, l.Name, l.Scope, l.MatchText,
+			l.KeyText(), l.Rule.Limit.Algorithm, numbers(&l.Rule.Limit, l.Cost), l.Rule.OnFailure, shadow, countOn)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(p.Routes()) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ROUTE\tMATCH\tSTAGE\tAPI KEY\tUPSTREAM")
+		for i, r := range p.Routes() {
+			cr := &f.Routes[i]
+			key := "optional"
+			if r.APIKeyRequired {
+				key = "required"
+			}
+			stage := r.Stage
+			if stage == "" {
+				stage = "-"
+			}
+			up := cr.Upstream
+			if up == "" {
+				up = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, matchText(cr.Match), stage, key, up)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func matchText(m config.Match) string {
+	var parts []string
+	if len(m.Methods) > 0 {
+		parts = append(parts, strings.Join(m.Methods, ","))
+	}
+	if len(m.Hosts) > 0 {
+		parts = append(parts, "host="+strings.Join(m.Hosts, ","))
+	}
+	if len(m.Paths) > 0 {
+		parts = append(parts, strings.Join(m.Paths, ","))
+	}
+	if len(parts) == 0 {
+		return "*"
+	}
+	return strings.Join(parts, " ")
+}
+
+// numbers renders a limit's parameters in words.
+func numbers(l *floodgate.Limit, cost int64) string {
+	var s string
+	switch l.Algorithm {
+	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket:
+		s = fmt.Sprintf("%d per %s, burst %d", l.Rate, fmtDuration(l.Per), l.Burst)
+	case floodgate.LeakyQueue:
+		delay := strconv.FormatInt(l.Delay, 10)
+		if l.Delay == floodgate.NoDelay {
+			delay = "nodelay"
+		}
+		s = fmt.Sprintf("%d per %s, queue %d, delay %s", l.Rate, fmtDuration(l.Per), l.Burst, delay)
+	case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow:
+		s = fmt.Sprintf("%d per %s", l.Max, fmtDuration(l.Window))
+	case floodgate.Concurrency:
+		s = fmt.Sprintf("%d in flight", l.Max)
+		if l.LeaseTTL > 0 {
+			s += ", lease " + fmtDuration(l.LeaseTTL)
+		}
+	case floodgate.Quota:
+		zone := "UTC"
+		if l.Location != nil {
+			zone = l.Location.String()
+		}
+		s = fmt.Sprintf("%d per %s (%s)", l.Max, l.Period, zone)
+		if l.AnchorDay > 1 {
+			s += fmt.Sprintf(", from day %d", l.AnchorDay)
+		}
+		if l.Offset > 0 {
+			s += fmt.Sprintf(", offset %d from %s", l.Offset, l.Start.Format(time.DateOnly))
+		}
+	default:
+		s = l.Algorithm.String()
+	}
+	if cost > 1 {
+		s += fmt.Sprintf(", cost %d", cost)
+	}
+	return s
+}
+
+// fmtDuration writes 1s, 5m, 1h30m rather than 5m0s.
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/floodgate/floodgate/config"
+)
+
+func init() {
+	register("key", "make an API key for a usage plan (key new) or hash one (key hash)", runKey)
+}
+
+// keyBytes is the randomness of a generated key: 256 bits.
+const keyBytes = 32
+
+// keyPrefix marks Floodgate keys, so secret scanners can recognise them.
+const keyPrefix = "fg_"
+
+func runKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: floodgate key new --plan NAME [--name NAME] [--config FILE]")
+		fmt.Fprintln(stderr, "       floodgate key hash < key.txt")
+		return usagef("key: want a subcommand: new or hash")
+	}
+	switch args[0] {
+	case "new":
+		return runKeyNew(args[1:], stdout, stderr, rand.Reader)
+	case "hash":
+		return runKeyHash(args[1:], os.Stdin, stdout)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, "usage: floodgate key new --plan NAME [--name NAME] [--config FILE]")
+		fmt.Fprintln(stdout, "       floodgate key hash < key.txt")
+		return nil
+	}
+	return usagef("key: unknown subcommand %q (want new or hash)", args[0])
+}
+
+func runKeyNew(args []string, stdout, stderr io.Writer, random io.Reader) error {
+	fs := flag.NewFlagSet("key new", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	plan := fs.String("plan", "", "the usage plan the key belongs to (required)")
+	name := fs.String("name", "", "the key's name in logs and counters (default: derived from the key's hash)")
+	cfg := fs.String("config", "", "a policy file to check the plan and the name against")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usagef("key new: %v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("key new: unexpected arguments %q", fs.Args())
+	}
+	if *plan == "" {
+		return usagef("key new: --plan is required")
+	}
+	if *cfg != "" {
+		f, err := config.Load(*cfg)
+		if err != nil {
+			return &exitError{code: 1, err: err}
+		}
+		found := false
+		for _, p := range f.Plans {
+			found = found || p.Name == *plan
+		}
+		if !found {
+			return &exitError{code: 1, err: fmt.Errorf("key new: %s has no plan %q", *cfg, *plan)}
+		}
+		for _, k := range f.Keys {
+			if *name != "" && k.Name == *name {
+				return &exitError{code: 1, err: fmt.Errorf("key new: %s already has a key named %q", *cfg, *name)}
+			}
+		}
+	}
+	buf := make([]byte, keyBytes)
+	if _, err := io.ReadFull(random, buf); err != nil {
+		return fmt.Errorf("key new: random: %w", err)
+	}
+	key := keyPrefix + base64.RawURLEncoding.EncodeToString(buf)
+	sum := config.HashKey(key)
+	if *name == "" {
+		*name = *plan + "-" + sum[:8]
+	}
+	fmt.Fprintf(stdout, "API key (shown only now; give it to the client and keep no copy):\n\n    %s\n\n", key)
+	fmt.Fprintf(stdout, "Add this line under keys: in the policy file:\n\n")
+	fmt.Fprintf(stdout, "  - {name: %s, plan: %s, sha256: %s}\n", *name, *plan, sum)
+	return nil
+}
+
+// runKeyHash prints the sha256 line of a key read from stdin, for keys made
+// elsewhere.
+func runKeyHash(args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) > 0 {
+		return usagef("key hash: reads the key from standard input; no arguments")
+	}
+	line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("key hash: %w", err)
+	}
+	key := strings.TrimRight(line, "\r\n")
+	if key == "" {
+		return usagef("key hash: no key on standard input")
+	}
+	fmt.Fprintf(stdout, "sha256: %s\n", config.HashKey(key))
+	return nil
+}
