@@ -44,11 +44,12 @@
 // Hits in different slots cannot share a script. Apply charges the slots
 // one after the other, in the order of the hits; when a slot denies, the
 // rest are only peeked and the slots already charged are refunded by a
-// second script (refund.lua) in the background. Between a charge and its
-// refund, other requests see the charged units: a limit can then count up
-// to the sum of the costs of the requests that are in flight on it and
-// will be refunded, for about two round trips (the later slot's call and
-// the refund). That error only ever denies too much, never admits too
+// second script (refund.lua) before Apply returns (or in the background if
+// the request's deadline passes first). Between a charge and its refund,
+// other requests see the charged units: a limit can then count up to the
+// sum of the costs of the requests that are in flight on it and will be
+// refunded, each for about two round trips (the later slot's call and the
+// refund). That error only ever denies too much, never admits too
 // much. A refund that fails (the node went away) leaves its charge in place
 // until the window or period passes or the key's TTL runs out; such
 // failures are counted (RefundErrors) and logged. On a standalone server or

@@ -240,7 +240,7 @@ func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.
 		ok, mark, err := s.run(ctx, curOp, hits, out, c)
 		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
 			// The state of this slot is unknown; give back what is known.
-			s.refundAll(charged, hits, out)
+			s.refundAll(ctx, charged, hits, out)
 			return err
 		}
 		if err != nil && firstErr == nil {
@@ -253,7 +253,7 @@ func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.
 				// A denial: the rest is only looked at, and the slots
 				// charged so far are given back.
 				curOp = limiter.Peek
-				s.refundAll(charged, hits, out)
+				s.refundAll(ctx, charged, hits, out)
 				charged = nil
 			}
 		}
@@ -268,9 +268,12 @@ type charge struct {
 	mark int64
 }
 
-// refundAll gives back the charged slots in the background, so that a
-// denial never waits for a second round trip; Flush waits for them.
-func (s *Store) refundAll(charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
+// refundAll gives back the charged slots. It waits for the refund until
+// the request's own deadline, so that a caller who saw a denial finds
+// nothing charged; a refund that misses the deadline is retried in the
+// background (Flush waits for those) so that a slow server never makes a
+// request wait past its deadline.
+func (s *Store) refundAll(ctx context.Context, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
 	for _, d := range charged {
 		r := callPool.Get().(*call)
 		r.args = append(r.args, itoa(d.mark), "")
@@ -287,6 +290,25 @@ func (s *Store) refundAll(charged []charge, hits []limiter.Hit, out []floodgate.
 			continue
 		}
 		r.args[1] = strconv.Itoa(n)
+		rctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+		if dl, ok := ctx.Deadline(); ok {
+			rctx, cancel = context.WithDeadline(rctx, dl)
+		} else {
+			rctx, cancel = context.WithTimeout(rctx, time.Second)
+		}
+		err := s.refund.Exec(rctx, s.client, r.keys, r.args).Error()
+		cancel()
+		if err == nil {
+			r.reset()
+			callPool.Put(r)
+			continue
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			s.refundFailed(err)
+			r.reset()
+			callPool.Put(r)
+			continue
+		}
 		s.refunds.Add(1)
 		go func() {
 			defer s.refunds.Done()
@@ -294,11 +316,15 @@ func (s *Store) refundAll(charged []charge, hits []limiter.Hit, out []floodgate.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			if err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error(); err != nil {
-				s.refundErrors.Add(1)
-				s.log.Warn("redisstore: refund failed; the charge stays until its window passes", "err", err)
+				s.refundFailed(err)
 			}
 		}()
 	}
+}
+
+func (s *Store) refundFailed(err error) {
+	s.refundErrors.Add(1)
+	s.log.Warn("redisstore: refund failed; the charge stays until its window passes", "err", err)
 }
 
 // Flush waits until every refund started so far has finished (Cluster only;
