@@ -223,13 +223,12 @@ const (
 // limits that covered a request into h, the binding limit first (items[0]
 // must be the binding limit; the caller orders the rest most specific
 // first). An item whose name already appeared is left out, so names stay
-// unique. It returns the largest t written (-1 if none), which a 429's
-// Retry-After must not undercut. buf is scratch space and may be nil.
+// unique. It returns the binding limit's t (-1 when omitted). buf is
+// scratch space and may be nil.
 func SetRateLimit(h http.Header, items []Covered, opts *HeaderOptions, buf []byte) int64 {
 	if len(items) == 0 {
 		return -1
 	}
-	var maxT int64 = -1
 	pol := buf[:0]
 	for i := range items {
 		if dup(items, i) {
@@ -255,7 +254,6 @@ func SetRateLimit(h http.Header, items []Covered, opts *HeaderOptions, buf []byt
 		if i == 0 {
 			firstT = t
 		}
-		maxT = max(maxT, t)
 	}
 	h[fieldRateLimit] = []string{string(rl)}
 	if opts != nil {
@@ -269,7 +267,7 @@ func SetRateLimit(h http.Header, items []Covered, opts *HeaderOptions, buf []byt
 			h.Set(opts.LimitName, items[0].Header.Name)
 		}
 	}
-	return maxT
+	return firstT
 }
 
 // dup reports whether items[i] has the name of an earlier item.

@@ -1,0 +1,157 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+// testClock is the memstore clock the tests move by hand, so that "the same
+// instant" is exactly that on a loaded machine.
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *testClock) Now() int64              { return c.ns.Load() }
+func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func newMemStore(t testing.TB, now func() int64) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(memstore.Options{Now: now, SnapshotInterval: -1, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func mustRule(t testing.TB, l floodgate.Limit, shadow bool) *limiter.Rule {
+	t.Helper()
+	r, err := limiter.NewRule(l, limiter.FailOpen, shadow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// funcMatcher is a Matcher written as a function, for tests that do not
+// need a whole policy file.
+type funcMatcher func(r *http.Request, m *Match) error
+
+func (f funcMatcher) Match(r *http.Request, m *Match) error { return f(r, m) }
+
+// upstream is a real HTTP server on loopback that counts what it served.
+type upstream struct {
+	*httptest.Server
+	served atomic.Int64
+}
+
+func newUpstream(t testing.TB, h http.HandlerFunc) *upstream {
+	t.Helper()
+	u := &upstream{}
+	if h == nil {
+		h = func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"ok":true}`)
+		}
+	}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.served.Add(1)
+		h(w, r)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// answer is one response as the tests look at it.
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func do(t testing.TB, c *http.Client, method, url string, hdr map[string]string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+func statuses(as []answer) []int {
+	out := make([]int, len(as))
+	for i, a := range as {
+		out[i] = a.status
+	}
+	return out
+}
+
+// checkFields parses the RateLimit fields and Retry-After of a 429 and
+// checks them against the decision the test expects: the binding limit's
+// name first, its remaining r and reset t, and a Retry-After of at least 1
+// and at least t.
+func checkFields(t testing.TB, a answer, binding string, r, tWant, retryWant int64) {
+	t.Helper()
+	items, err := ParseList(a.header.Get("RateLimit"))
+	if err != nil || len(items) == 0 {
+		t.Fatalf("RateLimit %q: %v", a.header.Get("RateLimit"), err)
+	}
+	pol, err := ParseList(a.header.Get("RateLimit-Policy"))
+	if err != nil || len(pol) != len(items) {
+		t.Fatalf("RateLimit-Policy %q: %v", a.header.Get("RateLimit-Policy"), err)
+	}
+	for i := range items {
+		n1, _ := items[i].Name()
+		n2, _ := pol[i].Name()
+		if n1 != n2 {
+			t.Errorf("item %d: RateLimit names %q, RateLimit-Policy %q", i, n1, n2)
+		}
+		if _, ok := pol[i].Int("q"); !ok {
+			t.Errorf("policy item %d has no q", i)
+		}
+	}
+	if name, _ := items[0].Name(); name != binding {
+		t.Errorf("binding item %q, want %q (RateLimit: %s)", name, binding, a.header.Get("RateLimit"))
+	}
+	if got, _ := items[0].Int("r"); got != r {
+		t.Errorf("r=%d, want %d", got, r)
+	}
+	gotT, hasT := items[0].Int("t")
+	if tWant >= 0 && (!hasT || gotT != tWant) {
+		t.Errorf("t=%d (present %v), want %d", gotT, hasT, tWant)
+	}
+	if a.status == http.StatusTooManyRequests {
+		ra, err := strconv.ParseInt(a.header.Get("Retry-After"), 10, 64)
+		if err != nil {
+			t.Fatalf("Retry-After %q: %v", a.header.Get("Retry-After"), err)
+		}
+		if ra < 1 || (hasT && ra < gotT) {
+			t.Errorf("Retry-After %d below 1 or below t=%d", ra, gotT)
+		}
+		if retryWant > 0 && ra != retryWant {
+			t.Errorf("Retry-After %d, want %d", ra, retryWant)
+		}
+	}
+}

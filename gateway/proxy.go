@@ -1,0 +1,127 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+)
+
+// TransportOptions tune the reverse proxy's upstream connections. Zero
+// fields take the defaults in brackets.
+type TransportOptions struct {
+	// DialTimeout bounds connecting to an upstream [5s].
+	DialTimeout time.Duration
+	// TLSHandshakeTimeout bounds the TLS handshake [5s].
+	TLSHandshakeTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the upstream's response
+	// headers once the request is sent [30s].
+	ResponseHeaderTimeout time.Duration
+	// IdleConnTimeout closes idle upstream connections [90s].
+	IdleConnTimeout time.Duration
+	// MaxIdleConnsPerHost keeps this many idle connections per upstream
+	// [512], so that a busy gateway reuses connections instead of opening
+	// new ones.
+	MaxIdleConnsPerHost int
+}
+
+// NewTransport returns the HTTP transport the reverse proxy uses: a timeout
+// on every phase of an upstream call and many idle connections per host.
+func NewTransport(o TransportOptions) *http.Transport {
+	def := func(d, v time.Duration) time.Duration {
+		if d <= 0 {
+			return v
+		}
+		return d
+	}
+	idle := o.MaxIdleConnsPerHost
+	if idle <= 0 {
+		idle = 512
+	}
+	dialer := &net.Dialer{Timeout: def(o.DialTimeout, 5*time.Second), KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 nil, // an upstream is reached directly, never through the environment's proxy
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4 * idle,
+		MaxIdleConnsPerHost:   idle,
+		IdleConnTimeout:       def(o.IdleConnTimeout, 90*time.Second),
+		TLSHandshakeTimeout:   def(o.TLSHandshakeTimeout, 5*time.Second),
+		ResponseHeaderTimeout: def(o.ResponseHeaderTimeout, 30*time.Second),
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// upstreamProxy forwards to one route's upstream.
+type upstreamProxy struct {
+	rp    *httputil.ReverseProxy
+	route string
+}
+
+var (
+	bodyNotFound   = []byte(`{"message":"Not Found"}` + "\n")
+	bodyBadGateway = []byte(`{"message":"Bad Gateway"}` + "\n")
+	bodyTimeout    = []byte(`{"message":"Gateway Timeout"}` + "\n")
+)
+
+// forward sends the request to its route's upstream.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *reqState) {
+	u := st.m.Upstream
+	if u == nil {
+		writeJSON(w, http.StatusNotFound, bodyNotFound)
+		return
+	}
+	p, ok := g.proxies.Load(u)
+	if !ok {
+		p, _ = g.proxies.LoadOrStore(u, g.newUpstreamProxy(u, st.m.Route))
+	}
+	p.(*upstreamProxy).rp.ServeHTTP(w, r)
+}
+
+func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy {
+	up := &upstreamProxy{route: route}
+	up.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			// Keep the chain of proxies and add this hop, as NGINX's
+			// $proxy_add_x_forwarded_for does.
+			if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
+				pr.Out.Header["X-Forwarded-For"] = xff
+			}
+			pr.SetXForwarded()
+		},
+		Transport:     g.tr,
+		FlushInterval: -1, // stream as the upstream writes (server-sent events and the like)
+		ErrorLog:      nil,
+		ModifyResponse: func(resp *http.Response) error {
+			g.obs.Upstream(route, resp.StatusCode)
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			g.obs.Upstream(route, 0)
+			if r.Context().Err() != nil {
+				// The client went away: nobody is left to answer.
+				g.log.Debug("gateway: client gone", "route", route, "path", r.URL.Path)
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+				g.log.Warn("gateway: upstream timeout", "route", route, "upstream", target.Host, "err", err)
+				writeJSON(w, http.StatusGatewayTimeout, bodyTimeout)
+				return
+			}
+			g.log.Warn("gateway: upstream error", "route", route, "upstream", target.Host, "err", err)
+			writeJSON(w, http.StatusBadGateway, bodyBadGateway)
+		},
+	}
+	return up
+}
+
+// ForgetUpstreams drops the proxies of upstreams no longer used, after a
+// policy reload.
+func (g *Gateway) ForgetUpstreams() {
+	g.proxies.Clear()
+}
