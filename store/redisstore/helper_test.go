@@ -1,3 +1,185 @@
 package redisstore
 
-func helperMain() int { return 0 }
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// The exactness tests run the store in several OS processes at once: the
+// test binary runs itself again with helperEnv set, and TestMain hands
+// such a process to helperMain instead of the tests.
+const (
+	helperEnv      = "FLOODGATE_REDISSTORE_HELPER" // the scenario
+	helperURL      = "FLOODGATE_REDISSTORE_URL"
+	helperPrefix   = "FLOODGATE_REDISSTORE_PREFIX"
+	helperAttempts = "FLOODGATE_REDISSTORE_ATTEMPTS"
+	workers        = 50 // goroutines per process
+	users          = 4  // subjects of the per-user limit
+)
+
+// helperReport is what a helper process prints on stdout.
+type helperReport struct {
+	Allowed, Denied, Errors int64
+	PerUser                 [users]int64
+}
+
+// scenarioRules returns the rules of a scenario; every process compiles the
+// same rules, so they share their counters. The first rule is the one that
+// binds.
+func scenarioRules(name string) ([]*limiter.Rule, error) {
+	var ls []floodgate.Limit
+	switch name {
+	case "fixed":
+		ls = []floodgate.Limit{{Name: "ex_fixed", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour}}
+	case "tokenbucket":
+		// One unit an hour: nothing refills during the test.
+		ls = []floodgate.Limit{{Name: "ex_tb", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}}
+	case "three":
+		ls = []floodgate.Limit{
+			{Name: "ex_global", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour},
+			{Name: "ex_user", Algorithm: floodgate.FixedWindow, Max: 400, Window: time.Hour},
+			{Name: "ex_route", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 5000},
+		}
+	default:
+		return nil, fmt.Errorf("unknown scenario %q", name)
+	}
+	var rules []*limiter.Rule
+	for _, l := range ls {
+		r, err := limiter.NewRule(l, limiter.FailClosed, false)
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
+}
+
+// scenarioHits returns the hits of one request by worker w: per user, per
+// route and global for "three", one global key otherwise.
+func scenarioHits(rules []*limiter.Rule, w int) []limiter.Hit {
+	if len(rules) == 1 {
+		return []limiter.Hit{{Rule: rules[0], Key: "one", Cost: 1}}
+	}
+	return []limiter.Hit{
+		{Rule: rules[1], Key: "user" + strconv.Itoa(w%users), Cost: 1},
+		{Rule: rules[2], Key: "route:/orders", Cost: 1},
+		{Rule: rules[0], Key: "global", Cost: 1},
+	}
+}
+
+func helperMain() int {
+	rules, err := scenarioRules(os.Getenv(helperEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	attempts, _ := strconv.Atoi(os.Getenv(helperAttempts))
+	s, err := New(Options{URL: os.Getenv(helperURL), Prefix: os.Getenv(helperPrefix)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	defer s.Close()
+	var mu sync.Mutex
+	var rep helperReport
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hits := scenarioHits(rules, w)
+			out := make([]floodgate.Decision, len(hits))
+			var mine helperReport
+			for range attempts {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := s.Apply(ctx, limiter.Charge, hits, out)
+				cancel()
+				all := err == nil
+				for _, d := range out {
+					all = all && d.Allowed
+				}
+				switch {
+				case err != nil:
+					mine.Errors++
+				case all:
+					mine.Allowed++
+					mine.PerUser[w%users]++
+				default:
+					mine.Denied++
+				}
+			}
+			mu.Lock()
+			rep.Allowed += mine.Allowed
+			rep.Denied += mine.Denied
+			rep.Errors += mine.Errors
+			for i := range rep.PerUser {
+				rep.PerUser[i] += mine.PerUser[i]
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	s.Flush()
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		return 3
+	}
+	return 0
+}
+
+// runHelpers runs procs helper processes of a scenario against url and
+// returns their reports.
+func runHelpers(t *testing.T, procs int, scenario, url, prefix string, attempts int) []helperReport {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		rep helperReport
+		err error
+	}
+	results := make(chan result, procs)
+	for p := 0; p < procs; p++ {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, exe, "-test.run=^TestHelperProcess$")
+			cmd.Env = append(os.Environ(),
+				helperEnv+"="+scenario, helperURL+"="+url, helperPrefix+"="+prefix,
+				helperAttempts+"="+strconv.Itoa(attempts))
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				results <- result{err: fmt.Errorf("helper: %v: %s", err, stderr.String())}
+				return
+			}
+			var rep helperReport
+			if err := json.Unmarshal(out, &rep); err != nil {
+				results <- result{err: fmt.Errorf("helper output %q: %v", out, err)}
+				return
+			}
+			results <- result{rep: rep}
+		}()
+	}
+	var reps []helperReport
+	for p := 0; p < procs; p++ {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		reps = append(reps, r.rep)
+	}
+	return reps
+}

@@ -81,5 +81,3 @@ func TestMain(m *testing.M) {
 	redistest.StopShared()
 	os.Exit(code)
 }
-
-const helperEnv = "FLOODGATE_REDISSTORE_HELPER"
