@@ -1,0 +1,424 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/algo"
+)
+
+func init() {
+	register("simulate", "replay arrivals through one algorithm and show every decision", runSimulate)
+}
+
+const simulateUsage = `usage: floodgate simulate --algorithm NAME [limit flags] (--arrivals SPEC | --arrivals-file PATH) [--json]
+
+Replays a request pattern through one algorithm, exactly as the library
+decides it, and prints every decision and a summary.
+
+Algorithms and their flags:
+  token_bucket, gcra, leaky_bucket   --rate N --per DURATION --burst N
+  leaky_queue                        --rate N --per DURATION --burst Q [--delay D | --nodelay]
+  fixed_window, sliding_log,
+  sliding_window                     --limit N --window DURATION
+  concurrency                        --limit N [--hold DURATION] [--lease-ttl DURATION]
+  quota                              --limit N --period day|week|month --start RFC3339
+                                     [--time-zone ZONE] [--anchor-day N] [--offset N]
+
+Arrivals:
+  --arrivals 'AT[*COUNT][:COST],...'  AT is a Go duration (0.5s) or plain seconds (0.5):
+                                      '0s*12,0.5s*5' or '0:8,2:7,2:6'
+  --arrivals-file PATH                one 'SECONDS [COST]' per line ('-' reads stdin)
+Times are offsets from --start (default: the Unix epoch) and must not decrease.
+
+Flags:
+`
+
+// simulateConfig is what the flags of floodgate simulate describe.
+type simulateConfig struct {
+	limit        floodgate.Limit
+	start        int64
+	hold         time.Duration
+	arrivals     []arrival
+	json         bool
+	arrivalsSpec string
+	arrivalsFile string
+}
+
+func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseSimulateFlags(args, stdout)
+	if err != nil || cfg == nil {
+		return err
+	}
+	if cfg.arrivalsFile != "" {
+		var r io.Reader = os.Stdin
+		if cfg.arrivalsFile != "-" {
+			f, err := os.Open(cfg.arrivalsFile)
+			if err != nil {
+				return usagef("simulate: --arrivals-file: %v", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		if cfg.arrivals, err = readArrivals(r); err != nil {
+			return usagef("simulate: --arrivals-file %s: %v", cfg.arrivalsFile, err)
+		}
+	} else if cfg.arrivals, err = parseArrivals(cfg.arrivalsSpec); err != nil {
+		return usagef("simulate: --arrivals: %v", err)
+	}
+	res, err := simulate(cfg)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(stdout, 64*1024)
+	if cfg.json {
+		writeSimulationJSON(w, cfg, res)
+	} else {
+		writeSimulationTable(w, cfg, res)
+	}
+	return w.Flush()
+}
+
+// durationFlag accepts a Go duration or plain seconds.
+func durationFlag(fs *flag.FlagSet, p *time.Duration, name, usage string) {
+	fs.Func(name, usage, func(s string) error {
+		ns, err := parseOffset(strings.TrimSpace(s))
+		if err != nil {
+			return err
+		}
+		*p = time.Duration(ns)
+		return nil
+	})
+}
+
+// parseSimulateFlags turns the command line into a configuration. It
+// returns nil, nil after printing the help.
+func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error) {
+	cfg := &simulateConfig{}
+	l := &cfg.limit
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		algName, period, zone, start string
+		nodelay                      bool
+	)
+	l.Per = time.Second
+	fs.StringVar(&algName, "algorithm", "", "the algorithm (see above)")
+	fs.Int64Var(&l.Rate, "rate", 0, "units added (or drained) every --per")
+	durationFlag(fs, &l.Per, "per", "the rate's period (default 1s)")
+	fs.Int64Var(&l.Burst, "burst", 0, "bucket capacity; for leaky_queue the queue size")
+	fs.Int64Var(&l.Delay, "delay", 0, "leaky_queue: how many queued requests pass without waiting")
+	fs.BoolVar(&nodelay, "nodelay", false, "leaky_queue: every queued request passes at once")
+	fs.Int64Var(&l.Max, "limit", 0, "units per window, in flight or per period")
+	durationFlag(fs, &l.Window, "window", "the window of fixed_window, sliding_log, sliding_window")
+	durationFlag(fs, &cfg.hold, "hold", "concurrency: each admitted request is released this long after it arrives (default: never)")
+	durationFlag(fs, &l.LeaseTTL, "lease-ttl", "concurrency: a lease not released expires after this (default 1m)")
+	fs.StringVar(&period, "period", "", "quota: day, week or month")
+	fs.StringVar(&zone, "time-zone", "UTC", "quota: IANA time zone of the calendar")
+	fs.StringVar(&start, "start", "", "the instant of offset 0 (RFC 3339); required for quota")
+	fs.IntVar(&l.AnchorDay, "anchor-day", 0, "quota: the day a month starts on (1-31)")
+	fs.Int64Var(&l.Offset, "offset", 0, "quota: units taken from the period containing --start")
+	fs.StringVar(&cfg.arrivalsSpec, "arrivals", "", "arrivals 'AT[*COUNT][:COST],...'")
+	fs.StringVar(&cfg.arrivalsFile, "arrivals-file", "", "file with one 'SECONDS [COST]' per line")
+	fs.BoolVar(&cfg.json, "json", false, "print one JSON object instead of a table")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, simulateUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, nil
+		}
+		return nil, usagef("simulate: %v", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("simulate: unexpected argument %q", fs.Arg(0))
+	}
+	if algName == "" {
+		return nil, usagef("simulate: --algorithm is required (one of %s)", algorithmList())
+	}
+	alg, err := floodgate.ParseAlgorithm(algName)
+	if err != nil {
+		return nil, usagef("simulate: --algorithm: unknown algorithm %q (want one of %s)", algName, algorithmList())
+	}
+	l.Algorithm = alg
+	l.Name = alg.String()
+	if nodelay {
+		if l.Delay != 0 {
+			return nil, usagef("simulate: --delay and --nodelay exclude each other")
+		}
+		l.Delay = floodgate.NoDelay
+	}
+	if (cfg.arrivalsSpec == "") == (cfg.arrivalsFile == "") {
+		return nil, usagef("simulate: give exactly one of --arrivals and --arrivals-file")
+	}
+	if start != "" {
+		t, err := time.Parse(time.RFC3339Nano, start)
+		if err != nil {
+			return nil, usagef("simulate: --start %q is not an RFC 3339 time (like 2026-03-29T00:00:00+01:00)", start)
+		}
+		if t.Before(time.Unix(0, 0)) {
+			return nil, usagef("simulate: --start %q is before 1970", start)
+		}
+		cfg.start = t.UnixNano()
+		l.Start = t
+	}
+	if cfg.hold < 0 {
+		return nil, usagef("simulate: --hold must not be negative")
+	}
+	if cfg.hold > 0 && alg != floodgate.Concurrency {
+		return nil, usagef("simulate: --hold applies to the concurrency algorithm only")
+	}
+	if alg == floodgate.Quota {
+		if period == "" {
+			return nil, usagef("simulate: quota needs --period day, week or month")
+		}
+		if l.Period, err = floodgate.ParsePeriod(period); err != nil {
+			return nil, usagef("simulate: --period: %q is not day, week or month", period)
+		}
+		if l.Location, err = time.LoadLocation(zone); err != nil {
+			return nil, usagef("simulate: --time-zone: unknown time zone %q", zone)
+		}
+		if start == "" {
+			return nil, usagef("simulate: quota needs --start (RFC 3339), the instant arrival times count from")
+		}
+		l.Start = l.Start.In(l.Location)
+	}
+	if err := l.Validate(); err != nil {
+		return nil, usagef("simulate: %v", err)
+	}
+	return cfg, nil
+}
+
+func algorithmList() string {
+	names := make([]string, 0, 9)
+	for _, a := range floodgate.Algorithms() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+// simulation is the outcome of a replay.
+type simulation struct {
+	decisions []floodgate.Decision
+	never     []bool // the cost could never fit
+	allowed   int
+	delayed   int
+}
+
+// simulate replays the arrivals through the configured limit, starting from
+// a fresh key. For concurrency with a hold, each admitted request is
+// released hold after its arrival; releases due at or before an arrival
+// happen first.
+func simulate(cfg *simulateConfig) (*simulation, error) {
+	p, err := algo.Compile(&cfg.limit)
+	if err != nil {
+		return nil, usagef("simulate: %v", err)
+	}
+	res := &simulation{
+		decisions: make([]floodgate.Decision, len(cfg.arrivals)),
+		never:     make([]bool, len(cfg.arrivals)),
+	}
+	type release struct {
+		at    int64
+		lease uint64
+	}
+	var pending []release // in time order: arrivals are, and hold is constant
+	var s algo.State
+	for i, a := range cfg.arrivals {
+		now := cfg.start + a.at
+		if a.at > 0 && now < cfg.start {
+			return nil, fmt.Errorf("simulate: arrival %d: time overflows", i+1)
+		}
+		for len(pending) > 0 && pending[0].at <= now {
+			if err := p.Release(&s, pending[0].at, pending[0].lease); err != nil {
+				return nil, fmt.Errorf("simulate: release: %w", err)
+			}
+			pending = pending[1:]
+		}
+		lease := uint64(i + 1)
+		d, err := p.Decide(&s, algo.Request{Now: now, Cost: a.cost, Lease: lease})
+		switch {
+		case errors.Is(err, floodgate.ErrNeverFits):
+			res.never[i] = true
+		case err != nil:
+			return nil, fmt.Errorf("simulate: arrival %d at %ss: %w", i+1, formatSeconds(a.at), err)
+		}
+		res.decisions[i] = d
+		if d.Allowed {
+			res.allowed++
+			if d.Delay > 0 {
+				res.delayed++
+			}
+			if cfg.hold > 0 {
+				pending = append(pending, release{at: now + int64(cfg.hold), lease: lease})
+			}
+		}
+	}
+	return res, nil
+}
+
+// formatSeconds writes ns as exact decimal seconds: 0, 0.5, 1.000000001.
+func formatSeconds(ns int64) string {
+	return string(appendSeconds(nil, ns))
+}
+
+func appendSeconds(b []byte, ns int64) []byte {
+	if ns < 0 {
+		b = append(b, '-')
+		ns = -ns
+	}
+	b = strconv.AppendInt(b, ns/int64(time.Second), 10)
+	frac := ns % int64(time.Second)
+	if frac == 0 {
+		return b
+	}
+	var digits [10]byte
+	digits[0] = '.'
+	for i := 9; i >= 1; i-- {
+		digits[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	n := 10
+	for digits[n-1] == '0' {
+		n--
+	}
+	return append(b, digits[:n]...)
+}
+
+// describeLimit is the table's first line.
+func describeLimit(l *floodgate.Limit) string {
+	switch l.Algorithm {
+	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket:
+		return fmt.Sprintf("%s: %d per %s, burst %d", l.Algorithm, l.Rate, l.Per, l.Burst)
+	case floodgate.LeakyQueue:
+		delay := strconv.FormatInt(l.Delay, 10)
+		if l.Delay == floodgate.NoDelay {
+			delay = "nodelay"
+		}
+		return fmt.Sprintf("%s: %d per %s, queue %d, delay %s", l.Algorithm, l.Rate, l.Per, l.Burst, delay)
+	case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow:
+		return fmt.Sprintf("%s: %d per %s", l.Algorithm, l.Max, l.Window)
+	case floodgate.Concurrency:
+		return fmt.Sprintf("%s: %d in flight", l.Algorithm, l.Max)
+	case floodgate.Quota:
+		s := fmt.Sprintf("%s: %d per %s in %s from %s", l.Algorithm, l.Max, l.Period, l.Location, l.Start.Format(time.RFC3339))
+		if l.AnchorDay > 1 {
+			s += fmt.Sprintf(", months start on day %d", l.AnchorDay)
+		}
+		if l.Offset > 0 {
+			s += fmt.Sprintf(", offset %d", l.Offset)
+		}
+		return s
+	}
+	return l.Algorithm.String()
+}
+
+func writeSimulationTable(w *bufio.Writer, cfg *simulateConfig, res *simulation) {
+	queue := cfg.limit.Algorithm == floodgate.LeakyQueue
+	fmt.Fprintln(w, describeLimit(&cfg.limit))
+	fmt.Fprintf(w, "%12s %6s %8s %10s %12s", "time", "cost", "allowed", "remaining", "retry-after")
+	if queue {
+		fmt.Fprintf(w, " %10s", "delay")
+	}
+	w.WriteByte('\n')
+	var buf []byte
+	for i, a := range cfg.arrivals {
+		d := res.decisions[i]
+		verdict := "no"
+		switch {
+		case res.never[i]:
+			verdict = "never"
+		case d.Allowed:
+			verdict = "yes"
+		}
+		retry := "-"
+		if d.RetryAfter > 0 {
+			retry = formatSeconds(int64(d.RetryAfter)) + "s"
+		}
+		buf = buf[:0]
+		buf = appendPadded(buf, formatSeconds(a.at)+"s", 12)
+		buf = append(buf, ' ')
+		buf = appendPadded(buf, strconv.FormatInt(a.cost, 10), 6)
+		buf = append(buf, ' ')
+		buf = appendPadded(buf, verdict, 8)
+		buf = append(buf, ' ')
+		buf = appendPadded(buf, strconv.FormatInt(d.Remaining, 10), 10)
+		buf = append(buf, ' ')
+		buf = appendPadded(buf, retry, 12)
+		if queue {
+			delay := "-"
+			if d.Delay > 0 {
+				delay = formatSeconds(int64(d.Delay)) + "s"
+			}
+			buf = append(buf, ' ')
+			buf = appendPadded(buf, delay, 10)
+		}
+		buf = append(buf, '\n')
+		w.Write(buf)
+	}
+	fmt.Fprintf(w, "allowed %d of %d", res.allowed, len(cfg.arrivals))
+	if queue {
+		fmt.Fprintf(w, " (%d delayed)", res.delayed)
+	}
+	w.WriteByte('\n')
+}
+
+// appendPadded right-aligns s in width columns.
+func appendPadded(b []byte, s string, width int) []byte {
+	for n := len(s); n < width; n++ {
+		b = append(b, ' ')
+	}
+	return append(b, s...)
+}
+
+func writeSimulationJSON(w *bufio.Writer, cfg *simulateConfig, res *simulation) {
+	queue := cfg.limit.Algorithm == floodgate.LeakyQueue
+	b := make([]byte, 0, 256)
+	b = append(b, `{"allowed": `...)
+	b = strconv.AppendInt(b, int64(res.allowed), 10)
+	b = append(b, `, "denied": `...)
+	b = strconv.AppendInt(b, int64(len(cfg.arrivals)-res.allowed), 10)
+	b = append(b, `, "decisions": [`...)
+	w.Write(b)
+	for i, a := range cfg.arrivals {
+		d := res.decisions[i]
+		b = b[:0]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, "\n  {\"at\": "...)
+		b = appendSeconds(b, a.at)
+		b = append(b, `, "cost": `...)
+		b = strconv.AppendInt(b, a.cost, 10)
+		b = append(b, `, "allowed": `...)
+		b = strconv.AppendBool(b, d.Allowed)
+		b = append(b, `, "remaining": `...)
+		b = strconv.AppendInt(b, d.Remaining, 10)
+		b = append(b, `, "retry_after": `...)
+		b = appendSeconds(b, int64(d.RetryAfter))
+		b = append(b, `, "reset_after": `...)
+		b = appendSeconds(b, int64(d.ResetAfter))
+		if queue {
+			b = append(b, `, "delay": `...)
+			b = appendSeconds(b, int64(d.Delay))
+		}
+		if res.never[i] {
+			b = append(b, `, "never_fits": true`...)
+		}
+		b = append(b, '}')
+		w.Write(b)
+	}
+	if len(cfg.arrivals) > 0 {
+		w.WriteByte('\n')
+	}
+	w.WriteString("]}\n")
+}

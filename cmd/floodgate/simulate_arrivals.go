@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// arrival is one request of a simulated trace: an offset from the start of
+// the simulation and a cost.
+type arrival struct {
+	at   int64 // ns after the start
+	cost int64
+}
+
+// maxArrivals bounds a trace, so that a typo like *1e12 fails cleanly
+// instead of exhausting memory.
+const maxArrivals = 10_000_000
+
+// parseArrivals parses 'AT[*COUNT][:COST],...': AT is a Go duration (0.5s,
+// 100ms) or plain seconds (0.5), COUNT repeats the arrival (default 1), COST
+// is its cost (default 1). Times must not decrease.
+func parseArrivals(spec string) ([]arrival, error) {
+	var out []arrival
+	last := int64(-1)
+	for i, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, fmt.Errorf("arrival %d is empty", i+1)
+		}
+		atS, costS, hasCost := strings.Cut(item, ":")
+		atS, countS, hasCount := strings.Cut(atS, "*")
+		at, err := parseOffset(strings.TrimSpace(atS))
+		if err != nil {
+			return nil, fmt.Errorf("arrival %d (%q): %w", i+1, item, err)
+		}
+		count, cost := int64(1), int64(1)
+		if hasCount {
+			if count, err = strconv.ParseInt(strings.TrimSpace(countS), 10, 64); err != nil || count < 1 {
+				return nil, fmt.Errorf("arrival %d (%q): count must be a whole number ≥ 1", i+1, item)
+			}
+		}
+		if hasCost {
+			if cost, err = strconv.ParseInt(strings.TrimSpace(costS), 10, 64); err != nil || cost < 1 {
+				return nil, fmt.Errorf("arrival %d (%q): cost must be a whole number ≥ 1", i+1, item)
+			}
+		}
+		if at < last {
+			return nil, fmt.Errorf("arrival %d (%q): times must not decrease", i+1, item)
+		}
+		last = at
+		if count > maxArrivals-int64(len(out)) {
+			return nil, fmt.Errorf("more than %d arrivals", maxArrivals)
+		}
+		for range count {
+			out = append(out, arrival{at: at, cost: cost})
+		}
+	}
+	return out, nil
+}
+
+// parseOffset reads a non-negative offset: a Go duration or plain seconds.
+func parseOffset(s string) (int64, error) {
+	if s == "" {
+		return 0, errors.New("missing time")
+	}
+	if ns, err := parseSeconds([]byte(s)); err == nil {
+		return ns, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("time %q is neither seconds nor a Go duration", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("time %q is negative", s)
+	}
+	return int64(d), nil
+}
+
+var errSeconds = errors.New("not a number of seconds")
+
+// parseSeconds reads plain decimal seconds ("12", "0.5", "3.000000001") as
+// exact nanoseconds, without going through a float. At most nine decimals.
+func parseSeconds(b []byte) (int64, error) {
+	if len(b) == 0 {
+		return 0, errSeconds
+	}
+	var whole, frac int64
+	i := 0
+	digits := 0
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		if whole > (math.MaxInt64/int64(time.Second)-9)/10 {
+			return 0, errors.New("seconds out of range")
+		}
+		whole = whole*10 + int64(b[i]-'0')
+		digits++
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		scale := int64(time.Second)
+		for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+			if scale == 1 {
+				return 0, errors.New("more than nine decimals (below a nanosecond)")
+			}
+			scale /= 10
+			frac += int64(b[i]-'0') * scale
+			digits++
+		}
+	}
+	if i != len(b) || digits == 0 {
+		return 0, errSeconds
+	}
+	return whole*int64(time.Second) + frac, nil
+}
+
+// readArrivals reads a trace file: one 'SECONDS [COST]' per line; blank
+// lines and lines starting with # are skipped. Times must not decrease.
+func readArrivals(r io.Reader) ([]arrival, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	out := make([]arrival, 0, 1024)
+	last := int64(-1)
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 || b[0] == '#' {
+			continue
+		}
+		atB, costB := b, []byte(nil)
+		if j := bytes.IndexAny(b, " \t"); j >= 0 {
+			atB, costB = b[:j], bytes.TrimSpace(b[j+1:])
+		}
+		at, err := parseSeconds(atB)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %q: %w", line, b, err)
+		}
+		cost := int64(1)
+		if len(costB) > 0 {
+			if cost, err = parseInt(costB); err != nil || cost < 1 {
+				return nil, fmt.Errorf("line %d: cost %q must be a whole number ≥ 1", line, costB)
+			}
+		}
+		if at < last {
+			return nil, fmt.Errorf("line %d: times must not decrease", line)
+		}
+		last = at
+		if len(out) >= maxArrivals {
+			return nil, fmt.Errorf("line %d: more than %d arrivals", line, maxArrivals)
+		}
+		out = append(out, arrival{at: at, cost: cost})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// parseInt reads a decimal integer, optionally negative, without
+// allocating.
+func parseInt(b []byte) (int64, error) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, errors.New("not a whole number in range")
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, errors.New("not a whole number")
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, nil
+}
