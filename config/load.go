@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -35,7 +36,19 @@ func Parse(name string, data []byte) (*File, error) {
 	return parse(name, data, filepath.Dir(name))
 }
 
-var yamlLine = regexp.MustCompile(`line (\d+)`)
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// syntaxError turns a YAML parser error into a problem. The parser reports
+// the line of the block in which it failed.
+func syntaxError(name string, err error) Errors {
+	e := &Error{File: name, Msg: "YAML syntax: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		e.Line, _ = strconv.Atoi(m[1])
+		e.Column = 1
+		e.Msg = "YAML syntax (in the block starting here): " + strings.TrimPrefix(err.Error(), m[0])
+	}
+	return Errors{e}
+}
 
 func parse(name string, data []byte, dir string) (*File, error) {
 	if len(data) > MaxFileSize {
@@ -47,23 +60,13 @@ func parse(name string, data []byte, dir string) (*File, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, Errors{{File: name, Msg: "the file is empty"}}
 		}
-		e := &Error{File: name, Msg: err.Error()}
-		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-			e.Line, _ = strconv.Atoi(m[1])
-			e.Column = 1
-		}
-		return nil, Errors{e}
+		return nil, syntaxError(name, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		return nil, Errors{{File: name, Line: extra.Line, Column: extra.Column, Msg: "more than one YAML document; write one"}}
 	} else if !errors.Is(err, io.EOF) {
-		e := &Error{File: name, Msg: err.Error()}
-		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-			e.Line, _ = strconv.Atoi(m[1])
-			e.Column = 1
-		}
-		return nil, Errors{e}
+		return nil, syntaxError(name, err)
 	}
 	root := resolve(&doc)
 	if root == nil || isNull(root) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -51,7 +52,14 @@ type validator struct {
 	errs Errors
 }
 
+// errorf records a problem at field, unless one is already recorded there
+// (a bad duration need not also be reported as a missing one).
 func (v *validator) errorf(field, format string, args ...any) {
+	for _, e := range v.errs {
+		if e.Field == field {
+			return
+		}
+	}
 	p := v.f.Position(field)
 	v.errs = append(v.errs, &Error{File: v.f.Path, Line: p.Line, Column: p.Column, Field: field,
 		Msg: fmt.Sprintf(format, args...)})
@@ -284,6 +292,9 @@ func (v *validator) jwt(j *JWT) {
 		field = p + ".jwks_file"
 	}
 	if !ok {
+		if _, err := os.Stat(j.KeyPath + j.JWKSPath); err != nil {
+			v.errorf(field, "%v", err)
+		}
 		return
 	}
 	if _, err := identity.NewVerifier(j.Options()); err != nil {
@@ -519,11 +530,11 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 			return floodgate.Limit{}
 		}
 		l.Algorithm = a
-	case p.Rate != 0:
+	case p.Rate != 0 || v.written(field("rate")):
 		l.Algorithm = floodgate.TokenBucket
-	case p.Period != "":
+	case p.Period != "" || v.written(field("period")):
 		l.Algorithm = floodgate.Quota
-	case p.Window != 0:
+	case p.Window != 0 || v.written(field("window")):
 		l.Algorithm = floodgate.SlidingWindow
 	default:
 		v.errorf(path, "algorithm is required (or give rate, window or period)")
@@ -569,7 +580,7 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 					fail("delay", `delay must be "nodelay" or at least 0, got %d`, l.Delay)
 				}
 			}
-		} else if p.Burst < 1 {
+		} else if p.Burst < 1 && (p.Rate >= 1 || v.written(field("burst"))) {
 			fail("burst", "burst must be at least 1, got %d", p.Burst)
 		}
 		if !bad && l.Capacity() < cost {
