@@ -1,0 +1,109 @@
+package gateway
+
+import (
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// loadSchool compiles examples/school.yaml, the seeds' school office.
+func loadSchool(t testing.TB) *policy.Policy {
+	t.Helper()
+	f, err := config.Load("../examples/school.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSchoolExampleVerify reproduces lesson 07's "Verify" with the bundled
+// examples/school.yaml, through the reverse proxy to a real upstream on
+// loopback, with the memory store on a clock the test moves.
+func TestSchoolExampleVerify(t *testing.T) {
+	up := newUpstream(t, nil)
+	upURL, _ := url.Parse(up.URL)
+	clock := newTestClock() // 10:00 UTC, 15:30 in Kolkata
+	store := newMemStore(t, clock.Now)
+	pm, err := NewPolicyMatcher(Fixed(loadSchool(t)), PolicyMatcherOptions{Upstream: upURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: store, Headers: HeaderOptions{Legacy: true, LimitName: "Floodgate-Limit"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(g)
+	defer front.Close()
+	c := front.Client()
+	burst := func(n int, path string, hdr map[string]string) []answer {
+		out := make([]answer, n)
+		for i := range out {
+			out[i] = do(t, c, "GET", front.URL+path, hdr)
+		}
+		return out
+	}
+
+	// Stage dev: 8 requests in the same instant, then one second later.
+	as := burst(8, "/students/9", nil)
+	if got, want := statuses(as), []int{200, 200, 200, 200, 200, 429, 429, 429}; !slices.Equal(got, want) {
+		t.Fatalf("same instant: %v, want %v", got, want)
+	}
+	for _, a := range as[5:] {
+		checkFields(t, a, "stage.dev", 0, 1, 1)
+		if a.header.Get("X-RateLimit-Limit") != "5" || a.header.Get("X-RateLimit-Remaining") != "0" || a.header.Get("X-RateLimit-Reset") != "1" {
+			t.Errorf("legacy fields %v", a.header)
+		}
+		if strings.Contains(a.header.Get("RateLimit"), "per-ip-burst-trial") {
+			t.Errorf("a shadow limit appears in RateLimit: %s", a.header.Get("RateLimit"))
+		}
+	}
+	clock.Advance(time.Second)
+	as = burst(6, "/students/9", nil)
+	if got, want := statuses(as), []int{200, 200, 200, 200, 200, 429}; !slices.Equal(got, want) {
+		t.Fatalf("one second later: %v, want %v", got, want)
+	}
+
+	// partner-basic: 200 200 429 429.
+	clock.Advance(time.Second)
+	as = burst(4, "/partner/students/9", map[string]string{"x-api-key": "key-partner-1"})
+	if got, want := statuses(as), []int{200, 200, 429, 429}; !slices.Equal(got, want) {
+		t.Fatalf("partner-basic: %v, want %v", got, want)
+	}
+	for _, a := range as[2:] {
+		checkFields(t, a, "partner-basic.rate", 0, 1, 1)
+	}
+
+	// Unknown key → 403.
+	a := do(t, c, "GET", front.URL+"/partner/students/9", map[string]string{"x-api-key": "key-unknown"})
+	if a.status != 403 || strings.TrimSpace(a.body) != `{"message":"Forbidden"}` {
+		t.Errorf("unknown key: %d %q", a.status, a.body)
+	}
+
+	// Trial quota of 3: 200 200 200 429 429 with Limit Exceeded; the quota
+	// comes back at midnight in Kolkata, 8 h 30 min after 15:30 less the
+	// 2 s the test moved the clock.
+	as = burst(5, "/partner/students/9", map[string]string{"x-api-key": "key-trial"})
+	if got, want := statuses(as), []int{200, 200, 200, 429, 429}; !slices.Equal(got, want) {
+		t.Fatalf("trial quota: %v, want %v", got, want)
+	}
+	const untilMidnight = 8*3600 + 30*60 - 2
+	for _, a := range as[3:] {
+		if strings.TrimSpace(a.body) != `{"message":"Limit Exceeded"}` {
+			t.Errorf("quota body %q", a.body)
+		}
+		checkFields(t, a, "trial.quota", 0, untilMidnight, untilMidnight)
+	}
+	if got := up.served.Load(); got != 5+5+2+3 {
+		t.Errorf("upstream served %d, want 15", got)
+	}
+}
