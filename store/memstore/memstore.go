@@ -454,3 +454,7 @@ func (s *Store) Stats() Stats {
 	}
 	return st
 }
+
+// InProcess reports true: the store answers from memory and never waits on
+// I/O, so the engine calls it without a deadline (limiter.InProcess).
+func (s *Store) InProcess() bool { return true }

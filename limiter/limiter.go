@@ -1,0 +1,406 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultTimeout          = 5 * time.Millisecond
+	DefaultClosedRetryAfter = time.Second
+)
+
+// Options configure a Limiter. The zero value calls the store with a 5 ms
+// deadline, assumes one instance, opens the breaker after 5 consecutive
+// failures and probes every 500 ms.
+type Options struct {
+	// Timeout is the deadline of each store call (0: DefaultTimeout;
+	// negative: only the caller's context bounds it). Stores that answer
+	// from memory (see InProcess) are called without one.
+	Timeout time.Duration
+	// Instances is the number of instances that share the store; FailLocal
+	// limits are the global ones divided by it (0: 1).
+	Instances int
+	// InstancesFunc, when set, returns the number of instances as learned
+	// at run time (from a membership list, a service registry ...). A
+	// result of at least 1 overrides Instances. It is called only while
+	// deciding by the FailLocal policy and must be cheap and safe for
+	// concurrent use.
+	InstancesFunc func() int
+	// Local is the store FailLocal limits use while the store fails,
+	// normally a memstore. Without one, FailLocal hits fail open.
+	Local Store
+	// ClosedRetryAfter is the RetryAfter of a denial by FailClosed
+	// (0: DefaultClosedRetryAfter).
+	ClosedRetryAfter time.Duration
+	// Breaker configures the circuit breaker.
+	Breaker BreakerOptions
+	// Observer, when set, is told about every decision.
+	Observer Observer
+	// Logger receives breaker transitions and fallback problems (default:
+	// discard).
+	Logger *slog.Logger
+}
+
+// InProcess is implemented by stores that answer from this process's
+// memory and never wait on I/O. The engine calls them without a deadline of
+// its own, which saves setting up a timer per call.
+type InProcess interface {
+	InProcess() bool
+}
+
+// HitFlags describe how one hit's decision came about.
+type HitFlags uint8
+
+// Hit flags.
+const (
+	// ShadowDenied marks a shadow hit that denied: counted, not enforced.
+	ShadowDenied HitFlags = 1 << iota
+	// Degraded marks a hit decided by its failure policy, because the
+	// store failed, timed out or its breaker was open.
+	Degraded
+)
+
+// Result is the answer to one request's hits.
+type Result struct {
+	// Allowed reports whether every non-shadow hit allowed.
+	Allowed bool
+	// Binding is the index of the hit that decides the answer: the first
+	// (most specific) non-shadow hit that denied, or when allowed the
+	// non-shadow hit with the fewest units remaining (the first of equals),
+	// for the response headers. It is -1 when there are no hits.
+	Binding int
+	// RetryAfter is the largest RetryAfter among the non-shadow denials.
+	RetryAfter time.Duration
+	// Delay is, when allowed, the longest Delay among the non-shadow hits
+	// (leaky queues): how long to hold the request before passing it on.
+	Delay time.Duration
+	// Decisions holds one decision per hit, in the hits' order. On a
+	// denial the hits that allowed report their state as peeked (nothing
+	// was charged).
+	Decisions []floodgate.Decision
+	// Flags holds one HitFlags per hit.
+	Flags []HitFlags
+	// Degraded reports that some hit was decided by its failure policy.
+	Degraded bool
+	// ShadowDenied reports that some shadow hit denied.
+	ShadowDenied bool
+}
+
+// reset sizes r for n hits, reusing its slices.
+func (r *Result) reset(n int) {
+	decisions, flags := r.Decisions, r.Flags
+	if cap(decisions) < n {
+		decisions = make([]floodgate.Decision, n)
+		flags = make([]HitFlags, n)
+	}
+	if cap(flags) < n {
+		flags = make([]HitFlags, n)
+	}
+	decisions, flags = decisions[:n], flags[:n]
+	clear(decisions)
+	clear(flags)
+	*r = Result{Binding: -1, Decisions: decisions, Flags: flags}
+}
+
+// Limiter is the engine: it checks and charges the hits of one request
+// against a Store, all or nothing, and falls back to each rule's failure
+// policy when the store cannot answer in time. It is safe for concurrent
+// use.
+type Limiter struct {
+	store      Store
+	inProcess  bool
+	timeout    time.Duration
+	closedWait time.Duration
+	opts       Options
+	log        *slog.Logger
+	breaker    breaker
+
+	local     sync.Map // *Rule → *localRule
+	localSize atomic.Int64
+
+	scratch sync.Pool // *scratch
+
+	degraded      atomic.Uint64
+	storeFailures atomic.Uint64
+}
+
+// New returns a limiter over store.
+func New(store Store, opts Options) *Limiter {
+	l := &Limiter{store: store, opts: opts, timeout: opts.Timeout, closedWait: opts.ClosedRetryAfter, log: opts.Logger}
+	if ip, ok := store.(InProcess); ok && ip.InProcess() {
+		l.inProcess = true
+	}
+	if l.timeout == 0 {
+		l.timeout = DefaultTimeout
+	}
+	if l.closedWait <= 0 {
+		l.closedWait = DefaultClosedRetryAfter
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	l.breaker.init(opts.Breaker, l.log)
+	l.scratch.New = func() any { return new(scratch) }
+	return l
+}
+
+// Check checks every hit and charges all of them only if every non-shadow
+// hit allows. Hits come most specific first.
+//
+// For a concurrency hit whose Lease is 0, Check picks a random non-zero
+// lease and writes it into hits[i].Lease, so that the caller can hand the
+// same hits to Release when the request is done.
+//
+// A cost below 1 is floodgate.ErrInvalidCost and a cost above a rule's
+// capacity floodgate.ErrNeverFits (such a request can never pass; there is
+// no RetryAfter). A failing store is not an error: its hits are decided by
+// their failure policies and flagged Degraded.
+func (l *Limiter) Check(ctx context.Context, hits []Hit) (Result, error) {
+	var r Result
+	err := l.CheckInto(ctx, hits, &r)
+	return r, err
+}
+
+// CheckInto is Check writing into r, whose slices it reuses: with a
+// reused Result and a store that allocates nothing, a check allocates
+// nothing.
+func (l *Limiter) CheckInto(ctx context.Context, hits []Hit, r *Result) error {
+	return l.run(ctx, Charge, hits, r)
+}
+
+// Peek answers like Check but charges nothing.
+func (l *Limiter) Peek(ctx context.Context, hits []Hit) (Result, error) {
+	var r Result
+	err := l.PeekInto(ctx, hits, &r)
+	return r, err
+}
+
+// PeekInto is Peek writing into r, whose slices it reuses.
+func (l *Limiter) PeekInto(ctx context.Context, hits []Hit, r *Result) error {
+	return l.run(ctx, Peek, hits, r)
+}
+
+// Release ends the concurrency leases of hits (as filled in by Check);
+// other hits are ignored. Releasing is idempotent. FailLocal leases are
+// released in the local store as well, where they were taken while the
+// store failed. An error means the store could not be told; the lease then
+// ends when it expires.
+func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
+	for i := range hits {
+		if hits[i].Rule == nil {
+			return fmt.Errorf("limiter: hit %d has no rule", i)
+		}
+	}
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	out := sc.outFor(len(hits))
+	var err error
+	if call, probe := l.breaker.allow(); call {
+		err = l.callStore(ctx, Release, hits, out)
+		if err == nil {
+			l.breaker.success(probe)
+		} else {
+			l.storeFailures.Add(1)
+			l.breaker.failure(probe)
+			err = fmt.Errorf("limiter: release: %w", err)
+		}
+	} else {
+		err = fmt.Errorf("limiter: release: %w", ErrBreakerOpen)
+	}
+	if l.opts.Local != nil {
+		lh := sc.localHits[:0]
+		for i := range hits {
+			if hits[i].Rule.OnFailure != FailLocal || hits[i].Lease == 0 {
+				continue
+			}
+			if lr := l.localRule(hits[i].Rule); lr != nil {
+				lh = append(lh, Hit{Rule: lr, Key: hits[i].Key, Cost: hits[i].Cost, Lease: hits[i].Lease})
+			}
+		}
+		if len(lh) > 0 {
+			if lerr := l.opts.Local.Apply(ctx, Release, lh, sc.localOutFor(len(lh))); lerr != nil {
+				l.log.Warn("limiter: local release failed", "err", lerr)
+			}
+		}
+		clear(lh) // drop the rule pointers
+		sc.localHits = lh[:0]
+	}
+	return err
+}
+
+// ErrBreakerOpen reports a store call skipped because the circuit breaker
+// is open.
+var ErrBreakerOpen = errors.New("limiter: circuit breaker open")
+
+// newLease returns a random non-zero lease ID.
+func newLease() uint64 {
+	for {
+		if v := rand.Uint64(); v != 0 {
+			return v
+		}
+	}
+}
+
+// run decides hits with op (Charge or Peek) into r.
+func (l *Limiter) run(ctx context.Context, op Op, hits []Hit, r *Result) error {
+	r.reset(len(hits))
+	for i := range hits {
+		h := &hits[i]
+		if h.Rule == nil {
+			return fmt.Errorf("limiter: hit %d has no rule", i)
+		}
+		if h.Cost < 1 {
+			return fmt.Errorf("limiter: %s: cost %d: %w", h.Rule.ID, h.Cost, floodgate.ErrInvalidCost)
+		}
+		if c := h.Rule.Params.Capacity(); h.Cost > c {
+			return fmt.Errorf("limiter: %s: cost %d above capacity %d: %w", h.Rule.ID, h.Cost, c, floodgate.ErrNeverFits)
+		}
+		if op == Charge && h.Lease == 0 && h.Rule.Limit.Algorithm == floodgate.Concurrency {
+			h.Lease = newLease()
+		}
+	}
+	if len(hits) == 0 {
+		r.Allowed = true
+		return nil
+	}
+	var latency time.Duration
+	degraded := true
+	if call, probe := l.breaker.allow(); call {
+		var start time.Time
+		if l.opts.Observer != nil {
+			start = time.Now()
+		}
+		err := l.callStore(ctx, op, hits, r.Decisions)
+		if l.opts.Observer != nil {
+			latency = time.Since(start)
+		}
+		switch {
+		case err == nil:
+			l.breaker.success(probe)
+			degraded = false
+		case isCallerError(err):
+			l.breaker.release(probe)
+			return fmt.Errorf("limiter: %w", err)
+		case ctx.Err() != nil:
+			// The caller gave up; that says nothing about the store.
+			l.breaker.release(probe)
+			return fmt.Errorf("limiter: %w", ctx.Err())
+		default:
+			l.storeFailures.Add(1)
+			l.breaker.failure(probe)
+		}
+	}
+	if degraded {
+		l.decideByPolicy(ctx, op, hits, r)
+	}
+	l.summarize(hits, r)
+	if o := l.opts.Observer; o != nil {
+		for i := range hits {
+			o.ObserveDecision(Event{
+				Op:           op,
+				Rule:         hits[i].Rule,
+				Key:          hits[i].Key,
+				Decision:     r.Decisions[i],
+				Degraded:     r.Flags[i]&Degraded != 0,
+				Shadow:       hits[i].Rule.Shadow,
+				StoreLatency: latency,
+			})
+		}
+	}
+	return nil
+}
+
+// callStore calls the store with the engine's deadline.
+func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) error {
+	if l.inProcess || l.timeout < 0 {
+		return l.store.Apply(ctx, op, hits, out)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	err := l.store.Apply(cctx, op, hits, out)
+	cancel()
+	return err
+}
+
+// isCallerError reports errors that are the request's fault, not the
+// store's: retrying elsewhere would give the same answer.
+func isCallerError(err error) bool {
+	return errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrNeverFits) ||
+		errors.Is(err, floodgate.ErrInvalidLimit)
+}
+
+// summarize fills in r's verdict from its decisions.
+func (l *Limiter) summarize(hits []Hit, r *Result) {
+	r.Allowed = true
+	least, leastShadow := -1, -1
+	for i := range hits {
+		d := &r.Decisions[i]
+		if hits[i].Rule.Shadow {
+			if !d.Allowed {
+				r.Flags[i] |= ShadowDenied
+				r.ShadowDenied = true
+			}
+			if leastShadow < 0 || d.Remaining < r.Decisions[leastShadow].Remaining {
+				leastShadow = i
+			}
+			continue
+		}
+		if !d.Allowed {
+			if r.Allowed {
+				r.Allowed = false
+				r.Binding = i
+			}
+			r.RetryAfter = max(r.RetryAfter, d.RetryAfter)
+			continue
+		}
+		r.Delay = max(r.Delay, d.Delay)
+		if least < 0 || d.Remaining < r.Decisions[least].Remaining {
+			least = i
+		}
+	}
+	for i := range hits {
+		if r.Flags[i]&Degraded != 0 {
+			r.Degraded = true
+		}
+	}
+	if !r.Allowed {
+		r.Delay = 0
+		return
+	}
+	if least >= 0 {
+		r.Binding = least
+	} else {
+		r.Binding = leastShadow
+	}
+}
+
+// Stats are a Limiter's counters.
+type Stats struct {
+	// Degraded counts hits decided by their failure policy.
+	Degraded uint64
+	// StoreFailures counts store calls that failed or timed out.
+	StoreFailures uint64
+	// BreakerOpen reports whether the breaker is open now.
+	BreakerOpen bool
+	// BreakerOpens counts how often the breaker opened.
+	BreakerOpens uint64
+}
+
+// Stats returns the limiter's counters.
+func (l *Limiter) Stats() Stats {
+	return Stats{
+		Degraded:      l.degraded.Load(),
+		StoreFailures: l.storeFailures.Load(),
+		BreakerOpen:   l.breaker.open.Load(),
+		BreakerOpens:  l.breaker.opens.Load(),
+	}
+}

@@ -1,0 +1,445 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+const hour = time.Hour
+
+func newMem(t testing.TB) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newRule(t testing.TB, l floodgate.Limit, onFailure limiter.FailurePolicy) *limiter.Rule {
+	t.Helper()
+	r, err := limiter.NewRule(l, onFailure, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func window(t testing.TB, name string, max int64, onFailure limiter.FailurePolicy) *limiter.Rule {
+	return newRule(t, floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: max, Window: 1000 * hour}, onFailure)
+}
+
+func bucket(t testing.TB, name string, burst int64, onFailure limiter.FailurePolicy) *limiter.Rule {
+	return newRule(t, floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: burst}, onFailure)
+}
+
+// testStore wraps a real store and can be told to fail or to block until
+// the call's context is done. It counts the calls that reach it.
+type testStore struct {
+	inner    limiter.Store
+	fail     atomic.Bool
+	block    atomic.Bool
+	calls    atomic.Int64
+	deadline atomic.Int64  // time left until the deadline at the last call, ns (-1: none)
+	gate     chan struct{} // when set, calls wait for it (or ctx) first
+}
+
+var errDown = errors.New("store down")
+
+func (s *testStore) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+	s.calls.Add(1)
+	if d, ok := ctx.Deadline(); ok {
+		s.deadline.Store(int64(time.Until(d)))
+	} else {
+		s.deadline.Store(-1)
+	}
+	if s.gate != nil {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if s.block.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if s.fail.Load() {
+		return errDown
+	}
+	return s.inner.Apply(ctx, op, hits, out)
+}
+
+func check(t testing.TB, l *limiter.Limiter, hits ...limiter.Hit) limiter.Result {
+	t.Helper()
+	r, err := l.Check(context.Background(), hits)
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	return r
+}
+
+func TestAllOrNothingAndBinding(t *testing.T) {
+	l := limiter.New(newMem(t), limiter.Options{})
+	user := window(t, "user", 10, limiter.FailOpen)
+	route := bucket(t, "route", 2, limiter.FailOpen)
+	global := window(t, "global", 3, limiter.FailOpen)
+	hits := []limiter.Hit{{Rule: user, Key: "u1", Cost: 1}, {Rule: route, Key: "r1", Cost: 1}, {Rule: global, Key: "g", Cost: 1}}
+
+	r := check(t, l, hits...)
+	if !r.Allowed || r.Binding != 1 || r.Decisions[1].Remaining != 1 {
+		t.Fatalf("first: %+v, want allowed, binding 1 (the fewest remaining)", r)
+	}
+	check(t, l, hits...)
+	// The route bucket is empty (retry in about an hour); the global
+	// window has 1 left.
+	r = check(t, l, hits...)
+	if r.Allowed || r.Binding != 1 || r.RetryAfter < hour-time.Minute || r.RetryAfter > hour {
+		t.Fatalf("third: %+v, want denied by the route with a retry of about an hour", r)
+	}
+	for i, want := range []int64{7, 0, 0} {
+		if r.Decisions[i].Remaining != want {
+			t.Fatalf("third: hit %d remaining %d, want %d (nothing charged)", i, r.Decisions[i].Remaining, want)
+		}
+	}
+	// Nothing was charged: the user still has 8 and the global limit 1.
+	p, err := l.Peek(context.Background(), hits[:1])
+	if err != nil || p.Decisions[0].Remaining != 7 {
+		t.Fatalf("peek user: %+v, %v; want 7 remaining after a peeked unit", p, err)
+	}
+	other := []limiter.Hit{{Rule: user, Key: "u2", Cost: 1}, {Rule: global, Key: "g", Cost: 1}}
+	if r := check(t, l, other...); !r.Allowed || r.Decisions[1].Remaining != 0 {
+		t.Fatalf("global's last unit: %+v", r)
+	}
+	// Two denials: the most specific binds, the longest wait is reported.
+	r = check(t, l, hits...)
+	if r.Allowed || r.Binding != 1 {
+		t.Fatalf("two denials: %+v, want binding 1", r)
+	}
+	if gw := r.Decisions[2].RetryAfter; gw <= r.Decisions[1].RetryAfter || r.RetryAfter != gw {
+		t.Fatalf("two denials: retry %v, want the longer one %v", r.RetryAfter, gw)
+	}
+}
+
+func TestCostErrors(t *testing.T) {
+	ts := &testStore{inner: newMem(t)}
+	l := limiter.New(ts, limiter.Options{})
+	r := window(t, "w", 5, limiter.FailOpen)
+	if _, err := l.Check(context.Background(), []limiter.Hit{{Rule: r, Key: "k", Cost: 6}}); !errors.Is(err, floodgate.ErrNeverFits) {
+		t.Fatalf("cost above capacity: %v, want ErrNeverFits", err)
+	}
+	if _, err := l.Check(context.Background(), []limiter.Hit{{Rule: r, Key: "k", Cost: 0}}); !errors.Is(err, floodgate.ErrInvalidCost) {
+		t.Fatalf("cost 0: %v, want ErrInvalidCost", err)
+	}
+	if _, err := l.Check(context.Background(), []limiter.Hit{{Key: "k", Cost: 1}}); err == nil {
+		t.Fatal("hit without a rule: no error")
+	}
+	if n := ts.calls.Load(); n != 0 {
+		t.Fatalf("store called %d times for invalid requests", n)
+	}
+	if r, err := l.Check(context.Background(), nil); err != nil || !r.Allowed || r.Binding != -1 {
+		t.Fatalf("no hits: %+v, %v; want allowed, binding -1", r, err)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	l := limiter.New(newMem(t), limiter.Options{})
+	sh := window(t, "shadow", 1, limiter.FailOpen)
+	sh.Shadow = true
+	en := window(t, "enforced", 5, limiter.FailOpen)
+	hits := []limiter.Hit{{Rule: sh, Key: "k", Cost: 1}, {Rule: en, Key: "k", Cost: 1}}
+	check(t, l, hits...)
+	r := check(t, l, hits...)
+	if !r.Allowed || !r.ShadowDenied || r.Flags[0] != limiter.ShadowDenied || r.Binding != 1 {
+		t.Fatalf("%+v, want allowed with the shadow hit denied and binding 1", r)
+	}
+}
+
+func TestConcurrencyLeases(t *testing.T) {
+	l := limiter.New(newMem(t), limiter.Options{})
+	c := newRule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: hour}, limiter.FailOpen)
+	a := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
+	b := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
+	check(t, l, a...)
+	check(t, l, b...)
+	if a[0].Lease == 0 || b[0].Lease == 0 || a[0].Lease == b[0].Lease {
+		t.Fatalf("leases %d and %d, want two distinct non-zero ones", a[0].Lease, b[0].Lease)
+	}
+	third := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
+	if r := check(t, l, third...); r.Allowed {
+		t.Fatalf("third while two are held: %+v", r)
+	}
+	if err := l.Release(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	third[0].Lease = 0
+	if r := check(t, l, third...); !r.Allowed {
+		t.Fatalf("after a release: %+v", r)
+	}
+}
+
+func TestFailurePolicies(t *testing.T) {
+	ts := &testStore{inner: newMem(t)}
+	ts.fail.Store(true)
+	local := newMem(t)
+	l := limiter.New(ts, limiter.Options{Local: local, Instances: 4, Breaker: limiter.BreakerOptions{Failures: -1}})
+	open := window(t, "open", 100, limiter.FailOpen)
+	closed := window(t, "closed", 100, limiter.FailClosed)
+	loc := bucket(t, "local", 8, limiter.FailLocal) // 2 per instance
+
+	r := check(t, l, limiter.Hit{Rule: open, Key: "k", Cost: 1})
+	if !r.Allowed || !r.Degraded || r.Flags[0] != limiter.Degraded {
+		t.Fatalf("fail open: %+v", r)
+	}
+	r = check(t, l, limiter.Hit{Rule: closed, Key: "k", Cost: 1})
+	if r.Allowed || !r.Degraded || r.RetryAfter != limiter.DefaultClosedRetryAfter || r.Binding != 0 {
+		t.Fatalf("fail closed: %+v", r)
+	}
+	// The local share of a burst of 8 over 4 instances is 2.
+	for i := range 2 {
+		if r := check(t, l, limiter.Hit{Rule: loc, Key: "k", Cost: 1}); !r.Allowed || !r.Degraded || r.Decisions[0].Limit != 2 {
+			t.Fatalf("local %d: %+v, want allowed by a limit of 2", i, r)
+		}
+	}
+	if r := check(t, l, limiter.Hit{Rule: loc, Key: "k", Cost: 1}); r.Allowed {
+		t.Fatalf("local 3: %+v, want denied", r)
+	}
+	// A closed denial keeps the local hit from being charged.
+	r = check(t, l, limiter.Hit{Rule: loc, Key: "k2", Cost: 1}, limiter.Hit{Rule: closed, Key: "k", Cost: 1})
+	if r.Allowed || r.Binding != 1 {
+		t.Fatalf("local + closed: %+v", r)
+	}
+	for range 2 {
+		if r := check(t, l, limiter.Hit{Rule: loc, Key: "k2", Cost: 1}); !r.Allowed {
+			t.Fatalf("k2 was charged by a denied request: %+v", r)
+		}
+	}
+	// A cost within the global burst but above the local share is denied.
+	if r := check(t, l, limiter.Hit{Rule: loc, Key: "k3", Cost: 3}); r.Allowed {
+		t.Fatalf("cost 3 with a local share of 2: %+v", r)
+	}
+	if st := l.Stats(); st.Degraded == 0 || st.StoreFailures == 0 {
+		t.Fatalf("stats %+v, want degraded decisions and failures counted", st)
+	}
+	// Once the store answers, it decides again.
+	ts.fail.Store(false)
+	if r := check(t, l, limiter.Hit{Rule: loc, Key: "k", Cost: 1}); !r.Allowed || r.Degraded || r.Decisions[0].Limit != 8 {
+		t.Fatalf("store back: %+v", r)
+	}
+}
+
+func TestLearnedInstances(t *testing.T) {
+	ts := &testStore{inner: newMem(t)}
+	ts.fail.Store(true)
+	var n atomic.Int64
+	n.Store(2)
+	l := limiter.New(ts, limiter.Options{Local: newMem(t), InstancesFunc: func() int { return int(n.Load()) }})
+	loc := window(t, "local", 10, limiter.FailLocal)
+	if r := check(t, l, limiter.Hit{Rule: loc, Key: "a", Cost: 1}); r.Decisions[0].Limit != 5 {
+		t.Fatalf("2 instances: limit %d, want 5", r.Decisions[0].Limit)
+	}
+	n.Store(5)
+	if r := check(t, l, limiter.Hit{Rule: loc, Key: "a", Cost: 1}); r.Decisions[0].Limit != 2 {
+		t.Fatalf("5 instances: limit %d, want 2", r.Decisions[0].Limit)
+	}
+}
+
+func TestSplitRule(t *testing.T) {
+	r := newRule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 10, Period: floodgate.Day}, limiter.FailLocal)
+	for _, tc := range []struct {
+		n    int
+		want int64
+	}{{1, 10}, {3, 3}, {10, 1}, {50, 1}} {
+		s, err := limiter.SplitRule(r, tc.n)
+		if err != nil || s.Limit.Max != tc.want {
+			t.Fatalf("split over %d: %+v, %v; want max %d", tc.n, s, err, tc.want)
+		}
+	}
+	tb := bucket(t, "tb", 9, limiter.FailLocal)
+	s, err := limiter.SplitRule(tb, 3)
+	if err != nil || s.Limit.Burst != 3 || s.Limit.Rate != 1 || s.ID == tb.ID {
+		t.Fatalf("split token bucket: %+v, %v", s, err)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	ts := &testStore{inner: newMem(t)}
+	ts.block.Store(true)
+	l := limiter.New(ts, limiter.Options{Timeout: 20 * time.Millisecond})
+	r := check(t, l, limiter.Hit{Rule: window(t, "w", 5, limiter.FailClosed), Key: "k", Cost: 1})
+	if r.Allowed || !r.Degraded {
+		t.Fatalf("blocked store: %+v, want a degraded denial", r)
+	}
+	if d := ts.deadline.Load(); d <= 0 || d > int64(20*time.Millisecond) {
+		t.Fatalf("store saw %v until its deadline, want (0, 20ms]", time.Duration(d))
+	}
+	// A caller that gives up gets its own error, not a policy decision.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Check(ctx, []limiter.Hit{{Rule: window(t, "w", 5, limiter.FailOpen), Key: "k", Cost: 1}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: %v, want context.Canceled", err)
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	ts := &testStore{inner: newMem(t)}
+	ts.fail.Store(true)
+	l := limiter.New(ts, limiter.Options{Breaker: limiter.BreakerOptions{Failures: 3, ProbeInterval: 50 * time.Millisecond}})
+	w := window(t, "w", 1000, limiter.FailOpen)
+	hit := limiter.Hit{Rule: w, Key: "k", Cost: 1}
+	for range 3 {
+		check(t, l, hit)
+	}
+	if !l.Stats().BreakerOpen {
+		t.Fatalf("breaker closed after 3 failures: %+v", l.Stats())
+	}
+	// While open, requests within the probe interval skip the store. The
+	// interval may already have passed on a slow machine, letting one
+	// probe through, but never more than one per interval.
+	before := ts.calls.Load()
+	start := time.Now()
+	for range 20 {
+		if r := check(t, l, hit); !r.Degraded {
+			t.Fatalf("open breaker: %+v, want degraded", r)
+		}
+	}
+	probes := ts.calls.Load() - before
+	if limit := int64(time.Since(start)/(50*time.Millisecond)) + 1; probes > limit {
+		t.Fatalf("%d store calls in %v while open, want at most %d", probes, time.Since(start), limit)
+	}
+	// The store is back: a probe after the interval closes the breaker.
+	ts.fail.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Stats().BreakerOpen {
+		if time.Now().After(deadline) {
+			t.Fatal("breaker still open 10 s after the store came back")
+		}
+		time.Sleep(10 * time.Millisecond)
+		check(t, l, hit)
+	}
+	if r := check(t, l, hit); r.Degraded {
+		t.Fatalf("closed breaker: %+v", r)
+	}
+	if st := l.Stats(); st.BreakerOpens != 1 {
+		t.Fatalf("stats %+v, want one opening", st)
+	}
+}
+
+func TestBreakerOneProbeInFlight(t *testing.T) {
+	ts := &testStore{inner: newMem(t)}
+	ts.fail.Store(true)
+	l := limiter.New(ts, limiter.Options{Timeout: -1, Breaker: limiter.BreakerOptions{Failures: 1, ProbeInterval: time.Millisecond}})
+	hit := limiter.Hit{Rule: window(t, "w", 1000, limiter.FailOpen), Key: "k", Cost: 1}
+	check(t, l, hit)
+	ts.fail.Store(false)
+	gate := make(chan struct{})
+	ts.gate = gate
+	time.Sleep(5 * time.Millisecond) // past the probe interval
+	before := ts.calls.Load()
+	probeDone := make(chan limiter.Result)
+	go func() {
+		r, _ := l.Check(context.Background(), []limiter.Hit{hit})
+		probeDone <- r
+	}()
+	for ts.calls.Load() == before {
+		time.Sleep(time.Millisecond)
+	}
+	// The probe is held at the gate; others must not call the store.
+	for range 50 {
+		time.Sleep(100 * time.Microsecond)
+		if r := check(t, l, hit); !r.Degraded {
+			t.Fatalf("while the probe is in flight: %+v, want degraded", r)
+		}
+	}
+	if n := ts.calls.Load() - before; n != 1 {
+		t.Fatalf("%d store calls with one probe in flight, want 1", n)
+	}
+	close(gate)
+	if r := <-probeDone; r.Degraded || !r.Allowed {
+		t.Fatalf("probe: %+v", r)
+	}
+	if l.Stats().BreakerOpen {
+		t.Fatal("breaker open after a successful probe")
+	}
+}
+
+func TestNoGoroutineLeak(t *testing.T) {
+	settle := func(want int) int {
+		n := runtime.NumGoroutine()
+		for deadline := time.Now().Add(5 * time.Second); n > want && time.Now().Before(deadline); n = runtime.NumGoroutine() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return n
+	}
+	mem := newMem(t)
+	local := newMem(t)
+	before := runtime.NumGoroutine()
+	ts := &testStore{inner: mem}
+	ts.block.Store(true)
+	l := limiter.New(ts, limiter.Options{Timeout: time.Millisecond, Local: local, Breaker: limiter.BreakerOptions{Failures: -1}})
+	w := window(t, "w", 1000, limiter.FailLocal)
+	var wg sync.WaitGroup
+	for g := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				hits := []limiter.Hit{{Rule: w, Key: string(rune('a' + g)), Cost: 1}}
+				if _, err := l.Check(context.Background(), hits); err != nil {
+					t.Errorf("check %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if after := settle(before); after > before {
+		t.Fatalf("%d goroutines before, %d after", before, after)
+	}
+}
+
+func TestObserver(t *testing.T) {
+	ts := &testStore{inner: newMem(t)}
+	var mu sync.Mutex
+	var events []limiter.Event
+	l := limiter.New(ts, limiter.Options{Observer: limiter.ObserverFunc(func(e limiter.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	})})
+	sh := window(t, "shadow", 1, limiter.FailOpen)
+	sh.Shadow = true
+	w := window(t, "w", 5, limiter.FailOpen)
+	check(t, l, limiter.Hit{Rule: sh, Key: "k", Cost: 1}, limiter.Hit{Rule: w, Key: "k", Cost: 1})
+	ts.fail.Store(true)
+	check(t, l, limiter.Hit{Rule: w, Key: "k", Cost: 1})
+	if len(events) != 3 {
+		t.Fatalf("%d events, want 3", len(events))
+	}
+	if e := events[0]; e.Rule != sh || !e.Shadow || e.Degraded || e.StoreLatency <= 0 || !e.Decision.Allowed {
+		t.Fatalf("event 0: %+v", e)
+	}
+	if e := events[2]; e.Rule != w || !e.Degraded || e.Shadow || e.Op != limiter.Charge {
+		t.Fatalf("event 2: %+v", e)
+	}
+}
+
+func TestLeakyQueueDelay(t *testing.T) {
+	l := limiter.New(newMem(t), limiter.Options{})
+	q := newRule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 2}, limiter.FailOpen)
+	check(t, l, limiter.Hit{Rule: q, Key: "k", Cost: 1})
+	r := check(t, l, limiter.Hit{Rule: q, Key: "k", Cost: 1}, limiter.Hit{Rule: window(t, "w", 5, limiter.FailOpen), Key: "k", Cost: 1})
+	if !r.Allowed || r.Delay < hour-time.Minute || r.Delay > hour {
+		t.Fatalf("%+v, want allowed after a delay of about an hour", r)
+	}
+}

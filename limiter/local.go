@@ -1,0 +1,167 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/algo"
+)
+
+// maxLocalRules bounds the cache of derived local rules; when it is
+// exceeded (after many reloads) the cache starts over.
+const maxLocalRules = 4096
+
+// localRule is a rule's cached local counterpart for a number of instances.
+type localRule struct {
+	instances int
+	rule      *Rule // nil if the split limit is not valid
+}
+
+// scratch is reusable per-call space.
+type scratch struct {
+	out       []floodgate.Decision
+	localOut  []floodgate.Decision
+	localHits []Hit
+	localIdx  []int
+}
+
+func (s *scratch) outFor(n int) []floodgate.Decision {
+	if cap(s.out) < n {
+		s.out = make([]floodgate.Decision, n)
+	}
+	return s.out[:n]
+}
+
+func (s *scratch) localOutFor(n int) []floodgate.Decision {
+	if cap(s.localOut) < n {
+		s.localOut = make([]floodgate.Decision, n)
+	}
+	return s.localOut[:n]
+}
+
+// instances returns the number of instances sharing the store, at least 1.
+func (l *Limiter) instances() int {
+	n := l.opts.Instances
+	if f := l.opts.InstancesFunc; f != nil {
+		if v := f(); v >= 1 {
+			n = v
+		}
+	}
+	return max(n, 1)
+}
+
+// localRule returns r's local counterpart for the current number of
+// instances, or nil if it cannot be made.
+func (l *Limiter) localRule(r *Rule) *Rule {
+	n := l.instances()
+	if v, ok := l.local.Load(r); ok {
+		if lr := v.(*localRule); lr.instances == n {
+			return lr.rule
+		}
+	}
+	rule, err := SplitRule(r, n)
+	if err != nil {
+		l.log.Warn("limiter: no local fallback for rule, failing open", "rule", r.ID, "err", err)
+	}
+	if l.localSize.Add(1) > maxLocalRules {
+		l.local.Clear()
+		l.localSize.Store(1)
+	}
+	l.local.Store(r, &localRule{instances: n, rule: rule})
+	return rule
+}
+
+// SplitRule returns the rule each of instances enforces on its own in
+// place of r: rates, bursts, window and concurrency maxima and quotas
+// divided by instances (algo.SplitLimit), each at least 1 where r's is.
+// Durations, periods and the other settings stay as they are.
+func SplitRule(r *Rule, instances int) (*Rule, error) {
+	split := func(v int64) int64 {
+		if v <= 0 {
+			return v
+		}
+		return max(1, algo.SplitLimit(v, instances))
+	}
+	l := r.Limit
+	switch l.Algorithm {
+	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+		l.Rate = split(l.Rate)
+		l.Burst = split(l.Burst)
+		if l.Delay > 0 {
+			l.Delay = split(l.Delay)
+		}
+	default:
+		l.Max = split(l.Max)
+		if l.Offset > 0 {
+			l.Offset = min(algo.SplitLimit(l.Offset, instances), l.Max-1)
+		}
+	}
+	rule, err := NewRule(l, r.OnFailure, r.Shadow)
+	if err != nil {
+		return nil, fmt.Errorf("limiter: split %s over %d instances: %w", r.ID, instances, err)
+	}
+	return rule, nil
+}
+
+// decideByPolicy decides every hit by its rule's failure policy: FailOpen
+// allows, FailClosed denies, FailLocal asks the local store with the split
+// rule. The local hits are charged only if no FailClosed hit denied.
+func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, r *Result) {
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	lh, idx := sc.localHits[:0], sc.localIdx[:0]
+	denied := false
+	for i := range hits {
+		h := &hits[i]
+		r.Flags[i] |= Degraded
+		c := h.Rule.Params.Capacity()
+		policy := h.Rule.OnFailure
+		var lr *Rule
+		if policy == FailLocal {
+			if l.opts.Local != nil {
+				lr = l.localRule(h.Rule)
+			}
+			if lr == nil {
+				policy = FailOpen
+			}
+		}
+		switch policy {
+		case FailClosed:
+			r.Decisions[i] = floodgate.Decision{Limit: c, RetryAfter: l.closedWait}
+			denied = denied || !h.Rule.Shadow
+		case FailLocal:
+			if lc := lr.Params.Capacity(); h.Cost > lc {
+				// Fits the global limit but not this instance's share.
+				r.Decisions[i] = floodgate.Decision{Limit: lc, RetryAfter: l.closedWait}
+				denied = denied || !h.Rule.Shadow
+				continue
+			}
+			lh = append(lh, Hit{Rule: lr, Key: h.Key, Cost: h.Cost, Lease: h.Lease})
+			idx = append(idx, i)
+		default:
+			r.Decisions[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - h.Cost}
+		}
+	}
+	if len(lh) > 0 {
+		lop := op
+		if denied {
+			lop = Peek
+		}
+		out := sc.localOutFor(len(lh))
+		if err := l.opts.Local.Apply(ctx, lop, lh, out); err != nil {
+			l.log.Warn("limiter: local fallback failed, failing open", "err", err)
+			for _, i := range idx {
+				c := hits[i].Rule.Params.Capacity()
+				r.Decisions[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - hits[i].Cost}
+			}
+		} else {
+			for j, i := range idx {
+				r.Decisions[i] = out[j]
+			}
+		}
+	}
+	clear(lh) // drop the rule pointers
+	sc.localHits, sc.localIdx = lh[:0], idx[:0]
+	l.degraded.Add(uint64(len(hits)))
+}
