@@ -1,0 +1,148 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+)
+
+// ServiceName is the name the health service reports the RLS under.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// ServerOptions configure a gRPC server for the service. The zero value
+// serves plaintext with the keepalive defaults below.
+type ServerOptions struct {
+	// TLSCertFile and TLSKeyFile, when both set, serve TLS with this
+	// certificate and key (PEM files).
+	TLSCertFile, TLSKeyFile string
+	// MaxConnectionAge closes connections after this long (with ±10%
+	// jitter) so that clients re-resolve and spread over new instances;
+	// 0 means never.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace lets calls in flight finish after
+	// MaxConnectionAge. Zero means 10s.
+	MaxConnectionAgeGrace time.Duration
+	// KeepaliveTime is the idle time after which the server pings a
+	// client. Zero means 2h (gRPC's default).
+	KeepaliveTime time.Duration
+	// KeepaliveTimeout is how long to wait for the ping's answer before
+	// closing. Zero means 20s.
+	KeepaliveTimeout time.Duration
+	// MinPingInterval is the shortest interval between client pings the
+	// server accepts; clients pinging faster are disconnected. Zero means
+	// 10s (Envoy's gRPC clients ping no faster by default).
+	MinPingInterval time.Duration
+	// MaxConcurrentStreams bounds the calls in flight per connection;
+	// 0 means gRPC's default.
+	MaxConcurrentStreams uint32
+	// GracePeriod is how long Serve waits for calls in flight when its
+	// context ends before cutting them off. Zero means 10s.
+	GracePeriod time.Duration
+	// ExtraOptions are appended to the server options (interceptors,
+	// stats handlers ...).
+	ExtraOptions []grpc.ServerOption
+}
+
+// Server is a gRPC server carrying the RLS and the standard health
+// service.
+type Server struct {
+	// GRPC is the underlying server, for registering more services.
+	GRPC *grpc.Server
+	// Health is the health service: SERVING while Serve runs, NOT_SERVING
+	// once it starts to stop.
+	Health *health.Server
+	grace  time.Duration
+}
+
+// NewServer returns a server with svc and the health service registered.
+func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
+	var so []grpc.ServerOption
+	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
+		if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
+			return nil, errors.New("rls: TLS needs both a certificate and a key file")
+		}
+		creds, err := credentials.NewServerTLSFromFile(opts.TLSCertFile, opts.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("rls: tls: %w", err)
+		}
+		so = append(so, grpc.Creds(creds))
+	}
+	kp := keepalive.ServerParameters{
+		MaxConnectionAge:      opts.MaxConnectionAge,
+		MaxConnectionAgeGrace: opts.MaxConnectionAgeGrace,
+		Time:                  opts.KeepaliveTime,
+		Timeout:               opts.KeepaliveTimeout,
+	}
+	if kp.MaxConnectionAge > 0 && kp.MaxConnectionAgeGrace == 0 {
+		kp.MaxConnectionAgeGrace = 10 * time.Second
+	}
+	if kp.Timeout == 0 {
+		kp.Timeout = 20 * time.Second
+	}
+	minPing := opts.MinPingInterval
+	if minPing <= 0 {
+		minPing = 10 * time.Second
+	}
+	so = append(so,
+		grpc.KeepaliveParams(kp),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPing, PermitWithoutStream: true}),
+	)
+	if opts.MaxConcurrentStreams > 0 {
+		so = append(so, grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams))
+	}
+	so = append(so, opts.ExtraOptions...)
+	g := grpc.NewServer(so...)
+	rlsv3.RegisterRateLimitServiceServer(g, svc)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
+	grace := opts.GracePeriod
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	return &Server{GRPC: g, Health: hs, grace: grace}, nil
+}
+
+// Serve answers on lis until ctx ends, then reports NOT_SERVING, lets
+// the calls in flight finish for up to the grace period and stops. It
+// returns nil after a stop caused by ctx, or the error that ended serving.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.Health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	errc := make(chan error, 1)
+	go func() { errc <- s.GRPC.Serve(lis) }()
+	select {
+	case err := <-errc:
+		s.Health.Shutdown()
+		return fmt.Errorf("rls: serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.Health.Shutdown() // every service NOT_SERVING
+	done := make(chan struct{})
+	go func() {
+		s.GRPC.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(s.grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.GRPC.Stop()
+		<-done
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("rls: serve: %w", err)
+	}
+	return nil
+}
