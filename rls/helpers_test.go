@@ -26,7 +26,7 @@ func newClock() *frozenClock {
 	c.ns.Store(time.Date(2026, 11, 30, 0, 0, 10, 0, time.UTC).UnixNano())
 	return c
 }
-func (c *frozenClock) now() int64               { return c.ns.Load() }
+func (c *frozenClock) now() int64              { return c.ns.Load() }
 func (c *frozenClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // startService serves cfg over a real TCP listener on 127.0.0.1 with an
