@@ -1,0 +1,384 @@
+package identity
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+func prefixes(t testing.TB, s ...string) []netip.Prefix {
+	t.Helper()
+	var out []netip.Prefix
+	for _, p := range s {
+		out = append(out, netip.MustParsePrefix(p))
+	}
+	return out
+}
+
+func TestClientIP(t *testing.T) {
+	r, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8", "2001:db8:ffff::/48")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, peer string
+		xff        []string
+		want       string
+	}{
+		{"no header", "203.0.113.9:4000", nil, "203.0.113.9"},
+		{"untrusted peer ignores XFF", "203.0.113.9:4000", []string{"1.2.3.4"}, "203.0.113.9"},
+		{"trusted peer, one hop", "10.0.0.1:80", []string{"198.51.100.7"}, "198.51.100.7"},
+		{"skip trusted hops", "10.0.0.1:80", []string{"198.51.100.7, 10.1.2.3, 10.4.5.6"}, "198.51.100.7"},
+		{"spoofed leftmost is never used", "10.0.0.1:80", []string{"6.6.6.6, 198.51.100.7"}, "198.51.100.7"},
+		{"lines concatenated in order", "10.0.0.1:80", []string{"6.6.6.6, 7.7.7.7", "198.51.100.7, 10.9.9.9"}, "198.51.100.7"},
+		{"all hops trusted: leftmost", "10.0.0.1:80", []string{"10.0.0.9, 10.0.0.8"}, "10.0.0.9"},
+		{"garbage hop stops at the reporter", "10.0.0.1:80", []string{"198.51.100.7, nonsense"}, "10.0.0.1"},
+		{"garbage left of the client is never reached", "10.0.0.1:80", []string{"nonsense, 198.51.100.7"}, "198.51.100.7"},
+		{"port in a hop", "10.0.0.1:80", []string{"198.51.100.7:5555"}, "198.51.100.7"},
+		{"bracketed v6 with port", "10.0.0.1:80", []string{"[2001:db8::1]:443"}, "2001:db8::1"},
+		{"mapped v4 hop unmapped", "10.0.0.1:80", []string{"::ffff:198.51.100.7"}, "198.51.100.7"},
+		{"mapped v4 peer is trusted", "[::ffff:10.0.0.1]:80", []string{"198.51.100.7"}, "198.51.100.7"},
+		{"v6 trusted proxy", "[2001:db8:ffff::1]:80", []string{"2001:db8:1::5"}, "2001:db8:1::5"},
+		{"empty elements skipped", "10.0.0.1:80", []string{"198.51.100.7, , "}, "198.51.100.7"},
+		{"unix socket peer", "@", []string{"1.2.3.4"}, "invalid IP"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for _, v := range tc.xff {
+				h.Add("X-Forwarded-For", v)
+			}
+			if got := r.ClientIP(tc.peer, h).String(); got != tc.want {
+				t.Errorf("ClientIP = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestForwardedHeader(t *testing.T) {
+	r, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8"), ForwardedHeader: "Forwarded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Add("Forwarded", `for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https`)
+	h.Add("Forwarded", "for=10.0.0.3;by=10.0.0.1")
+	h.Set("X-Forwarded-For", "1.2.3.4")
+	if got := r.ClientIP("10.0.0.1:80", h).String(); got != "2001:db8:cafe::17" {
+		t.Errorf("ClientIP = %s", got)
+	}
+	h = http.Header{"Forwarded": {"proto=https"}}
+	if got := r.ClientIP("10.0.0.1:80", h).String(); got != "10.0.0.1" {
+		t.Errorf("element without for=: ClientIP = %s, want the peer", got)
+	}
+}
+
+func TestClientKey(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		bits int
+		want string
+	}{
+		{"198.51.100.7", 64, "198.51.100.7"},
+		{"::ffff:198.51.100.7", 64, "198.51.100.7"},
+		{"2001:db8:1:2:3:4:5:6", 64, "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:3:4:5:6", 56, "2001:db8:1::/56"},
+		{"2001:db8:1:2:3:4:5:6", 128, "2001:db8:1:2:3:4:5:6/128"},
+	} {
+		if got := ClientKey(netip.MustParseAddr(tc.addr), tc.bits); got != tc.want {
+			t.Errorf("ClientKey(%s, %d) = %s, want %s", tc.addr, tc.bits, got, tc.want)
+		}
+	}
+	if got := ClientKey(netip.Addr{}, 64); got != "unknown" {
+		t.Errorf("zero addr key %q", got)
+	}
+	// Two addresses of one /64 share a key; two /64s do not.
+	a := ClientKey(netip.MustParseAddr("2001:db8::1"), 64)
+	b := ClientKey(netip.MustParseAddr("2001:db8::ffff:1"), 64)
+	c := ClientKey(netip.MustParseAddr("2001:db8:0:1::1"), 64)
+	if a != b || a == c {
+		t.Errorf("keys %s %s %s", a, b, c)
+	}
+}
+
+func TestSpoofingFromUntrustedPeerChangesNothing(t *testing.T) {
+	r, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8"), UserHeader: "X-User"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := httptest.NewRequest("GET", "/", nil)
+	plain.RemoteAddr = "203.0.113.9:4000"
+	spoofed := httptest.NewRequest("GET", "/", nil)
+	spoofed.RemoteAddr = "203.0.113.9:4000"
+	spoofed.Header.Set("X-Forwarded-For", "10.0.0.7, 1.2.3.4")
+	spoofed.Header.Set("Forwarded", "for=1.2.3.4")
+	spoofed.Header.Set("X-User", "admin")
+	a, b := r.Resolve(plain), r.Resolve(spoofed)
+	if a != b {
+		t.Errorf("spoofed headers changed the identity:\n%+v\n%+v", a, b)
+	}
+	if b.User != "" || b.ClientKey != "203.0.113.9" || b.PeerTrusted {
+		t.Errorf("identity %+v", b)
+	}
+	// The same header from a trusted proxy is believed.
+	trusted := httptest.NewRequest("GET", "/", nil)
+	trusted.RemoteAddr = "10.0.0.1:4000"
+	trusted.Header.Set("X-Forwarded-For", "1.2.3.4")
+	trusted.Header.Set("X-User", "alice")
+	if id := r.Resolve(trusted); id.User != "alice" || id.ClientKey != "1.2.3.4" {
+		t.Errorf("trusted identity %+v", id)
+	}
+}
+
+func TestNewResolverRejects(t *testing.T) {
+	for _, o := range []Options{
+		{IPv6Prefix: 129},
+		{ForwardedHeader: "X-Real-IP"},
+		{JWT: &JWTOptions{Alg: "none", Key: []byte(strings.Repeat("k", 32))}},
+		{JWT: &JWTOptions{Alg: "HS256", Key: []byte("short")}},
+		{JWT: &JWTOptions{Alg: "HS256"}},
+	} {
+		if _, err := NewResolver(o); err == nil {
+			t.Errorf("NewResolver(%+v) accepted", o)
+		}
+	}
+}
+
+// jwtKit holds keys of every kind for the JWT tests.
+type jwtKit struct {
+	secret []byte
+	rsa    *rsa.PrivateKey
+	ec     *ecdsa.PrivateKey
+	now    time.Time
+}
+
+func newKit(t *testing.T) *jwtKit {
+	t.Helper()
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ek, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &jwtKit{secret: []byte("0123456789abcdef0123456789abcdef-test"), rsa: rk, ec: ek,
+		now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+}
+
+func (k *jwtKit) claims(extra map[string]any) jwt.MapClaims {
+	c := jwt.MapClaims{"sub": "parent-42", "exp": k.now.Add(time.Hour).Unix(), "iat": k.now.Unix()}
+	for n, v := range extra {
+		if v == nil {
+			delete(c, n)
+		} else {
+			c[n] = v
+		}
+	}
+	return c
+}
+
+func sign(t *testing.T, m jwt.SigningMethod, key any, c jwt.MapClaims, kid string) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(m, c)
+	if kid != "" {
+		tok.Header["kid"] = kid
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func pemPublic(t *testing.T, pub any) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+func TestJWT(t *testing.T) {
+	k := newKit(t)
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secret")
+	os.WriteFile(secretFile, append(k.secret, '\n'), 0o600)
+	rsaPEM := pemPublic(t, &k.rsa.PublicKey)
+	rsaFile := filepath.Join(dir, "rsa.pem")
+	os.WriteFile(rsaFile, rsaPEM, 0o600)
+	ecFile := filepath.Join(dir, "ec.pem")
+	os.WriteFile(ecFile, pemPublic(t, &k.ec.PublicKey), 0o600)
+
+	hs, err := NewVerifier(JWTOptions{Alg: "HS256", KeyFile: secretFile, Issuer: "school", Audience: "notices"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := NewVerifier(JWTOptions{Alg: "RS256", KeyFile: rsaFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := NewVerifier(JWTOptions{Alg: "ES256", KeyFile: ecFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := map[string]any{"iss": "school", "aud": "notices"}
+	other, _ := rsa.GenerateKey(rand.Reader, 2048)
+	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, k.claims(good)).SignedString(jwt.UnsafeAllowNoneSignatureType)
+
+	for _, tc := range []struct {
+		name  string
+		v     *Verifier
+		token string
+		user  string
+	}{
+		{"HS256 valid", hs, sign(t, jwt.SigningMethodHS256, k.secret, k.claims(good), ""), "parent-42"},
+		{"RS256 valid", rs, sign(t, jwt.SigningMethodRS256, k.rsa, k.claims(nil), ""), "parent-42"},
+		{"ES256 valid", es, sign(t, jwt.SigningMethodES256, k.ec, k.claims(nil), ""), "parent-42"},
+		{"expired within leeway", hs, sign(t, jwt.SigningMethodHS256, k.secret,
+			k.claims(map[string]any{"iss": "school", "aud": "notices", "exp": k.now.Add(-5 * time.Second).Unix()}), ""), "parent-42"},
+		{"expired", hs, sign(t, jwt.SigningMethodHS256, k.secret,
+			k.claims(map[string]any{"iss": "school", "aud": "notices", "exp": k.now.Add(-time.Minute).Unix()}), ""), ""},
+		{"no exp", hs, sign(t, jwt.SigningMethodHS256, k.secret, k.claims(map[string]any{"iss": "school", "aud": "notices", "exp": nil}), ""), ""},
+		{"not yet valid", hs, sign(t, jwt.SigningMethodHS256, k.secret,
+			k.claims(map[string]any{"iss": "school", "aud": "notices", "nbf": k.now.Add(time.Minute).Unix()}), ""), ""},
+		{"forged HS256", hs, sign(t, jwt.SigningMethodHS256, []byte("another-secret-another-secret-xx"), k.claims(good), ""), ""},
+		{"forged RS256", rs, sign(t, jwt.SigningMethodRS256, other, k.claims(nil), ""), ""},
+		{"alg none", hs, none, ""},
+		{"alg confusion: HS256 keyed with the RSA public key", rs, sign(t, jwt.SigningMethodHS256, rsaPEM, k.claims(nil), ""), ""},
+		{"wrong alg for the key", es, sign(t, jwt.SigningMethodRS256, k.rsa, k.claims(nil), ""), ""},
+		{"wrong issuer", hs, sign(t, jwt.SigningMethodHS256, k.secret, k.claims(map[string]any{"iss": "evil", "aud": "notices"}), ""), ""},
+		{"wrong audience", hs, sign(t, jwt.SigningMethodHS256, k.secret, k.claims(map[string]any{"iss": "school", "aud": "x"}), ""), ""},
+		{"claim not a string", rs, sign(t, jwt.SigningMethodRS256, k.rsa, k.claims(map[string]any{"sub": 42}), ""), ""},
+		{"tampered payload", rs, tamper(sign(t, jwt.SigningMethodRS256, k.rsa, k.claims(nil), "")), ""},
+		{"garbage", rs, "not.a.token", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			user, err := tc.v.VerifyAt(tc.token, k.now)
+			if user != tc.user {
+				t.Errorf("user %q (err %v), want %q", user, err, tc.user)
+			}
+			if tc.user == "" && err == nil {
+				t.Error("rejected token without an error")
+			}
+		})
+	}
+}
+
+// tamper replaces the payload of a token with one naming another user.
+func tamper(tok string) string {
+	parts := strings.Split(tok, ".")
+	parts[1] = base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"admin","exp":99999999999}`))
+	return strings.Join(parts, ".")
+}
+
+func TestJWKS(t *testing.T) {
+	k := newKit(t)
+	b64 := base64.RawURLEncoding
+	ecPub := k.ec.PublicKey
+	ecRaw, err := ecPub.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]any{"keys": []map[string]any{
+		{"kty": "RSA", "kid": "r1", "use": "sig", "alg": "RS256",
+			"n": b64.EncodeToString(k.rsa.N.Bytes()), "e": b64.EncodeToString(big.NewInt(int64(k.rsa.E)).Bytes())},
+		{"kty": "EC", "kid": "e1", "crv": "P-256", "x": b64.EncodeToString(ecRaw[1:33]), "y": b64.EncodeToString(ecRaw[33:])},
+		{"kty": "oct", "kid": "h1", "k": b64.EncodeToString(k.secret)},
+	}}
+	data, _ := json.Marshal(set)
+	file := filepath.Join(t.TempDir(), "jwks.json")
+	os.WriteFile(file, data, 0o600)
+
+	rs, err := NewVerifier(JWTOptions{Alg: "RS256", JWKSFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := rs.VerifyAt(sign(t, jwt.SigningMethodRS256, k.rsa, k.claims(nil), "r1"), k.now); u != "parent-42" {
+		t.Errorf("RS256 by kid: %q %v", u, err)
+	}
+	if u, _ := rs.VerifyAt(sign(t, jwt.SigningMethodRS256, k.rsa, k.claims(nil), "zz"), k.now); u != "" {
+		t.Errorf("unknown kid accepted: %q", u)
+	}
+	es, err := NewVerifier(JWTOptions{Alg: "ES256", JWKS: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := es.VerifyAt(sign(t, jwt.SigningMethodES256, k.ec, k.claims(nil), "e1"), k.now); u != "parent-42" {
+		t.Errorf("ES256 by kid: %q %v", u, err)
+	}
+	hs, err := NewVerifier(JWTOptions{Alg: "HS256", JWKS: data, Claim: "name"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := sign(t, jwt.SigningMethodHS256, k.secret, k.claims(map[string]any{"name": "teacher-7"}), "")
+	if u, err := hs.VerifyAt(tok, k.now); u != "teacher-7" {
+		t.Errorf("HS256 from the only oct key, claim name: %q %v", u, err)
+	}
+	if _, err := NewVerifier(JWTOptions{Alg: "ES256", JWKS: []byte(`{"keys":[{"kty":"EC","crv":"P-256","x":"AA","y":"AA"}]}`)}); err == nil {
+		t.Error("bad EC point accepted")
+	}
+	if _, err := NewVerifier(JWTOptions{Alg: "RS256", JWKS: []byte(`{"keys":[]}`)}); err == nil {
+		t.Error("empty key set accepted")
+	}
+}
+
+func TestResolveJWT(t *testing.T) {
+	k := newKit(t)
+	r, err := NewResolver(Options{JWT: &JWTOptions{Alg: "HS256", Key: k.secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = "198.51.100.7:1234"
+	req.Header.Set("Authorization", "Bearer "+sign(t, jwt.SigningMethodHS256, k.secret, k.claims(nil), ""))
+	if id := r.ResolveAt(req, k.now); id.User != "parent-42" || id.UserError != nil {
+		t.Errorf("identity %+v", id)
+	}
+	if id := r.ResolveAt(req, k.now.Add(2*time.Hour)); id.User != "" || id.UserError == nil {
+		t.Errorf("expired token gave %+v", id)
+	}
+	req.Header.Set("Authorization", "Bearer "+sign(t, jwt.SigningMethodHS256, []byte("forged-forged-forged-forged-forged"), k.claims(nil), ""))
+	if id := r.ResolveAt(req, k.now); id.User != "" || id.UserError == nil {
+		t.Errorf("forged token gave %+v", id)
+	}
+}
+
+func FuzzClientIP(f *testing.F) {
+	f.Add("10.0.0.1:80", "1.2.3.4, 10.0.0.2", "for=1.2.3.4;proto=http")
+	f.Add("203.0.113.1:1", "garbage,,, ,", `for="[::1]:80"`)
+	f.Add("[::ffff:10.0.0.1]:80", "::ffff:1.2.3.4", "for=unknown, for=_hidden")
+	f.Add("@", strings.Repeat("10.0.0.3, ", 200), strings.Repeat("for=10.1.1.1,", 200))
+	xff, _ := NewResolver(Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	fwd, _ := NewResolver(Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ForwardedHeader: "Forwarded"})
+	f.Fuzz(func(t *testing.T, peer, x, fw string) {
+		h := http.Header{"X-Forwarded-For": {x}, "Forwarded": {fw}}
+		p := ParsePeer(peer)
+		for _, r := range []*Resolver{xff, fwd} {
+			got := r.ClientIP(peer, h)
+			if !r.Trusted(p) && got != p {
+				t.Fatalf("untrusted peer %q: client %v, want the peer", peer, got)
+			}
+			if got.IsValid() && (got.Is4In6() || got.Zone() != "") {
+				t.Fatalf("client %v not unmapped", got)
+			}
+			_ = r.Key(got)
+		}
+	})
+}
