@@ -1,0 +1,283 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// oneRule matches every request to one rule under one key.
+func oneRule(r *limiter.Rule, countOn ...int) funcMatcher {
+	return func(_ *http.Request, m *Match) error {
+		m.Hits = append(m.Hits, limiter.Hit{Rule: r, Key: "k", Cost: 1})
+		if len(countOn) > 0 {
+			m.CountOn = append(m.CountOn, countOn)
+		}
+		return nil
+	}
+}
+
+// TestLeakyQueueSpacing sends 7 requests in one instant to a leaky queue of
+// 10/s with room for 5: one leaves at once, five wait for their slots 100 ms
+// apart, the seventh finds the queue full (429). Departures are measured at
+// the handler.
+func TestLeakyQueueSpacing(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 10, Per: time.Second, Burst: 5}, false)
+	clock := newTestClock() // frozen: every request arrives at the same instant
+	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, clock.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var departures []time.Time
+	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		departures = append(departures, time.Now())
+		mu.Unlock()
+	})))
+	defer srv.Close()
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	answers := make([]answer, 7)
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = do(t, srv.Client(), "GET", srv.URL, nil)
+		}()
+	}
+	wg.Wait()
+	got := statuses(answers)
+	slices.Sort(got)
+	if want := []int{200, 200, 200, 200, 200, 200, 429}; !slices.Equal(got, want) {
+		t.Fatalf("statuses %v, want %v", got, want)
+	}
+	for _, a := range answers {
+		if a.status == 429 {
+			// Full queue: the next place opens when the first request
+			// leaves the queue, 100 ms later: Retry-After 1.
+			checkFields(t, a, "queue", 0, -1, 1)
+		}
+	}
+	slices.SortFunc(departures, func(a, b time.Time) int { return a.Compare(b) })
+	// Timers never fire early: the k-th departure is at least k intervals
+	// after the start; the whole run takes at least 5 intervals and (with a
+	// generous allowance for a loaded machine) not much more.
+	for k, d := range departures {
+		if min := time.Duration(k) * interval; d.Sub(start) < min-5*time.Millisecond {
+			t.Errorf("departure %d after %v, before its slot at %v", k, d.Sub(start), min)
+		}
+	}
+	span := departures[len(departures)-1].Sub(departures[0])
+	if span < 5*interval-5*time.Millisecond || span > 5*interval+3*time.Second {
+		t.Errorf("departures spread over %v, want about %v", span, 5*interval)
+	}
+}
+
+// TestQueuedClientGoesAway checks that a request whose client leaves while
+// it waits in the queue never reaches the upstream.
+func TestQueuedClientGoesAway(t *testing.T) {
+	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 3}, false)
+	clock := newTestClock()
+	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, clock.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reached atomic.Int64
+	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+	})))
+	defer srv.Close()
+	if a := do(t, srv.Client(), "GET", srv.URL, nil); a.status != 200 {
+		t.Fatalf("first request %d", a.status)
+	}
+	// The second waits a minute; its client gives up after 100 ms.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	if _, err := srv.Client().Do(req); err == nil {
+		t.Fatal("the queued request was answered")
+	}
+	// Give the server a moment to see the client go, then check that the
+	// held request never went on.
+	time.Sleep(100 * time.Millisecond)
+	if n := reached.Load(); n != 1 {
+		t.Errorf("upstream reached %d times, want 1", n)
+	}
+}
+
+// TestConcurrencyLimit runs 24 clients against a concurrency limit of 3:
+// the handler never sees more than 3 at once, the others get 429, and every
+// lease comes back (a request after the run passes).
+func TestConcurrencyLimit(t *testing.T) {
+	const limit = 3
+	rule := mustRule(t, floodgate.Limit{Name: "conn", Algorithm: floodgate.Concurrency, Max: limit, LeaseTTL: time.Minute}, false)
+	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inflight, peak, served atomic.Int64
+	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		served.Add(1)
+		time.Sleep(5 * time.Millisecond)
+	})))
+	defer srv.Close()
+
+	var wg sync.WaitGroup
+	var denied atomic.Int64
+	for c := 0; c < 24; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				a := do(t, srv.Client(), "GET", srv.URL, nil)
+				switch a.status {
+				case 200:
+				case 429:
+					denied.Add(1)
+					if !strings.Contains(a.header.Get("RateLimit-Policy"), `"conn";q=3;qu="concurrent-requests"`) {
+						t.Errorf("RateLimit-Policy %q", a.header.Get("RateLimit-Policy"))
+					}
+					if strings.Contains(a.header.Get("RateLimit"), ";t=") {
+						t.Errorf("concurrency item with t: %q", a.header.Get("RateLimit"))
+					}
+				default:
+					t.Errorf("status %d", a.status)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := peak.Load(); p > limit || p < 1 {
+		t.Errorf("peak in flight %d, want between 1 and %d", p, limit)
+	}
+	if served.Load()+denied.Load() != 240 {
+		t.Errorf("served %d + denied %d != 240", served.Load(), denied.Load())
+	}
+	// Every lease was given back: three requests can be in flight again.
+	block := make(chan struct{})
+	holding := make(chan struct{}, limit)
+	srv2 := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		holding <- struct{}{}
+		<-block
+	})))
+	defer srv2.Close()
+	var wg2 sync.WaitGroup
+	for i := 0; i < limit; i++ {
+		wg2.Add(1)
+		go func() { defer wg2.Done(); do(t, srv2.Client(), "GET", srv2.URL, nil) }()
+	}
+	for i := 0; i < limit; i++ {
+		<-holding
+	}
+	if a := do(t, srv2.Client(), "GET", srv2.URL, nil); a.status != 429 {
+		t.Errorf("a 4th request while 3 are held: %d, want 429", a.status)
+	}
+	close(block)
+	wg2.Wait()
+}
+
+// TestConcurrencyReleasedOnPanic checks that a lease comes back when the
+// handler panics and when the client goes away mid-request.
+func TestConcurrencyReleasedOnPanic(t *testing.T) {
+	rule := mustRule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Hour}, false)
+	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	srv := httptest.NewUnstartedServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch calls.Add(1) {
+		case 1:
+			panic(http.ErrAbortHandler)
+		case 2:
+			<-r.Context().Done() // held until the client leaves
+		}
+	})))
+	srv.Config.ErrorLog = nil
+	srv.Start()
+	defer srv.Close()
+	c := srv.Client()
+	if _, err := c.Get(srv.URL); err == nil {
+		t.Fatal("a panicking handler answered")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	if _, err := c.Do(req); err == nil {
+		t.Fatal("the held request was answered")
+	}
+	// The releases run as the handlers return; wait for the slot to open.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := do(t, c, "GET", srv.URL, nil)
+		if a.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease never came back: %d", a.status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCountOnStatus: a login limit of 2 per minute that counts only 401s.
+// Successful logins are free; after two failures the third try is refused
+// before it reaches the handler.
+func TestCountOnStatus(t *testing.T) {
+	rule := mustRule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Minute}, false)
+	clock := newTestClock()
+	g, err := New(Options{Matcher: oneRule(rule, 401, 403), Engine: newMemStore(t, clock.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reached atomic.Int64
+	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		if r.Header.Get("Password") != "right" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, "no")
+		}
+	})))
+	defer srv.Close()
+	c := srv.Client()
+	wrong := map[string]string{"Password": "wrong"}
+	right := map[string]string{"Password": "right"}
+	var got []int
+	for _, h := range []map[string]string{right, right, right, wrong, right, wrong, wrong, right} {
+		got = append(got, do(t, c, "GET", srv.URL, h).status)
+		clock.Advance(time.Second)
+	}
+	if want := []int{200, 200, 200, 401, 200, 401, 429, 429}; !slices.Equal(got, want) {
+		t.Fatalf("statuses %v, want %v", got, want)
+	}
+	if n := reached.Load(); n != 6 {
+		t.Errorf("handler reached %d times, want 6", n)
+	}
+	// The window forgets the first failure (at 3 s) a minute later.
+	clock.Advance(time.Minute - 5*time.Second)
+	a := do(t, c, "GET", srv.URL, wrong)
+	if a.status != 401 {
+		t.Errorf("after the window: %d, want 401", a.status)
+	}
+}
