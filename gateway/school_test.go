@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -28,7 +29,8 @@ func loadSchool(t testing.TB) *policy.Policy {
 
 // TestSchoolExampleVerify reproduces lesson 07's "Verify" with the bundled
 // examples/school.yaml, through the reverse proxy to a real upstream on
-// loopback, with the memory store on a clock the test moves.
+// loopback, with the engine over the memory store on a clock the test
+// moves.
 func TestSchoolExampleVerify(t *testing.T) {
 	up := newUpstream(t, nil)
 	upURL, _ := url.Parse(up.URL)
@@ -38,7 +40,8 @@ func TestSchoolExampleVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Options{Matcher: pm, Engine: store, Headers: HeaderOptions{Legacy: true, LimitName: "Floodgate-Limit"}})
+	engine := LimiterEngine(limiter.New(store, limiter.Options{}))
+	g, err := New(Options{Matcher: pm, Engine: engine, Headers: HeaderOptions{Legacy: true, LimitName: "Floodgate-Limit"}})
 	if err != nil {
 		t.Fatal(err)
 	}
