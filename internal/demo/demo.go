@@ -18,6 +18,9 @@ const Password = "open-sesame"
 // Handler returns the demo API:
 //
 //	GET  /notices                the notice board
+//	GET  /notices/{id}           one notice
+//	POST /notices/urgent         send an urgent notice (answers 202)
+//	GET  /students/{id}          one student
 //	GET  /partner/students/{id}  one student, for partner schools
 //	POST /login                  {"user":..,"password":..}; 401 unless the password is Password
 //	GET  /reports, POST /reports  a report; POST takes ?ms= milliseconds (default 200, at most 5000)
@@ -27,6 +30,9 @@ const Password = "open-sesame"
 func Handler() *API {
 	a := &API{mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET /notices", a.notices)
+	a.mux.HandleFunc("GET /notices/{id}", a.notice)
+	a.mux.HandleFunc("POST /notices/urgent", a.urgent)
+	a.mux.HandleFunc("GET /students/{id}", a.student)
 	a.mux.HandleFunc("GET /partner/students/{id}", a.student)
 	a.mux.HandleFunc("POST /login", a.login)
 	a.mux.HandleFunc("GET /reports", a.report)
@@ -56,7 +62,8 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (a *API) index(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"service": "school office (Floodgate demo upstream)",
-		"routes":  []string{"GET /notices", "GET /partner/students/{id}", "POST /login", "GET /reports", "POST /reports"},
+		"routes": []string{"GET /notices", "GET /notices/{id}", "POST /notices/urgent", "GET /students/{id}",
+			"GET /partner/students/{id}", "POST /login", "GET /reports", "POST /reports"},
 	})
 }
 
@@ -65,6 +72,19 @@ func (a *API) notices(w http.ResponseWriter, _ *http.Request) {
 		{"id": "1", "title": "Sports day on Friday"},
 		{"id": "2", "title": "The library closes early on Wednesday"},
 	}})
+}
+
+func (a *API) notice(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if id != "1" && id != "2" {
+		writeJSON(w, http.StatusNotFound, map[string]string{"message": "no such notice"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"id": id, "title": "Notice " + id})
+}
+
+func (a *API) urgent(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusAccepted, map[string]string{"message": "urgent notice queued for SMS"})
 }
 
 var names = []string{"Asha", "Bilal", "Chen", "Dara", "Esi", "Farid", "Gita", "Hugo", "Ines", "Jomo"}

@@ -29,6 +29,10 @@ func TestDemoRoutes(t *testing.T) {
 	}{
 		{"GET", "/notices", "", 200, "Sports day"},
 		{"GET", "/partner/students/9", "", 200, `"id":9`},
+		{"GET", "/students/3", "", 200, `"id":3`},
+		{"GET", "/notices/2", "", 200, `Notice 2`},
+		{"GET", "/notices/7", "", 404, `no such`},
+		{"POST", "/notices/urgent", "", 202, `SMS`},
 		{"GET", "/partner/students/x", "", 400, "number"},
 		{"POST", "/login", `{"user":"ana","password":"nope"}`, 401, "wrong"},
 		{"POST", "/login", `{"user":"ana","password":"` + Password + `"}`, 200, "welcome, ana"},
