@@ -1,0 +1,285 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+// writeFile replaces path atomically, as configuration tools do.
+func writeFile(t testing.TB, path, data string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger used from goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const reloadV1 = `
+routes:
+  - {name: r, match: {paths: ["/**"]}, stage: dev}
+stages:
+  - {name: dev, rate: 5, burst: 5, per: 1h}
+limits:
+  - {name: per-ip, rate: 10, burst: 10, per: 1h}
+`
+
+func TestReloadKeepsCountsOfUnchangedLimits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, reloadV1)
+	rl, err := NewReloader(ReloaderOptions{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1 := rl.Policy()
+	r := newRig(t, p1, t0)
+	req := &Request{Method: "GET", Path: "/x", ClientIP: ip("198.51.100.7")}
+	r.statuses(3, req)
+
+	// per-ip changes, the stage does not, a limit is added.
+	writeFile(t, path, strings.Replace(reloadV1, "rate: 10, burst: 10", "rate: 20, burst: 20", 1)+
+		"  - {name: added, rate: 7, key: global}\n")
+	if err := rl.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	p2 := rl.Policy()
+	if p2 == p1 || rl.Reloads() != 1 {
+		t.Fatalf("not reloaded (reloads %d)", rl.Reloads())
+	}
+	s1, _ := p1.Limit("stage.dev")
+	s2, _ := p2.Limit("stage.dev")
+	if s1.Rule != s2.Rule {
+		t.Error("the unchanged stage limit got a new rule")
+	}
+	i1, _ := p1.Limit("per-ip")
+	i2, _ := p2.Limit("per-ip")
+	if i1.Rule == i2.Rule || i1.Rule.ID == i2.Rule.ID {
+		t.Error("the changed limit kept its rule")
+	}
+	r.p = p2
+	if got := r.remaining(req, "stage.dev"); got != 2 {
+		t.Errorf("stage.dev remaining %d after reload, want 2 (count kept)", got)
+	}
+	if got := r.remaining(req, "per-ip"); got != 20 {
+		t.Errorf("changed per-ip remaining %d, want a fresh 20", got)
+	}
+	// Reloading the same file again changes nothing.
+	if err := rl.Reload(); err != nil || rl.Policy() != p2 || rl.Reloads() != 1 {
+		t.Errorf("same file reloaded: err %v, reloads %d", err, rl.Reloads())
+	}
+}
+
+func TestReloadRejectsInvalid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, reloadV1)
+	var logs syncBuffer
+	var hooked atomic.Int32
+	rl, err := NewReloader(ReloaderOptions{Path: path,
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		OnReject: func(error) { hooked.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1 := rl.Policy()
+	writeFile(t, path, reloadV1+"  - {name: bad, rate: 5, brust: 3}\n")
+	err = rl.Reload()
+	var errs config.Errors
+	if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Field != "limits[1].brust" {
+		t.Fatalf("reload error %v", err)
+	}
+	if rl.Policy() != p1 || rl.Rejected() != 1 || hooked.Load() != 1 {
+		t.Errorf("invalid file applied or not counted: rejected %d, hook %d", rl.Rejected(), hooked.Load())
+	}
+	if !strings.Contains(logs.String(), "limits[1].brust") {
+		t.Errorf("problem not logged:\n%s", logs.String())
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Reload(); err == nil || rl.Policy() != p1 || rl.Rejected() != 2 {
+		t.Errorf("missing file: err %v, rejected %d", err, rl.Rejected())
+	}
+	if _, err := NewReloader(ReloaderOptions{Path: path}); err == nil {
+		t.Error("NewReloader accepted a missing file")
+	}
+}
+
+func TestReloadPolls(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, reloadV1)
+	applied := make(chan *Policy, 4)
+	rl, err := NewReloader(ReloaderOptions{Path: path, Interval: 5 * time.Millisecond,
+		OnReload: func(p *Policy) { applied <- p }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { rl.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// An invalid version is rejected once, however often it is seen.
+	writeFile(t, path, "limits: [{name: x}]\n")
+	deadline := time.After(30 * time.Second)
+	for rl.Rejected() == 0 {
+		select {
+		case <-deadline:
+			t.Fatal("invalid file never noticed")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	writeFile(t, path, reloadV1+"  - {name: added, rate: 7}\n")
+	select {
+	case p := <-applied:
+		if _, ok := p.Limit("added"); !ok || rl.Policy() != p {
+			t.Error("the new version is not the current policy")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("change never applied")
+	}
+	if rl.Rejected() != 1 {
+		t.Errorf("invalid version rejected %d times, want once", rl.Rejected())
+	}
+}
+
+// TestReloadUnderLoad replaces the file ten times, valid and invalid in
+// turn, while goroutines match and check requests without pause.
+func TestReloadUnderLoad(t *testing.T) {
+	const capacity = 1 << 40
+	version := func(i int, valid bool) string {
+		s := fmt.Sprintf(`
+routes:
+  - {name: r, match: {paths: ["/**"]}}
+limits:
+  - {name: counted, algorithm: fixed_window, limit: %d, window: 1h, key: global}
+  - {name: changing, rate: %d, burst: 1000000, key: client_ip}
+`, capacity, 1000000+i)
+		if !valid {
+			s += "  - {name: invalid-marker, rate: 5, burst: 0}\n"
+		}
+		return s
+	}
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, version(0, true))
+	rl, err := NewReloader(ReloaderOptions{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{}
+	clk.set(t0)
+	st, err := memstore.New(memstore.Options{Now: clk.now, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	lim := limiter.New(st, limiter.Options{})
+
+	var checks, failures atomic.Int64
+	var sawInvalid atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var m Match
+			var res limiter.Result
+			req := &Request{Method: "GET", Path: "/x", ClientIP: ip(fmt.Sprintf("198.51.100.%d", w+1))}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := rl.Policy()
+				if _, ok := p.Limit("invalid-marker"); ok {
+					sawInvalid.Store(true)
+				}
+				p.Match(req, &m)
+				if err := lim.CheckInto(context.Background(), m.Hits, &res); err != nil || !res.Allowed || len(m.Hits) != 2 {
+					failures.Add(1)
+				}
+				checks.Add(1)
+			}
+		}()
+	}
+	waitFor := func(n int64) {
+		deadline := time.Now().Add(60 * time.Second)
+		for checks.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i := 1; i <= 10; i++ {
+		waitFor(int64(i) * 500)
+		valid := i%2 == 0
+		writeFile(t, path, version(i, valid))
+		err := rl.Reload()
+		if valid != (err == nil) {
+			t.Errorf("version %d (valid %v): reload error %v", i, valid, err)
+		}
+	}
+	waitFor(6000)
+	close(stop)
+	wg.Wait()
+
+	if n := failures.Load(); n != 0 {
+		t.Errorf("%d of %d checks failed", n, checks.Load())
+	}
+	if sawInvalid.Load() {
+		t.Error("an invalid version was applied")
+	}
+	if rl.Reloads() != 5 || rl.Rejected() != 5 {
+		t.Errorf("reloads %d, rejected %d; want 5 and 5", rl.Reloads(), rl.Rejected())
+	}
+	if checks.Load() < 5000 {
+		t.Errorf("only %d checks ran", checks.Load())
+	}
+	// The counted limit never changed: every check of every version is in
+	// the same count.
+	var m Match
+	rl.Policy().Match(&Request{Method: "GET", Path: "/x", ClientIP: ip("198.51.100.1")}, &m)
+	res, err := lim.Peek(context.Background(), m.Hits[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := capacity - res.Decisions[0].Remaining - 1; used != checks.Load() {
+		t.Errorf("counted %d, want %d checks (counts lost across reloads)", used, checks.Load())
+	}
+	if l, _ := rl.Policy().Limit("changing"); l.Rule.Limit.Rate != 1000010 {
+		t.Errorf("final rate %d, want the last valid version's", l.Rule.Limit.Rate)
+	}
+}
