@@ -93,7 +93,7 @@ func checkTrace(t *testing.T, p *Params, rng *rand.Rand, steps int, now int64) {
 		if p.alg == floodgate.Quota && rng.IntN(20) == 0 {
 			now += rng.Int64N(int64(40 * time.Hour))
 		}
-		cost := 1 + rng.Int64N(capacity+1)
+		cost := 1 + rng.Int64N(min(capacity, 1<<40)+1)
 		if rng.IntN(3) == 0 {
 			cost = 1
 		}

@@ -23,8 +23,8 @@ func QuotaPeriod(l *floodgate.Limit, now int64) (start, end int64) {
 	switch l.Period {
 	case floodgate.Week:
 		back := (int(t.Weekday()) + 6) % 7 // days since Monday
-		s = time.Date(y, m, d-back, 0, 0, 0, 0, loc)
-		e = time.Date(y, m, d-back+7, 0, 0, 0, 0, loc)
+		s = midnight(y, m, d-back, loc)
+		e = midnight(y, m, d-back+7, loc)
 	case floodgate.Month:
 		s = anchorDate(y, m, l.AnchorDay, loc)
 		if t.Before(s) {
@@ -34,13 +34,12 @@ func QuotaPeriod(l *floodgate.Limit, now int64) (start, end int64) {
 			e = anchorDate(y, m+1, l.AnchorDay, loc)
 		}
 	default: // Day
-		s = time.Date(y, m, d, 0, 0, 0, 0, loc)
-		e = time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+		s = midnight(y, m, d, loc)
+		e = midnight(y, m, d+1, loc)
 	}
 	start, end = s.UnixNano(), e.UnixNano()
-	// Where local midnight does not exist (a DST jump at 00:00), time.Date
-	// may pick an instant on the wrong side of now; the period still has to
-	// contain now.
+	// Never expected (midnight handles the zones that skip 00:00), but the
+	// period must contain now whatever the zone database says.
 	if start > now {
 		start = now
 	}
@@ -57,7 +56,22 @@ func anchorDate(y int, m time.Month, anchor int, loc *time.Location) time.Time {
 	y, m = first.Year(), first.Month()
 	days := time.Date(y, m+1, 0, 0, 0, 0, 0, time.UTC).Day()
 	day := min(max(anchor, 1), days)
-	return time.Date(y, m, day, 0, 0, 0, 0, loc)
+	return midnight(y, m, day, loc)
+}
+
+// midnight returns the first instant of the local day y-m-d (normalized).
+// That is 00:00, except where a DST change skips 00:00 (Chile, Lebanon,
+// Paraguay, …): time.Date then may pick an instant of the evening before,
+// and the day really starts at the transition.
+func midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	want := time.Date(y, m, d, 0, 0, 0, 0, time.UTC) // the normalized date
+	if ty, tm, td := t.Date(); ty != want.Year() || tm != want.Month() || td != want.Day() {
+		if _, end := t.ZoneBounds(); !end.IsZero() && end.After(t) {
+			t = end
+		}
+	}
+	return t
 }
 
 // quotaLimit is the limit of the period starting at start: Max, less Offset
