@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestCheckExample(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"check", "--config", filepath.Join("..", "..", "examples", "school.yaml")}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, errOut.String())
+	}
+	text := out.String()
+	if !strings.Contains(text, "valid: 5 routes, 2 stages, 2 plans, 2 keys, 14 limits") {
+		t.Errorf("summary missing:\n%s", text)
+	}
+	// Rows in evaluation order, with their numbers.
+	want := []string{
+		`1 +partner-basic.rate +plan .* api_key +token_bucket +2 per 1s, burst 2 +local +no +all`,
+		`2 +partner-basic.quota +plan .* quota +1000 per day \(Asia/Kolkata\)`,
+		`5 +login +method +POST /login +client_ip +sliding_log +5 per 1m +deny +no +401,403`,
+		`8 +stage.dev +stage +stage=dev +stage +token_bucket +5 per 1s, burst 5`,
+		`10 +per-ip-flood +global +\* +client_ip +sliding_window +2000 per 5m`,
+		`11 +per-ip-burst-trial .* +yes +all`,
+		`14 +account +global +\* +global +token_bucket +10000 per 1s, burst 5000`,
+		`partner-students +GET /partner/students/\{id\} +prod +required +http://127.0.0.1:9000`,
+	}
+	for _, w := range want {
+		if !regexp.MustCompile(`(?m)^` + w).MatchString(text) {
+			t.Errorf("no line matching %q in:\n%s", w, text)
+		}
+	}
+}
+
+func TestCheckInvalid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(path, []byte("limits:\n  - name: a\n    rate: 5\n    brust: 3\n  - name: a\n    rate: x\n"), 0o644)
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"check", "--config", path}, &out, &errOut)
+	if code := exitCode(err); code != 1 {
+		t.Fatalf("exit %d (%v), want 1", code, err)
+	}
+	want := path + ":4:5: limits[0].brust: unknown field (did you mean \"burst\"?)\n" +
+		path + ":5:11: limits[1].name: duplicate name \"a\" (also limits[0])\n" +
+		path + ":6:11: limits[1].rate: want a whole number, got \"x\""
+	if err.Error() != want {
+		t.Errorf("problems\n got %s\nwant %s", err, want)
+	}
+	if out.Len() != 0 {
+		t.Errorf("printed a table for an invalid file:\n%s", out.String())
+	}
+}
+
+func TestCheckUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	for _, args := range [][]string{{"check"}, {"check", "--nope"}, {"check", "a.yaml", "b.yaml"}} {
+		if code := exitCode(run(context.Background(), args, &out, &errOut)); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+	}
+	err := run(context.Background(), []string{"check", filepath.Join(t.TempDir(), "missing.yaml")}, &out, &errOut)
+	if code := exitCode(err); code != 1 {
+		t.Errorf("missing file: exit %d (%v)", code, err)
+	}
+}
