@@ -187,7 +187,7 @@ plans:
 }
 
 func TestTrustedProxies(t *testing.T) {
-	f, err := Parse("t.yaml", []byte("server:\n  trusted_proxies: [10.0.0.0/8, 192.0.2.7, '2001:db8::/32']\n"))
+	f, err := Parse("t.yaml", []byte("server:\n  trusted_proxies: [10.0.0.0/8, 192.0.2.7, '2001:db8::/32']\n  forwarded_header: Forwarded\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestTrustedProxies(t *testing.T) {
 	if strings.Join(got, " ") != "10.0.0.0/8 192.0.2.7/32 2001:db8::/32" {
 		t.Errorf("prefixes %v", got)
 	}
-	if o := f.Server.IdentityOptions(); len(o.TrustedProxies) != 3 || o.IPv6Prefix != 64 {
+	if o := f.Server.IdentityOptions(); len(o.TrustedProxies) != 3 || o.IPv6Prefix != 64 || o.ForwardedHeader != "Forwarded" {
 		t.Errorf("identity options %+v", o)
 	}
 }

@@ -92,6 +92,9 @@ type Server struct {
 	// TrustedProxies are the CIDRs (or single addresses) of the proxies
 	// whose X-Forwarded-For and Forwarded fields are believed.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ForwardedHeader is the one header read from trusted proxies:
+	// x-forwarded-for (default) or forwarded (RFC 7239).
+	ForwardedHeader string `yaml:"forwarded_header"`
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by (default
 	// 64). IPv4 clients are keyed by their whole address.
 	IPv6Prefix int `yaml:"ipv6_prefix"`

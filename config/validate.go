@@ -221,6 +221,11 @@ func (v *validator) server() {
 	if s.Headers.BindingLimit != "" && !validToken(s.Headers.BindingLimit) {
 		v.errorf("server.headers.binding_limit", "%q is not a valid header name", s.Headers.BindingLimit)
 	}
+	switch strings.ToLower(s.ForwardedHeader) {
+	case "", "x-forwarded-for", "forwarded":
+	default:
+		v.errorf("server.forwarded_header", "forwarded header must be x-forwarded-for or forwarded, got %q", s.ForwardedHeader)
+	}
 	s.TrustedProxyPrefixes = nil
 	for i, c := range s.TrustedProxies {
 		path := fmt.Sprintf("server.trusted_proxies[%d]", i)
@@ -312,7 +317,7 @@ func (j *JWT) Options() identity.JWTOptions {
 // server settings.
 func (s *Server) IdentityOptions() identity.Options {
 	o := identity.Options{TrustedProxies: s.TrustedProxyPrefixes, IPv6Prefix: s.IPv6Prefix,
-		UserHeader: s.User.Header}
+		UserHeader: s.User.Header, ForwardedHeader: s.ForwardedHeader}
 	if s.User.JWT != nil {
 		j := s.User.JWT.Options()
 		o.JWT = &j
