@@ -2,4 +2,25 @@
 // machines: every decision takes the state, the instant (Unix nanoseconds)
 // and the cost, and returns a floodgate.Decision. Nothing here reads a clock,
 // allocates per decision or does I/O.
+//
+// Compile turns a floodgate.Limit into Params once; Params.Decide then
+// answers requests against a State, one per key, which the stores keep. The
+// rules follow the contract sheet (reference semantics §9):
+//
+//   - A cost below 1 is floodgate.ErrInvalidCost, an instant before
+//     State.Last is floodgate.ErrTimeBackwards, and a cost above the
+//     capacity comes back as a filled-in denial with floodgate.ErrNeverFits.
+//   - A denial and a peek change nothing, not even State.Last.
+//   - Remaining is the whole units admissible now, after charging;
+//     RetryAfter the earliest wait after which the same cost passes with no
+//     other traffic (a capped hint for concurrency); ResetAfter the time
+//     until the key is as good as new, which stores use as its TTL.
+//
+// The token bucket, GCRA, the leaky bucket meter and the leaky queue share
+// one core: a theoretical arrival time kept exactly, as nanoseconds plus a
+// fraction in units of 1/Rate, so a rate such as 3 per second neither
+// drifts nor rounds over any run. Products such as cost·Per go through
+// math/bits in 128 bits; an instant that would overflow is ErrOverflow.
+// Windows are aligned to the Unix epoch; quota periods follow the calendar
+// of the limit's time zone (QuotaPeriod).
 package algo

@@ -174,3 +174,20 @@ func TestQuotaOffset(t *testing.T) {
 		t.Errorf("cost 700 the week before the start: %+v, want RetryAfter %v", d, want)
 	}
 }
+
+func TestQuotaPeriodMidnightSkipped(t *testing.T) {
+	// Chile moved its clocks from 00:00 to 01:00 on 8 September 2024: that
+	// day starts at 01:00 local (04:00 UTC) and has 23 hours; the day before
+	// ends at that same instant.
+	santiago := loadLoc(t, "America/Santiago")
+	l := floodgate.Limit{Algorithm: floodgate.Quota, Max: 1, Period: floodgate.Day, Location: santiago}
+	dayStart := time.Date(2024, 9, 8, 4, 0, 0, 0, time.UTC).UnixNano()
+	s, e := QuotaPeriod(&l, time.Date(2024, 9, 8, 12, 0, 0, 0, santiago).UnixNano())
+	if s != dayStart || time.Duration(e-s) != 23*time.Hour {
+		t.Errorf("8 Sep 2024: [%v, %v)", time.Unix(0, s).In(santiago), time.Unix(0, e).In(santiago))
+	}
+	_, e = QuotaPeriod(&l, time.Date(2024, 9, 7, 23, 30, 0, 0, santiago).UnixNano())
+	if e != dayStart {
+		t.Errorf("7 Sep 2024 ends %v, want %v", time.Unix(0, e).In(santiago), time.Unix(0, dayStart).In(santiago))
+	}
+}
