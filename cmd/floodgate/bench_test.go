@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+)
+
+// benchJSON runs floodgate bench with --json and decodes its one object,
+// insisting on exactly the documented fields.
+func benchJSON(t *testing.T, args ...string) map[string]float64 {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), append([]string{"bench", "--json"}, args...), &stdout, &stderr); err != nil {
+		t.Fatalf("bench %v: %v\n%s", args, err, stderr.String())
+	}
+	var got map[string]float64
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("bench output %q: %v", stdout.String(), err)
+	}
+	want := []string{"decisions_per_sec", "allowed", "denied", "errors", "p50_us", "p99_us"}
+	if len(got) != len(want) {
+		t.Fatalf("bench output %q: want exactly the fields %v", stdout.String(), want)
+	}
+	for _, k := range want {
+		if _, ok := got[k]; !ok {
+			t.Fatalf("bench output %q: no %q", stdout.String(), k)
+		}
+	}
+	return got
+}
+
+func TestBenchMemory(t *testing.T) {
+	for _, alg := range []string{"token_bucket", "sliding_log", "concurrency", "quota", "leaky_queue"} {
+		t.Run(alg, func(t *testing.T) {
+			// A limit of 5 a second per key on 10 keys: both answers show up.
+			args := []string{"--store", "memory", "--algorithm", alg, "--keys", "10", "--concurrency", "4",
+				"--duration", "300ms", "--rate", "5", "--burst", "5", "--limit", "5"}
+			if alg == "concurrency" {
+				// More workers than slots on one key.
+				args = append(args, "--keys", "1", "--concurrency", "8", "--limit", "2")
+			}
+			got := benchJSON(t, args...)
+			if got["errors"] != 0 || got["allowed"] < 1 || got["denied"] < 1 {
+				t.Fatalf("%v: want allowed and denied decisions and no errors", got)
+			}
+			if got["decisions_per_sec"] <= 0 || got["p50_us"] <= 0 || got["p99_us"] < got["p50_us"] {
+				t.Fatalf("%v: implausible rate or percentiles", got)
+			}
+		})
+	}
+}
+
+func TestBenchRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	got := benchJSON(t, "--store", "redis://"+srv.Addr, "--keys", "10", "--concurrency", "8",
+		"--duration", "500ms", "--rate", "5", "--burst", "5")
+	if got["errors"] != 0 || got["allowed"] < 1 || got["denied"] < 1 {
+		t.Fatalf("%v: want allowed and denied decisions and no errors", got)
+	}
+	// The counts are real: 10 keys with a burst of 5 allow at least 50.
+	if got["allowed"] < 50 {
+		t.Fatalf("%v: fewer allowed than the bursts hold", got)
+	}
+}
+
+func TestBenchRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr
+	srv.Stop()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	err := run(context.Background(), []string{"bench", "--store", "redis://" + addr, "--duration", "300ms", "--timeout", "50ms"}, &stdout, &stderr)
+	// Either the connection is refused up front or every decision fails;
+	// either way it ends by itself and says so.
+	if err == nil && !strings.Contains(stdout.String(), "errors") {
+		t.Fatalf("bench against a dead server: no error and output %q", stdout.String())
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Fatalf("bench did not stop by itself")
+	}
+}
+
+func TestBenchHumanOutput(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"bench", "--duration", "100ms", "--concurrency", "2"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"decisions/s", "p99", "allowed"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Fatalf("output %q lacks %q", stdout.String(), want)
+		}
+	}
+	if strings.Contains(stdout.String(), "\r") {
+		t.Fatalf("progress line written to a non-terminal: %q", stdout.String())
+	}
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--keys", "0"},
+		{"--concurrency", "0"},
+		{"--duration", "0s"},
+		{"--algorithm", "nope"},
+		{"--store", "mysql://x"},
+		{"--rate", "0"},
+		{"--algorithm", "quota", "--period", "year"},
+		{"extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), append([]string{"bench"}, args...), &stdout, &stderr)
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Fatalf("bench %v: err %v, want a usage error", args, err)
+		}
+	}
+}
+
+func TestBenchHistogram(t *testing.T) {
+	var h histogram
+	for i := 1; i <= 1000; i++ {
+		h.add(time.Duration(i) * time.Microsecond)
+	}
+	for _, c := range []struct {
+		q    float64
+		want float64
+	}{{0.5, 500e3}, {0.99, 990e3}} {
+		got := h.quantile(c.q)
+		if got < c.want*0.95 || got > c.want*1.05 {
+			t.Fatalf("quantile %v = %v ns, want %v within 5%%", c.q, got, c.want)
+		}
+	}
+	var empty histogram
+	if empty.quantile(0.5) != 0 {
+		t.Fatal("empty histogram has a median")
+	}
+}
