@@ -229,6 +229,9 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	if len(hits) == 0 {
 		return nil
 	}
+	if len(hits) == 1 && op != limiter.Release {
+		return s.applyOne(&hits[0], &out[0], op == limiter.Peek)
+	}
 	var buf [stackHits]work
 	var lockBuf [stackHits]int32
 	w, locks := buf[:0], lockBuf[:0]
@@ -254,6 +257,44 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 		s.shards[locks[i]].mu.Unlock()
 	}
 	return err
+}
+
+// applyOne is Apply for a request of one hit (charge or peek), the common
+// case, without the bookkeeping that several hits need.
+func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) error {
+	h := s.hash(hit.Rule.ID, hit.Key)
+	sh := &s.shards[h>>s.shift]
+	sh.mu.Lock()
+	now := s.now()
+	var st algo.State
+	var e *entry
+	if idx := sh.find(h, hit.Rule, hit.Key); idx >= 0 {
+		e = sh.at(idx)
+		if e.exp > now {
+			st = e.st
+		}
+		sh.touch(idx)
+	}
+	t := now
+	if t < st.Last {
+		t = st.Last
+		sh.clamps++
+	}
+	d, err := hit.Rule.Params.Decide(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
+	*out = d
+	if err == nil && d.Allowed && !peek {
+		exp := expiry(hit.Rule, &st, d, t)
+		if e != nil {
+			e.st, e.exp, e.rule = st, exp, hit.Rule
+		} else {
+			s.insert(sh, h, hit.Rule, hit.Key, st, exp)
+		}
+	}
+	sh.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
+	}
+	return nil
 }
 
 // insertSorted adds v to the ascending set l.

@@ -1,0 +1,241 @@
+package memstore_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+// benchKeys is the number of distinct keys the keyed benchmarks spread
+// their decisions over.
+const benchKeys = 10000
+
+func keyNames(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// BenchmarkKeyed compares keyed token-bucket decisions in memstore with
+// the usual hand-made limiter: a map of x/time/rate limiters behind one
+// mutex. Both spread decisions over the same keys from parallel goroutines
+// and read the clock once per decision.
+func BenchmarkKeyed(b *testing.B) {
+	keys := keyNames(benchKeys)
+	var seq atomic.Uint64
+
+	b.Run("memstore", func(b *testing.B) {
+		s, err := memstore.New(memstore.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
+			Rate: 1000, Per: time.Second, Burst: 100}, limiter.FailOpen, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(7919))
+			hits := []limiter.Hit{{Rule: r, Cost: 1}}
+			out := make([]floodgate.Decision, 1)
+			for pb.Next() {
+				hits[0].Key = keys[i%benchKeys]
+				i++
+				if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+
+	b.Run("engine+memstore", func(b *testing.B) {
+		s, err := memstore.New(memstore.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		l := limiter.New(s, limiter.Options{})
+		r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
+			Rate: 1000, Per: time.Second, Burst: 100}, limiter.FailOpen, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(7919))
+			hits := []limiter.Hit{{Rule: r, Cost: 1}}
+			var res limiter.Result
+			for pb.Next() {
+				hits[0].Key = keys[i%benchKeys]
+				i++
+				if err := l.CheckInto(context.Background(), hits, &res); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+
+	b.Run("map+mutex+x-time-rate", func(b *testing.B) {
+		var mu sync.Mutex
+		limiters := make(map[string]*rate.Limiter)
+		allow := func(key string) bool {
+			mu.Lock()
+			l, ok := limiters[key]
+			if !ok {
+				l = rate.NewLimiter(1000, 100)
+				limiters[key] = l
+			}
+			mu.Unlock()
+			return l.Allow()
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(7919))
+			for pb.Next() {
+				allow(keys[i%benchKeys])
+				i++
+			}
+		})
+	})
+}
+
+// BenchmarkThreeHits is one request checked against three limits (user,
+// route, global) through the engine.
+func BenchmarkThreeHits(b *testing.B) {
+	s, err := memstore.New(memstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	l := limiter.New(s, limiter.Options{})
+	mk := func(name string, alg floodgate.Algorithm) *limiter.Rule {
+		r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: alg, Rate: 1e6, Per: time.Second,
+			Burst: 1000, Max: 1e9, Window: time.Hour}, limiter.FailOpen, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return r
+	}
+	user, route, global := mk("user", floodgate.TokenBucket), mk("route", floodgate.SlidingWindow), mk("global", floodgate.GCRA)
+	keys := keyNames(benchKeys)
+	var seq atomic.Uint64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(7919))
+		hits := []limiter.Hit{{Rule: user, Cost: 1}, {Rule: route, Key: "/api", Cost: 1}, {Rule: global, Key: "all", Cost: 1}}
+		var res limiter.Result
+		for pb.Next() {
+			hits[0].Key = keys[i%benchKeys]
+			i++
+			if err := l.CheckInto(context.Background(), hits, &res); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// heapInUse returns the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkMemory1M inserts 1,000,000 distinct keys and reports the heap
+// they take per key, not counting the key strings themselves (made before
+// the measurement starts and shared with the store).
+func BenchmarkMemory1M(b *testing.B) {
+	const n = 1_000_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	r, err := limiter.NewRule(floodgate.Limit{Name: "mem", Algorithm: floodgate.GCRA, Rate: 1, Per: time.Hour, Burst: 10},
+		limiter.FailOpen, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		before := heapInUse()
+		s, err := memstore.New(memstore.Options{SweepInterval: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		hits := make([]limiter.Hit, 1)
+		out := make([]floodgate.Decision, 1)
+		for _, k := range keys {
+			hits[0] = limiter.Hit{Rule: r, Key: k, Cost: 1}
+			if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		after := heapInUse()
+		if k := s.Stats().Keys; k != n {
+			b.Fatalf("%d keys, want %d", k, n)
+		}
+		b.ReportMetric(float64(after-before)/n, "bytes/key")
+		runtime.KeepAlive(s)
+		s.Close()
+	}
+}
+
+// BenchmarkFlood10M sends 10,000,000 random keys at a store capped at
+// 100,000 keys and fails if it ever holds more.
+func BenchmarkFlood10M(b *testing.B) {
+	const n, capKeys = 10_000_000, 100_000
+	r, err := limiter.NewRule(floodgate.Limit{Name: "flood", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour},
+		limiter.FailOpen, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		s, err := memstore.New(memstore.Options{MaxKeys: capKeys, SweepInterval: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(5, 6))
+		hits := make([]limiter.Hit, 1)
+		out := make([]floodgate.Decision, 1)
+		var buf []byte
+		peak := 0
+		for i := range n {
+			buf = strconv.AppendUint(buf[:0], rng.Uint64(), 36)
+			hits[0] = limiter.Hit{Rule: r, Key: string(buf), Cost: 1}
+			if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+				b.Fatal(err)
+			}
+			if i%1_000_000 == 0 {
+				peak = max(peak, s.Stats().Keys)
+			}
+		}
+		st := s.Stats()
+		peak = max(peak, st.Keys)
+		if peak > capKeys {
+			b.Fatalf("held %d keys, more than the cap %d", peak, capKeys)
+		}
+		b.ReportMetric(float64(peak), "peak-keys")
+		b.ReportMetric(float64(st.Evictions), "evictions")
+		s.Close()
+	}
+}

@@ -1,0 +1,409 @@
+package memstore_test
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+func rule(t testing.TB, l floodgate.Limit) *limiter.Rule {
+	t.Helper()
+	if l.Name == "" {
+		l.Name = l.Algorithm.String()
+	}
+	r, err := limiter.NewRule(l, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func apply(t testing.TB, s *memstore.Store, op limiter.Op, hits ...limiter.Hit) []floodgate.Decision {
+	t.Helper()
+	out := make([]floodgate.Decision, len(hits))
+	if err := s.Apply(context.Background(), op, hits, out); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	return out
+}
+
+// clock is a settable time source for Options.Now.
+type clock struct{ ns int64 }
+
+func (c *clock) now() int64 { return c.ns }
+
+const sec = int64(time.Second)
+
+// windowRule counts up to max per (very long) window.
+func windowRule(t testing.TB, max int64) *limiter.Rule {
+	return rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: max, Window: 100000 * time.Hour})
+}
+
+// used returns how many units of a fixed window rule the key has used.
+func used(t testing.TB, s *memstore.Store, r *limiter.Rule, key string) int64 {
+	t.Helper()
+	d := apply(t, s, limiter.Peek, limiter.Hit{Rule: r, Key: key, Cost: 1})[0]
+	if !d.Allowed {
+		return r.Limit.Max
+	}
+	return r.Limit.Max - d.Remaining - 1
+}
+
+func TestLRUEviction(t *testing.T) {
+	c := &clock{ns: 1000 * sec}
+	s := newStore(t, memstore.Options{Shards: 1, MaxKeys: 3, Now: c.now, SweepInterval: -1})
+	r := windowRule(t, 10)
+	for _, k := range []string{"a", "b", "c"} {
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: k, Cost: 2})
+	}
+	apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "a", Cost: 1}) // a is now the most recent
+	apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "d", Cost: 1}) // evicts b
+	st := s.Stats()
+	if st.Keys != 3 || st.Evictions != 1 {
+		t.Fatalf("stats %+v, want 3 keys and 1 eviction", st)
+	}
+	for k, want := range map[string]int64{"a": 3, "b": 0, "c": 2, "d": 1} {
+		if got := used(t, s, r, k); got != want {
+			t.Fatalf("key %s: %d used, want %d", k, got, want)
+		}
+	}
+}
+
+// TestIndexAgainstModel drives one small shard through many inserts,
+// touches, evictions and expiries and compares every key with a model LRU.
+func TestIndexAgainstModel(t *testing.T) {
+	c := &clock{ns: 1000 * sec}
+	const capKeys = 200
+	s := newStore(t, memstore.Options{Shards: 1, MaxKeys: capKeys, Now: c.now, SweepInterval: -1})
+	r := windowRule(t, 1000)
+	lru := list.New()
+	elems := map[string]*list.Element{}
+	counts := map[string]int64{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		k := fmt.Sprintf("k%d", rng.IntN(600))
+		if e, ok := elems[k]; ok {
+			lru.MoveToFront(e)
+		} else {
+			elems[k] = lru.PushFront(k)
+			if lru.Len() > capKeys {
+				old := lru.Remove(lru.Back()).(string)
+				delete(elems, old)
+				delete(counts, old)
+			}
+		}
+		counts[k]++
+		if d := apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: k, Cost: 1})[0]; !d.Allowed || d.Remaining != 1000-counts[k] {
+			t.Fatalf("step %d, key %s: %+v, want %d remaining", i, k, d, 1000-counts[k])
+		}
+	}
+	if st := s.Stats(); st.Keys != capKeys {
+		t.Fatalf("%d keys, want the cap %d", st.Keys, capKeys)
+	}
+	// Peeks touch keys too; go through the model's order from the least
+	// recent so that the store's order stays the model's.
+	for e := lru.Back(); e != nil; e = e.Prev() {
+		k := e.Value.(string)
+		if got := used(t, s, r, k); got != counts[k] {
+			t.Fatalf("key %s: %d used, want %d", k, got, counts[k])
+		}
+	}
+}
+
+func TestIdleExpiryAndSweep(t *testing.T) {
+	c := &clock{ns: 1000 * sec}
+	s := newStore(t, memstore.Options{Now: c.now, SweepInterval: -1})
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2})
+	for i := range 100 {
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 2})
+	}
+	// A denial does not extend a key's life.
+	c.ns += sec
+	if d := apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "0", Cost: 2})[0]; d.Allowed {
+		t.Fatalf("one token after 1 s: %+v, want denied", d)
+	}
+	s.Sweep()
+	if st := s.Stats(); st.Keys != 100 || st.Expired != 0 {
+		t.Fatalf("after 1 s: %+v, want 100 keys", st)
+	}
+	c.ns += sec // every bucket is full again
+	if d := apply(t, s, limiter.Peek, limiter.Hit{Rule: r, Key: "1", Cost: 2})[0]; !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("idle key: %+v, want full", d)
+	}
+	s.Sweep()
+	if st := s.Stats(); st.Keys != 0 || st.Expired != 100 {
+		t.Fatalf("after 2 s: %+v, want every key swept", st)
+	}
+}
+
+func TestClockClamp(t *testing.T) {
+	c := &clock{ns: 1000 * sec}
+	s := newStore(t, memstore.Options{Now: c.now})
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1})
+	h := limiter.Hit{Rule: r, Key: "k", Cost: 1}
+	apply(t, s, limiter.Charge, h)
+	c.ns -= 10 * sec // the clock steps back
+	d := apply(t, s, limiter.Charge, h)[0]
+	if d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("after a step back: %+v, want denied with the full second to wait", d)
+	}
+	if st := s.Stats(); st.Clamps != 1 {
+		t.Fatalf("clamps %d, want 1", st.Clamps)
+	}
+}
+
+func TestManyHitsAllOrNothing(t *testing.T) {
+	s := newStore(t, memstore.Options{Shards: 4})
+	r := windowRule(t, 5)
+	tight := windowRule(t, 1)
+	var hits []limiter.Hit
+	for i := range 12 { // more than fit in Apply's stack buffers
+		hits = append(hits, limiter.Hit{Rule: r, Key: fmt.Sprint("m", i), Cost: 1})
+	}
+	hits = append(hits, limiter.Hit{Rule: tight, Key: "tight", Cost: 1})
+	out := apply(t, s, limiter.Charge, hits...)
+	for i, d := range out {
+		if !d.Allowed {
+			t.Fatalf("first: hit %d denied", i)
+		}
+	}
+	out = apply(t, s, limiter.Charge, hits...)
+	if out[12].Allowed {
+		t.Fatal("second: the tight limit allowed")
+	}
+	for i := range 12 {
+		if got := used(t, s, r, hits[i].Key); got != 1 {
+			t.Fatalf("key %d: %d used, want 1", i, got)
+		}
+	}
+}
+
+func TestDuplicateHits(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	r := windowRule(t, 3)
+	h := limiter.Hit{Rule: r, Key: "dup", Cost: 1}
+	out := apply(t, s, limiter.Charge, h, h)
+	if !out[0].Allowed || !out[1].Allowed || out[1].Remaining != 1 {
+		t.Fatalf("two hits on one key: %+v, want both charged", out)
+	}
+	out = apply(t, s, limiter.Charge, h, h)
+	if !out[0].Allowed || out[1].Allowed {
+		t.Fatalf("two more on one left: %+v, want the second denied", out)
+	}
+	if got := used(t, s, r, "dup"); got != 2 {
+		t.Fatalf("%d used, want 2 (the denied request took nothing)", got)
+	}
+}
+
+func TestSlidingLogStateIsolation(t *testing.T) {
+	// The sliding log keeps its entries outside the fixed state; a denied
+	// request of several hits must leave them as they were.
+	c := &clock{ns: 1000 * sec}
+	s := newStore(t, memstore.Options{Now: c.now})
+	lg := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 3, Window: time.Minute})
+	tight := windowRule(t, 1)
+	apply(t, s, limiter.Charge, limiter.Hit{Rule: lg, Key: "k", Cost: 1})
+	apply(t, s, limiter.Charge, limiter.Hit{Rule: tight, Key: "t", Cost: 1})
+	for range 3 {
+		c.ns += sec
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: lg, Key: "k", Cost: 1}, limiter.Hit{Rule: tight, Key: "t", Cost: 1})
+	}
+	if d := apply(t, s, limiter.Peek, limiter.Hit{Rule: lg, Key: "k", Cost: 2})[0]; !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("log after denied requests: %+v, want 2 of 3 free", d)
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	c := &clock{ns: time.Now().UnixNano()}
+	s, err := memstore.New(memstore.Options{StatePath: path, Now: c.now, SnapshotInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := windowRule(t, 100)
+	lg := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: time.Hour})
+	cc := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 5, LeaseTTL: time.Hour})
+	for i := range 1000 {
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: w, Key: fmt.Sprint("w", i), Cost: int64(i%7 + 1)})
+	}
+	for i := range 4 {
+		c.ns += sec
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: lg, Key: "log", Cost: 2})
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: cc, Key: "conc", Cost: 1, Lease: uint64(i + 1)})
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Snapshots != 1 {
+		t.Fatalf("stats %+v, want one snapshot (on Close)", st)
+	}
+
+	s2 := newStore(t, memstore.Options{StatePath: path, Now: c.now, SnapshotInterval: -1})
+	if st := s2.Stats(); st.LoadError != nil || st.Loaded != 1002 {
+		t.Fatalf("reloaded: %+v, want 1002 keys", st)
+	}
+	for i := range 1000 {
+		if got := used(t, s2, w, fmt.Sprint("w", i)); got != int64(i%7+1) {
+			t.Fatalf("key w%d: %d used after reload, want %d", i, got, i%7+1)
+		}
+	}
+	if d := apply(t, s2, limiter.Peek, limiter.Hit{Rule: lg, Key: "log", Cost: 2})[0]; !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("log after reload: %+v, want 8 used", d)
+	}
+	// Lease 2 is still held: releasing it frees a unit.
+	if d := apply(t, s2, limiter.Release, limiter.Hit{Rule: cc, Key: "conc", Cost: 1, Lease: 2})[0]; d.Remaining != 2 {
+		t.Fatalf("release after reload: %+v, want 2 free", d)
+	}
+}
+
+func TestCorruptStateFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	s, err := memstore.New(memstore.Options{StatePath: good, SnapshotInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := windowRule(t, 10)
+	for i := range 50 {
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 1})
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := append([]byte(nil), data...)
+	flipped[len(flipped)-3] ^= 0x40
+	badVersion := append([]byte(nil), data...)
+	badVersion[8] = 9
+	for name, content := range map[string][]byte{
+		"empty":     {},
+		"short":     data[:10],
+		"truncated": data[:len(data)-5],
+		"appended":  append(append([]byte(nil), data...), 0),
+		"flipped":   flipped,
+		"version":   badVersion,
+		"foreign":   []byte("{\"this is\": \"some other program's file\"}\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, name)
+			if err := os.WriteFile(path, content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := newStore(t, memstore.Options{StatePath: path, SnapshotInterval: -1})
+			st := s.Stats()
+			if st.LoadError == nil || st.Loaded != 0 || st.Keys != 0 {
+				t.Fatalf("stats %+v, want a load error and nothing loaded", st)
+			}
+			if got := used(t, s, r, "1"); got != 0 {
+				t.Fatalf("key 1 used %d, want a fresh key", got)
+			}
+		})
+	}
+	// The good file itself loads.
+	s2 := newStore(t, memstore.Options{StatePath: good, SnapshotInterval: -1})
+	if st := s2.Stats(); st.LoadError != nil || st.Loaded != 50 {
+		t.Fatalf("good file: %+v", st)
+	}
+}
+
+func TestSnapshotError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing-dir", "state")
+	s, err := memstore.New(memstore.Options{StatePath: path, SnapshotInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Snapshot(); err == nil {
+		t.Fatal("snapshot into a missing directory: no error")
+	}
+	if err := s.Close(); err == nil {
+		t.Fatal("Close: no error from its snapshot")
+	}
+	if st := s.Stats(); st.SnapshotErrors != 2 || st.LastSnapshotError == nil {
+		t.Fatalf("stats %+v, want 2 snapshot errors", st)
+	}
+}
+
+func TestPeriodicSnapshot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	s := newStore(t, memstore.Options{StatePath: path, SnapshotInterval: 10 * time.Millisecond})
+	apply(t, s, limiter.Charge, limiter.Hit{Rule: windowRule(t, 5), Key: "k", Cost: 1})
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Stats().Snapshots < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no periodic snapshot after 20 s: %+v", s.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFloodStaysUnderCap(t *testing.T) {
+	const capKeys = 10000
+	n := 1_000_000
+	if testing.Short() {
+		n = 200_000
+	}
+	s := newStore(t, memstore.Options{MaxKeys: capKeys, SweepInterval: -1})
+	r := windowRule(t, 10)
+	rng := rand.New(rand.NewPCG(3, 4))
+	hits := make([]limiter.Hit, 1)
+	out := make([]floodgate.Decision, 1)
+	var buf []byte
+	for i := range n {
+		buf = strconv.AppendUint(buf[:0], rng.Uint64(), 36)
+		hits[0] = limiter.Hit{Rule: r, Key: string(buf), Cost: 1}
+		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+			t.Fatal(err)
+		}
+		if i%100000 == 0 {
+			if k := s.Stats().Keys; k > capKeys {
+				t.Fatalf("after %d keys: %d held, more than the cap %d", i, k, capKeys)
+			}
+		}
+	}
+	st := s.Stats()
+	if st.Keys > capKeys || st.Evictions < uint64(n-capKeys) {
+		t.Fatalf("after %d random keys: %+v, want at most %d keys and the rest evicted", n, st, capKeys)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	r := windowRule(t, 5)
+	ctx := context.Background()
+	if err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, nil); err == nil {
+		t.Fatal("short out slice: no error")
+	}
+	if err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Key: "k", Cost: 1}}, make([]floodgate.Decision, 1)); err == nil {
+		t.Fatal("nil rule: no error")
+	}
+	if err := s.Apply(ctx, limiter.Op(99), []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, make([]floodgate.Decision, 1)); err == nil {
+		t.Fatal("unknown op: no error")
+	}
+	if _, err := memstore.New(memstore.Options{MaxKeys: -1}); err == nil {
+		t.Fatal("negative MaxKeys: no error")
+	}
+	if _, err := memstore.New(memstore.Options{Shards: -3}); err == nil {
+		t.Fatal("negative Shards: no error")
+	}
+	err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Rule: r, Key: "k", Cost: 6}}, make([]floodgate.Decision, 1))
+	if !errors.Is(err, floodgate.ErrNeverFits) {
+		t.Fatalf("cost 6 of 5: %v", err)
+	}
+}
