@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// startServe runs "floodgate serve" with args until the returned stop is
+// called; it returns the gateway's and the admin listener's base URLs, read
+// from what serve prints.
+func startServe(t *testing.T, args ...string) (gw, admin string, stop func() error, out *lockedBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	out = &lockedBuffer{}
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, append([]string{"serve"}, args...), pw, &stderr)
+		pw.Close()
+		done <- err
+	}()
+	gwRe := regexp.MustCompile(`gateway on (http://\S+)`)
+	adRe := regexp.MustCompile(`admin on (http://\S+)`)
+	sc := bufio.NewScanner(pr)
+	found := make(chan struct{})
+	go func() {
+		for sc.Scan() {
+			line := sc.Text()
+			out.Write([]byte(line + "\n"))
+			if m := gwRe.FindStringSubmatch(line); m != nil {
+				gw = m[1]
+			}
+			if m := adRe.FindStringSubmatch(line); m != nil {
+				admin = m[1]
+				close(found)
+			}
+		}
+	}()
+	select {
+	case <-found:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve ended early: %v\n%s", err, stderr.String())
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatalf("serve did not start:\n%s", stderr.String())
+	}
+	var once sync.Once
+	var stopErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case stopErr = <-done:
+			case <-time.After(60 * time.Second):
+				stopErr = fmt.Errorf("serve did not stop")
+			}
+		})
+		return stopErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	return gw, admin, stop, out
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func get(t *testing.T, url string, hdr ...string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestServeDemo runs the README's first command (on free ports): the
+// school example in front of the demo upstream.
+func TestServeDemo(t *testing.T) {
+	gw, admin, stop, out := startServe(t, "--config", "../../examples/school.yaml", "--demo",
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
+	if !strings.Contains(out.String(), "demo upstream") {
+		t.Errorf("no demo banner in %q", out.String())
+	}
+	if code, _, _ := get(t, admin+"/healthz"); code != 200 {
+		t.Errorf("/healthz %d", code)
+	}
+	if code, _, _ := get(t, admin+"/readyz"); code != 200 {
+		t.Errorf("/readyz %d", code)
+	}
+	// Stage dev: the first five of a burst pass, and a burst of 20 meets
+	// 429s; a slow machine may refill a token every 200 ms on the way.
+	start := time.Now()
+	var codes []int
+	for i := 0; i < 20; i++ {
+		code, h, body := get(t, gw+"/students/9")
+		codes = append(codes, code)
+		if code == 200 && !strings.Contains(body, `"id":9`) {
+			t.Errorf("demo body %q", body)
+		}
+		if code == 429 && (h.Get("Retry-After") == "" || !strings.HasPrefix(h.Get("RateLimit"), `"stage.dev";r=0`)) {
+			t.Errorf("429 fields: %v", h)
+		}
+	}
+	passed := 0
+	for _, c := range codes {
+		if c == 200 {
+			passed++
+		}
+	}
+	if refill := int(time.Since(start)/(200*time.Millisecond)) + 1; passed < 5 || passed > 5+refill || codes[0] != 200 {
+		t.Errorf("stage dev burst: %v", codes)
+	}
+	// The trial plan: 3 a day, then Limit Exceeded.
+	var trial []int
+	var last string
+	for i := 0; i < 4; i++ {
+		code, _, body := get(t, gw+"/partner/students/9", "x-api-key", "key-trial")
+		trial = append(trial, code)
+		last = body
+	}
+	if fmt.Sprint(trial) != "[200 200 200 429]" || !strings.Contains(last, "Limit Exceeded") {
+		t.Errorf("trial: %v %q", trial, last)
+	}
+	if code, _, body := get(t, gw+"/partner/students/9", "x-api-key", "key-nobody"); code != 403 || !strings.Contains(body, "Forbidden") {
+		t.Errorf("unknown key: %d %q", code, body)
+	}
+	code, _, metrics := get(t, admin+"/metrics")
+	switch {
+	case metricsBuiltIn && (code != 200 || !strings.Contains(metrics, `floodgate_rejections_total{code="429",limit="stage.dev"}`)):
+		t.Errorf("/metrics %d:\n%s", code, metrics)
+	case !metricsBuiltIn && code != 404:
+		t.Errorf("/metrics without metrics built in: %d", code)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}
+
+// TestServeGracefulShutdown stops serve while a request is in flight: the
+// request finishes, /readyz turns 503 meanwhile, serve returns without
+// error and the memory store writes its state file.
+func TestServeGracefulShutdown(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		io.WriteString(w, "finished")
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gw.yaml")
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  listen: "127.0.0.1:0"
+  admin_listen: "127.0.0.1:0"
+  state_file: state.bin
+routes:
+  - name: slow
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - name: per-ip
+    rate: 100
+    burst: 100
+    key: client_ip
+`, up.URL)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, admin, stop, _ := startServe(t, "--config", cfg, "--log-level", "error")
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		resp, err := http.Get(gw + "/slow")
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res <- result{code: resp.StatusCode, body: string(b)}
+	}()
+	<-arrived
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	// While the request is in flight, serve is draining: not ready.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 503 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz never turned 503 during the shutdown")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	r := <-res
+	if r.err != nil || r.code != 200 || r.body != "finished" {
+		t.Fatalf("in-flight request: %d %q %v", r.code, r.body, r.err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "state.bin")); err != nil || fi.Size() == 0 {
+		t.Errorf("state file: %v", err)
+	}
+}
+
+func TestServeBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve"},
+		{"serve", "--config"},
+		{"serve", "--config", "x.yaml", "extra"},
+		{"serve", "--config", "x.yaml", "--log-format", "xml"},
+		{"serve", "--config", "x.yaml", "--shutdown-timeout", "0s"},
+	} {
+		err := run(context.Background(), args, io.Discard, io.Discard)
+		if exitCode(err) != 2 {
+			t.Errorf("%v: %v (exit %d), want a usage error", args, err, exitCode(err))
+		}
+	}
+	err := run(context.Background(), []string{"serve", "--config", "/nonexistent/floodgate.yaml"}, io.Discard, io.Discard)
+	if err == nil || exitCode(err) != 1 {
+		t.Errorf("missing file: %v", err)
+	}
+}

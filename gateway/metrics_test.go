@@ -1,0 +1,80 @@
+//go:build prometheus
+
+package gateway
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// TestMetrics runs lesson 07's stage burst, with a shadow limit added,
+// through a gateway with metrics and reads the counters back.
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewMetrics(reg); err == nil {
+		t.Error("registering twice on one registry succeeded")
+	}
+	up := newUpstream(t, nil)
+	clock := newTestClock()
+	office := newSchoolOffice(t, up.URL)
+	shadow := mustRule(t, floodgate.Limit{Name: "shadow", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute}, true)
+	matcher := funcMatcher(func(r *http.Request, mt *Match) error {
+		if err := office.Match(r, mt); err != nil || mt.Forbidden {
+			return err
+		}
+		mt.Hits = append(mt.Hits, limiter.Hit{Rule: shadow, Key: "all", Cost: 1})
+		return nil
+	})
+	g, err := New(Options{Matcher: matcher, Engine: newMemStore(t, clock.Now), Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(g)
+	defer front.Close()
+	for i := 0; i < 8; i++ {
+		a := do(t, front.Client(), "GET", front.URL+"/notices", nil)
+		if a.status == 200 && a.header.Get("RateLimit") != "" && len(a.header.Values("RateLimit")) != 1 {
+			t.Errorf("RateLimit lines %v", a.header.Values("RateLimit"))
+		}
+	}
+	do(t, front.Client(), "GET", front.URL+"/partner/x", map[string]string{"x-api-key": "nobody"})
+	checks := []struct {
+		name string
+		c    prometheus.Collector
+		want float64
+	}{
+		{"stage allowed", m.decisions.WithLabelValues("stage-dev", "allowed"), 5},
+		{"stage denied", m.decisions.WithLabelValues("stage-dev", "denied"), 3},
+		{"shadow allowed", m.decisions.WithLabelValues("shadow", "allowed"), 2},
+		{"shadow denied", m.decisions.WithLabelValues("shadow", "shadow_denied"), 6},
+		{"near limit", m.near.WithLabelValues("stage-dev"), 1}, // r=0 of 5; r=1 is 20%
+		{"429s", m.rejected.WithLabelValues("stage-dev", "429"), 3},
+		{"403s", m.rejected.WithLabelValues("", "403"), 1},
+		{"upstream 200s", m.upstream.WithLabelValues("school", "200"), 5},
+		{"queue", m.queue.WithLabelValues("stage-dev"), 0},
+	}
+	for _, c := range checks {
+		if got := testutil.ToFloat64(c.c); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.latency); n != 1 {
+		t.Errorf("latency histogram series %d", n)
+	}
+	m.ObserveDecision(limiter.Event{Rule: office.stage, Degraded: true})
+	if got := testutil.ToFloat64(m.degraded.WithLabelValues("stage-dev")); got != 1 {
+		t.Errorf("degraded %v", got)
+	}
+}
