@@ -88,6 +88,20 @@ func (v *validator) validate() {
 		}
 	}
 
+	// Generated limit names must not meet: plan "stage" and stage "rate"
+	// would both make "stage.rate".
+	generated := map[string]string{}
+	for i := range f.Stages {
+		generated["stage."+f.Stages[i].Name] = fmt.Sprintf("stages[%d].name", i)
+	}
+	for i := range f.Plans {
+		for _, suffix := range []string{".rate", ".quota"} {
+			if other, dup := generated[f.Plans[i].Name+suffix]; dup {
+				v.errorf(fmt.Sprintf("plans[%d].name", i), "plan %q makes the limit name %q, as %s does; rename one",
+					f.Plans[i].Name, f.Plans[i].Name+suffix, other)
+			}
+		}
+	}
 	for i := range f.Routes {
 		v.route(i, stages)
 	}

@@ -559,3 +559,28 @@ func BenchmarkMatch(b *testing.B) {
 		}
 	})
 }
+
+func FuzzMatch(f *testing.F) {
+	p := example(f)
+	f.Add("GET", "api.example.com:80", "/partner/students/9", "key-partner-1", "u", "1.2.3.4")
+	f.Add("POST", "[::1]:8080", "//notices/../login/", "", "", "2001:db8::1")
+	f.Add("", "", "", "\x00", "|{}%", "")
+	f.Fuzz(func(t *testing.T, method, host, path, key, user, addr string) {
+		a, _ := netip.ParseAddr(addr)
+		h := http.Header{}
+		h.Set("X-Tenant", user)
+		var m Match
+		p.Match(&Request{Method: method, Host: host, Path: path, APIKey: key, User: user, ClientIP: a, Header: h}, &m)
+		if len(m.Hits) != len(m.Limits) {
+			t.Fatalf("%d hits, %d limits", len(m.Hits), len(m.Limits))
+		}
+		for i, hit := range m.Hits {
+			if m.Limits[i].Key[0].Kind == KeyAPIKey && !strings.HasPrefix(hit.Key, "key:") && !strings.HasPrefix(hit.Key, "keyhash:") {
+				t.Fatalf("API key counted as %q", hit.Key)
+			}
+			if strings.ContainsAny(hit.Key, "{}") {
+				t.Fatalf("hash-tag braces in key %q", hit.Key)
+			}
+		}
+	})
+}
