@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/redisstore"
+)
+
+// TestTwoGatewaysOneRedis runs two gateway instances, each with its own
+// engine and Redis connection, against one real redis-server: concurrent
+// clients spread over both instances get exactly the limit's 60 requests
+// through. The limit refills one unit an hour, so real time plays no part.
+func TestTwoGatewaysOneRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit = 60
+	rule := mustRule(t, floodgate.Limit{Name: "shared", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: limit}, false)
+	up := newUpstream(t, nil)
+	upURL, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fronts []*httptest.Server
+	for i := 0; i < 2; i++ {
+		store, err := redisstore.New(redisstore.Options{URL: "redis://" + srv.Addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(store.Close)
+		engine := LimiterEngine(limiter.New(store, limiter.Options{Timeout: 2 * time.Second}))
+		g, err := New(Options{Matcher: funcMatcher(func(_ *http.Request, m *Match) error {
+			m.Upstream = upURL
+			m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: "tenant-1", Cost: 1})
+			return nil
+		}), Engine: engine})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := httptest.NewServer(g)
+		t.Cleanup(f.Close)
+		fronts = append(fronts, f)
+	}
+	var ok, denied atomic.Int64
+	var wg sync.WaitGroup
+	for c := 0; c < 16; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 12; i++ {
+				f := fronts[(c+i)%2]
+				a := do(t, f.Client(), "GET", f.URL+"/x", nil)
+				switch a.status {
+				case 200:
+					ok.Add(1)
+				case 429:
+					denied.Add(1)
+				default:
+					t.Errorf("status %d: %s", a.status, a.body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != limit || denied.Load() != 16*12-limit {
+		t.Errorf("200s %d, 429s %d; want exactly %d and %d", ok.Load(), denied.Load(), limit, 16*12-limit)
+	}
+	if up.served.Load() != limit {
+		t.Errorf("upstream served %d, want %d", up.served.Load(), limit)
+	}
+}
