@@ -211,7 +211,9 @@ type Route struct {
 	// APIKeyRequired makes a missing, unknown or unplanned key a 403.
 	APIKeyRequired bool
 
-	match matcher
+	match    matcher
+	routeKey string // "route:NAME"
+	stageKey string // "stage:STAGE"
 }
 
 type plan struct {
@@ -323,7 +325,8 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 	for i := range f.Routes {
 		cr := &f.Routes[i]
 		p.routes = append(p.routes, &Route{Name: cr.Name, Upstream: cr.UpstreamURL, Stage: cr.Stage,
-			APIKeyRequired: cr.APIKeyRequired, match: compileMatch(cr.Match)})
+			APIKeyRequired: cr.APIKeyRequired, match: compileMatch(cr.Match),
+			routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 	}
 
 	for i := range f.Plans {
@@ -607,6 +610,27 @@ type keyCtx struct {
 
 // hit appends l's hit unless the request lacks a part of its key.
 func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
+	if len(l.Key) == 1 {
+		// Keys that are the same for many requests are built once.
+		key := ""
+		switch l.Key[0].Kind {
+		case KeyGlobal:
+			key = "global"
+		case KeyRoute:
+			if m.Route != nil {
+				key = m.Route.routeKey
+			}
+		case KeyStage:
+			if m.Route != nil && m.Stage == m.Route.Stage && m.Stage != "" {
+				key = m.Route.stageKey
+			}
+		}
+		if key != "" {
+			m.Hits = append(m.Hits, limiter.Hit{Rule: l.Rule, Key: key, Cost: l.Cost})
+			m.Limits = append(m.Limits, l)
+			return
+		}
+	}
 	b := m.buf[:0]
 	for i, part := range l.Key {
 		if i > 0 {
