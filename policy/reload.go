@@ -69,7 +69,7 @@ func NewReloader(o ReloaderOptions) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.seen = sha256.Sum256(data)
+	r.seen = stamp(data, p)
 	p.hash = r.seen
 	r.cur.Store(p)
 	return r, nil
@@ -94,7 +94,8 @@ func (r *Reloader) Reloads() uint64 { return r.reloads.Load() }
 func (r *Reloader) Rejected() uint64 { return r.rejected.Load() }
 
 // Reload reads the file now (on SIGHUP) and applies it if it is valid and
-// differs from the last version seen. It returns the file's problems when
+// differs from the running version (a changed JWT key file counts as a
+// change). It returns the file's problems when
 // it is invalid; the running policy then stays.
 func (r *Reloader) Reload() error {
 	return r.load(true)
@@ -110,7 +111,7 @@ func (r *Reloader) load(force bool) error {
 		r.reject(err)
 		return err
 	}
-	sum := sha256.Sum256(data)
+	sum := stamp(data, r.cur.Load())
 	if sum == r.cur.Load().hash || (sum == r.seen && !force) {
 		r.seen = sum
 		return nil // the running version, or an invalid one already reported
@@ -121,7 +122,8 @@ func (r *Reloader) load(force bool) error {
 		r.reject(err)
 		return err
 	}
-	p.hash = sum
+	p.hash = stamp(data, p)
+	r.seen = p.hash
 	r.cur.Store(p)
 	r.reloads.Add(1)
 	r.log.Info("policy: reloaded", "file", filepath.Base(r.o.Path), "limits", len(p.Limits()))
@@ -145,6 +147,30 @@ func (r *Reloader) reject(err error) {
 	if r.o.OnReject != nil {
 		r.o.OnReject(err)
 	}
+}
+
+// stamp identifies a version: the file's bytes and those of the files it
+// names (the JWT key or key set of p), so that a rotated key is a new
+// version too. An unreadable dependency counts as empty; compiling the file
+// then reports it.
+func stamp(data []byte, p *Policy) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write(data)
+	if p != nil {
+		if j := p.file.Server.User.JWT; j != nil {
+			for _, dep := range []string{j.KeyPath, j.JWKSPath} {
+				if dep == "" {
+					continue
+				}
+				b, _ := os.ReadFile(dep)
+				fmt.Fprintf(h, "\x00%s\x00%d\x00", dep, len(b))
+				h.Write(b)
+			}
+		}
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // Run polls the file every Interval until ctx ends, applying each new

@@ -283,3 +283,30 @@ limits:
 		t.Errorf("final rate %d, want the last valid version's", l.Rule.Limit.Rate)
 	}
 }
+
+func TestReloadFollowsJWTKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "floodgate.yaml")
+	keyPath := filepath.Join(dir, "secret.txt")
+	if err := os.WriteFile(keyPath, []byte(strings.Repeat("a", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, "server:\n  user:\n    jwt: {alg: HS256, key_file: secret.txt}\n"+reloadV1)
+	rl, err := NewReloader(ReloaderOptions{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1 := rl.Policy()
+	if err := rl.Reload(); err != nil || rl.Policy() != p1 {
+		t.Fatalf("unchanged files reloaded: %v", err)
+	}
+	// A rotated secret is a new version; a too-short one is rejected.
+	writeFile(t, keyPath, strings.Repeat("b", 32))
+	if err := rl.Reload(); err != nil || rl.Policy() == p1 || rl.Reloads() != 1 {
+		t.Fatalf("rotated key not applied: %v", err)
+	}
+	writeFile(t, keyPath, "short")
+	if err := rl.Reload(); err == nil || rl.Rejected() != 1 {
+		t.Errorf("short secret: err %v, rejected %d", err, rl.Rejected())
+	}
+}
