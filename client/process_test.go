@@ -1,0 +1,201 @@
+package client_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/client"
+	"github.com/floodgate/floodgate/httpapi"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/redisstore"
+)
+
+// The child side of TestWaitAcrossProcesses is selected by these
+// variables; the parent sets them when it re-runs the test binary.
+const (
+	envChild = "FLOODGATE_WAIT_CHILD_REDIS"
+	envStart = "FLOODGATE_WAIT_CHILD_START"
+	envEnd   = "FLOODGATE_WAIT_CHILD_END"
+)
+
+const (
+	waitLimit  = 5
+	waitWindow = time.Second
+)
+
+// TestWaitAcrossProcesses runs several OS processes, each an application
+// instance with its own engine and HTTP check API over one shared
+// redis-server, each calling Wait in a loop for the same limit. Every
+// window lets exactly the limit through in total.
+func TestWaitAcrossProcesses(t *testing.T) {
+	if addr := os.Getenv(envChild); addr != "" {
+		waitChild(t, addr)
+		return
+	}
+	rs := redistest.Start(t)
+	const procs = 3
+	windows := 3
+	if testing.Short() {
+		windows = 2
+	}
+	// Start on a window boundary comfortably ahead, so that every child is
+	// up and waiting when the first full window opens.
+	start := time.Now().Add(3 * time.Second).Truncate(waitWindow)
+	end := start.Add(time.Duration(windows) * waitWindow)
+	var mu sync.Mutex
+	admitted := map[int64]int{} // window end → admissions
+	denied := map[int64]int{}   // window end → denials
+	uncertain := map[int64]bool{}
+	var wg sync.WaitGroup
+	for i := range procs {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestWaitAcrossProcesses$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envChild+"="+rs.Addr,
+			envStart+"="+strconv.FormatInt(start.UnixNano(), 10), envEnd+"="+strconv.FormatInt(end.UnixNano(), 10))
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(out)
+			var log []string
+			for sc.Scan() {
+				line := sc.Text()
+				log = append(log, line)
+				f := strings.Fields(line)
+				if len(f) < 2 {
+					continue
+				}
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				mu.Lock()
+				switch f[0] {
+				case "ADMIT":
+					admitted[n]++
+				case "DENY":
+					denied[n]++
+				case "AMBIG":
+					hi, _ := strconv.ParseInt(f[2], 10, 64)
+					for w := n; w <= hi; w += int64(waitWindow) {
+						uncertain[w] = true
+					}
+				}
+				mu.Unlock()
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("child %d: %v\n%s\n%s", i, err, strings.Join(log, "\n"), stderr.String())
+			}
+		}()
+	}
+	wg.Wait()
+	// Safety: no window ever lets more than the limit through. Exactness:
+	// a window in which some caller was denied was full, so it let exactly
+	// the limit through (with a cost of 1, a fixed window denies only at
+	// its limit). Under a normal load every full window sees denials;
+	// under a very heavy one, a window where no caller got to ask again is
+	// only held to the safety bound.
+	checked := 0
+	for w, n := range admitted {
+		if n > waitLimit && !uncertain[w] {
+			t.Errorf("window ending %s let %d through, more than %d", time.Unix(0, w).Format(time.RFC3339), n, waitLimit)
+		}
+	}
+	for w := start; w.Before(end); w = w.Add(waitWindow) {
+		e := w.Add(waitWindow).UnixNano()
+		n := admitted[e]
+		t.Logf("window %s: %d admitted, %d denied, uncertain %v", w.Format("15:04:05"), n, denied[e], uncertain[e])
+		if uncertain[e] || denied[e] == 0 {
+			continue
+		}
+		checked++
+		if n != waitLimit {
+			t.Errorf("window starting %s was full (denials) but let %d through, want exactly %d", w.Format(time.RFC3339), n, waitLimit)
+		}
+	}
+	if checked == 0 {
+		t.Errorf("no window could be checked for exactness (no denials seen): the callers did not saturate the limit")
+	}
+}
+
+// waitChild is one application instance: its own engine over the shared
+// Redis, its own HTTP check API on loopback, and a loop of Waits. Each
+// admission is printed with the end of the window it fell in.
+func waitChild(t *testing.T, addr string) {
+	startNS, _ := strconv.ParseInt(os.Getenv(envStart), 10, 64)
+	endNS, _ := strconv.ParseInt(os.Getenv(envEnd), 10, 64)
+	st, err := redisstore.New(redisstore.Options{URL: "redis://" + addr, Prefix: "wait-test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rule, err := limiter.NewRule(floodgate.Limit{Name: "provider", Algorithm: floodgate.FixedWindow,
+		Max: waitLimit, Window: waitWindow}, limiter.FailClosed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := limiter.New(st, limiter.Options{Timeout: 5 * time.Second})
+	ts := httptest.NewServer(httpapi.New(eng, httpapi.Rules{"provider": rule}, httpapi.Options{}))
+	defer ts.Close()
+	c := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+	time.Sleep(time.Until(time.Unix(0, startNS)))
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, endNS))
+	defer cancel()
+	for {
+		_, err := client.Wait(ctx, func(ctx context.Context) (client.Decision, error) {
+			t0 := time.Now()
+			d, err := c.Check(ctx, client.Hit{Limit: "provider", Key: "shared"})
+			t1 := time.Now()
+			if err == nil {
+				report(d, t0, t1)
+			}
+			return d, err
+		}, client.WaitOptions{})
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return // the run is over
+			}
+			t.Fatal(err)
+		}
+	}
+}
+
+// report prints which window a decision fell in. The decision was made at
+// some instant between t0 and t1, ResetAfter (rounded up to a millisecond
+// by the API) before its window's end, on this machine's clock (Redis
+// runs here). The window is certain when exactly one window end lies in
+// the possible range.
+func report(d client.Decision, t0, t1 time.Time) {
+	lo := t0.Add(d.ResetAfter - time.Millisecond)
+	hi := t1.Add(d.ResetAfter)
+	first := lo.Truncate(waitWindow)
+	if first.Before(lo) {
+		first = first.Add(waitWindow)
+	}
+	last := hi.Truncate(waitWindow)
+	what := "DENY"
+	if d.Allowed {
+		what = "ADMIT"
+	}
+	if first.Equal(last) {
+		fmt.Printf("%s %d\n", what, first.UnixNano())
+		return
+	}
+	fmt.Printf("AMBIG %d %d\n", last.UnixNano(), first.UnixNano())
+}

@@ -1,0 +1,109 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/client"
+	"github.com/floodgate/floodgate/httpapi"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/rls"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+func memEngine(t *testing.T) *limiter.Limiter {
+	t.Helper()
+	st, err := memstore.New(memstore.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return limiter.New(st, limiter.Options{})
+}
+
+func TestHTTPCheckPeekAndErrors(t *testing.T) {
+	r, err := limiter.NewRule(floodgate.Limit{Name: "sms", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, limiter.FailClosed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules{"sms": r}, httpapi.Options{}))
+	defer ts.Close()
+	c := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+	ctx := context.Background()
+	if d, err := c.Peek(ctx, client.Hit{Limit: "sms", Key: "acct"}); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("peek: %+v %v", d, err)
+	}
+	for i := 1; i <= 2; i++ {
+		d, err := c.Check(ctx, client.Hit{Limit: "sms", Key: "acct"})
+		if err != nil || !d.Allowed || d.Remaining != int64(2-i) || d.Limit != 2 || d.Binding != "sms" {
+			t.Fatalf("check %d: %+v %v", i, d, err)
+		}
+	}
+	d, err := c.Check(ctx, client.Hit{Limit: "sms", Key: "acct"})
+	if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > time.Hour {
+		t.Fatalf("3rd: %+v %v", d, err)
+	}
+	if _, err := c.Check(ctx, client.Hit{Limit: "sms", Key: "acct", Cost: 3}); !errors.Is(err, client.ErrNeverFits) {
+		t.Fatalf("cost 3 of 2: %v, want ErrNeverFits", err)
+	}
+	var se *client.StatusError
+	if _, err := c.Check(ctx, client.Hit{Limit: "nope"}); !errors.As(err, &se) || se.Code != 404 {
+		t.Fatalf("unknown limit: %v", err)
+	}
+	// Wait gives up when the next window is past the deadline.
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Wait(wctx, client.WaitOptions{}, client.Hit{Limit: "sms", Key: "acct"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait: %v", err)
+	}
+}
+
+func TestGRPCCheckAgainstTheRLS(t *testing.T) {
+	cfg, err := rls.Parse("t.yaml", []byte(`
+domain: outbound
+descriptors:
+  - key: provider
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := rls.NewServer(rls.New(memEngine(t), cfg, rls.Options{}), rls.ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx, lis) }()
+	defer func() { stop(); <-done }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := client.NewGRPC(conn, client.GRPCOptions{Domain: "outbound", Timeout: 5 * time.Second})
+	ctx := context.Background()
+	p := client.Descriptor{{Key: "provider", Value: "sms"}}
+	d, err := c.CheckN(ctx, 2, p)
+	if err != nil || !d.Allowed || d.Remaining != 1 || d.Binding != "outbound.provider" || d.Limit != 3 {
+		t.Fatalf("cost 2: %+v %v", d, err)
+	}
+	if d, err = c.CheckN(ctx, 2, p); err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > time.Hour {
+		t.Fatalf("cost 2 more: %+v %v", d, err)
+	}
+	if d, err = c.Check(ctx, p); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("cost 1: %+v %v", d, err)
+	}
+}
