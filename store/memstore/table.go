@@ -32,8 +32,9 @@ const (
 const cacheLine = 128
 
 // entry is one (rule, key) pair's state: 80 bytes on 64-bit machines, plus
-// the key's own bytes (shared with the caller's string) and about 5-11 bytes
-// of index.
+// the key's own bytes (shared with the caller's string) and 5 bytes per
+// index slot (at most 4/3 slots per key, at least 2/3 after the index has
+// doubled).
 type entry struct {
 	st   algo.State
 	rule *limiter.Rule // nil for a free entry
@@ -48,6 +49,7 @@ type entry struct {
 type shardState struct {
 	mu     sync.Mutex
 	slots  []uint32
+	dist   []uint8 // each slot's distance from its key's home slot
 	chunks []*[chunkSize]entry
 	used   int32 // entries ever handed out (the high-water mark)
 	free   int32 // head of the free list
@@ -146,6 +148,9 @@ func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st a
 	if int(sh.n+1)*4 > len(sh.slots)*3 {
 		s.grow(sh)
 	}
+	for !sh.place(h, 0) { // a probe run too long to record: make room
+		s.grow(sh)
+	}
 	var i int32
 	if sh.free >= 0 {
 		i = sh.free
@@ -159,32 +164,54 @@ func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st a
 	}
 	e := sh.at(i)
 	*e = entry{st: st, rule: rule, key: key, exp: exp, prev: -1, next: -1}
-	mask := uint32(len(sh.slots) - 1)
-	pos := uint32(h) & mask
-	for sh.slots[pos] != 0 {
-		pos = (pos + 1) & mask
-	}
-	sh.slots[pos] = (uint32(h>>32)&0xff)<<idxBits | uint32(i+1)
+	sh.place(h, uint32(i+1))
 	sh.pushFront(i)
 	sh.n++
 	return i
 }
 
+// place puts entry ref (index+1) with hash h into the first free slot of
+// its probe run. With ref 0 it only reports whether that slot is within
+// reach of the distance byte.
+func (sh *shard) place(h uint64, ref uint32) bool {
+	if len(sh.slots) == 0 {
+		return false
+	}
+	mask := uint32(len(sh.slots) - 1)
+	pos, d := uint32(h)&mask, 0
+	for sh.slots[pos] != 0 {
+		pos = (pos + 1) & mask
+		if d++; d > math.MaxUint8 {
+			return false
+		}
+	}
+	if ref != 0 {
+		sh.slots[pos] = (uint32(h>>32)&0xff)<<idxBits | ref
+		sh.dist[pos] = uint8(d)
+	}
+	return true
+}
+
 // grow doubles the shard's index and places every entry again.
 func (s *Store) grow(sh *shard) {
 	old := sh.slots
-	sh.slots = make([]uint32, max(minSlots, 2*len(old)))
-	mask := uint32(len(sh.slots) - 1)
-	for _, v := range old {
-		if v == 0 {
-			continue
+	size := max(minSlots, 2*len(old))
+	for {
+		sh.slots, sh.dist = make([]uint32, size), make([]uint8, size)
+		ok := true
+		for _, v := range old {
+			if v == 0 {
+				continue
+			}
+			e := sh.at(int32(v&idxMask) - 1)
+			if ok = sh.place(s.hash(e.rule.ID, e.key), v&idxMask); !ok {
+				break
+			}
 		}
-		e := sh.at(int32(v&idxMask) - 1)
-		pos := uint32(s.hash(e.rule.ID, e.key)) & mask
-		for sh.slots[pos] != 0 {
-			pos = (pos + 1) & mask
+		if ok {
+			return
 		}
-		sh.slots[pos] = v
+		size *= 2
 	}
 }
 
@@ -196,18 +223,14 @@ func (s *Store) remove(sh *shard, i int32) {
 	for sh.slots[pos]&idxMask != uint32(i+1) {
 		pos = (pos + 1) & mask
 	}
-	// Backward-shift deletion: pull later entries of the same probe run
-	// into the hole so that lookups never need tombstones.
-	sh.slots[pos] = 0
+	// Backward-shift deletion: up to the next empty slot, move every
+	// entry whose home is at or before the hole into the hole, so that
+	// lookups never need tombstones.
+	sh.slots[pos], sh.dist[pos] = 0, 0
 	for j := (pos + 1) & mask; sh.slots[j] != 0; j = (j + 1) & mask {
-		v := sh.slots[j]
-		o := sh.at(int32(v&idxMask) - 1)
-		home := uint32(s.hash(o.rule.ID, o.key)) & mask
-		// The entry at j may move to the hole unless its home lies
-		// cyclically in (pos, j].
-		if (j > pos && (home <= pos || home > j)) || (j < pos && home <= pos && home > j) {
-			sh.slots[pos] = v
-			sh.slots[j] = 0
+		if gap := (j - pos) & mask; gap <= uint32(sh.dist[j]) {
+			sh.slots[pos], sh.dist[pos] = sh.slots[j], sh.dist[j]-uint8(gap)
+			sh.slots[j], sh.dist[j] = 0, 0
 			pos = j
 		}
 	}

@@ -1,0 +1,86 @@
+package memstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// checkIndex verifies the shard's index: every slot's distance is its
+// entry's distance from home, the run from home to the slot has no gap, and
+// every live entry is found.
+func (s *Store) checkIndex(t *testing.T, sh *shard) {
+	t.Helper()
+	mask := uint32(len(sh.slots) - 1)
+	live := 0
+	for pos, v := range sh.slots {
+		if v == 0 {
+			if sh.dist[pos] != 0 {
+				t.Fatalf("empty slot %d has distance %d", pos, sh.dist[pos])
+			}
+			continue
+		}
+		live++
+		e := sh.at(int32(v&idxMask) - 1)
+		h := s.hash(e.rule.ID, e.key)
+		home := uint32(h) & mask
+		if d := (uint32(pos) - home) & mask; d != uint32(sh.dist[pos]) {
+			t.Fatalf("slot %d: distance %d recorded, %d real", pos, sh.dist[pos], d)
+		}
+		for p := home; p != uint32(pos); p = (p + 1) & mask {
+			if sh.slots[p] == 0 {
+				t.Fatalf("slot %d: gap at %d in its probe run", pos, p)
+			}
+		}
+		if got := sh.find(h, e.rule, e.key); got != int32(v&idxMask)-1 {
+			t.Fatalf("entry %q not found (%d)", e.key, got)
+		}
+	}
+	if live != int(sh.n) {
+		t.Fatalf("%d slots used, %d live entries", live, sh.n)
+	}
+}
+
+// TestIndexInvariants drives one shard through inserts, evictions, expiry
+// sweeps and growth, checking the index after each step.
+func TestIndexInvariants(t *testing.T) {
+	now := int64(1e18)
+	s, err := New(Options{Shards: 1, MaxKeys: 300, SweepInterval: -1, Now: func() int64 { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fixed, err := limiter.NewRule(floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: 1000 * time.Hour}, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := limiter.NewRule(floodgate.Limit{Name: "s", Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1}, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	out := make([]floodgate.Decision, 1)
+	for i := range 6000 {
+		r := fixed
+		if rng.IntN(3) == 0 {
+			r = short
+		}
+		hits := []limiter.Hit{{Rule: r, Key: strconv.Itoa(rng.IntN(900)), Cost: 1}}
+		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+			t.Fatal(err)
+		}
+		if i%500 == 0 {
+			now += int64(2 * time.Second) // the short keys go idle
+			s.Sweep()
+		}
+		s.checkIndex(t, &s.shards[0])
+	}
+	if st := s.Stats(); st.Evictions == 0 || st.Expired == 0 {
+		t.Fatalf("stats %+v: the workload should both evict and expire", st)
+	}
+}
