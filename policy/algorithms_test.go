@@ -1,0 +1,66 @@
+package policy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+)
+
+// TestEveryAlgorithm compiles one limit of each algorithm from the file
+// format and checks kinds, windows and a first decision through the engine.
+func TestEveryAlgorithm(t *testing.T) {
+	p := compile(t, `
+limits:
+  - {name: tb, algorithm: token_bucket, rate: 5, burst: 10}
+  - {name: gcra, algorithm: gcra, rate: 2, per: 1m, burst: 4}
+  - {name: meter, algorithm: leaky_bucket, rate: 10, burst: 10}
+  - {name: queue, algorithm: leaky_queue, rate: 1, burst: 5, delay: 2}
+  - {name: queue-nodelay, algorithm: leaky_queue, rate: 1, burst: 5, delay: nodelay}
+  - {name: fixed, algorithm: fixed_window, limit: 100, window: 1m}
+  - {name: log, algorithm: sliding_log, limit: 5, window: 1m}
+  - {name: slide, algorithm: sliding_window, limit: 2000, window: 5m}
+  - {name: inflight, algorithm: concurrency, limit: 3, lease_ttl: 30s}
+  - {name: monthly, algorithm: quota, limit: 1000, period: month, anchor_day: 15, time_zone: Europe/Berlin}
+`)
+	want := []struct {
+		name   string
+		alg    floodgate.Algorithm
+		kind   Kind
+		window int64
+	}{
+		{"tb", floodgate.TokenBucket, KindRate, 2},
+		{"gcra", floodgate.GCRA, KindRate, 120},
+		{"meter", floodgate.LeakyBucket, KindRate, 1},
+		{"queue", floodgate.LeakyQueue, KindQueue, 6},
+		{"queue-nodelay", floodgate.LeakyQueue, KindQueue, 6},
+		{"fixed", floodgate.FixedWindow, KindRate, 60},
+		{"log", floodgate.SlidingLog, KindRate, 60},
+		{"slide", floodgate.SlidingWindow, KindRate, 300},
+		{"inflight", floodgate.Concurrency, KindConcurrency, 0},
+		{"monthly", floodgate.Quota, KindQuota, 30 * 86400},
+	}
+	if len(p.Limits()) != len(want) {
+		t.Fatalf("%d limits", len(p.Limits()))
+	}
+	for i, w := range want {
+		l := p.Limits()[i]
+		if l.Name != w.name || l.Rule.Limit.Algorithm != w.alg || l.Kind != w.kind || l.WindowSeconds() != w.window {
+			t.Errorf("limit %d: %s %s %s w=%d, want %+v", i, l.Name, l.Rule.Limit.Algorithm, l.Kind, l.WindowSeconds(), w)
+		}
+	}
+	if l, _ := p.Limit("queue"); l.Rule.Limit.Delay != 2 {
+		t.Errorf("queue delay %d", l.Rule.Limit.Delay)
+	}
+	if l, _ := p.Limit("queue-nodelay"); l.Rule.Limit.Delay != floodgate.NoDelay {
+		t.Errorf("nodelay compiled to %d", l.Rule.Limit.Delay)
+	}
+	if l, _ := p.Limit("inflight"); l.Rule.Limit.LeaseTTL != 30*time.Second {
+		t.Errorf("lease ttl %v", l.Rule.Limit.LeaseTTL)
+	}
+	r := newRig(t, p, t0)
+	a := r.do(&Request{Method: "GET", Path: "/", ClientIP: ip("198.51.100.7")})
+	if a.status != 200 || len(a.res.Decisions) != len(want) {
+		t.Fatalf("first request: %+v", a)
+	}
+}
