@@ -332,7 +332,8 @@ type Quota struct {
 // Key is an API key attached to a plan. Only the SHA-256 of the key is in
 // the file; `floodgate key new` prints both.
 type Key struct {
-	// Name identifies the key in logs and counters (never the key itself).
+	// Name identifies the key in logs and counters (never the key itself);
+	// renaming a key starts its counts afresh.
 	Name string `yaml:"name"`
 	// Plan is the usage plan the key belongs to.
 	Plan string `yaml:"plan"`
