@@ -30,8 +30,10 @@ type Options struct {
 	// (0: DefaultShards, at most 65536).
 	Shards int
 	// MaxKeys caps the number of keys (0: no cap). Each shard keeps at
-	// most MaxKeys/Shards of them (at least one) and evicts its least
-	// recently used key to make room.
+	// most MaxKeys/Shards of them and evicts its own least recently used
+	// key to make room, so the store as a whole evicts keys that are
+	// nearly, not exactly, the least recently used. A cap below
+	// 64 keys per shard lowers the number of shards.
 	MaxKeys int
 	// Now returns the current instant in Unix nanoseconds (default:
 	// time.Now().UnixNano()). An instant earlier than one already seen for
@@ -117,6 +119,9 @@ func New(opts Options) (*Store, error) {
 		n = DefaultShards
 	}
 	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
+	for opts.MaxKeys > 0 && n > 1 && opts.MaxKeys/n < minPerShard {
+		n /= 2 // a small cap: fewer shards, so that each holds a useful LRU
+	}
 	if opts.SnapshotInterval == 0 {
 		opts.SnapshotInterval = DefaultSnapshotInterval
 	}
@@ -193,6 +198,10 @@ func (s *Store) Close() error {
 func (s *Store) hash(rule, key string) uint64 {
 	return maphash.String(s.seed, key) ^ bits.RotateLeft64(maphash.String(s.seed, rule)*0x9e3779b97f4a7c15, 29)
 }
+
+// minPerShard is the smallest per-shard cap a key cap may leave before New
+// uses fewer shards.
+const minPerShard = 64
 
 // stackHits is the number of hits a request can have before Apply
 // allocates its scratch space.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/limiter"
@@ -82,5 +83,15 @@ func TestIndexInvariants(t *testing.T) {
 	}
 	if st := s.Stats(); st.Evictions == 0 || st.Expired == 0 {
 		t.Fatalf("stats %+v: the workload should both evict and expire", st)
+	}
+}
+
+// TestEntrySize guards the per-key memory budget.
+func TestEntrySize(t *testing.T) {
+	if size := unsafe.Sizeof(entry{}); unsafe.Sizeof(uintptr(0)) == 8 && size != 80 {
+		t.Fatalf("entry is %d bytes, want 80", size)
+	}
+	if size := unsafe.Sizeof(shard{}); size%cacheLine != 0 {
+		t.Fatalf("shard is %d bytes, not a multiple of %d", size, cacheLine)
 	}
 }
