@@ -38,7 +38,8 @@ Arrivals:
   --arrivals 'AT[*COUNT][:COST],...'  AT is a Go duration (0.5s) or plain seconds (0.5):
                                       '0s*12,0.5s*5' or '0:8,2:7,2:6'
   --arrivals-file PATH                one 'SECONDS [COST]' per line ('-' reads stdin)
-Times are offsets from --start (default: the Unix epoch) and must not decrease.
+Times are offsets from --start (default: the Unix epoch) and must not decrease;
+windows are aligned to the Unix epoch, quota periods to the calendar.
 
 Flags:
 `
@@ -151,6 +152,15 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 	}
 	l.Algorithm = alg
 	l.Name = alg.String()
+	var stray []string
+	fs.Visit(func(f *flag.Flag) {
+		if !flagApplies(alg, f.Name) {
+			stray = append(stray, "--"+f.Name)
+		}
+	})
+	if len(stray) > 0 {
+		return nil, usagef("simulate: %s does not apply to %s", strings.Join(stray, ", "), alg)
+	}
 	if nodelay {
 		if l.Delay != 0 {
 			return nil, usagef("simulate: --delay and --nodelay exclude each other")
@@ -174,9 +184,6 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 	if cfg.hold < 0 {
 		return nil, usagef("simulate: --hold must not be negative")
 	}
-	if cfg.hold > 0 && alg != floodgate.Concurrency {
-		return nil, usagef("simulate: --hold applies to the concurrency algorithm only")
-	}
 	if alg == floodgate.Quota {
 		if period == "" {
 			return nil, usagef("simulate: quota needs --period day, week or month")
@@ -196,6 +203,35 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 		return nil, usagef("simulate: %v", err)
 	}
 	return cfg, nil
+}
+
+// flagApplies reports whether the flag name means something for alg.
+func flagApplies(alg floodgate.Algorithm, name string) bool {
+	switch name {
+	case "algorithm", "arrivals", "arrivals-file", "json", "start":
+		return true
+	case "rate", "per", "burst":
+		return rateAlgorithm(alg)
+	case "delay", "nodelay":
+		return alg == floodgate.LeakyQueue
+	case "limit":
+		return !rateAlgorithm(alg)
+	case "window":
+		return alg == floodgate.FixedWindow || alg == floodgate.SlidingLog || alg == floodgate.SlidingWindow
+	case "hold", "lease-ttl":
+		return alg == floodgate.Concurrency
+	case "period", "time-zone", "anchor-day", "offset":
+		return alg == floodgate.Quota
+	}
+	return false
+}
+
+func rateAlgorithm(alg floodgate.Algorithm) bool {
+	switch alg {
+	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+		return true
+	}
+	return false
 }
 
 func algorithmList() string {

@@ -279,6 +279,9 @@ func TestSimulateBadFlags(t *testing.T) {
 		{"--algorithm", "quota", "--limit", "1", "--period", "day", "--time-zone", "Mars/Olympus", "--start", "2026-01-01T00:00:00Z", "--arrivals", "0"},
 		{"--algorithm", "quota", "--limit", "1", "--period", "day", "--start", "yesterday", "--arrivals", "0"},
 		{"--algorithm", "token_bucket", "--rate", "1", "--burst", "1", "--arrivals", "0", "extra"},
+		{"--algorithm", "token_bucket", "--rate", "1", "--burst", "1", "--limit", "3", "--arrivals", "0"},
+		{"--algorithm", "sliding_log", "--limit", "1", "--window", "1s", "--nodelay", "--arrivals", "0"},
+		{"--algorithm", "fixed_window", "--limit", "1", "--window", "1s", "--period", "day", "--arrivals", "0"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(context.Background(), append([]string{"simulate"}, args...), &out, &errb)
