@@ -67,7 +67,8 @@ type shardState struct {
 // mutexes never share a line.
 type shard struct {
 	shardState
-	_ [(cacheLine - unsafe.Sizeof(shardState{})%cacheLine) % cacheLine]byte
+	// Never zero bytes: a zero-size last field would get padded itself.
+	_ [cacheLine - unsafe.Sizeof(shardState{})%cacheLine]byte
 }
 
 func (sh *shard) init(max int32) {
