@@ -1,0 +1,52 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// TestEveryKeyHasTTL charges, peeks, denies and releases on every
+// algorithm, then looks at every key the store wrote: each must expire.
+func TestEveryKeyHasTTL(t *testing.T) {
+	srv := sharedServer(t)
+	s := newStandalone(t)
+	ctx := context.Background()
+	rules := conformLimits(t)
+	for _, r := range rules {
+		for i := 0; i < 3*int(r.Params.Capacity()); i++ {
+			for _, op := range []limiter.Op{limiter.Charge, limiter.Peek, limiter.Release} {
+				if op == limiter.Release && r.Limit.Algorithm != floodgate.Concurrency {
+					continue
+				}
+				hits := []limiter.Hit{{Rule: r, Key: "ttl" + strconv.Itoa(i%3), Cost: 1, Lease: uint64(i % 4)}}
+				out := make([]floodgate.Decision, 1)
+				if err := s.Apply(ctx, op, hits, out); err != nil {
+					t.Fatalf("%s: %v", r.ID, err)
+				}
+			}
+		}
+	}
+	keys, err := srv.Do("KEYS", s.prefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := strings.Fields(keys)
+	if len(list) < len(rules) {
+		t.Fatalf("only %d keys written for %d rules", len(list), len(rules))
+	}
+	for _, k := range list {
+		ttl, err := srv.Do("PTTL", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.Atoi(ttl); n <= 0 {
+			t.Fatalf("key %s has PTTL %s; every key must expire", k, ttl)
+		}
+	}
+	t.Logf("%d keys, all with a TTL", len(list))
+}
