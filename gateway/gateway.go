@@ -154,14 +154,17 @@ type Gateway struct {
 	hdr      HeaderOptions
 	noFields bool
 	obs      Observer
+	timed    bool // an Observer wants store latencies
 	log      *slog.Logger
 	relTO    time.Duration
 	tr       http.RoundTripper
 
-	headers sync.Map // rule ID → *LimitHeader
-	proxies sync.Map // *url.URL → *upstreamProxy
-	pool    sync.Pool
-	lease   atomic.Uint64
+	headers   sync.Map // *limiter.Rule → *LimitHeader (rules are immutable)
+	headerIDs atomic.Uint64
+	policies  [256]atomic.Pointer[policyEntry]
+	proxies   sync.Map // *url.URL → *upstreamProxy
+	pool      sync.Pool
+	lease     atomic.Uint64
 }
 
 // New returns a Gateway.
@@ -184,6 +187,8 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.obs == nil {
 		g.obs = nopObserver{}
+	} else {
+		g.timed = true
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -250,11 +255,53 @@ func (g *Gateway) put(st *reqState) {
 
 // header returns the precomputed fields of a rule.
 func (g *Gateway) header(r *limiter.Rule) *LimitHeader {
-	if h, ok := g.headers.Load(r.ID); ok {
+	if h, ok := g.headers.Load(r); ok {
 		return h.(*LimitHeader)
 	}
-	h, _ := g.headers.LoadOrStore(r.ID, NewLimitHeader(&r.Limit))
+	nh := NewLimitHeader(&r.Limit)
+	nh.id = g.headerIDs.Add(1)
+	h, _ := g.headers.LoadOrStore(r, nh)
 	return h.(*LimitHeader)
+}
+
+// policyEntry is one cached RateLimit-Policy value: the limits, in order,
+// and the field they make.
+type policyEntry struct {
+	hs    []*LimitHeader
+	value string
+}
+
+// policyValue returns the RateLimit-Policy value of st.covered. The value
+// depends only on which limits are listed in which order, so it is cached
+// (a small table indexed by a hash of the limits; a collision just builds
+// the value again).
+func (g *Gateway) policyValue(st *reqState) string {
+	items := st.covered
+	var hash uint64 = 14695981039346656037
+	for i := range items {
+		hash ^= items[i].Header.id
+		hash *= 1099511628211
+	}
+	slot := &g.policies[hash%uint64(len(g.policies))]
+	if e := slot.Load(); e != nil && len(e.hs) == len(items) {
+		same := true
+		for i := range items {
+			if e.hs[i] != items[i].Header {
+				same = false
+				break
+			}
+		}
+		if same {
+			return e.value
+		}
+	}
+	st.buf = appendPolicy(st.buf[:0], items)
+	e := &policyEntry{hs: make([]*LimitHeader, len(items)), value: string(st.buf)}
+	for i := range items {
+		e.hs[i] = items[i].Header
+	}
+	slot.Store(e)
+	return e.value
 }
 
 // apply runs op on the hits with the given indices into st.m.Hits and
@@ -266,9 +313,14 @@ func (g *Gateway) apply(ctx context.Context, st *reqState, op limiter.Op, idx []
 	}
 	st.subDec = slices.Grow(st.subDec[:0], len(idx))[:len(idx)]
 	clear(st.subDec)
-	start := time.Now()
-	err := g.engine.Apply(ctx, op, st.sub, st.subDec)
-	g.obs.StoreLatency(time.Since(start))
+	var err error
+	if g.timed {
+		start := time.Now()
+		err = g.engine.Apply(ctx, op, st.sub, st.subDec)
+		g.obs.StoreLatency(time.Since(start))
+	} else {
+		err = g.engine.Apply(ctx, op, st.sub, st.subDec)
+	}
 	for k, i := range idx {
 		st.dec[i] = st.subDec[k]
 	}
@@ -471,8 +523,7 @@ func (g *Gateway) setFields(h http.Header, st *reqState, binding int) {
 		}
 		st.covered = append(st.covered, Covered{g.header(m.Hits[i].Rule), st.dec[i]})
 	}
-	st.buf = st.buf[:0]
-	SetRateLimit(h, st.covered, &g.hdr, st.buf)
+	_, st.buf = setFields(h, g.policyValue(st), st.covered, &g.hdr, st.buf)
 }
 
 // wait holds a request for its place in a leaky queue. It returns false

@@ -82,6 +82,7 @@ type LimitHeader struct {
 
 	algorithm floodgate.Algorithm
 	interval  time.Duration
+	id        uint64 // set by the Gateway that caches it, for its policy cache
 	policy    string // `"name";q=5;w=1`
 	item      string // `"name"`
 }
@@ -208,15 +209,13 @@ type HeaderOptions struct {
 // Canonical field names, precomputed so that setting them allocates nothing
 // for the name.
 const (
-	fieldPolicy         = "Ratelimit-Policy"
-	fieldRateLimit      = "Ratelimit"
-	fieldRetryAfter     = "Retry-After"
-	fieldLegacyLimit    = "X-Ratelimit-Limit"
-	fieldLegacyRemain   = "X-Ratelimit-Remaining"
-	fieldLegacyReset    = "X-Ratelimit-Reset"
-	fieldContentType    = "Content-Type"
-	fieldCacheControl   = "Cache-Control"
-	fieldContentTypeOpt = "X-Content-Type-Options"
+	fieldPolicy       = "Ratelimit-Policy"
+	fieldRateLimit    = "Ratelimit"
+	fieldRetryAfter   = "Retry-After"
+	fieldLegacyLimit  = "X-Ratelimit-Limit"
+	fieldLegacyRemain = "X-Ratelimit-Remaining"
+	fieldLegacyReset  = "X-Ratelimit-Reset"
+	fieldContentType  = "Content-Type"
 )
 
 // SetRateLimit writes the RateLimit-Policy and RateLimit fields for the
@@ -229,18 +228,30 @@ func SetRateLimit(h http.Header, items []Covered, opts *HeaderOptions, buf []byt
 	if len(items) == 0 {
 		return -1
 	}
-	pol := buf[:0]
+	buf = appendPolicy(buf[:0], items)
+	t, _ := setFields(h, string(buf), items, opts, buf)
+	return t
+}
+
+// appendPolicy appends the RateLimit-Policy value of items.
+func appendPolicy(dst []byte, items []Covered) []byte {
+	start := len(dst)
 	for i := range items {
 		if dup(items, i) {
 			continue
 		}
-		if len(pol) > 0 {
-			pol = append(pol, ", "...)
+		if len(dst) > start {
+			dst = append(dst, ", "...)
 		}
-		pol = append(pol, items[i].Header.policy...)
+		dst = append(dst, items[i].Header.policy...)
 	}
-	h[fieldPolicy] = []string{string(pol)}
-	rl := pol[:0]
+	return dst
+}
+
+// setFields writes the fields given the RateLimit-Policy value, using buf
+// as scratch space; it returns the binding limit's t and the buffer.
+func setFields(h http.Header, policy string, items []Covered, opts *HeaderOptions, buf []byte) (int64, []byte) {
+	rl := buf[:0]
 	var firstT int64 = -1
 	for i := range items {
 		if dup(items, i) {
@@ -255,19 +266,27 @@ func SetRateLimit(h http.Header, items []Covered, opts *HeaderOptions, buf []byt
 			firstT = t
 		}
 	}
-	h[fieldRateLimit] = []string{string(rl)}
+	// One allocation holds both values.
+	vals := make([]string, 2)
+	vals[0], vals[1] = policy, string(rl)
+	h[fieldPolicy] = vals[0:1:1]
+	h[fieldRateLimit] = vals[1:2:2]
 	if opts != nil {
 		if opts.Legacy {
 			first := &items[0]
-			h[fieldLegacyLimit] = []string{strconv.FormatInt(first.Header.Quota, 10)}
-			h[fieldLegacyRemain] = []string{strconv.FormatInt(max(0, first.Decision.Remaining), 10)}
-			h[fieldLegacyReset] = []string{strconv.FormatInt(max(0, firstT), 10)}
+			legacy := make([]string, 3)
+			legacy[0] = strconv.FormatInt(first.Header.Quota, 10)
+			legacy[1] = strconv.FormatInt(max(0, first.Decision.Remaining), 10)
+			legacy[2] = strconv.FormatInt(max(0, firstT), 10)
+			h[fieldLegacyLimit] = legacy[0:1:1]
+			h[fieldLegacyRemain] = legacy[1:2:2]
+			h[fieldLegacyReset] = legacy[2:3:3]
 		}
 		if opts.LimitName != "" {
 			h.Set(opts.LimitName, items[0].Header.Name)
 		}
 	}
-	return firstT
+	return firstT, rl
 }
 
 // dup reports whether items[i] has the name of an earlier item.
@@ -300,8 +319,6 @@ var (
 	bodyExceeded  = []byte(`{"message":"Limit Exceeded"}` + "\n")
 	bodyForbidden = []byte(`{"message":"Forbidden"}` + "\n")
 	jsonType      = []string{"application/json"}
-	noStore       = []string{"no-store"}
-	noSniff       = []string{"nosniff"}
 	smallInts     = func() [128][]string {
 		var a [128][]string
 		for i := range a {
@@ -338,8 +355,6 @@ func WriteForbidden(w http.ResponseWriter) {
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h[fieldContentType] = jsonType
-	h[fieldCacheControl] = noStore
-	h[fieldContentTypeOpt] = noSniff
 	h["Content-Length"] = smallIntOr(len(body))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)

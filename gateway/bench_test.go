@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// discardWriter is a ResponseWriter that keeps nothing, reused across
+// iterations so that the benchmark measures the gateway alone.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+func benchGateway(b *testing.B, g *Gateway, wantCode int, path string, hdr map[string]string) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	h := g.Middleware(ok)
+	var bad atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		r := httptest.NewRequest("GET", path, nil)
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		w := &discardWriter{h: http.Header{}}
+		for pb.Next() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+			if w.code != wantCode {
+				bad.Add(1)
+			}
+		}
+	})
+	if n := bad.Load(); n > 0 {
+		b.Fatalf("%d answers were not %d", n, wantCode)
+	}
+}
+
+// BenchmarkMiddlewarePass: one token bucket that never denies, on the
+// memory store.
+func BenchmarkMiddlewarePass(b *testing.B) {
+	rule := mustRule(b, floodgate.Limit{Name: "wide", Algorithm: floodgate.TokenBucket, Rate: 100_000_000, Per: time.Second, Burst: 1 << 40}, false)
+	var n atomic.Int64
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	m := funcMatcher(func(_ *http.Request, m *Match) error {
+		m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: keys[n.Add(1)&63], Cost: 1})
+		return nil
+	})
+	g, err := New(Options{Matcher: m, Engine: newMemStore(b, nil)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchGateway(b, g, 200, "/x", nil)
+}
+
+// BenchmarkMiddlewareReject: a limit of one request an hour, so nearly
+// every request gets 429.
+func BenchmarkMiddlewareReject(b *testing.B) {
+	rule := mustRule(b, floodgate.Limit{Name: "tiny", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1}, false)
+	m := oneRule(rule)
+	g, err := New(Options{Matcher: m, Engine: newMemStore(b, nil)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Take the one token first.
+	g.Middleware(http.NotFoundHandler()).ServeHTTP(&discardWriter{h: http.Header{}}, httptest.NewRequest("GET", "/", nil))
+	benchGateway(b, g, 429, "/x", nil)
+}
+
+// benchPolicy is a policy file with the shape of the school's prod stage
+// and limits too wide to be reached by a benchmark.
+const benchPolicy = `version: 1
+routes:
+  - name: notices
+    match: {paths: ["/notices/**"]}
+    upstream: http://127.0.0.1:9
+    stage: prod
+stages:
+  - name: prod
+    rate: 100000000
+    burst: 100000000
+limits:
+  - name: per-ip
+    rate: 1000000
+    burst: 1000000
+    key: client_ip
+    scope: global
+  - name: per-ip-trial
+    rate: 1000000
+    burst: 1000000
+    key: client_ip
+    shadow: true
+    scope: global
+  - name: notice-api
+    rate: 100000000
+    burst: 100000000
+    key: global
+    scope: global
+`
+
+// BenchmarkPolicyPass: a policy file, identity, the engine and four limits
+// (stage, per address, a shadow rule, a global one), none of them reached.
+func BenchmarkPolicyPass(b *testing.B) {
+	f, err := config.Parse("bench.yaml", []byte(benchPolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: LimiterEngine(limiter.New(newMemStore(b, nil), limiter.Options{}))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchGateway(b, g, 200, "/notices/1", nil)
+}
+
+func BenchmarkSetRateLimit(b *testing.B) {
+	items := []Covered{
+		{NewLimitHeader(tokenBucket("partner-basic", 2, time.Second, 2)), floodgate.Decision{Limit: 2, Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: time.Second}},
+		{NewLimitHeader(&floodgate.Limit{Name: "daily", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day}), floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: time.Hour}},
+	}
+	h := http.Header{}
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		SetRateLimit(h, items, nil, buf)
+	}
+}
