@@ -60,3 +60,15 @@ func TestMain(m *testing.M) {
 	StopShared()
 	os.Exit(code)
 }
+
+func TestSentinel(t *testing.T) {
+	primary := Start(t)
+	s := StartSentinel(t, primary, "mymaster")
+	addr, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Replace(primary.Addr, ":", "\n", 1); addr != want {
+		t.Fatalf("sentinel says %q, want %q", addr, want)
+	}
+}

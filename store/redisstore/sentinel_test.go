@@ -1,0 +1,40 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// TestSentinel reaches the primary through a real sentinel.
+func TestSentinel(t *testing.T) {
+	primary := redistest.Start(t)
+	sen := redistest.StartSentinel(t, primary, "fgmaster")
+	s, err := New(Options{URL: "redis+sentinel://" + sen.Addr + "/fgmaster", Prefix: uniquePrefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := limiter.NewRule(floodgate.Limit{Name: "sentinel", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}
+	out := make([]floodgate.Decision, 1)
+	for i, want := range []bool{true, true, false} {
+		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Allowed != want {
+			t.Fatalf("request %d: %+v, want allowed=%v", i+1, out[0], want)
+		}
+	}
+	// The counter is on the primary itself.
+	if v, err := primary.Do("EXISTS", s.Key(r, "k")); err != nil || v != "1" {
+		t.Fatalf("key on the primary: %q, %v", v, err)
+	}
+}
