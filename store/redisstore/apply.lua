@@ -29,9 +29,11 @@ else
 end
 local sub_ns = (now_us - now_s * 1000000) * 1000 -- ns into the current second
 
+-- A TTL in whole ms, at least 1 and at most 10^13 (317 years), so that it
+-- prints as an integer.
 local function ceil_ms(ns)
   local ms = math.ceil(ns / 1000000)
-  if ms < 1 then ms = 1 end
+  if ms < 1 then ms = 1 elseif ms > 10000000000000 then ms = 10000000000000 end
   return ms
 end
 
@@ -298,7 +300,10 @@ local function conc(zkey, hkey, a, i, cost, lease)
         redis.call('HSET', hkey, 'sum', fmt(sum))
       end
     end
-    return {1, math.max(0, max - sum), 0, 0, 0, 0}, nil
+    local d = {1, math.max(0, max - sum), 0, 0, 0, 0}
+    local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
+    if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
+    return d, nil
   end
   local held = 0
   if lease ~= '0' then held = tonumber(redis.call('HGET', hkey, lease) or '0') end

@@ -195,6 +195,9 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 			return fmt.Errorf("redisstore: hit %d: %w", i, floodgate.ErrInvalidCost)
 		}
 	}
+	if op == limiter.Release {
+		return s.release(ctx, hits, out)
+	}
 	if s.mode != Cluster || len(hits) == 1 {
 		c := callPool.Get().(*call)
 		defer func() { c.reset(); callPool.Put(c) }()
@@ -205,6 +208,26 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 		return err
 	}
 	return s.applyCluster(ctx, op, hits, out)
+}
+
+// release ends the leases of the concurrency hits, one script call per
+// hit (releases are independent); the other hits report their limit as
+// free.
+func (s *Store) release(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
+	c := callPool.Get().(*call)
+	defer func() { c.reset(); callPool.Put(c) }()
+	for i := range hits {
+		ra := s.ruleArgs(hits[i].Rule)
+		if ra.alg != floodgate.Concurrency {
+			out[i] = floodgate.Decision{Allowed: true, Limit: ra.cap, Remaining: ra.cap}
+			continue
+		}
+		c.idx = append(c.idx[:0], i)
+		if _, _, err := s.run(ctx, limiter.Release, hits, out, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // applyCluster decides the hits slot by slot.
