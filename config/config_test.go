@@ -245,3 +245,50 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestAliasBomb(t *testing.T) {
+	// A small file whose aliases name two million values: a thousand
+	// routes, each the same route with two thousand paths.
+	var b strings.Builder
+	b.WriteString("routes:\n  - &r {name: r, match: {paths: [")
+	for i := 0; i < 2000; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("/p")
+	}
+	b.WriteString("]}}\n")
+	for i := 0; i < 1000; i++ {
+		b.WriteString("  - *r\n")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Parse("bomb.yaml", []byte(b.String()))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var errs Errors
+		if !errors.As(err, &errs) || len(errs) != 1 || !strings.Contains(err.Error(), "once its aliases are expanded") {
+			t.Errorf("got %.300v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("decoding did not finish")
+	}
+}
+
+func TestManyProblemsCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("limits:\n")
+	for i := 0; i < 1000; i++ {
+		b.WriteString("  - {name: x, rate: 0}\n")
+	}
+	_, err := Parse("many.yaml", []byte(b.String()))
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != MaxErrors+1 {
+		t.Fatalf("%d problems reported", len(errs))
+	}
+	if last := errs[len(errs)-1].Error(); last != "many.yaml: and 1799 more problems" {
+		t.Errorf("last item %q", last)
+	}
+}

@@ -17,7 +17,13 @@ type decoder struct {
 	file string
 	errs Errors
 	pos  map[string]Pos
+	// nodes counts the values decoded, aliases expanded: a few aliases
+	// can name a huge tree, which must not hang the decoder.
+	nodes int
 }
+
+// maxNodes bounds the values of one file, aliases expanded.
+const maxNodes = 1 << 18
 
 // nodeDecoder is implemented by field types with their own YAML shape (a
 // key that is a string or a list, a delay that is a number or "nodelay").
@@ -86,6 +92,12 @@ func join(path, field string) string {
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	n = resolve(n)
 	if n == nil {
+		return
+	}
+	if d.nodes++; d.nodes > maxNodes {
+		if d.nodes == maxNodes+1 {
+			d.errorf(n, path, "the file has more than %d values once its aliases are expanded", maxNodes)
+		}
 		return
 	}
 	d.pos[path] = Pos{n.Line, n.Column}

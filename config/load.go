@@ -19,6 +19,10 @@ import (
 // MaxFileSize is the largest configuration file Load and Parse accept.
 const MaxFileSize = 16 << 20
 
+// MaxErrors is the most problems reported for one file; a last item says
+// how many more there were.
+const MaxErrors = 200
+
 // Load reads, decodes and validates the file at path. On an invalid file
 // the error is an Errors value holding every problem.
 func Load(path string) (*File, error) {
@@ -77,11 +81,24 @@ func parse(name string, data []byte, dir string) (*File, error) {
 	setDefaults(f)
 	d := &decoder{file: name, pos: map[string]Pos{}}
 	d.decode(root, reflect.ValueOf(f).Elem(), "")
+	if d.nodes > maxNodes {
+		// Validating a partial file of this size says nothing useful.
+		for _, e := range d.errs {
+			if strings.Contains(e.Msg, "once its aliases are expanded") {
+				return nil, Errors{e}
+			}
+		}
+	}
 	f.pos = d.pos
 	v := &validator{f: f, dir: dir, errs: d.errs}
 	v.validate()
 	if len(v.errs) > 0 {
-		return nil, v.errs.sort()
+		errs := v.errs.sort()
+		if len(errs) > MaxErrors {
+			more := len(errs) - MaxErrors
+			errs = append(errs[:MaxErrors:MaxErrors], &Error{File: name, Msg: fmt.Sprintf("and %d more problems", more)})
+		}
+		return nil, errs
 	}
 	return f, nil
 }

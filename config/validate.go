@@ -47,19 +47,25 @@ func HashKey(raw string) string {
 }
 
 type validator struct {
-	f    *File
-	dir  string
-	errs Errors
+	f      *File
+	dir    string
+	errs   Errors
+	fields map[string]bool // fields with a problem
 }
 
 // errorf records a problem at field, unless one is already recorded there
 // (a bad duration need not also be reported as a missing one).
 func (v *validator) errorf(field, format string, args ...any) {
-	for _, e := range v.errs {
-		if e.Field == field {
-			return
+	if v.fields == nil {
+		v.fields = map[string]bool{}
+		for _, e := range v.errs {
+			v.fields[e.Field] = true
 		}
 	}
+	if v.fields[field] {
+		return
+	}
+	v.fields[field] = true
 	p := v.f.Position(field)
 	v.errs = append(v.errs, &Error{File: v.f.Path, Line: p.Line, Column: p.Column, Field: field,
 		Msg: fmt.Sprintf(format, args...)})
