@@ -239,3 +239,75 @@ func BenchmarkFlood10M(b *testing.B) {
 		s.Close()
 	}
 }
+
+// BenchmarkKeyedInterleaved measures the same two workloads as
+// BenchmarkKeyed (memstore and map+mutex+x/time/rate), but alternates them
+// in short rounds on GOMAXPROCS goroutines each, so that a machine whose
+// load changes during the run treats both alike. It reports both costs per
+// decision and memstore's speedup over the baseline.
+func BenchmarkKeyedInterleaved(b *testing.B) {
+	keys := keyNames(benchKeys)
+	s, err := memstore.New(memstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
+		Rate: 1000, Per: time.Second, Burst: 100}, limiter.FailOpen, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	limiters := make(map[string]*rate.Limiter)
+	baseline := func(key string) {
+		mu.Lock()
+		l, ok := limiters[key]
+		if !ok {
+			l = rate.NewLimiter(1000, 100)
+			limiters[key] = l
+		}
+		mu.Unlock()
+		l.Allow()
+	}
+	procs := runtime.GOMAXPROCS(0)
+	// round runs ops decisions split over procs goroutines and returns the
+	// wall time they took.
+	round := func(ops int, mem bool) time.Duration {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for p := range procs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				hits := []limiter.Hit{{Rule: r, Cost: 1}}
+				out := make([]floodgate.Decision, 1)
+				i := p * 7919
+				for range ops / procs {
+					k := keys[i%benchKeys]
+					i++
+					if mem {
+						hits[0].Key = k
+						_ = s.Apply(context.Background(), limiter.Charge, hits, out)
+					} else {
+						baseline(k)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	const perRound = 200_000
+	var memTime, baseTime time.Duration
+	var n int
+	for b.Loop() {
+		memTime += round(perRound, true)
+		baseTime += round(perRound, false)
+		n += perRound
+	}
+	memNs := float64(memTime.Nanoseconds()) / float64(n)
+	baseNs := float64(baseTime.Nanoseconds()) / float64(n)
+	b.ReportMetric(memNs, "memstore-ns/decision")
+	b.ReportMetric(baseNs, "baseline-ns/decision")
+	b.ReportMetric(baseNs/memNs, "speedup")
+}

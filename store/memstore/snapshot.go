@@ -63,7 +63,7 @@ func (s *Store) Snapshot() error {
 
 func (s *Store) writeSnapshot(began int64) (err error) {
 	path := s.opts.StatePath
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(tempPattern(path)))
 	if err != nil {
 		return err
 	}
@@ -134,6 +134,9 @@ func (s *Store) writeSnapshot(began int64) (err error) {
 	return nil
 }
 
+// tempPattern is the pattern of the state file's temporary files.
+func tempPattern(path string) string { return path + ".tmp*" }
+
 func appendRecord(b []byte, e *entry) []byte {
 	b = binary.AppendUvarint(b, uint64(len(e.rule.ID)))
 	b = append(b, e.rule.ID...)
@@ -166,6 +169,12 @@ type record struct {
 // load reads the state file. It decodes and checks all of it before it
 // stores a single key.
 func (s *Store) load() {
+	// Temporary files of snapshots cut short by a crash.
+	if stale, err := filepath.Glob(tempPattern(s.opts.StatePath)); err == nil {
+		for _, f := range stale {
+			os.Remove(f)
+		}
+	}
 	data, err := os.ReadFile(s.opts.StatePath)
 	if errors.Is(err, os.ErrNotExist) {
 		return

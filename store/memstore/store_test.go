@@ -313,10 +313,18 @@ func TestCorruptStateFiles(t *testing.T) {
 			}
 		})
 	}
+	// A temporary file left by a snapshot cut short is removed.
+	stale := good + ".tmp12345"
+	if err := os.WriteFile(stale, data[:20], 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// The good file itself loads.
 	s2 := newStore(t, memstore.Options{StatePath: good, SnapshotInterval: -1})
 	if st := s2.Stats(); st.LoadError != nil || st.Loaded != 50 {
 		t.Fatalf("good file: %+v", st)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale temporary file still there: %v", err)
 	}
 }
 
