@@ -31,5 +31,12 @@
 // plus the time one snapshot takes to write. Shards are copied one at a
 // time, so a request that charged keys in two shards while a snapshot was
 // being written may appear charged in one and not the other. Lost charges
-// only ever make the restored counts lower than the true ones, never higher.
+// only make the restored counts lower than the true ones; a lost release
+// leaves a concurrency lease held until it expires (Limit.LeaseTTL).
+// TestCrashLoss checks the bound by killing a child process with SIGKILL.
+//
+// The cap is on keys, not bytes: a key costs about 96 bytes beyond its own
+// bytes (BenchmarkMemory1M; an 80-byte entry plus its share of the index),
+// more for sliding logs and concurrency limits, whose entries grow with the
+// traffic they hold.
 package memstore
