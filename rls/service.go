@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -127,8 +126,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if len(descs) > len(stack) {
 		app = make([]applied, 0, len(descs))
 	}
-	var hitStack [8]limiter.Hit
-	hits := hitStack[:0]
+	// The hits go to the engine (an interface), so they live on the heap:
+	// size them exactly.
+	hits := make([]limiter.Hit, 0, len(descs))
 	var costs [8]int64
 	descCost := costs[:0]
 	if len(descs) > len(costs) {
@@ -240,12 +240,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(app)),
 	}
+	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(app))
 	var covered []gateway.Covered
 	var wait time.Duration
 	bindingAt := -1
 	for i := range app {
 		a := &app[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &statuses[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		rl := a.rl
 		if rl == nil {
@@ -317,18 +319,36 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			copy(covered[1:bindingAt+1], covered[:bindingAt])
 			covered[0] = b
 		}
-		h := http.Header{}
+		h := headerPool.Get().(http.Header)
 		t := gateway.SetRateLimit(h, covered, nil, nil)
+		n := 2
 		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-			h.Set("Retry-After", strconv.FormatInt(gateway.RetryAfterSeconds(wait, t), 10))
+			n = 3
 		}
-		for _, k := range [...]string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
-			if v := h.Get(k); v != "" {
-				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: v})
-			}
+		hv := make([]corev3.HeaderValue, n)
+		resp.ResponseHeadersToAdd = make([]*corev3.HeaderValue, n)
+		hv[0].Key, hv[0].Value = "RateLimit-Policy", first(h["Ratelimit-Policy"])
+		hv[1].Key, hv[1].Value = "RateLimit", first(h["Ratelimit"])
+		if n == 3 {
+			hv[2].Key, hv[2].Value = "Retry-After", strconv.FormatInt(gateway.RetryAfterSeconds(wait, t), 10)
 		}
+		for i := range hv {
+			resp.ResponseHeadersToAdd[i] = &hv[i]
+		}
+		clear(h)
+		headerPool.Put(h)
 	}
 	return resp, nil
+}
+
+// headerPool recycles the header maps SetRateLimit writes into.
+var headerPool = sync.Pool{New: func() any { return http.Header{} }}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
 }
 
 // match finds the configured descriptor for a request's entries: at every
@@ -465,6 +485,3 @@ func (c *overrideCache) get(domainName string, ents []*rlv3.RateLimitDescriptor_
 	c.mu.Unlock()
 	return rl, nil
 }
-
-// errNoConfig is returned by helpers when a service has no configuration.
-var errNoConfig = errors.New("rls: no configuration")

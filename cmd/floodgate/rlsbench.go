@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,8 +103,20 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	store := fs.String("store", "memory", "memory, or a Redis URL")
 	cfgPath := fs.String("config", "", "envoyproxy/ratelimit file or directory (default: built-in bench domain)")
 	timeout := fs.Duration("store-timeout", time.Second, "deadline of one store call")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if help, err := rlsbParse(fs, args, stdout); help || err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var cfg *rls.Config
 	var err error

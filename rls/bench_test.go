@@ -1,0 +1,52 @@
+package rls
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+// BenchmarkShouldRateLimit measures the service in process (no gRPC) over
+// the embedded store: matching, the engine call and building the answer.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	st, err := memstore.New(memstore.Options{SweepInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	cfg, err := Parse("bench.yaml", []byte(`
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 4294967295}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := New(limiter.New(st, limiter.Options{}), cfg, Options{})
+	reqs := make([]*rlsv3.RateLimitRequest, 10000)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
+			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "u" + strconv.Itoa(i)}},
+		}}}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			r, err := svc.ShouldRateLimit(ctx, reqs[i%len(reqs)])
+			if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+				b.Fatal(r, err)
+			}
+		}
+	})
+}
