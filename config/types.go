@@ -264,8 +264,10 @@ type Params struct {
 
 // Delay is a leaky queue's delay: a count of requests or "nodelay".
 type Delay struct {
+	// Value is the count, or floodgate.NoDelay for "nodelay".
 	Value int64
-	Set   bool
+	// Set reports whether the file gave a delay.
+	Set bool
 }
 
 func (dl *Delay) decodeNode(d *decoder, n *yaml.Node, path string) {
@@ -284,6 +286,7 @@ func (dl *Delay) decodeNode(d *decoder, n *yaml.Node, path string) {
 // Stage is a stage with its default limit, keyed by the stage: every
 // request on the stage shares it, as API Gateway's stage throttling.
 type Stage struct {
+	// Name identifies the stage; its limit is named stage.NAME.
 	Name   string `yaml:"name"`
 	Params `yaml:",inline"`
 }
@@ -296,6 +299,8 @@ type Account struct {
 // Plan is a usage plan: a per-key rate and burst, a per-key quota, and the
 // routes it covers.
 type Plan struct {
+	// Name identifies the plan; its limits are named NAME.rate and
+	// NAME.quota.
 	Name string `yaml:"name"`
 	// Rate requests every Per (default 1s), with a bucket of Burst
 	// (default: Rate); zero Rate means no throttle.
@@ -366,6 +371,7 @@ type Limit struct {
 
 // KeySpec is a limit's key: one part or a list of parts.
 type KeySpec struct {
+	// Parts are the key parts as written (client_ip, header:X-Tenant ...).
 	Parts []string
 }
 

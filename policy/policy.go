@@ -85,7 +85,9 @@ const (
 
 // KeyPart is one part of a limit's key; Header is set for KeyHeader.
 type KeyPart struct {
-	Kind   KeyKind
+	// Kind is what the part counts by.
+	Kind KeyKind
+	// Header is the canonical header name of a KeyHeader part.
 	Header string
 }
 
@@ -486,6 +488,7 @@ func window(l *floodgate.Limit) time.Duration {
 // Request is what Match reads of a request. The caller resolves the
 // client's address and the user (package identity) first.
 type Request struct {
+	// Method is the HTTP method.
 	Method string
 	// Host is the Host header (a port is ignored).
 	Host string
