@@ -78,6 +78,17 @@ func cleanPath(p string) string {
 	return p
 }
 
+// upper returns an HTTP method in upper case, so that "post" meets the
+// limits of POST (some servers accept either).
+func upper(m string) string {
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c >= 'a' && c <= 'z' {
+			return strings.ToUpper(m)
+		}
+	}
+	return m
+}
+
 // hostOnly lower-cases a Host value and removes its port.
 func hostOnly(h string) string {
 	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {

@@ -543,7 +543,7 @@ func (m *Match) Reset() {
 // Match finds the route and the limits that apply to r, writing into m.
 func (p *Policy) Match(r *Request, m *Match) {
 	m.Reset()
-	rq := req{method: r.Method, host: hostOnly(r.Host), path: cleanPath(r.Path)}
+	rq := req{method: upper(r.Method), host: hostOnly(r.Host), path: cleanPath(r.Path)}
 	for _, rt := range p.routes {
 		if rt.match.match(&rq) {
 			m.Route = rt

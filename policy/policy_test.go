@@ -479,6 +479,7 @@ routes:
 		{"GET", "api.example.com", "/students/9", "one"},
 		{"GET", "API.Example.com:8443", "/students/9", "one"},
 		{"POST", "api.example.com", "/students/9", "rest"},
+		{"get", "api.example.com", "/students/9", "one"},
 		{"GET", "api.example.com", "/students/9/x", "rest"},
 		{"GET", "api.example.com", "/students/", "rest"},
 		{"GET", "api.example.com", "//students//9/", "one"},
