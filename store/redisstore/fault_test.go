@@ -18,8 +18,8 @@ import (
 // break the server under load and check what callers see. Deadlines are
 // generous: the machine may be loaded.
 const (
-	faultTimeout = 100 * time.Millisecond // the engine's deadline per store call
-	faultSlack   = time.Second            // scheduling on a loaded machine
+	faultTimeout = 100 * time.Millisecond  // the engine's deadline per store call
+	faultSlack   = 1500 * time.Millisecond // scheduling on a loaded machine
 )
 
 // faultRig is an engine over a redisstore, with one rule per failure

@@ -59,7 +59,8 @@ type Store struct {
 	apply  *rueidis.Lua
 	refund *rueidis.Lua
 
-	rules sync.Map // *limiter.Rule -> *ruleArgs
+	rules       sync.Map // *limiter.Rule -> *ruleArgs
+	cachedRules atomic.Int64
 
 	// testNow, when not zero, replaces the server's clock (µs); tests use
 	// it to compare decisions at fixed instants.
@@ -144,9 +145,17 @@ func (s *Store) Key(r *limiter.Rule, subject string) string {
 	return s.prefix + "{" + subject + "}:" + r.ID
 }
 
+// maxCachedRules bounds the cache of rule arguments: policy reloads make
+// new rules, and the old ones must not pile up.
+const maxCachedRules = 4096
+
 func (s *Store) ruleArgs(r *limiter.Rule) *ruleArgs {
 	if v, ok := s.rules.Load(r); ok {
 		return v.(*ruleArgs)
+	}
+	if s.cachedRules.Add(1) > maxCachedRules {
+		s.rules.Clear()
+		s.cachedRules.Store(1)
 	}
 	v, _ := s.rules.LoadOrStore(r, newRuleArgs(r))
 	return v.(*ruleArgs)
