@@ -170,6 +170,23 @@ type LoadOptions struct {
 // the configuration of all the domains they define. A domain defined twice
 // is an error.
 func Load(paths []string, opts LoadOptions) (*Config, error) {
+	files, err := configFiles(paths, opts)
+	if err != nil {
+		return nil, err
+	}
+	srcs := make(map[string][]byte, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		srcs[f] = b
+	}
+	return parseFiles(files, srcs)
+}
+
+// configFiles lists the files Load reads for paths.
+func configFiles(paths []string, opts LoadOptions) ([]string, error) {
 	exts := opts.Extensions
 	if exts == nil {
 		exts = []string{".yaml", ".yml"}
@@ -203,15 +220,7 @@ func Load(paths []string, opts LoadOptions) (*Config, error) {
 			}
 		}
 	}
-	srcs := make(map[string][]byte, len(files))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-		srcs[f] = b
-	}
-	return parseFiles(files, srcs)
+	return files, nil
 }
 
 // Parse reads one file's contents; name is used in error messages.
