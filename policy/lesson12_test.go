@@ -1,0 +1,116 @@
+package policy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// TestLesson12PerParent replays the lesson's burst through the example's
+// per-parent limit (5/s, burst 10): 12 requests at 0 s and 5 at 0.5 s,
+// 12 of 17 allowed.
+func TestLesson12PerParent(t *testing.T) {
+	r := newRig(t, example(t), t0)
+	req := &Request{Method: "GET", Path: "/notices/42", ClientIP: ip("198.51.100.7"), User: "parent-42"}
+	allowed := 0
+	for range 12 {
+		if r.do(req).status == 200 {
+			allowed++
+		}
+	}
+	r.clk.add(500 * time.Millisecond)
+	var last answer
+	for range 5 {
+		if last = r.do(req); last.status == 200 {
+			allowed++
+		}
+	}
+	if allowed != 12 {
+		t.Errorf("%d of 17 allowed, want 12", allowed)
+	}
+	if last.binding != "per-parent" {
+		t.Errorf("binding %q, want per-parent", last.binding)
+	}
+	// Another parent is not affected.
+	other := &Request{Method: "GET", Path: "/notices/42", ClientIP: ip("198.51.100.7"), User: "parent-7"}
+	if a := r.do(other); a.status != 200 {
+		t.Errorf("another parent: %+v", a)
+	}
+}
+
+// TestLesson12Login drives the example's login limit as the gateway does
+// with count_on: a peek before forwarding, a charge only for 401 and 403.
+func TestLesson12Login(t *testing.T) {
+	r := newRig(t, example(t), t0)
+	req := &Request{Method: "POST", Path: "/login", ClientIP: ip("203.0.113.66")}
+	attempt := func(status int) bool {
+		var m Match
+		r.p.Match(req, &m)
+		var now, later []limiter.Hit
+		var deferred *Limit
+		for i, l := range m.Limits {
+			if l.Deferred() {
+				deferred = l
+				later = append(later, m.Hits[i])
+			} else {
+				now = append(now, m.Hits[i])
+			}
+		}
+		if len(later) != 1 {
+			t.Fatalf("%d deferred limits, want login only", len(later))
+		}
+		peek, err := r.lim.Peek(context.Background(), later)
+		if err != nil || !peek.Allowed {
+			return false
+		}
+		if res, err := r.lim.Check(context.Background(), now); err != nil || !res.Allowed {
+			return false
+		}
+		if deferred.Counts(status) {
+			if _, err := r.lim.Check(context.Background(), later); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return true
+	}
+	for i := range 10 {
+		if !attempt(200) {
+			t.Fatalf("successful login %d refused", i)
+		}
+	}
+	for i := range 5 {
+		if !attempt(401) {
+			t.Fatalf("failed login %d refused", i)
+		}
+	}
+	if attempt(401) {
+		t.Error("sixth failed login within a minute allowed")
+	}
+	r.clk.add(time.Minute)
+	if !attempt(403) {
+		t.Error("a minute later the address is still locked out")
+	}
+}
+
+// TestLesson12UrgentNotices checks a few urgent notices per teacher per day.
+func TestLesson12UrgentNotices(t *testing.T) {
+	r := newRig(t, example(t), t0)
+	teacher := &Request{Method: "POST", Path: "/notices/urgent", ClientIP: ip("198.51.100.7"), User: "teacher-7"}
+	if got := r.statuses(4, teacher); got != "200 200 200 429" {
+		t.Errorf("urgent notices: %s", got)
+	}
+	if a := r.do(teacher); a.binding != "urgent-notices" || a.message != "Limit Exceeded" {
+		t.Errorf("denial %+v", a)
+	}
+	// Without a user, the per-user limits do not apply (the route's other
+	// limits still do).
+	var m Match
+	r.p.Match(&Request{Method: "POST", Path: "/notices/urgent", ClientIP: ip("198.51.100.7")}, &m)
+	for _, l := range m.Limits {
+		if l.Name == "urgent-notices" || l.Name == "per-parent" {
+			t.Errorf("anonymous request counted by %s", l.Name)
+		}
+	}
+}
