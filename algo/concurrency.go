@@ -19,10 +19,10 @@ import (
 // RetryAfter on a denial is a hint: the time until enough leases expire for
 // the cost to fit, capped at one second, because holders normally release
 // long before their leases expire.
-func (p *Params) decideConcurrency(s *State, r Request) (floodgate.Decision, error) {
-	d := floodgate.Decision{Limit: p.max}
+func (p *Params) decideConcurrency(s *State, r Request, d *floodgate.Decision) error {
+	d.Limit = p.max
 	if r.Now > maxInstant-p.ttl {
-		return d, ErrOverflow
+		return ErrOverflow
 	}
 	entries, k := liveEntries(s)
 	gone := int64(0)
@@ -52,7 +52,7 @@ func (p *Params) decideConcurrency(s *State, r Request) (floodgate.Decision, err
 		d.ResetAfter = dur(live[len(live)-1].At - r.Now)
 	}
 	if r.Cost > p.max {
-		return d, floodgate.ErrNeverFits
+		return floodgate.ErrNeverFits
 	}
 	if r.Cost > p.max-inflight {
 		need, acc := inflight+r.Cost-p.max, int64(0)
@@ -68,14 +68,14 @@ func (p *Params) decideConcurrency(s *State, r Request) (floodgate.Decision, err
 			}
 		}
 		d.RetryAfter = dur(wait)
-		return d, nil
+		return nil
 	}
 	inflight += r.Cost
 	d.Allowed = true
 	d.Remaining = p.max - inflight
 	d.ResetAfter = dur(p.ttl)
 	if r.Peek {
-		return d, nil
+		return nil
 	}
 	if held >= 0 {
 		// Rare: close the gap the re-acquired lease leaves.
@@ -94,7 +94,7 @@ func (p *Params) decideConcurrency(s *State, r Request) (floodgate.Decision, err
 	if r.Lease > uint64(s.B) {
 		s.B = int64(r.Lease)
 	}
-	return d, nil
+	return nil
 }
 
 // Release ends the concurrency lease with the given ID at instant now,

@@ -132,21 +132,25 @@ func (p *Params) Decide(s *State, r Request) (floodgate.Decision, error) {
 	if r.Now < s.Last {
 		return floodgate.Decision{Limit: p.cap}, floodgate.ErrTimeBackwards
 	}
+	var d floodgate.Decision
+	var err error
 	switch p.alg {
 	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
-		return p.decideRate(s, r)
+		err = p.decideRate(s, r, &d)
 	case floodgate.FixedWindow:
-		return p.decideFixed(s, r)
+		err = p.decideFixed(s, r, &d)
 	case floodgate.SlidingLog:
-		return p.decideLog(s, r)
+		err = p.decideLog(s, r, &d)
 	case floodgate.SlidingWindow:
-		return p.decideCounter(s, r)
+		err = p.decideCounter(s, r, &d)
 	case floodgate.Concurrency:
-		return p.decideConcurrency(s, r)
+		err = p.decideConcurrency(s, r, &d)
 	case floodgate.Quota:
-		return p.decideQuota(s, r)
+		err = p.decideQuota(s, r, &d)
+	default:
+		return d, fmt.Errorf("algo: %w: params not compiled", floodgate.ErrInvalidLimit)
 	}
-	return floodgate.Decision{}, fmt.Errorf("algo: %w: params not compiled", floodgate.ErrInvalidLimit)
+	return d, err
 }
 
 // dur converts nanoseconds to a Duration, never below zero.

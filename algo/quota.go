@@ -85,8 +85,8 @@ func (p *Params) quotaLimit(start int64) int64 {
 
 // decideQuota counts units per calendar period. State: A = units counted,
 // B = the period's start, C = its end (Unix ns; C = 0 for a fresh key).
-func (p *Params) decideQuota(s *State, r Request) (floodgate.Decision, error) {
-	d := floodgate.Decision{Limit: p.max}
+func (p *Params) decideQuota(s *State, r Request, d *floodgate.Decision) error {
+	d.Limit = p.max
 	start, end, count := s.B, s.C, s.A
 	if end == 0 || r.Now >= end || r.Now < start {
 		start, end = QuotaPeriod(&p.limit, r.Now)
@@ -96,7 +96,7 @@ func (p *Params) decideQuota(s *State, r Request) (floodgate.Decision, error) {
 	d.Remaining = max(0, limit-count)
 	d.ResetAfter = dur(end - r.Now)
 	if r.Cost > p.max {
-		return d, floodgate.ErrNeverFits
+		return floodgate.ErrNeverFits
 	}
 	if r.Cost > limit-count {
 		// The first boundary after which the cost fits: the next period,
@@ -106,7 +106,7 @@ func (p *Params) decideQuota(s *State, r Request) (floodgate.Decision, error) {
 			_, b = QuotaPeriod(&p.limit, end)
 		}
 		d.RetryAfter = dur(b - r.Now)
-		return d, nil
+		return nil
 	}
 	count += r.Cost
 	d.Allowed = true
@@ -114,5 +114,5 @@ func (p *Params) decideQuota(s *State, r Request) (floodgate.Decision, error) {
 	if !r.Peek {
 		s.A, s.B, s.C, s.Last = count, start, end, r.Now
 	}
-	return d, nil
+	return nil
 }

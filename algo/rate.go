@@ -15,11 +15,11 @@ import (
 //
 // The token bucket's tokens are (τ' − (tat − now))/T, so "allow iff
 // tokens ≥ n" is the same decision, with no float and no drift.
-func (p *Params) decideRate(s *State, r Request) (floodgate.Decision, error) {
-	d := floodgate.Decision{Limit: p.cap}
+func (p *Params) decideRate(s *State, r Request, d *floodgate.Decision) error {
+	d.Limit = p.cap
 	// Every sum below stays under now + 2τ' + 2.
 	if r.Now > math.MaxInt64-2*p.tau.ns-2 || r.Now < 0 {
-		return d, ErrOverflow
+		return ErrOverflow
 	}
 	now := exact{ns: r.Now}
 	tat := exact{ns: s.A, rem: uint64(s.B)}
@@ -38,7 +38,7 @@ func (p *Params) decideRate(s *State, r Request) (floodgate.Decision, error) {
 	if r.Cost > p.cap {
 		d.Remaining = p.tau.sub(ahead, p.den).units(p.den, p.per)
 		d.ResetAfter = dur(ahead.ceil())
-		return d, floodgate.ErrNeverFits
+		return floodgate.ErrNeverFits
 	}
 	nt := p.t
 	if r.Cost != 1 {
@@ -49,7 +49,7 @@ func (p *Params) decideRate(s *State, r Request) (floodgate.Decision, error) {
 		d.Remaining = p.tau.sub(ahead, p.den).units(p.den, p.per)
 		d.RetryAfter = dur(next.sub(p.tau, p.den).ceil())
 		d.ResetAfter = dur(ahead.ceil())
-		return d, nil
+		return nil
 	}
 	d.Allowed = true
 	d.Remaining = p.tau.sub(next, p.den).units(p.den, p.per)
@@ -61,5 +61,5 @@ func (p *Params) decideRate(s *State, r Request) (floodgate.Decision, error) {
 		t := now.add(next, p.den)
 		s.A, s.B, s.Last = t.ns, int64(t.rem), r.Now
 	}
-	return d, nil
+	return nil
 }

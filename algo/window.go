@@ -9,10 +9,10 @@ import (
 
 // decideFixed counts per clock window aligned to the Unix epoch (window
 // index ⌊now/W⌋). State: A = window index, B = units counted in it.
-func (p *Params) decideFixed(s *State, r Request) (floodgate.Decision, error) {
-	d := floodgate.Decision{Limit: p.max}
+func (p *Params) decideFixed(s *State, r Request, d *floodgate.Decision) error {
+	d.Limit = p.max
 	if r.Now < 0 {
-		return d, ErrOverflow
+		return ErrOverflow
 	}
 	idx := r.Now / p.window
 	left := p.window - r.Now%p.window // until the window ends
@@ -23,11 +23,11 @@ func (p *Params) decideFixed(s *State, r Request) (floodgate.Decision, error) {
 	d.Remaining = max(0, p.max-count)
 	d.ResetAfter = dur(left)
 	if r.Cost > p.max {
-		return d, floodgate.ErrNeverFits
+		return floodgate.ErrNeverFits
 	}
 	if r.Cost > p.max-count {
 		d.RetryAfter = dur(left)
-		return d, nil
+		return nil
 	}
 	count += r.Cost
 	d.Allowed = true
@@ -35,7 +35,7 @@ func (p *Params) decideFixed(s *State, r Request) (floodgate.Decision, error) {
 	if !r.Peek {
 		s.A, s.B, s.Last = idx, count, r.Now
 	}
-	return d, nil
+	return nil
 }
 
 // decideLog is the exact sliding window log. State: Ext.Entries[C:] holds
@@ -43,8 +43,8 @@ func (p *Params) decideFixed(s *State, r Request) (floodgate.Decision, error) {
 // at the same instant share one entry), A = the sum of their weights; the C
 // entries before them have left the window and wait to be compacted away.
 // An entry counts while At > now − W.
-func (p *Params) decideLog(s *State, r Request) (floodgate.Decision, error) {
-	d := floodgate.Decision{Limit: p.max}
+func (p *Params) decideLog(s *State, r Request, d *floodgate.Decision) error {
+	d.Limit = p.max
 	entries, k := liveEntries(s)
 	cut := r.Now - p.window // entries at or before cut have left the window
 	gone := int64(0)
@@ -62,7 +62,7 @@ func (p *Params) decideLog(s *State, r Request) (floodgate.Decision, error) {
 		d.ResetAfter = dur(p.window - (r.Now - live[len(live)-1].At))
 	}
 	if r.Cost > p.max {
-		return d, floodgate.ErrNeverFits
+		return floodgate.ErrNeverFits
 	}
 	if r.Cost > p.max-sum {
 		// The same cost fits once the oldest entries holding at least
@@ -75,14 +75,14 @@ func (p *Params) decideLog(s *State, r Request) (floodgate.Decision, error) {
 				break
 			}
 		}
-		return d, nil
+		return nil
 	}
 	sum += r.Cost
 	d.Allowed = true
 	d.Remaining = p.max - sum
 	d.ResetAfter = dur(p.window)
 	if r.Peek {
-		return d, nil
+		return nil
 	}
 	entries, k = compact(entries, k)
 	if n := len(entries); n > k && entries[n-1].At == r.Now {
@@ -95,7 +95,7 @@ func (p *Params) decideLog(s *State, r Request) (floodgate.Decision, error) {
 	}
 	s.Ext.Entries = entries
 	s.A, s.C, s.Last = sum, int64(k), r.Now
-	return d, nil
+	return nil
 }
 
 // liveEntries returns the state's entries and the index of the first one
@@ -125,10 +125,10 @@ func compact(entries []Entry, head int) ([]Entry, int) {
 // the epoch, est = prev·(W−e)/W + curr with e the time elapsed in the
 // current window, allow iff est + n ≤ L, compared exactly in 128 bits.
 // State: A = current window index, B = curr, C = prev.
-func (p *Params) decideCounter(s *State, r Request) (floodgate.Decision, error) {
-	d := floodgate.Decision{Limit: p.max}
+func (p *Params) decideCounter(s *State, r Request, d *floodgate.Decision) error {
+	d.Limit = p.max
 	if r.Now < 0 {
-		return d, ErrOverflow
+		return ErrOverflow
 	}
 	w := uint64(p.window)
 	idx := r.Now / p.window
@@ -150,7 +150,7 @@ func (p *Params) decideCounter(s *State, r Request) (floodgate.Decision, error) 
 		d.ResetAfter = dur(satAdd(int64(w-e), p.window))
 	}
 	if r.Cost > p.max {
-		return d, floodgate.ErrNeverFits
+		return floodgate.ErrNeverFits
 	}
 	// allow iff prev·(W−e) + (curr+n)·W ≤ L·W
 	ok := uint64(curr)+uint64(r.Cost) <= uint64(p.max)
@@ -175,7 +175,7 @@ func (p *Params) decideCounter(s *State, r Request) (floodgate.Decision, error) 
 			hi, lo := bits.Mul64(uint64(curr-(p.max-r.Cost)), w)
 			d.RetryAfter = dur(satAdd(int64(w-e), ceilDiv128(hi, lo, uint64(curr))))
 		}
-		return d, nil
+		return nil
 	}
 	curr += r.Cost
 	d.Allowed = true
@@ -184,7 +184,7 @@ func (p *Params) decideCounter(s *State, r Request) (floodgate.Decision, error) 
 	if !r.Peek {
 		s.A, s.B, s.C, s.Last = idx, curr, prev, r.Now
 	}
-	return d, nil
+	return nil
 }
 
 // ceilDiv128 returns ⌈(hi·2⁶⁴+lo)/d⌉, saturating at MaxInt64.
