@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -206,6 +207,16 @@ func (v *validator) server() {
 	}
 	if s.AdminListen == "off" {
 		s.AdminListen = ""
+	}
+	for _, l := range []struct{ field, addr string }{
+		{"listen", s.Listen}, {"admin_listen", s.AdminListen}, {"grpc_listen", s.GRPCListen}, {"api_listen", s.APIListen},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
+			v.errorf("server."+l.field, "%q is not a host:port address (such as :8080 or 127.0.0.1:9090)", l.addr)
+		}
 	}
 	switch s.Store {
 	case "memory":
