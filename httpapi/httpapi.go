@@ -72,6 +72,10 @@ type Options struct {
 	MaxKeyBytes int
 	// Logger receives engine errors. Default: discard.
 	Logger *slog.Logger
+	// Observe, when set, is called once per hit of every decided check
+	// (not for peeks): the limit's name, whether the hit allowed, whether
+	// the limit is in shadow mode, and whether the store was failing.
+	Observe func(limit string, allowed, shadow, degraded bool)
 }
 
 // Handler serves POST /v1/check and POST /v1/peek.
@@ -82,13 +86,14 @@ type Handler struct {
 	maxBody int64
 	maxHits int
 	maxKey  int
+	observe func(limit string, allowed, shadow, degraded bool)
 	headers sync.Map // *limiter.Rule → *gateway.LimitHeader
 }
 
 // New returns the HTTP check API over eng, with limits found in limits.
 func New(eng Engine, limits Limits, opts Options) *Handler {
 	h := &Handler{eng: eng, limits: limits, log: opts.Logger,
-		maxBody: opts.MaxBodyBytes, maxHits: opts.MaxHits, maxKey: opts.MaxKeyBytes}
+		maxBody: opts.MaxBodyBytes, maxHits: opts.MaxHits, maxKey: opts.MaxKeyBytes, observe: opts.Observe}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -365,6 +370,9 @@ func (h *Handler) answer(w http.ResponseWriter, peek bool, hits []limiter.Hit, n
 			Capacity: d.Limit, Remaining: d.Remaining,
 			RetryAfter: secs(d.RetryAfter), Reset: secs(d.ResetAfter), Delay: secs(d.Delay),
 			Shadow: rule.Shadow, Degraded: degraded,
+		}
+		if h.observe != nil && !peek {
+			h.observe(names[i], d.Allowed, rule.Shadow, degraded)
 		}
 		if rule.Shadow {
 			continue
