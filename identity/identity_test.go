@@ -382,3 +382,19 @@ func FuzzClientIP(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkResolve(b *testing.B) {
+	r, err := NewResolver(Options{TrustedProxies: prefixes(b, "10.0.0.0/8")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = "10.0.0.1:4000"
+	req.Header.Set("X-Forwarded-For", "6.6.6.6, 2001:db8:1:2::99, 10.0.0.9")
+	b.ReportAllocs()
+	for b.Loop() {
+		if id := r.Resolve(req); id.ClientKey != "2001:db8:1:2::/64" {
+			b.Fatal(id.ClientKey)
+		}
+	}
+}

@@ -251,7 +251,8 @@ type Policy struct {
 // must not modify it.
 func (p *Policy) File() *config.File { return p.file }
 
-// Server returns the server settings of the file.
+// Server returns the server settings of the file. Callers must not modify
+// them.
 func (p *Policy) Server() *config.Server { return &p.file.Server }
 
 // Routes returns the routes in matching order.
