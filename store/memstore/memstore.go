@@ -35,9 +35,12 @@ type Options struct {
 	// nearly, not exactly, the least recently used. A cap below
 	// 64 keys per shard lowers the number of shards.
 	MaxKeys int
-	// Now returns the current instant in Unix nanoseconds (default:
-	// time.Now().UnixNano()). An instant earlier than one already seen for
-	// a key is clamped to that one and counted in Stats().Clamps.
+	// Now returns the current instant in Unix nanoseconds. An instant
+	// earlier than one already seen for a key is clamped to that one and
+	// counted in Stats().Clamps. The default is the system's wall clock,
+	// read as the monotonic time since a wall-clock reading that is taken
+	// again every second: half the cost of time.Now, and a step of the
+	// wall clock shows within a second.
 	Now func() int64
 	// StatePath, when set, is the state file: loaded by New, written
 	// every SnapshotInterval and by Close.
@@ -138,7 +141,10 @@ func New(opts Options) (*Store, error) {
 		stop:   make(chan struct{}),
 	}
 	if s.now == nil {
-		s.now = func() int64 { return time.Now().UnixNano() }
+		c := newWallClock()
+		s.now = c.now
+		s.wg.Add(1)
+		go s.loop(time.Second, c.sync)
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -508,3 +514,24 @@ func (s *Store) Stats() Stats {
 // InProcess reports true: the store answers from memory and never waits on
 // I/O, so the engine calls it without a deadline (limiter.InProcess).
 func (s *Store) InProcess() bool { return true }
+
+// wallClock tells Unix time from the monotonic clock plus an offset that
+// sync refreshes from the wall clock.
+type wallClock struct {
+	start  time.Time
+	offset atomic.Int64 // Unix ns at start, as of the latest sync
+}
+
+func newWallClock() *wallClock {
+	c := &wallClock{start: time.Now()}
+	c.sync()
+	return c
+}
+
+// sync re-reads the wall clock, so that steps of it show.
+func (c *wallClock) sync() {
+	n := time.Now()
+	c.offset.Store(n.UnixNano() - int64(n.Sub(c.start)))
+}
+
+func (c *wallClock) now() int64 { return int64(time.Since(c.start)) + c.offset.Load() }

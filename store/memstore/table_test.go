@@ -95,3 +95,20 @@ func TestEntrySize(t *testing.T) {
 		t.Fatalf("shard is %d bytes, not a multiple of %d", size, cacheLine)
 	}
 }
+
+// TestWallClock checks the default clock against time.Now and its order.
+func TestWallClock(t *testing.T) {
+	c := newWallClock()
+	prev := c.now()
+	for range 1000 {
+		n := c.now()
+		if n < prev {
+			t.Fatalf("clock went back from %d to %d", prev, n)
+		}
+		prev = n
+	}
+	c.sync()
+	if d := time.Duration(c.now() - time.Now().UnixNano()); d < -time.Minute || d > time.Minute {
+		t.Fatalf("clock is %v off the wall clock", d)
+	}
+}
