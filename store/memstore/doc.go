@@ -17,7 +17,8 @@
 // # State file
 //
 // With Options.StatePath set, the store writes a snapshot of every live key
-// every Options.SnapshotInterval (default one second) and on Close, to a
+// every Options.SnapshotInterval (default one second; skipped while no
+// state has changed since the last one) and on Close, to a
 // temporary file that is synced and then renamed over the state file, so a
 // reader sees either the old or the new snapshot, never a mix. The file
 // starts with a magic number, a version, the body's length and its CRC-32C;

@@ -97,6 +97,7 @@ type Store struct {
 	snapErrors   atomic.Uint64
 	lastSnapErr  atomic.Pointer[error]
 	lastSnapshot atomic.Int64
+	snapWrites   atomic.Uint64 // shard writes counted before the latest periodic snapshot
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -160,7 +161,7 @@ func New(opts Options) (*Store, error) {
 		s.load()
 		if opts.SnapshotInterval > 0 {
 			s.wg.Add(1)
-			go s.loop(opts.SnapshotInterval, func() { _ = s.Snapshot() })
+			go s.loop(opts.SnapshotInterval, s.snapshotIfChanged)
 		}
 	}
 	if opts.SweepInterval > 0 {
@@ -301,8 +302,10 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		exp := expiry(hit.Rule, &st, d, t)
 		if e != nil {
 			e.st, e.exp, e.rule = st, exp, hit.Rule
+			sh.writes++
 		} else {
 			s.insert(sh, h, hit.Rule, hit.Key, st, exp)
+			sh.writes++
 		}
 	}
 	sh.mu.Unlock()
@@ -393,8 +396,10 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			if wk.idx >= 0 {
 				e := sh.at(wk.idx)
 				e.st, e.exp, e.rule = wk.st, wk.exp, hits[i].Rule
+				sh.writes++
 			} else {
 				s.insert(sh, wk.h, hits[i].Rule, hits[i].Key, wk.st, wk.exp)
+				sh.writes++
 			}
 		}
 	}
@@ -439,6 +444,7 @@ func (s *Store) release(w []work, hits []limiter.Hit, out []floodgate.Decision, 
 		out[i] = floodgate.Decision{Allowed: true, Limit: d.Limit, Remaining: free, ResetAfter: d.ResetAfter}
 		if e != nil && e.rule != nil {
 			e.exp = expiry(hit.Rule, &e.st, d, t)
+			sh.writes++
 		}
 	}
 	return nil

@@ -61,6 +61,24 @@ func (s *Store) Snapshot() error {
 	return nil
 }
 
+// snapshotIfChanged writes a snapshot unless no state changed since the
+// last successful one.
+func (s *Store) snapshotIfChanged() {
+	var writes uint64
+	for k := range s.shards {
+		sh := &s.shards[k]
+		sh.mu.Lock()
+		writes += sh.writes
+		sh.mu.Unlock()
+	}
+	if s.snapshots.Load() > 0 && writes == s.snapWrites.Load() {
+		return
+	}
+	if s.Snapshot() == nil {
+		s.snapWrites.Store(writes)
+	}
+}
+
 func (s *Store) writeSnapshot(began int64) (err error) {
 	path := s.opts.StatePath
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(tempPattern(path)))

@@ -348,17 +348,30 @@ func TestSnapshotError(t *testing.T) {
 func TestPeriodicSnapshot(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
 	s := newStore(t, memstore.Options{StatePath: path, SnapshotInterval: 10 * time.Millisecond})
-	apply(t, s, limiter.Charge, limiter.Hit{Rule: windowRule(t, 5), Key: "k", Cost: 1})
-	deadline := time.Now().Add(20 * time.Second)
-	for s.Stats().Snapshots < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no periodic snapshot after 20 s: %+v", s.Stats())
+	r := windowRule(t, 5)
+	waitFor := func(n uint64) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for s.Stats().Snapshots < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("no periodic snapshot after 20 s: %+v", s.Stats())
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "k", Cost: 1})
+	waitFor(1)
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)
 	}
+	// Nothing changes: nothing is written.
+	n := s.Stats().Snapshots
+	time.Sleep(100 * time.Millisecond)
+	if got := s.Stats().Snapshots; got != n {
+		t.Fatalf("%d snapshots of an idle store, want %d", got, n)
+	}
+	apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "k", Cost: 1})
+	waitFor(n + 1)
 }
 
 func TestFloodStaysUnderCap(t *testing.T) {

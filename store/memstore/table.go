@@ -58,6 +58,7 @@ type shardState struct {
 	head   int32 // most recently used
 	tail   int32 // least recently used
 
+	writes    uint64 // state changes, for snapshots to skip an idle store
 	evictions uint64
 	expired   uint64
 	clamps    uint64
