@@ -44,6 +44,11 @@ type ServerOptions struct {
 	// MaxConcurrentStreams bounds the calls in flight per connection;
 	// 0 means gRPC's default.
 	MaxConcurrentStreams uint32
+	// StreamWorkers is the number of long-lived goroutines that run calls.
+	// Reusing them saves starting (and growing the stack of) a goroutine per
+	// call; when all are busy a call gets a goroutine of its own as usual.
+	// Zero means 64; negative means none.
+	StreamWorkers int
 	// GracePeriod is how long Serve waits for calls in flight when its
 	// context ends before cutting them off. Zero means 10s.
 	GracePeriod time.Duration
@@ -96,6 +101,13 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 		grpc.KeepaliveParams(kp),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPing, PermitWithoutStream: true}),
 	)
+	workers := opts.StreamWorkers
+	if workers == 0 {
+		workers = 64
+	}
+	if workers > 0 {
+		so = append(so, grpc.NumStreamWorkers(uint32(workers)))
+	}
 	if opts.MaxConcurrentStreams > 0 {
 		so = append(so, grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams))
 	}

@@ -104,6 +104,7 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfgPath := fs.String("config", "", "envoyproxy/ratelimit file or directory (default: built-in bench domain)")
 	timeout := fs.Duration("store-timeout", time.Second, "deadline of one store call")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	workers := fs.Int("stream-workers", 0, "gRPC stream workers (0: the service's default, -1: none)")
 	if help, err := rlsbParse(fs, args, stdout); help || err != nil {
 		return err
 	}
@@ -156,7 +157,7 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		},
 	})
-	srv, err := rls.NewServer(svc, rls.ServerOptions{GracePeriod: 2 * time.Second})
+	srv, err := rls.NewServer(svc, rls.ServerOptions{GracePeriod: 2 * time.Second, StreamWorkers: *workers})
 	if err != nil {
 		return err
 	}
