@@ -93,9 +93,10 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 			}
 			pr.SetXForwarded()
 		},
-		Transport:     g.tr,
-		FlushInterval: -1, // stream as the upstream writes (server-sent events and the like)
-		ErrorLog:      nil,
+		Transport: g.tr,
+		// FlushInterval 0: ReverseProxy flushes at once for streamed bodies
+		// (unknown length, text/event-stream) and buffers the rest.
+		ErrorLog: nil,
 		ModifyResponse: func(resp *http.Response) error {
 			g.obs.Upstream(route, resp.StatusCode)
 			return nil

@@ -1,0 +1,85 @@
+// Command benchgw is the bench script's helper: a trivial upstream, and a
+// bare reverse proxy (net/http/httputil with the same tuned transport as
+// Floodgate's) to measure what Floodgate adds on top of proxying.
+//
+//	benchgw upstream -addr 127.0.0.1:18101
+//	benchgw proxy -addr 127.0.0.1:18102 -target http://127.0.0.1:18101
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "benchgw:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: benchgw upstream|proxy [flags]")
+	}
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	target := fs.String("target", "", "upstream URL (proxy)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	var h http.Handler
+	switch args[0] {
+	case "upstream":
+		body := []byte(`{"ok":true}` + "\n")
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = []string{"application/json"}
+			_, _ = w.Write(body)
+		})
+	case "proxy":
+		u, err := url.Parse(*target)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("proxy needs -target http://host:port, got %q", *target)
+		}
+		dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+		h = &httputil.ReverseProxy{
+			ErrorLog: log.New(io.Discard, "", 0),
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(u)
+				pr.SetXForwarded()
+			},
+			Transport: &http.Transport{
+				DialContext:           dialer.DialContext,
+				ForceAttemptHTTP2:     true,
+				MaxIdleConns:          2048,
+				MaxIdleConnsPerHost:   512,
+				IdleConnTimeout:       90 * time.Second,
+				TLSHandshakeTimeout:   5 * time.Second,
+				ResponseHeaderTimeout: 30 * time.Second,
+			},
+		}
+	default:
+		return fmt.Errorf("unknown mode %q (want upstream or proxy)", args[0])
+	}
+	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	srv.SetKeepAlivesEnabled(true)
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stdout, "listening on", ln.Addr())
+	err = srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
