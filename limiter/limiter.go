@@ -129,6 +129,7 @@ type Limiter struct {
 	localSize atomic.Int64
 
 	scratch sync.Pool // *scratch
+	noLocal sync.Once // warns once about FailLocal without a local store
 
 	degraded      atomic.Uint64
 	storeFailures atomic.Uint64

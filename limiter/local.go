@@ -121,6 +121,10 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, r *Resu
 		if policy == FailLocal {
 			if l.opts.Local != nil {
 				lr = l.localRule(h.Rule)
+			} else {
+				l.noLocal.Do(func() {
+					l.log.Warn("limiter: no local store configured, FailLocal rules fail open", "rule", h.Rule.ID)
+				})
 			}
 			if lr == nil {
 				policy = FailOpen
