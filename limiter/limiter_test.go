@@ -443,3 +443,36 @@ func TestLeakyQueueDelay(t *testing.T) {
 		t.Fatalf("%+v, want allowed after a delay of about an hour", r)
 	}
 }
+
+func TestFailLocalWithoutLocalStore(t *testing.T) {
+	ts := &testStore{inner: newMem(t)}
+	ts.fail.Store(true)
+	l := limiter.New(ts, limiter.Options{})
+	w := window(t, "w", 1, limiter.FailLocal)
+	for range 3 {
+		if r := check(t, l, limiter.Hit{Rule: w, Key: "k", Cost: 1}); !r.Allowed || !r.Degraded {
+			t.Fatalf("%+v, want a degraded allow (no local store: fail open)", r)
+		}
+	}
+}
+
+func TestReleaseDuringOutage(t *testing.T) {
+	ts := &testStore{inner: newMem(t)}
+	ts.fail.Store(true)
+	l := limiter.New(ts, limiter.Options{Local: newMem(t), Breaker: limiter.BreakerOptions{Failures: -1}})
+	c := newRule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: hour}, limiter.FailLocal)
+	first := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
+	if r := check(t, l, first...); !r.Allowed || !r.Degraded {
+		t.Fatalf("first: %+v", r)
+	}
+	second := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
+	if r := check(t, l, second...); r.Allowed {
+		t.Fatalf("second while the local lease is held: %+v", r)
+	}
+	if err := l.Release(context.Background(), first); !errors.Is(err, errDown) {
+		t.Fatalf("release with the store down: %v, want the store's error", err)
+	}
+	if r := check(t, l, second...); !r.Allowed {
+		t.Fatalf("second after the release: %+v, want the local lease freed", r)
+	}
+}
