@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -265,5 +266,63 @@ func TestServeBadFlags(t *testing.T) {
 	err := run(context.Background(), []string{"serve", "--config", "/nonexistent/floodgate.yaml"}, io.Discard, io.Discard)
 	if err == nil || exitCode(err) != 1 {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestServeReloadOnSIGHUP raises a limit in the file and sends SIGHUP: the
+// running gateway takes the new limit without a restart.
+func TestServeReloadOnSIGHUP(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gw.yaml")
+	write := func(burst int) {
+		t.Helper()
+		err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - name: hourly
+    rate: 1
+    per: 1h
+    burst: %d
+    key: global
+`, up.URL, burst)), 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(2)
+	gw, _, stop, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	var codes []int
+	for i := 0; i < 3; i++ {
+		code, _, _ := get(t, gw+"/")
+		codes = append(codes, code)
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Fatalf("before the reload: %v", codes)
+	}
+	write(10)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, h, _ := get(t, gw+"/")
+		if code == 200 {
+			if !strings.Contains(h.Get("RateLimit-Policy"), `"hourly";q=10`) {
+				t.Errorf("after the reload: RateLimit-Policy %q", h.Get("RateLimit-Policy"))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reload never took effect: %d", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
