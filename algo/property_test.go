@@ -292,3 +292,28 @@ func TestConcurrencyLeases(t *testing.T) {
 		t.Errorf("default TTL: %+v", d)
 	}
 }
+
+func TestEntriesStayBounded(t *testing.T) {
+	// A long steady overload: the log and the leases are compacted, so the
+	// slice never holds more than about twice the live entries.
+	for _, l := range []floodgate.Limit{
+		{Algorithm: floodgate.SlidingLog, Max: 100, Window: time.Second},
+		{Algorithm: floodgate.Concurrency, Max: 100, LeaseTTL: time.Second},
+	} {
+		p := mustCompile(t, l)
+		var s State
+		now := int64(0)
+		for i := range 100_000 {
+			now += int64(3 * time.Millisecond)
+			if _, err := p.Decide(&s, Request{Now: now, Cost: 1, Lease: uint64(i + 1)}); err != nil {
+				t.Fatal(err)
+			}
+			if n := cap(s.Ext.Entries); n > 4*int(l.Max) {
+				t.Fatalf("%s: capacity %d after %d decisions", l.Algorithm, n, i+1)
+			}
+			if live := len(s.Ext.Entries) - int(s.C); live > int(l.Max) {
+				t.Fatalf("%s: %d live entries", l.Algorithm, live)
+			}
+		}
+	}
+}
