@@ -10,11 +10,23 @@ import (
 )
 
 // LimiterEngine adapts the engine (limiter.Limiter: failure policies, the
-// local fallback and the circuit breaker) to the gateway's Engine.
+// local fallback and the circuit breaker) to the gateway's Engine. When the
+// engine can give back a charge (a Refund method with Refunder's
+// signature), the result is also a Refunder, so that a queued request
+// whose client went away frees its place.
 func LimiterEngine(l *limiter.Limiter) Engine {
 	e := &limiterEngine{l: l}
 	e.pool.New = func() any { return new(limiter.Result) }
+	if r, ok := any(l).(Refunder); ok {
+		return &refundingEngine{e, r}
+	}
 	return e
+}
+
+// refundingEngine is a limiterEngine whose engine can refund.
+type refundingEngine struct {
+	*limiterEngine
+	Refunder
 }
 
 type limiterEngine struct {

@@ -368,8 +368,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	ctx := r.Context()
 	if len(post) > 0 {
 		if err := g.apply(ctx, st, limiter.Peek, post); err != nil {
-			g.engineError(err, r)
-			g.pass(w, r, st, next, fwd)
+			g.failed(err, w, r, st, next, fwd)
 			return
 		}
 		if !g.allows(st, post) {
@@ -383,8 +382,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	if len(pre) > 0 {
 		if err := g.apply(ctx, st, limiter.Charge, pre); err != nil {
-			g.engineError(err, r)
-			g.pass(w, r, st, next, fwd)
+			g.failed(err, w, r, st, next, fwd)
 			return
 		}
 	}
@@ -571,11 +569,24 @@ func (g *Gateway) release(ctx context.Context, leases []limiter.Hit) {
 	}
 }
 
-// engineError logs an engine failure; the request then passes (the engine
-// applies each limit's failure policy itself, so an error reaching the
-// gateway is unexpected).
+// engineError logs an engine failure.
 func (g *Gateway) engineError(err error, r *http.Request) {
 	g.log.Error("gateway: engine", "err", err, "path", r.URL.Path)
+}
+
+// failed answers a request whose check ended in an error. A cost larger
+// than a limit's capacity can never pass: 429 without Retry-After (waiting
+// would not help). Anything else passes: the engine already applies each
+// limit's failure policy to store failures, so an error reaching the
+// gateway is unexpected and is logged.
+func (g *Gateway) failed(err error, w http.ResponseWriter, r *http.Request, st *reqState, next http.Handler, fwd func(http.ResponseWriter, *http.Request, *reqState)) {
+	g.engineError(err, r)
+	if errors.Is(err, floodgate.ErrNeverFits) {
+		g.obs.Rejected("", http.StatusTooManyRequests)
+		writeJSON(w, http.StatusTooManyRequests, bodyTooMany)
+		return
+	}
+	g.pass(w, r, st, next, fwd)
 }
 
 var bodyInternal = []byte(`{"message":"Internal Server Error"}` + "\n")

@@ -281,3 +281,26 @@ func TestCountOnStatus(t *testing.T) {
 		t.Errorf("after the window: %d, want 401", a.status)
 	}
 }
+
+// TestNeverFits: a request costing more than a limit's capacity gets 429
+// without Retry-After, and never reaches the handler.
+func TestNeverFits(t *testing.T) {
+	rule := mustRule(t, floodgate.Limit{Name: "small", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute}, false)
+	m := funcMatcher(func(_ *http.Request, m *Match) error {
+		m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: "k", Cost: 3})
+		return nil
+	})
+	for _, engine := range []Engine{newMemStore(t, nil), LimiterEngine(limiter.New(newMemStore(t, nil), limiter.Options{}))} {
+		g, err := New(Options{Matcher: m, Engine: engine})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reached atomic.Int64
+		srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached.Add(1) })))
+		a := do(t, srv.Client(), "GET", srv.URL, nil)
+		srv.Close()
+		if a.status != 429 || a.header.Get("Retry-After") != "" || reached.Load() != 0 {
+			t.Errorf("%T: %d Retry-After %q, handler reached %d times", engine, a.status, a.header.Get("Retry-After"), reached.Load())
+		}
+	}
+}
