@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
@@ -85,6 +86,8 @@ type Store struct {
 	shards []shard
 	shift  uint // shard of a hash: h >> shift
 	seed   maphash.Seed
+	// ruleHashes caches the hash of recently used rules' IDs.
+	ruleHashes [64]atomic.Pointer[ruleHash]
 	now    func() int64
 	opts   Options
 	log    *slog.Logger
@@ -203,7 +206,29 @@ func (s *Store) Close() error {
 // hash mixes the rule ID and the key into the 64 bits that choose the
 // shard (top bits), the index slot (low bits) and the slot's fingerprint.
 func (s *Store) hash(rule, key string) uint64 {
-	return maphash.String(s.seed, key) ^ bits.RotateLeft64(maphash.String(s.seed, rule)*0x9e3779b97f4a7c15, 29)
+	return s.mix(maphash.String(s.seed, rule), key)
+}
+
+func (s *Store) mix(ruleHash uint64, key string) uint64 {
+	return maphash.String(s.seed, key) ^ bits.RotateLeft64(ruleHash*0x9e3779b97f4a7c15, 29)
+}
+
+// hitHash is hash(r.ID, key), with the rule's part remembered per *Rule in
+// a small direct-mapped cache: requests keep using the same few rules.
+func (s *Store) hitHash(r *limiter.Rule, key string) uint64 {
+	slot := &s.ruleHashes[(uintptr(unsafe.Pointer(r))>>4)%uintptr(len(s.ruleHashes))]
+	if c := slot.Load(); c != nil && c.rule == r {
+		return s.mix(c.hash, key)
+	}
+	c := &ruleHash{rule: r, hash: maphash.String(s.seed, r.ID)}
+	slot.Store(c)
+	return s.mix(c.hash, key)
+}
+
+// ruleHash is a rule's cached hash.
+type ruleHash struct {
+	rule *limiter.Rule
+	hash uint64
 }
 
 // minPerShard is the smallest per-shard cap a key cap may leave before New
@@ -255,7 +280,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 		w, locks = make([]work, 0, len(hits)), make([]int32, 0, len(hits))
 	}
 	for i := range hits {
-		h := s.hash(hits[i].Rule.ID, hits[i].Key)
+		h := s.hitHash(hits[i].Rule, hits[i].Key)
 		w = append(w, work{h: h, sh: int32(h >> s.shift)})
 		locks = insertSorted(locks, int32(h>>s.shift))
 	}
@@ -278,7 +303,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 // applyOne is Apply for a request of one hit (charge or peek), the common
 // case, without the bookkeeping that several hits need.
 func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) error {
-	h := s.hash(hit.Rule.ID, hit.Key)
+	h := s.hitHash(hit.Rule, hit.Key)
 	sh := &s.shards[h>>s.shift]
 	sh.mu.Lock()
 	now := s.now()
