@@ -88,9 +88,9 @@ type Store struct {
 	seed   maphash.Seed
 	// ruleHashes caches the hash of recently used rules' IDs.
 	ruleHashes [64]atomic.Pointer[ruleHash]
-	now    func() int64
-	opts   Options
-	log    *slog.Logger
+	now        func() int64
+	opts       Options
+	log        *slog.Logger
 
 	loaded  int
 	loadErr error
