@@ -47,7 +47,6 @@ type Params struct {
 	ttl    int64 // concurrency lease lifetime, ns
 
 	// Quota: the period that contains Limit.Start gets Offset units less.
-	loc          *time.Location
 	offsetStart  int64
 	offsetAmount int64
 }
@@ -89,10 +88,6 @@ func Compile(l *floodgate.Limit) (Params, error) {
 		}
 	case floodgate.Quota:
 		p.max = l.Max
-		p.loc = l.Location
-		if p.loc == nil {
-			p.loc = time.UTC
-		}
 		if l.Offset > 0 {
 			p.offsetStart, _ = QuotaPeriod(l, l.Start.UnixNano())
 			p.offsetAmount = l.Offset
