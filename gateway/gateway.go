@@ -403,7 +403,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		case d.Allowed:
 			near := d.Remaining*10 <= d.Limit
 			g.obs.Decision(h.Name, Allowed, near)
-			delay = max(delay, d.Delay)
+			if !rule.Shadow {
+				delay = max(delay, d.Delay) // a shadow queue delays nothing
+			}
 		case rule.Shadow:
 			g.obs.Decision(h.Name, ShadowDenied, false)
 		default:
@@ -530,7 +532,7 @@ func (g *Gateway) setFields(h http.Header, st *reqState, binding int) {
 func (g *Gateway) wait(ctx context.Context, st *reqState, pre []int, delay time.Duration) bool {
 	name := ""
 	for _, i := range pre {
-		if st.dec[i].Delay > 0 {
+		if st.dec[i].Delay > 0 && !st.m.Hits[i].Rule.Shadow {
 			name = g.header(st.m.Hits[i].Rule).Name
 			break
 		}

@@ -304,3 +304,25 @@ func TestNeverFits(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowQueueDelaysNothing: a shadow leaky queue is counted but holds
+// no request (one a minute with room for 5: the later requests would
+// otherwise wait minutes).
+func TestShadowQueueDelaysNothing(t *testing.T) {
+	rule := mustRule(t, floodgate.Limit{Name: "shadow-queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 5}, true)
+	clock := newTestClock()
+	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, clock.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	c := srv.Client()
+	c.Timeout = 20 * time.Second // far below the minutes a real queue would hold them
+	for i := 0; i < 8; i++ {
+		a := do(t, c, "GET", srv.URL, nil)
+		if a.status != 200 || a.header.Get("RateLimit") != "" {
+			t.Fatalf("request %d: %d, RateLimit %q", i, a.status, a.header.Get("RateLimit"))
+		}
+	}
+}
