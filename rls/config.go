@@ -94,6 +94,9 @@ func (u Unit) seconds() int64 {
 // format. It is immutable once loaded and safe for concurrent use.
 type Config struct {
 	domains map[string]*domain
+	// fp fingerprints the files Load read (names, sizes, times), so that
+	// Watch can tell whether they changed since.
+	fp string
 }
 
 // Domains lists the configured domains in order.
@@ -174,6 +177,10 @@ func Load(paths []string, opts LoadOptions) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	fp, err := fingerprintFiles(files)
+	if err != nil {
+		return nil, err
+	}
 	srcs := make(map[string][]byte, len(files))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -182,7 +189,12 @@ func Load(paths []string, opts LoadOptions) (*Config, error) {
 		}
 		srcs[f] = b
 	}
-	return parseFiles(files, srcs)
+	c, err := parseFiles(files, srcs)
+	if err != nil {
+		return nil, err
+	}
+	c.fp = fp
+	return c, nil
 }
 
 // configFiles lists the files Load reads for paths.

@@ -28,7 +28,9 @@ type WatchOptions struct {
 // not load is logged and the running one stays. Counters of limits that
 // did not change carry over. Watch returns when ctx ends.
 //
-// Polling also follows the symbolic-link swaps with which Kubernetes
+// Replace files by renaming a complete file into place: a file caught
+// half-written is read as it is (and read again once it changes). Polling
+// also follows the symbolic-link swaps with which Kubernetes
 // updates mounted ConfigMaps, the way envoyproxy/ratelimit deployments
 // usually ship their files.
 func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions) {
@@ -40,7 +42,9 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 	if every <= 0 {
 		every = time.Second
 	}
-	last, _ := fingerprint(paths, opts.Load)
+	// Compare with the files the running configuration was loaded from,
+	// so that a change made before Watch started is not missed.
+	last := svc.Config().fp
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -76,6 +80,10 @@ func fingerprint(paths []string, opts LoadOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return fingerprintFiles(files)
+}
+
+func fingerprintFiles(files []string) (string, error) {
 	var b strings.Builder
 	for _, f := range files {
 		st, err := os.Stat(f)

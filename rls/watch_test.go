@@ -11,12 +11,18 @@ import (
 func TestWatchReloadsChangedFilesAndKeepsGoodOnes(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "limits.yaml")
+	// Files are replaced by renaming a complete file into place, as
+	// configuration should be; distinct modification times keep coarse
+	// file systems honest.
 	write := func(src string, mtime time.Time) {
-		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// Distinct modification times even on coarse file systems.
-		os.Chtimes(file, mtime, mtime)
+		os.Chtimes(tmp, mtime, mtime)
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
 	}
 	base := time.Now().Add(-time.Hour)
 	write("domain: one\n", base)
