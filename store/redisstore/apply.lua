@@ -19,7 +19,9 @@ local op = ARGV[1]
 local nhits = tonumber(ARGV[3])
 
 local now_s, now_us
+local pad = 0 -- ms added to TTLs: an hour under a test clock, which real time outruns
 if ARGV[2] ~= '' then
+  pad = 3600000
   now_us = tonumber(ARGV[2])
   now_s = math.floor(now_us / 1000000)
 else
@@ -34,7 +36,7 @@ local sub_ns = (now_us - now_s * 1000000) * 1000 -- ns into the current second
 local function ceil_ms(ns)
   local ms = math.ceil(ns / 1000000)
   if ms < 1 then ms = 1 elseif ms > 10000000000000 then ms = 10000000000000 end
-  return ms
+  return ms + pad
 end
 
 local function fmt(x) return string.format('%.0f', x) end
@@ -138,268 +140,276 @@ local function rate(key, a, i, cost)
   return d, {key, val, ceil_ms(d[4])}
 end
 
--- Fixed window: p1 max, p2 window ns. State "index count".
-local function fixed(key, a, i, cost)
-  local max, w = tonumber(a[i+5]), tonumber(a[i+6])
-  local wus = w / 1000
-  local r = math.fmod(now_us, wus)
-  local idx = (now_us - r) / wus
-  local left = w - r * 1000
-  local count = 0
-  local v = get(key)
-  if v ~= '' then
-    local si, sc = string.match(v, '^(%-?%d+) (%-?%d+)$')
-    if si then
-      si = tonumber(si)
-      if si == idx then count = tonumber(sc)
-      elseif si > idx then idx = si; count = tonumber(sc) end -- clock stepped back: keep the newer window
-    end
-  end
-  local d = {0, math.max(0, max - count), 0, left, 0, 0}
-  if cost > max then d[6] = 1; return d, nil end
-  if cost > max - count then d[3] = left; return d, nil end
-  count = count + cost
-  d[1] = 1
-  d[2] = max - count
-  return d, {key, fmt(idx) .. ' ' .. fmt(count), ceil_ms(left)}
-end
-
--- Sliding window counter: p1 max, p2 window ns. State "index curr prev".
-local function counter(key, a, i, cost)
-  local max, w = tonumber(a[i+5]), tonumber(a[i+6])
-  local wus = w / 1000
-  local e = math.fmod(now_us, wus)
-  local idx = (now_us - e) / wus
-  local curr, prev = 0, 0
-  local v = get(key)
-  if v ~= '' then
-    local si, sc, sp = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-    if si then
-      si = tonumber(si)
-      if si == idx or si > idx then
-        idx = si; curr, prev = tonumber(sc), tonumber(sp)
-        if si > idx then e = 0 end
-      elseif si + 1 == idx then prev = tonumber(sc) end
-    end
-  end
-  if curr < 0 then curr = 0 end
-  if prev < 0 then prev = 0 end
-  -- in µs: pw = prev·(W−e); weighted = ⌈pw/W⌉
-  local pw = prev * (wus - e)
-  local weighted = math.ceil(pw / wus)
-  local left = (wus - e) * 1000
-  local d = {0, math.max(0, max - curr - weighted), 0, left, 0, 0}
-  if curr > 0 then d[4] = left + w end
-  if cost > max then d[6] = 1; return d, nil end
-  local ok = curr + cost <= max and pw + (curr + cost) * wus <= max * wus
-  if not ok then
-    if curr + cost <= max then
-      d[3] = math.ceil((pw - (max - curr - cost) * wus) * 1000 / prev)
-    else
-      d[3] = left + math.ceil((curr - (max - cost)) * w / curr)
-    end
-    return d, nil
-  end
-  curr = curr + cost
-  d[1] = 1
-  d[2] = math.max(0, max - curr - weighted)
-  d[4] = left + w
-  return d, {key, fmt(idx) .. ' ' .. fmt(curr) .. ' ' .. fmt(prev), ceil_ms(d[4])}
-end
-
--- Sliding log: p1 max, p2 window ns. ZSET member = arrival µs (score the
--- same), companion hash: member -> weight and "sum".
-local logs = {}
-local function slog(zkey, hkey, a, i, cost)
-  local max, w = tonumber(a[i+5]), tonumber(a[i+6])
-  local cut = now_us - w / 1000
-  local sum
-  local st = logs[zkey]
-  if st == nil then
-    sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
-    local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', cut)
-    if #gone > 0 then
-      local ws = redis.call('HMGET', hkey, unpack(gone))
-      for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
-    end
-    st = {sum = sum, gone = gone, add = 0}
-    logs[zkey] = st
-  end
-  sum = st.sum + st.add
-  local last = redis.call('ZREVRANGEBYSCORE', zkey, '+inf', '(' .. cut, 'WITHSCORES', 'LIMIT', 0, 1)
-  local newest = nil
-  if #last > 0 then newest = tonumber(last[2]) end
-  if st.add > 0 then newest = now_us end
-  if newest == nil then sum = 0 end
-  local d = {0, math.max(0, max - sum), 0, 0, 0, 0}
-  if newest ~= nil then d[4] = w - (now_us - newest) * 1000 end
-  if cost > max then d[6] = 1; return d, nil end
-  if cost > max - sum then
-    local need, acc = sum + cost - max, 0
-    local live = redis.call('ZRANGEBYSCORE', zkey, '(' .. cut, '+inf')
-    local ws = {}
-    if #live > 0 then ws = redis.call('HMGET', hkey, unpack(live)) end
-    for k = 1, #live do
-      acc = acc + tonumber(ws[k] or '0')
-      if acc >= need then
-        d[3] = w - (now_us - tonumber(live[k])) * 1000
-        break
+-- The other algorithms are made only when a request needs them, so that
+-- the common rate-only call does not pay for their closures.
+local M
+local function more()
+  -- Fixed window: p1 max, p2 window ns. State "index count".
+  local function fixed(key, a, i, cost)
+    local max, w = tonumber(a[i+5]), tonumber(a[i+6])
+    local wus = w / 1000
+    local r = math.fmod(now_us, wus)
+    local idx = (now_us - r) / wus
+    local left = w - r * 1000
+    local count = 0
+    local v = get(key)
+    if v ~= '' then
+      local si, sc = string.match(v, '^(%-?%d+) (%-?%d+)$')
+      if si then
+        si = tonumber(si)
+        if si == idx then count = tonumber(sc)
+        elseif si > idx then idx = si; count = tonumber(sc) end -- clock stepped back: keep the newer window
       end
     end
-    if acc < need and st.add > 0 then d[3] = w end
-    return d, nil
+    local d = {0, math.max(0, max - count), 0, left, 0, 0}
+    if cost > max then d[6] = 1; return d, nil end
+    if cost > max - count then d[3] = left; return d, nil end
+    count = count + cost
+    d[1] = 1
+    d[2] = max - count
+    return d, {key, fmt(idx) .. ' ' .. fmt(count), ceil_ms(left)}
   end
-  d[1] = 1
-  d[2] = max - sum - cost
-  d[4] = w
-  return d, {zkey, hkey, st, cost, w}
-end
 
-local function write_log(wr)
-  local zkey, hkey, st, cost, w = wr[1], wr[2], wr[3], wr[4], wr[5]
-  if not st.cleaned then
-    st.cleaned = true
-    if #st.gone > 0 then
-      redis.call('ZREM', zkey, unpack(st.gone))
-      redis.call('HDEL', hkey, unpack(st.gone))
-    end
-  end
-  local m = fmt(now_us)
-  redis.call('ZADD', zkey, now_us, m)
-  redis.call('HINCRBY', hkey, m, cost)
-  st.sum = st.sum + cost
-  redis.call('HSET', hkey, 'sum', fmt(st.sum))
-  local ms = ceil_ms(w)
-  redis.call('PEXPIRE', zkey, ms)
-  redis.call('PEXPIRE', hkey, ms)
-end
-
--- Concurrency: p1 max, p2 lease ttl ns, p3 RetryAfter cap ns. ZSET member
--- = lease, score = expiry µs; companion hash: lease -> weight and "sum".
--- Lease "0" is anonymous: it gets a unique member and can only expire.
-local function conc(zkey, hkey, a, i, cost, lease)
-  local max, ttl, hint = tonumber(a[i+5]), tonumber(a[i+6]), tonumber(a[i+7])
-  local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
-  local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', now_us)
-  if #gone > 0 then
-    local ws = redis.call('HMGET', hkey, unpack(gone))
-    for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
-    if sum < 0 then sum = 0 end
-    redis.call('ZREM', zkey, unpack(gone))
-    redis.call('HDEL', hkey, unpack(gone))
-    redis.call('HSET', hkey, 'sum', fmt(sum))
-  end
-  if op == 'r' then
-    if lease ~= '0' then
-      local wgt = redis.call('HGET', hkey, lease)
-      if wgt then
-        sum = sum - tonumber(wgt)
-        if sum < 0 then sum = 0 end
-        redis.call('ZREM', zkey, lease)
-        redis.call('HDEL', hkey, lease)
-        redis.call('HSET', hkey, 'sum', fmt(sum))
+  -- Sliding window counter: p1 max, p2 window ns. State "index curr prev".
+  local function counter(key, a, i, cost)
+    local max, w = tonumber(a[i+5]), tonumber(a[i+6])
+    local wus = w / 1000
+    local e = math.fmod(now_us, wus)
+    local idx = (now_us - e) / wus
+    local curr, prev = 0, 0
+    local v = get(key)
+    if v ~= '' then
+      local si, sc, sp = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+      if si then
+        si = tonumber(si)
+        if si == idx or si > idx then
+          idx = si; curr, prev = tonumber(sc), tonumber(sp)
+          if si > idx then e = 0 end
+        elseif si + 1 == idx then prev = tonumber(sc) end
       end
     end
-    local d = {1, math.max(0, max - sum), 0, 0, 0, 0}
-    local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
-    if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
-    return d, nil
+    if curr < 0 then curr = 0 end
+    if prev < 0 then prev = 0 end
+    -- in µs: pw = prev·(W−e); weighted = ⌈pw/W⌉
+    local pw = prev * (wus - e)
+    local weighted = math.ceil(pw / wus)
+    local left = (wus - e) * 1000
+    local d = {0, math.max(0, max - curr - weighted), 0, left, 0, 0}
+    if curr > 0 then d[4] = left + w end
+    if cost > max then d[6] = 1; return d, nil end
+    local ok = curr + cost <= max and pw + (curr + cost) * wus <= max * wus
+    if not ok then
+      if curr + cost <= max then
+        d[3] = math.ceil((pw - (max - curr - cost) * wus) * 1000 / prev)
+      else
+        d[3] = left + math.ceil((curr - (max - cost)) * w / curr)
+      end
+      return d, nil
+    end
+    curr = curr + cost
+    d[1] = 1
+    d[2] = math.max(0, max - curr - weighted)
+    d[4] = left + w
+    return d, {key, fmt(idx) .. ' ' .. fmt(curr) .. ' ' .. fmt(prev), ceil_ms(d[4])}
   end
-  local held = 0
-  if lease ~= '0' then held = tonumber(redis.call('HGET', hkey, lease) or '0') end
-  local inflight = sum - held
-  local d = {0, math.max(0, max - inflight), 0, 0, 0, 0}
-  local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
-  if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
-  if cost > max then d[6] = 1; return d, nil end
-  if cost > max - inflight then
-    local need, acc, wait = inflight + cost - max, 0, hint
-    local live = redis.call('ZRANGE', zkey, 0, -1, 'WITHSCORES')
-    local names = {}
-    for k = 1, #live, 2 do names[#names+1] = live[k] end
-    local ws = {}
-    if #names > 0 then ws = redis.call('HMGET', hkey, unpack(names)) end
-    for k = 1, #names do
-      if names[k] ~= lease or lease == '0' then
+
+  -- Sliding log: p1 max, p2 window ns. ZSET member = arrival µs (score the
+  -- same), companion hash: member -> weight and "sum".
+  local logs = {}
+  local function slog(zkey, hkey, a, i, cost)
+    local max, w = tonumber(a[i+5]), tonumber(a[i+6])
+    local cut = now_us - w / 1000
+    local sum
+    local st = logs[zkey]
+    if st == nil then
+      sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
+      local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', cut)
+      if #gone > 0 then
+        local ws = redis.call('HMGET', hkey, unpack(gone))
+        for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
+      end
+      st = {sum = sum, gone = gone, add = 0}
+      logs[zkey] = st
+    end
+    sum = st.sum + st.add
+    local last = redis.call('ZREVRANGEBYSCORE', zkey, '+inf', '(' .. cut, 'WITHSCORES', 'LIMIT', 0, 1)
+    local newest = nil
+    if #last > 0 then newest = tonumber(last[2]) end
+    if st.add > 0 then newest = now_us end
+    if newest == nil then sum = 0 end
+    local d = {0, math.max(0, max - sum), 0, 0, 0, 0}
+    if newest ~= nil then d[4] = w - (now_us - newest) * 1000 end
+    if cost > max then d[6] = 1; return d, nil end
+    if cost > max - sum then
+      local need, acc = sum + cost - max, 0
+      local live = redis.call('ZRANGEBYSCORE', zkey, '(' .. cut, '+inf')
+      local ws = {}
+      if #live > 0 then ws = redis.call('HMGET', hkey, unpack(live)) end
+      for k = 1, #live do
         acc = acc + tonumber(ws[k] or '0')
         if acc >= need then
-          wait = math.min(wait, (tonumber(live[2*k]) - now_us) * 1000)
+          d[3] = w - (now_us - tonumber(live[k])) * 1000
           break
         end
       end
+      if acc < need and st.add > 0 then d[3] = w end
+      return d, nil
     end
-    d[3] = wait
-    return d, nil
+    d[1] = 1
+    d[2] = max - sum - cost
+    d[4] = w
+    return d, {zkey, hkey, st, cost, w}
   end
-  d[1] = 1
-  d[2] = max - inflight - cost
-  d[4] = ttl
-  return d, {zkey, hkey, lease, cost, held, sum, ttl}
-end
 
-local function write_conc(wr)
-  local zkey, hkey, lease, cost, held, sum, ttl = unpack(wr)
-  if lease == '0' then
-    local n = 0
-    lease = 'a' .. fmt(now_us) .. '.' .. n
-    while redis.call('ZSCORE', zkey, lease) do
-      n = n + 1
+  local function write_log(wr)
+    local zkey, hkey, st, cost, w = wr[1], wr[2], wr[3], wr[4], wr[5]
+    if not st.cleaned then
+      st.cleaned = true
+      if #st.gone > 0 then
+        redis.call('ZREM', zkey, unpack(st.gone))
+        redis.call('HDEL', hkey, unpack(st.gone))
+      end
+    end
+    local m = fmt(now_us)
+    redis.call('ZADD', zkey, now_us, m)
+    redis.call('HINCRBY', hkey, m, cost)
+    st.sum = st.sum + cost
+    redis.call('HSET', hkey, 'sum', fmt(st.sum))
+    local ms = ceil_ms(w)
+    redis.call('PEXPIRE', zkey, ms)
+    redis.call('PEXPIRE', hkey, ms)
+  end
+
+  -- Concurrency: p1 max, p2 lease ttl ns, p3 RetryAfter cap ns. ZSET member
+  -- = lease, score = expiry µs; companion hash: lease -> weight and "sum".
+  -- Lease "0" is anonymous: it gets a unique member and can only expire.
+  local function conc(zkey, hkey, a, i, cost, lease)
+    local max, ttl, hint = tonumber(a[i+5]), tonumber(a[i+6]), tonumber(a[i+7])
+    local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
+    local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', now_us)
+    if #gone > 0 then
+      local ws = redis.call('HMGET', hkey, unpack(gone))
+      for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
+      if sum < 0 then sum = 0 end
+      redis.call('ZREM', zkey, unpack(gone))
+      redis.call('HDEL', hkey, unpack(gone))
+      redis.call('HSET', hkey, 'sum', fmt(sum))
+    end
+    if op == 'r' then
+      if lease ~= '0' then
+        local wgt = redis.call('HGET', hkey, lease)
+        if wgt then
+          sum = sum - tonumber(wgt)
+          if sum < 0 then sum = 0 end
+          redis.call('ZREM', zkey, lease)
+          redis.call('HDEL', hkey, lease)
+          redis.call('HSET', hkey, 'sum', fmt(sum))
+        end
+      end
+      local d = {1, math.max(0, max - sum), 0, 0, 0, 0}
+      local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
+      if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
+      return d, nil
+    end
+    local held = 0
+    if lease ~= '0' then held = tonumber(redis.call('HGET', hkey, lease) or '0') end
+    local inflight = sum - held
+    local d = {0, math.max(0, max - inflight), 0, 0, 0, 0}
+    local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
+    if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
+    if cost > max then d[6] = 1; return d, nil end
+    if cost > max - inflight then
+      local need, acc, wait = inflight + cost - max, 0, hint
+      local live = redis.call('ZRANGE', zkey, 0, -1, 'WITHSCORES')
+      local names = {}
+      for k = 1, #live, 2 do names[#names+1] = live[k] end
+      local ws = {}
+      if #names > 0 then ws = redis.call('HMGET', hkey, unpack(names)) end
+      for k = 1, #names do
+        if names[k] ~= lease or lease == '0' then
+          acc = acc + tonumber(ws[k] or '0')
+          if acc >= need then
+            wait = math.min(wait, (tonumber(live[2*k]) - now_us) * 1000)
+            break
+          end
+        end
+      end
+      d[3] = wait
+      return d, nil
+    end
+    d[1] = 1
+    d[2] = max - inflight - cost
+    d[4] = ttl
+    return d, {zkey, hkey, lease, cost, held, sum, ttl}
+  end
+
+  local function write_conc(wr)
+    local zkey, hkey, lease, cost, held, sum, ttl = unpack(wr)
+    if lease == '0' then
+      local n = 0
       lease = 'a' .. fmt(now_us) .. '.' .. n
+      while redis.call('ZSCORE', zkey, lease) do
+        n = n + 1
+        lease = 'a' .. fmt(now_us) .. '.' .. n
+      end
     end
+    redis.call('ZADD', zkey, now_us + ttl / 1000, lease)
+    local total = tonumber(redis.call('HGET', hkey, 'sum') or '0') + cost - held
+    redis.call('HSET', hkey, lease, cost, 'sum', fmt(total))
+    local ms = ceil_ms(ttl)
+    redis.call('PEXPIRE', zkey, ms)
+    redis.call('PEXPIRE', hkey, ms)
   end
-  redis.call('ZADD', zkey, now_us + ttl / 1000, lease)
-  local total = tonumber(redis.call('HGET', hkey, 'sum') or '0') + cost - held
-  redis.call('HSET', hkey, lease, cost, 'sum', fmt(total))
-  local ms = ceil_ms(ttl)
-  redis.call('PEXPIRE', zkey, ms)
-  redis.call('PEXPIRE', hkey, ms)
-end
 
--- Quota: p1 max, p2..p6 period boundaries µs b0 < b1 < ... < b4 computed
--- in Go around its own clock, p7 start µs of the period that loses the
--- offset, p8 the offset. The server's clock picks the period [b0,b1),
--- [b1,b2) or [b2,b3). State "start count".
-local function quota(key, a, i, cost)
-  local max = tonumber(a[i+5])
-  local b = {tonumber(a[i+6]), tonumber(a[i+7]), tonumber(a[i+8]), tonumber(a[i+9]), tonumber(a[i+10])}
-  local ostart, off = tonumber(a[i+11]), tonumber(a[i+12])
-  local function lim(start)
-    if off > 0 and start == ostart then return max - off end
-    return max
-  end
-  local k = 1
-  if now_us >= b[3] then k = 3 elseif now_us >= b[2] then k = 2 end
-  local st, en = b[k], b[k+1]
-  local count = 0
-  local v = get(key)
-  if v ~= '' then
-    local ss, sc = string.match(v, '^(%-?%d+) (%-?%d+)$')
-    if ss then
-      ss = tonumber(ss)
-      if ss == st then count = tonumber(sc)
-      elseif ss > st then
-        -- The clock stepped back over a boundary: keep the newer period.
-        for j = k + 1, 4 do
-          if b[j] == ss then k = j; st, en = b[j], b[j+1]; count = tonumber(sc) end
+  -- Quota: p1 max, p2..p6 period boundaries µs b0 < b1 < ... < b4 computed
+  -- in Go around its own clock, p7 start µs of the period that loses the
+  -- offset, p8 the offset. The server's clock picks the period [b0,b1),
+  -- [b1,b2) or [b2,b3). State "start count".
+  local function quota(key, a, i, cost)
+    local max = tonumber(a[i+5])
+    local b = {tonumber(a[i+6]), tonumber(a[i+7]), tonumber(a[i+8]), tonumber(a[i+9]), tonumber(a[i+10])}
+    local ostart, off = tonumber(a[i+11]), tonumber(a[i+12])
+    local function lim(start)
+      if off > 0 and start == ostart then return max - off end
+      return max
+    end
+    local k = 1
+    if now_us >= b[3] then k = 3 elseif now_us >= b[2] then k = 2 end
+    local st, en = b[k], b[k+1]
+    local count = 0
+    local v = get(key)
+    if v ~= '' then
+      local ss, sc = string.match(v, '^(%-?%d+) (%-?%d+)$')
+      if ss then
+        ss = tonumber(ss)
+        if ss == st then count = tonumber(sc)
+        elseif ss > st then
+          -- The clock stepped back over a boundary: keep the newer period.
+          for j = k + 1, 4 do
+            if b[j] == ss then k = j; st, en = b[j], b[j+1]; count = tonumber(sc) end
+          end
         end
       end
     end
+    local limit = lim(st)
+    local left = (en - now_us) * 1000
+    if left < 0 then left = 0 end
+    local d = {0, math.max(0, limit - count), 0, left, 0, 0}
+    if cost > max then d[6] = 1; return d, nil end
+    if cost > limit - count then
+      local j = k + 1
+      while j < 5 and cost > lim(b[j]) do j = j + 1 end
+      d[3] = (b[j] - now_us) * 1000
+      return d, nil
+    end
+    count = count + cost
+    d[1] = 1
+    d[2] = limit - count
+    return d, {key, fmt(st) .. ' ' .. fmt(count), ceil_ms(left)}
   end
-  local limit = lim(st)
-  local left = (en - now_us) * 1000
-  if left < 0 then left = 0 end
-  local d = {0, math.max(0, limit - count), 0, left, 0, 0}
-  if cost > max then d[6] = 1; return d, nil end
-  if cost > limit - count then
-    local j = k + 1
-    while j < 5 and cost > lim(b[j]) do j = j + 1 end
-    d[3] = (b[j] - now_us) * 1000
-    return d, nil
-  end
-  count = count + cost
-  d[1] = 1
-  d[2] = limit - count
-  return d, {key, fmt(st) .. ' ' .. fmt(count), ceil_ms(left)}
+
+  return {fixed = fixed, counter = counter, slog = slog, write_log = write_log,
+    conc = conc, write_conc = write_conc, quota = quota}
 end
 
 local k = 1
@@ -410,18 +420,19 @@ for h = 1, nhits do
   local shadow = ARGV[i+3] == '1'
   local d, wr
   local kind = 's'
+  if alg > 4 and M == nil then M = more() end
   if alg <= 4 then
     d, wr = rate(KEYS[k], ARGV, i, cost); k = k + 1
   elseif alg == 5 then
-    d, wr = fixed(KEYS[k], ARGV, i, cost); k = k + 1
+    d, wr = M.fixed(KEYS[k], ARGV, i, cost); k = k + 1
   elseif alg == 6 then
-    d, wr = slog(KEYS[k], KEYS[k+1], ARGV, i, cost); k = k + 2; kind = 'l'
+    d, wr = M.slog(KEYS[k], KEYS[k+1], ARGV, i, cost); k = k + 2; kind = 'l'
   elseif alg == 7 then
-    d, wr = counter(KEYS[k], ARGV, i, cost); k = k + 1
+    d, wr = M.counter(KEYS[k], ARGV, i, cost); k = k + 1
   elseif alg == 8 then
-    d, wr = conc(KEYS[k], KEYS[k+1], ARGV, i, cost, ARGV[i+4]); k = k + 2; kind = 'c'
+    d, wr = M.conc(KEYS[k], KEYS[k+1], ARGV, i, cost, ARGV[i+4]); k = k + 2; kind = 'c'
   elseif alg == 9 then
-    d, wr = quota(KEYS[k], ARGV, i, cost); k = k + 1
+    d, wr = M.quota(KEYS[k], ARGV, i, cost); k = k + 1
   else
     return redis.error_reply('ERR floodgate: unknown algorithm ' .. tostring(ARGV[i+1]))
   end
@@ -442,9 +453,9 @@ if op == 'c' and not denied then
     if w[1] == 's' then
       redis.call('SET', wr[1], wr[2], 'PX', wr[3])
     elseif w[1] == 'l' then
-      write_log(wr)
+      M.write_log(wr)
     else
-      write_conc(wr)
+      M.write_conc(wr)
     end
   end
 end
