@@ -50,7 +50,8 @@ type testStore struct {
 	fail     atomic.Bool
 	block    atomic.Bool
 	calls    atomic.Int64
-	deadline atomic.Int64  // time left until the deadline at the last call, ns (-1: none)
+	deadline atomic.Int64  // time left until the deadline at the last call, ns
+	hasDL    atomic.Bool   // the last call had a deadline
 	gate     chan struct{} // when set, calls wait for it (or ctx) first
 }
 
@@ -58,11 +59,9 @@ var errDown = errors.New("store down")
 
 func (s *testStore) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
 	s.calls.Add(1)
-	if d, ok := ctx.Deadline(); ok {
-		s.deadline.Store(int64(time.Until(d)))
-	} else {
-		s.deadline.Store(-1)
-	}
+	d, ok := ctx.Deadline()
+	s.hasDL.Store(ok)
+	s.deadline.Store(int64(time.Until(d)))
 	if s.gate != nil {
 		select {
 		case <-s.gate:
@@ -280,8 +279,9 @@ func TestTimeout(t *testing.T) {
 	if r.Allowed || !r.Degraded {
 		t.Fatalf("blocked store: %+v, want a degraded denial", r)
 	}
-	if d := ts.deadline.Load(); d <= 0 || d > int64(20*time.Millisecond) {
-		t.Fatalf("store saw %v until its deadline, want (0, 20ms]", time.Duration(d))
+	// (A stalled machine may reach the store after the deadline passed.)
+	if d := ts.deadline.Load(); !ts.hasDL.Load() || d > int64(20*time.Millisecond) {
+		t.Fatalf("store saw a deadline: %v, %v from now; want one at most 20ms away", ts.hasDL.Load(), time.Duration(d))
 	}
 	// A caller that gives up gets its own error, not a policy decision.
 	ctx, cancel := context.WithCancel(context.Background())
