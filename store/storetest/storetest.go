@@ -36,6 +36,9 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"Shadow", testShadow},
 		{"Peek", testPeek},
 		{"Release", testRelease},
+		{"ReleaseOtherAlgorithms", testReleaseOther},
+		{"PeekCostAboveCapacity", testPeekNeverFits},
+		{"LeakyQueueTwoStage", testLeakyQueueTwoStage},
 		{"IdleExpiry", testIdleExpiry},
 		{"ConcurrentExact", testConcurrentExact},
 		{"ConcurrentExactTokenBucket", testConcurrentExactTokenBucket},
@@ -549,5 +552,41 @@ func testConcurrentThreeLimits(t *testing.T, s limiter.Store) {
 		if want := max(0, 50-used-1); d.Remaining != want || d.Allowed != (used < 50) {
 			t.Fatalf("user %d: %d allowed, peek %+v, want %d remaining", i, used, d, want)
 		}
+	}
+}
+
+func testReleaseOther(t *testing.T, s limiter.Store) {
+	// Release leaves every other algorithm alone and reports it as free.
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	h := limiter.Hit{Rule: r, Key: key("relother"), Cost: 2, Lease: 7}
+	charge(t, s, h)
+	out := must(t, s, limiter.Release, h)
+	if !out[0].Allowed || out[0].Limit != 5 {
+		t.Fatalf("release of a window hit: %+v, want allowed with limit 5", out[0])
+	}
+	h.Cost = 1
+	wantAllowed(t, "window after the release", peek(t, s, h), 5, 2)
+}
+
+func testPeekNeverFits(t *testing.T, s limiter.Store) {
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 3})
+	if _, err := apply(s, limiter.Peek, limiter.Hit{Rule: r, Key: key("peeknever"), Cost: 4}); !errors.Is(err, floodgate.ErrNeverFits) {
+		t.Fatalf("peek of cost 4 on a burst of 3: err %v, want ErrNeverFits", err)
+	}
+}
+
+func testLeakyQueueTwoStage(t *testing.T, s limiter.Store) {
+	// NGINX's delay=1: the first two pass at once, the next two wait one
+	// and two intervals, the fifth is refused.
+	r := rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 3, Delay: 1})
+	h := limiter.Hit{Rule: r, Key: key("twostage"), Cost: 1}
+	for i, want := range []time.Duration{0, 0, hour, 2 * hour} {
+		d := charge(t, s, h)
+		if !d.Allowed || !within(d.Delay, max(0, want-time.Minute), want) {
+			t.Fatalf("request %d: %+v, want allowed with a delay of about %v", i+1, d, want)
+		}
+	}
+	if d := charge(t, s, h); d.Allowed {
+		t.Fatalf("request 5: %+v, want refused", d)
 	}
 }
