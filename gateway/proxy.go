@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
 )
 
@@ -93,7 +94,8 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 			}
 			pr.SetXForwarded()
 		},
-		Transport: g.tr,
+		Transport:  g.tr,
+		BufferPool: copyBuffers,
 		// FlushInterval 0: ReverseProxy flushes at once for streamed bodies
 		// (unknown length, text/event-stream) and buffers the rest.
 		ErrorLog: nil,
@@ -120,6 +122,21 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 	}
 	return up
 }
+
+// bufferPool lends the reverse proxy its copy buffers; without one it
+// allocates 32 KiB per response.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+
+var copyBuffers = &bufferPool{}
 
 // ForgetUpstreams drops the proxies of upstreams no longer used, after a
 // policy reload.

@@ -102,8 +102,10 @@ pick NG_REJECT
 
 "$work/benchgw" upstream -addr "127.0.0.1:$UP" >/dev/null &
 pids+=($!)
+PID_UP=$!
 "$work/benchgw" proxy -addr "127.0.0.1:$BARE" -target "http://127.0.0.1:$UP" >/dev/null &
 pids+=($!)
+PID_BARE=$!
 
 # Floodgate: the same limits NGINX gets below.
 cat >"$work/pass.yaml" <<EOF
@@ -141,8 +143,10 @@ limits:
 EOF
 "$work/floodgate" serve --config "$work/pass.yaml" --listen "127.0.0.1:$FG_PASS" --log-level error >/dev/null &
 pids+=($!)
+PID_FG_PASS=$!
 "$work/floodgate" serve --config "$work/reject.yaml" --listen "127.0.0.1:$FG_REJECT" --log-level error >/dev/null &
 pids+=($!)
+PID_FG_REJECT=$!
 
 user_line=""
 [ "$(id -u)" -eq 0 ] && user_line="user root;"
@@ -186,6 +190,7 @@ http {
 EOF
 "$NGINX" -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' 2>"$work/nginx/stderr" &
 pids+=($!)
+PID_NGINX=$!
 
 for p in $UP $BARE $FG_PASS $FG_REJECT $NG_PASS $NG_REJECT; do
 	wait_http "http://127.0.0.1:$p/"
@@ -207,8 +212,24 @@ for p in $BARE $FG_PASS $NG_PASS; do
 	fi
 done
 
-# measure NAME URL: run wrk, print a line, and remember rps and p99 (ms).
-declare -A RPS P99
+# cpu_ticks PID: CPU time (user+system, in clock ticks) of PID and its
+# children that are still running (NGINX's workers).
+cpu_ticks() {
+	local total=0 p
+	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+		if [ -r "/proc/$p/stat" ]; then
+			# Fields 14 and 15 after the command name (which may hold spaces).
+			total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+		fi
+	done
+	echo "$total"
+}
+HZ=$(getconf CLK_TCK)
+
+# measure NAME URL PID: run wrk; print requests/s, p99, and the CPU time
+# the server process(es) spent per request (robust on a busy machine,
+# where requests/s mostly measures what the other processes leave).
+declare -A RPS P99 CPU
 to_ms() {
 	# wrk prints latencies as 1.23ms, 456.78us or 1.02s.
 	awk -v v="$1" 'BEGIN {
@@ -218,28 +239,35 @@ to_ms() {
 		else printf "%s", v }'
 }
 measure() {
-	local name=$1 url=$2 out
+	local name=$1 url=$2 pid=$3 out before after reqs
 	# A short warm-up opens the connections.
 	wrk -t"$THREADS" -c"$CONNECTIONS" -d2s "$url" >/dev/null 2>&1 || true
+	before=$(cpu_ticks "$pid")
 	out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "$url")
+	after=$(cpu_ticks "$pid")
+	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
 	RPS[$name]=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<<"$out")
 	P99[$name]=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")
+	CPU[$name]=$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$reqs" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
 	local non2xx
 	non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
-	printf '%-28s %10s req/s   p99 %8s ms   non-2xx %s\n' "$name" "${RPS[$name]}" "${P99[$name]}" "${non2xx:-0}"
+	printf '%-24s %8s req/s   p99 %8s ms   %6s us CPU/req   non-2xx %s\n' "$name" "${RPS[$name]}" "${P99[$name]}" "${CPU[$name]}" "${non2xx:-0}"
 }
 
 echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $(nproc) CPUs; nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), $(go version | awk '{print $3}')"
-measure "upstream (direct)" "http://127.0.0.1:$UP/"
-measure "bare Go reverse proxy" "http://127.0.0.1:$BARE/"
-measure "floodgate pass-through" "http://127.0.0.1:$FG_PASS/"
-measure "nginx limit_req pass" "http://127.0.0.1:$NG_PASS/"
-measure "floodgate 429" "http://127.0.0.1:$FG_REJECT/"
-measure "nginx limit_req 429" "http://127.0.0.1:$NG_REJECT/"
+echo "(CPU/req counts the measured server only: the proxies' upstream is not included)"
+measure "upstream (direct)" "http://127.0.0.1:$UP/" "$PID_UP"
+measure "bare Go reverse proxy" "http://127.0.0.1:$BARE/" "$PID_BARE"
+measure "floodgate pass-through" "http://127.0.0.1:$FG_PASS/" "$PID_FG_PASS"
+measure "nginx limit_req pass" "http://127.0.0.1:$NG_PASS/" "$PID_NGINX"
+measure "floodgate 429" "http://127.0.0.1:$FG_REJECT/" "$PID_FG_REJECT"
+measure "nginx limit_req 429" "http://127.0.0.1:$NG_REJECT/" "$PID_NGINX"
 
 awk -v fg="${RPS[floodgate pass-through]}" -v bare="${RPS[bare Go reverse proxy]}" \
-	-v ngp="${RPS[nginx limit_req pass]}" -v fr="${RPS[floodgate 429]}" -v nr="${RPS[nginx limit_req 429]}" 'BEGIN {
-	printf "\nfloodgate pass-through overhead vs bare proxy: %.1f%% (goal < 15%%)\n", (1 - fg / bare) * 100
-	printf "floodgate pass-through vs nginx limit_req:     %.0f%%\n", fg / ngp * 100
-	printf "floodgate 429 path vs nginx limit_req 429:     %.0f%% (goal >= 70%%)\n", fr / nr * 100
+	-v ngp="${RPS[nginx limit_req pass]}" -v fr="${RPS[floodgate 429]}" -v nr="${RPS[nginx limit_req 429]}" \
+	-v cfg="${CPU[floodgate pass-through]}" -v cbare="${CPU[bare Go reverse proxy]}" \
+	-v cfr="${CPU[floodgate 429]}" -v cnr="${CPU[nginx limit_req 429]}" 'BEGIN {
+	printf "\nfloodgate pass-through vs bare proxy: %.1f%% fewer req/s, %.1f%% more CPU per request (goal < 15%%)\n", (1 - fg / bare) * 100, (cfg / cbare - 1) * 100
+	printf "floodgate pass-through vs nginx limit_req: %.0f%% of its req/s\n", fg / ngp * 100
+	printf "floodgate 429 path vs nginx limit_req 429: %.0f%% of its req/s, %.0f%% of its requests per CPU second (goal >= 70%%)\n", fr / nr * 100, cnr / cfr * 100
 }'

@@ -17,6 +17,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -26,6 +27,19 @@ func main() {
 		os.Exit(2)
 	}
 }
+
+// bufferPool lends the proxy its copy buffers (without one, ReverseProxy
+// allocates 32 KiB per response); Floodgate's proxy does the same.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 func run(args []string) error {
 	if len(args) == 0 {
@@ -52,7 +66,8 @@ func run(args []string) error {
 		}
 		dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 		h = &httputil.ReverseProxy{
-			ErrorLog: log.New(io.Discard, "", 0),
+			ErrorLog:   log.New(io.Discard, "", 0),
+			BufferPool: &bufferPool{},
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(u)
 				pr.SetXForwarded()
