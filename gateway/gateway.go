@@ -42,6 +42,16 @@ type Match struct {
 	// forwarding, charged after the response). Nil or shorter than Hits
 	// means every hit is charged before forwarding.
 	CountOn [][]int
+
+	// fields, when set by the matcher, replaces the gateway's header
+	// switches for this request (they follow a reloaded policy file).
+	fields *fieldSwitches
+}
+
+// fieldSwitches are the header switches of one policy.
+type fieldSwitches struct {
+	opts     HeaderOptions
+	noFields bool
 }
 
 // Reset empties m, keeping its storage.
@@ -151,8 +161,7 @@ type Gateway struct {
 	matcher  Matcher
 	engine   Engine
 	refunder Refunder
-	hdr      HeaderOptions
-	noFields bool
+	fields   fieldSwitches
 	obs      Observer
 	timed    bool // an Observer wants store latencies
 	log      *slog.Logger
@@ -176,14 +185,13 @@ func New(opts Options) (*Gateway, error) {
 		return nil, errors.New("gateway: an Engine is required")
 	}
 	g := &Gateway{
-		matcher:  opts.Matcher,
-		engine:   opts.Engine,
-		hdr:      opts.Headers,
-		noFields: opts.NoRateLimitFields,
-		obs:      opts.Observer,
-		log:      opts.Logger,
-		relTO:    opts.ReleaseTimeout,
-		tr:       opts.Transport,
+		matcher: opts.Matcher,
+		engine:  opts.Engine,
+		fields:  fieldSwitches{opts: opts.Headers, noFields: opts.NoRateLimitFields},
+		obs:     opts.Observer,
+		log:     opts.Logger,
+		relTO:   opts.ReleaseTimeout,
+		tr:      opts.Transport,
 	}
 	if g.obs == nil {
 		g.obs = nopObserver{}
@@ -251,6 +259,15 @@ func (g *Gateway) put(st *reqState) {
 	st.sub, st.leases, st.covered = st.sub[:0], st.leases[:0], st.covered[:0]
 	st.recorder = statusRecorder{}
 	g.pool.Put(st)
+}
+
+// switches returns the header switches of a request: the matcher's when it
+// set them, else the gateway's.
+func (g *Gateway) switches(m *Match) *fieldSwitches {
+	if m.fields != nil {
+		return m.fields
+	}
+	return &g.fields
 }
 
 // header returns the precomputed fields of a rule.
@@ -340,6 +357,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	if m.Forbidden {
 		g.obs.Rejected("", http.StatusForbidden)
+		if g.log.Enabled(r.Context(), slog.LevelDebug) {
+			g.log.Debug("gateway: 403", "route", m.Route, "path", r.URL.Path)
+		}
 		WriteForbidden(w)
 		return
 	}
@@ -428,12 +448,16 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 				d.Remaining = min(d.Limit, d.Remaining+m.Hits[i].Cost)
 			}
 		}
-		if !g.noFields {
-			g.setFields(w.Header(), st, binding)
+		if sw := g.switches(m); !sw.noFields {
+			g.setFields(w.Header(), st, binding, &sw.opts)
 		}
 		h := g.header(m.Hits[binding].Rule)
+		ra := RetryAfterSeconds(retry, minT)
 		g.obs.Rejected(h.Name, http.StatusTooManyRequests)
-		WriteTooMany(w, RetryAfterSeconds(retry, minT), h.Kind == KindQuota)
+		if g.log.Enabled(ctx, slog.LevelDebug) {
+			g.log.Debug("gateway: 429", "limit", h.Name, "route", m.Route, "path", r.URL.Path, "retry_after", ra)
+		}
+		WriteTooMany(w, ra, h.Kind == KindQuota)
 		return
 	}
 
@@ -449,8 +473,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if delay > 0 && !g.wait(ctx, st, pre, delay) {
 		return // the client went away while queued
 	}
-	if !g.noFields {
-		g.setFields(w.Header(), st, -1)
+	if sw := g.switches(m); !sw.noFields {
+		g.setFields(w.Header(), st, -1, &sw.opts)
 	}
 	if len(post) == 0 {
 		g.pass(w, r, st, next, fwd)
@@ -500,7 +524,7 @@ func (g *Gateway) pass(w http.ResponseWriter, r *http.Request, st *reqState, nex
 // setFields writes the RateLimit fields of the limits that covered the
 // request (shadow ones add nothing), the binding limit first: the given one
 // on a denial, else the one with the fewest units left.
-func (g *Gateway) setFields(h http.Header, st *reqState, binding int) {
+func (g *Gateway) setFields(h http.Header, st *reqState, binding int, opts *HeaderOptions) {
 	m := &st.m
 	if binding < 0 {
 		for i := range m.Hits {
@@ -523,7 +547,7 @@ func (g *Gateway) setFields(h http.Header, st *reqState, binding int) {
 		}
 		st.covered = append(st.covered, Covered{g.header(m.Hits[i].Rule), st.dec[i]})
 	}
-	_, st.buf = setFields(h, g.policyValue(st), st.covered, &g.hdr, st.buf)
+	_, st.buf = setFields(h, g.policyValue(st), st.covered, opts, st.buf)
 }
 
 // wait holds a request for its place in a leaky queue. It returns false

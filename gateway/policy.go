@@ -50,6 +50,7 @@ type resolverFor struct {
 	p        *policy.Policy
 	resolver *identity.Resolver
 	keyHdr   string
+	fields   fieldSwitches
 }
 
 // NewPolicyMatcher returns the matcher of the policies src gives.
@@ -79,12 +80,14 @@ func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 		hdr = "x-api-key"
 	}
 	c := &resolverFor{p: p, resolver: res, keyHdr: http.CanonicalHeaderKey(hdr)}
+	c.fields.opts, c.fields.noFields = HeaderSwitches(srv.Headers)
 	pm.current.Store(c)
 	return c, nil
 }
 
 // Match resolves the identity of r and matches it against the policy in
-// force.
+// force. The policy's header switches (server.headers) apply to the
+// request, so that a reload changes them too.
 func (pm *PolicyMatcher) Match(r *http.Request, m *Match) error {
 	p := pm.src.Policy()
 	rf, err := pm.resolverFor(p)
@@ -108,6 +111,7 @@ func (pm *PolicyMatcher) Match(r *http.Request, m *Match) error {
 	pmm.Reset()
 	p.Match(&req, pmm)
 	m.Forbidden = pmm.Forbidden
+	m.fields = &rf.fields
 	if pmm.Route != nil {
 		m.Route = pmm.Route.Name
 		m.Upstream = pmm.Route.Upstream

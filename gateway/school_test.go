@@ -13,12 +13,16 @@ import (
 	"github.com/floodgate/floodgate/policy"
 )
 
-// loadSchool compiles examples/school.yaml, the seeds' school office.
-func loadSchool(t testing.TB) *policy.Policy {
+// loadSchool compiles examples/school.yaml, the seeds' school office;
+// edit, if set, changes the file first.
+func loadSchool(t testing.TB, edit ...func(*config.File)) *policy.Policy {
 	t.Helper()
 	f, err := config.Load("../examples/school.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, e := range edit {
+		e(f)
 	}
 	p, err := policy.Compile(f, nil)
 	if err != nil {
@@ -36,12 +40,18 @@ func TestSchoolExampleVerify(t *testing.T) {
 	upURL, _ := url.Parse(up.URL)
 	clock := newTestClock() // 10:00 UTC, 15:30 in Kolkata
 	store := newMemStore(t, clock.Now)
-	pm, err := NewPolicyMatcher(Fixed(loadSchool(t)), PolicyMatcherOptions{Upstream: upURL})
+	// The file's header switches apply: turn on the legacy fields and the
+	// binding limit's name.
+	pol := loadSchool(t, func(f *config.File) {
+		f.Server.Headers.XRateLimit = true
+		f.Server.Headers.BindingLimit = "Floodgate-Limit"
+	})
+	pm, err := NewPolicyMatcher(Fixed(pol), PolicyMatcherOptions{Upstream: upURL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	engine := LimiterEngine(limiter.New(store, limiter.Options{}))
-	g, err := New(Options{Matcher: pm, Engine: engine, Headers: HeaderOptions{Legacy: true, LimitName: "Floodgate-Limit"}})
+	g, err := New(Options{Matcher: pm, Engine: engine})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +73,9 @@ func TestSchoolExampleVerify(t *testing.T) {
 	}
 	for _, a := range as[5:] {
 		checkFields(t, a, "stage.dev", 0, 1, 1)
+		if a.header.Get("Floodgate-Limit") != "stage.dev" {
+			t.Errorf("Floodgate-Limit %q", a.header.Get("Floodgate-Limit"))
+		}
 		if a.header.Get("X-RateLimit-Limit") != "5" || a.header.Get("X-RateLimit-Remaining") != "0" || a.header.Get("X-RateLimit-Reset") != "1" {
 			t.Errorf("legacy fields %v", a.header)
 		}
