@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/redistest"
 )
 
 // startServe runs "floodgate serve" with args until the returned stop is
@@ -324,5 +326,66 @@ limits:
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeTwoInstancesOneRedis starts two "floodgate serve" on one real
+// redis-server: clients spread over both get exactly the limit through.
+func TestServeTwoInstancesOneRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  store: redis://%s/0
+  store_timeout: 2s
+  instances: 2
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - name: hourly
+    rate: 1
+    per: 1h
+    burst: 25
+    key: global
+    on_failure: deny
+`, rs.Addr, up.URL)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gws []string
+	for i := 0; i < 2; i++ {
+		gw, _, _, out := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+		if !strings.Contains(out.String(), "store redis") {
+			t.Errorf("serve output %q", out.String())
+		}
+		gws = append(gws, gw)
+	}
+	var mu sync.Mutex
+	counts := map[int]int{}
+	var wg sync.WaitGroup
+	for c := 0; c < 8; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				resp, err := http.Get(gws[(c+i)%2] + "/")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				mu.Lock()
+				counts[resp.StatusCode]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if counts[200] != 25 || counts[429] != 55 {
+		t.Errorf("statuses %v, want 25 × 200 and 55 × 429", counts)
 	}
 }
