@@ -34,8 +34,15 @@ type Options struct {
 	// most MaxKeys/Shards of them and evicts its own least recently used
 	// key to make room, so the store as a whole evicts keys that are
 	// nearly, not exactly, the least recently used. A cap below
-	// 64 keys per shard lowers the number of shards.
+	// 64 keys per shard (or a MaxBytes below 64 keys' worth per shard)
+	// lowers the number of shards.
 	MaxKeys int
+	// MaxBytes caps the approximate memory of the keys (0: no cap): 96
+	// bytes per key, plus the key's bytes, plus 24 bytes per entry of a
+	// sliding log or lease of a concurrency limit. Each shard keeps within
+	// MaxBytes/Shards, evicting least recently used keys. It does not
+	// count the rule IDs, which keys of one rule share.
+	MaxBytes int64
 	// Now returns the current instant in Unix nanoseconds. An instant
 	// earlier than one already seen for a key is clamped to that one and
 	// counted in Stats().Clamps. The default is the system's wall clock,
@@ -61,6 +68,8 @@ type Options struct {
 type Stats struct {
 	// Keys is the number of keys held, idle ones not yet removed included.
 	Keys int
+	// Bytes is their approximate memory, as counted for MaxBytes.
+	Bytes int64
 	// Evictions counts keys removed to keep within MaxKeys.
 	Evictions uint64
 	// Expired counts idle keys removed by sweeps.
@@ -121,12 +130,16 @@ func New(opts Options) (*Store, error) {
 	if opts.MaxKeys < 0 {
 		return nil, fmt.Errorf("memstore: max keys must not be negative, got %d", opts.MaxKeys)
 	}
+	if opts.MaxBytes < 0 {
+		return nil, fmt.Errorf("memstore: max bytes must not be negative, got %d", opts.MaxBytes)
+	}
 	n := opts.Shards
 	if n == 0 {
 		n = DefaultShards
 	}
 	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
-	for opts.MaxKeys > 0 && n > 1 && opts.MaxKeys/n < minPerShard {
+	for n > 1 && ((opts.MaxKeys > 0 && opts.MaxKeys/n < minPerShard) ||
+		(opts.MaxBytes > 0 && opts.MaxBytes/int64(n) < minPerShard*keyOverhead)) {
 		n /= 2 // a small cap: fewer shards, so that each holds a useful LRU
 	}
 	if opts.SnapshotInterval == 0 {
@@ -157,8 +170,12 @@ func New(opts Options) (*Store, error) {
 	if opts.MaxKeys > 0 {
 		per = int32(min(max(opts.MaxKeys/n, 1), maxEntries))
 	}
+	budget := int64(0)
+	if opts.MaxBytes > 0 {
+		budget = max(opts.MaxBytes/int64(n), 1)
+	}
 	for i := range s.shards {
-		s.shards[i].init(per)
+		s.shards[i].init(per, budget)
 	}
 	if opts.StatePath != "" {
 		s.load()
@@ -309,8 +326,11 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	now := s.now()
 	var st algo.State
 	var e *entry
-	if idx := sh.find(h, hit.Rule, hit.Key); idx >= 0 {
+	var oldExt int64
+	idx := sh.find(h, hit.Rule, hit.Key)
+	if idx >= 0 {
 		e = sh.at(idx)
+		oldExt = extCost(e.st.Ext) // before Decide, which may grow it in place
 		if e.exp > now {
 			st = e.st
 		}
@@ -327,6 +347,8 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		exp := expiry(hit.Rule, &st, d, t)
 		if e != nil {
 			e.st, e.exp, e.rule = st, exp, hit.Rule
+			sh.regrow(oldExt, extCost(st.Ext))
+			s.trim(sh, idx)
 			sh.writes++
 		} else {
 			s.insert(sh, h, hit.Rule, hit.Key, st, exp)
@@ -410,7 +432,8 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		return nil
 	}
 	// Existing entries first: an insert may evict, and must not evict an
-	// entry this request is about to write.
+	// entry this request is about to write. Byte budgets are enforced
+	// once everything is written, for the same reason.
 	for pass := 0; pass < 2; pass++ {
 		for i := range w {
 			wk := &w[i]
@@ -420,13 +443,18 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			sh := &s.shards[wk.sh]
 			if wk.idx >= 0 {
 				e := sh.at(wk.idx)
+				old := extCost(e.st.Ext)
 				e.st, e.exp, e.rule = wk.st, wk.exp, hits[i].Rule
+				sh.regrow(old, extCost(e.st.Ext))
 				sh.writes++
 			} else {
 				s.insert(sh, wk.h, hits[i].Rule, hits[i].Key, wk.st, wk.exp)
 				sh.writes++
 			}
 		}
+	}
+	for i := range w {
+		s.trim(&s.shards[w[i].sh], -1)
 	}
 	return nil
 }
@@ -452,9 +480,11 @@ func (s *Store) release(w []work, hits []limiter.Hit, out []floodgate.Decision, 
 					t = e.st.Last
 					sh.clamps++
 				}
+				old := extCost(e.st.Ext)
 				if err := p.Release(&e.st, t, hit.Lease); err != nil {
 					return fmt.Errorf("memstore: %s: release: %w", hit.Rule.ID, err)
 				}
+				sh.regrow(old, extCost(e.st.Ext))
 				st = e.st
 			}
 		}
@@ -534,6 +564,7 @@ func (s *Store) Stats() Stats {
 		sh := &s.shards[k]
 		sh.mu.Lock()
 		st.Keys += int(sh.n)
+		st.Bytes += sh.bytes
 		st.Evictions += sh.evictions
 		st.Expired += sh.expired
 		st.Clamps += sh.clamps

@@ -55,6 +55,8 @@ type shardState struct {
 	free   int32 // head of the free list
 	n      int32 // live entries
 	max    int32 // most live entries (0: no cap)
+	bytes  int64 // approximate memory of the live entries (keyCost)
+	budget int64 // most bytes (0: no cap)
 	head   int32 // most recently used
 	tail   int32 // least recently used
 
@@ -72,9 +74,44 @@ type shard struct {
 	_ [cacheLine - unsafe.Sizeof(shardState{})%cacheLine]byte
 }
 
-func (sh *shard) init(max int32) {
+func (sh *shard) init(max int32, budget int64) {
 	sh.free, sh.head, sh.tail = -1, -1, -1
-	sh.max = max
+	sh.max, sh.budget = max, budget
+}
+
+// Memory accounting for Options.MaxBytes: an entry and its share of the
+// index (BenchmarkMemory1M measures about 96 bytes), the key's bytes, and
+// the variable part of sliding logs and concurrency limits.
+const (
+	keyOverhead = 96
+	extOverhead = 32                                 // the Ext and its slice header
+	extEntry    = int64(unsafe.Sizeof(algo.Entry{})) // per log entry or lease
+)
+
+// extCost is the approximate memory of a state's variable part.
+func extCost(x *algo.Ext) int64 {
+	if x == nil {
+		return 0
+	}
+	return extOverhead + int64(cap(x.Entries))*extEntry
+}
+
+// keyCost is the approximate memory of a key with state st.
+func keyCost(key string, st *algo.State) int64 {
+	return keyOverhead + int64(len(key)) + extCost(st.Ext)
+}
+
+// regrow accounts for an entry whose variable part went from old to new
+// bytes.
+func (sh *shard) regrow(old, new int64) { sh.bytes += new - old }
+
+// trim evicts least recently used entries, but never keep, while the
+// shard is over its byte budget.
+func (s *Store) trim(sh *shard, keep int32) {
+	for sh.budget > 0 && sh.bytes > sh.budget && sh.tail >= 0 && sh.tail != keep {
+		s.remove(sh, sh.tail)
+		sh.evictions++
+	}
 }
 
 // at returns entry i.
@@ -143,7 +180,9 @@ func (sh *shard) pushFront(i int32) {
 // evicting the least recently used entry when the shard is full. It returns
 // the new entry's index.
 func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st algo.State, exp int64) int32 {
-	for sh.n > 0 && ((sh.max > 0 && sh.n >= sh.max) || (sh.free < 0 && sh.used >= maxEntries)) {
+	cost := keyCost(key, &st)
+	for sh.n > 0 && ((sh.max > 0 && sh.n >= sh.max) || (sh.free < 0 && sh.used >= maxEntries) ||
+		(sh.budget > 0 && sh.bytes+cost > sh.budget)) {
 		s.remove(sh, sh.tail)
 		sh.evictions++
 	}
@@ -169,6 +208,7 @@ func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st a
 	sh.place(h, uint32(i+1))
 	sh.pushFront(i)
 	sh.n++
+	sh.bytes += cost
 	return i
 }
 
@@ -237,6 +277,7 @@ func (s *Store) remove(sh *shard, i int32) {
 		}
 	}
 	sh.unlink(i)
+	sh.bytes -= keyCost(e.key, &e.st)
 	*e = entry{prev: -1, next: sh.free}
 	sh.free = i
 	sh.n--

@@ -45,6 +45,15 @@ func (s *Store) checkIndex(t *testing.T, sh *shard) {
 	if live != int(sh.n) {
 		t.Fatalf("%d slots used, %d live entries", live, sh.n)
 	}
+	var bytes int64
+	for i := range sh.used {
+		if e := sh.at(i); e.rule != nil {
+			bytes += keyCost(e.key, &e.st)
+		}
+	}
+	if bytes != sh.bytes {
+		t.Fatalf("shard counts %d bytes, its entries add up to %d", sh.bytes, bytes)
+	}
 }
 
 // TestIndexInvariants drives one shard through inserts, evictions, expiry
@@ -110,5 +119,61 @@ func TestWallClock(t *testing.T) {
 	c.sync()
 	if d := time.Duration(c.now() - time.Now().UnixNano()); d < -time.Minute || d > time.Minute {
 		t.Fatalf("clock is %v off the wall clock", d)
+	}
+}
+
+// TestByteBudget grows sliding logs and leases under a byte cap and checks
+// the accounting after every step.
+func TestByteBudget(t *testing.T) {
+	now := int64(1e18)
+	const budget = 64 * 1024
+	s, err := New(Options{Shards: 1, MaxBytes: budget, SweepInterval: -1, Now: func() int64 { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lg, err := limiter.NewRule(floodgate.Limit{Name: "log", Algorithm: floodgate.SlidingLog, Max: 500, Window: time.Hour}, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := limiter.NewRule(floodgate.Limit{Name: "conc", Algorithm: floodgate.Concurrency, Max: 100, LeaseTTL: time.Hour}, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := limiter.NewRule(floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour}, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	out := make([]floodgate.Decision, 2)
+	for i := range 5000 {
+		now += int64(time.Millisecond) // every log entry its own instant
+		k := strconv.Itoa(rng.IntN(40))
+		var hits []limiter.Hit
+		switch rng.IntN(4) {
+		case 0:
+			hits = []limiter.Hit{{Rule: cc, Key: k, Cost: 1, Lease: uint64(i + 1)}}
+		case 1:
+			hits = []limiter.Hit{{Rule: cc, Key: k, Cost: 1, Lease: uint64(i - rng.IntN(50))}}
+			if err := s.Apply(context.Background(), limiter.Release, hits, out[:1]); err != nil {
+				t.Fatal(err)
+			}
+			s.checkIndex(t, &s.shards[0])
+			continue
+		case 2:
+			hits = []limiter.Hit{{Rule: lg, Key: k, Cost: 1}, {Rule: fixed, Key: k, Cost: 1}}
+		default:
+			hits = []limiter.Hit{{Rule: lg, Key: k, Cost: 1}}
+		}
+		if err := s.Apply(context.Background(), limiter.Charge, hits, out[:len(hits)]); err != nil {
+			t.Fatal(err)
+		}
+		s.checkIndex(t, &s.shards[0])
+		if b := s.Stats().Bytes; b > budget {
+			t.Fatalf("step %d: %d bytes counted, over the budget %d", i, b, budget)
+		}
+	}
+	if st := s.Stats(); st.Evictions == 0 {
+		t.Fatalf("stats %+v: the logs should have outgrown the budget", st)
 	}
 }
