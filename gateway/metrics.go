@@ -1,5 +1,3 @@
-//go:build prometheus
-
 package gateway
 
 import (

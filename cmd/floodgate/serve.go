@@ -245,9 +245,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Lo
 			}
 			_, _ = io.WriteString(w, "ready\n")
 		})
-		if metricsHandler != nil {
-			mux.Handle("GET /metrics", metricsHandler)
-		}
+		mux.Handle("GET /metrics", metricsHandler)
 		adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 
@@ -267,14 +265,10 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Lo
 	base := "http://" + displayAddr(ln.Addr())
 	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s)\n", base, srv.StoreKind())
 	if demoSrv != nil {
-		printDemo(stdout, base, demoSrv.URL, adminLn, metricsHandler != nil)
+		printDemo(stdout, base, demoSrv.URL, adminLn)
 	}
 	if adminLn != nil {
-		endpoints := "/healthz, /readyz"
-		if metricsHandler != nil {
-			endpoints += ", /metrics"
-		}
-		fmt.Fprintf(stdout, "floodgate: admin on http://%s (%s)\n", displayAddr(adminLn.Addr()), endpoints)
+		fmt.Fprintf(stdout, "floodgate: admin on http://%s (/healthz, /readyz, /metrics)\n", displayAddr(adminLn.Addr()))
 	}
 	log.Info("serving", "listen", ln.Addr().String(), "store", srv.StoreKind(), "config", cfg.config)
 	ready.Store(true)
@@ -375,7 +369,7 @@ func displayAddr(a net.Addr) string {
 }
 
 // printDemo tells a newcomer where to send requests.
-func printDemo(w io.Writer, base, upstream string, admin net.Listener, metrics bool) {
+func printDemo(w io.Writer, base, upstream string, admin net.Listener) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "floodgate: demo upstream (the school office) on %s; every route goes there\n\n", upstream)
 	fmt.Fprintf(&b, "Try (lesson 07):\n")
@@ -386,7 +380,7 @@ func printDemo(w io.Writer, base, upstream string, admin net.Listener, metrics b
 	fmt.Fprintf(&b, "  curl -i -H 'x-api-key: key-trial' %s/partner/students/9       # usage plan trial: 3 a day, then Limit Exceeded\n", base)
 	fmt.Fprintf(&b, "  curl -i -H 'x-api-key: key-nobody' %s/partner/students/9      # unknown key: 403 Forbidden\n", base)
 	fmt.Fprintf(&b, "  curl -i -X POST -d '{\"user\":\"ana\",\"password\":\"wrong\"}' %s/login   # 401; 5 failed logins a minute, then 429\n", base)
-	if admin != nil && metrics {
+	if admin != nil {
 		fmt.Fprintf(&b, "  curl -s http://%s/metrics | grep '^floodgate_'\n", displayAddr(admin.Addr()))
 	}
 	b.WriteString("\n")

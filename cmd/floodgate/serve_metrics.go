@@ -1,5 +1,3 @@
-//go:build prometheus
-
 package main
 
 import (
@@ -14,9 +12,6 @@ import (
 )
 
 // serveMetrics holds the gateway's metrics on a registry of its own.
-// metricsBuiltIn reports whether this build serves /metrics.
-const metricsBuiltIn = true
-
 type serveMetrics struct{ m *gateway.Metrics }
 
 // newServeMetrics builds the registry behind /metrics: the gateway's series

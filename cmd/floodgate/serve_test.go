@@ -161,11 +161,18 @@ func TestServeDemo(t *testing.T) {
 		t.Errorf("unknown key: %d %q", code, body)
 	}
 	code, _, metrics := get(t, admin+"/metrics")
-	switch {
-	case metricsBuiltIn && (code != 200 || !strings.Contains(metrics, `floodgate_rejections_total{code="429",limit="stage.dev"}`)):
-		t.Errorf("/metrics %d:\n%s", code, metrics)
-	case !metricsBuiltIn && code != 404:
-		t.Errorf("/metrics without metrics built in: %d", code)
+	for _, want := range []string{
+		`floodgate_rejections_total{code="429",limit="stage.dev"}`,
+		`floodgate_rejections_total{code="429",limit="trial.quota"} 1`,
+		`floodgate_rejections_total{code="403",limit=""} 1`,
+		`floodgate_decisions_total{limit="stage.dev",outcome="allowed"}`,
+		`floodgate_upstream_responses_total{code="200",route="students"}`,
+		`floodgate_store_latency_seconds_count`,
+		`go_goroutines`,
+	} {
+		if code != 200 || !strings.Contains(metrics, want) {
+			t.Errorf("/metrics %d has no %s", code, want)
+		}
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("serve: %v", err)
