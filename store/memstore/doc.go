@@ -6,8 +6,9 @@
 // its own mutex and padded against false sharing. A decision for a key that
 // is already known allocates nothing. Keys whose limit is back to full are
 // idle: they are treated as new and removed, lazily on access and by a
-// periodic sweep. Options.MaxKeys caps the number of keys; a full shard
-// evicts its least recently used key and counts the eviction.
+// periodic sweep. Options.MaxKeys and Options.MaxBytes cap the number of
+// keys and their memory; a full shard evicts its least recently used key and
+// counts the eviction.
 //
 // A request's hits are checked and charged all or nothing: the shards they
 // live in are locked in ascending order, every hit is decided on a copy of
@@ -36,8 +37,11 @@
 // leaves a concurrency lease held until it expires (Limit.LeaseTTL).
 // TestCrashLoss checks the bound by killing a child process with SIGKILL.
 //
-// The cap is on keys, not bytes: a key costs about 96 bytes beyond its own
-// bytes (BenchmarkMemory1M; an 80-byte entry plus its share of the index),
-// more for sliding logs and concurrency limits, whose entries grow with the
-// traffic they hold.
+// # Memory
+//
+// A key costs about 96 bytes beyond its own bytes (BenchmarkMemory1M: an
+// 80-byte entry plus its share of the index), more for sliding logs and
+// concurrency limits, whose entries grow with the traffic they hold.
+// Options.MaxKeys caps the number of keys and Options.MaxBytes their
+// approximate memory, sliding logs and leases included.
 package memstore
