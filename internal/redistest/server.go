@@ -117,7 +117,7 @@ func StartServer(cfg Config) (*Server, error) {
 func (s *Server) start(bin string) error {
 	cmd := exec.Command(bin, s.args...)
 	cmd.Dir = s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("redistest: start redis-server: %w", err)
 	}
