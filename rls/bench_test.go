@@ -2,14 +2,18 @@ package rls
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
+	"github.com/floodgate/floodgate/store/redisstore"
 )
 
 // BenchmarkShouldRateLimit measures the service in process (no gRPC) over
@@ -20,6 +24,10 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
+	benchService(b, st)
+}
+
+func benchService(b *testing.B, st limiter.Store) {
 	cfg, err := Parse("bench.yaml", []byte(`
 domain: bench
 descriptors:
@@ -29,7 +37,7 @@ descriptors:
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := New(limiter.New(st, limiter.Options{}), cfg, Options{})
+	svc := New(limiter.New(st, limiter.Options{Timeout: time.Second}), cfg, Options{})
 	reqs := make([]*rlsv3.RateLimitRequest, 10000)
 	for i := range reqs {
 		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
@@ -37,6 +45,9 @@ descriptors:
 		}}}
 	}
 	ctx := context.Background()
+	// 50 callers, as in scripts/bench-rls.sh: a remote store needs
+	// concurrency to pipeline.
+	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -49,4 +60,15 @@ descriptors:
 			}
 		}
 	})
+}
+
+// BenchmarkShouldRateLimitRedis is the same over a real redis-server.
+func BenchmarkShouldRateLimitRedis(b *testing.B) {
+	rs := redistest.Start(b)
+	st, err := redisstore.New(redisstore.Options{URL: "redis://" + rs.Addr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	benchService(b, st)
 }
