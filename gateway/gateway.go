@@ -239,6 +239,7 @@ type reqState struct {
 	sub      []limiter.Hit
 	subDec   []floodgate.Decision
 	subIdx   []int
+	postIdx  []int
 	leases   []limiter.Hit
 	covered  []Covered
 	buf      []byte
@@ -373,7 +374,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 
 	// Split the hits: those counted by outcome are peeked now and charged
 	// after the response; the others are charged now, all or nothing.
-	pre, post := st.subIdx[:0], []int(nil)
+	pre, post := st.subIdx[:0], st.postIdx[:0]
 	for i := range m.Hits {
 		if len(m.countOn(i)) > 0 {
 			post = append(post, i)
@@ -384,7 +385,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		}
 		pre = append(pre, i)
 	}
-	st.subIdx = pre
+	st.subIdx, st.postIdx = pre, post
 	ctx := r.Context()
 	if len(post) > 0 {
 		if err := g.apply(ctx, st, limiter.Peek, post); err != nil {
