@@ -31,6 +31,9 @@ const (
 	fileVersion = 1
 	headerSize  = 8 + 4 + 4 + 8 + 8 + 8
 	maxStrLen   = 1 << 20
+	// minRecord is the fewest bytes a record takes: two string lengths,
+	// five varints and an entry count.
+	minRecord = 8
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -251,7 +254,7 @@ func decodeFile(data []byte) ([]record, error) {
 	if got := crc32.Checksum(body, castagnoli); got != crc {
 		return nil, fmt.Errorf("%w: checksum mismatch (%08x, header says %08x)", errBadFile, got, crc)
 	}
-	if count > uint64(len(body)) {
+	if count > uint64(len(body))/minRecord {
 		return nil, fmt.Errorf("%w: %d records cannot fit in %d bytes", errBadFile, count, len(body))
 	}
 	d := decoder{b: body}
@@ -264,7 +267,7 @@ func decodeFile(data []byte) ([]record, error) {
 		r.exp = d.varint()
 		if n := d.uvarint(); n > 0 {
 			n--
-			if n > uint64(len(d.b)) {
+			if n > uint64(len(d.b))/3 { // three varints of a byte or more each
 				d.fail("too many entries")
 				break
 			}
