@@ -2,17 +2,23 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/client"
 	"github.com/floodgate/floodgate/httpapi"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/rls"
 	"github.com/floodgate/floodgate/store/memstore"
 )
 
@@ -72,4 +78,45 @@ func ExampleRetryTransport() {
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Println(resp.StatusCode, string(body), "after", calls.Load(), "calls")
 	// Output: 200 done after 2 calls
+}
+
+// Calls to a paid provider limited through Floodgate's RLS: one call a
+// day for the account, shared by every process that asks the service.
+// Wait gives up at once when the next chance lies past its deadline.
+func ExampleGRPC_Wait() {
+	cfg, err := rls.Parse("outbound.yaml", []byte(`
+domain: outbound
+descriptors:
+  - key: provider
+    rate_limit: {unit: day, requests_per_unit: 1}
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	st, _ := memstore.New(memstore.Options{})
+	defer st.Close()
+	srv, _ := rls.NewServer(rls.New(limiter.New(st, limiter.Options{}), cfg, rls.Options{}), rls.ServerOptions{})
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	defer func() { stop(); <-done }()
+
+	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	c := client.NewGRPC(conn, client.GRPCOptions{Domain: "outbound"})
+	for i := 1; i <= 2; i++ {
+		wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d, err := c.Wait(wctx, client.WaitOptions{}, client.Descriptor{{Key: "provider", Value: "sms"}})
+		cancel()
+		if err != nil {
+			fmt.Println("call", i, "not sent:", errors.Is(err, context.DeadlineExceeded))
+			continue
+		}
+		fmt.Println("call", i, "sent; remaining today:", d.Remaining)
+	}
+	// Output:
+	// call 1 sent; remaining today: 0
+	// call 2 not sent: true
 }
