@@ -200,8 +200,15 @@ func TestConcurrencyLimit(t *testing.T) {
 // TestConcurrencyReleasedOnPanic checks that a lease comes back when the
 // handler panics and when the client goes away mid-request.
 func TestConcurrencyReleasedOnPanic(t *testing.T) {
+	t.Run("store", func(t *testing.T) { testReleasedOnPanic(t, newMemStore(t, nil)) })
+	t.Run("engine", func(t *testing.T) {
+		testReleasedOnPanic(t, LimiterEngine(limiter.New(newMemStore(t, nil), limiter.Options{})))
+	})
+}
+
+func testReleasedOnPanic(t *testing.T, engine Engine) {
 	rule := mustRule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Hour}, false)
-	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, nil)})
+	g, err := New(Options{Matcher: oneRule(rule), Engine: engine})
 	if err != nil {
 		t.Fatal(err)
 	}
