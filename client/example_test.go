@@ -22,13 +22,13 @@ import (
 	"github.com/floodgate/floodgate/store/memstore"
 )
 
-// A provider that allows 2 SMS a second; Wait spaces the third send into
-// the next second instead of failing it.
+// A provider that allows bursts of 2 SMS and then one a second; Wait
+// holds the third send until the provider has room instead of failing it.
 func ExampleWait() {
 	st, _ := memstore.New(memstore.Options{})
 	defer st.Close()
 	sms, _ := limiter.NewRule(floodgate.Limit{Name: "sms", Algorithm: floodgate.TokenBucket,
-		Rate: 2, Per: time.Second, Burst: 2}, limiter.FailClosed, false)
+		Rate: 1, Per: time.Second, Burst: 2}, limiter.FailClosed, false)
 	api := httptest.NewServer(httpapi.New(limiter.New(st, limiter.Options{}), httpapi.Rules{"sms": sms}, httpapi.Options{}))
 	defer api.Close()
 
