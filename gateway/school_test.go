@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,5 +123,51 @@ func TestSchoolExampleVerify(t *testing.T) {
 	}
 	if got := up.served.Load(); got != 5+5+2+3 {
 		t.Errorf("upstream served %d, want 15", got)
+	}
+}
+
+// TestSchoolLoginCountsFailures: the example's login limit (5 a minute per
+// address, counting only 401 and 403) lets correct logins through freely,
+// refuses the 6th try after 5 failures without asking the upstream, and
+// forgets a failure a minute later.
+func TestSchoolLoginCountsFailures(t *testing.T) {
+	var reached atomic.Int64
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		if r.Header.Get("X-Password") != "right" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	})
+	upURL, _ := url.Parse(up.URL)
+	clock := newTestClock()
+	pm, err := NewPolicyMatcher(Fixed(loadSchool(t)), PolicyMatcherOptions{Upstream: upURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: LimiterEngine(limiter.New(newMemStore(t, clock.Now), limiter.Options{}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(g)
+	defer front.Close()
+	login := func(pw string) answer {
+		a := do(t, front.Client(), "POST", front.URL+"/login", map[string]string{"X-Password": pw})
+		clock.Advance(time.Second)
+		return a
+	}
+	var got []int
+	for _, pw := range []string{"right", "wrong", "wrong", "right", "wrong", "wrong", "wrong", "right", "wrong"} {
+		got = append(got, login(pw).status)
+	}
+	if want := []int{200, 401, 401, 200, 401, 401, 401, 429, 429}; !slices.Equal(got, want) {
+		t.Fatalf("logins %v, want %v", got, want)
+	}
+	if n := reached.Load(); n != 7 {
+		t.Errorf("upstream reached %d times, want 7", n)
+	}
+	// The first failure was at 1 s; at 61 s it has left the window.
+	clock.Advance(61*time.Second - time.Duration(clock.Now()-newTestClock().Now()))
+	if a := login("right"); a.status != 200 {
+		t.Errorf("a minute after the first failure: %d", a.status)
 	}
 }
