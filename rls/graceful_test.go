@@ -1,0 +1,77 @@
+package rls
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+// slowEngine holds every check until release is closed.
+type slowEngine struct {
+	Engine
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowEngine) Check(ctx context.Context, h []limiter.Hit) (limiter.Result, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Engine.Check(ctx, h)
+}
+
+// A call in flight when the server is told to stop still gets its answer.
+func TestGracefulStopFinishesCallsInFlight(t *testing.T) {
+	st, _ := memstore.New(memstore.Options{})
+	defer st.Close()
+	eng := &slowEngine{Engine: limiter.New(st, limiter.Options{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	srv, err := NewServer(New(eng, mustParse(t, basic), Options{}), ServerOptions{GracePeriod: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	answered := make(chan error, 1)
+	go func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer ccancel()
+		r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(cctx,
+			&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "g")}})
+		if err == nil && r.OverallCode != ok {
+			t.Errorf("answer %v", r)
+		}
+		answered <- err
+	}()
+	<-eng.entered // the call is inside the service
+	cancel()      // stop serving
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned (%v) with a call in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(eng.release)
+	if err := <-answered; err != nil {
+		t.Fatalf("the call in flight failed: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
