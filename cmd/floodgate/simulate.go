@@ -34,8 +34,16 @@ Algorithms and their flags:
   quota                              --limit N --period day|week|month --start RFC3339
                                      [--time-zone ZONE] [--anchor-day N] [--offset N]
 
+Several instances (seed 002's split_limit and wrongly_denied):
+  --instances N   arrival i goes to instance i mod N (or the one named by
+                  AT...@INSTANCE); each instance enforces
+                  split_limit(limit, N) = limit / N on its own (fixed_window,
+                  sliding_log, sliding_window, quota). The summary compares
+                  with one shared limit and counts the requests wrongly denied.
+
 Arrivals:
-  --arrivals 'AT[*COUNT][:COST],...'  AT is a Go duration (0.5s) or plain seconds (0.5):
+  --arrivals 'AT[*COUNT][:COST][@INSTANCE],...'
+                                      AT is a Go duration (0.5s) or plain seconds (0.5):
                                       '0s*12,0.5s*5' or '0:8,2:7,2:6'
   --arrivals-file PATH                one 'SECONDS [COST]' per line ('-' reads stdin)
 Times are offsets from --start (default: the Unix epoch) and must not decrease;
@@ -49,6 +57,7 @@ type simulateConfig struct {
 	limit        floodgate.Limit
 	start        int64
 	hold         time.Duration
+	instances    int
 	arrivals     []arrival
 	json         bool
 	arrivalsSpec string
@@ -131,6 +140,7 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 	fs.StringVar(&cfg.arrivalsSpec, "arrivals", "", "arrivals 'AT[*COUNT][:COST],...'")
 	fs.StringVar(&cfg.arrivalsFile, "arrivals-file", "", "file with one 'SECONDS [COST]' per line")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object instead of a table")
+	fs.IntVar(&cfg.instances, "instances", 1, "independent instances, each enforcing limit/N (count algorithms)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, simulateUsage)
@@ -181,6 +191,12 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 		cfg.start = t.UnixNano()
 		l.Start = t
 	}
+	if cfg.instances < 1 {
+		return nil, usagef("simulate: --instances must be at least 1, got %d", cfg.instances)
+	}
+	if cfg.instances > 1 && int64(cfg.instances) > l.Max {
+		return nil, usagef("simulate: --instances %d leaves each instance a limit of 0 (limit %d)", cfg.instances, l.Max)
+	}
 	if cfg.hold < 0 {
 		return nil, usagef("simulate: --hold must not be negative")
 	}
@@ -218,6 +234,12 @@ func flagApplies(alg floodgate.Algorithm, name string) bool {
 		return !rateAlgorithm(alg)
 	case "window":
 		return alg == floodgate.FixedWindow || alg == floodgate.SlidingLog || alg == floodgate.SlidingWindow
+	case "instances":
+		switch alg {
+		case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow, floodgate.Quota:
+			return true
+		}
+		return false
 	case "hold", "lease-ttl":
 		return alg == floodgate.Concurrency
 	case "period", "time-zone", "anchor-day", "offset":
@@ -248,6 +270,13 @@ type simulation struct {
 	never     []bool // the cost could never fit
 	allowed   int
 	delayed   int
+	// With several instances: the instance of each arrival, the limit each
+	// enforces, what one shared limit would have allowed, and the seed's
+	// wrongly_denied over the whole replay.
+	instance      []int
+	split         int64
+	globalAllowed int
+	wrongly       int64
 }
 
 // simulate replays the arrivals through the configured limit, starting from
@@ -255,6 +284,14 @@ type simulation struct {
 // released hold after its arrival; releases due at or before an arrival
 // happen first.
 func simulate(cfg *simulateConfig) (*simulation, error) {
+	if cfg.instances > 1 {
+		return simulateInstances(cfg)
+	}
+	for i, a := range cfg.arrivals {
+		if a.instance > 0 {
+			return nil, usagef("simulate: arrival %d names instance %d but --instances is not set", i+1, a.instance)
+		}
+	}
 	p, err := algo.Compile(&cfg.limit)
 	if err != nil {
 		return nil, usagef("simulate: %v", err)
@@ -270,9 +307,9 @@ func simulate(cfg *simulateConfig) (*simulation, error) {
 	var pending []release // in time order: arrivals are, and hold is constant
 	var s algo.State
 	for i, a := range cfg.arrivals {
-		now := cfg.start + a.at
-		if a.at > 0 && now < cfg.start {
-			return nil, fmt.Errorf("simulate: arrival %d: time overflows", i+1)
+		now, err := arrivalInstant(cfg, i, a)
+		if err != nil {
+			return nil, err
 		}
 		for len(pending) > 0 && pending[0].at <= now {
 			if err := p.Release(&s, pending[0].at, pending[0].lease); err != nil {
@@ -281,14 +318,11 @@ func simulate(cfg *simulateConfig) (*simulation, error) {
 			pending = pending[1:]
 		}
 		lease := uint64(i + 1)
-		d, err := p.Decide(&s, algo.Request{Now: now, Cost: a.cost, Lease: lease})
-		switch {
-		case errors.Is(err, floodgate.ErrNeverFits):
-			res.never[i] = true
-		case err != nil:
-			return nil, fmt.Errorf("simulate: arrival %d at %ss: %w", i+1, formatSeconds(a.at), err)
+		d, never, err := decideArrival(&p, &s, now, i, a, lease)
+		if err != nil {
+			return nil, err
 		}
-		res.decisions[i] = d
+		res.decisions[i], res.never[i] = d, never
 		if d.Allowed {
 			res.allowed++
 			if d.Delay > 0 {
@@ -299,6 +333,90 @@ func simulate(cfg *simulateConfig) (*simulation, error) {
 			}
 		}
 	}
+	return res, nil
+}
+
+// arrivalInstant is the absolute instant of arrival i.
+func arrivalInstant(cfg *simulateConfig, i int, a arrival) (int64, error) {
+	now := cfg.start + a.at
+	if a.at > 0 && now < cfg.start {
+		return 0, fmt.Errorf("simulate: arrival %d: time overflows", i+1)
+	}
+	return now, nil
+}
+
+// decideArrival asks p about one arrival; a cost that can never fit is a
+// decision, not an error.
+func decideArrival(p *algo.Params, s *algo.State, now int64, i int, a arrival, lease uint64) (floodgate.Decision, bool, error) {
+	d, err := p.Decide(s, algo.Request{Now: now, Cost: a.cost, Lease: lease})
+	switch {
+	case errors.Is(err, floodgate.ErrNeverFits):
+		return d, true, nil
+	case err != nil:
+		return d, false, fmt.Errorf("simulate: arrival %d at %ss: %w", i+1, formatSeconds(a.at), err)
+	}
+	return d, false, nil
+}
+
+// simulateInstances replays the arrivals over cfg.instances independent
+// instances, arrival i on instance i mod N, each enforcing
+// algo.SplitLimit(limit, N), and beside them one shared limit. The
+// decisions shown are the instances'.
+func simulateInstances(cfg *simulateConfig) (*simulation, error) {
+	n := cfg.instances
+	global, err := algo.Compile(&cfg.limit)
+	if err != nil {
+		return nil, usagef("simulate: %v", err)
+	}
+	split := cfg.limit
+	split.Max = algo.SplitLimit(cfg.limit.Max, n)
+	if split.Offset > split.Max {
+		split.Offset = split.Max
+	}
+	local, err := algo.Compile(&split)
+	if err != nil {
+		return nil, usagef("simulate: %v", err)
+	}
+	res := &simulation{
+		decisions: make([]floodgate.Decision, len(cfg.arrivals)),
+		never:     make([]bool, len(cfg.arrivals)),
+		instance:  make([]int, len(cfg.arrivals)),
+		split:     split.Max,
+	}
+	states := make([]algo.State, n)
+	counts := make([]int64, n)
+	var shared algo.State
+	for i, a := range cfg.arrivals {
+		now, err := arrivalInstant(cfg, i, a)
+		if err != nil {
+			return nil, err
+		}
+		k := i % n
+		if a.instance > 0 {
+			if a.instance > n {
+				return nil, usagef("simulate: arrival %d goes to instance %d of only %d", i+1, a.instance, n)
+			}
+			k = a.instance - 1
+		}
+		res.instance[i] = k
+		counts[k] += a.cost
+		d, never, err := decideArrival(&local, &states[k], now, i, a, uint64(i+1))
+		if err != nil {
+			return nil, err
+		}
+		res.decisions[i], res.never[i] = d, never
+		if d.Allowed {
+			res.allowed++
+		}
+		g, _, err := decideArrival(&global, &shared, now, i, a, uint64(i+1))
+		if err != nil {
+			return nil, err
+		}
+		if g.Allowed {
+			res.globalAllowed++
+		}
+	}
+	res.wrongly = algo.WronglyDenied(cfg.limit.Max, counts)
 	return res, nil
 }
 
@@ -362,6 +480,9 @@ func writeSimulationTable(w *bufio.Writer, cfg *simulateConfig, res *simulation)
 	queue := cfg.limit.Algorithm == floodgate.LeakyQueue
 	fmt.Fprintln(w, describeLimit(&cfg.limit))
 	fmt.Fprintf(w, "%12s %6s %8s %10s %12s", "time", "cost", "allowed", "remaining", "retry-after")
+	if res.instance != nil {
+		fmt.Fprintf(w, " %8s", "instance")
+	}
 	if queue {
 		fmt.Fprintf(w, " %10s", "delay")
 	}
@@ -390,6 +511,10 @@ func writeSimulationTable(w *bufio.Writer, cfg *simulateConfig, res *simulation)
 		buf = appendPadded(buf, strconv.FormatInt(d.Remaining, 10), 10)
 		buf = append(buf, ' ')
 		buf = appendPadded(buf, retry, 12)
+		if res.instance != nil {
+			buf = append(buf, ' ')
+			buf = appendPadded(buf, strconv.Itoa(res.instance[i]+1), 8)
+		}
 		if queue {
 			delay := "-"
 			if d.Delay > 0 {
@@ -406,6 +531,10 @@ func writeSimulationTable(w *bufio.Writer, cfg *simulateConfig, res *simulation)
 		fmt.Fprintf(w, " (%d delayed)", res.delayed)
 	}
 	w.WriteByte('\n')
+	if res.instance != nil {
+		fmt.Fprintf(w, "%d instances at split_limit(%d, %d) = %d each; one shared limit allows %d of %d; wrongly_denied = %d\n",
+			cfg.instances, cfg.limit.Max, cfg.instances, res.split, res.globalAllowed, len(cfg.arrivals), res.wrongly)
+	}
 }
 
 // appendPadded right-aligns s in width columns.
@@ -423,6 +552,16 @@ func writeSimulationJSON(w *bufio.Writer, cfg *simulateConfig, res *simulation) 
 	b = strconv.AppendInt(b, int64(res.allowed), 10)
 	b = append(b, `, "denied": `...)
 	b = strconv.AppendInt(b, int64(len(cfg.arrivals)-res.allowed), 10)
+	if res.instance != nil {
+		b = append(b, `, "instances": `...)
+		b = strconv.AppendInt(b, int64(cfg.instances), 10)
+		b = append(b, `, "split_limit": `...)
+		b = strconv.AppendInt(b, res.split, 10)
+		b = append(b, `, "global_allowed": `...)
+		b = strconv.AppendInt(b, int64(res.globalAllowed), 10)
+		b = append(b, `, "wrongly_denied": `...)
+		b = strconv.AppendInt(b, res.wrongly, 10)
+	}
 	b = append(b, `, "decisions": [`...)
 	w.Write(b)
 	for i, a := range cfg.arrivals {
@@ -446,6 +585,10 @@ func writeSimulationJSON(w *bufio.Writer, cfg *simulateConfig, res *simulation) 
 		if queue {
 			b = append(b, `, "delay": `...)
 			b = appendSeconds(b, int64(d.Delay))
+		}
+		if res.instance != nil {
+			b = append(b, `, "instance": `...)
+			b = strconv.AppendInt(b, int64(res.instance[i]+1), 10)
 		}
 		if res.never[i] {
 			b = append(b, `, "never_fits": true`...)

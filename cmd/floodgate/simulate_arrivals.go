@@ -17,15 +17,19 @@ import (
 type arrival struct {
 	at   int64 // ns after the start
 	cost int64
+	// instance is the instance the arrival goes to with --instances (1…N);
+	// 0 means round robin.
+	instance int
 }
 
 // maxArrivals bounds a trace, so that a typo like *1e12 fails cleanly
 // instead of exhausting memory.
 const maxArrivals = 10_000_000
 
-// parseArrivals parses 'AT[*COUNT][:COST],...': AT is a Go duration (0.5s,
-// 100ms) or plain seconds (0.5), COUNT repeats the arrival (default 1), COST
-// is its cost (default 1). Times must not decrease.
+// parseArrivals parses 'AT[*COUNT][:COST][@INSTANCE],...': AT is a Go
+// duration (0.5s, 100ms) or plain seconds (0.5), COUNT repeats the arrival
+// (default 1), COST is its cost (default 1) and INSTANCE the instance it
+// reaches with --instances (default: round robin). Times must not decrease.
 func parseArrivals(spec string) ([]arrival, error) {
 	var out []arrival
 	last := int64(-1)
@@ -34,7 +38,8 @@ func parseArrivals(spec string) ([]arrival, error) {
 		if item == "" {
 			return nil, fmt.Errorf("arrival %d is empty", i+1)
 		}
-		atS, costS, hasCost := strings.Cut(item, ":")
+		rest, instS, hasInst := strings.Cut(item, "@")
+		atS, costS, hasCost := strings.Cut(rest, ":")
 		atS, countS, hasCount := strings.Cut(atS, "*")
 		at, err := parseOffset(strings.TrimSpace(atS))
 		if err != nil {
@@ -51,6 +56,14 @@ func parseArrivals(spec string) ([]arrival, error) {
 				return nil, fmt.Errorf("arrival %d (%q): cost must be a whole number ≥ 1", i+1, item)
 			}
 		}
+		instance := 0
+		if hasInst {
+			n, err := strconv.ParseInt(strings.TrimSpace(instS), 10, 32)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("arrival %d (%q): instance must be a whole number ≥ 1", i+1, item)
+			}
+			instance = int(n)
+		}
 		if at < last {
 			return nil, fmt.Errorf("arrival %d (%q): times must not decrease", i+1, item)
 		}
@@ -59,7 +72,7 @@ func parseArrivals(spec string) ([]arrival, error) {
 			return nil, fmt.Errorf("more than %d arrivals", maxArrivals)
 		}
 		for range count {
-			out = append(out, arrival{at: at, cost: cost})
+			out = append(out, arrival{at: at, cost: cost, instance: instance})
 		}
 	}
 	return out, nil

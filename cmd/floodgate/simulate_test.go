@@ -138,6 +138,56 @@ func TestSimulateSeed002(t *testing.T) {
 	}
 }
 
+// TestSimulateSeed002Instances replays seed 002's distributed arithmetic:
+// a global limit enforced as split_limit(global, n) on each of n instances
+// wrongly denies requests that one shared count would have allowed.
+func TestSimulateSeed002Instances(t *testing.T) {
+	type instJSON struct {
+		Allowed       int   `json:"allowed"`
+		SplitLimit    int64 `json:"split_limit"`
+		GlobalAllowed int   `json:"global_allowed"`
+		WronglyDenied int64 `json:"wrongly_denied"`
+		Decisions     []struct {
+			Instance int `json:"instance"`
+		} `json:"decisions"`
+	}
+	for _, c := range []struct {
+		arrivals                        string
+		instances                       string
+		allowed, split, global, wrongly int
+	}{
+		// 90 requests within a global 100, skewed 60/20/10 over 3 instances
+		// of 33 each: the busy one denies 27 that the global count allows.
+		{"0*60@1,0*20@2,0*10@3", "3", 63, 33, 90, 27},
+		// Spread evenly (round robin), nothing is wrongly denied.
+		{"0*90", "3", 90, 33, 90, 0},
+		// Over the global limit, wrongly_denied is 0 by definition.
+		{"0*150@1,1*50@2", "2", 100, 50, 100, 0},
+	} {
+		var out, errb bytes.Buffer
+		args := []string{"simulate", "--algorithm", "fixed_window", "--limit", "100", "--window", "1m",
+			"--instances", c.instances, "--arrivals", c.arrivals, "--json"}
+		if err := run(context.Background(), args, &out, &errb); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var res instJSON
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("bad JSON: %v\n%s", err, out.String())
+		}
+		if res.Allowed != c.allowed || res.SplitLimit != int64(c.split) || res.GlobalAllowed != c.global || res.WronglyDenied != int64(c.wrongly) {
+			t.Errorf("%s on %s instances: allowed %d split %d global %d wrongly %d, want %d %d %d %d", c.arrivals, c.instances,
+				res.Allowed, res.SplitLimit, res.GlobalAllowed, res.WronglyDenied, c.allowed, c.split, c.global, c.wrongly)
+		}
+		if res.Decisions[0].Instance != 1 {
+			t.Errorf("first decision on instance %d, want 1", res.Decisions[0].Instance)
+		}
+	}
+	table := simulateTable(t, "--algorithm", "fixed_window", "--limit", "100", "--window", "1m", "--instances", "3", "--arrivals", "0*60@1,0*20@2,0*10@3")
+	if !strings.Contains(table, "3 instances at split_limit(100, 3) = 33 each; one shared limit allows 90 of 90; wrongly_denied = 27") {
+		t.Errorf("table summary missing:\n%s", table)
+	}
+}
+
 func TestSimulateLeakyQueue(t *testing.T) {
 	for _, c := range []struct {
 		extra                    []string
@@ -282,6 +332,11 @@ func TestSimulateBadFlags(t *testing.T) {
 		{"--algorithm", "token_bucket", "--rate", "1", "--burst", "1", "--limit", "3", "--arrivals", "0"},
 		{"--algorithm", "sliding_log", "--limit", "1", "--window", "1s", "--nodelay", "--arrivals", "0"},
 		{"--algorithm", "fixed_window", "--limit", "1", "--window", "1s", "--period", "day", "--arrivals", "0"},
+		{"--algorithm", "token_bucket", "--rate", "1", "--burst", "1", "--instances", "2", "--arrivals", "0"},
+		{"--algorithm", "fixed_window", "--limit", "10", "--window", "1s", "--instances", "0", "--arrivals", "0"},
+		{"--algorithm", "fixed_window", "--limit", "2", "--window", "1s", "--instances", "3", "--arrivals", "0"},
+		{"--algorithm", "fixed_window", "--limit", "10", "--window", "1s", "--instances", "2", "--arrivals", "0@3"},
+		{"--algorithm", "fixed_window", "--limit", "10", "--window", "1s", "--arrivals", "0@1"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(context.Background(), append([]string{"simulate"}, args...), &out, &errb)
@@ -303,11 +358,11 @@ func TestSimulateBadFlags(t *testing.T) {
 }
 
 func TestParseArrivals(t *testing.T) {
-	got, err := parseArrivals(" 0s*2 , 0.5:3, 1.25s*2:4,2 ")
+	got, err := parseArrivals(" 0s*2 , 0.5:3, 1.25s*2:4,2@2 ")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []arrival{{0, 1}, {0, 1}, {500_000_000, 3}, {1_250_000_000, 4}, {1_250_000_000, 4}, {2_000_000_000, 1}}
+	want := []arrival{{0, 1, 0}, {0, 1, 0}, {500_000_000, 3, 0}, {1_250_000_000, 4, 0}, {1_250_000_000, 4, 0}, {2_000_000_000, 1, 2}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
@@ -316,7 +371,7 @@ func TestParseArrivals(t *testing.T) {
 			t.Errorf("%q: %v", s, err)
 		}
 	}
-	for _, s := range []string{"", ",", "0,,1", "x", "0.0000000001", "1*0", "1:-2", "2,1", "1e3", "1*99999999999"} {
+	for _, s := range []string{"", ",", "0,,1", "x", "0.0000000001", "1*0", "1:-2", "2,1", "1e3", "1*99999999999", "1@0", "1@x", "1:2@"} {
 		if _, err := parseArrivals(s); err == nil {
 			t.Errorf("%q: no error", s)
 		}
