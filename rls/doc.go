@@ -75,15 +75,18 @@
 //
 // Every status has current_limit {name, requests_per_unit, unit} and
 // limit_remaining. duration_until_reset is, for an OVER_LIMIT descriptor, how
-// long until the same cost passes (the wait a client needs), and otherwise
-// the time until the limit is back to full (the window's end for windows).
+// long until the same cost passes (the wait a client needs; for
+// requests_per_unit 0 and for a cost above the capacity, which never pass,
+// the length of the unit), and otherwise the time until the limit is back
+// to full (the window's end for windows).
 // An unlimited descriptor is OK with limit_remaining 4294967295.
 // response_headers_to_add carries RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-10 syntax, e.g. "d.k";q=10;w=60 and
 // "d.k";r=3;t=42, the binding limit first) for the non-shadow limits, and on
 // OVER_LIMIT a Retry-After in whole seconds, rounded up, never earlier than
 // the binding t (Options.NoHeaders leaves them out). hits_addend is the
-// cost (0 means 1); a descriptor's own hits_addend, when set, overrides it.
+// cost (0 means 1); a descriptor's own hits_addend, when above 0,
+// overrides it.
 // A request the engine cannot decide at all is answered with gRPC
 // Unavailable, so Envoy applies its failure_mode_deny setting; a failing
 // store normally does not get that far, because each limit's on_failure
