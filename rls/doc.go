@@ -73,7 +73,8 @@
 //
 // # Answers
 //
-// Every status has current_limit {name, requests_per_unit, unit} and
+// Every status of a limited descriptor has current_limit {name,
+// requests_per_unit, unit} and
 // limit_remaining. duration_until_reset is, for an OVER_LIMIT descriptor, how
 // long until the same cost passes (the wait a client needs; for
 // requests_per_unit 0 and for a cost above the capacity, which never pass,
