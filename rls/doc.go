@@ -93,6 +93,15 @@
 // store normally does not get that far, because each limit's on_failure
 // policy decides instead.
 //
+// # Measuring
+//
+// scripts/bench-rls.sh runs "floodgate rls-bench": 50 concurrent callers
+// send ShouldRateLimit for 1 key and for 10,000 keys to this service on the
+// embedded store, on a Redis that the script starts, and to a bare grpc-go
+// server that answers OK without doing anything, and prints decisions per
+// second, p50/p99 latency, the service's CPU time per decision (from
+// /proc/PID/stat) and the ratios to the bare server.
+//
 // # Differences from envoyproxy/ratelimit
 //
 //   - All descriptors of a request are checked and charged together, by ONE
