@@ -7,12 +7,15 @@
 # without doing anything (the floor for gRPC on this machine).
 #
 # Everything runs on loopback; every process this script starts is stopped
-# by its PID. Environment: DURATION (default 5s), WARMUP (1s),
-# CONCURRENCY (50), CONNS (4).
+# by its PID. The cases run in ROUNDS interleaved rounds and the medians
+# are reported, so that other work on a shared machine weighs on every case
+# alike. Environment: DURATION (default 4s per case and round), WARMUP (1s),
+# ROUNDS (3), CONCURRENCY (50), CONNS (4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION=${DURATION:-5s}
+DURATION=${DURATION:-4s}
+ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-1s}
 CONCURRENCY=${CONCURRENCY:-50}
 CONNS=${CONNS:-4}
@@ -85,8 +88,9 @@ field() { # field NAME JSON
 	sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" <<<"$2"
 }
 
-declare -A rate cpu p50 p99 errs
-run_case() { # run_case NAME KEYS MODE ARGS...
+declare -A rate cpu p50 p99 errs rcpu
+# run_case NAME KEYS MODE ARGS... : one measurement, appended to the lists.
+run_case() {
 	local name=$1 keys=$2
 	shift 2
 	start_server "$@"
@@ -96,32 +100,56 @@ run_case() { # run_case NAME KEYS MODE ARGS...
 	j=$("$fg" rls-bench load --target "$server_addr" --concurrency "$CONCURRENCY" --conns "$CONNS" \
 		--keys "$keys" --duration "$DURATION" --warmup "$WARMUP" --pid "$server_pid" "${extra[@]}" --json)
 	stop_server
-	rate[$name.$keys]=$(field decisions_per_sec "$j")
-	cpu[$name.$keys]=$(field cpu_us_per_decision "$j")
-	p50[$name.$keys]=$(field p50_us "$j")
-	p99[$name.$keys]=$(field p99_us "$j")
-	errs[$name.$keys]=$(field errors "$j")
+	local k=$name.$keys
+	rate[$k]+=" $(field decisions_per_sec "$j")"
+	cpu[$k]+=" $(field cpu_us_per_decision "$j")"
+	p50[$k]+=" $(field p50_us "$j")"
+	p99[$k]+=" $(field p99_us "$j")"
+	errs[$k]+=" $(field errors "$j")"
 	local x
 	x=$(field extra_cpu_us_per_decision "$j")
-	[ -n "$x" ] && x=$(printf '%.1f' "$x")
-	printf '%-6s keys=%-5s %9.0f/s  p50 %7.0fµs  p99 %7.0fµs  service CPU %6.1fµs/decision%s  errors %s\n' \
-		"$name" "$keys" "${rate[$name.$keys]}" "${p50[$name.$keys]}" "${p99[$name.$keys]}" \
-		"${cpu[$name.$keys]:-0}" "${x:+  redis CPU ${x}µs/decision}" "${errs[$name.$keys]}"
+	[ -n "$x" ] && rcpu[$k]+=" $x"
+	printf '  round %s %-6s keys=%-5s %9.0f/s  service CPU %6.1fµs/decision\n' "$round" "$name" "$keys" \
+		"$(field decisions_per_sec "$j")" "$(field cpu_us_per_decision "$j")"
 }
 
-echo "bench-rls: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $CONCURRENCY callers over $CONNS connections, $DURATION each after $WARMUP warm-up"
+median() { # median of the numbers given
+	tr ' ' '\n' <<<"$*" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
+}
+sum() { tr ' ' '\n' <<<"$*" | awk '{s+=$1} END {print s+0}'; }
+
+echo "bench-rls: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $CONCURRENCY callers over $CONNS connections, $ROUNDS rounds of $DURATION per case after $WARMUP warm-up"
+for round in $(seq "$ROUNDS"); do
+	for keys in 1 10000; do
+		run_case bare "$keys" bare
+		run_case memory "$keys" serve --store memory
+		run_case redis "$keys" serve --store "redis://127.0.0.1:$redis_port"
+	done
+done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+echo
+echo "medians over $ROUNDS rounds"
+declare -A med
 for keys in 1 10000; do
-	run_case bare "$keys" bare
-	run_case memory "$keys" serve --store memory
-	run_case redis "$keys" serve --store "redis://127.0.0.1:$redis_port"
+	for name in bare memory redis; do
+		k=$name.$keys
+		med[rate.$k]=$(median "${rate[$k]}")
+		med[cpu.$k]=$(median "${cpu[$k]}")
+		x=""
+		if [ -n "${rcpu[$k]:-}" ]; then x=$(printf '  redis CPU %.1fµs/decision' "$(median "${rcpu[$k]}")"); fi
+		printf '%-6s keys=%-5s %9.0f/s  p50 %7.0fµs  p99 %7.0fµs  service CPU %6.1fµs/decision%s  errors %s\n' \
+			"$name" "$keys" "${med[rate.$k]}" "$(median "${p50[$k]}")" "$(median "${p99[$k]}")" \
+			"${med[cpu.$k]}" "$x" "$(sum "${errs[$k]}")"
+	done
 done
 
 echo
 echo "ratios to the bare gRPC server (goals: embedded >= 0.90; Redis >= 0.75 and <= 45µs service CPU/decision)"
 for keys in 1 10000; do
-	awk -v k="$keys" -v b="${rate[bare.$keys]}" -v m="${rate[memory.$keys]}" -v r="${rate[redis.$keys]}" \
-		-v cm="${cpu[memory.$keys]}" -v cr="${cpu[redis.$keys]}" -v cb="${cpu[bare.$keys]}" 'BEGIN {
-		printf "keys=%-5s embedded %.2f  redis %.2f  | CPU/decision: bare %.1fµs, embedded %.1fµs, redis %.1fµs\n",
+	awk -v k="$keys" -v b="${med[rate.bare.$keys]}" -v m="${med[rate.memory.$keys]}" -v r="${med[rate.redis.$keys]}" \
+		-v cb="${med[cpu.bare.$keys]}" -v cm="${med[cpu.memory.$keys]}" -v cr="${med[cpu.redis.$keys]}" 'BEGIN {
+		printf "keys=%-5s embedded %.2f  redis %.2f  | service CPU/decision: bare %.1fµs, embedded %.1fµs, redis %.1fµs\n",
 			k, m / b, r / b, cb, cm, cr
 	}'
 done
