@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -148,4 +151,73 @@ func BenchmarkSetRateLimit(b *testing.B) {
 	for b.Loop() {
 		SetRateLimit(h, items, nil, buf)
 	}
+}
+
+// benchProxy sends GETs over loopback through front to a trivial upstream,
+// from parallel clients with keep-alive connections.
+func benchProxy(b *testing.B, front http.Handler) {
+	srv := httptest.NewServer(front)
+	defer srv.Close()
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := c.Get(srv.URL + "/notices/1")
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+}
+
+func benchUpstream(b *testing.B) *url.URL {
+	up := newUpstream(b, nil)
+	u, _ := url.Parse(up.URL)
+	return u
+}
+
+// BenchmarkProxyBare is httputil.ReverseProxy with the gateway's transport
+// and buffers, for comparison with BenchmarkProxyFloodgate (the whole
+// process: client, proxy and upstream, so allocs/op include all three).
+func BenchmarkProxyBare(b *testing.B) {
+	u := benchUpstream(b)
+	rp := &httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
+		Transport:  NewTransport(TransportOptions{}),
+		BufferPool: copyBuffers,
+	}
+	benchProxy(b, rp)
+}
+
+// BenchmarkProxyFloodgate is the gateway as a reverse proxy with a policy
+// file of four limits that are never reached.
+func BenchmarkProxyFloodgate(b *testing.B) {
+	u := benchUpstream(b)
+	f, err := config.Parse("bench.yaml", []byte(benchPolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{Upstream: u})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: LimiterEngine(limiter.New(newMemStore(b, nil), limiter.Options{}))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchProxy(b, g)
 }
