@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -120,4 +121,49 @@ func samples(t *testing.T, c prometheus.Collector) uint64 {
 		t.Fatalf("not a histogram: %v", m)
 	}
 	return m.Histogram.GetSampleCount()
+}
+
+// TestQueueLengthMetric: a request held by a leaky queue shows in
+// floodgate_queue_length until its client goes away.
+func TestQueueLengthMetric(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 2}, false)
+	clock := newTestClock()
+	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, clock.Now), Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	if a := do(t, srv.Client(), "GET", srv.URL, nil); a.status != 200 {
+		t.Fatalf("first request %d", a.status)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+		if resp, err := srv.Client().Do(req); err == nil {
+			resp.Body.Close()
+			t.Error("the queued request was answered")
+		}
+	}()
+	gauge := m.queue.WithLabelValues("queue")
+	waitFor := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for value(t, gauge) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("queue length %v, want %v", value(t, gauge), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor(1)
+	cancel()
+	<-done
+	waitFor(0)
 }
