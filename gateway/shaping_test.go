@@ -73,16 +73,16 @@ func TestLeakyQueueSpacing(t *testing.T) {
 	}
 	slices.SortFunc(departures, func(a, b time.Time) int { return a.Compare(b) })
 	// Timers never fire early: the k-th departure is at least k intervals
-	// after the start; the whole run takes at least 5 intervals and (with a
-	// generous allowance for a loaded machine) not much more.
+	// after the start, so the six leave over at least five intervals. The
+	// upper bound only catches a queue that holds requests far too long; it
+	// leaves room for a loaded machine.
 	for k, d := range departures {
 		if min := time.Duration(k) * interval; d.Sub(start) < min-5*time.Millisecond {
 			t.Errorf("departure %d after %v, before its slot at %v", k, d.Sub(start), min)
 		}
 	}
-	span := departures[len(departures)-1].Sub(departures[0])
-	if span < 5*interval-5*time.Millisecond || span > 5*interval+10*time.Second {
-		t.Errorf("departures spread over %v, want about %v", span, 5*interval)
+	if last := departures[len(departures)-1].Sub(start); last > 5*interval+10*time.Second {
+		t.Errorf("the last departure came %v after the start, want about %v", last, 5*interval)
 	}
 }
 
