@@ -88,7 +88,8 @@ local function get(key)
   return v
 end
 
--- Rate algorithms (token bucket, GCRA, leaky bucket, leaky queue).
+-- Rate algorithms (token bucket, GCRA, leaky bucket, leaky queue). State:
+-- the TAT as seconds, nanoseconds and rem, packed as three doubles.
 -- p1 den (Rate), p2 per ns, p3/p4 tau ns/rem, p5/p6 cost·T ns/rem,
 -- p7 capacity, p8 queue delay ns (-1: none); the delay's rem in the lease slot
 local function rate(key, a, i, cost)
@@ -99,10 +100,10 @@ local function rate(key, a, i, cost)
   local ah_n, ah_r = 0, 0
   local v = get(key)
   if v ~= '' then
-    local s, n, r = string.match(v, '^(%-?%d+) (%-?%d+) (%d+)$')
-    if s then
-      ah_n = (tonumber(s) - now_s) * 1000000000 + (tonumber(n) - sub_ns)
-      ah_r = tonumber(r)
+    if #v == 24 then
+      local s, n, r = struct.unpack('<ddd', v)
+      ah_n = (s - now_s) * 1000000000 + (n - sub_ns)
+      ah_r = r
       if ah_r >= den then ah_r = 0 end
       if ah_n < 0 then ah_n, ah_r = 0, 0 end
     end
@@ -136,7 +137,7 @@ local function rate(key, a, i, cost)
   end
   local total = sub_ns + nx_n
   local secs = math.floor(total / 1000000000)
-  local val = fmt(now_s + secs) .. ' ' .. fmt(total - secs * 1000000000) .. ' ' .. fmt(nx_r)
+  local val = struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r)
   return d, {key, val, ceil_ms(d[4])}
 end
 
@@ -144,7 +145,7 @@ end
 -- the common rate-only call does not pay for their closures.
 local M
 local function more()
-  -- Fixed window: p1 max, p2 window ns. State "index count".
+  -- Fixed window: p1 max, p2 window ns. State: index, count (doubles).
   local function fixed(key, a, i, cost)
     local max, w = tonumber(a[i+5]), tonumber(a[i+6])
     local wus = w / 1000
@@ -154,11 +155,10 @@ local function more()
     local count = 0
     local v = get(key)
     if v ~= '' then
-      local si, sc = string.match(v, '^(%-?%d+) (%-?%d+)$')
-      if si then
-        si = tonumber(si)
-        if si == idx then count = tonumber(sc)
-        elseif si > idx then idx = si; count = tonumber(sc) end -- clock stepped back: keep the newer window
+      if #v == 16 then
+        local si, sc = struct.unpack('<dd', v)
+        if si == idx then count = sc
+        elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
       end
     end
     local d = {0, math.max(0, max - count), 0, left, 0, 0}
@@ -167,10 +167,10 @@ local function more()
     count = count + cost
     d[1] = 1
     d[2] = max - count
-    return d, {key, fmt(idx) .. ' ' .. fmt(count), ceil_ms(left)}
+    return d, {key, struct.pack('<dd', idx, count), ceil_ms(left)}
   end
 
-  -- Sliding window counter: p1 max, p2 window ns. State "index curr prev".
+  -- Sliding window counter: p1 max, p2 window ns. State: index, curr, prev.
   local function counter(key, a, i, cost)
     local max, w = tonumber(a[i+5]), tonumber(a[i+6])
     local wus = w / 1000
@@ -179,13 +179,12 @@ local function more()
     local curr, prev = 0, 0
     local v = get(key)
     if v ~= '' then
-      local si, sc, sp = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-      if si then
-        si = tonumber(si)
-        if si == idx or si > idx then
-          idx = si; curr, prev = tonumber(sc), tonumber(sp)
+      if #v == 24 then
+        local si, sc, sp = struct.unpack('<ddd', v)
+        if si >= idx then
           if si > idx then e = 0 end
-        elseif si + 1 == idx then prev = tonumber(sc) end
+          idx = si; curr, prev = sc, sp
+        elseif si + 1 == idx then prev = sc end
       end
     end
     if curr < 0 then curr = 0 end
@@ -210,7 +209,7 @@ local function more()
     d[1] = 1
     d[2] = math.max(0, max - curr - weighted)
     d[4] = left + w
-    return d, {key, fmt(idx) .. ' ' .. fmt(curr) .. ' ' .. fmt(prev), ceil_ms(d[4])}
+    return d, {key, struct.pack('<ddd', idx, curr, prev), ceil_ms(d[4])}
   end
 
   -- Sliding log: p1 max, p2 window ns. ZSET member = arrival µs (score the
@@ -364,7 +363,7 @@ local function more()
   -- Quota: p1 max, p2..p6 period boundaries µs b0 < b1 < ... < b4 computed
   -- in Go around its own clock, p7 start µs of the period that loses the
   -- offset, p8 the offset. The server's clock picks the period [b0,b1),
-  -- [b1,b2) or [b2,b3). State "start count".
+  -- [b1,b2) or [b2,b3). State: start, count (doubles).
   local function quota(key, a, i, cost)
     local max = tonumber(a[i+5])
     local b = {tonumber(a[i+6]), tonumber(a[i+7]), tonumber(a[i+8]), tonumber(a[i+9]), tonumber(a[i+10])}
@@ -379,14 +378,13 @@ local function more()
     local count = 0
     local v = get(key)
     if v ~= '' then
-      local ss, sc = string.match(v, '^(%-?%d+) (%-?%d+)$')
-      if ss then
-        ss = tonumber(ss)
-        if ss == st then count = tonumber(sc)
+      if #v == 16 then
+        local ss, sc = struct.unpack('<dd', v)
+        if ss == st then count = sc
         elseif ss > st then
           -- The clock stepped back over a boundary: keep the newer period.
           for j = k + 1, 4 do
-            if b[j] == ss then k = j; st, en = b[j], b[j+1]; count = tonumber(sc) end
+            if b[j] == ss then k = j; st, en = b[j], b[j+1]; count = sc end
           end
         end
       end
@@ -405,7 +403,7 @@ local function more()
     count = count + cost
     d[1] = 1
     d[2] = limit - count
-    return d, {key, fmt(st) .. ' ' .. fmt(count), ceil_ms(left)}
+    return d, {key, struct.pack('<dd', st, count), ceil_ms(left)}
   end
 
   return {fixed = fixed, counter = counter, slog = slog, write_log = write_log,

@@ -21,14 +21,14 @@ for h = 1, nhits do
     local key = KEYS[k]; k = k + 1
     local v = redis.call('GET', key)
     if v then
-      local s, n, r = string.match(v, '^(%-?%d+) (%-?%d+) (%d+)$')
-      if s then
+      if #v == 24 then
         local den = tonumber(ARGV[i+5])
-        s, n, r = tonumber(s), tonumber(n) - tonumber(ARGV[i+9]), tonumber(r) - tonumber(ARGV[i+10])
+        local s, n, r = struct.unpack('<ddd', v)
+        n, r = n - tonumber(ARGV[i+9]), r - tonumber(ARGV[i+10])
         if r < 0 then r = r + den; n = n - 1 end
         local q = math.floor(n / 1000000000)
         s, n = s + q, n - q * 1000000000
-        redis.call('SET', key, fmt(s) .. ' ' .. fmt(n) .. ' ' .. fmt(r), 'KEEPTTL')
+        redis.call('SET', key, struct.pack('<ddd', s, n, r), 'KEEPTTL')
       end
     end
   elseif alg == 5 or alg == 7 then
@@ -36,9 +36,8 @@ for h = 1, nhits do
     local wus = tonumber(ARGV[i+6]) / 1000
     local idx = (mark - math.fmod(mark, wus)) / wus
     local v = redis.call('GET', key)
-    if v then
-      local parts = {}
-      for x in string.gmatch(v, '%-?%d+') do parts[#parts+1] = tonumber(x) end
+    if v and #v == (alg == 5 and 16 or 24) then
+      local parts = {struct.unpack(alg == 5 and '<dd' or '<ddd', v)}
       if alg == 5 and parts[1] == idx then
         parts[2] = math.max(0, parts[2] - cost)
       elseif alg == 7 and parts[1] == idx then
@@ -46,8 +45,11 @@ for h = 1, nhits do
       elseif alg == 7 and parts[1] == idx + 1 then
         parts[3] = math.max(0, parts[3] - cost)
       end
-      for j = 1, #parts do parts[j] = fmt(parts[j]) end
-      redis.call('SET', key, table.concat(parts, ' '), 'KEEPTTL')
+      if alg == 5 then
+        redis.call('SET', key, struct.pack('<dd', parts[1], parts[2]), 'KEEPTTL')
+      else
+        redis.call('SET', key, struct.pack('<ddd', parts[1], parts[2], parts[3]), 'KEEPTTL')
+      end
     end
   elseif alg == 6 then
     local zkey, hkey = KEYS[k], KEYS[k+1]; k = k + 2
@@ -92,9 +94,11 @@ for h = 1, nhits do
     if mark >= b[3] then st = b[3] elseif mark >= b[2] then st = b[2] end
     local v = redis.call('GET', key)
     if v then
-      local ss, sc = string.match(v, '^(%-?%d+) (%-?%d+)$')
-      if ss and tonumber(ss) == st then
-        redis.call('SET', key, ss .. ' ' .. fmt(math.max(0, tonumber(sc) - cost)), 'KEEPTTL')
+      if #v == 16 then
+        local ss, sc = struct.unpack('<dd', v)
+        if ss == st then
+          redis.call('SET', key, struct.pack('<dd', ss, math.max(0, sc - cost)), 'KEEPTTL')
+        end
       end
     end
   end
