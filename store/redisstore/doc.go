@@ -37,7 +37,10 @@
 // A rule's counter for a subject is the key <prefix>{<subject>}:<rule id>
 // (plus <key>:h, a companion hash, for the sliding log and concurrency). The
 // hash tag keeps all limits of one subject in one slot. Every key carries a
-// TTL: the time until its state would be back to full or idle.
+// TTL: the time until its state would be back to full or idle. Counters and
+// arrival times are stored as packed doubles (the struct library of Redis'
+// Lua), which spares a text conversion in every decision; the sliding log
+// and the leases are a sorted set and a hash.
 //
 // # Cluster: the over-count bound
 //
