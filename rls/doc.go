@@ -85,7 +85,8 @@
 // (draft-ietf-httpapi-ratelimit-headers-10 syntax, e.g. "d.k";q=10;w=60 and
 // "d.k";r=3;t=42, the binding limit first) for the non-shadow limits, and on
 // OVER_LIMIT a Retry-After in whole seconds, rounded up, never earlier than
-// the binding t (Options.NoHeaders leaves them out). hits_addend is the
+// the binding t (Options.NoHeaders leaves them out; Options.LegacyHeaders
+// adds X-RateLimit-Limit, -Remaining and -Reset, Reset in delay seconds). hits_addend is the
 // cost (0 means 1); a descriptor's own hits_addend, when above 0,
 // overrides it.
 // A request the engine cannot decide at all is answered with gRPC
@@ -127,8 +128,9 @@
 //   - duration_until_reset of an OVER_LIMIT descriptor is the retry wait
 //     (see above), not always the end of the window; the two agree for
 //     fixed windows.
-//   - RateLimit-Policy, RateLimit and Retry-After are added by default
-//     (envoyproxy/ratelimit can add the older X-RateLimit-* fields).
+//   - RateLimit-Policy, RateLimit and Retry-After are added by default;
+//     envoyproxy/ratelimit can add the older X-RateLimit-* fields, which
+//     Options.LegacyHeaders adds as well.
 //   - is_negative_hits (refunds) is rejected with InvalidArgument.
 //   - The global shadow mode, the local over-limit cache, the near-limit
 //     statistics and xDS configuration are not implemented; detailed_metric

@@ -41,6 +41,10 @@ type Options struct {
 	// NoHeaders leaves out RateLimit-Policy, RateLimit and Retry-After from
 	// response_headers_to_add.
 	NoHeaders bool
+	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (delay seconds) for the binding limit, the fields
+	// envoyproxy/ratelimit adds when its response headers are enabled.
+	LegacyHeaders bool
 	// Observe, when set, is called once per descriptor status that a
 	// limit covered: the domain, the limit's name, whether it was over its
 	// limit, whether it is in shadow mode, and whether the decision was
@@ -320,18 +324,30 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			covered[0] = b
 		}
 		h := headerPool.Get().(http.Header)
-		t := gateway.SetRateLimit(h, covered, nil, nil)
+		var ho *gateway.HeaderOptions
+		if s.opts.LegacyHeaders {
+			ho = &legacyHeaders
+		}
+		t := gateway.SetRateLimit(h, covered, ho, nil)
 		n := 2
 		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-			n = 3
+			n++
 		}
-		hv := make([]corev3.HeaderValue, n)
-		resp.ResponseHeadersToAdd = make([]*corev3.HeaderValue, n)
-		hv[0].Key, hv[0].Value = "RateLimit-Policy", first(h["Ratelimit-Policy"])
-		hv[1].Key, hv[1].Value = "RateLimit", first(h["Ratelimit"])
-		if n == 3 {
-			hv[2].Key, hv[2].Value = "Retry-After", strconv.FormatInt(gateway.RetryAfterSeconds(wait, t), 10)
+		if ho != nil {
+			n += 3
 		}
+		hv := make([]corev3.HeaderValue, 0, n)
+		hv = append(hv, corev3.HeaderValue{Key: "RateLimit-Policy", Value: first(h["Ratelimit-Policy"])},
+			corev3.HeaderValue{Key: "RateLimit", Value: first(h["Ratelimit"])})
+		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+			hv = append(hv, corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(gateway.RetryAfterSeconds(wait, t), 10)})
+		}
+		if ho != nil {
+			hv = append(hv, corev3.HeaderValue{Key: "X-RateLimit-Limit", Value: first(h["X-Ratelimit-Limit"])},
+				corev3.HeaderValue{Key: "X-RateLimit-Remaining", Value: first(h["X-Ratelimit-Remaining"])},
+				corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: first(h["X-Ratelimit-Reset"])})
+		}
+		resp.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(hv))
 		for i := range hv {
 			resp.ResponseHeadersToAdd[i] = &hv[i]
 		}
@@ -340,6 +356,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	return resp, nil
 }
+
+// legacyHeaders asks gateway.SetRateLimit for the X-RateLimit-* fields.
+var legacyHeaders = gateway.HeaderOptions{Legacy: true}
 
 // headerPool recycles the header maps SetRateLimit writes into.
 var headerPool = sync.Pool{New: func() any { return http.Header{} }}

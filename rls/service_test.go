@@ -267,3 +267,23 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
 }
+
+func TestLegacyHeaders(t *testing.T) {
+	c, _ := startService(t, mustParse(t, basic), newClock(), Options{LegacyHeaders: true})
+	for range 10 {
+		ask(t, c, "d", desc("user", "legacy"))
+	}
+	r := ask(t, c, "d", desc("user", "legacy"))
+	want := map[string]string{
+		"RateLimit-Policy": `"d.user";q=10;w=60`, "RateLimit": `"d.user";r=0;t=50`, "Retry-After": "50",
+		"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "50",
+	}
+	if len(r.ResponseHeadersToAdd) != len(want) {
+		t.Fatalf("headers %v", r.ResponseHeadersToAdd)
+	}
+	for k, v := range want {
+		if got := header(r, k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+}
