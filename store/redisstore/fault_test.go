@@ -47,15 +47,17 @@ func newFaultRig(t *testing.T) *faultRig {
 	}
 	rig := &faultRig{srv: srv, store: s, local: local, before: before, rules: map[limiter.FailurePolicy]*limiter.Rule{}}
 	for _, p := range []limiter.FailurePolicy{limiter.FailOpen, limiter.FailClosed, limiter.FailLocal} {
-		r, err := limiter.NewRule(floodgate.Limit{Name: "fault_" + p.String(), Algorithm: floodgate.FixedWindow,
-			Max: 1_000_000, Window: time.Hour}, p, false)
+		// A token bucket, so that no window boundary can refill the local
+		// fallback during the test.
+		r, err := limiter.NewRule(floodgate.Limit{Name: "fault_" + p.String(), Algorithm: floodgate.TokenBucket,
+			Rate: 1_000_000, Per: time.Hour, Burst: 1_000_000}, p, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rig.rules[p] = r
 	}
 	// The local fallback of the local rule: 1,000,000 split over 10,000
-	// instances = 100 requests.
+	// instances = a burst of 100 requests, refilling 100 an hour.
 	rig.lim = limiter.New(s, limiter.Options{
 		Timeout:   faultTimeout,
 		Instances: 10_000,
