@@ -75,3 +75,24 @@ func TestGracefulStopFinishesCallsInFlight(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 }
+
+func TestRegisterOnAnotherServer(t *testing.T) {
+	st, _ := memstore.New(memstore.Options{})
+	defer st.Close()
+	g := grpc.NewServer()
+	New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}).Register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(lis)
+	defer g.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if r := ask(t, rlsv3.NewRateLimitServiceClient(conn), "d", desc("user", "reg")); r.Statuses[0].LimitRemaining != 9 {
+		t.Fatalf("%v", r)
+	}
+}

@@ -158,3 +158,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	return nil
 }
+
+// Register adds the rate-limit service to a gRPC server the caller owns
+// (with its own health service, credentials and options); NewServer does
+// this and more for a server of its own.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+}
