@@ -17,7 +17,8 @@
 # stopped by its PID when it ends.
 #
 # Environment: DURATION (default 10s), CONNECTIONS (50), THREADS (2),
-# BASE_PORT (18100).
+# BASE_PORT (18100). GOGC, when set, reaches the Go programs (upstream, bare
+# proxy, floodgate) alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

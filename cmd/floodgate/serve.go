@@ -129,12 +129,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // serve runs the gateway until ctx ends.
 func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Logger) error {
 	var gw atomic.Pointer[gateway.Gateway]
+	var started atomic.Pointer[config.Server] // the settings the process runs with
 	reloader, err := policy.NewReloader(policy.ReloaderOptions{
 		Path:   cfg.config,
 		Logger: log,
-		OnReload: func(*policy.Policy) {
+		OnReload: func(p *policy.Policy) {
 			if g := gw.Load(); g != nil {
 				g.ForgetUpstreams()
+			}
+			// Limits, routes, keys, identity and header settings follow
+			// the file; the process-level settings need a restart.
+			if s, first := p.Server(), started.Load(); first != nil &&
+				(s.Store != first.Store || s.StateFile != first.StateFile || s.Listen != first.Listen ||
+					s.AdminListen != first.AdminListen || s.StoreTimeout != first.StoreTimeout ||
+					s.Instances != first.Instances || s.Upstream != first.Upstream) {
+				log.Warn("reloaded: store, listen addresses, store timeout, instances and upstream timeouts change only on restart")
 			}
 		},
 	})
@@ -142,6 +151,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Lo
 		return fmt.Errorf("serve: %w", err)
 	}
 	srv := reloader.Policy().Server()
+	started.Store(srv)
 	listen := firstNonEmpty(cfg.listen, srv.Listen, config.DefaultListen)
 	admin := firstNonEmpty(cfg.adminListen, srv.AdminListen)
 
