@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/limiter"
@@ -74,5 +76,64 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 	}
 	if up.served.Load() != limit {
 		t.Errorf("upstream served %d, want %d", up.served.Load(), limit)
+	}
+}
+
+// TestRedisDownFailurePolicies stops Redis under a running gateway: a limit
+// that fails open lets requests through, one that fails closed refuses
+// them (with a Retry-After), and the metrics count the degraded decisions.
+func TestRedisDownFailurePolicies(t *testing.T) {
+	srv := redistest.Start(t)
+	open, err := limiter.NewRule(floodgate.Limit{Name: "open", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := limiter.NewRule(floodgate.Limit{Name: "closed", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, limiter.FailClosed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := redisstore.New(redisstore.Options{URL: "redis://" + srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := LimiterEngine(limiter.New(store, limiter.Options{Timeout: 100 * time.Millisecond, Observer: m}))
+	g, err := New(Options{Engine: engine, Observer: m, Matcher: funcMatcher(func(r *http.Request, mt *Match) error {
+		rule := open
+		if r.URL.Path == "/closed" {
+			rule = closed
+		}
+		mt.Hits = append(mt.Hits, limiter.Hit{Rule: rule, Key: "k", Cost: 1})
+		return nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer front.Close()
+	for _, path := range []string{"/open", "/closed"} {
+		if a := do(t, front.Client(), "GET", front.URL+path, nil); a.status != 200 {
+			t.Fatalf("%s with Redis up: %d", path, a.status)
+		}
+	}
+	srv.Kill()
+	for i := 0; i < 3; i++ {
+		if a := do(t, front.Client(), "GET", front.URL+"/open", nil); a.status != 200 {
+			t.Errorf("fail-open limit with Redis down: %d", a.status)
+		}
+		if a := do(t, front.Client(), "GET", front.URL+"/closed", nil); a.status != 429 || a.header.Get("Retry-After") == "" {
+			t.Errorf("fail-closed limit with Redis down: %d, Retry-After %q", a.status, a.header.Get("Retry-After"))
+		}
+	}
+	if n := value(t, m.degraded.WithLabelValues("open")); n < 3 {
+		t.Errorf("degraded decisions of the open limit: %v", n)
+	}
+	if n := value(t, m.degraded.WithLabelValues("closed")); n < 3 {
+		t.Errorf("degraded decisions of the closed limit: %v", n)
 	}
 }
