@@ -79,6 +79,11 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 	}
 	var st algo.State
 	key := "conform"
+	companion, err := limiter.NewRule(floodgate.Limit{Name: "companion", Algorithm: floodgate.FixedWindow,
+		Max: 1 << 40, Window: time.Hour}, limiter.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	steps := 300
 	if testing.Short() {
 		steps = 100
@@ -120,8 +125,15 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 		} else {
 			want, wantErr = r.Params.Decide(&st, req)
 		}
-		out := make([]floodgate.Decision, 1)
-		err := s.Apply(ctx, op, []limiter.Hit{{Rule: r, Key: key, Cost: cost, Lease: lease}}, out)
+		// Every other request carries a second hit that always allows, on
+		// the same subject (so in the same slot): the script's general path
+		// must decide as its one-hit fast path does.
+		hits := []limiter.Hit{{Rule: r, Key: key, Cost: cost, Lease: lease}}
+		if step%2 == 1 && op != limiter.Release {
+			hits = append(hits, limiter.Hit{Rule: companion, Key: key, Cost: 1})
+		}
+		out := make([]floodgate.Decision, len(hits))
+		err := s.Apply(ctx, op, hits, out)
 		desc := fmt.Sprintf("step %d at %s: op %d cost %d lease %d", step,
 			time.UnixMicro(now).UTC().Format("15:04:05.000000"), op, cost, lease)
 		if !errors.Is(err, floodgate.ErrNeverFits) || !errors.Is(wantErr, floodgate.ErrNeverFits) {
