@@ -14,7 +14,8 @@
 // The top-level sections are all optional:
 //
 //	version: 1
-//	server:   listen, admin_listen, grpc_listen, api_listen, store
+//	server:   listen, admin_listen, grpc_listen (with rls_config,
+//	          grpc_tls_cert, grpc_tls_key), api_listen, store
 //	          (memory | redis://… | rediss://… | redis+cluster://… |
 //	          redis+sentinel://MASTER@…), state_file, store_timeout,
 //	          instances, headers {ratelimit, x_ratelimit, binding_limit},

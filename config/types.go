@@ -74,6 +74,14 @@ type Server struct {
 	GRPCListen string `yaml:"grpc_listen"`
 	// APIListen, when set, serves the HTTP decision API (/v1/check).
 	APIListen string `yaml:"api_listen"`
+	// RLSConfig lists the descriptor files or directories, in the
+	// envoyproxy/ratelimit format, of the rate-limit service on
+	// GRPCListen; relative paths are relative to the policy file.
+	RLSConfig []string `yaml:"rls_config"`
+	// GRPCTLSCert and GRPCTLSKey, when both set, serve the rate-limit
+	// service over TLS with this certificate and key (PEM files).
+	GRPCTLSCert string `yaml:"grpc_tls_cert"`
+	GRPCTLSKey  string `yaml:"grpc_tls_key"`
 	// Store is "memory" (default) or a Redis URL: redis://host:port/db,
 	// rediss:// (TLS), redis+cluster://host1,host2 or
 	// redis+sentinel://master@host1,host2.

@@ -218,6 +218,15 @@ func (v *validator) server() {
 			v.errorf("server."+l.field, "%q is not a host:port address (such as :8080 or 127.0.0.1:9090)", l.addr)
 		}
 	}
+	if s.GRPCListen != "" && len(s.RLSConfig) == 0 {
+		v.errorf("server.grpc_listen", "grpc_listen needs rls_config: the descriptor files of the rate-limit service")
+	}
+	if s.GRPCListen == "" && len(s.RLSConfig) > 0 {
+		v.errorf("server.rls_config", "rls_config needs grpc_listen, the address of the rate-limit service")
+	}
+	if (s.GRPCTLSCert == "") != (s.GRPCTLSKey == "") {
+		v.errorf("server.grpc_tls_cert", "grpc_tls_cert and grpc_tls_key go together")
+	}
 	switch s.Store {
 	case "memory":
 	case "":

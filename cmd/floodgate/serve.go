@@ -34,7 +34,10 @@ of each route's upstream. The memory store is used unless the file's
 server.store names Redis.
 
 Endpoints: the gateway on server.listen (--listen); /healthz, /readyz and
-/metrics on server.admin_listen (--admin-listen; "off" disables them).
+/metrics on server.admin_listen (--admin-listen; "off" disables them);
+when the file names them, Envoy's rate-limit service (RLS v3 gRPC) on
+server.grpc_listen and the HTTP check API on server.api_listen, sharing the
+gateway's store.
 SIGHUP reloads the file (an invalid version is logged and ignored);
 SIGINT and SIGTERM stop accepting, finish the requests in flight (up to
 --shutdown-timeout), then close the store (the memory store writes its
@@ -259,7 +262,15 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Lo
 		adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 4) // one send at most from each server
+	services, err := startDecisionServices(srv, cfg.config, lim, reloader, cfg.shutdownTimeout, errc, stdout, log)
+	if err != nil {
+		ln.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return err
+	}
 	go func() { errc <- front.Serve(ln) }()
 	if adminSrv != nil {
 		go func() { errc <- adminSrv.Serve(adminLn) }()
@@ -311,6 +322,7 @@ loop:
 		log.Warn("requests still in flight at the shutdown timeout", "err", err)
 		_ = front.Close()
 	}
+	services.Shutdown()
 	if adminSrv != nil {
 		_ = adminSrv.Shutdown(sctx)
 	}

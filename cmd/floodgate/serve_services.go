@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/httpapi"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+	"github.com/floodgate/floodgate/rls"
+)
+
+// decisionServices are the decision service's listeners that run beside
+// the gateway in one process, sharing its engine and store: Envoy's
+// rate-limit service (server.grpc_listen) and the HTTP check API
+// (server.api_listen).
+type decisionServices struct {
+	stop func()
+	wg   sync.WaitGroup
+}
+
+// startDecisionServices opens the listeners the settings name and serves
+// them until Shutdown. Errors that end serving are sent to errc.
+// configPath anchors relative paths.
+func startDecisionServices(srv *config.Server, configPath string, lim *limiter.Limiter, reloader *policy.Reloader,
+	grace time.Duration, errc chan<- error, stdout io.Writer, log *slog.Logger) (*decisionServices, error) {
+	ctx, stop := context.WithCancel(context.Background())
+	ds := &decisionServices{stop: stop}
+	fail := func(err error) (*decisionServices, error) {
+		ds.Shutdown()
+		return nil, err
+	}
+	rel := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(filepath.Dir(configPath), p)
+	}
+
+	if srv.GRPCListen != "" {
+		paths := make([]string, len(srv.RLSConfig))
+		for i, p := range srv.RLSConfig {
+			paths[i] = rel(p)
+		}
+		cfg, err := rls.Load(paths, rls.LoadOptions{})
+		if err != nil {
+			return fail(fmt.Errorf("serve: rls_config: %w", err))
+		}
+		svc := rls.New(lim, cfg, rls.Options{Logger: log, LegacyHeaders: srv.Headers.XRateLimit})
+		gs, err := rls.NewServer(svc, rls.ServerOptions{TLSCertFile: rel(srv.GRPCTLSCert), TLSKeyFile: rel(srv.GRPCTLSKey)})
+		if err != nil {
+			return fail(fmt.Errorf("serve: rate-limit service: %w", err))
+		}
+		ln, err := net.Listen("tcp", srv.GRPCListen)
+		if err != nil {
+			return fail(fmt.Errorf("serve: grpc listen: %w", err))
+		}
+		ds.wg.Add(2)
+		go func() {
+			defer ds.wg.Done()
+			rls.Watch(ctx, svc, paths, rls.WatchOptions{Logger: log})
+		}()
+		go func() {
+			defer ds.wg.Done()
+			if err := gs.Serve(ctx, ln); err != nil {
+				errc <- fmt.Errorf("rate-limit service: %w", err)
+			}
+		}()
+		fmt.Fprintf(stdout, "floodgate: Envoy rate-limit service (RLS v3, gRPC) on %s\n", displayAddr(ln.Addr()))
+	}
+
+	if srv.APIListen != "" {
+		ln, err := net.Listen("tcp", srv.APIListen)
+		if err != nil {
+			return fail(fmt.Errorf("serve: api listen: %w", err))
+		}
+		h := httpapi.New(lim, httpapi.PolicyLimits(reloader.Policy), httpapi.Options{Logger: log})
+		ds.wg.Add(1)
+		go func() {
+			defer ds.wg.Done()
+			if err := httpapi.Serve(ctx, ln, h, grace); err != nil {
+				errc <- fmt.Errorf("check API: %w", err)
+			}
+		}()
+		fmt.Fprintf(stdout, "floodgate: check API on http://%s (POST /v1/check, /v1/peek)\n", displayAddr(ln.Addr()))
+	}
+	return ds, nil
+}
+
+// Shutdown stops the services gracefully and waits for them.
+func (ds *decisionServices) Shutdown() {
+	ds.stop()
+	ds.wg.Wait()
+}
