@@ -52,6 +52,7 @@ type benchConfig struct {
 	duration    time.Duration
 	timeout     time.Duration
 	prefix      string
+	flushDelay  time.Duration
 	json        bool
 }
 
@@ -66,6 +67,7 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long to run")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "deadline of one decision")
 	fs.StringVar(&cfg.prefix, "prefix", "fgbench:", "Redis key prefix")
+	fs.DurationVar(&cfg.flushDelay, "flush-delay", redisstore.DefaultMaxFlushDelay, "Redis: longest wait to batch pipelined commands (0: none)")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object")
 	rate := fs.Int64("rate", 100, "units per --per (rate algorithms)")
 	per := fs.Duration("per", time.Second, "the rate's period")
@@ -99,6 +101,8 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 		return nil, usagef("bench: --duration must be positive, got %s", cfg.duration)
 	case cfg.timeout <= 0:
 		return nil, usagef("bench: --timeout must be positive, got %s", cfg.timeout)
+	case cfg.flushDelay < 0 || cfg.flushDelay > time.Second:
+		return nil, usagef("bench: --flush-delay must be between 0 and 1s, got %s", cfg.flushDelay)
 	}
 	cfg.limit = floodgate.Limit{Name: "bench", Algorithm: a, Rate: *rate, Per: *per, Burst: *burst,
 		Max: *limit, Window: *window, LeaseTTL: *leaseTTL}
@@ -152,7 +156,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if _, err := redisstore.ParseURL(cfg.store); err != nil {
 			return usagef("bench: --store: %v", err)
 		}
-		rs, err := redisstore.New(redisstore.Options{URL: cfg.store, Prefix: cfg.prefix})
+		opts := redisstore.Options{URL: cfg.store, Prefix: cfg.prefix, MaxFlushDelay: cfg.flushDelay}
+		if cfg.flushDelay == 0 {
+			opts.MaxFlushDelay = -1 // write at once
+		}
+		rs, err := redisstore.New(opts)
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}

@@ -111,6 +111,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"--store", "mysql://x"},
 		{"--rate", "0"},
 		{"--algorithm", "quota", "--period", "year"},
+		{"--flush-delay", "-1ms"},
 		{"extra"},
 	} {
 		var stdout, stderr bytes.Buffer

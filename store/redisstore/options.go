@@ -198,6 +198,12 @@ func (a Address) clientOption(o *Options) rueidis.ClientOption {
 	if o.PipelineMultiplex != 0 {
 		opt.PipelineMultiplex = o.PipelineMultiplex
 	}
+	switch {
+	case o.MaxFlushDelay == 0:
+		opt.MaxFlushDelay = DefaultMaxFlushDelay
+	case o.MaxFlushDelay > 0:
+		opt.MaxFlushDelay = o.MaxFlushDelay
+	}
 	if a.TLS {
 		cfg := o.TLSConfig
 		if cfg == nil {
