@@ -122,7 +122,8 @@ var _ limiter.Store = (*Store)(nil)
 // New returns a store. With Options.StatePath set it loads the state file
 // if there is one; a file that cannot be read or does not check out is
 // reported through Stats().LoadError and the logger and otherwise ignored.
-// New starts the sweep and snapshot goroutines that Close stops.
+// New starts the goroutines that sweep, snapshot and re-read the wall
+// clock; Close stops them.
 func New(opts Options) (*Store, error) {
 	if opts.Shards < 0 || opts.Shards > 1<<16 {
 		return nil, fmt.Errorf("memstore: shards must be between 0 and 65536, got %d", opts.Shards)
