@@ -50,9 +50,10 @@ local function units(ns, rem, den, per)
   return q
 end
 
--- The common case, one hit of a rate algorithm, takes a straight path that
--- skips the general machinery below (its closures and tables). It decides
--- exactly as rate() does; the tests hold both to package algo's decisions.
+-- The common cases, one hit of a rate algorithm or of a fixed window, take
+-- a straight path that skips the general machinery below (its closures and
+-- tables). They decide exactly as rate() and fixed() do; the tests hold both
+-- paths to package algo's decisions.
 if nhits == 1 and tonumber(ARGV[4]) <= 4 and op ~= 'r' then
   local key, cost = KEYS[1], tonumber(ARGV[5])
   local den, per = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -107,6 +108,33 @@ if nhits == 1 and tonumber(ARGV[4]) <= 4 and op ~= 'r' then
     redis.call('SET', key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), 'PX', ceil_ms(nx))
   end
   return {charged, now_us, 1, units(rn, rr, den, per), 0, math.min(nx, BIG), math.min(delay, BIG), 0}
+end
+
+-- The same for one hit of a fixed window, as fixed() decides it.
+if nhits == 1 and ARGV[4] == '5' and op ~= 'r' then
+  local key, cost = KEYS[1], tonumber(ARGV[5])
+  local max, w = tonumber(ARGV[8]), tonumber(ARGV[9])
+  local wus = w / 1000
+  local r = math.fmod(now_us, wus)
+  local idx = (now_us - r) / wus
+  local left = math.min(w - r * 1000, BIG)
+  local count = 0
+  local v = redis.call('GET', key)
+  if v and #v == 16 then
+    local si, sc = struct.unpack('<dd', v)
+    if si == idx then count = sc
+    elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
+  end
+  local charged = 0
+  if op == 'c' and ARGV[6] == '1' then charged = 1 end
+  if cost > max then return {charged, now_us, 0, math.max(0, max - count), 0, left, 0, 1} end
+  if cost > max - count then return {charged, now_us, 0, math.max(0, max - count), left, left, 0, 0} end
+  count = count + cost
+  if op == 'c' then
+    charged = 1
+    redis.call('SET', key, struct.pack('<dd', idx, count), 'PX', ceil_ms(left))
+  end
+  return {charged, now_us, 1, max - count, 0, left, 0, 0}
 end
 
 local function fmt(x) return string.format('%.0f', x) end
