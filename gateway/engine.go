@@ -10,23 +10,13 @@ import (
 )
 
 // LimiterEngine adapts the engine (limiter.Limiter: failure policies, the
-// local fallback and the circuit breaker) to the gateway's Engine. When the
-// engine can give back a charge (a Refund method with Refunder's
-// signature), the result is also a Refunder, so that a queued request
-// whose client went away frees its place.
+// local fallback and the circuit breaker) to the gateway's Engine,
+// including Release of concurrency leases and Refund of queued requests
+// whose client went away.
 func LimiterEngine(l *limiter.Limiter) Engine {
 	e := &limiterEngine{l: l}
 	e.pool.New = func() any { return new(limiter.Result) }
-	if r, ok := any(l).(Refunder); ok {
-		return &refundingEngine{e, r}
-	}
 	return e
-}
-
-// refundingEngine is a limiterEngine whose engine can refund.
-type refundingEngine struct {
-	*limiterEngine
-	Refunder
 }
 
 type limiterEngine struct {
@@ -38,8 +28,11 @@ func (e *limiterEngine) Apply(ctx context.Context, op limiter.Op, hits []limiter
 	if len(out) != len(hits) {
 		return fmt.Errorf("gateway: %d decisions for %d hits", len(out), len(hits))
 	}
-	if op == limiter.Release {
+	switch op {
+	case limiter.Release:
 		return e.l.Release(ctx, hits)
+	case limiter.Refund:
+		return e.l.Refund(ctx, hits)
 	}
 	r := e.pool.Get().(*limiter.Result)
 	defer e.pool.Put(r)

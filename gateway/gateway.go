@@ -78,14 +78,6 @@ type Engine interface {
 	Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error
 }
 
-// Refunder is implemented by engines that can give back what a Charge took,
-// for requests that a leaky queue held and whose client went away before
-// their slot came. Without it the place stays taken until the queue drains
-// (as with NGINX).
-type Refunder interface {
-	Refund(ctx context.Context, hits []limiter.Hit) error
-}
-
 // Outcome is what happened to one limit for one request, for metrics.
 type Outcome uint8
 
@@ -158,15 +150,14 @@ type Options struct {
 // Gateway enforces a policy on HTTP requests, as middleware or as a
 // reverse proxy. It is safe for concurrent use.
 type Gateway struct {
-	matcher  Matcher
-	engine   Engine
-	refunder Refunder
-	fields   fieldSwitches
-	obs      Observer
-	timed    bool // an Observer wants store latencies
-	log      *slog.Logger
-	relTO    time.Duration
-	tr       http.RoundTripper
+	matcher Matcher
+	engine  Engine
+	fields  fieldSwitches
+	obs     Observer
+	timed   bool // an Observer wants store latencies
+	log     *slog.Logger
+	relTO   time.Duration
+	tr      http.RoundTripper
 
 	headers   sync.Map // *limiter.Rule → *LimitHeader (rules are immutable)
 	headerIDs atomic.Uint64
@@ -207,7 +198,6 @@ func New(opts Options) (*Gateway, error) {
 	if g.tr == nil {
 		g.tr = NewTransport(TransportOptions{})
 	}
-	g.refunder, _ = opts.Engine.(Refunder)
 	// Lease IDs start at a random point so that instances sharing a store
 	// do not collide.
 	var seed [8]byte
@@ -571,17 +561,17 @@ func (g *Gateway) wait(ctx context.Context, st *reqState, pre []int, delay time.
 	case <-ctx.Done():
 		t.Stop()
 	}
-	if g.refunder != nil {
-		st.sub = st.sub[:0]
-		for _, i := range pre {
-			st.sub = append(st.sub, st.m.Hits[i])
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
-		if err := g.refunder.Refund(rctx, st.sub); err != nil {
-			g.log.Warn("gateway: refund of a queued request", "err", err)
-		}
-		cancel()
+	// The client went away before its slot: give its place back (the
+	// rate algorithms' charges are refundable; others keep theirs).
+	st.sub = st.sub[:0]
+	for _, i := range pre {
+		st.sub = append(st.sub, st.m.Hits[i])
 	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
+	if err := g.engine.Apply(rctx, limiter.Refund, st.sub, make([]floodgate.Decision, len(st.sub))); err != nil {
+		g.log.Warn("gateway: refund of a queued request", "err", err)
+	}
+	cancel()
 	return false
 }
 

@@ -91,7 +91,8 @@ func TestLeakyQueueSpacing(t *testing.T) {
 func TestQueuedClientGoesAway(t *testing.T) {
 	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 3}, false)
 	clock := newTestClock()
-	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, clock.Now)})
+	store := newMemStore(t, clock.Now)
+	g, err := New(Options{Matcher: oneRule(rule), Engine: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +116,16 @@ func TestQueuedClientGoesAway(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := reached.Load(); n != 1 {
 		t.Errorf("upstream reached %d times, want 1", n)
+	}
+	// Its place was given back: the queue holds the first one's successor
+	// slot (delay one minute) for the next request, as before it came.
+	out := make([]floodgate.Decision, 1)
+	hit := []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}
+	if err := store.Apply(context.Background(), limiter.Peek, hit, out); err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Allowed || out[0].Delay != time.Minute {
+		t.Errorf("after the client left: %+v, want a free place one minute out", out[0])
 	}
 }
 

@@ -204,20 +204,7 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 	}
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
-	out := sc.outFor(len(hits))
-	var err error
-	if call, probe := l.breaker.allow(); call {
-		err = l.callStore(ctx, Release, hits, out)
-		if err == nil {
-			l.breaker.success(probe)
-		} else {
-			l.storeFailures.Add(1)
-			l.breaker.failure(probe)
-			err = fmt.Errorf("limiter: release: %w", err)
-		}
-	} else {
-		err = fmt.Errorf("limiter: release: %w", ErrBreakerOpen)
-	}
+	err := l.giveBack(ctx, Release, hits, sc.outFor(len(hits)))
 	if l.opts.Local != nil {
 		lh := sc.localHits[:0]
 		for i := range hits {
@@ -237,6 +224,46 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 		sc.localHits = lh[:0]
 	}
 	return err
+}
+
+// Refund gives back what Check charged for hits, for a request that will
+// not go ahead after all (a queued request whose client went away). Only
+// rules whose algo.Params are Refundable (token bucket, GCRA, leaky bucket
+// and leaky queue) give anything back; the others keep the charge. A
+// refund never fills a bucket beyond full. Charges made by a failure
+// policy while the store failed are not given back, and an error means the
+// store could not be told: the units then come back as time passes.
+func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
+	for i := range hits {
+		if hits[i].Rule == nil {
+			return fmt.Errorf("limiter: hit %d has no rule", i)
+		}
+		if hits[i].Cost < 1 {
+			return fmt.Errorf("limiter: refund: %w", floodgate.ErrInvalidCost)
+		}
+	}
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	return l.giveBack(ctx, Refund, hits, sc.outFor(len(hits)))
+}
+
+// giveBack runs a Release or Refund on the store, through the breaker.
+func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) error {
+	what := "release"
+	if op == Refund {
+		what = "refund"
+	}
+	call, probe := l.breaker.allow()
+	if !call {
+		return fmt.Errorf("limiter: %s: %w", what, ErrBreakerOpen)
+	}
+	if err := l.callStore(ctx, op, hits, out); err != nil {
+		l.storeFailures.Add(1)
+		l.breaker.failure(probe)
+		return fmt.Errorf("limiter: %s: %w", what, err)
+	}
+	l.breaker.success(probe)
+	return nil
 }
 
 // ErrBreakerOpen reports a store call skipped because the circuit breaker

@@ -18,6 +18,10 @@ const (
 	Peek
 	// Release ends the concurrency leases named by the hits.
 	Release
+	// Refund gives back what an earlier Charge took for the hits (a
+	// queued request whose client went away). Only algorithms whose
+	// algo.Params are Refundable give anything back; others are left alone.
+	Refund
 )
 
 // Hit is one limit applied to one key for one request.

@@ -274,13 +274,14 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	if len(out) != len(hits) {
 		return fmt.Errorf("memstore: %d decisions for %d hits", len(out), len(hits))
 	}
-	if op != limiter.Charge && op != limiter.Peek && op != limiter.Release {
+	if op != limiter.Charge && op != limiter.Peek && op != limiter.Release && op != limiter.Refund {
 		return fmt.Errorf("memstore: unknown op %d", op)
 	}
 	for i := range hits {
 		if hits[i].Rule == nil {
 			return fmt.Errorf("memstore: hit %d has no rule", i)
 		}
+		// Charges, peeks and refunds all carry a cost.
 		if op != limiter.Release && hits[i].Cost < 1 {
 			return fmt.Errorf("memstore: %s: cost %d: %w", hits[i].Rule.ID, hits[i].Cost, floodgate.ErrInvalidCost)
 		}
@@ -288,7 +289,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	if len(hits) == 0 {
 		return nil
 	}
-	if len(hits) == 1 && op != limiter.Release {
+	if len(hits) == 1 && (op == limiter.Charge || op == limiter.Peek) {
 		return s.applyOne(&hits[0], &out[0], op == limiter.Peek)
 	}
 	var buf [stackHits]work
@@ -307,8 +308,8 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	}
 	now := s.now()
 	var err error
-	if op == limiter.Release {
-		err = s.release(w, hits, out, now)
+	if op == limiter.Release || op == limiter.Refund {
+		err = s.giveBack(w, hits, out, now, op)
 	} else {
 		err = s.decide(w, hits, out, now, op == limiter.Peek)
 	}
@@ -460,14 +461,15 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 	return nil
 }
 
-// release ends the leases named by the concurrency hits and reports each
-// hit's state afterwards: Remaining is the number of units free. Hits of other algorithms
-// are left alone and reported as allowed.
-func (s *Store) release(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64) error {
+// giveBack ends the leases named by the concurrency hits (Release) or gives
+// back the charges of refundable hits (Refund), and reports each hit's
+// state afterwards: Remaining is the number of units free. Other hits are
+// left alone and reported as allowed.
+func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64, op limiter.Op) error {
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
 		p := &hit.Rule.Params
-		if p.Algorithm() != floodgate.Concurrency {
+		if (op == limiter.Release && p.Algorithm() != floodgate.Concurrency) || (op == limiter.Refund && !p.Refundable()) {
 			out[i] = floodgate.Decision{Allowed: true, Limit: p.Capacity(), Remaining: p.Capacity()}
 			continue
 		}
@@ -482,7 +484,11 @@ func (s *Store) release(w []work, hits []limiter.Hit, out []floodgate.Decision, 
 					sh.clamps++
 				}
 				old := extCost(e.st.Ext)
-				if err := p.Release(&e.st, t, hit.Lease); err != nil {
+				if op == limiter.Refund {
+					if err := p.Refund(&e.st, t, hit.Cost); err != nil {
+						return fmt.Errorf("memstore: %s: refund: %w", hit.Rule.ID, err)
+					}
+				} else if err := p.Release(&e.st, t, hit.Lease); err != nil {
 					return fmt.Errorf("memstore: %s: release: %w", hit.Rule.ID, err)
 				}
 				sh.regrow(old, extCost(e.st.Ext))

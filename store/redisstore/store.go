@@ -198,7 +198,7 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 	if len(out) != len(hits) {
 		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
 	}
-	if op != limiter.Charge && op != limiter.Peek && op != limiter.Release {
+	if op != limiter.Charge && op != limiter.Peek && op != limiter.Release && op != limiter.Refund {
 		return fmt.Errorf("redisstore: unknown op %d", op)
 	}
 	if len(hits) == 0 {
@@ -212,8 +212,11 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 			return fmt.Errorf("redisstore: hit %d: %w", i, floodgate.ErrInvalidCost)
 		}
 	}
-	if op == limiter.Release {
+	switch op {
+	case limiter.Release:
 		return s.release(ctx, hits, out)
+	case limiter.Refund:
+		return s.refundHits(ctx, hits, out)
 	}
 	if s.mode != Cluster || len(hits) == 1 {
 		c := callPool.Get().(*call)
@@ -242,6 +245,30 @@ func (s *Store) release(ctx context.Context, hits []limiter.Hit, out []floodgate
 		c.idx = append(c.idx[:0], i)
 		if _, _, err := s.run(ctx, limiter.Release, hits, out, c); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// refundHits gives back the charges of the refundable hits (token bucket,
+// GCRA, leaky bucket and queue: the refund script moves their TAT back by
+// the cost, an exact inverse that needs no instant), one script call per
+// hit; the others keep their charge. out reports each hit as allowed with
+// its limit; Remaining is not read back.
+func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
+	for i := range hits {
+		out[i] = floodgate.Decision{Allowed: true, Limit: s.ruleArgs(hits[i].Rule).cap}
+		if !hits[i].Rule.Params.Refundable() {
+			continue
+		}
+		r := callPool.Get().(*call)
+		r.args = append(r.args, "0", "1")
+		s.appendHit(r, &hits[i], 0)
+		err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error()
+		r.reset()
+		callPool.Put(r)
+		if err != nil {
+			return fmt.Errorf("redisstore: refund: %w", err)
 		}
 	}
 	return nil

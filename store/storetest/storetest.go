@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"Peek", testPeek},
 		{"Release", testRelease},
 		{"ReleaseOtherAlgorithms", testReleaseOther},
+		{"Refund", testRefund},
 		{"PeekCostAboveCapacity", testPeekNeverFits},
 		{"LeakyQueueTwoStage", testLeakyQueueTwoStage},
 		{"IdleExpiry", testIdleExpiry},
@@ -188,6 +189,48 @@ func testLeakyQueue(t *testing.T, s limiter.Store) {
 	}
 	if d := charge(t, s, h); d.Allowed {
 		t.Fatalf("nodelay request 5: %+v, want denied", d)
+	}
+}
+
+// testRefund gives back charges: a queued request that leaves frees its
+// place for the next one, a bucket never refills beyond full, and a
+// window keeps its count (it is not refundable).
+func testRefund(t *testing.T, s limiter.Store) {
+	q := rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 2})
+	h := limiter.Hit{Rule: q, Key: key("refundq"), Cost: 1}
+	var last floodgate.Decision
+	for i := range 3 {
+		if last = charge(t, s, h); !last.Allowed {
+			t.Fatalf("queued request %d refused: %+v", i+1, last)
+		}
+	}
+	if d := peek(t, s, h); d.Allowed {
+		t.Fatalf("full queue accepts: %+v", d)
+	}
+	must(t, s, limiter.Refund, h)
+	d := charge(t, s, h)
+	if !d.Allowed || !within(d.Delay, last.Delay-time.Minute, last.Delay+time.Minute) {
+		t.Fatalf("after a refund: %+v, want the freed place (delay about %v)", d, last.Delay)
+	}
+
+	b := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 3})
+	hb := limiter.Hit{Rule: b, Key: key("refundb"), Cost: 2}
+	wantAllowed(t, "bucket cost 2", charge(t, s, hb), 3, 1)
+	hb.Cost = 3
+	must(t, s, limiter.Refund, hb) // more than was taken: the bucket is just full
+	wantAllowed(t, "bucket after refund", charge(t, s, hb), 3, 0)
+
+	w := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 2, Window: long})
+	hw := limiter.Hit{Rule: w, Key: key("refundw"), Cost: 2}
+	wantAllowed(t, "window cost 2", charge(t, s, hw), 2, 0)
+	must(t, s, limiter.Refund, hw)
+	hw.Cost = 1
+	if d := charge(t, s, hw); d.Allowed {
+		t.Fatalf("a fixed window gave a charge back: %+v", d)
+	}
+	hw.Cost = 0
+	if _, err := apply(s, limiter.Refund, hw); !errors.Is(err, floodgate.ErrInvalidCost) {
+		t.Fatalf("refund of cost 0: %v, want ErrInvalidCost", err)
 	}
 }
 
