@@ -73,6 +73,11 @@ func (x exact) units(den, per uint64) int64 {
 	var c uint64
 	lo, c = bits.Add64(lo, x.rem, 0)
 	hi += c
+	if hi == 0 {
+		// The common case: the span fits in 64 bits, and a 64-bit division
+		// is several times cheaper than a 128-bit one.
+		return int64(lo / per)
+	}
 	if hi >= per {
 		return math.MaxInt64
 	}

@@ -324,8 +324,10 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) error {
 	h := s.hitHash(hit.Rule, hit.Key)
 	sh := &s.shards[h>>s.shift]
-	sh.mu.Lock()
+	// The clock is read before the lock, to keep the critical section
+	// short; an instant older than the key's state is clamped below.
 	now := s.now()
+	sh.mu.Lock()
 	var st algo.State
 	var e *entry
 	var oldExt int64
