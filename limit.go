@@ -64,6 +64,51 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		strings.Join(algorithmNames[1:], ", "))
 }
 
+// Kind classifies limits by how a request they refuse is answered.
+type Kind uint8
+
+// Kinds of limits. The zero value is not a kind.
+const (
+	// KindRate limits throttle: 429 Too Many Requests.
+	KindRate Kind = iota + 1
+	// KindQuota limits are calendar quotas: 429 Limit Exceeded.
+	KindQuota
+	// KindQueue limits (leaky queues) delay requests, refusing them only
+	// when the queue is full.
+	KindQueue
+	// KindConcurrency limits count requests in flight; a lease is taken
+	// by the check and released when the request is done.
+	KindConcurrency
+)
+
+// String returns rate, quota, queue or concurrency.
+func (k Kind) String() string {
+	switch k {
+	case KindRate:
+		return "rate"
+	case KindQuota:
+		return "quota"
+	case KindQueue:
+		return "queue"
+	case KindConcurrency:
+		return "concurrency"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Kind returns the kind of limits the algorithm makes.
+func (a Algorithm) Kind() Kind {
+	switch a {
+	case Quota:
+		return KindQuota
+	case LeakyQueue:
+		return KindQueue
+	case Concurrency:
+		return KindConcurrency
+	}
+	return KindRate
+}
+
 // Period is a calendar period for quotas.
 type Period uint8
 

@@ -448,7 +448,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		if g.log.Enabled(ctx, slog.LevelDebug) {
 			g.log.Debug("gateway: 429", "limit", h.Name, "route", m.Route, "path", r.URL.Path, "retry_after", ra)
 		}
-		WriteTooMany(w, ra, h.Kind == KindQuota)
+		WriteTooMany(w, ra, h.Kind == floodgate.KindQuota)
 		return
 	}
 

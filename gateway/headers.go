@@ -9,52 +9,6 @@ import (
 	"github.com/floodgate/floodgate"
 )
 
-// Kind classifies a limit by the answer the gateway gives when it binds.
-type Kind uint8
-
-// Kinds of limits.
-const (
-	// KindRate is a rate limit (token bucket, GCRA, leaky bucket, windows):
-	// 429 {"message":"Too Many Requests"}.
-	KindRate Kind = iota
-	// KindQuota is a calendar quota: 429 {"message":"Limit Exceeded"}.
-	KindQuota
-	// KindQueue is a leaky queue: requests wait instead of being refused
-	// until the queue is full.
-	KindQueue
-	// KindConcurrency caps requests in flight; leases are released when the
-	// response is done.
-	KindConcurrency
-)
-
-// String returns rate, quota, queue or concurrency.
-func (k Kind) String() string {
-	switch k {
-	case KindRate:
-		return "rate"
-	case KindQuota:
-		return "quota"
-	case KindQueue:
-		return "queue"
-	case KindConcurrency:
-		return "concurrency"
-	}
-	return "kind(" + strconv.Itoa(int(k)) + ")"
-}
-
-// KindOf returns the kind of a limit with the given algorithm.
-func KindOf(a floodgate.Algorithm) Kind {
-	switch a {
-	case floodgate.Quota:
-		return KindQuota
-	case floodgate.LeakyQueue:
-		return KindQueue
-	case floodgate.Concurrency:
-		return KindConcurrency
-	}
-	return KindRate
-}
-
 // continuous reports whether the algorithm refills continuously, so that
 // the RateLimit t parameter is the time until one more unit is available
 // rather than the time until the window resets.
@@ -74,7 +28,7 @@ type LimitHeader struct {
 	// printable ASCII).
 	Name string
 	// Kind is the limit's kind.
-	Kind Kind
+	Kind floodgate.Kind
 	// Quota is the q parameter: the limit's capacity in units.
 	Quota int64
 	// Window is the w parameter in whole seconds, 0 when omitted.
@@ -99,7 +53,7 @@ type LimitHeader struct {
 func NewLimitHeader(l *floodgate.Limit) *LimitHeader {
 	h := &LimitHeader{
 		Name:      sanitizeName(l.Name),
-		Kind:      KindOf(l.Algorithm),
+		Kind:      l.Algorithm.Kind(),
 		Quota:     l.Capacity(),
 		algorithm: l.Algorithm,
 		interval:  l.Interval(),
@@ -125,7 +79,7 @@ func NewLimitHeader(l *floodgate.Limit) *LimitHeader {
 	b.WriteString(h.item)
 	b.WriteString(";q=")
 	b.WriteString(strconv.FormatInt(h.Quota, 10))
-	if h.Kind == KindConcurrency {
+	if h.Kind == floodgate.KindConcurrency {
 		b.WriteString(`;qu="concurrent-requests"`)
 	} else if h.Window > 0 {
 		b.WriteString(";w=")
@@ -146,7 +100,7 @@ func (h *LimitHeader) PolicyItem() string { return h.policy }
 // when t is omitted: the limit is full (nothing used) or it is a
 // concurrency limit.
 func (h *LimitHeader) Reset(d *floodgate.Decision) (t int64, ok bool) {
-	if h.Kind == KindConcurrency || d.Remaining >= d.Limit || d.ResetAfter <= 0 {
+	if h.Kind == floodgate.KindConcurrency || d.Remaining >= d.Limit || d.ResetAfter <= 0 {
 		return 0, false
 	}
 	if !continuous(h.algorithm) {

@@ -26,19 +26,19 @@ limits:
 	want := []struct {
 		name   string
 		alg    floodgate.Algorithm
-		kind   Kind
+		kind   floodgate.Kind
 		window int64
 	}{
-		{"tb", floodgate.TokenBucket, KindRate, 2},
-		{"gcra", floodgate.GCRA, KindRate, 120},
-		{"meter", floodgate.LeakyBucket, KindRate, 1},
-		{"queue", floodgate.LeakyQueue, KindQueue, 6},
-		{"queue-nodelay", floodgate.LeakyQueue, KindQueue, 6},
-		{"fixed", floodgate.FixedWindow, KindRate, 60},
-		{"log", floodgate.SlidingLog, KindRate, 60},
-		{"slide", floodgate.SlidingWindow, KindRate, 300},
-		{"inflight", floodgate.Concurrency, KindConcurrency, 0},
-		{"monthly", floodgate.Quota, KindQuota, 30 * 86400},
+		{"tb", floodgate.TokenBucket, floodgate.KindRate, 2},
+		{"gcra", floodgate.GCRA, floodgate.KindRate, 120},
+		{"meter", floodgate.LeakyBucket, floodgate.KindRate, 1},
+		{"queue", floodgate.LeakyQueue, floodgate.KindQueue, 6},
+		{"queue-nodelay", floodgate.LeakyQueue, floodgate.KindQueue, 6},
+		{"fixed", floodgate.FixedWindow, floodgate.KindRate, 60},
+		{"log", floodgate.SlidingLog, floodgate.KindRate, 60},
+		{"slide", floodgate.SlidingWindow, floodgate.KindRate, 300},
+		{"inflight", floodgate.Concurrency, floodgate.KindConcurrency, 0},
+		{"monthly", floodgate.Quota, floodgate.KindQuota, 30 * 86400},
 	}
 	if len(p.Limits()) != len(want) {
 		t.Fatalf("%d limits", len(p.Limits()))

@@ -17,49 +17,6 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// Kind says how a denial by a limit is answered.
-type Kind uint8
-
-// Kinds of limits.
-const (
-	// KindRate limits are throttles: 429 Too Many Requests.
-	KindRate Kind = iota + 1
-	// KindQuota limits are calendar quotas: 429 Limit Exceeded.
-	KindQuota
-	// KindQueue limits (leaky queues) delay requests before refusing them.
-	KindQueue
-	// KindConcurrency limits count requests in flight; the caller
-	// releases the lease when the response is done.
-	KindConcurrency
-)
-
-// String returns rate, quota, queue or concurrency.
-func (k Kind) String() string {
-	switch k {
-	case KindRate:
-		return "rate"
-	case KindQuota:
-		return "quota"
-	case KindQueue:
-		return "queue"
-	case KindConcurrency:
-		return "concurrency"
-	}
-	return "kind(" + strconv.Itoa(int(k)) + ")"
-}
-
-func kindOf(a floodgate.Algorithm) Kind {
-	switch a {
-	case floodgate.Quota:
-		return KindQuota
-	case floodgate.LeakyQueue:
-		return KindQueue
-	case floodgate.Concurrency:
-		return KindConcurrency
-	}
-	return KindRate
-}
-
 // Scopes of limits, in evaluation order.
 const (
 	ScopePlan   = "plan"
@@ -138,7 +95,7 @@ type Limit struct {
 	// and account.
 	Name string
 	// Kind says how a denial is answered.
-	Kind Kind
+	Kind floodgate.Kind
 	// Scope is plan, method, route, stage or global.
 	Scope string
 	// Rule is what the engine checks; rules of unchanged limits are kept
@@ -455,7 +412,7 @@ func planMatch(cp *config.Plan) string {
 }
 
 func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *Limit {
-	l := &Limit{Name: name, Kind: kindOf(r.Limit.Algorithm), Scope: scope, Rule: r, Key: key,
+	l := &Limit{Name: name, Kind: r.Limit.Algorithm.Kind(), Scope: scope, Rule: r, Key: key,
 		Cost: cost, Shadow: r.Shadow}
 	l.Window = window(&r.Limit)
 	return l

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -96,7 +97,7 @@ func (r *rig) do(req *Request) answer {
 	}
 	l := m.Limits[res.Binding]
 	msg := "Too Many Requests"
-	if l.Kind == KindQuota {
+	if l.Kind == floodgate.KindQuota {
 		msg = "Limit Exceeded"
 	}
 	return answer{status: 429, message: msg, binding: l.Name, res: res}
@@ -226,7 +227,7 @@ func TestEvaluationOrder(t *testing.T) {
 			t.Errorf("hit key %q holds the raw API key", h.Key)
 		}
 	}
-	if l, ok := p.Limit("partner-basic.quota"); !ok || l.Kind != KindQuota || l.WindowSeconds() != 86400 {
+	if l, ok := p.Limit("partner-basic.quota"); !ok || l.Kind != floodgate.KindQuota || l.WindowSeconds() != 86400 {
 		t.Errorf("Limit(partner-basic.quota) = %+v", l)
 	}
 	if _, ok := p.Limit("nope"); ok {
