@@ -3,6 +3,7 @@ package config
 import (
 	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -207,6 +208,31 @@ type Match struct {
 	Stages []string `yaml:"stages"`
 	// Routes limit the match to requests on these routes (limits only).
 	Routes []string `yaml:"routes"`
+}
+
+// String renders the match as the check table shows it: methods, hosts,
+// paths, routes and stages, or * for everything.
+func (m Match) String() string {
+	var parts []string
+	if len(m.Methods) > 0 {
+		parts = append(parts, strings.Join(m.Methods, ","))
+	}
+	if len(m.Hosts) > 0 {
+		parts = append(parts, "host="+strings.Join(m.Hosts, ","))
+	}
+	if len(m.Paths) > 0 {
+		parts = append(parts, strings.Join(m.Paths, ","))
+	}
+	if len(m.Routes) > 0 {
+		parts = append(parts, "route="+strings.Join(m.Routes, ","))
+	}
+	if len(m.Stages) > 0 {
+		parts = append(parts, "stage="+strings.Join(m.Stages, ","))
+	}
+	if len(parts) == 0 {
+		return "*"
+	}
+	return strings.Join(parts, " ")
 }
 
 // Route is one group of requests with one upstream.

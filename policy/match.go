@@ -175,27 +175,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-
-// describe renders a Match for the check table.
-func describe(m config.Match) string {
-	var parts []string
-	if len(m.Methods) > 0 {
-		parts = append(parts, strings.Join(m.Methods, ","))
-	}
-	if len(m.Hosts) > 0 {
-		parts = append(parts, "host="+strings.Join(m.Hosts, ","))
-	}
-	if len(m.Paths) > 0 {
-		parts = append(parts, strings.Join(m.Paths, ","))
-	}
-	if len(m.Routes) > 0 {
-		parts = append(parts, "route="+strings.Join(m.Routes, ","))
-	}
-	if len(m.Stages) > 0 {
-		parts = append(parts, "stage="+strings.Join(m.Stages, ","))
-	}
-	if len(parts) == 0 {
-		return "*"
-	}
-	return strings.Join(parts, " ")
-}

@@ -359,7 +359,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		l := newLimit(cl.Name, scope, r, parts, cl.Cost)
 		l.CountOn = cl.CountOn
 		l.match = compileMatch(cl.Match)
-		l.MatchText = describe(cl.Match)
+		l.MatchText = cl.Match.String()
 		si, ok := scopeIndex[scope]
 		if !ok {
 			return nil, fmt.Errorf("policy: %s: unknown scope %q", cl.Name, scope)

@@ -100,30 +100,13 @@ func printPolicy(w io.Writer, path string, p *policy.Policy) error {
 			if up == "" {
 				up = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, matchText(cr.Match), stage, key, up)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, cr.Match.String(), stage, key, up)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func matchText(m config.Match) string {
-	var parts []string
-	if len(m.Methods) > 0 {
-		parts = append(parts, strings.Join(m.Methods, ","))
-	}
-	if len(m.Hosts) > 0 {
-		parts = append(parts, "host="+strings.Join(m.Hosts, ","))
-	}
-	if len(m.Paths) > 0 {
-		parts = append(parts, strings.Join(m.Paths, ","))
-	}
-	if len(parts) == 0 {
-		return "*"
-	}
-	return strings.Join(parts, " ")
 }
 
 // numbers renders a limit's parameters in words.
