@@ -121,31 +121,39 @@ func (p *Params) Tolerance() (ns int64, rem, den uint64) { return p.tau.ns, p.ta
 // an instant before s.Last, and a filled-in denial together with
 // floodgate.ErrNeverFits for a cost above the capacity.
 func (p *Params) Decide(s *State, r Request) (floodgate.Decision, error) {
+	var d floodgate.Decision
+	err := p.DecideInto(s, r, &d)
+	return d, err
+}
+
+// DecideInto is Decide writing the decision to *d (which it overwrites
+// entirely) instead of returning it, for callers that keep decisions in
+// place: it spares copying the decision through the stack.
+func (p *Params) DecideInto(s *State, r Request, d *floodgate.Decision) error {
+	*d = floodgate.Decision{Limit: p.cap}
 	if r.Cost < 1 {
-		return floodgate.Decision{Limit: p.cap}, floodgate.ErrInvalidCost
+		return floodgate.ErrInvalidCost
 	}
 	if r.Now < s.Last {
-		return floodgate.Decision{Limit: p.cap}, floodgate.ErrTimeBackwards
+		return floodgate.ErrTimeBackwards
 	}
-	var d floodgate.Decision
-	var err error
 	switch p.alg {
 	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
-		err = p.decideRate(s, r, &d)
+		return p.decideRate(s, r, d)
 	case floodgate.FixedWindow:
-		err = p.decideFixed(s, r, &d)
+		return p.decideFixed(s, r, d)
 	case floodgate.SlidingLog:
-		err = p.decideLog(s, r, &d)
+		return p.decideLog(s, r, d)
 	case floodgate.SlidingWindow:
-		err = p.decideCounter(s, r, &d)
+		return p.decideCounter(s, r, d)
 	case floodgate.Concurrency:
-		err = p.decideConcurrency(s, r, &d)
+		return p.decideConcurrency(s, r, d)
 	case floodgate.Quota:
-		err = p.decideQuota(s, r, &d)
+		return p.decideQuota(s, r, d)
 	default:
-		return d, fmt.Errorf("algo: %w: params not compiled", floodgate.ErrInvalidLimit)
+		*d = floodgate.Decision{}
+		return fmt.Errorf("algo: %w: params not compiled", floodgate.ErrInvalidLimit)
 	}
-	return d, err
 }
 
 // dur converts nanoseconds to a Duration, never below zero.
