@@ -324,6 +324,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) error {
 	h := s.hitHash(hit.Rule, hit.Key)
 	sh := &s.shards[h>>s.shift]
+	p := &hit.Rule.Params
 	// The clock is read before the lock, to keep the critical section
 	// short; an instant older than the key's state is clamped below.
 	now := s.now()
@@ -334,21 +335,25 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	idx := sh.find(h, hit.Rule, hit.Key)
 	if idx >= 0 {
 		e = sh.at(idx)
-		oldExt = extCost(e.st.Ext) // before Decide, which may grow it in place
+		sh.touch(idx)
 		if e.exp > now {
+			if inPlace(p.Algorithm()) {
+				err := s.decideInPlace(sh, e, p, hit, out, now, peek)
+				sh.mu.Unlock()
+				return err
+			}
 			st = e.st
 		}
-		sh.touch(idx)
+		oldExt = extCost(e.st.Ext) // before Decide, which may grow it in place
 	}
 	t := now
 	if t < st.Last {
 		t = st.Last
 		sh.clamps++
 	}
-	d, err := hit.Rule.Params.Decide(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
-	*out = d
-	if err == nil && d.Allowed && !peek {
-		exp := expiry(hit.Rule, &st, d, t)
+	err := p.DecideInto(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out)
+	if err == nil && out.Allowed && !peek {
+		exp := expiry(hit.Rule, &st, out, t)
 		if e != nil {
 			e.st, e.exp, e.rule = st, exp, hit.Rule
 			sh.regrow(oldExt, extCost(st.Ext))
@@ -362,6 +367,36 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	sh.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
+	}
+	return nil
+}
+
+// inPlace reports whether alg's decisions may work on a stored state
+// directly: the rate algorithms write their state only when they allow a
+// charge, and have no variable part, so there is nothing to undo after a
+// denial or an error and no memory to account for.
+func inPlace(alg floodgate.Algorithm) bool {
+	switch alg {
+	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+		return true
+	}
+	return false
+}
+
+// decideInPlace is applyOne's path for a live entry e of an algorithm
+// that inPlace accepts. The shard is locked.
+func (s *Store) decideInPlace(sh *shard, e *entry, p *algo.Params, hit *limiter.Hit, out *floodgate.Decision, now int64, peek bool) error {
+	t := now
+	if t < e.st.Last {
+		t = e.st.Last
+		sh.clamps++
+	}
+	if err := p.DecideInto(&e.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out); err != nil {
+		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
+	}
+	if out.Allowed && !peek {
+		e.exp, e.rule = expiry(hit.Rule, &e.st, out, t), hit.Rule
+		sh.writes++
 	}
 	return nil
 }
@@ -427,7 +462,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		}
 		if d.Allowed {
 			wk.allowed = true
-			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, d, t))
+			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, &d, t))
 		} else if !hit.Rule.Shadow {
 			denied = true
 		}
@@ -507,7 +542,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 		}
 		out[i] = floodgate.Decision{Allowed: true, Limit: d.Limit, Remaining: free, ResetAfter: d.ResetAfter}
 		if e != nil && e.rule != nil {
-			e.exp = expiry(hit.Rule, &e.st, d, t)
+			e.exp = expiry(hit.Rule, &e.st, &d, t)
 			sh.writes++
 		}
 	}
@@ -516,7 +551,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 
 // expiry is the instant the state left by an allowed decision d is back to
 // full: d.ResetAfter from now, or the last lease's expiry for concurrency.
-func expiry(r *limiter.Rule, st *algo.State, d floodgate.Decision, now int64) int64 {
+func expiry(r *limiter.Rule, st *algo.State, d *floodgate.Decision, now int64) int64 {
 	exp := satAdd(now, int64(d.ResetAfter))
 	if r.Params.Algorithm() == floodgate.Concurrency && st.Ext != nil {
 		for _, e := range st.Ext.Entries {
