@@ -141,9 +141,13 @@ func (sh *shard) find(h uint64, rule *limiter.Rule, key string) int32 {
 	}
 }
 
-// touch moves entry i to the front of the LRU list.
+// touch moves entry i to the front of the LRU list. A shard without a cap
+// never evicts by recency, so it leaves its list alone: moving an entry
+// writes to its neighbours and to the list's head, three more cache lines
+// per decision. Its list stays in order of insertion, which is what the
+// last-resort eviction of a shard whose index is full then follows.
 func (sh *shard) touch(i int32) {
-	if sh.head == i {
+	if (sh.max == 0 && sh.budget == 0) || sh.head == i {
 		return
 	}
 	sh.unlink(i)
