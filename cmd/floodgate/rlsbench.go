@@ -33,6 +33,7 @@ func init() {
 }
 
 const rlsBenchUsage = `usage: floodgate rls-bench serve [--addr A] [--store memory|URL] [--config PATH]
+                                 [--flush-delay D] [--pipeline-multiplex N]
        floodgate rls-bench bare  [--addr A]
        floodgate rls-bench load  --target HOST:PORT [--concurrency N] [--keys N]
                                  [--duration D] [--warmup D] [--conns N] [--pid PID] [--json]
@@ -105,6 +106,8 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	timeout := fs.Duration("store-timeout", time.Second, "deadline of one store call")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	workers := fs.Int("stream-workers", 0, "gRPC stream workers (0: the service's default, -1: none)")
+	flushDelay := fs.Duration("flush-delay", 0, "Redis: how long the pipeline may gather commands before writing (0: the store's default, negative: none)")
+	multiplex := fs.Int("pipeline-multiplex", 0, "Redis: spread the pipeline over 2^n connections (0: the store's default)")
 	if help, err := rlsbParse(fs, args, stdout); help || err != nil {
 		return err
 	}
@@ -138,7 +141,7 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer ms.Close()
 		st = ms
 	} else {
-		rs, err := redisstore.New(redisstore.Options{URL: *store, Prefix: "rlsbench:"})
+		rs, err := redisstore.New(redisstore.Options{URL: *store, Prefix: "rlsbench:", MaxFlushDelay: *flushDelay, PipelineMultiplex: *multiplex})
 		if err != nil {
 			return err
 		}

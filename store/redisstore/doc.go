@@ -1,7 +1,7 @@
 // Package redisstore keeps Floodgate's counters in Redis (standalone,
 // Sentinel or Cluster), so that every instance of a service counts in one
 // place. It implements limiter.Store with github.com/redis/rueidis, whose
-// automatic pipelining lets many goroutines share a few connections.
+// automatic pipelining lets many goroutines share one connection.
 //
 // # One script per decision
 //

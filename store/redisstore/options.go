@@ -195,7 +195,8 @@ func (a Address) clientOption(o *Options) rueidis.ClientOption {
 		ConnWriteTimeout: o.WriteTimeout,
 		ClientName:       "floodgate",
 	}
-	if o.PipelineMultiplex != 0 {
+	opt.PipelineMultiplex = -1 // one connection
+	if o.PipelineMultiplex > 0 {
 		opt.PipelineMultiplex = o.PipelineMultiplex
 	}
 	switch {

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseURL(t *testing.T) {
@@ -107,6 +108,27 @@ func TestSlotMatchesServer(t *testing.T) {
 		}
 		if want := slot(key); got != itoa(int64(want)) {
 			t.Fatalf("slot(%q) = %d, server says %s", key, want, got)
+		}
+	}
+}
+
+func TestClientOptionPipeline(t *testing.T) {
+	a, err := ParseURL("redis://127.0.0.1:6379")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		in        Options
+		multiplex int
+		delay     time.Duration
+	}{
+		{Options{}, -1, DefaultMaxFlushDelay},
+		{Options{PipelineMultiplex: -3, MaxFlushDelay: -1}, -1, 0},
+		{Options{PipelineMultiplex: 2, MaxFlushDelay: 5 * time.Microsecond}, 2, 5 * time.Microsecond},
+	} {
+		o := a.clientOption(&c.in)
+		if o.PipelineMultiplex != c.multiplex || o.MaxFlushDelay != c.delay {
+			t.Errorf("%+v: multiplex %d, flush delay %v; want %d, %v", c.in, o.PipelineMultiplex, o.MaxFlushDelay, c.multiplex, c.delay)
 		}
 	}
 }

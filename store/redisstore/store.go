@@ -41,12 +41,17 @@ type Options struct {
 	// (the URL's credentials are for Redis itself).
 	SentinelUsername, SentinelPassword string
 	// PipelineMultiplex spreads the automatic pipeline over 2^n
-	// connections per node (rueidis' default when 0).
+	// connections per node. Zero or negative: one connection per node.
+	// Redis runs commands on one thread, so one connection gathers the
+	// most commands into each write and read, on both sides; more help
+	// only when one reading goroutine on this side cannot keep up.
 	PipelineMultiplex int
 	// MaxFlushDelay lets the automatic pipeline wait up to this long to
-	// gather more commands into one write: fewer system calls on both
-	// sides, so more decisions per second under load, for at most this
-	// much latency (0: DefaultMaxFlushDelay; negative: write at once).
+	// gather more commands into one write when several callers are
+	// waiting: fewer system calls on both sides, so more decisions per
+	// second under load, for at most this much latency (0:
+	// DefaultMaxFlushDelay; negative: write at once). A lone caller never
+	// waits.
 	MaxFlushDelay time.Duration
 	// Logger receives connection problems and refund failures. Default:
 	// discard.
@@ -54,7 +59,7 @@ type Options struct {
 }
 
 // DefaultMaxFlushDelay is the default of Options.MaxFlushDelay.
-const DefaultMaxFlushDelay = 20 * time.Microsecond
+const DefaultMaxFlushDelay = 100 * time.Microsecond
 
 // Store is a limiter.Store kept in Redis. It is safe for concurrent use;
 // many goroutines share a few connections through rueidis' automatic
