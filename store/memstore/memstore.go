@@ -45,10 +45,15 @@ type Options struct {
 	MaxBytes int64
 	// Now returns the current instant in Unix nanoseconds. An instant
 	// earlier than one already seen for a key is clamped to that one and
-	// counted in Stats().Clamps. The default is the system's wall clock,
-	// read as the monotonic time since a wall-clock reading that is taken
-	// again every second: half the cost of time.Now, and a step of the
-	// wall clock shows within a second.
+	// counted in Stats().Clamps. With Now set, every decision calls it.
+	// The default is the system's wall clock, read as the monotonic time
+	// since a wall-clock reading that is taken again every second (a step
+	// of the wall clock shows within a second), and cached: decisions use
+	// an instant refreshed every millisecond while they are being made,
+	// and every 16th decision of a shard reads the clock itself, so an
+	// instant lags the wall clock by about a millisecond at most (more only
+	// while the process is starved of CPU and decisions are rare). A late
+	// instant only makes a decision stricter: it sees less time gone by.
 	Now func() int64
 	// StatePath, when set, is the state file: loaded by New, written
 	// every SnapshotInterval and by Close.
@@ -98,6 +103,7 @@ type Store struct {
 	// ruleHashes caches the hash of recently used rules' IDs.
 	ruleHashes [64]atomic.Pointer[ruleHash]
 	now        func() int64
+	clock      *coarseClock // the default clock, nil with Options.Now
 	opts       Options
 	log        *slog.Logger
 
@@ -122,7 +128,7 @@ var _ limiter.Store = (*Store)(nil)
 // New returns a store. With Options.StatePath set it loads the state file
 // if there is one; a file that cannot be read or does not check out is
 // reported through Stats().LoadError and the logger and otherwise ignored.
-// New starts the goroutines that sweep, snapshot and re-read the wall
+// New starts the goroutines that sweep, snapshot and refresh the default
 // clock; Close stops them.
 func New(opts Options) (*Store, error) {
 	if opts.Shards < 0 || opts.Shards > 1<<16 {
@@ -159,10 +165,13 @@ func New(opts Options) (*Store, error) {
 		stop:   make(chan struct{}),
 	}
 	if s.now == nil {
-		c := newWallClock()
-		s.now = c.now
+		s.clock = newCoarseClock()
+		s.now = s.clock.now
 		s.wg.Add(1)
-		go s.loop(time.Second, c.sync)
+		go func() {
+			defer s.wg.Done()
+			s.clock.run(s.stop)
+		}()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -306,7 +315,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	for _, l := range locks {
 		s.shards[l].mu.Lock()
 	}
-	now := s.now()
+	now := s.refine(&s.shards[locks[0]], s.now())
 	var err error
 	if op == limiter.Release || op == limiter.Refund {
 		err = s.giveBack(w, hits, out, now, op)
@@ -329,6 +338,7 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	// short; an instant older than the key's state is clamped below.
 	now := s.now()
 	sh.mu.Lock()
+	now = s.refine(sh, now)
 	var st algo.State
 	var e *entry
 	var oldExt int64

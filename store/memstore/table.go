@@ -60,6 +60,9 @@ type shardState struct {
 	head   int32 // most recently used
 	tail   int32 // least recently used
 
+	ticks uint32 // decisions, for the cached clock (refine)
+	seen  int64  // the latest system clock reading of a decision here
+
 	writes    uint64 // state changes, for snapshots to skip an idle store
 	evictions uint64
 	expired   uint64

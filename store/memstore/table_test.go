@@ -177,3 +177,54 @@ func TestByteBudget(t *testing.T) {
 		t.Fatalf("stats %+v: the logs should have outgrown the budget", st)
 	}
 }
+
+// TestCoarseClock checks the cached default clock: it follows the system
+// clock while it is read, stops refreshing when nobody reads it and starts
+// again on the next read, and reads the system clock itself after Close.
+func TestCoarseClock(t *testing.T) {
+	s, err := New(Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.clock
+	if c == nil {
+		t.Fatal("no cached clock without Options.Now")
+	}
+	if d := time.Duration(c.now() - time.Now().UnixNano()); d < -time.Minute || d > time.Minute {
+		t.Fatalf("clock is %v off the wall clock", d)
+	}
+	// While read, it keeps up with the system clock.
+	start := c.now()
+	deadline := time.Now().Add(30 * time.Second)
+	for c.now()-start < int64(20*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("clock advanced only %v in 30 s", time.Duration(c.now()-start))
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	// Unread for a while, the goroutine stops refreshing.
+	for c.state.Load() != clockParked {
+		if time.Now().After(deadline) {
+			t.Fatalf("clock still refreshing (state %d) with nobody reading it", c.state.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A read of a parked clock is the system clock's (the store starts
+	// with a parked clock, so the loop above saw it wake up).
+	before := c.wall.now()
+	if n := c.now(); n < before {
+		t.Fatalf("parked clock read %d, before the system clock's %d", n, before)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.state.Load(); st != clockStopped {
+		t.Fatalf("clock state %d after Close, want stopped", st)
+	}
+	// After Close every read is the system clock's.
+	a := c.now()
+	time.Sleep(5 * time.Millisecond)
+	if b := c.now(); b-a < int64(5*time.Millisecond) {
+		t.Fatalf("clock advanced %v over a 5 ms sleep after Close", time.Duration(b-a))
+	}
+}

@@ -1,0 +1,112 @@
+package memstore
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// The default clock is cached: reading the system clock costs tens of
+// nanoseconds on some machines (a third of a decision), so decisions read
+// an instant that a goroutine refreshes every clockTick while decisions are
+// being made, and every freshEvery-th decision of a shard reads the system
+// clock itself. A decision's instant thus lags the wall clock by at most
+// about one clockTick, or by the time a shard takes for freshEvery
+// decisions when the refreshing goroutine is held up by a busy process.
+// With no decisions during a whole tick the goroutine stops, and the next
+// decision reads the system clock and starts it again.
+const (
+	clockTick  = time.Millisecond
+	freshEvery = 16
+)
+
+// States of a coarseClock.
+const (
+	clockIdle    int32 = iota // refreshing; no decision since the latest tick
+	clockBusy                 // refreshing; decisions since the latest tick
+	clockParked               // not refreshing: cached is stale
+	clockStopped              // Close has stopped the goroutine
+)
+
+// coarseClock is the cached default clock. Its fields sit on a cache line
+// of their own: every decision reads it, the goroutine writes it once a
+// tick.
+type coarseClock struct {
+	_      [cacheLine]byte
+	cached atomic.Int64 // Unix ns, as of the latest refresh
+	state  atomic.Int32
+	_      [cacheLine]byte
+	wall   *wallClock
+	wake   chan struct{}
+}
+
+func newCoarseClock() *coarseClock {
+	c := &coarseClock{wall: newWallClock(), wake: make(chan struct{}, 1)}
+	c.state.Store(clockParked)
+	return c
+}
+
+// now returns the cached instant, or the system clock's if the cache is
+// not being refreshed (and wakes the goroutine that refreshes it).
+func (c *coarseClock) now() int64 {
+	switch c.state.Load() {
+	case clockBusy:
+		return c.cached.Load()
+	case clockIdle:
+		c.state.CompareAndSwap(clockIdle, clockBusy)
+		return c.cached.Load()
+	}
+	t := c.wall.now()
+	c.cached.Store(t)
+	if c.state.CompareAndSwap(clockParked, clockBusy) {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	return t
+}
+
+// run refreshes the cache every clockTick while decisions are made, and
+// re-reads the wall clock every second, until stop is closed.
+func (c *coarseClock) run(stop <-chan struct{}) {
+	tick := time.NewTicker(clockTick)
+	tick.Stop()
+	defer tick.Stop()
+	resync := time.NewTicker(time.Second)
+	defer resync.Stop()
+	defer c.state.Store(clockStopped)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-resync.C:
+			c.wall.sync()
+		case <-c.wake:
+			c.cached.Store(c.wall.now())
+			tick.Reset(clockTick)
+		case <-tick.C:
+			c.cached.Store(c.wall.now())
+			if c.state.CompareAndSwap(clockIdle, clockParked) {
+				tick.Stop() // nothing decided for a whole tick
+			} else {
+				c.state.Store(clockIdle)
+			}
+		}
+	}
+}
+
+// refine returns the instant for a decision in sh, whose lock is held,
+// given now, the instant read before the lock: with the cached clock every
+// freshEvery-th decision of the shard reads the system clock, and no
+// decision of the shard goes back before that reading.
+func (s *Store) refine(sh *shard, now int64) int64 {
+	if s.clock == nil {
+		return now
+	}
+	sh.ticks++
+	if sh.ticks%freshEvery == 0 {
+		sh.seen = s.clock.wall.now()
+		return sh.seen
+	}
+	return max(now, sh.seen)
+}
