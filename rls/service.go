@@ -31,6 +31,13 @@ type Engine interface {
 	Peek(ctx context.Context, hits []limiter.Hit) (limiter.Result, error)
 }
 
+// intoEngine is an Engine that can write into a Result it is given (as
+// *limiter.Limiter can), so that the service reuses the Result's slices.
+type intoEngine interface {
+	CheckInto(ctx context.Context, hits []limiter.Hit, r *limiter.Result) error
+	PeekInto(ctx context.Context, hits []limiter.Hit, r *limiter.Result) error
+}
+
 // Options configure a Service. The zero value is usable.
 type Options struct {
 	// Logger receives engine errors and rejected requests. Default: discard.
@@ -59,6 +66,7 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	eng     Engine
+	into    intoEngine // eng, when it can write into a Result; else nil
 	cfg     atomic.Pointer[Config]
 	log     *slog.Logger
 	opts    Options
@@ -70,6 +78,7 @@ type Service struct {
 // New returns a service deciding with eng under cfg (nil: no domains).
 func New(eng Engine, cfg *Config, opts Options) *Service {
 	s := &Service{eng: eng, opts: opts, log: opts.Logger, maxDesc: opts.MaxDescriptors}
+	s.into, _ = eng.(intoEngine)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -131,8 +140,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		app = make([]applied, 0, len(descs))
 	}
 	// The hits go to the engine (an interface), so they live on the heap:
-	// size them exactly.
-	hits := make([]limiter.Hit, 0, len(descs))
+	// they come from a pool, with the engine's Result.
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	hits := sc.hits[:0]
 	var costs [8]int64
 	descCost := costs[:0]
 	if len(descs) > len(costs) {
@@ -216,16 +227,23 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		app[i].hit = len(hits)
 		hits = append(hits, limiter.Hit{Rule: rl.rule, Key: counterKey(domainName, descs[i].GetEntries()), Cost: c})
 	}
+	sc.hits = hits
 
 	// 4. One engine call for all of them.
-	var res limiter.Result
+	res := &sc.res
+	*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
 	if len(hits) > 0 {
 		var err error
-		if blocked {
+		switch {
+		case s.into != nil && blocked:
 			// Nothing may be charged; peek to report the others.
-			res, err = s.eng.Peek(ctx, hits)
-		} else {
-			res, err = s.eng.Check(ctx, hits)
+			err = s.into.PeekInto(ctx, hits, res)
+		case s.into != nil:
+			err = s.into.CheckInto(ctx, hits, res)
+		case blocked:
+			*res, err = s.eng.Peek(ctx, hits)
+		default:
+			*res, err = s.eng.Check(ctx, hits)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -239,13 +257,29 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 
-	// 5. The answer.
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(app)),
+	// 5. The answer, in as few allocations as the number of descriptors
+	// allows.
+	var (
+		resp     *rlsv3.RateLimitResponse
+		statuses []rlsv3.RateLimitResponse_DescriptorStatus
+		limits   []rlsv3.RateLimitResponse_RateLimit
+		durs     []durationpb.Duration
+		hv       []corev3.HeaderValue
+		hvp      []*corev3.HeaderValue
+	)
+	if len(app) == 1 {
+		a := new(answer1)
+		resp, statuses, limits, durs = &a.resp, a.st[:], a.lim[:], a.dur[:]
+		resp.Statuses = a.stp[:]
+		hv, hvp = a.hv[:0], a.hvp[:0]
+	} else {
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(app))}
+		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, len(app))
+		limits = make([]rlsv3.RateLimitResponse_RateLimit, len(app))
+		durs = make([]durationpb.Duration, len(app))
 	}
-	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(app))
-	var covered []gateway.Covered
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	covered := sc.covered[:0]
 	var wait time.Duration
 	bindingAt := -1
 	for i := range app {
@@ -261,11 +295,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-			Name:            rl.name,
-			RequestsPerUnit: rl.perUnit,
-			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rl.unit),
-		}
+		lim := &limits[i]
+		lim.Name, lim.RequestsPerUnit, lim.Unit = rl.name, rl.perUnit, rlsv3.RateLimitResponse_RateLimit_Unit(rl.unit)
+		st.CurrentLimit = lim
 		var d floodgate.Decision
 		if a.hit >= 0 {
 			d = res.Decisions[a.hit]
@@ -286,7 +318,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				until = d.ResetAfter
 			}
 		}
-		st.DurationUntilReset = durationpb.New(until)
+		// As durationpb.New, without an allocation of its own.
+		dur := &durs[i]
+		dur.Seconds, dur.Nanos = int64(until/time.Second), int32(until%time.Second)
+		st.DurationUntilReset = dur
 		if s.opts.Observe != nil {
 			s.opts.Observe(domainName, rl.name, a.over, rl.shadow, res.Degraded)
 		}
@@ -328,7 +363,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if s.opts.LegacyHeaders {
 			ho = &legacyHeaders
 		}
-		t := gateway.SetRateLimit(h, covered, ho, nil)
+		t := gateway.SetRateLimit(h, covered, ho, sc.buf[:0])
 		n := 2
 		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 			n++
@@ -336,7 +371,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if ho != nil {
 			n += 3
 		}
-		hv := make([]corev3.HeaderValue, 0, n)
+		if cap(hv) < n {
+			hv = make([]corev3.HeaderValue, 0, n)
+		}
 		hv = append(hv, corev3.HeaderValue{Key: "RateLimit-Policy", Value: first(h["Ratelimit-Policy"])},
 			corev3.HeaderValue{Key: "RateLimit", Value: first(h["Ratelimit"])})
 		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
@@ -347,14 +384,56 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				corev3.HeaderValue{Key: "X-RateLimit-Remaining", Value: first(h["X-Ratelimit-Remaining"])},
 				corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: first(h["X-Ratelimit-Reset"])})
 		}
-		resp.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(hv))
-		for i := range hv {
-			resp.ResponseHeadersToAdd[i] = &hv[i]
+		if cap(hvp) < len(hv) {
+			hvp = make([]*corev3.HeaderValue, 0, len(hv))
 		}
+		for i := range hv {
+			hvp = append(hvp, &hv[i])
+		}
+		resp.ResponseHeadersToAdd = hvp
 		clear(h)
 		headerPool.Put(h)
 	}
+	sc.covered = covered
 	return resp, nil
+}
+
+// answer1 holds a whole answer to a request with one descriptor, so that
+// it takes one allocation.
+type answer1 struct {
+	resp rlsv3.RateLimitResponse
+	stp  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	st   [1]rlsv3.RateLimitResponse_DescriptorStatus
+	lim  [1]rlsv3.RateLimitResponse_RateLimit
+	dur  [1]durationpb.Duration
+	hvp  [3]*corev3.HeaderValue // RateLimit-Policy, RateLimit, Retry-After
+	hv   [3]corev3.HeaderValue
+}
+
+// scratch is what one call of ShouldRateLimit reuses from the calls before
+// it: the hits, the engine's Result and the header items.
+type scratch struct {
+	hits    []limiter.Hit
+	res     limiter.Result
+	covered []gateway.Covered
+	buf     []byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 0, 256)} }}
+
+// maxScratch bounds the slices a scratch keeps for the next call.
+const maxScratch = 64
+
+// release drops the references the scratch holds and pools it, unless a
+// large request made it big.
+func (sc *scratch) release() {
+	if cap(sc.hits) > maxScratch || cap(sc.covered) > maxScratch || cap(sc.res.Decisions) > maxScratch || cap(sc.buf) > 4096 {
+		return
+	}
+	clear(sc.hits[:cap(sc.hits)])
+	clear(sc.covered[:cap(sc.covered)])
+	sc.hits, sc.covered = sc.hits[:0], sc.covered[:0]
+	scratchPool.Put(sc)
 }
 
 // legacyHeaders asks gateway.SetRateLimit for the X-RateLimit-* fields.
