@@ -25,7 +25,10 @@ const (
 type Options struct {
 	// Timeout is the deadline of each store call (0: DefaultTimeout;
 	// negative: only the caller's context bounds it). Stores that answer
-	// from memory (see InProcess) are called without one.
+	// from memory (see InProcess) are called without one. A caller whose
+	// context is cancelled during a store call (rather than reaching its
+	// deadline) waits for that call's answer or for Timeout, whichever
+	// comes first.
 	Timeout time.Duration
 	// Instances is the number of instances that share the store; FailLocal
 	// limits are the global ones divided by it (0: 1).
@@ -348,15 +351,71 @@ func (l *Limiter) run(ctx context.Context, op Op, hits []Hit, r *Result) error {
 	return nil
 }
 
-// callStore calls the store with the engine's deadline.
+// callStore calls the store with the engine's deadline: the caller's when
+// that is earlier, else the store call's own (see deadlineCtx).
 func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) error {
 	if l.inProcess || l.timeout < 0 {
 		return l.store.Apply(ctx, op, hits, out)
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
-	err := l.store.Apply(cctx, op, hits, out)
-	cancel()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dl := time.Now().Add(l.timeout)
+	if cdl, ok := ctx.Deadline(); ok && !cdl.After(dl) {
+		return l.store.Apply(ctx, op, hits, out)
+	}
+	c := deadlinePool.Get().(*deadlineCtx)
+	c.Context, c.deadline = ctx, dl
+	if c.timer == nil {
+		c.timer = time.AfterFunc(l.timeout, c.expire)
+	} else {
+		c.timer.Reset(l.timeout)
+	}
+	err := l.store.Apply(c, op, hits, out)
+	if c.timer.Stop() {
+		// Done was not closed: the context can serve another call.
+		c.Context = nil
+		deadlinePool.Put(c)
+	}
 	return err
+}
+
+// deadlineCtx is the context of one store call whose deadline comes before
+// the caller's: the caller's context with that earlier deadline. Unlike
+// context.WithTimeout it does not register with the caller's context and it
+// is reused, timer and Done channel included, by later calls whose
+// deadline did not pass; that spares several allocations, a lock and a
+// timer per decision. The store sees a cancellation of the caller's context
+// only through Err before the call (callStore checks it first), not while
+// waiting; the wait still ends at the deadline.
+type deadlineCtx struct {
+	context.Context // the caller's, for Value
+	deadline        time.Time
+	done            chan struct{}
+	timer           *time.Timer
+	expired         atomic.Bool
+}
+
+var deadlinePool = sync.Pool{New: func() any { return &deadlineCtx{done: make(chan struct{})} }}
+
+// expire runs when the deadline passes.
+func (c *deadlineCtx) expire() {
+	c.expired.Store(true)
+	close(c.done)
+}
+
+// Deadline returns the store call's deadline.
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Done is closed when the deadline passes.
+func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
+
+// Err returns context.DeadlineExceeded once Done is closed, else nil.
+func (c *deadlineCtx) Err() error {
+	if c.expired.Load() {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // isCallerError reports errors that are the request's fault, not the
