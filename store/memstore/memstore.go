@@ -313,7 +313,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 		locks = insertSorted(locks, int32(h>>s.shift))
 	}
 	for _, l := range locks {
-		s.shards[l].mu.Lock()
+		s.shards[l].lock()
 	}
 	now := s.refine(&s.shards[locks[0]], s.now())
 	var err error
@@ -337,7 +337,7 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	// The clock is read before the lock, to keep the critical section
 	// short; an instant older than the key's state is clamped below.
 	now := s.now()
-	sh.mu.Lock()
+	sh.lock()
 	now = s.refine(sh, now)
 	var st algo.State
 	var e *entry
