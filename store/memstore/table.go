@@ -45,25 +45,30 @@ type entry struct {
 	prev, next int32
 }
 
-// shardState is one shard; every field is guarded by mu.
+// shardState is one shard; every field is guarded by mu. The fields that
+// every decision reads or writes come first and fill one 64-byte line
+// (TestEntrySize checks it), so that a decision takes one line of the
+// shard from the core that last decided there; the rest is written only
+// when keys come and go, and stays in every core's cache.
 type shardState struct {
+	// The hot line.
 	mu     sync.Mutex
+	ticks  uint32 // decisions, for the cached clock (refine)
+	max    int32  // most live entries (0: no cap)
+	seen   int64  // the latest system clock reading of a decision here
+	writes uint64 // state changes, for snapshots to skip an idle store
 	slots  []uint32
-	dist   []uint8 // each slot's distance from its key's home slot
-	chunks []*[chunkSize]entry
-	used   int32 // entries ever handed out (the high-water mark)
-	free   int32 // head of the free list
-	n      int32 // live entries
-	max    int32 // most live entries (0: no cap)
-	bytes  int64 // approximate memory of the live entries (keyCost)
 	budget int64 // most bytes (0: no cap)
-	head   int32 // most recently used
-	tail   int32 // least recently used
 
-	ticks uint32 // decisions, for the cached clock (refine)
-	seen  int64  // the latest system clock reading of a decision here
+	chunks []*[chunkSize]entry
+	dist   []uint8 // each slot's distance from its key's home slot
+	used   int32   // entries ever handed out (the high-water mark)
+	free   int32   // head of the free list
+	n      int32   // live entries
+	head   int32   // most recently used
+	tail   int32   // least recently used
+	bytes  int64   // approximate memory of the live entries (keyCost)
 
-	writes    uint64 // state changes, for snapshots to skip an idle store
 	evictions uint64
 	expired   uint64
 	clamps    uint64

@@ -100,6 +100,9 @@ func TestEntrySize(t *testing.T) {
 	if size := unsafe.Sizeof(entry{}); unsafe.Sizeof(uintptr(0)) == 8 && size != 80 {
 		t.Fatalf("entry is %d bytes, want 80", size)
 	}
+	if off := unsafe.Offsetof(shardState{}.chunks); unsafe.Sizeof(uintptr(0)) == 8 && off != 64 {
+		t.Fatalf("a shard's hot fields end at byte %d, want 64", off)
+	}
 	if size := unsafe.Sizeof(shard{}); size%cacheLine != 0 {
 		t.Fatalf("shard is %d bytes, not a multiple of %d", size, cacheLine)
 	}
