@@ -403,7 +403,9 @@ func (s *Store) refundFailed(err error) {
 // each gives up after one second).
 func (s *Store) Flush() { s.refunds.Wait() }
 
-// appendHit adds the keys and the stride arguments of one hit.
+// appendHit adds the keys and the stride arguments of one hit. now (Unix
+// ns) places quota periods; 0 reads this machine's clock when a quota
+// needs it.
 func (s *Store) appendHit(c *call, h *limiter.Hit, now int64) {
 	ra := s.ruleArgs(h.Rule)
 	key := s.Key(h.Rule, h.Key)
@@ -426,6 +428,9 @@ func (s *Store) appendHit(c *call, h *limiter.Hit, now int64) {
 		p := &ra.params
 		c.args = append(c.args, p[0], p[1], p[2], p[3], n, r, p[6], p[7])
 	case floodgate.Quota:
+		if now == 0 {
+			now = time.Now().UnixNano()
+		}
 		b := ra.bounds(now)
 		p := &ra.params
 		c.args = append(c.args, p[0], b[0], b[1], b[2], b[3], b[4], p[6], p[7])
@@ -435,12 +440,12 @@ func (s *Store) appendHit(c *call, h *limiter.Hit, now int64) {
 }
 
 // now returns the instant used for quota boundaries: the test clock when
-// set, else this machine's clock.
+// set, else 0 (appendHit then reads this machine's clock, only for quotas).
 func (s *Store) now() (goNow int64, scriptNow string) {
 	if t := s.testNow.Load(); t != 0 {
 		return t * 1000, itoa(t)
 	}
-	return time.Now().UnixNano(), ""
+	return 0, ""
 }
 
 // run executes apply.lua for the hits of one call and fills their
@@ -472,7 +477,7 @@ func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out 
 		}
 		out[i] = floodgate.Decision{
 			Allowed:    v[0] == 1,
-			Limit:      s.ruleArgs(hits[i].Rule).cap,
+			Limit:      hits[i].Rule.Params.Capacity(),
 			Remaining:  v[1],
 			RetryAfter: time.Duration(v[2]),
 			ResetAfter: time.Duration(v[3]),
