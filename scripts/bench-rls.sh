@@ -88,7 +88,7 @@ field() { # field NAME JSON
 	sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" <<<"$2"
 }
 
-declare -A rate cpu p50 p99 errs rcpu
+declare -A rate cpu p50 p99 errs rcpu ratio last
 # run_case NAME KEYS MODE ARGS... : one measurement, appended to the lists.
 run_case() {
 	local name=$1 keys=$2
@@ -102,6 +102,11 @@ run_case() {
 	stop_server
 	local k=$name.$keys
 	rate[$k]+=" $(field decisions_per_sec "$j")"
+	last[$k]=$(field decisions_per_sec "$j")
+	if [ "$name" != bare ]; then
+		# The ratio to the bare server of this round, measured just before.
+		ratio[$k]+=" $(awk -v a="${last[$k]}" -v b="${last[bare.$keys]}" 'BEGIN {print a / b}')"
+	fi
 	cpu[$k]+=" $(field cpu_us_per_decision "$j")"
 	p50[$k]+=" $(field p50_us "$j")"
 	p99[$k]+=" $(field p99_us "$j")"
@@ -145,11 +150,13 @@ for keys in 1 10000; do
 done
 
 echo
-echo "ratios to the bare gRPC server (goals: embedded >= 0.90; Redis >= 0.75 and <= 45µs service CPU/decision)"
+echo "ratios to the bare gRPC server (goals: embedded >= 0.90; Redis >= 0.75 and <= 45µs service CPU/decision);"
+echo "of the medians, and in brackets the median of each round's ratio (less swayed by load that changes between rounds)"
 for keys in 1 10000; do
 	awk -v k="$keys" -v b="${med[rate.bare.$keys]}" -v m="${med[rate.memory.$keys]}" -v r="${med[rate.redis.$keys]}" \
-		-v cb="${med[cpu.bare.$keys]}" -v cm="${med[cpu.memory.$keys]}" -v cr="${med[cpu.redis.$keys]}" 'BEGIN {
-		printf "keys=%-5s embedded %.2f  redis %.2f  | service CPU/decision: bare %.1fµs, embedded %.1fµs, redis %.1fµs\n",
-			k, m / b, r / b, cb, cm, cr
+		-v cb="${med[cpu.bare.$keys]}" -v cm="${med[cpu.memory.$keys]}" -v cr="${med[cpu.redis.$keys]}" \
+		-v pm="$(median "${ratio[memory.$keys]}")" -v pr="$(median "${ratio[redis.$keys]}")" 'BEGIN {
+		printf "keys=%-5s embedded %.2f (%.2f)  redis %.2f (%.2f)  | service CPU/decision: bare %.1fµs, embedded %.1fµs, redis %.1fµs\n",
+			k, m / b, pm, r / b, pr, cb, cm, cr
 	}'
 done
