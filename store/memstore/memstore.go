@@ -405,7 +405,10 @@ func (s *Store) decideInPlace(sh *shard, e *entry, p *algo.Params, hit *limiter.
 		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
 	}
 	if out.Allowed && !peek {
-		e.exp, e.rule = expiry(hit.Rule, &e.st, out, t), hit.Rule
+		e.exp = expiry(hit.Rule, &e.st, out, t)
+		if e.rule != hit.Rule {
+			e.rule = hit.Rule
+		}
 		sh.writes++
 	}
 	return nil

@@ -35,11 +35,17 @@ const cacheLine = 128
 // the key's own bytes (shared with the caller's string) and 5 bytes per
 // index slot (at most 4/3 slots per key, at least 2/3 after the index has
 // doubled).
+//
+// What a decision of a rate algorithm writes (exp and the state's Last, A
+// and B) comes first, in 32 bytes, and a decision writes rule only when it
+// changes: of the two cache lines an entry spans, such a decision dirties
+// one for three entries in four, and the other line stays in both cores'
+// caches.
 type entry struct {
+	exp  int64 // Unix ns at which the state is back to full (idle)
 	st   algo.State
 	rule *limiter.Rule // nil for a free entry
 	key  string
-	exp  int64 // Unix ns at which the state is back to full (idle)
 	// prev and next link the shard's LRU list (next also links the free
 	// list); -1 ends a list.
 	prev, next int32
