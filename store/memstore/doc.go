@@ -15,6 +15,16 @@
 // its state, and the copies are written back only if every non-shadow hit
 // allows.
 //
+// # Clock
+//
+// Unless Options.Now is set, decisions do not read the system clock each
+// time: they use an instant that a goroutine refreshes every millisecond
+// while decisions are being made (and that stops when none are), and every
+// 16th decision of a shard reads the system clock itself. A decision's
+// instant can thus lag the wall clock by up to about a millisecond, which
+// can only make it stricter, as if the request had come that much earlier.
+// With Options.Now set, every decision calls it.
+//
 // # State file
 //
 // With Options.StatePath set, the store writes a snapshot of every live key
