@@ -21,9 +21,12 @@
 // time: they use an instant that a goroutine refreshes every millisecond
 // while decisions are being made (and that stops when none are), and every
 // 16th decision of a shard reads the system clock itself. A decision's
-// instant can thus lag the wall clock by up to about a millisecond, which
-// can only make it stricter, as if the request had come that much earlier.
-// With Options.Now set, every decision calls it.
+// instant can thus lag the wall clock by up to about a millisecond (more
+// only while the process is starved of CPU and decisions are rare), as if
+// the request had come that much earlier: the algorithms see less time gone
+// by since earlier requests, and a request just after a window boundary
+// may count in the window before it. With Options.Now set, every decision
+// calls it.
 //
 // # State file
 //

@@ -52,8 +52,8 @@ type Options struct {
 	// an instant refreshed every millisecond while they are being made,
 	// and every 16th decision of a shard reads the clock itself, so an
 	// instant lags the wall clock by about a millisecond at most (more only
-	// while the process is starved of CPU and decisions are rare). A late
-	// instant only makes a decision stricter: it sees less time gone by.
+	// while the process is starved of CPU and decisions are rare); see the
+	// package documentation.
 	Now func() int64
 	// StatePath, when set, is the state file: loaded by New, written
 	// every SnapshotInterval and by Close.
