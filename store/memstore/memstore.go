@@ -100,6 +100,7 @@ type Store struct {
 	shards []shard
 	shift  uint // shard of a hash: h >> shift
 	seed   maphash.Seed
+	mult   uint64 // keyHash's multiplier, odd, drawn from seed
 	// ruleHashes caches the hash of recently used rules' IDs.
 	ruleHashes [64]atomic.Pointer[ruleHash]
 	now        func() int64
@@ -164,6 +165,7 @@ func New(opts Options) (*Store, error) {
 		log:    opts.Logger,
 		stop:   make(chan struct{}),
 	}
+	s.mult = maphash.String(s.seed, "multiplier") | 1
 	if s.now == nil {
 		s.clock = newCoarseClock()
 		s.now = s.clock.now
@@ -237,7 +239,7 @@ func (s *Store) hash(rule, key string) uint64 {
 }
 
 func (s *Store) mix(ruleHash uint64, key string) uint64 {
-	return maphash.String(s.seed, key) ^ bits.RotateLeft64(ruleHash*0x9e3779b97f4a7c15, 29)
+	return keyHash(ruleHash, s.mult, key)
 }
 
 // hitHash is hash(r.ID, key), with the rule's part remembered per *Rule in
