@@ -177,10 +177,16 @@ func (sh *shard) find(h uint64, rule *limiter.Rule, key string) int32 {
 // writes to its neighbours and to the list's head, three more cache lines
 // per decision. Its list stays in order of insertion, which is what the
 // last-resort eviction of a shard whose index is full then follows.
+// It is small enough to be inlined, so that an uncapped shard pays no call.
 func (sh *shard) touch(i int32) {
-	if (sh.max == 0 && sh.budget == 0) || sh.head == i {
-		return
+	if (sh.max != 0 || sh.budget != 0) && sh.head != i {
+		sh.moveToFront(i)
 	}
+}
+
+// moveToFront moves entry i, which is not the head, to the front of the
+// LRU list.
+func (sh *shard) moveToFront(i int32) {
 	sh.unlink(i)
 	sh.pushFront(i)
 }
