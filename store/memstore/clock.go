@@ -47,11 +47,17 @@ func newCoarseClock() *coarseClock {
 
 // now returns the cached instant, or the system clock's if the cache is
 // not being refreshed (and wakes the goroutine that refreshes it).
+// Its common case is small enough to be inlined.
 func (c *coarseClock) now() int64 {
-	switch c.state.Load() {
-	case clockBusy:
+	if c.state.Load() == clockBusy {
 		return c.cached.Load()
-	case clockIdle:
+	}
+	return c.nowSlow()
+}
+
+// nowSlow is now for a clock that is not known to be busy.
+func (c *coarseClock) nowSlow() int64 {
+	if c.state.Load() == clockIdle {
 		c.state.CompareAndSwap(clockIdle, clockBusy)
 		return c.cached.Load()
 	}

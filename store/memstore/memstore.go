@@ -337,8 +337,14 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	sh := &s.shards[h>>s.shift]
 	p := &hit.Rule.Params
 	// The clock is read before the lock, to keep the critical section
-	// short; an instant older than the key's state is clamped below.
-	now := s.now()
+	// short; an instant older than the key's state is clamped below. The
+	// cached clock's common case is inlined here.
+	var now int64
+	if s.clock != nil {
+		now = s.clock.now()
+	} else {
+		now = s.now()
+	}
 	sh.lock()
 	now = s.refine(sh, now)
 	var st algo.State
