@@ -109,10 +109,21 @@ func (s *Store) refine(sh *shard, now int64) int64 {
 	if s.clock == nil {
 		return now
 	}
+	return s.refineCached(sh, now)
+}
+
+// refineCached is refine with the cached clock; it is small enough to be
+// inlined.
+func (s *Store) refineCached(sh *shard, now int64) int64 {
 	sh.ticks++
 	if sh.ticks%freshEvery == 0 {
-		sh.seen = s.clock.wall.now()
-		return sh.seen
+		return s.fresh(sh)
 	}
 	return max(now, sh.seen)
+}
+
+// fresh reads the system clock for a decision in sh, whose lock is held.
+func (s *Store) fresh(sh *shard) int64 {
+	sh.seen = s.clock.wall.now()
+	return sh.seen
 }

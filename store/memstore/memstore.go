@@ -346,7 +346,9 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		now = s.now()
 	}
 	sh.lock()
-	now = s.refine(sh, now)
+	if s.clock != nil {
+		now = s.refineCached(sh, now)
+	}
 	var st algo.State
 	var e *entry
 	var oldExt int64
