@@ -107,7 +107,7 @@ func parse(name string, data []byte, dir string) (*File, error) {
 const (
 	DefaultListen       = ":8080"
 	DefaultAdminListen  = "127.0.0.1:9090"
-	DefaultStoreTimeout = 50 * time.Millisecond
+	DefaultStoreTimeout = 5 * time.Millisecond
 	DefaultIPv6Prefix   = 64
 	DefaultAPIKeyHeader = "x-api-key"
 	DefaultJWTLeeway    = 10 * time.Second

@@ -90,7 +90,7 @@ type Server struct {
 	// StateFile is where the memory store snapshots its counts; empty
 	// keeps them in memory only.
 	StateFile string `yaml:"state_file"`
-	// StoreTimeout is the deadline of one store call (default 50ms); past
+	// StoreTimeout is the deadline of one store call (default 5ms); past
 	// it every limit follows its failure policy.
 	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// Instances is the number of gateway instances sharing the store; the
