@@ -9,7 +9,6 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -37,17 +36,8 @@ func TestGracefulStopFinishesCallsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr, cancel, served := start(t, srv)
+	conn := dial(t, addr)
 	defer conn.Close()
 	answered := make(chan error, 1)
 	go func() {
@@ -87,10 +77,7 @@ func TestRegisterOnAnotherServer(t *testing.T) {
 	}
 	go g.Serve(lis)
 	defer g.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dial(t, lis.Addr().String())
 	defer conn.Close()
 	if r := ask(t, rlsv3.NewRateLimitServiceClient(conn), "d", desc("user", "reg")); r.Statuses[0].LimitRemaining != 9 {
 		t.Fatalf("%v", r)

@@ -51,6 +51,22 @@ func serve(t *testing.T, svc *Service, so ServerOptions) (rlsv3.RateLimitService
 	if err != nil {
 		t.Fatal(err)
 	}
+	addr, stop, served := start(t, srv)
+	conn := dial(t, addr)
+	t.Cleanup(func() {
+		conn.Close()
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return rlsv3.NewRateLimitServiceClient(conn), svc
+}
+
+// start serves srv on a free loopback port. stop ends serving (gracefully);
+// served receives what Serve returned.
+func start(t *testing.T, srv *Server) (addr string, stop context.CancelFunc, served <-chan error) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -58,18 +74,17 @@ func serve(t *testing.T, svc *Service, so ServerOptions) (rlsv3.RateLimitService
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return lis.Addr().String(), cancel, done
+}
+
+// dial opens a plaintext client connection to addr.
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return rlsv3.NewRateLimitServiceClient(conn), svc
+	return conn
 }
 
 func mustParse(t *testing.T, src string) *Config {
