@@ -82,6 +82,15 @@ type answer struct {
 	body   string
 }
 
+// doN sends n GET requests to url one after the other.
+func doN(t testing.TB, c *http.Client, n int, url string, hdr map[string]string) []answer {
+	out := make([]answer, n)
+	for i := range out {
+		out[i] = do(t, c, "GET", url, hdr)
+	}
+	return out
+}
+
 func do(t testing.TB, c *http.Client, method, url string, hdr map[string]string) answer {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)

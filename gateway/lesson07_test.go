@@ -72,11 +72,7 @@ func TestLesson07Verify(t *testing.T) {
 	c := front.Client()
 
 	burst := func(n int, path string, hdr map[string]string) []answer {
-		out := make([]answer, n)
-		for i := range out {
-			out[i] = do(t, c, "GET", front.URL+path, hdr)
-		}
-		return out
+		return doN(t, c, n, front.URL+path, hdr)
 	}
 
 	// stage dev: rate 5/s, burst 5 — 8 requests in the same instant.

@@ -61,11 +61,7 @@ func TestSchoolExampleVerify(t *testing.T) {
 	defer front.Close()
 	c := front.Client()
 	burst := func(n int, path string, hdr map[string]string) []answer {
-		out := make([]answer, n)
-		for i := range out {
-			out[i] = do(t, c, "GET", front.URL+path, hdr)
-		}
-		return out
+		return doN(t, c, n, front.URL+path, hdr)
 	}
 
 	// Stage dev: 8 requests in the same instant, then one second later.
