@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -24,30 +25,146 @@ const (
 	Quota                              // a count per calendar period
 )
 
-var algorithmNames = [...]string{
-	TokenBucket:   "token_bucket",
-	GCRA:          "gcra",
-	LeakyBucket:   "leaky_bucket",
-	LeakyQueue:    "leaky_queue",
-	FixedWindow:   "fixed_window",
-	SlidingLog:    "sliding_log",
-	SlidingWindow: "sliding_window",
-	Concurrency:   "concurrency",
-	Quota:         "quota",
+// Family groups algorithms by the parameters they take and the state they
+// keep: everything but the decision itself follows from the family.
+type Family uint8
+
+// Families of algorithms.
+const (
+	// FamilyRate algorithms take Rate per Per with a Burst and keep one
+	// instant (a theoretical arrival time): they refill continuously.
+	FamilyRate Family = iota + 1
+	// FamilyWindow algorithms count up to Max per Window.
+	FamilyWindow
+	// FamilyConcurrency algorithms count up to Max leases in flight.
+	FamilyConcurrency
+	// FamilyQuota algorithms count up to Max per calendar Period.
+	FamilyQuota
+)
+
+// Param is a set of a Limit's parameters, named as in configuration files.
+type Param uint16
+
+// Parameters of a Limit.
+const (
+	ParamRate      Param = 1 << iota // rate
+	ParamPer                         // per
+	ParamBurst                       // burst
+	ParamDelay                       // delay (leaky queue)
+	ParamMax                         // limit
+	ParamWindow                      // window
+	ParamLeaseTTL                    // lease_ttl
+	ParamPeriod                      // period
+	ParamTimeZone                    // time_zone
+	ParamAnchorDay                   // anchor_day
+	ParamOffset                      // offset
+	ParamStart                       // start
+	paramEnd
+)
+
+var paramNames = [...]string{"rate", "per", "burst", "delay", "limit", "window", "lease_ttl", "period",
+	"time_zone", "anchor_day", "offset", "start"}
+
+// Has reports whether every parameter of q is in p.
+func (p Param) Has(q Param) bool { return p&q == q }
+
+// String returns the names of the parameters in p, comma-separated.
+func (p Param) String() string {
+	var b strings.Builder
+	for i, name := range paramNames {
+		if p&(1<<i) != 0 {
+			if b.Len() > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(name)
+		}
+	}
+	return b.String()
+}
+
+// ParseParam returns the parameter with the given file name.
+func ParseParam(s string) (Param, bool) {
+	for i, name := range paramNames {
+		if name == s {
+			return 1 << i, true
+		}
+	}
+	return 0, false
+}
+
+// Traits describe an algorithm to every part of Floodgate that is not the
+// algorithm itself: validation, response fields, the stores, the decision
+// services and the command line read them instead of listing algorithms.
+type Traits struct {
+	// Name is the algorithm's name in configuration files.
+	Name string
+	// Family says which parameters and state the algorithm has.
+	Family Family
+	// Kind says how a request the algorithm refuses is answered.
+	Kind Kind
+	// Params lists the Limit fields that apply; the others must be zero.
+	Params Param
+	// Refundable reports that a charge can be given back (a queued client
+	// that left): the algorithm's whole state is one instant.
+	Refundable bool
+}
+
+// Continuous reports whether the algorithm refills continuously, so that
+// the RateLimit t parameter is the time until one more unit is available
+// rather than the time until a window resets.
+func (t *Traits) Continuous() bool { return t.Family == FamilyRate }
+
+// traits is the one table of algorithms, indexed by Algorithm. The
+// algorithm ids are also written in store/redisstore's scripts, where a
+// test holds them equal to these.
+var traits = [...]Traits{
+	TokenBucket: {Name: "token_bucket", Family: FamilyRate, Kind: KindRate,
+		Params: ParamRate | ParamPer | ParamBurst, Refundable: true},
+	GCRA: {Name: "gcra", Family: FamilyRate, Kind: KindRate,
+		Params: ParamRate | ParamPer | ParamBurst, Refundable: true},
+	LeakyBucket: {Name: "leaky_bucket", Family: FamilyRate, Kind: KindRate,
+		Params: ParamRate | ParamPer | ParamBurst, Refundable: true},
+	LeakyQueue: {Name: "leaky_queue", Family: FamilyRate, Kind: KindQueue,
+		Params: ParamRate | ParamPer | ParamBurst | ParamDelay, Refundable: true},
+	FixedWindow: {Name: "fixed_window", Family: FamilyWindow, Kind: KindRate,
+		Params: ParamMax | ParamWindow},
+	SlidingLog: {Name: "sliding_log", Family: FamilyWindow, Kind: KindRate,
+		Params: ParamMax | ParamWindow},
+	SlidingWindow: {Name: "sliding_window", Family: FamilyWindow, Kind: KindRate,
+		Params: ParamMax | ParamWindow},
+	Concurrency: {Name: "concurrency", Family: FamilyConcurrency, Kind: KindConcurrency,
+		Params: ParamMax | ParamLeaseTTL},
+	Quota: {Name: "quota", Family: FamilyQuota, Kind: KindQuota,
+		Params: ParamMax | ParamPeriod | ParamTimeZone | ParamAnchorDay | ParamOffset | ParamStart},
+}
+
+// unknownTraits are the traits of a value that is not an algorithm.
+var unknownTraits = Traits{Name: ""}
+
+// Traits returns the algorithm's traits; a value that is not an algorithm
+// has an empty Name and zero Family.
+func (a Algorithm) Traits() *Traits {
+	if a == 0 || int(a) >= len(traits) {
+		return &unknownTraits
+	}
+	return &traits[a]
 }
 
 // String returns the algorithm's name as written in configuration files.
 func (a Algorithm) String() string {
-	if a == 0 || int(a) >= len(algorithmNames) {
-		return fmt.Sprintf("algorithm(%d)", uint8(a))
+	if t := a.Traits(); t.Name != "" {
+		return t.Name
 	}
-	return algorithmNames[a]
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
+
+// Family returns the algorithm's family.
+func (a Algorithm) Family() Family { return a.Traits().Family }
 
 // Algorithms lists every algorithm in a stable order.
 func Algorithms() []Algorithm {
-	out := make([]Algorithm, 0, len(algorithmNames)-1)
-	for a := TokenBucket; int(a) < len(algorithmNames); a++ {
+	out := make([]Algorithm, 0, len(traits)-1)
+	for a := TokenBucket; int(a) < len(traits); a++ {
 		out = append(out, a)
 	}
 	return out
@@ -55,13 +172,15 @@ func Algorithms() []Algorithm {
 
 // ParseAlgorithm returns the algorithm with the given name.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := TokenBucket; int(a) < len(algorithmNames); a++ {
-		if algorithmNames[a] == s {
+	names := make([]string, 0, len(traits)-1)
+	for a := TokenBucket; int(a) < len(traits); a++ {
+		if traits[a].Name == s {
 			return a, nil
 		}
+		names = append(names, traits[a].Name)
 	}
 	return 0, fmt.Errorf("%w: unknown algorithm %q (want one of %s)", ErrInvalidLimit, s,
-		strings.Join(algorithmNames[1:], ", "))
+		strings.Join(names, ", "))
 }
 
 // Kind classifies limits by how a request they refuse is answered.
@@ -97,17 +216,7 @@ func (k Kind) String() string {
 }
 
 // Kind returns the kind of limits the algorithm makes.
-func (a Algorithm) Kind() Kind {
-	switch a {
-	case Quota:
-		return KindQuota
-	case LeakyQueue:
-		return KindQueue
-	case Concurrency:
-		return KindConcurrency
-	}
-	return KindRate
-}
+func (a Algorithm) Kind() Kind { return a.Traits().Kind }
 
 // Period is a calendar period for quotas.
 type Period uint8
@@ -179,16 +288,18 @@ type Limit struct {
 	Start     time.Time
 }
 
-// Capacity returns the largest cost a single request can have.
+// Capacity returns the largest cost a single request can have: the burst
+// of a rate limit (a queue holds one more, the request being served), else
+// the maximum.
 func (l *Limit) Capacity() int64 {
-	switch l.Algorithm {
-	case TokenBucket, GCRA, LeakyBucket:
-		return l.Burst
-	case LeakyQueue:
-		return l.Burst + 1
-	default:
+	t := l.Algorithm.Traits()
+	switch {
+	case t.Family != FamilyRate:
 		return l.Max
+	case t.Kind == KindQueue:
+		return l.Burst + 1
 	}
+	return l.Burst
 }
 
 // Interval returns the emission interval Per/Rate in nanoseconds, the time
@@ -209,8 +320,9 @@ func (l *Limit) Validate() error {
 		}
 		return fmt.Errorf("%w: %s: %s", ErrInvalidLimit, name, fmt.Sprintf(format, args...))
 	}
-	switch l.Algorithm {
-	case TokenBucket, GCRA, LeakyBucket, LeakyQueue:
+	t := l.Algorithm.Traits()
+	switch t.Family {
+	case FamilyRate:
 		if l.Rate <= 0 {
 			return bad("rate must be at least 1, got %d", l.Rate)
 		}
@@ -220,7 +332,7 @@ func (l *Limit) Validate() error {
 		if l.Per/time.Duration(l.Rate) <= 0 {
 			return bad("rate %d per %s is faster than one unit a nanosecond", l.Rate, l.Per)
 		}
-		if l.Algorithm == LeakyQueue {
+		if t.Params.Has(ParamDelay) {
 			if l.Burst < 0 {
 				return bad("burst (queue size) must not be negative, got %d", l.Burst)
 			}
@@ -239,21 +351,21 @@ func (l *Limit) Validate() error {
 		if q, _ := bits.Div64(hi, lo, uint64(l.Rate)); q > math.MaxInt64/4 {
 			return bad("burst %d at %d per %s overflows", l.Burst, l.Rate, l.Per)
 		}
-	case FixedWindow, SlidingLog, SlidingWindow:
+	case FamilyWindow:
 		if l.Max < 1 {
 			return bad("limit must be at least 1, got %d", l.Max)
 		}
 		if l.Window <= 0 {
 			return bad("window must be a positive duration, got %s", l.Window)
 		}
-	case Concurrency:
+	case FamilyConcurrency:
 		if l.Max < 1 {
 			return bad("limit must be at least 1, got %d", l.Max)
 		}
 		if l.LeaseTTL < 0 {
 			return bad("lease ttl must not be negative, got %s", l.LeaseTTL)
 		}
-	case Quota:
+	case FamilyQuota:
 		if l.Max < 1 {
 			return bad("limit must be at least 1, got %d", l.Max)
 		}
@@ -276,4 +388,54 @@ func (l *Limit) Validate() error {
 		return bad("unknown algorithm %d", uint8(l.Algorithm))
 	}
 	return nil
+}
+
+// Describe renders the limit's parameters in words, such as "5 per 1s,
+// burst 10" or "1000 per day (Europe/Paris)".
+func (l *Limit) Describe() string {
+	switch l.Algorithm.Family() {
+	case FamilyRate:
+		if !l.Algorithm.Traits().Params.Has(ParamDelay) {
+			return fmt.Sprintf("%d per %s, burst %d", l.Rate, shortDuration(l.Per), l.Burst)
+		}
+		delay := strconv.FormatInt(l.Delay, 10)
+		if l.Delay == NoDelay {
+			delay = "nodelay"
+		}
+		return fmt.Sprintf("%d per %s, queue %d, delay %s", l.Rate, shortDuration(l.Per), l.Burst, delay)
+	case FamilyWindow:
+		return fmt.Sprintf("%d per %s", l.Max, shortDuration(l.Window))
+	case FamilyConcurrency:
+		s := fmt.Sprintf("%d in flight", l.Max)
+		if l.LeaseTTL > 0 {
+			s += ", lease " + shortDuration(l.LeaseTTL)
+		}
+		return s
+	case FamilyQuota:
+		zone := "UTC"
+		if l.Location != nil {
+			zone = l.Location.String()
+		}
+		s := fmt.Sprintf("%d per %s (%s)", l.Max, l.Period, zone)
+		if l.AnchorDay > 1 {
+			s += fmt.Sprintf(", from day %d", l.AnchorDay)
+		}
+		if l.Offset > 0 {
+			s += fmt.Sprintf(", offset %d from %s", l.Offset, l.Start.Format(time.DateOnly))
+		}
+		return s
+	}
+	return l.Algorithm.String()
+}
+
+// shortDuration writes 1s, 5m, 1h30m rather than 5m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }

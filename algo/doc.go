@@ -23,4 +23,23 @@
 // math/bits in 128 bits; an instant that would overflow is ErrOverflow.
 // Windows are aligned to the Unix epoch; quota periods follow the calendar
 // of the limit's time zone (QuotaPeriod).
+//
+// # Adding an algorithm
+//
+// Everything outside the algorithm's own code reads floodgate.Traits
+// (family, kind, parameters, refundability): validation, the response
+// fields, the stores, the engine, the decision services and the command
+// line. An algorithm of an existing family touches three places:
+//
+//  1. floodgate/limit.go: its Algorithm constant and its row in the traits
+//     table (name, family, kind, parameters, refundable).
+//  2. algo: its decision (a decide function and its case in
+//     Params.DecideInto; Compile only if it needs values of its own).
+//  3. store/redisstore/apply.lua (and refund.lua when it is refundable):
+//     its id in the ALG table, which TestScriptAlgorithmIDs holds equal to
+//     the Go constant, and its function in the dispatch.
+//
+// A new family also needs its parameters in floodgate.Limit (Validate,
+// Capacity, Describe), in Compile, in the RateLimit-Policy window of
+// package fields and in redisstore's argument packing.
 package algo

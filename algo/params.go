@@ -60,8 +60,8 @@ func Compile(l *floodgate.Limit) (Params, error) {
 		return Params{}, fmt.Errorf("algo: compile: %w", err)
 	}
 	p := Params{limit: *l, alg: l.Algorithm, cap: l.Capacity()}
-	switch l.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+	switch l.Algorithm.Family() {
+	case floodgate.FamilyRate:
 		p.den = uint64(l.Rate)
 		p.per = uint64(l.Per)
 		p.t = exact{ns: int64(p.per / p.den), rem: p.per % p.den}
@@ -70,23 +70,23 @@ func Compile(l *floodgate.Limit) (Params, error) {
 			return Params{}, fmt.Errorf("algo: compile: %w: burst %d at %d per %s overflows",
 				floodgate.ErrInvalidLimit, l.Burst, l.Rate, l.Per)
 		}
-		if l.Algorithm == floodgate.LeakyQueue {
+		if l.Algorithm.Traits().Params.Has(floodgate.ParamDelay) {
 			if l.Delay == floodgate.NoDelay || l.Delay >= p.cap {
 				p.nodel = true
 			} else if p.delay, ok = mulDiv(uint64(l.Delay), p.per, p.den); !ok {
 				return Params{}, fmt.Errorf("algo: compile: %w: delay %d overflows", floodgate.ErrInvalidLimit, l.Delay)
 			}
 		}
-	case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow:
+	case floodgate.FamilyWindow:
 		p.max = l.Max
 		p.window = int64(l.Window)
-	case floodgate.Concurrency:
+	case floodgate.FamilyConcurrency:
 		p.max = l.Max
 		p.ttl = int64(l.LeaseTTL)
 		if p.ttl == 0 {
 			p.ttl = int64(DefaultLeaseTTL)
 		}
-	case floodgate.Quota:
+	case floodgate.FamilyQuota:
 		p.max = l.Max
 		if l.Offset > 0 {
 			p.offsetStart, _ = QuotaPeriod(l, l.Start.UnixNano())

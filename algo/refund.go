@@ -4,18 +4,6 @@ import (
 	"github.com/floodgate/floodgate"
 )
 
-// Refundable reports whether Refund can give back a charge of this
-// algorithm: the token bucket, GCRA, the leaky bucket and the leaky queue,
-// whose whole state is one instant. A window, log or quota charge could
-// only be undone knowing the instant it was made, so they keep it.
-func (p *Params) Refundable() bool {
-	switch p.alg {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
-		return true
-	}
-	return false
-}
-
 // Refund gives back cost units that an earlier Decide charged to s (a
 // queued request whose client went away, a Cluster slot charged before a
 // later one denied). The theoretical arrival time moves back by cost·T but
@@ -25,7 +13,7 @@ func (p *Params) Refund(s *State, now int64, cost int64) error {
 	if cost < 1 {
 		return floodgate.ErrInvalidCost
 	}
-	if !p.Refundable() {
+	if !p.alg.Traits().Refundable {
 		return nil
 	}
 	if cost > p.cap {

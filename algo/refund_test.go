@@ -88,7 +88,7 @@ func TestRefundOtherAlgorithmsKeepState(t *testing.T) {
 	var s State
 	p.Decide(&s, Request{Now: 1, Cost: 2})
 	before := s
-	if p.Refundable() {
+	if floodgate.FixedWindow.Traits().Refundable {
 		t.Fatal("fixed window claims to be refundable")
 	}
 	if err := p.Refund(&s, 1, 1); err != nil || s != before {

@@ -28,7 +28,7 @@ func ExampleWait() {
 	st, _ := memstore.New(memstore.Options{})
 	defer st.Close()
 	sms, _ := limiter.NewRule(floodgate.Limit{Name: "sms", Algorithm: floodgate.TokenBucket,
-		Rate: 1, Per: time.Second, Burst: 2}, limiter.FailClosed, false)
+		Rate: 1, Per: time.Second, Burst: 2}, floodgate.FailClosed, false)
 	api := httptest.NewServer(httpapi.New(limiter.New(st, limiter.Options{}), httpapi.Rules{"sms": sms}, httpapi.Options{}))
 	defer api.Close()
 

@@ -146,7 +146,7 @@ func waitChild(t *testing.T, addr string) {
 	}
 	defer st.Close()
 	rule, err := limiter.NewRule(floodgate.Limit{Name: "provider", Algorithm: floodgate.FixedWindow,
-		Max: waitLimit, Window: waitWindow}, limiter.FailClosed, false)
+		Max: waitLimit, Window: waitWindow}, floodgate.FailClosed, false)
 	if err != nil {
 		t.Fatal(err)
 	}

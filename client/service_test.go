@@ -30,7 +30,7 @@ func memEngine(t *testing.T) *limiter.Limiter {
 }
 
 func TestHTTPCheckPeekAndErrors(t *testing.T) {
-	r, err := limiter.NewRule(floodgate.Limit{Name: "sms", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, limiter.FailClosed, false)
+	r, err := limiter.NewRule(floodgate.Limit{Name: "sms", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, floodgate.FailClosed, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/identity"
-	"github.com/floodgate/floodgate/limiter"
 )
 
 // Key parts a limit can be counted per.
@@ -464,7 +463,7 @@ func CheckPathPattern(p string) error {
 func (v *validator) plan(i int, routes map[string]bool) {
 	p := &v.f.Plans[i]
 	path := fmt.Sprintf("plans[%d]", i)
-	if _, err := limiter.ParseFailurePolicy(p.OnFailure); err != nil {
+	if _, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
 		v.errorf(path+".on_failure", "on_failure must be allow, deny or local, got %q", p.OnFailure)
 	}
 	for j, r := range p.Routes {
@@ -543,25 +542,11 @@ func (v *validator) params(p *Params, path, name string, cost int64) floodgate.L
 	return v.paramsAt(p, path, name, cost, false)
 }
 
-// applies lists the parameters each algorithm reads.
-var applies = map[string][]floodgate.Algorithm{
-	"rate":       {floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue},
-	"per":        {floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue},
-	"burst":      {floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue},
-	"delay":      {floodgate.LeakyQueue},
-	"limit":      {floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow, floodgate.Concurrency, floodgate.Quota},
-	"window":     {floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow},
-	"lease_ttl":  {floodgate.Concurrency},
-	"period":     {floodgate.Quota},
-	"time_zone":  {floodgate.Quota},
-	"anchor_day": {floodgate.Quota},
-	"offset":     {floodgate.Quota},
-	"start":      {floodgate.Quota},
-}
-
 // paramOrder is the order parameters are checked in, for stable messages.
-var paramOrder = []string{"rate", "per", "burst", "delay", "limit", "window", "lease_ttl",
-	"period", "time_zone", "anchor_day", "offset", "start"}
+var paramOrder = []floodgate.Param{floodgate.ParamRate, floodgate.ParamPer, floodgate.ParamBurst,
+	floodgate.ParamDelay, floodgate.ParamMax, floodgate.ParamWindow, floodgate.ParamLeaseTTL,
+	floodgate.ParamPeriod, floodgate.ParamTimeZone, floodgate.ParamAnchorDay, floodgate.ParamOffset,
+	floodgate.ParamStart}
 
 func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic bool) floodgate.Limit {
 	l := floodgate.Limit{Name: name}
@@ -586,13 +571,14 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 		return floodgate.Limit{}
 	}
 	if !synthetic {
+		params := l.Algorithm.Traits().Params
 		for _, f := range paramOrder {
-			if v.written(field(f)) && !slices.Contains(applies[f], l.Algorithm) {
-				v.errorf(field(f), "%s does not apply to %s", f, l.Algorithm)
+			if v.written(field(f.String())) && !params.Has(f) {
+				v.errorf(field(f.String()), "%s does not apply to %s", f, l.Algorithm)
 			}
 		}
 	}
-	if _, err := limiter.ParseFailurePolicy(p.OnFailure); err != nil {
+	if _, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
 		v.errorf(field("on_failure"), "on_failure must be allow, deny or local, got %q", p.OnFailure)
 	}
 	bad := false
@@ -600,12 +586,13 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 		v.errorf(field(f), format, args...)
 		bad = true
 	}
-	switch l.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+	queue := l.Algorithm.Traits().Params.Has(floodgate.ParamDelay)
+	switch l.Algorithm.Family() {
+	case floodgate.FamilyRate:
 		if p.Per == 0 && !v.written(field("per")) {
 			p.Per = time.Second
 		}
-		if p.Burst == 0 && !v.written(field("burst")) && l.Algorithm != floodgate.LeakyQueue {
+		if p.Burst == 0 && !v.written(field("burst")) && !queue {
 			p.Burst = p.Rate
 		}
 		l.Rate, l.Per, l.Burst = p.Rate, p.Per, p.Burst
@@ -615,7 +602,7 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 		if p.Per <= 0 {
 			fail("per", "per must be a positive duration")
 		}
-		if l.Algorithm == floodgate.LeakyQueue {
+		if queue {
 			if p.Burst < 0 {
 				fail("burst", "burst (the queue) must not be negative, got %d", p.Burst)
 			}
@@ -631,7 +618,7 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 		if !bad && l.Capacity() < cost {
 			fail("burst", "burst %d is below the cost %d: no request could ever pass", p.Burst, cost)
 		}
-	case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow:
+	case floodgate.FamilyWindow:
 		l.Max, l.Window = p.Max, p.Window
 		if p.Max < 1 {
 			fail("limit", "limit must be at least 1, got %d", p.Max)
@@ -642,7 +629,7 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 		if !bad && p.Max < cost {
 			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
 		}
-	case floodgate.Concurrency:
+	case floodgate.FamilyConcurrency:
 		l.Max, l.LeaseTTL = p.Max, p.LeaseTTL
 		if p.Max < 1 {
 			fail("limit", "limit must be at least 1, got %d", p.Max)
@@ -650,7 +637,7 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 		if !bad && p.Max < cost {
 			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
 		}
-	case floodgate.Quota:
+	case floodgate.FamilyQuota:
 		l.Max, l.AnchorDay, l.Offset = p.Max, p.AnchorDay, p.Offset
 		if p.Max < 1 {
 			fail("limit", "limit must be at least 1, got %d", p.Max)

@@ -39,7 +39,7 @@ func newMemStore(t testing.TB, now func() int64) *memstore.Store {
 
 func mustRule(t testing.TB, l floodgate.Limit, shadow bool) *limiter.Rule {
 	t.Helper()
-	r, err := limiter.NewRule(l, limiter.FailOpen, shadow)
+	r, err := limiter.NewRule(l, floodgate.FailOpen, shadow)
 	if err != nil {
 		t.Fatal(err)
 	}

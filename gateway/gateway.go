@@ -370,7 +370,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			post = append(post, i)
 			continue
 		}
-		if m.Hits[i].Rule.Limit.Algorithm == floodgate.Concurrency {
+		if m.Hits[i].Rule.Limit.Algorithm.Kind() == floodgate.KindConcurrency {
 			m.Hits[i].Lease = g.lease.Add(1)
 		}
 		pre = append(pre, i)

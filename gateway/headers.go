@@ -13,11 +13,7 @@ import (
 // the RateLimit t parameter is the time until one more unit is available
 // rather than the time until the window resets.
 func continuous(a floodgate.Algorithm) bool {
-	switch a {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
-		return true
-	}
-	return false
+	return a.Traits().Continuous()
 }
 
 // LimitHeader is the precomputed, per-limit part of the response fields: the
@@ -58,15 +54,15 @@ func NewLimitHeader(l *floodgate.Limit) *LimitHeader {
 		algorithm: l.Algorithm,
 		interval:  l.Interval(),
 	}
-	switch l.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+	switch l.Algorithm.Family() {
+	case floodgate.FamilyRate:
 		h.Window = ceilSeconds(time.Duration(h.Quota) * h.interval)
 		if h.Window < 1 {
 			h.Window = 1
 		}
-	case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow:
+	case floodgate.FamilyWindow:
 		h.Window = max(1, ceilSeconds(l.Window))
-	case floodgate.Quota:
+	case floodgate.FamilyQuota:
 		switch l.Period {
 		case floodgate.Day:
 			h.Window = 86400

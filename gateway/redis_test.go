@@ -84,11 +84,11 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 // them (with a Retry-After), and the metrics count the degraded decisions.
 func TestRedisDownFailurePolicies(t *testing.T) {
 	srv := redistest.Start(t)
-	open, err := limiter.NewRule(floodgate.Limit{Name: "open", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, limiter.FailOpen, false)
+	open, err := limiter.NewRule(floodgate.Limit{Name: "open", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed, err := limiter.NewRule(floodgate.Limit{Name: "closed", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, limiter.FailClosed, false)
+	closed, err := limiter.NewRule(floodgate.Limit{Name: "closed", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, floodgate.FailClosed, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,8 +256,7 @@ func (h *Handler) parse(body []byte) ([]limiter.Hit, []string, *apiError) {
 			e.extra = map[string]any{"limit": *x.Limit}
 			return nil, nil, e
 		}
-		switch rule.Limit.Algorithm {
-		case floodgate.Concurrency:
+		if rule.Limit.Algorithm.Kind() == floodgate.KindConcurrency {
 			return nil, nil, bad(http.StatusUnprocessableEntity, CodeUnsupportedLimit,
 				"hit %d: %q is a concurrency limit, which needs a release the check API does not offer", i, *x.Limit)
 		}

@@ -38,7 +38,7 @@ func (c *countingEngine) Peek(ctx context.Context, h []limiter.Hit) (limiter.Res
 
 func rule(t testing.TB, l floodgate.Limit, shadow bool) *limiter.Rule {
 	t.Helper()
-	r, err := limiter.NewRule(l, limiter.FailOpen, shadow)
+	r, err := limiter.NewRule(l, floodgate.FailOpen, shadow)
 	if err != nil {
 		t.Fatal(err)
 	}

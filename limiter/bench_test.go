@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -11,8 +12,8 @@ import (
 func BenchmarkCheck(b *testing.B) {
 	l := limiter.New(newMem(b), limiter.Options{})
 	hits := []limiter.Hit{
-		{Rule: bucket(b, "user", 1<<16, limiter.FailOpen), Key: "u", Cost: 1},
-		{Rule: window(b, "global", 1<<50, limiter.FailOpen), Key: "g", Cost: 1},
+		{Rule: bucket(b, "user", 1<<16, floodgate.FailOpen), Key: "u", Cost: 1},
+		{Rule: window(b, "global", 1<<50, floodgate.FailOpen), Key: "g", Cost: 1},
 	}
 	var r limiter.Result
 	b.ReportAllocs()
@@ -30,8 +31,8 @@ func BenchmarkCheckDegraded(b *testing.B) {
 	ts.fail.Store(true)
 	l := limiter.New(ts, limiter.Options{Local: newMem(b), Instances: 3})
 	hits := []limiter.Hit{
-		{Rule: bucket(b, "user", 1<<16, limiter.FailLocal), Key: "u", Cost: 1},
-		{Rule: window(b, "global", 1<<50, limiter.FailOpen), Key: "g", Cost: 1},
+		{Rule: bucket(b, "user", 1<<16, floodgate.FailLocal), Key: "u", Cost: 1},
+		{Rule: window(b, "global", 1<<50, floodgate.FailOpen), Key: "g", Cost: 1},
 	}
 	var r limiter.Result
 	b.ReportAllocs()

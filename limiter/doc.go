@@ -16,7 +16,7 @@
 //
 // Every store call has a deadline (Options.Timeout, 5 ms by default). When
 // the store fails or times out, each hit follows its rule's OnFailure:
-// FailOpen allows, FailClosed denies, FailLocal decides with Options.Local
+// floodgate.FailOpen allows, floodgate.FailClosed denies, floodgate.FailLocal decides with Options.Local
 // (a memstore) at the rule's limit divided by the number of instances
 // (SplitRule). After Options.Breaker.Failures consecutive failures a circuit
 // breaker stops calling the store; one request at a time, at most every

@@ -18,9 +18,9 @@ func ExampleLimiter_Check() {
 	l := limiter.New(store, limiter.Options{})
 
 	perUser, _ := limiter.NewRule(floodgate.Limit{Name: "per_user", Algorithm: floodgate.TokenBucket,
-		Rate: 1, Per: time.Minute, Burst: 2}, limiter.FailLocal, false)
+		Rate: 1, Per: time.Minute, Burst: 2}, floodgate.FailLocal, false)
 	global, _ := limiter.NewRule(floodgate.Limit{Name: "global", Algorithm: floodgate.FixedWindow,
-		Max: 1000, Window: time.Hour}, limiter.FailOpen, false)
+		Max: 1000, Window: time.Hour}, floodgate.FailOpen, false)
 
 	for i := 1; i <= 3; i++ {
 		hits := []limiter.Hit{
@@ -51,7 +51,7 @@ func ExampleLimiter_Release() {
 	defer store.Close()
 	l := limiter.New(store, limiter.Options{})
 	inflight, _ := limiter.NewRule(floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency,
-		Max: 1, LeaseTTL: time.Minute}, limiter.FailOpen, false)
+		Max: 1, LeaseTTL: time.Minute}, floodgate.FailOpen, false)
 
 	first := []limiter.Hit{{Rule: inflight, Key: "upload", Cost: 1}}
 	r, _ := l.Check(context.Background(), first)

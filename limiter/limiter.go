@@ -211,7 +211,7 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 	if l.opts.Local != nil {
 		lh := sc.localHits[:0]
 		for i := range hits {
-			if hits[i].Rule.OnFailure != FailLocal || hits[i].Lease == 0 {
+			if hits[i].Rule.OnFailure != floodgate.FailLocal || hits[i].Lease == 0 {
 				continue
 			}
 			if lr := l.localRule(hits[i].Rule); lr != nil {
@@ -296,7 +296,7 @@ func (l *Limiter) run(ctx context.Context, op Op, hits []Hit, r *Result) error {
 		if c := h.Rule.Params.Capacity(); h.Cost > c {
 			return fmt.Errorf("limiter: %s: cost %d above capacity %d: %w", h.Rule.ID, h.Cost, c, floodgate.ErrNeverFits)
 		}
-		if op == Charge && h.Lease == 0 && h.Rule.Limit.Algorithm == floodgate.Concurrency {
+		if op == Charge && h.Lease == 0 && h.Rule.Limit.Algorithm.Kind() == floodgate.KindConcurrency {
 			h.Lease = newLease()
 		}
 	}

@@ -26,7 +26,7 @@ func newMem(t testing.TB) *memstore.Store {
 	return s
 }
 
-func newRule(t testing.TB, l floodgate.Limit, onFailure limiter.FailurePolicy) *limiter.Rule {
+func newRule(t testing.TB, l floodgate.Limit, onFailure floodgate.FailurePolicy) *limiter.Rule {
 	t.Helper()
 	r, err := limiter.NewRule(l, onFailure, false)
 	if err != nil {
@@ -35,11 +35,11 @@ func newRule(t testing.TB, l floodgate.Limit, onFailure limiter.FailurePolicy) *
 	return r
 }
 
-func window(t testing.TB, name string, max int64, onFailure limiter.FailurePolicy) *limiter.Rule {
+func window(t testing.TB, name string, max int64, onFailure floodgate.FailurePolicy) *limiter.Rule {
 	return newRule(t, floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: max, Window: 1000 * hour}, onFailure)
 }
 
-func bucket(t testing.TB, name string, burst int64, onFailure limiter.FailurePolicy) *limiter.Rule {
+func bucket(t testing.TB, name string, burst int64, onFailure floodgate.FailurePolicy) *limiter.Rule {
 	return newRule(t, floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: burst}, onFailure)
 }
 
@@ -90,9 +90,9 @@ func check(t testing.TB, l *limiter.Limiter, hits ...limiter.Hit) limiter.Result
 
 func TestAllOrNothingAndBinding(t *testing.T) {
 	l := limiter.New(newMem(t), limiter.Options{})
-	user := window(t, "user", 10, limiter.FailOpen)
-	route := bucket(t, "route", 2, limiter.FailOpen)
-	global := window(t, "global", 3, limiter.FailOpen)
+	user := window(t, "user", 10, floodgate.FailOpen)
+	route := bucket(t, "route", 2, floodgate.FailOpen)
+	global := window(t, "global", 3, floodgate.FailOpen)
 	hits := []limiter.Hit{{Rule: user, Key: "u1", Cost: 1}, {Rule: route, Key: "r1", Cost: 1}, {Rule: global, Key: "g", Cost: 1}}
 
 	r := check(t, l, hits...)
@@ -133,7 +133,7 @@ func TestAllOrNothingAndBinding(t *testing.T) {
 func TestCostErrors(t *testing.T) {
 	ts := &testStore{inner: newMem(t)}
 	l := limiter.New(ts, limiter.Options{})
-	r := window(t, "w", 5, limiter.FailOpen)
+	r := window(t, "w", 5, floodgate.FailOpen)
 	if _, err := l.Check(context.Background(), []limiter.Hit{{Rule: r, Key: "k", Cost: 6}}); !errors.Is(err, floodgate.ErrNeverFits) {
 		t.Fatalf("cost above capacity: %v, want ErrNeverFits", err)
 	}
@@ -153,9 +153,9 @@ func TestCostErrors(t *testing.T) {
 
 func TestShadow(t *testing.T) {
 	l := limiter.New(newMem(t), limiter.Options{})
-	sh := window(t, "shadow", 1, limiter.FailOpen)
+	sh := window(t, "shadow", 1, floodgate.FailOpen)
 	sh.Shadow = true
-	en := window(t, "enforced", 5, limiter.FailOpen)
+	en := window(t, "enforced", 5, floodgate.FailOpen)
 	hits := []limiter.Hit{{Rule: sh, Key: "k", Cost: 1}, {Rule: en, Key: "k", Cost: 1}}
 	check(t, l, hits...)
 	r := check(t, l, hits...)
@@ -166,7 +166,7 @@ func TestShadow(t *testing.T) {
 
 func TestConcurrencyLeases(t *testing.T) {
 	l := limiter.New(newMem(t), limiter.Options{})
-	c := newRule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: hour}, limiter.FailOpen)
+	c := newRule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: hour}, floodgate.FailOpen)
 	a := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
 	b := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
 	check(t, l, a...)
@@ -192,9 +192,9 @@ func TestFailurePolicies(t *testing.T) {
 	ts.fail.Store(true)
 	local := newMem(t)
 	l := limiter.New(ts, limiter.Options{Local: local, Instances: 4, Breaker: limiter.BreakerOptions{Failures: -1}})
-	open := window(t, "open", 100, limiter.FailOpen)
-	closed := window(t, "closed", 100, limiter.FailClosed)
-	loc := bucket(t, "local", 8, limiter.FailLocal) // 2 per instance
+	open := window(t, "open", 100, floodgate.FailOpen)
+	closed := window(t, "closed", 100, floodgate.FailClosed)
+	loc := bucket(t, "local", 8, floodgate.FailLocal) // 2 per instance
 
 	r := check(t, l, limiter.Hit{Rule: open, Key: "k", Cost: 1})
 	if !r.Allowed || !r.Degraded || r.Flags[0] != limiter.Degraded {
@@ -243,7 +243,7 @@ func TestLearnedInstances(t *testing.T) {
 	var n atomic.Int64
 	n.Store(2)
 	l := limiter.New(ts, limiter.Options{Local: newMem(t), InstancesFunc: func() int { return int(n.Load()) }})
-	loc := window(t, "local", 10, limiter.FailLocal)
+	loc := window(t, "local", 10, floodgate.FailLocal)
 	if r := check(t, l, limiter.Hit{Rule: loc, Key: "a", Cost: 1}); r.Decisions[0].Limit != 5 {
 		t.Fatalf("2 instances: limit %d, want 5", r.Decisions[0].Limit)
 	}
@@ -254,7 +254,7 @@ func TestLearnedInstances(t *testing.T) {
 }
 
 func TestSplitRule(t *testing.T) {
-	r := newRule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 10, Period: floodgate.Day}, limiter.FailLocal)
+	r := newRule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 10, Period: floodgate.Day}, floodgate.FailLocal)
 	for _, tc := range []struct {
 		n    int
 		want int64
@@ -264,7 +264,7 @@ func TestSplitRule(t *testing.T) {
 			t.Fatalf("split over %d: %+v, %v; want max %d", tc.n, s, err, tc.want)
 		}
 	}
-	tb := bucket(t, "tb", 9, limiter.FailLocal)
+	tb := bucket(t, "tb", 9, floodgate.FailLocal)
 	s, err := limiter.SplitRule(tb, 3)
 	if err != nil || s.Limit.Burst != 3 || s.Limit.Rate != 1 || s.ID == tb.ID {
 		t.Fatalf("split token bucket: %+v, %v", s, err)
@@ -275,7 +275,7 @@ func TestTimeout(t *testing.T) {
 	ts := &testStore{inner: newMem(t)}
 	ts.block.Store(true)
 	l := limiter.New(ts, limiter.Options{Timeout: 20 * time.Millisecond})
-	r := check(t, l, limiter.Hit{Rule: window(t, "w", 5, limiter.FailClosed), Key: "k", Cost: 1})
+	r := check(t, l, limiter.Hit{Rule: window(t, "w", 5, floodgate.FailClosed), Key: "k", Cost: 1})
 	if r.Allowed || !r.Degraded {
 		t.Fatalf("blocked store: %+v, want a degraded denial", r)
 	}
@@ -286,7 +286,7 @@ func TestTimeout(t *testing.T) {
 	// A caller that gives up gets its own error, not a policy decision.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := l.Check(ctx, []limiter.Hit{{Rule: window(t, "w", 5, limiter.FailOpen), Key: "k", Cost: 1}}); !errors.Is(err, context.Canceled) {
+	if _, err := l.Check(ctx, []limiter.Hit{{Rule: window(t, "w", 5, floodgate.FailOpen), Key: "k", Cost: 1}}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled caller: %v, want context.Canceled", err)
 	}
 }
@@ -295,7 +295,7 @@ func TestBreaker(t *testing.T) {
 	ts := &testStore{inner: newMem(t)}
 	ts.fail.Store(true)
 	l := limiter.New(ts, limiter.Options{Breaker: limiter.BreakerOptions{Failures: 3, ProbeInterval: 50 * time.Millisecond}})
-	w := window(t, "w", 1000, limiter.FailOpen)
+	w := window(t, "w", 1000, floodgate.FailOpen)
 	hit := limiter.Hit{Rule: w, Key: "k", Cost: 1}
 	for range 3 {
 		check(t, l, hit)
@@ -339,7 +339,7 @@ func TestBreakerOneProbeInFlight(t *testing.T) {
 	ts := &testStore{inner: newMem(t)}
 	ts.fail.Store(true)
 	l := limiter.New(ts, limiter.Options{Timeout: -1, Breaker: limiter.BreakerOptions{Failures: 1, ProbeInterval: time.Millisecond}})
-	hit := limiter.Hit{Rule: window(t, "w", 1000, limiter.FailOpen), Key: "k", Cost: 1}
+	hit := limiter.Hit{Rule: window(t, "w", 1000, floodgate.FailOpen), Key: "k", Cost: 1}
 	check(t, l, hit)
 	ts.fail.Store(false)
 	gate := make(chan struct{})
@@ -387,7 +387,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	ts := &testStore{inner: mem}
 	ts.block.Store(true)
 	l := limiter.New(ts, limiter.Options{Timeout: time.Millisecond, Local: local, Breaker: limiter.BreakerOptions{Failures: -1}})
-	w := window(t, "w", 1000, limiter.FailLocal)
+	w := window(t, "w", 1000, floodgate.FailLocal)
 	var wg sync.WaitGroup
 	for g := range 20 {
 		wg.Add(1)
@@ -417,9 +417,9 @@ func TestObserver(t *testing.T) {
 		events = append(events, e)
 		mu.Unlock()
 	})})
-	sh := window(t, "shadow", 1, limiter.FailOpen)
+	sh := window(t, "shadow", 1, floodgate.FailOpen)
 	sh.Shadow = true
-	w := window(t, "w", 5, limiter.FailOpen)
+	w := window(t, "w", 5, floodgate.FailOpen)
 	check(t, l, limiter.Hit{Rule: sh, Key: "k", Cost: 1}, limiter.Hit{Rule: w, Key: "k", Cost: 1})
 	ts.fail.Store(true)
 	check(t, l, limiter.Hit{Rule: w, Key: "k", Cost: 1})
@@ -436,9 +436,9 @@ func TestObserver(t *testing.T) {
 
 func TestLeakyQueueDelay(t *testing.T) {
 	l := limiter.New(newMem(t), limiter.Options{})
-	q := newRule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 2}, limiter.FailOpen)
+	q := newRule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 2}, floodgate.FailOpen)
 	check(t, l, limiter.Hit{Rule: q, Key: "k", Cost: 1})
-	r := check(t, l, limiter.Hit{Rule: q, Key: "k", Cost: 1}, limiter.Hit{Rule: window(t, "w", 5, limiter.FailOpen), Key: "k", Cost: 1})
+	r := check(t, l, limiter.Hit{Rule: q, Key: "k", Cost: 1}, limiter.Hit{Rule: window(t, "w", 5, floodgate.FailOpen), Key: "k", Cost: 1})
 	if !r.Allowed || r.Delay < hour-time.Minute || r.Delay > hour {
 		t.Fatalf("%+v, want allowed after a delay of about an hour", r)
 	}
@@ -448,7 +448,7 @@ func TestFailLocalWithoutLocalStore(t *testing.T) {
 	ts := &testStore{inner: newMem(t)}
 	ts.fail.Store(true)
 	l := limiter.New(ts, limiter.Options{})
-	w := window(t, "w", 1, limiter.FailLocal)
+	w := window(t, "w", 1, floodgate.FailLocal)
 	for range 3 {
 		if r := check(t, l, limiter.Hit{Rule: w, Key: "k", Cost: 1}); !r.Allowed || !r.Degraded {
 			t.Fatalf("%+v, want a degraded allow (no local store: fail open)", r)
@@ -460,7 +460,7 @@ func TestReleaseDuringOutage(t *testing.T) {
 	ts := &testStore{inner: newMem(t)}
 	ts.fail.Store(true)
 	l := limiter.New(ts, limiter.Options{Local: newMem(t), Breaker: limiter.BreakerOptions{Failures: -1}})
-	c := newRule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: hour}, limiter.FailLocal)
+	c := newRule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: hour}, floodgate.FailLocal)
 	first := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
 	if r := check(t, l, first...); !r.Allowed || !r.Degraded {
 		t.Fatalf("first: %+v", r)

@@ -84,14 +84,13 @@ func SplitRule(r *Rule, instances int) (*Rule, error) {
 		return max(1, algo.SplitLimit(v, instances))
 	}
 	l := r.Limit
-	switch l.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+	if l.Algorithm.Family() == floodgate.FamilyRate {
 		l.Rate = split(l.Rate)
 		l.Burst = split(l.Burst)
 		if l.Delay > 0 {
 			l.Delay = split(l.Delay)
 		}
-	default:
+	} else {
 		l.Max = split(l.Max)
 		if l.Offset > 0 {
 			l.Offset = min(algo.SplitLimit(l.Offset, instances), l.Max-1)
@@ -104,9 +103,9 @@ func SplitRule(r *Rule, instances int) (*Rule, error) {
 	return rule, nil
 }
 
-// decideByPolicy decides every hit by its rule's failure policy: FailOpen
-// allows, FailClosed denies, FailLocal asks the local store with the split
-// rule. The local hits are charged only if no FailClosed hit denied.
+// decideByPolicy decides every hit by its rule's failure policy: floodgate.FailOpen
+// allows, floodgate.FailClosed denies, floodgate.FailLocal asks the local store with the split
+// rule. The local hits are charged only if no floodgate.FailClosed hit denied.
 func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, r *Result) {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
@@ -118,23 +117,23 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, r *Resu
 		c := h.Rule.Params.Capacity()
 		policy := h.Rule.OnFailure
 		var lr *Rule
-		if policy == FailLocal {
+		if policy == floodgate.FailLocal {
 			if l.opts.Local != nil {
 				lr = l.localRule(h.Rule)
 			} else {
 				l.noLocal.Do(func() {
-					l.log.Warn("limiter: no local store configured, FailLocal rules fail open", "rule", h.Rule.ID)
+					l.log.Warn("limiter: no local store configured, floodgate.FailLocal rules fail open", "rule", h.Rule.ID)
 				})
 			}
 			if lr == nil {
-				policy = FailOpen
+				policy = floodgate.FailOpen
 			}
 		}
 		switch policy {
-		case FailClosed:
+		case floodgate.FailClosed:
 			r.Decisions[i] = floodgate.Decision{Limit: c, RetryAfter: l.closedWait}
 			denied = denied || !h.Rule.Shadow
-		case FailLocal:
+		case floodgate.FailLocal:
 			if lc := lr.Params.Capacity(); h.Cost > lc {
 				// Fits the global limit but not this instance's share.
 				r.Decisions[i] = floodgate.Decision{Limit: lc, RetryAfter: l.closedWait}

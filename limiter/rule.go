@@ -9,51 +9,11 @@ import (
 	"github.com/floodgate/floodgate/algo"
 )
 
-// FailurePolicy says what a limit does when its store cannot answer in time.
-type FailurePolicy uint8
-
-// Failure policies. The zero value is FailLocal.
-const (
-	// FailLocal falls back to a local limit of the global one divided by
-	// the number of instances (algo.SplitLimit).
-	FailLocal FailurePolicy = iota
-	// FailOpen allows every request (fail open).
-	FailOpen
-	// FailClosed denies every request (fail closed), for login and payments.
-	FailClosed
-)
-
-// String returns local, allow or deny, as written in configuration files.
-func (p FailurePolicy) String() string {
-	switch p {
-	case FailLocal:
-		return "local"
-	case FailOpen:
-		return "allow"
-	case FailClosed:
-		return "deny"
-	}
-	return "failure(" + strconv.Itoa(int(p)) + ")"
-}
-
-// ParseFailurePolicy accepts allow, deny or local.
-func ParseFailurePolicy(s string) (FailurePolicy, error) {
-	switch s {
-	case "local", "":
-		return FailLocal, nil
-	case "allow":
-		return FailOpen, nil
-	case "deny":
-		return FailClosed, nil
-	}
-	return 0, fmt.Errorf("limiter: unknown failure policy %q (want allow, deny or local)", s)
-}
-
 // Rule is a compiled, immutable limit as the engine and the stores use it.
 type Rule struct {
 	Limit     floodgate.Limit
 	Params    algo.Params
-	OnFailure FailurePolicy
+	OnFailure floodgate.FailurePolicy
 	// Shadow rules are evaluated and counted but never block.
 	Shadow bool
 	// ID names the rule's counters in a store: the limit's name and a
@@ -63,7 +23,7 @@ type Rule struct {
 }
 
 // NewRule validates and compiles a limit.
-func NewRule(l floodgate.Limit, onFailure FailurePolicy, shadow bool) (*Rule, error) {
+func NewRule(l floodgate.Limit, onFailure floodgate.FailurePolicy, shadow bool) (*Rule, error) {
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("limiter: %w", err)
 	}

@@ -254,7 +254,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		p.v6bits = identity.DefaultIPv6Prefix
 	}
 	rule := func(l floodgate.Limit, onFailure string, shadow bool) (*limiter.Rule, error) {
-		fp, err := limiter.ParseFailurePolicy(onFailure)
+		fp, err := floodgate.ParseFailurePolicy(onFailure)
 		if err != nil {
 			return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
 		}
@@ -420,17 +420,17 @@ func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *L
 
 // window is a limit's nominal window (see Limit.Window).
 func window(l *floodgate.Limit) time.Duration {
-	switch l.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+	switch l.Algorithm.Family() {
+	case floodgate.FamilyRate:
 		if l.Rate <= 0 {
 			return 0
 		}
 		// Capacity·Per/Rate, computed without overflow for sane limits.
 		w := time.Duration(float64(l.Per) * float64(l.Capacity()) / float64(l.Rate))
 		return max(w, time.Second)
-	case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow:
+	case floodgate.FamilyWindow:
 		return l.Window
-	case floodgate.Quota:
+	case floodgate.FamilyQuota:
 		switch l.Period {
 		case floodgate.Day:
 			return 24 * time.Hour

@@ -156,7 +156,7 @@ type rateLimit struct {
 type limitTemplate struct {
 	algorithm floodgate.Algorithm
 	burst     int64 // 0: the same as the requests per unit
-	onFailure limiter.FailurePolicy
+	onFailure floodgate.FailurePolicy
 	location  *time.Location
 	anchorDay int
 }
@@ -494,13 +494,8 @@ func (p *parser) rateLimit(n *yaml.Node, nd *node, where string) (*rateLimit, er
 			var s string
 			if s, err = p.str(v, where+"algorithm"); err == nil {
 				r.tmpl.algorithm, err = floodgate.ParseAlgorithm(s)
-				if err == nil {
-					switch r.tmpl.algorithm {
-					case floodgate.FixedWindow, floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket,
-						floodgate.SlidingWindow, floodgate.SlidingLog, floodgate.Quota:
-					default:
-						err = fmt.Errorf("%s is not available over RLS (no delays, no leases)", s)
-					}
+				if k := r.tmpl.algorithm.Kind(); err == nil && k != floodgate.KindRate && k != floodgate.KindQuota {
+					err = fmt.Errorf("%s is not available over RLS (no delays, no leases)", s)
 				}
 				if err != nil {
 					err = p.errf(v, where+"algorithm", "%v", err)
@@ -515,7 +510,7 @@ func (p *parser) rateLimit(n *yaml.Node, nd *node, where string) (*rateLimit, er
 		case "on_failure":
 			var s string
 			if s, err = p.str(v, where+"on_failure"); err == nil {
-				if r.tmpl.onFailure, err = limiter.ParseFailurePolicy(s); err != nil {
+				if r.tmpl.onFailure, err = floodgate.ParseFailurePolicy(s); err != nil {
 					err = p.errf(v, where+"on_failure", "want allow, deny or local, got %q", s)
 				}
 			}
@@ -555,16 +550,14 @@ func (p *parser) rateLimit(n *yaml.Node, nd *node, where string) (*rateLimit, er
 		}
 	}
 	if burstNode != nil {
-		switch r.tmpl.algorithm {
-		case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket:
-		default:
+		if !r.tmpl.algorithm.Traits().Params.Has(floodgate.ParamBurst) {
 			return nil, p.errf(burstNode, where+"burst", "only token_bucket, gcra and leaky_bucket take a burst")
 		}
 	}
-	if quotaNode != nil && r.tmpl.algorithm != floodgate.Quota {
+	if quotaNode != nil && r.tmpl.algorithm.Family() != floodgate.FamilyQuota {
 		return nil, p.errf(quotaNode, where+"quota", "only the quota algorithm takes a quota block")
 	}
-	if r.tmpl.algorithm == floodgate.Quota && r.unit != Day && r.unit != Week && r.unit != Month {
+	if r.tmpl.algorithm.Family() == floodgate.FamilyQuota && r.unit != Day && r.unit != Week && r.unit != Month {
 		at := algNode
 		if at == nil {
 			at = unitNode
@@ -647,13 +640,13 @@ func (t *limitTemplate) limit(name string, unit Unit, mult uint32, perUnit int64
 		l.Algorithm = floodgate.FixedWindow
 	}
 	span := time.Duration(unit.seconds()) * time.Second * time.Duration(mult)
-	switch l.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket:
+	switch l.Algorithm.Family() {
+	case floodgate.FamilyRate:
 		l.Rate, l.Per, l.Burst = perUnit, span, t.burst
 		if l.Burst == 0 {
 			l.Burst = perUnit
 		}
-	case floodgate.Quota:
+	case floodgate.FamilyQuota:
 		l.Max, l.Location, l.AnchorDay = perUnit, t.location, t.anchorDay
 		if mult != 1 {
 			return l, fmt.Errorf("a calendar quota cannot span %d units", mult)

@@ -552,7 +552,7 @@ func (c *overrideCache) get(domainName string, ents []*rlv3.RateLimitDescriptor_
 	if base != nil {
 		rl.tmpl, rl.replaces, rl.shadow = base.tmpl, base.replaces, base.shadow
 	}
-	if rl.tmpl.algorithm == floodgate.Quota && (mult != 1 || (unit != Day && unit != Week && unit != Month)) {
+	if rl.tmpl.algorithm.Family() == floodgate.FamilyQuota && (mult != 1 || (unit != Day && unit != Week && unit != Month)) {
 		// A calendar quota cannot take this unit: count a fixed window.
 		rl.tmpl.algorithm = floodgate.FixedWindow
 	}

@@ -106,7 +106,7 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	}
 	cfg.limit = floodgate.Limit{Name: "bench", Algorithm: a, Rate: *rate, Per: *per, Burst: *burst,
 		Max: *limit, Window: *window, LeaseTTL: *leaseTTL}
-	if a == floodgate.Quota {
+	if a.Family() == floodgate.FamilyQuota {
 		if cfg.limit.Period, err = floodgate.ParsePeriod(*period); err != nil {
 			return nil, usagef("bench: --period: %v", err)
 		}
@@ -140,7 +140,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil || cfg == nil {
 		return err
 	}
-	rule, err := limiter.NewRule(cfg.limit, limiter.FailOpen, false)
+	rule, err := limiter.NewRule(cfg.limit, floodgate.FailOpen, false)
 	if err != nil {
 		return usagef("bench: %v", err)
 	}
@@ -285,7 +285,7 @@ func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, 
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	hits := []limiter.Hit{{Rule: rule, Cost: 1}}
 	out := make([]floodgate.Decision, 1)
-	conc := cfg.limit.Algorithm == floodgate.Concurrency
+	conc := cfg.limit.Algorithm.Kind() == floodgate.KindConcurrency
 	var lease uint64
 	for ctx.Err() == nil {
 		hits[0].Key = keys[rng.IntN(len(keys))]

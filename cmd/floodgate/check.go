@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/config"
@@ -109,54 +108,11 @@ func printPolicy(w io.Writer, path string, p *policy.Policy) error {
 	return nil
 }
 
-// numbers renders a limit's parameters in words.
+// numbers renders a limit's parameters in words, with the cost.
 func numbers(l *floodgate.Limit, cost int64) string {
-	var s string
-	switch l.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket:
-		s = fmt.Sprintf("%d per %s, burst %d", l.Rate, fmtDuration(l.Per), l.Burst)
-	case floodgate.LeakyQueue:
-		delay := strconv.FormatInt(l.Delay, 10)
-		if l.Delay == floodgate.NoDelay {
-			delay = "nodelay"
-		}
-		s = fmt.Sprintf("%d per %s, queue %d, delay %s", l.Rate, fmtDuration(l.Per), l.Burst, delay)
-	case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow:
-		s = fmt.Sprintf("%d per %s", l.Max, fmtDuration(l.Window))
-	case floodgate.Concurrency:
-		s = fmt.Sprintf("%d in flight", l.Max)
-		if l.LeaseTTL > 0 {
-			s += ", lease " + fmtDuration(l.LeaseTTL)
-		}
-	case floodgate.Quota:
-		zone := "UTC"
-		if l.Location != nil {
-			zone = l.Location.String()
-		}
-		s = fmt.Sprintf("%d per %s (%s)", l.Max, l.Period, zone)
-		if l.AnchorDay > 1 {
-			s += fmt.Sprintf(", from day %d", l.AnchorDay)
-		}
-		if l.Offset > 0 {
-			s += fmt.Sprintf(", offset %d from %s", l.Offset, l.Start.Format(time.DateOnly))
-		}
-	default:
-		s = l.Algorithm.String()
-	}
+	s := l.Describe()
 	if cost > 1 {
 		s += fmt.Sprintf(", cost %d", cost)
-	}
-	return s
-}
-
-// fmtDuration writes 1s, 5m, 1h30m rather than 5m0s.
-func fmtDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
 	}
 	return s
 }

@@ -200,7 +200,7 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 	if cfg.hold < 0 {
 		return nil, usagef("simulate: --hold must not be negative")
 	}
-	if alg == floodgate.Quota {
+	if alg.Family() == floodgate.FamilyQuota {
 		if period == "" {
 			return nil, usagef("simulate: quota needs --period day, week or month")
 		}
@@ -221,39 +221,28 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 	return cfg, nil
 }
 
+// flagParams names the limit parameter each parameter flag sets.
+var flagParams = map[string]floodgate.Param{
+	"rate": floodgate.ParamRate, "per": floodgate.ParamPer, "burst": floodgate.ParamBurst,
+	"delay": floodgate.ParamDelay, "nodelay": floodgate.ParamDelay, "limit": floodgate.ParamMax,
+	"window": floodgate.ParamWindow, "lease-ttl": floodgate.ParamLeaseTTL, "period": floodgate.ParamPeriod,
+	"time-zone": floodgate.ParamTimeZone, "anchor-day": floodgate.ParamAnchorDay, "offset": floodgate.ParamOffset,
+}
+
 // flagApplies reports whether the flag name means something for alg.
 func flagApplies(alg floodgate.Algorithm, name string) bool {
+	t := alg.Traits()
 	switch name {
 	case "algorithm", "arrivals", "arrivals-file", "json", "start":
 		return true
-	case "rate", "per", "burst":
-		return rateAlgorithm(alg)
-	case "delay", "nodelay":
-		return alg == floodgate.LeakyQueue
-	case "limit":
-		return !rateAlgorithm(alg)
-	case "window":
-		return alg == floodgate.FixedWindow || alg == floodgate.SlidingLog || alg == floodgate.SlidingWindow
 	case "instances":
-		switch alg {
-		case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow, floodgate.Quota:
-			return true
-		}
-		return false
-	case "hold", "lease-ttl":
-		return alg == floodgate.Concurrency
-	case "period", "time-zone", "anchor-day", "offset":
-		return alg == floodgate.Quota
+		// Counting limits split over instances (seed 002's split_limit).
+		return t.Family == floodgate.FamilyWindow || t.Family == floodgate.FamilyQuota
+	case "hold":
+		return t.Kind == floodgate.KindConcurrency
 	}
-	return false
-}
-
-func rateAlgorithm(alg floodgate.Algorithm) bool {
-	switch alg {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
-		return true
-	}
-	return false
+	p, ok := flagParams[name]
+	return ok && t.Params.Has(p)
 }
 
 func algorithmList() string {
@@ -450,34 +439,21 @@ func appendSeconds(b []byte, ns int64) []byte {
 
 // describeLimit is the table's first line.
 func describeLimit(l *floodgate.Limit) string {
-	switch l.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket:
-		return fmt.Sprintf("%s: %d per %s, burst %d", l.Algorithm, l.Rate, l.Per, l.Burst)
-	case floodgate.LeakyQueue:
-		delay := strconv.FormatInt(l.Delay, 10)
-		if l.Delay == floodgate.NoDelay {
-			delay = "nodelay"
-		}
-		return fmt.Sprintf("%s: %d per %s, queue %d, delay %s", l.Algorithm, l.Rate, l.Per, l.Burst, delay)
-	case floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow:
-		return fmt.Sprintf("%s: %d per %s", l.Algorithm, l.Max, l.Window)
-	case floodgate.Concurrency:
-		return fmt.Sprintf("%s: %d in flight", l.Algorithm, l.Max)
-	case floodgate.Quota:
-		s := fmt.Sprintf("%s: %d per %s in %s from %s", l.Algorithm, l.Max, l.Period, l.Location, l.Start.Format(time.RFC3339))
-		if l.AnchorDay > 1 {
-			s += fmt.Sprintf(", months start on day %d", l.AnchorDay)
-		}
-		if l.Offset > 0 {
-			s += fmt.Sprintf(", offset %d", l.Offset)
-		}
-		return s
+	if l.Algorithm.Family() != floodgate.FamilyQuota {
+		return l.Algorithm.String() + ": " + l.Describe()
 	}
-	return l.Algorithm.String()
+	s := fmt.Sprintf("%s: %d per %s in %s from %s", l.Algorithm, l.Max, l.Period, l.Location, l.Start.Format(time.RFC3339))
+	if l.AnchorDay > 1 {
+		s += fmt.Sprintf(", months start on day %d", l.AnchorDay)
+	}
+	if l.Offset > 0 {
+		s += fmt.Sprintf(", offset %d", l.Offset)
+	}
+	return s
 }
 
 func writeSimulationTable(w *bufio.Writer, cfg *simulateConfig, res *simulation) {
-	queue := cfg.limit.Algorithm == floodgate.LeakyQueue
+	queue := cfg.limit.Algorithm.Kind() == floodgate.KindQueue
 	fmt.Fprintln(w, describeLimit(&cfg.limit))
 	fmt.Fprintf(w, "%12s %6s %8s %10s %12s", "time", "cost", "allowed", "remaining", "retry-after")
 	if res.instance != nil {
@@ -546,7 +522,7 @@ func appendPadded(b []byte, s string, width int) []byte {
 }
 
 func writeSimulationJSON(w *bufio.Writer, cfg *simulateConfig, res *simulation) {
-	queue := cfg.limit.Algorithm == floodgate.LeakyQueue
+	queue := cfg.limit.Algorithm.Kind() == floodgate.KindQueue
 	b := make([]byte, 0, 256)
 	b = append(b, `{"allowed": `...)
 	b = strconv.AppendInt(b, int64(res.allowed), 10)

@@ -44,7 +44,7 @@ func BenchmarkKeyed(b *testing.B) {
 		}
 		defer s.Close()
 		r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-			Rate: 1000, Per: time.Second, Burst: 100}, limiter.FailOpen, false)
+			Rate: 1000, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func BenchmarkKeyed(b *testing.B) {
 		defer s.Close()
 		l := limiter.New(s, limiter.Options{})
 		r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-			Rate: 1000, Per: time.Second, Burst: 100}, limiter.FailOpen, false)
+			Rate: 1000, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func BenchmarkThreeHits(b *testing.B) {
 	l := limiter.New(s, limiter.Options{})
 	mk := func(name string, alg floodgate.Algorithm) *limiter.Rule {
 		r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: alg, Rate: 1e6, Per: time.Second,
-			Burst: 1000, Max: 1e9, Window: time.Hour}, limiter.FailOpen, false)
+			Burst: 1000, Max: 1e9, Window: time.Hour}, floodgate.FailOpen, false)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func BenchmarkMemory1M(b *testing.B) {
 		keys[i] = "k" + strconv.Itoa(i)
 	}
 	r, err := limiter.NewRule(floodgate.Limit{Name: "mem", Algorithm: floodgate.GCRA, Rate: 1, Per: time.Hour, Burst: 10},
-		limiter.FailOpen, false)
+		floodgate.FailOpen, false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func BenchmarkMemory1M(b *testing.B) {
 func BenchmarkFlood10M(b *testing.B) {
 	const n, capKeys = 10_000_000, 100_000
 	r, err := limiter.NewRule(floodgate.Limit{Name: "flood", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour},
-		limiter.FailOpen, false)
+		floodgate.FailOpen, false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func BenchmarkKeyedInterleaved(b *testing.B) {
 	}
 	defer s.Close()
 	r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-		Rate: 1000, Per: time.Second, Burst: 100}, limiter.FailOpen, false)
+		Rate: 1000, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func ExampleNew() {
 	opts := memstore.Options{MaxKeys: 100_000, StatePath: filepath.Join(dir, "floodgate.state")}
 
 	daily, _ := limiter.NewRule(floodgate.Limit{Name: "daily", Algorithm: floodgate.Quota,
-		Max: 3, Period: floodgate.Day}, limiter.FailOpen, false)
+		Max: 3, Period: floodgate.Day}, floodgate.FailOpen, false)
 	hit := []limiter.Hit{{Rule: daily, Key: "api-key-1", Cost: 1}}
 	out := make([]floodgate.Decision, 1)
 

@@ -396,11 +396,7 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 // charge, and have no variable part, so there is nothing to undo after a
 // denial or an error and no memory to account for.
 func inPlace(alg floodgate.Algorithm) bool {
-	switch alg {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
-		return true
-	}
-	return false
+	return alg.Family() == floodgate.FamilyRate
 }
 
 // decideInPlace is applyOne's path for a live entry e of an algorithm
@@ -529,7 +525,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
 		p := &hit.Rule.Params
-		if (op == limiter.Release && p.Algorithm() != floodgate.Concurrency) || (op == limiter.Refund && !p.Refundable()) {
+		if (op == limiter.Release && p.Algorithm().Kind() != floodgate.KindConcurrency) || (op == limiter.Refund && !p.Algorithm().Traits().Refundable) {
 			out[i] = floodgate.Decision{Allowed: true, Limit: p.Capacity(), Remaining: p.Capacity()}
 			continue
 		}
@@ -576,7 +572,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 // full: d.ResetAfter from now, or the last lease's expiry for concurrency.
 func expiry(r *limiter.Rule, st *algo.State, d *floodgate.Decision, now int64) int64 {
 	exp := satAdd(now, int64(d.ResetAfter))
-	if r.Params.Algorithm() == floodgate.Concurrency && st.Ext != nil {
+	if r.Params.Algorithm().Kind() == floodgate.KindConcurrency && st.Ext != nil {
 		for _, e := range st.Ext.Entries {
 			exp = max(exp, e.At)
 		}

@@ -22,7 +22,7 @@ func rule(t testing.TB, l floodgate.Limit) *limiter.Rule {
 	if l.Name == "" {
 		l.Name = l.Algorithm.String()
 	}
-	r, err := limiter.NewRule(l, limiter.FailOpen, false)
+	r, err := limiter.NewRule(l, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,11 +65,11 @@ func TestIndexInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	fixed, err := limiter.NewRule(floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: 1000 * time.Hour}, limiter.FailOpen, false)
+	fixed, err := limiter.NewRule(floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: 1000 * time.Hour}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	short, err := limiter.NewRule(floodgate.Limit{Name: "s", Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1}, limiter.FailOpen, false)
+	short, err := limiter.NewRule(floodgate.Limit{Name: "s", Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,15 +135,15 @@ func TestByteBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	lg, err := limiter.NewRule(floodgate.Limit{Name: "log", Algorithm: floodgate.SlidingLog, Max: 500, Window: time.Hour}, limiter.FailOpen, false)
+	lg, err := limiter.NewRule(floodgate.Limit{Name: "log", Algorithm: floodgate.SlidingLog, Max: 500, Window: time.Hour}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := limiter.NewRule(floodgate.Limit{Name: "conc", Algorithm: floodgate.Concurrency, Max: 100, LeaseTTL: time.Hour}, limiter.FailOpen, false)
+	cc, err := limiter.NewRule(floodgate.Limit{Name: "conc", Algorithm: floodgate.Concurrency, Max: 100, LeaseTTL: time.Hour}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixed, err := limiter.NewRule(floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour}, limiter.FailOpen, false)
+	fixed, err := limiter.NewRule(floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}

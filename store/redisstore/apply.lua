@@ -13,6 +13,12 @@
 -- Reply: charged (0/1), now µs, then 6 integers per hit:
 --   allowed, remaining, retry ns, reset ns, delay ns, never (cost > capacity)
 
+-- Algorithm ids: the values of Go's floodgate.Algorithm, which
+-- TestScriptAlgorithmIDs holds equal to this table. RATE is the rate family.
+local ALG = {token_bucket = 1, gcra = 2, leaky_bucket = 3, leaky_queue = 4, fixed_window = 5,
+  sliding_log = 6, sliding_window = 7, concurrency = 8, quota = 9}
+local RATE = {[ALG.token_bucket] = true, [ALG.gcra] = true, [ALG.leaky_bucket] = true, [ALG.leaky_queue] = true}
+
 local STRIDE = 12
 local BIG = 9007199254740992
 local op = ARGV[1]
@@ -54,7 +60,7 @@ end
 -- a straight path that skips the general machinery below (its closures and
 -- tables). They decide exactly as rate() and fixed() do; the tests hold both
 -- paths to package algo's decisions.
-if nhits == 1 and tonumber(ARGV[4]) <= 4 and op ~= 'r' then
+if nhits == 1 and RATE[tonumber(ARGV[4])] and op ~= 'r' then
   local key, cost = KEYS[1], tonumber(ARGV[5])
   local den, per = tonumber(ARGV[8]), tonumber(ARGV[9])
   local tau_n, tau_r = tonumber(ARGV[10]), tonumber(ARGV[11])
@@ -111,7 +117,7 @@ if nhits == 1 and tonumber(ARGV[4]) <= 4 and op ~= 'r' then
 end
 
 -- The same for one hit of a fixed window, as fixed() decides it.
-if nhits == 1 and ARGV[4] == '5' and op ~= 'r' then
+if nhits == 1 and tonumber(ARGV[4]) == ALG.fixed_window and op ~= 'r' then
   local key, cost = KEYS[1], tonumber(ARGV[5])
   local max, w = tonumber(ARGV[8]), tonumber(ARGV[9])
   local wus = w / 1000
@@ -505,18 +511,18 @@ for h = 1, nhits do
   local shadow = ARGV[i+3] == '1'
   local d, wr
   local kind = 's'
-  if alg > 4 and M == nil then M = more() end
-  if alg <= 4 then
+  if not RATE[alg] and M == nil then M = more() end
+  if RATE[alg] then
     d, wr = rate(KEYS[k], ARGV, i, cost); k = k + 1
-  elseif alg == 5 then
+  elseif alg == ALG.fixed_window then
     d, wr = M.fixed(KEYS[k], ARGV, i, cost); k = k + 1
-  elseif alg == 6 then
+  elseif alg == ALG.sliding_log then
     d, wr = M.slog(KEYS[k], KEYS[k+1], ARGV, i, cost); k = k + 2; kind = 'l'
-  elseif alg == 7 then
+  elseif alg == ALG.sliding_window then
     d, wr = M.counter(KEYS[k], ARGV, i, cost); k = k + 1
-  elseif alg == 8 then
+  elseif alg == ALG.concurrency then
     d, wr = M.conc(KEYS[k], KEYS[k+1], ARGV, i, cost, ARGV[i+4]); k = k + 2; kind = 'c'
-  elseif alg == 9 then
+  elseif alg == ALG.quota then
     d, wr = M.quota(KEYS[k], ARGV, i, cost); k = k + 1
   else
     return redis.error_reply('ERR floodgate: unknown algorithm ' .. tostring(ARGV[i+1]))

@@ -44,8 +44,8 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func newRuleArgs(r *limiter.Rule) *ruleArgs {
 	l := &r.Limit
 	ra := &ruleArgs{alg: l.Algorithm, algStr: strconv.Itoa(int(l.Algorithm)), cap: r.Params.Capacity(), lease: "0", limit: l}
-	switch l.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+	switch l.Algorithm.Family() {
+	case floodgate.FamilyRate:
 		tauNs, tauRem, den := r.Params.Tolerance()
 		tNs, tRem, _ := r.Params.Interval()
 		ra.den, ra.per = den, uint64(l.Per)
@@ -55,23 +55,23 @@ func newRuleArgs(r *limiter.Rule) *ruleArgs {
 			itoa(tNs), strconv.FormatUint(tRem, 10),
 			itoa(ra.cap), "-1",
 		}
-		if l.Algorithm == floodgate.LeakyQueue && l.Delay != floodgate.NoDelay && l.Delay < ra.cap {
+		if l.Algorithm.Traits().Params.Has(floodgate.ParamDelay) && l.Delay != floodgate.NoDelay && l.Delay < ra.cap {
 			hi, lo := bits.Mul64(uint64(l.Delay), ra.per)
 			q, rem := bits.Div64(hi, lo, den) // fits: Compile checked it
 			ra.params[7] = itoa(int64(q))
 			ra.lease = strconv.FormatUint(rem, 10)
 		}
-	case floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.SlidingLog:
+	case floodgate.FamilyWindow:
 		ra.params = [8]string{itoa(l.Max), itoa(int64(l.Window)), "0", "0", "0", "0", "0", "0"}
-		ra.twoKeys = l.Algorithm == floodgate.SlidingLog
-	case floodgate.Concurrency:
+		ra.twoKeys = l.Algorithm == floodgate.SlidingLog // a log keeps its members in a ZSET
+	case floodgate.FamilyConcurrency:
 		ttl := l.LeaseTTL
 		if ttl == 0 {
 			ttl = algo.DefaultLeaseTTL
 		}
 		ra.params = [8]string{itoa(l.Max), itoa(int64(ttl)), itoa(int64(time.Second)), "0", "0", "0", "0", "0"}
 		ra.twoKeys = true
-	case floodgate.Quota:
+	case floodgate.FamilyQuota:
 		ra.params = [8]string{itoa(l.Max), "", "", "", "", "", "0", itoa(l.Offset)}
 		if l.Offset > 0 {
 			start, _ := algo.QuotaPeriod(l, l.Start.UnixNano())

@@ -18,7 +18,7 @@ func BenchmarkApply(b *testing.B) {
 		b.Run(alg.String(), func(b *testing.B) {
 			s := newStandalone(b)
 			r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: alg, Rate: 100, Per: time.Second,
-				Burst: 100, Max: 100, Window: time.Second}, limiter.FailOpen, false)
+				Burst: 100, Max: 100, Window: time.Second}, floodgate.FailOpen, false)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func BenchmarkApplyThreeLimits(b *testing.B) {
 	s := newStandalone(b)
 	var rules []*limiter.Rule
 	for _, name := range []string{"a", "b", "c"} {
-		r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, limiter.FailOpen, false)
+		r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -23,7 +23,7 @@ func TestClockStepsBack(t *testing.T) {
 		{Name: "back_tb", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2},
 		{Name: "back_quota", Algorithm: floodgate.Quota, Max: 2, Period: floodgate.Day},
 	} {
-		r, err := limiter.NewRule(l, limiter.FailOpen, false)
+		r, err := limiter.NewRule(l, floodgate.FailOpen, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,7 +41,7 @@ func conformLimits(t *testing.T) []*limiter.Rule {
 	}
 	var rules []*limiter.Rule
 	for _, l := range ls {
-		r, err := limiter.NewRule(l, limiter.FailOpen, false)
+		r, err := limiter.NewRule(l, floodgate.FailOpen, false)
 		if err != nil {
 			t.Fatalf("%s: %v", l.Name, err)
 		}
@@ -80,7 +80,7 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 	var st algo.State
 	key := "conform"
 	companion, err := limiter.NewRule(floodgate.Limit{Name: "companion", Algorithm: floodgate.FixedWindow,
-		Max: 1 << 40, Window: time.Hour}, limiter.FailOpen, false)
+		Max: 1 << 40, Window: time.Hour}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func ExampleNew() {
 	lim := limiter.New(store, limiter.Options{Timeout: 5 * time.Millisecond, Local: local, Instances: 4})
 
 	perUser, _ := limiter.NewRule(floodgate.Limit{Name: "per_user", Algorithm: floodgate.TokenBucket,
-		Rate: 10, Per: time.Second, Burst: 20}, limiter.FailLocal, false)
+		Rate: 10, Per: time.Second, Burst: 20}, floodgate.FailLocal, false)
 	res, err := lim.Check(context.Background(), []limiter.Hit{{Rule: perUser, Key: "user:42", Cost: 1}})
 	if err != nil {
 		fmt.Println(err)

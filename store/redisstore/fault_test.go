@@ -29,7 +29,7 @@ type faultRig struct {
 	store  *Store
 	local  *memstore.Store
 	lim    *limiter.Limiter
-	rules  map[limiter.FailurePolicy]*limiter.Rule
+	rules  map[floodgate.FailurePolicy]*limiter.Rule
 	before int // goroutines before the rig started
 }
 
@@ -45,8 +45,8 @@ func newFaultRig(t *testing.T) *faultRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rig := &faultRig{srv: srv, store: s, local: local, before: before, rules: map[limiter.FailurePolicy]*limiter.Rule{}}
-	for _, p := range []limiter.FailurePolicy{limiter.FailOpen, limiter.FailClosed, limiter.FailLocal} {
+	rig := &faultRig{srv: srv, store: s, local: local, before: before, rules: map[floodgate.FailurePolicy]*limiter.Rule{}}
+	for _, p := range []floodgate.FailurePolicy{floodgate.FailOpen, floodgate.FailClosed, floodgate.FailLocal} {
 		// A token bucket, so that no window boundary can refill the local
 		// fallback during the test.
 		r, err := limiter.NewRule(floodgate.Limit{Name: "fault_" + p.String(), Algorithm: floodgate.TokenBucket,
@@ -92,16 +92,16 @@ type loadStats struct {
 	mu                 sync.Mutex
 	slowest            time.Duration
 	errors             int64
-	allowed, denied    map[limiter.FailurePolicy]int64
-	degradedAllowed    map[limiter.FailurePolicy]int64
-	degradedDenied     map[limiter.FailurePolicy]int64
+	allowed, denied    map[floodgate.FailurePolicy]int64
+	degradedAllowed    map[floodgate.FailurePolicy]int64
+	degradedDenied     map[floodgate.FailurePolicy]int64
 	undegradedRequests int64
 }
 
 // load runs workers per policy until stop closes.
 func (rig *faultRig) load(stop <-chan struct{}, st *loadStats) *sync.WaitGroup {
-	st.allowed, st.denied = map[limiter.FailurePolicy]int64{}, map[limiter.FailurePolicy]int64{}
-	st.degradedAllowed, st.degradedDenied = map[limiter.FailurePolicy]int64{}, map[limiter.FailurePolicy]int64{}
+	st.allowed, st.denied = map[floodgate.FailurePolicy]int64{}, map[floodgate.FailurePolicy]int64{}
+	st.degradedAllowed, st.degradedDenied = map[floodgate.FailurePolicy]int64{}, map[floodgate.FailurePolicy]int64{}
 	var wg sync.WaitGroup
 	var seq atomic.Int64
 	for p, r := range rig.rules {
@@ -150,7 +150,7 @@ func (rig *faultRig) load(stop <-chan struct{}, st *loadStats) *sync.WaitGroup {
 func (rig *faultRig) waitBreakerClosed(t *testing.T) time.Duration {
 	t.Helper()
 	start := time.Now()
-	hits := []limiter.Hit{{Rule: rig.rules[limiter.FailOpen], Key: "probe", Cost: 1}}
+	hits := []limiter.Hit{{Rule: rig.rules[floodgate.FailOpen], Key: "probe", Cost: 1}}
 	for time.Since(start) < 30*time.Second {
 		res, err := rig.lim.Check(context.Background(), hits)
 		if err == nil && !res.Degraded && !rig.lim.Stats().BreakerOpen {
@@ -174,7 +174,7 @@ func (st *loadStats) checkPolicies(t *testing.T) {
 	if limit := faultTimeout + faultSlack; st.slowest > limit {
 		t.Fatalf("slowest decision took %v, want at most the deadline %v plus %v", st.slowest, faultTimeout, faultSlack)
 	}
-	open, closed, local := limiter.FailOpen, limiter.FailClosed, limiter.FailLocal
+	open, closed, local := floodgate.FailOpen, floodgate.FailClosed, floodgate.FailLocal
 	if st.degradedDenied[open] != 0 || st.degradedAllowed[open] == 0 {
 		t.Fatalf("allow policy while degraded: %d allowed, %d denied; want all allowed",
 			st.degradedAllowed[open], st.degradedDenied[open])
@@ -210,8 +210,8 @@ func TestFaultKill(t *testing.T) {
 	if !rig.lim.Stats().BreakerOpen {
 		t.Fatalf("breaker not open with Redis dead: %+v", rig.lim.Stats())
 	}
-	if st.degradedAllowed[limiter.FailLocal] != 100 {
-		t.Fatalf("local policy allowed %d while degraded, want exactly the split limit 100", st.degradedAllowed[limiter.FailLocal])
+	if st.degradedAllowed[floodgate.FailLocal] != 100 {
+		t.Fatalf("local policy allowed %d while degraded, want exactly the split limit 100", st.degradedAllowed[floodgate.FailLocal])
 	}
 	if err := rig.srv.Restart(); err != nil {
 		t.Fatal(err)
@@ -252,7 +252,7 @@ func TestFaultPause(t *testing.T) {
 func TestScriptFlushUnderLoad(t *testing.T) {
 	srv := sharedServer(t)
 	s := newStandalone(t)
-	r, err := limiter.NewRule(floodgate.Limit{Name: "flush", Algorithm: floodgate.TokenBucket, Rate: 1000, Per: time.Second, Burst: 1000}, limiter.FailClosed, false)
+	r, err := limiter.NewRule(floodgate.Limit{Name: "flush", Algorithm: floodgate.TokenBucket, Rate: 1000, Per: time.Second, Burst: 1000}, floodgate.FailClosed, false)
 	if err != nil {
 		t.Fatal(err)
 	}

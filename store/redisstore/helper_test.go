@@ -56,7 +56,7 @@ func scenarioRules(name string) ([]*limiter.Rule, error) {
 	}
 	var rules []*limiter.Rule
 	for _, l := range ls {
-		r, err := limiter.NewRule(l, limiter.FailClosed, false)
+		r, err := limiter.NewRule(l, floodgate.FailClosed, false)
 		if err != nil {
 			return nil, err
 		}

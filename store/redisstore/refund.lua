@@ -5,6 +5,11 @@
 --
 -- ARGV[1] mark: the now (µs) that apply.lua returned for the charge
 -- ARGV[2] number of hits; then 12 arguments per hit as for apply.lua.
+-- Algorithm ids: the values of Go's floodgate.Algorithm, which
+-- TestScriptAlgorithmIDs holds equal to this table. RATE is the rate family.
+local ALG = {token_bucket = 1, gcra = 2, leaky_bucket = 3, leaky_queue = 4, fixed_window = 5,
+  sliding_log = 6, sliding_window = 7, concurrency = 8, quota = 9}
+local RATE = {[ALG.token_bucket] = true, [ALG.gcra] = true, [ALG.leaky_bucket] = true, [ALG.leaky_queue] = true}
 local STRIDE = 12
 local mark = tonumber(ARGV[1])
 local nhits = tonumber(ARGV[2])
@@ -17,7 +22,7 @@ for h = 1, nhits do
   local i = 2 + (h - 1) * STRIDE
   local alg = tonumber(ARGV[i+1])
   local cost = tonumber(ARGV[i+2])
-  if alg <= 4 then
+  if RATE[alg] then
     local key = KEYS[k]; k = k + 1
     local v = redis.call('GET', key)
     if v then
@@ -31,27 +36,27 @@ for h = 1, nhits do
         redis.call('SET', key, struct.pack('<ddd', s, n, r), 'KEEPTTL')
       end
     end
-  elseif alg == 5 or alg == 7 then
+  elseif alg == ALG.fixed_window or alg == ALG.sliding_window then
     local key = KEYS[k]; k = k + 1
     local wus = tonumber(ARGV[i+6]) / 1000
     local idx = (mark - math.fmod(mark, wus)) / wus
     local v = redis.call('GET', key)
-    if v and #v == (alg == 5 and 16 or 24) then
-      local parts = {struct.unpack(alg == 5 and '<dd' or '<ddd', v)}
-      if alg == 5 and parts[1] == idx then
+    if v and #v == (alg == ALG.fixed_window and 16 or 24) then
+      local parts = {struct.unpack(alg == ALG.fixed_window and '<dd' or '<ddd', v)}
+      if alg == ALG.fixed_window and parts[1] == idx then
         parts[2] = math.max(0, parts[2] - cost)
-      elseif alg == 7 and parts[1] == idx then
+      elseif alg == ALG.sliding_window and parts[1] == idx then
         parts[2] = math.max(0, parts[2] - cost)
-      elseif alg == 7 and parts[1] == idx + 1 then
+      elseif alg == ALG.sliding_window and parts[1] == idx + 1 then
         parts[3] = math.max(0, parts[3] - cost)
       end
-      if alg == 5 then
+      if alg == ALG.fixed_window then
         redis.call('SET', key, struct.pack('<dd', parts[1], parts[2]), 'KEEPTTL')
       else
         redis.call('SET', key, struct.pack('<ddd', parts[1], parts[2], parts[3]), 'KEEPTTL')
       end
     end
-  elseif alg == 6 then
+  elseif alg == ALG.sliding_log then
     local zkey, hkey = KEYS[k], KEYS[k+1]; k = k + 2
     local m = fmt(mark)
     local wgt = tonumber(redis.call('HGET', hkey, m) or '0')
@@ -66,7 +71,7 @@ for h = 1, nhits do
       local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0') - take
       redis.call('HSET', hkey, 'sum', fmt(math.max(0, sum)))
     end
-  elseif alg == 8 then
+  elseif alg == ALG.concurrency then
     local zkey, hkey = KEYS[k], KEYS[k+1]; k = k + 2
     local lease = ARGV[i+4]
     if lease == '0' then
@@ -87,7 +92,7 @@ for h = 1, nhits do
         redis.call('HSET', hkey, 'sum', fmt(math.max(0, sum)))
       end
     end
-  elseif alg == 9 then
+  elseif alg == ALG.quota then
     local key = KEYS[k]; k = k + 1
     local b = {tonumber(ARGV[i+6]), tonumber(ARGV[i+7]), tonumber(ARGV[i+8]), tonumber(ARGV[i+9])}
     local st = b[1]

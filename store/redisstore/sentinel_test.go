@@ -19,7 +19,7 @@ func TestSentinel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "sentinel", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, limiter.FailOpen, false)
+	r, err := limiter.NewRule(floodgate.Limit{Name: "sentinel", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}

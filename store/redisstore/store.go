@@ -243,7 +243,7 @@ func (s *Store) release(ctx context.Context, hits []limiter.Hit, out []floodgate
 	defer func() { c.reset(); callPool.Put(c) }()
 	for i := range hits {
 		ra := s.ruleArgs(hits[i].Rule)
-		if ra.alg != floodgate.Concurrency {
+		if ra.alg.Kind() != floodgate.KindConcurrency {
 			out[i] = floodgate.Decision{Allowed: true, Limit: ra.cap, Remaining: ra.cap}
 			continue
 		}
@@ -263,7 +263,7 @@ func (s *Store) release(ctx context.Context, hits []limiter.Hit, out []floodgate
 func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
 	for i := range hits {
 		out[i] = floodgate.Decision{Allowed: true, Limit: s.ruleArgs(hits[i].Rule).cap}
-		if !hits[i].Rule.Params.Refundable() {
+		if !hits[i].Rule.Limit.Algorithm.Traits().Refundable {
 			continue
 		}
 		r := callPool.Get().(*call)
@@ -418,16 +418,16 @@ func (s *Store) appendHit(c *call, h *limiter.Hit, now int64) {
 		shadow = "1"
 	}
 	lease := ra.lease
-	if ra.alg == floodgate.Concurrency {
+	if ra.alg.Kind() == floodgate.KindConcurrency {
 		lease = strconv.FormatUint(h.Lease, 10)
 	}
 	c.args = append(c.args, ra.algStr, itoa(h.Cost), shadow, lease)
-	switch ra.alg {
-	case floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket, floodgate.LeakyQueue:
+	switch ra.alg.Family() {
+	case floodgate.FamilyRate:
 		n, r := ra.costArgs(h.Cost)
 		p := &ra.params
 		c.args = append(c.args, p[0], p[1], p[2], p[3], n, r, p[6], p[7])
-	case floodgate.Quota:
+	case floodgate.FamilyQuota:
 		if now == 0 {
 			now = time.Now().UnixNano()
 		}

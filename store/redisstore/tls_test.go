@@ -47,7 +47,7 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "tls", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, limiter.FailOpen, false)
+	r, err := limiter.NewRule(floodgate.Limit{Name: "tls", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func rule(t testing.TB, l floodgate.Limit) *limiter.Rule {
 	if l.Name == "" {
 		l.Name = "st_" + l.Algorithm.String()
 	}
-	r, err := limiter.NewRule(l, limiter.FailOpen, false)
+	r, err := limiter.NewRule(l, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatalf("NewRule(%+v): %v", l, err)
 	}
