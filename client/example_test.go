@@ -29,7 +29,7 @@ func ExampleWait() {
 	defer st.Close()
 	sms, _ := limiter.NewRule(floodgate.Limit{Name: "sms", Algorithm: floodgate.TokenBucket,
 		Rate: 1, Per: time.Second, Burst: 2}, floodgate.FailClosed, false)
-	api := httptest.NewServer(httpapi.New(limiter.New(st, limiter.Options{}), httpapi.Rules{"sms": sms}, httpapi.Options{}))
+	api := httptest.NewServer(httpapi.New(limiter.New(st, limiter.Options{}), httpapi.Rules(sms), httpapi.Options{}))
 	defer api.Close()
 
 	c := client.NewHTTP(api.URL, client.HTTPOptions{})

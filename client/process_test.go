@@ -151,7 +151,7 @@ func waitChild(t *testing.T, addr string) {
 		t.Fatal(err)
 	}
 	eng := limiter.New(st, limiter.Options{Timeout: 5 * time.Second})
-	ts := httptest.NewServer(httpapi.New(eng, httpapi.Rules{"provider": rule}, httpapi.Options{}))
+	ts := httptest.NewServer(httpapi.New(eng, httpapi.Rules(rule), httpapi.Options{}))
 	defer ts.Close()
 	c := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
 	time.Sleep(time.Until(time.Unix(0, startNS)))

@@ -34,7 +34,7 @@ func TestHTTPCheckPeekAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules{"sms": r}, httpapi.Options{}))
+	ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{}))
 	defer ts.Close()
 	c := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
 	ctx := context.Background()

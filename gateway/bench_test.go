@@ -66,7 +66,7 @@ func BenchmarkMiddlewarePass(b *testing.B) {
 		m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: keys[n.Add(1)&63], Cost: 1})
 		return nil
 	})
-	g, err := New(Options{Matcher: m, Engine: newMemStore(b, nil)})
+	g, err := New(Options{Matcher: m, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func BenchmarkMiddlewarePass(b *testing.B) {
 func BenchmarkMiddlewareReject(b *testing.B) {
 	rule := mustRule(b, floodgate.Limit{Name: "tiny", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1}, false)
 	m := oneRule(rule)
-	g, err := New(Options{Matcher: m, Engine: newMemStore(b, nil)})
+	g, err := New(Options{Matcher: m, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -133,24 +133,11 @@ func BenchmarkPolicyPass(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := New(Options{Matcher: pm, Engine: LimiterEngine(limiter.New(newMemStore(b, nil), limiter.Options{}))})
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
 	if err != nil {
 		b.Fatal(err)
 	}
 	benchGateway(b, g, 200, "/notices/1", nil)
-}
-
-func BenchmarkSetRateLimit(b *testing.B) {
-	items := []Covered{
-		{NewLimitHeader(tokenBucket("partner-basic", 2, time.Second, 2)), floodgate.Decision{Limit: 2, Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: time.Second}},
-		{NewLimitHeader(&floodgate.Limit{Name: "daily", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day}), floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: time.Hour}},
-	}
-	h := http.Header{}
-	buf := make([]byte, 0, 256)
-	b.ReportAllocs()
-	for b.Loop() {
-		SetRateLimit(h, items, nil, buf)
-	}
 }
 
 // benchProxy sends GETs over loopback through front to a trivial upstream,
@@ -215,7 +202,7 @@ func BenchmarkProxyFloodgate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := New(Options{Matcher: pm, Engine: LimiterEngine(limiter.New(newMemStore(b, nil), limiter.Options{}))})
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/sfv"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -123,11 +124,11 @@ func statuses(as []answer) []int {
 // and at least t.
 func checkFields(t testing.TB, a answer, binding string, r, tWant, retryWant int64) {
 	t.Helper()
-	items, err := ParseList(a.header.Get("RateLimit"))
+	items, err := sfv.ParseList(a.header.Get("RateLimit"))
 	if err != nil || len(items) == 0 {
 		t.Fatalf("RateLimit %q: %v", a.header.Get("RateLimit"), err)
 	}
-	pol, err := ParseList(a.header.Get("RateLimit-Policy"))
+	pol, err := sfv.ParseList(a.header.Get("RateLimit-Policy"))
 	if err != nil || len(pol) != len(items) {
 		t.Fatalf("RateLimit-Policy %q: %v", a.header.Get("RateLimit-Policy"), err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -21,7 +22,7 @@ func Example() {
 	matcher, _ := gateway.NewPolicyMatcher(gateway.Fixed(pol), gateway.PolicyMatcherOptions{})
 	store, _ := memstore.New(memstore.Options{})
 	defer store.Close()
-	gw, _ := gateway.New(gateway.Options{Matcher: matcher, Engine: store})
+	gw, _ := gateway.New(gateway.Options{Matcher: matcher, Engine: limiter.New(store, limiter.Options{})})
 
 	students := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"id":9,"name":"Jomo"}`)

@@ -21,7 +21,7 @@ func FuzzMiddleware(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	g, err := New(Options{Matcher: pm, Engine: LimiterEngine(limiter.New(newMemStore(f, nil), limiter.Options{}))})
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(f, nil), limiter.Options{})})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -47,7 +48,7 @@ func (o *schoolOffice) Match(r *http.Request, m *Match) error {
 		case "key-trial":
 			m.Hits = append(m.Hits, limiter.Hit{Rule: o.trialDay, Key: key, Cost: 1}, limiter.Hit{Rule: o.trialRate, Key: key, Cost: 1})
 		default:
-			m.Forbidden = true
+			m.Reject = http.StatusForbidden
 			return nil
 		}
 	}
@@ -63,7 +64,7 @@ func TestLesson07Verify(t *testing.T) {
 	clock := newTestClock()
 	store := newMemStore(t, clock.Now)
 	office := newSchoolOffice(t, up.URL)
-	g, err := New(Options{Matcher: office, Engine: store, Headers: HeaderOptions{LimitName: "Floodgate-Limit"}})
+	g, err := New(Options{Matcher: office, Engine: limiter.New(store, limiter.Options{}), Fields: fields.Options{LimitName: "Floodgate-Limit"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,21 +8,23 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/promtest"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/metrics"
 )
 
 // TestMetrics runs lesson 07's stage burst, with a shadow limit added,
-// through a gateway with metrics and reads the counters back.
+// through a gateway whose engine and front end report to one Metrics, and
+// reads the series back from the registry.
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewMetrics(reg); err == nil {
+	if _, err := metrics.New(reg, metrics.Options{}); err == nil {
 		t.Error("registering twice on one registry succeeded")
 	}
 	up := newUpstream(t, nil)
@@ -30,13 +32,14 @@ func TestMetrics(t *testing.T) {
 	office := newSchoolOffice(t, up.URL)
 	shadow := mustRule(t, floodgate.Limit{Name: "shadow", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute}, true)
 	matcher := funcMatcher(func(r *http.Request, mt *Match) error {
-		if err := office.Match(r, mt); err != nil || mt.Forbidden {
+		if err := office.Match(r, mt); err != nil || mt.Reject != 0 {
 			return err
 		}
 		mt.Hits = append(mt.Hits, limiter.Hit{Rule: shadow, Key: "all", Cost: 1})
 		return nil
 	})
-	g, err := New(Options{Matcher: matcher, Engine: newMemStore(t, clock.Now), Observer: m})
+	engine := limiter.New(newMemStore(t, clock.Now), limiter.Options{Observer: m})
+	g, err := New(Options{Matcher: matcher, Engine: engine, Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,90 +52,45 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	do(t, front.Client(), "GET", front.URL+"/partner/x", map[string]string{"x-api-key": "nobody"})
+	gw := "gateway"
 	checks := []struct {
-		name string
-		c    prometheus.Collector
-		want float64
+		name   string
+		metric string
+		labels promtest.Labels
+		want   float64
 	}{
-		{"stage allowed", m.decisions.WithLabelValues("stage-dev", "allowed"), 5},
-		{"stage denied", m.decisions.WithLabelValues("stage-dev", "denied"), 3},
-		{"shadow allowed", m.decisions.WithLabelValues("shadow", "allowed"), 2},
-		{"shadow denied", m.decisions.WithLabelValues("shadow", "shadow_denied"), 6},
-		{"near limit", m.near.WithLabelValues("stage-dev"), 1}, // r=0 of 5; r=1 is 20%
-		{"429s", m.rejected.WithLabelValues("stage-dev", "429"), 3},
-		{"403s", m.rejected.WithLabelValues("", "403"), 1},
-		{"upstream 200s", m.upstream.WithLabelValues("school", "200"), 5},
-		{"queue", m.queue.WithLabelValues("stage-dev"), 0},
+		{"stage allowed", "floodgate_decisions_total", promtest.Labels{"front_end": gw, "limit": "stage-dev", "outcome": "allowed"}, 5},
+		{"stage denied", "floodgate_decisions_total", promtest.Labels{"front_end": gw, "limit": "stage-dev", "outcome": "denied"}, 3},
+		{"shadow allowed", "floodgate_decisions_total", promtest.Labels{"front_end": gw, "limit": "shadow", "outcome": "allowed"}, 2},
+		{"shadow denied", "floodgate_decisions_total", promtest.Labels{"front_end": gw, "limit": "shadow", "outcome": "shadow_denied"}, 6},
+		{"near limit", "floodgate_near_limit_total", promtest.Labels{"front_end": gw, "limit": "stage-dev"}, 1}, // r=0 of 5; r=1 is 20%
+		{"429s", "floodgate_rejections_total", promtest.Labels{"front_end": gw, "limit": "stage-dev", "code": "429"}, 3},
+		{"403s", "floodgate_rejections_total", promtest.Labels{"front_end": gw, "limit": "", "code": "403"}, 1},
+		{"upstream 200s", "floodgate_upstream_responses_total", promtest.Labels{"route": "school", "code": "200"}, 5},
+		{"other front ends", "floodgate_decisions_total", promtest.Labels{"front_end": "rls"}, 0},
 	}
 	for _, c := range checks {
-		if got := value(t, c.c); got != c.want {
+		if got := promtest.Value(t, reg, c.metric, c.labels); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
-	// One engine call per request on /notices; the 403 needs none.
-	if n := samples(t, m.latency); n != 8 {
-		t.Errorf("latency histogram has %d observations, want 8", n)
+	// The memory store answers in this process: its calls are not timed.
+	if n := promtest.Value(t, reg, "floodgate_store_latency_seconds", nil); n != 0 {
+		t.Errorf("latency histogram has %d observations of an in-process store", int(n))
 	}
-	m.ObserveDecision(limiter.Event{Rule: office.stage, Degraded: true})
-	if got := value(t, m.degraded.WithLabelValues("stage-dev")); got != 1 {
-		t.Errorf("degraded %v", got)
-	}
-}
-
-// collect returns the one metric c holds.
-func collect(t *testing.T, c prometheus.Collector) *dto.Metric {
-	t.Helper()
-	ch := make(chan prometheus.Metric, 16)
-	c.Collect(ch)
-	close(ch)
-	var out []*dto.Metric
-	for m := range ch {
-		d := &dto.Metric{}
-		if err := m.Write(d); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, d)
-	}
-	if len(out) != 1 {
-		t.Fatalf("%d metrics, want 1", len(out))
-	}
-	return out[0]
-}
-
-// value returns the value of a counter or a gauge.
-func value(t *testing.T, c prometheus.Collector) float64 {
-	t.Helper()
-	m := collect(t, c)
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	t.Fatalf("not a counter or gauge: %v", m)
-	return 0
-}
-
-// samples returns the number of observations of a histogram.
-func samples(t *testing.T, c prometheus.Collector) uint64 {
-	t.Helper()
-	m := collect(t, c)
-	if m.Histogram == nil {
-		t.Fatalf("not a histogram: %v", m)
-	}
-	return m.Histogram.GetSampleCount()
 }
 
 // TestQueueLengthMetric: a request held by a leaky queue shows in
 // floodgate_queue_length until its client goes away.
 func TestQueueLengthMetric(t *testing.T) {
-	m, err := NewMetrics(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 2}, false)
 	clock := newTestClock()
-	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, clock.Now), Observer: m})
+	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{}), Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,13 +109,15 @@ func TestQueueLengthMetric(t *testing.T) {
 			t.Error("the queued request was answered")
 		}
 	}()
-	gauge := m.queue.WithLabelValues("queue")
+	queued := func() float64 {
+		return promtest.Value(t, reg, "floodgate_queue_length", promtest.Labels{"limit": "queue"})
+	}
 	waitFor := func(want float64) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
-		for value(t, gauge) != want {
+		for queued() != want {
 			if time.Now().After(deadline) {
-				t.Fatalf("queue length %v, want %v", value(t, gauge), want)
+				t.Fatalf("queue length %v, want %v", queued(), want)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -31,6 +34,14 @@ type PolicyMatcherOptions struct {
 	// Upstream, when set, replaces the upstream of every route (the demo
 	// upstream of "floodgate serve --demo").
 	Upstream *url.URL
+	// OnInvalidToken, when set, is told the reason (identity.Reason) of
+	// every presented token that did not verify, for metrics.
+	OnInvalidToken func(reason string)
+	// Logger receives invalid tokens, at most one line a second with the
+	// number left out (default: discard).
+	Logger *slog.Logger
+	// Now is the clock tokens are verified at (default time.Now).
+	Now func() time.Time
 }
 
 // PolicyMatcher is the Matcher of a policy file: it works out who sent a
@@ -38,11 +49,21 @@ type PolicyMatcherOptions struct {
 // verified token) with package identity, then asks the policy in force
 // for the route and the limits. After a reload it follows the new
 // policy's server settings (trusted proxies, API key header, tokens).
+//
+// A token is verified only when a limit the request matched counts per
+// user, and only after the request passed the limits that do not (it is a
+// UserMatcher); a token verified before is remembered until it expires.
 type PolicyMatcher struct {
 	src      PolicySource
 	upstream *url.URL
+	onBad    func(string)
+	log      *slog.Logger
+	now      func() time.Time
 	current  atomic.Pointer[resolverFor]
 	pool     sync.Pool // *policy.Match
+
+	lastLog    atomic.Int64 // unix ns of the last invalid-token line
+	suppressed atomic.Int64 // invalid tokens not logged since
 }
 
 // resolverFor is the identity resolver built for one policy.
@@ -50,7 +71,7 @@ type resolverFor struct {
 	p        *policy.Policy
 	resolver *identity.Resolver
 	keyHdr   string
-	fields   fieldSwitches
+	fields   fields.Options
 }
 
 // NewPolicyMatcher returns the matcher of the policies src gives.
@@ -58,7 +79,13 @@ func NewPolicyMatcher(src PolicySource, o PolicyMatcherOptions) (*PolicyMatcher,
 	if src == nil || src.Policy() == nil {
 		return nil, fmt.Errorf("gateway: a policy is required")
 	}
-	pm := &PolicyMatcher{src: src, upstream: o.Upstream}
+	pm := &PolicyMatcher{src: src, upstream: o.Upstream, onBad: o.OnInvalidToken, log: o.Logger, now: o.Now}
+	if pm.log == nil {
+		pm.log = slog.New(slog.DiscardHandler)
+	}
+	if pm.now == nil {
+		pm.now = time.Now
+	}
 	pm.pool.New = func() any { return new(policy.Match) }
 	if _, err := pm.resolverFor(src.Policy()); err != nil {
 		return nil, err
@@ -75,26 +102,33 @@ func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: identity: %w", err)
 	}
-	hdr := srv.APIKeyHeader
-	if hdr == "" {
-		hdr = "x-api-key"
-	}
-	c := &resolverFor{p: p, resolver: res, keyHdr: http.CanonicalHeaderKey(hdr)}
-	c.fields.opts, c.fields.noFields = HeaderSwitches(srv.Headers)
+	c := &resolverFor{p: p, resolver: res, keyHdr: http.CanonicalHeaderKey(srv.APIKeyHeader), fields: FieldOptions(srv.Headers)}
 	pm.current.Store(c)
 	return c, nil
 }
 
-// Match resolves the identity of r and matches it against the policy in
-// force. The policy's header switches (server.headers) apply to the
-// request, so that a reload changes them too.
+// Match resolves the identity of r, short of verifying a token it has not
+// seen before, and matches it against the policy in force. The policy's
+// field switches (server.headers) apply to the request, so that a reload
+// changes them too.
 func (pm *PolicyMatcher) Match(r *http.Request, m *Match) error {
+	return pm.match(r, m, false)
+}
+
+// MatchUser matches r again with its token verified: the user's limits are
+// included, or, when the token does not verify, the request is anonymous
+// (the reason is counted and logged).
+func (pm *PolicyMatcher) MatchUser(r *http.Request, m *Match) error {
+	return pm.match(r, m, true)
+}
+
+func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 	p := pm.src.Policy()
 	rf, err := pm.resolverFor(p)
 	if err != nil {
 		return err
 	}
-	id := rf.resolver.Resolve(r)
+	id := rf.resolver.Client(r)
 	req := policy.Request{
 		Method:    r.Method,
 		Host:      r.Host,
@@ -104,14 +138,31 @@ func (pm *PolicyMatcher) Match(r *http.Request, m *Match) error {
 		User:      id.User,
 		Header:    r.Header,
 	}
+	if id.User == "" {
+		if tok := rf.resolver.Token(r); tok != "" {
+			now := pm.now()
+			if u, ok := rf.resolver.CachedUser(tok, now); ok {
+				req.User = u
+			} else if !verify {
+				req.UserPending = true
+			} else if u, err := rf.resolver.User(tok, now); err == nil {
+				req.User = u
+			} else {
+				pm.invalidToken(r, err)
+			}
+		}
+	}
 	if v := r.Header[rf.keyHdr]; len(v) > 0 {
 		req.APIKey = v[0]
 	}
 	pmm := pm.pool.Get().(*policy.Match)
 	pmm.Reset()
 	p.Match(&req, pmm)
-	m.Forbidden = pmm.Forbidden
-	m.fields = &rf.fields
+	if pmm.Forbidden {
+		m.Reject = http.StatusForbidden
+	}
+	m.UserPending = pmm.UserPending
+	m.Options = &rf.fields
 	if pmm.Route != nil {
 		m.Route = pmm.Route.Name
 		m.Upstream = pmm.Route.Upstream
@@ -121,6 +172,7 @@ func (pm *PolicyMatcher) Match(r *http.Request, m *Match) error {
 	}
 	m.Hits = append(m.Hits, pmm.Hits...)
 	for _, l := range pmm.Limits {
+		m.Fields = append(m.Fields, l.Fields)
 		m.CountOn = append(m.CountOn, l.CountOn)
 	}
 	pmm.Reset()
@@ -128,8 +180,24 @@ func (pm *PolicyMatcher) Match(r *http.Request, m *Match) error {
 	return nil
 }
 
-// HeaderSwitches returns the gateway's header options for a file's
-// settings: the optional fields, and whether the RateLimit fields are off.
-func HeaderSwitches(h config.Headers) (opts HeaderOptions, noRateLimitFields bool) {
-	return HeaderOptions{Legacy: h.XRateLimit, LimitName: h.BindingLimit}, !h.RateLimit
+// invalidToken counts a token that did not verify and logs it, at most
+// once a second.
+func (pm *PolicyMatcher) invalidToken(r *http.Request, err error) {
+	reason := identity.Reason(err)
+	if pm.onBad != nil {
+		pm.onBad(reason)
+	}
+	now := time.Now().UnixNano()
+	last := pm.lastLog.Load()
+	if now-last < int64(time.Second) || !pm.lastLog.CompareAndSwap(last, now) {
+		pm.suppressed.Add(1)
+		return
+	}
+	pm.log.Warn("gateway: invalid token", "reason", reason, "err", err, "path", r.URL.Path,
+		"remote", r.RemoteAddr, "not_logged_since", pm.suppressed.Swap(0))
+}
+
+// FieldOptions returns the response field switches of a file's settings.
+func FieldOptions(h config.Headers) fields.Options {
+	return fields.Options{NoRateLimit: !h.RateLimit, Legacy: h.XRateLimit, LimitName: h.BindingLimit}
 }

@@ -12,8 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/promtest"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/store/redisstore"
 )
 
@@ -37,7 +39,7 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(store.Close)
-		engine := LimiterEngine(limiter.New(store, limiter.Options{Timeout: 2 * time.Second}))
+		engine := limiter.New(store, limiter.Options{Timeout: 2 * time.Second})
 		g, err := New(Options{Matcher: funcMatcher(func(_ *http.Request, m *Match) error {
 			m.Upstream = upURL
 			m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: "tenant-1", Cost: 1})
@@ -98,11 +100,11 @@ func TestRedisDownFailurePolicies(t *testing.T) {
 	}
 	t.Cleanup(store.Close)
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine := LimiterEngine(limiter.New(store, limiter.Options{Timeout: 100 * time.Millisecond, Observer: m}))
+	engine := limiter.New(store, limiter.Options{Timeout: 100 * time.Millisecond, Observer: m})
 	g, err := New(Options{Engine: engine, Observer: m, Matcher: funcMatcher(func(r *http.Request, mt *Match) error {
 		rule := open
 		if r.URL.Path == "/closed" {
@@ -130,10 +132,9 @@ func TestRedisDownFailurePolicies(t *testing.T) {
 			t.Errorf("fail-closed limit with Redis down: %d, Retry-After %q", a.status, a.header.Get("Retry-After"))
 		}
 	}
-	if n := value(t, m.degraded.WithLabelValues("open")); n < 3 {
-		t.Errorf("degraded decisions of the open limit: %v", n)
-	}
-	if n := value(t, m.degraded.WithLabelValues("closed")); n < 3 {
-		t.Errorf("degraded decisions of the closed limit: %v", n)
+	for _, limit := range []string{"open", "closed"} {
+		if n := promtest.Value(t, reg, "floodgate_degraded_decisions_total", promtest.Labels{"front_end": "gateway", "limit": limit}); n < 3 {
+			t.Errorf("degraded decisions of the %s limit: %v", limit, n)
+		}
 	}
 }

@@ -52,7 +52,7 @@ func TestSchoolExampleVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine := LimiterEngine(limiter.New(store, limiter.Options{}))
+	engine := limiter.New(store, limiter.Options{})
 	g, err := New(Options{Matcher: pm, Engine: engine})
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestSchoolLoginCountsFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Options{Matcher: pm, Engine: LimiterEngine(limiter.New(newMemStore(t, clock.Now), limiter.Options{}))})
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

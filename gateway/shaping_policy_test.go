@@ -73,7 +73,7 @@ func TestShapingFromPolicyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := newTestClock() // frozen: the five queue requests arrive together
-	g, err := New(Options{Matcher: pm, Engine: LimiterEngine(limiter.New(newMemStore(t, clock.Now), limiter.Options{}))})
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestLeakyQueueSpacing(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 10, Per: time.Second, Burst: 5}, false)
 	clock := newTestClock() // frozen: every request arrives at the same instant
-	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, clock.Now)})
+	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestQueuedClientGoesAway(t *testing.T) {
 	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 3}, false)
 	clock := newTestClock()
 	store := newMemStore(t, clock.Now)
-	g, err := New(Options{Matcher: oneRule(rule), Engine: store})
+	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(store, limiter.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestQueuedClientGoesAway(t *testing.T) {
 func TestConcurrencyLimit(t *testing.T) {
 	const limit = 3
 	rule := mustRule(t, floodgate.Limit{Name: "conn", Algorithm: floodgate.Concurrency, Max: limit, LeaseTTL: time.Minute}, false)
-	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, nil)})
+	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,13 +211,10 @@ func TestConcurrencyLimit(t *testing.T) {
 // TestConcurrencyReleasedOnPanic checks that a lease comes back when the
 // handler panics and when the client goes away mid-request.
 func TestConcurrencyReleasedOnPanic(t *testing.T) {
-	t.Run("store", func(t *testing.T) { testReleasedOnPanic(t, newMemStore(t, nil)) })
-	t.Run("engine", func(t *testing.T) {
-		testReleasedOnPanic(t, LimiterEngine(limiter.New(newMemStore(t, nil), limiter.Options{})))
-	})
+	testReleasedOnPanic(t, limiter.New(newMemStore(t, nil), limiter.Options{}))
 }
 
-func testReleasedOnPanic(t *testing.T, engine Engine) {
+func testReleasedOnPanic(t *testing.T, engine limiter.Engine) {
 	rule := mustRule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Hour}, false)
 	g, err := New(Options{Matcher: oneRule(rule), Engine: engine})
 	if err != nil {
@@ -265,7 +262,7 @@ func testReleasedOnPanic(t *testing.T, engine Engine) {
 func TestCountOnStatus(t *testing.T) {
 	rule := mustRule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Minute}, false)
 	clock := newTestClock()
-	g, err := New(Options{Matcher: oneRule(rule, 401, 403), Engine: newMemStore(t, clock.Now)})
+	g, err := New(Options{Matcher: oneRule(rule, 401, 403), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +305,7 @@ func TestNeverFits(t *testing.T) {
 		m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: "k", Cost: 3})
 		return nil
 	})
-	for _, engine := range []Engine{newMemStore(t, nil), LimiterEngine(limiter.New(newMemStore(t, nil), limiter.Options{}))} {
+	for _, engine := range []limiter.Engine{limiter.New(newMemStore(t, nil), limiter.Options{})} {
 		g, err := New(Options{Matcher: m, Engine: engine})
 		if err != nil {
 			t.Fatal(err)
@@ -329,7 +326,7 @@ func TestNeverFits(t *testing.T) {
 func TestShadowQueueDelaysNothing(t *testing.T) {
 	rule := mustRule(t, floodgate.Limit{Name: "shadow-queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 5}, true)
 	clock := newTestClock()
-	g, err := New(Options{Matcher: oneRule(rule), Engine: newMemStore(t, clock.Now)})
+	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func Example() {
 	defer st.Close()
 	login, _ := limiter.NewRule(floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow,
 		Max: 2, Window: time.Hour}, floodgate.FailClosed, false)
-	api := httpapi.New(limiter.New(st, limiter.Options{}), httpapi.Rules{"login": login}, httpapi.Options{})
+	api := httpapi.New(limiter.New(st, limiter.Options{}), httpapi.Rules(login), httpapi.Options{})
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 

@@ -12,34 +12,41 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
 
-// Engine checks and charges hits all or nothing; *limiter.Limiter is the
-// implementation.
-type Engine interface {
-	Check(ctx context.Context, hits []limiter.Hit) (limiter.Result, error)
-	Peek(ctx context.Context, hits []limiter.Hit) (limiter.Result, error)
+// Limit is a limit the API checks: its rule and its part of the response
+// fields.
+type Limit struct {
+	Rule   *limiter.Rule
+	Fields *fields.Limit
 }
 
-// Limits finds a limit's compiled rule by name.
+// Limits finds a limit by name.
 type Limits interface {
-	Rule(name string) (*limiter.Rule, bool)
+	Limit(name string) (Limit, bool)
 }
 
-// Rules is a fixed set of limits by name.
-type Rules map[string]*limiter.Rule
+// Rules returns a fixed set of limits, found by their names, for programs
+// without a policy file.
+func Rules(rules ...*limiter.Rule) Limits {
+	m := make(ruleSet, len(rules))
+	for _, r := range rules {
+		m[r.Limit.Name] = Limit{Rule: r, Fields: fields.NewLimit(&r.Limit)}
+	}
+	return m
+}
 
-// Rule returns the rule named name.
-func (r Rules) Rule(name string) (*limiter.Rule, bool) {
-	rule, ok := r[name]
-	return rule, ok && rule != nil
+type ruleSet map[string]Limit
+
+func (s ruleSet) Limit(name string) (Limit, bool) {
+	l, ok := s[name]
+	return l, ok
 }
 
 // PolicyLimits finds limits in the policy current returns at each call,
@@ -50,16 +57,16 @@ func PolicyLimits(current func() *policy.Policy) Limits {
 
 type policyLimits func() *policy.Policy
 
-func (f policyLimits) Rule(name string) (*limiter.Rule, bool) {
+func (f policyLimits) Limit(name string) (Limit, bool) {
 	p := f()
 	if p == nil {
-		return nil, false
+		return Limit{}, false
 	}
 	l, ok := p.Limit(name)
 	if !ok || l == nil || l.Rule == nil {
-		return nil, false
+		return Limit{}, false
 	}
-	return l.Rule, true
+	return Limit{Rule: l.Rule, Fields: l.Fields}, true
 }
 
 // Options configure a Handler. The zero value is usable.
@@ -72,28 +79,36 @@ type Options struct {
 	MaxKeyBytes int
 	// Logger receives engine errors. Default: discard.
 	Logger *slog.Logger
-	// Observe, when set, is called once per hit of every decided check
-	// (not for peeks): the limit's name, whether the hit allowed, whether
-	// the limit is in shadow mode, and whether the store was failing.
-	Observe func(limit string, allowed, shadow, degraded bool)
+	// Observer receives the API's own answers (its 429s), for metrics;
+	// the decisions themselves are counted by the engine.
+	Observer Observer
 }
 
-// Handler serves POST /v1/check and POST /v1/peek.
+// Observer receives the answers the API gives itself. *metrics.Metrics
+// is one.
+type Observer interface {
+	Rejected(front limiter.FrontEnd, limit string, status int)
+}
+
+// Handler serves POST /v1/check and POST /v1/peek. Like every front end it
+// turns its request into hits, asks the engine, and turns the Result into
+// its answer; decisions are counted by the engine's Observer, labelled
+// front_end="http_api".
 type Handler struct {
-	eng     Engine
-	limits  Limits
-	log     *slog.Logger
-	maxBody int64
-	maxHits int
-	maxKey  int
-	observe func(limit string, allowed, shadow, degraded bool)
-	headers sync.Map // *limiter.Rule → *gateway.LimitHeader
+	eng      limiter.Engine
+	limits   Limits
+	log      *slog.Logger
+	obs      Observer
+	maxBody  int64
+	maxHits  int
+	maxKey   int
+	renderer fields.Renderer
 }
 
 // New returns the HTTP check API over eng, with limits found in limits.
-func New(eng Engine, limits Limits, opts Options) *Handler {
-	h := &Handler{eng: eng, limits: limits, log: opts.Logger,
-		maxBody: opts.MaxBodyBytes, maxHits: opts.MaxHits, maxKey: opts.MaxKeyBytes, observe: opts.Observe}
+func New(eng limiter.Engine, limits Limits, opts Options) *Handler {
+	h := &Handler{eng: eng, limits: limits, log: opts.Logger, obs: opts.Observer,
+		maxBody: opts.MaxBodyBytes, maxHits: opts.MaxHits, maxKey: opts.MaxKeyBytes}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -139,19 +154,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, CodeMethod, "use POST", nil)
 		return
 	}
-	hits, names, apiErr := h.decode(w, r)
+	q, apiErr := h.decode(w, r)
 	if apiErr != nil {
 		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
 		return
 	}
+	req := limiter.Request{Front: limiter.FrontHTTPAPI, Peek: peek, Hits: q.hits}
 	var res limiter.Result
-	var err error
-	if peek {
-		res, err = h.eng.Peek(r.Context(), hits)
-	} else {
-		res, err = h.eng.Check(r.Context(), hits)
-	}
-	if err != nil {
+	if err := h.eng.Decide(r.Context(), &req, &res); err != nil {
 		if errors.Is(err, floodgate.ErrNeverFits) {
 			writeError(w, http.StatusUnprocessableEntity, CodeNeverFits, err.Error(), nil)
 			return
@@ -160,7 +170,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the limiter cannot decide now", nil)
 		return
 	}
-	h.answer(w, peek, hits, names, &res)
+	h.answer(w, peek, q, &res)
 }
 
 // apiError is a 4xx answer.
@@ -188,87 +198,107 @@ type wireRequest struct {
 	wireHit
 }
 
-// decode reads and validates the body into hits; names are the limits'
-// names as the caller wrote them.
-func (h *Handler) decode(w http.ResponseWriter, r *http.Request) ([]limiter.Hit, []string, *apiError) {
+// query is a decoded request: the hits, the limits' names as the caller
+// wrote them, and their fields.
+type query struct {
+	hits   []limiter.Hit
+	names  []string
+	fields []*fields.Limit
+}
+
+// decode reads and validates the body into a query.
+func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*query, *apiError) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, nil, bad(http.StatusRequestEntityTooLarge, CodeTooLarge, "body larger than %d bytes", h.maxBody)
+			return nil, bad(http.StatusRequestEntityTooLarge, CodeTooLarge, "body larger than %d bytes", h.maxBody)
 		}
-		return nil, nil, bad(http.StatusBadRequest, CodeBadRequest, "reading the body: %v", err)
+		return nil, bad(http.StatusBadRequest, CodeBadRequest, "reading the body: %v", err)
 	}
 	return h.parse(body)
 }
 
-// parse turns a body into hits; it never charges anything.
-func (h *Handler) parse(body []byte) ([]limiter.Hit, []string, *apiError) {
+// errCost reports a cost that is not a whole number.
+type errCost struct{ cost string }
+
+func (e *errCost) Error() string { return fmt.Sprintf("cost %s is not a whole number that fits 64 bits", e.cost) }
+
+// parse turns a body into a query; it never charges anything.
+func (h *Handler) parse(body []byte) (*query, *apiError) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	var req wireRequest
 	if err := dec.Decode(&req); err != nil {
-		return nil, nil, bad(http.StatusBadRequest, CodeBadJSON, "invalid JSON: %v", err)
+		var ec *errCost
+		if errors.As(err, &ec) {
+			return nil, bad(http.StatusBadRequest, CodeInvalidCost, "%v: a cost is a whole number of units, at least 1", ec)
+		}
+		return nil, bad(http.StatusBadRequest, CodeBadJSON, "invalid JSON: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, nil, bad(http.StatusBadRequest, CodeBadJSON, "invalid JSON: data after the object")
+		return nil, bad(http.StatusBadRequest, CodeBadJSON, "invalid JSON: data after the object")
 	}
 	single := req.Limit != nil || req.Key != nil || req.Cost != nil
 	var wh []wireHit
 	switch {
 	case req.Hits != nil && single:
-		return nil, nil, bad(http.StatusBadRequest, CodeBadRequest, `give either "hits" or one hit's "limit", "key" and "cost", not both`)
+		return nil, bad(http.StatusBadRequest, CodeBadRequest, `give either "hits" or one hit's "limit", "key" and "cost", not both`)
 	case req.Hits != nil:
 		wh = req.Hits
 	case single:
 		wh = []wireHit{req.wireHit}
 	}
 	if len(wh) == 0 {
-		return nil, nil, bad(http.StatusBadRequest, CodeBadRequest, `no hits: post {"limit": "...", "key": "...", "cost": 1} or {"hits": [...]}`)
+		return nil, bad(http.StatusBadRequest, CodeBadRequest, `no hits: post {"limit": "...", "key": "...", "cost": 1} or {"hits": [...]}`)
 	}
 	if len(wh) > h.maxHits {
-		return nil, nil, bad(http.StatusBadRequest, CodeBadRequest, "%d hits, at most %d", len(wh), h.maxHits)
+		return nil, bad(http.StatusBadRequest, CodeBadRequest, "%d hits, at most %d", len(wh), h.maxHits)
 	}
-	hits := make([]limiter.Hit, len(wh))
-	names := make([]string, len(wh))
+	q := &query{hits: make([]limiter.Hit, len(wh)), names: make([]string, len(wh)), fields: make([]*fields.Limit, len(wh))}
 	for i, x := range wh {
 		if x.Limit == nil || *x.Limit == "" {
-			return nil, nil, bad(http.StatusBadRequest, CodeBadRequest, "hit %d: missing limit", i)
+			return nil, bad(http.StatusBadRequest, CodeBadRequest, "hit %d: missing limit", i)
 		}
 		key := ""
 		if x.Key != nil {
 			key = *x.Key
 		}
 		if len(key) > h.maxKey {
-			return nil, nil, bad(http.StatusBadRequest, CodeBadRequest, "hit %d: key longer than %d bytes", i, h.maxKey)
+			return nil, bad(http.StatusBadRequest, CodeBadRequest, "hit %d: key longer than %d bytes", i, h.maxKey)
 		}
 		cost := int64(1)
 		if x.Cost != nil {
 			cost = *x.Cost
 			if cost < 1 {
-				return nil, nil, bad(http.StatusBadRequest, CodeInvalidCost, "hit %d: cost must be at least 1, got %d", i, cost)
+				return nil, bad(http.StatusBadRequest, CodeInvalidCost, "hit %d: cost must be at least 1, got %d", i, cost)
 			}
 		}
-		rule, ok := h.limits.Rule(*x.Limit)
+		lim, ok := h.limits.Limit(*x.Limit)
+		rule := lim.Rule
 		if !ok {
 			e := bad(http.StatusNotFound, CodeUnknownLimit, "hit %d: unknown limit %q", i, *x.Limit)
 			e.extra = map[string]any{"limit": *x.Limit}
-			return nil, nil, e
+			return nil, e
 		}
 		if rule.Limit.Algorithm.Kind() == floodgate.KindConcurrency {
-			return nil, nil, bad(http.StatusUnprocessableEntity, CodeUnsupportedLimit,
+			return nil, bad(http.StatusUnprocessableEntity, CodeUnsupportedLimit,
 				"hit %d: %q is a concurrency limit, which needs a release the check API does not offer", i, *x.Limit)
 		}
 		if c := rule.Params.Capacity(); cost > c {
 			e := bad(http.StatusUnprocessableEntity, CodeNeverFits, "hit %d: cost %d exceeds the capacity %d of %q and can never pass", i, cost, c, *x.Limit)
 			e.extra = map[string]any{"binding_limit": *x.Limit, "limit": c}
-			return nil, nil, e
+			return nil, e
 		}
-		hits[i] = limiter.Hit{Rule: rule, Key: key, Cost: cost}
-		names[i] = *x.Limit
+		q.hits[i] = limiter.Hit{Rule: rule, Key: key, Cost: cost}
+		q.names[i] = *x.Limit
+		q.fields[i] = lim.Fields
+		if q.fields[i] == nil {
+			q.fields[i] = fields.NewLimit(&rule.Limit)
+		}
 	}
-	return hits, names, nil
+	return q, nil
 }
 
 // UnmarshalJSON reads a cost as a whole number, so that 1.5 or 1e400 is a
@@ -288,7 +318,7 @@ func (x *wireHit) UnmarshalJSON(b []byte) error {
 	if raw.Cost != nil {
 		n, err := strconv.ParseInt(raw.Cost.String(), 10, 64)
 		if err != nil {
-			return fmt.Errorf("cost %s is not a whole number", raw.Cost.String())
+			return &errCost{raw.Cost.String()}
 		}
 		x.Cost = &n
 	}
@@ -316,7 +346,7 @@ func (r *wireRequest) UnmarshalJSON(b []byte) error {
 	if raw.Cost != nil {
 		n, err := strconv.ParseInt(raw.Cost.String(), 10, 64)
 		if err != nil {
-			return fmt.Errorf("cost %s is not a whole number", raw.Cost.String())
+			return &errCost{raw.Cost.String()}
 		}
 		r.Cost = &n
 	}
@@ -350,71 +380,46 @@ type Response struct {
 	Decisions  []Decision `json:"decisions"`
 }
 
-func (h *Handler) answer(w http.ResponseWriter, peek bool, hits []limiter.Hit, names []string, res *limiter.Result) {
-	out := Response{Allowed: res.Allowed, Degraded: res.Degraded, Decisions: make([]Decision, len(hits))}
-	covered := make([]gateway.Covered, 0, len(hits))
-	binding := res.Binding
-	if binding < 0 || binding >= len(hits) {
-		binding = 0
-	}
-	for i := range hits {
+func (h *Handler) answer(w http.ResponseWriter, peek bool, q *query, res *limiter.Result) {
+	out := Response{Allowed: res.Allowed, Degraded: res.Degraded != limiter.NotDegraded, Decisions: make([]Decision, len(q.hits))}
+	for i := range q.hits {
 		d := res.Decisions[i]
-		rule := hits[i].Rule
-		var degraded bool
-		if i < len(res.Flags) {
-			degraded = res.Flags[i]&limiter.Degraded != 0
-		}
 		out.Decisions[i] = Decision{
-			Limit: names[i], Key: hits[i].Key, Allowed: d.Allowed,
+			Limit: q.names[i], Key: q.hits[i].Key, Allowed: d.Allowed,
 			Capacity: d.Limit, Remaining: d.Remaining,
 			RetryAfter: secs(d.RetryAfter), Reset: secs(d.ResetAfter), Delay: secs(d.Delay),
-			Shadow: rule.Shadow, Degraded: degraded,
+			Shadow: res.Flags[i]&limiter.Shadow != 0, Degraded: res.Flags[i]&limiter.Degraded != 0,
 		}
-		if h.observe != nil && !peek {
-			h.observe(names[i], d.Allowed, rule.Shadow, degraded)
-		}
-		if rule.Shadow {
-			continue
-		}
-		c := gateway.Covered{Header: h.header(rule), Decision: d}
-		if i == binding {
-			covered = append([]gateway.Covered{c}, covered...)
-		} else {
-			covered = append(covered, c)
-		}
+	}
+	binding := res.Binding
+	if binding < 0 || binding >= len(q.hits) {
+		binding = 0
 	}
 	b := res.Decisions[binding]
 	out.Limit, out.Remaining, out.Reset = b.Limit, b.Remaining, secs(b.ResetAfter)
-	out.Binding = names[binding]
+	out.Binding = q.names[binding]
 	out.RetryAfter = secs(res.RetryAfter)
 	out.Delay = secs(res.Delay)
 	if res.Allowed {
 		out.RetryAfter = 0
 	}
+	denied := !res.Allowed && !peek
+	items, bi := fields.AppendResult(nil, res, q.fields)
 	hdr := w.Header()
-	var t int64 = -1
-	if len(covered) > 0 {
-		t = gateway.SetRateLimit(hdr, covered, nil, nil)
+	for _, f := range h.renderer.Render(nil, items, bi, denied, res.RetryAfter, nil) {
+		hdr.Set(f.Name, f.Value)
 	}
 	hdr.Set("Content-Type", "application/json")
 	hdr.Set("Cache-Control", "no-store")
 	status := http.StatusOK
-	if !res.Allowed && !peek {
+	if denied {
 		status = http.StatusTooManyRequests
-		hdr.Set("Retry-After", strconv.FormatInt(gateway.RetryAfterSeconds(res.RetryAfter, t), 10))
+		if h.obs != nil {
+			h.obs.Rejected(limiter.FrontHTTPAPI, q.names[binding], status)
+		}
 	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(&out)
-}
-
-// header returns the cached RateLimit pieces of a rule.
-func (h *Handler) header(r *limiter.Rule) *gateway.LimitHeader {
-	if v, ok := h.headers.Load(r); ok {
-		return v.(*gateway.LimitHeader)
-	}
-	lh := gateway.NewLimitHeader(&r.Limit)
-	h.headers.Store(r, lh)
-	return lh
 }
 
 // secs is a duration in seconds with millisecond resolution.

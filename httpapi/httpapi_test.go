@@ -22,18 +22,17 @@ var fixedNow = time.Date(2026, 11, 30, 12, 0, 10, 0, time.UTC).UnixNano()
 
 // countingEngine counts the engine calls that reach the store.
 type countingEngine struct {
-	Engine
+	limiter.Engine
 	checks, peeks atomic.Int64
 }
 
-func (c *countingEngine) Check(ctx context.Context, h []limiter.Hit) (limiter.Result, error) {
-	c.checks.Add(1)
-	return c.Engine.Check(ctx, h)
-}
-
-func (c *countingEngine) Peek(ctx context.Context, h []limiter.Hit) (limiter.Result, error) {
-	c.peeks.Add(1)
-	return c.Engine.Peek(ctx, h)
+func (c *countingEngine) Decide(ctx context.Context, req *limiter.Request, res *limiter.Result) error {
+	if req.Peek {
+		c.peeks.Add(1)
+	} else {
+		c.checks.Add(1)
+	}
+	return c.Engine.Decide(ctx, req, res)
 }
 
 func rule(t testing.TB, l floodgate.Limit, shadow bool) *limiter.Rule {
@@ -45,14 +44,14 @@ func rule(t testing.TB, l floodgate.Limit, shadow bool) *limiter.Rule {
 	return r
 }
 
-func testRules(t testing.TB) Rules {
-	return Rules{
-		"login":  rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Minute}, false),
-		"global": rule(t, floodgate.Limit{Name: "global", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Minute}, false),
-		"bucket": rule(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 5}, false),
-		"shadow": rule(t, floodgate.Limit{Name: "shadow", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Minute}, true),
-		"conc":   rule(t, floodgate.Limit{Name: "conc", Algorithm: floodgate.Concurrency, Max: 2}, false),
-	}
+func testRules(t testing.TB) Limits {
+	return Rules(
+		rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Minute}, false),
+		rule(t, floodgate.Limit{Name: "global", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Minute}, false),
+		rule(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 5}, false),
+		rule(t, floodgate.Limit{Name: "shadow", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Minute}, true),
+		rule(t, floodgate.Limit{Name: "conc", Algorithm: floodgate.Concurrency, Max: 2}, false),
+	)
 }
 
 func newEngine(t testing.TB) *countingEngine {
@@ -180,8 +179,8 @@ func TestErrorsAreClearAndChangeNothing(t *testing.T) {
 		{"no limit", "POST", "/v1/check", `{"key":"k"}`, 400, CodeBadRequest},
 		{"cost zero", "POST", "/v1/check", `{"limit":"login","key":"k","cost":0}`, 400, CodeInvalidCost},
 		{"cost negative", "POST", "/v1/check", `{"limit":"login","key":"k","cost":-2}`, 400, CodeInvalidCost},
-		{"cost fraction", "POST", "/v1/check", `{"limit":"login","key":"k","cost":1.5}`, 400, CodeBadJSON},
-		{"cost huge", "POST", "/v1/check", `{"limit":"login","key":"k","cost":1e30}`, 400, CodeBadJSON},
+		{"cost fraction", "POST", "/v1/check", `{"limit":"login","key":"k","cost":1.5}`, 400, CodeInvalidCost},
+		{"cost huge", "POST", "/v1/check", `{"limit":"login","key":"k","cost":1e30}`, 400, CodeInvalidCost},
 		{"unknown limit", "POST", "/v1/check", `{"limit":"nope","key":"k"}`, 404, CodeUnknownLimit},
 		{"unknown limit in batch", "POST", "/v1/check", `{"hits":[{"limit":"login","key":"k"},{"limit":"nope"}]}`, 404, CodeUnknownLimit},
 		{"never fits", "POST", "/v1/check", `{"limit":"login","key":"k","cost":4}`, 422, CodeNeverFits},
@@ -214,7 +213,7 @@ func TestErrorsAreClearAndChangeNothing(t *testing.T) {
 
 func TestPolicyLimitsNil(t *testing.T) {
 	l := PolicyLimits(nilPolicy)
-	if _, ok := l.Rule("x"); ok {
+	if _, ok := l.Limit("x"); ok {
 		t.Fatal("a nil policy found a limit")
 	}
 }

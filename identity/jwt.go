@@ -303,10 +303,16 @@ func (v *Verifier) Verify(token string) (string, error) {
 }
 
 // VerifyAt checks a token's signature, algorithm, exp (required), nbf, iss
-// and aud at now, and returns the user claim.
+// and aud at now, and returns the user claim. Reason classifies its errors.
 func (v *Verifier) VerifyAt(token string, now time.Time) (string, error) {
+	u, _, err := v.verify(token, now)
+	return u, err
+}
+
+// verify is VerifyAt also returning the token's expiry.
+func (v *Verifier) verify(token string, now time.Time) (string, time.Time, error) {
 	if len(token) > maxToken {
-		return "", fmt.Errorf("identity: token longer than %d bytes", maxToken)
+		return "", time.Time{}, &TokenError{Reason: ReasonTooLong, err: fmt.Errorf("identity: token longer than %d bytes", maxToken)}
 	}
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods([]string{v.o.Alg}),
@@ -341,14 +347,18 @@ func (v *Verifier) VerifyAt(token string, now time.Time) (string, error) {
 		return nil, ErrNoKey
 	})
 	if err != nil {
-		return "", fmt.Errorf("identity: token: %w", err)
+		return "", time.Time{}, &TokenError{Reason: reasonOf(err), err: fmt.Errorf("identity: token: %w", err)}
 	}
 	u, ok := claims[v.o.Claim].(string)
 	if !ok || u == "" {
-		return "", fmt.Errorf("identity: token: claim %q is missing or not a string", v.o.Claim)
+		return "", time.Time{}, &TokenError{Reason: ReasonNoUser, err: fmt.Errorf("identity: token: claim %q is missing or not a string", v.o.Claim)}
 	}
 	if len(u) > maxUserLen || !printable(u) {
-		return "", fmt.Errorf("identity: token: claim %q is too long or not printable", v.o.Claim)
+		return "", time.Time{}, &TokenError{Reason: ReasonNoUser, err: fmt.Errorf("identity: token: claim %q is too long or not printable", v.o.Claim)}
 	}
-	return u, nil
+	exp, err := claims.GetExpirationTime()
+	if err != nil || exp == nil {
+		return "", time.Time{}, &TokenError{Reason: ReasonClaims, err: fmt.Errorf("identity: token: no usable exp")}
+	}
+	return u, exp.Time.Add(v.o.Leeway), nil
 }

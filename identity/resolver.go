@@ -34,6 +34,9 @@ type Options struct {
 	// UserHeader, when set, takes the user from this header, but only
 	// when the peer is a trusted proxy.
 	UserHeader string
+	// TokenCacheSize bounds the verified tokens kept until they expire
+	// (0: DefaultTokenCacheSize).
+	TokenCacheSize int
 }
 
 // Identity is what a Resolver found out about one request.
@@ -63,6 +66,7 @@ type Resolver struct {
 	header     string
 	v6bits     int
 	jwt        *Verifier
+	tokens     *tokenCache
 	userHeader string
 }
 
@@ -98,6 +102,7 @@ func NewResolver(o Options) (*Resolver, error) {
 			return nil, err
 		}
 		r.jwt = v
+		r.tokens = newTokenCache(o.TokenCacheSize)
 	}
 	return r, nil
 }
@@ -151,8 +156,36 @@ func (r *Resolver) Resolve(req *http.Request) Identity {
 	return r.ResolveAt(req, time.Now())
 }
 
-// ResolveAt works out the identity of req, verifying tokens at now.
+// ResolveAt works out the identity of req, verifying its token (if any)
+// at now. Client, Token and User do the same in steps, so that a caller
+// verifies a token only when it needs the user.
 func (r *Resolver) ResolveAt(req *http.Request, now time.Time) Identity {
+	id := r.Client(req)
+	if tok := r.Token(req); tok != "" {
+		id.User, id.UserError = r.User(tok, now)
+		if id.User == "" {
+			id.User = r.headerUser(req, id.PeerTrusted)
+		}
+	}
+	return id
+}
+
+// headerUser returns the user a trusted proxy names in the user header.
+func (r *Resolver) headerUser(req *http.Request, peerTrusted bool) string {
+	if r.userHeader == "" || !peerTrusted {
+		return ""
+	}
+	if u := strings.TrimSpace(req.Header.Get(r.userHeader)); u != "" && len(u) <= maxUserLen && printable(u) {
+		return u
+	}
+	return ""
+}
+
+// Client works out everything about req but a token's user: the client's
+// address and key, the peer, and, when req presents no token, the user a
+// trusted proxy names in the user header (a verified token's user comes
+// first). It costs no cryptography.
+func (r *Resolver) Client(req *http.Request) Identity {
 	var id Identity
 	id.Peer = ParsePeer(req.RemoteAddr)
 	id.PeerTrusted = id.Peer.IsValid() && r.Trusted(id.Peer)
@@ -161,17 +194,46 @@ func (r *Resolver) ResolveAt(req *http.Request, now time.Time) Identity {
 		id.ClientIP = clientIP(id.Peer, req.Header, r.header, r.Trusted)
 	}
 	id.ClientKey = ClientKey(id.ClientIP, r.v6bits)
-	if r.jwt != nil {
-		if tok := r.jwt.token(req.Header); tok != "" {
-			id.User, id.UserError = r.jwt.VerifyAt(tok, now)
-		}
-	}
-	if id.User == "" && r.userHeader != "" && id.PeerTrusted {
-		if u := strings.TrimSpace(req.Header.Get(r.userHeader)); u != "" && len(u) <= maxUserLen && printable(u) {
-			id.User = u
-		}
+	if r.userHeader != "" && r.Token(req) == "" {
+		id.User = r.headerUser(req, id.PeerTrusted)
 	}
 	return id
+}
+
+// Token returns the token req presents, or "" when it has none or no
+// tokens are configured.
+func (r *Resolver) Token(req *http.Request) string {
+	if r.jwt == nil {
+		return ""
+	}
+	return r.jwt.token(req.Header)
+}
+
+// CachedUser returns the user of a token verified before and still valid
+// at now, without verifying anything.
+func (r *Resolver) CachedUser(token string, now time.Time) (string, bool) {
+	if r.tokens == nil || token == "" {
+		return "", false
+	}
+	return r.tokens.get(token, now)
+}
+
+// User returns the user of a token at now: from the cache of verified
+// tokens, else by verifying it (and keeping it when it verifies). A token
+// that does not verify gives a *TokenError, whose Reason says why.
+func (r *Resolver) User(token string, now time.Time) (string, error) {
+	if r.jwt == nil {
+		return "", &TokenError{Reason: ReasonMalformed, err: fmt.Errorf("identity: no token verification is configured")}
+	}
+	if u, ok := r.tokens.get(token, now); ok {
+		return u, nil
+	}
+	u, until, err := r.jwt.verify(token, now)
+	if err != nil {
+		return "", err
+	}
+	r.tokens.put(token, u, until)
+	return u, nil
 }
 
 // printable reports whether s is valid UTF-8 without control characters.

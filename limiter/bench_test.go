@@ -15,10 +15,11 @@ func BenchmarkCheck(b *testing.B) {
 		{Rule: bucket(b, "user", 1<<16, floodgate.FailOpen), Key: "u", Cost: 1},
 		{Rule: window(b, "global", 1<<50, floodgate.FailOpen), Key: "g", Cost: 1},
 	}
+	req := limiter.Request{Hits: hits}
 	var r limiter.Result
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := l.CheckInto(context.Background(), hits, &r); err != nil {
+		if err := l.Decide(context.Background(), &req, &r); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -34,13 +35,14 @@ func BenchmarkCheckDegraded(b *testing.B) {
 		{Rule: bucket(b, "user", 1<<16, floodgate.FailLocal), Key: "u", Cost: 1},
 		{Rule: window(b, "global", 1<<50, floodgate.FailOpen), Key: "g", Cost: 1},
 	}
+	req := limiter.Request{Hits: hits}
 	var r limiter.Result
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := l.CheckInto(context.Background(), hits, &r); err != nil {
+		if err := l.Decide(context.Background(), &req, &r); err != nil {
 			b.Fatal(err)
 		}
-		if !r.Degraded {
+		if r.Degraded == limiter.NotDegraded {
 			b.Fatal("not degraded")
 		}
 	}

@@ -30,6 +30,7 @@ type BreakerOptions struct {
 type breaker struct {
 	threshold int64
 	interval  int64 // ns
+	now       func() time.Time
 	start     time.Time
 	log       *slog.Logger
 
@@ -40,7 +41,7 @@ type breaker struct {
 	opens     atomic.Uint64
 }
 
-func (b *breaker) init(o BreakerOptions, log *slog.Logger) {
+func (b *breaker) init(o BreakerOptions, now func() time.Time, log *slog.Logger) {
 	b.threshold = int64(o.Failures)
 	if b.threshold == 0 {
 		b.threshold = DefaultBreakerFailures
@@ -49,12 +50,16 @@ func (b *breaker) init(o BreakerOptions, log *slog.Logger) {
 	if b.interval <= 0 {
 		b.interval = int64(DefaultProbeInterval)
 	}
-	b.start = time.Now()
+	if now == nil {
+		now = time.Now
+	}
+	b.now = now
+	b.start = now()
 	b.log = log
 }
 
 // since returns the monotonic time since the breaker was made.
-func (b *breaker) since() int64 { return int64(time.Since(b.start)) }
+func (b *breaker) since() int64 { return int64(b.now().Sub(b.start)) }
 
 // allow reports whether to call the store, and whether the call is a probe.
 func (b *breaker) allow() (call, probe bool) {

@@ -49,6 +49,9 @@ type Options struct {
 	Breaker BreakerOptions
 	// Observer, when set, is told about every decision.
 	Observer Observer
+	// Now is the clock of the circuit breaker (default time.Now). Store
+	// deadlines are timers and follow the runtime's clock.
+	Now func() time.Time
 	// Logger receives breaker transitions and fallback problems (default:
 	// discard).
 	Logger *slog.Logger
@@ -59,60 +62,6 @@ type Options struct {
 // its own, which saves setting up a timer per call.
 type InProcess interface {
 	InProcess() bool
-}
-
-// HitFlags describe how one hit's decision came about.
-type HitFlags uint8
-
-// Hit flags.
-const (
-	// ShadowDenied marks a shadow hit that denied: counted, not enforced.
-	ShadowDenied HitFlags = 1 << iota
-	// Degraded marks a hit decided by its failure policy, because the
-	// store failed, timed out or its breaker was open.
-	Degraded
-)
-
-// Result is the answer to one request's hits.
-type Result struct {
-	// Allowed reports whether every non-shadow hit allowed.
-	Allowed bool
-	// Binding is the index of the hit that decides the answer: the first
-	// (most specific) non-shadow hit that denied, or when allowed the
-	// non-shadow hit with the fewest units remaining (the first of equals),
-	// for the response headers. It is -1 when there are no hits.
-	Binding int
-	// RetryAfter is the largest RetryAfter among the non-shadow denials.
-	RetryAfter time.Duration
-	// Delay is, when allowed, the longest Delay among the non-shadow hits
-	// (leaky queues): how long to hold the request before passing it on.
-	Delay time.Duration
-	// Decisions holds one decision per hit, in the hits' order. On a
-	// denial the hits that allowed report their state as peeked (nothing
-	// was charged).
-	Decisions []floodgate.Decision
-	// Flags holds one HitFlags per hit.
-	Flags []HitFlags
-	// Degraded reports that some hit was decided by its failure policy.
-	Degraded bool
-	// ShadowDenied reports that some shadow hit denied.
-	ShadowDenied bool
-}
-
-// reset sizes r for n hits, reusing its slices.
-func (r *Result) reset(n int) {
-	decisions, flags := r.Decisions, r.Flags
-	if cap(decisions) < n {
-		decisions = make([]floodgate.Decision, n)
-		flags = make([]HitFlags, n)
-	}
-	if cap(flags) < n {
-		flags = make([]HitFlags, n)
-	}
-	decisions, flags = decisions[:n], flags[:n]
-	clear(decisions)
-	clear(flags)
-	*r = Result{Binding: -1, Decisions: decisions, Flags: flags}
 }
 
 // Limiter is the engine: it checks and charges the hits of one request
@@ -153,45 +102,46 @@ func New(store Store, opts Options) *Limiter {
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
-	l.breaker.init(opts.Breaker, l.log)
+	l.breaker.init(opts.Breaker, opts.Now, l.log)
 	l.scratch.New = func() any { return new(scratch) }
 	return l
 }
 
 // Check checks every hit and charges all of them only if every non-shadow
-// hit allows. Hits come most specific first.
-//
-// For a concurrency hit whose Lease is 0, Check picks a random non-zero
-// lease and writes it into hits[i].Lease, so that the caller can hand the
-// same hits to Release when the request is done.
-//
-// A cost below 1 is floodgate.ErrInvalidCost and a cost above a rule's
-// capacity floodgate.ErrNeverFits (such a request can never pass; there is
-// no RetryAfter). A failing store is not an error: its hits are decided by
-// their failure policies and flagged Degraded.
+// hit allows, for a Go program using the engine directly (FrontLibrary).
+// Hits come most specific first. See Decide.
 func (l *Limiter) Check(ctx context.Context, hits []Hit) (Result, error) {
 	var r Result
-	err := l.CheckInto(ctx, hits, &r)
+	err := l.Decide(ctx, &Request{Hits: hits}, &r)
 	return r, err
-}
-
-// CheckInto is Check writing into r, whose slices it reuses: with a
-// reused Result and a store that allocates nothing, a check allocates
-// nothing.
-func (l *Limiter) CheckInto(ctx context.Context, hits []Hit, r *Result) error {
-	return l.run(ctx, Charge, hits, r)
 }
 
 // Peek answers like Check but charges nothing.
 func (l *Limiter) Peek(ctx context.Context, hits []Hit) (Result, error) {
 	var r Result
-	err := l.PeekInto(ctx, hits, &r)
+	err := l.Decide(ctx, &Request{Peek: true, Hits: hits}, &r)
 	return r, err
 }
 
-// PeekInto is Peek writing into r, whose slices it reuses.
-func (l *Limiter) PeekInto(ctx context.Context, hits []Hit, r *Result) error {
-	return l.run(ctx, Peek, hits, r)
+// Decide checks the hits of req and, unless req.Peek, charges all of them
+// only if every non-shadow hit allows. It writes the verdict into res,
+// reusing res's slices: with a reused Result and a store that allocates
+// nothing, a decision allocates nothing.
+//
+// For a concurrency hit whose Lease is 0, Decide picks a random non-zero
+// lease and writes it into req.Hits[i].Lease, so that the caller can hand
+// the same hits to Release when the request is done.
+//
+// A cost below 1 is floodgate.ErrInvalidCost and a cost above a rule's
+// capacity floodgate.ErrNeverFits (such a request can never pass; there is
+// no RetryAfter). A failing store is not an error: its hits are decided by
+// their failure policies and flagged Degraded.
+func (l *Limiter) Decide(ctx context.Context, req *Request, res *Result) error {
+	op := Charge
+	if req.Peek {
+		op = Peek
+	}
+	return l.run(ctx, op, req, res)
 }
 
 // Release ends the concurrency leases of hits (as filled in by Check);
@@ -282,9 +232,11 @@ func newLease() uint64 {
 	}
 }
 
-// run decides hits with op (Charge or Peek) into r.
-func (l *Limiter) run(ctx context.Context, op Op, hits []Hit, r *Result) error {
+// run decides req's hits with op (Charge or Peek) into r.
+func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error {
+	hits := req.Hits
 	r.reset(len(hits))
+	reserved := 0
 	for i := range hits {
 		h := &hits[i]
 		if h.Rule == nil {
@@ -299,26 +251,89 @@ func (l *Limiter) run(ctx context.Context, op Op, hits []Hit, r *Result) error {
 		if op == Charge && h.Lease == 0 && h.Rule.Limit.Algorithm.Kind() == floodgate.KindConcurrency {
 			h.Lease = newLease()
 		}
+		if h.Reserve {
+			reserved++
+		}
 	}
 	if len(hits) == 0 {
 		r.Allowed = true
 		return nil
 	}
-	var latency time.Duration
-	degraded := true
+	var err error
+	if op == Charge && reserved > 0 {
+		err = l.chargeReserving(ctx, hits, reserved, r)
+	} else {
+		err = l.step(ctx, op, hits, r.Decisions, r.Flags, r)
+	}
+	if err != nil {
+		return err
+	}
+	l.summarize(hits, r)
+	if o := l.opts.Observer; o != nil {
+		o.ObserveDecision(req, r)
+	}
+	return nil
+}
+
+// chargeReserving decides a charge some of whose hits are reservations:
+// every hit is checked first (one peek), and only when all allow are the
+// other hits charged; the reserved ones are charged by Settle.
+func (l *Limiter) chargeReserving(ctx context.Context, hits []Hit, reserved int, r *Result) error {
+	if err := l.step(ctx, Peek, hits, r.Decisions, r.Flags, r); err != nil {
+		return err
+	}
+	for i := range hits {
+		if !r.Decisions[i].Allowed && !hits[i].Rule.Shadow {
+			return nil // denied: nothing to charge
+		}
+	}
+	if reserved == len(hits) {
+		return nil
+	}
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	sub, idx := sc.localHits[:0], sc.localIdx[:0]
+	for i := range hits {
+		if !hits[i].Reserve {
+			sub = append(sub, hits[i])
+			idx = append(idx, i)
+		}
+	}
+	out, flags := sc.outFor(len(sub)), sc.flagsFor(len(sub))
+	err := l.step(ctx, Charge, sub, out, flags, r)
+	if err == nil {
+		for k, i := range idx {
+			r.Decisions[i], r.Flags[i] = out[k], r.Flags[i]|flags[k]
+		}
+	}
+	for k, i := range idx {
+		hits[i].Lease = sub[k].Lease
+	}
+	clear(sub)
+	sc.localHits, sc.localIdx = sub[:0], idx[:0]
+	return err
+}
+
+// step makes one store call for hits (through the breaker, within the
+// deadline) and, when the store cannot answer, decides them by their
+// failure policies. It writes decisions into out and flags into flags, and
+// the store's latency and any degradation into r.
+func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, flags []HitFlags, r *Result) error {
+	degraded := DegradedBreakerOpen
 	if call, probe := l.breaker.allow(); call {
+		timed := l.opts.Observer != nil && !l.inProcess
 		var start time.Time
-		if l.opts.Observer != nil {
+		if timed {
 			start = time.Now()
 		}
-		err := l.callStore(ctx, op, hits, r.Decisions)
-		if l.opts.Observer != nil {
-			latency = time.Since(start)
+		err := l.callStore(ctx, op, hits, out)
+		if timed {
+			r.StoreLatency += time.Since(start)
 		}
 		switch {
 		case err == nil:
 			l.breaker.success(probe)
-			degraded = false
+			degraded = NotDegraded
 		case isCallerError(err):
 			l.breaker.release(probe)
 			return fmt.Errorf("limiter: %w", err)
@@ -329,26 +344,51 @@ func (l *Limiter) run(ctx context.Context, op Op, hits []Hit, r *Result) error {
 		default:
 			l.storeFailures.Add(1)
 			l.breaker.failure(probe)
+			degraded = DegradedStoreError
+			if errors.Is(err, context.DeadlineExceeded) {
+				degraded = DegradedDeadline
+			}
 		}
 	}
-	if degraded {
-		l.decideByPolicy(ctx, op, hits, r)
-	}
-	l.summarize(hits, r)
-	if o := l.opts.Observer; o != nil {
-		for i := range hits {
-			o.ObserveDecision(Event{
-				Op:           op,
-				Rule:         hits[i].Rule,
-				Key:          hits[i].Key,
-				Decision:     r.Decisions[i],
-				Degraded:     r.Flags[i]&Degraded != 0,
-				Shadow:       hits[i].Rule.Shadow,
-				StoreLatency: latency,
-			})
-		}
+	if degraded != NotDegraded {
+		r.Degraded = degraded
+		l.decideByPolicy(ctx, op, hits, out, flags)
 	}
 	return nil
+}
+
+// Settle ends the reservations among hits (those with Reserve set, as
+// Decide checked them), charging actual[i] units for hit i; a hit whose
+// actual cost is 0 is given back whole. Hits without Reserve are left
+// alone. It is the second half of a decision whose cost is known only
+// after the request (a login limit that counts failures, the tokens of a
+// completion). An error means the store could not be told.
+func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64) error {
+	if len(actual) != len(req.Hits) {
+		return fmt.Errorf("limiter: settle: %d actual costs for %d hits", len(actual), len(req.Hits))
+	}
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	sub := sc.localHits[:0]
+	for i, h := range req.Hits {
+		if !h.Reserve || actual[i] == 0 {
+			continue
+		}
+		if actual[i] < 0 {
+			return fmt.Errorf("limiter: settle: %s: actual cost %d: %w", h.Rule.ID, actual[i], floodgate.ErrInvalidCost)
+		}
+		h.Reserve = false
+		h.Cost = min(actual[i], h.Rule.Params.Capacity())
+		sub = append(sub, h)
+	}
+	var err error
+	if len(sub) > 0 {
+		var res Result
+		err = l.run(ctx, Charge, &Request{Front: req.Front, Hits: sub}, &res)
+	}
+	clear(sub)
+	sc.localHits = sub[:0]
+	return err
 }
 
 // callStore calls the store with the engine's deadline: the caller's when
@@ -432,6 +472,7 @@ func (l *Limiter) summarize(hits []Hit, r *Result) {
 	for i := range hits {
 		d := &r.Decisions[i]
 		if hits[i].Rule.Shadow {
+			r.Flags[i] |= Shadow
 			if !d.Allowed {
 				r.Flags[i] |= ShadowDenied
 				r.ShadowDenied = true
@@ -454,13 +495,15 @@ func (l *Limiter) summarize(hits []Hit, r *Result) {
 			least = i
 		}
 	}
-	for i := range hits {
-		if r.Flags[i]&Degraded != 0 {
-			r.Degraded = true
-		}
-	}
 	if !r.Allowed {
+		// Nothing was charged: the hits that allowed still have the units
+		// their decisions counted as taken.
 		r.Delay = 0
+		for i := range hits {
+			if d := &r.Decisions[i]; d.Allowed && !hits[i].Rule.Shadow {
+				d.Remaining = min(d.Limit, d.Remaining+hits[i].Cost)
+			}
+		}
 		return
 	}
 	if least >= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,7 +107,9 @@ func TestAllOrNothingAndBinding(t *testing.T) {
 	if r.Allowed || r.Binding != 1 || r.RetryAfter < hour-time.Minute || r.RetryAfter > hour {
 		t.Fatalf("third: %+v, want denied by the route with a retry of about an hour", r)
 	}
-	for i, want := range []int64{7, 0, 0} {
+	// Nothing was charged, so the hits that allowed report what they
+	// have left as they are: the user 8, the global window 1.
+	for i, want := range []int64{8, 0, 1} {
 		if r.Decisions[i].Remaining != want {
 			t.Fatalf("third: hit %d remaining %d, want %d (nothing charged)", i, r.Decisions[i].Remaining, want)
 		}
@@ -159,7 +162,7 @@ func TestShadow(t *testing.T) {
 	hits := []limiter.Hit{{Rule: sh, Key: "k", Cost: 1}, {Rule: en, Key: "k", Cost: 1}}
 	check(t, l, hits...)
 	r := check(t, l, hits...)
-	if !r.Allowed || !r.ShadowDenied || r.Flags[0] != limiter.ShadowDenied || r.Binding != 1 {
+	if !r.Allowed || !r.ShadowDenied || r.Flags[0] != limiter.Shadow|limiter.ShadowDenied || r.Binding != 1 {
 		t.Fatalf("%+v, want allowed with the shadow hit denied and binding 1", r)
 	}
 }
@@ -197,16 +200,16 @@ func TestFailurePolicies(t *testing.T) {
 	loc := bucket(t, "local", 8, floodgate.FailLocal) // 2 per instance
 
 	r := check(t, l, limiter.Hit{Rule: open, Key: "k", Cost: 1})
-	if !r.Allowed || !r.Degraded || r.Flags[0] != limiter.Degraded {
+	if !r.Allowed || r.Degraded == limiter.NotDegraded || r.Flags[0] != limiter.Degraded {
 		t.Fatalf("fail open: %+v", r)
 	}
 	r = check(t, l, limiter.Hit{Rule: closed, Key: "k", Cost: 1})
-	if r.Allowed || !r.Degraded || r.RetryAfter != limiter.DefaultClosedRetryAfter || r.Binding != 0 {
+	if r.Allowed || r.Degraded == limiter.NotDegraded || r.RetryAfter != limiter.DefaultClosedRetryAfter || r.Binding != 0 {
 		t.Fatalf("fail closed: %+v", r)
 	}
 	// The local share of a burst of 8 over 4 instances is 2.
 	for i := range 2 {
-		if r := check(t, l, limiter.Hit{Rule: loc, Key: "k", Cost: 1}); !r.Allowed || !r.Degraded || r.Decisions[0].Limit != 2 {
+		if r := check(t, l, limiter.Hit{Rule: loc, Key: "k", Cost: 1}); !r.Allowed || r.Degraded == limiter.NotDegraded || r.Decisions[0].Limit != 2 {
 			t.Fatalf("local %d: %+v, want allowed by a limit of 2", i, r)
 		}
 	}
@@ -232,7 +235,7 @@ func TestFailurePolicies(t *testing.T) {
 	}
 	// Once the store answers, it decides again.
 	ts.fail.Store(false)
-	if r := check(t, l, limiter.Hit{Rule: loc, Key: "k", Cost: 1}); !r.Allowed || r.Degraded || r.Decisions[0].Limit != 8 {
+	if r := check(t, l, limiter.Hit{Rule: loc, Key: "k", Cost: 1}); !r.Allowed || r.Degraded != limiter.NotDegraded || r.Decisions[0].Limit != 8 {
 		t.Fatalf("store back: %+v", r)
 	}
 }
@@ -276,7 +279,7 @@ func TestTimeout(t *testing.T) {
 	ts.block.Store(true)
 	l := limiter.New(ts, limiter.Options{Timeout: 20 * time.Millisecond})
 	r := check(t, l, limiter.Hit{Rule: window(t, "w", 5, floodgate.FailClosed), Key: "k", Cost: 1})
-	if r.Allowed || !r.Degraded {
+	if r.Allowed || r.Degraded == limiter.NotDegraded {
 		t.Fatalf("blocked store: %+v, want a degraded denial", r)
 	}
 	// (A stalled machine may reach the store after the deadline passed.)
@@ -309,7 +312,7 @@ func TestBreaker(t *testing.T) {
 	before := ts.calls.Load()
 	start := time.Now()
 	for range 20 {
-		if r := check(t, l, hit); !r.Degraded {
+		if r := check(t, l, hit); r.Degraded == limiter.NotDegraded {
 			t.Fatalf("open breaker: %+v, want degraded", r)
 		}
 	}
@@ -327,7 +330,7 @@ func TestBreaker(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 		check(t, l, hit)
 	}
-	if r := check(t, l, hit); r.Degraded {
+	if r := check(t, l, hit); r.Degraded != limiter.NotDegraded {
 		t.Fatalf("closed breaker: %+v", r)
 	}
 	if st := l.Stats(); st.BreakerOpens != 1 {
@@ -357,7 +360,7 @@ func TestBreakerOneProbeInFlight(t *testing.T) {
 	// The probe is held at the gate; others must not call the store.
 	for range 50 {
 		time.Sleep(100 * time.Microsecond)
-		if r := check(t, l, hit); !r.Degraded {
+		if r := check(t, l, hit); r.Degraded == limiter.NotDegraded {
 			t.Fatalf("while the probe is in flight: %+v, want degraded", r)
 		}
 	}
@@ -365,7 +368,7 @@ func TestBreakerOneProbeInFlight(t *testing.T) {
 		t.Fatalf("%d store calls with one probe in flight, want 1", n)
 	}
 	close(gate)
-	if r := <-probeDone; r.Degraded || !r.Allowed {
+	if r := <-probeDone; r.Degraded != limiter.NotDegraded || !r.Allowed {
 		t.Fatalf("probe: %+v", r)
 	}
 	if l.Stats().BreakerOpen {
@@ -410,9 +413,23 @@ func TestNoGoroutineLeak(t *testing.T) {
 
 func TestObserver(t *testing.T) {
 	ts := &testStore{inner: newMem(t)}
+	type seen struct {
+		front    limiter.FrontEnd
+		peek     bool
+		rules    []*limiter.Rule
+		flags    []limiter.HitFlags
+		degraded limiter.Degradation
+		latency  time.Duration
+		allowed  bool
+	}
 	var mu sync.Mutex
-	var events []limiter.Event
-	l := limiter.New(ts, limiter.Options{Observer: limiter.ObserverFunc(func(e limiter.Event) {
+	var events []seen
+	l := limiter.New(ts, limiter.Options{Observer: limiter.ObserverFunc(func(req *limiter.Request, res *limiter.Result) {
+		e := seen{front: req.Front, peek: req.Peek, flags: slices.Clone(res.Flags), degraded: res.Degraded,
+			latency: res.StoreLatency, allowed: res.Allowed}
+		for _, h := range req.Hits {
+			e.rules = append(e.rules, h.Rule)
+		}
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
@@ -420,17 +437,25 @@ func TestObserver(t *testing.T) {
 	sh := window(t, "shadow", 1, floodgate.FailOpen)
 	sh.Shadow = true
 	w := window(t, "w", 5, floodgate.FailOpen)
-	check(t, l, limiter.Hit{Rule: sh, Key: "k", Cost: 1}, limiter.Hit{Rule: w, Key: "k", Cost: 1})
+	var res limiter.Result
+	ctx := context.Background()
+	if err := l.Decide(ctx, &limiter.Request{Front: limiter.FrontRLS, Hits: []limiter.Hit{{Rule: sh, Key: "k", Cost: 1}, {Rule: w, Key: "k", Cost: 1}}}, &res); err != nil {
+		t.Fatal(err)
+	}
 	ts.fail.Store(true)
-	check(t, l, limiter.Hit{Rule: w, Key: "k", Cost: 1})
-	if len(events) != 3 {
-		t.Fatalf("%d events, want 3", len(events))
+	if err := l.Decide(ctx, &limiter.Request{Front: limiter.FrontHTTPAPI, Peek: true, Hits: []limiter.Hit{{Rule: w, Key: "k", Cost: 1}}}, &res); err != nil {
+		t.Fatal(err)
 	}
-	if e := events[0]; e.Rule != sh || !e.Shadow || e.Degraded || e.StoreLatency <= 0 || !e.Decision.Allowed {
-		t.Fatalf("event 0: %+v", e)
+	if len(events) != 2 {
+		t.Fatalf("%d observations, want one per request (2)", len(events))
 	}
-	if e := events[2]; e.Rule != w || !e.Degraded || e.Shadow || e.Op != limiter.Charge {
-		t.Fatalf("event 2: %+v", e)
+	if e := events[0]; e.front != limiter.FrontRLS || e.peek || len(e.rules) != 2 || e.rules[0] != sh ||
+		e.flags[0] != limiter.Shadow || e.flags[1] != 0 || e.degraded != limiter.NotDegraded || e.latency <= 0 || !e.allowed {
+		t.Fatalf("first request: %+v", e)
+	}
+	if e := events[1]; e.front != limiter.FrontHTTPAPI || !e.peek || e.rules[0] != w || e.flags[0] != limiter.Degraded ||
+		e.degraded != limiter.DegradedStoreError {
+		t.Fatalf("second request: %+v", e)
 	}
 }
 
@@ -450,7 +475,7 @@ func TestFailLocalWithoutLocalStore(t *testing.T) {
 	l := limiter.New(ts, limiter.Options{})
 	w := window(t, "w", 1, floodgate.FailLocal)
 	for range 3 {
-		if r := check(t, l, limiter.Hit{Rule: w, Key: "k", Cost: 1}); !r.Allowed || !r.Degraded {
+		if r := check(t, l, limiter.Hit{Rule: w, Key: "k", Cost: 1}); !r.Allowed || r.Degraded == limiter.NotDegraded {
 			t.Fatalf("%+v, want a degraded allow (no local store: fail open)", r)
 		}
 	}
@@ -462,7 +487,7 @@ func TestReleaseDuringOutage(t *testing.T) {
 	l := limiter.New(ts, limiter.Options{Local: newMem(t), Breaker: limiter.BreakerOptions{Failures: -1}})
 	c := newRule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: hour}, floodgate.FailLocal)
 	first := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
-	if r := check(t, l, first...); !r.Allowed || !r.Degraded {
+	if r := check(t, l, first...); !r.Allowed || r.Degraded == limiter.NotDegraded {
 		t.Fatalf("first: %+v", r)
 	}
 	second := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}

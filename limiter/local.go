@@ -21,6 +21,7 @@ type localRule struct {
 // scratch is reusable per-call space.
 type scratch struct {
 	out       []floodgate.Decision
+	flags     []HitFlags
 	localOut  []floodgate.Decision
 	localHits []Hit
 	localIdx  []int
@@ -31,6 +32,15 @@ func (s *scratch) outFor(n int) []floodgate.Decision {
 		s.out = make([]floodgate.Decision, n)
 	}
 	return s.out[:n]
+}
+
+func (s *scratch) flagsFor(n int) []HitFlags {
+	if cap(s.flags) < n {
+		s.flags = make([]HitFlags, n)
+	}
+	s.flags = s.flags[:n]
+	clear(s.flags)
+	return s.flags
 }
 
 func (s *scratch) localOutFor(n int) []floodgate.Decision {
@@ -103,17 +113,18 @@ func SplitRule(r *Rule, instances int) (*Rule, error) {
 	return rule, nil
 }
 
-// decideByPolicy decides every hit by its rule's failure policy: floodgate.FailOpen
-// allows, floodgate.FailClosed denies, floodgate.FailLocal asks the local store with the split
-// rule. The local hits are charged only if no floodgate.FailClosed hit denied.
-func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, r *Result) {
+// decideByPolicy decides every hit by its rule's failure policy into out
+// and flags: FailOpen allows, FailClosed denies, FailLocal asks the local
+// store with the split rule. The local hits are charged only if no
+// FailClosed hit denied.
+func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, flags []HitFlags) {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
 	lh, idx := sc.localHits[:0], sc.localIdx[:0]
 	denied := false
 	for i := range hits {
 		h := &hits[i]
-		r.Flags[i] |= Degraded
+		flags[i] |= Degraded
 		c := h.Rule.Params.Capacity()
 		policy := h.Rule.OnFailure
 		var lr *Rule
@@ -131,19 +142,19 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, r *Resu
 		}
 		switch policy {
 		case floodgate.FailClosed:
-			r.Decisions[i] = floodgate.Decision{Limit: c, RetryAfter: l.closedWait}
+			out[i] = floodgate.Decision{Limit: c, RetryAfter: l.closedWait}
 			denied = denied || !h.Rule.Shadow
 		case floodgate.FailLocal:
 			if lc := lr.Params.Capacity(); h.Cost > lc {
 				// Fits the global limit but not this instance's share.
-				r.Decisions[i] = floodgate.Decision{Limit: lc, RetryAfter: l.closedWait}
+				out[i] = floodgate.Decision{Limit: lc, RetryAfter: l.closedWait}
 				denied = denied || !h.Rule.Shadow
 				continue
 			}
 			lh = append(lh, Hit{Rule: lr, Key: h.Key, Cost: h.Cost, Lease: h.Lease})
 			idx = append(idx, i)
 		default:
-			r.Decisions[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - h.Cost}
+			out[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - h.Cost}
 		}
 	}
 	if len(lh) > 0 {
@@ -151,16 +162,16 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, r *Resu
 		if denied {
 			lop = Peek
 		}
-		out := sc.localOutFor(len(lh))
-		if err := l.opts.Local.Apply(ctx, lop, lh, out); err != nil {
+		lout := sc.localOutFor(len(lh))
+		if err := l.opts.Local.Apply(ctx, lop, lh, lout); err != nil {
 			l.log.Warn("limiter: local fallback failed, failing open", "err", err)
 			for _, i := range idx {
 				c := hits[i].Rule.Params.Capacity()
-				r.Decisions[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - hits[i].Cost}
+				out[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - hits[i].Cost}
 			}
 		} else {
 			for j, i := range idx {
-				r.Decisions[i] = out[j]
+				out[i] = lout[j]
 			}
 		}
 	}

@@ -35,6 +35,10 @@ type Hit struct {
 	Cost int64
 	// Lease names the concurrency lease to take or release.
 	Lease uint64
+	// Reserve marks a hit whose cost is known only after the request: a
+	// charge checks it and charges it only when Limiter.Settle says what
+	// it cost (Stores ignore the flag).
+	Reserve bool
 }
 
 // Store keeps the counts. Apply runs op on all hits and writes one decision

@@ -9,10 +9,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -110,10 +110,9 @@ type Limit struct {
 	CountOn []int
 	// Shadow limits are counted but never block.
 	Shadow bool
-	// Window is the limit's nominal window for RateLimit-Policy's w: the
-	// time a rate limit takes to refill its capacity, a window, or a
-	// quota's period (a month counts as 30 days); 0 for concurrency.
-	Window time.Duration
+	// Fields is the limit's part of the response fields (RateLimit-Policy
+	// and RateLimit), computed once when the policy is compiled.
+	Fields *fields.Limit
 	// Plan is the usage plan of a plan limit.
 	Plan string
 	// Stage is the stage of a stage default limit.
@@ -121,17 +120,13 @@ type Limit struct {
 	// MatchText describes the match for humans (floodgate check).
 	MatchText string
 
-	match matcher
+	match     matcher
+	needsUser bool
 }
 
-// WindowSeconds is Window in whole seconds, rounded up, at least 1 (0 for
-// concurrency limits).
-func (l *Limit) WindowSeconds() int64 {
-	if l.Window <= 0 {
-		return 0
-	}
-	return int64((l.Window + time.Second - 1) / time.Second)
-}
+// NeedsUser reports whether the limit counts per user, so that a request
+// must have its user resolved (a token verified) before it is charged.
+func (l *Limit) NeedsUser() bool { return l.needsUser }
 
 // Deferred reports whether the limit is charged after the response
 // (CountOn is set).
@@ -413,34 +408,11 @@ func planMatch(cp *config.Plan) string {
 
 func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *Limit {
 	l := &Limit{Name: name, Kind: r.Limit.Algorithm.Kind(), Scope: scope, Rule: r, Key: key,
-		Cost: cost, Shadow: r.Shadow}
-	l.Window = window(&r.Limit)
-	return l
-}
-
-// window is a limit's nominal window (see Limit.Window).
-func window(l *floodgate.Limit) time.Duration {
-	switch l.Algorithm.Family() {
-	case floodgate.FamilyRate:
-		if l.Rate <= 0 {
-			return 0
-		}
-		// Capacity·Per/Rate, computed without overflow for sane limits.
-		w := time.Duration(float64(l.Per) * float64(l.Capacity()) / float64(l.Rate))
-		return max(w, time.Second)
-	case floodgate.FamilyWindow:
-		return l.Window
-	case floodgate.FamilyQuota:
-		switch l.Period {
-		case floodgate.Day:
-			return 24 * time.Hour
-		case floodgate.Week:
-			return 7 * 24 * time.Hour
-		case floodgate.Month:
-			return 30 * 24 * time.Hour
-		}
+		Cost: cost, Shadow: r.Shadow, Fields: fields.NewLimit(&r.Limit)}
+	for _, k := range key {
+		l.needsUser = l.needsUser || k.Kind == KeyUser
 	}
-	return 0
+	return l
 }
 
 // Request is what Match reads of a request. The caller resolves the
@@ -464,6 +436,12 @@ type Request struct {
 	APIKey string
 	// User is the verified user, or "".
 	User string
+	// UserPending says that the request may have a user that has not been
+	// resolved yet (it carries a token that was not verified): Match then
+	// leaves out the limits that count per user and sets
+	// Match.UserPending, so that the caller can check the other limits
+	// before it spends CPU on the token, and match again with User set.
+	UserPending bool
 	// Header is read by header:NAME keys.
 	Header http.Header
 }
@@ -487,6 +465,9 @@ type Match struct {
 	// describes Hits[i].
 	Hits   []limiter.Hit
 	Limits []*Limit
+	// UserPending is set when Request.UserPending left out limits that
+	// count per user.
+	UserPending bool
 
 	buf []byte
 }
@@ -571,6 +552,10 @@ type keyCtx struct {
 
 // hit appends l's hit unless the request lacks a part of its key.
 func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
+	if kc.r.UserPending && kc.r.User == "" && l.needsUser {
+		m.UserPending = true
+		return
+	}
 	if len(l.Key) == 1 {
 		// Keys that are the same for many requests are built once.
 		key := ""

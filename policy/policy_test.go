@@ -227,7 +227,7 @@ func TestEvaluationOrder(t *testing.T) {
 			t.Errorf("hit key %q holds the raw API key", h.Key)
 		}
 	}
-	if l, ok := p.Limit("partner-basic.quota"); !ok || l.Kind != floodgate.KindQuota || l.WindowSeconds() != 86400 {
+	if l, ok := p.Limit("partner-basic.quota"); !ok || l.Kind != floodgate.KindQuota || l.Fields.Window != 86400 {
 		t.Errorf("Limit(partner-basic.quota) = %+v", l)
 	}
 	if _, ok := p.Limit("nope"); ok {

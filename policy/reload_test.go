@@ -230,7 +230,7 @@ limits:
 					sawInvalid.Store(true)
 				}
 				p.Match(req, &m)
-				if err := lim.CheckInto(context.Background(), m.Hits, &res); err != nil || !res.Allowed || len(m.Hits) != 2 {
+				if err := lim.Decide(context.Background(), &limiter.Request{Hits: m.Hits}, &res); err != nil || !res.Allowed || len(m.Hits) != 2 {
 					failures.Add(1)
 				}
 				checks.Add(1)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/limiter"
 	"go.yaml.in/yaml/v3"
 )
@@ -148,8 +148,8 @@ type rateLimit struct {
 	rule *limiter.Rule
 	// tmpl rebuilds the limit for a per-request override.
 	tmpl limitTemplate
-	// header is the limit's RateLimit-Policy item and RateLimit pieces.
-	header *gateway.LimitHeader
+	// fields is the limit's part of the response fields.
+	fields *fields.Limit
 }
 
 // limitTemplate is what an override keeps from the configured limit.
@@ -566,7 +566,7 @@ func (p *parser) rateLimit(n *yaml.Node, nd *node, where string) (*rateLimit, er
 	}
 	if r.perUnit == 0 {
 		// Blocked: every request is over the limit; no counter needed.
-		r.header = gateway.NewLimitHeader(&floodgate.Limit{Name: r.name, Algorithm: floodgate.FixedWindow,
+		r.fields = fields.NewLimit(&floodgate.Limit{Name: r.name, Algorithm: floodgate.FixedWindow,
 			Max: 0, Window: time.Duration(r.unit.seconds()) * time.Second})
 		return r, nil
 	}
@@ -578,7 +578,7 @@ func (p *parser) rateLimit(n *yaml.Node, nd *node, where string) (*rateLimit, er
 	if err != nil {
 		return nil, p.errf(n, strings.TrimSuffix(where, "."), "%v", err)
 	}
-	r.header = gateway.NewLimitHeader(&r.rule.Limit)
+	r.fields = fields.NewLimit(&r.rule.Limit)
 	return r, nil
 }
 

@@ -14,17 +14,17 @@ import (
 	"github.com/floodgate/floodgate/store/memstore"
 )
 
-// slowEngine holds every check until release is closed.
+// slowEngine holds every decision until release is closed.
 type slowEngine struct {
-	Engine
+	limiter.Engine
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (s *slowEngine) Check(ctx context.Context, h []limiter.Hit) (limiter.Result, error) {
+func (s *slowEngine) Decide(ctx context.Context, req *limiter.Request, res *limiter.Result) error {
 	s.entered <- struct{}{}
 	<-s.release
-	return s.Engine.Check(ctx, h)
+	return s.Engine.Decide(ctx, req, res)
 }
 
 // A call in flight when the server is told to stop still gets its answer.

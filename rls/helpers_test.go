@@ -33,6 +33,12 @@ func (c *frozenClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 // in-memory store on clock (nil: the system clock) and returns a client.
 func startService(t *testing.T, cfg *Config, clock *frozenClock, opts Options) (rlsv3.RateLimitServiceClient, *Service) {
 	t.Helper()
+	return startServiceWith(t, cfg, clock, opts, limiter.Options{})
+}
+
+// startServiceWith is startService with the engine's options (an Observer).
+func startServiceWith(t *testing.T, cfg *Config, clock *frozenClock, opts Options, lo limiter.Options) (rlsv3.RateLimitServiceClient, *Service) {
+	t.Helper()
 	mo := memstore.Options{SweepInterval: -1}
 	if clock != nil {
 		mo.Now = clock.now
@@ -42,7 +48,7 @@ func startService(t *testing.T, cfg *Config, clock *frozenClock, opts Options) (
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return serve(t, New(limiter.New(st, limiter.Options{}), cfg, opts), ServerOptions{})
+	return serve(t, New(limiter.New(st, lo), cfg, opts), ServerOptions{})
 }
 
 func serve(t *testing.T, svc *Service, so ServerOptions) (rlsv3.RateLimitServiceClient, *Service) {
@@ -134,4 +140,16 @@ func header(r *rlsv3.RateLimitResponse, name string) string {
 		}
 	}
 	return ""
+}
+
+// shadowDenials counts the shadow hits that denied, as the engine's
+// Observer sees them.
+func shadowDenials(n *atomic.Int64) limiter.Observer {
+	return limiter.ObserverFunc(func(req *limiter.Request, res *limiter.Result) {
+		for _, f := range res.Flags {
+			if f&limiter.ShadowDenied != 0 {
+				n.Add(1)
+			}
+		}
+	})
 }

@@ -2,10 +2,12 @@ package rls
 
 import (
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate/floodgate/limiter"
 )
 
 // The configurations below are the examples of envoyproxy/ratelimit's
@@ -199,8 +201,8 @@ descriptors:
 }
 
 func TestReadmeExample6ShadowMode(t *testing.T) {
-	var shadowOver int
-	c, _ := startService(t, mustParse(t, `
+	var shadowOver atomic.Int64
+	c, _ := startServiceWith(t, mustParse(t, `
 domain: example6
 descriptors:
   - key: service
@@ -216,11 +218,7 @@ descriptors:
         rate_limit:
           requests_per_unit: 20
           unit: second
-`), newClock(), Options{Observe: func(_, _ string, o, shadow, _ bool) {
-		if o && shadow {
-			shadowOver++
-		}
-	}})
+`), newClock(), Options{}, limiter.Options{Observer: shadowDenials(&shadowOver)})
 	for i := 1; i <= 30; i++ {
 		r := ask(t, c, "example6", desc("service", "auth-service", "user", "user-a"))
 		if r.OverallCode != ok || r.Statuses[0].Code != ok {
@@ -230,8 +228,8 @@ descriptors:
 			t.Fatalf("a shadow limit added fields: %v", r.ResponseHeadersToAdd)
 		}
 	}
-	if shadowOver != 20 {
-		t.Errorf("shadow breaches observed %d, want 20 (requests 11..30)", shadowOver)
+	if shadowOver.Load() != 20 {
+		t.Errorf("shadow breaches observed %d, want 20 (requests 11..30)", shadowOver.Load())
 	}
 	for i := 1; i <= 20; i++ {
 		if r := ask(t, c, "example6", desc("service", "auth-service", "user", "user-b")); r.OverallCode != ok {

@@ -28,8 +28,12 @@ func TestConcurrentCallersOnRedisCountExactlyTheLimit(t *testing.T) {
 	defer st.Close()
 	// A generous store deadline and fail-closed limits: a slow machine
 	// must never turn into extra admissions.
-	eng := limiter.New(st, limiter.Options{Timeout: 5 * time.Second})
 	var degraded atomic.Int64
+	eng := limiter.New(st, limiter.Options{Timeout: 5 * time.Second, Observer: limiter.ObserverFunc(func(_ *limiter.Request, res *limiter.Result) {
+		if res.Degraded != limiter.NotDegraded {
+			degraded.Add(1)
+		}
+	})})
 	cfg := mustParse(t, `
 domain: load
 descriptors:
@@ -39,11 +43,7 @@ descriptors:
       - key: user
         rate_limit: {unit: year, requests_per_unit: 40, on_failure: deny}
 `)
-	c, _ := serve(t, New(eng, cfg, Options{Observe: func(_, _ string, _, _, d bool) {
-		if d {
-			degraded.Add(1)
-		}
-	}}), ServerOptions{})
+	c, _ := serve(t, New(eng, cfg, Options{}), ServerOptions{})
 
 	const workers, each = 50, 10
 	var allowed atomic.Int64

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,23 +20,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/limiter"
 )
-
-// Engine checks and charges a request's hits all or nothing;
-// *limiter.Limiter is the implementation.
-type Engine interface {
-	Check(ctx context.Context, hits []limiter.Hit) (limiter.Result, error)
-	Peek(ctx context.Context, hits []limiter.Hit) (limiter.Result, error)
-}
-
-// intoEngine is an Engine that can write into a Result it is given (as
-// *limiter.Limiter can), so that the service reuses the Result's slices.
-type intoEngine interface {
-	CheckInto(ctx context.Context, hits []limiter.Hit, r *limiter.Result) error
-	PeekInto(ctx context.Context, hits []limiter.Hit, r *limiter.Result) error
-}
 
 // Options configure a Service. The zero value is usable.
 type Options struct {
@@ -45,51 +31,52 @@ type Options struct {
 	// MaxDescriptors bounds the descriptors of one request; more is
 	// InvalidArgument. Zero means 64.
 	MaxDescriptors int
-	// NoHeaders leaves out RateLimit-Policy, RateLimit and Retry-After from
-	// response_headers_to_add.
-	NoHeaders bool
-	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (delay seconds) for the binding limit, the fields
-	// envoyproxy/ratelimit adds when its response headers are enabled.
-	LegacyHeaders bool
-	// Observe, when set, is called once per descriptor status that a
-	// limit covered: the domain, the limit's name, whether it was over its
-	// limit, whether it is in shadow mode, and whether the decision was
-	// made while the store was failing (degraded).
-	Observe func(domain, limit string, over, shadow, degraded bool)
+	// Fields switches the rate-limit fields added to
+	// response_headers_to_add: RateLimit-Policy and RateLimit (on by
+	// default), Retry-After on OVER_LIMIT, and the X-RateLimit-Limit,
+	// X-RateLimit-Remaining and X-RateLimit-Reset fields that
+	// envoyproxy/ratelimit adds when its response headers are enabled
+	// (Legacy).
+	Fields fields.Options
+	// MaxOverrides bounds the limits given in requests (descriptors'
+	// limit overrides) kept compiled (0: limiter.DefaultRequestLimits).
+	MaxOverrides int
 }
 
 // Service answers Envoy's RateLimitService/ShouldRateLimit from a Config
-// and an Engine. It is safe for concurrent use; SetConfig swaps the
+// and the engine. It is safe for concurrent use; SetConfig swaps the
 // configuration atomically (requests in flight finish with the old one).
+//
+// Like every front end it does two things: it turns a RateLimitRequest into
+// hits, and the engine's Result into a RateLimitResponse. Decisions are
+// counted by the engine's Observer, labelled front_end="rls".
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	eng     Engine
-	into    intoEngine // eng, when it can write into a Result; else nil
-	cfg     atomic.Pointer[Config]
-	log     *slog.Logger
-	opts    Options
-	maxDesc int
+	eng      limiter.Engine
+	cfg      atomic.Pointer[Config]
+	log      *slog.Logger
+	opts     Options
+	maxDesc  int
+	renderer fields.Renderer
 
-	overrides overrideCache
+	overrides limiter.RequestLimits[overrideKey, *rateLimit]
 }
 
 // New returns a service deciding with eng under cfg (nil: no domains).
-func New(eng Engine, cfg *Config, opts Options) *Service {
+func New(eng limiter.Engine, cfg *Config, opts Options) *Service {
 	s := &Service{eng: eng, opts: opts, log: opts.Logger, maxDesc: opts.MaxDescriptors}
-	s.into, _ = eng.(intoEngine)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.maxDesc <= 0 {
 		s.maxDesc = 64
 	}
+	s.overrides.Max = opts.MaxOverrides
 	if cfg == nil {
 		cfg = &Config{domains: map[string]*domain{}}
 	}
 	s.cfg.Store(cfg)
-	s.overrides.m = map[overrideKey]*rateLimit{}
 	return s
 }
 
@@ -108,7 +95,8 @@ func (s *Service) Config() *Config { return s.cfg.Load() }
 // applied is one descriptor's limit for one request.
 type applied struct {
 	rl   *rateLimit
-	hit  int // index into hits, -1 when none
+	cost int64
+	hit  int // index into the hits, -1 when none
 	over bool
 }
 
@@ -116,149 +104,141 @@ type applied struct {
 // most one limit, and all the limits that apply are checked and charged
 // together, all or nothing.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	domainName := req.GetDomain()
-	descs := req.GetDescriptors()
-	if domainName == "" {
-		return nil, status.Error(codes.InvalidArgument, "rls: domain must not be empty")
-	}
-	if len(descs) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "rls: descriptor list must not be empty")
-	}
-	if len(descs) > s.maxDesc {
-		return nil, status.Errorf(codes.InvalidArgument, "rls: %d descriptors, at most %d", len(descs), s.maxDesc)
-	}
-	cost := int64(req.GetHitsAddend())
-	if cost == 0 {
-		cost = 1
-	}
-	cfg := s.cfg.Load()
-	dom := cfg.domains[domainName]
-
-	var stack [8]applied
-	app := stack[:0]
-	if len(descs) > len(stack) {
-		app = make([]applied, 0, len(descs))
+	if err := s.validate(req); err != nil {
+		return nil, err
 	}
 	// The hits go to the engine (an interface), so they live on the heap:
 	// they come from a pool, with the engine's Result.
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	hits := sc.hits[:0]
-	var costs [8]int64
-	descCost := costs[:0]
-	if len(descs) > len(costs) {
-		descCost = make([]int64, 0, len(descs))
+	app, err := s.match(req, sc)
+	if err != nil {
+		return nil, err
 	}
+	blocked := s.hits(req, app, sc)
+	res := &sc.res
+	*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
+	if len(sc.hits) > 0 {
+		// A blocked descriptor denies without asking the store, so nothing
+		// may be charged: peek to report the others.
+		sc.req = limiter.Request{Front: limiter.FrontRLS, Peek: blocked, Hits: sc.hits}
+		if err := s.eng.Decide(ctx, &sc.req, res); err != nil {
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			s.log.Warn("rls: engine", "domain", req.GetDomain(), "err", err)
+			return nil, status.Errorf(codes.Unavailable, "rls: %v", err)
+		}
+	}
+	return s.answer(app, sc), nil
+}
 
-	// 1. Match every descriptor to its limit.
+// validate refuses requests that cannot be decided.
+func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
+	descs := req.GetDescriptors()
+	if req.GetDomain() == "" {
+		return status.Error(codes.InvalidArgument, "rls: domain must not be empty")
+	}
+	if len(descs) == 0 {
+		return status.Error(codes.InvalidArgument, "rls: descriptor list must not be empty")
+	}
+	if len(descs) > s.maxDesc {
+		return status.Errorf(codes.InvalidArgument, "rls: %d descriptors, at most %d", len(descs), s.maxDesc)
+	}
 	for i, d := range descs {
 		ents := d.GetEntries()
 		if len(ents) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d has no entries", i)
+			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d has no entries", i)
 		}
 		for j, e := range ents {
 			if e.GetKey() == "" {
-				return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d entry %d has an empty key", i, j)
+				return status.Errorf(codes.InvalidArgument, "rls: descriptor %d entry %d has an empty key", i, j)
 			}
 		}
 		if d.GetIsNegativeHits() {
-			return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: is_negative_hits is not supported (charges are never refunded)", i)
+			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d: is_negative_hits is not supported (charges are never refunded)", i)
 		}
-		c := cost
+		if ha := d.GetHitsAddend(); ha != nil && ha.GetValue() > math.MaxInt32 {
+			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d: hits_addend %d is too large", i, ha.GetValue())
+		}
+	}
+	return nil
+}
+
+// match finds every descriptor's limit (a configured one, or a limit given
+// in the request), with its cost, and drops the limits that another one
+// that applies replaces.
+func (s *Service) match(req *rlsv3.RateLimitRequest, sc *scratch) ([]applied, error) {
+	domainName := req.GetDomain()
+	dom := s.cfg.Load().domains[domainName]
+	cost := int64(req.GetHitsAddend())
+	if cost == 0 {
+		cost = 1
+	}
+	app := sc.app[:0]
+	for i, d := range req.GetDescriptors() {
+		a := applied{cost: cost, hit: -1}
 		if ha := d.GetHitsAddend(); ha != nil && ha.GetValue() > 0 {
-			if ha.GetValue() > math.MaxInt32 {
-				return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: hits_addend %d is too large", i, ha.GetValue())
-			}
-			c = int64(ha.GetValue())
+			a.cost = int64(ha.GetValue())
 		}
-		descCost = append(descCost, c)
-		var rl *rateLimit
 		if dom != nil {
-			nd := dom.match(ents)
-			if nd != nil {
-				rl = nd.limit
+			ents := d.GetEntries()
+			if nd := dom.match(ents); nd != nil {
+				a.rl = nd.limit
 			}
 			if ov := d.GetLimit(); ov != nil {
 				var err error
-				rl, err = s.overrides.get(domainName, ents, rl, ov)
-				if err != nil {
+				if a.rl, err = s.override(domainName, ents, a.rl, ov); err != nil {
 					return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: limit override: %v", i, err)
 				}
 			}
 		}
-		app = append(app, applied{rl: rl, hit: -1})
+		app = append(app, a)
 	}
-
-	// 2. Replaces: a limit that applies drops every limit it names.
+	sc.app = app
+	// A limit that applies drops every limit it names.
 	for i := range app {
 		rl := app[i].rl
 		if rl == nil || len(rl.replaces) == 0 {
 			continue
 		}
 		for j := range app {
-			if j == i || app[j].rl == nil {
-				continue
-			}
-			for _, name := range rl.replaces {
-				if app[j].rl.name == name {
-					app[j].rl = nil
-					break
-				}
+			if j != i && app[j].rl != nil && slices.Contains(rl.replaces, app[j].rl.name) {
+				app[j].rl = nil
 			}
 		}
 	}
+	return app, nil
+}
 
-	// 3. Build the hits; blocked (requests_per_unit: 0) and never-fitting
-	// descriptors are over the limit without asking the store.
-	blocked := false
+// hits builds the engine's hits into sc.hits. Blocked descriptors
+// (requests_per_unit: 0) and costs that can never fit are over the limit
+// without asking the store; blocked reports whether one of them is
+// enforced.
+func (s *Service) hits(req *rlsv3.RateLimitRequest, app []applied, sc *scratch) (blocked bool) {
+	hits := sc.hits[:0]
+	descs := req.GetDescriptors()
 	for i := range app {
 		rl := app[i].rl
 		if rl == nil || rl.unlimited {
 			continue
 		}
-		c := descCost[i]
-		if rl.rule == nil || c > rl.rule.Params.Capacity() {
+		if rl.rule == nil || app[i].cost > rl.rule.Params.Capacity() {
 			app[i].over = true
-			if !rl.shadow {
-				blocked = true
-			}
+			blocked = blocked || !rl.shadow
 			continue
 		}
 		app[i].hit = len(hits)
-		hits = append(hits, limiter.Hit{Rule: rl.rule, Key: counterKey(domainName, descs[i].GetEntries()), Cost: c})
+		hits = append(hits, limiter.Hit{Rule: rl.rule, Key: counterKey(req.GetDomain(), descs[i].GetEntries()), Cost: app[i].cost})
 	}
 	sc.hits = hits
+	return blocked
+}
 
-	// 4. One engine call for all of them.
+// answer turns the engine's Result into the response, in as few
+// allocations as the number of descriptors allows.
+func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
 	res := &sc.res
-	*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
-	if len(hits) > 0 {
-		var err error
-		switch {
-		case s.into != nil && blocked:
-			// Nothing may be charged; peek to report the others.
-			err = s.into.PeekInto(ctx, hits, res)
-		case s.into != nil:
-			err = s.into.CheckInto(ctx, hits, res)
-		case blocked:
-			*res, err = s.eng.Peek(ctx, hits)
-		default:
-			*res, err = s.eng.Check(ctx, hits)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, status.FromContextError(ctx.Err()).Err()
-			}
-			s.log.Warn("rls: engine", "domain", domainName, "err", err)
-			return nil, status.Errorf(codes.Unavailable, "rls: %v", err)
-		}
-		if len(res.Decisions) != len(hits) {
-			return nil, status.Errorf(codes.Internal, "rls: engine answered %d decisions for %d hits", len(res.Decisions), len(hits))
-		}
-	}
-
-	// 5. The answer, in as few allocations as the number of descriptors
-	// allows.
 	var (
 		resp     *rlsv3.RateLimitResponse
 		statuses []rlsv3.RateLimitResponse_DescriptorStatus
@@ -279,9 +259,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		durs = make([]durationpb.Duration, len(app))
 	}
 	resp.OverallCode = rlsv3.RateLimitResponse_OK
-	covered := sc.covered[:0]
+	items := sc.items[:0]
 	var wait time.Duration
-	bindingAt := -1
+	binding := -1 // in items
 	for i := range app {
 		a := &app[i]
 		st := &statuses[i]
@@ -312,90 +292,58 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 		until := d.ResetAfter
-		if a.over {
+		if a.over && a.hit >= 0 {
 			until = d.RetryAfter
-			if a.hit < 0 {
-				until = d.ResetAfter
-			}
 		}
 		// As durationpb.New, without an allocation of its own.
 		dur := &durs[i]
 		dur.Seconds, dur.Nanos = int64(until/time.Second), int32(until%time.Second)
 		st.DurationUntilReset = dur
-		if s.opts.Observe != nil {
-			s.opts.Observe(domainName, rl.name, a.over, rl.shadow, res.Degraded)
-		}
 		if rl.shadow {
 			continue
 		}
 		if a.over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			if bindingAt < 0 {
-				bindingAt = len(covered)
+			if binding < 0 {
+				binding = len(items)
 			}
-			if until > wait {
-				wait = until
-			}
+			wait = max(wait, until)
 		}
-		if !s.opts.NoHeaders {
-			covered = append(covered, gateway.Covered{Header: rl.header, Decision: d})
+		items = append(items, fields.Item{Limit: rl.fields, Decision: d})
+	}
+	sc.items = items
+	if len(items) == 0 {
+		return resp
+	}
+	if binding < 0 {
+		// Allowed: the limit with the fewest units left comes first.
+		binding = 0
+		for i := range items {
+			if items[i].Decision.Remaining < items[binding].Decision.Remaining {
+				binding = i
+			}
 		}
 	}
-	if len(covered) > 0 {
-		// The binding limit first: the first over-limit one, or else the
-		// one with the least remaining.
-		if bindingAt < 0 {
-			bindingAt = 0
-			for i := range covered {
-				if covered[i].Decision.Remaining < covered[bindingAt].Decision.Remaining {
-					bindingAt = i
-				}
-			}
-		}
-		if bindingAt > 0 {
-			b := covered[bindingAt]
-			copy(covered[1:bindingAt+1], covered[:bindingAt])
-			covered[0] = b
-		}
-		h := headerPool.Get().(http.Header)
-		var ho *gateway.HeaderOptions
-		if s.opts.LegacyHeaders {
-			ho = &legacyHeaders
-		}
-		t := gateway.SetRateLimit(h, covered, ho, sc.buf[:0])
-		n := 2
-		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-			n++
-		}
-		if ho != nil {
-			n += 3
-		}
-		if cap(hv) < n {
-			hv = make([]corev3.HeaderValue, 0, n)
-		}
-		hv = append(hv, corev3.HeaderValue{Key: "RateLimit-Policy", Value: first(h["Ratelimit-Policy"])},
-			corev3.HeaderValue{Key: "RateLimit", Value: first(h["Ratelimit"])})
-		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-			hv = append(hv, corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(gateway.RetryAfterSeconds(wait, t), 10)})
-		}
-		if ho != nil {
-			hv = append(hv, corev3.HeaderValue{Key: "X-RateLimit-Limit", Value: first(h["X-Ratelimit-Limit"])},
-				corev3.HeaderValue{Key: "X-RateLimit-Remaining", Value: first(h["X-Ratelimit-Remaining"])},
-				corev3.HeaderValue{Key: "X-RateLimit-Reset", Value: first(h["X-Ratelimit-Reset"])})
-		}
-		if cap(hvp) < len(hv) {
-			hvp = make([]*corev3.HeaderValue, 0, len(hv))
-		}
-		for i := range hv {
-			hvp = append(hvp, &hv[i])
-		}
-		resp.ResponseHeadersToAdd = hvp
-		clear(h)
-		headerPool.Put(h)
+	over := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
+	sc.out = s.renderer.Render(sc.out[:0], items, binding, over, wait, &s.opts.Fields)
+	if len(sc.out) == 0 {
+		return resp
 	}
-	sc.covered = covered
-	return resp, nil
+	if cap(hv) < len(sc.out) {
+		hv = make([]corev3.HeaderValue, 0, len(sc.out))
+	}
+	for _, f := range sc.out {
+		hv = append(hv, corev3.HeaderValue{Key: f.Name, Value: f.Value})
+	}
+	if cap(hvp) < len(hv) {
+		hvp = make([]*corev3.HeaderValue, 0, len(hv))
+	}
+	for i := range hv {
+		hvp = append(hvp, &hv[i])
+	}
+	resp.ResponseHeadersToAdd = hvp
+	return resp
 }
 
 // answer1 holds a whole answer to a request with one descriptor, so that
@@ -411,15 +359,18 @@ type answer1 struct {
 }
 
 // scratch is what one call of ShouldRateLimit reuses from the calls before
-// it: the hits, the engine's Result and the header items.
+// it: the descriptors' limits, the hits, the engine's Result and the
+// fields.
 type scratch struct {
-	hits    []limiter.Hit
-	res     limiter.Result
-	covered []gateway.Covered
-	buf     []byte
+	app   []applied
+	hits  []limiter.Hit
+	req   limiter.Request
+	res   limiter.Result
+	items []fields.Item
+	out   []fields.Field
 }
 
-var scratchPool = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 0, 256)} }}
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // maxScratch bounds the slices a scratch keeps for the next call.
 const maxScratch = 64
@@ -427,26 +378,16 @@ const maxScratch = 64
 // release drops the references the scratch holds and pools it, unless a
 // large request made it big.
 func (sc *scratch) release() {
-	if cap(sc.hits) > maxScratch || cap(sc.covered) > maxScratch || cap(sc.res.Decisions) > maxScratch || cap(sc.buf) > 4096 {
+	if cap(sc.hits) > maxScratch || cap(sc.items) > maxScratch || cap(sc.res.Decisions) > maxScratch || cap(sc.app) > maxScratch {
 		return
 	}
+	clear(sc.app[:cap(sc.app)])
 	clear(sc.hits[:cap(sc.hits)])
-	clear(sc.covered[:cap(sc.covered)])
-	sc.hits, sc.covered = sc.hits[:0], sc.covered[:0]
+	clear(sc.items[:cap(sc.items)])
+	clear(sc.out[:cap(sc.out)])
+	sc.app, sc.hits, sc.items, sc.out = sc.app[:0], sc.hits[:0], sc.items[:0], sc.out[:0]
+	sc.req = limiter.Request{}
 	scratchPool.Put(sc)
-}
-
-// legacyHeaders asks gateway.SetRateLimit for the X-RateLimit-* fields.
-var legacyHeaders = gateway.HeaderOptions{Legacy: true}
-
-// headerPool recycles the header maps SetRateLimit writes into.
-var headerPool = sync.Pool{New: func() any { return http.Header{} }}
-
-func first(v []string) string {
-	if len(v) == 0 {
-		return ""
-	}
-	return v[0]
 }
 
 // match finds the configured descriptor for a request's entries: at every
@@ -509,15 +450,10 @@ type overrideKey struct {
 	perUnit uint32
 }
 
-// overrideCache keeps compiled overrides so that a descriptor sent with
-// the same override again reuses its rule. It holds at most 4096; when
-// full it starts afresh (counters live in the store, not here).
-type overrideCache struct {
-	mu sync.Mutex // guards m
-	m  map[overrideKey]*rateLimit
-}
-
-func (c *overrideCache) get(domainName string, ents []*rlv3.RateLimitDescriptor_Entry, base *rateLimit, ov *rlv3.RateLimitDescriptor_RateLimitOverride) (*rateLimit, error) {
+// override returns the limit a descriptor's limit override makes of base
+// (nil when no configured descriptor matched), compiled once and kept in
+// the service's bounded cache of limits given in requests.
+func (s *Service) override(domainName string, ents []*rlv3.RateLimitDescriptor_Entry, base *rateLimit, ov *rlv3.RateLimitDescriptor_RateLimitOverride) (*rateLimit, error) {
 	unit := Unit(ov.GetUnit())
 	if unit < Second || unit > Week {
 		return nil, fmt.Errorf("unknown unit %d", ov.GetUnit())
@@ -542,44 +478,40 @@ func (c *overrideCache) get(domainName string, ents []*rlv3.RateLimitDescriptor_
 	} else {
 		k.name = base.name
 	}
-	c.mu.Lock()
-	rl := c.m[k]
-	c.mu.Unlock()
-	if rl != nil {
-		return rl, nil
+	return s.overrides.Get(k, func() (*rateLimit, error) { return compileOverride(k) })
+}
+
+// compileOverride builds the limit of an override.
+func compileOverride(k overrideKey) (*rateLimit, error) {
+	if span := uint64(k.unit.seconds()) * uint64(k.mult); span > math.MaxInt64/uint64(time.Second) {
+		return nil, fmt.Errorf("%d × %s is longer than a time span can be", k.mult, k.unit)
 	}
-	rl = &rateLimit{name: k.name, unit: unit, perUnit: k.perUnit}
-	if base != nil {
+	rl := &rateLimit{name: k.name, unit: k.unit, perUnit: k.perUnit}
+	if base := k.base; base != nil {
 		rl.tmpl, rl.replaces, rl.shadow = base.tmpl, base.replaces, base.shadow
 	}
-	if rl.tmpl.algorithm.Family() == floodgate.FamilyQuota && (mult != 1 || (unit != Day && unit != Week && unit != Month)) {
+	if rl.tmpl.algorithm.Family() == floodgate.FamilyQuota && (k.mult != 1 || (k.unit != Day && k.unit != Week && k.unit != Month)) {
 		// A calendar quota cannot take this unit: count a fixed window.
 		rl.tmpl.algorithm = floodgate.FixedWindow
 	}
 	if rl.tmpl.algorithm == 0 {
 		rl.tmpl.algorithm = floodgate.FixedWindow
-		if mult == 1 && (unit == Week || unit == Month) {
+		if k.mult == 1 && (k.unit == Week || k.unit == Month) {
 			rl.tmpl.algorithm = floodgate.Quota
 		}
 	}
 	if k.perUnit == 0 {
-		rl.header = gateway.NewLimitHeader(&floodgate.Limit{Name: rl.name, Algorithm: floodgate.FixedWindow,
-			Window: time.Duration(unit.seconds()) * time.Second * time.Duration(mult)})
-	} else {
-		l, err := rl.tmpl.limit(rl.name, unit, mult, int64(k.perUnit))
-		if err != nil {
-			return nil, err
-		}
-		if rl.rule, err = limiter.NewRule(l, rl.tmpl.onFailure, rl.shadow); err != nil {
-			return nil, err
-		}
-		rl.header = gateway.NewLimitHeader(&rl.rule.Limit)
+		rl.fields = fields.NewLimit(&floodgate.Limit{Name: rl.name, Algorithm: floodgate.FixedWindow,
+			Window: time.Duration(k.unit.seconds()) * time.Second * time.Duration(k.mult)})
+		return rl, nil
 	}
-	c.mu.Lock()
-	if len(c.m) >= 4096 {
-		clear(c.m)
+	l, err := rl.tmpl.limit(rl.name, k.unit, k.mult, int64(k.perUnit))
+	if err != nil {
+		return nil, err
 	}
-	c.m[k] = rl
-	c.mu.Unlock()
+	if rl.rule, err = limiter.NewRule(l, rl.tmpl.onFailure, rl.shadow); err != nil {
+		return nil, err
+	}
+	rl.fields = fields.NewLimit(&rl.rule.Limit)
 	return rl, nil
 }

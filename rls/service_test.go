@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -253,7 +254,7 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 }
 
 func TestLegacyHeaders(t *testing.T) {
-	c, _ := startService(t, mustParse(t, basic), newClock(), Options{LegacyHeaders: true})
+	c, _ := startService(t, mustParse(t, basic), newClock(), Options{Fields: fields.Options{Legacy: true}})
 	for range 10 {
 		ask(t, c, "d", desc("user", "legacy"))
 	}

@@ -149,17 +149,16 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		st = rs
 	}
 	var decisions, over, degraded atomic.Int64
-	svc := rls.New(limiter.New(st, limiter.Options{Timeout: *timeout}), cfg, rls.Options{
-		Observe: func(_, _ string, o, _, d bool) {
-			decisions.Add(1)
-			if o {
-				over.Add(1)
-			}
-			if d {
-				degraded.Add(1)
-			}
-		},
+	count := limiter.ObserverFunc(func(req *limiter.Request, res *limiter.Result) {
+		decisions.Add(1)
+		if !res.Allowed {
+			over.Add(1)
+		}
+		if res.Degraded != limiter.NotDegraded {
+			degraded.Add(1)
+		}
 	})
+	svc := rls.New(limiter.New(st, limiter.Options{Timeout: *timeout, Observer: count}), cfg, rls.Options{})
 	srv, err := rls.NewServer(svc, rls.ServerOptions{GracePeriod: 2 * time.Second, StreamWorkers: *workers})
 	if err != nil {
 		return err

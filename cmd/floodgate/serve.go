@@ -22,9 +22,12 @@ import (
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/internal/demo"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/store/memstore"
 	"github.com/floodgate/floodgate/store/redisstore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 const serveUsage = `usage: floodgate serve --config FILE [--demo] [flags]
@@ -131,210 +134,257 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // serve runs the gateway until ctx ends.
 func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Logger) error {
-	var gw atomic.Pointer[gateway.Gateway]
-	var started atomic.Pointer[config.Server] // the settings the process runs with
-	reloader, err := policy.NewReloader(policy.ReloaderOptions{
-		Path:   cfg.config,
-		Logger: log,
-		OnReload: func(p *policy.Policy) {
-			if g := gw.Load(); g != nil {
-				g.ForgetUpstreams()
-			}
-			// Limits, routes, keys, identity and header settings follow
-			// the file; the process-level settings need a restart.
-			if s, first := p.Server(), started.Load(); first != nil &&
-				(s.Store != first.Store || s.StateFile != first.StateFile || s.Listen != first.Listen ||
-					s.AdminListen != first.AdminListen || s.StoreTimeout != first.StoreTimeout ||
-					s.Instances != first.Instances || s.Upstream != first.Upstream) {
-				log.Warn("reloaded: store, listen addresses, store timeout, instances and upstream timeouts change only on restart")
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	srv := reloader.Policy().Server()
-	started.Store(srv)
-	listen := firstNonEmpty(cfg.listen, srv.Listen, config.DefaultListen)
-	admin := firstNonEmpty(cfg.adminListen, srv.AdminListen)
-
-	metrics, metricsHandler, err := newServeMetrics()
-	if err != nil {
-		return fmt.Errorf("serve: metrics: %w", err)
-	}
-
-	// A relative state file is relative to the policy file, like its
-	// other paths.
-	statePath := srv.StateFile
-	if statePath != "" && !filepath.IsAbs(statePath) {
-		statePath = filepath.Join(filepath.Dir(cfg.config), statePath)
-	}
-	store, local, closeStores, err := serveOpenStore(srv, statePath, log)
+	s, err := newServer(cfg, log)
 	if err != nil {
 		return err
 	}
-	storesClosed := false
-	defer func() {
-		if !storesClosed {
-			_ = closeStores()
-		}
-	}()
-	lim := limiter.New(store, limiter.Options{
-		Timeout:   srv.StoreTimeout,
-		Instances: srv.Instances,
+	defer s.close()
+	if err := s.listen(stdout); err != nil {
+		return err
+	}
+	if cfg.watch {
+		go s.reloader.Run(ctx)
+	}
+	log.Info("serving", "listen", s.frontLn.Addr().String(), "store", s.srv.StoreKind(), "config", cfg.config)
+	s.ready.Store(true)
+	runErr := s.run(ctx)
+	if err := s.shutdown(ctx); err != nil && runErr == nil {
+		runErr = err
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// server is one running "floodgate serve": the policy, the metrics, the
+// stores and the engine that every front end shares, and the listeners.
+type server struct {
+	cfg      *serveConfig
+	log      *slog.Logger
+	srv      *config.Server // the settings the process started with
+	reloader *policy.Reloader
+	metrics  *metrics.Metrics
+	registry *prometheus.Registry
+	engine   *limiter.Limiter
+	gateway  atomic.Pointer[gateway.Gateway]
+	demo     *demo.Server
+
+	closeStores func() error
+	serving     bool // the listeners are served (shutdown closes them)
+	closed      bool
+
+	frontLn, adminLn net.Listener
+	front, admin     *http.Server
+	services         *decisionServices
+	errc             chan error
+	ready            atomic.Bool
+}
+
+// newServer loads the policy and opens the metrics, the stores and the
+// engine.
+func newServer(cfg *serveConfig, log *slog.Logger) (*server, error) {
+	s := &server{cfg: cfg, log: log, errc: make(chan error, 4)}
+	var err error
+	s.reloader, err = policy.NewReloader(policy.ReloaderOptions{Path: cfg.config, Logger: log, OnReload: s.reloaded})
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	s.srv = s.reloader.Policy().Server()
+	if s.metrics, s.registry, err = newServeMetrics(); err != nil {
+		return nil, fmt.Errorf("serve: metrics: %w", err)
+	}
+	// A relative state file is relative to the policy file, like its
+	// other paths.
+	statePath := s.srv.StateFile
+	if statePath != "" && !filepath.IsAbs(statePath) {
+		statePath = filepath.Join(filepath.Dir(cfg.config), statePath)
+	}
+	store, local, closeStores, err := serveOpenStore(s.srv, statePath, log)
+	if err != nil {
+		return nil, err
+	}
+	s.closeStores = closeStores
+	s.engine = limiter.New(store, limiter.Options{
+		Timeout:   s.srv.StoreTimeout,
+		Instances: s.srv.Instances,
 		Local:     local,
-		Observer:  metrics.limiterObserver(),
+		Observer:  s.metrics,
 		Logger:    log,
 	})
+	return s, nil
+}
 
-	var demoSrv *demo.Server
+// reloaded follows a new version of the policy file: limits, routes,
+// keys, identity and field settings follow it; the process-level settings
+// need a restart.
+func (s *server) reloaded(p *policy.Policy) {
+	if g := s.gateway.Load(); g != nil {
+		g.ForgetUpstreams()
+	}
+	if n, first := p.Server(), s.srv; first != nil &&
+		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
+			n.AdminListen != first.AdminListen || n.StoreTimeout != first.StoreTimeout ||
+			n.Instances != first.Instances || n.Upstream != first.Upstream) {
+		s.log.Warn("reloaded: store, listen addresses, store timeout, instances and upstream timeouts change only on restart")
+	}
+}
+
+// listen builds the gateway, opens every listener and starts serving, then
+// says where on stdout.
+func (s *server) listen(stdout io.Writer) error {
 	var upstream *url.URL
-	if cfg.demo {
-		demoSrv, err = demo.Start("127.0.0.1:0")
-		if err != nil {
+	if s.cfg.demo {
+		var err error
+		if s.demo, err = demo.Start("127.0.0.1:0"); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
-		defer func() {
-			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = demoSrv.Close(c)
-		}()
-		upstream, _ = url.Parse(demoSrv.URL)
+		upstream, _ = url.Parse(s.demo.URL)
 	}
-
-	matcher, err := gateway.NewPolicyMatcher(reloader, gateway.PolicyMatcherOptions{Upstream: upstream})
+	matcher, err := gateway.NewPolicyMatcher(s.reloader, gateway.PolicyMatcherOptions{
+		Upstream: upstream, OnInvalidToken: s.metrics.InvalidToken, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	hdr, noFields := gateway.HeaderSwitches(srv.Headers)
 	g, err := gateway.New(gateway.Options{
-		Matcher:           matcher,
-		Engine:            gateway.LimiterEngine(lim),
-		Headers:           hdr,
-		NoRateLimitFields: noFields,
-		Observer:          metrics.gatewayObserver(),
-		Logger:            log,
+		Matcher:  matcher,
+		Engine:   s.engine,
+		Fields:   gateway.FieldOptions(s.srv.Headers),
+		Observer: s.metrics,
+		Logger:   s.log,
 		Transport: gateway.NewTransport(gateway.TransportOptions{
-			DialTimeout:           srv.Upstream.DialTimeout,
-			ResponseHeaderTimeout: srv.Upstream.Timeout,
-			IdleConnTimeout:       srv.Upstream.IdleTimeout,
+			DialTimeout:           s.srv.Upstream.DialTimeout,
+			ResponseHeaderTimeout: s.srv.Upstream.Timeout,
+			IdleConnTimeout:       s.srv.Upstream.IdleTimeout,
 		}),
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	gw.Store(g)
-
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
+	s.gateway.Store(g)
+	if s.frontLn, err = net.Listen("tcp", firstNonEmpty(s.cfg.listen, s.srv.Listen, config.DefaultListen)); err != nil {
 		return fmt.Errorf("serve: listen: %w", err)
 	}
-	front := &http.Server{
+	s.front = &http.Server{
 		Handler:           g,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	var ready atomic.Bool
-	var adminSrv *http.Server
-	var adminLn net.Listener
-	if admin != "off" && admin != "" {
-		adminLn, err = net.Listen("tcp", admin)
-		if err != nil {
-			ln.Close()
+	if admin := firstNonEmpty(s.cfg.adminListen, s.srv.AdminListen); admin != "off" && admin != "" {
+		if s.adminLn, err = net.Listen("tcp", admin); err != nil {
 			return fmt.Errorf("serve: admin listen: %w", err)
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			_, _ = io.WriteString(w, "ok\n")
-		})
-		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			if !ready.Load() {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = io.WriteString(w, "not ready\n")
-				return
-			}
-			_, _ = io.WriteString(w, "ready\n")
-		})
-		mux.Handle("GET /metrics", metricsHandler)
-		adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
-
-	errc := make(chan error, 4) // one send at most from each server
-	services, err := startDecisionServices(srv, cfg.config, lim, reloader, cfg.shutdownTimeout, errc, stdout, log)
+	s.services, err = startDecisionServices(s.srv, s.cfg.config, s.engine, s.reloader, s.metrics,
+		s.cfg.shutdownTimeout, s.errc, stdout, s.log)
 	if err != nil {
-		ln.Close()
-		if adminLn != nil {
-			adminLn.Close()
-		}
 		return err
 	}
-	go func() { errc <- front.Serve(ln) }()
-	if adminSrv != nil {
-		go func() { errc <- adminSrv.Serve(adminLn) }()
+	s.serving = true
+	go func() { s.errc <- s.front.Serve(s.frontLn) }()
+	if s.admin != nil {
+		go func() { s.errc <- s.admin.Serve(s.adminLn) }()
 	}
-	if cfg.watch {
-		go reloader.Run(ctx)
+	// The admin line comes last: scripts and tests wait for it.
+	base := "http://" + displayAddr(s.frontLn.Addr())
+	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s)\n", base, s.srv.StoreKind())
+	if s.demo != nil {
+		printDemo(stdout, base, s.demo.URL, s.adminLn)
 	}
+	if s.adminLn != nil {
+		fmt.Fprintf(stdout, "floodgate: admin on http://%s (/healthz, /readyz, /metrics)\n", displayAddr(s.adminLn.Addr()))
+	}
+	return nil
+}
+
+// adminHandler serves /healthz, /readyz and /metrics.
+func (s *server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !s.ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// run serves until ctx ends or a listener fails, reloading the policy on
+// SIGHUP.
+func (s *server) run(ctx context.Context) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-
-	// The admin line comes last: scripts and tests wait for it.
-	base := "http://" + displayAddr(ln.Addr())
-	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s)\n", base, srv.StoreKind())
-	if demoSrv != nil {
-		printDemo(stdout, base, demoSrv.URL, adminLn)
-	}
-	if adminLn != nil {
-		fmt.Fprintf(stdout, "floodgate: admin on http://%s (/healthz, /readyz, /metrics)\n", displayAddr(adminLn.Addr()))
-	}
-	log.Info("serving", "listen", ln.Addr().String(), "store", srv.StoreKind(), "config", cfg.config)
-	ready.Store(true)
-
-	var runErr error
-loop:
 	for {
 		select {
 		case <-ctx.Done():
-			break loop
+			return nil
 		case <-hup:
-			if err := reloader.Reload(); err != nil {
-				log.Error("reload rejected; the running policy stays", "err", err)
+			if err := s.reloader.Reload(); err != nil {
+				s.log.Error("reload rejected; the running policy stays", "err", err)
 			} else {
-				log.Info("reloaded", "config", cfg.config, "reloads", reloader.Reloads())
+				s.log.Info("reloaded", "config", s.cfg.config, "reloads", s.reloader.Reloads())
 			}
-		case err := <-errc:
-			runErr = fmt.Errorf("serve: %w", err)
-			break loop
+		case err := <-s.errc:
+			return fmt.Errorf("serve: %w", err)
 		}
 	}
+}
 
-	// Shut down: not ready any more, stop accepting, let requests in flight
-	// finish, then close the stores (the memory store writes its state).
-	ready.Store(false)
-	log.Info("shutting down", "timeout", cfg.shutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+// shutdown stops gracefully: not ready any more, stop accepting, let
+// requests in flight finish, then close the stores (the memory store
+// writes its state).
+func (s *server) shutdown(ctx context.Context) error {
+	s.ready.Store(false)
+	s.log.Info("shutting down", "timeout", s.cfg.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.shutdownTimeout)
 	defer cancel()
-	if err := front.Shutdown(sctx); err != nil {
-		log.Warn("requests still in flight at the shutdown timeout", "err", err)
-		_ = front.Close()
+	if err := s.front.Shutdown(sctx); err != nil {
+		s.log.Warn("requests still in flight at the shutdown timeout", "err", err)
+		_ = s.front.Close()
 	}
-	services.Shutdown()
-	if adminSrv != nil {
-		_ = adminSrv.Shutdown(sctx)
+	s.services.Shutdown()
+	if s.admin != nil {
+		_ = s.admin.Shutdown(sctx)
 	}
-	storesClosed = true
-	if err := closeStores(); err != nil {
-		log.Error("closing the store", "err", err)
-		if runErr == nil {
-			runErr = fmt.Errorf("serve: %w", err)
+	return s.close()
+}
+
+// close releases what is still open: listeners that never served, the demo
+// upstream and the stores. It is safe to call twice.
+func (s *server) close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if !s.serving {
+		for _, ln := range []net.Listener{s.frontLn, s.adminLn} {
+			if ln != nil {
+				ln.Close()
+			}
+		}
+		if s.services != nil {
+			s.services.Shutdown()
 		}
 	}
-	log.Info("stopped")
-	return runErr
+	if s.demo != nil {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.demo.Close(c)
+		cancel()
+	}
+	if err := s.closeStores(); err != nil {
+		s.log.Error("closing the store", "err", err)
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
 }
 
 // serveOpenStore opens the store the settings name: the memory store (with

@@ -1,22 +1,15 @@
 package main
 
 import (
-	"net/http"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/floodgate/floodgate/gateway"
-	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/metrics"
 )
 
-// serveMetrics holds the gateway's metrics on a registry of its own.
-type serveMetrics struct{ m *gateway.Metrics }
-
-// newServeMetrics builds the registry behind /metrics: the gateway's series
+// newServeMetrics builds the registry behind /metrics: Floodgate's series
 // and the Go runtime's and the process's.
-func newServeMetrics() (*serveMetrics, http.Handler, error) {
+func newServeMetrics() (*metrics.Metrics, *prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, nil, err
@@ -24,12 +17,9 @@ func newServeMetrics() (*serveMetrics, http.Handler, error) {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, nil, err
 	}
-	m, err := gateway.NewMetrics(reg)
+	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
-	return &serveMetrics{m}, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
+	return m, reg, nil
 }
-
-func (s *serveMetrics) gatewayObserver() gateway.Observer { return s.m }
-func (s *serveMetrics) limiterObserver() limiter.Observer { return s.m }

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/httpapi"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/rls"
 )
@@ -29,8 +31,8 @@ type decisionServices struct {
 // startDecisionServices opens the listeners the settings name and serves
 // them until Shutdown. Errors that end serving are sent to errc.
 // configPath anchors relative paths.
-func startDecisionServices(srv *config.Server, configPath string, lim *limiter.Limiter, reloader *policy.Reloader,
-	grace time.Duration, errc chan<- error, stdout io.Writer, log *slog.Logger) (*decisionServices, error) {
+func startDecisionServices(srv *config.Server, configPath string, eng limiter.Engine, reloader *policy.Reloader,
+	m *metrics.Metrics, grace time.Duration, errc chan<- error, stdout io.Writer, log *slog.Logger) (*decisionServices, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	ds := &decisionServices{stop: stop}
 	fail := func(err error) (*decisionServices, error) {
@@ -53,7 +55,7 @@ func startDecisionServices(srv *config.Server, configPath string, lim *limiter.L
 		if err != nil {
 			return fail(fmt.Errorf("serve: rls_config: %w", err))
 		}
-		svc := rls.New(lim, cfg, rls.Options{Logger: log, LegacyHeaders: srv.Headers.XRateLimit})
+		svc := rls.New(eng, cfg, rls.Options{Logger: log, Fields: fields.Options{Legacy: srv.Headers.XRateLimit, NoRateLimit: !srv.Headers.RateLimit}})
 		gs, err := rls.NewServer(svc, rls.ServerOptions{TLSCertFile: rel(srv.GRPCTLSCert), TLSKeyFile: rel(srv.GRPCTLSKey)})
 		if err != nil {
 			return fail(fmt.Errorf("serve: rate-limit service: %w", err))
@@ -81,7 +83,7 @@ func startDecisionServices(srv *config.Server, configPath string, lim *limiter.L
 		if err != nil {
 			return fail(fmt.Errorf("serve: api listen: %w", err))
 		}
-		h := httpapi.New(lim, httpapi.PolicyLimits(reloader.Policy), httpapi.Options{Logger: log})
+		h := httpapi.New(eng, httpapi.PolicyLimits(reloader.Policy), httpapi.Options{Logger: log, Observer: m})
 		ds.wg.Add(1)
 		go func() {
 			defer ds.wg.Done()

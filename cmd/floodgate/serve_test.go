@@ -162,10 +162,10 @@ func TestServeDemo(t *testing.T) {
 	}
 	code, _, metrics := get(t, admin+"/metrics")
 	for _, want := range []string{
-		`floodgate_rejections_total{code="429",limit="stage.dev"}`,
-		`floodgate_rejections_total{code="429",limit="trial.quota"} 1`,
-		`floodgate_rejections_total{code="403",limit=""} 1`,
-		`floodgate_decisions_total{limit="stage.dev",outcome="allowed"}`,
+		`floodgate_rejections_total{code="429",front_end="gateway",limit="stage.dev"}`,
+		`floodgate_rejections_total{code="429",front_end="gateway",limit="trial.quota"} 1`,
+		`floodgate_rejections_total{code="403",front_end="gateway",limit=""} 1`,
+		`floodgate_decisions_total{front_end="gateway",limit="stage.dev",outcome="allowed"}`,
 		`floodgate_upstream_responses_total{code="200",route="students"}`,
 		`floodgate_store_latency_seconds_count`,
 		`go_goroutines`,

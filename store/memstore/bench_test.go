@@ -80,11 +80,12 @@ func BenchmarkKeyed(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			i := int(seq.Add(7919))
 			hits := []limiter.Hit{{Rule: r, Cost: 1}}
+			req := limiter.Request{Hits: hits}
 			var res limiter.Result
 			for pb.Next() {
 				hits[0].Key = keys[i%benchKeys]
 				i++
-				if err := l.CheckInto(context.Background(), hits, &res); err != nil {
+				if err := l.Decide(context.Background(), &req, &res); err != nil {
 					b.Error(err)
 					return
 				}
@@ -140,11 +141,12 @@ func BenchmarkThreeHits(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(seq.Add(7919))
 		hits := []limiter.Hit{{Rule: user, Cost: 1}, {Rule: route, Key: "/api", Cost: 1}, {Rule: global, Key: "all", Cost: 1}}
+		req := limiter.Request{Hits: hits}
 		var res limiter.Result
 		for pb.Next() {
 			hits[0].Key = keys[i%benchKeys]
 			i++
-			if err := l.CheckInto(context.Background(), hits, &res); err != nil {
+			if err := l.Decide(context.Background(), &req, &res); err != nil {
 				b.Error(err)
 				return
 			}

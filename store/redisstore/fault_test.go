@@ -125,9 +125,9 @@ func (rig *faultRig) load(stop <-chan struct{}, st *loadStats) *sync.WaitGroup {
 					switch {
 					case err != nil:
 						st.errors++
-					case res.Degraded && res.Allowed:
+					case res.Degraded != limiter.NotDegraded && res.Allowed:
 						st.degradedAllowed[p]++
-					case res.Degraded:
+					case res.Degraded != limiter.NotDegraded:
 						st.degradedDenied[p]++
 					case res.Allowed:
 						st.allowed[p]++
@@ -153,7 +153,7 @@ func (rig *faultRig) waitBreakerClosed(t *testing.T) time.Duration {
 	hits := []limiter.Hit{{Rule: rig.rules[floodgate.FailOpen], Key: "probe", Cost: 1}}
 	for time.Since(start) < 30*time.Second {
 		res, err := rig.lim.Check(context.Background(), hits)
-		if err == nil && !res.Degraded && !rig.lim.Stats().BreakerOpen {
+		if err == nil && res.Degraded == limiter.NotDegraded && !rig.lim.Stats().BreakerOpen {
 			return time.Since(start)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -281,7 +281,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 					continue
 				}
 				res, err := lim.Check(context.Background(), hits)
-				if err != nil || res.Degraded {
+				if err != nil || res.Degraded != limiter.NotDegraded {
 					degraded.Add(1)
 				}
 			}

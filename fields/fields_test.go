@@ -1,14 +1,11 @@
-package gateway
+package fields
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/sfv"
 )
 
 func tokenBucket(name string, rate int64, per time.Duration, burst int64) *floodgate.Limit {
@@ -34,11 +31,11 @@ func TestPolicyItems(t *testing.T) {
 		{floodgate.Limit{Name: `we"ird\ näme`, Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Second}, `"we\"ird\\ nme";q=1;w=1`},
 	}
 	for _, c := range cases {
-		h := NewLimitHeader(&c.l)
+		h := NewLimit(&c.l)
 		if got := h.PolicyItem(); got != c.want {
 			t.Errorf("%s: policy item %s, want %s", c.l.Name, got, c.want)
 		}
-		items, err := ParseList(h.PolicyItem())
+		items, err := sfv.ParseList(h.PolicyItem())
 		if err != nil || len(items) != 1 {
 			t.Fatalf("%s: parse %q: %v %v", c.l.Name, h.PolicyItem(), items, err)
 		}
@@ -52,7 +49,7 @@ func TestPolicyItems(t *testing.T) {
 }
 
 func TestResetContinuous(t *testing.T) {
-	h := NewLimitHeader(tokenBucket("b", 5, time.Second, 5))
+	h := NewLimit(tokenBucket("b", 5, time.Second, 5))
 	cases := []struct {
 		d      floodgate.Decision
 		t      int64
@@ -73,7 +70,7 @@ func TestResetContinuous(t *testing.T) {
 	}
 	// A slow bucket: 1 per minute, burst 10, 2 remaining and 7.5 minutes
 	// to full (2.5 tokens): the 3rd unit is back in 30 s.
-	slow := NewLimitHeader(tokenBucket("slow", 1, time.Minute, 10))
+	slow := NewLimit(tokenBucket("slow", 1, time.Minute, 10))
 	d := floodgate.Decision{Limit: 10, Remaining: 2, ResetAfter: 7*time.Minute + 30*time.Second}
 	if got, _ := slow.Reset(&d); got != 30 {
 		t.Errorf("slow bucket t=%d, want 30", got)
@@ -81,60 +78,89 @@ func TestResetContinuous(t *testing.T) {
 }
 
 func TestResetWindowsAndConcurrency(t *testing.T) {
-	w := NewLimitHeader(&floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute})
+	w := NewLimit(&floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute})
 	d := floodgate.Decision{Limit: 10, Remaining: 3, ResetAfter: 17*time.Second + time.Millisecond}
 	if got, ok := w.Reset(&d); got != 18 || !ok {
 		t.Errorf("window t=%d,%v want 18", got, ok)
 	}
-	c := NewLimitHeader(&floodgate.Limit{Name: "c", Algorithm: floodgate.Concurrency, Max: 2})
+	c := NewLimit(&floodgate.Limit{Name: "c", Algorithm: floodgate.Concurrency, Max: 2})
 	d = floodgate.Decision{Limit: 2, Remaining: 0, ResetAfter: time.Second}
 	if _, ok := c.Reset(&d); ok {
 		t.Error("concurrency limit must omit t")
 	}
 }
 
-func TestSetRateLimit(t *testing.T) {
-	plan := NewLimitHeader(tokenBucket("partner-basic", 2, time.Second, 2))
-	quota := NewLimitHeader(&floodgate.Limit{Name: "partner-daily", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day})
-	stage := NewLimitHeader(tokenBucket("stage-dev", 5, time.Second, 5))
-	items := []Covered{
-		{plan, floodgate.Decision{Limit: 2, Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: time.Second}},
+// get returns the value of the field named name, or "".
+func get(fs []Field, name string) string {
+	for _, f := range fs {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+func TestRender(t *testing.T) {
+	plan := NewLimit(tokenBucket("partner-basic", 2, time.Second, 2))
+	quota := NewLimit(&floodgate.Limit{Name: "partner-daily", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day})
+	stage := NewLimit(tokenBucket("stage-dev", 5, time.Second, 5))
+	items := []Item{
 		{quota, floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: 3*time.Hour + 1}},
+		{plan, floodgate.Decision{Limit: 2, Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: time.Second}},
 		{stage, floodgate.Decision{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: 400 * time.Millisecond}},
 		{plan, floodgate.Decision{Limit: 2, Remaining: 0}}, // duplicate name, left out
 	}
-	h := http.Header{}
-	bindingT := SetRateLimit(h, items, &HeaderOptions{Legacy: true, LimitName: "Floodgate-Limit"}, nil)
+	var rd Renderer
+	fs := rd.Render(nil, items, 1, true, 400*time.Millisecond, &Options{Legacy: true, LimitName: "Floodgate-Limit"})
 	wantPolicy := `"partner-basic";q=2;w=1, "partner-daily";q=1000;w=86400, "stage-dev";q=5;w=1`
 	wantRL := `"partner-basic";r=0;t=1, "partner-daily";r=998;t=10801, "stage-dev";r=3;t=1`
-	if got := h.Get("RateLimit-Policy"); got != wantPolicy {
+	if got := get(fs, NamePolicy); got != wantPolicy {
 		t.Errorf("RateLimit-Policy:\n got %s\nwant %s", got, wantPolicy)
 	}
-	if got := h.Get("RateLimit"); got != wantRL {
+	if got := get(fs, NameRateLimit); got != wantRL {
 		t.Errorf("RateLimit:\n got %s\nwant %s", got, wantRL)
 	}
-	if bindingT != 1 {
-		t.Errorf("binding t %d", bindingT)
-	}
 	for k, want := range map[string]string{
-		"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1",
-		"Floodgate-Limit": "partner-basic",
+		NameLegacyLimit: "2", NameLegacyRemaining: "0", NameLegacyReset: "1",
+		"Floodgate-Limit": "partner-basic", NameRetryAfter: "1",
 	} {
-		if got := h.Get(k); got != want {
+		if got := get(fs, k); got != want {
 			t.Errorf("%s: %q want %q", k, got, want)
 		}
 	}
-	// Switches off: no legacy fields, no name.
-	h = http.Header{}
-	SetRateLimit(h, items[:1], nil, make([]byte, 0, 64))
-	if h.Get("X-RateLimit-Limit") != "" || h.Get("Floodgate-Limit") != "" {
-		t.Errorf("switches off but got %v", h)
+	// The same limits again: the cached RateLimit-Policy value is reused.
+	again := rd.Render(nil, items, 1, true, 0, nil)
+	if get(again, NamePolicy) != wantPolicy {
+		t.Errorf("cached policy %q", get(again, NamePolicy))
 	}
-	if got := h.Get("RateLimit"); got != `"partner-basic";r=0;t=1` {
+	// Another order is another value.
+	other := rd.Render(nil, items[:3], 2, false, 0, nil)
+	if got := get(other, NamePolicy); got != `"stage-dev";q=5;w=1, "partner-daily";q=1000;w=86400, "partner-basic";q=2;w=1` {
+		t.Errorf("binding stage first: %q", got)
+	}
+	// Switches off: no legacy fields, no name; an allowed answer has no
+	// Retry-After and never names a limit.
+	fs = rd.Render(nil, items[1:2], 0, false, 0, &Options{LimitName: "Floodgate-Limit"})
+	if get(fs, NameLegacyLimit) != "" || get(fs, "Floodgate-Limit") != "" || get(fs, NameRetryAfter) != "" {
+		t.Errorf("switches off but got %v", fs)
+	}
+	if got := get(fs, NameRateLimit); got != `"partner-basic";r=0;t=1` {
 		t.Errorf("RateLimit %q", got)
 	}
-	if SetRateLimit(h, nil, nil, nil) != -1 {
-		t.Error("no items must return -1")
+	// Retry-After is never earlier than a denying limit's t.
+	long := NewLimit(&floodgate.Limit{Name: "hour", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour})
+	fs = rd.Render(nil, []Item{{long, floodgate.Decision{Limit: 1, ResetAfter: 17 * time.Second}}}, 0, true, 2*time.Second, nil)
+	if got := get(fs, NameRetryAfter); got != "17" {
+		t.Errorf("Retry-After %q, want the window's t 17", got)
+	}
+	// No items: a denial still says when to retry.
+	fs = rd.Render(nil, nil, -1, true, 1500*time.Millisecond, &Options{NoRateLimit: true})
+	if len(fs) != 1 || get(fs, NameRetryAfter) != "2" {
+		t.Errorf("no items: %v", fs)
+	}
+	fs = rd.Render(nil, items[:1], 0, false, 0, &Options{NoRateLimit: true})
+	if len(fs) != 0 {
+		t.Errorf("NoRateLimit on an allowed answer wrote %v", fs)
 	}
 }
 
@@ -159,82 +185,23 @@ func TestRetryAfterSeconds(t *testing.T) {
 	}
 }
 
-func TestWriteAnswers(t *testing.T) {
-	rec := httptest.NewRecorder()
-	WriteTooMany(rec, 3, false)
-	if rec.Code != 429 || rec.Header().Get("Retry-After") != "3" || strings.TrimSpace(rec.Body.String()) != `{"message":"Too Many Requests"}` {
-		t.Errorf("throttled: %d %v %q", rec.Code, rec.Header(), rec.Body.String())
-	}
-	if rec.Header().Get("Content-Type") != "application/json" {
-		t.Errorf("content type %q", rec.Header().Get("Content-Type"))
-	}
-	rec = httptest.NewRecorder()
-	WriteTooMany(rec, 86400, true)
-	if rec.Code != 429 || rec.Header().Get("Retry-After") != "86400" || strings.TrimSpace(rec.Body.String()) != `{"message":"Limit Exceeded"}` {
-		t.Errorf("quota: %d %v %q", rec.Code, rec.Header(), rec.Body.String())
-	}
-	rec = httptest.NewRecorder()
-	WriteForbidden(rec)
-	if rec.Code != 403 || strings.TrimSpace(rec.Body.String()) != `{"message":"Forbidden"}` || rec.Header().Get("Retry-After") != "" {
-		t.Errorf("forbidden: %d %v %q", rec.Code, rec.Header(), rec.Body.String())
-	}
-}
-
-func TestParseList(t *testing.T) {
-	got, err := ParseList(`"burst";q=100;w=60, "daily";q=5000;w=86400;pk=:YWNtZS0xMjM=:`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []Item{
-		{Value: "burst", Params: []Param{{"q", int64(100)}, {"w", int64(60)}}},
-		{Value: "daily", Params: []Param{{"q", int64(5000)}, {"w", int64(86400)}, {"pk", []byte("acme-123")}}},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("got %#v\nwant %#v", got, want)
-	}
-	got, err = ParseList(`tok;a;b=?0;c=-1.5;d="x\"y" ,	"z"`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = []Item{
-		{Value: Token("tok"), Params: []Param{{"a", true}, {"b", false}, {"c", -1.5}, {"d", `x"y`}}},
-		{Value: "z"},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("got %#v\nwant %#v", got, want)
-	}
-	if items, err := ParseList("   "); err != nil || items != nil {
-		t.Errorf("empty: %v %v", items, err)
-	}
-	for _, bad := range []string{
-		`"a",`, `"a";Q=1`, `"a";q=1234567890123456`, `"unterminated`, `("inner")`, `"a" "b"`,
-		`:bad!:`, `"a";q=1.2345`, `?2`, `"\x"`, `1.`, "\"tab\there\"", `-`, `,`,
-	} {
-		if _, err := ParseList(bad); err == nil {
-			t.Errorf("ParseList(%q) accepted", bad)
-		}
-	}
-}
-
-// FuzzParseList checks that the parser never panics and that what it
-// accepts from SetRateLimit comes back unchanged.
-func FuzzParseList(f *testing.F) {
-	f.Add(`"burst";q=100;w=60, "daily";q=5000;w=86400;pk=:YWNtZS0xMjM=:`, "x", int64(3), int64(5))
-	f.Add(`"a";r=0;t=17`, `we"ird\`, int64(0), int64(1))
-	f.Add(`tok;a;b=?0;c=-1.5`, "", int64(-4), int64(1<<40))
-	f.Fuzz(func(t *testing.T, field, name string, remaining, limit int64) {
-		_, _ = ParseList(field)
+// FuzzRender checks that what Render writes parses back as RFC 9651 Lists
+// with the name and numbers it was given.
+func FuzzRender(f *testing.F) {
+	f.Add("x", int64(3), int64(5))
+	f.Add(`we"ird\`, int64(0), int64(1))
+	f.Add("", int64(-4), int64(1<<40))
+	f.Fuzz(func(t *testing.T, name string, remaining, limit int64) {
 		if limit < 1 || limit > 1<<40 {
 			return
 		}
-		l := &floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: limit, Window: time.Minute}
-		h := NewLimitHeader(l)
+		h := NewLimit(&floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: limit, Window: time.Minute})
 		d := floodgate.Decision{Limit: limit, Remaining: remaining, ResetAfter: 30 * time.Second}
-		hdr := http.Header{}
-		SetRateLimit(hdr, []Covered{{h, d}}, nil, nil)
-		items, err := ParseList(hdr.Get("RateLimit"))
+		var rd Renderer
+		fs := rd.Render(nil, []Item{{h, d}}, 0, false, 0, nil)
+		items, err := sfv.ParseList(get(fs, NameRateLimit))
 		if err != nil || len(items) != 1 {
-			t.Fatalf("own output %q: %v", hdr.Get("RateLimit"), err)
+			t.Fatalf("own output %q: %v", get(fs, NameRateLimit), err)
 		}
 		if got, _ := items[0].Name(); got != h.Name {
 			t.Fatalf("name %q, want %q", got, h.Name)
@@ -242,12 +209,25 @@ func FuzzParseList(f *testing.F) {
 		if r, _ := items[0].Int("r"); r != max(0, remaining) {
 			t.Fatalf("r %d, want %d", r, max(0, remaining))
 		}
-		pol, err := ParseList(hdr.Get("RateLimit-Policy"))
+		pol, err := sfv.ParseList(get(fs, NamePolicy))
 		if err != nil || len(pol) != 1 {
-			t.Fatalf("own policy %q: %v", hdr.Get("RateLimit-Policy"), err)
+			t.Fatalf("own policy %q: %v", get(fs, NamePolicy), err)
 		}
 		if q, _ := pol[0].Int("q"); q != limit {
 			t.Fatalf("q %d, want %d", q, limit)
 		}
 	})
+}
+
+func BenchmarkRender(b *testing.B) {
+	items := []Item{
+		{NewLimit(tokenBucket("partner-basic", 2, time.Second, 2)), floodgate.Decision{Limit: 2, Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: time.Second}},
+		{NewLimit(&floodgate.Limit{Name: "daily", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day}), floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: time.Hour}},
+	}
+	var rd Renderer
+	out := make([]Field, 0, 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		out = rd.Render(out[:0], items, 0, true, 500*time.Millisecond, nil)
+	}
 }

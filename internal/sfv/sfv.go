@@ -1,4 +1,7 @@
-package gateway
+// Package sfv parses the RFC 9651 structured-field Lists that the
+// RateLimit-Policy and RateLimit fields are made of. The tests of every
+// front end use it to read back what Floodgate wrote.
+package sfv
 
 import (
 	"encoding/base64"

@@ -1,0 +1,448 @@
+package fields
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Names of the fields, as the IETF draft and RFC 9110 write them.
+const (
+	NamePolicy          = "RateLimit-Policy"
+	NameRateLimit       = "RateLimit"
+	NameRetryAfter      = "Retry-After"
+	NameLegacyLimit     = "X-RateLimit-Limit"
+	NameLegacyRemaining = "X-RateLimit-Remaining"
+	NameLegacyReset     = "X-RateLimit-Reset"
+)
+
+// Field is one response field.
+type Field struct {
+	Name  string
+	Value string
+}
+
+// Options switch the optional fields. The zero value writes the IETF
+// RateLimit-Policy and RateLimit fields (and Retry-After on a denial).
+type Options struct {
+	// NoRateLimit leaves out RateLimit-Policy and RateLimit. Retry-After
+	// is still written on a denial.
+	NoRateLimit bool
+	// Legacy adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset for the binding limit. X-RateLimit-Reset is a
+	// delay in seconds (the RateLimit t), not an epoch time.
+	Legacy bool
+	// LimitName, when not empty, is the name of a field that carries the
+	// binding limit's name (e.g. Floodgate-Limit), on denials only: a
+	// debugging aid that says which limit refused a request.
+	LimitName string
+}
+
+// ids numbers Limits, for the RateLimit-Policy cache.
+var ids atomic.Uint64
+
+// Limit is the precomputed, per-limit part of the fields: the limit's
+// RateLimit-Policy item and the pieces of its RateLimit item. Policies
+// make one per limit when they are compiled; it is immutable.
+type Limit struct {
+	// Name is the limit's name as it appears in the fields (printable
+	// ASCII only).
+	Name string
+	// Kind is the limit's kind.
+	Kind floodgate.Kind
+	// Quota is the q parameter: the limit's capacity in units.
+	Quota int64
+	// Window is the w parameter in whole seconds, 0 when omitted.
+	Window int64
+
+	continuous bool
+	interval   time.Duration
+	id         uint64
+	policy     string // `"name";q=5;w=1`
+	item       string // `"name"`
+}
+
+// NewLimit precomputes the fields of a limit.
+//
+// The RateLimit-Policy item of a limit is its name with q = the capacity
+// (the burst of a bucket, the size of a window or quota, the number of
+// requests in flight of a concurrency limit) and w = the time the capacity
+// is measured over: the window; the time a bucket takes to refill
+// completely (at least one second); 86400 or 604800 for daily and weekly
+// quotas (monthly quotas have no fixed length and omit w). A concurrency
+// limit has qu="concurrent-requests" and no w.
+func NewLimit(l *floodgate.Limit) *Limit {
+	t := l.Algorithm.Traits()
+	h := &Limit{
+		Name:       sanitizeName(l.Name),
+		Kind:       t.Kind,
+		Quota:      l.Capacity(),
+		continuous: t.Continuous(),
+		interval:   l.Interval(),
+		id:         ids.Add(1),
+	}
+	h.Window = WindowSeconds(l)
+	h.item = quoteString(h.Name)
+	var b strings.Builder
+	b.WriteString(h.item)
+	b.WriteString(";q=")
+	b.WriteString(strconv.FormatInt(h.Quota, 10))
+	if h.Kind == floodgate.KindConcurrency {
+		b.WriteString(`;qu="concurrent-requests"`)
+	} else if h.Window > 0 {
+		b.WriteString(";w=")
+		b.WriteString(strconv.FormatInt(h.Window, 10))
+	}
+	h.policy = b.String()
+	return h
+}
+
+// Window is the limit's nominal window: the time a rate limit takes to
+// refill its capacity (at least one second), a window, or a quota's period
+// (a month counts as 30 days); 0 for concurrency.
+func Window(l *floodgate.Limit) time.Duration {
+	switch l.Algorithm.Family() {
+	case floodgate.FamilyRate:
+		if l.Rate <= 0 {
+			return 0
+		}
+		w := mulDivDuration(l.Per, l.Capacity(), l.Rate)
+		return max(w, time.Second)
+	case floodgate.FamilyWindow:
+		return l.Window
+	case floodgate.FamilyQuota:
+		switch l.Period {
+		case floodgate.Day:
+			return 24 * time.Hour
+		case floodgate.Week:
+			return 7 * 24 * time.Hour
+		case floodgate.Month:
+			return 30 * 24 * time.Hour
+		}
+	}
+	return 0
+}
+
+// WindowSeconds is the w parameter of a limit's RateLimit-Policy item:
+// Window rounded up to whole seconds, except that monthly quotas (no fixed
+// length) and concurrency limits have none (0).
+func WindowSeconds(l *floodgate.Limit) int64 {
+	if l.Algorithm.Family() == floodgate.FamilyQuota && l.Period == floodgate.Month {
+		return 0
+	}
+	return ceilSeconds(Window(l))
+}
+
+// mulDivDuration is d·n/m, saturating instead of overflowing.
+func mulDivDuration(d time.Duration, n, m int64) time.Duration {
+	if n <= 0 || m <= 0 || d <= 0 {
+		return 0
+	}
+	f := float64(d) * float64(n) / float64(m)
+	if f >= float64(1<<62) {
+		return 1 << 62
+	}
+	return time.Duration(f)
+}
+
+// PolicyItem returns the limit's RateLimit-Policy item, e.g.
+// `"stage-dev";q=5;w=1`.
+func (h *Limit) PolicyItem() string { return h.policy }
+
+// Reset returns the RateLimit t parameter for a decision of this limit: for
+// window algorithms and quotas the seconds until the window resets, rounded
+// up; for continuous algorithms (buckets, GCRA, leaky queue) the seconds
+// until one more unit than Remaining is available, rounded up. ok is false
+// when t is omitted: the limit is full (nothing used) or it is a
+// concurrency limit.
+func (h *Limit) Reset(d *floodgate.Decision) (t int64, ok bool) {
+	if h.Kind == floodgate.KindConcurrency || d.Remaining >= d.Limit || d.ResetAfter <= 0 {
+		return 0, false
+	}
+	if !h.continuous {
+		return ceilSeconds(d.ResetAfter), true
+	}
+	// ResetAfter is the time until the bucket is full again: (Limit - tokens)
+	// intervals, where Remaining = floor(tokens). One more unit than
+	// Remaining arrives (Limit - Remaining - 1) intervals before that.
+	wait := d.ResetAfter
+	if rest := d.Limit - d.Remaining - 1; rest > 0 && h.interval > 0 {
+		if rest > int64(wait/h.interval) {
+			wait = 0
+		} else {
+			wait -= time.Duration(rest) * h.interval
+		}
+	}
+	return ceilSeconds(max(wait, 0)), true
+}
+
+// appendItem appends the limit's RateLimit item for a decision, e.g.
+// `"stage-dev";r=0;t=1`, and returns the t it used (-1 when omitted).
+func (h *Limit) appendItem(dst []byte, d *floodgate.Decision) ([]byte, int64) {
+	dst = append(dst, h.item...)
+	dst = append(dst, ";r="...)
+	dst = strconv.AppendInt(dst, max(d.Remaining, 0), 10)
+	t, ok := h.Reset(d)
+	if !ok {
+		return dst, -1
+	}
+	dst = append(dst, ";t="...)
+	dst = strconv.AppendInt(dst, t, 10)
+	return dst, t
+}
+
+// Item is one limit that covered an answer, with its decision.
+type Item struct {
+	Limit    *Limit
+	Decision floodgate.Decision
+}
+
+// AppendResult appends to items the hits of res that a client is told
+// about: every hit that is not in shadow mode, limits[i] describing hit i.
+// It returns items and the index in them of res's binding hit (-1 when it
+// is not among them).
+func AppendResult(items []Item, res *limiter.Result, limits []*Limit) ([]Item, int) {
+	binding := -1
+	for i := range res.Decisions {
+		if res.Flags[i]&limiter.Shadow != 0 || i >= len(limits) {
+			continue
+		}
+		if i == res.Binding {
+			binding = len(items)
+		}
+		items = append(items, Item{Limit: limits[i], Decision: res.Decisions[i]})
+	}
+	return items, binding
+}
+
+// Renderer renders the fields of answers. It keeps a small, fixed-size
+// cache of RateLimit-Policy values (which depend only on the limits
+// listed) and is safe for concurrent use; a front end keeps one.
+type Renderer struct {
+	policies [256]atomic.Pointer[policyEntry]
+	bufs     sync.Pool // *[]byte
+}
+
+// policyEntry is one cached RateLimit-Policy value: the limits, in order,
+// and the field they make.
+type policyEntry struct {
+	ids   []uint64
+	value string
+}
+
+// Render appends to dst the fields of one answer. items are the limits that
+// covered the request, most specific first; binding is the index of the
+// binding limit among them (the first denying one, or the one with the
+// fewest units left), which is listed first; a later item with the name of
+// an earlier one is left out. On a denial Retry-After is added: retryAfter
+// rounded up to whole seconds, at least 1 and at least every denying
+// limit's t, so that it never points earlier than the RateLimit field.
+// With no items only a denial's Retry-After is written.
+func (rd *Renderer) Render(dst []Field, items []Item, binding int, denied bool, retryAfter time.Duration, opts *Options) []Field {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if binding < 0 || binding >= len(items) {
+		binding = 0
+	}
+	var bindingT, maxT int64 = -1, -1
+	if len(items) > 0 {
+		bp := rd.bufs.Get()
+		var buf []byte
+		if bp != nil {
+			buf = (*bp.(*[]byte))[:0]
+		}
+		rl := buf
+		for k := -1; k < len(items); k++ {
+			i := k
+			if k < 0 {
+				i = binding
+			} else if k == binding || dupName(items, binding, k) {
+				continue
+			}
+			if len(rl) > 0 {
+				rl = append(rl, ", "...)
+			}
+			var t int64
+			rl, t = items[i].Limit.appendItem(rl, &items[i].Decision)
+			if k < 0 {
+				bindingT = t
+			}
+			if !items[i].Decision.Allowed {
+				maxT = max(maxT, t)
+			}
+		}
+		if !opts.NoRateLimit {
+			dst = append(dst, Field{NamePolicy, rd.policy(items, binding)}, Field{NameRateLimit, string(rl)})
+		}
+		if cap(rl) <= 4096 {
+			rl = rl[:0]
+			rd.bufs.Put(&rl)
+		}
+		if opts.Legacy {
+			b := &items[binding]
+			dst = append(dst,
+				Field{NameLegacyLimit, Itoa(b.Limit.Quota)},
+				Field{NameLegacyRemaining, Itoa(max(0, b.Decision.Remaining))},
+				Field{NameLegacyReset, Itoa(max(0, bindingT))})
+		}
+		if denied && opts.LimitName != "" {
+			dst = append(dst, Field{opts.LimitName, items[binding].Limit.Name})
+		}
+	}
+	if denied {
+		dst = append(dst, Field{NameRetryAfter, Itoa(RetryAfterSeconds(retryAfter, maxT))})
+	}
+	return dst
+}
+
+// dupName reports whether items[k] has the name of the binding item or of
+// an item listed before it.
+func dupName(items []Item, binding, k int) bool {
+	name := items[k].Limit.Name
+	if items[binding].Limit.Name == name {
+		return true
+	}
+	for j := 0; j < k; j++ {
+		if j != binding && items[j].Limit.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// policy returns the RateLimit-Policy value of items listed binding first.
+// The value depends only on which limits are listed in which order, so it
+// is cached in a small table indexed by a hash of the limits; a collision
+// builds the value again.
+func (rd *Renderer) policy(items []Item, binding int) string {
+	var hash uint64 = 14695981039346656037
+	mix := func(id uint64) {
+		hash ^= id
+		hash *= 1099511628211
+	}
+	mix(items[binding].Limit.id)
+	for i := range items {
+		if i != binding {
+			mix(items[i].Limit.id)
+		}
+	}
+	slot := &rd.policies[hash%uint64(len(rd.policies))]
+	if e := slot.Load(); e != nil && len(e.ids) == len(items) && e.ids[0] == items[binding].Limit.id {
+		same, k := true, 1
+		for i := range items {
+			if i == binding {
+				continue
+			}
+			if e.ids[k] != items[i].Limit.id {
+				same = false
+				break
+			}
+			k++
+		}
+		if same {
+			return e.value
+		}
+	}
+	e := &policyEntry{ids: make([]uint64, 0, len(items))}
+	var b []byte
+	for k := -1; k < len(items); k++ {
+		i := k
+		if k < 0 {
+			i = binding
+		} else if k == binding {
+			continue
+		}
+		e.ids = append(e.ids, items[i].Limit.id)
+		if k >= 0 && dupName(items, binding, k) {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, items[i].Limit.policy...)
+	}
+	e.value = string(b)
+	slot.Store(e)
+	return e.value
+}
+
+// RetryAfterSeconds returns the Retry-After value of a denial: the wait
+// rounded up to whole seconds, at least 1 and at least minT (the largest
+// RateLimit t of the denying limits, so that Retry-After never points
+// earlier than t).
+func RetryAfterSeconds(wait time.Duration, minT int64) int64 {
+	return max(ceilSeconds(wait), 1, minT)
+}
+
+// smallInts are the decimal strings of 0..127, so that the common values
+// of the fields cost no allocation.
+var smallInts = func() (a [128]string) {
+	for i := range a {
+		a[i] = strconv.Itoa(i)
+	}
+	return a
+}()
+
+// Itoa formats n in decimal, without allocating for small values.
+func Itoa(n int64) string {
+	if n >= 0 && n < int64(len(smallInts)) {
+		return smallInts[n]
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// ceilSeconds rounds a duration up to whole seconds (0 for d ≤ 0).
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// sanitizeName keeps the printable ASCII of a name so that it can be an
+// RFC 9651 String; an empty result becomes "limit".
+func sanitizeName(s string) string {
+	ok := s != ""
+	for i := 0; i < len(s) && ok; i++ {
+		ok = s[i] >= 0x20 && s[i] <= 0x7e
+	}
+	if ok {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x20 && s[i] <= 0x7e {
+			b.WriteByte(s[i])
+		}
+	}
+	if b.Len() == 0 {
+		return "limit"
+	}
+	return b.String()
+}
+
+// quoteString returns s as an RFC 9651 String ("..." with \ and " escaped);
+// s must be printable ASCII.
+func quoteString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}

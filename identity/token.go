@@ -1,0 +1,127 @@
+package identity
+
+import (
+	"errors"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Reasons a presented token gives no user, as TokenError.Reason and in
+// metrics. The set is fixed, so a metric labelled with it stays small.
+const (
+	ReasonMalformed   = "malformed"     // not a JWT
+	ReasonTooLong     = "too_long"      // longer than the 8 KiB read
+	ReasonAlgorithm   = "algorithm"     // signed with another algorithm, or "none"
+	ReasonUnknownKey  = "unknown_key"   // its kid names no configured key
+	ReasonSignature   = "signature"     // the signature does not verify
+	ReasonExpired     = "expired"       // past exp (and the leeway)
+	ReasonNotYetValid = "not_yet_valid" // before nbf
+	ReasonClaims      = "claims"        // exp missing, or wrong iss or aud
+	ReasonNoUser      = "no_user"       // the user claim is missing or unusable
+)
+
+// TokenError is why a presented token gives no user.
+type TokenError struct {
+	// Reason is one of the Reason constants.
+	Reason string
+	err    error
+}
+
+// Error returns the verification error.
+func (e *TokenError) Error() string { return e.err.Error() }
+
+// Unwrap returns the verification error.
+func (e *TokenError) Unwrap() error { return e.err }
+
+// Reason returns the reason of a verification error: a TokenError's
+// Reason, else "invalid".
+func Reason(err error) string {
+	var te *TokenError
+	if errors.As(err, &te) {
+		return te.Reason
+	}
+	return "invalid"
+}
+
+// reasonOf classifies the parser's errors.
+func reasonOf(err error) string {
+	switch {
+	case errors.Is(err, ErrNoKey):
+		return ReasonUnknownKey
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return ReasonMalformed
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return ReasonExpired
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return ReasonNotYetValid
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return ReasonSignature
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer), errors.Is(err, jwt.ErrTokenInvalidAudience),
+		errors.Is(err, jwt.ErrTokenRequiredClaimMissing), errors.Is(err, jwt.ErrTokenInvalidClaims):
+		return ReasonClaims
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return ReasonAlgorithm
+	}
+	return ReasonSignature
+}
+
+// DefaultTokenCacheSize is how many verified tokens a Resolver keeps.
+const DefaultTokenCacheSize = 10000
+
+// tokenCache keeps verified tokens until they expire, so that a client
+// sending the same token again is not verified again. Only tokens that
+// verified are kept (a flood of forged tokens cannot fill it with
+// anything but nothing), each compared in full on a hit; it holds at most
+// size entries, dropping an arbitrary one when full.
+type tokenCache struct {
+	seed maphash.Seed
+	size int
+
+	mu sync.Mutex // guards m
+	m  map[uint64]cachedToken
+}
+
+type cachedToken struct {
+	token string
+	user  string
+	until time.Time // exp plus the leeway
+}
+
+func newTokenCache(size int) *tokenCache {
+	if size <= 0 {
+		size = DefaultTokenCacheSize
+	}
+	return &tokenCache{seed: maphash.MakeSeed(), size: size, m: make(map[uint64]cachedToken)}
+}
+
+// get returns the user of a cached token still valid at now.
+func (c *tokenCache) get(token string, now time.Time) (string, bool) {
+	h := maphash.String(c.seed, token)
+	c.mu.Lock()
+	e, ok := c.m[h]
+	if ok && (e.token != token || !now.Before(e.until)) {
+		if e.token == token {
+			delete(c.m, h) // expired
+		}
+		ok = false
+	}
+	c.mu.Unlock()
+	return e.user, ok
+}
+
+// put keeps a verified token until until.
+func (c *tokenCache) put(token, user string, until time.Time) {
+	h := maphash.String(c.seed, token)
+	c.mu.Lock()
+	if len(c.m) >= c.size {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[h] = cachedToken{token: token, user: user, until: until}
+	c.mu.Unlock()
+}
