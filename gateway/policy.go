@@ -64,7 +64,13 @@ type PolicyMatcher struct {
 
 	lastLog    atomic.Int64 // unix ns of the last invalid-token line
 	suppressed atomic.Int64 // invalid tokens not logged since
+	verified   atomic.Uint64
 }
+
+// TokensVerified counts the tokens whose signature was checked: requests
+// whose limits did not need the user, and tokens remembered from before,
+// cost none.
+func (pm *PolicyMatcher) TokensVerified() uint64 { return pm.verified.Load() }
 
 // resolverFor is the identity resolver built for one policy.
 type resolverFor struct {
@@ -145,10 +151,13 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 				req.User = u
 			} else if !verify {
 				req.UserPending = true
-			} else if u, err := rf.resolver.User(tok, now); err == nil {
-				req.User = u
 			} else {
-				pm.invalidToken(r, err)
+				pm.verified.Add(1)
+				if u, err := rf.resolver.User(tok, now); err == nil {
+					req.User = u
+				} else {
+					pm.invalidToken(r, err)
+				}
 			}
 		}
 	}

@@ -222,7 +222,9 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*query, *apiEr
 // errCost reports a cost that is not a whole number.
 type errCost struct{ cost string }
 
-func (e *errCost) Error() string { return fmt.Sprintf("cost %s is not a whole number that fits 64 bits", e.cost) }
+func (e *errCost) Error() string {
+	return fmt.Sprintf("cost %s is not a whole number that fits 64 bits", e.cost)
+}
 
 // parse turns a body into a query; it never charges anything.
 func (h *Handler) parse(body []byte) (*query, *apiError) {

@@ -15,6 +15,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -74,7 +75,7 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, _, stop, out := startServe(t, "--config", cfg, "--log-level", "error")
+	gw, admin, stop, out := startServe(t, "--config", cfg, "--log-level", "error")
 	for _, want := range []string{"rate-limit service (RLS v3, gRPC) on " + grpcAddr, "check API on http://" + apiAddr} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve did not print %q:\n%s", want, out.String())
@@ -137,6 +138,22 @@ limits:
 	if fmt.Sprint(codes) != fmt.Sprint(want) {
 		t.Errorf("RLS codes %v, want %v", codes, want)
 	}
+
+	// Every decision is counted once, at the engine, by front end and limit.
+	_, _, text := get(t, admin+"/metrics")
+	for _, want := range []string{
+		`floodgate_decisions_total{front_end="gateway",limit="global-cap",outcome="allowed"} 2`,
+		`floodgate_decisions_total{front_end="gateway",limit="global-cap",outcome="denied"} 1`,
+		`floodgate_decisions_total{front_end="http_api",limit="global-cap",outcome="allowed"} 3`,
+		`floodgate_decisions_total{front_end="http_api",limit="global-cap",outcome="denied"} 1`,
+		`floodgate_decisions_total{front_end="rls",limit="messaging.to_number",outcome="allowed"} 2`,
+		`floodgate_decisions_total{front_end="rls",limit="messaging.to_number",outcome="denied"} 1`,
+		`floodgate_rejections_total{code="429",front_end="http_api",limit="global-cap"} 1`,
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
@@ -145,4 +162,100 @@ limits:
 		c.Close()
 		t.Errorf("check API still listening after shutdown")
 	}
+}
+
+// TestServeDegradedByFrontEnd stops the Redis that one floodgate serve
+// shares between its gateway, its Envoy rate-limit service and its check
+// API: decisions made by the failure policy are counted for each front end.
+func TestServeDegradedByFrontEnd(t *testing.T) {
+	rs := redistest.Start(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	dir := t.TempDir()
+	grpcAddr, apiAddr := freeAddr(t), freeAddr(t)
+	err := os.WriteFile(filepath.Join(dir, "rls.yaml"), []byte(`domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 100, on_failure: allow}
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "gw.yaml")
+	err = os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  listen: "127.0.0.1:0"
+  admin_listen: "127.0.0.1:0"
+  grpc_listen: %q
+  rls_config: [rls.yaml]
+  api_listen: %q
+  store: redis://%s/0
+  store_timeout: 200ms
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - name: cap
+    algorithm: fixed_window
+    limit: 100
+    window: 1h
+    key: global
+    on_failure: allow
+`, grpcAddr, apiAddr, rs.Addr, up.URL)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, admin, _, _ := startServe(t, "--config", cfg, "--log-level", "error")
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rc := rlsv3.NewRateLimitServiceClient(conn)
+	each := func() {
+		t.Helper()
+		if code, _, _ := get(t, gw+"/x"); code != 200 {
+			t.Errorf("gateway: %d", code)
+		}
+		resp, err := http.Post("http://"+apiAddr+"/v1/check", "application/json", strings.NewReader(`{"limit":"cap","key":"global"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("check API: %d", resp.StatusCode)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, err := rc.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		if err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Errorf("RLS: %v %v", r, err)
+		}
+	}
+	each()
+	rs.Kill()
+	each()
+	_, _, text := get(t, admin+"/metrics")
+	for _, fe := range []string{"gateway", "http_api", "rls"} {
+		re := regexp.MustCompile(`floodgate_degraded_decisions_total\{front_end="` + fe + `",limit="[^"]+",reason="(deadline|store_error)"\} 1\n`)
+		if !re.MatchString(text) {
+			t.Errorf("/metrics counts no degraded decision of %s:\n%s", fe, grep(text, "floodgate_degraded"))
+		}
+		if !strings.Contains(text, `floodgate_decisions_total{front_end="`+fe+`",`) {
+			t.Errorf("/metrics counts no decision of %s", fe)
+		}
+	}
+}
+
+// grep returns the lines of text that contain s.
+func grep(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -1,0 +1,211 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// tokenKit is an RS256 key pair written as a PEM file, and a stranger's key
+// that forges tokens.
+type tokenKit struct {
+	key, forger *rsa.PrivateKey
+	pemPath     string
+}
+
+var (
+	kitOnce sync.Once
+	kit     tokenKit
+	kitErr  error
+)
+
+// newTokenKit makes the keys once for the package's tests and benchmarks
+// (RSA key generation is slow).
+func newTokenKit(tb testing.TB) *tokenKit {
+	tb.Helper()
+	kitOnce.Do(func() {
+		if kit.key, kitErr = rsa.GenerateKey(rand.Reader, 2048); kitErr != nil {
+			return
+		}
+		if kit.forger, kitErr = rsa.GenerateKey(rand.Reader, 2048); kitErr != nil {
+			return
+		}
+		der, err := x509.MarshalPKIXPublicKey(&kit.key.PublicKey)
+		if err != nil {
+			kitErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "floodgate-jwt")
+		if err != nil {
+			kitErr = err
+			return
+		}
+		kit.pemPath = filepath.Join(dir, "pub.pem")
+		kitErr = os.WriteFile(kit.pemPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600)
+	})
+	if kitErr != nil {
+		tb.Fatal(kitErr)
+	}
+	return &kit
+}
+
+// token signs a token for user with key, valid for an hour.
+func (k *tokenKit) token(tb testing.TB, key *rsa.PrivateKey, user string) string {
+	tb.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{
+		"sub": user, "exp": time.Now().Add(time.Hour).Unix(),
+	}).SignedString(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// userPolicy has a route whose limits count per user (/me) and one whose
+// limits do not (/open); both count per address.
+func userPolicy(tb testing.TB, k *tokenKit, perIP int) *policy.Policy {
+	tb.Helper()
+	src := fmt.Sprintf(`version: 1
+server:
+  user:
+    jwt: {alg: RS256, key_file: %q}
+routes:
+  - name: me
+    match: {paths: ["/me"]}
+    upstream: http://127.0.0.1:9
+  - name: open
+    match: {paths: ["/open"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: per-user
+    match: {routes: [me]}
+    algorithm: fixed_window
+    limit: 3
+    window: 1h
+    key: user
+  - name: per-ip
+    algorithm: fixed_window
+    limit: %d
+    window: 1h
+    key: client_ip
+    scope: global
+`, k.pemPath, perIP)
+	f, err := config.Parse("users.yaml", []byte(src))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// TestTokensVerifiedOnDemand: a token is verified only when a limit the
+// request matched counts per user, only after the limits that do not, and
+// once for as long as it is valid.
+func TestTokensVerifiedOnDemand(t *testing.T) {
+	k := newTokenKit(t)
+	var invalid atomic.Int64
+	pm, err := NewPolicyMatcher(Fixed(userPolicy(t, k, 10)), PolicyMatcherOptions{OnInvalidToken: func(string) { invalid.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+
+	// No limit of /open counts per user: a forged token costs nothing.
+	forged := k.token(t, k.forger, "mallory")
+	if a := do(t, srv.Client(), "GET", srv.URL+"/open", bearer(forged)); a.status != 200 {
+		t.Fatalf("/open with a forged token: %d", a.status)
+	}
+	if n := pm.TokensVerified(); n != 0 || invalid.Load() != 0 {
+		t.Fatalf("a token was verified (%d, %d invalid) for a route that needs no user", n, invalid.Load())
+	}
+	// /me counts per user: the token is verified once, then remembered.
+	valid := k.token(t, k.key, "alice")
+	var got []int
+	for range 4 {
+		got = append(got, do(t, srv.Client(), "GET", srv.URL+"/me", bearer(valid)).status)
+	}
+	if fmt.Sprint(got) != "[200 200 200 429]" {
+		t.Errorf("alice on /me: %v, want 3 allowed by her per-user limit", got)
+	}
+	if n := pm.TokensVerified(); n != 1 {
+		t.Errorf("a repeated valid token was verified %d times, want 1", n)
+	}
+	// A forged token on /me is verified, fails, is counted and gives no user.
+	if a := do(t, srv.Client(), "GET", srv.URL+"/me", bearer(forged)); a.status != 200 {
+		t.Errorf("/me with a forged token: %d", a.status)
+	}
+	if pm.TokensVerified() != 2 || invalid.Load() != 1 {
+		t.Errorf("forged token: %d verified, %d invalid; want 2 and 1", pm.TokensVerified(), invalid.Load())
+	}
+	// The per-address limit (10) is used up: a new forged token is refused
+	// before it costs a verification.
+	for i := 0; i < 10; i++ {
+		do(t, srv.Client(), "GET", srv.URL+"/open", nil)
+	}
+	if a := do(t, srv.Client(), "GET", srv.URL+"/me", bearer(k.token(t, k.forger, "eve"))); a.status != 429 {
+		t.Errorf("forged token over the per-address limit: %d, want 429", a.status)
+	}
+	if n := pm.TokensVerified(); n != 2 {
+		t.Errorf("a token was verified (%d) for a request the per-address limit refused", n)
+	}
+}
+
+// BenchmarkForgedToken: a forged RS256 token on a route whose limits do not
+// count per user costs what the same request without a token costs.
+func BenchmarkForgedToken(b *testing.B) {
+	k := newTokenKit(b)
+	for _, c := range []struct {
+		name, path string
+		token      string
+	}{
+		{"unused/none", "/open", ""},
+		{"unused/forged", "/open", k.token(b, k.forger, "mallory")},
+		{"per-user/valid", "/me", k.token(b, k.key, "alice")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			p := userPolicy(b, k, 1<<40)
+			pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
+			if err != nil {
+				b.Fatal(err)
+			}
+			hdr := map[string]string{}
+			if c.token != "" {
+				hdr["Authorization"] = "Bearer " + c.token
+			}
+			want := 200
+			if c.path == "/me" {
+				want = 429 // the per-user limit of 3 is soon used up
+			}
+			benchGatewayAfter(b, g, want, c.path, hdr, 3)
+		})
+	}
+}

@@ -1,0 +1,119 @@
+package metrics_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/promtest"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/metrics"
+)
+
+func rule(t *testing.T, name string, shadow bool) *limiter.Rule {
+	t.Helper()
+	r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute}, floodgate.FailOpen, shadow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestObserveDecision counts one request's hits by front end, limit and
+// outcome, degraded ones by reason, and leaves peeks out.
+func TestObserveDecision(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, sh := rule(t, "a", false), rule(t, "b", false), rule(t, "sh", true)
+	req := &limiter.Request{Front: limiter.FrontRLS, Hits: []limiter.Hit{{Rule: a}, {Rule: b}, {Rule: sh}}}
+	res := &limiter.Result{
+		Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 1}, {Limit: 10}, {Limit: 10}},
+		Flags:     []limiter.HitFlags{0, 0, limiter.Shadow | limiter.ShadowDenied},
+		Degraded:  limiter.DegradedDeadline,
+	}
+	m.ObserveDecision(req, res)
+	m.ObserveDecision(&limiter.Request{Front: limiter.FrontRLS, Peek: true, Hits: req.Hits}, res)
+	res.Degraded = limiter.NotDegraded
+	m.ObserveDecision(&limiter.Request{Front: limiter.FrontGateway, Hits: req.Hits}, res)
+	for _, c := range []struct {
+		metric string
+		labels promtest.Labels
+		want   float64
+	}{
+		{"floodgate_decisions_total", promtest.Labels{"front_end": "rls", "limit": "a", "outcome": "allowed"}, 1},
+		{"floodgate_decisions_total", promtest.Labels{"front_end": "rls", "limit": "b", "outcome": "denied"}, 1},
+		{"floodgate_decisions_total", promtest.Labels{"front_end": "rls", "limit": "sh", "outcome": "shadow_denied"}, 1},
+		{"floodgate_decisions_total", promtest.Labels{"front_end": "gateway"}, 3},
+		{"floodgate_decisions_total", nil, 6}, // the peek counted nothing
+		{"floodgate_near_limit_total", promtest.Labels{"front_end": "rls", "limit": "a"}, 1},
+		{"floodgate_degraded_decisions_total", promtest.Labels{"front_end": "rls", "reason": "deadline"}, 3},
+		{"floodgate_degraded_decisions_total", promtest.Labels{"front_end": "gateway"}, 0},
+	} {
+		if got := promtest.Value(t, reg, c.metric, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
+		}
+	}
+}
+
+// TestLimitLabelsAreBounded: names past MaxLimits fold into one series, so
+// that limits named by clients cannot grow the metrics without bound.
+func TestLimitLabelsAreBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{MaxLimits: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		r := rule(t, fmt.Sprintf("client-chosen-%d", i), false)
+		m.ObserveDecision(&limiter.Request{Front: limiter.FrontRLS, Hits: []limiter.Hit{{Rule: r}}},
+			&limiter.Result{Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 9}}, Flags: []limiter.HitFlags{0}})
+	}
+	series := promtest.Find(t, reg, "floodgate_decisions_total", promtest.Labels{"outcome": "allowed"})
+	if len(series) != 4 {
+		t.Errorf("%d series, want 3 named and %s", len(series), metrics.OtherLimit)
+	}
+	if got := promtest.Value(t, reg, "floodgate_decisions_total", promtest.Labels{"limit": metrics.OtherLimit}); got != 7 {
+		t.Errorf("%s counted %v, want 7", metrics.OtherLimit, got)
+	}
+}
+
+// TestFrontEndAnswers counts what only front ends see.
+func TestFrontEndAnswers(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Rejected(limiter.FrontGateway, "a", 429)
+	m.Rejected(limiter.FrontGateway, "", 403)
+	m.Rejected(limiter.FrontHTTPAPI, "a", 429)
+	m.Upstream("r", 502)
+	m.Upstream("r", 502)
+	m.Queued("q", 1)
+	m.InvalidToken("expired")
+	for _, c := range []struct {
+		metric string
+		labels promtest.Labels
+		want   float64
+	}{
+		{"floodgate_rejections_total", promtest.Labels{"front_end": "gateway", "limit": "a", "code": "429"}, 1},
+		{"floodgate_rejections_total", promtest.Labels{"front_end": "gateway", "code": "403"}, 1},
+		{"floodgate_rejections_total", promtest.Labels{"front_end": "http_api"}, 1},
+		{"floodgate_upstream_responses_total", promtest.Labels{"route": "r", "code": "502"}, 2},
+		{"floodgate_queue_length", promtest.Labels{"limit": "q"}, 1},
+		{"floodgate_invalid_tokens_total", promtest.Labels{"reason": "expired"}, 1},
+	} {
+		if got := promtest.Value(t, reg, c.metric, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
+		}
+	}
+	if len(limiter.FrontEnds()) > 4 {
+		t.Errorf("metrics keep series for 4 front ends; there are %d", len(limiter.FrontEnds()))
+	}
+}
