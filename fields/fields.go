@@ -102,6 +102,12 @@ func NewLimit(l *floodgate.Limit) *Limit {
 	return h
 }
 
+// ForRule precomputes the fields of a rule's limit.
+func ForRule(r *limiter.Rule) *Limit {
+	l := r.Limit()
+	return NewLimit(&l)
+}
+
 // Window is the limit's nominal window: the time a rate limit takes to
 // refill its capacity (at least one second), a window, or a quota's period
 // (a month counts as 30 days); 0 for concurrency.

@@ -325,7 +325,7 @@ func (g *Gateway) render(st *reqState, denied bool) []fields.Field {
 			m.Fields = append(m.Fields, nil)
 		}
 		if m.Fields[i] == nil {
-			m.Fields[i] = fields.NewLimit(&m.Hits[i].Rule.Limit)
+			m.Fields[i] = fields.ForRule(m.Hits[i].Rule)
 		}
 	}
 	var binding int
@@ -339,12 +339,12 @@ func (g *Gateway) deny(w http.ResponseWriter, r *http.Request, st *reqState) {
 	st.out = g.render(st, true)
 	setFields(w.Header(), st.out)
 	rule := st.m.Hits[res.Binding].Rule
-	g.obs.Rejected(limiter.FrontGateway, rule.Limit.Name, http.StatusTooManyRequests)
+	g.obs.Rejected(limiter.FrontGateway, rule.Name(), http.StatusTooManyRequests)
 	if g.log.Enabled(r.Context(), slog.LevelDebug) {
-		g.log.Debug("gateway: 429", "limit", rule.Limit.Name, "route", st.m.Route, "path", r.URL.Path, "retry_after", res.RetryAfter)
+		g.log.Debug("gateway: 429", "limit", rule.Name(), "route", st.m.Route, "path", r.URL.Path, "retry_after", res.RetryAfter)
 	}
 	body := bodyTooMany
-	if rule.Limit.Algorithm.Kind() == floodgate.KindQuota {
+	if rule.Algorithm().Kind() == floodgate.KindQuota {
 		body = bodyExceeded
 	}
 	writeJSON(w, http.StatusTooManyRequests, body)
@@ -402,7 +402,7 @@ func (g *Gateway) wait(ctx context.Context, st *reqState, delay time.Duration) b
 	name := ""
 	for i := range st.m.Hits {
 		if st.res.Decisions[i].Delay > 0 && st.res.Flags[i]&limiter.Shadow == 0 {
-			name = st.m.Hits[i].Rule.Limit.Name
+			name = st.m.Hits[i].Rule.Name()
 			break
 		}
 	}

@@ -37,7 +37,7 @@ type Limits interface {
 func Rules(rules ...*limiter.Rule) Limits {
 	m := make(ruleSet, len(rules))
 	for _, r := range rules {
-		m[r.Limit.Name] = Limit{Rule: r, Fields: fields.NewLimit(&r.Limit)}
+		m[r.Name()] = Limit{Rule: r, Fields: fields.ForRule(r)}
 	}
 	return m
 }
@@ -284,11 +284,11 @@ func (h *Handler) parse(body []byte) (*query, *apiError) {
 			e.extra = map[string]any{"limit": *x.Limit}
 			return nil, e
 		}
-		if rule.Limit.Algorithm.Kind() == floodgate.KindConcurrency {
+		if rule.Algorithm().Kind() == floodgate.KindConcurrency {
 			return nil, bad(http.StatusUnprocessableEntity, CodeUnsupportedLimit,
 				"hit %d: %q is a concurrency limit, which needs a release the check API does not offer", i, *x.Limit)
 		}
-		if c := rule.Params.Capacity(); cost > c {
+		if c := rule.Params().Capacity(); cost > c {
 			e := bad(http.StatusUnprocessableEntity, CodeNeverFits, "hit %d: cost %d exceeds the capacity %d of %q and can never pass", i, cost, c, *x.Limit)
 			e.extra = map[string]any{"binding_limit": *x.Limit, "limit": c}
 			return nil, e
@@ -297,7 +297,7 @@ func (h *Handler) parse(body []byte) (*query, *apiError) {
 		q.names[i] = *x.Limit
 		q.fields[i] = lim.Fields
 		if q.fields[i] == nil {
-			q.fields[i] = fields.NewLimit(&rule.Limit)
+			q.fields[i] = fields.ForRule(rule)
 		}
 	}
 	return q, nil

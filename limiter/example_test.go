@@ -35,7 +35,7 @@ func ExampleLimiter_Check() {
 		if r.Allowed {
 			fmt.Printf("request %d: allowed, %d left for alice\n", i, r.Decisions[0].Remaining)
 		} else {
-			b := hits[r.Binding].Rule.Limit.Name
+			b := hits[r.Binding].Rule.Name()
 			fmt.Printf("request %d: denied by %s, retry in about %v\n", i, b, r.RetryAfter.Round(time.Minute))
 		}
 	}

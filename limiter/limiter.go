@@ -161,7 +161,7 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 	if l.opts.Local != nil {
 		lh := sc.localHits[:0]
 		for i := range hits {
-			if hits[i].Rule.OnFailure != floodgate.FailLocal || hits[i].Lease == 0 {
+			if hits[i].Rule.OnFailure() != floodgate.FailLocal || hits[i].Lease == 0 {
 				continue
 			}
 			if lr := l.localRule(hits[i].Rule); lr != nil {
@@ -243,12 +243,12 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 			return fmt.Errorf("limiter: hit %d has no rule", i)
 		}
 		if h.Cost < 1 {
-			return fmt.Errorf("limiter: %s: cost %d: %w", h.Rule.ID, h.Cost, floodgate.ErrInvalidCost)
+			return fmt.Errorf("limiter: %s: cost %d: %w", h.Rule.ID(), h.Cost, floodgate.ErrInvalidCost)
 		}
-		if c := h.Rule.Params.Capacity(); h.Cost > c {
-			return fmt.Errorf("limiter: %s: cost %d above capacity %d: %w", h.Rule.ID, h.Cost, c, floodgate.ErrNeverFits)
+		if c := h.Rule.Params().Capacity(); h.Cost > c {
+			return fmt.Errorf("limiter: %s: cost %d above capacity %d: %w", h.Rule.ID(), h.Cost, c, floodgate.ErrNeverFits)
 		}
-		if op == Charge && h.Lease == 0 && h.Rule.Limit.Algorithm.Kind() == floodgate.KindConcurrency {
+		if op == Charge && h.Lease == 0 && h.Rule.Algorithm().Kind() == floodgate.KindConcurrency {
 			h.Lease = newLease()
 		}
 		if h.Reserve {
@@ -283,7 +283,7 @@ func (l *Limiter) chargeReserving(ctx context.Context, hits []Hit, reserved int,
 		return err
 	}
 	for i := range hits {
-		if !r.Decisions[i].Allowed && !hits[i].Rule.Shadow {
+		if !r.Decisions[i].Allowed && !hits[i].Rule.Shadow() {
 			return nil // denied: nothing to charge
 		}
 	}
@@ -375,10 +375,10 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64) erro
 			continue
 		}
 		if actual[i] < 0 {
-			return fmt.Errorf("limiter: settle: %s: actual cost %d: %w", h.Rule.ID, actual[i], floodgate.ErrInvalidCost)
+			return fmt.Errorf("limiter: settle: %s: actual cost %d: %w", h.Rule.ID(), actual[i], floodgate.ErrInvalidCost)
 		}
 		h.Reserve = false
-		h.Cost = min(actual[i], h.Rule.Params.Capacity())
+		h.Cost = min(actual[i], h.Rule.Params().Capacity())
 		sub = append(sub, h)
 	}
 	var err error
@@ -471,7 +471,7 @@ func (l *Limiter) summarize(hits []Hit, r *Result) {
 	least, leastShadow := -1, -1
 	for i := range hits {
 		d := &r.Decisions[i]
-		if hits[i].Rule.Shadow {
+		if hits[i].Rule.Shadow() {
 			r.Flags[i] |= Shadow
 			if !d.Allowed {
 				r.Flags[i] |= ShadowDenied
@@ -500,7 +500,7 @@ func (l *Limiter) summarize(hits []Hit, r *Result) {
 		// their decisions counted as taken.
 		r.Delay = 0
 		for i := range hits {
-			if d := &r.Decisions[i]; d.Allowed && !hits[i].Rule.Shadow {
+			if d := &r.Decisions[i]; d.Allowed && !hits[i].Rule.Shadow() {
 				d.Remaining = min(d.Limit, d.Remaining+hits[i].Cost)
 			}
 		}

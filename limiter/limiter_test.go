@@ -40,6 +40,16 @@ func window(t testing.TB, name string, max int64, onFailure floodgate.FailurePol
 	return newRule(t, floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: max, Window: 1000 * hour}, onFailure)
 }
 
+// shadowWindow is window in shadow mode.
+func shadowWindow(t testing.TB, name string, max int64) *limiter.Rule {
+	t.Helper()
+	r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: max, Window: 1000 * hour}, floodgate.FailOpen, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func bucket(t testing.TB, name string, burst int64, onFailure floodgate.FailurePolicy) *limiter.Rule {
 	return newRule(t, floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: burst}, onFailure)
 }
@@ -156,8 +166,7 @@ func TestCostErrors(t *testing.T) {
 
 func TestShadow(t *testing.T) {
 	l := limiter.New(newMem(t), limiter.Options{})
-	sh := window(t, "shadow", 1, floodgate.FailOpen)
-	sh.Shadow = true
+	sh := shadowWindow(t, "shadow", 1)
 	en := window(t, "enforced", 5, floodgate.FailOpen)
 	hits := []limiter.Hit{{Rule: sh, Key: "k", Cost: 1}, {Rule: en, Key: "k", Cost: 1}}
 	check(t, l, hits...)
@@ -263,13 +272,13 @@ func TestSplitRule(t *testing.T) {
 		want int64
 	}{{1, 10}, {3, 3}, {10, 1}, {50, 1}} {
 		s, err := limiter.SplitRule(r, tc.n)
-		if err != nil || s.Limit.Max != tc.want {
+		if err != nil || s.Limit().Max != tc.want {
 			t.Fatalf("split over %d: %+v, %v; want max %d", tc.n, s, err, tc.want)
 		}
 	}
 	tb := bucket(t, "tb", 9, floodgate.FailLocal)
 	s, err := limiter.SplitRule(tb, 3)
-	if err != nil || s.Limit.Burst != 3 || s.Limit.Rate != 1 || s.ID == tb.ID {
+	if err != nil || s.Limit().Burst != 3 || s.Limit().Rate != 1 || s.ID() == tb.ID() {
 		t.Fatalf("split token bucket: %+v, %v", s, err)
 	}
 }
@@ -434,8 +443,7 @@ func TestObserver(t *testing.T) {
 		events = append(events, e)
 		mu.Unlock()
 	})})
-	sh := window(t, "shadow", 1, floodgate.FailOpen)
-	sh.Shadow = true
+	sh := shadowWindow(t, "shadow", 1)
 	w := window(t, "w", 5, floodgate.FailOpen)
 	var res limiter.Result
 	ctx := context.Background()

@@ -72,7 +72,7 @@ func (l *Limiter) localRule(r *Rule) *Rule {
 	}
 	rule, err := SplitRule(r, n)
 	if err != nil {
-		l.log.Warn("limiter: no local fallback for rule, failing open", "rule", r.ID, "err", err)
+		l.log.Warn("limiter: no local fallback for rule, failing open", "rule", r.ID(), "err", err)
 	}
 	if l.localSize.Add(1) > maxLocalRules {
 		l.local.Clear()
@@ -93,7 +93,7 @@ func SplitRule(r *Rule, instances int) (*Rule, error) {
 		}
 		return max(1, algo.SplitLimit(v, instances))
 	}
-	l := r.Limit
+	l := r.Limit()
 	if l.Algorithm.Family() == floodgate.FamilyRate {
 		l.Rate = split(l.Rate)
 		l.Burst = split(l.Burst)
@@ -106,9 +106,9 @@ func SplitRule(r *Rule, instances int) (*Rule, error) {
 			l.Offset = min(algo.SplitLimit(l.Offset, instances), l.Max-1)
 		}
 	}
-	rule, err := NewRule(l, r.OnFailure, r.Shadow)
+	rule, err := NewRule(l, r.OnFailure(), r.Shadow())
 	if err != nil {
-		return nil, fmt.Errorf("limiter: split %s over %d instances: %w", r.ID, instances, err)
+		return nil, fmt.Errorf("limiter: split %s over %d instances: %w", r.ID(), instances, err)
 	}
 	return rule, nil
 }
@@ -125,15 +125,15 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []f
 	for i := range hits {
 		h := &hits[i]
 		flags[i] |= Degraded
-		c := h.Rule.Params.Capacity()
-		policy := h.Rule.OnFailure
+		c := h.Rule.Params().Capacity()
+		policy := h.Rule.OnFailure()
 		var lr *Rule
 		if policy == floodgate.FailLocal {
 			if l.opts.Local != nil {
 				lr = l.localRule(h.Rule)
 			} else {
 				l.noLocal.Do(func() {
-					l.log.Warn("limiter: no local store configured, floodgate.FailLocal rules fail open", "rule", h.Rule.ID)
+					l.log.Warn("limiter: no local store configured, floodgate.FailLocal rules fail open", "rule", h.Rule.ID())
 				})
 			}
 			if lr == nil {
@@ -143,12 +143,12 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []f
 		switch policy {
 		case floodgate.FailClosed:
 			out[i] = floodgate.Decision{Limit: c, RetryAfter: l.closedWait}
-			denied = denied || !h.Rule.Shadow
+			denied = denied || !h.Rule.Shadow()
 		case floodgate.FailLocal:
-			if lc := lr.Params.Capacity(); h.Cost > lc {
+			if lc := lr.Params().Capacity(); h.Cost > lc {
 				// Fits the global limit but not this instance's share.
 				out[i] = floodgate.Decision{Limit: lc, RetryAfter: l.closedWait}
-				denied = denied || !h.Rule.Shadow
+				denied = denied || !h.Rule.Shadow()
 				continue
 			}
 			lh = append(lh, Hit{Rule: lr, Key: h.Key, Cost: h.Cost, Lease: h.Lease})
@@ -166,7 +166,7 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []f
 		if err := l.opts.Local.Apply(ctx, lop, lh, lout); err != nil {
 			l.log.Warn("limiter: local fallback failed, failing open", "err", err)
 			for _, i := range idx {
-				c := hits[i].Rule.Params.Capacity()
+				c := hits[i].Rule.Params().Capacity()
 				out[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - hits[i].Cost}
 			}
 		} else {

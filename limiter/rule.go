@@ -9,18 +9,43 @@ import (
 	"github.com/floodgate/floodgate/algo"
 )
 
-// Rule is a compiled, immutable limit as the engine and the stores use it.
+// Rule is a compiled limit as the engine and the stores use it. It is
+// immutable once NewRule made it, and safe to share.
 type Rule struct {
-	Limit     floodgate.Limit
-	Params    algo.Params
-	OnFailure floodgate.FailurePolicy
-	// Shadow rules are evaluated and counted but never block.
-	Shadow bool
-	// ID names the rule's counters in a store: the limit's name and a
-	// fingerprint of its parameters, so that a changed limit starts afresh
-	// and an unchanged one keeps its counts across reloads.
-	ID string
+	limit     floodgate.Limit
+	params    algo.Params
+	onFailure floodgate.FailurePolicy
+	shadow    bool
+	id        string
 }
+
+// Limit returns (a copy of) the limit the rule was made from.
+func (r *Rule) Limit() floodgate.Limit { return r.limit }
+
+// Name returns the limit's name.
+func (r *Rule) Name() string { return r.limit.Name }
+
+// Algorithm returns the limit's algorithm.
+func (r *Rule) Algorithm() floodgate.Algorithm { return r.limit.Algorithm }
+
+// Params returns the compiled parameters the algorithms decide with. They
+// cannot be changed through the pointer (algo.Params has no exported
+// fields and no method that modifies it).
+func (r *Rule) Params() *algo.Params { return &r.params }
+
+// Capacity returns the largest cost a single request can have.
+func (r *Rule) Capacity() int64 { return r.params.Capacity() }
+
+// OnFailure returns what the rule does when its store cannot answer.
+func (r *Rule) OnFailure() floodgate.FailurePolicy { return r.onFailure }
+
+// Shadow reports a shadow rule: evaluated and counted, never blocking.
+func (r *Rule) Shadow() bool { return r.shadow }
+
+// ID names the rule's counters in a store: the limit's name and a
+// fingerprint of its parameters, so that a changed limit starts afresh and
+// an unchanged one keeps its counts across reloads.
+func (r *Rule) ID() string { return r.id }
 
 // NewRule validates and compiles a limit.
 func NewRule(l floodgate.Limit, onFailure floodgate.FailurePolicy, shadow bool) (*Rule, error) {
@@ -31,7 +56,7 @@ func NewRule(l floodgate.Limit, onFailure floodgate.FailurePolicy, shadow bool) 
 	if err != nil {
 		return nil, fmt.Errorf("limiter: %w", err)
 	}
-	return &Rule{Limit: l, Params: p, OnFailure: onFailure, Shadow: shadow, ID: ruleID(&l)}, nil
+	return &Rule{limit: l, params: p, onFailure: onFailure, shadow: shadow, id: ruleID(&l)}, nil
 }
 
 // ruleID is the limit's name followed by a short fingerprint of everything
@@ -51,3 +76,9 @@ func ruleID(l *floodgate.Limit) string {
 	}
 	return name + "." + strconv.FormatUint(h.Sum64()&0xffffffffff, 36)
 }
+
+// PlaceholderRule returns a rule that carries only an ID and decides
+// nothing: a store loading saved state holds the state of a rule it has not
+// been asked about yet under it, until the first hit of the real rule
+// replaces it.
+func PlaceholderRule(id string) *Rule { return &Rule{id: id} }

@@ -202,7 +202,7 @@ func (m *Metrics) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 		if i >= len(res.Decisions) {
 			break
 		}
-		fs := m.of(m.series(req.Hits[i].Rule.Limit.Name), req.Front)
+		fs := m.of(m.series(req.Hits[i].Rule.Name()), req.Front)
 		d := &res.Decisions[i]
 		switch {
 		case res.Flags[i]&limiter.ShadowDenied != 0:

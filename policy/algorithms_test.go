@@ -45,18 +45,18 @@ limits:
 	}
 	for i, w := range want {
 		l := p.Limits()[i]
-		if l.Name != w.name || l.Rule.Limit.Algorithm != w.alg || l.Kind != w.kind || l.Fields.Window != w.window {
-			t.Errorf("limit %d: %s %s %s w=%d, want %+v", i, l.Name, l.Rule.Limit.Algorithm, l.Kind, l.Fields.Window, w)
+		if l.Name != w.name || l.Rule.Algorithm() != w.alg || l.Kind != w.kind || l.Fields.Window != w.window {
+			t.Errorf("limit %d: %s %s %s w=%d, want %+v", i, l.Name, l.Rule.Algorithm(), l.Kind, l.Fields.Window, w)
 		}
 	}
-	if l, _ := p.Limit("queue"); l.Rule.Limit.Delay != 2 {
-		t.Errorf("queue delay %d", l.Rule.Limit.Delay)
+	if l, _ := p.Limit("queue"); l.Rule.Limit().Delay != 2 {
+		t.Errorf("queue delay %d", l.Rule.Limit().Delay)
 	}
-	if l, _ := p.Limit("queue-nodelay"); l.Rule.Limit.Delay != floodgate.NoDelay {
-		t.Errorf("nodelay compiled to %d", l.Rule.Limit.Delay)
+	if l, _ := p.Limit("queue-nodelay"); l.Rule.Limit().Delay != floodgate.NoDelay {
+		t.Errorf("nodelay compiled to %d", l.Rule.Limit().Delay)
 	}
-	if l, _ := p.Limit("inflight"); l.Rule.Limit.LeaseTTL != 30*time.Second {
-		t.Errorf("lease ttl %v", l.Rule.Limit.LeaseTTL)
+	if l, _ := p.Limit("inflight"); l.Rule.Limit().LeaseTTL != 30*time.Second {
+		t.Errorf("lease ttl %v", l.Rule.Limit().LeaseTTL)
 	}
 	r := newRig(t, p, t0)
 	a := r.do(&Request{Method: "GET", Path: "/", ClientIP: ip("198.51.100.7")})

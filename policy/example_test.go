@@ -65,7 +65,7 @@ func ExampleReloader() {
 	// The caller runs rl.Run(ctx) to follow the file and calls rl.Reload()
 	// on SIGHUP; Policy always returns a complete, valid policy.
 	l, _ := rl.Policy().Limit("stage.dev")
-	fmt.Println(l.Name, l.Kind, l.Rule.Limit.Rate, l.Rule.Limit.Burst)
+	fmt.Println(l.Name, l.Kind, l.Rule.Limit().Rate, l.Rule.Limit().Burst)
 	// Output:
 	// stage.dev rate 5 5
 }

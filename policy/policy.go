@@ -258,14 +258,14 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 			return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
 		}
 		if prev != nil {
-			if old, ok := prev.rules[r.ID]; ok && old.OnFailure == r.OnFailure && old.Shadow == r.Shadow {
+			if old, ok := prev.rules[r.ID()]; ok && old.OnFailure() == r.OnFailure() && old.Shadow() == r.Shadow() {
 				r = old
 			}
 		}
-		if _, dup := p.rules[r.ID]; dup {
+		if _, dup := p.rules[r.ID()]; dup {
 			return nil, fmt.Errorf("policy: %s: two limits with the same name and parameters", l.Name)
 		}
-		p.rules[r.ID] = r
+		p.rules[r.ID()] = r
 		return r, nil
 	}
 	add := func(l *Limit) error {
@@ -407,8 +407,8 @@ func planMatch(cp *config.Plan) string {
 }
 
 func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *Limit {
-	l := &Limit{Name: name, Kind: r.Limit.Algorithm.Kind(), Scope: scope, Rule: r, Key: key,
-		Cost: cost, Shadow: r.Shadow, Fields: fields.NewLimit(&r.Limit)}
+	l := &Limit{Name: name, Kind: r.Algorithm().Kind(), Scope: scope, Rule: r, Key: key,
+		Cost: cost, Shadow: r.Shadow(), Fields: fields.ForRule(r)}
 	for _, k := range key {
 		l.needsUser = l.needsUser || k.Kind == KeyUser
 	}

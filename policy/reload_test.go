@@ -87,7 +87,7 @@ func TestReloadKeepsCountsOfUnchangedLimits(t *testing.T) {
 	}
 	i1, _ := p1.Limit("per-ip")
 	i2, _ := p2.Limit("per-ip")
-	if i1.Rule == i2.Rule || i1.Rule.ID == i2.Rule.ID {
+	if i1.Rule == i2.Rule || i1.Rule.ID() == i2.Rule.ID() {
 		t.Error("the changed limit kept its rule")
 	}
 	r.p = p2
@@ -279,8 +279,8 @@ limits:
 	if used := capacity - res.Decisions[0].Remaining - 1; used != checks.Load() {
 		t.Errorf("counted %d, want %d checks (counts lost across reloads)", used, checks.Load())
 	}
-	if l, _ := rl.Policy().Limit("changing"); l.Rule.Limit.Rate != 1000010 {
-		t.Errorf("final rate %d, want the last valid version's", l.Rule.Limit.Rate)
+	if l, _ := rl.Policy().Limit("changing"); l.Rule.Limit().Rate != 1000010 {
+		t.Errorf("final rate %d, want the last valid version's", l.Rule.Limit().Rate)
 	}
 }
 

@@ -578,7 +578,7 @@ func (p *parser) rateLimit(n *yaml.Node, nd *node, where string) (*rateLimit, er
 	if err != nil {
 		return nil, p.errf(n, strings.TrimSuffix(where, "."), "%v", err)
 	}
-	r.fields = fields.NewLimit(&r.rule.Limit)
+	r.fields = fields.ForRule(r.rule)
 	return r, nil
 }
 

@@ -112,24 +112,24 @@ descriptors:
 	d := cfg.domains["ext"]
 	get := func(k string) *rateLimit { return d.root.anyValue[k].limit }
 	b := get("bucket")
-	if l := b.rule.Limit; l.Algorithm != floodgate.TokenBucket || l.Rate != 10 || l.Per != time.Second || l.Burst != 20 {
+	if l := b.rule.Limit(); l.Algorithm != floodgate.TokenBucket || l.Rate != 10 || l.Per != time.Second || l.Burst != 20 {
 		t.Errorf("bucket: %+v", l)
 	}
-	if b.rule.OnFailure.String() != "deny" {
-		t.Errorf("bucket on_failure %s", b.rule.OnFailure)
+	if b.rule.OnFailure().String() != "deny" {
+		t.Errorf("bucket on_failure %s", b.rule.OnFailure())
 	}
-	m := get("month").rule.Limit
+	m := get("month").rule.Limit()
 	if m.Algorithm != floodgate.Quota || m.Period != floodgate.Month || m.Max != 1000 || m.AnchorDay != 15 || m.Location.String() != "Europe/Paris" {
 		t.Errorf("month: %+v", m)
 	}
-	if w := get("week").rule.Limit; w.Algorithm != floodgate.Quota || w.Period != floodgate.Week || w.Location != nil {
+	if w := get("week").rule.Limit(); w.Algorithm != floodgate.Quota || w.Period != floodgate.Week || w.Location != nil {
 		t.Errorf("week: %+v", w)
 	}
-	if y := get("year").rule.Limit; y.Algorithm != floodgate.FixedWindow || y.Window != 365*24*time.Hour {
+	if y := get("year").rule.Limit(); y.Algorithm != floodgate.FixedWindow || y.Window != 365*24*time.Hour {
 		t.Errorf("year: %+v", y)
 	}
 	s := get("sliding")
-	if s.rule.Limit.Algorithm != floodgate.SlidingWindow || s.name != "smooth" || s.rule.Limit.Name != "smooth" {
-		t.Errorf("sliding: %+v", s.rule.Limit)
+	if s.rule.Algorithm() != floodgate.SlidingWindow || s.name != "smooth" || s.rule.Name() != "smooth" {
+		t.Errorf("sliding: %+v", s.rule.Limit())
 	}
 }

@@ -223,7 +223,7 @@ func (s *Service) hits(req *rlsv3.RateLimitRequest, app []applied, sc *scratch) 
 		if rl == nil || rl.unlimited {
 			continue
 		}
-		if rl.rule == nil || app[i].cost > rl.rule.Params.Capacity() {
+		if rl.rule == nil || app[i].cost > rl.rule.Params().Capacity() {
 			app[i].over = true
 			blocked = blocked || !rl.shadow
 			continue
@@ -287,7 +287,7 @@ func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
 			// window; report the unit as the time until reset.
 			d = floodgate.Decision{Limit: int64(rl.perUnit), ResetAfter: time.Duration(rl.unit.seconds()) * time.Second}
 			if rl.rule != nil {
-				d.Limit = rl.rule.Params.Capacity()
+				d.Limit = rl.rule.Params().Capacity()
 			}
 		}
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
@@ -512,6 +512,6 @@ func compileOverride(k overrideKey) (*rateLimit, error) {
 	if rl.rule, err = limiter.NewRule(l, rl.tmpl.onFailure, rl.shadow); err != nil {
 		return nil, err
 	}
-	rl.fields = fields.NewLimit(&rl.rule.Limit)
+	rl.fields = fields.ForRule(rl.rule)
 	return rl, nil
 }

@@ -76,7 +76,7 @@ func printPolicy(w io.Writer, path string, p *policy.Policy) error {
 			shadow = "yes"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, l.Name, l.Scope, l.MatchText,
-			l.KeyText(), l.Rule.Limit.Algorithm, numbers(&l.Rule.Limit, l.Cost), l.Rule.OnFailure, shadow, countOn)
+			l.KeyText(), l.Rule.Algorithm(), numbers(l.Rule.Limit(), l.Cost), l.Rule.OnFailure(), shadow, countOn)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -109,7 +109,7 @@ func printPolicy(w io.Writer, path string, p *policy.Policy) error {
 }
 
 // numbers renders a limit's parameters in words, with the cost.
-func numbers(l *floodgate.Limit, cost int64) string {
+func numbers(l floodgate.Limit, cost int64) string {
 	s := l.Describe()
 	if cost > 1 {
 		s += fmt.Sprintf(", cost %d", cost)

@@ -249,7 +249,7 @@ func (s *Store) hitHash(r *limiter.Rule, key string) uint64 {
 	if c := slot.Load(); c != nil && c.rule == r {
 		return s.mix(c.hash, key)
 	}
-	c := &ruleHash{rule: r, hash: maphash.String(s.seed, r.ID)}
+	c := &ruleHash{rule: r, hash: maphash.String(s.seed, r.ID())}
 	slot.Store(c)
 	return s.mix(c.hash, key)
 }
@@ -294,7 +294,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 		}
 		// Charges, peeks and refunds all carry a cost.
 		if op != limiter.Release && hits[i].Cost < 1 {
-			return fmt.Errorf("memstore: %s: cost %d: %w", hits[i].Rule.ID, hits[i].Cost, floodgate.ErrInvalidCost)
+			return fmt.Errorf("memstore: %s: cost %d: %w", hits[i].Rule.ID(), hits[i].Cost, floodgate.ErrInvalidCost)
 		}
 	}
 	if len(hits) == 0 {
@@ -335,7 +335,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) error {
 	h := s.hitHash(hit.Rule, hit.Key)
 	sh := &s.shards[h>>s.shift]
-	p := &hit.Rule.Params
+	p := hit.Rule.Params()
 	// The clock is read before the lock, to keep the critical section
 	// short; an instant older than the key's state is clamped below. The
 	// cached clock's common case is inlined here.
@@ -386,7 +386,7 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	}
 	sh.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
+		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 	}
 	return nil
 }
@@ -408,7 +408,7 @@ func (s *Store) decideInPlace(sh *shard, e *entry, p *algo.Params, hit *limiter.
 		sh.clamps++
 	}
 	if err := p.DecideInto(&e.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out); err != nil {
-		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
+		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 	}
 	if out.Allowed && !peek {
 		e.exp = expiry(hit.Rule, &e.st, out, t)
@@ -446,7 +446,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		sh := &s.shards[wk.sh]
 		dup := -1
 		for j := i - 1; j >= 0; j-- {
-			if w[j].h == wk.h && hits[j].Key == hit.Key && hits[j].Rule.ID == hit.Rule.ID {
+			if w[j].h == wk.h && hits[j].Key == hit.Key && hits[j].Rule.ID() == hit.Rule.ID() {
 				dup = j
 				break
 			}
@@ -474,15 +474,15 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			t = wk.st.Last
 			sh.clamps++
 		}
-		d, err := hit.Rule.Params.Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
+		d, err := hit.Rule.Params().Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
 		out[i] = d
 		if err != nil {
-			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
+			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 		}
 		if d.Allowed {
 			wk.allowed = true
 			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, &d, t))
-		} else if !hit.Rule.Shadow {
+		} else if !hit.Rule.Shadow() {
 			denied = true
 		}
 	}
@@ -524,7 +524,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64, op limiter.Op) error {
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
-		p := &hit.Rule.Params
+		p := hit.Rule.Params()
 		if (op == limiter.Release && p.Algorithm().Kind() != floodgate.KindConcurrency) || (op == limiter.Refund && !p.Algorithm().Traits().Refundable) {
 			out[i] = floodgate.Decision{Allowed: true, Limit: p.Capacity(), Remaining: p.Capacity()}
 			continue
@@ -542,10 +542,10 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 				old := extCost(e.st.Ext)
 				if op == limiter.Refund {
 					if err := p.Refund(&e.st, t, hit.Cost); err != nil {
-						return fmt.Errorf("memstore: %s: refund: %w", hit.Rule.ID, err)
+						return fmt.Errorf("memstore: %s: refund: %w", hit.Rule.ID(), err)
 					}
 				} else if err := p.Release(&e.st, t, hit.Lease); err != nil {
-					return fmt.Errorf("memstore: %s: release: %w", hit.Rule.ID, err)
+					return fmt.Errorf("memstore: %s: release: %w", hit.Rule.ID(), err)
 				}
 				sh.regrow(old, extCost(e.st.Ext))
 				st = e.st
@@ -553,7 +553,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 		}
 		d, err := p.Decide(&st, algo.Request{Now: t, Cost: 1, Peek: true})
 		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
-			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID, err)
+			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 		}
 		free := d.Remaining // what one more unit would leave
 		if d.Allowed {
@@ -572,7 +572,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 // full: d.ResetAfter from now, or the last lease's expiry for concurrency.
 func expiry(r *limiter.Rule, st *algo.State, d *floodgate.Decision, now int64) int64 {
 	exp := satAdd(now, int64(d.ResetAfter))
-	if r.Params.Algorithm().Kind() == floodgate.KindConcurrency && st.Ext != nil {
+	if r.Params().Algorithm().Kind() == floodgate.KindConcurrency && st.Ext != nil {
 		for _, e := range st.Ext.Entries {
 			exp = max(exp, e.At)
 		}

@@ -159,8 +159,8 @@ func (s *Store) writeSnapshot(began int64) (err error) {
 func tempPattern(path string) string { return path + ".tmp*" }
 
 func appendRecord(b []byte, e *entry) []byte {
-	b = binary.AppendUvarint(b, uint64(len(e.rule.ID)))
-	b = append(b, e.rule.ID...)
+	b = binary.AppendUvarint(b, uint64(len(e.rule.ID())))
+	b = append(b, e.rule.ID()...)
 	b = binary.AppendUvarint(b, uint64(len(e.key)))
 	b = append(b, e.key...)
 	b = binary.AppendVarint(b, e.st.Last)
@@ -220,7 +220,7 @@ func (s *Store) load() {
 		if rule == nil {
 			// A stand-in carrying only the ID; the first hit of the
 			// real rule replaces it.
-			rule = &limiter.Rule{ID: r.rule}
+			rule = limiter.PlaceholderRule(r.rule)
 			rules[r.rule] = rule
 		}
 		h := s.hash(r.rule, r.key)

@@ -55,9 +55,9 @@ func used(t testing.TB, s *memstore.Store, r *limiter.Rule, key string) int64 {
 	t.Helper()
 	d := apply(t, s, limiter.Peek, limiter.Hit{Rule: r, Key: key, Cost: 1})[0]
 	if !d.Allowed {
-		return r.Limit.Max
+		return r.Limit().Max
 	}
-	return r.Limit.Max - d.Remaining - 1
+	return r.Limit().Max - d.Remaining - 1
 }
 
 func TestLRUEviction(t *testing.T) {

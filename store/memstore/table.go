@@ -165,7 +165,7 @@ func (sh *shard) find(h uint64, rule *limiter.Rule, key string) int32 {
 		if v>>idxBits == fp {
 			i := int32(v&idxMask) - 1
 			e := sh.at(i)
-			if e.key == key && (e.rule == rule || e.rule.ID == rule.ID) {
+			if e.key == key && (e.rule == rule || e.rule.ID() == rule.ID()) {
 				return i
 			}
 		}
@@ -287,7 +287,7 @@ func (s *Store) grow(sh *shard) {
 				continue
 			}
 			e := sh.at(int32(v&idxMask) - 1)
-			if ok = sh.place(s.hash(e.rule.ID, e.key), v&idxMask); !ok {
+			if ok = sh.place(s.hash(e.rule.ID(), e.key), v&idxMask); !ok {
 				break
 			}
 		}
@@ -302,7 +302,7 @@ func (s *Store) grow(sh *shard) {
 func (s *Store) remove(sh *shard, i int32) {
 	e := sh.at(i)
 	mask := uint32(len(sh.slots) - 1)
-	pos := uint32(s.hash(e.rule.ID, e.key)) & mask
+	pos := uint32(s.hash(e.rule.ID(), e.key)) & mask
 	for sh.slots[pos]&idxMask != uint32(i+1) {
 		pos = (pos + 1) & mask
 	}

@@ -28,7 +28,7 @@ func (s *Store) checkIndex(t *testing.T, sh *shard) {
 		}
 		live++
 		e := sh.at(int32(v&idxMask) - 1)
-		h := s.hash(e.rule.ID, e.key)
+		h := s.hash(e.rule.ID(), e.key)
 		home := uint32(h) & mask
 		if d := (uint32(pos) - home) & mask; d != uint32(sh.dist[pos]) {
 			t.Fatalf("slot %d: distance %d recorded, %d real", pos, sh.dist[pos], d)

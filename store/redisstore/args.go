@@ -42,12 +42,13 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // newRuleArgs precomputes the static arguments of a rule.
 func newRuleArgs(r *limiter.Rule) *ruleArgs {
-	l := &r.Limit
-	ra := &ruleArgs{alg: l.Algorithm, algStr: strconv.Itoa(int(l.Algorithm)), cap: r.Params.Capacity(), lease: "0", limit: l}
+	lim := r.Limit()
+	l := &lim
+	ra := &ruleArgs{alg: l.Algorithm, algStr: strconv.Itoa(int(l.Algorithm)), cap: r.Params().Capacity(), lease: "0", limit: l}
 	switch l.Algorithm.Family() {
 	case floodgate.FamilyRate:
-		tauNs, tauRem, den := r.Params.Tolerance()
-		tNs, tRem, _ := r.Params.Interval()
+		tauNs, tauRem, den := r.Params().Tolerance()
+		tNs, tRem, _ := r.Params().Interval()
 		ra.den, ra.per = den, uint64(l.Per)
 		ra.params = [8]string{
 			strconv.FormatUint(den, 10), itoa(int64(l.Per)),

@@ -63,7 +63,7 @@ func TestConformsToAlgo(t *testing.T) {
 				s = newCluster(t)
 			}
 			for _, r := range conformLimits(t) {
-				t.Run(r.Limit.Name, func(t *testing.T) { conform(t, s, r) })
+				t.Run(r.Name(), func(t *testing.T) { conform(t, s, r) })
 			}
 		})
 	}
@@ -71,10 +71,10 @@ func TestConformsToAlgo(t *testing.T) {
 
 func conform(t *testing.T, s *Store, r *limiter.Rule) {
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(uint64(len(r.ID)), 7))
+	rng := rand.New(rand.NewPCG(uint64(len(r.ID())), 7))
 	// Start a little before a DST change in New York, at a whole second.
 	now := time.Date(2026, 3, 7, 23, 59, 50, 0, time.UTC).UnixMicro()
-	if r.Limit.Algorithm == floodgate.Quota {
+	if r.Algorithm() == floodgate.Quota {
 		now = time.Date(2026, 3, 8, 4, 59, 58, 0, time.UTC).UnixMicro()
 	}
 	var st algo.State
@@ -99,11 +99,11 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 		default:
 			now += rng.Int64N(3_000_000)
 		}
-		if r.Limit.Algorithm == floodgate.Quota {
+		if r.Algorithm() == floodgate.Quota {
 			now += rng.Int64N(3600_000_000) // hours: cross day boundaries
 		}
 		s.testNow.Store(now)
-		cost := 1 + rng.Int64N(r.Params.Capacity()+1) // sometimes too big
+		cost := 1 + rng.Int64N(r.Params().Capacity()+1) // sometimes too big
 		if rng.IntN(3) > 0 {
 			cost = 1
 		}
@@ -113,7 +113,7 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 		case 0:
 			op = limiter.Peek
 		case 1:
-			if r.Limit.Algorithm == floodgate.Concurrency {
+			if r.Algorithm() == floodgate.Concurrency {
 				op = limiter.Release
 			}
 		}
@@ -121,9 +121,9 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 		var want floodgate.Decision
 		var wantErr error
 		if op == limiter.Release {
-			wantErr = r.Params.Release(&st, now*1000, lease)
+			wantErr = r.Params().Release(&st, now*1000, lease)
 		} else {
-			want, wantErr = r.Params.Decide(&st, req)
+			want, wantErr = r.Params().Decide(&st, req)
 		}
 		// Every other request carries a second hit that always allows, on
 		// the same subject (so in the same slot): the script's general path

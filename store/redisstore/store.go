@@ -155,7 +155,7 @@ func (s *Store) RefundErrors() int64 { return s.refundErrors.Load() }
 // <prefix>{<subject>}:<rule id>. The hash tag keeps all limits of one
 // subject in one Cluster slot.
 func (s *Store) Key(r *limiter.Rule, subject string) string {
-	return s.prefix + "{" + subject + "}:" + r.ID
+	return s.prefix + "{" + subject + "}:" + r.ID()
 }
 
 // maxCachedRules bounds the cache of rule arguments: policy reloads make
@@ -263,7 +263,7 @@ func (s *Store) release(ctx context.Context, hits []limiter.Hit, out []floodgate
 func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
 	for i := range hits {
 		out[i] = floodgate.Decision{Allowed: true, Limit: s.ruleArgs(hits[i].Rule).cap}
-		if !hits[i].Rule.Limit.Algorithm.Traits().Refundable {
+		if !hits[i].Rule.Algorithm().Traits().Refundable {
 			continue
 		}
 		r := callPool.Get().(*call)
@@ -414,7 +414,7 @@ func (s *Store) appendHit(c *call, h *limiter.Hit, now int64) {
 		c.keys = append(c.keys, key+":h")
 	}
 	shadow := "0"
-	if h.Rule.Shadow {
+	if h.Rule.Shadow() {
 		shadow = "1"
 	}
 	lease := ra.lease
@@ -477,7 +477,7 @@ func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out 
 		}
 		out[i] = floodgate.Decision{
 			Allowed:    v[0] == 1,
-			Limit:      hits[i].Rule.Params.Capacity(),
+			Limit:      hits[i].Rule.Params().Capacity(),
 			Remaining:  v[1],
 			RetryAfter: time.Duration(v[2]),
 			ResetAfter: time.Duration(v[3]),
@@ -487,7 +487,7 @@ func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out 
 			out[i].Allowed = true
 		}
 		if v[5] == 1 && never == nil {
-			never = fmt.Errorf("redisstore: %s: %w", hits[i].Rule.ID, floodgate.ErrNeverFits)
+			never = fmt.Errorf("redisstore: %s: %w", hits[i].Rule.ID(), floodgate.ErrNeverFits)
 		}
 	}
 	return charged == 1, mark, never

@@ -18,15 +18,15 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	ctx := context.Background()
 	rules := conformLimits(t)
 	for _, r := range rules {
-		for i := 0; i < 3*int(r.Params.Capacity()); i++ {
+		for i := 0; i < 3*int(r.Params().Capacity()); i++ {
 			for _, op := range []limiter.Op{limiter.Charge, limiter.Peek, limiter.Release} {
-				if op == limiter.Release && r.Limit.Algorithm != floodgate.Concurrency {
+				if op == limiter.Release && r.Algorithm() != floodgate.Concurrency {
 					continue
 				}
 				hits := []limiter.Hit{{Rule: r, Key: "ttl" + strconv.Itoa(i%3), Cost: 1, Lease: uint64(i % 4)}}
 				out := make([]floodgate.Decision, 1)
 				if err := s.Apply(ctx, op, hits, out); err != nil {
-					t.Fatalf("%s: %v", r.ID, err)
+					t.Fatalf("%s: %v", r.ID(), err)
 				}
 			}
 		}

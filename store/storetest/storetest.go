@@ -75,8 +75,10 @@ func rule(t testing.TB, l floodgate.Limit) *limiter.Rule {
 
 func shadowRule(t testing.TB, l floodgate.Limit) *limiter.Rule {
 	t.Helper()
-	r := rule(t, l)
-	r.Shadow = true
+	r, err := limiter.NewRule(l, floodgate.FailOpen, true)
+	if err != nil {
+		t.Fatalf("NewRule(%+v): %v", l, err)
+	}
 	return r
 }
 
