@@ -92,12 +92,9 @@ func ExampleQuotaPeriod() {
 	// Output: 2026-03-29 00:00:00 +0100 CET + 23h0m0s
 }
 
-// The local fallback of a global limit of 100 on 3 instances, and what it
-// costs when the traffic is uneven (seed 002).
-func ExampleWronglyDenied() {
+// The local fallback of a global limit of 100 on 3 instances (seed 002's
+// split_limit).
+func ExampleSplitLimit() {
 	fmt.Println(algo.SplitLimit(100, 3))
-	fmt.Println(algo.WronglyDenied(100, []int64{60, 20, 10}))
-	// Output:
-	// 33
-	// 27
+	// Output: 33
 }

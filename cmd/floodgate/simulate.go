@@ -405,7 +405,7 @@ func simulateInstances(cfg *simulateConfig) (*simulation, error) {
 			res.globalAllowed++
 		}
 	}
-	res.wrongly = algo.WronglyDenied(cfg.limit.Max, counts)
+	res.wrongly = wronglyDenied(cfg.limit.Max, counts)
 	return res, nil
 }
 
