@@ -236,7 +236,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 	if f == nil {
 		return nil, fmt.Errorf("policy: nil file")
 	}
-	p := &Policy{
+	c := &compiler{prev: prev, p: &Policy{
 		file:   f,
 		plans:  map[string]*plan{},
 		keys:   map[[sha256.Size]byte]*apiKey{},
@@ -244,48 +244,71 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		byName: map[string]*Limit{},
 		rules:  map[string]*limiter.Rule{},
 		v6bits: f.Server.IPv6Prefix,
+	}}
+	if c.p.v6bits == 0 {
+		c.p.v6bits = identity.DefaultIPv6Prefix
 	}
-	if p.v6bits == 0 {
-		p.v6bits = identity.DefaultIPv6Prefix
+	c.routes()
+	for _, step := range []func() error{c.plans, c.keys, c.scoped, c.account} {
+		if err := step(); err != nil {
+			return nil, err
+		}
 	}
-	rule := func(l floodgate.Limit, onFailure string, shadow bool) (*limiter.Rule, error) {
-		fp, err := floodgate.ParseFailurePolicy(onFailure)
-		if err != nil {
-			return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
-		}
-		r, err := limiter.NewRule(l, fp, shadow)
-		if err != nil {
-			return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
-		}
-		if prev != nil {
-			if old, ok := prev.rules[r.ID()]; ok && old.OnFailure() == r.OnFailure() && old.Shadow() == r.Shadow() {
-				r = old
-			}
-		}
-		if _, dup := p.rules[r.ID()]; dup {
-			return nil, fmt.Errorf("policy: %s: two limits with the same name and parameters", l.Name)
-		}
-		p.rules[r.ID()] = r
-		return r, nil
-	}
-	add := func(l *Limit) error {
-		if _, dup := p.byName[l.Name]; dup {
-			return fmt.Errorf("policy: two limits named %q", l.Name)
-		}
-		p.byName[l.Name] = l
-		p.ordered = append(p.ordered, l)
-		return nil
-	}
+	return c.p, nil
+}
 
-	for i := range f.Routes {
-		cr := &f.Routes[i]
-		p.routes = append(p.routes, &Route{Name: cr.Name, Upstream: cr.UpstreamURL, Stage: cr.Stage,
+// compiler builds one Policy, section by section, in evaluation order.
+type compiler struct {
+	p    *Policy
+	prev *Policy
+}
+
+// rule compiles a limit into a rule, reusing prev's rule of the same limit.
+func (c *compiler) rule(l floodgate.Limit, onFailure string, shadow bool) (*limiter.Rule, error) {
+	fp, err := floodgate.ParseFailurePolicy(onFailure)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
+	}
+	r, err := limiter.NewRule(l, fp, shadow)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
+	}
+	if c.prev != nil {
+		if old, ok := c.prev.rules[r.ID()]; ok && old.OnFailure() == r.OnFailure() && old.Shadow() == r.Shadow() {
+			r = old
+		}
+	}
+	if _, dup := c.p.rules[r.ID()]; dup {
+		return nil, fmt.Errorf("policy: %s: two limits with the same name and parameters", l.Name)
+	}
+	c.p.rules[r.ID()] = r
+	return r, nil
+}
+
+// add appends a limit to the evaluation order.
+func (c *compiler) add(l *Limit) error {
+	if _, dup := c.p.byName[l.Name]; dup {
+		return fmt.Errorf("policy: two limits named %q", l.Name)
+	}
+	c.p.byName[l.Name] = l
+	c.p.ordered = append(c.p.ordered, l)
+	return nil
+}
+
+// routes compiles the routes in matching order.
+func (c *compiler) routes() {
+	for i := range c.p.file.Routes {
+		cr := &c.p.file.Routes[i]
+		c.p.routes = append(c.p.routes, &Route{Name: cr.Name, Upstream: cr.UpstreamURL, Stage: cr.Stage,
 			APIKeyRequired: cr.APIKeyRequired, match: compileMatch(cr.Match),
 			routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 	}
+}
 
-	for i := range f.Plans {
-		cp := &f.Plans[i]
+// plans compiles the usage plans: each one's rate limit, then its quota.
+func (c *compiler) plans() error {
+	for i := range c.p.file.Plans {
+		cp := &c.p.file.Plans[i]
 		pl := &plan{name: cp.Name}
 		if len(cp.Routes) > 0 {
 			pl.routes = map[string]bool{}
@@ -293,55 +316,60 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 				pl.routes[r] = true
 			}
 		}
-		keyParts := []KeyPart{{Kind: KeyAPIKey}}
-		if cp.Throttle.Algorithm != 0 {
-			r, err := rule(cp.Throttle, cp.OnFailure, false)
+		for _, part := range []struct {
+			l    floodgate.Limit
+			into **Limit
+		}{{cp.Throttle, &pl.rate}, {cp.QuotaLimit, &pl.quota}} {
+			if part.l.Algorithm == 0 {
+				continue
+			}
+			r, err := c.rule(part.l, cp.OnFailure, false)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			pl.rate = newLimit(cp.Throttle.Name, ScopePlan, r, keyParts, 1)
-			pl.rate.Plan = cp.Name
-			pl.rate.MatchText = planMatch(cp)
-			if err := add(pl.rate); err != nil {
-				return nil, err
+			l := newLimit(part.l.Name, ScopePlan, r, []KeyPart{{Kind: KeyAPIKey}}, 1)
+			l.Plan, l.MatchText = cp.Name, planMatch(cp)
+			if err := c.add(l); err != nil {
+				return err
 			}
+			*part.into = l
 		}
-		if cp.QuotaLimit.Algorithm != 0 {
-			r, err := rule(cp.QuotaLimit, cp.OnFailure, false)
-			if err != nil {
-				return nil, err
-			}
-			pl.quota = newLimit(cp.QuotaLimit.Name, ScopePlan, r, keyParts, 1)
-			pl.quota.Plan = cp.Name
-			pl.quota.MatchText = planMatch(cp)
-			if err := add(pl.quota); err != nil {
-				return nil, err
-			}
-		}
-		p.plans[cp.Name] = pl
+		c.p.plans[cp.Name] = pl
 	}
-	for i := range f.Keys {
-		ck := &f.Keys[i]
+	return nil
+}
+
+// keys indexes the API keys by their SHA-256.
+func (c *compiler) keys() error {
+	for i := range c.p.file.Keys {
+		ck := &c.p.file.Keys[i]
 		var h [sha256.Size]byte
 		if b, err := hex.DecodeString(ck.SHA256); err != nil || len(b) != len(h) {
-			return nil, fmt.Errorf("policy: key %q: bad sha256", ck.Name)
+			return fmt.Errorf("policy: key %q: bad sha256", ck.Name)
 		} else {
 			copy(h[:], b)
 		}
-		pl, ok := p.plans[ck.Plan]
+		pl, ok := c.p.plans[ck.Plan]
 		if !ok {
-			return nil, fmt.Errorf("policy: key %q: unknown plan %q", ck.Name, ck.Plan)
+			return fmt.Errorf("policy: key %q: unknown plan %q", ck.Name, ck.Plan)
 		}
-		p.keys[h] = &apiKey{name: ck.Name, plan: pl}
+		c.p.keys[h] = &apiKey{name: ck.Name, plan: pl}
 	}
+	return nil
+}
 
-	scopeIndex := map[string]int{ScopeMethod: 0, ScopeRoute: 1, ScopeStage: 2, ScopeGlobal: 3}
+// scopeIndex orders the named limits' scopes.
+var scopeIndex = map[string]int{ScopeMethod: 0, ScopeRoute: 1, ScopeStage: 2, ScopeGlobal: 3}
+
+// scoped compiles the named limits by scope, with the stages' default
+// limits after the stage-scoped ones.
+func (c *compiler) scoped() error {
 	var named [4][]*Limit
-	for i := range f.Limits {
-		cl := &f.Limits[i]
-		r, err := rule(cl.Compiled, cl.OnFailure, cl.Shadow)
+	for i := range c.p.file.Limits {
+		cl := &c.p.file.Limits[i]
+		r, err := c.rule(cl.Compiled, cl.OnFailure, cl.Shadow)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		parts := make([]KeyPart, len(cl.Key.Parts))
 		for j, s := range cl.Key.Parts {
@@ -351,52 +379,64 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		if scope == "" {
 			scope = ScopeRoute
 		}
+		si, ok := scopeIndex[scope]
+		if !ok {
+			return fmt.Errorf("policy: %s: unknown scope %q", cl.Name, scope)
+		}
 		l := newLimit(cl.Name, scope, r, parts, cl.Cost)
 		l.CountOn = cl.CountOn
 		l.match = compileMatch(cl.Match)
 		l.MatchText = cl.Match.String()
-		si, ok := scopeIndex[scope]
-		if !ok {
-			return nil, fmt.Errorf("policy: %s: unknown scope %q", cl.Name, scope)
-		}
 		named[si] = append(named[si], l)
 	}
 	for si := range named {
 		for _, l := range named[si] {
-			if err := add(l); err != nil {
-				return nil, err
+			if err := c.add(l); err != nil {
+				return err
 			}
-			p.scoped[si] = append(p.scoped[si], l)
+			c.p.scoped[si] = append(c.p.scoped[si], l)
 		}
-		if si == 2 { // stage defaults follow the stage-scoped limits
-			for i := range f.Stages {
-				cs := &f.Stages[i]
-				r, err := rule(cs.Compiled, cs.OnFailure, cs.Shadow)
-				if err != nil {
-					return nil, err
-				}
-				l := newLimit(cs.Compiled.Name, ScopeStage, r, []KeyPart{{Kind: KeyStage}}, 1)
-				l.Stage = cs.Name
-				l.MatchText = "stage=" + cs.Name
-				if err := add(l); err != nil {
-					return nil, err
-				}
-				p.stages[cs.Name] = l
+		if si == scopeIndex[ScopeStage] {
+			if err := c.stages(); err != nil {
+				return err
 			}
 		}
 	}
-	if f.Account != nil {
-		r, err := rule(f.Account.Compiled, f.Account.OnFailure, f.Account.Shadow)
+	return nil
+}
+
+// stages compiles each stage's default limit.
+func (c *compiler) stages() error {
+	for i := range c.p.file.Stages {
+		cs := &c.p.file.Stages[i]
+		r, err := c.rule(cs.Compiled, cs.OnFailure, cs.Shadow)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		p.account = newLimit("account", ScopeGlobal, r, []KeyPart{{Kind: KeyGlobal}}, 1)
-		p.account.MatchText = "*"
-		if err := add(p.account); err != nil {
-			return nil, err
+		l := newLimit(cs.Compiled.Name, ScopeStage, r, []KeyPart{{Kind: KeyStage}}, 1)
+		l.Stage = cs.Name
+		l.MatchText = "stage=" + cs.Name
+		if err := c.add(l); err != nil {
+			return err
 		}
+		c.p.stages[cs.Name] = l
 	}
-	return p, nil
+	return nil
+}
+
+// account compiles the account-wide limit, checked last.
+func (c *compiler) account() error {
+	a := c.p.file.Account
+	if a == nil {
+		return nil
+	}
+	r, err := c.rule(a.Compiled, a.OnFailure, a.Shadow)
+	if err != nil {
+		return err
+	}
+	c.p.account = newLimit("account", ScopeGlobal, r, []KeyPart{{Kind: KeyGlobal}}, 1)
+	c.p.account.MatchText = "*"
+	return c.add(c.p.account)
 }
 
 func planMatch(cp *config.Plan) string {
