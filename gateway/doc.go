@@ -2,21 +2,33 @@
 // any service can wrap its handler with, the reverse proxy behind
 // "floodgate serve", and the answers clients can act on.
 //
-// For every request the middleware asks the policy which limits apply, checks
-// and charges them all at once through the engine, and then either forwards
-// the request (after holding it for its slot when a leaky queue shapes it)
-// or answers:
+// The gateway is one front end of the engine (package limiter), like the
+// Envoy rate-limit service and the HTTP check API: a Matcher turns each
+// request into hits (PolicyMatcher: the route and every limit that applies,
+// with the client's identity resolved through package identity), the engine
+// decides them all at once, and the gateway turns the engine's Result into
+// the answer. It either forwards the request (after holding it for its slot
+// when a leaky queue shapes it) or answers:
 //
-//   - 403 {"message":"Forbidden"} for a missing or unknown API key on a route
-//     that requires one;
 //   - 429 {"message":"Too Many Requests"} when throttled, or
 //     {"message":"Limit Exceeded"} when a quota is used up, with
-//     Retry-After in whole seconds (rounded up, at least 1).
+//     Retry-After in whole seconds (rounded up, at least 1);
+//   - 403 {"message":"Forbidden"} for a missing or unknown API key on a route
+//     that requires one, and 401 for a token that does not verify when the
+//     policy rejects those: after the limits that apply to the request
+//     without the missing identity were charged, so that guessing is
+//     throttled like anything else.
+//
+// A token is verified only when a limit the request matched counts per
+// user, and only after the limits that do not allowed the request
+// (UserMatcher), so a flood of forged tokens costs no signature checks
+// beyond what the per-address limits let through.
 //
 // Every response that a limit covered carries the IETF RateLimit-Policy and
-// RateLimit fields (draft-ietf-httpapi-ratelimit-headers-10: named items
-// with q, w, r and t), the binding limit first. The legacy
-// X-RateLimit-Limit/Remaining/Reset fields (Reset as delay seconds, not an
-// epoch) and a field naming the binding limit are behind switches. Shadow
-// limits add nothing and block nothing.
+// RateLimit fields (package fields), the binding limit first. The legacy
+// X-RateLimit-Limit/Remaining/Reset fields and a field naming the binding
+// limit of a denial are behind switches. Shadow limits add nothing and
+// block nothing. Decisions are counted by the engine's Observer; the
+// gateway's Observer takes only what the gateway alone sees (its own
+// answers, upstream statuses, queue lengths).
 package gateway

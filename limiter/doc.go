@@ -2,28 +2,52 @@
 // limits that apply to one request, all or nothing, against a Store, and
 // applies each limit's failure policy when the store cannot answer in time.
 //
+// # One engine under every front end
+//
+// Engine is the one interface the front ends decide through: the gateway
+// (package gateway), Envoy's rate-limit service (package rls), the HTTP
+// check API (package httpapi) and a Go program using the engine directly.
+// A front end does two things only: it turns its request into a Request of
+// Hits, and it turns the Result into its wire format (with package fields
+// for the RateLimit fields). The verdict is worked out here and nowhere
+// else: the binding hit (the first non-shadow denial, or the hit with the
+// fewest units left), the longest RetryAfter among the denials, the delay
+// of a leaky queue, and each hit's Decision and flags. A new front end is a
+// file next to the others that does those two translations; it passes its
+// FrontEnd in the Request so that metrics tell it apart.
+//
+// Every decision is reported once, to Options.Observer (package metrics
+// counts them by front end and limit): allowed, denied, shadow-denied,
+// degraded with its reason, near the limit, and the store's latency.
+//
+// # Requests
+//
 // A request is a slice of Hits, most specific first (plan, route, stage,
-// global). Limiter.Check asks the store to decide them in one step: every
-// hit is charged only if every non-shadow hit allows. The Result names the
-// binding hit (the first non-shadow denial), the longest RetryAfter among
-// the denials and each hit's Decision for the response headers. Shadow
-// rules are decided and reported but never deny.
+// global). Decide asks the store to decide them in one step: every hit is
+// charged only if every non-shadow hit allows. Shadow rules are decided and
+// reported but never deny.
 //
-// Concurrency limits hold a lease per request: Check gives every
+// Concurrency limits hold a lease per request: Decide gives every
 // concurrency hit whose Lease is 0 a random one (written into the caller's
-// slice) and Limiter.Release hands the leases back; a holder that dies
-// loses its lease when it expires.
+// hits) and Release hands the leases back; a holder that dies loses its
+// lease when it expires. Refund gives back the charges of rate algorithms
+// for a request that will not go ahead (a queued client that left). A hit
+// marked Reserve has a cost known only after the request (a login limit
+// that counts failures): Decide checks it, Settle charges what it cost.
 //
-// Every store call has a deadline (Options.Timeout, 5 ms by default). When
-// the store fails or times out, each hit follows its rule's OnFailure:
-// floodgate.FailOpen allows, floodgate.FailClosed denies, floodgate.FailLocal decides with Options.Local
-// (a memstore) at the rule's limit divided by the number of instances
-// (SplitRule). After Options.Breaker.Failures consecutive failures a circuit
-// breaker stops calling the store; one request at a time, at most every
-// probe interval, probes it, and the first success closes the breaker. The
-// engine starts no goroutines: a call never waits longer than its
-// deadline, provided the store honours its context.
+// Limits given in requests (an Envoy descriptor's own limit) are compiled
+// once and kept in a bounded RequestLimits, which any front end can use.
 //
-// An Observer sees every decision (allowed, denied, shadow, degraded, store
-// latency) for metrics.
+// # Failure
+//
+// Every store call has a deadline (Options.Timeout). When the store fails
+// or times out, each hit follows its rule's OnFailure: FailOpen allows,
+// FailClosed denies, FailLocal decides with Options.Local (a memstore) at
+// the rule's limit divided by the number of instances (SplitRule). After
+// Options.Breaker.Failures consecutive failures a circuit breaker stops
+// calling the store; one request at a time, at most every probe interval,
+// probes it, and the first success closes the breaker. The breaker reads
+// Options.Now, so tests can move its clock. The engine starts no
+// goroutines: a call never waits longer than its deadline, provided the
+// store honours its context.
 package limiter

@@ -5,7 +5,7 @@
 //
 // # Serving
 //
-// New builds the Service from an Engine (*limiter.Limiter) and a Config
+// New builds the Service from the engine (a limiter.Engine) and a Config
 // (Load or Parse); NewServer wraps it in a gRPC server that also carries
 // the standard health service (grpc.health.v1, SERVING while Serve runs,
 // for "" and for ServiceName), keepalive parameters and enforcement, and
@@ -31,7 +31,7 @@
 //	      replaces: [{name: other}] # drop the named limits when this one applies
 //	      # unlimited: true         # never limit (no unit or requests_per_unit)
 //	    shadow_mode: true           # count, never answer OVER_LIMIT
-//	    detailed_metric: true       # accepted; see Options.Observe
+//	    detailed_metric: true       # accepted; decisions are counted per limit by package metrics
 //
 // Load reads files or directories (their .yaml and .yml files, in name
 // order, not recursively); several domains may be loaded, each once. Unknown
@@ -130,10 +130,10 @@
 //     fixed windows.
 //   - RateLimit-Policy, RateLimit and Retry-After are added by default;
 //     envoyproxy/ratelimit can add the older X-RateLimit-* fields, which
-//     Options.LegacyHeaders adds as well.
+//     Options.Fields.Legacy adds as well.
 //   - is_negative_hits (refunds) is rejected with InvalidArgument.
 //   - The global shadow mode, the local over-limit cache, the near-limit
 //     statistics and xDS configuration are not implemented; detailed_metric
-//     is accepted and has no effect beyond what Options.Observe reports
-//     (every status names its limit).
+//     is accepted; every decision is counted per limit by the engine's
+//     metrics (front_end="rls").
 package rls
