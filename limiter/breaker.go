@@ -2,39 +2,89 @@ package limiter
 
 import (
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // Breaker defaults.
 const (
-	DefaultBreakerFailures = 5
-	DefaultProbeInterval   = 500 * time.Millisecond
+	DefaultBreakerWindow       = 10 * time.Second
+	DefaultBreakerMinCalls     = 20
+	DefaultBreakerFailureRatio = 0.5
+	DefaultBreakerFailures     = 20
+	DefaultProbeInterval       = 500 * time.Millisecond
 )
 
 // BreakerOptions configure the circuit breaker that stops calling a store
-// that keeps failing. While it is open every hit is decided by its failure
+// that is failing. While it is open every hit is decided by its failure
 // policy at once; one request at a time, at most every ProbeInterval, is
 // let through to the store as a probe, and the first success closes the
 // breaker. Probes ride on requests: with no traffic, nothing is probed.
+//
+// The breaker judges the store, not this process: only calls that reached
+// the store and failed there count against it (an error, or a deadline
+// that passed while the store held the call). A call whose deadline passed
+// while it waited in this process for an in-flight slot or in the store's
+// own queue (see ErrNotSent), a deadline noticed late because this process
+// was not running, and a caller that gave up say nothing about the store.
+//
+// It opens when either rule holds:
+//   - the failure rate: of the calls that ended in the last Window, at
+//     least MinCalls did and at least FailureRatio of them failed (a store
+//     that fails often);
+//   - the run: Failures calls failed with no success between them (a store
+//     that answers nothing: stopped, unreachable, out of memory).
+//
+// A busy store that answers within the deadline trips neither.
 type BreakerOptions struct {
-	// Failures is the number of consecutive failed store calls that opens
-	// the breaker (0: DefaultBreakerFailures; negative: it never opens).
+	// Window is the span over which the failure rate is taken
+	// (0: DefaultBreakerWindow). It is kept in ten slices, so the rate
+	// forgets a tenth of the window at a time.
+	Window time.Duration
+	// MinCalls is the least number of calls in the window for the rate
+	// to count (0: DefaultBreakerMinCalls).
+	MinCalls int
+	// FailureRatio is the share of failed calls in the window that opens
+	// the breaker (0: DefaultBreakerFailureRatio; above 1: the rate never
+	// opens it).
+	FailureRatio float64
+	// Failures is the length of a run of failed calls, with no success
+	// among them, that opens the breaker (0: DefaultBreakerFailures).
+	// Negative: the breaker is off and never opens.
 	Failures int
 	// ProbeInterval is the least time between two probes
 	// (0: DefaultProbeInterval).
 	ProbeInterval time.Duration
 }
 
-// breaker is a lock-free circuit breaker.
-type breaker struct {
-	threshold int64
-	interval  int64 // ns
-	now       func() time.Time
-	start     time.Time
-	log       *slog.Logger
+// breakerSlices is the number of slices of the failure-rate window.
+const breakerSlices = 10
 
-	failures  atomic.Int64 // consecutive
+// windowSlice counts the calls that ended during one slice of the window.
+type windowSlice struct {
+	epoch atomic.Int64 // 1 + the index of the slice of time counted here; 0: unused
+	calls atomic.Int64
+	fails atomic.Int64
+}
+
+// breaker is a circuit breaker whose hot path (a call that worked) takes a
+// few atomic operations and no lock.
+type breaker struct {
+	off      bool
+	minCalls int64
+	ratio    float64
+	run      int64
+	width    int64 // ns per slice
+	interval int64 // ns between probes
+	now      func() time.Time
+	start    time.Time
+	log      *slog.Logger
+
+	slices [breakerSlices]windowSlice
+	turn   sync.Mutex // guards the reset of a slice that starts counting a new span
+
+	failures  atomic.Int64 // in the current run
 	open      atomic.Bool
 	probing   atomic.Bool  // a probe is in flight
 	nextProbe atomic.Int64 // ns since start
@@ -42,10 +92,24 @@ type breaker struct {
 }
 
 func (b *breaker) init(o BreakerOptions, now func() time.Time, log *slog.Logger) {
-	b.threshold = int64(o.Failures)
-	if b.threshold == 0 {
-		b.threshold = DefaultBreakerFailures
+	b.off = o.Failures < 0
+	b.run = int64(o.Failures)
+	if b.run == 0 {
+		b.run = DefaultBreakerFailures
 	}
+	b.minCalls = int64(o.MinCalls)
+	if b.minCalls <= 0 {
+		b.minCalls = DefaultBreakerMinCalls
+	}
+	b.ratio = o.FailureRatio
+	if b.ratio <= 0 {
+		b.ratio = DefaultBreakerFailureRatio
+	}
+	w := o.Window
+	if w <= 0 {
+		w = DefaultBreakerWindow
+	}
+	b.width = max(int64(w)/breakerSlices, 1)
 	b.interval = int64(o.ProbeInterval)
 	if b.interval <= 0 {
 		b.interval = int64(DefaultProbeInterval)
@@ -58,7 +122,7 @@ func (b *breaker) init(o BreakerOptions, now func() time.Time, log *slog.Logger)
 	b.log = log
 }
 
-// since returns the monotonic time since the breaker was made.
+// since returns the time since the breaker was made, by its clock.
 func (b *breaker) since() int64 { return int64(b.now().Sub(b.start)) }
 
 // allow reports whether to call the store, and whether the call is a probe.
@@ -74,12 +138,50 @@ func (b *breaker) allow() (call, probe bool) {
 	return true, true
 }
 
-// success records a store call that worked.
-func (b *breaker) success(probe bool) {
+// count adds one ended call, failed or not, to the slice of now, and
+// returns the slice's index.
+func (b *breaker) count(now int64, failed bool) {
+	e := now/b.width + 1
+	s := &b.slices[e%breakerSlices]
+	if s.epoch.Load() != e {
+		b.turn.Lock()
+		if s.epoch.Load() != e {
+			s.calls.Store(0)
+			s.fails.Store(0)
+			s.epoch.Store(e)
+		}
+		b.turn.Unlock()
+	}
+	s.calls.Add(1)
+	if failed {
+		s.fails.Add(1)
+	}
+}
+
+// rate returns the calls and the failures of the window that ends now.
+func (b *breaker) rate(now int64) (calls, fails int64) {
+	e := now/b.width + 1
+	for i := range b.slices {
+		s := &b.slices[i]
+		if ep := s.epoch.Load(); ep > e-breakerSlices && ep <= e {
+			calls += s.calls.Load()
+			fails += s.fails.Load()
+		}
+	}
+	return calls, fails
+}
+
+// success records a store call that worked. timed says whether to count
+// it in the failure rate (stores in this process skip the clock).
+func (b *breaker) success(probe, timed bool) {
 	if b.failures.Load() != 0 {
 		b.failures.Store(0)
 	}
+	if timed && !b.off {
+		b.count(b.since(), false)
+	}
 	if b.open.Load() && b.open.CompareAndSwap(true, false) {
+		b.forget()
 		b.log.Info("limiter: store answers again, circuit breaker closed")
 	}
 	if probe {
@@ -87,18 +189,42 @@ func (b *breaker) success(probe bool) {
 	}
 }
 
-// failure records a store call that failed or timed out.
+// failure records a store call that failed in the store.
 func (b *breaker) failure(probe bool) {
 	if probe {
 		b.probing.Store(false) // stays open until the next probe
 		return
 	}
-	n := b.failures.Add(1)
-	if b.threshold > 0 && n >= b.threshold && b.open.CompareAndSwap(false, true) {
-		b.nextProbe.Store(b.since() + b.interval)
-		b.opens.Add(1)
-		b.log.Warn("limiter: store failing, circuit breaker open", "consecutive_failures", n)
+	if b.off {
+		return
 	}
+	now := b.since()
+	b.count(now, true)
+	run := b.failures.Add(1)
+	why := ""
+	if run >= b.run {
+		why = "run"
+	} else if calls, fails := b.rate(now); calls >= b.minCalls && float64(fails) >= b.ratio*float64(calls) {
+		why = "rate"
+	}
+	if why != "" && b.open.CompareAndSwap(false, true) {
+		b.nextProbe.Store(now + b.interval)
+		b.opens.Add(1)
+		calls, fails := b.rate(now)
+		b.log.Warn("limiter: store failing, circuit breaker open", "rule", why,
+			"failures_in_a_row", run, "window_calls", calls, "window_failures", fails)
+	}
+}
+
+// forget clears the failure rate and the run, so that a store that
+// answers again starts with a clean record.
+func (b *breaker) forget() {
+	b.turn.Lock()
+	for i := range b.slices {
+		b.slices[i].epoch.Store(0)
+	}
+	b.turn.Unlock()
+	b.failures.Store(0)
 }
 
 // release ends a call that said nothing about the store's health.

@@ -43,11 +43,22 @@
 // Every store call has a deadline (Options.Timeout). When the store fails
 // or times out, each hit follows its rule's OnFailure: FailOpen allows,
 // FailClosed denies, FailLocal decides with Options.Local (a memstore) at
-// the rule's limit divided by the number of instances (SplitRule). After
-// Options.Breaker.Failures consecutive failures a circuit breaker stops
-// calling the store; one request at a time, at most every probe interval,
-// probes it, and the first success closes the breaker. The breaker reads
-// Options.Now, so tests can move its clock. The engine starts no
-// goroutines: a call never waits longer than its deadline, provided the
-// store honours its context.
+// the rule's limit divided by the number of instances (SplitRule).
+//
+// The deadline and the circuit breaker judge the store, not this process.
+// At most Options.MaxInFlight calls are in flight at once; a call beyond
+// that waits for a slot (backpressure on the callers rather than a longer
+// queue in front of the store). The deadline covers that wait, so a store
+// outage never holds a request longer than Timeout, but only the time the
+// store held a call counts against it: a call that never left this
+// process (ErrNotSent), one that spent most of its deadline waiting here,
+// and one whose deadline was noticed late because this process did not run
+// are decided by their policies without being held against the store
+// (Stats.QueueTimeouts, Stats.LateDeadlines). The breaker opens on a
+// failure rate over a window, or on a run of failures with no success
+// among them (see BreakerOptions); while open, one request at a time, at
+// most every probe interval, probes the store, and the first success
+// closes it. The breaker reads Options.Now, so tests can move its clock.
+// The engine starts no goroutines: a call never waits longer than its
+// deadline, provided the store honours its context.
 package limiter

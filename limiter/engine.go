@@ -149,8 +149,10 @@ type Result struct {
 	Degraded Degradation
 	// ShadowDenied reports that some shadow hit denied.
 	ShadowDenied bool
-	// StoreLatency is how long the store call took (0 when the breaker
-	// kept the store from being asked, or for a store in this process).
+	// StoreLatency is how long the store held the call: from sending it
+	// to the answer, not counting a wait for an in-flight slot (0 when
+	// the breaker kept the store from being asked, or for a store in this
+	// process).
 	StoreLatency time.Duration
 }
 

@@ -17,19 +17,30 @@ import (
 const (
 	DefaultTimeout          = 5 * time.Millisecond
 	DefaultClosedRetryAfter = time.Second
+	DefaultMaxInFlight      = 1024
 )
 
-// Options configure a Limiter. The zero value calls the store with a 5 ms
-// deadline, assumes one instance, opens the breaker after 5 consecutive
-// failures and probes every 500 ms.
+// Options configure a Limiter. The zero value calls the store with a
+// DefaultTimeout deadline and at most DefaultMaxInFlight calls at once,
+// assumes one instance, and keeps the breaker's defaults (see
+// BreakerOptions).
 type Options struct {
 	// Timeout is the deadline of each store call (0: DefaultTimeout;
-	// negative: only the caller's context bounds it). Stores that answer
-	// from memory (see InProcess) are called without one. A caller whose
-	// context is cancelled during a store call (rather than reaching its
-	// deadline) waits for that call's answer or for Timeout, whichever
-	// comes first.
+	// negative: only the caller's context bounds it). It covers the wait
+	// for an in-flight slot and the call itself, so that a store outage
+	// never holds a request longer than Timeout; only the time the store
+	// held the call counts against the store (see BreakerOptions). Stores
+	// that answer from memory (see InProcess) are called without one. A
+	// caller whose context is cancelled during a store call (rather than
+	// reaching its deadline) waits for that call's answer or for Timeout,
+	// whichever comes first.
 	Timeout time.Duration
+	// MaxInFlight bounds the store calls in flight at once
+	// (0: DefaultMaxInFlight; negative: no bound). Further calls wait for
+	// a slot, within their deadline: backpressure on the callers instead
+	// of an ever longer queue in front of the store. Stores in this
+	// process are not bounded.
+	MaxInFlight int
 	// Instances is the number of instances that share the store; FailLocal
 	// limits are the global ones divided by it (0: 1).
 	Instances int
@@ -80,11 +91,17 @@ type Limiter struct {
 	local     sync.Map // *Rule → *localRule
 	localSize atomic.Int64
 
-	scratch sync.Pool // *scratch
-	noLocal sync.Once // warns once about FailLocal without a local store
+	scratch   sync.Pool // *scratch
+	deadlines sync.Pool // *deadlineCtx
+	noLocal   sync.Once // warns once about FailLocal without a local store
+
+	slots chan struct{} // one token per store call in flight; nil: unbounded
 
 	degraded      atomic.Uint64
 	storeFailures atomic.Uint64
+	queueTimeouts atomic.Uint64
+	slotWaits     atomic.Uint64
+	lateDeadlines atomic.Uint64
 }
 
 // New returns a limiter over store.
@@ -99,11 +116,18 @@ func New(store Store, opts Options) *Limiter {
 	if l.closedWait <= 0 {
 		l.closedWait = DefaultClosedRetryAfter
 	}
+	if n := opts.MaxInFlight; !l.inProcess && n >= 0 {
+		if n == 0 {
+			n = DefaultMaxInFlight
+		}
+		l.slots = make(chan struct{}, n)
+	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	l.breaker.init(opts.Breaker, opts.Now, l.log)
 	l.scratch.New = func() any { return new(scratch) }
+	l.deadlines.New = newDeadlineCtx
 	return l
 }
 
@@ -210,13 +234,25 @@ func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodga
 	if !call {
 		return fmt.Errorf("limiter: %s: %w", what, ErrBreakerOpen)
 	}
-	if err := l.callStore(ctx, op, hits, out); err != nil {
-		l.storeFailures.Add(1)
-		l.breaker.failure(probe)
+	_, o, err := l.callStore(ctx, op, hits, out)
+	l.judge(o, probe)
+	if err != nil {
 		return fmt.Errorf("limiter: %s: %w", what, err)
 	}
-	l.breaker.success(probe)
 	return nil
+}
+
+// judge tells the breaker how a store call ended.
+func (l *Limiter) judge(o outcome, probe bool) {
+	switch o {
+	case answered:
+		l.breaker.success(probe, !l.inProcess)
+	case storeFail:
+		l.storeFailures.Add(1)
+		l.breaker.failure(probe)
+	default:
+		l.breaker.release(probe)
+	}
 }
 
 // ErrBreakerOpen reports a store call skipped because the circuit breaker
@@ -321,33 +357,21 @@ func (l *Limiter) chargeReserving(ctx context.Context, hits []Hit, reserved int,
 func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, flags []HitFlags, r *Result) error {
 	degraded := DegradedBreakerOpen
 	if call, probe := l.breaker.allow(); call {
-		timed := l.opts.Observer != nil && !l.inProcess
-		var start time.Time
-		if timed {
-			start = time.Now()
-		}
-		err := l.callStore(ctx, op, hits, out)
-		if timed {
-			r.StoreLatency += time.Since(start)
-		}
+		c, o, err := l.callStore(ctx, op, hits, out)
+		r.StoreLatency += c.latency
+		l.judge(o, probe)
 		switch {
 		case err == nil:
-			l.breaker.success(probe)
 			degraded = NotDegraded
 		case isCallerError(err):
-			l.breaker.release(probe)
 			return fmt.Errorf("limiter: %w", err)
-		case ctx.Err() != nil:
+		case o == gaveUp:
 			// The caller gave up; that says nothing about the store.
-			l.breaker.release(probe)
 			return fmt.Errorf("limiter: %w", ctx.Err())
+		case errors.Is(err, context.DeadlineExceeded):
+			degraded = DegradedDeadline
 		default:
-			l.storeFailures.Add(1)
-			l.breaker.failure(probe)
 			degraded = DegradedStoreError
-			if errors.Is(err, context.DeadlineExceeded) {
-				degraded = DegradedDeadline
-			}
 		}
 	}
 	if degraded != NotDegraded {
@@ -389,73 +413,6 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64) erro
 	clear(sub)
 	sc.localHits = sub[:0]
 	return err
-}
-
-// callStore calls the store with the engine's deadline: the caller's when
-// that is earlier, else the store call's own (see deadlineCtx).
-func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) error {
-	if l.inProcess || l.timeout < 0 {
-		return l.store.Apply(ctx, op, hits, out)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	dl := time.Now().Add(l.timeout)
-	if cdl, ok := ctx.Deadline(); ok && !cdl.After(dl) {
-		return l.store.Apply(ctx, op, hits, out)
-	}
-	c := deadlinePool.Get().(*deadlineCtx)
-	c.Context, c.deadline = ctx, dl
-	if c.timer == nil {
-		c.timer = time.AfterFunc(l.timeout, c.expire)
-	} else {
-		c.timer.Reset(l.timeout)
-	}
-	err := l.store.Apply(c, op, hits, out)
-	if c.timer.Stop() {
-		// Done was not closed: the context can serve another call.
-		c.Context = nil
-		deadlinePool.Put(c)
-	}
-	return err
-}
-
-// deadlineCtx is the context of one store call whose deadline comes before
-// the caller's: the caller's context with that earlier deadline. Unlike
-// context.WithTimeout it does not register with the caller's context and it
-// is reused, timer and Done channel included, by later calls whose
-// deadline did not pass; that spares several allocations, a lock and a
-// timer per decision. The store sees a cancellation of the caller's context
-// only through Err before the call (callStore checks it first), not while
-// waiting; the wait still ends at the deadline.
-type deadlineCtx struct {
-	context.Context // the caller's, for Value
-	deadline        time.Time
-	done            chan struct{}
-	timer           *time.Timer
-	expired         atomic.Bool
-}
-
-var deadlinePool = sync.Pool{New: func() any { return &deadlineCtx{done: make(chan struct{})} }}
-
-// expire runs when the deadline passes.
-func (c *deadlineCtx) expire() {
-	c.expired.Store(true)
-	close(c.done)
-}
-
-// Deadline returns the store call's deadline.
-func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
-
-// Done is closed when the deadline passes.
-func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
-
-// Err returns context.DeadlineExceeded once Done is closed, else nil.
-func (c *deadlineCtx) Err() error {
-	if c.expired.Load() {
-		return context.DeadlineExceeded
-	}
-	return nil
 }
 
 // isCallerError reports errors that are the request's fault, not the
@@ -517,8 +474,25 @@ func (l *Limiter) summarize(hits []Hit, r *Result) {
 type Stats struct {
 	// Degraded counts hits decided by their failure policy.
 	Degraded uint64
-	// StoreFailures counts store calls that failed or timed out.
+	// StoreFailures counts store calls that failed in the store: an error,
+	// or a deadline that passed while the store held the call.
 	StoreFailures uint64
+	// QueueTimeouts counts store calls whose deadline passed while they
+	// waited in this process: before they were sent (for an in-flight
+	// slot, or in the store's own queue), or with too little of it left
+	// when they were sent for the store to be judged. Their hits were
+	// decided by their failure policies, but they are not held against
+	// the store. Any at all mean that the deadline is too short for the
+	// load.
+	QueueTimeouts uint64
+	// SlotWaits counts store calls that found every in-flight slot taken
+	// and waited for one.
+	SlotWaits uint64
+	// LateDeadlines counts deadlines noticed well after they passed,
+	// because this process did not run (not held against the store).
+	LateDeadlines uint64
+	// InFlight is the number of store calls in flight now.
+	InFlight int
 	// BreakerOpen reports whether the breaker is open now.
 	BreakerOpen bool
 	// BreakerOpens counts how often the breaker opened.
@@ -530,6 +504,10 @@ func (l *Limiter) Stats() Stats {
 	return Stats{
 		Degraded:      l.degraded.Load(),
 		StoreFailures: l.storeFailures.Load(),
+		QueueTimeouts: l.queueTimeouts.Load(),
+		SlotWaits:     l.slotWaits.Load(),
+		LateDeadlines: l.lateDeadlines.Load(),
+		InFlight:      len(l.slots),
 		BreakerOpen:   l.breaker.open.Load(),
 		BreakerOpens:  l.breaker.opens.Load(),
 	}

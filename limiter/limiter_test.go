@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -61,8 +62,11 @@ type testStore struct {
 	fail     atomic.Bool
 	block    atomic.Bool
 	calls    atomic.Int64
-	deadline atomic.Int64  // time left until the deadline at the last call, ns
-	hasDL    atomic.Bool   // the last call had a deadline
+	deadline atomic.Int64 // time left until the deadline at the last call, ns
+	hasDL    atomic.Bool  // the last call had a deadline
+	hold     atomic.Int64 // ns each call takes (or until ctx ends)
+	inflight atomic.Int64
+	peak     atomic.Int64  // most calls in flight at once
 	gate     chan struct{} // when set, calls wait for it (or ctx) first
 }
 
@@ -70,6 +74,10 @@ var errDown = errors.New("store down")
 
 func (s *testStore) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
 	s.calls.Add(1)
+	n := s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
 	d, ok := ctx.Deadline()
 	s.hasDL.Store(ok)
 	s.deadline.Store(int64(time.Until(d)))
@@ -83,6 +91,15 @@ func (s *testStore) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit
 	if s.block.Load() {
 		<-ctx.Done()
 		return ctx.Err()
+	}
+	if h := time.Duration(s.hold.Load()); h > 0 {
+		t := time.NewTimer(h)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if s.fail.Load() {
 		return errDown
@@ -303,86 +320,246 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
-func TestBreaker(t *testing.T) {
-	ts := &testStore{inner: newMem(t)}
-	ts.fail.Store(true)
-	l := limiter.New(ts, limiter.Options{Breaker: limiter.BreakerOptions{Failures: 3, ProbeInterval: 50 * time.Millisecond}})
-	w := window(t, "w", 1000, floodgate.FailOpen)
-	hit := limiter.Hit{Rule: w, Key: "k", Cost: 1}
-	for range 3 {
-		check(t, l, hit)
+// allowStore allows every hit and keeps no state: a store for tests of
+// the engine's own behaviour, with no goroutines of its own (so that it
+// can live in a synctest bubble).
+type allowStore struct{}
+
+func (allowStore) Apply(_ context.Context, _ limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+	for i := range hits {
+		c := hits[i].Rule.Capacity()
+		out[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - hits[i].Cost}
 	}
-	if !l.Stats().BreakerOpen {
-		t.Fatalf("breaker closed after 3 failures: %+v", l.Stats())
-	}
-	// While open, requests within the probe interval skip the store. The
-	// interval may already have passed on a slow machine, letting one
-	// probe through, but never more than one per interval.
-	before := ts.calls.Load()
-	start := time.Now()
-	for range 20 {
-		if r := check(t, l, hit); r.Degraded == limiter.NotDegraded {
-			t.Fatalf("open breaker: %+v, want degraded", r)
-		}
-	}
-	probes := ts.calls.Load() - before
-	if limit := int64(time.Since(start)/(50*time.Millisecond)) + 1; probes > limit {
-		t.Fatalf("%d store calls in %v while open, want at most %d", probes, time.Since(start), limit)
-	}
-	// The store is back: a probe after the interval closes the breaker.
-	ts.fail.Store(false)
-	deadline := time.Now().Add(10 * time.Second)
-	for l.Stats().BreakerOpen {
-		if time.Now().After(deadline) {
-			t.Fatal("breaker still open 10 s after the store came back")
-		}
-		time.Sleep(10 * time.Millisecond)
-		check(t, l, hit)
-	}
-	if r := check(t, l, hit); r.Degraded != limiter.NotDegraded {
-		t.Fatalf("closed breaker: %+v", r)
-	}
-	if st := l.Stats(); st.BreakerOpens != 1 {
-		t.Fatalf("stats %+v, want one opening", st)
-	}
+	return nil
 }
 
-func TestBreakerOneProbeInFlight(t *testing.T) {
-	ts := &testStore{inner: newMem(t)}
-	ts.fail.Store(true)
-	l := limiter.New(ts, limiter.Options{Timeout: -1, Breaker: limiter.BreakerOptions{Failures: 1, ProbeInterval: time.Millisecond}})
-	hit := limiter.Hit{Rule: window(t, "w", 1000, floodgate.FailOpen), Key: "k", Cost: 1}
-	check(t, l, hit)
-	ts.fail.Store(false)
-	gate := make(chan struct{})
-	ts.gate = gate
-	time.Sleep(5 * time.Millisecond) // past the probe interval
-	before := ts.calls.Load()
-	probeDone := make(chan limiter.Result)
-	go func() {
-		r, _ := l.Check(context.Background(), []limiter.Hit{hit})
-		probeDone <- r
-	}()
-	for ts.calls.Load() == before {
-		time.Sleep(time.Millisecond)
-	}
-	// The probe is held at the gate; others must not call the store.
-	for range 50 {
-		time.Sleep(100 * time.Microsecond)
-		if r := check(t, l, hit); r.Degraded == limiter.NotDegraded {
-			t.Fatalf("while the probe is in flight: %+v, want degraded", r)
+// TestBreakerRun: a run of failures with no success among them opens the
+// breaker; while open, the store is asked once per probe interval, and
+// the first probe that works closes it with a clean record.
+func TestBreakerRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := &testStore{inner: allowStore{}}
+		ts.fail.Store(true)
+		l := limiter.New(ts, limiter.Options{Breaker: limiter.BreakerOptions{Failures: 3, ProbeInterval: 50 * time.Millisecond}})
+		hit := limiter.Hit{Rule: window(t, "w", 1000, floodgate.FailOpen), Key: "k", Cost: 1}
+		for i := range 3 {
+			if l.Stats().BreakerOpen {
+				t.Fatalf("open after %d failures, want 3", i)
+			}
+			check(t, l, hit)
 		}
-	}
-	if n := ts.calls.Load() - before; n != 1 {
-		t.Fatalf("%d store calls with one probe in flight, want 1", n)
-	}
-	close(gate)
-	if r := <-probeDone; r.Degraded != limiter.NotDegraded || !r.Allowed {
-		t.Fatalf("probe: %+v", r)
-	}
-	if l.Stats().BreakerOpen {
-		t.Fatal("breaker open after a successful probe")
-	}
+		if st := l.Stats(); !st.BreakerOpen || st.BreakerOpens != 1 || st.StoreFailures != 3 {
+			t.Fatalf("after 3 failures: %+v, want open", st)
+		}
+		// While open and within the probe interval, nothing reaches the
+		// store.
+		before := ts.calls.Load()
+		for range 20 {
+			if r := check(t, l, hit); r.Degraded != limiter.DegradedBreakerOpen {
+				t.Fatalf("open breaker: %+v, want degraded by the breaker", r)
+			}
+		}
+		if n := ts.calls.Load() - before; n != 0 {
+			t.Fatalf("%d store calls within the probe interval, want 0", n)
+		}
+		// One probe per interval; a failed one keeps it open.
+		time.Sleep(50 * time.Millisecond)
+		for range 5 {
+			check(t, l, hit)
+		}
+		if n := ts.calls.Load() - before; n != 1 || !l.Stats().BreakerOpen {
+			t.Fatalf("%d store calls after one interval (open %v), want 1 failed probe", n, l.Stats().BreakerOpen)
+		}
+		// The store is back: the next probe closes the breaker.
+		ts.fail.Store(false)
+		if r := check(t, l, hit); r.Degraded != limiter.DegradedBreakerOpen {
+			t.Fatalf("before the next probe: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if r := check(t, l, hit); r.Degraded != limiter.NotDegraded || l.Stats().BreakerOpen {
+			t.Fatalf("probe after the store came back: %+v, %+v", r, l.Stats())
+		}
+		// A clean record: two failures do not reopen it.
+		ts.fail.Store(true)
+		check(t, l, hit)
+		check(t, l, hit)
+		if st := l.Stats(); st.BreakerOpen || st.BreakerOpens != 1 {
+			t.Fatalf("two failures after closing: %+v, want closed", st)
+		}
+	})
+}
+
+// TestBreakerRate: the failure rate over the window opens the breaker once
+// enough calls ended in it, and the window forgets what is older.
+func TestBreakerRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		opts := limiter.Options{Breaker: limiter.BreakerOptions{
+			Failures: 1000, MinCalls: 20, FailureRatio: 0.5, Window: 10 * time.Second}}
+		hit := limiter.Hit{Rule: window(t, "w", 1<<40, floodgate.FailOpen), Key: "k", Cost: 1}
+		run := func(l *limiter.Limiter, ts *testStore, ok, failed int) {
+			ts.fail.Store(false)
+			for range ok {
+				check(t, l, hit)
+			}
+			ts.fail.Store(true)
+			for range failed {
+				check(t, l, hit)
+			}
+		}
+
+		// Too few calls: 19 failures in a row never open it.
+		ts := &testStore{inner: allowStore{}}
+		l := limiter.New(ts, opts)
+		run(l, ts, 0, 19)
+		if l.Stats().BreakerOpen {
+			t.Fatal("open after 19 calls, want at least MinCalls (20)")
+		}
+		run(l, ts, 0, 1)
+		if !l.Stats().BreakerOpen {
+			t.Fatal("closed after 20 failed calls of 20")
+		}
+
+		// A healthy store with a failure now and then: 10%, never open.
+		ts = &testStore{inner: allowStore{}}
+		l = limiter.New(ts, opts)
+		for range 50 {
+			run(l, ts, 9, 1)
+			time.Sleep(100 * time.Millisecond)
+		}
+		if st := l.Stats(); st.BreakerOpen || st.StoreFailures != 50 {
+			t.Fatalf("one call in ten failing: %+v, want closed", st)
+		}
+
+		// Half the calls of the window failing: open. The window holds
+		// 450 successes and 50 failures.
+		run(l, ts, 0, 399)
+		if l.Stats().BreakerOpen {
+			t.Fatal("449 failures of 899 calls: open")
+		}
+		run(l, ts, 0, 1)
+		if !l.Stats().BreakerOpen {
+			t.Fatalf("%+v, want open with half the window's calls failed", l.Stats())
+		}
+
+		// The same failures after the window forgot the successes.
+		ts = &testStore{inner: allowStore{}}
+		l = limiter.New(ts, opts)
+		run(l, ts, 30, 25)
+		if l.Stats().BreakerOpen {
+			t.Fatal("25 failures of 55 calls: open")
+		}
+		time.Sleep(11 * time.Second)
+		run(l, ts, 0, 20)
+		if !l.Stats().BreakerOpen {
+			t.Fatal("20 failures of 20 in the window: closed")
+		}
+	})
+}
+
+// TestBreakerOneProbeInFlight: while a probe is in flight, no other call
+// reaches the store.
+func TestBreakerOneProbeInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := &testStore{inner: allowStore{}}
+		ts.fail.Store(true)
+		l := limiter.New(ts, limiter.Options{Timeout: -1, Breaker: limiter.BreakerOptions{Failures: 1, ProbeInterval: time.Millisecond}})
+		hit := limiter.Hit{Rule: window(t, "w", 1000, floodgate.FailOpen), Key: "k", Cost: 1}
+		check(t, l, hit)
+		ts.fail.Store(false)
+		gate := make(chan struct{})
+		ts.gate = gate
+		time.Sleep(time.Millisecond) // the probe interval
+		before := ts.calls.Load()
+		probeDone := make(chan limiter.Result)
+		go func() {
+			r, _ := l.Check(context.Background(), []limiter.Hit{hit})
+			probeDone <- r
+		}()
+		synctest.Wait() // the probe is held at the gate
+		for range 50 {
+			time.Sleep(100 * time.Microsecond)
+			if r := check(t, l, hit); r.Degraded == limiter.NotDegraded {
+				t.Fatalf("while the probe is in flight: %+v, want degraded", r)
+			}
+		}
+		if n := ts.calls.Load() - before; n != 1 {
+			t.Fatalf("%d store calls with one probe in flight, want 1", n)
+		}
+		close(gate)
+		if r := <-probeDone; r.Degraded != limiter.NotDegraded || !r.Allowed {
+			t.Fatalf("probe: %+v", r)
+		}
+		if l.Stats().BreakerOpen {
+			t.Fatal("breaker open after a successful probe")
+		}
+	})
+}
+
+// TestStoreHeldPastDeadline: a store that keeps calls past their deadline
+// (stopped, unreachable) opens the breaker, and every decision comes back
+// at its deadline.
+func TestStoreHeldPastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := &testStore{inner: allowStore{}}
+		ts.block.Store(true)
+		l := limiter.New(ts, limiter.Options{Timeout: 100 * time.Millisecond})
+		hit := limiter.Hit{Rule: window(t, "w", 1000, floodgate.FailClosed), Key: "k", Cost: 1}
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range 30 {
+			wg.Go(func() {
+				r, err := l.Check(context.Background(), []limiter.Hit{hit})
+				if err != nil || r.Allowed || r.Degraded != limiter.DegradedDeadline {
+					t.Errorf("%+v, %v; want denied at the deadline", r, err)
+				}
+			})
+		}
+		wg.Wait()
+		if took := time.Since(start); took != 100*time.Millisecond {
+			t.Fatalf("decisions took %v, want the deadline", took)
+		}
+		if st := l.Stats(); !st.BreakerOpen || st.StoreFailures != 30 || st.QueueTimeouts != 0 {
+			t.Fatalf("%+v, want the breaker open after 30 calls held past their deadline", st)
+		}
+		if r := check(t, l, hit); r.Degraded != limiter.DegradedBreakerOpen || time.Since(start) != 100*time.Millisecond {
+			t.Fatalf("with the breaker open: %+v, want an answer at once", r)
+		}
+	})
+}
+
+// TestWaitingForSlotNotHeldAgainstStore: with every in-flight slot taken,
+// calls wait for one within their deadline; a call that spent most of its
+// deadline waiting here is decided by its policy when the deadline passes,
+// but the breaker does not hold it against the store, and no more calls
+// than MaxInFlight are ever in flight.
+func TestWaitingForSlotNotHeldAgainstStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := &testStore{inner: allowStore{}}
+		ts.hold.Store(int64(90 * time.Millisecond)) // slow, but within the deadline
+		l := limiter.New(ts, limiter.Options{Timeout: 100 * time.Millisecond, MaxInFlight: 1,
+			Breaker: limiter.BreakerOptions{Failures: 1}})
+		hit := limiter.Hit{Rule: window(t, "w", 1000, floodgate.FailClosed), Key: "k", Cost: 1}
+		results := make([]limiter.Result, 2)
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * time.Millisecond)
+				results[i] = check(t, l, hit)
+			})
+		}
+		wg.Wait()
+		// The first is answered after 90ms; the second got the slot then,
+		// with 11ms of its deadline left.
+		if r := results[0]; !r.Allowed || r.Degraded != limiter.NotDegraded || r.StoreLatency != 90*time.Millisecond {
+			t.Fatalf("first: %+v", r)
+		}
+		if r := results[1]; r.Allowed || r.Degraded != limiter.DegradedDeadline || r.StoreLatency != 11*time.Millisecond {
+			t.Fatalf("second: %+v, want denied by its policy at its deadline", r)
+		}
+		if st := l.Stats(); st.BreakerOpen || st.StoreFailures != 0 || st.QueueTimeouts != 1 || st.SlotWaits != 1 || ts.peak.Load() != 1 {
+			t.Fatalf("%+v (peak %d in flight), want the breaker closed, one queue timeout, at most one in flight", st, ts.peak.Load())
+		}
+	})
 }
 
 func TestNoGoroutineLeak(t *testing.T) {
