@@ -1,17 +1,27 @@
--- Floodgate: check and charge every hit of one request that lives in this
--- slot, all or nothing. Times are kept as exact integers in doubles: the
--- server clock is read in microseconds (Unix µs stay below 2^53 until 2255),
--- spans in nanoseconds relative to now, and the rate algorithms' theoretical
--- arrival time as whole seconds + nanoseconds + a fraction rem/Rate.
+-- Floodgate: decide a batch of requests, in order, each as if it were sent
+-- alone: every hit of one request (all in this slot) is checked, and the
+-- hits are charged only if every non-shadow hit allows (all or nothing).
+-- Later requests see what earlier ones charged. Times are kept as exact
+-- integers in doubles: the server clock is read in microseconds (Unix µs
+-- stay below 2^53 until 2255), spans in nanoseconds relative to now, and the
+-- rate algorithms' theoretical arrival time as whole seconds + nanoseconds +
+-- a fraction rem/Rate.
 --
--- ARGV[1] op: c (charge), p (peek), r (release)
--- ARGV[2] now in µs for tests, or "" for the server's TIME
--- ARGV[3] number of hits; then 12 arguments per hit:
---   alg, cost, shadow, lease, p1 .. p8 (see the algorithms below)
+-- ARGV[1] now in µs for tests, or "" for the server's TIME (one instant for
+--   the whole batch, as if its requests arrived together)
+-- ARGV[2] number of requests; then, per request, a header of 3 arguments
+--   op: c (charge), p (peek), r (release)
+--   number of hits
+--   an argument of the op ("" for c, p and r)
+-- followed by 12 arguments per hit: alg, cost, shadow, lease, p1 .. p8 (see
+-- the algorithms below).
 -- KEYS: one key per hit, two for the sliding log and concurrency (a ZSET and
--- its companion hash), in hit order.
--- Reply: charged (0/1), now µs, then 6 integers per hit:
+-- its companion hash), in the order of the requests and their hits.
+-- Reply: now µs, then per request: charged (0/1), then 6 integers per hit:
 --   allowed, remaining, retry ns, reset ns, delay ns, never (cost > capacity)
+--
+-- A new op (a reservation, say) is a branch in decide() below that reads its
+-- header argument; the per-hit arguments and the reply stay as they are.
 
 -- Algorithm ids: the values of Go's floodgate.Algorithm, which
 -- TestScriptAlgorithmIDs holds equal to this table. RATE is the rate family.
@@ -20,15 +30,15 @@ local ALG = {token_bucket = 1, gcra = 2, leaky_bucket = 3, leaky_queue = 4, fixe
 local RATE = {[ALG.token_bucket] = true, [ALG.gcra] = true, [ALG.leaky_bucket] = true, [ALG.leaky_queue] = true}
 
 local STRIDE = 12
+local HEADER = 3
 local BIG = 9007199254740992
-local op = ARGV[1]
-local nhits = tonumber(ARGV[3])
+local nreq = tonumber(ARGV[2])
 
 local now_s, now_us
 local pad = 0 -- ms added to TTLs: an hour under a test clock, which real time outruns
-if ARGV[2] ~= '' then
+if ARGV[1] ~= '' then
   pad = 3600000
-  now_us = tonumber(ARGV[2])
+  now_us = tonumber(ARGV[1])
   now_s = math.floor(now_us / 1000000)
 else
   local t = redis.call('TIME')
@@ -56,19 +66,51 @@ local function units(ns, rem, den, per)
   return q
 end
 
+-- The state strings of the whole batch: read once, written once at the end.
+-- A request sees what the requests before it wrote.
+local vals = {} -- key -> packed state, '' when there is none
+local ttls = {} -- key -> TTL in ms of the pending write
+local dirty = {} -- keys to write, in the order first written
+
+-- The tentative writes of the request being decided by the general path, so
+-- that a second hit on the same key sees the first (dropped if it denies).
+local tent
+
+local function get(key)
+  if tent ~= nil then
+    local t = tent[key]
+    if t ~= nil then return t end
+  end
+  local v = vals[key]
+  if v == nil then
+    v = redis.call('GET', key)
+    if not v then v = '' end
+    vals[key] = v
+  end
+  return v
+end
+
+local function put(key, v, ttl)
+  if ttls[key] == nil then dirty[#dirty+1] = key end
+  vals[key] = v
+  ttls[key] = ttl
+end
+
+local out = {now_us}
+
 -- The common cases, one hit of a rate algorithm or of a fixed window, take
--- a straight path that skips the general machinery below (its closures and
--- tables). They decide exactly as rate() and fixed() do; the tests hold both
--- paths to package algo's decisions.
-if nhits == 1 and RATE[tonumber(ARGV[4])] and op ~= 'r' then
-  local key, cost = KEYS[1], tonumber(ARGV[5])
-  local den, per = tonumber(ARGV[8]), tonumber(ARGV[9])
-  local tau_n, tau_r = tonumber(ARGV[10]), tonumber(ARGV[11])
-  local nt_n, nt_r = tonumber(ARGV[12]), tonumber(ARGV[13])
-  local cap, dl_n = tonumber(ARGV[14]), tonumber(ARGV[15])
+-- a straight path that skips the general machinery below (its tables). They
+-- decide exactly as rate() and fixed() do; the tests hold both paths to
+-- package algo's decisions. Each appends charged and the hit's 6 values.
+local function fast_rate(op, key, i)
+  local cost = tonumber(ARGV[i+2])
+  local den, per = tonumber(ARGV[i+5]), tonumber(ARGV[i+6])
+  local tau_n, tau_r = tonumber(ARGV[i+7]), tonumber(ARGV[i+8])
+  local nt_n, nt_r = tonumber(ARGV[i+9]), tonumber(ARGV[i+10])
+  local cap, dl_n = tonumber(ARGV[i+11]), tonumber(ARGV[i+12])
   local ah_n, ah_r = 0, 0
-  local v = redis.call('GET', key)
-  if v and #v == 24 then
+  local v = get(key)
+  if #v == 24 then
     local s, n, r = struct.unpack('<ddd', v)
     ah_n, ah_r = (s - now_s) * 1000000000 + (n - sub_ns), r
     if ah_r >= den then ah_r = 0 end
@@ -81,9 +123,12 @@ if nhits == 1 and RATE[tonumber(ARGV[4])] and op ~= 'r' then
   local ln, lr = tau_n - ah_n, tau_r - ah_r
   if lr < 0 then lr = lr + den; ln = ln - 1 end
   local charged = 0
-  if op == 'c' and ARGV[6] == '1' then charged = 1 end -- a lone shadow hit never blocks
+  if op == 'c' and ARGV[i+3] == '1' then charged = 1 end -- a lone shadow hit never blocks
+  local o = #out
   if cost > cap then
-    return {charged, now_us, 0, units(ln, lr, den, per), 0, math.min(reset, BIG), 0, 1}
+    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
+      charged, 0, units(ln, lr, den, per), 0, math.min(reset, BIG), 0, 1
+    return
   end
   local nx_n, nx_r = ah_n + nt_n, ah_r + nt_r
   if nx_r >= den then nx_r = nx_r - den; nx_n = nx_n + 1 end
@@ -91,7 +136,9 @@ if nhits == 1 and RATE[tonumber(ARGV[4])] and op ~= 'r' then
     local wn, wr = nx_n - tau_n, nx_r - tau_r
     if wr < 0 then wr = wr + den; wn = wn - 1 end
     if wr > 0 then wn = wn + 1 end
-    return {charged, now_us, 0, units(ln, lr, den, per), math.min(wn, BIG), math.min(reset, BIG), 0, 0}
+    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
+      charged, 0, units(ln, lr, den, per), math.min(wn, BIG), math.min(reset, BIG), 0, 0
+    return
   end
   local rn, rr = tau_n - nx_n, tau_r - nx_r
   if rr < 0 then rr = rr + den; rn = rn - 1 end
@@ -99,7 +146,7 @@ if nhits == 1 and RATE[tonumber(ARGV[4])] and op ~= 'r' then
   if nx_r > 0 then nx = nx_n + 1 end
   local delay = 0
   if dl_n >= 0 then
-    local dl_r = tonumber(ARGV[7])
+    local dl_r = tonumber(ARGV[i+4])
     if dl_n < ah_n or (dl_n == ah_n and dl_r < ah_r) then
       local qn, qr = ah_n - dl_n, ah_r - dl_r
       if qr < 0 then qr = qr + den; qn = qn - 1 end
@@ -111,36 +158,47 @@ if nhits == 1 and RATE[tonumber(ARGV[4])] and op ~= 'r' then
     charged = 1
     local total = sub_ns + nx_n
     local secs = math.floor(total / 1000000000)
-    redis.call('SET', key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), 'PX', ceil_ms(nx))
+    put(key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(nx))
   end
-  return {charged, now_us, 1, units(rn, rr, den, per), 0, math.min(nx, BIG), math.min(delay, BIG), 0}
+  out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
+    charged, 1, units(rn, rr, den, per), 0, math.min(nx, BIG), math.min(delay, BIG), 0
 end
 
 -- The same for one hit of a fixed window, as fixed() decides it.
-if nhits == 1 and tonumber(ARGV[4]) == ALG.fixed_window and op ~= 'r' then
-  local key, cost = KEYS[1], tonumber(ARGV[5])
-  local max, w = tonumber(ARGV[8]), tonumber(ARGV[9])
+local function fast_fixed(op, key, i)
+  local cost = tonumber(ARGV[i+2])
+  local max, w = tonumber(ARGV[i+5]), tonumber(ARGV[i+6])
   local wus = w / 1000
   local r = math.fmod(now_us, wus)
   local idx = (now_us - r) / wus
   local left = math.min(w - r * 1000, BIG)
   local count = 0
-  local v = redis.call('GET', key)
-  if v and #v == 16 then
+  local v = get(key)
+  if #v == 16 then
     local si, sc = struct.unpack('<dd', v)
     if si == idx then count = sc
     elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
   end
   local charged = 0
-  if op == 'c' and ARGV[6] == '1' then charged = 1 end
-  if cost > max then return {charged, now_us, 0, math.max(0, max - count), 0, left, 0, 1} end
-  if cost > max - count then return {charged, now_us, 0, math.max(0, max - count), left, left, 0, 0} end
+  if op == 'c' and ARGV[i+3] == '1' then charged = 1 end
+  local o = #out
+  if cost > max then
+    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
+      charged, 0, math.max(0, max - count), 0, left, 0, 1
+    return
+  end
+  if cost > max - count then
+    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
+      charged, 0, math.max(0, max - count), left, left, 0, 0
+    return
+  end
   count = count + cost
   if op == 'c' then
     charged = 1
-    redis.call('SET', key, struct.pack('<dd', idx, count), 'PX', ceil_ms(left))
+    put(key, struct.pack('<dd', idx, count), ceil_ms(left))
   end
-  return {charged, now_us, 1, max - count, 0, left, 0, 0}
+  out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
+    charged, 1, max - count, 0, left, 0, 0
 end
 
 local function fmt(x) return string.format('%.0f', x) end
@@ -166,20 +224,9 @@ local function ceiln(n, r)
   return n
 end
 
--- Per hit results and pending writes.
-local res = {}
-local writes = {}
-local denied = false
-local cache = {} -- key -> state string written earlier in this request
-
-local function get(key)
-  local v = cache[key]
-  if v == nil then
-    v = redis.call('GET', key)
-    if not v then v = '' end
-  end
-  return v
-end
+-- The sliding logs' state within one request (reset for each request, as
+-- their writes go straight to Redis).
+local logs
 
 -- Rate algorithms (token bucket, GCRA, leaky bucket, leaky queue). State:
 -- the TAT as seconds, nanoseconds and rem, packed as three doubles.
@@ -192,14 +239,12 @@ local function rate(key, a, i, cost)
   local cap, dl_n = tonumber(a[i+11]), tonumber(a[i+12])
   local ah_n, ah_r = 0, 0
   local v = get(key)
-  if v ~= '' then
-    if #v == 24 then
-      local s, n, r = struct.unpack('<ddd', v)
-      ah_n = (s - now_s) * 1000000000 + (n - sub_ns)
-      ah_r = r
-      if ah_r >= den then ah_r = 0 end
-      if ah_n < 0 then ah_n, ah_r = 0, 0 end
-    end
+  if #v == 24 then
+    local s, n, r = struct.unpack('<ddd', v)
+    ah_n = (s - now_s) * 1000000000 + (n - sub_ns)
+    ah_r = r
+    if ah_r >= den then ah_r = 0 end
+    if ah_n < 0 then ah_n, ah_r = 0, 0 end
   end
   if less(tau_n, tau_r, ah_n, ah_r) then ah_n, ah_r = tau_n, tau_r end
   local d = {0, 0, 0, ceiln(ah_n, ah_r), 0, 0}
@@ -234,8 +279,8 @@ local function rate(key, a, i, cost)
   return d, {key, val, ceil_ms(d[4])}
 end
 
--- The other algorithms are made only when a request needs them, so that
--- the common rate-only call does not pay for their closures.
+-- The other algorithms are made only when a batch needs them, so that the
+-- common rate-only call does not pay for their closures.
 local M
 local function more()
   -- Fixed window: p1 max, p2 window ns. State: index, count (doubles).
@@ -247,12 +292,10 @@ local function more()
     local left = w - r * 1000
     local count = 0
     local v = get(key)
-    if v ~= '' then
-      if #v == 16 then
-        local si, sc = struct.unpack('<dd', v)
-        if si == idx then count = sc
-        elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
-      end
+    if #v == 16 then
+      local si, sc = struct.unpack('<dd', v)
+      if si == idx then count = sc
+      elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
     end
     local d = {0, math.max(0, max - count), 0, left, 0, 0}
     if cost > max then d[6] = 1; return d, nil end
@@ -271,14 +314,12 @@ local function more()
     local idx = (now_us - e) / wus
     local curr, prev = 0, 0
     local v = get(key)
-    if v ~= '' then
-      if #v == 24 then
-        local si, sc, sp = struct.unpack('<ddd', v)
-        if si >= idx then
-          if si > idx then e = 0 end
-          idx = si; curr, prev = sc, sp
-        elseif si + 1 == idx then prev = sc end
-      end
+    if #v == 24 then
+      local si, sc, sp = struct.unpack('<ddd', v)
+      if si >= idx then
+        if si > idx then e = 0 end
+        idx = si; curr, prev = sc, sp
+      elseif si + 1 == idx then prev = sc end
     end
     if curr < 0 then curr = 0 end
     if prev < 0 then prev = 0 end
@@ -307,7 +348,6 @@ local function more()
 
   -- Sliding log: p1 max, p2 window ns. ZSET member = arrival µs (score the
   -- same), companion hash: member -> weight and "sum".
-  local logs = {}
   local function slog(zkey, hkey, a, i, cost)
     local max, w = tonumber(a[i+5]), tonumber(a[i+6])
     local cut = now_us - w / 1000
@@ -375,7 +415,7 @@ local function more()
   -- Concurrency: p1 max, p2 lease ttl ns, p3 RetryAfter cap ns. ZSET member
   -- = lease, score = expiry µs; companion hash: lease -> weight and "sum".
   -- Lease "0" is anonymous: it gets a unique member and can only expire.
-  local function conc(zkey, hkey, a, i, cost, lease)
+  local function conc(op, zkey, hkey, a, i, cost, lease)
     local max, ttl, hint = tonumber(a[i+5]), tonumber(a[i+6]), tonumber(a[i+7])
     local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
     local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', now_us)
@@ -470,15 +510,13 @@ local function more()
     local st, en = b[k], b[k+1]
     local count = 0
     local v = get(key)
-    if v ~= '' then
-      if #v == 16 then
-        local ss, sc = struct.unpack('<dd', v)
-        if ss == st then count = sc
-        elseif ss > st then
-          -- The clock stepped back over a boundary: keep the newer period.
-          for j = k + 1, 4 do
-            if b[j] == ss then k = j; st, en = b[j], b[j+1]; count = sc end
-          end
+    if #v == 16 then
+      local ss, sc = struct.unpack('<dd', v)
+      if ss == st then count = sc
+      elseif ss > st then
+        -- The clock stepped back over a boundary: keep the newer period.
+        for j = k + 1, 4 do
+          if b[j] == ss then k = j; st, en = b[j], b[j+1]; count = sc end
         end
       end
     end
@@ -503,61 +541,92 @@ local function more()
     conc = conc, write_conc = write_conc, quota = quota}
 end
 
-local k = 1
-for h = 1, nhits do
-  local i = 3 + (h - 1) * STRIDE
-  local alg = tonumber(ARGV[i+1])
-  local cost = tonumber(ARGV[i+2])
-  local shadow = ARGV[i+3] == '1'
-  local d, wr
-  local kind = 's'
-  if not RATE[alg] and M == nil then M = more() end
-  if RATE[alg] then
-    d, wr = rate(KEYS[k], ARGV, i, cost); k = k + 1
-  elseif alg == ALG.fixed_window then
-    d, wr = M.fixed(KEYS[k], ARGV, i, cost); k = k + 1
-  elseif alg == ALG.sliding_log then
-    d, wr = M.slog(KEYS[k], KEYS[k+1], ARGV, i, cost); k = k + 2; kind = 'l'
-  elseif alg == ALG.sliding_window then
-    d, wr = M.counter(KEYS[k], ARGV, i, cost); k = k + 1
-  elseif alg == ALG.concurrency then
-    d, wr = M.conc(KEYS[k], KEYS[k+1], ARGV, i, cost, ARGV[i+4]); k = k + 2; kind = 'c'
-  elseif alg == ALG.quota then
-    d, wr = M.quota(KEYS[k], ARGV, i, cost); k = k + 1
-  else
-    return redis.error_reply('ERR floodgate: unknown algorithm ' .. tostring(ARGV[i+1]))
-  end
-  res[h] = d
-  if d[1] == 0 and not shadow then denied = true end
-  if wr ~= nil and op == 'c' then
-    writes[#writes+1] = {kind, wr}
-    if kind == 's' then cache[wr[1]] = wr[2] end
-    if kind == 'l' then wr[3].add = wr[3].add + cost end
-  end
-end
-
-local charged = 0
-if op == 'c' and not denied then
-  charged = 1
-  for _, w in ipairs(writes) do
-    local wr = w[2]
-    if w[1] == 's' then
-      redis.call('SET', wr[1], wr[2], 'PX', wr[3])
-    elseif w[1] == 'l' then
-      M.write_log(wr)
+-- decide runs the general path for one request of nhits hits, whose first
+-- hit's arguments start after ARGV[h0] and whose keys start at KEYS[k]. It
+-- appends charged and the hits' values to out and returns the next key.
+local function decide(op, nhits, h0, k)
+  local res = {}
+  local writes = {}
+  local denied = false
+  logs = {}
+  tent = {}
+  for h = 1, nhits do
+    local i = h0 + (h - 1) * STRIDE
+    local alg = tonumber(ARGV[i+1])
+    local cost = tonumber(ARGV[i+2])
+    local shadow = ARGV[i+3] == '1'
+    local d, wr
+    local kind = 's'
+    if not RATE[alg] and M == nil then M = more() end
+    if RATE[alg] then
+      d, wr = rate(KEYS[k], ARGV, i, cost); k = k + 1
+    elseif alg == ALG.fixed_window then
+      d, wr = M.fixed(KEYS[k], ARGV, i, cost); k = k + 1
+    elseif alg == ALG.sliding_log then
+      d, wr = M.slog(KEYS[k], KEYS[k+1], ARGV, i, cost); k = k + 2; kind = 'l'
+    elseif alg == ALG.sliding_window then
+      d, wr = M.counter(KEYS[k], ARGV, i, cost); k = k + 1
+    elseif alg == ALG.concurrency then
+      d, wr = M.conc(op, KEYS[k], KEYS[k+1], ARGV, i, cost, ARGV[i+4]); k = k + 2; kind = 'c'
+    elseif alg == ALG.quota then
+      d, wr = M.quota(KEYS[k], ARGV, i, cost); k = k + 1
     else
-      M.write_conc(wr)
+      return nil, 'ERR floodgate: unknown algorithm ' .. tostring(ARGV[i+1])
+    end
+    res[h] = d
+    if d[1] == 0 and not shadow then denied = true end
+    if wr ~= nil and op == 'c' then
+      writes[#writes+1] = {kind, wr}
+      if kind == 's' then tent[wr[1]] = wr[2] end
+      if kind == 'l' then wr[3].add = wr[3].add + cost end
     end
   end
+  tent = nil
+  local charged = 0
+  if op == 'c' and not denied then
+    charged = 1
+    for _, w in ipairs(writes) do
+      local wr = w[2]
+      if w[1] == 's' then
+        put(wr[1], wr[2], wr[3])
+      elseif w[1] == 'l' then
+        M.write_log(wr)
+      else
+        M.write_conc(wr)
+      end
+    end
+  end
+  out[#out+1] = charged
+  for h = 1, nhits do
+    local d = res[h]
+    for j = 1, 6 do
+      local x = d[j]
+      if x > BIG then x = BIG end
+      out[#out+1] = x
+    end
+  end
+  return k
 end
 
-local out = {charged, now_us}
-for h = 1, nhits do
-  local d = res[h]
-  for j = 1, 6 do
-    local x = d[j]
-    if x > BIG then x = BIG end
-    out[#out+1] = x
+local i = 2 -- the argument before the next request's header
+local k = 1 -- the next key
+for _ = 1, nreq do
+  local op, nhits = ARGV[i+1], tonumber(ARGV[i+2])
+  local h0 = i + HEADER
+  local alg = tonumber(ARGV[h0+1])
+  if nhits == 1 and op ~= 'r' and RATE[alg] then
+    fast_rate(op, KEYS[k], h0); k = k + 1
+  elseif nhits == 1 and op ~= 'r' and alg == ALG.fixed_window then
+    fast_fixed(op, KEYS[k], h0); k = k + 1
+  else
+    local err
+    k, err = decide(op, nhits, h0, k)
+    if k == nil then return redis.error_reply(err) end
   end
+  i = h0 + nhits * STRIDE
+end
+
+for _, key in ipairs(dirty) do
+  redis.call('SET', key, vals[key], 'PX', ttls[key])
 end
 return out

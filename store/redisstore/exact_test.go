@@ -32,6 +32,8 @@ func TestExactAcrossProcesses(t *testing.T) {
 					total.Allowed += r.Allowed
 					total.Denied += r.Denied
 					total.Errors += r.Errors
+					total.Calls += r.Calls
+					total.Requests += r.Requests
 					for i := range r.PerUser {
 						total.PerUser[i] += r.PerUser[i]
 					}

@@ -32,6 +32,8 @@ const (
 type helperReport struct {
 	Allowed, Denied, Errors int64
 	PerUser                 [users]int64
+	// Calls is the number of script calls that decided Requests requests.
+	Calls, Requests int64
 }
 
 // scenarioRules returns the rules of a scenario; every process compiles the
@@ -131,6 +133,7 @@ func helperMain() int {
 	}
 	wg.Wait()
 	s.Flush()
+	rep.Calls, rep.Requests = s.Calls()
 	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
 		return 3
 	}

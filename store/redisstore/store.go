@@ -48,11 +48,21 @@ type Options struct {
 	PipelineMultiplex int
 	// MaxFlushDelay lets the automatic pipeline wait up to this long to
 	// gather more commands into one write when several callers are
-	// waiting: fewer system calls on both sides, so more decisions per
-	// second under load, for at most this much latency (0:
-	// DefaultMaxFlushDelay; negative: write at once). A lone caller never
-	// waits.
+	// waiting: fewer system calls on both sides, for at most this much
+	// latency (0: none when batching, else DefaultMaxFlushDelay; negative:
+	// write at once). A lone caller never waits. Batching gathers
+	// requests better (into one script call), and a Go timer below a
+	// millisecond often sleeps for a whole one.
 	MaxFlushDelay time.Duration
+	// MaxBatch is the most requests one script call decides (0:
+	// DefaultMaxBatch; 1 or negative: one script call per request, no
+	// batching). See the package documentation.
+	MaxBatch int
+	// BatchesInFlight is how many script calls of one lane (the server,
+	// or one Cluster slot) may be in flight at once (0:
+	// DefaultBatchesInFlight). Requests that arrive while they are all in
+	// flight wait and go together in the next call.
+	BatchesInFlight int
 	// Logger receives connection problems and refund failures. Default:
 	// discard.
 	Logger *slog.Logger
@@ -71,6 +81,15 @@ type Store struct {
 	log    *slog.Logger
 	apply  *rueidis.Lua
 	refund *rueidis.Lua
+
+	maxBatch  int
+	inFlight  int
+	single    lane                   // the lane of a standalone server
+	slotLanes []atomic.Pointer[lane] // a Cluster's lanes, by slot
+	batches   sync.WaitGroup         // goroutines sending batches
+
+	calls   atomic.Int64 // script calls of apply.lua
+	decided atomic.Int64 // requests they decided
 
 	rules       sync.Map // *limiter.Rule -> *ruleArgs
 	cachedRules atomic.Int64
@@ -127,23 +146,37 @@ func newStore(c rueidis.Client, mode Mode, opts Options) *Store {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	return &Store{
-		client: c,
-		mode:   mode,
-		prefix: opts.Prefix,
-		log:    lg,
-		apply:  rueidis.NewLuaScript(applySource),
-		refund: rueidis.NewLuaScript(refundSource),
+	s := &Store{
+		client:   c,
+		mode:     mode,
+		prefix:   opts.Prefix,
+		log:      lg,
+		apply:    rueidis.NewLuaScript(applySource),
+		refund:   rueidis.NewLuaScript(refundSource),
+		maxBatch: opts.MaxBatch,
+		inFlight: opts.BatchesInFlight,
 	}
+	if s.maxBatch == 0 {
+		s.maxBatch = DefaultMaxBatch
+	}
+	if s.inFlight <= 0 {
+		s.inFlight = DefaultBatchesInFlight
+	}
+	if mode == Cluster {
+		s.slotLanes = make([]atomic.Pointer[lane], 16384)
+	}
+	return s
 }
 
 // Mode reports whether the store talks to a standalone server (or a
 // Sentinel-managed primary) or to a Cluster.
 func (s *Store) Mode() Mode { return s.mode }
 
-// Close waits for refunds in flight and closes the connections.
+// Close waits for refunds and batches in flight and closes the
+// connections.
 func (s *Store) Close() {
 	s.refunds.Wait()
+	s.batches.Wait()
 	s.client.Close()
 }
 
@@ -174,31 +207,20 @@ func (s *Store) ruleArgs(r *limiter.Rule) *ruleArgs {
 	return v.(*ruleArgs)
 }
 
-// call is one script invocation: the hits of one slot.
-type call struct {
-	idx  []int // indexes into hits
-	keys []string
-	args []string
-}
-
-var callPool = sync.Pool{New: func() any {
-	return &call{idx: make([]int, 0, 4), keys: make([]string, 0, 8), args: make([]string, 0, 3+4*stride)}
-}}
-
-func (c *call) reset() {
-	c.idx, c.keys, c.args = c.idx[:0], c.keys[:0], c.args[:0]
-}
-
 var opCodes = [...]string{limiter.Charge: "c", limiter.Peek: "p", limiter.Release: "r"}
 
 // Apply runs op on all hits; see limiter.Store. Hits in one Cluster slot
 // (always, on a standalone server) are decided by one script call, all or
-// nothing. On a Cluster, slots are charged one after the other and the
-// charged ones are refunded when a later slot denies (see the package
-// documentation for the bound on over-counting this gives).
+// nothing, together with the other requests that arrive meanwhile (see the
+// package documentation on batching). On a Cluster, slots are charged one
+// after the other and the charged ones are refunded when a later slot
+// denies (see the package documentation for the bound on over-counting
+// this gives).
 //
 // A hit whose cost exceeds its limit's capacity denies the request and makes
 // Apply return an error wrapping floodgate.ErrNeverFits, with out filled in.
+// A request whose context ends while it still waits for its batch to be
+// sent returns an error wrapping limiter.ErrNotSent: it was not applied.
 func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
 	if len(out) != len(hits) {
 		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
@@ -224,31 +246,28 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 		return s.refundHits(ctx, hits, out)
 	}
 	if s.mode != Cluster || len(hits) == 1 {
-		c := callPool.Get().(*call)
-		defer func() { c.reset(); callPool.Put(c) }()
+		rq := getRequest()
 		for i := range hits {
-			c.idx = append(c.idx, i)
+			rq.idx = append(rq.idx, i)
 		}
-		_, _, err := s.run(ctx, op, hits, out, c)
+		_, _, err := s.run(ctx, op, hits, out, rq)
 		return err
 	}
 	return s.applyCluster(ctx, op, hits, out)
 }
 
-// release ends the leases of the concurrency hits, one script call per
-// hit (releases are independent); the other hits report their limit as
-// free.
+// release ends the leases of the concurrency hits, one request per hit
+// (releases are independent); the other hits report their limit as free.
 func (s *Store) release(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
-	c := callPool.Get().(*call)
-	defer func() { c.reset(); callPool.Put(c) }()
 	for i := range hits {
 		ra := s.ruleArgs(hits[i].Rule)
 		if ra.alg.Kind() != floodgate.KindConcurrency {
 			out[i] = floodgate.Decision{Allowed: true, Limit: ra.cap, Remaining: ra.cap}
 			continue
 		}
-		c.idx = append(c.idx[:0], i)
-		if _, _, err := s.run(ctx, limiter.Release, hits, out, c); err != nil {
+		rq := getRequest()
+		rq.idx = append(rq.idx, i)
+		if _, _, err := s.run(ctx, limiter.Release, hits, out, rq); err != nil {
 			return err
 		}
 	}
@@ -266,12 +285,11 @@ func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit, out []floodg
 		if !hits[i].Rule.Algorithm().Traits().Refundable {
 			continue
 		}
-		r := callPool.Get().(*call)
+		r := getRequest()
 		r.args = append(r.args, "0", "1")
 		s.appendHit(r, &hits[i], 0)
 		err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error()
-		r.reset()
-		callPool.Put(r)
+		putRequest(r)
 		if err != nil {
 			return fmt.Errorf("redisstore: refund: %w", err)
 		}
@@ -281,14 +299,8 @@ func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit, out []floodg
 
 // applyCluster decides the hits slot by slot.
 func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
-	var groups []*call
+	var groups []*request
 	var slots []uint16
-	defer func() {
-		for _, c := range groups {
-			c.reset()
-			callPool.Put(c)
-		}
-	}()
 	for i := range hits {
 		sl := slot(s.Key(hits[i].Rule, hits[i].Key))
 		g := -1
@@ -300,43 +312,65 @@ func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.
 		}
 		if g < 0 {
 			slots = append(slots, sl)
-			groups = append(groups, callPool.Get().(*call))
+			groups = append(groups, getRequest())
 			g = len(groups) - 1
 		}
 		groups[g].idx = append(groups[g].idx, i)
 	}
 	var charged []charge
+	defer func() {
+		for _, c := range charged {
+			putRequest(c.rq)
+		}
+	}()
 	curOp := op
 	var firstErr error
-	for _, c := range groups {
-		ok, mark, err := s.run(ctx, curOp, hits, out, c)
+	for gi, rq := range groups {
+		covered := s.keep(rq) // run recycles rq
+		ok, mark, err := s.run(ctx, curOp, hits, out, rq)
 		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
 			// The state of this slot is unknown; give back what is known.
+			for _, rest := range groups[gi+1:] {
+				putRequest(rest)
+			}
+			putRequest(covered)
 			s.refundAll(ctx, charged, hits, out)
 			return err
 		}
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
+		if curOp == limiter.Charge && ok {
+			charged = append(charged, charge{covered, mark})
+			continue
+		}
+		putRequest(covered)
 		if curOp == limiter.Charge {
-			if ok {
-				charged = append(charged, charge{c, mark})
-			} else {
-				// A denial: the rest is only looked at, and the slots
-				// charged so far are given back.
-				curOp = limiter.Peek
-				s.refundAll(ctx, charged, hits, out)
-				charged = nil
+			// A denial: the rest is only looked at, and the slots
+			// charged so far are given back.
+			curOp = limiter.Peek
+			s.refundAll(ctx, charged, hits, out)
+			for _, c := range charged {
+				putRequest(c.rq)
 			}
+			charged = nil
 		}
 	}
 	return firstErr
 }
 
+// keep returns a request that remembers only which hits rq covered, for a
+// refund.
+func (s *Store) keep(rq *request) *request {
+	k := getRequest()
+	k.idx = append(k.idx, rq.idx...)
+	return k
+}
+
 // charge is a slot that a script call charged, at the server instant mark
 // (µs).
 type charge struct {
-	c    *call
+	rq   *request
 	mark int64
 }
 
@@ -347,18 +381,17 @@ type charge struct {
 // request wait past its deadline.
 func (s *Store) refundAll(ctx context.Context, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
 	for _, d := range charged {
-		r := callPool.Get().(*call)
+		r := getRequest()
 		r.args = append(r.args, itoa(d.mark), "")
 		n := 0
-		for _, i := range d.c.idx {
+		for _, i := range d.rq.idx {
 			if out[i].Allowed {
 				s.appendHit(r, &hits[i], d.mark*1000)
 				n++
 			}
 		}
 		if n == 0 {
-			r.reset()
-			callPool.Put(r)
+			putRequest(r)
 			continue
 		}
 		r.args[1] = strconv.Itoa(n)
@@ -371,20 +404,18 @@ func (s *Store) refundAll(ctx context.Context, charged []charge, hits []limiter.
 		err := s.refund.Exec(rctx, s.client, r.keys, r.args).Error()
 		cancel()
 		if err == nil {
-			r.reset()
-			callPool.Put(r)
+			putRequest(r)
 			continue
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
 			s.refundFailed(err)
-			r.reset()
-			callPool.Put(r)
+			putRequest(r)
 			continue
 		}
 		s.refunds.Add(1)
 		go func() {
 			defer s.refunds.Done()
-			defer func() { r.reset(); callPool.Put(r) }()
+			defer putRequest(r)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			if err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error(); err != nil {
@@ -406,7 +437,7 @@ func (s *Store) Flush() { s.refunds.Wait() }
 // appendHit adds the keys and the stride arguments of one hit. now (Unix
 // ns) places quota periods; 0 reads this machine's clock when a quota
 // needs it.
-func (s *Store) appendHit(c *call, h *limiter.Hit, now int64) {
+func (s *Store) appendHit(c *request, h *limiter.Hit, now int64) {
 	ra := s.ruleArgs(h.Rule)
 	key := s.Key(h.Rule, h.Key)
 	c.keys = append(c.keys, key)
@@ -448,33 +479,37 @@ func (s *Store) now() (goNow int64, scriptNow string) {
 	return 0, ""
 }
 
-// run executes apply.lua for the hits of one call and fills their
-// decisions. It reports whether the call charged and the server instant.
-func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision, c *call) (bool, int64, error) {
+// prepare writes rq's script arguments for op on the hits rq.idx names.
+func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request) {
 	goNow, scriptNow := s.now()
-	c.keys, c.args = c.keys[:0], c.args[:0]
-	c.args = append(c.args, opCodes[op], scriptNow, strconv.Itoa(len(c.idx)))
-	for _, i := range c.idx {
-		s.appendHit(c, &hits[i], goNow)
+	rq.op, rq.n, rq.err = op, len(rq.idx), nil
+	rq.keys = rq.keys[:0]
+	rq.args = append(rq.args[:0], scriptNow, "1", opCodes[op], strconv.Itoa(len(rq.idx)), "")
+	for _, i := range rq.idx {
+		s.appendHit(rq, &hits[i], goNow)
 	}
-	res := s.apply.Exec(ctx, s.client, c.keys, c.args)
-	if err := res.Error(); err != nil {
-		return false, 0, fmt.Errorf("redisstore: eval: %w", err)
+}
+
+// run has the hits rq.idx names decided (as one request, in their slot's
+// lane) and fills their decisions. It reports whether the request was
+// charged and the server instant. It takes rq and recycles it.
+func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision, rq *request) (bool, int64, error) {
+	s.prepare(op, hits, rq)
+	ln := &s.single
+	if s.mode == Cluster {
+		ln = s.laneFor(slot(rq.keys[0]))
 	}
-	arr, err := res.ToArray()
-	if err != nil || len(arr) != 2+6*len(c.idx) {
-		return false, 0, fmt.Errorf("redisstore: eval: unexpected reply (%d values): %v", len(arr), err)
+	owned, err := s.send(ctx, ln, rq)
+	if !owned {
+		return false, 0, err
 	}
-	var v [6]int64
-	charged, _ := arr[0].AsInt64()
-	mark, _ := arr[1].AsInt64()
+	defer putRequest(rq)
+	if err != nil {
+		return false, 0, err
+	}
 	var never error
-	for j, i := range c.idx {
-		for k := range v {
-			if v[k], err = arr[2+6*j+k].AsInt64(); err != nil {
-				return false, 0, fmt.Errorf("redisstore: eval: unexpected reply: %w", err)
-			}
-		}
+	for j, i := range rq.idx {
+		v := rq.vals[6*j : 6*j+6]
 		out[i] = floodgate.Decision{
 			Allowed:    v[0] == 1,
 			Limit:      hits[i].Rule.Params().Capacity(),
@@ -490,5 +525,10 @@ func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out 
 			never = fmt.Errorf("redisstore: %s: %w", hits[i].Rule.ID(), floodgate.ErrNeverFits)
 		}
 	}
-	return charged == 1, mark, never
+	return rq.charg, rq.mark, never
 }
+
+// Calls returns the number of script calls that decided requests so far,
+// and the number of requests they decided: their ratio is the batching's
+// gain.
+func (s *Store) Calls() (calls, requests int64) { return s.calls.Load(), s.decided.Load() }

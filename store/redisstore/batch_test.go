@@ -1,0 +1,188 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// mixedRequest is one request of TestBatchDecidesAsOneByOne.
+type mixedRequest struct {
+	op   limiter.Op
+	hits []limiter.Hit
+}
+
+// mixedRequests returns n requests over every algorithm, with costs from 1
+// to above the capacity, one to three hits, shadow hits, peeks and
+// releases, on few keys so that they interact.
+func mixedRequests(t *testing.T, rng *rand.Rand, n int) []mixedRequest {
+	t.Helper()
+	rules := conformLimits(t)
+	shadow, err := limiter.NewRule(floodgate.Limit{Name: "mixshadow", Algorithm: floodgate.FixedWindow, Max: 3,
+		Window: time.Second}, floodgate.FailOpen, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules = append(rules, shadow)
+	var reqs []mixedRequest
+	for range n {
+		var rq mixedRequest
+		rq.op = limiter.Charge
+		if rng.IntN(8) == 0 {
+			rq.op = limiter.Peek
+		}
+		key := fmt.Sprintf("mix%d", rng.IntN(3))
+		used := map[*limiter.Rule]bool{}
+		for range 1 + rng.IntN(3) {
+			r := rules[rng.IntN(len(rules))]
+			if used[r] {
+				continue
+			}
+			used[r] = true
+			cost := int64(1)
+			if rng.IntN(3) == 0 {
+				cost = 1 + rng.Int64N(r.Capacity()) // up to the capacity
+			}
+			rq.hits = append(rq.hits, limiter.Hit{Rule: r, Key: key, Cost: cost, Lease: uint64(1 + rng.IntN(3))})
+		}
+		if len(rq.hits) == 1 && rq.hits[0].Rule.Algorithm() == floodgate.Concurrency && rng.IntN(2) == 0 {
+			rq.op = limiter.Release
+		}
+		reqs = append(reqs, rq)
+	}
+	return reqs
+}
+
+// TestBatchDecidesAsOneByOne: requests of every algorithm, mixed costs,
+// several hits, shadow hits, peeks and releases, decided by one script
+// call, get exactly the answers they get when decided one by one at the
+// same instant, and leave the same state behind.
+func TestBatchDecidesAsOneByOne(t *testing.T) {
+	for _, mode := range []string{"standalone", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			newStore := newStandalone
+			if mode == "cluster" {
+				newStore = newCluster
+			}
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(16, 10))
+			for round := range 20 {
+				one, batched := newStore(t), newStore(t)
+				now := time.Date(2026, 3, 7, 23, 59, 50, 0, time.UTC).UnixMicro() + int64(round)*123_457
+				one.testNow.Store(now)
+				batched.testNow.Store(now)
+				reqs := mixedRequests(t, rng, 40)
+
+				// One by one, through Apply.
+				want := make([][]floodgate.Decision, len(reqs))
+				wantErr := make([]error, len(reqs))
+				for i, rq := range reqs {
+					want[i] = make([]floodgate.Decision, len(rq.hits))
+					wantErr[i] = one.Apply(ctx, rq.op, rq.hits, want[i])
+				}
+
+				// All in one script call (one slot: the keys share a
+				// hash tag... per key, so a call per key on a Cluster).
+				bySlot := map[uint16][]*request{}
+				var order []*request
+				for _, rq := range reqs {
+					r := getRequest()
+					for i := range rq.hits {
+						r.idx = append(r.idx, i)
+					}
+					batched.prepare(rq.op, rq.hits, r)
+					sl := slot(r.keys[0])
+					bySlot[sl] = append(bySlot[sl], r)
+					order = append(order, r)
+				}
+				for _, b := range bySlot {
+					batched.exec(ctx, b)
+				}
+				for i, r := range order {
+					if r.err != nil {
+						t.Fatalf("round %d request %d: %v", round, i, r.err)
+					}
+					for j := range reqs[i].hits {
+						v := r.vals[6*j : 6*j+6]
+						got := floodgate.Decision{Allowed: v[0] == 1 || reqs[i].op == limiter.Release,
+							Limit: reqs[i].hits[j].Rule.Capacity(), Remaining: v[1], RetryAfter: time.Duration(v[2]),
+							ResetAfter: time.Duration(v[3]), Delay: time.Duration(v[4])}
+						if got != want[i][j] {
+							t.Fatalf("round %d request %d (%v) hit %d (%s cost %d):\n batch      %+v\n one by one %+v",
+								round, i, reqs[i].op, j, reqs[i].hits[j].Rule.Name(), reqs[i].hits[j].Cost, got, want[i][j])
+						}
+					}
+					putRequest(r)
+				}
+				// The same state: a peek of every key answers the same.
+				for _, rq := range reqs {
+					for _, h := range rq.hits {
+						h.Cost = 1
+						a, b := make([]floodgate.Decision, 1), make([]floodgate.Decision, 1)
+						errA := one.Apply(ctx, limiter.Peek, []limiter.Hit{h}, a)
+						errB := batched.Apply(ctx, limiter.Peek, []limiter.Hit{h}, b)
+						if a[0] != b[0] || (errA == nil) != (errB == nil) {
+							t.Fatalf("round %d: state of %s/%s differs:\n batch      %+v %v\n one by one %+v %v",
+								round, h.Rule.Name(), h.Key, b[0], errB, a[0], errA)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestBatchingUnderLoad: with many callers, requests share script calls,
+// and a lone caller's request is sent at once.
+func TestBatchingUnderLoad(t *testing.T) {
+	s := newStandalone(t)
+	r, err := limiter.NewRule(floodgate.Limit{Name: "load", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour,
+		Burst: 1000}, floodgate.FailClosed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	out := make([]floodgate.Decision, 1)
+	if err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Rule: r, Key: "lone", Cost: 1}}, out); err != nil || !out[0].Allowed {
+		t.Fatalf("lone request: %+v %v", out[0], err)
+	}
+	if calls, reqs := s.Calls(); calls != 1 || reqs != 1 {
+		t.Fatalf("lone request: %d calls for %d requests", calls, reqs)
+	}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Go(func() {
+			out := make([]floodgate.Decision, 1)
+			for range 40 {
+				hits := []limiter.Hit{{Rule: r, Key: "hot", Cost: 1}}
+				if w%2 == 0 {
+					hits[0].Key = fmt.Sprintf("k%d", w)
+				}
+				if err := s.Apply(ctx, limiter.Charge, hits, out); err != nil {
+					t.Error(err)
+					return
+				}
+				if out[0].Allowed && hits[0].Key == "hot" {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	calls, reqs := s.Calls()
+	t.Logf("%d requests in %d script calls", reqs-1, calls-1)
+	if reqs != 1+64*40 || calls >= reqs {
+		t.Fatalf("%d calls for %d requests, want fewer calls than requests", calls, reqs)
+	}
+	if allowed.Load() != 1000 {
+		t.Fatalf("hot key allowed %d, want exactly its burst, 1000", allowed.Load())
+	}
+}
