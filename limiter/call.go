@@ -95,7 +95,7 @@ func (l *Limiter) classify(ctx context.Context, dc *deadlineCtx, err error, held
 	switch {
 	case err == nil || isCallerError(err):
 		return answered
-	case ctx.Err() != nil:
+	case callerDone(ctx):
 		return gaveUp
 	case errors.Is(err, ErrNotSent):
 		l.queueTimeouts.Add(1)
@@ -114,6 +114,17 @@ func (l *Limiter) classify(ctx context.Context, dc *deadlineCtx, err error, held
 		return ownFault
 	}
 	return storeFail
+}
+
+// callerDone reports whether the caller's context has ended, or reached
+// its deadline (its timer may not have fired yet when another one, set for
+// the same instant, did).
+func callerDone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // acquire takes an in-flight slot, waiting while all are taken until the

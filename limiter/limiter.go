@@ -367,7 +367,10 @@ func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.D
 			return fmt.Errorf("limiter: %w", err)
 		case o == gaveUp:
 			// The caller gave up; that says nothing about the store.
-			return fmt.Errorf("limiter: %w", ctx.Err())
+			if cerr := ctx.Err(); cerr != nil {
+				return fmt.Errorf("limiter: %w", cerr)
+			}
+			return fmt.Errorf("limiter: %w", context.DeadlineExceeded)
 		case errors.Is(err, context.DeadlineExceeded):
 			degraded = DegradedDeadline
 		default:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -30,30 +30,50 @@ func init() {
 const benchUsage = `usage: floodgate bench [--store memory|URL] [--algorithm NAME] [--keys N]
                        [--concurrency N] [--duration D] [limit flags] [--json]
 
-Sends charge decisions for random keys from concurrent workers to a store for
-a fixed time, then prints the throughput, the allowed/denied/error counts and
-the latency percentiles of one decision. It stops by itself after --duration.
+Sends charge decisions for random keys from concurrent workers through the
+engine (package limiter, as floodgate serve decides) to a store for a fixed
+time, then prints the throughput, the allowed/denied/degraded/error counts
+and the latency percentiles of one decision. It stops by itself after
+--duration; the keys are made before the clock starts. --direct calls the
+store without the engine (no deadline, breaker or failure policy).
 
 Stores: memory (the embedded store) or a Redis URL: redis://host:port/db,
 rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://h1:p1/master.
+On Redis it also reports the script calls and the CPU time of the servers
+per decision (from INFO, before and after the run), and takes the Redis
+store's modes: --batch 1 sends one script call per decision.
 
 With --json it prints exactly one object:
-  {"decisions_per_sec": F, "allowed": N, "denied": N, "errors": N, "p50_us": F, "p99_us": F}
+  {"decisions_per_sec": F, "allowed": N, "denied": N, "degraded": N,
+   "errors": N, "p50_us": F, "p99_us": F, "max_us": F,
+   "redis_calls_per_decision": F, "redis_cpu_us_per_decision": F}
+(the redis fields are 0 for the memory store). With --timeline FILE it also
+writes one JSON object per --interval to FILE: {"t_ms": end of the interval
+in Unix ms, "allowed": N, "denied": N, "degraded": N, "errors": N,
+"p99_us": F, "max_us": F}.
 
 Flags:
 `
 
 // benchConfig is what the flags of floodgate bench describe.
 type benchConfig struct {
-	store       string
-	limit       floodgate.Limit
-	keys        int
-	concurrency int
-	duration    time.Duration
-	timeout     time.Duration
-	prefix      string
-	flushDelay  time.Duration
-	json        bool
+	store        string
+	limit        floodgate.Limit
+	keys         int
+	concurrency  int
+	duration     time.Duration
+	timeout      time.Duration
+	storeTimeout time.Duration
+	onFailure    floodgate.FailurePolicy
+	instances    int
+	direct       bool
+	prefix       string
+	flushDelay   time.Duration
+	batch        int
+	inFlight     int
+	timeline     string
+	interval     time.Duration
+	json         bool
 }
 
 func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
@@ -65,9 +85,17 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	fs.IntVar(&cfg.keys, "keys", 1000, "distinct keys, chosen at random")
 	fs.IntVar(&cfg.concurrency, "concurrency", 50, "concurrent workers")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long to run")
-	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "deadline of one decision")
+	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "the caller's deadline of one decision")
+	fs.DurationVar(&cfg.storeTimeout, "store-timeout", 0, "the engine's deadline of one store call (0: the engine's default)")
+	onFailure := fs.String("on-failure", "allow", "failure policy: allow, deny or local")
+	fs.IntVar(&cfg.instances, "instances", 1, "instances sharing the limit (local fallback share)")
+	fs.BoolVar(&cfg.direct, "direct", false, "call the store without the engine")
 	fs.StringVar(&cfg.prefix, "prefix", "fgbench:", "Redis key prefix")
-	fs.DurationVar(&cfg.flushDelay, "flush-delay", redisstore.DefaultMaxFlushDelay, "Redis: longest wait to batch pipelined commands (0: none)")
+	fs.DurationVar(&cfg.flushDelay, "flush-delay", 0, "Redis: longest wait to gather pipelined commands (0: the store's default)")
+	fs.IntVar(&cfg.batch, "batch", 0, "Redis: most decisions per script call (0: the store's default; 1: no batching)")
+	fs.IntVar(&cfg.inFlight, "batches-in-flight", 0, "Redis: script calls in flight per lane (0: the store's default)")
+	fs.StringVar(&cfg.timeline, "timeline", "", "write counts per interval to this file, as JSON lines")
+	fs.DurationVar(&cfg.interval, "interval", 100*time.Millisecond, "the timeline's interval")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object")
 	rate := fs.Int64("rate", 100, "units per --per (rate algorithms)")
 	per := fs.Duration("per", time.Second, "the rate's period")
@@ -92,17 +120,28 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	if err != nil {
 		return nil, usagef("bench: --algorithm: %v", err)
 	}
+	if cfg.onFailure, err = floodgate.ParseFailurePolicy(*onFailure); err != nil || *onFailure == "" {
+		return nil, usagef("bench: --on-failure: want allow, deny or local, got %q", *onFailure)
+	}
 	switch {
-	case cfg.keys < 1:
-		return nil, usagef("bench: --keys must be at least 1, got %d", cfg.keys)
+	case cfg.keys < 1 || cfg.keys > 10_000_000:
+		return nil, usagef("bench: --keys must be between 1 and 10000000, got %d", cfg.keys)
 	case cfg.concurrency < 1 || cfg.concurrency > 100000:
 		return nil, usagef("bench: --concurrency must be between 1 and 100000, got %d", cfg.concurrency)
-	case cfg.duration <= 0:
-		return nil, usagef("bench: --duration must be positive, got %s", cfg.duration)
+	case cfg.duration < 10*time.Millisecond:
+		return nil, usagef("bench: --duration must be at least 10ms, got %s", cfg.duration)
 	case cfg.timeout <= 0:
 		return nil, usagef("bench: --timeout must be positive, got %s", cfg.timeout)
+	case cfg.storeTimeout < 0:
+		return nil, usagef("bench: --store-timeout must not be negative, got %s", cfg.storeTimeout)
 	case cfg.flushDelay < 0 || cfg.flushDelay > time.Second:
 		return nil, usagef("bench: --flush-delay must be between 0 and 1s, got %s", cfg.flushDelay)
+	case cfg.batch < 0 || cfg.inFlight < 0:
+		return nil, usagef("bench: --batch and --batches-in-flight must not be negative")
+	case cfg.instances < 1:
+		return nil, usagef("bench: --instances must be at least 1, got %d", cfg.instances)
+	case cfg.interval < time.Millisecond:
+		return nil, usagef("bench: --interval must be at least 1ms, got %s", cfg.interval)
 	}
 	cfg.limit = floodgate.Limit{Name: "bench", Algorithm: a, Rate: *rate, Per: *per, Burst: *burst,
 		Max: *limit, Window: *window, LeaseTTL: *leaseTTL}
@@ -130,9 +169,19 @@ type benchResult struct {
 	DecisionsPerSec float64 `json:"decisions_per_sec"`
 	Allowed         int64   `json:"allowed"`
 	Denied          int64   `json:"denied"`
+	Degraded        int64   `json:"degraded"`
 	Errors          int64   `json:"errors"`
 	P50us           float64 `json:"p50_us"`
 	P99us           float64 `json:"p99_us"`
+	MaxUs           float64 `json:"max_us"`
+	RedisCalls      float64 `json:"redis_calls_per_decision"`
+	RedisCPUus      float64 `json:"redis_cpu_us_per_decision"`
+}
+
+// benchTarget is what the workers decide through: the engine or a store.
+type benchTarget struct {
+	engine *limiter.Limiter
+	store  limiter.Store
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -140,11 +189,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil || cfg == nil {
 		return err
 	}
-	rule, err := limiter.NewRule(cfg.limit, floodgate.FailOpen, false)
+	rule, err := limiter.NewRule(cfg.limit, cfg.onFailure, false)
 	if err != nil {
 		return usagef("bench: %v", err)
 	}
 	var store limiter.Store
+	var rs *redisstore.Store
 	if cfg.store == "memory" {
 		ms, err := memstore.New(memstore.Options{})
 		if err != nil {
@@ -156,29 +206,56 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if _, err := redisstore.ParseURL(cfg.store); err != nil {
 			return usagef("bench: --store: %v", err)
 		}
-		opts := redisstore.Options{URL: cfg.store, Prefix: cfg.prefix, MaxFlushDelay: cfg.flushDelay}
-		if cfg.flushDelay == 0 {
-			opts.MaxFlushDelay = -1 // write at once
-		}
-		rs, err := redisstore.New(opts)
-		if err != nil {
+		opts := redisstore.Options{URL: cfg.store, Prefix: cfg.prefix, MaxFlushDelay: cfg.flushDelay,
+			MaxBatch: cfg.batch, BatchesInFlight: cfg.inFlight}
+		if rs, err = redisstore.New(opts); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
 		defer rs.Close()
 		store = rs
 	}
+	target := benchTarget{store: store}
+	if !cfg.direct {
+		local, err := memstore.New(memstore.Options{})
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer local.Close()
+		target.engine = limiter.New(store, limiter.Options{Timeout: cfg.storeTimeout, Local: local, Instances: cfg.instances})
+	}
 	var progress io.Writer
 	if !cfg.json && isTerminal(stdout) {
 		progress = stdout
 	}
-	res := bench(ctx, cfg, rule, store, progress)
+	var before redisstore.Usage
+	if rs != nil {
+		before, _ = rs.ServerUsage(ctx)
+	}
+	res, err := bench(ctx, cfg, rule, target, progress)
+	if err != nil {
+		return err
+	}
+	if rs != nil && res.Allowed+res.Denied+res.Degraded > 0 {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		after, err := rs.ServerUsage(uctx)
+		cancel()
+		if err == nil {
+			d := after.Sub(before)
+			n := float64(res.Allowed + res.Denied + res.Errors)
+			res.RedisCalls = float64(d.ScriptCalls) / n
+			res.RedisCPUus = float64(d.CPU) / 1e3 / n
+		}
+	}
 	if cfg.json {
 		return json.NewEncoder(stdout).Encode(res)
 	}
 	fmt.Fprintf(stdout, "store        %s\nalgorithm    %s\nkeys         %d\nconcurrency  %d\n",
 		redactStore(cfg.store), cfg.limit.Algorithm, cfg.keys, cfg.concurrency)
-	fmt.Fprintf(stdout, "decisions/s  %.0f\nallowed      %d\ndenied       %d\nerrors       %d\np50          %.1f µs\np99          %.1f µs\n",
-		res.DecisionsPerSec, res.Allowed, res.Denied, res.Errors, res.P50us, res.P99us)
+	fmt.Fprintf(stdout, "decisions/s  %.0f\nallowed      %d\ndenied       %d\ndegraded     %d\nerrors       %d\np50          %.1f µs\np99          %.1f µs\nmax          %.1f µs\n",
+		res.DecisionsPerSec, res.Allowed, res.Denied, res.Degraded, res.Errors, res.P50us, res.P99us, res.MaxUs)
+	if rs != nil {
+		fmt.Fprintf(stdout, "redis calls  %.3f per decision\nredis CPU    %.2f µs per decision\n", res.RedisCalls, res.RedisCPUus)
+	}
 	if res.Errors > 0 && res.Allowed+res.Denied == 0 {
 		return &exitError{code: 1, err: errors.New("bench: every decision failed")}
 	}
@@ -207,114 +284,208 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// worker holds one worker's counts and latencies; only its own goroutine
-// writes them, so the hot path takes no lock. The padding keeps workers'
-// counters on separate cache lines.
+// benchCounts are the counts of one worker, over the run or one interval.
+type benchCounts struct {
+	allowed, denied, degraded, errors int64
+	hist                              histogram
+	max                               time.Duration
+}
+
+func (c *benchCounts) add(o *benchCounts) {
+	c.allowed += o.allowed
+	c.denied += o.denied
+	c.degraded += o.degraded
+	c.errors += o.errors
+	c.hist.merge(&o.hist)
+	c.max = max(c.max, o.max)
+}
+
+// worker holds one worker's counts. When a reporter (the progress line or
+// the timeline) reads them, it takes mu, which the worker then takes for
+// each decision too; otherwise only the worker touches them. The padding
+// keeps workers apart in the cache.
 type worker struct {
-	allowed, denied, errors atomic.Int64
-	hist                    histogram
-	_                       [64]byte
+	locked   bool       // a reporter reads the counts
+	mu       sync.Mutex // guards total and interval when locked
+	total    benchCounts
+	interval benchCounts
+	_        [64]byte
 }
 
 // bench runs the workers until the duration passes or ctx ends.
-func bench(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, store limiter.Store, progress io.Writer) benchResult {
-	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
-	defer cancel()
+func bench(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, target benchTarget, progress io.Writer) (benchResult, error) {
 	keys := make([]string, cfg.keys)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
 	}
+	var tl *bufio.Writer
+	if cfg.timeline != "" {
+		f, err := os.Create(cfg.timeline)
+		if err != nil {
+			return benchResult{}, fmt.Errorf("bench: %w", err)
+		}
+		defer f.Close()
+		tl = bufio.NewWriter(f)
+		defer tl.Flush()
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	defer cancel()
 	ws := make([]worker, cfg.concurrency)
+	for i := range ws {
+		ws[i].locked = progress != nil || tl != nil
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ws[i].run(ctx, cfg, rule, store, keys, uint64(i))
-		}()
+		wg.Go(func() { ws[i].run(ctx, cfg, rule, target, keys, uint64(i)) })
 	}
-	stopProgress := make(chan struct{})
-	progressDone := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		if progress == nil {
-			return
-		}
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopProgress:
-				fmt.Fprint(progress, "\r\033[K")
-				return
-			case <-tick.C:
-				var a, d, e int64
-				for i := range ws {
-					a += ws[i].allowed.Load()
-					d += ws[i].denied.Load()
-					e += ws[i].errors.Load()
-				}
-				el := time.Since(start)
-				fmt.Fprintf(progress, "\r%5.1fs  %10.0f decisions/s  allowed %d  denied %d  errors %d ",
-					el.Seconds(), float64(a+d+e)/el.Seconds(), a, d, e)
-			}
-		}
-	}()
+	stop := make(chan struct{})
+	var reporters sync.WaitGroup
+	if progress != nil {
+		reporters.Go(func() { benchProgress(progress, ws, start, stop) })
+	}
+	if tl != nil {
+		reporters.Go(func() { benchTimeline(tl, ws, cfg.interval, stop) })
+	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	close(stopProgress)
-	<-progressDone
+	close(stop)
+	reporters.Wait()
 
-	var res benchResult
-	var h histogram
+	var total benchCounts
 	for i := range ws {
-		res.Allowed += ws[i].allowed.Load()
-		res.Denied += ws[i].denied.Load()
-		res.Errors += ws[i].errors.Load()
-		h.merge(&ws[i].hist)
+		total.add(&ws[i].total)
 	}
+	res := benchResult{Allowed: total.allowed, Denied: total.denied, Degraded: total.degraded, Errors: total.errors}
 	res.DecisionsPerSec = float64(res.Allowed+res.Denied+res.Errors) / elapsed.Seconds()
-	res.P50us = h.quantile(0.50) / 1e3
-	res.P99us = h.quantile(0.99) / 1e3
-	return res
+	res.P50us = total.hist.quantile(0.50) / 1e3
+	res.P99us = total.hist.quantile(0.99) / 1e3
+	res.MaxUs = float64(total.max) / 1e3
+	return res, nil
+}
+
+// benchProgress prints a line a second on a terminal until stop closes.
+func benchProgress(w io.Writer, ws []worker, start time.Time, stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			fmt.Fprint(w, "\r\033[K")
+			return
+		case <-tick.C:
+			var c benchCounts
+			for i := range ws {
+				ws[i].mu.Lock()
+				c.allowed += ws[i].total.allowed + ws[i].interval.allowed
+				c.denied += ws[i].total.denied + ws[i].interval.denied
+				c.errors += ws[i].total.errors + ws[i].interval.errors
+				ws[i].mu.Unlock()
+			}
+			el := time.Since(start)
+			fmt.Fprintf(w, "\r%5.1fs  %10.0f decisions/s  allowed %d  denied %d  errors %d ",
+				el.Seconds(), float64(c.allowed+c.denied+c.errors)/el.Seconds(), c.allowed, c.denied, c.errors)
+		}
+	}
+}
+
+// benchTimeline writes the counts of each interval until stop closes.
+func benchTimeline(w *bufio.Writer, ws []worker, every time.Duration, stop <-chan struct{}) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	enc := json.NewEncoder(w)
+	var c benchCounts
+	flush := func(at time.Time) {
+		c = benchCounts{}
+		for i := range ws {
+			ws[i].mu.Lock()
+			c.add(&ws[i].interval)
+			ws[i].total.add(&ws[i].interval)
+			ws[i].interval = benchCounts{}
+			ws[i].mu.Unlock()
+		}
+		enc.Encode(map[string]any{"t_ms": at.UnixMilli(), "allowed": c.allowed, "denied": c.denied,
+			"degraded": c.degraded, "errors": c.errors, "p99_us": c.hist.quantile(0.99) / 1e3,
+			"max_us": float64(c.max) / 1e3})
+	}
+	for {
+		select {
+		case <-stop:
+			flush(time.Now())
+			return
+		case at := <-tick.C:
+			flush(at)
+		}
+	}
 }
 
 // run is one worker's loop: one decision at a time until ctx ends.
-func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, store limiter.Store, keys []string, seed uint64) {
+func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, t benchTarget, keys []string, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	hits := []limiter.Hit{{Rule: rule, Cost: 1}}
 	out := make([]floodgate.Decision, 1)
+	req := limiter.Request{Hits: hits}
+	var res limiter.Result
 	conc := cfg.limit.Algorithm.Kind() == floodgate.KindConcurrency
 	var lease uint64
+	defer func() {
+		w.mu.Lock()
+		w.total.add(&w.interval)
+		w.interval = benchCounts{}
+		w.mu.Unlock()
+	}()
 	for ctx.Err() == nil {
 		hits[0].Key = keys[rng.IntN(len(keys))]
-		if conc {
+		hits[0].Lease = 0
+		if conc && t.engine == nil {
 			lease = seed<<40 | (lease+1)&(1<<40-1)
 			hits[0].Lease = lease
 		}
 		dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		t0 := time.Now()
-		err := store.Apply(dctx, limiter.Charge, hits, out)
+		var err error
+		allowed, degraded := false, false
+		if t.engine != nil {
+			err = t.engine.Decide(dctx, &req, &res)
+			allowed, degraded = res.Allowed, res.Degraded != limiter.NotDegraded
+		} else {
+			err = t.store.Apply(dctx, limiter.Charge, hits, out)
+			allowed = out[0].Allowed
+		}
 		lat := time.Since(t0)
 		cancel()
+		if err != nil && ctx.Err() != nil {
+			return // the run ended during the call: not an error of the store
+		}
+		if w.locked {
+			w.mu.Lock()
+		}
+		c := &w.interval
 		switch {
 		case err != nil:
-			if ctx.Err() != nil {
-				return // the run ended during the call: not an error of the store
-			}
-			w.errors.Add(1)
-		case out[0].Allowed:
-			w.allowed.Add(1)
-			if conc {
-				rctx, rcancel := context.WithTimeout(ctx, cfg.timeout)
-				store.Apply(rctx, limiter.Release, hits, out)
-				rcancel()
-			}
+			c.errors++
+		case allowed:
+			c.allowed++
 		default:
-			w.denied.Add(1)
+			c.denied++
 		}
-		w.hist.add(lat)
+		if err == nil && degraded {
+			c.degraded++
+		}
+		c.hist.add(lat)
+		c.max = max(c.max, lat)
+		if w.locked {
+			w.mu.Unlock()
+		}
+		if err == nil && allowed && conc {
+			rctx, rcancel := context.WithTimeout(ctx, cfg.timeout)
+			if t.engine != nil {
+				t.engine.Release(rctx, hits)
+			} else {
+				t.store.Apply(rctx, limiter.Release, hits, out)
+			}
+			rcancel()
+		}
 	}
 }
 
@@ -351,6 +522,9 @@ func (h *histogram) add(d time.Duration) {
 }
 
 func (h *histogram) merge(o *histogram) {
+	if o.n == 0 {
+		return
+	}
 	for i, c := range o.counts {
 		h.counts[i] += c
 	}

@@ -9,19 +9,25 @@
 --
 -- ARGV[1] now in µs for tests, or "" for the server's TIME (one instant for
 --   the whole batch, as if its requests arrived together)
--- ARGV[2] number of requests; then, per request, a header of 3 arguments
---   op: c (charge), p (peek), r (release)
---   number of hits
---   an argument of the op ("" for c, p and r)
--- followed by 12 arguments per hit: alg, cost, shadow, lease, p1 .. p8 (see
--- the algorithms below).
+-- ARGV[2] the number of rules R; then 11 arguments per rule:
+--   alg, shadow (0/1), p1 .. p8 (see the algorithms below), q (the leaky
+--   queue's delay remainder, else 0)
+-- ARGV[3+11R] the requests, packed little-endian (struct): per request
+--   op (B: 1 charge, 2 peek, 3 release), number of hits (i4), an argument
+--   of the op (d; 0 for charge, peek and release)
+--   then per hit: rule (i4, 1-based), cost (d), cost·T ns and rem (d, d;
+--   rate algorithms), lease (i4: the index in ARGV of the concurrency
+--   lease's name, or 0)
+-- ARGV[4+11R...] the names of concurrency leases
 -- KEYS: one key per hit, two for the sliding log and concurrency (a ZSET and
 -- its companion hash), in the order of the requests and their hits.
 -- Reply: now µs, then per request: charged (0/1), then 6 integers per hit:
 --   allowed, remaining, retry ns, reset ns, delay ns, never (cost > capacity)
 --
--- A new op (a reservation, say) is a branch in decide() below that reads its
--- header argument; the per-hit arguments and the reply stay as they are.
+-- A rule's parameters travel once per call, and a request's numbers in one
+-- packed argument: parsing arguments is a large part of a small script's
+-- cost. A new op (a reservation, say) is a number and a branch below that
+-- reads its argument; the hits and the reply stay as they are.
 
 -- Algorithm ids: the values of Go's floodgate.Algorithm, which
 -- TestScriptAlgorithmIDs holds equal to this table. RATE is the rate family.
@@ -29,10 +35,8 @@ local ALG = {token_bucket = 1, gcra = 2, leaky_bucket = 3, leaky_queue = 4, fixe
   sliding_log = 6, sliding_window = 7, concurrency = 8, quota = 9}
 local RATE = {[ALG.token_bucket] = true, [ALG.gcra] = true, [ALG.leaky_bucket] = true, [ALG.leaky_queue] = true}
 
-local STRIDE = 12
-local HEADER = 3
 local BIG = 9007199254740992
-local nreq = tonumber(ARGV[2])
+local OPS = {'c', 'p', 'r'}
 
 local now_s, now_us
 local pad = 0 -- ms added to TTLs: an hour under a test clock, which real time outruns
@@ -102,12 +106,10 @@ local out = {now_us}
 -- a straight path that skips the general machinery below (its tables). They
 -- decide exactly as rate() and fixed() do; the tests hold both paths to
 -- package algo's decisions. Each appends charged and the hit's 6 values.
-local function fast_rate(op, key, i)
-  local cost = tonumber(ARGV[i+2])
-  local den, per = tonumber(ARGV[i+5]), tonumber(ARGV[i+6])
-  local tau_n, tau_r = tonumber(ARGV[i+7]), tonumber(ARGV[i+8])
-  local nt_n, nt_r = tonumber(ARGV[i+9]), tonumber(ARGV[i+10])
-  local cap, dl_n = tonumber(ARGV[i+11]), tonumber(ARGV[i+12])
+local function fast_rate(op, key, r, cost, nt_n, nt_r)
+  local den, per = r[3], r[4]
+  local tau_n, tau_r = r[5], r[6]
+  local cap, dl_n = r[9], r[10]
   local ah_n, ah_r = 0, 0
   local v = get(key)
   if #v == 24 then
@@ -123,7 +125,7 @@ local function fast_rate(op, key, i)
   local ln, lr = tau_n - ah_n, tau_r - ah_r
   if lr < 0 then lr = lr + den; ln = ln - 1 end
   local charged = 0
-  if op == 'c' and ARGV[i+3] == '1' then charged = 1 end -- a lone shadow hit never blocks
+  if op == 'c' and r[2] then charged = 1 end -- a lone shadow hit never blocks
   local o = #out
   if cost > cap then
     out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
@@ -146,7 +148,7 @@ local function fast_rate(op, key, i)
   if nx_r > 0 then nx = nx_n + 1 end
   local delay = 0
   if dl_n >= 0 then
-    local dl_r = tonumber(ARGV[i+4])
+    local dl_r = r[11]
     if dl_n < ah_n or (dl_n == ah_n and dl_r < ah_r) then
       local qn, qr = ah_n - dl_n, ah_r - dl_r
       if qr < 0 then qr = qr + den; qn = qn - 1 end
@@ -165,13 +167,12 @@ local function fast_rate(op, key, i)
 end
 
 -- The same for one hit of a fixed window, as fixed() decides it.
-local function fast_fixed(op, key, i)
-  local cost = tonumber(ARGV[i+2])
-  local max, w = tonumber(ARGV[i+5]), tonumber(ARGV[i+6])
+local function fast_fixed(op, key, r, cost)
+  local max, w = r[3], r[4]
   local wus = w / 1000
-  local r = math.fmod(now_us, wus)
-  local idx = (now_us - r) / wus
-  local left = math.min(w - r * 1000, BIG)
+  local e = math.fmod(now_us, wus)
+  local idx = (now_us - e) / wus
+  local left = math.min(w - e * 1000, BIG)
   local count = 0
   local v = get(key)
   if #v == 16 then
@@ -180,7 +181,7 @@ local function fast_fixed(op, key, i)
     elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
   end
   local charged = 0
-  if op == 'c' and ARGV[i+3] == '1' then charged = 1 end
+  if op == 'c' and r[2] then charged = 1 end
   local o = #out
   if cost > max then
     out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
@@ -231,12 +232,12 @@ local logs
 -- Rate algorithms (token bucket, GCRA, leaky bucket, leaky queue). State:
 -- the TAT as seconds, nanoseconds and rem, packed as three doubles.
 -- p1 den (Rate), p2 per ns, p3/p4 tau ns/rem, p5/p6 cost·T ns/rem,
--- p7 capacity, p8 queue delay ns (-1: none); the delay's rem in the lease slot
-local function rate(key, a, i, cost)
-  local den, per = tonumber(a[i+5]), tonumber(a[i+6])
-  local tau_n, tau_r = tonumber(a[i+7]), tonumber(a[i+8])
-  local nt_n, nt_r = tonumber(a[i+9]), tonumber(a[i+10])
-  local cap, dl_n = tonumber(a[i+11]), tonumber(a[i+12])
+-- p7 capacity, p8 queue delay ns (-1: none), q the delay's rem. The hit
+-- brings cost·T (ns, rem); p5/p6 are T's.
+local function rate(key, r, cost, nt_n, nt_r)
+  local den, per = r[3], r[4]
+  local tau_n, tau_r = r[5], r[6]
+  local cap, dl_n = r[9], r[10]
   local ah_n, ah_r = 0, 0
   local v = get(key)
   if #v == 24 then
@@ -267,7 +268,7 @@ local function rate(key, a, i, cost)
   d[2] = units(rn, rr, den, per)
   d[4] = ceiln(nx_n, nx_r)
   if dl_n >= 0 then
-    local dl_r = tonumber(a[i+4])
+    local dl_r = r[11]
     if less(dl_n, dl_r, ah_n, ah_r) then
       local qn, qr = sub(ah_n, ah_r, dl_n, dl_r, den)
       d[5] = ceiln(qn, qr)
@@ -284,12 +285,12 @@ end
 local M
 local function more()
   -- Fixed window: p1 max, p2 window ns. State: index, count (doubles).
-  local function fixed(key, a, i, cost)
-    local max, w = tonumber(a[i+5]), tonumber(a[i+6])
+  local function fixed(key, r, cost)
+    local max, w = r[3], r[4]
     local wus = w / 1000
-    local r = math.fmod(now_us, wus)
-    local idx = (now_us - r) / wus
-    local left = w - r * 1000
+    local e = math.fmod(now_us, wus)
+    local idx = (now_us - e) / wus
+    local left = w - e * 1000
     local count = 0
     local v = get(key)
     if #v == 16 then
@@ -307,8 +308,8 @@ local function more()
   end
 
   -- Sliding window counter: p1 max, p2 window ns. State: index, curr, prev.
-  local function counter(key, a, i, cost)
-    local max, w = tonumber(a[i+5]), tonumber(a[i+6])
+  local function counter(key, r, cost)
+    local max, w = r[3], r[4]
     local wus = w / 1000
     local e = math.fmod(now_us, wus)
     local idx = (now_us - e) / wus
@@ -348,8 +349,8 @@ local function more()
 
   -- Sliding log: p1 max, p2 window ns. ZSET member = arrival µs (score the
   -- same), companion hash: member -> weight and "sum".
-  local function slog(zkey, hkey, a, i, cost)
-    local max, w = tonumber(a[i+5]), tonumber(a[i+6])
+  local function slog(zkey, hkey, r, cost)
+    local max, w = r[3], r[4]
     local cut = now_us - w / 1000
     local sum
     local st = logs[zkey]
@@ -415,8 +416,8 @@ local function more()
   -- Concurrency: p1 max, p2 lease ttl ns, p3 RetryAfter cap ns. ZSET member
   -- = lease, score = expiry µs; companion hash: lease -> weight and "sum".
   -- Lease "0" is anonymous: it gets a unique member and can only expire.
-  local function conc(op, zkey, hkey, a, i, cost, lease)
-    local max, ttl, hint = tonumber(a[i+5]), tonumber(a[i+6]), tonumber(a[i+7])
+  local function conc(op, zkey, hkey, r, cost, lease)
+    local max, ttl, hint = r[3], r[4], r[5]
     local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
     local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', now_us)
     if #gone > 0 then
@@ -497,10 +498,10 @@ local function more()
   -- in Go around its own clock, p7 start µs of the period that loses the
   -- offset, p8 the offset. The server's clock picks the period [b0,b1),
   -- [b1,b2) or [b2,b3). State: start, count (doubles).
-  local function quota(key, a, i, cost)
-    local max = tonumber(a[i+5])
-    local b = {tonumber(a[i+6]), tonumber(a[i+7]), tonumber(a[i+8]), tonumber(a[i+9]), tonumber(a[i+10])}
-    local ostart, off = tonumber(a[i+11]), tonumber(a[i+12])
+  local function quota(key, r, cost)
+    local max = r[3]
+    local b = {r[4], r[5], r[6], r[7], r[8]}
+    local ostart, off = r[9], r[10]
     local function lim(start)
       if off > 0 and start == ostart then return max - off end
       return max
@@ -541,40 +542,40 @@ local function more()
     conc = conc, write_conc = write_conc, quota = quota}
 end
 
--- decide runs the general path for one request of nhits hits, whose first
--- hit's arguments start after ARGV[h0] and whose keys start at KEYS[k]. It
--- appends charged and the hits' values to out and returns the next key.
-local function decide(op, nhits, h0, k)
+-- decide runs the general path for one request: its hits are hs[1..n],
+-- each {rule, cost, cost·T ns, rem, lease name}, and its keys start at
+-- KEYS[k]. It appends charged and the hits' values to out and returns the
+-- next key.
+local function decide(op, hs, n, k)
   local res = {}
   local writes = {}
   local denied = false
   logs = {}
   tent = {}
-  for h = 1, nhits do
-    local i = h0 + (h - 1) * STRIDE
-    local alg = tonumber(ARGV[i+1])
-    local cost = tonumber(ARGV[i+2])
-    local shadow = ARGV[i+3] == '1'
+  for h = 1, n do
+    local hit = hs[h]
+    local r, cost = hit[1], hit[2]
+    local alg = r[1]
     local d, wr
     local kind = 's'
     if not RATE[alg] and M == nil then M = more() end
     if RATE[alg] then
-      d, wr = rate(KEYS[k], ARGV, i, cost); k = k + 1
+      d, wr = rate(KEYS[k], r, cost, hit[3], hit[4]); k = k + 1
     elseif alg == ALG.fixed_window then
-      d, wr = M.fixed(KEYS[k], ARGV, i, cost); k = k + 1
+      d, wr = M.fixed(KEYS[k], r, cost); k = k + 1
     elseif alg == ALG.sliding_log then
-      d, wr = M.slog(KEYS[k], KEYS[k+1], ARGV, i, cost); k = k + 2; kind = 'l'
+      d, wr = M.slog(KEYS[k], KEYS[k+1], r, cost); k = k + 2; kind = 'l'
     elseif alg == ALG.sliding_window then
-      d, wr = M.counter(KEYS[k], ARGV, i, cost); k = k + 1
+      d, wr = M.counter(KEYS[k], r, cost); k = k + 1
     elseif alg == ALG.concurrency then
-      d, wr = M.conc(op, KEYS[k], KEYS[k+1], ARGV, i, cost, ARGV[i+4]); k = k + 2; kind = 'c'
+      d, wr = M.conc(op, KEYS[k], KEYS[k+1], r, cost, hit[5]); k = k + 2; kind = 'c'
     elseif alg == ALG.quota then
-      d, wr = M.quota(KEYS[k], ARGV, i, cost); k = k + 1
+      d, wr = M.quota(KEYS[k], r, cost); k = k + 1
     else
-      return nil, 'ERR floodgate: unknown algorithm ' .. tostring(ARGV[i+1])
+      return nil, 'ERR floodgate: unknown algorithm ' .. tostring(alg)
     end
     res[h] = d
-    if d[1] == 0 and not shadow then denied = true end
+    if d[1] == 0 and not r[2] then denied = true end
     if wr ~= nil and op == 'c' then
       writes[#writes+1] = {kind, wr}
       if kind == 's' then tent[wr[1]] = wr[2] end
@@ -597,7 +598,7 @@ local function decide(op, nhits, h0, k)
     end
   end
   out[#out+1] = charged
-  for h = 1, nhits do
+  for h = 1, n do
     local d = res[h]
     for j = 1, 6 do
       local x = d[j]
@@ -608,22 +609,59 @@ local function decide(op, nhits, h0, k)
   return k
 end
 
-local i = 2 -- the argument before the next request's header
-local k = 1 -- the next key
-for _ = 1, nreq do
-  local op, nhits = ARGV[i+1], tonumber(ARGV[i+2])
-  local h0 = i + HEADER
-  local alg = tonumber(ARGV[h0+1])
-  if nhits == 1 and op ~= 'r' and RATE[alg] then
-    fast_rate(op, KEYS[k], h0); k = k + 1
-  elseif nhits == 1 and op ~= 'r' and alg == ALG.fixed_window then
-    fast_fixed(op, KEYS[k], h0); k = k + 1
+-- The rules of the batch.
+local nrules = tonumber(ARGV[2])
+local rules = {}
+for j = 1, nrules do
+  local a = 2 + (j - 1) * 11
+  local r = {tonumber(ARGV[a+1]), ARGV[a+2] == '1'}
+  for x = 3, 11 do r[x] = tonumber(ARGV[a+x]) end
+  rules[j] = r
+end
+
+-- Read every state string of the batch at once, in one call (the ZSETs and
+-- hashes of the sliding log and concurrency read as nil and are not used).
+local blob = ARGV[3 + nrules * 11]
+do
+  local got = redis.call('MGET', unpack(KEYS))
+  for j = 1, #KEYS do vals[KEYS[j]] = got[j] or '' end
+end
+
+local pos, k = 1, 1
+local hs = {{}, {}, {}, {}}
+while pos <= #blob do
+  local opn, n, _
+  opn, n, _, pos = struct.unpack('<Bi4d', blob, pos)
+  local op = OPS[opn]
+  if n == 1 and op ~= 'r' then
+    local ri, cost, ctn, ctr, li
+    ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
+    local r = rules[ri]
+    local alg = r[1]
+    if RATE[alg] then
+      fast_rate(op, KEYS[k], r, cost, ctn, ctr); k = k + 1
+    elseif alg == ALG.fixed_window then
+      fast_fixed(op, KEYS[k], r, cost); k = k + 1
+    else
+      local lease = '0'
+      if li > 0 then lease = ARGV[li] end
+      hs[1] = {r, cost, ctn, ctr, lease}
+      local err
+      k, err = decide(op, hs, 1, k)
+      if k == nil then return redis.error_reply(err) end
+    end
   else
+    for h = 1, n do
+      local ri, cost, ctn, ctr, li
+      ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
+      local lease = '0'
+      if li > 0 then lease = ARGV[li] end
+      hs[h] = {rules[ri], cost, ctn, ctr, lease}
+    end
     local err
-    k, err = decide(op, nhits, h0, k)
+    k, err = decide(op, hs, n, k)
     if k == nil then return redis.error_reply(err) end
   end
-  i = h0 + nhits * STRIDE
 end
 
 for _, key in ipairs(dirty) do

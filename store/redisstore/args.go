@@ -21,11 +21,15 @@ type ruleArgs struct {
 	algStr  string
 	twoKeys bool      // sliding log and concurrency use a ZSET and a hash
 	params  [8]string // p1..p8; rate algorithms fill p5/p6 per cost
-	lease   string    // the leaky queue's delay remainder travels in the lease slot
+	lease   string    // the leaky queue's delay remainder (q in apply.lua's rule table)
+	shadow  string    // "1" for a shadow rule
 	cap     int64
 
-	// Rate algorithms: cost·Per/Rate is computed per hit.
+	// Rate algorithms: cost·Per/Rate is computed per hit; T is the cost
+	// of one unit.
 	den, per uint64
+	tNs      int64
+	tRem     uint64
 
 	// Quota: the boundaries around the last instant asked for.
 	quota atomic.Pointer[quotaBounds]
@@ -44,12 +48,16 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func newRuleArgs(r *limiter.Rule) *ruleArgs {
 	lim := r.Limit()
 	l := &lim
-	ra := &ruleArgs{alg: l.Algorithm, algStr: strconv.Itoa(int(l.Algorithm)), cap: r.Params().Capacity(), lease: "0", limit: l}
+	ra := &ruleArgs{alg: l.Algorithm, algStr: strconv.Itoa(int(l.Algorithm)), cap: r.Params().Capacity(), lease: "0",
+		shadow: "0", limit: l}
+	if r.Shadow() {
+		ra.shadow = "1"
+	}
 	switch l.Algorithm.Family() {
 	case floodgate.FamilyRate:
 		tauNs, tauRem, den := r.Params().Tolerance()
 		tNs, tRem, _ := r.Params().Interval()
-		ra.den, ra.per = den, uint64(l.Per)
+		ra.den, ra.per, ra.tNs, ra.tRem = den, uint64(l.Per), tNs, tRem
 		ra.params = [8]string{
 			strconv.FormatUint(den, 10), itoa(int64(l.Per)),
 			itoa(tauNs), strconv.FormatUint(tauRem, 10),
@@ -80,6 +88,21 @@ func newRuleArgs(r *limiter.Rule) *ruleArgs {
 		}
 	}
 	return ra
+}
+
+// costT returns cost·Per/Rate of a rate algorithm as whole nanoseconds and
+// a remainder in 1/Rate ns (T's for a cost beyond the capacity, which is
+// never charged).
+func (ra *ruleArgs) costT(cost int64) (int64, uint64) {
+	if cost == 1 || cost < 1 || cost > ra.cap {
+		return ra.tNs, ra.tRem
+	}
+	hi, lo := bits.Mul64(uint64(cost), ra.per)
+	if hi >= ra.den {
+		return math.MaxInt64 / 4, 0
+	}
+	q, rem := bits.Div64(hi, lo, ra.den)
+	return int64(q), rem
 }
 
 // costArgs returns p5 and p6 of a rate algorithm for the cost: cost·Per/Rate

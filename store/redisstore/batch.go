@@ -2,12 +2,16 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -37,33 +41,42 @@ const (
 
 // request is one request's part of a script call: its hits in one slot.
 type request struct {
-	op    limiter.Op
-	n     int      // hits
-	keys  []string // the hits' keys
-	args  []string // [now, "1", op, n, extra, the hits' arguments...]
-	now   int64    // the instant quota periods were placed by (Unix ns; 0: this machine's clock)
-	idx   []int    // the hits' indexes in the caller's slice
-	vals  []int64  // the answer: 6 values per hit
-	err   error
-	mark  int64 // the server's instant (µs)
-	charg bool  // the call charged this request
+	op   limiter.Op
+	keys []string  // the hits' keys
+	hits []hitArgs // what the script needs of each hit
+	now  int64     // places quota periods (Unix ns; 0: this machine's clock)
+	test string    // the test clock for the script ("" for the server's)
+	idx  []int     // the hits' indexes in the caller's slice
+	vals []int64   // the answer: 6 values per hit
+	err  error
+	mark int64 // the server's instant (µs)
+	chg  bool  // the call charged this request
 
 	deadline time.Time // the caller's (zero: none)
 	state    atomic.Int32
 	done     chan struct{} // one token when answered
 }
 
+// hitArgs is one hit as apply.lua takes it.
+type hitArgs struct {
+	ra    *ruleArgs
+	cost  int64
+	ctNs  int64  // cost·T (rate algorithms)
+	ctRem uint64 //
+	lease string // a concurrency lease's name ("": none)
+}
+
 var requestPool = sync.Pool{New: func() any {
-	return &request{idx: make([]int, 0, 4), keys: make([]string, 0, 8),
-		args: make([]string, 0, 5+4*stride), done: make(chan struct{}, 1)}
+	return &request{idx: make([]int, 0, 4), keys: make([]string, 0, 4), hits: make([]hitArgs, 0, 4),
+		done: make(chan struct{}, 1)}
 }}
 
 func getRequest() *request { return requestPool.Get().(*request) }
 
 func putRequest(rq *request) {
-	rq.idx, rq.keys, rq.args, rq.vals = rq.idx[:0], rq.keys[:0], rq.args[:0], rq.vals[:0]
-	clear(rq.keys[:cap(rq.keys)])
-	clear(rq.args[:cap(rq.args)])
+	clear(rq.keys)
+	clear(rq.hits)
+	rq.idx, rq.keys, rq.hits, rq.vals = rq.idx[:0], rq.keys[:0], rq.hits[:0], rq.vals[:0]
 	rq.err, rq.deadline = nil, time.Time{}
 	requestPool.Put(rq)
 }
@@ -205,28 +218,19 @@ func (s *Store) finish(b []*request) {
 	}
 }
 
+// Op codes of apply.lua.
+var opCodes = [...]byte{limiter.Charge: 1, limiter.Peek: 2, limiter.Release: 3}
+
 // exec sends the requests in one script call and writes each answer (or
 // the call's error) into its request.
 func (s *Store) exec(ctx context.Context, b []*request) {
-	keys, args := b[0].keys, b[0].args
-	var buf *callBuf
-	if len(b) > 1 {
-		buf = callBufPool.Get().(*callBuf)
-		keys, args = buf.keys[:0], append(buf.args[:0], b[0].args[0], strconv.Itoa(len(b)))
-		for _, rq := range b {
-			keys = append(keys, rq.keys...)
-			args = append(args, rq.args[2:]...)
-		}
-	}
+	buf := callBufPool.Get().(*callBuf)
+	keys, args := buf.build(b)
 	s.calls.Add(1)
 	s.decided.Add(int64(len(b)))
 	res := s.apply.Exec(ctx, s.client, keys, args)
-	if buf != nil {
-		clear(keys)
-		clear(args)
-		buf.keys, buf.args = keys[:0], args[:0]
-		callBufPool.Put(buf)
-	}
+	buf.reset()
+	callBufPool.Put(buf)
 	fail := func(err error) {
 		for _, rq := range b {
 			rq.err = err
@@ -239,7 +243,7 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 	arr, err := res.ToArray()
 	want := 1
 	for _, rq := range b {
-		want += 1 + 6*rq.n
+		want += 1 + 6*len(rq.hits)
 	}
 	if err != nil || len(arr) != want {
 		fail(fmt.Errorf("redisstore: eval: unexpected reply (%d values, want %d): %v", len(arr), want, err))
@@ -249,10 +253,10 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 	at := 1
 	for _, rq := range b {
 		c, _ := arr[at].AsInt64()
-		rq.charg, rq.mark = c == 1, mark
+		rq.chg, rq.mark = c == 1, mark
 		at++
 		rq.vals = rq.vals[:0]
-		for range 6 * rq.n {
+		for range 6 * len(rq.hits) {
 			v, err := arr[at].AsInt64()
 			if err != nil {
 				rq.err = fmt.Errorf("redisstore: eval: unexpected reply: %w", err)
@@ -263,9 +267,66 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 	}
 }
 
-// callBuf holds the arguments of one batch's call while it is built.
+// callBuf holds the arguments of one call while it is built.
 type callBuf struct {
-	keys, args []string
+	keys, args, leases []string
+	rules              []*ruleArgs
+	blob               []byte
 }
 
 var callBufPool = sync.Pool{New: func() any { return new(callBuf) }}
+
+func (c *callBuf) reset() {
+	clear(c.keys)
+	clear(c.args)
+	clear(c.leases)
+	clear(c.rules)
+	c.keys, c.args, c.leases, c.rules, c.blob = c.keys[:0], c.args[:0], c.leases[:0], c.rules[:0], c.blob[:0]
+}
+
+// build returns the keys and the arguments of apply.lua for the requests:
+// the rules they use, once each, then the requests packed in one argument,
+// then the names of their concurrency leases.
+func (c *callBuf) build(b []*request) ([]string, []string) {
+	for _, rq := range b {
+		c.keys = append(c.keys, rq.keys...)
+		for i := range rq.hits {
+			if ra := rq.hits[i].ra; !slices.Contains(c.rules, ra) {
+				c.rules = append(c.rules, ra)
+			}
+		}
+	}
+	c.args = append(c.args, b[0].test, strconv.Itoa(len(c.rules)))
+	for _, ra := range c.rules {
+		p := &ra.params
+		if ra.alg.Family() == floodgate.FamilyQuota {
+			q := ra.bounds(b[0].now)
+			c.args = append(c.args, ra.algStr, ra.shadow, p[0], q[0], q[1], q[2], q[3], q[4], p[6], p[7], ra.lease)
+		} else {
+			c.args = append(c.args, ra.algStr, ra.shadow, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], ra.lease)
+		}
+	}
+	firstLease := len(c.args) + 2 // ARGV index (1-based) of the first lease name
+	le := binary.LittleEndian
+	for _, rq := range b {
+		c.blob = append(c.blob, opCodes[rq.op])
+		c.blob = le.AppendUint32(c.blob, uint32(len(rq.hits)))
+		c.blob = le.AppendUint64(c.blob, math.Float64bits(0))
+		for i := range rq.hits {
+			h := &rq.hits[i]
+			li := 0
+			if h.lease != "" {
+				li = firstLease + len(c.leases)
+				c.leases = append(c.leases, h.lease)
+			}
+			c.blob = le.AppendUint32(c.blob, uint32(slices.Index(c.rules, h.ra)+1))
+			c.blob = le.AppendUint64(c.blob, math.Float64bits(float64(h.cost)))
+			c.blob = le.AppendUint64(c.blob, math.Float64bits(float64(h.ctNs)))
+			c.blob = le.AppendUint64(c.blob, math.Float64bits(float64(h.ctRem)))
+			c.blob = le.AppendUint32(c.blob, uint32(li))
+		}
+	}
+	c.args = append(c.args, string(c.blob))
+	c.args = append(c.args, c.leases...)
+	return c.keys, c.args
+}

@@ -207,8 +207,6 @@ func (s *Store) ruleArgs(r *limiter.Rule) *ruleArgs {
 	return v.(*ruleArgs)
 }
 
-var opCodes = [...]string{limiter.Charge: "c", limiter.Peek: "p", limiter.Release: "r"}
-
 // Apply runs op on all hits; see limiter.Store. Hits in one Cluster slot
 // (always, on a standalone server) are decided by one script call, all or
 // nothing, together with the other requests that arrive meanwhile (see the
@@ -285,12 +283,9 @@ func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit, out []floodg
 		if !hits[i].Rule.Algorithm().Traits().Refundable {
 			continue
 		}
-		r := getRequest()
-		r.args = append(r.args, "0", "1")
+		r := &refundCall{args: []string{"0", "1"}}
 		s.appendHit(r, &hits[i], 0)
-		err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error()
-		putRequest(r)
-		if err != nil {
+		if err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error(); err != nil {
 			return fmt.Errorf("redisstore: refund: %w", err)
 		}
 	}
@@ -381,8 +376,7 @@ type charge struct {
 // request wait past its deadline.
 func (s *Store) refundAll(ctx context.Context, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
 	for _, d := range charged {
-		r := getRequest()
-		r.args = append(r.args, itoa(d.mark), "")
+		r := &refundCall{args: []string{itoa(d.mark), ""}}
 		n := 0
 		for _, i := range d.rq.idx {
 			if out[i].Allowed {
@@ -391,7 +385,6 @@ func (s *Store) refundAll(ctx context.Context, charged []charge, hits []limiter.
 			}
 		}
 		if n == 0 {
-			putRequest(r)
 			continue
 		}
 		r.args[1] = strconv.Itoa(n)
@@ -404,18 +397,15 @@ func (s *Store) refundAll(ctx context.Context, charged []charge, hits []limiter.
 		err := s.refund.Exec(rctx, s.client, r.keys, r.args).Error()
 		cancel()
 		if err == nil {
-			putRequest(r)
 			continue
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
 			s.refundFailed(err)
-			putRequest(r)
 			continue
 		}
 		s.refunds.Add(1)
 		go func() {
 			defer s.refunds.Done()
-			defer putRequest(r)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			if err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error(); err != nil {
@@ -434,10 +424,15 @@ func (s *Store) refundFailed(err error) {
 // each gives up after one second).
 func (s *Store) Flush() { s.refunds.Wait() }
 
-// appendHit adds the keys and the stride arguments of one hit. now (Unix
-// ns) places quota periods; 0 reads this machine's clock when a quota
-// needs it.
-func (s *Store) appendHit(c *request, h *limiter.Hit, now int64) {
+// refundCall is a call of refund.lua.
+type refundCall struct {
+	keys, args []string
+}
+
+// appendHit adds the keys and the 12 arguments of one hit to a refund
+// call. now (Unix ns) places quota periods; 0 reads this machine's clock
+// when a quota needs it.
+func (s *Store) appendHit(c *refundCall, h *limiter.Hit, now int64) {
 	ra := s.ruleArgs(h.Rule)
 	key := s.Key(h.Rule, h.Key)
 	c.keys = append(c.keys, key)
@@ -479,14 +474,30 @@ func (s *Store) now() (goNow int64, scriptNow string) {
 	return 0, ""
 }
 
-// prepare writes rq's script arguments for op on the hits rq.idx names.
+// prepare writes what the script needs of the hits rq.idx names, for op.
 func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request) {
-	goNow, scriptNow := s.now()
-	rq.op, rq.n, rq.err = op, len(rq.idx), nil
-	rq.keys = rq.keys[:0]
-	rq.args = append(rq.args[:0], scriptNow, "1", opCodes[op], strconv.Itoa(len(rq.idx)), "")
+	rq.now, rq.test = s.now()
+	if rq.now == 0 {
+		rq.now = time.Now().UnixNano()
+	}
+	rq.op, rq.err = op, nil
+	rq.keys, rq.hits = rq.keys[:0], rq.hits[:0]
 	for _, i := range rq.idx {
-		s.appendHit(rq, &hits[i], goNow)
+		h := &hits[i]
+		ra := s.ruleArgs(h.Rule)
+		key := s.Key(h.Rule, h.Key)
+		rq.keys = append(rq.keys, key)
+		if ra.twoKeys {
+			rq.keys = append(rq.keys, key+":h")
+		}
+		a := hitArgs{ra: ra, cost: h.Cost}
+		switch {
+		case ra.alg.Family() == floodgate.FamilyRate:
+			a.ctNs, a.ctRem = ra.costT(h.Cost)
+		case ra.alg.Kind() == floodgate.KindConcurrency && h.Lease != 0:
+			a.lease = strconv.FormatUint(h.Lease, 10)
+		}
+		rq.hits = append(rq.hits, a)
 	}
 }
 
@@ -525,7 +536,7 @@ func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out 
 			never = fmt.Errorf("redisstore: %s: %w", hits[i].Rule.ID(), floodgate.ErrNeverFits)
 		}
 	}
-	return rq.charg, rq.mark, never
+	return rq.chg, rq.mark, never
 }
 
 // Calls returns the number of script calls that decided requests so far,
