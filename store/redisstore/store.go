@@ -63,8 +63,16 @@ type Options struct {
 	// DefaultBatchesInFlight). Requests that arrive while they are all in
 	// flight wait and go together in the next call.
 	BatchesInFlight int
-	// Logger receives connection problems and refund failures. Default:
-	// discard.
+	// EvictionCheck is how often the store checks that Redis cannot evict
+	// its keys (see Eviction): New checks at once, then every
+	// EvictionCheck (0: DefaultEvictionCheck; negative: never). A Redis
+	// that may evict them is logged as a warning.
+	EvictionCheck time.Duration
+	// RefuseEvictable makes New fail with ErrEvictable when a server may
+	// evict the limiter's keys (a check that cannot tell only warns).
+	RefuseEvictable bool
+	// Logger receives connection problems, refund failures and eviction
+	// warnings. Default: discard.
 	Logger *slog.Logger
 }
 
@@ -100,6 +108,8 @@ type Store struct {
 
 	refundErrors atomic.Int64
 	refunds      sync.WaitGroup // refunds in flight
+
+	evict evictionCheck
 }
 
 // New connects to the Redis named by opts.URL.
@@ -126,16 +136,43 @@ func New(opts Options) (*Store, error) {
 	if c.Mode() == rueidis.ClientModeCluster {
 		mode = Cluster
 	}
-	return newStore(c, mode, opts), nil
+	s := newStore(c, mode, opts)
+	if opts.EvictionCheck >= 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), opts.DialTimeout+time.Second)
+		e := s.CheckEviction(ctx)
+		cancel()
+		if e.Evictable && opts.RefuseEvictable {
+			c.Close()
+			return nil, fmt.Errorf("%w: %s has maxmemory-policy %s with maxmemory %d", ErrEvictable, e.Node, e.Policy, e.MaxMemory)
+		}
+		s.startEvictionWatch(opts.EvictionCheck, false)
+	}
+	return s, nil
 }
 
 // NewFromClient wraps a rueidis client that the caller made and closes.
+// It checks Redis' eviction settings in the background (RefuseEvictable
+// does not apply: call CheckEviction to refuse).
 func NewFromClient(c rueidis.Client, opts Options) *Store {
 	mode := Standalone
 	if c.Mode() == rueidis.ClientModeCluster {
 		mode = Cluster
 	}
-	return newStore(c, mode, opts)
+	s := newStore(c, mode, opts)
+	if opts.EvictionCheck >= 0 {
+		s.startEvictionWatch(opts.EvictionCheck, true)
+	}
+	return s
+}
+
+// startEvictionWatch starts checking the eviction settings every interval
+// (0: DefaultEvictionCheck), at once too when now is set.
+func (s *Store) startEvictionWatch(every time.Duration, now bool) {
+	if every == 0 {
+		every = DefaultEvictionCheck
+	}
+	s.evict.stop, s.evict.done = make(chan struct{}), make(chan struct{})
+	go s.watchEviction(every, now)
 }
 
 func newStore(c rueidis.Client, mode Mode, opts Options) *Store {
@@ -175,6 +212,10 @@ func (s *Store) Mode() Mode { return s.mode }
 // Close waits for refunds and batches in flight and closes the
 // connections.
 func (s *Store) Close() {
+	if s.evict.stop != nil {
+		close(s.evict.stop)
+		<-s.evict.done
+	}
 	s.refunds.Wait()
 	s.batches.Wait()
 	s.client.Close()
