@@ -93,6 +93,9 @@ const (
 	// Degraded marks a hit decided by its failure policy, because the
 	// store failed, timed out or its breaker was open.
 	Degraded
+	// Cached marks a denial answered by the deny cache, without asking
+	// the store (see DenyCacheOptions).
+	Cached
 )
 
 // Degradation says why a decision was made by the failure policies instead

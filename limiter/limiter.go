@@ -58,6 +58,10 @@ type Options struct {
 	ClosedRetryAfter time.Duration
 	// Breaker configures the circuit breaker.
 	Breaker BreakerOptions
+	// DenyCache configures the deny cache, which answers denials that are
+	// certain until a known instant without asking the store. It is on
+	// by default; stores in this process do without.
+	DenyCache DenyCacheOptions
 	// Observer, when set, is told about every decision.
 	Observer Observer
 	// Now is the clock of the circuit breaker (default time.Now). Store
@@ -96,6 +100,7 @@ type Limiter struct {
 	noLocal   sync.Once // warns once about FailLocal without a local store
 
 	slots chan struct{} // one token per store call in flight; nil: unbounded
+	deny  *denyCache    // nil: off
 
 	degraded      atomic.Uint64
 	storeFailures atomic.Uint64
@@ -126,6 +131,9 @@ func New(store Store, opts Options) *Limiter {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	l.breaker.init(opts.Breaker, opts.Now, l.log)
+	if !l.inProcess {
+		l.deny = newDenyCache(opts.DenyCache)
+	}
 	l.scratch.New = func() any { return new(scratch) }
 	l.deadlines.New = newDeadlineCtx
 	return l
@@ -219,6 +227,9 @@ func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
 			return fmt.Errorf("limiter: refund: %w", floodgate.ErrInvalidCost)
 		}
 	}
+	if l.deny != nil {
+		l.deny.forget(hits)
+	}
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
 	return l.giveBack(ctx, Refund, hits, sc.outFor(len(hits)))
@@ -295,6 +306,13 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		r.Allowed = true
 		return nil
 	}
+	if l.deny != nil && l.deny.decide(l.breaker.since(), hits, r) {
+		l.summarize(hits, r)
+		if o := l.opts.Observer; o != nil {
+			o.ObserveDecision(req, r)
+		}
+		return nil
+	}
 	var err error
 	if op == Charge && reserved > 0 {
 		err = l.chargeReserving(ctx, hits, reserved, r)
@@ -357,12 +375,19 @@ func (l *Limiter) chargeReserving(ctx context.Context, hits []Hit, reserved int,
 func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, flags []HitFlags, r *Result) error {
 	degraded := DegradedBreakerOpen
 	if call, probe := l.breaker.allow(); call {
+		var sent int64
+		if l.deny != nil {
+			sent = l.breaker.since()
+		}
 		c, o, err := l.callStore(ctx, op, hits, out)
 		r.StoreLatency += c.latency
 		l.judge(o, probe)
 		switch {
 		case err == nil:
 			degraded = NotDegraded
+			if l.deny != nil && (op == Charge || op == Peek) {
+				l.deny.learn(sent, op, hits, out)
+			}
 		case isCallerError(err):
 			return fmt.Errorf("limiter: %w", err)
 		case o == gaveUp:
@@ -496,6 +521,13 @@ type Stats struct {
 	LateDeadlines uint64
 	// InFlight is the number of store calls in flight now.
 	InFlight int
+	// DenyCacheHits counts requests answered by the deny cache.
+	DenyCacheHits uint64
+	// DenyCacheEntries is the number of keys the deny cache holds now.
+	DenyCacheEntries int64
+	// DenyCacheEvictions counts entries dropped to make room before they
+	// expired.
+	DenyCacheEvictions uint64
 	// BreakerOpen reports whether the breaker is open now.
 	BreakerOpen bool
 	// BreakerOpens counts how often the breaker opened.
@@ -504,14 +536,22 @@ type Stats struct {
 
 // Stats returns the limiter's counters.
 func (l *Limiter) Stats() Stats {
+	var dh, dv uint64
+	var de int64
+	if c := l.deny; c != nil {
+		dh, de, dv = c.hits.Load(), c.entries.Load(), c.evictions.Load()
+	}
 	return Stats{
-		Degraded:      l.degraded.Load(),
-		StoreFailures: l.storeFailures.Load(),
-		QueueTimeouts: l.queueTimeouts.Load(),
-		SlotWaits:     l.slotWaits.Load(),
-		LateDeadlines: l.lateDeadlines.Load(),
-		InFlight:      len(l.slots),
-		BreakerOpen:   l.breaker.open.Load(),
-		BreakerOpens:  l.breaker.opens.Load(),
+		DenyCacheHits:      dh,
+		DenyCacheEntries:   de,
+		DenyCacheEvictions: dv,
+		Degraded:           l.degraded.Load(),
+		StoreFailures:      l.storeFailures.Load(),
+		QueueTimeouts:      l.queueTimeouts.Load(),
+		SlotWaits:          l.slotWaits.Load(),
+		LateDeadlines:      l.lateDeadlines.Load(),
+		InFlight:           len(l.slots),
+		BreakerOpen:        l.breaker.open.Load(),
+		BreakerOpens:       l.breaker.opens.Load(),
 	}
 }
