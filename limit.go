@@ -107,6 +107,11 @@ type Traits struct {
 	// Refundable reports that a charge can be given back (a queued client
 	// that left): the algorithm's whole state is one instant.
 	Refundable bool
+	// Leasable reports that a limit of the algorithm can be kept with
+	// Leased consistency: units once taken stay taken until they come back
+	// by themselves (a rate refilling, a window ending), and an instance
+	// can give back what it did not spend.
+	Leasable bool
 }
 
 // Continuous reports whether the algorithm refills continuously, so that
@@ -119,15 +124,15 @@ func (t *Traits) Continuous() bool { return t.Family == FamilyRate }
 // test holds them equal to these.
 var traits = [...]Traits{
 	TokenBucket: {Name: "token_bucket", Family: FamilyRate, Kind: KindRate,
-		Params: ParamRate | ParamPer | ParamBurst, Refundable: true},
+		Params: ParamRate | ParamPer | ParamBurst, Refundable: true, Leasable: true},
 	GCRA: {Name: "gcra", Family: FamilyRate, Kind: KindRate,
-		Params: ParamRate | ParamPer | ParamBurst, Refundable: true},
+		Params: ParamRate | ParamPer | ParamBurst, Refundable: true, Leasable: true},
 	LeakyBucket: {Name: "leaky_bucket", Family: FamilyRate, Kind: KindRate,
-		Params: ParamRate | ParamPer | ParamBurst, Refundable: true},
+		Params: ParamRate | ParamPer | ParamBurst, Refundable: true, Leasable: true},
 	LeakyQueue: {Name: "leaky_queue", Family: FamilyRate, Kind: KindQueue,
 		Params: ParamRate | ParamPer | ParamBurst | ParamDelay, Refundable: true},
 	FixedWindow: {Name: "fixed_window", Family: FamilyWindow, Kind: KindRate,
-		Params: ParamMax | ParamWindow},
+		Params: ParamMax | ParamWindow, Leasable: true},
 	SlidingLog: {Name: "sliding_log", Family: FamilyWindow, Kind: KindRate,
 		Params: ParamMax | ParamWindow},
 	SlidingWindow: {Name: "sliding_window", Family: FamilyWindow, Kind: KindRate,

@@ -27,12 +27,13 @@
 // # Adding an algorithm
 //
 // Everything outside the algorithm's own code reads floodgate.Traits
-// (family, kind, parameters, refundability): validation, the response
+// (family, kind, parameters, refundability, leasability): validation, the response
 // fields, the stores, the engine, the decision services and the command
 // line. An algorithm of an existing family touches three places:
 //
 //  1. floodgate/limit.go: its Algorithm constant and its row in the traits
-//     table (name, family, kind, parameters, refundable).
+//     table (name, family, kind, parameters, refundable, leasable; a
+//     leasable one also needs its branch in apply.lua's lease op).
 //  2. algo: its decision (a decide function and its case in
 //     Params.DecideInto; Compile only if it needs values of its own).
 //  3. store/redisstore/apply.lua (and refund.lua when it is refundable):

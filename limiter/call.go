@@ -40,10 +40,11 @@ type call struct {
 
 // callStore calls the store within the engine's deadline (the caller's when
 // that is earlier) and classifies the result. Stores in this process are
-// called directly. For the others the deadline starts before the call
+// called directly. lc, when set, makes the call a lease (Leaser) rather than
+// op. For the others the deadline starts before the call
 // waits for an in-flight slot (Options.MaxInFlight): the wait is part of
 // what the caller waits for, but it is not held against the store.
-func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) (call, outcome, error) {
+func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, lc *leaseCall) (call, outcome, error) {
 	var c call
 	if l.inProcess {
 		err := l.store.Apply(ctx, op, hits, out)
@@ -76,7 +77,11 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 		err = fmt.Errorf("%w: %w", ErrNotSent, err)
 	} else {
 		sent := time.Now()
-		err = l.store.Apply(sctx, op, hits, out)
+		if lc != nil {
+			lc.grant, err = l.leases.leaser.Lease(sctx, lc.h, lc.want, lc.back)
+		} else {
+			err = l.store.Apply(sctx, op, hits, out)
+		}
 		c.latency = time.Since(sent)
 		l.releaseSlot()
 	}

@@ -27,8 +27,9 @@ const (
 // window filled by an allowed request is known full until its end too).
 // The cache answers a cost for which it knows the wait: 1, the cost of the
 // denial it learnt from, and any cost for a fixed window. Concurrency
-// limits, whose units come back when a holder releases them, and shadow
-// rules are never cached.
+// limits, whose units come back when a holder releases them, leased rules,
+// whose units come back when a lease ends, and shadow rules are never
+// cached.
 //
 // A request is answered from the cache only when every one of its hits is
 // denied there; otherwise the store decides it (it reports the other hits'
@@ -122,9 +123,12 @@ func (c *denyCache) shard(k *denyKey) *denyShard {
 	return &c.shards[h%denyShards]
 }
 
-// cacheable reports whether the cache may hold a hit's counter.
+// cacheable reports whether the cache may hold a hit's counter: not a
+// shadow rule, not a concurrency limit, not a leased rule (whose units
+// other instances give back).
 func cacheable(h *Hit) bool {
-	return !h.Rule.Shadow() && h.Rule.Algorithm().Kind() != floodgate.KindConcurrency
+	return !h.Rule.Shadow() && h.Rule.Algorithm().Kind() != floodgate.KindConcurrency &&
+		h.Rule.Consistency() != floodgate.Leased
 }
 
 // decide answers the hits from the cache at instant now when every one of

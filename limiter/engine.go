@@ -96,6 +96,9 @@ const (
 	// Cached marks a denial answered by the deny cache, without asking
 	// the store (see DenyCacheOptions).
 	Cached
+	// Leased marks a hit of a leased rule decided from this instance's
+	// lease, without asking the store (see LeaseOptions).
+	Leased
 )
 
 // Degradation says why a decision was made by the failure policies instead

@@ -62,6 +62,10 @@ type Options struct {
 	// certain until a known instant without asking the store. It is on
 	// by default; stores in this process do without.
 	DenyCache DenyCacheOptions
+	// Lease configures the rules kept with Leased consistency (stores
+	// that implement Leaser; others, and stores in this process, keep
+	// every rule exact).
+	Lease LeaseOptions
 	// Observer, when set, is told about every decision.
 	Observer Observer
 	// Now is the clock of the circuit breaker (default time.Now). Store
@@ -99,14 +103,17 @@ type Limiter struct {
 	deadlines sync.Pool // *deadlineCtx
 	noLocal   sync.Once // warns once about FailLocal without a local store
 
-	slots chan struct{} // one token per store call in flight; nil: unbounded
-	deny  *denyCache    // nil: off
+	slots  chan struct{} // one token per store call in flight; nil: unbounded
+	deny   *denyCache    // nil: off
+	leases *leases       // nil: every rule is exact
 
 	degraded      atomic.Uint64
 	storeFailures atomic.Uint64
 	queueTimeouts atomic.Uint64
 	slotWaits     atomic.Uint64
 	lateDeadlines atomic.Uint64
+	leaseTakes    atomic.Uint64
+	leaseGrants   atomic.Uint64
 }
 
 // New returns a limiter over store.
@@ -133,6 +140,7 @@ func New(store Store, opts Options) *Limiter {
 	l.breaker.init(opts.Breaker, opts.Now, l.log)
 	if !l.inProcess {
 		l.deny = newDenyCache(opts.DenyCache)
+		l.leases = newLeases(store, opts.Lease)
 	}
 	l.scratch.New = func() any { return new(scratch) }
 	l.deadlines.New = newDeadlineCtx
@@ -245,7 +253,7 @@ func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodga
 	if !call {
 		return fmt.Errorf("limiter: %s: %w", what, ErrBreakerOpen)
 	}
-	_, o, err := l.callStore(ctx, op, hits, out)
+	_, o, err := l.callStore(ctx, op, hits, out, nil)
 	l.judge(o, probe)
 	if err != nil {
 		return fmt.Errorf("limiter: %s: %w", what, err)
@@ -314,9 +322,12 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		return nil
 	}
 	var err error
-	if op == Charge && reserved > 0 {
+	switch {
+	case op == Charge && reserved > 0:
 		err = l.chargeReserving(ctx, hits, reserved, r)
-	} else {
+	case op == Charge && l.leased(hits):
+		err = l.chargeLeased(ctx, hits, r)
+	default:
 		err = l.step(ctx, op, hits, r.Decisions, r.Flags, r)
 	}
 	if err != nil {
@@ -379,7 +390,7 @@ func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.D
 		if l.deny != nil {
 			sent = l.breaker.since()
 		}
-		c, o, err := l.callStore(ctx, op, hits, out)
+		c, o, err := l.callStore(ctx, op, hits, out, nil)
 		r.StoreLatency += c.latency
 		l.judge(o, probe)
 		switch {
@@ -528,6 +539,13 @@ type Stats struct {
 	// DenyCacheEvictions counts entries dropped to make room before they
 	// expired.
 	DenyCacheEvictions uint64
+	// LeaseTakes counts leased hits decided from a lease, without a store
+	// call; LeaseGrants counts the store calls that took leases.
+	LeaseTakes, LeaseGrants uint64
+	// LeasedKeys is the number of leased keys held now; LeasesDropped
+	// counts leases dropped (with their units) to make room.
+	LeasedKeys    int
+	LeasesDropped uint64
 	// BreakerOpen reports whether the breaker is open now.
 	BreakerOpen bool
 	// BreakerOpens counts how often the breaker opened.
@@ -541,7 +559,18 @@ func (l *Limiter) Stats() Stats {
 	if c := l.deny; c != nil {
 		dh, de, dv = c.hits.Load(), c.entries.Load(), c.evictions.Load()
 	}
+	var lk int
+	var ld uint64
+	if ls := l.leases; ls != nil {
+		ls.mu.Lock()
+		lk, ld = len(ls.m), ls.dropped
+		ls.mu.Unlock()
+	}
 	return Stats{
+		LeaseTakes:         l.leaseTakes.Load(),
+		LeaseGrants:        l.leaseGrants.Load(),
+		LeasedKeys:         lk,
+		LeasesDropped:      ld,
 		DenyCacheHits:      dh,
 		DenyCacheEntries:   de,
 		DenyCacheEvictions: dv,

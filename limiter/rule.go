@@ -12,11 +12,12 @@ import (
 // Rule is a compiled limit as the engine and the stores use it. It is
 // immutable once NewRule made it, and safe to share.
 type Rule struct {
-	limit     floodgate.Limit
-	params    algo.Params
-	onFailure floodgate.FailurePolicy
-	shadow    bool
-	id        string
+	limit       floodgate.Limit
+	params      algo.Params
+	onFailure   floodgate.FailurePolicy
+	shadow      bool
+	consistency floodgate.Consistency
+	id          string
 }
 
 // Limit returns (a copy of) the limit the rule was made from.
@@ -42,21 +43,53 @@ func (r *Rule) OnFailure() floodgate.FailurePolicy { return r.onFailure }
 // Shadow reports a shadow rule: evaluated and counted, never blocking.
 func (r *Rule) Shadow() bool { return r.shadow }
 
+// Consistency returns how the instances sharing the store keep the rule
+// (see LeaseOptions for Leased).
+func (r *Rule) Consistency() floodgate.Consistency { return r.consistency }
+
 // ID names the rule's counters in a store: the limit's name and a
 // fingerprint of its parameters, so that a changed limit starts afresh and
 // an unchanged one keeps its counts across reloads.
 func (r *Rule) ID() string { return r.id }
 
+// RuleOptions are the settings of a rule beyond its limit. The zero value
+// is an enforced, exact rule that falls back to a local share (FailLocal).
+type RuleOptions struct {
+	// OnFailure is what the rule does when its store cannot answer.
+	OnFailure floodgate.FailurePolicy
+	// Shadow makes a shadow rule: evaluated and counted, never blocking.
+	Shadow bool
+	// Consistency is Exact (every decision asks the store) or Leased
+	// (each instance spends units taken in advance; only for algorithms
+	// whose traits say Leasable, and not in shadow mode). A rule's
+	// counters are the same either way, so switching keeps them.
+	Consistency floodgate.Consistency
+}
+
 // NewRule validates and compiles a limit.
 func NewRule(l floodgate.Limit, onFailure floodgate.FailurePolicy, shadow bool) (*Rule, error) {
+	return NewRuleWith(l, RuleOptions{OnFailure: onFailure, Shadow: shadow})
+}
+
+// NewRuleWith validates and compiles a limit with its settings.
+func NewRuleWith(l floodgate.Limit, o RuleOptions) (*Rule, error) {
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("limiter: %w", err)
+	}
+	switch {
+	case o.Consistency > floodgate.Leased:
+		return nil, fmt.Errorf("limiter: %s: %w: unknown consistency %d", l.Name, floodgate.ErrInvalidLimit, o.Consistency)
+	case o.Consistency == floodgate.Leased && !l.Algorithm.Traits().Leasable:
+		return nil, fmt.Errorf("limiter: %s: %w: %s cannot be leased (token_bucket, gcra, leaky_bucket and fixed_window can)",
+			l.Name, floodgate.ErrInvalidLimit, l.Algorithm)
+	case o.Consistency == floodgate.Leased && o.Shadow:
+		return nil, fmt.Errorf("limiter: %s: %w: a shadow rule cannot be leased", l.Name, floodgate.ErrInvalidLimit)
 	}
 	p, err := algo.Compile(&l)
 	if err != nil {
 		return nil, fmt.Errorf("limiter: %w", err)
 	}
-	return &Rule{limit: l, params: p, onFailure: onFailure, shadow: shadow, id: ruleID(&l)}, nil
+	return &Rule{limit: l, params: p, onFailure: o.OnFailure, shadow: o.Shadow, consistency: o.Consistency, id: ruleID(&l)}, nil
 }
 
 // ruleID is the limit's name followed by a short fingerprint of everything

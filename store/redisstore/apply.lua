@@ -13,21 +13,24 @@
 --   alg, shadow (0/1), p1 .. p8 (see the algorithms below), q (the leaky
 --   queue's delay remainder, else 0)
 -- ARGV[3+11R] the requests, packed little-endian (struct): per request
---   op (B: 1 charge, 2 peek, 3 release), number of hits (i4), an argument
---   of the op (d; 0 for charge, peek and release)
+--   op (B: 1 charge, 2 peek, 3 release, 4 lease), number of hits (i4),
+--   for a lease 7 more numbers (d): want, want·T ns and rem, back,
+--   back·T ns and rem, mark (see lease below),
 --   then per hit: rule (i4, 1-based), cost (d), cost·T ns and rem (d, d;
 --   rate algorithms), lease (i4: the index in ARGV of the concurrency
 --   lease's name, or 0)
 -- ARGV[4+11R...] the names of concurrency leases
 -- KEYS: one key per hit, two for the sliding log and concurrency (a ZSET and
 -- its companion hash), in the order of the requests and their hits.
--- Reply: now µs, then per request: charged (0/1), then 6 integers per hit:
+-- Reply: now µs, then per request: charged (0/1; a lease: the units taken),
+-- then 6 integers per hit:
 --   allowed, remaining, retry ns, reset ns, delay ns, never (cost > capacity)
 --
 -- A rule's parameters travel once per call, and a request's numbers in one
 -- packed argument: parsing arguments is a large part of a small script's
--- cost. A new op (a reservation, say) is a number and a branch below that
--- reads its argument; the hits and the reply stay as they are.
+-- cost. A new op (a reservation, say) is a number, the arguments it reads
+-- after its request's header, and a branch below; the hits and the reply
+-- stay as they are.
 
 -- Algorithm ids: the values of Go's floodgate.Algorithm, which
 -- TestScriptAlgorithmIDs holds equal to this table. RATE is the rate family.
@@ -36,7 +39,7 @@ local ALG = {token_bucket = 1, gcra = 2, leaky_bucket = 3, leaky_queue = 4, fixe
 local RATE = {[ALG.token_bucket] = true, [ALG.gcra] = true, [ALG.leaky_bucket] = true, [ALG.leaky_queue] = true}
 
 local BIG = 9007199254740992
-local OPS = {'c', 'p', 'r'}
+local OPS = {'c', 'p', 'r', 'l'}
 
 local now_s, now_us
 local pad = 0 -- ms added to TTLs: an hour under a test clock, which real time outruns
@@ -223,6 +226,88 @@ end
 local function ceiln(n, r)
   if r > 0 then return n + 1 end
   return n
+end
+
+-- The lease op, for one hit of a rate algorithm or a fixed window: give
+-- back `back` units that a lease took at the instant `mark` (µs; a fixed
+-- window only takes them back within that window), then take `want` units
+-- if the key has them, else `cost` (the request alone), else nothing.
+-- Appends the units taken and the decision for `cost` as a charge of the
+-- units taken gives it. want·T and back·T come as ns and rem.
+local function lease(key, r, cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark)
+  local o = #out
+  if RATE[r[1]] then
+    local den, per = r[3], r[4]
+    local tau_n, tau_r = r[5], r[6]
+    local ah_n, ah_r = 0, 0
+    local v = get(key)
+    if #v == 24 then
+      local s, n, rr = struct.unpack('<ddd', v)
+      ah_n, ah_r = (s - now_s) * 1000000000 + (n - sub_ns), rr
+      if ah_r >= den then ah_r = 0 end
+      if ah_n < 0 then ah_n, ah_r = 0, 0 end
+    end
+    if less(tau_n, tau_r, ah_n, ah_r) then ah_n, ah_r = tau_n, tau_r end
+    local changed = false
+    if back > 0 then
+      ah_n, ah_r = sub(ah_n, ah_r, btn, btr, den)
+      if ah_n < 0 then ah_n, ah_r = 0, 0 end
+      changed = true
+    end
+    local got, nx_n, nx_r = 0, ah_n, ah_r
+    local tn, tr = add(ah_n, ah_r, wtn, wtr, den)
+    if want > 0 and not less(tau_n, tau_r, tn, tr) then
+      got, nx_n, nx_r = want, tn, tr
+    else
+      tn, tr = add(ah_n, ah_r, ctn, ctr, den)
+      if cost > 0 and not less(tau_n, tau_r, tn, tr) then got, nx_n, nx_r = cost, tn, tr end
+    end
+    if got > 0 or changed then
+      local total = sub_ns + nx_n
+      local secs = math.floor(total / 1000000000)
+      put(key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(ceiln(nx_n, nx_r)))
+    end
+    out[o+1] = got
+    if got > 0 then
+      local rn, rr = sub(tau_n, tau_r, nx_n, nx_r, den)
+      out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
+        1, units(rn, rr, den, per), 0, math.min(ceiln(nx_n, nx_r), BIG), 0, 0
+    else
+      local rn, rr = sub(tau_n, tau_r, ah_n, ah_r, den)
+      local wn, wr = sub(tn, tr, tau_n, tau_r, den)
+      out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
+        0, units(rn, rr, den, per), math.min(math.max(ceiln(wn, wr), 0), BIG), math.min(ceiln(ah_n, ah_r), BIG), 0, 0
+    end
+    return
+  end
+  local max, w = r[3], r[4]
+  local wus = w / 1000
+  local e = math.fmod(now_us, wus)
+  local idx = (now_us - e) / wus
+  local left = math.min(w - e * 1000, BIG)
+  local count = 0
+  local v = get(key)
+  if #v == 16 then
+    local si, sc = struct.unpack('<dd', v)
+    if si == idx then count = sc
+    elseif si > idx then idx = si; count = sc end
+  end
+  local changed = false
+  if back > 0 and (mark - math.fmod(mark, wus)) / wus == idx then
+    count = math.max(0, count - back)
+    changed = true
+  end
+  local got = 0
+  if want > 0 and want <= max - count then got = want
+  elseif cost > 0 and cost <= max - count then got = cost end
+  count = count + got
+  if got > 0 or changed then put(key, struct.pack('<dd', idx, count), ceil_ms(left)) end
+  out[o+1] = got
+  if got > 0 then
+    out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] = 1, max - count, 0, left, 0, 0
+  else
+    out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] = 0, math.max(0, max - count), left, left, 0, 0
+  end
 end
 
 -- The sliding logs' state within one request (reset for each request, as
@@ -630,10 +715,15 @@ end
 local pos, k = 1, 1
 local hs = {{}, {}, {}, {}}
 while pos <= #blob do
-  local opn, n, _
-  opn, n, _, pos = struct.unpack('<Bi4d', blob, pos)
+  local opn, n
+  opn, n, pos = struct.unpack('<Bi4', blob, pos)
   local op = OPS[opn]
-  if n == 1 and op ~= 'r' then
+  if op == 'l' then
+    local want, wtn, wtr, back, btn, btr, mark, ri, cost, ctn, ctr, li
+    want, wtn, wtr, back, btn, btr, mark, pos = struct.unpack('<ddddddd', blob, pos)
+    ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
+    lease(KEYS[k], rules[ri], cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark); k = k + 1
+  elseif n == 1 and op ~= 'r' then
     local ri, cost, ctn, ctr, li
     ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
     local r = rules[ri]

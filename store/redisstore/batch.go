@@ -41,20 +41,31 @@ const (
 
 // request is one request's part of a script call: its hits in one slot.
 type request struct {
-	op   limiter.Op
+	code byte      // apply.lua's op: opCodes[op], or opLease
 	keys []string  // the hits' keys
 	hits []hitArgs // what the script needs of each hit
+	ls   leaseArgs // a lease's numbers
 	now  int64     // places quota periods (Unix ns; 0: this machine's clock)
 	test string    // the test clock for the script ("" for the server's)
 	idx  []int     // the hits' indexes in the caller's slice
 	vals []int64   // the answer: 6 values per hit
 	err  error
 	mark int64 // the server's instant (µs)
-	chg  bool  // the call charged this request
+	got  int64 // charged (1) or not (0); for a lease, the units taken
 
 	deadline time.Time // the caller's (zero: none)
 	state    atomic.Int32
 	done     chan struct{} // one token when answered
+}
+
+// leaseArgs are the numbers of a lease request: units wanted and given
+// back, with their cost in time for rate algorithms, and the given-back
+// lease's mark.
+type leaseArgs struct {
+	want, back   int64
+	wtNs, btNs   int64
+	wtRem, btRem uint64
+	mark         int64
 }
 
 // hitArgs is one hit as apply.lua takes it.
@@ -221,6 +232,9 @@ func (s *Store) finish(b []*request) {
 // Op codes of apply.lua.
 var opCodes = [...]byte{limiter.Charge: 1, limiter.Peek: 2, limiter.Release: 3}
 
+// opLease is apply.lua's lease op.
+const opLease = 4
+
 // exec sends the requests in one script call and writes each answer (or
 // the call's error) into its request.
 func (s *Store) exec(ctx context.Context, b []*request) {
@@ -253,7 +267,7 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 	at := 1
 	for _, rq := range b {
 		c, _ := arr[at].AsInt64()
-		rq.chg, rq.mark = c == 1, mark
+		rq.got, rq.mark = c, mark
 		at++
 		rq.vals = rq.vals[:0]
 		for range 6 * len(rq.hits) {
@@ -308,10 +322,20 @@ func (c *callBuf) build(b []*request) ([]string, []string) {
 	}
 	firstLease := len(c.args) + 2 // ARGV index (1-based) of the first lease name
 	le := binary.LittleEndian
+	f64 := func(v float64) { c.blob = le.AppendUint64(c.blob, math.Float64bits(v)) }
 	for _, rq := range b {
-		c.blob = append(c.blob, opCodes[rq.op])
+		c.blob = append(c.blob, rq.code)
 		c.blob = le.AppendUint32(c.blob, uint32(len(rq.hits)))
-		c.blob = le.AppendUint64(c.blob, math.Float64bits(0))
+		if rq.code == opLease {
+			ls := &rq.ls
+			f64(float64(ls.want))
+			f64(float64(ls.wtNs))
+			f64(float64(ls.wtRem))
+			f64(float64(ls.back))
+			f64(float64(ls.btNs))
+			f64(float64(ls.btRem))
+			f64(float64(ls.mark))
+		}
 		for i := range rq.hits {
 			h := &rq.hits[i]
 			li := 0
@@ -320,9 +344,9 @@ func (c *callBuf) build(b []*request) ([]string, []string) {
 				c.leases = append(c.leases, h.lease)
 			}
 			c.blob = le.AppendUint32(c.blob, uint32(slices.Index(c.rules, h.ra)+1))
-			c.blob = le.AppendUint64(c.blob, math.Float64bits(float64(h.cost)))
-			c.blob = le.AppendUint64(c.blob, math.Float64bits(float64(h.ctNs)))
-			c.blob = le.AppendUint64(c.blob, math.Float64bits(float64(h.ctRem)))
+			f64(float64(h.cost))
+			f64(float64(h.ctNs))
+			f64(float64(h.ctRem))
 			c.blob = le.AppendUint32(c.blob, uint32(li))
 		}
 	}

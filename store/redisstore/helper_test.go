@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ const (
 	helperURL      = "FLOODGATE_REDISSTORE_URL"
 	helperPrefix   = "FLOODGATE_REDISSTORE_PREFIX"
 	helperAttempts = "FLOODGATE_REDISSTORE_ATTEMPTS"
+	helperDuration = "FLOODGATE_REDISSTORE_DURATION" // leased scenarios: how long to run
 	workers        = 50 // goroutines per process
 	users          = 4  // subjects of the per-user limit
 )
@@ -34,7 +36,20 @@ type helperReport struct {
 	PerUser                 [users]int64
 	// Calls is the number of script calls that decided Requests requests.
 	Calls, Requests int64
+	// LeaseTakes and LeaseGrants are the engine's (leased scenarios).
+	LeaseTakes, LeaseGrants uint64
 }
+
+// Leased scenarios: their limits, the instances that share them and the
+// lease settings.
+const (
+	leasedProcs    = 4
+	leasedLifetime = 100 * time.Millisecond
+	leasedShare    = 4
+	leasedRate     = 2000 // per second, token bucket
+	leasedBurst    = 200
+	leasedMax      = 1000 // per hour, fixed window
+)
 
 // scenarioRules returns the rules of a scenario; every process compiles the
 // same rules, so they share their counters. The first rule is the one that
@@ -47,6 +62,10 @@ func scenarioRules(name string) ([]*limiter.Rule, error) {
 	case "tokenbucket":
 		// One unit an hour: nothing refills during the test.
 		ls = []floodgate.Limit{{Name: "ex_tb", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}}
+	case "leased_tb":
+		ls = []floodgate.Limit{{Name: "ex_leased_tb", Algorithm: floodgate.TokenBucket, Rate: leasedRate, Per: time.Second, Burst: leasedBurst}}
+	case "leased_fixed":
+		ls = []floodgate.Limit{{Name: "ex_leased_fixed", Algorithm: floodgate.FixedWindow, Max: leasedMax, Window: time.Hour}}
 	case "three":
 		ls = []floodgate.Limit{
 			{Name: "ex_global", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour},
@@ -58,7 +77,11 @@ func scenarioRules(name string) ([]*limiter.Rule, error) {
 	}
 	var rules []*limiter.Rule
 	for _, l := range ls {
-		r, err := limiter.NewRule(l, floodgate.FailClosed, false)
+		o := limiter.RuleOptions{OnFailure: floodgate.FailClosed}
+		if strings.HasPrefix(name, "leased_") {
+			o.Consistency = floodgate.Leased
+		}
+		r, err := limiter.NewRuleWith(l, o)
 		if err != nil {
 			return nil, err
 		}
@@ -96,6 +119,9 @@ func helperMain() int {
 	var mu sync.Mutex
 	var rep helperReport
 	var wg sync.WaitGroup
+	if strings.HasPrefix(os.Getenv(helperEnv), "leased_") {
+		return helperLeased(s, rules)
+	}
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
@@ -140,9 +166,51 @@ func helperMain() int {
 	return 0
 }
 
+// helperLeased runs a leased scenario through the engine: for a duration
+// (the token bucket) or a number of attempts (the fixed window), then
+// gives back what is left in its leases.
+func helperLeased(s *Store, rules []*limiter.Rule) int {
+	attempts, _ := strconv.Atoi(os.Getenv(helperAttempts))
+	d, _ := time.ParseDuration(os.Getenv(helperDuration))
+	l := limiter.New(s, limiter.Options{Timeout: 10 * time.Second, Instances: leasedProcs,
+		Lease: limiter.LeaseOptions{Lifetime: leasedLifetime, Share: leasedShare}})
+	stop := time.Now().Add(d)
+	var allowed, denied, errs atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			hits := scenarioHits(rules, 0)
+			for i := 0; d > 0 && time.Now().Before(stop) || d == 0 && i < attempts; i++ {
+				res, err := l.Check(context.Background(), hits)
+				switch {
+				case err != nil || res.Degraded != limiter.NotDegraded:
+					errs.Add(1)
+				case res.Allowed:
+					allowed.Add(1)
+				default:
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.ReturnLeases(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	st := l.Stats()
+	rep := helperReport{Allowed: allowed.Load(), Denied: denied.Load(), Errors: errs.Load(),
+		LeaseTakes: st.LeaseTakes, LeaseGrants: st.LeaseGrants}
+	rep.Calls, rep.Requests = s.Calls()
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		return 3
+	}
+	return 0
+}
+
 // runHelpers runs procs helper processes of a scenario against url and
 // returns their reports.
-func runHelpers(t *testing.T, procs int, scenario, url, prefix string, attempts int) []helperReport {
+func runHelpers(t *testing.T, procs int, scenario, url, prefix string, attempts int, env ...string) []helperReport {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -161,6 +229,7 @@ func runHelpers(t *testing.T, procs int, scenario, url, prefix string, attempts 
 			cmd.Env = append(os.Environ(),
 				helperEnv+"="+scenario, helperURL+"="+url, helperPrefix+"="+prefix,
 				helperAttempts+"="+strconv.Itoa(attempts))
+			cmd.Env = append(cmd.Env, env...)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()

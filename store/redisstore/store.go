@@ -521,7 +521,7 @@ func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request) {
 	if rq.now == 0 {
 		rq.now = time.Now().UnixNano()
 	}
-	rq.op, rq.err = op, nil
+	rq.code, rq.err = opCodes[op], nil
 	rq.keys, rq.hits = rq.keys[:0], rq.hits[:0]
 	for _, i := range rq.idx {
 		h := &hits[i]
@@ -570,15 +570,66 @@ func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out 
 			ResetAfter: time.Duration(v[3]),
 			Delay:      time.Duration(v[4]),
 		}
-		if op == limiter.Release {
+		if rq.code == opCodes[limiter.Release] {
 			out[i].Allowed = true
 		}
 		if v[5] == 1 && never == nil {
 			never = fmt.Errorf("redisstore: %s: %w", hits[i].Rule.ID(), floodgate.ErrNeverFits)
 		}
 	}
-	return rq.chg, rq.mark, never
+	return rq.got == 1, rq.mark, never
 }
+
+// Lease implements limiter.Leaser for token bucket, GCRA, leaky bucket and
+// fixed window limits: one request (batched with the others) gives back
+// the units of back when they still count, then takes want units of h's
+// counter if it has them, else h.Cost, else nothing.
+func (s *Store) Lease(ctx context.Context, h *limiter.Hit, want int64, back limiter.Giveback) (limiter.Grant, error) {
+	if h.Rule == nil {
+		return limiter.Grant{}, errors.New("redisstore: lease: hit has no rule")
+	}
+	if !h.Rule.Algorithm().Traits().Leasable {
+		return limiter.Grant{}, fmt.Errorf("redisstore: lease: %s: %w: %s cannot be leased", h.Rule.ID(),
+			floodgate.ErrInvalidLimit, h.Rule.Algorithm())
+	}
+	c := h.Rule.Capacity()
+	if want < 0 || h.Cost < 0 || back.Units < 0 {
+		return limiter.Grant{}, fmt.Errorf("redisstore: lease: %w", floodgate.ErrInvalidCost)
+	}
+	if h.Cost > c {
+		return limiter.Grant{}, fmt.Errorf("redisstore: lease: %s: %w", h.Rule.ID(), floodgate.ErrNeverFits)
+	}
+	want = min(want, c)
+	rq := getRequest()
+	rq.idx = append(rq.idx, 0)
+	one := [1]limiter.Hit{*h}
+	s.prepare(limiter.Charge, one[:], rq)
+	rq.code = opLease
+	ra := rq.hits[0].ra
+	rq.ls = leaseArgs{want: want, back: min(back.Units, c), mark: back.Mark}
+	if ra.alg.Family() == floodgate.FamilyRate {
+		rq.ls.wtNs, rq.ls.wtRem = ra.costT(want)
+		rq.ls.btNs, rq.ls.btRem = ra.costT(rq.ls.back)
+	}
+	ln := &s.single
+	if s.mode == Cluster {
+		ln = s.laneFor(slot(rq.keys[0]))
+	}
+	owned, err := s.send(ctx, ln, rq)
+	if !owned {
+		return limiter.Grant{}, err
+	}
+	defer putRequest(rq)
+	if err != nil {
+		return limiter.Grant{}, err
+	}
+	v := rq.vals[:6]
+	return limiter.Grant{Units: rq.got, Mark: rq.mark, Decision: floodgate.Decision{
+		Allowed: v[0] == 1, Limit: c, Remaining: v[1], RetryAfter: time.Duration(v[2]),
+		ResetAfter: time.Duration(v[3]), Delay: time.Duration(v[4])}}, nil
+}
+
+var _ limiter.Leaser = (*Store)(nil)
 
 // Calls returns the number of script calls that decided requests so far,
 // and the number of requests they decided: their ratio is the batching's
