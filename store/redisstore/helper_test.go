@@ -26,8 +26,8 @@ const (
 	helperPrefix   = "FLOODGATE_REDISSTORE_PREFIX"
 	helperAttempts = "FLOODGATE_REDISSTORE_ATTEMPTS"
 	helperDuration = "FLOODGATE_REDISSTORE_DURATION" // leased scenarios: how long to run
-	workers        = 50 // goroutines per process
-	users          = 4  // subjects of the per-user limit
+	workers        = 50                              // goroutines per process
+	users          = 4                               // subjects of the per-user limit
 )
 
 // helperReport is what a helper process prints on stdout.
