@@ -155,9 +155,10 @@ func TestTokensVerifiedOnDemand(t *testing.T) {
 	if n := pm.TokensVerified(); n != 1 {
 		t.Errorf("a repeated valid token was verified %d times, want 1", n)
 	}
-	// A forged token on /me is verified, fails, is counted and gives no user.
-	if a := do(t, srv.Client(), "GET", srv.URL+"/me", bearer(forged)); a.status != 200 {
-		t.Errorf("/me with a forged token: %d", a.status)
+	// A forged token on /me is verified, fails, is counted, and the request
+	// is refused with 401 (after the per-address limit counted it).
+	if a := do(t, srv.Client(), "GET", srv.URL+"/me", bearer(forged)); a.status != 401 || a.header.Get("WWW-Authenticate") == "" {
+		t.Errorf("/me with a forged token: %d %v, want 401 with a challenge", a.status, a.header)
 	}
 	if pm.TokensVerified() != 2 || invalid.Load() != 1 {
 		t.Errorf("forged token: %d verified, %d invalid; want 2 and 1", pm.TokensVerified(), invalid.Load())

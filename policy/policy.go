@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/config"
@@ -122,6 +123,7 @@ type Limit struct {
 
 	match     matcher
 	needsUser bool
+	needsKey  bool
 }
 
 // NeedsUser reports whether the limit counts per user, so that a request
@@ -164,6 +166,10 @@ type Route struct {
 	Stage string
 	// APIKeyRequired makes a missing, unknown or unplanned key a 403.
 	APIKeyRequired bool
+	// AnonymousOnInvalidToken makes a request whose token does not verify
+	// anonymous (its per-user limits do not apply); by default it is
+	// refused with 401 once the limits that need no user were charged.
+	AnonymousOnInvalidToken bool
 
 	match    matcher
 	routeKey string // "route:NAME"
@@ -185,18 +191,19 @@ type apiKey struct {
 // Policy is a compiled configuration: immutable and safe for concurrent
 // use.
 type Policy struct {
-	file    *config.File
-	routes  []*Route
-	plans   map[string]*plan
-	keys    map[[sha256.Size]byte]*apiKey
-	stages  map[string]*Limit
-	account *Limit
-	scoped  [4][]*Limit // method, route, stage, global
-	ordered []*Limit
-	byName  map[string]*Limit
-	rules   map[string]*limiter.Rule
-	v6bits  int
-	hash    [sha256.Size]byte // of the file's bytes, when loaded by a Reloader
+	file       *config.File
+	unknownKey *Limit
+	routes     []*Route
+	plans      map[string]*plan
+	keys       map[[sha256.Size]byte]*apiKey
+	stages     map[string]*Limit
+	account    *Limit
+	scoped     [4][]*Limit // method, route, stage, global
+	ordered    []*Limit
+	byName     map[string]*Limit
+	rules      map[string]*limiter.Rule
+	v6bits     int
+	hash       [sha256.Size]byte // of the file's bytes, when loaded by a Reloader
 }
 
 // File returns the configuration the policy was compiled from. Callers
@@ -209,6 +216,11 @@ func (p *Policy) Server() *config.Server { return &p.file.Server }
 
 // Routes returns the routes in matching order.
 func (p *Policy) Routes() []*Route { return p.routes }
+
+// UnknownKeyLimit is the limit of requests refused for a missing or
+// unknown API key, per client address (counted only for those), so that a
+// flood of guessed keys is answered 429 once it is used up.
+func (p *Policy) UnknownKeyLimit() *Limit { return p.unknownKey }
 
 // Limits returns every limit in evaluation order: plans (rate, quota),
 // method, route and stage-scoped limits, stage defaults, global limits and
@@ -249,7 +261,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		c.p.v6bits = identity.DefaultIPv6Prefix
 	}
 	c.routes()
-	for _, step := range []func() error{c.plans, c.keys, c.scoped, c.account} {
+	for _, step := range []func() error{c.unknownKeys, c.plans, c.keys, c.scoped, c.account} {
 		if err := step(); err != nil {
 			return nil, err
 		}
@@ -303,6 +315,27 @@ func (c *compiler) routes() {
 			APIKeyRequired: cr.APIKeyRequired, match: compileMatch(cr.Match),
 			routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 	}
+}
+
+// UnknownKeyLimitName names the limit of requests with a missing or unknown
+// API key (Policy.UnknownKeyLimit).
+const UnknownKeyLimitName = "unknown-api-key"
+
+// DefaultUnknownKeyLimit is the limit of requests refused for a missing
+// or unknown API key when the file sets none: 20 a minute per client
+// address, in bursts of up to 20.
+var DefaultUnknownKeyLimit = floodgate.Limit{Name: UnknownKeyLimitName, Algorithm: floodgate.TokenBucket,
+	Rate: 20, Per: time.Minute, Burst: 20}
+
+// unknownKeys compiles the limit of requests refused for their API key.
+func (c *compiler) unknownKeys() error {
+	r, err := c.rule(DefaultUnknownKeyLimit, "", false)
+	if err != nil {
+		return err
+	}
+	c.p.unknownKey = newLimit(UnknownKeyLimitName, ScopeGlobal, r, []KeyPart{{Kind: KeyClientIP}}, 1)
+	c.p.unknownKey.MatchText = "missing or unknown api key"
+	return c.add(c.p.unknownKey)
 }
 
 // plans compiles the usage plans: each one's rate limit, then its quota.
@@ -451,6 +484,7 @@ func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *L
 		Cost: cost, Shadow: r.Shadow(), Fields: fields.ForRule(r)}
 	for _, k := range key {
 		l.needsUser = l.needsUser || k.Kind == KeyUser
+		l.needsKey = l.needsKey || k.Kind == KeyAPIKey
 	}
 	return l
 }
@@ -496,7 +530,9 @@ type Match struct {
 	Stage string
 	// Forbidden is set when the route requires an API key and the key is
 	// missing, unknown, or in a plan that does not cover the route: answer
-	// 403 {"message":"Forbidden"}. Hits is then empty.
+	// 403 {"message":"Forbidden"} once Hits are charged. Hits then hold the
+	// unknown-key limit (per client address) and the limits that apply
+	// without a key.
 	Forbidden bool
 	// Plan and KeyName name the usage plan and API key, when known.
 	Plan    string
@@ -543,20 +579,24 @@ func (p *Policy) Match(r *Request, m *Match) {
 		key = p.keys[keyHash]
 	}
 	covered := key != nil && (key.plan.routes == nil || (m.Route != nil && key.plan.routes[m.Route.Name]))
-	if m.Route != nil && m.Route.APIKeyRequired && !covered {
-		m.Forbidden = true
-		return
-	}
-	if key != nil {
-		m.KeyName = key.name
-		m.Plan = key.plan.name
-	}
 	clientKey := r.ClientKey
 	if clientKey == "" {
 		clientKey = identity.ClientKey(r.ClientIP, p.v6bits)
 	}
 	kc := keyCtx{r: r, m: m, key: key, hash: &keyHash, clientKey: clientKey}
-	if covered {
+	if m.Route != nil && m.Route.APIKeyRequired && !covered {
+		// Refused, but only after the limits that need no key: guessing
+		// keys is throttled like anything else.
+		m.Forbidden = true
+		kc.key, kc.noKey = nil, true
+		if p.unknownKey != nil {
+			p.hit(m, p.unknownKey, &kc)
+		}
+	} else if key != nil {
+		m.KeyName = key.name
+		m.Plan = key.plan.name
+	}
+	if covered && !m.Forbidden {
 		if l := key.plan.rate; l != nil {
 			p.hit(m, l, &kc)
 		}
@@ -588,12 +628,16 @@ type keyCtx struct {
 	key       *apiKey
 	hash      *[sha256.Size]byte
 	clientKey string
+	noKey     bool // the request was refused for its key: skip limits that need one
 }
 
 // hit appends l's hit unless the request lacks a part of its key.
 func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 	if kc.r.UserPending && kc.r.User == "" && l.needsUser {
 		m.UserPending = true
+		return
+	}
+	if kc.noKey && l.needsKey {
 		return
 	}
 	if len(l.Key) == 1 {

@@ -517,9 +517,12 @@ keys:
 	if m.Forbidden || len(m.Hits) != 1 || m.Plan != "only-a" {
 		t.Errorf("covered route: forbidden=%v hits=%d", m.Forbidden, len(m.Hits))
 	}
-	p.Match(&Request{Method: "GET", Path: "/b", APIKey: "k-raw"}, &m)
-	if !m.Forbidden || len(m.Hits) != 0 {
-		t.Errorf("route outside the plan: forbidden=%v", m.Forbidden)
+	// Refused requests still pass the limits that need no key, the
+	// unknown-key limit per address first; the plan's limit (per key) is
+	// not among them.
+	p.Match(&Request{Method: "GET", Path: "/b", APIKey: "k-raw", ClientIP: ip("192.0.2.7")}, &m)
+	if !m.Forbidden || len(m.Hits) != 1 || m.Limits[0].Name != UnknownKeyLimitName || m.Hits[0].Key != "ip:192.0.2.7" || m.Plan != "" {
+		t.Errorf("route outside the plan: forbidden=%v hits=%v plan=%q", m.Forbidden, m.Hits, m.Plan)
 	}
 	if name, plan, ok := p.KeyName("k-raw"); !ok || name != "k" || plan != "only-a" {
 		t.Errorf("KeyName = %q %q %v", name, plan, ok)
