@@ -179,6 +179,33 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 	return err
 }
 
+// Renew extends the concurrency leases of hits (as Decide filled them in)
+// by their rules' lease lifetimes, for a request still in flight: a lease
+// is re-acquired under its own ID, so it never takes a second slot. Other
+// hits are ignored. Renewing is not a decision and is not reported to the
+// Observer. An error means the store could not be told; the lease then
+// ends at its old expiry.
+func (l *Limiter) Renew(ctx context.Context, hits []Hit) error {
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	leases := sc.localHits[:0]
+	for i := range hits {
+		if hits[i].Rule == nil {
+			return fmt.Errorf("limiter: hit %d has no rule", i)
+		}
+		if hits[i].Lease != 0 && hits[i].Rule.Algorithm().Kind() == floodgate.KindConcurrency {
+			leases = append(leases, hits[i])
+		}
+	}
+	var err error
+	if len(leases) > 0 {
+		err = l.giveBack(ctx, Charge, leases, sc.outFor(len(leases)))
+	}
+	clear(leases)
+	sc.localHits = leases[:0]
+	return err
+}
+
 // Refund gives back what Check charged for hits, for a request that will
 // not go ahead after all (a queued request whose client went away). Only
 // rules whose algo.Params are Refundable (token bucket, GCRA, leaky bucket
@@ -200,11 +227,15 @@ func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
 	return l.giveBack(ctx, Refund, hits, sc.outFor(len(hits)))
 }
 
-// giveBack runs a Release or Refund on the store, through the breaker.
+// giveBack runs a Release, a Refund or a lease renewal (Charge) on the
+// store, through the breaker.
 func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) error {
 	what := "release"
-	if op == Refund {
+	switch op {
+	case Refund:
 		what = "refund"
+	case Charge:
+		what = "renew"
 	}
 	call, probe := l.breaker.allow()
 	if !call {
