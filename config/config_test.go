@@ -208,10 +208,10 @@ func TestPosition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := f.Position("limits[0].rate"); p != (Pos{3, 11}) {
+	if p := f.Position("limits[0].rate"); p != (Pos{Line: 3, Column: 11}) {
 		t.Errorf("rate at %v", p)
 	}
-	if p := f.Position("limits[0].burst"); p != (Pos{2, 5}) {
+	if p := f.Position("limits[0].burst"); p != (Pos{Line: 2, Column: 5}) {
 		t.Errorf("unwritten burst at %v, want its limit's position", p)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
 // File is a whole, validated configuration file. Fields tagged yaml:"-" are
@@ -35,32 +36,13 @@ type File struct {
 	// Account is the account-wide (global) limit checked last, if set.
 	Account *Account `yaml:"account"`
 
-	pos map[string]Pos
+	pos yamlfile.Positions
 }
 
 // Position returns the position of the value at a field path such as
 // "limits[2].burst", or of its nearest written parent.
 func (f *File) Position(field string) Pos {
-	for {
-		if p, ok := f.pos[field]; ok {
-			return p
-		}
-		i := lastSep(field)
-		if i < 0 {
-			return Pos{}
-		}
-		field = field[:i]
-	}
-}
-
-// lastSep is the index of the last '.' or '[' in a field path, or -1.
-func lastSep(s string) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '.' || s[i] == '[' {
-			return i
-		}
-	}
-	return -1
+	return f.pos.Of(field)
 }
 
 // Server holds the settings of the processes that serve traffic. Zero
@@ -304,8 +286,8 @@ type Delay struct {
 	Set bool
 }
 
-func (dl *Delay) decodeNode(d *decoder, n *yaml.Node, path string) {
-	if isNull(n) {
+func (dl *Delay) decode(d *yamlfile.Decoder, n *yaml.Node, path string) {
+	if yamlfile.IsNull(n) {
 		return
 	}
 	if n.Kind == yaml.ScalarNode && n.Value == "nodelay" {
@@ -313,7 +295,7 @@ func (dl *Delay) decodeNode(d *decoder, n *yaml.Node, path string) {
 		return
 	}
 	var v int64
-	d.decode(n, reflectValue(&v), path)
+	d.Decode(n, reflectValue(&v), path)
 	*dl = Delay{Value: v, Set: true}
 }
 
@@ -409,12 +391,12 @@ type KeySpec struct {
 	Parts []string
 }
 
-func (k *KeySpec) decodeNode(d *decoder, n *yaml.Node, path string) {
+func (k *KeySpec) decode(d *yamlfile.Decoder, n *yaml.Node, path string) {
 	switch {
-	case isNull(n):
+	case yamlfile.IsNull(n):
 	case n.Kind == yaml.ScalarNode:
 		k.Parts = []string{n.Value}
 	default:
-		d.decode(n, reflectValue(&k.Parts), path)
+		d.Decode(n, reflectValue(&k.Parts), path)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
 // Key parts a limit can be counted per.
@@ -47,34 +48,20 @@ func HashKey(raw string) string {
 }
 
 type validator struct {
-	f      *File
-	dir    string
-	errs   Errors
-	fields map[string]bool // fields with a problem
+	f   *File
+	dir string
+	d   *yamlfile.Decoder // the decoder of f: positions and problems
 }
 
 // errorf records a problem at field, unless one is already recorded there
 // (a bad duration need not also be reported as a missing one).
 func (v *validator) errorf(field, format string, args ...any) {
-	if v.fields == nil {
-		v.fields = map[string]bool{}
-		for _, e := range v.errs {
-			v.fields[e.Field] = true
-		}
-	}
-	if v.fields[field] {
-		return
-	}
-	v.fields[field] = true
-	p := v.f.Position(field)
-	v.errs = append(v.errs, &Error{File: v.f.Path, Line: p.Line, Column: p.Column, Field: field,
-		Msg: fmt.Sprintf(format, args...)})
+	v.d.Errorf(field, format, args...)
 }
 
 // written reports whether the field at path was in the file.
 func (v *validator) written(path string) bool {
-	_, ok := v.f.pos[path]
-	return ok
+	return v.d.Written(path)
 }
 
 func (v *validator) validate() {
