@@ -136,7 +136,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.Server
-	if s.Listen != DefaultListen || s.Store != "memory" || s.StoreTimeout != DefaultStoreTimeout ||
+	if s.Listen != DefaultListen || s.Store != "memory" || s.StoreTimeout != floodgate.DefaultStoreTimeout ||
 		s.Instances != 1 || !s.Headers.RateLimit || s.Headers.XRateLimit || s.IPv6Prefix != 64 ||
 		s.APIKeyHeader != "x-api-key" || s.Upstream.Timeout != 30*time.Second {
 		t.Errorf("defaults: %+v", s)

@@ -5,10 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
@@ -60,31 +61,35 @@ func parse(name string, data []byte, dir string) (*File, error) {
 	return f, nil
 }
 
-// Defaults of the server section.
+// Defaults of the server section that belong to the file itself. The
+// others are those of the packages that implement them:
+// floodgate.DefaultStoreTimeout, floodgate.DefaultUpstreamTimeout (and its
+// dial and idle companions), identity.DefaultIPv6Prefix,
+// identity.DefaultAPIKeyHeader and, for server.user.jwt,
+// identity.DefaultJWTHeader, identity.DefaultJWTClaim and
+// identity.DefaultLeeway.
 const (
-	DefaultListen       = ":8080"
-	DefaultAdminListen  = "127.0.0.1:9090"
-	DefaultStoreTimeout = 5 * time.Millisecond
-	DefaultIPv6Prefix   = 64
-	DefaultAPIKeyHeader = "x-api-key"
-	DefaultJWTLeeway    = 10 * time.Second
+	DefaultListen      = ":8080"
+	DefaultAdminListen = "127.0.0.1:9090"
+	DefaultStore       = "memory"
 )
 
 func setDefaults(f *File) {
 	f.Version = 1
 	f.Server = Server{
-		Listen:       DefaultListen,
-		AdminListen:  DefaultAdminListen,
-		Store:        "memory",
-		StoreTimeout: DefaultStoreTimeout,
-		Instances:    1,
-		Headers:      Headers{RateLimit: true},
-		IPv6Prefix:   DefaultIPv6Prefix,
-		APIKeyHeader: DefaultAPIKeyHeader,
+		Listen:          DefaultListen,
+		AdminListen:     DefaultAdminListen,
+		Store:           DefaultStore,
+		StoreTimeout:    floodgate.DefaultStoreTimeout,
+		Instances:       1,
+		Headers:         Headers{RateLimit: true},
+		IPv6Prefix:      identity.DefaultIPv6Prefix,
+		ForwardedHeader: identity.HeaderXForwardedFor,
+		APIKeyHeader:    identity.DefaultAPIKeyHeader,
 		Upstream: Upstream{
-			Timeout:     30 * time.Second,
-			DialTimeout: 5 * time.Second,
-			IdleTimeout: 90 * time.Second,
+			Timeout:     floodgate.DefaultUpstreamTimeout,
+			DialTimeout: floodgate.DefaultUpstreamDialTimeout,
+			IdleTimeout: floodgate.DefaultUpstreamIdleTimeout,
 		},
 	}
 }

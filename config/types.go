@@ -84,7 +84,7 @@ type Server struct {
 	// whose X-Forwarded-For and Forwarded fields are believed.
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// ForwardedHeader is the one header read from trusted proxies:
-	// x-forwarded-for (default) or forwarded (RFC 7239).
+	// X-Forwarded-For (default) or Forwarded (RFC 7239), in any case.
 	ForwardedHeader string `yaml:"forwarded_header"`
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by (default
 	// 64). IPv4 clients are keyed by their whole address.
@@ -259,7 +259,8 @@ type Params struct {
 	// Period is the quota's calendar period: DAY, WEEK (ISO, from Monday)
 	// or MONTH, in any case.
 	Period string `yaml:"period"`
-	// TimeZone is the IANA zone the quota's periods follow (default UTC).
+	// TimeZone is the IANA zone the quota's periods follow (default UTC,
+	// which validation writes in for quotas).
 	TimeZone string `yaml:"time_zone"`
 	// AnchorDay starts monthly periods on this day of the month (1-31;
 	// shorter months start on their last day).
@@ -268,8 +269,9 @@ type Params struct {
 	Offset int64 `yaml:"offset"`
 	// Start is the first period's date (2026-01-15) or instant (RFC 3339).
 	Start string `yaml:"start"`
-	// OnFailure is allow, deny or local (default): what the limit does
-	// when the store cannot answer in time.
+	// OnFailure is allow, deny or local (the default, which validation
+	// writes in): what the limit does when the store cannot answer in
+	// time.
 	OnFailure string `yaml:"on_failure"`
 	// Shadow limits are evaluated and counted but never block.
 	Shadow bool `yaml:"shadow"`

@@ -289,13 +289,13 @@ func (v *validator) server() {
 func (v *validator) jwt(j *JWT) {
 	const p = "server.user.jwt"
 	if j.Header == "" {
-		j.Header = "Authorization"
+		j.Header = identity.DefaultJWTHeader
 	}
 	if j.Claim == "" {
-		j.Claim = "sub"
+		j.Claim = identity.DefaultJWTClaim
 	}
 	if j.Leeway == 0 {
-		j.Leeway = DefaultJWTLeeway
+		j.Leeway = identity.DefaultLeeway
 	}
 	ok := true
 	switch j.Alg {
@@ -450,8 +450,10 @@ func CheckPathPattern(p string) error {
 func (v *validator) plan(i int, routes map[string]bool) {
 	p := &v.f.Plans[i]
 	path := fmt.Sprintf("plans[%d]", i)
-	if _, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
+	if fp, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
 		v.errorf(path+".on_failure", "on_failure must be allow, deny or local, got %q", p.OnFailure)
+	} else {
+		p.OnFailure = fp.String()
 	}
 	for j, r := range p.Routes {
 		if !routes[r] {
@@ -470,6 +472,7 @@ func (v *validator) plan(i int, routes map[string]bool) {
 		qp := Params{Algorithm: "quota", Max: q.Limit, Period: q.Period, TimeZone: q.TimeZone,
 			AnchorDay: q.AnchorDay, Offset: q.Offset, Start: q.Start}
 		p.QuotaLimit = v.paramsAt(&qp, path+".quota", p.Name+".quota", 1, true)
+		q.TimeZone = qp.TimeZone
 	}
 }
 
@@ -565,8 +568,10 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 			}
 		}
 	}
-	if _, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
+	if fp, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
 		v.errorf(field("on_failure"), "on_failure must be allow, deny or local, got %q", p.OnFailure)
+	} else {
+		p.OnFailure = fp.String()
 	}
 	bad := false
 	fail := func(f, format string, args ...any) {
@@ -637,7 +642,9 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 			l.Period = per
 		}
 		l.Location = time.UTC
-		if p.TimeZone != "" {
+		if p.TimeZone == "" {
+			p.TimeZone = l.Location.String()
+		} else {
 			loc, err := loadZone(p.TimeZone)
 			if err != nil {
 				fail("time_zone", "unknown time zone %q (want an IANA name such as Asia/Kolkata)", p.TimeZone)

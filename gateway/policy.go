@@ -77,7 +77,7 @@ func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 	}
 	hdr := srv.APIKeyHeader
 	if hdr == "" {
-		hdr = "x-api-key"
+		hdr = identity.DefaultAPIKeyHeader
 	}
 	c := &resolverFor{p: p, resolver: res, keyHdr: http.CanonicalHeaderKey(hdr)}
 	c.fields.opts, c.fields.noFields = HeaderSwitches(srv.Headers)
