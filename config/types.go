@@ -137,7 +137,9 @@ type User struct {
 }
 
 // JWT configures token verification. Exactly one of KeyFile and JWKSFile
-// is needed.
+// is needed. An HS256 secret has at least 32 bytes, an RSA key at least
+// 2048 bits, an ES256 key is on P-256, and tokens must carry exp (see the
+// package documentation).
 type JWT struct {
 	// Header carries the token (default Authorization, with or without
 	// the "Bearer " prefix).
@@ -217,21 +219,27 @@ func (m Match) String() string {
 	return strings.Join(parts, " ")
 }
 
+// NoUpstream, written as a route's upstream, says that the route has none.
+const NoUpstream = "none"
+
 // Route is one group of requests with one upstream.
 type Route struct {
 	// Name identifies the route in plans, limits and metrics.
 	Name string `yaml:"name"`
 	// Match selects the route's requests (methods, paths, hosts).
 	Match Match `yaml:"match"`
-	// Upstream is the URL requests are forwarded to (http or https); it
-	// may be empty for the decision service alone.
+	// Upstream is the URL requests are forwarded to (http or https). It is
+	// required: a route that the reverse proxy does not forward (one only
+	// the decision service's check API or the gateway's middleware mode
+	// serves) says so with "none", and the reverse proxy answers its
+	// requests 404 Not Found.
 	Upstream string `yaml:"upstream"`
 	// Stage names the route's stage, whose default limit applies.
 	Stage string `yaml:"stage"`
 	// APIKeyRequired makes a missing, unknown or unplanned API key a 403.
 	APIKeyRequired bool `yaml:"api_key_required"`
 
-	// UpstreamURL is Upstream parsed; nil when Upstream is empty.
+	// UpstreamURL is Upstream parsed; nil for "none".
 	UpstreamURL *url.URL `yaml:"-"`
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -159,6 +160,10 @@ func (v *validator) names(section string, n int, name func(int) string) map[stri
 	return set
 }
 
+// ValidName reports whether s can name a route, stage, plan, key or
+// limit: 1 to 64 letters, digits, '-' and '_'.
+func ValidName(s string) bool { return validName(s) }
+
 func validName(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false
@@ -200,8 +205,8 @@ func (v *validator) server() {
 		if l.addr == "" {
 			continue
 		}
-		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
-			v.errorf("server."+l.field, "%q is not a host:port address (such as :8080 or 127.0.0.1:9090)", l.addr)
+		if msg := checkListenAddr(l.addr); msg != "" {
+			v.errorf("server."+l.field, "%s", msg)
 		}
 	}
 	if s.GRPCListen != "" && len(s.RLSConfig) == 0 {
@@ -284,6 +289,52 @@ func (v *validator) server() {
 			v.errorf("server.upstream."+u.name, "must be a positive duration")
 		}
 	}
+}
+
+// checkListenAddr says what is wrong with an address to listen on, or
+// returns "". The port is a number from 0 to 65535 (0 picks a free one);
+// the host is empty (every interface), an IP address or a host name.
+func checkListenAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return fmt.Sprintf("%q is not a host:port address (such as :8080 or 127.0.0.1:9090)", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Sprintf("%q: the port must be a number from 0 to 65535, got %q", addr, port)
+	}
+	if host == "" {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	if !validHostName(host) {
+		return fmt.Sprintf("%q: %q is neither an IP address nor a host name", addr, host)
+	}
+	return ""
+}
+
+// validHostName reports whether s is a DNS host name: dot-separated labels
+// of letters, digits and inner hyphens, the last one not all digits (so
+// that 300.1.2.3, a mistyped address, is not taken for a name).
+func validHostName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return strings.TrimLeft(labels[len(labels)-1], "0123456789") != ""
 }
 
 func (v *validator) jwt(j *JWT) {
@@ -371,7 +422,11 @@ func (v *validator) route(i int, stages map[string]bool) {
 	if r.Stage != "" && !stages[r.Stage] {
 		v.errorf(path+".stage", "unknown stage %q", r.Stage)
 	}
-	if r.Upstream != "" {
+	switch r.Upstream {
+	case "":
+		v.errorf(path+".upstream", "a route needs an upstream: an http:// or https:// URL, or none if the gateway is not to forward it")
+	case NoUpstream:
+	default:
 		u, err := url.Parse(r.Upstream)
 		switch {
 		case err != nil:

@@ -20,7 +20,7 @@ server:
   user:
     jwt: {alg: HS256, key_file: demo-jwt-secret.txt}
 routes:
-  - {name: r}
+  - {name: r, upstream: none}
 stages:
   - {name: s, rate: 5}
 plans:
