@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
 // File is a whole, validated configuration file. Fields tagged yaml:"-" are
@@ -35,32 +36,13 @@ type File struct {
 	// Account is the account-wide (global) limit checked last, if set.
 	Account *Account `yaml:"account"`
 
-	pos map[string]Pos
+	pos yamlfile.Positions
 }
 
 // Position returns the position of the value at a field path such as
 // "limits[2].burst", or of its nearest written parent.
 func (f *File) Position(field string) Pos {
-	for {
-		if p, ok := f.pos[field]; ok {
-			return p
-		}
-		i := lastSep(field)
-		if i < 0 {
-			return Pos{}
-		}
-		field = field[:i]
-	}
-}
-
-// lastSep is the index of the last '.' or '[' in a field path, or -1.
-func lastSep(s string) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '.' || s[i] == '[' {
-			return i
-		}
-	}
-	return -1
+	return f.pos.Of(field)
 }
 
 // Server holds the settings of the processes that serve traffic. Zero
@@ -102,7 +84,7 @@ type Server struct {
 	// whose X-Forwarded-For and Forwarded fields are believed.
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// ForwardedHeader is the one header read from trusted proxies:
-	// x-forwarded-for (default) or forwarded (RFC 7239).
+	// X-Forwarded-For (default) or Forwarded (RFC 7239), in any case.
 	ForwardedHeader string `yaml:"forwarded_header"`
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by (default
 	// 64). IPv4 clients are keyed by their whole address.
@@ -155,7 +137,9 @@ type User struct {
 }
 
 // JWT configures token verification. Exactly one of KeyFile and JWKSFile
-// is needed.
+// is needed. An HS256 secret has at least 32 bytes, an RSA key at least
+// 2048 bits, an ES256 key is on P-256, and tokens must carry exp (see the
+// package documentation).
 type JWT struct {
 	// Header carries the token (default Authorization, with or without
 	// the "Bearer " prefix).
@@ -235,21 +219,27 @@ func (m Match) String() string {
 	return strings.Join(parts, " ")
 }
 
+// NoUpstream, written as a route's upstream, says that the route has none.
+const NoUpstream = "none"
+
 // Route is one group of requests with one upstream.
 type Route struct {
 	// Name identifies the route in plans, limits and metrics.
 	Name string `yaml:"name"`
 	// Match selects the route's requests (methods, paths, hosts).
 	Match Match `yaml:"match"`
-	// Upstream is the URL requests are forwarded to (http or https); it
-	// may be empty for the decision service alone.
+	// Upstream is the URL requests are forwarded to (http or https). It is
+	// required: a route that the reverse proxy does not forward (one only
+	// the decision service's check API or the gateway's middleware mode
+	// serves) says so with "none", and the reverse proxy answers its
+	// requests 404 Not Found.
 	Upstream string `yaml:"upstream"`
 	// Stage names the route's stage, whose default limit applies.
 	Stage string `yaml:"stage"`
 	// APIKeyRequired makes a missing, unknown or unplanned API key a 403.
 	APIKeyRequired bool `yaml:"api_key_required"`
 
-	// UpstreamURL is Upstream parsed; nil when Upstream is empty.
+	// UpstreamURL is Upstream parsed; nil for "none".
 	UpstreamURL *url.URL `yaml:"-"`
 }
 
@@ -277,7 +267,8 @@ type Params struct {
 	// Period is the quota's calendar period: DAY, WEEK (ISO, from Monday)
 	// or MONTH, in any case.
 	Period string `yaml:"period"`
-	// TimeZone is the IANA zone the quota's periods follow (default UTC).
+	// TimeZone is the IANA zone the quota's periods follow (default UTC,
+	// which validation writes in for quotas).
 	TimeZone string `yaml:"time_zone"`
 	// AnchorDay starts monthly periods on this day of the month (1-31;
 	// shorter months start on their last day).
@@ -286,8 +277,9 @@ type Params struct {
 	Offset int64 `yaml:"offset"`
 	// Start is the first period's date (2026-01-15) or instant (RFC 3339).
 	Start string `yaml:"start"`
-	// OnFailure is allow, deny or local (default): what the limit does
-	// when the store cannot answer in time.
+	// OnFailure is allow, deny or local (the default, which validation
+	// writes in): what the limit does when the store cannot answer in
+	// time.
 	OnFailure string `yaml:"on_failure"`
 	// Shadow limits are evaluated and counted but never block.
 	Shadow bool `yaml:"shadow"`
@@ -304,8 +296,8 @@ type Delay struct {
 	Set bool
 }
 
-func (dl *Delay) decodeNode(d *decoder, n *yaml.Node, path string) {
-	if isNull(n) {
+func (dl *Delay) decode(d *yamlfile.Decoder, n *yaml.Node, path string) {
+	if yamlfile.IsNull(n) {
 		return
 	}
 	if n.Kind == yaml.ScalarNode && n.Value == "nodelay" {
@@ -313,7 +305,7 @@ func (dl *Delay) decodeNode(d *decoder, n *yaml.Node, path string) {
 		return
 	}
 	var v int64
-	d.decode(n, reflectValue(&v), path)
+	d.Decode(n, reflectValue(&v), path)
 	*dl = Delay{Value: v, Set: true}
 }
 
@@ -409,12 +401,12 @@ type KeySpec struct {
 	Parts []string
 }
 
-func (k *KeySpec) decodeNode(d *decoder, n *yaml.Node, path string) {
+func (k *KeySpec) decode(d *yamlfile.Decoder, n *yaml.Node, path string) {
 	switch {
-	case isNull(n):
+	case yamlfile.IsNull(n):
 	case n.Kind == yaml.ScalarNode:
 		k.Parts = []string{n.Value}
 	default:
-		d.decode(n, reflectValue(&k.Parts), path)
+		d.Decode(n, reflectValue(&k.Parts), path)
 	}
 }

@@ -11,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
 // Key parts a limit can be counted per.
@@ -47,34 +49,20 @@ func HashKey(raw string) string {
 }
 
 type validator struct {
-	f      *File
-	dir    string
-	errs   Errors
-	fields map[string]bool // fields with a problem
+	f   *File
+	dir string
+	d   *yamlfile.Decoder // the decoder of f: positions and problems
 }
 
 // errorf records a problem at field, unless one is already recorded there
 // (a bad duration need not also be reported as a missing one).
 func (v *validator) errorf(field, format string, args ...any) {
-	if v.fields == nil {
-		v.fields = map[string]bool{}
-		for _, e := range v.errs {
-			v.fields[e.Field] = true
-		}
-	}
-	if v.fields[field] {
-		return
-	}
-	v.fields[field] = true
-	p := v.f.Position(field)
-	v.errs = append(v.errs, &Error{File: v.f.Path, Line: p.Line, Column: p.Column, Field: field,
-		Msg: fmt.Sprintf(format, args...)})
+	v.d.Errorf(field, format, args...)
 }
 
 // written reports whether the field at path was in the file.
 func (v *validator) written(path string) bool {
-	_, ok := v.f.pos[path]
-	return ok
+	return v.d.Written(path)
 }
 
 func (v *validator) validate() {
@@ -172,6 +160,10 @@ func (v *validator) names(section string, n int, name func(int) string) map[stri
 	return set
 }
 
+// ValidName reports whether s can name a route, stage, plan, key or
+// limit: 1 to 64 letters, digits, '-' and '_'.
+func ValidName(s string) bool { return validName(s) }
+
 func validName(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false
@@ -213,8 +205,8 @@ func (v *validator) server() {
 		if l.addr == "" {
 			continue
 		}
-		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
-			v.errorf("server."+l.field, "%q is not a host:port address (such as :8080 or 127.0.0.1:9090)", l.addr)
+		if msg := checkListenAddr(l.addr); msg != "" {
+			v.errorf("server."+l.field, "%s", msg)
 		}
 	}
 	if s.GRPCListen != "" && len(s.RLSConfig) == 0 {
@@ -299,16 +291,62 @@ func (v *validator) server() {
 	}
 }
 
+// checkListenAddr says what is wrong with an address to listen on, or
+// returns "". The port is a number from 0 to 65535 (0 picks a free one);
+// the host is empty (every interface), an IP address or a host name.
+func checkListenAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return fmt.Sprintf("%q is not a host:port address (such as :8080 or 127.0.0.1:9090)", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Sprintf("%q: the port must be a number from 0 to 65535, got %q", addr, port)
+	}
+	if host == "" {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	if !validHostName(host) {
+		return fmt.Sprintf("%q: %q is neither an IP address nor a host name", addr, host)
+	}
+	return ""
+}
+
+// validHostName reports whether s is a DNS host name: dot-separated labels
+// of letters, digits and inner hyphens, the last one not all digits (so
+// that 300.1.2.3, a mistyped address, is not taken for a name).
+func validHostName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return strings.TrimLeft(labels[len(labels)-1], "0123456789") != ""
+}
+
 func (v *validator) jwt(j *JWT) {
 	const p = "server.user.jwt"
 	if j.Header == "" {
-		j.Header = "Authorization"
+		j.Header = identity.DefaultJWTHeader
 	}
 	if j.Claim == "" {
-		j.Claim = "sub"
+		j.Claim = identity.DefaultJWTClaim
 	}
 	if j.Leeway == 0 {
-		j.Leeway = DefaultJWTLeeway
+		j.Leeway = identity.DefaultLeeway
 	}
 	ok := true
 	switch j.Alg {
@@ -384,7 +422,11 @@ func (v *validator) route(i int, stages map[string]bool) {
 	if r.Stage != "" && !stages[r.Stage] {
 		v.errorf(path+".stage", "unknown stage %q", r.Stage)
 	}
-	if r.Upstream != "" {
+	switch r.Upstream {
+	case "":
+		v.errorf(path+".upstream", "a route needs an upstream: an http:// or https:// URL, or none if the gateway is not to forward it")
+	case NoUpstream:
+	default:
 		u, err := url.Parse(r.Upstream)
 		switch {
 		case err != nil:
@@ -463,8 +505,10 @@ func CheckPathPattern(p string) error {
 func (v *validator) plan(i int, routes map[string]bool) {
 	p := &v.f.Plans[i]
 	path := fmt.Sprintf("plans[%d]", i)
-	if _, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
+	if fp, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
 		v.errorf(path+".on_failure", "on_failure must be allow, deny or local, got %q", p.OnFailure)
+	} else {
+		p.OnFailure = fp.String()
 	}
 	for j, r := range p.Routes {
 		if !routes[r] {
@@ -483,6 +527,7 @@ func (v *validator) plan(i int, routes map[string]bool) {
 		qp := Params{Algorithm: "quota", Max: q.Limit, Period: q.Period, TimeZone: q.TimeZone,
 			AnchorDay: q.AnchorDay, Offset: q.Offset, Start: q.Start}
 		p.QuotaLimit = v.paramsAt(&qp, path+".quota", p.Name+".quota", 1, true)
+		q.TimeZone = qp.TimeZone
 	}
 }
 
@@ -578,8 +623,10 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 			}
 		}
 	}
-	if _, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
+	if fp, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
 		v.errorf(field("on_failure"), "on_failure must be allow, deny or local, got %q", p.OnFailure)
+	} else {
+		p.OnFailure = fp.String()
 	}
 	bad := false
 	fail := func(f, format string, args ...any) {
@@ -650,7 +697,9 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 			l.Period = per
 		}
 		l.Location = time.UTC
-		if p.TimeZone != "" {
+		if p.TimeZone == "" {
+			p.TimeZone = l.Location.String()
+		} else {
 			loc, err := loadZone(p.TimeZone)
 			if err != nil {
 				fail("time_zone", "unknown time zone %q (want an IANA name such as Asia/Kolkata)", p.TimeZone)

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/floodgate/floodgate"
 )
 
 // TransportOptions tune the reverse proxy's upstream connections. Zero
@@ -42,16 +44,16 @@ func NewTransport(o TransportOptions) *http.Transport {
 	if idle <= 0 {
 		idle = 512
 	}
-	dialer := &net.Dialer{Timeout: def(o.DialTimeout, 5*time.Second), KeepAlive: 30 * time.Second}
+	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 nil, // an upstream is reached directly, never through the environment's proxy
 		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          4 * idle,
 		MaxIdleConnsPerHost:   idle,
-		IdleConnTimeout:       def(o.IdleConnTimeout, 90*time.Second),
+		IdleConnTimeout:       def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
 		TLSHandshakeTimeout:   def(o.TLSHandshakeTimeout, 5*time.Second),
-		ResponseHeaderTimeout: def(o.ResponseHeaderTimeout, 30*time.Second),
+		ResponseHeaderTimeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
 		ExpectContinueTimeout: time.Second,
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 // Defaults for the zero Options.
 const (
-	DefaultTimeout          = 5 * time.Millisecond
+	DefaultTimeout          = floodgate.DefaultStoreTimeout
 	DefaultClosedRetryAfter = time.Second
 )
 

@@ -203,7 +203,7 @@ type Policy struct {
 	byName     map[string]*Limit
 	rules      map[string]*limiter.Rule
 	v6bits     int
-	hash       [sha256.Size]byte // of the file's bytes, when loaded by a Reloader
+	hash       [sha256.Size]byte // of the version (file and key file bytes), when loaded by a Reloader
 }
 
 // File returns the configuration the policy was compiled from. Callers

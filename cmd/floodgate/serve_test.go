@@ -311,7 +311,8 @@ limits:
 		}
 	}
 	write(2)
-	gw, _, stop, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	// Without --watch=false the changed file would be applied anyway.
+	gw, _, stop, _ := startServe(t, "--config", cfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	var codes []int
 	for i := 0; i < 3; i++ {
 		code, _, _ := get(t, gw+"/")
