@@ -20,4 +20,8 @@ const (
 	// DefaultUpstreamIdleTimeout closes upstream connections idle this
 	// long.
 	DefaultUpstreamIdleTimeout = 90 * time.Second
+
+	// DefaultMaxKeyBytes caps a counter key's length in every store: a
+	// longer key is counted under its SHA-256.
+	DefaultMaxKeyBytes = 256
 )

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -72,6 +73,31 @@ const (
 	DefaultListen      = ":8080"
 	DefaultAdminListen = "127.0.0.1:9090"
 	DefaultStore       = "memory"
+
+	// DefaultReadHeaderTimeout, DefaultReadTimeout and DefaultIdleTimeout
+	// bound the gateway's client connections (server.timeouts).
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 60 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	// DefaultMemoryMaxBytes caps the embedded store (server.memory).
+	DefaultMemoryMaxBytes = 256 << 20
+)
+
+// Values of server.path_matching, server.method_override, server.api_auth
+// and routes[].on_invalid_token.
+const (
+	PathExact           = "exact"
+	PathCaseInsensitive = "case_insensitive"
+
+	MethodOverrideStrip  = "strip"
+	MethodOverrideReject = "reject"
+	MethodOverrideHonor  = "honor"
+
+	APIAuthToken = "token"
+	APIAuthNone  = "none"
+
+	InvalidTokenReject    = "reject"
+	InvalidTokenAnonymous = "anonymous"
 )
 
 func setDefaults(f *File) {
@@ -91,6 +117,15 @@ func setDefaults(f *File) {
 			DialTimeout: floodgate.DefaultUpstreamDialTimeout,
 			IdleTimeout: floodgate.DefaultUpstreamIdleTimeout,
 		},
+		PathMatching:   PathExact,
+		MethodOverride: MethodOverrideStrip,
+		Timeouts: Timeouts{
+			ReadHeader: DefaultReadHeaderTimeout,
+			Read:       DefaultReadTimeout,
+			Idle:       DefaultIdleTimeout,
+		},
+		Memory:  Memory{MaxBytes: DefaultMemoryMaxBytes, MaxKeyBytes: floodgate.DefaultMaxKeyBytes},
+		APIAuth: APIAuthToken,
 	}
 }
 

@@ -95,8 +95,36 @@ type Server struct {
 	// User says where the user of a request comes from; with neither a JWT
 	// nor a header, requests have no user and per-user limits skip them.
 	User User `yaml:"user"`
-	// Upstream holds the reverse proxy's timeouts.
+	// Upstream holds the reverse proxy's timeouts and connection limit.
 	Upstream Upstream `yaml:"upstream"`
+	// UnknownKeyLimit limits, per client address, the requests refused for
+	// a missing or unknown API key (default: 20 a minute, in bursts of 20;
+	// policy.DefaultUnknownKeyLimit), so that guessing keys is answered 429.
+	UnknownKeyLimit *Params `yaml:"unknown_key_limit"`
+	// PathMatching is exact (default) or case_insensitive: whether
+	// "/LOGIN" meets the limits of "/login", for upstreams that do not tell
+	// them apart.
+	PathMatching string `yaml:"path_matching"`
+	// MethodOverride says what the gateway does with
+	// X-HTTP-Method-Override and its kin: strip (default: remove them),
+	// reject (400), or honor (match with the method they name and forward
+	// them).
+	MethodOverride string `yaml:"method_override"`
+	// Timeouts bound the gateway's client connections.
+	Timeouts Timeouts `yaml:"timeouts"`
+	// MaxConnections bounds the client connections the gateway serves at
+	// once; past it a new connection is answered 503 and closed (default
+	// 0: half the process's open-file limit, which serve raises to its
+	// hard limit at start).
+	MaxConnections int `yaml:"max_connections"`
+	// Memory bounds the embedded store and the keys of every store.
+	Memory Memory `yaml:"memory"`
+	// APIAuth is how the HTTP check API (api_listen) authenticates callers:
+	// token (default: a bearer token of APITokens) or none.
+	APIAuth string `yaml:"api_auth"`
+	// APITokens are the check API's bearer tokens, stored as SHA-256 like
+	// API keys ("floodgate key new" makes one).
+	APITokens []Token `yaml:"api_tokens"`
 
 	// TrustedProxyPrefixes is TrustedProxies parsed (single addresses as
 	// full-length prefixes).
@@ -166,6 +194,41 @@ type JWT struct {
 	JWKSPath string `yaml:"-"`
 }
 
+// Timeouts bound the gateway's client connections.
+type Timeouts struct {
+	// ReadHeader bounds reading a request's headers (default 10s).
+	ReadHeader time.Duration `yaml:"read_header"`
+	// Read bounds reading a whole request, body included (default 60s),
+	// so that a client trickling a body cannot hold a request for ever.
+	Read time.Duration `yaml:"read"`
+	// Write bounds writing a response from the end of its request's
+	// headers (default 0: none, so that long downloads and event streams
+	// work; the upstream timeouts still bound the wait for an upstream).
+	Write time.Duration `yaml:"write"`
+	// Idle closes a kept-alive connection idle for this long (default
+	// 120s).
+	Idle time.Duration `yaml:"idle"`
+}
+
+// Memory bounds what the stores keep.
+type Memory struct {
+	// MaxBytes caps the embedded store's memory for keys (default 256
+	// MiB), evicting least recently used keys past it.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxKeyBytes caps a counter key's length in every store (default
+	// 256); a longer key (a huge header or descriptor value) is counted
+	// under its SHA-256 instead.
+	MaxKeyBytes int `yaml:"max_key_bytes"`
+}
+
+// Token is a bearer token, stored as SHA-256 only.
+type Token struct {
+	// Name identifies the token in logs.
+	Name string `yaml:"name"`
+	// SHA256 is the lowercase hex SHA-256 of the token.
+	SHA256 string `yaml:"sha256"`
+}
+
 // Upstream holds the reverse proxy's timeouts.
 type Upstream struct {
 	// Timeout bounds the wait for the upstream's response headers
@@ -175,6 +238,10 @@ type Upstream struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// IdleTimeout closes idle upstream connections (default 90s).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConnsPerHost bounds the connections to one upstream host; past
+	// it requests wait for a free connection (default 0: a quarter of the
+	// process's open-file limit).
+	MaxConnsPerHost int `yaml:"max_conns_per_host"`
 }
 
 // Match selects requests. Every non-empty list must match (and within a
@@ -238,6 +305,11 @@ type Route struct {
 	Stage string `yaml:"stage"`
 	// APIKeyRequired makes a missing, unknown or unplanned API key a 403.
 	APIKeyRequired bool `yaml:"api_key_required"`
+	// OnInvalidToken is what a request whose token does not verify gets
+	// when one of its limits counts per user: reject (default: 401, after
+	// the limits that need no user were charged) or anonymous (those
+	// limits do not apply to it).
+	OnInvalidToken string `yaml:"on_invalid_token"`
 
 	// UpstreamURL is Upstream parsed; nil for "none".
 	UpstreamURL *url.URL `yaml:"-"`

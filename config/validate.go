@@ -289,6 +289,63 @@ func (v *validator) server() {
 			v.errorf("server.upstream."+u.name, "must be a positive duration")
 		}
 	}
+	v.hardening()
+}
+
+// hardening validates the settings that keep the gateway bounded and its
+// limits hard to walk around.
+func (v *validator) hardening() {
+	s := &v.f.Server
+	oneOf := func(field, got string, want ...string) {
+		if !slices.Contains(want, got) {
+			v.errorf("server."+field, "%s must be %s, got %q", field, strings.Join(want, " or "), got)
+		}
+	}
+	oneOf("path_matching", s.PathMatching, PathExact, PathCaseInsensitive)
+	oneOf("method_override", s.MethodOverride, MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor)
+	oneOf("api_auth", s.APIAuth, APIAuthToken, APIAuthNone)
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"read_header", s.Timeouts.ReadHeader}, {"read", s.Timeouts.Read}, {"write", s.Timeouts.Write}, {"idle", s.Timeouts.Idle}} {
+		if t.d < 0 || (t.d == 0 && t.name != "write" && v.written("server.timeouts."+t.name)) {
+			v.errorf("server.timeouts."+t.name, "must be a positive duration")
+		}
+	}
+	if s.Timeouts.Read > 0 && s.Timeouts.Read < s.Timeouts.ReadHeader {
+		v.errorf("server.timeouts.read", "read (%s) bounds the headers too, so it cannot be shorter than read_header (%s)", s.Timeouts.Read, s.Timeouts.ReadHeader)
+	}
+	if s.MaxConnections < 0 {
+		v.errorf("server.max_connections", "must not be negative, got %d", s.MaxConnections)
+	}
+	if s.Upstream.MaxConnsPerHost < 0 {
+		v.errorf("server.upstream.max_conns_per_host", "must not be negative, got %d", s.Upstream.MaxConnsPerHost)
+	}
+	if s.Memory.MaxBytes < 1<<20 {
+		v.errorf("server.memory.max_bytes", "must be at least 1 MiB, got %d", s.Memory.MaxBytes)
+	}
+	if s.Memory.MaxKeyBytes < 64 {
+		v.errorf("server.memory.max_key_bytes", "must be at least 64 (a SHA-256 in hex), got %d", s.Memory.MaxKeyBytes)
+	}
+	if p := s.UnknownKeyLimit; p != nil {
+		v.params(p, "server.unknown_key_limit", "unknown-api-key", 1)
+	}
+	names := map[string]bool{}
+	for i, t := range s.APITokens {
+		path := fmt.Sprintf("server.api_tokens[%d]", i)
+		if t.Name == "" {
+			v.errorf(path+".name", "a token needs a name")
+		} else if names[t.Name] {
+			v.errorf(path+".name", "two tokens named %q", t.Name)
+		}
+		names[t.Name] = true
+		if b, err := hex.DecodeString(t.SHA256); err != nil || len(b) != sha256.Size {
+			v.errorf(path+".sha256", "want the token's SHA-256 as 64 lowercase hex digits")
+		}
+	}
+	if s.APIListen != "" && s.APIAuth == APIAuthToken && len(s.APITokens) == 0 {
+		v.errorf("server.api_listen", "the check API needs api_tokens (the SHA-256 of each caller's bearer token), or api_auth: none to leave it open")
+	}
 }
 
 // checkListenAddr says what is wrong with an address to listen on, or
@@ -421,6 +478,13 @@ func (v *validator) route(i int, stages map[string]bool) {
 	}
 	if r.Stage != "" && !stages[r.Stage] {
 		v.errorf(path+".stage", "unknown stage %q", r.Stage)
+	}
+	switch r.OnInvalidToken {
+	case "":
+		r.OnInvalidToken = InvalidTokenReject
+	case InvalidTokenReject, InvalidTokenAnonymous:
+	default:
+		v.errorf(path+".on_invalid_token", "on_invalid_token must be reject or anonymous, got %q", r.OnInvalidToken)
 	}
 	switch r.Upstream {
 	case "":

@@ -12,7 +12,7 @@ import (
 func TestListenAddresses(t *testing.T) {
 	for _, addr := range []string{":8080", ":0", "127.0.0.1:9090", "0.0.0.0:80", "[::1]:8080", "[::]:443",
 		"[fe80::1%eth0]:80", "localhost:8080", "api.example.com:443", "gw-1.internal.:8080"} {
-		if _, err := Parse("l.yaml", []byte("server:\n  api_listen: \""+addr+"\"\n")); err != nil {
+		if _, err := Parse("l.yaml", []byte("server:\n  api_auth: none\n  api_listen: \""+addr+"\"\n")); err != nil {
 			t.Errorf("%s refused: %v", addr, err)
 		}
 	}

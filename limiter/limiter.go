@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +54,12 @@ type Options struct {
 	// Now is the clock of the circuit breaker (default time.Now). Store
 	// deadlines are timers and follow the runtime's clock.
 	Now func() time.Time
+	// MaxKeyBytes caps the length of a hit's key (0:
+	// floodgate.DefaultMaxKeyBytes;
+	// negative: no cap). A longer key (a huge header or descriptor value)
+	// is replaced by its SHA-256 before the store sees it, so that no
+	// request can make the store keep keys of any size.
+	MaxKeyBytes int
 	// Logger receives breaker transitions and fallback problems (default:
 	// discard).
 	Logger *slog.Logger
@@ -76,6 +84,7 @@ type Limiter struct {
 	opts       Options
 	log        *slog.Logger
 	breaker    breaker
+	maxKey     int
 
 	local     sync.Map // *Rule → *localRule
 	localSize atomic.Int64
@@ -101,6 +110,12 @@ func New(store Store, opts Options) *Limiter {
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
+	}
+	switch l.maxKey = opts.MaxKeyBytes; {
+	case l.maxKey == 0:
+		l.maxKey = floodgate.DefaultMaxKeyBytes
+	case l.maxKey < 0:
+		l.maxKey = 0
 	}
 	l.breaker.init(opts.Breaker, opts.Now, l.log)
 	l.scratch.New = func() any { return new(scratch) }
@@ -250,6 +265,12 @@ func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodga
 	return nil
 }
 
+// hashKey is the key a too long key is counted under.
+func hashKey(k string) string {
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:16])
+}
+
 // ErrBreakerOpen reports a store call skipped because the circuit breaker
 // is open.
 var ErrBreakerOpen = errors.New("limiter: circuit breaker open")
@@ -284,6 +305,9 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		}
 		if h.Reserve {
 			reserved++
+		}
+		if len(h.Key) > l.maxKey && l.maxKey > 0 {
+			h.Key = hashKey(h.Key)
 		}
 	}
 	if len(hits) == 0 {

@@ -136,9 +136,14 @@ type matcher struct {
 	src     config.Match
 }
 
-func compileMatch(m config.Match) matcher {
+// compileMatch compiles a match; with foldCase its paths match whatever
+// the case (the request's path is lower-cased before matching).
+func compileMatch(m config.Match, foldCase bool) matcher {
 	mt := matcher{methods: m.Methods, hosts: m.Hosts, stages: m.Stages, routes: m.Routes, src: m}
 	for _, p := range m.Paths {
+		if foldCase {
+			p = strings.ToLower(p)
+		}
 		mt.paths = append(mt.paths, compilePath(p))
 	}
 	return mt

@@ -192,6 +192,7 @@ type apiKey struct {
 // use.
 type Policy struct {
 	file       *config.File
+	foldCase   bool // paths match whatever their case
 	unknownKey *Limit
 	routes     []*Route
 	plans      map[string]*plan
@@ -260,6 +261,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 	if c.p.v6bits == 0 {
 		c.p.v6bits = identity.DefaultIPv6Prefix
 	}
+	c.p.foldCase = f.Server.PathMatching == config.PathCaseInsensitive
 	c.routes()
 	for _, step := range []func() error{c.unknownKeys, c.plans, c.keys, c.scoped, c.account} {
 		if err := step(); err != nil {
@@ -312,8 +314,8 @@ func (c *compiler) routes() {
 	for i := range c.p.file.Routes {
 		cr := &c.p.file.Routes[i]
 		c.p.routes = append(c.p.routes, &Route{Name: cr.Name, Upstream: cr.UpstreamURL, Stage: cr.Stage,
-			APIKeyRequired: cr.APIKeyRequired, match: compileMatch(cr.Match),
-			routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
+			APIKeyRequired: cr.APIKeyRequired, AnonymousOnInvalidToken: cr.OnInvalidToken == config.InvalidTokenAnonymous,
+			match: compileMatch(cr.Match, c.p.foldCase), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 	}
 }
 
@@ -329,7 +331,12 @@ var DefaultUnknownKeyLimit = floodgate.Limit{Name: UnknownKeyLimitName, Algorith
 
 // unknownKeys compiles the limit of requests refused for their API key.
 func (c *compiler) unknownKeys() error {
-	r, err := c.rule(DefaultUnknownKeyLimit, "", false)
+	l, onFailure, shadow := DefaultUnknownKeyLimit, "", false
+	if p := c.p.file.Server.UnknownKeyLimit; p != nil {
+		l, onFailure, shadow = p.Compiled, p.OnFailure, p.Shadow
+		l.Name = UnknownKeyLimitName
+	}
+	r, err := c.rule(l, onFailure, shadow)
 	if err != nil {
 		return err
 	}
@@ -418,7 +425,7 @@ func (c *compiler) scoped() error {
 		}
 		l := newLimit(cl.Name, scope, r, parts, cl.Cost)
 		l.CountOn = cl.CountOn
-		l.match = compileMatch(cl.Match)
+		l.match = compileMatch(cl.Match, c.p.foldCase)
 		l.MatchText = cl.Match.String()
 		named[si] = append(named[si], l)
 	}
@@ -559,6 +566,9 @@ func (m *Match) Reset() {
 func (p *Policy) Match(r *Request, m *Match) {
 	m.Reset()
 	rq := req{method: upper(r.Method), host: hostOnly(r.Host), path: cleanPath(r.Path)}
+	if p.foldCase {
+		rq.path = strings.ToLower(rq.path)
+	}
 	for _, rt := range p.routes {
 		if rt.match.match(&rq) {
 			m.Route = rt

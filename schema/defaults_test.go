@@ -17,6 +17,7 @@ import (
 // second has the quotas the first cannot (one account limit).
 var defaultsFiles = []string{`
 server:
+  unknown_key_limit: {rate: 20}
   user:
     jwt: {alg: HS256, key_file: demo-jwt-secret.txt}
 routes:
@@ -30,6 +31,8 @@ limits:
   - {name: quota, algorithm: quota, limit: 5, period: DAY}
 account: {rate: 5}
 `, `
+server:
+  unknown_key_limit: {algorithm: quota, limit: 5, period: DAY}
 stages:
   - {name: q, algorithm: quota, limit: 5, period: DAY}
 account: {algorithm: quota, limit: 5, period: DAY}

@@ -168,11 +168,13 @@ type server struct {
 	gateway  atomic.Pointer[gateway.Gateway]
 	demo     *demo.Server
 
-	closeStores func() error
-	serving     bool // the listeners are served (shutdown closes them)
-	closed      bool
+	store, local limiter.Store // the store, and the local fallback store (Redis only)
+	closeStores  func() error
+	serving      bool // the listeners are served (shutdown closes them)
+	closed       bool
 
 	frontLn, adminLn net.Listener
+	conns            *connLimit
 	front, admin     *http.Server
 	services         *decisionServices
 	errc             chan error
@@ -202,14 +204,18 @@ func newServer(cfg *serveConfig, log *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.closeStores = closeStores
+	s.store, s.local, s.closeStores = store, local, closeStores
 	s.engine = limiter.New(store, limiter.Options{
-		Timeout:   s.srv.StoreTimeout,
-		Instances: s.srv.Instances,
-		Local:     local,
-		Observer:  s.metrics,
-		Logger:    log,
+		Timeout:     s.srv.StoreTimeout,
+		MaxKeyBytes: s.srv.Memory.MaxKeyBytes,
+		Instances:   s.srv.Instances,
+		Local:       local,
+		Observer:    s.metrics,
+		Logger:      log,
 	})
+	if err := s.registerStateMetrics(); err != nil {
+		return nil, fmt.Errorf("serve: metrics: %w", err)
+	}
 	return s, nil
 }
 
@@ -223,8 +229,9 @@ func (s *server) reloaded(p *policy.Policy) {
 	if n, first := p.Server(), s.srv; first != nil &&
 		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
 			n.AdminListen != first.AdminListen || n.StoreTimeout != first.StoreTimeout ||
-			n.Instances != first.Instances || n.Upstream != first.Upstream) {
-		s.log.Warn("reloaded: store, listen addresses, store timeout, instances and upstream timeouts change only on restart")
+			n.Instances != first.Instances || n.Upstream != first.Upstream || n.Timeouts != first.Timeouts ||
+			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride) {
+		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits and method_override change only on restart")
 	}
 }
 
@@ -244,31 +251,46 @@ func (s *server) listen(stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	files := s.fileBudget()
 	g, err := gateway.New(gateway.Options{
-		Matcher:  matcher,
-		Engine:   s.engine,
-		Fields:   gateway.FieldOptions(s.srv.Headers),
-		Observer: s.metrics,
-		Logger:   s.log,
+		Matcher:        matcher,
+		Engine:         s.engine,
+		Fields:         gateway.FieldOptions(s.srv.Headers),
+		Observer:       s.metrics,
+		Logger:         s.log,
+		MethodOverride: methodOverride(s.srv.MethodOverride),
 		Transport: gateway.NewTransport(gateway.TransportOptions{
 			DialTimeout:           s.srv.Upstream.DialTimeout,
 			ResponseHeaderTimeout: s.srv.Upstream.Timeout,
 			IdleConnTimeout:       s.srv.Upstream.IdleTimeout,
+			MaxConnsPerHost:       files.upstreamPerHost,
 		}),
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.gateway.Store(g)
-	if s.frontLn, err = net.Listen("tcp", firstNonEmpty(s.cfg.listen, s.srv.Listen, config.DefaultListen)); err != nil {
+	ln, err := net.Listen("tcp", firstNonEmpty(s.cfg.listen, s.srv.Listen, config.DefaultListen))
+	if err != nil {
 		return fmt.Errorf("serve: listen: %w", err)
 	}
+	s.conns = newConnLimit(ln, files.connections)
+	s.frontLn = s.conns
+	t := s.srv.Timeouts
 	s.front = &http.Server{
 		Handler:           g,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// HTTP/2 with prior knowledge (h2c) is served, never mistaken for an
+		// HTTP/1 request with the method PRI and forwarded.
+		Protocols: new(http.Protocols),
 	}
+	s.front.Protocols.SetHTTP1(true)
+	s.front.Protocols.SetUnencryptedHTTP2(true)
 	if admin := firstNonEmpty(s.cfg.adminListen, s.srv.AdminListen); admin != "off" && admin != "" {
 		if s.adminLn, err = net.Listen("tcp", admin); err != nil {
 			return fmt.Errorf("serve: admin listen: %w", err)
@@ -297,6 +319,48 @@ func (s *server) listen(stdout io.Writer) error {
 	return nil
 }
 
+// fileBudget shares the open files between client connections and
+// upstream connections, leaving room for the admin listener, the store and
+// the rest: a flood of connections is answered 503 before it can run the
+// process out of file descriptors.
+type fileBudget struct {
+	connections     int // client connections served at once
+	upstreamPerHost int // connections to one upstream host
+}
+
+func (s *server) fileBudget() fileBudget {
+	limit, err := raiseFileLimit()
+	if err != nil {
+		s.log.Warn("could not read the open-file limit", "err", err)
+	}
+	s.log.Info("open-file limit", "limit", limit)
+	b := fileBudget{connections: s.srv.MaxConnections, upstreamPerHost: s.srv.Upstream.MaxConnsPerHost}
+	// A limit that is unknown or effectively unlimited still gets bounds.
+	n := int(min(limit, 1<<20))
+	if n <= 0 {
+		n = 1 << 20
+	}
+	if b.connections == 0 {
+		b.connections = max(n/2, 64)
+	}
+	if b.upstreamPerHost == 0 {
+		b.upstreamPerHost = max(n/4, 32)
+	}
+	return b
+}
+
+// methodOverride turns the file's server.method_override into the
+// gateway's setting.
+func methodOverride(s string) gateway.MethodOverride {
+	switch s {
+	case config.MethodOverrideReject:
+		return gateway.OverrideReject
+	case config.MethodOverrideHonor:
+		return gateway.OverrideHonor
+	}
+	return gateway.OverrideStrip
+}
+
 // adminHandler serves /healthz, /readyz and /metrics.
 func (s *server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -304,17 +368,48 @@ func (s *server) adminHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !s.ready.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, "not ready\n")
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
-	})
+	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// readyz answers whether the process serves: 503 before it is ready and
+// while it shuts down; otherwise 200, with "ready" or, while decisions are
+// made by the failure policies (the store's circuit breaker is open) or
+// the state file cannot be written, "degraded" and the reasons. Traffic
+// still gets answers while degraded, as each limit's on_failure says, so a
+// load balancer should keep sending it; "?strict" answers 503 instead, for
+// the deployments that would rather route around a degraded instance.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !s.ready.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "not ready\n")
+		return
+	}
+	reasons := s.degraded()
+	if len(reasons) == 0 {
+		_, _ = io.WriteString(w, "ready\n")
+		return
+	}
+	if r.URL.Query().Has("strict") {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_, _ = io.WriteString(w, "degraded: "+strings.Join(reasons, "; ")+"\n")
+}
+
+// degraded lists why the process is not fully healthy.
+func (s *server) degraded() []string {
+	var out []string
+	if st := s.engine.Stats(); st.BreakerOpen {
+		out = append(out, "the store does not answer (circuit breaker open): limits follow their on_failure")
+	}
+	if ms, ok := s.store.(*memstore.Store); ok {
+		if err := ms.Stats().LastSnapshotError; err != nil {
+			out = append(out, "the state file cannot be written: "+err.Error())
+		}
+	}
+	return out
 }
 
 // run serves until ctx ends or a listener fails, reloading the policy on
@@ -392,7 +487,7 @@ func (s *server) close() error {
 // back to a local share when Redis fails.
 func serveOpenStore(srv *config.Server, statePath string, log *slog.Logger) (store, local limiter.Store, closeAll func() error, err error) {
 	if srv.StoreKind() == "memory" {
-		ms, err := memstore.New(memstore.Options{StatePath: statePath, Logger: log})
+		ms, err := memstore.New(memstore.Options{StatePath: statePath, MaxBytes: srv.Memory.MaxBytes, Logger: log})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("serve: %w", err)
 		}
@@ -407,7 +502,7 @@ func serveOpenStore(srv *config.Server, statePath string, log *slog.Logger) (sto
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	ls, err := memstore.New(memstore.Options{Logger: log})
+	ls, err := memstore.New(memstore.Options{MaxBytes: srv.Memory.MaxBytes, Logger: log})
 	if err != nil {
 		rs.Close()
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,11 +83,15 @@ func startDecisionServices(srv *config.Server, configPath string, eng limiter.En
 	}
 
 	if srv.APIListen != "" {
-		ln, err := net.Listen("tcp", srv.APIListen)
+		ln, err := net.Listen("tcp", loopbackByDefault(srv.APIListen))
 		if err != nil {
 			return fail(fmt.Errorf("serve: api listen: %w", err))
 		}
-		h := httpapi.New(eng, httpapi.PolicyLimits(reloader.Policy), httpapi.Options{Logger: log, Observer: m})
+		opts := httpapi.Options{Logger: log, Observer: m}
+		if srv.APIAuth != config.APIAuthNone {
+			opts.Tokens = policyTokens(reloader.Policy)
+		}
+		h := httpapi.New(eng, httpapi.PolicyLimits(reloader.Policy), opts)
 		ds.wg.Add(1)
 		go func() {
 			defer ds.wg.Done()
@@ -100,4 +108,32 @@ func startDecisionServices(srv *config.Server, configPath string, eng limiter.En
 func (ds *decisionServices) Shutdown() {
 	ds.stop()
 	ds.wg.Wait()
+}
+
+// loopbackByDefault binds an address without a host (":9091") to the
+// loopback interface: the check API shares its counters with the gateway,
+// so it is reached from other hosts only when the file names a host such as
+// 0.0.0.0.
+func loopbackByDefault(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// policyTokens knows the check API's tokens of the policy in force, so
+// that a reload adds and revokes tokens.
+type policyTokens func() *policy.Policy
+
+// Known reports whether the token's SHA-256 is one of server.api_tokens.
+func (f policyTokens) Known(token string) bool {
+	sum := sha256.Sum256([]byte(token))
+	h := hex.EncodeToString(sum[:])
+	for _, t := range f().Server().APITokens {
+		if subtle.ConstantTimeCompare([]byte(strings.ToLower(t.SHA256)), []byte(h)) == 1 {
+			return true
+		}
+	}
+	return false
 }

@@ -101,7 +101,8 @@ type Stats struct {
 	LoadError error
 	// Snapshots counts snapshots written; SnapshotErrors those that failed.
 	Snapshots, SnapshotErrors uint64
-	// LastSnapshotError is the latest snapshot failure, if any.
+	// LastSnapshotError is the error of the latest snapshot, when it
+	// failed (nil once a snapshot succeeds again).
 	LastSnapshotError error
 	// LastSnapshot is the instant the latest successful snapshot began.
 	LastSnapshot time.Time
