@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,5 +111,110 @@ func TestForgedTokenIsRefused(t *testing.T) {
 	// A request with no token at all is anonymous, as before.
 	if code, _, _ := get(t, gw+"/notices/1"); code != 200 {
 		t.Errorf("no token: %d", code)
+	}
+}
+
+// normalizingUpstream answers like a lenient application server: it drops
+// path parameters, ignores case and honours X-HTTP-Method-Override, and
+// counts the failed logins that reach it.
+func normalizingUpstream(t *testing.T) (url string, failedLogins *atomic.Int64) {
+	t.Helper()
+	failedLogins = new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if i := strings.IndexByte(p, ';'); i >= 0 {
+			p = p[:i]
+		}
+		p = path.Clean(strings.ToLower(strings.TrimSpace(p)))
+		method := r.Method
+		if o := r.Header.Get("X-HTTP-Method-Override"); o != "" {
+			method = strings.ToUpper(o)
+		}
+		if method == "POST" && p == "/login" {
+			failedLogins.Add(1)
+			w.WriteHeader(401)
+			return
+		}
+		w.WriteHeader(200)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, failedLogins
+}
+
+// TestPathAndMethodTricks: spellings of /login that a lenient upstream
+// takes for /login either meet the login limit or are refused with 400;
+// a method override header does not dodge a POST-only limit.
+func TestPathAndMethodTricks(t *testing.T) {
+	up, failed := normalizingUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  path_matching: case_insensitive
+routes:
+  - name: login
+    match: {methods: [POST], paths: ["/login"]}
+    upstream: %s
+  - name: other
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - name: login
+    match: {methods: [POST], paths: ["/login"]}
+    algorithm: fixed_window
+    limit: 5
+    window: 1h
+    key: client_ip
+`, up, up)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	send := func(method, target string, hdr ...string) int {
+		t.Helper()
+		// A raw request line, so that the target reaches the gateway as
+		// written (no client-side cleaning).
+		c, err := net.Dial("tcp", strings.TrimPrefix(gw, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		req := method + " " + target + " HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n"
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req += hdr[i] + ": " + hdr[i+1] + "\r\n"
+		}
+		if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, target, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	codes := map[string]int{}
+	spellings := []string{"/LOGIN", "/Login;jsessionid=1", "/login;x", "/login/", "//login", "/x/../login", "/LoGiN/"}
+	for i := range 3 * len(spellings) {
+		target := spellings[i%len(spellings)]
+		codes[target] = send("POST", target)
+	}
+	for _, target := range []string{"/login%00", "/login%5C", "/login\\", "/..;/login", "/login%20", "/%20login", "/login%09"} {
+		codes[target] = send("POST", target)
+	}
+	for _, target := range []string{"/login%00", "/login%5C", "/login\\", "/..;/login", "/login%20", "/%20login", "/login%09"} {
+		if codes[target] != 400 {
+			t.Errorf("POST %s: %d, want 400", target, codes[target])
+		}
+	}
+	// A GET that the upstream takes for a POST: the header is stripped.
+	for range 5 {
+		send("GET", "/login", "X-HTTP-Method-Override", "POST")
+	}
+	if n := failed.Load(); n > 5 {
+		t.Errorf("%d failed logins reached the upstream past a limit of 5 (answers %v)", n, codes)
+	}
+	// And the real POSTs beyond the limit are refused.
+	if code := send("POST", "/login"); code != 429 {
+		t.Errorf("POST /login after the variants: %d, want 429", code)
 	}
 }
