@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,10 +12,12 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -217,4 +220,329 @@ limits:
 	if code := send("POST", "/login"); code != 429 {
 		t.Errorf("POST /login after the variants: %d, want 429", code)
 	}
+}
+
+// TestSlowBodiesKeepTheirLeasesAndAreCut: two clients trickle their bodies
+// far past the concurrency lease's lifetime; their leases hold (a limit of
+// 2 admits no third request meanwhile) until the read timeout cuts them,
+// and then the slots are free again.
+func TestSlowBodiesKeepTheirLeasesAndAreCut(t *testing.T) {
+	var inUpstream atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inUpstream.Add(1)
+		defer inUpstream.Add(-1)
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	defer up.Close()
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  timeouts: {read_header: 1s, read: 3s}
+routes:
+  - name: upload
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - name: uploads
+    algorithm: concurrency
+    limit: 2
+    lease_ttl: 300ms
+    key: global
+`, up.URL)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	addr := strings.TrimPrefix(gw, "http://")
+	cut := make(chan error, 2)
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nx"); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			// One byte every 100 ms until the gateway cuts the request.
+			for {
+				time.Sleep(100 * time.Millisecond)
+				if _, err := c.Write([]byte("x")); err != nil {
+					cut <- err
+					return
+				}
+				if b := make([]byte, 1); c.SetReadDeadline(time.Now().Add(time.Millisecond)) == nil {
+					if _, err := c.Read(b); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+						cut <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for inUpstream.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow requests never reached the upstream")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Many lease lifetimes pass while both are still in flight: every
+	// other request is refused.
+	started := time.Now()
+	for inUpstream.Load() == 2 && time.Since(started) < 2500*time.Millisecond {
+		if code, _, _ := get(t, gw+"/fast"); code != 429 {
+			t.Fatalf("after %v with 2 uploads in flight a third got %d", time.Since(started).Round(time.Millisecond), code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if time.Since(started) < time.Second {
+		t.Fatalf("the uploads ended after %v, before their leases were at risk", time.Since(started))
+	}
+	for range 2 {
+		select {
+		case <-cut:
+		case <-time.After(20 * time.Second):
+			t.Fatal("a slow request was never cut by the read timeout")
+		}
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		code, _, _ := get(t, gw+"/fast")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the uploads were cut: %d, want 200 (leases released)", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestConnectionFlood: past max_connections a new connection is answered
+// 503 and closed at once, the admin listener keeps answering, and slow
+// requests to one upstream wait for its capped connections instead of
+// failing with 502.
+func TestConnectionFlood(t *testing.T) {
+	release := make(chan struct{})
+	var upstreamConns atomic.Int64
+	var peak atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			if n := upstreamConns.Add(1); n > peak.Load() {
+				peak.Store(n)
+			}
+		case http.StateClosed, http.StateHijacked:
+			upstreamConns.Add(-1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  max_connections: 20
+  upstream: {max_conns_per_host: 4}
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+`, up.URL)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	addr := strings.TrimPrefix(gw, "http://")
+
+	// Ten slow requests hold ten client connections; only four upstream
+	// connections are opened for them.
+	results := make(chan int, 10)
+	for range 10 {
+		go func() {
+			resp, err := http.Get(gw + "/slow")
+			if err != nil {
+				results <- -1
+				return
+			}
+			resp.Body.Close()
+			results <- resp.StatusCode
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(metricsText(t, admin), "floodgate_connections_open 10\n") {
+		if time.Now().After(deadline) {
+			t.Fatal("the ten slow requests did not all connect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Thirty idle connections more: the ones past 20 are refused with 503.
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	shed := 0
+	for range 30 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	for _, c := range idle {
+		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+			if resp.StatusCode == 503 && resp.Header.Get("Retry-After") != "" {
+				shed++
+			}
+			resp.Body.Close()
+		}
+	}
+	if shed != 20 {
+		t.Errorf("%d of 30 extra connections were answered 503; with 10 busy and a cap of 20, want 20", shed)
+	}
+	if code, _, _ := get(t, admin+"/healthz"); code != 200 {
+		t.Errorf("/healthz during the flood: %d", code)
+	}
+	if _, _, text := get(t, admin+"/metrics"); !strings.Contains(text, "floodgate_connections_shed_total ") {
+		t.Error("/metrics has no floodgate_connections_shed_total")
+	}
+	close(release)
+	for range 10 {
+		if code := <-results; code != 200 {
+			t.Errorf("a slow request got %d, want 200 (it waits for an upstream connection)", code)
+		}
+	}
+	if p := peak.Load(); p > 4 {
+		t.Errorf("%d upstream connections were open at once; the cap is 4", p)
+	}
+}
+
+// TestHTTP2PriorKnowledge: a client speaking HTTP/2 without TLS is served,
+// and the upstream never sees a request with the method PRI.
+func TestHTTP2PriorKnowledge(t *testing.T) {
+	var methods sync.Map
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		methods.Store(r.Method, true)
+	}))
+	defer up.Close()
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+`, up.URL)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(gw + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Errorf("h2c: %d over %s", resp.StatusCode, resp.Proto)
+	}
+	if _, pri := methods.Load("PRI"); pri {
+		t.Error("the upstream got a PRI request")
+	}
+}
+
+// TestReadyzReportsDegradedState: /readyz says "degraded" with its reasons
+// while the store does not answer and while the state file cannot be
+// written, and /metrics shows both; "?strict" answers 503 then.
+func TestReadyzReportsDegradedState(t *testing.T) {
+	t.Run("state file", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "state"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(dir, "gw.yaml")
+		err := os.WriteFile(cfg, []byte(`version: 1
+server:
+  state_file: state/counts.state
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: cap, algorithm: fixed_window, limit: 100, window: 1h, key: global}
+`), 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+		if code, _, body := get(t, admin+"/readyz"); code != 200 || body != "ready\n" {
+			t.Fatalf("/readyz at start: %d %q", code, body)
+		}
+		if err := os.RemoveAll(filepath.Join(dir, "state")); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			get(t, gw+"/x") // a change for the next snapshot to write
+			code, _, body := get(t, admin+"/readyz")
+			if code == 200 && strings.HasPrefix(body, "degraded: the state file cannot be written") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz never said the state file fails: %d %q", code, body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if code, _, _ := get(t, admin+"/readyz?strict"); code != 503 {
+			t.Errorf("/readyz?strict while degraded: %d", code)
+		}
+		if !strings.Contains(metricsText(t, admin), `floodgate_state_file_failing{store="main"} 1`) {
+			t.Error("/metrics does not show the failing state file")
+		}
+	})
+	t.Run("store down", func(t *testing.T) {
+		rs := redistest.Start(t)
+		cfg := filepath.Join(t.TempDir(), "gw.yaml")
+		err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  store: redis://%s/0
+  store_timeout: 100ms
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: cap, algorithm: fixed_window, limit: 1000, window: 1h, key: global, on_failure: allow}
+`, rs.Addr)), 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+		get(t, gw+"/x")
+		rs.Kill()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			get(t, gw+"/x")
+			code, _, body := get(t, admin+"/readyz")
+			if code == 200 && strings.Contains(body, "circuit breaker open") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz never said the store is down: %d %q", code, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if code, _, _ := get(t, admin+"/readyz?strict"); code != 503 {
+			t.Errorf("/readyz?strict with the store down: %d", code)
+		}
+		if !strings.Contains(metricsText(t, admin), "floodgate_breaker_open 1\n") {
+			t.Error("/metrics does not show the open breaker")
+		}
+	})
 }
