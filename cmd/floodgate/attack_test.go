@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,8 +18,12 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // school starts the README's command on free ports: the school example in
@@ -545,4 +550,89 @@ limits:
 			t.Error("/metrics does not show the open breaker")
 		}
 	})
+}
+
+// TestFloodsOfDistinctKeysAreBounded: distinct client addresses through the
+// gateway, distinct keys through the check API and huge descriptor values
+// through the Envoy rate-limit service all land in one memory-bounded
+// store: its bytes stay within server.memory.max_bytes.
+func TestFloodsOfDistinctKeysAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	grpcAddr, apiAddr := freeAddr(t), freeAddr(t)
+	if err := os.WriteFile(filepath.Join(dir, "rls.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "gw.yaml")
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  trusted_proxies: [127.0.0.1]
+  grpc_listen: %q
+  rls_config: [rls.yaml]
+  api_listen: %q
+  api_auth: none
+  memory: {max_bytes: 1048576}
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: per-ip, algorithm: fixed_window, limit: 100, window: 1h, key: client_ip, scope: global}
+`, grpcAddr, apiAddr)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	const n = 12000
+	var wg sync.WaitGroup
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				req, _ := http.NewRequest("GET", gw+"/x", nil)
+				req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255))
+				if resp, err := client.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				body := fmt.Sprintf(`{"limit":"per-ip","key":"k-%d-%s"}`, i, strings.Repeat("z", 400))
+				if resp, err := client.Post("http://"+apiAddr+"/v1/check", "application/json", strings.NewReader(body)); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rc := rlsv3.NewRateLimitServiceClient(conn)
+	big := strings.Repeat("v", 60<<10)
+	for i := range 200 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := rc.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: fmt.Sprint(i) + big}}}}})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	text := metricsText(t, admin)
+	var bytes, evicted float64
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, `floodgate_store_bytes{store="main"} `); ok {
+			fmt.Sscan(v, &bytes)
+		}
+		if v, ok := strings.CutPrefix(line, `floodgate_store_evictions_total{store="main"} `); ok {
+			fmt.Sscan(v, &evicted)
+		}
+	}
+	if bytes <= 0 || bytes > 1<<20 {
+		t.Errorf("store bytes %v after the floods; the bound is 1 MiB", bytes)
+	}
+	if evicted == 0 {
+		t.Errorf("no key was evicted: the floods did not reach the bound (bytes %v)", bytes)
+	}
 }
