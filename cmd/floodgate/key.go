@@ -46,17 +46,21 @@ func runKey(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return usagef("key: unknown subcommand %q (want new or hash)", args[0])
 }
 
+const keyNewUsage = `usage: floodgate key new --plan NAME [--name NAME] [--config FILE]
+
+Makes a strong API key, prints it once, and the line (with its SHA-256)
+to add to the policy file's keys.
+
+flags:
+`
+
 func runKeyNew(args []string, stdout, stderr io.Writer, random io.Reader) error {
 	fs := flag.NewFlagSet("key new", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	plan := fs.String("plan", "", "the usage plan the key belongs to (required)")
 	name := fs.String("name", "", "the key's name in logs and counters (default: derived from the key's hash)")
 	cfg := fs.String("config", "", "a policy file to check the plan and the name against")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usagef("key new: %v", err)
+	if help, err := parseFlags(fs, args, stdout, keyNewUsage); help || err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("key new: unexpected arguments %q", fs.Args())

@@ -68,14 +68,9 @@ func init() {
 	register("serve", "run the gateway: a rate-limiting reverse proxy", runServe)
 }
 
-func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
+func parseServeFlags(args []string, stdout io.Writer) (*serveConfig, error) {
 	cfg := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, serveUsage)
-		fs.PrintDefaults()
-	}
 	fs.StringVar(&cfg.config, "config", "", "the policy file (required)")
 	fs.BoolVar(&cfg.demo, "demo", false, "start the demo upstream and send every route to it")
 	fs.StringVar(&cfg.listen, "listen", "", "the gateway's address (default: server.listen of the file)")
@@ -84,11 +79,11 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&cfg.watch, "watch", true, "reload the file when it changes and has stayed unchanged for a second (polled every second); --watch=false reloads on SIGHUP only")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in flight may take to finish on shutdown")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
+	if help, err := parseFlags(fs, args, stdout, serveUsage); help || err != nil {
+		if help {
+			return nil, flag.ErrHelp
 		}
-		return nil, usagef("serve: %v", err)
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, usagef("serve: unexpected argument %q", fs.Arg(0))
@@ -118,7 +113,7 @@ func serveLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseServeFlags(args, stderr)
+	cfg, err := parseServeFlags(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
