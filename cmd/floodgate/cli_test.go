@@ -108,3 +108,24 @@ func TestInterruptWhileReading(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulateDocsHelp holds docs/simulate.md's copy of the help to what
+// the command prints.
+func TestSimulateDocsHelp(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "simulate.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "$ floodgate simulate -h\n")
+	if !ok {
+		t.Fatal("docs/simulate.md shows no help")
+	}
+	shown, _, _ := strings.Cut(rest, "```")
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"simulate", "-h"}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if shown != out.String() {
+		t.Errorf("docs/simulate.md's help is stale:\n--- docs\n%s\n--- command\n%s", shown, out.String())
+	}
+}
