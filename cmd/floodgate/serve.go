@@ -129,7 +129,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // serve runs the gateway until ctx ends.
 func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Logger) error {
-	s, err := newServer(cfg, log)
+	s, err := newServer(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -159,6 +159,7 @@ type server struct {
 	reloader *policy.Reloader
 	metrics  *metrics.Metrics
 	registry *prometheus.Registry
+	tracing  *tracing
 	engine   *limiter.Limiter
 	gateway  atomic.Pointer[gateway.Gateway]
 	demo     *demo.Server
@@ -178,9 +179,12 @@ type server struct {
 
 // newServer loads the policy and opens the metrics, the stores and the
 // engine.
-func newServer(cfg *serveConfig, log *slog.Logger) (*server, error) {
+func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server, error) {
 	s := &server{cfg: cfg, log: log, errc: make(chan error, 4)}
 	var err error
+	if s.tracing, err = newTracing(ctx, os.Getenv); err != nil {
+		return nil, err
+	}
 	s.reloader, err = policy.NewReloader(policy.ReloaderOptions{Path: cfg.config, Logger: log, OnReload: s.reloaded})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
@@ -273,7 +277,7 @@ func (s *server) listen(stdout io.Writer) error {
 	s.frontLn = s.conns
 	t := s.srv.Timeouts
 	s.front = &http.Server{
-		Handler:           g,
+		Handler:           s.tracing.handler(g, "gateway"),
 		ReadHeaderTimeout: t.ReadHeader,
 		ReadTimeout:       t.Read,
 		WriteTimeout:      t.Write,
@@ -292,8 +296,7 @@ func (s *server) listen(stdout io.Writer) error {
 		}
 		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
-	s.services, err = startDecisionServices(s.srv, s.cfg.config, s.engine, s.reloader, s.metrics,
-		s.cfg.shutdownTimeout, s.errc, stdout, s.log)
+	s.services, err = startDecisionServices(s, stdout)
 	if err != nil {
 		return err
 	}
@@ -444,6 +447,9 @@ func (s *server) shutdown(ctx context.Context) error {
 	s.services.Shutdown()
 	if s.admin != nil {
 		_ = s.admin.Shutdown(sctx)
+	}
+	if err := s.tracing.shutdown(sctx); err != nil {
+		s.log.Warn("flushing the traces", "err", err)
 	}
 	return s.close()
 }

@@ -7,18 +7,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/httpapi"
-	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/rls"
 )
@@ -35,8 +31,9 @@ type decisionServices struct {
 // startDecisionServices opens the listeners the settings name and serves
 // them until Shutdown. Errors that end serving are sent to errc.
 // configPath anchors relative paths.
-func startDecisionServices(srv *config.Server, configPath string, eng limiter.Engine, reloader *policy.Reloader,
-	m *metrics.Metrics, grace time.Duration, errc chan<- error, stdout io.Writer, log *slog.Logger) (*decisionServices, error) {
+func startDecisionServices(s *server, stdout io.Writer) (*decisionServices, error) {
+	srv, configPath, eng, reloader, m := s.srv, s.cfg.config, s.engine, s.reloader, s.metrics
+	grace, errc, log := s.cfg.shutdownTimeout, s.errc, s.log
 	ctx, stop := context.WithCancel(context.Background())
 	ds := &decisionServices{stop: stop}
 	fail := func(err error) (*decisionServices, error) {
@@ -60,7 +57,8 @@ func startDecisionServices(srv *config.Server, configPath string, eng limiter.En
 			return fail(fmt.Errorf("serve: rls_config: %w", err))
 		}
 		svc := rls.New(eng, cfg, rls.Options{Logger: log, Fields: fields.Options{Legacy: srv.Headers.XRateLimit, NoRateLimit: !srv.Headers.RateLimit}})
-		gs, err := rls.NewServer(svc, rls.ServerOptions{TLSCertFile: rel(srv.GRPCTLSCert), TLSKeyFile: rel(srv.GRPCTLSKey)})
+		gs, err := rls.NewServer(svc, rls.ServerOptions{TLSCertFile: rel(srv.GRPCTLSCert), TLSKeyFile: rel(srv.GRPCTLSKey),
+			ExtraOptions: s.tracing.grpcOptions()})
 		if err != nil {
 			return fail(fmt.Errorf("serve: rate-limit service: %w", err))
 		}
@@ -95,7 +93,7 @@ func startDecisionServices(srv *config.Server, configPath string, eng limiter.En
 		ds.wg.Add(1)
 		go func() {
 			defer ds.wg.Done()
-			if err := httpapi.Serve(ctx, ln, h, grace); err != nil {
+			if err := httpapi.Serve(ctx, ln, s.tracing.handler(h, "http_api"), grace); err != nil {
 				errc <- fmt.Errorf("check API: %w", err)
 			}
 		}()
