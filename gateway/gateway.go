@@ -313,7 +313,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	if m.Reject != 0 {
 		g.reject(w, r, st)
-		g.settle(ctx, st, m.Reject)
+		if st.req.HasReserved() {
+			g.settle(ctx, st, m.Reject)
+		}
 		return
 	}
 	if res.Delay > 0 && !g.wait(ctx, st, res.Delay) {
