@@ -183,11 +183,6 @@ type plan struct {
 	routes map[string]bool // nil: every route
 }
 
-type apiKey struct {
-	name string
-	plan *plan
-}
-
 // Policy is a compiled configuration: immutable and safe for concurrent
 // use.
 type Policy struct {
@@ -196,7 +191,8 @@ type Policy struct {
 	unknownKey *Limit
 	routes     []*Route
 	plans      map[string]*plan
-	keys       map[[sha256.Size]byte]*apiKey
+	keys       map[[sha256.Size]byte]*Key
+	dynamic    *keyHook // the keys that are not in the file, shared by a Reloader's policies
 	stages     map[string]*Limit
 	account    *Limit
 	scoped     [4][]*Limit // method, route, stage, global
@@ -236,9 +232,12 @@ func (p *Policy) Limit(name string) (*Limit, bool) {
 
 // KeyName returns the configured name and plan of a raw API key.
 func (p *Policy) KeyName(raw string) (name, plan string, ok bool) {
-	k, ok := p.keys[sha256.Sum256([]byte(raw))]
+	sum := sha256.Sum256([]byte(raw))
+	k, ok := p.keys[sum]
 	if !ok {
-		return "", "", false
+		if k = p.dynamicKey(&sum); k == nil {
+			return "", "", false
+		}
 	}
 	return k.name, k.plan.name, true
 }
@@ -252,7 +251,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 	c := &compiler{prev: prev, p: &Policy{
 		file:   f,
 		plans:  map[string]*plan{},
-		keys:   map[[sha256.Size]byte]*apiKey{},
+		keys:   map[[sha256.Size]byte]*Key{},
 		stages: map[string]*Limit{},
 		byName: map[string]*Limit{},
 		rules:  map[string]*limiter.Rule{},
@@ -262,6 +261,9 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		c.p.v6bits = identity.DefaultIPv6Prefix
 	}
 	c.p.foldCase = f.Server.PathMatching == config.PathCaseInsensitive
+	if prev != nil {
+		c.p.dynamic = prev.dynamic
+	}
 	c.routes()
 	for _, step := range []func() error{c.unknownKeys, c.plans, c.keys, c.scoped, c.account} {
 		if err := step(); err != nil {
@@ -393,7 +395,7 @@ func (c *compiler) keys() error {
 		if !ok {
 			return fmt.Errorf("policy: key %q: unknown plan %q", ck.Name, ck.Plan)
 		}
-		c.p.keys[h] = &apiKey{name: ck.Name, plan: pl}
+		c.p.keys[h] = newKey(ck.Name, pl, pl.rate, pl.quota, 0)
 	}
 	return nil
 }
@@ -582,11 +584,14 @@ func (p *Policy) Match(r *Request, m *Match) {
 	}
 	rq.stage = m.Stage
 
-	var key *apiKey
+	var key *Key
 	var keyHash [sha256.Size]byte
 	if r.APIKey != "" {
 		keyHash = sha256.Sum256([]byte(r.APIKey))
-		key = p.keys[keyHash]
+		if key = p.keys[keyHash]; key == nil && p.dynamic != nil {
+			sum := keyHash // escapes to the key source, only on this path
+			key = p.dynamicKey(&sum)
+		}
 	}
 	covered := key != nil && (key.plan.routes == nil || (m.Route != nil && key.plan.routes[m.Route.Name]))
 	clientKey := r.ClientKey
@@ -607,10 +612,10 @@ func (p *Policy) Match(r *Request, m *Match) {
 		m.Plan = key.plan.name
 	}
 	if covered && !m.Forbidden {
-		if l := key.plan.rate; l != nil {
+		if l := key.rate; l != nil {
 			p.hit(m, l, &kc)
 		}
-		if l := key.plan.quota; l != nil {
+		if l := key.quota; l != nil {
 			p.hit(m, l, &kc)
 		}
 	}
@@ -635,7 +640,7 @@ func (p *Policy) Match(r *Request, m *Match) {
 type keyCtx struct {
 	r         *Request
 	m         *Match
-	key       *apiKey
+	key       *Key
 	hash      *[sha256.Size]byte
 	clientKey string
 	noKey     bool // the request was refused for its key: skip limits that need one
@@ -683,8 +688,7 @@ func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 		case KeyAPIKey:
 			switch {
 			case kc.key != nil:
-				b = append(b, "key:"...)
-				b = append(b, kc.key.name...)
+				b = append(b, kc.key.counter...)
 			case kc.r.APIKey != "":
 				// An unknown key is counted by (a prefix of) its hash,
 				// never by its value.

@@ -74,6 +74,7 @@ func NewReloader(o ReloaderOptions) (*Reloader, error) {
 	}
 	p.hash = stamp(o.Path, data, p)
 	r.seen = p.hash
+	p.dynamic = &keyHook{}
 	r.cur.Store(p)
 	return r, nil
 }
