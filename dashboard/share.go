@@ -69,10 +69,10 @@ func NewShare(c rueidis.Client, id string, rec *Recorder, info func() Instance, 
 }
 
 type shareBlob struct {
-	Instance Instance                   `json:"instance"`
-	From     int64                      `json:"from"` // first second of Points
-	Points   map[string][]Point         `json:"points"`
-	Top      []Hitter                   `json:"top"`
+	Instance Instance           `json:"instance"`
+	From     int64              `json:"from"` // first second of Points
+	Points   map[string][]Point `json:"points"`
+	Top      []Hitter           `json:"top"`
 }
 
 // Run publishes and merges once a second until ctx ends.
