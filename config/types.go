@@ -125,6 +125,8 @@ type Server struct {
 	// APITokens are the check API's bearer tokens, stored as SHA-256 like
 	// API keys ("floodgate key new" makes one).
 	APITokens []Token `yaml:"api_tokens"`
+	// Admin configures the admin API and the dashboard on AdminListen.
+	Admin Admin `yaml:"admin"`
 
 	// TrustedProxyPrefixes is TrustedProxies parsed (single addresses as
 	// full-length prefixes).
@@ -153,6 +155,24 @@ type Headers struct {
 	// BindingLimit, when set, is the name of a response header that names
 	// the limit that decided a denial (default: none).
 	BindingLimit string `yaml:"binding_limit"`
+}
+
+// Admin configures the admin API (/api/v1/) and the dashboard (/ui/) on
+// the admin listener.
+type Admin struct {
+	// Tokens may call the admin API (and read the dashboard's data); with
+	// none, the admin API refuses every call and the dashboard is open to
+	// whoever reaches the admin listener, like /metrics.
+	Tokens []Token `yaml:"tokens"`
+	// TLSCert and TLSKey, when both set, serve the admin listener over
+	// TLS (PEM files, relative to the configuration file).
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// KeysFile keeps the API keys made through the admin API when the
+	// store is the memory store (default: the state file's path with
+	// ".keys.json", or the policy file's with ".keys.json" when there is
+	// no state file), relative to the configuration file.
+	KeysFile string `yaml:"keys_file"`
 }
 
 // User says where a request's user comes from.
@@ -411,11 +431,29 @@ type Plan struct {
 	Routes []string `yaml:"routes"`
 	// OnFailure applies to both the throttle and the quota (default local).
 	OnFailure string `yaml:"on_failure"`
+	// Alarms fire when a key's use of the quota reaches a threshold.
+	Alarms *Alarms `yaml:"alarms"`
 
 	// Throttle and QuotaLimit are the compiled limits; Throttle.Algorithm
 	// (QuotaLimit.Algorithm) is zero when the plan has none.
 	Throttle   floodgate.Limit `yaml:"-"`
 	QuotaLimit floodgate.Limit `yaml:"-"`
+}
+
+// Alarms are a plan's quota alarms: a log line, a metric and, when
+// Webhook is set, a signed POST, once per key, threshold and period.
+type Alarms struct {
+	// Thresholds are percentages of the quota, 1 to 100 (default [80,
+	// 100]).
+	Thresholds []int `yaml:"thresholds"`
+	// Webhook is the URL the alarms are posted to.
+	Webhook string `yaml:"webhook"`
+	// SecretFile holds the secret that signs the webhook's body (HMAC
+	// SHA-256), relative to the configuration file; required with Webhook.
+	SecretFile string `yaml:"secret_file"`
+
+	// SecretPath is SecretFile resolved against the file's directory.
+	SecretPath string `yaml:"-"`
 }
 
 // Quota is a usage plan's quota.

@@ -290,6 +290,7 @@ func (v *validator) server() {
 		}
 	}
 	v.hardening()
+	v.admin(&s.Admin)
 }
 
 // hardening validates the settings that keep the gateway bounded and its
@@ -587,11 +588,62 @@ func (v *validator) plan(i int, routes map[string]bool) {
 		p.Throttle = v.paramsAt(&tp, path, p.Name+".rate", 1, true)
 		p.Per, p.Burst = tp.Per, tp.Burst
 	}
+	if a := p.Alarms; a != nil {
+		v.alarms(a, path+".alarms", p.Quota != nil)
+	}
 	if q := p.Quota; q != nil {
 		qp := Params{Algorithm: "quota", Max: q.Limit, Period: q.Period, TimeZone: q.TimeZone,
 			AnchorDay: q.AnchorDay, Offset: q.Offset, Start: q.Start}
 		p.QuotaLimit = v.paramsAt(&qp, path+".quota", p.Name+".quota", 1, true)
 		q.TimeZone = qp.TimeZone
+	}
+}
+
+func (v *validator) alarms(a *Alarms, path string, quota bool) {
+	if !quota {
+		v.errorf(path, "alarms need a quota")
+	}
+	if len(a.Thresholds) == 0 {
+		a.Thresholds = []int{80, 100}
+	}
+	for j, t := range a.Thresholds {
+		if t < 1 || t > 100 {
+			v.errorf(fmt.Sprintf("%s.thresholds[%d]", path, j), "a threshold is a percentage from 1 to 100, got %d", t)
+		}
+	}
+	if a.Webhook != "" {
+		if u, err := url.Parse(a.Webhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.errorf(path+".webhook", "want an http:// or https:// URL, got %q", a.Webhook)
+		}
+		if a.SecretFile == "" {
+			v.errorf(path+".secret_file", "a webhook needs secret_file, the secret that signs its body")
+		}
+	}
+	if a.SecretFile != "" {
+		a.SecretPath = v.rel(a.SecretFile)
+	}
+}
+
+// admin validates the admin settings.
+func (v *validator) admin(a *Admin) {
+	seen := map[string]int{}
+	for i := range a.Tokens {
+		t := &a.Tokens[i]
+		path := fmt.Sprintf("server.admin.tokens[%d]", i)
+		if t.Name == "" {
+			v.errorf(path+".name", "a token needs a name (it names its holder in the audit log)")
+		}
+		h := strings.ToLower(t.SHA256)
+		if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
+			v.errorf(path+".sha256", "want the 64 hex digits of the token's SHA-256")
+		} else if j, dup := seen[h]; dup {
+			v.errorf(path+".sha256", "same token as server.admin.tokens[%d]", j)
+		}
+		seen[h] = i
+		t.SHA256 = h
+	}
+	if (a.TLSCert == "") != (a.TLSKey == "") {
+		v.errorf("server.admin.tls_cert", "tls_cert and tls_key go together")
 	}
 }
 
