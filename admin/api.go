@@ -471,8 +471,8 @@ type Use struct {
 	Degraded  bool      `json:"degraded,omitempty"`
 }
 
-// peek reads one hit's state without charging it.
-func (a *API) peek(ctx context.Context, l *policy.Limit, key string) (Use, error) {
+// Peek reads one hit's state without charging it.
+func (a *API) Peek(ctx context.Context, l *policy.Limit, key string) (Use, error) {
 	req := limiter.Request{Peek: true, Hits: []limiter.Hit{{Rule: l.Rule, Key: key, Cost: 1}}}
 	var res limiter.Result
 	if err := a.o.Engine.Decide(ctx, &req, &res); err != nil {
@@ -490,8 +490,8 @@ func (a *API) peek(ctx context.Context, l *policy.Limit, key string) (Use, error
 		ResetIn: d.ResetAfter.Seconds(), Allowed: d.Allowed, Degraded: res.Degraded != limiter.NotDegraded}, nil
 }
 
-// resolve finds a key by name: the file's first, then the API's.
-func (a *API) resolve(name string) (*policy.Key, error) {
+// Resolve finds a key by name: the file's first, then the API's.
+func (a *API) Resolve(name string) (*policy.Key, error) {
 	p := a.o.Policy()
 	if k, ok := p.FileKey(name); ok {
 		return k, nil
@@ -505,7 +505,7 @@ func (a *API) resolve(name string) (*policy.Key, error) {
 
 // KeyUsage returns the usage of each limit of the key's plan.
 func (a *API) KeyUsage(ctx context.Context, name string) ([]Use, *policy.Key, error) {
-	k, err := a.resolve(name)
+	k, err := a.Resolve(name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -515,7 +515,7 @@ func (a *API) KeyUsage(ctx context.Context, name string) ([]Use, *policy.Key, er
 		if l == nil {
 			continue
 		}
-		u, err := a.peek(ctx, l, k.Counter())
+		u, err := a.Peek(ctx, l, k.Counter())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -543,7 +543,7 @@ func (a *API) usage(_ http.ResponseWriter, r *http.Request, _ string) (any, erro
 	if !ok {
 		return nil, errorf(http.StatusNotFound, "no limit named %q", name)
 	}
-	return a.peek(r.Context(), l, key)
+	return a.Peek(r.Context(), l, key)
 }
 
 // LimitView is a compiled limit as the API shows it.

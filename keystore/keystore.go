@@ -329,9 +329,9 @@ func (s *Store) Update(ctx context.Context, name string, f func(r *Record) error
 	return r.clone(), nil
 }
 
-// Rotate gives the key a new secret, returned only now; the current one
-// keeps working for overlap (0: it stops at once). Secrets whose overlap
-// has ended are dropped.
+// Rotate gives the key a new secret, returned only now; every older
+// secret keeps working for overlap at most (0: they stop at once). Secrets
+// whose overlap has ended are dropped.
 func (s *Store) Rotate(ctx context.Context, name string, overlap time.Duration) (string, Record, error) {
 	raw, sum, err := NewSecret()
 	if err != nil {
@@ -339,16 +339,14 @@ func (s *Store) Rotate(ctx context.Context, name string, overlap time.Duration) 
 	}
 	rec, err := s.Update(ctx, name, func(r *Record) error {
 		now := s.o.Now().UTC()
+		end := now.Add(max(overlap, 0))
 		keep := []Secret{{SHA256: sum, Created: now}}
-		for i, sec := range r.Secrets {
-			if !sec.NotAfter.IsZero() && !now.Before(sec.NotAfter) {
-				continue // expired
+		for _, sec := range r.Secrets {
+			if sec.NotAfter.IsZero() || end.Before(sec.NotAfter) {
+				sec.NotAfter = end
 			}
-			if i == 0 {
-				if overlap <= 0 {
-					continue
-				}
-				sec.NotAfter = now.Add(overlap)
+			if !now.Before(sec.NotAfter) {
+				continue // ended
 			}
 			keep = append(keep, sec)
 		}

@@ -41,7 +41,7 @@ type Secret struct {
 	// SHA256 is the hex digest of the secret.
 	SHA256 string `json:"sha256"`
 	// Created is when the secret was made.
-	Created time.Time `json:"created"`
+	Created time.Time `json:"created,omitzero"`
 	// NotAfter, when set, is when the secret stops working (the old secret
 	// of a rotation).
 	NotAfter time.Time `json:"not_after,omitzero"`

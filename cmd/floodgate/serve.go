@@ -163,6 +163,7 @@ type server struct {
 	engine   *limiter.Limiter
 	gateway  atomic.Pointer[gateway.Gateway]
 	demo     *demo.Server
+	console  *console // the admin API, the dashboard and the alarms (serve_admin.go)
 
 	store, local limiter.Store // the store, and the local fallback store (Redis only)
 	closeStores  func() error
@@ -185,7 +186,8 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 	if s.tracing, err = newTracing(ctx, os.Getenv); err != nil {
 		return nil, err
 	}
-	s.reloader, err = policy.NewReloader(policy.ReloaderOptions{Path: cfg.config, Logger: log, OnReload: s.reloaded})
+	s.reloader, err = policy.NewReloader(policy.ReloaderOptions{Path: cfg.config, Logger: log, OnReload: s.reloaded,
+		OnReject: s.rejected})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -204,14 +206,23 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 		return nil, err
 	}
 	s.store, s.local, s.closeStores = store, local, closeStores
+	if s.console, err = newConsole(cfg.config, statePath, s.srv, s.reloader, s.registry, log); err != nil {
+		_ = closeStores()
+		return nil, err
+	}
 	s.engine = limiter.New(store, limiter.Options{
 		Timeout:     s.srv.StoreTimeout,
 		MaxKeyBytes: s.srv.Memory.MaxKeyBytes,
 		Instances:   s.srv.Instances,
 		Local:       local,
-		Observer:    s.metrics,
+		Observer:    s.console.observer(s.metrics),
 		Logger:      log,
 	})
+	if err := s.console.attach(s.engine, s.engine.Stats); err != nil {
+		s.console.close()
+		_ = closeStores()
+		return nil, err
+	}
 	if err := s.registerStateMetrics(); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)
 	}
@@ -232,12 +243,23 @@ func (s *server) reloaded(p *policy.Policy) {
 			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride) {
 		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits and method_override change only on restart")
 	}
+	if s.console != nil {
+		s.console.reloaded(p)
+	}
+}
+
+// rejected follows a rejected version of the policy file.
+func (s *server) rejected(err error) {
+	if s.console != nil {
+		s.console.rejected(err)
+	}
 }
 
 // listen builds the gateway, opens every listener and starts serving, then
 // says where on stdout.
 func (s *server) listen(stdout io.Writer) error {
 	var upstream *url.URL
+	adminScheme := "http"
 	if s.cfg.demo {
 		var err error
 		if s.demo, err = demo.Start("127.0.0.1:0"); err != nil {
@@ -294,6 +316,11 @@ func (s *server) listen(stdout io.Writer) error {
 		if s.adminLn, err = net.Listen("tcp", admin); err != nil {
 			return fmt.Errorf("serve: admin listen: %w", err)
 		}
+		ln, scheme, err := s.console.listener(s.adminLn)
+		if err != nil {
+			return err
+		}
+		s.adminLn, adminScheme = ln, scheme
 		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
 	s.services, err = startDecisionServices(s, stdout)
@@ -312,7 +339,7 @@ func (s *server) listen(stdout io.Writer) error {
 		printDemo(stdout, base, s.demo.URL, s.adminLn)
 	}
 	if s.adminLn != nil {
-		fmt.Fprintf(stdout, "floodgate: admin on http://%s (/healthz, /readyz, /metrics)\n", displayAddr(s.adminLn.Addr()))
+		fmt.Fprintf(stdout, "floodgate: admin on %s://%s (/healthz, /readyz, /metrics, /api/v1/, /ui/)\n", adminScheme, displayAddr(s.adminLn.Addr()))
 	}
 	return nil
 }
@@ -368,6 +395,7 @@ func (s *server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	s.console.routes(mux)
 	return mux
 }
 
@@ -471,6 +499,7 @@ func (s *server) close() error {
 			s.services.Shutdown()
 		}
 	}
+	s.console.close()
 	if s.demo != nil {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.demo.Close(c)
