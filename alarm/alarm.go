@@ -91,8 +91,8 @@ type Alarms struct {
 	mu   sync.Mutex // guards seen
 	seen map[seenKey]int64
 
-	fired, dropped, delivered, failed *prometheus.CounterVec
-	pending                           sync.WaitGroup
+	alarms, webhooks *prometheus.CounterVec
+	pending          sync.WaitGroup
 }
 
 type planAlarm struct {
@@ -140,15 +140,13 @@ func New(o Options) (*Alarms, error) {
 	}
 	empty := map[string]*planAlarm{}
 	a.plans.Store(&empty)
-	a.fired = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_quota_alarms_total",
-		Help: "Quota alarms fired (claimed by this instance), by plan and threshold."}, []string{"plan", "threshold"})
-	a.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_quota_alarms_dropped_total",
-		Help: "Quota alarms dropped because the alarm queue was full."}, []string{"plan"})
-	a.delivered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_alarm_webhooks_total",
-		Help: "Alarm webhooks by result: delivered or failed (after every attempt)."}, []string{"result"})
-	a.failed = a.delivered
+	a.alarms = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_quota_alarms_total",
+		Help: "Quota thresholds reached, by plan, threshold and result: fired (claimed by this instance), " +
+			"duplicate (another instance fired it) or dropped (the queue was full)."}, []string{"plan", "threshold", "result"})
+	a.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_alarm_webhooks_total",
+		Help: "Alarm webhooks by result: delivered, or failed after every attempt."}, []string{"result"})
 	if o.Registerer != nil {
-		for _, c := range []prometheus.Collector{a.fired, a.dropped, a.delivered} {
+		for _, c := range []prometheus.Collector{a.alarms, a.webhooks} {
 			if err := o.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("alarm: metrics: %w", err)
 			}
@@ -232,7 +230,7 @@ func (a *Alarms) crossed(h *limiter.Hit, d *floodgate.Decision, pa *planAlarm, t
 	select {
 	case a.queue <- c:
 	default:
-		a.dropped.WithLabelValues(pa.plan).Inc()
+		a.alarms.WithLabelValues(pa.plan, strconv.Itoa(threshold), "dropped").Inc()
 		a.log.Warn("alarm: queue full, alarm dropped", "key", keyName(h.Key), "plan", pa.plan, "threshold", threshold)
 	}
 }
@@ -288,9 +286,10 @@ func (a *Alarms) handle(ctx context.Context, c candidate, sem chan struct{}) {
 		first = true
 	}
 	if !first {
+		a.alarms.WithLabelValues(c.plan.plan, strconv.Itoa(c.threshold), "duplicate").Inc()
 		return
 	}
-	a.fired.WithLabelValues(c.plan.plan, strconv.Itoa(c.threshold)).Inc()
+	a.alarms.WithLabelValues(c.plan.plan, strconv.Itoa(c.threshold), "fired").Inc()
 	a.log.Warn("alarm: quota threshold reached", "key", ev.Key, "plan", ev.Plan, "threshold_percent", ev.Threshold,
 		"used", ev.Used, "quota", ev.Quota, "period_end", ev.PeriodEnd)
 	if c.plan.Webhook == "" {
@@ -340,11 +339,11 @@ func (a *Alarms) deliver(ctx context.Context, pa *planAlarm, ev *Event) {
 	for attempt := 1; ; attempt++ {
 		retry, err := a.post(ctx, pa, body)
 		if err == nil {
-			a.delivered.WithLabelValues("delivered").Inc()
+			a.webhooks.WithLabelValues("delivered").Inc()
 			return
 		}
 		if !retry || attempt >= a.o.MaxAttempts {
-			a.failed.WithLabelValues("failed").Inc()
+			a.webhooks.WithLabelValues("failed").Inc()
 			a.log.Error("alarm: webhook not delivered", "id", ev.ID, "attempts", attempt, "err", err)
 			return
 		}
