@@ -154,6 +154,7 @@ func (h *Handler) overview(r *http.Request) (any, error) {
 		"until":     until,
 		"limits":    names,
 		"series":    series,
+		"health":    rec.HealthPoints(since, until),
 		"top":       top,
 		"instances": instances,
 		"reloads":   reloads,

@@ -238,3 +238,30 @@ func (r *Recorder) HealthOver(since, until int64) Health {
 
 // Hitters returns the recorder's heavy-hitters sketch.
 func (r *Recorder) Hitters() *Hitters { return r.hitters }
+
+// HealthPoint is the store's health in one second.
+type HealthPoint struct {
+	// AvgMs is the mean latency of the timed store calls (0 when none).
+	AvgMs float64 `json:"avg_ms"`
+	// Degraded counts decisions made by the failure policy.
+	Degraded uint64 `json:"degraded"`
+}
+
+// HealthPoints returns the store's health for each second from since+1 to
+// until, oldest first.
+func (r *Recorder) HealthPoints(since, until int64) []HealthPoint {
+	from := max(since+1, until-Window+1)
+	out := make([]HealthPoint, 0, max(until-from+1, 0))
+	for t := from; t <= until; t++ {
+		i := t % Window
+		var p HealthPoint
+		if r.stamps[i].Load() == t {
+			if n := r.health.latencyN[i].Load(); n > 0 {
+				p.AvgMs = float64(r.health.latencySum[i].Load()) / float64(n) / 1e6
+			}
+			p.Degraded = r.health.degraded[i].Load()
+		}
+		out = append(out, p)
+	}
+	return out
+}

@@ -11,7 +11,8 @@
     xs: [],              // seconds
     series: {},          // limit name -> {d: [], x: []}
     charts: {},          // limit name -> uPlot
-    latency: [],         // per second avg latency (ms), from health instance 0 (local)
+    latency: [],         // per second: mean store latency (ms), this instance
+    degraded: [],        // per second: degraded decisions, this instance
     page: "traffic",
     timer: null,
     quotaTimer: null,
@@ -153,6 +154,12 @@
       state.xs.splice(0, drop);
       for (const s of Object.values(state.series)) { s.d.splice(0, drop); s.x.splice(0, drop); }
     }
+    for (const h of data.health || []) { state.latency.push(h.avg_ms); state.degraded.push(h.degraded); }
+    while (state.latency.length < state.xs.length) { state.latency.unshift(0); state.degraded.unshift(0); }
+    if (state.latency.length > state.xs.length) {
+      state.latency.splice(0, state.latency.length - state.xs.length);
+      state.degraded.splice(0, state.degraded.length - state.xs.length);
+    }
     state.until = data.until;
   }
 
@@ -192,20 +199,19 @@
     const rl = data.reloads || [];
     rb.replaceChildren(...(rl.length ? rl.map((r) => el("tr", {},
       el("td", {}, new Date(r.time).toLocaleString()), el("td", {}, r.version || "–"),
-      el("td", {}, r.ok ? el("span", { class: "pill ok" }, "applied") : el("span", { class: "pill bad" }, "rejected: " + r.error)))))
+      el("td", {}, r.ok ? el("span", { class: "pill ok" }, "applied") : el("span", { class: "pill bad" }, "rejected: " + r.error))))
       : [el("tr", {}, el("td", { colspan: 3, class: "muted" }, "no reloads since the start"))]));
-    const self = data.instances[0];
-    state.latency.push(self && self.health.calls ? self.health.latency_avg_ms : 0);
-    if (state.latency.length > WINDOW) state.latency.splice(0, state.latency.length - WINDOW);
     if (state.page === "health") {
       const box = $("#chart-latency");
-      const xs = state.xs.slice(-state.latency.length);
-      const ys = state.latency.slice(-xs.length);
+      const n = state.latency.length;
+      const xs = state.xs.slice(-n);
       if (!latencyChart) {
-        latencyChart = new uPlot({ width: chartWidth(box), height: 180, scales: { x: { time: true } }, legend: { live: false },
-          series: [{}, { label: "store latency, avg over 1 min (ms)", stroke: "#7c3aed", width: 1 }] }, [xs, ys], box);
+        latencyChart = new uPlot({ width: chartWidth(box), height: 200, scales: { x: { time: true } }, legend: { live: false },
+          axes: [{}, { size: 50 }],
+          series: [{}, { label: "store latency, mean (ms)", stroke: "#7c3aed", width: 1 },
+            { label: "degraded decisions/s", stroke: "#dc2626", width: 1 }] }, [xs, state.latency, state.degraded], box);
       } else {
-        latencyChart.setData([xs, ys]);
+        latencyChart.setData([xs, state.latency, state.degraded]);
       }
     }
   }
@@ -255,6 +261,7 @@
       setStatus("live · " + data.instances.length + " instance" + (data.instances.length === 1 ? "" : "s") +
         " · config " + (data.instances[0].config_version || "–") + " · " + new Date(data.until * 1000).toLocaleTimeString());
       document.body.dataset.until = String(data.until);
+      document.body.dataset.total = String(sum((state.series["all"] || { d: [] }).d, 0));
     } catch (e) {
       if (e.message === "unauthorized") return;
       setStatus(e.message, true);
