@@ -337,4 +337,3 @@ func (c *console) close() {
 		c.redis.Close()
 	}
 }
-
