@@ -42,7 +42,7 @@ type proc struct {
 
 // startProc starts "floodgate serve" with args in its own process and
 // waits for it to say where it listens.
-func startProc(t *testing.T, args ...string) *proc {
+func startProc(t testing.TB, args ...string) *proc {
 	t.Helper()
 	for _, a := range args {
 		if strings.ContainsAny(a, " \t\n") {
@@ -93,7 +93,7 @@ func startProc(t *testing.T, args ...string) *proc {
 }
 
 // stop ends the process with SIGTERM and waits for it.
-func (p *proc) stop(t *testing.T) {
+func (p *proc) stop(t testing.TB) {
 	select {
 	case <-p.done:
 		return
@@ -111,7 +111,7 @@ func (p *proc) stop(t *testing.T) {
 
 // call makes an admin API call with token (none when empty) and decodes
 // the JSON answer into out (when not nil).
-func call(t *testing.T, method, url, token string, body any, out any) int {
+func call(t testing.TB, method, url, token string, body any, out any) int {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -140,7 +140,7 @@ func call(t *testing.T, method, url, token string, body any, out any) int {
 }
 
 // status sends a GET to url with the API key and returns the status.
-func status(t *testing.T, url, apiKey string) int {
+func status(t testing.TB, url, apiKey string) int {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	if apiKey != "" {
@@ -157,7 +157,7 @@ func status(t *testing.T, url, apiKey string) int {
 
 // waitUntil polls cond every 10 ms until it holds or the deadline passes,
 // and returns how long it took.
-func waitUntil(t *testing.T, what string, deadline time.Duration, cond func() bool) time.Duration {
+func waitUntil(t testing.TB, what string, deadline time.Duration, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {
@@ -177,7 +177,7 @@ func sha256Hex(s string) string {
 // consoleConfig writes a policy file with an admin token "ops-token"
 // (and "viewer-token"), a route that requires an API key and one that
 // does not, and the plans given in YAML.
-func consoleConfig(t *testing.T, dir, server, plans string) string {
+func consoleConfig(t testing.TB, dir, server, plans string) string {
 	t.Helper()
 	up := newUpstream(t)
 	cfg := filepath.Join(dir, "fg.yaml")
@@ -208,7 +208,7 @@ plans:
 }
 
 // newUpstream starts a small upstream that answers 200 to everything.
-func newUpstream(t *testing.T) string {
+func newUpstream(t testing.TB) string {
 	t.Helper()
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
