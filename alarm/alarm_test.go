@@ -18,7 +18,7 @@ import (
 func testPolicy(t *testing.T) *policy.Policy {
 	t.Helper()
 	f, err := config.Parse("p.yaml", []byte(`
-routes: [{name: r, match: {paths: ["/**"]}}]
+routes: [{name: r, match: {paths: ["/**"]}, upstream: none}]
 plans: [{name: small, quota: {limit: 10, period: DAY}}]
 `))
 	if err != nil {

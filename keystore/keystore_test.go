@@ -16,7 +16,7 @@ import (
 
 const testPolicy = `
 routes:
-  - {name: partner, match: {paths: ["/**"]}, api_key_required: true}
+  - {name: partner, match: {paths: ["/**"]}, api_key_required: true, upstream: none}
 plans:
   - {name: basic, rate: 2, burst: 2, quota: {limit: 10, period: DAY}}
   - {name: gold, rate: 20, burst: 20, quota: {limit: 1000, period: DAY}}

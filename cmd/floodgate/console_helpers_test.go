@@ -14,23 +14,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// The test binary is also floodgate: with FLOODGATE_TEST_MAIN=1 it runs
-// main, so that tests can start real floodgate serve processes without a
-// build step.
-func TestMain(m *testing.M) {
-	if os.Getenv("FLOODGATE_TEST_MAIN") == "1" {
-		os.Args = append([]string{os.Args[0]}, strings.Fields(os.Getenv("FLOODGATE_TEST_ARGS"))...)
-		main()
-		return
-	}
-	os.Exit(m.Run())
-}
 
 // proc is one floodgate serve process.
 type proc struct {
@@ -40,17 +27,16 @@ type proc struct {
 	done      chan struct{}
 }
 
-// startProc starts "floodgate serve" with args in its own process and
-// waits for it to say where it listens.
+// startProc starts "floodgate serve" with args in its own process (the
+// test binary, which runs main) and waits for it to say where it listens.
 func startProc(t testing.TB, args ...string) *proc {
 	t.Helper()
-	for _, a := range args {
-		if strings.ContainsAny(a, " \t\n") {
-			t.Fatalf("argument %q has spaces", a)
-		}
+	bin, err := os.Executable() // this test binary, which runs main (TestMain)
+	if err != nil {
+		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FLOODGATE_TEST_MAIN=1", "FLOODGATE_TEST_ARGS=serve "+strings.Join(args, " "))
+	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	p := &proc{cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
