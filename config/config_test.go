@@ -136,7 +136,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.Server
-	if s.Listen != DefaultListen || s.Store != "memory" || s.StoreTimeout != DefaultStoreTimeout ||
+	if s.Listen != DefaultListen || s.Store != "memory" || s.StoreTimeout != floodgate.DefaultStoreTimeout ||
 		s.Instances != 1 || !s.Headers.RateLimit || s.Headers.XRateLimit || s.IPv6Prefix != 64 ||
 		s.APIKeyHeader != "x-api-key" || s.Upstream.Timeout != 30*time.Second {
 		t.Errorf("defaults: %+v", s)
@@ -208,10 +208,10 @@ func TestPosition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := f.Position("limits[0].rate"); p != (Pos{3, 11}) {
+	if p := f.Position("limits[0].rate"); p != (Pos{Line: 3, Column: 11}) {
 		t.Errorf("rate at %v", p)
 	}
-	if p := f.Position("limits[0].burst"); p != (Pos{2, 5}) {
+	if p := f.Position("limits[0].burst"); p != (Pos{Line: 2, Column: 5}) {
 		t.Errorf("unwritten burst at %v, want its limit's position", p)
 	}
 }

@@ -5,8 +5,13 @@
 // Load and Parse decode the file, apply defaults and validate everything at
 // once: every problem is reported in an Errors value whose items carry the
 // file, line, column and field path (limits[2].burst), formatted as
-// "file:line:col: field: message". A File that Load returns without error
-// is complete and consistent; package policy compiles it into the rules the
+// "file:line:col: field: message", one per line. Unknown fields (with a
+// suggestion when one is close), fields given twice, YAML merge keys (<<)
+// and files whose aliases expand to more than 262,144 values are problems
+// too. The descriptor files of the rate-limit service (package rls) are
+// read by the same decoder and report their problems in the same format.
+// A File that Load returns without error is complete and consistent, its
+// defaults written in; package policy compiles it into the rules the
 // engine checks.
 //
 // # The format
@@ -23,8 +28,8 @@
 //	          api_key_header, user {jwt {alg, key_file | jwks_file, claim,
 //	          header, issuer, audience, leeway} | header}, upstream
 //	          {timeout, dial_timeout, idle_timeout}
-//	routes:   - {name, match {methods, paths, hosts}, upstream, stage,
-//	          api_key_required}
+//	routes:   - {name, match {methods, paths, hosts}, upstream (required:
+//	          a URL, or none), stage, api_key_required}
 //	stages:   - {name, <limit parameters>}       keyed by the stage
 //	plans:    - {name, rate, per, burst, quota {limit, period, time_zone,
 //	          anchor_day, offset, start}, routes, on_failure}
@@ -49,6 +54,48 @@
 // method, route (the default) and stage, the stage's own limit, the limits
 // of scope global, and the account limit; within a scope, in file order.
 //
+// Every route names its upstream, the http:// or https:// URL its
+// requests are forwarded to. A route that the reverse proxy is not to
+// forward (one that only the check API of the decision service, or the
+// gateway used as middleware in front of a handler, serves) says so with
+// "upstream: none"; the reverse proxy answers its requests 404 Not Found.
+// A route that names no upstream at all is a problem, so that a forgotten
+// line shows up in floodgate check rather than as 404s.
+//
+// The addresses (listen, admin_listen, grpc_listen, api_listen) are
+// host:port with a numeric port from 0 to 65535 and a host that is empty,
+// an IP address or a host name.
+//
+// # Users from tokens
+//
+// server.user.jwt verifies a token with exactly one algorithm and its key,
+// with these rules (those of package identity), checked when the file is
+// loaded:
+//
+//   - HS256: the key_file holds a secret of at least 32 bytes (a final
+//     newline is not counted).
+//   - RS256: an RSA public key (PEM, or a certificate) of at least 2048
+//     bits.
+//   - ES256: an ECDSA public key on the P-256 curve.
+//   - jwks_file: a JSON Web Key Set whose keys follow the same rules;
+//     tokens pick theirs by kid.
+//
+// A token must carry exp (tokens without one are refused), verify with
+// that algorithm and key (never "none"), and match issuer and audience
+// when they are set; exp and nbf are checked with the leeway (default
+// 10s). The user is the claim (default sub), which must be a string. A
+// request with a bad token has no user: per-user limits skip it.
+//
+// # Defaults
+//
+// Defaults are defined once, by the package whose behaviour they are:
+// the store deadline and the upstream timeouts in package floodgate
+// (floodgate.DefaultStoreTimeout, DefaultUpstreamTimeout ...), the IPv6
+// prefix, the API key header and the token settings in package identity.
+// The constants of this package are the file's own (DefaultListen,
+// DefaultAdminListen, DefaultStore).
+//
 // examples/school.yaml is a complete file, and schema/floodgate.schema.json
-// describes the format for editors.
+// describes the format for editors (its "default" values are tested
+// against the Go ones).
 package config

@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
 // File is a whole, validated configuration file. Fields tagged yaml:"-" are
@@ -35,32 +36,13 @@ type File struct {
 	// Account is the account-wide (global) limit checked last, if set.
 	Account *Account `yaml:"account"`
 
-	pos map[string]Pos
+	pos yamlfile.Positions
 }
 
 // Position returns the position of the value at a field path such as
 // "limits[2].burst", or of its nearest written parent.
 func (f *File) Position(field string) Pos {
-	for {
-		if p, ok := f.pos[field]; ok {
-			return p
-		}
-		i := lastSep(field)
-		if i < 0 {
-			return Pos{}
-		}
-		field = field[:i]
-	}
-}
-
-// lastSep is the index of the last '.' or '[' in a field path, or -1.
-func lastSep(s string) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '.' || s[i] == '[' {
-			return i
-		}
-	}
-	return -1
+	return f.pos.Of(field)
 }
 
 // Server holds the settings of the processes that serve traffic. Zero
@@ -102,7 +84,7 @@ type Server struct {
 	// whose X-Forwarded-For and Forwarded fields are believed.
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// ForwardedHeader is the one header read from trusted proxies:
-	// x-forwarded-for (default) or forwarded (RFC 7239).
+	// X-Forwarded-For (default) or Forwarded (RFC 7239), in any case.
 	ForwardedHeader string `yaml:"forwarded_header"`
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by (default
 	// 64). IPv4 clients are keyed by their whole address.
@@ -113,8 +95,38 @@ type Server struct {
 	// User says where the user of a request comes from; with neither a JWT
 	// nor a header, requests have no user and per-user limits skip them.
 	User User `yaml:"user"`
-	// Upstream holds the reverse proxy's timeouts.
+	// Upstream holds the reverse proxy's timeouts and connection limit.
 	Upstream Upstream `yaml:"upstream"`
+	// UnknownKeyLimit limits, per client address, the requests refused for
+	// a missing or unknown API key (default: 20 a minute, in bursts of 20;
+	// policy.DefaultUnknownKeyLimit), so that guessing keys is answered 429.
+	UnknownKeyLimit *Params `yaml:"unknown_key_limit"`
+	// PathMatching is exact (default) or case_insensitive: whether
+	// "/LOGIN" meets the limits of "/login", for upstreams that do not tell
+	// them apart.
+	PathMatching string `yaml:"path_matching"`
+	// MethodOverride says what the gateway does with
+	// X-HTTP-Method-Override and its kin: strip (default: remove them),
+	// reject (400), or honor (match with the method they name and forward
+	// them).
+	MethodOverride string `yaml:"method_override"`
+	// Timeouts bound the gateway's client connections.
+	Timeouts Timeouts `yaml:"timeouts"`
+	// MaxConnections bounds the client connections the gateway serves at
+	// once; past it a new connection is answered 503 and closed (default
+	// 0: half the process's open-file limit, which serve raises to its
+	// hard limit at start).
+	MaxConnections int `yaml:"max_connections"`
+	// Memory bounds the embedded store and the keys of every store.
+	Memory Memory `yaml:"memory"`
+	// APIAuth is how the HTTP check API (api_listen) authenticates callers:
+	// token (default: a bearer token of APITokens) or none.
+	APIAuth string `yaml:"api_auth"`
+	// APITokens are the check API's bearer tokens, stored as SHA-256 like
+	// API keys ("floodgate key new" makes one).
+	APITokens []Token `yaml:"api_tokens"`
+	// Admin configures the admin API and the dashboard on AdminListen.
+	Admin Admin `yaml:"admin"`
 
 	// TrustedProxyPrefixes is TrustedProxies parsed (single addresses as
 	// full-length prefixes).
@@ -145,6 +157,24 @@ type Headers struct {
 	BindingLimit string `yaml:"binding_limit"`
 }
 
+// Admin configures the admin API (/api/v1/) and the dashboard (/ui/) on
+// the admin listener.
+type Admin struct {
+	// Tokens may call the admin API (and read the dashboard's data); with
+	// none, the admin API refuses every call and the dashboard is open to
+	// whoever reaches the admin listener, like /metrics.
+	Tokens []Token `yaml:"tokens"`
+	// TLSCert and TLSKey, when both set, serve the admin listener over
+	// TLS (PEM files, relative to the configuration file).
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// KeysFile keeps the API keys made through the admin API when the
+	// store is the memory store (default: the state file's path with
+	// ".keys.json", or the policy file's with ".keys.json" when there is
+	// no state file), relative to the configuration file.
+	KeysFile string `yaml:"keys_file"`
+}
+
 // User says where a request's user comes from.
 type User struct {
 	// JWT verifies a token and takes the user from one of its claims.
@@ -155,7 +185,9 @@ type User struct {
 }
 
 // JWT configures token verification. Exactly one of KeyFile and JWKSFile
-// is needed.
+// is needed. An HS256 secret has at least 32 bytes, an RSA key at least
+// 2048 bits, an ES256 key is on P-256, and tokens must carry exp (see the
+// package documentation).
 type JWT struct {
 	// Header carries the token (default Authorization, with or without
 	// the "Bearer " prefix).
@@ -182,6 +214,41 @@ type JWT struct {
 	JWKSPath string `yaml:"-"`
 }
 
+// Timeouts bound the gateway's client connections.
+type Timeouts struct {
+	// ReadHeader bounds reading a request's headers (default 10s).
+	ReadHeader time.Duration `yaml:"read_header"`
+	// Read bounds reading a whole request, body included (default 60s),
+	// so that a client trickling a body cannot hold a request for ever.
+	Read time.Duration `yaml:"read"`
+	// Write bounds writing a response from the end of its request's
+	// headers (default 0: none, so that long downloads and event streams
+	// work; the upstream timeouts still bound the wait for an upstream).
+	Write time.Duration `yaml:"write"`
+	// Idle closes a kept-alive connection idle for this long (default
+	// 120s).
+	Idle time.Duration `yaml:"idle"`
+}
+
+// Memory bounds what the stores keep.
+type Memory struct {
+	// MaxBytes caps the embedded store's memory for keys (default 256
+	// MiB), evicting least recently used keys past it.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxKeyBytes caps a counter key's length in every store (default
+	// 256); a longer key (a huge header or descriptor value) is counted
+	// under its SHA-256 instead.
+	MaxKeyBytes int `yaml:"max_key_bytes"`
+}
+
+// Token is a bearer token, stored as SHA-256 only.
+type Token struct {
+	// Name identifies the token in logs.
+	Name string `yaml:"name"`
+	// SHA256 is the lowercase hex SHA-256 of the token.
+	SHA256 string `yaml:"sha256"`
+}
+
 // Upstream holds the reverse proxy's timeouts.
 type Upstream struct {
 	// Timeout bounds the wait for the upstream's response headers
@@ -191,6 +258,10 @@ type Upstream struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// IdleTimeout closes idle upstream connections (default 90s).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConnsPerHost bounds the connections to one upstream host; past
+	// it requests wait for a free connection (default 0: a quarter of the
+	// process's open-file limit).
+	MaxConnsPerHost int `yaml:"max_conns_per_host"`
 }
 
 // Match selects requests. Every non-empty list must match (and within a
@@ -235,21 +306,32 @@ func (m Match) String() string {
 	return strings.Join(parts, " ")
 }
 
+// NoUpstream, written as a route's upstream, says that the route has none.
+const NoUpstream = "none"
+
 // Route is one group of requests with one upstream.
 type Route struct {
 	// Name identifies the route in plans, limits and metrics.
 	Name string `yaml:"name"`
 	// Match selects the route's requests (methods, paths, hosts).
 	Match Match `yaml:"match"`
-	// Upstream is the URL requests are forwarded to (http or https); it
-	// may be empty for the decision service alone.
+	// Upstream is the URL requests are forwarded to (http or https). It is
+	// required: a route that the reverse proxy does not forward (one only
+	// the decision service's check API or the gateway's middleware mode
+	// serves) says so with "none", and the reverse proxy answers its
+	// requests 404 Not Found.
 	Upstream string `yaml:"upstream"`
 	// Stage names the route's stage, whose default limit applies.
 	Stage string `yaml:"stage"`
 	// APIKeyRequired makes a missing, unknown or unplanned API key a 403.
 	APIKeyRequired bool `yaml:"api_key_required"`
+	// OnInvalidToken is what a request whose token does not verify gets
+	// when one of its limits counts per user: reject (default: 401, after
+	// the limits that need no user were charged) or anonymous (those
+	// limits do not apply to it).
+	OnInvalidToken string `yaml:"on_invalid_token"`
 
-	// UpstreamURL is Upstream parsed; nil when Upstream is empty.
+	// UpstreamURL is Upstream parsed; nil for "none".
 	UpstreamURL *url.URL `yaml:"-"`
 }
 
@@ -277,7 +359,8 @@ type Params struct {
 	// Period is the quota's calendar period: DAY, WEEK (ISO, from Monday)
 	// or MONTH, in any case.
 	Period string `yaml:"period"`
-	// TimeZone is the IANA zone the quota's periods follow (default UTC).
+	// TimeZone is the IANA zone the quota's periods follow (default UTC,
+	// which validation writes in for quotas).
 	TimeZone string `yaml:"time_zone"`
 	// AnchorDay starts monthly periods on this day of the month (1-31;
 	// shorter months start on their last day).
@@ -286,8 +369,9 @@ type Params struct {
 	Offset int64 `yaml:"offset"`
 	// Start is the first period's date (2026-01-15) or instant (RFC 3339).
 	Start string `yaml:"start"`
-	// OnFailure is allow, deny or local (default): what the limit does
-	// when the store cannot answer in time.
+	// OnFailure is allow, deny or local (the default, which validation
+	// writes in): what the limit does when the store cannot answer in
+	// time.
 	OnFailure string `yaml:"on_failure"`
 	// Shadow limits are evaluated and counted but never block.
 	Shadow bool `yaml:"shadow"`
@@ -304,8 +388,8 @@ type Delay struct {
 	Set bool
 }
 
-func (dl *Delay) decodeNode(d *decoder, n *yaml.Node, path string) {
-	if isNull(n) {
+func (dl *Delay) decode(d *yamlfile.Decoder, n *yaml.Node, path string) {
+	if yamlfile.IsNull(n) {
 		return
 	}
 	if n.Kind == yaml.ScalarNode && n.Value == "nodelay" {
@@ -313,7 +397,7 @@ func (dl *Delay) decodeNode(d *decoder, n *yaml.Node, path string) {
 		return
 	}
 	var v int64
-	d.decode(n, reflectValue(&v), path)
+	d.Decode(n, reflectValue(&v), path)
 	*dl = Delay{Value: v, Set: true}
 }
 
@@ -347,11 +431,29 @@ type Plan struct {
 	Routes []string `yaml:"routes"`
 	// OnFailure applies to both the throttle and the quota (default local).
 	OnFailure string `yaml:"on_failure"`
+	// Alarms fire when a key's use of the quota reaches a threshold.
+	Alarms *Alarms `yaml:"alarms"`
 
 	// Throttle and QuotaLimit are the compiled limits; Throttle.Algorithm
 	// (QuotaLimit.Algorithm) is zero when the plan has none.
 	Throttle   floodgate.Limit `yaml:"-"`
 	QuotaLimit floodgate.Limit `yaml:"-"`
+}
+
+// Alarms are a plan's quota alarms: a log line, a metric and, when
+// Webhook is set, a signed POST, once per key, threshold and period.
+type Alarms struct {
+	// Thresholds are percentages of the quota, 1 to 100 (default [80,
+	// 100]).
+	Thresholds []int `yaml:"thresholds"`
+	// Webhook is the URL the alarms are posted to.
+	Webhook string `yaml:"webhook"`
+	// SecretFile holds the secret that signs the webhook's body (HMAC
+	// SHA-256), relative to the configuration file; required with Webhook.
+	SecretFile string `yaml:"secret_file"`
+
+	// SecretPath is SecretFile resolved against the file's directory.
+	SecretPath string `yaml:"-"`
 }
 
 // Quota is a usage plan's quota.
@@ -409,12 +511,12 @@ type KeySpec struct {
 	Parts []string
 }
 
-func (k *KeySpec) decodeNode(d *decoder, n *yaml.Node, path string) {
+func (k *KeySpec) decode(d *yamlfile.Decoder, n *yaml.Node, path string) {
 	switch {
-	case isNull(n):
+	case yamlfile.IsNull(n):
 	case n.Kind == yaml.ScalarNode:
 		k.Parts = []string{n.Value}
 	default:
-		d.decode(n, reflectValue(&k.Parts), path)
+		d.Decode(n, reflectValue(&k.Parts), path)
 	}
 }

@@ -11,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
 // Key parts a limit can be counted per.
@@ -47,34 +49,20 @@ func HashKey(raw string) string {
 }
 
 type validator struct {
-	f      *File
-	dir    string
-	errs   Errors
-	fields map[string]bool // fields with a problem
+	f   *File
+	dir string
+	d   *yamlfile.Decoder // the decoder of f: positions and problems
 }
 
 // errorf records a problem at field, unless one is already recorded there
 // (a bad duration need not also be reported as a missing one).
 func (v *validator) errorf(field, format string, args ...any) {
-	if v.fields == nil {
-		v.fields = map[string]bool{}
-		for _, e := range v.errs {
-			v.fields[e.Field] = true
-		}
-	}
-	if v.fields[field] {
-		return
-	}
-	v.fields[field] = true
-	p := v.f.Position(field)
-	v.errs = append(v.errs, &Error{File: v.f.Path, Line: p.Line, Column: p.Column, Field: field,
-		Msg: fmt.Sprintf(format, args...)})
+	v.d.Errorf(field, format, args...)
 }
 
 // written reports whether the field at path was in the file.
 func (v *validator) written(path string) bool {
-	_, ok := v.f.pos[path]
-	return ok
+	return v.d.Written(path)
 }
 
 func (v *validator) validate() {
@@ -172,6 +160,10 @@ func (v *validator) names(section string, n int, name func(int) string) map[stri
 	return set
 }
 
+// ValidName reports whether s can name a route, stage, plan, key or
+// limit: 1 to 64 letters, digits, '-' and '_'.
+func ValidName(s string) bool { return validName(s) }
+
 func validName(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false
@@ -213,8 +205,8 @@ func (v *validator) server() {
 		if l.addr == "" {
 			continue
 		}
-		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
-			v.errorf("server."+l.field, "%q is not a host:port address (such as :8080 or 127.0.0.1:9090)", l.addr)
+		if msg := checkListenAddr(l.addr); msg != "" {
+			v.errorf("server."+l.field, "%s", msg)
 		}
 	}
 	if s.GRPCListen != "" && len(s.RLSConfig) == 0 {
@@ -297,18 +289,122 @@ func (v *validator) server() {
 			v.errorf("server.upstream."+u.name, "must be a positive duration")
 		}
 	}
+	v.hardening()
+	v.admin(&s.Admin)
+}
+
+// hardening validates the settings that keep the gateway bounded and its
+// limits hard to walk around.
+func (v *validator) hardening() {
+	s := &v.f.Server
+	oneOf := func(field, got string, want ...string) {
+		if !slices.Contains(want, got) {
+			v.errorf("server."+field, "%s must be %s, got %q", field, strings.Join(want, " or "), got)
+		}
+	}
+	oneOf("path_matching", s.PathMatching, PathExact, PathCaseInsensitive)
+	oneOf("method_override", s.MethodOverride, MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor)
+	oneOf("api_auth", s.APIAuth, APIAuthToken, APIAuthNone)
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"read_header", s.Timeouts.ReadHeader}, {"read", s.Timeouts.Read}, {"write", s.Timeouts.Write}, {"idle", s.Timeouts.Idle}} {
+		if t.d < 0 || (t.d == 0 && t.name != "write" && v.written("server.timeouts."+t.name)) {
+			v.errorf("server.timeouts."+t.name, "must be a positive duration")
+		}
+	}
+	if s.Timeouts.Read > 0 && s.Timeouts.Read < s.Timeouts.ReadHeader {
+		v.errorf("server.timeouts.read", "read (%s) bounds the headers too, so it cannot be shorter than read_header (%s)", s.Timeouts.Read, s.Timeouts.ReadHeader)
+	}
+	if s.MaxConnections < 0 {
+		v.errorf("server.max_connections", "must not be negative, got %d", s.MaxConnections)
+	}
+	if s.Upstream.MaxConnsPerHost < 0 {
+		v.errorf("server.upstream.max_conns_per_host", "must not be negative, got %d", s.Upstream.MaxConnsPerHost)
+	}
+	if s.Memory.MaxBytes < 1<<20 {
+		v.errorf("server.memory.max_bytes", "must be at least 1 MiB, got %d", s.Memory.MaxBytes)
+	}
+	if s.Memory.MaxKeyBytes < 64 {
+		v.errorf("server.memory.max_key_bytes", "must be at least 64 (a SHA-256 in hex), got %d", s.Memory.MaxKeyBytes)
+	}
+	if p := s.UnknownKeyLimit; p != nil {
+		v.params(p, "server.unknown_key_limit", "unknown-api-key", 1)
+	}
+	names := map[string]bool{}
+	for i, t := range s.APITokens {
+		path := fmt.Sprintf("server.api_tokens[%d]", i)
+		if t.Name == "" {
+			v.errorf(path+".name", "a token needs a name")
+		} else if names[t.Name] {
+			v.errorf(path+".name", "two tokens named %q", t.Name)
+		}
+		names[t.Name] = true
+		if b, err := hex.DecodeString(t.SHA256); err != nil || len(b) != sha256.Size {
+			v.errorf(path+".sha256", "want the token's SHA-256 as 64 lowercase hex digits")
+		}
+	}
+	if s.APIListen != "" && s.APIAuth == APIAuthToken && len(s.APITokens) == 0 {
+		v.errorf("server.api_listen", "the check API needs api_tokens (the SHA-256 of each caller's bearer token), or api_auth: none to leave it open")
+	}
+}
+
+// checkListenAddr says what is wrong with an address to listen on, or
+// returns "". The port is a number from 0 to 65535 (0 picks a free one);
+// the host is empty (every interface), an IP address or a host name.
+func checkListenAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return fmt.Sprintf("%q is not a host:port address (such as :8080 or 127.0.0.1:9090)", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Sprintf("%q: the port must be a number from 0 to 65535, got %q", addr, port)
+	}
+	if host == "" {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	if !validHostName(host) {
+		return fmt.Sprintf("%q: %q is neither an IP address nor a host name", addr, host)
+	}
+	return ""
+}
+
+// validHostName reports whether s is a DNS host name: dot-separated labels
+// of letters, digits and inner hyphens, the last one not all digits (so
+// that 300.1.2.3, a mistyped address, is not taken for a name).
+func validHostName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return strings.TrimLeft(labels[len(labels)-1], "0123456789") != ""
 }
 
 func (v *validator) jwt(j *JWT) {
 	const p = "server.user.jwt"
 	if j.Header == "" {
-		j.Header = "Authorization"
+		j.Header = identity.DefaultJWTHeader
 	}
 	if j.Claim == "" {
-		j.Claim = "sub"
+		j.Claim = identity.DefaultJWTClaim
 	}
 	if j.Leeway == 0 {
-		j.Leeway = DefaultJWTLeeway
+		j.Leeway = identity.DefaultLeeway
 	}
 	ok := true
 	switch j.Alg {
@@ -384,7 +480,18 @@ func (v *validator) route(i int, stages map[string]bool) {
 	if r.Stage != "" && !stages[r.Stage] {
 		v.errorf(path+".stage", "unknown stage %q", r.Stage)
 	}
-	if r.Upstream != "" {
+	switch r.OnInvalidToken {
+	case "":
+		r.OnInvalidToken = InvalidTokenReject
+	case InvalidTokenReject, InvalidTokenAnonymous:
+	default:
+		v.errorf(path+".on_invalid_token", "on_invalid_token must be reject or anonymous, got %q", r.OnInvalidToken)
+	}
+	switch r.Upstream {
+	case "":
+		v.errorf(path+".upstream", "a route needs an upstream: an http:// or https:// URL, or none if the gateway is not to forward it")
+	case NoUpstream:
+	default:
 		u, err := url.Parse(r.Upstream)
 		switch {
 		case err != nil:
@@ -463,8 +570,10 @@ func CheckPathPattern(p string) error {
 func (v *validator) plan(i int, routes map[string]bool) {
 	p := &v.f.Plans[i]
 	path := fmt.Sprintf("plans[%d]", i)
-	if _, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
+	if fp, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
 		v.errorf(path+".on_failure", "on_failure must be allow, deny or local, got %q", p.OnFailure)
+	} else {
+		p.OnFailure = fp.String()
 	}
 	for j, r := range p.Routes {
 		if !routes[r] {
@@ -479,10 +588,62 @@ func (v *validator) plan(i int, routes map[string]bool) {
 		p.Throttle = v.paramsAt(&tp, path, p.Name+".rate", 1, true)
 		p.Per, p.Burst = tp.Per, tp.Burst
 	}
+	if a := p.Alarms; a != nil {
+		v.alarms(a, path+".alarms", p.Quota != nil)
+	}
 	if q := p.Quota; q != nil {
 		qp := Params{Algorithm: "quota", Max: q.Limit, Period: q.Period, TimeZone: q.TimeZone,
 			AnchorDay: q.AnchorDay, Offset: q.Offset, Start: q.Start}
 		p.QuotaLimit = v.paramsAt(&qp, path+".quota", p.Name+".quota", 1, true)
+		q.TimeZone = qp.TimeZone
+	}
+}
+
+func (v *validator) alarms(a *Alarms, path string, quota bool) {
+	if !quota {
+		v.errorf(path, "alarms need a quota")
+	}
+	if len(a.Thresholds) == 0 {
+		a.Thresholds = []int{80, 100}
+	}
+	for j, t := range a.Thresholds {
+		if t < 1 || t > 100 {
+			v.errorf(fmt.Sprintf("%s.thresholds[%d]", path, j), "a threshold is a percentage from 1 to 100, got %d", t)
+		}
+	}
+	if a.Webhook != "" {
+		if u, err := url.Parse(a.Webhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.errorf(path+".webhook", "want an http:// or https:// URL, got %q", a.Webhook)
+		}
+		if a.SecretFile == "" {
+			v.errorf(path+".secret_file", "a webhook needs secret_file, the secret that signs its body")
+		}
+	}
+	if a.SecretFile != "" {
+		a.SecretPath = v.rel(a.SecretFile)
+	}
+}
+
+// admin validates the admin settings.
+func (v *validator) admin(a *Admin) {
+	seen := map[string]int{}
+	for i := range a.Tokens {
+		t := &a.Tokens[i]
+		path := fmt.Sprintf("server.admin.tokens[%d]", i)
+		if t.Name == "" {
+			v.errorf(path+".name", "a token needs a name (it names its holder in the audit log)")
+		}
+		h := strings.ToLower(t.SHA256)
+		if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
+			v.errorf(path+".sha256", "want the 64 hex digits of the token's SHA-256")
+		} else if j, dup := seen[h]; dup {
+			v.errorf(path+".sha256", "same token as server.admin.tokens[%d]", j)
+		}
+		seen[h] = i
+		t.SHA256 = h
+	}
+	if (a.TLSCert == "") != (a.TLSKey == "") {
+		v.errorf("server.admin.tls_cert", "tls_cert and tls_key go together")
 	}
 }
 
@@ -578,8 +739,10 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 			}
 		}
 	}
-	if _, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
+	if fp, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
 		v.errorf(field("on_failure"), "on_failure must be allow, deny or local, got %q", p.OnFailure)
+	} else {
+		p.OnFailure = fp.String()
 	}
 	bad := false
 	fail := func(f, format string, args ...any) {
@@ -650,7 +813,9 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 			l.Period = per
 		}
 		l.Location = time.UTC
-		if p.TimeZone != "" {
+		if p.TimeZone == "" {
+			p.TimeZone = l.Location.String()
+		} else {
 			loc, err := loadZone(p.TimeZone)
 			if err != nil {
 				fail("time_zone", "unknown time zone %q (want an IANA name such as Asia/Kolkata)", p.TimeZone)

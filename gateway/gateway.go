@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -119,6 +121,9 @@ type Options struct {
 	// Transport carries the reverse proxy's upstream requests (default:
 	// NewTransport(TransportOptions{})).
 	Transport http.RoundTripper
+	// MethodOverride says what to do with method override headers
+	// (default: strip them).
+	MethodOverride MethodOverride
 }
 
 // Gateway enforces a policy on HTTP requests, as middleware or as a
@@ -133,6 +138,7 @@ type Gateway struct {
 	log      *slog.Logger
 	relTO    time.Duration
 	tr       http.RoundTripper
+	override MethodOverride
 
 	proxies sync.Map // *url.URL → *upstreamProxy
 	pool    sync.Pool
@@ -147,13 +153,14 @@ func New(opts Options) (*Gateway, error) {
 		return nil, errors.New("gateway: an Engine is required")
 	}
 	g := &Gateway{
-		matcher: opts.Matcher,
-		engine:  opts.Engine,
-		fields:  opts.Fields,
-		obs:     opts.Observer,
-		log:     opts.Logger,
-		relTO:   opts.ReleaseTimeout,
-		tr:      opts.Transport,
+		matcher:  opts.Matcher,
+		engine:   opts.Engine,
+		fields:   opts.Fields,
+		obs:      opts.Observer,
+		log:      opts.Logger,
+		relTO:    opts.ReleaseTimeout,
+		tr:       opts.Transport,
+		override: opts.MethodOverride,
 	}
 	g.user, _ = opts.Matcher.(UserMatcher)
 	if g.obs == nil {
@@ -241,6 +248,14 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	defer g.put(st)
 	m := &st.m
 	ctx := r.Context()
+	if why := badTarget(r); why != "" {
+		g.badRequest(w, r, why)
+		return
+	}
+	if why := g.methodOverride(r); why != "" {
+		g.badRequest(w, r, why)
+		return
+	}
 	if err := g.matcher.Match(r, m); err != nil {
 		g.log.Error("gateway: match", "err", err, "path", r.URL.Path)
 		writeJSON(w, http.StatusInternalServerError, bodyInternal)
@@ -292,10 +307,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	if len(st.leases) > 0 {
 		defer g.release(ctx, st.leases)
+		// Deferred after the release, so it runs first: no renewal
+		// outlives the request.
+		defer g.renew(ctx, st.leases)()
 	}
 	if m.Reject != 0 {
 		g.reject(w, r, st)
-		g.settle(ctx, st, m.Reject)
+		if st.req.HasReserved() {
+			g.settle(ctx, st, m.Reject)
+		}
 		return
 	}
 	if res.Delay > 0 && !g.wait(ctx, st, res.Delay) {
@@ -348,6 +368,19 @@ func (g *Gateway) deny(w http.ResponseWriter, r *http.Request, st *reqState) {
 		body = bodyExceeded
 	}
 	writeJSON(w, http.StatusTooManyRequests, body)
+}
+
+// badRequest answers 400 with the reason.
+func (g *Gateway) badRequest(w http.ResponseWriter, r *http.Request, why string) {
+	g.obs.Rejected(limiter.FrontGateway, "", http.StatusBadRequest)
+	if g.log.Enabled(r.Context(), slog.LevelDebug) {
+		g.log.Debug("gateway: 400", "reason", why, "path", r.URL.EscapedPath())
+	}
+	body, _ := json.Marshal(struct {
+		Message string `json:"message"`
+		Reason  string `json:"reason"`
+	}{"Bad Request", why})
+	writeJSON(w, http.StatusBadRequest, append(body, '\n'))
 }
 
 // reject answers the Match's Reject status.
@@ -423,6 +456,50 @@ func (g *Gateway) wait(ctx context.Context, st *reqState, delay time.Duration) b
 	}
 	cancel()
 	return false
+}
+
+// renew keeps the concurrency leases of a request in flight alive: every
+// third of the shortest lease lifetime it extends them, so that a slow
+// request (a slow client body, a slow upstream) never loses its slot while
+// it is still being served. It returns the function that stops it.
+func (g *Gateway) renew(ctx context.Context, leases []limiter.Hit) (stop func()) {
+	ttl := time.Duration(0)
+	for i := range leases {
+		t := leases[i].Rule.Limit().LeaseTTL
+		if t <= 0 {
+			t = algo.DefaultLeaseTTL
+		}
+		if ttl == 0 || t < ttl {
+			ttl = t
+		}
+	}
+	every := max(ttl/3, time.Millisecond)
+	// mu is held by a renewal while it runs, so that stop waits for it:
+	// after stop the leases (the request's scratch space) are not read.
+	var mu sync.Mutex // guards stopped and t
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // t is set before the first renewal reads it
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(g.relTO, every))
+		if err := g.engine.Renew(rctx, leases); err != nil {
+			g.log.Warn("gateway: renewal of concurrency leases", "err", err, "leases", len(leases))
+		}
+		cancel()
+		t.Reset(every)
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // release gives back concurrency leases; it runs deferred, so it happens

@@ -92,9 +92,13 @@ routes:
   - name: open
     match: {paths: ["/open"]}
     upstream: http://127.0.0.1:9
+  - name: anon
+    match: {paths: ["/anon"]}
+    upstream: http://127.0.0.1:9
+    on_invalid_token: anonymous
 limits:
   - name: per-user
-    match: {routes: [me]}
+    match: {routes: [me, anon]}
     algorithm: fixed_window
     limit: 3
     window: 1h
@@ -155,12 +159,21 @@ func TestTokensVerifiedOnDemand(t *testing.T) {
 	if n := pm.TokensVerified(); n != 1 {
 		t.Errorf("a repeated valid token was verified %d times, want 1", n)
 	}
-	// A forged token on /me is verified, fails, is counted and gives no user.
-	if a := do(t, srv.Client(), "GET", srv.URL+"/me", bearer(forged)); a.status != 200 {
-		t.Errorf("/me with a forged token: %d", a.status)
+	// A forged token on /me is verified, fails, is counted, and the request
+	// is refused with 401 (after the per-address limit counted it).
+	if a := do(t, srv.Client(), "GET", srv.URL+"/me", bearer(forged)); a.status != 401 || a.header.Get("WWW-Authenticate") == "" {
+		t.Errorf("/me with a forged token: %d %v, want 401 with a challenge", a.status, a.header)
 	}
 	if pm.TokensVerified() != 2 || invalid.Load() != 1 {
 		t.Errorf("forged token: %d verified, %d invalid; want 2 and 1", pm.TokensVerified(), invalid.Load())
+	}
+	// A route that takes such requests as anonymous lets it through without
+	// a user (its per-user limit does not apply), still counted.
+	if a := do(t, srv.Client(), "GET", srv.URL+"/anon", bearer(forged)); a.status != 200 {
+		t.Errorf("/anon with a forged token: %d, want 200 (anonymous)", a.status)
+	}
+	if pm.TokensVerified() != 3 || invalid.Load() != 2 {
+		t.Errorf("forged token on /anon: %d verified, %d invalid; want 3 and 2", pm.TokensVerified(), invalid.Load())
 	}
 	// The per-address limit (10) is used up: a new forged token is refused
 	// before it costs a verification.
@@ -170,7 +183,7 @@ func TestTokensVerifiedOnDemand(t *testing.T) {
 	if a := do(t, srv.Client(), "GET", srv.URL+"/me", bearer(k.token(t, k.forger, "eve"))); a.status != 429 {
 		t.Errorf("forged token over the per-address limit: %d, want 429", a.status)
 	}
-	if n := pm.TokensVerified(); n != 2 {
+	if n := pm.TokensVerified(); n != 3 {
 		t.Errorf("a token was verified (%d) for a request the per-address limit refused", n)
 	}
 }

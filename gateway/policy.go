@@ -122,8 +122,10 @@ func (pm *PolicyMatcher) Match(r *http.Request, m *Match) error {
 }
 
 // MatchUser matches r again with its token verified: the user's limits are
-// included, or, when the token does not verify, the request is anonymous
-// (the reason is counted and logged).
+// included. A token that does not verify is counted and logged by reason;
+// the request is then refused with 401 (Match.Reject) once the limits that
+// need no user are charged, unless its route takes such requests as
+// anonymous.
 func (pm *PolicyMatcher) MatchUser(r *http.Request, m *Match) error {
 	return pm.match(r, m, true)
 }
@@ -144,6 +146,7 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 		User:      id.User,
 		Header:    r.Header,
 	}
+	badToken := false
 	if id.User == "" {
 		if tok := rf.resolver.Token(r); tok != "" {
 			now := pm.now()
@@ -157,6 +160,7 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 					req.User = u
 				} else {
 					pm.invalidToken(r, err)
+					badToken = true
 				}
 			}
 		}
@@ -167,8 +171,12 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 	pmm := pm.pool.Get().(*policy.Match)
 	pmm.Reset()
 	p.Match(&req, pmm)
-	if pmm.Forbidden {
+	switch {
+	case pmm.Forbidden:
 		m.Reject = http.StatusForbidden
+	case badToken && (pmm.Route == nil || !pmm.Route.AnonymousOnInvalidToken):
+		// The limits that need no user are charged, then 401.
+		m.Reject = http.StatusUnauthorized
 	}
 	m.UserPending = pmm.UserPending
 	m.Options = &rf.fields

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/floodgate/floodgate"
 )
 
 // TransportOptions tune the reverse proxy's upstream connections. Zero
@@ -24,9 +26,14 @@ type TransportOptions struct {
 	// IdleConnTimeout closes idle upstream connections [90s].
 	IdleConnTimeout time.Duration
 	// MaxIdleConnsPerHost keeps this many idle connections per upstream
-	// [512], so that a busy gateway reuses connections instead of opening
-	// new ones.
+	// [512, at most MaxConnsPerHost], so that a busy gateway reuses
+	// connections instead of opening new ones.
 	MaxIdleConnsPerHost int
+	// MaxConnsPerHost bounds the connections to one upstream host [0: no
+	// bound]; past it requests wait for a connection to come free, so that
+	// a flood of slow requests cannot run the process out of file
+	// descriptors.
+	MaxConnsPerHost int
 }
 
 // NewTransport returns the HTTP transport the reverse proxy uses: a timeout
@@ -42,16 +49,20 @@ func NewTransport(o TransportOptions) *http.Transport {
 	if idle <= 0 {
 		idle = 512
 	}
-	dialer := &net.Dialer{Timeout: def(o.DialTimeout, 5*time.Second), KeepAlive: 30 * time.Second}
+	if o.MaxConnsPerHost > 0 {
+		idle = min(idle, o.MaxConnsPerHost)
+	}
+	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 nil, // an upstream is reached directly, never through the environment's proxy
 		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          4 * idle,
 		MaxIdleConnsPerHost:   idle,
-		IdleConnTimeout:       def(o.IdleConnTimeout, 90*time.Second),
+		MaxConnsPerHost:       max(o.MaxConnsPerHost, 0),
+		IdleConnTimeout:       def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
 		TLSHandshakeTimeout:   def(o.TLSHandshakeTimeout, 5*time.Second),
-		ResponseHeaderTimeout: def(o.ResponseHeaderTimeout, 30*time.Second),
+		ResponseHeaderTimeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
 		ExpectContinueTimeout: time.Second,
 	}
 }

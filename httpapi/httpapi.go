@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -82,7 +84,24 @@ type Options struct {
 	// Observer receives the API's own answers (its 429s), for metrics;
 	// the decisions themselves are counted by the engine.
 	Observer Observer
+	// Tokens, when set, authenticates callers: a request must carry
+	// "Authorization: Bearer TOKEN" with a token Tokens knows, else it is
+	// answered 401 and asks the engine nothing. Nil leaves the API open.
+	Tokens Tokens
 }
+
+// Tokens knows the bearer tokens of the API's callers.
+type Tokens interface {
+	// Known reports whether token is a caller's.
+	Known(token string) bool
+}
+
+// TokenHashes is a fixed set of tokens known by their SHA-256, as the
+// policy file keeps them.
+type TokenHashes map[[sha256.Size]byte]bool
+
+// Known reports whether the token's SHA-256 is in the set.
+func (t TokenHashes) Known(token string) bool { return t[sha256.Sum256([]byte(token))] }
 
 // Observer receives the answers the API gives itself. *metrics.Metrics
 // is one.
@@ -102,12 +121,13 @@ type Handler struct {
 	maxBody  int64
 	maxHits  int
 	maxKey   int
+	tokens   Tokens
 	renderer fields.Renderer
 }
 
 // New returns the HTTP check API over eng, with limits found in limits.
 func New(eng limiter.Engine, limits Limits, opts Options) *Handler {
-	h := &Handler{eng: eng, limits: limits, log: opts.Logger, obs: opts.Observer,
+	h := &Handler{eng: eng, limits: limits, log: opts.Logger, obs: opts.Observer, tokens: opts.Tokens,
 		maxBody: opts.MaxBodyBytes, maxHits: opts.MaxHits, maxKey: opts.MaxKeyBytes}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -136,6 +156,7 @@ const (
 	CodeMethod           = "method_not_allowed"
 	CodeNotFound         = "not_found"
 	CodeUnavailable      = "unavailable"
+	CodeUnauthorized     = "unauthorized"
 )
 
 // ServeHTTP routes /v1/check and /v1/peek.
@@ -152,6 +173,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, CodeMethod, "use POST", nil)
+		return
+	}
+	if h.tokens != nil && !h.authorized(r) {
+		if h.obs != nil {
+			h.obs.Rejected(limiter.FrontHTTPAPI, "", http.StatusUnauthorized)
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
+		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "send Authorization: Bearer TOKEN with a token of server.api_tokens", nil)
 		return
 	}
 	q, apiErr := h.decode(w, r)
@@ -171,6 +200,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.answer(w, peek, q, &res)
+}
+
+// authorized reports whether r carries a known bearer token.
+func (h *Handler) authorized(r *http.Request) bool {
+	v := r.Header.Get("Authorization")
+	if len(v) < 7 || !strings.EqualFold(v[:7], "bearer ") {
+		return false
+	}
+	tok := strings.TrimSpace(v[7:])
+	return tok != "" && len(tok) <= 4096 && h.tokens.Known(tok)
 }
 
 // apiError is a 4xx answer.

@@ -20,8 +20,16 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// DefaultLeeway is the clock skew tolerated on exp and nbf.
-const DefaultLeeway = 10 * time.Second
+// Defaults of JWTOptions.
+const (
+	// DefaultLeeway is the clock skew tolerated on exp and nbf.
+	DefaultLeeway = 10 * time.Second
+	// DefaultJWTHeader is the request header that carries the token, with
+	// or without a "Bearer " prefix.
+	DefaultJWTHeader = "Authorization"
+	// DefaultJWTClaim is the claim that holds the user.
+	DefaultJWTClaim = "sub"
+)
 
 // minSecret is the shortest HS256 secret accepted, in bytes.
 const minSecret = 32
@@ -69,10 +77,10 @@ var ErrNoKey = errors.New("identity: no key for the token")
 // NewVerifier loads the keys and checks the options.
 func NewVerifier(o JWTOptions) (*Verifier, error) {
 	if o.Header == "" {
-		o.Header = "Authorization"
+		o.Header = DefaultJWTHeader
 	}
 	if o.Claim == "" {
-		o.Claim = "sub"
+		o.Claim = DefaultJWTClaim
 	}
 	if o.Leeway == 0 {
 		o.Leeway = DefaultLeeway

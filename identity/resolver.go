@@ -13,6 +13,10 @@ import (
 // is the smallest allocation a subscriber usually gets.
 const DefaultIPv6Prefix = 64
 
+// DefaultAPIKeyHeader is the request header that carries a client's API
+// key.
+const DefaultAPIKeyHeader = "x-api-key"
+
 // maxUserLen bounds a user taken from a header or a claim.
 const maxUserLen = 256
 

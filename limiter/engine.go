@@ -18,6 +18,9 @@ type Engine interface {
 	Decide(ctx context.Context, req *Request, res *Result) error
 	// Release ends the concurrency leases of hits as Decide filled them in.
 	Release(ctx context.Context, hits []Hit) error
+	// Renew extends the concurrency leases of hits, for a request still in
+	// flight as its leases near their expiry.
+	Renew(ctx context.Context, hits []Hit) error
 	// Refund gives back what Decide charged for hits, for a request that
 	// will not go ahead after all (a queued client that went away).
 	Refund(ctx context.Context, hits []Hit) error

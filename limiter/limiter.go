@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +17,7 @@ import (
 
 // Defaults for the zero Options.
 const (
-	DefaultTimeout          = 5 * time.Millisecond
+	DefaultTimeout          = floodgate.DefaultStoreTimeout
 	DefaultClosedRetryAfter = time.Second
 	DefaultMaxInFlight      = 1024
 )
@@ -71,6 +73,12 @@ type Options struct {
 	// Now is the clock of the circuit breaker (default time.Now). Store
 	// deadlines are timers and follow the runtime's clock.
 	Now func() time.Time
+	// MaxKeyBytes caps the length of a hit's key (0:
+	// floodgate.DefaultMaxKeyBytes;
+	// negative: no cap). A longer key (a huge header or descriptor value)
+	// is replaced by its SHA-256 before the store sees it, so that no
+	// request can make the store keep keys of any size.
+	MaxKeyBytes int
 	// Logger receives breaker transitions and fallback problems (default:
 	// discard).
 	Logger *slog.Logger
@@ -95,6 +103,7 @@ type Limiter struct {
 	opts       Options
 	log        *slog.Logger
 	breaker    breaker
+	maxKey     int
 
 	local     sync.Map // *Rule → *localRule
 	localSize atomic.Int64
@@ -136,6 +145,12 @@ func New(store Store, opts Options) *Limiter {
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
+	}
+	switch l.maxKey = opts.MaxKeyBytes; {
+	case l.maxKey == 0:
+		l.maxKey = floodgate.DefaultMaxKeyBytes
+	case l.maxKey < 0:
+		l.maxKey = 0
 	}
 	l.breaker.init(opts.Breaker, opts.Now, l.log)
 	if !l.inProcess {
@@ -219,6 +234,33 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 	return err
 }
 
+// Renew extends the concurrency leases of hits (as Decide filled them in)
+// by their rules' lease lifetimes, for a request still in flight: a lease
+// is re-acquired under its own ID, so it never takes a second slot. Other
+// hits are ignored. Renewing is not a decision and is not reported to the
+// Observer. An error means the store could not be told; the lease then
+// ends at its old expiry.
+func (l *Limiter) Renew(ctx context.Context, hits []Hit) error {
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	leases := sc.localHits[:0]
+	for i := range hits {
+		if hits[i].Rule == nil {
+			return fmt.Errorf("limiter: hit %d has no rule", i)
+		}
+		if hits[i].Lease != 0 && hits[i].Rule.Algorithm().Kind() == floodgate.KindConcurrency {
+			leases = append(leases, hits[i])
+		}
+	}
+	var err error
+	if len(leases) > 0 {
+		err = l.giveBack(ctx, Charge, leases, sc.outFor(len(leases)))
+	}
+	clear(leases)
+	sc.localHits = leases[:0]
+	return err
+}
+
 // Refund gives back what Check charged for hits, for a request that will
 // not go ahead after all (a queued request whose client went away). Only
 // rules whose algo.Params are Refundable (token bucket, GCRA, leaky bucket
@@ -243,11 +285,15 @@ func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
 	return l.giveBack(ctx, Refund, hits, sc.outFor(len(hits)))
 }
 
-// giveBack runs a Release or Refund on the store, through the breaker.
+// giveBack runs a Release, a Refund or a lease renewal (Charge) on the
+// store, through the breaker.
 func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) error {
 	what := "release"
-	if op == Refund {
+	switch op {
+	case Refund:
 		what = "refund"
+	case Charge:
+		what = "renew"
 	}
 	call, probe := l.breaker.allow()
 	if !call {
@@ -272,6 +318,12 @@ func (l *Limiter) judge(o outcome, probe bool) {
 	default:
 		l.breaker.release(probe)
 	}
+}
+
+// hashKey is the key a too long key is counted under.
+func hashKey(k string) string {
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:16])
 }
 
 // ErrBreakerOpen reports a store call skipped because the circuit breaker
@@ -308,6 +360,9 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		}
 		if h.Reserve {
 			reserved++
+		}
+		if len(h.Key) > l.maxKey && l.maxKey > 0 {
+			h.Key = hashKey(h.Key)
 		}
 	}
 	if len(hits) == 0 {

@@ -5,7 +5,16 @@
 // the request under. The engine (package limiter) then checks and charges
 // them all at once.
 //
+// API keys come from the file and, through a KeySource (package keystore,
+// keys managed through the admin API), from outside it: the file's keys are
+// looked up first, the source only for a SHA-256 the file does not have.
+//
 // A Policy is safe for concurrent use. Reloader swaps policies atomically
 // when the file changes, keeping the rules (and so the counts) of limits
-// that did not change.
+// that did not change. Reloader.Run polls the file (and the JWT key file
+// it names) every second and applies a change only once two consecutive
+// looks saw the same sizes, modification times and contents, so a file
+// caught half-written is never applied; Reloader.Reload, for SIGHUP,
+// applies the file at once. Logs name each version applied or rejected by
+// the first 12 hexadecimal digits of its SHA-256.
 package policy

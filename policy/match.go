@@ -62,12 +62,17 @@ func (pp *pathPattern) match(p string) bool {
 	return done || (len(pp.segs) == 0 && rest == "")
 }
 
-// cleanPath returns the path as matched: "/" for empty, dot segments and
-// double slashes resolved, and one trailing slash removed, so that
-// "/login/" and "//login" meet the limits of "/login".
+// cleanPath returns the path as matched: "/" for empty, path parameters
+// (";jsessionid=..." in a segment, which servers such as Tomcat drop)
+// removed, dot segments and double slashes resolved, and one trailing
+// slash removed, so that "/login/", "//login" and "/login;x=1" meet the
+// limits of "/login".
 func cleanPath(p string) string {
 	if p == "" || p[0] != '/' {
 		p = "/" + p
+	}
+	if strings.IndexByte(p, ';') >= 0 {
+		p = stripParams(p)
 	}
 	if strings.Contains(p, "//") || strings.Contains(p, "/.") {
 		p = path.Clean(p)
@@ -76,6 +81,24 @@ func cleanPath(p string) string {
 		p = p[:len(p)-1]
 	}
 	return p
+}
+
+// stripParams removes the ";..." part of every path segment.
+func stripParams(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); {
+		c := p[i]
+		if c != ';' {
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		for i < len(p) && p[i] != '/' {
+			i++
+		}
+	}
+	return b.String()
 }
 
 // upper returns an HTTP method in upper case, so that "post" meets the
@@ -113,9 +136,14 @@ type matcher struct {
 	src     config.Match
 }
 
-func compileMatch(m config.Match) matcher {
+// compileMatch compiles a match; with foldCase its paths match whatever
+// the case (the request's path is lower-cased before matching).
+func compileMatch(m config.Match, foldCase bool) matcher {
 	mt := matcher{methods: m.Methods, hosts: m.Hosts, stages: m.Stages, routes: m.Routes, src: m}
 	for _, p := range m.Paths {
+		if foldCase {
+			p = strings.ToLower(p)
+		}
 		mt.paths = append(mt.paths, compilePath(p))
 	}
 	return mt

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/config"
@@ -122,6 +123,7 @@ type Limit struct {
 
 	match     matcher
 	needsUser bool
+	needsKey  bool
 }
 
 // NeedsUser reports whether the limit counts per user, so that a request
@@ -164,6 +166,10 @@ type Route struct {
 	Stage string
 	// APIKeyRequired makes a missing, unknown or unplanned key a 403.
 	APIKeyRequired bool
+	// AnonymousOnInvalidToken makes a request whose token does not verify
+	// anonymous (its per-user limits do not apply); by default it is
+	// refused with 401 once the limits that need no user were charged.
+	AnonymousOnInvalidToken bool
 
 	match    matcher
 	routeKey string // "route:NAME"
@@ -177,26 +183,24 @@ type plan struct {
 	routes map[string]bool // nil: every route
 }
 
-type apiKey struct {
-	name string
-	plan *plan
-}
-
 // Policy is a compiled configuration: immutable and safe for concurrent
 // use.
 type Policy struct {
-	file    *config.File
-	routes  []*Route
-	plans   map[string]*plan
-	keys    map[[sha256.Size]byte]*apiKey
-	stages  map[string]*Limit
-	account *Limit
-	scoped  [4][]*Limit // method, route, stage, global
-	ordered []*Limit
-	byName  map[string]*Limit
-	rules   map[string]*limiter.Rule
-	v6bits  int
-	hash    [sha256.Size]byte // of the file's bytes, when loaded by a Reloader
+	file       *config.File
+	foldCase   bool // paths match whatever their case
+	unknownKey *Limit
+	routes     []*Route
+	plans      map[string]*plan
+	keys       map[[sha256.Size]byte]*Key
+	dynamic    *keyHook // the keys that are not in the file, shared by a Reloader's policies
+	stages     map[string]*Limit
+	account    *Limit
+	scoped     [4][]*Limit // method, route, stage, global
+	ordered    []*Limit
+	byName     map[string]*Limit
+	rules      map[string]*limiter.Rule
+	v6bits     int
+	hash       [sha256.Size]byte // of the version (file and key file bytes), when loaded by a Reloader
 }
 
 // File returns the configuration the policy was compiled from. Callers
@@ -209,6 +213,11 @@ func (p *Policy) Server() *config.Server { return &p.file.Server }
 
 // Routes returns the routes in matching order.
 func (p *Policy) Routes() []*Route { return p.routes }
+
+// UnknownKeyLimit is the limit of requests refused for a missing or
+// unknown API key, per client address (counted only for those), so that a
+// flood of guessed keys is answered 429 once it is used up.
+func (p *Policy) UnknownKeyLimit() *Limit { return p.unknownKey }
 
 // Limits returns every limit in evaluation order: plans (rate, quota),
 // method, route and stage-scoped limits, stage defaults, global limits and
@@ -223,9 +232,12 @@ func (p *Policy) Limit(name string) (*Limit, bool) {
 
 // KeyName returns the configured name and plan of a raw API key.
 func (p *Policy) KeyName(raw string) (name, plan string, ok bool) {
-	k, ok := p.keys[sha256.Sum256([]byte(raw))]
+	sum := sha256.Sum256([]byte(raw))
+	k, ok := p.keys[sum]
 	if !ok {
-		return "", "", false
+		if k = p.dynamicKey(&sum); k == nil {
+			return "", "", false
+		}
 	}
 	return k.name, k.plan.name, true
 }
@@ -239,7 +251,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 	c := &compiler{prev: prev, p: &Policy{
 		file:   f,
 		plans:  map[string]*plan{},
-		keys:   map[[sha256.Size]byte]*apiKey{},
+		keys:   map[[sha256.Size]byte]*Key{},
 		stages: map[string]*Limit{},
 		byName: map[string]*Limit{},
 		rules:  map[string]*limiter.Rule{},
@@ -248,8 +260,12 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 	if c.p.v6bits == 0 {
 		c.p.v6bits = identity.DefaultIPv6Prefix
 	}
+	c.p.foldCase = f.Server.PathMatching == config.PathCaseInsensitive
+	if prev != nil {
+		c.p.dynamic = prev.dynamic
+	}
 	c.routes()
-	for _, step := range []func() error{c.plans, c.keys, c.scoped, c.account} {
+	for _, step := range []func() error{c.unknownKeys, c.plans, c.keys, c.scoped, c.account} {
 		if err := step(); err != nil {
 			return nil, err
 		}
@@ -300,9 +316,35 @@ func (c *compiler) routes() {
 	for i := range c.p.file.Routes {
 		cr := &c.p.file.Routes[i]
 		c.p.routes = append(c.p.routes, &Route{Name: cr.Name, Upstream: cr.UpstreamURL, Stage: cr.Stage,
-			APIKeyRequired: cr.APIKeyRequired, match: compileMatch(cr.Match),
-			routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
+			APIKeyRequired: cr.APIKeyRequired, AnonymousOnInvalidToken: cr.OnInvalidToken == config.InvalidTokenAnonymous,
+			match: compileMatch(cr.Match, c.p.foldCase), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 	}
+}
+
+// UnknownKeyLimitName names the limit of requests with a missing or unknown
+// API key (Policy.UnknownKeyLimit).
+const UnknownKeyLimitName = "unknown-api-key"
+
+// DefaultUnknownKeyLimit is the limit of requests refused for a missing
+// or unknown API key when the file sets none: 20 a minute per client
+// address, in bursts of up to 20.
+var DefaultUnknownKeyLimit = floodgate.Limit{Name: UnknownKeyLimitName, Algorithm: floodgate.TokenBucket,
+	Rate: 20, Per: time.Minute, Burst: 20}
+
+// unknownKeys compiles the limit of requests refused for their API key.
+func (c *compiler) unknownKeys() error {
+	l, onFailure, shadow := DefaultUnknownKeyLimit, "", false
+	if p := c.p.file.Server.UnknownKeyLimit; p != nil {
+		l, onFailure, shadow = p.Compiled, p.OnFailure, p.Shadow
+		l.Name = UnknownKeyLimitName
+	}
+	r, err := c.rule(l, onFailure, shadow)
+	if err != nil {
+		return err
+	}
+	c.p.unknownKey = newLimit(UnknownKeyLimitName, ScopeGlobal, r, []KeyPart{{Kind: KeyClientIP}}, 1)
+	c.p.unknownKey.MatchText = "missing or unknown api key"
+	return c.add(c.p.unknownKey)
 }
 
 // plans compiles the usage plans: each one's rate limit, then its quota.
@@ -353,7 +395,7 @@ func (c *compiler) keys() error {
 		if !ok {
 			return fmt.Errorf("policy: key %q: unknown plan %q", ck.Name, ck.Plan)
 		}
-		c.p.keys[h] = &apiKey{name: ck.Name, plan: pl}
+		c.p.keys[h] = newKey(ck.Name, pl, pl.rate, pl.quota, 0)
 	}
 	return nil
 }
@@ -385,7 +427,7 @@ func (c *compiler) scoped() error {
 		}
 		l := newLimit(cl.Name, scope, r, parts, cl.Cost)
 		l.CountOn = cl.CountOn
-		l.match = compileMatch(cl.Match)
+		l.match = compileMatch(cl.Match, c.p.foldCase)
 		l.MatchText = cl.Match.String()
 		named[si] = append(named[si], l)
 	}
@@ -451,6 +493,7 @@ func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *L
 		Cost: cost, Shadow: r.Shadow(), Fields: fields.ForRule(r)}
 	for _, k := range key {
 		l.needsUser = l.needsUser || k.Kind == KeyUser
+		l.needsKey = l.needsKey || k.Kind == KeyAPIKey
 	}
 	return l
 }
@@ -496,7 +539,9 @@ type Match struct {
 	Stage string
 	// Forbidden is set when the route requires an API key and the key is
 	// missing, unknown, or in a plan that does not cover the route: answer
-	// 403 {"message":"Forbidden"}. Hits is then empty.
+	// 403 {"message":"Forbidden"} once Hits are charged. Hits then hold the
+	// unknown-key limit (per client address) and the limits that apply
+	// without a key.
 	Forbidden bool
 	// Plan and KeyName name the usage plan and API key, when known.
 	Plan    string
@@ -523,6 +568,9 @@ func (m *Match) Reset() {
 func (p *Policy) Match(r *Request, m *Match) {
 	m.Reset()
 	rq := req{method: upper(r.Method), host: hostOnly(r.Host), path: cleanPath(r.Path)}
+	if p.foldCase {
+		rq.path = strings.ToLower(rq.path)
+	}
 	for _, rt := range p.routes {
 		if rt.match.match(&rq) {
 			m.Route = rt
@@ -536,31 +584,38 @@ func (p *Policy) Match(r *Request, m *Match) {
 	}
 	rq.stage = m.Stage
 
-	var key *apiKey
+	var key *Key
 	var keyHash [sha256.Size]byte
 	if r.APIKey != "" {
 		keyHash = sha256.Sum256([]byte(r.APIKey))
-		key = p.keys[keyHash]
+		if key = p.keys[keyHash]; key == nil && p.dynamic != nil {
+			sum := keyHash // escapes to the key source, only on this path
+			key = p.dynamicKey(&sum)
+		}
 	}
 	covered := key != nil && (key.plan.routes == nil || (m.Route != nil && key.plan.routes[m.Route.Name]))
-	if m.Route != nil && m.Route.APIKeyRequired && !covered {
-		m.Forbidden = true
-		return
-	}
-	if key != nil {
-		m.KeyName = key.name
-		m.Plan = key.plan.name
-	}
 	clientKey := r.ClientKey
 	if clientKey == "" {
 		clientKey = identity.ClientKey(r.ClientIP, p.v6bits)
 	}
 	kc := keyCtx{r: r, m: m, key: key, hash: &keyHash, clientKey: clientKey}
-	if covered {
-		if l := key.plan.rate; l != nil {
+	if m.Route != nil && m.Route.APIKeyRequired && !covered {
+		// Refused, but only after the limits that need no key: guessing
+		// keys is throttled like anything else.
+		m.Forbidden = true
+		kc.key, kc.noKey = nil, true
+		if p.unknownKey != nil {
+			p.hit(m, p.unknownKey, &kc)
+		}
+	} else if key != nil {
+		m.KeyName = key.name
+		m.Plan = key.plan.name
+	}
+	if covered && !m.Forbidden {
+		if l := key.rate; l != nil {
 			p.hit(m, l, &kc)
 		}
-		if l := key.plan.quota; l != nil {
+		if l := key.quota; l != nil {
 			p.hit(m, l, &kc)
 		}
 	}
@@ -585,15 +640,19 @@ func (p *Policy) Match(r *Request, m *Match) {
 type keyCtx struct {
 	r         *Request
 	m         *Match
-	key       *apiKey
+	key       *Key
 	hash      *[sha256.Size]byte
 	clientKey string
+	noKey     bool // the request was refused for its key: skip limits that need one
 }
 
 // hit appends l's hit unless the request lacks a part of its key.
 func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 	if kc.r.UserPending && kc.r.User == "" && l.needsUser {
 		m.UserPending = true
+		return
+	}
+	if kc.noKey && l.needsKey {
 		return
 	}
 	if len(l.Key) == 1 {
@@ -629,8 +688,7 @@ func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 		case KeyAPIKey:
 			switch {
 			case kc.key != nil:
-				b = append(b, "key:"...)
-				b = append(b, kc.key.name...)
+				b = append(b, kc.key.counter...)
 			case kc.r.APIKey != "":
 				// An unknown key is counted by (a prefix of) its hash,
 				// never by its value.

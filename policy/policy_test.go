@@ -240,7 +240,7 @@ func TestEvaluationOrder(t *testing.T) {
 func TestReportedLimit(t *testing.T) {
 	p := compile(t, `
 routes:
-  - {name: r, match: {paths: ["/x"]}, stage: s}
+  - {name: r, match: {paths: ["/x"]}, stage: s, upstream: none}
 stages:
   - {name: s, rate: 1, per: 10s, burst: 1}
 limits:
@@ -285,7 +285,7 @@ func TestAllOrNothing(t *testing.T) {
 	// A plan whose stage denies keeps its quota.
 	p := compile(t, `
 routes:
-  - {name: r, match: {paths: ["/x"]}, stage: s, api_key_required: true}
+  - {name: r, match: {paths: ["/x"]}, stage: s, api_key_required: true, upstream: none}
 stages:
   - {name: s, rate: 1, per: 1h, burst: 2}
 plans:
@@ -439,7 +439,7 @@ func TestQuotaOffset(t *testing.T) {
 func TestKeys(t *testing.T) {
 	p := compile(t, `
 routes:
-  - {name: r, match: {paths: ["/r"]}}
+  - {name: r, match: {paths: ["/r"]}, upstream: none}
 limits:
   - {name: by-key, rate: 1, per: 1h, burst: 1, key: api_key}
   - {name: by-user-ip, rate: 1, per: 1h, burst: 1, key: [user, client_ip]}
@@ -472,9 +472,9 @@ limits:
 func TestMatching(t *testing.T) {
 	p := compile(t, `
 routes:
-  - {name: one, match: {methods: [GET], paths: ["/students/{id}"], hosts: [api.example.com]}}
-  - {name: any-host, match: {paths: ["/students/{id}", "/notices/**"], hosts: ["*.example.org"]}}
-  - {name: rest, match: {paths: ["/**"]}}
+  - {name: one, match: {methods: [GET], paths: ["/students/{id}"], hosts: [api.example.com]}, upstream: none}
+  - {name: any-host, match: {paths: ["/students/{id}", "/notices/**"], hosts: ["*.example.org"]}, upstream: none}
+  - {name: rest, match: {paths: ["/**"]}, upstream: none}
 `)
 	for _, tc := range []struct{ method, host, path, route string }{
 		{"GET", "api.example.com", "/students/9", "one"},
@@ -505,8 +505,8 @@ routes:
 func TestForbidden(t *testing.T) {
 	p := compile(t, `
 routes:
-  - {name: a, match: {paths: ["/a"]}, api_key_required: true}
-  - {name: b, match: {paths: ["/b"]}, api_key_required: true}
+  - {name: a, match: {paths: ["/a"]}, api_key_required: true, upstream: none}
+  - {name: b, match: {paths: ["/b"]}, api_key_required: true, upstream: none}
 plans:
   - {name: only-a, rate: 5, routes: [a]}
 keys:
@@ -517,9 +517,12 @@ keys:
 	if m.Forbidden || len(m.Hits) != 1 || m.Plan != "only-a" {
 		t.Errorf("covered route: forbidden=%v hits=%d", m.Forbidden, len(m.Hits))
 	}
-	p.Match(&Request{Method: "GET", Path: "/b", APIKey: "k-raw"}, &m)
-	if !m.Forbidden || len(m.Hits) != 0 {
-		t.Errorf("route outside the plan: forbidden=%v", m.Forbidden)
+	// Refused requests still pass the limits that need no key, the
+	// unknown-key limit per address first; the plan's limit (per key) is
+	// not among them.
+	p.Match(&Request{Method: "GET", Path: "/b", APIKey: "k-raw", ClientIP: ip("192.0.2.7")}, &m)
+	if !m.Forbidden || len(m.Hits) != 1 || m.Limits[0].Name != UnknownKeyLimitName || m.Hits[0].Key != "ip:192.0.2.7" || m.Plan != "" {
+		t.Errorf("route outside the plan: forbidden=%v hits=%v plan=%q", m.Forbidden, m.Hits, m.Plan)
 	}
 	if name, plan, ok := p.KeyName("k-raw"); !ok || name != "k" || plan != "only-a" {
 		t.Errorf("KeyName = %q %q %v", name, plan, ok)

@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/watch"
 )
 
 // DefaultPollInterval is how often a Reloader looks at its file.
-const DefaultPollInterval = time.Second
+const DefaultPollInterval = watch.DefaultInterval
 
 // ReloaderOptions configures a Reloader. Only Path is required.
 type ReloaderOptions struct {
@@ -36,8 +37,10 @@ type ReloaderOptions struct {
 // Reloader holds the current policy of a file and replaces it when the file
 // changes: a valid new version is compiled (keeping the rules of unchanged
 // limits) and swapped in atomically; an invalid one is logged, counted and
-// ignored, and the running policy stays. Its methods are safe for
-// concurrent use.
+// ignored, and the running policy stays. A version is the file's bytes and
+// those of the JWT key file or key set it names; logs name it by the first
+// 12 hexadecimal digits of its SHA-256. Its methods are safe for concurrent
+// use.
 type Reloader struct {
 	o   ReloaderOptions
 	log *slog.Logger
@@ -69,8 +72,9 @@ func NewReloader(o ReloaderOptions) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.seen = stamp(data, p)
-	p.hash = r.seen
+	p.hash = stamp(o.Path, data, p)
+	r.seen = p.hash
+	p.dynamic = &keyHook{}
 	r.cur.Store(p)
 	return r, nil
 }
@@ -93,25 +97,26 @@ func (r *Reloader) Reloads() uint64 { return r.reloads.Load() }
 // unreadable) since the start.
 func (r *Reloader) Rejected() uint64 { return r.rejected.Load() }
 
-// Reload reads the file now (on SIGHUP) and applies it if it is valid and
-// differs from the running version (a changed JWT key file counts as a
-// change). It returns the file's problems when
-// it is invalid; the running policy then stays.
+// Reload reads the file now (on SIGHUP) and applies it at once if it is
+// valid and differs from the running version (a changed JWT key file counts
+// as a change). It returns the file's problems when it is invalid; the
+// running policy then stays.
 func (r *Reloader) Reload() error {
-	return r.load(true)
-}
-
-// load reads the file; force re-reports a version already rejected.
-func (r *Reloader) load(force bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	data, err := os.ReadFile(r.o.Path)
 	if err != nil {
 		err = fmt.Errorf("policy: reload: %w", err)
-		r.reject(err)
+		r.reject(err, [sha256.Size]byte{})
 		return err
 	}
-	sum := stamp(data, r.cur.Load())
+	return r.load(data, true)
+}
+
+// load compiles data, the file's contents, and applies it; force re-reports
+// a version already rejected. r.mu must be held.
+func (r *Reloader) load(data []byte, force bool) error {
+	sum := stamp(r.o.Path, data, r.cur.Load())
 	if sum == r.cur.Load().hash || (sum == r.seen && !force) {
 		r.seen = sum
 		return nil // the running version, or an invalid one already reported
@@ -119,71 +124,95 @@ func (r *Reloader) load(force bool) error {
 	r.seen = sum
 	p, err := compileData(r.o.Path, data, r.cur.Load())
 	if err != nil {
-		r.reject(err)
+		r.reject(err, sum)
 		return err
 	}
-	p.hash = stamp(data, p)
+	p.hash = stamp(r.o.Path, data, p)
 	r.seen = p.hash
 	r.cur.Store(p)
 	r.reloads.Add(1)
-	r.log.Info("policy: reloaded", "file", filepath.Base(r.o.Path), "limits", len(p.Limits()))
+	r.log.Info("policy: reloaded", "file", filepath.Base(r.o.Path), "sha256", watch.Short(p.hash),
+		"limits", len(p.Limits()))
 	if r.o.OnReload != nil {
 		r.o.OnReload(p)
 	}
 	return nil
 }
 
-func (r *Reloader) reject(err error) {
+// reject counts and logs a version that cannot be applied; sum names it
+// (zero when the file could not be read).
+func (r *Reloader) reject(err error, sum [sha256.Size]byte) {
 	r.rejected.Add(1)
+	attrs := []any{"file", r.o.Path}
+	if sum != ([sha256.Size]byte{}) {
+		attrs = append(attrs, "sha256", watch.Short(sum))
+	}
 	var errs config.Errors
 	if errors.As(err, &errs) {
-		r.log.Error("policy: invalid file, keeping the running policy", "file", r.o.Path, "problems", len(errs))
+		r.log.Error("policy: invalid file, keeping the running policy", append(attrs, "problems", len(errs))...)
 		for _, e := range errs {
 			r.log.Error("policy: problem", "at", e.Error())
 		}
 	} else {
-		r.log.Error("policy: reload failed, keeping the running policy", "file", r.o.Path, "err", err)
+		r.log.Error("policy: reload failed, keeping the running policy", append(attrs, "err", err)...)
 	}
 	if r.o.OnReject != nil {
 		r.o.OnReject(err)
 	}
 }
 
-// stamp identifies a version: the file's bytes and those of the files it
-// names (the JWT key or key set of p), so that a rotated key is a new
-// version too. An unreadable dependency counts as empty; compiling the file
-// then reports it.
-func stamp(data []byte, p *Policy) [sha256.Size]byte {
-	h := sha256.New()
-	h.Write(data)
+// deps returns the files a version of the policy file consists of: the
+// file itself, then the JWT key file or key set that p names.
+func deps(path string, p *Policy) []string {
+	files := []string{path}
 	if p != nil {
 		if j := p.file.Server.User.JWT; j != nil {
 			for _, dep := range []string{j.KeyPath, j.JWKSPath} {
-				if dep == "" {
-					continue
+				if dep != "" {
+					files = append(files, dep)
 				}
-				b, _ := os.ReadFile(dep)
-				fmt.Fprintf(h, "\x00%s\x00%d\x00", dep, len(b))
-				h.Write(b)
 			}
 		}
 	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return sum
+	return files
 }
 
-// Run polls the file every Interval until ctx ends, applying each new
-// valid version and rejecting each new invalid one once.
-func (r *Reloader) Run(ctx context.Context) {
-	t := time.NewTicker(r.o.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = r.load(false)
-		}
+// stamp identifies a version: the hash (watch.Hash) of the file's bytes and
+// of those of the files p names, so that a rotated key is a new version
+// too. An unreadable dependency counts as empty; compiling the file then
+// reports it.
+func stamp(path string, data []byte, p *Policy) [sha256.Size]byte {
+	names := deps(path, p)
+	files := []watch.File{{Path: path, Data: data}}
+	for _, dep := range names[1:] {
+		b, _ := os.ReadFile(dep)
+		files = append(files, watch.File{Path: dep, Data: b})
 	}
+	return watch.Hash(files)
+}
+
+// Run follows the file until ctx ends (see package internal/watch): every
+// Interval it reads the file and the key files the running policy names,
+// and once two consecutive looks saw the same bytes, sizes and times, it
+// applies a new valid version or rejects a new invalid one, once. A file
+// caught half-written is never applied; one replaced by a rename is
+// applied one Interval after it is first seen. Reload, for SIGHUP, does not
+// wait.
+func (r *Reloader) Run(ctx context.Context) {
+	watch.Run(ctx, watch.Options{
+		Interval: r.o.Interval,
+		Files:    func() ([]string, error) { return deps(r.o.Path, r.cur.Load()), nil },
+		Current:  r.cur.Load().hash,
+		Apply: func(v *watch.Version) {
+			data, _ := v.Data(r.o.Path)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			_ = r.load(data, false)
+		},
+		Fail: func(err error) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.reject(fmt.Errorf("policy: %w", err), [sha256.Size]byte{})
+		},
+	})
 }

@@ -51,7 +51,7 @@ func (s *syncBuffer) String() string {
 
 const reloadV1 = `
 routes:
-  - {name: r, match: {paths: ["/**"]}, stage: dev}
+  - {name: r, match: {paths: ["/**"]}, stage: dev, upstream: none}
 stages:
   - {name: dev, rate: 5, burst: 5, per: 1h}
 limits:
@@ -183,7 +183,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	version := func(i int, valid bool) string {
 		s := fmt.Sprintf(`
 routes:
-  - {name: r, match: {paths: ["/**"]}}
+  - {name: r, match: {paths: ["/**"]}, upstream: none}
 limits:
   - {name: counted, algorithm: fixed_window, limit: %d, window: 1h, key: global}
   - {name: changing, rate: %d, burst: 1000000, key: client_ip}

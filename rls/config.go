@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,12 +15,15 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/internal/watch"
+	"github.com/floodgate/floodgate/internal/yamlfile"
 	"github.com/floodgate/floodgate/limiter"
-	"go.yaml.in/yaml/v3"
 )
 
-// ErrConfig marks every configuration error; the message names the file,
-// the line and column, and the field.
+// ErrConfig marks every configuration error of Load and Parse: errors.Is
+// reports it for their errors, whose message holds every problem, one per
+// line, as "file:line:col: field: message" (the same format, and type, as
+// config.Errors).
 var ErrConfig = errors.New("rls: invalid configuration")
 
 // Unit is a time unit of an envoyproxy/ratelimit rate limit.
@@ -94,9 +98,9 @@ func (u Unit) seconds() int64 {
 // format. It is immutable once loaded and safe for concurrent use.
 type Config struct {
 	domains map[string]*domain
-	// fp fingerprints the files Load read (names, sizes, times), so that
-	// Watch can tell whether they changed since.
-	fp string
+	// version hashes the files the configuration was read from (see
+	// watch.Hash), so that Watch can tell whether they changed since.
+	version [sha256.Size]byte
 }
 
 // Domains lists the configured domains in order.
@@ -168,46 +172,64 @@ type LoadOptions struct {
 	Extensions []string
 }
 
+// configError is what Load and Parse return: every problem of the files,
+// marked ErrConfig.
+type configError struct{ errs yamlfile.Errors }
+
+func (e *configError) Error() string        { return e.errs.Error() }
+func (e *configError) Is(target error) bool { return target == ErrConfig }
+func (e *configError) Unwrap() error        { return e.errs }
+
+func invalid(errs yamlfile.Errors) error { return &configError{errs.Sorted()} }
+
+// unreadable is a file that cannot be read, as a problem of that file.
+func unreadable(path string, err error) *yamlfile.Error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return &yamlfile.Error{File: path, Msg: fmt.Sprintf("cannot read: %v", err)}
+}
+
 // Load reads every path, a file or a directory (whose regular files with
 // a YAML extension are read in name order, not recursively), and returns
 // the configuration of all the domains they define. A domain defined twice
-// is an error.
+// is an error. The error reports every problem of every file (see
+// package doc).
 func Load(paths []string, opts LoadOptions) (*Config, error) {
-	files, err := configFiles(paths, opts)
-	if err != nil {
-		return nil, err
+	files, errs := configFiles(paths, opts)
+	if len(errs) > 0 {
+		return nil, invalid(errs)
 	}
-	fp, err := fingerprintFiles(files)
-	if err != nil {
-		return nil, err
-	}
-	srcs := make(map[string][]byte, len(files))
+	v := &watch.Version{Files: make([]watch.File, 0, len(files))}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+			errs = append(errs, unreadable(f, err))
+			continue
 		}
-		srcs[f] = b
+		v.Files = append(v.Files, watch.File{Path: f, Data: b})
 	}
-	c, err := parseFiles(files, srcs)
-	if err != nil {
-		return nil, err
+	if len(errs) > 0 {
+		return nil, invalid(errs)
 	}
-	c.fp = fp
-	return c, nil
+	v.Hash = watch.Hash(v.Files)
+	return build(v)
 }
 
 // configFiles lists the files Load reads for paths.
-func configFiles(paths []string, opts LoadOptions) ([]string, error) {
+func configFiles(paths []string, opts LoadOptions) ([]string, yamlfile.Errors) {
 	exts := opts.Extensions
 	if exts == nil {
 		exts = []string{".yaml", ".yml"}
 	}
 	var files []string
+	var errs yamlfile.Errors
 	for _, p := range paths {
 		st, err := os.Stat(p)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+			errs = append(errs, unreadable(p, err))
+			continue
 		}
 		if !st.IsDir() {
 			files = append(files, p)
@@ -215,7 +237,8 @@ func configFiles(paths []string, opts LoadOptions) ([]string, error) {
 		}
 		ents, err := os.ReadDir(p)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+			errs = append(errs, unreadable(p, err))
+			continue
 		}
 		for _, e := range ents {
 			if e.Type()&fs.ModeType != 0 && e.Type()&fs.ModeSymlink == 0 {
@@ -232,172 +255,94 @@ func configFiles(paths []string, opts LoadOptions) ([]string, error) {
 			}
 		}
 	}
-	return files, nil
+	return files, errs
 }
 
 // Parse reads one file's contents; name is used in error messages.
 func Parse(name string, src []byte) (*Config, error) {
-	return parseFiles([]string{name}, map[string][]byte{name: src})
+	files := []watch.File{{Path: name, Data: src}}
+	return build(&watch.Version{Files: files, Hash: watch.Hash(files)})
 }
 
-func parseFiles(order []string, srcs map[string][]byte) (*Config, error) {
-	c := &Config{domains: map[string]*domain{}}
-	for _, name := range order {
-		p := &parser{file: name}
-		d, err := p.file1(srcs[name])
-		if err != nil {
-			return nil, err
+// build decodes and compiles the files of v, each one domain.
+func build(v *watch.Version) (*Config, error) {
+	c := &Config{domains: map[string]*domain{}, version: v.Hash}
+	var errs yamlfile.Errors
+	for _, f := range v.Files {
+		spec, d, problems := parseFile(f.Path, f.Data)
+		if problems != nil {
+			errs = append(errs, problems...)
+			continue
 		}
-		if old, ok := c.domains[d.name]; ok {
-			return nil, fmt.Errorf("%w: %s: domain %q is already defined in %s", ErrConfig, name, d.name, old.file)
+		dom := (&compiler{d: d}).file(spec)
+		if dom != nil {
+			if old, ok := c.domains[dom.name]; ok {
+				d.Errorf("domain", "domain %q is already defined in %s", dom.name, old.file)
+			} else {
+				c.domains[dom.name] = dom
+			}
 		}
-		c.domains[d.name] = d
+		errs = append(errs, d.Problems()...)
+	}
+	if len(errs) > 0 {
+		return nil, invalid(errs)
 	}
 	return c, nil
 }
 
-// parser reads one file.
-type parser struct {
-	file string
+// compiler turns the descriptors of one decoded file into the domain's
+// matching tree and limits, reporting problems at the fields' positions.
+type compiler struct {
+	d *yamlfile.Decoder
 }
 
-func (p *parser) errf(n *yaml.Node, field, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	if field != "" {
-		msg = field + ": " + msg
+// file compiles a file; nil when it has no usable domain name.
+func (c *compiler) file(spec *fileSpec) *domain {
+	switch {
+	case c.d.Bad("domain"):
+		return nil
+	case !c.d.Written("domain"):
+		c.d.Errorf("domain", "missing")
+		return nil
+	case spec.Domain == "":
+		c.d.Errorf("domain", "must not be empty")
+		return nil
 	}
-	if n == nil {
-		return fmt.Errorf("%w: %s: %s", ErrConfig, p.file, msg)
-	}
-	return fmt.Errorf("%w: %s:%d:%d: %s", ErrConfig, p.file, n.Line, n.Column, msg)
+	d := &domain{name: spec.Domain, file: c.d.File()}
+	d.root = c.level(spec.Descriptors, d.name, "descriptors")
+	return d
 }
 
-// fields walks a mapping node, calling f for each key in order; a key f
-// does not know is an error.
-func (p *parser) fields(n *yaml.Node, where string, f func(key string, k, v *yaml.Node) (bool, error)) error {
-	if n.Kind != yaml.MappingNode {
-		return p.errf(n, where, "want a mapping")
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			return p.errf(k, where, "keys must be strings")
-		}
-		if seen[k.Value] {
-			return p.errf(k, where+k.Value, "given twice")
-		}
-		seen[k.Value] = true
-		known, err := f(k.Value, k, v)
-		if err != nil {
-			return err
-		}
-		if !known {
-			return p.errf(k, where+k.Value, "unknown field")
-		}
-	}
-	return nil
-}
-
-func (p *parser) str(v *yaml.Node, field string) (string, error) {
-	if v.Kind != yaml.ScalarNode || (v.Tag != "!!str" && v.Tag != "!!int" && v.Tag != "!!float" && v.Tag != "!!bool") {
-		return "", p.errf(v, field, "want a string")
-	}
-	return v.Value, nil
-}
-
-func (p *parser) boolean(v *yaml.Node, field string) (bool, error) {
-	var b bool
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&b) != nil {
-		return false, p.errf(v, field, "want true or false")
-	}
-	return b, nil
-}
-
-func (p *parser) integer(v *yaml.Node, field string, min, max int64) (int64, error) {
-	var n int64
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&n) != nil {
-		return 0, p.errf(v, field, "want a whole number")
-	}
-	if n < min || n > max {
-		return 0, p.errf(v, field, "%d is out of range [%d, %d]", n, min, max)
-	}
-	return n, nil
-}
-
-func (p *parser) file1(src []byte) (*domain, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(src, &doc); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrConfig, p.file, err)
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
-		return nil, p.errf(nil, "", "empty file (want domain and descriptors)")
-	}
-	root := doc.Content[0]
-	d := &domain{file: p.file}
-	var descs *yaml.Node
-	err := p.fields(root, "", func(key string, k, v *yaml.Node) (bool, error) {
-		switch key {
-		case "domain":
-			s, err := p.str(v, "domain")
-			if err != nil {
-				return true, err
-			}
-			if s == "" {
-				return true, p.errf(v, "domain", "must not be empty")
-			}
-			d.name = s
-		case "descriptors":
-			descs = v
-		default:
-			return false, nil
-		}
-		return true, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if d.name == "" {
-		return nil, p.errf(root, "domain", "missing")
-	}
-	d.root, err = p.level(descs, d.name, "descriptors")
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
-}
-
-func (p *parser) level(n *yaml.Node, parent, field string) (level, error) {
+func (c *compiler) level(specs []descriptorSpec, parent, field string) level {
 	lv := level{exact: map[entryKey]*node{}, wildcard: map[string][]*node{}, anyValue: map[string]*node{}}
-	if n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
-		return lv, nil
-	}
-	if n.Kind != yaml.SequenceNode {
-		return lv, p.errf(n, field, "want a list of descriptors")
-	}
-	for i, item := range n.Content {
-		where := fmt.Sprintf("%s[%d].", field, i)
-		nd, err := p.node(item, parent, where)
-		if err != nil {
-			return lv, err
+	for i := range specs {
+		where := fmt.Sprintf("%s[%d]", field, i)
+		nd := c.node(&specs[i], parent, where)
+		if nd == nil {
+			continue
 		}
 		switch {
 		case nd.value == "":
 			if _, dup := lv.anyValue[nd.key]; dup {
-				return lv, p.errf(item, where+"key", "descriptor %q without a value is defined twice at this level", nd.key)
+				c.d.ErrorOf(where, where+".key", "descriptor %q without a value is defined twice at this level", nd.key)
+				continue
 			}
 			lv.anyValue[nd.key] = nd
 		case strings.HasSuffix(nd.value, "*"):
+			dup := false
 			for _, o := range lv.wildcard[nd.key] {
-				if o.value == nd.value {
-					return lv, p.errf(item, where+"value", "descriptor %s=%s is defined twice at this level", nd.key, nd.value)
-				}
+				dup = dup || o.value == nd.value
+			}
+			if dup {
+				c.d.ErrorOf(where, where+".value", "descriptor %s=%s is defined twice at this level", nd.key, nd.value)
+				continue
 			}
 			lv.wildcard[nd.key] = append(lv.wildcard[nd.key], nd)
 		default:
 			ek := entryKey{nd.key, nd.value}
 			if _, dup := lv.exact[ek]; dup {
-				return lv, p.errf(item, where+"value", "descriptor %s=%s is defined twice at this level", nd.key, nd.value)
+				c.d.ErrorOf(where, where+".value", "descriptor %s=%s is defined twice at this level", nd.key, nd.value)
+				continue
 			}
 			lv.exact[ek] = nd
 		}
@@ -405,229 +350,181 @@ func (p *parser) level(n *yaml.Node, parent, field string) (level, error) {
 	for _, ws := range lv.wildcard {
 		sort.SliceStable(ws, func(i, j int) bool { return len(ws[i].value) > len(ws[j].value) })
 	}
-	return lv, nil
+	return lv
 }
 
-func (p *parser) node(n *yaml.Node, parent, where string) (*node, error) {
-	nd := &node{}
-	var rl, children *yaml.Node
-	err := p.fields(n, where, func(key string, k, v *yaml.Node) (bool, error) {
-		var err error
-		switch key {
-		case "key":
-			nd.key, err = p.str(v, where+"key")
-			if err == nil && nd.key == "" {
-				err = p.errf(v, where+"key", "must not be empty")
-			}
-		case "value":
-			nd.value, err = p.str(v, where+"value")
-		case "rate_limit":
-			rl = v
-		case "descriptors":
-			children = v
-		case "shadow_mode":
-			nd.shadow, err = p.boolean(v, where+"shadow_mode")
-		case "detailed_metric":
-			nd.detailed, err = p.boolean(v, where+"detailed_metric")
-		default:
-			return false, nil
-		}
-		return true, err
-	})
-	if err != nil {
-		return nil, err
+// node compiles one descriptor; nil when it has no usable key.
+func (c *compiler) node(s *descriptorSpec, parent, where string) *node {
+	keyField := where + ".key"
+	switch {
+	case c.d.Bad(keyField) || c.d.Bad(where+".value"):
+		return nil
+	case !c.d.Written(keyField):
+		c.d.Errorf(keyField, "missing")
+		return nil
+	case s.Key == "":
+		c.d.Errorf(keyField, "must not be empty")
+		return nil
 	}
-	if nd.key == "" {
-		return nil, p.errf(n, where+"key", "missing")
-	}
+	nd := &node{key: s.Key, value: s.Value, shadow: s.ShadowMode, detailed: s.DetailedMetric}
 	nd.path = parent + "." + nd.key
 	if nd.value != "" {
 		nd.path += "_" + nd.value
 	}
-	if rl != nil {
-		nd.limit, err = p.rateLimit(rl, nd, where+"rate_limit.")
-		if err != nil {
-			return nil, err
-		}
+	if s.RateLimit != nil {
+		nd.limit = c.rateLimit(s.RateLimit, nd, where+".rate_limit")
 	}
-	nd.children, err = p.level(children, nd.path, where+"descriptors")
-	if err != nil {
-		return nil, err
-	}
-	return nd, nil
+	nd.children = c.level(s.Descriptors, nd.path, where+".descriptors")
+	return nd
 }
 
-func (p *parser) rateLimit(n *yaml.Node, nd *node, where string) (*rateLimit, error) {
-	r := &rateLimit{name: nd.path, shadow: nd.shadow}
-	var unitNode, rpuNode, algNode, burstNode, quotaNode *yaml.Node
-	haveRPU := false
-	var perUnit int64
-	err := p.fields(n, where, func(key string, k, v *yaml.Node) (bool, error) {
-		var err error
-		switch key {
-		case "unit":
-			unitNode = v
-			var s string
-			if s, err = p.str(v, where+"unit"); err == nil {
-				if r.unit, err = ParseUnit(s); err != nil {
-					err = p.errf(v, where+"unit", "%v", err)
-				}
-			}
-		case "requests_per_unit":
-			rpuNode = v
-			haveRPU = true
-			perUnit, err = p.integer(v, where+"requests_per_unit", 0, math.MaxUint32)
-		case "unlimited":
-			r.unlimited, err = p.boolean(v, where+"unlimited")
-		case "name":
-			var s string
-			if s, err = p.str(v, where+"name"); err == nil {
-				if s == "" {
-					err = p.errf(v, where+"name", "must not be empty")
-				}
-				r.name = s
-			}
-		case "replaces":
-			err = p.replaces(v, r, where+"replaces")
-		case "algorithm":
-			algNode = v
-			var s string
-			if s, err = p.str(v, where+"algorithm"); err == nil {
-				r.tmpl.algorithm, err = floodgate.ParseAlgorithm(s)
-				if k := r.tmpl.algorithm.Kind(); err == nil && k != floodgate.KindRate && k != floodgate.KindQuota {
-					err = fmt.Errorf("%s is not available over RLS (no delays, no leases)", s)
-				}
-				if err != nil {
-					err = p.errf(v, where+"algorithm", "%v", err)
-				}
-			}
-		case "burst":
-			burstNode = v
-			r.tmpl.burst, err = p.integer(v, where+"burst", 1, math.MaxInt32)
-		case "quota":
-			quotaNode = v
-			err = p.quota(v, r, where+"quota.")
-		case "on_failure":
-			var s string
-			if s, err = p.str(v, where+"on_failure"); err == nil {
-				if r.tmpl.onFailure, err = floodgate.ParseFailurePolicy(s); err != nil {
-					err = p.errf(v, where+"on_failure", "want allow, deny or local, got %q", s)
-				}
-			}
-		default:
-			return false, nil
+// rateLimit compiles a rate_limit block at where; nil when it has a
+// problem.
+func (c *compiler) rateLimit(s *rateLimitSpec, nd *node, where string) *rateLimit {
+	field := func(f string) string { return where + "." + f }
+	written := func(f string) bool { return c.d.Written(field(f)) }
+	r := &rateLimit{name: nd.path, shadow: nd.shadow, unlimited: s.Unlimited}
+	// A field whose value did not decode has its problem already; the
+	// checks below only add their own.
+	bad := false
+	for _, f := range []string{"name", "unit", "requests_per_unit", "unlimited", "replaces", "algorithm",
+		"burst", "quota", "quota.time_zone", "quota.anchor_day", "on_failure"} {
+		bad = bad || c.d.Bad(field(f))
+	}
+	fail := func(f, format string, args ...any) {
+		c.d.Errorf(field(f), format, args...)
+		bad = true
+	}
+	if written("name") {
+		if s.Name == "" {
+			fail("name", "must not be empty")
 		}
-		return true, err
-	})
-	if err != nil {
-		return nil, err
+		r.name = s.Name
+	}
+	for i, rp := range s.Replaces {
+		if rp.Name == "" {
+			fail(fmt.Sprintf("replaces[%d].name", i), "missing")
+			continue
+		}
+		r.replaces = append(r.replaces, rp.Name)
+	}
+	if written("unit") {
+		u, err := ParseUnit(s.Unit)
+		if err != nil {
+			fail("unit", "%v", err)
+		}
+		r.unit = u
+	}
+	if written("requests_per_unit") && (s.RequestsPerUnit < 0 || s.RequestsPerUnit > math.MaxUint32) {
+		fail("requests_per_unit", "%d is out of range [0, %d]", s.RequestsPerUnit, uint32(math.MaxUint32))
+	}
+	if written("algorithm") {
+		a, err := floodgate.ParseAlgorithm(s.Algorithm)
+		if k := a.Kind(); err == nil && k != floodgate.KindRate && k != floodgate.KindQuota {
+			err = fmt.Errorf("%s is not available over RLS (no delays, no leases)", s.Algorithm)
+		}
+		if err != nil {
+			fail("algorithm", "%v", err)
+		}
+		r.tmpl.algorithm = a
+	}
+	if written("burst") {
+		if s.Burst < 1 || s.Burst > math.MaxInt32 {
+			fail("burst", "%d is out of range [1, %d]", s.Burst, math.MaxInt32)
+		}
+		r.tmpl.burst = s.Burst
+	}
+	if q := s.Quota; q != nil {
+		if written("quota.time_zone") {
+			loc, err := time.LoadLocation(q.TimeZone)
+			if err != nil {
+				fail("quota.time_zone", "unknown time zone %q", q.TimeZone)
+			}
+			r.tmpl.location = loc
+		}
+		if written("quota.anchor_day") {
+			if q.AnchorDay < 1 || q.AnchorDay > 31 {
+				fail("quota.anchor_day", "%d is out of range [1, 31]", q.AnchorDay)
+			}
+			r.tmpl.anchorDay = int(q.AnchorDay)
+		}
+	}
+	if written("on_failure") {
+		p, err := floodgate.ParseFailurePolicy(s.OnFailure)
+		if err != nil {
+			fail("on_failure", "want allow, deny or local, got %q", s.OnFailure)
+		}
+		r.tmpl.onFailure = p
+	}
+	if bad {
+		return nil
 	}
 	if r.unlimited {
-		if haveRPU || unitNode != nil {
+		if written("requests_per_unit") || written("unit") {
 			// envoyproxy/ratelimit rejects unit and requests_per_unit
 			// together with unlimited; so do we.
-			at := rpuNode
-			if at == nil {
-				at = unitNode
+			at := field("requests_per_unit")
+			if !written("requests_per_unit") {
+				at = field("unit")
 			}
-			return nil, p.errf(at, where+"unlimited", "an unlimited rate limit takes no unit or requests_per_unit")
+			c.d.ErrorOf(at, field("unlimited"), "an unlimited rate limit takes no unit or requests_per_unit")
+			return nil
 		}
-		return r, nil
+		return r
 	}
-	if unitNode == nil {
-		return nil, p.errf(n, where+"unit", "missing")
+	if !written("unit") {
+		fail("unit", "missing")
 	}
-	if !haveRPU {
-		return nil, p.errf(n, where+"requests_per_unit", "missing")
+	if !written("requests_per_unit") {
+		fail("requests_per_unit", "missing")
 	}
-	r.perUnit = uint32(perUnit)
+	if bad {
+		return nil
+	}
+	r.perUnit = uint32(s.RequestsPerUnit)
 	if r.tmpl.algorithm == 0 {
 		// Weeks and months are calendar periods (in UTC unless the quota
 		// block names a zone); every other unit is a fixed window.
 		r.tmpl.algorithm = floodgate.FixedWindow
-		if quotaNode != nil || r.unit == Week || r.unit == Month {
+		if s.Quota != nil || r.unit == Week || r.unit == Month {
 			r.tmpl.algorithm = floodgate.Quota
 		}
 	}
-	if burstNode != nil {
-		if !r.tmpl.algorithm.Traits().Params.Has(floodgate.ParamBurst) {
-			return nil, p.errf(burstNode, where+"burst", "only token_bucket, gcra and leaky_bucket take a burst")
-		}
+	if written("burst") && !r.tmpl.algorithm.Traits().Params.Has(floodgate.ParamBurst) {
+		fail("burst", "only token_bucket, gcra and leaky_bucket take a burst")
 	}
-	if quotaNode != nil && r.tmpl.algorithm.Family() != floodgate.FamilyQuota {
-		return nil, p.errf(quotaNode, where+"quota", "only the quota algorithm takes a quota block")
+	if s.Quota != nil && r.tmpl.algorithm.Family() != floodgate.FamilyQuota {
+		fail("quota", "only the quota algorithm takes a quota block")
 	}
 	if r.tmpl.algorithm.Family() == floodgate.FamilyQuota && r.unit != Day && r.unit != Week && r.unit != Month {
-		at := algNode
-		if at == nil {
-			at = unitNode
+		at := field("unit")
+		if written("algorithm") {
+			at = field("algorithm")
 		}
-		return nil, p.errf(at, where+"unit", "a calendar quota needs unit day, week or month, got %s", r.unit)
+		c.d.ErrorOf(at, field("unit"), "a calendar quota needs unit day, week or month, got %s", r.unit)
+		bad = true
+	}
+	if bad {
+		return nil
 	}
 	if r.perUnit == 0 {
 		// Blocked: every request is over the limit; no counter needed.
 		r.fields = fields.NewLimit(&floodgate.Limit{Name: r.name, Algorithm: floodgate.FixedWindow,
 			Max: 0, Window: time.Duration(r.unit.seconds()) * time.Second})
-		return r, nil
+		return r
 	}
 	l, err := r.tmpl.limit(r.name, r.unit, 1, int64(r.perUnit))
 	if err != nil {
-		return nil, p.errf(n, strings.TrimSuffix(where, "."), "%v", err)
+		c.d.Errorf(where, "%v", err)
+		return nil
 	}
 	r.rule, err = limiter.NewRule(l, r.tmpl.onFailure, r.shadow)
 	if err != nil {
-		return nil, p.errf(n, strings.TrimSuffix(where, "."), "%v", err)
+		c.d.Errorf(where, "%v", err)
+		return nil
 	}
 	r.fields = fields.ForRule(r.rule)
-	return r, nil
-}
-
-func (p *parser) replaces(v *yaml.Node, r *rateLimit, field string) error {
-	if v.Kind != yaml.SequenceNode {
-		return p.errf(v, field, "want a list of {name: ...}")
-	}
-	for i, item := range v.Content {
-		where := fmt.Sprintf("%s[%d].", field, i)
-		var name string
-		err := p.fields(item, where, func(key string, k, v *yaml.Node) (bool, error) {
-			if key != "name" {
-				return false, nil
-			}
-			var err error
-			name, err = p.str(v, where+"name")
-			return true, err
-		})
-		if err != nil {
-			return err
-		}
-		if name == "" {
-			return p.errf(item, where+"name", "missing")
-		}
-		r.replaces = append(r.replaces, name)
-	}
-	return nil
-}
-
-func (p *parser) quota(v *yaml.Node, r *rateLimit, where string) error {
-	return p.fields(v, where, func(key string, k, v *yaml.Node) (bool, error) {
-		var err error
-		switch key {
-		case "time_zone":
-			var s string
-			if s, err = p.str(v, where+"time_zone"); err == nil {
-				if r.tmpl.location, err = time.LoadLocation(s); err != nil {
-					err = p.errf(v, where+"time_zone", "unknown time zone %q", s)
-				}
-			}
-		case "anchor_day":
-			var n int64
-			n, err = p.integer(v, where+"anchor_day", 1, 31)
-			r.tmpl.anchorDay = int(n)
-		default:
-			return false, nil
-		}
-		return true, err
-	})
+	return r
 }
 
 // limit builds the Floodgate limit for perUnit requests every mult units.

@@ -46,7 +46,7 @@ func TestConfigErrorsNameFileLineAndField(t *testing.T) {
 			"descriptors[0].rate_limit.on_failure: want allow, deny or local"},
 		{"replaces without name", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, replaces: [{}]}\n",
 			"descriptors[0].rate_limit.replaces[0].name: missing"},
-		{"not yaml", "domain: [\n", "cfg.yaml: yaml:"},
+		{"not yaml", "domain: [\n", "cfg.yaml:1:1: YAML syntax (in the block starting here): did not find expected node content"},
 	}
 	for _, c := range cases {
 		_, err := Parse("cfg.yaml", []byte(c.src))

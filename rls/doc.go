@@ -34,10 +34,26 @@
 //	    detailed_metric: true       # accepted; decisions are counted per limit by package metrics
 //
 // Load reads files or directories (their .yaml and .yml files, in name
-// order, not recursively); several domains may be loaded, each once. Unknown
-// fields, wrong types, duplicate descriptors and bad values are errors that
-// name the file, line, column and field path, e.g.
-// "limits.yaml:12:7: descriptors[1].rate_limit.unit: unknown unit".
+// order, not recursively); several domains may be loaded, each once. The
+// files are read by the decoder of Floodgate's policy file (package config)
+// and report problems the same way: every problem of every file at once,
+// one per line, each naming the file, line, column and field path, e.g.
+//
+//	limits.yaml:12:7: descriptors[1].rate_limit.unit: unknown unit "fortnight" (want second, minute, hour, day, week, month or year)
+//	limits.yaml:14:7: descriptors[1].rate_limit.brust: unknown field (did you mean "burst"?)
+//
+// Unknown fields, fields given twice, wrong types, YAML merge keys (<<),
+// aliases that expand to a huge tree, duplicate descriptors, a domain
+// defined twice and bad values are all problems. The error is an ErrConfig
+// (errors.Is) and holds a config.Errors (errors.As) with one item per
+// problem.
+//
+// Watch follows the files while serving: it applies a new version once two
+// looks a poll interval apart (1s by default) saw the same sizes,
+// modification times and contents, so a file caught half-written is never
+// applied, while a file replaced by a rename or a Kubernetes ConfigMap
+// update is applied one interval after it is first seen. Logs name each
+// version by the first 12 hexadecimal digits of its SHA-256.
 //
 // Floodgate's extensions are optional keys inside rate_limit:
 //

@@ -2,11 +2,13 @@ package rls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/watch"
 )
 
 // WatchOptions configure Watch. The zero value is usable.
@@ -22,75 +24,59 @@ type WatchOptions struct {
 	OnReload func(err error)
 }
 
-// Watch polls paths (as given to Load) every interval and, when the set of
-// files or any file's size or modification time changes, loads them all
-// again and hands the new configuration to svc. A configuration that does
-// not load is logged and the running one stays. Counters of limits that
-// did not change carry over. Watch returns when ctx ends.
-//
-// Replace files by renaming a complete file into place: a file caught
-// half-written is read as it is (and read again once it changes). Polling
-// also follows the symbolic-link swaps with which Kubernetes
-// updates mounted ConfigMaps, the way envoyproxy/ratelimit deployments
-// usually ship their files.
+// Watch follows paths (as given to Load) until ctx ends: every interval it
+// lists and reads the files, and once two consecutive looks saw the same
+// files with the same sizes, modification times and contents, it loads a
+// version that differs from the running one and hands it to svc. A file
+// caught half-written is therefore never applied, even when its first half
+// parses; a file replaced by a rename is applied one interval after it is
+// first seen. Polling also follows the symbolic-link swaps with which
+// Kubernetes updates mounted ConfigMaps, the way envoyproxy/ratelimit
+// deployments usually ship their files. A configuration that does not load
+// is logged once and the running one stays. Counters of limits that did
+// not change carry over. Logs name each version by the first 12
+// hexadecimal digits of its SHA-256.
 func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	every := opts.Interval
-	if every <= 0 {
-		every = time.Second
-	}
-	// Compare with the files the running configuration was loaded from,
-	// so that a change made before Watch started is not missed.
-	last := svc.Config().fp
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		fp, err := fingerprint(paths, opts.Load)
-		if err == nil && fp == last {
-			continue
-		}
-		last = fp
-		var cfg *Config
-		if err == nil {
-			cfg, err = Load(paths, opts.Load)
-		}
-		if err != nil {
-			log.Warn("rls: configuration not reloaded; the running one stays", "err", err)
-		} else {
-			svc.SetConfig(cfg)
-			log.Info("rls: configuration reloaded", "domains", strings.Join(cfg.Domains(), ","))
-		}
+	report := func(err error) {
 		if opts.OnReload != nil {
 			opts.OnReload(err)
 		}
 	}
-}
-
-// fingerprint names every configuration file with its size and time.
-func fingerprint(paths []string, opts LoadOptions) (string, error) {
-	files, err := configFiles(paths, opts)
-	if err != nil {
-		return "", err
-	}
-	return fingerprintFiles(files)
-}
-
-func fingerprintFiles(files []string) (string, error) {
-	var b strings.Builder
-	for _, f := range files {
-		st, err := os.Stat(f)
-		if err != nil {
-			return "", fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-		fmt.Fprintf(&b, "%s\x00%d\x00%d\n", f, st.Size(), st.ModTime().UnixNano())
-	}
-	return b.String(), nil
+	watch.Run(ctx, watch.Options{
+		Interval: opts.Interval,
+		Files: func() ([]string, error) {
+			files, errs := configFiles(paths, opts.Load)
+			if len(errs) > 0 {
+				return nil, invalid(errs)
+			}
+			return files, nil
+		},
+		// Compare with the files the running configuration was loaded
+		// from, so that a change made before Watch started is not missed.
+		Current: svc.Config().version,
+		Apply: func(v *watch.Version) {
+			if v.Hash == svc.Config().version {
+				return
+			}
+			cfg, err := build(v)
+			if err != nil {
+				log.Warn("rls: configuration not reloaded; the running one stays", "sha256", v.Short(), "err", err)
+			} else {
+				svc.SetConfig(cfg)
+				log.Info("rls: configuration reloaded", "sha256", v.Short(), "domains", strings.Join(cfg.Domains(), ","))
+			}
+			report(err)
+		},
+		Fail: func(err error) {
+			if !errors.Is(err, ErrConfig) {
+				err = fmt.Errorf("%w: %w", ErrConfig, err)
+			}
+			log.Warn("rls: configuration not reloaded; the running one stays", "err", err)
+			report(err)
+		},
+	})
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs Floodgate's whole test suite. Installs what the tests need when it is
-# missing (redis-server from Debian's packages), then runs go test -race.
+# missing (redis-server, and Chromium for the dashboard's browser tests, from
+# Debian's packages), then runs go test -race.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "test.sh: installing ${need[*]}" >&2
 	SUDO=""

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,21 +18,19 @@ func init() {
 	register("check", "validate a policy file and print its limits", runCheck)
 }
 
+const checkUsage = `usage: floodgate check --config FILE
+
+Validates the file, reporting every problem as file:line:col: field: message
+(exit status 1), or prints its limits in evaluation order.
+
+flags:
+`
+
 func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", "", "the policy file to check (required)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: floodgate check --config FILE")
-		fmt.Fprintln(stderr, "\nValidates the file, reporting every problem as file:line:col: field: message")
-		fmt.Fprintln(stderr, "(exit status 1), or prints its limits in evaluation order.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usagef("check: %v", err)
+	if help, err := parseFlags(fs, args, stdout, checkUsage); help || err != nil {
+		return err
 	}
 	if *path == "" && fs.NArg() == 1 {
 		*path = fs.Arg(0)
@@ -41,8 +38,7 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("check: unexpected arguments %q", fs.Args())
 	}
 	if *path == "" {
-		fs.Usage()
-		return usagef("check: --config is required")
+		return usagef("check: --config is required (run 'floodgate check -h')")
 	}
 	f, err := config.Load(*path)
 	if err != nil {

@@ -17,18 +17,19 @@ func TestCheckExample(t *testing.T) {
 		t.Fatalf("check: %v\n%s", err, errOut.String())
 	}
 	text := out.String()
-	if !strings.Contains(text, "valid: 5 routes, 2 stages, 2 plans, 2 keys, 14 limits") {
+	if !strings.Contains(text, "valid: 5 routes, 2 stages, 2 plans, 2 keys, 15 limits") {
 		t.Errorf("summary missing:\n%s", text)
 	}
 	// Rows in evaluation order, with their numbers.
 	want := []string{
-		`1 +partner-basic.rate +plan .* api_key +token_bucket +2 per 1s, burst 2 +local +no +all`,
-		`2 +partner-basic.quota +plan .* quota +1000 per day \(Asia/Kolkata\)`,
-		`5 +login +method +POST /login +client_ip +sliding_log +5 per 1m +deny +no +401,403`,
-		`8 +stage.dev +stage +stage=dev +stage +token_bucket +5 per 1s, burst 5`,
-		`10 +per-ip-flood +global +\* +client_ip +sliding_window +2000 per 5m`,
-		`11 +per-ip-burst-trial .* +yes +all`,
-		`14 +account +global +\* +global +token_bucket +10000 per 1s, burst 5000`,
+		`1 +unknown-api-key +global +missing or unknown api key +client_ip +token_bucket +20 per 1m, burst 20`,
+		`2 +partner-basic.rate +plan .* api_key +token_bucket +2 per 1s, burst 2 +local +no +all`,
+		`3 +partner-basic.quota +plan .* quota +1000 per day \(Asia/Kolkata\)`,
+		`6 +login +method +POST /login +client_ip +sliding_log +5 per 1m +deny +no +401,403`,
+		`9 +stage.dev +stage +stage=dev +stage +token_bucket +5 per 1s, burst 5`,
+		`11 +per-ip-flood +global +\* +client_ip +sliding_window +2000 per 5m`,
+		`12 +per-ip-burst-trial .* +yes +all`,
+		`15 +account +global +\* +global +token_bucket +10000 per 1s, burst 5000`,
 		`partner-students +GET /partner/students/\{id\} +prod +required +http://127.0.0.1:9000`,
 	}
 	for _, w := range want {

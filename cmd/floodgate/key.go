@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/floodgate/floodgate/config"
 )
 
@@ -44,23 +46,32 @@ func runKey(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return usagef("key: unknown subcommand %q (want new or hash)", args[0])
 }
 
+const keyNewUsage = `usage: floodgate key new --plan NAME [--name NAME] [--config FILE]
+
+Makes a strong API key, prints it once, and the line (with its SHA-256)
+to add to the policy file's keys.
+
+flags:
+`
+
 func runKeyNew(args []string, stdout, stderr io.Writer, random io.Reader) error {
 	fs := flag.NewFlagSet("key new", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	plan := fs.String("plan", "", "the usage plan the key belongs to (required)")
 	name := fs.String("name", "", "the key's name in logs and counters (default: derived from the key's hash)")
 	cfg := fs.String("config", "", "a policy file to check the plan and the name against")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usagef("key new: %v", err)
+	if help, err := parseFlags(fs, args, stdout, keyNewUsage); help || err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("key new: unexpected arguments %q", fs.Args())
 	}
 	if *plan == "" {
 		return usagef("key new: --plan is required")
+	}
+	for _, n := range []struct{ flag, value string }{{"--plan", *plan}, {"--name", *name}} {
+		if n.value != "" && !config.ValidName(n.value) {
+			return usagef("key new: %s %q: a name may only have letters, digits, '-' and '_' (at most 64)", n.flag, n.value)
+		}
 	}
 	if *cfg != "" {
 		f, err := config.Load(*cfg)
@@ -90,9 +101,29 @@ func runKeyNew(args []string, stdout, stderr io.Writer, random io.Reader) error 
 		*name = *plan + "-" + sum[:8]
 	}
 	fmt.Fprintf(stdout, "API key (shown only now; give it to the client and keep no copy):\n\n    %s\n\n", key)
+	line, err := keyEntry(*name, *plan, sum)
+	if err != nil {
+		return fmt.Errorf("key new: %w", err)
+	}
 	fmt.Fprintf(stdout, "Add this line under keys: in the policy file:\n\n")
-	fmt.Fprintf(stdout, "  - {name: %s, plan: %s, sha256: %s}\n", *name, *plan, sum)
+	fmt.Fprintf(stdout, "  - %s\n", line)
 	return nil
+}
+
+// keyEntry renders a keys: item as one line of YAML, quoting what YAML
+// would otherwise read as something else (a name "null", "true" or "1e3").
+func keyEntry(name, plan, sum string) (string, error) {
+	m := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+	for _, kv := range [][2]string{{"name", name}, {"plan", plan}, {"sha256", sum}} {
+		m.Content = append(m.Content,
+			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: kv[0]},
+			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: kv[1]})
+	}
+	b, err := yaml.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // runKeyHash prints the sha256 line of a key read from stdin, for keys made

@@ -107,3 +107,38 @@ func TestKeyHash(t *testing.T) {
 		t.Errorf("empty input: %v", err)
 	}
 }
+
+// TestKeyNewLineIsYAML: the printed keys: line parses, with config, to the
+// same name, plan and hash for names YAML would read as something else;
+// a name the policy file cannot hold ("ops: team") is refused at once.
+func TestKeyNewLineIsYAML(t *testing.T) {
+	line := regexp.MustCompile(`(?m)^  - \{.*\}$`)
+	for _, name := range []string{"school-9", "null", "true", "123", "1e3", "0x1f", "yes", "-1"} {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"key", "new", "--plan", "trial", "--name", name}, &out, &bytes.Buffer{}); err != nil {
+			t.Fatalf("--name %q: %v", name, err)
+		}
+		k := keyLine.FindStringSubmatch(out.String())
+		l := line.FindString(out.String())
+		if k == nil || l == "" {
+			t.Fatalf("--name %q: output\n%s", name, out.String())
+		}
+		f, err := config.Parse("k.yaml", []byte("plans:\n  - {name: trial, rate: 1}\nkeys:\n"+l+"\n"))
+		if err != nil {
+			t.Fatalf("--name %q: the printed line %s does not load: %v", name, l, err)
+		}
+		if got := f.Keys[0]; got.Name != name || got.Plan != "trial" || got.SHA256 != config.HashKey(k[1]) {
+			t.Errorf("--name %q: the line %s loads as %+v", name, l, got)
+		}
+	}
+	for _, args := range [][]string{
+		{"key", "new", "--plan", "trial", "--name", "ops: team"},
+		{"key", "new", "--plan", "gold plan"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), args, &out, &errOut)
+		if exitCode(err) != 2 || !strings.Contains(err.Error(), "letters, digits, '-' and '_'") || out.Len() != 0 {
+			t.Errorf("%q: exit %d, %v, printed %q", args, exitCode(err), err, out.String())
+		}
+	}
+}

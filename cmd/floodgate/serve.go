@@ -68,27 +68,22 @@ func init() {
 	register("serve", "run the gateway: a rate-limiting reverse proxy", runServe)
 }
 
-func parseServeFlags(args []string, stderr io.Writer) (*serveConfig, error) {
+func parseServeFlags(args []string, stdout io.Writer) (*serveConfig, error) {
 	cfg := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, serveUsage)
-		fs.PrintDefaults()
-	}
 	fs.StringVar(&cfg.config, "config", "", "the policy file (required)")
 	fs.BoolVar(&cfg.demo, "demo", false, "start the demo upstream and send every route to it")
 	fs.StringVar(&cfg.listen, "listen", "", "the gateway's address (default: server.listen of the file)")
 	fs.StringVar(&cfg.adminListen, "admin-listen", "", `the address of /healthz, /readyz and /metrics, or "off" (default: server.admin_listen)`)
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.BoolVar(&cfg.watch, "watch", false, "also reload the file when it changes (polled every second)")
+	fs.BoolVar(&cfg.watch, "watch", true, "reload the file when it changes and has stayed unchanged for a second (polled every second); --watch=false reloads on SIGHUP only")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in flight may take to finish on shutdown")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
+	if help, err := parseFlags(fs, args, stdout, serveUsage); help || err != nil {
+		if help {
+			return nil, flag.ErrHelp
 		}
-		return nil, usagef("serve: %v", err)
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, usagef("serve: unexpected argument %q", fs.Arg(0))
@@ -118,7 +113,7 @@ func serveLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseServeFlags(args, stderr)
+	cfg, err := parseServeFlags(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -134,7 +129,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // serve runs the gateway until ctx ends.
 func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Logger) error {
-	s, err := newServer(cfg, log)
+	s, err := newServer(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -164,15 +159,19 @@ type server struct {
 	reloader *policy.Reloader
 	metrics  *metrics.Metrics
 	registry *prometheus.Registry
+	tracing  *tracing
 	engine   *limiter.Limiter
 	gateway  atomic.Pointer[gateway.Gateway]
 	demo     *demo.Server
+	console  *console // the admin API, the dashboard and the alarms (serve_admin.go)
 
-	closeStores func() error
-	serving     bool // the listeners are served (shutdown closes them)
-	closed      bool
+	store, local limiter.Store // the store, and the local fallback store (Redis only)
+	closeStores  func() error
+	serving      bool // the listeners are served (shutdown closes them)
+	closed       bool
 
 	frontLn, adminLn net.Listener
+	conns            *connLimit
 	front, admin     *http.Server
 	services         *decisionServices
 	errc             chan error
@@ -181,10 +180,14 @@ type server struct {
 
 // newServer loads the policy and opens the metrics, the stores and the
 // engine.
-func newServer(cfg *serveConfig, log *slog.Logger) (*server, error) {
+func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server, error) {
 	s := &server{cfg: cfg, log: log, errc: make(chan error, 4)}
 	var err error
-	s.reloader, err = policy.NewReloader(policy.ReloaderOptions{Path: cfg.config, Logger: log, OnReload: s.reloaded})
+	if s.tracing, err = newTracing(ctx, os.Getenv); err != nil {
+		return nil, err
+	}
+	s.reloader, err = policy.NewReloader(policy.ReloaderOptions{Path: cfg.config, Logger: log, OnReload: s.reloaded,
+		OnReject: s.rejected})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -202,14 +205,27 @@ func newServer(cfg *serveConfig, log *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.closeStores = closeStores
+	s.store, s.local, s.closeStores = store, local, closeStores
+	if s.console, err = newConsole(cfg.config, statePath, s.srv, s.reloader, s.registry, log); err != nil {
+		_ = closeStores()
+		return nil, err
+	}
 	s.engine = limiter.New(store, limiter.Options{
-		Timeout:   s.srv.StoreTimeout,
-		Instances: s.srv.Instances,
-		Local:     local,
-		Observer:  s.metrics,
-		Logger:    log,
+		Timeout:     s.srv.StoreTimeout,
+		MaxKeyBytes: s.srv.Memory.MaxKeyBytes,
+		Instances:   s.srv.Instances,
+		Local:       local,
+		Observer:    s.console.observer(s.metrics),
+		Logger:      log,
 	})
+	if err := s.console.attach(s.engine, s.engine.Stats); err != nil {
+		s.console.close()
+		_ = closeStores()
+		return nil, err
+	}
+	if err := s.registerStateMetrics(); err != nil {
+		return nil, fmt.Errorf("serve: metrics: %w", err)
+	}
 	return s, nil
 }
 
@@ -223,8 +239,19 @@ func (s *server) reloaded(p *policy.Policy) {
 	if n, first := p.Server(), s.srv; first != nil &&
 		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
 			n.AdminListen != first.AdminListen || n.StoreTimeout != first.StoreTimeout ||
-			n.Instances != first.Instances || n.Upstream != first.Upstream) {
-		s.log.Warn("reloaded: store, listen addresses, store timeout, instances and upstream timeouts change only on restart")
+			n.Instances != first.Instances || n.Upstream != first.Upstream || n.Timeouts != first.Timeouts ||
+			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride) {
+		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits and method_override change only on restart")
+	}
+	if s.console != nil {
+		s.console.reloaded(p)
+	}
+}
+
+// rejected follows a rejected version of the policy file.
+func (s *server) rejected(err error) {
+	if s.console != nil {
+		s.console.rejected(err)
 	}
 }
 
@@ -232,6 +259,7 @@ func (s *server) reloaded(p *policy.Policy) {
 // says where on stdout.
 func (s *server) listen(stdout io.Writer) error {
 	var upstream *url.URL
+	adminScheme := "http"
 	if s.cfg.demo {
 		var err error
 		if s.demo, err = demo.Start("127.0.0.1:0"); err != nil {
@@ -244,39 +272,58 @@ func (s *server) listen(stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	files := s.fileBudget()
 	g, err := gateway.New(gateway.Options{
-		Matcher:  matcher,
-		Engine:   s.engine,
-		Fields:   gateway.FieldOptions(s.srv.Headers),
-		Observer: s.metrics,
-		Logger:   s.log,
+		Matcher:        matcher,
+		Engine:         s.engine,
+		Fields:         gateway.FieldOptions(s.srv.Headers),
+		Observer:       s.metrics,
+		Logger:         s.log,
+		MethodOverride: methodOverride(s.srv.MethodOverride),
 		Transport: gateway.NewTransport(gateway.TransportOptions{
 			DialTimeout:           s.srv.Upstream.DialTimeout,
 			ResponseHeaderTimeout: s.srv.Upstream.Timeout,
 			IdleConnTimeout:       s.srv.Upstream.IdleTimeout,
+			MaxConnsPerHost:       files.upstreamPerHost,
 		}),
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.gateway.Store(g)
-	if s.frontLn, err = net.Listen("tcp", firstNonEmpty(s.cfg.listen, s.srv.Listen, config.DefaultListen)); err != nil {
+	ln, err := net.Listen("tcp", firstNonEmpty(s.cfg.listen, s.srv.Listen, config.DefaultListen))
+	if err != nil {
 		return fmt.Errorf("serve: listen: %w", err)
 	}
+	s.conns = newConnLimit(ln, files.connections)
+	s.frontLn = s.conns
+	t := s.srv.Timeouts
 	s.front = &http.Server{
-		Handler:           g,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		Handler:           s.tracing.handler(g, "gateway"),
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// HTTP/2 with prior knowledge (h2c) is served, never mistaken for an
+		// HTTP/1 request with the method PRI and forwarded.
+		Protocols: new(http.Protocols),
 	}
+	s.front.Protocols.SetHTTP1(true)
+	s.front.Protocols.SetUnencryptedHTTP2(true)
 	if admin := firstNonEmpty(s.cfg.adminListen, s.srv.AdminListen); admin != "off" && admin != "" {
 		if s.adminLn, err = net.Listen("tcp", admin); err != nil {
 			return fmt.Errorf("serve: admin listen: %w", err)
 		}
+		ln, scheme, err := s.console.listener(s.adminLn)
+		if err != nil {
+			return err
+		}
+		s.adminLn, adminScheme = ln, scheme
 		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
-	s.services, err = startDecisionServices(s.srv, s.cfg.config, s.engine, s.reloader, s.metrics,
-		s.cfg.shutdownTimeout, s.errc, stdout, s.log)
+	s.services, err = startDecisionServices(s, stdout)
 	if err != nil {
 		return err
 	}
@@ -292,9 +339,51 @@ func (s *server) listen(stdout io.Writer) error {
 		printDemo(stdout, base, s.demo.URL, s.adminLn)
 	}
 	if s.adminLn != nil {
-		fmt.Fprintf(stdout, "floodgate: admin on http://%s (/healthz, /readyz, /metrics)\n", displayAddr(s.adminLn.Addr()))
+		fmt.Fprintf(stdout, "floodgate: admin on %s://%s (/healthz, /readyz, /metrics, /api/v1/, /ui/)\n", adminScheme, displayAddr(s.adminLn.Addr()))
 	}
 	return nil
+}
+
+// fileBudget shares the open files between client connections and
+// upstream connections, leaving room for the admin listener, the store and
+// the rest: a flood of connections is answered 503 before it can run the
+// process out of file descriptors.
+type fileBudget struct {
+	connections     int // client connections served at once
+	upstreamPerHost int // connections to one upstream host
+}
+
+func (s *server) fileBudget() fileBudget {
+	limit, err := raiseFileLimit()
+	if err != nil {
+		s.log.Warn("could not read the open-file limit", "err", err)
+	}
+	s.log.Info("open-file limit", "limit", limit)
+	b := fileBudget{connections: s.srv.MaxConnections, upstreamPerHost: s.srv.Upstream.MaxConnsPerHost}
+	// A limit that is unknown or effectively unlimited still gets bounds.
+	n := int(min(limit, 1<<20))
+	if n <= 0 {
+		n = 1 << 20
+	}
+	if b.connections == 0 {
+		b.connections = max(n/2, 64)
+	}
+	if b.upstreamPerHost == 0 {
+		b.upstreamPerHost = max(n/4, 32)
+	}
+	return b
+}
+
+// methodOverride turns the file's server.method_override into the
+// gateway's setting.
+func methodOverride(s string) gateway.MethodOverride {
+	switch s {
+	case config.MethodOverrideReject:
+		return gateway.OverrideReject
+	case config.MethodOverrideHonor:
+		return gateway.OverrideHonor
+	}
+	return gateway.OverrideStrip
 }
 
 // adminHandler serves /healthz, /readyz and /metrics.
@@ -304,17 +393,49 @@ func (s *server) adminHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !s.ready.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, "not ready\n")
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
-	})
+	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	s.console.routes(mux)
 	return mux
+}
+
+// readyz answers whether the process serves: 503 before it is ready and
+// while it shuts down; otherwise 200, with "ready" or, while decisions are
+// made by the failure policies (the store's circuit breaker is open) or
+// the state file cannot be written, "degraded" and the reasons. Traffic
+// still gets answers while degraded, as each limit's on_failure says, so a
+// load balancer should keep sending it; "?strict" answers 503 instead, for
+// the deployments that would rather route around a degraded instance.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !s.ready.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "not ready\n")
+		return
+	}
+	reasons := s.degraded()
+	if len(reasons) == 0 {
+		_, _ = io.WriteString(w, "ready\n")
+		return
+	}
+	if r.URL.Query().Has("strict") {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_, _ = io.WriteString(w, "degraded: "+strings.Join(reasons, "; ")+"\n")
+}
+
+// degraded lists why the process is not fully healthy.
+func (s *server) degraded() []string {
+	var out []string
+	if st := s.engine.Stats(); st.BreakerOpen {
+		out = append(out, "the store does not answer (circuit breaker open): limits follow their on_failure")
+	}
+	if ms, ok := s.store.(*memstore.Store); ok {
+		if err := ms.Stats().LastSnapshotError; err != nil {
+			out = append(out, "the state file cannot be written: "+err.Error())
+		}
+	}
+	return out
 }
 
 // run serves until ctx ends or a listener fails, reloading the policy on
@@ -355,6 +476,9 @@ func (s *server) shutdown(ctx context.Context) error {
 	if s.admin != nil {
 		_ = s.admin.Shutdown(sctx)
 	}
+	if err := s.tracing.shutdown(sctx); err != nil {
+		s.log.Warn("flushing the traces", "err", err)
+	}
 	return s.close()
 }
 
@@ -375,6 +499,7 @@ func (s *server) close() error {
 			s.services.Shutdown()
 		}
 	}
+	s.console.close()
 	if s.demo != nil {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.demo.Close(c)
@@ -392,7 +517,7 @@ func (s *server) close() error {
 // back to a local share when Redis fails.
 func serveOpenStore(srv *config.Server, statePath string, log *slog.Logger) (store, local limiter.Store, closeAll func() error, err error) {
 	if srv.StoreKind() == "memory" {
-		ms, err := memstore.New(memstore.Options{StatePath: statePath, Logger: log})
+		ms, err := memstore.New(memstore.Options{StatePath: statePath, MaxBytes: srv.Memory.MaxBytes, Logger: log})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("serve: %w", err)
 		}
@@ -407,7 +532,7 @@ func serveOpenStore(srv *config.Server, statePath string, log *slog.Logger) (sto
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	ls, err := memstore.New(memstore.Options{Logger: log})
+	ls, err := memstore.New(memstore.Options{MaxBytes: srv.Memory.MaxBytes, Logger: log})
 	if err != nil {
 		rs.Close()
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)

@@ -2,19 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/httpapi"
-	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/rls"
 )
@@ -31,8 +31,9 @@ type decisionServices struct {
 // startDecisionServices opens the listeners the settings name and serves
 // them until Shutdown. Errors that end serving are sent to errc.
 // configPath anchors relative paths.
-func startDecisionServices(srv *config.Server, configPath string, eng limiter.Engine, reloader *policy.Reloader,
-	m *metrics.Metrics, grace time.Duration, errc chan<- error, stdout io.Writer, log *slog.Logger) (*decisionServices, error) {
+func startDecisionServices(s *server, stdout io.Writer) (*decisionServices, error) {
+	srv, configPath, eng, reloader, m := s.srv, s.cfg.config, s.engine, s.reloader, s.metrics
+	grace, errc, log := s.cfg.shutdownTimeout, s.errc, s.log
 	ctx, stop := context.WithCancel(context.Background())
 	ds := &decisionServices{stop: stop}
 	fail := func(err error) (*decisionServices, error) {
@@ -56,7 +57,8 @@ func startDecisionServices(srv *config.Server, configPath string, eng limiter.En
 			return fail(fmt.Errorf("serve: rls_config: %w", err))
 		}
 		svc := rls.New(eng, cfg, rls.Options{Logger: log, Fields: fields.Options{Legacy: srv.Headers.XRateLimit, NoRateLimit: !srv.Headers.RateLimit}})
-		gs, err := rls.NewServer(svc, rls.ServerOptions{TLSCertFile: rel(srv.GRPCTLSCert), TLSKeyFile: rel(srv.GRPCTLSKey)})
+		gs, err := rls.NewServer(svc, rls.ServerOptions{TLSCertFile: rel(srv.GRPCTLSCert), TLSKeyFile: rel(srv.GRPCTLSKey),
+			ExtraOptions: s.tracing.grpcOptions()})
 		if err != nil {
 			return fail(fmt.Errorf("serve: rate-limit service: %w", err))
 		}
@@ -79,15 +81,19 @@ func startDecisionServices(srv *config.Server, configPath string, eng limiter.En
 	}
 
 	if srv.APIListen != "" {
-		ln, err := net.Listen("tcp", srv.APIListen)
+		ln, err := net.Listen("tcp", loopbackByDefault(srv.APIListen))
 		if err != nil {
 			return fail(fmt.Errorf("serve: api listen: %w", err))
 		}
-		h := httpapi.New(eng, httpapi.PolicyLimits(reloader.Policy), httpapi.Options{Logger: log, Observer: m})
+		opts := httpapi.Options{Logger: log, Observer: m}
+		if srv.APIAuth != config.APIAuthNone {
+			opts.Tokens = policyTokens(reloader.Policy)
+		}
+		h := httpapi.New(eng, httpapi.PolicyLimits(reloader.Policy), opts)
 		ds.wg.Add(1)
 		go func() {
 			defer ds.wg.Done()
-			if err := httpapi.Serve(ctx, ln, h, grace); err != nil {
+			if err := httpapi.Serve(ctx, ln, s.tracing.handler(h, "http_api"), grace); err != nil {
 				errc <- fmt.Errorf("check API: %w", err)
 			}
 		}()
@@ -100,4 +106,32 @@ func startDecisionServices(srv *config.Server, configPath string, eng limiter.En
 func (ds *decisionServices) Shutdown() {
 	ds.stop()
 	ds.wg.Wait()
+}
+
+// loopbackByDefault binds an address without a host (":9091") to the
+// loopback interface: the check API shares its counters with the gateway,
+// so it is reached from other hosts only when the file names a host such as
+// 0.0.0.0.
+func loopbackByDefault(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// policyTokens knows the check API's tokens of the policy in force, so
+// that a reload adds and revokes tokens.
+type policyTokens func() *policy.Policy
+
+// Known reports whether the token's SHA-256 is one of server.api_tokens.
+func (f policyTokens) Known(token string) bool {
+	sum := sha256.Sum256([]byte(token))
+	h := hex.EncodeToString(sum[:])
+	for _, t := range f().Server().APITokens {
+		if subtle.ConstantTimeCompare([]byte(strings.ToLower(t.SHA256)), []byte(h)) == 1 {
+			return true
+		}
+	}
+	return false
 }

@@ -15,6 +15,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -61,6 +62,8 @@ server:
   grpc_listen: %q
   rls_config: [rls]
   api_listen: %q
+  api_tokens:
+    - {name: billing, sha256: %s}
 routes:
   - name: all
     match: {paths: ["/**"]}
@@ -71,7 +74,7 @@ limits:
     limit: 5
     window: 1h
     key: global
-`, grpcAddr, apiAddr, up.URL)), 0o644)
+`, grpcAddr, apiAddr, config.HashKey("billing-token"), up.URL)), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,12 +92,28 @@ limits:
 			t.Fatalf("gateway request %d: %d", i+1, code)
 		}
 	}
-	check := func() (int, string) {
-		resp, err := http.Post("http://"+apiAddr+"/v1/check", "application/json",
-			strings.NewReader(`{"limit":"global-cap","key":"global"}`))
+	post := func(token string) *http.Response {
+		req, _ := http.NewRequest("POST", "http://"+apiAddr+"/v1/check", strings.NewReader(`{"limit":"global-cap","key":"global"}`))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
+		return resp
+	}
+	// The check API shares the gateway's counters: it answers only callers
+	// with a token of the file, and asks the engine nothing for others.
+	for _, token := range []string{"", "guess"} {
+		if resp := post(token); resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Fatalf("check API with token %q: %d, want 401", token, resp.StatusCode)
+		} else {
+			resp.Body.Close()
+		}
+	}
+	check := func() (int, string) {
+		resp := post("billing-token")
 		defer resp.Body.Close()
 		var b strings.Builder
 		_, _ = fmt.Fprint(&b, resp.Header.Get("RateLimit"))
@@ -149,6 +168,7 @@ limits:
 		`floodgate_decisions_total{front_end="rls",limit="messaging.to_number",outcome="allowed"} 2`,
 		`floodgate_decisions_total{front_end="rls",limit="messaging.to_number",outcome="denied"} 1`,
 		`floodgate_rejections_total{code="429",front_end="http_api",limit="global-cap"} 1`,
+		`floodgate_rejections_total{code="401",front_end="http_api",limit=""} 2`,
 	} {
 		if !strings.Contains(text, want+"\n") {
 			t.Errorf("/metrics has no %s", want)
@@ -189,6 +209,7 @@ server:
   grpc_listen: %q
   rls_config: [rls.yaml]
   api_listen: %q
+  api_auth: none
   store: redis://%s/0
   store_timeout: 200ms
 routes:
@@ -258,4 +279,15 @@ func grep(text, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+func TestCheckAPIOnLoopbackByDefault(t *testing.T) {
+	for in, want := range map[string]string{
+		":9091": "127.0.0.1:9091", "0.0.0.0:9091": "0.0.0.0:9091", "[::]:9091": "[::]:9091",
+		"api.internal:9091": "api.internal:9091", "127.0.0.1:0": "127.0.0.1:0",
+	} {
+		if got := loopbackByDefault(in); got != want {
+			t.Errorf("loopbackByDefault(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

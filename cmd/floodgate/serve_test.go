@@ -24,13 +24,20 @@ import (
 // from what serve prints.
 func startServe(t *testing.T, args ...string) (gw, admin string, stop func() error, out *lockedBuffer) {
 	t.Helper()
+	gw, admin, stop, out, _ = startServeLogged(t, args...)
+	return gw, admin, stop, out
+}
+
+// startServeLogged is startServe also returning what serve logs.
+func startServeLogged(t *testing.T, args ...string) (gw, admin string, stop func() error, out, logs *lockedBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	out = &lockedBuffer{}
-	var stderr lockedBuffer
+	stderr := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, append([]string{"serve"}, args...), pw, &stderr)
+		err := run(ctx, append([]string{"serve"}, args...), pw, stderr)
 		pw.Close()
 		done <- err
 	}()
@@ -74,7 +81,7 @@ func startServe(t *testing.T, args ...string) (gw, admin string, stop func() err
 		return stopErr
 	}
 	t.Cleanup(func() { _ = stop() })
-	return gw, admin, stop, out
+	return gw, admin, stop, out, stderr
 }
 
 type lockedBuffer struct {
@@ -304,7 +311,8 @@ limits:
 		}
 	}
 	write(2)
-	gw, _, stop, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	// Without --watch=false the changed file would be applied anyway.
+	gw, _, stop, _ := startServe(t, "--config", cfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	var codes []int
 	for i := 0; i < 3; i++ {
 		code, _, _ := get(t, gw+"/")

@@ -61,7 +61,7 @@ func (c *coarseClock) nowSlow() int64 {
 		c.state.CompareAndSwap(clockIdle, clockBusy)
 		return c.cached.Load()
 	}
-	t := c.wall.now()
+	t := c.wall.mono()
 	c.cached.Store(t)
 	if c.state.CompareAndSwap(clockParked, clockBusy) {
 		select {
@@ -88,10 +88,10 @@ func (c *coarseClock) run(stop <-chan struct{}) {
 		case <-resync.C:
 			c.wall.sync()
 		case <-c.wake:
-			c.cached.Store(c.wall.now())
+			c.cached.Store(c.wall.mono())
 			tick.Reset(clockTick)
 		case <-tick.C:
-			c.cached.Store(c.wall.now())
+			c.cached.Store(c.wall.mono())
 			if c.state.CompareAndSwap(clockIdle, clockParked) {
 				tick.Stop() // nothing decided for a whole tick
 			} else {
@@ -124,6 +124,6 @@ func (s *Store) refineCached(sh *shard, now int64) int64 {
 
 // fresh reads the system clock for a decision in sh, whose lock is held.
 func (s *Store) fresh(sh *shard) int64 {
-	sh.seen = s.clock.wall.now()
+	sh.seen = s.clock.wall.mono()
 	return sh.seen
 }

@@ -28,6 +28,13 @@
 // may count in the window before it. With Options.Now set, every decision
 // calls it.
 //
+// Two clocks are read. Calendar quotas follow the wall clock, since their
+// periods are days of a calendar. Every other algorithm (rates, windows,
+// leases) follows the monotonic time since the store started, counted from
+// the wall-clock reading of that moment: a step of the wall clock, back or
+// forward, neither freezes nor refills them. Options.Elapsed sets that
+// clock beside Options.Now.
+//
 // # State file
 //
 // With Options.StatePath set, the store writes a snapshot of every live key

@@ -43,18 +43,30 @@ type Options struct {
 	// MaxBytes/Shards, evicting least recently used keys. It does not
 	// count the rule IDs, which keys of one rule share.
 	MaxBytes int64
-	// Now returns the current instant in Unix nanoseconds. An instant
-	// earlier than one already seen for a key is clamped to that one and
-	// counted in Stats().Clamps. With Now set, every decision calls it.
-	// The default is the system's wall clock, read as the monotonic time
-	// since a wall-clock reading that is taken again every second (a step
-	// of the wall clock shows within a second), and cached: decisions use
-	// an instant refreshed every millisecond while they are being made,
-	// and every 16th decision of a shard reads the clock itself, so an
-	// instant lags the wall clock by about a millisecond at most (more only
-	// while the process is starved of CPU and decisions are rare); see the
-	// package documentation.
+	// Now returns the wall clock's current instant in Unix nanoseconds.
+	// Calendar quotas follow it (their periods are days of a calendar);
+	// every other algorithm follows Elapsed when it is set, and Now too
+	// when it is not. An instant earlier than one already seen for a key
+	// is clamped to that one and counted in Stats().Clamps. With Now set,
+	// every decision calls it.
+	//
+	// By default the two clocks are the system's: quotas read the wall
+	// clock (a step of it shows within a second), and the other
+	// algorithms the monotonic time since the store started, counted from
+	// the wall-clock reading of that moment, so that a step of the wall
+	// clock (an NTP correction, a mistaken date) neither freezes nor
+	// refills any rate or window. That instant is cached: decisions use an
+	// instant refreshed every millisecond while they are being made, and
+	// every 16th decision of a shard reads the clock itself, so an instant
+	// lags by about a millisecond at most (more only while the process is
+	// starved of CPU and decisions are rare); see the package
+	// documentation.
 	Now func() int64
+	// Elapsed, when set together with Now, is the monotonic time since any
+	// fixed instant: every algorithm but calendar quotas follows it,
+	// counted from Now's reading when the store is made. Tests set both to
+	// step the wall clock alone.
+	Elapsed func() time.Duration
 	// StatePath, when set, is the state file: loaded by New, written
 	// every SnapshotInterval and by Close.
 	StatePath string
@@ -89,7 +101,8 @@ type Stats struct {
 	LoadError error
 	// Snapshots counts snapshots written; SnapshotErrors those that failed.
 	Snapshots, SnapshotErrors uint64
-	// LastSnapshotError is the latest snapshot failure, if any.
+	// LastSnapshotError is the error of the latest snapshot, when it
+	// failed (nil once a snapshot succeeds again).
 	LastSnapshotError error
 	// LastSnapshot is the instant the latest successful snapshot began.
 	LastSnapshot time.Time
@@ -103,7 +116,8 @@ type Store struct {
 	mult   uint64 // keyHash's multiplier, odd, drawn from seed
 	// ruleHashes caches the hash of recently used rules' IDs.
 	ruleHashes [64]atomic.Pointer[ruleHash]
-	now        func() int64
+	now        func() int64 // the monotonic timeline: expiries and all but quotas
+	wall       func() int64 // the wall clock: calendar quotas
 	clock      *coarseClock // the default clock, nil with Options.Now
 	opts       Options
 	log        *slog.Logger
@@ -166,9 +180,18 @@ func New(opts Options) (*Store, error) {
 		stop:   make(chan struct{}),
 	}
 	s.mult = maphash.String(s.seed, "multiplier") | 1
+	switch {
+	case s.now != nil && opts.Elapsed != nil:
+		base := opts.Now() - int64(opts.Elapsed())
+		s.wall = opts.Now
+		s.now = func() int64 { return base + int64(opts.Elapsed()) }
+	case s.now != nil:
+		s.wall = s.now
+	}
 	if s.now == nil {
 		s.clock = newCoarseClock()
 		s.now = s.clock.now
+		s.wall = s.clock.wall.now
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -366,14 +389,14 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		}
 		oldExt = extCost(e.st.Ext) // before Decide, which may grow it in place
 	}
-	t := now
+	t, wall := s.instant(p, now)
 	if t < st.Last {
 		t = st.Last
 		sh.clamps++
 	}
 	err := p.DecideInto(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out)
 	if err == nil && out.Allowed && !peek {
-		exp := expiry(hit.Rule, &st, out, t)
+		exp := expiry(hit.Rule, &st, out, expiryBase(t, now, wall))
 		if e != nil {
 			e.st, e.exp, e.rule = st, exp, hit.Rule
 			sh.regrow(oldExt, extCost(st.Ext))
@@ -469,7 +492,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 				sh.touch(wk.idx)
 			}
 		}
-		t := now
+		t, wall := s.instant(hit.Rule.Params(), now)
 		if t < wk.st.Last {
 			t = wk.st.Last
 			sh.clamps++
@@ -481,7 +504,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		}
 		if d.Allowed {
 			wk.allowed = true
-			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, &d, t))
+			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, &d, expiryBase(t, now, wall)))
 		} else if !hit.Rule.Shadow() {
 			denied = true
 		}
@@ -568,8 +591,28 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 	return nil
 }
 
+// instant returns the instant a decision of p is made at, given now (the
+// store's monotonic timeline): a calendar quota's is the wall clock's
+// (wall reports it).
+func (s *Store) instant(p *algo.Params, now int64) (t int64, wall bool) {
+	if p.Algorithm().Family() == floodgate.FamilyQuota {
+		return s.wall(), true
+	}
+	return now, false
+}
+
+// expiryBase is the instant on the monotonic timeline that the expiry of a
+// decision made at t counts from.
+func expiryBase(t, now int64, wall bool) int64 {
+	if wall {
+		return now
+	}
+	return t
+}
+
 // expiry is the instant the state left by an allowed decision d is back to
 // full: d.ResetAfter from now, or the last lease's expiry for concurrency.
+// Expiries are on the store's monotonic timeline.
 func expiry(r *limiter.Rule, st *algo.State, d *floodgate.Decision, now int64) int64 {
 	exp := satAdd(now, int64(d.ResetAfter))
 	if r.Params().Algorithm().Kind() == floodgate.KindConcurrency && st.Ext != nil {
@@ -640,18 +683,25 @@ func (s *Store) Stats() Stats {
 // I/O, so the engine calls it without a deadline (limiter.InProcess).
 func (s *Store) InProcess() bool { return true }
 
-// wallClock tells Unix time from the monotonic clock plus an offset that
-// sync refreshes from the wall clock.
+// wallClock tells two times from the monotonic clock: Unix time plus an
+// offset that sync refreshes from the wall clock (now), and the monotonic
+// timeline counted from the wall-clock reading at start, which no step of
+// the wall clock moves (mono).
 type wallClock struct {
-	start  time.Time
-	offset atomic.Int64 // Unix ns at start, as of the latest sync
+	start     time.Time
+	startUnix int64        // Unix ns at start
+	offset    atomic.Int64 // Unix ns at start, as of the latest sync
 }
 
 func newWallClock() *wallClock {
 	c := &wallClock{start: time.Now()}
+	c.startUnix = c.start.UnixNano()
 	c.sync()
 	return c
 }
+
+// mono returns the monotonic timeline's instant.
+func (c *wallClock) mono() int64 { return int64(time.Since(c.start)) + c.startUnix }
 
 // sync re-reads the wall clock, so that steps of it show.
 func (c *wallClock) sync() {

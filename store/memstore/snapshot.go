@@ -61,6 +61,7 @@ func (s *Store) Snapshot() error {
 	}
 	s.snapshots.Add(1)
 	s.lastSnapshot.Store(began)
+	s.lastSnapErr.Store(nil)
 	return nil
 }
 

@@ -44,8 +44,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// -2: the key expired since KEYS listed it (a short TTL on a busy
-		// machine); -1: it never will.
+		// -2: the key expired between KEYS and PTTL, so it had a TTL.
 		if n, _ := strconv.Atoi(ttl); n <= 0 && n != -2 {
 			t.Fatalf("key %s has PTTL %s; every key must expire", k, ttl)
 		}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate/admin"
+	"github.com/floodgate/floodgate/alarm"
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/dashboard"
+	"github.com/floodgate/floodgate/internal/redisconn"
+	"github.com/floodgate/floodgate/keystore"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// console is the operator's side of floodgate serve: the API keys managed
+// at run time, the admin API, the dashboard and the quota alarms.
+type console struct {
+	log      *slog.Logger
+	srv      *config.Server
+	reloader *policy.Reloader
+	cfgPath  string
+	instance string
+	started  time.Time
+
+	redis  rueidis.Client // nil on the memory store
+	keys   *keystore.Store
+	audit  admin.AuditLog
+	rec    *dashboard.Recorder
+	share  *dashboard.Share
+	alarms *alarm.Alarms
+
+	api   *admin.API
+	dash  *dashboard.Handler
+	stats func() limiter.Stats
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex // guards reloads
+	reloads []dashboard.Reload
+}
+
+// maxReloads is how many reloads the dashboard lists.
+const maxReloads = 20
+
+// newConsole opens the key store (in Redis, or in a file beside the state
+// file) and makes the dashboard's recorder and the alarms, which observe
+// the engine's decisions.
+func newConsole(cfgPath, statePath string, srv *config.Server, reloader *policy.Reloader, reg prometheus.Registerer, log *slog.Logger) (*console, error) {
+	c := &console{log: log, srv: srv, reloader: reloader, cfgPath: cfgPath, instance: instanceID(), started: time.Now().UTC()}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.rec = dashboard.NewRecorder(time.Now().Unix())
+	var backend keystore.Backend
+	var dedup alarm.Deduper
+	if srv.StoreKind() == "memory" {
+		base := consoleBase(cfgPath, statePath)
+		keysPath := base + ".keys.json"
+		if srv.Admin.KeysFile != "" {
+			keysPath = relTo(cfgPath, srv.Admin.KeysFile)
+		}
+		backend = keystore.NewFileBackend(keysPath)
+		c.audit = admin.NewFileAudit(strings.TrimSuffix(keysPath, ".keys.json")+".audit.jsonl", 0)
+		dedup = alarm.NewLocalDedup()
+	} else {
+		rc, err := redisconn.Open(srv.Store)
+		if err != nil {
+			return nil, fmt.Errorf("serve: console: %w", err)
+		}
+		c.redis = rc
+		backend = keystore.NewRedisBackend(rc)
+		c.audit = admin.NewRedisAudit(rc, 0)
+		dedup = alarm.NewRedisDedup(rc)
+		c.share = dashboard.NewShare(rc, c.instance, c.rec, c.info, log)
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	var err error
+	if c.keys, err = keystore.New(ctx, keystore.Options{Backend: backend, Policy: reloader.Policy, Logger: log}); err != nil {
+		c.close()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	reloader.SetKeySource(c.keys)
+	if c.alarms, err = alarm.New(alarm.Options{Dedup: dedup, Logger: log, Registerer: reg, Instance: c.instance}); err != nil {
+		c.close()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	c.alarms.SetPolicy(reloader.Policy(), c.alarmPlans(reloader.Policy()))
+	return c, nil
+}
+
+// consoleBase is the path the console's files are named after: the state
+// file's, or the policy file's when there is none.
+func consoleBase(cfgPath, statePath string) string {
+	if statePath != "" {
+		return statePath
+	}
+	return strings.TrimSuffix(cfgPath, filepath.Ext(cfgPath))
+}
+
+func relTo(cfgPath, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(filepath.Dir(cfgPath), p)
+}
+
+// instanceID names this process: host, pid and a random suffix.
+func instanceID() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// observer is every observer of the engine's decisions: the metrics, the
+// dashboard's recorder and the alarms.
+func (c *console) observer(m limiter.Observer) limiter.Observer {
+	return observers{m, c.rec, c.alarms}
+}
+
+// observers tells each of its observers about every decision.
+type observers []limiter.Observer
+
+// ObserveDecision calls each observer in turn.
+func (o observers) ObserveDecision(req *limiter.Request, res *limiter.Result) {
+	for _, x := range o {
+		x.ObserveDecision(req, res)
+	}
+}
+
+// attach builds the admin API and the dashboard on the engine and starts
+// the console's background work.
+func (c *console) attach(eng limiter.Engine, stats func() limiter.Stats) error {
+	c.stats = stats
+	var tokens []admin.Token
+	for _, t := range c.srv.Admin.Tokens {
+		var tk admin.Token
+		b, _ := hex.DecodeString(t.SHA256)
+		copy(tk.SHA256[:], b)
+		tk.Name = t.Name
+		tokens = append(tokens, tk)
+	}
+	var err error
+	c.api, err = admin.New(admin.Options{Tokens: tokens, Keys: c.keys, Audit: c.audit, Policy: c.reloader.Policy,
+		Engine: eng, Instance: c.instance, Logger: c.log})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	var authorize func(*http.Request) bool
+	if len(tokens) > 0 {
+		authorize = func(r *http.Request) bool { _, ok := c.api.Authenticate(r); return ok }
+	}
+	c.dash = dashboard.NewHandler(dashboard.Options{Recorder: c.rec, Share: c.share, Info: c.info,
+		Quotas: c.quotas, Reloads: c.reloadHistory, Authorize: authorize, Logger: c.log})
+	c.goRun(c.keys.Run)
+	c.goRun(c.alarms.Run)
+	c.goRun(c.tick)
+	if c.share != nil {
+		c.goRun(c.share.Run)
+	}
+	return nil
+}
+
+func (c *console) goRun(f func(context.Context)) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f(c.ctx)
+	}()
+}
+
+// tick advances the recorder's clock and rotates the heavy hitters.
+func (c *console) tick(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			c.rec.Tick(now.Unix())
+			c.rec.Hitters().Rotate(now)
+		}
+	}
+}
+
+// routes adds the admin API and the dashboard to the admin listener's mux.
+func (c *console) routes(mux *http.ServeMux) {
+	if c.api == nil {
+		return
+	}
+	mux.Handle("/api/", c.api)
+	mux.Handle("/ui", c.dash)
+	mux.Handle("/ui/", c.dash)
+}
+
+// listener serves the admin listener over TLS when the file says so.
+func (c *console) listener(ln net.Listener) (net.Listener, string, error) {
+	a := c.srv.Admin
+	if a.TLSCert == "" {
+		return ln, "http", nil
+	}
+	cert, err := tls.LoadX509KeyPair(relTo(c.cfgPath, a.TLSCert), relTo(c.cfgPath, a.TLSKey))
+	if err != nil {
+		return nil, "", fmt.Errorf("serve: admin TLS: %w", err)
+	}
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), "https", nil
+}
+
+// info describes this instance for the dashboard.
+func (c *console) info() dashboard.Instance {
+	now := c.rec.Now()
+	in := dashboard.Instance{ID: c.instance, Version: c.reloader.Policy().Version(), Store: c.srv.StoreKind(),
+		Breaker: "closed", Health: c.rec.HealthOver(now-61, now-1), Reloads: c.reloader.Reloads(),
+		Rejected: c.reloader.Rejected(), Started: c.started, Seen: time.Now().UTC()}
+	if c.stats != nil && c.stats().BreakerOpen {
+		in.Breaker = "open"
+	}
+	return in
+}
+
+// maxQuotaKeys caps the keys whose quotas the dashboard reads at a time.
+const maxQuotaKeys = 500
+
+// quotas reads every active key's quota with a peek.
+func (c *console) quotas(ctx context.Context) ([]dashboard.Quota, error) {
+	var out []dashboard.Quota
+	for _, kv := range c.api.Keys() {
+		if kv.State != "active" {
+			continue
+		}
+		if len(out) == maxQuotaKeys {
+			break
+		}
+		k, err := c.api.Resolve(kv.Name)
+		if err != nil {
+			continue
+		}
+		_, q := k.Limits()
+		if q == nil {
+			continue
+		}
+		u, err := c.api.Peek(ctx, q, k.Counter())
+		if err != nil {
+			return nil, err
+		}
+		pct := 0.0
+		if u.Capacity > 0 {
+			pct = float64(u.Used) * 100 / float64(u.Capacity)
+		}
+		out = append(out, dashboard.Quota{Key: kv.Name, Plan: kv.Plan, Source: kv.Source, Limit: q.Name,
+			Used: u.Used, Capacity: u.Capacity, Percent: pct, ResetsAt: u.ResetsAt})
+	}
+	return out, nil
+}
+
+// alarmPlans reads the plans' alarm settings (and their secrets).
+func (c *console) alarmPlans(p *policy.Policy) map[string]alarm.Plan {
+	out := map[string]alarm.Plan{}
+	for _, cp := range p.File().Plans {
+		if cp.Alarms == nil {
+			continue
+		}
+		pl := alarm.Plan{Thresholds: cp.Alarms.Thresholds, Webhook: cp.Alarms.Webhook}
+		if cp.Alarms.SecretPath != "" {
+			b, err := os.ReadFile(cp.Alarms.SecretPath)
+			if err != nil {
+				c.log.Error("alarm secret unreadable; the plan's webhook is off", "plan", cp.Name, "err", err)
+				pl.Webhook = ""
+			}
+			pl.Secret = []byte(strings.TrimSpace(string(b)))
+		}
+		out[cp.Name] = pl
+	}
+	return out
+}
+
+// reloaded follows a new policy: alarms, keys, and the reload history.
+func (c *console) reloaded(p *policy.Policy) {
+	c.alarms.SetPolicy(p, c.alarmPlans(p))
+	c.keys.Refresh(c.ctx)
+	c.addReload(dashboard.Reload{Time: time.Now().UTC(), Version: p.Version(), OK: true})
+}
+
+// rejected records a rejected version of the policy file.
+func (c *console) rejected(err error) {
+	msg := err.Error()
+	var errs config.Errors
+	if errors.As(err, &errs) && len(errs) > 0 {
+		msg = errs[0].Error()
+		if len(errs) > 1 {
+			msg += " (and " + strconv.Itoa(len(errs)-1) + " more)"
+		}
+	}
+	c.addReload(dashboard.Reload{Time: time.Now().UTC(), OK: false, Error: msg})
+}
+
+func (c *console) addReload(r dashboard.Reload) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reloads = append([]dashboard.Reload{r}, c.reloads...)
+	if len(c.reloads) > maxReloads {
+		c.reloads = c.reloads[:maxReloads]
+	}
+}
+
+func (c *console) reloadHistory() []dashboard.Reload {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]dashboard.Reload(nil), c.reloads...)
+}
+
+// close stops the background work and the Redis client.
+func (c *console) close() {
+	c.cancel()
+	c.wg.Wait()
+	if c.redis != nil {
+		c.redis.Close()
+	}
+}

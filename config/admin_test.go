@@ -1,0 +1,58 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestAdminAndAlarms(t *testing.T) {
+	t.Parallel()
+	good := `
+server:
+  admin:
+    tokens: [{name: ops, sha256: "` + strings.Repeat("AB", 32) + `"}]
+plans:
+  - name: basic
+    quota: {limit: 10, period: DAY}
+    alarms: {webhook: "http://127.0.0.1:9/hook", secret_file: hook.secret}
+`
+	f, err := Parse("/etc/fg/p.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Server.Admin.Tokens[0].SHA256; got != strings.Repeat("ab", 32) {
+		t.Errorf("token sha256 %q, want lower case", got)
+	}
+	a := f.Plans[0].Alarms
+	if len(a.Thresholds) != 2 || a.Thresholds[0] != 80 || a.Thresholds[1] != 100 || a.SecretPath != "/etc/fg/hook.secret" {
+		t.Errorf("alarms %+v", a)
+	}
+
+	bad := `
+server:
+  admin:
+    tokens: [{name: "", sha256: "xyz"}]
+    tls_cert: c.pem
+plans:
+  - name: basic
+    rate: 5
+    alarms: {thresholds: [0, 120], webhook: "ftp://x"}
+`
+	_, err = Parse("p.yaml", []byte(bad))
+	if err == nil {
+		t.Fatal("bad admin and alarm settings accepted")
+	}
+	for _, want := range []string{
+		"p.yaml:4:21: server.admin.tokens[0].name: a token needs a name",
+		"server.admin.tokens[0].sha256: want the 64 hex digits",
+		"server.admin.tls_cert: tls_cert and tls_key go together",
+		"plans[0].alarms: alarms need a quota",
+		"plans[0].alarms.thresholds[1]: a threshold is a percentage from 1 to 100, got 120",
+		"plans[0].alarms.webhook: want an http:// or https:// URL",
+		"plans[0].alarms.secret_file: a webhook needs secret_file",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors lack %q:\n%v", want, err)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redisconn"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+func rule(t testing.TB, name string) *limiter.Rule {
+	t.Helper()
+	r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 10}, floodgate.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// decide tells rec about one request on the rules, denied by the second
+// when deny is set.
+func decide(rec *Recorder, rules []*limiter.Rule, key string, deny bool) {
+	req := &limiter.Request{}
+	res := &limiter.Result{Allowed: !deny, Binding: -1}
+	for _, r := range rules {
+		req.Hits = append(req.Hits, limiter.Hit{Rule: r, Key: key, Cost: 1})
+		res.Decisions = append(res.Decisions, floodgate.Decision{Allowed: true})
+	}
+	if deny {
+		res.Binding = 1
+		res.Decisions[1].Allowed = false
+	}
+	rec.ObserveDecision(req, res)
+}
+
+func TestRecorderSeconds(t *testing.T) {
+	t.Parallel()
+	a, b := rule(t, "a"), rule(t, "b")
+	rec := NewRecorder(1000)
+	decide(rec, []*limiter.Rule{a, b}, "ip:1", false)
+	decide(rec, []*limiter.Rule{a, b}, "ip:1", true)
+	rec.Tick(1001)
+	decide(rec, []*limiter.Rule{a, b}, "ip:2", true)
+	rec.ObserveDecision(&limiter.Request{Peek: true, Hits: []limiter.Hit{{Rule: a}}}, &limiter.Result{})
+	got := rec.Counts(999, 1001)
+	want := map[string][]Point{
+		"all": {{2, 1}, {1, 1}},
+		"a":   {{2, 0}, {1, 0}},
+		"b":   {{2, 1}, {1, 1}},
+	}
+	for name, pts := range want {
+		if fmt.Sprint(got[name]) != fmt.Sprint(pts) {
+			t.Errorf("%s: %v, want %v", name, got[name], pts)
+		}
+	}
+	// An hour later the old seconds are gone, not mixed into new ones.
+	rec.Tick(1000 + Window)
+	got = rec.Counts(1000+Window-2, 1000+Window)
+	if fmt.Sprint(got["all"]) != "[{0 0} {0 0}]" {
+		t.Errorf("after an hour: %v", got["all"])
+	}
+	if top := rec.Hitters().Top(5); len(top) != 2 || top[0].Limit != "b" {
+		t.Errorf("top %v", top)
+	}
+}
+
+func TestHittersFindHeavyKeys(t *testing.T) {
+	t.Parallel()
+	h := NewHitters(10)
+	// 1,000 keys denied once each and three heavy ones denied often,
+	// interleaved: the heavy ones are the top three.
+	for i := 0; i < 1000; i++ {
+		h.Add("l", fmt.Sprintf("ip:%d", i))
+		if i%5 == 0 {
+			h.Add("l", "heavy-1")
+			h.Add("l", "heavy-2")
+		}
+		if i%4 == 0 {
+			h.Add("l", "heavy-3")
+		}
+	}
+	// Space-Saving guarantees every key denied more than total/k = 165
+	// times: 200, 200 and 250 here. Count - Error <= true count <= Count.
+	top := h.Top(3)
+	truth := map[string]uint64{"heavy-1": 200, "heavy-2": 200, "heavy-3": 250}
+	if len(top) != 3 {
+		t.Fatalf("top %v", top)
+	}
+	for _, x := range top {
+		n, ok := truth[x.Key]
+		if !ok || x.Count-x.Error > n || x.Count < n {
+			t.Errorf("%v: not a heavy key, or the bounds do not hold (true count %d)", x, n)
+		}
+	}
+	if len(h.cur) > 10 {
+		t.Errorf("sketch holds %d keys, more than 10", len(h.cur))
+	}
+}
+
+// TestShareAcrossInstances: two recorders sharing one Redis see each
+// other's counts.
+func TestShareAcrossInstances(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	a := rule(t, "a")
+	b := rule(t, "b")
+	now := time.Now().Unix()
+	var recs [2]*Recorder
+	var shares [2]*Share
+	for i := range recs {
+		recs[i] = NewRecorder(now)
+		c, err := redisconn.Open("redis://" + rs.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		id := fmt.Sprintf("i%d", i)
+		shares[i] = NewShare(c, id, recs[i], func() Instance { return Instance{Version: "v1"} }, nil)
+	}
+	for i := 0; i < 3; i++ {
+		decide(recs[0], []*limiter.Rule{a, b}, "ip:1", false)
+	}
+	decide(recs[1], []*limiter.Rule{a, b}, "ip:9", true)
+	for _, r := range recs {
+		r.Tick(now + 1)
+	}
+	ctx := context.Background()
+	for round := 0; round < 2; round++ {
+		for _, s := range shares {
+			if err := s.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, s := range shares {
+		local := recs[i].Counts(now-1, now)
+		s.addRemote(local, now-1, now)
+		if got := local["all"][0]; got != (Point{Decisions: 4, Denied: 1}) {
+			t.Errorf("instance %d sees %v for the deployment, want 4 decisions and 1 denial", i, got)
+		}
+		if n := len(s.Instances()); n != 2 {
+			t.Errorf("instance %d sees %d instances", i, n)
+		}
+	}
+	if top := shares[0].Top(); len(top) != 1 || top[0].Key != "ip:9" {
+		t.Errorf("instance 0 sees the other's top keys as %v", top)
+	}
+}
+
+func BenchmarkObserveDecision(b *testing.B) {
+	rules := []*limiter.Rule{rule(b, "a"), rule(b, "b"), rule(b, "c")}
+	rec := NewRecorder(time.Now().Unix())
+	req := &limiter.Request{}
+	res := &limiter.Result{Allowed: true, Binding: -1}
+	for _, r := range rules {
+		req.Hits = append(req.Hits, limiter.Hit{Rule: r, Key: "ip:1", Cost: 1})
+		res.Decisions = append(res.Decisions, floodgate.Decision{Allowed: true})
+	}
+	rec.ObserveDecision(req, res)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			rec.ObserveDecision(req, res)
+		}
+	})
+}

@@ -1,0 +1,267 @@
+package dashboard
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Window is how many one-second slots a series keeps: the last hour.
+const Window = 3600
+
+// MaxSeries is how many limits get a series of their own; decisions of
+// further limits are counted under "other".
+const MaxSeries = 128
+
+// slot is one second of one series.
+type slot struct {
+	decisions atomic.Uint64
+	denied    atomic.Uint64
+}
+
+// series counts one limit's decisions and 429s per second.
+type series struct {
+	name  string
+	slots [Window]slot
+}
+
+// health counts the store's answers per second.
+type health struct {
+	latencySum [Window]atomic.Int64 // ns
+	latencyN   [Window]atomic.Uint64
+	latencyMax [Window]atomic.Int64
+	degraded   [Window]atomic.Uint64
+}
+
+// Recorder is the limiter.Observer that feeds the dashboard.
+type Recorder struct {
+	// sec is the current Unix second, advanced by Tick: decisions read it
+	// instead of the clock.
+	sec    atomic.Int64
+	stamps [Window]atomic.Int64 // the second each slot holds
+
+	total   series
+	health  health
+	byRule  atomic.Pointer[map[*limiter.Rule]*series]
+	hitters *Hitters
+
+	mu     sync.Mutex // guards byName and the copy-on-write of byRule
+	byName map[string]*series
+	other  *series
+	inUse  bool // other has counted something
+}
+
+// NewRecorder returns a recorder whose clock starts at the Unix second
+// now; call Tick at least every second.
+func NewRecorder(now int64) *Recorder {
+	r := &Recorder{byName: map[string]*series{}, hitters: NewHitters(DefaultHitters)}
+	r.total.name = "all"
+	r.other = &series{name: "other"}
+	m := map[*limiter.Rule]*series{}
+	r.byRule.Store(&m)
+	r.sec.Store(now)
+	r.stamps[now%Window].Store(now)
+	return r
+}
+
+// Tick advances the recorder's clock to the Unix second now, clearing the
+// slots of the seconds it enters. Call it from one goroutine.
+func (r *Recorder) Tick(now int64) {
+	old := r.sec.Load()
+	if now <= old {
+		return
+	}
+	from := old + 1
+	if now-from >= Window {
+		from = now - Window + 1
+	}
+	r.mu.Lock()
+	all := make([]*series, 0, len(r.byName)+2)
+	all = append(all, &r.total, r.other)
+	for _, s := range r.byName {
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	for t := from; t <= now; t++ {
+		i := t % Window
+		for _, s := range all {
+			s.slots[i].decisions.Store(0)
+			s.slots[i].denied.Store(0)
+		}
+		r.health.latencySum[i].Store(0)
+		r.health.latencyN[i].Store(0)
+		r.health.latencyMax[i].Store(0)
+		r.health.degraded[i].Store(0)
+		r.stamps[i].Store(t)
+	}
+	r.sec.Store(now)
+}
+
+// Now returns the recorder's current second.
+func (r *Recorder) Now() int64 { return r.sec.Load() }
+
+// ObserveDecision counts one decision: for every hit's limit, and as a 429
+// of the binding limit when denied. Peeks are not counted.
+func (r *Recorder) ObserveDecision(req *limiter.Request, res *limiter.Result) {
+	if req.Peek {
+		return
+	}
+	i := r.sec.Load() % Window
+	r.total.slots[i].decisions.Add(1)
+	if !res.Allowed {
+		r.total.slots[i].denied.Add(1)
+	}
+	if res.Degraded != limiter.NotDegraded {
+		r.health.degraded[i].Add(1)
+	}
+	if lat := int64(res.StoreLatency); lat > 0 {
+		r.health.latencySum[i].Add(lat)
+		r.health.latencyN[i].Add(1)
+		for m := r.health.latencyMax[i].Load(); lat > m && !r.health.latencyMax[i].CompareAndSwap(m, lat); m = r.health.latencyMax[i].Load() {
+		}
+	}
+	m := *r.byRule.Load()
+	for h := range req.Hits {
+		hit := &req.Hits[h]
+		s := m[hit.Rule]
+		if s == nil {
+			s = r.seriesOf(hit.Rule)
+		}
+		s.slots[i].decisions.Add(1)
+		if !res.Allowed && res.Binding == h {
+			s.slots[i].denied.Add(1)
+			r.hitters.Add(s.name, hit.Key)
+		}
+	}
+}
+
+// seriesOf finds or makes the series of a rule not seen yet (the slow
+// path: once per rule).
+func (r *Recorder) seriesOf(rule *limiter.Rule) *series {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.byRule.Load()
+	if s := old[rule]; s != nil {
+		return s
+	}
+	s := r.byName[rule.Name()]
+	if s == nil {
+		if len(r.byName) >= MaxSeries {
+			r.inUse = true
+			return r.other
+		}
+		s = &series{name: rule.Name()}
+		r.byName[s.name] = s
+	}
+	if len(old) < 4*MaxSeries {
+		m := make(map[*limiter.Rule]*series, len(old)+1)
+		for k, v := range old {
+			m[k] = v
+		}
+		m[rule] = s
+		r.byRule.Store(&m)
+	}
+	return s
+}
+
+// Point is one second of a series.
+type Point struct {
+	Decisions uint64 `json:"d"`
+	Denied    uint64 `json:"x"`
+}
+
+// Counts returns, for every series, the points of the seconds from since+1
+// to until (at most the last hour), oldest first, in the map under the
+// limit's name ("all" for every decision).
+func (r *Recorder) Counts(since, until int64) map[string][]Point {
+	r.mu.Lock()
+	all := make([]*series, 0, len(r.byName)+2)
+	all = append(all, &r.total)
+	for _, s := range r.byName {
+		all = append(all, s)
+	}
+	if r.inUse {
+		all = append(all, r.other)
+	}
+	r.mu.Unlock()
+	from := max(since+1, until-Window+1)
+	out := make(map[string][]Point, len(all))
+	for _, s := range all {
+		pts := make([]Point, 0, max(until-from+1, 0))
+		for t := from; t <= until; t++ {
+			i := t % Window
+			if r.stamps[i].Load() != t {
+				pts = append(pts, Point{})
+				continue
+			}
+			pts = append(pts, Point{Decisions: s.slots[i].decisions.Load(), Denied: s.slots[i].denied.Load()})
+		}
+		out[s.name] = pts
+	}
+	return out
+}
+
+// Health is the store's health over some seconds.
+type Health struct {
+	// LatencyAvgMs and LatencyMaxMs are of the store calls (0 for the
+	// memory store, which is not timed).
+	LatencyAvgMs float64 `json:"latency_avg_ms"`
+	LatencyMaxMs float64 `json:"latency_max_ms"`
+	// Calls is how many store calls were timed.
+	Calls uint64 `json:"calls"`
+	// Degraded counts decisions made by the failure policy.
+	Degraded uint64 `json:"degraded"`
+}
+
+// HealthOver sums the store's health over the seconds from since+1 to
+// until.
+func (r *Recorder) HealthOver(since, until int64) Health {
+	var h Health
+	var sum, mx int64
+	for t := max(since+1, until-Window+1); t <= until; t++ {
+		i := t % Window
+		if r.stamps[i].Load() != t {
+			continue
+		}
+		sum += r.health.latencySum[i].Load()
+		h.Calls += r.health.latencyN[i].Load()
+		mx = max(mx, r.health.latencyMax[i].Load())
+		h.Degraded += r.health.degraded[i].Load()
+	}
+	if h.Calls > 0 {
+		h.LatencyAvgMs = float64(sum) / float64(h.Calls) / 1e6
+	}
+	h.LatencyMaxMs = float64(mx) / 1e6
+	return h
+}
+
+// Hitters returns the recorder's heavy-hitters sketch.
+func (r *Recorder) Hitters() *Hitters { return r.hitters }
+
+// HealthPoint is the store's health in one second.
+type HealthPoint struct {
+	// AvgMs is the mean latency of the timed store calls (0 when none).
+	AvgMs float64 `json:"avg_ms"`
+	// Degraded counts decisions made by the failure policy.
+	Degraded uint64 `json:"degraded"`
+}
+
+// HealthPoints returns the store's health for each second from since+1 to
+// until, oldest first.
+func (r *Recorder) HealthPoints(since, until int64) []HealthPoint {
+	from := max(since+1, until-Window+1)
+	out := make([]HealthPoint, 0, max(until-from+1, 0))
+	for t := from; t <= until; t++ {
+		i := t % Window
+		var p HealthPoint
+		if r.stamps[i].Load() == t {
+			if n := r.health.latencyN[i].Load(); n > 0 {
+				p.AvgMs = float64(r.health.latencySum[i].Load()) / float64(n) / 1e6
+			}
+			p.Degraded = r.health.degraded[i].Load()
+		}
+		out = append(out, p)
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+)
+
+// MethodOverride says what the gateway does with the headers through which
+// some frameworks let a client change a request's method
+// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override): left as they
+// are, a POST-only limit would miss a GET that the upstream turns into a
+// POST.
+type MethodOverride uint8
+
+// Method override policies. The zero value strips the headers.
+const (
+	// OverrideStrip removes the headers before matching and forwarding.
+	OverrideStrip MethodOverride = iota
+	// OverrideReject answers 400 to a request that carries one.
+	OverrideReject
+	// OverrideHonor matches the request with the method the header names
+	// and forwards the header, for upstreams that honour it.
+	OverrideHonor
+)
+
+// methodOverrideHeaders are the headers of MethodOverride, canonical.
+var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// badTarget returns why a request's target is refused, or "": what no sane
+// upstream should receive and what would let a request dodge a route's
+// limit when the upstream normalises it. The path is read decoded (so %00
+// and %5C count as NUL and backslash).
+func badTarget(r *http.Request) string {
+	p := r.URL.Path
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c < 0x20 || c == 0x7f:
+			return "control character in the path"
+		case c == '\\':
+			return "backslash in the path"
+		}
+	}
+	if strings.Contains(p, "..;") {
+		return `"..;" in the path`
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg != "" && (isSpace(seg[0]) || isSpace(seg[len(seg)-1])) {
+			return "a path segment starts or ends with white space"
+		}
+	}
+	return ""
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\v' || c == '\f' }
+
+// methodOverride applies the gateway's policy to r's method override
+// headers; it returns the reason to refuse r, or "".
+func (g *Gateway) methodOverride(r *http.Request) string {
+	for _, h := range methodOverrideHeaders {
+		v, ok := r.Header[h]
+		if !ok {
+			continue
+		}
+		switch g.override {
+		case OverrideReject:
+			return "method override headers are not accepted"
+		case OverrideHonor:
+			if len(v) > 0 && v[0] != "" {
+				r.Method = strings.ToUpper(strings.TrimSpace(v[0]))
+			}
+		default:
+			delete(r.Header, h)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,56 @@
+// Package redisconn opens a Redis client for the operator's console (API
+// keys, the audit log, dashboard aggregates and alarm deduplication),
+// separate from the store's client so that console traffic never queues
+// behind decisions or changes how the store's connections are tuned.
+package redisconn
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate/store/redisstore"
+)
+
+// Prefix starts every key of the console. The hash tag keeps them in one
+// Cluster slot, so that a script or a transaction may touch several.
+const Prefix = "{floodgate}:"
+
+// Open connects to the Redis a store URL names (redis://, rediss://,
+// redis+cluster://, redis+sentinel://).
+func Open(storeURL string) (rueidis.Client, error) {
+	a, err := redisstore.ParseURL(storeURL)
+	if err != nil {
+		return nil, fmt.Errorf("redisconn: %w", err)
+	}
+	opt := rueidis.ClientOption{
+		InitAddress:  a.Hosts,
+		Username:     a.Username,
+		Password:     a.Password,
+		SelectDB:     a.DB,
+		DisableCache: true,
+		Dialer:       net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second},
+		ClientName:   "floodgate-console",
+	}
+	if a.TLS {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if len(a.Hosts) == 1 {
+			cfg.ServerName, _, _ = net.SplitHostPort(a.Hosts[0])
+		}
+		opt.TLSConfig = cfg
+	}
+	switch a.Mode {
+	case redisstore.Standalone:
+		opt.ForceSingleClient = true
+	case redisstore.Sentinel:
+		opt.Sentinel = rueidis.SentinelOption{MasterSet: a.MasterSet, Dialer: opt.Dialer, TLSConfig: opt.TLSConfig}
+	}
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redisconn: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,179 @@
+package watch
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+)
+
+// DefaultInterval is the time between two looks at the files.
+const DefaultInterval = time.Second
+
+// File is one file of a Version: its path and the bytes read from it.
+type File struct {
+	Path string
+	Data []byte
+}
+
+// Version is the contents of a set of files as read at one moment.
+type Version struct {
+	// Files are the files in the order they were asked for.
+	Files []File
+	// Hash is the SHA-256 of every file's path and contents (see Hash).
+	Hash [sha256.Size]byte
+}
+
+// Short returns the first 12 hexadecimal digits of the version's hash, to
+// name the version in logs.
+func (v *Version) Short() string { return Short(v.Hash) }
+
+// Short returns the first 12 hexadecimal digits of a hash.
+func Short(h [sha256.Size]byte) string { return hex.EncodeToString(h[:6]) }
+
+// Data returns the contents of the file at path, if the version has it.
+func (v *Version) Data(path string) ([]byte, bool) {
+	for _, f := range v.Files {
+		if f.Path == path {
+			return f.Data, true
+		}
+	}
+	return nil, false
+}
+
+// Hash returns the SHA-256 of the files' paths and contents, each length
+// prefixed so that no two different sets of files hash alike.
+func Hash(files []File) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, f := range files {
+		binary.BigEndian.PutUint64(n[:], uint64(len(f.Path)))
+		h.Write(n[:])
+		h.Write([]byte(f.Path))
+		binary.BigEndian.PutUint64(n[:], uint64(len(f.Data)))
+		h.Write(n[:])
+		h.Write(f.Data)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// Read reads the files at paths into a Version.
+func Read(paths []string) (*Version, error) {
+	v, _, err := read(paths)
+	return v, err
+}
+
+// read reads the files and also returns what a look compares: every
+// file's path, size, modification time and contents hash.
+func read(paths []string) (*Version, string, error) {
+	v := &Version{Files: make([]File, 0, len(paths))}
+	var key bytes.Buffer
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, "", fmt.Errorf("watch: %w", err)
+		}
+		// Stat after reading: a write that ends between the two shows up
+		// in the next look as a different size, time or hash.
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, "", fmt.Errorf("watch: %w", err)
+		}
+		sum := sha256.Sum256(data)
+		fmt.Fprintf(&key, "%q %d %d %x\n", p, st.Size(), st.ModTime().UnixNano(), sum)
+		v.Files = append(v.Files, File{Path: p, Data: data})
+	}
+	v.Hash = Hash(v.Files)
+	return v, key.String(), nil
+}
+
+// Options configure Run. Files and Apply are required.
+type Options struct {
+	// Interval is the time between two looks (default DefaultInterval).
+	// A version is applied once two consecutive looks saw the same bytes,
+	// sizes and modification times.
+	Interval time.Duration
+	// Files lists the files to look at; it is called at every look, so
+	// that the set may change (the files of a directory, the key file a
+	// policy names).
+	Files func() ([]string, error)
+	// Current is the hash of the version in use when Run starts. A
+	// stable version with the same hash is not applied.
+	Current [sha256.Size]byte
+	// Apply receives every new stable version, once: a version that the
+	// caller rejects is not offered again until the files change.
+	Apply func(v *Version)
+	// Fail, when set, receives the error of files that cannot be listed or
+	// read, once per stable error.
+	Fail func(err error)
+}
+
+// look is what one look at the files saw.
+type look struct {
+	key string // paths, sizes, times and hashes; or the error
+	v   *Version
+	err error
+}
+
+func take(files func() ([]string, error)) look {
+	paths, err := files()
+	if err != nil {
+		return look{key: "error: " + err.Error(), err: err}
+	}
+	v, key, err := read(paths)
+	if err != nil {
+		return look{key: "error: " + err.Error(), err: err}
+	}
+	return look{key: key, v: v}
+}
+
+// Run looks at the files every Interval until ctx ends and hands each new
+// version to Apply once two consecutive looks agree on it. The first look
+// is taken at once, so a change made just before Run starts is applied one
+// interval later.
+func Run(ctx context.Context, o Options) {
+	every := o.Interval
+	if every <= 0 {
+		every = DefaultInterval
+	}
+	applied := o.Current
+	var failed string // the key of the last error reported
+	prev := take(o.Files)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur := take(o.Files)
+		// The timer restarts after the look, so looks are at least one
+		// interval apart however long reading takes.
+		t.Reset(every)
+		stable := cur.key == prev.key
+		prev = cur
+		if !stable {
+			continue
+		}
+		if cur.err != nil {
+			if cur.key != failed && o.Fail != nil {
+				o.Fail(cur.err)
+			}
+			failed = cur.key
+			continue
+		}
+		failed = ""
+		if cur.v.Hash == applied {
+			continue
+		}
+		applied = cur.v.Hash
+		o.Apply(cur.v)
+	}
+}

@@ -1,0 +1,27 @@
+// Package keystore holds the API keys managed through the admin API, beside
+// those of the policy file, and answers the policy's question "which key
+// is this?" on the request path.
+//
+// A key is a Record: a name, a usage plan, its secrets (only their
+// SHA-256), and what the operator changed (disabled, revoked, its own
+// rate, burst or quota, resets of its counters). Records persist in a
+// Backend: a JSON file next to the memory store's state file, or Redis
+// when the store is Redis (FileBackend, RedisBackend).
+//
+// The request path reads an immutable snapshot, swapped atomically after
+// every change: a map from SHA-256 to the key resolved against the current
+// policy. A lookup is one atomic load and one map read; it allocates
+// nothing unless the policy was reloaded since the snapshot was built
+// (then the key is resolved on the spot and the snapshot rebuilt).
+//
+// Precedence: a key of the policy file wins. The store consults only
+// hashes the file does not have (policy.KeySource), and refuses to create
+// a key whose name the file uses.
+//
+// Propagation on Redis: every change writes the record to a hash,
+// increments a version counter and publishes the version on a channel.
+// Every instance reloads the records when a message arrives, and also
+// polls the counter every 500 ms, so that a lost message (a reconnect)
+// delays a new or revoked key by half a second at most. The file backend
+// polls the file's size and modification time at the same pace.
+package keystore

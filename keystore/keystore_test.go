@@ -1,0 +1,163 @@
+package keystore
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/redisconn"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/policy"
+)
+
+const testPolicy = `
+routes:
+  - {name: partner, match: {paths: ["/**"]}, api_key_required: true, upstream: none}
+plans:
+  - {name: basic, rate: 2, burst: 2, quota: {limit: 10, period: DAY}}
+  - {name: gold, rate: 20, burst: 20, quota: {limit: 1000, period: DAY}}
+`
+
+func reloader(t *testing.T) *policy.Reloader {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := policy.NewReloader(policy.ReloaderOptions{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// clock is a settable clock for rotations.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func lookup(s *Store, p *policy.Policy, raw string) *policy.Key {
+	sum := sha256.Sum256([]byte(raw))
+	return s.LookupKey(p, &sum)
+}
+
+func TestStoreLifecycle(t *testing.T) {
+	t.Parallel()
+	r := reloader(t)
+	clk := &clock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	path := filepath.Join(t.TempDir(), "keys.json")
+	ctx := context.Background()
+	s, err := New(ctx, Options{Backend: NewFileBackend(path), Policy: r.Policy, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, rec, err := s.Create(ctx, "acme", "basic", policy.KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Plan != "basic" || len(rec.Secrets) != 1 {
+		t.Fatalf("record %+v", rec)
+	}
+	if k := lookup(s, r.Policy(), raw); k == nil || k.Name() != "acme" {
+		t.Fatalf("created key not found: %v", k)
+	}
+	if _, _, err := s.Create(ctx, "acme", "basic", policy.KeyOptions{}); !errors.Is(err, ErrExists) {
+		t.Errorf("duplicate: %v", err)
+	}
+	if _, _, err := s.Create(ctx, "bad name", "basic", policy.KeyOptions{}); !errors.Is(err, ErrBadName) {
+		t.Errorf("bad name: %v", err)
+	}
+	if _, _, err := s.Create(ctx, "x", "platinum", policy.KeyOptions{}); !errors.Is(err, policy.ErrUnknownPlan) {
+		t.Errorf("unknown plan: %v", err)
+	}
+
+	// Rotation with an overlap: both secrets work until it ends.
+	raw2, _, err := s.Rotate(ctx, "acme", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lookup(s, r.Policy(), raw) == nil || lookup(s, r.Policy(), raw2) == nil {
+		t.Fatal("a secret fails during the overlap")
+	}
+	clk.t = clk.t.Add(time.Hour)
+	if lookup(s, r.Policy(), raw) != nil || lookup(s, r.Policy(), raw2) == nil {
+		t.Fatal("after the overlap only the new secret works")
+	}
+
+	// Plan, override, reset, disable.
+	if _, err := s.Update(ctx, "acme", func(r *Record) error { r.Plan, r.Quota, r.Generation = "gold", 5000, r.Generation+1; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	k := lookup(s, r.Policy(), raw2)
+	if _, q := k.Limits(); k.Plan() != "gold" || q.Rule.Limit().Max != 5000 || k.Counter() != "key:acme#1" {
+		t.Errorf("updated key: plan %s, quota %d, counter %s", k.Plan(), q.Rule.Limit().Max, k.Counter())
+	}
+	if _, err := s.Update(ctx, "acme", func(r *Record) error { r.Disabled = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if lookup(s, r.Policy(), raw2) != nil {
+		t.Error("disabled key still works")
+	}
+
+	// The file keeps it all for the next process.
+	s2, err := New(ctx, Options{Backend: NewFileBackend(path), Policy: r.Policy, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s2.Get("acme")
+	if err != nil || !got.Disabled || got.Plan != "gold" || got.Quota != 5000 {
+		t.Errorf("reloaded record %+v, %v", got, err)
+	}
+	if _, err := s.Update(ctx, "acme", func(r *Record) error { r.Revoked = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, "acme", func(r *Record) error { r.Disabled = false; return nil }); !errors.Is(err, ErrRevoked) {
+		t.Errorf("changing a revoked key: %v", err)
+	}
+}
+
+// TestRedisPropagation: a key created through one store is seen by
+// another sharing the Redis, and so is its revocation.
+func TestRedisPropagation(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	r := reloader(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stores [2]*Store
+	for i := range stores {
+		c, err := redisconn.Open("redis://" + rs.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if stores[i], err = New(ctx, Options{Backend: NewRedisBackend(c), Policy: r.Policy}); err != nil {
+			t.Fatal(err)
+		}
+		go stores[i].Run(ctx)
+	}
+	raw, _, err := stores[0].Create(ctx, "acme", "basic", policy.KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the key on the other store", func() bool { return lookup(stores[1], r.Policy(), raw) != nil })
+	if _, err := stores[1].Update(ctx, "acme", func(r *Record) error { r.Revoked = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the revocation on the first store", func() bool { return lookup(stores[0], r.Policy(), raw) == nil })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

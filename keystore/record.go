@@ -1,0 +1,84 @@
+package keystore
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Record is one API key managed through the admin API.
+type Record struct {
+	// Name identifies the key (letters, digits, '.', '_' and '-').
+	Name string `json:"name"`
+	// Plan is the usage plan the key is in.
+	Plan string `json:"plan"`
+	// Secrets are the SHA-256 digests of the key's secrets, the current
+	// one first; during a rotation the previous one follows, until its
+	// NotAfter.
+	Secrets []Secret `json:"secrets"`
+	// Disabled keys are refused until enabled again.
+	Disabled bool `json:"disabled,omitempty"`
+	// Revoked keys are refused for good; the record stays for the record.
+	Revoked bool `json:"revoked,omitempty"`
+	// Rate, Burst and Quota, when positive, replace the plan's.
+	Rate  int64 `json:"rate,omitempty"`
+	Burst int64 `json:"burst,omitempty"`
+	Quota int64 `json:"quota,omitempty"`
+	// Generation counts the resets of the key's counters.
+	Generation int `json:"generation,omitempty"`
+	// Created and Updated are when the key was made and last changed.
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+}
+
+// Secret is one secret of a key, by its SHA-256.
+type Secret struct {
+	// SHA256 is the hex digest of the secret.
+	SHA256 string `json:"sha256"`
+	// Created is when the secret was made.
+	Created time.Time `json:"created,omitzero"`
+	// NotAfter, when set, is when the secret stops working (the old secret
+	// of a rotation).
+	NotAfter time.Time `json:"not_after,omitzero"`
+}
+
+// Active reports whether the key is accepted (neither revoked nor
+// disabled).
+func (r *Record) Active() bool { return !r.Revoked && !r.Disabled }
+
+// Errors of the store's operations.
+var (
+	ErrNotFound = errors.New("keystore: no such key")
+	ErrExists   = errors.New("keystore: a key with this name exists")
+	ErrBadName  = errors.New("keystore: a key's name has 1 to 64 letters, digits, '.', '_' or '-'")
+	ErrRevoked  = errors.New("keystore: the key is revoked")
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// ValidName reports whether name can name a key.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
+// NewSecret returns a new random API key ("fg_" and 43 characters, 256
+// bits) and its SHA-256 in hex.
+func NewSecret() (raw, sum string, err error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", fmt.Errorf("keystore: random: %w", err)
+	}
+	raw = "fg_" + base64.RawURLEncoding.EncodeToString(b[:])
+	h := sha256.Sum256([]byte(raw))
+	return raw, hex.EncodeToString(h[:]), nil
+}
+
+// clone returns a deep copy of r.
+func (r *Record) clone() Record {
+	c := *r
+	c.Secrets = append([]Secret(nil), r.Secrets...)
+	return c
+}

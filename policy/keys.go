@@ -1,0 +1,190 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Key is an API key as a policy resolves it: its name, its usage plan, the
+// plan's limits as they apply to this key (a key may have its own rate,
+// burst or quota) and the counter key its limits count it under.
+type Key struct {
+	name    string
+	plan    *plan
+	rate    *Limit
+	quota   *Limit
+	counter string // "key:NAME", or "key:NAME#N" after N resets
+}
+
+func newKey(name string, pl *plan, rate, quota *Limit, generation int) *Key {
+	counter := "key:" + name
+	if generation > 0 {
+		counter += "#" + strconv.Itoa(generation)
+	}
+	return &Key{name: name, plan: pl, rate: rate, quota: quota, counter: counter}
+}
+
+// Name returns the key's name.
+func (k *Key) Name() string { return k.name }
+
+// Plan returns the name of the key's usage plan.
+func (k *Key) Plan() string { return k.plan.name }
+
+// Limits returns the plan's limits as they apply to the key, rate first;
+// either may be nil.
+func (k *Key) Limits() (rate, quota *Limit) { return k.rate, k.quota }
+
+// Counter returns the key its limits count it under ("key:NAME").
+func (k *Key) Counter() string { return k.counter }
+
+// Hits returns the hits of the key's plan limits at cost 1, rate first,
+// for a peek at its usage.
+func (k *Key) Hits() ([]limiter.Hit, []*Limit) {
+	var hits []limiter.Hit
+	var limits []*Limit
+	for _, l := range []*Limit{k.rate, k.quota} {
+		if l != nil {
+			hits = append(hits, limiter.Hit{Rule: l.Rule, Key: k.counter, Cost: 1})
+			limits = append(limits, l)
+		}
+	}
+	return hits, limits
+}
+
+// KeyOptions are what a key managed outside the file may change of its
+// plan. Zero values keep the plan's.
+type KeyOptions struct {
+	// Rate and Burst replace the plan's throttle (requests per the plan's
+	// Per, and the bucket).
+	Rate, Burst int64
+	// Quota replaces the plan's quota limit (requests per the plan's
+	// period).
+	Quota int64
+	// Generation counts the resets of the key's counters: each one counts
+	// the key afresh, under a new counter key.
+	Generation int
+}
+
+// ErrUnknownPlan reports a key whose plan the policy does not have.
+var ErrUnknownPlan = errors.New("policy: unknown plan")
+
+// NewKey resolves a key that is not in the file against p: name, plan and
+// options. A changed rate, burst or quota is its own limit (named as the
+// plan's, counted separately), so a key that gets one starts it afresh.
+func (p *Policy) NewKey(name, planName string, o KeyOptions) (*Key, error) {
+	pl, ok := p.plans[planName]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownPlan, planName)
+	}
+	rate, quota := pl.rate, pl.quota
+	if (o.Rate > 0 || o.Burst > 0) && rate != nil {
+		l := rate.Rule.Limit()
+		if o.Rate > 0 {
+			l.Rate = o.Rate
+		}
+		if o.Burst > 0 {
+			l.Burst = o.Burst
+		}
+		r, err := overrideLimit(rate, l)
+		if err != nil {
+			return nil, err
+		}
+		rate = r
+	}
+	if o.Quota > 0 && quota != nil {
+		l := quota.Rule.Limit()
+		l.Max = o.Quota
+		q, err := overrideLimit(quota, l)
+		if err != nil {
+			return nil, err
+		}
+		quota = q
+	}
+	if (o.Rate > 0 || o.Burst > 0) && rate == nil {
+		return nil, fmt.Errorf("policy: key %q: plan %q has no rate to change", name, planName)
+	}
+	if o.Quota > 0 && quota == nil {
+		return nil, fmt.Errorf("policy: key %q: plan %q has no quota to change", name, planName)
+	}
+	return newKey(name, pl, rate, quota, o.Generation), nil
+}
+
+// overrideLimit is base with the limit l (the same name and kind).
+func overrideLimit(base *Limit, l floodgate.Limit) (*Limit, error) {
+	r, err := limiter.NewRule(l, base.Rule.OnFailure(), base.Rule.Shadow())
+	if err != nil {
+		return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
+	}
+	o := newLimit(l.Name, base.Scope, r, base.Key, base.Cost)
+	o.Plan, o.MatchText = base.Plan, base.MatchText
+	return o, nil
+}
+
+// FileKey returns the key of the file named name.
+func (p *Policy) FileKey(name string) (*Key, bool) {
+	for _, k := range p.keys {
+		if k.name == name {
+			return k, true
+		}
+	}
+	return nil, false
+}
+
+// Plans returns the names of the usage plans, in file order.
+func (p *Policy) Plans() []string {
+	out := make([]string, 0, len(p.file.Plans))
+	for i := range p.file.Plans {
+		out = append(out, p.file.Plans[i].Name)
+	}
+	return out
+}
+
+// Version names the version of the file the policy was loaded from: the
+// first 12 hex digits of its SHA-256 (empty when it was not loaded by a
+// Reloader).
+func (p *Policy) Version() string {
+	if p.hash == [sha256.Size]byte{} {
+		return ""
+	}
+	return fmt.Sprintf("%x", p.hash[:6])
+}
+
+// KeySource supplies the API keys that are not in the file (keys managed
+// through the admin API). Match consults it for a key whose SHA-256 the
+// file does not have: the file's keys take precedence. LookupKey is called
+// on the request path; it must be quick and safe for concurrent use, and
+// return nil for an unknown (revoked, disabled, expired) key.
+type KeySource interface {
+	LookupKey(p *Policy, sum *[sha256.Size]byte) *Key
+}
+
+// keyHook holds the KeySource of a Reloader's policies.
+type keyHook struct {
+	src atomic.Pointer[KeySource]
+}
+
+// dynamicKey asks the key source, if any, for a key the file lacks.
+func (p *Policy) dynamicKey(sum *[sha256.Size]byte) *Key {
+	if p.dynamic == nil {
+		return nil
+	}
+	src := p.dynamic.src.Load()
+	if src == nil {
+		return nil
+	}
+	return (*src).LookupKey(p, sum)
+}
+
+// SetKeySource makes the policies of r (the current one and every later
+// version) consult src for API keys the file does not have.
+func (r *Reloader) SetKeySource(src KeySource) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cur.Load().dynamic.src.Store(&src)
+}
