@@ -1,22 +1,39 @@
 #!/usr/bin/env bash
 # Measures floodgate's Redis store against the ceiling of the Redis server it
-# runs on. Starts its own redis-server on a free loopback port, measures the
-# server's EVALSHA rate for the very script the store runs (a token-bucket
-# decision of store/redisstore/apply.lua) with redis-benchmark, with and
-# without pipelining, then runs `floodgate bench` against the same server and
-# prints both, floodgate's p99 and the ratio. Stops the server by its PID.
+# runs on, in one run. Starts its own redis-server on a free loopback port,
+# and in ROUNDS interleaved rounds measures:
 #
-# Environment: DURATION (floodgate bench per round, default 5s), REQUESTS
-# (redis-benchmark -n per round, default 200000), ROUNDS (default 3), KEYS
-# (default 1000), CONCURRENCY (default 50).
+#   - the one-call-per-decision ceiling: redis-benchmark -P 16 EVALSHA of a
+#     minimal token-bucket (GCRA) script, one call per decision;
+#   - `floodgate bench` (token bucket, KEYS keys, through the engine) in
+#     each mode: one script call per decision (--batch 1, no deny cache),
+#     and exact (the defaults: batched, deny cache), at CONCURRENCY callers
+#     and at 1 and 8 callers;
+#   - with BEFORE=path/to/another/floodgate, that binary's `floodgate bench`
+#     with the same flags it knows, for a before/after comparison;
+#   - leased mode on one hot key: LEASED_PROCS processes of `floodgate bench
+#     --leased` at once, against the embedded store's rate in one process.
+#
+# For every floodgate case it prints decisions/s, p50/p99, degraded
+# decisions, the script calls and the Redis CPU per decision (from INFO
+# commandstats and INFO cpu around the case, so the same for any binary),
+# and the ratio to the ceiling of the same round. Medians over the rounds,
+# every round in brackets. Stops the server by its PID.
+#
+# Environment: DURATION (per case, default 5s), REQUESTS (redis-benchmark
+# -n, default 300000), ROUNDS (3), KEYS (10000), CONCURRENCY (64),
+# LEASED_PROCS (4), BEFORE (unset), STORE_TIMEOUT (passed to --store-timeout
+# when set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-5s}
-REQUESTS=${REQUESTS:-200000}
+REQUESTS=${REQUESTS:-300000}
 ROUNDS=${ROUNDS:-3}
-KEYS=${KEYS:-1000}
-CONCURRENCY=${CONCURRENCY:-50}
+KEYS=${KEYS:-10000}
+CONCURRENCY=${CONCURRENCY:-64}
+LEASED_PROCS=${LEASED_PROCS:-4}
+BEFORE=${BEFORE:-}
 
 for bin in redis-server redis-cli redis-benchmark go; do
 	command -v "$bin" >/dev/null 2>&1 || { echo "bench-redis: $bin not found (redis-server and redis-tools from Debian's packages)" >&2; exit 1; }
@@ -35,6 +52,7 @@ trap cleanup EXIT INT TERM
 
 echo "bench-redis: building floodgate" >&2
 go build -o "$tmp/floodgate" ./cmd/floodgate
+fg="$tmp/floodgate"
 
 # A free loopback port: try random high ports until a server starts on one.
 port=""
@@ -54,19 +72,10 @@ for attempt in 1 2 3 4 5 6 7 8 9 10; do
 	pid=""
 done
 [ -n "$port" ] || { echo "bench-redis: could not start redis-server" >&2; exit 1; }
-echo "bench-redis: redis-server pid $pid on 127.0.0.1:$port" >&2
+url="redis://127.0.0.1:$port"
+echo "bench-redis: redis-server pid $pid on 127.0.0.1:$port; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
-# The store's script and the arguments it sends for a token bucket of 100
-# per second with a burst of 100 (floodgate bench's defaults), one hit:
-# op, now ("" = server TIME), hits, then alg, cost, shadow, lease and
-# rate, per ns, tau ns, tau rem, cost·T ns, rem, capacity, queue delay.
-sha=$(redis-cli -p "$port" -x SCRIPT LOAD <store/redisstore/apply.lua)
-args=(c "" 1 1 1 0 0 100 1000000000 1000000000 0 10000000 0 100 -1)
-key='fgceil:{k__rand_int__}:bench'
-# Sanity: the script answers a decision.
-redis-cli -p "$port" EVALSHA "$sha" 1 'fgceil:{k0}:bench' "${args[@]}" >/dev/null
-
-# A minimal GCRA script, for reference: what a bare token bucket costs.
+# A minimal GCRA script: the one-call-per-decision ceiling.
 minimal='local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local T, tau = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -78,53 +87,113 @@ redis.call("SET", KEYS[1], string.format("%.0f", new), "PX", math.ceil((new - no
 return {1, math.floor((tau - (new - now)) / T)}'
 msha=$(redis-cli -p "$port" SCRIPT LOAD "$minimal")
 
-# rps and p99 (ms) from redis-benchmark's CSV line.
-rb() {
-	redis-benchmark -p "$port" -c 50 -r "$KEYS" --csv "$@" 2>/dev/null | tail -1 | tr -d '"' |
-		awk -F, '{printf "%s %s\n", $2, $7}'
+# redis_usage: "script_calls cpu_seconds" of the server so far.
+redis_usage() {
+	local calls cpu
+	calls=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' |
+		sed -n 's/^cmdstat_\(evalsha\|eval\):calls=\([0-9]*\),.*/\2/p' | awk '{s+=$1} END {print s+0}')
+	cpu=$(redis-cli -p "$port" INFO cpu | tr -d '\r' |
+		awk -F: '$1=="used_cpu_sys" || $1=="used_cpu_user" {s+=$2} END {printf "%.6f", s}')
+	echo "$calls $cpu"
 }
-fgbench() {
-	"$tmp/floodgate" bench --store "redis://127.0.0.1:$port" --algorithm token_bucket \
-		--rate 100 --per 1s --burst 100 --keys "$KEYS" --concurrency "$CONCURRENCY" --duration "$DURATION" --json
-}
-field() { sed -n "s/.*\"$1\": *\([0-9.eE+-]*\).*/\1/p"; }
 
-# The machine may be shared: the measurements alternate, ROUNDS times each,
-# and the medians are compared.
-: >"$tmp/c16"; : >"$tmp/c1"; : >"$tmp/min"; : >"$tmp/fg"
+field() { sed -n "s/.*\"$1\": *\([0-9.eE+-]*\).*/\1/p" <<<"$2" | head -1; }
+
+# rb: rps of redis-benchmark from its CSV line.
+rb() {
+	redis-benchmark -p "$port" -c 50 -r "$KEYS" --csv "$@" 2>/dev/null | tail -1 | tr -d '"' | awk -F, '{print $2}'
+}
+
+declare -A rate p50 p99 deg calls cpu ratio
+# run_case NAME BINARY ARGS... : one floodgate bench, with Redis' usage
+# around it; appends to the lists.
+run_case() {
+	local name=$1 bin=$2
+	shift 2
+	local u0 u1 out n
+	u0=$(redis_usage)
+	out=$("$bin" bench --store "$url" --algorithm token_bucket --rate 100 --per 1s --burst 100 \
+		--keys "$KEYS" --duration "$DURATION" --json "$@")
+	u1=$(redis_usage)
+	n=$(awk -v a="$(field allowed "$out")" -v d="$(field denied "$out")" -v e="$(field errors "$out")" 'BEGIN {print a+d+e}')
+	rate[$name]+=" $(field decisions_per_sec "$out")"
+	p50[$name]+=" $(field p50_us "$out")"
+	p99[$name]+=" $(field p99_us "$out")"
+	local g
+	g=$(field degraded "$out")
+	deg[$name]+=" ${g:-0}"
+	calls[$name]+=" $(awk -v a="$u0" -v b="$u1" -v n="$n" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.4f", (y[1]-x[1])/n}')"
+	cpu[$name]+=" $(awk -v a="$u0" -v b="$u1" -v n="$n" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.2f", (y[2]-x[2])*1e6/n}')"
+	ratio[$name]+=" $(awk -v r="$(field decisions_per_sec "$out")" -v c="$ceiling" 'BEGIN {printf "%.2f", r/c}')"
+	printf '  round %s %-28s %9.0f/s  p50 %7.0fµs  p99 %7.0fµs  degraded %s\n' "$round" "$name" \
+		"$(field decisions_per_sec "$out")" "$(field p50_us "$out")" "$(field p99_us "$out")" "${g:-?}" >&2
+}
+
+# The flags of the engine's store deadline, when asked for.
+st=()
+[ -n "${STORE_TIMEOUT:-}" ] && st=(--store-timeout "$STORE_TIMEOUT")
+
+declare -A ceil_all
 for round in $(seq 1 "$ROUNDS"); do
 	echo "bench-redis: round $round/$ROUNDS" >&2
-	rb -n "$REQUESTS" -P 16 EVALSHA "$sha" 1 "$key" "${args[@]}" >>"$tmp/c16"
-	out=$(fgbench)
-	echo "$(field decisions_per_sec <<<"$out") $(field p50_us <<<"$out") $(field p99_us <<<"$out") $(field errors <<<"$out")" >>"$tmp/fg"
-	rb -n $((REQUESTS / 5)) EVALSHA "$sha" 1 "$key" "${args[@]}" >>"$tmp/c1"
-	rb -n "$REQUESTS" -P 16 EVALSHA "$msha" 1 'fgmin:{k__rand_int__}' 10000000 1000000000 >>"$tmp/min"
+	ceiling=$(rb -n "$REQUESTS" -P 16 EVALSHA "$msha" 1 'fgmin:{k__rand_int__}' 10000000 1000000000)
+	ceil_all[c]+=" $ceiling"
+	printf '  round %s %-28s %9.0f/s\n' "$round" "ceiling (minimal GCRA, -P 16)" "$ceiling" >&2
+	for c in "$CONCURRENCY" 8 1; do
+		if [ -n "$BEFORE" ]; then
+			run_case "before c=$c" "$BEFORE" --concurrency "$c"
+		fi
+		run_case "one call/decision c=$c" "$fg" --concurrency "$c" --batch 1 --deny-cache=false "${st[@]}"
+		run_case "exact (batched) c=$c" "$fg" --concurrency "$c" "${st[@]}"
+	done
 done
-failed=$(redis-cli -p "$port" INFO commandstats | sed -n 's/^cmdstat_\(evalsha\|eval\):.*failed_calls=\([0-9]*\).*/\2/p' | awk '{s+=$1} END {print s+0}')
+
+# Leased mode on one hot key: LEASED_PROCS processes at once, against the
+# embedded store in one process, ROUNDS interleaved rounds.
+declare -A hot
+for round in $(seq 1 "$ROUNDS"); do
+	out=$("$fg" bench --store memory --keys 1 --concurrency "$CONCURRENCY" --duration "$DURATION" \
+		--rate 1000000000 --burst 1000000000 --json)
+	hot[mem]+=" $(field decisions_per_sec "$out")"
+	hotpids=()
+	for p in $(seq 1 "$LEASED_PROCS"); do
+		"$fg" bench --store "$url" --prefix fghot: --keys 1 --concurrency $((CONCURRENCY / LEASED_PROCS)) \
+			--duration "$DURATION" --rate 1000000000 --burst 1000000000 --leased --instances "$LEASED_PROCS" \
+			--json "${st[@]}" >"$tmp/hot.$p" &
+		hotpids+=($!)
+	done
+	wait "${hotpids[@]}"
+	sum=0
+	for p in $(seq 1 "$LEASED_PROCS"); do
+		sum=$(awk -v s="$sum" -v r="$(field decisions_per_sec "$(cat "$tmp/hot.$p")")" 'BEGIN {print s + r}')
+	done
+	hot[leased]+=" $sum"
+	printf '  round %s hot key: embedded %9.0f/s, leased x%s %9.0f/s\n' "$round" \
+		"$(field decisions_per_sec "$out")" "$LEASED_PROCS" "$sum" >&2
+done
+
+failed=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_\(evalsha\|eval\):.*failed_calls=\([0-9]*\).*/\2/p' | awk '{s+=$1} END {print s+0}')
+
+median() { tr ' ' '\n' <<<"$*" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+sum() { tr ' ' '\n' <<<"$*" | awk '{s+=$1} END {print s+0}'; }
+
+echo
+echo "rounds: $ROUNDS; medians, every round in brackets; $(nproc) CPUs, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-30s %9.0f decisions/s  [%s]\n' "ceiling (minimal GCRA, -P 16)" "$(median "${ceil_all[c]}")" "${ceil_all[c]# }"
+for c in "$CONCURRENCY" 8 1; do
+	for name in "before c=$c" "one call/decision c=$c" "exact (batched) c=$c"; do
+		[ -n "${rate[$name]:-}" ] || continue
+		printf '%-30s %9.0f/s  x%.2f of the ceiling  p50 %6.0fµs  p99 %7.0fµs  redis calls %.3f/decision  redis CPU %5.2fµs/decision  degraded %s  [%s]\n' \
+			"$name" "$(median "${rate[$name]}")" "$(median "${ratio[$name]}")" "$(median "${p50[$name]}")" \
+			"$(median "${p99[$name]}")" "$(median "${calls[$name]}")" "$(median "${cpu[$name]}")" \
+			"$(sum "${deg[$name]}")" "${rate[$name]# }"
+	done
+done
+printf '%-30s embedded (1 process) %9.0f/s  leased (%s processes) %9.0f/s  x%.2f  [%s | %s]\n' "one hot key" \
+	"$(median "${hot[mem]}")" "$LEASED_PROCS" "$(median "${hot[leased]}")" \
+	"$(awk -v a="$(median "${hot[leased]}")" -v b="$(median "${hot[mem]}")" 'BEGIN {print a/b}')" "${hot[mem]# }" "${hot[leased]# }"
 if [ "$failed" != "0" ]; then
 	echo "bench-redis: $failed script calls failed:" >&2
 	redis-cli -p "$port" INFO errorstats >&2
 	exit 1
 fi
-
-# median FILE COLUMN
-median() { sort -g -k"$2","$2" "$1" | awk -v c="$2" '{v[NR]=$c} END {print v[int((NR+1)/2)]}'; }
-each() { awk -v c="$2" '{printf "%s%.0f", (NR>1?" ":""), $c}' "$1"; }
-c16=$(median "$tmp/c16" 1); c16p99=$(median "$tmp/c16" 2)
-c1=$(median "$tmp/c1" 1); c1p99=$(median "$tmp/c1" 2)
-m16=$(median "$tmp/min" 1)
-fg=$(median "$tmp/fg" 1); p50=$(median "$tmp/fg" 2); p99=$(median "$tmp/fg" 3)
-errs=$(awk '{s+=$4} END {print s+0}' "$tmp/fg")
-
-echo "rounds: $ROUNDS (medians; every round in brackets)"
-awk -v c16="$c16" -v c16p99="$c16p99" -v c1="$c1" -v c1p99="$c1p99" -v m16="$m16" \
-	-v fg="$fg" -v p50="$p50" -v p99="$p99" -v err="$errs" \
-	-v c16all="$(each "$tmp/c16" 1)" -v c1all="$(each "$tmp/c1" 1)" -v mall="$(each "$tmp/min" 1)" -v fgall="$(each "$tmp/fg" 1)" 'BEGIN {
-	printf "redis-benchmark EVALSHA (store script), -c 50 -P 16:  %8.0f decisions/s  p99 %.3f ms  [%s]\n", c16, c16p99, c16all
-	printf "redis-benchmark EVALSHA (store script), -c 50:        %8.0f decisions/s  p99 %.3f ms  [%s]\n", c1, c1p99, c1all
-	printf "redis-benchmark EVALSHA (minimal GCRA), -c 50 -P 16:  %8.0f decisions/s  (reference)  [%s]\n", m16, mall
-	printf "floodgate bench, %d workers:                           %8.0f decisions/s  p50 %.0f us  p99 %.0f us  errors %d  [%s]\n", 50, fg, p50, p99, err, fgall
-	printf "ratio floodgate / pipelined ceiling:    %5.1f%%  (goal >= 50%%, stretch 80%%)\n", 100 * fg / c16
-	printf "ratio floodgate / unpipelined ceiling:  %5.1f%%\n", 100 * fg / c1
-	printf "ratio floodgate / minimal GCRA ceiling: %5.1f%%\n", 100 * fg / m16
-}'

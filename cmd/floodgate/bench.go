@@ -45,7 +45,7 @@ store's modes: --batch 1 sends one script call per decision.
 
 With --json it prints exactly one object:
   {"decisions_per_sec": F, "allowed": N, "denied": N, "degraded": N,
-   "errors": N, "p50_us": F, "p99_us": F, "max_us": F,
+   "errors": N, "p50_us": F, "p99_us": F, "p999_us": F, "max_us": F,
    "redis_calls_per_decision": F, "redis_cpu_us_per_decision": F}
 (the redis fields are 0 for the memory store). With --timeline FILE it also
 writes one JSON object per --interval to FILE: {"t_ms": end of the interval
@@ -73,6 +73,9 @@ type benchConfig struct {
 	inFlight     int
 	timeline     string
 	interval     time.Duration
+	denyCache    bool
+	leased       bool
+	leaseLife    time.Duration
 	json         bool
 }
 
@@ -94,6 +97,9 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	fs.DurationVar(&cfg.flushDelay, "flush-delay", 0, "Redis: longest wait to gather pipelined commands (0: the store's default)")
 	fs.IntVar(&cfg.batch, "batch", 0, "Redis: most decisions per script call (0: the store's default; 1: no batching)")
 	fs.IntVar(&cfg.inFlight, "batches-in-flight", 0, "Redis: script calls in flight per lane (0: the store's default)")
+	fs.BoolVar(&cfg.denyCache, "deny-cache", true, "the engine's deny cache (Redis)")
+	fs.BoolVar(&cfg.leased, "leased", false, "leased consistency (Redis; token_bucket, gcra, leaky_bucket, fixed_window)")
+	fs.DurationVar(&cfg.leaseLife, "lease-lifetime", 0, "how long a lease's units are spent (0: the engine's default)")
 	fs.StringVar(&cfg.timeline, "timeline", "", "write counts per interval to this file, as JSON lines")
 	fs.DurationVar(&cfg.interval, "interval", 100*time.Millisecond, "the timeline's interval")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object")
@@ -142,6 +148,10 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 		return nil, usagef("bench: --instances must be at least 1, got %d", cfg.instances)
 	case cfg.interval < time.Millisecond:
 		return nil, usagef("bench: --interval must be at least 1ms, got %s", cfg.interval)
+	case cfg.leaseLife < 0:
+		return nil, usagef("bench: --lease-lifetime must not be negative, got %s", cfg.leaseLife)
+	case cfg.leased && cfg.direct:
+		return nil, usagef("bench: --leased needs the engine; drop --direct")
 	}
 	cfg.limit = floodgate.Limit{Name: "bench", Algorithm: a, Rate: *rate, Per: *per, Burst: *burst,
 		Max: *limit, Window: *window, LeaseTTL: *leaseTTL}
@@ -152,6 +162,9 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	}
 	if err := cfg.limit.Validate(); err != nil {
 		return nil, usagef("bench: %v", err)
+	}
+	if cfg.leased && !a.Traits().Leasable {
+		return nil, usagef("bench: --leased: %s cannot be leased", a)
 	}
 	return cfg, nil
 }
@@ -173,6 +186,7 @@ type benchResult struct {
 	Errors          int64   `json:"errors"`
 	P50us           float64 `json:"p50_us"`
 	P99us           float64 `json:"p99_us"`
+	P999us          float64 `json:"p999_us"`
 	MaxUs           float64 `json:"max_us"`
 	RedisCalls      float64 `json:"redis_calls_per_decision"`
 	RedisCPUus      float64 `json:"redis_cpu_us_per_decision"`
@@ -189,7 +203,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil || cfg == nil {
 		return err
 	}
-	rule, err := limiter.NewRule(cfg.limit, cfg.onFailure, false)
+	ro := limiter.RuleOptions{OnFailure: cfg.onFailure}
+	if cfg.leased {
+		ro.Consistency = floodgate.Leased
+	}
+	rule, err := limiter.NewRuleWith(cfg.limit, ro)
 	if err != nil {
 		return usagef("bench: %v", err)
 	}
@@ -221,7 +239,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("bench: %w", err)
 		}
 		defer local.Close()
-		target.engine = limiter.New(store, limiter.Options{Timeout: cfg.storeTimeout, Local: local, Instances: cfg.instances})
+		lo := limiter.Options{Timeout: cfg.storeTimeout, Local: local, Instances: cfg.instances,
+			Lease: limiter.LeaseOptions{Lifetime: cfg.leaseLife}}
+		if !cfg.denyCache {
+			lo.DenyCache.Entries = -1
+		}
+		target.engine = limiter.New(store, lo)
+		if cfg.leased {
+			defer target.engine.ReturnLeases(context.WithoutCancel(ctx))
+		}
 	}
 	var progress io.Writer
 	if !cfg.json && isTerminal(stdout) {
@@ -360,6 +386,7 @@ func bench(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, target ben
 	res.DecisionsPerSec = float64(res.Allowed+res.Denied+res.Errors) / elapsed.Seconds()
 	res.P50us = total.hist.quantile(0.50) / 1e3
 	res.P99us = total.hist.quantile(0.99) / 1e3
+	res.P999us = total.hist.quantile(0.999) / 1e3
 	res.MaxUs = float64(total.max) / 1e3
 	return res, nil
 }
@@ -427,6 +454,7 @@ func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, 
 	req := limiter.Request{Hits: hits}
 	var res limiter.Result
 	conc := cfg.limit.Algorithm.Kind() == floodgate.KindConcurrency
+	end, _ := ctx.Deadline()
 	var lease uint64
 	defer func() {
 		w.mu.Lock()
@@ -454,7 +482,7 @@ func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, 
 		}
 		lat := time.Since(t0)
 		cancel()
-		if err != nil && ctx.Err() != nil {
+		if err != nil && (ctx.Err() != nil || !time.Now().Before(end)) {
 			return // the run ended during the call: not an error of the store
 		}
 		if w.locked {

@@ -24,7 +24,7 @@ func benchJSON(t *testing.T, args ...string) map[string]float64 {
 	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
 		t.Fatalf("bench output %q: %v", stdout.String(), err)
 	}
-	want := []string{"decisions_per_sec", "allowed", "denied", "degraded", "errors", "p50_us", "p99_us", "max_us",
+	want := []string{"decisions_per_sec", "allowed", "denied", "degraded", "errors", "p50_us", "p99_us", "p999_us", "max_us",
 		"redis_calls_per_decision", "redis_cpu_us_per_decision"}
 	if len(got) != len(want) {
 		t.Fatalf("bench output %q: want exactly the fields %v", stdout.String(), want)
