@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +34,11 @@ const (
 //   - the failure rate: of the calls that ended in the last Window, at
 //     least MinCalls did and at least FailureRatio of them failed (a store
 //     that fails often);
-//   - the run: Failures calls failed with no success between them (a store
-//     that answers nothing: stopped, unreachable, out of memory).
+//   - the run: Failures calls failed with no success between them, sent
+//     over at least one store deadline (a store that answers nothing:
+//     stopped, unreachable, out of memory). A store held up for less than
+//     that (a stall of its machine, say) fails only the calls in flight,
+//     all sent within one deadline, and does not open it.
 //
 // A busy store that answers within the deadline trips neither.
 type BreakerOptions struct {
@@ -50,8 +54,9 @@ type BreakerOptions struct {
 	// opens it).
 	FailureRatio float64
 	// Failures is the length of a run of failed calls, with no success
-	// among them, that opens the breaker (0: DefaultBreakerFailures).
-	// Negative: the breaker is off and never opens.
+	// among them and sent over at least one store deadline, that opens
+	// the breaker (0: DefaultBreakerFailures). Negative: the breaker is
+	// off and never opens.
 	Failures int
 	// ProbeInterval is the least time between two probes
 	// (0: DefaultProbeInterval).
@@ -75,6 +80,7 @@ type breaker struct {
 	minCalls int64
 	ratio    float64
 	run      int64
+	span     int64 // ns a run's calls must have been sent over
 	width    int64 // ns per slice
 	interval int64 // ns between probes
 	now      func() time.Time
@@ -85,13 +91,16 @@ type breaker struct {
 	turn   sync.Mutex // guards the reset of a slice that starts counting a new span
 
 	failures  atomic.Int64 // in the current run
+	runFrom   atomic.Int64 // the earliest send of the run's calls (ns since start)
 	open      atomic.Bool
 	probing   atomic.Bool  // a probe is in flight
 	nextProbe atomic.Int64 // ns since start
 	opens     atomic.Uint64
 }
 
-func (b *breaker) init(o BreakerOptions, now func() time.Time, log *slog.Logger) {
+func (b *breaker) init(o BreakerOptions, span time.Duration, now func() time.Time, log *slog.Logger) {
+	b.span = max(int64(span), 0)
+	b.runFrom.Store(math.MaxInt64)
 	b.off = o.Failures < 0
 	b.run = int64(o.Failures)
 	if b.run == 0 {
@@ -176,6 +185,7 @@ func (b *breaker) rate(now int64) (calls, fails int64) {
 func (b *breaker) success(probe, timed bool) {
 	if b.failures.Load() != 0 {
 		b.failures.Store(0)
+		b.runFrom.Store(math.MaxInt64)
 	}
 	if timed && !b.off {
 		b.count(b.since(), false)
@@ -189,8 +199,9 @@ func (b *breaker) success(probe, timed bool) {
 	}
 }
 
-// failure records a store call that failed in the store.
-func (b *breaker) failure(probe bool) {
+// failure records a store call, sent at instant sent (ns since start),
+// that failed in the store.
+func (b *breaker) failure(probe bool, sent int64) {
 	if probe {
 		b.probing.Store(false) // stays open until the next probe
 		return
@@ -201,8 +212,12 @@ func (b *breaker) failure(probe bool) {
 	now := b.since()
 	b.count(now, true)
 	run := b.failures.Add(1)
+	from := b.runFrom.Load()
+	for sent < from && !b.runFrom.CompareAndSwap(from, sent) {
+		from = b.runFrom.Load()
+	}
 	why := ""
-	if run >= b.run {
+	if run >= b.run && sent-min(from, sent) >= b.span {
 		why = "run"
 	} else if calls, fails := b.rate(now); calls >= b.minCalls && float64(fails) >= b.ratio*float64(calls) {
 		why = "rate"
@@ -225,6 +240,7 @@ func (b *breaker) forget() {
 	}
 	b.turn.Unlock()
 	b.failures.Store(0)
+	b.runFrom.Store(math.MaxInt64)
 }
 
 // release ends a call that said nothing about the store's health.

@@ -36,6 +36,7 @@ const (
 // call is one store call on its way: where its time went.
 type call struct {
 	latency time.Duration // from sending it to the answer (0 in this process)
+	sent    int64         // when it was sent, on the breaker's clock
 }
 
 // callStore calls the store within the engine's deadline (the caller's when
@@ -48,6 +49,9 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 	var c call
 	if l.inProcess {
 		err := l.store.Apply(ctx, op, hits, out)
+		if err != nil {
+			c.sent = l.breaker.since()
+		}
 		return c, l.classify(ctx, nil, err, 0), err
 	}
 	if err := ctx.Err(); err != nil {
@@ -77,6 +81,7 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 		err = fmt.Errorf("%w: %w", ErrNotSent, err)
 	} else {
 		sent := time.Now()
+		c.sent = l.breaker.since()
 		if lc != nil {
 			lc.grant, err = l.leases.leaser.Lease(sctx, lc.h, lc.want, lc.back)
 		} else {

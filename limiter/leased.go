@@ -382,7 +382,7 @@ func (l *Limiter) grant(ctx context.Context, h *Hit, want int64, back Giveback, 
 	lc := leaseCall{h: h, want: want, back: back}
 	c, o, err := l.callStore(ctx, 0, nil, nil, &lc)
 	r.StoreLatency += c.latency
-	l.judge(o, probe)
+	l.judge(c, o, probe)
 	switch {
 	case err == nil:
 		return lc.grant, false, nil

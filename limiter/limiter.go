@@ -152,7 +152,7 @@ func New(store Store, opts Options) *Limiter {
 	case l.maxKey < 0:
 		l.maxKey = 0
 	}
-	l.breaker.init(opts.Breaker, opts.Now, l.log)
+	l.breaker.init(opts.Breaker, l.timeout, opts.Now, l.log)
 	if !l.inProcess {
 		l.deny = newDenyCache(opts.DenyCache)
 		l.leases = newLeases(store, opts.Lease)
@@ -299,8 +299,8 @@ func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodga
 	if !call {
 		return fmt.Errorf("limiter: %s: %w", what, ErrBreakerOpen)
 	}
-	_, o, err := l.callStore(ctx, op, hits, out, nil)
-	l.judge(o, probe)
+	c, o, err := l.callStore(ctx, op, hits, out, nil)
+	l.judge(c, o, probe)
 	if err != nil {
 		return fmt.Errorf("limiter: %s: %w", what, err)
 	}
@@ -308,13 +308,13 @@ func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodga
 }
 
 // judge tells the breaker how a store call ended.
-func (l *Limiter) judge(o outcome, probe bool) {
+func (l *Limiter) judge(c call, o outcome, probe bool) {
 	switch o {
 	case answered:
 		l.breaker.success(probe, !l.inProcess)
 	case storeFail:
 		l.storeFailures.Add(1)
-		l.breaker.failure(probe)
+		l.breaker.failure(probe, c.sent)
 	default:
 		l.breaker.release(probe)
 	}
@@ -447,7 +447,7 @@ func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.D
 		}
 		c, o, err := l.callStore(ctx, op, hits, out, nil)
 		r.StoreLatency += c.latency
-		l.judge(o, probe)
+		l.judge(c, o, probe)
 		switch {
 		case err == nil:
 			degraded = NotDegraded
