@@ -15,12 +15,10 @@ import (
 )
 
 // The fault tests run the engine over a store on a server of their own,
-// break the server under load and check what callers see. Deadlines are
-// generous: the machine may be loaded.
-const (
-	faultTimeout = 100 * time.Millisecond  // the engine's deadline per store call
-	faultSlack   = 1500 * time.Millisecond // scheduling on a loaded machine
-)
+// break the server under load and check what callers see. They wait for
+// conditions, never for fixed times; how fast decisions come back and how
+// soon the breaker closes are measured by scripts/bench-faults.sh.
+const faultTimeout = 100 * time.Millisecond // the engine's deadline per store call
 
 // faultRig is an engine over a redisstore, with one rule per failure
 // policy, each in requests of its own.
@@ -89,7 +87,7 @@ func (rig *faultRig) close(t *testing.T) {
 
 // loadStats is what the load saw, per failure policy.
 type loadStats struct {
-	mu                 sync.Mutex
+	mu                 sync.Mutex // guards the fields below
 	slowest            time.Duration
 	errors             int64
 	allowed, denied    map[floodgate.FailurePolicy]int64
@@ -145,6 +143,24 @@ func (rig *faultRig) load(stop <-chan struct{}, st *loadStats) *sync.WaitGroup {
 	return &wg
 }
 
+// waitFor polls cond (under st's lock) until it holds, for at most 30 s.
+func (st *loadStats) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st.mu.Lock()
+		ok := cond()
+		st.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // waitBreakerClosed sends requests until one is decided by the store again
 // and returns how long that took.
 func (rig *faultRig) waitBreakerClosed(t *testing.T) time.Duration {
@@ -162,6 +178,15 @@ func (rig *faultRig) waitBreakerClosed(t *testing.T) time.Duration {
 	return 0
 }
 
+// degradedEverywhere reports (under st's lock) that every policy has
+// decided while degraded, and that the local fallback's share, 100, is
+// used up.
+func (st *loadStats) degradedEverywhere() bool {
+	open, closed, local := floodgate.FailOpen, floodgate.FailClosed, floodgate.FailLocal
+	return st.degradedAllowed[open] > 0 && st.degradedDenied[closed] > 0 &&
+		st.degradedAllowed[local] >= 100 && st.degradedDenied[local] > 0
+}
+
 func (st *loadStats) checkPolicies(t *testing.T) {
 	t.Helper()
 	st.mu.Lock()
@@ -170,9 +195,6 @@ func (st *loadStats) checkPolicies(t *testing.T) {
 		st.slowest, st.allowed, st.denied, st.degradedAllowed, st.degradedDenied)
 	if st.errors != 0 {
 		t.Fatalf("%d checks returned an error; a failing store must be decided by policy", st.errors)
-	}
-	if limit := faultTimeout + faultSlack; st.slowest > limit {
-		t.Fatalf("slowest decision took %v, want at most the deadline %v plus %v", st.slowest, faultTimeout, faultSlack)
 	}
 	open, closed, local := floodgate.FailOpen, floodgate.FailClosed, floodgate.FailLocal
 	if st.degradedDenied[open] != 0 || st.degradedAllowed[open] == 0 {
@@ -191,19 +213,18 @@ func (st *loadStats) checkPolicies(t *testing.T) {
 	}
 }
 
-// TestFaultKill: Redis SIGKILLed under load. Every decision comes back
-// within the deadline, each limit follows its policy, the breaker closes
-// within 2 s of Redis coming back, and no goroutine is left behind.
+// TestFaultKill: Redis SIGKILLed under load. Each limit follows its policy,
+// the breaker opens and closes again once Redis is back, and no goroutine
+// is left behind.
 func TestFaultKill(t *testing.T) {
 	rig := newFaultRig(t)
 	stop := make(chan struct{})
 	var st loadStats
 	wg := rig.load(stop, &st)
-	time.Sleep(300 * time.Millisecond)
+	st.waitFor(t, "decisions by the store", func() bool { return st.undegradedRequests >= 60 })
 	rig.srv.Kill()
-	// Long enough for the local fallback to run out (100 requests at
-	// about 4 per millisecond... with sleeps, a second is plenty).
-	time.Sleep(1500 * time.Millisecond)
+	st.waitFor(t, "every policy to decide, the local share used up", st.degradedEverywhere)
+	st.waitFor(t, "the breaker to open", func() bool { return rig.lim.Stats().BreakerOpen })
 	close(stop)
 	wg.Wait()
 	st.checkPolicies(t)
@@ -218,47 +239,44 @@ func TestFaultKill(t *testing.T) {
 	}
 	took := rig.waitBreakerClosed(t)
 	t.Logf("breaker closed %v after Redis came back", took)
-	if took > 2*time.Second {
-		t.Fatalf("breaker closed %v after Redis came back, want within 2s", took)
-	}
 	rig.close(t)
 }
 
-// TestFaultPause: Redis SIGSTOPped under load. Decisions still come back
-// within the deadline, by policy; after SIGCONT the breaker closes within
-// 2 s.
+// TestFaultPause: Redis SIGSTOPped under load. Decisions still come back,
+// by policy (at their deadline, then at once with the breaker open);
+// after SIGCONT the store decides again.
 func TestFaultPause(t *testing.T) {
 	rig := newFaultRig(t)
 	stop := make(chan struct{})
 	var st loadStats
 	wg := rig.load(stop, &st)
-	time.Sleep(300 * time.Millisecond)
+	st.waitFor(t, "decisions by the store", func() bool { return st.undegradedRequests >= 60 })
 	rig.srv.Pause()
-	time.Sleep(1500 * time.Millisecond)
+	st.waitFor(t, "every policy to decide, the local share used up", st.degradedEverywhere)
+	st.waitFor(t, "the breaker to open", func() bool { return rig.lim.Stats().BreakerOpen })
 	close(stop)
 	wg.Wait()
 	rig.srv.Resume()
 	st.checkPolicies(t)
 	took := rig.waitBreakerClosed(t)
 	t.Logf("breaker closed %v after SIGCONT", took)
-	if took > 2*time.Second {
-		t.Fatalf("breaker closed %v after SIGCONT, want within 2s", took)
-	}
 	rig.close(t)
 }
 
-// TestScriptFlushUnderLoad: SCRIPT FLUSH while decisions run never
-// surfaces an error: EVALSHA's NOSCRIPT is answered by EVAL.
+// TestScriptFlushUnderLoad: SCRIPT FLUSH while batched decisions run never
+// surfaces an error: EVALSHA's NOSCRIPT is answered by EVAL, and nothing
+// is charged twice (a call refused with NOSCRIPT did not run).
 func TestScriptFlushUnderLoad(t *testing.T) {
 	srv := sharedServer(t)
 	s := newStandalone(t)
-	r, err := limiter.NewRule(floodgate.Limit{Name: "flush", Algorithm: floodgate.TokenBucket, Rate: 1000, Per: time.Second, Burst: 1000}, floodgate.FailClosed, false)
+	avoidHourBoundary()
+	r, err := limiter.NewRule(floodgate.Limit{Name: "flush", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour}, floodgate.FailClosed, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lim := limiter.New(s, limiter.Options{Timeout: 2 * time.Second})
 	stop := make(chan struct{})
-	var calls, storeErrs, degraded atomic.Int64
+	var calls, storeErrs, degraded, allowed atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -277,18 +295,29 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 					if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
 						storeErrs.Add(1)
 						t.Errorf("store error after SCRIPT FLUSH: %v", err)
+					} else if out[0].Allowed {
+						allowed.Add(1)
 					}
 					continue
 				}
 				res, err := lim.Check(context.Background(), hits)
 				if err != nil || res.Degraded != limiter.NotDegraded {
 					degraded.Add(1)
+				} else if res.Allowed {
+					allowed.Add(1)
 				}
 			}
 		}()
 	}
+	// Twenty flushes, each after at least 50 more calls.
 	for i := 0; i < 20; i++ {
-		time.Sleep(20 * time.Millisecond)
+		want := calls.Load() + 50
+		for deadline := time.Now().Add(30 * time.Second); calls.Load() < want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("no calls for 30s (%d)", calls.Load())
+			}
+			time.Sleep(time.Millisecond)
+		}
 		if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
 			t.Fatal(err)
 		}
@@ -302,5 +331,12 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 	t.Logf("%d calls across 20 SCRIPT FLUSHes", calls.Load())
 	if st := lim.Stats(); st.StoreFailures != 0 {
 		t.Fatalf("engine saw %d store failures", st.StoreFailures)
+	}
+	out := make([]floodgate.Decision, 1)
+	if err := s.Apply(context.Background(), limiter.Peek, []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, out); err != nil {
+		t.Fatal(err)
+	}
+	if used := r.Capacity() - out[0].Remaining - 1; used != allowed.Load() {
+		t.Fatalf("the window counts %d, the callers were allowed %d", used, allowed.Load())
 	}
 }
