@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -184,5 +186,59 @@ func TestBatchingUnderLoad(t *testing.T) {
 	}
 	if allowed.Load() != 1000 {
 		t.Fatalf("hot key allowed %d, want exactly its burst, 1000", allowed.Load())
+	}
+}
+
+// TestQueuedRequestNotSent: a request still waiting for its batch when its
+// context ends is never sent: it fails with limiter.ErrNotSent, and Redis
+// counts only the requests that were sent.
+func TestQueuedRequestNotSent(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: "redis://" + srv.Addr, BatchesInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := limiter.NewRule(floodgate.Limit{Name: "queued", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour},
+		floodgate.FailClosed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit := []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}
+	apply := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return s.Apply(ctx, limiter.Charge, hit, make([]floodgate.Decision, 1))
+	}
+	avoidHourBoundary()
+	if err := apply(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	sent := make(chan error, 1)
+	go func() { sent <- apply(10 * time.Second) }() // sent, held by the stopped server
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if calls, _ := s.Calls(); calls == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second request was not sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The lane's one call is in flight: this one waits, and gives up.
+	if err := apply(100 * time.Millisecond); !errors.Is(err, limiter.ErrNotSent) {
+		t.Fatalf("queued request: %v, want ErrNotSent", err)
+	}
+	srv.Resume()
+	if err := <-sent; err != nil {
+		t.Fatalf("the request in flight: %v", err)
+	}
+	out := make([]floodgate.Decision, 1)
+	if err := s.Apply(context.Background(), limiter.Peek, hit, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Remaining != 1000-2-1 {
+		t.Fatalf("peek %+v: want the two sent requests counted, not the one that gave up", out[0])
 	}
 }
