@@ -200,6 +200,8 @@ func (a Address) clientOption(o *Options) rueidis.ClientOption {
 		opt.PipelineMultiplex = o.PipelineMultiplex
 	}
 	switch {
+	case o.MaxFlushDelay == 0 && o.MaxBatch != 1 && o.MaxBatch >= 0:
+		// Batching gathers the requests; the pipeline writes at once.
 	case o.MaxFlushDelay == 0:
 		opt.MaxFlushDelay = DefaultMaxFlushDelay
 	case o.MaxFlushDelay > 0:

@@ -122,7 +122,8 @@ func TestClientOptionPipeline(t *testing.T) {
 		multiplex int
 		delay     time.Duration
 	}{
-		{Options{}, -1, DefaultMaxFlushDelay},
+		{Options{}, -1, 0}, // batching gathers the requests
+		{Options{MaxBatch: 1}, -1, DefaultMaxFlushDelay},
 		{Options{PipelineMultiplex: -3, MaxFlushDelay: -1}, -1, 0},
 		{Options{PipelineMultiplex: 2, MaxFlushDelay: 5 * time.Microsecond}, 2, 5 * time.Microsecond},
 	} {
