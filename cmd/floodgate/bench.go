@@ -76,6 +76,7 @@ type benchConfig struct {
 	denyCache    bool
 	leased       bool
 	leaseLife    time.Duration
+	maxRate      float64
 	json         bool
 }
 
@@ -100,6 +101,7 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	fs.BoolVar(&cfg.denyCache, "deny-cache", true, "the engine's deny cache (Redis)")
 	fs.BoolVar(&cfg.leased, "leased", false, "leased consistency (Redis; token_bucket, gcra, leaky_bucket, fixed_window)")
 	fs.DurationVar(&cfg.leaseLife, "lease-lifetime", 0, "how long a lease's units are spent (0: the engine's default)")
+	fs.Float64Var(&cfg.maxRate, "max-rate", 0, "cap on the decisions per second of all workers together (0: none); a worker that falls behind does not catch up")
 	fs.StringVar(&cfg.timeline, "timeline", "", "write counts per interval to this file, as JSON lines")
 	fs.DurationVar(&cfg.interval, "interval", 100*time.Millisecond, "the timeline's interval")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object")
@@ -148,6 +150,8 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 		return nil, usagef("bench: --instances must be at least 1, got %d", cfg.instances)
 	case cfg.interval < time.Millisecond:
 		return nil, usagef("bench: --interval must be at least 1ms, got %s", cfg.interval)
+	case cfg.maxRate < 0:
+		return nil, usagef("bench: --max-rate must not be negative, got %v", cfg.maxRate)
 	case cfg.leaseLife < 0:
 		return nil, usagef("bench: --lease-lifetime must not be negative, got %s", cfg.leaseLife)
 	case cfg.leased && cfg.direct:
@@ -455,6 +459,11 @@ func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, 
 	var res limiter.Result
 	conc := cfg.limit.Algorithm.Kind() == floodgate.KindConcurrency
 	end, _ := ctx.Deadline()
+	var pace time.Duration // between two decisions of this worker, with --max-rate
+	if cfg.maxRate > 0 {
+		pace = time.Duration(float64(cfg.concurrency) / cfg.maxRate * float64(time.Second))
+	}
+	next := time.Now()
 	var lease uint64
 	defer func() {
 		w.mu.Lock()
@@ -463,6 +472,14 @@ func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, 
 		w.mu.Unlock()
 	}()
 	for ctx.Err() == nil {
+		if pace > 0 {
+			if wait := time.Until(next); wait > 0 {
+				time.Sleep(wait)
+			}
+			if next = next.Add(pace); next.Before(time.Now()) {
+				next = time.Now() // behind: no catching up
+			}
+		}
 		hits[0].Key = keys[rng.IntN(len(keys))]
 		hits[0].Lease = 0
 		if conc && t.engine == nil {
