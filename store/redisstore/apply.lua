@@ -22,9 +22,11 @@
 -- ARGV[4+11R...] the names of concurrency leases
 -- KEYS: one key per hit, two for the sliding log and concurrency (a ZSET and
 -- its companion hash), in the order of the requests and their hits.
--- Reply: now µs, then per request: charged (0/1; a lease: the units taken),
--- then 6 integers per hit:
---   allowed, remaining, retry ns, reset ns, delay ns, never (cost > capacity)
+-- Reply: one string of little-endian doubles (integers, exact below 2^53):
+-- now µs, then per request: charged (0/1; a lease: the units taken), then 6
+-- numbers per hit: allowed, remaining, retry ns, reset ns, delay ns, never
+-- (cost > capacity). A string is cheaper for Redis to send than many
+-- integers.
 --
 -- A rule's parameters travel once per call, and a request's numbers in one
 -- packed argument: parsing arguments is a large part of a small script's
@@ -103,7 +105,7 @@ local function put(key, v, ttl)
   ttls[key] = ttl
 end
 
-local out = {now_us}
+local out = {struct.pack('<d', now_us)} -- the reply's parts, joined at the end
 
 -- The common cases, one hit of a rate algorithm or of a fixed window, take
 -- a straight path that skips the general machinery below (its tables). They
@@ -129,10 +131,9 @@ local function fast_rate(op, key, r, cost, nt_n, nt_r)
   if lr < 0 then lr = lr + den; ln = ln - 1 end
   local charged = 0
   if op == 'c' and r[2] then charged = 1 end -- a lone shadow hit never blocks
-  local o = #out
   if cost > cap then
-    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
-      charged, 0, units(ln, lr, den, per), 0, math.min(reset, BIG), 0, 1
+    out[#out+1] = struct.pack('<ddddddd',
+      charged, 0, units(ln, lr, den, per), 0, math.min(reset, BIG), 0, 1)
     return
   end
   local nx_n, nx_r = ah_n + nt_n, ah_r + nt_r
@@ -141,8 +142,8 @@ local function fast_rate(op, key, r, cost, nt_n, nt_r)
     local wn, wr = nx_n - tau_n, nx_r - tau_r
     if wr < 0 then wr = wr + den; wn = wn - 1 end
     if wr > 0 then wn = wn + 1 end
-    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
-      charged, 0, units(ln, lr, den, per), math.min(wn, BIG), math.min(reset, BIG), 0, 0
+    out[#out+1] = struct.pack('<ddddddd',
+      charged, 0, units(ln, lr, den, per), math.min(wn, BIG), math.min(reset, BIG), 0, 0)
     return
   end
   local rn, rr = tau_n - nx_n, tau_r - nx_r
@@ -165,8 +166,8 @@ local function fast_rate(op, key, r, cost, nt_n, nt_r)
     local secs = math.floor(total / 1000000000)
     put(key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(nx))
   end
-  out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
-    charged, 1, units(rn, rr, den, per), 0, math.min(nx, BIG), math.min(delay, BIG), 0
+  out[#out+1] = struct.pack('<ddddddd',
+    charged, 1, units(rn, rr, den, per), 0, math.min(nx, BIG), math.min(delay, BIG), 0)
 end
 
 -- The same for one hit of a fixed window, as fixed() decides it.
@@ -185,15 +186,14 @@ local function fast_fixed(op, key, r, cost)
   end
   local charged = 0
   if op == 'c' and r[2] then charged = 1 end
-  local o = #out
   if cost > max then
-    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
-      charged, 0, math.max(0, max - count), 0, left, 0, 1
+    out[#out+1] = struct.pack('<ddddddd',
+      charged, 0, math.max(0, max - count), 0, left, 0, 1)
     return
   end
   if cost > max - count then
-    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
-      charged, 0, math.max(0, max - count), left, left, 0, 0
+    out[#out+1] = struct.pack('<ddddddd',
+      charged, 0, math.max(0, max - count), left, left, 0, 0)
     return
   end
   count = count + cost
@@ -201,8 +201,8 @@ local function fast_fixed(op, key, r, cost)
     charged = 1
     put(key, struct.pack('<dd', idx, count), ceil_ms(left))
   end
-  out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
-    charged, 1, max - count, 0, left, 0, 0
+  out[#out+1] = struct.pack('<ddddddd',
+    charged, 1, max - count, 0, left, 0, 0)
 end
 
 local function fmt(x) return string.format('%.0f', x) end
@@ -235,7 +235,6 @@ end
 -- Appends the units taken and the decision for `cost` as a charge of the
 -- units taken gives it. want·T and back·T come as ns and rem.
 local function lease(key, r, cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark)
-  local o = #out
   if RATE[r[1]] then
     local den, per = r[3], r[4]
     local tau_n, tau_r = r[5], r[6]
@@ -267,16 +266,15 @@ local function lease(key, r, cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mar
       local secs = math.floor(total / 1000000000)
       put(key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(ceiln(nx_n, nx_r)))
     end
-    out[o+1] = got
     if got > 0 then
       local rn, rr = sub(tau_n, tau_r, nx_n, nx_r, den)
-      out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
-        1, units(rn, rr, den, per), 0, math.min(ceiln(nx_n, nx_r), BIG), 0, 0
+      out[#out+1] = struct.pack('<ddddddd',
+        got, 1, units(rn, rr, den, per), 0, math.min(ceiln(nx_n, nx_r), BIG), 0, 0)
     else
       local rn, rr = sub(tau_n, tau_r, ah_n, ah_r, den)
       local wn, wr = sub(tn, tr, tau_n, tau_r, den)
-      out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] =
-        0, units(rn, rr, den, per), math.min(math.max(ceiln(wn, wr), 0), BIG), math.min(ceiln(ah_n, ah_r), BIG), 0, 0
+      out[#out+1] = struct.pack('<ddddddd',
+        0, 0, units(rn, rr, den, per), math.min(math.max(ceiln(wn, wr), 0), BIG), math.min(ceiln(ah_n, ah_r), BIG), 0, 0)
     end
     return
   end
@@ -302,11 +300,10 @@ local function lease(key, r, cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mar
   elseif cost > 0 and cost <= max - count then got = cost end
   count = count + got
   if got > 0 or changed then put(key, struct.pack('<dd', idx, count), ceil_ms(left)) end
-  out[o+1] = got
   if got > 0 then
-    out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] = 1, max - count, 0, left, 0, 0
+    out[#out+1] = struct.pack('<ddddddd', got, 1, max - count, 0, left, 0, 0)
   else
-    out[o+2], out[o+3], out[o+4], out[o+5], out[o+6], out[o+7] = 0, math.max(0, max - count), left, left, 0, 0
+    out[#out+1] = struct.pack('<ddddddd', 0, 0, math.max(0, max - count), left, left, 0, 0)
   end
 end
 
@@ -682,14 +679,13 @@ local function decide(op, hs, n, k)
       end
     end
   end
-  out[#out+1] = charged
+  out[#out+1] = struct.pack('<d', charged)
   for h = 1, n do
     local d = res[h]
     for j = 1, 6 do
-      local x = d[j]
-      if x > BIG then x = BIG end
-      out[#out+1] = x
+      if d[j] > BIG then d[j] = BIG end
     end
+    out[#out+1] = struct.pack('<dddddd', d[1], d[2], d[3], d[4], d[5], d[6])
   end
   return k
 end
@@ -757,4 +753,4 @@ end
 for _, key in ipairs(dirty) do
   redis.call('SET', key, vals[key], 'PX', ttls[key])
 end
-return out
+return table.concat(out)

@@ -254,28 +254,26 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 		fail(fmt.Errorf("redisstore: eval: %w", err))
 		return
 	}
-	arr, err := res.ToArray()
+	reply, err := res.ToString()
 	want := 1
 	for _, rq := range b {
 		want += 1 + 6*len(rq.hits)
 	}
-	if err != nil || len(arr) != want {
-		fail(fmt.Errorf("redisstore: eval: unexpected reply (%d values, want %d): %v", len(arr), want, err))
+	if err != nil || len(reply) != 8*want {
+		fail(fmt.Errorf("redisstore: eval: unexpected reply (%d bytes, want %d): %v", len(reply), 8*want, err))
 		return
 	}
-	mark, _ := arr[0].AsInt64()
+	num := func(i int) int64 {
+		return int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[8*i : 8*i+8]))))
+	}
+	mark := num(0)
 	at := 1
 	for _, rq := range b {
-		c, _ := arr[at].AsInt64()
-		rq.got, rq.mark = c, mark
+		rq.got, rq.mark = num(at), mark
 		at++
 		rq.vals = rq.vals[:0]
 		for range 6 * len(rq.hits) {
-			v, err := arr[at].AsInt64()
-			if err != nil {
-				rq.err = fmt.Errorf("redisstore: eval: unexpected reply: %w", err)
-			}
-			rq.vals = append(rq.vals, v)
+			rq.vals = append(rq.vals, num(at))
 			at++
 		}
 	}
