@@ -38,6 +38,19 @@
 // Limits given in requests (an Envoy descriptor's own limit) are compiled
 // once and kept in a bounded RequestLimits, which any front end can use.
 //
+// # Fewer store calls
+//
+// Two things spare a shared store (package redisstore) calls, both for
+// stores outside this process only. The deny cache (DenyCacheOptions, on
+// by default) answers a request whose every hit the store reported as
+// having no unit left, until the instant one unit comes back, with the
+// answer the store would give; it never denies what the store would allow
+// while counters only grow, and lives at most a second past a change it
+// cannot see. Leased rules (RuleOptions.Consistency, LeaseOptions) are
+// spent from units each instance takes from the store in advance, for a
+// stated bound on over-admission; the default is exact. Decisions made
+// this way are flagged Cached or Leased.
+//
 // # Failure
 //
 // Every store call has a deadline (Options.Timeout). When the store fails

@@ -103,7 +103,7 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
 	store := fs.String("store", "memory", "memory, or a Redis URL")
 	cfgPath := fs.String("config", "", "envoyproxy/ratelimit file or directory (default: built-in bench domain)")
-	timeout := fs.Duration("store-timeout", time.Second, "deadline of one store call")
+	timeout := fs.Duration("store-timeout", 0, "deadline of one store call (0: the engine's default)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	workers := fs.Int("stream-workers", 0, "gRPC stream workers (0: the service's default, -1: none)")
 	flushDelay := fs.Duration("flush-delay", 0, "Redis: how long the pipeline may gather commands before writing (0: the store's default, negative: none)")
