@@ -259,7 +259,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var before redisstore.Usage
 	if rs != nil {
-		before, _ = rs.ServerUsage(ctx)
+		// With a deadline: a call without one would move rueidis to its
+		// background pipeline for good, which a lone caller never needs.
+		uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		before, _ = rs.ServerUsage(uctx)
+		cancel()
 	}
 	res, err := bench(ctx, cfg, rule, target, progress)
 	if err != nil {

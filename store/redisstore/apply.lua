@@ -41,7 +41,6 @@ local ALG = {token_bucket = 1, gcra = 2, leaky_bucket = 3, leaky_queue = 4, fixe
 local RATE = {[ALG.token_bucket] = true, [ALG.gcra] = true, [ALG.leaky_bucket] = true, [ALG.leaky_queue] = true}
 
 local BIG = 9007199254740992
-local OPS = {'c', 'p', 'r', 'l'}
 
 local now_s, now_us
 local pad = 0 -- ms added to TTLs: an hour under a test clock, which real time outruns
@@ -73,6 +72,132 @@ local function units(ns, rem, den, per)
     if q * per > x then q = q - 1 elseif (q + 1) * per <= x then q = q + 1 end
   end
   return q
+end
+
+-- The common cases, one hit of a rate algorithm or of a fixed window, take
+-- a straight path that skips the general machinery below (its tables and
+-- closures). They decide exactly as rate() and fixed() do; the tests hold
+-- both paths to package algo's decisions. Given the key's state string v,
+-- each returns its answer (charged and the hit's 6 values, packed) and,
+-- when it charged, the new state and its TTL.
+local function fast_rate(op, v, r, cost, nt_n, nt_r)
+  local den, per = r[3], r[4]
+  local tau_n, tau_r = r[5], r[6]
+  local cap, dl_n = r[9], r[10]
+  local ah_n, ah_r = 0, 0
+  if #v == 24 then
+    local s, n, r = struct.unpack('<ddd', v)
+    ah_n, ah_r = (s - now_s) * 1000000000 + (n - sub_ns), r
+    if ah_r >= den then ah_r = 0 end
+    if ah_n < 0 then ah_n, ah_r = 0, 0 end
+  end
+  if tau_n < ah_n or (tau_n == ah_n and tau_r < ah_r) then ah_n, ah_r = tau_n, tau_r end
+  local reset = ah_n
+  if ah_r > 0 then reset = ah_n + 1 end
+  -- what is left before this request: tau - ahead
+  local ln, lr = tau_n - ah_n, tau_r - ah_r
+  if lr < 0 then lr = lr + den; ln = ln - 1 end
+  local charged = 0
+  if op == 'c' and r[2] then charged = 1 end -- a lone shadow hit never blocks
+  if cost > cap then
+    return struct.pack('<ddddddd',
+      charged, 0, units(ln, lr, den, per), 0, math.min(reset, BIG), 0, 1)
+  end
+  local nx_n, nx_r = ah_n + nt_n, ah_r + nt_r
+  if nx_r >= den then nx_r = nx_r - den; nx_n = nx_n + 1 end
+  if tau_n < nx_n or (tau_n == nx_n and tau_r < nx_r) then
+    local wn, wr = nx_n - tau_n, nx_r - tau_r
+    if wr < 0 then wr = wr + den; wn = wn - 1 end
+    if wr > 0 then wn = wn + 1 end
+    return struct.pack('<ddddddd',
+      charged, 0, units(ln, lr, den, per), math.min(wn, BIG), math.min(reset, BIG), 0, 0)
+  end
+  local rn, rr = tau_n - nx_n, tau_r - nx_r
+  if rr < 0 then rr = rr + den; rn = rn - 1 end
+  local nx = nx_n
+  if nx_r > 0 then nx = nx_n + 1 end
+  local delay = 0
+  if dl_n >= 0 then
+    local dl_r = r[11]
+    if dl_n < ah_n or (dl_n == ah_n and dl_r < ah_r) then
+      local qn, qr = ah_n - dl_n, ah_r - dl_r
+      if qr < 0 then qr = qr + den; qn = qn - 1 end
+      if qr > 0 then qn = qn + 1 end
+      delay = qn
+    end
+  end
+  local nv, ttl
+  if op == 'c' then
+    charged = 1
+    local total = sub_ns + nx_n
+    local secs = math.floor(total / 1000000000)
+    nv, ttl = struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(nx)
+  end
+  return struct.pack('<ddddddd',
+    charged, 1, units(rn, rr, den, per), 0, math.min(nx, BIG), math.min(delay, BIG), 0), nv, ttl
+end
+
+-- The same for one hit of a fixed window, as fixed() decides it.
+local function fast_fixed(op, v, r, cost)
+  local max, w = r[3], r[4]
+  local wus = w / 1000
+  local e = math.fmod(now_us, wus)
+  local idx = (now_us - e) / wus
+  local left = math.min(w - e * 1000, BIG)
+  local count = 0
+  if #v == 16 then
+    local si, sc = struct.unpack('<dd', v)
+    if si == idx then count = sc
+    elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
+  end
+  local charged = 0
+  if op == 'c' and r[2] then charged = 1 end
+  if cost > max then
+    return struct.pack('<ddddddd',
+      charged, 0, math.max(0, max - count), 0, left, 0, 1)
+  end
+  if cost > max - count then
+    return struct.pack('<ddddddd',
+      charged, 0, math.max(0, max - count), left, left, 0, 0)
+  end
+  count = count + cost
+  local nv, ttl
+  if op == 'c' then
+    charged = 1
+    nv, ttl = struct.pack('<dd', idx, count), ceil_ms(left)
+  end
+  return struct.pack('<ddddddd',
+    charged, 1, max - count, 0, left, 0, 0), nv, ttl
+end
+
+-- The rules of the call: alg, shadow and p1 .. p8, q (see above).
+local nrules = tonumber(ARGV[2])
+local function rule(j)
+  local a = 2 + (j - 1) * 11
+  local r = {tonumber(ARGV[a+1]), ARGV[a+2] == '1'}
+  for x = 3, 11 do r[x] = tonumber(ARGV[a+x]) end
+  return r
+end
+local blob = ARGV[3 + nrules * 11]
+
+-- A call of one request of one hit (a lone caller), on the straight path,
+-- with nothing else made.
+if nrules == 1 and #blob == 37 then
+  local opn, n, ri, cost, ctn, ctr = struct.unpack('<Bi4i4ddd', blob)
+  local r = rule(1)
+  if n == 1 and opn <= 2 and (RATE[r[1]] or r[1] == ALG.fixed_window) then
+    local op = 'c'
+    if opn == 2 then op = 'p' end
+    local v = redis.call('GET', KEYS[1]) or ''
+    local part, nv, ttl
+    if RATE[r[1]] then
+      part, nv, ttl = fast_rate(op, v, r, cost, ctn, ctr)
+    else
+      part, nv, ttl = fast_fixed(op, v, r, cost)
+    end
+    if nv ~= nil then redis.call('SET', KEYS[1], nv, 'PX', ttl) end
+    return struct.pack('<d', now_us) .. part
+  end
 end
 
 -- The state strings of the whole batch: read once, written once at the end.
@@ -107,646 +232,559 @@ end
 
 local out = {struct.pack('<d', now_us)} -- the reply's parts, joined at the end
 
--- The common cases, one hit of a rate algorithm or of a fixed window, take
--- a straight path that skips the general machinery below (its tables). They
--- decide exactly as rate() and fixed() do; the tests hold both paths to
--- package algo's decisions. Each appends charged and the hit's 6 values.
-local function fast_rate(op, key, r, cost, nt_n, nt_r)
-  local den, per = r[3], r[4]
-  local tau_n, tau_r = r[5], r[6]
-  local cap, dl_n = r[9], r[10]
-  local ah_n, ah_r = 0, 0
-  local v = get(key)
-  if #v == 24 then
-    local s, n, r = struct.unpack('<ddd', v)
-    ah_n, ah_r = (s - now_s) * 1000000000 + (n - sub_ns), r
-    if ah_r >= den then ah_r = 0 end
-    if ah_n < 0 then ah_n, ah_r = 0, 0 end
+-- The general machinery: the rate algorithms' general form, the other
+-- algorithms, requests of several hits, releases and leases. It is made
+-- only when a call needs it, so that the common call (requests of one hit
+-- of a rate algorithm or a fixed window) does not pay for its closures.
+local G
+local function general()
+  local function fmt(x) return string.format('%.0f', x) end
+
+  local function add(an, ar, bn, br, den)
+    local n, r = an + bn, ar + br
+    if r >= den then r = r - den; n = n + 1 end
+    return n, r
   end
-  if tau_n < ah_n or (tau_n == ah_n and tau_r < ah_r) then ah_n, ah_r = tau_n, tau_r end
-  local reset = ah_n
-  if ah_r > 0 then reset = ah_n + 1 end
-  -- what is left before this request: tau - ahead
-  local ln, lr = tau_n - ah_n, tau_r - ah_r
-  if lr < 0 then lr = lr + den; ln = ln - 1 end
-  local charged = 0
-  if op == 'c' and r[2] then charged = 1 end -- a lone shadow hit never blocks
-  if cost > cap then
-    out[#out+1] = struct.pack('<ddddddd',
-      charged, 0, units(ln, lr, den, per), 0, math.min(reset, BIG), 0, 1)
-    return
+
+  local function sub(an, ar, bn, br, den)
+    local n = an - bn
+    if ar < br then ar = ar + den; n = n - 1 end
+    return n, ar - br
   end
-  local nx_n, nx_r = ah_n + nt_n, ah_r + nt_r
-  if nx_r >= den then nx_r = nx_r - den; nx_n = nx_n + 1 end
-  if tau_n < nx_n or (tau_n == nx_n and tau_r < nx_r) then
-    local wn, wr = nx_n - tau_n, nx_r - tau_r
-    if wr < 0 then wr = wr + den; wn = wn - 1 end
-    if wr > 0 then wn = wn + 1 end
-    out[#out+1] = struct.pack('<ddddddd',
-      charged, 0, units(ln, lr, den, per), math.min(wn, BIG), math.min(reset, BIG), 0, 0)
-    return
+
+  local function less(an, ar, bn, br)
+    return an < bn or (an == bn and ar < br)
   end
-  local rn, rr = tau_n - nx_n, tau_r - nx_r
-  if rr < 0 then rr = rr + den; rn = rn - 1 end
-  local nx = nx_n
-  if nx_r > 0 then nx = nx_n + 1 end
-  local delay = 0
-  if dl_n >= 0 then
-    local dl_r = r[11]
-    if dl_n < ah_n or (dl_n == ah_n and dl_r < ah_r) then
-      local qn, qr = ah_n - dl_n, ah_r - dl_r
-      if qr < 0 then qr = qr + den; qn = qn - 1 end
-      if qr > 0 then qn = qn + 1 end
-      delay = qn
+
+  local function ceiln(n, r)
+    if r > 0 then return n + 1 end
+    return n
+  end
+
+  -- The lease op, for one hit of a rate algorithm or a fixed window: give
+  -- back `back` units that a lease took at the instant `mark` (µs; a fixed
+  -- window only takes them back within that window), then take `want` units
+  -- if the key has them, else `cost` (the request alone), else nothing.
+  -- Appends the units taken and the decision for `cost` as a charge of the
+  -- units taken gives it. want·T and back·T come as ns and rem.
+  local function lease(key, r, cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark)
+    if RATE[r[1]] then
+      local den, per = r[3], r[4]
+      local tau_n, tau_r = r[5], r[6]
+      local ah_n, ah_r = 0, 0
+      local v = get(key)
+      if #v == 24 then
+        local s, n, rr = struct.unpack('<ddd', v)
+        ah_n, ah_r = (s - now_s) * 1000000000 + (n - sub_ns), rr
+        if ah_r >= den then ah_r = 0 end
+        if ah_n < 0 then ah_n, ah_r = 0, 0 end
+      end
+      if less(tau_n, tau_r, ah_n, ah_r) then ah_n, ah_r = tau_n, tau_r end
+      local changed = false
+      if back > 0 then
+        ah_n, ah_r = sub(ah_n, ah_r, btn, btr, den)
+        if ah_n < 0 then ah_n, ah_r = 0, 0 end
+        changed = true
+      end
+      local got, nx_n, nx_r = 0, ah_n, ah_r
+      local tn, tr = add(ah_n, ah_r, wtn, wtr, den)
+      if want > 0 and not less(tau_n, tau_r, tn, tr) then
+        got, nx_n, nx_r = want, tn, tr
+      else
+        tn, tr = add(ah_n, ah_r, ctn, ctr, den)
+        if cost > 0 and not less(tau_n, tau_r, tn, tr) then got, nx_n, nx_r = cost, tn, tr end
+      end
+      if got > 0 or changed then
+        local total = sub_ns + nx_n
+        local secs = math.floor(total / 1000000000)
+        put(key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(ceiln(nx_n, nx_r)))
+      end
+      if got > 0 then
+        local rn, rr = sub(tau_n, tau_r, nx_n, nx_r, den)
+        out[#out+1] = struct.pack('<ddddddd',
+          got, 1, units(rn, rr, den, per), 0, math.min(ceiln(nx_n, nx_r), BIG), 0, 0)
+      else
+        local rn, rr = sub(tau_n, tau_r, ah_n, ah_r, den)
+        local wn, wr = sub(tn, tr, tau_n, tau_r, den)
+        out[#out+1] = struct.pack('<ddddddd',
+          0, 0, units(rn, rr, den, per), math.min(math.max(ceiln(wn, wr), 0), BIG), math.min(ceiln(ah_n, ah_r), BIG), 0, 0)
+      end
+      return
     end
-  end
-  if op == 'c' then
-    charged = 1
-    local total = sub_ns + nx_n
-    local secs = math.floor(total / 1000000000)
-    put(key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(nx))
-  end
-  out[#out+1] = struct.pack('<ddddddd',
-    charged, 1, units(rn, rr, den, per), 0, math.min(nx, BIG), math.min(delay, BIG), 0)
-end
-
--- The same for one hit of a fixed window, as fixed() decides it.
-local function fast_fixed(op, key, r, cost)
-  local max, w = r[3], r[4]
-  local wus = w / 1000
-  local e = math.fmod(now_us, wus)
-  local idx = (now_us - e) / wus
-  local left = math.min(w - e * 1000, BIG)
-  local count = 0
-  local v = get(key)
-  if #v == 16 then
-    local si, sc = struct.unpack('<dd', v)
-    if si == idx then count = sc
-    elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
-  end
-  local charged = 0
-  if op == 'c' and r[2] then charged = 1 end
-  if cost > max then
-    out[#out+1] = struct.pack('<ddddddd',
-      charged, 0, math.max(0, max - count), 0, left, 0, 1)
-    return
-  end
-  if cost > max - count then
-    out[#out+1] = struct.pack('<ddddddd',
-      charged, 0, math.max(0, max - count), left, left, 0, 0)
-    return
-  end
-  count = count + cost
-  if op == 'c' then
-    charged = 1
-    put(key, struct.pack('<dd', idx, count), ceil_ms(left))
-  end
-  out[#out+1] = struct.pack('<ddddddd',
-    charged, 1, max - count, 0, left, 0, 0)
-end
-
-local function fmt(x) return string.format('%.0f', x) end
-
-local function add(an, ar, bn, br, den)
-  local n, r = an + bn, ar + br
-  if r >= den then r = r - den; n = n + 1 end
-  return n, r
-end
-
-local function sub(an, ar, bn, br, den)
-  local n = an - bn
-  if ar < br then ar = ar + den; n = n - 1 end
-  return n, ar - br
-end
-
-local function less(an, ar, bn, br)
-  return an < bn or (an == bn and ar < br)
-end
-
-local function ceiln(n, r)
-  if r > 0 then return n + 1 end
-  return n
-end
-
--- The lease op, for one hit of a rate algorithm or a fixed window: give
--- back `back` units that a lease took at the instant `mark` (µs; a fixed
--- window only takes them back within that window), then take `want` units
--- if the key has them, else `cost` (the request alone), else nothing.
--- Appends the units taken and the decision for `cost` as a charge of the
--- units taken gives it. want·T and back·T come as ns and rem.
-local function lease(key, r, cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark)
-  if RATE[r[1]] then
-    local den, per = r[3], r[4]
-    local tau_n, tau_r = r[5], r[6]
-    local ah_n, ah_r = 0, 0
-    local v = get(key)
-    if #v == 24 then
-      local s, n, rr = struct.unpack('<ddd', v)
-      ah_n, ah_r = (s - now_s) * 1000000000 + (n - sub_ns), rr
-      if ah_r >= den then ah_r = 0 end
-      if ah_n < 0 then ah_n, ah_r = 0, 0 end
-    end
-    if less(tau_n, tau_r, ah_n, ah_r) then ah_n, ah_r = tau_n, tau_r end
-    local changed = false
-    if back > 0 then
-      ah_n, ah_r = sub(ah_n, ah_r, btn, btr, den)
-      if ah_n < 0 then ah_n, ah_r = 0, 0 end
-      changed = true
-    end
-    local got, nx_n, nx_r = 0, ah_n, ah_r
-    local tn, tr = add(ah_n, ah_r, wtn, wtr, den)
-    if want > 0 and not less(tau_n, tau_r, tn, tr) then
-      got, nx_n, nx_r = want, tn, tr
-    else
-      tn, tr = add(ah_n, ah_r, ctn, ctr, den)
-      if cost > 0 and not less(tau_n, tau_r, tn, tr) then got, nx_n, nx_r = cost, tn, tr end
-    end
-    if got > 0 or changed then
-      local total = sub_ns + nx_n
-      local secs = math.floor(total / 1000000000)
-      put(key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(ceiln(nx_n, nx_r)))
-    end
-    if got > 0 then
-      local rn, rr = sub(tau_n, tau_r, nx_n, nx_r, den)
-      out[#out+1] = struct.pack('<ddddddd',
-        got, 1, units(rn, rr, den, per), 0, math.min(ceiln(nx_n, nx_r), BIG), 0, 0)
-    else
-      local rn, rr = sub(tau_n, tau_r, ah_n, ah_r, den)
-      local wn, wr = sub(tn, tr, tau_n, tau_r, den)
-      out[#out+1] = struct.pack('<ddddddd',
-        0, 0, units(rn, rr, den, per), math.min(math.max(ceiln(wn, wr), 0), BIG), math.min(ceiln(ah_n, ah_r), BIG), 0, 0)
-    end
-    return
-  end
-  local max, w = r[3], r[4]
-  local wus = w / 1000
-  local e = math.fmod(now_us, wus)
-  local idx = (now_us - e) / wus
-  local left = math.min(w - e * 1000, BIG)
-  local count = 0
-  local v = get(key)
-  if #v == 16 then
-    local si, sc = struct.unpack('<dd', v)
-    if si == idx then count = sc
-    elseif si > idx then idx = si; count = sc end
-  end
-  local changed = false
-  if back > 0 and (mark - math.fmod(mark, wus)) / wus == idx then
-    count = math.max(0, count - back)
-    changed = true
-  end
-  local got = 0
-  if want > 0 and want <= max - count then got = want
-  elseif cost > 0 and cost <= max - count then got = cost end
-  count = count + got
-  if got > 0 or changed then put(key, struct.pack('<dd', idx, count), ceil_ms(left)) end
-  if got > 0 then
-    out[#out+1] = struct.pack('<ddddddd', got, 1, max - count, 0, left, 0, 0)
-  else
-    out[#out+1] = struct.pack('<ddddddd', 0, 0, math.max(0, max - count), left, left, 0, 0)
-  end
-end
-
--- The sliding logs' state within one request (reset for each request, as
--- their writes go straight to Redis).
-local logs
-
--- Rate algorithms (token bucket, GCRA, leaky bucket, leaky queue). State:
--- the TAT as seconds, nanoseconds and rem, packed as three doubles.
--- p1 den (Rate), p2 per ns, p3/p4 tau ns/rem, p5/p6 cost·T ns/rem,
--- p7 capacity, p8 queue delay ns (-1: none), q the delay's rem. The hit
--- brings cost·T (ns, rem); p5/p6 are T's.
-local function rate(key, r, cost, nt_n, nt_r)
-  local den, per = r[3], r[4]
-  local tau_n, tau_r = r[5], r[6]
-  local cap, dl_n = r[9], r[10]
-  local ah_n, ah_r = 0, 0
-  local v = get(key)
-  if #v == 24 then
-    local s, n, r = struct.unpack('<ddd', v)
-    ah_n = (s - now_s) * 1000000000 + (n - sub_ns)
-    ah_r = r
-    if ah_r >= den then ah_r = 0 end
-    if ah_n < 0 then ah_n, ah_r = 0, 0 end
-  end
-  if less(tau_n, tau_r, ah_n, ah_r) then ah_n, ah_r = tau_n, tau_r end
-  local d = {0, 0, 0, ceiln(ah_n, ah_r), 0, 0}
-  if cost > cap then
-    local rn, rr = sub(tau_n, tau_r, ah_n, ah_r, den)
-    d[2] = units(rn, rr, den, per)
-    d[6] = 1
-    return d, nil
-  end
-  local nx_n, nx_r = add(ah_n, ah_r, nt_n, nt_r, den)
-  if less(tau_n, tau_r, nx_n, nx_r) then
-    local rn, rr = sub(tau_n, tau_r, ah_n, ah_r, den)
-    d[2] = units(rn, rr, den, per)
-    local wn, wr = sub(nx_n, nx_r, tau_n, tau_r, den)
-    d[3] = ceiln(wn, wr)
-    return d, nil
-  end
-  d[1] = 1
-  local rn, rr = sub(tau_n, tau_r, nx_n, nx_r, den)
-  d[2] = units(rn, rr, den, per)
-  d[4] = ceiln(nx_n, nx_r)
-  if dl_n >= 0 then
-    local dl_r = r[11]
-    if less(dl_n, dl_r, ah_n, ah_r) then
-      local qn, qr = sub(ah_n, ah_r, dl_n, dl_r, den)
-      d[5] = ceiln(qn, qr)
-    end
-  end
-  local total = sub_ns + nx_n
-  local secs = math.floor(total / 1000000000)
-  local val = struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r)
-  return d, {key, val, ceil_ms(d[4])}
-end
-
--- The other algorithms are made only when a batch needs them, so that the
--- common rate-only call does not pay for their closures.
-local M
-local function more()
-  -- Fixed window: p1 max, p2 window ns. State: index, count (doubles).
-  local function fixed(key, r, cost)
     local max, w = r[3], r[4]
     local wus = w / 1000
     local e = math.fmod(now_us, wus)
     local idx = (now_us - e) / wus
-    local left = w - e * 1000
+    local left = math.min(w - e * 1000, BIG)
     local count = 0
     local v = get(key)
     if #v == 16 then
       local si, sc = struct.unpack('<dd', v)
       if si == idx then count = sc
-      elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
+      elseif si > idx then idx = si; count = sc end
     end
-    local d = {0, math.max(0, max - count), 0, left, 0, 0}
-    if cost > max then d[6] = 1; return d, nil end
-    if cost > max - count then d[3] = left; return d, nil end
-    count = count + cost
-    d[1] = 1
-    d[2] = max - count
-    return d, {key, struct.pack('<dd', idx, count), ceil_ms(left)}
+    local changed = false
+    if back > 0 and (mark - math.fmod(mark, wus)) / wus == idx then
+      count = math.max(0, count - back)
+      changed = true
+    end
+    local got = 0
+    if want > 0 and want <= max - count then got = want
+    elseif cost > 0 and cost <= max - count then got = cost end
+    count = count + got
+    if got > 0 or changed then put(key, struct.pack('<dd', idx, count), ceil_ms(left)) end
+    if got > 0 then
+      out[#out+1] = struct.pack('<ddddddd', got, 1, max - count, 0, left, 0, 0)
+    else
+      out[#out+1] = struct.pack('<ddddddd', 0, 0, math.max(0, max - count), left, left, 0, 0)
+    end
   end
 
-  -- Sliding window counter: p1 max, p2 window ns. State: index, curr, prev.
-  local function counter(key, r, cost)
-    local max, w = r[3], r[4]
-    local wus = w / 1000
-    local e = math.fmod(now_us, wus)
-    local idx = (now_us - e) / wus
-    local curr, prev = 0, 0
+  -- The sliding logs' state within one request (reset for each request, as
+  -- their writes go straight to Redis).
+  local logs
+
+  -- Rate algorithms (token bucket, GCRA, leaky bucket, leaky queue). State:
+  -- the TAT as seconds, nanoseconds and rem, packed as three doubles.
+  -- p1 den (Rate), p2 per ns, p3/p4 tau ns/rem, p5/p6 cost·T ns/rem,
+  -- p7 capacity, p8 queue delay ns (-1: none), q the delay's rem. The hit
+  -- brings cost·T (ns, rem); p5/p6 are T's.
+  local function rate(key, r, cost, nt_n, nt_r)
+    local den, per = r[3], r[4]
+    local tau_n, tau_r = r[5], r[6]
+    local cap, dl_n = r[9], r[10]
+    local ah_n, ah_r = 0, 0
     local v = get(key)
     if #v == 24 then
-      local si, sc, sp = struct.unpack('<ddd', v)
-      if si >= idx then
-        if si > idx then e = 0 end
-        idx = si; curr, prev = sc, sp
-      elseif si + 1 == idx then prev = sc end
+      local s, n, r = struct.unpack('<ddd', v)
+      ah_n = (s - now_s) * 1000000000 + (n - sub_ns)
+      ah_r = r
+      if ah_r >= den then ah_r = 0 end
+      if ah_n < 0 then ah_n, ah_r = 0, 0 end
     end
-    if curr < 0 then curr = 0 end
-    if prev < 0 then prev = 0 end
-    -- in µs: pw = prev·(W−e); weighted = ⌈pw/W⌉
-    local pw = prev * (wus - e)
-    local weighted = math.ceil(pw / wus)
-    local left = (wus - e) * 1000
-    local d = {0, math.max(0, max - curr - weighted), 0, left, 0, 0}
-    if curr > 0 then d[4] = left + w end
-    if cost > max then d[6] = 1; return d, nil end
-    local ok = curr + cost <= max and pw + (curr + cost) * wus <= max * wus
-    if not ok then
-      if curr + cost <= max then
-        d[3] = math.ceil((pw - (max - curr - cost) * wus) * 1000 / prev)
-      else
-        d[3] = left + math.ceil((curr - (max - cost)) * w / curr)
-      end
+    if less(tau_n, tau_r, ah_n, ah_r) then ah_n, ah_r = tau_n, tau_r end
+    local d = {0, 0, 0, ceiln(ah_n, ah_r), 0, 0}
+    if cost > cap then
+      local rn, rr = sub(tau_n, tau_r, ah_n, ah_r, den)
+      d[2] = units(rn, rr, den, per)
+      d[6] = 1
       return d, nil
     end
-    curr = curr + cost
-    d[1] = 1
-    d[2] = math.max(0, max - curr - weighted)
-    d[4] = left + w
-    return d, {key, struct.pack('<ddd', idx, curr, prev), ceil_ms(d[4])}
-  end
-
-  -- Sliding log: p1 max, p2 window ns. ZSET member = arrival µs (score the
-  -- same), companion hash: member -> weight and "sum".
-  local function slog(zkey, hkey, r, cost)
-    local max, w = r[3], r[4]
-    local cut = now_us - w / 1000
-    local sum
-    local st = logs[zkey]
-    if st == nil then
-      sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
-      local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', cut)
-      if #gone > 0 then
-        local ws = redis.call('HMGET', hkey, unpack(gone))
-        for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
-      end
-      st = {sum = sum, gone = gone, add = 0}
-      logs[zkey] = st
-    end
-    sum = st.sum + st.add
-    local last = redis.call('ZREVRANGEBYSCORE', zkey, '+inf', '(' .. cut, 'WITHSCORES', 'LIMIT', 0, 1)
-    local newest = nil
-    if #last > 0 then newest = tonumber(last[2]) end
-    if st.add > 0 then newest = now_us end
-    if newest == nil then sum = 0 end
-    local d = {0, math.max(0, max - sum), 0, 0, 0, 0}
-    if newest ~= nil then d[4] = w - (now_us - newest) * 1000 end
-    if cost > max then d[6] = 1; return d, nil end
-    if cost > max - sum then
-      local need, acc = sum + cost - max, 0
-      local live = redis.call('ZRANGEBYSCORE', zkey, '(' .. cut, '+inf')
-      local ws = {}
-      if #live > 0 then ws = redis.call('HMGET', hkey, unpack(live)) end
-      for k = 1, #live do
-        acc = acc + tonumber(ws[k] or '0')
-        if acc >= need then
-          d[3] = w - (now_us - tonumber(live[k])) * 1000
-          break
-        end
-      end
-      if acc < need and st.add > 0 then d[3] = w end
+    local nx_n, nx_r = add(ah_n, ah_r, nt_n, nt_r, den)
+    if less(tau_n, tau_r, nx_n, nx_r) then
+      local rn, rr = sub(tau_n, tau_r, ah_n, ah_r, den)
+      d[2] = units(rn, rr, den, per)
+      local wn, wr = sub(nx_n, nx_r, tau_n, tau_r, den)
+      d[3] = ceiln(wn, wr)
       return d, nil
     end
     d[1] = 1
-    d[2] = max - sum - cost
-    d[4] = w
-    return d, {zkey, hkey, st, cost, w}
-  end
-
-  local function write_log(wr)
-    local zkey, hkey, st, cost, w = wr[1], wr[2], wr[3], wr[4], wr[5]
-    if not st.cleaned then
-      st.cleaned = true
-      if #st.gone > 0 then
-        redis.call('ZREM', zkey, unpack(st.gone))
-        redis.call('HDEL', hkey, unpack(st.gone))
+    local rn, rr = sub(tau_n, tau_r, nx_n, nx_r, den)
+    d[2] = units(rn, rr, den, per)
+    d[4] = ceiln(nx_n, nx_r)
+    if dl_n >= 0 then
+      local dl_r = r[11]
+      if less(dl_n, dl_r, ah_n, ah_r) then
+        local qn, qr = sub(ah_n, ah_r, dl_n, dl_r, den)
+        d[5] = ceiln(qn, qr)
       end
     end
-    local m = fmt(now_us)
-    redis.call('ZADD', zkey, now_us, m)
-    redis.call('HINCRBY', hkey, m, cost)
-    st.sum = st.sum + cost
-    redis.call('HSET', hkey, 'sum', fmt(st.sum))
-    local ms = ceil_ms(w)
-    redis.call('PEXPIRE', zkey, ms)
-    redis.call('PEXPIRE', hkey, ms)
+    local total = sub_ns + nx_n
+    local secs = math.floor(total / 1000000000)
+    local val = struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r)
+    return d, {key, val, ceil_ms(d[4])}
   end
 
-  -- Concurrency: p1 max, p2 lease ttl ns, p3 RetryAfter cap ns. ZSET member
-  -- = lease, score = expiry µs; companion hash: lease -> weight and "sum".
-  -- Lease "0" is anonymous: it gets a unique member and can only expire.
-  local function conc(op, zkey, hkey, r, cost, lease)
-    local max, ttl, hint = r[3], r[4], r[5]
-    local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
-    local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', now_us)
-    if #gone > 0 then
-      local ws = redis.call('HMGET', hkey, unpack(gone))
-      for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
-      if sum < 0 then sum = 0 end
-      redis.call('ZREM', zkey, unpack(gone))
-      redis.call('HDEL', hkey, unpack(gone))
-      redis.call('HSET', hkey, 'sum', fmt(sum))
+  -- The other algorithms are made only when a batch needs them, so that the
+  -- common rate-only call does not pay for their closures.
+  local M
+  local function more()
+    -- Fixed window: p1 max, p2 window ns. State: index, count (doubles).
+    local function fixed(key, r, cost)
+      local max, w = r[3], r[4]
+      local wus = w / 1000
+      local e = math.fmod(now_us, wus)
+      local idx = (now_us - e) / wus
+      local left = w - e * 1000
+      local count = 0
+      local v = get(key)
+      if #v == 16 then
+        local si, sc = struct.unpack('<dd', v)
+        if si == idx then count = sc
+        elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
+      end
+      local d = {0, math.max(0, max - count), 0, left, 0, 0}
+      if cost > max then d[6] = 1; return d, nil end
+      if cost > max - count then d[3] = left; return d, nil end
+      count = count + cost
+      d[1] = 1
+      d[2] = max - count
+      return d, {key, struct.pack('<dd', idx, count), ceil_ms(left)}
     end
-    if op == 'r' then
-      if lease ~= '0' then
-        local wgt = redis.call('HGET', hkey, lease)
-        if wgt then
-          sum = sum - tonumber(wgt)
-          if sum < 0 then sum = 0 end
-          redis.call('ZREM', zkey, lease)
-          redis.call('HDEL', hkey, lease)
-          redis.call('HSET', hkey, 'sum', fmt(sum))
+
+    -- Sliding window counter: p1 max, p2 window ns. State: index, curr, prev.
+    local function counter(key, r, cost)
+      local max, w = r[3], r[4]
+      local wus = w / 1000
+      local e = math.fmod(now_us, wus)
+      local idx = (now_us - e) / wus
+      local curr, prev = 0, 0
+      local v = get(key)
+      if #v == 24 then
+        local si, sc, sp = struct.unpack('<ddd', v)
+        if si >= idx then
+          if si > idx then e = 0 end
+          idx = si; curr, prev = sc, sp
+        elseif si + 1 == idx then prev = sc end
+      end
+      if curr < 0 then curr = 0 end
+      if prev < 0 then prev = 0 end
+      -- in µs: pw = prev·(W−e); weighted = ⌈pw/W⌉
+      local pw = prev * (wus - e)
+      local weighted = math.ceil(pw / wus)
+      local left = (wus - e) * 1000
+      local d = {0, math.max(0, max - curr - weighted), 0, left, 0, 0}
+      if curr > 0 then d[4] = left + w end
+      if cost > max then d[6] = 1; return d, nil end
+      local ok = curr + cost <= max and pw + (curr + cost) * wus <= max * wus
+      if not ok then
+        if curr + cost <= max then
+          d[3] = math.ceil((pw - (max - curr - cost) * wus) * 1000 / prev)
+        else
+          d[3] = left + math.ceil((curr - (max - cost)) * w / curr)
         end
+        return d, nil
       end
-      local d = {1, math.max(0, max - sum), 0, 0, 0, 0}
-      local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
-      if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
-      return d, nil
+      curr = curr + cost
+      d[1] = 1
+      d[2] = math.max(0, max - curr - weighted)
+      d[4] = left + w
+      return d, {key, struct.pack('<ddd', idx, curr, prev), ceil_ms(d[4])}
     end
-    local held = 0
-    if lease ~= '0' then held = tonumber(redis.call('HGET', hkey, lease) or '0') end
-    local inflight = sum - held
-    local d = {0, math.max(0, max - inflight), 0, 0, 0, 0}
-    local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
-    if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
-    if cost > max then d[6] = 1; return d, nil end
-    if cost > max - inflight then
-      local need, acc, wait = inflight + cost - max, 0, hint
-      local live = redis.call('ZRANGE', zkey, 0, -1, 'WITHSCORES')
-      local names = {}
-      for k = 1, #live, 2 do names[#names+1] = live[k] end
-      local ws = {}
-      if #names > 0 then ws = redis.call('HMGET', hkey, unpack(names)) end
-      for k = 1, #names do
-        if names[k] ~= lease or lease == '0' then
+
+    -- Sliding log: p1 max, p2 window ns. ZSET member = arrival µs (score the
+    -- same), companion hash: member -> weight and "sum".
+    local function slog(zkey, hkey, r, cost)
+      local max, w = r[3], r[4]
+      local cut = now_us - w / 1000
+      local sum
+      local st = logs[zkey]
+      if st == nil then
+        sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
+        local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', cut)
+        if #gone > 0 then
+          local ws = redis.call('HMGET', hkey, unpack(gone))
+          for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
+        end
+        st = {sum = sum, gone = gone, add = 0}
+        logs[zkey] = st
+      end
+      sum = st.sum + st.add
+      local last = redis.call('ZREVRANGEBYSCORE', zkey, '+inf', '(' .. cut, 'WITHSCORES', 'LIMIT', 0, 1)
+      local newest = nil
+      if #last > 0 then newest = tonumber(last[2]) end
+      if st.add > 0 then newest = now_us end
+      if newest == nil then sum = 0 end
+      local d = {0, math.max(0, max - sum), 0, 0, 0, 0}
+      if newest ~= nil then d[4] = w - (now_us - newest) * 1000 end
+      if cost > max then d[6] = 1; return d, nil end
+      if cost > max - sum then
+        local need, acc = sum + cost - max, 0
+        local live = redis.call('ZRANGEBYSCORE', zkey, '(' .. cut, '+inf')
+        local ws = {}
+        if #live > 0 then ws = redis.call('HMGET', hkey, unpack(live)) end
+        for k = 1, #live do
           acc = acc + tonumber(ws[k] or '0')
           if acc >= need then
-            wait = math.min(wait, (tonumber(live[2*k]) - now_us) * 1000)
+            d[3] = w - (now_us - tonumber(live[k])) * 1000
             break
           end
         end
+        if acc < need and st.add > 0 then d[3] = w end
+        return d, nil
       end
-      d[3] = wait
-      return d, nil
+      d[1] = 1
+      d[2] = max - sum - cost
+      d[4] = w
+      return d, {zkey, hkey, st, cost, w}
     end
-    d[1] = 1
-    d[2] = max - inflight - cost
-    d[4] = ttl
-    return d, {zkey, hkey, lease, cost, held, sum, ttl}
-  end
 
-  local function write_conc(wr)
-    local zkey, hkey, lease, cost, held, sum, ttl = unpack(wr)
-    if lease == '0' then
-      local n = 0
-      lease = 'a' .. fmt(now_us) .. '.' .. n
-      while redis.call('ZSCORE', zkey, lease) do
-        n = n + 1
+    local function write_log(wr)
+      local zkey, hkey, st, cost, w = wr[1], wr[2], wr[3], wr[4], wr[5]
+      if not st.cleaned then
+        st.cleaned = true
+        if #st.gone > 0 then
+          redis.call('ZREM', zkey, unpack(st.gone))
+          redis.call('HDEL', hkey, unpack(st.gone))
+        end
+      end
+      local m = fmt(now_us)
+      redis.call('ZADD', zkey, now_us, m)
+      redis.call('HINCRBY', hkey, m, cost)
+      st.sum = st.sum + cost
+      redis.call('HSET', hkey, 'sum', fmt(st.sum))
+      local ms = ceil_ms(w)
+      redis.call('PEXPIRE', zkey, ms)
+      redis.call('PEXPIRE', hkey, ms)
+    end
+
+    -- Concurrency: p1 max, p2 lease ttl ns, p3 RetryAfter cap ns. ZSET member
+    -- = lease, score = expiry µs; companion hash: lease -> weight and "sum".
+    -- Lease "0" is anonymous: it gets a unique member and can only expire.
+    local function conc(op, zkey, hkey, r, cost, lease)
+      local max, ttl, hint = r[3], r[4], r[5]
+      local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
+      local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', now_us)
+      if #gone > 0 then
+        local ws = redis.call('HMGET', hkey, unpack(gone))
+        for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
+        if sum < 0 then sum = 0 end
+        redis.call('ZREM', zkey, unpack(gone))
+        redis.call('HDEL', hkey, unpack(gone))
+        redis.call('HSET', hkey, 'sum', fmt(sum))
+      end
+      if op == 'r' then
+        if lease ~= '0' then
+          local wgt = redis.call('HGET', hkey, lease)
+          if wgt then
+            sum = sum - tonumber(wgt)
+            if sum < 0 then sum = 0 end
+            redis.call('ZREM', zkey, lease)
+            redis.call('HDEL', hkey, lease)
+            redis.call('HSET', hkey, 'sum', fmt(sum))
+          end
+        end
+        local d = {1, math.max(0, max - sum), 0, 0, 0, 0}
+        local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
+        if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
+        return d, nil
+      end
+      local held = 0
+      if lease ~= '0' then held = tonumber(redis.call('HGET', hkey, lease) or '0') end
+      local inflight = sum - held
+      local d = {0, math.max(0, max - inflight), 0, 0, 0, 0}
+      local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
+      if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
+      if cost > max then d[6] = 1; return d, nil end
+      if cost > max - inflight then
+        local need, acc, wait = inflight + cost - max, 0, hint
+        local live = redis.call('ZRANGE', zkey, 0, -1, 'WITHSCORES')
+        local names = {}
+        for k = 1, #live, 2 do names[#names+1] = live[k] end
+        local ws = {}
+        if #names > 0 then ws = redis.call('HMGET', hkey, unpack(names)) end
+        for k = 1, #names do
+          if names[k] ~= lease or lease == '0' then
+            acc = acc + tonumber(ws[k] or '0')
+            if acc >= need then
+              wait = math.min(wait, (tonumber(live[2*k]) - now_us) * 1000)
+              break
+            end
+          end
+        end
+        d[3] = wait
+        return d, nil
+      end
+      d[1] = 1
+      d[2] = max - inflight - cost
+      d[4] = ttl
+      return d, {zkey, hkey, lease, cost, held, sum, ttl}
+    end
+
+    local function write_conc(wr)
+      local zkey, hkey, lease, cost, held, sum, ttl = unpack(wr)
+      if lease == '0' then
+        local n = 0
         lease = 'a' .. fmt(now_us) .. '.' .. n
+        while redis.call('ZSCORE', zkey, lease) do
+          n = n + 1
+          lease = 'a' .. fmt(now_us) .. '.' .. n
+        end
       end
+      redis.call('ZADD', zkey, now_us + ttl / 1000, lease)
+      local total = tonumber(redis.call('HGET', hkey, 'sum') or '0') + cost - held
+      redis.call('HSET', hkey, lease, cost, 'sum', fmt(total))
+      local ms = ceil_ms(ttl)
+      redis.call('PEXPIRE', zkey, ms)
+      redis.call('PEXPIRE', hkey, ms)
     end
-    redis.call('ZADD', zkey, now_us + ttl / 1000, lease)
-    local total = tonumber(redis.call('HGET', hkey, 'sum') or '0') + cost - held
-    redis.call('HSET', hkey, lease, cost, 'sum', fmt(total))
-    local ms = ceil_ms(ttl)
-    redis.call('PEXPIRE', zkey, ms)
-    redis.call('PEXPIRE', hkey, ms)
+
+    -- Quota: p1 max, p2..p6 period boundaries µs b0 < b1 < ... < b4 computed
+    -- in Go around its own clock, p7 start µs of the period that loses the
+    -- offset, p8 the offset. The server's clock picks the period [b0,b1),
+    -- [b1,b2) or [b2,b3). State: start, count (doubles).
+    local function quota(key, r, cost)
+      local max = r[3]
+      local b = {r[4], r[5], r[6], r[7], r[8]}
+      local ostart, off = r[9], r[10]
+      local function lim(start)
+        if off > 0 and start == ostart then return max - off end
+        return max
+      end
+      local k = 1
+      if now_us >= b[3] then k = 3 elseif now_us >= b[2] then k = 2 end
+      local st, en = b[k], b[k+1]
+      local count = 0
+      local v = get(key)
+      if #v == 16 then
+        local ss, sc = struct.unpack('<dd', v)
+        if ss == st then count = sc
+        elseif ss > st then
+          -- The clock stepped back over a boundary: keep the newer period.
+          for j = k + 1, 4 do
+            if b[j] == ss then k = j; st, en = b[j], b[j+1]; count = sc end
+          end
+        end
+      end
+      local limit = lim(st)
+      local left = (en - now_us) * 1000
+      if left < 0 then left = 0 end
+      local d = {0, math.max(0, limit - count), 0, left, 0, 0}
+      if cost > max then d[6] = 1; return d, nil end
+      if cost > limit - count then
+        local j = k + 1
+        while j < 5 and cost > lim(b[j]) do j = j + 1 end
+        d[3] = (b[j] - now_us) * 1000
+        return d, nil
+      end
+      count = count + cost
+      d[1] = 1
+      d[2] = limit - count
+      return d, {key, struct.pack('<dd', st, count), ceil_ms(left)}
+    end
+
+    return {fixed = fixed, counter = counter, slog = slog, write_log = write_log,
+      conc = conc, write_conc = write_conc, quota = quota}
   end
 
-  -- Quota: p1 max, p2..p6 period boundaries µs b0 < b1 < ... < b4 computed
-  -- in Go around its own clock, p7 start µs of the period that loses the
-  -- offset, p8 the offset. The server's clock picks the period [b0,b1),
-  -- [b1,b2) or [b2,b3). State: start, count (doubles).
-  local function quota(key, r, cost)
-    local max = r[3]
-    local b = {r[4], r[5], r[6], r[7], r[8]}
-    local ostart, off = r[9], r[10]
-    local function lim(start)
-      if off > 0 and start == ostart then return max - off end
-      return max
+  -- decide runs the general path for one request: its hits are hs[1..n],
+  -- each {rule, cost, cost·T ns, rem, lease name}, and its keys start at
+  -- KEYS[k]. It appends charged and the hits' values to out and returns the
+  -- next key.
+  local function decide(op, hs, n, k)
+    local res = {}
+    local writes = {}
+    local denied = false
+    logs = {}
+    tent = {}
+    for h = 1, n do
+      local hit = hs[h]
+      local r, cost = hit[1], hit[2]
+      local alg = r[1]
+      local d, wr
+      local kind = 's'
+      if not RATE[alg] and M == nil then M = more() end
+      if RATE[alg] then
+        d, wr = rate(KEYS[k], r, cost, hit[3], hit[4]); k = k + 1
+      elseif alg == ALG.fixed_window then
+        d, wr = M.fixed(KEYS[k], r, cost); k = k + 1
+      elseif alg == ALG.sliding_log then
+        d, wr = M.slog(KEYS[k], KEYS[k+1], r, cost); k = k + 2; kind = 'l'
+      elseif alg == ALG.sliding_window then
+        d, wr = M.counter(KEYS[k], r, cost); k = k + 1
+      elseif alg == ALG.concurrency then
+        d, wr = M.conc(op, KEYS[k], KEYS[k+1], r, cost, hit[5]); k = k + 2; kind = 'c'
+      elseif alg == ALG.quota then
+        d, wr = M.quota(KEYS[k], r, cost); k = k + 1
+      else
+        return nil, 'ERR floodgate: unknown algorithm ' .. tostring(alg)
+      end
+      res[h] = d
+      if d[1] == 0 and not r[2] then denied = true end
+      if wr ~= nil and op == 'c' then
+        writes[#writes+1] = {kind, wr}
+        if kind == 's' then tent[wr[1]] = wr[2] end
+        if kind == 'l' then wr[3].add = wr[3].add + cost end
+      end
     end
-    local k = 1
-    if now_us >= b[3] then k = 3 elseif now_us >= b[2] then k = 2 end
-    local st, en = b[k], b[k+1]
-    local count = 0
-    local v = get(key)
-    if #v == 16 then
-      local ss, sc = struct.unpack('<dd', v)
-      if ss == st then count = sc
-      elseif ss > st then
-        -- The clock stepped back over a boundary: keep the newer period.
-        for j = k + 1, 4 do
-          if b[j] == ss then k = j; st, en = b[j], b[j+1]; count = sc end
+    tent = nil
+    local charged = 0
+    if op == 'c' and not denied then
+      charged = 1
+      for _, w in ipairs(writes) do
+        local wr = w[2]
+        if w[1] == 's' then
+          put(wr[1], wr[2], wr[3])
+        elseif w[1] == 'l' then
+          M.write_log(wr)
+        else
+          M.write_conc(wr)
         end
       end
     end
-    local limit = lim(st)
-    local left = (en - now_us) * 1000
-    if left < 0 then left = 0 end
-    local d = {0, math.max(0, limit - count), 0, left, 0, 0}
-    if cost > max then d[6] = 1; return d, nil end
-    if cost > limit - count then
-      local j = k + 1
-      while j < 5 and cost > lim(b[j]) do j = j + 1 end
-      d[3] = (b[j] - now_us) * 1000
-      return d, nil
-    end
-    count = count + cost
-    d[1] = 1
-    d[2] = limit - count
-    return d, {key, struct.pack('<dd', st, count), ceil_ms(left)}
-  end
-
-  return {fixed = fixed, counter = counter, slog = slog, write_log = write_log,
-    conc = conc, write_conc = write_conc, quota = quota}
-end
-
--- decide runs the general path for one request: its hits are hs[1..n],
--- each {rule, cost, cost·T ns, rem, lease name}, and its keys start at
--- KEYS[k]. It appends charged and the hits' values to out and returns the
--- next key.
-local function decide(op, hs, n, k)
-  local res = {}
-  local writes = {}
-  local denied = false
-  logs = {}
-  tent = {}
-  for h = 1, n do
-    local hit = hs[h]
-    local r, cost = hit[1], hit[2]
-    local alg = r[1]
-    local d, wr
-    local kind = 's'
-    if not RATE[alg] and M == nil then M = more() end
-    if RATE[alg] then
-      d, wr = rate(KEYS[k], r, cost, hit[3], hit[4]); k = k + 1
-    elseif alg == ALG.fixed_window then
-      d, wr = M.fixed(KEYS[k], r, cost); k = k + 1
-    elseif alg == ALG.sliding_log then
-      d, wr = M.slog(KEYS[k], KEYS[k+1], r, cost); k = k + 2; kind = 'l'
-    elseif alg == ALG.sliding_window then
-      d, wr = M.counter(KEYS[k], r, cost); k = k + 1
-    elseif alg == ALG.concurrency then
-      d, wr = M.conc(op, KEYS[k], KEYS[k+1], r, cost, hit[5]); k = k + 2; kind = 'c'
-    elseif alg == ALG.quota then
-      d, wr = M.quota(KEYS[k], r, cost); k = k + 1
-    else
-      return nil, 'ERR floodgate: unknown algorithm ' .. tostring(alg)
-    end
-    res[h] = d
-    if d[1] == 0 and not r[2] then denied = true end
-    if wr ~= nil and op == 'c' then
-      writes[#writes+1] = {kind, wr}
-      if kind == 's' then tent[wr[1]] = wr[2] end
-      if kind == 'l' then wr[3].add = wr[3].add + cost end
-    end
-  end
-  tent = nil
-  local charged = 0
-  if op == 'c' and not denied then
-    charged = 1
-    for _, w in ipairs(writes) do
-      local wr = w[2]
-      if w[1] == 's' then
-        put(wr[1], wr[2], wr[3])
-      elseif w[1] == 'l' then
-        M.write_log(wr)
-      else
-        M.write_conc(wr)
+    out[#out+1] = struct.pack('<d', charged)
+    for h = 1, n do
+      local d = res[h]
+      for j = 1, 6 do
+        if d[j] > BIG then d[j] = BIG end
       end
+      out[#out+1] = struct.pack('<dddddd', d[1], d[2], d[3], d[4], d[5], d[6])
     end
+    return k
   end
-  out[#out+1] = struct.pack('<d', charged)
-  for h = 1, n do
-    local d = res[h]
-    for j = 1, 6 do
-      if d[j] > BIG then d[j] = BIG end
-    end
-    out[#out+1] = struct.pack('<dddddd', d[1], d[2], d[3], d[4], d[5], d[6])
-  end
-  return k
+
+  return {decide = decide, lease = lease}
 end
 
--- The rules of the batch.
-local nrules = tonumber(ARGV[2])
 local rules = {}
-for j = 1, nrules do
-  local a = 2 + (j - 1) * 11
-  local r = {tonumber(ARGV[a+1]), ARGV[a+2] == '1'}
-  for x = 3, 11 do r[x] = tonumber(ARGV[a+x]) end
-  rules[j] = r
-end
+for j = 1, nrules do rules[j] = rule(j) end
 
 -- Read every state string of the batch at once, in one call (the ZSETs and
 -- hashes of the sliding log and concurrency read as nil and are not used).
-local blob = ARGV[3 + nrules * 11]
-do
+if #KEYS > 1 then
   local got = redis.call('MGET', unpack(KEYS))
   for j = 1, #KEYS do vals[KEYS[j]] = got[j] or '' end
 end
 
 local pos, k = 1, 1
-local hs = {{}, {}, {}, {}}
 while pos <= #blob do
   local opn, n
   opn, n, pos = struct.unpack('<Bi4', blob, pos)
-  local op = OPS[opn]
-  if op == 'l' then
+  if opn == 4 then -- lease
     local want, wtn, wtr, back, btn, btr, mark, ri, cost, ctn, ctr, li
     want, wtn, wtr, back, btn, btr, mark, pos = struct.unpack('<ddddddd', blob, pos)
     ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
-    lease(KEYS[k], rules[ri], cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark); k = k + 1
-  elseif n == 1 and op ~= 'r' then
+    if G == nil then G = general() end
+    G.lease(KEYS[k], rules[ri], cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark); k = k + 1
+  else
+    local op = 'c'
+    if opn == 2 then op = 'p' elseif opn == 3 then op = 'r' end
     local ri, cost, ctn, ctr, li
-    ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
-    local r = rules[ri]
-    local alg = r[1]
-    if RATE[alg] then
-      fast_rate(op, KEYS[k], r, cost, ctn, ctr); k = k + 1
-    elseif alg == ALG.fixed_window then
-      fast_fixed(op, KEYS[k], r, cost); k = k + 1
-    else
-      local lease = '0'
-      if li > 0 then lease = ARGV[li] end
-      hs[1] = {r, cost, ctn, ctr, lease}
+    if n == 1 and op ~= 'r' then
+      ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
+      local alg = rules[ri][1]
+      if RATE[alg] or alg == ALG.fixed_window then
+        local part, nv, ttl
+        if RATE[alg] then
+          part, nv, ttl = fast_rate(op, get(KEYS[k]), rules[ri], cost, ctn, ctr)
+        else
+          part, nv, ttl = fast_fixed(op, get(KEYS[k]), rules[ri], cost)
+        end
+        if nv ~= nil then put(KEYS[k], nv, ttl) end
+        out[#out+1] = part
+        k = k + 1
+        n = 0
+      end
+    end
+    if n > 0 then
+      -- The general path; a lone hit read above is its first.
+      local hs = {}
+      if ri ~= nil then
+        local lease = '0'
+        if li > 0 then lease = ARGV[li] end
+        hs[1] = {rules[ri], cost, ctn, ctr, lease}
+      end
+      for h = #hs + 1, n do
+        ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
+        local lease = '0'
+        if li > 0 then lease = ARGV[li] end
+        hs[h] = {rules[ri], cost, ctn, ctr, lease}
+      end
+      if G == nil then G = general() end
       local err
-      k, err = decide(op, hs, 1, k)
+      k, err = G.decide(op, hs, n, k)
       if k == nil then return redis.error_reply(err) end
     end
-  else
-    for h = 1, n do
-      local ri, cost, ctn, ctr, li
-      ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
-      local lease = '0'
-      if li > 0 then lease = ARGV[li] end
-      hs[h] = {rules[ri], cost, ctn, ctr, lease}
-    end
-    local err
-    k, err = decide(op, hs, n, k)
-    if k == nil then return redis.error_reply(err) end
   end
 end
 
