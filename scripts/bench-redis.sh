@@ -172,7 +172,11 @@ for round in $(seq 1 "$ROUNDS"); do
 		"$(field decisions_per_sec "$out")" "$LEASED_PROCS" "$sum" >&2
 done
 
+# Script calls that failed, but for NOSCRIPT (the first EVALSHA of a
+# script, answered by EVAL).
 failed=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_\(evalsha\|eval\):.*failed_calls=\([0-9]*\).*/\2/p' | awk '{s+=$1} END {print s+0}')
+noscript=$(redis-cli -p "$port" INFO errorstats | tr -d '\r' | sed -n 's/^errorstat_NOSCRIPT:count=\([0-9]*\).*/\1/p')
+failed=$((failed - ${noscript:-0}))
 
 median() { tr ' ' '\n' <<<"$*" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 sum() { tr ' ' '\n' <<<"$*" | awk '{s+=$1} END {print s+0}'; }
