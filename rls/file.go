@@ -128,6 +128,7 @@ func lenient(plain reflect.Type, warnings *yamlfile.Errors) yamlfile.Hook {
 	return func(d *yamlfile.Decoder, n *yaml.Node, v reflect.Value, path string) {
 		if n.Kind == yaml.MappingNode {
 			var kept []*yaml.Node
+			changed := false
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k := yamlfile.Resolve(n.Content[i])
 				if k != nil && k.Kind == yaml.ScalarNode && !own[k.Value] && slices.Contains(peerKeys, k.Value) {
@@ -138,9 +139,20 @@ func lenient(plain reflect.Type, warnings *yamlfile.Errors) yamlfile.Hook {
 				if kept == nil {
 					kept = make([]*yaml.Node, 0, len(n.Content))
 				}
-				kept = append(kept, n.Content[i], n.Content[i+1])
+				v := n.Content[i+1]
+				if k != nil && boolKeys[k.Value] {
+					if b, ok := yaml11Bool(yamlfile.Resolve(v)); ok {
+						// envoyproxy/ratelimit reads YAML 1.1, whose
+						// booleans include yes, no, on and off.
+						c := *yamlfile.Resolve(v)
+						c.Value, c.Tag = strconv.FormatBool(b), "!!bool"
+						v = &c
+					}
+				}
+				kept = append(kept, n.Content[i], v)
+				changed = changed || v != n.Content[i+1]
 			}
-			if len(kept) != len(n.Content) {
+			if changed || len(kept) != len(n.Content) {
 				c := *n
 				c.Content = kept
 				n = &c
@@ -148,6 +160,25 @@ func lenient(plain reflect.Type, warnings *yamlfile.Errors) yamlfile.Hook {
 		}
 		d.Decode(n, v.Addr().Convert(reflect.PointerTo(plain)).Elem(), path)
 	}
+}
+
+// boolKeys are the keys whose values are booleans.
+var boolKeys = map[string]bool{"shadow_mode": true, "quota_mode": true, "detailed_metric": true, "value_to_metric": true,
+	"share_threshold": true, "unlimited": true, "compat": true}
+
+// yaml11Bool reads the booleans that YAML 1.1 has and YAML 1.2 has not
+// (y, yes, on, n, no, off in their usual cases), written plain.
+func yaml11Bool(n *yaml.Node) (value, ok bool) {
+	if n == nil || n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!str" {
+		return false, false
+	}
+	switch n.Value {
+	case "y", "Y", "yes", "Yes", "YES", "on", "On", "ON":
+		return true, true
+	case "n", "N", "no", "No", "NO", "off", "Off", "OFF":
+		return false, true
+	}
+	return false, false
 }
 
 // decodeMetadata reads a descriptor's metadata: a mapping of any shape,
@@ -214,6 +245,9 @@ func metadataValue(n *yaml.Node, depth int) (*structpb.Value, error) {
 			if b, err := strconv.ParseBool(n.Value); err == nil {
 				return structpb.NewBoolValue(b), nil
 			}
+		}
+		if b, ok := yaml11Bool(n); ok {
+			return structpb.NewBoolValue(b), nil
 		}
 		return structpb.NewStringValue(n.Value), nil
 	}
