@@ -113,15 +113,16 @@ func fill(app []applied, res *limiter.Result) {
 // setDecision records a descriptor's decision and the counts its
 // statistics see: the units used before and after the request.
 func setDecision(a *applied, d floodgate.Decision) {
+	if a.cost == 0 && d.Allowed {
+		// Looked at with a cost of 1: what is left now is one more.
+		d.Remaining++
+	}
 	a.d = d
 	a.over = !d.Allowed
 	used := d.Limit - max(d.Remaining, 0)
 	switch {
-	case !d.Allowed:
+	case !d.Allowed || a.cost == 0:
 		a.before, a.after = used, used+a.cost
-	case a.cost == 0:
-		// Looked at with a cost of 1.
-		a.before, a.after = used-1, used-1
 	default:
 		a.before, a.after = used-a.cost, used
 	}
