@@ -46,13 +46,13 @@ store. See docs/envoy.md.
 exits.
 `
 
-// lookupEnv and environ read the process's environment; tests replace them.
-var (
-	lookupEnv = os.LookupEnv
-	environ   = os.Environ
-)
-
 func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return rlsMain(ctx, args, os.LookupEnv, os.Environ(), stdout, stderr)
+}
+
+// rlsMain is "floodgate rls" with the environment given: lookup reads a
+// variable, environ lists them all ("NAME=value").
+func rlsMain(ctx context.Context, args []string, lookup func(string) (string, bool), environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, rlsUsage) }
@@ -66,7 +66,7 @@ func runRLS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return usagef("rls: unexpected argument %q (the settings are environment variables)", fs.Arg(0))
 	}
-	env, notes, err := readRLSEnv(lookupEnv, environ())
+	env, notes, err := readRLSEnv(lookup, environ)
 	if err != nil {
 		return err
 	}
