@@ -39,8 +39,9 @@ image is the whole migration. Variables it does not honour are listed at
 start. Floodgate's own: FLOODGATE_COMPAT=true answers every domain as
 envoyproxy/ratelimit does (the compatibility mode; by default Floodgate's
 semantics apply), FLOODGATE_RATELIMIT_HEADERS=true adds the RateLimit-Policy,
-RateLimit and Retry-After fields, BACKEND_TYPE=memory uses the embedded
-store. See docs/envoy.md.
+RateLimit and Retry-After fields, FLOODGATE_STORE_TIMEOUT sets the deadline
+of a store call after which the limits' failure policies decide (default
+5ms), BACKEND_TYPE=memory uses the embedded store. See docs/envoy.md.
 
 --check reads the settings and the descriptor files, reports problems and
 exits.
@@ -143,7 +144,7 @@ func serveRLS(ctx context.Context, env *rlsEnv, stdout io.Writer, log *slog.Logg
 		return err
 	}
 	defer closeStores()
-	eng := limiter.New(store, limiter.Options{Local: local, Observer: m, Logger: log})
+	eng := limiter.New(store, limiter.Options{Timeout: env.storeTimeout, Local: local, Observer: m, Logger: log})
 
 	var cfg *rls.Config
 	if env.configDir != "" {

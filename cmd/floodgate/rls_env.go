@@ -32,7 +32,8 @@ type rlsEnv struct {
 	configDir string
 	load      rls.LoadOptions
 
-	backend   string // redis or memory
+	backend      string // redis or memory
+	storeTimeout time.Duration
 	redis     redisEnv
 	perSecond *redisEnv // REDIS_PERSECOND: a second Redis for per-second limits
 	prefix    string
@@ -275,6 +276,7 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 		e.perSecond = &ps
 	}
 	e.prefix = r.str("CACHE_KEY_PREFIX", "")
+	e.storeTimeout = r.dur("FLOODGATE_STORE_TIMEOUT", 0)
 
 	e.nearRatio = r.float("NEAR_LIMIT_RATIO", 0.8)
 	if e.nearRatio <= 0 || e.nearRatio > 1 {

@@ -438,7 +438,10 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100}
 `})
 	p := startRLS(t, rlsEnvFor(dir, map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": main.Addr,
-		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "unix", "REDIS_PERSECOND_URL": sock, "CACHE_KEY_PREFIX": "rl:"}))
+		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "unix", "REDIS_PERSECOND_URL": sock, "CACHE_KEY_PREFIX": "rl:",
+		// A store slow to answer (a loaded machine, the race detector)
+		// must not hand the decision to the failure policy.
+		"FLOODGATE_STORE_TIMEOUT": "10s"}))
 	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
