@@ -34,9 +34,9 @@ type rlsEnv struct {
 
 	backend      string // redis or memory
 	storeTimeout time.Duration
-	redis     redisEnv
-	perSecond *redisEnv // REDIS_PERSECOND: a second Redis for per-second limits
-	prefix    string
+	redis        redisEnv
+	perSecond    *redisEnv // REDIS_PERSECOND: a second Redis for per-second limits
+	prefix       string
 
 	service           rls.Options
 	nearRatio         float64
