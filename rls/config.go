@@ -231,8 +231,8 @@ type rateLimit struct {
 	// rule is nil when unlimited or when requests_per_unit is 0 (every
 	// request is over the limit, envoyproxy/ratelimit's way to block).
 	rule *limiter.Rule
-	// shadowRule is rule in shadow mode, for quota_mode: the same
-	// counters, without stopping the request.
+	// shadowRule is rule in shadow mode, for quota mode: the same
+	// counters, without stopping the request (nil when rule is shadow).
 	shadowRule *limiter.Rule
 	// count is the compatibility mode's counting rule: a fixed window as
 	// long as the unit that never denies, whose Remaining tells how many
@@ -738,7 +738,8 @@ func (c *compiler) build(r *rateLimit, where string) bool {
 	if err == nil {
 		r.rule, err = limiter.NewRule(l, r.tmpl.onFailure, r.shadow)
 	}
-	if err == nil && r.quotaMode && !r.shadow {
+	if err == nil && !r.shadow {
+		// For quota mode, the descriptor's or the service's (QuotaMode).
 		r.shadowRule, err = limiter.NewRule(l, r.tmpl.onFailure, true)
 	}
 	if err != nil {

@@ -658,7 +658,7 @@ func compileOverride(k overrideKey) (*rateLimit, error) {
 	if rl.rule, err = limiter.NewRule(l, rl.tmpl.onFailure, rl.shadow); err != nil {
 		return nil, err
 	}
-	if rl.quotaMode && !rl.shadow {
+	if !rl.shadow {
 		if rl.shadowRule, err = limiter.NewRule(l, rl.tmpl.onFailure, true); err != nil {
 			return nil, err
 		}
