@@ -133,12 +133,6 @@ func (c *Config) Domains() []string {
 // message" each.
 func (c *Config) Warnings() []string { return c.warnings }
 
-// Compat reports whether the domain answers in the compatibility mode.
-func (c *Config) Compat(domainName string) bool {
-	d := c.domains[domainName]
-	return d != nil && d.compat
-}
-
 type domain struct {
 	name   string
 	files  []string

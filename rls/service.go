@@ -284,11 +284,11 @@ func (s *Service) match(req *rlsv3.RateLimitRequest, dom *domain, compat bool, s
 // replace drops the limits named in the replaces list of any limit that
 // applies (unlimited ones included); an unlimited limit is never dropped.
 func replace(app []applied) {
-	any := false
+	some := false
 	for i := range app {
-		any = any || (app[i].rl != nil && len(app[i].rl.replaces) > 0)
+		some = some || (app[i].rl != nil && len(app[i].rl.replaces) > 0)
 	}
-	if !any {
+	if !some {
 		return
 	}
 	for i := range app {
