@@ -45,17 +45,18 @@ func descriptorStruct(d *rlv3.RateLimitDescriptor) *structpb.Struct {
 	}
 	f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: ents})}
 	if ov := d.GetLimit(); ov != nil {
-		var b strings.Builder
-		b.WriteString("requests_per_unit:")
-		b.WriteString(uitoa(uint64(ov.GetRequestsPerUnit())))
-		b.WriteString(" unit:")
-		b.WriteString(ov.GetUnit().String())
-		if m := ov.GetUnitMultiplier(); m != nil {
-			b.WriteString(" unit_multiplier:{value:")
-			b.WriteString(uitoa(uint64(m.GetValue())))
-			b.WriteString("}")
+		// The override in the protobuf text format, zero fields left out.
+		var parts []string
+		if n := ov.GetRequestsPerUnit(); n != 0 {
+			parts = append(parts, "requests_per_unit:"+uitoa(uint64(n)))
 		}
-		f["limit"] = structpb.NewStringValue(b.String())
+		if u := ov.GetUnit(); u != 0 {
+			parts = append(parts, "unit:"+u.String())
+		}
+		if m := ov.GetUnitMultiplier(); m != nil {
+			parts = append(parts, "unit_multiplier:{value:"+uitoa(uint64(m.GetValue()))+"}")
+		}
+		f["limit"] = structpb.NewStringValue(strings.Join(parts, " "))
 	}
 	if ha := d.GetHitsAddend(); ha != nil {
 		f["hitsAddend"] = structpb.NewNumberValue(float64(ha.GetValue()))
