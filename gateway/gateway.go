@@ -414,7 +414,7 @@ func (g *Gateway) settle(ctx context.Context, st *reqState, status int) {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
 	defer cancel()
-	if err := g.engine.Settle(cctx, &st.req, st.actual); err != nil {
+	if err := g.engine.Settle(cctx, &st.req, st.actual, &st.res); err != nil {
 		g.log.Error("gateway: engine", "err", err, "route", m.Route)
 	}
 }
