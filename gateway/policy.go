@@ -191,6 +191,7 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 	for _, l := range pmm.Limits {
 		m.Fields = append(m.Fields, l.Fields)
 		m.CountOn = append(m.CountOn, l.CountOn)
+		m.Costs = append(m.Costs, l.Costs)
 	}
 	pmm.Reset()
 	pm.pool.Put(pmm)

@@ -107,8 +107,12 @@ type Limit struct {
 	// Cost is the units one request takes.
 	Cost int64
 	// CountOn, when not empty, lists the response statuses that are
-	// charged: check with a peek before forwarding, charge after.
+	// charged: the cost is reserved before forwarding and kept only for
+	// these statuses.
 	CountOn []int
+	// Costs, when not nil, says where the request or the response tells
+	// the limit's cost (an estimate, an actual cost).
+	Costs *Cost
 	// Shadow limits are counted but never block.
 	Shadow bool
 	// Fields is the limit's part of the response fields (RateLimit-Policy
@@ -124,6 +128,34 @@ type Limit struct {
 	match     matcher
 	needsUser bool
 	needsKey  bool
+}
+
+// Cost says where a limit's cost is read when it is not the fixed Cost.
+type Cost struct {
+	// Estimate is where the request tells the cost (nil: Limit.Cost).
+	Estimate *CostSource
+	// Default is the estimate when the request does not tell it.
+	Default int64
+	// Actual is where the response tells the real cost; nil when the
+	// cost is known before forwarding.
+	Actual *CostSource
+	// TTL is how long a reservation is held (limits with Actual or
+	// CountOn).
+	TTL time.Duration
+}
+
+// CostSource is a header or a JSON body field holding a whole number.
+type CostSource struct {
+	// Header is the header's canonical name, or "".
+	Header string
+	// Body is the JSON path, one name per level, or nil.
+	Body []string
+}
+
+// Reserved reports whether the limit's cost is settled after the response
+// (Actual or CountOn): it is reserved while the request is in flight.
+func (l *Limit) Reserved() bool {
+	return len(l.CountOn) > 0 || (l.Costs != nil && l.Costs.Actual != nil)
 }
 
 // NeedsUser reports whether the limit counts per user, so that a request
@@ -427,6 +459,7 @@ func (c *compiler) scoped() error {
 		}
 		l := newLimit(cl.Name, scope, r, parts, cl.Cost)
 		l.CountOn = cl.CountOn
+		l.Costs = compileCosts(cl)
 		l.match = compileMatch(cl.Match, c.p.foldCase)
 		l.MatchText = cl.Match.String()
 		named[si] = append(named[si], l)
@@ -486,6 +519,28 @@ func planMatch(cp *config.Plan) string {
 		return "plan=" + cp.Name
 	}
 	return "plan=" + cp.Name + " route=" + strings.Join(cp.Routes, ",")
+}
+
+// compileCosts returns where a limit's cost is read, or nil for a fixed
+// cost.
+func compileCosts(cl *config.Limit) *Cost {
+	if cl.Estimate == nil && cl.Actual == nil && len(cl.CountOn) == 0 {
+		return nil
+	}
+	c := &Cost{TTL: cl.ReserveTTL}
+	source := func(header, body string) *CostSource {
+		if header != "" {
+			return &CostSource{Header: http.CanonicalHeaderKey(header)}
+		}
+		return &CostSource{Body: strings.Split(body, ".")}
+	}
+	if e := cl.Estimate; e != nil {
+		c.Estimate, c.Default = source(e.Header, e.Body), e.Default
+	}
+	if a := cl.Actual; a != nil {
+		c.Actual = source(a.Header, a.Body)
+	}
+	return c
 }
 
 func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *Limit {
