@@ -97,10 +97,19 @@ func (st *reqState) requestBody(r *http.Request) []byte {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	buf := bytes.NewBuffer(st.body[:0])
+	// A new buffer each time: the upstream request may still read it
+	// after the handler returned (an upstream that answered early).
+	var buf bytes.Buffer
 	_, err := buf.ReadFrom(io.LimitReader(r.Body, maxCostBody+1))
 	read := buf.Bytes()
-	r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(read), r.Body), body: r.Body}
+	// The server closes the request's own body when the handler returns;
+	// the upstream request must not (it may do so while the server still
+	// uses it).
+	if err == nil && len(read) <= maxCostBody {
+		r.Body = io.NopCloser(bytes.NewReader(read))
+	} else {
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(read), r.Body))
+	}
 	if err != nil || len(read) > maxCostBody {
 		st.body = nil
 		return nil
@@ -108,14 +117,6 @@ func (st *reqState) requestBody(r *http.Request) []byte {
 	st.body = read
 	return read
 }
-
-// replayBody is a request body whose start was read for an estimate.
-type replayBody struct {
-	io.Reader
-	body io.ReadCloser
-}
-
-func (b *replayBody) Close() error { return b.body.Close() }
 
 // headerInt reads a whole number from the first value of a header.
 func headerInt(h http.Header, name string) (int64, bool) {
@@ -153,7 +154,10 @@ func jsonInt(doc []byte, path []string) (int64, bool) {
 		return 0, false
 	}
 	if n, err := num.Int64(); err == nil {
-		return n, n >= 0
+		if n < 0 {
+			return 0, false
+		}
+		return n, true
 	}
 	f, err := num.Float64()
 	if err != nil || f < 0 || f != math.Trunc(f) || f > math.MaxInt64/2 {

@@ -228,10 +228,7 @@ func (g *Gateway) put(st *reqState) {
 	st.items, st.leases = st.items[:0], st.leases[:0]
 	st.req = limiter.Request{}
 	st.rec.ResponseWriter, st.rec.st = nil, nil
-	if cap(st.body) > maxCostBody/4 {
-		st.body = nil // keep no large buffers in the pool
-	}
-	st.body, st.bodyRead = st.body[:0], false
+	st.body, st.bodyRead = nil, false
 	g.pool.Put(st)
 }
 
