@@ -45,10 +45,13 @@
 // time_zone, anchor_day, offset, start, on_failure (allow, deny, local) and
 // shadow. Writing a parameter that the algorithm does not read is an error.
 //
-// A limit's key is client_ip (the default), api_key, user, route, stage,
-// global or header:NAME, or a list of them for a composite key. A request
-// that lacks a part (no user, no such header, no API key) is not counted by
-// that limit.
+// A limit's key is client_ip (the default), api_key, plan (the usage plan
+// of the request's API key: an organisation whose keys share a count),
+// user, route, stage, global or header:NAME, or a list of them for a
+// composite key. A request that lacks a part (no user, no such header, no
+// API key) is not counted by that limit. An API key sent as
+// "Bearer KEY" (api_key_header: authorization, as OpenAI-style clients
+// send it) is read without its scheme.
 //
 // A limit's cost is cost units per request unless the request or the
 // response tells it. estimate reads it from a request header or a dotted

@@ -89,7 +89,8 @@ type Server struct {
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by (default
 	// 64). IPv4 clients are keyed by their whole address.
 	IPv6Prefix int `yaml:"ipv6_prefix"`
-	// APIKeyHeader is the request header carrying the API key (default
+	// APIKeyHeader is the request header carrying the API key, as the key
+	// itself or as "Bearer KEY" (default
 	// x-api-key).
 	APIKeyHeader string `yaml:"api_key_header"`
 	// User says where the user of a request comes from; with neither a JWT

@@ -24,10 +24,13 @@ import (
 const (
 	KeyClientIP = "client_ip"
 	KeyAPIKey   = "api_key"
-	KeyUser     = "user"
-	KeyRoute    = "route"
-	KeyStage    = "stage"
-	KeyGlobal   = "global"
+	// KeyPlan is the usage plan of the request's API key: the keys of one
+	// plan (an organisation) share the count.
+	KeyPlan   = "plan"
+	KeyUser   = "user"
+	KeyRoute  = "route"
+	KeyStage  = "stage"
+	KeyGlobal = "global"
 	// KeyHeaderPrefix starts a header part: "header:X-Tenant".
 	KeyHeaderPrefix = "header:"
 )
@@ -668,12 +671,12 @@ func (v *validator) limit(i int, routes, stages map[string]bool) {
 			kp = fmt.Sprintf("%s[%d]", kp, j)
 		}
 		switch part {
-		case KeyClientIP, KeyAPIKey, KeyUser, KeyRoute, KeyStage, KeyGlobal:
+		case KeyClientIP, KeyAPIKey, KeyPlan, KeyUser, KeyRoute, KeyStage, KeyGlobal:
 		default:
 			if h, ok := strings.CutPrefix(part, KeyHeaderPrefix); ok && validToken(h) {
 				break
 			}
-			v.errorf(kp, "unknown key %q (want client_ip, api_key, user, route, stage, global or header:NAME)", part)
+			v.errorf(kp, "unknown key %q (want client_ip, api_key, plan, user, route, stage, global or header:NAME)", part)
 		}
 		if seen[strings.ToLower(part)] {
 			v.errorf(kp, "key part %q given twice", part)

@@ -312,7 +312,8 @@ func markFailed(w http.ResponseWriter) {
 // whose list lacks the status costs 0; a request that failed before an
 // answer (the upstream unreachable, the client gone before it, the
 // handler panicked) costs 0; a cost the response told is the actual cost; else
-// the estimate stays.
+// the estimate stays when the answer is a success (2xx), and an answer that
+// is not (a refused request, an upstream error) costs nothing.
 func (st *reqState) actualCosts(status int, rec *costRecorder) {
 	m := &st.m
 	st.actual = slices.Grow(st.actual[:0], len(m.Hits))[:len(m.Hits)]
@@ -325,6 +326,7 @@ func (st *reqState) actualCosts(status int, rec *costRecorder) {
 		case len(m.countOn(i)) > 0 && !slices.Contains(m.countOn(i), status):
 		case rec != nil && rec.found[i]:
 			st.actual[i] = rec.values[i]
+		case st.m.costs(i) != nil && st.m.costs(i).Actual != nil && (status < 200 || status > 299):
 		default:
 			st.actual[i] = h.Cost
 		}

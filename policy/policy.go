@@ -34,6 +34,7 @@ type KeyKind uint8
 const (
 	KeyClientIP KeyKind = iota + 1
 	KeyAPIKey
+	KeyPlan
 	KeyUser
 	KeyRoute
 	KeyStage
@@ -56,6 +57,8 @@ func (k KeyPart) String() string {
 		return config.KeyClientIP
 	case KeyAPIKey:
 		return config.KeyAPIKey
+	case KeyPlan:
+		return config.KeyPlan
 	case KeyUser:
 		return config.KeyUser
 	case KeyRoute:
@@ -76,6 +79,8 @@ func parseKeyPart(s string) KeyPart {
 		return KeyPart{Kind: KeyClientIP}
 	case config.KeyAPIKey:
 		return KeyPart{Kind: KeyAPIKey}
+	case config.KeyPlan:
+		return KeyPart{Kind: KeyPlan}
 	case config.KeyUser:
 		return KeyPart{Kind: KeyUser}
 	case config.KeyRoute:
@@ -548,7 +553,7 @@ func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *L
 		Cost: cost, Shadow: r.Shadow(), Fields: fields.ForRule(r)}
 	for _, k := range key {
 		l.needsUser = l.needsUser || k.Kind == KeyUser
-		l.needsKey = l.needsKey || k.Kind == KeyAPIKey
+		l.needsKey = l.needsKey || k.Kind == KeyAPIKey || k.Kind == KeyPlan
 	}
 	return l
 }
@@ -753,6 +758,13 @@ func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 				m.buf = b
 				return
 			}
+		case KeyPlan:
+			if kc.key == nil || kc.key.plan == nil {
+				m.buf = b
+				return
+			}
+			b = append(b, "plan:"...)
+			b = append(b, kc.key.plan.name...)
 		case KeyUser:
 			if kc.r.User == "" {
 				m.buf = b
