@@ -445,3 +445,27 @@ func (s *sseScanner) field(line []byte) {
 	s.data = append(s.data, v...)
 	s.data = append(s.data, '\n')
 }
+
+// plainHits returns the hits of st that are not reservations (a
+// reservation is given back by its settle), reusing st.leases' storage
+// after the leases.
+func plainHits(st *reqState) []limiter.Hit {
+	if !st.req.HasReserved() {
+		return st.m.Hits
+	}
+	n := len(st.leases)
+	for _, h := range st.m.Hits {
+		if !h.Reserve {
+			st.leases = append(st.leases, h)
+		}
+	}
+	return st.leases[n:]
+}
+
+// cancelReservation gives the whole reservation of st back: the request
+// never went ahead.
+func (g *Gateway) cancelReservation(ctx context.Context, st *reqState) {
+	rec := st.costRecorder(nil)
+	rec.failed, rec.done = true, true
+	g.settle(ctx, st, 0, rec)
+}

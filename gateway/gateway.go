@@ -327,7 +327,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 	if res.Delay > 0 && !g.wait(ctx, st, res.Delay) {
-		return // the client went away while queued
+		if st.req.HasReserved() {
+			g.cancelReservation(ctx, st) // the client went away while queued
+		}
+		return
 	}
 	st.out = g.render(st, false)
 	setFields(w.Header(), st.out)
@@ -443,7 +446,7 @@ func (g *Gateway) wait(ctx context.Context, st *reqState, delay time.Duration) b
 	// The client went away before its slot: give its place back (the
 	// rate algorithms' charges are refundable; others keep theirs).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
-	if err := g.engine.Refund(rctx, st.m.Hits); err != nil {
+	if err := g.engine.Refund(rctx, plainHits(st)); err != nil {
 		g.log.Warn("gateway: refund of a queued request", "err", err)
 	}
 	cancel()
