@@ -325,6 +325,16 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		r.Allowed = true
 		return nil
 	}
+	if op == Charge && reserved > 0 && !l.reserves() {
+		if err := l.checkUnreserved(ctx, hits, reserved, r); err != nil {
+			return err
+		}
+		l.summarize(hits, r)
+		if o := l.opts.Observer; o != nil {
+			o.ObserveDecision(req, r)
+		}
+		return nil
+	}
 	if op == Charge && reserved > 0 {
 		op = Reserve
 		if req.Reservation == 0 {
@@ -437,7 +447,7 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 		if actual[i] < 0 {
 			return fmt.Errorf("limiter: settle: %s: actual cost %d: %w", h.Rule.ID(), actual[i], floodgate.ErrInvalidCost)
 		}
-		if req.Reservation == 0 {
+		if req.Reservation == 0 && l.reserves() {
 			return fmt.Errorf("limiter: settle: no reservation named: %w", ErrReservationUnknown)
 		}
 		if len(h.Key) > l.maxKey && l.maxKey > 0 {
@@ -450,6 +460,9 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 	res.Allowed = true
 	if len(sub) == 0 {
 		return nil
+	}
+	if !l.reserves() {
+		return l.settleUnreserved(ctx, req, actual, res)
 	}
 	out := sc.outFor(len(sub))
 	if err := l.giveBack(ctx, Settle, sub, out); err != nil {

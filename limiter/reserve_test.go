@@ -171,3 +171,40 @@ func TestReserveDegraded(t *testing.T) {
 		t.Fatalf("settle of a degraded reservation: %v", err)
 	}
 }
+
+// Reservations passes on whether the wrapped store keeps reservations.
+func (s *testStore) Reservations() bool {
+	r, ok := s.inner.(limiter.Reserver)
+	return ok && r.Reservations()
+}
+
+// plainStore hides that its store keeps reservations.
+type plainStore struct{ limiter.Store }
+
+// TestReserveWithoutReservations: on a store that keeps no reservations,
+// a reserved hit is checked without being held and its settle charges the
+// actual cost as far as it fits; the other hits are charged at once.
+func TestReserveWithoutReservations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := limiter.New(plainStore{newMem(t)}, limiter.Options{})
+	rpm := window(t, "rpm", 60, floodgate.FailOpen)
+	tpm := window(t, "tpm", 100, floodgate.FailOpen)
+	req := &limiter.Request{Hits: []limiter.Hit{{Rule: rpm, Key: "k", Cost: 1}, {Rule: tpm, Key: "k", Cost: 80, Reserve: true}}}
+	var res limiter.Result
+	if err := l.Decide(ctx, req, &res); err != nil || !res.Allowed {
+		t.Fatal(err, res)
+	}
+	if got, _ := l.Peek(ctx, []limiter.Hit{{Rule: tpm, Key: "k", Cost: 1}}); got.Decisions[0].Remaining != 99 {
+		t.Fatalf("the estimate was charged: %+v", got.Decisions[0])
+	}
+	if err := l.Settle(ctx, req, []int64{0, 30}, &res); err != nil || res.Decisions[1].Remaining != 70 {
+		t.Fatalf("settle 30: %v %+v", err, res.Decisions[1])
+	}
+	if err := l.Settle(ctx, req, []int64{0, 90}, &res); err != nil || res.Decisions[1].Overrun != 90 {
+		t.Fatalf("settle 90 with 70 left: %v %+v, want it all reported as overrun", err, res.Decisions[1])
+	}
+	if got, _ := l.Peek(ctx, []limiter.Hit{{Rule: rpm, Key: "k", Cost: 1}}); got.Decisions[0].Remaining != 58 {
+		t.Fatalf("request limit: %+v", got.Decisions[0])
+	}
+}

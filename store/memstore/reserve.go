@@ -28,6 +28,10 @@ type reservation struct {
 	exp  int64 // when it expires and settles at its estimate (monotonic)
 }
 
+// Reservations reports true: the store keeps reservations
+// (limiter.Reserver).
+func (s *Store) Reservations() bool { return true }
+
 // reserve keeps a settle record for every hit marked Reserve that decide
 // just charged. The hits' shards are locked.
 func (s *Store) reserve(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64) {
