@@ -207,6 +207,25 @@ func (st *reqState) costRecorder(w http.ResponseWriter) *costRecorder {
 	return rec
 }
 
+// keepBytes is the most buffer space a pooled costRecorder keeps: a large
+// body or event read once is not held for later requests.
+const keepBytes = 64 << 10
+
+// release drops what the recorder holds of its request, before its
+// reqState goes back to the pool.
+func (c *costRecorder) release() {
+	c.ResponseWriter, c.st = nil, nil
+	if cap(c.buf) > keepBytes {
+		c.buf = nil
+	}
+	if cap(c.sse.line) > keepBytes {
+		c.sse.line = nil
+	}
+	if cap(c.sse.data) > keepBytes {
+		c.sse.data = nil
+	}
+}
+
 // start reads what the response headers tell, once.
 func (c *costRecorder) start() {
 	if c.started {

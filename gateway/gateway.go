@@ -227,7 +227,7 @@ func (g *Gateway) put(st *reqState) {
 	clear(st.leases)
 	st.items, st.leases = st.items[:0], st.leases[:0]
 	st.req = limiter.Request{}
-	st.rec.ResponseWriter, st.rec.st = nil, nil
+	st.rec.release()
 	st.body, st.bodyRead = nil, false
 	g.pool.Put(st)
 }

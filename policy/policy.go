@@ -167,8 +167,8 @@ func (l *Limit) Reserved() bool {
 // must have its user resolved (a token verified) before it is charged.
 func (l *Limit) NeedsUser() bool { return l.needsUser }
 
-// Deferred reports whether the limit is charged after the response
-// (CountOn is set).
+// Deferred reports whether the limit counts by the response's status
+// (CountOn is set): its cost is reserved while the request is in flight.
 func (l *Limit) Deferred() bool { return len(l.CountOn) > 0 }
 
 // Counts reports whether a response with this status is charged.
