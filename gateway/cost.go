@@ -285,6 +285,9 @@ func (c *costRecorder) read(b []byte) {
 
 // finish reads the actual costs of a JSON body once it has passed.
 func (c *costRecorder) finish() {
+	if !c.started && c.done && c.ResponseWriter != nil {
+		c.start() // the handler set headers and wrote nothing
+	}
 	if c.skip || c.stream || len(c.buf) == 0 {
 		return
 	}

@@ -335,3 +335,66 @@ func TestCountOnUpstreamDown(t *testing.T) {
 		}
 	}
 }
+
+// TestCostHeaders reads the estimate from a request header and the
+// actual cost from a response header, in middleware use; an answer that
+// is not a success and does not tell the cost gives the estimate back.
+func TestCostHeaders(t *testing.T) {
+	t.Parallel()
+	f, err := config.Parse("h.yaml", []byte(`version: 1
+routes:
+  - {name: api, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - name: units
+    algorithm: fixed_window
+    limit: 100
+    window: 1h
+    key: global
+    estimate: {header: X-Estimate, default: 7}
+    actual: {header: X-Used}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u := r.Header.Get("Used"); u != "" {
+			w.Header().Set("X-Used", u)
+		}
+		if r.Header.Get("Fail") != "" {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	})))
+	defer srv.Close()
+	c := srv.Client()
+	steps := []struct {
+		hdr  map[string]string
+		left int64 // r of the next answer, before its own estimate
+	}{
+		{map[string]string{"X-Estimate": "30", "Used": "12"}, 100 - 12},
+		{map[string]string{"Used": "3"}, 100 - 12 - 3},                   // no estimate: the default, 7
+		{map[string]string{"X-Estimate": "20"}, 100 - 12 - 3 - 20},       // no actual: the estimate stays
+		{map[string]string{"X-Estimate": "9", "Fail": "1"}, 100 - 35},    // 400 without a cost: given back
+		{map[string]string{"X-Estimate": "many", "Used": "1"}, 100 - 36}, // not a number: the default
+	}
+	for i, s := range steps {
+		if a := do(t, c, "GET", srv.URL, s.hdr); a.status/100 != 2 && s.hdr["Fail"] == "" {
+			t.Fatalf("step %d: %d", i, a.status)
+		}
+		a := do(t, c, "GET", srv.URL, map[string]string{"X-Estimate": "1", "Used": "0"})
+		if r := remaining(t, a, "units"); r != s.left-1 {
+			t.Fatalf("step %d: r=%d, want %d", i, r, s.left-1)
+		}
+	}
+}
