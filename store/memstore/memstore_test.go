@@ -24,10 +24,12 @@ func newStore(t testing.TB, opts memstore.Options) *memstore.Store {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) limiter.Store { return newStore(t, memstore.Options{}) })
 }
 
 func TestConformanceSharedSmallShards(t *testing.T) {
+	t.Parallel()
 	// One store for every subtest, two shards: many keys share a shard.
 	s := newStore(t, memstore.Options{Shards: 2})
 	storetest.Run(t, func(t *testing.T) limiter.Store { return s })
