@@ -37,6 +37,7 @@ func startRLSBench(t *testing.T, args ...string) string {
 }
 
 func TestRLSBenchLoadAgainstServeAndBare(t *testing.T) {
+	t.Parallel()
 	for _, mode := range [][]string{{"serve", "--store", "memory"}, {"bare"}} {
 		addr := startRLSBench(t, mode...)
 		var out strings.Builder
@@ -59,6 +60,7 @@ func TestRLSBenchLoadAgainstServeAndBare(t *testing.T) {
 }
 
 func TestRLSBenchBadFlags(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"rls-bench"},
 		{"rls-bench", "fly"},
