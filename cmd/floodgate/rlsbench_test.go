@@ -36,8 +36,10 @@ func startRLSBench(t *testing.T, args ...string) string {
 	return addr
 }
 
+// TestRLSBenchLoadAgainstServeAndBare is not parallel: it counts the
+// decisions a short run makes over the network, which the CPU-bound
+// parallel tests would starve.
 func TestRLSBenchLoadAgainstServeAndBare(t *testing.T) {
-	t.Parallel()
 	for _, mode := range [][]string{{"serve", "--store", "memory"}, {"bare"}} {
 		addr := startRLSBench(t, mode...)
 		var out strings.Builder
