@@ -30,6 +30,7 @@ func memEngine(t *testing.T) *limiter.Limiter {
 }
 
 func TestHTTPCheckPeekAndErrors(t *testing.T) {
+	t.Parallel()
 	r, err := limiter.NewRule(floodgate.Limit{Name: "sms", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, floodgate.FailClosed, false)
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +68,7 @@ func TestHTTPCheckPeekAndErrors(t *testing.T) {
 }
 
 func TestGRPCCheckAgainstTheRLS(t *testing.T) {
+	t.Parallel()
 	cfg, err := rls.Parse("t.yaml", []byte(`
 domain: outbound
 descriptors:

@@ -11,6 +11,7 @@ import (
 )
 
 func TestDemoRoutes(t *testing.T) {
+	t.Parallel()
 	s, err := Start("")
 	if err != nil {
 		t.Fatal(err)

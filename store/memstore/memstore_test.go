@@ -24,6 +24,7 @@ func newStore(t testing.TB, opts memstore.Options) *memstore.Store {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) limiter.Store { return newStore(t, memstore.Options{}) })
 }
 
@@ -36,6 +37,7 @@ func TestConformanceReservations(t *testing.T) {
 }
 
 func TestConformanceSharedSmallShards(t *testing.T) {
+	t.Parallel()
 	// One store for every subtest, two shards: many keys share a shard.
 	s := newStore(t, memstore.Options{Shards: 2})
 	storetest.Run(t, func(t *testing.T) limiter.Store { return s })
