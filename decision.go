@@ -18,4 +18,9 @@ type Decision struct {
 	// Delay is how long to hold an allowed request before forwarding it
 	// (the leaky queue); 0 for every other algorithm.
 	Delay time.Duration
+	// Overrun is, for a reservation settled above its estimate, the units
+	// of the excess the limit could not take because it ran out: they were
+	// not charged (a limit never goes below zero credit). It is 0 for
+	// every other decision.
+	Overrun int64
 }

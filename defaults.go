@@ -31,3 +31,14 @@ const (
 	// longer key is counted under its SHA-256.
 	DefaultMaxKeyBytes = 256
 )
+
+// Reservations (a cost known only after the request: limiter.Request.TTL,
+// the policy file's reserve_ttl, the HTTP API's ttl).
+const (
+	// DefaultReservationTTL is how long a reservation is held when none is
+	// given: a reservation not settled by then settles at its estimate.
+	DefaultReservationTTL = 5 * time.Minute
+	// MaxReservationTTL caps a reservation's lifetime, so that the records
+	// a store keeps for reservations in flight stay bounded.
+	MaxReservationTTL = 24 * time.Hour
+)

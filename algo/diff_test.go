@@ -64,6 +64,7 @@ func traceInstants(rng *rand.Rand, n int, r int64, per time.Duration) []int64 {
 }
 
 func TestDifferentialXTimeRate(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		rate  int64
 		per   time.Duration

@@ -44,6 +44,7 @@ func (n *nginxLimitReq) take(nowMs int64) (bool, int64) {
 // to the millisecond (NGINX truncates it to whole ms; ours is rounded up to
 // whole ns, which cannot cross a millisecond for rates below 10⁶/s).
 func TestLeakyQueueMatchesNginx(t *testing.T) {
+	t.Parallel()
 	for ci, c := range []struct{ rate, burst, delay int64 }{
 		{1, 5, 0}, {1, 5, floodgate.NoDelay}, {1, 12, 8}, {3, 0, 0}, {7, 20, 3}, {10, 10, 10}, {300, 50, 0},
 	} {

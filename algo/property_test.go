@@ -61,6 +61,7 @@ func sameState(a, b State) bool {
 func exactRetry(a floodgate.Algorithm) bool { return a != floodgate.Concurrency }
 
 func TestProperties(t *testing.T) {
+	t.Parallel()
 	steps := 4000
 	if testing.Short() {
 		steps = 800
@@ -201,6 +202,7 @@ func checkTrace(t *testing.T, p *Params, rng *rand.Rand, steps int, now int64) {
 }
 
 func TestRetryAfterIsEarliestForCosts(t *testing.T) {
+	t.Parallel()
 	// Heavier costs on the windows: the sliding log's RetryAfter must skip
 	// entries until enough weight has expired.
 	p := mustCompile(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: time.Second})
@@ -217,6 +219,7 @@ func TestRetryAfterIsEarliestForCosts(t *testing.T) {
 }
 
 func TestSlidingWindowCounterNumbers(t *testing.T) {
+	t.Parallel()
 	p := mustCompile(t, floodgate.Limit{Algorithm: floodgate.SlidingWindow, Max: 10, Window: time.Second})
 	var s State
 	for range 8 {
@@ -242,6 +245,7 @@ func TestSlidingWindowCounterNumbers(t *testing.T) {
 }
 
 func TestConcurrencyLeases(t *testing.T) {
+	t.Parallel()
 	p := mustCompile(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 3, LeaseTTL: 10 * time.Second})
 	var s State
 	for id := uint64(1); id <= 3; id++ {
@@ -294,6 +298,7 @@ func TestConcurrencyLeases(t *testing.T) {
 }
 
 func TestEntriesStayBounded(t *testing.T) {
+	t.Parallel()
 	// A long steady overload: the log and the leases are compacted, so the
 	// slice never holds more than about twice the live entries.
 	for _, l := range []floodgate.Limit{

@@ -17,6 +17,7 @@ func loadLoc(t testing.TB, name string) *time.Location {
 }
 
 func TestQuotaPeriodDST(t *testing.T) {
+	t.Parallel()
 	berlin := loadLoc(t, "Europe/Berlin")
 	ny := loadLoc(t, "America/New_York")
 	cases := []struct {
@@ -53,6 +54,7 @@ func TestQuotaPeriodDST(t *testing.T) {
 }
 
 func TestQuotaPeriodWeek(t *testing.T) {
+	t.Parallel()
 	berlin := loadLoc(t, "Europe/Berlin")
 	l := floodgate.Limit{Algorithm: floodgate.Quota, Max: 1, Period: floodgate.Week, Location: berlin}
 	// Sunday 29 March 2026 (the DST day) belongs to the week of Monday 23
@@ -79,6 +81,7 @@ func TestQuotaPeriodWeek(t *testing.T) {
 }
 
 func TestQuotaPeriodMonth(t *testing.T) {
+	t.Parallel()
 	ny := loadLoc(t, "America/New_York")
 	d := func(y int, m time.Month, day int) time.Time { return time.Date(y, m, day, 0, 0, 0, 0, ny) }
 	cases := []struct {
@@ -112,6 +115,7 @@ func TestQuotaPeriodMonth(t *testing.T) {
 }
 
 func TestQuotaDecisions(t *testing.T) {
+	t.Parallel()
 	berlin := loadLoc(t, "Europe/Berlin")
 	l := floodgate.Limit{Algorithm: floodgate.Quota, Max: 3, Period: floodgate.Day, Location: berlin}
 	p := mustCompile(t, l)
@@ -136,6 +140,7 @@ func TestQuotaDecisions(t *testing.T) {
 }
 
 func TestQuotaOffset(t *testing.T) {
+	t.Parallel()
 	// AWS's offset: 400 of the 1,000 are taken from the first period (the
 	// week that contains Start); later weeks have all 1,000.
 	start := time.Date(2026, 6, 3, 15, 0, 0, 0, time.UTC) // a Wednesday
@@ -176,6 +181,7 @@ func TestQuotaOffset(t *testing.T) {
 }
 
 func TestQuotaPeriodMidnightSkipped(t *testing.T) {
+	t.Parallel()
 	// Chile moved its clocks from 00:00 to 01:00 on 8 September 2024: that
 	// day starts at 01:00 local (04:00 UTC) and has 23 hours; the day before
 	// ends at that same instant.

@@ -10,6 +10,7 @@ import (
 )
 
 func TestSteadyOverloadNoDrift(t *testing.T) {
+	t.Parallel()
 	// Rate 3/s: T = 333,333,333⅓ ns is not a whole number of nanoseconds.
 	// Ten arrivals a second for 10,000 s must let exactly burst + 30,000 in.
 	for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket} {
@@ -32,6 +33,7 @@ func TestSteadyOverloadNoDrift(t *testing.T) {
 }
 
 func TestTokenBucketNumbers(t *testing.T) {
+	t.Parallel()
 	// 5 per second, burst 10: T = 200 ms.
 	p := mustCompile(t, bucket(5, 10))
 	var s State
@@ -56,6 +58,7 @@ func TestTokenBucketNumbers(t *testing.T) {
 }
 
 func TestExactFractionalInterval(t *testing.T) {
+	t.Parallel()
 	// 3 per second, burst 3: T = 333,333,333⅓ ns. Three requests at t=0 put
 	// the TAT at exactly one second: the thirds add up, nothing is lost.
 	p := mustCompile(t, bucket(3, 3))
@@ -86,6 +89,7 @@ func TestExactFractionalInterval(t *testing.T) {
 }
 
 func TestLeakyQueueNginx(t *testing.T) {
+	t.Parallel()
 	q := func(burst, delay int64) Params {
 		return mustCompile(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Second, Burst: burst, Delay: delay})
 	}
@@ -164,6 +168,7 @@ func TestLeakyQueueNginx(t *testing.T) {
 }
 
 func TestGCRAMatchesTokenBucket(t *testing.T) {
+	t.Parallel()
 	tb := mustCompile(t, bucket(7, 4))
 	gl := floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 7, Per: time.Second, Burst: 4}
 	g := mustCompile(t, gl)
@@ -185,6 +190,7 @@ func TestGCRAMatchesTokenBucket(t *testing.T) {
 }
 
 func TestRateHugeValuesNoOverflow(t *testing.T) {
+	t.Parallel()
 	// A huge window: 1 per 30 years with a burst of 1; and a huge rate.
 	l := floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: 30 * 365 * 24 * time.Hour, Burst: 1}
 	p := mustCompile(t, l)
@@ -215,6 +221,7 @@ func TestRateHugeValuesNoOverflow(t *testing.T) {
 }
 
 func TestRateCorruptStateClamped(t *testing.T) {
+	t.Parallel()
 	// A TAT far ahead (a clock that jumped back in a store) counts as an
 	// empty bucket, not as a wait of years.
 	p := mustCompile(t, bucket(1, 2))

@@ -8,6 +8,7 @@ import (
 )
 
 func TestRefund(t *testing.T) {
+	t.Parallel()
 	sec := int64(time.Second)
 	for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA, floodgate.LeakyBucket} {
 		p, err := Compile(&floodgate.Limit{Algorithm: alg, Rate: 3, Per: time.Second, Burst: 5})
@@ -54,6 +55,7 @@ func TestRefund(t *testing.T) {
 // TestRefundQueue frees the place of a queued request: the next arrival
 // takes its slot and the same delay.
 func TestRefundQueue(t *testing.T) {
+	t.Parallel()
 	p, err := Compile(&floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Second, Burst: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +83,7 @@ func TestRefundQueue(t *testing.T) {
 }
 
 func TestRefundOtherAlgorithmsKeepState(t *testing.T) {
+	t.Parallel()
 	p, err := Compile(&floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute})
 	if err != nil {
 		t.Fatal(err)

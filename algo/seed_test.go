@@ -53,6 +53,7 @@ func lesson12Burst() []int64 {
 }
 
 func TestSeedLesson12Burst(t *testing.T) {
+	t.Parallel()
 	at := lesson12Burst()
 	if got := countAllowed(t, mustCompile(t, bucket(5, 10)), at); got != 12 {
 		t.Errorf("token bucket 5/s burst 10: %d of 17, want 12", got)
@@ -64,6 +65,7 @@ func TestSeedLesson12Burst(t *testing.T) {
 }
 
 func TestSeedLesson12RateBurstTable(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		rate, burst int64
 		want        int
@@ -75,6 +77,7 @@ func TestSeedLesson12RateBurstTable(t *testing.T) {
 }
 
 func TestSeedLesson12Steady(t *testing.T) {
+	t.Parallel()
 	var at []int64
 	for i := range 30 {
 		at = append(at, int64(i)*int64(100*time.Millisecond))
@@ -89,6 +92,7 @@ func TestSeedLesson12Steady(t *testing.T) {
 }
 
 func TestSeedLesson12Edge(t *testing.T) {
+	t.Parallel()
 	var at []int64
 	for range 10 {
 		at = append(at, sec(0.9))
@@ -107,6 +111,7 @@ func TestSeedLesson12Edge(t *testing.T) {
 }
 
 func TestSeedLesson07(t *testing.T) {
+	t.Parallel()
 	p := mustCompile(t, bucket(5, 5))
 	var s State
 	take := func(now int64) floodgate.Decision {
@@ -149,6 +154,7 @@ func equalBools(a, b []bool) bool {
 }
 
 func TestSeed002TokenBucket(t *testing.T) {
+	t.Parallel()
 	p := mustCompile(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 2, Per: time.Second, Burst: 10})
 	var s State
 	steps := []struct {
@@ -177,6 +183,7 @@ func TestSeed002TokenBucket(t *testing.T) {
 }
 
 func TestSeed002FixedWindow(t *testing.T) {
+	t.Parallel()
 	// 100 per minute: 100 requests at 0:59 and 100 at 1:00 all pass.
 	p := mustCompile(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Minute})
 	var at []int64
@@ -197,6 +204,7 @@ func TestSeed002FixedWindow(t *testing.T) {
 }
 
 func TestSplitLimit(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		global    int64
 		instances int

@@ -7,6 +7,14 @@
 // to a paid provider (SMS, e-mail, an AI model) stay within the provider's
 // limit across every process that shares the limit.
 //
+// HTTP.Reserve is for calls whose cost is known only afterwards (the
+// tokens of a completion): it reserves an estimate, and the Reservation's
+// Settle charges the actual cost (giving back the difference, or charging
+// the excess as far as the limits allow and reporting the overrun);
+// Cancel gives it all back. Envoy's RLS has no settle; ExampleGRPC_CheckN
+// shows the pattern it allows (the estimate as hits_addend before the
+// call, the excess in a second call).
+//
 // RetryTransport is an http.RoundTripper for the other direction: when a
 // server answers 429 or 503 it waits for the Retry-After the server sent
 // (or a capped exponential backoff with full jitter when there is none)

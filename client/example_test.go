@@ -120,3 +120,81 @@ descriptors:
 	// call 1 sent; remaining today: 0
 	// call 2 not sent: true
 }
+
+// A call whose cost is known only afterwards (the tokens of a completion):
+// reserve an estimate, make the call, settle with what it used. The
+// difference comes back at once; Cancel gives everything back on any
+// early return.
+func ExampleHTTP_Reserve() {
+	st, _ := memstore.New(memstore.Options{})
+	defer st.Close()
+	tpm, _ := limiter.NewRule(floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket,
+		Rate: 90000, Per: time.Minute, Burst: 90000}, floodgate.FailClosed, false)
+	api := httptest.NewServer(httpapi.New(limiter.New(st, limiter.Options{}), httpapi.Rules(tpm), httpapi.Options{}))
+	defer api.Close()
+
+	c := client.NewHTTP(api.URL, client.HTTPOptions{})
+	ctx := context.Background()
+	r, err := c.Reserve(ctx, time.Minute, client.Hit{Limit: "tokens", Key: "key-1", Cost: 4000}) // max_tokens
+	if err != nil || !r.Allowed {
+		fmt.Println("not now:", err, r)
+		return
+	}
+	defer r.Cancel(ctx) // gives the estimate back if the call fails
+	used := int64(1234) // the completion's usage.total_tokens
+	s, err := r.Settle(ctx, used)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("overrun:", s.Overrun, "given back:", s.Limits[0].Remaining >= 90000-used-100)
+	// Output: overrun: 0 given back: true
+}
+
+// Envoy's RLS has no settle: a caller whose cost is known later asks with
+// its estimate as hits_addend before the call, and after it asks again
+// with the excess when the call used more. The excess is charged only if
+// all of it fits (an RLS answer is all or nothing), and a call that used
+// less cannot give the rest back: keep estimates low, or use the HTTP
+// API's reserve and settle, which do both.
+func ExampleGRPC_CheckN_costKnownLater() {
+	cfg, err := rls.Parse("llm.yaml", []byte(`
+domain: llm
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 90000, name: tokens}
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	st, _ := memstore.New(memstore.Options{})
+	defer st.Close()
+	srv, _ := rls.NewServer(rls.New(limiter.New(st, limiter.Options{}), cfg, rls.Options{}), rls.ServerOptions{})
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	defer func() { stop(); <-done }()
+	conn, _ := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	c := client.NewGRPC(conn, client.GRPCOptions{Domain: "llm"})
+	key := client.Descriptor{{Key: "api_key", Value: "key-1"}}
+
+	const estimate = 500
+	d, err := c.CheckN(ctx, estimate, key) // before the call: the estimate
+	if err != nil || !d.Allowed {
+		fmt.Println("not now")
+		return
+	}
+	used := uint32(1200) // after the call: what it used
+	if used > estimate {
+		d, err = c.CheckN(ctx, used-estimate, key) // the excess
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	fmt.Println("excess charged:", d.Allowed, "remaining:", d.Remaining)
+	// Output: excess charged: true remaining: 88800
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -22,13 +23,11 @@ import (
 	"github.com/floodgate/floodgate/store/redisstore"
 )
 
-// The child side of TestWaitAcrossProcesses is selected by these
-// variables; the parent sets them when it re-runs the test binary.
-const (
-	envChild = "FLOODGATE_WAIT_CHILD_REDIS"
-	envStart = "FLOODGATE_WAIT_CHILD_START"
-	envEnd   = "FLOODGATE_WAIT_CHILD_END"
-)
+// The child side of TestWaitAcrossProcesses is selected by this variable,
+// the address of the shared Redis; the parent sets it when it re-runs the
+// test binary. A child prints "READY" once it can call Wait, and then reads
+// the run's start and end (Unix ns) from its standard input.
+const envChild = "FLOODGATE_WAIT_CHILD_REDIS"
 
 const (
 	waitLimit  = 5
@@ -50,36 +49,58 @@ func TestWaitAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		windows = 2
 	}
-	// Start on a window boundary comfortably ahead, so that every child is
-	// up and waiting when the first full window opens.
-	start := time.Now().Add(3 * time.Second).Truncate(waitWindow)
-	end := start.Add(time.Duration(windows) * waitWindow)
 	var mu sync.Mutex
 	admitted := map[int64]int{} // window end → admissions
 	denied := map[int64]int{}   // window end → denials
 	uncertain := map[int64]bool{}
 	var wg sync.WaitGroup
+	ready := make(chan struct{}, procs)
+	exited := make(chan struct{}, procs)
+	stdins := make([]io.WriteCloser, procs)
+	cmds := make([]*exec.Cmd, procs)
+	// abort ends the children started so far and fails the test.
+	abort := func(msg string) {
+		t.Helper()
+		for i, cmd := range cmds {
+			if cmd != nil {
+				stdins[i].Close()
+				cmd.Process.Kill()
+			}
+		}
+		wg.Wait()
+		t.Fatal(msg)
+	}
 	for i := range procs {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestWaitAcrossProcesses$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envChild+"="+rs.Addr,
-			envStart+"="+strconv.FormatInt(start.UnixNano(), 10), envEnd+"="+strconv.FormatInt(end.UnixNano(), 10))
+		cmd.Env = append(os.Environ(), envChild+"="+rs.Addr)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			abort(err.Error())
+		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
-			t.Fatal(err)
+			abort(err.Error())
 		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+			abort(err.Error())
 		}
+		stdins[i] = in
+		cmds[i] = cmd
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { exited <- struct{}{} }()
 			sc := bufio.NewScanner(out)
 			var log []string
 			for sc.Scan() {
 				line := sc.Text()
 				log = append(log, line)
+				if line == "READY" {
+					ready <- struct{}{}
+					continue
+				}
 				f := strings.Fields(line)
 				if len(f) < 2 {
 					continue
@@ -103,6 +124,27 @@ func TestWaitAcrossProcesses(t *testing.T) {
 				t.Errorf("child %d: %v\n%s\n%s", i, err, strings.Join(log, "\n"), stderr.String())
 			}
 		}()
+	}
+	// Once every child can call Wait, start on the next window boundary at
+	// least a little ahead, so that every child is waiting when the first
+	// full window opens.
+	deadline := time.After(time.Minute)
+	for range procs {
+		select {
+		case <-ready:
+		case <-exited:
+			abort("a child ended before it was ready")
+		case <-deadline:
+			abort("the children were not ready within a minute")
+		}
+	}
+	start := time.Now().Add(200 * time.Millisecond).Truncate(waitWindow).Add(waitWindow)
+	end := start.Add(time.Duration(windows) * waitWindow)
+	for i, in := range stdins {
+		if _, err := fmt.Fprintln(in, start.UnixNano(), end.UnixNano()); err != nil {
+			t.Errorf("child %d: start: %v", i, err)
+		}
+		in.Close()
 	}
 	wg.Wait()
 	// Safety: no window ever lets more than the limit through. Exactness:
@@ -138,8 +180,6 @@ func TestWaitAcrossProcesses(t *testing.T) {
 // Redis, its own HTTP check API on loopback, and a loop of Waits. Each
 // admission is printed with the end of the window it fell in.
 func waitChild(t *testing.T, addr string) {
-	startNS, _ := strconv.ParseInt(os.Getenv(envStart), 10, 64)
-	endNS, _ := strconv.ParseInt(os.Getenv(envEnd), 10, 64)
 	st, err := redisstore.New(redisstore.Options{URL: "redis://" + addr, Prefix: "wait-test:"})
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +194,11 @@ func waitChild(t *testing.T, addr string) {
 	ts := httptest.NewServer(httpapi.New(eng, httpapi.Rules(rule), httpapi.Options{}))
 	defer ts.Close()
 	c := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+	fmt.Println("READY")
+	var startNS, endNS int64
+	if _, err := fmt.Fscanln(os.Stdin, &startNS, &endNS); err != nil {
+		t.Fatalf("reading the start: %v", err)
+	}
 	time.Sleep(time.Until(time.Unix(0, startNS)))
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, endNS))
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -71,87 +72,93 @@ func (c *closeCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// TestRetryTransportHonoursRetryAfterSpacing runs in a synctest bubble
+// over in-memory pipes (a real http.Server and http.Transport), so the
+// one-second Retry-After takes no real time and every gap is exact.
 func TestRetryTransportHonoursRetryAfterSpacing(t *testing.T) {
-	srv := &throttler{n: 2, status: http.StatusTooManyRequests, retry: "1"}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	cc := &closeCounter{base: http.DefaultTransport}
-	rt := &RetryTransport{Base: cc, BaseDelay: 20 * time.Millisecond}
-	c := &http.Client{Transport: rt}
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const baseDelay = 20 * time.Millisecond
+		srv := &throttler{n: 2, status: http.StatusTooManyRequests, retry: "1"}
+		cc := &closeCounter{base: pipeServer(t, srv)}
+		var waits []time.Duration
+		rt := &RetryTransport{Base: cc, BaseDelay: baseDelay,
+			OnRetry: func(_ int, _ *http.Response, w time.Duration) { waits = append(waits, w) }}
+		c := &http.Client{Transport: rt}
 
-	req, _ := http.NewRequest(http.MethodPost, ts.URL, strings.NewReader("payload"))
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "ok" {
-		t.Fatalf("got %d %q, want 200 ok", resp.StatusCode, body)
-	}
-	times, bodies := srv.snapshot()
-	if len(times) != 3 {
-		t.Fatalf("server saw %d requests, want 3", len(times))
-	}
-	for i, b := range bodies {
-		if b != "payload" {
-			t.Errorf("attempt %d carried body %q, want the replayed payload", i+1, b)
+		req, _ := http.NewRequest(http.MethodPost, "http://pipe/", strings.NewReader("payload"))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Retry-After: 1 means no retry earlier than a second after the 429;
-	// the jitter adds at most BaseDelay. The upper bound is generous for a
-	// loaded machine.
-	for i := 1; i < len(times); i++ {
-		gap := times[i].Sub(times[i-1])
-		t.Logf("gap %d: %s", i, gap)
-		if gap < time.Second {
-			t.Errorf("retry %d came %s after the 429, before Retry-After: 1", i, gap)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("got %d %q, want 200 ok", resp.StatusCode, body)
 		}
-		if gap > 5*time.Second {
-			t.Errorf("retry %d came %s after the 429, far past Retry-After: 1", i, gap)
+		times, bodies := srv.snapshot()
+		if len(times) != 3 || len(waits) != 2 {
+			t.Fatalf("server saw %d requests after %d waits, want 3 and 2", len(times), len(waits))
 		}
-	}
-	if got := cc.closed.Load(); got != 3 {
-		t.Errorf("%d bodies closed, want 3 (two discarded 429s and the final answer)", got)
-	}
+		for i, b := range bodies {
+			if b != "payload" {
+				t.Errorf("attempt %d carried body %q, want the replayed payload", i+1, b)
+			}
+		}
+		// Retry-After: 1 means a wait of a second plus a jitter below
+		// BaseDelay, and the retry comes exactly that wait after the 429.
+		for i, w := range waits {
+			if w < time.Second || w >= time.Second+baseDelay {
+				t.Errorf("wait %d = %s, want in [1s, 1s+%s)", i+1, w, baseDelay)
+			}
+			if gap := times[i+1].Sub(times[i]); gap != w {
+				t.Errorf("retry %d came %s after the 429, want the chosen wait %s", i+1, gap, w)
+			}
+		}
+		if got := cc.closed.Load(); got != 3 {
+			t.Errorf("%d bodies closed, want 3 (two discarded 429s and the final answer)", got)
+		}
+	})
 }
 
 func TestRetryTransportBackoffWithoutRetryAfter(t *testing.T) {
-	srv := &throttler{n: 10, status: http.StatusServiceUnavailable}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	var waits []time.Duration
-	rt := &RetryTransport{
-		MaxAttempts: 4,
-		BaseDelay:   40 * time.Millisecond,
-		MaxDelay:    100 * time.Millisecond,
-		OnRetry:     func(_ int, _ *http.Response, w time.Duration) { waits = append(waits, w) },
-	}
-	resp, err := (&http.Client{Transport: rt}).Get(ts.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("status %d, want the last 503 after giving up", resp.StatusCode)
-	}
-	times, _ := srv.snapshot()
-	if len(times) != 4 {
-		t.Fatalf("server saw %d attempts, want MaxAttempts = 4", len(times))
-	}
-	// Full jitter: the k-th wait lies in (0, min(MaxDelay, BaseDelay·2^k)].
-	caps := []time.Duration{40 * time.Millisecond, 80 * time.Millisecond, 100 * time.Millisecond}
-	if len(waits) != 3 {
-		t.Fatalf("%d waits, want 3", len(waits))
-	}
-	for i, w := range waits {
-		if w <= 0 || w > caps[i] {
-			t.Errorf("wait %d = %s, want in (0, %s]", i, w, caps[i])
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		srv := &throttler{n: 10, status: http.StatusServiceUnavailable}
+		var waits []time.Duration
+		rt := &RetryTransport{
+			Base:        pipeServer(t, srv),
+			MaxAttempts: 4,
+			BaseDelay:   40 * time.Millisecond,
+			MaxDelay:    100 * time.Millisecond,
+			OnRetry:     func(_ int, _ *http.Response, w time.Duration) { waits = append(waits, w) },
 		}
-		if gap := times[i+1].Sub(times[i]); gap < w {
-			t.Errorf("attempt %d came %s after the previous, before the chosen wait %s", i+2, gap, w)
+		resp, err := (&http.Client{Transport: rt}).Get("http://pipe/")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("status %d, want the last 503 after giving up", resp.StatusCode)
+		}
+		times, _ := srv.snapshot()
+		if len(times) != 4 {
+			t.Fatalf("server saw %d attempts, want MaxAttempts = 4", len(times))
+		}
+		// Full jitter: the k-th wait lies in (0, min(MaxDelay, BaseDelay·2^k)].
+		caps := []time.Duration{40 * time.Millisecond, 80 * time.Millisecond, 100 * time.Millisecond}
+		if len(waits) != 3 {
+			t.Fatalf("%d waits, want 3", len(waits))
+		}
+		for i, w := range waits {
+			if w <= 0 || w > caps[i] {
+				t.Errorf("wait %d = %s, want in (0, %s]", i, w, caps[i])
+			}
+			if gap := times[i+1].Sub(times[i]); gap != w {
+				t.Errorf("attempt %d came %s after the previous, want the chosen wait %s", i+2, gap, w)
+			}
+		}
+	})
 }
 
 // oneShotBody is a request body that cannot be produced again.
@@ -159,7 +166,11 @@ type oneShotBody struct{ io.Reader }
 
 func (oneShotBody) Close() error { return nil }
 
+// TestRetryTransportNeverRetriesUnreplayableBody and
+// TestRetryTransportGivesUpOnLongRetryAfter run over real loopback
+// sockets: neither waits.
 func TestRetryTransportNeverRetriesUnreplayableBody(t *testing.T) {
+	t.Parallel()
 	srv := &throttler{n: 5, status: http.StatusTooManyRequests, retry: "0"}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
@@ -185,6 +196,7 @@ func TestRetryTransportNeverRetriesUnreplayableBody(t *testing.T) {
 }
 
 func TestRetryTransportGivesUpOnLongRetryAfter(t *testing.T) {
+	t.Parallel()
 	srv := &throttler{n: 5, status: http.StatusTooManyRequests, retry: "3600"}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
@@ -200,23 +212,29 @@ func TestRetryTransportGivesUpOnLongRetryAfter(t *testing.T) {
 }
 
 func TestRetryTransportHonoursContext(t *testing.T) {
-	srv := &throttler{n: 5, status: http.StatusTooManyRequests, retry: "30"}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL, nil)
-	start := time.Now()
-	_, err := (&http.Client{Transport: &RetryTransport{}}).Do(req)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want the context's deadline", err)
-	}
-	if el := time.Since(start); el > 10*time.Second {
-		t.Fatalf("returned after %s, the 30s Retry-After was not cut short by the context", el)
-	}
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		srv := &throttler{n: 5, status: http.StatusTooManyRequests, retry: "30"}
+		rt := &RetryTransport{Base: pipeServer(t, srv)}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://pipe/", nil)
+		start := time.Now()
+		_, err := (&http.Client{Transport: rt}).Do(req)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want the context's deadline", err)
+		}
+		if el := time.Since(start); el != 200*time.Millisecond {
+			t.Fatalf("returned after %s, want the context's 200ms (not the 30s Retry-After)", el)
+		}
+		if times, _ := srv.snapshot(); len(times) != 1 {
+			t.Fatalf("server saw %d requests, want 1", len(times))
+		}
+	})
 }
 
 func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 30, 8, 49, 30, 0, time.UTC)
 	cases := []struct {
 		in   string

@@ -30,6 +30,7 @@ func memEngine(t *testing.T) *limiter.Limiter {
 }
 
 func TestHTTPCheckPeekAndErrors(t *testing.T) {
+	t.Parallel()
 	r, err := limiter.NewRule(floodgate.Limit{Name: "sms", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, floodgate.FailClosed, false)
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +68,7 @@ func TestHTTPCheckPeekAndErrors(t *testing.T) {
 }
 
 func TestGRPCCheckAgainstTheRLS(t *testing.T) {
+	t.Parallel()
 	cfg, err := rls.Parse("t.yaml", []byte(`
 domain: outbound
 descriptors:
@@ -105,5 +107,52 @@ descriptors:
 	}
 	if d, err = c.Check(ctx, p); err != nil || !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("cost 1: %+v %v", d, err)
+	}
+}
+
+// TestHTTPReserve reserves an estimate through the HTTP API, settles it
+// below (the rest comes back) and above it (the overrun is reported), and
+// cancels one: a second settle is refused, a Cancel after a Settle does
+// nothing.
+func TestHTTPReserve(t *testing.T) {
+	r, err := limiter.NewRule(floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, floodgate.FailClosed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{}))
+	defer ts.Close()
+	c := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+	ctx := context.Background()
+	res, err := c.Reserve(ctx, time.Minute, client.Hit{Limit: "tokens", Key: "k", Cost: 800})
+	if err != nil || !res.Allowed || res.Remaining != 200 {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	if d, _ := c.Reserve(ctx, 0, client.Hit{Limit: "tokens", Key: "k", Cost: 300}); d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("300 with 200 left: %+v", d)
+	}
+	st, err := res.Settle(ctx, 100)
+	if err != nil || st.Overrun != 0 || len(st.Limits) != 1 || st.Limits[0].Remaining != 900 {
+		t.Fatalf("settle 100 of 800: %+v %v", st, err)
+	}
+	if _, err := res.Settle(ctx, 100); !errors.Is(err, client.ErrSettled) {
+		t.Fatalf("second settle: %v", err)
+	}
+	if err := res.Cancel(ctx); err != nil {
+		t.Fatalf("cancel after settle: %v", err)
+	}
+	res2, err := c.Reserve(ctx, 0, client.Hit{Limit: "tokens", Key: "k", Cost: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = res2.SettleLimits(ctx, map[string]int64{"tokens": 2000})
+	if err != nil || st.Overrun != 2000-50-850 {
+		t.Fatalf("settle 2000 of 50 with 850 left: %+v %v", st, err)
+	}
+	res3, _ := c.Reserve(ctx, 0, client.Hit{Limit: "tokens", Key: "other", Cost: 1000})
+	if err := res3.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := c.Peek(ctx, client.Hit{Limit: "tokens", Key: "other", Cost: 1000}); !d.Allowed {
+		t.Fatalf("a cancelled reservation was kept: %+v", d)
 	}
 }

@@ -35,7 +35,8 @@
 //	          anchor_day, offset, start}, routes, on_failure}
 //	keys:     - {name, plan, sha256}
 //	limits:   - {name, <limit parameters>, match {methods, paths, hosts,
-//	          stages, routes}, key, cost, count_on, scope}
+//	          stages, routes}, key, cost, count_on, estimate {header |
+//	          body, default}, actual {header | body}, reserve_ttl, scope}
 //	account:  {<limit parameters>}               keyed globally
 //
 // The limit parameters are algorithm (token_bucket, gcra, leaky_bucket,
@@ -44,10 +45,25 @@
 // time_zone, anchor_day, offset, start, on_failure (allow, deny, local) and
 // shadow. Writing a parameter that the algorithm does not read is an error.
 //
-// A limit's key is client_ip (the default), api_key, user, route, stage,
-// global or header:NAME, or a list of them for a composite key. A request
-// that lacks a part (no user, no such header, no API key) is not counted by
-// that limit.
+// A limit's key is client_ip (the default), api_key, plan (the usage plan
+// of the request's API key: an organisation whose keys share a count),
+// user, route, stage, global or header:NAME, or a list of them for a
+// composite key. A request that lacks a part (no user, no such header, no
+// API key) is not counted by that limit. An API key sent as
+// "Bearer KEY" (api_key_header: authorization, as OpenAI-style clients
+// send it) is read without its scheme.
+//
+// A limit's cost is cost units per request unless the request or the
+// response tells it. estimate reads it from a request header or a dotted
+// JSON field of the request body (max_tokens), with default when the
+// request does not tell. actual makes it known after the response: the
+// estimate is reserved before the request is forwarded and settled with
+// the cost read from a response header or a JSON field of the response
+// body (usage.total_tokens; in a Server-Sent Events stream, the last event
+// that carries it); a response that does not tell keeps the estimate.
+// count_on keeps a reservation only for the statuses it lists and gives it
+// back for the others. A reservation not settled within reserve_ttl
+// (default 5m) keeps its estimate.
 //
 // Limits are evaluated most specific first: the usage plan of the
 // request's API key (its rate, then its quota), then the limits of scope

@@ -89,7 +89,8 @@ type Server struct {
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by (default
 	// 64). IPv4 clients are keyed by their whole address.
 	IPv6Prefix int `yaml:"ipv6_prefix"`
-	// APIKeyHeader is the request header carrying the API key (default
+	// APIKeyHeader is the request header carrying the API key, as the key
+	// itself or as "Bearer KEY" (default
 	// x-api-key).
 	APIKeyHeader string `yaml:"api_key_header"`
 	// User says where the user of a request comes from; with neither a JWT
@@ -497,12 +498,49 @@ type Limit struct {
 	// Cost is the units one request takes (default 1).
 	Cost int64 `yaml:"cost"`
 	// CountOn, when set, charges only responses with these statuses: the
-	// request is checked before it is forwarded and charged after the
-	// response (a login limit counts [401, 403]).
+	// cost is reserved before the request is forwarded, so that requests
+	// in flight count, and kept or given back by the response's status (a
+	// login limit counts [401, 403]).
 	CountOn []int `yaml:"count_on"`
+	// Estimate, when set, reads the cost from the request instead of Cost:
+	// from a header or a JSON body field (an LLM API's max_tokens).
+	Estimate *Estimate `yaml:"estimate"`
+	// Actual, when set, makes the cost known after the response: the
+	// estimate (or Cost) is reserved before forwarding and settled with
+	// the cost the response tells, in a header or a JSON body field (a
+	// completion's usage.total_tokens, read from the final event of a
+	// Server-Sent Events stream too).
+	Actual *Actual `yaml:"actual"`
+	// ReserveTTL is how long a reservation (a limit with Actual or
+	// CountOn) is held for a request in flight; one not settled by then
+	// keeps its estimate. Default floodgate.DefaultReservationTTL.
+	ReserveTTL time.Duration `yaml:"reserve_ttl"`
 	// Scope orders the limit among the others: method, route (default),
 	// stage or global. Usage plans always come first.
 	Scope string `yaml:"scope"`
+}
+
+// Estimate is where a request tells its cost: one of Header and Body.
+type Estimate struct {
+	// Header names a request header holding a whole number.
+	Header string `yaml:"header"`
+	// Body is a JSON field of the request body, as a dotted path
+	// (max_tokens, options.max_tokens).
+	Body string `yaml:"body"`
+	// Default is the cost when the request does not tell it (no such
+	// header or field, not a whole number, a body too large to read).
+	// Default: the limit's cost.
+	Default int64 `yaml:"default"`
+}
+
+// Actual is where a response tells the real cost: one of Header and Body.
+type Actual struct {
+	// Header names a response header holding a whole number.
+	Header string `yaml:"header"`
+	// Body is a JSON field of the response body, as a dotted path
+	// (usage.total_tokens); in a text/event-stream response, of the last
+	// event that carries it.
+	Body string `yaml:"body"`
 }
 
 // KeySpec is a limit's key: one part or a list of parts.

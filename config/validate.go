@@ -24,10 +24,13 @@ import (
 const (
 	KeyClientIP = "client_ip"
 	KeyAPIKey   = "api_key"
-	KeyUser     = "user"
-	KeyRoute    = "route"
-	KeyStage    = "stage"
-	KeyGlobal   = "global"
+	// KeyPlan is the usage plan of the request's API key: the keys of one
+	// plan (an organisation) share the count.
+	KeyPlan   = "plan"
+	KeyUser   = "user"
+	KeyRoute  = "route"
+	KeyStage  = "stage"
+	KeyGlobal = "global"
 	// KeyHeaderPrefix starts a header part: "header:X-Tenant".
 	KeyHeaderPrefix = "header:"
 )
@@ -668,12 +671,12 @@ func (v *validator) limit(i int, routes, stages map[string]bool) {
 			kp = fmt.Sprintf("%s[%d]", kp, j)
 		}
 		switch part {
-		case KeyClientIP, KeyAPIKey, KeyUser, KeyRoute, KeyStage, KeyGlobal:
+		case KeyClientIP, KeyAPIKey, KeyPlan, KeyUser, KeyRoute, KeyStage, KeyGlobal:
 		default:
 			if h, ok := strings.CutPrefix(part, KeyHeaderPrefix); ok && validToken(h) {
 				break
 			}
-			v.errorf(kp, "unknown key %q (want client_ip, api_key, user, route, stage, global or header:NAME)", part)
+			v.errorf(kp, "unknown key %q (want client_ip, api_key, plan, user, route, stage, global or header:NAME)", part)
 		}
 		if seen[strings.ToLower(part)] {
 			v.errorf(kp, "key part %q given twice", part)
@@ -688,12 +691,61 @@ func (v *validator) limit(i int, routes, stages map[string]bool) {
 			v.errorf(fmt.Sprintf("%s.count_on[%d]", path, j), "%d is not an HTTP status", st)
 		}
 	}
+	v.costs(l, path)
 	switch l.Scope {
 	case "":
 		l.Scope = ScopeRoute
 	case ScopeMethod, ScopeRoute, ScopeStage, ScopeGlobal:
 	default:
 		v.errorf(path+".scope", "scope must be method, route, stage or global, got %q", l.Scope)
+	}
+}
+
+// costs validates where a limit's cost comes from when the request or the
+// response tells it, and fills in the defaults.
+func (v *validator) costs(l *Limit, path string) {
+	if e := l.Estimate; e != nil {
+		ep := path + ".estimate"
+		v.costSource(ep, e.Header, e.Body)
+		if e.Default == 0 && !v.written(ep+".default") {
+			e.Default = max(l.Cost, 1)
+		}
+		if e.Default < 1 {
+			v.errorf(ep+".default", "default must be at least 1, got %d", e.Default)
+		}
+	}
+	if a := l.Actual; a != nil {
+		v.costSource(path+".actual", a.Header, a.Body)
+	}
+	reserves := l.Actual != nil || len(l.CountOn) > 0
+	switch {
+	case v.written(path+".reserve_ttl") && !reserves:
+		v.errorf(path+".reserve_ttl", "reserve_ttl applies only to a limit with actual or count_on")
+	case !reserves:
+	case l.ReserveTTL == 0 && !v.written(path+".reserve_ttl"):
+		l.ReserveTTL = floodgate.DefaultReservationTTL
+	case l.ReserveTTL <= 0 || l.ReserveTTL > floodgate.MaxReservationTTL:
+		v.errorf(path+".reserve_ttl", "reserve_ttl must be above 0 and at most %s, got %s", floodgate.MaxReservationTTL, l.ReserveTTL)
+	}
+}
+
+// costSource validates an estimate's or an actual cost's source: exactly
+// one of a header name and a dotted JSON path.
+func (v *validator) costSource(path, header, body string) {
+	switch {
+	case header != "" && body != "":
+		v.errorf(path, "give either header or body, not both")
+	case header == "" && body == "":
+		v.errorf(path, "give a header or a body field to read the cost from")
+	case header != "" && !validToken(header):
+		v.errorf(path+".header", "%q is not a header name", header)
+	case body != "":
+		for _, part := range strings.Split(body, ".") {
+			if part == "" {
+				v.errorf(path+".body", "%q is not a dotted JSON path (max_tokens, usage.total_tokens)", body)
+				break
+			}
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ func tokenBucket(name string, rate int64, per time.Duration, burst int64) *flood
 }
 
 func TestPolicyItems(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		l    floodgate.Limit
 		want string
@@ -49,6 +50,7 @@ func TestPolicyItems(t *testing.T) {
 }
 
 func TestResetContinuous(t *testing.T) {
+	t.Parallel()
 	h := NewLimit(tokenBucket("b", 5, time.Second, 5))
 	cases := []struct {
 		d      floodgate.Decision
@@ -78,6 +80,7 @@ func TestResetContinuous(t *testing.T) {
 }
 
 func TestResetWindowsAndConcurrency(t *testing.T) {
+	t.Parallel()
 	w := NewLimit(&floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute})
 	d := floodgate.Decision{Limit: 10, Remaining: 3, ResetAfter: 17*time.Second + time.Millisecond}
 	if got, ok := w.Reset(&d); got != 18 || !ok {
@@ -101,6 +104,7 @@ func get(fs []Field, name string) string {
 }
 
 func TestRender(t *testing.T) {
+	t.Parallel()
 	plan := NewLimit(tokenBucket("partner-basic", 2, time.Second, 2))
 	quota := NewLimit(&floodgate.Limit{Name: "partner-daily", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day})
 	stage := NewLimit(tokenBucket("stage-dev", 5, time.Second, 5))
@@ -165,6 +169,7 @@ func TestRender(t *testing.T) {
 }
 
 func TestRetryAfterSeconds(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		wait time.Duration
 		minT int64

@@ -110,6 +110,17 @@ func do(t testing.TB, c *http.Client, method, url string, hdr map[string]string)
 	return answer{resp.StatusCode, resp.Header, string(b)}
 }
 
+// serve runs one request through h in process, without a connection.
+func serve(h http.Handler, method, target string, hdr map[string]string) answer {
+	req := httptest.NewRequest(method, target, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return answer{rec.Code, rec.Header(), rec.Body.String()}
+}
+
 func statuses(as []answer) []int {
 	out := make([]int, len(as))
 	for i, a := range as {

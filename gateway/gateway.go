@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
 )
 
 // Matcher finds the route and the limits of a request. The policy package
@@ -57,10 +57,15 @@ type Match struct {
 	// for the request.
 	Fields []*fields.Limit
 	// CountOn is parallel to Hits: a non-empty list of statuses makes the
-	// hit's limit count only answers with one of them (checked before
-	// forwarding, charged after the response). Nil or shorter than Hits
-	// means every hit is charged before forwarding.
+	// hit's limit count only answers with one of them (its cost is
+	// reserved before forwarding and kept only for those statuses). Nil or
+	// shorter than Hits means every hit is charged before forwarding.
 	CountOn [][]int
+	// Costs is parallel to Hits: where the request tells a hit's cost (an
+	// estimate) and where the response tells its real cost, which makes
+	// the hit a reservation settled after the response (see cost.go). Nil
+	// or shorter than Hits means fixed costs.
+	Costs []*policy.Cost
 	// Options, when set, replaces the gateway's field switches for this
 	// request (they follow a reloaded policy file).
 	Options *fields.Options
@@ -74,7 +79,8 @@ func (m *Match) Reset() {
 	clear(m.Hits)
 	clear(m.Fields)
 	clear(m.CountOn)
-	*m = Match{Hits: m.Hits[:0], Fields: m.Fields[:0], CountOn: m.CountOn[:0]}
+	clear(m.Costs)
+	*m = Match{Hits: m.Hits[:0], Fields: m.Fields[:0], CountOn: m.CountOn[:0], Costs: m.Costs[:0]}
 }
 
 // countOn returns the statuses of hit i (nil: charge before forwarding).
@@ -203,7 +209,10 @@ type reqState struct {
 	out      []fields.Field
 	actual   []int64
 	leases   []limiter.Hit
-	recorder statusRecorder
+	settled  limiter.Result
+	rec      costRecorder
+	body     []byte // the request body read for estimates
+	bodyRead bool
 }
 
 func (g *Gateway) get() *reqState {
@@ -218,7 +227,8 @@ func (g *Gateway) put(st *reqState) {
 	clear(st.leases)
 	st.items, st.leases = st.items[:0], st.leases[:0]
 	st.req = limiter.Request{}
-	st.recorder = statusRecorder{}
+	st.rec.release()
+	st.body, st.bodyRead = nil, false
 	g.pool.Put(st)
 }
 
@@ -230,13 +240,11 @@ func (g *Gateway) options(m *Match) *fields.Options {
 	return &g.fields
 }
 
-// decide asks the engine about st.m's hits; peek charges nothing.
-func (g *Gateway) decide(ctx context.Context, st *reqState, peek bool) error {
-	m := &st.m
-	for i := range m.Hits {
-		m.Hits[i].Reserve = len(m.countOn(i)) > 0
-	}
-	st.req = limiter.Request{Front: limiter.FrontGateway, Peek: peek, Hits: m.Hits}
+// decide asks the engine about st.m's hits, with the costs r tells (see
+// estimate); peek charges nothing.
+func (g *Gateway) decide(ctx context.Context, r *http.Request, st *reqState, peek bool) error {
+	st.req = limiter.Request{Front: limiter.FrontGateway, Peek: peek, Hits: st.m.Hits}
+	g.estimate(r, st)
 	return g.engine.Decide(ctx, &st.req, &st.res)
 }
 
@@ -265,7 +273,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		// The limits that need no user come first: a request over them is
 		// refused before its token costs any CPU.
 		if len(m.Hits) > 0 {
-			if err := g.decide(ctx, st, true); err != nil {
+			if err := g.decide(ctx, r, st, true); err != nil {
 				g.failed(err, w, r, st, next, fwd)
 				return
 			}
@@ -289,7 +297,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		g.pass(w, r, st, next, fwd)
 		return
 	}
-	if err := g.decide(ctx, st, false); err != nil {
+	if err := g.decide(ctx, r, st, false); err != nil {
 		g.failed(err, w, r, st, next, fwd)
 		return
 	}
@@ -314,12 +322,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if m.Reject != 0 {
 		g.reject(w, r, st)
 		if st.req.HasReserved() {
-			g.settle(ctx, st, m.Reject)
+			g.settle(ctx, st, m.Reject, nil)
 		}
 		return
 	}
 	if res.Delay > 0 && !g.wait(ctx, st, res.Delay) {
-		return // the client went away while queued
+		if st.req.HasReserved() {
+			g.cancelReservation(ctx, st) // the client went away while queued
+		}
+		return
 	}
 	st.out = g.render(st, false)
 	setFields(w.Header(), st.out)
@@ -327,14 +338,16 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		g.pass(w, r, st, next, fwd)
 		return
 	}
-	rec := &st.recorder
-	rec.ResponseWriter, rec.status = w, 0
-	g.pass(rec, r, st, next, fwd)
-	status := rec.status
-	if status == 0 {
-		status = http.StatusOK
+	// The reservation is settled whatever happens next (errors, panics).
+	rec := st.costRecorder(w)
+	defer g.settle(ctx, st, 0, rec)
+	if fwd != nil && len(rec.bodyHits) > 0 {
+		// Let the transport ask for a compressed body and decompress it,
+		// so that the actual cost can be read.
+		r.Header.Del("Accept-Encoding")
 	}
-	g.settle(ctx, st, status)
+	g.pass(rec, r, st, next, fwd)
+	rec.done = true
 }
 
 // render returns the response fields of st's verdict.
@@ -401,24 +414,6 @@ func (g *Gateway) reject(w http.ResponseWriter, r *http.Request, st *reqState) {
 	}
 }
 
-// settle charges the hits counted by outcome whose list holds status, and
-// gives back the others.
-func (g *Gateway) settle(ctx context.Context, st *reqState, status int) {
-	m := &st.m
-	st.actual = slices.Grow(st.actual[:0], len(m.Hits))[:len(m.Hits)]
-	for i := range m.Hits {
-		st.actual[i] = 0
-		if m.Hits[i].Reserve && slices.Contains(m.countOn(i), status) {
-			st.actual[i] = m.Hits[i].Cost
-		}
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
-	defer cancel()
-	if err := g.engine.Settle(cctx, &st.req, st.actual); err != nil {
-		g.log.Error("gateway: engine", "err", err, "route", m.Route)
-	}
-}
-
 // pass hands the request on: to next (middleware) or to the upstream.
 func (g *Gateway) pass(w http.ResponseWriter, r *http.Request, st *reqState, next http.Handler, fwd func(http.ResponseWriter, *http.Request, *reqState)) {
 	if next != nil {
@@ -451,7 +446,7 @@ func (g *Gateway) wait(ctx context.Context, st *reqState, delay time.Duration) b
 	// The client went away before its slot: give its place back (the
 	// rate algorithms' charges are refundable; others keep theirs).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
-	if err := g.engine.Refund(rctx, st.m.Hits); err != nil {
+	if err := g.engine.Refund(rctx, plainHits(st)); err != nil {
 		g.log.Warn("gateway: refund of a queued request", "err", err)
 	}
 	cancel()
@@ -530,37 +525,6 @@ func (g *Gateway) failed(err error, w http.ResponseWriter, r *http.Request, st *
 	}
 	g.pass(w, r, st, next, fwd)
 }
-
-// statusRecorder remembers the status of a response.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Flush passes flushes through for streaming responses.
-func (s *statusRecorder) Flush() {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	_ = http.NewResponseController(s.ResponseWriter).Flush()
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 type nopObserver struct{}
 

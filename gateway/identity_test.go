@@ -125,6 +125,7 @@ limits:
 // request matched counts per user, only after the limits that do not, and
 // once for as long as it is valid.
 func TestTokensVerifiedOnDemand(t *testing.T) {
+	t.Parallel()
 	k := newTokenKit(t)
 	var invalid atomic.Int64
 	pm, err := NewPolicyMatcher(Fixed(userPolicy(t, k, 10)), PolicyMatcherOptions{OnInvalidToken: func(string) { invalid.Add(1) }})

@@ -60,6 +60,7 @@ func (o *schoolOffice) Match(r *http.Request, m *Match) error {
 // proxy, on loopback, with a real upstream and the memory store on a clock
 // the test moves.
 func TestLesson07Verify(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, nil)
 	clock := newTestClock()
 	store := newMemStore(t, clock.Now)

@@ -19,6 +19,7 @@ import (
 // through a gateway whose engine and front end report to one Metrics, and
 // reads the series back from the registry.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
@@ -83,6 +84,7 @@ func TestMetrics(t *testing.T) {
 // TestQueueLengthMetric: a request held by a leaky queue shows in
 // floodgate_queue_length until its client goes away.
 func TestQueueLengthMetric(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,6 +168,9 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 	}
 	if v := r.Header[rf.keyHdr]; len(v) > 0 {
 		req.APIKey = v[0]
+		if len(v[0]) > 7 && strings.EqualFold(v[0][:7], "bearer ") {
+			req.APIKey = strings.TrimSpace(v[0][7:]) // "Authorization: Bearer KEY"
+		}
 	}
 	pmm := pm.pool.Get().(*policy.Match)
 	pmm.Reset()
@@ -191,6 +195,7 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 	for _, l := range pmm.Limits {
 		m.Fields = append(m.Fields, l.Fields)
 		m.CountOn = append(m.CountOn, l.CountOn)
+		m.Costs = append(m.Costs, l.Costs)
 	}
 	pmm.Reset()
 	pm.pool.Put(pmm)

@@ -116,6 +116,7 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			g.obs.Upstream(route, 0)
+			markFailed(w) // a reservation of the request is given back
 			if r.Context().Err() != nil {
 				// The client went away: nobody is left to answer.
 				g.log.Debug("gateway: client gone", "route", route, "path", r.URL.Path)

@@ -24,6 +24,7 @@ import (
 // clients spread over both instances get exactly the limit's 60 requests
 // through. The limit refills one unit an hour, so real time plays no part.
 func TestTwoGatewaysOneRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	const limit = 60
 	rule := mustRule(t, floodgate.Limit{Name: "shared", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: limit}, false)

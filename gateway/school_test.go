@@ -38,6 +38,7 @@ func loadSchool(t testing.TB, edit ...func(*config.File)) *policy.Policy {
 // loopback, with the engine over the memory store on a clock the test
 // moves.
 func TestSchoolExampleVerify(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t, nil)
 	upURL, _ := url.Parse(up.URL)
 	clock := newTestClock() // 10:00 UTC, 15:30 in Kolkata
@@ -127,6 +128,7 @@ func TestSchoolExampleVerify(t *testing.T) {
 // refuses the 6th try after 5 failures without asking the upstream, and
 // forgets a failure a minute later.
 func TestSchoolLoginCountsFailures(t *testing.T) {
+	t.Parallel()
 	var reached atomic.Int64
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		reached.Add(1)

@@ -41,6 +41,7 @@ limits:
 // TestShapingFromPolicyFile runs a leaky queue and a concurrency limit
 // written in a policy file through the reverse proxy and the engine.
 func TestShapingFromPolicyFile(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var departures []time.Duration
 	start := time.Now()

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -29,66 +30,63 @@ func oneRule(r *limiter.Rule, countOn ...int) funcMatcher {
 
 // TestLeakyQueueSpacing sends 7 requests in one instant to a leaky queue of
 // 10/s with room for 5: one leaves at once, five wait for their slots 100 ms
-// apart, the seventh finds the queue full (429). Departures are measured at
-// the handler.
+// apart, the seventh finds the queue full (429). It runs the middleware in a
+// synctest bubble, where the queue's timers follow a fake clock: each
+// departure, measured at the handler, is exactly on its slot.
 func TestLeakyQueueSpacing(t *testing.T) {
-	const interval = 100 * time.Millisecond
-	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 10, Per: time.Second, Burst: 5}, false)
-	clock := newTestClock() // frozen: every request arrives at the same instant
-	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var departures []time.Time
-	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		departures = append(departures, time.Now())
-		mu.Unlock()
-	})))
-	defer srv.Close()
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 100 * time.Millisecond
+		rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 10, Per: time.Second, Burst: 5}, false)
+		clock := newTestClock() // the store's clock, frozen: every request arrives at the same instant
+		g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var departures []time.Duration
+		start := time.Now()
+		h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			departures = append(departures, time.Since(start))
+			mu.Unlock()
+		}))
 
-	start := time.Now()
-	var wg sync.WaitGroup
-	answers := make([]answer, 7)
-	for i := range answers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			answers[i] = do(t, srv.Client(), "GET", srv.URL, nil)
-		}()
-	}
-	wg.Wait()
-	got := statuses(answers)
-	slices.Sort(got)
-	if want := []int{200, 200, 200, 200, 200, 200, 429}; !slices.Equal(got, want) {
-		t.Fatalf("statuses %v, want %v", got, want)
-	}
-	for _, a := range answers {
-		if a.status == 429 {
-			// Full queue: the next place opens when the first request
-			// leaves the queue, 100 ms later: Retry-After 1.
-			checkFields(t, a, "queue", 0, -1, 1)
+		var wg sync.WaitGroup
+		answers := make([]answer, 7)
+		for i := range answers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answers[i] = serve(h, "GET", "/", nil)
+			}()
 		}
-	}
-	slices.SortFunc(departures, func(a, b time.Time) int { return a.Compare(b) })
-	// Timers never fire early: the k-th departure is at least k intervals
-	// after the start, so the six leave over at least five intervals. The
-	// upper bound only catches a queue that holds requests far too long; it
-	// leaves room for a loaded machine.
-	for k, d := range departures {
-		if min := time.Duration(k) * interval; d.Sub(start) < min-5*time.Millisecond {
-			t.Errorf("departure %d after %v, before its slot at %v", k, d.Sub(start), min)
+		wg.Wait()
+		got := statuses(answers)
+		slices.Sort(got)
+		if want := []int{200, 200, 200, 200, 200, 200, 429}; !slices.Equal(got, want) {
+			t.Fatalf("statuses %v, want %v", got, want)
 		}
-	}
-	if last := departures[len(departures)-1].Sub(start); last > 5*interval+10*time.Second {
-		t.Errorf("the last departure came %v after the start, want about %v", last, 5*interval)
-	}
+		for _, a := range answers {
+			if a.status == 429 {
+				// Full queue: the next place opens when the first request
+				// leaves the queue, 100 ms later: Retry-After 1.
+				checkFields(t, a, "queue", 0, -1, 1)
+			}
+		}
+		slices.Sort(departures)
+		want := []time.Duration{0, interval, 2 * interval, 3 * interval, 4 * interval, 5 * interval}
+		if !slices.Equal(departures, want) {
+			t.Errorf("departures at %v, want one every %v: %v", departures, interval, want)
+		}
+	})
 }
 
-// TestQueuedClientGoesAway checks that a request whose client leaves while
-// it waits in the queue never reaches the upstream.
+// TestQueuedClientGoesAway checks, over a real connection, that a request
+// whose client leaves while it waits in the queue never reaches the
+// upstream and gives its place back.
 func TestQueuedClientGoesAway(t *testing.T) {
+	t.Parallel()
 	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 3}, false)
 	clock := newTestClock()
 	store := newMemStore(t, clock.Now)
@@ -101,31 +99,55 @@ func TestQueuedClientGoesAway(t *testing.T) {
 		reached.Add(1)
 	})))
 	defer srv.Close()
+	// nextDelay is how long the next request would wait in the queue.
+	nextDelay := func() time.Duration {
+		t.Helper()
+		out := make([]floodgate.Decision, 1)
+		hit := []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}
+		if err := store.Apply(context.Background(), limiter.Peek, hit, out); err != nil {
+			t.Fatal(err)
+		}
+		if !out[0].Allowed {
+			t.Fatalf("peek: %+v, want a free place", out[0])
+		}
+		return out[0].Delay
+	}
+	waitDelay := func(want time.Duration, what string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for nextDelay() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the next place is %v out, want %v", what, nextDelay(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	if a := do(t, srv.Client(), "GET", srv.URL, nil); a.status != 200 {
 		t.Fatalf("first request %d", a.status)
 	}
-	// The second waits a minute; its client gives up after 100 ms.
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-	if _, err := srv.Client().Do(req); err == nil {
+	// The second waits a minute; its client gives up once it is queued.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+		resp, err := srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	waitDelay(2*time.Minute, "the second request never took its place")
+	cancel()
+	if err := <-done; err == nil {
 		t.Fatal("the queued request was answered")
 	}
-	// Give the server a moment to see the client go, then check that the
-	// held request never went on.
-	time.Sleep(100 * time.Millisecond)
+	// Its place is given back as the server sees the client go: the queue
+	// holds the first one's successor slot (delay one minute) for the next
+	// request, as before it came. Only a request that leaves the queue
+	// before its slot gives its place back, so the held one never went on.
+	waitDelay(time.Minute, "the place of the request whose client left was not given back")
 	if n := reached.Load(); n != 1 {
 		t.Errorf("upstream reached %d times, want 1", n)
-	}
-	// Its place was given back: the queue holds the first one's successor
-	// slot (delay one minute) for the next request, as before it came.
-	out := make([]floodgate.Decision, 1)
-	hit := []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}
-	if err := store.Apply(context.Background(), limiter.Peek, hit, out); err != nil {
-		t.Fatal(err)
-	}
-	if !out[0].Allowed || out[0].Delay != time.Minute {
-		t.Errorf("after the client left: %+v, want a free place one minute out", out[0])
 	}
 }
 
@@ -133,6 +155,7 @@ func TestQueuedClientGoesAway(t *testing.T) {
 // the handler never sees more than 3 at once, the others get 429, and every
 // lease comes back (a request after the run passes).
 func TestConcurrencyLimit(t *testing.T) {
+	t.Parallel()
 	const limit = 3
 	rule := mustRule(t, floodgate.Limit{Name: "conn", Algorithm: floodgate.Concurrency, Max: limit, LeaseTTL: time.Minute}, false)
 	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
@@ -211,6 +234,7 @@ func TestConcurrencyLimit(t *testing.T) {
 // TestConcurrencyReleasedOnPanic checks that a lease comes back when the
 // handler panics and when the client goes away mid-request.
 func TestConcurrencyReleasedOnPanic(t *testing.T) {
+	t.Parallel()
 	testReleasedOnPanic(t, limiter.New(newMemStore(t, nil), limiter.Options{}))
 }
 
@@ -221,11 +245,13 @@ func testReleasedOnPanic(t *testing.T, engine limiter.Engine) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int64
+	held := make(chan struct{})
 	srv := httptest.NewUnstartedServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch calls.Add(1) {
 		case 1:
 			panic(http.ErrAbortHandler)
 		case 2:
+			close(held)
 			<-r.Context().Done() // held until the client leaves
 		}
 	})))
@@ -236,8 +262,16 @@ func testReleasedOnPanic(t *testing.T, engine limiter.Engine) {
 	if _, err := c.Get(srv.URL); err == nil {
 		t.Fatal("a panicking handler answered")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	// The client leaves once the handler holds its request.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		select {
+		case <-held:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
 	if _, err := c.Do(req); err == nil {
 		t.Fatal("the held request was answered")
@@ -260,6 +294,7 @@ func testReleasedOnPanic(t *testing.T, engine limiter.Engine) {
 // Successful logins are free; after two failures the third try is refused
 // before it reaches the handler.
 func TestCountOnStatus(t *testing.T) {
+	t.Parallel()
 	rule := mustRule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Minute}, false)
 	clock := newTestClock()
 	g, err := New(Options{Matcher: oneRule(rule, 401, 403), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
@@ -300,6 +335,7 @@ func TestCountOnStatus(t *testing.T) {
 // TestNeverFits: a request costing more than a limit's capacity gets 429
 // without Retry-After, and never reaches the handler.
 func TestNeverFits(t *testing.T) {
+	t.Parallel()
 	rule := mustRule(t, floodgate.Limit{Name: "small", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute}, false)
 	m := funcMatcher(func(_ *http.Request, m *Match) error {
 		m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: "k", Cost: 3})
@@ -324,6 +360,7 @@ func TestNeverFits(t *testing.T) {
 // no request (one a minute with room for 5: the later requests would
 // otherwise wait minutes).
 func TestShadowQueueDelaysNothing(t *testing.T) {
+	t.Parallel()
 	rule := mustRule(t, floodgate.Limit{Name: "shadow-queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 5}, true)
 	clock := newTestClock()
 	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})

@@ -38,11 +38,41 @@
 // long), "shadow" and "degraded" (decided by a failure policy while the
 // store failed) appear when they apply.
 //
+// # Costs known later: reserve, then settle
+//
+// POST /v1/reserve takes the same hits (each cost an estimate) and an
+// optional "ttl" in seconds (default 300, at most 86400):
+//
+//	{"hits": [{"limit": "tokens", "key": "key-1", "cost": 1000},
+//	          {"limit": "requests", "key": "key-1"}], "ttl": 120}
+//
+// It reserves every estimate all or nothing, like a check, and answers
+// like one, with a "reservation" token when allowed. Concurrency limits
+// may be reserved: their lease is held until the settle. Once the real
+// costs are known, POST /v1/settle names the reservation:
+//
+//	{"reservation": "eyJpZCI6...", "actual": {"tokens": 1234}}
+//
+// "actual" is one number for every hit, or limit names and numbers (a
+// limit not named keeps its estimate); "cancel": true gives everything
+// back. Below an estimate the difference comes back, in the window or
+// period the reservation charged; above it the excess is charged as far
+// as the limit allows and the rest is reported as "overrun":
+//
+//	{"settled": true, "overrun": 0, "decisions": [{"limit": "tokens",
+//	  "key": "key-1", "capacity": 90000, "remaining": 88766}, ...]}
+//
+// A reservation not settled within its ttl keeps its estimate. A second
+// settle, or one after the ttl, is 404 unknown_reservation; so is a
+// settle of a reservation answered "degraded" (decided by failure
+// policies while the store failed, which hold nothing to settle).
+//
 // Errors are JSON {"error": "...", "code": "..."}: 400 bad_json,
 // bad_request or invalid_cost (cost below 1 or not a whole number); 404
-// unknown_limit; 405 method_not_allowed; 413 too_large (body over
-// Options.MaxBodyBytes, 64 KiB by default); 422 never_fits (a cost above
-// the limit's capacity, which no wait can fix) or unsupported_limit
-// (concurrency limits, which need a release); 503 unavailable. An invalid
+// unknown_limit or unknown_reservation; 405 method_not_allowed; 413
+// too_large (body over Options.MaxBodyBytes, 64 KiB by default); 422
+// never_fits (a cost above the limit's capacity, which no wait can fix) or
+// unsupported_limit (a concurrency limit in a check: reserve it instead);
+// 503 unavailable. An invalid
 // request is rejected before the engine is asked and changes no count.
 package httpapi

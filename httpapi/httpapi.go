@@ -109,10 +109,10 @@ type Observer interface {
 	Rejected(front limiter.FrontEnd, limit string, status int)
 }
 
-// Handler serves POST /v1/check and POST /v1/peek. Like every front end it
-// turns its request into hits, asks the engine, and turns the Result into
-// its answer; decisions are counted by the engine's Observer, labelled
-// front_end="http_api".
+// Handler serves POST /v1/check, /v1/peek, /v1/reserve and /v1/settle.
+// Like every front end it turns its request into hits, asks the engine,
+// and turns the Result into its answer; decisions are counted by the
+// engine's Observer, labelled front_end="http_api".
 type Handler struct {
 	eng      limiter.Engine
 	limits   Limits
@@ -159,15 +159,20 @@ const (
 	CodeUnauthorized     = "unauthorized"
 )
 
-// ServeHTTP routes /v1/check and /v1/peek.
+// ServeHTTP routes /v1/check, /v1/peek, /v1/reserve and /v1/settle.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var peek bool
+	serve := h.check
 	switch r.URL.Path {
 	case "/v1/check":
 	case "/v1/peek":
 		peek = true
+	case "/v1/reserve":
+		serve = h.reserve
+	case "/v1/settle":
+		serve = h.settle
 	default:
-		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint (POST /v1/check or /v1/peek)", nil)
+		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint (POST /v1/check, /v1/peek, /v1/reserve or /v1/settle)", nil)
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -183,7 +188,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, CodeUnauthorized, "send Authorization: Bearer TOKEN with a token of server.api_tokens", nil)
 		return
 	}
-	q, apiErr := h.decode(w, r)
+	body, apiErr := h.readBody(w, r)
+	if apiErr != nil {
+		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
+		return
+	}
+	serve(w, r, body, peek)
+}
+
+// check answers /v1/check and /v1/peek.
+func (h *Handler) check(w http.ResponseWriter, r *http.Request, body []byte, peek bool) {
+	q, apiErr := h.parse(body)
 	if apiErr != nil {
 		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
 		return
@@ -199,7 +214,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the limiter cannot decide now", nil)
 		return
 	}
-	h.answer(w, peek, q, &res)
+	h.answer(w, peek, q, &res, nil)
 }
 
 // authorized reports whether r carries a known bearer token.
@@ -245,8 +260,8 @@ type query struct {
 	fields []*fields.Limit
 }
 
-// decode reads and validates the body into a query.
-func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*query, *apiError) {
+// readBody reads the body, at most Options.MaxBodyBytes of it.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -255,7 +270,7 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*query, *apiEr
 		}
 		return nil, bad(http.StatusBadRequest, CodeBadRequest, "reading the body: %v", err)
 	}
-	return h.parse(body)
+	return body, nil
 }
 
 // errCost reports a cost that is not a whole number.
@@ -291,6 +306,12 @@ func (h *Handler) parse(body []byte) (*query, *apiError) {
 	case single:
 		wh = []wireHit{req.wireHit}
 	}
+	return h.query(wh, false)
+}
+
+// query validates the hits of a request into a query; reserve allows
+// concurrency limits, whose leases a settle ends.
+func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 	if len(wh) == 0 {
 		return nil, bad(http.StatusBadRequest, CodeBadRequest, `no hits: post {"limit": "...", "key": "...", "cost": 1} or {"hits": [...]}`)
 	}
@@ -323,9 +344,9 @@ func (h *Handler) parse(body []byte) (*query, *apiError) {
 			e.extra = map[string]any{"limit": *x.Limit}
 			return nil, e
 		}
-		if rule.Algorithm().Kind() == floodgate.KindConcurrency {
+		if rule.Algorithm().Kind() == floodgate.KindConcurrency && !reserve {
 			return nil, bad(http.StatusUnprocessableEntity, CodeUnsupportedLimit,
-				"hit %d: %q is a concurrency limit, which needs a release the check API does not offer", i, *x.Limit)
+				"hit %d: %q is a concurrency limit, which needs a release: reserve it (POST /v1/reserve) and settle it", i, *x.Limit)
 		}
 		if c := rule.Params().Capacity(); cost > c {
 			e := bad(http.StatusUnprocessableEntity, CodeNeverFits, "hit %d: cost %d exceeds the capacity %d of %q and can never pass", i, cost, c, *x.Limit)
@@ -419,10 +440,18 @@ type Response struct {
 	Binding    string     `json:"binding_limit"`
 	Degraded   bool       `json:"degraded,omitempty"`
 	Decisions  []Decision `json:"decisions"`
+	// Reservation names an allowed reservation (POST /v1/reserve), for
+	// POST /v1/settle.
+	Reservation string `json:"reservation,omitempty"`
 }
 
-func (h *Handler) answer(w http.ResponseWriter, peek bool, q *query, res *limiter.Result) {
+// answer writes the answer to a check, a peek or (with rsv set) a
+// reservation.
+func (h *Handler) answer(w http.ResponseWriter, peek bool, q *query, res *limiter.Result, rsv *reservation) {
 	out := Response{Allowed: res.Allowed, Degraded: res.Degraded != limiter.NotDegraded, Decisions: make([]Decision, len(q.hits))}
+	if rsv != nil && res.Allowed {
+		out.Reservation = rsv.encode()
+	}
 	for i := range q.hits {
 		d := res.Decisions[i]
 		out.Decisions[i] = Decision{

@@ -88,6 +88,7 @@ func post(t *testing.T, url, body string) (*http.Response, map[string]any) {
 }
 
 func TestCheckSingleHitThen429(t *testing.T) {
+	t.Parallel()
 	url, _ := start(t)
 	for i := 1; i <= 3; i++ {
 		resp, m := post(t, url+"/v1/check", `{"limit":"login","key":"1.2.3.4","cost":1}`)
@@ -115,6 +116,7 @@ func TestCheckSingleHitThen429(t *testing.T) {
 }
 
 func TestBatchIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	url, _ := start(t)
 	for range 3 {
 		post(t, url+"/v1/check", `{"limit":"login","key":"k"}`)
@@ -136,6 +138,7 @@ func TestBatchIsAllOrNothing(t *testing.T) {
 }
 
 func TestPeekChargesNothing(t *testing.T) {
+	t.Parallel()
 	url, eng := start(t)
 	for range 5 {
 		resp, m := post(t, url+"/v1/peek", `{"limit":"login","key":"p"}`)
@@ -149,6 +152,7 @@ func TestPeekChargesNothing(t *testing.T) {
 }
 
 func TestShadowLimitNeverDenies(t *testing.T) {
+	t.Parallel()
 	url, _ := start(t)
 	for i := range 3 {
 		resp, m := post(t, url+"/v1/check", `{"limit":"shadow","key":"s"}`)
@@ -162,6 +166,7 @@ func TestShadowLimitNeverDenies(t *testing.T) {
 }
 
 func TestErrorsAreClearAndChangeNothing(t *testing.T) {
+	t.Parallel()
 	url, eng := start(t)
 	cases := []struct {
 		name, method, path, body string
@@ -212,6 +217,7 @@ func TestErrorsAreClearAndChangeNothing(t *testing.T) {
 }
 
 func TestPolicyLimitsNil(t *testing.T) {
+	t.Parallel()
 	l := PolicyLimits(nilPolicy)
 	if _, ok := l.Limit("x"); ok {
 		t.Fatal("a nil policy found a limit")

@@ -10,6 +10,7 @@ import (
 )
 
 func TestServeAndGracefulStop(t *testing.T) {
+	t.Parallel()
 	eng := newEngine(t)
 	h := New(eng, testRules(t), Options{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

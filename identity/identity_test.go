@@ -32,6 +32,7 @@ func prefixes(t testing.TB, s ...string) []netip.Prefix {
 }
 
 func TestClientIP(t *testing.T) {
+	t.Parallel()
 	r, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8", "2001:db8:ffff::/48")})
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +72,7 @@ func TestClientIP(t *testing.T) {
 }
 
 func TestForwardedHeader(t *testing.T) {
+	t.Parallel()
 	r, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8"), ForwardedHeader: "Forwarded"})
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +91,7 @@ func TestForwardedHeader(t *testing.T) {
 }
 
 func TestClientKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		addr string
 		bits int
@@ -117,6 +120,7 @@ func TestClientKey(t *testing.T) {
 }
 
 func TestSpoofingFromUntrustedPeerChangesNothing(t *testing.T) {
+	t.Parallel()
 	r, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8"), UserHeader: "X-User"})
 	if err != nil {
 		t.Fatal(err)
@@ -146,6 +150,7 @@ func TestSpoofingFromUntrustedPeerChangesNothing(t *testing.T) {
 }
 
 func TestNewResolverRejects(t *testing.T) {
+	t.Parallel()
 	for _, o := range []Options{
 		{IPv6Prefix: 129},
 		{ForwardedHeader: "X-Real-IP"},
@@ -216,6 +221,7 @@ func pemPublic(t *testing.T, pub any) []byte {
 }
 
 func TestJWT(t *testing.T) {
+	t.Parallel()
 	k := newKit(t)
 	dir := t.TempDir()
 	secretFile := filepath.Join(dir, "secret")
@@ -289,6 +295,7 @@ func tamper(tok string) string {
 }
 
 func TestJWKS(t *testing.T) {
+	t.Parallel()
 	k := newKit(t)
 	b64 := base64.RawURLEncoding
 	ecPub := k.ec.PublicKey
@@ -340,6 +347,7 @@ func TestJWKS(t *testing.T) {
 }
 
 func TestResolveJWT(t *testing.T) {
+	t.Parallel()
 	k := newKit(t)
 	r, err := NewResolver(Options{JWT: &JWTOptions{Alg: "HS256", Key: k.secret}})
 	if err != nil {

@@ -46,7 +46,7 @@ const (
 // in another slot) and state the store lost (a flush, a restart without
 // persistence, an eviction). Either lets the store allow before T; the
 // cache keeps denying for at most MaxAge after it learnt the denial. Units
-// this limiter gives back (Refund) drop its entries at once.
+// this limiter gives back (Refund, Settle) drop its entries at once.
 type DenyCacheOptions struct {
 	// Entries bounds the keys kept (0: DefaultDenyCacheEntries; negative:
 	// no cache). Past it, expired entries and then arbitrary ones make
@@ -183,7 +183,7 @@ func (c *denyCache) lookup(now int64, h *Hit, d *floodgate.Decision) bool {
 // learn keeps what the store's answers out to hits say about counters with
 // no unit left; sent is when the call was sent (on the limiter's clock).
 func (c *denyCache) learn(sent int64, op Op, hits []Hit, out []floodgate.Decision) {
-	charged := op == Charge
+	charged := op == Charge || op == Reserve
 	for i := range hits {
 		if !out[i].Allowed && !hits[i].Rule.Shadow() {
 			charged = false

@@ -31,9 +31,34 @@
 // concurrency hit whose Lease is 0 a random one (written into the caller's
 // hits) and Release hands the leases back; a holder that dies loses its
 // lease when it expires. Refund gives back the charges of rate algorithms
-// for a request that will not go ahead (a queued client that left). A hit
-// marked Reserve has a cost known only after the request (a login limit
-// that counts failures): Decide checks it, Settle charges what it cost.
+// for a request that will not go ahead (a queued client that left).
+//
+// # Reservations
+//
+// A hit marked Reserve has a cost known only after the request (the
+// tokens of a completion, a login that counts only failures): its Cost is
+// an estimate. Decide reserves it together with the request's other hits,
+// all or nothing, under the Request's Reservation ID (a random one, like a
+// lease), so that requests in flight count against the limit; the store
+// keeps a settle record per reserved hit for Request.TTL. Settle ends the
+// reservation with the actual costs: below an estimate the difference is
+// given back, in the window or period the reservation charged; above it
+// the excess is charged as far as the limit allows, never below zero
+// credit, and what did not fit is reported as Decision.Overrun. A
+// reservation not settled within its TTL settles at its estimate (its
+// charge stays), and a second Settle is ErrReservationUnknown. A
+// reservation decided by failure policies while the store failed holds
+// nothing to settle.
+//
+// Crash bound: a process that dies between reserve and settle loses no
+// charge; each of its reservations in flight settles at its estimate when
+// its TTL passes, so the count is off by at most the difference between
+// each such request's estimate and actual cost (too high when the
+// estimate was high; too low by the excess when it was low).
+//
+// A store that does not implement Reserver (or says false) is asked the
+// older way: reserved hits are only checked, and Settle charges the actual
+// cost as a new charge, so requests in flight do not count.
 //
 // Limits given in requests (an Envoy descriptor's own limit) are compiled
 // once and kept in a bounded RequestLimits, which any front end can use.

@@ -24,9 +24,10 @@ type Engine interface {
 	// Refund gives back what Decide charged for hits, for a request that
 	// will not go ahead after all (a queued client that went away).
 	Refund(ctx context.Context, hits []Hit) error
-	// Settle ends the reservations of req's hits (Hit.Reserve), charging
-	// actual[i] units for hit i, once the request's real cost is known.
-	Settle(ctx context.Context, req *Request, actual []int64) error
+	// Settle ends the reservation Decide made for req (its hits marked
+	// Reserve) with actual[i] as hit i's real cost, once it is known, and
+	// writes each hit's state afterwards (with any Overrun) into res.
+	Settle(ctx context.Context, req *Request, actual []int64, res *Result) error
 }
 
 // FrontEnd names the front end a decision was asked through; metrics are
@@ -71,6 +72,15 @@ type Request struct {
 	// first. Decide writes a lease into every concurrency hit whose Lease
 	// is 0, so that the caller can hand the same hits to Release.
 	Hits []Hit
+	// Reservation names the reservation of the hits marked Reserve. Decide
+	// sets a random non-zero one when it is 0 and some hit is marked, and
+	// writes it into those hits' Lease; Settle names it again (a caller in
+	// another process rebuilds the Request with the same hits and ID).
+	Reservation uint64
+	// TTL is how long the reservation is held before it settles at its
+	// estimate (0: floodgate.DefaultReservationTTL; at most
+	// floodgate.MaxReservationTTL).
+	TTL time.Duration
 }
 
 // HasReserved reports whether some hit of req is a reservation (Hit.Reserve).

@@ -285,8 +285,8 @@ func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
 	return l.giveBack(ctx, Refund, hits, sc.outFor(len(hits)))
 }
 
-// giveBack runs a Release, a Refund or a lease renewal (Charge) on the
-// store, through the breaker.
+// giveBack runs a Release, a Refund, a Settle or a lease renewal (Charge)
+// on the store, through the breaker.
 func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) error {
 	what := "release"
 	switch op {
@@ -294,6 +294,8 @@ func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodga
 		what = "refund"
 	case Charge:
 		what = "renew"
+	case Settle:
+		what = "settle"
 	}
 	call, probe := l.breaker.allow()
 	if !call {
@@ -339,7 +341,16 @@ func newLease() uint64 {
 	}
 }
 
-// run decides req's hits with op (Charge or Peek) into r.
+// reservationTTL is the lifetime of a reservation asked for with ttl.
+func reservationTTL(ttl time.Duration) time.Duration {
+	if ttl <= 0 {
+		return floodgate.DefaultReservationTTL
+	}
+	return min(ttl, floodgate.MaxReservationTTL)
+}
+
+// run decides req's hits with op (Charge or Peek) into r. A Charge some of
+// whose hits are marked Reserve becomes a Reserve.
 func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error {
 	hits := req.Hits
 	r.reset(len(hits))
@@ -355,7 +366,7 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		if c := h.Rule.Params().Capacity(); h.Cost > c {
 			return fmt.Errorf("limiter: %s: cost %d above capacity %d: %w", h.Rule.ID(), h.Cost, c, floodgate.ErrNeverFits)
 		}
-		if op == Charge && h.Lease == 0 && h.Rule.Algorithm().Kind() == floodgate.KindConcurrency {
+		if op == Charge && h.Lease == 0 && !h.Reserve && h.Rule.Algorithm().Kind() == floodgate.KindConcurrency {
 			h.Lease = newLease()
 		}
 		if h.Reserve {
@@ -376,13 +387,32 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		}
 		return nil
 	}
+	if op == Charge && reserved > 0 && !l.reserves() {
+		if err := l.checkUnreserved(ctx, hits, reserved, r); err != nil {
+			return err
+		}
+		l.summarize(hits, r)
+		if o := l.opts.Observer; o != nil {
+			o.ObserveDecision(req, r)
+		}
+		return nil
+	}
+	if op == Charge && reserved > 0 {
+		op = Reserve
+		if req.Reservation == 0 {
+			req.Reservation = newLease()
+		}
+		ttl := reservationTTL(req.TTL)
+		for i := range hits {
+			if hits[i].Reserve {
+				hits[i].Lease, hits[i].TTL = req.Reservation, ttl
+			}
+		}
+	}
 	var err error
-	switch {
-	case op == Charge && reserved > 0:
-		err = l.chargeReserving(ctx, hits, reserved, r)
-	case op == Charge && l.leased(hits):
+	if op == Charge && l.leased(hits) {
 		err = l.chargeLeased(ctx, hits, r)
-	default:
+	} else {
 		err = l.step(ctx, op, hits, r.Decisions, r.Flags, r)
 	}
 	if err != nil {
@@ -393,45 +423,6 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		o.ObserveDecision(req, r)
 	}
 	return nil
-}
-
-// chargeReserving decides a charge some of whose hits are reservations:
-// every hit is checked first (one peek), and only when all allow are the
-// other hits charged; the reserved ones are charged by Settle.
-func (l *Limiter) chargeReserving(ctx context.Context, hits []Hit, reserved int, r *Result) error {
-	if err := l.step(ctx, Peek, hits, r.Decisions, r.Flags, r); err != nil {
-		return err
-	}
-	for i := range hits {
-		if !r.Decisions[i].Allowed && !hits[i].Rule.Shadow() {
-			return nil // denied: nothing to charge
-		}
-	}
-	if reserved == len(hits) {
-		return nil
-	}
-	sc := l.scratch.Get().(*scratch)
-	defer l.scratch.Put(sc)
-	sub, idx := sc.localHits[:0], sc.localIdx[:0]
-	for i := range hits {
-		if !hits[i].Reserve {
-			sub = append(sub, hits[i])
-			idx = append(idx, i)
-		}
-	}
-	out, flags := sc.outFor(len(sub)), sc.flagsFor(len(sub))
-	err := l.step(ctx, Charge, sub, out, flags, r)
-	if err == nil {
-		for k, i := range idx {
-			r.Decisions[i], r.Flags[i] = out[k], r.Flags[i]|flags[k]
-		}
-	}
-	for k, i := range idx {
-		hits[i].Lease = sub[k].Lease
-	}
-	clear(sub)
-	sc.localHits, sc.localIdx = sub[:0], idx[:0]
-	return err
 }
 
 // step makes one store call for hits (through the breaker, within the
@@ -451,7 +442,7 @@ func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.D
 		switch {
 		case err == nil:
 			degraded = NotDegraded
-			if l.deny != nil && (op == Charge || op == Peek) {
+			if l.deny != nil && (op == Charge || op == Peek || op == Reserve) {
 				l.deny.learn(sent, op, hits, out)
 			}
 		case isCallerError(err):
@@ -475,38 +466,98 @@ func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.D
 	return nil
 }
 
-// Settle ends the reservations among hits (those with Reserve set, as
-// Decide checked them), charging actual[i] units for hit i; a hit whose
-// actual cost is 0 is given back whole. Hits without Reserve are left
-// alone. It is the second half of a decision whose cost is known only
-// after the request (a login limit that counts failures, the tokens of a
-// completion). An error means the store could not be told.
-func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64) error {
-	if len(actual) != len(req.Hits) {
-		return fmt.Errorf("limiter: settle: %d actual costs for %d hits", len(actual), len(req.Hits))
+// ErrReservationUnknown reports a Settle of a reservation the store does
+// not hold: settled already, expired (it then settled at its estimate),
+// never made, or made while the store failed (decided by failure policies,
+// which keep no reservation).
+var ErrReservationUnknown = errors.New("limiter: reservation unknown: settled already, expired or never made")
+
+// Settle ends the reservation that Decide made for req: each hit marked
+// Reserve is settled with actual[i] as its real cost (0 or more). Below
+// the estimate the difference is given back, in the window or period the
+// reservation charged; above it the excess is charged as far as the limit
+// allows, never below zero credit, and what did not fit is reported as the
+// hit's Decision.Overrun. The hits not marked Reserve are left alone (their
+// decisions in res are zero). Settling is not a decision and is not
+// reported to the Observer.
+//
+// Settle writes each reserved hit's state afterwards into res (Remaining
+// is the units free); res.Allowed reports that every reservation was
+// found. A reservation that is not (settled already, expired, never made)
+// changes nothing, and Settle returns an error wrapping
+// ErrReservationUnknown unless only shadow hits were missing: a second
+// Settle of the same reservation is refused. Another error means the store
+// could not be told; the reservation then settles at its estimate when
+// its TTL passes.
+func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res *Result) error {
+	hits := req.Hits
+	if len(actual) != len(hits) {
+		return fmt.Errorf("limiter: settle: %d actual costs for %d hits", len(actual), len(hits))
 	}
+	res.reset(len(hits))
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
-	sub := sc.localHits[:0]
-	for i, h := range req.Hits {
-		if !h.Reserve || actual[i] == 0 {
+	sub, idx := sc.localHits[:0], sc.localIdx[:0]
+	defer func() {
+		clear(sub)
+		sc.localHits, sc.localIdx = sub[:0], idx[:0]
+	}()
+	for i := range hits {
+		h := hits[i]
+		if h.Rule == nil {
+			return fmt.Errorf("limiter: hit %d has no rule", i)
+		}
+		if !h.Reserve {
 			continue
 		}
 		if actual[i] < 0 {
 			return fmt.Errorf("limiter: settle: %s: actual cost %d: %w", h.Rule.ID(), actual[i], floodgate.ErrInvalidCost)
 		}
-		h.Reserve = false
-		h.Cost = min(actual[i], h.Rule.Params().Capacity())
+		if req.Reservation == 0 && l.reserves() {
+			return fmt.Errorf("limiter: settle: no reservation named: %w", ErrReservationUnknown)
+		}
+		if len(h.Key) > l.maxKey && l.maxKey > 0 {
+			h.Key = hashKey(h.Key)
+		}
+		h.Lease, h.Cost = req.Reservation, actual[i]
 		sub = append(sub, h)
+		idx = append(idx, i)
 	}
-	var err error
-	if len(sub) > 0 {
-		var res Result
-		err = l.run(ctx, Charge, &Request{Front: req.Front, Hits: sub}, &res)
+	res.Allowed = true
+	if len(sub) == 0 {
+		return nil
 	}
-	clear(sub)
-	sc.localHits = sub[:0]
-	return err
+	if !l.reserves() {
+		return l.settleUnreserved(ctx, req, actual, res)
+	}
+	out := sc.outFor(len(sub))
+	if l.deny != nil {
+		l.deny.forget(sub) // a settle below the estimate gives units back
+	}
+	if err := l.giveBack(ctx, Settle, sub, out); err != nil {
+		res.Allowed = false
+		return err
+	}
+	unknown := false
+	for k, i := range idx {
+		res.Decisions[i] = out[k]
+		shadow := hits[i].Rule.Shadow()
+		if shadow {
+			res.Flags[i] |= Shadow
+		}
+		if !out[k].Allowed {
+			res.Allowed = false
+			unknown = unknown || !shadow
+			continue
+		}
+		if !shadow && (res.Binding < 0 || out[k].Remaining < res.Decisions[res.Binding].Remaining) {
+			res.Binding = i
+		}
+	}
+	if unknown {
+		return fmt.Errorf("limiter: settle %x: %w", req.Reservation, ErrReservationUnknown)
+	}
+	return nil
 }
 
 // isCallerError reports errors that are the request's fault, not the

@@ -159,8 +159,13 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []f
 	}
 	if len(lh) > 0 {
 		lop := op
-		if denied {
+		switch {
+		case denied:
 			lop = Peek
+		case op == Reserve:
+			// The local store keeps no reservation: a reservation
+			// decided while the store fails holds its estimate.
+			lop = Charge
 		}
 		lout := sc.localOutFor(len(lh))
 		if err := l.opts.Local.Apply(ctx, lop, lh, lout); err != nil {

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"time"
 
 	"github.com/floodgate/floodgate"
 )
@@ -22,6 +23,25 @@ const (
 	// queued request whose client went away). Only algorithms whose
 	// algo.Params are Refundable give anything back; others are left alone.
 	Refund
+	// Reserve is a Charge (all or nothing) that also keeps a settle record
+	// for every hit marked Reserve that was charged: the reservation
+	// Hit.Lease, its cost (the estimate) and where it was charged (the
+	// instant, hence the window or period), until a Settle ends it or
+	// Hit.TTL passes. A reservation whose record expires settles at its
+	// estimate: its charge stays. A concurrency hit marked Reserve takes
+	// the lease Hit.Lease, which its Settle releases.
+	Reserve
+	// Settle ends the reservations named by the hits (Hit.Lease, on the
+	// hit's rule and key), with Hit.Cost as the actual cost (0 or more).
+	// Below the estimate, the difference is given back in the window or
+	// period the reservation charged (algo.Params.RefundAt); above it, the
+	// excess is charged now as far as the limit allows
+	// (algo.Params.ChargeUpTo), and what did not fit is out[i].Overrun. A
+	// concurrency reservation's lease is released. out[i].Allowed reports
+	// that the reservation was found: false when it was settled already,
+	// expired or never charged (a shadow hit that denied), and then
+	// nothing changes. Remaining is the units free afterwards.
+	Settle
 )
 
 // Hit is one limit applied to one key for one request.
@@ -33,11 +53,15 @@ type Hit struct {
 	Key string
 	// Cost is the number of units the request takes, at least 1.
 	Cost int64
-	// Lease names the concurrency lease to take or release.
+	// Lease names the concurrency lease to take or release, or for a hit
+	// marked Reserve the reservation (the Request's Reservation).
 	Lease uint64
-	// Reserve marks a hit whose cost is known only after the request: a
-	// charge checks it and charges it only when Limiter.Settle says what
-	// it cost (Stores ignore the flag).
+	// TTL is, for a hit marked Reserve, how long its store keeps the
+	// reservation before it settles at its estimate.
+	TTL time.Duration
+	// Reserve marks a hit whose cost is known only after the request: its
+	// Cost is an estimate, reserved by a Reserve op and settled with the
+	// actual cost by a Settle op. Other ops ignore it.
 	Reserve bool
 }
 
@@ -47,6 +71,8 @@ type Hit struct {
 // For Charge, a hit whose rule is not shadow and that denies stops every
 // other hit from being charged; then each out[i] is the decision as peeked.
 // A shadow hit is charged when it allows and never stops the others.
+// Reserve is a Charge as far as the decisions go. Every op but Release and
+// Settle takes costs of at least 1 (Settle takes 0 or more).
 type Store interface {
 	Apply(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) error
 }

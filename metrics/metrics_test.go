@@ -25,6 +25,7 @@ func rule(t *testing.T, name string, shadow bool) *limiter.Rule {
 // TestObserveDecision counts one request's hits by front end, limit and
 // outcome, degraded ones by reason, and leaves peeks out.
 func TestObserveDecision(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
@@ -64,6 +65,7 @@ func TestObserveDecision(t *testing.T) {
 // TestLimitLabelsAreBounded: names past MaxLimits fold into one series, so
 // that limits named by clients cannot grow the metrics without bound.
 func TestLimitLabelsAreBounded(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{MaxLimits: 3})
 	if err != nil {
@@ -85,6 +87,7 @@ func TestLimitLabelsAreBounded(t *testing.T) {
 
 // TestFrontEndAnswers counts what only front ends see.
 func TestFrontEndAnswers(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {

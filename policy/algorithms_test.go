@@ -10,6 +10,7 @@ import (
 // TestEveryAlgorithm compiles one limit of each algorithm from the file
 // format and checks kinds, windows and a first decision through the engine.
 func TestEveryAlgorithm(t *testing.T) {
+	t.Parallel()
 	p := compile(t, `
 limits:
   - {name: tb, algorithm: token_bucket, rate: 5, burst: 10}

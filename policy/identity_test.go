@@ -23,6 +23,7 @@ func request(res *identity.Resolver, method, path, peer string, headers map[stri
 }
 
 func TestSpoofedForwardedForThroughTheEngine(t *testing.T) {
+	t.Parallel()
 	p := compile(t, `
 server:
   trusted_proxies: [10.0.0.0/8]
@@ -53,6 +54,7 @@ limits:
 }
 
 func TestForgedOrExpiredJWTNeverBecomesAUser(t *testing.T) {
+	t.Parallel()
 	secret := []byte("0123456789abcdef0123456789abcdef-policy")
 	p := compile(t, `
 limits:

@@ -12,6 +12,7 @@ import (
 // per-parent limit (5/s, burst 10): 12 requests at 0 s and 5 at 0.5 s,
 // 12 of 17 allowed.
 func TestLesson12PerParent(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, example(t), t0)
 	req := &Request{Method: "GET", Path: "/notices/42", ClientIP: ip("198.51.100.7"), User: "parent-42"}
 	allowed := 0
@@ -43,6 +44,7 @@ func TestLesson12PerParent(t *testing.T) {
 // TestLesson12Login drives the example's login limit as the gateway does
 // with count_on: a peek before forwarding, a charge only for 401 and 403.
 func TestLesson12Login(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, example(t), t0)
 	req := &Request{Method: "POST", Path: "/login", ClientIP: ip("203.0.113.66")}
 	attempt := func(status int) bool {
@@ -96,6 +98,7 @@ func TestLesson12Login(t *testing.T) {
 
 // TestLesson12UrgentNotices checks a few urgent notices per teacher per day.
 func TestLesson12UrgentNotices(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, example(t), t0)
 	teacher := &Request{Method: "POST", Path: "/notices/urgent", ClientIP: ip("198.51.100.7"), User: "teacher-7"}
 	if got := r.statuses(4, teacher); got != "200 200 200 429" {

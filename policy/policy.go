@@ -34,6 +34,7 @@ type KeyKind uint8
 const (
 	KeyClientIP KeyKind = iota + 1
 	KeyAPIKey
+	KeyPlan
 	KeyUser
 	KeyRoute
 	KeyStage
@@ -56,6 +57,8 @@ func (k KeyPart) String() string {
 		return config.KeyClientIP
 	case KeyAPIKey:
 		return config.KeyAPIKey
+	case KeyPlan:
+		return config.KeyPlan
 	case KeyUser:
 		return config.KeyUser
 	case KeyRoute:
@@ -76,6 +79,8 @@ func parseKeyPart(s string) KeyPart {
 		return KeyPart{Kind: KeyClientIP}
 	case config.KeyAPIKey:
 		return KeyPart{Kind: KeyAPIKey}
+	case config.KeyPlan:
+		return KeyPart{Kind: KeyPlan}
 	case config.KeyUser:
 		return KeyPart{Kind: KeyUser}
 	case config.KeyRoute:
@@ -107,8 +112,12 @@ type Limit struct {
 	// Cost is the units one request takes.
 	Cost int64
 	// CountOn, when not empty, lists the response statuses that are
-	// charged: check with a peek before forwarding, charge after.
+	// charged: the cost is reserved before forwarding and kept only for
+	// these statuses.
 	CountOn []int
+	// Costs, when not nil, says where the request or the response tells
+	// the limit's cost (an estimate, an actual cost).
+	Costs *Cost
 	// Shadow limits are counted but never block.
 	Shadow bool
 	// Fields is the limit's part of the response fields (RateLimit-Policy
@@ -126,12 +135,40 @@ type Limit struct {
 	needsKey  bool
 }
 
+// Cost says where a limit's cost is read when it is not the fixed Cost.
+type Cost struct {
+	// Estimate is where the request tells the cost (nil: Limit.Cost).
+	Estimate *CostSource
+	// Default is the estimate when the request does not tell it.
+	Default int64
+	// Actual is where the response tells the real cost; nil when the
+	// cost is known before forwarding.
+	Actual *CostSource
+	// TTL is how long a reservation is held (limits with Actual or
+	// CountOn).
+	TTL time.Duration
+}
+
+// CostSource is a header or a JSON body field holding a whole number.
+type CostSource struct {
+	// Header is the header's canonical name, or "".
+	Header string
+	// Body is the JSON path, one name per level, or nil.
+	Body []string
+}
+
+// Reserved reports whether the limit's cost is settled after the response
+// (Actual or CountOn): it is reserved while the request is in flight.
+func (l *Limit) Reserved() bool {
+	return len(l.CountOn) > 0 || (l.Costs != nil && l.Costs.Actual != nil)
+}
+
 // NeedsUser reports whether the limit counts per user, so that a request
 // must have its user resolved (a token verified) before it is charged.
 func (l *Limit) NeedsUser() bool { return l.needsUser }
 
-// Deferred reports whether the limit is charged after the response
-// (CountOn is set).
+// Deferred reports whether the limit counts by the response's status
+// (CountOn is set): its cost is reserved while the request is in flight.
 func (l *Limit) Deferred() bool { return len(l.CountOn) > 0 }
 
 // Counts reports whether a response with this status is charged.
@@ -427,6 +464,7 @@ func (c *compiler) scoped() error {
 		}
 		l := newLimit(cl.Name, scope, r, parts, cl.Cost)
 		l.CountOn = cl.CountOn
+		l.Costs = compileCosts(cl)
 		l.match = compileMatch(cl.Match, c.p.foldCase)
 		l.MatchText = cl.Match.String()
 		named[si] = append(named[si], l)
@@ -488,12 +526,34 @@ func planMatch(cp *config.Plan) string {
 	return "plan=" + cp.Name + " route=" + strings.Join(cp.Routes, ",")
 }
 
+// compileCosts returns where a limit's cost is read, or nil for a fixed
+// cost.
+func compileCosts(cl *config.Limit) *Cost {
+	if cl.Estimate == nil && cl.Actual == nil && len(cl.CountOn) == 0 {
+		return nil
+	}
+	c := &Cost{TTL: cl.ReserveTTL}
+	source := func(header, body string) *CostSource {
+		if header != "" {
+			return &CostSource{Header: http.CanonicalHeaderKey(header)}
+		}
+		return &CostSource{Body: strings.Split(body, ".")}
+	}
+	if e := cl.Estimate; e != nil {
+		c.Estimate, c.Default = source(e.Header, e.Body), e.Default
+	}
+	if a := cl.Actual; a != nil {
+		c.Actual = source(a.Header, a.Body)
+	}
+	return c
+}
+
 func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *Limit {
 	l := &Limit{Name: name, Kind: r.Algorithm().Kind(), Scope: scope, Rule: r, Key: key,
 		Cost: cost, Shadow: r.Shadow(), Fields: fields.ForRule(r)}
 	for _, k := range key {
 		l.needsUser = l.needsUser || k.Kind == KeyUser
-		l.needsKey = l.needsKey || k.Kind == KeyAPIKey
+		l.needsKey = l.needsKey || k.Kind == KeyAPIKey || k.Kind == KeyPlan
 	}
 	return l
 }
@@ -698,6 +758,13 @@ func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 				m.buf = b
 				return
 			}
+		case KeyPlan:
+			if kc.key == nil || kc.key.plan == nil {
+				m.buf = b
+				return
+			}
+			b = append(b, "plan:"...)
+			b = append(b, kc.key.plan.name...)
 		case KeyUser:
 			if kc.r.User == "" {
 				m.buf = b

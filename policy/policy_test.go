@@ -144,6 +144,7 @@ var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func TestLesson07Stage(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, example(t), t0)
 	req := &Request{Method: "GET", Path: "/students/9", ClientIP: ip("198.51.100.7")}
 	if got := r.statuses(8, req); got != "200 200 200 200 200 429 429 429" {
@@ -160,6 +161,7 @@ func TestLesson07Stage(t *testing.T) {
 }
 
 func TestLesson07Plans(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, example(t), t0)
 	partner := &Request{Method: "GET", Path: "/partner/students/9", ClientIP: ip("198.51.100.7"), APIKey: "key-partner-1"}
 	if got := r.statuses(2, partner); got != "200 200" {
@@ -198,6 +200,7 @@ func TestLesson07Plans(t *testing.T) {
 }
 
 func TestEvaluationOrder(t *testing.T) {
+	t.Parallel()
 	p := example(t)
 	var m Match
 	p.Match(&Request{Method: "POST", Path: "/notices/urgent", ClientIP: ip("198.51.100.7"), User: "teacher-7"}, &m)
@@ -238,6 +241,7 @@ func TestEvaluationOrder(t *testing.T) {
 // TestReportedLimit checks that the most specific denying limit is the one
 // reported when several deny, and that Retry-After is the longest wait.
 func TestReportedLimit(t *testing.T) {
+	t.Parallel()
 	p := compile(t, `
 routes:
   - {name: r, match: {paths: ["/x"]}, stage: s, upstream: none}
@@ -273,6 +277,7 @@ limits:
 
 // TestAllOrNothing checks that a request denied by one layer charges none.
 func TestAllOrNothing(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, example(t), t0)
 	req := &Request{Method: "GET", Path: "/students/9", ClientIP: ip("198.51.100.7")}
 	r.statuses(20, req) // 5 pass, 15 denied by stage.dev
@@ -304,6 +309,7 @@ keys:
 }
 
 func TestShadow(t *testing.T) {
+	t.Parallel()
 	p := compile(t, `
 limits:
   - {name: strict, rate: 1, per: 1h, burst: 1, shadow: true}
@@ -335,6 +341,7 @@ func quotaRig(t *testing.T, quota string, start time.Time) (*rig, *Request) {
 }
 
 func TestQuotaKolkataMidnight(t *testing.T) {
+	t.Parallel()
 	kol, _ := time.LoadLocation("Asia/Kolkata")
 	r, req := quotaRig(t, "limit: 2, period: DAY, time_zone: Asia/Kolkata", time.Date(2026, 6, 1, 0, 0, 0, 0, kol))
 	if got := r.statuses(3, req); got != "200 200 429" {
@@ -355,6 +362,7 @@ func TestQuotaKolkataMidnight(t *testing.T) {
 }
 
 func TestQuotaAcrossDST(t *testing.T) {
+	t.Parallel()
 	ny, _ := time.LoadLocation("America/New_York")
 	// 2026-03-08 is 23 hours long in New York.
 	r, req := quotaRig(t, "limit: 1, period: DAY, time_zone: America/New_York", time.Date(2026, 3, 8, 0, 30, 0, 0, ny))
@@ -387,6 +395,7 @@ func TestQuotaAcrossDST(t *testing.T) {
 }
 
 func TestQuotaWeekISO(t *testing.T) {
+	t.Parallel()
 	// 2026-11-23 and 2026-11-30 are Mondays.
 	r, req := quotaRig(t, "limit: 1, period: WEEK", time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC))
 	if got := r.statuses(2, req); got != "200 429" {
@@ -403,6 +412,7 @@ func TestQuotaWeekISO(t *testing.T) {
 }
 
 func TestQuotaMonthAnchor(t *testing.T) {
+	t.Parallel()
 	r, req := quotaRig(t, "limit: 1, period: MONTH, anchor_day: 15", time.Date(2026, 1, 20, 12, 0, 0, 0, time.UTC))
 	if got := r.statuses(2, req); got != "200 429" {
 		t.Errorf("Jan 20: %s", got)
@@ -422,6 +432,7 @@ func TestQuotaMonthAnchor(t *testing.T) {
 }
 
 func TestQuotaOffset(t *testing.T) {
+	t.Parallel()
 	r, req := quotaRig(t, "limit: 10, offset: 4, start: 2026-03-01, period: MONTH", time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC))
 	if got := r.statuses(7, req); got != "200 200 200 200 200 200 429" {
 		t.Errorf("first period (10 - offset 4): %s", got)
@@ -437,6 +448,7 @@ func TestQuotaOffset(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
+	t.Parallel()
 	p := compile(t, `
 routes:
   - {name: r, match: {paths: ["/r"]}, upstream: none}
@@ -470,6 +482,7 @@ limits:
 }
 
 func TestMatching(t *testing.T) {
+	t.Parallel()
 	p := compile(t, `
 routes:
   - {name: one, match: {methods: [GET], paths: ["/students/{id}"], hosts: [api.example.com]}, upstream: none}
@@ -503,6 +516,7 @@ routes:
 }
 
 func TestForbidden(t *testing.T) {
+	t.Parallel()
 	p := compile(t, `
 routes:
   - {name: a, match: {paths: ["/a"]}, api_key_required: true, upstream: none}
@@ -530,6 +544,7 @@ keys:
 }
 
 func TestCountOn(t *testing.T) {
+	t.Parallel()
 	p := example(t)
 	l, ok := p.Limit("login")
 	if !ok || !l.Deferred() || !l.Counts(401) || !l.Counts(403) || l.Counts(200) {
@@ -541,6 +556,8 @@ func TestCountOn(t *testing.T) {
 	}
 }
 
+// TestMatchAllocations is not parallel: AllocsPerRun counts the
+// allocations of every goroutine, so it runs while no other test does.
 func TestMatchAllocations(t *testing.T) {
 	p := example(t)
 	req := &Request{Method: "GET", Path: "/partner/students/9", ClientIP: ip("198.51.100.7"), APIKey: "key-partner-1"}

@@ -9,6 +9,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/limiter"
@@ -24,20 +25,52 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	benchService(b, st)
+	benchService(b, st, false, false)
 }
 
-func benchService(b *testing.B, st limiter.Store) {
-	cfg, err := Parse("bench.yaml", []byte(`
+// BenchmarkShouldRateLimitCompat is BenchmarkShouldRateLimit in
+// compatibility mode, without and with envoyproxy/ratelimit's statistics.
+func BenchmarkShouldRateLimitCompat(b *testing.B) {
+	for _, stats := range []bool{false, true} {
+		b.Run("stats="+strconv.FormatBool(stats), func(b *testing.B) {
+			st, err := memstore.New(memstore.Options{SweepInterval: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			benchService(b, st, true, stats)
+		})
+	}
+}
+
+// BenchmarkShouldRateLimitStats is BenchmarkShouldRateLimit counting
+// envoyproxy/ratelimit's statistics.
+func BenchmarkShouldRateLimitStats(b *testing.B) {
+	st, err := memstore.New(memstore.Options{SweepInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	benchService(b, st, false, true)
+}
+
+func benchService(b *testing.B, st limiter.Store, compat, stats bool) {
+	cfg, err := ParseWith("bench.yaml", []byte(`
 domain: bench
 descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 4294967295}
-`))
+`), LoadOptions{Compat: compat})
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := New(limiter.New(st, limiter.Options{Timeout: time.Second}), cfg, Options{})
+	var opts Options
+	if stats {
+		if opts.Stats, err = NewStats(prometheus.NewRegistry(), StatsOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	svc := New(limiter.New(st, limiter.Options{Timeout: time.Second}), cfg, opts)
 	reqs := make([]*rlsv3.RateLimitRequest, 10000)
 	for i := range reqs {
 		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
@@ -70,5 +103,5 @@ func BenchmarkShouldRateLimitRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	benchService(b, st)
+	benchService(b, st, false, false)
 }

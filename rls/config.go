@@ -8,10 +8,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/fields"
@@ -74,6 +77,8 @@ func ParseUnit(s string) (Unit, error) {
 
 // seconds is the nominal length of the unit, used for fixed windows and
 // for the w parameter of RateLimit-Policy (month: 30 days, year: 365).
+// They are also the lengths of envoyproxy/ratelimit's windows, which it
+// aligns to the Unix epoch.
 func (u Unit) seconds() int64 {
 	switch u {
 	case Second:
@@ -94,6 +99,11 @@ func (u Unit) seconds() int64 {
 	return 0
 }
 
+// countMax is the capacity of the counting rules of the compatibility
+// mode: far more than any window sees, and exact in the doubles of Redis
+// scripts.
+const countMax = 1 << 50
+
 // Config is a set of domains loaded from files in the envoyproxy/ratelimit
 // format. It is immutable once loaded and safe for concurrent use.
 type Config struct {
@@ -101,6 +111,9 @@ type Config struct {
 	// version hashes the files the configuration was read from (see
 	// watch.Hash), so that Watch can tell whether they changed since.
 	version [sha256.Size]byte
+	// warnings are the parts of the files that were read but mean
+	// nothing, one "file:line:col: field: message" each.
+	warnings []string
 }
 
 // Domains lists the configured domains in order.
@@ -113,43 +126,112 @@ func (c *Config) Domains() []string {
 	return out
 }
 
+// Warnings lists what the files hold that Floodgate reads but ignores, as
+// envoyproxy/ratelimit does (a key where it has no meaning, a
+// requests_per_unit next to unlimited, a missing requests_per_unit that
+// makes the limit block every request), one "file:line:col: field:
+// message" each.
+func (c *Config) Warnings() []string { return c.warnings }
+
 type domain struct {
-	name string
-	file string
-	root level
+	name   string
+	files  []string
+	root   level
+	compat bool
+	// limits are the domain's rate limits in file order, for Dump.
+	limits []*rateLimit
 }
 
 // level is one list of descriptors: the top-level list of a domain or the
 // nested list of one descriptor.
 type level struct {
 	exact    map[entryKey]*node // key and value given
-	wildcard map[string][]*node // key → values ending in '*', longest prefix first
+	wild     map[string][]*node // key → values with a '*', in file order
+	wildBest map[string][]*node // the same, the most literal characters first
 	anyValue map[string]*node   // key only: any value, one counter per value
+	// composite holds every descriptor by envoyproxy/ratelimit's name for
+	// it (key, or key_value), which must be unique in a level.
+	composite map[string]*node
 }
 
 type entryKey struct{ key, value string }
 
 // node is one configured descriptor.
 type node struct {
-	key, value string // value "" matches any value; "p*" any value starting with p
+	key, value string // value "" matches any value; with '*' a pattern
+	parts      []string
 	limit      *rateLimit
 	shadow     bool
+	quotaMode  bool
 	detailed   bool
-	children   level
-	path       string // domain.key_value.key ..., the default limit name
+	// valueToMetric and shareThreshold shape the statistics' names and,
+	// for shareThreshold, the counters (see Service).
+	valueToMetric  bool
+	shareThreshold bool
+	metadata       *structpb.Struct
+	children       level
+	// path is domain.key_value.key ...: the default limit name and the
+	// name of the limit's statistics.
+	path string
+	// file and line locate the descriptor, for messages.
+	file string
 }
+
+// wildcard reports whether the node's value is a pattern.
+func (nd *node) wildcard() bool { return nd.parts != nil }
+
+// matches reports whether value matches the node's pattern: every '*'
+// stands for any run of characters (none included), the literal parts
+// must appear in order, the first at the start and the last at the end.
+func (nd *node) matches(value string) bool {
+	p := nd.parts
+	first, last := p[0], p[len(p)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, mid := range p[1 : len(p)-1] {
+		i := strings.Index(rest, mid)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(mid):]
+	}
+	return true
+}
+
+// literal counts the characters of the pattern that are not '*'.
+func (nd *node) literal() int { return len(nd.value) - (len(nd.parts) - 1) }
 
 // rateLimit is the rate_limit block of a descriptor, compiled.
 type rateLimit struct {
-	name      string
-	unit      Unit
-	perUnit   uint32
-	unlimited bool
-	replaces  []string
-	shadow    bool
+	// name is the limit's name in Floodgate's answers and metrics: the
+	// configured name, else the descriptor's path.
+	name string
+	// configName is the name as configured ("" when none): replaces
+	// name it, and the compatibility mode answers with it.
+	configName string
+	unit       Unit
+	perUnit    uint32
+	unlimited  bool
+	replaces   []string
+	shadow     bool
+	quotaMode  bool
+	metadata   *structpb.Struct
+	detailed   bool
+	// statPath is envoyproxy/ratelimit's name for the limit's statistics
+	// (the descriptor's path).
+	statPath string
 	// rule is nil when unlimited or when requests_per_unit is 0 (every
 	// request is over the limit, envoyproxy/ratelimit's way to block).
 	rule *limiter.Rule
+	// shadowRule is rule in shadow mode, for quota mode: the same
+	// counters, without stopping the request (nil when rule is shadow).
+	shadowRule *limiter.Rule
+	// count is the compatibility mode's counting rule: a fixed window as
+	// long as the unit that never denies, whose Remaining tells how many
+	// hits the window has seen.
+	count *limiter.Rule
 	// tmpl rebuilds the limit for a per-request override.
 	tmpl limitTemplate
 	// fields is the limit's part of the response fields.
@@ -170,6 +252,22 @@ type LoadOptions struct {
 	// Extensions lists the file-name extensions read from a directory;
 	// nil means .yaml and .yml.
 	Extensions []string
+	// AllFiles reads every file of a directory whatever its name, as
+	// envoyproxy/ratelimit reads its runtime directory.
+	AllFiles bool
+	// Recursive reads the directories inside directories too.
+	Recursive bool
+	// DotFiles reads the files and directories whose names start with a
+	// dot (envoyproxy/ratelimit does unless RUNTIME_IGNOREDOTFILES is
+	// true).
+	DotFiles bool
+	// MergeDomains lets several files define one domain: their descriptors
+	// are put together (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG). A
+	// descriptor given in two files is still an error.
+	MergeDomains bool
+	// Compat puts every domain in the compatibility mode (see package
+	// doc), as a file does for its own domain with "compat: true".
+	Compat bool
 }
 
 // configError is what Load and Parse return: every problem of the files,
@@ -192,10 +290,10 @@ func unreadable(path string, err error) *yamlfile.Error {
 }
 
 // Load reads every path, a file or a directory (whose regular files with
-// a YAML extension are read in name order, not recursively), and returns
-// the configuration of all the domains they define. A domain defined twice
-// is an error. The error reports every problem of every file (see
-// package doc).
+// a YAML extension are read in name order, not recursively, unless opts
+// say otherwise), and returns the configuration of all the domains they
+// define. A domain defined twice is an error unless opts.MergeDomains. The
+// error reports every problem of every file (see package doc).
 func Load(paths []string, opts LoadOptions) (*Config, error) {
 	files, errs := configFiles(paths, opts)
 	if len(errs) > 0 {
@@ -214,15 +312,11 @@ func Load(paths []string, opts LoadOptions) (*Config, error) {
 		return nil, invalid(errs)
 	}
 	v.Hash = watch.Hash(v.Files)
-	return build(v)
+	return build(v, opts)
 }
 
 // configFiles lists the files Load reads for paths.
 func configFiles(paths []string, opts LoadOptions) ([]string, yamlfile.Errors) {
-	exts := opts.Extensions
-	if exts == nil {
-		exts = []string{".yaml", ".yml"}
-	}
 	var files []string
 	var errs yamlfile.Errors
 	for _, p := range paths {
@@ -235,23 +329,49 @@ func configFiles(paths []string, opts LoadOptions) ([]string, yamlfile.Errors) {
 			files = append(files, p)
 			continue
 		}
-		ents, err := os.ReadDir(p)
-		if err != nil {
-			errs = append(errs, unreadable(p, err))
+		files, errs = dirFiles(p, opts, files, errs)
+	}
+	return files, errs
+}
+
+// dirFiles appends the files of the directory dir that Load reads.
+func dirFiles(dir string, opts LoadOptions, files []string, errs yamlfile.Errors) ([]string, yamlfile.Errors) {
+	exts := opts.Extensions
+	if exts == nil {
+		exts = []string{".yaml", ".yml"}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return files, append(errs, unreadable(dir, err))
+	}
+	for _, e := range ents {
+		if !opts.DotFiles && strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		for _, e := range ents {
-			if e.Type()&fs.ModeType != 0 && e.Type()&fs.ModeSymlink == 0 {
+		path := filepath.Join(dir, e.Name())
+		switch t := e.Type(); {
+		case t.IsDir():
+			if opts.Recursive {
+				files, errs = dirFiles(path, opts, files, errs)
+			}
+			continue
+		case t&fs.ModeSymlink != 0:
+			// A link to a file is read; a link to a directory is not
+			// followed (as envoyproxy/ratelimit's runtime loader).
+			if st, err := os.Stat(path); err == nil && st.IsDir() {
 				continue
 			}
-			if strings.HasPrefix(e.Name(), ".") {
-				continue
-			}
-			for _, x := range exts {
-				if strings.EqualFold(filepath.Ext(e.Name()), x) {
-					files = append(files, filepath.Join(p, e.Name()))
-					break
-				}
+		case !t.IsRegular():
+			continue
+		}
+		if opts.AllFiles {
+			files = append(files, path)
+			continue
+		}
+		for _, x := range exts {
+			if strings.EqualFold(filepath.Ext(e.Name()), x) {
+				files = append(files, path)
+				break
 			}
 		}
 	}
@@ -260,32 +380,35 @@ func configFiles(paths []string, opts LoadOptions) ([]string, yamlfile.Errors) {
 
 // Parse reads one file's contents; name is used in error messages.
 func Parse(name string, src []byte) (*Config, error) {
-	files := []watch.File{{Path: name, Data: src}}
-	return build(&watch.Version{Files: files, Hash: watch.Hash(files)})
+	return ParseWith(name, src, LoadOptions{})
 }
 
-// build decodes and compiles the files of v, each one domain.
-func build(v *watch.Version) (*Config, error) {
+// ParseWith is Parse with the options that apply to one file (Compat).
+func ParseWith(name string, src []byte, opts LoadOptions) (*Config, error) {
+	files := []watch.File{{Path: name, Data: src}}
+	return build(&watch.Version{Files: files, Hash: watch.Hash(files)}, opts)
+}
+
+// build decodes and compiles the files of v.
+func build(v *watch.Version, opts LoadOptions) (*Config, error) {
 	c := &Config{domains: map[string]*domain{}, version: v.Hash}
-	var errs yamlfile.Errors
+	var errs, warns yamlfile.Errors
 	for _, f := range v.Files {
-		spec, d, problems := parseFile(f.Path, f.Data)
+		spec, d, problems, w := parseFile(f.Path, f.Data)
+		warns = append(warns, w...)
 		if problems != nil {
 			errs = append(errs, problems...)
 			continue
 		}
-		dom := (&compiler{d: d}).file(spec)
-		if dom != nil {
-			if old, ok := c.domains[dom.name]; ok {
-				d.Errorf("domain", "domain %q is already defined in %s", dom.name, old.file)
-			} else {
-				c.domains[dom.name] = dom
-			}
-		}
+		cc := &compiler{d: d, cfg: c, opts: opts, warns: &warns}
+		cc.file(spec)
 		errs = append(errs, d.Problems()...)
 	}
 	if len(errs) > 0 {
 		return nil, invalid(errs)
+	}
+	for _, w := range warns.Sorted() {
+		c.warnings = append(c.warnings, w.Error())
 	}
 	return c, nil
 }
@@ -293,64 +416,111 @@ func build(v *watch.Version) (*Config, error) {
 // compiler turns the descriptors of one decoded file into the domain's
 // matching tree and limits, reporting problems at the fields' positions.
 type compiler struct {
-	d *yamlfile.Decoder
+	d     *yamlfile.Decoder
+	cfg   *Config
+	opts  LoadOptions
+	dom   *domain
+	warns *yamlfile.Errors
 }
 
-// file compiles a file; nil when it has no usable domain name.
-func (c *compiler) file(spec *fileSpec) *domain {
+// warn records something read but ignored at the field's position.
+func (c *compiler) warn(field, format string, args ...any) {
+	p := c.d.Positions().Of(field)
+	*c.warns = append(*c.warns, &yamlfile.Error{File: c.d.File(), Line: p.Line, Column: p.Column, Field: field,
+		Msg: fmt.Sprintf(format, args...)})
+}
+
+// file compiles a file into its domain.
+func (c *compiler) file(spec *fileSpec) {
 	switch {
-	case c.d.Bad("domain"):
-		return nil
+	case c.d.Bad("domain") || c.d.Bad("compat"):
+		return
 	case !c.d.Written("domain"):
 		c.d.Errorf("domain", "missing")
-		return nil
+		return
 	case spec.Domain == "":
 		c.d.Errorf("domain", "must not be empty")
-		return nil
+		return
 	}
-	d := &domain{name: spec.Domain, file: c.d.File()}
-	d.root = c.level(spec.Descriptors, d.name, "descriptors")
-	return d
+	compat := spec.Compat || c.opts.Compat
+	dom := c.cfg.domains[spec.Domain]
+	switch {
+	case dom == nil:
+		dom = &domain{name: spec.Domain, compat: compat}
+		c.cfg.domains[dom.name] = dom
+	case !c.opts.MergeDomains:
+		c.d.Errorf("domain", "domain %q is already defined in %s (merging the files of a domain is an option: MERGE_DOMAIN_CONFIG)",
+			spec.Domain, dom.files[0])
+		return
+	case dom.compat != compat:
+		c.d.Errorf("domain", "domain %q is in compatibility mode in one file and not in %s; say the same in every file",
+			spec.Domain, dom.files[0])
+		return
+	}
+	dom.files = append(dom.files, c.d.File())
+	c.dom = dom
+	c.level(spec.Descriptors, &dom.root, dom.name, "descriptors")
 }
 
-func (c *compiler) level(specs []descriptorSpec, parent, field string) level {
-	lv := level{exact: map[entryKey]*node{}, wildcard: map[string][]*node{}, anyValue: map[string]*node{}}
+func (lv *level) init() {
+	*lv = level{exact: map[entryKey]*node{}, wild: map[string][]*node{}, wildBest: map[string][]*node{},
+		anyValue: map[string]*node{}, composite: map[string]*node{}}
+}
+
+// describe names a descriptor in messages.
+func (nd *node) describe() string {
+	if nd.value == "" {
+		return fmt.Sprintf("%q without a value", nd.key)
+	}
+	return nd.key + "=" + nd.value
+}
+
+// level compiles specs into lv (which a merged domain may have filled
+// from other files).
+func (c *compiler) level(specs []descriptorSpec, lv *level, parent, field string) {
+	if lv.composite == nil && len(specs) > 0 {
+		lv.init()
+	}
 	for i := range specs {
 		where := fmt.Sprintf("%s[%d]", field, i)
 		nd := c.node(&specs[i], parent, where)
 		if nd == nil {
 			continue
 		}
+		at := where + ".value"
+		if nd.value == "" {
+			at = where + ".key"
+		}
+		composite := nd.key
+		if nd.value != "" {
+			composite += "_" + nd.value
+		}
+		if o := lv.composite[composite]; o != nil {
+			elsewhere := ""
+			if o.file != nd.file {
+				elsewhere = " (also in " + o.file + ")"
+			}
+			if o.key == nd.key && o.value == nd.value {
+				c.d.ErrorOf(where, at, "descriptor %s is defined twice at this level%s", nd.describe(), elsewhere)
+			} else {
+				c.d.ErrorOf(where, at, "descriptors %s and %s%s are one descriptor to envoyproxy/ratelimit (both %q); rename one",
+					o.describe(), nd.describe(), elsewhere, composite)
+			}
+			continue
+		}
+		lv.composite[composite] = nd
 		switch {
 		case nd.value == "":
-			if _, dup := lv.anyValue[nd.key]; dup {
-				c.d.ErrorOf(where, where+".key", "descriptor %q without a value is defined twice at this level", nd.key)
-				continue
-			}
 			lv.anyValue[nd.key] = nd
-		case strings.HasSuffix(nd.value, "*"):
-			dup := false
-			for _, o := range lv.wildcard[nd.key] {
-				dup = dup || o.value == nd.value
-			}
-			if dup {
-				c.d.ErrorOf(where, where+".value", "descriptor %s=%s is defined twice at this level", nd.key, nd.value)
-				continue
-			}
-			lv.wildcard[nd.key] = append(lv.wildcard[nd.key], nd)
+		case nd.wildcard():
+			lv.wild[nd.key] = append(lv.wild[nd.key], nd)
+			best := append(slices.Clone(lv.wildBest[nd.key]), nd)
+			sort.SliceStable(best, func(i, j int) bool { return best[i].literal() > best[j].literal() })
+			lv.wildBest[nd.key] = best
 		default:
-			ek := entryKey{nd.key, nd.value}
-			if _, dup := lv.exact[ek]; dup {
-				c.d.ErrorOf(where, where+".value", "descriptor %s=%s is defined twice at this level", nd.key, nd.value)
-				continue
-			}
-			lv.exact[ek] = nd
+			lv.exact[entryKey{nd.key, nd.value}] = nd
 		}
 	}
-	for _, ws := range lv.wildcard {
-		sort.SliceStable(ws, func(i, j int) bool { return len(ws[i].value) > len(ws[j].value) })
-	}
-	return lv
 }
 
 // node compiles one descriptor; nil when it has no usable key.
@@ -366,24 +536,36 @@ func (c *compiler) node(s *descriptorSpec, parent, where string) *node {
 		c.d.Errorf(keyField, "must not be empty")
 		return nil
 	}
-	nd := &node{key: s.Key, value: s.Value, shadow: s.ShadowMode, detailed: s.DetailedMetric}
+	nd := &node{key: s.Key, value: s.Value, shadow: s.ShadowMode, quotaMode: s.QuotaMode, detailed: s.DetailedMetric,
+		valueToMetric: s.ValueToMetric, shareThreshold: s.ShareThreshold, metadata: s.Metadata.s, file: c.d.File()}
 	nd.path = parent + "." + nd.key
 	if nd.value != "" {
 		nd.path += "_" + nd.value
 	}
+	if strings.Contains(nd.value, "*") {
+		nd.parts = strings.Split(nd.value, "*")
+	}
+	if nd.shareThreshold && !strings.Contains(nd.key+nd.value, "*") {
+		c.d.Errorf(where+".share_threshold", "share_threshold needs a wildcard value (one with a *), got %q", nd.value)
+	}
 	if s.RateLimit != nil {
 		nd.limit = c.rateLimit(s.RateLimit, nd, where+".rate_limit")
 	}
-	nd.children = c.level(s.Descriptors, nd.path, where+".descriptors")
+	c.level(s.Descriptors, &nd.children, nd.path, where+".descriptors")
 	return nd
 }
 
 // rateLimit compiles a rate_limit block at where; nil when it has a
-// problem.
+// problem. It accepts what envoyproxy/ratelimit's loader accepts and
+// refuses what it refuses.
 func (c *compiler) rateLimit(s *rateLimitSpec, nd *node, where string) *rateLimit {
 	field := func(f string) string { return where + "." + f }
 	written := func(f string) bool { return c.d.Written(field(f)) }
-	r := &rateLimit{name: nd.path, shadow: nd.shadow, unlimited: s.Unlimited}
+	r := &rateLimit{name: nd.path, configName: s.Name, shadow: nd.shadow, quotaMode: nd.quotaMode,
+		unlimited: s.Unlimited, metadata: nd.metadata, detailed: nd.detailed, statPath: nd.path}
+	if s.Name != "" {
+		r.name = s.Name
+	}
 	// A field whose value did not decode has its problem already; the
 	// checks below only add their own.
 	bad := false
@@ -395,33 +577,79 @@ func (c *compiler) rateLimit(s *rateLimitSpec, nd *node, where string) *rateLimi
 		c.d.Errorf(field(f), format, args...)
 		bad = true
 	}
-	if written("name") {
-		if s.Name == "" {
-			fail("name", "must not be empty")
-		}
-		r.name = s.Name
-	}
 	for i, rp := range s.Replaces {
-		if rp.Name == "" {
+		switch {
+		case rp.Name == "":
 			fail(fmt.Sprintf("replaces[%d].name", i), "missing")
-			continue
+		case rp.Name == s.Name:
+			fail(fmt.Sprintf("replaces[%d].name", i), "a limit cannot replace itself (%q is this limit's name)", rp.Name)
+		default:
+			r.replaces = append(r.replaces, rp.Name)
 		}
-		r.replaces = append(r.replaces, rp.Name)
 	}
-	if written("unit") {
-		u, err := ParseUnit(s.Unit)
-		if err != nil {
-			fail("unit", "%v", err)
+	unit, unitErr := ParseUnit(s.Unit)
+	if r.unlimited {
+		switch {
+		case written("unit") && unitErr == nil:
+			c.d.ErrorOf(field("unit"), field("unlimited"), "an unlimited rate limit takes no unit")
+			bad = true
+		case written("unit"):
+			c.warn(field("unit"), "ignored: the limit is unlimited")
 		}
-		r.unit = u
+		if written("requests_per_unit") {
+			c.warn(field("requests_per_unit"), "ignored: the limit is unlimited")
+		}
+		for _, f := range []string{"algorithm", "burst", "quota", "on_failure"} {
+			if written(f) {
+				fail(f, "an unlimited rate limit takes no %s", f)
+			}
+		}
+		if bad {
+			return nil
+		}
+		c.dom.limits = append(c.dom.limits, r)
+		return r
 	}
-	if written("requests_per_unit") && (s.RequestsPerUnit < 0 || s.RequestsPerUnit > math.MaxUint32) {
+	switch {
+	case !written("unit"):
+		fail("unit", "missing")
+	case unitErr != nil:
+		fail("unit", "%v", unitErr)
+	}
+	r.unit = unit
+	switch {
+	case !written("requests_per_unit"):
+		c.warn(where, "requests_per_unit is missing: it is 0, so every request is over the limit (as envoyproxy/ratelimit reads it)")
+	case s.RequestsPerUnit < 0 || s.RequestsPerUnit > math.MaxUint32:
 		fail("requests_per_unit", "%d is out of range [0, %d]", s.RequestsPerUnit, uint32(math.MaxUint32))
+	}
+	c.extensions(s, r, where, &bad)
+	if bad {
+		return nil
+	}
+	r.perUnit = uint32(s.RequestsPerUnit)
+	if !c.build(r, where) {
+		return nil
+	}
+	c.dom.limits = append(c.dom.limits, r)
+	return r
+}
+
+// extensions reads Floodgate's keys of a rate_limit block into r.tmpl.
+func (c *compiler) extensions(s *rateLimitSpec, r *rateLimit, where string, bad *bool) {
+	field := func(f string) string { return where + "." + f }
+	written := func(f string) bool { return c.d.Written(field(f)) }
+	fail := func(f, format string, args ...any) {
+		c.d.Errorf(field(f), format, args...)
+		*bad = true
 	}
 	if written("algorithm") {
 		a, err := floodgate.ParseAlgorithm(s.Algorithm)
 		if k := a.Kind(); err == nil && k != floodgate.KindRate && k != floodgate.KindQuota {
 			err = fmt.Errorf("%s is not available over RLS (no delays, no leases)", s.Algorithm)
+		}
+		if err == nil && c.dom.compat && a != floodgate.FixedWindow {
+			err = fmt.Errorf("%s is not available in compatibility mode, which counts fixed windows as envoyproxy/ratelimit does", s.Algorithm)
 		}
 		if err != nil {
 			fail("algorithm", "%v", err)
@@ -435,6 +663,9 @@ func (c *compiler) rateLimit(s *rateLimitSpec, nd *node, where string) *rateLimi
 		r.tmpl.burst = s.Burst
 	}
 	if q := s.Quota; q != nil {
+		if c.dom.compat {
+			fail("quota", "calendar quotas are not available in compatibility mode, which counts fixed windows as envoyproxy/ratelimit does")
+		}
 		if written("quota.time_zone") {
 			loc, err := time.LoadLocation(q.TimeZone)
 			if err != nil {
@@ -456,37 +687,15 @@ func (c *compiler) rateLimit(s *rateLimitSpec, nd *node, where string) *rateLimi
 		}
 		r.tmpl.onFailure = p
 	}
-	if bad {
-		return nil
+	if *bad {
+		return
 	}
-	if r.unlimited {
-		if written("requests_per_unit") || written("unit") {
-			// envoyproxy/ratelimit rejects unit and requests_per_unit
-			// together with unlimited; so do we.
-			at := field("requests_per_unit")
-			if !written("requests_per_unit") {
-				at = field("unit")
-			}
-			c.d.ErrorOf(at, field("unlimited"), "an unlimited rate limit takes no unit or requests_per_unit")
-			return nil
-		}
-		return r
-	}
-	if !written("unit") {
-		fail("unit", "missing")
-	}
-	if !written("requests_per_unit") {
-		fail("requests_per_unit", "missing")
-	}
-	if bad {
-		return nil
-	}
-	r.perUnit = uint32(s.RequestsPerUnit)
 	if r.tmpl.algorithm == 0 {
 		// Weeks and months are calendar periods (in UTC unless the quota
-		// block names a zone); every other unit is a fixed window.
+		// block names a zone); every other unit is a fixed window. The
+		// compatibility mode counts fixed windows of every unit.
 		r.tmpl.algorithm = floodgate.FixedWindow
-		if s.Quota != nil || r.unit == Week || r.unit == Month {
+		if !c.dom.compat && (s.Quota != nil || r.unit == Week || r.unit == Month) {
 			r.tmpl.algorithm = floodgate.Quota
 		}
 	}
@@ -502,29 +711,48 @@ func (c *compiler) rateLimit(s *rateLimitSpec, nd *node, where string) *rateLimi
 			at = field("algorithm")
 		}
 		c.d.ErrorOf(at, field("unit"), "a calendar quota needs unit day, week or month, got %s", r.unit)
-		bad = true
+		*bad = true
 	}
-	if bad {
-		return nil
+}
+
+// build makes the rules of a limited rate limit; false after a problem.
+func (c *compiler) build(r *rateLimit, where string) bool {
+	var err error
+	if r.count, err = countRule(r.unit, r.tmpl.onFailure); err != nil {
+		c.d.Errorf(where, "%v", err)
+		return false
 	}
 	if r.perUnit == 0 {
 		// Blocked: every request is over the limit; no counter needed.
 		r.fields = fields.NewLimit(&floodgate.Limit{Name: r.name, Algorithm: floodgate.FixedWindow,
 			Max: 0, Window: time.Duration(r.unit.seconds()) * time.Second})
-		return r
+		return true
 	}
 	l, err := r.tmpl.limit(r.name, r.unit, 1, int64(r.perUnit))
-	if err != nil {
-		c.d.Errorf(where, "%v", err)
-		return nil
+	if err == nil {
+		r.rule, err = limiter.NewRule(l, r.tmpl.onFailure, r.shadow)
 	}
-	r.rule, err = limiter.NewRule(l, r.tmpl.onFailure, r.shadow)
+	if err == nil && !r.shadow {
+		// For quota mode, the descriptor's or the service's (QuotaMode).
+		r.shadowRule, err = limiter.NewRule(l, r.tmpl.onFailure, true)
+	}
 	if err != nil {
 		c.d.Errorf(where, "%v", err)
-		return nil
+		return false
 	}
 	r.fields = fields.ForRule(r.rule)
-	return r
+	return true
+}
+
+// countRule is the compatibility mode's counting rule for a unit: a fixed
+// window of one unit (aligned to the epoch, like envoyproxy/ratelimit's)
+// that never denies. Every limit of the unit counts with it, on the
+// descriptor's counter key, so that the counters are
+// envoyproxy/ratelimit's: one per domain, descriptor entries and window,
+// whatever limit (configured or given in the request) applies.
+func countRule(unit Unit, onFailure floodgate.FailurePolicy) (*limiter.Rule, error) {
+	return limiter.NewRule(floodgate.Limit{Name: "compat." + unit.String(), Algorithm: floodgate.FixedWindow, Max: countMax,
+		Window: time.Duration(unit.seconds()) * time.Second}, onFailure, false)
 }
 
 // limit builds the Floodgate limit for perUnit requests every mult units.
@@ -562,4 +790,23 @@ func (t *limitTemplate) limit(name string, unit Unit, mult uint32, perUnit int64
 		l.Max, l.Window = perUnit, span
 	}
 	return l, l.Validate()
+}
+
+// Dump writes the configuration as envoyproxy/ratelimit's debug port
+// shows it (/rlconfig): one line per limit, "path: unit=UNIT
+// requests_per_unit=N, shadow_mode: B, quota_mode: B", in domain and file
+// order.
+func (c *Config) Dump() string {
+	var b strings.Builder
+	for _, name := range c.Domains() {
+		for _, r := range c.domains[name].limits {
+			unit := "UNKNOWN"
+			if !r.unlimited {
+				unit = strings.ToUpper(r.unit.String())
+			}
+			fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
+				r.statPath, unit, r.perUnit, r.shadow, r.quotaMode)
+		}
+	}
+	return b.String()
 }

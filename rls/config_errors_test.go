@@ -50,7 +50,7 @@ descriptors:
 		a + `:6:54: descriptors[1].rate_limit.brust: unknown field (did you mean "burst"?)`,
 		a + `:7:5: descriptors[2].key: missing`,
 		b + `:4:51: descriptors[0].rate_limit.requests_per_unit: -3 is out of range [0, 4294967295]`,
-		c + `:1:9: domain: domain "alpha" is already defined in ` + a,
+		c + `:1:9: domain: domain "alpha" is already defined in ` + a + ` (merging the files of a domain is an option: MERGE_DOMAIN_CONFIG)`,
 	}
 	if got := err.Error(); got != strings.Join(want, "\n") {
 		t.Errorf("problems\n got:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))

@@ -1,7 +1,13 @@
 package rls
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate/floodgate/internal/yamlfile"
 )
@@ -16,6 +22,9 @@ import (
 type fileSpec struct {
 	Domain      string           `yaml:"domain"`
 	Descriptors []descriptorSpec `yaml:"descriptors"`
+	// Compat is Floodgate's extension: answer for this domain exactly as
+	// envoyproxy/ratelimit does.
+	Compat bool `yaml:"compat"`
 }
 
 // descriptorSpec is one descriptor and its nested descriptors.
@@ -25,7 +34,11 @@ type descriptorSpec struct {
 	RateLimit      *rateLimitSpec   `yaml:"rate_limit"`
 	Descriptors    []descriptorSpec `yaml:"descriptors"`
 	ShadowMode     bool             `yaml:"shadow_mode"`
+	QuotaMode      bool             `yaml:"quota_mode"`
 	DetailedMetric bool             `yaml:"detailed_metric"`
+	ValueToMetric  bool             `yaml:"value_to_metric"`
+	ShareThreshold bool             `yaml:"share_threshold"`
+	Metadata       metadataSpec     `yaml:"metadata"`
 }
 
 // rateLimitSpec is a descriptor's rate_limit block, with Floodgate's
@@ -53,20 +66,190 @@ type quotaSpec struct {
 	AnchorDay int64  `yaml:"anchor_day"`
 }
 
+// metadataSpec is a descriptor's metadata: any mapping, returned in the
+// response's dynamic metadata when the descriptor's limit lets a request
+// pass.
+type metadataSpec struct {
+	s *structpb.Struct
+}
+
+// peerKeys are the keys envoyproxy/ratelimit's loader accepts anywhere in
+// a file: it checks every key against this one set, then ignores the keys
+// its structure has no place for. Floodgate reads such a misplaced key the
+// same way (it is ignored) and warns about it.
+var peerKeys = []string{"domain", "key", "value", "descriptors", "rate_limit", "unit", "requests_per_unit",
+	"unlimited", "shadow_mode", "quota_mode", "name", "replaces", "detailed_metric", "value_to_metric",
+	"share_threshold", "metadata"}
+
+// The types the hooks decode through: the same structs without the hooks.
+type (
+	plainFile       fileSpec
+	plainDescriptor descriptorSpec
+	plainRateLimit  rateLimitSpec
+	plainReplace    replaceSpec
+)
+
 // parseFile decodes the file name. The decoder it returns holds the
-// positions of the fields and the problems found so far; when the file
-// cannot be decoded at all (syntax, size, alias bombs) it returns that
-// problem instead.
-func parseFile(name string, src []byte) (*fileSpec, *yamlfile.Decoder, yamlfile.Errors) {
+// positions of the fields and the problems found so far, and warnings the
+// fields that are read but ignored; when the file cannot be decoded at all
+// (syntax, size, alias bombs) it returns that problem instead.
+func parseFile(name string, src []byte) (*fileSpec, *yamlfile.Decoder, yamlfile.Errors, yamlfile.Errors) {
 	root, errs := yamlfile.Read(name, src)
 	if errs != nil {
-		return nil, nil, errs
+		return nil, nil, errs, nil
+	}
+	var warnings yamlfile.Errors
+	hooks := map[reflect.Type]yamlfile.Hook{
+		reflect.TypeFor[fileSpec]():       lenient(reflect.TypeFor[plainFile](), &warnings),
+		reflect.TypeFor[descriptorSpec](): lenient(reflect.TypeFor[plainDescriptor](), &warnings),
+		reflect.TypeFor[rateLimitSpec]():  lenient(reflect.TypeFor[plainRateLimit](), &warnings),
+		reflect.TypeFor[replaceSpec]():    lenient(reflect.TypeFor[plainReplace](), &warnings),
+		reflect.TypeFor[metadataSpec]():   decodeMetadata,
 	}
 	spec := &fileSpec{}
-	d := yamlfile.NewDecoder(name, nil)
+	d := yamlfile.NewDecoder(name, hooks)
 	d.Decode(root, reflect.ValueOf(spec).Elem(), "")
 	if d.TooLarge() {
-		return nil, nil, d.Problems()
+		return nil, nil, d.Problems(), nil
 	}
-	return spec, d, nil
+	return spec, d, nil, warnings
+}
+
+// lenient decodes a mapping into the struct type plain after dropping the
+// keys envoyproxy/ratelimit accepts anywhere but plain has no field for
+// (each one a warning).
+func lenient(plain reflect.Type, warnings *yamlfile.Errors) yamlfile.Hook {
+	own := map[string]bool{}
+	for i := range plain.NumField() {
+		if tag := plain.Field(i).Tag.Get("yaml"); tag != "" {
+			own[tag] = true
+		}
+	}
+	return func(d *yamlfile.Decoder, n *yaml.Node, v reflect.Value, path string) {
+		if n.Kind == yaml.MappingNode {
+			var kept []*yaml.Node
+			changed := false
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := yamlfile.Resolve(n.Content[i])
+				if k != nil && k.Kind == yaml.ScalarNode && !own[k.Value] && slices.Contains(peerKeys, k.Value) {
+					*warnings = append(*warnings, &yamlfile.Error{File: d.File(), Line: k.Line, Column: k.Column,
+						Field: yamlfile.Join(path, k.Value), Msg: "ignored: this key has no meaning here (envoyproxy/ratelimit ignores it too)"})
+					continue
+				}
+				if kept == nil {
+					kept = make([]*yaml.Node, 0, len(n.Content))
+				}
+				v := n.Content[i+1]
+				if k != nil && boolKeys[k.Value] {
+					if b, ok := yaml11Bool(yamlfile.Resolve(v)); ok {
+						// envoyproxy/ratelimit reads YAML 1.1, whose
+						// booleans include yes, no, on and off.
+						c := *yamlfile.Resolve(v)
+						c.Value, c.Tag = strconv.FormatBool(b), "!!bool"
+						v = &c
+					}
+				}
+				kept = append(kept, n.Content[i], v)
+				changed = changed || v != n.Content[i+1]
+			}
+			if changed || len(kept) != len(n.Content) {
+				c := *n
+				c.Content = kept
+				n = &c
+			}
+		}
+		d.Decode(n, v.Addr().Convert(reflect.PointerTo(plain)).Elem(), path)
+	}
+}
+
+// boolKeys are the keys whose values are booleans.
+var boolKeys = map[string]bool{"shadow_mode": true, "quota_mode": true, "detailed_metric": true, "value_to_metric": true,
+	"share_threshold": true, "unlimited": true, "compat": true}
+
+// yaml11Bool reads the booleans that YAML 1.1 has and YAML 1.2 has not
+// (y, yes, on, n, no, off in their usual cases), written plain.
+func yaml11Bool(n *yaml.Node) (value, ok bool) {
+	if n == nil || n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!str" {
+		return false, false
+	}
+	switch n.Value {
+	case "y", "Y", "yes", "Yes", "YES", "on", "On", "ON":
+		return true, true
+	case "n", "N", "no", "No", "NO", "off", "Off", "OFF":
+		return false, true
+	}
+	return false, false
+}
+
+// decodeMetadata reads a descriptor's metadata: a mapping of any shape,
+// whose scalars keep their YAML types (numbers, booleans, null, strings).
+func decodeMetadata(d *yamlfile.Decoder, n *yaml.Node, v reflect.Value, path string) {
+	if yamlfile.IsNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.ErrorAt(n, path, "want a mapping, got %s", yamlfile.KindName(n))
+		return
+	}
+	val, err := metadataValue(n, 0)
+	if err != nil {
+		d.ErrorAt(n, path, "%v", err)
+		return
+	}
+	v.Set(reflect.ValueOf(metadataSpec{s: val.GetStructValue()}))
+}
+
+// metadataValue converts a YAML node into a protobuf value.
+func metadataValue(n *yaml.Node, depth int) (*structpb.Value, error) {
+	n = yamlfile.Resolve(n)
+	if depth > 32 {
+		return nil, fmt.Errorf("nested more than 32 levels deep")
+	}
+	switch {
+	case yamlfile.IsNull(n):
+		return structpb.NewNullValue(), nil
+	case n.Kind == yaml.MappingNode:
+		s := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(n.Content)/2)}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := yamlfile.Resolve(n.Content[i])
+			if k == nil || k.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: want a scalar key, got %s", n.Content[i].Line, yamlfile.KindName(n.Content[i]))
+			}
+			c, err := metadataValue(n.Content[i+1], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			s.Fields[k.Value] = c
+		}
+		return structpb.NewStructValue(s), nil
+	case n.Kind == yaml.SequenceNode:
+		l := &structpb.ListValue{Values: make([]*structpb.Value, 0, len(n.Content))}
+		for _, c := range n.Content {
+			cv, err := metadataValue(c, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			l.Values = append(l.Values, cv)
+		}
+		return structpb.NewListValue(l), nil
+	case n.Kind == yaml.ScalarNode:
+		switch n.Tag {
+		case "!!int", "!!float":
+			if f, err := strconv.ParseFloat(n.Value, 64); err == nil {
+				return structpb.NewNumberValue(f), nil
+			}
+			if i, err := strconv.ParseInt(n.Value, 0, 64); err == nil {
+				return structpb.NewNumberValue(float64(i)), nil
+			}
+		case "!!bool":
+			if b, err := strconv.ParseBool(n.Value); err == nil {
+				return structpb.NewBoolValue(b), nil
+			}
+		}
+		if b, ok := yaml11Bool(n); ok {
+			return structpb.NewBoolValue(b), nil
+		}
+		return structpb.NewStringValue(n.Value), nil
+	}
+	return nil, fmt.Errorf("line %d: unexpected %s", n.Line, yamlfile.KindName(n))
 }

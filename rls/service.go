@@ -34,14 +34,42 @@ type Options struct {
 	// Fields switches the rate-limit fields added to
 	// response_headers_to_add: RateLimit-Policy and RateLimit (on by
 	// default), Retry-After on OVER_LIMIT, and the X-RateLimit-Limit,
-	// X-RateLimit-Remaining and X-RateLimit-Reset fields that
-	// envoyproxy/ratelimit adds when its response headers are enabled
-	// (Legacy).
+	// X-RateLimit-Remaining and X-RateLimit-Reset fields (Legacy).
+	// Domains in compatibility mode never get them.
 	Fields fields.Options
+	// NoFields leaves every field of Fields out, Retry-After included,
+	// as envoyproxy/ratelimit does unless its response headers are on.
+	NoFields bool
+	// PeerHeaders, when set, adds envoyproxy/ratelimit's three response
+	// headers (LIMIT_RESPONSE_HEADERS_ENABLED) in every mode.
+	PeerHeaders *PeerHeaders
+	// ShadowMode answers OK to every request, whatever its descriptors'
+	// statuses say (envoyproxy/ratelimit's SHADOW_MODE): the global
+	// shadow mode.
+	ShadowMode bool
+	// QuotaMode puts every descriptor in quota mode (QUOTA_MODE): a
+	// request is over the limit only when all its limited descriptors are.
+	QuotaMode bool
+	// DynamicMetadata adds the request's domain, descriptors and cost and
+	// the metadata of the descriptors that passed to every answer's
+	// dynamic_metadata (RESPONSE_DYNAMIC_METADATA).
+	DynamicMetadata bool
+	// Stats, when set, counts envoyproxy/ratelimit's statistics.
+	Stats *Stats
 	// MaxOverrides bounds the limits given in requests (descriptors'
 	// limit overrides) kept compiled (0: limiter.DefaultRequestLimits).
 	MaxOverrides int
 }
+
+// PeerHeaders names envoyproxy/ratelimit's response headers: the limit,
+// the remaining count and the seconds until the window resets of the
+// descriptor closest to its limit (or of the last one over it).
+type PeerHeaders struct {
+	Limit, Remaining, Reset string
+}
+
+// DefaultPeerHeaders are envoyproxy/ratelimit's default header names.
+var DefaultPeerHeaders = PeerHeaders{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
 
 // Service answers Envoy's RateLimitService/ShouldRateLimit from a Config
 // and the engine. It is safe for concurrent use; SetConfig swaps the
@@ -94,46 +122,75 @@ func (s *Service) Config() *Config { return s.cfg.Load() }
 
 // applied is one descriptor's limit for one request.
 type applied struct {
-	rl   *rateLimit
+	rl *rateLimit
+	// cost is the hits the descriptor adds; 0 checks without counting.
 	cost int64
-	hit  int // index into the hits, -1 when none
-	over bool
+	// key is the descriptor's counter.
+	key string
+	// stat is the name of the descriptor's statistics ("" when not
+	// counted).
+	stat string
+	// unlimited marks a descriptor whose limit is unlimited (rl is nil).
+	unlimited bool
+	// quota marks a descriptor in quota mode.
+	quota bool
+	hit   int // index into the hits, -1 when none
+	over  bool
+	// before and after are the window's count before and after this
+	// request, as the statistics see them.
+	before, after int64
+	// threshold is the count past which the statistics see the
+	// descriptor over its limit.
+	threshold int64
+	d         floodgate.Decision
 }
 
-// ShouldRateLimit decides a request: every descriptor is matched to at
-// most one limit, and all the limits that apply are checked and charged
-// together, all or nothing.
+// ShouldRateLimit decides a request. Each descriptor is matched to at most
+// one limit; then the domain's mode decides: by default all the limits
+// that apply are checked and charged together, all or nothing; in
+// compatibility mode each descriptor is counted on its own, as
+// envoyproxy/ratelimit counts it.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := s.validate(req); err != nil {
+		s.opts.Stats.serviceError()
 		return nil, err
 	}
 	// The hits go to the engine (an interface), so they live on the heap:
 	// they come from a pool, with the engine's Result.
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	app, err := s.match(req, sc)
+	cfg := s.cfg.Load()
+	dom := cfg.domains[req.GetDomain()]
+	compat := dom != nil && dom.compat
+	app, err := s.match(req, dom, compat, sc)
 	if err != nil {
+		s.opts.Stats.serviceError()
 		return nil, err
 	}
-	blocked := s.hits(req, app, sc)
-	res := &sc.res
-	*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
-	if len(sc.hits) > 0 {
-		// A blocked descriptor denies without asking the store, so nothing
-		// may be charged: peek to report the others.
-		sc.req = limiter.Request{Front: limiter.FrontRLS, Peek: blocked, Hits: sc.hits}
-		if err := s.eng.Decide(ctx, &sc.req, res); err != nil {
-			if ctx.Err() != nil {
-				return nil, status.FromContextError(ctx.Err()).Err()
-			}
-			s.log.Warn("rls: engine", "domain", req.GetDomain(), "err", err)
-			return nil, status.Errorf(codes.Unavailable, "rls: %v", err)
-		}
+	var resp *rlsv3.RateLimitResponse
+	if compat {
+		resp, err = s.decideCompat(ctx, req, app, sc)
+	} else {
+		resp, err = s.decide(ctx, req, app, sc)
 	}
-	return s.answer(app, sc), nil
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		s.opts.Stats.storeError()
+		s.log.Warn("rls: engine", "domain", req.GetDomain(), "err", err)
+		return nil, status.Errorf(codes.Unavailable, "rls: %v", err)
+	}
+	if dom == nil && s.opts.Stats != nil {
+		s.opts.Stats.domainNotFound(req.GetDomain(), len(req.GetDescriptors()))
+	}
+	s.finish(req, app, resp)
+	return resp, nil
 }
 
-// validate refuses requests that cannot be decided.
+// validate refuses requests that cannot be decided: those
+// envoyproxy/ratelimit refuses (no domain, no descriptors) and those too
+// large to decide.
 func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 	descs := req.GetDescriptors()
 	if req.GetDomain() == "" {
@@ -146,18 +203,6 @@ func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 		return status.Errorf(codes.InvalidArgument, "rls: %d descriptors, at most %d", len(descs), s.maxDesc)
 	}
 	for i, d := range descs {
-		ents := d.GetEntries()
-		if len(ents) == 0 {
-			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d has no entries", i)
-		}
-		for j, e := range ents {
-			if e.GetKey() == "" {
-				return status.Errorf(codes.InvalidArgument, "rls: descriptor %d entry %d has an empty key", i, j)
-			}
-		}
-		if d.GetIsNegativeHits() {
-			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d: is_negative_hits is not supported (charges are never refunded)", i)
-		}
 		if ha := d.GetHitsAddend(); ha != nil && ha.GetValue() > math.MaxInt32 {
 			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d: hits_addend %d is too large", i, ha.GetValue())
 		}
@@ -165,185 +210,174 @@ func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// match finds every descriptor's limit (a configured one, or a limit given
-// in the request), with its cost, and drops the limits that another one
-// that applies replaces.
-func (s *Service) match(req *rlsv3.RateLimitRequest, sc *scratch) ([]applied, error) {
-	domainName := req.GetDomain()
-	dom := s.cfg.Load().domains[domainName]
-	cost := int64(req.GetHitsAddend())
-	if cost == 0 {
-		cost = 1
+// cost is what descriptor d adds: its own hits_addend when set (0 checks
+// without counting), else the request's, at least 1.
+func cost(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
+	if ha := d.GetHitsAddend(); ha != nil {
+		return int64(ha.GetValue())
 	}
+	return max(1, int64(req.GetHitsAddend()))
+}
+
+// match finds every descriptor's limit (a configured one, or a limit given
+// in the request), with its cost, counter and statistics, and drops the
+// limits that another one that applies replaces.
+func (s *Service) match(req *rlsv3.RateLimitRequest, dom *domain, compat bool, sc *scratch) ([]applied, error) {
+	domainName := req.GetDomain()
 	app := sc.app[:0]
+	stats := s.opts.Stats != nil
 	for i, d := range req.GetDescriptors() {
-		a := applied{cost: cost, hit: -1}
-		if ha := d.GetHitsAddend(); ha != nil && ha.GetValue() > 0 {
-			a.cost = int64(ha.GetValue())
+		a := applied{cost: cost(req, d), hit: -1}
+		if d.GetIsNegativeHits() && !compat {
+			return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: is_negative_hits is not supported (charges are never refunded)", i)
 		}
-		if dom != nil {
-			ents := d.GetEntries()
-			if nd := dom.match(ents); nd != nil {
-				a.rl = nd.limit
+		if dom == nil {
+			app = append(app, a)
+			continue
+		}
+		ents := d.GetEntries()
+		if ov := d.GetLimit(); ov != nil {
+			var nd *node
+			if !compat {
+				nd, sc.trail = dom.match(ents, false, sc.trail)
 			}
-			if ov := d.GetLimit(); ov != nil {
-				var err error
-				if a.rl, err = s.override(domainName, ents, a.rl, ov); err != nil {
-					return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: limit override: %v", i, err)
-				}
+			var base *rateLimit
+			if nd != nil {
+				base = nd.limit
+			}
+			rl, err := s.override(domainName, ents, base, ov, compat)
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: limit override: %v", i, err)
+			}
+			a.rl = rl
+			a.quota = !compat && base != nil && (base.quotaMode || s.opts.QuotaMode)
+			a.key = counterKey(domainName, ents, nil)
+			if stats {
+				a.stat = pathKey(domainName, ents)
+			}
+			app = append(app, a)
+			continue
+		}
+		var nd *node
+		nd, sc.trail = dom.match(ents, compat, sc.trail)
+		if nd == nil || nd.limit == nil {
+			app = append(app, a)
+			continue
+		}
+		a.rl = nd.limit
+		if a.rl.unlimited {
+			a.unlimited = true
+		} else {
+			a.key = counterKey(domainName, ents, sc.trail)
+			a.quota = a.rl.quotaMode || s.opts.QuotaMode
+			if stats {
+				a.stat = statKey(domainName, ents, sc.trail, a.rl)
 			}
 		}
 		app = append(app, a)
 	}
 	sc.app = app
-	// A limit that applies drops every limit it names.
-	for i := range app {
-		rl := app[i].rl
-		if rl == nil || len(rl.replaces) == 0 {
-			continue
-		}
-		for j := range app {
-			if j != i && app[j].rl != nil && slices.Contains(rl.replaces, app[j].rl.name) {
-				app[j].rl = nil
-			}
-		}
-	}
+	replace(app)
 	return app, nil
 }
 
-// hits builds the engine's hits into sc.hits. Blocked descriptors
-// (requests_per_unit: 0) and costs that can never fit are over the limit
-// without asking the store; blocked reports whether one of them is
-// enforced.
-func (s *Service) hits(req *rlsv3.RateLimitRequest, app []applied, sc *scratch) (blocked bool) {
-	hits := sc.hits[:0]
-	descs := req.GetDescriptors()
+// replace drops the limits named in the replaces list of any limit that
+// applies (unlimited ones included); an unlimited limit is never dropped.
+func replace(app []applied) {
+	some := false
+	for i := range app {
+		some = some || (app[i].rl != nil && len(app[i].rl.replaces) > 0)
+	}
+	if !some {
+		return
+	}
 	for i := range app {
 		rl := app[i].rl
-		if rl == nil || rl.unlimited {
+		if rl == nil || app[i].unlimited || rl.configName == "" {
 			continue
 		}
-		if rl.rule == nil || app[i].cost > rl.rule.Params().Capacity() {
-			app[i].over = true
-			blocked = blocked || !rl.shadow
-			continue
+		for j := range app {
+			if app[j].rl != nil && slices.Contains(app[j].rl.replaces, rl.configName) {
+				app[i].rl, app[i].key, app[i].stat = nil, "", ""
+				break
+			}
 		}
-		app[i].hit = len(hits)
-		hits = append(hits, limiter.Hit{Rule: rl.rule, Key: counterKey(req.GetDomain(), descs[i].GetEntries()), Cost: app[i].cost})
 	}
-	sc.hits = hits
-	return blocked
 }
 
-// answer turns the engine's Result into the response, in as few
+// finish adds what every mode adds: envoyproxy/ratelimit's headers, the
+// dynamic metadata, the global shadow mode and the statistics.
+func (s *Service) finish(req *rlsv3.RateLimitRequest, app []applied, resp *rlsv3.RateLimitResponse) {
+	if st := s.opts.Stats; st != nil {
+		for i := range app {
+			a := &app[i]
+			if a.rl != nil && !a.unlimited {
+				st.count(a.stat, a.stat == a.rl.statPath, a.cost, a.before, a.after, a.threshold, a.over, a.rl.shadow)
+			}
+		}
+	}
+	if ph := s.opts.PeerHeaders; ph != nil {
+		s.peerHeaders(ph, app, resp)
+	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, app, resp)
+	}
+	if s.opts.ShadowMode && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.opts.Stats.globalShadowed()
+	}
+}
+
+// peerHeaders adds envoyproxy/ratelimit's headers: those of the limited
+// descriptor with the fewest requests left, or of the last one over its
+// limit that is not in quota mode.
+func (s *Service) peerHeaders(ph *PeerHeaders, app []applied, resp *rlsv3.RateLimitResponse) {
+	var pick *rlsv3.RateLimitResponse_DescriptorStatus
+	least := uint32(math.MaxUint32)
+	for i, st := range resp.Statuses {
+		if st.CurrentLimit != nil && st.LimitRemaining < least {
+			pick, least = st, st.LimitRemaining
+		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && !app[i].quota {
+			pick, least = st, 0
+		}
+	}
+	if pick == nil {
+		return
+	}
+	reset := int64(Unit(pick.CurrentLimit.GetUnit()).seconds())
+	if d := pick.GetDurationUntilReset(); d != nil {
+		reset = d.GetSeconds()
+		if d.GetNanos() > 0 {
+			reset++
+		}
+	}
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+		&corev3.HeaderValue{Key: ph.Limit, Value: strconv.FormatUint(uint64(pick.CurrentLimit.GetRequestsPerUnit()), 10)},
+		&corev3.HeaderValue{Key: ph.Remaining, Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
+		&corev3.HeaderValue{Key: ph.Reset, Value: strconv.FormatInt(reset, 10)})
+}
+
+// statuses makes the response with one status per descriptor, in as few
 // allocations as the number of descriptors allows.
-func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
-	res := &sc.res
-	var (
-		resp     *rlsv3.RateLimitResponse
-		statuses []rlsv3.RateLimitResponse_DescriptorStatus
-		limits   []rlsv3.RateLimitResponse_RateLimit
-		durs     []durationpb.Duration
-		hv       []corev3.HeaderValue
-		hvp      []*corev3.HeaderValue
-	)
-	if len(app) == 1 {
+func statuses(n int) (resp *rlsv3.RateLimitResponse, st []rlsv3.RateLimitResponse_DescriptorStatus,
+	limits []rlsv3.RateLimitResponse_RateLimit, durs []durationpb.Duration, one *answer1) {
+	if n == 1 {
 		a := new(answer1)
-		resp, statuses, limits, durs = &a.resp, a.st[:], a.lim[:], a.dur[:]
+		resp, st, limits, durs = &a.resp, a.st[:], a.lim[:], a.dur[:]
 		resp.Statuses = a.stp[:]
-		hv, hvp = a.hv[:0], a.hvp[:0]
-	} else {
-		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(app))}
-		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, len(app))
-		limits = make([]rlsv3.RateLimitResponse_RateLimit, len(app))
-		durs = make([]durationpb.Duration, len(app))
+		return resp, st, limits, durs, a
 	}
-	resp.OverallCode = rlsv3.RateLimitResponse_OK
-	items := sc.items[:0]
-	var wait time.Duration
-	binding := -1 // in items
-	for i := range app {
-		a := &app[i]
-		st := &statuses[i]
-		st.Code = rlsv3.RateLimitResponse_OK
-		resp.Statuses[i] = st
-		rl := a.rl
-		if rl == nil {
-			continue
-		}
-		if rl.unlimited {
-			st.LimitRemaining = math.MaxUint32
-			continue
-		}
-		lim := &limits[i]
-		lim.Name, lim.RequestsPerUnit, lim.Unit = rl.name, rl.perUnit, rlsv3.RateLimitResponse_RateLimit_Unit(rl.unit)
-		st.CurrentLimit = lim
-		var d floodgate.Decision
-		if a.hit >= 0 {
-			d = res.Decisions[a.hit]
-			a.over = !d.Allowed
-		} else {
-			// Blocked or never fitting: nothing to wait for but the
-			// window; report the unit as the time until reset.
-			d = floodgate.Decision{Limit: int64(rl.perUnit), ResetAfter: time.Duration(rl.unit.seconds()) * time.Second}
-			if rl.rule != nil {
-				d.Limit = rl.rule.Params().Capacity()
-			}
-		}
-		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
-		until := d.ResetAfter
-		if a.over && a.hit >= 0 {
-			until = d.RetryAfter
-		}
-		// As durationpb.New, without an allocation of its own.
-		dur := &durs[i]
-		dur.Seconds, dur.Nanos = int64(until/time.Second), int32(until%time.Second)
-		st.DurationUntilReset = dur
-		if rl.shadow {
-			continue
-		}
-		if a.over {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			if binding < 0 {
-				binding = len(items)
-			}
-			wait = max(wait, until)
-		}
-		items = append(items, fields.Item{Limit: rl.fields, Decision: d})
-	}
-	sc.items = items
-	if len(items) == 0 {
-		return resp
-	}
-	if binding < 0 {
-		// Allowed: the limit with the fewest units left comes first.
-		binding = 0
-		for i := range items {
-			if items[i].Decision.Remaining < items[binding].Decision.Remaining {
-				binding = i
-			}
-		}
-	}
-	over := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
-	sc.out = s.renderer.Render(sc.out[:0], items, binding, over, wait, &s.opts.Fields)
-	if len(sc.out) == 0 {
-		return resp
-	}
-	if cap(hv) < len(sc.out) {
-		hv = make([]corev3.HeaderValue, 0, len(sc.out))
-	}
-	for _, f := range sc.out {
-		hv = append(hv, corev3.HeaderValue{Key: f.Name, Value: f.Value})
-	}
-	if cap(hvp) < len(hv) {
-		hvp = make([]*corev3.HeaderValue, 0, len(hv))
-	}
-	for i := range hv {
-		hvp = append(hvp, &hv[i])
-	}
-	resp.ResponseHeadersToAdd = hvp
-	return resp
+	resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	return resp, make([]rlsv3.RateLimitResponse_DescriptorStatus, n), make([]rlsv3.RateLimitResponse_RateLimit, n),
+		make([]durationpb.Duration, n), nil
+}
+
+// setDuration sets dur to d, as durationpb.New without an allocation of
+// its own.
+func setDuration(dur *durationpb.Duration, d time.Duration) *durationpb.Duration {
+	dur.Seconds, dur.Nanos = int64(d/time.Second), int32(d%time.Second)
+	return dur
 }
 
 // answer1 holds a whole answer to a request with one descriptor, so that
@@ -363,9 +397,12 @@ type answer1 struct {
 // fields.
 type scratch struct {
 	app   []applied
+	trail []step
 	hits  []limiter.Hit
+	peeks []limiter.Hit
 	req   limiter.Request
 	res   limiter.Result
+	peek  limiter.Result
 	items []fields.Item
 	out   []fields.Field
 }
@@ -378,67 +415,174 @@ const maxScratch = 64
 // release drops the references the scratch holds and pools it, unless a
 // large request made it big.
 func (sc *scratch) release() {
-	if cap(sc.hits) > maxScratch || cap(sc.items) > maxScratch || cap(sc.res.Decisions) > maxScratch || cap(sc.app) > maxScratch {
+	if cap(sc.hits) > maxScratch || cap(sc.peeks) > maxScratch || cap(sc.items) > maxScratch ||
+		cap(sc.res.Decisions) > maxScratch || cap(sc.peek.Decisions) > maxScratch || cap(sc.app) > maxScratch ||
+		cap(sc.trail) > maxScratch {
 		return
 	}
 	clear(sc.app[:cap(sc.app)])
+	clear(sc.trail[:cap(sc.trail)])
 	clear(sc.hits[:cap(sc.hits)])
+	clear(sc.peeks[:cap(sc.peeks)])
 	clear(sc.items[:cap(sc.items)])
 	clear(sc.out[:cap(sc.out)])
-	sc.app, sc.hits, sc.items, sc.out = sc.app[:0], sc.hits[:0], sc.items[:0], sc.out[:0]
+	sc.app, sc.trail, sc.hits, sc.peeks, sc.items, sc.out = sc.app[:0], sc.trail[:0], sc.hits[:0], sc.peeks[:0], sc.items[:0], sc.out[:0]
 	sc.req = limiter.Request{}
 	scratchPool.Put(sc)
 }
 
+// step is how one entry of a request's descriptor matched a configured
+// descriptor.
+type step struct {
+	nd *node
+	// wild reports a match by the node's wildcard value.
+	wild bool
+}
+
 // match finds the configured descriptor for a request's entries: at every
-// level the entry's key and value exactly, else the longest wildcard value
-// that is a prefix of the value, else the key alone; the entries must end
-// exactly at the configured node (no backtracking, as envoyproxy/ratelimit).
-func (d *domain) match(ents []*rlv3.RateLimitDescriptor_Entry) *node {
+// level the entry's key and value exactly, else a wildcard value that
+// matches, else the key alone; the entries must end exactly at the
+// configured node (no backtracking, as envoyproxy/ratelimit). Among
+// several wildcard values that match, the one with the most literal
+// characters wins, or in compatibility mode the first in file order. The
+// steps taken are appended to trail[:0].
+func (d *domain) match(ents []*rlv3.RateLimitDescriptor_Entry, compat bool, trail []step) (*node, []step) {
+	trail = trail[:0]
 	lv := &d.root
 	var nd *node
 	for _, e := range ents {
-		nd = lv.find(e.GetKey(), e.GetValue())
+		var wild bool
+		nd, wild = lv.find(e.GetKey(), e.GetValue(), compat)
 		if nd == nil {
-			return nil
+			return nil, trail
 		}
+		trail = append(trail, step{nd, wild})
 		lv = &nd.children
 	}
-	return nd
+	return nd, trail
 }
 
-func (lv *level) find(key, value string) *node {
+func (lv *level) find(key, value string, compat bool) (*node, bool) {
 	if nd := lv.exact[entryKey{key, value}]; nd != nil {
-		return nd
+		return nd, false
 	}
-	for _, nd := range lv.wildcard[key] {
-		if strings.HasPrefix(value, nd.value[:len(nd.value)-1]) {
-			return nd
+	ws := lv.wildBest[key]
+	if compat {
+		ws = lv.wild[key]
+	}
+	for _, nd := range ws {
+		if nd.matches(value) {
+			return nd, true
 		}
 	}
-	return lv.anyValue[key]
+	return lv.anyValue[key], false
 }
 
 // counterKey names the counter of one descriptor: the domain and every
-// entry, so each distinct value counts on its own. Separators are
-// control characters that descriptors do not carry in practice; lengths
-// keep the encoding unambiguous anyway.
-func counterKey(domain string, ents []*rlv3.RateLimitDescriptor_Entry) string {
+// entry, so each distinct value counts on its own, except that an entry
+// matched by a wildcard with share_threshold counts as the wildcard (all
+// its values share one counter). Separators are control characters that
+// descriptors do not carry in practice; lengths keep the encoding
+// unambiguous anyway.
+func counterKey(domain string, ents []*rlv3.RateLimitDescriptor_Entry, trail []step) string {
 	n := len(domain)
 	for _, e := range ents {
 		n += len(e.GetKey()) + len(e.GetValue()) + 8
 	}
 	b := make([]byte, 0, n)
 	b = append(b, domain...)
-	for _, e := range ents {
+	for i, e := range ents {
+		v := e.GetValue()
+		if i < len(trail) && trail[i].wild && trail[i].nd.shareThreshold {
+			v = trail[i].nd.value
+		}
 		b = append(b, '|')
 		b = strconv.AppendInt(b, int64(len(e.GetKey())), 10)
 		b = append(b, ':')
 		b = append(b, e.GetKey()...)
 		b = append(b, '=')
-		b = append(b, e.GetValue()...)
+		b = append(b, v...)
 	}
 	return string(b)
+}
+
+// pathKey is envoyproxy/ratelimit's name for a descriptor given with a
+// limit override: domain.key_value.key_value, a key alone when its value
+// is empty.
+func pathKey(domain string, ents []*rlv3.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range ents {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		if e.GetValue() != "" {
+			b.WriteByte('_')
+			b.WriteString(e.GetValue())
+		}
+	}
+	return b.String()
+}
+
+// statKey is the name of a descriptor's statistics, as
+// envoyproxy/ratelimit names them: the configured path (domain.key_value
+// for a value, domain.key for any value, domain.key_pattern for a
+// wildcard); with value_to_metric, the request's value for an entry
+// matched by a key alone or a wildcard (unless that wildcard shares its
+// threshold); with detailed_metric on the limit, every entry as key_value
+// with the request's values (a wildcard sharing its threshold keeps its
+// pattern).
+func statKey(domain string, ents []*rlv3.RateLimitDescriptor_Entry, trail []step, rl *rateLimit) string {
+	if !rl.detailed && !dynamicStat(trail) {
+		return rl.statPath
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	shares := false
+	for _, st := range trail {
+		shares = shares || (st.wild && st.nd.shareThreshold)
+	}
+	for i, e := range ents {
+		st := trail[i]
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		var v string
+		switch {
+		case st.wild && st.nd.shareThreshold:
+			v = st.nd.value
+		case rl.detailed && !shares:
+			b.WriteByte('_')
+			b.WriteString(e.GetValue())
+			continue
+		case rl.detailed:
+			v = e.GetValue()
+		case st.wild && st.nd.valueToMetric:
+			v = e.GetValue()
+		case st.wild:
+			v = st.nd.value
+		case st.nd.value != "":
+			v = e.GetValue()
+		case st.nd.valueToMetric:
+			v = e.GetValue()
+		}
+		if v != "" {
+			b.WriteByte('_')
+			b.WriteString(v)
+		}
+	}
+	return b.String()
+}
+
+// dynamicStat reports whether a statistics name depends on the request's
+// values: some entry matched by a key alone or an unshared wildcard has
+// value_to_metric.
+func dynamicStat(trail []step) bool {
+	for _, st := range trail {
+		nd := st.nd
+		if nd.valueToMetric && (nd.value == "" || (st.wild && !nd.shareThreshold)) {
+			return true
+		}
+	}
+	return false
 }
 
 // overrideKey identifies a compiled per-request limit override.
@@ -448,33 +592,27 @@ type overrideKey struct {
 	unit    Unit
 	mult    uint32
 	perUnit uint32
+	compat  bool
 }
 
 // override returns the limit a descriptor's limit override makes of base
-// (nil when no configured descriptor matched), compiled once and kept in
-// the service's bounded cache of limits given in requests.
-func (s *Service) override(domainName string, ents []*rlv3.RateLimitDescriptor_Entry, base *rateLimit, ov *rlv3.RateLimitDescriptor_RateLimitOverride) (*rateLimit, error) {
+// (nil when no configured descriptor matched, and always nil in
+// compatibility mode, where an override ignores the configuration),
+// compiled once and kept in the service's bounded cache of limits given in
+// requests.
+func (s *Service) override(domainName string, ents []*rlv3.RateLimitDescriptor_Entry, base *rateLimit,
+	ov *rlv3.RateLimitDescriptor_RateLimitOverride, compat bool) (*rateLimit, error) {
 	unit := Unit(ov.GetUnit())
 	if unit < Second || unit > Week {
 		return nil, fmt.Errorf("unknown unit %d", ov.GetUnit())
 	}
 	mult := uint32(1)
-	if m := ov.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
+	if m := ov.GetUnitMultiplier(); m != nil && m.GetValue() > 0 && !compat {
 		mult = m.GetValue()
 	}
-	k := overrideKey{base: base, unit: unit, mult: mult, perUnit: ov.GetRequestsPerUnit()}
+	k := overrideKey{base: base, unit: unit, mult: mult, perUnit: ov.GetRequestsPerUnit(), compat: compat}
 	if base == nil {
-		var b strings.Builder
-		b.WriteString(domainName)
-		for _, e := range ents {
-			b.WriteByte('.')
-			b.WriteString(e.GetKey())
-			if e.GetValue() != "" {
-				b.WriteByte('_')
-				b.WriteString(e.GetValue())
-			}
-		}
-		k.name = b.String()
+		k.name = pathKey(domainName, ents)
 	} else {
 		k.name = base.name
 	}
@@ -488,7 +626,15 @@ func compileOverride(k overrideKey) (*rateLimit, error) {
 	}
 	rl := &rateLimit{name: k.name, unit: k.unit, perUnit: k.perUnit}
 	if base := k.base; base != nil {
-		rl.tmpl, rl.replaces, rl.shadow = base.tmpl, base.replaces, base.shadow
+		rl.tmpl, rl.replaces, rl.shadow, rl.configName = base.tmpl, base.replaces, base.shadow, base.configName
+		rl.quotaMode, rl.metadata = base.quotaMode, base.metadata
+	}
+	var err error
+	if rl.count, err = countRule(rl.unit, rl.tmpl.onFailure); err != nil {
+		return nil, err
+	}
+	if k.compat {
+		return rl, nil
 	}
 	if rl.tmpl.algorithm.Family() == floodgate.FamilyQuota && (k.mult != 1 || (k.unit != Day && k.unit != Week && k.unit != Month)) {
 		// A calendar quota cannot take this unit: count a fixed window.
@@ -511,6 +657,11 @@ func compileOverride(k overrideKey) (*rateLimit, error) {
 	}
 	if rl.rule, err = limiter.NewRule(l, rl.tmpl.onFailure, rl.shadow); err != nil {
 		return nil, err
+	}
+	if !rl.shadow {
+		if rl.shadowRule, err = limiter.NewRule(l, rl.tmpl.onFailure, true); err != nil {
+			return nil, err
+		}
 	}
 	rl.fields = fields.ForRule(rl.rule)
 	return rl, nil

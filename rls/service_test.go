@@ -133,9 +133,7 @@ func TestInvalidRequests(t *testing.T) {
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
 		"no domain":      {Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "u")}},
 		"no descriptors": {Domain: "d"},
-		"no entries":     {Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{}}},
-		"empty key":      {Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("", "v")}},
-		"negative hits":  {Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{neg}},
+		"negative hits":  {Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{neg, desc("user", "n")}},
 	} {
 		_, err := c.ShouldRateLimit(ctx, req)
 		if status.Code(err) != codes.InvalidArgument {
@@ -144,6 +142,14 @@ func TestInvalidRequests(t *testing.T) {
 	}
 	if r := ask(t, c, "d", desc("user", "n")); r.Statuses[0].LimitRemaining != 9 {
 		t.Fatalf("an invalid request charged: %v", r)
+	}
+	// A descriptor with no entries, or with an empty key, matches nothing:
+	// it is OK without a limit, as envoyproxy/ratelimit answers.
+	r, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*rlv3.RateLimitDescriptor{{}, desc("", "v"), desc("user", "n")}})
+	if err != nil || r.OverallCode != ok || r.Statuses[0].CurrentLimit != nil || r.Statuses[1].CurrentLimit != nil ||
+		r.Statuses[2].LimitRemaining != 8 {
+		t.Fatalf("descriptors without entries or keys: %v, %v", r, err)
 	}
 }
 

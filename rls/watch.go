@@ -62,7 +62,7 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 			if v.Hash == svc.Config().version {
 				return
 			}
-			cfg, err := build(v)
+			cfg, err := build(v, opts.Load)
 			if err != nil {
 				log.Warn("rls: configuration not reloaded; the running one stays", "sha256", v.Short(), "err", err)
 			} else {

@@ -29,6 +29,7 @@ plans:
 limits:
   - {name: rate, rate: 5}
   - {name: quota, algorithm: quota, limit: 5, period: DAY}
+  - {name: tokens, rate: 5, actual: {body: usage.total_tokens}}
 account: {rate: 5}
 `, `
 server:

@@ -9,8 +9,10 @@
 # Everything runs on loopback; every process this script starts is stopped
 # by its PID. The cases run in ROUNDS interleaved rounds and the medians
 # are reported, so that other work on a shared machine weighs on every case
-# alike. Environment: DURATION (default 4s per case and round), WARMUP (1s),
-# ROUNDS (3), CONCURRENCY (50), CONNS (4).
+# alike. Floodgate runs in its own mode and, in the rows marked +compat, in
+# the compatibility mode (answers as envoyproxy/ratelimit's). Environment:
+# DURATION (default 4s per case and round), WARMUP (1s), ROUNDS (3),
+# CONCURRENCY (50), CONNS (4), MODES ("floodgate compat").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +21,10 @@ ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-1s}
 CONCURRENCY=${CONCURRENCY:-50}
 CONNS=${CONNS:-4}
+MODES=${MODES:-floodgate compat}
+names="memory redis"
+if [[ " $MODES " == *" compat "* ]]; then names="$names memory+compat redis+compat"; fi
+if [[ " $MODES " != *" floodgate "* ]]; then names="${names/memory redis /}"; fi
 
 work=$(mktemp -d)
 pids=()
@@ -97,7 +103,7 @@ run_case() {
 	shift 2
 	start_server "$@"
 	local extra=()
-	if [ "$name" = redis ]; then extra=(--extra-pid "$redis_pid"); fi
+	case $name in redis*) extra=(--extra-pid "$redis_pid") ;; esac
 	local j
 	j=$("$fg" rls-bench load --target "$server_addr" --concurrency "$CONCURRENCY" --conns "$CONNS" \
 		--keys "$keys" --duration "$DURATION" --warmup "$WARMUP" --pid "$server_pid" "${extra[@]}" --json)
@@ -117,7 +123,7 @@ run_case() {
 	local x
 	x=$(field extra_cpu_us_per_decision "$j")
 	[ -n "$x" ] && rcpu[$k]+=" $x"
-	printf '  round %s %-6s keys=%-5s %9.0f/s  service CPU %6.1fµs/decision\n' "$round" "$name" "$keys" \
+	printf '  round %s %-13s keys=%-5s %9.0f/s  service CPU %6.1fµs/decision\n' "$round" "$name" "$keys" \
 		"$(field decisions_per_sec "$j")" "$(field cpu_us_per_decision "$j")"
 }
 
@@ -130,8 +136,14 @@ echo "bench-rls: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $
 for round in $(seq "$ROUNDS"); do
 	for keys in 1 10000; do
 		run_case bare "$keys" bare
-		run_case memory "$keys" serve --store memory
-		run_case redis "$keys" serve --store "redis://127.0.0.1:$redis_port"
+		for name in $names; do
+			compat=()
+			if [[ $name == *+compat ]]; then compat=(--compat); fi
+			case $name in
+			memory*) run_case "$name" "$keys" serve --store memory "${compat[@]}" ;;
+			redis*) run_case "$name" "$keys" serve --store "redis://127.0.0.1:$redis_port" "${compat[@]}" ;;
+			esac
+		done
 	done
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -140,13 +152,13 @@ echo
 echo "medians over $ROUNDS rounds"
 declare -A med
 for keys in 1 10000; do
-	for name in bare memory redis; do
+	for name in bare $names; do
 		k=$name.$keys
 		med[rate.$k]=$(median "${rate[$k]}")
 		med[cpu.$k]=$(median "${cpu[$k]}")
 		x=""
 		if [ -n "${rcpu[$k]:-}" ]; then x=$(printf '  redis CPU %.1fµs/decision' "$(median "${rcpu[$k]}")"); fi
-		printf '%-6s keys=%-5s %9.0f/s  p50 %7.0fµs  p99 %7.0fµs  service CPU %6.1fµs/decision%s  errors %s  degraded %s\n' \
+		printf '%-13s keys=%-5s %9.0f/s  p50 %7.0fµs  p99 %7.0fµs  service CPU %6.1fµs/decision%s  errors %s  degraded %s\n' \
 			"$name" "$keys" "${med[rate.$k]}" "$(median "${p50[$k]}")" "$(median "${p99[$k]}")" \
 			"${med[cpu.$k]}" "$x" "$(sum "${errs[$k]}")" "$(sum "${degr[$k]}")"
 	done
@@ -156,10 +168,14 @@ echo
 echo "ratios to the bare gRPC server (goals: embedded >= 0.90; Redis >= 0.85, <= 25µs service CPU/decision, 0 degraded);"
 echo "of the medians, and in brackets the median of each round's ratio (less swayed by load that changes between rounds)"
 for keys in 1 10000; do
-	awk -v k="$keys" -v b="${med[rate.bare.$keys]}" -v m="${med[rate.memory.$keys]}" -v r="${med[rate.redis.$keys]}" \
-		-v cb="${med[cpu.bare.$keys]}" -v cm="${med[cpu.memory.$keys]}" -v cr="${med[cpu.redis.$keys]}" \
-		-v pm="$(median "${ratio[memory.$keys]}")" -v pr="$(median "${ratio[redis.$keys]}")" 'BEGIN {
-		printf "keys=%-5s embedded %.2f (%.2f)  redis %.2f (%.2f)  | service CPU/decision: bare %.1fµs, embedded %.1fµs, redis %.1fµs\n",
-			k, m / b, pm, r / b, pr, cb, cm, cr
-	}'
+	for mode in $MODES; do
+		m=memory r=redis
+		if [ "$mode" = compat ]; then m=memory+compat r=redis+compat; fi
+		awk -v k="$keys" -v mode="$mode" -v b="${med[rate.bare.$keys]}" -v m="${med[rate.$m.$keys]}" -v r="${med[rate.$r.$keys]}" \
+			-v cb="${med[cpu.bare.$keys]}" -v cm="${med[cpu.$m.$keys]}" -v cr="${med[cpu.$r.$keys]}" \
+			-v pm="$(median "${ratio[$m.$keys]}")" -v pr="$(median "${ratio[$r.$keys]}")" 'BEGIN {
+			printf "keys=%-5s %-9s embedded %.2f (%.2f)  redis %.2f (%.2f)  | service CPU/decision: bare %.1fµs, embedded %.1fµs, redis %.1fµs\n",
+				k, mode, m / b, pm, r / b, pr, cb, cm, cr
+		}'
+	done
 done

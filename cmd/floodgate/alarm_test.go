@@ -55,7 +55,9 @@ func TestQuotaAlarmsTwoInstances(t *testing.T) {
 	if code := call(t, "POST", procs[0].admin+"/api/v1/keys", "ops-token", map[string]any{"name": "tiny", "plan": "small"}, &k); code != http.StatusCreated {
 		t.Fatalf("create: %d", code)
 	}
-	waitUntil(t, "the key on B", 10*time.Second, func() bool { return status(t, procs[1].gw+"/open", k.Secret) == http.StatusOK })
+	// A route that requires the key answers 200 only once B knows it (on
+	// /open an unknown key passes too, as no key).
+	waitUntil(t, "the key on B", 10*time.Second, func() bool { return status(t, procs[1].gw+"/partner/x", k.Secret) == http.StatusOK })
 	// That request counted: 1 of 10. Nine more pass, then 429s; both
 	// instances see uses past both thresholds.
 	codes := map[int]int{}

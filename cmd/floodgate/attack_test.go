@@ -242,7 +242,7 @@ func TestSlowBodiesKeepTheirLeasesAndAreCut(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "gw.yaml")
 	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
 server:
-  timeouts: {read_header: 1s, read: 3s}
+  timeouts: {read_header: 1s, read: 5s}
 routes:
   - name: upload
     match: {paths: ["/**"]}

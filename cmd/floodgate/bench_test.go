@@ -38,8 +38,10 @@ func benchJSON(t *testing.T, args ...string) map[string]float64 {
 }
 
 func TestBenchMemory(t *testing.T) {
+	t.Parallel()
 	for _, alg := range []string{"token_bucket", "sliding_log", "concurrency", "quota", "leaky_queue"} {
 		t.Run(alg, func(t *testing.T) {
+			t.Parallel()
 			// A limit of 5 a second per key on 10 keys: both answers show up.
 			args := []string{"--store", "memory", "--algorithm", alg, "--keys", "10", "--concurrency", "4",
 				"--duration", "300ms", "--rate", "5", "--burst", "5", "--limit", "5"}
@@ -58,6 +60,8 @@ func TestBenchMemory(t *testing.T) {
 	}
 }
 
+// TestBenchRedis is not parallel: it counts the decisions a short run
+// makes over the network, which the CPU-bound parallel tests would starve.
 func TestBenchRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	got := benchJSON(t, "--store", "redis://"+srv.Addr, "--keys", "10", "--concurrency", "8",
@@ -71,6 +75,8 @@ func TestBenchRedis(t *testing.T) {
 	}
 }
 
+// TestBenchRedisDown is not parallel: the port of the server it stops must
+// not be taken by another test's server while it runs.
 func TestBenchRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
 	addr := srv.Addr
@@ -89,6 +95,7 @@ func TestBenchRedisDown(t *testing.T) {
 }
 
 func TestBenchHumanOutput(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	if err := run(context.Background(), []string{"bench", "--duration", "100ms", "--concurrency", "2"}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
@@ -104,6 +111,7 @@ func TestBenchHumanOutput(t *testing.T) {
 }
 
 func TestBenchBadFlags(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--keys", "0"},
 		{"--concurrency", "0"},
@@ -128,6 +136,7 @@ func TestBenchBadFlags(t *testing.T) {
 }
 
 func TestBenchHistogram(t *testing.T) {
+	t.Parallel()
 	var h histogram
 	for i := 1; i <= 1000; i++ {
 		h.add(time.Duration(i) * time.Microsecond)

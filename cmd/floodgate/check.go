@@ -77,6 +77,7 @@ func printPolicy(w io.Writer, path string, p *policy.Policy) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	printCosts(w, p)
 	if len(p.Routes()) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -111,4 +112,35 @@ func numbers(l floodgate.Limit, cost int64) string {
 		s += fmt.Sprintf(", cost %d", cost)
 	}
 	return s
+}
+
+// printCosts says, for each limit whose cost the request or the response
+// tells, where it is read.
+func printCosts(w io.Writer, p *policy.Policy) {
+	source := func(c *policy.CostSource) string {
+		if c.Header != "" {
+			return "header " + c.Header
+		}
+		return "body " + strings.Join(c.Body, ".")
+	}
+	first := true
+	for _, l := range p.Limits() {
+		c := l.Costs
+		if c == nil || (c.Estimate == nil && c.Actual == nil) {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w, "\nCosts read from requests and responses:")
+			first = false
+		}
+		est := strconv.FormatInt(l.Cost, 10)
+		if c.Estimate != nil {
+			est = fmt.Sprintf("%s (default %d)", source(c.Estimate), c.Default)
+		}
+		if c.Actual == nil {
+			fmt.Fprintf(w, "  %s: cost from %s\n", l.Name, est)
+			continue
+		}
+		fmt.Fprintf(w, "  %s: reserves %s, settles with %s (held up to %s)\n", l.Name, est, source(c.Actual), c.TTL)
+	}
 }

@@ -11,6 +11,7 @@ import (
 )
 
 func TestCheckExample(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"check", "--config", filepath.Join("..", "..", "examples", "school.yaml")}, &out, &errOut)
 	if err != nil {
@@ -40,6 +41,7 @@ func TestCheckExample(t *testing.T) {
 }
 
 func TestCheckInvalid(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(path, []byte("limits:\n  - name: a\n    rate: 5\n    brust: 3\n  - name: a\n    rate: x\n"), 0o644)
 	var out, errOut bytes.Buffer
@@ -59,6 +61,7 @@ func TestCheckInvalid(t *testing.T) {
 }
 
 func TestCheckUsage(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	for _, args := range [][]string{{"check"}, {"check", "--nope"}, {"check", "a.yaml", "b.yaml"}} {
 		if code := exitCode(run(context.Background(), args, &out, &errOut)); code != 2 {

@@ -19,6 +19,7 @@ var (
 )
 
 func TestKeyNew(t *testing.T) {
+	t.Parallel()
 	example := filepath.Join("..", "..", "examples", "school.yaml")
 	var out, errOut bytes.Buffer
 	if err := run(context.Background(), []string{"key", "new", "--plan", "trial", "--name", "school-9", "--config", example}, &out, &errOut); err != nil {
@@ -62,6 +63,7 @@ func TestKeyNew(t *testing.T) {
 }
 
 func TestKeyNewDeterministic(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	random := bytes.NewReader(bytes.Repeat([]byte{0xfb}, keyBytes))
 	if err := runKeyNew([]string{"--plan", "p"}, &out, &bytes.Buffer{}, random); err != nil {
@@ -77,6 +79,7 @@ func TestKeyNewDeterministic(t *testing.T) {
 }
 
 func TestKeyErrors(t *testing.T) {
+	t.Parallel()
 	example := filepath.Join("..", "..", "examples", "school.yaml")
 	var out, errOut bytes.Buffer
 	for _, tc := range []struct {
@@ -96,6 +99,7 @@ func TestKeyErrors(t *testing.T) {
 }
 
 func TestKeyHash(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	if err := runKeyHash(nil, strings.NewReader("key-trial\n"), &out); err != nil {
 		t.Fatal(err)

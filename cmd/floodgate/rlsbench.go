@@ -33,14 +33,15 @@ func init() {
 }
 
 const rlsBenchUsage = `usage: floodgate rls-bench serve [--addr A] [--store memory|URL] [--config PATH]
-                                 [--flush-delay D] [--pipeline-multiplex N]
+                                 [--flush-delay D] [--pipeline-multiplex N] [--compat]
        floodgate rls-bench bare  [--addr A]
        floodgate rls-bench load  --target HOST:PORT [--concurrency N] [--keys N]
                                  [--duration D] [--warmup D] [--conns N] [--pid PID] [--json]
 
 serve runs Floodgate's RLS on --addr (default 127.0.0.1:0) over the embedded
 store or Redis, with --config (envoyproxy/ratelimit files) or a built-in
-domain "bench" whose "user" descriptor allows 4294967295 requests a second.
+domain "bench" whose "user" descriptor allows 4294967295 requests a second;
+--compat answers in compatibility mode (as envoyproxy/ratelimit).
 bare runs a gRPC RateLimitService that answers OK without doing anything: the
 floor for gRPC on this machine. Both print "listening HOST:PORT" and stop on
 SIGINT/SIGTERM; serve then prints its decision counts to stderr.
@@ -108,6 +109,7 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	workers := fs.Int("stream-workers", 0, "gRPC stream workers (0: the service's default, -1: none)")
 	flushDelay := fs.Duration("flush-delay", 0, "Redis: how long the pipeline may gather commands before writing (0: the store's default, negative: none)")
 	multiplex := fs.Int("pipeline-multiplex", 0, "Redis: spread the pipeline over 2^n connections (0: the store's default)")
+	compat := fs.Bool("compat", false, "answer in compatibility mode (as envoyproxy/ratelimit)")
 	if help, err := rlsbParse(fs, args, stdout); help || err != nil {
 		return err
 	}
@@ -125,9 +127,9 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var cfg *rls.Config
 	var err error
 	if *cfgPath != "" {
-		cfg, err = rls.Load([]string{*cfgPath}, rls.LoadOptions{})
+		cfg, err = rls.Load([]string{*cfgPath}, rls.LoadOptions{Compat: *compat})
 	} else {
-		cfg, err = rls.Parse("built-in", []byte(rlsBenchConfig))
+		cfg, err = rls.ParseWith("built-in", []byte(rlsBenchConfig), rls.LoadOptions{Compat: *compat})
 	}
 	if err != nil {
 		return err

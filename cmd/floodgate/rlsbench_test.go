@@ -36,6 +36,9 @@ func startRLSBench(t *testing.T, args ...string) string {
 	return addr
 }
 
+// TestRLSBenchLoadAgainstServeAndBare is not parallel: it counts the
+// decisions a short run makes over the network, which the CPU-bound
+// parallel tests would starve.
 func TestRLSBenchLoadAgainstServeAndBare(t *testing.T) {
 	for _, mode := range [][]string{{"serve", "--store", "memory"}, {"bare"}} {
 		addr := startRLSBench(t, mode...)
@@ -59,6 +62,7 @@ func TestRLSBenchLoadAgainstServeAndBare(t *testing.T) {
 }
 
 func TestRLSBenchBadFlags(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"rls-bench"},
 		{"rls-bench", "fly"},

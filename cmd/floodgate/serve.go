@@ -336,7 +336,7 @@ func (s *server) listen(stdout io.Writer) error {
 	base := "http://" + displayAddr(s.frontLn.Addr())
 	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s)\n", base, s.srv.StoreKind())
 	if s.demo != nil {
-		printDemo(stdout, base, s.demo.URL, s.adminLn)
+		printDemo(stdout, base, s.demo.URL, s.adminLn, servesChat(s.reloader.Policy()))
 	}
 	if s.adminLn != nil {
 		fmt.Fprintf(stdout, "floodgate: admin on %s://%s (/healthz, /readyz, /metrics, /api/v1/, /ui/)\n", adminScheme, displayAddr(s.adminLn.Addr()))
@@ -565,9 +565,23 @@ func displayAddr(a net.Addr) string {
 	return net.JoinHostPort(host, port)
 }
 
-// printDemo tells a newcomer where to send requests.
-func printDemo(w io.Writer, base, upstream string, admin net.Listener) {
+// servesChat reports whether a route of p takes OpenAI-style chat
+// completions (examples/llm.yaml).
+func servesChat(p *policy.Policy) bool {
+	var m policy.Match
+	p.Match(&policy.Request{Method: http.MethodPost, Path: "/v1/chat/completions", Header: http.Header{}}, &m)
+	return m.Route != nil
+}
+
+// printDemo tells a newcomer where to send requests: to the school office,
+// or with chat true to the demo's language model.
+func printDemo(w io.Writer, base, upstream string, admin net.Listener, chat bool) {
 	var b strings.Builder
+	if chat {
+		printChatDemo(&b, base, upstream, admin)
+		io.WriteString(w, b.String())
+		return
+	}
 	fmt.Fprintf(&b, "floodgate: demo upstream (the school office) on %s; every route goes there\n\n", upstream)
 	fmt.Fprintf(&b, "Try (lesson 07):\n")
 	fmt.Fprintf(&b, "  # stage dev, 5/s with a burst of 5: eight at once give 200 x5 then 429 x3\n")
@@ -582,4 +596,30 @@ func printDemo(w io.Writer, base, upstream string, admin net.Listener) {
 	}
 	b.WriteString("\n")
 	io.WriteString(w, b.String())
+}
+
+// printChatDemo is printDemo for examples/llm.yaml.
+func printChatDemo(b *strings.Builder, base, upstream string, admin net.Listener) {
+	fmt.Fprintf(b, "floodgate: demo upstream (a small OpenAI-style model that reports its usage) on %s; every route goes there\n\n", upstream)
+	fmt.Fprintf(b, "Try (per key 60 requests and 90,000 tokens a minute, per organisation 2,000,000 tokens a day):\n")
+	q := "'{\"model\":\"demo\",\"max_tokens\":%d,%s\"messages\":[{\"role\":\"user\",\"content\":\"when is sports day\"}]}'"
+	body := func(max int, stream bool) string {
+		s := ""
+		if stream {
+			s = "\"stream\":true,"
+		}
+		return fmt.Sprintf(q, max, s)
+	}
+	fmt.Fprintf(b, "  # 1,000 tokens reserved, 38 used: the RateLimit fields show requests and tokens, 962 come back\n")
+	fmt.Fprintf(b, "  curl -i -H 'Authorization: Bearer key-acme-dev' -d %s %s/v1/chat/completions\n", body(1000, false), base)
+	fmt.Fprintf(b, "  # streamed: charged from the last event, which carries the usage\n")
+	fmt.Fprintf(b, "  curl -N -H 'Authorization: Bearer key-acme-dev' -d %s %s/v1/chat/completions\n", body(20, true), base)
+	fmt.Fprintf(b, "  # a stream that may take a whole minute's tokens holds them while in flight: the second request gets 429\n")
+	fmt.Fprintf(b, "  curl -sN -o /dev/null -H 'Authorization: Bearer key-globex' -d %s %s/v1/chat/completions & sleep 0.2\n", body(90000, true), base)
+	fmt.Fprintf(b, "  curl -s -o /dev/null -w '%%{http_code}\\n' -H 'Authorization: Bearer key-globex' -d %s %s/v1/chat/completions; wait\n", body(2000, false), base)
+	fmt.Fprintf(b, "  curl -i -H 'Authorization: Bearer key-nobody' -d %s %s/v1/chat/completions   # unknown key: 403\n", body(10, false), base)
+	if admin != nil {
+		fmt.Fprintf(b, "  curl -s http://%s/metrics | grep '^floodgate_'\n", displayAddr(admin.Addr()))
+	}
+	b.WriteString("\n")
 }

@@ -56,7 +56,14 @@ func startDecisionServices(s *server, stdout io.Writer) (*decisionServices, erro
 		if err != nil {
 			return fail(fmt.Errorf("serve: rls_config: %w", err))
 		}
-		svc := rls.New(eng, cfg, rls.Options{Logger: log, Fields: fields.Options{Legacy: srv.Headers.XRateLimit, NoRateLimit: !srv.Headers.RateLimit}})
+		// envoyproxy/ratelimit's statistics, under its names, so that the
+		// dashboards of a migrating deployment keep working.
+		stats, err := rls.NewStats(s.registry, rls.StatsOptions{})
+		if err != nil {
+			return fail(fmt.Errorf("serve: rate-limit service statistics: %w", err))
+		}
+		svc := rls.New(eng, cfg, rls.Options{Logger: log, Stats: stats,
+			Fields: fields.Options{Legacy: srv.Headers.XRateLimit, NoRateLimit: !srv.Headers.RateLimit}})
 		gs, err := rls.NewServer(svc, rls.ServerOptions{TLSCertFile: rel(srv.GRPCTLSCert), TLSKeyFile: rel(srv.GRPCTLSKey),
 			ExtraOptions: s.tracing.grpcOptions()})
 		if err != nil {

@@ -169,6 +169,8 @@ limits:
 		`floodgate_decisions_total{front_end="rls",limit="messaging.to_number",outcome="denied"} 1`,
 		`floodgate_rejections_total{code="429",front_end="http_api",limit="global-cap"} 1`,
 		`floodgate_rejections_total{code="401",front_end="http_api",limit=""} 2`,
+		`ratelimit_service_rate_limit_total_hits{domain="messaging",key1="to_number"} 3`,
+		`ratelimit_service_rate_limit_over_limit{domain="messaging",key1="to_number"} 1`,
 	} {
 		if !strings.Contains(text, want+"\n") {
 			t.Errorf("/metrics has no %s", want)

@@ -55,6 +55,7 @@ func simulateTable(t *testing.T, args ...string) string {
 }
 
 func TestSimulateSeedLesson12(t *testing.T) {
+	t.Parallel()
 	burst := "0s*12,0.5s*5"
 	for _, c := range []struct {
 		args []string
@@ -78,6 +79,7 @@ func TestSimulateSeedLesson12(t *testing.T) {
 }
 
 func TestSimulateSeedSteadyAndEdge(t *testing.T) {
+	t.Parallel()
 	var steady []string
 	for i := range 30 {
 		steady = append(steady, fmt.Sprintf("%dms", 100*i))
@@ -99,6 +101,7 @@ func TestSimulateSeedSteadyAndEdge(t *testing.T) {
 }
 
 func TestSimulateSeedLesson07(t *testing.T) {
+	t.Parallel()
 	res := simulateJSON(t, "--algorithm", "token_bucket", "--rate", "5", "--burst", "5", "--arrivals", "0*6,0.2*2,10")
 	want := []bool{true, true, true, true, true, false, true, false, true}
 	for i, d := range res.Decisions {
@@ -118,6 +121,7 @@ func TestSimulateSeedLesson07(t *testing.T) {
 }
 
 func TestSimulateSeed002(t *testing.T) {
+	t.Parallel()
 	res := simulateJSON(t, "--algorithm", "token_bucket", "--rate", "2", "--burst", "10", "--arrivals", "0:8,2:7,2:6")
 	want := []struct {
 		allowed   bool
@@ -142,6 +146,7 @@ func TestSimulateSeed002(t *testing.T) {
 // a global limit enforced as split_limit(global, n) on each of n instances
 // wrongly denies requests that one shared count would have allowed.
 func TestSimulateSeed002Instances(t *testing.T) {
+	t.Parallel()
 	type instJSON struct {
 		Allowed       int   `json:"allowed"`
 		SplitLimit    int64 `json:"split_limit"`
@@ -189,6 +194,7 @@ func TestSimulateSeed002Instances(t *testing.T) {
 }
 
 func TestSimulateLeakyQueue(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		extra                    []string
 		passNow, delayed, reject int
@@ -227,6 +233,7 @@ func TestSimulateLeakyQueue(t *testing.T) {
 }
 
 func TestSimulateConcurrencyHold(t *testing.T) {
+	t.Parallel()
 	// 2 in flight, each held 1 s; arrivals every 0.4 s: the third (0.8 s)
 	// finds both slots taken, the fourth (1.2 s) gets the first's slot back.
 	res := simulateJSON(t, "--algorithm", "concurrency", "--limit", "2", "--hold", "1s", "--arrivals", "0,0.4,0.8,1.2,1.6,2.0")
@@ -249,6 +256,7 @@ func TestSimulateConcurrencyHold(t *testing.T) {
 }
 
 func TestSimulateNeverFits(t *testing.T) {
+	t.Parallel()
 	res := simulateJSON(t, "--algorithm", "token_bucket", "--rate", "1", "--burst", "3", "--arrivals", "0:4,0:3")
 	if d := res.Decisions[0]; d.Allowed || !d.NeverFits || d.RetryAfter != 0 || d.Remaining != 3 {
 		t.Errorf("cost 4 on burst 3: %+v", d)
@@ -263,6 +271,7 @@ func TestSimulateNeverFits(t *testing.T) {
 }
 
 func TestSimulateArrivalsFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// 10 arrivals a second, costs 1, 2, 1, 2, …
 	write := func(name string, n int) string {
@@ -305,6 +314,7 @@ func TestSimulateArrivalsFile(t *testing.T) {
 }
 
 func TestSimulateBadFlags(t *testing.T) {
+	t.Parallel()
 	trace := filepath.Join(t.TempDir(), "bad.txt")
 	os.WriteFile(trace, []byte("1\n0.5\n"), 0o644)
 	for _, args := range [][]string{
@@ -358,6 +368,7 @@ func TestSimulateBadFlags(t *testing.T) {
 }
 
 func TestParseArrivals(t *testing.T) {
+	t.Parallel()
 	got, err := parseArrivals(" 0s*2 , 0.5:3, 1.25s*2:4,2@2 ")
 	if err != nil {
 		t.Fatal(err)

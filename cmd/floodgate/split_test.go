@@ -4,6 +4,7 @@ import "testing"
 
 // TestWronglyDenied holds seed 002's wrongly_denied to its definition.
 func TestWronglyDenied(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		global int64
 		counts []int64

@@ -15,6 +15,10 @@ import (
 // Password is the password the demo's /login accepts (for any user).
 const Password = "open-sesame"
 
+// LoginDelay is how long the demo's /login takes to answer, as checking a
+// password hash does: concurrent attempts overlap.
+const LoginDelay = 200 * time.Millisecond
+
 // Handler returns the demo API:
 //
 //	GET  /notices                the notice board
@@ -23,6 +27,9 @@ const Password = "open-sesame"
 //	GET  /students/{id}          one student
 //	GET  /partner/students/{id}  one student, for partner schools
 //	POST /login                  {"user":..,"password":..}; 401 unless the password is Password
+//	                             (after LoginDelay, as a password hash takes)
+//	POST /v1/chat/completions    an OpenAI-style completion with its usage; "stream": true
+//	                             answers Server-Sent Events, the last one with the usage
 //	GET  /reports, POST /reports  a report; POST takes ?ms= milliseconds (default 200, at most 5000)
 //	GET  /                       what the demo serves
 //
@@ -35,6 +42,7 @@ func Handler() *API {
 	a.mux.HandleFunc("GET /students/{id}", a.student)
 	a.mux.HandleFunc("GET /partner/students/{id}", a.student)
 	a.mux.HandleFunc("POST /login", a.login)
+	a.mux.HandleFunc("POST /v1/chat/completions", a.chat)
 	a.mux.HandleFunc("GET /reports", a.report)
 	a.mux.HandleFunc("POST /reports", a.report)
 	a.mux.HandleFunc("GET /{$}", a.index)
@@ -63,7 +71,7 @@ func (a *API) index(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"service": "school office (Floodgate demo upstream)",
 		"routes": []string{"GET /notices", "GET /notices/{id}", "POST /notices/urgent", "GET /students/{id}",
-			"GET /partner/students/{id}", "POST /login", "GET /reports", "POST /reports"},
+			"GET /partner/students/{id}", "POST /login", "GET /reports", "POST /reports", "POST /v1/chat/completions"},
 	})
 }
 
@@ -105,6 +113,13 @@ func (a *API) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&in); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "want a JSON body {\"user\":..,\"password\":..}"})
+		return
+	}
+	t := time.NewTimer(LoginDelay)
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		t.Stop()
 		return
 	}
 	if in.Password != Password {

@@ -11,6 +11,7 @@ import (
 )
 
 func TestDemoRoutes(t *testing.T) {
+	t.Parallel()
 	s, err := Start("")
 	if err != nil {
 		t.Fatal(err)
@@ -59,5 +60,51 @@ func TestDemoRoutes(t *testing.T) {
 	}
 	if got := s.API.Served(); got != int64(len(cases)) {
 		t.Errorf("served %d, want %d", got, len(cases))
+	}
+}
+
+// TestDemoChat asks the demo's language model for completions, plain and
+// streamed: both report the same usage, and a stream's last event before
+// [DONE] carries it.
+func TestDemoChat(t *testing.T) {
+	s, err := Start("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	}()
+	post := func(body string) (*http.Response, string) {
+		resp, err := http.Post(s.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, body := post(`{"model":"m","messages":[{"role":"user","content":"two words"}],"max_tokens":1000}`)
+	var out struct {
+		Usage usage `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %s %v", resp.StatusCode, body, err)
+	}
+	if want := (usage{Prompt: 5, Completion: 29, Total: 34}); out.Usage != want {
+		t.Fatalf("usage %+v, want %+v", out.Usage, want)
+	}
+	resp, body = post(`{"messages":[{"role":"user","content":"two words"}],"max_tokens":7,"stream":true}`)
+	if resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream: %s", resp.Header.Get("Content-Type"))
+	}
+	events := strings.Split(strings.TrimSpace(body), "\n\n")
+	if len(events) != 7+2 || events[len(events)-1] != "data: [DONE]" ||
+		!strings.Contains(events[len(events)-2], `"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}`) {
+		t.Fatalf("stream events: %q", events)
+	}
+	if resp, _ := post(`{"max_tokens":0}`); resp.StatusCode != 400 {
+		t.Errorf("max_tokens 0: %d", resp.StatusCode)
 	}
 }

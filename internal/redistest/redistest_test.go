@@ -11,6 +11,8 @@ func alive(pid int) bool {
 	return pid > 0 && syscall.Kill(pid, 0) == nil
 }
 
+// TestServerLifecycle is not parallel: it restarts the server on the port
+// it killed, which another test's server must not take meanwhile.
 func TestServerLifecycle(t *testing.T) {
 	s := Start(t)
 	pid := s.PID()
@@ -40,6 +42,7 @@ func TestServerLifecycle(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	c, err := Shared()
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +65,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestSentinel(t *testing.T) {
+	t.Parallel()
 	primary := Start(t)
 	s := StartSentinel(t, primary, "mymaster")
 	addr, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")

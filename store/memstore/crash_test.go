@@ -31,6 +31,7 @@ const crashCharged = 500
 // completed snapshot began survives, nothing that was never charged
 // appears.
 func TestCrashLoss(t *testing.T) {
+	t.Parallel()
 	if path := os.Getenv(crashEnv); path != "" {
 		crashChild(t, path)
 		return

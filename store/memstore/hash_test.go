@@ -10,6 +10,7 @@ import (
 // bits) and the fingerprint (bits 32 to 39), for keys of every length
 // class, and that it depends on the rule, on every byte and on the length.
 func TestKeyHashSpread(t *testing.T) {
+	t.Parallel()
 	s, err := New(Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -73,6 +73,11 @@ type Options struct {
 	// SnapshotInterval is the time between snapshots (0:
 	// DefaultSnapshotInterval; negative: only on Close).
 	SnapshotInterval time.Duration
+	// MaxReservations caps the reservations held at once (0:
+	// DefaultMaxReservations), each shard its share. A shard that is
+	// full drops one of its reservations, which then settles at its
+	// estimate, to make room (Stats().ReservationEvictions).
+	MaxReservations int
 	// SweepInterval is the time between sweeps that remove idle keys (0:
 	// DefaultSweepInterval; negative: keys are only removed when touched
 	// or evicted).
@@ -94,6 +99,13 @@ type Stats struct {
 	// Clamps counts decisions whose clock reading was earlier than the
 	// key's last one and was moved forward to it.
 	Clamps uint64
+	// Reservations is the number of reservations held (expired ones not
+	// yet swept included).
+	Reservations int
+	// ReservationEvictions counts reservations dropped to keep within
+	// MaxReservations; ReservationsExpired those swept after their TTL.
+	// Either settles at its estimate.
+	ReservationEvictions, ReservationsExpired uint64
 	// Loaded is the number of keys read from the state file by New.
 	Loaded int
 	// LoadError says why the state file was not loaded (nil if it was, or
@@ -119,6 +131,7 @@ type Store struct {
 	now        func() int64 // the monotonic timeline: expiries and all but quotas
 	wall       func() int64 // the wall clock: calendar quotas
 	clock      *coarseClock // the default clock, nil with Options.Now
+	maxRes     int          // reservations per shard
 	opts       Options
 	log        *slog.Logger
 
@@ -154,6 +167,9 @@ func New(opts Options) (*Store, error) {
 	}
 	if opts.MaxBytes < 0 {
 		return nil, fmt.Errorf("memstore: max bytes must not be negative, got %d", opts.MaxBytes)
+	}
+	if opts.MaxReservations < 0 {
+		return nil, fmt.Errorf("memstore: max reservations must not be negative, got %d", opts.MaxReservations)
 	}
 	n := opts.Shards
 	if n == 0 {
@@ -201,6 +217,11 @@ func New(opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	maxRes := opts.MaxReservations
+	if maxRes == 0 {
+		maxRes = DefaultMaxReservations
+	}
+	s.maxRes = max(maxRes/n, 1)
 	per := int32(0)
 	if opts.MaxKeys > 0 {
 		per = int32(min(max(opts.MaxKeys/n, 1), maxEntries))
@@ -298,8 +319,9 @@ type work struct {
 	idx        int32 // entry, or -1 if the key is not stored
 	st         algo.State
 	exp        int64
-	allowed    bool // some hit on this key allowed: st must be written
-	superseded bool // a later hit on the same key carries st on
+	at         int64 // the instant the hit was decided at
+	allowed    bool  // some hit on this key allowed: st must be written
+	superseded bool  // a later hit on the same key carries st on
 }
 
 // Apply runs op on hits, all or nothing (see limiter.Store). It never
@@ -308,15 +330,16 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	if len(out) != len(hits) {
 		return fmt.Errorf("memstore: %d decisions for %d hits", len(out), len(hits))
 	}
-	if op != limiter.Charge && op != limiter.Peek && op != limiter.Release && op != limiter.Refund {
+	if op < limiter.Charge || op > limiter.Settle {
 		return fmt.Errorf("memstore: unknown op %d", op)
 	}
 	for i := range hits {
 		if hits[i].Rule == nil {
 			return fmt.Errorf("memstore: hit %d has no rule", i)
 		}
-		// Charges, peeks and refunds all carry a cost.
-		if op != limiter.Release && hits[i].Cost < 1 {
+		// Charges, peeks, reservations and refunds all carry a cost; a
+		// settle's actual cost may be 0.
+		if (op != limiter.Release && op != limiter.Settle && hits[i].Cost < 1) || hits[i].Cost < 0 {
 			return fmt.Errorf("memstore: %s: cost %d: %w", hits[i].Rule.ID(), hits[i].Cost, floodgate.ErrInvalidCost)
 		}
 	}
@@ -342,10 +365,16 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	}
 	now := s.refine(&s.shards[locks[0]], s.now())
 	var err error
-	if op == limiter.Release || op == limiter.Refund {
+	switch op {
+	case limiter.Release, limiter.Refund:
 		err = s.giveBack(w, hits, out, now, op)
-	} else {
+	case limiter.Settle:
+		err = s.settle(w, hits, out, now)
+	default:
 		err = s.decide(w, hits, out, now, op == limiter.Peek)
+		if err == nil && op == limiter.Reserve {
+			s.reserve(w, hits, out, now)
+		}
 	}
 	for i := len(locks) - 1; i >= 0; i-- {
 		s.shards[locks[i]].mu.Unlock()
@@ -497,6 +526,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			t = wk.st.Last
 			sh.clamps++
 		}
+		wk.at = t
 		d, err := hit.Rule.Params().Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
 		out[i] = d
 		if err != nil {
@@ -634,6 +664,7 @@ func (s *Store) sweep() {
 		sh := &s.shards[k]
 		sh.mu.Lock()
 		used := sh.used
+		sweepReservations(sh, s.now())
 		sh.mu.Unlock()
 		for lo := int32(0); lo < used; lo += chunkSize {
 			sh.mu.Lock()
@@ -674,6 +705,9 @@ func (s *Store) Stats() Stats {
 		st.Evictions += sh.evictions
 		st.Expired += sh.expired
 		st.Clamps += sh.clamps
+		st.Reservations += len(sh.res)
+		st.ReservationEvictions += sh.resEvictions
+		st.ReservationsExpired += sh.resExpired
 		sh.mu.Unlock()
 	}
 	return st

@@ -24,10 +24,20 @@ func newStore(t testing.TB, opts memstore.Options) *memstore.Store {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) limiter.Store { return newStore(t, memstore.Options{}) })
 }
 
+func TestConformanceReservations(t *testing.T) {
+	storetest.RunReservations(t, func(t *testing.T) limiter.Store { return newStore(t, memstore.Options{}) })
+	s := newStore(t, memstore.Options{Shards: 2})
+	t.Run("SharedSmallShards", func(t *testing.T) {
+		storetest.RunReservations(t, func(t *testing.T) limiter.Store { return s })
+	})
+}
+
 func TestConformanceSharedSmallShards(t *testing.T) {
+	t.Parallel()
 	// One store for every subtest, two shards: many keys share a shard.
 	s := newStore(t, memstore.Options{Shards: 2})
 	storetest.Run(t, func(t *testing.T) limiter.Store { return s })

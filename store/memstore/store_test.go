@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -61,6 +62,7 @@ func used(t testing.TB, s *memstore.Store, r *limiter.Rule, key string) int64 {
 }
 
 func TestLRUEviction(t *testing.T) {
+	t.Parallel()
 	c := &clock{ns: 1000 * sec}
 	s := newStore(t, memstore.Options{Shards: 1, MaxKeys: 3, Now: c.now, SweepInterval: -1})
 	r := windowRule(t, 10)
@@ -83,6 +85,7 @@ func TestLRUEviction(t *testing.T) {
 // TestIndexAgainstModel drives one small shard through many inserts,
 // touches, evictions and expiries and compares every key with a model LRU.
 func TestIndexAgainstModel(t *testing.T) {
+	t.Parallel()
 	c := &clock{ns: 1000 * sec}
 	const capKeys = 200
 	s := newStore(t, memstore.Options{Shards: 1, MaxKeys: capKeys, Now: c.now, SweepInterval: -1})
@@ -122,6 +125,7 @@ func TestIndexAgainstModel(t *testing.T) {
 }
 
 func TestIdleExpiryAndSweep(t *testing.T) {
+	t.Parallel()
 	c := &clock{ns: 1000 * sec}
 	s := newStore(t, memstore.Options{Now: c.now, SweepInterval: -1})
 	r := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2})
@@ -148,6 +152,7 @@ func TestIdleExpiryAndSweep(t *testing.T) {
 }
 
 func TestClockClamp(t *testing.T) {
+	t.Parallel()
 	c := &clock{ns: 1000 * sec}
 	s := newStore(t, memstore.Options{Now: c.now})
 	r := rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1})
@@ -164,6 +169,7 @@ func TestClockClamp(t *testing.T) {
 }
 
 func TestManyHitsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, memstore.Options{Shards: 4})
 	r := windowRule(t, 5)
 	tight := windowRule(t, 1)
@@ -190,6 +196,7 @@ func TestManyHitsAllOrNothing(t *testing.T) {
 }
 
 func TestDuplicateHits(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, memstore.Options{})
 	r := windowRule(t, 3)
 	h := limiter.Hit{Rule: r, Key: "dup", Cost: 1}
@@ -207,6 +214,7 @@ func TestDuplicateHits(t *testing.T) {
 }
 
 func TestSlidingLogStateIsolation(t *testing.T) {
+	t.Parallel()
 	// The sliding log keeps its entries outside the fixed state; a denied
 	// request of several hits must leave them as they were.
 	c := &clock{ns: 1000 * sec}
@@ -225,6 +233,7 @@ func TestSlidingLogStateIsolation(t *testing.T) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "state")
 	c := &clock{ns: time.Now().UnixNano()}
 	s, err := memstore.New(memstore.Options{StatePath: path, Now: c.now, SnapshotInterval: -1})
@@ -268,6 +277,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 }
 
 func TestCorruptStateFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
 	s, err := memstore.New(memstore.Options{StatePath: good, SnapshotInterval: -1})
@@ -329,6 +339,7 @@ func TestCorruptStateFiles(t *testing.T) {
 }
 
 func TestSnapshotError(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "missing-dir", "state")
 	s, err := memstore.New(memstore.Options{StatePath: path, SnapshotInterval: -1})
 	if err != nil {
@@ -345,38 +356,84 @@ func TestSnapshotError(t *testing.T) {
 	}
 }
 
+// TestPeriodicSnapshot runs the store in a synctest bubble, so its
+// snapshot ticker follows a fake clock: a change is written at the next
+// tick, and an idle store writes nothing.
 func TestPeriodicSnapshot(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state")
-	s := newStore(t, memstore.Options{StatePath: path, SnapshotInterval: 10 * time.Millisecond})
-	r := windowRule(t, 5)
-	waitFor := func(n uint64) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for s.Stats().Snapshots < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("no periodic snapshot after 20 s: %+v", s.Stats())
-			}
-			time.Sleep(5 * time.Millisecond)
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 10 * time.Millisecond
+		path := filepath.Join(t.TempDir(), "state")
+		s := newStore(t, memstore.Options{StatePath: path, SnapshotInterval: interval})
+		r := windowRule(t, 5)
+		// snapshots lets the store's goroutines finish what they do at the
+		// current instant, then counts the snapshots written.
+		snapshots := func() uint64 {
+			synctest.Wait()
+			return s.Stats().Snapshots
 		}
-	}
-	apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "k", Cost: 1})
-	waitFor(1)
-	if _, err := os.Stat(path); err != nil {
-		t.Fatal(err)
-	}
-	// Nothing changes: nothing more is written (but the charge itself
-	// may land in one more, if the first tick came before it).
-	n := s.Stats().Snapshots
-	time.Sleep(100 * time.Millisecond) // ten ticks
-	if got := s.Stats().Snapshots; got > n+1 {
-		t.Fatalf("%d snapshots of an idle store over ten intervals, want at most %d", got, n+1)
-	}
-	n = s.Stats().Snapshots
-	apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "k", Cost: 1})
-	waitFor(n + 1)
+		start := time.Now()
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "k", Cost: 1})
+		time.Sleep(interval - time.Nanosecond)
+		if n := snapshots(); n != 0 {
+			t.Fatalf("%d snapshots before the first tick", n)
+		}
+		time.Sleep(time.Nanosecond)
+		if n := snapshots(); n != 1 {
+			t.Fatalf("%d snapshots at the first tick, want 1", n)
+		}
+		if st := s.Stats(); !st.LastSnapshot.Equal(start.Add(interval)) {
+			t.Fatalf("the snapshot began %v after the start, want at the first tick (%v)", st.LastSnapshot.Sub(start), interval)
+		}
+		if _, err := os.Stat(path); err != nil {
+			t.Fatal(err)
+		}
+		// Nothing changes: ten more ticks write nothing.
+		time.Sleep(10 * interval)
+		if n := snapshots(); n != 1 {
+			t.Fatalf("%d snapshots of an idle store after ten more ticks, want still 1", n)
+		}
+		// A change between two ticks is written at the next one.
+		time.Sleep(interval / 2)
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "k", Cost: 1})
+		if n := snapshots(); n != 1 {
+			t.Fatalf("%d snapshots right after the change, want still 1", n)
+		}
+		time.Sleep(interval / 2)
+		if n := snapshots(); n != 2 {
+			t.Fatalf("%d snapshots at the tick after the change, want 2", n)
+		}
+	})
+}
+
+// TestPeriodicSweep runs the store with its default clock in a synctest
+// bubble: idle keys stay until the sweep ticker fires, and then go.
+func TestPeriodicSweep(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const sweep = 10 * time.Second
+		s := newStore(t, memstore.Options{SweepInterval: sweep})
+		r := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2})
+		for i := range 100 {
+			apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 2})
+		}
+		// Every bucket is full again after 2 s, but only a sweep (or a
+		// touch) removes a key.
+		time.Sleep(sweep - time.Nanosecond)
+		synctest.Wait()
+		if st := s.Stats(); st.Keys != 100 || st.Expired != 0 {
+			t.Fatalf("before the first sweep: %+v, want 100 keys", st)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if st := s.Stats(); st.Keys != 0 || st.Expired != 100 {
+			t.Fatalf("after the first sweep: %+v, want every key swept", st)
+		}
+	})
 }
 
 func TestFloodStaysUnderCap(t *testing.T) {
+	t.Parallel()
 	const capKeys = 10000
 	n := 1_000_000
 	if testing.Short() {
@@ -407,6 +464,7 @@ func TestFloodStaysUnderCap(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, memstore.Options{})
 	r := windowRule(t, 5)
 	ctx := context.Background()

@@ -78,6 +78,11 @@ type shardState struct {
 	evictions uint64
 	expired   uint64
 	clamps    uint64
+
+	// res holds the settle records of the reservations held here.
+	res          map[resKey]reservation
+	resEvictions uint64
+	resExpired   uint64
 }
 
 // shard pads shardState to whole cache-line pairs so that two shards'

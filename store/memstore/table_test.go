@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unsafe"
 
@@ -59,6 +60,7 @@ func (s *Store) checkIndex(t *testing.T, sh *shard) {
 // TestIndexInvariants drives one shard through inserts, evictions, expiry
 // sweeps and growth, checking the index after each step.
 func TestIndexInvariants(t *testing.T) {
+	t.Parallel()
 	now := int64(1e18)
 	s, err := New(Options{Shards: 1, MaxKeys: 300, SweepInterval: -1, Now: func() int64 { return now }})
 	if err != nil {
@@ -97,6 +99,7 @@ func TestIndexInvariants(t *testing.T) {
 
 // TestEntrySize guards the per-key memory budget.
 func TestEntrySize(t *testing.T) {
+	t.Parallel()
 	if size := unsafe.Sizeof(entry{}); unsafe.Sizeof(uintptr(0)) == 8 && size != 80 {
 		t.Fatalf("entry is %d bytes, want 80", size)
 	}
@@ -110,6 +113,7 @@ func TestEntrySize(t *testing.T) {
 
 // TestWallClock checks the default clock against time.Now and its order.
 func TestWallClock(t *testing.T) {
+	t.Parallel()
 	c := newWallClock()
 	prev := c.now()
 	for range 1000 {
@@ -128,6 +132,7 @@ func TestWallClock(t *testing.T) {
 // TestByteBudget grows sliding logs and leases under a byte cap and checks
 // the accounting after every step.
 func TestByteBudget(t *testing.T) {
+	t.Parallel()
 	now := int64(1e18)
 	const budget = 64 * 1024
 	s, err := New(Options{Shards: 1, MaxBytes: budget, SweepInterval: -1, Now: func() int64 { return now }})
@@ -184,50 +189,70 @@ func TestByteBudget(t *testing.T) {
 // TestCoarseClock checks the cached default clock: it follows the system
 // clock while it is read, stops refreshing when nobody reads it and starts
 // again on the next read, and reads the system clock itself after Close.
+// It runs in a synctest bubble, so the clock's ticker and the system clock
+// it reads are both the bubble's fake clock, and every step is exact.
 func TestCoarseClock(t *testing.T) {
-	s, err := New(Options{SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := s.clock
-	if c == nil {
-		t.Fatal("no cached clock without Options.Now")
-	}
-	if d := time.Duration(c.now() - time.Now().UnixNano()); d < -time.Minute || d > time.Minute {
-		t.Fatalf("clock is %v off the wall clock", d)
-	}
-	// While read, it keeps up with the system clock.
-	start := c.now()
-	deadline := time.Now().Add(30 * time.Second)
-	for c.now()-start < int64(20*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("clock advanced only %v in 30 s", time.Duration(c.now()-start))
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s, err := New(Options{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	// Unread for a while, the goroutine stops refreshing.
-	for c.state.Load() != clockParked {
-		if time.Now().After(deadline) {
-			t.Fatalf("clock still refreshing (state %d) with nobody reading it", c.state.Load())
+		t.Cleanup(func() { _ = s.Close() }) // if the test ends before its own Close
+		c := s.clock
+		if c == nil {
+			t.Fatal("no cached clock without Options.Now")
 		}
+		wall := func() int64 { return time.Now().UnixNano() }
+		// The store starts with a parked clock: the first read is the
+		// system clock's, and wakes the goroutine.
+		if n, w := c.now(), wall(); n != w {
+			t.Fatalf("first read %d, want the system clock's %d", n, w)
+		}
+		// While read, it keeps up with the system clock: never behind it by
+		// more than a tick, never ahead, never back.
+		prev := c.now()
+		for range 200 {
+			time.Sleep(clockTick / 10)
+			n, w := c.now(), wall()
+			if n < prev || n > w || w-n > int64(clockTick) {
+				t.Fatalf("read %d after %d, system clock %d: want within a tick behind it, never back", n, prev, w)
+			}
+			if st := c.state.Load(); st != clockBusy {
+				t.Fatalf("clock state %d while read, want busy", st)
+			}
+			prev = n
+		}
+		// Unread for two ticks, the goroutine stops refreshing.
+		time.Sleep(2 * clockTick)
+		synctest.Wait()
+		if st := c.state.Load(); st != clockParked {
+			t.Fatalf("clock state %d after two ticks unread, want parked", st)
+		}
+		// Parked, it stays stale however long nobody reads it; a read is
+		// then the system clock's, and wakes the goroutine again.
+		stale := c.cached.Load()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if got := c.cached.Load(); got != stale {
+			t.Fatalf("parked clock refreshed from %d to %d", stale, got)
+		}
+		if n, w := c.now(), wall(); n != w {
+			t.Fatalf("parked clock read %d, want the system clock's %d", n, w)
+		}
+		if st := c.state.Load(); st != clockBusy {
+			t.Fatalf("clock state %d after a read of a parked clock, want busy", st)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st := c.state.Load(); st != clockStopped {
+			t.Fatalf("clock state %d after Close, want stopped", st)
+		}
+		// After Close every read is the system clock's.
 		time.Sleep(5 * time.Millisecond)
-	}
-	// A read of a parked clock is the system clock's (the store starts
-	// with a parked clock, so the loop above saw it wake up).
-	before := c.wall.now()
-	if n := c.now(); n < before {
-		t.Fatalf("parked clock read %d, before the system clock's %d", n, before)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st := c.state.Load(); st != clockStopped {
-		t.Fatalf("clock state %d after Close, want stopped", st)
-	}
-	// After Close every read is the system clock's.
-	a := c.now()
-	time.Sleep(5 * time.Millisecond)
-	if b := c.now(); b-a < int64(5*time.Millisecond) {
-		t.Fatalf("clock advanced %v over a 5 ms sleep after Close", time.Duration(b-a))
-	}
+		if n, w := c.now(), wall(); n != w {
+			t.Fatalf("read %d after Close, want the system clock's %d", n, w)
+		}
+	})
 }

@@ -1,0 +1,206 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// ErrUnknownReservation reports a settle the service refused: the
+// reservation was settled already, expired (it kept its estimate), or was
+// made while the service's store failed.
+var ErrUnknownReservation = errors.New("client: reservation unknown: settled already, expired or never made")
+
+// ErrSettled reports a second Settle of a Reservation.
+var ErrSettled = errors.New("client: reservation already settled")
+
+// Reservation is the service's answer to Reserve: the decision and, when
+// allowed, the estimates held for the caller until it settles them with
+// the actual costs (or cancels them), or until the reservation's TTL
+// passes and they are kept as they are. It is safe for concurrent use.
+type Reservation struct {
+	// Decision is the answer to the reservation, as Check gives it.
+	Decision
+
+	c     *HTTP
+	token string
+
+	mu    sync.Mutex // guards state
+	state reservationState
+}
+
+// reservationState is where a Reservation stands.
+type reservationState uint8
+
+const (
+	held     reservationState = iota // to be settled
+	settling                         // a Settle or Cancel is under way
+	done                             // settled, cancelled, or denied
+)
+
+// Settlement is the service's answer to a Settle.
+type Settlement struct {
+	// Overrun adds up the units of the actual costs above the estimates
+	// that the limits could not take: they had run out.
+	Overrun int64
+	// Limits holds each reserved limit's state afterwards.
+	Limits []SettledLimit
+}
+
+// SettledLimit is one limit's state after a settle.
+type SettledLimit struct {
+	Limit     string `json:"limit"`
+	Key       string `json:"key"`
+	Capacity  int64  `json:"capacity"`
+	Remaining int64  `json:"remaining"`
+	Overrun   int64  `json:"overrun"`
+}
+
+// Reserve asks the HTTP API (POST /v1/reserve) to reserve the hits, whose
+// costs are estimates, all or nothing: for a call whose real cost is known
+// only afterwards (the tokens of a completion). When the answer is
+// allowed, settle the reservation with Settle once the cost is known, or
+// give it back with Cancel; Cancel after Settle does nothing, so
+// "defer r.Cancel(ctx)" gives the estimate back on every early return.
+// When denied, RetryAfter says when to ask again and there is nothing to
+// settle. ttl bounds how long the service holds the reservation (0: its
+// default, 5 minutes).
+func (c *HTTP) Reserve(ctx context.Context, ttl time.Duration, hits ...Hit) (*Reservation, error) {
+	if len(hits) == 0 {
+		return nil, fmt.Errorf("client: reserve: no hits")
+	}
+	in := struct {
+		Hits []Hit   `json:"hits"`
+		TTL  float64 `json:"ttl,omitempty"`
+	}{Hits: hits, TTL: ttl.Seconds()}
+	status, raw, err := c.post(ctx, "/v1/reserve", in)
+	if err != nil {
+		return nil, fmt.Errorf("client: reserve: %w", err)
+	}
+	var a struct {
+		answer
+		Reservation string `json:"reservation"`
+	}
+	jerr := json.Unmarshal(raw, &a)
+	switch {
+	case (status == http.StatusOK || status == http.StatusTooManyRequests) && jerr == nil && a.Allowed != nil:
+		r := &Reservation{c: c, token: a.Reservation, Decision: Decision{
+			Allowed: *a.Allowed, Limit: a.Limit, Remaining: a.Remaining,
+			RetryAfter: seconds(a.RetryAfter), ResetAfter: seconds(a.Reset), Binding: a.Binding,
+		}}
+		if r.Allowed && r.token == "" {
+			return nil, fmt.Errorf("client: reserve: %w: allowed without a reservation", ErrStatus)
+		}
+		if !r.Allowed {
+			r.state = done
+		}
+		return r, nil
+	case a.Code == "never_fits":
+		return nil, errNeverFits(a.Error)
+	}
+	return nil, &StatusError{Code: status, Message: a.Error}
+}
+
+// Settle ends the reservation with actual as the real cost of every
+// reserved hit: below the estimate the difference is given back; above
+// it the excess is charged as far as each limit allows, and what did not
+// fit is the Settlement's Overrun. A second Settle is ErrSettled; a
+// reservation the service no longer holds is ErrUnknownReservation.
+func (r *Reservation) Settle(ctx context.Context, actual int64) (Settlement, error) {
+	return r.settle(ctx, actual)
+}
+
+// SettleLimits is Settle with a cost per limit name: the limits not named
+// keep their estimates.
+func (r *Reservation) SettleLimits(ctx context.Context, actual map[string]int64) (Settlement, error) {
+	return r.settle(ctx, actual)
+}
+
+// Cancel gives the whole reservation back (an actual cost of 0). It does
+// nothing for a reservation that was denied or is settled already.
+func (r *Reservation) Cancel(ctx context.Context) error {
+	_, err := r.settle(ctx, nil)
+	if errors.Is(err, ErrSettled) {
+		return nil
+	}
+	return err
+}
+
+// settle posts /v1/settle with actual (nil: cancel).
+func (r *Reservation) settle(ctx context.Context, actual any) (Settlement, error) {
+	r.mu.Lock()
+	if r.state != held {
+		r.mu.Unlock()
+		return Settlement{}, ErrSettled
+	}
+	r.state = settling
+	r.mu.Unlock()
+	st, err := r.post(ctx, actual)
+	r.mu.Lock()
+	r.state = done
+	if err != nil && !errors.Is(err, ErrUnknownReservation) {
+		r.state = held // the service may not have heard: try again
+	}
+	r.mu.Unlock()
+	return st, err
+}
+
+// post sends the settle to the service.
+func (r *Reservation) post(ctx context.Context, actual any) (Settlement, error) {
+	in := struct {
+		Reservation string `json:"reservation"`
+		Actual      any    `json:"actual,omitempty"`
+		Cancel      bool   `json:"cancel,omitempty"`
+	}{Reservation: r.token, Actual: actual, Cancel: actual == nil}
+	status, raw, err := r.c.post(ctx, "/v1/settle", in)
+	if err != nil {
+		return Settlement{}, fmt.Errorf("client: settle: %w", err)
+	}
+	var a struct {
+		Settled   bool           `json:"settled"`
+		Overrun   int64          `json:"overrun"`
+		Decisions []SettledLimit `json:"decisions"`
+		Error     string         `json:"error"`
+		Code      string         `json:"code"`
+	}
+	jerr := json.Unmarshal(raw, &a)
+	switch {
+	case status == http.StatusOK && jerr == nil && a.Settled:
+		return Settlement{Overrun: a.Overrun, Limits: a.Decisions}, nil
+	case a.Code == "unknown_reservation":
+		return Settlement{}, fmt.Errorf("client: settle: %w", ErrUnknownReservation)
+	}
+	return Settlement{}, &StatusError{Code: status, Message: a.Error}
+}
+
+// post sends in as JSON to the service's path and returns the status and
+// the body of the answer (at most 1 MiB).
+func (c *HTTP) post(ctx context.Context, path string, in any) (int, []byte, error) {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read answer: %w", err)
+	}
+	return resp.StatusCode, raw, nil
+}

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate/floodgate/rls"
+)
+
+// rlsEnv is what "floodgate rls" takes from envoyproxy/ratelimit's
+// environment variables, with the same defaults.
+type rlsEnv struct {
+	httpAddr, debugAddr, grpcAddr string
+	grpcUDS                       string
+	maxConnAge, maxConnAgeGrace   time.Duration
+	grpcTLS                       bool
+	tlsCert, tlsKey               string
+	clientCA, clientSAN           string
+
+	logLevel slog.Level
+	logJSON  bool
+
+	forceStart bool
+	// configDir is the directory of the descriptor files ("" when
+	// RUNTIME_SUBDIRECTORY is empty: no configuration, as there).
+	configDir string
+	load      rls.LoadOptions
+
+	backend      string // redis or memory
+	storeTimeout time.Duration
+	redis        redisEnv
+	perSecond    *redisEnv // REDIS_PERSECOND: a second Redis for per-second limits
+	prefix       string
+
+	service           rls.Options
+	nearRatio         float64
+	healthyWithConfig bool
+
+	usePrometheus      bool
+	promAddr, promPath string
+	promMillis         bool
+	extraTags          map[string]string
+	disableStats       bool
+}
+
+// redisEnv is one Redis deployment's settings.
+type redisEnv struct {
+	socket, url, typ   string
+	auth, sentinelAuth string
+	tls                bool
+	cert, key, ca      string
+	skipVerify         bool
+	timeout            time.Duration
+	window             time.Duration
+}
+
+// envNote is a variable that "floodgate rls" does not honour: unsupported
+// (a warning) or without effect here (for information).
+type envNote struct {
+	name, msg   string
+	unsupported bool
+}
+
+// envReader reads typed variables, collecting the first bad value.
+type envReader struct {
+	lookup func(string) (string, bool)
+	err    error
+	seen   map[string]bool
+}
+
+func (r *envReader) get(name string) (string, bool) {
+	r.seen[name] = true
+	v, ok := r.lookup(name)
+	return v, ok && v != ""
+}
+
+func (r *envReader) str(name, def string) string {
+	if v, ok := r.get(name); ok {
+		return v
+	}
+	return def
+}
+
+func (r *envReader) bool(name string, def bool) bool {
+	v, ok := r.get(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil && r.err == nil {
+		r.err = fmt.Errorf("rls: %s=%q: want true or false", name, v)
+	}
+	return b
+}
+
+func (r *envReader) int(name string, def int) int {
+	v, ok := r.get(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil && r.err == nil {
+		r.err = fmt.Errorf("rls: %s=%q: want a whole number", name, v)
+	}
+	return n
+}
+
+func (r *envReader) dur(name string, def time.Duration) time.Duration {
+	v, ok := r.get(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil && r.err == nil {
+		r.err = fmt.Errorf("rls: %s=%q: want a duration such as 10s", name, v)
+	}
+	return d
+}
+
+func (r *envReader) float(name string, def float64) float64 {
+	v, ok := r.get(name)
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil && r.err == nil {
+		r.err = fmt.Errorf("rls: %s=%q: want a number", name, v)
+	}
+	return f
+}
+
+// tags parses "k1:v1,k2:v2".
+func (r *envReader) tags(name string) map[string]string {
+	v, ok := r.get(name)
+	if !ok {
+		return nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, found := strings.Cut(kv, ":")
+		if !found || k == "" {
+			if r.err == nil {
+				r.err = fmt.Errorf("rls: %s=%q: want key:value pairs separated by commas", name, v)
+			}
+			continue
+		}
+		out[k] = val
+	}
+	return out
+}
+
+// noEffect lists envoyproxy/ratelimit's variables that change nothing
+// here, and why.
+var noEffect = map[string]string{
+	"LOCAL_CACHE_SIZE_IN_BYTES":                    "answers are the same without envoyproxy/ratelimit's over-limit cache",
+	"EXPIRATION_JITTER_MAX_SECONDS":                "Floodgate's store sets the expiry of its keys itself",
+	"REDIS_POOL_SIZE":                              "requests share pipelined connections",
+	"REDIS_PERSECOND_POOL_SIZE":                    "requests share pipelined connections",
+	"REDIS_PIPELINE_LIMIT":                         "deprecated: without effect in envoyproxy/ratelimit too",
+	"REDIS_PERSECOND_PIPELINE_LIMIT":               "deprecated: without effect in envoyproxy/ratelimit too",
+	"REDIS_CLUSTER_PIPELINE_PARALLELISM":           "commands to every cluster node are pipelined",
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "commands to every cluster node are pipelined",
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR":                 "requests share pipelined connections",
+	"REDIS_POOL_ON_EMPTY_WAIT_DURATION":            "requests share pipelined connections",
+	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "requests share pipelined connections",
+	"REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION":  "requests share pipelined connections",
+	"REDIS_STARTUP_INITIAL_INTERVAL":               "the store connects in the background and reconnects by itself",
+	"REDIS_STARTUP_MAX_INTERVAL":                   "the store connects in the background and reconnects by itself",
+	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "the store connects in the background and reconnects by itself",
+	"STATS_FLUSH_INTERVAL":                         "the statistics are read live at every scrape",
+}
+
+// unsupported lists envoyproxy/ratelimit's variables (or prefixes, ending
+// in _) that Floodgate does not implement, and what to do instead.
+var unsupported = map[string]string{
+	"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "not emulated; Floodgate's default mode never counts a request over the limit",
+	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":    "the health check does not follow the Redis connection",
+	"USE_DOG_STATSD":                          "no DogStatsD; the statistics are served for Prometheus",
+	"USE_DOG_STATSD_MOGRIFIERS":               "no DogStatsD; the statistics are served for Prometheus",
+	"DOG_STATSD_MOGRIFIER":                    "no DogStatsD; the statistics are served for Prometheus",
+	"STATSD_HOST":                             "no statsd; the statistics are served for Prometheus",
+	"STATSD_PORT":                             "no statsd; the statistics are served for Prometheus",
+	"PROMETHEUS_MAPPER_YAML":                  "the statistics follow envoyproxy/ratelimit's default mapping only",
+	"MEMCACHE_":                               "no Memcache backend",
+	"CONFIG_GRPC_XDS_":                        "no xDS configuration; descriptor files only",
+	"XDS_CLIENT_":                             "no xDS configuration; descriptor files only",
+	"TRACING_":                                "no tracing",
+}
+
+// readRLSEnv reads the settings through lookup (os.LookupEnv). notes lists
+// the variables set that are not honoured; err is a setting that cannot
+// work.
+func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, []envNote, error) {
+	r := &envReader{lookup: lookup, seen: map[string]bool{}}
+	e := &rlsEnv{}
+	e.httpAddr = net.JoinHostPort(r.str("HOST", "0.0.0.0"), strconv.Itoa(r.int("PORT", 8080)))
+	e.debugAddr = net.JoinHostPort(r.str("DEBUG_HOST", "0.0.0.0"), strconv.Itoa(r.int("DEBUG_PORT", 6070)))
+	e.grpcAddr = net.JoinHostPort(r.str("GRPC_HOST", "0.0.0.0"), strconv.Itoa(r.int("GRPC_PORT", 8081)))
+	e.grpcUDS = r.str("GRPC_UDS", "")
+	e.maxConnAge = r.dur("GRPC_MAX_CONNECTION_AGE", 24*time.Hour)
+	e.maxConnAgeGrace = r.dur("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour)
+	e.grpcTLS = r.bool("GRPC_SERVER_USE_TLS", false)
+	e.tlsCert, e.tlsKey = r.str("GRPC_SERVER_TLS_CERT", ""), r.str("GRPC_SERVER_TLS_KEY", "")
+	e.clientCA, e.clientSAN = r.str("GRPC_CLIENT_TLS_CACERT", ""), r.str("GRPC_CLIENT_TLS_SAN", "")
+
+	level := strings.ToLower(r.str("LOG_LEVEL", "warn"))
+	switch level {
+	case "trace", "debug":
+		e.logLevel = slog.LevelDebug
+	case "info":
+		e.logLevel = slog.LevelInfo
+	case "warn", "warning":
+		e.logLevel = slog.LevelWarn
+	case "error", "fatal", "panic":
+		e.logLevel = slog.LevelError
+	default:
+		r.err = fmt.Errorf("rls: LOG_LEVEL=%q: want debug, info, warn or error", level)
+	}
+	e.logJSON = strings.EqualFold(r.str("LOG_FORMAT", "text"), "json")
+
+	if ct := r.str("CONFIG_TYPE", "FILE"); !strings.EqualFold(ct, "FILE") && r.err == nil {
+		r.err = fmt.Errorf("rls: CONFIG_TYPE=%q: only FILE is supported (descriptor files)", ct)
+	}
+	e.forceStart = r.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
+	root := r.str("RUNTIME_ROOT", "/srv/runtime_data/current")
+	sub := r.str("RUNTIME_SUBDIRECTORY", "")
+	app := r.str("RUNTIME_APPDIRECTORY", "config")
+	_ = r.bool("RUNTIME_WATCH_ROOT", true) // both ways are followed by polling
+	if sub != "" && app != "" {
+		e.configDir = filepath.Join(root, sub, app)
+	}
+	e.load = rls.LoadOptions{AllFiles: true, Recursive: true, DotFiles: !r.bool("RUNTIME_IGNOREDOTFILES", false),
+		MergeDomains: r.bool("MERGE_DOMAIN_CONFIG", false), Compat: r.bool("FLOODGATE_COMPAT", false)}
+
+	e.backend = strings.ToLower(r.str("BACKEND_TYPE", "redis"))
+	switch e.backend {
+	case "redis", "memory":
+	case "memcache":
+		if r.err == nil {
+			r.err = fmt.Errorf("rls: BACKEND_TYPE=memcache: no Memcache backend; use redis (or memory for one instance)")
+		}
+	default:
+		if r.err == nil {
+			r.err = fmt.Errorf("rls: BACKEND_TYPE=%q: want redis or memory", e.backend)
+		}
+	}
+	tls := redisEnv{cert: r.str("REDIS_TLS_CLIENT_CERT", ""), key: r.str("REDIS_TLS_CLIENT_KEY", ""),
+		ca: r.str("REDIS_TLS_CACERT", ""), skipVerify: r.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)}
+	readRedis := func(prefix, defURL, sentinelAuth string) redisEnv {
+		re := tls
+		re.socket = strings.ToLower(r.str(prefix+"SOCKET_TYPE", "unix"))
+		re.typ = strings.ToLower(r.str(prefix+"TYPE", "single"))
+		re.url = r.str(prefix+"URL", defURL)
+		re.auth = r.str(prefix+"AUTH", "")
+		re.sentinelAuth = r.str(sentinelAuth, "")
+		re.tls = r.bool(prefix+"TLS", false)
+		re.timeout = r.dur(prefix+"TIMEOUT", 10*time.Second)
+		re.window = r.dur(prefix+"PIPELINE_WINDOW", 0)
+		if re.socket != "tcp" && re.socket != "unix" && r.err == nil {
+			r.err = fmt.Errorf("rls: %sSOCKET_TYPE=%q: want tcp or unix", prefix, re.socket)
+		}
+		if re.typ != "single" && re.typ != "sentinel" && re.typ != "cluster" && r.err == nil {
+			r.err = fmt.Errorf("rls: %sTYPE=%q: want single, sentinel or cluster", prefix, re.typ)
+		}
+		return re
+	}
+	e.redis = readRedis("REDIS_", "/var/run/nutcracker/ratelimit.sock", "REDIS_SENTINEL_AUTH")
+	if r.bool("REDIS_PERSECOND", false) {
+		ps := readRedis("REDIS_PERSECOND_", "/var/run/nutcracker/ratelimitpersecond.sock", "REDIS_PERSECOND_SENTINEL_AUTH")
+		e.perSecond = &ps
+	}
+	e.prefix = r.str("CACHE_KEY_PREFIX", "")
+	e.storeTimeout = r.dur("FLOODGATE_STORE_TIMEOUT", 0)
+
+	e.nearRatio = r.float("NEAR_LIMIT_RATIO", 0.8)
+	if e.nearRatio <= 0 || e.nearRatio > 1 {
+		if r.err == nil {
+			r.err = fmt.Errorf("rls: NEAR_LIMIT_RATIO=%v: want a number in (0, 1]", e.nearRatio)
+		}
+	}
+	e.healthyWithConfig = r.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
+	e.service = rls.Options{
+		ShadowMode:      r.bool("SHADOW_MODE", false),
+		QuotaMode:       r.bool("QUOTA_MODE", false),
+		DynamicMetadata: r.bool("RESPONSE_DYNAMIC_METADATA", false),
+		NoFields:        !r.bool("FLOODGATE_RATELIMIT_HEADERS", false),
+	}
+	if r.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
+		e.service.PeerHeaders = &rls.PeerHeaders{
+			Limit:     r.str("LIMIT_LIMIT_HEADER", rls.DefaultPeerHeaders.Limit),
+			Remaining: r.str("LIMIT_REMAINING_HEADER", rls.DefaultPeerHeaders.Remaining),
+			Reset:     r.str("LIMIT_RESET_HEADER", rls.DefaultPeerHeaders.Reset),
+		}
+	}
+	e.usePrometheus = r.bool("USE_PROMETHEUS", false)
+	e.promAddr = r.str("PROMETHEUS_ADDR", ":9090")
+	e.promPath = r.str("PROMETHEUS_PATH", "/metrics")
+	e.promMillis = r.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)
+	e.extraTags = r.tags("EXTRA_TAGS")
+	e.disableStats = r.bool("DISABLE_STATS", false)
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	return e, rlsNotes(r, e, environ), nil
+}
+
+// rlsNotes lists the variables of environ that are set but not honoured.
+func rlsNotes(r *envReader, e *rlsEnv, environ []string) []envNote {
+	var notes []envNote
+	for _, kv := range environ {
+		name, v, _ := strings.Cut(kv, "=")
+		if v == "" || r.seen[name] {
+			if msg, ok := noEffect[name]; ok && v != "" {
+				notes = append(notes, envNote{name: name, msg: msg})
+			}
+			continue
+		}
+		if msg, ok := noEffect[name]; ok {
+			notes = append(notes, envNote{name: name, msg: msg})
+			continue
+		}
+		for p, msg := range unsupported {
+			if name == p || (strings.HasSuffix(p, "_") && strings.HasPrefix(name, p)) || strings.HasPrefix(name, p+"_") {
+				if b, err := strconv.ParseBool(v); err == nil && !b {
+					break // switched off
+				}
+				notes = append(notes, envNote{name: name, msg: msg, unsupported: true})
+				break
+			}
+		}
+	}
+	useStatsd := true
+	if v, ok := r.lookup("USE_STATSD"); ok && v != "" {
+		useStatsd, _ = strconv.ParseBool(v)
+	}
+	if useStatsd && !e.usePrometheus && !e.disableStats {
+		notes = append(notes, envNote{name: "USE_STATSD", unsupported: true,
+			msg: "no statsd; the statistics are served for Prometheus on the debug port's /metrics (or set USE_PROMETHEUS=true)"})
+	}
+	sort.Slice(notes, func(i, j int) bool { return notes[i].name < notes[j].name })
+	return notes
+}

@@ -1,0 +1,493 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// Costs known from the request or the response (policy.Cost): a limit's
+// estimate is read before the request is checked, from a header or a JSON
+// field of the request body; a limit whose cost is known only afterwards
+// (policy.Cost.Actual, or count_on) has its estimate reserved while the
+// request is in flight, and settled once the response tells the real cost
+// (a header, a JSON field of the body, or of the last event of a
+// Server-Sent Events stream that carries it) or its status says whether
+// it counts.
+
+const (
+	// maxCostBody caps the bytes of a request body read for an estimate,
+	// and of a JSON response body (not a stream) read for an actual cost.
+	// Past it the estimate is the limit's default, and the actual cost is
+	// unknown (the estimate is kept). The body itself passes whole.
+	maxCostBody = 1 << 20
+	// maxEventBytes caps one Server-Sent Event read for an actual cost:
+	// a longer event passes through unread.
+	maxEventBytes = 1 << 20
+)
+
+// costs returns where hit i's cost is read (nil: fixed).
+func (m *Match) costs(i int) *policy.Cost {
+	if i < len(m.Costs) {
+		return m.Costs[i]
+	}
+	return nil
+}
+
+// reserves reports whether hit i is reserved while the request is in
+// flight: its cost is settled after the response.
+func (m *Match) reserves(i int) bool {
+	c := m.costs(i)
+	return len(m.countOn(i)) > 0 || (c != nil && c.Actual != nil)
+}
+
+// estimate sets the cost of every hit whose limit reads it from the
+// request (a header or a JSON field of the body), marks the hits whose
+// cost is settled after the response as reservations, and sets the
+// reservation's TTL. An estimate is at least 1 and at most the limit's
+// capacity: it is a guess, which the settle corrects.
+func (g *Gateway) estimate(r *http.Request, st *reqState) {
+	m := &st.m
+	st.req.TTL = 0
+	for i := range m.Hits {
+		h := &m.Hits[i]
+		h.Reserve = m.reserves(i)
+		c := m.costs(i)
+		if c == nil {
+			continue
+		}
+		if h.Reserve {
+			st.req.TTL = max(st.req.TTL, c.TTL)
+		}
+		if c.Estimate == nil {
+			continue
+		}
+		v, ok := int64(0), false
+		if name := c.Estimate.Header; name != "" {
+			v, ok = headerInt(r.Header, name)
+		} else if body := st.requestBody(r); body != nil {
+			v, ok = jsonInt(body, c.Estimate.Body)
+		}
+		if !ok || v < 1 {
+			v = c.Default
+		}
+		h.Cost = min(max(v, 1), h.Rule.Capacity())
+	}
+}
+
+// requestBody returns the request's body for estimates, reading it once
+// (up to maxCostBody) and putting it back for the upstream. It returns nil
+// for no body or one too large to read.
+func (st *reqState) requestBody(r *http.Request) []byte {
+	if st.bodyRead {
+		return st.body
+	}
+	st.bodyRead = true
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	// A new buffer each time: the upstream request may still read it
+	// after the handler returned (an upstream that answered early).
+	var buf bytes.Buffer
+	_, err := buf.ReadFrom(io.LimitReader(r.Body, maxCostBody+1))
+	read := buf.Bytes()
+	// The server closes the request's own body when the handler returns;
+	// the upstream request must not (it may do so while the server still
+	// uses it).
+	if err == nil && len(read) <= maxCostBody {
+		r.Body = io.NopCloser(bytes.NewReader(read))
+	} else {
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(read), r.Body))
+	}
+	if err != nil || len(read) > maxCostBody {
+		st.body = nil
+		return nil
+	}
+	st.body = read
+	return read
+}
+
+// headerInt reads a whole number from the first value of a header.
+func headerInt(h http.Header, name string) (int64, bool) {
+	v := h[name]
+	if len(v) == 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
+	return n, err == nil
+}
+
+// jsonInt reads the whole number at path in a JSON document: a number
+// without a fraction (12 or 12.0), not negative.
+func jsonInt(doc []byte, path []string) (int64, bool) {
+	if len(path) == 0 || !bytes.Contains(doc, []byte(path[0])) {
+		return 0, false // spares decoding most documents
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return 0, false
+	}
+	for _, name := range path {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return 0, false
+		}
+		if v, ok = obj[name]; !ok {
+			return 0, false
+		}
+	}
+	num, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	if n, err := num.Int64(); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		return n, true
+	}
+	f, err := num.Float64()
+	if err != nil || f < 0 || f != math.Trunc(f) || f > math.MaxInt64/2 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// costRecorder is the response writer of a request with reservations: it
+// remembers the status, reads the actual costs the response tells as it
+// passes (without holding back any of it), and notes whether the gateway
+// answered for an upstream that failed.
+type costRecorder struct {
+	http.ResponseWriter
+	st      *reqState
+	status  int
+	failed  bool // the upstream could not be reached, or the client left first
+	done    bool // the handler returned
+	started bool // the response's headers are known
+	stream  bool // a text/event-stream body
+	skip    bool // the body is not read
+	buf     []byte
+	sse     sseScanner
+	// values holds each hit's actual cost once the response told it;
+	// found says which were told.
+	values []int64
+	found  []bool
+	// bodyHits lists the hits whose actual cost is in the body.
+	bodyHits []int
+}
+
+// recorder returns st's response writer for a request with reservations.
+func (st *reqState) costRecorder(w http.ResponseWriter) *costRecorder {
+	n := len(st.m.Hits)
+	rec := &st.rec
+	*rec = costRecorder{ResponseWriter: w, st: st, buf: rec.buf[:0], sse: sseScanner{line: rec.sse.line[:0], data: rec.sse.data[:0]},
+		values: slices.Grow(rec.values[:0], n)[:n], found: slices.Grow(rec.found[:0], n)[:n], bodyHits: rec.bodyHits[:0]}
+	clear(rec.values)
+	clear(rec.found)
+	for i := range st.m.Hits {
+		if c := st.m.costs(i); c != nil && c.Actual != nil && c.Actual.Body != nil {
+			rec.bodyHits = append(rec.bodyHits, i)
+		}
+	}
+	rec.skip = len(rec.bodyHits) == 0
+	rec.sse.onEvent = rec.event
+	return rec
+}
+
+// keepBytes is the most buffer space a pooled costRecorder keeps: a large
+// body or event read once is not held for later requests.
+const keepBytes = 64 << 10
+
+// release drops what the recorder holds of its request, before its
+// reqState goes back to the pool.
+func (c *costRecorder) release() {
+	c.ResponseWriter, c.st = nil, nil
+	if cap(c.buf) > keepBytes {
+		c.buf = nil
+	}
+	if cap(c.sse.line) > keepBytes {
+		c.sse.line = nil
+	}
+	if cap(c.sse.data) > keepBytes {
+		c.sse.data = nil
+	}
+}
+
+// start reads what the response headers tell, once.
+func (c *costRecorder) start() {
+	if c.started {
+		return
+	}
+	c.started = true
+	h := c.ResponseWriter.Header()
+	for i := range c.st.m.Hits {
+		if cs := c.st.m.costs(i); cs != nil && cs.Actual != nil && cs.Actual.Header != "" {
+			c.values[i], c.found[i] = headerInt(h, cs.Actual.Header)
+			c.found[i] = c.found[i] && c.values[i] >= 0
+		}
+	}
+	if c.skip {
+		return
+	}
+	if ct, _, err := mime.ParseMediaType(h.Get("Content-Type")); err == nil && ct == "text/event-stream" {
+		c.stream = true
+	}
+	if h.Get("Content-Encoding") != "" && h.Get("Content-Encoding") != "identity" {
+		c.skip = true // compressed: not read
+	}
+}
+
+func (c *costRecorder) WriteHeader(code int) {
+	if c.status == 0 && code >= 200 {
+		c.status = code
+		c.start()
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *costRecorder) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+		c.start()
+	}
+	n, err := c.ResponseWriter.Write(b)
+	if !c.skip {
+		c.read(b[:n])
+	}
+	return n, err
+}
+
+// read looks at a part of the body as it passes.
+func (c *costRecorder) read(b []byte) {
+	if c.stream {
+		c.sse.write(b)
+		return
+	}
+	if len(c.buf)+len(b) > maxCostBody {
+		c.skip, c.buf = true, c.buf[:0]
+		return
+	}
+	c.buf = append(c.buf, b...)
+}
+
+// finish reads the actual costs of a JSON body once it has passed.
+func (c *costRecorder) finish() {
+	if !c.started && c.done && c.ResponseWriter != nil {
+		c.start() // the handler set headers and wrote nothing
+	}
+	if c.skip || c.stream || len(c.buf) == 0 {
+		return
+	}
+	c.event(c.buf)
+}
+
+// event reads the actual costs from one JSON document: a body, or the
+// data of one event of a stream (the last that tells a cost wins).
+func (c *costRecorder) event(doc []byte) {
+	for _, i := range c.bodyHits {
+		if v, ok := jsonInt(doc, c.st.m.costs(i).Actual.Body); ok {
+			c.values[i], c.found[i] = v, true
+		}
+	}
+}
+
+// Flush passes flushes through for streamed responses.
+func (c *costRecorder) Flush() {
+	if c.status == 0 {
+		c.status = http.StatusOK
+		c.start()
+	}
+	_ = http.NewResponseController(c.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (c *costRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// upstreamFailed notes that the gateway answered for an upstream that
+// could not be reached (or a client that left first): the reservations
+// are given back.
+func (c *costRecorder) upstreamFailed() { c.failed = true }
+
+// markFailed tells w, when it is a costRecorder, that the upstream failed.
+func markFailed(w http.ResponseWriter) {
+	if f, ok := w.(interface{ upstreamFailed() }); ok {
+		f.upstreamFailed()
+	}
+}
+
+// actualCosts fills st.actual with the real cost of each reserved hit, by
+// the outcome of the request: status is the answer's (rec, when not nil,
+// also tells the costs the response carried). A hit counted by outcome
+// whose list lacks the status costs 0; a request that failed before an
+// answer (the upstream unreachable, the client gone before it, the
+// handler panicked) costs 0; a cost the response told is the actual cost; else
+// the estimate stays when the answer is a success (2xx), and an answer that
+// is not (a refused request, an upstream error) costs nothing.
+func (st *reqState) actualCosts(status int, rec *costRecorder) {
+	m := &st.m
+	st.actual = slices.Grow(st.actual[:0], len(m.Hits))[:len(m.Hits)]
+	failed := rec != nil && (rec.failed || !rec.done)
+	for i := range m.Hits {
+		h := &m.Hits[i]
+		st.actual[i] = 0
+		switch {
+		case !h.Reserve || failed:
+		case len(m.countOn(i)) > 0 && !slices.Contains(m.countOn(i), status):
+		case rec != nil && rec.found[i]:
+			st.actual[i] = rec.values[i]
+		case st.m.costs(i) != nil && st.m.costs(i).Actual != nil && (status < 200 || status > 299):
+		default:
+			st.actual[i] = h.Cost
+		}
+	}
+}
+
+// settle ends the request's reservation with the costs of its outcome
+// (see actualCosts). A reservation decided by failure policies while the
+// store failed holds nothing to settle.
+func (g *Gateway) settle(ctx context.Context, st *reqState, status int, rec *costRecorder) {
+	if rec != nil {
+		rec.finish()
+		status = rec.status
+		if status == 0 {
+			status = http.StatusOK // the handler wrote nothing
+		}
+	}
+	if st.res.Degraded != limiter.NotDegraded {
+		return
+	}
+	st.actualCosts(status, rec)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
+	defer cancel()
+	if err := g.engine.Settle(cctx, &st.req, st.actual, &st.settled); err != nil {
+		level := "error"
+		if errors.Is(err, limiter.ErrReservationUnknown) {
+			level = "expired" // held past its TTL: it kept its estimate
+		}
+		g.log.Warn("gateway: settle", "err", err, "route", st.m.Route, "problem", level)
+	}
+}
+
+// sseScanner reads a Server-Sent Events stream as it passes, one event at
+// a time, keeping only the event being read (at most maxEventBytes): the
+// stream itself is never held back.
+type sseScanner struct {
+	line      []byte // an unfinished line
+	data      []byte // the current event's data lines
+	longLine  bool   // the current line is over the cap: skipped
+	longEvent bool   // the current event is over the cap: not read
+	cr        bool   // the last byte seen was a CR (a CRLF may follow)
+	onEvent   func(data []byte)
+	maxBytes  int // 0: maxEventBytes
+}
+
+func (s *sseScanner) limit() int {
+	if s.maxBytes > 0 {
+		return s.maxBytes
+	}
+	return maxEventBytes
+}
+
+// write reads the next part of the stream.
+func (s *sseScanner) write(b []byte) {
+	if s.cr && len(b) > 0 && b[0] == '\n' {
+		b = b[1:]
+	}
+	s.cr = false
+	for len(b) > 0 {
+		i := bytes.IndexAny(b, "\r\n")
+		if i < 0 {
+			if s.longLine || len(s.line)+len(b) > s.limit() {
+				s.longLine, s.line = true, s.line[:0]
+			} else {
+				s.line = append(s.line, b...)
+			}
+			return
+		}
+		switch {
+		case s.longLine || len(s.line)+i > s.limit():
+			s.longLine, s.longEvent = false, true
+		case len(s.line) > 0:
+			s.line = append(s.line, b[:i]...)
+			s.field(s.line)
+		default:
+			s.field(b[:i])
+		}
+		s.line = s.line[:0]
+		if b[i] == '\r' {
+			if i+1 == len(b) {
+				s.cr = true
+			} else if b[i+1] == '\n' {
+				i++
+			}
+		}
+		b = b[i+1:]
+	}
+}
+
+// field handles one complete line.
+func (s *sseScanner) field(line []byte) {
+	if len(line) == 0 {
+		if !s.longEvent && len(s.data) > 0 && s.onEvent != nil {
+			s.onEvent(s.data[:len(s.data)-1])
+		}
+		s.data, s.longEvent = s.data[:0], false
+		return
+	}
+	if s.longEvent {
+		return
+	}
+	v, ok := bytes.CutPrefix(line, []byte("data"))
+	if !ok || (len(v) > 0 && v[0] != ':') {
+		return // another field, a comment, or "database:"
+	}
+	if len(v) > 0 {
+		v = v[1:]
+		if len(v) > 0 && v[0] == ' ' {
+			v = v[1:]
+		}
+	}
+	if len(s.data)+len(v)+1 > s.limit() {
+		s.longEvent, s.data = true, s.data[:0]
+		return
+	}
+	s.data = append(s.data, v...)
+	s.data = append(s.data, '\n')
+}
+
+// plainHits returns the hits of st that are not reservations (a
+// reservation is given back by its settle), reusing st.leases' storage
+// after the leases.
+func plainHits(st *reqState) []limiter.Hit {
+	if !st.req.HasReserved() {
+		return st.m.Hits
+	}
+	n := len(st.leases)
+	for _, h := range st.m.Hits {
+		if !h.Reserve {
+			st.leases = append(st.leases, h)
+		}
+	}
+	return st.leases[n:]
+}
+
+// cancelReservation gives the whole reservation of st back: the request
+// never went ahead.
+func (g *Gateway) cancelReservation(ctx context.Context, st *reqState) {
+	rec := st.costRecorder(nil)
+	rec.failed, rec.done = true, true
+	g.settle(ctx, st, 0, rec)
+}

@@ -1,0 +1,317 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// CodeUnknownReservation answers a settle of a reservation the store does
+// not hold: settled already, expired (it kept its estimate), or decided
+// while the store failed.
+const CodeUnknownReservation = "unknown_reservation"
+
+// reservation is what a reservation token carries: the reservation's ID
+// and the hits it reserved (limit, key, estimate), so that a settle needs
+// nothing else. It grants nothing: a settle changes only a reservation
+// the store holds under that ID.
+type reservation struct {
+	ID   string           `json:"id"`
+	Hits []reservationHit `json:"hits"`
+}
+
+type reservationHit struct {
+	Limit string `json:"l"`
+	Key   string `json:"k"`
+	Cost  int64  `json:"c"`
+}
+
+// encode returns the reservation's token: its JSON in unpadded base64url.
+func (r *reservation) encode() string {
+	b, _ := json.Marshal(r)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// wireReserve is a posted /v1/reserve body: the hits as for /v1/check and
+// how long to hold them.
+type wireReserve struct {
+	Hits  []wireHit    `json:"hits"`
+	Limit *string      `json:"limit"`
+	Key   *string      `json:"key"`
+	Cost  *json.Number `json:"cost"`
+	TTL   *json.Number `json:"ttl"`
+}
+
+// reserve answers POST /v1/reserve: every hit's cost is an estimate,
+// reserved all or nothing like a check, and held until POST /v1/settle
+// names the reservation (or its ttl passes: it then keeps its estimate).
+func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _ bool) {
+	var in wireReserve
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&in); err != nil {
+		var ec *errCost
+		if errors.As(err, &ec) {
+			writeError(w, http.StatusBadRequest, CodeInvalidCost, ec.Error()+": a cost is a whole number of units, at least 1", nil)
+			return
+		}
+		writeError(w, http.StatusBadRequest, CodeBadJSON, "invalid JSON: "+err.Error(), nil)
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, CodeBadJSON, "invalid JSON: data after the object", nil)
+		return
+	}
+	ttl := floodgate.DefaultReservationTTL
+	if in.TTL != nil {
+		f, err := in.TTL.Float64()
+		if err != nil || !(f > 0) || f > floodgate.MaxReservationTTL.Seconds() {
+			writeError(w, http.StatusBadRequest, CodeBadRequest,
+				fmt.Sprintf("ttl %s: want seconds above 0, at most %.0f", in.TTL.String(), floodgate.MaxReservationTTL.Seconds()), nil)
+			return
+		}
+		ttl = time.Duration(math.Ceil(f*1000)) * time.Millisecond // whole milliseconds, rounded up
+	}
+	single := in.Limit != nil || in.Key != nil || in.Cost != nil
+	wh := in.Hits
+	switch {
+	case in.Hits != nil && single:
+		writeError(w, http.StatusBadRequest, CodeBadRequest, `give either "hits" or one hit's "limit", "key" and "cost", not both`, nil)
+		return
+	case single:
+		one := wireHit{Limit: in.Limit, Key: in.Key}
+		if in.Cost != nil {
+			n, err := strconv.ParseInt(in.Cost.String(), 10, 64)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, CodeInvalidCost, (&errCost{in.Cost.String()}).Error(), nil)
+				return
+			}
+			one.Cost = &n
+		}
+		wh = []wireHit{one}
+	}
+	q, apiErr := h.query(wh, true)
+	if apiErr != nil {
+		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
+		return
+	}
+	for i := range q.hits {
+		q.hits[i].Reserve = true
+	}
+	req := limiter.Request{Front: limiter.FrontHTTPAPI, Hits: q.hits, TTL: ttl}
+	var res limiter.Result
+	if err := h.eng.Decide(r.Context(), &req, &res); err != nil {
+		h.engineError(w, err)
+		return
+	}
+	rsv := &reservation{ID: strconv.FormatUint(req.Reservation, 16), Hits: make([]reservationHit, len(q.hits))}
+	for i := range q.hits {
+		rsv.Hits[i] = reservationHit{Limit: q.names[i], Key: keyOf(wh[i]), Cost: q.hits[i].Cost}
+	}
+	h.answer(w, false, q, &res, rsv)
+}
+
+// keyOf is the key a hit was posted with (the engine may hash a long one
+// in place).
+func keyOf(x wireHit) string {
+	if x.Key == nil {
+		return ""
+	}
+	return *x.Key
+}
+
+// engineError answers an error of the engine.
+func (h *Handler) engineError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, floodgate.ErrNeverFits):
+		writeError(w, http.StatusUnprocessableEntity, CodeNeverFits, err.Error(), nil)
+	case errors.Is(err, limiter.ErrReservationUnknown):
+		writeError(w, http.StatusNotFound, CodeUnknownReservation,
+			"no such reservation: settled already, expired (it kept its estimate), or made while the store failed", nil)
+	default:
+		h.log.Warn("httpapi: engine", "err", err)
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the limiter cannot decide now", nil)
+	}
+}
+
+// wireSettle is a posted /v1/settle body.
+type wireSettle struct {
+	// Reservation is the token /v1/reserve answered.
+	Reservation string `json:"reservation"`
+	// Actual is the real cost: one number for every hit, or an object of
+	// limit names and numbers (limits not named keep their estimate).
+	Actual json.RawMessage `json:"actual"`
+	// Cancel gives every hit back (an actual cost of 0).
+	Cancel bool `json:"cancel"`
+}
+
+// SettleDecision is one hit's state after a settle.
+type SettleDecision struct {
+	Limit     string `json:"limit"`
+	Key       string `json:"key"`
+	Capacity  int64  `json:"capacity"`
+	Remaining int64  `json:"remaining"`
+	// Overrun is the part of the actual cost above the estimate that the
+	// limit could not take: it ran out.
+	Overrun int64 `json:"overrun,omitempty"`
+}
+
+// SettleResponse is the answer to a settle.
+type SettleResponse struct {
+	Settled bool `json:"settled"`
+	// Overrun adds up the hits' overruns.
+	Overrun   int64            `json:"overrun"`
+	Decisions []SettleDecision `json:"decisions"`
+}
+
+// settle answers POST /v1/settle: the reservation named by the token ends
+// with the actual costs (below the estimate the rest is given back, above
+// it the excess is charged as far as each limit allows and the rest is
+// reported as overrun). A second settle of the same reservation is 404
+// unknown_reservation.
+func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ bool) {
+	var in wireSettle
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadJSON, "invalid JSON: "+err.Error(), nil)
+		return
+	}
+	rsv, id, apiErr := h.decodeReservation(in.Reservation)
+	if apiErr != nil {
+		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
+		return
+	}
+	q, apiErr := h.query(rsv, true)
+	if apiErr != nil {
+		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
+		return
+	}
+	actual := make([]int64, len(q.hits))
+	for i := range q.hits {
+		q.hits[i].Reserve = true
+		actual[i] = q.hits[i].Cost
+	}
+	if apiErr := readActual(&in, q.names, actual); apiErr != nil {
+		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
+		return
+	}
+	req := limiter.Request{Front: limiter.FrontHTTPAPI, Hits: q.hits, Reservation: id}
+	var res limiter.Result
+	if err := h.eng.Settle(r.Context(), &req, actual, &res); err != nil {
+		h.engineError(w, err)
+		return
+	}
+	out := SettleResponse{Settled: true, Decisions: make([]SettleDecision, len(q.hits))}
+	for i := range q.hits {
+		d := res.Decisions[i]
+		out.Decisions[i] = SettleDecision{Limit: q.names[i], Key: keyOf(rsv[i]), Capacity: d.Limit, Remaining: d.Remaining, Overrun: d.Overrun}
+		out.Overrun += d.Overrun
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(&out)
+}
+
+// maxTokenBytes caps a reservation token.
+const maxTokenBytes = 48 << 10
+
+// decodeReservation reads a reservation token into the hits it names
+// (their posted form) and its ID.
+func (h *Handler) decodeReservation(tok string) ([]wireHit, uint64, *apiError) {
+	badTok := bad(http.StatusBadRequest, CodeBadRequest, `"reservation" is not a token /v1/reserve answered`)
+	if tok == "" || len(tok) > maxTokenBytes {
+		return nil, 0, badTok
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return nil, 0, badTok
+	}
+	var rsv reservation
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rsv); err != nil {
+		return nil, 0, badTok
+	}
+	id, err := strconv.ParseUint(rsv.ID, 16, 64)
+	if err != nil || id == 0 || len(rsv.Hits) == 0 {
+		return nil, 0, badTok
+	}
+	wh := make([]wireHit, len(rsv.Hits))
+	for i := range rsv.Hits {
+		x := &rsv.Hits[i]
+		wh[i] = wireHit{Limit: &x.Limit, Key: &x.Key, Cost: &x.Cost}
+	}
+	return wh, id, nil
+}
+
+// readActual fills actual from a settle's "actual" or "cancel".
+func readActual(in *wireSettle, names []string, actual []int64) *apiError {
+	whole := func(n json.Number) (int64, *apiError) {
+		v, err := strconv.ParseInt(n.String(), 10, 64)
+		if err != nil || v < 0 {
+			return 0, bad(http.StatusBadRequest, CodeInvalidCost, "actual cost %s: a whole number of units, 0 or more", n.String())
+		}
+		return v, nil
+	}
+	if in.Cancel {
+		if len(in.Actual) > 0 {
+			return bad(http.StatusBadRequest, CodeBadRequest, `give either "actual" or "cancel", not both`)
+		}
+		clear(actual)
+		return nil
+	}
+	if len(in.Actual) == 0 {
+		return bad(http.StatusBadRequest, CodeBadRequest, `give "actual" (a number, or limit names and numbers) or "cancel": true`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(in.Actual))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return bad(http.StatusBadRequest, CodeBadJSON, "actual: %v", err)
+	}
+	switch v := v.(type) {
+	case json.Number:
+		n, e := whole(v)
+		if e != nil {
+			return e
+		}
+		for i := range actual {
+			actual[i] = n
+		}
+	case map[string]any:
+		for name, x := range v {
+			num, ok := x.(json.Number)
+			if !ok {
+				return bad(http.StatusBadRequest, CodeInvalidCost, "actual cost of %q is not a number", name)
+			}
+			n, e := whole(num)
+			if e != nil {
+				return e
+			}
+			found := false
+			for i := range names {
+				if names[i] == name {
+					actual[i], found = n, true
+				}
+			}
+			if !found {
+				return bad(http.StatusBadRequest, CodeBadRequest, "actual cost of %q: the reservation has no such limit", name)
+			}
+		}
+	default:
+		return bad(http.StatusBadRequest, CodeBadRequest, "actual: a number, or an object of limit names and numbers")
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestReserveSettle reserves an estimate, settles below it (the rest comes
+// back), refuses a second settle, and settles above an estimate (the
+// excess is charged as far as the limit allows, the rest reported).
+func TestReserveSettle(t *testing.T) {
+	url, _ := start(t)
+	resp, m := post(t, url+"/v1/reserve", `{"hits":[{"limit":"global","key":"k","cost":60},{"limit":"login","key":"k"}],"ttl":30}`)
+	tok, _ := m["reservation"].(string)
+	if resp.StatusCode != 200 || m["allowed"] != true || tok == "" {
+		t.Fatalf("reserve: %d %v", resp.StatusCode, m)
+	}
+	if resp.Header.Get("RateLimit") == "" {
+		t.Error("no RateLimit field on a reservation")
+	}
+	// 40 of global left: a second estimate of 50 does not fit.
+	if resp, m := post(t, url+"/v1/reserve", `{"limit":"global","key":"k","cost":50}`); resp.StatusCode != 429 || m["reservation"] != nil {
+		t.Fatalf("second reserve: %d %v", resp.StatusCode, m)
+	}
+	resp, m = post(t, url+"/v1/settle", `{"reservation":"`+tok+`","actual":{"global":15}}`)
+	if resp.StatusCode != 200 || m["settled"] != true || m["overrun"] != float64(0) {
+		t.Fatalf("settle: %d %v", resp.StatusCode, m)
+	}
+	ds := m["decisions"].([]any)
+	if g := ds[0].(map[string]any); g["limit"] != "global" || g["remaining"] != float64(85) {
+		t.Errorf("global after settling 15 of 60: %v", g)
+	}
+	if l := ds[1].(map[string]any); l["remaining"] != float64(2) {
+		t.Errorf("login, not named, keeps its estimate: %v", l)
+	}
+	if resp, m := post(t, url+"/v1/settle", `{"reservation":"`+tok+`","cancel":true}`); resp.StatusCode != 404 || m["code"] != CodeUnknownReservation {
+		t.Fatalf("second settle: %d %v", resp.StatusCode, m)
+	}
+	_, m = post(t, url+"/v1/reserve", `{"limit":"global","key":"k","cost":10}`)
+	resp, m = post(t, url+"/v1/settle", `{"reservation":"`+m["reservation"].(string)+`","actual":200}`)
+	if resp.StatusCode != 200 || m["overrun"] != float64(200-10-75) {
+		t.Fatalf("settle 200 of 10: %d %v, want overrun 115 (75 left after the estimate)", resp.StatusCode, m)
+	}
+}
+
+// TestReserveConcurrency holds a concurrency slot from reserve to settle,
+// which /v1/check cannot.
+func TestReserveConcurrency(t *testing.T) {
+	url, _ := start(t)
+	var toks []string
+	for i := 0; i < 2; i++ {
+		resp, m := post(t, url+"/v1/reserve", `{"limit":"conc","key":"k"}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("slot %d: %d %v", i, resp.StatusCode, m)
+		}
+		toks = append(toks, m["reservation"].(string))
+	}
+	if resp, _ := post(t, url+"/v1/reserve", `{"limit":"conc","key":"k"}`); resp.StatusCode != 429 {
+		t.Fatalf("third slot of 2: %d", resp.StatusCode)
+	}
+	post(t, url+"/v1/settle", `{"reservation":"`+toks[0]+`","cancel":true}`)
+	if resp, _ := post(t, url+"/v1/reserve", `{"limit":"conc","key":"k"}`); resp.StatusCode != 200 {
+		t.Fatalf("after a settle: %d", resp.StatusCode)
+	}
+}
+
+// TestReserveErrors: bad requests are clear 4xx answers and change nothing.
+func TestReserveErrors(t *testing.T) {
+	url, eng := start(t)
+	_, m := post(t, url+"/v1/reserve", `{"limit":"login","key":"k"}`)
+	tok := m["reservation"].(string)
+	for _, c := range []struct {
+		path, body string
+		status     int
+		code       string
+	}{
+		{"/v1/reserve", `{"limit":"login","ttl":0}`, 400, CodeBadRequest},
+		{"/v1/reserve", `{"limit":"login","ttl":"1m"}`, 400, CodeBadJSON},
+		{"/v1/reserve", `{"limit":"login","cost":1.5}`, 400, CodeInvalidCost},
+		{"/v1/reserve", `{"limit":"nope"}`, 404, CodeUnknownLimit},
+		{"/v1/reserve", `{"limit":"login","cost":4}`, 422, CodeNeverFits},
+		{"/v1/settle", `{"reservation":"` + tok + `"}`, 400, CodeBadRequest},
+		{"/v1/settle", `{"reservation":"` + tok + `","actual":-1}`, 400, CodeInvalidCost},
+		{"/v1/settle", `{"reservation":"` + tok + `","actual":{"other":1}}`, 400, CodeBadRequest},
+		{"/v1/settle", `{"reservation":"` + tok + `","actual":1,"cancel":true}`, 400, CodeBadRequest},
+		{"/v1/settle", `{"reservation":"not a token","actual":1}`, 400, CodeBadRequest},
+		{"/v1/settle", `{"reservation":"` + strings.Repeat("A", 40) + `","actual":1}`, 400, CodeBadRequest},
+	} {
+		resp, m := post(t, url+c.path, c.body)
+		if resp.StatusCode != c.status || m["code"] != c.code {
+			t.Errorf("%s %s: %d %v, want %d %s", c.path, c.body, resp.StatusCode, m, c.status, c.code)
+		}
+	}
+	if n := eng.checks.Load(); n != 1 {
+		t.Errorf("%d decisions reached the engine, want the first reservation's only", n)
+	}
+	if resp, m := post(t, url+"/v1/settle", `{"reservation":"`+tok+`","actual":0}`); resp.StatusCode != http.StatusOK {
+		t.Errorf("the reservation after the errors: %d %v", resp.StatusCode, m)
+	}
+}

@@ -1,0 +1,243 @@
+package rls
+
+import (
+	"context"
+	"math"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// decide answers a request with Floodgate's semantics: all the limits that
+// apply are checked together and charged only if the request passes, so a
+// request over the limit takes nothing. A descriptor whose hits_addend is
+// 0 is checked (would one more unit pass?) and not charged. A descriptor
+// in quota mode stops the request only when every descriptor in quota
+// mode is over its limit; those checks take a first look that charges
+// nothing, then a charge of the limits that pass.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, app []applied, sc *scratch) (*rlsv3.RateLimitResponse, error) {
+	hits := sc.hits[:0]
+	blocked, twoLooks := false, false
+	for i := range app {
+		a := &app[i]
+		rl := a.rl
+		if rl == nil || a.unlimited {
+			continue
+		}
+		c := max(a.cost, 1)
+		if rl.rule == nil || c > rl.rule.Capacity() {
+			// Blocked, or a cost that can never fit: over the limit
+			// without asking the store, for the window's length.
+			a.over = true
+			a.d = floodgate.Decision{Limit: int64(rl.perUnit), ResetAfter: time.Duration(rl.unit.seconds()) * time.Second}
+			if rl.rule != nil {
+				a.d.Limit = rl.rule.Capacity()
+			}
+			a.before, a.after = a.d.Limit, a.d.Limit+a.cost
+			blocked = blocked || (!rl.shadow && !a.quota)
+			twoLooks = twoLooks || a.quota
+			continue
+		}
+		rule := rl.rule
+		if a.quota && rl.shadowRule != nil {
+			rule = rl.shadowRule
+		}
+		twoLooks = twoLooks || a.quota || a.cost == 0
+		a.hit = len(hits)
+		hits = append(hits, limiter.Hit{Rule: rule, Key: a.key, Cost: c})
+	}
+	sc.hits = hits
+	res := &sc.res
+	*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
+	if len(hits) > 0 {
+		// A blocked descriptor denies without asking the store, so nothing
+		// may be charged: look without charging to report the others.
+		// Checks and quota mode take a look first too.
+		sc.req = limiter.Request{Front: limiter.FrontRLS, Peek: blocked || twoLooks, Hits: hits}
+		if err := s.eng.Decide(ctx, &sc.req, res); err != nil {
+			return nil, err
+		}
+		fill(app, res)
+		if twoLooks && !blocked && !denies(app) {
+			if err := s.charge(ctx, app, sc); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s.answer(app, sc), nil
+}
+
+// charge charges the descriptors of a request that passed a first look,
+// except the checks (hits_addend 0).
+func (s *Service) charge(ctx context.Context, app []applied, sc *scratch) error {
+	charge := sc.peeks[:0]
+	for i := range app {
+		if a := &app[i]; a.hit >= 0 && a.cost > 0 {
+			charge = append(charge, sc.hits[a.hit])
+		}
+	}
+	sc.peeks = charge
+	if len(charge) == 0 {
+		return nil
+	}
+	res := &sc.peek
+	*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
+	sc.req = limiter.Request{Front: limiter.FrontRLS, Hits: charge}
+	if err := s.eng.Decide(ctx, &sc.req, res); err != nil {
+		return err
+	}
+	j := 0
+	for i := range app {
+		if a := &app[i]; a.hit >= 0 && a.cost > 0 {
+			setDecision(a, res.Decisions[j])
+			j++
+		}
+	}
+	return nil
+}
+
+// fill takes each descriptor's decision from res.
+func fill(app []applied, res *limiter.Result) {
+	for i := range app {
+		if a := &app[i]; a.hit >= 0 {
+			setDecision(a, res.Decisions[a.hit])
+		}
+	}
+}
+
+// setDecision records a descriptor's decision and the counts its
+// statistics see: the units used before and after the request.
+func setDecision(a *applied, d floodgate.Decision) {
+	if a.cost == 0 && d.Allowed {
+		// Looked at with a cost of 1: what is left now is one more.
+		d.Remaining++
+	}
+	a.d = d
+	a.over = !d.Allowed
+	used := d.Limit - max(d.Remaining, 0)
+	switch {
+	case !d.Allowed || a.cost == 0:
+		a.before, a.after = used, used+a.cost
+	default:
+		a.before, a.after = used-a.cost, used
+	}
+}
+
+// denies reports whether the request is over the limit: a descriptor that
+// is neither in shadow nor in quota mode is, or every descriptor in quota
+// mode is (shadow ones never are).
+func denies(app []applied) bool {
+	quotas, quotasOver := 0, 0
+	for i := range app {
+		a := &app[i]
+		if a.rl == nil || a.unlimited {
+			continue
+		}
+		if a.quota {
+			quotas++
+			if a.over && !a.rl.shadow {
+				quotasOver++
+			}
+			continue
+		}
+		if a.over && !a.rl.shadow {
+			return true
+		}
+	}
+	return quotas > 0 && quotas == quotasOver
+}
+
+// answer turns the decisions into the response, in as few allocations as
+// the number of descriptors allows.
+func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
+	resp, statuses, limits, durs, one := statuses(len(app))
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	denied := denies(app)
+	if denied {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	items := sc.items[:0]
+	var wait time.Duration
+	binding := -1 // in items
+	for i := range app {
+		a := &app[i]
+		st := &statuses[i]
+		st.Code = rlsv3.RateLimitResponse_OK
+		resp.Statuses[i] = st
+		rl := a.rl
+		if a.unlimited {
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		if rl == nil {
+			continue
+		}
+		lim := &limits[i]
+		lim.Name, lim.RequestsPerUnit, lim.Unit = rl.name, rl.perUnit, rlsv3.RateLimitResponse_RateLimit_Unit(rl.unit)
+		st.CurrentLimit = lim
+		d := a.d
+		a.threshold = d.Limit
+		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+		until := d.ResetAfter
+		if a.over && a.hit >= 0 {
+			until = d.RetryAfter
+		}
+		st.DurationUntilReset = setDuration(&durs[i], until)
+		if rl.shadow {
+			continue
+		}
+		if a.over {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			if denied {
+				if binding < 0 {
+					binding = len(items)
+				}
+				wait = max(wait, until)
+			}
+		}
+		if rl.fields != nil {
+			items = append(items, fields.Item{Limit: rl.fields, Decision: d})
+		}
+	}
+	sc.items = items
+	if len(items) == 0 || s.opts.NoFields {
+		return resp
+	}
+	if binding < 0 {
+		// Allowed: the limit with the fewest units left comes first.
+		binding = 0
+		for i := range items {
+			if items[i].Decision.Remaining < items[binding].Decision.Remaining {
+				binding = i
+			}
+		}
+	}
+	sc.out = s.renderer.Render(sc.out[:0], items, binding, denied, wait, &s.opts.Fields)
+	if len(sc.out) == 0 {
+		return resp
+	}
+	var hv []corev3.HeaderValue
+	var hvp []*corev3.HeaderValue
+	if one != nil {
+		hv, hvp = one.hv[:0], one.hvp[:0]
+	}
+	if cap(hv) < len(sc.out) {
+		hv = make([]corev3.HeaderValue, 0, len(sc.out))
+	}
+	for _, f := range sc.out {
+		hv = append(hv, corev3.HeaderValue{Key: f.Name, Value: f.Value})
+	}
+	if cap(hvp) < len(hv) {
+		hvp = make([]*corev3.HeaderValue, 0, len(hv))
+	}
+	for i := range hv {
+		hvp = append(hvp, &hv[i])
+	}
+	resp.ResponseHeadersToAdd = hvp
+	return resp
+}

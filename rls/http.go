@@ -1,0 +1,177 @@
+package rls
+
+import (
+	"expvar"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/pprof"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// maxJSONBody bounds the body of a /json request.
+const maxJSONBody = 1 << 20
+
+// JSONHandler answers envoyproxy/ratelimit's /json endpoint: a
+// RateLimitRequest in the protobuf JSON mapping in the body of a POST (any
+// method is taken, as there), the RateLimitResponse in the same mapping in
+// the answer, with status 200 when the request may pass, 429 when it is
+// over the limit, 400 for a body that is not a request or a request the
+// service refuses, and 500 otherwise.
+func JSONHandler(svc *Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		var req rlsv3.RateLimitRequest
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		resp, err := svc.ShouldRateLimit(r.Context(), &req)
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch resp.GetOverallCode() {
+		case rlsv3.RateLimitResponse_OVER_LIMIT:
+			w.WriteHeader(http.StatusTooManyRequests)
+		case rlsv3.RateLimitResponse_UNKNOWN:
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		_, _ = w.Write(out)
+	})
+}
+
+// Health components, as envoyproxy/ratelimit names them.
+const (
+	// HealthConfig is healthy once a configuration with at least one
+	// domain is loaded (only watched when asked for).
+	HealthConfig = "config"
+	// HealthStopping turns unhealthy when the process starts to stop.
+	HealthStopping = "sigterm"
+)
+
+// Health is the service's health as envoyproxy/ratelimit reports it: it is
+// healthy when all its components are. It serves /healthcheck (200 "OK",
+// else 500) and keeps a gRPC health server's status for a service name in
+// step. Its methods are safe for concurrent use.
+type Health struct {
+	mu   sync.Mutex      // guards comp
+	comp map[string]bool // component → healthy
+	ok   atomic.Bool
+	grpc *health.Server
+	name string
+}
+
+// NewHealth returns a Health with the given components, healthy unless
+// listed in failing. When grpcHealth is not nil, its status for name
+// follows.
+func NewHealth(grpcHealth *health.Server, name string, components []string, failing ...string) *Health {
+	h := &Health{comp: map[string]bool{}, grpc: grpcHealth, name: name}
+	for _, c := range components {
+		h.comp[c] = true
+	}
+	for _, c := range failing {
+		h.comp[c] = false
+	}
+	h.update()
+	return h
+}
+
+// Set marks a component healthy or not.
+func (h *Health) Set(component string, healthy bool) {
+	h.mu.Lock()
+	h.comp[component] = healthy
+	h.update()
+	h.mu.Unlock()
+}
+
+// update recomputes the overall health; the caller holds mu or owns h.
+func (h *Health) update() {
+	ok := true
+	for _, v := range h.comp {
+		ok = ok && v
+	}
+	h.ok.Store(ok)
+	if h.grpc != nil {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if ok {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		h.grpc.SetServingStatus(h.name, st)
+	}
+}
+
+// Healthy reports whether every component is healthy.
+func (h *Health) Healthy() bool { return h.ok.Load() }
+
+// ServeHTTP answers /healthcheck.
+func (h *Health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	if !h.ok.Load() {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	_, _ = io.WriteString(w, "OK")
+}
+
+// DebugHandler serves envoyproxy/ratelimit's debug port: / lists the
+// endpoints, /rlconfig dumps the configuration in use (Config.Dump),
+// /stats prints the process's expvar variables and /debug/pprof/ the
+// profiles; extra adds endpoints (path → help and handler).
+func DebugHandler(svc *Service, extra map[string]DebugEndpoint) http.Handler {
+	mux := http.NewServeMux()
+	help := map[string]string{}
+	add := func(path, h string, fn http.Handler) {
+		mux.Handle(path, fn)
+		help[path] = h
+	}
+	add("/rlconfig", "print out the currently loaded configuration for debugging", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, svc.Config().Dump())
+	}))
+	add("/stats", "print out stats", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		expvar.Do(func(kv expvar.KeyValue) { fmt.Fprintf(w, "%s: %s\n", kv.Key, kv.Value) })
+	}))
+	add("/debug/pprof/", "root of various pprof endpoints. hit for help.", http.HandlerFunc(pprof.Index))
+	add("/debug/pprof/profile", "CPU profiling endpoint", http.HandlerFunc(pprof.Profile))
+	add("/debug/pprof/trace", "trace endpoint", http.HandlerFunc(pprof.Trace))
+	for p, e := range extra {
+		add(p, e.Help, e.Handler)
+	}
+	paths := make([]string, 0, len(help))
+	for p := range help {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		for _, p := range paths {
+			fmt.Fprintf(w, "%s: %s\n", p, help[p])
+		}
+	})
+	return mux
+}
+
+// DebugEndpoint is one more endpoint of the debug port.
+type DebugEndpoint struct {
+	Help    string
+	Handler http.Handler
+}
