@@ -84,6 +84,7 @@ type breaker struct {
 	width    int64 // ns per slice
 	interval int64 // ns between probes
 	now      func() time.Time
+	wall     bool // now is time.Now: at can use an instant already read
 	start    time.Time
 	log      *slog.Logger
 
@@ -124,7 +125,7 @@ func (b *breaker) init(o BreakerOptions, span time.Duration, now func() time.Tim
 		b.interval = int64(DefaultProbeInterval)
 	}
 	if now == nil {
-		now = time.Now
+		now, b.wall = time.Now, true
 	}
 	b.now = now
 	b.start = now()
@@ -133,6 +134,15 @@ func (b *breaker) init(o BreakerOptions, span time.Duration, now func() time.Tim
 
 // since returns the time since the breaker was made, by its clock.
 func (b *breaker) since() int64 { return int64(b.now().Sub(b.start)) }
+
+// at returns since() for an instant t of time.Now, without reading the
+// clock again when the breaker's clock is time.Now.
+func (b *breaker) at(t time.Time) int64 {
+	if b.wall {
+		return int64(t.Sub(b.start))
+	}
+	return b.since()
+}
 
 // allow reports whether to call the store, and whether the call is a probe.
 func (b *breaker) allow() (call, probe bool) {
@@ -180,15 +190,16 @@ func (b *breaker) rate(now int64) (calls, fails int64) {
 	return calls, fails
 }
 
-// success records a store call that worked. timed says whether to count
-// it in the failure rate (stores in this process skip the clock).
-func (b *breaker) success(probe, timed bool) {
+// success records a store call that worked and ended at instant end (ns
+// since start; negative: not read, and not counted in the failure rate, as
+// for stores in this process, which skip the clock).
+func (b *breaker) success(probe bool, end int64) {
 	if b.failures.Load() != 0 {
 		b.failures.Store(0)
 		b.runFrom.Store(math.MaxInt64)
 	}
-	if timed && !b.off {
-		b.count(b.since(), false)
+	if end >= 0 && !b.off {
+		b.count(end, false)
 	}
 	if b.open.Load() && b.open.CompareAndSwap(true, false) {
 		b.forget()

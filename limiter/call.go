@@ -37,6 +37,7 @@ const (
 type call struct {
 	latency time.Duration // from sending it to the answer (0 in this process)
 	sent    int64         // when it was sent, on the breaker's clock
+	end     int64         // when it ended, on the breaker's clock (-1: not read)
 }
 
 // callStore calls the store within the engine's deadline (the caller's when
@@ -46,7 +47,7 @@ type call struct {
 // waits for an in-flight slot (Options.MaxInFlight): the wait is part of
 // what the caller waits for, but it is not held against the store.
 func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, lc *leaseCall) (call, outcome, error) {
-	var c call
+	c := call{end: -1}
 	if l.inProcess {
 		err := l.store.Apply(ctx, op, hits, out)
 		if err != nil {
@@ -57,10 +58,13 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 	if err := ctx.Err(); err != nil {
 		return c, gaveUp, err
 	}
+	// The clock is read three times: before, at the send when the call
+	// waited for a slot, and after.
+	t0 := time.Now()
 	sctx := ctx
 	var dc *deadlineCtx
 	if l.timeout >= 0 {
-		dl := time.Now().Add(l.timeout)
+		dl := t0.Add(l.timeout)
 		if cdl, ok := ctx.Deadline(); !ok || cdl.After(dl) {
 			dc = l.deadlines.Get().(*deadlineCtx)
 			dc.Context, dc.deadline, dc.tolerance = ctx, dl, max(l.timeout/2, minLateness)
@@ -73,21 +77,25 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 		}
 	}
 	var err error
-	if !l.acquire(ctx, sctx) {
+	if ok, waited := l.acquire(ctx, sctx); !ok {
 		err = sctx.Err()
 		if err == nil {
 			err = ctx.Err()
 		}
 		err = fmt.Errorf("%w: %w", ErrNotSent, err)
 	} else {
-		sent := time.Now()
-		c.sent = l.breaker.since()
+		sent := t0
+		if waited {
+			sent = time.Now()
+		}
+		c.sent = l.breaker.at(sent)
 		if lc != nil {
 			lc.grant, err = l.leases.leaser.Lease(sctx, lc.h, lc.want, lc.back)
 		} else {
 			err = l.store.Apply(sctx, op, hits, out)
 		}
-		c.latency = time.Since(sent)
+		end := time.Now()
+		c.latency, c.end = end.Sub(sent), l.breaker.at(end)
 		l.releaseSlot()
 	}
 	o := l.classify(ctx, dc, err, c.latency)
@@ -138,24 +146,25 @@ func callerDone(ctx context.Context) bool {
 }
 
 // acquire takes an in-flight slot, waiting while all are taken until the
-// call's or the caller's context ends. It reports whether it got one.
-func (l *Limiter) acquire(caller, call context.Context) bool {
+// call's or the caller's context ends. It reports whether it got one, and
+// whether it waited.
+func (l *Limiter) acquire(caller, call context.Context) (ok, waited bool) {
 	if l.slots == nil {
-		return true
+		return true, false
 	}
 	select {
 	case l.slots <- struct{}{}:
-		return true
+		return true, false
 	default:
 	}
 	l.slotWaits.Add(1)
 	select {
 	case l.slots <- struct{}{}:
-		return true
+		return true, true
 	case <-call.Done():
 	case <-caller.Done():
 	}
-	return false
+	return false, true
 }
 
 // releaseSlot gives back an in-flight slot.

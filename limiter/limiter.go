@@ -313,7 +313,7 @@ func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodga
 func (l *Limiter) judge(c call, o outcome, probe bool) {
 	switch o {
 	case answered:
-		l.breaker.success(probe, !l.inProcess)
+		l.breaker.success(probe, c.end)
 	case storeFail:
 		l.storeFailures.Add(1)
 		l.breaker.failure(probe, c.sent)
@@ -432,10 +432,6 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, flags []HitFlags, r *Result) error {
 	degraded := DegradedBreakerOpen
 	if call, probe := l.breaker.allow(); call {
-		var sent int64
-		if l.deny != nil {
-			sent = l.breaker.since()
-		}
 		c, o, err := l.callStore(ctx, op, hits, out, nil)
 		r.StoreLatency += c.latency
 		l.judge(c, o, probe)
@@ -443,7 +439,7 @@ func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.D
 		case err == nil:
 			degraded = NotDegraded
 			if l.deny != nil && (op == Charge || op == Peek || op == Reserve) {
-				l.deny.learn(sent, op, hits, out)
+				l.deny.learn(c.sent, op, hits, out)
 			}
 		case isCallerError(err):
 			return fmt.Errorf("limiter: %w", err)
