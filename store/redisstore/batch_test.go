@@ -242,3 +242,40 @@ func TestQueuedRequestNotSent(t *testing.T) {
 		t.Fatalf("peek %+v: want the two sent requests counted, not the one that gave up", out[0])
 	}
 }
+
+// TestNoBatching: with MaxBatch 1 every request has a script call of its
+// own, and decisions stay exact.
+func TestNoBatching(t *testing.T) {
+	srv := sharedServer(t)
+	s, err := New(Options{URL: "redis://" + srv.Addr, Prefix: uniquePrefix(t), MaxBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := limiter.NewRule(floodgate.Limit{Name: "nobatch", Algorithm: floodgate.FixedWindow, Max: 300, Window: time.Hour},
+		floodgate.FailClosed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	avoidHourBoundary()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			out := make([]floodgate.Decision, 1)
+			for range 20 {
+				if err := s.Apply(context.Background(), limiter.Charge, []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, out); err != nil {
+					t.Error(err)
+					return
+				}
+				if out[0].Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if calls, reqs := s.Calls(); calls != reqs || reqs != 32*20 || allowed.Load() != 300 {
+		t.Fatalf("%d calls for %d requests, %d allowed; want a call each and exactly 300 allowed", calls, reqs, allowed.Load())
+	}
+}
