@@ -106,7 +106,13 @@ for policy in $POLICIES; do
 	wait "$rpid" 2>/dev/null || true
 	echo "kill $(now_ms)" >>"$events"
 	sleep "$FAULT"
-	start_redis "$port" || { echo "bench-faults: redis-server did not restart" >&2; exit 1; }
+	for try in 1 2 3 4 5; do
+		start_redis "$port" && break
+		kill "$rpid" 2>/dev/null || true
+		wait "$rpid" 2>/dev/null || true
+		[ "$try" = 5 ] && { echo "bench-faults: redis-server did not restart: $(tail -3 "$tmp/redis.log")" >&2; exit 1; }
+		sleep 0.2
+	done
 	echo "restart $(now_ms)" >>"$events"
 	wait "$bpid" || true
 	bpid=""
