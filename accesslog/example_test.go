@@ -1,6 +1,7 @@
 package accesslog_test
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"time"
@@ -11,7 +12,8 @@ import (
 func ExampleLogger() {
 	l, err := accesslog.New(accesslog.Options{Out: os.Stdout, Format: accesslog.FormatJSON})
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
 	l.Log(&accesslog.Record{
 		Time:     time.Date(2026, 11, 30, 10, 0, 0, 250_000_000, time.UTC),

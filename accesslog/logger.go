@@ -16,7 +16,7 @@ import (
 const (
 	DefaultMaxSize       = 100 << 20
 	DefaultMaxFiles      = 5
-	DefaultBufferSize    = 1 << 20
+	DefaultBufferSize    = 4 << 20
 	DefaultFlushInterval = 100 * time.Millisecond
 )
 
