@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/internal/demo"
@@ -62,6 +63,7 @@ type serveConfig struct {
 	logLevel        string
 	watch           bool
 	shutdownTimeout time.Duration
+	access          accessLogFlags
 }
 
 func init() {
@@ -79,6 +81,7 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveConfig, error) {
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&cfg.watch, "watch", true, "reload the file when it changes and has stayed unchanged for a second (polled every second); --watch=false reloads on SIGHUP only")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in flight may take to finish on shutdown")
+	cfg.access.register(fs)
 	if help, err := parseFlags(fs, args, stdout, serveUsage); help || err != nil {
 		if help {
 			return nil, flag.ErrHelp
@@ -164,6 +167,8 @@ type server struct {
 	gateway  atomic.Pointer[gateway.Gateway]
 	demo     *demo.Server
 	console  *console // the admin API, the dashboard and the alarms (serve_admin.go)
+	// accessLog is the access log, when there is one.
+	accessLog *accesslog.Logger
 
 	store, local limiter.Store // the store, and the local fallback store (Redis only)
 	closeStores  func() error
@@ -273,6 +278,10 @@ func (s *server) listen(stdout io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	files := s.fileBudget()
+	alog, err := s.openAccessLog(stdout)
+	if err != nil {
+		return err
+	}
 	g, err := gateway.New(gateway.Options{
 		Matcher:        matcher,
 		Engine:         s.engine,
@@ -286,6 +295,7 @@ func (s *server) listen(stdout io.Writer) error {
 			IdleConnTimeout:       s.srv.Upstream.IdleTimeout,
 			MaxConnsPerHost:       files.upstreamPerHost,
 		}),
+		AccessLog: alog,
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -500,6 +510,7 @@ func (s *server) close() error {
 		}
 	}
 	s.console.close()
+	s.closeAccessLog()
 	if s.demo != nil {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.demo.Close(c)
