@@ -48,8 +48,8 @@ func ParseDecision(s string) (Decision, error) {
 // Record is one request as the access log shows it. It holds no secret:
 // the API key is given by its name.
 type Record struct {
-	// Time is when the request arrived, just before its limits were
-	// decided.
+	// Time is the instant the limits decided the request at (the store's
+	// clock, when the store says), else when it arrived.
 	Time time.Time
 	// ClientIP is the client's address as resolved (through trusted
 	// proxies); the zero Addr when unknown.
@@ -60,8 +60,8 @@ type Record struct {
 	// Status is the answer's status code; Bytes the body bytes written.
 	Status int
 	Bytes  int64
-	// Duration is the time from arrival to the end of the answer,
-	// queueing in a leaky bucket included.
+	// Duration is the time from Time to the end of the answer, queueing
+	// in a leaky bucket included.
 	Duration time.Duration
 	// Key is the API key as policy.Match.KeyID gives it: the key's name,
 	// or "?" and a hash prefix for a key the policy does not know.
@@ -144,7 +144,7 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
 // CombinedLogFormat is FormatCombined in NGINX's log_format notation: the
 // combined format, then the request time and the log time in seconds (to
-// the microsecond; the request arrived at msec - request_time), and
+// the microsecond; the request was decided at msec - request_time), and
 // Floodgate's API key name, binding limit and decision. $remote_user is
 // the request's user.
 const CombinedLogFormat = `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent ` +

@@ -50,7 +50,6 @@ func (g *Gateway) logAccess(r *http.Request, st *reqState) {
 		Proto:    r.Proto,
 		Status:   a.w.status,
 		Bytes:    a.w.bytes,
-		Duration: time.Since(a.start),
 		Key:      m.KeyID,
 		User:     m.User,
 		Route:    m.Route,
@@ -79,6 +78,16 @@ func (g *Gateway) logAccess(r *http.Request, st *reqState) {
 		if res.Binding >= 0 && res.Binding < len(hits) {
 			rec.Limit = hits[res.Binding].Rule.Name()
 		}
+		// The instant the store decided at, when it says, rather than the
+		// arrival: a replay of the log then decides at the same instant,
+		// and ends the request (releases, charges counted by outcome)
+		// at Time+Duration, after the gateway did.
+		for i := range res.Decisions {
+			if at := res.Decisions[i].At; at > 0 {
+				rec.Time = time.Unix(0, at)
+				break
+			}
+		}
 		rec.Degraded = res.Degraded.String()
 	}
 	if v := r.Header["Referer"]; len(v) > 0 {
@@ -87,6 +96,7 @@ func (g *Gateway) logAccess(r *http.Request, st *reqState) {
 	if v := r.Header["User-Agent"]; len(v) > 0 {
 		rec.UserAgent = v[0]
 	}
+	rec.Duration = time.Since(rec.Time)
 	g.alog.Log(rec)
 	*rec = accesslog.Record{}
 	a.w = accessWriter{}
