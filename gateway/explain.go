@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -230,4 +232,50 @@ func (g *Gateway) explainAnswer(m *policy.Match, res *limiter.Result, rf *resolv
 	}
 	a.Forwarded, a.Delay = true, Duration(res.Delay)
 	return a
+}
+
+// ExplainRequest describes a request to explain, as the admin listener's
+// POST /v1/explain takes it in JSON and floodgate explain from its flags.
+type ExplainRequest struct {
+	// Method defaults to GET; Path is required (a query is ignored).
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Host   string `json:"host,omitempty"`
+	// IP is the address the request comes from (the connection's peer,
+	// default 127.0.0.1); with trusted proxies, an X-Forwarded-For header
+	// is read as the gateway reads it.
+	IP string `json:"ip,omitempty"`
+	// Headers are the request's headers (the API key, a token ...).
+	Headers map[string]string `json:"headers,omitempty"`
+	// KeyName gives the API key by its name instead (ExplainOptions).
+	KeyName string `json:"key_name,omitempty"`
+}
+
+// HTTPRequest builds the request to explain.
+func (er *ExplainRequest) HTTPRequest(ctx context.Context) (*http.Request, ExplainOptions, error) {
+	method := er.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	if !strings.HasPrefix(er.Path, "/") {
+		return nil, ExplainOptions{}, fmt.Errorf("gateway: explain: the path must start with /, got %q", er.Path)
+	}
+	ip := er.IP
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return nil, ExplainOptions{}, fmt.Errorf("gateway: explain: %q is not an IP address", er.IP)
+	}
+	r, err := http.NewRequestWithContext(ctx, method, "http://explain"+er.Path, nil)
+	if err != nil {
+		return nil, ExplainOptions{}, fmt.Errorf("gateway: explain: %w", err)
+	}
+	r.Host = er.Host
+	r.RemoteAddr = netip.AddrPortFrom(addr, 50000).String()
+	for k, v := range er.Headers {
+		r.Header.Set(k, v)
+	}
+	return r, ExplainOptions{KeyName: er.KeyName}, nil
 }

@@ -396,7 +396,7 @@ func methodOverride(s string) gateway.MethodOverride {
 	return gateway.OverrideStrip
 }
 
-// adminHandler serves /healthz, /readyz and /metrics.
+// adminHandler serves /healthz, /readyz, /metrics and POST /v1/explain.
 func (s *server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -406,6 +406,7 @@ func (s *server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.console.routes(mux)
+	s.handleExplain(mux)
 	return mux
 }
 
