@@ -138,7 +138,7 @@ func openSource(name string, index int, o readOptions) (*source, *bufio.Reader, 
 		if lf == "" {
 			lf = guessTemplate(format, first, o.denied)
 		}
-		var t *template
+		var t *logTemplate
 		if strings.Contains(lf, "$") || (format == FormatNginx && !strings.Contains(lf, "%")) {
 			t, err = compileNginx(lf, o.denied, in)
 		} else {

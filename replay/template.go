@@ -61,9 +61,9 @@ type tmplPart struct {
 	field  bool
 }
 
-// template is a compiled NGINX log_format or Envoy format string: lines
+// logTemplate is a compiled NGINX log_format or Envoy format string: lines
 // are cut at the literals between the variables.
-type template struct {
+type logTemplate struct {
 	name   string
 	parts  []tmplPart
 	has    [numFieldKinds]bool
@@ -76,8 +76,8 @@ type template struct {
 }
 
 // compileNginx compiles an NGINX log_format.
-func compileNginx(format string, denied []int, in *interner) (*template, error) {
-	t := &template{name: "nginx", denied: denied, in: in}
+func compileNginx(format string, denied []int, in *interner) (*logTemplate, error) {
+	t := &logTemplate{name: "nginx", denied: denied, in: in}
 	var lit []byte
 	for i := 0; i < len(format); i++ {
 		c := format[i]
@@ -129,8 +129,8 @@ func nginxVar(name string) tmplPart {
 }
 
 // compileEnvoy compiles an Envoy format string.
-func compileEnvoy(format string, denied []int, in *interner) (*template, error) {
-	t := &template{name: "envoy", denied: denied, in: in}
+func compileEnvoy(format string, denied []int, in *interner) (*logTemplate, error) {
+	t := &logTemplate{name: "envoy", denied: denied, in: in}
 	format = strings.TrimRight(format, "\n")
 	var lit []byte
 	for i := 0; i < len(format); i++ {
@@ -198,7 +198,7 @@ func isAlnum(c byte) bool {
 }
 
 // add appends a literal (if any) and a variable.
-func (t *template) add(lit []byte, v tmplPart) error {
+func (t *logTemplate) add(lit []byte, v tmplPart) error {
 	if len(lit) > 0 {
 		t.parts = append(t.parts, tmplPart{lit: lit})
 	} else if n := len(t.parts); n > 0 && t.parts[n-1].field {
@@ -211,7 +211,7 @@ func (t *template) add(lit []byte, v tmplPart) error {
 
 // finish appends the trailing literal and checks that the format says
 // when each request came.
-func (t *template) finish(lit []byte) error {
+func (t *logTemplate) finish(lit []byte) error {
 	if len(lit) > 0 {
 		t.parts = append(t.parts, tmplPart{lit: lit})
 	}
@@ -225,7 +225,7 @@ func (t *template) finish(lit []byte) error {
 }
 
 // resolution is the precision of the arrival times the log gives.
-func (t *template) resolution() time.Duration {
+func (t *logTemplate) resolution() time.Duration {
 	switch {
 	case t.has[fStartTime], t.has[fMsec]:
 		return digitsResolution(t.digits, time.Microsecond)
@@ -233,7 +233,7 @@ func (t *template) resolution() time.Duration {
 	return time.Second
 }
 
-func (t *template) parse(line []byte, rec *Record) error {
+func (t *logTemplate) parse(line []byte, rec *Record) error {
 	var (
 		pos                   int
 		end, start, dur       int64
@@ -397,7 +397,7 @@ func (t *template) parse(line []byte, rec *Record) error {
 
 // request splits "$request": method, URI (query dropped, decoded) and
 // protocol.
-func (t *template) request(v []byte, rec *Record) error {
+func (t *logTemplate) request(v []byte, rec *Record) error {
 	sp := bytes.IndexByte(v, ' ')
 	if sp <= 0 {
 		return fmt.Errorf("bad request line %q", v)
@@ -416,7 +416,7 @@ func (t *template) request(v []byte, rec *Record) error {
 
 // timeLocal parses $time_local, reusing the last result: consecutive
 // lines mostly share their second.
-func (t *template) timeLocal(v []byte) (int64, bool) {
+func (t *logTemplate) timeLocal(v []byte) (int64, bool) {
 	if bytes.Equal(v, t.lastLocal) {
 		return t.lastLocalNs, true
 	}
