@@ -45,7 +45,7 @@ var csvNames = map[string]csvColumn{
 	"ip": {kind: fClientIP}, "client_ip": {kind: fClientIP}, "remote_addr": {kind: fClientIP},
 	"method": {kind: fMethod}, "host": {kind: fHost},
 	"path": {kind: fPath}, "uri": {kind: fRawPath}, "url": {kind: fRawPath},
-	"status": {kind: fStatus},
+	"status":      {kind: fStatus},
 	"duration_ms": {kind: fDurationMs, unit: time.Millisecond}, "duration_us": {kind: fDurationMs, unit: time.Microsecond},
 	"duration": {kind: fRequestTime}, "request_time": {kind: fRequestTime},
 	"key": {kind: fKey}, "key_name": {kind: fKey}, "api_key": {kind: fAPIKey},
