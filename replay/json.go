@@ -132,6 +132,9 @@ func (p *jsonParser) setString(rec *Record, key, v []byte) error {
 				rec.Logged = LoggedAllow
 			}
 		}
+	case accesslog.FieldStatus, accesslog.FieldDuration:
+		// A number written as a string.
+		return p.setNumber(rec, key, v)
 	case accesslog.FieldDegraded:
 		if len(v) > 0 {
 			rec.Logged = LoggedDegraded

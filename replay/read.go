@@ -64,9 +64,15 @@ type source struct {
 	skipped int64
 	samples []string
 
+	// res is the parser's resolution as of the last batch handed over.
+	res atomic.Int64
+
 	maxSeen int64 // the latest arrival seen (by the merger)
 	done    bool
 }
+
+// resolution is the precision of the times read so far.
+func (s *source) resolution() time.Duration { return time.Duration(s.res.Load()) }
 
 // countingReader counts the bytes read from a file, for progress.
 type countingReader struct {
@@ -303,6 +309,7 @@ func (s *source) recycle(b *batch) {
 // send hands a batch over; false when the replay stopped.
 func (s *source) send(b *batch) bool {
 	s.lines.Store(b.lastLine(s.lines.Load()))
+	s.res.Store(int64(s.parser.resolution()))
 	select {
 	case s.out <- b:
 		return true

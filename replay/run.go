@@ -147,7 +147,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if rec.Logged != LoggedUnknown && ck == nil {
 			tol := o.Tolerance
 			for _, s := range srcs {
-				tol = max(tol, s.parser.resolution())
+				tol = max(tol, s.resolution())
 			}
 			ck = newChecker(tol, names)
 		}
@@ -190,7 +190,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, s := range srcs {
 		s.mu.Lock()
 		r.Logs = append(r.Logs, LogSummary{Name: s.name, Format: s.format, Lines: s.lines.Load(), Skipped: s.skipped,
-			Samples: append([]string(nil), s.samples...), Resolution: Duration(s.parser.resolution())})
+			Samples: append([]string(nil), s.samples...), Resolution: Duration(s.resolution())})
 		s.mu.Unlock()
 	}
 	if ck != nil {
