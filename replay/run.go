@@ -209,6 +209,50 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return r, nil
 }
 
+// Records reads the logs as Run does (Options.Logs, Format, LogFormat,
+// DeniedStatuses and Window) and calls fn with every record in order of
+// arrival; fn must not keep the record. An error of fn stops the reading
+// and is returned.
+func Records(ctx context.Context, o Options, fn func(*Record) error) error {
+	if o.DeniedStatuses == nil {
+		o.DeniedStatuses = DefaultDeniedStatuses
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	ro := readOptions{format: o.Format, logFormat: o.LogFormat, denied: o.DeniedStatuses}
+	var srcs []*source
+	defer func() {
+		for _, s := range srcs {
+			close(s.stop)
+		}
+	}()
+	for i, name := range o.Logs {
+		s, br, err := openSource(name, i, ro)
+		if err != nil {
+			return err
+		}
+		srcs = append(srcs, s)
+		go s.run(br)
+	}
+	m := newMerger(srcs, o.Window)
+	var rec Record
+	for n := 0; ; n++ {
+		ok, err := m.next(&rec)
+		if err != nil || !ok {
+			return err
+		}
+		if err := fn(&rec); err != nil {
+			return err
+		}
+		if n&0xffff == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
+		}
+	}
+}
+
 func progressOf(srcs []*source, n int64, elapsed time.Duration) Progress {
 	p := Progress{Requests: n, Elapsed: elapsed}
 	for _, s := range srcs {

@@ -410,22 +410,12 @@ func TestCompareExact(t *testing.T) {
 		mustRun(t, Options{Policy: p, Logs: []string{path}, Compare: p, OnFlip: func(*Flip) { t.Fatal("a policy flips against itself") }})
 		rp, _ := NewReplayer(p)
 		defer rp.Close()
-		src, br, err := openSource(path, 0, readOptions{})
+		err := Records(context.Background(), Options{Logs: []string{path}}, func(rec *Record) error {
+			denied[rec.Line] = rp.Decide(rec).Denied
+			return nil
+		})
 		if err != nil {
 			t.Fatal(err)
-		}
-		go src.run(br)
-		m := newMerger([]*source{src}, DefaultWindow)
-		var rec Record
-		for {
-			ok, err := m.next(&rec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			denied[rec.Line] = rp.Decide(&rec).Denied
 		}
 		return denied
 	}

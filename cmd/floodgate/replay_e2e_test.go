@@ -277,4 +277,90 @@ func TestReplayPredictsServe(t *testing.T) {
 			t.Errorf("limit %s saw no request", l.Name)
 		}
 	}
+	checkCompare(t, cfg, logPath)
+}
+
+// checkCompare runs --compare with a policy whose per-address limit is
+// halved and holds the flips it lists to two separate replays of the
+// same log, request by request; and its exit status to --fail-above.
+func checkCompare(t *testing.T, cfg, logPath string) {
+	t.Helper()
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(filepath.Dir(cfg), "stricter.yaml")
+	strict := strings.Replace(string(b), "{name: per-ip, rate: 40, burst: 15,", "{name: per-ip, rate: 20, burst: 15,", 1)
+	if strict == string(b) {
+		t.Fatal("the policy has no per-ip limit to change")
+	}
+	if err := os.WriteFile(other, []byte(strict), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flipsPath := filepath.Join(filepath.Dir(cfg), "flips.jsonl")
+	r, err := runReplayJSON(t, "--config", cfg, "--log", logPath, "--compare", other, "--flips", flipsPath)
+	if exitCode(err) != 1 || r.Compare == nil || r.Compare.Flips == 0 {
+		t.Fatalf("compare: exit %d (%v), %+v", exitCode(err), err, r.Compare)
+	}
+	// Two separate replays, request by request.
+	decide := func(path string) map[int64]bool {
+		p, err := loadPolicy(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp, err := replay.NewReplayer(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rp.Close()
+		denied := map[int64]bool{}
+		if err := replay.Records(context.Background(), replay.Options{Logs: []string{logPath}}, func(rec *replay.Record) error {
+			denied[rec.Line] = rp.Decide(rec).Denied
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return denied
+	}
+	a, b2 := decide(cfg), decide(other)
+	want := map[int64]string{}
+	for line, d := range a {
+		if d != b2[line] {
+			want[line] = map[bool]string{true: "to_allowed", false: "to_denied"}[d]
+		}
+	}
+	got := map[int64]string{}
+	f, err := os.Open(flipsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var fl replay.Flip
+		if err := json.Unmarshal(sc.Bytes(), &fl); err != nil {
+			t.Fatal(err)
+		}
+		if fl.Limit == "" || fl.Method == "" {
+			t.Errorf("flip %+v", fl)
+		}
+		got[fl.Line] = fl.Direction
+	}
+	if len(got) != len(want) || int64(len(got)) != r.Compare.Flips {
+		t.Fatalf("%d flips listed (%d counted), %d between two separate replays", len(got), r.Compare.Flips, len(want))
+	}
+	for line, dir := range want {
+		if got[line] != dir {
+			t.Errorf("line %d: flip %q, want %q", line, got[line], dir)
+		}
+	}
+	t.Logf("%d flips (%d to denied, %d to allowed), the same as two separate replays", r.Compare.Flips, r.Compare.ToDenied, r.Compare.ToAllowed)
+	// The threshold: a share above the flips passes, a count below fails.
+	share := fmt.Sprintf("%.3f%%", 100*float64(r.Compare.Flips+1)/float64(r.Requests))
+	if _, err := runReplayJSON(t, "--config", cfg, "--log", logPath, "--compare", other, "--fail-above", share); err != nil {
+		t.Errorf("--fail-above %s: %v", share, err)
+	}
+	if _, err := runReplayJSON(t, "--config", cfg, "--log", logPath, "--compare", other, "--fail-above", fmt.Sprint(r.Compare.Flips-1)); exitCode(err) != 1 {
+		t.Errorf("--fail-above %d: %v", r.Compare.Flips-1, err)
+	}
 }
