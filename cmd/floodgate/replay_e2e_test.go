@@ -88,18 +88,28 @@ type trafficClient struct {
 	paths   []string
 	method  string
 	fail    bool // a login that fails
+	// burst and pause shape its traffic: bursts of burst[0] to burst[1]
+	// requests, back to back, then a pause of up to pause (defaults 3-16
+	// and 250ms).
+	burst [2]int
+	pause time.Duration
 }
 
 // generate sends bursts from every client at once, each on its own
-// keep-alive connection, for about d; it returns the number of requests
-// sent and the statuses seen.
-func generate(t *testing.T, base string, clients []trafficClient, d time.Duration) (int64, map[int]int64) {
+// keep-alive connection, for about d and at least minSent requests (a
+// slow machine sends for longer, up to a minute); it returns the number
+// of requests sent and the statuses seen.
+func generate(t *testing.T, base string, clients []trafficClient, d time.Duration, minSent int64) (int64, map[int]int64) {
 	t.Helper()
 	var sent atomic.Int64
 	var mu sync.Mutex
 	codes := map[int]int64{}
 	var wg sync.WaitGroup
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	more := func() bool {
+		el := time.Since(start)
+		return el < d || sent.Load() < minSent && el < time.Minute
+	}
 	for ci, c := range clients {
 		wg.Add(1)
 		go func() {
@@ -108,8 +118,15 @@ func generate(t *testing.T, base string, clients []trafficClient, d time.Duratio
 			tr := &http.Transport{MaxIdleConnsPerHost: 1}
 			defer tr.CloseIdleConnections()
 			hc := &http.Client{Transport: tr}
-			for time.Now().Before(deadline) {
-				burst := 3 + rng.IntN(14)
+			lo, hi, pause := c.burst[0], c.burst[1], c.pause
+			if hi == 0 {
+				lo, hi = 3, 16
+			}
+			if pause == 0 {
+				pause = 250 * time.Millisecond
+			}
+			for more() {
+				burst := lo + rng.IntN(hi-lo+1)
 				for range burst {
 					req, _ := http.NewRequest(c.method, base+c.paths[rng.IntN(len(c.paths))], nil)
 					req.Header.Set("X-Forwarded-For", c.ip)
@@ -132,7 +149,7 @@ func generate(t *testing.T, base string, clients []trafficClient, d time.Duratio
 					mu.Unlock()
 				}
 				// A pause between bursts: traffic, not an assertion.
-				time.Sleep(time.Duration(rng.IntN(250)) * time.Millisecond)
+				time.Sleep(time.Duration(rng.Int64N(int64(pause))))
 			}
 		}()
 	}
@@ -208,18 +225,8 @@ func logLine(t *testing.T, path string, n int64) map[string]any {
 // difference repays or pairs with such a one on the same counter.
 func checkPrediction(t *testing.T, r *replay.Report, sent int64, logPath string) {
 	t.Helper()
+	checkRate(t, r, sent)
 	a := r.Agreement
-	if a == nil {
-		t.Fatal("the report compares nothing with the log")
-	}
-	t.Logf("%d requests sent, %d replayed, %d compared, %d the same (%.4f%%): %d boundary, %d follow, %d reordered, %d unexplained",
-		sent, r.Requests, a.Compared, a.Matched, 100*a.Rate(), a.Boundary, a.Follows, a.Reordered, a.Unexplained)
-	if r.Requests != sent || a.Compared != sent {
-		t.Errorf("%d requests sent, %d replayed, %d compared", sent, r.Requests, a.Compared)
-	}
-	if a.Rate() < 0.999 {
-		t.Errorf("the replay predicts %.4f%% of the live decisions, want at least 99.9%%", 100*a.Rate())
-	}
 	if a.Unexplained != 0 || a.Boundary+a.Follows+a.Reordered != a.Compared-a.Matched {
 		t.Errorf("unexplained differences: %+v", a)
 	}
@@ -245,6 +252,24 @@ func checkPrediction(t *testing.T, r *replay.Report, sent int64, logPath string)
 	}
 }
 
+// checkRate: every request sent was replayed and compared, and at least
+// 99.9% were decided as live.
+func checkRate(t *testing.T, r *replay.Report, sent int64) {
+	t.Helper()
+	a := r.Agreement
+	if a == nil {
+		t.Fatal("the report compares nothing with the log")
+	}
+	t.Logf("%d requests sent, %d replayed, %d compared, %d the same (%.4f%%): %d boundary, %d follow, %d reordered, %d unexplained",
+		sent, r.Requests, a.Compared, a.Matched, 100*a.Rate(), a.Boundary, a.Follows, a.Reordered, a.Unexplained)
+	if r.Requests != sent || a.Compared != sent {
+		t.Errorf("%d requests sent, %d replayed, %d compared", sent, r.Requests, a.Compared)
+	}
+	if a.Rate() < 0.999 {
+		t.Errorf("the replay predicts %.4f%% of the live decisions, want at least 99.9%%", 100*a.Rate())
+	}
+}
+
 // TestReplayPredictsServe records traffic through a real floodgate serve
 // (bursts from several addresses and API keys, on loopback) and replays
 // its access log through the same policy.
@@ -258,7 +283,9 @@ func TestReplayPredictsServe(t *testing.T) {
 	logPath := filepath.Join(dir, "access.log")
 	gw, _, stop, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
 		"--log-level", "error", "--access-log", logPath)
-	sent, codes := generate(t, gw, replayClients(), 3*time.Second)
+	// Enough requests that a few differences at a boundary, which the
+	// timestamps' microseconds leave possible, stay under 0.1%.
+	sent, codes := generate(t, gw, replayClients(), 3*time.Second, 6000)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
