@@ -114,15 +114,24 @@ func (c *checker) check(r *Replayer, rec *Record) *Outcome {
 	}
 	a.Compared++
 	loggedDeny := rec.Logged == LoggedDeny
-	if r.peek(rec.Time) == loggedDeny {
-		a.Matched++
-		return r.decide(rec)
+	var before, after bool
+	if loggedDeny {
+		// A request the replay would allow is charged: look a tolerance
+		// either side first, while the state is as it was.
+		if r.peek(rec.Time) {
+			a.Matched++
+			return r.decide(rec)
+		}
+		before, after = r.peek(rec.Time-c.tol), r.peek(rec.Time+c.tol)
 	}
-	before, after := r.peek(rec.Time-c.tol), r.peek(rec.Time+c.tol)
 	o := r.decide(rec)
-	if o.Denied == loggedDeny { // (the peek and the charge disagree only on a store error)
+	if o.Denied == loggedDeny {
 		a.Matched++
 		return o
+	}
+	if !loggedDeny {
+		// Refused: nothing was charged, the state is as it was.
+		before, after = r.peek(rec.Time-c.tol), r.peek(rec.Time+c.tol)
 	}
 	dir := 1 // the replay refuses what the log allowed: it has a unit more
 	if !o.Denied {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"time"
 
+	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -34,11 +36,36 @@ type Replayer struct {
 	lastSweep int64
 	peakKeys  int
 
-	m   policy.Match
-	req limiter.Request
-	res limiter.Result
-	out Outcome
-	hdr http.Header
+	m       policy.Match
+	req     limiter.Request
+	res     limiter.Result
+	peekReq limiter.Request
+	peekRes limiter.Result
+	out     Outcome
+	hdr     http.Header
+	keys    clientKeys
+}
+
+// clientKeys remembers the counted form of client addresses (an IPv6
+// prefix, an IPv4 address as text), so that a request does not format its
+// address again; it forgets them all when full.
+type clientKeys struct {
+	bits int
+	m    map[netip.Addr]string
+}
+
+const maxClientKeys = 1 << 16
+
+func (c *clientKeys) key(a netip.Addr) string {
+	if k, ok := c.m[a]; ok {
+		return k
+	}
+	if c.m == nil || len(c.m) >= maxClientKeys {
+		c.m = make(map[netip.Addr]string, 1024)
+	}
+	k := identity.ClientKey(a, c.bits)
+	c.m[a] = k
+	return k
 }
 
 // Outcome is the replay's decision on one request. It is valid until the
@@ -76,6 +103,10 @@ func NewReplayer(p *policy.Policy) (*Replayer, error) {
 	r.store = st
 	r.eng = limiter.New(st, limiter.Options{})
 	srv := p.Server()
+	r.keys.bits = srv.IPv6Prefix
+	if r.keys.bits == 0 {
+		r.keys.bits = identity.DefaultIPv6Prefix
+	}
 	r.keyHdr = http.CanonicalHeaderKey(srv.APIKeyHeader)
 	if srv.User.Header != "" {
 		r.userHdr = http.CanonicalHeaderKey(srv.User.Header)
@@ -110,10 +141,10 @@ func (r *Replayer) peek(t int64) bool {
 	}
 	saved := r.now
 	r.now = t
-	var res limiter.Result
-	err := r.eng.Decide(context.Background(), &limiter.Request{Peek: true, Hits: r.m.Hits}, &res)
+	r.peekReq = limiter.Request{Peek: true, Hits: r.m.Hits}
+	err := r.eng.Decide(context.Background(), &r.peekReq, &r.peekRes)
 	r.now = saved
-	return err != nil || !res.Allowed
+	return err != nil || !r.peekRes.Allowed
 }
 
 // decide charges the prepared request.
@@ -143,7 +174,8 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 
 // match turns rec into the request the gateway would have matched.
 func (r *Replayer) match(rec *Record) {
-	req := policy.Request{Method: rec.Method, Host: rec.Host, Path: rec.Path, ClientIP: rec.ClientIP, User: rec.User}
+	req := policy.Request{Method: rec.Method, Host: rec.Host, Path: rec.Path, ClientIP: rec.ClientIP,
+		ClientKey: r.keys.key(rec.ClientIP), User: rec.User}
 	if rec.APIKey != "" {
 		req.APIKey = rec.APIKey
 	} else {

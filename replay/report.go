@@ -128,7 +128,7 @@ const (
 type tally struct {
 	r       *Report
 	limits  map[*policy.Limit]int
-	v6bits  int
+	ckeys   clientKeys
 	clients *topK
 	keys    *topK
 	tl      *Timeline
@@ -137,8 +137,11 @@ type tally struct {
 }
 
 func newTally(p *policy.Policy, name string) *tally {
-	t := &tally{r: &Report{Policy: name}, limits: map[*policy.Limit]int{}, v6bits: p.Server().IPv6Prefix,
+	t := &tally{r: &Report{Policy: name}, limits: map[*policy.Limit]int{}, ckeys: clientKeys{bits: p.Server().IPv6Prefix},
 		clients: newTopK(512), keys: newTopK(512), first: true}
+	if t.ckeys.bits == 0 {
+		t.ckeys.bits = identity.DefaultIPv6Prefix
+	}
 	for i, l := range p.Limits() {
 		t.limits[l] = i
 		t.r.Limits = append(t.r.Limits, LimitReport{Name: l.Name, Scope: l.Scope, Algorithm: l.Rule.Algorithm().String(), Shadow: l.Shadow})
@@ -201,16 +204,9 @@ func (t *tally) add(rec *Record, o *Outcome) {
 				r.Limits[li].Binding++
 			}
 		}
-		t.clients.add(identity.ClientKey(rec.ClientIP, t.prefix()), name, rec.Time)
+		t.clients.add(t.ckeys.key(rec.ClientIP), name, rec.Time)
 		t.keys.add(o.Match.KeyID, name, rec.Time)
 	}
-}
-
-func (t *tally) prefix() int {
-	if t.v6bits == 0 {
-		return identity.DefaultIPv6Prefix
-	}
-	return t.v6bits
 }
 
 // deny extends limit li's current episode of denials, or starts one.
