@@ -97,7 +97,9 @@ func decided(b testing.TB, p *policy.Policy, recs []*accesslog.Record) []*access
 			r.Limit = l.Name
 		}
 	}
-	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Time.Add(recs[i].Duration).Before(recs[j].Time.Add(recs[j].Duration)) })
+	sort.SliceStable(recs, func(i, j int) bool {
+		return recs[i].Time.Add(recs[i].Duration).Before(recs[j].Time.Add(recs[j].Duration))
+	})
 	return recs
 }
 
