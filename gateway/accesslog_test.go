@@ -44,8 +44,8 @@ server:
   trusted_proxies: [127.0.0.1/32]
   user: {header: X-User}
 routes:
-  - {name: students, match: {methods: [GET], paths: ["/students/{id}"]}, stage: dev}
-  - {name: partner, match: {methods: [GET], paths: ["/partner/**"]}, api_key_required: true}
+  - {name: students, match: {methods: [GET], paths: ["/students/{id}"]}, stage: dev, upstream: none}
+  - {name: partner, match: {methods: [GET], paths: ["/partner/**"]}, api_key_required: true, upstream: none}
 stages:
   - {name: dev, rate: 1, per: 1h, burst: 2}
 plans:
@@ -104,7 +104,7 @@ func TestAccessLog(t *testing.T) {
 	}
 
 	// The API key by its name; then its quota; an unknown key and no key
-	// are refused with 403 and logged with no decision.
+	// are refused with 403 once the unknown-key limit allowed them.
 	key := map[string]string{"X-Api-Key": "secret-trial"}
 	for i, want := range []struct {
 		status   int
@@ -121,7 +121,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	do(t, c, "GET", front.URL+"/partner/1", map[string]string{"X-Api-Key": "guessed"})
 	r := sink.last(t)
-	if r.Status != 403 || r.Decision != accesslog.None || !strings.HasPrefix(r.Key, "?") || len(r.Key) != 33 {
+	if r.Status != 403 || r.Decision != accesslog.Allow || r.Limit != policy.UnknownKeyLimitName || !strings.HasPrefix(r.Key, "?") || len(r.Key) != 33 {
 		t.Errorf("unknown key: %+v", r)
 	}
 	do(t, c, "GET", front.URL+"/partner/1", nil)

@@ -148,12 +148,14 @@ func (g *Gateway) Explain(ctx context.Context, r *http.Request, o ExplainOptions
 	if id.ClientIP.IsValid() {
 		e.ClientIP = id.ClientIP.String()
 	}
+	badToken := false
 	if id.User == "" {
 		if tok := rf.resolver.Token(r); tok != "" {
 			if u, err := rf.resolver.User(tok, pm.now()); err == nil {
 				req.User = u
 			} else {
 				e.UserError = identity.Reason(err)
+				badToken = true
 			}
 		}
 	}
@@ -195,19 +197,24 @@ func (g *Gateway) Explain(ctx context.Context, r *http.Request, o ExplainOptions
 		e.Limits = append(e.Limits, le)
 	}
 	if e.Answer.Status == 0 {
+		reject := 0
+		switch {
+		case m.Forbidden:
+			reject = http.StatusForbidden
+		case badToken && (m.Route == nil || !m.Route.AnonymousOnInvalidToken):
+			reject = http.StatusUnauthorized
+		}
 		upstream := m.Route != nil && (m.Route.Upstream != nil || pm.upstream != nil)
-		e.Answer = g.explainAnswer(&m, &res, rf, upstream)
+		e.Answer = g.explainAnswer(&m, &res, rf, reject, upstream)
 	}
 	return e, nil
 }
 
 // explainAnswer is the answer the gateway gives a request whose limits
-// decided res (on a peek); upstream says whether its route has an
-// upstream to forward it to.
-func (g *Gateway) explainAnswer(m *policy.Match, res *limiter.Result, rf *resolverFor, upstream bool) ExplainedAnswer {
-	if m.Forbidden {
-		return ExplainedAnswer{Status: http.StatusForbidden, Body: string(bodyForbidden)}
-	}
+// decided res (on a peek): 429 when one refuses, else the reject status
+// (403 for the API key, 401 for a token), else forwarded when its route
+// has an upstream.
+func (g *Gateway) explainAnswer(m *policy.Match, res *limiter.Result, rf *resolverFor, reject int, upstream bool) ExplainedAnswer {
 	var a ExplainedAnswer
 	if len(m.Hits) > 0 {
 		lims := make([]*fields.Limit, len(m.Limits))
@@ -223,6 +230,13 @@ func (g *Gateway) explainAnswer(m *policy.Match, res *limiter.Result, rf *resolv
 			}
 			return a
 		}
+	}
+	switch reject {
+	case http.StatusForbidden:
+		return ExplainedAnswer{Status: reject, Body: string(bodyForbidden)}
+	case http.StatusUnauthorized:
+		return ExplainedAnswer{Status: reject, Body: string(bodyUnauthorized),
+			Headers: []fields.Field{{Name: "WWW-Authenticate", Value: bearerChallenge[0]}}}
 	}
 	if !upstream {
 		// The reverse proxy has nowhere to send it (as middleware, the

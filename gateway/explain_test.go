@@ -149,14 +149,17 @@ func TestExplain(t *testing.T) {
 func TestExplainAnswers(t *testing.T) {
 	g, h := explainGateway(t)
 	ctx := context.Background()
+	// No key: refused once the limits that need none (the unknown-key
+	// limit, per address) allowed it; the plan's are not checked.
 	e, _ := g.Explain(ctx, newReq("GET", "/partner/1", "192.0.2.1:1"), ExplainOptions{})
-	if e.Answer.Status != 403 || !strings.Contains(e.Forbidden, "has none") || e.Binding != "" {
+	if e.Answer.Status != 403 || !strings.Contains(e.Forbidden, "has none") || e.Binding != policy.UnknownKeyLimitName {
 		t.Errorf("no key: %+v", e)
 	}
-	for _, l := range e.Limits {
-		if l.Matched || !strings.HasPrefix(l.Reason, "not checked") {
-			t.Errorf("no key: %+v", l)
-		}
+	if l := limitOf(t, e, policy.UnknownKeyLimitName); !l.Matched || l.CounterKey != "ip:192.0.2.1" {
+		t.Errorf("no key: %+v", l)
+	}
+	if l := limitOf(t, e, "trial.rate"); l.Matched || !strings.HasPrefix(l.Reason, "not checked") {
+		t.Errorf("no key: %+v", l)
 	}
 	e, _ = g.Explain(ctx, newReq("GET", "/partner/1", "192.0.2.1:1", "X-Api-Key", "nope"), ExplainOptions{})
 	if e.Answer.Status != 403 || !strings.HasPrefix(e.Key, "?") || !strings.Contains(e.Forbidden, "not configured") {

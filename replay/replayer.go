@@ -73,8 +73,8 @@ func (c *clientKeys) key(a netip.Addr) string {
 type Outcome struct {
 	// Denied reports that a limit refused the request (429).
 	Denied bool
-	// Forbidden reports a 403 before any limit: the route requires an API
-	// key the request lacks.
+	// Forbidden reports a 403: the route requires an API key the request
+	// lacks (the limits that need no key allowed it).
 	Forbidden bool
 	// Err is set when the engine could not decide (a cost above a limit's
 	// capacity); the request is then refused.
@@ -136,7 +136,7 @@ func (r *Replayer) prepare(rec *Record) {
 // peek decides the prepared request at instant t without charging it:
 // whether it would be denied, and the result.
 func (r *Replayer) peek(t int64) bool {
-	if r.m.Forbidden || len(r.m.Hits) == 0 {
+	if len(r.m.Hits) == 0 {
 		return false
 	}
 	saved := r.now
@@ -153,11 +153,8 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 	*o = Outcome{Match: &r.m, Result: &r.res}
 	r.res.Binding, r.res.Allowed = -1, true
 	r.res.Decisions, r.res.Flags = r.res.Decisions[:0], r.res.Flags[:0]
-	if r.m.Forbidden {
-		o.Forbidden = true
-		return o
-	}
 	if len(r.m.Hits) == 0 {
+		o.Forbidden = r.m.Forbidden
 		return o
 	}
 	r.req = limiter.Request{Hits: r.m.Hits}
@@ -167,6 +164,9 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 	}
 	o.Denied = !r.res.Allowed
 	if !o.Denied {
+		// A request refused for its API key is refused once the limits
+		// that need no key allowed it.
+		o.Forbidden = r.m.Forbidden
 		r.schedule(rec)
 	}
 	return o

@@ -35,8 +35,9 @@ type Report struct {
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
 	// Requests counts the requests replayed: Allowed by every limit,
-	// Denied by one (429), Forbidden before any (403, no API key), and
-	// among the allowed, Unlimited ones no limit applied to.
+	// Denied by one (429), Forbidden for their API key (403, once the
+	// limits that need no key allowed them), and among the allowed,
+	// Unlimited ones no limit applied to.
 	Requests  int64 `json:"requests"`
 	Allowed   int64 `json:"allowed"`
 	Denied    int64 `json:"denied"`
@@ -162,15 +163,14 @@ func (t *tally) add(rec *Record, o *Outcome) {
 	b := t.tl.bucket(rec.Time)
 	t.tl.Requests[b]++
 	switch {
-	case o.Forbidden:
-		r.Forbidden++
-		return
 	case o.Denied:
 		r.Denied++
 		t.tl.Denied[b]++
 		if o.Err != nil {
 			r.Errors++
 		}
+	case o.Forbidden:
+		r.Forbidden++
 	default:
 		r.Allowed++
 		if len(o.Match.Hits) == 0 {

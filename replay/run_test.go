@@ -369,7 +369,7 @@ limits:
 
 const comparePolicy = `
 routes:
-  - {name: api, match: {paths: ["/api/**"]}}
+  - {name: api, match: {paths: ["/api/**"]}, upstream: none}
 stages: []
 keys:
   - {name: k1, plan: basic, sha256: ` + "%s" + `}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/policy"
 )
 
 const explainTestPolicy = `version: 1
@@ -128,8 +129,8 @@ type wantLimit struct {
 
 func checkExplanation(t *testing.T, via string, e *gateway.Explanation, want []wantLimit) {
 	t.Helper()
-	if len(e.Limits) != 10 {
-		t.Fatalf("%s: %d limits, want all 10 of the policy", via, len(e.Limits))
+	if len(e.Limits) != 11 {
+		t.Fatalf("%s: %d limits, want all 11 of the policy (the unknown-key limit included)", via, len(e.Limits))
 	}
 	for _, w := range want {
 		var got *gateway.LimitExplanation
@@ -187,13 +188,14 @@ func TestExplainReasons(t *testing.T) {
 			{"stage.prod", true, "", "stage:prod", ""},
 		}},
 		{"a token that does not verify, a missing header", gateway.ExplainRequest{Method: "POST", Path: "/login", IP: ip,
-			Headers: map[string]string{"Authorization": "Bearer " + token + "x"}}, "", 0, true, []wantLimit{
+			Headers: map[string]string{"Authorization": "Bearer " + token + "x"}}, "", 401, true, []wantLimit{
 			{"per-user", false, "has no user", "", "user"},
 			{"per-tenant", false, "no X-Tenant header", "", "header:X-Tenant"},
 		}},
 		{"no API key on a route that needs one", gateway.ExplainRequest{Method: "GET", Path: "/partner/x", IP: ip}, "has none", 403, false, []wantLimit{
 			{"basic.rate", false, "not checked", "", ""},
-			{"account", false, "not checked", "", ""},
+			{policy.UnknownKeyLimitName, true, "refused for its API key", "ip:" + ip, ""},
+			{"account", true, "every request", "global", ""},
 		}},
 		{"an unknown API key", gateway.ExplainRequest{Method: "GET", Path: "/partner/x", IP: ip, Headers: map[string]string{"X-Api-Key": "nope"}},
 			"is not configured", 403, false, nil},
@@ -324,6 +326,32 @@ func TestExplainText(t *testing.T) {
 		{"explain", "--config", cfg, "--path", "/x", "--ip", "nope"}, {"explain", "--config", cfg, "--path", "/x", "--header", "novalue"}} {
 		if err := run(context.Background(), args, &out, &errb); exitCode(err) != 2 {
 			t.Errorf("%v: %v (exit %d), want a usage error", args, err, exitCode(err))
+		}
+	}
+}
+
+// TestExplainTakesAdminToken: with admin tokens in the file, the endpoint
+// takes one, as the admin API does (an explanation tells valid API keys
+// from unknown ones).
+func TestExplainTakesAdminToken(t *testing.T) {
+	cfg := consoleConfig(t, t.TempDir(), "", "  - {name: basic, rate: 5}")
+	_, admin, _, _ := startServe(t, "--config", cfg, "--log-level", "error")
+	body := `{"path":"/partner/x","headers":{"X-Api-Key":"guess"}}`
+	for _, c := range []struct {
+		token string
+		want  int
+	}{{"", 401}, {"wrong", 401}, {"viewer-token", 200}, {"ops-token", 200}} {
+		req, _ := http.NewRequest("POST", admin+"/v1/explain", strings.NewReader(body))
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("token %q: %d, want %d", c.token, resp.StatusCode, c.want)
 		}
 	}
 }

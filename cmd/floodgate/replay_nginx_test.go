@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/replay"
 )
 
@@ -33,9 +34,9 @@ const nginxMirror = `version: 1
 server:
   ipv6_prefix: 128
 routes:
-  - {name: export, match: {paths: ["/api/export"]}}
-  - {name: api, match: {paths: ["/api/**"]}}
-  - {name: search, match: {paths: ["/search"]}}
+  - {name: export, match: {paths: ["/api/export"]}, upstream: none}
+  - {name: api, match: {paths: ["/api/**"]}, upstream: none}
+  - {name: search, match: {paths: ["/search"]}, upstream: none}
 limits:
   - {name: perip, algorithm: leaky_queue, rate: 20, burst: 10, delay: nodelay, match: {routes: [api]}, key: client_ip}
   - {name: export, algorithm: leaky_queue, rate: 1, burst: 5, delay: nodelay, match: {routes: [export]}, key: client_ip}
@@ -216,6 +217,9 @@ func TestReplayPredictsNginx(t *testing.T) {
 	}
 	checkRate(t, r, sent)
 	for _, l := range r.Limits {
+		if l.Name == policy.UnknownKeyLimitName {
+			continue // no route takes an API key
+		}
 		if l.Seen == 0 || l.Denied == 0 && l.Name != "site" && l.Name != "search" {
 			t.Errorf("limit %s: %+v: the traffic does not test it", l.Name, l)
 		}

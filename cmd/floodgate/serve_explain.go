@@ -16,13 +16,15 @@ const maxExplainBody = 64 << 10
 // a gateway.ExplainRequest, the answer the gateway.Explanation of that
 // request against the running gateway's policy and store (peeked at,
 // nothing charged). The request may hold an API key or a token: it is
-// used for the explanation only, never logged. When the admin API is on,
-// the endpoint takes one of its tokens, as the API does.
+// used for the explanation only, never logged. When the file lists admin
+// tokens (server.admin.tokens), the endpoint takes one of them, as the
+// admin API does.
 func (s *server) handleExplain(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/explain", func(w http.ResponseWriter, r *http.Request) {
-		// With an admin API, explaining takes one of its tokens: an
-		// explanation tells a valid API key from an unknown one.
-		if s.console != nil && s.console.api != nil {
+		// With admin tokens, explaining takes one of them, as the admin
+		// API does: an explanation tells a valid API key from an unknown
+		// one. Without, it is open like /metrics and the dashboard.
+		if s.console != nil && s.console.api != nil && len(s.srv.Admin.Tokens) > 0 {
 			if _, ok := s.console.api.Authenticate(r); !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate admin"`)
 				explainError(w, http.StatusUnauthorized, "an admin token is required")
