@@ -230,7 +230,7 @@ type Policy struct {
 	plans      map[string]*plan
 	keys       map[[sha256.Size]byte]*Key
 	named      map[string]*Key // the file's keys by name
-	dynamic    *keyHook // the keys that are not in the file, shared by a Reloader's policies
+	dynamic    *keyHook        // the keys that are not in the file, shared by a Reloader's policies
 	stages     map[string]*Limit
 	account    *Limit
 	scoped     [4][]*Limit // method, route, stage, global
