@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/accesslog"
-	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -27,9 +26,9 @@ func (a *accessLogFlags) register(fs *flag.FlagSet) {
 // accessLogSettings are the access log's settings: the file's, then the
 // flags.
 func (s *server) accessLogSettings() (accesslog.Options, bool, error) {
-	var o accesslog.Options
-	path, format := accessLogFromFile(s.srv)
-	o.MaxSize, o.MaxFiles = accessLogRotation(s.srv)
+	a := s.srv.AccessLog
+	o := accesslog.Options{MaxSize: a.MaxSize, MaxFiles: a.MaxFiles}
+	path, format := a.Path, a.Format
 	if s.cfg.access.path != "" {
 		path = s.cfg.access.path
 	}
@@ -113,9 +112,3 @@ func (s *server) closeAccessLog() {
 		s.log.Warn("access log: records dropped because its buffer was full", "dropped", st.Dropped, "written", st.Records)
 	}
 }
-
-// accessLogFromFile returns the file's access-log path and format.
-func accessLogFromFile(*config.Server) (path, format string) { return "", "" }
-
-// accessLogRotation returns the file's rotation settings.
-func accessLogRotation(*config.Server) (maxSize int64, maxFiles int) { return 0, 0 }
