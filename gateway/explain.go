@@ -105,17 +105,25 @@ type ExplainedAnswer struct {
 	Forwarded bool     `json:"forwarded"`
 	Delay     Duration `json:"delay,omitempty"`
 	// Headers are the rate-limit fields the answer carries.
-	Headers []fields.Field `json:"headers,omitempty"`
+	Headers []ExplainedHeader `json:"headers,omitempty"`
 	// Body is the gateway's own body, when it answers itself.
 	Body string `json:"body,omitempty"`
 }
 
-// Duration is a time.Duration written in JSON as Go writes durations
-// ("1.5s").
+// ExplainedHeader is one header field of an explained answer.
+type ExplainedHeader struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Duration is a time.Duration written in JSON as Go writes durations, to
+// the microsecond ("1.5s", "16h1m22.069041s").
 type Duration time.Duration
 
-// MarshalText writes d as time.Duration's String does.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+// MarshalText writes d to the microsecond as time.Duration's String does.
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(time.Duration(d).Round(time.Microsecond).String()), nil
+}
 
 // UnmarshalText reads what MarshalText writes.
 func (d *Duration) UnmarshalText(b []byte) error {
@@ -222,7 +230,9 @@ func (g *Gateway) explainAnswer(m *policy.Match, res *limiter.Result, rf *resolv
 			lims[i] = l.Fields
 		}
 		items, binding := fields.AppendResult(nil, res, lims)
-		a.Headers = g.renderer.Render(nil, items, binding, !res.Allowed, res.RetryAfter, &rf.fields)
+		for _, f := range g.renderer.Render(nil, items, binding, !res.Allowed, res.RetryAfter, &rf.fields) {
+			a.Headers = append(a.Headers, ExplainedHeader{Name: f.Name, Value: f.Value})
+		}
 		if !res.Allowed {
 			a.Status, a.Body = http.StatusTooManyRequests, string(bodyTooMany)
 			if m.Limits[res.Binding].Kind == floodgate.KindQuota {
@@ -236,7 +246,7 @@ func (g *Gateway) explainAnswer(m *policy.Match, res *limiter.Result, rf *resolv
 		return ExplainedAnswer{Status: reject, Body: string(bodyForbidden)}
 	case http.StatusUnauthorized:
 		return ExplainedAnswer{Status: reject, Body: string(bodyUnauthorized),
-			Headers: []fields.Field{{Name: "WWW-Authenticate", Value: bearerChallenge[0]}}}
+			Headers: []ExplainedHeader{{Name: "WWW-Authenticate", Value: bearerChallenge[0]}}}
 	}
 	if !upstream {
 		// The reverse proxy has nowhere to send it (as middleware, the
