@@ -18,7 +18,8 @@ func (r *Report) WriteHTML(w io.Writer) error {
 }
 
 // chartColors are the series colours of the charts, limit by limit.
-var chartColors = []string{"#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"}
+// (Red is left to the denials' bars.)
+var chartColors = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#393b79"}
 
 var reportPage = template.Must(template.New("report").Funcs(template.FuncMap{
 	"commas":   commas,
@@ -28,6 +29,7 @@ var reportPage = template.Must(template.New("report").Funcs(template.FuncMap{
 	"stamp":    func(t time.Time) string { return t.Format("2006-01-02 15:04:05.000") },
 	"micro":    func(t time.Time) string { return t.Format("15:04:05.000000") },
 	"dur":      func(d Duration) string { return time.Duration(d).Round(time.Millisecond).String() },
+	"per":      func(d Duration) string { return perLabel(time.Duration(d)) },
 	"span":     func(a, b time.Time) string { return b.Sub(a).Round(time.Millisecond).String() },
 	"mb":       func(b uint64) string { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) },
 	"timeline": timelineSVG,
@@ -143,7 +145,7 @@ svg .ok{fill:#cfe3cf}svg .shadow{fill:#f0a35e}.legend span{display:inline-block;
 {{timeline .}}
 <div class="legend"><span><i style="background:#cfd8e3;height:10px"></i>requests</span><span><i style="background:#d62728;height:10px"></i>denied</span>
 {{range $i, $l := .Limits}}{{if $l.Denied}}<span><i style="background:{{color $i}}"></i>{{$l.Name}}{{if $l.Shadow}} (shadow){{end}}</span>{{end}}{{end}}</div>
-{{with .Timeline}}<div class="sub">one bar per {{dur .Width}}</div>{{end}}
+{{with .Timeline}}<div class="sub">one bar per {{per .Width}}</div>{{end}}
 
 <h2>Limits, in evaluation order</h2>
 <table><tr><th>limit</th><th>scope</th><th>algorithm</th><th class="n">seen</th><th class="n">allowed</th><th class="n">denied</th><th class="n">binding</th><th></th><th>denials</th></tr>
