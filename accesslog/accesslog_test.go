@@ -73,6 +73,24 @@ func TestCombined(t *testing.T) {
 	}
 }
 
+// TestTimeFormat: the hand-written time is the layout's, to the
+// microsecond, in UTC, whatever the zone and the year.
+func TestTimeFormat(t *testing.T) {
+	kolkata := time.FixedZone("IST", 5*3600+1800)
+	for _, tm := range []time.Time{
+		time.Date(2026, 11, 30, 10, 0, 0, 123456789, time.UTC),
+		time.Date(2026, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(2024, 2, 29, 4, 5, 6, 7000, kolkata),
+		time.Unix(0, 0),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		want := tm.UTC().Truncate(time.Microsecond).Format(TimeLayout)
+		if got := string(appendTime(nil, tm)); got != want {
+			t.Errorf("%v: %s, want %s", tm, got, want)
+		}
+	}
+}
+
 func TestParseNames(t *testing.T) {
 	for _, d := range []Decision{None, Allow, Deny, Error} {
 		if got, err := ParseDecision(d.String()); err != nil || got != d {

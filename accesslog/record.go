@@ -153,7 +153,7 @@ const CombinedLogFormat = `$remote_addr - $remote_user [$time_local] "$request" 
 // AppendJSON appends r as one JSON object and a newline.
 func AppendJSON(b []byte, r *Record) []byte {
 	b = append(b, `{"time":"`...)
-	b = r.Time.UTC().Truncate(time.Microsecond).AppendFormat(b, TimeLayout)
+	b = appendTime(b, r.Time)
 	b = append(b, `","ip":"`...)
 	if r.ClientIP.IsValid() {
 		b = r.ClientIP.AppendTo(b)
@@ -185,6 +185,41 @@ func AppendJSON(b []byte, r *Record) []byte {
 		}
 	}
 	return append(b, "}\n"...)
+}
+
+// appendTime appends t as TimeLayout does (UTC, to the microsecond),
+// without the layout's interpretation.
+func appendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	y, mo, d := t.Date()
+	h, mi, s := t.Clock()
+	if y < 0 || y > 9999 {
+		return t.Truncate(time.Microsecond).AppendFormat(b, TimeLayout)
+	}
+	b = appendDigits(b, y, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(mo), 2)
+	b = append(b, '-')
+	b = appendDigits(b, d, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, h, 2)
+	b = append(b, ':')
+	b = appendDigits(b, mi, 2)
+	b = append(b, ':')
+	b = appendDigits(b, s, 2)
+	b = append(b, '.')
+	b = appendDigits(b, t.Nanosecond()/1000, 6)
+	return append(b, 'Z')
+}
+
+// appendDigits appends v (non-negative) in exactly n decimal digits.
+func appendDigits(b []byte, v, n int) []byte {
+	var buf [9]byte
+	for i := n - 1; i >= 0; i-- {
+		buf[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(b, buf[:n]...)
 }
 
 func appendField(b []byte, k, v string) []byte {
