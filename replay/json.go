@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/accesslog"
@@ -273,12 +272,4 @@ func digitsResolution(digits int, floor time.Duration) time.Duration {
 		r /= 10
 	}
 	return max(r, floor)
-}
-
-// trimDash returns "" for a log's "-" (no value).
-func trimDash(s string) string {
-	if s == "-" {
-		return ""
-	}
-	return strings.TrimSpace(s)
 }

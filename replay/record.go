@@ -72,18 +72,6 @@ type Record struct {
 	Limit  string
 }
 
-// keyLabel is how reports show the record's API key: its name, or for a
-// raw key only that there was one.
-func (r *Record) keyLabel(id string) string {
-	if id != "" {
-		return id
-	}
-	if r.Key != "" {
-		return r.Key
-	}
-	return ""
-}
-
 // stripQuery removes a URL's query and fragment.
 func stripQuery(p string) string {
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
