@@ -29,10 +29,12 @@
 // policy applies, under the same counter as a request carrying the raw
 // key; a log that holds the key itself (an NGINX $http_x_api_key, a CSV's
 // api_key column) is hashed like a request's. Around each decision the
-// Replayer does what the gateway does: limits counted by outcome
-// (count_on) are charged when the request ends with the status the log
-// shows, and concurrency leases are held until it ends (its time plus its
-// duration).
+// Replayer does what the gateway does: a limit counted by outcome
+// (count_on) holds a reservation while the request is in flight and keeps
+// it for the statuses it counts, by the status the log shows, and
+// concurrency leases are held until the request ends (its time plus its
+// duration). Costs a request or a response tells are not in the log: a
+// limit's default estimate stands for them.
 //
 // # Reports
 //

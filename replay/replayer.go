@@ -41,6 +41,8 @@ type Replayer struct {
 	res     limiter.Result
 	peekReq limiter.Request
 	peekRes limiter.Result
+	settled limiter.Result
+	ttl     time.Duration // of the request's reservation
 	out     Outcome
 	hdr     http.Header
 	keys    clientKeys
@@ -157,7 +159,7 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 		o.Forbidden = r.m.Forbidden
 		return o
 	}
-	r.req = limiter.Request{Hits: r.m.Hits}
+	r.req = limiter.Request{Hits: r.m.Hits, TTL: r.ttl}
 	if err := r.eng.Decide(context.Background(), &r.req, &r.res); err != nil {
 		o.Denied, o.Err = true, err
 		return o
@@ -199,17 +201,31 @@ func (r *Replayer) match(rec *Record) {
 		req.Header = r.hdr
 	}
 	r.p.Match(&req, &r.m)
+	r.ttl = 0
 	for i, l := range r.m.Limits {
-		r.m.Hits[i].Reserve = l.Deferred()
+		h := &r.m.Hits[i]
+		h.Reserve = l.Reserved()
+		if c := l.Costs; c != nil {
+			if h.Reserve {
+				r.ttl = max(r.ttl, c.TTL)
+			}
+			if c.Estimate != nil {
+				// The request told its estimate, which the log does not
+				// hold: the limit's default estimate stands for it.
+				h.Cost = min(max(c.Default, 1), h.Rule.Capacity())
+			}
+		}
 	}
 }
 
 // completion is something to do when a request ends: give back its
 // concurrency leases, charge its limits counted by outcome.
 type completion struct {
-	t      int64
-	hits   []limiter.Hit
-	actual []int64 // nil: a release
+	t           int64
+	hits        []limiter.Hit
+	actual      []int64 // nil: a release
+	reservation uint64
+	ttl         time.Duration
 }
 
 // completions is a min-heap by time.
@@ -255,38 +271,50 @@ func (h *completions) pop() completion {
 	return top
 }
 
-// schedule notes what the request owes when it ends.
+// schedule notes what the request owes when it ends: its concurrency
+// leases, and the settle of its reservation (limits counted by outcome,
+// and limits whose cost the response tells), as the gateway settles it.
 func (r *Replayer) schedule(rec *Record) {
 	end := rec.Time + int64(rec.Duration)
 	var leases []limiter.Hit
-	var reserved []limiter.Hit
-	var actual []int64
 	status := rec.Status
 	if rec.Logged == LoggedDeny {
 		// The log shows the request refused; had it passed, its status is
-		// unknown: limits counted by outcome do not charge it.
+		// unknown: limits counted by outcome do not keep it.
 		status = 0
 	}
-	for i, h := range r.m.Hits {
+	for _, h := range r.m.Hits {
 		if h.Lease != 0 && !h.Reserve {
 			leases = append(leases, h)
-		}
-		if h.Reserve && status != 0 && r.m.Limits[i].Counts(status) {
-			if reserved == nil {
-				reserved, actual = make([]limiter.Hit, len(r.m.Hits)), make([]int64, len(r.m.Hits))
-				copy(reserved, r.m.Hits)
-			}
-			actual[i] = h.Cost
 		}
 	}
 	if leases != nil {
 		r.pending.push(completion{t: end, hits: leases})
 	}
-	if reserved != nil {
-		r.pending.push(completion{t: end, hits: reserved, actual: actual})
+	if !r.req.HasReserved() {
+		return
 	}
+	hits := append([]limiter.Hit(nil), r.m.Hits...)
+	actual := make([]int64, len(hits))
+	for i, h := range hits {
+		l := r.m.Limits[i]
+		switch {
+		case !h.Reserve:
+		case l.Deferred():
+			// Kept for the statuses the limit counts.
+			if status != 0 && l.Counts(status) {
+				actual[i] = h.Cost
+			}
+		default:
+			// A cost the response told, which the log does not hold: the
+			// estimate stands, for a request that succeeded.
+			if status >= 200 && status <= 299 {
+				actual[i] = h.Cost
+			}
+		}
+	}
+	r.pending.push(completion{t: end, hits: hits, actual: actual, reservation: r.req.Reservation, ttl: r.req.TTL})
 }
-
 // advance moves the clock to t, doing what requests that ended by then
 // owe, and sweeps idle keys now and then.
 func (r *Replayer) advance(t int64) {
@@ -297,7 +325,9 @@ func (r *Replayer) advance(t int64) {
 		if c.actual == nil {
 			_ = r.eng.Release(ctx, c.hits)
 		} else {
-			_ = r.eng.Settle(ctx, &limiter.Request{Hits: c.hits}, c.actual)
+			// A reservation held past its TTL has settled at its estimate
+			// in the store already: the error says so, and changes nothing.
+			_ = r.eng.Settle(ctx, &limiter.Request{Hits: c.hits, Reservation: c.reservation, TTL: c.ttl}, c.actual, &r.settled)
 		}
 	}
 	r.now = max(r.now, t)
