@@ -206,7 +206,7 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 	if statePath != "" && !filepath.IsAbs(statePath) {
 		statePath = filepath.Join(filepath.Dir(cfg.config), statePath)
 	}
-	store, local, closeStores, err := serveOpenStore(s.srv, statePath, s.storeClock(), log)
+	store, local, closeStores, err := serveOpenStore(s.srv, statePath, s.exactStoreClock(), log)
 	if err != nil {
 		return nil, err
 	}
@@ -527,9 +527,18 @@ func (s *server) close() error {
 // serveOpenStore opens the store the settings name: the memory store (with
 // its state file) or Redis, with a memory store for the limits that fall
 // back to a local share when Redis fails.
-func serveOpenStore(srv *config.Server, statePath string, now func() int64, log *slog.Logger) (store, local limiter.Store, closeAll func() error, err error) {
+func serveOpenStore(srv *config.Server, statePath string, exactClock bool, log *slog.Logger) (store, local limiter.Store, closeAll func() error, err error) {
 	if srv.StoreKind() == "memory" {
-		ms, err := memstore.New(memstore.Options{StatePath: statePath, MaxBytes: srv.Memory.MaxBytes, Logger: log, Now: now})
+		o := memstore.Options{StatePath: statePath, MaxBytes: srv.Memory.MaxBytes, Logger: log}
+		if exactClock {
+			// The system clocks read at every decision: the wall clock for
+			// quotas, the monotonic one for everything else, as the
+			// cached default does.
+			start := time.Now()
+			o.Now = func() int64 { return time.Now().UnixNano() }
+			o.Elapsed = func() time.Duration { return time.Since(start) }
+		}
+		ms, err := memstore.New(o)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("serve: %w", err)
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"time"
 
 	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/gateway"
@@ -54,17 +53,15 @@ func (s *server) accessLogSettings() (accesslog.Options, bool, error) {
 	return o, true, nil
 }
 
-// storeClock is the memory store's clock. With an access log it is the
-// system clock, read at every decision under the store's locks, so that
-// the instants the log records (the store's) are in the order the
-// decisions were made, and a replay of the log decides as the gateway did;
-// the store's cached clock, shared by decisions a millisecond apart and
-// refined per shard, is not. Without one it is nil: the cached clock.
-func (s *server) storeClock() func() int64 {
-	if _, on, _ := s.accessLogSettings(); !on {
-		return nil
-	}
-	return func() int64 { return time.Now().UnixNano() }
+// exactStoreClock reports whether the memory store reads the system clocks
+// at every decision instead of its cached clock: with an access log on, so
+// that the instants the log records (the store's, clamped per key so that
+// they never go back) are in the order the decisions were made, and a
+// replay of the log decides as the gateway did; the cached clock, shared
+// by decisions a millisecond apart and refined per shard, is not.
+func (s *server) exactStoreClock() bool {
+	_, on, _ := s.accessLogSettings()
+	return on
 }
 
 // openAccessLog opens the access log, if one is asked for, and counts its
