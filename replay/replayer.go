@@ -315,6 +315,7 @@ func (r *Replayer) schedule(rec *Record) {
 	}
 	r.pending.push(completion{t: end, hits: hits, actual: actual, reservation: r.req.Reservation, ttl: r.req.TTL})
 }
+
 // advance moves the clock to t, doing what requests that ended by then
 // owe, and sweeps idle keys now and then.
 func (r *Replayer) advance(t int64) {
