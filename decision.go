@@ -23,4 +23,8 @@ type Decision struct {
 	// not charged (a limit never goes below zero credit). It is 0 for
 	// every other decision.
 	Overrun int64
+	// At is the instant the store decided at, in Unix nanoseconds, for
+	// stores that say (the memory store does; 0 otherwise): what an access
+	// log records, so that a replay decides at the same instant.
+	At int64
 }

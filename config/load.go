@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/internal/yamlfile"
 )
@@ -68,7 +69,8 @@ func parse(name string, data []byte, dir string) (*File, error) {
 // dial and idle companions), identity.DefaultIPv6Prefix,
 // identity.DefaultAPIKeyHeader and, for server.user.jwt,
 // identity.DefaultJWTHeader, identity.DefaultJWTClaim and
-// identity.DefaultLeeway.
+// identity.DefaultLeeway, and for server.access_log accesslog.DefaultMaxSize
+// and accesslog.DefaultMaxFiles.
 const (
 	DefaultListen      = ":8080"
 	DefaultAdminListen = "127.0.0.1:9090"
@@ -124,8 +126,9 @@ func setDefaults(f *File) {
 			Read:       DefaultReadTimeout,
 			Idle:       DefaultIdleTimeout,
 		},
-		Memory:  Memory{MaxBytes: DefaultMemoryMaxBytes, MaxKeyBytes: floodgate.DefaultMaxKeyBytes},
-		APIAuth: APIAuthToken,
+		Memory:    Memory{MaxBytes: DefaultMemoryMaxBytes, MaxKeyBytes: floodgate.DefaultMaxKeyBytes},
+		APIAuth:   APIAuthToken,
+		AccessLog: AccessLog{Format: accesslog.FormatJSON.String(), MaxSize: accesslog.DefaultMaxSize, MaxFiles: accesslog.DefaultMaxFiles},
 	}
 }
 

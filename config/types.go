@@ -128,6 +128,8 @@ type Server struct {
 	APITokens []Token `yaml:"api_tokens"`
 	// Admin configures the admin API and the dashboard on AdminListen.
 	Admin Admin `yaml:"admin"`
+	// AccessLog configures the gateway's access log (off by default).
+	AccessLog AccessLog `yaml:"access_log"`
 
 	// TrustedProxyPrefixes is TrustedProxies parsed (single addresses as
 	// full-length prefixes).
@@ -174,6 +176,22 @@ type Admin struct {
 	// ".keys.json", or the policy file's with ".keys.json" when there is
 	// no state file), relative to the configuration file.
 	KeysFile string `yaml:"keys_file"`
+}
+
+// AccessLog configures the gateway's access log: one line per request,
+// refused ones included (package accesslog).
+type AccessLog struct {
+	// Path is the log file, relative to the configuration file, or "-" for
+	// standard output; empty (the default) writes no access log.
+	Path string `yaml:"path"`
+	// Format is json (default: a JSON object a line) or combined (NGINX's
+	// combined format followed by Floodgate's fields).
+	Format string `yaml:"format"`
+	// MaxSize is the size in bytes past which the file is rotated (default
+	// accesslog.DefaultMaxSize, 100 MiB); MaxFiles is the number of
+	// rotated files kept (default accesslog.DefaultMaxFiles, 5).
+	MaxSize  int64 `yaml:"max_size"`
+	MaxFiles int   `yaml:"max_files"`
 }
 
 // User says where a request's user comes from.

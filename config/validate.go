@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/internal/yamlfile"
 )
@@ -327,6 +328,15 @@ func (v *validator) hardening() {
 	}
 	if s.Memory.MaxBytes < 1<<20 {
 		v.errorf("server.memory.max_bytes", "must be at least 1 MiB, got %d", s.Memory.MaxBytes)
+	}
+	if _, err := accesslog.ParseFormat(s.AccessLog.Format); err != nil {
+		v.errorf("server.access_log.format", "format must be json or combined, got %q", s.AccessLog.Format)
+	}
+	if s.AccessLog.MaxSize < 1<<16 {
+		v.errorf("server.access_log.max_size", "must be at least 65536 bytes, got %d", s.AccessLog.MaxSize)
+	}
+	if s.AccessLog.MaxFiles < 1 {
+		v.errorf("server.access_log.max_files", "must be at least 1, got %d", s.AccessLog.MaxFiles)
 	}
 	if s.Memory.MaxKeyBytes < 64 {
 		v.errorf("server.memory.max_key_bytes", "must be at least 64 (a SHA-256 in hex), got %d", s.Memory.MaxKeyBytes)

@@ -31,4 +31,11 @@
 // block nothing. Decisions are counted by the engine's Observer; the
 // gateway's Observer takes only what the gateway alone sees (its own
 // answers, upstream statuses, queue lengths).
+//
+// With Options.AccessLog, every request leaves one record (package
+// accesslog), refused ones included: the client as resolved, the API key
+// by its name, the user, the binding limit, the decision and the instant
+// the store decided it at, so that a log can be replayed (package replay).
+// Explain says how the gateway would answer a request, limit by limit,
+// peeking at their state without charging anything.
 package gateway

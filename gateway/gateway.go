@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync"
 	"time"
@@ -72,6 +73,12 @@ type Match struct {
 	// UserPending is set by a UserMatcher that left out the limits that
 	// count per user (see UserMatcher).
 	UserPending bool
+	// ClientIP, KeyID and User are who sent the request, for the access
+	// log: the address as resolved, the API key as policy.Match.KeyID
+	// gives it (a name, never the key) and the user.
+	ClientIP netip.Addr
+	KeyID    string
+	User     string
 }
 
 // Reset empties m, keeping its storage.
@@ -130,6 +137,9 @@ type Options struct {
 	// MethodOverride says what to do with method override headers
 	// (default: strip them).
 	MethodOverride MethodOverride
+	// AccessLog, when set, is given one record per request (an
+	// *accesslog.Logger).
+	AccessLog AccessLogger
 }
 
 // Gateway enforces a policy on HTTP requests, as middleware or as a
@@ -145,6 +155,7 @@ type Gateway struct {
 	relTO    time.Duration
 	tr       http.RoundTripper
 	override MethodOverride
+	alog     AccessLogger
 
 	proxies sync.Map // *url.URL → *upstreamProxy
 	pool    sync.Pool
@@ -167,6 +178,7 @@ func New(opts Options) (*Gateway, error) {
 		relTO:    opts.ReleaseTimeout,
 		tr:       opts.Transport,
 		override: opts.MethodOverride,
+		alog:     opts.AccessLog,
 	}
 	g.user, _ = opts.Matcher.(UserMatcher)
 	if g.obs == nil {
@@ -213,6 +225,7 @@ type reqState struct {
 	rec      costRecorder
 	body     []byte // the request body read for estimates
 	bodyRead bool
+	access   accessState
 }
 
 func (g *Gateway) get() *reqState {
@@ -254,6 +267,10 @@ func (g *Gateway) decide(ctx context.Context, r *http.Request, st *reqState, pee
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handler, fwd func(http.ResponseWriter, *http.Request, *reqState)) {
 	st := g.get()
 	defer g.put(st)
+	if g.alog != nil {
+		w = g.startAccess(w, st)
+		defer g.logAccess(r, st)
+	}
 	m := &st.m
 	ctx := r.Context()
 	if why := badTarget(r); why != "" {

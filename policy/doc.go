@@ -9,6 +9,13 @@
 // keys managed through the admin API), from outside it: the file's keys are
 // looked up first, the source only for a SHA-256 the file does not have.
 //
+// Explain says, for every limit in evaluation order, whether a request
+// meets it and why not (route, method, host, path, stage, the API key and
+// its plan, a key part missing), with the same hits as Match. A request
+// may give its API key by name (Request.KeyName, as an access log shows
+// it: Match.KeyID) instead of the raw key: it then meets the same limits
+// under the same counters, which is how a log is replayed.
+//
 // A Policy is safe for concurrent use. Reloader swaps policies atomically
 // when the file changes, keeping the rules (and so the counts) of limits
 // that did not change. Reloader.Run polls the file (and the JWT key file

@@ -229,7 +229,8 @@ type Policy struct {
 	routes     []*Route
 	plans      map[string]*plan
 	keys       map[[sha256.Size]byte]*Key
-	dynamic    *keyHook // the keys that are not in the file, shared by a Reloader's policies
+	named      map[string]*Key // the file's keys by name
+	dynamic    *keyHook        // the keys that are not in the file, shared by a Reloader's policies
 	stages     map[string]*Limit
 	account    *Limit
 	scoped     [4][]*Limit // method, route, stage, global
@@ -289,6 +290,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		file:   f,
 		plans:  map[string]*plan{},
 		keys:   map[[sha256.Size]byte]*Key{},
+		named:  map[string]*Key{},
 		stages: map[string]*Limit{},
 		byName: map[string]*Limit{},
 		rules:  map[string]*limiter.Rule{},
@@ -432,7 +434,9 @@ func (c *compiler) keys() error {
 		if !ok {
 			return fmt.Errorf("policy: key %q: unknown plan %q", ck.Name, ck.Plan)
 		}
-		c.p.keys[h] = newKey(ck.Name, pl, pl.rate, pl.quota, 0)
+		k := newKey(ck.Name, pl, pl.rate, pl.quota, 0)
+		c.p.keys[h] = k
+		c.p.named[ck.Name] = k
 	}
 	return nil
 }
@@ -577,6 +581,14 @@ type Request struct {
 	// APIKey is the raw value of the API key header; it is hashed, never
 	// stored or used as a counter key.
 	APIKey string
+	// KeyName, when APIKey is empty, gives the request's API key by what
+	// Match.KeyID says of it, for callers that know keys only as a log
+	// shows them (replaying an access log, explaining a decision): the
+	// name of a key of the file, matched as if the request carried that
+	// key, or "?" and 32 hex digits for a key the policy did not know,
+	// counted as that unknown key was. Any other name counts as an
+	// unknown key.
+	KeyName string
 	// User is the verified user, or "".
 	User string
 	// UserPending says that the request may have a user that has not been
@@ -606,6 +618,11 @@ type Match struct {
 	// Plan and KeyName name the usage plan and API key, when known.
 	Plan    string
 	KeyName string
+	// KeyID is the API key as a log may show it: the key's name, or for a
+	// key the policy does not know "?" and the first 16 bytes of its
+	// SHA-256 in hex (what its counters are keyed by); "" when the request
+	// carries no key. It never holds the key itself.
+	KeyID string
 	// Hits are the limits to check, most specific first; Limits[i]
 	// describes Hits[i].
 	Hits   []limiter.Hit
@@ -644,21 +661,18 @@ func (p *Policy) Match(r *Request, m *Match) {
 	}
 	rq.stage = m.Stage
 
-	var key *Key
-	var keyHash [sha256.Size]byte
-	if r.APIKey != "" {
-		keyHash = sha256.Sum256([]byte(r.APIKey))
-		if key = p.keys[keyHash]; key == nil && p.dynamic != nil {
-			sum := keyHash // escapes to the key source, only on this path
-			key = p.dynamicKey(&sum)
-		}
+	key, keyHash, presented := p.apiKey(r)
+	if key != nil {
+		m.KeyID = key.name
+	} else if presented {
+		m.KeyID = unknownKeyID(&keyHash)
 	}
 	covered := key != nil && (key.plan.routes == nil || (m.Route != nil && key.plan.routes[m.Route.Name]))
 	clientKey := r.ClientKey
 	if clientKey == "" {
 		clientKey = identity.ClientKey(r.ClientIP, p.v6bits)
 	}
-	kc := keyCtx{r: r, m: m, key: key, hash: &keyHash, clientKey: clientKey}
+	kc := keyCtx{r: r, m: m, key: key, hash: &keyHash, presented: presented, clientKey: clientKey}
 	if m.Route != nil && m.Route.APIKeyRequired && !covered {
 		// Refused, but only after the limits that need no key: guessing
 		// keys is throttled like anything else.
@@ -702,8 +716,44 @@ type keyCtx struct {
 	m         *Match
 	key       *Key
 	hash      *[sha256.Size]byte
+	presented bool // the request carries a key, known or not
 	clientKey string
 	noKey     bool // the request was refused for its key: skip limits that need one
+}
+
+// apiKey finds the request's API key: the key (of the file, or of the key
+// source), or nil for a missing or unknown one, with the hash an unknown
+// key is counted by, and whether the request carries a key at all.
+func (p *Policy) apiKey(r *Request) (key *Key, hash [sha256.Size]byte, presented bool) {
+	switch {
+	case r.APIKey != "":
+		hash = sha256.Sum256([]byte(r.APIKey))
+		if key = p.keys[hash]; key == nil && p.dynamic != nil {
+			sum := hash // escapes to the key source, only on this path
+			key = p.dynamicKey(&sum)
+		}
+		return key, hash, true
+	case r.KeyName != "":
+		if k := p.named[r.KeyName]; k != nil {
+			return k, hash, true
+		}
+		if id, ok := strings.CutPrefix(r.KeyName, "?"); ok && len(id) == 32 {
+			if _, err := hex.Decode(hash[:16], []byte(id)); err == nil {
+				return nil, hash, true
+			}
+		}
+		return nil, sha256.Sum256([]byte("name:" + r.KeyName)), true
+	}
+	return nil, hash, false
+}
+
+// unknownKeyID is the KeyID of an unknown key: "?" and the hex of the
+// hash prefix its counters are keyed by.
+func unknownKeyID(h *[sha256.Size]byte) string {
+	var b [33]byte
+	b[0] = '?'
+	hex.Encode(b[1:], h[:16])
+	return string(b[:])
 }
 
 // hit appends l's hit unless the request lacks a part of its key.
@@ -749,7 +799,7 @@ func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 			switch {
 			case kc.key != nil:
 				b = append(b, kc.key.counter...)
-			case kc.r.APIKey != "":
+			case kc.presented:
 				// An unknown key is counted by (a prefix of) its hash,
 				// never by its value.
 				b = append(b, "keyhash:"...)

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/internal/demo"
@@ -62,6 +63,7 @@ type serveConfig struct {
 	logLevel        string
 	watch           bool
 	shutdownTimeout time.Duration
+	access          accessLogFlags
 }
 
 func init() {
@@ -79,6 +81,7 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveConfig, error) {
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&cfg.watch, "watch", true, "reload the file when it changes and has stayed unchanged for a second (polled every second); --watch=false reloads on SIGHUP only")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in flight may take to finish on shutdown")
+	cfg.access.register(fs)
 	if help, err := parseFlags(fs, args, stdout, serveUsage); help || err != nil {
 		if help {
 			return nil, flag.ErrHelp
@@ -164,6 +167,8 @@ type server struct {
 	gateway  atomic.Pointer[gateway.Gateway]
 	demo     *demo.Server
 	console  *console // the admin API, the dashboard and the alarms (serve_admin.go)
+	// accessLog is the access log, when there is one.
+	accessLog *accesslog.Logger
 
 	store, local limiter.Store // the store, and the local fallback store (Redis only)
 	closeStores  func() error
@@ -201,7 +206,7 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 	if statePath != "" && !filepath.IsAbs(statePath) {
 		statePath = filepath.Join(filepath.Dir(cfg.config), statePath)
 	}
-	store, local, closeStores, err := serveOpenStore(s.srv, statePath, log)
+	store, local, closeStores, err := serveOpenStore(s.srv, statePath, s.exactStoreClock(), log)
 	if err != nil {
 		return nil, err
 	}
@@ -273,6 +278,10 @@ func (s *server) listen(stdout io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	files := s.fileBudget()
+	alog, err := s.openAccessLog(stdout)
+	if err != nil {
+		return err
+	}
 	g, err := gateway.New(gateway.Options{
 		Matcher:        matcher,
 		Engine:         s.engine,
@@ -286,6 +295,7 @@ func (s *server) listen(stdout io.Writer) error {
 			IdleConnTimeout:       s.srv.Upstream.IdleTimeout,
 			MaxConnsPerHost:       files.upstreamPerHost,
 		}),
+		AccessLog: alog,
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -386,7 +396,7 @@ func methodOverride(s string) gateway.MethodOverride {
 	return gateway.OverrideStrip
 }
 
-// adminHandler serves /healthz, /readyz and /metrics.
+// adminHandler serves /healthz, /readyz, /metrics and POST /v1/explain.
 func (s *server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -396,6 +406,7 @@ func (s *server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.console.routes(mux)
+	s.handleExplain(mux)
 	return mux
 }
 
@@ -500,6 +511,7 @@ func (s *server) close() error {
 		}
 	}
 	s.console.close()
+	s.closeAccessLog()
 	if s.demo != nil {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.demo.Close(c)
@@ -515,9 +527,18 @@ func (s *server) close() error {
 // serveOpenStore opens the store the settings name: the memory store (with
 // its state file) or Redis, with a memory store for the limits that fall
 // back to a local share when Redis fails.
-func serveOpenStore(srv *config.Server, statePath string, log *slog.Logger) (store, local limiter.Store, closeAll func() error, err error) {
+func serveOpenStore(srv *config.Server, statePath string, exactClock bool, log *slog.Logger) (store, local limiter.Store, closeAll func() error, err error) {
 	if srv.StoreKind() == "memory" {
-		ms, err := memstore.New(memstore.Options{StatePath: statePath, MaxBytes: srv.Memory.MaxBytes, Logger: log})
+		o := memstore.Options{StatePath: statePath, MaxBytes: srv.Memory.MaxBytes, Logger: log}
+		if exactClock {
+			// The system clocks read at every decision: the wall clock for
+			// quotas, the monotonic one for everything else, as the
+			// cached default does.
+			start := time.Now()
+			o.Now = func() int64 { return time.Now().UnixNano() }
+			o.Elapsed = func() time.Duration { return time.Since(start) }
+		}
+		ms, err := memstore.New(o)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("serve: %w", err)
 		}

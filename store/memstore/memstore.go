@@ -424,6 +424,7 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		sh.clamps++
 	}
 	err := p.DecideInto(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out)
+	out.At = now
 	if err == nil && out.Allowed && !peek {
 		exp := expiry(hit.Rule, &st, out, expiryBase(t, now, wall))
 		if e != nil {
@@ -462,6 +463,7 @@ func (s *Store) decideInPlace(sh *shard, e *entry, p *algo.Params, hit *limiter.
 	if err := p.DecideInto(&e.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out); err != nil {
 		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 	}
+	out.At = now
 	if out.Allowed && !peek {
 		e.exp = expiry(hit.Rule, &e.st, out, t)
 		if e.rule != hit.Rule {
@@ -528,6 +530,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		}
 		wk.at = t
 		d, err := hit.Rule.Params().Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
+		d.At = now
 		out[i] = d
 		if err != nil {
 			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)

@@ -1,0 +1,289 @@
+package accesslog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultMaxSize       = 100 << 20
+	DefaultMaxFiles      = 5
+	DefaultBufferSize    = 4 << 20
+	DefaultFlushInterval = 100 * time.Millisecond
+)
+
+// Options configure a Logger. Either Path or Out is required.
+type Options struct {
+	// Path is the log file, appended to and rotated by size.
+	Path string
+	// Out is written to when Path is empty (standard output, say); it is
+	// never rotated.
+	Out io.Writer
+	// Format is the layout of the lines (default FormatJSON).
+	Format Format
+	// MaxSize is the size in bytes past which the file is rotated (0:
+	// DefaultMaxSize; negative: never).
+	MaxSize int64
+	// MaxFiles is the number of rotated files kept, FILE.1 the newest
+	// (0: DefaultMaxFiles).
+	MaxFiles int
+	// BufferSize is how many bytes of records wait in memory for the
+	// writer; records beyond it are dropped and counted (0:
+	// DefaultBufferSize).
+	BufferSize int
+	// FlushInterval is how often the buffer is written out at the latest
+	// (0: DefaultFlushInterval).
+	FlushInterval time.Duration
+	// Logger receives write and rotation errors, at most one a second
+	// (default: discard).
+	Logger *slog.Logger
+}
+
+// Stats are a Logger's counters.
+type Stats struct {
+	// Records counts the records written out (or waiting to be).
+	Records uint64
+	// Dropped counts the records dropped because the buffer was full.
+	Dropped uint64
+	// Rotations counts the files rotated.
+	Rotations uint64
+	// Errors counts failed writes and rotations.
+	Errors uint64
+}
+
+// Logger writes an access log without making requests wait on the disk.
+// It is safe for concurrent use.
+type Logger struct {
+	opts   Options
+	format func([]byte, *Record) []byte
+	log    *slog.Logger
+
+	mu      sync.Mutex // guards buf and closed
+	buf     []byte
+	closed  bool
+	flushAt int
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	scratch sync.Pool // *[]byte
+
+	// Written by the writer goroutine only.
+	file     *os.File
+	size     int64
+	lastWarn time.Time
+
+	records, dropped, rotations, errs atomic.Uint64
+}
+
+// New opens the log (creating the file if needed) and starts its writer.
+func New(o Options) (*Logger, error) {
+	if o.Path == "" && o.Out == nil {
+		return nil, errors.New("accesslog: a path or a writer is required")
+	}
+	if o.MaxSize == 0 {
+		o.MaxSize = DefaultMaxSize
+	}
+	if o.MaxFiles <= 0 {
+		o.MaxFiles = DefaultMaxFiles
+	}
+	if o.BufferSize <= 0 {
+		o.BufferSize = DefaultBufferSize
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = DefaultFlushInterval
+	}
+	l := &Logger{opts: o, log: o.Logger, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	switch o.Format {
+	case FormatJSON:
+		l.format = AppendJSON
+	case FormatCombined:
+		l.format = AppendCombined
+	default:
+		return nil, fmt.Errorf("accesslog: unknown format %d", o.Format)
+	}
+	// Wake the writer when a quarter of the buffer is waiting, so that a
+	// burst seldom fills it before a write.
+	l.flushAt = max(o.BufferSize/4, 1)
+	l.scratch.New = func() any { b := make([]byte, 0, 512); return &b }
+	if o.Path != "" {
+		if err := l.open(); err != nil {
+			return nil, err
+		}
+	}
+	go l.run()
+	return l, nil
+}
+
+// Log formats r and queues it for writing. It never waits for the disk:
+// when the buffer is full the record is dropped and counted. Log after
+// Close drops the record.
+func (l *Logger) Log(r *Record) {
+	bp := l.scratch.Get().(*[]byte)
+	line := l.format((*bp)[:0], r)
+	l.mu.Lock()
+	if l.closed || len(l.buf)+len(line) > l.opts.BufferSize {
+		l.mu.Unlock()
+		l.dropped.Add(1)
+	} else {
+		l.buf = append(l.buf, line...)
+		wake := len(l.buf) >= l.flushAt
+		l.mu.Unlock()
+		l.records.Add(1)
+		if wake {
+			select {
+			case l.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if cap(line) <= 64<<10 {
+		*bp = line[:0]
+		l.scratch.Put(bp)
+	}
+}
+
+// Stats returns the logger's counters.
+func (l *Logger) Stats() Stats {
+	return Stats{Records: l.records.Load(), Dropped: l.dropped.Load(), Rotations: l.rotations.Load(), Errors: l.errs.Load()}
+}
+
+// Close writes out what is buffered, closes the file and stops the
+// writer. It is safe to call twice.
+func (l *Logger) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		<-l.done
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.done
+	if l.file != nil {
+		if err := l.file.Close(); err != nil {
+			return fmt.Errorf("accesslog: close: %w", err)
+		}
+	}
+	return nil
+}
+
+// run is the writer: it swaps the buffer for an empty one and writes it
+// out, every FlushInterval or when Log says it is filling, until Close.
+func (l *Logger) run() {
+	defer close(l.done)
+	t := time.NewTicker(l.opts.FlushInterval)
+	defer t.Stop()
+	var spare []byte
+	for {
+		stopping := false
+		select {
+		case <-l.kick:
+		case <-t.C:
+		case <-l.stop:
+			stopping = true
+		}
+		l.mu.Lock()
+		out := l.buf
+		l.buf = spare[:0]
+		l.mu.Unlock()
+		if len(out) > 0 {
+			l.write(out)
+		}
+		spare = out
+		if cap(spare) > 4*l.opts.BufferSize {
+			spare = nil
+		}
+		if stopping {
+			return
+		}
+	}
+}
+
+// write writes whole lines out, rotating the file first when they would
+// take it past MaxSize.
+func (l *Logger) write(b []byte) {
+	if l.opts.Path == "" {
+		if _, err := l.opts.Out.Write(b); err != nil {
+			l.fail("write", err)
+		}
+		return
+	}
+	if l.opts.MaxSize > 0 && l.size > 0 && l.size+int64(len(b)) > l.opts.MaxSize {
+		if err := l.rotate(); err != nil {
+			l.fail("rotate", err)
+		}
+	}
+	if l.file == nil {
+		if err := l.open(); err != nil {
+			l.fail("open", err)
+			return
+		}
+	}
+	n, err := l.file.Write(b)
+	l.size += int64(n)
+	if err != nil {
+		l.fail("write", err)
+	}
+}
+
+// open opens (or creates) the log file for appending.
+func (l *Logger) open() error {
+	f, err := os.OpenFile(l.opts.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("accesslog: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("accesslog: %w", err)
+	}
+	l.file, l.size = f, fi.Size()
+	return nil
+}
+
+// rotate renames FILE to FILE.1 (shifting the older ones up and removing
+// the one past MaxFiles) and opens a new FILE.
+func (l *Logger) rotate() error {
+	if l.file != nil {
+		l.file.Close()
+		l.file = nil
+	}
+	p := l.opts.Path
+	if err := os.Remove(p + "." + strconv.Itoa(l.opts.MaxFiles)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("accesslog: %w", err)
+	}
+	for i := l.opts.MaxFiles - 1; i >= 1; i-- {
+		from := p + "." + strconv.Itoa(i)
+		if err := os.Rename(from, p+"."+strconv.Itoa(i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("accesslog: %w", err)
+		}
+	}
+	if err := os.Rename(p, p+".1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("accesslog: %w", err)
+	}
+	l.rotations.Add(1)
+	return l.open()
+}
+
+// fail counts an error and logs it, at most once a second.
+func (l *Logger) fail(what string, err error) {
+	l.errs.Add(1)
+	if now := time.Now(); now.Sub(l.lastWarn) >= time.Second {
+		l.lastWarn = now
+		l.log.Warn("accesslog: "+what, "err", err, "path", l.opts.Path)
+	}
+}

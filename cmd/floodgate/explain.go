@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+	"github.com/floodgate/floodgate/store/redisstore"
+)
+
+const explainUsage = `usage: floodgate explain --config POLICY --path PATH [flags]
+
+Explains how the gateway would answer one request, without charging
+anything: every limit of the policy in evaluation order, whether it applies
+and why (route, method, host, path, stage, the API key and its plan, key
+parts present or missing, shadow), the key it counts the request under, its
+state as a peek sees it (remaining, reset, retry-after), the binding limit
+and the answer the client would get.
+
+The state is the embedded store's, empty at start, unless --store names the
+Redis store the gateways share. A running floodgate serve explains from its
+own state at POST /v1/explain on the admin listener.
+
+flags:
+`
+
+// headerFlags are repeated "Name: value" flags.
+type headerFlags map[string]string
+
+func (h headerFlags) String() string { return fmt.Sprint(map[string]string(h)) }
+
+func (h headerFlags) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("want Name: value, got %q", v)
+	}
+	h[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	return nil
+}
+
+func init() {
+	register("explain", "explain how the gateway would answer one request, limit by limit", runExplain)
+}
+
+func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var er gateway.ExplainRequest
+	hdr := headerFlags{}
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, explainUsage)
+		fs.PrintDefaults()
+	}
+	cfgPath := fs.String("config", "", "the policy file (required)")
+	store := fs.String("store", "", "peek at this Redis store (redis://...) instead of an empty embedded one")
+	asJSON := fs.Bool("json", false, "write the explanation as JSON (as POST /v1/explain answers)")
+	key := fs.String("key", "", "the API key (sent in the policy's API key header)")
+	fs.StringVar(&er.Method, "method", "GET", "the request's method")
+	fs.StringVar(&er.Path, "path", "", "the request's path (required)")
+	fs.StringVar(&er.Host, "host", "", "the request's Host")
+	fs.StringVar(&er.IP, "ip", "127.0.0.1", "the address the request comes from")
+	fs.StringVar(&er.KeyName, "key-name", "", `the API key by its name, as the access log shows it (or "?" and a hash prefix)`)
+	fs.Var(hdr, "header", `a request header, "Name: value" (repeat for several)`)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usagef("explain: %v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("explain: unexpected argument %q", fs.Arg(0))
+	}
+	if *cfgPath == "" || er.Path == "" {
+		return usagef("explain: --config and --path are required")
+	}
+	p, err := loadPolicy(*cfgPath)
+	if err != nil {
+		return err
+	}
+	if *key != "" {
+		hdr[p.Server().APIKeyHeader] = *key
+	}
+	er.Headers = hdr
+	var st limiter.Store
+	if *store != "" {
+		rs, err := redisstore.New(redisstore.Options{URL: *store})
+		if err != nil {
+			return fmt.Errorf("explain: %w", err)
+		}
+		defer rs.Close()
+		st = rs
+	} else {
+		ms, err := memstore.New(memstore.Options{SnapshotInterval: -1})
+		if err != nil {
+			return fmt.Errorf("explain: %w", err)
+		}
+		defer ms.Close()
+		st = ms
+	}
+	pm, err := gateway.NewPolicyMatcher(gateway.Fixed(p), gateway.PolicyMatcherOptions{})
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, limiter.Options{Timeout: time.Second}),
+		Fields: gateway.FieldOptions(p.Server().Headers)})
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	r, o, err := er.HTTPRequest(ctx)
+	if err != nil {
+		return usagef("explain: %v", err)
+	}
+	e, err := g.Explain(ctx, r, o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(e)
+	}
+	return writeExplanation(stdout, e)
+}
+
+// writeExplanation writes an explanation for a terminal.
+func writeExplanation(w io.Writer, e *gateway.Explanation) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", e.Method, e.Path)
+	if e.Host != "" {
+		fmt.Fprintf(&b, " (host %s)", e.Host)
+	}
+	fmt.Fprintf(&b, " from %s", orDash(e.ClientIP))
+	if e.ClientKey != e.ClientIP {
+		fmt.Fprintf(&b, " (counted as %s)", e.ClientKey)
+	}
+	fmt.Fprintf(&b, "\nroute %s, stage %s, API key %s", orDash(e.Route), orDash(e.Stage), orDash(e.Key))
+	if e.Plan != "" {
+		fmt.Fprintf(&b, " (plan %s)", e.Plan)
+	}
+	fmt.Fprintf(&b, ", user %s", orDash(e.User))
+	if e.UserError != "" {
+		fmt.Fprintf(&b, " (token: %s)", e.UserError)
+	}
+	b.WriteString("\n")
+	if e.Forbidden != "" {
+		fmt.Fprintf(&b, "refused before any limit: %s\n", e.Forbidden)
+	}
+	if e.Degraded != "" {
+		fmt.Fprintf(&b, "the store did not answer (%s): the limits' failure policies decided\n", e.Degraded)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tLIMIT\tSCOPE\tAPPLIES\tCOUNTER KEY\tSTATE NOW\tWHY")
+	for i, l := range e.Limits {
+		name := l.Name
+		if l.Binding {
+			name += " (binding)"
+		}
+		applies := "no"
+		if l.Matched {
+			applies = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, name, l.Scope, applies, orDash(l.CounterKey), stateText(l.State), l.Reason)
+	}
+	tw.Flush()
+	b.WriteString("\n")
+	a := e.Answer
+	switch {
+	case a.Forwarded && a.Delay > 0:
+		fmt.Fprintf(&b, "answer: held %s in the queue, then forwarded to the upstream\n", time.Duration(a.Delay))
+	case a.Forwarded:
+		b.WriteString("answer: forwarded to the upstream\n")
+	default:
+		fmt.Fprintf(&b, "answer: %d %s\n", a.Status, strings.TrimSpace(a.Body))
+	}
+	for _, h := range a.Headers {
+		fmt.Fprintf(&b, "  %s: %s\n", h.Name, h.Value)
+	}
+	b.WriteString("(nothing was charged)\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// stateText describes a limit's state as a peek sees it.
+func stateText(s *gateway.LimitState) string {
+	if s == nil {
+		return "-"
+	}
+	if !s.Allowed {
+		return fmt.Sprintf("would deny: 0 of %d left, retry after %s", s.Limit, roundShort(time.Duration(s.RetryAfter)))
+	}
+	t := fmt.Sprintf("would allow: %d of %d left after it", s.Remaining, s.Limit)
+	if s.ResetAfter > 0 {
+		t += ", full in " + roundShort(time.Duration(s.ResetAfter))
+	}
+	if s.Delay > 0 {
+		t += ", held " + roundShort(time.Duration(s.Delay))
+	}
+	return t
+}
+
+func roundShort(d time.Duration) string {
+	switch {
+	case d >= time.Hour:
+		return d.Round(time.Minute).String()
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestServeAccessLogFromFile: server.access_log writes the log next to the
+// policy file, in the format it names, and the metrics count it; the
+// flags override the file.
+func TestServeAccessLogFromFile(t *testing.T) {
+	dir := t.TempDir()
+	up := replayUpstream(t)
+	cfg := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(cfg, []byte(`version: 1
+server:
+  access_log: {path: logs/access.log, format: combined, max_size: 65536, max_files: 2}
+routes:
+  - {name: r, match: {paths: ["/**"]}, upstream: `+up.URL+`}
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 2, key: client_ip, scope: global}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gw, admin, stop, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	for range 3 {
+		get(t, gw+"/x")
+	}
+	if _, _, body := get(t, admin+"/metrics"); !strings.Contains(body, "floodgate_access_log_records_total 3") {
+		t.Errorf("metrics: %s", grepLines(body, "access_log"))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "logs", "access.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "127.0.0.1 - - [") || !strings.HasSuffix(lines[2], `"per-ip" "deny"`) {
+		t.Errorf("log:\n%s", b)
+	}
+	// The flag overrides the file: JSON on standard output.
+	gw, _, stop, out := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error",
+		"--access-log", "-", "--access-log-format", "json")
+	get(t, gw+"/y")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"path":"/y"`) {
+		t.Errorf("stdout: %s", out.String())
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/floodgate/floodgate/accesslog"
+)
+
+// AccessLogger receives one record per request, rejected ones included;
+// *accesslog.Logger is one. Log is called on the request's goroutine once
+// the answer is written; it must not keep the record.
+type AccessLogger interface {
+	Log(r *accesslog.Record)
+}
+
+// statusClientGone is the status logged for a request whose client went
+// away before it was answered (NGINX logs the same).
+const statusClientGone = 499
+
+// accessState is what the access log keeps of one request.
+type accessState struct {
+	start time.Time
+	w     accessWriter
+	rec   accesslog.Record
+}
+
+// startAccess notes the request's arrival and returns the writer that
+// counts its answer.
+func (g *Gateway) startAccess(w http.ResponseWriter, st *reqState) http.ResponseWriter {
+	a := &st.access
+	a.start = time.Now()
+	a.w = accessWriter{ResponseWriter: w}
+	return &a.w
+}
+
+// logAccess writes the request's record: who sent it, what the limits
+// decided and how it was answered.
+func (g *Gateway) logAccess(r *http.Request, st *reqState) {
+	a := &st.access
+	m, res := &st.m, &st.res
+	rec := &a.rec
+	*rec = accesslog.Record{
+		Time:     a.start,
+		ClientIP: m.ClientIP,
+		Method:   r.Method,
+		Host:     r.Host,
+		Path:     r.URL.Path,
+		Proto:    r.Proto,
+		Status:   a.w.status,
+		Bytes:    a.w.bytes,
+		Key:      m.KeyID,
+		User:     m.User,
+		Route:    m.Route,
+	}
+	if !rec.ClientIP.IsValid() {
+		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+			rec.ClientIP = ap.Addr().Unmap()
+		}
+	}
+	if rec.Status == 0 {
+		rec.Status = http.StatusOK
+		if r.Context().Err() != nil {
+			rec.Status = statusClientGone
+		}
+	}
+	if hits := st.req.Hits; len(hits) > 0 {
+		switch {
+		case res.Allowed:
+			rec.Decision = accesslog.Allow
+		case res.Binding >= 0:
+			rec.Decision = accesslog.Deny
+			rec.RetryAfter = res.RetryAfter
+		default:
+			rec.Decision = accesslog.Error
+		}
+		if res.Binding >= 0 && res.Binding < len(hits) {
+			rec.Limit = hits[res.Binding].Rule.Name()
+		}
+		// The instant the store decided at, when it says, rather than the
+		// arrival: a replay of the log then decides at the same instant,
+		// and ends the request (releases, charges counted by outcome)
+		// at Time+Duration, after the gateway did.
+		for i := range res.Decisions {
+			if at := res.Decisions[i].At; at > 0 {
+				rec.Time = time.Unix(0, at)
+				break
+			}
+		}
+		rec.Degraded = res.Degraded.String()
+	}
+	if v := r.Header["Referer"]; len(v) > 0 {
+		rec.Referer = v[0]
+	}
+	if v := r.Header["User-Agent"]; len(v) > 0 {
+		rec.UserAgent = v[0]
+	}
+	rec.Duration = time.Since(rec.Time)
+	g.alog.Log(rec)
+	*rec = accesslog.Record{}
+	a.w = accessWriter{}
+}
+
+// accessWriter counts the status and the body bytes of an answer.
+type accessWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (a *accessWriter) WriteHeader(code int) {
+	if a.status == 0 && code >= 200 {
+		a.status = code
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *accessWriter) Write(b []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	n, err := a.ResponseWriter.Write(b)
+	a.bytes += int64(n)
+	return n, err
+}
+
+// Flush passes flushes through for streaming responses.
+func (a *accessWriter) Flush() {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	_ = http.NewResponseController(a.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (a *accessWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }

@@ -1,0 +1,254 @@
+package gateway
+
+import (
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/accesslog"
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// recordSink keeps copies of the records a gateway logs.
+type recordSink struct {
+	mu   sync.Mutex
+	recs []accesslog.Record
+}
+
+func (s *recordSink) Log(r *accesslog.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs = append(s.recs, *r)
+}
+
+func (s *recordSink) last(t *testing.T) accesslog.Record {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.recs) == 0 {
+		t.Fatal("nothing logged")
+	}
+	return s.recs[len(s.recs)-1]
+}
+
+const accessPolicy = `
+server:
+  trusted_proxies: [127.0.0.1/32]
+  user: {header: X-User}
+routes:
+  - {name: students, match: {methods: [GET], paths: ["/students/{id}"]}, stage: dev, upstream: none}
+  - {name: partner, match: {methods: [GET], paths: ["/partner/**"]}, api_key_required: true, upstream: none}
+stages:
+  - {name: dev, rate: 1, per: 1h, burst: 2}
+plans:
+  - {name: trial, rate: 100, quota: {limit: 1, period: DAY}}
+keys:
+  - {name: trial-1, plan: trial, sha256: KEYHASH}
+`
+
+// TestAccessLog: every request leaves one record, refused ones included,
+// with the client as resolved, the key by its name and the decision.
+func TestAccessLog(t *testing.T) {
+	f, err := config.Parse("access.yaml", []byte(strings.Replace(accessPolicy, "KEYHASH", config.HashKey("secret-trial"), 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := newUpstream(t, nil)
+	u, _ := url.Parse(up.URL)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{Upstream: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &recordSink{}
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, nil), limiter.Options{}), AccessLog: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := newUpstream(t, g.ServeHTTP)
+	c := front.Client()
+	xff := map[string]string{"X-Forwarded-For": "198.51.100.9", "X-User": "ana", "User-Agent": "test/1"}
+
+	before := time.Now()
+	for i, want := range []struct {
+		status   int
+		decision accesslog.Decision
+		limit    string
+	}{{200, accesslog.Allow, "stage.dev"}, {200, accesslog.Allow, "stage.dev"}, {429, accesslog.Deny, "stage.dev"}} {
+		a := do(t, c, "GET", front.URL+"/students/9", xff)
+		r := sink.last(t)
+		if a.status != want.status || r.Status != want.status || r.Decision != want.decision || r.Limit != want.limit {
+			t.Fatalf("request %d: answer %d, record %+v", i, a.status, r)
+		}
+		if r.ClientIP.String() != "198.51.100.9" || r.User != "ana" || r.Route != "students" || r.Method != "GET" ||
+			r.Path != "/students/9" || r.Bytes != int64(len(a.body)) || r.UserAgent != "test/1" || r.Proto != "HTTP/1.1" {
+			t.Errorf("request %d: record %+v", i, r)
+		}
+		if r.Time.Before(before) || r.Duration <= 0 || r.Time.Add(r.Duration).After(time.Now()) {
+			t.Errorf("request %d: time %v, duration %v", i, r.Time, r.Duration)
+		}
+		if want.decision == accesslog.Deny && (r.RetryAfter <= 0 || r.RetryAfter > time.Hour) {
+			t.Errorf("retry after %v", r.RetryAfter)
+		}
+	}
+
+	// The API key by its name; then its quota; an unknown key and no key
+	// are refused with 403 once the unknown-key limit allowed them.
+	key := map[string]string{"X-Api-Key": "secret-trial"}
+	for i, want := range []struct {
+		status   int
+		decision accesslog.Decision
+	}{{200, accesslog.Allow}, {429, accesslog.Deny}} {
+		a := do(t, c, "GET", front.URL+"/partner/1", key)
+		r := sink.last(t)
+		if a.status != want.status || r.Status != want.status || r.Key != "trial-1" || r.Decision != want.decision {
+			t.Errorf("key request %d: %d %+v", i, a.status, r)
+		}
+	}
+	if r := sink.last(t); r.Limit != "trial.quota" {
+		t.Errorf("quota denial logged as %q", r.Limit)
+	}
+	do(t, c, "GET", front.URL+"/partner/1", map[string]string{"X-Api-Key": "guessed"})
+	r := sink.last(t)
+	if r.Status != 403 || r.Decision != accesslog.Allow || r.Limit != policy.UnknownKeyLimitName || !strings.HasPrefix(r.Key, "?") || len(r.Key) != 33 {
+		t.Errorf("unknown key: %+v", r)
+	}
+	do(t, c, "GET", front.URL+"/partner/1", nil)
+	if r := sink.last(t); r.Status != 403 || r.Key != "" || r.ClientIP.String() != "127.0.0.1" {
+		t.Errorf("no key: %+v", r)
+	}
+	// No route: 404 from the gateway, no decision.
+	do(t, c, "GET", front.URL+"/elsewhere", nil)
+	if r := sink.last(t); r.Status != 404 || r.Decision != accesslog.None {
+		t.Errorf("no route: %+v", r)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.recs) != 8 {
+		t.Errorf("%d records for 8 requests", len(sink.recs))
+	}
+	for _, r := range sink.recs {
+		for _, s := range []string{r.Key, r.User, r.Path, r.Limit, r.Route, r.Referer, r.UserAgent} {
+			if strings.Contains(s, "secret-trial") || strings.Contains(s, "guessed") {
+				t.Errorf("a raw key in the log: %+v", r)
+			}
+		}
+	}
+}
+
+// TestAccessLogFile runs the gateway's records through a real Logger: one
+// JSON line per request.
+func TestAccessLogFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	l, err := accesslog.New(accesslog.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := oneRule(mustRule(t, benchLimit(), false))
+	g, err := New(Options{Matcher: m, Engine: limiter.New(newMemStore(t, nil), limiter.Options{}), AccessLog: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := newUpstream(t, g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("hello"))
+	})).ServeHTTP)
+	for range 5 {
+		do(t, front.Client(), "GET", front.URL+"/x", nil)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := readFileLines(t, path)
+	if len(lines) != 5 {
+		t.Fatalf("%d lines", len(lines))
+	}
+	for _, line := range lines {
+		if !strings.Contains(line, `"ip":"127.0.0.1","method":"GET"`) || !strings.Contains(line, `"status":200,"bytes":5,`) ||
+			!strings.Contains(line, `"decision":"allow"`) {
+			t.Errorf("line %s", line)
+		}
+	}
+}
+
+func benchLimit() floodgate.Limit {
+	return floodgate.Limit{Name: "wide", Algorithm: floodgate.TokenBucket, Rate: 100_000_000, Per: time.Second, Burst: 1 << 40}
+}
+
+func readFileLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// benchAccessLog opens an access log in a temporary file, as serve does.
+func benchAccessLog(b *testing.B, format accesslog.Format) *accesslog.Logger {
+	l, err := accesslog.New(accesslog.Options{Path: filepath.Join(b.TempDir(), "access.log"), Format: format, MaxSize: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if st := l.Stats(); st.Dropped > 0 {
+			b.Logf("access log: %d records dropped of %d", st.Dropped, st.Dropped+st.Records)
+		}
+		_ = l.Close()
+	})
+	return l
+}
+
+// benchPolicyGateway is BenchmarkPolicyPass's gateway, with an access log
+// when alog is set.
+func benchPolicyGateway(b *testing.B, upstream *url.URL, alog AccessLogger) *Gateway {
+	f, err := config.Parse("bench.yaml", []byte(benchPolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{Upstream: upstream})
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})}
+	if alog != nil {
+		o.AccessLog = alog
+	}
+	g, err := New(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g
+}
+
+// BenchmarkPolicyPassAccessLog is BenchmarkPolicyPass writing a JSON
+// access log to a file: the cost of the log on the pass path.
+func BenchmarkPolicyPassAccessLog(b *testing.B) {
+	benchGateway(b, benchPolicyGateway(b, nil, benchAccessLog(b, accesslog.FormatJSON)), 200, "/notices/1", nil)
+}
+
+// BenchmarkPolicyPassAccessLogCombined is the same in the combined format.
+func BenchmarkPolicyPassAccessLogCombined(b *testing.B) {
+	benchGateway(b, benchPolicyGateway(b, nil, benchAccessLog(b, accesslog.FormatCombined)), 200, "/notices/1", nil)
+}
+
+// BenchmarkProxyFloodgateAccessLog is BenchmarkProxyFloodgate writing a
+// JSON access log to a file.
+func BenchmarkProxyFloodgateAccessLog(b *testing.B) {
+	u := benchUpstream(b)
+	benchProxy(b, benchPolicyGateway(b, u, benchAccessLog(b, accesslog.FormatJSON)))
+}

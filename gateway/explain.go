@@ -1,0 +1,305 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// ErrNotExplainable is returned by Explain for a gateway whose Matcher is
+// not a PolicyMatcher: only a policy can say why a limit did not apply.
+var ErrNotExplainable = errors.New("gateway: only a gateway with a PolicyMatcher can explain its decisions")
+
+// ExplainOptions complete a request to explain.
+type ExplainOptions struct {
+	// KeyName gives the request's API key as a log shows it (a key's
+	// name, or "?" and a hash prefix) when it carries no key header; see
+	// policy.Request.KeyName.
+	KeyName string
+}
+
+// Explanation says how the gateway would answer one request, and why,
+// without charging anything: every limit of the policy in evaluation
+// order, whether it applies and why, its counter key and its state as a
+// peek sees it now, the binding limit and the answer.
+type Explanation struct {
+	Method    string `json:"method"`
+	Host      string `json:"host,omitempty"`
+	Path      string `json:"path"`
+	ClientIP  string `json:"client_ip"`
+	ClientKey string `json:"client_key"`
+	// Key is the API key as the access log shows it (a name, never the
+	// key); Plan is its usage plan.
+	Key  string `json:"key,omitempty"`
+	Plan string `json:"plan,omitempty"`
+	// User is the request's user; UserError says why a presented token
+	// gave none.
+	User      string `json:"user,omitempty"`
+	UserError string `json:"user_error,omitempty"`
+	Route     string `json:"route,omitempty"`
+	Stage     string `json:"stage,omitempty"`
+	// Forbidden says why the request is refused before any limit.
+	Forbidden string `json:"forbidden,omitempty"`
+	// Limits holds every limit of the policy, in evaluation order.
+	Limits []LimitExplanation `json:"limits"`
+	// Binding names the limit that decides the answer.
+	Binding string `json:"binding,omitempty"`
+	// Degraded says why the limits were decided by their failure
+	// policies instead of the store.
+	Degraded string `json:"degraded,omitempty"`
+	// Answer is what the client would get.
+	Answer ExplainedAnswer `json:"answer"`
+}
+
+// LimitExplanation is one limit of an Explanation.
+type LimitExplanation struct {
+	Name      string `json:"name"`
+	Scope     string `json:"scope"`
+	Algorithm string `json:"algorithm"`
+	Shadow    bool   `json:"shadow,omitempty"`
+	// Matched reports whether the limit applies to the request; Reason
+	// says why or why not, Missing which key part the request lacks.
+	Matched bool   `json:"matched"`
+	Reason  string `json:"reason"`
+	Missing string `json:"missing,omitempty"`
+	// CounterKey is the key the limit counts the request under.
+	CounterKey string `json:"counter_key,omitempty"`
+	// State is the limit's decision for the request now, as a peek sees
+	// it (nothing is charged).
+	State *LimitState `json:"state,omitempty"`
+	// Binding marks the limit that decides the answer.
+	Binding bool `json:"binding,omitempty"`
+}
+
+// LimitState is one limit's decision for the request, as a peek sees it.
+type LimitState struct {
+	Allowed   bool  `json:"allowed"`
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	// ResetAfter is the time until the key is back to full; RetryAfter,
+	// on a denial, the wait before the request would pass; Delay, for a
+	// leaky queue, how long the request would be held.
+	ResetAfter Duration `json:"reset_after"`
+	RetryAfter Duration `json:"retry_after,omitempty"`
+	Delay      Duration `json:"delay,omitempty"`
+}
+
+// ExplainedAnswer is the answer a client would get.
+type ExplainedAnswer struct {
+	// Status is the status code; 0 when the request is forwarded and the
+	// upstream answers.
+	Status int `json:"status,omitempty"`
+	// Forwarded reports that the request goes on to the upstream (or the
+	// wrapped handler), after Delay.
+	Forwarded bool     `json:"forwarded"`
+	Delay     Duration `json:"delay,omitempty"`
+	// Headers are the rate-limit fields the answer carries.
+	Headers []ExplainedHeader `json:"headers,omitempty"`
+	// Body is the gateway's own body, when it answers itself.
+	Body string `json:"body,omitempty"`
+}
+
+// ExplainedHeader is one header field of an explained answer.
+type ExplainedHeader struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Duration is a time.Duration written in JSON as Go writes durations, to
+// the microsecond ("1.5s", "16h1m22.069041s").
+type Duration time.Duration
+
+// MarshalText writes d to the microsecond as time.Duration's String does.
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(time.Duration(d).Round(time.Microsecond).String()), nil
+}
+
+// UnmarshalText reads what MarshalText writes.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Explain says how the gateway would answer r now, and why, without
+// charging anything. It resolves r's identity as a request would be
+// (verifying its token whatever its limits) and peeks at the state of
+// every limit that applies.
+func (g *Gateway) Explain(ctx context.Context, r *http.Request, o ExplainOptions) (*Explanation, error) {
+	pm, ok := g.matcher.(*PolicyMatcher)
+	if !ok {
+		return nil, ErrNotExplainable
+	}
+	p := pm.src.Policy()
+	rf, err := pm.resolverFor(p)
+	if err != nil {
+		return nil, err
+	}
+	id := rf.resolver.Client(r)
+	req := policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, ClientIP: id.ClientIP,
+		ClientKey: id.ClientKey, User: id.User, Header: r.Header}
+	e := &Explanation{Method: r.Method, Host: r.Host, Path: r.URL.Path, ClientKey: id.ClientKey}
+	if id.ClientIP.IsValid() {
+		e.ClientIP = id.ClientIP.String()
+	}
+	badToken := false
+	if id.User == "" {
+		if tok := rf.resolver.Token(r); tok != "" {
+			if u, err := rf.resolver.User(tok, pm.now()); err == nil {
+				req.User = u
+			} else {
+				e.UserError = identity.Reason(err)
+				badToken = true
+			}
+		}
+	}
+	if v := r.Header[rf.keyHdr]; len(v) > 0 {
+		req.APIKey = v[0]
+	} else {
+		req.KeyName = o.KeyName
+	}
+	var m policy.Match
+	pe := p.Explain(&req, &m)
+	e.Key, e.Plan, e.User, e.Stage, e.Forbidden = m.KeyID, m.Plan, req.User, m.Stage, pe.Forbidden
+	if m.Route != nil {
+		e.Route = m.Route.Name
+	}
+	var res limiter.Result
+	hits := slices.Clone(m.Hits)
+	if len(hits) > 0 {
+		if err := g.engine.Decide(ctx, &limiter.Request{Front: limiter.FrontGateway, Peek: true, Hits: hits}, &res); err != nil &&
+			!errors.Is(err, floodgate.ErrNeverFits) {
+			return nil, fmt.Errorf("gateway: explain: %w", err)
+		} else if err != nil {
+			e.Answer = ExplainedAnswer{Status: http.StatusTooManyRequests, Body: string(bodyTooMany)}
+		}
+		e.Degraded = res.Degraded.String()
+	}
+	for _, lm := range pe.Limits {
+		l := lm.Limit
+		le := LimitExplanation{Name: l.Name, Scope: l.Scope, Algorithm: l.Rule.Algorithm().String(), Shadow: l.Shadow,
+			Matched: lm.Matched, Reason: lm.Reason, Missing: lm.Missing, CounterKey: lm.Key}
+		if lm.Matched && lm.Hit < len(res.Decisions) {
+			d := &res.Decisions[lm.Hit]
+			le.State = &LimitState{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+				ResetAfter: Duration(d.ResetAfter), RetryAfter: Duration(d.RetryAfter), Delay: Duration(d.Delay)}
+			if lm.Hit == res.Binding {
+				le.Binding = true
+				e.Binding = l.Name
+			}
+		}
+		e.Limits = append(e.Limits, le)
+	}
+	if e.Answer.Status == 0 {
+		reject := 0
+		switch {
+		case m.Forbidden:
+			reject = http.StatusForbidden
+		case badToken && (m.Route == nil || !m.Route.AnonymousOnInvalidToken):
+			reject = http.StatusUnauthorized
+		}
+		upstream := m.Route != nil && (m.Route.Upstream != nil || pm.upstream != nil)
+		e.Answer = g.explainAnswer(&m, &res, rf, reject, upstream)
+	}
+	return e, nil
+}
+
+// explainAnswer is the answer the gateway gives a request whose limits
+// decided res (on a peek): 429 when one refuses, else the reject status
+// (403 for the API key, 401 for a token), else forwarded when its route
+// has an upstream.
+func (g *Gateway) explainAnswer(m *policy.Match, res *limiter.Result, rf *resolverFor, reject int, upstream bool) ExplainedAnswer {
+	var a ExplainedAnswer
+	if len(m.Hits) > 0 {
+		lims := make([]*fields.Limit, len(m.Limits))
+		for i, l := range m.Limits {
+			lims[i] = l.Fields
+		}
+		items, binding := fields.AppendResult(nil, res, lims)
+		for _, f := range g.renderer.Render(nil, items, binding, !res.Allowed, res.RetryAfter, &rf.fields) {
+			a.Headers = append(a.Headers, ExplainedHeader{Name: f.Name, Value: f.Value})
+		}
+		if !res.Allowed {
+			a.Status, a.Body = http.StatusTooManyRequests, string(bodyTooMany)
+			if m.Limits[res.Binding].Kind == floodgate.KindQuota {
+				a.Body = string(bodyExceeded)
+			}
+			return a
+		}
+	}
+	switch reject {
+	case http.StatusForbidden:
+		return ExplainedAnswer{Status: reject, Body: string(bodyForbidden)}
+	case http.StatusUnauthorized:
+		return ExplainedAnswer{Status: reject, Body: string(bodyUnauthorized),
+			Headers: []ExplainedHeader{{Name: "WWW-Authenticate", Value: bearerChallenge[0]}}}
+	}
+	if !upstream {
+		// The reverse proxy has nowhere to send it (as middleware, the
+		// wrapped handler would get it).
+		a.Status, a.Body = http.StatusNotFound, string(bodyNotFound)
+		return a
+	}
+	a.Forwarded, a.Delay = true, Duration(res.Delay)
+	return a
+}
+
+// ExplainRequest describes a request to explain, as the admin listener's
+// POST /v1/explain takes it in JSON and floodgate explain from its flags.
+type ExplainRequest struct {
+	// Method defaults to GET; Path is required (a query is ignored).
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Host   string `json:"host,omitempty"`
+	// IP is the address the request comes from (the connection's peer,
+	// default 127.0.0.1); with trusted proxies, an X-Forwarded-For header
+	// is read as the gateway reads it.
+	IP string `json:"ip,omitempty"`
+	// Headers are the request's headers (the API key, a token ...).
+	Headers map[string]string `json:"headers,omitempty"`
+	// KeyName gives the API key by its name instead (ExplainOptions).
+	KeyName string `json:"key_name,omitempty"`
+}
+
+// HTTPRequest builds the request to explain.
+func (er *ExplainRequest) HTTPRequest(ctx context.Context) (*http.Request, ExplainOptions, error) {
+	method := er.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	if !strings.HasPrefix(er.Path, "/") {
+		return nil, ExplainOptions{}, fmt.Errorf("gateway: explain: the path must start with /, got %q", er.Path)
+	}
+	ip := er.IP
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return nil, ExplainOptions{}, fmt.Errorf("gateway: explain: %q is not an IP address", er.IP)
+	}
+	r, err := http.NewRequestWithContext(ctx, method, "http://explain"+er.Path, nil)
+	if err != nil {
+		return nil, ExplainOptions{}, fmt.Errorf("gateway: explain: %w", err)
+	}
+	r.Host = er.Host
+	r.RemoteAddr = netip.AddrPortFrom(addr, 50000).String()
+	for k, v := range er.Headers {
+		r.Header.Set(k, v)
+	}
+	return r, ExplainOptions{KeyName: er.KeyName}, nil
+}

@@ -1,0 +1,209 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+)
+
+const explainPolicy = `
+server:
+  trusted_proxies: [10.0.0.0/8]
+  headers: {binding_limit: X-Binding}
+routes:
+  - {name: students, match: {methods: [GET], paths: ["/students/{id}"]}, stage: dev, upstream: "http://127.0.0.1:9"}
+  - {name: partner, match: {methods: [GET], paths: ["/partner/**"]}, api_key_required: true, upstream: "http://127.0.0.1:9"}
+  - {name: shaped, match: {paths: ["/shaped"]}, upstream: "http://127.0.0.1:9"}
+stages:
+  - {name: dev, rate: 1, per: 1h, burst: 2}
+plans:
+  - {name: trial, rate: 100, quota: {limit: 1, period: DAY}}
+keys:
+  - {name: trial-1, plan: trial, sha256: KEYHASH}
+limits:
+  - {name: queue, algorithm: leaky_queue, rate: 1, per: 1h, burst: 5, match: {paths: ["/shaped"]}, key: client_ip}
+  - {name: per-ip-trial, rate: 1, per: 1h, burst: 1, key: client_ip, shadow: true, scope: global}
+`
+
+func explainGateway(t *testing.T) (*Gateway, http.Handler) {
+	t.Helper()
+	f, err := config.Parse("explain.yaml", []byte(strings.Replace(explainPolicy, "KEYHASH", config.HashKey("secret-trial"), 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) })
+	return g, g.Middleware(ok)
+}
+
+func newReq(method, target, remote string, hdr ...string) *http.Request {
+	r := httptest.NewRequest(method, target, nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	return r
+}
+
+func limitOf(t *testing.T, e *Explanation, name string) LimitExplanation {
+	t.Helper()
+	for _, l := range e.Limits {
+		if l.Name == name {
+			return l
+		}
+	}
+	t.Fatalf("no limit %s in %+v", name, e.Limits)
+	return LimitExplanation{}
+}
+
+// TestExplain: the explanation of a request shows the state a peek sees,
+// the binding limit and the answer the gateway would give, and charges
+// nothing.
+func TestExplain(t *testing.T) {
+	g, h := explainGateway(t)
+	ctx := context.Background()
+	// Through a trusted proxy, the client is the forwarded address.
+	student := func() *http.Request {
+		return newReq("GET", "/students/9", "10.1.2.3:5000", "X-Forwarded-For", "198.51.100.7")
+	}
+	e, err := g.Explain(ctx, student(), ExplainOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.ClientIP != "198.51.100.7" || e.Route != "students" || e.Stage != "dev" || e.Binding != "stage.dev" ||
+		!e.Answer.Forwarded || e.Answer.Status != 0 {
+		t.Fatalf("fresh: %+v", e)
+	}
+	if l := limitOf(t, e, "stage.dev"); !l.Matched || l.CounterKey != "stage:dev" || l.State == nil ||
+		!l.State.Allowed || l.State.Remaining != 1 || l.State.Limit != 2 || !l.Binding {
+		t.Errorf("stage.dev fresh: %+v %+v", l, l.State)
+	}
+	if l := limitOf(t, e, "queue"); l.Matched || !strings.Contains(l.Reason, "path") || l.State != nil {
+		t.Errorf("queue: %+v", l)
+	}
+	if l := limitOf(t, e, "per-ip-trial"); !l.Matched || !l.Shadow || !strings.Contains(l.Reason, "shadow") || l.CounterKey != "ip:198.51.100.7" {
+		t.Errorf("shadow: %+v", l)
+	}
+	// Explaining again changes nothing: nothing was charged.
+	e2, _ := g.Explain(ctx, student(), ExplainOptions{})
+	if limitOf(t, e2, "stage.dev").State.Remaining != 1 {
+		t.Errorf("an explanation charged the limit")
+	}
+	// Two real requests empty the stage's bucket: the third would get 429.
+	for range 2 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, student())
+		if w.Code != 200 {
+			t.Fatalf("request: %d", w.Code)
+		}
+	}
+	e, _ = g.Explain(ctx, student(), ExplainOptions{})
+	l := limitOf(t, e, "stage.dev")
+	if l.State.Allowed || l.State.Remaining != 0 || l.State.RetryAfter <= Duration(59*time.Minute) || !l.Binding {
+		t.Errorf("stage.dev empty: %+v", l.State)
+	}
+	if e.Answer.Status != 429 || e.Answer.Forwarded || !strings.Contains(e.Answer.Body, "Too Many Requests") {
+		t.Errorf("answer %+v", e.Answer)
+	}
+	hdr := map[string]string{}
+	for _, f := range e.Answer.Headers {
+		hdr[f.Name] = f.Value
+	}
+	if hdr["Retry-After"] == "" || !strings.HasPrefix(hdr["RateLimit"], `"stage.dev";r=0`) || hdr["X-Binding"] != "stage.dev" {
+		t.Errorf("headers %v", hdr)
+	}
+	// The shadow limit denies, and still does not bind.
+	if l := limitOf(t, e, "per-ip-trial"); l.State.Allowed || l.Binding {
+		t.Errorf("shadow state %+v binding %v", l.State, l.Binding)
+	}
+	// What the explanation said is what the gateway does.
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, student())
+	if w.Code != 429 {
+		t.Errorf("the request the explanation refused got %d", w.Code)
+	}
+}
+
+// TestExplainAnswers: 403 before any limit, the key by its name, a
+// quota's Limit Exceeded, a leaky queue's delay and a request with no
+// route.
+func TestExplainAnswers(t *testing.T) {
+	g, h := explainGateway(t)
+	ctx := context.Background()
+	// No key: refused once the limits that need none (the unknown-key
+	// limit, per address) allowed it; the plan's are not checked.
+	e, _ := g.Explain(ctx, newReq("GET", "/partner/1", "192.0.2.1:1"), ExplainOptions{})
+	if e.Answer.Status != 403 || !strings.Contains(e.Forbidden, "has none") || e.Binding != policy.UnknownKeyLimitName {
+		t.Errorf("no key: %+v", e)
+	}
+	if l := limitOf(t, e, policy.UnknownKeyLimitName); !l.Matched || l.CounterKey != "ip:192.0.2.1" {
+		t.Errorf("no key: %+v", l)
+	}
+	if l := limitOf(t, e, "trial.rate"); l.Matched || !strings.HasPrefix(l.Reason, "not checked") {
+		t.Errorf("no key: %+v", l)
+	}
+	e, _ = g.Explain(ctx, newReq("GET", "/partner/1", "192.0.2.1:1", "X-Api-Key", "nope"), ExplainOptions{})
+	if e.Answer.Status != 403 || !strings.HasPrefix(e.Key, "?") || !strings.Contains(e.Forbidden, "not configured") {
+		t.Errorf("unknown key: %+v", e)
+	}
+	// By name, as a log shows it; then the quota is used by a real request.
+	e, _ = g.Explain(ctx, newReq("GET", "/partner/1", "192.0.2.1:1"), ExplainOptions{KeyName: "trial-1"})
+	if e.Key != "trial-1" || e.Plan != "trial" || !e.Answer.Forwarded || limitOf(t, e, "trial.quota").CounterKey != "key:trial-1" {
+		t.Errorf("by name: %+v", e)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, newReq("GET", "/partner/1", "192.0.2.1:1", "X-Api-Key", "secret-trial"))
+	e, _ = g.Explain(ctx, newReq("GET", "/partner/1", "192.0.2.1:1", "X-Api-Key", "secret-trial"), ExplainOptions{})
+	if e.Answer.Status != 429 || e.Binding != "trial.quota" || !strings.Contains(e.Answer.Body, "Limit Exceeded") {
+		t.Errorf("quota used: %+v", e.Answer)
+	}
+	// A leaky queue: the second request would wait its turn.
+	h.ServeHTTP(httptest.NewRecorder(), newReq("GET", "/shaped", "192.0.2.2:1"))
+	e, _ = g.Explain(ctx, newReq("GET", "/shaped", "192.0.2.2:1"), ExplainOptions{})
+	if !e.Answer.Forwarded || e.Answer.Delay < Duration(59*time.Minute) || limitOf(t, e, "queue").State.Delay != e.Answer.Delay {
+		t.Errorf("queue: %+v", e.Answer)
+	}
+	// No route: the reverse proxy has nowhere to send it.
+	e, _ = g.Explain(ctx, newReq("GET", "/nowhere", "192.0.2.3:1"), ExplainOptions{})
+	if e.Answer.Status != 404 || e.Answer.Forwarded || e.Route != "" {
+		t.Errorf("no route: %+v", e.Answer)
+	}
+	// The explanation is JSON with durations as Go writes them.
+	b, err := json.Marshal(e)
+	if err != nil || !strings.Contains(string(b), `"limits":[`) {
+		t.Errorf("json %s: %v", b, err)
+	}
+	b, _ = json.Marshal(LimitState{ResetAfter: Duration(1500 * time.Millisecond)})
+	var back LimitState
+	if err := json.Unmarshal(b, &back); err != nil || back.ResetAfter != Duration(1500*time.Millisecond) || !strings.Contains(string(b), `"1.5s"`) {
+		t.Errorf("duration JSON %s: %v %v", b, back, err)
+	}
+	// Only a policy can explain.
+	g2, err := New(Options{Matcher: funcMatcher(func(*http.Request, *Match) error { return nil }),
+		Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g2.Explain(ctx, newReq("GET", "/", "192.0.2.1:1"), ExplainOptions{}); err != ErrNotExplainable {
+		t.Errorf("err %v", err)
+	}
+}

@@ -1,0 +1,162 @@
+package replay
+
+import (
+	"math"
+	"time"
+)
+
+// merger hands out the records of several logs in order of arrival.
+//
+// A log is written as requests end, so its lines are out of order by up
+// to the longest request's duration; and several logs (instances, or
+// files rotated in turn) interleave. The merger holds the records of the
+// last Window of every log in a heap and hands out the earliest once every
+// log still being read has gone past it by Window. It reads on from the
+// log that is furthest behind, so rotated files given in any order cost no
+// more memory than one. A record that arrives later than that (a request
+// longer than Window) is replayed at the time the replay has reached, and
+// counted.
+type merger struct {
+	srcs   []*source
+	window int64
+
+	slab []Record
+	free []int32
+	heap []heapItem
+	seq  uint64
+
+	last     int64 // the arrival of the last record handed out
+	started  bool
+	late     int64
+	maxLate  time.Duration
+	maxHeld  int
+	consumed int64
+}
+
+type heapItem struct {
+	t    int64
+	seq  uint64
+	slot int32
+}
+
+func (a heapItem) less(b heapItem) bool { return a.t < b.t || a.t == b.t && a.seq < b.seq }
+
+func newMerger(srcs []*source, window time.Duration) *merger {
+	return &merger{srcs: srcs, window: int64(window)}
+}
+
+// next copies the next record into rec; false when every log is done. A
+// read error of a log ends the replay with that error.
+func (m *merger) next(rec *Record) (bool, error) {
+	for {
+		if len(m.heap) > 0 && m.heap[0].t <= m.watermark() {
+			m.pop(rec)
+			return true, nil
+		}
+		s := m.behind()
+		if s == nil {
+			if len(m.heap) == 0 {
+				return false, nil
+			}
+			m.pop(rec)
+			return true, nil
+		}
+		b, ok := <-s.out
+		if !ok {
+			s.done = true
+			continue
+		}
+		if b.err != nil {
+			return false, b.err
+		}
+		for i := range b.recs {
+			m.push(&b.recs[i])
+			s.maxSeen = max(s.maxSeen, b.recs[i].Time)
+		}
+		s.recycle(b)
+	}
+}
+
+// watermark is the arrival up to which every record has been read, as
+// far as Window tells.
+func (m *merger) watermark() int64 {
+	w := int64(math.MaxInt64)
+	for _, s := range m.srcs {
+		if !s.done {
+			w = min(w, s.maxSeen-m.window)
+		}
+	}
+	return w
+}
+
+// behind returns the log still being read whose records are the
+// earliest, or nil when all are done.
+func (m *merger) behind() *source {
+	var b *source
+	for _, s := range m.srcs {
+		if !s.done && (b == nil || s.maxSeen < b.maxSeen) {
+			b = s
+		}
+	}
+	return b
+}
+
+func (m *merger) push(r *Record) {
+	var slot int32
+	if n := len(m.free); n > 0 {
+		slot, m.free = m.free[n-1], m.free[:n-1]
+		m.slab[slot] = *r
+	} else {
+		slot = int32(len(m.slab))
+		m.slab = append(m.slab, *r)
+	}
+	m.seq++
+	it := heapItem{t: r.Time, seq: m.seq, slot: slot}
+	m.heap = append(m.heap, it)
+	i := len(m.heap) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !it.less(m.heap[p]) {
+			break
+		}
+		m.heap[i] = m.heap[p]
+		i = p
+	}
+	m.heap[i] = it
+	m.maxHeld = max(m.maxHeld, len(m.heap))
+}
+
+func (m *merger) pop(rec *Record) {
+	top := m.heap[0]
+	*rec = m.slab[top.slot]
+	m.slab[top.slot] = Record{}
+	m.free = append(m.free, top.slot)
+	n := len(m.heap) - 1
+	it := m.heap[n]
+	m.heap = m.heap[:n]
+	if n > 0 {
+		i := 0
+		for {
+			c := 2*i + 1
+			if c >= n {
+				break
+			}
+			if c+1 < n && m.heap[c+1].less(m.heap[c]) {
+				c++
+			}
+			if !m.heap[c].less(it) {
+				break
+			}
+			m.heap[i] = m.heap[c]
+			i = c
+		}
+		m.heap[i] = it
+	}
+	m.consumed++
+	if m.started && rec.Time < m.last {
+		m.late++
+		m.maxLate = max(m.maxLate, time.Duration(m.last-rec.Time))
+		rec.Time = m.last
+	}
+	m.last, m.started = rec.Time, true
+}

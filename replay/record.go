@@ -1,0 +1,113 @@
+package replay
+
+import (
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Logged is what a log says the limits decided about a request.
+type Logged uint8
+
+// Logged decisions. A log without a decision field says it by its status
+// (Options.DeniedStatuses).
+const (
+	// LoggedUnknown: the log does not say.
+	LoggedUnknown Logged = iota
+	// LoggedAllow: the limits let the request through (or none applied).
+	LoggedAllow
+	// LoggedDeny: a limit refused the request.
+	LoggedDeny
+	// LoggedDegraded: the limits were decided by their failure policies
+	// (the store was failing), which a replay does not predict.
+	LoggedDegraded
+)
+
+var loggedNames = [...]string{"unknown", "allow", "deny", "degraded"}
+
+// String returns unknown, allow, deny or degraded.
+func (l Logged) String() string {
+	if int(l) < len(loggedNames) {
+		return loggedNames[l]
+	}
+	return "unknown"
+}
+
+// Header is one request header a log holds, for limits keyed by a header.
+type Header struct {
+	Name, Value string
+}
+
+// Record is one request read from a log: what a replay needs to rebuild
+// it and what the log says happened.
+type Record struct {
+	// Time is when the request arrived, in Unix nanoseconds.
+	Time int64
+	// Source is the index of the log the record comes from, Line its line
+	// number there.
+	Source int
+	Line   int64
+	// ClientIP is the client's address (the zero Addr when the log has
+	// none).
+	ClientIP netip.Addr
+	// Method, Host and Path are the request's; Path is without its query.
+	Method, Host, Path string
+	// Status is the answer's status; Duration the time to answer it.
+	Status   int
+	Duration time.Duration
+	// Key is the API key as Floodgate's access log writes it: a key's
+	// name, or "?" and a hash prefix (policy.Request.KeyName).
+	Key string
+	// APIKey is the raw key, from logs that hold the key header itself
+	// (an NGINX $http_x_api_key); it is hashed like a request's and never
+	// shown in reports.
+	APIKey string
+	// User is the request's user.
+	User string
+	// Headers are the other request headers the log holds.
+	Headers []Header
+	// Logged is what the log says was decided; Limit is the binding limit
+	// it names, if any.
+	Logged Logged
+	Limit  string
+}
+
+// stripQuery removes a URL's query and fragment.
+func stripQuery(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// unescapePath decodes %XX escapes of a logged path; a malformed escape is
+// kept as written.
+func unescapePath(p string) string {
+	if strings.IndexByte(p, '%') < 0 {
+		return p
+	}
+	b := make([]byte, 0, len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+			b = append(b, unhex(p[i+1])<<4|unhex(p[i+2]))
+			i += 2
+			continue
+		}
+		b = append(b, p[i])
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}

@@ -1,0 +1,248 @@
+package replay
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// Duration is a time.Duration written in JSON as Go writes durations
+// ("1.5s").
+type Duration time.Duration
+
+// MarshalText writes d as time.Duration's String does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads what MarshalText writes.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Report is what a replay found.
+type Report struct {
+	// Policy names the policy file the requests were decided by.
+	Policy string `json:"policy"`
+	// Logs describes the logs read.
+	Logs []LogSummary `json:"logs"`
+	// From and To are the first and last arrivals replayed.
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// Requests counts the requests replayed: Allowed by every limit,
+	// Denied by one (429), Forbidden for their API key (403, once the
+	// limits that need no key allowed them), and among the allowed,
+	// Unlimited ones no limit applied to.
+	Requests  int64 `json:"requests"`
+	Allowed   int64 `json:"allowed"`
+	Denied    int64 `json:"denied"`
+	Forbidden int64 `json:"forbidden"`
+	Unlimited int64 `json:"unlimited"`
+	// Errors counts requests the engine could not decide (a cost above a
+	// limit's capacity): refused, and counted in Denied too.
+	Errors int64 `json:"errors,omitempty"`
+	// Limits has one entry per limit of the policy, in evaluation order.
+	Limits []LimitReport `json:"limits"`
+	// TopClients and TopKeys are the clients and API keys refused most.
+	TopClients []Affected `json:"top_clients"`
+	TopKeys    []Affected `json:"top_keys"`
+	// Timeline counts requests and refusals per minute (or coarser).
+	Timeline *Timeline `json:"timeline"`
+	// Agreement compares the replay with the decisions the log records;
+	// nil when the log records none.
+	Agreement *Agreement `json:"agreement,omitempty"`
+	// Compare lists the requests another policy decides differently.
+	Compare *Comparison `json:"compare,omitempty"`
+	// Late counts records that arrived later than the reorder window
+	// allowed (replayed at the time the replay had reached), MaxLate by
+	// how much at most.
+	Late    int64    `json:"late,omitempty"`
+	MaxLate Duration `json:"max_late,omitempty"`
+	// Resources says what the replay took.
+	Resources Resources `json:"resources"`
+}
+
+// LogSummary describes one log read.
+type LogSummary struct {
+	Name   string `json:"name"`
+	Format string `json:"format"`
+	Lines  int64  `json:"lines"`
+	// Skipped counts the lines that could not be read; Samples shows a
+	// few, with their line numbers.
+	Skipped int64    `json:"skipped"`
+	Samples []string `json:"samples,omitempty"`
+	// Resolution is the precision of the log's times.
+	Resolution Duration `json:"resolution"`
+}
+
+// LimitReport is what one limit did during the replay.
+type LimitReport struct {
+	Name      string `json:"name"`
+	Scope     string `json:"scope"`
+	Algorithm string `json:"algorithm"`
+	Shadow    bool   `json:"shadow,omitempty"`
+	// Seen counts the requests the limit applied to; Allowed and Denied
+	// its own decisions on them (a shadow limit's denials are the ones it
+	// would make if enforced); Binding the refusals it is reported for.
+	Seen    int64 `json:"seen"`
+	Allowed int64 `json:"allowed"`
+	Denied  int64 `json:"denied"`
+	Binding int64 `json:"binding"`
+	// Episodes are the runs of denials, a minute or less apart: when
+	// denials start and stop. EpisodesLeftOut counts those past the first
+	// maxEpisodes.
+	Episodes        []Episode `json:"episodes,omitempty"`
+	EpisodesLeftOut int       `json:"episodes_left_out,omitempty"`
+}
+
+// Episode is a run of one limit's denials.
+type Episode struct {
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"`
+	Denied int64     `json:"denied"`
+}
+
+// Resources says what a replay took.
+type Resources struct {
+	// Elapsed is the wall time of the replay.
+	Elapsed Duration `json:"elapsed"`
+	// PeakKeys is the most counters the store held at once (idle ones
+	// are swept every minute of the log's time).
+	PeakKeys int `json:"peak_keys"`
+	// PeakHeld is the most records held at once to put them in order.
+	PeakHeld int `json:"peak_held"`
+	// PeakHeapBytes is the largest Go heap seen during the replay.
+	PeakHeapBytes uint64 `json:"peak_heap_bytes"`
+}
+
+const (
+	maxEpisodes = 50
+	episodeGap  = int64(time.Minute)
+)
+
+// tally accumulates a Report from outcomes.
+type tally struct {
+	r       *Report
+	limits  map[*policy.Limit]int
+	ckeys   clientKeys
+	clients *topK
+	keys    *topK
+	tl      *Timeline
+	episode []struct{ start, end, n int64 }
+	first   bool
+}
+
+func newTally(p *policy.Policy, name string) *tally {
+	t := &tally{r: &Report{Policy: name}, limits: map[*policy.Limit]int{}, ckeys: clientKeys{bits: p.Server().IPv6Prefix},
+		clients: newTopK(512), keys: newTopK(512), first: true}
+	if t.ckeys.bits == 0 {
+		t.ckeys.bits = identity.DefaultIPv6Prefix
+	}
+	for i, l := range p.Limits() {
+		t.limits[l] = i
+		t.r.Limits = append(t.r.Limits, LimitReport{Name: l.Name, Scope: l.Scope, Algorithm: l.Rule.Algorithm().String(), Shadow: l.Shadow})
+	}
+	t.episode = make([]struct{ start, end, n int64 }, len(t.r.Limits))
+	t.tl = newTimeline(len(t.r.Limits))
+	return t
+}
+
+// add counts one decided request.
+func (t *tally) add(rec *Record, o *Outcome) {
+	r := t.r
+	if t.first {
+		r.From, t.first = time.Unix(0, rec.Time).UTC(), false
+	}
+	r.To = time.Unix(0, rec.Time).UTC()
+	r.Requests++
+	b := t.tl.bucket(rec.Time)
+	t.tl.Requests[b]++
+	switch {
+	case o.Denied:
+		r.Denied++
+		t.tl.Denied[b]++
+		if o.Err != nil {
+			r.Errors++
+		}
+	case o.Forbidden:
+		r.Forbidden++
+	default:
+		r.Allowed++
+		if len(o.Match.Hits) == 0 {
+			r.Unlimited++
+		}
+	}
+	res := o.Result
+	for i, l := range o.Match.Limits {
+		if i >= len(res.Decisions) {
+			break
+		}
+		li, ok := t.limits[l]
+		if !ok {
+			continue
+		}
+		lr := &r.Limits[li]
+		lr.Seen++
+		if res.Decisions[i].Allowed {
+			lr.Allowed++
+			continue
+		}
+		lr.Denied++
+		t.tl.Limits[li][b]++
+		t.deny(li, rec.Time)
+	}
+	if o.Denied {
+		name := ""
+		if l := o.Binding(); l != nil {
+			name = l.Name
+			if li, ok := t.limits[l]; ok {
+				r.Limits[li].Binding++
+			}
+		}
+		t.clients.add(t.ckeys.key(rec.ClientIP), name, rec.Time)
+		t.keys.add(o.Match.KeyID, name, rec.Time)
+	}
+}
+
+// deny extends limit li's current episode of denials, or starts one.
+func (t *tally) deny(li int, at int64) {
+	e := &t.episode[li]
+	if e.n > 0 && at-e.end <= episodeGap {
+		e.end = at
+		e.n++
+		return
+	}
+	t.closeEpisode(li)
+	*e = struct{ start, end, n int64 }{at, at, 1}
+}
+
+func (t *tally) closeEpisode(li int) {
+	e := &t.episode[li]
+	if e.n == 0 {
+		return
+	}
+	lr := &t.r.Limits[li]
+	if len(lr.Episodes) < maxEpisodes {
+		lr.Episodes = append(lr.Episodes, Episode{Start: time.Unix(0, e.start).UTC(), End: time.Unix(0, e.end).UTC(), Denied: e.n})
+	} else {
+		lr.EpisodesLeftOut++
+	}
+	e.n = 0
+}
+
+// finish completes the report.
+func (t *tally) finish(top int) *Report {
+	for li := range t.episode {
+		t.closeEpisode(li)
+	}
+	t.tl.finish()
+	t.r.Timeline = t.tl
+	t.r.TopClients = t.clients.top(top)
+	t.r.TopKeys = t.keys.top(top)
+	return t.r
+}
