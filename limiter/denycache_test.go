@@ -56,6 +56,7 @@ func TestDenyCacheFixedWindow(t *testing.T) {
 			h.Cost = cost
 			r := check(t, l, h)
 			want := peekStore(t, mem, h)
+			want.At = 0 // the cache does not say when the store would have decided
 			if r.Allowed || r.Flags[0] != limiter.Cached || r.Decisions[0] != want || r.RetryAfter != want.RetryAfter {
 				t.Fatalf("cost %d: %+v, want the store's %+v, from the cache", cost, r, want)
 			}
