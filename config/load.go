@@ -100,6 +100,9 @@ const (
 
 	InvalidTokenReject    = "reject"
 	InvalidTokenAnonymous = "anonymous"
+
+	RedisEvictionWarn   = "warn"
+	RedisEvictionRefuse = "refuse"
 )
 
 func setDefaults(f *File) {
@@ -126,9 +129,10 @@ func setDefaults(f *File) {
 			Read:       DefaultReadTimeout,
 			Idle:       DefaultIdleTimeout,
 		},
-		Memory:    Memory{MaxBytes: DefaultMemoryMaxBytes, MaxKeyBytes: floodgate.DefaultMaxKeyBytes},
-		APIAuth:   APIAuthToken,
-		AccessLog: AccessLog{Format: accesslog.FormatJSON.String(), MaxSize: accesslog.DefaultMaxSize, MaxFiles: accesslog.DefaultMaxFiles},
+		Memory:        Memory{MaxBytes: DefaultMemoryMaxBytes, MaxKeyBytes: floodgate.DefaultMaxKeyBytes},
+		APIAuth:       APIAuthToken,
+		RedisEviction: RedisEvictionWarn,
+		AccessLog:     AccessLog{Format: accesslog.FormatJSON.String(), MaxSize: accesslog.DefaultMaxSize, MaxFiles: accesslog.DefaultMaxFiles},
 	}
 }
 

@@ -72,7 +72,7 @@ type Server struct {
 	// StateFile is where the memory store snapshots its counts; empty
 	// keeps them in memory only.
 	StateFile string `yaml:"state_file"`
-	// StoreTimeout is the deadline of one store call (default 5ms); past
+	// StoreTimeout is the deadline of one store call (default 250ms); past
 	// it every limit follows its failure policy.
 	StoreTimeout time.Duration `yaml:"store_timeout"`
 	// Instances is the number of gateway instances sharing the store; the
@@ -120,6 +120,11 @@ type Server struct {
 	MaxConnections int `yaml:"max_connections"`
 	// Memory bounds the embedded store and the keys of every store.
 	Memory Memory `yaml:"memory"`
+	// RedisEviction is what serve does when a Redis server may evict the
+	// limiter's keys (maxmemory set with a maxmemory-policy other than
+	// noeviction): warn (default: a log line and the metric
+	// floodgate_store_evictable) or refuse to start.
+	RedisEviction string `yaml:"redis_eviction"`
 	// APIAuth is how the HTTP check API (api_listen) authenticates callers:
 	// token (default: a bearer token of APITokens) or none.
 	APIAuth string `yaml:"api_auth"`
@@ -394,6 +399,12 @@ type Params struct {
 	OnFailure string `yaml:"on_failure"`
 	// Shadow limits are evaluated and counted but never block.
 	Shadow bool `yaml:"shadow"`
+	// Consistency is exact (the default: every decision asks the store)
+	// or leased (each instance spends units it takes from the store in
+	// advance, for a hot key shared by many instances; token_bucket, gcra,
+	// leaky_bucket and fixed_window only; the bound on over-admission is
+	// in package limiter's documentation).
+	Consistency string `yaml:"consistency"`
 
 	// Compiled is the limit these parameters describe, set by validation.
 	Compiled floodgate.Limit `yaml:"-"`
@@ -450,6 +461,8 @@ type Plan struct {
 	Routes []string `yaml:"routes"`
 	// OnFailure applies to both the throttle and the quota (default local).
 	OnFailure string `yaml:"on_failure"`
+	// Consistency is the throttle's: exact (default) or leased.
+	Consistency string `yaml:"consistency"`
 	// Alarms fire when a key's use of the quota reaches a threshold.
 	Alarms *Alarms `yaml:"alarms"`
 

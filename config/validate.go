@@ -309,6 +309,7 @@ func (v *validator) hardening() {
 	oneOf("path_matching", s.PathMatching, PathExact, PathCaseInsensitive)
 	oneOf("method_override", s.MethodOverride, MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor)
 	oneOf("api_auth", s.APIAuth, APIAuthToken, APIAuthNone)
+	oneOf("redis_eviction", s.RedisEviction, RedisEvictionWarn, RedisEvictionRefuse)
 	for _, t := range []struct {
 		name string
 		d    time.Duration
@@ -596,10 +597,13 @@ func (v *validator) plan(i int, routes map[string]bool) {
 	if p.Rate == 0 && p.Quota == nil {
 		v.errorf(path, "a plan needs a rate, a quota or both")
 	}
+	if p.Consistency != "" && p.Rate == 0 {
+		v.errorf(path+".consistency", "consistency applies to a plan's rate, and the plan has none")
+	}
 	if p.Rate != 0 || v.written(path+".burst") || v.written(path+".per") {
-		tp := Params{Algorithm: "token_bucket", Rate: p.Rate, Per: p.Per, Burst: p.Burst}
+		tp := Params{Algorithm: "token_bucket", Rate: p.Rate, Per: p.Per, Burst: p.Burst, Consistency: p.Consistency}
 		p.Throttle = v.paramsAt(&tp, path, p.Name+".rate", 1, true)
-		p.Per, p.Burst = tp.Per, tp.Burst
+		p.Per, p.Burst, p.Consistency = tp.Per, tp.Burst, tp.Consistency
 	}
 	if a := p.Alarms; a != nil {
 		v.alarms(a, path+".alarms", p.Quota != nil)
@@ -765,6 +769,23 @@ func (v *validator) params(p *Params, path, name string, cost int64) floodgate.L
 	return v.paramsAt(p, path, name, cost, false)
 }
 
+// consistency checks a limit's consistency setting and writes in its
+// canonical name (exact when it was left out).
+func (v *validator) consistency(c *string, a floodgate.Algorithm, shadow bool, field string) {
+	cons, err := floodgate.ParseConsistency(*c)
+	if err == nil {
+		*c = cons.String()
+	}
+	switch {
+	case err != nil:
+		v.errorf(field, "consistency must be exact or leased, got %q", *c)
+	case cons == floodgate.Leased && !a.Traits().Leasable:
+		v.errorf(field, "%s cannot be leased: token_bucket, gcra, leaky_bucket and fixed_window can", a)
+	case cons == floodgate.Leased && shadow:
+		v.errorf(field, "a shadow limit cannot be leased")
+	}
+}
+
 // paramOrder is the order parameters are checked in, for stable messages.
 var paramOrder = []floodgate.Param{floodgate.ParamRate, floodgate.ParamPer, floodgate.ParamBurst,
 	floodgate.ParamDelay, floodgate.ParamMax, floodgate.ParamWindow, floodgate.ParamLeaseTTL,
@@ -806,6 +827,7 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 	} else {
 		p.OnFailure = fp.String()
 	}
+	v.consistency(&p.Consistency, l.Algorithm, p.Shadow, field("consistency"))
 	bad := false
 	fail := func(f, format string, args ...any) {
 		v.errorf(field(f), format, args...)

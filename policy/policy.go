@@ -319,17 +319,22 @@ type compiler struct {
 }
 
 // rule compiles a limit into a rule, reusing prev's rule of the same limit.
-func (c *compiler) rule(l floodgate.Limit, onFailure string, shadow bool) (*limiter.Rule, error) {
+func (c *compiler) rule(l floodgate.Limit, onFailure string, shadow bool, consistency string) (*limiter.Rule, error) {
 	fp, err := floodgate.ParseFailurePolicy(onFailure)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
 	}
-	r, err := limiter.NewRule(l, fp, shadow)
+	cons, err := floodgate.ParseConsistency(consistency)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
+	}
+	r, err := limiter.NewRuleWith(l, limiter.RuleOptions{OnFailure: fp, Shadow: shadow, Consistency: cons})
 	if err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
 	}
 	if c.prev != nil {
-		if old, ok := c.prev.rules[r.ID()]; ok && old.OnFailure() == r.OnFailure() && old.Shadow() == r.Shadow() {
+		if old, ok := c.prev.rules[r.ID()]; ok && old.OnFailure() == r.OnFailure() && old.Shadow() == r.Shadow() &&
+			old.Consistency() == r.Consistency() {
 			r = old
 		}
 	}
@@ -372,12 +377,12 @@ var DefaultUnknownKeyLimit = floodgate.Limit{Name: UnknownKeyLimitName, Algorith
 
 // unknownKeys compiles the limit of requests refused for their API key.
 func (c *compiler) unknownKeys() error {
-	l, onFailure, shadow := DefaultUnknownKeyLimit, "", false
+	l, onFailure, shadow, consistency := DefaultUnknownKeyLimit, "", false, ""
 	if p := c.p.file.Server.UnknownKeyLimit; p != nil {
-		l, onFailure, shadow = p.Compiled, p.OnFailure, p.Shadow
+		l, onFailure, shadow, consistency = p.Compiled, p.OnFailure, p.Shadow, p.Consistency
 		l.Name = UnknownKeyLimitName
 	}
-	r, err := c.rule(l, onFailure, shadow)
+	r, err := c.rule(l, onFailure, shadow, consistency)
 	if err != nil {
 		return err
 	}
@@ -404,7 +409,11 @@ func (c *compiler) plans() error {
 			if part.l.Algorithm == 0 {
 				continue
 			}
-			r, err := c.rule(part.l, cp.OnFailure, false)
+			consistency := ""
+			if part.into == &pl.rate {
+				consistency = cp.Consistency
+			}
+			r, err := c.rule(part.l, cp.OnFailure, false, consistency)
 			if err != nil {
 				return err
 			}
@@ -450,7 +459,7 @@ func (c *compiler) scoped() error {
 	var named [4][]*Limit
 	for i := range c.p.file.Limits {
 		cl := &c.p.file.Limits[i]
-		r, err := c.rule(cl.Compiled, cl.OnFailure, cl.Shadow)
+		r, err := c.rule(cl.Compiled, cl.OnFailure, cl.Shadow, cl.Consistency)
 		if err != nil {
 			return err
 		}
@@ -493,7 +502,7 @@ func (c *compiler) scoped() error {
 func (c *compiler) stages() error {
 	for i := range c.p.file.Stages {
 		cs := &c.p.file.Stages[i]
-		r, err := c.rule(cs.Compiled, cs.OnFailure, cs.Shadow)
+		r, err := c.rule(cs.Compiled, cs.OnFailure, cs.Shadow, cs.Consistency)
 		if err != nil {
 			return err
 		}
@@ -514,7 +523,7 @@ func (c *compiler) account() error {
 	if a == nil {
 		return nil
 	}
-	r, err := c.rule(a.Compiled, a.OnFailure, a.Shadow)
+	r, err := c.rule(a.Compiled, a.OnFailure, a.Shadow, a.Consistency)
 	if err != nil {
 		return err
 	}

@@ -607,3 +607,21 @@ func FuzzMatch(f *testing.F) {
 		}
 	})
 }
+
+func TestLeasedConsistency(t *testing.T) {
+	p := compile(t, `
+routes:
+  - {name: a, match: {paths: ["/a"]}, upstream: none}
+plans:
+  - {name: hot, rate: 1000, consistency: leased}
+limits:
+  - {name: global, rate: 5000, key: global, scope: global, consistency: leased}
+  - {name: exact, rate: 10, key: global, scope: global}
+`)
+	for name, want := range map[string]floodgate.Consistency{"hot.rate": floodgate.Leased, "global": floodgate.Leased, "exact": floodgate.Exact} {
+		l, ok := p.Limit(name)
+		if !ok || l.Rule.Consistency() != want {
+			t.Errorf("%s: %v", name, l)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -634,5 +635,42 @@ limits:
 	}
 	if evicted == 0 {
 		t.Errorf("no key was evicted: the floods did not reach the bound (bytes %v)", bytes)
+	}
+}
+
+// TestEvictableRedis: a Redis that may evict the limiter's keys is shown on
+// /metrics (and logged) by default, and refused at start with
+// redis_eviction: refuse.
+func TestEvictableRedis(t *testing.T) {
+	rs, err := redistest.StartServer(redistest.Config{Args: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Stop)
+	write := func(extra string) string {
+		cfg := filepath.Join(t.TempDir(), "gw.yaml")
+		if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  store: redis://%s/0
+%s
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: none}
+`, rs.Addr, extra)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	_, admin, _, _, logs := startServeLogged(t, "--config", write(""), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	if !strings.Contains(metricsText(t, admin), "floodgate_store_evictable 1\n") {
+		t.Error("/metrics does not show the evictable Redis")
+	}
+	if !strings.Contains(logs.String(), "allkeys-lru") {
+		t.Errorf("no warning names the policy:\n%s", logs.String())
+	}
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), []string{"serve", "--config", write("  redis_eviction: refuse"), "--listen", "127.0.0.1:0",
+		"--admin-listen", "127.0.0.1:0", "--log-level", "error"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "allkeys-lru") {
+		t.Errorf("redis_eviction: refuse started or said %v", err)
 	}
 }

@@ -487,6 +487,11 @@ func (s *server) shutdown(ctx context.Context) error {
 	if s.admin != nil {
 		_ = s.admin.Shutdown(sctx)
 	}
+	// Units held by leased limits go back to the store for the other
+	// instances.
+	if err := s.engine.ReturnLeases(sctx); err != nil {
+		s.log.Warn("returning leased units", "err", err)
+	}
 	if err := s.tracing.shutdown(sctx); err != nil {
 		s.log.Warn("flushing the traces", "err", err)
 	}
@@ -549,7 +554,8 @@ func serveOpenStore(srv *config.Server, statePath string, exactClock bool, log *
 		}
 		return ms, nil, ms.Close, nil
 	}
-	rs, err := redisstore.New(redisstore.Options{URL: srv.Store, Logger: log})
+	rs, err := redisstore.New(redisstore.Options{URL: srv.Store, Logger: log,
+		RefuseEvictable: srv.RedisEviction == config.RedisEvictionRefuse})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/store/memstore"
+	"github.com/floodgate/floodgate/store/redisstore"
 )
 
 // newServeMetrics builds the registry behind /metrics: Floodgate's series
@@ -52,6 +53,26 @@ func (s *server) registerStateMetrics() error {
 			func() float64 { return float64(s.reloader.Reloads()) }),
 		counter("floodgate_config_rejected_total", "Versions of the policy file refused as invalid.",
 			func() float64 { return float64(s.reloader.Rejected()) }),
+		counter("floodgate_store_queue_timeouts_total", "Store calls whose deadline passed while they waited in this process (not held against the store); any at all mean the deadline is too short for the load.",
+			func() float64 { return float64(s.engine.Stats().QueueTimeouts) }),
+		counter("floodgate_store_slot_waits_total", "Store calls that waited for one of the engine's in-flight slots.",
+			func() float64 { return float64(s.engine.Stats().SlotWaits) }),
+		counter("floodgate_store_late_deadlines_total", "Deadlines noticed well after they passed because this process did not run.",
+			func() float64 { return float64(s.engine.Stats().LateDeadlines) }),
+		gauge("floodgate_store_calls_in_flight", "Store calls in flight now.",
+			func() float64 { return float64(s.engine.Stats().InFlight) }),
+		counter("floodgate_deny_cache_hits_total", "Requests answered by the deny cache without a store call.",
+			func() float64 { return float64(s.engine.Stats().DenyCacheHits) }),
+		gauge("floodgate_deny_cache_entries", "Keys the deny cache holds.",
+			func() float64 { return float64(s.engine.Stats().DenyCacheEntries) }),
+		counter("floodgate_deny_cache_evictions_total", "Deny cache entries dropped to make room before they expired.",
+			func() float64 { return float64(s.engine.Stats().DenyCacheEvictions) }),
+		counter("floodgate_lease_takes_total", "Hits of leased limits decided from a lease, without a store call.",
+			func() float64 { return float64(s.engine.Stats().LeaseTakes) }),
+		counter("floodgate_lease_grants_total", "Store calls that took leases for leased limits.",
+			func() float64 { return float64(s.engine.Stats().LeaseGrants) }),
+		gauge("floodgate_leased_keys", "Keys of leased limits holding a lease now.",
+			func() float64 { return float64(s.engine.Stats().LeasedKeys) }),
 		gauge("floodgate_connections_open", "Client connections the gateway serves now.",
 			func() float64 {
 				if s.conns == nil {
@@ -66,6 +87,15 @@ func (s *server) registerStateMetrics() error {
 				}
 				return float64(s.conns.shed.Load())
 			}),
+	}
+	if rs, ok := s.store.(*redisstore.Store); ok {
+		cs = append(cs,
+			gauge("floodgate_store_evictable", "1 when a Redis server may evict the limiter's keys (maxmemory with a maxmemory-policy other than noeviction).",
+				func() float64 { return b2f(rs.Eviction().Evictable) }),
+			counter("floodgate_store_script_calls_total", "Script calls made to Redis (a call decides a batch of requests).",
+				func() float64 { c, _ := rs.Calls(); return float64(c) }),
+			counter("floodgate_store_requests_total", "Requests Redis decided.",
+				func() float64 { _, r := rs.Calls(); return float64(r) }))
 	}
 	for _, st := range []struct {
 		which string
