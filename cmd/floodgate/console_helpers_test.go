@@ -171,6 +171,8 @@ func consoleConfig(t testing.TB, dir, server, plans string) string {
 server:
   listen: "127.0.0.1:0"
   admin_listen: "127.0.0.1:0"
+  # The tests poll with keys an instance does not know yet: room for that.
+  unknown_key_limit: {rate: 100000, per: 1m, burst: 100000}
   admin:
     tokens:
       - {name: ops, sha256: %q}
