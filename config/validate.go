@@ -343,7 +343,7 @@ func (v *validator) hardening() {
 		v.errorf("server.memory.max_key_bytes", "must be at least 64 (a SHA-256 in hex), got %d", s.Memory.MaxKeyBytes)
 	}
 	if p := s.UnknownKeyLimit; p != nil {
-		v.params(p, "server.unknown_key_limit", "unknown-api-key", 1)
+		p.Compiled = v.params(p, "server.unknown_key_limit", "unknown-api-key", 1)
 	}
 	names := map[string]bool{}
 	for i, t := range s.APITokens {

@@ -625,3 +625,19 @@ limits:
 		}
 	}
 }
+
+func TestUnknownKeyLimitFromTheFile(t *testing.T) {
+	p := compile(t, `
+server:
+  unknown_key_limit: {rate: 7, per: 1m, burst: 3}
+routes:
+  - {name: a, match: {paths: ["/a"]}, upstream: none, api_key_required: true}
+`)
+	l := p.UnknownKeyLimit()
+	if lim := l.Rule.Limit(); lim.Rate != 7 || lim.Per != time.Minute || lim.Burst != 3 || l.Name != UnknownKeyLimitName {
+		t.Errorf("unknown-key limit %+v", lim)
+	}
+	if def := compile(t, "routes: [{name: a, match: {paths: [\"/a\"]}, upstream: none}]\n").UnknownKeyLimit().Rule.Limit(); def.Rate != DefaultUnknownKeyLimit.Rate {
+		t.Errorf("default unknown-key limit %+v", def)
+	}
+}
