@@ -157,6 +157,20 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	case cfg.leased && cfg.direct:
 		return nil, usagef("bench: --leased needs the engine; drop --direct")
 	}
+	// A flag that means nothing for the algorithm or the store is an
+	// error, not ignored.
+	var unused error
+	fs.Visit(func(f *flag.Flag) {
+		if p, ok := flagParams[f.Name]; ok && !a.Traits().Params.Has(p) && unused == nil {
+			unused = usagef("bench: --%s does not apply to %s", f.Name, a)
+		}
+		if strings.HasPrefix(f.Usage, "Redis:") && cfg.store == "memory" && unused == nil {
+			unused = usagef("bench: --%s applies to a Redis store only", f.Name)
+		}
+	})
+	if unused != nil {
+		return nil, unused
+	}
 	cfg.limit = floodgate.Limit{Name: "bench", Algorithm: a, Rate: *rate, Per: *per, Burst: *burst,
 		Max: *limit, Window: *window, LeaseTTL: *leaseTTL}
 	if a.Family() == floodgate.FamilyQuota {
@@ -253,9 +267,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			defer target.engine.ReturnLeases(context.WithoutCancel(ctx))
 		}
 	}
+	// Progress (the keys being made, the seconds going by) goes to
+	// standard error, when someone watches it.
 	var progress io.Writer
-	if !cfg.json && isTerminal(stdout) {
-		progress = stdout
+	if isTerminal(stderr) {
+		progress = stderr
 	}
 	var before redisstore.Usage
 	if rs != nil {
@@ -348,6 +364,9 @@ type worker struct {
 
 // bench runs the workers until the duration passes or ctx ends.
 func bench(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, target benchTarget, progress io.Writer) (benchResult, error) {
+	if cfg.keys >= 1_000_000 && progress != nil {
+		fmt.Fprintf(progress, "bench: making %d keys before the clock starts\n", cfg.keys)
+	}
 	keys := make([]string, cfg.keys)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
