@@ -45,10 +45,15 @@ func TestBenchMemory(t *testing.T) {
 			t.Parallel()
 			// A limit of 5 a second per key on 10 keys: both answers show up.
 			args := []string{"--store", "memory", "--algorithm", alg, "--keys", "10", "--concurrency", "4",
-				"--duration", "300ms", "--rate", "5", "--burst", "5", "--limit", "5"}
-			if alg == "concurrency" {
+				"--duration", "300ms"}
+			switch alg {
+			case "token_bucket", "leaky_queue":
+				args = append(args, "--rate", "5", "--burst", "5")
+			case "concurrency":
 				// More workers than slots on one key.
 				args = append(args, "--keys", "1", "--concurrency", "8", "--limit", "2")
+			default:
+				args = append(args, "--limit", "5")
 			}
 			got := benchJSON(t, args...)
 			if got["errors"] != 0 || got["allowed"] < 1 || got["denied"] < 1 {
