@@ -13,26 +13,45 @@
 --   alg, shadow (0/1), p1 .. p8 (see the algorithms below), q (the leaky
 --   queue's delay remainder, else 0)
 -- ARGV[3+11R] the requests, packed little-endian (struct): per request
---   op (B: 1 charge, 2 peek, 3 release, 4 lease), number of hits (i4),
+--   op (B: 1 charge, 2 peek, 3 release, 4 lease, 5 reserve, 6 settle),
+--   number of hits (i4),
 --   for a lease 7 more numbers (d): want, want·T ns and rem, back,
 --   back·T ns and rem, mark (see lease below),
---   then per hit: rule (i4, 1-based), cost (d), cost·T ns and rem (d, d;
---   rate algorithms), lease (i4: the index in ARGV of the concurrency
---   lease's name, or 0)
+--   for a reserve one number (d) per hit: the TTL in ms of its settle
+--   record, 0 for a hit that is not reserved,
+--   then per hit: rule (i4, 1-based), cost (d; a settle: the actual cost),
+--   cost·T ns and rem (d, d; rate algorithms), lease (i4: the index in ARGV
+--   of the concurrency lease's name, or 0)
 -- ARGV[4+11R...] the names of concurrency leases
 -- KEYS: one key per hit, two for the sliding log and concurrency (a ZSET and
--- its companion hash), in the order of the requests and their hits.
+-- its companion hash), in the order of the requests and their hits. A
+-- reserve adds, after its hits' keys, the settle record key of each
+-- reserved hit; a settle gives each hit's keys followed by its record key.
 -- Reply: one string of little-endian doubles (integers, exact below 2^53):
 -- now µs, then per request: charged (0/1; a lease: the units taken), then 6
 -- numbers per hit: allowed, remaining, retry ns, reset ns, delay ns, never
--- (cost > capacity). A string is cheaper for Redis to send than many
--- integers.
+-- (cost > capacity). A settle's hit answers found (0/1), the units free,
+-- the overrun, reset ns, 0, 0. A string is cheaper for Redis to send than
+-- many integers.
+--
+-- Reservations. A reserve is a charge that also writes, for every reserved
+-- hit it charged, a settle record <key>:r:<id> (the same hash tag, so the
+-- same slot) holding the estimate and where it was charged: the window
+-- index of a fixed or sliding window, the period start of a quota, else
+-- the instant (µs; a sliding log's entry). The record expires after its
+-- TTL, and the reservation then settles at its estimate: nothing is left
+-- to do. A settle reads and deletes the record (none: the hit answers not
+-- found and nothing changes); below the estimate it applies the exact
+-- inverse of the charge where it was made (as refund.lua does; a window or
+-- period that has moved on is left alone), above it charges as much of the
+-- excess as fits now, never below zero credit, and answers the rest as the
+-- overrun; a concurrency reservation's lease is released.
 --
 -- A rule's parameters travel once per call, and a request's numbers in one
 -- packed argument: parsing arguments is a large part of a small script's
--- cost. A new op (a reservation, say) is a number, the arguments it reads
--- after its request's header, and a branch below; the hits and the reply
--- stay as they are.
+-- cost. A new op is a number, the arguments it reads after its request's
+-- header, and a branch below; the hits and the reply stay as they are (the
+-- reserve and settle ops were added so).
 
 -- Algorithm ids: the values of Go's floodgate.Algorithm, which
 -- TestScriptAlgorithmIDs holds equal to this table. RATE is the rate family.
@@ -661,9 +680,10 @@ local function general()
   -- each {rule, cost, cost·T ns, rem, lease name}, and its keys start at
   -- KEYS[k]. It appends charged and the hits' values to out and returns the
   -- next key.
-  local function decide(op, hs, n, k)
+  local function decide(op, hs, n, k, ttl)
     local res = {}
     local writes = {}
+    local where = {} -- a reserve: where each hit was charged
     local denied = false
     logs = {}
     tent = {}
@@ -691,6 +711,10 @@ local function general()
       end
       res[h] = d
       if d[1] == 0 and not r[2] then denied = true end
+      if wr ~= nil and ttl ~= nil then
+        where[h] = now_us
+        if kind == 's' and not RATE[alg] then where[h] = struct.unpack('<d', wr[2]) end
+      end
       if wr ~= nil and op == 'c' then
         writes[#writes+1] = {kind, wr}
         if kind == 's' then tent[wr[1]] = wr[2] end
@@ -712,6 +736,24 @@ local function general()
         end
       end
     end
+    if ttl ~= nil then
+      -- The settle records of the reserved hits charged.
+      for h = 1, n do
+        if ttl[h] > 0 then
+          local rk = KEYS[k]; k = k + 1
+          if charged == 1 and res[h][1] == 1 then
+            local est, at = hs[h][2], where[h]
+            local v = get(rk)
+            if #v == 16 then
+              -- The same limit and key twice in one reservation.
+              local e0, a0 = struct.unpack('<dd', v)
+              est, at = est + e0, a0
+            end
+            put(rk, struct.pack('<dd', est, at), ttl[h])
+          end
+        end
+      end
+    end
     out[#out+1] = struct.pack('<d', charged)
     for h = 1, n do
       local d = res[h]
@@ -723,7 +765,160 @@ local function general()
     return k
   end
 
-  return {decide = decide, lease = lease}
+
+  -- n·T of a rate algorithm as ns and rem (exact while the products stay
+  -- below 2^53, as the rest of this script).
+  local function times_t(r, n)
+    local den = r[3]
+    local x = n * r[8]
+    local q = math.floor(x / den)
+    if x < BIG then
+      if q * den > x then q = q - 1 elseif (q + 1) * den <= x then q = q + 1 end
+    end
+    return n * r[7] + q, x - q * den
+  end
+
+  -- keep writes a state string refunded in place, keeping its TTL.
+  local function keep(key, v)
+    if ttls[key] == nil then redis.call('SET', key, v, 'KEEPTTL') end
+    vals[key] = v
+  end
+
+  -- try decides cost on one hit of a unit-counting algorithm whose keys
+  -- start at KEYS[k], without writing: the decision, the write and its
+  -- kind ('s' a state string, 'l' a sliding log).
+  local function try(r, k, cost)
+    local alg = r[1]
+    if RATE[alg] then
+      local tn, tr = r[7], r[8]
+      if cost ~= 1 then tn, tr = times_t(r, cost) end
+      local d, wr = rate(KEYS[k], r, cost, tn, tr)
+      return d, wr, 's'
+    end
+    if M == nil then M = more() end
+    local d, wr
+    if alg == ALG.fixed_window then
+      d, wr = M.fixed(KEYS[k], r, cost)
+    elseif alg == ALG.sliding_window then
+      d, wr = M.counter(KEYS[k], r, cost)
+    elseif alg == ALG.quota then
+      d, wr = M.quota(KEYS[k], r, cost)
+    else
+      logs = {}
+      d, wr = M.slog(KEYS[k], KEYS[k+1], r, cost)
+      return d, wr, 'l'
+    end
+    return d, wr, 's'
+  end
+
+  -- give_back undoes n units of a charge made where `at` says (see the
+  -- reservations above), as refund.lua does.
+  local function give_back(r, k, n, at)
+    local alg, key = r[1], KEYS[k]
+    if RATE[alg] then
+      local v = get(key)
+      if #v == 24 then
+        local den = r[3]
+        local s, ns, rr = struct.unpack('<ddd', v)
+        local bn, br = times_t(r, math.min(n, r[9]))
+        ns, rr = ns - bn, rr - br
+        if rr < 0 then rr = rr + den; ns = ns - 1 end
+        local q = math.floor(ns / 1000000000)
+        keep(key, struct.pack('<ddd', s + q, ns - q * 1000000000, rr))
+      end
+    elseif alg == ALG.fixed_window or alg == ALG.quota then
+      local v = get(key)
+      if #v == 16 then
+        local si, sc = struct.unpack('<dd', v)
+        if si == at then keep(key, struct.pack('<dd', si, math.max(0, sc - n))) end
+      end
+    elseif alg == ALG.sliding_window then
+      local v = get(key)
+      if #v == 24 then
+        local si, sc, sp = struct.unpack('<ddd', v)
+        if si == at then
+          keep(key, struct.pack('<ddd', si, math.max(0, sc - n), sp))
+        elseif si == at + 1 then
+          keep(key, struct.pack('<ddd', si, sc, math.max(0, sp - n)))
+        end
+      end
+    elseif alg == ALG.sliding_log then
+      local hkey = KEYS[k+1]
+      local m = fmt(at)
+      local wgt = tonumber(redis.call('HGET', hkey, m) or '0')
+      if wgt > 0 then
+        local take = math.min(wgt, n)
+        if wgt - take <= 0 then
+          redis.call('ZREM', key, m)
+          redis.call('HDEL', hkey, m)
+        else
+          redis.call('HSET', hkey, m, fmt(wgt - take))
+        end
+        local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0') - take
+        redis.call('HSET', hkey, 'sum', fmt(math.max(0, sum)))
+      end
+    end
+  end
+
+  -- charge_up_to charges as much of n units as the limit admits now (as
+  -- algo.Params.ChargeUpTo does) and returns the units charged.
+  local function charge_up_to(r, k, n)
+    local cap = r[3]
+    if RATE[r[1]] then cap = r[9] end
+    n = math.min(n, cap)
+    for _ = 1, 64 do
+      if n < 1 then break end
+      local d, wr, kind = try(r, k, n)
+      if d[1] == 1 then
+        if kind == 's' then put(wr[1], wr[2], wr[3]) else M.write_log(wr) end
+        return n
+      end
+      n = math.min(n - 1, d[2])
+    end
+    return 0
+  end
+
+  -- settle runs a settle request: its hits are hs[1..n], each {rule,
+  -- actual cost, _, _, lease name}, and its keys start at KEYS[k], each
+  -- hit's keys followed by its settle record. Each hit is settled on its
+  -- own. It appends the answers to out and returns the next key.
+  local function settle(hs, n, k)
+    out[#out+1] = struct.pack('<d', 0)
+    for h = 1, n do
+      local r, actual, lease = hs[h][1], hs[h][2], hs[h][5]
+      local alg = r[1]
+      local nk = 1
+      if alg == ALG.sliding_log or alg == ALG.concurrency then nk = 2 end
+      local rk = KEYS[k + nk]
+      local rec = get(rk)
+      if #rec ~= 16 then
+        out[#out+1] = struct.pack('<dddddd', 0, 0, 0, 0, 0, 0)
+      else
+        put(rk, '', 0) -- deleted at the end
+        local est, at = struct.unpack('<dd', rec)
+        local over, free, d = 0, 0, nil
+        if alg == ALG.concurrency then
+          if M == nil then M = more() end
+          d = M.conc('r', KEYS[k], KEYS[k+1], r, 0, lease)
+          free = d[2]
+        else
+          if actual < est then
+            give_back(r, k, est - actual, at)
+          elseif actual > est then
+            over = actual - est - charge_up_to(r, k, actual - est)
+          end
+          d = try(r, k, 1)
+          free = d[2]
+          if d[1] == 1 then free = free + 1 end
+        end
+        out[#out+1] = struct.pack('<dddddd', 1, free, over, math.min(d[4], BIG), 0, 0)
+      end
+      k = k + nk + 1
+    end
+    return k
+  end
+
+  return {decide = decide, lease = lease, settle = settle}
 end
 
 local rules = {}
@@ -748,9 +943,15 @@ while pos <= #blob do
     G.lease(KEYS[k], rules[ri], cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark); k = k + 1
   else
     local op = 'c'
-    if opn == 2 then op = 'p' elseif opn == 3 then op = 'r' end
+    if opn == 2 then op = 'p' elseif opn == 3 then op = 'r' elseif opn == 5 then op = 'v'
+    elseif opn == 6 then op = 's' end
+    local ttl
+    if op == 'v' then
+      ttl = {}
+      for h = 1, n do ttl[h], pos = struct.unpack('<d', blob, pos) end
+    end
     local ri, cost, ctn, ctr, li
-    if n == 1 and op ~= 'r' then
+    if n == 1 and (op == 'c' or op == 'p') then
       ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
       local alg = rules[ri][1]
       if RATE[alg] or alg == ALG.fixed_window then
@@ -781,14 +982,23 @@ while pos <= #blob do
         hs[h] = {rules[ri], cost, ctn, ctr, lease}
       end
       if G == nil then G = general() end
-      local err
-      k, err = G.decide(op, hs, n, k)
-      if k == nil then return redis.error_reply(err) end
+      if op == 's' then
+        k = G.settle(hs, n, k)
+      else
+        local err
+        if op == 'v' then op = 'c' end
+        k, err = G.decide(op, hs, n, k, ttl)
+        if k == nil then return redis.error_reply(err) end
+      end
     end
   end
 end
 
 for _, key in ipairs(dirty) do
-  redis.call('SET', key, vals[key], 'PX', ttls[key])
+  if vals[key] == '' then
+    redis.call('DEL', key) -- a settled reservation's record
+  else
+    redis.call('SET', key, vals[key], 'PX', ttls[key])
+  end
 end
 return table.concat(out)

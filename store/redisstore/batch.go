@@ -75,6 +75,7 @@ type hitArgs struct {
 	ctNs  int64  // cost·T (rate algorithms)
 	ctRem uint64 //
 	lease string // a concurrency lease's name ("": none)
+	ttl   int64  // a reserved hit's settle record TTL in ms (0: not reserved)
 }
 
 var requestPool = sync.Pool{New: func() any {
@@ -230,7 +231,7 @@ func (s *Store) finish(b []*request) {
 }
 
 // Op codes of apply.lua.
-var opCodes = [...]byte{limiter.Charge: 1, limiter.Peek: 2, limiter.Release: 3}
+var opCodes = [...]byte{limiter.Charge: 1, limiter.Peek: 2, limiter.Release: 3, limiter.Reserve: 5, limiter.Settle: 6}
 
 // opLease is apply.lua's lease op.
 const opLease = 4
@@ -333,6 +334,11 @@ func (c *callBuf) build(b []*request) ([]string, []string) {
 			f64(float64(ls.btNs))
 			f64(float64(ls.btRem))
 			f64(float64(ls.mark))
+		}
+		if rq.code == opCodes[limiter.Reserve] {
+			for i := range rq.hits {
+				f64(float64(rq.hits[i].ttl))
+			}
 		}
 		for i := range rq.hits {
 			h := &rq.hits[i]

@@ -5,6 +5,8 @@
 --
 -- ARGV[1] mark: the now (µs) that apply.lua returned for the charge
 -- ARGV[2] number of hits; then 12 arguments per hit as for apply.lua.
+-- ARGV[3+12n] (optional) the number of settle records the charge (a
+-- reserve) wrote, to delete: their keys follow the hits' keys in KEYS.
 -- Algorithm ids: the values of Go's floodgate.Algorithm, which
 -- TestScriptAlgorithmIDs holds equal to this table. RATE is the rate family.
 local ALG = {token_bucket = 1, gcra = 2, leaky_bucket = 3, leaky_queue = 4, fixed_window = 5,
@@ -107,5 +109,9 @@ for h = 1, nhits do
       end
     end
   end
+end
+local recs = tonumber(ARGV[3 + nhits * STRIDE] or '0')
+for j = k, k + recs - 1 do
+  redis.call('DEL', KEYS[j])
 end
 return 1

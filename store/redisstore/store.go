@@ -264,7 +264,9 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 	if len(out) != len(hits) {
 		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
 	}
-	if op != limiter.Charge && op != limiter.Peek && op != limiter.Release && op != limiter.Refund {
+	switch op {
+	case limiter.Charge, limiter.Peek, limiter.Release, limiter.Refund, limiter.Reserve, limiter.Settle:
+	default:
 		return fmt.Errorf("redisstore: unknown op %d", op)
 	}
 	if len(hits) == 0 {
@@ -274,7 +276,7 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 		if hits[i].Rule == nil {
 			return fmt.Errorf("redisstore: hit %d has no rule", i)
 		}
-		if op != limiter.Release && hits[i].Cost < 1 {
+		if (op != limiter.Release && op != limiter.Settle && hits[i].Cost < 1) || hits[i].Cost < 0 {
 			return fmt.Errorf("redisstore: hit %d: %w", i, floodgate.ErrInvalidCost)
 		}
 	}
@@ -283,6 +285,8 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 		return s.release(ctx, hits, out)
 	case limiter.Refund:
 		return s.refundHits(ctx, hits, out)
+	case limiter.Settle:
+		return s.settle(ctx, hits, out)
 	}
 	if s.mode != Cluster || len(hits) == 1 {
 		rq := getRequest()
@@ -333,8 +337,9 @@ func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit, out []floodg
 	return nil
 }
 
-// applyCluster decides the hits slot by slot.
-func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+// bySlot returns one request per Cluster slot of the hits, naming the hits
+// of that slot, in the order of their first hits.
+func (s *Store) bySlot(hits []limiter.Hit) []*request {
 	var groups []*request
 	var slots []uint16
 	for i := range hits {
@@ -353,6 +358,12 @@ func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.
 		}
 		groups[g].idx = append(groups[g].idx, i)
 	}
+	return groups
+}
+
+// applyCluster decides the hits slot by slot (a Charge, Peek or Reserve).
+func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+	groups := s.bySlot(hits)
 	var charged []charge
 	defer func() {
 		for _, c := range charged {
@@ -370,22 +381,23 @@ func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.
 				putRequest(rest)
 			}
 			putRequest(covered)
-			s.refundAll(ctx, charged, hits, out)
+			s.refundAll(ctx, op, charged, hits, out)
 			return err
 		}
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
-		if curOp == limiter.Charge && ok {
+		if curOp != limiter.Peek && ok {
 			charged = append(charged, charge{covered, mark})
 			continue
 		}
 		putRequest(covered)
-		if curOp == limiter.Charge {
+		if curOp != limiter.Peek {
 			// A denial: the rest is only looked at, and the slots
-			// charged so far are given back.
+			// charged so far are given back (with the settle records
+			// of a reserve).
 			curOp = limiter.Peek
-			s.refundAll(ctx, charged, hits, out)
+			s.refundAll(ctx, op, charged, hits, out)
 			for _, c := range charged {
 				putRequest(c.rq)
 			}
@@ -410,25 +422,34 @@ type charge struct {
 	mark int64
 }
 
-// refundAll gives back the charged slots. It waits for the refund until
-// the request's own deadline, so that a caller who saw a denial finds
-// nothing charged; a refund that misses the deadline is retried in the
-// background (Flush waits for those) so that a slow server never makes a
-// request wait past its deadline.
-func (s *Store) refundAll(ctx context.Context, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
+// refundAll gives back the charged slots, and deletes the settle records
+// that a Reserve (op) wrote in them. It waits for the refund until the
+// request's own deadline, so that a caller who saw a denial finds nothing
+// charged; a refund that misses the deadline is retried in the background
+// (Flush waits for those) so that a slow server never makes a request wait
+// past its deadline.
+func (s *Store) refundAll(ctx context.Context, op limiter.Op, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
 	for _, d := range charged {
 		r := &refundCall{args: []string{itoa(d.mark), ""}}
 		n := 0
+		var recs []string
 		for _, i := range d.rq.idx {
 			if out[i].Allowed {
 				s.appendHit(r, &hits[i], d.mark*1000)
 				n++
+				if op == limiter.Reserve && hits[i].Reserve {
+					recs = append(recs, recordKey(s.Key(hits[i].Rule, hits[i].Key), hits[i].Lease))
+				}
 			}
 		}
 		if n == 0 {
 			continue
 		}
 		r.args[1] = strconv.Itoa(n)
+		if len(recs) > 0 {
+			r.keys = append(r.keys, recs...)
+			r.args = append(r.args, strconv.Itoa(len(recs)))
+		}
 		rctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
 		if dl, ok := ctx.Deadline(); ok {
 			rctx, cancel = context.WithDeadline(rctx, dl)
@@ -523,6 +544,7 @@ func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request) {
 	}
 	rq.code, rq.err = opCodes[op], nil
 	rq.keys, rq.hits = rq.keys[:0], rq.hits[:0]
+	recs := 0 // a reserve's settle records, after the hits' keys
 	for _, i := range rq.idx {
 		h := &hits[i]
 		ra := s.ruleArgs(h.Rule)
@@ -538,8 +560,37 @@ func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request) {
 		case ra.alg.Kind() == floodgate.KindConcurrency && h.Lease != 0:
 			a.lease = strconv.FormatUint(h.Lease, 10)
 		}
+		switch {
+		case op == limiter.Settle:
+			rq.keys = append(rq.keys, recordKey(key, h.Lease))
+		case op == limiter.Reserve && h.Reserve:
+			a.ttl = recordTTL(h.TTL)
+			recs++
+		}
 		rq.hits = append(rq.hits, a)
 	}
+	if recs > 0 {
+		for _, i := range rq.idx {
+			if h := &hits[i]; h.Reserve {
+				rq.keys = append(rq.keys, recordKey(s.Key(h.Rule, h.Key), h.Lease))
+			}
+		}
+	}
+}
+
+// recordKey is the key of a reservation's settle record for a counter's
+// key: <key>:r:<reservation>, in the counter's slot.
+func recordKey(key string, id uint64) string {
+	return key + ":r:" + strconv.FormatUint(id, 10)
+}
+
+// recordTTL is a settle record's TTL in ms for a reservation's TTL
+// (0: floodgate.DefaultReservationTTL), rounded up.
+func recordTTL(ttl time.Duration) int64 {
+	if ttl <= 0 {
+		ttl = floodgate.DefaultReservationTTL
+	}
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
 }
 
 // run has the hits rq.idx names decided (as one request, in their slot's
@@ -570,8 +621,12 @@ func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out 
 			ResetAfter: time.Duration(v[3]),
 			Delay:      time.Duration(v[4]),
 		}
-		if rq.code == opCodes[limiter.Release] {
+		switch rq.code {
+		case opCodes[limiter.Release]:
 			out[i].Allowed = true
+		case opCodes[limiter.Settle]:
+			// found, free units, overrun, reset
+			out[i].RetryAfter, out[i].Overrun = 0, v[2]
 		}
 		if v[5] == 1 && never == nil {
 			never = fmt.Errorf("redisstore: %s: %w", hits[i].Rule.ID(), floodgate.ErrNeverFits)
@@ -579,6 +634,37 @@ func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out 
 	}
 	return rq.got == 1, rq.mark, never
 }
+
+// Reservations reports true: the store keeps reservations (the Reserve
+// and Settle ops; limiter.Reserver).
+func (s *Store) Reservations() bool { return true }
+
+// settle ends the reservations the hits name (see limiter.Settle): all in
+// one request on a standalone server; on a Cluster one request per slot,
+// each atomic in its slot. A call that fails stops the rest: their
+// reservations settle at their estimates when their TTLs pass.
+func (s *Store) settle(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
+	if s.mode != Cluster || len(hits) == 1 {
+		rq := getRequest()
+		for i := range hits {
+			rq.idx = append(rq.idx, i)
+		}
+		_, _, err := s.run(ctx, limiter.Settle, hits, out, rq)
+		return err
+	}
+	groups := s.bySlot(hits)
+	for gi, rq := range groups {
+		if _, _, err := s.run(ctx, limiter.Settle, hits, out, rq); err != nil {
+			for _, rest := range groups[gi+1:] {
+				putRequest(rest)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+var _ limiter.Reserver = (*Store)(nil)
 
 // Lease implements limiter.Leaser for token bucket, GCRA, leaky bucket and
 // fixed window limits: one request (batched with the others) gives back
