@@ -499,7 +499,7 @@ local function general()
         logs[zkey] = st
       end
       sum = st.sum + st.add
-      local last = redis.call('ZREVRANGEBYSCORE', zkey, '+inf', '(' .. cut, 'WITHSCORES', 'LIMIT', 0, 1)
+      local last = redis.call('ZREVRANGEBYSCORE', zkey, '+inf', '(' .. fmt(cut), 'WITHSCORES', 'LIMIT', 0, 1)
       local newest = nil
       if #last > 0 then newest = tonumber(last[2]) end
       if st.add > 0 then newest = now_us end
@@ -509,7 +509,7 @@ local function general()
       if cost > max then d[6] = 1; return d, nil end
       if cost > max - sum then
         local need, acc = sum + cost - max, 0
-        local live = redis.call('ZRANGEBYSCORE', zkey, '(' .. cut, '+inf')
+        local live = redis.call('ZRANGEBYSCORE', zkey, '(' .. fmt(cut), '+inf')
         local ws = {}
         if #live > 0 then ws = redis.call('HMGET', hkey, unpack(live)) end
         for k = 1, #live do

@@ -159,3 +159,33 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 	}
 	t.Logf("%d allowed, %d denied", allowed, denied)
 }
+
+// TestSlidingLogAtTheCut: an entry exactly one window old has left the
+// log, and the wait of a denial counts from the entries still in it; the
+// script's bounds are written to the microsecond (a Lua number printed
+// with 14 digits would keep the entry).
+func TestSlidingLogAtTheCut(t *testing.T) {
+	s := newStandalone(t)
+	ctx := context.Background()
+	r, err := limiter.NewRule(floodgate.Limit{Name: "cut", Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Second},
+		floodgate.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 3, 8, 0, 0, 19, 369532000, time.UTC).UnixMicro()
+	at := func(us int64, cost int64) floodgate.Decision {
+		t.Helper()
+		s.testNow.Store(us)
+		out := make([]floodgate.Decision, 1)
+		if err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Rule: r, Key: "cut", Cost: cost}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	at(t0, 3)
+	at(t0+500_000, 1)
+	d := at(t0+1_000_000, 5)
+	if d.Allowed || d.Remaining != 4 || d.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("%+v: want a denial with 4 left, for 500ms (the entry of t0 has left)", d)
+	}
+}
