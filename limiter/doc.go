@@ -56,9 +56,13 @@
 // each such request's estimate and actual cost (too high when the
 // estimate was high; too low by the excess when it was low).
 //
-// A store that does not implement Reserver (or says false) is asked the
-// older way: reserved hits are only checked, and Settle charges the actual
-// cost as a new charge, so requests in flight do not count.
+// Both of Floodgate's stores keep reservations (package memstore, and
+// package redisstore on a server or a Cluster). A store that does not
+// implement Reserver (or says false), such as one written outside this
+// module, is asked the older way: reserved hits are only checked, and
+// Settle charges the actual cost as a new charge, so requests in flight do
+// not count and concurrent requests can pass a limit counted by outcome
+// together.
 //
 // Limits given in requests (an Envoy descriptor's own limit) are compiled
 // once and kept in a bounded RequestLimits, which any front end can use.

@@ -534,6 +534,10 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 		res.Allowed = false
 		return err
 	}
+	if l.deny != nil {
+		// Again: a denial learnt while the settle was on its way is stale.
+		l.deny.forget(sub)
+	}
 	unknown := false
 	for k, i := range idx {
 		res.Decisions[i] = out[k]

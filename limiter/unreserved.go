@@ -8,11 +8,12 @@ import (
 )
 
 // Reserver is implemented by stores that keep reservations (the Reserve
-// and Settle ops). The engine asks a store that does not for the next best
-// thing: a reservation is checked (a peek) without being held, and its
-// settle charges the actual cost as a new decision. That keeps the
-// request's other limits all or nothing, but requests in flight do not
-// count against the reserved limits, and nothing is ever given back.
+// and Settle ops): memstore and redisstore do. The engine asks a store
+// that does not (one written outside this module) for the next best thing:
+// a reservation is checked (a peek) without being held, and its settle
+// charges the actual cost as a new decision. That keeps the request's
+// other limits all or nothing, but requests in flight do not count
+// against the reserved limits, and nothing is ever given back.
 type Reserver interface {
 	Reservations() bool
 }
