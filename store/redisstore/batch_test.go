@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,8 +23,8 @@ type mixedRequest struct {
 }
 
 // mixedRequests returns n requests over every algorithm, with costs from 1
-// to above the capacity, one to three hits, shadow hits, peeks and
-// releases, on few keys so that they interact.
+// to above the capacity, one to three hits, shadow hits, peeks, releases,
+// reservations and their settles, on few keys so that they interact.
 func mixedRequests(t *testing.T, rng *rand.Rand, n int) []mixedRequest {
 	t.Helper()
 	rules := conformLimits(t)
@@ -33,7 +34,7 @@ func mixedRequests(t *testing.T, rng *rand.Rand, n int) []mixedRequest {
 		t.Fatal(err)
 	}
 	rules = append(rules, shadow)
-	var reqs []mixedRequest
+	var reqs, reserves []mixedRequest
 	for range n {
 		var rq mixedRequest
 		rq.op = limiter.Charge
@@ -57,13 +58,39 @@ func mixedRequests(t *testing.T, rng *rand.Rand, n int) []mixedRequest {
 		if len(rq.hits) == 1 && rq.hits[0].Rule.Algorithm() == floodgate.Concurrency && rng.IntN(2) == 0 {
 			rq.op = limiter.Release
 		}
+		if rq.op == limiter.Charge {
+			id := uint64(1 + rng.IntN(3))
+			switch rng.IntN(5) {
+			case 0: // a reservation of some of the hits
+				rq.op = limiter.Reserve
+				for i := range rq.hits {
+					h := &rq.hits[i]
+					h.Lease, h.TTL, h.Reserve = id, time.Hour, i == 0 || rng.IntN(2) == 0
+				}
+			case 1, 2: // a settle of an earlier reservation (or of none)
+				rq.op = limiter.Settle
+				if len(reserves) > 0 && rng.IntN(4) > 0 {
+					rq.hits = slices.Clone(reserves[rng.IntN(len(reserves))].hits)
+				}
+				for i := range rq.hits {
+					h := &rq.hits[i]
+					if !h.Reserve {
+						h.Lease, h.Reserve = id, true
+					}
+					h.Cost = rng.Int64N(h.Rule.Capacity() + 2) // below, at or above the estimate
+				}
+			}
+		}
 		reqs = append(reqs, rq)
+		if rq.op == limiter.Reserve {
+			reserves = append(reserves, rq)
+		}
 	}
 	return reqs
 }
 
 // TestBatchDecidesAsOneByOne: requests of every algorithm, mixed costs,
-// several hits, shadow hits, peeks and releases, decided by one script
+// several hits, shadow hits, peeks, releases, reserves and settles, decided by one script
 // call, get exactly the answers they get when decided one by one at the
 // same instant, and leave the same state behind.
 func TestBatchDecidesAsOneByOne(t *testing.T) {
@@ -116,6 +143,9 @@ func TestBatchDecidesAsOneByOne(t *testing.T) {
 						got := floodgate.Decision{Allowed: v[0] == 1 || reqs[i].op == limiter.Release,
 							Limit: reqs[i].hits[j].Rule.Capacity(), Remaining: v[1], RetryAfter: time.Duration(v[2]),
 							ResetAfter: time.Duration(v[3]), Delay: time.Duration(v[4])}
+						if reqs[i].op == limiter.Settle {
+							got.RetryAfter, got.Overrun = 0, v[2]
+						}
 						if got != want[i][j] {
 							t.Fatalf("round %d request %d (%v) hit %d (%s cost %d):\n batch      %+v\n one by one %+v",
 								round, i, reqs[i].op, j, reqs[i].hits[j].Rule.Name(), reqs[i].hits[j].Cost, got, want[i][j])
