@@ -123,3 +123,95 @@ func avoidHourBoundary() {
 		time.Sleep(left + time.Second)
 	}
 }
+
+// TestReserveExactAcrossProcesses: 4 OS processes × 50 goroutines reserve
+// on one Redis through the engine (see helperReserve). At the instant
+// every goroutine has reserved 10 of 1,000 units, exactly 100 hold a
+// reservation. With the limit full, the settles above the estimate charge
+// nothing: all of their excess is overrun. The settles below, and 10 more
+// reservations per goroutine of random estimates settled at random costs,
+// leave the limit holding exactly the units the settles kept (the actual
+// costs less the overruns), never more than the limit; and every allowed
+// request charged its user's limit once, denied ones nothing (on a
+// Cluster the user's limit is in another slot and denies after the
+// reserve: the reserve's charge and settle record are given back).
+func TestReserveExactAcrossProcesses(t *testing.T) {
+	const procs, attempts = 4, 10
+	for _, mode := range []string{"standalone", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			url := "redis://" + sharedServer(t).Addr
+			if mode == "cluster" {
+				c := sharedCluster(t)
+				url = "redis+cluster://" + c.Addrs()[0] + "," + c.Addrs()[2]
+			}
+			prefix := uniquePrefix(t)
+			avoidHourBoundary()
+			var total helperReport
+			for _, r := range runHelpers(t, procs, "reserve", url, prefix, attempts) {
+				total.Allowed += r.Allowed
+				total.Denied += r.Denied
+				total.Errors += r.Errors
+				total.Held += r.Held
+				total.FirstAbove += r.FirstAbove
+				total.FirstOverrun += r.FirstOverrun
+				total.Below += r.Below
+				total.Above += r.Above
+				total.Charged += r.Charged
+				total.Overrun += r.Overrun
+				for i := range r.PerUser {
+					total.PerUser[i] += r.PerUser[i]
+				}
+			}
+			t.Logf("%+v", total)
+			if total.Errors != 0 {
+				t.Fatalf("%d errors", total.Errors)
+			}
+			if total.Held != 1000/reserveFirst {
+				t.Fatalf("%d reservations of %d held at once on a limit of 1000, want exactly %d",
+					total.Held, reserveFirst, 1000/reserveFirst)
+			}
+			if total.FirstAbove == 0 || total.FirstOverrun != 2*total.FirstAbove {
+				t.Fatalf("%d settles of 12 on 10 reserved on a full limit: %d overrun, want all %d",
+					total.FirstAbove, total.FirstOverrun, 2*total.FirstAbove)
+			}
+			if total.Below == 0 || total.Above <= total.FirstAbove || total.Denied == 0 {
+				t.Fatalf("the run settled %d below and %d above, denied %d: it does not exercise them all",
+					total.Below, total.Above, total.Denied)
+			}
+			if total.Charged > 1000 {
+				t.Fatalf("settles kept %d units of 1000", total.Charged)
+			}
+			if total.Allowed+total.Denied != procs*workers*(attempts+1) {
+				t.Fatalf("%d answers for %d requests", total.Allowed+total.Denied, procs*workers*(attempts+1))
+			}
+			s, err := New(Options{URL: url, Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			rules, err := scenarioRules("reserve")
+			if err != nil {
+				t.Fatal(err)
+			}
+			free := func(h limiter.Hit) int64 {
+				h.Cost, h.Reserve = 1, false
+				out := make([]floodgate.Decision, 1)
+				if err := s.Apply(context.Background(), limiter.Peek, []limiter.Hit{h}, out); err != nil {
+					t.Fatal(err)
+				}
+				if !out[0].Allowed {
+					return 0
+				}
+				return out[0].Remaining + 1
+			}
+			if n := free(reserveHits(rules, 0, 1, false)[0]); n != 1000-total.Charged {
+				t.Fatalf("the reserved limit has %d free, want 1000 less the %d units settled", n, total.Charged)
+			}
+			for u := range users {
+				if n := free(reserveHits(rules, u, 1, true)[1]); n != reserveUserMax-total.PerUser[u] {
+					t.Fatalf("user %d: %d free, want %d less %d allowed", u, n, reserveUserMax, total.PerUser[u])
+				}
+			}
+		})
+	}
+}

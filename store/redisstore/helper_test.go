@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -26,6 +27,7 @@ const (
 	helperPrefix   = "FLOODGATE_REDISSTORE_PREFIX"
 	helperAttempts = "FLOODGATE_REDISSTORE_ATTEMPTS"
 	helperDuration = "FLOODGATE_REDISSTORE_DURATION" // leased scenarios: how long to run
+	helperProcs    = "FLOODGATE_REDISSTORE_PROCS"    // the reserve scenario: how many processes meet
 	workers        = 50                              // goroutines per process
 	users          = 4                               // subjects of the per-user limit
 )
@@ -38,6 +40,13 @@ type helperReport struct {
 	Calls, Requests int64
 	// LeaseTakes and LeaseGrants are the engine's (leased scenarios).
 	LeaseTakes, LeaseGrants uint64
+	// The reserve scenario: reservations held at once in its first round,
+	// of which FirstAbove settled above the estimate first, with
+	// FirstOverrun units of overrun; settles below and above their
+	// estimates, the units the settles left charged (actual costs less
+	// overruns), and the overrun units, in all.
+	Held, FirstAbove, FirstOverrun int64
+	Below, Above, Charged, Overrun int64
 }
 
 // Leased scenarios: their limits, the instances that share them and the
@@ -66,6 +75,13 @@ func scenarioRules(name string) ([]*limiter.Rule, error) {
 		ls = []floodgate.Limit{{Name: "ex_leased_tb", Algorithm: floodgate.TokenBucket, Rate: leasedRate, Per: time.Second, Burst: leasedBurst}}
 	case "leased_fixed":
 		ls = []floodgate.Limit{{Name: "ex_leased_fixed", Algorithm: floodgate.FixedWindow, Max: leasedMax, Window: time.Hour}}
+	case "reserve":
+		// The reserved limit (one unit an hour: nothing refills during the
+		// test), then a plain one in another slot that denies later.
+		ls = []floodgate.Limit{
+			{Name: "ex_res_global", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000},
+			{Name: "ex_res_user", Algorithm: floodgate.FixedWindow, Max: reserveUserMax, Window: time.Hour},
+		}
 	case "three":
 		ls = []floodgate.Limit{
 			{Name: "ex_global", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour},
@@ -121,6 +137,9 @@ func helperMain() int {
 	var wg sync.WaitGroup
 	if strings.HasPrefix(os.Getenv(helperEnv), "leased_") {
 		return helperLeased(s, rules)
+	}
+	if os.Getenv(helperEnv) == "reserve" {
+		return helperReserve(s, rules)
 	}
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -208,6 +227,165 @@ func helperLeased(s *Store, rules []*limiter.Rule) int {
 	return 0
 }
 
+// The reserve scenario: the first round reserves reserveFirst each on the
+// global limit of 1,000 units; later requests reserve an estimate there and
+// charge 1 on their user's limit (users of reserveUserMax each).
+const (
+	reserveUserMax = 15
+	reserveFirst   = 10
+)
+
+// reserveHits returns the hits of one request of worker w of the reserve
+// scenario: est reserved on the global limit, and with user 1 on the
+// user's.
+func reserveHits(rules []*limiter.Rule, w int, est int64, user bool) []limiter.Hit {
+	hits := []limiter.Hit{{Rule: rules[0], Key: "global", Cost: est, Reserve: true}}
+	if user {
+		hits = append(hits, limiter.Hit{Rule: rules[1], Key: "user" + strconv.Itoa(w%users), Cost: 1})
+	}
+	return hits
+}
+
+// helperReserve runs the reserve scenario through the engine. First every
+// worker reserves reserveFirst and holds it until every worker of every
+// process has tried (the processes meet at a counter in Redis), so that
+// the reservations held at that instant are what the limit allows at
+// once. The limit is then full: the odd holders settle above the estimate
+// (12) first, and all of their excess is overrun; once all of them have
+// (the processes meet again), the even ones settle below it (1). Then each
+// worker reserves random estimates and settles each at a random actual
+// cost from 0 to twice the estimate.
+func helperReserve(s *Store, rules []*limiter.Rule) int {
+	attempts, _ := strconv.Atoi(os.Getenv(helperAttempts))
+	procs, _ := strconv.Atoi(os.Getenv(helperProcs))
+	ctx := context.Background()
+	l := limiter.New(s, limiter.Options{Timeout: 10 * time.Second})
+	var mu sync.Mutex // guards rep
+	var rep helperReport
+	var tried, above, wg sync.WaitGroup
+	tried.Add(workers)
+	above.Add(workers)
+	met, metAgain := make(chan struct{}), make(chan struct{})
+	for w := range workers {
+		wg.Go(func() {
+			var mine helperReport
+			rng := rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(w)))
+			reserve := func(est int64, user bool) (*limiter.Request, bool) {
+				req := &limiter.Request{Hits: reserveHits(rules, w, est, user)}
+				var res limiter.Result
+				err := l.Decide(ctx, req, &res)
+				switch {
+				case err != nil || res.Degraded != limiter.NotDegraded:
+					mine.Errors++
+				case res.Allowed:
+					mine.Allowed++
+					if user {
+						mine.PerUser[w%users]++
+					}
+					return req, true
+				default:
+					mine.Denied++
+				}
+				return nil, false
+			}
+			settle := func(req *limiter.Request, est, actual int64) int64 {
+				var res limiter.Result
+				if err := l.Settle(ctx, req, append([]int64{actual}, make([]int64, len(req.Hits)-1)...), &res); err != nil {
+					mine.Errors++
+					return 0
+				}
+				over := res.Decisions[0].Overrun
+				mine.Charged += actual - over
+				mine.Overrun += over
+				if actual < est {
+					mine.Below++
+				} else if actual > est {
+					mine.Above++
+				}
+				return over
+			}
+			req, held := reserve(reserveFirst, false)
+			if held {
+				mine.Held++
+			}
+			tried.Done()
+			<-met
+			if held && w%2 == 1 {
+				mine.FirstAbove++
+				mine.FirstOverrun += settle(req, reserveFirst, 12)
+			}
+			above.Done()
+			<-metAgain
+			if held && w%2 == 0 {
+				settle(req, reserveFirst, 1)
+			}
+			for range attempts {
+				est := 1 + rng.Int64N(8)
+				if req, ok := reserve(est, true); ok {
+					settle(req, est, rng.Int64N(2*est+1))
+				}
+			}
+			mu.Lock()
+			rep.Allowed += mine.Allowed
+			rep.Denied += mine.Denied
+			rep.Errors += mine.Errors
+			rep.Held += mine.Held
+			rep.FirstAbove += mine.FirstAbove
+			rep.FirstOverrun += mine.FirstOverrun
+			rep.Below += mine.Below
+			rep.Above += mine.Above
+			rep.Charged += mine.Charged
+			rep.Overrun += mine.Overrun
+			for i := range rep.PerUser {
+				rep.PerUser[i] += mine.PerUser[i]
+			}
+			mu.Unlock()
+		})
+	}
+	tried.Wait()
+	if err := meet(s, os.Getenv(helperPrefix)+"meet", procs); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	close(met)
+	above.Wait()
+	if err := meet(s, os.Getenv(helperPrefix)+"meet-again", procs); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	close(metAgain)
+	wg.Wait()
+	rep.Calls, rep.Requests = s.Calls()
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		return 3
+	}
+	return 0
+}
+
+// meet counts this process in at key and waits (a minute at most) until
+// procs processes have.
+func meet(s *Store, key string, procs int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.client.Do(ctx, s.client.B().Incr().Key(key).Build()).Error(); err != nil {
+		return fmt.Errorf("meet: %w", err)
+	}
+	for {
+		n, err := s.client.Do(ctx, s.client.B().Get().Key(key).Build()).AsInt64()
+		if err != nil {
+			return fmt.Errorf("meet: %w", err)
+		}
+		if n >= int64(procs) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("meet: %d of %d processes: %w", n, procs, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // runHelpers runs procs helper processes of a scenario against url and
 // returns their reports.
 func runHelpers(t *testing.T, procs int, scenario, url, prefix string, attempts int, env ...string) []helperReport {
@@ -228,7 +406,7 @@ func runHelpers(t *testing.T, procs int, scenario, url, prefix string, attempts 
 			cmd := exec.CommandContext(ctx, exe, "-test.run=^TestHelperProcess$")
 			cmd.Env = append(os.Environ(),
 				helperEnv+"="+scenario, helperURL+"="+url, helperPrefix+"="+prefix,
-				helperAttempts+"="+strconv.Itoa(attempts))
+				helperAttempts+"="+strconv.Itoa(attempts), helperProcs+"="+strconv.Itoa(procs))
 			cmd.Env = append(cmd.Env, env...)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
