@@ -994,11 +994,13 @@ while pos <= #blob do
   end
 end
 
+local gone = {} -- settled reservations' records, deleted in one call
 for _, key in ipairs(dirty) do
   if vals[key] == '' then
-    redis.call('DEL', key) -- a settled reservation's record
+    gone[#gone+1] = key
   else
     redis.call('SET', key, vals[key], 'PX', ttls[key])
   end
 end
+if #gone > 0 then redis.call('DEL', unpack(gone)) end
 return table.concat(out)

@@ -43,6 +43,7 @@ const (
 type request struct {
 	code byte      // apply.lua's op: opCodes[op], or opLease
 	keys []string  // the hits' keys
+	recs []string  // a reserve's settle record keys, while prepared
 	hits []hitArgs // what the script needs of each hit
 	ls   leaseArgs // a lease's numbers
 	now  int64     // places quota periods (Unix ns; 0: this machine's clock)

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,5 +71,112 @@ func BenchmarkApplyThreeLimits(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// engineBench runs one request of two hits through the engine on the
+// shared standalone server, serially (one caller: round trips) and from
+// 50 goroutines (batched: Redis' work per request). The hits are a token
+// bucket that never runs out and a window, on one subject of 1,000; do
+// makes the request, with a Result of its goroutine.
+func engineBench(b *testing.B, do func(l *limiter.Limiter, hits []limiter.Hit, r *limiter.Result) error) {
+	for _, mode := range []string{"serial", "parallel"} {
+		b.Run(mode, func(b *testing.B) {
+			s := newStandalone(b)
+			l := limiter.New(s, limiter.Options{})
+			tb, err := limiter.NewRule(floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1 << 20,
+				Per: time.Second, Burst: 1 << 30}, floodgate.FailOpen, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w, err := limiter.NewRule(floodgate.Limit{Name: "requests", Algorithm: floodgate.FixedWindow, Max: 1 << 50,
+				Window: time.Hour}, floodgate.FailOpen, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var seq atomic.Uint64
+			run := func(next func() bool) {
+				i := seq.Add(7919)
+				hits := make([]limiter.Hit, 2)
+				var r limiter.Result
+				for next() {
+					i++
+					k := "u" + strconv.Itoa(int(i%1000))
+					hits[0] = limiter.Hit{Rule: tb, Key: k, Cost: 2}
+					hits[1] = limiter.Hit{Rule: w, Key: k, Cost: 1}
+					if err := do(l, hits, &r); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}
+			b.ReportAllocs()
+			before := scriptMicros(b, s)
+			if mode == "serial" {
+				run(b.Loop)
+			} else {
+				b.SetParallelism(25) // 50 goroutines on 2 CPUs, like floodgate bench
+				b.RunParallel(func(pb *testing.PB) { run(pb.Next) })
+			}
+			b.ReportMetric(float64(scriptMicros(b, s)-before)/float64(b.N), "redis-µs/op")
+		})
+	}
+}
+
+// scriptMicros returns the time Redis has spent running scripts (INFO
+// commandstats), in µs: the server's share of a benchmark, apart from the
+// client's and the network's.
+func scriptMicros(b *testing.B, s *Store) int64 {
+	b.Helper()
+	info, err := s.client.Do(context.Background(), s.client.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_eval") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// BenchmarkEngineCheck is one plain decision of two limits through the
+// engine on Redis: the unit of BenchmarkEngineReserveSettle.
+func BenchmarkEngineCheck(b *testing.B) {
+	engineBench(b, func(l *limiter.Limiter, hits []limiter.Hit, r *limiter.Result) error {
+		req := limiter.Request{Hits: hits}
+		if err := l.Decide(context.Background(), &req, r); err != nil {
+			return err
+		}
+		if !r.Allowed || r.Degraded != limiter.NotDegraded {
+			return fmt.Errorf("not allowed by the store: %+v", r)
+		}
+		return nil
+	})
+}
+
+// BenchmarkEngineReserveSettle reserves the token bucket's cost with the
+// window's (one request) and settles it below the estimate: the two calls
+// of a request whose cost is known later. The goal is at most twice
+// BenchmarkEngineCheck.
+func BenchmarkEngineReserveSettle(b *testing.B) {
+	actual := []int64{1, 0}
+	engineBench(b, func(l *limiter.Limiter, hits []limiter.Hit, r *limiter.Result) error {
+		hits[0].Reserve = true
+		req := limiter.Request{Hits: hits}
+		if err := l.Decide(context.Background(), &req, r); err != nil {
+			return err
+		}
+		if !r.Allowed || r.Degraded != limiter.NotDegraded {
+			return fmt.Errorf("not allowed by the store: %+v", r)
+		}
+		return l.Settle(context.Background(), &req, actual, r)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -544,7 +545,6 @@ func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request) {
 	}
 	rq.code, rq.err = opCodes[op], nil
 	rq.keys, rq.hits = rq.keys[:0], rq.hits[:0]
-	recs := 0 // a reserve's settle records, after the hits' keys
 	for _, i := range rq.idx {
 		h := &hits[i]
 		ra := s.ruleArgs(h.Rule)
@@ -565,23 +565,25 @@ func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request) {
 			rq.keys = append(rq.keys, recordKey(key, h.Lease))
 		case op == limiter.Reserve && h.Reserve:
 			a.ttl = recordTTL(h.TTL)
-			recs++
+			rq.recs = append(rq.recs, recordKey(key, h.Lease))
 		}
 		rq.hits = append(rq.hits, a)
 	}
-	if recs > 0 {
-		for _, i := range rq.idx {
-			if h := &hits[i]; h.Reserve {
-				rq.keys = append(rq.keys, recordKey(s.Key(h.Rule, h.Key), h.Lease))
-			}
-		}
-	}
+	rq.keys = append(rq.keys, rq.recs...)
+	clear(rq.recs)
+	rq.recs = rq.recs[:0]
 }
 
 // recordKey is the key of a reservation's settle record for a counter's
 // key: <key>:r:<reservation>, in the counter's slot.
 func recordKey(key string, id uint64) string {
-	return key + ":r:" + strconv.FormatUint(id, 10)
+	var num [20]byte
+	var b strings.Builder // one allocation
+	b.Grow(len(key) + 3 + len(num))
+	b.WriteString(key)
+	b.WriteString(":r:")
+	b.Write(strconv.AppendUint(num[:0], id, 10))
+	return b.String()
 }
 
 // recordTTL is a settle record's TTL in ms for a reservation's TTL
