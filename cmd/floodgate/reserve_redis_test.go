@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+)
+
+// schoolOnRedis writes examples/school.yaml, with its JWT secret, into a
+// temporary directory with server.store naming the Redis at addr (and a
+// store deadline that a loaded machine keeps), and returns its path.
+func schoolOnRedis(t *testing.T, addr string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "school.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := regexp.MustCompile(`(?m)^  store: .*$`).ReplaceAll(src, []byte("  store: redis://"+addr+"/0"))
+	cfg = regexp.MustCompile(`(?m)^  store_timeout: .*$`).ReplaceAll(cfg, []byte("  store_timeout: 2s"))
+	if !strings.Contains(string(cfg), "store: redis://") || !strings.Contains(string(cfg), "store_timeout: 2s") {
+		t.Fatal("examples/school.yaml has no server.store or server.store_timeout to replace")
+	}
+	secret, err := os.ReadFile(filepath.Join("..", "..", "examples", "demo-jwt-secret.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"school.yaml": cfg, "demo-jwt-secret.txt": secret} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "school.yaml")
+}
+
+// TestConcurrentFailedLoginsRedis is TestConcurrentFailedLogins with the
+// school example's counters in a real redis-server: the login limit's
+// reservations live in Redis, so 300 concurrent wrong passwords from one
+// address let exactly its capacity, 5, reach the login upstream, and the
+// other 295 are answered 429.
+func TestConcurrentFailedLoginsRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	gw, admin, _, out, _ := startServeLogged(t, "--config", schoolOnRedis(t, rs.Addr), "--demo",
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
+	if !strings.Contains(out.String(), "store redis") {
+		t.Fatalf("serve does not use Redis:\n%s", out.String())
+	}
+	const attempts = 300
+	c := &http.Client{Transport: &http.Transport{MaxConnsPerHost: attempts, MaxIdleConnsPerHost: attempts}}
+	defer c.CloseIdleConnections()
+	codes := map[int]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range attempts {
+		wg.Go(func() {
+			code, _, _ := post(t, c, gw+"/login", fmt.Sprintf(`{"user":"ana","password":"guess-%d"}`, i))
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	reached := metricValue(t, admin, `floodgate_upstream_responses_total{code="401",route="login"}`)
+	if codes[401] != 5 || codes[429] != attempts-5 || reached != 5 {
+		t.Fatalf("300 concurrent failed logins on Redis: %v, %d reached the upstream; want 5 × 401 (the limit) and 295 × 429", codes, reached)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^floodgate_degraded_decisions_total\{.*\} (\d+)$`).FindAllStringSubmatch(metricsText(t, admin), -1) {
+		if m[1] != "0" {
+			t.Errorf("decisions degraded: %s; the store should have decided them all", m[0])
+		}
+	}
+}
