@@ -1,8 +1,8 @@
 // Package redisstore keeps Floodgate's counters in Redis (standalone,
 // Sentinel or Cluster), so that every instance of a service counts in one
-// place. It implements limiter.Store (and limiter.Leaser) with
-// github.com/redis/rueidis, whose automatic pipelining lets many goroutines
-// share one connection.
+// place. It implements limiter.Store (and limiter.Leaser and
+// limiter.Reserver) with github.com/redis/rueidis, whose automatic
+// pipelining lets many goroutines share one connection.
 //
 // # One script call for many decisions
 //
@@ -45,7 +45,9 @@
 // limits' failure policies. Nothing is retried: a call whose deadline
 // passed may still have been applied by Redis (it was sent), so its
 // requests may have been charged although their callers were answered by
-// policy; that can only count too much, never admit too much. A request
+// policy; that can only count too much, never admit too much (a reserve
+// applied so keeps its charge until its settle records expire, which
+// settles it at its estimate). A request
 // whose context ends while it still waits in its lane is never sent and
 // fails with an error wrapping limiter.ErrNotSent: it was not charged, and
 // the engine does not hold it against Redis. A batch's call lasts until
@@ -75,7 +77,8 @@
 // # Keys
 //
 // A rule's counter for a subject is the key <prefix>{<subject>}:<rule id>
-// (plus <key>:h, a companion hash, for the sliding log and concurrency). The
+// (plus <key>:h, a companion hash, for the sliding log and concurrency, and
+// <key>:r:<id> per reservation in flight, see Reservations). The
 // hash tag keeps all limits of one subject in one slot. Every key carries a
 // TTL: the time until its state would be back to full or idle. Counters and
 // arrival times are stored as packed doubles (the struct library of Redis'
@@ -98,6 +101,43 @@
 // the window or period passes or the key's TTL runs out; such failures are
 // counted (RefundErrors) and logged. On a standalone server or within one
 // slot there is no such error.
+//
+// # Reservations
+//
+// The store keeps reservations (limiter.Reserver, the Reserve and Settle
+// ops), in the same script and batches as every other request. A Reserve
+// is a charge that also writes, for every reserved hit it charged, a
+// settle record: the key <counter key>:r:<reservation ID>, in the
+// counter's slot through its hash tag, holding the estimate and where it
+// was charged (a fixed or sliding window's index, a quota period's start,
+// else the server's instant, which names a sliding log's entry), with the
+// reservation's TTL as its PX. A record that expires settles its
+// reservation at its estimate: the charge stays, and nothing is left to
+// do. A Settle reads and deletes each hit's record in the script that
+// applies it: without one (settled already, expired, never made, or a
+// shadow hit that denied) the hit answers not found and nothing changes.
+// Below the estimate it applies the exact inverse of the charge where the
+// charge was made, as refund.lua does (a rate algorithm's arrival time
+// moves back; a window or quota period is lowered when it is still the one
+// charged, a sliding log's entry loses the weight; one that has passed is
+// left alone); above it, it charges as much of the excess as the limit
+// has now, never below zero credit, and answers the rest as the overrun;
+// a concurrency reservation's lease is released. A reservation in flight
+// takes about 230 bytes of Redis memory (its record, for a subject of 32
+// bytes).
+//
+// On a Cluster a Reserve goes slot by slot as a charge does: when a later
+// slot denies, the refund of each slot reserved before it also deletes the
+// settle records written there, in the same call, so that the reservation
+// holds nothing anywhere (with the over-count bound above in between). A
+// Settle is applied per slot, each call atomic in its slot, one slot after
+// the other; when a call fails, Settle returns its error and stops there:
+// the reservations in that slot (which may have been settled after all)
+// and in the slots after it settle at their estimates when their TTLs
+// pass. A refund that fails leaves its slot's charge and settle records in
+// place until they expire (RefundErrors). A process that dies between a
+// reserve and its settle loses no charge: its records expire and its
+// reservations settle at their estimates.
 //
 // # Leases
 //
