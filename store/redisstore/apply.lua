@@ -765,157 +765,168 @@ local function general()
     return k
   end
 
-
-  -- n·T of a rate algorithm as ns and rem (exact while the products stay
-  -- below 2^53, as the rest of this script).
-  local function times_t(r, n)
-    local den = r[3]
-    local x = n * r[8]
-    local q = math.floor(x / den)
-    if x < BIG then
-      if q * den > x then q = q - 1 elseif (q + 1) * den <= x then q = q + 1 end
+  -- The settle op's machinery, made only when a call settles, so that the
+  -- other calls do not pay for its closures.
+  local function settling()
+    -- n·T of a rate algorithm as ns and rem (exact while the products stay
+    -- below 2^53, as the rest of this script).
+    local function times_t(r, n)
+      local den = r[3]
+      local x = n * r[8]
+      local q = math.floor(x / den)
+      if x < BIG then
+        if q * den > x then q = q - 1 elseif (q + 1) * den <= x then q = q + 1 end
+      end
+      return n * r[7] + q, x - q * den
     end
-    return n * r[7] + q, x - q * den
-  end
 
-  -- keep writes a state string refunded in place, keeping its TTL.
-  local function keep(key, v)
-    if ttls[key] == nil then redis.call('SET', key, v, 'KEEPTTL') end
-    vals[key] = v
-  end
+    -- keep writes a state string refunded in place, keeping its TTL.
+    local function keep(key, v)
+      if ttls[key] == nil then redis.call('SET', key, v, 'KEEPTTL') end
+      vals[key] = v
+    end
 
-  -- try decides cost on one hit of a unit-counting algorithm whose keys
-  -- start at KEYS[k], without writing: the decision, the write and its
-  -- kind ('s' a state string, 'l' a sliding log).
-  local function try(r, k, cost)
-    local alg = r[1]
-    if RATE[alg] then
-      local tn, tr = r[7], r[8]
-      if cost ~= 1 then tn, tr = times_t(r, cost) end
-      local d, wr = rate(KEYS[k], r, cost, tn, tr)
+    -- try decides cost on one hit of a unit-counting algorithm whose keys
+    -- start at KEYS[k], without writing: the decision, the write and its
+    -- kind ('s' a state string, 'l' a sliding log).
+    local function try(r, k, cost)
+      local alg = r[1]
+      if RATE[alg] then
+        local tn, tr = r[7], r[8]
+        if cost ~= 1 then tn, tr = times_t(r, cost) end
+        local d, wr = rate(KEYS[k], r, cost, tn, tr)
+        return d, wr, 's'
+      end
+      if M == nil then M = more() end
+      local d, wr
+      if alg == ALG.fixed_window then
+        d, wr = M.fixed(KEYS[k], r, cost)
+      elseif alg == ALG.sliding_window then
+        d, wr = M.counter(KEYS[k], r, cost)
+      elseif alg == ALG.quota then
+        d, wr = M.quota(KEYS[k], r, cost)
+      else
+        logs = {}
+        d, wr = M.slog(KEYS[k], KEYS[k+1], r, cost)
+        return d, wr, 'l'
+      end
       return d, wr, 's'
     end
-    if M == nil then M = more() end
-    local d, wr
-    if alg == ALG.fixed_window then
-      d, wr = M.fixed(KEYS[k], r, cost)
-    elseif alg == ALG.sliding_window then
-      d, wr = M.counter(KEYS[k], r, cost)
-    elseif alg == ALG.quota then
-      d, wr = M.quota(KEYS[k], r, cost)
-    else
-      logs = {}
-      d, wr = M.slog(KEYS[k], KEYS[k+1], r, cost)
-      return d, wr, 'l'
-    end
-    return d, wr, 's'
-  end
 
-  -- give_back undoes n units of a charge made where `at` says (see the
-  -- reservations above), as refund.lua does.
-  local function give_back(r, k, n, at)
-    local alg, key = r[1], KEYS[k]
-    if RATE[alg] then
-      local v = get(key)
-      if #v == 24 then
-        local den = r[3]
-        local s, ns, rr = struct.unpack('<ddd', v)
-        local bn, br = times_t(r, math.min(n, r[9]))
-        ns, rr = ns - bn, rr - br
-        if rr < 0 then rr = rr + den; ns = ns - 1 end
-        local q = math.floor(ns / 1000000000)
-        keep(key, struct.pack('<ddd', s + q, ns - q * 1000000000, rr))
-      end
-    elseif alg == ALG.fixed_window or alg == ALG.quota then
-      local v = get(key)
-      if #v == 16 then
-        local si, sc = struct.unpack('<dd', v)
-        if si == at then keep(key, struct.pack('<dd', si, math.max(0, sc - n))) end
-      end
-    elseif alg == ALG.sliding_window then
-      local v = get(key)
-      if #v == 24 then
-        local si, sc, sp = struct.unpack('<ddd', v)
-        if si == at then
-          keep(key, struct.pack('<ddd', si, math.max(0, sc - n), sp))
-        elseif si == at + 1 then
-          keep(key, struct.pack('<ddd', si, sc, math.max(0, sp - n)))
+    -- give_back undoes n units of a charge made where `at` says (see the
+    -- reservations above), as refund.lua does.
+    local function give_back(r, k, n, at)
+      local alg, key = r[1], KEYS[k]
+      if RATE[alg] then
+        local v = get(key)
+        if #v == 24 then
+          local den = r[3]
+          local s, ns, rr = struct.unpack('<ddd', v)
+          local bn, br = times_t(r, math.min(n, r[9]))
+          ns, rr = ns - bn, rr - br
+          if rr < 0 then rr = rr + den; ns = ns - 1 end
+          local q = math.floor(ns / 1000000000)
+          keep(key, struct.pack('<ddd', s + q, ns - q * 1000000000, rr))
         end
-      end
-    elseif alg == ALG.sliding_log then
-      local hkey = KEYS[k+1]
-      local m = fmt(at)
-      local wgt = tonumber(redis.call('HGET', hkey, m) or '0')
-      if wgt > 0 then
-        local take = math.min(wgt, n)
-        if wgt - take <= 0 then
-          redis.call('ZREM', key, m)
-          redis.call('HDEL', hkey, m)
-        else
-          redis.call('HSET', hkey, m, fmt(wgt - take))
+      elseif alg == ALG.fixed_window or alg == ALG.quota then
+        local v = get(key)
+        if #v == 16 then
+          local si, sc = struct.unpack('<dd', v)
+          if si == at then keep(key, struct.pack('<dd', si, math.max(0, sc - n))) end
         end
-        local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0') - take
-        redis.call('HSET', hkey, 'sum', fmt(math.max(0, sum)))
-      end
-    end
-  end
-
-  -- charge_up_to charges as much of n units as the limit admits now (as
-  -- algo.Params.ChargeUpTo does) and returns the units charged.
-  local function charge_up_to(r, k, n)
-    local cap = r[3]
-    if RATE[r[1]] then cap = r[9] end
-    n = math.min(n, cap)
-    for _ = 1, 64 do
-      if n < 1 then break end
-      local d, wr, kind = try(r, k, n)
-      if d[1] == 1 then
-        if kind == 's' then put(wr[1], wr[2], wr[3]) else M.write_log(wr) end
-        return n
-      end
-      n = math.min(n - 1, d[2])
-    end
-    return 0
-  end
-
-  -- settle runs a settle request: its hits are hs[1..n], each {rule,
-  -- actual cost, _, _, lease name}, and its keys start at KEYS[k], each
-  -- hit's keys followed by its settle record. Each hit is settled on its
-  -- own. It appends the answers to out and returns the next key.
-  local function settle(hs, n, k)
-    out[#out+1] = struct.pack('<d', 0)
-    for h = 1, n do
-      local r, actual, lease = hs[h][1], hs[h][2], hs[h][5]
-      local alg = r[1]
-      local nk = 1
-      if alg == ALG.sliding_log or alg == ALG.concurrency then nk = 2 end
-      local rk = KEYS[k + nk]
-      local rec = get(rk)
-      if #rec ~= 16 then
-        out[#out+1] = struct.pack('<dddddd', 0, 0, 0, 0, 0, 0)
-      else
-        put(rk, '', 0) -- deleted at the end
-        local est, at = struct.unpack('<dd', rec)
-        local over, free, d = 0, 0, nil
-        if alg == ALG.concurrency then
-          if M == nil then M = more() end
-          d = M.conc('r', KEYS[k], KEYS[k+1], r, 0, lease)
-          free = d[2]
-        else
-          if actual < est then
-            give_back(r, k, est - actual, at)
-          elseif actual > est then
-            over = actual - est - charge_up_to(r, k, actual - est)
+      elseif alg == ALG.sliding_window then
+        local v = get(key)
+        if #v == 24 then
+          local si, sc, sp = struct.unpack('<ddd', v)
+          if si == at then
+            keep(key, struct.pack('<ddd', si, math.max(0, sc - n), sp))
+          elseif si == at + 1 then
+            keep(key, struct.pack('<ddd', si, sc, math.max(0, sp - n)))
           end
-          d = try(r, k, 1)
-          free = d[2]
-          if d[1] == 1 then free = free + 1 end
         end
-        out[#out+1] = struct.pack('<dddddd', 1, free, over, math.min(d[4], BIG), 0, 0)
+      elseif alg == ALG.sliding_log then
+        local hkey = KEYS[k+1]
+        local m = fmt(at)
+        local wgt = tonumber(redis.call('HGET', hkey, m) or '0')
+        if wgt > 0 then
+          local take = math.min(wgt, n)
+          if wgt - take <= 0 then
+            redis.call('ZREM', key, m)
+            redis.call('HDEL', hkey, m)
+          else
+            redis.call('HSET', hkey, m, fmt(wgt - take))
+          end
+          local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0') - take
+          redis.call('HSET', hkey, 'sum', fmt(math.max(0, sum)))
+        end
       end
-      k = k + nk + 1
     end
-    return k
+
+    -- charge_up_to charges as much of n units as the limit admits now (as
+    -- algo.Params.ChargeUpTo does) and returns the units charged.
+    local function charge_up_to(r, k, n)
+      local cap = r[3]
+      if RATE[r[1]] then cap = r[9] end
+      n = math.min(n, cap)
+      for _ = 1, 64 do
+        if n < 1 then break end
+        local d, wr, kind = try(r, k, n)
+        if d[1] == 1 then
+          if kind == 's' then put(wr[1], wr[2], wr[3]) else M.write_log(wr) end
+          return n
+        end
+        n = math.min(n - 1, d[2])
+      end
+      return 0
+    end
+
+    -- settle runs a settle request: its hits are hs[1..n], each {rule,
+    -- actual cost, _, _, lease name}, and its keys start at KEYS[k], each
+    -- hit's keys followed by its settle record. Each hit is settled on its
+    -- own. It appends the answers to out and returns the next key.
+    local function settle(hs, n, k)
+      out[#out+1] = struct.pack('<d', 0)
+      for h = 1, n do
+        local r, actual, lease = hs[h][1], hs[h][2], hs[h][5]
+        local alg = r[1]
+        local nk = 1
+        if alg == ALG.sliding_log or alg == ALG.concurrency then nk = 2 end
+        local rk = KEYS[k + nk]
+        local rec = get(rk)
+        if #rec ~= 16 then
+          out[#out+1] = struct.pack('<dddddd', 0, 0, 0, 0, 0, 0)
+        else
+          put(rk, '', 0) -- deleted at the end
+          local est, at = struct.unpack('<dd', rec)
+          local over, free, d = 0, 0, nil
+          if alg == ALG.concurrency then
+            if M == nil then M = more() end
+            d = M.conc('r', KEYS[k], KEYS[k+1], r, 0, lease)
+            free = d[2]
+          else
+            if actual < est then
+              give_back(r, k, est - actual, at)
+            elseif actual > est then
+              over = actual - est - charge_up_to(r, k, actual - est)
+            end
+            d = try(r, k, 1)
+            free = d[2]
+            if d[1] == 1 then free = free + 1 end
+          end
+          out[#out+1] = struct.pack('<dddddd', 1, free, over, math.min(d[4], BIG), 0, 0)
+        end
+        k = k + nk + 1
+      end
+      return k
+    end
+
+    return settle
+  end
+
+  local S
+  local function settle(hs, n, k)
+    if S == nil then S = settling() end
+    return S(hs, n, k)
   end
 
   return {decide = decide, lease = lease, settle = settle}
