@@ -255,7 +255,10 @@ func (s *Store) ruleArgs(r *limiter.Rule) *ruleArgs {
 // package documentation on batching). On a Cluster, slots are charged one
 // after the other and the charged ones are refunded when a later slot
 // denies (see the package documentation for the bound on over-counting
-// this gives).
+// this gives). A Reserve is decided as a Charge and writes the settle
+// records of its reserved hits in the same call (deleted by such a
+// refund); a Settle is applied per slot, each hit on its own (see the
+// package documentation on reservations).
 //
 // A hit whose cost exceeds its limit's capacity denies the request and makes
 // Apply return an error wrapping floodgate.ErrNeverFits, with out filled in.
