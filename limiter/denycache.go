@@ -44,10 +44,10 @@ const (
 // What the cache cannot see: units given back by another instance
 // (Refund of a queued request, a reservation it settles below its
 // estimate, or a Cluster's refund of a request denied in another slot) and
-// state the store lost (a flush, a restart without
-// persistence, an eviction). Either lets the store allow before T; the
-// cache keeps denying for at most MaxAge after it learnt the denial. Units
-// this limiter gives back (Refund, Settle) drop its entries at once.
+// state the store lost (a flush, a restart without persistence, an
+// eviction). Either lets the store allow before T; the cache keeps denying
+// for at most MaxAge after it learnt the denial. Units this limiter gives
+// back (Refund, Settle) drop its entries at once.
 type DenyCacheOptions struct {
 	// Entries bounds the keys kept (0: DefaultDenyCacheEntries; negative:
 	// no cache). Past it, expired entries and then arbitrary ones make
