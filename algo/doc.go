@@ -35,10 +35,17 @@
 //     table (name, family, kind, parameters, refundable, leasable; a
 //     leasable one also needs its branch in apply.lua's lease op).
 //  2. algo: its decision (a decide function and its case in
-//     Params.DecideInto; Compile only if it needs values of its own).
-//  3. store/redisstore/apply.lua (and refund.lua when it is refundable):
-//     its id in the ALG table, which TestScriptAlgorithmIDs holds equal to
-//     the Go constant, and its function in the dispatch.
+//     Params.DecideInto; Compile only if it needs values of its own) and,
+//     for a counting algorithm, how a reservation settles on it (its case
+//     in settle.go's RefundAt and ChargeUpTo).
+//  3. store/redisstore/apply.lua (and refund.lua): its id in the ALG
+//     table, which TestScriptAlgorithmIDs holds equal to the Go constant,
+//     its function in the dispatch, and its branch of the settle op and of
+//     the refund.
+//
+// The conformance suite (store/storetest) and the differential test of
+// the Redis store against the embedded one then check the new algorithm
+// in both stores; the deny cache and the decision services need nothing.
 //
 // A new family also needs its parameters in floodgate.Limit (Validate,
 // Capacity, Describe), in Compile, in the RateLimit-Policy window of
