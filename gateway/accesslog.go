@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"net/netip"
 	"time"
 
 	"github.com/floodgate/floodgate/accesslog"
@@ -22,46 +21,35 @@ const statusClientGone = 499
 // accessState is what the access log keeps of one request.
 type accessState struct {
 	start time.Time
-	w     accessWriter
 	rec   accesslog.Record
-}
-
-// startAccess notes the request's arrival and returns the writer that
-// counts its answer.
-func (g *Gateway) startAccess(w http.ResponseWriter, st *reqState) http.ResponseWriter {
-	a := &st.access
-	a.start = time.Now()
-	a.w = accessWriter{ResponseWriter: w}
-	return &a.w
 }
 
 // logAccess writes the request's record: who sent it, what the limits
 // decided and how it was answered.
-func (g *Gateway) logAccess(r *http.Request, st *reqState) {
+func (g *Gateway) logAccess(x exchange, st *reqState) {
 	a := &st.access
-	m, res := &st.m, &st.res
+	m, res, r := &st.m, &st.res, &st.view
+	status, bytes := x.answered()
 	rec := &a.rec
 	*rec = accesslog.Record{
 		Time:     a.start,
 		ClientIP: m.ClientIP,
 		Method:   r.Method,
 		Host:     r.Host,
-		Path:     r.URL.Path,
+		Path:     r.Path,
 		Proto:    r.Proto,
-		Status:   a.w.status,
-		Bytes:    a.w.bytes,
+		Status:   status,
+		Bytes:    bytes,
 		Key:      m.KeyID,
 		User:     m.User,
 		Route:    m.Route,
 	}
 	if !rec.ClientIP.IsValid() {
-		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-			rec.ClientIP = ap.Addr().Unmap()
-		}
+		rec.ClientIP = r.Peer
 	}
 	if rec.Status == 0 {
 		rec.Status = http.StatusOK
-		if r.Context().Err() != nil {
+		if x.context().Err() != nil {
 			rec.Status = statusClientGone
 		}
 	}
@@ -90,16 +78,11 @@ func (g *Gateway) logAccess(r *http.Request, st *reqState) {
 		}
 		rec.Degraded = res.Degraded.String()
 	}
-	if v := r.Header["Referer"]; len(v) > 0 {
-		rec.Referer = v[0]
-	}
-	if v := r.Header["User-Agent"]; len(v) > 0 {
-		rec.UserAgent = v[0]
-	}
+	rec.Referer = r.header("Referer")
+	rec.UserAgent = r.header("User-Agent")
 	rec.Duration = time.Since(rec.Time)
 	g.alog.Log(rec)
 	*rec = accesslog.Record{}
-	a.w = accessWriter{}
 }
 
 // accessWriter counts the status and the body bytes of an answer.

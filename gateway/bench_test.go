@@ -75,7 +75,7 @@ func BenchmarkMiddlewarePass(b *testing.B) {
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
 	}
-	m := funcMatcher(func(_ *http.Request, m *Match) error {
+	m := funcMatcher(func(_ *Request, m *Match) error {
 		m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: keys[n.Add(1)&63], Cost: 1})
 		return nil
 	})

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"math"
 	"mime"
 	"net/http"
@@ -57,7 +56,7 @@ func (m *Match) reserves(i int) bool {
 // cost is settled after the response as reservations, and sets the
 // reservation's TTL. An estimate is at least 1 and at most the limit's
 // capacity: it is a guess, which the settle corrects.
-func (g *Gateway) estimate(r *http.Request, st *reqState) {
+func (g *Gateway) estimate(x exchange, st *reqState) {
 	m := &st.m
 	st.req.TTL = 0
 	for i := range m.Hits {
@@ -75,8 +74,8 @@ func (g *Gateway) estimate(r *http.Request, st *reqState) {
 		}
 		v, ok := int64(0), false
 		if name := c.Estimate.Header; name != "" {
-			v, ok = headerInt(r.Header, name)
-		} else if body := st.requestBody(r); body != nil {
+			v, ok = headerInt(st.view.Header, name)
+		} else if body := st.requestBody(x); body != nil {
 			v, ok = jsonInt(body, c.Estimate.Body)
 		}
 		if !ok || v < 1 {
@@ -89,42 +88,29 @@ func (g *Gateway) estimate(r *http.Request, st *reqState) {
 // requestBody returns the request's body for estimates, reading it once
 // (up to maxCostBody) and putting it back for the upstream. It returns nil
 // for no body or one too large to read.
-func (st *reqState) requestBody(r *http.Request) []byte {
-	if st.bodyRead {
-		return st.body
+func (st *reqState) requestBody(x exchange) []byte {
+	if !st.bodyRead {
+		st.bodyRead = true
+		st.body = x.requestBody(maxCostBody)
 	}
-	st.bodyRead = true
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil
-	}
-	// A new buffer each time: the upstream request may still read it
-	// after the handler returned (an upstream that answered early).
-	var buf bytes.Buffer
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, maxCostBody+1))
-	read := buf.Bytes()
-	// The server closes the request's own body when the handler returns;
-	// the upstream request must not (it may do so while the server still
-	// uses it).
-	if err == nil && len(read) <= maxCostBody {
-		r.Body = io.NopCloser(bytes.NewReader(read))
-	} else {
-		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(read), r.Body))
-	}
-	if err != nil || len(read) > maxCostBody {
-		st.body = nil
-		return nil
-	}
-	st.body = read
-	return read
+	return st.body
+}
+
+// getter reads header fields: http.Header, and each engine's views.
+type getter interface {
+	Get(name string) string
 }
 
 // headerInt reads a whole number from the first value of a header.
-func headerInt(h http.Header, name string) (int64, bool) {
-	v := h[name]
-	if len(v) == 0 {
+func headerInt(h getter, name string) (int64, bool) {
+	if h == nil {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
+	v := h.Get(name)
+	if v == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	return n, err == nil
 }
 
@@ -166,16 +152,16 @@ func jsonInt(doc []byte, path []string) (int64, bool) {
 	return int64(f), true
 }
 
-// costRecorder is the response writer of a request with reservations: it
-// remembers the status, reads the actual costs the response tells as it
-// passes (without holding back any of it), and notes whether the gateway
-// answered for an upstream that failed.
+// costRecorder watches the response of a request with reservations, for
+// any engine: it remembers the status, reads the actual costs the response
+// tells as it passes (without holding back any of it), and notes whether
+// the gateway answered for an upstream that failed.
 type costRecorder struct {
-	http.ResponseWriter
 	st      *reqState
+	hdr     getter // the response's header fields, once known
 	status  int
 	failed  bool // the upstream could not be reached, or the client left first
-	done    bool // the handler returned
+	done    bool // the response ended (the handler returned, or its stream)
 	started bool // the response's headers are known
 	stream  bool // a text/event-stream body
 	skip    bool // the body is not read
@@ -189,11 +175,11 @@ type costRecorder struct {
 	bodyHits []int
 }
 
-// recorder returns st's response writer for a request with reservations.
-func (st *reqState) costRecorder(w http.ResponseWriter) *costRecorder {
+// costRecorder returns st's recorder, reset for its request.
+func (st *reqState) costRecorder() *costRecorder {
 	n := len(st.m.Hits)
 	rec := &st.rec
-	*rec = costRecorder{ResponseWriter: w, st: st, buf: rec.buf[:0], sse: sseScanner{line: rec.sse.line[:0], data: rec.sse.data[:0]},
+	*rec = costRecorder{st: st, buf: rec.buf[:0], sse: sseScanner{line: rec.sse.line[:0], data: rec.sse.data[:0]},
 		values: slices.Grow(rec.values[:0], n)[:n], found: slices.Grow(rec.found[:0], n)[:n], bodyHits: rec.bodyHits[:0]}
 	clear(rec.values)
 	clear(rec.found)
@@ -214,7 +200,7 @@ const keepBytes = 64 << 10
 // release drops what the recorder holds of its request, before its
 // reqState goes back to the pool.
 func (c *costRecorder) release() {
-	c.ResponseWriter, c.st = nil, nil
+	c.st, c.hdr = nil, nil
 	if cap(c.buf) > keepBytes {
 		c.buf = nil
 	}
@@ -226,13 +212,23 @@ func (c *costRecorder) release() {
 	}
 }
 
+// header tells the recorder the response's status and header fields: the
+// first final status counts (1xx answers are interim).
+func (c *costRecorder) header(code int, h getter) {
+	c.hdr = h
+	if c.status == 0 && code >= 200 {
+		c.status = code
+		c.start()
+	}
+}
+
 // start reads what the response headers tell, once.
 func (c *costRecorder) start() {
-	if c.started {
+	if c.started || c.hdr == nil {
 		return
 	}
 	c.started = true
-	h := c.ResponseWriter.Header()
+	h := c.hdr
 	for i := range c.st.m.Hits {
 		if cs := c.st.m.costs(i); cs != nil && cs.Actual != nil && cs.Actual.Header != "" {
 			c.values[i], c.found[i] = headerInt(h, cs.Actual.Header)
@@ -245,33 +241,16 @@ func (c *costRecorder) start() {
 	if ct, _, err := mime.ParseMediaType(h.Get("Content-Type")); err == nil && ct == "text/event-stream" {
 		c.stream = true
 	}
-	if h.Get("Content-Encoding") != "" && h.Get("Content-Encoding") != "identity" {
+	if ce := h.Get("Content-Encoding"); ce != "" && ce != "identity" {
 		c.skip = true // compressed: not read
 	}
 }
 
-func (c *costRecorder) WriteHeader(code int) {
-	if c.status == 0 && code >= 200 {
-		c.status = code
-		c.start()
-	}
-	c.ResponseWriter.WriteHeader(code)
-}
-
-func (c *costRecorder) Write(b []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-		c.start()
-	}
-	n, err := c.ResponseWriter.Write(b)
-	if !c.skip {
-		c.read(b[:n])
-	}
-	return n, err
-}
-
 // read looks at a part of the body as it passes.
 func (c *costRecorder) read(b []byte) {
+	if c.skip || len(b) == 0 {
+		return
+	}
 	if c.stream {
 		c.sse.write(b)
 		return
@@ -285,7 +264,7 @@ func (c *costRecorder) read(b []byte) {
 
 // finish reads the actual costs of a JSON body once it has passed.
 func (c *costRecorder) finish() {
-	if !c.started && c.done && c.ResponseWriter != nil {
+	if !c.started && c.done {
 		c.start() // the handler set headers and wrote nothing
 	}
 	if c.skip || c.stream || len(c.buf) == 0 {
@@ -301,30 +280,6 @@ func (c *costRecorder) event(doc []byte) {
 		if v, ok := jsonInt(doc, c.st.m.costs(i).Actual.Body); ok {
 			c.values[i], c.found[i] = v, true
 		}
-	}
-}
-
-// Flush passes flushes through for streamed responses.
-func (c *costRecorder) Flush() {
-	if c.status == 0 {
-		c.status = http.StatusOK
-		c.start()
-	}
-	_ = http.NewResponseController(c.ResponseWriter).Flush()
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (c *costRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }
-
-// upstreamFailed notes that the gateway answered for an upstream that
-// could not be reached (or a client that left first): the reservations
-// are given back.
-func (c *costRecorder) upstreamFailed() { c.failed = true }
-
-// markFailed tells w, when it is a costRecorder, that the upstream failed.
-func markFailed(w http.ResponseWriter) {
-	if f, ok := w.(interface{ upstreamFailed() }); ok {
-		f.upstreamFailed()
 	}
 }
 
@@ -487,7 +442,7 @@ func plainHits(st *reqState) []limiter.Hit {
 // cancelReservation gives the whole reservation of st back: the request
 // never went ahead.
 func (g *Gateway) cancelReservation(ctx context.Context, st *reqState) {
-	rec := st.costRecorder(nil)
+	rec := st.costRecorder()
 	rec.failed, rec.done = true, true
 	g.settle(ctx, st, 0, rec)
 }

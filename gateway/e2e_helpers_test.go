@@ -49,9 +49,7 @@ func mustRule(t testing.TB, l floodgate.Limit, shadow bool) *limiter.Rule {
 
 // funcMatcher is a Matcher written as a function, for tests that do not
 // need a whole policy file.
-type funcMatcher func(r *http.Request, m *Match) error
-
-func (f funcMatcher) Match(r *http.Request, m *Match) error { return f(r, m) }
+type funcMatcher = MatcherFunc
 
 // upstream is a real HTTP server on loopback that counts what it served.
 type upstream struct {

@@ -198,7 +198,7 @@ func TestExplainAnswers(t *testing.T) {
 		t.Errorf("duration JSON %s: %v %v", b, back, err)
 	}
 	// Only a policy can explain.
-	g2, err := New(Options{Matcher: funcMatcher(func(*http.Request, *Match) error { return nil }),
+	g2, err := New(Options{Matcher: funcMatcher(func(*Request, *Match) error { return nil }),
 		Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,11 +20,19 @@ import (
 )
 
 // Matcher finds the route and the limits of a request. The policy package
-// provides one (PolicyMatcher); it must be safe for concurrent use.
+// provides one (PolicyMatcher); it must be safe for concurrent use. It
+// reads the request through its engine-neutral view; r.HTTP is the
+// *http.Request when net/http serves it.
 type Matcher interface {
 	// Match fills m (already reset) for r.
-	Match(r *http.Request, m *Match) error
+	Match(r *Request, m *Match) error
 }
+
+// MatcherFunc is a Matcher written as a function.
+type MatcherFunc func(r *Request, m *Match) error
+
+// Match calls f.
+func (f MatcherFunc) Match(r *Request, m *Match) error { return f(r, m) }
 
 // UserMatcher is a Matcher that can put off verifying a request's user:
 // its Match leaves out the limits that count per user and sets
@@ -33,7 +42,7 @@ type Matcher interface {
 // token that does not verify either makes the request anonymous or sets
 // Match.Reject to 401, as the matcher's policy says.
 type UserMatcher interface {
-	MatchUser(r *http.Request, m *Match) error
+	MatchUser(r *Request, m *Match) error
 }
 
 // Match is what a Matcher found for one request. The gateway owns it and
@@ -131,8 +140,12 @@ type Options struct {
 	// ReleaseTimeout bounds giving back concurrency leases, refunds and
 	// charges after the request (default 2s).
 	ReleaseTimeout time.Duration
-	// Transport carries the reverse proxy's upstream requests (default:
-	// NewTransport(TransportOptions{})).
+	// Upstream tunes the upstream connections of both engines: the
+	// net/http engine's default Transport is NewTransport(Upstream), and
+	// the edge engine's connection pools follow it too.
+	Upstream TransportOptions
+	// Transport carries the net/http engine's upstream requests (default:
+	// NewTransport(Upstream)).
 	Transport http.RoundTripper
 	// MethodOverride says what to do with method override headers
 	// (default: strip them).
@@ -157,8 +170,10 @@ type Gateway struct {
 	override MethodOverride
 	alog     AccessLogger
 
-	proxies sync.Map // *url.URL → *upstreamProxy
-	pool    sync.Pool
+	upstream TransportOptions
+	proxies  sync.Map // *url.URL → *upstreamProxy
+	edgeUps  sync.Map // *url.URL → *edgeUpstream
+	pool     sync.Pool
 }
 
 // New returns a Gateway.
@@ -179,6 +194,7 @@ func New(opts Options) (*Gateway, error) {
 		tr:       opts.Transport,
 		override: opts.MethodOverride,
 		alog:     opts.AccessLog,
+		upstream: opts.Upstream,
 	}
 	g.user, _ = opts.Matcher.(UserMatcher)
 	if g.obs == nil {
@@ -191,10 +207,48 @@ func New(opts Options) (*Gateway, error) {
 		g.relTO = 2 * time.Second
 	}
 	if g.tr == nil {
-		g.tr = NewTransport(TransportOptions{})
+		g.tr = NewTransport(opts.Upstream)
 	}
 	g.pool.New = func() any { return new(reqState) }
 	return g, nil
+}
+
+// exchange is one request as an HTTP engine hands it to the request path,
+// and the way to answer it. The request path (handle and finish) reads the
+// request through reqState.view and never sees the engine; each engine
+// implements these few methods (nethttp.go, edge.go).
+type exchange interface {
+	// context ends when the request does: when the client goes away, as
+	// far as the engine can tell.
+	context() context.Context
+	// delHeader removes a request header field before the request is
+	// matched and forwarded.
+	delHeader(name string)
+	// requestBody returns the request body when it is at most max bytes,
+	// and puts what it read back for the upstream; nil for no body, or one
+	// too large or that could not be read.
+	requestBody(max int) []byte
+	// setFields adds fields to the coming answer, whoever writes it.
+	setFields(fs []fields.Field)
+	// answer writes an answer of the gateway's own, with a JSON body;
+	// challenge adds the bearer challenge of a 401.
+	answer(status int, body []byte, challenge bool)
+	// pass hands the request on: to the next handler (middleware) or to
+	// its route's upstream. rec, when not nil, is told the response as it
+	// passes (the actual costs of a reservation) and marked failed when
+	// the upstream could not be reached. later reports that the response
+	// goes on after pass returns (a streamed body): the engine then calls
+	// Gateway.finish when it ends.
+	pass(st *reqState, rec *costRecorder) (later bool)
+	// proxies reports whether pass forwards to an upstream (not to a next
+	// handler).
+	proxies() bool
+	// answered returns the status and the body bytes of the answer so far
+	// (0 before one is written), for the access log.
+	answered() (status int, bytes int64)
+	// watch returns a channel closed when the client leaves while the
+	// request waits in a queue, and the function that ends the watch.
+	watch() (gone <-chan struct{}, stop func())
 }
 
 // Middleware returns next wrapped by the gateway: requests over a limit are
@@ -202,18 +256,19 @@ func New(opts Options) (*Gateway, error) {
 // leaky queue) with the RateLimit fields already set on the response.
 func (g *Gateway) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.serve(w, r, next, nil)
+		g.serveHTTP(w, r, next)
 	})
 }
 
 // ServeHTTP is the reverse proxy: it enforces the policy and forwards each
 // request to its route's upstream (404 when no route matched).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	g.serve(w, r, nil, g.forward)
+	g.serveHTTP(w, r, nil)
 }
 
 // reqState is the per-request scratch space, pooled.
 type reqState struct {
+	view     Request
 	m        Match
 	req      limiter.Request
 	res      limiter.Result
@@ -223,9 +278,13 @@ type reqState struct {
 	leases   []limiter.Hit
 	settled  limiter.Result
 	rec      costRecorder
+	reserved bool   // rec holds a reservation to settle in finish
+	stop     func() // stops the renewal of the leases
 	body     []byte // the request body read for estimates
 	bodyRead bool
 	access   accessState
+	nh       httpExchange // the net/http engine's exchange
+	eh       edgeExchange // the edge engine's exchange
 }
 
 func (g *Gateway) get() *reqState {
@@ -241,7 +300,11 @@ func (g *Gateway) put(st *reqState) {
 	st.items, st.leases = st.items[:0], st.leases[:0]
 	st.req = limiter.Request{}
 	st.rec.release()
+	st.reserved, st.stop = false, nil
 	st.body, st.bodyRead = nil, false
+	st.view = Request{}
+	st.nh = httpExchange{}
+	st.eh.reset()
 	g.pool.Put(st)
 }
 
@@ -253,118 +316,134 @@ func (g *Gateway) options(m *Match) *fields.Options {
 	return &g.fields
 }
 
-// decide asks the engine about st.m's hits, with the costs r tells (see
-// estimate); peek charges nothing.
-func (g *Gateway) decide(ctx context.Context, r *http.Request, st *reqState, peek bool) error {
+// decide asks the engine about st.m's hits, with the costs the request
+// tells (see estimate); peek charges nothing.
+func (g *Gateway) decide(ctx context.Context, x exchange, st *reqState, peek bool) error {
 	st.req = limiter.Request{Front: limiter.FrontGateway, Peek: peek, Hits: st.m.Hits}
-	g.estimate(r, st)
+	g.estimate(x, st)
 	return g.engine.Decide(ctx, &st.req, &st.res)
 }
 
-// serve is the request path shared by the middleware and the proxy: exactly
-// one of next and fwd is set. It turns the request into hits (the
-// matcher), asks the engine, and turns the engine's Result into the answer.
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, next http.Handler, fwd func(http.ResponseWriter, *http.Request, *reqState)) {
-	st := g.get()
-	defer g.put(st)
+// handle is the request path every engine shares. It turns the request
+// (st.view) into hits (the matcher), asks the engine, and turns the
+// engine's Result into the answer: one of the gateway's own, or the
+// request passed on. It returns true when the answer goes on after it
+// returns (a streamed response), and the engine calls finish at its end;
+// otherwise the engine calls finish once handle returns (or panics).
+func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
+	r, m := &st.view, &st.m
 	if g.alog != nil {
-		w = g.startAccess(w, st)
-		defer g.logAccess(r, st)
+		st.access.start = time.Now()
 	}
-	m := &st.m
-	ctx := r.Context()
-	if why := badTarget(r); why != "" {
-		g.badRequest(w, r, why)
-		return
+	ctx := x.context()
+	if why := badTarget(r.Path); why != "" {
+		g.badRequest(x, st, why)
+		return false
 	}
-	if why := g.methodOverride(r); why != "" {
-		g.badRequest(w, r, why)
-		return
+	if why := g.methodOverride(x, r); why != "" {
+		g.badRequest(x, st, why)
+		return false
 	}
 	if err := g.matcher.Match(r, m); err != nil {
-		g.log.Error("gateway: match", "err", err, "path", r.URL.Path)
-		writeJSON(w, http.StatusInternalServerError, bodyInternal)
-		return
+		g.log.Error("gateway: match", "err", err, "path", r.Path)
+		x.answer(http.StatusInternalServerError, bodyInternal, false)
+		return false
 	}
 	if m.UserPending && g.user != nil {
 		// The limits that need no user come first: a request over them is
 		// refused before its token costs any CPU.
 		if len(m.Hits) > 0 {
-			if err := g.decide(ctx, r, st, true); err != nil {
-				g.failed(err, w, r, st, next, fwd)
-				return
+			if err := g.decide(ctx, x, st, true); err != nil {
+				return g.failed(err, x, st)
 			}
 			if !st.res.Allowed {
-				g.deny(w, r, st)
-				return
+				g.deny(x, st)
+				return false
 			}
 		}
 		m.Reset()
 		if err := g.user.MatchUser(r, m); err != nil {
-			g.log.Error("gateway: match", "err", err, "path", r.URL.Path)
-			writeJSON(w, http.StatusInternalServerError, bodyInternal)
-			return
+			g.log.Error("gateway: match", "err", err, "path", r.Path)
+			x.answer(http.StatusInternalServerError, bodyInternal, false)
+			return false
 		}
 	}
 	if len(m.Hits) == 0 {
 		if m.Reject != 0 {
-			g.reject(w, r, st)
-			return
+			g.reject(x, st)
+			return false
 		}
-		g.pass(w, r, st, next, fwd)
-		return
+		return x.pass(st, nil)
 	}
-	if err := g.decide(ctx, r, st, false); err != nil {
-		g.failed(err, w, r, st, next, fwd)
-		return
+	if err := g.decide(ctx, x, st, false); err != nil {
+		return g.failed(err, x, st)
 	}
 	res := &st.res
 	if !res.Allowed {
-		g.deny(w, r, st)
-		return
+		g.deny(x, st)
+		return false
 	}
 
-	// Allowed: the concurrency leases are given back whatever happens next.
+	// Allowed: the concurrency leases are given back whatever happens next
+	// (finish), and renewed while the request is in flight.
 	for i := range m.Hits {
 		if m.Hits[i].Lease != 0 && !m.Hits[i].Reserve {
 			st.leases = append(st.leases, m.Hits[i])
 		}
 	}
 	if len(st.leases) > 0 {
-		defer g.release(ctx, st.leases)
-		// Deferred after the release, so it runs first: no renewal
-		// outlives the request.
-		defer g.renew(ctx, st.leases)()
+		st.stop = g.renew(ctx, st.leases)
 	}
 	if m.Reject != 0 {
-		g.reject(w, r, st)
+		g.reject(x, st)
 		if st.req.HasReserved() {
 			g.settle(ctx, st, m.Reject, nil)
 		}
-		return
+		return false
 	}
-	if res.Delay > 0 && !g.wait(ctx, st, res.Delay) {
+	if res.Delay > 0 && !g.wait(ctx, x, st, res.Delay) {
 		if st.req.HasReserved() {
 			g.cancelReservation(ctx, st) // the client went away while queued
 		}
-		return
+		return false
 	}
 	st.out = g.render(st, false)
-	setFields(w.Header(), st.out)
+	x.setFields(st.out)
 	if !st.req.HasReserved() {
-		g.pass(w, r, st, next, fwd)
-		return
+		return x.pass(st, nil)
 	}
-	// The reservation is settled whatever happens next (errors, panics).
-	rec := st.costRecorder(w)
-	defer g.settle(ctx, st, 0, rec)
-	if fwd != nil && len(rec.bodyHits) > 0 {
-		// Let the transport ask for a compressed body and decompress it,
-		// so that the actual cost can be read.
-		r.Header.Del("Accept-Encoding")
+	// The reservation is settled whatever happens next (finish).
+	rec := st.costRecorder()
+	st.reserved = true
+	if x.proxies() && len(rec.bodyHits) > 0 {
+		// Ask the upstream for a body that is not compressed (or let the
+		// transport decompress it), so that the actual cost can be read.
+		x.delHeader("Accept-Encoding")
 	}
-	g.pass(rec, r, st, next, fwd)
-	rec.done = true
+	later = x.pass(st, rec)
+	rec.done = !later
+	return later
+}
+
+// finish ends a request once its answer is written (or its handler
+// panicked): the reservation is settled, the renewal of its leases stops
+// and they are given back, and the access log gets its record.
+func (g *Gateway) finish(x exchange, st *reqState) {
+	ctx := x.context()
+	if st.reserved {
+		st.reserved = false
+		g.settle(ctx, st, 0, &st.rec)
+	}
+	if st.stop != nil {
+		st.stop()
+		st.stop = nil
+	}
+	if len(st.leases) > 0 {
+		g.release(ctx, st.leases)
+	}
+	if g.alog != nil {
+		g.logAccess(x, st)
+	}
 }
 
 // render returns the response fields of st's verdict.
@@ -384,66 +463,70 @@ func (g *Gateway) render(st *reqState, denied bool) []fields.Field {
 }
 
 // deny answers 429 from st's verdict.
-func (g *Gateway) deny(w http.ResponseWriter, r *http.Request, st *reqState) {
+func (g *Gateway) deny(x exchange, st *reqState) {
 	res := &st.res
 	st.out = g.render(st, true)
-	setFields(w.Header(), st.out)
+	x.setFields(st.out)
 	rule := st.m.Hits[res.Binding].Rule
 	g.obs.Rejected(limiter.FrontGateway, rule.Name(), http.StatusTooManyRequests)
-	if g.log.Enabled(r.Context(), slog.LevelDebug) {
-		g.log.Debug("gateway: 429", "limit", rule.Name(), "route", st.m.Route, "path", r.URL.Path, "retry_after", res.RetryAfter)
+	if g.log.Enabled(x.context(), slog.LevelDebug) {
+		g.log.Debug("gateway: 429", "limit", rule.Name(), "route", st.m.Route, "path", strings.Clone(st.view.Path), "retry_after", res.RetryAfter)
 	}
 	body := bodyTooMany
 	if rule.Algorithm().Kind() == floodgate.KindQuota {
 		body = bodyExceeded
 	}
-	writeJSON(w, http.StatusTooManyRequests, body)
+	x.answer(http.StatusTooManyRequests, body, false)
 }
 
 // badRequest answers 400 with the reason.
-func (g *Gateway) badRequest(w http.ResponseWriter, r *http.Request, why string) {
+func (g *Gateway) badRequest(x exchange, st *reqState, why string) {
 	g.obs.Rejected(limiter.FrontGateway, "", http.StatusBadRequest)
-	if g.log.Enabled(r.Context(), slog.LevelDebug) {
-		g.log.Debug("gateway: 400", "reason", why, "path", r.URL.EscapedPath())
+	if g.log.Enabled(x.context(), slog.LevelDebug) {
+		g.log.Debug("gateway: 400", "reason", why, "path", strings.Clone(st.view.Path))
+	}
+	x.answer(http.StatusBadRequest, badRequestBody(why), false)
+}
+
+// badRequestBodies are the 400 bodies, one per reason (the reasons are
+// constants, so there are few).
+var badRequestBodies sync.Map // string → []byte
+
+// badRequestBody returns the 400 body of a reason.
+func badRequestBody(why string) []byte {
+	if b, ok := badRequestBodies.Load(why); ok {
+		return b.([]byte)
 	}
 	body, _ := json.Marshal(struct {
 		Message string `json:"message"`
 		Reason  string `json:"reason"`
 	}{"Bad Request", why})
-	writeJSON(w, http.StatusBadRequest, append(body, '\n'))
+	body = append(body, '\n')
+	badRequestBodies.Store(why, body)
+	return body
 }
 
 // reject answers the Match's Reject status.
-func (g *Gateway) reject(w http.ResponseWriter, r *http.Request, st *reqState) {
+func (g *Gateway) reject(x exchange, st *reqState) {
 	status := st.m.Reject
 	g.obs.Rejected(limiter.FrontGateway, "", status)
-	if g.log.Enabled(r.Context(), slog.LevelDebug) {
-		g.log.Debug("gateway: rejected", "status", status, "route", st.m.Route, "path", r.URL.Path)
+	if g.log.Enabled(x.context(), slog.LevelDebug) {
+		g.log.Debug("gateway: rejected", "status", status, "route", st.m.Route, "path", strings.Clone(st.view.Path))
 	}
 	switch status {
 	case http.StatusForbidden:
-		writeJSON(w, status, bodyForbidden)
+		x.answer(status, bodyForbidden, false)
 	case http.StatusUnauthorized:
-		w.Header()["Www-Authenticate"] = bearerChallenge
-		writeJSON(w, status, bodyUnauthorized)
+		x.answer(status, bodyUnauthorized, true)
 	default:
-		writeJSON(w, status, bodyInternal)
+		x.answer(status, bodyInternal, false)
 	}
-}
-
-// pass hands the request on: to next (middleware) or to the upstream.
-func (g *Gateway) pass(w http.ResponseWriter, r *http.Request, st *reqState, next http.Handler, fwd func(http.ResponseWriter, *http.Request, *reqState)) {
-	if next != nil {
-		next.ServeHTTP(w, r)
-		return
-	}
-	fwd(w, r, st)
 }
 
 // wait holds a request for its place in a leaky queue. It returns false
 // when the client went away first; then the charge is refunded if the
 // engine can.
-func (g *Gateway) wait(ctx context.Context, st *reqState, delay time.Duration) bool {
+func (g *Gateway) wait(ctx context.Context, x exchange, st *reqState, delay time.Duration) bool {
 	name := ""
 	for i := range st.m.Hits {
 		if st.res.Decisions[i].Delay > 0 && st.res.Flags[i]&limiter.Shadow == 0 {
@@ -454,11 +537,14 @@ func (g *Gateway) wait(ctx context.Context, st *reqState, delay time.Duration) b
 	g.obs.Queued(name, 1)
 	defer g.obs.Queued(name, -1)
 	t := time.NewTimer(delay)
+	gone, stop := x.watch()
 	select {
 	case <-t.C:
+		stop()
 		return true
-	case <-ctx.Done():
+	case <-gone:
 		t.Stop()
+		stop()
 	}
 	// The client went away before its slot: give its place back (the
 	// rate algorithms' charges are refundable; others keep theirs).
@@ -529,18 +615,18 @@ func (g *Gateway) release(ctx context.Context, leases []limiter.Hit) {
 // would not help). Anything else passes: the engine already applies each
 // limit's failure policy to store failures, so an error reaching the
 // gateway is unexpected and is logged.
-func (g *Gateway) failed(err error, w http.ResponseWriter, r *http.Request, st *reqState, next http.Handler, fwd func(http.ResponseWriter, *http.Request, *reqState)) {
-	g.log.Error("gateway: engine", "err", err, "path", r.URL.Path)
+func (g *Gateway) failed(err error, x exchange, st *reqState) (later bool) {
+	g.log.Error("gateway: engine", "err", err, "path", strings.Clone(st.view.Path))
 	if errors.Is(err, floodgate.ErrNeverFits) {
 		g.obs.Rejected(limiter.FrontGateway, "", http.StatusTooManyRequests)
-		writeJSON(w, http.StatusTooManyRequests, bodyTooMany)
-		return
+		x.answer(http.StatusTooManyRequests, bodyTooMany, false)
+		return false
 	}
 	if st.m.Reject != 0 {
-		g.reject(w, r, st)
-		return
+		g.reject(x, st)
+		return false
 	}
-	g.pass(w, r, st, next, fwd)
+	return x.pass(st, nil)
 }
 
 type nopObserver struct{}

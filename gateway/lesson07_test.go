@@ -38,11 +38,11 @@ func newSchoolOffice(t *testing.T, upstream string) *schoolOffice {
 	}
 }
 
-func (o *schoolOffice) Match(r *http.Request, m *Match) error {
+func (o *schoolOffice) Match(r *Request, m *Match) error {
 	m.Route = "school"
 	m.Upstream = o.upstream
-	if strings.HasPrefix(r.URL.Path, "/partner/") {
-		switch key := r.Header.Get("x-api-key"); key {
+	if strings.HasPrefix(r.Path, "/partner/") {
+		switch key := r.Header.Get("X-Api-Key"); key {
 		case "key-partner-1":
 			m.Hits = append(m.Hits, limiter.Hit{Rule: o.partnerDay, Key: key, Cost: 1}, limiter.Hit{Rule: o.partnerRate, Key: key, Cost: 1})
 		case "key-trial":

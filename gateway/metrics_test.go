@@ -32,7 +32,7 @@ func TestMetrics(t *testing.T) {
 	clock := newTestClock()
 	office := newSchoolOffice(t, up.URL)
 	shadow := mustRule(t, floodgate.Limit{Name: "shadow", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute}, true)
-	matcher := funcMatcher(func(r *http.Request, mt *Match) error {
+	matcher := funcMatcher(func(r *Request, mt *Match) error {
 		if err := office.Match(r, mt); err != nil || mt.Reject != 0 {
 			return err
 		}

@@ -118,7 +118,7 @@ func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 // seen before, and matches it against the policy in force. The policy's
 // field switches (server.headers) apply to the request, so that a reload
 // changes them too.
-func (pm *PolicyMatcher) Match(r *http.Request, m *Match) error {
+func (pm *PolicyMatcher) Match(r *Request, m *Match) error {
 	return pm.match(r, m, false)
 }
 
@@ -127,21 +127,21 @@ func (pm *PolicyMatcher) Match(r *http.Request, m *Match) error {
 // the request is then refused with 401 (Match.Reject) once the limits that
 // need no user are charged, unless its route takes such requests as
 // anonymous.
-func (pm *PolicyMatcher) MatchUser(r *http.Request, m *Match) error {
+func (pm *PolicyMatcher) MatchUser(r *Request, m *Match) error {
 	return pm.match(r, m, true)
 }
 
-func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
+func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	p := pm.src.Policy()
 	rf, err := pm.resolverFor(p)
 	if err != nil {
 		return err
 	}
-	id := rf.resolver.Client(r)
+	id := rf.resolver.ClientOf(r.Peer, r.Header)
 	req := policy.Request{
 		Method:    r.Method,
 		Host:      r.Host,
-		Path:      r.URL.Path,
+		Path:      r.Path,
 		ClientIP:  id.ClientIP,
 		ClientKey: id.ClientKey,
 		User:      id.User,
@@ -149,7 +149,7 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 	}
 	badToken := false
 	if id.User == "" {
-		if tok := rf.resolver.Token(r); tok != "" {
+		if tok := rf.resolver.TokenOf(r.Header); tok != "" {
 			now := pm.now()
 			if u, ok := rf.resolver.CachedUser(tok, now); ok {
 				req.User = u
@@ -166,10 +166,10 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 			}
 		}
 	}
-	if v := r.Header[rf.keyHdr]; len(v) > 0 {
-		req.APIKey = v[0]
-		if len(v[0]) > 7 && strings.EqualFold(v[0][:7], "bearer ") {
-			req.APIKey = strings.TrimSpace(v[0][7:]) // "Authorization: Bearer KEY"
+	if v := r.header(rf.keyHdr); v != "" {
+		req.APIKey = v
+		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+			req.APIKey = strings.TrimSpace(v[7:]) // "Authorization: Bearer KEY"
 		}
 	}
 	pmm := pm.pool.Get().(*policy.Match)
@@ -205,7 +205,7 @@ func (pm *PolicyMatcher) match(r *http.Request, m *Match, verify bool) error {
 
 // invalidToken counts a token that did not verify and logs it, at most
 // once a second.
-func (pm *PolicyMatcher) invalidToken(r *http.Request, err error) {
+func (pm *PolicyMatcher) invalidToken(r *Request, err error) {
 	reason := identity.Reason(err)
 	if pm.onBad != nil {
 		pm.onBad(reason)
@@ -216,8 +216,8 @@ func (pm *PolicyMatcher) invalidToken(r *http.Request, err error) {
 		pm.suppressed.Add(1)
 		return
 	}
-	pm.log.Warn("gateway: invalid token", "reason", reason, "err", err, "path", r.URL.Path,
-		"remote", r.RemoteAddr, "not_logged_since", pm.suppressed.Swap(0))
+	pm.log.Warn("gateway: invalid token", "reason", reason, "err", err, "path", strings.Clone(r.Path),
+		"remote", r.Peer, "not_logged_since", pm.suppressed.Swap(0))
 }
 
 // FieldOptions returns the response field switches of a file's settings.

@@ -154,4 +154,5 @@ var copyBuffers = &bufferPool{}
 // policy reload.
 func (g *Gateway) ForgetUpstreams() {
 	g.proxies.Clear()
+	g.forgetEdgeUpstreams()
 }

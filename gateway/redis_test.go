@@ -41,7 +41,7 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 		}
 		t.Cleanup(store.Close)
 		engine := limiter.New(store, limiter.Options{Timeout: 2 * time.Second})
-		g, err := New(Options{Matcher: funcMatcher(func(_ *http.Request, m *Match) error {
+		g, err := New(Options{Matcher: funcMatcher(func(_ *Request, m *Match) error {
 			m.Upstream = upURL
 			m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: "tenant-1", Cost: 1})
 			return nil
@@ -106,9 +106,9 @@ func TestRedisDownFailurePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	engine := limiter.New(store, limiter.Options{Timeout: 100 * time.Millisecond, Observer: m})
-	g, err := New(Options{Engine: engine, Observer: m, Matcher: funcMatcher(func(r *http.Request, mt *Match) error {
+	g, err := New(Options{Engine: engine, Observer: m, Matcher: funcMatcher(func(r *Request, mt *Match) error {
 		rule := open
-		if r.URL.Path == "/closed" {
+		if r.Path == "/closed" {
 			rule = closed
 		}
 		mt.Hits = append(mt.Hits, limiter.Hit{Rule: rule, Key: "k", Cost: 1})

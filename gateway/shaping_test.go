@@ -19,7 +19,7 @@ import (
 
 // oneRule matches every request to one rule under one key.
 func oneRule(r *limiter.Rule, countOn ...int) funcMatcher {
-	return func(_ *http.Request, m *Match) error {
+	return func(_ *Request, m *Match) error {
 		m.Hits = append(m.Hits, limiter.Hit{Rule: r, Key: "k", Cost: 1})
 		if len(countOn) > 0 {
 			m.CountOn = append(m.CountOn, countOn)
@@ -337,7 +337,7 @@ func TestCountOnStatus(t *testing.T) {
 func TestNeverFits(t *testing.T) {
 	t.Parallel()
 	rule := mustRule(t, floodgate.Limit{Name: "small", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute}, false)
-	m := funcMatcher(func(_ *http.Request, m *Match) error {
+	m := funcMatcher(func(_ *Request, m *Match) error {
 		m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: "k", Cost: 3})
 		return nil
 	})

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"net/http"
 	"strings"
 )
 
@@ -30,8 +29,7 @@ var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", 
 // upstream should receive and what would let a request dodge a route's
 // limit when the upstream normalises it. The path is read decoded (so %00
 // and %5C count as NUL and backslash).
-func badTarget(r *http.Request) string {
-	p := r.URL.Path
+func badTarget(p string) string {
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {
 		case c < 0x20 || c == 0x7f:
@@ -53,24 +51,39 @@ func badTarget(r *http.Request) string {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\v' || c == '\f' }
 
-// methodOverride applies the gateway's policy to r's method override
-// headers; it returns the reason to refuse r, or "".
-func (g *Gateway) methodOverride(r *http.Request) string {
+// methodOverride applies the gateway's policy to the method override
+// headers of the request x carries (r its view); it returns the reason to
+// refuse it, or "".
+func (g *Gateway) methodOverride(x exchange, r *Request) string {
+	if r.Header == nil {
+		return ""
+	}
 	for _, h := range methodOverrideHeaders {
-		v, ok := r.Header[h]
-		if !ok {
+		v := r.Header.Values(h)
+		if len(v) == 0 {
 			continue
 		}
 		switch g.override {
 		case OverrideReject:
 			return "method override headers are not accepted"
 		case OverrideHonor:
-			if len(v) > 0 && v[0] != "" {
-				r.Method = strings.ToUpper(strings.TrimSpace(v[0]))
+			if v[0] != "" {
+				r.Method = upperMethod(strings.TrimSpace(v[0]))
 			}
 		default:
-			delete(r.Header, h)
+			x.delHeader(h)
 		}
 	}
 	return ""
+}
+
+// upperMethod returns a method in upper case, without allocating when it
+// is already.
+func upperMethod(m string) string {
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c >= 'a' && c <= 'z' {
+			return strings.ToUpper(m)
+		}
+	}
+	return m
 }

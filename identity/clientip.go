@@ -1,7 +1,6 @@
 package identity
 
 import (
-	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -118,7 +117,7 @@ func (w *walker) next() (hop string, done bool) {
 // is the client. An unparseable hop stops the walk: the client is then the
 // last address known (the hop that reported it). If every hop is trusted,
 // the leftmost hop is the client.
-func clientIP(peer netip.Addr, h http.Header, header string, trusted func(netip.Addr) bool) netip.Addr {
+func clientIP(peer netip.Addr, h Header, header string, trusted func(netip.Addr) bool) netip.Addr {
 	lines := h.Values(header)
 	if len(lines) == 0 {
 		return peer

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -294,7 +293,7 @@ func jwkKey(alg string, k jwk) (any, error) {
 }
 
 // token takes the token from the configured header.
-func (v *Verifier) token(h http.Header) string {
+func (v *Verifier) token(h Header) string {
 	t := strings.TrimSpace(h.Get(v.o.Header))
 	if len(t) > 7 && strings.EqualFold(t[:7], "bearer ") {
 		t = strings.TrimSpace(t[7:])

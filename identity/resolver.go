@@ -122,9 +122,19 @@ func (r *Resolver) Trusted(a netip.Addr) bool {
 	return false
 }
 
+// Header is the read-only view of a request's header fields that a Resolver
+// reads; http.Header is one, and each HTTP engine of the gateway gives one.
+// Names are given in canonical form.
+type Header interface {
+	// Get returns the first value of a field, or "".
+	Get(name string) string
+	// Values returns every value of a field (one per line).
+	Values(name string) []string
+}
+
 // ClientIP returns the client's address for a connection from remoteAddr
 // carrying header h, following the rules in the package documentation.
-func (r *Resolver) ClientIP(remoteAddr string, h http.Header) netip.Addr {
+func (r *Resolver) ClientIP(remoteAddr string, h Header) netip.Addr {
 	peer := ParsePeer(remoteAddr)
 	if !peer.IsValid() || !r.Trusted(peer) {
 		return peer
@@ -168,18 +178,18 @@ func (r *Resolver) ResolveAt(req *http.Request, now time.Time) Identity {
 	if tok := r.Token(req); tok != "" {
 		id.User, id.UserError = r.User(tok, now)
 		if id.User == "" {
-			id.User = r.headerUser(req, id.PeerTrusted)
+			id.User = r.headerUser(req.Header, id.PeerTrusted)
 		}
 	}
 	return id
 }
 
 // headerUser returns the user a trusted proxy names in the user header.
-func (r *Resolver) headerUser(req *http.Request, peerTrusted bool) string {
+func (r *Resolver) headerUser(h Header, peerTrusted bool) string {
 	if r.userHeader == "" || !peerTrusted {
 		return ""
 	}
-	if u := strings.TrimSpace(req.Header.Get(r.userHeader)); u != "" && len(u) <= maxUserLen && printable(u) {
+	if u := strings.TrimSpace(h.Get(r.userHeader)); u != "" && len(u) <= maxUserLen && printable(u) {
 		return u
 	}
 	return ""
@@ -190,16 +200,23 @@ func (r *Resolver) headerUser(req *http.Request, peerTrusted bool) string {
 // trusted proxy names in the user header (a verified token's user comes
 // first). It costs no cryptography.
 func (r *Resolver) Client(req *http.Request) Identity {
+	return r.ClientOf(ParsePeer(req.RemoteAddr), req.Header)
+}
+
+// ClientOf is Client for a request known by its peer's address (as
+// ParsePeer gives it) and its header fields, for HTTP engines other than
+// net/http.
+func (r *Resolver) ClientOf(peer netip.Addr, h Header) Identity {
 	var id Identity
-	id.Peer = ParsePeer(req.RemoteAddr)
+	id.Peer = peer
 	id.PeerTrusted = id.Peer.IsValid() && r.Trusted(id.Peer)
 	id.ClientIP = id.Peer
 	if id.PeerTrusted {
-		id.ClientIP = clientIP(id.Peer, req.Header, r.header, r.Trusted)
+		id.ClientIP = clientIP(id.Peer, h, r.header, r.Trusted)
 	}
 	id.ClientKey = ClientKey(id.ClientIP, r.v6bits)
-	if r.userHeader != "" && r.Token(req) == "" {
-		id.User = r.headerUser(req, id.PeerTrusted)
+	if r.userHeader != "" && r.TokenOf(h) == "" {
+		id.User = r.headerUser(h, id.PeerTrusted)
 	}
 	return id
 }
@@ -207,10 +224,15 @@ func (r *Resolver) Client(req *http.Request) Identity {
 // Token returns the token req presents, or "" when it has none or no
 // tokens are configured.
 func (r *Resolver) Token(req *http.Request) string {
+	return r.TokenOf(req.Header)
+}
+
+// TokenOf is Token for a request known by its header fields.
+func (r *Resolver) TokenOf(h Header) string {
 	if r.jwt == nil {
 		return ""
 	}
-	return r.jwt.token(req.Header)
+	return r.jwt.token(h)
 }
 
 // CachedUser returns the user of a token verified before and still valid
@@ -236,7 +258,9 @@ func (r *Resolver) User(token string, now time.Time) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	r.tokens.put(token, u, until)
+	// The token may be a view of an engine's buffer: the cache keeps a
+	// copy of its own.
+	r.tokens.put(strings.Clone(token), u, until)
 	return u, nil
 }
 

@@ -154,7 +154,7 @@ func missingPart(l *Limit, r *Request, m *Match) (reason, missing string) {
 				return "the request has no API key", part.String()
 			}
 		case KeyHeader:
-			if r.Header.Get(part.Header) == "" {
+			if r.header(part.Header) == "" {
 				return fmt.Sprintf("the request has no %s header", part.Header), part.String()
 			}
 		}

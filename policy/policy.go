@@ -606,8 +606,23 @@ type Request struct {
 	// Match.UserPending, so that the caller can check the other limits
 	// before it spends CPU on the token, and match again with User set.
 	UserPending bool
-	// Header is read by header:NAME keys.
-	Header http.Header
+	// Header is read by header:NAME keys (nil: no header fields).
+	Header Header
+}
+
+// Header is the view of a request's header fields that header:NAME keys
+// read; http.Header is one. Names are given in canonical form.
+type Header interface {
+	// Get returns the first value of a field, or "".
+	Get(name string) string
+}
+
+// header returns the first value of a field of r, or "".
+func (r *Request) header(name string) string {
+	if r.Header == nil {
+		return ""
+	}
+	return r.Header.Get(name)
 }
 
 // Match is the result of matching one request. Callers keep one per
@@ -848,7 +863,7 @@ func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 		case KeyGlobal:
 			b = append(b, "global"...)
 		case KeyHeader:
-			v := kc.r.Header.Get(part.Header)
+			v := kc.r.header(part.Header)
 			if v == "" {
 				m.buf = b
 				return

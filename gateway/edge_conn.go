@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// h2Preface starts every HTTP/2 connection with prior knowledge (h2c).
+const h2Preface = "PRI * HTTP/2.0\r\n"
+
+// edgeConn is a client connection of the edge engine: the bytes read ahead
+// of the engine (to tell HTTP/2 from HTTP/1, or while watching for the
+// client to leave) are returned first.
+type edgeConn struct {
+	net.Conn
+	pre  []byte
+	head [len(h2Preface)]byte
+}
+
+func (c *edgeConn) Read(b []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(b, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
+
+// sniff reads the first bytes of a new connection, at most until deadline,
+// and reports whether it speaks HTTP/2 with prior knowledge. The bytes
+// stay readable.
+func (c *edgeConn) sniff(deadline time.Time) (h2 bool, err error) {
+	if err := c.SetReadDeadline(deadline); err != nil {
+		return false, err
+	}
+	n := 0
+	for n < 3 {
+		m, err := c.Conn.Read(c.head[n:])
+		n += m
+		if err != nil {
+			if n > 0 && errors.Is(err, io.EOF) {
+				break
+			}
+			return false, err
+		}
+		if !bytes.HasPrefix([]byte(h2Preface), c.head[:n]) {
+			break
+		}
+	}
+	c.pre = c.head[:n]
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		return false, err
+	}
+	return n >= 3 && bytes.HasPrefix([]byte(h2Preface), c.head[:n]), nil
+}
+
+// maxWatchBytes bounds what a watch reads ahead of the engine (a request
+// pipelined behind the one that waits): past it the watch stops reading.
+const maxWatchBytes = 64 << 10
+
+// watch reads the connection while the engine does not (a request waiting
+// for its place in a queue), to notice the client leaving: the channel it
+// returns is closed when the client closed its end. stop ends the watch
+// (the bytes read meanwhile stay readable); it must be called before the
+// engine reads again.
+func (c *edgeConn) watch() (gone <-chan struct{}, stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	var pending []byte
+	go func() {
+		defer close(ended)
+		buf := make([]byte, 4<<10)
+		for len(pending) < maxWatchBytes {
+			n, err := c.Conn.Read(buf)
+			pending = append(pending, buf[:n]...)
+			if err != nil {
+				var ne net.Error
+				if !(errors.As(err, &ne) && ne.Timeout()) {
+					close(done) // the client is gone (or the connection broke)
+				}
+				return
+			}
+		}
+	}()
+	return done, func() {
+		_ = c.Conn.SetReadDeadline(time.Unix(1, 0)) // unblocks the read
+		<-ended
+		_ = c.Conn.SetReadDeadline(time.Time{})
+		if len(pending) > 0 {
+			// What the engine had not read yet comes first.
+			c.pre = append(c.pre[:len(c.pre):len(c.pre)], pending...)
+		}
+	}
+}
+
+// chanListener is a net.Listener fed from a channel: the edge engine hands
+// the connections it does not serve itself to net/http through one.
+type chanListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	once  sync.Once
+	done  chan struct{}
+}
+
+func newChanListener(addr net.Addr) *chanListener {
+	return &chanListener{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// push hands c to the listener's server; it closes c when the listener is
+// closed.
+func (l *chanListener) push(c net.Conn) {
+	select {
+	case l.conns <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return l.addr }

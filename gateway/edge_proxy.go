@@ -1,0 +1,437 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/valyala/fasthttp"
+)
+
+// edgeBufferBytes is the largest upstream body the edge engine reads whole
+// before answering; longer bodies, bodies of unknown length (chunked) and
+// event streams are streamed to the client as they come.
+const edgeBufferBytes = 64 << 10
+
+// edgeUpstream is one upstream of the edge engine: a pool of connections,
+// capped, and how to address it.
+type edgeUpstream struct {
+	hc      *fasthttp.HostClient
+	host    string // the Host field of the forwarded requests
+	base    string // the upstream URL's path ("" for none)
+	query   string // the upstream URL's query
+	route   string
+	timeout time.Duration // the wait for the response headers
+}
+
+// edgeUpstreamOf returns the upstream of u, making it on first use.
+func (g *Gateway) edgeUpstreamOf(u *url.URL, route string) *edgeUpstream {
+	if p, ok := g.edgeUps.Load(u); ok {
+		return p.(*edgeUpstream)
+	}
+	o := g.upstream
+	def := func(d, v time.Duration) time.Duration {
+		if d <= 0 {
+			return v
+		}
+		return d
+	}
+	addr := u.Host
+	tls := u.Scheme == "https"
+	if u.Port() == "" {
+		if tls {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
+	maxConns := o.MaxConnsPerHost
+	if maxConns <= 0 {
+		maxConns = 1 << 20 // no cap, as net/http's transport
+	}
+	up := &edgeUpstream{
+		hc: &fasthttp.HostClient{
+			Addr:                addr,
+			IsTLS:               tls,
+			Dial:                func(addr string) (net.Conn, error) { return dialer.Dial("tcp", addr) },
+			MaxConns:            maxConns,
+			MaxIdleConnDuration: def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
+			// Past the cap a request waits for a connection to come free,
+			// as long as it would wait for an answer.
+			MaxConnWaitTimeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
+			ReadBufferSize:     16 << 10,
+			WriteBufferSize:    16 << 10,
+			ConnPoolStrategy:   fasthttp.LIFO,
+		},
+		host:    u.Host,
+		base:    strings.TrimSuffix(u.EscapedPath(), "/"),
+		query:   u.RawQuery,
+		route:   route,
+		timeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
+	}
+	p, _ := g.edgeUps.LoadOrStore(u, up)
+	return p.(*edgeUpstream)
+}
+
+// forgetEdgeUpstreams drops the edge engine's upstreams, closing their
+// idle connections.
+func (g *Gateway) forgetEdgeUpstreams() {
+	g.edgeUps.Range(func(k, v any) bool {
+		g.edgeUps.Delete(k)
+		v.(*edgeUpstream).hc.CloseIdleConnections()
+		return true
+	})
+}
+
+// hopHeaders are removed from what passes through the proxy, both ways
+// (RFC 9110 7.6.1), with the fields the Connection field names.
+var hopHeaders = []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
+
+// forwardEdge sends the request to its route's upstream and sets the
+// answer from the upstream's response; it returns true when the body is
+// streamed (the request finishes when the stream ends).
+func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) bool {
+	u := st.m.Upstream
+	if u == nil {
+		x.answer(404, bodyNotFound, false)
+		return false
+	}
+	up := g.edgeUpstreamOf(u, st.m.Route)
+	ctx := x.ctx
+	req := &ctx.Request
+	if g.alog != nil {
+		// The request is rewritten in place below; the log keeps what
+		// the client sent.
+		st.view.Host = strings.Clone(st.view.Host)
+		st.view.Path = strings.Clone(st.view.Path)
+	}
+	clientClose := req.Header.ConnectionClose() || !req.Header.IsHTTP11() && !bytes.EqualFold(req.Header.Peek("Connection"), []byte("keep-alive"))
+	g.rewriteEdgeRequest(ctx, up, &st.view)
+
+	resp := &ctx.Response
+	var err error
+	for attempt := 0; ; attempt++ {
+		var later, sent bool
+		later, sent, err = g.exchangeUpstream(x, st, rec, up, clientClose)
+		if err == nil {
+			return later
+		}
+		// A request without a body that met a kept-alive connection the
+		// upstream had just closed is sent again, on another.
+		if sent || attempt > 0 || req.IsBodyStream() || len(req.Body()) > 0 || !staleConn(err) {
+			break
+		}
+	}
+	g.obs.Upstream(up.route, 0)
+	if rec != nil {
+		rec.failed = true // a reservation of the request is given back
+	}
+	resp.Reset()
+	if isTimeout(err) {
+		g.log.Warn("gateway: upstream timeout", "route", up.route, "upstream", up.host, "err", err)
+		x.answer(504, bodyTimeout, false)
+	} else {
+		g.log.Warn("gateway: upstream error", "route", up.route, "upstream", up.host, "err", err)
+		x.answer(502, bodyBadGateway, false)
+	}
+	if req.IsBodyStream() {
+		ctx.SetConnectionClose() // the body may be half read
+	}
+	return false
+}
+
+// exchangeUpstream sends the request to the upstream and sets the answer
+// from its response. It returns true when the body is streamed (the
+// request finishes when the stream ends); an error means no answer was
+// set, and sent that the upstream had started answering.
+func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecorder, up *edgeUpstream, clientClose bool) (later, sent bool, err error) {
+	ctx := x.ctx
+	req, resp := &ctx.Request, &ctx.Response
+	hc := up.hc
+	cc, err := hc.AcquireConn(0, false)
+	if err != nil {
+		return false, false, err
+	}
+	c := cc.Conn()
+	bw := hc.AcquireWriter(c)
+	_ = c.SetWriteDeadline(time.Time{})
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err == nil {
+		err = c.SetReadDeadline(time.Now().Add(up.timeout))
+	}
+	if err != nil {
+		hc.CloseConn(cc)
+		return false, false, err
+	}
+	br := hc.AcquireReader(c)
+	resp.Reset()
+	err = resp.Header.Read(br)
+	for n := 0; err == nil && resp.StatusCode() >= 100 && resp.StatusCode() < 200; n++ {
+		if n >= 8 || resp.StatusCode() == 101 {
+			err = errUnexpectedInterim
+			break
+		}
+		err = resp.Header.Read(br) // an interim answer (100 Continue): the next one
+	}
+	if err == nil {
+		// The headers are in: the body may take its time (an event stream).
+		err = c.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		hc.ReleaseReader(br)
+		hc.CloseConn(cc)
+		return false, false, err
+	}
+	status := resp.StatusCode()
+	g.obs.Upstream(up.route, status)
+	upstreamClose := resp.Header.ConnectionClose()
+	resp.Header.ResetConnectionClose()
+	stripHopResponse(&resp.Header)
+	if clientClose {
+		resp.Header.SetConnectionClose()
+	}
+	x.status = status
+	if rec != nil {
+		rec.header(status, (*edgeRespHeader)(&resp.Header))
+	}
+	n := resp.Header.ContentLength()
+	head := req.Header.IsHead()
+	noBody := head || status == 204 || status == 304
+	if noBody || n >= 0 && n <= edgeBufferBytes && !isEventStream(&resp.Header) {
+		if !noBody {
+			err = resp.ReadBody(br, 0)
+		}
+		hc.ReleaseReader(br)
+		if err != nil || upstreamClose || br.Buffered() > 0 {
+			hc.CloseConn(cc)
+		} else {
+			hc.ReleaseConn(cc)
+		}
+		if head {
+			resp.SkipBody = true
+		}
+		if err != nil {
+			g.log.Warn("gateway: upstream body", "route", up.route, "upstream", up.host, "err", err)
+			if rec != nil {
+				rec.failed = true
+			}
+			resp.Reset()
+			x.answer(502, bodyBadGateway, false)
+			return false, true, nil
+		}
+		x.addFields()
+		body := resp.Body()
+		x.bytes = int64(len(body))
+		if rec != nil {
+			rec.read(body)
+		}
+		return false, true, nil
+	}
+	// Streamed: the request finishes when the body has been written to
+	// the client (edgeBody.CloseWithError).
+	x.addFields()
+	ur := fasthttp.AcquireResponse()
+	ur.StreamBody = true
+	resp.Header.CopyTo(&ur.Header)
+	_ = ur.ReadBody(br, 0)
+	b := &edgeBody{g: g, x: x, st: st, rec: rec, ur: ur, r: ur.BodyStream()}
+	b.release = func(closeIt bool) {
+		hc.ReleaseReader(br)
+		if closeIt || upstreamClose || br.Buffered() > 0 {
+			hc.CloseConn(cc)
+		} else {
+			hc.ReleaseConn(cc)
+		}
+	}
+	if n == -2 {
+		n = -1 // until the upstream closes: chunked to the client
+	}
+	resp.SetBodyStream(b, n)
+	return true, true, nil
+}
+
+var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer")
+
+// rewriteEdgeRequest turns the client's request into the upstream's, in
+// place, as the net/http engine's reverse proxy does: the upstream's host
+// and path prefix, hop-by-hop fields removed, X-Forwarded-For extended and
+// X-Forwarded-Host and -Proto set.
+func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream, v *Request) {
+	req := &ctx.Request
+	h := &req.Header
+	stripHopRequest(h)
+	h.ResetConnectionClose()
+	h.Del("Forwarded")
+	client := v.Peer.String()
+	if v.Peer.IsValid() {
+		if prior := h.PeekAll("X-Forwarded-For"); len(prior) > 0 {
+			var b []byte
+			for _, p := range prior {
+				b = append(b, p...)
+				b = append(b, ", "...)
+			}
+			b = append(b, client...)
+			h.SetBytesV("X-Forwarded-For", b)
+		} else {
+			h.Set("X-Forwarded-For", client)
+		}
+	}
+	if host := h.Host(); len(host) > 0 {
+		h.SetBytesV("X-Forwarded-Host", host)
+	} else {
+		h.Del("X-Forwarded-Host")
+	}
+	h.Set("X-Forwarded-Proto", "http")
+	raw := h.RequestURI()
+	if len(raw) == 0 || raw[0] != '/' {
+		raw = req.URI().RequestURI() // absolute form: the path and query only
+	}
+	if up.base != "" || up.query != "" {
+		raw = joinTarget(up.base, up.query, raw)
+	}
+	req.SetRequestURIBytes(raw)
+	h.SetHost(up.host)
+}
+
+// joinTarget prefixes a request target with the upstream's path and
+// merges its query, as net/http's reverse proxy does.
+func joinTarget(base, query string, target []byte) []byte {
+	path, q, hasQ := bytes.Cut(target, []byte("?"))
+	out := make([]byte, 0, len(base)+len(target)+len(query)+2)
+	out = append(out, base...)
+	if len(path) == 0 || path[0] != '/' {
+		out = append(out, '/')
+	}
+	out = append(out, path...)
+	switch {
+	case query != "" && hasQ && len(q) > 0:
+		out = append(out, '?')
+		out = append(out, query...)
+		out = append(out, '&')
+		out = append(out, q...)
+	case query != "":
+		out = append(out, '?')
+		out = append(out, query...)
+	case hasQ:
+		out = append(out, '?')
+		out = append(out, q...)
+	}
+	return out
+}
+
+// stripHopRequest removes the hop-by-hop fields of a request.
+func stripHopRequest(h *fasthttp.RequestHeader) {
+	if c := h.Peek("Connection"); len(c) > 0 {
+		for name := range strings.SplitSeq(string(c), ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+		h.Del("Connection")
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
+// stripHopResponse removes the hop-by-hop fields of a response.
+func stripHopResponse(h *fasthttp.ResponseHeader) {
+	if c := h.Peek("Connection"); len(c) > 0 {
+		for name := range strings.SplitSeq(string(c), ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+		h.Del("Connection")
+	}
+	for _, name := range hopHeaders {
+		if len(h.Peek(name)) > 0 {
+			h.Del(name)
+		}
+	}
+}
+
+// isEventStream reports whether a response is a Server-Sent Events
+// stream.
+func isEventStream(h *fasthttp.ResponseHeader) bool {
+	return bytes.HasPrefix(h.ContentType(), []byte("text/event-stream"))
+}
+
+// staleConn reports whether err says an idle connection was closed by the
+// upstream before the request reached it.
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE)
+}
+
+// isTimeout reports whether err is a timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns)
+}
+
+// edgeBody streams an upstream's body to the client, telling the
+// request's cost recorder what passes; when fasthttp has written it (or
+// failed to), it gives the upstream connection back and finishes the
+// request.
+type edgeBody struct {
+	g     *Gateway
+	x     *edgeExchange
+	st    *reqState
+	rec   *costRecorder
+	ur      *fasthttp.Response
+	r       io.Reader
+	release func(closeIt bool) // gives the upstream connection back
+	eof     bool
+	once    sync.Once
+}
+
+func (b *edgeBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if n > 0 {
+		b.x.bytes += int64(n)
+		if b.rec != nil {
+			b.rec.read(p[:n])
+		}
+	}
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+// CloseWithError is called by fasthttp once the body is written, with the
+// error that stopped it (nil when it was written whole).
+func (b *edgeBody) CloseWithError(err error) error {
+	b.once.Do(func() {
+		_ = b.ur.CloseBodyStream()
+		fasthttp.ReleaseResponse(b.ur)
+		b.release(!b.eof)
+		if b.rec != nil {
+			b.rec.failed = b.rec.failed || err != nil || !b.eof // the client or the upstream left first
+			b.rec.done = true
+		}
+		b.g.finish(b.x, b.st)
+		b.g.put(b.st)
+	})
+	return nil
+}
+
+// edgeRespHeader reads a fasthttp response's header fields.
+type edgeRespHeader fasthttp.ResponseHeader
+
+func (h *edgeRespHeader) Get(name string) string {
+	return b2s((*fasthttp.ResponseHeader)(h).Peek(name))
+}

@@ -1,0 +1,57 @@
+package gateway
+
+import (
+	"net/http"
+	"net/netip"
+
+	"github.com/floodgate/floodgate/identity"
+)
+
+// Request is what the request path and its Matcher read of an HTTP
+// request. Each HTTP engine fills one per request (net/http from its
+// *http.Request, the edge engine from its own buffers), so that the path
+// from a request to its answer is the same whatever engine serves it.
+//
+// The strings of a Request may be views of an engine's buffers: they are
+// valid only until the request's answer is written, and a Matcher that
+// keeps one must copy it.
+type Request struct {
+	// Method is the request's method, as matched: a method override the
+	// gateway honours (OverrideHonor) replaces it.
+	Method string
+	// Host is the Host field (or the target's authority).
+	Host string
+	// Path is the target's path, decoded.
+	Path string
+	// Proto is the protocol, such as "HTTP/1.1".
+	Proto string
+	// Peer is the address of the connection's other end (the zero Addr
+	// when it is not an IP address).
+	Peer netip.Addr
+	// Header reads the request's header fields.
+	Header identity.Header
+	// HTTP is the net/http request when net/http serves it (middleware
+	// use and the net/http engine), nil otherwise.
+	HTTP *http.Request
+}
+
+// RequestOf returns the view of a net/http request.
+func RequestOf(r *http.Request) *Request {
+	v := new(Request)
+	v.from(r)
+	return v
+}
+
+// from fills v from a net/http request.
+func (v *Request) from(r *http.Request) {
+	*v = Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Proto: r.Proto,
+		Peer: identity.ParsePeer(r.RemoteAddr), Header: r.Header, HTTP: r}
+}
+
+// header returns the first value of a field (its name canonical).
+func (v *Request) header(name string) string {
+	if v.Header == nil {
+		return ""
+	}
+	return v.Header.Get(name)
+}
