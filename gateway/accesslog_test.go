@@ -57,6 +57,11 @@ keys:
 // TestAccessLog: every request leaves one record, refused ones included,
 // with the client as resolved, the key by its name and the decision.
 func TestAccessLog(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testAccessLog)
+}
+
+func testAccessLog(t *testing.T, fr string) {
 	f, err := config.Parse("access.yaml", []byte(strings.Replace(accessPolicy, "KEYHASH", config.HashKey("secret-trial"), 1)))
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +81,8 @@ func TestAccessLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := newUpstream(t, g.ServeHTTP)
-	c := front.Client()
+	frontURL := serveFront(t, fr, g, nil)
+	c := newClient(t)
 	xff := map[string]string{"X-Forwarded-For": "198.51.100.9", "X-User": "ana", "User-Agent": "test/1"}
 
 	before := time.Now()
@@ -86,7 +91,7 @@ func TestAccessLog(t *testing.T) {
 		decision accesslog.Decision
 		limit    string
 	}{{200, accesslog.Allow, "stage.dev"}, {200, accesslog.Allow, "stage.dev"}, {429, accesslog.Deny, "stage.dev"}} {
-		a := do(t, c, "GET", front.URL+"/students/9", xff)
+		a := do(t, c, "GET", frontURL+"/students/9", xff)
 		r := sink.last(t)
 		if a.status != want.status || r.Status != want.status || r.Decision != want.decision || r.Limit != want.limit {
 			t.Fatalf("request %d: answer %d, record %+v", i, a.status, r)
@@ -110,7 +115,7 @@ func TestAccessLog(t *testing.T) {
 		status   int
 		decision accesslog.Decision
 	}{{200, accesslog.Allow}, {429, accesslog.Deny}} {
-		a := do(t, c, "GET", front.URL+"/partner/1", key)
+		a := do(t, c, "GET", frontURL+"/partner/1", key)
 		r := sink.last(t)
 		if a.status != want.status || r.Status != want.status || r.Key != "trial-1" || r.Decision != want.decision {
 			t.Errorf("key request %d: %d %+v", i, a.status, r)
@@ -119,17 +124,17 @@ func TestAccessLog(t *testing.T) {
 	if r := sink.last(t); r.Limit != "trial.quota" {
 		t.Errorf("quota denial logged as %q", r.Limit)
 	}
-	do(t, c, "GET", front.URL+"/partner/1", map[string]string{"X-Api-Key": "guessed"})
+	do(t, c, "GET", frontURL+"/partner/1", map[string]string{"X-Api-Key": "guessed"})
 	r := sink.last(t)
 	if r.Status != 403 || r.Decision != accesslog.Allow || r.Limit != policy.UnknownKeyLimitName || !strings.HasPrefix(r.Key, "?") || len(r.Key) != 33 {
 		t.Errorf("unknown key: %+v", r)
 	}
-	do(t, c, "GET", front.URL+"/partner/1", nil)
+	do(t, c, "GET", frontURL+"/partner/1", nil)
 	if r := sink.last(t); r.Status != 403 || r.Key != "" || r.ClientIP.String() != "127.0.0.1" {
 		t.Errorf("no key: %+v", r)
 	}
 	// No route: 404 from the gateway, no decision.
-	do(t, c, "GET", front.URL+"/elsewhere", nil)
+	do(t, c, "GET", frontURL+"/elsewhere", nil)
 	if r := sink.last(t); r.Status != 404 || r.Decision != accesslog.None {
 		t.Errorf("no route: %+v", r)
 	}
@@ -150,21 +155,21 @@ func TestAccessLog(t *testing.T) {
 // TestAccessLogFile runs the gateway's records through a real Logger: one
 // JSON line per request.
 func TestAccessLogFile(t *testing.T) {
+	t.Parallel()
+	forFronts(t, allFronts, testAccessLogFile)
+}
+
+func testAccessLogFile(t *testing.T, fr string) {
 	path := filepath.Join(t.TempDir(), "access.log")
 	l, err := accesslog.New(accesslog.Options{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := oneRule(mustRule(t, benchLimit(), false))
-	g, err := New(Options{Matcher: m, Engine: limiter.New(newMemStore(t, nil), limiter.Options{}), AccessLog: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := newUpstream(t, g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("hello"))
-	})).ServeHTTP)
+	_, frontURL, c := startFront(t, fr, Options{Matcher: m, Engine: limiter.New(newMemStore(t, nil), limiter.Options{}), AccessLog: l},
+		func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("hello")) })
 	for range 5 {
-		do(t, front.Client(), "GET", front.URL+"/x", nil)
+		do(t, c, "GET", frontURL+"/x", nil)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"slices"
 	"strconv"
@@ -98,7 +97,7 @@ limits:
 
 // llmGateway is the reverse proxy of llmPolicy in front of h, over a
 // memory store on a frozen clock.
-func llmGateway(t testing.TB, h http.HandlerFunc, tpm int64) (*httptest.Server, *upstream) {
+func llmGateway(t testing.TB, fr string, h http.HandlerFunc, tpm int64) (string, *upstream) {
 	t.Helper()
 	up := newUpstream(t, h)
 	pm, err := NewPolicyMatcher(Fixed(llmPolicy(t, up.URL, tpm)), PolicyMatcherOptions{})
@@ -109,9 +108,7 @@ func llmGateway(t testing.TB, h http.HandlerFunc, tpm int64) (*httptest.Server, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(g)
-	t.Cleanup(front.Close)
-	return front, up
+	return serveFront(t, fr, g, nil), up
 }
 
 // chat posts a completion request with max_tokens (0: none) and returns the
@@ -173,9 +170,13 @@ func usageUpstream(t testing.TB, total int) http.HandlerFunc {
 // said, not the estimate.
 func TestTokensSettleBelow(t *testing.T) {
 	t.Parallel()
-	front, _ := llmGateway(t, usageUpstream(t, 120), 10000)
-	c := front.Client()
-	a := chat(t, c, front.URL, 2000, false)
+	forFronts(t, proxyFronts, testTokensSettleBelow)
+}
+
+func testTokensSettleBelow(t *testing.T, fr string) {
+	frontURL, _ := llmGateway(t, fr, usageUpstream(t, 120), 10000)
+	c := newClient(t)
+	a := chat(t, c, frontURL, 2000, false)
 	if a.status != 200 {
 		t.Fatalf("%d %s", a.status, a.body)
 	}
@@ -185,7 +186,7 @@ func TestTokensSettleBelow(t *testing.T) {
 	if !strings.Contains(a.header.Get("RateLimit-Policy"), "rpm") || !strings.Contains(a.header.Get("RateLimit-Policy"), "tpm") {
 		t.Errorf("RateLimit-Policy %q lacks a limit", a.header.Get("RateLimit-Policy"))
 	}
-	a = chat(t, c, front.URL, 0, false) // no max_tokens: the default 100
+	a = chat(t, c, frontURL, 0, false) // no max_tokens: the default 100
 	if r := remaining(t, a, "tpm"); r != 10000-120-100 {
 		t.Fatalf("tpm r=%d, want %d: the first request settled at its usage", r, 10000-120-100)
 	}
@@ -198,12 +199,16 @@ func TestTokensSettleBelow(t *testing.T) {
 // refused.
 func TestTokensLowEstimates(t *testing.T) {
 	t.Parallel()
+	forFronts(t, proxyFronts, testTokensLowEstimates)
+}
+
+func testTokensLowEstimates(t *testing.T, fr string) {
 	const tpm, used, estimate = 1000, 300, 10
-	front, up := llmGateway(t, usageUpstream(t, used), tpm)
-	c := front.Client()
+	frontURL, up := llmGateway(t, fr, usageUpstream(t, used), tpm)
+	c := newClient(t)
 	served := 0
 	for i := 0; i < 20; i++ {
-		a := chat(t, c, front.URL, estimate, false)
+		a := chat(t, c, frontURL, estimate, false)
 		if a.status == http.StatusTooManyRequests {
 			break
 		}
@@ -218,7 +223,7 @@ func TestTokensLowEstimates(t *testing.T) {
 	if n := up.served.Load(); int(n)*used != served {
 		t.Errorf("upstream served %d", n)
 	}
-	if a := chat(t, c, front.URL, estimate, false); a.status != http.StatusTooManyRequests {
+	if a := chat(t, c, frontURL, estimate, false); a.status != http.StatusTooManyRequests {
 		t.Errorf("after the limit ran out: %d", a.status)
 	}
 }
@@ -228,10 +233,14 @@ func TestTokensLowEstimates(t *testing.T) {
 // client reads the first event while the upstream waits for it), and the
 // gateway allocates far less than the stream's size while it passes.
 func TestTokensStream(t *testing.T) {
+	forFrontsAlone(t, proxyFronts, testTokensStream)
+}
+
+func testTokensStream(t *testing.T, fr string) {
 	const size = 10 << 20
 	firstRead := make(chan struct{})
 	chunk := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("x", 960) + "\"}}]}\n\n"
-	front, _ := llmGateway(t, func(w http.ResponseWriter, r *http.Request) {
+	frontURL, _ := llmGateway(t, fr, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		fl := http.NewResponseController(w)
@@ -250,9 +259,9 @@ func TestTokensStream(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":4995,\"total_tokens\":5000}}\n\ndata: [DONE]\n\n")
 	}, 100000)
-	c := front.Client()
+	c := newClient(t)
 	body := `{"model":"demo","stream":true,"max_tokens":1000,"messages":[]}`
-	req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions", strings.NewReader(body))
+	req, _ := http.NewRequest("POST", frontURL+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer key-1")
 	runtime.GC()
 	var before, after runtime.MemStats
@@ -279,7 +288,7 @@ func TestTokensStream(t *testing.T) {
 	}
 	// The next request sees the usage of the last event, 5000 tokens, not
 	// the estimate of 1000.
-	a := chat(t, c, front.URL, 10, false)
+	a := chat(t, c, frontURL, 10, false)
 	if r := remaining(t, a, "tpm"); r != 100000-5000-10 {
 		t.Fatalf("tpm r=%d, want %d", r, 100000-5000-10)
 	}
@@ -291,10 +300,14 @@ func TestTokensStream(t *testing.T) {
 // held before forwarding let exactly 5 reach the upstream.
 func TestCountOnConcurrent(t *testing.T) {
 	t.Parallel()
+	forFronts(t, proxyFronts, testCountOnConcurrent)
+}
+
+func testCountOnConcurrent(t *testing.T, fr string) {
 	const attempts = 300
 	release := make(chan struct{})
 	var answered atomic.Int64
-	front, up := llmGateway(t, func(w http.ResponseWriter, r *http.Request) {
+	frontURL, up := llmGateway(t, fr, func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		w.WriteHeader(http.StatusUnauthorized)
 	}, 1000)
@@ -304,7 +317,7 @@ func TestCountOnConcurrent(t *testing.T) {
 	codes := make([]int, attempts)
 	for i := range codes {
 		wg.Go(func() {
-			codes[i] = do(t, c, "POST", front.URL+"/login", nil).status
+			codes[i] = do(t, c, "POST", frontURL+"/login", nil).status
 			answered.Add(1)
 		})
 	}
@@ -327,10 +340,14 @@ func TestCountOnConcurrent(t *testing.T) {
 // cannot be reached: the gateway's 502s do not count as failed logins.
 func TestCountOnUpstreamDown(t *testing.T) {
 	t.Parallel()
-	front, up := llmGateway(t, nil, 1000)
+	forFronts(t, proxyFronts, testCountOnUpstreamDown)
+}
+
+func testCountOnUpstreamDown(t *testing.T, fr string) {
+	frontURL, up := llmGateway(t, fr, nil, 1000)
 	up.Close()
 	for i := 0; i < 8; i++ {
-		if a := do(t, front.Client(), "POST", front.URL+"/login", nil); a.status != http.StatusBadGateway {
+		if a := do(t, newClient(t), "POST", frontURL+"/login", nil); a.status != http.StatusBadGateway {
 			t.Fatalf("attempt %d: %d, want 502 (a limit of 5 counting 401 and 403 only)", i+1, a.status)
 		}
 	}
@@ -341,6 +358,10 @@ func TestCountOnUpstreamDown(t *testing.T) {
 // is not a success and does not tell the cost gives the estimate back.
 func TestCostHeaders(t *testing.T) {
 	t.Parallel()
+	forFronts(t, allFronts, testCostHeaders)
+}
+
+func testCostHeaders(t *testing.T, fr string) {
 	f, err := config.Parse("h.yaml", []byte(`version: 1
 routes:
   - {name: api, match: {paths: ["/**"]}, upstream: none}
@@ -364,20 +385,15 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u := r.Header.Get("Used"); u != "" {
-			w.Header().Set("X-Used", u)
-		}
-		if r.Header.Get("Fail") != "" {
-			w.WriteHeader(http.StatusBadRequest)
-		}
-	})))
-	defer srv.Close()
-	c := srv.Client()
+	_, srvURL, c := startFront(t, fr, Options{Matcher: pm, Engine: limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{})},
+		func(w http.ResponseWriter, r *http.Request) {
+			if u := r.Header.Get("Used"); u != "" {
+				w.Header().Set("X-Used", u)
+			}
+			if r.Header.Get("Fail") != "" {
+				w.WriteHeader(http.StatusBadRequest)
+			}
+		})
 	steps := []struct {
 		hdr  map[string]string
 		left int64 // r of the next answer, before its own estimate
@@ -389,10 +405,10 @@ limits:
 		{map[string]string{"X-Estimate": "many", "Used": "1"}, 100 - 36}, // not a number: the default
 	}
 	for i, s := range steps {
-		if a := do(t, c, "GET", srv.URL, s.hdr); a.status/100 != 2 && s.hdr["Fail"] == "" {
+		if a := do(t, c, "GET", srvURL, s.hdr); a.status/100 != 2 && s.hdr["Fail"] == "" {
 			t.Fatalf("step %d: %d", i, a.status)
 		}
-		a := do(t, c, "GET", srv.URL, map[string]string{"X-Estimate": "1", "Used": "0"})
+		a := do(t, c, "GET", srvURL, map[string]string{"X-Estimate": "1", "Used": "0"})
 		if r := remaining(t, a, "units"); r != s.left-1 {
 			t.Fatalf("step %d: r=%d, want %d", i, r, s.left-1)
 		}

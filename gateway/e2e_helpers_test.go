@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -173,4 +175,134 @@ func checkFields(t testing.TB, a answer, binding string, r, tWant, retryWant int
 			t.Errorf("Retry-After %d, want %d", ra, retryWant)
 		}
 	}
+}
+
+// The fronts the end-to-end tests run on: the net/http middleware, and the
+// reverse proxy on each engine. One behaviour, whatever serves it.
+const (
+	frontMiddleware = "middleware"
+	frontNetHTTP    = "net/http"
+	frontEdge       = "edge"
+)
+
+var (
+	// allFronts suit tests whose handler could be the middleware's next
+	// handler or an upstream.
+	allFronts = []string{frontMiddleware, frontNetHTTP, frontEdge}
+	// proxyFronts suit tests of the reverse proxy.
+	proxyFronts = []string{frontNetHTTP, frontEdge}
+)
+
+// forFronts runs f as a parallel subtest on each front.
+func forFronts(t *testing.T, fronts []string, f func(t *testing.T, front string)) {
+	t.Helper()
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			t.Parallel()
+			f(t, front)
+		})
+	}
+}
+
+// forFrontsAlone runs f as a subtest on each front, one after the other,
+// for tests that measure the process (its allocations).
+func forFrontsAlone(t *testing.T, fronts []string, f func(t *testing.T, front string)) {
+	t.Helper()
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) { f(t, front) })
+	}
+}
+
+// withUpstream is a Matcher that sends the requests its matcher gives no
+// upstream to one; it keeps the matcher's UserMatcher.
+type withUpstream struct {
+	Matcher
+	u *url.URL
+}
+
+func (w withUpstream) Match(r *Request, m *Match) error {
+	err := w.Matcher.Match(r, m)
+	if m.Upstream == nil {
+		m.Upstream = w.u
+	}
+	return err
+}
+
+func (w withUpstream) MatchUser(r *Request, m *Match) error {
+	err := w.Matcher.(UserMatcher).MatchUser(r, m)
+	if m.Upstream == nil {
+		m.Upstream = w.u
+	}
+	return err
+}
+
+// startFront builds a Gateway from opts and serves it on front, on
+// loopback. h, when not nil, is what the requests that pass reach: the
+// middleware's next handler, or for the proxies a real upstream, where the
+// gateway forwards what its matcher sends nowhere else. It returns the
+// gateway, its base URL and a client of its own.
+func startFront(t testing.TB, front string, opts Options, h http.HandlerFunc) (*Gateway, string, *http.Client) {
+	t.Helper()
+	if h != nil && front != frontMiddleware {
+		up := httptest.NewServer(h)
+		t.Cleanup(up.Close)
+		u, _ := url.Parse(up.URL)
+		if pm, ok := opts.Matcher.(*PolicyMatcher); ok {
+			pm.upstream = u // every route goes there, as with --demo
+		} else if _, ok := opts.Matcher.(UserMatcher); ok {
+			opts.Matcher = withUpstream{opts.Matcher, u}
+		} else {
+			opts.Matcher = MatcherFunc(withUpstream{opts.Matcher, u}.Match)
+		}
+	}
+	g, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveFront(t, front, g, h)
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	return g, base, &http.Client{Transport: tr, Timeout: 60 * time.Second}
+}
+
+// serveFront serves g on front and returns its base URL.
+func serveFront(t testing.TB, front string, g *Gateway, h http.HandlerFunc) string {
+	t.Helper()
+	switch front {
+	case frontMiddleware:
+		var next http.Handler = http.NotFoundHandler()
+		if h != nil {
+			next = h
+		}
+		srv := httptest.NewServer(g.Middleware(next))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	case frontNetHTTP:
+		srv := httptest.NewServer(g)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	case frontEdge:
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := g.NewEdge(EdgeOptions{Fallback: &http.Server{Handler: g}})
+		done := make(chan error, 1)
+		go func() { done <- e.Serve(ln) }()
+		t.Cleanup(func() {
+			_ = e.Close()
+			ln.Close()
+			<-done
+		})
+		return "http://" + ln.Addr().String()
+	}
+	t.Fatalf("unknown front %q", front)
+	return ""
+}
+
+// newClient returns a client of its own for a test.
+func newClient(t testing.TB) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 60 * time.Second}
 }

@@ -61,7 +61,13 @@ func (g *Gateway) edgeUpstreamOf(u *url.URL, route string) *edgeUpstream {
 		hc: &fasthttp.HostClient{
 			Addr:                addr,
 			IsTLS:               tls,
-			Dial:                func(addr string) (net.Conn, error) { return dialer.Dial("tcp", addr) },
+			Dial: func(addr string) (net.Conn, error) {
+				c, err := dialer.Dial("tcp", addr)
+				if err != nil {
+					return nil, err
+				}
+				return &upConn{Conn: c}, nil
+			},
 			MaxConns:            maxConns,
 			MaxIdleConnDuration: def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
 			// Past the cap a request waits for a connection to come free,
@@ -119,14 +125,14 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 	resp := &ctx.Response
 	var err error
 	for attempt := 0; ; attempt++ {
-		var later, sent bool
-		later, sent, err = g.exchangeUpstream(x, st, rec, up, clientClose)
+		var later, reused bool
+		later, reused, err = g.exchangeUpstream(x, st, rec, up, clientClose)
 		if err == nil {
 			return later
 		}
 		// A request without a body that met a kept-alive connection the
 		// upstream had just closed is sent again, on another.
-		if sent || attempt > 0 || req.IsBodyStream() || len(req.Body()) > 0 || !staleConn(err) {
+		if !reused || attempt > 0 || req.IsBodyStream() || len(req.Body()) > 0 || !staleConn(err) {
 			break
 		}
 	}
@@ -151,8 +157,9 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 // exchangeUpstream sends the request to the upstream and sets the answer
 // from its response. It returns true when the body is streamed (the
 // request finishes when the stream ends); an error means no answer was
-// set, and sent that the upstream had started answering.
-func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecorder, up *edgeUpstream, clientClose bool) (later, sent bool, err error) {
+// set, and reused that the request went over a connection kept from an
+// earlier one.
+func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecorder, up *edgeUpstream, clientClose bool) (later, reused bool, err error) {
 	ctx := x.ctx
 	req, resp := &ctx.Request, &ctx.Response
 	hc := up.hc
@@ -161,6 +168,10 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		return false, false, err
 	}
 	c := cc.Conn()
+	if uc, ok := c.(*upConn); ok {
+		reused = uc.used
+		uc.used = true
+	}
 	bw := hc.AcquireWriter(c)
 	_ = c.SetWriteDeadline(time.Time{})
 	err = req.Write(bw)
@@ -173,7 +184,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	}
 	if err != nil {
 		hc.CloseConn(cc)
-		return false, false, err
+		return false, reused, err
 	}
 	br := hc.AcquireReader(c)
 	resp.Reset()
@@ -192,7 +203,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	if err != nil {
 		hc.ReleaseReader(br)
 		hc.CloseConn(cc)
-		return false, false, err
+		return false, reused, err
 	}
 	status := resp.StatusCode()
 	g.obs.Upstream(up.route, status)
@@ -213,8 +224,9 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		if !noBody {
 			err = resp.ReadBody(br, 0)
 		}
+		leftover := br.Buffered() > 0 // more than the answer: the connection is not reused
 		hc.ReleaseReader(br)
-		if err != nil || upstreamClose || br.Buffered() > 0 {
+		if err != nil || upstreamClose || leftover {
 			hc.CloseConn(cc)
 		} else {
 			hc.ReleaseConn(cc)
@@ -248,8 +260,9 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	_ = ur.ReadBody(br, 0)
 	b := &edgeBody{g: g, x: x, st: st, rec: rec, ur: ur, r: ur.BodyStream()}
 	b.release = func(closeIt bool) {
+		leftover := br.Buffered() > 0
 		hc.ReleaseReader(br)
-		if closeIt || upstreamClose || br.Buffered() > 0 {
+		if closeIt || upstreamClose || leftover {
 			hc.CloseConn(cc)
 		} else {
 			hc.ReleaseConn(cc)
@@ -260,6 +273,13 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	}
 	resp.SetBodyStream(b, n)
 	return true, true, nil
+}
+
+// upConn is an upstream connection; used says whether a request went over
+// it before.
+type upConn struct {
+	net.Conn
+	used bool
 }
 
 var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer")
@@ -387,10 +407,10 @@ func isTimeout(err error) bool {
 // failed to), it gives the upstream connection back and finishes the
 // request.
 type edgeBody struct {
-	g     *Gateway
-	x     *edgeExchange
-	st    *reqState
-	rec   *costRecorder
+	g       *Gateway
+	x       *edgeExchange
+	st      *reqState
+	rec     *costRecorder
 	ur      *fasthttp.Response
 	r       io.Reader
 	release func(closeIt bool) // gives the upstream connection back

@@ -7,7 +7,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -126,23 +125,23 @@ limits:
 // once for as long as it is valid.
 func TestTokensVerifiedOnDemand(t *testing.T) {
 	t.Parallel()
+	forFronts(t, allFronts, testTokensVerifiedOnDemand)
+}
+
+func testTokensVerifiedOnDemand(t *testing.T, fr string) {
 	k := newTokenKit(t)
 	var invalid atomic.Int64
 	pm, err := NewPolicyMatcher(Fixed(userPolicy(t, k, 10)), PolicyMatcherOptions{OnInvalidToken: func(string) { invalid.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
-	defer srv.Close()
+	_, srvURL, client := startFront(t, fr, Options{Matcher: pm, Engine: limiter.New(newMemStore(t, nil), limiter.Options{})},
+		func(http.ResponseWriter, *http.Request) {})
 	bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
 
 	// No limit of /open counts per user: a forged token costs nothing.
 	forged := k.token(t, k.forger, "mallory")
-	if a := do(t, srv.Client(), "GET", srv.URL+"/open", bearer(forged)); a.status != 200 {
+	if a := do(t, client, "GET", srvURL+"/open", bearer(forged)); a.status != 200 {
 		t.Fatalf("/open with a forged token: %d", a.status)
 	}
 	if n := pm.TokensVerified(); n != 0 || invalid.Load() != 0 {
@@ -152,7 +151,7 @@ func TestTokensVerifiedOnDemand(t *testing.T) {
 	valid := k.token(t, k.key, "alice")
 	var got []int
 	for range 4 {
-		got = append(got, do(t, srv.Client(), "GET", srv.URL+"/me", bearer(valid)).status)
+		got = append(got, do(t, client, "GET", srvURL+"/me", bearer(valid)).status)
 	}
 	if fmt.Sprint(got) != "[200 200 200 429]" {
 		t.Errorf("alice on /me: %v, want 3 allowed by her per-user limit", got)
@@ -162,7 +161,7 @@ func TestTokensVerifiedOnDemand(t *testing.T) {
 	}
 	// A forged token on /me is verified, fails, is counted, and the request
 	// is refused with 401 (after the per-address limit counted it).
-	if a := do(t, srv.Client(), "GET", srv.URL+"/me", bearer(forged)); a.status != 401 || a.header.Get("WWW-Authenticate") == "" {
+	if a := do(t, client, "GET", srvURL+"/me", bearer(forged)); a.status != 401 || a.header.Get("WWW-Authenticate") == "" {
 		t.Errorf("/me with a forged token: %d %v, want 401 with a challenge", a.status, a.header)
 	}
 	if pm.TokensVerified() != 2 || invalid.Load() != 1 {
@@ -170,7 +169,7 @@ func TestTokensVerifiedOnDemand(t *testing.T) {
 	}
 	// A route that takes such requests as anonymous lets it through without
 	// a user (its per-user limit does not apply), still counted.
-	if a := do(t, srv.Client(), "GET", srv.URL+"/anon", bearer(forged)); a.status != 200 {
+	if a := do(t, client, "GET", srvURL+"/anon", bearer(forged)); a.status != 200 {
 		t.Errorf("/anon with a forged token: %d, want 200 (anonymous)", a.status)
 	}
 	if pm.TokensVerified() != 3 || invalid.Load() != 2 {
@@ -179,9 +178,9 @@ func TestTokensVerifiedOnDemand(t *testing.T) {
 	// The per-address limit (10) is used up: a new forged token is refused
 	// before it costs a verification.
 	for i := 0; i < 10; i++ {
-		do(t, srv.Client(), "GET", srv.URL+"/open", nil)
+		do(t, client, "GET", srvURL+"/open", nil)
 	}
-	if a := do(t, srv.Client(), "GET", srv.URL+"/me", bearer(k.token(t, k.forger, "eve"))); a.status != 429 {
+	if a := do(t, client, "GET", srvURL+"/me", bearer(k.token(t, k.forger, "eve"))); a.status != 429 {
 		t.Errorf("forged token over the per-address limit: %d, want 429", a.status)
 	}
 	if n := pm.TokensVerified(); n != 3 {

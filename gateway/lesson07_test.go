@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -61,6 +60,10 @@ func (o *schoolOffice) Match(r *Request, m *Match) error {
 // the test moves.
 func TestLesson07Verify(t *testing.T) {
 	t.Parallel()
+	forFronts(t, proxyFronts, testLesson07Verify)
+}
+
+func testLesson07Verify(t *testing.T, fr string) {
 	up := newUpstream(t, nil)
 	clock := newTestClock()
 	store := newMemStore(t, clock.Now)
@@ -69,12 +72,11 @@ func TestLesson07Verify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(g)
-	defer front.Close()
-	c := front.Client()
+	frontURL := serveFront(t, fr, g, nil)
+	c := newClient(t)
 
 	burst := func(n int, path string, hdr map[string]string) []answer {
-		return doN(t, c, n, front.URL+path, hdr)
+		return doN(t, c, n, frontURL+path, hdr)
 	}
 
 	// stage dev: rate 5/s, burst 5 — 8 requests in the same instant.
@@ -121,7 +123,7 @@ func TestLesson07Verify(t *testing.T) {
 
 	// Unknown key and no key: 403 Forbidden.
 	for _, hdr := range []map[string]string{{"x-api-key": "key-nobody"}, nil} {
-		a := do(t, c, "GET", front.URL+"/partner/students/9", hdr)
+		a := do(t, c, "GET", frontURL+"/partner/students/9", hdr)
 		if a.status != 403 || strings.TrimSpace(a.body) != `{"message":"Forbidden"}` {
 			t.Errorf("key %v: %d %q", hdr, a.status, a.body)
 		}

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -20,6 +19,10 @@ import (
 // reads the series back from the registry.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
+	forFronts(t, proxyFronts, testMetrics)
+}
+
+func testMetrics(t *testing.T, fr string) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
@@ -44,15 +47,15 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(g)
-	defer front.Close()
+	frontURL := serveFront(t, fr, g, nil)
+	c := newClient(t)
 	for i := 0; i < 8; i++ {
-		a := do(t, front.Client(), "GET", front.URL+"/notices", nil)
+		a := do(t, c, "GET", frontURL+"/notices", nil)
 		if a.status == 200 && a.header.Get("RateLimit") != "" && len(a.header.Values("RateLimit")) != 1 {
 			t.Errorf("RateLimit lines %v", a.header.Values("RateLimit"))
 		}
 	}
-	do(t, front.Client(), "GET", front.URL+"/partner/x", map[string]string{"x-api-key": "nobody"})
+	do(t, c, "GET", frontURL+"/partner/x", map[string]string{"x-api-key": "nobody"})
 	gw := "gateway"
 	checks := []struct {
 		name   string
@@ -85,6 +88,10 @@ func TestMetrics(t *testing.T) {
 // floodgate_queue_length until its client goes away.
 func TestQueueLengthMetric(t *testing.T) {
 	t.Parallel()
+	forFronts(t, allFronts, testQueueLengthMetric)
+}
+
+func testQueueLengthMetric(t *testing.T, fr string) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
@@ -92,21 +99,17 @@ func TestQueueLengthMetric(t *testing.T) {
 	}
 	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 2}, false)
 	clock := newTestClock()
-	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{}), Observer: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
-	defer srv.Close()
-	if a := do(t, srv.Client(), "GET", srv.URL, nil); a.status != 200 {
+	_, srvURL, client := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{}), Observer: m},
+		func(http.ResponseWriter, *http.Request) {})
+	if a := do(t, client, "GET", srvURL, nil); a.status != 200 {
 		t.Fatalf("first request %d", a.status)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-		if resp, err := srv.Client().Do(req); err == nil {
+		req, _ := http.NewRequestWithContext(ctx, "GET", srvURL, nil)
+		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 			t.Error("the queued request was answered")
 		}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -33,8 +32,9 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fronts []*httptest.Server
-	for i := 0; i < 2; i++ {
+	// One gateway on each engine, sharing the counts.
+	var fronts []string
+	for _, fr := range proxyFronts {
 		store, err := redisstore.New(redisstore.Options{URL: "redis://" + srv.Addr})
 		if err != nil {
 			t.Fatal(err)
@@ -49,10 +49,9 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := httptest.NewServer(g)
-		t.Cleanup(f.Close)
-		fronts = append(fronts, f)
+		fronts = append(fronts, serveFront(t, fr, g, nil))
 	}
+	client := newClient(t)
 	var ok, denied atomic.Int64
 	var wg sync.WaitGroup
 	for c := 0; c < 16; c++ {
@@ -60,8 +59,7 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 12; i++ {
-				f := fronts[(c+i)%2]
-				a := do(t, f.Client(), "GET", f.URL+"/x", nil)
+				a := do(t, client, "GET", fronts[(c+i)%2]+"/x", nil)
 				switch a.status {
 				case 200:
 					ok.Add(1)
@@ -86,6 +84,11 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 // that fails open lets requests through, one that fails closed refuses
 // them (with a Retry-After), and the metrics count the degraded decisions.
 func TestRedisDownFailurePolicies(t *testing.T) {
+	t.Parallel()
+	forFronts(t, allFronts, testRedisDownFailurePolicies)
+}
+
+func testRedisDownFailurePolicies(t *testing.T, fr string) {
 	srv := redistest.Start(t)
 	open, err := limiter.NewRule(floodgate.Limit{Name: "open", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
 	if err != nil {
@@ -106,30 +109,25 @@ func TestRedisDownFailurePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	engine := limiter.New(store, limiter.Options{Timeout: 100 * time.Millisecond, Observer: m})
-	g, err := New(Options{Engine: engine, Observer: m, Matcher: funcMatcher(func(r *Request, mt *Match) error {
+	_, frontURL, c := startFront(t, fr, Options{Engine: engine, Observer: m, Matcher: funcMatcher(func(r *Request, mt *Match) error {
 		rule := open
 		if r.Path == "/closed" {
 			rule = closed
 		}
 		mt.Hits = append(mt.Hits, limiter.Hit{Rule: rule, Key: "k", Cost: 1})
 		return nil
-	})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
-	defer front.Close()
+	})}, func(http.ResponseWriter, *http.Request) {})
 	for _, path := range []string{"/open", "/closed"} {
-		if a := do(t, front.Client(), "GET", front.URL+path, nil); a.status != 200 {
+		if a := do(t, c, "GET", frontURL+path, nil); a.status != 200 {
 			t.Fatalf("%s with Redis up: %d", path, a.status)
 		}
 	}
 	srv.Kill()
 	for i := 0; i < 3; i++ {
-		if a := do(t, front.Client(), "GET", front.URL+"/open", nil); a.status != 200 {
+		if a := do(t, c, "GET", frontURL+"/open", nil); a.status != 200 {
 			t.Errorf("fail-open limit with Redis down: %d", a.status)
 		}
-		if a := do(t, front.Client(), "GET", front.URL+"/closed", nil); a.status != 429 || a.header.Get("Retry-After") == "" {
+		if a := do(t, c, "GET", frontURL+"/closed", nil); a.status != 429 || a.header.Get("Retry-After") == "" {
 			t.Errorf("fail-closed limit with Redis down: %d, Retry-After %q", a.status, a.header.Get("Retry-After"))
 		}
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -39,6 +38,10 @@ func loadSchool(t testing.TB, edit ...func(*config.File)) *policy.Policy {
 // moves.
 func TestSchoolExampleVerify(t *testing.T) {
 	t.Parallel()
+	forFronts(t, proxyFronts, testSchoolExampleVerify)
+}
+
+func testSchoolExampleVerify(t *testing.T, fr string) {
 	up := newUpstream(t, nil)
 	upURL, _ := url.Parse(up.URL)
 	clock := newTestClock() // 10:00 UTC, 15:30 in Kolkata
@@ -58,11 +61,10 @@ func TestSchoolExampleVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(g)
-	defer front.Close()
-	c := front.Client()
+	frontURL := serveFront(t, fr, g, nil)
+	c := newClient(t)
 	burst := func(n int, path string, hdr map[string]string) []answer {
-		return doN(t, c, n, front.URL+path, hdr)
+		return doN(t, c, n, frontURL+path, hdr)
 	}
 
 	// Stage dev: 8 requests in the same instant, then one second later.
@@ -99,7 +101,7 @@ func TestSchoolExampleVerify(t *testing.T) {
 	}
 
 	// Unknown key → 403.
-	a := do(t, c, "GET", front.URL+"/partner/students/9", map[string]string{"x-api-key": "key-unknown"})
+	a := do(t, c, "GET", frontURL+"/partner/students/9", map[string]string{"x-api-key": "key-unknown"})
 	if a.status != 403 || strings.TrimSpace(a.body) != `{"message":"Forbidden"}` {
 		t.Errorf("unknown key: %d %q", a.status, a.body)
 	}
@@ -129,6 +131,10 @@ func TestSchoolExampleVerify(t *testing.T) {
 // forgets a failure a minute later.
 func TestSchoolLoginCountsFailures(t *testing.T) {
 	t.Parallel()
+	forFronts(t, proxyFronts, testSchoolLoginCountsFailures)
+}
+
+func testSchoolLoginCountsFailures(t *testing.T, fr string) {
 	var reached atomic.Int64
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		reached.Add(1)
@@ -146,10 +152,10 @@ func TestSchoolLoginCountsFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(g)
-	defer front.Close()
+	frontURL := serveFront(t, fr, g, nil)
+	c := newClient(t)
 	login := func(pw string) answer {
-		a := do(t, front.Client(), "POST", front.URL+"/login", map[string]string{"X-Password": pw})
+		a := do(t, c, "POST", frontURL+"/login", map[string]string{"X-Password": pw})
 		clock.Advance(time.Second)
 		return a
 	}

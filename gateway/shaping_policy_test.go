@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"sync"
@@ -42,6 +41,10 @@ limits:
 // written in a policy file through the reverse proxy and the engine.
 func TestShapingFromPolicyFile(t *testing.T) {
 	t.Parallel()
+	forFronts(t, proxyFronts, testShapingFromPolicyFile)
+}
+
+func testShapingFromPolicyFile(t *testing.T, fr string) {
 	var mu sync.Mutex
 	var departures []time.Duration
 	start := time.Now()
@@ -78,8 +81,8 @@ func TestShapingFromPolicyFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(g)
-	defer front.Close()
+	frontURL := serveFront(t, fr, g, nil)
+	c := newClient(t)
 
 	// Leaky queue: 2 leave at once (the first and the one delay=1 lets
 	// through), 2 wait 100 ms and 200 ms, the 5th finds the queue full.
@@ -89,7 +92,7 @@ func TestShapingFromPolicyFile(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			codes[i] = do(t, front.Client(), "GET", front.URL+"/queue/x", nil).status
+			codes[i] = do(t, c, "GET", frontURL+"/queue/x", nil).status
 		}()
 	}
 	wg.Wait()
@@ -108,7 +111,7 @@ func TestShapingFromPolicyFile(t *testing.T) {
 	// they finish a new one passes.
 	results := make(chan int, 2)
 	for i := 0; i < 2; i++ {
-		go func() { results <- do(t, front.Client(), "GET", front.URL+"/conn/x", nil).status }()
+		go func() { results <- do(t, c, "GET", frontURL+"/conn/x", nil).status }()
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for inflight.Load() < 2 {
@@ -117,7 +120,7 @@ func TestShapingFromPolicyFile(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	a := do(t, front.Client(), "GET", front.URL+"/conn/x", nil)
+	a := do(t, c, "GET", frontURL+"/conn/x", nil)
 	if a.status != 429 {
 		t.Errorf("third concurrent request: %d", a.status)
 	}
@@ -130,7 +133,7 @@ func TestShapingFromPolicyFile(t *testing.T) {
 	}
 	// The leases are given back as the two requests end.
 	for {
-		s := do(t, front.Client(), "GET", front.URL+"/conn/x", nil).status
+		s := do(t, c, "GET", frontURL+"/conn/x", nil).status
 		if s == 200 {
 			break
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -87,18 +86,16 @@ func TestLeakyQueueSpacing(t *testing.T) {
 // upstream and gives its place back.
 func TestQueuedClientGoesAway(t *testing.T) {
 	t.Parallel()
+	forFronts(t, allFronts, testQueuedClientGoesAway)
+}
+
+func testQueuedClientGoesAway(t *testing.T, fr string) {
 	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 3}, false)
 	clock := newTestClock()
 	store := newMemStore(t, clock.Now)
-	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(store, limiter.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var reached atomic.Int64
-	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		reached.Add(1)
-	})))
-	defer srv.Close()
+	_, srvURL, client := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(store, limiter.Options{})},
+		func(w http.ResponseWriter, r *http.Request) { reached.Add(1) })
 	// nextDelay is how long the next request would wait in the queue.
 	nextDelay := func() time.Duration {
 		t.Helper()
@@ -122,15 +119,15 @@ func TestQueuedClientGoesAway(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if a := do(t, srv.Client(), "GET", srv.URL, nil); a.status != 200 {
+	if a := do(t, client, "GET", srvURL, nil); a.status != 200 {
 		t.Fatalf("first request %d", a.status)
 	}
 	// The second waits a minute; its client gives up once it is queued.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-		resp, err := srv.Client().Do(req)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srvURL, nil)
+		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -156,14 +153,21 @@ func TestQueuedClientGoesAway(t *testing.T) {
 // lease comes back (a request after the run passes).
 func TestConcurrencyLimit(t *testing.T) {
 	t.Parallel()
+	forFronts(t, allFronts, testConcurrencyLimit)
+}
+
+func testConcurrencyLimit(t *testing.T, fr string) {
 	const limit = 3
 	rule := mustRule(t, floodgate.Limit{Name: "conn", Algorithm: floodgate.Concurrency, Max: limit, LeaseTTL: time.Minute}, false)
-	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var inflight, peak, served atomic.Int64
-	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	block := make(chan struct{})
+	holding := make(chan struct{}, limit)
+	_, srvURL, client := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})}, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			holding <- struct{}{}
+			<-block
+			return
+		}
 		n := inflight.Add(1)
 		defer inflight.Add(-1)
 		for {
@@ -174,8 +178,7 @@ func TestConcurrencyLimit(t *testing.T) {
 		}
 		served.Add(1)
 		time.Sleep(5 * time.Millisecond)
-	})))
-	defer srv.Close()
+	})
 
 	var wg sync.WaitGroup
 	var denied atomic.Int64
@@ -184,7 +187,7 @@ func TestConcurrencyLimit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 10; i++ {
-				a := do(t, srv.Client(), "GET", srv.URL, nil)
+				a := do(t, client, "GET", srvURL, nil)
 				switch a.status {
 				case 200:
 				case 429:
@@ -209,22 +212,15 @@ func TestConcurrencyLimit(t *testing.T) {
 		t.Errorf("served %d + denied %d != 240", served.Load(), denied.Load())
 	}
 	// Every lease was given back: three requests can be in flight again.
-	block := make(chan struct{})
-	holding := make(chan struct{}, limit)
-	srv2 := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		holding <- struct{}{}
-		<-block
-	})))
-	defer srv2.Close()
 	var wg2 sync.WaitGroup
 	for i := 0; i < limit; i++ {
 		wg2.Add(1)
-		go func() { defer wg2.Done(); do(t, srv2.Client(), "GET", srv2.URL, nil) }()
+		go func() { defer wg2.Done(); do(t, client, "GET", srvURL+"/hold", nil) }()
 	}
 	for i := 0; i < limit; i++ {
 		<-holding
 	}
-	if a := do(t, srv2.Client(), "GET", srv2.URL, nil); a.status != 429 {
+	if a := do(t, client, "GET", srvURL+"/hold", nil); a.status != 429 {
 		t.Errorf("a 4th request while 3 are held: %d, want 429", a.status)
 	}
 	close(block)
@@ -235,32 +231,36 @@ func TestConcurrencyLimit(t *testing.T) {
 // handler panics and when the client goes away mid-request.
 func TestConcurrencyReleasedOnPanic(t *testing.T) {
 	t.Parallel()
-	testReleasedOnPanic(t, limiter.New(newMemStore(t, nil), limiter.Options{}))
+	forFronts(t, allFronts, func(t *testing.T, fr string) {
+		testReleasedOnPanic(t, fr, limiter.New(newMemStore(t, nil), limiter.Options{}))
+	})
 }
 
-func testReleasedOnPanic(t *testing.T, engine limiter.Engine) {
+// testReleasedOnPanic: the handler (or the upstream) panics, then holds a
+// request until its client leaves (or, for an engine that cannot tell
+// while the upstream holds the request, until the test lets it go).
+func testReleasedOnPanic(t *testing.T, fr string, engine limiter.Engine) {
 	rule := mustRule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Hour}, false)
-	g, err := New(Options{Matcher: oneRule(rule), Engine: engine})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var calls atomic.Int64
 	held := make(chan struct{})
-	srv := httptest.NewUnstartedServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	letGo := make(chan struct{})
+	_, srvURL, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: engine}, func(w http.ResponseWriter, r *http.Request) {
 		switch calls.Add(1) {
 		case 1:
 			panic(http.ErrAbortHandler)
 		case 2:
 			close(held)
-			<-r.Context().Done() // held until the client leaves
+			select { // held until the client leaves
+			case <-r.Context().Done():
+			case <-letGo:
+			}
 		}
-	})))
-	srv.Config.ErrorLog = nil
-	srv.Start()
-	defer srv.Close()
-	c := srv.Client()
-	if _, err := c.Get(srv.URL); err == nil {
-		t.Fatal("a panicking handler answered")
+	})
+	if resp, err := c.Get(srvURL); err == nil {
+		resp.Body.Close()
+		if fr == frontMiddleware || resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("a panicking handler answered %d", resp.StatusCode)
+		}
 	}
 	// The client leaves once the handler holds its request.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -272,14 +272,15 @@ func testReleasedOnPanic(t *testing.T, engine limiter.Engine) {
 		case <-ctx.Done():
 		}
 	}()
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", srvURL, nil)
 	if _, err := c.Do(req); err == nil {
 		t.Fatal("the held request was answered")
 	}
+	close(letGo)
 	// The releases run as the handlers return; wait for the slot to open.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a := do(t, c, "GET", srv.URL, nil)
+		a := do(t, c, "GET", srvURL, nil)
 		if a.status == 200 {
 			break
 		}
@@ -295,27 +296,25 @@ func testReleasedOnPanic(t *testing.T, engine limiter.Engine) {
 // before it reaches the handler.
 func TestCountOnStatus(t *testing.T) {
 	t.Parallel()
+	forFronts(t, allFronts, testCountOnStatus)
+}
+
+func testCountOnStatus(t *testing.T, fr string) {
 	rule := mustRule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Minute}, false)
 	clock := newTestClock()
-	g, err := New(Options{Matcher: oneRule(rule, 401, 403), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var reached atomic.Int64
-	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, srvURL, c := startFront(t, fr, Options{Matcher: oneRule(rule, 401, 403), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})}, func(w http.ResponseWriter, r *http.Request) {
 		reached.Add(1)
 		if r.Header.Get("Password") != "right" {
 			w.WriteHeader(http.StatusUnauthorized)
 			_, _ = io.WriteString(w, "no")
 		}
-	})))
-	defer srv.Close()
-	c := srv.Client()
+	})
 	wrong := map[string]string{"Password": "wrong"}
 	right := map[string]string{"Password": "right"}
 	var got []int
 	for _, h := range []map[string]string{right, right, right, wrong, right, wrong, wrong, right} {
-		got = append(got, do(t, c, "GET", srv.URL, h).status)
+		got = append(got, do(t, c, "GET", srvURL, h).status)
 		clock.Advance(time.Second)
 	}
 	if want := []int{200, 200, 200, 401, 200, 401, 429, 429}; !slices.Equal(got, want) {
@@ -326,7 +325,7 @@ func TestCountOnStatus(t *testing.T) {
 	}
 	// The window forgets the first failure (at 3 s) a minute later.
 	clock.Advance(time.Minute - 5*time.Second)
-	a := do(t, c, "GET", srv.URL, wrong)
+	a := do(t, c, "GET", srvURL, wrong)
 	if a.status != 401 {
 		t.Errorf("after the window: %d, want 401", a.status)
 	}
@@ -336,20 +335,19 @@ func TestCountOnStatus(t *testing.T) {
 // without Retry-After, and never reaches the handler.
 func TestNeverFits(t *testing.T) {
 	t.Parallel()
+	forFronts(t, allFronts, testNeverFits)
+}
+
+func testNeverFits(t *testing.T, fr string) {
 	rule := mustRule(t, floodgate.Limit{Name: "small", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute}, false)
 	m := funcMatcher(func(_ *Request, m *Match) error {
 		m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: "k", Cost: 3})
 		return nil
 	})
 	for _, engine := range []limiter.Engine{limiter.New(newMemStore(t, nil), limiter.Options{})} {
-		g, err := New(Options{Matcher: m, Engine: engine})
-		if err != nil {
-			t.Fatal(err)
-		}
 		var reached atomic.Int64
-		srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached.Add(1) })))
-		a := do(t, srv.Client(), "GET", srv.URL, nil)
-		srv.Close()
+		_, srvURL, c := startFront(t, fr, Options{Matcher: m, Engine: engine}, func(http.ResponseWriter, *http.Request) { reached.Add(1) })
+		a := do(t, c, "GET", srvURL, nil)
 		if a.status != 429 || a.header.Get("Retry-After") != "" || reached.Load() != 0 {
 			t.Errorf("%T: %d Retry-After %q, handler reached %d times", engine, a.status, a.header.Get("Retry-After"), reached.Load())
 		}
@@ -361,18 +359,17 @@ func TestNeverFits(t *testing.T) {
 // otherwise wait minutes).
 func TestShadowQueueDelaysNothing(t *testing.T) {
 	t.Parallel()
+	forFronts(t, allFronts, testShadowQueueDelaysNothing)
+}
+
+func testShadowQueueDelaysNothing(t *testing.T, fr string) {
 	rule := mustRule(t, floodgate.Limit{Name: "shadow-queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 5}, true)
 	clock := newTestClock()
-	g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
-	defer srv.Close()
-	c := srv.Client()
+	_, srvURL, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})},
+		func(http.ResponseWriter, *http.Request) {})
 	c.Timeout = 20 * time.Second // far below the minutes a real queue would hold them
 	for i := 0; i < 8; i++ {
-		a := do(t, c, "GET", srv.URL, nil)
+		a := do(t, c, "GET", srvURL, nil)
 		if a.status != 200 || a.header.Get("RateLimit") != "" {
 			t.Fatalf("request %d: %d, RateLimit %q", i, a.status, a.header.Get("RateLimit"))
 		}
