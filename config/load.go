@@ -85,9 +85,12 @@ const (
 	DefaultMemoryMaxBytes = 256 << 20
 )
 
-// Values of server.path_matching, server.method_override, server.api_auth
-// and routes[].on_invalid_token.
+// Values of server.path_matching, server.method_override, server.engine,
+// server.api_auth and routes[].on_invalid_token.
 const (
+	EngineFast    = "fast"
+	EngineNetHTTP = "net/http"
+
 	PathExact           = "exact"
 	PathCaseInsensitive = "case_insensitive"
 
@@ -124,6 +127,7 @@ func setDefaults(f *File) {
 		},
 		PathMatching:   PathExact,
 		MethodOverride: MethodOverrideStrip,
+		Engine:         EngineFast,
 		Timeouts: Timeouts{
 			ReadHeader: DefaultReadHeaderTimeout,
 			Read:       DefaultReadTimeout,

@@ -111,6 +111,11 @@ type Server struct {
 	// reject (400), or honor (match with the method they name and forward
 	// them).
 	MethodOverride string `yaml:"method_override"`
+	// Engine is the HTTP engine of the gateway's listener: fast (default:
+	// HTTP/1.1 on fasthttp, handing HTTP/2 with prior knowledge and
+	// upgraded connections to net/http) or net/http (every request on
+	// net/http).
+	Engine string `yaml:"engine"`
 	// Timeouts bound the gateway's client connections.
 	Timeouts Timeouts `yaml:"timeouts"`
 	// MaxConnections bounds the client connections the gateway serves at

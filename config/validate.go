@@ -310,6 +310,7 @@ func (v *validator) hardening() {
 	oneOf("method_override", s.MethodOverride, MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor)
 	oneOf("api_auth", s.APIAuth, APIAuthToken, APIAuthNone)
 	oneOf("redis_eviction", s.RedisEviction, RedisEvictionWarn, RedisEvictionRefuse)
+	oneOf("engine", s.Engine, EngineFast, EngineNetHTTP)
 	for _, t := range []struct {
 		name string
 		d    time.Duration

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"errors"
 	"io"
 	"net"
@@ -59,8 +61,8 @@ func (g *Gateway) edgeUpstreamOf(u *url.URL, route string) *edgeUpstream {
 	}
 	up := &edgeUpstream{
 		hc: &fasthttp.HostClient{
-			Addr:                addr,
-			IsTLS:               tls,
+			Addr:  addr,
+			IsTLS: tls,
 			Dial: func(addr string) (net.Conn, error) {
 				c, err := dialer.Dial("tcp", addr)
 				if err != nil {
@@ -174,10 +176,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	}
 	bw := hc.AcquireWriter(c)
 	_ = c.SetWriteDeadline(time.Time{})
-	err = req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
+	err = writeRequest(bw, req)
 	hc.ReleaseWriter(bw)
 	if err == nil {
 		err = c.SetReadDeadline(time.Now().Add(up.timeout))
@@ -273,6 +272,71 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	}
 	resp.SetBodyStream(b, n)
 	return true, true, nil
+}
+
+// writeRequest sends a request upstream. A body the client is still
+// sending passes as it comes: the headers go at once, then each part of
+// the body as it is read, so that the upstream sees a slow upload (and the
+// request holds its place) while it lasts, as on net/http.
+func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
+	if !req.IsBodyStream() {
+		if err := req.Write(bw); err != nil {
+			return err
+		}
+		return bw.Flush()
+	}
+	body := req.BodyStream()
+	n := req.Header.ContentLength()
+	if n < 0 {
+		req.Header.SetContentLength(-1) // chunked
+	}
+	if err := req.Header.Write(bw); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	bp := copyBuffers.Get()
+	defer copyBuffers.Put(bp)
+	buf := bp[:16<<10]
+	left := int64(n)
+	for n < 0 || left > 0 {
+		p := buf
+		if n >= 0 && int64(len(p)) > left {
+			p = p[:left]
+		}
+		m, err := body.Read(p)
+		if m > 0 {
+			if n < 0 {
+				fmt.Fprintf(bw, "%x\r\n", m)
+			}
+			if _, werr := bw.Write(p[:m]); werr != nil {
+				return werr
+			}
+			if n < 0 {
+				_, _ = bw.WriteString("\r\n")
+			}
+			if werr := bw.Flush(); werr != nil {
+				return werr
+			}
+			left -= int64(m)
+		}
+		if errors.Is(err, io.EOF) {
+			if n >= 0 && left > 0 {
+				return io.ErrUnexpectedEOF
+			}
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if n < 0 {
+		if _, err := bw.WriteString("0\r\n\r\n"); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
 }
 
 // upConn is an upstream connection; used says whether a request went over

@@ -50,8 +50,10 @@ func metricsText(t *testing.T, admin string) string {
 // TestGuessedKeysAreThrottled: a flood of guessed API keys from one
 // address passes the limits that need no key, and once the unknown-key
 // limit (20 a minute, bursts of 20) is used up it is answered 429, not 403.
-func TestGuessedKeysAreThrottled(t *testing.T) {
-	gw, admin, _ := school(t)
+func TestGuessedKeysAreThrottled(t *testing.T) { forEngines(t, testGuessedKeysAreThrottled) }
+
+func testGuessedKeysAreThrottled(t *testing.T, engine string) {
+	gw, admin, _ := school(t, "--engine", engine)
 	counts := map[int]int{}
 	var last http.Header
 	for i := range 30 {
@@ -86,8 +88,10 @@ func TestGuessedKeysAreThrottled(t *testing.T) {
 // TestForgedTokenIsRefused: a forged token on a route with a per-user limit
 // is answered 401, counted by reason and logged, instead of skipping the
 // per-user limit as an anonymous request.
-func TestForgedTokenIsRefused(t *testing.T) {
-	gw, admin, logs := school(t)
+func TestForgedTokenIsRefused(t *testing.T) { forEngines(t, testForgedTokenIsRefused) }
+
+func testForgedTokenIsRefused(t *testing.T, engine string) {
+	gw, admin, logs := school(t, "--engine", engine)
 	forged, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 		"sub": "parent-42", "exp": time.Now().Add(time.Hour).Unix(),
 	}).SignedString([]byte("not the school's secret, but long enough to sign"))
@@ -153,7 +157,9 @@ func normalizingUpstream(t *testing.T) (url string, failedLogins *atomic.Int64) 
 // TestPathAndMethodTricks: spellings of /login that a lenient upstream
 // takes for /login either meet the login limit or are refused with 400;
 // a method override header does not dodge a POST-only limit.
-func TestPathAndMethodTricks(t *testing.T) {
+func TestPathAndMethodTricks(t *testing.T) { forEngines(t, testPathAndMethodTricks) }
+
+func testPathAndMethodTricks(t *testing.T, engine string) {
 	up, failed := normalizingUpstream(t)
 	cfg := filepath.Join(t.TempDir(), "gw.yaml")
 	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
@@ -177,7 +183,7 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	send := func(method, target string, hdr ...string) int {
 		t.Helper()
 		// A raw request line, so that the target reaches the gateway as
@@ -233,6 +239,10 @@ limits:
 // 2 admits no third request meanwhile) until the read timeout cuts them,
 // and then the slots are free again.
 func TestSlowBodiesKeepTheirLeasesAndAreCut(t *testing.T) {
+	forEngines(t, testSlowBodiesKeepTheirLeasesAndAreCut)
+}
+
+func testSlowBodiesKeepTheirLeasesAndAreCut(t *testing.T, engine string) {
 	var inUpstream atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inUpstream.Add(1)
@@ -258,7 +268,7 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	addr := strings.TrimPrefix(gw, "http://")
 	cut := make(chan error, 2)
 	for range 2 {
@@ -330,7 +340,9 @@ limits:
 // 503 and closed at once, the admin listener keeps answering, and slow
 // requests to one upstream wait for its capped connections instead of
 // failing with 502.
-func TestConnectionFlood(t *testing.T) {
+func TestConnectionFlood(t *testing.T) { forEngines(t, testConnectionFlood) }
+
+func testConnectionFlood(t *testing.T, engine string) {
 	release := make(chan struct{})
 	var upstreamConns atomic.Int64
 	var peak atomic.Int64
@@ -364,7 +376,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	addr := strings.TrimPrefix(gw, "http://")
 
 	// Ten slow requests hold ten client connections; only four upstream
@@ -434,7 +446,9 @@ routes:
 
 // TestHTTP2PriorKnowledge: a client speaking HTTP/2 without TLS is served,
 // and the upstream never sees a request with the method PRI.
-func TestHTTP2PriorKnowledge(t *testing.T) {
+func TestHTTP2PriorKnowledge(t *testing.T) { forEngines(t, testHTTP2PriorKnowledge) }
+
+func testHTTP2PriorKnowledge(t *testing.T, engine string) {
 	var methods sync.Map
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		methods.Store(r.Method, true)
@@ -450,7 +464,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	defer tr.CloseIdleConnections()
@@ -470,7 +484,9 @@ routes:
 // TestReadyzReportsDegradedState: /readyz says "degraded" with its reasons
 // while the store does not answer and while the state file cannot be
 // written, and /metrics shows both; "?strict" answers 503 then.
-func TestReadyzReportsDegradedState(t *testing.T) {
+func TestReadyzReportsDegradedState(t *testing.T) { forEngines(t, testReadyzReportsDegradedState) }
+
+func testReadyzReportsDegradedState(t *testing.T, engine string) {
 	t.Run("state file", func(t *testing.T) {
 		dir := t.TempDir()
 		if err := os.Mkdir(filepath.Join(dir, "state"), 0o755); err != nil {
@@ -488,7 +504,7 @@ limits:
 		if err != nil {
 			t.Fatal(err)
 		}
-		gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+		gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 		if code, _, body := get(t, admin+"/readyz"); code != 200 || body != "ready\n" {
 			t.Fatalf("/readyz at start: %d %q", code, body)
 		}
@@ -529,7 +545,7 @@ limits:
 		if err != nil {
 			t.Fatal(err)
 		}
-		gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+		gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 		get(t, gw+"/x")
 		rs.Kill()
 		deadline := time.Now().Add(30 * time.Second)
@@ -558,6 +574,10 @@ limits:
 // through the Envoy rate-limit service all land in one memory-bounded
 // store: its bytes stay within server.memory.max_bytes.
 func TestFloodsOfDistinctKeysAreBounded(t *testing.T) {
+	forEngines(t, testFloodsOfDistinctKeysAreBounded)
+}
+
+func testFloodsOfDistinctKeysAreBounded(t *testing.T, engine string) {
 	dir := t.TempDir()
 	grpcAddr, apiAddr := freeAddr(t), freeAddr(t)
 	if err := os.WriteFile(filepath.Join(dir, "rls.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"), 0o644); err != nil {
@@ -580,7 +600,7 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	const n = 12000
 	var wg sync.WaitGroup
 	tr := &http.Transport{MaxIdleConnsPerHost: 16}

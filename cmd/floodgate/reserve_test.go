@@ -48,8 +48,10 @@ func metricValue(t *testing.T, admin, series string) int {
 // limit of 5 a minute, counted by outcome, holds a reservation for every
 // attempt in flight, so exactly 5 reach the login upstream and the other
 // 295 are answered 429.
-func TestConcurrentFailedLogins(t *testing.T) {
-	gw, admin, _ := school(t)
+func TestConcurrentFailedLogins(t *testing.T) { forEngines(t, testConcurrentFailedLogins) }
+
+func testConcurrentFailedLogins(t *testing.T, engine string) {
+	gw, admin, _ := school(t, "--engine", engine)
 	const attempts = 300
 	c := &http.Client{Transport: &http.Transport{MaxConnsPerHost: attempts, MaxIdleConnsPerHost: attempts}}
 	defer c.CloseIdleConnections()
@@ -75,8 +77,10 @@ func TestConcurrentFailedLogins(t *testing.T) {
 // completion reserves its max_tokens and settles at its usage, plain or
 // streamed, and the answers carry RateLimit fields for requests and
 // tokens.
-func TestLLMExample(t *testing.T) {
-	gw, _, _, out := startServe(t, "--config", filepath.Join("..", "..", "examples", "llm.yaml"), "--demo",
+func TestLLMExample(t *testing.T) { forEngines(t, testLLMExample) }
+
+func testLLMExample(t *testing.T, engine string) {
+	gw, _, _, out := startServe(t, "--engine", engine, "--config", filepath.Join("..", "..", "examples", "llm.yaml"), "--demo",
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
 	if !strings.Contains(out.String(), "OpenAI-style") || !strings.Contains(out.String(), "Bearer key-acme-dev") {
 		t.Errorf("the demo's lines do not show the model:\n%s", out.String())

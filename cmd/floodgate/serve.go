@@ -64,6 +64,7 @@ type serveConfig struct {
 	watch           bool
 	shutdownTimeout time.Duration
 	access          accessLogFlags
+	engine          string // the gateway listener's engine (serve_edge.go)
 }
 
 func init() {
@@ -82,6 +83,7 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveConfig, error) {
 	fs.BoolVar(&cfg.watch, "watch", true, "reload the file when it changes and has stayed unchanged for a second (polled every second); --watch=false reloads on SIGHUP only")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in flight may take to finish on shutdown")
 	cfg.access.register(fs)
+	cfg.registerEngine(fs)
 	if help, err := parseFlags(fs, args, stdout, serveUsage); help || err != nil {
 		if help {
 			return nil, flag.ErrHelp
@@ -99,6 +101,9 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveConfig, error) {
 	}
 	if cfg.shutdownTimeout <= 0 {
 		return nil, usagef("serve: --shutdown-timeout must be positive")
+	}
+	if err := cfg.checkEngine(); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
@@ -143,7 +148,7 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Lo
 	if cfg.watch {
 		go s.reloader.Run(ctx)
 	}
-	log.Info("serving", "listen", s.frontLn.Addr().String(), "store", s.srv.StoreKind(), "config", cfg.config)
+	log.Info("serving", "listen", s.frontLn.Addr().String(), "engine", s.engineLine(), "store", s.srv.StoreKind(), "config", cfg.config)
 	s.ready.Store(true)
 	runErr := s.run(ctx)
 	if err := s.shutdown(ctx); err != nil && runErr == nil {
@@ -178,6 +183,8 @@ type server struct {
 	frontLn, adminLn net.Listener
 	conns            *connLimit
 	front, admin     *http.Server
+	edge             *gateway.Edge // the edge engine, when it serves the gateway listener
+	engineName       string
 	services         *decisionServices
 	errc             chan error
 	ready            atomic.Bool
@@ -245,8 +252,9 @@ func (s *server) reloaded(p *policy.Policy) {
 		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
 			n.AdminListen != first.AdminListen || n.StoreTimeout != first.StoreTimeout ||
 			n.Instances != first.Instances || n.Upstream != first.Upstream || n.Timeouts != first.Timeouts ||
-			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride) {
-		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits and method_override change only on restart")
+			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride ||
+			n.Engine != first.Engine) {
+		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits, method_override and engine change only on restart")
 	}
 	if s.console != nil {
 		s.console.reloaded(p)
@@ -289,12 +297,12 @@ func (s *server) listen(stdout io.Writer) error {
 		Observer:       s.metrics,
 		Logger:         s.log,
 		MethodOverride: methodOverride(s.srv.MethodOverride),
-		Transport: gateway.NewTransport(gateway.TransportOptions{
+		Upstream: gateway.TransportOptions{
 			DialTimeout:           s.srv.Upstream.DialTimeout,
 			ResponseHeaderTimeout: s.srv.Upstream.Timeout,
 			IdleConnTimeout:       s.srv.Upstream.IdleTimeout,
 			MaxConnsPerHost:       files.upstreamPerHost,
-		}),
+		},
 		AccessLog: alog,
 	})
 	if err != nil {
@@ -338,13 +346,13 @@ func (s *server) listen(stdout io.Writer) error {
 		return err
 	}
 	s.serving = true
-	go func() { s.errc <- s.front.Serve(s.frontLn) }()
+	s.serveFront(g)
 	if s.admin != nil {
 		go func() { s.errc <- s.admin.Serve(s.adminLn) }()
 	}
 	// The admin line comes last: scripts and tests wait for it.
 	base := "http://" + displayAddr(s.frontLn.Addr())
-	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s)\n", base, s.srv.StoreKind())
+	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s, engine %s)\n", base, s.srv.StoreKind(), s.engineName)
 	if s.demo != nil {
 		printDemo(stdout, base, s.demo.URL, s.adminLn, servesChat(s.reloader.Policy()))
 	}
@@ -479,10 +487,7 @@ func (s *server) shutdown(ctx context.Context) error {
 	s.log.Info("shutting down", "timeout", s.cfg.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.shutdownTimeout)
 	defer cancel()
-	if err := s.front.Shutdown(sctx); err != nil {
-		s.log.Warn("requests still in flight at the shutdown timeout", "err", err)
-		_ = s.front.Close()
-	}
+	s.shutdownFront(sctx)
 	s.services.Shutdown()
 	if s.admin != nil {
 		_ = s.admin.Shutdown(sctx)

@@ -10,7 +10,9 @@ import (
 // TestServeAccessLogFromFile: server.access_log writes the log next to the
 // policy file, in the format it names, and the metrics count it; the
 // flags override the file.
-func TestServeAccessLogFromFile(t *testing.T) {
+func TestServeAccessLogFromFile(t *testing.T) { forEngines(t, testServeAccessLogFromFile) }
+
+func testServeAccessLogFromFile(t *testing.T, engine string) {
 	dir := t.TempDir()
 	up := replayUpstream(t)
 	cfg := filepath.Join(dir, "policy.yaml")
@@ -27,7 +29,7 @@ limits:
 	if err := os.Mkdir(filepath.Join(dir, "logs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	gw, admin, stop, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	gw, admin, stop, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	for range 3 {
 		get(t, gw+"/x")
 	}
@@ -46,7 +48,7 @@ limits:
 		t.Errorf("log:\n%s", b)
 	}
 	// The flag overrides the file: JSON on standard output.
-	gw, _, stop, out := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error",
+	gw, _, stop, out := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error",
 		"--access-log", "-", "--access-log-format", "json")
 	get(t, gw+"/y")
 	if err := stop(); err != nil {

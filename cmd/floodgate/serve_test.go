@@ -118,8 +118,10 @@ func get(t *testing.T, url string, hdr ...string) (int, http.Header, string) {
 
 // TestServeDemo runs the README's first command (on free ports): the
 // school example in front of the demo upstream.
-func TestServeDemo(t *testing.T) {
-	gw, admin, stop, out := startServe(t, "--config", "../../examples/school.yaml", "--demo",
+func TestServeDemo(t *testing.T) { forEngines(t, testServeDemo) }
+
+func testServeDemo(t *testing.T, engine string) {
+	gw, admin, stop, out := startServe(t, "--engine", engine, "--config", "../../examples/school.yaml", "--demo",
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
 	if !strings.Contains(out.String(), "demo upstream") {
 		t.Errorf("no demo banner in %q", out.String())
@@ -189,7 +191,9 @@ func TestServeDemo(t *testing.T) {
 // TestServeGracefulShutdown stops serve while a request is in flight: the
 // request finishes, /readyz turns 503 meanwhile, serve returns without
 // error and the memory store writes its state file.
-func TestServeGracefulShutdown(t *testing.T) {
+func TestServeGracefulShutdown(t *testing.T) { forEngines(t, testServeGracefulShutdown) }
+
+func testServeGracefulShutdown(t *testing.T, engine string) {
 	arrived := make(chan struct{}, 1)
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -218,7 +222,7 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, admin, stop, _ := startServe(t, "--config", cfg, "--log-level", "error")
+	gw, admin, stop, _ := startServe(t, "--engine", engine, "--config", cfg, "--log-level", "error")
 	type result struct {
 		code int
 		body string
@@ -287,7 +291,9 @@ func TestServeBadFlags(t *testing.T) {
 
 // TestServeReloadOnSIGHUP raises a limit in the file and sends SIGHUP: the
 // running gateway takes the new limit without a restart.
-func TestServeReloadOnSIGHUP(t *testing.T) {
+func TestServeReloadOnSIGHUP(t *testing.T) { forEngines(t, testServeReloadOnSIGHUP) }
+
+func testServeReloadOnSIGHUP(t *testing.T, engine string) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
 	dir := t.TempDir()
@@ -312,7 +318,7 @@ limits:
 	}
 	write(2)
 	// Without --watch=false the changed file would be applied anyway.
-	gw, _, stop, _ := startServe(t, "--config", cfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	gw, _, stop, _ := startServe(t, "--engine", engine, "--config", cfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	var codes []int
 	for i := 0; i < 3; i++ {
 		code, _, _ := get(t, gw+"/")
@@ -346,7 +352,9 @@ limits:
 
 // TestServeTwoInstancesOneRedis starts two "floodgate serve" on one real
 // redis-server: clients spread over both get exactly the limit through.
-func TestServeTwoInstancesOneRedis(t *testing.T) {
+func TestServeTwoInstancesOneRedis(t *testing.T) { forEngines(t, testServeTwoInstancesOneRedis) }
+
+func testServeTwoInstancesOneRedis(t *testing.T, engine string) {
 	rs := redistest.Start(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
@@ -373,7 +381,7 @@ limits:
 	}
 	var gws []string
 	for i := 0; i < 2; i++ {
-		gw, _, _, out := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+		gw, _, _, out := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 		if !strings.Contains(out.String(), "store redis") {
 			t.Errorf("serve output %q", out.String())
 		}
@@ -402,5 +410,17 @@ limits:
 	wg.Wait()
 	if counts[200] != 25 || counts[429] != 55 {
 		t.Errorf("statuses %v, want 25 × 200 and 55 × 429", counts)
+	}
+}
+
+// engines are the gateway listener's engines; every end-to-end test of
+// the gateway runs on each.
+var engines = []string{"fast", "net/http"}
+
+// forEngines runs f as a subtest on each engine, one after the other.
+func forEngines(t *testing.T, f func(t *testing.T, engine string)) {
+	t.Helper()
+	for _, e := range engines {
+		t.Run(e, func(t *testing.T) { f(t, e) })
 	}
 }
