@@ -110,6 +110,9 @@ func (g *Gateway) NewEdge(o EdgeOptions) *Edge {
 		KeepHijackedConns:            true,
 		// Idle keep-alive connections hold no buffers.
 		ReduceMemoryUsage: true,
+		// Read errors by kind (an unsupported transfer coding is 501),
+		// not by their text.
+		SecureErrorLogMessage: true,
 		CloseOnShutdown:   true,
 		Logger:            edgeLogger{e},
 	}
@@ -153,14 +156,15 @@ func (e *Edge) Serve(ln net.Listener) error {
 }
 
 // route reads the first bytes of a new connection and hands it to the
-// engine that speaks its protocol.
+// engine that speaks its protocol: HTTP/2 with prior knowledge, and
+// requests whose lines end in a bare LF, go to net/http.
 func (e *Edge) route(c net.Conn) {
 	ec := &edgeConn{Conn: c}
-	h2, err := ec.sniff(time.Now().Add(e.header))
+	h2, bareLF, err := ec.sniff(time.Now().Add(e.header))
 	switch {
 	case err != nil:
 		c.Close() // nothing came in time, or the client left
-	case h2 && e.fallback != nil:
+	case (h2 || bareLF) && e.fallback != nil:
 		e.slow.push(ec)
 	case h2:
 		c.Close()
@@ -204,6 +208,8 @@ func (e *Edge) readError(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case errors.As(err, &small):
 		plainError(ctx, http.StatusRequestHeaderFieldsTooLarge)
+	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
+		plainErrorText(ctx, http.StatusNotImplemented, "Unsupported transfer encoding")
 	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, fasthttp.ErrTimeout):
 		// As net/http: a client that sends nothing (or too slowly) gets
 		// no answer.
@@ -217,7 +223,11 @@ func (e *Edge) readError(ctx *fasthttp.RequestCtx, err error) {
 
 // plainError is net/http's answer to a request it could not read.
 func plainError(ctx *fasthttp.RequestCtx, status int) {
-	msg := fmt.Sprintf("%d %s", status, http.StatusText(status))
+	plainErrorText(ctx, status, fmt.Sprintf("%d %s", status, http.StatusText(status)))
+}
+
+// plainErrorText is plainError with the body msg; the connection closes.
+func plainErrorText(ctx *fasthttp.RequestCtx, status int, msg string) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
@@ -234,6 +244,15 @@ func (l edgeLogger) Printf(format string, args ...any) {
 
 // serve is the edge engine's handler.
 func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
+	if p := ctx.Request.Header.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
+		plainErrorText(ctx, http.StatusHTTPVersionNotSupported, "505 HTTP Version Not Supported: unsupported protocol version")
+		return
+	}
+	if why := badFields(&ctx.Request.Header); why != "" {
+		// As net/http: what no upstream should be sent.
+		plainErrorText(ctx, http.StatusBadRequest, "400 Bad Request: "+why)
+		return
+	}
 	if ctx.Request.Header.ConnectionUpgrade() && len(ctx.Request.Header.Peek("Upgrade")) > 0 {
 		e.upgrade(ctx)
 		return
@@ -448,3 +467,39 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // s2b views s as bytes, without copying: they must not be changed.
 func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// badFields returns why a request's header fields are refused, or "": a
+// field name that is not a token, or a value with a control character
+// (RFC 9110 5.1, 5.5), which net/http refuses too.
+func badFields(h *fasthttp.RequestHeader) string {
+	for k, v := range h.All() {
+		if len(k) == 0 {
+			return "invalid header name"
+		}
+		for _, c := range k {
+			if !tokenChar[c] {
+				return "invalid header name"
+			}
+		}
+		for _, c := range v {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return "invalid header value"
+			}
+		}
+	}
+	return ""
+}
+
+// tokenChar says which bytes a token (a field name) may hold.
+var tokenChar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()

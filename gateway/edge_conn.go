@@ -18,8 +18,12 @@ const h2Preface = "PRI * HTTP/2.0\r\n"
 type edgeConn struct {
 	net.Conn
 	pre  []byte
-	head [len(h2Preface)]byte
+	head [sniffBytes]byte
 }
+
+// sniffBytes is the most a new connection's first read takes: the start
+// of its first request, usually all of it.
+const sniffBytes = 512
 
 func (c *edgeConn) Read(b []byte) (int, error) {
 	if len(c.pre) > 0 {
@@ -27,15 +31,24 @@ func (c *edgeConn) Read(b []byte) (int, error) {
 		c.pre = c.pre[n:]
 		return n, nil
 	}
-	return c.Conn.Read(b)
+	// A read of nothing without an error (which io.Reader allows) would
+	// stop fasthttp: read again, a bounded number of times.
+	for range 100 {
+		n, err := c.Conn.Read(b)
+		if n > 0 || err != nil || len(b) == 0 {
+			return n, err
+		}
+	}
+	return 0, io.ErrNoProgress
 }
 
 // sniff reads the first bytes of a new connection, at most until deadline,
-// and reports whether it speaks HTTP/2 with prior knowledge. The bytes
-// stay readable.
-func (c *edgeConn) sniff(deadline time.Time) (h2 bool, err error) {
+// and says where it goes: h2 when it speaks HTTP/2 with prior knowledge,
+// bareLF when its request line ends in a bare LF (which fasthttp does not
+// read and net/http does). The bytes stay readable.
+func (c *edgeConn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
 	if err := c.SetReadDeadline(deadline); err != nil {
-		return false, err
+		return false, false, err
 	}
 	n := 0
 	for n < 3 {
@@ -45,7 +58,7 @@ func (c *edgeConn) sniff(deadline time.Time) (h2 bool, err error) {
 			if n > 0 && errors.Is(err, io.EOF) {
 				break
 			}
-			return false, err
+			return false, false, err
 		}
 		if !bytes.HasPrefix([]byte(h2Preface), c.head[:n]) {
 			break
@@ -53,9 +66,12 @@ func (c *edgeConn) sniff(deadline time.Time) (h2 bool, err error) {
 	}
 	c.pre = c.head[:n]
 	if err := c.SetReadDeadline(time.Time{}); err != nil {
-		return false, err
+		return false, false, err
 	}
-	return n >= 3 && bytes.HasPrefix([]byte(h2Preface), c.head[:n]), nil
+	if i := bytes.IndexByte(c.pre, '\n'); i >= 0 && (i == 0 || c.pre[i-1] != '\r') {
+		bareLF = true
+	}
+	return n >= 3 && bytes.HasPrefix([]byte(h2Preface), c.pre), bareLF, nil
 }
 
 // maxWatchBytes bounds what a watch reads ahead of the engine (a request

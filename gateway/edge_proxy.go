@@ -3,8 +3,8 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -387,6 +387,7 @@ func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream,
 	}
 	req.SetRequestURIBytes(raw)
 	h.SetHost(up.host)
+	h.SetProtocol("HTTP/1.1") // what the upstream is spoken to in, whatever the client spoke
 }
 
 // joinTarget prefixes a request target with the upstream's path and

@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"bufio"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -51,6 +55,65 @@ func FuzzMiddleware(f *testing.F) {
 		}
 		if w.Code == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
 			t.Fatalf("429 without Retry-After")
+		}
+	})
+}
+
+// FuzzEdgeRequest sends arbitrary bytes as a request to the edge engine in
+// front of the school example (its routes sent to a real upstream): the
+// gateway never panics, and answers only what it may answer.
+func FuzzEdgeRequest(f *testing.F) {
+	for _, s := range []string{
+		"GET /students/9 HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /partner/students/9 HTTP/1.1\r\nHost: x\r\nX-Api-Key: key-trial\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n",
+		"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+		"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 30\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+		"GET /login%00 HTTP/1.1\r\nHost: x\r\nX-HTTP-Method-Override: POST\r\n\r\n",
+		"GET //notices/../urgent/;x HTTP/1.0\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	up := newUpstream(f, nil)
+	u, _ := url.Parse(up.URL)
+	pm, err := NewPolicyMatcher(Fixed(loadSchool(f)), PolicyMatcherOptions{Upstream: u})
+	if err != nil {
+		f.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(f, nil), limiter.Options{})})
+	if err != nil {
+		f.Fatal(err)
+	}
+	base := serveFront(f, frontEdge, g, nil)
+	addr := strings.TrimPrefix(base, "http://")
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(raw); err != nil {
+			return // the gateway closed first
+		}
+		_ = c.(*net.TCPConn).CloseWrite() // all of the request is in
+		br := bufio.NewReader(c)
+		for {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				return // no more answers
+			}
+			resp.Body.Close()
+			switch resp.StatusCode {
+			case http.StatusOK, http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
+				http.StatusTooManyRequests, http.StatusRequestHeaderFieldsTooLarge, http.StatusNotImplemented, http.StatusBadGateway,
+				http.StatusHTTPVersionNotSupported:
+			default:
+				t.Fatalf("status %d for %q", resp.StatusCode, raw)
+			}
+			if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("429 without Retry-After for %q", raw)
+			}
 		}
 	})
 }

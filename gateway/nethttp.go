@@ -31,6 +31,13 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		x.w = &x.aw
 	}
 	st.view.from(r)
+	if next == nil && len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
+		// A request with a chunked body may have carried a Content-Length
+		// too, which net/http drops: a proxy in front that framed it by
+		// that length would see what follows as another request. Closing
+		// the connection after the answer leaves nothing to smuggle.
+		w.Header()["Connection"] = []string{"close"}
+	}
 	// finish runs whatever the handler or the upstream does (errors,
 	// panics, timeouts).
 	defer func() {

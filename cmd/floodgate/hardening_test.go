@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recordingUpstream is a real upstream that notes every request it gets
+// whole (method, path and body); a request whose body breaks off is not
+// one.
+type recordingUpstream struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []string
+}
+
+func newRecordingUpstream(t *testing.T) *recordingUpstream {
+	t.Helper()
+	u := &recordingUpstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		u.mu.Lock()
+		u.seen = append(u.seen, fmt.Sprintf("%s %s %s", r.Method, r.URL.Path, b))
+		u.mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *recordingUpstream) take() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := u.seen
+	u.seen = nil
+	return s
+}
+
+// rawExchange sends raw bytes on a new connection and reads the answers
+// until the gateway closes it (closed) or nothing more comes for a while.
+func rawExchange(t *testing.T, addr, raw string) (statuses []int, closed bool) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			var ne net.Error
+			return statuses, !(errors.As(err, &ne) && ne.Timeout())
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		statuses = append(statuses, resp.StatusCode)
+	}
+}
+
+// TestRequestSmugglingAndMalformedRequests sends what request smugglers
+// and broken clients send, on each engine: the answers are the same, and
+// nothing hidden in a request reaches the upstream as a request of its
+// own.
+func TestRequestSmugglingAndMalformedRequests(t *testing.T) {
+	forEngines(t, testRequestSmugglingAndMalformedRequests)
+}
+
+func testRequestSmugglingAndMalformedRequests(t *testing.T, engine string) {
+	up := newRecordingUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+`, up.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	addr := strings.TrimPrefix(gw, "http://")
+	big := func(n int) string { return strings.Repeat("a", n) }
+	cases := []struct {
+		name     string
+		raw      string
+		statuses []int    // the answers, in order
+		closed   bool     // the gateway closes the connection after them
+		upstream []string // what the upstream gets
+	}{
+		{"TE and CL", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 30\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+			[]int{200}, true, []string{"POST / "}},
+		{"two different Content-Lengths", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 30\r\n\r\nabcGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+			[]int{400}, true, nil},
+		{"a negative Content-Length", "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", []int{400}, true, nil},
+		{"an unknown transfer coding", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", []int{501}, true, nil},
+		{"a bad chunk size", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+			[]int{502}, true, nil},
+		{"no Host", "GET / HTTP/1.1\r\n\r\n", []int{400}, true, nil},
+		{"another HTTP version", "GET / HTTP/3.0\r\nHost: x\r\n\r\n", []int{505}, true, nil},
+		{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", []int{400}, true, nil},
+		{"a field name with a space", "GET / HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n", []int{400}, true, nil},
+		{"a folded field", "GET /folded HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n", []int{200}, false, []string{"GET /folded "}},
+		{"bare LF line ends", "GET /lf HTTP/1.1\nHost: x\n\n", []int{200}, false, []string{"GET /lf "}},
+		{"60 KB of fields", "GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + big(60<<10) + "\r\n\r\n", []int{200}, false, []string{"GET /big "}},
+		{"1 MB of fields", "GET /huge HTTP/1.1\r\nHost: x\r\nX-Big: " + big(1<<20) + "\r\n\r\n", []int{431}, true, nil},
+		{"pipelined", "GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n", []int{200, 200}, false, []string{"GET /1 ", "GET /2 "}},
+	}
+	for _, c := range cases {
+		statuses, closed := rawExchange(t, addr, c.raw)
+		if !slices.Equal(statuses, c.statuses) || closed != c.closed {
+			t.Errorf("%s: answers %v (closed %v), want %v (closed %v)", c.name, statuses, closed, c.statuses, c.closed)
+		}
+		if got := up.take(); !slices.Equal(got, c.upstream) {
+			t.Errorf("%s: the upstream got %q, want %q", c.name, got, c.upstream)
+		}
+	}
+	// Transfer-Encoding on HTTP/1.0 is faulty framing: net/http ignores the
+	// body, the edge engine refuses it; either way the connection closes
+	// and the chunks never reach the upstream as a body or a request.
+	statuses, closed := rawExchange(t, addr, "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+	if len(statuses) != 1 || (statuses[0] != 200 && statuses[0] != 501) || !closed {
+		t.Errorf("TE on HTTP/1.0: answers %v (closed %v), want one 200 or 501 and the connection closed", statuses, closed)
+	}
+	for _, r := range up.take() {
+		if r != "POST / " {
+			t.Errorf("TE on HTTP/1.0: the upstream got %q", r)
+		}
+	}
+}
+
+// TestSlowHeadersAreCut: a client that sends its headers a byte at a time
+// (slowloris) is cut off by server.timeouts.read_header on each engine,
+// without an answer, and never reaches the upstream.
+func TestSlowHeadersAreCut(t *testing.T) { forEngines(t, testSlowHeadersAreCut) }
+
+func testSlowHeadersAreCut(t *testing.T, engine string) {
+	up := newRecordingUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  timeouts: {read_header: 1s, read: 2s}
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+`, up.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	addr := strings.TrimPrefix(gw, "http://")
+	for _, first := range []string{"", "GET / HTTP/1.1\r\n"} { // silent, then trickling
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if first != "" {
+			if _, err := io.WriteString(c, first); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cut := make(chan []byte, 1)
+		go func() {
+			b, _ := io.ReadAll(c) // until the gateway closes
+			cut <- b
+		}()
+		deadline := time.After(20 * time.Second)
+	trickle:
+		for i := 0; ; i++ {
+			select {
+			case b := <-cut:
+				if len(b) > 0 {
+					t.Errorf("a slow client (%q) was answered %q", first, b)
+				}
+				break trickle
+			case <-deadline:
+				t.Fatalf("a slow client (%q) was never cut off", first)
+			case <-time.After(200 * time.Millisecond):
+				if first != "" {
+					_, _ = fmt.Fprintf(c, "X-%d: y\r\n", i)
+				}
+			}
+		}
+	}
+	if got := up.take(); len(got) > 0 {
+		t.Errorf("the upstream got %q", got)
+	}
+}
