@@ -113,8 +113,8 @@ func (g *Gateway) NewEdge(o EdgeOptions) *Edge {
 		// Read errors by kind (an unsupported transfer coding is 501),
 		// not by their text.
 		SecureErrorLogMessage: true,
-		CloseOnShutdown:   true,
-		Logger:            edgeLogger{e},
+		CloseOnShutdown:       true,
+		Logger:                edgeLogger{e},
 	}
 	return e
 }

@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// TestUpgradeTunnels: a request that upgrades its connection (as a
+// WebSocket does) passes the limits, is tunnelled to the upstream and its
+// bytes flow both ways, on each engine (the edge engine hands it to
+// net/http); over the limit it is refused with 429 like any other.
+func TestUpgradeTunnels(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testUpgradeTunnels)
+}
+
+func testUpgradeTunnels(t *testing.T, fr string) {
+	rule := mustRule(t, floodgate.Limit{Name: "ws", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, false)
+	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})},
+		func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Upgrade") != "echo" {
+				http.Error(w, "no upgrade", http.StatusBadRequest)
+				return
+			}
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			_ = brw.Flush()
+			line, err := brw.ReadString('\n')
+			if err == nil {
+				_, _ = brw.WriteString("echo: " + line)
+				_ = brw.Flush()
+			}
+		})
+	addr := strings.TrimPrefix(base, "http://")
+	upgrade := func() (*bufio.Reader, net.Conn, *http.Response) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return br, c, resp
+	}
+	br, c, resp := upgrade()
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("RateLimit") == "" {
+		t.Fatalf("upgrade: %d, RateLimit %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+	if _, err := io.WriteString(c, "hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "echo: hello\n" {
+		t.Fatalf("through the tunnel: %q %v", line, err)
+	}
+	if _, _, resp := upgrade(); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a second upgrade over the limit: %d, want 429", resp.StatusCode)
+	}
+}
