@@ -31,13 +31,27 @@ func (c *edgeConn) Read(b []byte) (int, error) {
 		c.pre = c.pre[n:]
 		return n, nil
 	}
+	// fasthttp reads the first byte of a kept-alive connection's next
+	// request alone (so that an idle connection holds no buffer): read
+	// what has come into the small buffer the connection has anyway, so
+	// that the rest of the request costs no second read.
+	into := b
+	if len(b) > 0 && len(b) < 16 {
+		into = c.head[:]
+	}
 	// A read of nothing without an error (which io.Reader allows) would
 	// stop fasthttp: read again, a bounded number of times.
 	for range 100 {
-		n, err := c.Conn.Read(b)
+		n, err := c.Conn.Read(into)
+		if n > 0 && len(into) != len(b) {
+			m := copy(b, into[:n])
+			c.pre = into[m:n]
+			return m, nil
+		}
 		if n > 0 || err != nil || len(b) == 0 {
 			return n, err
 		}
+		into = b
 	}
 	return 0, io.ErrNoProgress
 }

@@ -99,6 +99,13 @@ func (g *Gateway) forgetEdgeUpstreams() {
 	})
 }
 
+var (
+	xForwardedFor   = []byte("X-Forwarded-For")
+	xForwardedHost  = []byte("X-Forwarded-Host")
+	xForwardedProto = []byte("X-Forwarded-Proto")
+	schemeHTTP      = []byte("http")
+)
+
 // hopHeaders are removed from what passes through the proxy, both ways
 // (RFC 9110 7.6.1), with the fields the Connection field names.
 var hopHeaders = []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
@@ -170,7 +177,8 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		return false, false, err
 	}
 	c := cc.Conn()
-	if uc, ok := c.(*upConn); ok {
+	uc, _ := c.(*upConn)
+	if uc != nil {
 		reused = uc.used
 		uc.used = true
 	}
@@ -179,7 +187,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	err = writeRequest(bw, req)
 	hc.ReleaseWriter(bw)
 	if err == nil {
-		err = c.SetReadDeadline(time.Now().Add(up.timeout))
+		err = uc.readDeadline(c, up.timeout)
 	}
 	if err != nil {
 		hc.CloseConn(cc)
@@ -194,10 +202,6 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 			break
 		}
 		err = resp.Header.Read(br) // an interim answer (100 Continue): the next one
-	}
-	if err == nil {
-		// The headers are in: the body may take its time (an event stream).
-		err = c.SetReadDeadline(time.Time{})
 	}
 	if err != nil {
 		hc.ReleaseReader(br)
@@ -251,7 +255,13 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		return false, true, nil
 	}
 	// Streamed: the request finishes when the body has been written to
-	// the client (edgeBody.CloseWithError).
+	// the client (edgeBody.CloseWithError). The body may take its time
+	// (an event stream): no deadline.
+	if err := uc.noDeadline(c); err != nil {
+		hc.ReleaseReader(br)
+		hc.CloseConn(cc)
+		return false, reused, err
+	}
 	x.addFields()
 	ur := fasthttp.AcquireResponse()
 	ur.StreamBody = true
@@ -343,7 +353,32 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 // it before.
 type upConn struct {
 	net.Conn
-	used bool
+	used     bool
+	deadline time.Time // the read deadline set, zero for none
+}
+
+// readDeadline bounds the wait for the response's headers to about d
+// (between d/2 and d): the deadline is moved only when less than d/2 of
+// it is left, so that a busy connection sets one every d/2, not one per
+// request.
+func (u *upConn) readDeadline(c net.Conn, d time.Duration) error {
+	now := time.Now()
+	if u != nil && !u.deadline.IsZero() && u.deadline.Sub(now) > d/2 {
+		return nil
+	}
+	t := now.Add(d)
+	if u != nil {
+		u.deadline = t
+	}
+	return c.SetReadDeadline(t)
+}
+
+// noDeadline lets a response's body take its time.
+func (u *upConn) noDeadline(c net.Conn) error {
+	if u != nil {
+		u.deadline = time.Time{}
+	}
+	return c.SetReadDeadline(time.Time{})
 }
 
 var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer")
@@ -357,27 +392,24 @@ func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream,
 	h := &req.Header
 	stripHopRequest(h)
 	h.ResetConnectionClose()
-	h.Del("Forwarded")
-	client := v.Peer.String()
 	if v.Peer.IsValid() {
-		if prior := h.PeekAll("X-Forwarded-For"); len(prior) > 0 {
-			var b []byte
-			for _, p := range prior {
-				b = append(b, p...)
-				b = append(b, ", "...)
-			}
-			b = append(b, client...)
-			h.SetBytesV("X-Forwarded-For", b)
-		} else {
-			h.Set("X-Forwarded-For", client)
+		// The chain of proxies, and this hop: as NGINX's
+		// $proxy_add_x_forwarded_for and net/http's SetXForwarded.
+		var buf [64]byte
+		b := buf[:0]
+		for _, p := range h.PeekAll("X-Forwarded-For") {
+			b = append(b, p...)
+			b = append(b, ", "...)
 		}
+		b = v.Peer.AppendTo(b)
+		h.SetCanonical(xForwardedFor, b)
 	}
 	if host := h.Host(); len(host) > 0 {
-		h.SetBytesV("X-Forwarded-Host", host)
+		h.SetCanonical(xForwardedHost, host)
 	} else {
-		h.Del("X-Forwarded-Host")
+		h.DelBytes(xForwardedHost)
 	}
-	h.Set("X-Forwarded-Proto", "http")
+	h.SetCanonical(xForwardedProto, schemeHTTP)
 	raw := h.RequestURI()
 	if len(raw) == 0 || raw[0] != '/' {
 		raw = req.URI().RequestURI() // absolute form: the path and query only
@@ -416,8 +448,42 @@ func joinTarget(base, query string, target []byte) []byte {
 	return out
 }
 
-// stripHopRequest removes the hop-by-hop fields of a request.
+// hopField reports whether a field name (canonical) is hop-by-hop, or
+// one the proxy sets itself.
+func hopField(k []byte) bool {
+	switch len(k) {
+	case 2:
+		return string(k) == "Te"
+	case 7:
+		return string(k) == "Upgrade" || string(k) == "Trailer"
+	case 9:
+		return string(k) == "Forwarded"
+	case 10:
+		return string(k) == "Keep-Alive" || string(k) == "Connection"
+	case 16:
+		return string(k) == "Proxy-Connection"
+	case 18:
+		return string(k) == "Proxy-Authenticate"
+	case 19:
+		return string(k) == "Proxy-Authorization"
+	}
+	return false
+}
+
+// stripHopRequest removes the hop-by-hop fields of a request (and
+// Forwarded, which the proxy does not extend): one look at the fields,
+// and removals only for those present.
 func stripHopRequest(h *fasthttp.RequestHeader) {
+	found := false
+	for k := range h.All() {
+		if hopField(k) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return
+	}
 	if c := h.Peek("Connection"); len(c) > 0 {
 		for name := range strings.SplitSeq(string(c), ",") {
 			if name = strings.TrimSpace(name); name != "" {
@@ -429,10 +495,21 @@ func stripHopRequest(h *fasthttp.RequestHeader) {
 	for _, name := range hopHeaders {
 		h.Del(name)
 	}
+	h.Del("Forwarded")
 }
 
 // stripHopResponse removes the hop-by-hop fields of a response.
 func stripHopResponse(h *fasthttp.ResponseHeader) {
+	found := false
+	for k := range h.All() {
+		if hopField(k) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return
+	}
 	if c := h.Peek("Connection"); len(c) > 0 {
 		for name := range strings.SplitSeq(string(c), ",") {
 			if name = strings.TrimSpace(name); name != "" {
@@ -442,9 +519,7 @@ func stripHopResponse(h *fasthttp.ResponseHeader) {
 		h.Del("Connection")
 	}
 	for _, name := range hopHeaders {
-		if len(h.Peek(name)) > 0 {
-			h.Del(name)
-		}
+		h.Del(name)
 	}
 }
 

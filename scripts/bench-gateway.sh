@@ -1,29 +1,43 @@
 #!/usr/bin/env bash
-# Measures the gateway on loopback, in one run, with wrk:
+# Measures the gateway against NGINX on loopback, in one run, with wrk.
 #
-#   pass-through  (limits never reached): a trivial upstream behind
-#                 - a bare Go reverse proxy (httputil.ReverseProxy, same tuned transport),
-#                 - floodgate serve (per-address and global token buckets, RateLimit fields),
-#                 - NGINX with limit_req (same limits, never reached);
-#   mostly rejected (a limit of one request a minute): floodgate serve and
-#                 NGINX limit_req, both answering 429.
+# A fast upstream (NGINX answering from memory, one worker) stands behind
+#   - a bare Go reverse proxy (httputil.ReverseProxy, a tuned transport),
+#   - floodgate serve on each engine (--engine fast, --engine net/http),
+#   - NGINX with limit_req and proxy_pass with keepalive.
+# Two jobs: pass-through (a per-address token bucket that never binds, the
+# RateLimit fields on every answer) and the 429 path (a global limit of one
+# request a minute, spent first: every answer is 429; NGINX does not log
+# its rejections).
 #
-# It prints requests/s and p99 latency of each and the ratios: Floodgate's
-# overhead against the bare proxy (goal < 15%) and Floodgate's 429 rate
-# against NGINX's (goal >= 70%).
+# ROUNDS rounds, each measuring every server once in turn (the order
+# rotates from round to round), so that a busy machine weighs on all
+# alike; the table gives the median of the rounds. Then the p99 latency at
+# HIGH_CONNECTIONS connections, and the memory each server spends per idle
+# kept-alive connection (the growth of its resident memory while
+# IDLE_CONNECTIONS of them are held open, divided by their number).
+#
+# It prints requests/s, p99 latency, CPU time per request (the measured
+# server's processes only: robust on a busy machine, where requests/s
+# mostly measures what the other processes leave), and the ratios to
+# NGINX: goals 0.8x NGINX's req/s on the 429 path and 0.7x on
+# pass-through, p99 at HIGH_CONNECTIONS no worse than twice NGINX's.
 #
 # Installs nginx and wrk from Debian's packages when they are missing.
 # Everything listens on 127.0.0.1; every process this script starts is
 # stopped by its PID when it ends.
 #
-# Environment: DURATION (default 10s), CONNECTIONS (50), THREADS (2),
-# BASE_PORT (18100). GOGC, when set, reaches the Go programs (upstream, bare
-# proxy, floodgate) alike.
+# Environment: DURATION (default 10s), ROUNDS (3), CONNECTIONS (50),
+# HIGH_CONNECTIONS (400), IDLE_CONNECTIONS (2000), THREADS (2), BASE_PORT
+# (18100). GOGC, when set, reaches the Go programs alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-50}
+HIGH_CONNECTIONS=${HIGH_CONNECTIONS:-400}
+IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-2000}
 THREADS=${THREADS:-2}
 BASE_PORT=${BASE_PORT:-18100}
 
@@ -50,6 +64,7 @@ if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 work=$(mktemp -d /tmp/bench-gateway.XXXXXX)
 pids=()
@@ -96,14 +111,46 @@ go build -o "$work/benchgw" ./scripts/benchgw
 
 pick UP
 pick BARE
-pick FG_PASS
-pick FG_REJECT
+pick FAST_PASS
+pick FAST_REJECT
+pick NET_PASS
+pick NET_REJECT
 pick NG_PASS
 pick NG_REJECT
 
-"$work/benchgw" upstream -addr "127.0.0.1:$UP" >/dev/null &
+user_line=""
+[ "$(id -u)" -eq 0 ] && user_line="user root;"
+# nginx_conf NAME WORKERS SERVERS: an NGINX configuration in $work/NAME.
+nginx_conf() {
+	mkdir -p "$work/$1/logs"
+	cat >"$work/$1/nginx.conf" <<EOF
+$user_line
+worker_processes $2;
+pid $work/$1/nginx.pid;
+error_log $work/$1/logs/error.log error;
+events { worker_connections 16384; }
+http {
+    access_log off;
+    keepalive_requests 100000000;
+    client_body_temp_path $work/$1/body;
+    proxy_temp_path $work/$1/proxy;
+    fastcgi_temp_path $work/$1/fastcgi;
+    uwsgi_temp_path $work/$1/uwsgi;
+    scgi_temp_path $work/$1/scgi;
+$3
+}
+EOF
+}
+
+# The upstream: NGINX answering from memory.
+nginx_conf upstream 1 "    server {
+        listen 127.0.0.1:$UP;
+        location / { default_type application/json; return 200 '{\"ok\":true}\n'; }
+    }"
+"$NGINX" -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' 2>"$work/upstream/stderr" &
 pids+=($!)
 PID_UP=$!
+
 "$work/benchgw" proxy -addr "127.0.0.1:$BARE" -target "http://127.0.0.1:$UP" >/dev/null &
 pids+=($!)
 PID_BARE=$!
@@ -142,30 +189,18 @@ limits:
     key: global
     scope: global
 EOF
-"$work/floodgate" serve --config "$work/pass.yaml" --listen "127.0.0.1:$FG_PASS" --log-level error >/dev/null &
-pids+=($!)
-PID_FG_PASS=$!
-"$work/floodgate" serve --config "$work/reject.yaml" --listen "127.0.0.1:$FG_REJECT" --log-level error >/dev/null &
-pids+=($!)
-PID_FG_REJECT=$!
+declare -A PID
+start_floodgate() { # NAME ENGINE CONFIG PORT
+	"$work/floodgate" serve --engine "$2" --config "$work/$3" --listen "127.0.0.1:$4" --log-level error >/dev/null &
+	pids+=($!)
+	PID[$1]=$!
+}
+start_floodgate fast-pass fast pass.yaml "$FAST_PASS"
+start_floodgate fast-429 fast reject.yaml "$FAST_REJECT"
+start_floodgate net-pass net/http pass.yaml "$NET_PASS"
+start_floodgate net-429 net/http reject.yaml "$NET_REJECT"
 
-user_line=""
-[ "$(id -u)" -eq 0 ] && user_line="user root;"
-mkdir -p "$work/nginx/logs"
-cat >"$work/nginx/nginx.conf" <<EOF
-$user_line
-worker_processes auto;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/logs/error.log error;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $work/nginx/body;
-    proxy_temp_path $work/nginx/proxy;
-    fastcgi_temp_path $work/nginx/fastcgi;
-    uwsgi_temp_path $work/nginx/uwsgi;
-    scgi_temp_path $work/nginx/scgi;
-    upstream up { server 127.0.0.1:$UP; keepalive 256; }
+nginx_conf front auto "    upstream up { server 127.0.0.1:$UP; keepalive 256; }
     limit_req_zone \$binary_remote_addr zone=pass:10m rate=1000000r/s;
     limit_req_zone \$server_port zone=tiny:1m rate=1r/m;
     limit_req_status 429;
@@ -174,7 +209,7 @@ http {
         location / {
             limit_req zone=pass burst=1000000 nodelay;
             proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            proxy_set_header Connection \"\";
             proxy_pass http://up;
         }
     }
@@ -183,21 +218,19 @@ http {
         location / {
             limit_req zone=tiny burst=1 nodelay;
             proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            proxy_set_header Connection \"\";
             proxy_pass http://up;
         }
-    }
-}
-EOF
-"$NGINX" -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' 2>"$work/nginx/stderr" &
+    }"
+"$NGINX" -p "$work/front" -c "$work/front/nginx.conf" -g 'daemon off;' 2>"$work/front/stderr" &
 pids+=($!)
 PID_NGINX=$!
 
-for p in $UP $BARE $FG_PASS $FG_REJECT $NG_PASS $NG_REJECT; do
+for p in $UP $BARE $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_PASS $NG_REJECT; do
 	wait_http "http://127.0.0.1:$p/"
 done
-# The tiny limits: spend the one request, check that both answer 429.
-for p in $FG_REJECT $NG_REJECT; do
+# The tiny limits: spend the one request, check that all answer 429.
+for p in $FAST_REJECT $NET_REJECT $NG_REJECT; do
 	curl -s -o /dev/null "http://127.0.0.1:$p/" || true
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/")
 	if [ "$code" != 429 ]; then
@@ -205,13 +238,37 @@ for p in $FG_REJECT $NG_REJECT; do
 		exit 1
 	fi
 done
-for p in $BARE $FG_PASS $NG_PASS; do
+for p in $BARE $FAST_PASS $NET_PASS $NG_PASS; do
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/")
 	if [ "$code" != 200 ]; then
 		echo "bench-gateway: port $p answers $code, not 200" >&2
 		exit 1
 	fi
 done
+
+# The servers measured: name, URL, PID whose processes are counted.
+NAMES=("upstream (direct)" "bare Go proxy" "floodgate fast pass" "floodgate net/http pass" "nginx pass"
+	"floodgate fast 429" "floodgate net/http 429" "nginx 429")
+declare -A URL=(
+	["upstream (direct)"]="http://127.0.0.1:$UP/"
+	["bare Go proxy"]="http://127.0.0.1:$BARE/"
+	["floodgate fast pass"]="http://127.0.0.1:$FAST_PASS/"
+	["floodgate net/http pass"]="http://127.0.0.1:$NET_PASS/"
+	["nginx pass"]="http://127.0.0.1:$NG_PASS/"
+	["floodgate fast 429"]="http://127.0.0.1:$FAST_REJECT/"
+	["floodgate net/http 429"]="http://127.0.0.1:$NET_REJECT/"
+	["nginx 429"]="http://127.0.0.1:$NG_REJECT/"
+)
+declare -A SPID=(
+	["upstream (direct)"]=$PID_UP
+	["bare Go proxy"]=$PID_BARE
+	["floodgate fast pass"]=${PID[fast-pass]}
+	["floodgate net/http pass"]=${PID[net-pass]}
+	["nginx pass"]=$PID_NGINX
+	["floodgate fast 429"]=${PID[fast-429]}
+	["floodgate net/http 429"]=${PID[net-429]}
+	["nginx 429"]=$PID_NGINX
+)
 
 # cpu_ticks PID: CPU time (user+system, in clock ticks) of PID and its
 # children that are still running (NGINX's workers).
@@ -225,12 +282,18 @@ cpu_ticks() {
 	done
 	echo "$total"
 }
+# rss_kib PID: resident memory (KiB) of PID and its children.
+rss_kib() {
+	local total=0 p
+	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+		if [ -r "/proc/$p/status" ]; then
+			total=$((total + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status")))
+		fi
+	done
+	echo "$total"
+}
 HZ=$(getconf CLK_TCK)
 
-# measure NAME URL PID: run wrk; print requests/s, p99, and the CPU time
-# the server process(es) spent per request (robust on a busy machine,
-# where requests/s mostly measures what the other processes leave).
-declare -A RPS P99 CPU
 to_ms() {
 	# wrk prints latencies as 1.23ms, 456.78us or 1.02s.
 	awk -v v="$1" 'BEGIN {
@@ -239,36 +302,109 @@ to_ms() {
 		else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
 		else printf "%s", v }'
 }
+
+# measure NAME CONNS: run wrk on NAME; appends "rps p99 cpu_us" to
+# $work/results/NAME-CONNS and prints the line.
+mkdir -p "$work/results"
 measure() {
-	local name=$1 url=$2 pid=$3 out before after reqs
+	local name=$1 conns=$2 url pid out before after reqs rps p99 cpu non2xx file
+	url=${URL[$name]}
+	pid=${SPID[$name]}
 	# A short warm-up opens the connections.
-	wrk -t"$THREADS" -c"$CONNECTIONS" -d2s "$url" >/dev/null 2>&1 || true
+	wrk -t"$THREADS" -c"$conns" -d2s "$url" >/dev/null 2>&1 || true
 	before=$(cpu_ticks "$pid")
-	out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "$url")
+	out=$(wrk -t"$THREADS" -c"$conns" -d"$DURATION" --latency "$url")
 	after=$(cpu_ticks "$pid")
 	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
-	RPS[$name]=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<<"$out")
-	P99[$name]=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")
-	CPU[$name]=$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$reqs" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
-	local non2xx
+	rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<<"$out")
+	p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")
+	cpu=$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$reqs" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
 	non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
-	printf '%-24s %8s req/s   p99 %8s ms   %6s us CPU/req   non-2xx %s\n' "$name" "${RPS[$name]}" "${P99[$name]}" "${CPU[$name]}" "${non2xx:-0}"
+	errors=$(awk '/Socket errors:/ {print $0}' <<<"$out")
+	file="$work/results/$(tr ' /' '__' <<<"$name")-$conns"
+	echo "$rps $p99 $cpu" >>"$file"
+	printf '  %-26s c=%-4s %8s req/s   p99 %8s ms   %6s us CPU/req   non-2xx %s %s\n' "$name" "$conns" "$rps" "$p99" "$cpu" "${non2xx:-0}" "$errors"
+}
+# median NAME CONNS FIELD: the median of a result's field over the rounds.
+median() {
+	local file
+	file="$work/results/$(tr ' /' '__' <<<"$1")-$2"
+	awk -v f="$3" '{print $f}' "$file" | sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
-echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $(nproc) CPUs; nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), $(go version | awk '{print $3}')"
-echo "(CPU/req counts the measured server only: the proxies' upstream is not included)"
-measure "upstream (direct)" "http://127.0.0.1:$UP/" "$PID_UP"
-measure "bare Go reverse proxy" "http://127.0.0.1:$BARE/" "$PID_BARE"
-measure "floodgate pass-through" "http://127.0.0.1:$FG_PASS/" "$PID_FG_PASS"
-measure "nginx limit_req pass" "http://127.0.0.1:$NG_PASS/" "$PID_NGINX"
-measure "floodgate 429" "http://127.0.0.1:$FG_REJECT/" "$PID_FG_REJECT"
-measure "nginx limit_req 429" "http://127.0.0.1:$NG_REJECT/" "$PID_NGINX"
+# Memory per idle kept-alive connection, measured first, on servers that
+# have served nothing yet but the checks above.
+declare -A IDLE
+for name in "floodgate fast pass" "floodgate net/http pass" "nginx pass"; do
+	pid=${SPID[$name]}
+	before=$(rss_kib "$pid")
+	fifo="$work/idle-fifo"
+	rm -f "$fifo"
+	mkfifo "$fifo"
+	"$work/benchgw" idle -target "${URL[$name]}" -n "$IDLE_CONNECTIONS" <"$fifo" >"$work/idle.out" &
+	idle_pid=$!
+	exec 4>"$fifo"
+	for _ in $(seq 1 600); do
+		grep -q ready "$work/idle.out" 2>/dev/null && break
+		if ! kill -0 "$idle_pid" 2>/dev/null; then break; fi
+		sleep 0.1
+	done
+	sleep 1
+	after=$(rss_kib "$pid")
+	exec 4>&-
+	wait "$idle_pid" || true
+	IDLE[$name]=$(awk -v a="$after" -v b="$before" -v n="$IDLE_CONNECTIONS" 'BEGIN {printf "%.1f", (a - b) / n}')
+	echo "  $name: $IDLE_CONNECTIONS idle connections, resident memory $before -> $after KiB: ${IDLE[$name]} KiB each"
+done
 
-awk -v fg="${RPS[floodgate pass-through]}" -v bare="${RPS[bare Go reverse proxy]}" \
-	-v ngp="${RPS[nginx limit_req pass]}" -v fr="${RPS[floodgate 429]}" -v nr="${RPS[nginx limit_req 429]}" \
-	-v cfg="${CPU[floodgate pass-through]}" -v cbare="${CPU[bare Go reverse proxy]}" \
-	-v cfr="${CPU[floodgate 429]}" -v cnr="${CPU[nginx limit_req 429]}" 'BEGIN {
-	printf "\nfloodgate pass-through vs bare proxy: %.1f%% fewer req/s, %.1f%% more CPU per request (goal < 15%%)\n", (1 - fg / bare) * 100, (cfg / cbare - 1) * 100
-	printf "floodgate pass-through vs nginx limit_req: %.0f%% of its req/s\n", fg / ngp * 100
-	printf "floodgate 429 path vs nginx limit_req 429: %.0f%% of its req/s, %.0f%% of its requests per CPU second (goal >= 70%%)\n", fr / nr * 100, cnr / cfr * 100
+echo "wrk -t$THREADS -d$DURATION, $ROUNDS interleaved rounds at -c$CONNECTIONS, one at -c$HIGH_CONNECTIONS; $(nproc) CPUs;" \
+	"nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), $(go version | awk '{print $3}'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "(CPU/req counts the measured server only: the proxies' upstream is not included)"
+n=${#NAMES[@]}
+for round in $(seq 1 "$ROUNDS"); do
+	echo "round $round"
+	for i in $(seq 0 $((n - 1))); do
+		measure "${NAMES[$(((i + round - 1) % n))]}" "$CONNECTIONS"
+	done
+done
+echo "at -c$HIGH_CONNECTIONS"
+for name in "floodgate fast pass" "floodgate net/http pass" "nginx pass" "floodgate fast 429" "floodgate net/http 429" "nginx 429"; do
+	measure "$name" "$HIGH_CONNECTIONS"
+done
+
+m() { median "$1" "$2" "$3"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+echo
+echo "| server | job | req/s (c=$CONNECTIONS) | vs nginx | CPU per request | p99 c=$CONNECTIONS | p99 c=$HIGH_CONNECTIONS | KiB per idle connection |"
+echo "|---|---|---|---|---|---|---|---|"
+row() { # NAME JOB NGINX-NAME
+	local name=$1 rps p99 cpu hp99 idle
+	rps=$(m "$name" "$CONNECTIONS" 1)
+	p99=$(m "$name" "$CONNECTIONS" 2)
+	cpu=$(m "$name" "$CONNECTIONS" 3)
+	hp99="-"
+	[ -f "$work/results/$(tr ' /' '__' <<<"$name")-$HIGH_CONNECTIONS" ] && hp99="$(m "$name" "$HIGH_CONNECTIONS" 2) ms"
+	idle=${IDLE[$name]:--}
+	vs="-"
+	[ -n "$3" ] && vs="$(ratio "$rps" "$(m "$3" "$CONNECTIONS" 1)")x"
+	printf '| %s | %s | %.0f | %s | %s us | %s ms | %s | %s |\n' "$name" "$2" "$rps" "$vs" "$cpu" "$p99" "$hp99" "$idle"
+}
+row "floodgate fast 429" "429 path" "nginx 429"
+row "floodgate net/http 429" "429 path" "nginx 429"
+row "nginx 429" "429 path" ""
+row "floodgate fast pass" "pass-through" "nginx pass"
+row "floodgate net/http pass" "pass-through" "nginx pass"
+row "bare Go proxy" "pass-through" "nginx pass"
+row "nginx pass" "pass-through" ""
+row "upstream (direct)" "upstream" ""
+echo
+awk -v f4="$(m "floodgate fast 429" "$CONNECTIONS" 1)" -v n4="$(m "nginx 429" "$CONNECTIONS" 1)" \
+	-v fp="$(m "floodgate fast pass" "$CONNECTIONS" 1)" -v np="$(m "nginx pass" "$CONNECTIONS" 1)" \
+	-v f4c="$(m "floodgate fast 429" "$CONNECTIONS" 3)" -v n4c="$(m "nginx 429" "$CONNECTIONS" 3)" \
+	-v fpc="$(m "floodgate fast pass" "$CONNECTIONS" 3)" -v npc="$(m "nginx pass" "$CONNECTIONS" 3)" \
+	-v f4h="$(m "floodgate fast 429" "$HIGH_CONNECTIONS" 2)" -v n4h="$(m "nginx 429" "$HIGH_CONNECTIONS" 2)" \
+	-v fph="$(m "floodgate fast pass" "$HIGH_CONNECTIONS" 2)" -v nph="$(m "nginx pass" "$HIGH_CONNECTIONS" 2)" 'BEGIN {
+	printf "fast engine, 429 path: %.2fx nginx limit_req req/s (goal 0.8x), %.2fx its requests per CPU second\n", f4 / n4, n4c / f4c
+	printf "fast engine, pass-through: %.2fx nginx proxy_pass req/s (goal 0.7x), %.2fx its requests per CPU second\n", fp / np, npc / fpc
+	printf "p99 at c='"$HIGH_CONNECTIONS"': 429 path %.2fx nginx, pass-through %.2fx nginx (goal at most 2x)\n", f4h / n4h, fph / nph
 }'

@@ -1,12 +1,16 @@
-// Command benchgw is the bench script's helper: a trivial upstream, and a
-// bare reverse proxy (net/http/httputil with the same tuned transport as
-// Floodgate's) to measure what Floodgate adds on top of proxying.
+// Command benchgw is the bench script's helper: a trivial upstream, a bare
+// reverse proxy (net/http/httputil with the same tuned transport as
+// Floodgate's) to measure what Floodgate adds on top of proxying, and a
+// client that holds idle keep-alive connections open, to measure what each
+// costs a server.
 //
 //	benchgw upstream -addr 127.0.0.1:18101
 //	benchgw proxy -addr 127.0.0.1:18102 -target http://127.0.0.1:18101
+//	benchgw idle -target http://127.0.0.1:18102/ -n 2000
 package main
 
 import (
+	"bufio"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,9 +51,13 @@ func run(args []string) error {
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
-	target := fs.String("target", "", "upstream URL (proxy)")
+	target := fs.String("target", "", "upstream URL (proxy), or the server's URL (idle)")
+	n := fs.Int("n", 1000, "connections to hold (idle)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if args[0] == "idle" {
+		return holdIdle(*target, *n)
 	}
 	var h http.Handler
 	switch args[0] {
@@ -97,4 +105,40 @@ func run(args []string) error {
 		return nil
 	}
 	return err
+}
+
+// holdIdle opens n connections to target, sends one request on each and
+// reads its answer, so that each is an idle kept-alive connection, then
+// prints "ready" and holds them until standard input is closed.
+func holdIdle(target string, n int) error {
+	u, err := url.Parse(target)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("idle needs -target http://host:port/, got %q", target)
+	}
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	req := "GET " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host + "\r\n\r\n"
+	for range n {
+		c, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		if _, err := io.WriteString(c, req); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
 }
