@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -15,6 +16,7 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
+	"github.com/valyala/fasthttp"
 )
 
 // discardWriter is a ResponseWriter that keeps nothing, reused across
@@ -220,4 +222,62 @@ func BenchmarkProxyFloodgate(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchProxy(b, g)
+}
+
+// benchEdge runs requests through the edge engine's handler in process
+// (no connection), from parallel goroutines.
+func benchEdge(b *testing.B, g *Gateway, wantCode int, path string) {
+	e := g.NewEdge(EdgeOptions{})
+	addr := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}
+	var warm fasthttp.RequestCtx
+	var req fasthttp.Request
+	req.SetRequestURI(path)
+	req.Header.SetHost("gateway.example")
+	warm.Init(&req, addr, nil)
+	e.serve(&warm) // spends what a limit lets through first
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var req fasthttp.Request
+		req.Header.SetMethod("GET")
+		req.SetRequestURI(path)
+		req.Header.SetHost("gateway.example")
+		req.Header.Set("User-Agent", "bench")
+		var ctx fasthttp.RequestCtx
+		for pb.Next() {
+			ctx.Init(&req, addr, nil)
+			e.serve(&ctx)
+			if code := ctx.Response.StatusCode(); code != wantCode {
+				b.Fatalf("status %d, want %d", code, wantCode)
+			}
+		}
+	})
+}
+
+// BenchmarkEdgeReject: the edge engine's 429 path through a policy file,
+// without the connection.
+func BenchmarkEdgeReject(b *testing.B) {
+	f, err := config.Parse("bench.yaml", []byte(`version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: http://127.0.0.1:9}
+limits:
+  - {name: tiny, rate: 1, per: 1m, burst: 1, key: global, scope: global}
+  - {name: per-ip, rate: 1000000, burst: 1000000, key: client_ip, scope: global}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchEdge(b, g, 429, "/x")
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -248,7 +249,8 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
 		plainErrorText(ctx, http.StatusHTTPVersionNotSupported, "505 HTTP Version Not Supported: unsupported protocol version")
 		return
 	}
-	if why := badFields(&ctx.Request.Header); why != "" {
+	why, override := badFields(&ctx.Request.Header)
+	if why != "" {
 		// As net/http: what no upstream should be sent.
 		plainErrorText(ctx, http.StatusBadRequest, "400 Bad Request: "+why)
 		return
@@ -257,7 +259,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
 		e.upgrade(ctx)
 		return
 	}
-	e.g.serveEdge(ctx)
+	e.g.serveEdge(ctx, !override)
 }
 
 // upgrade hands a request that upgrades its connection (a WebSocket) to
@@ -275,7 +277,7 @@ func (e *Edge) upgrade(ctx *fasthttp.RequestCtx) {
 }
 
 // serveEdge runs the request path for a request of the edge engine.
-func (g *Gateway) serveEdge(ctx *fasthttp.RequestCtx) {
+func (g *Gateway) serveEdge(ctx *fasthttp.RequestCtx, noOverride bool) {
 	st := g.get()
 	x := &st.eh
 	x.g, x.ctx, x.st = g, ctx, st
@@ -290,6 +292,7 @@ func (g *Gateway) serveEdge(ctx *fasthttp.RequestCtx) {
 	}
 	v.Peer = peerOf(ctx.RemoteAddr())
 	v.Header = (*edgeHeader)(h)
+	v.noOverride = noOverride
 	later := false
 	defer func() {
 		if p := recover(); p != nil {
@@ -389,20 +392,40 @@ var (
 	bearerChallengeBytes = []byte(bearerChallenge[0])
 )
 
-// fieldNames are the response field names as fasthttp writes them.
-var fieldNames sync.Map // string → []byte
+var (
+	namePolicy          = []byte("Ratelimit-Policy")
+	nameRateLimit       = []byte("Ratelimit")
+	nameRetryAfter      = []byte("Retry-After")
+	nameLegacyLimit     = []byte("X-Ratelimit-Limit")
+	nameLegacyRemaining = []byte("X-Ratelimit-Remaining")
+	nameLegacyReset     = []byte("X-Ratelimit-Reset")
+)
+
+// otherNames are the other field names (a binding limit's field), as
+// fasthttp writes them.
+var otherNames sync.Map // string → []byte
 
 // fieldName returns the canonical bytes of a field name.
 func fieldName(name string) []byte {
-	if b, ok := fieldNames.Load(name); ok {
+	switch name {
+	case fields.NamePolicy:
+		return namePolicy
+	case fields.NameRateLimit:
+		return nameRateLimit
+	case fields.NameRetryAfter:
+		return nameRetryAfter
+	case fields.NameLegacyLimit:
+		return nameLegacyLimit
+	case fields.NameLegacyRemaining:
+		return nameLegacyRemaining
+	case fields.NameLegacyReset:
+		return nameLegacyReset
+	}
+	if b, ok := otherNames.Load(name); ok {
 		return b.([]byte)
 	}
-	c, ok := canonical[name]
-	if !ok {
-		c = http.CanonicalHeaderKey(name)
-	}
-	b := []byte(c)
-	fieldNames.Store(name, b)
+	b := []byte(http.CanonicalHeaderKey(name))
+	otherNames.Store(name, b)
 	return b
 }
 
@@ -470,24 +493,29 @@ func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // badFields returns why a request's header fields are refused, or "": a
 // field name that is not a token, or a value with a control character
-// (RFC 9110 5.1, 5.5), which net/http refuses too.
-func badFields(h *fasthttp.RequestHeader) string {
+// (RFC 9110 5.1, 5.5), which net/http refuses too. override reports a
+// method override header among them.
+func badFields(h *fasthttp.RequestHeader) (why string, override bool) {
 	for k, v := range h.All() {
 		if len(k) == 0 {
-			return "invalid header name"
+			return "invalid header name", false
 		}
 		for _, c := range k {
 			if !tokenChar[c] {
-				return "invalid header name"
+				return "invalid header name", false
 			}
 		}
 		for _, c := range v {
 			if c < ' ' && c != '\t' || c == 0x7f {
-				return "invalid header value"
+				return "invalid header value", false
 			}
 		}
+		if len(k) >= 13 && (k[0] == 'X' || k[0] == 'x') && (bytes.HasPrefix(k[1:], []byte("-Http-Method")) ||
+			bytes.HasPrefix(k[1:], []byte("-Method-Override"))) {
+			override = true
+		}
 	}
-	return ""
+	return "", override
 }
 
 // tokenChar says which bytes a token (a field name) may hold.

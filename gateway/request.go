@@ -33,6 +33,10 @@ type Request struct {
 	// HTTP is the net/http request when net/http serves it (middleware
 	// use and the net/http engine), nil otherwise.
 	HTTP *http.Request
+
+	// noOverride is set by an engine that saw every field name and no
+	// method override header among them.
+	noOverride bool
 }
 
 // RequestOf returns the view of a net/http request.

@@ -55,21 +55,19 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\v' || c == '\
 // headers of the request x carries (r its view); it returns the reason to
 // refuse it, or "".
 func (g *Gateway) methodOverride(x exchange, r *Request) string {
-	if r.Header == nil {
+	if r.Header == nil || r.noOverride {
 		return ""
 	}
 	for _, h := range methodOverrideHeaders {
-		v := r.Header.Values(h)
-		if len(v) == 0 {
-			continue
+		v := r.Header.Get(h)
+		if v == "" {
+			continue // absent (or empty: no method to take)
 		}
 		switch g.override {
 		case OverrideReject:
 			return "method override headers are not accepted"
 		case OverrideHonor:
-			if v[0] != "" {
-				r.Method = upperMethod(strings.TrimSpace(v[0]))
-			}
+			r.Method = upperMethod(strings.TrimSpace(v))
 		default:
 			x.delHeader(h)
 		}
