@@ -38,4 +38,37 @@
 // the store decided it at, so that a log can be replayed (package replay).
 // Explain says how the gateway would answer a request, limit by limit,
 // peeking at their state without charging anything.
+//
+// # Two HTTP engines, one request path
+//
+// The request path (handle and finish in gateway.go: target checks, method
+// override, matching, the decision, the answer and its fields, leases and
+// their renewal, the queue wait, reservations and their settle, the access
+// record) reads a Request, a small engine-neutral view of the request
+// (method, host, path, peer, header fields), and answers through an
+// exchange, a handful of methods each engine implements. A Matcher reads
+// the same view; net/http users reach their *http.Request through
+// Request.HTTP. An engine is a thin adapter: it fills the view and
+// implements the exchange.
+//
+//   - net/http (nethttp.go): Middleware and ServeHTTP, the reverse proxy on
+//     httputil.ReverseProxy. It serves HTTP/1.1, HTTP/2 (h2c, and TLS with
+//     ALPN for a server set up so) and upgraded connections (WebSocket).
+//   - The edge engine (edge.go, Gateway.NewEdge): HTTP/1.1 on
+//     github.com/valyala/fasthttp, for "floodgate serve". Its view's strings
+//     are views of fasthttp's buffers (no copy, no allocation); answers are
+//     precomputed bodies; upstream connections are pooled and capped per
+//     host (HostClient), small bodies are read whole and the rest (event
+//     streams, chunked or large bodies) streamed as they come; request
+//     bodies stream to the upstream as they arrive. What it cannot serve it
+//     hands to a net/http server with the connection: a connection that
+//     opens with HTTP/2's preface, a request that upgrades its connection,
+//     and a first request whose lines end in a bare LF. It answers what it
+//     cannot read as net/http does (400, 431 for fields over the limit, 501
+//     for an unknown transfer coding, 505 for another HTTP version), and
+//     refuses field names that are not tokens and values with control
+//     characters. It cannot tell that a client left while its request is
+//     with the upstream (fasthttp does not read the connection meanwhile):
+//     a request waiting in a queue watches its connection, but an upstream
+//     call runs to its end and the answer is then dropped.
 package gateway

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net"
 	"net/url"
 	"strings"
@@ -105,10 +106,6 @@ var (
 	xForwardedProto = []byte("X-Forwarded-Proto")
 	schemeHTTP      = []byte("http")
 )
-
-// hopHeaders are removed from what passes through the proxy, both ways
-// (RFC 9110 7.6.1), with the fields the Connection field names.
-var hopHeaders = []string{"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
 
 // forwardEdge sends the request to its route's upstream and sets the
 // answer from the upstream's response; it returns true when the body is
@@ -448,80 +445,67 @@ func joinTarget(base, query string, target []byte) []byte {
 	return out
 }
 
-// hopField reports whether a field name (canonical) is hop-by-hop, or
-// one the proxy sets itself.
-func hopField(k []byte) bool {
-	switch len(k) {
-	case 2:
-		return string(k) == "Te"
-	case 7:
-		return string(k) == "Upgrade" || string(k) == "Trailer"
-	case 9:
-		return string(k) == "Forwarded"
-	case 10:
-		return string(k) == "Keep-Alive" || string(k) == "Connection"
-	case 16:
-		return string(k) == "Proxy-Connection"
-	case 18:
-		return string(k) == "Proxy-Authenticate"
-	case 19:
-		return string(k) == "Proxy-Authorization"
-	}
-	return false
-}
+// hopNames are the hop-by-hop fields (RFC 9110 7.6.1) and Forwarded, which
+// the proxy does not extend, as fasthttp names them; hopBit gives each a
+// bit.
+var hopNames = [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Upgrade", "Forwarded"}
 
-// stripHopRequest removes the hop-by-hop fields of a request (and
-// Forwarded, which the proxy does not extend): one look at the fields,
-// and removals only for those present.
-func stripHopRequest(h *fasthttp.RequestHeader) {
-	found := false
-	for k := range h.All() {
-		if hopField(k) {
-			found = true
-			break
+// hopBit returns the bit of a hop-by-hop field name, 0 for another.
+func hopBit(k []byte) uint16 {
+	switch len(k) {
+	case 2, 7, 9, 10, 16, 18, 19:
+		for i, n := range hopNames {
+			if string(k) == n {
+				return 1 << i
+			}
 		}
 	}
-	if !found {
+	return 0
+}
+
+// fieldRemover is the header of a request or a response.
+type fieldRemover interface {
+	All() iter.Seq2[[]byte, []byte]
+	Peek(string) []byte
+	Del(string)
+}
+
+// stripHop removes the hop-by-hop fields of a request or a response, and
+// those its Connection field names, in one look at its fields: a field is
+// removed only when it is there.
+func stripHop(h fieldRemover, forwarded bool) {
+	var found uint16
+	for k := range h.All() {
+		found |= hopBit(k)
+	}
+	if !forwarded {
+		found &^= 1 << 8
+	}
+	if found == 0 {
 		return
 	}
-	if c := h.Peek("Connection"); len(c) > 0 {
-		for name := range strings.SplitSeq(string(c), ",") {
-			if name = strings.TrimSpace(name); name != "" {
+	if found&1 != 0 {
+		for name := range strings.SplitSeq(string(h.Peek("Connection")), ",") {
+			name = strings.TrimSpace(name)
+			if name != "" && !strings.EqualFold(name, "keep-alive") && !strings.EqualFold(name, "close") {
 				h.Del(name)
 			}
 		}
-		h.Del("Connection")
 	}
-	for _, name := range hopHeaders {
-		h.Del(name)
+	for i, n := range hopNames {
+		if found&(1<<i) != 0 {
+			h.Del(n)
+		}
 	}
-	h.Del("Forwarded")
 }
+
+// stripHopRequest removes the hop-by-hop fields of a request, and
+// Forwarded.
+func stripHopRequest(h *fasthttp.RequestHeader) { stripHop(h, true) }
 
 // stripHopResponse removes the hop-by-hop fields of a response.
-func stripHopResponse(h *fasthttp.ResponseHeader) {
-	found := false
-	for k := range h.All() {
-		if hopField(k) {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return
-	}
-	if c := h.Peek("Connection"); len(c) > 0 {
-		for name := range strings.SplitSeq(string(c), ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-		h.Del("Connection")
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
-}
+func stripHopResponse(h *fasthttp.ResponseHeader) { stripHop(h, false) }
 
 // isEventStream reports whether a response is a Server-Sent Events
 // stream.
