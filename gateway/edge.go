@@ -62,11 +62,11 @@ type Edge struct {
 	log      *slog.Logger
 	header   time.Duration
 
-	mu      sync.Mutex // guards fast, slow and serving
-	fast    *chanListener
-	slow    *chanListener
-	serving bool
-	closed  bool
+	mu     sync.Mutex // guards ln, fast, slow and closed
+	ln     net.Listener
+	fast   *chanListener
+	slow   *chanListener
+	closed bool
 }
 
 // NewEdge returns the edge engine of g.
@@ -129,9 +129,9 @@ func (e *Edge) Serve(ln net.Listener) error {
 		e.mu.Unlock()
 		return net.ErrClosed
 	}
+	e.ln = ln
 	e.fast = newChanListener(ln.Addr())
 	e.slow = newChanListener(ln.Addr())
-	e.serving = true
 	e.mu.Unlock()
 	errc := make(chan error, 2)
 	go func() { errc <- e.srv.Serve(e.fast) }()
@@ -179,6 +179,9 @@ func (e *Edge) route(c net.Conn) {
 func (e *Edge) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
+	if e.ln != nil {
+		_ = e.ln.Close() // Serve's accept loop ends
+	}
 	e.mu.Unlock()
 	err := e.srv.ShutdownWithContext(ctx)
 	if e.fallback != nil {

@@ -74,7 +74,7 @@ func (c *edgeConn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
 			}
 			return false, false, err
 		}
-		if !bytes.HasPrefix([]byte(h2Preface), c.head[:n]) {
+		if !h2Start(c.head[:n]) {
 			break
 		}
 	}
@@ -85,7 +85,16 @@ func (c *edgeConn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
 	if i := bytes.IndexByte(c.pre, '\n'); i >= 0 && (i == 0 || c.pre[i-1] != '\r') {
 		bareLF = true
 	}
-	return n >= 3 && bytes.HasPrefix([]byte(h2Preface), c.pre), bareLF, nil
+	return n >= 3 && h2Start(c.pre), bareLF, nil
+}
+
+// h2Start reports whether b starts as HTTP/2's preface does (b may be
+// shorter or longer than the preface).
+func h2Start(b []byte) bool {
+	if len(b) >= len(h2Preface) {
+		return string(b[:len(h2Preface)]) == h2Preface
+	}
+	return h2Preface[:len(b)] == string(b)
 }
 
 // maxWatchBytes bounds what a watch reads ahead of the engine (a request
