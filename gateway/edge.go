@@ -495,22 +495,17 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // badFields returns why a request's header fields are refused, or "": a
-// field name that is not a token, or a value with a control character
-// (RFC 9110 5.1, 5.5), which net/http refuses too. override reports a
-// method override header among them.
+// field name that is not a token (RFC 9110 5.1), which net/http refuses
+// too (fasthttp itself refuses values with control characters). override
+// reports a method override header among them.
 func badFields(h *fasthttp.RequestHeader) (why string, override bool) {
-	for k, v := range h.All() {
+	for k := range h.All() {
 		if len(k) == 0 {
 			return "invalid header name", false
 		}
 		for _, c := range k {
 			if !tokenChar[c] {
 				return "invalid header name", false
-			}
-		}
-		for _, c := range v {
-			if c < ' ' && c != '\t' || c == 0x7f {
-				return "invalid header value", false
 			}
 		}
 		if len(k) >= 13 && (k[0] == 'X' || k[0] == 'x') && (bytes.HasPrefix(k[1:], []byte("-Http-Method")) ||

@@ -118,6 +118,7 @@ routes:
 		{"another HTTP version", "GET / HTTP/3.0\r\nHost: x\r\n\r\n", []int{505}, true, nil},
 		{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", []int{400}, true, nil},
 		{"a field name with a space", "GET / HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n", []int{400}, true, nil},
+		{"a control character in a value", "GET / HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01b\r\n\r\n", []int{400}, true, nil},
 		{"a folded field", "GET /folded HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n", []int{200}, false, []string{"GET /folded "}},
 		{"bare LF line ends", "GET /lf HTTP/1.1\nHost: x\n\n", []int{200}, false, []string{"GET /lf "}},
 		{"60 KB of fields", "GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + big(60<<10) + "\r\n\r\n", []int{200}, false, []string{"GET /big "}},
