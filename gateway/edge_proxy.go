@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"net"
 	"net/url"
 	"strings"
@@ -466,25 +465,13 @@ func hopBit(k []byte) uint16 {
 
 // fieldRemover is the header of a request or a response.
 type fieldRemover interface {
-	All() iter.Seq2[[]byte, []byte]
 	Peek(string) []byte
 	Del(string)
 }
 
-// stripHop removes the hop-by-hop fields of a request or a response, and
-// those its Connection field names, in one look at its fields: a field is
-// removed only when it is there.
-func stripHop(h fieldRemover, forwarded bool) {
-	var found uint16
-	for k := range h.All() {
-		found |= hopBit(k)
-	}
-	if !forwarded {
-		found &^= 1 << 8
-	}
-	if found == 0 {
-		return
-	}
+// stripHop removes the hop-by-hop fields found (hopBit's bits) of a
+// request or a response, and those its Connection field names.
+func stripHop(h fieldRemover, found uint16) {
 	if found&1 != 0 {
 		for name := range strings.SplitSeq(string(h.Peek("Connection")), ",") {
 			name = strings.TrimSpace(name)
@@ -501,11 +488,36 @@ func stripHop(h fieldRemover, forwarded bool) {
 }
 
 // stripHopRequest removes the hop-by-hop fields of a request, and
-// Forwarded.
-func stripHopRequest(h *fasthttp.RequestHeader) { stripHop(h, true) }
+// Forwarded, after one look at its fields (a field is removed only when
+// it is there).
+func stripHopRequest(h *fasthttp.RequestHeader) {
+	var found uint16
+	for k := range h.All() {
+		found |= hopBit(k)
+	}
+	if found != 0 {
+		stripHop(h, found)
+	}
+}
 
-// stripHopResponse removes the hop-by-hop fields of a response.
-func stripHopResponse(h *fasthttp.ResponseHeader) { stripHop(h, false) }
+// stripHopResponse removes the hop-by-hop fields of a response. A lone
+// "Connection: keep-alive" or "close" costs one removal.
+func stripHopResponse(h *fasthttp.ResponseHeader) {
+	var found uint16
+	for k := range h.All() {
+		found |= hopBit(k)
+	}
+	found &^= 1 << 8 // Forwarded is the request's
+	if found == 1 {
+		if c := h.Peek("Connection"); bytes.EqualFold(c, []byte("keep-alive")) || bytes.EqualFold(c, []byte("close")) {
+			h.Del("Connection")
+			return
+		}
+	}
+	if found != 0 {
+		stripHop(h, found)
+	}
+}
 
 // isEventStream reports whether a response is a Server-Sent Events
 // stream.
