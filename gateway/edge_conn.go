@@ -19,6 +19,53 @@ type edgeConn struct {
 	net.Conn
 	pre  []byte
 	head [sniffBytes]byte
+
+	// fasthttp moves a connection's read deadline three times a request
+	// (the headers' bound, the body's, then the idle one), each costing
+	// timer work in the runtime. The deadline it asks for is noted
+	// (want); the connection's own (set) is moved only to bring it
+	// earlier, and a read cut by it before want is retried with set
+	// moved to want: a busy connection moves its real deadline about
+	// once per read_header, not three times a request.
+	want, set time.Time
+}
+
+// SetReadDeadline notes t as the read deadline, moving the connection's
+// only when t is earlier than what it has (or it has none).
+func (c *edgeConn) SetReadDeadline(t time.Time) error {
+	c.want = t
+	if t.IsZero() || (!c.set.IsZero() && !t.Before(c.set)) {
+		return nil // a later deadline (or none): taken when the set one passes
+	}
+	c.set = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets both deadlines; the read one as SetReadDeadline does.
+func (c *edgeConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
+}
+
+// read reads from the connection under the deadline asked for: when the
+// connection's own deadline passes first, it is moved to that one and the
+// read goes on.
+func (c *edgeConn) read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if n > 0 || err == nil || !isTimeout(err) {
+			return n, err
+		}
+		if !c.want.IsZero() && !time.Now().Before(c.want) {
+			return n, err // the deadline asked for has passed
+		}
+		c.set = c.want
+		if err := c.Conn.SetReadDeadline(c.want); err != nil {
+			return 0, err
+		}
+	}
 }
 
 // sniffBytes is the most a new connection's first read takes: the start
@@ -42,7 +89,7 @@ func (c *edgeConn) Read(b []byte) (int, error) {
 	// A read of nothing without an error (which io.Reader allows) would
 	// stop fasthttp: read again, a bounded number of times.
 	for range 100 {
-		n, err := c.Conn.Read(into)
+		n, err := c.read(into)
 		if n > 0 && len(into) != len(b) {
 			m := copy(b, into[:n])
 			c.pre = into[m:n]
@@ -66,7 +113,7 @@ func (c *edgeConn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
 	}
 	n := 0
 	for n < 3 {
-		m, err := c.Conn.Read(c.head[n:])
+		m, err := c.read(c.head[n:])
 		n += m
 		if err != nil {
 			if n > 0 && errors.Is(err, io.EOF) {
@@ -80,6 +127,11 @@ func (c *edgeConn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
 	}
 	c.pre = c.head[:n]
 	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		return false, false, err
+	}
+	// The engine that takes the connection sets its own deadlines.
+	c.set = time.Time{}
+	if err := c.Conn.SetReadDeadline(time.Time{}); err != nil {
 		return false, false, err
 	}
 	if i := bytes.IndexByte(c.pre, '\n'); i >= 0 && (i == 0 || c.pre[i-1] != '\r') {
@@ -110,6 +162,9 @@ func (c *edgeConn) watch() (gone <-chan struct{}, stop func()) {
 	done := make(chan struct{})
 	ended := make(chan struct{})
 	var pending []byte
+	// While the engine does not read, the deadline it asked for holds.
+	c.set = c.want
+	_ = c.Conn.SetReadDeadline(c.want)
 	go func() {
 		defer close(ended)
 		buf := make([]byte, 4<<10)
@@ -128,7 +183,7 @@ func (c *edgeConn) watch() (gone <-chan struct{}, stop func()) {
 	return done, func() {
 		_ = c.Conn.SetReadDeadline(time.Unix(1, 0)) // unblocks the read
 		<-ended
-		_ = c.Conn.SetReadDeadline(time.Time{})
+		_ = c.Conn.SetReadDeadline(c.set) // as it was
 		if len(pending) > 0 {
 			// What the engine had not read yet comes first.
 			c.pre = append(c.pre[:len(c.pre):len(c.pre)], pending...)
