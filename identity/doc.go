@@ -15,4 +15,8 @@
 // expires, so a client sending it again costs a map lookup; a token that
 // does not verify gives a TokenError whose Reason (malformed, signature,
 // expired ...) metrics count.
+//
+// A request is read through its *http.Request (Client, Token) or, for an
+// HTTP engine other than net/http, through its peer's address and a Header
+// view of its fields (ClientOf, TokenOf); http.Header is a Header.
 package identity
