@@ -64,7 +64,7 @@ type Match struct {
 	Hits []limiter.Hit
 	// Fields is parallel to Hits: each limit's response fields, computed
 	// once per limit (policy.Limit.Fields). A missing entry is computed
-	// for the request.
+	// once per rule and kept in a small table of the Gateway's.
 	Fields []*fields.Limit
 	// CountOn is parallel to Hits: a non-empty list of statuses makes the
 	// hit's limit count only answers with one of them (its cost is
@@ -174,6 +174,7 @@ type Gateway struct {
 	proxies  sync.Map // *url.URL → *upstreamProxy
 	edgeUps  sync.Map // *url.URL → *edgeUpstream
 	pool     sync.Pool
+	rfields  *fieldCache // for Matches without Fields
 }
 
 // New returns a Gateway.
@@ -195,6 +196,7 @@ func New(opts Options) (*Gateway, error) {
 		override: opts.MethodOverride,
 		alog:     opts.AccessLog,
 		upstream: opts.Upstream,
+		rfields:  newFieldCache(),
 	}
 	g.user, _ = opts.Matcher.(UserMatcher)
 	if g.obs == nil {
@@ -454,7 +456,7 @@ func (g *Gateway) render(st *reqState, denied bool) []fields.Field {
 			m.Fields = append(m.Fields, nil)
 		}
 		if m.Fields[i] == nil {
-			m.Fields[i] = fields.ForRule(m.Hits[i].Rule)
+			m.Fields[i] = g.rfields.get(m.Hits[i].Rule)
 		}
 	}
 	var binding int
