@@ -115,7 +115,10 @@ func (g *Gateway) NewEdge(o EdgeOptions) *Edge {
 		// not by their text.
 		SecureErrorLogMessage: true,
 		CloseOnShutdown:       true,
-		Logger:                edgeLogger{e},
+		// The handler never asks for the request's time (RequestCtx.Time):
+		// no clock read per request for it.
+		LazyRequestTime: true,
+		Logger:          edgeLogger{e},
 	}
 	return e
 }
