@@ -296,7 +296,11 @@ func (g *Gateway) serveEdge(ctx *fasthttp.RequestCtx, noOverride bool) {
 	if !h.IsHTTP11() {
 		v.Proto = "HTTP/1.0"
 	}
-	v.Peer = peerOf(ctx.RemoteAddr())
+	if c, ok := ctx.Conn().(*edgeConn); ok {
+		v.Peer, v.peerText = c.peer()
+	} else {
+		v.Peer = peerOf(ctx.RemoteAddr())
+	}
 	v.Header = (*edgeHeader)(h)
 	v.noOverride = noOverride
 	later := false
