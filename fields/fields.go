@@ -258,12 +258,11 @@ func (rd *Renderer) Render(dst []Field, items []Item, binding int, denied bool, 
 	}
 	var bindingT, maxT int64 = -1, -1
 	if len(items) > 0 {
-		bp := rd.bufs.Get()
-		var buf []byte
-		if bp != nil {
-			buf = (*bp.(*[]byte))[:0]
+		bp, _ := rd.bufs.Get().(*[]byte)
+		if bp == nil {
+			bp = new([]byte)
 		}
-		rl := buf
+		rl := (*bp)[:0]
 		for k := -1; k < len(items); k++ {
 			i := k
 			if k < 0 {
@@ -287,8 +286,10 @@ func (rd *Renderer) Render(dst []Field, items []Item, binding int, denied bool, 
 			dst = append(dst, Field{NamePolicy, rd.policy(items, binding)}, Field{NameRateLimit, string(rl)})
 		}
 		if cap(rl) <= 4096 {
-			rl = rl[:0]
-			rd.bufs.Put(&rl)
+			// The pointer goes back with the buffer, so that putting it
+			// back allocates nothing.
+			*bp = rl[:0]
+			rd.bufs.Put(bp)
 		}
 		if opts.Legacy {
 			b := &items[binding]
