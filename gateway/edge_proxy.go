@@ -178,8 +178,10 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		reused = uc.used
 		uc.used = true
 	}
+	// No write deadline is ever set on an upstream connection (the TLS
+	// handshake's is cleared when it ends): the request is written
+	// without moving one.
 	bw := hc.AcquireWriter(c)
-	_ = c.SetWriteDeadline(time.Time{})
 	err = writeRequest(bw, req)
 	hc.ReleaseWriter(bw)
 	if err == nil {
