@@ -286,6 +286,8 @@ func (rd *Renderer) Render(dst []Field, items []Item, binding int, denied bool, 
 			dst = append(dst, Field{NamePolicy, rd.policy(items, binding)}, Field{NameRateLimit, string(rl)})
 		}
 		if cap(rl) <= 4096 {
+			// The pointer goes back with the buffer, so that putting it
+			// back allocates nothing.
 			*bp = rl[:0]
 			rd.bufs.Put(bp)
 		}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"sync/atomic"
@@ -243,9 +244,13 @@ func benchEdge(b *testing.B, g *Gateway, wantCode int, path string) {
 		req.SetRequestURI(path)
 		req.Header.SetHost("gateway.example")
 		req.Header.Set("User-Agent", "bench")
+		// A connection of the engine, as fasthttp hands it to the
+		// handler, request after request.
 		var ctx fasthttp.RequestCtx
+		ctx.Init2(&edgeConn{Conn: benchConn{addr}}, nil, true)
 		for pb.Next() {
-			ctx.Init(&req, addr, nil)
+			req.CopyTo(&ctx.Request)
+			ctx.Response.Reset()
 			e.serve(&ctx)
 			if code := ctx.Response.StatusCode(); code != wantCode {
 				b.Fatalf("status %d, want %d", code, wantCode)
@@ -253,6 +258,18 @@ func benchEdge(b *testing.B, g *Gateway, wantCode int, path string) {
 		}
 	})
 }
+
+// benchConn is a connection that only has addresses.
+type benchConn struct{ addr net.Addr }
+
+func (c benchConn) Read([]byte) (int, error)         { return 0, io.EOF }
+func (c benchConn) Write(b []byte) (int, error)      { return len(b), nil }
+func (c benchConn) Close() error                     { return nil }
+func (c benchConn) LocalAddr() net.Addr              { return c.addr }
+func (c benchConn) RemoteAddr() net.Addr             { return c.addr }
+func (c benchConn) SetDeadline(time.Time) error      { return nil }
+func (c benchConn) SetReadDeadline(time.Time) error  { return nil }
+func (c benchConn) SetWriteDeadline(time.Time) error { return nil }
 
 // BenchmarkEdgeReject: the edge engine's 429 path through a policy file,
 // without the connection.
@@ -280,4 +297,34 @@ limits:
 		b.Fatal(err)
 	}
 	benchEdge(b, g, 429, "/x")
+}
+
+// BenchmarkEdgeRewrite: what the edge engine's proxy does to the fields of
+// a request on its way upstream and of the response on its way back.
+func BenchmarkEdgeRewrite(b *testing.B) {
+	u, _ := url.Parse("http://127.0.0.1:9")
+	up := &edgeUpstream{host: u.Host}
+	v := &Request{Peer: netip.MustParseAddr("192.0.2.1")}
+	var req fasthttp.Request
+	req.Header.SetMethod("GET")
+	req.SetRequestURI("/x")
+	req.Header.SetHost("gateway.example")
+	req.Header.Set("User-Agent", "bench")
+	req.Header.Set("Accept", "*/*")
+	var resp fasthttp.Response
+	resp.Header.SetStatusCode(200)
+	resp.Header.Set("Server", "up")
+	resp.Header.SetContentType("application/json")
+	resp.Header.Set("Connection", "keep-alive")
+	resp.SetBody([]byte(`{"ok":true}`))
+	var ctx fasthttp.RequestCtx
+	ctx.Init2(&edgeConn{Conn: benchConn{&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}}}, nil, true)
+	var g Gateway
+	b.ReportAllocs()
+	for b.Loop() {
+		req.CopyTo(&ctx.Request)
+		g.rewriteEdgeRequest(&ctx, up, v)
+		resp.CopyTo(&ctx.Response)
+		stripHopResponse(&ctx.Response.Header)
+	}
 }

@@ -115,7 +115,10 @@ func (g *Gateway) NewEdge(o EdgeOptions) *Edge {
 		// not by their text.
 		SecureErrorLogMessage: true,
 		CloseOnShutdown:       true,
-		Logger:                edgeLogger{e},
+		// The handler never asks for the request's time (RequestCtx.Time):
+		// no clock read per request for it.
+		LazyRequestTime: true,
+		Logger:          edgeLogger{e},
 	}
 	return e
 }
@@ -252,13 +255,13 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
 		plainErrorText(ctx, http.StatusHTTPVersionNotSupported, "505 HTTP Version Not Supported: unsupported protocol version")
 		return
 	}
-	why, override := badFields(&ctx.Request.Header)
+	why, override, upgrade := badFields(&ctx.Request.Header)
 	if why != "" {
 		// As net/http: what no upstream should be sent.
 		plainErrorText(ctx, http.StatusBadRequest, "400 Bad Request: "+why)
 		return
 	}
-	if ctx.Request.Header.ConnectionUpgrade() && len(ctx.Request.Header.Peek("Upgrade")) > 0 {
+	if upgrade && ctx.Request.Header.ConnectionUpgrade() && len(ctx.Request.Header.Peek("Upgrade")) > 0 {
 		e.upgrade(ctx)
 		return
 	}
@@ -293,7 +296,11 @@ func (g *Gateway) serveEdge(ctx *fasthttp.RequestCtx, noOverride bool) {
 	if !h.IsHTTP11() {
 		v.Proto = "HTTP/1.0"
 	}
-	v.Peer = peerOf(ctx.RemoteAddr())
+	if c, ok := ctx.Conn().(*edgeConn); ok {
+		v.Peer, v.peerText = c.peer()
+	} else {
+		v.Peer = peerOf(ctx.RemoteAddr())
+	}
 	v.Header = (*edgeHeader)(h)
 	v.noOverride = noOverride
 	later := false
@@ -497,23 +504,24 @@ func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 // badFields returns why a request's header fields are refused, or "": a
 // field name that is not a token (RFC 9110 5.1), which net/http refuses
 // too (fasthttp itself refuses values with control characters). override
-// reports a method override header among them.
-func badFields(h *fasthttp.RequestHeader) (why string, override bool) {
+// reports a method override header among them, upgrade an Upgrade field.
+func badFields(h *fasthttp.RequestHeader) (why string, override, upgrade bool) {
 	for k := range h.All() {
 		if len(k) == 0 {
-			return "invalid header name", false
+			return "invalid header name", false, false
 		}
 		for _, c := range k {
 			if !tokenChar[c] {
-				return "invalid header name", false
+				return "invalid header name", false, false
 			}
 		}
+		upgrade = upgrade || len(k) == 7 && string(k) == "Upgrade"
 		if len(k) >= 13 && (k[0] == 'X' || k[0] == 'x') && (bytes.HasPrefix(k[1:], []byte("-Http-Method")) ||
 			bytes.HasPrefix(k[1:], []byte("-Method-Override"))) {
 			override = true
 		}
 	}
-	return "", override
+	return "", override, upgrade
 }
 
 // tokenChar says which bytes a token (a field name) may hold.

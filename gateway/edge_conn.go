@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -28,6 +29,24 @@ type edgeConn struct {
 	// moved to want: a busy connection moves its real deadline about
 	// once per read_header, not three times a request.
 	want, set time.Time
+
+	// The address of the other end, and its text for an IPv4 one (the
+	// key it is counted under), worked out on the first request.
+	addr     netip.Addr
+	addrText string
+	addrSet  bool
+}
+
+// peer returns the address of the connection's other end and, for an IPv4
+// one, its text; both are worked out once a connection.
+func (c *edgeConn) peer() (netip.Addr, string) {
+	if !c.addrSet {
+		c.addr, c.addrSet = peerOf(c.RemoteAddr()), true
+		if c.addr.Is4() {
+			c.addrText = c.addr.String()
+		}
+	}
+	return c.addr, c.addrText
 }
 
 // SetReadDeadline notes t as the read deadline, moving the connection's

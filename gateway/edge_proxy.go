@@ -178,8 +178,10 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		reused = uc.used
 		uc.used = true
 	}
+	// No write deadline is ever set on an upstream connection (the TLS
+	// handshake's is cleared when it ends): the request is written
+	// without moving one.
 	bw := hc.AcquireWriter(c)
-	_ = c.SetWriteDeadline(time.Time{})
 	err = writeRequest(bw, req)
 	hc.ReleaseWriter(bw)
 	if err == nil {
@@ -386,16 +388,18 @@ var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer"
 func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream, v *Request) {
 	req := &ctx.Request
 	h := &req.Header
-	stripHopRequest(h)
+	xff := stripHopRequest(h)
 	h.ResetConnectionClose()
 	if v.Peer.IsValid() {
 		// The chain of proxies, and this hop: as NGINX's
 		// $proxy_add_x_forwarded_for and net/http's SetXForwarded.
 		var buf [64]byte
 		b := buf[:0]
-		for _, p := range h.PeekAll("X-Forwarded-For") {
-			b = append(b, p...)
-			b = append(b, ", "...)
+		if xff {
+			for _, p := range h.PeekAll("X-Forwarded-For") {
+				b = append(b, p...)
+				b = append(b, ", "...)
+			}
 		}
 		b = v.Peer.AppendTo(b)
 		h.SetCanonical(xForwardedFor, b)
@@ -489,30 +493,35 @@ func stripHop(h fieldRemover, found uint16) {
 
 // stripHopRequest removes the hop-by-hop fields of a request, and
 // Forwarded, after one look at its fields (a field is removed only when
-// it is there).
-func stripHopRequest(h *fasthttp.RequestHeader) {
+// it is there); it reports whether the request has an X-Forwarded-For.
+func stripHopRequest(h *fasthttp.RequestHeader) (xff bool) {
 	var found uint16
 	for k := range h.All() {
 		found |= hopBit(k)
+		xff = xff || len(k) == len(xForwardedFor) && string(k) == string(xForwardedFor)
 	}
 	if found != 0 {
 		stripHop(h, found)
 	}
+	return xff
 }
 
 // stripHopResponse removes the hop-by-hop fields of a response. A lone
 // "Connection: keep-alive" or "close" costs one removal.
 func stripHopResponse(h *fasthttp.ResponseHeader) {
 	var found uint16
-	for k := range h.All() {
-		found |= hopBit(k)
+	plain := true // no Connection field names another field
+	for k, v := range h.All() {
+		b := hopBit(k)
+		if b == 1 {
+			plain = plain && (bytes.EqualFold(v, []byte("keep-alive")) || bytes.EqualFold(v, []byte("close")))
+		}
+		found |= b
 	}
 	found &^= 1 << 8 // Forwarded is the request's
-	if found == 1 {
-		if c := h.Peek("Connection"); bytes.EqualFold(c, []byte("keep-alive")) || bytes.EqualFold(c, []byte("close")) {
-			h.Del("Connection")
-			return
-		}
+	if found == 1 && plain {
+		h.Del("Connection")
+		return
 	}
 	if found != 0 {
 		stripHop(h, found)

@@ -289,10 +289,9 @@ type reqState struct {
 	eh       edgeExchange // the edge engine's exchange
 }
 
+// get returns an empty reqState (put empties one before pooling it).
 func (g *Gateway) get() *reqState {
-	st := g.pool.Get().(*reqState)
-	st.m.Reset()
-	return st
+	return g.pool.Get().(*reqState)
 }
 
 func (g *Gateway) put(st *reqState) {

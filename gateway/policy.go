@@ -137,7 +137,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	if err != nil {
 		return err
 	}
-	id := rf.resolver.ClientOf(r.Peer, r.Header)
+	id := rf.resolver.ClientOfPeer(r.Peer, r.peerText, r.Header)
 	req := policy.Request{
 		Method:    r.Method,
 		Host:      r.Host,

@@ -34,6 +34,9 @@ type Request struct {
 	// use and the net/http engine), nil otherwise.
 	HTTP *http.Request
 
+	// peerText is Peer.String() when an engine keeps it (per connection),
+	// "" otherwise.
+	peerText string
 	// noOverride is set by an engine that saw every field name and no
 	// method override header among them.
 	noOverride bool

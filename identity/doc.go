@@ -18,5 +18,6 @@
 //
 // A request is read through its *http.Request (Client, Token) or, for an
 // HTTP engine other than net/http, through its peer's address and a Header
-// view of its fields (ClientOf, TokenOf); http.Header is a Header.
+// view of its fields (ClientOf, TokenOf; ClientOfPeer for an engine that
+// keeps its peer's text per connection); http.Header is a Header.
 package identity

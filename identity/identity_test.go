@@ -119,6 +119,35 @@ func TestClientKey(t *testing.T) {
 	}
 }
 
+// TestClientOfPeer: an engine that passes its peer's text gets the identity
+// ClientOf works out, the key taken from the text only where it is the key.
+func TestClientOfPeer(t *testing.T) {
+	t.Parallel()
+	r, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		peer, xff, want string
+	}{
+		{"203.0.113.9", "", "203.0.113.9"},
+		{"203.0.113.9", "1.2.3.4", "203.0.113.9"},
+		{"10.0.0.1", "1.2.3.4", "1.2.3.4"}, // the client is not the peer: its own key
+		{"10.0.0.1", "", "10.0.0.1"},
+		{"2001:db8::1", "", "2001:db8::/64"}, // IPv6: the key is the prefix, not the text
+	} {
+		h := http.Header{}
+		if tc.xff != "" {
+			h.Set("X-Forwarded-For", tc.xff)
+		}
+		peer := netip.MustParseAddr(tc.peer)
+		got, want := r.ClientOfPeer(peer, peer.String(), h), r.ClientOf(peer, h)
+		if got != want || got.ClientKey != tc.want {
+			t.Errorf("peer %s, X-Forwarded-For %q: ClientOfPeer = %+v, ClientOf = %+v, want key %s", tc.peer, tc.xff, got, want, tc.want)
+		}
+	}
+}
+
 func TestSpoofingFromUntrustedPeerChangesNothing(t *testing.T) {
 	t.Parallel()
 	r, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8"), UserHeader: "X-User"})

@@ -207,6 +207,14 @@ func (r *Resolver) Client(req *http.Request) Identity {
 // ParsePeer gives it) and its header fields, for HTTP engines other than
 // net/http.
 func (r *Resolver) ClientOf(peer netip.Addr, h Header) Identity {
+	return r.ClientOfPeer(peer, "", h)
+}
+
+// ClientOfPeer is ClientOf for a caller that keeps peer's text
+// (peer.String(), or "" when it has none), as an HTTP engine can once per
+// connection: when the client is the peer and its key is that text (an
+// IPv4 peer), the key is not formatted again.
+func (r *Resolver) ClientOfPeer(peer netip.Addr, peerText string, h Header) Identity {
 	var id Identity
 	id.Peer = peer
 	id.PeerTrusted = id.Peer.IsValid() && r.Trusted(id.Peer)
@@ -214,7 +222,11 @@ func (r *Resolver) ClientOf(peer netip.Addr, h Header) Identity {
 	if id.PeerTrusted {
 		id.ClientIP = clientIP(id.Peer, h, r.header, r.Trusted)
 	}
-	id.ClientKey = ClientKey(id.ClientIP, r.v6bits)
+	if peerText != "" && id.ClientIP == peer && peer.Is4() {
+		id.ClientKey = peerText
+	} else {
+		id.ClientKey = ClientKey(id.ClientIP, r.v6bits)
+	}
 	if r.userHeader != "" && r.TokenOf(h) == "" {
 		id.User = r.headerUser(h, id.PeerTrusted)
 	}

@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -61,9 +62,13 @@ type Metrics struct {
 
 	maxLimits int
 	nLimits   atomic.Int64
-	limits    sync.Map // name → *limitSeries
-	routes    sync.Map // route → *routeSeries
-	reasons   sync.Map // token failure reason → prometheus.Counter
+	limits    sync.Map   // name → *limitSeries
+	ruleMu    sync.Mutex // guards the replacing of byRule
+	// byRule is the series of each rule seen (limits by their rule, as a
+	// decision names them), replaced whole when one is added.
+	byRule  atomic.Pointer[map[*limiter.Rule]*limitSeries]
+	routes  sync.Map // route → *routeSeries
+	reasons sync.Map // token failure reason → prometheus.Counter
 }
 
 // limitSeries caches the children of one limit, so that counting a
@@ -165,6 +170,39 @@ func (m *Metrics) series(limit string) *limitSeries {
 	return v.(*limitSeries)
 }
 
+// maxRules bounds byRule; past it (the rules of many reloaded policies) a
+// rule's series is found by its name.
+const maxRules = 4096
+
+// ruleSeries returns the series of a rule's limit (series by its name),
+// found by the rule itself: a decision costs a map lookup by pointer, not
+// a hash of the name.
+func (m *Metrics) ruleSeries(r *limiter.Rule) *limitSeries {
+	p := m.byRule.Load()
+	if p != nil {
+		if s, ok := (*p)[r]; ok {
+			return s
+		}
+	}
+	s := m.series(r.Name())
+	if p != nil && len(*p) >= maxRules {
+		return s
+	}
+	m.ruleMu.Lock()
+	defer m.ruleMu.Unlock()
+	next := map[*limiter.Rule]*limitSeries{}
+	if p := m.byRule.Load(); p != nil {
+		if len(*p) >= maxRules {
+			return s
+		}
+		next = make(map[*limiter.Rule]*limitSeries, len(*p)+1)
+		maps.Copy(next, *p)
+	}
+	next[r] = s
+	m.byRule.Store(&next)
+	return s
+}
+
 // of returns the counters of a limit for one front end.
 func (m *Metrics) of(s *limitSeries, f limiter.FrontEnd) *frontSeries {
 	if int(f) >= len(s.front) {
@@ -202,7 +240,7 @@ func (m *Metrics) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 		if i >= len(res.Decisions) {
 			break
 		}
-		fs := m.of(m.series(req.Hits[i].Rule.Name()), req.Front)
+		fs := m.of(m.ruleSeries(req.Hits[i].Rule), req.Front)
 		d := &res.Decisions[i]
 		switch {
 		case res.Flags[i]&limiter.ShadowDenied != 0:

@@ -85,6 +85,47 @@ func TestLimitLabelsAreBounded(t *testing.T) {
 	}
 }
 
+// TestRulesOfOneNameShareASeries: a limit's rule and the rule of the same
+// limit in a reloaded policy count into one series, whichever comes first
+// and however often.
+func TestRulesOfOneNameShareASeries(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &limiter.Result{Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 9}}, Flags: []limiter.HitFlags{0}}
+	old, reloaded := rule(t, "api", false), rule(t, "api", false)
+	for _, r := range []*limiter.Rule{old, old, reloaded, old, reloaded} {
+		m.ObserveDecision(&limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: r}}}, res)
+	}
+	if n := len(promtest.Find(t, reg, "floodgate_decisions_total", promtest.Labels{"outcome": "allowed"})); n != 1 {
+		t.Errorf("%d series, want 1", n)
+	}
+	if got := promtest.Value(t, reg, "floodgate_decisions_total", promtest.Labels{"limit": "api", "outcome": "allowed"}); got != 5 {
+		t.Errorf("counted %v, want 5", got)
+	}
+}
+
+// BenchmarkObserveDecision: counting one decision of one limit.
+func BenchmarkObserveDecision(b *testing.B) {
+	m, err := metrics.New(prometheus.NewRegistry(), metrics.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := limiter.NewRule(floodgate.Limit{Name: "tiny", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute}, floodgate.FailOpen, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: r}}}
+	res := &limiter.Result{Decisions: []floodgate.Decision{{Limit: 10}}, Flags: []limiter.HitFlags{0}}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.ObserveDecision(req, res)
+	}
+}
+
 // TestFrontEndAnswers counts what only front ends see.
 func TestFrontEndAnswers(t *testing.T) {
 	t.Parallel()
