@@ -469,19 +469,26 @@ func hopBit(k []byte) uint16 {
 
 // fieldRemover is the header of a request or a response.
 type fieldRemover interface {
-	Peek(string) []byte
+	PeekAll(string) [][]byte
 	Del(string)
 }
 
 // stripHop removes the hop-by-hop fields found (hopBit's bits) of a
-// request or a response, and those its Connection field names.
+// request or a response, and those its Connection fields name (every one
+// of them: a message may repeat the field).
 func stripHop(h fieldRemover, found uint16) {
 	if found&1 != 0 {
-		for name := range strings.SplitSeq(string(h.Peek("Connection")), ",") {
-			name = strings.TrimSpace(name)
-			if name != "" && !strings.EqualFold(name, "keep-alive") && !strings.EqualFold(name, "close") {
-				h.Del(name)
+		var named []string
+		for _, v := range h.PeekAll("Connection") {
+			for name := range strings.SplitSeq(string(v), ",") {
+				name = strings.TrimSpace(name)
+				if name != "" && !strings.EqualFold(name, "keep-alive") && !strings.EqualFold(name, "close") {
+					named = append(named, name)
+				}
 			}
+		}
+		for _, name := range named {
+			h.Del(name)
 		}
 	}
 	for i, n := range hopNames {

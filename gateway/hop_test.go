@@ -1,7 +1,11 @@
 package gateway
 
 import (
+	"bufio"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +53,49 @@ func testHopByHopFields(t *testing.T, fr string) {
 	}
 	if a.header.Get("X-Up-Hop") != "" || a.header.Get("X-Up-Kept") != "1" || a.header.Get("RateLimit") == "" {
 		t.Errorf("the client got %v", a.header)
+	}
+}
+
+// TestHopByHopFieldsOfEveryConnectionField: a message may carry its
+// Connection field more than once; the fields that any of them names are
+// hop-by-hop and removed, both ways, on each engine.
+func TestHopByHopFieldsOfEveryConnectionField(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testHopByHopFieldsOfEveryConnectionField)
+}
+
+func testHopByHopFieldsOfEveryConnectionField(t *testing.T, fr string) {
+	rule := mustRule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour}, false)
+	got := make(chan http.Header, 1)
+	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})},
+		func(w http.ResponseWriter, r *http.Request) {
+			got <- r.Header.Clone()
+			w.Header()["Connection"] = []string{"keep-alive", "X-Up-Hop"}
+			w.Header().Set("X-Up-Hop", "1")
+			w.Header().Set("X-Up-Kept", "1")
+		})
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /x HTTP/1.1\r\nHost: example.test\r\nConnection: keep-alive\r\nConnection: X-Hop\r\nX-Hop: 1\r\nX-Kept: 1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	h := <-got
+	if h.Get("X-Hop") != "" || h.Get("X-Kept") != "1" {
+		t.Errorf("the upstream got %v", h)
+	}
+	if resp.Header.Get("X-Up-Hop") != "" || resp.Header.Get("X-Up-Kept") != "1" {
+		t.Errorf("the client got %v", resp.Header)
 	}
 }
