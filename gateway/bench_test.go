@@ -134,10 +134,11 @@ limits:
     scope: global
 `
 
-// BenchmarkPolicyPass: a policy file, identity, the engine and four limits
-// (stage, per address, a shadow rule, a global one), none of them reached.
-func BenchmarkPolicyPass(b *testing.B) {
-	f, err := config.Parse("bench.yaml", []byte(benchPolicy))
+// policyGateway is a Gateway on the embedded store enforcing the policy
+// file src, its routes sent to upstream when that is set.
+func policyGateway(b *testing.B, src string, upstream *url.URL) *Gateway {
+	b.Helper()
+	f, err := config.Parse("bench.yaml", []byte(src))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func BenchmarkPolicyPass(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{Upstream: upstream})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -153,7 +154,13 @@ func BenchmarkPolicyPass(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchGateway(b, g, 200, "/notices/1", nil)
+	return g
+}
+
+// BenchmarkPolicyPass: a policy file, identity, the engine and four limits
+// (stage, per address, a shadow rule, a global one), none of them reached.
+func BenchmarkPolicyPass(b *testing.B) {
+	benchGateway(b, policyGateway(b, benchPolicy, nil), 200, "/notices/1", nil)
 }
 
 // benchProxy sends GETs over loopback through front to a trivial upstream,
@@ -206,23 +213,7 @@ func BenchmarkProxyBare(b *testing.B) {
 // file of four limits that are never reached.
 func BenchmarkProxyFloodgate(b *testing.B) {
 	u := benchUpstream(b)
-	f, err := config.Parse("bench.yaml", []byte(benchPolicy))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{Upstream: u})
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchProxy(b, g)
+	benchProxy(b, policyGateway(b, benchPolicy, u))
 }
 
 // benchEdge runs requests through the edge engine's handler in process
@@ -274,29 +265,13 @@ func (c benchConn) SetWriteDeadline(time.Time) error { return nil }
 // BenchmarkEdgeReject: the edge engine's 429 path through a policy file,
 // without the connection.
 func BenchmarkEdgeReject(b *testing.B) {
-	f, err := config.Parse("bench.yaml", []byte(`version: 1
+	benchEdge(b, policyGateway(b, `version: 1
 routes:
   - {name: all, match: {paths: ["/**"]}, upstream: http://127.0.0.1:9}
 limits:
   - {name: tiny, rate: 1, per: 1m, burst: 1, key: global, scope: global}
   - {name: per-ip, rate: 1000000, burst: 1000000, key: client_ip, scope: global}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchEdge(b, g, 429, "/x")
+`, nil), 429, "/x")
 }
 
 // BenchmarkEdgeRewrite: what the edge engine's proxy does to the fields of
