@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net/http"
 	"strings"
 )
 
@@ -58,8 +59,18 @@ func (g *Gateway) methodOverride(x exchange, r *Request) string {
 	if r.Header == nil || r.noOverride {
 		return ""
 	}
+	hh, isHTTP := r.Header.(http.Header)
 	for _, h := range methodOverrideHeaders {
-		v := r.Header.Get(h)
+		var v string
+		if isHTTP {
+			// net/http's fields are keyed canonically: a lookup need not
+			// canonicalise the name again.
+			if vs := hh[h]; len(vs) > 0 {
+				v = vs[0]
+			}
+		} else {
+			v = r.Header.Get(h)
+		}
 		if v == "" {
 			continue // absent (or empty: no method to take)
 		}
