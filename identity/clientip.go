@@ -15,6 +15,55 @@ const (
 // bare address) and unmaps IPv4-mapped IPv6 addresses. It returns the zero
 // Addr when RemoteAddr is not an IP address (a Unix socket).
 func ParsePeer(remoteAddr string) netip.Addr {
+	if a, ok := parseIPv4Peer(remoteAddr); ok {
+		return a
+	}
+	return parsePeer(remoteAddr)
+}
+
+// parseIPv4Peer parses the common case, "a.b.c.d:port" or "a.b.c.d", in
+// about half netip's time (BenchmarkParsePeer*); it reports false for
+// anything else, which parsePeer then reads.
+func parseIPv4Peer(s string) (netip.Addr, bool) {
+	var ip [4]byte
+	i := 0
+	for k := range ip {
+		start, n := i, 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 3 {
+			n = n*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || n > 255 || i-start > 1 && s[start] == '0' {
+			return netip.Addr{}, false
+		}
+		ip[k] = byte(n)
+		if k < 3 {
+			if i >= len(s) || s[i] != '.' {
+				return netip.Addr{}, false
+			}
+			i++
+		}
+	}
+	if i == len(s) {
+		return netip.AddrFrom4(ip), true
+	}
+	if s[i] != ':' {
+		return netip.Addr{}, false
+	}
+	i++
+	start, port := i, 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 5 {
+		port = port*10 + int(s[i]-'0')
+		i++
+	}
+	if i != len(s) || i == start || port > 65535 {
+		return netip.Addr{}, false
+	}
+	return netip.AddrFrom4(ip), true
+}
+
+// parsePeer is ParsePeer by netip, for every form.
+func parsePeer(remoteAddr string) netip.Addr {
 	if ap, err := netip.ParseAddrPort(remoteAddr); err == nil {
 		return ap.Addr().Unmap().WithZone("")
 	}
