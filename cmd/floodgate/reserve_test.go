@@ -52,6 +52,15 @@ func TestConcurrentFailedLogins(t *testing.T) { forEngines(t, testConcurrentFail
 
 func testConcurrentFailedLogins(t *testing.T, engine string) {
 	gw, admin, _ := school(t, "--engine", engine)
+	loginFlood(t, gw, admin, "")
+}
+
+// loginFlood sends 300 wrong passwords to gw's /login at once, from one
+// address, and checks that exactly the login limit's capacity, 5, reached
+// the upstream (its metrics at admin) and the other 295 got 429. where
+// names the store in the failure message.
+func loginFlood(t *testing.T, gw, admin, where string) {
+	t.Helper()
 	const attempts = 300
 	c := &http.Client{Transport: &http.Transport{MaxConnsPerHost: attempts, MaxIdleConnsPerHost: attempts}}
 	defer c.CloseIdleConnections()
@@ -69,7 +78,7 @@ func testConcurrentFailedLogins(t *testing.T, engine string) {
 	wg.Wait()
 	reached := metricValue(t, admin, `floodgate_upstream_responses_total{code="401",route="login"}`)
 	if codes[401] != 5 || codes[429] != attempts-5 || reached != 5 {
-		t.Fatalf("300 concurrent failed logins: %v, %d reached the upstream; want 5 × 401 (the limit) and 295 × 429", codes, reached)
+		t.Fatalf("300 concurrent failed logins%s: %v, %d reached the upstream; want 5 × 401 (the limit) and 295 × 429", where, codes, reached)
 	}
 }
 
