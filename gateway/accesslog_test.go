@@ -62,14 +62,7 @@ func TestAccessLog(t *testing.T) {
 }
 
 func testAccessLog(t *testing.T, fr string) {
-	f, err := config.Parse("access.yaml", []byte(strings.Replace(accessPolicy, "KEYHASH", config.HashKey("secret-trial"), 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := compilePolicy(t, "access.yaml", strings.Replace(accessPolicy, "KEYHASH", config.HashKey("secret-trial"), 1))
 	up := newUpstream(t, nil)
 	u, _ := url.Parse(up.URL)
 	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{Upstream: u})
@@ -214,46 +207,20 @@ func benchAccessLog(b *testing.B, format accesslog.Format) *accesslog.Logger {
 	return l
 }
 
-// benchPolicyGateway is BenchmarkPolicyPass's gateway, with an access log
-// when alog is set.
-func benchPolicyGateway(b *testing.B, upstream *url.URL, alog AccessLogger) *Gateway {
-	f, err := config.Parse("bench.yaml", []byte(benchPolicy))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{Upstream: upstream})
-	if err != nil {
-		b.Fatal(err)
-	}
-	o := Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})}
-	if alog != nil {
-		o.AccessLog = alog
-	}
-	g, err := New(o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return g
-}
-
 // BenchmarkPolicyPassAccessLog is BenchmarkPolicyPass writing a JSON
 // access log to a file: the cost of the log on the pass path.
 func BenchmarkPolicyPassAccessLog(b *testing.B) {
-	benchGateway(b, benchPolicyGateway(b, nil, benchAccessLog(b, accesslog.FormatJSON)), 200, "/notices/1", nil)
+	benchGateway(b, policyGateway(b, benchPolicy, nil, benchAccessLog(b, accesslog.FormatJSON)), 200, "/notices/1", nil)
 }
 
 // BenchmarkPolicyPassAccessLogCombined is the same in the combined format.
 func BenchmarkPolicyPassAccessLogCombined(b *testing.B) {
-	benchGateway(b, benchPolicyGateway(b, nil, benchAccessLog(b, accesslog.FormatCombined)), 200, "/notices/1", nil)
+	benchGateway(b, policyGateway(b, benchPolicy, nil, benchAccessLog(b, accesslog.FormatCombined)), 200, "/notices/1", nil)
 }
 
 // BenchmarkProxyFloodgateAccessLog is BenchmarkProxyFloodgate writing a
 // JSON access log to a file.
 func BenchmarkProxyFloodgateAccessLog(b *testing.B) {
 	u := benchUpstream(b)
-	benchProxy(b, benchPolicyGateway(b, u, benchAccessLog(b, accesslog.FormatJSON)))
+	benchProxy(b, policyGateway(b, benchPolicy, u, benchAccessLog(b, accesslog.FormatJSON)))
 }

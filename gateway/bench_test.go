@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/policy"
 	"github.com/valyala/fasthttp"
 )
 
@@ -135,22 +133,16 @@ limits:
 `
 
 // policyGateway is a Gateway on the embedded store enforcing the policy
-// file src, its routes sent to upstream when that is set.
-func policyGateway(b *testing.B, src string, upstream *url.URL) *Gateway {
+// file src, its routes sent to upstream when that is set, writing its
+// access log to alog when that is set.
+func policyGateway(b *testing.B, src string, upstream *url.URL, alog AccessLogger) *Gateway {
 	b.Helper()
-	f, err := config.Parse("bench.yaml", []byte(src))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := compilePolicy(b, "bench.yaml", src)
 	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{Upstream: upstream})
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
+	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(b, nil), limiter.Options{}), AccessLog: alog})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -160,7 +152,7 @@ func policyGateway(b *testing.B, src string, upstream *url.URL) *Gateway {
 // BenchmarkPolicyPass: a policy file, identity, the engine and four limits
 // (stage, per address, a shadow rule, a global one), none of them reached.
 func BenchmarkPolicyPass(b *testing.B) {
-	benchGateway(b, policyGateway(b, benchPolicy, nil), 200, "/notices/1", nil)
+	benchGateway(b, policyGateway(b, benchPolicy, nil, nil), 200, "/notices/1", nil)
 }
 
 // benchProxy sends GETs over loopback through front to a trivial upstream,
@@ -213,7 +205,7 @@ func BenchmarkProxyBare(b *testing.B) {
 // file of four limits that are never reached.
 func BenchmarkProxyFloodgate(b *testing.B) {
 	u := benchUpstream(b)
-	benchProxy(b, policyGateway(b, benchPolicy, u))
+	benchProxy(b, policyGateway(b, benchPolicy, u, nil))
 }
 
 // benchEdge runs requests through the edge engine's handler in process
@@ -271,7 +263,7 @@ routes:
 limits:
   - {name: tiny, rate: 1, per: 1m, burst: 1, key: global, scope: global}
   - {name: per-ip, rate: 1000000, burst: 1000000, key: client_ip, scope: global}
-`, nil), 429, "/x")
+`, nil, nil), 429, "/x")
 }
 
 // BenchmarkEdgeRewrite: what the edge engine's proxy does to the fields of

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/sfv"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
@@ -84,14 +83,7 @@ limits:
     actual: {body: usage.total_tokens}
   - {name: login, algorithm: sliding_log, limit: 5, window: 1m, count_on: [401, 403], match: {routes: [login]}}
 `, upstream, tpm)
-	f, err := config.Parse("llm.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := compilePolicy(t, "llm.yaml", src)
 	return p
 }
 
@@ -362,7 +354,7 @@ func TestCostHeaders(t *testing.T) {
 }
 
 func testCostHeaders(t *testing.T, fr string) {
-	f, err := config.Parse("h.yaml", []byte(`version: 1
+	p := compilePolicy(t, "h.yaml", `version: 1
 routes:
   - {name: api, match: {paths: ["/**"]}, upstream: none}
 limits:
@@ -373,14 +365,7 @@ limits:
     key: global
     estimate: {header: X-Estimate, default: 7}
     actual: {header: X-Used}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/sfv"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/store/memstore"
 )
 
@@ -305,4 +307,18 @@ func newClient(t testing.TB) *http.Client {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 60 * time.Second}
+}
+
+// compilePolicy parses and compiles the policy file src, named name.
+func compilePolicy(tb testing.TB, name, src string) *policy.Policy {
+	tb.Helper()
+	f, err := config.Parse(name, []byte(src))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := policy.Compile(f, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }

@@ -35,14 +35,7 @@ limits:
 
 func explainGateway(t *testing.T) (*Gateway, http.Handler) {
 	t.Helper()
-	f, err := config.Parse("explain.yaml", []byte(strings.Replace(explainPolicy, "KEYHASH", config.HashKey("secret-trial"), 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := compilePolicy(t, "explain.yaml", strings.Replace(explainPolicy, "KEYHASH", config.HashKey("secret-trial"), 1))
 	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -109,14 +108,7 @@ limits:
     key: client_ip
     scope: global
 `, k.pemPath, perIP)
-	f, err := config.Parse("users.yaml", []byte(src))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	p := compilePolicy(tb, "users.yaml", src)
 	return p
 }
 

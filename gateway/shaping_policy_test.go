@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/policy"
 )
 
 const shapingPolicy = `version: 1
@@ -64,14 +62,7 @@ func testShapingFromPolicyFile(t *testing.T, fr string) {
 		mu.Unlock()
 	})
 	upURL, _ := url.Parse(up.URL)
-	f, err := config.Parse("shaping.yaml", []byte(shapingPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Compile(f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := compilePolicy(t, "shaping.yaml", shapingPolicy)
 	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{Upstream: upURL})
 	if err != nil {
 		t.Fatal(err)
