@@ -607,15 +607,10 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 				st = e.st
 			}
 		}
-		d, err := p.Decide(&st, algo.Request{Now: t, Cost: 1, Peek: true})
-		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
-			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
+		d, err := peekFree(hit, &st, t, &out[i])
+		if err != nil {
+			return err
 		}
-		free := d.Remaining // what one more unit would leave
-		if d.Allowed {
-			free++
-		}
-		out[i] = floodgate.Decision{Allowed: true, Limit: d.Limit, Remaining: free, ResetAfter: d.ResetAfter}
 		if e != nil && e.rule != nil {
 			e.exp = expiry(hit.Rule, &e.st, &d, t)
 			sh.writes++
@@ -747,3 +742,20 @@ func (c *wallClock) sync() {
 }
 
 func (c *wallClock) now() int64 { return int64(time.Since(c.start)) + c.offset.Load() }
+
+// peekFree peeks at a key's state st at t after a give-back or a settle:
+// it returns the decision for one more unit (what the key's expiry is
+// worked out from) and answers in ans the units free, Remaining, as a
+// give-back reports them.
+func peekFree(hit *limiter.Hit, st *algo.State, t int64, ans *floodgate.Decision) (floodgate.Decision, error) {
+	d, err := hit.Rule.Params().Decide(st, algo.Request{Now: t, Cost: 1, Peek: true})
+	if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
+		return d, fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
+	}
+	free := d.Remaining // what one more unit would leave
+	if d.Allowed {
+		free++
+	}
+	*ans = floodgate.Decision{Allowed: true, Limit: d.Limit, Remaining: free, ResetAfter: d.ResetAfter}
+	return d, nil
+}

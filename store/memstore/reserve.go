@@ -1,7 +1,6 @@
 package memstore
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/floodgate/floodgate"
@@ -126,15 +125,11 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		if err != nil {
 			return fmt.Errorf("memstore: %s: settle: %w", hit.Rule.ID(), err)
 		}
-		d, err := p.Decide(&st, algo.Request{Now: t, Cost: 1, Peek: true})
-		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
-			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
+		d, err := peekFree(hit, &st, t, &out[i])
+		if err != nil {
+			return err
 		}
-		free := d.Remaining // what one more unit would leave
-		if d.Allowed {
-			free++
-		}
-		out[i] = floodgate.Decision{Allowed: true, Limit: d.Limit, Remaining: free, ResetAfter: d.ResetAfter, Overrun: overrun}
+		out[i].Overrun = overrun
 		if !changed {
 			continue
 		}
