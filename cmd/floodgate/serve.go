@@ -149,7 +149,6 @@ func serve(ctx context.Context, cfg *serveConfig, stdout io.Writer, log *slog.Lo
 		go s.reloader.Run(ctx)
 	}
 	log.Info("serving", "listen", s.frontLn.Addr().String(), "engine", s.engineLine(), "store", s.srv.StoreKind(), "config", cfg.config)
-	s.ready.Store(true)
 	runErr := s.run(ctx)
 	if err := s.shutdown(ctx); err != nil && runErr == nil {
 		runErr = err
@@ -350,7 +349,10 @@ func (s *server) listen(stdout io.Writer) error {
 	if s.admin != nil {
 		go func() { s.errc <- s.admin.Serve(s.adminLn) }()
 	}
-	// The admin line comes last: scripts and tests wait for it.
+	// Ready before the lines are printed: whoever reads the admin line may
+	// ask /readyz at once. The admin line comes last: scripts and tests
+	// wait for it.
+	s.ready.Store(true)
 	base := "http://" + displayAddr(s.frontLn.Addr())
 	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s, engine %s)\n", base, s.srv.StoreKind(), s.engineName)
 	if s.demo != nil {
