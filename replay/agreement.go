@@ -21,16 +21,14 @@ type Agreement struct {
 	// Tolerance is how far a logged time may be from the instant the
 	// live decision was made: the log's resolution, and the clocks'.
 	Tolerance Duration `json:"tolerance"`
-	// Why the others differ: Follows, it repays an earlier explained
-	// difference on the same counter (that one left the replay a unit
-	// more, or less, than the live limit had on every counter of its
-	// request); Boundary, the request came within Tolerance of a refill or
-	// a window's end, and moving it by at most Tolerance gives the logged
-	// decision; Reordered, two requests on one counter within Tolerance
-	// of each other were decided in the other order; Unexplained, none of
+	// Why the others differ: Boundary, the request came within Tolerance
+	// of a refill or a window's end, and moving it by at most Tolerance
+	// gives the logged decision (the replay then charges it as the log
+	// says, at that instant, and its counters stay equal to the live
+	// ones); Reordered, two requests on one counter within Tolerance of
+	// each other were decided in the other order; Unexplained, none of
 	// these.
 	Boundary    int64 `json:"boundary"`
-	Follows     int64 `json:"follows"`
 	Reordered   int64 `json:"reordered"`
 	Unexplained int64 `json:"unexplained"`
 	// Mismatches shows the first differences (all of them up to
@@ -63,7 +61,7 @@ type Mismatch struct {
 	ReplayLimit string `json:"replay_limit,omitempty"`
 	// Counter is the limit and key the difference is on.
 	Counter string `json:"counter"`
-	// Class is boundary, follows, reordered or unexplained.
+	// Class is boundary, reordered or unexplained.
 	Class string `json:"class"`
 	// Before and After are the replay's decisions Tolerance earlier and
 	// later (allow or deny).
@@ -71,19 +69,13 @@ type Mismatch struct {
 	After  string `json:"after"`
 }
 
-const (
-	maxMismatches = 20
-	maxBalances   = 1 << 16
-)
+const maxMismatches = 20
 
 // checker classifies the differences between a replay and its log.
 type checker struct {
 	a     *Agreement
 	tol   int64
 	names []string
-	// balance is, per counter, the units the replay has more (+) or fewer
-	// (-) than the live limit had, through explained differences.
-	balance map[string]int
 	// pending are unexplained differences that a later opposite one
 	// within the tolerance may pair with.
 	pending map[string][]pendingMismatch
@@ -97,12 +89,19 @@ type pendingMismatch struct {
 
 func newChecker(tol time.Duration, names []string) *checker {
 	return &checker{a: &Agreement{Tolerance: Duration(tol)}, tol: int64(tol), names: names,
-		balance: map[string]int{}, pending: map[string][]pendingMismatch{}}
+		pending: map[string][]pendingMismatch{}}
 }
 
 // check decides the prepared record rec on r and compares the replay's
 // decision with the logged one: it peeks first, and on a difference peeks
 // again a tolerance earlier and later, before charging.
+//
+// A difference the tolerance explains (a boundary) is decided as the log
+// says, at the instant within the tolerance that gives the logged answer:
+// the log cannot tell which of the two instants the live limit saw, and
+// charging what the live limit charged keeps the replay's counters equal
+// to the live ones, so one boundary is one difference and not a second
+// one later, when the unit it moved is repaid.
 func (c *checker) check(r *Replayer, rec *Record) *Outcome {
 	a := c.a
 	switch rec.Logged {
@@ -114,7 +113,7 @@ func (c *checker) check(r *Replayer, rec *Record) *Outcome {
 	}
 	a.Compared++
 	loggedDeny := rec.Logged == LoggedDeny
-	var before, after bool
+	var o *Outcome
 	if loggedDeny {
 		// A request the replay would allow is charged: look a tolerance
 		// either side first, while the state is as it was.
@@ -122,60 +121,68 @@ func (c *checker) check(r *Replayer, rec *Record) *Outcome {
 			a.Matched++
 			return r.decide(rec)
 		}
-		before, after = r.peek(rec.Time-c.tol), r.peek(rec.Time+c.tol)
+	} else {
+		// A refused request charges nothing: the state stays as it was.
+		if o = r.decide(rec); !o.Denied {
+			a.Matched++
+			return o
+		}
 	}
-	o := r.decide(rec)
-	if o.Denied == loggedDeny {
-		a.Matched++
-		return o
-	}
-	if !loggedDeny {
-		// Refused: nothing was charged, the state is as it was.
-		before, after = r.peek(rec.Time-c.tol), r.peek(rec.Time+c.tol)
-	}
+	before, after := r.peek(rec.Time-c.tol), r.peek(rec.Time+c.tol)
 	dir := 1 // the replay refuses what the log allowed: it has a unit more
-	if !o.Denied {
+	if loggedDeny {
 		dir = -1
 		a.ReplayAllowed++
 	} else {
 		a.ReplayDenied++
 	}
+	if before == loggedDeny || after == loggedDeny {
+		at := rec.Time + c.tol
+		if before == loggedDeny {
+			at = rec.Time - c.tol
+		}
+		if o != nil {
+			c.note(rec, o, "boundary", before, after)
+		}
+		o = r.decideAt(rec, at)
+		if loggedDeny {
+			c.note(rec, o, "boundary", before, after)
+		}
+		a.Boundary++
+		return o
+	}
+	if o == nil {
+		o = r.decide(rec)
+	}
 	counter := c.counter(rec, o)
 	class := "unexplained"
-	switch {
-	case c.balance[counter]*dir < 0:
-		class = "follows"
-		c.addBalances(o, dir)
-	case before == loggedDeny || after == loggedDeny:
-		class = "boundary"
-		c.addBalances(o, dir)
-	default:
-		if p := c.partner(counter, rec.Time, dir); p != nil {
-			class = "reordered"
-			a.Unexplained--
-			a.Reordered++
-			if p.ex >= 0 {
-				a.Mismatches[p.ex].Class = class
-			}
+	if p := c.partner(counter, rec.Time, dir); p != nil {
+		class = "reordered"
+		if p.ex >= 0 {
+			a.Mismatches[p.ex].Class = class
 		}
-	}
-	ex := -1
-	if len(a.Mismatches) < maxMismatches || (class == "unexplained" && len(a.Mismatches) < 2*maxMismatches) {
-		ex = len(a.Mismatches)
-		a.Mismatches = append(a.Mismatches, c.mismatch(rec, o, counter, class, before, after))
-	}
-	switch class {
-	case "boundary":
-		a.Boundary++
-	case "follows":
-		a.Follows++
-	case "reordered":
+		a.Unexplained--
 		a.Reordered++
-	default:
-		a.Unexplained++
-		c.pending[counter] = append(c.pending[counter], pendingMismatch{t: rec.Time, dir: dir, ex: ex})
 	}
+	ex := c.note(rec, o, class, before, after)
+	if class == "reordered" {
+		a.Reordered++
+		return o
+	}
+	a.Unexplained++
+	c.pending[counter] = append(c.pending[counter], pendingMismatch{t: rec.Time, dir: dir, ex: ex})
 	return o
+}
+
+// note lists a difference, as long as there is room: its index in
+// a.Mismatches, or -1. The replay's answer is the other one than the log's.
+func (c *checker) note(rec *Record, o *Outcome, class string, before, after bool) int {
+	a := c.a
+	if len(a.Mismatches) >= maxMismatches && (class != "unexplained" || len(a.Mismatches) >= 2*maxMismatches) {
+		return -1
+	}
+	a.Mismatches = append(a.Mismatches, c.mismatch(rec, o, c.counter(rec, o), class, before, after))
+	return len(a.Mismatches) - 1
 }
 
 // counter names the limit and key a difference is on: the replay's
@@ -183,11 +190,10 @@ func (c *checker) check(r *Replayer, rec *Record) *Outcome {
 func (c *checker) counter(rec *Record, o *Outcome) string {
 	m := o.Match
 	if !o.Denied {
-		// The log refused it: the limit it names, or else one the replay
-		// is known to have a unit more on.
+		// The log refused it: the limit it names.
 		for i, l := range m.Limits {
-			if k := l.Name + "|" + m.Hits[i].Key; l.Name == rec.Limit || rec.Limit == "" && c.balance[k] > 0 {
-				return k
+			if l.Name == rec.Limit {
+				return l.Name + "|" + m.Hits[i].Key
 			}
 		}
 	}
@@ -195,25 +201,6 @@ func (c *checker) counter(rec *Record, o *Outcome) string {
 		return m.Limits[b].Name + "|" + m.Hits[b].Key
 	}
 	return "-"
-}
-
-// addBalances notes that every counter of the request now holds a unit
-// more (dir 1: the live limit charged it, the replay did not) or less
-// (dir -1) in the replay than it did live.
-func (c *checker) addBalances(o *Outcome, dir int) {
-	for i, l := range o.Match.Limits {
-		c.addBalance(l.Name+"|"+o.Match.Hits[i].Key, dir)
-	}
-}
-
-func (c *checker) addBalance(counter string, dir int) {
-	if _, ok := c.balance[counter]; !ok && len(c.balance) >= maxBalances {
-		return
-	}
-	c.balance[counter] += dir
-	if c.balance[counter] == 0 {
-		delete(c.balance, counter)
-	}
 }
 
 // partner finds and removes an unexplained difference of the other
@@ -249,8 +236,11 @@ func (c *checker) mismatch(rec *Record, o *Outcome, counter, class string, befor
 		}
 		return "allow"
 	}
+	// The replay decided the other way at the logged time (o may be its
+	// decision at the boundary's other instant, which agrees with the log).
+	replayDenied := rec.Logged != LoggedDeny
 	m := Mismatch{Time: time.Unix(0, rec.Time).UTC(), Line: rec.Line, Method: rec.Method, Path: rec.Path,
-		Key: o.Match.KeyID, Logged: rec.Logged.String(), LoggedLimit: rec.Limit, Replay: word(o.Denied),
+		Key: o.Match.KeyID, Logged: rec.Logged.String(), LoggedLimit: rec.Limit, Replay: word(replayDenied),
 		Counter: counter, Class: class, Before: word(before), After: word(after)}
 	if rec.Source < len(c.names) {
 		m.Log = c.names[rec.Source]
@@ -258,7 +248,7 @@ func (c *checker) mismatch(rec *Record, o *Outcome, counter, class string, befor
 	if rec.ClientIP.IsValid() {
 		m.ClientIP = rec.ClientIP.String()
 	}
-	if l := o.Binding(); l != nil {
+	if l := o.Binding(); l != nil && replayDenied {
 		m.ReplayLimit = l.Name
 	}
 	return m

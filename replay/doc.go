@@ -44,10 +44,13 @@
 // count); a timeline per minute (coarser for long logs); and, when the log
 // records decisions, how many the replay decided the same way and why the
 // others differ (a refill or window boundary within the timestamps'
-// resolution, a consequence of such a difference, two requests decided in
-// the other order, or unexplained). With Options.Compare a second policy
-// decides the same requests, and the report lists exactly those the two
-// decide differently, grouped by direction, limit and client. WriteText,
+// resolution, two requests decided in the other order, or unexplained). At
+// such a boundary the log cannot tell which side the live limit saw, and
+// the replay charges the request as logged (see Replayer.Check), so that
+// its counters stay equal to the live ones. With Options.Compare a second
+// policy decides the same requests, held to the log the same way, and the
+// report lists exactly those the two decide differently, grouped by
+// direction, limit and client. WriteText,
 // WriteHTML (one self-contained page, charts in inline SVG) and JSON
 // render it.
 package replay

@@ -46,6 +46,7 @@ type Replayer struct {
 	out     Outcome
 	hdr     http.Header
 	keys    clientKeys
+	ck      *checker // of Check
 }
 
 // clientKeys remembers the counted form of client addresses (an IPv6
@@ -128,6 +129,20 @@ func (r *Replayer) Decide(rec *Record) *Outcome {
 	return r.decide(rec)
 }
 
+// Check decides rec as Run does when the log records decisions: as
+// Decide does, except that a request the replay decides otherwise than
+// the log, and as the log when moved by at most tol (a refill or a
+// window's end within the log's resolution), is charged as the log says.
+// Run replays each policy so, with tol the larger of Options.Tolerance and
+// the log's resolution.
+func (r *Replayer) Check(rec *Record, tol time.Duration) *Outcome {
+	if r.ck == nil || r.ck.tol != int64(tol) {
+		r.ck = newChecker(tol, nil)
+	}
+	r.prepare(rec)
+	return r.ck.check(r, rec)
+}
+
 // prepare moves the clock to rec's time (ending the requests that ended
 // before it) and matches rec; it charges nothing.
 func (r *Replayer) prepare(rec *Record) {
@@ -147,6 +162,16 @@ func (r *Replayer) peek(t int64) bool {
 	err := r.eng.Decide(context.Background(), &r.peekReq, &r.peekRes)
 	r.now = saved
 	return err != nil || !r.peekRes.Allowed
+}
+
+// decideAt decides and charges the prepared request as if it came at
+// instant t, near its logged time.
+func (r *Replayer) decideAt(rec *Record, t int64) *Outcome {
+	saved := r.now
+	r.now = t
+	o := r.decide(rec)
+	r.now = saved
+	return o
 }
 
 // decide charges the prepared request.

@@ -131,7 +131,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	m := newMerger(srcs, o.Window)
-	var ck *checker
+	// With decisions in the log, both policies are checked against it:
+	// each decides a boundary the way the log does (see checker.check),
+	// so that a policy compared with itself flips nothing.
+	var ck, ock *checker
 	var peakHeap uint64
 	heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	lastProgress := started
@@ -150,6 +153,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				tol = max(tol, s.resolution())
 			}
 			ck = newChecker(tol, names)
+			if other != nil {
+				ock = newChecker(tol, names)
+			}
 		}
 		main.prepare(&rec)
 		var out *Outcome
@@ -160,7 +166,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		t.add(&rec, out)
 		if other != nil {
-			ob := other.Decide(&rec)
+			var ob *Outcome
+			if ock != nil {
+				other.prepare(&rec)
+				ob = ock.check(other, &rec)
+			} else {
+				ob = other.Decide(&rec)
+			}
 			ot.add(&rec, ob)
 			if f := cp.add(&rec, out, ob); f != nil && o.OnFlip != nil {
 				o.OnFlip(f)

@@ -222,8 +222,8 @@ func writeAgreement(b *strings.Builder, a *Agreement) {
 		percentFine(a.Matched, a.Compared))
 	if d := a.Compared - a.Matched; d > 0 {
 		fmt.Fprintf(b, "; %s differ (%s refused here, allowed there; %s the other way):\n", commas(d), commas(a.ReplayDenied), commas(a.ReplayAllowed))
-		fmt.Fprintf(b, "  %s at a refill or window boundary (within %s), %s following from one, %s reordered within %s, %s unexplained\n",
-			commas(a.Boundary), time.Duration(a.Tolerance), commas(a.Follows), commas(a.Reordered), time.Duration(a.Tolerance), commas(a.Unexplained))
+		fmt.Fprintf(b, "  %s at a refill or window boundary (within %s, then charged as logged), %s reordered within %s, %s unexplained\n",
+			commas(a.Boundary), time.Duration(a.Tolerance), commas(a.Reordered), time.Duration(a.Tolerance), commas(a.Unexplained))
 		for _, m := range a.Mismatches {
 			fmt.Fprintf(b, "  %s %s %s %s", m.Time.Format("15:04:05.000000"), orDash(m.ClientIP), m.Method, m.Path)
 			if m.Key != "" {
