@@ -77,8 +77,10 @@ type checker struct {
 	tol   int64
 	names []string
 	// pending are unexplained differences that a later opposite one
-	// within the tolerance may pair with.
+	// within the tolerance may pair with; stale ones are dropped once the
+	// map holds pruneAt counters (see prune).
 	pending map[string][]pendingMismatch
+	pruneAt int
 }
 
 type pendingMismatch struct {
@@ -89,7 +91,33 @@ type pendingMismatch struct {
 
 func newChecker(tol time.Duration, names []string) *checker {
 	return &checker{a: &Agreement{Tolerance: Duration(tol)}, tol: int64(tol), names: names,
-		pending: map[string][]pendingMismatch{}}
+		pending: map[string][]pendingMismatch{}, pruneAt: minPrune}
+}
+
+// minPrune is the number of counters with pending differences at which
+// the first prune happens.
+const minPrune = 1024
+
+// prune drops the pending differences too old to pair with a request at
+// t or later, and sets the next prune at twice the counters left (at
+// least minPrune): whatever the number of distinct clients in a log, the
+// map holds those of the last tolerance, at a cost that stays constant
+// per difference.
+func (c *checker) prune(t int64) {
+	for counter, ps := range c.pending {
+		kept := ps[:0]
+		for _, p := range ps {
+			if t-p.t <= c.tol {
+				kept = append(kept, p)
+			}
+		}
+		if len(kept) == 0 {
+			delete(c.pending, counter)
+		} else {
+			c.pending[counter] = kept
+		}
+	}
+	c.pruneAt = max(minPrune, 2*len(c.pending))
 }
 
 // check decides the prepared record rec on r and compares the replay's
@@ -171,6 +199,9 @@ func (c *checker) check(r *Replayer, rec *Record) *Outcome {
 	}
 	a.Unexplained++
 	c.pending[counter] = append(c.pending[counter], pendingMismatch{t: rec.Time, dir: dir, ex: ex})
+	if len(c.pending) >= c.pruneAt {
+		c.prune(rec.Time)
+	}
 	return o
 }
 

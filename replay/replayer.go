@@ -129,12 +129,12 @@ func (r *Replayer) Decide(rec *Record) *Outcome {
 	return r.decide(rec)
 }
 
-// Check decides rec as Run does when the log records decisions: as
-// Decide does, except that a request the replay decides otherwise than
-// the log, and as the log when moved by at most tol (a refill or a
-// window's end within the log's resolution), is charged as the log says.
-// Run replays each policy so, with tol the larger of Options.Tolerance and
-// the log's resolution.
+// Check decides rec as Run does when the log records decisions. It
+// decides as Decide does, except when its answer differs from the logged
+// one and moving the request by at most tol (a refill or a window's end
+// within the log's resolution) gives the logged answer: then it charges
+// the request as logged, at that instant. Run replays each policy so,
+// with tol the larger of Options.Tolerance and the log's resolution.
 func (r *Replayer) Check(rec *Record, tol time.Duration) *Outcome {
 	if r.ck == nil || r.ck.tol != int64(tol) {
 		r.ck = newChecker(tol, nil)

@@ -378,6 +378,35 @@ func TestAgreementBoundaryCharged(t *testing.T) {
 	}
 }
 
+// TestAgreementPendingBounded: a log made under another policy, from a
+// flood of distinct clients, each refused there once and allowed here:
+// every difference is unexplained, and the differences kept for pairing
+// stay those of the last tolerance, not one per client of the log.
+func TestAgreementPendingBounded(t *testing.T) {
+	t.Parallel()
+	rp, err := NewReplayer(compilePolicy(t, bucketPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.Close()
+	ck := newChecker(DefaultTolerance, nil)
+	const n = 20000
+	most := 0
+	for i := range n {
+		rec := Record{Time: t0.Add(time.Duration(i) * time.Millisecond).UnixNano(), Line: int64(i + 1), Method: "GET", Path: "/x",
+			ClientIP: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), Status: 429, Logged: LoggedDeny}
+		rp.prepare(&rec)
+		ck.check(rp, &rec)
+		most = max(most, len(ck.pending))
+	}
+	if ck.a.Unexplained != n {
+		t.Fatalf("agreement %+v", ck.a)
+	}
+	if most > 2*minPrune {
+		t.Errorf("%d counters held for pairing at most, want at most %d", most, 2*minPrune)
+	}
+}
+
 // TestAgreementReordered: two requests on one counter within the
 // tolerance, decided live in the other order than logged.
 func TestAgreementReordered(t *testing.T) {
