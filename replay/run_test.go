@@ -402,6 +402,7 @@ func TestAgreementPendingBounded(t *testing.T) {
 	if ck.a.Unexplained != n {
 		t.Fatalf("agreement %+v", ck.a)
 	}
+	t.Logf("%d differences, at most %d counters held for pairing", n, most)
 	if most > 2*minPrune {
 		t.Errorf("%d counters held for pairing at most, want at most %d", most, 2*minPrune)
 	}
