@@ -94,16 +94,12 @@ func mixedRequests(t *testing.T, rng *rand.Rand, n int) []mixedRequest {
 // call, get exactly the answers they get when decided one by one at the
 // same instant, and leave the same state behind.
 func TestBatchDecidesAsOneByOne(t *testing.T) {
-	for _, mode := range []string{"standalone", "cluster"} {
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			newStore := newStandalone
-			if mode == "cluster" {
-				newStore = newCluster
-			}
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(16, 10))
 			for round := range 20 {
-				one, batched := newStore(t), newStore(t)
+				one, batched := storeOn(t, mode), storeOn(t, mode)
 				now := time.Date(2026, 3, 7, 23, 59, 50, 0, time.UTC).UnixMicro() + int64(round)*123_457
 				one.testNow.Store(now)
 				batched.testNow.Store(now)

@@ -54,14 +54,9 @@ func conformLimits(t *testing.T) []*limiter.Rule {
 // through the store at the same fixed instants, and wants the same
 // decisions, field by field.
 func TestConformsToAlgo(t *testing.T) {
-	for _, mode := range []string{"standalone", "cluster"} {
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			var s *Store
-			if mode == "standalone" {
-				s = newStandalone(t)
-			} else {
-				s = newCluster(t)
-			}
+			s := storeOn(t, mode)
 			for _, r := range conformLimits(t) {
 				t.Run(r.Name(), func(t *testing.T) { conform(t, s, r) })
 			}

@@ -9,35 +9,28 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
+// helpersURL is the URL helper processes reach the shared server of mode
+// by (a Cluster through other seed primaries than newCluster's).
+func helpersURL(t testing.TB, mode string) string {
+	if mode == "cluster" {
+		c := sharedCluster(t)
+		return "redis+cluster://" + c.Addrs()[0] + "," + c.Addrs()[2]
+	}
+	return "redis://" + sharedServer(t).Addr
+}
+
 // TestExactAcrossProcesses: 4 OS processes × 50 goroutines on one Redis
 // admit exactly the limit, 1,000, and no denied request consumes anything.
 func TestExactAcrossProcesses(t *testing.T) {
 	const procs = 4
 	attempts := 10 // per goroutine: 2,000 requests for 1,000 units
-	for _, mode := range []string{"standalone", "cluster"} {
+	for _, mode := range modes {
 		for _, scenario := range []string{"fixed", "tokenbucket", "three"} {
 			t.Run(mode+"/"+scenario, func(t *testing.T) {
-				var url string
-				if mode == "standalone" {
-					url = "redis://" + sharedServer(t).Addr
-				} else {
-					c := sharedCluster(t)
-					url = "redis+cluster://" + c.Addrs()[0] + "," + c.Addrs()[2]
-				}
+				url := helpersURL(t, mode)
 				prefix := uniquePrefix(t)
 				avoidHourBoundary()
-				reps := runHelpers(t, procs, scenario, url, prefix, attempts)
-				var total helperReport
-				for _, r := range reps {
-					total.Allowed += r.Allowed
-					total.Denied += r.Denied
-					total.Errors += r.Errors
-					total.Calls += r.Calls
-					total.Requests += r.Requests
-					for i := range r.PerUser {
-						total.PerUser[i] += r.PerUser[i]
-					}
-				}
+				total := sumReports(runHelpers(t, procs, scenario, url, prefix, attempts))
 				t.Logf("%+v", total)
 				if total.Errors != 0 {
 					t.Fatalf("%d errors", total.Errors)
@@ -137,31 +130,12 @@ func avoidHourBoundary() {
 // reserve: the reserve's charge and settle record are given back).
 func TestReserveExactAcrossProcesses(t *testing.T) {
 	const procs, attempts = 4, 10
-	for _, mode := range []string{"standalone", "cluster"} {
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			url := "redis://" + sharedServer(t).Addr
-			if mode == "cluster" {
-				c := sharedCluster(t)
-				url = "redis+cluster://" + c.Addrs()[0] + "," + c.Addrs()[2]
-			}
+			url := helpersURL(t, mode)
 			prefix := uniquePrefix(t)
 			avoidHourBoundary()
-			var total helperReport
-			for _, r := range runHelpers(t, procs, "reserve", url, prefix, attempts) {
-				total.Allowed += r.Allowed
-				total.Denied += r.Denied
-				total.Errors += r.Errors
-				total.Held += r.Held
-				total.FirstAbove += r.FirstAbove
-				total.FirstOverrun += r.FirstOverrun
-				total.Below += r.Below
-				total.Above += r.Above
-				total.Charged += r.Charged
-				total.Overrun += r.Overrun
-				for i := range r.PerUser {
-					total.PerUser[i] += r.PerUser[i]
-				}
-			}
+			total := sumReports(runHelpers(t, procs, "reserve", url, prefix, attempts))
 			t.Logf("%+v", total)
 			if total.Errors != 0 {
 				t.Fatalf("%d errors", total.Errors)

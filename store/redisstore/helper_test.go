@@ -49,6 +49,36 @@ type helperReport struct {
 	Below, Above, Charged, Overrun int64
 }
 
+// add adds o to r, field by field.
+func (r *helperReport) add(o *helperReport) {
+	r.Allowed += o.Allowed
+	r.Denied += o.Denied
+	r.Errors += o.Errors
+	for i := range r.PerUser {
+		r.PerUser[i] += o.PerUser[i]
+	}
+	r.Calls += o.Calls
+	r.Requests += o.Requests
+	r.LeaseTakes += o.LeaseTakes
+	r.LeaseGrants += o.LeaseGrants
+	r.Held += o.Held
+	r.FirstAbove += o.FirstAbove
+	r.FirstOverrun += o.FirstOverrun
+	r.Below += o.Below
+	r.Above += o.Above
+	r.Charged += o.Charged
+	r.Overrun += o.Overrun
+}
+
+// sumReports adds the reports of helper processes.
+func sumReports(reps []helperReport) helperReport {
+	var total helperReport
+	for i := range reps {
+		total.add(&reps[i])
+	}
+	return total
+}
+
 // Leased scenarios: their limits, the instances that share them and the
 // lease settings.
 const (
@@ -167,12 +197,7 @@ func helperMain() int {
 				}
 			}
 			mu.Lock()
-			rep.Allowed += mine.Allowed
-			rep.Denied += mine.Denied
-			rep.Errors += mine.Errors
-			for i := range rep.PerUser {
-				rep.PerUser[i] += mine.PerUser[i]
-			}
+			rep.add(&mine)
 			mu.Unlock()
 		}()
 	}
@@ -326,19 +351,7 @@ func helperReserve(s *Store, rules []*limiter.Rule) int {
 				}
 			}
 			mu.Lock()
-			rep.Allowed += mine.Allowed
-			rep.Denied += mine.Denied
-			rep.Errors += mine.Errors
-			rep.Held += mine.Held
-			rep.FirstAbove += mine.FirstAbove
-			rep.FirstOverrun += mine.FirstOverrun
-			rep.Below += mine.Below
-			rep.Above += mine.Above
-			rep.Charged += mine.Charged
-			rep.Overrun += mine.Overrun
-			for i := range rep.PerUser {
-				rep.PerUser[i] += mine.PerUser[i]
-			}
+			rep.add(&mine)
 			mu.Unlock()
 		})
 	}

@@ -14,12 +14,9 @@ import (
 // gives); what is given back returns to the key, for a fixed window only
 // within the window it was taken in.
 func TestLeaseOp(t *testing.T) {
-	for _, mode := range []string{"standalone", "cluster"} {
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			s := newStandalone(t)
-			if mode == "cluster" {
-				s = newCluster(t)
-			}
+			s := storeOn(t, mode)
 			ctx := context.Background()
 			at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC).UnixMicro()
 			s.testNow.Store(at)
@@ -187,19 +184,4 @@ func TestLeasedAcrossProcesses(t *testing.T) {
 			t.Fatalf("%d of %d from leases: the test does not exercise leases", total.LeaseTakes, total.Allowed)
 		}
 	})
-}
-
-// sumReports adds the reports of helper processes.
-func sumReports(reps []helperReport) helperReport {
-	var total helperReport
-	for _, r := range reps {
-		total.Allowed += r.Allowed
-		total.Denied += r.Denied
-		total.Errors += r.Errors
-		total.Calls += r.Calls
-		total.Requests += r.Requests
-		total.LeaseTakes += r.LeaseTakes
-		total.LeaseGrants += r.LeaseGrants
-	}
-	return total
 }

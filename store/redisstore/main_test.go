@@ -70,6 +70,19 @@ func newCluster(t testing.TB) *Store {
 	return s
 }
 
+// modes are the deployments the store is tested on, as storeOn takes them.
+var modes = []string{"standalone", "cluster"}
+
+// storeOn returns a store on the shared server of mode: newCluster's for
+// "cluster", else newStandalone's.
+func storeOn(t testing.TB, mode string) *Store {
+	t.Helper()
+	if mode == "cluster" {
+		return newCluster(t)
+	}
+	return newStandalone(t)
+}
+
 func TestMain(m *testing.M) {
 	if len(os.Args) > 0 && os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())

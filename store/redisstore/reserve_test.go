@@ -21,12 +21,9 @@ import (
 // up to seconds between steps, so that settles find the windows, entries
 // and periods they charged passed.
 func TestReservationsMatchMemstore(t *testing.T) {
-	for _, mode := range []string{"standalone", "cluster"} {
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			s := newStandalone(t)
-			if mode == "cluster" {
-				s = newCluster(t)
-			}
+			s := storeOn(t, mode)
 			for _, r := range conformLimits(t) {
 				t.Run(r.Name(), func(t *testing.T) { matchMemstore(t, s, r) })
 			}
