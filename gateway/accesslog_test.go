@@ -13,7 +13,6 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/config"
-	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -70,7 +69,7 @@ func testAccessLog(t *testing.T, fr string) {
 		t.Fatal(err)
 	}
 	sink := &recordSink{}
-	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, nil), limiter.Options{}), AccessLog: sink})
+	g, err := New(Options{Matcher: pm, Engine: memEngine(t), AccessLog: sink})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +158,7 @@ func testAccessLogFile(t *testing.T, fr string) {
 		t.Fatal(err)
 	}
 	m := oneRule(mustRule(t, benchLimit(), false))
-	_, frontURL, c := startFront(t, fr, Options{Matcher: m, Engine: limiter.New(newMemStore(t, nil), limiter.Options{}), AccessLog: l},
+	_, frontURL, c := startFront(t, fr, Options{Matcher: m, Engine: memEngine(t), AccessLog: l},
 		func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("hello")) })
 	for range 5 {
 		do(t, c, "GET", frontURL+"/x", nil)

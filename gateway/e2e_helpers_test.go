@@ -42,6 +42,13 @@ func newMemStore(t testing.TB, now func() int64) *memstore.Store {
 	return s
 }
 
+// memEngine is an engine with default options on a new embedded store on
+// the real clock.
+func memEngine(t testing.TB) *limiter.Limiter {
+	t.Helper()
+	return limiter.New(newMemStore(t, nil), limiter.Options{})
+}
+
 func mustRule(t testing.TB, l floodgate.Limit, shadow bool) *limiter.Rule {
 	t.Helper()
 	r, err := limiter.NewRule(l, floodgate.FailOpen, shadow)

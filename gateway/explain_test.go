@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
-	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -40,7 +39,7 @@ func explainGateway(t *testing.T) (*Gateway, http.Handler) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
+	g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +191,7 @@ func TestExplainAnswers(t *testing.T) {
 	}
 	// Only a policy can explain.
 	g2, err := New(Options{Matcher: funcMatcher(func(*Request, *Match) error { return nil }),
-		Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
+		Engine: memEngine(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/limiter"
 )
 
 // TestFieldCache: a rule's fields are computed once and then reused, a
@@ -44,7 +43,7 @@ func TestFieldCache(t *testing.T) {
 // Gateway's table, so its rule's fields are kept after a request.
 func TestFieldCacheUsed(t *testing.T) {
 	r := mustRule(t, floodgate.Limit{Name: "a", Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 10}, false)
-	g, err := New(Options{Matcher: oneRule(r), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
+	g, err := New(Options{Matcher: oneRule(r), Engine: memEngine(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

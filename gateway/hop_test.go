@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/limiter"
 )
 
 // TestHopByHopFields: each engine's proxy removes the hop-by-hop fields
@@ -25,7 +24,7 @@ func TestHopByHopFields(t *testing.T) {
 func testHopByHopFields(t *testing.T, fr string) {
 	rule := mustRule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour}, false)
 	got := make(chan http.Header, 1)
-	_, base, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})},
+	_, base, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) {
 			h := r.Header.Clone()
 			h.Set("Host", r.Host)
@@ -67,7 +66,7 @@ func TestHopByHopFieldsOfEveryConnectionField(t *testing.T) {
 func testHopByHopFieldsOfEveryConnectionField(t *testing.T, fr string) {
 	rule := mustRule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour}, false)
 	got := make(chan http.Header, 1)
-	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})},
+	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) {
 			got <- r.Header.Clone()
 			w.Header()["Connection"] = []string{"keep-alive", "X-Up-Hop"}

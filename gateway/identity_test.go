@@ -127,7 +127,7 @@ func testTokensVerifiedOnDemand(t *testing.T, fr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, srvURL, client := startFront(t, fr, Options{Matcher: pm, Engine: limiter.New(newMemStore(t, nil), limiter.Options{})},
+	_, srvURL, client := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
 		func(http.ResponseWriter, *http.Request) {})
 	bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
 

@@ -162,7 +162,7 @@ func testConcurrencyLimit(t *testing.T, fr string) {
 	var inflight, peak, served atomic.Int64
 	block := make(chan struct{})
 	holding := make(chan struct{}, limit)
-	_, srvURL, client := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})}, func(w http.ResponseWriter, r *http.Request) {
+	_, srvURL, client := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)}, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
 			holding <- struct{}{}
 			<-block

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/limiter"
 )
 
 // TestUpgradeTunnels: a request that upgrades its connection (as a
@@ -24,7 +23,7 @@ func TestUpgradeTunnels(t *testing.T) {
 
 func testUpgradeTunnels(t *testing.T, fr string) {
 	rule := mustRule(t, floodgate.Limit{Name: "ws", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, false)
-	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, nil), limiter.Options{})},
+	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("Upgrade") != "echo" {
 				http.Error(w, "no upgrade", http.StatusBadRequest)
