@@ -161,8 +161,7 @@ func TestPathAndMethodTricks(t *testing.T) { forEngines(t, testPathAndMethodTric
 
 func testPathAndMethodTricks(t *testing.T, engine string) {
 	up, failed := normalizingUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "gw.yaml")
-	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
 server:
   path_matching: case_insensitive
 routes:
@@ -179,10 +178,7 @@ limits:
     limit: 5
     window: 1h
     key: client_ip
-`, up, up)), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, up, up))
 	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	send := func(method, target string, hdr ...string) int {
 		t.Helper()
@@ -250,8 +246,7 @@ func testSlowBodiesKeepTheirLeasesAndAreCut(t *testing.T, engine string) {
 		_, _ = io.Copy(io.Discard, r.Body)
 	}))
 	defer up.Close()
-	cfg := filepath.Join(t.TempDir(), "gw.yaml")
-	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
 server:
   timeouts: {read_header: 1s, read: 5s}
 routes:
@@ -264,10 +259,7 @@ limits:
     limit: 2
     lease_ttl: 300ms
     key: global
-`, up.URL)), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, up.URL))
 	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	addr := strings.TrimPrefix(gw, "http://")
 	cut := make(chan error, 2)
@@ -363,8 +355,7 @@ func testConnectionFlood(t *testing.T, engine string) {
 	}
 	up.Start()
 	defer up.Close()
-	cfg := filepath.Join(t.TempDir(), "gw.yaml")
-	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
 server:
   max_connections: 20
   upstream: {max_conns_per_host: 4}
@@ -372,10 +363,7 @@ routes:
   - name: all
     match: {paths: ["/**"]}
     upstream: %s
-`, up.URL)), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, up.URL))
 	gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	addr := strings.TrimPrefix(gw, "http://")
 
@@ -454,16 +442,12 @@ func testHTTP2PriorKnowledge(t *testing.T, engine string) {
 		methods.Store(r.Method, true)
 	}))
 	defer up.Close()
-	cfg := filepath.Join(t.TempDir(), "gw.yaml")
-	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
 routes:
   - name: all
     match: {paths: ["/**"]}
     upstream: %s
-`, up.URL)), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, up.URL))
 	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
@@ -532,8 +516,7 @@ limits:
 	})
 	t.Run("store down", func(t *testing.T) {
 		rs := redistest.Start(t)
-		cfg := filepath.Join(t.TempDir(), "gw.yaml")
-		err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+		cfg := writeConfig(t, fmt.Sprintf(`version: 1
 server:
   store: redis://%s/0
   store_timeout: 100ms
@@ -541,10 +524,7 @@ routes:
   - {name: all, match: {paths: ["/**"]}, upstream: none}
 limits:
   - {name: cap, algorithm: fixed_window, limit: 1000, window: 1h, key: global, on_failure: allow}
-`, rs.Addr)), 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
+`, rs.Addr))
 		gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 		get(t, gw+"/x")
 		rs.Kill()
@@ -668,16 +648,13 @@ func TestEvictableRedis(t *testing.T) {
 	}
 	t.Cleanup(rs.Stop)
 	write := func(extra string) string {
-		cfg := filepath.Join(t.TempDir(), "gw.yaml")
-		if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+		cfg := writeConfig(t, fmt.Sprintf(`version: 1
 server:
   store: redis://%s/0
 %s
 routes:
   - {name: all, match: {paths: ["/**"]}, upstream: none}
-`, rs.Addr, extra)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+`, rs.Addr, extra))
 		return cfg
 	}
 	_, admin, _, _, logs := startServeLogged(t, "--config", write(""), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")

@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -87,15 +85,12 @@ func TestRequestSmugglingAndMalformedRequests(t *testing.T) {
 
 func testRequestSmugglingAndMalformedRequests(t *testing.T, engine string) {
 	up := newRecordingUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "gw.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
 routes:
   - name: all
     match: {paths: ["/**"]}
     upstream: %s
-`, up.URL)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, up.URL))
 	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	addr := strings.TrimPrefix(gw, "http://")
 	big := func(n int) string { return strings.Repeat("a", n) }
@@ -155,17 +150,14 @@ func TestSlowHeadersAreCut(t *testing.T) { forEngines(t, testSlowHeadersAreCut) 
 
 func testSlowHeadersAreCut(t *testing.T, engine string) {
 	up := newRecordingUpstream(t)
-	cfg := filepath.Join(t.TempDir(), "gw.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
 server:
   timeouts: {read_header: 1s, read: 2s}
 routes:
   - name: all
     match: {paths: ["/**"]}
     upstream: %s
-`, up.URL)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, up.URL))
 	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	addr := strings.TrimPrefix(gw, "http://")
 	for _, first := range []string{"", "GET / HTTP/1.1\r\n"} { // silent, then trickling

@@ -84,6 +84,17 @@ func startServeLogged(t *testing.T, args ...string) (gw, admin string, stop func
 	return gw, admin, stop, out, stderr
 }
 
+// writeConfig writes a policy file, gw.yaml, into a new temporary
+// directory and returns its path.
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  strings.Builder
@@ -358,8 +369,7 @@ func testServeTwoInstancesOneRedis(t *testing.T, engine string) {
 	rs := redistest.Start(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
-	cfg := filepath.Join(t.TempDir(), "gw.yaml")
-	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
 server:
   store: redis://%s/0
   store_timeout: 2s
@@ -375,10 +385,7 @@ limits:
     burst: 25
     key: global
     on_failure: deny
-`, rs.Addr, up.URL)), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, rs.Addr, up.URL))
 	var gws []string
 	for i := 0; i < 2; i++ {
 		gw, _, _, out := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
