@@ -64,14 +64,20 @@ func TestConformsToAlgo(t *testing.T) {
 	}
 }
 
+// conformStart is the instant (Unix µs) the randomized tests of r start
+// at: a whole second a little before a DST change in New York (for a
+// quota, just before midnight there, on the day of the change).
+func conformStart(r *limiter.Rule) int64 {
+	if r.Algorithm() == floodgate.Quota {
+		return time.Date(2026, 3, 8, 4, 59, 58, 0, time.UTC).UnixMicro()
+	}
+	return time.Date(2026, 3, 7, 23, 59, 50, 0, time.UTC).UnixMicro()
+}
+
 func conform(t *testing.T, s *Store, r *limiter.Rule) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(len(r.ID())), 7))
-	// Start a little before a DST change in New York, at a whole second.
-	now := time.Date(2026, 3, 7, 23, 59, 50, 0, time.UTC).UnixMicro()
-	if r.Algorithm() == floodgate.Quota {
-		now = time.Date(2026, 3, 8, 4, 59, 58, 0, time.UTC).UnixMicro()
-	}
+	now := conformStart(r)
 	var st algo.State
 	key := "conform"
 	companion, err := limiter.NewRule(floodgate.Limit{Name: "companion", Algorithm: floodgate.FixedWindow,

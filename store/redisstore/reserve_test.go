@@ -34,10 +34,7 @@ func TestReservationsMatchMemstore(t *testing.T) {
 func matchMemstore(t *testing.T, s *Store, r *limiter.Rule) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(len(r.ID())), 14))
-	now := time.Date(2026, 3, 7, 23, 59, 50, 0, time.UTC).UnixMicro()
-	if r.Algorithm() == floodgate.Quota {
-		now = time.Date(2026, 3, 8, 4, 59, 58, 0, time.UTC).UnixMicro()
-	}
+	now := conformStart(r)
 	mem, err := memstore.New(memstore.Options{Now: func() int64 { return now * 1000 }, SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
