@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc"
 )
 
-// DefaultMaxStatKeys is how many statistics names that hold values from
-// requests (detailed_metric, value_to_metric, limit overrides, unknown
-// domains) get series of their own before the rest are folded.
+// DefaultMaxStatKeys is how many series that hold values from requests
+// (detailed_metric, value_to_metric, limit overrides, unknown domains) are
+// made before the names of new ones are folded into FoldedKey.
 const DefaultMaxStatKeys = 10000
 
 // FoldedKey is the key1 label of the statistics folded past
@@ -29,9 +29,9 @@ type StatsOptions struct {
 	// NearLimitRatio is the share of a limit past which hits count as
 	// near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO); 0 means 0.8.
 	NearLimitRatio float64
-	// MaxKeys bounds the statistics names that hold values from requests
-	// (0: DefaultMaxStatKeys). Names made only of the configuration are
-	// never folded.
+	// MaxKeys bounds the series that hold values from requests, and the
+	// statistics names remembered for them (0: DefaultMaxStatKeys). Names
+	// made only of the configuration are never folded.
 	MaxKeys int
 	// ConstLabels are added to every series (envoyproxy/ratelimit's
 	// EXTRA_TAGS).
@@ -46,10 +46,14 @@ type StatsOptions struct {
 // Prometheus exporter does (its default statsd-exporter mapping): the
 // statistic ratelimit.service.rate_limit.DOMAIN.KEY1[.KEY2...].STAT
 // becomes the series ratelimit_service_rate_limit_STAT{domain, key1[,
-// key2]} (the third and later parts of a key are dropped, their counts
-// added together), for STAT total_hits, over_limit, near_limit,
-// within_limit and shadow_mode, counted as envoyproxy/ratelimit counts
-// them. Series appear with their first count. Besides:
+// key2]}, for STAT total_hits, over_limit, near_limit, within_limit and
+// shadow_mode, counted as envoyproxy/ratelimit counts them. The parts
+// past the third are dropped, so every name that differs only there (a
+// descriptor of three levels or more with detailed_metric, limits given
+// in requests that share their first two entries) is folded onto one
+// series that counts their sum; so are names that the clean-up makes
+// alike, and an empty key2 is no key2. Series appear with their first
+// count. Besides:
 //
 //	ratelimit_service_should_rate_limit_error{err_type}   redis_error (the store failed), service_error (a bad request)
 //	ratelimit_service_total_requests{grpc_method}         gRPC calls (see UnaryInterceptor)
@@ -58,20 +62,27 @@ type StatsOptions struct {
 //	ratelimit_service_global_shadow_mode                  answers the global shadow mode turned to OK
 //	ratelimit_service_rate_limit_DOMAIN_domain_not_found  descriptors of requests for an unknown domain
 //
-// Names that hold values from requests are bounded by MaxKeys: past it, a
-// new name is counted as DOMAIN._other (an unknown domain as _other).
-// Stats is safe for concurrent use; a nil *Stats counts nothing.
+// (unknown domains whose names the exporter escapes alike, "a-b" and
+// "a_b", are one series). Series that hold values from requests are
+// bounded by MaxKeys: past it, a name whose series does not exist yet is
+// counted as DOMAIN._other (an unknown domain as _other). Stats is safe
+// for concurrent use; a nil *Stats counts nothing.
 type Stats struct {
 	near    float32
 	maxKeys int64
 	consts  prometheus.Labels
 	millis  bool
 
-	keys    sync.Map // statistics name → *limitStats
-	dynamic atomic.Int64
-	folded  atomic.Uint64
+	// keys remembers the series of each statistics name seen (those from
+	// requests while dynamic < maxKeys); series holds one *limitStats per
+	// label set, which every name with those labels shares.
+	keys      sync.Map // statistics name → *limitStats
+	series    sync.Map // labels joined by 0xff → *limitStats
+	dynamic   atomic.Int64
+	dynSeries atomic.Int64
+	folded    atomic.Uint64
 
-	domains     sync.Map // unknown domain → *atomic.Uint64
+	domains     sync.Map // unknown domain, escaped as in its series' name → *notFound
 	domainCount atomic.Int64
 
 	errors       *prometheus.CounterVec
@@ -86,10 +97,17 @@ type Stats struct {
 	descs [2][5]*prometheus.Desc // [key2 present][stat]
 }
 
-// limitStats are the counters of one statistics name.
+// limitStats are the counters of one series: of every statistics name
+// with its labels.
 type limitStats struct {
 	labels []string // domain, key1[, key2]
 	c      [5]atomic.Uint64
+}
+
+// notFound counts the descriptors of unknown domains of one series.
+type notFound struct {
+	desc *prometheus.Desc
+	n    atomic.Uint64
 }
 
 // The statistics of a limit, in envoyproxy/ratelimit's names.
@@ -194,18 +212,22 @@ func (s *Stats) domainNotFound(domain string, n int) {
 	if s == nil {
 		return
 	}
-	domain = sanitizeStat(domain)
-	c, ok := s.domains.Load(domain)
+	// The series is named after the escaped domain: domains that escape
+	// alike are one series.
+	name := escapeMetricName(sanitizeStat(domain))
+	c, ok := s.domains.Load(name)
 	if !ok {
 		if s.domainCount.Load() >= s.maxKeys {
-			domain = FoldedKey
+			name = FoldedKey
 		}
-		c, ok = s.domains.LoadOrStore(domain, new(atomic.Uint64))
-		if !ok {
+		nf := &notFound{desc: prometheus.NewDesc("ratelimit_service_rate_limit_"+name+"_domain_not_found",
+			"Descriptors of requests for an unknown domain.", nil, s.consts)}
+		c, ok = s.domains.LoadOrStore(name, nf)
+		if !ok && name != FoldedKey {
 			s.domainCount.Add(1)
 		}
 	}
-	c.(*atomic.Uint64).Add(uint64(n))
+	c.(*notFound).n.Add(uint64(n))
 }
 
 // count adds one descriptor's hits to the statistics named key: hits of a
@@ -240,19 +262,19 @@ func (s *Stats) count(key string, static bool, hits, before, after, threshold in
 	}
 }
 
-// limit returns the counters of the statistics named key, folding names
-// from requests past the bound.
+// limit returns the counters of the series of the statistics named key:
+// the series of its labels, shared by every name that has them, or, for a
+// name from requests whose series would pass the bound, its domain's
+// FoldedKey. A name is remembered (so that the next count is one lookup)
+// while the names from requests are within the bound.
 func (s *Stats) limit(key string, static bool) *limitStats {
 	if v, ok := s.keys.Load(key); ok {
 		return v.(*limitStats)
 	}
+	ls := s.seriesOf(statLabels(key), static)
 	if !static && s.dynamic.Load() >= s.maxKeys {
-		s.folded.Add(1)
-		domain, _, _ := strings.Cut(key, ".")
-		key = domain + "." + FoldedKey
-		static = true
+		return ls
 	}
-	ls := &limitStats{labels: statLabels(key)}
 	v, loaded := s.keys.LoadOrStore(key, ls)
 	if !loaded && !static {
 		s.dynamic.Add(1)
@@ -260,13 +282,38 @@ func (s *Stats) limit(key string, static bool) *limitStats {
 	return v.(*limitStats)
 }
 
+// seriesOf returns the series of labels, made on first use; a series from
+// requests past the bound is its domain's FoldedKey instead.
+func (s *Stats) seriesOf(labels []string, static bool) *limitStats {
+	id := strings.Join(labels, "\xff")
+	if v, ok := s.series.Load(id); ok {
+		return v.(*limitStats)
+	}
+	if !static && s.dynSeries.Load() >= s.maxKeys {
+		s.folded.Add(1)
+		labels = []string{labels[0], FoldedKey}
+		id = strings.Join(labels, "\xff")
+		static = true
+	}
+	v, loaded := s.series.LoadOrStore(id, &limitStats{labels: labels})
+	if !loaded && !static {
+		s.dynSeries.Add(1)
+	}
+	return v.(*limitStats)
+}
+
 // statLabels are the labels the exporter's default mapping gives a
 // statistics name: its first three parts, split at dots, after
-// envoyproxy/ratelimit's clean-up of the name.
+// envoyproxy/ratelimit's clean-up of the name. An empty third part is
+// none (Prometheus takes an empty label for a missing one), and bytes
+// that are not UTF-8 become U+FFFD (a label value must be UTF-8).
 func statLabels(key string) []string {
-	parts := strings.SplitN(sanitizeStat(key), ".", 4)
+	parts := strings.SplitN(strings.ToValidUTF8(sanitizeStat(key), "\uFFFD"), ".", 4)
 	if len(parts) > 3 {
 		parts = parts[:3]
+	}
+	if len(parts) == 3 && parts[2] == "" {
+		parts = parts[:2]
 	}
 	for len(parts) < 2 {
 		parts = append(parts, "")
@@ -295,9 +342,11 @@ type statsCollector struct{ s *Stats }
 
 func (statsCollector) Describe(chan<- *prometheus.Desc) {}
 
+// Collect sends one metric per series (each label set once: the names
+// that share it share its counters).
 func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	s.keys.Range(func(_, v any) bool {
+	s.series.Range(func(_, v any) bool {
 		ls := v.(*limitStats)
 		k2 := 0
 		if len(ls.labels) == 3 {
@@ -305,19 +354,29 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for i := range ls.c {
 			if n := ls.c[i].Load(); n > 0 {
-				ch <- prometheus.MustNewConstMetric(s.descs[k2][i], prometheus.CounterValue, float64(n), ls.labels...)
+				ch <- constCounter(s.descs[k2][i], float64(n), ls.labels...)
 			}
 		}
 		return true
 	})
-	s.domains.Range(func(k, v any) bool {
-		name := "ratelimit_service_rate_limit_" + escapeMetricName(k.(string)) + "_domain_not_found"
-		if n := v.(*atomic.Uint64).Load(); n > 0 {
-			d := prometheus.NewDesc(name, "Descriptors of requests for an unknown domain.", nil, s.consts)
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(n))
+	s.domains.Range(func(_, v any) bool {
+		nf := v.(*notFound)
+		if n := nf.n.Load(); n > 0 {
+			ch <- constCounter(nf.desc, float64(n))
 		}
 		return true
 	})
+}
+
+// constCounter is a counter's value at collection time; a metric that
+// cannot be made is reported as invalid rather than panicking in the
+// scrape.
+func constCounter(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	m, err := prometheus.NewConstMetric(d, prometheus.CounterValue, v, labels...)
+	if err != nil {
+		return prometheus.NewInvalidMetric(d, fmt.Errorf("rls: stats: %w", err))
+	}
+	return m
 }
 
 // escapeMetricName makes s part of a metric name as the statsd exporter
