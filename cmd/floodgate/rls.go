@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -265,7 +264,7 @@ func (s *rlsServer) listen(stdout io.Writer) error {
 	if err := s.open("tcp", env.httpAddr, "HTTP (/json, /healthcheck)", stdout); err != nil {
 		return err
 	}
-	metricsHandler := promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
+	metricsHandler := metricsHandler(s.registry, s.log)
 	debug := rls.DebugHandler(s.svc, map[string]rls.DebugEndpoint{
 		"/metrics": {Help: "Prometheus metrics", Handler: metricsHandler},
 	})

@@ -28,7 +28,6 @@ import (
 	"github.com/floodgate/floodgate/store/memstore"
 	"github.com/floodgate/floodgate/store/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 const serveUsage = `usage: floodgate serve --config FILE [--demo] [flags]
@@ -414,7 +413,7 @@ func (s *server) adminHandler() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metricsHandler(s.registry, s.log))
 	s.console.routes(mux)
 	s.handleExplain(mux)
 	return mux

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
+	"net/http"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
@@ -25,6 +30,24 @@ func newServeMetrics() (*metrics.Metrics, *prometheus.Registry, error) {
 		return nil, nil, err
 	}
 	return m, reg, nil
+}
+
+// metricsHandler serves reg's series. A collector that fails (a series
+// collected twice, a value that cannot be written) costs only what it
+// failed to give: the rest is served with 200, and the error is logged and
+// counted in promhttp_metric_handler_errors_total{cause="gathering"}, so
+// that one broken collector never takes Floodgate's series away.
+func metricsHandler(reg *prometheus.Registry, log *slog.Logger) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog: scrapeErrorLog{log}, Registry: reg})
+}
+
+// scrapeErrorLog writes the errors of a scrape to a logger.
+type scrapeErrorLog struct{ log *slog.Logger }
+
+// Println logs one error of a scrape.
+func (l scrapeErrorLog) Println(v ...any) {
+	l.log.Error("metrics: scrape incomplete", "err", fmt.Sprint(v...))
 }
 
 // registerStateMetrics exports the state of the engine, the stores, the
