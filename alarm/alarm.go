@@ -6,10 +6,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,6 +39,9 @@ type Plan struct {
 	Webhook string
 	// Secret signs the webhook's body.
 	Secret []byte
+	// AllowLinkLocal lets the webhook reach link-local and cloud metadata
+	// addresses, refused otherwise (see CheckWebhook).
+	AllowLinkLocal bool
 }
 
 // Event is an alarm, as the webhook receives it.
@@ -62,14 +71,28 @@ type Deduper interface {
 // Options configures Alarms. Dedup is required.
 type Options struct {
 	Dedup Deduper
-	// Client delivers webhooks (default: a client with a 10 s timeout).
-	Client *http.Client
+	// Timeout bounds one delivery attempt: connecting, sending and
+	// reading the answer's headers (default 10 s).
+	Timeout time.Duration
+	// Resolver resolves the webhooks' host names (default
+	// net.DefaultResolver).
+	Resolver *net.Resolver
+	// Deny lists addresses no webhook may reach, whatever its plan
+	// allows, checked on the URL and on every address dialled.
+	Deny []netip.Prefix
 	// Logger receives the alarms' log lines (default: discard).
 	Logger *slog.Logger
 	// Registerer, if set, gets the alarm metrics.
 	Registerer prometheus.Registerer
-	// QueueSize bounds the alarms waiting for delivery (default 1024).
+	// QueueSize bounds the alarms waiting to be claimed (default 1024).
 	QueueSize int
+	// TargetQueueSize bounds the alarms waiting for one webhook URL
+	// (default 1024).
+	TargetQueueSize int
+	// TargetConcurrency bounds the deliveries under way to one webhook
+	// URL (default 4). Each URL has its own queue and deliveries, so that
+	// a slow receiver delays only its own alarms.
+	TargetConcurrency int
 	// MaxAttempts bounds a webhook's deliveries (default 8).
 	MaxAttempts int
 	// Backoff is the first retry's wait (default 500 ms), doubled up to
@@ -91,8 +114,34 @@ type Alarms struct {
 	mu   sync.Mutex // guards seen
 	seen map[seenKey]int64
 
+	// clients deliver webhooks: [1] to targets that may be link-local.
+	clients [2]*http.Client
+
+	tmu     sync.Mutex // guards targets and each target's queue and workers
+	targets map[targetKey]*target
+
 	alarms, webhooks *prometheus.CounterVec
 	pending          sync.WaitGroup
+}
+
+// targetKey names a webhook target: its URL, and whether it may be
+// link-local (which client reaches it).
+type targetKey struct {
+	url            string
+	allowLinkLocal bool
+}
+
+// target is the alarms waiting for one webhook target and the workers
+// delivering them; it exists while it has work.
+type target struct {
+	queue   []*delivery
+	workers int
+}
+
+// delivery is one alarm to post.
+type delivery struct {
+	plan *planAlarm
+	ev   Event
 }
 
 type planAlarm struct {
@@ -119,11 +168,20 @@ func New(o Options) (*Alarms, error) {
 	if o.Dedup == nil {
 		return nil, fmt.Errorf("alarm: a deduper is required")
 	}
-	if o.Client == nil {
-		o.Client = &http.Client{Timeout: 10 * time.Second}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Resolver == nil {
+		o.Resolver = net.DefaultResolver
 	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = 1024
+	}
+	if o.TargetQueueSize <= 0 {
+		o.TargetQueueSize = 1024
+	}
+	if o.TargetConcurrency <= 0 {
+		o.TargetConcurrency = 4
 	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 8
@@ -134,7 +192,11 @@ func New(o Options) (*Alarms, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &Alarms{o: o, log: o.Logger, queue: make(chan candidate, o.QueueSize), seen: map[seenKey]int64{}}
+	a := &Alarms{o: o, log: o.Logger, queue: make(chan candidate, o.QueueSize), seen: map[seenKey]int64{},
+		targets: map[targetKey]*target{}}
+	for i, allow := range []bool{false, true} {
+		a.clients[i] = newClient(guard{allowLinkLocal: allow, deny: o.Deny}, o.Timeout, o.Resolver)
+	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -144,7 +206,8 @@ func New(o Options) (*Alarms, error) {
 		Help: "Quota thresholds reached, by plan, threshold and result: fired (claimed by this instance), " +
 			"duplicate (another instance fired it) or dropped (the queue was full)."}, []string{"plan", "threshold", "result"})
 	a.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_alarm_webhooks_total",
-		Help: "Alarm webhooks by result: delivered, or failed after every attempt."}, []string{"result"})
+		Help: "Alarm webhooks by result: delivered, failed after every attempt, or dropped (the webhook's queue was full)."},
+		[]string{"result"})
 	if o.Registerer != nil {
 		for _, c := range []prometheus.Collector{a.alarms, a.webhooks} {
 			if err := o.Registerer.Register(c); err != nil {
@@ -156,8 +219,23 @@ func New(o Options) (*Alarms, error) {
 }
 
 // SetPolicy applies the plans' alarm settings to the quota limits of p.
-// Call it at the start and after each reload.
-func (a *Alarms) SetPolicy(p *policy.Policy, plans map[string]Plan) {
+// Call it at the start and after each reload. A plan whose webhook is
+// refused (see CheckWebhook and Options.Deny) keeps its alarms without the
+// webhook; the error names each such plan.
+func (a *Alarms) SetPolicy(p *policy.Policy, plans map[string]Plan) error {
+	var errs []error
+	plans = maps.Clone(plans)
+	for _, name := range slices.Sorted(maps.Keys(plans)) {
+		pl := plans[name]
+		if pl.Webhook == "" {
+			continue
+		}
+		if err := (guard{allowLinkLocal: pl.AllowLinkLocal, deny: a.o.Deny}).checkURL(pl.Webhook); err != nil {
+			errs = append(errs, fmt.Errorf("alarm: plan %s: the webhook is off: %w", name, err))
+			pl.Webhook = ""
+			plans[name] = pl
+		}
+	}
 	m := map[string]*planAlarm{}
 	for _, l := range p.Limits() {
 		if l.Scope != policy.ScopePlan || l.Kind != floodgate.KindQuota {
@@ -173,6 +251,7 @@ func (a *Alarms) SetPolicy(p *policy.Policy, plans map[string]Plan) {
 		m[l.Name] = &planAlarm{plan: l.Plan, Plan: pl}
 	}
 	a.plans.Store(&m)
+	return errors.Join(errs...)
 }
 
 // ObserveDecision looks at the quota hits of API keys whose plan has
@@ -260,27 +339,32 @@ func keyName(counter string) string {
 	return name
 }
 
-// Run claims and delivers queued alarms until ctx ends, then waits for
-// deliveries under way to give up.
+// dedupTimeout bounds the claim of one alarm.
+const dedupTimeout = 5 * time.Second
+
+// Run claims queued alarms and hands those with a webhook to their
+// target's queue until ctx ends, then waits for deliveries under way to
+// give up.
 func (a *Alarms) Run(ctx context.Context) {
 	defer a.pending.Wait()
-	sem := make(chan struct{}, 4)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case c := <-a.queue:
-			a.handle(ctx, c, sem)
+			a.handle(ctx, c)
 		}
 	}
 }
 
-func (a *Alarms) handle(ctx context.Context, c candidate, sem chan struct{}) {
+func (a *Alarms) handle(ctx context.Context, c candidate) {
 	ev := Event{Type: "quota.threshold", Key: keyName(c.counter), Plan: c.plan.plan, Limit: c.limit,
 		Threshold: c.threshold, Used: c.used, Quota: c.quota, Percent: float64(c.used) * 100 / float64(c.quota),
 		PeriodEnd: time.Unix(0, c.periodEnd).UTC(), Time: c.at.UTC(), Instance: a.o.Instance}
 	ev.ID = eventID(c)
-	first, err := a.o.Dedup.Once(ctx, "alarm:"+ev.ID, ev.PeriodEnd)
+	dctx, cancel := context.WithTimeout(ctx, dedupTimeout)
+	first, err := a.o.Dedup.Once(dctx, "alarm:"+ev.ID, ev.PeriodEnd)
+	cancel()
 	if err != nil {
 		a.log.Warn("alarm: dedup failed; firing anyway", "id", ev.ID, "err", err)
 		first = true
@@ -295,17 +379,58 @@ func (a *Alarms) handle(ctx context.Context, c candidate, sem chan struct{}) {
 	if c.plan.Webhook == "" {
 		return
 	}
-	select {
-	case sem <- struct{}{}:
-	case <-ctx.Done():
+	a.enqueue(ctx, &delivery{plan: c.plan, ev: ev})
+}
+
+// enqueue puts d in its target's queue, and starts a worker for the
+// target if it has fewer than Options.TargetConcurrency. Only Run calls
+// it, so that every worker starts before Run waits for them.
+func (a *Alarms) enqueue(ctx context.Context, d *delivery) {
+	k := targetKey{url: d.plan.Webhook, allowLinkLocal: d.plan.AllowLinkLocal}
+	a.tmu.Lock()
+	tg := a.targets[k]
+	if tg == nil {
+		tg = &target{}
+		a.targets[k] = tg
+	}
+	if len(tg.queue) >= a.o.TargetQueueSize {
+		a.tmu.Unlock()
+		a.webhooks.WithLabelValues("dropped").Inc()
+		a.log.Warn("alarm: webhook queue full, alarm dropped", "id", d.ev.ID, "plan", d.ev.Plan)
 		return
 	}
-	a.pending.Add(1)
-	go func() {
-		defer a.pending.Done()
-		defer func() { <-sem }()
-		a.deliver(ctx, c.plan, &ev)
-	}()
+	tg.queue = append(tg.queue, d)
+	start := tg.workers < a.o.TargetConcurrency
+	if start {
+		tg.workers++
+		a.pending.Add(1)
+	}
+	a.tmu.Unlock()
+	if start {
+		go a.work(ctx, k, tg)
+	}
+}
+
+// work delivers the alarms of one target until its queue is empty (or ctx
+// ends); the last worker to leave forgets the target.
+func (a *Alarms) work(ctx context.Context, k targetKey, tg *target) {
+	defer a.pending.Done()
+	for {
+		a.tmu.Lock()
+		if len(tg.queue) == 0 || ctx.Err() != nil {
+			tg.workers--
+			if tg.workers == 0 {
+				delete(a.targets, k)
+			}
+			a.tmu.Unlock()
+			return
+		}
+		d := tg.queue[0]
+		tg.queue[0] = nil
+		tg.queue = tg.queue[1:]
+		a.tmu.Unlock()
+		a.deliver(ctx, d.plan, &d.ev)
+	}
 }
 
 // eventID names an alarm alike on every instance.
@@ -344,7 +469,7 @@ func (a *Alarms) deliver(ctx context.Context, pa *planAlarm, ev *Event) {
 		}
 		if !retry || attempt >= a.o.MaxAttempts {
 			a.webhooks.WithLabelValues("failed").Inc()
-			a.log.Error("alarm: webhook not delivered", "id", ev.ID, "attempts", attempt, "err", err)
+			a.log.Error("alarm: webhook not delivered", "id", ev.ID, "plan", ev.Plan, "attempts", attempt, "err", err)
 			return
 		}
 		// Full jitter over the doubling wait.
@@ -369,14 +494,25 @@ func (a *Alarms) post(ctx context.Context, pa *planAlarm, body []byte) (retry bo
 	req.Header.Set("User-Agent", "floodgate-alarm/1")
 	req.Header.Set("X-Floodgate-Timestamp", ts)
 	req.Header.Set("X-Floodgate-Signature", Sign(pa.Secret, ts, body))
-	resp, err := a.o.Client.Do(req)
-	if err != nil {
-		return true, fmt.Errorf("alarm: webhook: %w", err)
+	client := a.clients[0]
+	if pa.AllowLinkLocal {
+		client = a.clients[1]
 	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// A refused address stays refused: no retry.
+		return !errors.Is(err, ErrRefusedTarget), fmt.Errorf("alarm: webhook: %w", err)
+	}
+	// Read a little of the answer so that the connection can be reused.
+	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return false, nil
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		// Redirects are never followed: the signed body and its headers
+		// go only to the configured URL.
+		return false, fmt.Errorf("alarm: webhook: %s: redirects are not followed", resp.Status)
 	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
 		return true, fmt.Errorf("alarm: webhook: %s", resp.Status)
 	}

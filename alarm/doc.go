@@ -8,7 +8,7 @@
 // alarm is dropped and counted). A worker then claims the alarm through a
 // Deduper (SET NX with a TTL to the period's end on Redis, so that one
 // instance of a deployment fires it; a map in this process otherwise) and
-// delivers it.
+// hands it to its webhook's own queue.
 //
 // The webhook is a POST of a JSON body (Event) with
 //
@@ -16,5 +16,18 @@
 //	X-Floodgate-Signature: sha256=<hex HMAC-SHA256(secret, timestamp + "." + body)>
 //
 // retried with exponential backoff and jitter (0.5 s doubling to 30 s, up
-// to 8 attempts) on a network error, a 408, a 429 or a 5xx.
+// to 8 attempts) on a network error, a 408, a 429 or a 5xx. Each webhook
+// URL has its own bounded queue and at most Options.TargetConcurrency
+// deliveries under way, so that a slow or hanging receiver delays only its
+// own alarms.
+//
+// Redirects are never followed (a 3xx is a failure): the signed body goes
+// only to the configured URL. A webhook may not reach a link-local
+// address (169.254.0.0/16, fe80::/10) or a cloud metadata service
+// (169.254.169.254, fd00:ec2::254, metadata.google.internal, ...) unless
+// its plan allows link-local targets: SetPolicy turns such a webhook off
+// (CheckWebhook says why), and the address of every connection, once its
+// name is resolved, is checked again as it is dialled, so that a name
+// that resolves to one later is refused too. No proxy from the
+// environment is used.
 package alarm
