@@ -488,6 +488,9 @@ type Alarms struct {
 	// SecretFile holds the secret that signs the webhook's body (HMAC
 	// SHA-256), relative to the configuration file; required with Webhook.
 	SecretFile string `yaml:"secret_file"`
+	// AllowLinkLocal lets Webhook reach link-local and cloud metadata
+	// addresses, refused otherwise (alarm.CheckWebhook).
+	AllowLinkLocal bool `yaml:"allow_link_local"`
 
 	// SecretPath is SecretFile resolved against the file's directory.
 	SecretPath string `yaml:"-"`

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/alarm"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -48,7 +50,25 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("%s: %w", *path, err)}
 	}
+	if err := checkWebhooks(*path, f); err != nil {
+		return &exitError{code: 1, err: err}
+	}
 	return printPolicy(stdout, *path, p)
+}
+
+// checkWebhooks refuses the alarm webhooks that serve would turn off:
+// link-local and cloud metadata targets that their plan does not allow.
+func checkWebhooks(path string, f *config.File) error {
+	var errs []error
+	for i, pl := range f.Plans {
+		if pl.Alarms == nil || pl.Alarms.Webhook == "" {
+			continue
+		}
+		if err := alarm.CheckWebhook(pl.Alarms.Webhook, pl.Alarms.AllowLinkLocal); err != nil {
+			errs = append(errs, fmt.Errorf("%s: plans[%d].alarms.webhook: %w", path, i, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // printPolicy writes the limits of p as a table, in evaluation order.

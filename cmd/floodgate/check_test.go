@@ -73,3 +73,31 @@ func TestCheckUsage(t *testing.T) {
 		t.Errorf("missing file: exit %d (%v)", code, err)
 	}
 }
+
+// TestCheckRefusesMetadataWebhook: a plan's alarm webhook at a cloud
+// metadata address fails the check unless the plan allows link-local
+// targets.
+func TestCheckRefusesMetadataWebhook(t *testing.T) {
+	t.Parallel()
+	policy := func(allow string) string {
+		return `
+routes: [{name: r, match: {paths: ["/**"]}, upstream: none}]
+plans:
+  - name: basic
+    quota: {limit: 10, period: DAY}
+    alarms: {webhook: "http://169.254.169.254/latest/meta-data/", secret_file: hook.secret` + allow + `}
+`
+	}
+	var out, errOut bytes.Buffer
+	path := writeConfig(t, policy(""))
+	err := run(context.Background(), []string{"check", "--config", path}, &out, &errOut)
+	if code := exitCode(err); code != 1 || !strings.Contains(err.Error(), "plans[0].alarms.webhook:") ||
+		!strings.Contains(err.Error(), "169.254.169.254 is a link-local address") {
+		t.Fatalf("exit %d (%v), want 1 naming the webhook", code, err)
+	}
+	out.Reset()
+	path = writeConfig(t, policy(", allow_link_local: true"))
+	if err := run(context.Background(), []string{"check", "--config", path}, &out, &errOut); err != nil {
+		t.Fatalf("allowed: %v", err)
+	}
+}

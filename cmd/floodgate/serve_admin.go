@@ -103,7 +103,9 @@ func newConsole(cfgPath, statePath string, srv *config.Server, reloader *policy.
 		c.close()
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	c.alarms.SetPolicy(reloader.Policy(), c.alarmPlans(reloader.Policy()))
+	if err := c.alarms.SetPolicy(reloader.Policy(), c.alarmPlans(reloader.Policy())); err != nil {
+		log.Error("alarm webhooks refused", "err", err)
+	}
 	return c, nil
 }
 
@@ -280,7 +282,7 @@ func (c *console) alarmPlans(p *policy.Policy) map[string]alarm.Plan {
 		if cp.Alarms == nil {
 			continue
 		}
-		pl := alarm.Plan{Thresholds: cp.Alarms.Thresholds, Webhook: cp.Alarms.Webhook}
+		pl := alarm.Plan{Thresholds: cp.Alarms.Thresholds, Webhook: cp.Alarms.Webhook, AllowLinkLocal: cp.Alarms.AllowLinkLocal}
 		if cp.Alarms.SecretPath != "" {
 			b, err := os.ReadFile(cp.Alarms.SecretPath)
 			if err != nil {
@@ -296,7 +298,9 @@ func (c *console) alarmPlans(p *policy.Policy) map[string]alarm.Plan {
 
 // reloaded follows a new policy: alarms, keys, and the reload history.
 func (c *console) reloaded(p *policy.Policy) {
-	c.alarms.SetPolicy(p, c.alarmPlans(p))
+	if err := c.alarms.SetPolicy(p, c.alarmPlans(p)); err != nil {
+		c.log.Error("alarm webhooks refused", "err", err)
+	}
 	c.keys.Refresh(c.ctx)
 	c.addReload(dashboard.Reload{Time: time.Now().UTC(), Version: p.Version(), OK: true})
 }
