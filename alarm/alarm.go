@@ -72,7 +72,7 @@ type Deduper interface {
 type Options struct {
 	Dedup Deduper
 	// Timeout bounds one delivery attempt: connecting, sending and
-	// reading the answer's headers (default 10 s).
+	// reading the answer (default 10 s).
 	Timeout time.Duration
 	// Resolver resolves the webhooks' host names (default
 	// net.DefaultResolver).
