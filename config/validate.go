@@ -787,154 +787,122 @@ func (v *validator) consistency(c *string, a floodgate.Algorithm, shadow bool, f
 	}
 }
 
-// paramOrder is the order parameters are checked in, for stable messages.
-var paramOrder = []floodgate.Param{floodgate.ParamRate, floodgate.ParamPer, floodgate.ParamBurst,
-	floodgate.ParamDelay, floodgate.ParamMax, floodgate.ParamWindow, floodgate.ParamLeaseTTL,
-	floodgate.ParamPeriod, floodgate.ParamTimeZone, floodgate.ParamAnchorDay, floodgate.ParamOffset,
-	floodgate.ParamStart}
-
+// paramsAt compiles the parameters at path into a limit. It picks the
+// algorithm, fills in the defaults the file left out and converts the
+// written values; the rules the values must follow are the limit's own
+// (floodgate.Limit.Problems), whose problems it reports at the fields of
+// the parameters. Synthetic parameters (a plan's) hold only those that
+// apply.
 func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic bool) floodgate.Limit {
 	l := floodgate.Limit{Name: name}
-	field := func(f string) string { return path + "." + f }
+	field := func(f floodgate.Param) string { return path + "." + f.String() }
 	// The algorithm.
 	switch {
 	case p.Algorithm != "":
 		a, err := floodgate.ParseAlgorithm(p.Algorithm)
 		if err != nil {
-			v.errorf(field("algorithm"), "unknown algorithm %q (want one of %s)", p.Algorithm, algorithmList())
+			v.errorf(path+".algorithm", "unknown algorithm %q (want one of %s)", p.Algorithm, algorithmList())
 			return floodgate.Limit{}
 		}
 		l.Algorithm = a
-	case p.Rate != 0 || v.written(field("rate")):
+	case p.Rate != 0 || v.written(field(floodgate.ParamRate)):
 		l.Algorithm = floodgate.TokenBucket
-	case p.Period != "" || v.written(field("period")):
+	case p.Period != "" || v.written(field(floodgate.ParamPeriod)):
 		l.Algorithm = floodgate.Quota
-	case p.Window != 0 || v.written(field("window")):
+	case p.Window != 0 || v.written(field(floodgate.ParamWindow)):
 		l.Algorithm = floodgate.SlidingWindow
 	default:
 		v.errorf(path, "algorithm is required (or give rate, window or period)")
 		return floodgate.Limit{}
 	}
+	params := l.Algorithm.Traits().Params
 	if !synthetic {
-		params := l.Algorithm.Traits().Params
-		for _, f := range paramOrder {
-			if v.written(field(f.String())) && !params.Has(f) {
-				v.errorf(field(f.String()), "%s does not apply to %s", f, l.Algorithm)
+		for f := range floodgate.AllParams.Each() {
+			if v.written(field(f)) && !params.Has(f) {
+				v.errorf(field(f), "%s does not apply to %s", f, l.Algorithm)
 			}
 		}
 	}
 	if fp, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
-		v.errorf(field("on_failure"), "on_failure must be allow, deny or local, got %q", p.OnFailure)
+		v.errorf(path+".on_failure", "on_failure must be allow, deny or local, got %q", p.OnFailure)
 	} else {
 		p.OnFailure = fp.String()
 	}
-	v.consistency(&p.Consistency, l.Algorithm, p.Shadow, field("consistency"))
-	bad := false
-	fail := func(f, format string, args ...any) {
-		v.errorf(field(f), format, args...)
-		bad = true
+	v.consistency(&p.Consistency, l.Algorithm, p.Shadow, path+".consistency")
+
+	// bad holds the parameters whose problem is told already (a value
+	// that did not decode or convert); from maps a parameter the file left
+	// out to the one its default came from.
+	var bad floodgate.Param
+	for f := range params.Each() {
+		if v.d.Bad(field(f)) {
+			bad |= f
+		}
 	}
-	queue := l.Algorithm.Traits().Params.Has(floodgate.ParamDelay)
-	switch l.Algorithm.Family() {
-	case floodgate.FamilyRate:
-		if p.Per == 0 && !v.written(field("per")) {
-			p.Per = time.Second
-		}
-		if p.Burst == 0 && !v.written(field("burst")) && !queue {
-			p.Burst = p.Rate
-		}
-		l.Rate, l.Per, l.Burst = p.Rate, p.Per, p.Burst
-		if p.Rate < 1 {
-			fail("rate", "rate must be at least 1, got %d", p.Rate)
-		}
-		if p.Per <= 0 {
-			fail("per", "per must be a positive duration")
-		}
-		if queue {
-			if p.Burst < 0 {
-				fail("burst", "burst (the queue) must not be negative, got %d", p.Burst)
-			}
-			if p.Delay.Set {
-				l.Delay = p.Delay.Value
-				if l.Delay < floodgate.NoDelay {
-					fail("delay", `delay must be "nodelay" or at least 0, got %d`, l.Delay)
-				}
-			}
-		} else if p.Burst < 1 && (p.Rate >= 1 || v.written(field("burst"))) {
-			fail("burst", "burst must be at least 1, got %d", p.Burst)
-		}
-		if !bad && l.Capacity() < cost {
-			fail("burst", "burst %d is below the cost %d: no request could ever pass", p.Burst, cost)
-		}
-	case floodgate.FamilyWindow:
-		l.Max, l.Window = p.Max, p.Window
-		if p.Max < 1 {
-			fail("limit", "limit must be at least 1, got %d", p.Max)
-		}
-		if p.Window <= 0 {
-			fail("window", "window must be a positive duration")
-		}
-		if !bad && p.Max < cost {
-			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
-		}
-	case floodgate.FamilyConcurrency:
-		l.Max, l.LeaseTTL = p.Max, p.LeaseTTL
-		if p.Max < 1 {
-			fail("limit", "limit must be at least 1, got %d", p.Max)
-		}
-		if !bad && p.Max < cost {
-			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
-		}
-	case floodgate.FamilyQuota:
-		l.Max, l.AnchorDay, l.Offset = p.Max, p.AnchorDay, p.Offset
-		if p.Max < 1 {
-			fail("limit", "limit must be at least 1, got %d", p.Max)
-		}
-		if p.Period == "" {
-			fail("period", "period is required: DAY, WEEK or MONTH")
-		} else if per, err := floodgate.ParsePeriod(p.Period); err != nil {
-			fail("period", "period must be DAY, WEEK or MONTH, got %q", p.Period)
+	from := map[floodgate.Param]floodgate.Param{}
+	if p.Per == 0 && params.Has(floodgate.ParamPer) && !v.written(field(floodgate.ParamPer)) {
+		p.Per = time.Second
+	}
+	if p.Burst == 0 && params.Has(floodgate.ParamBurst) && !params.Has(floodgate.ParamDelay) &&
+		!v.written(field(floodgate.ParamBurst)) {
+		p.Burst = p.Rate
+		from[floodgate.ParamBurst] = floodgate.ParamRate
+	}
+	convert := func(f floodgate.Param, format string, args ...any) {
+		v.errorf(field(f), format, args...)
+		bad |= f
+	}
+	l.Rate, l.Per, l.Burst, l.Max, l.Window, l.LeaseTTL = p.Rate, p.Per, p.Burst, p.Max, p.Window, p.LeaseTTL
+	l.AnchorDay, l.Offset = p.AnchorDay, p.Offset
+	if p.Delay.Set {
+		l.Delay = p.Delay.Value
+	}
+	if p.Period != "" && params.Has(floodgate.ParamPeriod) {
+		if per, err := floodgate.ParsePeriod(p.Period); err != nil {
+			convert(floodgate.ParamPeriod, "period must be DAY, WEEK or MONTH, got %q", p.Period)
 		} else {
 			l.Period = per
 		}
+	}
+	if params.Has(floodgate.ParamTimeZone) {
 		l.Location = time.UTC
 		if p.TimeZone == "" {
 			p.TimeZone = l.Location.String()
+		} else if loc, err := loadZone(p.TimeZone); err != nil {
+			convert(floodgate.ParamTimeZone, "unknown time zone %q (want an IANA name such as Asia/Kolkata)", p.TimeZone)
 		} else {
-			loc, err := loadZone(p.TimeZone)
-			if err != nil {
-				fail("time_zone", "unknown time zone %q (want an IANA name such as Asia/Kolkata)", p.TimeZone)
-			} else {
-				l.Location = loc
-			}
-		}
-		if p.AnchorDay < 0 || p.AnchorDay > 31 {
-			fail("anchor_day", "anchor day must be between 1 and 31, got %d", p.AnchorDay)
-		} else if p.AnchorDay > 1 && l.Period != floodgate.Month && l.Period != 0 {
-			fail("anchor_day", "an anchor day needs period MONTH")
-		}
-		if p.Offset < 0 || (p.Max >= 1 && p.Offset > p.Max) {
-			fail("offset", "offset must be between 0 and the limit %d, got %d", p.Max, p.Offset)
-		}
-		if p.Start != "" {
-			st, err := parseStart(p.Start, l.Location)
-			if err != nil {
-				fail("start", "start must be a date (2026-01-15) or an RFC 3339 time, got %q", p.Start)
-			} else {
-				l.Start = st
-			}
-		} else if p.Offset > 0 {
-			fail("offset", "an offset needs a start (the date of the first period)")
-		}
-		if !bad && p.Max < cost {
-			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
+			l.Location = loc
 		}
 	}
-	if bad {
+	if p.Start != "" && params.Has(floodgate.ParamStart) {
+		if st, err := parseStart(p.Start, l.Location); err != nil {
+			convert(floodgate.ParamStart, "start must be a date (2026-01-15) or an RFC 3339 time, got %q", p.Start)
+		} else {
+			l.Start = st
+		}
+	}
+
+	problems := l.Problems()
+	told := bad
+	for _, e := range problems {
+		told |= e.Param
+	}
+	for _, e := range problems {
+		switch {
+		case (e.Param|e.With)&bad != 0, (e.With|from[e.Param])&told != 0:
+			// It follows from a problem told already.
+		case e.Param == 0:
+			v.errorf(path, "%s", e.Msg)
+		default:
+			v.errorf(field(e.Param), "%s", e.Msg)
+		}
+	}
+	if len(problems) > 0 || bad != 0 {
 		return floodgate.Limit{}
 	}
-	if err := l.Validate(); err != nil {
-		v.errorf(path, "%s", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidLimit.Error()+": "))
+	var pe *floodgate.ParamError
+	if err := l.ValidateCost(cost); errors.As(err, &pe) {
+		v.errorf(field(pe.Param), "%s", pe.Msg)
 		return floodgate.Limit{}
 	}
 	return l
