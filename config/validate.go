@@ -301,16 +301,16 @@ func (v *validator) server() {
 // limits hard to walk around.
 func (v *validator) hardening() {
 	s := &v.f.Server
-	oneOf := func(field, got string, want ...string) {
-		if !slices.Contains(want, got) {
-			v.errorf("server."+field, "%s must be %s, got %q", field, strings.Join(want, " or "), got)
+	oneOf := func(field, got string) {
+		if want := choices["server."+field]; !slices.Contains(want, got) {
+			v.errorf("server."+field, "%s must be %s, got %q", field, wordList(want), got)
 		}
 	}
-	oneOf("path_matching", s.PathMatching, PathExact, PathCaseInsensitive)
-	oneOf("method_override", s.MethodOverride, MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor)
-	oneOf("api_auth", s.APIAuth, APIAuthToken, APIAuthNone)
-	oneOf("redis_eviction", s.RedisEviction, RedisEvictionWarn, RedisEvictionRefuse)
-	oneOf("engine", s.Engine, EngineFast, EngineNetHTTP)
+	oneOf("path_matching", s.PathMatching)
+	oneOf("method_override", s.MethodOverride)
+	oneOf("api_auth", s.APIAuth)
+	oneOf("redis_eviction", s.RedisEviction)
+	oneOf("engine", s.Engine)
 	for _, t := range []struct {
 		name string
 		d    time.Duration
@@ -332,7 +332,7 @@ func (v *validator) hardening() {
 		v.errorf("server.memory.max_bytes", "must be at least 1 MiB, got %d", s.Memory.MaxBytes)
 	}
 	if _, err := accesslog.ParseFormat(s.AccessLog.Format); err != nil {
-		v.errorf("server.access_log.format", "format must be json or combined, got %q", s.AccessLog.Format)
+		v.errorf("server.access_log.format", "format must be %s, got %q", wordList(choices["server.access_log.format"]), s.AccessLog.Format)
 	}
 	if s.AccessLog.MaxSize < 1<<16 {
 		v.errorf("server.access_log.max_size", "must be at least 65536 bytes, got %d", s.AccessLog.MaxSize)
@@ -422,13 +422,13 @@ func (v *validator) jwt(j *JWT) {
 		j.Leeway = identity.DefaultLeeway
 	}
 	ok := true
-	switch j.Alg {
-	case "HS256", "RS256", "ES256":
-	case "":
-		v.errorf(p+".alg", "alg is required: HS256, RS256 or ES256")
+	switch algs := choices[p+".alg"]; {
+	case slices.Contains(algs, j.Alg):
+	case j.Alg == "":
+		v.errorf(p+".alg", "alg is required: %s", wordList(algs))
 		ok = false
 	default:
-		v.errorf(p+".alg", "alg must be HS256, RS256 or ES256, got %q", j.Alg)
+		v.errorf(p+".alg", "alg must be %s, got %q", wordList(algs), j.Alg)
 		ok = false
 	}
 	switch {
@@ -495,12 +495,11 @@ func (v *validator) route(i int, stages map[string]bool) {
 	if r.Stage != "" && !stages[r.Stage] {
 		v.errorf(path+".stage", "unknown stage %q", r.Stage)
 	}
-	switch r.OnInvalidToken {
-	case "":
+	switch want := choices["routes[].on_invalid_token"]; {
+	case r.OnInvalidToken == "":
 		r.OnInvalidToken = InvalidTokenReject
-	case InvalidTokenReject, InvalidTokenAnonymous:
-	default:
-		v.errorf(path+".on_invalid_token", "on_invalid_token must be reject or anonymous, got %q", r.OnInvalidToken)
+	case !slices.Contains(want, r.OnInvalidToken):
+		v.errorf(path+".on_invalid_token", "on_invalid_token must be %s, got %q", wordList(want), r.OnInvalidToken)
 	}
 	switch r.Upstream {
 	case "":
@@ -680,18 +679,14 @@ func (v *validator) limit(i int, routes, stages map[string]bool) {
 		l.Key.Parts = []string{KeyClientIP}
 	}
 	seen := map[string]bool{}
+	keyParts := choices["limits[].key"]
 	for j, part := range l.Key.Parts {
 		kp := path + ".key"
 		if v.written(fmt.Sprintf("%s[%d]", kp, j)) {
 			kp = fmt.Sprintf("%s[%d]", kp, j)
 		}
-		switch part {
-		case KeyClientIP, KeyAPIKey, KeyPlan, KeyUser, KeyRoute, KeyStage, KeyGlobal:
-		default:
-			if h, ok := strings.CutPrefix(part, KeyHeaderPrefix); ok && validToken(h) {
-				break
-			}
-			v.errorf(kp, "unknown key %q (want client_ip, api_key, plan, user, route, stage, global or header:NAME)", part)
+		if h, ok := strings.CutPrefix(part, KeyHeaderPrefix); !(ok && validToken(h)) && !slices.Contains(keyParts, part) {
+			v.errorf(kp, "unknown key %q (want %s)", part, wordList(append(slices.Clip(keyParts), KeyHeaderPrefix+"NAME")))
 		}
 		if seen[strings.ToLower(part)] {
 			v.errorf(kp, "key part %q given twice", part)
@@ -707,12 +702,11 @@ func (v *validator) limit(i int, routes, stages map[string]bool) {
 		}
 	}
 	v.costs(l, path)
-	switch l.Scope {
-	case "":
+	switch scopes := choices["limits[].scope"]; {
+	case l.Scope == "":
 		l.Scope = ScopeRoute
-	case ScopeMethod, ScopeRoute, ScopeStage, ScopeGlobal:
-	default:
-		v.errorf(path+".scope", "scope must be method, route, stage or global, got %q", l.Scope)
+	case !slices.Contains(scopes, l.Scope):
+		v.errorf(path+".scope", "scope must be %s, got %q", wordList(scopes), l.Scope)
 	}
 }
 
