@@ -190,6 +190,22 @@ func Algorithms() []Algorithm {
 	return out
 }
 
+// AlgorithmList names, in order, the algorithms whose traits satisfy ok,
+// as "a, b and c", for messages that say which algorithms can do
+// something.
+func AlgorithmList(ok func(*Traits) bool) string {
+	var names []string
+	for _, a := range Algorithms() {
+		if ok(a.Traits()) {
+			names = append(names, a.String())
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
 // ParseAlgorithm returns the algorithm with the given name.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	names := make([]string, 0, len(traits)-1)

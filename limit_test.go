@@ -46,6 +46,18 @@ func TestParamNames(t *testing.T) {
 	}
 }
 
+func TestAlgorithmList(t *testing.T) {
+	if got := floodgate.AlgorithmList(func(t *floodgate.Traits) bool { return t.Leasable }); got != "token_bucket, gcra, leaky_bucket and fixed_window" {
+		t.Errorf("leasable: %q", got)
+	}
+	if got := floodgate.AlgorithmList(func(t *floodgate.Traits) bool { return t.Kind == floodgate.KindQuota }); got != "quota" {
+		t.Errorf("quota kind: %q", got)
+	}
+	if got := floodgate.AlgorithmList(func(*floodgate.Traits) bool { return false }); got != "" {
+		t.Errorf("none: %q", got)
+	}
+}
+
 func TestKinds(t *testing.T) {
 	want := map[floodgate.Algorithm]floodgate.Kind{
 		floodgate.TokenBucket: floodgate.KindRate, floodgate.GCRA: floodgate.KindRate,

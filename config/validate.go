@@ -775,7 +775,7 @@ func (v *validator) consistency(c *string, a floodgate.Algorithm, shadow bool, f
 	case err != nil:
 		v.errorf(field, "consistency must be exact or leased, got %q", *c)
 	case cons == floodgate.Leased && !a.Traits().Leasable:
-		v.errorf(field, "%s cannot be leased: token_bucket, gcra, leaky_bucket and fixed_window can", a)
+		v.errorf(field, "%s cannot be leased: %s can", a, floodgate.AlgorithmList(func(t *floodgate.Traits) bool { return t.Leasable }))
 	case cons == floodgate.Leased && shadow:
 		v.errorf(field, "a shadow limit cannot be leased")
 	}

@@ -82,8 +82,8 @@ func NewRuleWith(l floodgate.Limit, o RuleOptions) (*Rule, error) {
 	case o.Consistency > floodgate.Leased:
 		return nil, fmt.Errorf("limiter: %s: %w: unknown consistency %d", l.Name, floodgate.ErrInvalidLimit, o.Consistency)
 	case o.Consistency == floodgate.Leased && !l.Algorithm.Traits().Leasable:
-		return nil, fmt.Errorf("limiter: %s: %w: %s cannot be leased (token_bucket, gcra, leaky_bucket and fixed_window can)",
-			l.Name, floodgate.ErrInvalidLimit, l.Algorithm)
+		return nil, fmt.Errorf("limiter: %s: %w: %s cannot be leased (%s can)",
+			l.Name, floodgate.ErrInvalidLimit, l.Algorithm, floodgate.AlgorithmList(func(t *floodgate.Traits) bool { return t.Leasable }))
 	case o.Consistency == floodgate.Leased && o.Shadow:
 		return nil, fmt.Errorf("limiter: %s: %w: a shadow rule cannot be leased", l.Name, floodgate.ErrInvalidLimit)
 	}

@@ -700,7 +700,9 @@ func (c *compiler) extensions(s *rateLimitSpec, r *rateLimit, where string, bad 
 		}
 	}
 	if written("burst") && !r.tmpl.algorithm.Traits().Params.Has(floodgate.ParamBurst) {
-		fail("burst", "only token_bucket, gcra and leaky_bucket take a burst")
+		fail("burst", "only %s take a burst", floodgate.AlgorithmList(func(t *floodgate.Traits) bool {
+			return t.Kind == floodgate.KindRate && t.Params.Has(floodgate.ParamBurst)
+		}))
 	}
 	if s.Quota != nil && r.tmpl.algorithm.Family() != floodgate.FamilyQuota {
 		fail("quota", "only the quota algorithm takes a quota block")
