@@ -824,9 +824,9 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 	}
 	v.consistency(&p.Consistency, l.Algorithm, p.Shadow, path+".consistency")
 
-	// bad holds the parameters whose problem is told already (a value
-	// that did not decode or convert); from maps a parameter the file left
-	// out to the one its default came from.
+	// bad holds the parameters whose problem is told already: a value that
+	// did not decode or convert. from maps a parameter the file left out to
+	// the one its default came from (a burst is the rate).
 	var bad floodgate.Param
 	for f := range params.Each() {
 		if v.d.Bad(field(f)) {
@@ -876,15 +876,16 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 		}
 	}
 
+	// A problem that reads a parameter with another problem follows from
+	// that one, which is the one told.
 	problems := l.Problems()
-	told := bad
+	wrong := bad
 	for _, e := range problems {
-		told |= e.Param
+		wrong |= e.Param
 	}
 	for _, e := range problems {
 		switch {
-		case (e.Param|e.With)&bad != 0, (e.With|from[e.Param])&told != 0:
-			// It follows from a problem told already.
+		case (e.Param|e.With)&bad != 0, (e.With|from[e.Param])&wrong != 0:
 		case e.Param == 0:
 			v.errorf(path, "%s", e.Msg)
 		default:
