@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"math/bits"
 	"strconv"
@@ -60,6 +61,9 @@ const (
 	ParamOffset                      // offset
 	ParamStart                       // start
 	paramEnd
+
+	// AllParams is the set of every parameter.
+	AllParams = paramEnd - 1
 )
 
 var paramNames = [...]string{"rate", "per", "burst", "delay", "limit", "window", "lease_ttl", "period",
@@ -80,6 +84,17 @@ func (p Param) String() string {
 		}
 	}
 	return b.String()
+}
+
+// Each yields the parameters of p one at a time, in order.
+func (p Param) Each() iter.Seq[Param] {
+	return func(yield func(Param) bool) {
+		for q := Param(1); q < paramEnd; q <<= 1 {
+			if p&q != 0 && !yield(q) {
+				return
+			}
+		}
+	}
 }
 
 // ParseParam returns the parameter with the given file name.
@@ -173,6 +188,22 @@ func Algorithms() []Algorithm {
 		out = append(out, a)
 	}
 	return out
+}
+
+// AlgorithmList names, in order, the algorithms whose traits satisfy ok,
+// as "a, b and c", for messages that say which algorithms can do
+// something.
+func AlgorithmList(ok func(*Traits) bool) string {
+	var names []string
+	for _, a := range Algorithms() {
+		if ok(a.Traits()) {
+			names = append(names, a.String())
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // ParseAlgorithm returns the algorithm with the given name.
@@ -316,83 +347,168 @@ func (l *Limit) Interval() time.Duration {
 	return l.Per / time.Duration(l.Rate)
 }
 
-// Validate reports the first problem with the limit's parameters.
+// ParamError is a problem with one parameter of a limit. Limit.Validate,
+// Limit.Problems and Limit.ValidateCost report their problems as
+// ParamErrors, so that a file format can place each at the field that
+// holds the parameter; errors.Is matches them to ErrInvalidLimit.
+type ParamError struct {
+	// Limit is the limit's name, or its algorithm's when it has none.
+	Limit string
+	// Param is the parameter whose value is wrong; zero when the problem is
+	// the limit's as a whole (an unknown algorithm).
+	Param Param
+	// With are the other parameters the problem depends on, such as the
+	// rate and per of a burst that overflows: where one of them is already
+	// known to be wrong, the problem need not be told.
+	With Param
+	// Msg says what is wrong.
+	Msg string
+}
+
+// Error returns "floodgate: invalid limit: NAME: MSG".
+func (e *ParamError) Error() string {
+	return ErrInvalidLimit.Error() + ": " + e.Limit + ": " + e.Msg
+}
+
+// Unwrap returns ErrInvalidLimit.
+func (e *ParamError) Unwrap() error { return ErrInvalidLimit }
+
+// Validate reports the first problem with the limit's parameters, a
+// *ParamError, or nil.
 func (l *Limit) Validate() error {
-	bad := func(format string, args ...any) error {
-		name := l.Name
-		if name == "" {
-			name = l.Algorithm.String()
-		}
-		return fmt.Errorf("%w: %s: %s", ErrInvalidLimit, name, fmt.Sprintf(format, args...))
+	if ps := l.Problems(); len(ps) > 0 {
+		return ps[0]
 	}
+	return nil
+}
+
+// Problems returns every problem with the limit's parameters, in the order
+// of the parameters. A check that reads a parameter with a problem is left
+// out, so that one wrong value is reported once: a rate of 0 is not also
+// "faster than one unit a nanosecond". These are the only rules of a
+// limit's parameters; file formats convert and default values, then report
+// these problems at their fields.
+func (l *Limit) Problems() []*ParamError {
+	c := checker{l: l}
 	t := l.Algorithm.Traits()
 	switch t.Family {
 	case FamilyRate:
 		if l.Rate <= 0 {
-			return bad("rate must be at least 1, got %d", l.Rate)
+			c.fail(ParamRate, 0, "rate must be at least 1, got %d", l.Rate)
 		}
 		if l.Per <= 0 {
-			return bad("per must be a positive duration, got %s", l.Per)
+			c.fail(ParamPer, 0, "per must be a positive duration, got %s", l.Per)
 		}
-		if l.Per/time.Duration(l.Rate) <= 0 {
-			return bad("rate %d per %s is faster than one unit a nanosecond", l.Rate, l.Per)
+		if c.ok(ParamRate|ParamPer) && l.Per/time.Duration(l.Rate) <= 0 {
+			c.fail(ParamRate, ParamPer, "rate %d per %s is faster than one unit a nanosecond", l.Rate, l.Per)
 		}
 		if t.Params.Has(ParamDelay) {
 			if l.Burst < 0 {
-				return bad("burst (queue size) must not be negative, got %d", l.Burst)
+				c.fail(ParamBurst, 0, "burst (the queue) must not be negative, got %d", l.Burst)
 			}
 			if l.Delay < NoDelay {
-				return bad("delay must be -1 (nodelay) or at least 0, got %d", l.Delay)
+				c.fail(ParamDelay, 0, "delay must be nodelay (-1) or at least 0, got %d", l.Delay)
 			}
 		} else if l.Burst < 1 {
-			return bad("burst must be at least 1, got %d", l.Burst)
+			c.fail(ParamBurst, 0, "burst must be at least 1, got %d", l.Burst)
 		}
-		// The whole bucket, (Burst+1)·Per/Rate, must fit in an int64 with
-		// room to add a timestamp.
-		hi, lo := bits.Mul64(uint64(l.Burst+1), uint64(l.Per))
-		if hi >= uint64(l.Rate) {
-			return bad("burst %d at %d per %s overflows", l.Burst, l.Rate, l.Per)
-		}
-		if q, _ := bits.Div64(hi, lo, uint64(l.Rate)); q > math.MaxInt64/4 {
-			return bad("burst %d at %d per %s overflows", l.Burst, l.Rate, l.Per)
+		if c.ok(ParamRate|ParamPer|ParamBurst) && bucketOverflows(l) {
+			c.fail(ParamBurst, ParamRate|ParamPer, "burst %d at %d per %s overflows", l.Burst, l.Rate, l.Per)
 		}
 	case FamilyWindow:
-		if l.Max < 1 {
-			return bad("limit must be at least 1, got %d", l.Max)
-		}
+		c.max()
 		if l.Window <= 0 {
-			return bad("window must be a positive duration, got %s", l.Window)
+			c.fail(ParamWindow, 0, "window must be a positive duration, got %s", l.Window)
 		}
 	case FamilyConcurrency:
-		if l.Max < 1 {
-			return bad("limit must be at least 1, got %d", l.Max)
-		}
+		c.max()
 		if l.LeaseTTL < 0 {
-			return bad("lease ttl must not be negative, got %s", l.LeaseTTL)
+			c.fail(ParamLeaseTTL, 0, "lease ttl must not be negative, got %s", l.LeaseTTL)
 		}
 	case FamilyQuota:
-		if l.Max < 1 {
-			return bad("limit must be at least 1, got %d", l.Max)
+		c.max()
+		switch {
+		case l.Period == 0:
+			c.fail(ParamPeriod, 0, "period is required: day, week or month")
+		case l.Period > Month:
+			c.fail(ParamPeriod, 0, "period must be day, week or month, got %s", l.Period)
 		}
-		if l.Period < Day || l.Period > Month {
-			return bad("period must be day, week or month")
+		switch {
+		case l.AnchorDay < 0 || l.AnchorDay > 31:
+			c.fail(ParamAnchorDay, 0, "anchor day must be between 1 and 31, got %d", l.AnchorDay)
+		case l.AnchorDay > 1 && c.ok(ParamPeriod) && l.Period != Month:
+			c.fail(ParamAnchorDay, ParamPeriod, "an anchor day needs a monthly period")
 		}
-		if l.AnchorDay < 0 || l.AnchorDay > 31 {
-			return bad("anchor day must be between 1 and 31, got %d", l.AnchorDay)
-		}
-		if l.AnchorDay > 1 && l.Period != Month {
-			return bad("an anchor day needs period month")
-		}
-		if l.Offset < 0 || l.Offset > l.Max {
-			return bad("offset must be between 0 and the limit %d, got %d", l.Max, l.Offset)
-		}
-		if l.Offset > 0 && l.Start.IsZero() {
-			return bad("an offset needs a start time (the first period)")
+		switch {
+		case l.Offset < 0:
+			c.fail(ParamOffset, 0, "offset must not be negative, got %d", l.Offset)
+		case c.ok(ParamMax) && l.Offset > l.Max:
+			c.fail(ParamOffset, ParamMax, "offset must be between 0 and the limit %d, got %d", l.Max, l.Offset)
+		case l.Offset > 0 && l.Start.IsZero():
+			c.fail(ParamOffset, ParamStart, "an offset needs a start (the date of the first period)")
 		}
 	default:
-		return bad("unknown algorithm %d", uint8(l.Algorithm))
+		c.fail(0, 0, "unknown algorithm %d", uint8(l.Algorithm))
 	}
-	return nil
+	return c.problems
+}
+
+// bucketOverflows reports whether the whole bucket of a rate limit,
+// (Burst+1)·Per/Rate, is too long to fit in an int64 with room to add a
+// timestamp.
+func bucketOverflows(l *Limit) bool {
+	hi, lo := bits.Mul64(uint64(l.Burst+1), uint64(l.Per))
+	if hi >= uint64(l.Rate) {
+		return true
+	}
+	q, _ := bits.Div64(hi, lo, uint64(l.Rate))
+	return q > math.MaxInt64/4
+}
+
+// ValidateCost reports, as a *ParamError at the parameter that holds the
+// capacity, a cost one request takes that is more than the capacity of
+// the limit: no such request could ever pass. It assumes a valid limit.
+func (l *Limit) ValidateCost(cost int64) error {
+	if cost <= l.Capacity() {
+		return nil
+	}
+	p, v := ParamMax, l.Max
+	if l.Algorithm.Family() == FamilyRate {
+		p, v = ParamBurst, l.Burst
+	}
+	return &ParamError{Limit: l.displayName(), Param: p,
+		Msg: fmt.Sprintf("%s %d is below the cost %d: no request could ever pass", p, v, cost)}
+}
+
+// displayName is the limit's name, or its algorithm's.
+func (l *Limit) displayName() string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return l.Algorithm.String()
+}
+
+// checker collects the problems of one limit.
+type checker struct {
+	l        *Limit
+	problems []*ParamError
+	bad      Param // the parameters with a problem
+}
+
+func (c *checker) fail(p, with Param, format string, args ...any) {
+	c.problems = append(c.problems, &ParamError{Limit: c.l.displayName(), Param: p, With: with,
+		Msg: fmt.Sprintf(format, args...)})
+	c.bad |= p
+}
+
+// ok reports whether none of the parameters ps has a problem.
+func (c *checker) ok(ps Param) bool { return c.bad&ps == 0 }
+
+// max checks the limit of the counting families.
+func (c *checker) max() {
+	if c.l.Max < 1 {
+		c.fail(ParamMax, 0, "limit must be at least 1, got %d", c.l.Max)
+	}
 }
 
 // Describe renders the limit's parameters in words, such as "5 per 1s,

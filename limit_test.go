@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,30 @@ func TestAlgorithmNames(t *testing.T) {
 	}
 	if _, err := floodgate.ParsePeriod("year"); err == nil {
 		t.Error("year is a period")
+	}
+}
+
+// TestParamNames: every parameter has its file name, and parses back.
+func TestParamNames(t *testing.T) {
+	for p := range floodgate.AllParams.Each() {
+		if q, ok := floodgate.ParseParam(p.String()); !ok || q != p || strings.Contains(p.String(), ",") {
+			t.Errorf("parameter %d is named %q, which parses to %d, %t", p, p.String(), q, ok)
+		}
+	}
+	if got := (floodgate.ParamRate | floodgate.ParamBurst).String(); got != "rate, burst" {
+		t.Errorf("rate and burst: %q", got)
+	}
+}
+
+func TestAlgorithmList(t *testing.T) {
+	if got := floodgate.AlgorithmList(func(t *floodgate.Traits) bool { return t.Leasable }); got != "token_bucket, gcra, leaky_bucket and fixed_window" {
+		t.Errorf("leasable: %q", got)
+	}
+	if got := floodgate.AlgorithmList(func(t *floodgate.Traits) bool { return t.Kind == floodgate.KindQuota }); got != "quota" {
+		t.Errorf("quota kind: %q", got)
+	}
+	if got := floodgate.AlgorithmList(func(*floodgate.Traits) bool { return false }); got != "" {
+		t.Errorf("none: %q", got)
 	}
 }
 
@@ -87,6 +112,112 @@ func TestValidate(t *testing.T) {
 	for _, l := range bad {
 		if err := l.Validate(); !errors.Is(err, floodgate.ErrInvalidLimit) {
 			t.Errorf("%+v: %v, want ErrInvalidLimit", l, err)
+		}
+	}
+}
+
+// TestValidateNamesParam: every problem of Validate names the parameter at
+// fault, so that a file can place it at that parameter's field.
+func TestValidateNamesParam(t *testing.T) {
+	epoch := time.Unix(0, 0)
+	for _, tc := range []struct {
+		l     floodgate.Limit
+		param floodgate.Param
+	}{
+		{floodgate.Limit{}, 0},
+		{floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 0, Per: time.Second, Burst: 1}, floodgate.ParamRate},
+		{floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 5, Per: 0, Burst: 1}, floodgate.ParamPer},
+		{floodgate.Limit{Algorithm: floodgate.LeakyBucket, Rate: 5, Per: time.Second, Burst: 0}, floodgate.ParamBurst},
+		{floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 2e9, Per: time.Second, Burst: 1}, floodgate.ParamRate},
+		{floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Duration(math.MaxInt64), Burst: 1 << 40}, floodgate.ParamBurst},
+		{floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Second, Burst: -1}, floodgate.ParamBurst},
+		{floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Second, Burst: 1, Delay: -2}, floodgate.ParamDelay},
+		{floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 0, Window: time.Second}, floodgate.ParamMax},
+		{floodgate.Limit{Algorithm: floodgate.SlidingWindow, Max: 1, Window: 0}, floodgate.ParamWindow},
+		{floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 0}, floodgate.ParamMax},
+		{floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: -time.Second}, floodgate.ParamLeaseTTL},
+		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 1}, floodgate.ParamPeriod},
+		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 1, Period: 9}, floodgate.ParamPeriod},
+		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 1, Period: floodgate.Day, AnchorDay: 3}, floodgate.ParamAnchorDay},
+		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 1, Period: floodgate.Month, AnchorDay: 32}, floodgate.ParamAnchorDay},
+		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 5, Period: floodgate.Day, Offset: 6, Start: epoch}, floodgate.ParamOffset},
+		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 5, Period: floodgate.Day, Offset: -1, Start: epoch}, floodgate.ParamOffset},
+		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 5, Period: floodgate.Day, Offset: 1}, floodgate.ParamOffset},
+	} {
+		err := tc.l.Validate()
+		var pe *floodgate.ParamError
+		if !errors.As(err, &pe) || !errors.Is(err, floodgate.ErrInvalidLimit) {
+			t.Errorf("%+v: %v, want a *ParamError that is ErrInvalidLimit", tc.l, err)
+			continue
+		}
+		if pe.Param != tc.param {
+			t.Errorf("%+v: %v names %q, want %q", tc.l, err, pe.Param, tc.param)
+		}
+	}
+}
+
+// TestProblemsOncePerMistake: every independent problem is reported, and
+// a check that reads a parameter already wrong is not.
+func TestProblemsOncePerMistake(t *testing.T) {
+	for _, tc := range []struct {
+		l    floodgate.Limit
+		want []string
+	}{
+		{floodgate.Limit{Name: "r", Algorithm: floodgate.TokenBucket, Rate: 0, Per: 0, Burst: 0},
+			[]string{"rate: rate must be at least 1, got 0", "per: per must be a positive duration, got 0s",
+				"burst: burst must be at least 1, got 0"}},
+		// Too fast, and the overflow check, which reads the rate, is left out.
+		{floodgate.Limit{Name: "r", Algorithm: floodgate.TokenBucket, Rate: 2e9, Per: time.Second, Burst: 1 << 62},
+			[]string{"rate: rate 2000000000 per 1s is faster than one unit a nanosecond"}},
+		{floodgate.Limit{Name: "r", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1 << 62},
+			[]string{"burst: burst 4611686018427387904 at 1 per 1h0m0s overflows"}},
+		// A bad period hides whether the anchor day needs a month.
+		{floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 0, Period: 0, AnchorDay: 15, Offset: 3}, []string{
+			"limit: limit must be at least 1, got 0", "period: period is required: day, week or month",
+			"offset: an offset needs a start (the date of the first period)"}},
+		{floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 2, Period: floodgate.Week, AnchorDay: 15, Offset: 3},
+			[]string{"anchor_day: an anchor day needs a monthly period", "offset: offset must be between 0 and the limit 2, got 3"}},
+		{floodgate.Limit{Name: "w", Algorithm: floodgate.SlidingLog}, []string{
+			"limit: limit must be at least 1, got 0", "window: window must be a positive duration, got 0s"}},
+	} {
+		var got []string
+		for _, p := range tc.l.Problems() {
+			got = append(got, p.Param.String()+": "+p.Msg)
+			if p.Limit != tc.l.Name {
+				t.Errorf("%+v: problem of limit %q", tc.l, p.Limit)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%+v:\n got %q\nwant %q", tc.l, got, tc.want)
+		}
+	}
+}
+
+func TestValidateCost(t *testing.T) {
+	for _, tc := range []struct {
+		l    floodgate.Limit
+		cost int64
+		want string
+	}{
+		{floodgate.Limit{Name: "a", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 5}, 5, ""},
+		{floodgate.Limit{Name: "a", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 5}, 6,
+			"burst: burst 5 is below the cost 6: no request could ever pass"},
+		// A queue holds one more: the request being served.
+		{floodgate.Limit{Name: "q", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Second, Burst: 2}, 3, ""},
+		{floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 4, Window: time.Second}, 5,
+			"limit: limit 4 is below the cost 5: no request could ever pass"},
+		{floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 4, Period: floodgate.Day}, 4, ""},
+	} {
+		err := tc.l.ValidateCost(tc.cost)
+		var pe *floodgate.ParamError
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v cost %d: %v", tc.l, tc.cost, err)
+		case tc.want == "":
+		case !errors.As(err, &pe):
+			t.Errorf("%+v cost %d: %v, want %s", tc.l, tc.cost, err, tc.want)
+		case pe.Param.String()+": "+pe.Msg != tc.want:
+			t.Errorf("%+v cost %d: %s: %s, want %s", tc.l, tc.cost, pe.Param, pe.Msg, tc.want)
 		}
 	}
 }

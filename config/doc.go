@@ -10,6 +10,10 @@
 // and files whose aliases expand to more than 262,144 values are problems
 // too. The descriptor files of the rate-limit service (package rls) are
 // read by the same decoder and report their problems in the same format.
+// The rules of a limit's parameters are those of floodgate.Limit
+// (Limit.Problems): validation picks the algorithm, fills in the defaults,
+// converts the written values and reports each problem of the limit at the
+// field of the parameter it names.
 // A File that Load returns without error is complete and consistent, its
 // defaults written in; package policy compiles it into the rules the
 // engine checks.

@@ -301,16 +301,16 @@ func (v *validator) server() {
 // limits hard to walk around.
 func (v *validator) hardening() {
 	s := &v.f.Server
-	oneOf := func(field, got string, want ...string) {
-		if !slices.Contains(want, got) {
-			v.errorf("server."+field, "%s must be %s, got %q", field, strings.Join(want, " or "), got)
+	oneOf := func(field, got string) {
+		if want := choices["server."+field]; !slices.Contains(want, got) {
+			v.errorf("server."+field, "%s must be %s, got %q", field, wordList(want), got)
 		}
 	}
-	oneOf("path_matching", s.PathMatching, PathExact, PathCaseInsensitive)
-	oneOf("method_override", s.MethodOverride, MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor)
-	oneOf("api_auth", s.APIAuth, APIAuthToken, APIAuthNone)
-	oneOf("redis_eviction", s.RedisEviction, RedisEvictionWarn, RedisEvictionRefuse)
-	oneOf("engine", s.Engine, EngineFast, EngineNetHTTP)
+	oneOf("path_matching", s.PathMatching)
+	oneOf("method_override", s.MethodOverride)
+	oneOf("api_auth", s.APIAuth)
+	oneOf("redis_eviction", s.RedisEviction)
+	oneOf("engine", s.Engine)
 	for _, t := range []struct {
 		name string
 		d    time.Duration
@@ -332,7 +332,7 @@ func (v *validator) hardening() {
 		v.errorf("server.memory.max_bytes", "must be at least 1 MiB, got %d", s.Memory.MaxBytes)
 	}
 	if _, err := accesslog.ParseFormat(s.AccessLog.Format); err != nil {
-		v.errorf("server.access_log.format", "format must be json or combined, got %q", s.AccessLog.Format)
+		v.errorf("server.access_log.format", "format must be %s, got %q", wordList(choices["server.access_log.format"]), s.AccessLog.Format)
 	}
 	if s.AccessLog.MaxSize < 1<<16 {
 		v.errorf("server.access_log.max_size", "must be at least 65536 bytes, got %d", s.AccessLog.MaxSize)
@@ -422,13 +422,13 @@ func (v *validator) jwt(j *JWT) {
 		j.Leeway = identity.DefaultLeeway
 	}
 	ok := true
-	switch j.Alg {
-	case "HS256", "RS256", "ES256":
-	case "":
-		v.errorf(p+".alg", "alg is required: HS256, RS256 or ES256")
+	switch algs := choices[p+".alg"]; {
+	case slices.Contains(algs, j.Alg):
+	case j.Alg == "":
+		v.errorf(p+".alg", "alg is required: %s", wordList(algs))
 		ok = false
 	default:
-		v.errorf(p+".alg", "alg must be HS256, RS256 or ES256, got %q", j.Alg)
+		v.errorf(p+".alg", "alg must be %s, got %q", wordList(algs), j.Alg)
 		ok = false
 	}
 	switch {
@@ -495,12 +495,11 @@ func (v *validator) route(i int, stages map[string]bool) {
 	if r.Stage != "" && !stages[r.Stage] {
 		v.errorf(path+".stage", "unknown stage %q", r.Stage)
 	}
-	switch r.OnInvalidToken {
-	case "":
+	switch want := choices["routes[].on_invalid_token"]; {
+	case r.OnInvalidToken == "":
 		r.OnInvalidToken = InvalidTokenReject
-	case InvalidTokenReject, InvalidTokenAnonymous:
-	default:
-		v.errorf(path+".on_invalid_token", "on_invalid_token must be reject or anonymous, got %q", r.OnInvalidToken)
+	case !slices.Contains(want, r.OnInvalidToken):
+		v.errorf(path+".on_invalid_token", "on_invalid_token must be %s, got %q", wordList(want), r.OnInvalidToken)
 	}
 	switch r.Upstream {
 	case "":
@@ -680,18 +679,14 @@ func (v *validator) limit(i int, routes, stages map[string]bool) {
 		l.Key.Parts = []string{KeyClientIP}
 	}
 	seen := map[string]bool{}
+	keyParts := choices["limits[].key"]
 	for j, part := range l.Key.Parts {
 		kp := path + ".key"
 		if v.written(fmt.Sprintf("%s[%d]", kp, j)) {
 			kp = fmt.Sprintf("%s[%d]", kp, j)
 		}
-		switch part {
-		case KeyClientIP, KeyAPIKey, KeyPlan, KeyUser, KeyRoute, KeyStage, KeyGlobal:
-		default:
-			if h, ok := strings.CutPrefix(part, KeyHeaderPrefix); ok && validToken(h) {
-				break
-			}
-			v.errorf(kp, "unknown key %q (want client_ip, api_key, plan, user, route, stage, global or header:NAME)", part)
+		if h, ok := strings.CutPrefix(part, KeyHeaderPrefix); !(ok && validToken(h)) && !slices.Contains(keyParts, part) {
+			v.errorf(kp, "unknown key %q (want %s)", part, wordList(append(slices.Clip(keyParts), KeyHeaderPrefix+"NAME")))
 		}
 		if seen[strings.ToLower(part)] {
 			v.errorf(kp, "key part %q given twice", part)
@@ -707,12 +702,11 @@ func (v *validator) limit(i int, routes, stages map[string]bool) {
 		}
 	}
 	v.costs(l, path)
-	switch l.Scope {
-	case "":
+	switch scopes := choices["limits[].scope"]; {
+	case l.Scope == "":
 		l.Scope = ScopeRoute
-	case ScopeMethod, ScopeRoute, ScopeStage, ScopeGlobal:
-	default:
-		v.errorf(path+".scope", "scope must be method, route, stage or global, got %q", l.Scope)
+	case !slices.Contains(scopes, l.Scope):
+		v.errorf(path+".scope", "scope must be %s, got %q", wordList(scopes), l.Scope)
 	}
 }
 
@@ -781,160 +775,129 @@ func (v *validator) consistency(c *string, a floodgate.Algorithm, shadow bool, f
 	case err != nil:
 		v.errorf(field, "consistency must be exact or leased, got %q", *c)
 	case cons == floodgate.Leased && !a.Traits().Leasable:
-		v.errorf(field, "%s cannot be leased: token_bucket, gcra, leaky_bucket and fixed_window can", a)
+		v.errorf(field, "%s cannot be leased: %s can", a, floodgate.AlgorithmList(func(t *floodgate.Traits) bool { return t.Leasable }))
 	case cons == floodgate.Leased && shadow:
 		v.errorf(field, "a shadow limit cannot be leased")
 	}
 }
 
-// paramOrder is the order parameters are checked in, for stable messages.
-var paramOrder = []floodgate.Param{floodgate.ParamRate, floodgate.ParamPer, floodgate.ParamBurst,
-	floodgate.ParamDelay, floodgate.ParamMax, floodgate.ParamWindow, floodgate.ParamLeaseTTL,
-	floodgate.ParamPeriod, floodgate.ParamTimeZone, floodgate.ParamAnchorDay, floodgate.ParamOffset,
-	floodgate.ParamStart}
-
+// paramsAt compiles the parameters at path into a limit. It picks the
+// algorithm, fills in the defaults the file left out and converts the
+// written values; the rules the values must follow are the limit's own
+// (floodgate.Limit.Problems), whose problems it reports at the fields of
+// the parameters. Synthetic parameters (a plan's) hold only those that
+// apply.
 func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic bool) floodgate.Limit {
 	l := floodgate.Limit{Name: name}
-	field := func(f string) string { return path + "." + f }
+	field := func(f floodgate.Param) string { return path + "." + f.String() }
 	// The algorithm.
 	switch {
 	case p.Algorithm != "":
 		a, err := floodgate.ParseAlgorithm(p.Algorithm)
 		if err != nil {
-			v.errorf(field("algorithm"), "unknown algorithm %q (want one of %s)", p.Algorithm, algorithmList())
+			v.errorf(path+".algorithm", "unknown algorithm %q (want one of %s)", p.Algorithm, algorithmList())
 			return floodgate.Limit{}
 		}
 		l.Algorithm = a
-	case p.Rate != 0 || v.written(field("rate")):
+	case p.Rate != 0 || v.written(field(floodgate.ParamRate)):
 		l.Algorithm = floodgate.TokenBucket
-	case p.Period != "" || v.written(field("period")):
+	case p.Period != "" || v.written(field(floodgate.ParamPeriod)):
 		l.Algorithm = floodgate.Quota
-	case p.Window != 0 || v.written(field("window")):
+	case p.Window != 0 || v.written(field(floodgate.ParamWindow)):
 		l.Algorithm = floodgate.SlidingWindow
 	default:
 		v.errorf(path, "algorithm is required (or give rate, window or period)")
 		return floodgate.Limit{}
 	}
+	params := l.Algorithm.Traits().Params
 	if !synthetic {
-		params := l.Algorithm.Traits().Params
-		for _, f := range paramOrder {
-			if v.written(field(f.String())) && !params.Has(f) {
-				v.errorf(field(f.String()), "%s does not apply to %s", f, l.Algorithm)
+		for f := range floodgate.AllParams.Each() {
+			if v.written(field(f)) && !params.Has(f) {
+				v.errorf(field(f), "%s does not apply to %s", f, l.Algorithm)
 			}
 		}
 	}
 	if fp, err := floodgate.ParseFailurePolicy(p.OnFailure); err != nil {
-		v.errorf(field("on_failure"), "on_failure must be allow, deny or local, got %q", p.OnFailure)
+		v.errorf(path+".on_failure", "on_failure must be allow, deny or local, got %q", p.OnFailure)
 	} else {
 		p.OnFailure = fp.String()
 	}
-	v.consistency(&p.Consistency, l.Algorithm, p.Shadow, field("consistency"))
-	bad := false
-	fail := func(f, format string, args ...any) {
-		v.errorf(field(f), format, args...)
-		bad = true
+	v.consistency(&p.Consistency, l.Algorithm, p.Shadow, path+".consistency")
+
+	// bad holds the parameters whose problem is told already: a value that
+	// did not decode or convert. from maps a parameter the file left out to
+	// the one its default came from (a burst is the rate).
+	var bad floodgate.Param
+	for f := range params.Each() {
+		if v.d.Bad(field(f)) {
+			bad |= f
+		}
 	}
-	queue := l.Algorithm.Traits().Params.Has(floodgate.ParamDelay)
-	switch l.Algorithm.Family() {
-	case floodgate.FamilyRate:
-		if p.Per == 0 && !v.written(field("per")) {
-			p.Per = time.Second
-		}
-		if p.Burst == 0 && !v.written(field("burst")) && !queue {
-			p.Burst = p.Rate
-		}
-		l.Rate, l.Per, l.Burst = p.Rate, p.Per, p.Burst
-		if p.Rate < 1 {
-			fail("rate", "rate must be at least 1, got %d", p.Rate)
-		}
-		if p.Per <= 0 {
-			fail("per", "per must be a positive duration")
-		}
-		if queue {
-			if p.Burst < 0 {
-				fail("burst", "burst (the queue) must not be negative, got %d", p.Burst)
-			}
-			if p.Delay.Set {
-				l.Delay = p.Delay.Value
-				if l.Delay < floodgate.NoDelay {
-					fail("delay", `delay must be "nodelay" or at least 0, got %d`, l.Delay)
-				}
-			}
-		} else if p.Burst < 1 && (p.Rate >= 1 || v.written(field("burst"))) {
-			fail("burst", "burst must be at least 1, got %d", p.Burst)
-		}
-		if !bad && l.Capacity() < cost {
-			fail("burst", "burst %d is below the cost %d: no request could ever pass", p.Burst, cost)
-		}
-	case floodgate.FamilyWindow:
-		l.Max, l.Window = p.Max, p.Window
-		if p.Max < 1 {
-			fail("limit", "limit must be at least 1, got %d", p.Max)
-		}
-		if p.Window <= 0 {
-			fail("window", "window must be a positive duration")
-		}
-		if !bad && p.Max < cost {
-			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
-		}
-	case floodgate.FamilyConcurrency:
-		l.Max, l.LeaseTTL = p.Max, p.LeaseTTL
-		if p.Max < 1 {
-			fail("limit", "limit must be at least 1, got %d", p.Max)
-		}
-		if !bad && p.Max < cost {
-			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
-		}
-	case floodgate.FamilyQuota:
-		l.Max, l.AnchorDay, l.Offset = p.Max, p.AnchorDay, p.Offset
-		if p.Max < 1 {
-			fail("limit", "limit must be at least 1, got %d", p.Max)
-		}
-		if p.Period == "" {
-			fail("period", "period is required: DAY, WEEK or MONTH")
-		} else if per, err := floodgate.ParsePeriod(p.Period); err != nil {
-			fail("period", "period must be DAY, WEEK or MONTH, got %q", p.Period)
+	from := map[floodgate.Param]floodgate.Param{}
+	if p.Per == 0 && params.Has(floodgate.ParamPer) && !v.written(field(floodgate.ParamPer)) {
+		p.Per = time.Second
+	}
+	if p.Burst == 0 && params.Has(floodgate.ParamBurst) && !params.Has(floodgate.ParamDelay) &&
+		!v.written(field(floodgate.ParamBurst)) {
+		p.Burst = p.Rate
+		from[floodgate.ParamBurst] = floodgate.ParamRate
+	}
+	convert := func(f floodgate.Param, format string, args ...any) {
+		v.errorf(field(f), format, args...)
+		bad |= f
+	}
+	l.Rate, l.Per, l.Burst, l.Max, l.Window, l.LeaseTTL = p.Rate, p.Per, p.Burst, p.Max, p.Window, p.LeaseTTL
+	l.AnchorDay, l.Offset = p.AnchorDay, p.Offset
+	if p.Delay.Set {
+		l.Delay = p.Delay.Value
+	}
+	if p.Period != "" && params.Has(floodgate.ParamPeriod) {
+		if per, err := floodgate.ParsePeriod(p.Period); err != nil {
+			convert(floodgate.ParamPeriod, "period must be DAY, WEEK or MONTH, got %q", p.Period)
 		} else {
 			l.Period = per
 		}
+	}
+	if params.Has(floodgate.ParamTimeZone) {
 		l.Location = time.UTC
 		if p.TimeZone == "" {
 			p.TimeZone = l.Location.String()
+		} else if loc, err := loadZone(p.TimeZone); err != nil {
+			convert(floodgate.ParamTimeZone, "unknown time zone %q (want an IANA name such as Asia/Kolkata)", p.TimeZone)
 		} else {
-			loc, err := loadZone(p.TimeZone)
-			if err != nil {
-				fail("time_zone", "unknown time zone %q (want an IANA name such as Asia/Kolkata)", p.TimeZone)
-			} else {
-				l.Location = loc
-			}
-		}
-		if p.AnchorDay < 0 || p.AnchorDay > 31 {
-			fail("anchor_day", "anchor day must be between 1 and 31, got %d", p.AnchorDay)
-		} else if p.AnchorDay > 1 && l.Period != floodgate.Month && l.Period != 0 {
-			fail("anchor_day", "an anchor day needs period MONTH")
-		}
-		if p.Offset < 0 || (p.Max >= 1 && p.Offset > p.Max) {
-			fail("offset", "offset must be between 0 and the limit %d, got %d", p.Max, p.Offset)
-		}
-		if p.Start != "" {
-			st, err := parseStart(p.Start, l.Location)
-			if err != nil {
-				fail("start", "start must be a date (2026-01-15) or an RFC 3339 time, got %q", p.Start)
-			} else {
-				l.Start = st
-			}
-		} else if p.Offset > 0 {
-			fail("offset", "an offset needs a start (the date of the first period)")
-		}
-		if !bad && p.Max < cost {
-			fail("limit", "limit %d is below the cost %d: no request could ever pass", p.Max, cost)
+			l.Location = loc
 		}
 	}
-	if bad {
+	if p.Start != "" && params.Has(floodgate.ParamStart) {
+		if st, err := parseStart(p.Start, l.Location); err != nil {
+			convert(floodgate.ParamStart, "start must be a date (2026-01-15) or an RFC 3339 time, got %q", p.Start)
+		} else {
+			l.Start = st
+		}
+	}
+
+	// A problem that reads a parameter with another problem follows from
+	// that one, which is the one told.
+	problems := l.Problems()
+	wrong := bad
+	for _, e := range problems {
+		wrong |= e.Param
+	}
+	for _, e := range problems {
+		switch {
+		case (e.Param|e.With)&bad != 0, (e.With|from[e.Param])&wrong != 0:
+		case e.Param == 0:
+			v.errorf(path, "%s", e.Msg)
+		default:
+			v.errorf(field(e.Param), "%s", e.Msg)
+		}
+	}
+	if len(problems) > 0 || bad != 0 {
 		return floodgate.Limit{}
 	}
-	if err := l.Validate(); err != nil {
-		v.errorf(path, "%s", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidLimit.Error()+": "))
+	var pe *floodgate.ParamError
+	if err := l.ValidateCost(cost); errors.As(err, &pe) {
+		v.errorf(field(pe.Param), "%s", pe.Msg)
 		return floodgate.Limit{}
 	}
 	return l

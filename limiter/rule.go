@@ -3,7 +3,9 @@ package limiter
 import (
 	"fmt"
 	"hash/fnv"
+	"reflect"
 	"strconv"
+	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
@@ -80,8 +82,8 @@ func NewRuleWith(l floodgate.Limit, o RuleOptions) (*Rule, error) {
 	case o.Consistency > floodgate.Leased:
 		return nil, fmt.Errorf("limiter: %s: %w: unknown consistency %d", l.Name, floodgate.ErrInvalidLimit, o.Consistency)
 	case o.Consistency == floodgate.Leased && !l.Algorithm.Traits().Leasable:
-		return nil, fmt.Errorf("limiter: %s: %w: %s cannot be leased (token_bucket, gcra, leaky_bucket and fixed_window can)",
-			l.Name, floodgate.ErrInvalidLimit, l.Algorithm)
+		return nil, fmt.Errorf("limiter: %s: %w: %s cannot be leased (%s can)",
+			l.Name, floodgate.ErrInvalidLimit, l.Algorithm, floodgate.AlgorithmList(func(t *floodgate.Traits) bool { return t.Leasable }))
 	case o.Consistency == floodgate.Leased && o.Shadow:
 		return nil, fmt.Errorf("limiter: %s: %w: a shadow rule cannot be leased", l.Name, floodgate.ErrInvalidLimit)
 	}
@@ -89,25 +91,138 @@ func NewRuleWith(l floodgate.Limit, o RuleOptions) (*Rule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("limiter: %w", err)
 	}
-	return &Rule{limit: l, params: p, onFailure: o.OnFailure, shadow: o.Shadow, consistency: o.Consistency, id: ruleID(&l)}, nil
+	id, err := ruleID(&l)
+	if err != nil {
+		return nil, err
+	}
+	return &Rule{limit: l, params: p, onFailure: o.OnFailure, shadow: o.Shadow, consistency: o.Consistency, id: id}, nil
 }
 
-// ruleID is the limit's name followed by a short fingerprint of everything
-// that changes how its state is read.
-func ruleID(l *floodgate.Limit) string {
-	h := fnv.New64a()
-	loc := ""
-	if l.Location != nil {
-		loc = l.Location.String()
+// ruleID is the limit's name followed by a short fingerprint of every
+// other field of the limit (see idFields).
+func ruleID(l *floodgate.Limit) (string, error) {
+	if limitPrint.err != nil {
+		return "", limitPrint.err
 	}
-	fmt.Fprintf(h, "%d|%d|%d|%d|%d|%d|%d|%d|%d|%s|%d|%d|%d",
-		l.Algorithm, l.Rate, l.Per, l.Burst, l.Delay, l.Max, l.Window, l.LeaseTTL,
-		l.Period, loc, l.AnchorDay, l.Offset, l.Start.UnixNano())
+	h := fnv.New64a()
+	h.Write(limitPrint.append(make([]byte, 0, 128), reflect.ValueOf(l).Elem()))
 	name := l.Name
 	if name == "" {
 		name = l.Algorithm.String()
 	}
-	return name + "." + strconv.FormatUint(h.Sum64()&0xffffffffff, 36)
+	return name + "." + strconv.FormatUint(h.Sum64()&0xffffffffff, 36), nil
+}
+
+// idFields are the fields of floodgate.Limit that rule IDs have always
+// fingerprinted, in the order they are written, each one even when zero.
+// Every other field but Name is written after them, as "|Field=value" and
+// only when it is not zero: a field added to Limit changes the IDs of the
+// limits that set it, and of no other (a rolling upgrade keeps their
+// counters).
+var idFields = []string{"Algorithm", "Rate", "Per", "Burst", "Delay", "Max", "Window", "LeaseTTL",
+	"Period", "Location", "AnchorDay", "Offset", "Start"}
+
+var limitPrint = newFingerprint(reflect.TypeFor[floodgate.Limit](), idFields)
+
+// fingerprint writes the fields of one struct type but Name, the values of
+// some always and in a set order, then those of the others that are not
+// zero, with their names.
+type fingerprint struct {
+	always []int // field indexes
+	others []int
+	names  []string // of others
+	// err reports a field the fingerprint cannot write.
+	err error
+}
+
+var (
+	locationType = reflect.TypeFor[*time.Location]()
+	timeType     = reflect.TypeFor[time.Time]()
+)
+
+func newFingerprint(t reflect.Type, always []string) *fingerprint {
+	f := &fingerprint{}
+	index := map[string]int{}
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		index[sf.Name] = i
+		switch sf.Type {
+		case locationType, timeType:
+			if sf.IsExported() {
+				continue
+			}
+		}
+		switch sf.Type.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+			reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.String, reflect.Bool:
+		default:
+			f.err = fmt.Errorf("limiter: rule IDs cannot fingerprint %s.%s, a %s", t.Name(), sf.Name, sf.Type)
+			return f
+		}
+	}
+	listed := map[string]bool{"Name": true}
+	for _, name := range always {
+		i, ok := index[name]
+		if !ok {
+			f.err = fmt.Errorf("limiter: rule IDs fingerprint %s.%s, which is gone", t.Name(), name)
+			return f
+		}
+		f.always = append(f.always, i)
+		listed[name] = true
+	}
+	for i := range t.NumField() {
+		if name := t.Field(i).Name; !listed[name] {
+			f.others, f.names = append(f.others, i), append(f.names, name)
+		}
+	}
+	return f
+}
+
+// append writes the fields of v, a struct of the fingerprint's type.
+func (f *fingerprint) append(b []byte, v reflect.Value) []byte {
+	for n, i := range f.always {
+		if n > 0 {
+			b = append(b, '|')
+		}
+		b = appendValue(b, v.Field(i), false)
+	}
+	for n, i := range f.others {
+		if fv := v.Field(i); !fv.IsZero() {
+			b = append(b, '|')
+			b = append(b, f.names[n]...)
+			b = append(b, '=')
+			b = appendValue(b, fv, true)
+		}
+	}
+	return b
+}
+
+// appendValue writes one field as the first IDs did (numbers in decimal, a
+// zone by name, an instant in Unix nanoseconds); quote quotes strings.
+func appendValue(b []byte, v reflect.Value, quote bool) []byte {
+	switch v.Type() {
+	case locationType:
+		if v.IsNil() {
+			return b
+		}
+		return append(b, v.Interface().(*time.Location).String()...)
+	case timeType:
+		return strconv.AppendInt(b, v.Interface().(time.Time).UnixNano(), 10)
+	}
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.AppendInt(b, v.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return strconv.AppendUint(b, v.Uint(), 10)
+	case reflect.Bool:
+		return strconv.AppendBool(b, v.Bool())
+	case reflect.String:
+		if quote {
+			return strconv.AppendQuote(b, v.String())
+		}
+		return append(b, v.String()...)
+	}
+	return b
 }
 
 // PlaceholderRule returns a rule that carries only an ID and decides

@@ -138,6 +138,32 @@ func TestReloadRejectsInvalid(t *testing.T) {
 	}
 }
 
+// TestReloadRejectsABadParameter: a limit whose parameters break the
+// limit's own rules is refused with its file, line, column and the field of
+// the parameter, and the running policy stays.
+func TestReloadRejectsABadParameter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, reloadV1)
+	rl, err := NewReloader(ReloaderOptions{Path: path, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1 := rl.Policy()
+	writeFile(t, path, reloadV1+"  - {name: huge, rate: 1, per: 1h, burst: 4611686018427387904}\n")
+	err = rl.Reload()
+	var errs config.Errors
+	if !errors.As(err, &errs) || len(errs) != 1 {
+		t.Fatalf("reload error %v", err)
+	}
+	if e := errs[0]; e.File != path || e.Line != 8 || e.Column != 43 || e.Field != "limits[1].burst" ||
+		e.Msg != "burst 4611686018427387904 at 1 per 1h0m0s overflows" {
+		t.Errorf("problem %q, want %s:8:43: limits[1].burst: burst ... overflows", e, path)
+	}
+	if rl.Policy() != p1 || rl.Rejected() != 1 {
+		t.Errorf("invalid file applied or not counted: rejected %d", rl.Rejected())
+	}
+}
+
 func TestReloadPolls(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "floodgate.yaml")
 	writeFile(t, path, reloadV1)

@@ -700,7 +700,9 @@ func (c *compiler) extensions(s *rateLimitSpec, r *rateLimit, where string, bad 
 		}
 	}
 	if written("burst") && !r.tmpl.algorithm.Traits().Params.Has(floodgate.ParamBurst) {
-		fail("burst", "only token_bucket, gcra and leaky_bucket take a burst")
+		fail("burst", "only %s take a burst", floodgate.AlgorithmList(func(t *floodgate.Traits) bool {
+			return t.Kind == floodgate.KindRate && t.Params.Has(floodgate.ParamBurst)
+		}))
 	}
 	if s.Quota != nil && r.tmpl.algorithm.Family() != floodgate.FamilyQuota {
 		fail("quota", "only the quota algorithm takes a quota block")
@@ -736,12 +738,40 @@ func (c *compiler) build(r *rateLimit, where string) bool {
 		// For quota mode, the descriptor's or the service's (QuotaMode).
 		r.shadowRule, err = limiter.NewRule(l, r.tmpl.onFailure, true)
 	}
-	if err != nil {
+	var pe *floodgate.ParamError
+	switch {
+	case errors.As(err, &pe):
+		c.d.Errorf(c.paramField(where, pe.Param), "%s", pe.Msg)
+		return false
+	case err != nil:
 		c.d.Errorf(where, "%v", err)
 		return false
 	}
 	r.fields = fields.ForRule(r.rule)
 	return true
+}
+
+// paramField is the field of the rate_limit block at where that gives a
+// parameter of its limit, where the limit's problems with the parameter
+// are reported: requests_per_unit is the rate or the count, unit the span,
+// and burst, when left out, is requests_per_unit.
+func (c *compiler) paramField(where string, p floodgate.Param) string {
+	switch p {
+	case floodgate.ParamRate, floodgate.ParamMax:
+		return where + ".requests_per_unit"
+	case floodgate.ParamPer, floodgate.ParamWindow, floodgate.ParamPeriod:
+		return where + ".unit"
+	case floodgate.ParamBurst:
+		if c.d.Written(where + ".burst") {
+			return where + ".burst"
+		}
+		return where + ".requests_per_unit"
+	case floodgate.ParamAnchorDay:
+		return where + ".quota.anchor_day"
+	case floodgate.ParamTimeZone:
+		return where + ".quota.time_zone"
+	}
+	return where
 }
 
 // countRule is the compatibility mode's counting rule for a unit: a fixed

@@ -46,6 +46,13 @@ func TestConfigErrorsNameFileLineAndField(t *testing.T) {
 			"descriptors[0].rate_limit.on_failure: want allow, deny or local"},
 		{"replaces without name", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, replaces: [{}]}\n",
 			"descriptors[0].rate_limit.replaces[0].name: missing"},
+		// The limit's own rules, at the field that gives the parameter.
+		{"rate too fast", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967295, algorithm: gcra}\n",
+			"cfg.yaml:4:51: descriptors[0].rate_limit.requests_per_unit: rate 4294967295 per 1s is faster than one unit a nanosecond"},
+		{"anchor day of a daily quota", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 5, quota: {anchor_day: 3}}\n",
+			"cfg.yaml:4:71: descriptors[0].rate_limit.quota.anchor_day: an anchor day needs a monthly period"},
+		{"burst overflows", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, requests_per_unit: 1, algorithm: token_bucket, burst: 2147483647}\n",
+			"cfg.yaml:4:84: descriptors[0].rate_limit.burst: burst 2147483647 at 1 per 8760h0m0s overflows"},
 		{"not yaml", "domain: [\n", "cfg.yaml:1:1: YAML syntax (in the block starting here): did not find expected node content"},
 	}
 	for _, c := range cases {

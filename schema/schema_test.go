@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/config"
 )
 
@@ -271,4 +273,105 @@ func TestSchemaCoversConfig(t *testing.T) {
 		}
 	}
 	walk(root, reflect.TypeOf(config.File{}), "$")
+}
+
+// schemaNodes returns the schema of every field by path ("limits[].scope",
+// [] for the items of a list), $refs followed.
+func schemaNodes(t *testing.T) map[string]map[string]any {
+	t.Helper()
+	v := &validator{root: loadSchema(t)}
+	out := map[string]map[string]any{}
+	var walk func(s map[string]any, path string, depth int)
+	walk = func(s map[string]any, path string, depth int) {
+		if depth > 12 {
+			return
+		}
+		s = v.resolve(s)
+		out[path] = s
+		if items, ok := s["items"].(map[string]any); ok {
+			walk(items, path+"[]", depth+1)
+		}
+		props, _ := s["properties"].(map[string]any)
+		for name, p := range props {
+			walk(p.(map[string]any), strings.TrimPrefix(path+"."+name, "."), depth+1)
+		}
+	}
+	walk(v.root, "", 0)
+	return out
+}
+
+// alternatives returns the words of a pattern ^(?i:a|b)$ or ^(a|b|...)$,
+// up to the first that is not a plain word.
+func alternatives(pattern string) []string {
+	p := strings.TrimSuffix(strings.TrimPrefix(pattern, "^("), ")$")
+	p = strings.TrimPrefix(p, "?i:")
+	var out []string
+	for _, w := range strings.Split(p, "|") {
+		if !regexp.MustCompile(`^[a-z_]+$`).MatchString(w) {
+			break
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// goNames lists the names of the values of an enumeration from first on,
+// up to the first whose name does not parse back to it.
+func goNames[T interface {
+	~uint8
+	String() string
+}](first T, parse func(string) (T, error)) []string {
+	var out []string
+	for v := first; ; v++ {
+		if p, err := parse(v.String()); err != nil || p != v {
+			return out
+		}
+		out = append(out, v.String())
+	}
+}
+
+// TestSchemaEnumsAreGoValues ties every enumeration of the schema to the
+// Go values it stands for: the algorithms, failure policies, consistencies
+// and periods of package floodgate, and the words of config.Choices.
+func TestSchemaEnumsAreGoValues(t *testing.T) {
+	nodes := schemaNodes(t)
+	enum := func(path string) []string {
+		n, ok := nodes[path]
+		if !ok {
+			t.Errorf("%s: not in the schema", path)
+			return nil
+		}
+		return asStrings(n["enum"])
+	}
+	var algs []string
+	for _, a := range floodgate.Algorithms() {
+		algs = append(algs, a.String())
+	}
+	failures := goNames(floodgate.FailurePolicy(0), floodgate.ParseFailurePolicy)
+	cons := goNames(floodgate.Consistency(0), floodgate.ParseConsistency)
+	periods := goNames(floodgate.Day, floodgate.ParsePeriod)
+	same := func(what string, got, want []string) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: the schema says %q, Go %q", what, got, want)
+		}
+	}
+	sorted := func(s []string) []string { s = slices.Clone(s); sort.Strings(s); return s }
+	for _, at := range []string{"limits[]", "stages[]", "account", "server.unknown_key_limit"} {
+		same(at+".algorithm", enum(at+".algorithm"), algs)
+		same(at+".on_failure", sorted(enum(at+".on_failure")), sorted(failures))
+		same(at+".consistency", enum(at+".consistency"), cons)
+		same(at+".period", alternatives(nodes[at+".period"]["pattern"].(string)), periods)
+	}
+	same("plans[].on_failure", sorted(enum("plans[].on_failure")), sorted(failures))
+	same("plans[].consistency", enum("plans[].consistency"), cons)
+	same("plans[].quota.period", alternatives(nodes["plans[].quota.period"]["pattern"].(string)), periods)
+	for _, p := range config.ChoicePaths() {
+		if p == "limits[].key" {
+			part := loadSchema(t)["$defs"].(map[string]any)["keyPart"].(map[string]any)
+			same(p, alternatives(part["pattern"].(string)), config.Choices(p))
+			continue
+		}
+		same(p, enum(p), config.Choices(p))
+	}
 }

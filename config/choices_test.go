@@ -1,0 +1,61 @@
+package config
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestChoicesAreWhatValidationAccepts writes every word of every field of
+// Choices in a file and wants it accepted, and a word that is none of
+// them refused at the field with a message listing them.
+func TestChoicesAreWhatValidationAccepts(t *testing.T) {
+	secret, err := filepath.Abs(filepath.Join("..", "examples", "demo-jwt-secret.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// files write the word W at the field, which the error names.
+	files := map[string]struct{ src, field string }{
+		"server.path_matching":     {"server:\n  path_matching: W\n", "server.path_matching"},
+		"server.method_override":   {"server:\n  method_override: W\n", "server.method_override"},
+		"server.engine":            {"server:\n  engine: W\n", "server.engine"},
+		"server.redis_eviction":    {"server:\n  redis_eviction: W\n", "server.redis_eviction"},
+		"server.api_auth":          {"server:\n  api_auth: W\n", "server.api_auth"},
+		"server.access_log.format": {"server:\n  access_log: {format: W}\n", "server.access_log.format"},
+		"server.user.jwt.alg": {"server:\n  user:\n    jwt: {alg: W, key_file: " + secret + "}\n",
+			"server.user.jwt.alg"},
+		"routes[].on_invalid_token": {"routes:\n  - {name: r, upstream: none, on_invalid_token: W}\n",
+			"routes[0].on_invalid_token"},
+		"limits[].scope": {"limits:\n  - {name: l, rate: 5, scope: W}\n", "limits[0].scope"},
+		"limits[].key":   {"limits:\n  - {name: l, rate: 5, key: W}\n", "limits[0].key"},
+	}
+	for _, path := range ChoicePaths() {
+		f, ok := files[path]
+		if !ok {
+			t.Errorf("%s: no file writes it; add one", path)
+			continue
+		}
+		words := Choices(path)
+		if len(words) == 0 {
+			t.Errorf("%s: no choices", path)
+		}
+		for _, w := range words {
+			src := strings.ReplaceAll(f.src, "W", `"`+w+`"`)
+			// Only the word is judged: an RS256 key file holds no
+			// HS256 secret.
+			if _, err := Parse("c.yaml", []byte(src)); err != nil && strings.Contains(err.Error(), " "+f.field+": ") {
+				t.Errorf("%s: %q refused: %v", path, w, err)
+			}
+		}
+		_, err := Parse("c.yaml", []byte(strings.ReplaceAll(f.src, "W", "none-of-these")))
+		if err == nil || !strings.Contains(err.Error(), " "+f.field+": ") {
+			t.Errorf("%s: a wrong word: %v, want a problem at %s", path, err, f.field)
+			continue
+		}
+		for _, w := range words {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: the problem %q does not list %q", path, err, w)
+			}
+		}
+	}
+}
