@@ -118,6 +118,7 @@ var notes = map[string]string{
 	"Alarms.thresholds":           `{"description": "Percentages of the quota; 80 and 100 when omitted."}`,
 	"Alarms.webhook":              `{"pattern": "^https?://"}`,
 	"Alarms.secret_file":          `{"description": "The secret that signs the webhook's body (HMAC-SHA256), relative to the policy file."}`,
+	"Alarms.allow_link_local":     `{"description": "Let the webhook reach link-local and cloud metadata addresses (refused otherwise)."}`,
 	"Key":                         `{"required": ["name", "plan", "sha256"]}`,
 	"Key.name":                    `{"$ref": "#/$defs/name"}`,
 	"Key.sha256":                  `{"pattern": "^[0-9a-fA-F]{64}$"}`,
