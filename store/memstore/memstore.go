@@ -34,14 +34,16 @@ type Options struct {
 	// most MaxKeys/Shards of them and evicts its own least recently used
 	// key to make room, so the store as a whole evicts keys that are
 	// nearly, not exactly, the least recently used. A cap below
-	// 64 keys per shard (or a MaxBytes below 64 keys' worth per shard)
-	// lowers the number of shards.
+	// 64 keys per shard lowers the number of shards.
 	MaxKeys int
-	// MaxBytes caps the approximate memory of the keys (0: no cap): 96
-	// bytes per key, plus the key's bytes, plus 24 bytes per entry of a
-	// sliding log or lease of a concurrency limit. Each shard keeps within
-	// MaxBytes/Shards, evicting least recently used keys. It does not
-	// count the rule IDs, which keys of one rule share.
+	// MaxBytes caps the memory of the keys (0: no cap), as the Go
+	// allocator hands it out: the entries (80 bytes each) and the index
+	// as allocated, the keys' own bytes half as much again, and the
+	// entries of sliding logs and leases of concurrency limits (24 bytes
+	// each). Each shard keeps within MaxBytes/Shards. It does not count
+	// the rule IDs, which keys of one rule share, nor the reservations
+	// (MaxReservations). A cap below three chunks of entries (120 KiB) per
+	// shard lowers the number of shards.
 	MaxBytes int64
 	// Now returns the wall clock's current instant in Unix nanoseconds.
 	// Calendar quotas follow it (their periods are days of a calendar);
@@ -90,7 +92,8 @@ type Options struct {
 type Stats struct {
 	// Keys is the number of keys held, idle ones not yet removed included.
 	Keys int
-	// Bytes is their approximate memory, as counted for MaxBytes.
+	// Bytes is their memory as counted for MaxBytes, a bound of what
+	// they take.
 	Bytes int64
 	// Evictions counts keys removed to keep within MaxKeys.
 	Evictions uint64
@@ -177,7 +180,7 @@ func New(opts Options) (*Store, error) {
 	}
 	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
 	for n > 1 && ((opts.MaxKeys > 0 && opts.MaxKeys/n < minPerShard) ||
-		(opts.MaxBytes > 0 && opts.MaxBytes/int64(n) < minPerShard*keyOverhead)) {
+		(opts.MaxBytes > 0 && opts.MaxBytes/int64(n) < minShardBytes)) {
 		n /= 2 // a small cap: fewer shards, so that each holds a useful LRU
 	}
 	if opts.SnapshotInterval == 0 {
@@ -305,8 +308,12 @@ type ruleHash struct {
 }
 
 // minPerShard is the smallest per-shard cap a key cap may leave before New
-// uses fewer shards.
-const minPerShard = 64
+// uses fewer shards; minShardBytes is the same for a byte cap (three
+// chunks of entries).
+const (
+	minPerShard   = 64
+	minShardBytes = 3 * chunkBytes
+)
 
 // stackHits is the number of hits a request can have before Apply
 // allocates its scratch space.

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -9,10 +10,12 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// chunkSize is the number of entries allocated at once. Entries never move,
-// so a pointer to one stays valid while its shard is locked.
+// chunkSize is the number of entries allocated at once: 512 entries of 80
+// bytes are 40 KiB, five whole pages, which the allocator hands out with
+// nothing lost to rounding. Entries never move, so a pointer to one stays
+// valid while its shard is locked.
 const (
-	chunkShift = 8
+	chunkShift = 9
 	chunkSize  = 1 << chunkShift
 	chunkMask  = chunkSize - 1
 )
@@ -73,13 +76,15 @@ type shardState struct {
 	n      int32   // live entries
 	head   int32   // most recently used
 	tail   int32   // least recently used
-	bytes  int64   // approximate memory of the live entries (keyCost)
+	bytes  int64   // memory of the chunks, the index and the live keys (structBytes, keyCost)
 
 	evictions uint64
 	expired   uint64
 	clamps    uint64
 
 	// res holds the settle records of the reservations held here.
+	keys keyArena // the live keys' bytes
+
 	res          map[resKey]reservation
 	resEvictions uint64
 	resExpired   uint64
@@ -115,26 +120,63 @@ func (sh *shard) init(max int32, budget int64) {
 	sh.max, sh.budget = max, budget
 }
 
-// Memory accounting for Options.MaxBytes: an entry and its share of the
-// index (BenchmarkMemory1M measures about 96 bytes), the key's bytes, and
-// the variable part of sliding logs and concurrency limits.
+// Memory accounting for Options.MaxBytes counts what the Go allocator
+// hands out, rounded as it rounds: a shard's chunks of entries and its
+// index, as allocated, with the slack of its key arena (structBytes), and
+// for each live key its bytes in the arena and the variable part of its
+// state (keyCost). The key is the store's own copy, so nothing else it may
+// have been cut from is kept alive.
 const (
-	keyOverhead = 96
-	extOverhead = 32                                 // the Ext and its slice header
-	extEntry    = int64(unsafe.Sizeof(algo.Entry{})) // per log entry or lease
+	entryBytes = int64(unsafe.Sizeof(entry{}))
+	chunkBytes = int64(unsafe.Sizeof([chunkSize]entry{}))
+	extBytes   = int64(unsafe.Sizeof(algo.Ext{}))
+	extEntry   = int64(unsafe.Sizeof(algo.Entry{})) // per log entry or lease
+	ptrBytes   = int64(unsafe.Sizeof(uintptr(0)))
 )
 
-// extCost is the approximate memory of a state's variable part.
+// extCost is the memory of a state's variable part: the Ext and the
+// array of its entries.
 func extCost(x *algo.Ext) int64 {
 	if x == nil {
 		return 0
 	}
-	return extOverhead + int64(cap(x.Entries))*extEntry
+	return allocSize(extBytes, true) + allocSize(int64(cap(x.Entries))*extEntry, false)
 }
 
-// keyCost is the approximate memory of a key with state st.
+// keyCost is the memory of a key with state st, beyond its entry and its
+// share of the index: its bytes in the arena and its state's variable part.
 func keyCost(key string, st *algo.State) int64 {
-	return keyOverhead + int64(len(key)) + extCost(st.Ext)
+	return arenaCost(int64(len(key))) + extCost(st.Ext)
+}
+
+// indexBytes is the memory of an index of n slots.
+func indexBytes(n int) int64 {
+	return allocSize(int64(n)*4, false) + allocSize(int64(n), false)
+}
+
+// structBytes is the memory of the shard's chunks and index as allocated,
+// and the slack of its key arena.
+func (sh *shard) structBytes() int64 {
+	return int64(len(sh.chunks))*allocSize(chunkBytes, true) + allocSize(int64(cap(sh.chunks))*ptrBytes, true) +
+		indexBytes(len(sh.slots)) + sh.keys.slack()
+}
+
+// growthCost is the memory that inserting one more key of n bytes adds to
+// the shard's structure: a new chunk when no entry is free, a larger index
+// when the index is full enough to double, the arena's slack with its first
+// page.
+func (sh *shard) growthCost(n int) int64 {
+	c := sh.keys.slackFor(n)
+	if sh.free < 0 && sh.used&chunkMask == 0 {
+		c += allocSize(chunkBytes, true)
+		if n := len(sh.chunks); n == cap(sh.chunks) {
+			c += allocSize(int64(max(2*n, 4))*ptrBytes, true) - allocSize(int64(n)*ptrBytes, true)
+		}
+	}
+	if int(sh.n+1)*4 > len(sh.slots)*3 {
+		c += indexBytes(max(minSlots, 2*len(sh.slots))) - indexBytes(len(sh.slots))
+	}
+	return c
 }
 
 // regrow accounts for an entry whose variable part went from old to new
@@ -228,7 +270,7 @@ func (sh *shard) pushFront(i int32) {
 func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st algo.State, exp int64) int32 {
 	cost := keyCost(key, &st)
 	for sh.n > 0 && ((sh.max > 0 && sh.n >= sh.max) || (sh.free < 0 && sh.used >= maxEntries) ||
-		(sh.budget > 0 && sh.bytes+cost > sh.budget)) {
+		(sh.budget > 0 && sh.bytes+cost+sh.growthCost(len(key)) > sh.budget)) {
 		s.remove(sh, sh.tail)
 		sh.evictions++
 	}
@@ -245,12 +287,14 @@ func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st a
 	} else {
 		i = sh.used
 		if int(i>>chunkShift) == len(sh.chunks) {
+			old := sh.structBytes()
 			sh.chunks = append(sh.chunks, new([chunkSize]entry))
+			sh.bytes += sh.structBytes() - old
 		}
 		sh.used++
 	}
 	e := sh.at(i)
-	*e = entry{st: st, rule: rule, key: key, exp: exp, prev: -1, next: -1}
+	*e = entry{st: st, rule: rule, key: sh.addKey(key), exp: exp, prev: -1, next: -1}
 	sh.place(h, uint32(i+1))
 	sh.pushFront(i)
 	sh.n++
@@ -283,6 +327,8 @@ func (sh *shard) place(h uint64, ref uint32) bool {
 // grow doubles the shard's index and places every entry again.
 func (s *Store) grow(sh *shard) {
 	old := sh.slots
+	sh.bytes -= indexBytes(len(old))
+	defer func() { sh.bytes += indexBytes(len(sh.slots)) }()
 	size := max(minSlots, 2*len(old))
 	for {
 		sh.slots, sh.dist = make([]uint32, size), make([]uint8, size)
@@ -324,9 +370,33 @@ func (s *Store) remove(sh *shard, i int32) {
 	}
 	sh.unlink(i)
 	sh.bytes -= keyCost(e.key, &e.st)
+	n := len(e.key)
 	*e = entry{prev: -1, next: sh.free}
 	sh.free = i
 	sh.n--
+	if sh.keys.remove(n) {
+		sh.compactKeys()
+	}
+}
+
+// addKey copies key into the shard's arena and returns the copy.
+func (sh *shard) addKey(key string) string {
+	old := sh.keys.slack()
+	key = sh.keys.add(key)
+	sh.bytes += sh.keys.slack() - old
+	return key
+}
+
+// compactKeys copies the live keys into fresh pages of a new arena.
+func (sh *shard) compactKeys() {
+	sh.bytes -= sh.keys.slack()
+	sh.keys = keyArena{}
+	for i := range sh.used {
+		if e := sh.at(i); e.rule != nil {
+			e.key = sh.keys.add(e.key)
+		}
+	}
+	sh.bytes += sh.keys.slack()
 }
 
 // satAdd returns a+b for b ≥ 0, saturating at MaxInt64.
@@ -335,4 +405,43 @@ func satAdd(a, b int64) int64 {
 		return math.MaxInt64
 	}
 	return a + b
+}
+
+// sizeClasses are the Go allocator's size classes for small objects
+// (internal/runtime/gc.SizeClassToSize).
+var sizeClasses = [...]int64{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256,
+	288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048,
+	2304, 2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880,
+	12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
+
+// Allocator constants: objects up to maxSmall bytes come from size
+// classes, larger ones are whole pages; a small object with pointers that
+// is larger than minHeader carries an 8-byte header; pointer-free objects
+// below tinySize share 16-byte blocks.
+const (
+	maxSmall   = 32768
+	minHeader  = 512
+	mallocHead = 8
+	tinySize   = 16
+	pageSize   = 8192
+)
+
+// allocSize returns the memory the Go allocator takes for an object of n
+// bytes that holds pointers (scan) or not, as the runtime rounds it. A
+// tiny pointer-free object counts as the whole 16-byte block it shares,
+// which it may keep alive alone.
+func allocSize(n int64, scan bool) int64 {
+	switch {
+	case n <= 0:
+		return 0
+	case !scan && n < tinySize:
+		return tinySize
+	case n <= maxSmall-mallocHead:
+		if scan && n > minHeader {
+			n += mallocHead
+		}
+		i, _ := slices.BinarySearch(sizeClasses[:], n)
+		return sizeClasses[i]
+	}
+	return (n + pageSize - 1) &^ (pageSize - 1)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -46,7 +47,7 @@ func (s *Store) checkIndex(t *testing.T, sh *shard) {
 	if live != int(sh.n) {
 		t.Fatalf("%d slots used, %d live entries", live, sh.n)
 	}
-	var bytes int64
+	bytes := sh.structBytes()
 	for i := range sh.used {
 		if e := sh.at(i); e.rule != nil {
 			bytes += keyCost(e.key, &e.st)
@@ -54,6 +55,15 @@ func (s *Store) checkIndex(t *testing.T, sh *shard) {
 	}
 	if bytes != sh.bytes {
 		t.Fatalf("shard counts %d bytes, its entries add up to %d", sh.bytes, bytes)
+	}
+	var keyBytes int64
+	for i := range sh.used {
+		if e := sh.at(i); e.rule != nil {
+			keyBytes += int64(len(e.key))
+		}
+	}
+	if a := &sh.keys; a.live != keyBytes || a.alloc > a.bytes() || a.dead > a.live/4 {
+		t.Fatalf("key arena: %d live bytes (entries: %d), %d removed, %d allocated, bound %d", a.live, keyBytes, a.dead, a.alloc, a.bytes())
 	}
 }
 
@@ -82,7 +92,10 @@ func TestIndexInvariants(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			r = short
 		}
-		hits := []limiter.Hit{{Rule: r, Key: strconv.Itoa(rng.IntN(900)), Cost: 1}}
+		k := rng.IntN(900)
+		// Keys of every length, some longer than an arena page's share.
+		key := strconv.Itoa(k) + strings.Repeat("x", k%7*k%(2*arenaLong))
+		hits := []limiter.Hit{{Rule: r, Key: key, Cost: 1}}
 		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
 			t.Fatal(err)
 		}
