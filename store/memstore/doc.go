@@ -7,8 +7,26 @@
 // is already known allocates nothing. Keys whose limit is back to full are
 // idle: they are treated as new and removed, lazily on access and by a
 // periodic sweep. Options.MaxKeys and Options.MaxBytes cap the number of
-// keys and their memory; a full shard evicts its least recently used key and
-// counts the eviction.
+// keys and their memory.
+//
+// # Eviction
+//
+// A full shard makes room by value, not by recency: it weighs a few of its
+// keys (8, from where its last eviction stopped, walking the entries in
+// order) and removes the one whose loss changes least. A key whose state
+// gives what a fresh key gives (a full bucket, a window that has ended)
+// goes first and costs nothing (Stats().Expired); then the key that holds
+// the least of its limit (algo.Params.Held: how far a TAT runs ahead of now
+// against its tolerance, how full a window or quota is); a key that is
+// denying (its last decision was a denial and the same cost would still be
+// denied now) only when every key weighed, up to 64 of them, is denying
+// too, and that eviction is counted in Stats().DenyingEvictions. So a flood
+// of new keys, each holding a little of its limit, evicts its own kind and
+// cannot reset the counter of a client that is being held back
+// (TestDenyingKeySurvivesFlood: a login limit of 5 an hour used up, then
+// 1.1 million distinct keys through a store of 10,000, and the attacker is
+// still denied). An eviction visits a bounded number of entries (at most
+// 1,024, free ones included), whatever the number of keys.
 //
 // A request's hits are checked and charged all or nothing: the shards they
 // live in are locked in ascending order, every hit is decided on a copy of

@@ -31,10 +31,10 @@ type Options struct {
 	// (0: DefaultShards, at most 65536).
 	Shards int
 	// MaxKeys caps the number of keys (0: no cap). Each shard keeps at
-	// most MaxKeys/Shards of them and evicts its own least recently used
-	// key to make room, so the store as a whole evicts keys that are
-	// nearly, not exactly, the least recently used. A cap below
-	// 64 keys per shard lowers the number of shards.
+	// most MaxKeys/Shards of them and evicts its own keys to make room, by
+	// value: idle keys first, then those that hold least of their limits,
+	// denying keys last (see the package documentation). A cap below 64
+	// keys per shard lowers the number of shards.
 	MaxKeys int
 	// MaxBytes caps the memory of the keys (0: no cap), as the Go
 	// allocator hands it out: the entries (80 bytes each) and the index
@@ -95,9 +95,16 @@ type Stats struct {
 	// Bytes is their memory as counted for MaxBytes, a bound of what
 	// they take.
 	Bytes int64
-	// Evictions counts keys removed to keep within MaxKeys.
+	// Evictions counts keys removed to keep within MaxKeys or MaxBytes
+	// that held part of their limit: each starts over as a fresh key.
 	Evictions uint64
-	// Expired counts idle keys removed by sweeps.
+	// DenyingEvictions counts those of Evictions that were denying (their
+	// last decision a denial that still held): each lets a client that was
+	// being held back start over. The store evicts one only when every key
+	// it weighed was denying too.
+	DenyingEvictions uint64
+	// Expired counts idle keys removed by sweeps, and keys that a full
+	// shard removed to make room while their state equalled a fresh key's.
 	Expired uint64
 	// Clamps counts decisions whose clock reading was earlier than the
 	// key's last one and was moved forward to it.
@@ -364,7 +371,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	}
 	for i := range hits {
 		h := s.hitHash(hits[i].Rule, hits[i].Key)
-		w = append(w, work{h: h, sh: int32(h >> s.shift)})
+		w = append(w, work{h: h, sh: int32(h >> s.shift), idx: -1})
 		locks = insertSorted(locks, int32(h>>s.shift))
 	}
 	for _, l := range locks {
@@ -414,7 +421,6 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	idx := sh.find(h, hit.Rule, hit.Key)
 	if idx >= 0 {
 		e = sh.at(idx)
-		sh.touch(idx)
 		if e.exp > now {
 			if inPlace(p.Algorithm()) {
 				err := s.decideInPlace(sh, e, p, hit, out, now, peek)
@@ -432,17 +438,20 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	}
 	err := p.DecideInto(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out)
 	out.At = now
-	if err == nil && out.Allowed && !peek {
+	switch {
+	case err != nil || peek:
+	case out.Allowed:
 		exp := expiry(hit.Rule, &st, out, expiryBase(t, now, wall))
 		if e != nil {
-			e.st, e.exp, e.rule = st, exp, hit.Rule
+			e.st, e.exp, e.rule, e.deny = st, exp, hit.Rule, 0
 			sh.regrow(oldExt, extCost(st.Ext))
-			s.trim(sh, idx)
-			sh.writes++
+			s.trim(sh, pins{one: idx}, now)
 		} else {
-			s.insert(sh, h, hit.Rule, hit.Key, st, exp)
-			sh.writes++
+			s.insert(sh, h, hit.Rule, hit.Key, st, exp, now, noPins)
 		}
+		sh.writes++
+	case e != nil && e.exp > now:
+		denied(e, expiryBase(t, now, wall), out.RetryAfter)
 	}
 	sh.mu.Unlock()
 	if err != nil {
@@ -471,14 +480,31 @@ func (s *Store) decideInPlace(sh *shard, e *entry, p *algo.Params, hit *limiter.
 		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 	}
 	out.At = now
-	if out.Allowed && !peek {
+	switch {
+	case peek:
+	case out.Allowed:
 		e.exp = expiry(hit.Rule, &e.st, out, t)
 		if e.rule != hit.Rule {
 			e.rule = hit.Rule
 		}
+		if e.deny != 0 {
+			e.deny = 0
+		}
 		sh.writes++
+	default:
+		denied(e, t, out.RetryAfter)
 	}
 	return nil
+}
+
+// denied records on e a denial decided at t (on the monotonic timeline)
+// that the same cost may retry after retry: the key is denying until then.
+// An entry stays as it is when a denial changes nothing, as is the rule
+// for an attacker who retries as soon as told.
+func denied(e *entry, t int64, retry time.Duration) {
+	if until := satAdd(t, int64(retry)); until > e.deny {
+		e.deny = until
+	}
 }
 
 // insertSorted adds v to the ascending set l.
@@ -500,7 +526,7 @@ func insertSorted(l []int32, v int32) []int32 {
 // copies back only if every non-shadow hit allows. The hits' shards are
 // locked.
 func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64, peek bool) error {
-	denied := false
+	refused := false
 	multi := len(hits) > 1
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
@@ -527,7 +553,6 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 						wk.st.Ext = cloneExt(wk.st.Ext)
 					}
 				}
-				sh.touch(wk.idx)
 			}
 		}
 		t, wall := s.instant(hit.Rule.Params(), now)
@@ -545,16 +570,23 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		if d.Allowed {
 			wk.allowed = true
 			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, &d, expiryBase(t, now, wall)))
-		} else if !hit.Rule.Shadow() {
-			denied = true
+		} else {
+			if !peek && wk.idx >= 0 {
+				if e := sh.at(wk.idx); e.exp > now {
+					denied(e, expiryBase(t, now, wall), d.RetryAfter)
+				}
+			}
+			if !hit.Rule.Shadow() {
+				refused = true
+			}
 		}
 	}
-	if denied || peek {
+	if refused || peek {
 		return nil
 	}
-	// Existing entries first: an insert may evict, and must not evict an
-	// entry this request is about to write. Byte budgets are enforced
-	// once everything is written, for the same reason.
+	// Existing entries first, then the new ones; an insert may evict, but
+	// never an entry of this request (pins). Byte budgets are enforced once
+	// everything is written.
 	for pass := 0; pass < 2; pass++ {
 		for i := range w {
 			wk := &w[i]
@@ -565,17 +597,16 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			if wk.idx >= 0 {
 				e := sh.at(wk.idx)
 				old := extCost(e.st.Ext)
-				e.st, e.exp, e.rule = wk.st, wk.exp, hits[i].Rule
+				e.st, e.exp, e.rule, e.deny = wk.st, wk.exp, hits[i].Rule, 0
 				sh.regrow(old, extCost(e.st.Ext))
-				sh.writes++
 			} else {
-				s.insert(sh, wk.h, hits[i].Rule, hits[i].Key, wk.st, wk.exp)
-				sh.writes++
+				wk.idx = s.insert(sh, wk.h, hits[i].Rule, hits[i].Key, wk.st, wk.exp, now, pins{one: -1, w: w, sh: wk.sh})
 			}
+			sh.writes++
 		}
 	}
 	for i := range w {
-		s.trim(&s.shards[w[i].sh], -1)
+		s.trim(&s.shards[w[i].sh], pins{one: -1, w: w, sh: w[i].sh}, now)
 	}
 	return nil
 }
@@ -612,6 +643,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 				}
 				sh.regrow(old, extCost(e.st.Ext))
 				st = e.st
+				e.deny = 0 // units came back: no longer the denial it was
 			}
 		}
 		d, err := peekFree(hit, &st, t, &out[i])
@@ -708,6 +740,7 @@ func (s *Store) Stats() Stats {
 		st.Keys += int(sh.n)
 		st.Bytes += sh.bytes
 		st.Evictions += sh.evictions
+		st.DenyingEvictions += sh.denyEvictions
 		st.Expired += sh.expired
 		st.Clamps += sh.clamps
 		st.Reservations += len(sh.res)

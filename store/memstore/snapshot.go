@@ -229,7 +229,7 @@ func (s *Store) load() {
 		if sh.find(h, rule, r.key) >= 0 {
 			continue // a duplicate record: keep the first
 		}
-		s.insert(sh, h, rule, r.key, r.st, r.exp)
+		s.insert(sh, h, rule, r.key, r.st, r.exp, now, noPins)
 		s.loaded++
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -35,9 +36,8 @@ const (
 const cacheLine = 128
 
 // entry is one (rule, key) pair's state: 80 bytes on 64-bit machines, plus
-// the key's own bytes (shared with the caller's string) and 5 bytes per
-// index slot (at most 4/3 slots per key, at least 2/3 after the index has
-// doubled).
+// the key's own bytes (in the shard's key arena) and 5 bytes per index slot
+// (4/3 to 8/3 slots per key).
 //
 // What a decision of a rate algorithm writes (exp and the state's Last, A
 // and B) comes first, in 32 bytes, and a decision writes rule only when it
@@ -49,9 +49,11 @@ type entry struct {
 	st   algo.State
 	rule *limiter.Rule // nil for a free entry
 	key  string
-	// prev and next link the shard's LRU list (next also links the free
-	// list); -1 ends a list.
-	prev, next int32
+	// deny is, while the key's last decision was a denial, the instant (on
+	// the monotonic timeline, like exp) at which the cost it denied passes
+	// again, and 0 once a decision allows: the key is denying while deny is
+	// after now. A free entry keeps the index of the next free one here.
+	deny int64
 }
 
 // shardState is one shard; every field is guarded by mu. The fields that
@@ -74,13 +76,13 @@ type shardState struct {
 	used   int32   // entries ever handed out (the high-water mark)
 	free   int32   // head of the free list
 	n      int32   // live entries
-	head   int32   // most recently used
-	tail   int32   // least recently used
+	hand   int32   // the next entry an eviction weighs
 	bytes  int64   // memory of the chunks, the index and the live keys (structBytes, keyCost)
 
-	evictions uint64
-	expired   uint64
-	clamps    uint64
+	evictions     uint64
+	denyEvictions uint64
+	expired       uint64
+	clamps        uint64
 
 	// res holds the settle records of the reservations held here.
 	keys keyArena // the live keys' bytes
@@ -116,7 +118,7 @@ func (sh *shard) lock() {
 }
 
 func (sh *shard) init(max int32, budget int64) {
-	sh.free, sh.head, sh.tail = -1, -1, -1
+	sh.free = -1
 	sh.max, sh.budget = max, budget
 }
 
@@ -183,13 +185,138 @@ func (sh *shard) growthCost(n int) int64 {
 // bytes.
 func (sh *shard) regrow(old, new int64) { sh.bytes += new - old }
 
-// trim evicts least recently used entries, but never keep, while the
-// shard is over its byte budget.
-func (s *Store) trim(sh *shard, keep int32) {
-	for sh.budget > 0 && sh.bytes > sh.budget && sh.tail >= 0 && sh.tail != keep {
-		s.remove(sh, sh.tail)
+// trim evicts entries, never pinned ones, while the shard is over its byte
+// budget.
+func (s *Store) trim(sh *shard, pin pins, now int64) {
+	for sh.budget > 0 && sh.bytes > sh.budget && s.evict(sh, pin, now) {
+	}
+}
+
+// Eviction by value. A shard that must make room weighs a few keys, from
+// where the last eviction stopped on (hand), and removes the one whose loss
+// changes least (worth): first a key whose state gives what a fresh key
+// gives, which costs nothing to drop (it counts as expired); then the one
+// that holds the least of its limit (algo.Params.Held); a key that is
+// denying (its last decision was a denial that still holds) only when
+// every key weighed is denying too. It weighs evictSample keys, more while
+// all of them are denying (up to evictDenying), and stops at the first
+// that costs nothing. Free entries on the way are skipped; after
+// evictVisits entries the best key found so far goes. Each eviction thus
+// costs a few dozen entries at most, whatever the number of keys.
+//
+// The hand walks the entries in order and comes back to a key only after
+// passing every other, so a key that was just inserted is weighed last:
+// by then a key that was used once and left alone is back to full.
+const (
+	evictSample  = 8
+	evictDenying = 64
+	evictVisits  = 1024
+)
+
+// denyingWorth is added to the worth of a denying key: more than any key
+// that is not denying can be worth.
+const denyingWorth = 1 << 32
+
+// worth returns what forgetting entry e at now would lose: 0 for a key
+// that answers as a fresh one would, else the share of its limit it holds
+// (algo.HeldFull when nothing is left), plus denyingWorth while it is
+// denying. A quota's share is weighed on the wall clock, which worth reads
+// into *wall the first time it needs it.
+func (s *Store) worth(e *entry, now int64, wall *int64) uint64 {
+	if e.exp <= now {
+		return 0
+	}
+	p := e.rule.Params()
+	t := now
+	if p.Algorithm().Family() == floodgate.FamilyQuota {
+		if *wall == 0 {
+			*wall = s.wall()
+		}
+		t = *wall
+	}
+	held := uint64(p.Held(&e.st, t))
+	if held == 0 {
+		return 0
+	}
+	if e.deny > now {
+		held += denyingWorth
+	}
+	return held
+}
+
+// pins names the entries of a shard that an eviction must leave alone:
+// those of the request that makes room.
+type pins struct {
+	one int32  // an entry, or -1
+	w   []work // a request's hits: their entries (idx) in shard sh
+	sh  int32
+}
+
+// noPins pins nothing.
+var noPins = pins{one: -1}
+
+func (p *pins) has(i int32) bool {
+	if i == p.one {
+		return true
+	}
+	for k := range p.w {
+		if p.w[k].idx == i && p.w[k].sh == p.sh {
+			return true
+		}
+	}
+	return false
+}
+
+// evict removes the entry of sh worth least among those it weighs (see
+// Eviction by value), never a pinned one, and reports whether there was
+// one to remove.
+func (s *Store) evict(sh *shard, pin pins, now int64) bool {
+	best, least := int32(-1), uint64(math.MaxUint64)
+	var wall int64
+	weighed := 0
+	for visits := int32(0); visits < sh.used; visits++ {
+		if weighed >= evictSample && (least < denyingWorth || weighed >= evictDenying) {
+			break
+		}
+		if visits >= evictVisits && best >= 0 {
+			break
+		}
+		i := sh.hand
+		if sh.hand++; sh.hand >= sh.used {
+			sh.hand = 0
+		}
+		e := sh.at(i)
+		if e.rule == nil || pin.has(i) {
+			continue
+		}
+		weighed++
+		if w := s.worth(e, now, &wall); w < least {
+			best, least = i, w
+			if w == 0 {
+				break
+			}
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	// The next eviction weighs on from the key after this one: the keys
+	// spared here are weighed again, while their entries are still in the
+	// cache, and keys go in the order they were written.
+	if sh.hand = best + 1; sh.hand >= sh.used {
+		sh.hand = 0
+	}
+	switch {
+	case least == 0:
+		sh.expired++
+	case least >= denyingWorth:
+		sh.denyEvictions++
+		sh.evictions++
+	default:
 		sh.evictions++
 	}
+	s.remove(sh, best)
+	return true
 }
 
 // at returns entry i.
@@ -219,60 +346,16 @@ func (sh *shard) find(h uint64, rule *limiter.Rule, key string) int32 {
 	}
 }
 
-// touch moves entry i to the front of the LRU list. A shard without a cap
-// never evicts by recency, so it leaves its list alone: moving an entry
-// writes to its neighbours and to the list's head, three more cache lines
-// per decision. Its list stays in order of insertion, which is what the
-// last-resort eviction of a shard whose index is full then follows.
-// It is small enough to be inlined, so that an uncapped shard pays no call.
-func (sh *shard) touch(i int32) {
-	if (sh.max != 0 || sh.budget != 0) && sh.head != i {
-		sh.moveToFront(i)
-	}
-}
-
-// moveToFront moves entry i, which is not the head, to the front of the
-// LRU list.
-func (sh *shard) moveToFront(i int32) {
-	sh.unlink(i)
-	sh.pushFront(i)
-}
-
-func (sh *shard) unlink(i int32) {
-	e := sh.at(i)
-	if e.prev >= 0 {
-		sh.at(e.prev).next = e.next
-	} else {
-		sh.head = e.next
-	}
-	if e.next >= 0 {
-		sh.at(e.next).prev = e.prev
-	} else {
-		sh.tail = e.prev
-	}
-	e.prev, e.next = -1, -1
-}
-
-func (sh *shard) pushFront(i int32) {
-	e := sh.at(i)
-	e.prev, e.next = -1, sh.head
-	if sh.head >= 0 {
-		sh.at(sh.head).prev = i
-	} else {
-		sh.tail = i
-	}
-	sh.head = i
-}
-
 // insert adds a new entry for (rule, key), which must not be present,
-// evicting the least recently used entry when the shard is full. It returns
-// the new entry's index.
-func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st algo.State, exp int64) int32 {
+// evicting entries other than the pinned ones while the shard is full (see
+// Eviction by value). It returns the new entry's index.
+func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st algo.State, exp, now int64, pin pins) int32 {
 	cost := keyCost(key, &st)
 	for sh.n > 0 && ((sh.max > 0 && sh.n >= sh.max) || (sh.free < 0 && sh.used >= maxEntries) ||
 		(sh.budget > 0 && sh.bytes+cost+sh.growthCost(len(key)) > sh.budget)) {
-		s.remove(sh, sh.tail)
-		sh.evictions++
+		if !s.evict(sh, pin, now) {
+			break
+		}
 	}
 	if int(sh.n+1)*4 > len(sh.slots)*3 {
 		s.grow(sh)
@@ -283,7 +366,7 @@ func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st a
 	var i int32
 	if sh.free >= 0 {
 		i = sh.free
-		sh.free = sh.at(i).next
+		sh.free = int32(sh.at(i).deny)
 	} else {
 		i = sh.used
 		if int(i>>chunkShift) == len(sh.chunks) {
@@ -294,9 +377,8 @@ func (s *Store) insert(sh *shard, h uint64, rule *limiter.Rule, key string, st a
 		sh.used++
 	}
 	e := sh.at(i)
-	*e = entry{st: st, rule: rule, key: sh.addKey(key), exp: exp, prev: -1, next: -1}
+	*e = entry{st: st, rule: rule, key: sh.addKey(key), exp: exp}
 	sh.place(h, uint32(i+1))
-	sh.pushFront(i)
 	sh.n++
 	sh.bytes += cost
 	return i
@@ -349,7 +431,7 @@ func (s *Store) grow(sh *shard) {
 	}
 }
 
-// remove deletes entry i from the index and the LRU list and frees it.
+// remove deletes entry i from the index and frees it.
 func (s *Store) remove(sh *shard, i int32) {
 	e := sh.at(i)
 	mask := uint32(len(sh.slots) - 1)
@@ -368,10 +450,9 @@ func (s *Store) remove(sh *shard, i int32) {
 			pos = j
 		}
 	}
-	sh.unlink(i)
 	sh.bytes -= keyCost(e.key, &e.st)
 	n := len(e.key)
-	*e = entry{prev: -1, next: sh.free}
+	*e = entry{deny: int64(sh.free)}
 	sh.free = i
 	sh.n--
 	if sh.keys.remove(n) {
