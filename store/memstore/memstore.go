@@ -69,6 +69,15 @@ type Options struct {
 	// counted from Now's reading when the store is made. Tests set both to
 	// step the wall clock alone.
 	Elapsed func() time.Duration
+	// Boot reads a clock that runs on across restarts of the process but
+	// not of the machine: an identifier of the machine's current boot and
+	// the time since it began (ok false when there is none). A snapshot
+	// records it, so that a store started again on the same boot knows
+	// exactly how long it was away, whatever the wall clock said when the
+	// snapshot was taken or says now (see the package documentation).
+	// The default is SystemBoot, whatever Now is; tests that fake the
+	// clock across a restart set one that reports none, or a fake.
+	Boot func() (id string, up time.Duration, ok bool)
 	// StatePath, when set, is the state file: loaded by New, written
 	// every SnapshotInterval and by Close.
 	StatePath string
@@ -118,6 +127,11 @@ type Stats struct {
 	ReservationEvictions, ReservationsExpired uint64
 	// Loaded is the number of keys read from the state file by New.
 	Loaded int
+	// Rebased is how far New moved the store's timeline, the clock of
+	// every algorithm but calendar quotas, so that the limits continue
+	// from the state file (see the package documentation): forward for a
+	// snapshot from the future, as a clock that ran fast leaves one.
+	Rebased time.Duration
 	// LoadError says why the state file was not loaded (nil if it was, or
 	// if there was none).
 	LoadError error
@@ -141,9 +155,16 @@ type Store struct {
 	now        func() int64 // the monotonic timeline: expiries and all but quotas
 	wall       func() int64 // the wall clock: calendar quotas
 	clock      *coarseClock // the default clock, nil with Options.Now
+	base       int64        // the timeline's instant at Elapsed 0, with Options.Elapsed
 	maxRes     int          // reservations per shard
 	opts       Options
 	log        *slog.Logger
+
+	// rebase is how far New moved the timeline to continue from the state
+	// file (see load); decisions report their instants less it.
+	rebase int64
+	boot   func() (id string, up time.Duration, ok bool)
+	bootID [16]byte // bootHash of this boot's ID, zero if unknown
 
 	loaded  int
 	loadErr error
@@ -188,7 +209,7 @@ func New(opts Options) (*Store, error) {
 	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
 	for n > 1 && ((opts.MaxKeys > 0 && opts.MaxKeys/n < minPerShard) ||
 		(opts.MaxBytes > 0 && opts.MaxBytes/int64(n) < minShardBytes)) {
-		n /= 2 // a small cap: fewer shards, so that each holds a useful LRU
+		n /= 2 // a small cap: fewer shards, each with room to choose what to evict
 	}
 	if opts.SnapshotInterval == 0 {
 		opts.SnapshotInterval = DefaultSnapshotInterval
@@ -208,21 +229,19 @@ func New(opts Options) (*Store, error) {
 	s.mult = maphash.String(s.seed, "multiplier") | 1
 	switch {
 	case s.now != nil && opts.Elapsed != nil:
-		base := opts.Now() - int64(opts.Elapsed())
+		s.base = opts.Now() - int64(opts.Elapsed())
 		s.wall = opts.Now
-		s.now = func() int64 { return base + int64(opts.Elapsed()) }
+		s.now = func() int64 { return s.base + int64(opts.Elapsed()) }
 	case s.now != nil:
 		s.wall = s.now
-	}
-	if s.now == nil {
+	default:
 		s.clock = newCoarseClock()
 		s.now = s.clock.now
 		s.wall = s.clock.wall.now
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.clock.run(s.stop)
-		}()
+	}
+	s.boot = opts.Boot
+	if s.boot == nil {
+		s.boot = SystemBoot
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -244,7 +263,19 @@ func New(opts Options) (*Store, error) {
 		s.shards[i].init(per, budget)
 	}
 	if opts.StatePath != "" {
-		s.load()
+		if id, _, ok := s.boot(); ok {
+			s.bootID = bootHash(id)
+		}
+		s.load() // before the clock runs: it may move the store's timeline
+	}
+	if s.clock != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.clock.run(s.stop)
+		}()
+	}
+	if opts.StatePath != "" {
 		if opts.SnapshotInterval > 0 {
 			s.wg.Add(1)
 			go s.loop(opts.SnapshotInterval, s.snapshotIfChanged)
@@ -437,7 +468,7 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		sh.clamps++
 	}
 	err := p.DecideInto(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out)
-	out.At = now
+	out.At = now - s.rebase
 	switch {
 	case err != nil || peek:
 	case out.Allowed:
@@ -479,7 +510,7 @@ func (s *Store) decideInPlace(sh *shard, e *entry, p *algo.Params, hit *limiter.
 	if err := p.DecideInto(&e.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out); err != nil {
 		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 	}
-	out.At = now
+	out.At = now - s.rebase
 	switch {
 	case peek:
 	case out.Allowed:
@@ -562,7 +593,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		}
 		wk.at = t
 		d, err := hit.Rule.Params().Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
-		d.At = now
+		d.At = now - s.rebase
 		out[i] = d
 		if err != nil {
 			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
@@ -724,6 +755,7 @@ func (s *Store) Sweep() { s.sweep() }
 func (s *Store) Stats() Stats {
 	st := Stats{
 		Loaded:         s.loaded,
+		Rebased:        time.Duration(s.rebase),
 		LoadError:      s.loadErr,
 		Snapshots:      s.snapshots.Load(),
 		SnapshotErrors: s.snapErrors.Load(),

@@ -325,6 +325,10 @@ func TestCorruptStateFiles(t *testing.T) {
 	flipped[len(flipped)-3] ^= 0x40
 	badVersion := append([]byte(nil), data...)
 	badVersion[8] = 9
+	// The instant the snapshot was taken, which the body's checksum does
+	// not cover.
+	badTaken := append([]byte(nil), data...)
+	badTaken[45] ^= 0x01
 	for name, content := range map[string][]byte{
 		"empty":     {},
 		"short":     data[:10],
@@ -332,6 +336,7 @@ func TestCorruptStateFiles(t *testing.T) {
 		"appended":  append(append([]byte(nil), data...), 0),
 		"flipped":   flipped,
 		"version":   badVersion,
+		"taken":     badTaken,
 		"foreign":   []byte("{\"this is\": \"some other program's file\"}\n"),
 	} {
 		t.Run(name, func(t *testing.T) {
