@@ -1,6 +1,11 @@
 package memstore
 
 import (
+	"crypto/sha256"
+	"math"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -126,4 +131,64 @@ func (s *Store) refineCached(sh *shard, now int64) int64 {
 func (s *Store) fresh(sh *shard) int64 {
 	sh.seen = s.clock.wall.mono()
 	return sh.seen
+}
+
+// SystemBoot reads the machine's boot clock: on Linux, the boot ID of
+// /proc/sys/kernel/random/boot_id and the time since boot of /proc/uptime
+// (in hundredths of a second, counting time suspended). Elsewhere, or if
+// either cannot be read, it reports none.
+func SystemBoot() (id string, up time.Duration, ok bool) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", 0, false
+	}
+	u, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return "", 0, false
+	}
+	f := strings.Fields(string(u))
+	if len(f) == 0 {
+		return "", 0, false
+	}
+	sec, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || sec < 0 || sec > float64(math.MaxInt64)/1e9 {
+		return "", 0, false
+	}
+	id = strings.TrimSpace(string(b))
+	return id, time.Duration(sec * 1e9), id != ""
+}
+
+// bootHash is what a state file records of a boot ID: the first 16 bytes
+// of its SHA-256. No boot hashes to all zeros, which stands for none.
+func bootHash(id string) [16]byte {
+	sum := sha256.Sum256([]byte(id))
+	var h [16]byte
+	copy(h[:], sum[:])
+	if h == ([16]byte{}) {
+		h[0] = 1
+	}
+	return h
+}
+
+// timeline returns the store's monotonic timeline's instant, read from the
+// clock itself rather than the cached instant decisions use.
+func (s *Store) timeline() int64 {
+	if s.clock != nil {
+		return s.clock.wall.mono()
+	}
+	return s.now()
+}
+
+// shiftTimeline moves the store's timeline by d. New calls it, before the
+// clock's goroutine starts and before any decision.
+func (s *Store) shiftTimeline(d int64) {
+	switch {
+	case s.clock != nil:
+		s.clock.wall.startUnix += d
+	case s.opts.Elapsed != nil:
+		s.base += d
+	default:
+		now := s.opts.Now
+		s.now = func() int64 { return now() + d }
+	}
 }

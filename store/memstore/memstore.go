@@ -31,17 +31,19 @@ type Options struct {
 	// (0: DefaultShards, at most 65536).
 	Shards int
 	// MaxKeys caps the number of keys (0: no cap). Each shard keeps at
-	// most MaxKeys/Shards of them and evicts its own least recently used
-	// key to make room, so the store as a whole evicts keys that are
-	// nearly, not exactly, the least recently used. A cap below
-	// 64 keys per shard (or a MaxBytes below 64 keys' worth per shard)
-	// lowers the number of shards.
+	// most MaxKeys/Shards of them and evicts its own keys to make room, by
+	// value: idle keys first, then those that hold least of their limits,
+	// denying keys last (see the package documentation). A cap below 64
+	// keys per shard lowers the number of shards.
 	MaxKeys int
-	// MaxBytes caps the approximate memory of the keys (0: no cap): 96
-	// bytes per key, plus the key's bytes, plus 24 bytes per entry of a
-	// sliding log or lease of a concurrency limit. Each shard keeps within
-	// MaxBytes/Shards, evicting least recently used keys. It does not
-	// count the rule IDs, which keys of one rule share.
+	// MaxBytes caps the memory of the keys (0: no cap), as the Go
+	// allocator hands it out: the entries (80 bytes each) and the index
+	// as allocated, the keys' own bytes half as much again, and the
+	// entries of sliding logs and leases of concurrency limits (24 bytes
+	// each). Each shard keeps within MaxBytes/Shards. It does not count
+	// the rule IDs, which keys of one rule share, nor the reservations
+	// (MaxReservations). A cap below three chunks of entries (120 KiB) per
+	// shard lowers the number of shards.
 	MaxBytes int64
 	// Now returns the wall clock's current instant in Unix nanoseconds.
 	// Calendar quotas follow it (their periods are days of a calendar);
@@ -67,6 +69,15 @@ type Options struct {
 	// counted from Now's reading when the store is made. Tests set both to
 	// step the wall clock alone.
 	Elapsed func() time.Duration
+	// Boot reads a clock that runs on across restarts of the process but
+	// not of the machine: an identifier of the machine's current boot and
+	// the time since it began (ok false when there is none). A snapshot
+	// records it, so that a store started again on the same boot knows
+	// exactly how long it was away, whatever the wall clock said when the
+	// snapshot was taken or says now (see the package documentation).
+	// The default is SystemBoot, whatever Now is; tests that fake the
+	// clock across a restart set one that reports none, or a fake.
+	Boot func() (id string, up time.Duration, ok bool)
 	// StatePath, when set, is the state file: loaded by New, written
 	// every SnapshotInterval and by Close.
 	StatePath string
@@ -90,11 +101,19 @@ type Options struct {
 type Stats struct {
 	// Keys is the number of keys held, idle ones not yet removed included.
 	Keys int
-	// Bytes is their approximate memory, as counted for MaxBytes.
+	// Bytes is their memory as counted for MaxBytes, a bound of what
+	// they take.
 	Bytes int64
-	// Evictions counts keys removed to keep within MaxKeys.
+	// Evictions counts keys removed to keep within MaxKeys or MaxBytes
+	// that held part of their limit: each starts over as a fresh key.
 	Evictions uint64
-	// Expired counts idle keys removed by sweeps.
+	// DenyingEvictions counts those of Evictions that were denying (their
+	// last decision a denial that still held): each lets a client that was
+	// being held back start over. The store evicts one only when every key
+	// it weighed was denying too.
+	DenyingEvictions uint64
+	// Expired counts idle keys removed by sweeps, and keys that a full
+	// shard removed to make room while their state equalled a fresh key's.
 	Expired uint64
 	// Clamps counts decisions whose clock reading was earlier than the
 	// key's last one and was moved forward to it.
@@ -108,6 +127,11 @@ type Stats struct {
 	ReservationEvictions, ReservationsExpired uint64
 	// Loaded is the number of keys read from the state file by New.
 	Loaded int
+	// Rebased is how far New moved the store's timeline, the clock of
+	// every algorithm but calendar quotas, so that the limits continue
+	// from the state file (see the package documentation): forward for a
+	// snapshot from the future, as a clock that ran fast leaves one.
+	Rebased time.Duration
 	// LoadError says why the state file was not loaded (nil if it was, or
 	// if there was none).
 	LoadError error
@@ -131,9 +155,16 @@ type Store struct {
 	now        func() int64 // the monotonic timeline: expiries and all but quotas
 	wall       func() int64 // the wall clock: calendar quotas
 	clock      *coarseClock // the default clock, nil with Options.Now
+	base       int64        // the timeline's instant at Elapsed 0, with Options.Elapsed
 	maxRes     int          // reservations per shard
 	opts       Options
 	log        *slog.Logger
+
+	// rebase is how far New moved the timeline to continue from the state
+	// file (see load); decisions report their instants less it.
+	rebase int64
+	boot   func() (id string, up time.Duration, ok bool)
+	bootID [16]byte // bootHash of this boot's ID, zero if unknown
 
 	loaded  int
 	loadErr error
@@ -177,8 +208,8 @@ func New(opts Options) (*Store, error) {
 	}
 	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
 	for n > 1 && ((opts.MaxKeys > 0 && opts.MaxKeys/n < minPerShard) ||
-		(opts.MaxBytes > 0 && opts.MaxBytes/int64(n) < minPerShard*keyOverhead)) {
-		n /= 2 // a small cap: fewer shards, so that each holds a useful LRU
+		(opts.MaxBytes > 0 && opts.MaxBytes/int64(n) < minShardBytes)) {
+		n /= 2 // a small cap: fewer shards, each with room to choose what to evict
 	}
 	if opts.SnapshotInterval == 0 {
 		opts.SnapshotInterval = DefaultSnapshotInterval
@@ -198,21 +229,19 @@ func New(opts Options) (*Store, error) {
 	s.mult = maphash.String(s.seed, "multiplier") | 1
 	switch {
 	case s.now != nil && opts.Elapsed != nil:
-		base := opts.Now() - int64(opts.Elapsed())
+		s.base = opts.Now() - int64(opts.Elapsed())
 		s.wall = opts.Now
-		s.now = func() int64 { return base + int64(opts.Elapsed()) }
+		s.now = func() int64 { return s.base + int64(opts.Elapsed()) }
 	case s.now != nil:
 		s.wall = s.now
-	}
-	if s.now == nil {
+	default:
 		s.clock = newCoarseClock()
 		s.now = s.clock.now
 		s.wall = s.clock.wall.now
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.clock.run(s.stop)
-		}()
+	}
+	s.boot = opts.Boot
+	if s.boot == nil {
+		s.boot = SystemBoot
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -234,7 +263,19 @@ func New(opts Options) (*Store, error) {
 		s.shards[i].init(per, budget)
 	}
 	if opts.StatePath != "" {
-		s.load()
+		if id, _, ok := s.boot(); ok {
+			s.bootID = bootHash(id)
+		}
+		s.load() // before the clock runs: it may move the store's timeline
+	}
+	if s.clock != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.clock.run(s.stop)
+		}()
+	}
+	if opts.StatePath != "" {
 		if opts.SnapshotInterval > 0 {
 			s.wg.Add(1)
 			go s.loop(opts.SnapshotInterval, s.snapshotIfChanged)
@@ -305,8 +346,12 @@ type ruleHash struct {
 }
 
 // minPerShard is the smallest per-shard cap a key cap may leave before New
-// uses fewer shards.
-const minPerShard = 64
+// uses fewer shards; minShardBytes is the same for a byte cap (three
+// chunks of entries).
+const (
+	minPerShard   = 64
+	minShardBytes = 3 * chunkBytes
+)
 
 // stackHits is the number of hits a request can have before Apply
 // allocates its scratch space.
@@ -357,7 +402,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	}
 	for i := range hits {
 		h := s.hitHash(hits[i].Rule, hits[i].Key)
-		w = append(w, work{h: h, sh: int32(h >> s.shift)})
+		w = append(w, work{h: h, sh: int32(h >> s.shift), idx: -1})
 		locks = insertSorted(locks, int32(h>>s.shift))
 	}
 	for _, l := range locks {
@@ -407,7 +452,6 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	idx := sh.find(h, hit.Rule, hit.Key)
 	if idx >= 0 {
 		e = sh.at(idx)
-		sh.touch(idx)
 		if e.exp > now {
 			if inPlace(p.Algorithm()) {
 				err := s.decideInPlace(sh, e, p, hit, out, now, peek)
@@ -424,18 +468,21 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		sh.clamps++
 	}
 	err := p.DecideInto(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out)
-	out.At = now
-	if err == nil && out.Allowed && !peek {
+	out.At = now - s.rebase
+	switch {
+	case err != nil || peek:
+	case out.Allowed:
 		exp := expiry(hit.Rule, &st, out, expiryBase(t, now, wall))
 		if e != nil {
-			e.st, e.exp, e.rule = st, exp, hit.Rule
+			e.st, e.exp, e.rule, e.deny = st, exp, hit.Rule, 0
 			sh.regrow(oldExt, extCost(st.Ext))
-			s.trim(sh, idx)
-			sh.writes++
+			s.trim(sh, pins{one: idx}, now)
 		} else {
-			s.insert(sh, h, hit.Rule, hit.Key, st, exp)
-			sh.writes++
+			s.insert(sh, h, hit.Rule, hit.Key, st, exp, now, noPins)
 		}
+		sh.writes++
+	case e != nil && e.exp > now:
+		denied(e, expiryBase(t, now, wall), out.RetryAfter)
 	}
 	sh.mu.Unlock()
 	if err != nil {
@@ -463,15 +510,32 @@ func (s *Store) decideInPlace(sh *shard, e *entry, p *algo.Params, hit *limiter.
 	if err := p.DecideInto(&e.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out); err != nil {
 		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 	}
-	out.At = now
-	if out.Allowed && !peek {
+	out.At = now - s.rebase
+	switch {
+	case peek:
+	case out.Allowed:
 		e.exp = expiry(hit.Rule, &e.st, out, t)
 		if e.rule != hit.Rule {
 			e.rule = hit.Rule
 		}
+		if e.deny != 0 {
+			e.deny = 0
+		}
 		sh.writes++
+	default:
+		denied(e, t, out.RetryAfter)
 	}
 	return nil
+}
+
+// denied records on e a denial decided at t (on the monotonic timeline)
+// that the same cost may retry after retry: the key is denying until then.
+// An entry stays as it is when a denial changes nothing, as is the rule
+// for an attacker who retries as soon as told.
+func denied(e *entry, t int64, retry time.Duration) {
+	if until := satAdd(t, int64(retry)); until > e.deny {
+		e.deny = until
+	}
 }
 
 // insertSorted adds v to the ascending set l.
@@ -493,7 +557,7 @@ func insertSorted(l []int32, v int32) []int32 {
 // copies back only if every non-shadow hit allows. The hits' shards are
 // locked.
 func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64, peek bool) error {
-	denied := false
+	refused := false
 	multi := len(hits) > 1
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
@@ -520,7 +584,6 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 						wk.st.Ext = cloneExt(wk.st.Ext)
 					}
 				}
-				sh.touch(wk.idx)
 			}
 		}
 		t, wall := s.instant(hit.Rule.Params(), now)
@@ -530,7 +593,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		}
 		wk.at = t
 		d, err := hit.Rule.Params().Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
-		d.At = now
+		d.At = now - s.rebase
 		out[i] = d
 		if err != nil {
 			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
@@ -538,16 +601,23 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		if d.Allowed {
 			wk.allowed = true
 			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, &d, expiryBase(t, now, wall)))
-		} else if !hit.Rule.Shadow() {
-			denied = true
+		} else {
+			if !peek && wk.idx >= 0 {
+				if e := sh.at(wk.idx); e.exp > now {
+					denied(e, expiryBase(t, now, wall), d.RetryAfter)
+				}
+			}
+			if !hit.Rule.Shadow() {
+				refused = true
+			}
 		}
 	}
-	if denied || peek {
+	if refused || peek {
 		return nil
 	}
-	// Existing entries first: an insert may evict, and must not evict an
-	// entry this request is about to write. Byte budgets are enforced
-	// once everything is written, for the same reason.
+	// Existing entries first, then the new ones; an insert may evict, but
+	// never an entry of this request (pins). Byte budgets are enforced once
+	// everything is written.
 	for pass := 0; pass < 2; pass++ {
 		for i := range w {
 			wk := &w[i]
@@ -558,17 +628,16 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			if wk.idx >= 0 {
 				e := sh.at(wk.idx)
 				old := extCost(e.st.Ext)
-				e.st, e.exp, e.rule = wk.st, wk.exp, hits[i].Rule
+				e.st, e.exp, e.rule, e.deny = wk.st, wk.exp, hits[i].Rule, 0
 				sh.regrow(old, extCost(e.st.Ext))
-				sh.writes++
 			} else {
-				s.insert(sh, wk.h, hits[i].Rule, hits[i].Key, wk.st, wk.exp)
-				sh.writes++
+				wk.idx = s.insert(sh, wk.h, hits[i].Rule, hits[i].Key, wk.st, wk.exp, now, pins{one: -1, w: w, sh: wk.sh})
 			}
+			sh.writes++
 		}
 	}
 	for i := range w {
-		s.trim(&s.shards[w[i].sh], -1)
+		s.trim(&s.shards[w[i].sh], pins{one: -1, w: w, sh: w[i].sh}, now)
 	}
 	return nil
 }
@@ -605,6 +674,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 				}
 				sh.regrow(old, extCost(e.st.Ext))
 				st = e.st
+				e.deny = 0 // units came back: no longer the denial it was
 			}
 		}
 		d, err := peekFree(hit, &st, t, &out[i])
@@ -685,6 +755,7 @@ func (s *Store) Sweep() { s.sweep() }
 func (s *Store) Stats() Stats {
 	st := Stats{
 		Loaded:         s.loaded,
+		Rebased:        time.Duration(s.rebase),
 		LoadError:      s.loadErr,
 		Snapshots:      s.snapshots.Load(),
 		SnapshotErrors: s.snapErrors.Load(),
@@ -701,6 +772,7 @@ func (s *Store) Stats() Stats {
 		st.Keys += int(sh.n)
 		st.Bytes += sh.bytes
 		st.Evictions += sh.evictions
+		st.DenyingEvictions += sh.denyEvictions
 		st.Expired += sh.expired
 		st.Clamps += sh.clamps
 		st.Reservations += len(sh.res)

@@ -94,9 +94,8 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		var st algo.State
 		var e *entry
 		old := int64(0)
-		if idx := sh.find(wk.h, hit.Rule, hit.Key); idx >= 0 {
-			e = sh.at(idx)
-			sh.touch(idx)
+		if wk.idx = sh.find(wk.h, hit.Rule, hit.Key); wk.idx >= 0 {
+			e = sh.at(wk.idx)
 			if e.exp > now {
 				st = e.st
 			}
@@ -135,15 +134,15 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		}
 		exp := expiry(hit.Rule, &st, &d, expiryBase(t, now, wall))
 		if e != nil {
-			e.st, e.exp, e.rule = st, exp, hit.Rule
+			e.st, e.exp, e.rule, e.deny = st, exp, hit.Rule, 0
 			sh.regrow(old, extCost(st.Ext))
 		} else {
-			s.insert(sh, wk.h, hit.Rule, hit.Key, st, exp)
+			wk.idx = s.insert(sh, wk.h, hit.Rule, hit.Key, st, exp, now, pins{one: -1, w: w, sh: wk.sh})
 		}
 		sh.writes++
 	}
 	for i := range w {
-		s.trim(&s.shards[w[i].sh], -1)
+		s.trim(&s.shards[w[i].sh], pins{one: -1, w: w, sh: w[i].sh}, now)
 	}
 	return nil
 }

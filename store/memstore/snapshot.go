@@ -16,25 +16,42 @@ import (
 
 // The state file is a fixed header followed by the body:
 //
-//	magic   [8]byte  "FGMSTATE"
-//	version uint32   (little endian, like every integer of the header)
-//	crc     uint32   CRC-32C (Castagnoli) of the body
-//	length  uint64   the body's length in bytes
-//	count   uint64   the number of records in the body
-//	taken   int64    Unix ns at which the snapshot began
+//	magic   [8]byte   "FGMSTATE"
+//	version uint32    2 (little endian, like every integer of the header)
+//	hcrc    uint32    CRC-32C (Castagnoli) of the rest of the header
+//	crc     uint32    CRC-32C of the body
+//	-       uint32    zero
+//	length  uint64    the body's length in bytes
+//	count   uint64    the number of records in the body
+//	taken   int64     the instant of the store's timeline when the snapshot ended:
+//	                  every state in it is as of then or earlier
+//	wall    int64     the wall clock then, Unix ns
+//	up      int64     the boot clock then (Options.Boot), ns since boot
+//	boot    [16]byte  bootHash of the boot's ID; zero when there was no boot clock
 //
 // and count records, each: rule ID and key (uvarint length, bytes), the
-// state's Last, A, B, C and the expiry (varints), the number of Ext entries
-// (uvarint) and each entry's At, Weight (varints) and ID (uvarint).
+// state's Last, A, B, C, the expiry and the instant until which the key is
+// denying (varints), the number of Ext entries plus one, or 0 for none
+// (uvarint), and each entry's At, Weight (varints) and ID (uvarint).
+//
+// Version 1, which New still reads, has a header that ends after taken (the
+// wall clock when the snapshot began), a crc of the body alone, and
+// records without the deny instant.
 const (
 	fileMagic   = "FGMSTATE"
-	fileVersion = 1
-	headerSize  = 8 + 4 + 4 + 8 + 8 + 8
+	fileVersion = 2
+	headerSize  = 8 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 16
+	headerSize1 = 8 + 4 + 4 + 8 + 8 + 8
 	maxStrLen   = 1 << 20
 	// minRecord is the fewest bytes a record takes: two string lengths,
-	// five varints and an entry count.
-	minRecord = 8
+	// six varints and an entry count (one varint fewer in version 1).
+	minRecord = 9
 )
+
+// rebaseTolerance is the shift of the timeline below which New leaves it
+// where it is: the boot clock and the wall clock are read at slightly
+// different moments, and a few milliseconds either way change nothing.
+const rebaseTolerance = int64(time.Second)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -51,7 +68,7 @@ func (s *Store) Snapshot() error {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
 	began := time.Now().UnixNano()
-	err := s.writeSnapshot(began)
+	err := s.writeSnapshot()
 	if err != nil {
 		err = fmt.Errorf("memstore: snapshot: %w", err)
 		s.snapErrors.Add(1)
@@ -83,7 +100,7 @@ func (s *Store) snapshotIfChanged() {
 	}
 }
 
-func (s *Store) writeSnapshot(began int64) (err error) {
+func (s *Store) writeSnapshot() (err error) {
 	path := s.opts.StatePath
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(tempPattern(path)))
 	if err != nil {
@@ -100,7 +117,7 @@ func (s *Store) writeSnapshot(began int64) (err error) {
 		return err
 	}
 	var (
-		crc    uint32
+		body   uint32 // CRC-32C of the body
 		length uint64
 		count  uint64
 		buf    []byte
@@ -119,7 +136,7 @@ func (s *Store) writeSnapshot(began int64) (err error) {
 			count++
 		}
 		sh.mu.Unlock()
-		crc = crc32.Update(crc, castagnoli, buf)
+		body = crc32.Update(body, castagnoli, buf)
 		length += uint64(len(buf))
 		if _, err = bw.Write(buf); err != nil {
 			return err
@@ -128,14 +145,12 @@ func (s *Store) writeSnapshot(began int64) (err error) {
 	if err = bw.Flush(); err != nil {
 		return err
 	}
-	hdr := make([]byte, 0, headerSize)
-	hdr = append(hdr, fileMagic...)
-	hdr = binary.LittleEndian.AppendUint32(hdr, fileVersion)
-	hdr = binary.LittleEndian.AppendUint32(hdr, crc)
-	hdr = binary.LittleEndian.AppendUint64(hdr, length)
-	hdr = binary.LittleEndian.AppendUint64(hdr, count)
-	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(began))
-	if _, err = f.WriteAt(hdr, 0); err != nil {
+	// Every state written is as of now or earlier.
+	h := header{taken: s.timeline(), wall: s.wall()}
+	if id, up, ok := s.boot(); ok {
+		h.boot, h.up = bootHash(id), int64(up)
+	}
+	if _, err = f.WriteAt(appendHeader(nil, h, body, length, count), 0); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {
@@ -156,6 +171,25 @@ func (s *Store) writeSnapshot(began int64) (err error) {
 	return nil
 }
 
+// appendHeader appends the header of a state file whose body of length
+// bytes holds count records and has the CRC-32C body.
+func appendHeader(b []byte, h header, body uint32, length, count uint64) []byte {
+	start := len(b)
+	b = append(b, fileMagic...)
+	b = binary.LittleEndian.AppendUint32(b, fileVersion)
+	b = binary.LittleEndian.AppendUint32(b, 0) // the header's checksum, below
+	b = binary.LittleEndian.AppendUint32(b, body)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, length)
+	b = binary.LittleEndian.AppendUint64(b, count)
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.taken))
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.wall))
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.up))
+	b = append(b, h.boot[:]...)
+	binary.LittleEndian.PutUint32(b[start+12:], crc32.Checksum(b[start+16:], castagnoli))
+	return b
+}
+
 // tempPattern is the pattern of the state file's temporary files.
 func tempPattern(path string) string { return path + ".tmp*" }
 
@@ -169,6 +203,7 @@ func appendRecord(b []byte, e *entry) []byte {
 	b = binary.AppendVarint(b, e.st.B)
 	b = binary.AppendVarint(b, e.st.C)
 	b = binary.AppendVarint(b, e.exp)
+	b = binary.AppendVarint(b, e.deny)
 	if e.st.Ext == nil {
 		return binary.AppendUvarint(b, 0)
 	}
@@ -185,11 +220,21 @@ func appendRecord(b []byte, e *entry) []byte {
 type record struct {
 	rule, key string
 	st        algo.State
-	exp       int64
+	exp, deny int64
+}
+
+// header is what a state file's header says of when it was taken.
+type header struct {
+	version uint32
+	taken   int64    // on the store's timeline (version 1: the wall clock)
+	wall    int64    // the wall clock (version 1: 0)
+	up      int64    // the boot clock, when boot is not zero
+	boot    [16]byte // bootHash of the boot's ID, or zero
 }
 
 // load reads the state file. It decodes and checks all of it before it
-// stores a single key.
+// stores a single key, and moves the store's timeline so that the limits
+// continue from the snapshot (rebaseFor) before it does.
 func (s *Store) load() {
 	// Temporary files of snapshots cut short by a crash.
 	if stale, err := filepath.Glob(tempPattern(s.opts.StatePath)); err == nil {
@@ -201,16 +246,29 @@ func (s *Store) load() {
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
-	var recs []record
+	var (
+		h    header
+		recs []record
+	)
 	if err == nil {
-		recs, err = decodeFile(data)
+		h, recs, err = decodeFile(data)
 	}
 	if err != nil {
 		s.loadErr = fmt.Errorf("memstore: load %s: %w", s.opts.StatePath, err)
 		s.log.Warn("memstore: state file ignored, starting empty", "path", s.opts.StatePath, "err", err)
 		return
 	}
-	now := s.now()
+	var up int64
+	if _, u, ok := s.boot(); ok {
+		up = int64(u)
+	}
+	if d, how := rebaseFor(h, s.timeline(), s.bootID, up); d != 0 {
+		s.shiftTimeline(d)
+		s.rebase = d
+		s.log.Warn("memstore: the state file's clock differs from this one's; its limits continue from where it was taken",
+			"path", s.opts.StatePath, "shift", time.Duration(d), "measured_by", how)
+	}
+	now := s.timeline()
 	rules := make(map[string]*limiter.Rule)
 	for i := range recs {
 		r := &recs[i]
@@ -229,34 +287,90 @@ func (s *Store) load() {
 		if sh.find(h, rule, r.key) >= 0 {
 			continue // a duplicate record: keep the first
 		}
-		s.insert(sh, h, rule, r.key, r.st, r.exp)
+		i := s.insert(sh, h, rule, r.key, r.st, r.exp, now, noPins)
+		sh.at(i).deny = r.deny
 		s.loaded++
 	}
 }
 
-// decodeFile checks the header and checksum and decodes every record.
-func decodeFile(data []byte) ([]record, error) {
-	if len(data) < headerSize {
-		return nil, fmt.Errorf("%w: %d bytes is shorter than the header", errBadFile, len(data))
+// rebaseFor returns how far to move the timeline of a store whose
+// timeline reads now, so that the limits of a snapshot with header h go on
+// from where they were, and how that was measured. The timeline is the
+// clock of every algorithm but calendar quotas, counted from the wall
+// clock when the store started, so a wall clock that was wrong when either
+// store started would otherwise show as time gone by or yet to come:
+//
+//   - Taken on this boot (boot and up, the boot clock now, match h): the
+//     snapshot's instant plus the time the boot clock says went by since,
+//     whatever either wall clock said. A snapshot from a clock that ran
+//     fast or slow continues exactly.
+//   - Otherwise by the wall clock, never back: a snapshot from the future
+//     (a clock that ran fast, or runs slow now) continues from its own
+//     instant, as if no time had gone by since, and its limits hold what
+//     they held; one from the past is as old as the wall clock says.
+//
+// A shift smaller than rebaseTolerance is no shift.
+func rebaseFor(h header, now int64, boot [16]byte, up int64) (d int64, how string) {
+	var target int64
+	switch {
+	case h.boot != [16]byte{} && h.boot == boot && up >= h.up:
+		target, how = satAdd(h.taken, up-h.up), "boot clock"
+	case h.taken > now:
+		target, how = h.taken, "wall clock"
+	default:
+		return 0, ""
+	}
+	if d = target - now; d > -rebaseTolerance && d < rebaseTolerance {
+		return 0, ""
+	}
+	return d, how
+}
+
+// decodeFile checks the header and checksums and decodes every record.
+func decodeFile(data []byte) (header, []record, error) {
+	var h header
+	if len(data) < headerSize1 {
+		return h, nil, fmt.Errorf("%w: %d bytes is shorter than the header", errBadFile, len(data))
 	}
 	if string(data[:8]) != fileMagic {
-		return nil, fmt.Errorf("%w: not a memstore state file (bad magic)", errBadFile)
+		return h, nil, fmt.Errorf("%w: not a memstore state file (bad magic)", errBadFile)
 	}
-	if v := binary.LittleEndian.Uint32(data[8:]); v != fileVersion {
-		return nil, fmt.Errorf("%w: unsupported version %d", errBadFile, v)
+	var crc uint32
+	var length, count uint64
+	var body []byte
+	switch h.version = binary.LittleEndian.Uint32(data[8:]); h.version {
+	case 1:
+		crc = binary.LittleEndian.Uint32(data[12:])
+		length = binary.LittleEndian.Uint64(data[16:])
+		count = binary.LittleEndian.Uint64(data[24:])
+		h.taken = int64(binary.LittleEndian.Uint64(data[32:]))
+		body = data[headerSize1:]
+	case fileVersion:
+		if len(data) < headerSize {
+			return h, nil, fmt.Errorf("%w: %d bytes is shorter than the header", errBadFile, len(data))
+		}
+		if got, want := crc32.Checksum(data[16:headerSize], castagnoli), binary.LittleEndian.Uint32(data[12:]); got != want {
+			return h, nil, fmt.Errorf("%w: header checksum mismatch (%08x, header says %08x)", errBadFile, got, want)
+		}
+		crc = binary.LittleEndian.Uint32(data[16:])
+		length = binary.LittleEndian.Uint64(data[24:])
+		count = binary.LittleEndian.Uint64(data[32:])
+		h.taken = int64(binary.LittleEndian.Uint64(data[40:]))
+		h.wall = int64(binary.LittleEndian.Uint64(data[48:]))
+		h.up = int64(binary.LittleEndian.Uint64(data[56:]))
+		copy(h.boot[:], data[64:80])
+		body = data[headerSize:]
+	default:
+		return h, nil, fmt.Errorf("%w: unsupported version %d", errBadFile, h.version)
 	}
-	crc := binary.LittleEndian.Uint32(data[12:])
-	length := binary.LittleEndian.Uint64(data[16:])
-	count := binary.LittleEndian.Uint64(data[24:])
-	body := data[headerSize:]
 	if length != uint64(len(body)) {
-		return nil, fmt.Errorf("%w: body is %d bytes, header says %d (torn or truncated)", errBadFile, len(body), length)
+		return h, nil, fmt.Errorf("%w: body is %d bytes, header says %d (torn or truncated)", errBadFile, len(body), length)
 	}
 	if got := crc32.Checksum(body, castagnoli); got != crc {
-		return nil, fmt.Errorf("%w: checksum mismatch (%08x, header says %08x)", errBadFile, got, crc)
+		return h, nil, fmt.Errorf("%w: checksum mismatch (%08x, header says %08x)", errBadFile, got, crc)
 	}
-	if count > uint64(len(body))/minRecord {
-		return nil, fmt.Errorf("%w: %d records cannot fit in %d bytes", errBadFile, count, len(body))
+	if count > uint64(len(body))/(minRecord-1) {
+		return h, nil, fmt.Errorf("%w: %d records cannot fit in %d bytes", errBadFile, count, len(body))
 	}
 	d := decoder{b: body}
 	recs := make([]record, 0, count)
@@ -266,6 +380,9 @@ func decodeFile(data []byte) ([]record, error) {
 		r.key = d.str()
 		r.st.Last, r.st.A, r.st.B, r.st.C = d.varint(), d.varint(), d.varint(), d.varint()
 		r.exp = d.varint()
+		if h.version >= 2 {
+			r.deny = d.varint()
+		}
 		if n := d.uvarint(); n > 0 {
 			n--
 			if n > uint64(len(d.b))/3 { // three varints of a byte or more each
@@ -287,12 +404,12 @@ func decodeFile(data []byte) ([]record, error) {
 		recs = append(recs, r)
 	}
 	if d.err != nil {
-		return nil, fmt.Errorf("%w: record %d: %v", errBadFile, len(recs), d.err)
+		return h, nil, fmt.Errorf("%w: record %d: %v", errBadFile, len(recs), d.err)
 	}
 	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the last record", errBadFile, len(d.b))
+		return h, nil, fmt.Errorf("%w: %d bytes after the last record", errBadFile, len(d.b))
 	}
-	return recs, nil
+	return h, recs, nil
 }
 
 // decoder reads varints and strings, remembering the first error.

@@ -1,7 +1,6 @@
 package memstore_test
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -61,65 +60,92 @@ func used(t testing.TB, s *memstore.Store, r *limiter.Rule, key string) int64 {
 	return r.Limit().Max - d.Remaining - 1
 }
 
-func TestLRUEviction(t *testing.T) {
+// TestDenyingKeySurvivesFlood: an attacker uses up a login limit of 5 an
+// hour and is denied; then a flood of distinct keys, far more than the cap,
+// goes through a limit per client address and through the login limit
+// itself (one attempt per name, each holding a fifth of its limit). The
+// attacker's counter must survive: a sixth attempt is still denied.
+func TestDenyingKeySurvivesFlood(t *testing.T) {
 	t.Parallel()
-	c := &clock{ns: 1000 * sec}
-	s := newStore(t, memstore.Options{Shards: 1, MaxKeys: 3, Now: c.now, SweepInterval: -1})
-	r := windowRule(t, 10)
-	for _, k := range []string{"a", "b", "c"} {
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: k, Cost: 2})
+	n := 1_100_000
+	if testing.Short() {
+		n = 200_000
 	}
-	apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "a", Cost: 1}) // a is now the most recent
-	apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "d", Cost: 1}) // evicts b
-	st := s.Stats()
-	if st.Keys != 3 || st.Evictions != 1 {
-		t.Fatalf("stats %+v, want 3 keys and 1 eviction", st)
-	}
-	for k, want := range map[string]int64{"a": 3, "b": 0, "c": 2, "d": 1} {
-		if got := used(t, s, r, k); got != want {
-			t.Fatalf("key %s: %d used, want %d", k, got, want)
-		}
+	for _, opts := range []memstore.Options{
+		{MaxKeys: 10_000, SweepInterval: -1},
+		{MaxBytes: 1 << 20, SweepInterval: -1},
+	} {
+		t.Run(fmt.Sprintf("keys=%d,bytes=%d", opts.MaxKeys, opts.MaxBytes), func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, opts)
+			login := rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
+			perIP := rule(t, floodgate.Limit{Name: "per-ip", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+			attacker := limiter.Hit{Rule: login, Key: "user:admin", Cost: 1}
+			for i := range 6 {
+				if d := apply(t, s, limiter.Charge, attacker)[0]; d.Allowed != (i < 5) {
+					t.Fatalf("attempt %d: %+v", i+1, d)
+				}
+			}
+			hits := make([]limiter.Hit, 1)
+			out := make([]floodgate.Decision, 1)
+			var buf []byte
+			for i := range n {
+				r := perIP
+				if i%2 == 1 {
+					r = login
+				}
+				buf = strconv.AppendInt(append(buf[:0], "ip:10."...), int64(i), 10)
+				hits[0] = limiter.Hit{Rule: r, Key: string(buf), Cost: 1}
+				if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+					t.Fatal(err)
+				}
+				if !out[0].Allowed {
+					t.Fatalf("flood key %d denied: %+v", i, out[0])
+				}
+			}
+			st := s.Stats()
+			if st.Evictions < uint64(n/2) {
+				t.Fatalf("stats %+v: the flood of %d keys should have evicted most of them", st, n)
+			}
+			if d := apply(t, s, limiter.Charge, attacker)[0]; d.Allowed || d.RetryAfter <= 0 {
+				t.Fatalf("the attacker after a flood of %d keys: %+v, want still denied (stats %+v)", n, d, st)
+			}
+			if st.DenyingEvictions != 0 {
+				t.Fatalf("%d denying keys evicted, want none", st.DenyingEvictions)
+			}
+		})
 	}
 }
 
-// TestIndexAgainstModel drives one small shard through many inserts,
-// touches, evictions and expiries and compares every key with a model LRU.
-func TestIndexAgainstModel(t *testing.T) {
+// TestEvictionKeepsWhatHoldsMost: in a full store, keys that hold most of
+// their limits survive a flood of keys that hold less, at a scale where an
+// eviction weighs only a sample of the keys.
+func TestEvictionKeepsWhatHoldsMost(t *testing.T) {
 	t.Parallel()
 	c := &clock{ns: 1000 * sec}
-	const capKeys = 200
+	const capKeys = 10_000
 	s := newStore(t, memstore.Options{Shards: 1, MaxKeys: capKeys, Now: c.now, SweepInterval: -1})
-	r := windowRule(t, 1000)
-	lru := list.New()
-	elems := map[string]*list.Element{}
-	counts := map[string]int64{}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range 20000 {
-		k := fmt.Sprintf("k%d", rng.IntN(600))
-		if e, ok := elems[k]; ok {
-			lru.MoveToFront(e)
-		} else {
-			elems[k] = lru.PushFront(k)
-			if lru.Len() > capKeys {
-				old := lru.Remove(lru.Back()).(string)
-				delete(elems, old)
-				delete(counts, old)
-			}
+	r := windowRule(t, 10)
+	rng := rand.New(rand.NewPCG(5, 6))
+	heavy := map[string]bool{}
+	for i, k := range rng.Perm(capKeys) {
+		key := fmt.Sprint("old", k)
+		cost := int64(1)
+		if i%2 == 0 {
+			cost = 9
+			heavy[key] = true
 		}
-		counts[k]++
-		if d := apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: k, Cost: 1})[0]; !d.Allowed || d.Remaining != 1000-counts[k] {
-			t.Fatalf("step %d, key %s: %+v, want %d remaining", i, k, d, 1000-counts[k])
-		}
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: key, Cost: cost})
 	}
-	if st := s.Stats(); st.Keys != capKeys {
-		t.Fatalf("%d keys, want the cap %d", st.Keys, capKeys)
+	for i := range capKeys {
+		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: fmt.Sprint("new", i), Cost: 5})
 	}
-	// Peeks touch keys too; go through the model's order from the least
-	// recent so that the store's order stays the model's.
-	for e := lru.Back(); e != nil; e = e.Prev() {
-		k := e.Value.(string)
-		if got := used(t, s, r, k); got != counts[k] {
-			t.Fatalf("key %s: %d used, want %d", k, got, counts[k])
+	if st := s.Stats(); st.Keys != capKeys || st.Evictions != capKeys {
+		t.Fatalf("stats %+v, want %d keys and as many evictions", st, capKeys)
+	}
+	for key := range heavy {
+		if got := used(t, s, r, key); got != 9 {
+			t.Fatalf("key %s holding 9 of 10: %d used after the flood, want it kept", key, got)
 		}
 	}
 }
@@ -299,6 +325,10 @@ func TestCorruptStateFiles(t *testing.T) {
 	flipped[len(flipped)-3] ^= 0x40
 	badVersion := append([]byte(nil), data...)
 	badVersion[8] = 9
+	// The instant the snapshot was taken, which the body's checksum does
+	// not cover.
+	badTaken := append([]byte(nil), data...)
+	badTaken[45] ^= 0x01
 	for name, content := range map[string][]byte{
 		"empty":     {},
 		"short":     data[:10],
@@ -306,6 +336,7 @@ func TestCorruptStateFiles(t *testing.T) {
 		"appended":  append(append([]byte(nil), data...), 0),
 		"flipped":   flipped,
 		"version":   badVersion,
+		"taken":     badTaken,
 		"foreign":   []byte("{\"this is\": \"some other program's file\"}\n"),
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -2,8 +2,10 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -46,7 +48,7 @@ func (s *Store) checkIndex(t *testing.T, sh *shard) {
 	if live != int(sh.n) {
 		t.Fatalf("%d slots used, %d live entries", live, sh.n)
 	}
-	var bytes int64
+	bytes := sh.structBytes()
 	for i := range sh.used {
 		if e := sh.at(i); e.rule != nil {
 			bytes += keyCost(e.key, &e.st)
@@ -54,6 +56,15 @@ func (s *Store) checkIndex(t *testing.T, sh *shard) {
 	}
 	if bytes != sh.bytes {
 		t.Fatalf("shard counts %d bytes, its entries add up to %d", sh.bytes, bytes)
+	}
+	var keyBytes int64
+	for i := range sh.used {
+		if e := sh.at(i); e.rule != nil {
+			keyBytes += int64(len(e.key))
+		}
+	}
+	if a := &sh.keys; a.live != keyBytes || a.alloc > a.bytes() || a.dead > a.live/4 {
+		t.Fatalf("key arena: %d live bytes (entries: %d), %d removed, %d allocated, bound %d", a.live, keyBytes, a.dead, a.alloc, a.bytes())
 	}
 }
 
@@ -82,7 +93,10 @@ func TestIndexInvariants(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			r = short
 		}
-		hits := []limiter.Hit{{Rule: r, Key: strconv.Itoa(rng.IntN(900)), Cost: 1}}
+		k := rng.IntN(900)
+		// Keys of every length, some longer than an arena page's share.
+		key := strconv.Itoa(k) + strings.Repeat("x", k%7*k%(2*arenaLong))
+		hits := []limiter.Hit{{Rule: r, Key: key, Cost: 1}}
 		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
 			t.Fatal(err)
 		}
@@ -255,4 +269,166 @@ func TestCoarseClock(t *testing.T) {
 			t.Fatalf("read %d after Close, want the system clock's %d", n, w)
 		}
 	})
+}
+
+// has reports whether the store holds key of rule r.
+func (s *Store) has(r *limiter.Rule, key string) bool {
+	h := s.hash(r.ID(), key)
+	sh := &s.shards[h>>s.shift]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.find(h, r, key) >= 0
+}
+
+// TestEvictionOrder fills a shard small enough that an eviction weighs
+// every key, and checks the order in which keys go to make room: first
+// those whose state equals a fresh key's, then by how little of their
+// limit they hold, and a denying key only once every key is denying.
+func TestEvictionOrder(t *testing.T) {
+	t.Parallel()
+	now := int64(1e18)
+	const capKeys = 8
+	if capKeys > evictSample {
+		t.Fatalf("a shard of %d keys is more than an eviction weighs (%d)", capKeys, evictSample)
+	}
+	s, err := New(Options{Shards: 1, MaxKeys: capKeys, SweepInterval: -1, Now: func() int64 { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	newRule := func(l floodgate.Limit) *limiter.Rule {
+		r, err := limiter.NewRule(l, floodgate.FailOpen, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	bucket := newRule(floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 1})
+	window := newRule(floodgate.Limit{Name: "window", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour})
+	charge := func(r *limiter.Rule, key string, cost int64) floodgate.Decision {
+		t.Helper()
+		out := make([]floodgate.Decision, 1)
+		if err := s.Apply(context.Background(), limiter.Charge, []limiter.Hit{{Rule: r, Key: key, Cost: cost}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	// want checks whether the keys named prefix0..prefixN-1 are held.
+	want := func(step string, r *limiter.Rule, prefix string, n int, held bool) {
+		t.Helper()
+		for i := range n {
+			if k := fmt.Sprint(prefix, i); s.has(r, k) != held {
+				t.Fatalf("%s: key %s held: %v, want %v (stats %+v)", step, k, !held, held, s.Stats())
+			}
+		}
+	}
+	// Two keys whose buckets will be full again, then keys holding 1, 5
+	// and 9 of 10, and one that used up its 10 and was denied.
+	for i := range 2 {
+		charge(bucket, fmt.Sprint("idle", i), 1)
+	}
+	now += int64(2 * time.Second) // every bucket is full again
+	for i := range 2 {
+		charge(window, fmt.Sprint("light", i), 1)
+		charge(window, fmt.Sprint("heavy", i), 9)
+	}
+	charge(window, "medium0", 5)
+	charge(window, "attacker", 10)
+	if d := charge(window, "attacker", 1); d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("attacker's 11th unit: %+v, want denied", d)
+	}
+	if st := s.Stats(); st.Keys != capKeys {
+		t.Fatalf("%d keys, want the cap %d", st.Keys, capKeys)
+	}
+	// New keys holding 3 of 10: first the idle keys make room, at no
+	// cost, then the light ones, then the new keys themselves.
+	for i := range 2 {
+		charge(window, fmt.Sprint("new", i), 3)
+	}
+	want("after 2 new keys", bucket, "idle", 2, false)
+	want("after 2 new keys", window, "light", 2, true)
+	if st := s.Stats(); st.Expired != 2 || st.Evictions != 0 {
+		t.Fatalf("after 2 new keys: %+v, want 2 idle keys removed and nothing evicted", st)
+	}
+	for i := 2; i < 4; i++ {
+		charge(window, fmt.Sprint("new", i), 3)
+	}
+	want("after 4 new keys", window, "light", 2, false)
+	want("after 4 new keys", window, "new", 4, true)
+	for i := 4; i < 20; i++ {
+		charge(window, fmt.Sprint("new", i), 3)
+	}
+	want("after 20 new keys", window, "medium", 1, true)
+	want("after 20 new keys", window, "heavy", 2, true)
+	// Keys that used up their limits but were not denied go after every
+	// key that holds less, and before the denying one.
+	for i := range 20 {
+		charge(window, fmt.Sprint("full", i), 10)
+	}
+	want("after 20 full keys", window, "medium", 1, false)
+	want("after 20 full keys", window, "heavy", 2, false)
+	if !s.has(window, "attacker") {
+		t.Fatalf("after 20 full keys: the denying key is gone (stats %+v)", s.Stats())
+	}
+	if st := s.Stats(); st.DenyingEvictions != 0 {
+		t.Fatalf("stats %+v: a denying key was evicted", st)
+	}
+	// Once every key is denying, one of them must go, and is counted.
+	for i := range capKeys {
+		k := fmt.Sprint("denied", i)
+		charge(window, k, 10)
+		if d := charge(window, k, 1); d.Allowed {
+			t.Fatalf("%s: %+v, want denied", k, d)
+		}
+	}
+	if st := s.Stats(); st.DenyingEvictions == 0 {
+		t.Fatalf("stats %+v: a store full of denying keys made room without evicting one", st)
+	}
+	// A denial that no longer holds is no reason to keep a key: once the
+	// window is over, every key is idle and goes first.
+	now += int64(time.Hour)
+	before := s.Stats()
+	charge(window, "later", 1)
+	if st := s.Stats(); st.Expired != before.Expired+1 || st.Evictions != before.Evictions {
+		t.Fatalf("a new key after the window: %+v (before %+v), want an idle key removed", st, before)
+	}
+}
+
+// TestCountsUntilEvicted drives one small shard through many charges of
+// keys that come and go and checks every answer against a model: a key
+// the store holds has every charge made since it came in, and a key it
+// dropped starts over.
+func TestCountsUntilEvicted(t *testing.T) {
+	t.Parallel()
+	now := int64(1e18)
+	const capKeys = 200
+	s, err := New(Options{Shards: 1, MaxKeys: capKeys, SweepInterval: -1, Now: func() int64 { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := limiter.NewRule(floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 1000, Window: 1000 * time.Hour}, floodgate.FailOpen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([]floodgate.Decision, 1)
+	for i := range 20000 {
+		k := fmt.Sprintf("k%d", rng.IntN(600))
+		if !s.has(r, k) {
+			counts[k] = 0
+		}
+		counts[k]++
+		if err := s.Apply(context.Background(), limiter.Charge, []limiter.Hit{{Rule: r, Key: k, Cost: 1}}, out); err != nil {
+			t.Fatal(err)
+		}
+		if d := out[0]; !d.Allowed || d.Remaining != 1000-counts[k] {
+			t.Fatalf("step %d, key %s: %+v, want %d remaining", i, k, d, 1000-counts[k])
+		}
+	}
+	if st := s.Stats(); st.Keys != capKeys || st.Evictions == 0 {
+		t.Fatalf("stats %+v, want the cap %d and evictions", st, capKeys)
+	}
+	s.checkIndex(t, &s.shards[0])
 }

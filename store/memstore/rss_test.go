@@ -1,0 +1,153 @@
+package memstore_test
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+var rssCapMiB = flag.Int64("memstore.rsscap", 64, "MaxBytes of BenchmarkRSSAtCap, in MiB")
+
+// vmRSS returns the process's resident set size from /proc/self/status, or
+// 0 where there is none.
+func vmRSS() int64 { return procStatus("VmRSS:") }
+
+// procStatus returns a size in bytes from /proc/self/status, or 0.
+func procStatus(field string) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// settled collects the garbage and returns the memory to the system, then
+// reads the heap in use and the resident set size.
+func settled() (heap uint64, rss int64) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse, vmRSS()
+}
+
+// ipKey returns a client-IP key as the policy builds it: "ip:" and an IPv4
+// address, in a string of its own.
+func ipKey(buf []byte, rng *rand.Rand) ([]byte, string) {
+	v := rng.Uint32()
+	buf = append(buf[:0], "ip:"...)
+	for i := 3; i >= 0; i-- {
+		buf = strconv.AppendUint(buf, uint64(v>>(8*i)&0xff), 10)
+		if i > 0 {
+			buf = append(buf, '.')
+		}
+	}
+	return buf, string(buf)
+}
+
+// BenchmarkRSSAtCap fills a store capped by MaxBytes (-memstore.rsscap MiB,
+// default 64) with twice as many distinct client-IP keys as fit, each
+// holding a login-like window, then reports the resident set size and the
+// heap in use (after a collection) against the cap. Run it alone:
+//
+//	go test -run '^$' -bench RSSAtCap -benchtime 1x ./store/memstore -memstore.rsscap 256
+func BenchmarkRSSAtCap(b *testing.B) {
+	capBytes := *rssCapMiB << 20
+	r, err := limiter.NewRule(floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour},
+		floodgate.FailOpen, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		heap0, rss0 := settled()
+		s, err := memstore.New(memstore.Options{MaxBytes: capBytes, SweepInterval: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(11, 12))
+		hits := make([]limiter.Hit, 1)
+		out := make([]floodgate.Decision, 1)
+		var buf []byte
+		n := int(2 * capBytes / 100) // about twice what fits
+		for range n {
+			buf, hits[0].Key = ipKey(buf, rng)
+			hits[0].Rule, hits[0].Cost = r, 1
+			if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		hits[0] = limiter.Hit{}
+		heap1, rss1 := settled()
+		st := s.Stats()
+		b.ReportMetric(float64(st.Keys), "keys")
+		b.ReportMetric(float64(st.Bytes)/float64(capBytes), "counted/cap")
+		b.ReportMetric(float64(heap1-heap0)/float64(capBytes), "heap/cap")
+		b.ReportMetric(float64(rss1-rss0)/float64(capBytes), "rss-delta/cap")
+		b.ReportMetric(float64(rss1)/float64(capBytes), "rss/cap")
+		b.ReportMetric(float64(procStatus("VmHWM:"))/float64(capBytes), "peak-rss/cap")
+		b.ReportMetric(float64(heap1-heap0)/float64(st.Keys), "heap-bytes/key")
+		runtime.KeepAlive(s)
+		s.Close()
+	}
+}
+
+// TestHeapWithinCap fills a store capped at 8 MiB with four times as many
+// distinct client-IP keys as fit, then checks the heap the store keeps
+// against its own count and the cap: the count must not fall short of
+// what the keys really take, so that the cap bounds the memory. Each key
+// comes as a string of its own that the caller drops, as the policy makes
+// them, and the garbage of that size class around the keys is what a
+// store that kept each key as a small object of its own would be pinned
+// by.
+func TestHeapWithinCap(t *testing.T) {
+	const capBytes = 8 << 20
+	r := rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
+	heap0, _ := settled()
+	s := newStore(t, memstore.Options{MaxBytes: capBytes, SweepInterval: -1})
+	rng := rand.New(rand.NewPCG(13, 14))
+	hits := make([]limiter.Hit, 1)
+	out := make([]floodgate.Decision, 1)
+	var buf []byte
+	for range 4 * capBytes / 100 {
+		buf, hits[0].Key = ipKey(buf, rng)
+		hits[0].Rule, hits[0].Cost = r, 1
+		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hits[0] = limiter.Hit{}
+	heap1, _ := settled()
+	st := s.Stats()
+	heap := int64(heap1) - int64(heap0)
+	t.Logf("%d keys: %d bytes counted, %d bytes of heap in use (%.3f of the cap)", st.Keys, st.Bytes, heap, float64(heap)/capBytes)
+	if st.Bytes > capBytes || st.Evictions == 0 {
+		t.Fatalf("stats %+v: want the cap reached and kept", st)
+	}
+	if heap > capBytes*11/10 {
+		t.Errorf("the store keeps %d bytes of heap, more than 110%% of its cap %d", heap, capBytes)
+	}
+	if heap > st.Bytes*11/10 {
+		t.Errorf("the store keeps %d bytes of heap, more than 110%% of the %d it counts", heap, st.Bytes)
+	}
+	runtime.KeepAlive(s)
+}
