@@ -435,3 +435,74 @@ func BenchmarkResolve(b *testing.B) {
 		}
 	}
 }
+
+// TestOverlongTokenIsPresented: a token over the 8 KiB verified is a token
+// presented that fails as too_long, never the absence of a token (which
+// would make the request anonymous, or let a trusted proxy's user header
+// speak for it).
+func TestOverlongTokenIsPresented(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	r, err := NewResolver(Options{JWT: &JWTOptions{Alg: "HS256", Key: k.secret},
+		TrustedProxies: prefixes(t, "10.0.0.0/8"), UserHeader: "X-User"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A valid signature over a padded claim, and plain padding.
+	padded := sign(t, jwt.SigningMethodHS256, k.secret, k.claims(map[string]any{"pad": strings.Repeat("p", 9<<10)}), "")
+	for name, tok := range map[string]string{"signed": padded, "padding": strings.Repeat("a", 8<<10+1)} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = "10.0.0.1:1234"
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("X-User", "admin")
+		if got := r.Token(req); got != tok {
+			t.Errorf("%s: Token gave %d bytes, want the %d presented", name, len(got), len(tok))
+		}
+		if id := r.Client(req); id.User != "" {
+			t.Errorf("%s: the trusted proxy's user header named %q for a request that presents a token", name, id.User)
+		}
+		if u, err := r.User(tok, k.now); u != "" || Reason(err) != ReasonTooLong {
+			t.Errorf("%s: User = %q, %v (reason %s), want too_long", name, u, err, Reason(err))
+		}
+		if u, ok := r.CachedUser(tok, k.now); ok {
+			t.Errorf("%s: cached user %q", name, u)
+		}
+	}
+}
+
+// TestCriticalHeaderRefused: a token whose header lists critical
+// extensions (crit) is refused even with a valid signature, since the
+// verifier understands none of them (RFC 7515, section 4.1.11).
+func TestCriticalHeaderRefused(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	v, err := NewVerifier(JWTOptions{Alg: "HS256", Key: k.secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, crit := range map[string]any{
+		"an extension": []string{"http://example.com/must-check"},
+		"exp, a claim": []string{"exp"},
+		"empty list":   []string{},
+		"not a list":   "b64",
+		"a null value": nil,
+	} {
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, k.claims(nil))
+		tok.Header["crit"] = crit
+		tok.Header["http://example.com/must-check"] = true
+		s, err := tok.SignedString(k.secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, err := v.VerifyAt(s, k.now); u != "" || Reason(err) != ReasonCritical {
+			t.Errorf("crit %s: user %q, %v (reason %s), want refused as critical", name, u, err, Reason(err))
+		}
+	}
+	// The same token without crit verifies.
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, k.claims(nil))
+	tok.Header["http://example.com/must-check"] = true
+	s, _ := tok.SignedString(k.secret)
+	if u, err := v.VerifyAt(s, k.now); u != "parent-42" {
+		t.Errorf("without crit: %q %v", u, err)
+	}
+}
