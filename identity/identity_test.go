@@ -49,7 +49,11 @@ func TestClientIP(t *testing.T) {
 		{"spoofed leftmost is never used", "10.0.0.1:80", []string{"6.6.6.6, 198.51.100.7"}, "198.51.100.7"},
 		{"lines concatenated in order", "10.0.0.1:80", []string{"6.6.6.6, 7.7.7.7", "198.51.100.7, 10.9.9.9"}, "198.51.100.7"},
 		{"all hops trusted: leftmost", "10.0.0.1:80", []string{"10.0.0.9, 10.0.0.8"}, "10.0.0.9"},
-		{"garbage hop stops at the reporter", "10.0.0.1:80", []string{"198.51.100.7, nonsense"}, "10.0.0.1"},
+		{"garbage hop: the client is unknown, not the reporter", "10.0.0.1:80", []string{"198.51.100.7, nonsense"}, "invalid IP"},
+		{"hex IPv4 hop is unreadable", "10.0.0.1:80", []string{"0xcb.0.113.81"}, "invalid IP"},
+		{"octal IPv4 hop is unreadable", "10.0.0.1:80", []string{"0313.0.113.81"}, "invalid IP"},
+		{"short IPv4 hop is unreadable", "10.0.0.1:80", []string{"203.0.29521"}, "invalid IP"},
+		{"garbage behind a trusted hop", "10.0.0.1:80", []string{"nonsense, 10.0.0.5"}, "invalid IP"},
 		{"garbage left of the client is never reached", "10.0.0.1:80", []string{"nonsense, 198.51.100.7"}, "198.51.100.7"},
 		{"port in a hop", "10.0.0.1:80", []string{"198.51.100.7:5555"}, "198.51.100.7"},
 		{"bracketed v6 with port", "10.0.0.1:80", []string{"[2001:db8::1]:443"}, "2001:db8::1"},
@@ -85,9 +89,86 @@ func TestForwardedHeader(t *testing.T) {
 		t.Errorf("ClientIP = %s", got)
 	}
 	h = http.Header{"Forwarded": {"proto=https"}}
-	if got := r.ClientIP("10.0.0.1:80", h).String(); got != "10.0.0.1" {
-		t.Errorf("element without for=: ClientIP = %s, want the peer", got)
+	if got := r.ClientIP("10.0.0.1:80", h); got.IsValid() {
+		t.Errorf("element without for=: ClientIP = %s, want none (unknown)", got)
 	}
+}
+
+// TestUnreadableHopIsCountedApart: an address a trusted proxy forwarded in
+// a form that cannot be read (0xcb.0.113.81, "unknown", garbage) ends the
+// trusted chain. Such clients are counted under one key per reporting
+// proxy: not the proxy's own (which would spend its requests' limits), and
+// not the text (which a client could vary to escape its limits).
+func TestUnreadableHopIsCountedApart(t *testing.T) {
+	t.Parallel()
+	xff, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8", "2001:db8:ffff::/48")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8"), ForwardedHeader: "Forwarded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		r          *Resolver
+		peer, hdr  string
+		value, key string
+	}{
+		{xff, "10.0.0.1", "X-Forwarded-For", "0xcb.0.113.81", "unknown@10.0.0.1"},
+		{xff, "10.0.0.1", "X-Forwarded-For", "0xcb.0.113.82", "unknown@10.0.0.1"},
+		{xff, "10.0.0.1", "X-Forwarded-For", "198.51.100.7, 203.0.113.081", "unknown@10.0.0.1"},
+		{xff, "10.0.0.1", "X-Forwarded-For", "nonsense, 10.0.0.5", "unknown@10.0.0.5"},
+		{xff, "2001:db8:ffff::1", "X-Forwarded-For", "fe80::1%eth0", "unknown@2001:db8:ffff::/64"},
+		{fwd, "10.0.0.1", "Forwarded", "for=unknown", "unknown@10.0.0.1"},
+		{fwd, "10.0.0.1", "Forwarded", `for="_hidden"`, "unknown@10.0.0.1"},
+		{fwd, "10.0.0.1", "Forwarded", "for=192.0.2.60;proto=http, for=0x7f.1", "unknown@10.0.0.1"},
+	} {
+		h := http.Header{tc.hdr: {tc.value}}
+		peer := netip.MustParseAddr(tc.peer)
+		id := tc.r.ClientOf(peer, h)
+		if id.ClientIP.IsValid() || id.ClientKey != tc.key {
+			t.Errorf("%s %q from %s: client %v, key %q; want no address, key %q", tc.hdr, tc.value, tc.peer, id.ClientIP, id.ClientKey, tc.key)
+		}
+		if got := tc.r.ClientOfPeer(peer, peer.String(), h); got != id {
+			t.Errorf("%s %q: ClientOfPeer %+v, ClientOf %+v", tc.hdr, tc.value, got, id)
+		}
+		if own := tc.r.ClientOf(peer, http.Header{}); own.ClientKey == id.ClientKey {
+			t.Errorf("%s %q: counted as the proxy itself (%q)", tc.hdr, tc.value, own.ClientKey)
+		}
+	}
+	// An untrusted peer is its own client whatever it sends.
+	if id := xff.ClientOf(netip.MustParseAddr("203.0.113.9"), http.Header{"X-Forwarded-For": {"0xcb.0.113.81"}}); id.ClientKey != "203.0.113.9" {
+		t.Errorf("untrusted peer: %+v", id)
+	}
+}
+
+// FuzzParseHop: parseHop never panics, and what it accepts is one
+// canonical address: valid, unmapped, without a zone, written back the same
+// way, and never one of the IPv4 forms that readers disagree on.
+func FuzzParseHop(f *testing.F) {
+	for _, s := range []string{"203.0.113.81", "0xcb.0.113.81", "0313.0.113.81", "203.0.29521", "3405803857",
+		"203.0.113.81:80", "[2001:db8::1]:443", "[2001:db8::1]", `"[2001:db8::1]:80"`, "::ffff:1.2.3.4",
+		"fe80::1%eth0", "unknown", "_hidden", "", "  1.2.3.4  ", "1.2.3.4:99999", strings.Repeat("1", 70)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, ok := parseHop(s)
+		if !ok {
+			if a.IsValid() {
+				t.Fatalf("parseHop(%q) refused but gave %v", s, a)
+			}
+			return
+		}
+		if !a.IsValid() || a.Zone() != "" || a.Is4In6() {
+			t.Fatalf("parseHop(%q) = %v", s, a)
+		}
+		if b, ok := parseHop(a.String()); !ok || b != a {
+			t.Fatalf("parseHop(%q) = %v, which reads back as %v %v", s, a, b, ok)
+		}
+		if a.Is4() && !strings.Contains(s, a.String()) && !strings.Contains(s, ":") {
+			t.Fatalf("parseHop(%q) = %v: an IPv4 address not written as itself", s, a)
+		}
+	})
 }
 
 func TestClientKey(t *testing.T) {
@@ -416,6 +497,16 @@ func FuzzClientIP(f *testing.F) {
 				t.Fatalf("client %v not unmapped", got)
 			}
 			_ = r.Key(got)
+			id := r.ClientOf(p, h)
+			if id.ClientIP != got {
+				t.Fatalf("ClientOf gave %v, ClientIP %v", id.ClientIP, got)
+			}
+			if !id.ClientIP.IsValid() && id.ClientKey != "unknown" && !strings.HasPrefix(id.ClientKey, "unknown@") {
+				t.Fatalf("no client address, key %q", id.ClientKey)
+			}
+			if id.ClientIP.IsValid() && id.ClientKey != r.Key(id.ClientIP) {
+				t.Fatalf("client %v keyed %q", id.ClientIP, id.ClientKey)
+			}
 		}
 	})
 }

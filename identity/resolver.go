@@ -46,10 +46,13 @@ type Options struct {
 // Identity is what a Resolver found out about one request.
 type Identity struct {
 	// ClientIP is the client's address (IPv4-mapped addresses unmapped);
-	// the zero Addr when the peer is not an IP address.
+	// the zero Addr when the peer is not an IP address, or when a trusted
+	// proxy forwarded an address that cannot be read.
 	ClientIP netip.Addr
 	// ClientKey is the client as counted: the IPv4 address, the IPv6
-	// prefix ("2001:db8:1:2::/64"), or "unknown".
+	// prefix ("2001:db8:1:2::/64"), "unknown" (a peer that is not an IP
+	// address), or "unknown@" and the key of the trusted proxy that
+	// forwarded an unreadable address (UnknownClientKey).
 	ClientKey string
 	// Peer is the address of the connection's other end.
 	Peer netip.Addr
@@ -135,13 +138,15 @@ type Header interface {
 }
 
 // ClientIP returns the client's address for a connection from remoteAddr
-// carrying header h, following the rules in the package documentation.
+// carrying header h, following the rules in the package documentation: the
+// zero Addr when a trusted proxy forwarded an address that cannot be read.
 func (r *Resolver) ClientIP(remoteAddr string, h Header) netip.Addr {
 	peer := ParsePeer(remoteAddr)
 	if !peer.IsValid() || !r.Trusted(peer) {
 		return peer
 	}
-	return clientIP(peer, h, r.header, r.Trusted)
+	a, _ := clientIP(peer, h, r.header, r.Trusted)
+	return a
 }
 
 // Key returns the key a client address is counted under: the IPv4 address
@@ -165,6 +170,16 @@ func ClientKey(a netip.Addr, v6bits int) string {
 		return a.String()
 	}
 	return p.String()
+}
+
+// UnknownClientKey returns the key of the clients whose address the
+// trusted proxy via forwarded in a form that cannot be read:
+// "unknown@" and via's own key. They share one counter per reporting
+// proxy, apart from the proxy's own requests and from any real address,
+// so an unreadable hop neither escapes its limits (its text is not the
+// key) nor spends the proxy's.
+func UnknownClientKey(via netip.Addr, v6bits int) string {
+	return "unknown@" + ClientKey(via, v6bits)
 }
 
 // Resolve works out the identity of req at the current time.
@@ -221,12 +236,16 @@ func (r *Resolver) ClientOfPeer(peer netip.Addr, peerText string, h Header) Iden
 	id.Peer = peer
 	id.PeerTrusted = id.Peer.IsValid() && r.Trusted(id.Peer)
 	id.ClientIP = id.Peer
+	var via netip.Addr
 	if id.PeerTrusted {
-		id.ClientIP = clientIP(id.Peer, h, r.header, r.Trusted)
+		id.ClientIP, via = clientIP(id.Peer, h, r.header, r.Trusted)
 	}
-	if peerText != "" && id.ClientIP == peer && peer.Is4() {
+	switch {
+	case via.IsValid():
+		id.ClientKey = UnknownClientKey(via, r.v6bits)
+	case peerText != "" && id.ClientIP == peer && peer.Is4():
 		id.ClientKey = peerText
-	} else {
+	default:
 		id.ClientKey = ClientKey(id.ClientIP, r.v6bits)
 	}
 	if r.userHeader != "" && r.TokenOf(h) == "" {
