@@ -104,7 +104,12 @@
 // that algorithm and key (never "none"), and match issuer and audience
 // when they are set; exp and nbf are checked with the leeway (default
 // 10s). The user is the claim (default sub), which must be a string. A
-// request with a bad token has no user: per-user limits skip it.
+// request without a token has no user: per-user limits skip it. A request
+// with a bad token (forged, expired, over 8 KiB, or with a crit header) is
+// answered 401 on a route with a limit that counts per user, after the
+// limits that need no user were charged, unless the route's
+// on_invalid_token is anonymous: then it is taken as a request without a
+// user.
 //
 // # Defaults
 //

@@ -81,7 +81,10 @@ type Server struct {
 	// Headers switches the rate-limit response fields.
 	Headers Headers `yaml:"headers"`
 	// TrustedProxies are the CIDRs (or single addresses) of the proxies
-	// whose X-Forwarded-For and Forwarded fields are believed.
+	// whose X-Forwarded-For and Forwarded fields are believed. A hop such
+	// a proxy forwarded that is not one plain address (0xcb.0.113.81,
+	// "unknown", garbage) ends the chain: the client is counted as
+	// "unknown@" and the proxy's address, never as the proxy itself.
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// ForwardedHeader is the one header read from trusted proxies:
 	// X-Forwarded-For (default) or Forwarded (RFC 7239), in any case.

@@ -14,8 +14,13 @@
 //	{"hits": [{"limit": "login", "key": "1.2.3.4"}, {"limit": "global"}]}
 //
 // "limit" names a limit of the policy (required); "key" is the subject it
-// counts for (default "", one shared counter); "cost" is a whole number of
-// units, at least 1 (default 1). Unknown fields are rejected. The hits of a
+// counts for (default "", one shared counter); "cost" is a JSON number, a
+// whole number of units, at least 1 (default 1): "1", a string, is
+// invalid_cost. "limit" and "key" are text, kept exactly as sent: a string
+// with bytes that are not UTF-8, or a \u escape of a lone surrogate, is
+// 400 bad_request (decoding them to U+FFFD, as encoding/json does, would
+// put different keys on one counter); send a binary key encoded (hex,
+// base64). Unknown fields are rejected. The hits of a
 // batch are checked together and charged only if all allow (all or
 // nothing); list them most specific first.
 //
@@ -68,7 +73,8 @@
 // policies while the store failed, which hold nothing to settle).
 //
 // Errors are JSON {"error": "...", "code": "..."}: 400 bad_json,
-// bad_request or invalid_cost (cost below 1 or not a whole number); 404
+// bad_request (a limit or key that is not exact text, among others) or
+// invalid_cost (cost below 1, not a whole number, or not a number); 404
 // unknown_limit or unknown_reservation; 405 method_not_allowed; 413
 // too_large (body over Options.MaxBodyBytes, 64 KiB by default); 422
 // never_fits (a cost above the limit's capacity, which no wait can fix) or

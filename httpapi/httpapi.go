@@ -274,10 +274,41 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 }
 
 // errCost reports a cost that is not a whole number.
-type errCost struct{ cost string }
+type errCost struct {
+	cost      string
+	notNumber bool // a string or another JSON value, not a number
+}
 
 func (e *errCost) Error() string {
+	if e.notNumber {
+		return fmt.Sprintf("cost %s is not a JSON number", e.cost)
+	}
 	return fmt.Sprintf("cost %s is not a whole number that fits 64 bits", e.cost)
+}
+
+// errField reports a string field that is not a string, or not text that
+// decodes exactly (see unquote).
+type errField struct {
+	field string
+	err   error
+}
+
+func (e *errField) Error() string { return fmt.Sprintf("%q %v", e.field, e.err) }
+
+func (e *errField) Unwrap() error { return e.err }
+
+// decodeError answers the error of decoding a body: invalid_cost for a
+// cost, bad_request for a field that is not exact text, bad_json else.
+func decodeError(err error) *apiError {
+	var ec *errCost
+	if errors.As(err, &ec) {
+		return bad(http.StatusBadRequest, CodeInvalidCost, "%v: a cost is a whole number of units, at least 1", ec)
+	}
+	var ef *errField
+	if errors.As(err, &ef) {
+		return bad(http.StatusBadRequest, CodeBadRequest, "%v", ef)
+	}
+	return bad(http.StatusBadRequest, CodeBadJSON, "invalid JSON: %v", err)
 }
 
 // parse turns a body into a query; it never charges anything.
@@ -287,11 +318,7 @@ func (h *Handler) parse(body []byte) (*query, *apiError) {
 	dec.UseNumber()
 	var req wireRequest
 	if err := dec.Decode(&req); err != nil {
-		var ec *errCost
-		if errors.As(err, &ec) {
-			return nil, bad(http.StatusBadRequest, CodeInvalidCost, "%v: a cost is a whole number of units, at least 1", ec)
-		}
-		return nil, bad(http.StatusBadRequest, CodeBadJSON, "invalid JSON: %v", err)
+		return nil, decodeError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, bad(http.StatusBadRequest, CodeBadJSON, "invalid JSON: data after the object")
@@ -363,37 +390,92 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 	return q, nil
 }
 
-// UnmarshalJSON reads a cost as a whole number, so that 1.5 or 1e400 is a
-// clear error rather than a silent truncation.
-func (x *wireHit) UnmarshalJSON(b []byte) error {
-	var raw struct {
-		Limit *string      `json:"limit"`
-		Key   *string      `json:"key"`
-		Cost  *json.Number `json:"cost"`
+// rawHit is a hit's fields as posted, checked by hit.
+type rawHit struct {
+	Limit json.RawMessage `json:"limit"`
+	Key   json.RawMessage `json:"key"`
+	Cost  json.RawMessage `json:"cost"`
+}
+
+// hit checks the fields: "limit" and "key" are strings decoded exactly
+// (see unquote), "cost" a JSON number that is a whole number. A field
+// given as null counts as not given.
+func (r *rawHit) hit() (wireHit, error) {
+	var x wireHit
+	var err error
+	if x.Limit, err = text("limit", r.Limit); err != nil {
+		return x, err
 	}
+	if x.Key, err = text("key", r.Key); err != nil {
+		return x, err
+	}
+	x.Cost, err = wholeCost(r.Cost)
+	return x, err
+}
+
+// text decodes the string field name, or nil when it is absent or null.
+func text(name string, raw json.RawMessage) (*string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	s, err := unquote(raw)
+	if err != nil {
+		return nil, &errField{field: name, err: err}
+	}
+	return &s, nil
+}
+
+// wholeCost reads a cost as a whole JSON number, so that 1.5, 1e400 or
+// "1" (a string) is a clear error rather than a silent truncation or
+// conversion; nil when it is absent or null.
+func wholeCost(raw json.RawMessage) (*int64, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	raw = bytes.TrimSpace(raw)
+	if !isNumber(raw) {
+		return nil, &errCost{cost: string(raw), notNumber: true}
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return nil, &errCost{cost: string(raw)}
+	}
+	return &n, nil
+}
+
+// isNull reports a field that is absent or null.
+func isNull(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// isNumber reports whether a JSON value is a number (not a string, which
+// encoding/json would also take for a json.Number).
+func isNumber(raw []byte) bool {
+	return len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9')
+}
+
+// UnmarshalJSON reads a hit, its fields checked (rawHit.hit).
+func (x *wireHit) UnmarshalJSON(b []byte) error {
+	var raw rawHit
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
 		return err
 	}
-	x.Limit, x.Key, x.Cost = raw.Limit, raw.Key, nil
-	if raw.Cost != nil {
-		n, err := strconv.ParseInt(raw.Cost.String(), 10, 64)
-		if err != nil {
-			return &errCost{raw.Cost.String()}
-		}
-		x.Cost = &n
+	h, err := raw.hit()
+	if err != nil {
+		return err
 	}
+	*x = h
 	return nil
 }
 
 // UnmarshalJSON reads either form of the body.
 func (r *wireRequest) UnmarshalJSON(b []byte) error {
 	var raw struct {
-		Hits  []wireHit    `json:"hits"`
-		Limit *string      `json:"limit"`
-		Key   *string      `json:"key"`
-		Cost  *json.Number `json:"cost"`
+		Hits []wireHit `json:"hits"`
+		rawHit
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -404,14 +486,11 @@ func (r *wireRequest) UnmarshalJSON(b []byte) error {
 	if raw.Hits != nil && len(raw.Hits) == 0 {
 		r.Hits = []wireHit{}
 	}
-	r.Limit, r.Key, r.Cost = raw.Limit, raw.Key, nil
-	if raw.Cost != nil {
-		n, err := strconv.ParseInt(raw.Cost.String(), 10, 64)
-		if err != nil {
-			return &errCost{raw.Cost.String()}
-		}
-		r.Cost = &n
+	h, err := raw.hit()
+	if err != nil {
+		return err
 	}
+	r.wireHit = h
 	return nil
 }
 

@@ -36,6 +36,31 @@ type reservationHit struct {
 	Cost  int64  `json:"c"`
 }
 
+// UnmarshalJSON reads a hit of a token, its limit and key decoded exactly
+// (see unquote), as they were posted.
+func (x *reservationHit) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Limit json.RawMessage `json:"l"`
+		Key   json.RawMessage `json:"k"`
+		Cost  int64           `json:"c"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return err
+	}
+	l, err := unquote(raw.Limit)
+	if err != nil {
+		return err
+	}
+	k, err := unquote(raw.Key)
+	if err != nil {
+		return err
+	}
+	*x = reservationHit{Limit: l, Key: k, Cost: raw.Cost}
+	return nil
+}
+
 // encode returns the reservation's token: its JSON in unpadded base64url.
 func (r *reservation) encode() string {
 	b, _ := json.Marshal(r)
@@ -45,11 +70,9 @@ func (r *reservation) encode() string {
 // wireReserve is a posted /v1/reserve body: the hits as for /v1/check and
 // how long to hold them.
 type wireReserve struct {
-	Hits  []wireHit    `json:"hits"`
-	Limit *string      `json:"limit"`
-	Key   *string      `json:"key"`
-	Cost  *json.Number `json:"cost"`
-	TTL   *json.Number `json:"ttl"`
+	Hits []wireHit `json:"hits"`
+	rawHit
+	TTL json.RawMessage `json:"ttl"`
 }
 
 // reserve answers POST /v1/reserve: every hit's cost is an estimate,
@@ -61,44 +84,42 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(&in); err != nil {
-		var ec *errCost
-		if errors.As(err, &ec) {
-			writeError(w, http.StatusBadRequest, CodeInvalidCost, ec.Error()+": a cost is a whole number of units, at least 1", nil)
-			return
-		}
-		writeError(w, http.StatusBadRequest, CodeBadJSON, "invalid JSON: "+err.Error(), nil)
+		e := decodeError(err)
+		writeError(w, e.status, e.code, e.msg, nil)
 		return
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		writeError(w, http.StatusBadRequest, CodeBadJSON, "invalid JSON: data after the object", nil)
 		return
 	}
+	one, err := in.hit()
+	if err != nil {
+		e := decodeError(err)
+		writeError(w, e.status, e.code, e.msg, nil)
+		return
+	}
 	ttl := floodgate.DefaultReservationTTL
-	if in.TTL != nil {
-		f, err := in.TTL.Float64()
+	if !isNull(in.TTL) {
+		raw := bytes.TrimSpace(in.TTL)
+		if !isNumber(raw) {
+			writeError(w, http.StatusBadRequest, CodeBadJSON, fmt.Sprintf("invalid JSON: ttl %s is not a JSON number of seconds", raw), nil)
+			return
+		}
+		f, err := strconv.ParseFloat(string(raw), 64)
 		if err != nil || !(f > 0) || f > floodgate.MaxReservationTTL.Seconds() {
 			writeError(w, http.StatusBadRequest, CodeBadRequest,
-				fmt.Sprintf("ttl %s: want seconds above 0, at most %.0f", in.TTL.String(), floodgate.MaxReservationTTL.Seconds()), nil)
+				fmt.Sprintf("ttl %s: want seconds above 0, at most %.0f", raw, floodgate.MaxReservationTTL.Seconds()), nil)
 			return
 		}
 		ttl = time.Duration(math.Ceil(f*1000)) * time.Millisecond // whole milliseconds, rounded up
 	}
-	single := in.Limit != nil || in.Key != nil || in.Cost != nil
+	single := one.Limit != nil || one.Key != nil || one.Cost != nil
 	wh := in.Hits
 	switch {
 	case in.Hits != nil && single:
 		writeError(w, http.StatusBadRequest, CodeBadRequest, `give either "hits" or one hit's "limit", "key" and "cost", not both`, nil)
 		return
 	case single:
-		one := wireHit{Limit: in.Limit, Key: in.Key}
-		if in.Cost != nil {
-			n, err := strconv.ParseInt(in.Cost.String(), 10, 64)
-			if err != nil {
-				writeError(w, http.StatusBadRequest, CodeInvalidCost, (&errCost{in.Cost.String()}).Error(), nil)
-				return
-			}
-			one.Cost = &n
-		}
 		wh = []wireHit{one}
 	}
 	q, apiErr := h.query(wh, true)
@@ -274,6 +295,9 @@ func readActual(in *wireSettle, names []string, actual []int64) *apiError {
 	}
 	if len(in.Actual) == 0 {
 		return bad(http.StatusBadRequest, CodeBadRequest, `give "actual" (a number, or limit names and numbers) or "cancel": true`)
+	}
+	if i := invalidUTF8(in.Actual); i >= 0 {
+		return bad(http.StatusBadRequest, CodeBadRequest, "actual: not valid UTF-8 (byte %#02x at offset %d)", in.Actual[i], i)
 	}
 	dec := json.NewDecoder(bytes.NewReader(in.Actual))
 	dec.UseNumber()

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/base64"
 	"net/http"
 	"strings"
 	"testing"
@@ -97,5 +98,46 @@ func TestReserveErrors(t *testing.T) {
 	}
 	if resp, m := post(t, url+"/v1/settle", `{"reservation":"`+tok+`","actual":0}`); resp.StatusCode != http.StatusOK {
 		t.Errorf("the reservation after the errors: %d %v", resp.StatusCode, m)
+	}
+}
+
+// TestSettleRepeatedHit: a reservation that names one limit and key twice
+// settles as a whole, and so does a token that repeats a hit reserved once
+// (the hits name one settle record in the store): the answer is never a
+// 404 after units were given back.
+func TestSettleRepeatedHit(t *testing.T) {
+	t.Parallel()
+	url, _ := start(t)
+	free := func(key string) float64 {
+		t.Helper()
+		_, m := post(t, url+"/v1/peek", `{"limit":"login","key":"`+key+`"}`)
+		return m["remaining"].(float64) + 1
+	}
+	_, m := post(t, url+"/v1/reserve", `{"hits":[{"limit":"login","key":"k"},{"limit":"login","key":"k"}]}`)
+	tok, _ := m["reservation"].(string)
+	if tok == "" || free("k") != 1 {
+		t.Fatalf("reserve twice: %v, %v free", m, free("k"))
+	}
+	if resp, m := post(t, url+"/v1/settle", `{"reservation":"`+tok+`","actual":1}`); resp.StatusCode != http.StatusOK || free("k") != 1 {
+		t.Fatalf("settle at the estimates: %d %v, %v free; want 200 and 1 free", resp.StatusCode, m, free("k"))
+	}
+	if resp, _ := post(t, url+"/v1/settle", `{"reservation":"`+tok+`","actual":0}`); resp.StatusCode != http.StatusNotFound || free("k") != 1 {
+		t.Fatalf("a second settle: %d, %v free; want 404 and nothing given back", resp.StatusCode, free("k"))
+	}
+	// A token repeating the hit of a reservation made once.
+	_, m = post(t, url+"/v1/reserve", `{"limit":"login","key":"j","cost":2}`)
+	raw, err := base64.RawURLEncoding.DecodeString(m["reservation"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit := `{"l":"login","k":"j","c":2}`
+	forged := strings.Replace(string(raw), hit, hit+","+hit, 1)
+	if forged == string(raw) {
+		t.Fatalf("token %s has no hit to repeat", raw)
+	}
+	tok = base64.RawURLEncoding.EncodeToString([]byte(forged))
+	resp, m := post(t, url+"/v1/settle", `{"reservation":"`+tok+`","actual":0}`)
+	if resp.StatusCode != http.StatusOK || free("j") != 3 {
+		t.Fatalf("settle of a repeated hit: %d %v, %v free; want 200 and the reservation given back", resp.StatusCode, m, free("j"))
 	}
 }

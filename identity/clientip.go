@@ -75,7 +75,11 @@ func parsePeer(remoteAddr string) netip.Addr {
 
 // parseHop parses one forwarded address: a bare IP, ip:port, [v6] or
 // [v6]:port, optionally in double quotes (Forwarded). It returns false for
-// anything else ("unknown", obfuscated identifiers, garbage).
+// anything else: "unknown", obfuscated identifiers, zones, garbage, and
+// the IPv4 forms that inet_aton reads but an address in a header never
+// has (0xcb.0.113.81, 0313.0.113.81, 203.0.29521, 3405803857), which
+// different readers take for different addresses. It reads at most 64
+// bytes (FuzzParseHop).
 func parseHop(s string) (netip.Addr, bool) {
 	s = strings.TrimSpace(s)
 	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
@@ -163,30 +167,35 @@ func (w *walker) next() (hop string, done bool) {
 
 // clientIP walks the forwarding header right to left from a trusted peer,
 // skipping trusted proxies. The first address that is not a trusted proxy
-// is the client. An unparseable hop stops the walk: the client is then the
-// last address known (the hop that reported it). If every hop is trusted,
-// the leftmost hop is the client.
-func clientIP(peer netip.Addr, h Header, header string, trusted func(netip.Addr) bool) netip.Addr {
+// is the client. If every hop is trusted, the leftmost hop is the client.
+//
+// A hop that cannot be read (see parseHop) ends the trusted chain, as it
+// does in NGINX's realip and Envoy's XFF handling, but it does not make the
+// proxy that wrote it the client: clientIP then returns the zero Addr and,
+// as via, the last address read (the trusted proxy that reported the
+// unreadable hop), under whose name such clients are counted apart from
+// the proxy's own requests (UnknownClientKey).
+func clientIP(peer netip.Addr, h Header, header string, trusted func(netip.Addr) bool) (client, via netip.Addr) {
 	lines := h.Values(header)
 	if len(lines) == 0 {
-		return peer
+		return peer, netip.Addr{}
 	}
 	w := walker{lines: lines, forwarded: header == HeaderForwarded}
-	client := peer
+	client = peer
 	// A bound on the hops read keeps a huge header cheap.
 	for range 64 {
 		hop, done := w.next()
 		if done {
-			return client
+			return client, netip.Addr{}
 		}
 		a, ok := parseHop(hop)
 		if !ok {
-			return client
+			return netip.Addr{}, client
 		}
 		client = a
 		if !trusted(a) {
-			return client
+			return client, netip.Addr{}
 		}
 	}
-	return client
+	return client, netip.Addr{}
 }

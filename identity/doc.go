@@ -7,6 +7,16 @@
 // right to left and only past hops that are themselves trusted proxies, and
 // a token must verify with the one configured algorithm and key.
 //
+// A forwarded hop that is not one plain address (0xcb.0.113.81 and the
+// other forms inet_aton reads, "unknown", obfuscated identifiers, zones,
+// garbage) ends the trusted chain there, as NGINX's realip and Envoy's XFF
+// handling do. The client is then unknown: Identity.ClientIP is the zero
+// Addr, and it is counted as "unknown@" and the key of the trusted proxy
+// that reported the hop (UnknownClientKey). Every such client of one proxy
+// shares that counter, which is neither the proxy's own (a proxy's own
+// requests are not spent by what it failed to name) nor the hop's text (a
+// client cannot vary it to escape its limits).
+//
 // Resolving a request costs no cryptography until a token must be
 // verified: Resolver.Client works out the client, Resolver.Token reads the
 // token a request presents, and Resolver.User verifies it only when a

@@ -49,7 +49,11 @@ func TestClientIP(t *testing.T) {
 		{"spoofed leftmost is never used", "10.0.0.1:80", []string{"6.6.6.6, 198.51.100.7"}, "198.51.100.7"},
 		{"lines concatenated in order", "10.0.0.1:80", []string{"6.6.6.6, 7.7.7.7", "198.51.100.7, 10.9.9.9"}, "198.51.100.7"},
 		{"all hops trusted: leftmost", "10.0.0.1:80", []string{"10.0.0.9, 10.0.0.8"}, "10.0.0.9"},
-		{"garbage hop stops at the reporter", "10.0.0.1:80", []string{"198.51.100.7, nonsense"}, "10.0.0.1"},
+		{"garbage hop: the client is unknown, not the reporter", "10.0.0.1:80", []string{"198.51.100.7, nonsense"}, "invalid IP"},
+		{"hex IPv4 hop is unreadable", "10.0.0.1:80", []string{"0xcb.0.113.81"}, "invalid IP"},
+		{"octal IPv4 hop is unreadable", "10.0.0.1:80", []string{"0313.0.113.81"}, "invalid IP"},
+		{"short IPv4 hop is unreadable", "10.0.0.1:80", []string{"203.0.29521"}, "invalid IP"},
+		{"garbage behind a trusted hop", "10.0.0.1:80", []string{"nonsense, 10.0.0.5"}, "invalid IP"},
 		{"garbage left of the client is never reached", "10.0.0.1:80", []string{"nonsense, 198.51.100.7"}, "198.51.100.7"},
 		{"port in a hop", "10.0.0.1:80", []string{"198.51.100.7:5555"}, "198.51.100.7"},
 		{"bracketed v6 with port", "10.0.0.1:80", []string{"[2001:db8::1]:443"}, "2001:db8::1"},
@@ -85,9 +89,86 @@ func TestForwardedHeader(t *testing.T) {
 		t.Errorf("ClientIP = %s", got)
 	}
 	h = http.Header{"Forwarded": {"proto=https"}}
-	if got := r.ClientIP("10.0.0.1:80", h).String(); got != "10.0.0.1" {
-		t.Errorf("element without for=: ClientIP = %s, want the peer", got)
+	if got := r.ClientIP("10.0.0.1:80", h); got.IsValid() {
+		t.Errorf("element without for=: ClientIP = %s, want none (unknown)", got)
 	}
+}
+
+// TestUnreadableHopIsCountedApart: an address a trusted proxy forwarded in
+// a form that cannot be read (0xcb.0.113.81, "unknown", garbage) ends the
+// trusted chain. Such clients are counted under one key per reporting
+// proxy: not the proxy's own (which would spend its requests' limits), and
+// not the text (which a client could vary to escape its limits).
+func TestUnreadableHopIsCountedApart(t *testing.T) {
+	t.Parallel()
+	xff, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8", "2001:db8:ffff::/48")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd, err := NewResolver(Options{TrustedProxies: prefixes(t, "10.0.0.0/8"), ForwardedHeader: "Forwarded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		r          *Resolver
+		peer, hdr  string
+		value, key string
+	}{
+		{xff, "10.0.0.1", "X-Forwarded-For", "0xcb.0.113.81", "unknown@10.0.0.1"},
+		{xff, "10.0.0.1", "X-Forwarded-For", "0xcb.0.113.82", "unknown@10.0.0.1"},
+		{xff, "10.0.0.1", "X-Forwarded-For", "198.51.100.7, 203.0.113.081", "unknown@10.0.0.1"},
+		{xff, "10.0.0.1", "X-Forwarded-For", "nonsense, 10.0.0.5", "unknown@10.0.0.5"},
+		{xff, "2001:db8:ffff::1", "X-Forwarded-For", "fe80::1%eth0", "unknown@2001:db8:ffff::/64"},
+		{fwd, "10.0.0.1", "Forwarded", "for=unknown", "unknown@10.0.0.1"},
+		{fwd, "10.0.0.1", "Forwarded", `for="_hidden"`, "unknown@10.0.0.1"},
+		{fwd, "10.0.0.1", "Forwarded", "for=192.0.2.60;proto=http, for=0x7f.1", "unknown@10.0.0.1"},
+	} {
+		h := http.Header{tc.hdr: {tc.value}}
+		peer := netip.MustParseAddr(tc.peer)
+		id := tc.r.ClientOf(peer, h)
+		if id.ClientIP.IsValid() || id.ClientKey != tc.key {
+			t.Errorf("%s %q from %s: client %v, key %q; want no address, key %q", tc.hdr, tc.value, tc.peer, id.ClientIP, id.ClientKey, tc.key)
+		}
+		if got := tc.r.ClientOfPeer(peer, peer.String(), h); got != id {
+			t.Errorf("%s %q: ClientOfPeer %+v, ClientOf %+v", tc.hdr, tc.value, got, id)
+		}
+		if own := tc.r.ClientOf(peer, http.Header{}); own.ClientKey == id.ClientKey {
+			t.Errorf("%s %q: counted as the proxy itself (%q)", tc.hdr, tc.value, own.ClientKey)
+		}
+	}
+	// An untrusted peer is its own client whatever it sends.
+	if id := xff.ClientOf(netip.MustParseAddr("203.0.113.9"), http.Header{"X-Forwarded-For": {"0xcb.0.113.81"}}); id.ClientKey != "203.0.113.9" {
+		t.Errorf("untrusted peer: %+v", id)
+	}
+}
+
+// FuzzParseHop: parseHop never panics, and what it accepts is one
+// canonical address: valid, unmapped, without a zone, written back the same
+// way, and never one of the IPv4 forms that readers disagree on.
+func FuzzParseHop(f *testing.F) {
+	for _, s := range []string{"203.0.113.81", "0xcb.0.113.81", "0313.0.113.81", "203.0.29521", "3405803857",
+		"203.0.113.81:80", "[2001:db8::1]:443", "[2001:db8::1]", `"[2001:db8::1]:80"`, "::ffff:1.2.3.4",
+		"fe80::1%eth0", "unknown", "_hidden", "", "  1.2.3.4  ", "1.2.3.4:99999", strings.Repeat("1", 70)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, ok := parseHop(s)
+		if !ok {
+			if a.IsValid() {
+				t.Fatalf("parseHop(%q) refused but gave %v", s, a)
+			}
+			return
+		}
+		if !a.IsValid() || a.Zone() != "" || a.Is4In6() {
+			t.Fatalf("parseHop(%q) = %v", s, a)
+		}
+		if b, ok := parseHop(a.String()); !ok || b != a {
+			t.Fatalf("parseHop(%q) = %v, which reads back as %v %v", s, a, b, ok)
+		}
+		if a.Is4() && !strings.Contains(s, a.String()) && !strings.Contains(s, ":") {
+			t.Fatalf("parseHop(%q) = %v: an IPv4 address not written as itself", s, a)
+		}
+	})
 }
 
 func TestClientKey(t *testing.T) {
@@ -416,6 +497,16 @@ func FuzzClientIP(f *testing.F) {
 				t.Fatalf("client %v not unmapped", got)
 			}
 			_ = r.Key(got)
+			id := r.ClientOf(p, h)
+			if id.ClientIP != got {
+				t.Fatalf("ClientOf gave %v, ClientIP %v", id.ClientIP, got)
+			}
+			if !id.ClientIP.IsValid() && id.ClientKey != "unknown" && !strings.HasPrefix(id.ClientKey, "unknown@") {
+				t.Fatalf("no client address, key %q", id.ClientKey)
+			}
+			if id.ClientIP.IsValid() && id.ClientKey != r.Key(id.ClientIP) {
+				t.Fatalf("client %v keyed %q", id.ClientIP, id.ClientKey)
+			}
 		}
 	})
 }
@@ -433,5 +524,76 @@ func BenchmarkResolve(b *testing.B) {
 		if id := r.Resolve(req); id.ClientKey != "2001:db8:1:2::/64" {
 			b.Fatal(id.ClientKey)
 		}
+	}
+}
+
+// TestOverlongTokenIsPresented: a token over the 8 KiB verified is a token
+// presented that fails as too_long, never the absence of a token (which
+// would make the request anonymous, or let a trusted proxy's user header
+// speak for it).
+func TestOverlongTokenIsPresented(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	r, err := NewResolver(Options{JWT: &JWTOptions{Alg: "HS256", Key: k.secret},
+		TrustedProxies: prefixes(t, "10.0.0.0/8"), UserHeader: "X-User"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A valid signature over a padded claim, and plain padding.
+	padded := sign(t, jwt.SigningMethodHS256, k.secret, k.claims(map[string]any{"pad": strings.Repeat("p", 9<<10)}), "")
+	for name, tok := range map[string]string{"signed": padded, "padding": strings.Repeat("a", 8<<10+1)} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = "10.0.0.1:1234"
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("X-User", "admin")
+		if got := r.Token(req); got != tok {
+			t.Errorf("%s: Token gave %d bytes, want the %d presented", name, len(got), len(tok))
+		}
+		if id := r.Client(req); id.User != "" {
+			t.Errorf("%s: the trusted proxy's user header named %q for a request that presents a token", name, id.User)
+		}
+		if u, err := r.User(tok, k.now); u != "" || Reason(err) != ReasonTooLong {
+			t.Errorf("%s: User = %q, %v (reason %s), want too_long", name, u, err, Reason(err))
+		}
+		if u, ok := r.CachedUser(tok, k.now); ok {
+			t.Errorf("%s: cached user %q", name, u)
+		}
+	}
+}
+
+// TestCriticalHeaderRefused: a token whose header lists critical
+// extensions (crit) is refused even with a valid signature, since the
+// verifier understands none of them (RFC 7515, section 4.1.11).
+func TestCriticalHeaderRefused(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	v, err := NewVerifier(JWTOptions{Alg: "HS256", Key: k.secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, crit := range map[string]any{
+		"an extension": []string{"http://example.com/must-check"},
+		"exp, a claim": []string{"exp"},
+		"empty list":   []string{},
+		"not a list":   "b64",
+		"a null value": nil,
+	} {
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, k.claims(nil))
+		tok.Header["crit"] = crit
+		tok.Header["http://example.com/must-check"] = true
+		s, err := tok.SignedString(k.secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, err := v.VerifyAt(s, k.now); u != "" || Reason(err) != ReasonCritical {
+			t.Errorf("crit %s: user %q, %v (reason %s), want refused as critical", name, u, err, Reason(err))
+		}
+	}
+	// The same token without crit verifies.
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, k.claims(nil))
+	tok.Header["http://example.com/must-check"] = true
+	s, _ := tok.SignedString(k.secret)
+	if u, err := v.VerifyAt(s, k.now); u != "parent-42" {
+		t.Errorf("without crit: %q %v", u, err)
 	}
 }

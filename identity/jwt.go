@@ -33,7 +33,8 @@ const (
 // minSecret is the shortest HS256 secret accepted, in bytes.
 const minSecret = 32
 
-// maxToken bounds the token length read from a request.
+// maxToken bounds the length of a token verified; a longer one fails as
+// ReasonTooLong.
 const maxToken = 8 << 10
 
 // JWTOptions configures token verification.
@@ -292,17 +293,22 @@ func jwkKey(alg string, k jwk) (any, error) {
 	return nil, nil
 }
 
-// token takes the token from the configured header.
+// token takes the token from the configured header. A token longer than
+// the 8 KiB verified is still a token presented (it fails as too_long),
+// never the absence of one: a client cannot shed its per-user limits, or
+// claim a trusted proxy's user header, by padding its token.
 func (v *Verifier) token(h Header) string {
 	t := strings.TrimSpace(h.Get(v.o.Header))
 	if len(t) > 7 && strings.EqualFold(t[:7], "bearer ") {
 		t = strings.TrimSpace(t[7:])
 	}
-	if len(t) > maxToken {
-		return ""
-	}
 	return t
 }
+
+// errCritical reports a token whose header has a crit parameter: it names
+// extensions the recipient must understand (RFC 7515, section 4.1.11), and
+// Floodgate understands none.
+var errCritical = errors.New("identity: token header lists critical extensions (crit), which are not supported")
 
 // Verify checks a token at the current time and returns its user.
 func (v *Verifier) Verify(token string) (string, error) {
@@ -335,6 +341,9 @@ func (v *Verifier) verify(token string, now time.Time) (string, time.Time, error
 	}
 	claims := jwt.MapClaims{}
 	_, err := jwt.NewParser(opts...).ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
+		if _, ok := t.Header["crit"]; ok {
+			return nil, errCritical
+		}
 		if t.Method.Alg() != v.method.Alg() {
 			return nil, fmt.Errorf("identity: token alg %q is not %s", t.Method.Alg(), v.o.Alg)
 		}

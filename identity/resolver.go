@@ -46,10 +46,13 @@ type Options struct {
 // Identity is what a Resolver found out about one request.
 type Identity struct {
 	// ClientIP is the client's address (IPv4-mapped addresses unmapped);
-	// the zero Addr when the peer is not an IP address.
+	// the zero Addr when the peer is not an IP address, or when a trusted
+	// proxy forwarded an address that cannot be read.
 	ClientIP netip.Addr
 	// ClientKey is the client as counted: the IPv4 address, the IPv6
-	// prefix ("2001:db8:1:2::/64"), or "unknown".
+	// prefix ("2001:db8:1:2::/64"), "unknown" (a peer that is not an IP
+	// address), or "unknown@" and the key of the trusted proxy that
+	// forwarded an unreadable address (UnknownClientKey).
 	ClientKey string
 	// Peer is the address of the connection's other end.
 	Peer netip.Addr
@@ -58,8 +61,10 @@ type Identity struct {
 	// User is the verified user, or "".
 	User string
 	// UserError says why a presented token gave no user (nil when no
-	// token was presented or it verified). It is for logs and metrics; a
-	// request with a bad token is simply anonymous.
+	// token was presented or it verified). A token too long to verify is
+	// presented too (ReasonTooLong). What a request with a bad token gets
+	// is the caller's to decide: the gateway answers 401 on a route with
+	// per-user limits unless the route says on_invalid_token: anonymous.
 	UserError error
 }
 
@@ -133,13 +138,15 @@ type Header interface {
 }
 
 // ClientIP returns the client's address for a connection from remoteAddr
-// carrying header h, following the rules in the package documentation.
+// carrying header h, following the rules in the package documentation: the
+// zero Addr when a trusted proxy forwarded an address that cannot be read.
 func (r *Resolver) ClientIP(remoteAddr string, h Header) netip.Addr {
 	peer := ParsePeer(remoteAddr)
 	if !peer.IsValid() || !r.Trusted(peer) {
 		return peer
 	}
-	return clientIP(peer, h, r.header, r.Trusted)
+	a, _ := clientIP(peer, h, r.header, r.Trusted)
+	return a
 }
 
 // Key returns the key a client address is counted under: the IPv4 address
@@ -163,6 +170,16 @@ func ClientKey(a netip.Addr, v6bits int) string {
 		return a.String()
 	}
 	return p.String()
+}
+
+// UnknownClientKey returns the key of the clients whose address the
+// trusted proxy via forwarded in a form that cannot be read:
+// "unknown@" and via's own key. They share one counter per reporting
+// proxy, apart from the proxy's own requests and from any real address,
+// so an unreadable hop neither escapes its limits (its text is not the
+// key) nor spends the proxy's.
+func UnknownClientKey(via netip.Addr, v6bits int) string {
+	return "unknown@" + ClientKey(via, v6bits)
 }
 
 // Resolve works out the identity of req at the current time.
@@ -219,12 +236,16 @@ func (r *Resolver) ClientOfPeer(peer netip.Addr, peerText string, h Header) Iden
 	id.Peer = peer
 	id.PeerTrusted = id.Peer.IsValid() && r.Trusted(id.Peer)
 	id.ClientIP = id.Peer
+	var via netip.Addr
 	if id.PeerTrusted {
-		id.ClientIP = clientIP(id.Peer, h, r.header, r.Trusted)
+		id.ClientIP, via = clientIP(id.Peer, h, r.header, r.Trusted)
 	}
-	if peerText != "" && id.ClientIP == peer && peer.Is4() {
+	switch {
+	case via.IsValid():
+		id.ClientKey = UnknownClientKey(via, r.v6bits)
+	case peerText != "" && id.ClientIP == peer && peer.Is4():
 		id.ClientKey = peerText
-	} else {
+	default:
 		id.ClientKey = ClientKey(id.ClientIP, r.v6bits)
 	}
 	if r.userHeader != "" && r.TokenOf(h) == "" {
@@ -250,7 +271,7 @@ func (r *Resolver) TokenOf(h Header) string {
 // CachedUser returns the user of a token verified before and still valid
 // at now, without verifying anything.
 func (r *Resolver) CachedUser(token string, now time.Time) (string, bool) {
-	if r.tokens == nil || token == "" {
+	if r.tokens == nil || token == "" || len(token) > maxToken {
 		return "", false
 	}
 	return r.tokens.get(token, now)
@@ -263,8 +284,10 @@ func (r *Resolver) User(token string, now time.Time) (string, error) {
 	if r.jwt == nil {
 		return "", &TokenError{Reason: ReasonMalformed, err: fmt.Errorf("identity: no token verification is configured")}
 	}
-	if u, ok := r.tokens.get(token, now); ok {
-		return u, nil
+	if len(token) <= maxToken {
+		if u, ok := r.tokens.get(token, now); ok {
+			return u, nil
+		}
 	}
 	u, until, err := r.jwt.verify(token, now)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 // metrics. The set is fixed, so a metric labelled with it stays small.
 const (
 	ReasonMalformed   = "malformed"     // not a JWT
-	ReasonTooLong     = "too_long"      // longer than the 8 KiB read
+	ReasonTooLong     = "too_long"      // longer than the 8 KiB verified
 	ReasonAlgorithm   = "algorithm"     // signed with another algorithm, or "none"
 	ReasonUnknownKey  = "unknown_key"   // its kid names no configured key
 	ReasonSignature   = "signature"     // the signature does not verify
@@ -21,6 +21,7 @@ const (
 	ReasonNotYetValid = "not_yet_valid" // before nbf
 	ReasonClaims      = "claims"        // exp missing, or wrong iss or aud
 	ReasonNoUser      = "no_user"       // the user claim is missing or unusable
+	ReasonCritical    = "critical"      // its header lists extensions (crit) that must be understood
 )
 
 // TokenError is why a presented token gives no user.
@@ -51,6 +52,8 @@ func reasonOf(err error) string {
 	switch {
 	case errors.Is(err, ErrNoKey):
 		return ReasonUnknownKey
+	case errors.Is(err, errCritical):
+		return ReasonCritical
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return ReasonMalformed
 	case errors.Is(err, jwt.ErrTokenExpired):

@@ -44,6 +44,7 @@ type Store struct {
 type snapshot struct {
 	pol    *policy.Policy
 	byHash map[[sha256.Size]byte]*entry
+	byName map[string]*entry // the active keys, for requests that give a key by name
 }
 
 type entry struct {
@@ -81,6 +82,24 @@ func (s *Store) LookupKey(p *policy.Policy, sum *[sha256.Size]byte) *policy.Key 
 	if e.notAfter != 0 && s.o.Now().UnixNano() >= e.notAfter {
 		return nil
 	}
+	return s.resolve(sn, e, p)
+}
+
+// LookupKeyName resolves the active key named name against p: nil when no
+// active key has that name (policy.KeyNamer). A request that gives its key
+// by name (an access log replayed) carries no secret, so no secret's
+// expiry applies.
+func (s *Store) LookupKeyName(p *policy.Policy, name string) *policy.Key {
+	sn := s.snap.Load()
+	e := sn.byName[name]
+	if e == nil {
+		return nil
+	}
+	return s.resolve(sn, e, p)
+}
+
+// resolve returns the key of e, a key of snapshot sn, against p.
+func (s *Store) resolve(sn *snapshot, e *entry, p *policy.Policy) *policy.Key {
 	if sn.pol == p {
 		return e.key
 	}
@@ -109,7 +128,7 @@ func options(r *Record) policy.KeyOptions {
 // s.mu is held.
 func (s *Store) rebuild() {
 	p := s.o.Policy()
-	sn := &snapshot{pol: p, byHash: map[[sha256.Size]byte]*entry{}}
+	sn := &snapshot{pol: p, byHash: map[[sha256.Size]byte]*entry{}, byName: map[string]*entry{}}
 	for name := range s.recs {
 		r := s.recs[name]
 		if !r.Active() {
@@ -120,6 +139,7 @@ func (s *Store) rebuild() {
 			s.log.Warn("keystore: key not usable with this policy", "key", r.Name, "err", err)
 			continue
 		}
+		sn.byName[r.Name] = &entry{rec: &r, key: k}
 		for _, sec := range r.Secrets {
 			var sum [sha256.Size]byte
 			if b, err := hex.DecodeString(sec.SHA256); err != nil || len(b) != len(sum) {

@@ -161,3 +161,53 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLookupKeyName: a request that gives its API key by name (an access
+// log replayed) finds a key of the store, as one carrying the secret does:
+// the same plan and the same counters; a disabled or unknown name finds
+// nothing.
+func TestLookupKeyName(t *testing.T) {
+	t.Parallel()
+	r := reloader(t)
+	ctx := context.Background()
+	s, err := New(ctx, Options{Backend: NewFileBackend(filepath.Join(t.TempDir(), "keys.json")), Policy: r.Policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetKeySource(s)
+	raw, _, err := s.Create(ctx, "acme", "gold", policy.KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Policy()
+	if k := s.LookupKeyName(p, "acme"); k == nil || k != lookup(s, p, raw) {
+		t.Fatalf("by name %v, by secret %v", k, lookup(s, p, raw))
+	}
+	var byName, bySecret policy.Match
+	p.Match(&policy.Request{Method: "GET", Path: "/x", KeyName: "acme"}, &byName)
+	p.Match(&policy.Request{Method: "GET", Path: "/x", APIKey: raw}, &bySecret)
+	if byName.Forbidden || byName.KeyID != "acme" || byName.Plan != "gold" || len(byName.Hits) == 0 {
+		t.Fatalf("a request naming acme: %+v", byName)
+	}
+	if len(byName.Hits) != len(bySecret.Hits) {
+		t.Fatalf("%d hits by name, %d by secret", len(byName.Hits), len(bySecret.Hits))
+	}
+	for i := range byName.Hits {
+		if byName.Hits[i].Key != bySecret.Hits[i].Key || byName.Hits[i].Rule != bySecret.Hits[i].Rule {
+			t.Errorf("hit %d: %+v by name, %+v by secret", i, byName.Hits[i], bySecret.Hits[i])
+		}
+	}
+	if _, err := s.Update(ctx, "acme", func(r *Record) error { r.Disabled = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"acme", "nobody"} {
+		if k := s.LookupKeyName(p, name); k != nil {
+			t.Errorf("%s: found %v", name, k)
+		}
+		var m policy.Match
+		p.Match(&policy.Request{Method: "GET", Path: "/x", KeyName: name}, &m)
+		if !m.Forbidden {
+			t.Errorf("a request naming %s: %+v, want 403", name, m)
+		}
+	}
+}

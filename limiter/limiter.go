@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -473,8 +474,11 @@ var ErrReservationUnknown = errors.New("limiter: reservation unknown: settled al
 // the estimate the difference is given back, in the window or period the
 // reservation charged; above it the excess is charged as far as the limit
 // allows, never below zero credit, and what did not fit is reported as the
-// hit's Decision.Overrun. The hits not marked Reserve are left alone (their
-// decisions in res are zero). Settling is not a decision and is not
+// hit's Decision.Overrun. Hits that name the same limit and key (reserved
+// together, they are one settle record in the store, of the sum of their
+// estimates) are settled once, at the sum of their actual costs, and each
+// gets the decision (the overrun on the first). The hits not marked
+// Reserve are left alone (their decisions in res are zero). Settling is not a decision and is not
 // reported to the Observer.
 //
 // Settle writes each reserved hit's state afterwards into res (Remaining
@@ -493,13 +497,15 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 	res.reset(len(hits))
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
-	sub, idx := sc.localHits[:0], sc.localIdx[:0]
+	// at[i] is the hit of sub that settles hits[i], or -1.
+	sub, at := sc.localHits[:0], sc.localIdx[:0]
 	defer func() {
 		clear(sub)
-		sc.localHits, sc.localIdx = sub[:0], idx[:0]
+		sc.localHits, sc.localIdx = sub[:0], at[:0]
 	}()
 	for i := range hits {
 		h := hits[i]
+		at = append(at, -1)
 		if h.Rule == nil {
 			return fmt.Errorf("limiter: hit %d has no rule", i)
 		}
@@ -516,8 +522,16 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 			h.Key = hashKey(h.Key)
 		}
 		h.Lease, h.Cost = req.Reservation, actual[i]
+		if k := sameReserved(sub, &h); k >= 0 {
+			// One limit and key reserved twice: the store keeps one
+			// settle record, of the sum of the estimates, so it is
+			// settled once, at the sum of the actual costs.
+			sub[k].Cost = addCost(sub[k].Cost, h.Cost)
+			at[i] = k
+			continue
+		}
+		at[i] = len(sub)
 		sub = append(sub, h)
-		idx = append(idx, i)
 	}
 	res.Allowed = true
 	if len(sub) == 0 {
@@ -539,8 +553,12 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 		l.deny.forget(sub)
 	}
 	unknown := false
-	for k, i := range idx {
+	for i, k := range at {
+		if k < 0 {
+			continue
+		}
 		res.Decisions[i] = out[k]
+		out[k].Overrun = 0 // reported once, on the first hit settled by it
 		shadow := hits[i].Rule.Shadow()
 		if shadow {
 			res.Flags[i] |= Shadow
@@ -558,6 +576,25 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 		return fmt.Errorf("limiter: settle %x: %w", req.Reservation, ErrReservationUnknown)
 	}
 	return nil
+}
+
+// sameReserved returns the index of the hit of sub that names the same
+// limit and key as h (the store's settle record of both), or -1.
+func sameReserved(sub []Hit, h *Hit) int {
+	for k := range sub {
+		if sub[k].Key == h.Key && sub[k].Rule.ID() == h.Rule.ID() {
+			return k
+		}
+	}
+	return -1
+}
+
+// addCost adds two costs of 0 or more, saturating.
+func addCost(a, b int64) int64 {
+	if c := a + b; c >= a {
+		return c
+	}
+	return math.MaxInt64
 }
 
 // isCallerError reports errors that are the request's fault, not the

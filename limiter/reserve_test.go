@@ -130,6 +130,78 @@ func TestReservationExpires(t *testing.T) {
 	}
 }
 
+// TestSettleSameLimitTwice: one limit and key reserved twice in one
+// request is one settle record (the sum of the estimates) in the store, so
+// it settles once, at the sum of the actual costs: at the estimates nothing
+// changes and nothing is unknown, where settling the hits one by one gave
+// the first the whole record, refunding units, then refused the second
+// with ErrReservationUnknown. A request naming a hit twice that was
+// reserved once (a forged token) settles the record once too, at the sum.
+func TestSettleSameLimitTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := limiter.New(newMem(t), limiter.Options{})
+	tpm := bucket(t, "tpm", 1000, floodgate.FailOpen)
+	remaining := func(key string) int64 {
+		t.Helper()
+		got, err := l.Peek(ctx, []limiter.Hit{{Rule: tpm, Key: key, Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Decisions[0].Remaining + 1
+	}
+	req := &limiter.Request{Hits: []limiter.Hit{
+		{Rule: tpm, Key: "k", Cost: 300, Reserve: true},
+		{Rule: tpm, Key: "k", Cost: 200, Reserve: true},
+	}}
+	var res limiter.Result
+	if err := l.Decide(ctx, req, &res); err != nil || !res.Allowed {
+		t.Fatalf("reserve: %v %+v", err, res)
+	}
+	if got := remaining("k"); got != 500 {
+		t.Fatalf("%d free after reserving 300 and 200 of 1000", got)
+	}
+	if err := l.Settle(ctx, req, []int64{300, 200}, &res); err != nil || !res.Allowed {
+		t.Fatalf("settle at the estimates: %v %+v", err, res)
+	}
+	if got := remaining("k"); got != 500 || res.Decisions[0] != res.Decisions[1] || res.Decisions[0].Remaining != 500 {
+		t.Fatalf("after settling at the estimates: %d free, decisions %+v; want 500 and both alike", got, res.Decisions)
+	}
+	if err := l.Settle(ctx, req, []int64{300, 200}, &res); !errors.Is(err, limiter.ErrReservationUnknown) {
+		t.Fatalf("a second settle: %v, want ErrReservationUnknown", err)
+	}
+	// Above the estimates, the overrun is reported once.
+	req2 := &limiter.Request{Hits: []limiter.Hit{
+		{Rule: tpm, Key: "o", Cost: 400, Reserve: true},
+		{Rule: tpm, Key: "o", Cost: 400, Reserve: true},
+	}}
+	if err := l.Decide(ctx, req2, &res); err != nil || !res.Allowed {
+		t.Fatalf("reserve 800: %v %+v", err, res)
+	}
+	if err := l.Settle(ctx, req2, []int64{700, 700}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if d := res.Decisions; d[0].Overrun != 400 || d[1].Overrun != 0 || d[0].Remaining != 0 {
+		t.Fatalf("settle 1400 of 800 with 200 left: %+v, want 200 charged and 400 overrun, once", d)
+	}
+	// Reserved once, settled as if twice: one record, settled once, at the
+	// sum (here a cancel).
+	one := &limiter.Request{Hits: []limiter.Hit{{Rule: tpm, Key: "f", Cost: 300, Reserve: true}}}
+	if err := l.Decide(ctx, one, &res); err != nil || !res.Allowed {
+		t.Fatal(err, res)
+	}
+	forged := &limiter.Request{Reservation: one.Reservation, Hits: []limiter.Hit{
+		{Rule: tpm, Key: "f", Cost: 300, Reserve: true},
+		{Rule: tpm, Key: "f", Cost: 300, Reserve: true},
+	}}
+	if err := l.Settle(ctx, forged, []int64{0, 0}, &res); err != nil || !res.Allowed {
+		t.Fatalf("settle of a hit named twice: %v %+v", err, res)
+	}
+	if got := remaining("f"); got != 1000 {
+		t.Fatalf("%d free after cancelling the reservation, want 1000", got)
+	}
+}
+
 // TestReserveLongKey settles a reservation whose key the engine replaced
 // by its hash: the caller settles with the key it reserved with.
 func TestReserveLongKey(t *testing.T) {

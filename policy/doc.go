@@ -18,10 +18,12 @@
 //
 // A Policy is safe for concurrent use. Reloader swaps policies atomically
 // when the file changes, keeping the rules (and so the counts) of limits
-// that did not change. Reloader.Run polls the file (and the JWT key file
-// it names) every second and applies a change only once two consecutive
-// looks saw the same sizes, modification times and contents, so a file
-// caught half-written is never applied; Reloader.Reload, for SIGHUP,
-// applies the file at once. Logs name each version applied or rejected by
+// that did not change. Reloader.Run looks at the file (and the JWT key
+// file it names) every second and applies a change once it is whole: at
+// the next look after its writer closed it or it was renamed into place
+// (inotify, on Linux), else once two consecutive looks saw the same sizes,
+// modification times and contents; a file being written is held back
+// (package internal/watch says exactly what is guaranteed).
+// Reloader.Reload, for SIGHUP, applies the file at once. Logs name each version applied or rejected by
 // the first 12 hexadecimal digits of its SHA-256.
 package policy

@@ -164,6 +164,15 @@ type KeySource interface {
 	LookupKey(p *Policy, sum *[sha256.Size]byte) *Key
 }
 
+// KeyNamer is a KeySource that also finds its keys by name, for a request
+// that gives its API key by name (Request.KeyName, as an access log
+// replayed does). Match asks it for a name the file does not have;
+// *keystore.Store is one. LookupKeyName returns nil for an unknown
+// (revoked, disabled) key.
+type KeyNamer interface {
+	LookupKeyName(p *Policy, name string) *Key
+}
+
 // keyHook holds the KeySource of a Reloader's policies.
 type keyHook struct {
 	src atomic.Pointer[KeySource]
@@ -179,6 +188,22 @@ func (p *Policy) dynamicKey(sum *[sha256.Size]byte) *Key {
 		return nil
 	}
 	return (*src).LookupKey(p, sum)
+}
+
+// dynamicKeyNamed asks the key source, if it finds keys by name, for a
+// key the file lacks.
+func (p *Policy) dynamicKeyNamed(name string) *Key {
+	if p.dynamic == nil {
+		return nil
+	}
+	src := p.dynamic.src.Load()
+	if src == nil {
+		return nil
+	}
+	if n, ok := (*src).(KeyNamer); ok {
+		return n.LookupKeyName(p, name)
+	}
+	return nil
 }
 
 // SetKeySource makes the policies of r (the current one and every later

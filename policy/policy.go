@@ -593,8 +593,9 @@ type Request struct {
 	// KeyName, when APIKey is empty, gives the request's API key by what
 	// Match.KeyID says of it, for callers that know keys only as a log
 	// shows them (replaying an access log, explaining a decision): the
-	// name of a key of the file, matched as if the request carried that
-	// key, or "?" and 32 hex digits for a key the policy did not know,
+	// name of a key of the file, or of the key source when it finds keys
+	// by name (KeyNamer: keys made through the admin API), matched as if
+	// the request carried that key, or "?" and 32 hex digits for a key the policy did not know,
 	// counted as that unknown key was. Any other name counts as an
 	// unknown key.
 	KeyName string
@@ -759,6 +760,9 @@ func (p *Policy) apiKey(r *Request) (key *Key, hash [sha256.Size]byte, presented
 		return key, hash, true
 	case r.KeyName != "":
 		if k := p.named[r.KeyName]; k != nil {
+			return k, hash, true
+		}
+		if k := p.dynamicKeyNamed(r.KeyName); k != nil {
 			return k, hash, true
 		}
 		if id, ok := strings.CutPrefix(r.KeyName, "?"); ok && len(id) == 32 {

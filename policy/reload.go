@@ -191,13 +191,13 @@ func stamp(path string, data []byte, p *Policy) [sha256.Size]byte {
 	return watch.Hash(files)
 }
 
-// Run follows the file until ctx ends (see package internal/watch): every
-// Interval it reads the file and the key files the running policy names,
-// and once two consecutive looks saw the same bytes, sizes and times, it
-// applies a new valid version or rejects a new invalid one, once. A file
-// caught half-written is never applied; one replaced by a rename is
-// applied one Interval after it is first seen. Reload, for SIGHUP, does not
-// wait.
+// Run follows the file until ctx ends, by the rules of package
+// internal/watch: every Interval it reads the file and the key files the
+// running policy names, and applies a new valid version or rejects a new
+// invalid one, once: at the next look when a writer closed a file or one
+// was renamed into place (on Linux), else once two consecutive looks saw
+// the same bytes, sizes and times; never while a file is being written.
+// Reload, for SIGHUP, does not wait.
 func (r *Reloader) Run(ctx context.Context) {
 	watch.Run(ctx, watch.Options{
 		Interval: r.o.Interval,

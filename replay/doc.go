@@ -25,7 +25,9 @@
 // address, method, host, path, user, headers, and the API key. A log of
 // Floodgate's gives the key by name ("partner-1", or "?" and a hash prefix
 // for a key the policy did not know), which policy.Request.KeyName
-// resolves against the policy being replayed: the key's plan in that
+// resolves against the policy being replayed and its key source (a
+// policy.KeyNamer: floodgate replay attaches the console's key store, so
+// keys made through the admin API are known): the key's plan in that
 // policy applies, under the same counter as a request carrying the raw
 // key; a log that holds the key itself (an NGINX $http_x_api_key, a CSV's
 // api_key column) is hashed like a request's. Around each decision the

@@ -68,11 +68,12 @@
 // an ErrConfig (errors.Is) and holds a config.Errors (errors.As) with one
 // item per problem.
 //
-// Watch follows the files while serving: it applies a new version once two
-// looks a poll interval apart (1s by default) saw the same sizes,
-// modification times and contents, so a file caught half-written is never
-// applied, while a file replaced by a rename or a Kubernetes ConfigMap
-// update is applied one interval after it is first seen. Logs name each
+// Watch follows the files while serving, by the rules of package
+// internal/watch: a file closed by its writer, replaced by a rename or by a
+// Kubernetes ConfigMap update is applied at the next look (1s by default;
+// inotify, on Linux); otherwise a new version is applied once two looks a
+// poll interval apart saw the same sizes, modification times and
+// contents; a file being written is held back. Logs name each
 // version by the first 12 hexadecimal digits of its SHA-256.
 //
 // Floodgate's extensions are optional keys inside rate_limit:

@@ -1,20 +1,45 @@
 #!/usr/bin/env bash
-# Runs Floodgate's whole test suite. Installs what the tests need when it is
-# missing (redis-server, and Chromium for the dashboard's browser tests, from
-# Debian's packages), then runs go test -race.
+# Runs Floodgate's whole test suite. Installs every external program a test
+# needs when it is missing, from Debian's packages: redis-server and
+# redis-cli (the Redis tests, Sentinel and Cluster among them), Chromium (the
+# dashboard's browser tests) and NGINX (the replay's prediction of NGINX's
+# limit_req). Then runs go vet and go test -race. In CI (CI set) no test
+# skips for a missing program: it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+# apt_get runs apt-get, waiting for a dpkg or package-list lock that
+# another apt-get holds (up to ten minutes) rather than failing at once.
+apt_get() {
+	local try
+	for try in 1 2 3 4 5 6 7 8 9 10; do
+		if DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=60 "$@"; then
+			return 0
+		fi
+		echo "test.sh: apt-get $* failed (try $try of 10; another apt-get may hold its lock)" >&2
+		sleep 60
+	done
+	return 1
+}
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
-command -v chromium >/dev/null 2>&1 || need+=(chromium)
-if [ ${#need[@]} -gt 0 ]; then
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+nginx=no
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || nginx=yes
+if [ ${#need[@]} -gt 0 ] || [ "$nginx" = yes ]; then
+	apt_get update -qq
+	if [ "$nginx" = yes ]; then
+		# nginx-light has what the test uses (limit_req, proxy_pass);
+		# where it no longer exists, nginx is the package.
+		if apt-cache show nginx-light >/dev/null 2>&1; then need+=(nginx-light); else need+=(nginx); fi
+	fi
 	echo "test.sh: installing ${need[*]}" >&2
-	SUDO=""
-	[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	apt_get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 go vet ./...

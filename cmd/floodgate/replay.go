@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/redisconn"
+	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/replay"
 )
@@ -35,10 +37,16 @@ another with --log-format), and CSV with a header line naming its columns
 Gzipped logs are read as they are. Several logs (instances, rotated files)
 are merged by time.
 
+API keys made through the admin API are read where floodgate serve keeps
+them for the policy (its key file beside the state or policy file, or its
+Redis store), or from --keys.
+
 --compare OTHER replays the same requests through a second policy and
 lists exactly the requests that flip between allowed and denied, grouped
 by limit and client; with --fail-above it exits with status 1 when more
-flip than allowed (for a CI job).
+flip than allowed (for a CI job). It also exits with status 1 when it
+replayed no request, or could not read more lines than it replayed: a
+comparison of nothing passes no change.
 
 flags:
 `
@@ -53,6 +61,7 @@ type replayFlags struct {
 	json                               bool
 	html, flips                        string
 	failAbove                          string
+	keys                               string
 	quiet                              bool
 }
 
@@ -87,6 +96,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.BoolVar(&f.json, "json", false, "write the report as JSON")
 	fs.StringVar(&f.html, "html", "", "also write a self-contained HTML report to this file")
 	fs.StringVar(&f.flips, "flips", "", "with --compare: write every flipped request to this file, one JSON object a line")
+	fs.StringVar(&f.keys, "keys", "", `the API keys made through the admin API: the console's key file, a redis:// URL, or "none" (default: where floodgate serve keeps them for the policy)`)
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -112,14 +122,27 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usagef("replay: --fail-above: %v", err)
 	}
-	p, err := loadPolicy(f.config)
+	rl, err := policy.NewReloader(policy.ReloaderOptions{Path: f.config})
+	if err != nil {
+		return err
+	}
+	keys, closeKeys, err := replayKeys(f.keys, f.config, rl.Policy().Server())
+	if err != nil {
+		return err
+	}
+	defer closeKeys()
+	p, err := withKeys(ctx, rl, keys)
 	if err != nil {
 		return err
 	}
 	o := replay.Options{Policy: p, PolicyName: f.config, Logs: f.logs, Format: f.format, LogFormat: f.logFormat,
 		DeniedStatuses: denied, Window: f.window, Tolerance: f.tolerance, Top: f.top}
 	if f.compare != "" {
-		if o.Compare, err = loadPolicy(f.compare); err != nil {
+		crl, err := policy.NewReloader(policy.ReloaderOptions{Path: f.compare})
+		if err != nil {
+			return err
+		}
+		if o.Compare, err = withKeys(ctx, crl, keys); err != nil {
 			return err
 		}
 		o.CompareName = f.compare
@@ -162,6 +185,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if c := r.Compare; c != nil {
+		if err := readEnough(r); err != nil {
+			return &exitError{code: 1, err: err}
+		}
 		limit := threshold
 		if share {
 			limit = float64(r.Requests) * threshold / 100
@@ -172,6 +198,68 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	return nil
+}
+
+// readEnough fails a comparison that read no request, or fewer requests
+// than lines it could not read: its flips say nothing of the traffic.
+func readEnough(r *replay.Report) error {
+	var lines, unreadable int64
+	sample := ""
+	for _, l := range r.Logs {
+		lines += l.Lines
+		unreadable += l.Skipped
+		if sample == "" && len(l.Samples) > 0 {
+			sample = "; the first: " + l.Samples[0]
+		}
+	}
+	switch {
+	case r.Requests == 0:
+		return fmt.Errorf("replay: no request replayed (%d lines, %d unreadable%s): a comparison of nothing passes no change", lines, unreadable, sample)
+	case unreadable > r.Requests:
+		return fmt.Errorf("replay: %d lines could not be read, more than the %d requests replayed%s: check --format and --log-format", unreadable, r.Requests, sample)
+	}
+	return nil
+}
+
+// replayKeys opens where the API keys made through the admin API are: spec
+// ("none", a redis:// URL or a key file), or where floodgate serve keeps
+// them for the policy (its key file on the memory store, its Redis
+// otherwise). close releases it.
+func replayKeys(spec, cfgPath string, srv *config.Server) (keystore.Backend, func(), error) {
+	nothing := func() {}
+	url := ""
+	switch {
+	case spec == "none":
+		return nil, nothing, nil
+	case strings.HasPrefix(spec, "redis") && strings.Contains(spec, "://"):
+		url = spec
+	case spec != "":
+		return keystore.NewFileBackend(spec), nothing, nil
+	case srv.StoreKind() == "memory":
+		return keystore.NewFileBackend(consoleKeysFile(cfgPath, stateFile(cfgPath, srv), srv)), nothing, nil
+	default:
+		url = srv.Store
+	}
+	c, err := redisconn.Open(url)
+	if err != nil {
+		return nil, nothing, fmt.Errorf("replay: the API keys in Redis (give --keys FILE, or --keys none to replay without them): %w", err)
+	}
+	return keystore.NewRedisBackend(c), c.Close, nil
+}
+
+// withKeys returns rl's policy, which finds the API keys of keys (none
+// when nil) by name and by secret, as the live policy does.
+func withKeys(ctx context.Context, rl *policy.Reloader, keys keystore.Backend) (*policy.Policy, error) {
+	if keys != nil {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		ks, err := keystore.New(ctx, keystore.Options{Backend: keys, Policy: rl.Policy})
+		if err != nil {
+			return nil, fmt.Errorf("replay: the API keys (give --keys FILE, or --keys none to replay without them): %w", err)
+		}
+		rl.SetKeySource(ks)
+	}
+	return rl.Policy(), nil
 }
 
 func orDefault(s, def string) string {

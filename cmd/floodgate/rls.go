@@ -40,7 +40,7 @@ envoyproxy/ratelimit does (the compatibility mode; by default Floodgate's
 semantics apply), FLOODGATE_RATELIMIT_HEADERS=true adds the RateLimit-Policy,
 RateLimit and Retry-After fields, FLOODGATE_STORE_TIMEOUT sets the deadline
 of a store call after which the limits' failure policies decide (default
-5ms), BACKEND_TYPE=memory uses the embedded store. See docs/envoy.md.
+250ms), BACKEND_TYPE=memory uses the embedded store. See docs/envoy.md.
 
 --check reads the settings and the descriptor files, reports problems and
 exits.

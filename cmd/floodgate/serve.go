@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -205,12 +204,7 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 	if s.metrics, s.registry, err = newServeMetrics(); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)
 	}
-	// A relative state file is relative to the policy file, like its
-	// other paths.
-	statePath := s.srv.StateFile
-	if statePath != "" && !filepath.IsAbs(statePath) {
-		statePath = filepath.Join(filepath.Dir(cfg.config), statePath)
-	}
+	statePath := stateFile(cfg.config, s.srv)
 	store, local, closeStores, err := serveOpenStore(s.srv, statePath, s.exactStoreClock(), log)
 	if err != nil {
 		return nil, err

@@ -72,11 +72,7 @@ func newConsole(cfgPath, statePath string, srv *config.Server, reloader *policy.
 	var backend keystore.Backend
 	var dedup alarm.Deduper
 	if srv.StoreKind() == "memory" {
-		base := consoleBase(cfgPath, statePath)
-		keysPath := base + ".keys.json"
-		if srv.Admin.KeysFile != "" {
-			keysPath = relTo(cfgPath, srv.Admin.KeysFile)
-		}
+		keysPath := consoleKeysFile(cfgPath, statePath, srv)
 		backend = keystore.NewFileBackend(keysPath)
 		c.audit = admin.NewFileAudit(strings.TrimSuffix(keysPath, ".keys.json")+".audit.jsonl", 0)
 		dedup = alarm.NewLocalDedup()
@@ -107,6 +103,26 @@ func newConsole(cfgPath, statePath string, srv *config.Server, reloader *policy.
 		log.Error("alarm webhooks refused", "err", err)
 	}
 	return c, nil
+}
+
+// stateFile is the memory store's state file of the policy at cfgPath, or
+// "": a relative one is relative to the policy file, like its other paths.
+func stateFile(cfgPath string, srv *config.Server) string {
+	p := srv.StateFile
+	if p != "" && !filepath.IsAbs(p) {
+		p = filepath.Join(filepath.Dir(cfgPath), p)
+	}
+	return p
+}
+
+// consoleKeysFile is the file the console keeps the API keys made through
+// the admin API in, on the memory store: server.admin.keys_file, else
+// beside the state file (or the policy file).
+func consoleKeysFile(cfgPath, statePath string, srv *config.Server) string {
+	if srv.Admin.KeysFile != "" {
+		return relTo(cfgPath, srv.Admin.KeysFile)
+	}
+	return consoleBase(cfgPath, statePath) + ".keys.json"
 }
 
 // consoleBase is the path the console's files are named after: the state

@@ -96,8 +96,6 @@ func read(paths []string) (*Version, string, error) {
 // Options configure Run. Files and Apply are required.
 type Options struct {
 	// Interval is the time between two looks (default DefaultInterval).
-	// A version is applied once two consecutive looks saw the same bytes,
-	// sizes and modification times.
 	Interval time.Duration
 	// Files lists the files to look at; it is called at every look, so
 	// that the set may change (the files of a directory, the key file a
@@ -106,12 +104,19 @@ type Options struct {
 	// Current is the hash of the version in use when Run starts. A
 	// stable version with the same hash is not applied.
 	Current [sha256.Size]byte
-	// Apply receives every new stable version, once: a version that the
-	// caller rejects is not offered again until the files change.
+	// Apply receives every new version, once: a version that the caller
+	// rejects is not offered again until the files change.
 	Apply func(v *Version)
 	// Fail, when set, receives the error of files that cannot be listed or
 	// read, once per stable error.
 	Fail func(err error)
+	// PollOnly ignores the file system's change events (inotify), so that
+	// the stability rule alone decides (see the package documentation).
+	PollOnly bool
+	// HoldOpen is how long after its last write a file whose writer has
+	// not closed it holds new versions back (default DefaultHoldOpen);
+	// past it, the stability rule applies what the file holds.
+	HoldOpen time.Duration
 }
 
 // look is what one look at the files saw.
@@ -121,11 +126,18 @@ type look struct {
 	err error
 }
 
-func take(files func() ([]string, error)) look {
+// unsettled is the key of a look during which the files changed: no look
+// agrees with it.
+const unsettled = "unsettled"
+
+// take lists and reads the files; w, when set, watches their directories
+// first, so that a write that begins while they are read is seen.
+func take(files func() ([]string, error), w *events) look {
 	paths, err := files()
 	if err != nil {
 		return look{key: "error: " + err.Error(), err: err}
 	}
+	w.follow(paths)
 	v, key, err := read(paths)
 	if err != nil {
 		return look{key: "error: " + err.Error(), err: err}
@@ -133,18 +145,47 @@ func take(files func() ([]string, error)) look {
 	return look{key: key, v: v}
 }
 
+// events is a notifier and what it said; nil without one.
+type events struct {
+	n notifier
+	t tracker
+}
+
+func (w *events) follow(paths []string) {
+	if w != nil {
+		w.n.watch(w.t.setNames(paths))
+	}
+}
+
 // Run looks at the files every Interval until ctx ends and hands each new
-// version to Apply once two consecutive looks agree on it. The first look
-// is taken at once, so a change made just before Run starts is applied one
-// interval later.
+// version to Apply, by the rules in the package documentation: at once
+// when a writer closed a file or a file was renamed into place since the
+// last look, else once two consecutive looks agree on it; never while a
+// file is being written. The first look is taken at once, so a change made
+// just before Run starts is applied one interval later.
 func Run(ctx context.Context, o Options) {
 	every := o.Interval
 	if every <= 0 {
 		every = DefaultInterval
 	}
+	hold := o.HoldOpen
+	if hold <= 0 {
+		hold = DefaultHoldOpen
+	}
+	var w *events
+	if !o.PollOnly {
+		if n := newNotifier(); n != nil {
+			w = &events{n: n}
+			defer n.close()
+		}
+	}
 	applied := o.Current
 	var failed string // the key of the last error reported
-	prev := take(o.Files)
+	prev := take(o.Files, w)
+	if w != nil {
+		w.n.drain(&w.t, time.Now())
+		w.t.complete, w.t.touched, w.t.lost = false, false, false
+	}
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
@@ -153,20 +194,41 @@ func Run(ctx context.Context, o Options) {
 			return
 		case <-t.C:
 		}
-		cur := take(o.Files)
+		complete, writing := false, false
+		if w != nil {
+			w.n.drain(&w.t, time.Now())
+			complete = w.t.complete && !w.t.lost
+			w.t.complete, w.t.touched, w.t.lost = false, false, false
+		}
+		cur := take(o.Files, w)
+		if w != nil {
+			now := time.Now()
+			w.n.drain(&w.t, now)
+			if w.t.touched {
+				// The files changed while they were read: this look
+				// says nothing, and the next one starts afresh.
+				cur = look{key: unsettled}
+			}
+			writing = w.t.inProgress(now, hold)
+		}
 		// The timer restarts after the look, so looks are at least one
 		// interval apart however long reading takes.
 		t.Reset(every)
-		stable := cur.key == prev.key
+		stable := cur.key == prev.key && cur.key != unsettled
 		prev = cur
-		if !stable {
+		if writing || cur.key == unsettled {
 			continue
 		}
 		if cur.err != nil {
-			if cur.key != failed && o.Fail != nil {
+			if stable && cur.key != failed && o.Fail != nil {
 				o.Fail(cur.err)
 			}
-			failed = cur.key
+			if stable {
+				failed = cur.key
+			}
+			continue
+		}
+		if !stable && !complete {
 			continue
 		}
 		failed = ""
