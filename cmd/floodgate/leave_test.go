@@ -226,3 +226,51 @@ limits:
 		t.Fatalf("12 failed logins whose clients left after the status line: %v, %d reached the upstream; want 5 × 401 (the limit) and 7 × 429", codes, reached.Load())
 	}
 }
+
+// TestLeavingDrainBoundFromFile holds serve to server.upstream.drain_bytes:
+// a stream whose client left is read on only that far, and then keeps its
+// estimate.
+func TestLeavingDrainBoundFromFile(t *testing.T) { forEngines(t, testLeavingDrainBound) }
+
+func testLeavingDrainBound(t *testing.T, engine string) {
+	wrote := make(chan error, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		event := "data: " + strings.Repeat("w", 1000) + "\n\n"
+		var err error
+		for i := 0; i < 2048 && err == nil; i++ { // 2 MB, then the usage
+			if _, err = io.WriteString(w, event); err == nil {
+				err = rc.Flush()
+			}
+		}
+		if err == nil {
+			_, err = io.WriteString(w, "data: {\"usage\":{\"total_tokens\":10}}\n\n")
+		}
+		wrote <- err
+	}))
+	defer up.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
+server:
+  upstream: {drain_bytes: 65536}
+  access_log: {path: "-"}
+routes:
+  - {name: chat, match: {paths: ["/v1/chat/completions"]}, upstream: %q}
+limits:
+  - {name: tokens, algorithm: fixed_window, limit: 100000, window: 1h, key: global, estimate: {body: max_tokens}, actual: {body: usage.total_tokens}}
+`, up.URL))
+	gw, _, _, out := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
+	leaveAfter(t, gw, rawPost("/v1/chat/completions", `{"max_tokens":5000}`), 2000, false)
+	<-wrote // past the bound the write fails, or fills the connection's buffers
+	// The access log's record comes once the reservation is settled.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "/v1/chat/completions"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the left stream never ended:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, hdr, _ := post(t, http.DefaultClient, gw+"/v1/chat/completions", `{"max_tokens":1}`)
+	if rl := hdr.Get("RateLimit"); !strings.Contains(rl, `"tokens";r=94999;`) {
+		t.Fatalf("RateLimit %q: want the left stream's estimate, 5,000, kept and 1 reserved", rl)
+	}
+}
