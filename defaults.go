@@ -26,6 +26,13 @@ const (
 	// DefaultUpstreamIdleTimeout closes upstream connections idle this
 	// long.
 	DefaultUpstreamIdleTimeout = 90 * time.Second
+	// DefaultDrainTimeout bounds how long the gateway reads the rest of an
+	// upstream's answer after the client left, to learn the actual cost of
+	// a reservation (an LLM stream's final usage event); past it the
+	// reservation keeps its estimate.
+	DefaultDrainTimeout = 60 * time.Second
+	// DefaultDrainBytes bounds the bytes read (and discarded) so.
+	DefaultDrainBytes = 64 << 20
 
 	// DefaultMaxKeyBytes caps a counter key's length in every store: a
 	// longer key is counted under its SHA-256.

@@ -31,7 +31,7 @@
 //	          trusted_proxies, forwarded_header, ipv6_prefix,
 //	          api_key_header, user {jwt {alg, key_file | jwks_file, claim,
 //	          header, issuer, audience, leeway} | header}, upstream
-//	          {timeout, dial_timeout, idle_timeout}
+//	          {timeout, dial_timeout, idle_timeout, drain_timeout, drain_bytes}
 //	routes:   - {name, match {methods, paths, hosts}, upstream (required:
 //	          a URL, or none), stage, api_key_required}
 //	stages:   - {name, <limit parameters>}       keyed by the stage

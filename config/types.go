@@ -294,6 +294,13 @@ type Upstream struct {
 	// it requests wait for a free connection (default 0: a quarter of the
 	// process's open-file limit).
 	MaxConnsPerHost int `yaml:"max_conns_per_host"`
+	// DrainTimeout bounds how long the rest of an upstream's answer is
+	// read after its client left, when it may still tell the actual cost
+	// of a reservation, such as the usage at the end of a stream (default
+	// 60s). Past it the reservation keeps its estimate.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// DrainBytes bounds the bytes so read and discarded (default 64 MiB).
+	DrainBytes int64 `yaml:"drain_bytes"`
 }
 
 // Match selects requests. Every non-empty list must match (and within a

@@ -288,7 +288,7 @@ func (v *validator) server() {
 	for _, u := range []struct {
 		name string
 		d    time.Duration
-	}{{"timeout", s.Upstream.Timeout}, {"dial_timeout", s.Upstream.DialTimeout}, {"idle_timeout", s.Upstream.IdleTimeout}} {
+	}{{"timeout", s.Upstream.Timeout}, {"dial_timeout", s.Upstream.DialTimeout}, {"idle_timeout", s.Upstream.IdleTimeout}, {"drain_timeout", s.Upstream.DrainTimeout}} {
 		if u.d <= 0 {
 			v.errorf("server.upstream."+u.name, "must be a positive duration")
 		}
@@ -327,6 +327,9 @@ func (v *validator) hardening() {
 	}
 	if s.Upstream.MaxConnsPerHost < 0 {
 		v.errorf("server.upstream.max_conns_per_host", "must not be negative, got %d", s.Upstream.MaxConnsPerHost)
+	}
+	if s.Upstream.DrainBytes < 1 {
+		v.errorf("server.upstream.drain_bytes", "must be at least 1, got %d", s.Upstream.DrainBytes)
 	}
 	if s.Memory.MaxBytes < 1<<20 {
 		v.errorf("server.memory.max_bytes", "must be at least 1 MiB, got %d", s.Memory.MaxBytes)

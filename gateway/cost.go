@@ -153,15 +153,25 @@ func jsonInt(doc []byte, path []string) (int64, bool) {
 }
 
 // costRecorder watches the response of a request with reservations, for
-// any engine: it remembers the status, reads the actual costs the response
-// tells as it passes (without holding back any of it), and notes whether
-// the gateway answered for an upstream that failed.
+// any engine: it remembers the upstream's status, reads the actual costs
+// the response tells as it passes (without holding back any of it), and
+// notes how the answer ended. What it notes decides the charge (see
+// actualCosts): a reservation is given back in full only when no
+// upstream answer began.
 type costRecorder struct {
-	st      *reqState
-	hdr     getter // the response's header fields, once known
-	status  int
-	failed  bool // the upstream could not be reached, or the client left first
-	done    bool // the response ended (the handler returned, or its stream)
+	st  *reqState
+	hdr getter // the response's header fields, once known
+	// status is the upstream's final status (0: no answer yet).
+	status int
+	// noAnswer says that no upstream answer began: the upstream could not
+	// be reached, failed or timed out before its status line, or the
+	// request never went ahead (a queued client left).
+	noAnswer bool
+	// complete says that the upstream's answer was read to its end:
+	// passed to the client whole, or read on after the client left.
+	complete bool
+	// gone says that the client left before the answer was written.
+	gone    bool
 	started bool // the response's headers are known
 	stream  bool // a text/event-stream body
 	skip    bool // the body is not read
@@ -264,13 +274,20 @@ func (c *costRecorder) read(b []byte) {
 
 // finish reads the actual costs of a JSON body once it has passed.
 func (c *costRecorder) finish() {
-	if !c.started && c.done {
+	if !c.started && c.complete {
 		c.start() // the handler set headers and wrote nothing
 	}
-	if c.skip || c.stream || len(c.buf) == 0 {
-		return
+	if c.skip || c.stream || len(c.buf) == 0 || !c.complete {
+		return // a body cut short is not a JSON document
 	}
 	c.event(c.buf)
+}
+
+// readsBody reports whether the rest of a successful answer is worth
+// reading after the client left: a hit's actual cost may still come in
+// the body.
+func (c *costRecorder) readsBody() bool {
+	return !c.skip && !c.noAnswer && c.status >= 200 && c.status <= 299
 }
 
 // event reads the actual costs from one JSON document: a body, or the
@@ -285,25 +302,38 @@ func (c *costRecorder) event(doc []byte) {
 
 // actualCosts fills st.actual with the real cost of each reserved hit, by
 // the outcome of the request: status is the answer's (rec, when not nil,
-// also tells the costs the response carried). A hit counted by outcome
-// whose list lacks the status costs 0; a request that failed before an
-// answer (the upstream unreachable, the client gone before it, the
-// handler panicked) costs 0; a cost the response told is the actual cost; else
-// the estimate stays when the answer is a success (2xx), and an answer that
-// is not (a refused request, an upstream error) costs nothing.
+// also tells how the answer ended and the costs it carried).
+//
+//   - No upstream answer began (the upstream could not be reached, or
+//     failed or timed out before its status line; the request never went
+//     ahead): every reservation is given back.
+//   - The upstream's status is known: a hit counted by outcome costs its
+//     cost when its list has the status and 0 otherwise, whatever the
+//     client did next.
+//   - A hit whose actual cost the response tells: an answer that is not
+//     a success (2xx) costs nothing; a cost told in a header, or in a body
+//     read to its end, is the actual cost; else the estimate stays, or
+//     what the body told before it was cut short if that is more: never
+//     less than what was observed.
 func (st *reqState) actualCosts(status int, rec *costRecorder) {
 	m := &st.m
 	st.actual = slices.Grow(st.actual[:0], len(m.Hits))[:len(m.Hits)]
-	failed := rec != nil && (rec.failed || !rec.done)
+	none := rec != nil && (rec.noAnswer || rec.status == 0 && !rec.complete)
 	for i := range m.Hits {
 		h := &m.Hits[i]
 		st.actual[i] = 0
+		c := m.costs(i)
 		switch {
-		case !h.Reserve || failed:
-		case len(m.countOn(i)) > 0 && !slices.Contains(m.countOn(i), status):
-		case rec != nil && rec.found[i]:
+		case !h.Reserve || none:
+		case len(m.countOn(i)) > 0:
+			if slices.Contains(m.countOn(i), status) {
+				st.actual[i] = h.Cost
+			}
+		case c != nil && c.Actual != nil && (status < 200 || status > 299):
+		case rec != nil && rec.found[i] && (rec.complete || c.Actual.Body == nil):
 			st.actual[i] = rec.values[i]
-		case st.m.costs(i) != nil && st.m.costs(i).Actual != nil && (status < 200 || status > 299):
+		case rec != nil && rec.found[i]:
+			st.actual[i] = max(h.Cost, rec.values[i])
 		default:
 			st.actual[i] = h.Cost
 		}
@@ -443,6 +473,6 @@ func plainHits(st *reqState) []limiter.Hit {
 // never went ahead.
 func (g *Gateway) cancelReservation(ctx context.Context, st *reqState) {
 	rec := st.costRecorder()
-	rec.failed, rec.done = true, true
+	rec.noAnswer = true
 	g.settle(ctx, st, 0, rec)
 }

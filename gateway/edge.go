@@ -307,7 +307,6 @@ func (g *Gateway) serveEdge(ctx *fasthttp.RequestCtx, noOverride bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			g.log.Error("gateway: edge: panic", "panic", p)
-			st.rec.failed = true
 			ctx.Response.Reset()
 			ctx.SetConnectionClose()
 			plainError(ctx, http.StatusInternalServerError)
@@ -350,7 +349,7 @@ func (x *edgeExchange) answered() (int, int64) { return x.status, x.bytes }
 // waits, and the function that stops watching.
 func (x *edgeExchange) watch() (<-chan struct{}, func()) {
 	if c, ok := x.ctx.Conn().(*edgeConn); ok {
-		return c.watch()
+		return c.watch(false)
 	}
 	return nil, func() {}
 }

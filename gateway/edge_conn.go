@@ -173,17 +173,22 @@ func h2Start(b []byte) bool {
 const maxWatchBytes = 64 << 10
 
 // watch reads the connection while the engine does not (a request waiting
-// for its place in a queue), to notice the client leaving: the channel it
-// returns is closed when the client closed its end. stop ends the watch
-// (the bytes read meanwhile stay readable); it must be called before the
-// engine reads again.
-func (c *edgeConn) watch() (gone <-chan struct{}, stop func()) {
+// for its place in a queue, or a response streaming to the client), to
+// notice the client leaving: the channel it returns is closed when the
+// client closed its end. While a request waits, the read deadline the
+// engine asked for holds; while a response streams (streaming), there is
+// none: the client may take its time. stop ends the watch (the bytes read
+// meanwhile stay readable); it must be called before the engine reads
+// again.
+func (c *edgeConn) watch(streaming bool) (gone <-chan struct{}, stop func()) {
 	done := make(chan struct{})
 	ended := make(chan struct{})
 	var pending []byte
-	// While the engine does not read, the deadline it asked for holds.
 	c.set = c.want
-	_ = c.Conn.SetReadDeadline(c.want)
+	if streaming {
+		c.set = time.Time{}
+	}
+	_ = c.Conn.SetReadDeadline(c.set)
 	go func() {
 		defer close(ended)
 		buf := make([]byte, 4<<10)
@@ -202,7 +207,8 @@ func (c *edgeConn) watch() (gone <-chan struct{}, stop func()) {
 	return done, func() {
 		_ = c.Conn.SetReadDeadline(time.Unix(1, 0)) // unblocks the read
 		<-ended
-		_ = c.Conn.SetReadDeadline(c.set) // as it was
+		c.set = c.want
+		_ = c.Conn.SetReadDeadline(c.set) // as the engine asked
 		if len(pending) > 0 {
 			// What the engine had not read yet comes first.
 			c.pre = append(c.pre[:len(c.pre):len(c.pre)], pending...)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -143,7 +144,7 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 	}
 	g.obs.Upstream(up.route, 0)
 	if rec != nil {
-		rec.failed = true // a reservation of the request is given back
+		rec.noAnswer = true // a reservation of the request is given back
 	}
 	resp.Reset()
 	if isTimeout(err) {
@@ -236,10 +237,10 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 			resp.SkipBody = true
 		}
 		if err != nil {
+			// The upstream's status is known: its answer began, and the
+			// reservation is settled by it (the body cut short tells no
+			// cost).
 			g.log.Warn("gateway: upstream body", "route", up.route, "upstream", up.host, "err", err)
-			if rec != nil {
-				rec.failed = true
-			}
 			resp.Reset()
 			x.answer(502, bodyBadGateway, false)
 			return false, true, nil
@@ -249,6 +250,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		x.bytes = int64(len(body))
 		if rec != nil {
 			rec.read(body)
+			rec.complete = true
 		}
 		return false, true, nil
 	}
@@ -265,7 +267,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	ur.StreamBody = true
 	resp.Header.CopyTo(&ur.Header)
 	_ = ur.ReadBody(br, 0)
-	b := &edgeBody{g: g, x: x, st: st, rec: rec, ur: ur, r: ur.BodyStream()}
+	b := &edgeBody{g: g, x: x, st: st, rec: rec, ur: ur, r: ur.BodyStream(), conn: c, uc: uc}
 	b.release = func(closeIt bool) {
 		leftover := br.Buffered() > 0
 		hc.ReleaseReader(br)
@@ -277,6 +279,9 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	}
 	if n == -2 {
 		n = -1 // until the upstream closes: chunked to the client
+	}
+	if ec, ok := ctx.Conn().(*edgeConn); ok && rec != nil && rec.readsBody() {
+		b.watchClient(ec)
 	}
 	resp.SetBodyStream(b, n)
 	return true, true, nil
@@ -557,7 +562,9 @@ func isTimeout(err error) bool {
 // edgeBody streams an upstream's body to the client, telling the
 // request's cost recorder what passes; when fasthttp has written it (or
 // failed to), it gives the upstream connection back and finishes the
-// request.
+// request. When the client left first and the rest of the body may tell a
+// reservation's cost, the rest is read and discarded, within the drain
+// bounds, before that.
 type edgeBody struct {
 	g       *Gateway
 	x       *edgeExchange
@@ -565,9 +572,46 @@ type edgeBody struct {
 	rec     *costRecorder
 	ur      *fasthttp.Response
 	r       io.Reader
+	conn    net.Conn // the upstream connection
+	uc      *upConn
 	release func(closeIt bool) // gives the upstream connection back
 	eof     bool
+	upErr   bool // reading the upstream's body failed
 	once    sync.Once
+	// stopWatch ends the watch for the client leaving while the body
+	// streams (nil: none); drainBy is when reading the upstream's body
+	// ends once the client left (Unix nanoseconds, 0 while it is there).
+	stopWatch func()
+	drainBy   atomic.Int64
+}
+
+// watchClient watches the client's connection while the body streams: when
+// the client leaves, the rest of the upstream's body is read only until the
+// drain time has passed, even if the upstream sends nothing more.
+func (b *edgeBody) watchClient(ec *edgeConn) {
+	gone, stop := ec.watch(true)
+	quit := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		select {
+		case <-gone:
+			_ = b.conn.SetReadDeadline(time.Unix(0, b.drainDeadline()))
+		case <-quit:
+		}
+	}()
+	b.stopWatch = func() {
+		close(quit)
+		<-ended
+		stop()
+	}
+}
+
+// drainDeadline returns when reading the upstream's body ends, now that
+// the client left: the drain time from when that was first seen.
+func (b *edgeBody) drainDeadline() int64 {
+	b.drainBy.CompareAndSwap(0, time.Now().Add(b.g.drain.wait).UnixNano())
+	return b.drainBy.Load()
 }
 
 func (b *edgeBody) Read(p []byte) (int, error) {
@@ -578,22 +622,63 @@ func (b *edgeBody) Read(p []byte) (int, error) {
 			b.rec.read(p[:n])
 		}
 	}
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		b.eof = true
+	case err != nil:
+		b.upErr = true
 	}
 	return n, err
+}
+
+// drain reads the rest of the upstream's body after the client left,
+// within the drain bounds, for the cost it may tell.
+func (b *edgeBody) drain() {
+	bounds := b.g.drain
+	if err := b.conn.SetReadDeadline(time.Unix(0, b.drainDeadline())); err != nil {
+		return
+	}
+	if b.uc != nil {
+		b.uc.deadline = time.Time{} // a later request sets its own
+	}
+	bp := copyBuffers.Get()
+	defer copyBuffers.Put(bp)
+	for left := bounds.bytes; left > 0; {
+		p := bp[:min(int64(len(bp)), left)]
+		n, err := b.r.Read(p)
+		b.rec.read(p[:n])
+		left -= int64(n)
+		if err == io.EOF {
+			b.eof = true
+			_ = b.conn.SetReadDeadline(time.Time{})
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // CloseWithError is called by fasthttp once the body is written, with the
 // error that stopped it (nil when it was written whole).
 func (b *edgeBody) CloseWithError(err error) error {
 	b.once.Do(func() {
+		if b.stopWatch != nil {
+			b.stopWatch()
+		}
+		if b.rec != nil && !b.eof {
+			if !b.upErr {
+				b.rec.gone = true // the client left first
+				if b.rec.readsBody() {
+					b.drain()
+				}
+			}
+		}
 		_ = b.ur.CloseBodyStream()
 		fasthttp.ReleaseResponse(b.ur)
 		b.release(!b.eof)
 		if b.rec != nil {
-			b.rec.failed = b.rec.failed || err != nil || !b.eof // the client or the upstream left first
-			b.rec.done = true
+			b.rec.complete = b.eof
 		}
 		b.g.finish(b.x, b.st)
 		b.g.put(b.st)

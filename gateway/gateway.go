@@ -166,6 +166,7 @@ type Gateway struct {
 	obs      Observer
 	log      *slog.Logger
 	relTO    time.Duration
+	drain    drainBounds
 	tr       http.RoundTripper
 	override MethodOverride
 	alog     AccessLogger
@@ -211,6 +212,13 @@ func New(opts Options) (*Gateway, error) {
 	if g.tr == nil {
 		g.tr = NewTransport(opts.Upstream)
 	}
+	g.drain = drainBounds{wait: opts.Upstream.DrainTimeout, bytes: opts.Upstream.DrainBytes}
+	if g.drain.wait <= 0 {
+		g.drain.wait = floodgate.DefaultDrainTimeout
+	}
+	if g.drain.bytes <= 0 {
+		g.drain.bytes = floodgate.DefaultDrainBytes
+	}
 	g.pool.New = func() any { return new(reqState) }
 	return g, nil
 }
@@ -237,9 +245,12 @@ type exchange interface {
 	answer(status int, body []byte, challenge bool)
 	// pass hands the request on: to the next handler (middleware) or to
 	// its route's upstream. rec, when not nil, is told the response as it
-	// passes (the actual costs of a reservation) and marked failed when
-	// the upstream could not be reached. later reports that the response
-	// goes on after pass returns (a streamed body): the engine then calls
+	// passes (the actual costs of a reservation) and how it ended: no
+	// answer from the upstream, or its answer read to the end. The
+	// upstream's answer is read to its end even when the client leaves
+	// first, within TransportOptions.DrainTimeout and DrainBytes, so that
+	// the cost it tells is known. later reports that the response goes on
+	// after pass returns (a streamed body): the engine then calls
 	// Gateway.finish when it ends.
 	pass(st *reqState, rec *costRecorder) (later bool)
 	// proxies reports whether pass forwards to an upstream (not to a next
@@ -421,9 +432,7 @@ func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 		// transport decompress it), so that the actual cost can be read.
 		x.delHeader("Accept-Encoding")
 	}
-	later = x.pass(st, rec)
-	rec.done = !later
-	return later
+	return x.pass(st, rec)
 }
 
 // finish ends a request once its answer is written (or its handler

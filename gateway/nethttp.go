@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 
@@ -67,17 +68,38 @@ func (x *httpExchange) answer(status int, body []byte, challenge bool) {
 func (x *httpExchange) answered() (int, int64) { return x.aw.status, x.aw.bytes }
 
 func (x *httpExchange) pass(st *reqState, rec *costRecorder) bool {
-	w := x.w
+	w, r := x.w, x.r
 	if rec != nil {
 		rec.hdr = w.Header()
-		x.cw = costWriter{ResponseWriter: w, rec: rec}
+		x.cw = costWriter{ResponseWriter: w, rec: rec, bounds: x.g.drain}
+		if x.next == nil {
+			// The upstream's answer is read to its end even when the
+			// client leaves first: its request does not end with the
+			// client's, only with the drain bounds (a drainer).
+			d := newDrainer(x.g.drain.wait)
+			uctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+			d.cancel = cancel
+			stop := context.AfterFunc(r.Context(), d.clientLeft)
+			defer func() {
+				stop()
+				d.end()
+			}()
+			x.cw.d = d
+			r = r.WithContext(uctx)
+		}
 		w = &x.cw
 	}
 	switch {
 	case x.next != nil:
-		x.next.ServeHTTP(w, x.r)
+		x.next.ServeHTTP(w, r)
 	default:
-		x.g.forward(w, x.r, st)
+		x.g.forward(w, r, st)
+	}
+	if rec != nil {
+		// The handler or the upstream's answer ran to its end (a panic,
+		// such as the reverse proxy's on an answer cut short, skips this).
+		rec.complete = true
+		rec.gone = x.cw.discard || x.cw.d != nil && x.cw.d.left()
 	}
 	return false
 }
@@ -110,36 +132,80 @@ func (x *httpExchange) requestBody(max int) []byte {
 
 // costWriter is the response writer of a request with reservations on
 // net/http: it tells its costRecorder the response as it passes, holding
-// none of it back.
+// none of it back. Once a write to the client fails, the client has left:
+// the rest of the answer is read for its cost and discarded, up to the
+// drain bounds (d, when the answer comes from an upstream, ends the
+// upstream's request at the time bound).
 type costWriter struct {
 	http.ResponseWriter
-	rec *costRecorder
+	rec     *costRecorder
+	bounds  drainBounds
+	d       *drainer
+	discard bool  // the client left: writes are discarded
+	drained int64 // the bytes discarded
 }
 
 func (c *costWriter) WriteHeader(code int) {
 	c.rec.header(code, c.ResponseWriter.Header())
-	c.ResponseWriter.WriteHeader(code)
+	if code >= 200 && c.d != nil {
+		c.d.status(c.rec.readsBody())
+	}
+	if !c.discard {
+		c.ResponseWriter.WriteHeader(code)
+	}
 }
 
 func (c *costWriter) Write(b []byte) (int, error) {
-	c.rec.header(http.StatusOK, c.ResponseWriter.Header())
-	n, err := c.ResponseWriter.Write(b)
-	c.rec.read(b[:n])
-	return n, err
+	if c.rec.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if !c.discard {
+		n, err := c.ResponseWriter.Write(b)
+		c.rec.read(b[:n])
+		if err == nil {
+			return n, nil
+		}
+		c.leave()
+		b = b[n:]
+	}
+	c.rec.read(b)
+	c.drained += int64(len(b))
+	if c.drained > c.bounds.bytes {
+		if c.d != nil {
+			c.d.stop()
+		}
+		return 0, errDrained
+	}
+	return len(b), nil
+}
+
+// leave notes that the client left: what comes next is discarded.
+func (c *costWriter) leave() {
+	c.discard = true
+	if c.d != nil {
+		c.d.clientLeft()
+	}
 }
 
 // Flush passes flushes through for streamed responses.
 func (c *costWriter) Flush() {
-	c.rec.header(http.StatusOK, c.ResponseWriter.Header())
-	_ = http.NewResponseController(c.ResponseWriter).Flush()
+	if c.rec.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if c.discard {
+		return
+	}
+	if err := http.NewResponseController(c.ResponseWriter).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		c.leave()
+	}
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (c *costWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // upstreamFailed notes that the gateway answered for an upstream that
-// could not be reached (or a client that left first).
-func (c *costWriter) upstreamFailed() { c.rec.failed = true }
+// could not be reached, or gave no answer.
+func (c *costWriter) upstreamFailed() { c.rec.noAnswer = true }
 
 // markFailed tells w, when it is a costWriter, that the upstream failed.
 func markFailed(w http.ResponseWriter) {

@@ -34,6 +34,13 @@ type TransportOptions struct {
 	// a flood of slow requests cannot run the process out of file
 	// descriptors.
 	MaxConnsPerHost int
+	// DrainTimeout bounds how long the rest of an upstream's answer is
+	// read after its client left, when the answer may still tell the
+	// actual cost of a reservation (a usage field at the end of a body or
+	// stream) [60s]. Past it the reservation keeps its estimate.
+	DrainTimeout time.Duration
+	// DrainBytes bounds the bytes so read and discarded [64 MiB].
+	DrainBytes int64
 }
 
 // NewTransport returns the HTTP transport the reverse proxy uses: a timeout
@@ -83,6 +90,7 @@ var (
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *reqState) {
 	u := st.m.Upstream
 	if u == nil {
+		markFailed(w) // the gateway's answer, not an upstream's
 		writeJSON(w, http.StatusNotFound, bodyNotFound)
 		return
 	}

@@ -294,6 +294,8 @@ func (s *server) listen(stdout io.Writer) error {
 			ResponseHeaderTimeout: s.srv.Upstream.Timeout,
 			IdleConnTimeout:       s.srv.Upstream.IdleTimeout,
 			MaxConnsPerHost:       files.upstreamPerHost,
+			DrainTimeout:          s.srv.Upstream.DrainTimeout,
+			DrainBytes:            s.srv.Upstream.DrainBytes,
 		},
 		AccessLog: alog,
 	})

@@ -57,6 +57,8 @@ var notes = map[string]string{
 	"Upstream.timeout":            `{"default": "30s", "description": "Wait for response headers (default 30s)."}`,
 	"Upstream.dial_timeout":       `{"default": "5s", "description": "Connect timeout (default 5s)."}`,
 	"Upstream.idle_timeout":       `{"default": "90s", "description": "Idle connection lifetime (default 90s)."}`,
+	"Upstream.drain_timeout":      `{"default": "60s", "description": "How long the rest of an answer is read after its client left, for a reservation's actual cost (default 60s)."}`,
+	"Upstream.drain_bytes":        `{"minimum": 1, "default": 67108864, "description": "The bytes so read and discarded: 64 MiB by default."}`,
 	"Upstream.max_conns_per_host": `{"minimum": 0, "description": "Connections to one upstream host; past it requests wait. 0, the default, means a quarter of the open-file limit."}`,
 	"Timeouts.read_header":        `{"default": "10s", "description": "Reading a request's headers (default 10s)."}`,
 	"Timeouts.read":               `{"default": "60s", "description": "Reading a whole request, body included (default 60s)."}`,
