@@ -265,7 +265,9 @@ type Timeouts struct {
 // Memory bounds what the stores keep.
 type Memory struct {
 	// MaxBytes caps the embedded store's memory for keys (default 256
-	// MiB), evicting least recently used keys past it.
+	// MiB), as the allocator hands it out; past it keys are evicted by
+	// value: those equal to a fresh key first, then those holding least,
+	// and a key that is denying last.
 	MaxBytes int64 `yaml:"max_bytes"`
 	// MaxKeyBytes caps a counter key's length in every store (default
 	// 256); a longer key (a huge header or descriptor value) is counted

@@ -64,7 +64,7 @@ var notes = map[string]string{
 	"Timeouts.read":               `{"default": "60s", "description": "Reading a whole request, body included (default 60s)."}`,
 	"Timeouts.write":              `{"description": "Writing a response; 0, the default, sets no bound (long downloads and event streams)."}`,
 	"Timeouts.idle":               `{"default": "120s", "description": "An idle kept-alive connection (default 120s)."}`,
-	"Memory.max_bytes":            `{"minimum": 1048576, "default": 268435456, "description": "The embedded store's memory for keys, least recently used evicted past it: 256 MiB by default."}`,
+	"Memory.max_bytes":            `{"minimum": 1048576, "default": 268435456, "description": "The embedded store's memory for keys, as the allocator hands it out; past it keys are evicted by value, those back to full first and denying ones last: 256 MiB by default."}`,
 	"Memory.max_key_bytes":        `{"minimum": 64, "default": 256, "description": "A longer counter key is counted under its SHA-256 (default 256)."}`,
 	"Admin.tokens":                `{"description": "Bearer tokens of the admin API, by SHA-256."}`,
 	"Admin.tls_cert":              `{"description": "PEM certificate of the admin listener (with tls_key)."}`,
