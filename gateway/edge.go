@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/limiter"
 	"github.com/valyala/fasthttp"
 )
 
@@ -345,13 +346,19 @@ func (x *edgeExchange) setFields(fs []fields.Field) { x.fields = fs }
 
 func (x *edgeExchange) answered() (int, int64) { return x.status, x.bytes }
 
-// watch returns a channel closed when the client leaves while the request
-// waits, and the function that stops watching.
-func (x *edgeExchange) watch() (<-chan struct{}, func()) {
-	if c, ok := x.ctx.Conn().(*edgeConn); ok {
-		return c.watch(false)
-	}
-	return nil, func() {}
+// wait holds the request in its queue, watching its connection for the
+// client leaving meanwhile.
+func (x *edgeExchange) wait(ctx context.Context, st *reqState, delay time.Duration) bool {
+	return x.g.wait(ctx, st, delay, func() (<-chan struct{}, func()) {
+		if c, ok := x.ctx.Conn().(*edgeConn); ok {
+			return c.watch(false)
+		}
+		return nil, func() {}
+	})
+}
+
+func (x *edgeExchange) keep(ctx context.Context, leases []limiter.Hit) func() {
+	return x.g.renew(ctx, leases)
 }
 
 func (x *edgeExchange) answer(status int, body []byte, challenge bool) {

@@ -6,14 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/fields"
-	"github.com/floodgate/floodgate/identity"
-	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -136,60 +132,34 @@ func (d *Duration) UnmarshalText(b []byte) error {
 }
 
 // Explain says how the gateway would answer r now, and why, without
-// charging anything. It resolves r's identity as a request would be
-// (verifying its token whatever its limits) and peeks at the state of
-// every limit that applies.
+// charging anything. r goes through the admission flow of every request
+// (Handle, with Peek): its identity is resolved as the gateway resolves it
+// (a token is verified where a limit the request matched needs the user),
+// and the state of every limit that applies is peeked at.
 func (g *Gateway) Explain(ctx context.Context, r *http.Request, o ExplainOptions) (*Explanation, error) {
-	pm, ok := g.matcher.(*PolicyMatcher)
-	if !ok {
+	if _, ok := g.matcher.(*PolicyMatcher); !ok {
 		return nil, ErrNotExplainable
 	}
-	p := pm.src.Policy()
-	rf, err := pm.resolverFor(p)
-	if err != nil {
-		return nil, err
+	v := RequestOf(r)
+	if o.KeyName != "" {
+		v.Known = &Known{KeyName: o.KeyName}
 	}
-	id := rf.resolver.Client(r)
-	req := policy.Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, ClientIP: id.ClientIP,
-		ClientKey: id.ClientKey, User: id.User, Header: r.Header}
-	e := &Explanation{Method: r.Method, Host: r.Host, Path: r.URL.Path, ClientKey: id.ClientKey}
-	if id.ClientIP.IsValid() {
-		e.ClientIP = id.ClientIP.String()
+	var tr policy.Explanation
+	h := g.Handle(ctx, v, HandleOptions{Peek: true, Trace: &tr})
+	defer h.Done(0)
+	if h.Err != nil && !errors.Is(h.Err, floodgate.ErrNeverFits) {
+		return nil, fmt.Errorf("gateway: explain: %w", h.Err)
 	}
-	badToken := false
-	if id.User == "" {
-		if tok := rf.resolver.Token(r); tok != "" {
-			if u, err := rf.resolver.User(tok, pm.now()); err == nil {
-				req.User = u
-			} else {
-				e.UserError = identity.Reason(err)
-				badToken = true
-			}
-		}
+	m, res := h.Match, h.Result
+	e := &Explanation{Method: r.Method, Host: r.Host, Path: r.URL.Path, ClientKey: m.ClientKey, Key: m.KeyID, Plan: m.Plan,
+		User: m.User, UserError: m.UserError, Route: m.Route, Stage: m.Stage, Forbidden: tr.Forbidden}
+	if m.ClientIP.IsValid() {
+		e.ClientIP = m.ClientIP.String()
 	}
-	if v := r.Header[rf.keyHdr]; len(v) > 0 {
-		req.APIKey = v[0]
-	} else {
-		req.KeyName = o.KeyName
-	}
-	var m policy.Match
-	pe := p.Explain(&req, &m)
-	e.Key, e.Plan, e.User, e.Stage, e.Forbidden = m.KeyID, m.Plan, req.User, m.Stage, pe.Forbidden
-	if m.Route != nil {
-		e.Route = m.Route.Name
-	}
-	var res limiter.Result
-	hits := slices.Clone(m.Hits)
-	if len(hits) > 0 {
-		if err := g.engine.Decide(ctx, &limiter.Request{Front: limiter.FrontGateway, Peek: true, Hits: hits}, &res); err != nil &&
-			!errors.Is(err, floodgate.ErrNeverFits) {
-			return nil, fmt.Errorf("gateway: explain: %w", err)
-		} else if err != nil {
-			e.Answer = ExplainedAnswer{Status: http.StatusTooManyRequests, Body: string(bodyTooMany)}
-		}
+	if len(m.Hits) > 0 {
 		e.Degraded = res.Degraded.String()
 	}
-	for _, lm := range pe.Limits {
+	for _, lm := range tr.Limits {
 		l := lm.Limit
 		le := LimitExplanation{Name: l.Name, Scope: l.Scope, Algorithm: l.Rule.Algorithm().String(), Shadow: l.Shadow,
 			Matched: lm.Matched, Reason: lm.Reason, Missing: lm.Missing, CounterKey: lm.Key}
@@ -204,58 +174,11 @@ func (g *Gateway) Explain(ctx context.Context, r *http.Request, o ExplainOptions
 		}
 		e.Limits = append(e.Limits, le)
 	}
-	if e.Answer.Status == 0 {
-		reject := 0
-		switch {
-		case m.Forbidden:
-			reject = http.StatusForbidden
-		case badToken && (m.Route == nil || !m.Route.AnonymousOnInvalidToken):
-			reject = http.StatusUnauthorized
-		}
-		upstream := m.Route != nil && (m.Route.Upstream != nil || pm.upstream != nil)
-		e.Answer = g.explainAnswer(&m, &res, rf, reject, upstream)
+	e.Answer = ExplainedAnswer{Status: h.Status, Forwarded: h.Forwarded, Delay: Duration(h.Delay), Body: string(h.Body)}
+	for _, f := range h.Fields {
+		e.Answer.Headers = append(e.Answer.Headers, ExplainedHeader{Name: f.Name, Value: f.Value})
 	}
 	return e, nil
-}
-
-// explainAnswer is the answer the gateway gives a request whose limits
-// decided res (on a peek): 429 when one refuses, else the reject status
-// (403 for the API key, 401 for a token), else forwarded when its route
-// has an upstream.
-func (g *Gateway) explainAnswer(m *policy.Match, res *limiter.Result, rf *resolverFor, reject int, upstream bool) ExplainedAnswer {
-	var a ExplainedAnswer
-	if len(m.Hits) > 0 {
-		lims := make([]*fields.Limit, len(m.Limits))
-		for i, l := range m.Limits {
-			lims[i] = l.Fields
-		}
-		items, binding := fields.AppendResult(nil, res, lims)
-		for _, f := range g.renderer.Render(nil, items, binding, !res.Allowed, res.RetryAfter, &rf.fields) {
-			a.Headers = append(a.Headers, ExplainedHeader{Name: f.Name, Value: f.Value})
-		}
-		if !res.Allowed {
-			a.Status, a.Body = http.StatusTooManyRequests, string(bodyTooMany)
-			if m.Limits[res.Binding].Kind == floodgate.KindQuota {
-				a.Body = string(bodyExceeded)
-			}
-			return a
-		}
-	}
-	switch reject {
-	case http.StatusForbidden:
-		return ExplainedAnswer{Status: reject, Body: string(bodyForbidden)}
-	case http.StatusUnauthorized:
-		return ExplainedAnswer{Status: reject, Body: string(bodyUnauthorized),
-			Headers: []ExplainedHeader{{Name: "WWW-Authenticate", Value: bearerChallenge[0]}}}
-	}
-	if !upstream {
-		// The reverse proxy has nowhere to send it (as middleware, the
-		// wrapped handler would get it).
-		a.Status, a.Body = http.StatusNotFound, string(bodyNotFound)
-		return a
-	}
-	a.Forwarded, a.Delay = true, Duration(res.Delay)
-	return a
 }
 
 // ExplainRequest describes a request to explain, as the admin listener's

@@ -88,6 +88,19 @@ type Match struct {
 	ClientIP netip.Addr
 	KeyID    string
 	User     string
+
+	// What a PolicyMatcher tells besides, for explanations and replays:
+	// the client's counter key, the API key's plan, the stage, why a
+	// presented token gave no user (identity.Reason), and the policy's
+	// limits, parallel to Hits.
+	ClientKey string
+	Plan      string
+	Stage     string
+	UserError string
+	Limits    []*policy.Limit
+	// Trace, when set before matching, asks a PolicyMatcher to explain
+	// the match into it: limit by limit, whether it applies and why.
+	Trace *policy.Explanation
 }
 
 // Reset empties m, keeping its storage.
@@ -96,7 +109,8 @@ func (m *Match) Reset() {
 	clear(m.Fields)
 	clear(m.CountOn)
 	clear(m.Costs)
-	*m = Match{Hits: m.Hits[:0], Fields: m.Fields[:0], CountOn: m.CountOn[:0], Costs: m.Costs[:0]}
+	clear(m.Limits)
+	*m = Match{Hits: m.Hits[:0], Fields: m.Fields[:0], CountOn: m.CountOn[:0], Costs: m.Costs[:0], Limits: m.Limits[:0]}
 }
 
 // countOn returns the statuses of hit i (nil: charge before forwarding).
@@ -256,12 +270,16 @@ type exchange interface {
 	// proxies reports whether pass forwards to an upstream (not to a next
 	// handler).
 	proxies() bool
+	// wait holds the request for its place in a leaky queue, delay long;
+	// it returns false when the client went away first (the charge is
+	// then given back). Requests decided in process do not wait.
+	wait(ctx context.Context, st *reqState, delay time.Duration) bool
+	// keep keeps the concurrency leases of a request in flight alive
+	// (Gateway.renew) and returns the function that stops it, or nil.
+	keep(ctx context.Context, leases []limiter.Hit) (stop func())
 	// answered returns the status and the body bytes of the answer so far
 	// (0 before one is written), for the access log.
 	answered() (status int, bytes int64)
-	// watch returns a channel closed when the client leaves while the
-	// request waits in a queue, and the function that ends the watch.
-	watch() (gone <-chan struct{}, stop func())
 }
 
 // Middleware returns next wrapped by the gateway: requests over a limit are
@@ -291,13 +309,17 @@ type reqState struct {
 	leases   []limiter.Hit
 	settled  limiter.Result
 	rec      costRecorder
+	peek     bool   // the request is only looked at: nothing is charged
+	err      error  // the engine's, when it could not decide
 	reserved bool   // rec holds a reservation to settle in finish
 	stop     func() // stops the renewal of the leases
 	body     []byte // the request body read for estimates
 	bodyRead bool
 	access   accessState
-	nh       httpExchange // the net/http engine's exchange
-	eh       edgeExchange // the edge engine's exchange
+	nh       httpExchange  // the net/http engine's exchange
+	eh       edgeExchange  // the edge engine's exchange
+	lx       localExchange // a request decided in process
+	handled  Handled
 }
 
 // get returns an empty reqState (put empties one before pooling it).
@@ -312,11 +334,12 @@ func (g *Gateway) put(st *reqState) {
 	st.items, st.leases = st.items[:0], st.leases[:0]
 	st.req = limiter.Request{}
 	st.rec.release()
-	st.reserved, st.stop = false, nil
+	st.reserved, st.stop, st.peek, st.err = false, nil, false, nil
 	st.body, st.bodyRead = nil, false
 	st.view = Request{}
 	st.nh = httpExchange{}
 	st.eh.reset()
+	st.lx = localExchange{}
 	g.pool.Put(st)
 }
 
@@ -336,12 +359,16 @@ func (g *Gateway) decide(ctx context.Context, x exchange, st *reqState, peek boo
 	return g.engine.Decide(ctx, &st.req, &st.res)
 }
 
-// handle is the request path every engine shares. It turns the request
+// handle is the admission flow, the one request path that every way of
+// deciding a request shares: both HTTP engines, and the requests decided
+// in process (explain, replay; Gateway.Handle). It turns the request
 // (st.view) into hits (the matcher), asks the engine, and turns the
 // engine's Result into the answer: one of the gateway's own, or the
 // request passed on. It returns true when the answer goes on after it
-// returns (a streamed response), and the engine calls finish at its end;
-// otherwise the engine calls finish once handle returns (or panics).
+// returns (a streamed response, a request held in flight), and the caller
+// calls finish at its end; otherwise the caller calls finish once handle
+// returns (or panics). With st.peek, nothing is charged: no leases, no
+// reservations, no queue.
 func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 	r, m := &st.view, &st.m
 	if g.alog != nil {
@@ -373,7 +400,9 @@ func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 				return false
 			}
 		}
+		trace := m.Trace
 		m.Reset()
+		m.Trace = trace
 		if err := g.user.MatchUser(r, m); err != nil {
 			g.log.Error("gateway: match", "err", err, "path", r.Path)
 			x.answer(http.StatusInternalServerError, bodyInternal, false)
@@ -387,7 +416,7 @@ func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 		}
 		return x.pass(st, nil)
 	}
-	if err := g.decide(ctx, x, st, false); err != nil {
+	if err := g.decide(ctx, x, st, st.peek); err != nil {
 		return g.failed(err, x, st)
 	}
 	res := &st.res
@@ -398,30 +427,33 @@ func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 
 	// Allowed: the concurrency leases are given back whatever happens next
 	// (finish), and renewed while the request is in flight.
-	for i := range m.Hits {
-		if m.Hits[i].Lease != 0 && !m.Hits[i].Reserve {
-			st.leases = append(st.leases, m.Hits[i])
+	reserved := !st.peek && st.req.HasReserved()
+	if !st.peek {
+		for i := range m.Hits {
+			if m.Hits[i].Lease != 0 && !m.Hits[i].Reserve {
+				st.leases = append(st.leases, m.Hits[i])
+			}
 		}
-	}
-	if len(st.leases) > 0 {
-		st.stop = g.renew(ctx, st.leases)
+		if len(st.leases) > 0 {
+			st.stop = x.keep(ctx, st.leases)
+		}
 	}
 	if m.Reject != 0 {
 		g.reject(x, st)
-		if st.req.HasReserved() {
+		if reserved {
 			g.settle(ctx, st, m.Reject, nil)
 		}
 		return false
 	}
-	if res.Delay > 0 && !g.wait(ctx, x, st, res.Delay) {
-		if st.req.HasReserved() {
+	if res.Delay > 0 && !x.wait(ctx, st, res.Delay) {
+		if reserved {
 			g.cancelReservation(ctx, st) // the client went away while queued
 		}
 		return false
 	}
 	st.out = g.render(st, false)
 	x.setFields(st.out)
-	if !st.req.HasReserved() {
+	if !reserved {
 		return x.pass(st, nil)
 	}
 	// The reservation is settled whatever happens next (finish).
@@ -451,8 +483,8 @@ func (g *Gateway) finish(x exchange, st *reqState) {
 	if len(st.leases) > 0 {
 		g.release(ctx, st.leases)
 	}
-	if g.alog != nil {
-		g.logAccess(x, st)
+	if g.alog != nil && !st.peek {
+		g.logAccess(x, st) // a look (explain) is not a request served
 	}
 }
 
@@ -533,10 +565,11 @@ func (g *Gateway) reject(x exchange, st *reqState) {
 	}
 }
 
-// wait holds a request for its place in a leaky queue. It returns false
-// when the client went away first; then the charge is refunded if the
-// engine can.
-func (g *Gateway) wait(ctx context.Context, x exchange, st *reqState, delay time.Duration) bool {
+// wait holds a request for its place in a leaky queue, for the HTTP
+// engines: gone, from the engine's watch, is closed when the client leaves
+// first (stop ends the watch). It returns false then, and the charge is
+// refunded where the engine can.
+func (g *Gateway) wait(ctx context.Context, st *reqState, delay time.Duration, watch func() (gone <-chan struct{}, stop func())) bool {
 	name := ""
 	for i := range st.m.Hits {
 		if st.res.Decisions[i].Delay > 0 && st.res.Flags[i]&limiter.Shadow == 0 {
@@ -547,7 +580,7 @@ func (g *Gateway) wait(ctx context.Context, x exchange, st *reqState, delay time
 	g.obs.Queued(name, 1)
 	defer g.obs.Queued(name, -1)
 	t := time.NewTimer(delay)
-	gone, stop := x.watch()
+	gone, stop := watch()
 	select {
 	case <-t.C:
 		stop()
@@ -626,6 +659,7 @@ func (g *Gateway) release(ctx context.Context, leases []limiter.Hit) {
 // limit's failure policy to store failures, so an error reaching the
 // gateway is unexpected and is logged.
 func (g *Gateway) failed(err error, x exchange, st *reqState) (later bool) {
+	st.err = err
 	g.log.Error("gateway: engine", "err", err, "path", strings.Clone(st.view.Path))
 	if errors.Is(err, floodgate.ErrNeverFits) {
 		g.obs.Rejected(limiter.FrontGateway, "", http.StatusTooManyRequests)

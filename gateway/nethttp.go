@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/limiter"
 )
 
 // httpExchange is a request served by net/http: the middleware, and the
@@ -50,7 +52,13 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 
 func (x *httpExchange) context() context.Context { return x.r.Context() }
 
-func (x *httpExchange) watch() (<-chan struct{}, func()) { return x.r.Context().Done(), func() {} }
+func (x *httpExchange) wait(ctx context.Context, st *reqState, delay time.Duration) bool {
+	return x.g.wait(ctx, st, delay, func() (<-chan struct{}, func()) { return x.r.Context().Done(), func() {} })
+}
+
+func (x *httpExchange) keep(ctx context.Context, leases []limiter.Hit) func() {
+	return x.g.renew(ctx, leases)
+}
 
 func (x *httpExchange) delHeader(name string) { delete(x.r.Header, name) }
 

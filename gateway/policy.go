@@ -137,7 +137,16 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	if err != nil {
 		return err
 	}
-	id := rf.resolver.ClientOfPeer(r.Peer, r.peerText, r.Header)
+	var id identity.Identity
+	k := r.Known
+	if k != nil && k.ClientIP.IsValid() {
+		id.ClientIP, id.ClientKey = k.ClientIP, rf.resolver.Key(k.ClientIP)
+	} else {
+		id = rf.resolver.ClientOfPeer(r.Peer, r.peerText, r.Header)
+	}
+	if k != nil && k.UserKnown {
+		id.User = k.User
+	}
 	req := policy.Request{
 		Method:    r.Method,
 		Host:      r.Host,
@@ -147,8 +156,8 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 		User:      id.User,
 		Header:    r.Header,
 	}
-	badToken := false
-	if id.User == "" {
+	badToken, userError := false, ""
+	if id.User == "" && (k == nil || !k.UserKnown) {
 		if tok := rf.resolver.TokenOf(r.Header); tok != "" {
 			now := pm.now()
 			if u, ok := rf.resolver.CachedUser(tok, now); ok {
@@ -161,7 +170,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 					req.User = u
 				} else {
 					pm.invalidToken(r, err)
-					badToken = true
+					badToken, userError = true, identity.Reason(err)
 				}
 			}
 		}
@@ -171,10 +180,16 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 			req.APIKey = strings.TrimSpace(v[7:]) // "Authorization: Bearer KEY"
 		}
+	} else if k != nil {
+		req.APIKey, req.KeyName = k.APIKey, k.KeyName
 	}
 	pmm := pm.pool.Get().(*policy.Match)
 	pmm.Reset()
-	p.Match(&req, pmm)
+	if m.Trace != nil {
+		*m.Trace = p.Explain(&req, pmm)
+	} else {
+		p.Match(&req, pmm)
+	}
 	switch {
 	case pmm.Forbidden:
 		m.Reject = http.StatusForbidden
@@ -185,6 +200,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	m.UserPending = pmm.UserPending
 	m.Options = &rf.fields
 	m.ClientIP, m.KeyID, m.User = id.ClientIP, pmm.KeyID, req.User
+	m.ClientKey, m.Plan, m.Stage, m.UserError = id.ClientKey, pmm.Plan, pmm.Stage, userError
 	if pmm.Route != nil {
 		m.Route = pmm.Route.Name
 		m.Upstream = pmm.Route.Upstream
@@ -193,6 +209,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 		}
 	}
 	m.Hits = append(m.Hits, pmm.Hits...)
+	m.Limits = append(m.Limits, pmm.Limits...)
 	for _, l := range pmm.Limits {
 		m.Fields = append(m.Fields, l.Fields)
 		m.CountOn = append(m.CountOn, l.CountOn)
@@ -218,6 +235,18 @@ func (pm *PolicyMatcher) invalidToken(r *Request, err error) {
 	}
 	pm.log.Warn("gateway: invalid token", "reason", reason, "err", err, "path", strings.Clone(r.Path),
 		"remote", r.Peer, "not_logged_since", pm.suppressed.Swap(0))
+}
+
+// MethodOverrideOf returns the gateway's setting for a file's
+// server.method_override.
+func MethodOverrideOf(s string) MethodOverride {
+	switch s {
+	case config.MethodOverrideReject:
+		return OverrideReject
+	case config.MethodOverrideHonor:
+		return OverrideHonor
+	}
+	return OverrideStrip
 }
 
 // FieldOptions returns the response field switches of a file's settings.

@@ -33,6 +33,11 @@ type Request struct {
 	// HTTP is the net/http request when net/http serves it (middleware
 	// use and the net/http engine), nil otherwise.
 	HTTP *http.Request
+	// Known, when set, is who sent the request as a log already says: a
+	// request decided again (a replay, an explanation of a logged
+	// request). A PolicyMatcher takes what it gives instead of working it
+	// out from the peer and the header fields.
+	Known *Known
 
 	// peerText is Peer.String() when an engine keeps it (per connection),
 	// "" otherwise.
@@ -40,6 +45,25 @@ type Request struct {
 	// noOverride is set by an engine that saw every field name and no
 	// method override header among them.
 	noOverride bool
+}
+
+// Known is what is already known of who sent a request. Each field left
+// zero is worked out as for any request.
+type Known struct {
+	// ClientIP is the client's address as resolved (trusted proxies
+	// already followed): the request is counted as coming from it.
+	ClientIP netip.Addr
+	// UserKnown says that User is the request's user (empty: anonymous),
+	// as verified when the request was served: no token is verified, and
+	// no user header read.
+	UserKnown bool
+	User      string
+	// APIKey is the API key itself, when the log holds it; KeyName names
+	// it instead (a key's name, or "?" and a hash prefix, as the access
+	// log shows it; see policy.Request.KeyName). Either is used only when
+	// the request carries no API key header.
+	APIKey  string
+	KeyName string
 }
 
 // RequestOf returns the view of a net/http request.

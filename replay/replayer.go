@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"time"
 
-	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -19,56 +18,30 @@ const sweepEvery = int64(time.Minute)
 
 // Replayer decides logged requests through a policy, one at a time, on an
 // embedded store whose clock is the log's: a request is decided at the
-// instant it arrived, with nothing slept. It does what the gateway does
-// around a decision: limits counted by outcome (count_on) are charged when
-// the request ends, with the status the log gives, and concurrency leases
-// are held until it ends (its time plus its duration). A Replayer is not
-// safe for concurrent use.
+// instant it arrived, with nothing slept. Each request goes through the
+// gateway's own admission flow (gateway.Gateway.Handle), with the identity
+// the log gives (client address, user, API key or its name): limits
+// counted by outcome (count_on) and reservations are settled when the
+// request ends, with the status the log gives, and concurrency leases are
+// held until it ends (its time plus its duration). A Replayer is not safe
+// for concurrent use.
 type Replayer struct {
 	p       *policy.Policy
 	store   *memstore.Store
-	eng     *limiter.Limiter
+	g       *gateway.Gateway
 	now     int64
-	keyHdr  string
 	userHdr string
 
 	pending   completions
 	lastSweep int64
 	peakKeys  int
 
-	m       policy.Match
-	req     limiter.Request
-	res     limiter.Result
-	peekReq limiter.Request
-	peekRes limiter.Result
-	settled limiter.Result
-	ttl     time.Duration // of the request's reservation
-	out     Outcome
-	hdr     http.Header
-	keys    clientKeys
-	ck      *checker // of Check
-}
-
-// clientKeys remembers the counted form of client addresses (an IPv6
-// prefix, an IPv4 address as text), so that a request does not format its
-// address again; it forgets them all when full.
-type clientKeys struct {
-	bits int
-	m    map[netip.Addr]string
-}
-
-const maxClientKeys = 1 << 16
-
-func (c *clientKeys) key(a netip.Addr) string {
-	if k, ok := c.m[a]; ok {
-		return k
-	}
-	if c.m == nil || len(c.m) >= maxClientKeys {
-		c.m = make(map[netip.Addr]string, 1024)
-	}
-	k := identity.ClientKey(a, c.bits)
-	c.m[a] = k
-	return k
+	view  gateway.Request
+	known gateway.Known
+	hdr   http.Header
+	cur   *gateway.Handled // the request decided last, when it ended at once
+	out   Outcome
+	ck    *checker // of Check
 }
 
 // Outcome is the replay's decision on one request. It is valid until the
@@ -84,7 +57,7 @@ type Outcome struct {
 	Err error
 	// Match holds the request's route and limits; Result their decisions
 	// (Result.Binding indexes Match.Hits).
-	Match  *policy.Match
+	Match  *gateway.Match
 	Result *limiter.Result
 }
 
@@ -104,16 +77,21 @@ func NewReplayer(p *policy.Policy) (*Replayer, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	r.store = st
-	r.eng = limiter.New(st, limiter.Options{})
-	srv := p.Server()
-	r.keys.bits = srv.IPv6Prefix
-	if r.keys.bits == 0 {
-		r.keys.bits = identity.DefaultIPv6Prefix
+	pm, err := gateway.NewPolicyMatcher(gateway.Fixed(p), gateway.PolicyMatcherOptions{Now: func() time.Time { return time.Unix(0, r.now) }})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("replay: %w", err)
 	}
-	r.keyHdr = http.CanonicalHeaderKey(srv.APIKeyHeader)
+	srv := p.Server()
+	r.g, err = gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, limiter.Options{}), MethodOverride: gateway.MethodOverrideOf(srv.MethodOverride)})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	if srv.User.Header != "" {
 		r.userHdr = http.CanonicalHeaderKey(srv.User.Header)
 	}
+	r.view.Known = &r.known
 	return r, nil
 }
 
@@ -143,25 +121,38 @@ func (r *Replayer) Check(rec *Record, tol time.Duration) *Outcome {
 	return r.ck.check(r, rec)
 }
 
-// prepare moves the clock to rec's time (ending the requests that ended
-// before it) and matches rec; it charges nothing.
+// prepare ends the request decided last, moves the clock to rec's time
+// (ending the requests that ended before it) and turns rec into the
+// request the gateway saw; it charges nothing.
 func (r *Replayer) prepare(rec *Record) {
+	if r.cur != nil {
+		r.cur.Done(0)
+		r.cur = nil
+	}
 	r.advance(rec.Time)
-	r.match(rec)
+	clear(r.hdr)
+	for _, h := range rec.Headers {
+		r.hdr[h.Name] = append(r.hdr[h.Name], h.Value)
+	}
+	r.known = gateway.Known{ClientIP: rec.ClientIP, UserKnown: true, User: rec.User, APIKey: rec.APIKey, KeyName: rec.Key}
+	if r.known.User == "" && r.userHdr != "" {
+		// The user a trusted proxy named, as the log holds it.
+		r.known.User = r.hdr.Get(r.userHdr)
+	}
+	r.view = gateway.Request{Method: rec.Method, Host: rec.Host, Path: rec.Path, Proto: "HTTP/1.1", Peer: rec.ClientIP,
+		Header: r.hdr, Known: &r.known}
 }
 
 // peek decides the prepared request at instant t without charging it:
-// whether it would be denied, and the result.
+// whether it would be denied.
 func (r *Replayer) peek(t int64) bool {
-	if len(r.m.Hits) == 0 {
-		return false
-	}
 	saved := r.now
 	r.now = t
-	r.peekReq = limiter.Request{Peek: true, Hits: r.m.Hits}
-	err := r.eng.Decide(context.Background(), &r.peekReq, &r.peekRes)
+	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Peek: true})
+	denied := h.Status == http.StatusTooManyRequests
+	h.Done(0)
 	r.now = saved
-	return err != nil || !r.peekRes.Allowed
+	return denied
 }
 
 // decideAt decides and charges the prepared request as if it came at
@@ -174,83 +165,38 @@ func (r *Replayer) decideAt(rec *Record, t int64) *Outcome {
 	return o
 }
 
-// decide charges the prepared request.
+// decide charges the prepared request through the gateway's admission
+// flow. A request that holds something when it is let through (leases, a
+// reservation) is held until its logged end, when it settles with the
+// logged status.
 func (r *Replayer) decide(rec *Record) *Outcome {
+	if r.cur != nil {
+		r.cur.Done(0)
+		r.cur = nil
+	}
+	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Hold: true})
 	o := &r.out
-	*o = Outcome{Match: &r.m, Result: &r.res}
-	r.res.Binding, r.res.Allowed = -1, true
-	r.res.Decisions, r.res.Flags = r.res.Decisions[:0], r.res.Flags[:0]
-	if len(r.m.Hits) == 0 {
-		o.Forbidden = r.m.Forbidden
+	*o = Outcome{Denied: h.Status == http.StatusTooManyRequests, Forbidden: h.Status == http.StatusForbidden,
+		Err: h.Err, Match: h.Match, Result: h.Result}
+	if !h.Held {
+		r.cur = h
 		return o
 	}
-	r.req = limiter.Request{Hits: r.m.Hits, TTL: r.ttl}
-	if err := r.eng.Decide(context.Background(), &r.req, &r.res); err != nil {
-		o.Denied, o.Err = true, err
-		return o
+	status := rec.Status
+	if rec.Logged == LoggedDeny {
+		// The log shows the request refused; had it passed, its status is
+		// unknown: what it reserved is given back.
+		status = 0
 	}
-	o.Denied = !r.res.Allowed
-	if !o.Denied {
-		// A request refused for its API key is refused once the limits
-		// that need no key allowed it.
-		o.Forbidden = r.m.Forbidden
-		r.schedule(rec)
-	}
+	r.pending.push(completion{t: rec.Time + int64(rec.Duration), h: h, status: status})
 	return o
 }
 
-// match turns rec into the request the gateway would have matched.
-func (r *Replayer) match(rec *Record) {
-	req := policy.Request{Method: rec.Method, Host: rec.Host, Path: rec.Path, ClientIP: rec.ClientIP,
-		ClientKey: r.keys.key(rec.ClientIP), User: rec.User}
-	if rec.APIKey != "" {
-		req.APIKey = rec.APIKey
-	} else {
-		req.KeyName = rec.Key
-	}
-	if len(rec.Headers) > 0 {
-		clear(r.hdr)
-		for _, h := range rec.Headers {
-			switch {
-			case h.Name == r.keyHdr:
-				if req.APIKey == "" && req.KeyName == "" {
-					req.APIKey = h.Value
-				}
-			case h.Name == r.userHdr && r.userHdr != "":
-				if req.User == "" {
-					req.User = h.Value
-				}
-			}
-			r.hdr[h.Name] = append(r.hdr[h.Name], h.Value)
-		}
-		req.Header = r.hdr
-	}
-	r.p.Match(&req, &r.m)
-	r.ttl = 0
-	for i, l := range r.m.Limits {
-		h := &r.m.Hits[i]
-		h.Reserve = l.Reserved()
-		if c := l.Costs; c != nil {
-			if h.Reserve {
-				r.ttl = max(r.ttl, c.TTL)
-			}
-			if c.Estimate != nil {
-				// The request told its estimate, which the log does not
-				// hold: the limit's default estimate stands for it.
-				h.Cost = min(max(c.Default, 1), h.Rule.Capacity())
-			}
-		}
-	}
-}
-
-// completion is something to do when a request ends: give back its
-// concurrency leases, charge its limits counted by outcome.
+// completion is a request held until its logged end.
 type completion struct {
-	t           int64
-	hits        []limiter.Hit
-	actual      []int64 // nil: a release
-	reservation uint64
-	ttl         time.Duration
+	t      int64
+	h      *gateway.Handled
+	status int
 }
 
 // completions is a min-heap by time.
@@ -296,65 +242,15 @@ func (h *completions) pop() completion {
 	return top
 }
 
-// schedule notes what the request owes when it ends: its concurrency
-// leases, and the settle of its reservation (limits counted by outcome,
-// and limits whose cost the response tells), as the gateway settles it.
-func (r *Replayer) schedule(rec *Record) {
-	end := rec.Time + int64(rec.Duration)
-	var leases []limiter.Hit
-	status := rec.Status
-	if rec.Logged == LoggedDeny {
-		// The log shows the request refused; had it passed, its status is
-		// unknown: limits counted by outcome do not keep it.
-		status = 0
-	}
-	for _, h := range r.m.Hits {
-		if h.Lease != 0 && !h.Reserve {
-			leases = append(leases, h)
-		}
-	}
-	if leases != nil {
-		r.pending.push(completion{t: end, hits: leases})
-	}
-	if !r.req.HasReserved() {
-		return
-	}
-	hits := append([]limiter.Hit(nil), r.m.Hits...)
-	actual := make([]int64, len(hits))
-	for i, h := range hits {
-		l := r.m.Limits[i]
-		switch {
-		case !h.Reserve:
-		case l.Deferred():
-			// Kept for the statuses the limit counts.
-			if status != 0 && l.Counts(status) {
-				actual[i] = h.Cost
-			}
-		default:
-			// A cost the response told, which the log does not hold: the
-			// estimate stands, for a request that succeeded.
-			if status >= 200 && status <= 299 {
-				actual[i] = h.Cost
-			}
-		}
-	}
-	r.pending.push(completion{t: end, hits: hits, actual: actual, reservation: r.req.Reservation, ttl: r.req.TTL})
-}
-
-// advance moves the clock to t, doing what requests that ended by then
-// owe, and sweeps idle keys now and then.
+// advance moves the clock to t, ending the requests that ended by then,
+// and sweeps idle keys now and then.
 func (r *Replayer) advance(t int64) {
-	ctx := context.Background()
 	for len(r.pending) > 0 && r.pending[0].t <= t {
 		c := r.pending.pop()
 		r.now = max(r.now, c.t)
-		if c.actual == nil {
-			_ = r.eng.Release(ctx, c.hits)
-		} else {
-			// A reservation held past its TTL has settled at its estimate
-			// in the store already: the error says so, and changes nothing.
-			_ = r.eng.Settle(ctx, &limiter.Request{Hits: c.hits, Reservation: c.reservation, TTL: c.ttl}, c.actual, &r.settled)
-		}
+		// A reservation held past its TTL has settled at its estimate in
+		// the store already: its settle changes nothing.
+		c.h.Done(c.status)
 	}
 	r.now = max(r.now, t)
 	if r.now-r.lastSweep >= sweepEvery {

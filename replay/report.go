@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -129,7 +128,6 @@ const (
 type tally struct {
 	r       *Report
 	limits  map[*policy.Limit]int
-	ckeys   clientKeys
 	clients *topK
 	keys    *topK
 	tl      *Timeline
@@ -138,11 +136,7 @@ type tally struct {
 }
 
 func newTally(p *policy.Policy, name string) *tally {
-	t := &tally{r: &Report{Policy: name}, limits: map[*policy.Limit]int{}, ckeys: clientKeys{bits: p.Server().IPv6Prefix},
-		clients: newTopK(512), keys: newTopK(512), first: true}
-	if t.ckeys.bits == 0 {
-		t.ckeys.bits = identity.DefaultIPv6Prefix
-	}
+	t := &tally{r: &Report{Policy: name}, limits: map[*policy.Limit]int{}, clients: newTopK(512), keys: newTopK(512), first: true}
 	for i, l := range p.Limits() {
 		t.limits[l] = i
 		t.r.Limits = append(t.r.Limits, LimitReport{Name: l.Name, Scope: l.Scope, Algorithm: l.Rule.Algorithm().String(), Shadow: l.Shadow})
@@ -204,7 +198,7 @@ func (t *tally) add(rec *Record, o *Outcome) {
 				r.Limits[li].Binding++
 			}
 		}
-		t.clients.add(t.ckeys.key(rec.ClientIP), name, rec.Time)
+		t.clients.add(o.Match.ClientKey, name, rec.Time)
 		t.keys.add(o.Match.KeyID, name, rec.Time)
 	}
 }

@@ -288,7 +288,7 @@ func (s *server) listen(stdout io.Writer) error {
 		Fields:         gateway.FieldOptions(s.srv.Headers),
 		Observer:       s.metrics,
 		Logger:         s.log,
-		MethodOverride: methodOverride(s.srv.MethodOverride),
+		MethodOverride: gateway.MethodOverrideOf(s.srv.MethodOverride),
 		Upstream: gateway.TransportOptions{
 			DialTimeout:           s.srv.Upstream.DialTimeout,
 			ResponseHeaderTimeout: s.srv.Upstream.Timeout,
@@ -387,18 +387,6 @@ func (s *server) fileBudget() fileBudget {
 		b.upstreamPerHost = max(n/4, 32)
 	}
 	return b
-}
-
-// methodOverride turns the file's server.method_override into the
-// gateway's setting.
-func methodOverride(s string) gateway.MethodOverride {
-	switch s {
-	case config.MethodOverrideReject:
-		return gateway.OverrideReject
-	case config.MethodOverrideHonor:
-		return gateway.OverrideHonor
-	}
-	return gateway.OverrideStrip
 }
 
 // adminHandler serves /healthz, /readyz, /metrics and POST /v1/explain.

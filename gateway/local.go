@@ -1,0 +1,188 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// Requests decided in process (Handle) go through the admission flow that
+// the HTTP engines use: explain (a look that charges nothing), replay (a
+// log's requests at the log's own times, on a store whose clock is the
+// log's) and tests. They differ from an HTTP request only in how the
+// request arrives (a Request, with its identity Known when a log gives it)
+// and where the answer goes (a Handled): nothing waits in a queue and no
+// lease is renewed, since their time is not the wall clock's.
+
+// HandleOptions say how a request decided in process goes.
+type HandleOptions struct {
+	// Peek charges nothing: the limits are looked at as they are, as an
+	// explanation does.
+	Peek bool
+	// Trace, when set, is filled with the policy's reasons, limit by limit
+	// (for a gateway whose Matcher is a PolicyMatcher).
+	Trace *policy.Explanation
+	// Hold keeps a forwarded request that holds something (concurrency
+	// leases, a reservation) in flight once it is decided, until
+	// Handled.Done ends it with the upstream's status: a replay holds each
+	// request until its logged end, whether or not its route names an
+	// upstream (the log says what answered). Without Hold such a request
+	// ends at once, as if the upstream had answered Status, and a request
+	// whose route has no upstream is answered 404 as the reverse proxy
+	// answers it.
+	Hold bool
+	// Status is the upstream's answer to a forwarded request that is not
+	// held (default 200).
+	Status int
+}
+
+// Handled is a request decided in process: the answer the gateway gave
+// and the decisions behind it. It is valid until Done.
+type Handled struct {
+	// Status is the gateway's own answer (429, 403, 401, 400, 404 ...), or
+	// 0 when the request went on to the upstream.
+	Status int
+	// Body is the body of the gateway's own answer.
+	Body []byte
+	// Fields are the response fields the answer carries (RateLimit ...).
+	Fields []fields.Field
+	// Forwarded reports that the request went on to the upstream, after
+	// Delay in a leaky queue.
+	Forwarded bool
+	Delay     time.Duration
+	// Match holds the request's route and limits, and Result their
+	// decisions (Result.Binding indexes Match.Hits; no decision was asked
+	// when Match.Hits is empty).
+	Match  *Match
+	Result *limiter.Result
+	// Err is the engine's error when it could not decide (a cost over a
+	// limit's capacity: the answer is 429).
+	Err error
+	// Held reports that the request is in flight until Done.
+	Held bool
+
+	g  *Gateway
+	st *reqState
+}
+
+// Handle decides r in process, through the admission flow of every HTTP
+// request, and returns the outcome; the caller ends it with Done. r is
+// copied; its strings must stay valid until Done.
+func (g *Gateway) Handle(ctx context.Context, r *Request, o HandleOptions) *Handled {
+	st := g.get()
+	x := &st.lx
+	*x = localExchange{ctx: ctx, hold: o.Hold, upstream: o.Status}
+	if x.upstream == 0 {
+		x.upstream = 200
+	}
+	st.view = *r
+	st.peek = o.Peek
+	st.m.Trace = o.Trace
+	later := g.handle(x, st)
+	if !later {
+		g.finish(x, st)
+	}
+	h := &st.handled
+	*h = Handled{Status: x.code, Body: x.body, Fields: x.fields, Forwarded: x.forwarded, Delay: x.delay,
+		Match: &st.m, Result: &st.res, Err: st.err, Held: later, g: g, st: st}
+	if len(st.m.Hits) == 0 {
+		st.res.Decisions, st.res.Flags = st.res.Decisions[:0], st.res.Flags[:0]
+		st.res.Allowed, st.res.Binding = true, -1
+	}
+	return h
+}
+
+// Done ends the request: a held one settles its reservation with the
+// upstream's status (0: no answer came, and the reservation is given back)
+// and gives its concurrency leases back, at the store's clock now. The
+// Handled is not used after Done.
+func (h *Handled) Done(status int) {
+	g, st := h.g, h.st
+	if g == nil {
+		return
+	}
+	h.g, h.st = nil, nil
+	if h.Held {
+		x := &st.lx
+		if rec := x.rec; rec != nil {
+			if status == 0 {
+				rec.noAnswer = true
+			} else {
+				rec.header(status, noHeader{})
+				rec.complete = true
+			}
+		}
+		g.finish(x, st)
+	}
+	st.handled = Handled{}
+	g.put(st)
+}
+
+// localExchange is the exchange of a request decided in process.
+type localExchange struct {
+	ctx       context.Context
+	hold      bool
+	upstream  int // the upstream's answer to a request not held
+	code      int // the gateway's own answer
+	body      []byte
+	fields    []fields.Field
+	forwarded bool
+	delay     time.Duration
+	rec       *costRecorder // a held request's reservation
+}
+
+func (x *localExchange) context() context.Context { return x.ctx }
+
+func (x *localExchange) delHeader(string) {} // nothing is forwarded
+
+func (x *localExchange) requestBody(int) []byte { return nil } // estimates take their defaults
+
+func (x *localExchange) setFields(fs []fields.Field) { x.fields = fs }
+
+func (x *localExchange) answer(status int, body []byte, challenge bool) {
+	x.code, x.body = status, body
+	if challenge {
+		x.fields = append(x.fields, fields.Field{Name: "WWW-Authenticate", Value: bearerChallenge[0]})
+	}
+}
+
+func (x *localExchange) pass(st *reqState, rec *costRecorder) bool {
+	if st.m.Upstream == nil && !x.hold {
+		// As the reverse proxy: nowhere to send it. (A held request is
+		// ended by its caller with the status its upstream gave.)
+		if rec != nil {
+			rec.noAnswer = true
+		}
+		x.answer(404, bodyNotFound, false)
+		return false
+	}
+	x.forwarded = true
+	if x.hold && (rec != nil || len(st.leases) > 0) {
+		x.rec = rec
+		return true
+	}
+	if rec != nil {
+		rec.header(x.upstream, noHeader{})
+		rec.complete = true
+	}
+	return false
+}
+
+func (x *localExchange) proxies() bool { return false }
+
+func (x *localExchange) answered() (int, int64) { return x.code, int64(len(x.body)) }
+
+func (x *localExchange) wait(_ context.Context, _ *reqState, delay time.Duration) bool {
+	x.delay = delay // the request's time is not the wall clock's: it goes on at once
+	return true
+}
+
+func (x *localExchange) keep(context.Context, []limiter.Hit) func() { return nil }
+
+// noHeader is a response without header fields.
+type noHeader struct{}
+
+func (noHeader) Get(string) string { return "" }
