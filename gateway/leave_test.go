@@ -492,3 +492,32 @@ func rawCloseWhen(t *testing.T, base, req string, ready func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// shortWriter is a response writer whose writes take half of what they
+// are given, then fail: a client that left in the middle of a write.
+type shortWriter struct{ h http.Header }
+
+func (w *shortWriter) Header() http.Header { return w.h }
+func (w *shortWriter) WriteHeader(int)     {}
+func (w *shortWriter) Write(b []byte) (int, error) {
+	return len(b) / 2, io.ErrClosedPipe
+}
+
+// TestCostWriterTakesWholeWrites: once the client is gone, every write is
+// taken whole (written in part, the rest read for the cost and
+// discarded), so that the copy of the upstream's answer goes on to its end
+// instead of stopping at a short write.
+func TestCostWriterTakesWholeWrites(t *testing.T) {
+	t.Parallel()
+	st := &reqState{}
+	rec := &costRecorder{st: st}
+	cw := &costWriter{ResponseWriter: &shortWriter{h: http.Header{}}, rec: rec, bounds: drainBounds{wait: time.Second, bytes: 1 << 20}}
+	for _, b := range [][]byte{[]byte("0123456789"), []byte("abcdef")} {
+		if n, err := cw.Write(b); n != len(b) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v; want %d, nil", b, n, err, len(b))
+		}
+	}
+	if !cw.discard || cw.drained != 5+6 {
+		t.Fatalf("discard %v, drained %d; want the client gone and 11 bytes discarded", cw.discard, cw.drained)
+	}
+}

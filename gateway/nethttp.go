@@ -167,6 +167,7 @@ func (c *costWriter) Write(b []byte) (int, error) {
 	if c.rec.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
+	rest := b
 	if !c.discard {
 		n, err := c.ResponseWriter.Write(b)
 		c.rec.read(b[:n])
@@ -174,17 +175,17 @@ func (c *costWriter) Write(b []byte) (int, error) {
 			return n, nil
 		}
 		c.leave()
-		b = b[n:]
+		rest = b[n:]
 	}
-	c.rec.read(b)
-	c.drained += int64(len(b))
+	c.rec.read(rest)
+	c.drained += int64(len(rest))
 	if c.drained > c.bounds.bytes {
 		if c.d != nil {
 			c.d.stop()
 		}
 		return 0, errDrained
 	}
-	return len(b), nil
+	return len(b), nil // all of b was taken: written, or read and discarded
 }
 
 // leave notes that the client left: what comes next is discarded.
