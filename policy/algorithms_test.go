@@ -1,10 +1,11 @@
-package policy
+package policy_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/policy"
 )
 
 // TestEveryAlgorithm compiles one limit of each algorithm from the file
@@ -30,7 +31,7 @@ limits:
 		kind   floodgate.Kind
 		window int64
 	}{
-		{UnknownKeyLimitName, floodgate.TokenBucket, floodgate.KindRate, 60},
+		{policy.UnknownKeyLimitName, floodgate.TokenBucket, floodgate.KindRate, 60},
 		{"tb", floodgate.TokenBucket, floodgate.KindRate, 2},
 		{"gcra", floodgate.GCRA, floodgate.KindRate, 120},
 		{"meter", floodgate.LeakyBucket, floodgate.KindRate, 1},
@@ -61,7 +62,7 @@ limits:
 		t.Errorf("lease ttl %v", l.Rule.Limit().LeaseTTL)
 	}
 	r := newRig(t, p, t0)
-	a := r.do(&Request{Method: "GET", Path: "/", ClientIP: ip("198.51.100.7")})
+	a := r.do(&policy.Request{Method: "GET", Path: "/", ClientIP: ip("198.51.100.7")})
 	if a.status != 200 || len(a.res.Decisions) != len(want)-1 { // all but the unknown-key limit
 		t.Fatalf("first request: %+v", a)
 	}
