@@ -272,3 +272,37 @@ func TestQuotaOffset(t *testing.T) {
 		t.Errorf("second period allowed %d, want 10", n)
 	}
 }
+
+// TestForbiddenAfterTheKeylessLimits: a request refused for its API key
+// is answered 403 once the limits that need no key are charged, so that
+// guessing keys is throttled like anything else: past the unknown-key
+// limit the answer is 429.
+func TestForbiddenAfterTheKeylessLimits(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, example(t), t0)
+	guess := &policy.Request{Method: "GET", Path: "/partner/students/9", ClientIP: ip("198.51.100.9"), APIKey: "key-guessed"}
+	burst := policy.DefaultUnknownKeyLimit.Burst
+	for i := range burst {
+		if a := r.do(guess); a.status != 403 || a.message != "Forbidden" {
+			t.Fatalf("guess %d: %+v", i, a)
+		}
+	}
+	a := r.do(guess)
+	if a.status != 429 || a.binding != policy.UnknownKeyLimitName {
+		t.Errorf("guess %d: %+v, want 429 by %s", burst, a, policy.UnknownKeyLimitName)
+	}
+	if got := r.remaining(guess, "per-ip-flood"); got != 2000-burst {
+		t.Errorf("per-ip-flood remaining %d, want %d (each 403 counts, the 429 does not)", got, 2000-burst)
+	}
+}
+
+// TestConcurrencyEndsWithTheRequest: a request let through holds its
+// concurrency lease until it ends, and gives it back then.
+func TestConcurrencyEndsWithTheRequest(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, compile(t, "limits:\n  - {name: inflight, algorithm: concurrency, limit: 1}\n"), t0)
+	req := &policy.Request{Method: "GET", Path: "/", ClientIP: ip("198.51.100.7")}
+	if got := r.statuses(3, req); got != "200 200 200" {
+		t.Errorf("one after another: %s", got)
+	}
+}
