@@ -14,6 +14,14 @@ import "time"
 // 250 ms leaves about twice the worst seen.
 const DefaultStoreTimeout = 250 * time.Millisecond
 
+// DefaultStoreHardTimeout bounds a store call that outlasts
+// DefaultStoreTimeout while the store keeps answering (limiter.Options.
+// HardTimeout): a store judged by its progress (the Redis store) fails a
+// call at the store timeout only when no reply at all arrived on the
+// call's connection for that long; a call behind replies that keep coming
+// (a busy Redis, or this process waiting for CPU) waits up to this long.
+const DefaultStoreHardTimeout = 2 * time.Second
+
 // Defaults of the gateway's calls to upstreams (server.upstream in the
 // policy file, gateway.TransportOptions), here so that the file's defaults
 // and the transport's are one set.
