@@ -230,8 +230,9 @@ func (l *Limiter) releaseSlot() {
 // for a whole Timeout; otherwise the check moves to Timeout after the
 // newest reply, up to the hard timeout (or the caller's deadline, when
 // earlier). Deadline then reports none, since the end moves; the store
-// must watch Done. A check that runs late (this process did not run, so
-// replies may be waiting unread) is made again shortly after.
+// must watch Done. A check that runs long after it was due and sees no
+// reply (this process did not run, so replies may be waiting unread) ends
+// the call without holding it against the store.
 //
 // The store sees a cancellation of the caller's context only through Err
 // before the call (callStore checks it first), and, once the call has
@@ -274,7 +275,6 @@ func (c *deadlineCtx) start(l *Limiter, caller context.Context, t0, cdl time.Tim
 		if !cdl.IsZero() && cdl.Before(c.limit) {
 			c.limit = cdl
 		}
-		c.tolerance = max(l.timeout/10, minLateness)
 		c.mu.Lock()
 		c.hits = hits
 		if lc != nil {
@@ -332,28 +332,26 @@ func (c *deadlineCtx) fire() {
 	if !c.running {
 		return // the call returned; finish stops the timer
 	}
-	late := now.Sub(c.due) > c.tolerance
 	if !now.Before(c.limit) {
 		c.expire(whyHard)
 		return
 	}
-	var next time.Time
-	if late {
-		// This process did not run: replies may be waiting unread.
-		// Look again once it has.
-		next = now.Add(c.tolerance)
-	} else {
-		last, ok := l.clock.LastReply(c.hits)
-		switch {
-		case !ok:
-			c.expire(whyDeadline)
-			return
-		case now.Sub(last) >= l.timeout:
-			c.expire(whyNoProgress)
-			return
-		}
-		next = last.Add(l.timeout)
+	last, ok := l.clock.LastReply(c.hits)
+	switch {
+	case !ok:
+		c.expire(whyDeadline)
+		return
+	case now.Sub(last) >= l.timeout && now.Sub(c.due) > c.tolerance:
+		// No reply seen, but this process did not run for a while:
+		// the replies may be waiting unread. Decided by policy, but not
+		// held against the store.
+		c.expire(whyLate)
+		return
+	case now.Sub(last) >= l.timeout:
+		c.expire(whyNoProgress)
+		return
 	}
+	next := last.Add(l.timeout)
 	if !c.extended {
 		c.extended = true
 		if c.Context.Done() != nil {

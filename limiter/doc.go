@@ -95,9 +95,10 @@
 // arriving (a busy server, or this process waiting for CPU, whose own
 // queue makes calls slow) a call waits up to Options.HardTimeout, and one
 // that reaches it is decided by its policy without being held against the
-// store (Stats.SlowCalls, Stats.HardTimeouts). A check that runs late
-// because this process did not run is made again once it has, since the
-// replies may be waiting unread.
+// store (Stats.SlowCalls, Stats.HardTimeouts). A check that runs long
+// after it was due and sees no reply ends the call, but is not held
+// against the store (Stats.LateDeadlines): this process did not run, so
+// the replies may be waiting unread.
 //
 // At most Options.MaxInFlight calls are in flight at once; a call beyond
 // that waits for a slot (backpressure on the callers rather than a longer
