@@ -22,8 +22,11 @@ import (
 // reply at all arrived on its connection for that long. The store learns
 // it from its own connections: every connection it dials is wrapped, and a
 // read that returns bytes marks the instant its server last answered.
-// Standalone and Sentinel stores count every connection to Redis (not the
-// sentinels'); a Cluster store counts per node, and finds the node of a
+// Bytes that wait unread in a connection's receive buffer count as an
+// answer too: then Redis has answered, and this process has not run the
+// goroutine that reads them (it is short of CPU). Standalone and Sentinel
+// stores count every connection to Redis (not the sentinels'); a Cluster
+// store counts per node, and finds the node of a
 // slot in a map of the Cluster's slots that it reads itself (CLUSTER
 // SLOTS) when it opens, and again while calls outlast the deadline.
 //
@@ -71,6 +74,25 @@ func (v *server) lastReply() time.Time {
 		return time.Time{}
 	}
 	return v.base.Add(time.Duration(n - 1))
+}
+
+// replied returns the instant the server last answered: its newest read
+// that returned bytes, or now when bytes wait unread on one of its
+// connections (the goroutine that reads it has not run: this process is
+// short of CPU, not Redis of progress).
+func (v *server) replied(now time.Time) time.Time {
+	last := v.lastReply()
+	if now.Sub(last) < silentAfter {
+		return last
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for c := range v.conns {
+		if unread(c.Conn) {
+			return now
+		}
+	}
+	return last
 }
 
 // closeAll closes the open connections.
@@ -232,10 +254,10 @@ func (s *Store) LastReply(hits []limiter.Hit) (time.Time, bool) {
 	if r == nil {
 		return time.Time{}, false
 	}
-	if !r.cluster {
-		return r.all.lastReply(), true
-	}
 	now := time.Now()
+	if !r.cluster {
+		return r.all.replied(now), true
+	}
 	r.asked.Store(int64(now.Sub(r.base)))
 	m := r.slots.Load()
 	if m == nil || now.Sub(m.read) > staleSlots {
@@ -251,7 +273,7 @@ func (s *Store) LastReply(hits []limiter.Hit) (time.Time, bool) {
 		if v == nil {
 			return false
 		}
-		last := v.lastReply()
+		last := v.replied(now)
 		if now.Sub(last) >= silentAfter {
 			r.watch()
 		}

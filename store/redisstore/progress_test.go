@@ -5,6 +5,7 @@ import (
 
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -358,5 +359,53 @@ func TestClusterFollowsFailover(t *testing.T) {
 	// delay (under 1 s).
 	if follow > 5*time.Second {
 		t.Fatalf("the store followed the new primary %v after the election, want within a few seconds", follow)
+	}
+}
+
+// TestUnreadRepliesCountAsProgress: a reply that waits in the receive
+// buffer because the goroutine that reads the connection has not run (the
+// process is short of CPU) counts as Redis having answered; once read, the
+// read's instant does.
+func TestUnreadRepliesCountAsProgress(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux tells what waits unread")
+	}
+	srv := sharedServer(t)
+	rp := newReplies(Standalone)
+	c, err := rp.dial(context.Background(), srv.Addr, &net.Dialer{Timeout: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if last := rp.all.replied(time.Now()); !last.IsZero() {
+		t.Fatalf("before any reply: %v, want none", last)
+	}
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	for deadline := time.Now().Add(10 * time.Second); !unread(c.(*trackedConn).Conn); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no reply arrived within 10s")
+		}
+	}
+	if last := rp.all.replied(time.Now()); last.Before(before) {
+		t.Fatalf("a reply waits unread: last reply %v, want after %v", last, before)
+	}
+	if rp.all.last.Load() != 0 {
+		t.Fatal("marked as read before any read")
+	}
+	buf := make([]byte, 16)
+	n, err := c.Read(buf)
+	if err != nil || string(buf[:n]) != "+PONG\r\n" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	read := rp.all.lastReply()
+	if read.Before(before) || unread(c.(*trackedConn).Conn) {
+		t.Fatalf("after the read: last reply %v, want after %v with nothing unread", read, before)
+	}
+	// Long after, with nothing unread, the read's instant stands.
+	if last := rp.all.replied(read.Add(time.Hour)); !last.Equal(read) {
+		t.Fatalf("an hour on: %v, want the read's instant %v", last, read)
 	}
 }
