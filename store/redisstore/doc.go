@@ -65,12 +65,15 @@
 // Redis, or this process waiting for CPU, so that the replies queue up
 // unread) lets it wait up to its hard timeout without holding it against
 // Redis. The store wraps every connection it dials (Options.URL; not
-// those of a client given to NewFromClient) and marks the instant of each
-// read that returns bytes: one mark for the server on a standalone or
-// Sentinel-managed Redis (the sentinels' connections do not count), one
-// per node on a Cluster, whose node for a slot the store reads from the
-// Cluster itself (CLUSTER SLOTS) when it opens and again while calls
-// outlast their deadline. A stopped, unreachable or stuck Redis (or
+// those of a client given to NewFromClient), marks the instant of each
+// read that returns bytes, and counts the commands written and the replies
+// read (whole RESP values): a server that owes no reply, or whose answer
+// waits unread in the receive buffer, is not silent, since a call still
+// waiting then waits in this process. It keeps one such record for the
+// server of a standalone or Sentinel-managed Redis (the sentinels'
+// connections do not count), and one per node of a Cluster, whose node
+// for a slot it reads from the Cluster itself (CLUSTER SLOTS) when it
+// opens and again while calls outlast their deadline. A stopped, unreachable or stuck Redis (or
 // Cluster node) therefore still fails every call within the deadline,
 // while the other nodes of a Cluster keep answering theirs.
 //

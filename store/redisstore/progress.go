@@ -22,9 +22,11 @@ import (
 // reply at all arrived on its connection for that long. The store learns
 // it from its own connections: every connection it dials is wrapped, and a
 // read that returns bytes marks the instant its server last answered.
-// Bytes that wait unread in a connection's receive buffer count as an
-// answer too: then Redis has answered, and this process has not run the
-// goroutine that reads them (it is short of CPU). Standalone and Sentinel
+// A server that owes no reply (every command written on its connections
+// was answered; the store counts whole RESP values both ways) is not
+// silent either, and neither is one whose answer waits unread in a
+// connection's receive buffer: then a call still waiting waits in this
+// process, which is short of CPU. Standalone and Sentinel
 // stores count every connection to Redis (not the sentinels'); a Cluster
 // store counts per node, and finds the node of a
 // slot in a map of the Cluster's slots that it reads itself (CLUSTER
@@ -77,20 +79,24 @@ func (v *server) lastReply() time.Time {
 }
 
 // replied returns the instant the server last answered: its newest read
-// that returned bytes, or now when bytes wait unread on one of its
-// connections (the goroutine that reads it has not run: this process is
-// short of CPU, not Redis of progress).
+// that returned bytes; or now when it owes no reply on any connection
+// (every command written was answered: a call still waiting waits in this
+// process, not for the server), or when bytes wait unread on one of them
+// (the goroutine that reads it has not run: this process is short of CPU,
+// not the server of progress).
 func (v *server) replied(now time.Time) time.Time {
 	last := v.lastReply()
-	if now.Sub(last) < silentAfter {
-		return last
-	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	owes := false
 	for c := range v.conns {
-		if unread(c.Conn) {
+		if unread(c.raw) {
 			return now
 		}
+		owes = owes || c.owes()
+	}
+	if !owes {
+		return now
 	}
 	return last
 }
@@ -109,19 +115,58 @@ func (v *server) closeAll() int {
 	return len(cs)
 }
 
-// trackedConn is a connection to Redis that marks its server's progress.
+// trackedConn is a connection to Redis that marks its server's progress,
+// and counts the commands it wrote and the replies it read (whole RESP
+// values), so that it can tell whether the server owes it replies.
 type trackedConn struct {
-	net.Conn
-	srv  *server
-	once sync.Once
+	net.Conn          // what the client reads and writes: the TCP or TLS connection
+	raw      net.Conn // the TCP connection beneath
+	srv      *server
+	once     sync.Once
+
+	rmu, wmu sync.Mutex // guard in, out
+	in, out  respCount
+	replies  atomic.Int64
+	commands atomic.Int64
+	lost     atomic.Bool // a count could not follow the stream
 }
 
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		c.srv.last.Store(int64(time.Since(c.srv.base)) + 1)
+		c.rmu.Lock()
+		c.replies.Store(c.in.feed(b[:n]))
+		lost := c.in.lost
+		c.rmu.Unlock()
+		if lost {
+			c.lost.Store(true)
+		}
 	}
 	return n, err
+}
+
+func (c *trackedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		c.wmu.Lock()
+		c.commands.Store(c.out.feed(b[:n]))
+		lost := c.out.lost
+		c.wmu.Unlock()
+		if lost {
+			c.lost.Store(true)
+		}
+	}
+	return n, err
+}
+
+// owes reports whether the server has not answered every command written,
+// or whether that cannot be told.
+func (c *trackedConn) owes() bool {
+	// Replies first: a reply read after the commands were loaded could
+	// make a command answered since look unanswered, never the reverse.
+	r := c.replies.Load()
+	return c.lost.Load() || c.commands.Load() > r
 }
 
 func (c *trackedConn) Close() error {
@@ -220,27 +265,29 @@ func (r *replies) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.
 		return nil, err
 	}
 	conn := raw
-	if r.sentinel == nil || d.Resolver != r.sentinel {
-		if v := r.server(dst, true); v != nil {
-			tc := &trackedConn{Conn: raw, srv: v}
-			v.mu.Lock()
-			v.conns[tc] = struct{}{}
-			v.mu.Unlock()
-			conn = tc
+	if cfg != nil {
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(dst)
 		}
+		tc := tls.Client(raw, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		conn = tc
 	}
-	if cfg == nil {
+	if r.sentinel != nil && d.Resolver == r.sentinel {
 		return conn, nil
 	}
-	if cfg.ServerName == "" {
-		cfg = cfg.Clone()
-		cfg.ServerName, _, _ = net.SplitHostPort(dst)
+	v := r.server(dst, true)
+	if v == nil {
+		return conn, nil
 	}
-	tc := tls.Client(conn, cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		conn.Close()
-		return nil, err
-	}
+	tc := &trackedConn{Conn: conn, raw: raw, srv: v}
+	v.mu.Lock()
+	v.conns[tc] = struct{}{}
+	v.mu.Unlock()
 	return tc, nil
 }
 

@@ -362,29 +362,41 @@ func TestClusterFollowsFailover(t *testing.T) {
 	}
 }
 
-// TestUnreadRepliesCountAsProgress: a reply that waits in the receive
-// buffer because the goroutine that reads the connection has not run (the
-// process is short of CPU) counts as Redis having answered; once read, the
-// read's instant does.
-func TestUnreadRepliesCountAsProgress(t *testing.T) {
+// TestSilentServerOwesReplies: a server is silent only while it owes
+// replies. With nothing written, or with every command answered, it is
+// not (a call still waiting waits in this process); with a command
+// unanswered (a stopped server) it is, since its last reply; and an answer
+// waiting unread in the receive buffer, because the goroutine that reads
+// the connection has not run, counts as an answer.
+func TestSilentServerOwesReplies(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("only Linux tells what waits unread")
 	}
-	srv := sharedServer(t)
+	srv := redistest.Start(t)
 	rp := newReplies(Standalone)
 	c, err := rp.dial(context.Background(), srv.Addr, &net.Dialer{Timeout: time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if last := rp.all.replied(time.Now()); !last.IsZero() {
-		t.Fatalf("before any reply: %v, want none", last)
+	tc := c.(*trackedConn)
+	now := time.Now()
+	if last := rp.all.replied(now); !last.Equal(now) {
+		t.Fatalf("nothing written: last reply %v, want now (nothing owed)", last)
 	}
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+	srv.Pause()
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
 		t.Fatal(err)
 	}
+	if !tc.owes() || unread(tc.raw) {
+		t.Fatalf("a PING to a stopped server: owes %v, unread %v; want owed, nothing unread", tc.owes(), unread(tc.raw))
+	}
+	if last := rp.all.replied(time.Now()); !last.IsZero() {
+		t.Fatalf("a stopped server owes a reply: last reply %v, want none ever", last)
+	}
+	srv.Resume()
 	before := time.Now()
-	for deadline := time.Now().Add(10 * time.Second); !unread(c.(*trackedConn).Conn); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !unread(tc.raw); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no reply arrived within 10s")
 		}
@@ -392,20 +404,74 @@ func TestUnreadRepliesCountAsProgress(t *testing.T) {
 	if last := rp.all.replied(time.Now()); last.Before(before) {
 		t.Fatalf("a reply waits unread: last reply %v, want after %v", last, before)
 	}
-	if rp.all.last.Load() != 0 {
-		t.Fatal("marked as read before any read")
-	}
 	buf := make([]byte, 16)
 	n, err := c.Read(buf)
 	if err != nil || string(buf[:n]) != "+PONG\r\n" {
 		t.Fatalf("read %q, %v", buf[:n], err)
 	}
-	read := rp.all.lastReply()
-	if read.Before(before) || unread(c.(*trackedConn).Conn) {
-		t.Fatalf("after the read: last reply %v, want after %v with nothing unread", read, before)
+	if read := rp.all.lastReply(); read.Before(before) || tc.owes() {
+		t.Fatalf("after the read: last reply %v (want after %v), owes %v (want not)", read, before, tc.owes())
 	}
-	// Long after, with nothing unread, the read's instant stands.
-	if last := rp.all.replied(read.Add(time.Hour)); !last.Equal(read) {
-		t.Fatalf("an hour on: %v, want the read's instant %v", last, read)
+	later := time.Now().Add(time.Hour)
+	if last := rp.all.replied(later); !last.Equal(later) {
+		t.Fatalf("an hour on with nothing owed: %v, want that instant", last)
+	}
+}
+
+// TestConnCountsFollowTheStream: on the store's own connections, with the
+// client's handshake, scripts loaded and run, errors, the eviction check
+// and a Cluster's slot map, every command written is matched by a reply
+// read once the store is quiet, and the counts never lose the stream.
+func TestConnCountsFollowTheStream(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			s := storeOn(t, mode)
+			lim := limiter.New(s, limiter.Options{})
+			r, err := limiter.NewRule(floodgate.Limit{Name: "count", Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Hour}, floodgate.FailClosed, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Go(func() {
+					for i := range 20 {
+						hits := []limiter.Hit{{Rule: r, Key: "k" + itoa(int64(w*20+i%3)), Cost: 1}}
+						if _, err := lim.Check(context.Background(), hits); err != nil {
+							t.Error(err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if _, err := s.ServerUsage(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			s.CheckEviction(context.Background())
+			servers := []*server{&s.replies.all}
+			if mode == "cluster" {
+				s.replies.readSlots()
+				servers = nil
+				s.replies.mu.Lock()
+				for _, v := range s.replies.nodes {
+					servers = append(servers, v)
+				}
+				s.replies.mu.Unlock()
+			}
+			conns := 0
+			for _, v := range servers {
+				v.mu.Lock()
+				for c := range v.conns {
+					conns++
+					if c.lost.Load() || c.commands.Load() == 0 || c.commands.Load() != c.replies.Load() {
+						t.Errorf("%s: lost %v, %d commands, %d replies; want as many replies as commands",
+							c.RemoteAddr(), c.lost.Load(), c.commands.Load(), c.replies.Load())
+					}
+				}
+				v.mu.Unlock()
+			}
+			if conns == 0 {
+				t.Fatal("no tracked connection")
+			}
+		})
 	}
 }
