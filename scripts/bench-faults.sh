@@ -226,6 +226,7 @@ start_pair() {
 	local per=$((LOADED_CLIENTS / 2))
 	bpids=()
 	for i in 1 2; do
+		: >"$tmp/$name.tl$i"
 		"$fg" bench --store "redis://127.0.0.1:$port" --instances 2 --concurrency "$per" --json "${st[@]}" "$@" \
 			--timeline "$tmp/$name.tl$i" --interval 100ms >"$tmp/$name.$i" &
 		bpids+=($!)
@@ -251,14 +252,20 @@ if want loaded; then
 		for policy in $POLICIES; do
 			redis-cli -p "$port" FLUSHALL >/dev/null
 			echo "bench-faults: loaded: $alg, $policy: 2 instances × $((LOADED_CLIENTS / 2)) callers, $HOGS CPU hogs, ${LOADED_SECS}s" >&2
-			start_hogs $((LOADED_SECS + 2))
-			sleep 0.5
+			# The instances connect first: a loaded machine can make
+			# a connection outlast its 1 s dial timeout.
 			start_pair "loaded.$alg.$policy" "${largs[@]}" --keys 1 --prefix "loaded:$alg:$policy:" \
 				--duration "${LOADED_SECS}s" --on-failure "$policy"
+			sleep 0.2
+			start_hogs $((LOADED_SECS + 1))
 			wait_pair
 			load=$(cut -d' ' -f1 /proc/loadavg)
 			stop_hogs
 			r1="$tmp/loaded.$alg.$policy.1" r2="$tmp/loaded.$alg.$policy.2"
+			if [ ! -s "$r1" ] || [ ! -s "$r2" ]; then
+				rows+=("$(printf '%-13s %-6s an instance failed (its error is above)' "$alg" "$policy")")
+				continue
+			fi
 			rows+=("$(awk -v alg="$alg" -v policy="$policy" -v secs="$LOADED_SECS" -v load="$load" \
 				-v a1="$(field allowed "$r1")" -v a2="$(field allowed "$r2")" \
 				-v d1="$(field degraded "$r1")" -v d2="$(field degraded "$r2")" \
@@ -280,10 +287,10 @@ if want loaded; then
 		events="$tmp/stop.events.$policy"
 		total=$((2 + STOPPED + 2))
 		echo "bench-faults: loaded, Redis stopped for ${STOPPED}s: $policy, $HOGS CPU hogs, ${total}s" >&2
-		start_hogs $((total + 2))
-		sleep 0.5
 		start_pair "stop.$policy" --algorithm token_bucket --rate 100 --per 1m --burst 100 --keys 10000 \
 			--prefix "stop:$policy:" --duration "${total}s" --on-failure "$policy" --max-rate "$MAX_RATE"
+		sleep 0.2
+		start_hogs $((total + 1))
 		echo "start $(now_ms)" >"$events"
 		sleep 2
 		echo "stop $(now_ms)" >>"$events"
@@ -293,6 +300,10 @@ if want loaded; then
 		echo "cont $(now_ms)" >>"$events"
 		wait_pair
 		stop_hogs
+		if [ ! -s "$tmp/stop.$policy.1" ] || [ ! -s "$tmp/stop.$policy.2" ]; then
+			stops+=("$(printf '%-6s an instance failed (its error is above)' "$policy")")
+			continue
+		fi
 		stops+=("$(awk -v policy="$policy" -v iv=100 '
 		FNR == NR { ev[$1] = $2; next }
 		{
