@@ -25,7 +25,10 @@
 # healthy Redis must be exact there with no degraded decision, whatever the
 # machine's load. It prints admitted against nominal, the degraded
 # decisions, the store calls given more time because Redis kept answering
-# (slow), breaker openings and the slowest decision. Then, with the hogs
+# (slow), those that reached the hard timeout (hard), the calls held
+# against Redis (failed: an error, or no reply for a deadline), deadlines
+# noticed late because the instance did not run (late), breaker openings,
+# the slowest decision and the load average at the end. Then, with the hogs
 # still running, Redis is SIGSTOPped for STOPPED seconds of a run on fresh
 # keys (a token bucket of 100 a minute on 10,000 keys, so that decisions
 # reach Redis), and it prints per policy the decisions made while Redis was
@@ -272,11 +275,13 @@ if want loaded; then
 				-v s1="$(field slow_calls "$r1")" -v s2="$(field slow_calls "$r2")" \
 				-v h1="$(field hard_timeouts "$r1")" -v h2="$(field hard_timeouts "$r2")" \
 				-v b1="$(field breaker_opens "$r1")" -v b2="$(field breaker_opens "$r2")" \
+				-v f1="$(field store_failures "$r1")" -v f2="$(field store_failures "$r2")" \
+				-v l1="$(field late_deadlines "$r1")" -v l2="$(field late_deadlines "$r2")" \
 				-v m1="$(field max_us "$r1")" -v m2="$(field max_us "$r2")" 'BEGIN {
 				nominal = 100; if (alg == "token_bucket") nominal = 100 + 100 * secs / 60
 				m = (m1 > m2 ? m1 : m2) / 1000
-				printf "%-13s %-6s %9d %9.1f %7.2f %9d %6d %6d %8d %9.1fms %6s", alg, policy, a1 + a2, nominal,
-					(a1 + a2) / nominal, d1 + d2, s1 + s2, h1 + h2, b1 + b2, m, load
+				printf "%-13s %-6s %9d %9.1f %7.2f %9d %6d %6d %6d %6d %8d %9.1fms %6s", alg, policy, a1 + a2, nominal,
+					(a1 + a2) / nominal, d1 + d2, s1 + s2, h1 + h2, f1 + f2, l1 + l2, b1 + b2, m, load
 			}')")
 		done
 	done
@@ -327,7 +332,7 @@ if want loaded; then
 
 	printf '\nLoaded machine: 2 instances × %d callers on one Redis, %d CPU hogs, %ds, a limit of 100/min\n' \
 		$((LOADED_CLIENTS / 2)) "$HOGS" "$LOADED_SECS"
-	printf '%-13s %-6s %9s %9s %7s %9s %6s %6s %8s %11s %6s\n' algorithm policy admitted nominal ratio degraded slow hard breaker slowest load
+	printf '%-13s %-6s %9s %9s %7s %9s %6s %6s %6s %6s %8s %11s %6s\n' algorithm policy admitted nominal ratio degraded slow hard failed late breaker slowest load
 	for r in "${rows[@]}"; do echo "$r"; done
 	printf '\nLoaded machine, Redis SIGSTOPped for %ds (token bucket 100/min, 10,000 keys): decisions while stopped\n' "$STOPPED"
 	printf '%-6s %9s %9s %9s %6s %12s %12s\n' policy decisions allowed degraded errors "p99 (worst)" slowest
