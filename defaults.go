@@ -4,15 +4,27 @@ import "time"
 
 // DefaultStoreTimeout is the deadline of one store call when none is
 // configured (server.store_timeout, limiter.Options.Timeout): past it, each
-// limit of the call follows its failure policy. It bounds how long a store
-// outage can make a request wait, and it must not be reached by a healthy
-// store under load, or decisions degrade while the store is fine. On a
-// 2-core machine at load average 8, Redis decisions through the engine at
-// 64 to 256 callers (2 to 4 times the saturating load) took up to 51–94 ms
-// at the 99.9th percentile and 126–134 ms at most; 5 ms, the old default,
-// sent most decisions of a busy but healthy Redis to the failure policy.
-// 250 ms leaves about twice the worst seen.
+// limit of the call follows its failure policy. For a store judged by its
+// progress (the Redis store, limiter.ReplyClock) a call fails at it only
+// when no reply at all arrived on the call's connection for that long; a
+// call behind replies that keep coming waits up to
+// DefaultStoreHardTimeout. It bounds how long a store outage can make a
+// request wait, and it must not be reached by a healthy store under load,
+// or decisions degrade while the store is fine. On a 2-core machine at
+// load average 8, Redis decisions through the engine at 64 to 256 callers
+// (2 to 4 times the saturating load) took up to 51–94 ms at the 99.9th
+// percentile and 126–134 ms at most; 5 ms, the old default, sent most
+// decisions of a busy but healthy Redis to the failure policy. 250 ms
+// leaves about twice the worst seen.
 const DefaultStoreTimeout = 250 * time.Millisecond
+
+// DefaultStoreHardTimeout bounds a store call that outlasts
+// DefaultStoreTimeout while the store keeps answering (limiter.Options.
+// HardTimeout): a store judged by its progress (the Redis store) fails a
+// call at the store timeout only when no reply at all arrived on the
+// call's connection for that long; a call behind replies that keep coming
+// (a busy Redis, or this process waiting for CPU) waits up to this long.
+const DefaultStoreHardTimeout = 2 * time.Second
 
 // Defaults of the gateway's calls to upstreams (server.upstream in the
 // policy file, gateway.TransportOptions), here so that the file's defaults

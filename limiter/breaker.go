@@ -25,10 +25,15 @@ const (
 //
 // The breaker judges the store, not this process: only calls that reached
 // the store and failed there count against it (an error, or a deadline
-// that passed while the store held the call). A call whose deadline passed
-// while it waited in this process for an in-flight slot or in the store's
-// own queue (see ErrNotSent), a deadline noticed late because this process
-// was not running, and a caller that gave up say nothing about the store.
+// that passed while the store held the call). For a store that implements
+// ReplyClock, a deadline counts only when the store made no progress for
+// it (no reply at all on the call's connections), whether or not the call
+// had left this process; a call that reached the hard timeout while the
+// store kept answering does not count. For other stores, a call whose
+// deadline passed while it waited in this process for an in-flight slot or
+// in the store's own queue (see ErrNotSent), and a deadline noticed late
+// because this process was not running, say nothing about the store. A
+// caller that gave up never does.
 //
 // It opens when either rule holds:
 //   - the failure rate: of the calls that ended in the last Window, at

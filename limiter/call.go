@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,10 +14,28 @@ import (
 // ErrNotSent reports a store call whose deadline passed before it left this
 // process: it waited for an in-flight slot of the engine, or in a queue of
 // the store's own (a store that gathers calls into batches returns an error
-// wrapping it). Such a call was not applied, and it says nothing about the
-// store's health: the engine decides its hits by their failure policies
-// but does not hold it against the store.
+// wrapping it). Such a call was not applied. For a store that implements
+// ReplyClock it is held against the store only when the store made no
+// progress meanwhile (the calls ahead of it were not answered); for other
+// stores it says nothing about the store's health: the engine decides its
+// hits by their failure policies but does not hold it against the store.
 var ErrNotSent = errors.New("limiter: store call not sent before its deadline")
+
+// ReplyClock is implemented by stores that talk to servers over
+// connections and can tell when a reply last arrived on the connections
+// that serve a set of hits. The engine then judges a call that outlasts
+// its deadline by the store's progress rather than by the call's length:
+// it fails only when no reply at all arrived for Options.Timeout, and
+// while replies keep arriving it waits up to Options.HardTimeout (see
+// Options.Timeout).
+type ReplyClock interface {
+	// LastReply returns the instant the newest reply arrived on the
+	// connections that serve hits (the least recent of them when hits
+	// live on several servers; the zero time when none ever did), and
+	// false when the store cannot tell. It is called only for calls that
+	// outlast the deadline, and must be safe for concurrent use.
+	LastReply(hits []Hit) (time.Time, bool)
+}
 
 // minLateness is the least lateness of a deadline timer that is taken to
 // mean this process did not run: timers on a busy machine fire a few
@@ -28,9 +47,20 @@ type outcome uint8
 
 const (
 	answered  outcome = iota // the store answered (maybe with a caller error)
-	storeFail                // the store failed or kept the call past its deadline
+	storeFail                // the store failed, or made no progress for a deadline
 	ownFault                 // this process kept the call: never sent, or noticed late
 	gaveUp                   // the caller's context ended
+	tooSlow                  // the store kept answering, but not this call within the hard timeout
+)
+
+// Why a call's deadline context ended.
+const (
+	whyNone       uint32 = iota
+	whyDeadline          // the deadline passed (stores without a ReplyClock, or one that could not tell)
+	whyLate              // the deadline was noticed long after it passed
+	whyNoProgress        // no reply arrived on the call's connections for a whole Timeout
+	whyHard              // the hard timeout passed while the store kept answering
+	whyCaller            // the caller's context ended while the call had more time
 )
 
 // call is one store call on its way: where its time went.
@@ -45,7 +75,8 @@ type call struct {
 // called directly. lc, when set, makes the call a lease (Leaser) rather than
 // op. For the others the deadline starts before the call
 // waits for an in-flight slot (Options.MaxInFlight): the wait is part of
-// what the caller waits for, but it is not held against the store.
+// what the caller waits for, but it is not held against the store unless
+// the store made no progress meanwhile.
 func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, lc *leaseCall) (call, outcome, error) {
 	c := call{end: -1}
 	if l.inProcess {
@@ -67,15 +98,11 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 		dl := t0.Add(l.timeout)
 		if cdl, ok := ctx.Deadline(); !ok || cdl.After(dl) {
 			dc = l.deadlines.Get().(*deadlineCtx)
-			dc.Context, dc.deadline, dc.tolerance = ctx, dl, max(l.timeout/2, minLateness)
-			if dc.timer == nil {
-				dc.timer = time.AfterFunc(l.timeout, dc.expire)
-			} else {
-				dc.timer.Reset(l.timeout)
-			}
+			dc.start(l, ctx, t0, cdl, hits, lc)
 			sctx = dc
 		}
 	}
+	c.sent = l.breaker.at(t0)
 	var err error
 	if ok, waited := l.acquire(ctx, sctx); !ok {
 		err = sctx.Err()
@@ -87,8 +114,8 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 		sent := t0
 		if waited {
 			sent = time.Now()
+			c.sent = l.breaker.at(sent)
 		}
-		c.sent = l.breaker.at(sent)
 		if lc != nil {
 			lc.grant, err = l.leases.leaser.Lease(sctx, lc.h, lc.want, lc.back)
 		} else {
@@ -98,29 +125,44 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 		c.latency, c.end = end.Sub(sent), l.breaker.at(end)
 		l.releaseSlot()
 	}
-	o := l.classify(ctx, dc, err, c.latency)
-	if dc != nil && dc.timer.Stop() {
+	if dc != nil && dc.finish() {
+		o := l.classify(ctx, dc, err, c.latency)
 		// Done was not closed: the context can serve another call.
 		dc.Context = nil
 		l.deadlines.Put(dc)
+		return c, o, err
 	}
-	return c, o, err
+	return c, l.classify(ctx, dc, err, c.latency), err
 }
 
 // classify says whose fault a store call's error is. dc is the call's own
 // deadline, if it had one, and held how long the store held the call.
 func (l *Limiter) classify(ctx context.Context, dc *deadlineCtx, err error, held time.Duration) outcome {
+	var why uint32
+	if dc != nil {
+		why = dc.why.Load()
+	}
 	switch {
 	case err == nil || isCallerError(err):
 		return answered
 	case callerDone(ctx):
 		return gaveUp
+	case why == whyNoProgress && errors.Is(err, context.DeadlineExceeded):
+		// Not a reply for a whole Timeout: the store is stopped,
+		// unreachable or stuck, whether this call left this process or
+		// waited behind calls the store did not answer.
+		return storeFail
+	case why == whyHard && errors.Is(err, context.DeadlineExceeded):
+		// Replies kept coming, only not this one in time: a busy store
+		// or a starved process, not a dead store.
+		l.hardTimeouts.Add(1)
+		return tooSlow
 	case errors.Is(err, ErrNotSent):
 		l.queueTimeouts.Add(1)
 		return ownFault
 	case dc == nil || !errors.Is(err, context.DeadlineExceeded):
 		return storeFail
-	case dc.late.Load():
+	case why == whyLate:
 		// The deadline was noticed long after it passed: this process
 		// did not run, so the answer may well have been waiting.
 		l.lateDeadlines.Add(1)
@@ -175,39 +217,172 @@ func (l *Limiter) releaseSlot() {
 }
 
 // deadlineCtx is the context of one store call whose deadline comes before
-// the caller's: the caller's context with that earlier deadline. Unlike
-// context.WithTimeout it does not register with the caller's context and it
-// is reused, timer and Done channel included, by later calls whose
-// deadline did not pass; that spares several allocations, a lock and a
-// timer per decision. Each Limiter keeps its own pool. The store sees a cancellation of the caller's context
-// only through Err before the call (callStore checks it first), not while
-// waiting; the wait still ends at the deadline.
+// the caller's: the caller's context, ended by the engine's deadline.
+// Unlike context.WithTimeout it does not register with the caller's context
+// (until the call outlasts Timeout) and it is reused, timer and Done channel
+// included, by later calls whose deadline did not pass; that spares several
+// allocations, a lock and a timer per decision. Each Limiter keeps its own
+// pool.
+//
+// For a store without a ReplyClock the context ends at the deadline, and
+// Deadline reports it. For a store with one, the deadline is a check: the
+// context ends there only when no reply arrived on the call's connections
+// for a whole Timeout; otherwise the check moves to Timeout after the
+// newest reply, up to the hard timeout (or the caller's deadline, when
+// earlier). Deadline then reports none, since the end moves; the store
+// must watch Done. A check that runs long after it was due and sees no
+// reply (this process did not run, so replies may be waiting unread) ends
+// the call without holding it against the store.
+//
+// The store sees a cancellation of the caller's context only through Err
+// before the call (callStore checks it first), and, once the call has
+// outlasted Timeout, through Done.
 type deadlineCtx struct {
 	context.Context // the caller's, for Value
-	deadline        time.Time
+	l               *Limiter
+	limit           time.Time     // the latest end: the hard timeout, or the caller's deadline
+	due             time.Time     // when the timer is due
 	tolerance       time.Duration // lateness of the timer that means this process stalled
 	done            chan struct{}
 	timer           *time.Timer
 	expired         atomic.Bool
-	late            atomic.Bool
+	why             atomic.Uint32
+
+	mu       sync.Mutex // guards hits, one, running, watch and extended
+	hits     []Hit      // what the call is for, for the ReplyClock
+	one      [1]Hit     // a lease call's hit
+	running  bool       // the call has not returned yet
+	extended bool       // the call outlasted Timeout while the store made progress
+	watch    func() bool
 }
 
-func newDeadlineCtx() any { return &deadlineCtx{done: make(chan struct{})} }
-
-// expire runs when the deadline passes. A timer that fires much later than
-// its deadline means that this process did not run for a while (the
-// machine was overloaded or the process stopped), so the store's answer may
-// have arrived and been waiting to be read.
-func (c *deadlineCtx) expire() {
-	c.late.Store(time.Since(c.deadline) > c.tolerance)
-	c.expired.Store(true)
-	close(c.done)
+func newDeadlineCtx() any {
+	c := &deadlineCtx{done: make(chan struct{})}
+	c.timer = time.AfterFunc(time.Hour, c.fire)
+	c.timer.Stop()
+	return c
 }
 
-// Deadline returns the store call's deadline.
-func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+// start arms the context for one call that started at t0, for a caller
+// whose deadline is cdl (zero: none).
+func (c *deadlineCtx) start(l *Limiter, caller context.Context, t0, cdl time.Time, hits []Hit, lc *leaseCall) {
+	c.Context, c.l = caller, l
+	c.due = t0.Add(l.timeout)
+	c.limit = c.due
+	c.tolerance = max(l.timeout/2, minLateness)
+	if l.clock != nil {
+		c.limit = t0.Add(l.hardTimeout)
+		if !cdl.IsZero() && cdl.Before(c.limit) {
+			c.limit = cdl
+		}
+		c.mu.Lock()
+		c.hits = hits
+		if lc != nil {
+			c.one[0] = *lc.h
+			c.hits = c.one[:]
+		}
+		c.running = true
+		c.mu.Unlock()
+	}
+	c.timer.Reset(l.timeout)
+}
 
-// Done is closed when the deadline passes.
+// finish ends the context's part in a call that returned, and reports
+// whether Done was not closed, so that the context can serve another call.
+func (c *deadlineCtx) finish() bool {
+	if c.l.clock != nil {
+		c.mu.Lock()
+		c.running = false
+		c.hits = nil
+		c.one[0] = Hit{}
+		if c.extended {
+			c.l.slowCalls.Add(1)
+			c.extended = false
+		}
+		watch := c.watch
+		c.watch = nil
+		c.mu.Unlock()
+		if watch != nil && !watch() {
+			return false // the caller's end is closing Done
+		}
+	}
+	return c.timer.Stop()
+}
+
+// fire runs when the timer is due: it ends the context, or, for a store
+// that keeps answering, moves the timer on.
+func (c *deadlineCtx) fire() {
+	now := time.Now()
+	l := c.l
+	if l.clock == nil {
+		late := now.Sub(c.due) > c.tolerance
+		// A timer that fires much later than its deadline means that
+		// this process did not run for a while (the machine was
+		// overloaded or the process stopped), so the store's answer may
+		// have arrived and been waiting to be read.
+		if late {
+			c.expire(whyLate)
+		} else {
+			c.expire(whyDeadline)
+		}
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		return // the call returned; finish stops the timer
+	}
+	if !now.Before(c.limit) {
+		c.expire(whyHard)
+		return
+	}
+	last, ok := l.clock.LastReply(c.hits)
+	switch {
+	case !ok:
+		c.expire(whyDeadline)
+		return
+	case now.Sub(last) >= l.timeout && now.Sub(c.due) > c.tolerance:
+		// No reply seen, but this process did not run for a while:
+		// the replies may be waiting unread. Decided by policy, but not
+		// held against the store.
+		c.expire(whyLate)
+		return
+	case now.Sub(last) >= l.timeout:
+		c.expire(whyNoProgress)
+		return
+	}
+	next := last.Add(l.timeout)
+	if !c.extended {
+		c.extended = true
+		if c.Context.Done() != nil {
+			c.watch = context.AfterFunc(c.Context, func() { c.expire(whyCaller) })
+		}
+	}
+	if next.After(c.limit) {
+		next = c.limit
+	}
+	c.due = next
+	c.timer.Reset(c.due.Sub(now))
+}
+
+// expire ends the context.
+func (c *deadlineCtx) expire(why uint32) {
+	if c.why.CompareAndSwap(whyNone, why) {
+		c.expired.Store(true)
+		close(c.done)
+	}
+}
+
+// Deadline returns the store call's deadline, when it is fixed (see
+// deadlineCtx).
+func (c *deadlineCtx) Deadline() (time.Time, bool) {
+	if c.l.clock != nil {
+		return time.Time{}, false
+	}
+	return c.due, true
+}
+
+// Done is closed when the call's time is up.
 func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
 
 // Err returns context.DeadlineExceeded once Done is closed, else nil.

@@ -88,19 +88,53 @@
 // the rule's limit divided by the number of instances (SplitRule).
 //
 // The deadline and the circuit breaker judge the store, not this process.
+// A store that implements ReplyClock (the Redis store) is judged by its
+// progress: a call fails at Timeout only when no reply at all arrived on
+// its connections for that long (a stopped, unreachable or stuck server),
+// so a stopped server fails every call within Timeout; while replies keep
+// arriving (a busy server, or this process waiting for CPU, whose own
+// queue makes calls slow) a call waits up to Options.HardTimeout, and one
+// that reaches it is decided by its policy without being held against the
+// store (Stats.SlowCalls, Stats.HardTimeouts). A check that runs long
+// after it was due and sees no reply ends the call, but is not held
+// against the store (Stats.LateDeadlines): this process did not run, so
+// the replies may be waiting unread.
+//
 // At most Options.MaxInFlight calls are in flight at once; a call beyond
 // that waits for a slot (backpressure on the callers rather than a longer
-// queue in front of the store). The deadline covers that wait, so a store
-// outage never holds a request longer than Timeout, but only the time the
-// store held a call counts against it: a call that never left this
-// process (ErrNotSent), one that spent most of its deadline waiting here,
-// and one whose deadline was noticed late because this process did not run
-// are decided by their policies without being held against the store
-// (Stats.QueueTimeouts, Stats.LateDeadlines). The breaker opens on a
-// failure rate over a window, or on a run of failures with no success
-// among them (see BreakerOptions); while open, one request at a time, at
-// most every probe interval, probes the store, and the first success
-// closes it. The breaker reads Options.Now, so tests can move its clock.
-// The engine starts no goroutines: a call never waits longer than its
-// deadline, provided the store honours its context.
+// queue in front of the store), within the same deadline. For a store
+// without a ReplyClock only the time the store held a call counts against
+// it: a call that never left this process (ErrNotSent), one that spent
+// most of its deadline waiting here, and one whose deadline was noticed
+// late because this process did not run are decided by their policies
+// without being held against the store (Stats.QueueTimeouts,
+// Stats.LateDeadlines). The breaker opens on a failure rate over a
+// window, or on a run of failures with no success among them (see
+// BreakerOptions); while open, one request at a time, at most every probe
+// interval, probes the store, and the first success closes it. The breaker
+// reads Options.Now, so tests can move its clock. The engine starts no
+// goroutines: a call never waits longer than its deadline (or the hard
+// timeout, for a store that keeps answering), provided the store honours
+// its context.
+//
+// # Over-admission while degraded
+//
+// FailClosed admits only what the store admitted. FailOpen admits
+// everything while the store fails. FailLocal is bounded: with N instances
+// sharing a store and a limit of L per window (a burst of L), the requests
+// admitted over one window are at most
+//
+//	L + k × max(1, L/N)
+//
+// where k is the number of instances that decided by their local fallback
+// in it: the store admits at most L, and each such instance at most its
+// share from its own local counter, which lives on across its outages
+// (at most 2L when every instance degrades). A call whose deadline passed
+// may still have been applied by the store: it then counts there too,
+// which only lowers what the store admits. For a rate (a token bucket
+// with rate r and burst B) over a span t the same holds with L = B + r·t.
+// The bound assumes N is the true number of instances (Options.Instances
+// or InstancesFunc; fewer counted than run admits more) and that the local
+// store keeps its counters (a memstore evicting them under its memory cap
+// starts a share afresh). TestLocalFallbackOverAdmissionBound holds it.
 package limiter

@@ -19,6 +19,7 @@ import (
 // Defaults for the zero Options.
 const (
 	DefaultTimeout          = floodgate.DefaultStoreTimeout
+	DefaultHardTimeout      = floodgate.DefaultStoreHardTimeout
 	DefaultClosedRetryAfter = time.Second
 	DefaultMaxInFlight      = 1024
 )
@@ -28,16 +29,27 @@ const (
 // assumes one instance, and keeps the breaker's defaults (see
 // BreakerOptions).
 type Options struct {
-	// Timeout is the deadline of each store call (0: DefaultTimeout;
-	// negative: only the caller's context bounds it). It covers the wait
-	// for an in-flight slot and the call itself, so that a store outage
-	// never holds a request longer than Timeout; only the time the store
-	// held the call counts against the store (see BreakerOptions). Stores
-	// that answer from memory (see InProcess) are called without one. A
-	// caller whose context is cancelled during a store call (rather than
-	// reaching its deadline) waits for that call's answer or for Timeout,
-	// whichever comes first.
+	// Timeout is how long a store call may go without progress (0:
+	// DefaultTimeout; negative: only the caller's context bounds a call).
+	// For a store that implements ReplyClock (the Redis store), a call
+	// fails at Timeout only when no reply at all arrived on its
+	// connections for that long (a stopped, unreachable or stuck
+	// server); while replies keep arriving (a busy server, or this
+	// process starved of CPU) it waits up to HardTimeout, and a call that
+	// reaches HardTimeout is decided by its policy without being held
+	// against the store. For other stores, Timeout is each call's
+	// deadline. It covers the wait for an in-flight slot and the call
+	// itself, so that a store outage never holds a request longer than
+	// Timeout; see BreakerOptions for what counts against the store.
+	// Stores that answer from memory (see InProcess) are called without
+	// one. A caller whose context is cancelled during a store call
+	// (rather than reaching its deadline) waits for that call's answer or
+	// for Timeout, whichever comes first.
 	Timeout time.Duration
+	// HardTimeout bounds a store call that outlasts Timeout while its
+	// store keeps answering (0: DefaultHardTimeout; below Timeout:
+	// Timeout). It applies to stores that implement ReplyClock.
+	HardTimeout time.Duration
 	// MaxInFlight bounds the store calls in flight at once
 	// (0: DefaultMaxInFlight; negative: no bound). Further calls wait for
 	// a slot, within their deadline: backpressure on the callers instead
@@ -97,14 +109,16 @@ type InProcess interface {
 // policy when the store cannot answer in time. It is safe for concurrent
 // use.
 type Limiter struct {
-	store      Store
-	inProcess  bool
-	timeout    time.Duration
-	closedWait time.Duration
-	opts       Options
-	log        *slog.Logger
-	breaker    breaker
-	maxKey     int
+	store       Store
+	inProcess   bool
+	clock       ReplyClock // the store's, when it has one and is not in process
+	timeout     time.Duration
+	hardTimeout time.Duration
+	closedWait  time.Duration
+	opts        Options
+	log         *slog.Logger
+	breaker     breaker
+	maxKey      int
 
 	local     sync.Map // *Rule → *localRule
 	localSize atomic.Int64
@@ -122,6 +136,8 @@ type Limiter struct {
 	queueTimeouts atomic.Uint64
 	slotWaits     atomic.Uint64
 	lateDeadlines atomic.Uint64
+	slowCalls     atomic.Uint64
+	hardTimeouts  atomic.Uint64
 	leaseTakes    atomic.Uint64
 	leaseGrants   atomic.Uint64
 }
@@ -134,6 +150,14 @@ func New(store Store, opts Options) *Limiter {
 	}
 	if l.timeout == 0 {
 		l.timeout = DefaultTimeout
+	}
+	if rc, ok := store.(ReplyClock); ok && !l.inProcess && l.timeout > 0 {
+		l.clock = rc
+		l.hardTimeout = opts.HardTimeout
+		if l.hardTimeout == 0 {
+			l.hardTimeout = DefaultHardTimeout
+		}
+		l.hardTimeout = max(l.hardTimeout, l.timeout)
 	}
 	if l.closedWait <= 0 {
 		l.closedWait = DefaultClosedRetryAfter
@@ -673,6 +697,12 @@ type Stats struct {
 	// LateDeadlines counts deadlines noticed well after they passed,
 	// because this process did not run (not held against the store).
 	LateDeadlines uint64
+	// SlowCalls counts store calls that outlasted Timeout and were given
+	// more time because the store kept answering (stores that implement
+	// ReplyClock); HardTimeouts counts those that reached HardTimeout,
+	// whose hits were decided by their policies without the call being
+	// held against the store.
+	SlowCalls, HardTimeouts uint64
 	// InFlight is the number of store calls in flight now.
 	InFlight int
 	// DenyCacheHits counts requests answered by the deny cache.
@@ -722,6 +752,8 @@ func (l *Limiter) Stats() Stats {
 		QueueTimeouts:      l.queueTimeouts.Load(),
 		SlotWaits:          l.slotWaits.Load(),
 		LateDeadlines:      l.lateDeadlines.Load(),
+		SlowCalls:          l.slowCalls.Load(),
+		HardTimeouts:       l.hardTimeouts.Load(),
 		InFlight:           len(l.slots),
 		BreakerOpen:        l.breaker.open.Load(),
 		BreakerOpens:       l.breaker.opens.Load(),

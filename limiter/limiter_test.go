@@ -60,6 +60,7 @@ func bucket(t testing.TB, name string, burst int64, onFailure floodgate.FailureP
 type testStore struct {
 	inner    limiter.Store
 	fail     atomic.Bool
+	lose     atomic.Bool // apply the call, then fail it: an answer lost on the way
 	block    atomic.Bool
 	calls    atomic.Int64
 	deadline atomic.Int64 // time left until the deadline at the last call, ns
@@ -102,6 +103,10 @@ func (s *testStore) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit
 		}
 	}
 	if s.fail.Load() {
+		return errDown
+	}
+	if s.lose.Load() {
+		s.inner.Apply(ctx, op, hits, out)
 		return errDown
 	}
 	return s.inner.Apply(ctx, op, hits, out)

@@ -46,8 +46,15 @@ store's modes: --batch 1 sends one script call per decision.
 With --json it prints exactly one object:
   {"decisions_per_sec": F, "allowed": N, "denied": N, "degraded": N,
    "errors": N, "p50_us": F, "p99_us": F, "p999_us": F, "max_us": F,
-   "redis_calls_per_decision": F, "redis_cpu_us_per_decision": F}
-(the redis fields are 0 for the memory store). With --timeline FILE it also
+   "redis_calls_per_decision": F, "redis_cpu_us_per_decision": F,
+   "slow_calls": N, "hard_timeouts": N, "store_failures": N,
+   "late_deadlines": N, "breaker_opens": N}
+(the redis fields are 0 for the memory store; the last five are the
+engine's: store calls given more time past --store-timeout because Redis
+kept answering, those of them that reached the hard timeout, calls held
+against the store (an error, or no progress for a deadline), deadlines
+noticed late because this process did not run, and how often the circuit
+breaker opened; 0 with --direct). With --timeline FILE it also
 writes one JSON object per --interval to FILE: {"t_ms": end of the interval
 in Unix ms, "allowed": N, "denied": N, "degraded": N, "errors": N,
 "p99_us": F, "max_us": F}.
@@ -208,6 +215,11 @@ type benchResult struct {
 	MaxUs           float64 `json:"max_us"`
 	RedisCalls      float64 `json:"redis_calls_per_decision"`
 	RedisCPUus      float64 `json:"redis_cpu_us_per_decision"`
+	SlowCalls       uint64  `json:"slow_calls"`
+	HardTimeouts    uint64  `json:"hard_timeouts"`
+	StoreFailures   uint64  `json:"store_failures"`
+	LateDeadlines   uint64  `json:"late_deadlines"`
+	BreakerOpens    uint64  `json:"breaker_opens"`
 }
 
 // benchTarget is what the workers decide through: the engine or a store.
@@ -284,6 +296,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	res, err := bench(ctx, cfg, rule, target, progress)
 	if err != nil {
 		return err
+	}
+	if target.engine != nil {
+		st := target.engine.Stats()
+		res.SlowCalls, res.HardTimeouts, res.BreakerOpens = st.SlowCalls, st.HardTimeouts, st.BreakerOpens
+		res.StoreFailures, res.LateDeadlines = st.StoreFailures, st.LateDeadlines
 	}
 	if rs != nil && res.Allowed+res.Denied+res.Degraded > 0 {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

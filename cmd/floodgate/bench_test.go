@@ -26,7 +26,7 @@ func benchJSON(t *testing.T, args ...string) map[string]float64 {
 		t.Fatalf("bench output %q: %v", stdout.String(), err)
 	}
 	want := []string{"decisions_per_sec", "allowed", "denied", "degraded", "errors", "p50_us", "p99_us", "p999_us", "max_us",
-		"redis_calls_per_decision", "redis_cpu_us_per_decision"}
+		"redis_calls_per_decision", "redis_cpu_us_per_decision", "slow_calls", "hard_timeouts", "store_failures", "late_deadlines", "breaker_opens"}
 	if len(got) != len(want) {
 		t.Fatalf("bench output %q: want exactly the fields %v", stdout.String(), want)
 	}

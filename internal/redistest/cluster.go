@@ -1,20 +1,35 @@
 package redistest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
 
-// Cluster is a Redis Cluster of three primaries without replicas.
+// Cluster is a Redis Cluster of three primaries, with or without
+// replicas.
 type Cluster struct {
-	// Nodes are the three primaries.
+	// Nodes are the nodes: the three primaries, or with replicas every
+	// node (see Primaries and ReplicaOf for their roles).
 	Nodes []*Server
 	dir   string
+}
+
+// ClusterConfig tunes a cluster.
+type ClusterConfig struct {
+	// Dir holds the nodes' files; a fresh temporary directory when empty.
+	Dir string
+	// Replicas is the number of replicas of each primary (0: none).
+	Replicas int
+	// Args are extra redis-server arguments for every node
+	// ("--cluster-require-full-coverage", "no").
+	Args []string
 }
 
 // Addrs returns the host:port of every node.
@@ -39,9 +54,30 @@ func StartCluster(t TB) *Cluster {
 	return c
 }
 
+// StartClusterWith starts a cluster as cfg says and registers its stop
+// with t.Cleanup.
+func StartClusterWith(t TB, cfg ClusterConfig) *Cluster {
+	t.Helper()
+	c, err := NewClusterWith(cfg)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
 // NewCluster starts a three-primary Redis Cluster with its files under dir
 // (a fresh temporary directory when empty). The caller stops it.
 func NewCluster(dir string) (*Cluster, error) {
+	return NewClusterWith(ClusterConfig{Dir: dir})
+}
+
+// NewClusterWith starts a three-primary Redis Cluster as cfg says, and
+// returns once every replica is in sync with its primary. Its nodes fail a
+// silent primary over to its replica after 2 s (cluster-node-timeout).
+// The caller stops it.
+func NewClusterWith(cfg ClusterConfig) (*Cluster, error) {
+	dir := cfg.Dir
 	cli, err := Binary("redis-cli")
 	if err != nil {
 		return nil, err
@@ -60,18 +96,18 @@ func NewCluster(dir string) (*Cluster, error) {
 			}
 		}()
 	}
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 3*(1+max(cfg.Replicas, 0)); i++ {
 		nd := filepath.Join(dir, fmt.Sprintf("node%d", i))
 		if err = os.MkdirAll(nd, 0o755); err != nil {
 			c.Stop()
 			return nil, fmt.Errorf("redistest: %w", err)
 		}
 		var s *Server
-		s, err = StartServer(Config{Dir: nd, Args: []string{
+		s, err = StartServer(Config{Dir: nd, Args: append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(nd, "nodes.conf"),
 			"--cluster-node-timeout", "2000",
-		}})
+		}, cfg.Args...)})
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -79,7 +115,7 @@ func NewCluster(dir string) (*Cluster, error) {
 		c.Nodes = append(c.Nodes, s)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(max(cfg.Replicas, 0)), "--cluster-yes")
 	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
 		c.Stop()
@@ -100,7 +136,112 @@ func NewCluster(dir string) (*Cluster, error) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	// A replica that has not synced with its primary does not take over
+	// from it.
+	for _, n := range c.Nodes {
+		for {
+			info, ierr := n.Do("INFO", "replication")
+			if ierr == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Stop()
+				err = fmt.Errorf("redistest: cluster replica %s not in sync after 20s: %v %s", n.Addr, ierr, info)
+				return nil, err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	return c, nil
+}
+
+// Role returns a node's role as ROLE names it: "master" or "slave".
+func Role(n *Server) (string, error) {
+	out, err := n.Do("ROLE")
+	if err != nil {
+		return "", err
+	}
+	role, _, _ := strings.Cut(out, "\n")
+	return role, nil
+}
+
+// Primaries returns the nodes that are primaries now.
+func (c *Cluster) Primaries() ([]*Server, error) {
+	var out []*Server
+	for _, n := range c.Nodes {
+		role, err := Role(n)
+		if err != nil {
+			return nil, fmt.Errorf("redistest: role of %s: %w", n.Addr, err)
+		}
+		if role == "master" {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// ReplicaOf returns a node that replicates primary, or nil when none does.
+func (c *Cluster) ReplicaOf(primary *Server) (*Server, error) {
+	_, port, _ := strings.Cut(primary.Addr, ":")
+	for _, n := range c.Nodes {
+		if n == primary {
+			continue
+		}
+		out, err := n.Do("ROLE")
+		if err != nil {
+			continue // a stopped node, say
+		}
+		// slave, master ip, master port, state, offset
+		f := strings.Split(out, "\n")
+		if len(f) >= 3 && f[0] == "slave" && f[2] == port {
+			return n, nil
+		}
+	}
+	return nil, nil
+}
+
+// PrimaryOf returns the primary that serves a hash slot, as the first node
+// that answers CLUSTER NODES sees it.
+func (c *Cluster) PrimaryOf(slot int) (*Server, error) {
+	for _, n := range c.Nodes {
+		out, err := n.Do("CLUSTER", "NODES")
+		if err != nil {
+			continue
+		}
+		// id host:port@cport flags primary ping pong epoch link slots...
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 9 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
+				continue
+			}
+			addr, _, _ := strings.Cut(f[1], "@")
+			for _, rg := range f[8:] {
+				lo, hi, ok := strings.Cut(rg, "-")
+				if !ok {
+					hi = lo
+				}
+				a, err1 := strconv.Atoi(lo)
+				b, err2 := strconv.Atoi(hi)
+				if err1 == nil && err2 == nil && a <= slot && slot <= b {
+					if s := c.ServerAt(addr); s != nil {
+						return s, nil
+					}
+				}
+			}
+		}
+		return nil, fmt.Errorf("redistest: no primary serves slot %d", slot)
+	}
+	return nil, errors.New("redistest: no node answers CLUSTER NODES")
+}
+
+// ServerAt returns the node listening on addr, or nil.
+func (c *Cluster) ServerAt(addr string) *Server {
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	return nil
 }
 
 // Stop stops every node and removes the cluster's files if it made them.

@@ -76,3 +76,24 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("sentinel says %q, want %q", addr, want)
 	}
 }
+
+func TestClusterWithReplicas(t *testing.T) {
+	t.Parallel()
+	c := StartClusterWith(t, ClusterConfig{Replicas: 1})
+	if len(c.Nodes) != 6 {
+		t.Fatalf("nodes = %d, want 6", len(c.Nodes))
+	}
+	ps, err := c.Primaries()
+	if err != nil || len(ps) != 3 {
+		t.Fatalf("primaries = %d, %v; want 3", len(ps), err)
+	}
+	for _, p := range ps {
+		r, err := c.ReplicaOf(p)
+		if err != nil || r == nil || r == p {
+			t.Fatalf("replica of %s: %v, %v", p.Addr, r, err)
+		}
+		if role, err := Role(r); err != nil || role != "slave" {
+			t.Fatalf("replica %s has role %q, %v", r.Addr, role, err)
+		}
+	}
+}

@@ -55,8 +55,26 @@ type request struct {
 	got  int64 // charged (1) or not (0); for a lease, the units taken
 
 	deadline time.Time // the caller's (zero: none)
+	run      *batchRun // the call that took it, once taken
 	state    atomic.Int32
 	done     chan struct{} // one token when answered
+}
+
+// batchRun is the script call of one batch on its way. It ends when its
+// answer comes, at the latest deadline of its requests when they all have
+// one, or as soon as no caller waits for it any longer (a caller whose
+// context ends without a fixed deadline, such as the engine's, which
+// waits while Redis makes progress).
+type batchRun struct {
+	waiting atomic.Int32 // callers still waiting, plus one while the batch is taken
+	cancel  context.CancelFunc
+}
+
+// leave drops one waiting caller, and ends the call when none is left.
+func (b *batchRun) leave() {
+	if b.waiting.Add(-1) == 0 {
+		b.cancel()
+	}
 }
 
 // leaseArgs are the numbers of a lease request: units wanted and given
@@ -90,7 +108,7 @@ func putRequest(rq *request) {
 	clear(rq.keys)
 	clear(rq.hits)
 	rq.idx, rq.keys, rq.hits, rq.vals = rq.idx[:0], rq.keys[:0], rq.hits[:0], rq.vals[:0]
-	rq.err, rq.deadline = nil, time.Time{}
+	rq.err, rq.deadline, rq.run = nil, time.Time{}, nil
 	requestPool.Put(rq)
 }
 
@@ -144,9 +162,14 @@ func (s *Store) send(ctx context.Context, ln *lane, rq *request) (bool, error) {
 	if rq.state.CompareAndSwap(stQueued, stGone) {
 		return false, fmt.Errorf("redisstore: %w: %w", limiter.ErrNotSent, ctx.Err())
 	}
-	if rq.state.CompareAndSwap(stTaken, stGone) {
-		// In a call in flight: it may still be applied.
-		return false, fmt.Errorf("redisstore: eval: %w", ctx.Err())
+	if rq.state.Load() == stTaken {
+		// Read before the state changes: once gone, rq is recycled.
+		run := rq.run
+		if rq.state.CompareAndSwap(stTaken, stGone) {
+			// In a call in flight: it may still be applied.
+			run.leave()
+			return false, fmt.Errorf("redisstore: eval: %w", ctx.Err())
+		}
 	}
 	<-rq.done // answered just now
 	return true, rq.err
@@ -162,61 +185,65 @@ func (s *Store) handOn(ln *lane) {
 		ln.mu.Unlock()
 		return
 	}
-	b := s.take(ln)
+	b, ctx, cancel := s.take(ln)
 	ln.mu.Unlock()
 	s.batches.Add(1)
 	go func() {
 		defer s.batches.Done()
 		for {
 			if len(b) > 0 {
-				ctx, cancel := batchContext(b)
 				s.exec(ctx, b)
-				cancel()
 				s.finish(b)
 			}
+			cancel()
 			ln.mu.Lock()
 			if len(ln.pending) == 0 {
 				ln.busy--
 				ln.mu.Unlock()
 				return
 			}
-			b = s.take(ln)
+			b, ctx, cancel = s.take(ln)
 			ln.mu.Unlock()
 		}
 	}()
 }
 
 // take removes up to MaxBatch waiting requests from the lane (whose lock
-// the caller holds) and returns those whose callers still wait.
-func (s *Store) take(ln *lane) []*request {
+// the caller holds) and returns those whose callers still wait, with the
+// context of their call (see batchRun).
+func (s *Store) take(ln *lane) ([]*request, context.Context, context.CancelFunc) {
 	n := min(len(ln.pending), s.maxBatch)
 	b := make([]*request, 0, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &batchRun{cancel: cancel}
+	run.waiting.Store(1)
+	var latest time.Time
+	fixed := true // every request has a deadline
 	for _, rq := range ln.pending[:n] {
-		if rq.state.CompareAndSwap(stQueued, stTaken) {
-			b = append(b, rq)
-		} else {
+		run.waiting.Add(1)
+		rq.run = run
+		if !rq.state.CompareAndSwap(stQueued, stTaken) {
+			run.waiting.Add(-1)
 			putRequest(rq) // its caller left
+			continue
+		}
+		b = append(b, rq)
+		if rq.deadline.IsZero() {
+			fixed = false
+		} else if rq.deadline.After(latest) {
+			latest = rq.deadline
 		}
 	}
 	rest := copy(ln.pending, ln.pending[n:])
 	clear(ln.pending[rest:])
 	ln.pending = ln.pending[:rest]
-	return b
-}
-
-// batchContext returns the context of a batch's call: its latest deadline,
-// so that the call ends when no caller waits for it any longer.
-func batchContext(b []*request) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, rq := range b {
-		if rq.deadline.IsZero() {
-			return context.Background(), func() {}
-		}
-		if rq.deadline.After(latest) {
-			latest = rq.deadline
-		}
+	run.leave() // the callers that left meanwhile may have been all
+	if fixed && len(b) > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, latest)
+		return b, ctx, func() { stop(); cancel() }
 	}
-	return context.WithDeadline(context.Background(), latest)
+	return b, ctx, cancel
 }
 
 // finish hands the answers of a batch to its callers, and recycles the

@@ -37,4 +37,16 @@ func TestSentinel(t *testing.T) {
 	if v, err := primary.Do("EXISTS", s.Key(r, "k")); err != nil || v != "1" {
 		t.Fatalf("key on the primary: %q, %v", v, err)
 	}
+	// Only the connections to the primary tell Redis' progress: the
+	// sentinels' (whose pings and events say nothing of it) do not.
+	s.replies.all.mu.Lock()
+	defer s.replies.all.mu.Unlock()
+	if len(s.replies.all.conns) == 0 {
+		t.Fatal("no connection to the primary tracked")
+	}
+	for c := range s.replies.all.conns {
+		if got := c.RemoteAddr().String(); got != primary.Addr {
+			t.Fatalf("a tracked connection goes to %s, want only the primary %s (sentinel %s)", got, primary.Addr, sen.Addr)
+		}
+	}
 }

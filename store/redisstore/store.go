@@ -110,6 +110,8 @@ type Store struct {
 	refundErrors atomic.Int64
 	refunds      sync.WaitGroup // refunds in flight
 
+	replies *replies // nil: the connections are the caller's (NewFromClient)
+
 	evict evictionCheck
 }
 
@@ -129,6 +131,9 @@ func New(opts Options) (*Store, error) {
 		opts.WriteTimeout = time.Second
 	}
 	co := addr.clientOption(&opts)
+	rp := newReplies(addr.Mode)
+	co.DialCtxFn = rp.dial
+	co.Sentinel.Dialer.Resolver = rp.sentinel
 	c, err := rueidis.NewClient(co)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: connect %s: %w", redact(opts.URL), err)
@@ -138,6 +143,13 @@ func New(opts Options) (*Store, error) {
 		mode = Cluster
 	}
 	s := newStore(c, mode, opts)
+	if rp.cluster == (mode == Cluster) {
+		rp.client, rp.log = c, s.log
+		s.replies = rp
+		if rp.cluster {
+			rp.readSlots()
+		}
+	}
 	if opts.EvictionCheck >= 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), opts.DialTimeout+time.Second)
 		e := s.CheckEviction(ctx)
@@ -219,6 +231,9 @@ func (s *Store) Close() {
 	}
 	s.refunds.Wait()
 	s.batches.Wait()
+	if s.replies != nil {
+		s.replies.close()
+	}
 	s.client.Close()
 }
 
@@ -454,18 +469,23 @@ func (s *Store) refundAll(ctx context.Context, op limiter.Op, charged []charge, 
 			r.keys = append(r.keys, recs...)
 			r.args = append(r.args, strconv.Itoa(len(recs)))
 		}
-		rctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+		// Until the request's deadline, or its end when the deadline
+		// moves (the engine's, while Redis makes progress), at most a
+		// second.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		if dl, ok := ctx.Deadline(); ok {
-			rctx, cancel = context.WithDeadline(rctx, dl)
-		} else {
-			rctx, cancel = context.WithTimeout(rctx, time.Second)
+			cancel()
+			rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
 		}
+		stop := context.AfterFunc(ctx, cancel)
 		err := s.refund.Exec(rctx, s.client, r.keys, r.args).Error()
+		stop()
+		ended := rctx.Err() != nil
 		cancel()
 		if err == nil {
 			continue
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
+		if !ended && !errors.Is(err, context.DeadlineExceeded) {
 			s.refundFailed(err)
 			continue
 		}
