@@ -111,15 +111,16 @@ const (
 func setDefaults(f *File) {
 	f.Version = 1
 	f.Server = Server{
-		Listen:          DefaultListen,
-		AdminListen:     DefaultAdminListen,
-		Store:           DefaultStore,
-		StoreTimeout:    floodgate.DefaultStoreTimeout,
-		Instances:       1,
-		Headers:         Headers{RateLimit: true},
-		IPv6Prefix:      identity.DefaultIPv6Prefix,
-		ForwardedHeader: identity.HeaderXForwardedFor,
-		APIKeyHeader:    identity.DefaultAPIKeyHeader,
+		Listen:           DefaultListen,
+		AdminListen:      DefaultAdminListen,
+		Store:            DefaultStore,
+		StoreTimeout:     floodgate.DefaultStoreTimeout,
+		StoreHardTimeout: floodgate.DefaultStoreHardTimeout,
+		Instances:        1,
+		Headers:          Headers{RateLimit: true},
+		IPv6Prefix:       identity.DefaultIPv6Prefix,
+		ForwardedHeader:  identity.HeaderXForwardedFor,
+		APIKeyHeader:     identity.DefaultAPIKeyHeader,
 		Upstream: Upstream{
 			Timeout:      floodgate.DefaultUpstreamTimeout,
 			DialTimeout:  floodgate.DefaultUpstreamDialTimeout,

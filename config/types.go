@@ -72,9 +72,16 @@ type Server struct {
 	// StateFile is where the memory store snapshots its counts; empty
 	// keeps them in memory only.
 	StateFile string `yaml:"state_file"`
-	// StoreTimeout is the deadline of one store call (default 250ms); past
-	// it every limit follows its failure policy.
+	// StoreTimeout is the deadline of one store call (default 250ms): a
+	// call fails when the store has made no progress (no reply on its
+	// connections) for that long, and every limit of it follows its
+	// failure policy.
 	StoreTimeout time.Duration `yaml:"store_timeout"`
+	// StoreHardTimeout caps a call to a store that keeps replying (to
+	// other calls) but not to this one (default 2s); a call ended there is
+	// decided by its failure policies without being held against the
+	// store.
+	StoreHardTimeout time.Duration `yaml:"store_hard_timeout"`
 	// Instances is the number of gateway instances sharing the store; the
 	// local fallback of a limit is its capacity divided by it (default 1).
 	Instances int `yaml:"instances"`

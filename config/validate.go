@@ -244,6 +244,11 @@ func (v *validator) server() {
 	if s.StoreTimeout <= 0 {
 		v.errorf("server.store_timeout", "store timeout must be positive")
 	}
+	if s.StoreHardTimeout < s.StoreTimeout && !v.written("server.store_hard_timeout") {
+		s.StoreHardTimeout = s.StoreTimeout // the default cap is below the deadline asked for
+	} else if s.StoreHardTimeout < s.StoreTimeout {
+		v.errorf("server.store_hard_timeout", "store_hard_timeout (%s) must be at least store_timeout (%s)", s.StoreHardTimeout, s.StoreTimeout)
+	}
 	if s.Instances < 1 {
 		v.errorf("server.instances", "instances must be at least 1, got %d", s.Instances)
 	}

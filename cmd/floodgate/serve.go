@@ -216,6 +216,7 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 	}
 	s.engine = limiter.New(store, limiter.Options{
 		Timeout:     s.srv.StoreTimeout,
+		HardTimeout: s.srv.StoreHardTimeout,
 		MaxKeyBytes: s.srv.Memory.MaxKeyBytes,
 		Instances:   s.srv.Instances,
 		Local:       local,
@@ -242,7 +243,7 @@ func (s *server) reloaded(p *policy.Policy) {
 	}
 	if n, first := p.Server(), s.srv; first != nil &&
 		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
-			n.AdminListen != first.AdminListen || n.StoreTimeout != first.StoreTimeout ||
+			n.AdminListen != first.AdminListen || n.StoreTimeout != first.StoreTimeout || n.StoreHardTimeout != first.StoreHardTimeout ||
 			n.Instances != first.Instances || n.Upstream != first.Upstream || n.Timeouts != first.Timeouts ||
 			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride ||
 			n.Engine != first.Engine) {
