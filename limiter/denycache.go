@@ -201,7 +201,7 @@ func (c *denyCache) learn(sent int64, op Op, hits []Hit, out []floodgate.Decisio
 		case !d.Allowed && (fixed || h.Cost == 1):
 			t := sent + int64(d.RetryAfter)
 			e = denyEntry{t1: t, tc: t, cost: h.Cost, reset: sent + int64(d.ResetAfter), anyCost: fixed}
-		case d.Allowed && charged && fixed:
+		case d.Allowed && charged && fixed && !h.Check:
 			// Filled by this request: full until the window ends.
 			t := sent + int64(d.ResetAfter)
 			e = denyEntry{t1: t, tc: t, cost: 1, reset: t, anyCost: true}

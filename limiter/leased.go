@@ -173,12 +173,14 @@ func (l *Limiter) leased(hits []Hit) bool {
 	if l.leases == nil {
 		return false
 	}
+	leased := false
 	for i := range hits {
-		if hits[i].Rule.Consistency() == floodgate.Leased {
-			return true
+		if hits[i].Check || hits[i].Group != 0 {
+			return false // decided in the store, exactly: a lease spends, it does not look
 		}
+		leased = leased || hits[i].Rule.Consistency() == floodgate.Leased
 	}
-	return false
+	return leased
 }
 
 // undo is a cost a request took from a lease, to put back if the request

@@ -631,49 +631,129 @@ func isCallerError(err error) bool {
 // summarize fills in r's verdict from its decisions.
 func (l *Limiter) summarize(hits []Hit, r *Result) {
 	r.Allowed = true
-	least, leastShadow := -1, -1
+	var v Verdict
+	grouped := false
 	for i := range hits {
-		d := &r.Decisions[i]
-		if hits[i].Rule.Shadow() {
+		h, d := &hits[i], &r.Decisions[i]
+		if h.Check && d.Allowed {
+			d.Remaining = min(d.Limit, d.Remaining+h.Cost) // looked at: nothing taken
+		}
+		if h.Rule.Shadow() {
 			r.Flags[i] |= Shadow
 			if !d.Allowed {
 				r.Flags[i] |= ShadowDenied
 				r.ShadowDenied = true
 			}
+			continue
+		}
+		v.Add(h, d.Allowed)
+		grouped = grouped || h.Group != 0
+		if !d.Allowed && h.Group == 0 && r.Allowed {
+			r.Allowed = false
+			r.Binding = i
+		}
+	}
+	if grouped && r.Allowed && v.Refused() {
+		r.Allowed = false // every hit of a group denied
+	}
+	if !r.Allowed {
+		l.refused(hits, r)
+		return
+	}
+	least, leastShadow := -1, -1
+	for i := range hits {
+		h, d := &hits[i], &r.Decisions[i]
+		switch {
+		case h.Rule.Shadow():
 			if leastShadow < 0 || d.Remaining < r.Decisions[leastShadow].Remaining {
 				leastShadow = i
 			}
-			continue
-		}
-		if !d.Allowed {
-			if r.Allowed {
-				r.Allowed = false
-				r.Binding = i
+		case !d.Allowed:
+			// A hit of a group that went ahead: not charged, and not the
+			// one that binds.
+		default:
+			if !h.Check {
+				r.Delay = max(r.Delay, d.Delay)
 			}
-			r.RetryAfter = max(r.RetryAfter, d.RetryAfter)
-			continue
-		}
-		r.Delay = max(r.Delay, d.Delay)
-		if least < 0 || d.Remaining < r.Decisions[least].Remaining {
-			least = i
-		}
-	}
-	if !r.Allowed {
-		// Nothing was charged: the hits that allowed still have the units
-		// their decisions counted as taken.
-		r.Delay = 0
-		for i := range hits {
-			if d := &r.Decisions[i]; d.Allowed && !hits[i].Rule.Shadow() {
-				d.Remaining = min(d.Limit, d.Remaining+hits[i].Cost)
+			if least < 0 || d.Remaining < r.Decisions[least].Remaining {
+				least = i
 			}
 		}
-		return
 	}
 	if least >= 0 {
 		r.Binding = least
 	} else {
 		r.Binding = leastShadow
 	}
+}
+
+// refused completes the Result of a request that does not go ahead:
+// nothing was charged, so the hits that allowed still have the units their
+// decisions counted as taken. The binding hit is the first that denied
+// outside a group, or the first of the first group all of whose hits
+// denied, whichever comes first; RetryAfter is the longest wait among the
+// denials that stop the request (for a group, its shortest: one of its
+// hits passing is enough).
+func (l *Limiter) refused(hits []Hit, r *Result) {
+	r.Delay = 0
+	binding, grouped := -1, false
+	for i := range hits {
+		h, d := &hits[i], &r.Decisions[i]
+		if h.Rule.Shadow() {
+			continue
+		}
+		if d.Allowed && !h.Check {
+			d.Remaining = min(d.Limit, d.Remaining+h.Cost)
+		}
+		if h.Group != 0 {
+			grouped = true
+		} else if !d.Allowed {
+			if binding < 0 {
+				binding = i
+			}
+			r.RetryAfter = max(r.RetryAfter, d.RetryAfter)
+		}
+	}
+	if grouped {
+		// Each group of hits all of which denied: its first hit, and its
+		// shortest wait.
+		var buf [8]groupState
+		groups := buf[:0]
+		for i := range hits {
+			h, d := &hits[i], &r.Decisions[i]
+			if h.Group == 0 || h.Rule.Shadow() {
+				continue
+			}
+			j := 0
+			for j < len(groups) && groups[j].id != h.Group {
+				j++
+			}
+			if j == len(groups) {
+				groups = append(groups, groupState{id: h.Group, first: i, wait: d.RetryAfter})
+			}
+			gs := &groups[j]
+			gs.passed = gs.passed || d.Allowed
+			gs.wait = min(gs.wait, d.RetryAfter)
+		}
+		for _, gs := range groups {
+			if gs.passed {
+				continue
+			}
+			r.RetryAfter = max(r.RetryAfter, gs.wait)
+			if binding < 0 || gs.first < binding {
+				binding = gs.first
+			}
+		}
+	}
+	r.Binding = binding
+}
+
+// groupState is what refused tallies of one group of hits.
+type groupState struct {
+	id     uint8
+	first  int
+	wait   time.Duration
+	passed bool
 }
 
 // Stats are a Limiter's counters.

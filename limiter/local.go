@@ -115,12 +115,15 @@ func SplitRule(r *Rule, instances int) (*Rule, error) {
 
 // decideByPolicy decides every hit by its rule's failure policy into out
 // and flags: FailOpen allows, FailClosed denies, FailLocal asks the local
-// store with the split rule. The local hits are charged only if no
-// FailClosed hit denied.
+// store with the split rule. The local hits are charged only if the hits
+// that FailClosed denied do not stop the request on their own (a group of
+// hits stops it only when all of its hits deny: the local store sees the
+// group's local hits, as the store would have seen them all).
 func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, flags []HitFlags) {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
 	lh, idx := sc.localHits[:0], sc.localIdx[:0]
+	var closed Verdict // the hits known to deny (FailClosed) and the others, taken to allow
 	denied := false
 	for i := range hits {
 		h := &hits[i]
@@ -143,20 +146,23 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []f
 		switch policy {
 		case floodgate.FailClosed:
 			out[i] = floodgate.Decision{Limit: c, RetryAfter: l.closedWait}
-			denied = denied || !h.Rule.Shadow()
+			closed.Add(h, false)
 		case floodgate.FailLocal:
 			if lc := lr.Params().Capacity(); h.Cost > lc {
 				// Fits the global limit but not this instance's share.
 				out[i] = floodgate.Decision{Limit: lc, RetryAfter: l.closedWait}
-				denied = denied || !h.Rule.Shadow()
+				closed.Add(h, false)
 				continue
 			}
-			lh = append(lh, Hit{Rule: lr, Key: h.Key, Cost: h.Cost, Lease: h.Lease})
+			lh = append(lh, Hit{Rule: lr, Key: h.Key, Cost: h.Cost, Lease: h.Lease, Check: h.Check, Group: h.Group})
 			idx = append(idx, i)
+			closed.Add(h, true)
 		default:
 			out[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - h.Cost}
+			closed.Add(h, true)
 		}
 	}
+	denied = closed.Refused()
 	if len(lh) > 0 {
 		lop := op
 		switch {

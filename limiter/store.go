@@ -63,7 +63,47 @@ type Hit struct {
 	// Cost is an estimate, reserved by a Reserve op and settled with the
 	// actual cost by a Settle op. Other ops ignore it.
 	Reserve bool
+	// Check marks a hit that is decided (would Cost more units pass?) and
+	// never charged: it can stop the request, as any hit, but takes
+	// nothing when the request goes ahead. Its decision's Remaining is the
+	// units free now. A later hit of the request on the same limit and key
+	// sees what the hits before it charged, and a check sees them too.
+	Check bool
+	// Group, when not 0, puts the hit in a group whose hits stop the
+	// request only together: the request goes ahead past the group when
+	// one of its non-shadow hits allows; then the hits of the group that
+	// allow are charged and those that deny are not (an Envoy descriptor
+	// in quota mode).
+	Group uint8
 }
+
+// Verdict works out whether a charge goes ahead from its hits' decisions,
+// the way every store must: it does unless a non-shadow hit outside a
+// group denies, or every non-shadow hit of some group denies. The zero
+// Verdict is ready; Add each hit's decision, then ask Refused.
+type Verdict struct {
+	refused      bool
+	seen, passed [4]uint64 // one bit per group
+}
+
+// Add counts hit h's decision.
+func (v *Verdict) Add(h *Hit, allowed bool) {
+	if h.Rule.Shadow() {
+		return
+	}
+	if h.Group == 0 {
+		v.refused = v.refused || !allowed
+		return
+	}
+	g := h.Group
+	v.seen[g>>6] |= 1 << (g & 63)
+	if allowed {
+		v.passed[g>>6] |= 1 << (g & 63)
+	}
+}
+
+// Refused reports whether the charge is refused.
+func (v *Verdict) Refused() bool { return v.refused || v.seen != v.passed }
 
 // Store keeps the counts. Apply runs op on all hits and writes one decision
 // per hit into out (len(out) == len(hits)).

@@ -20,22 +20,21 @@ import (
 // it. The counters are the counting rules' (see countRule): they never
 // deny, and what they have left tells the count.
 func (s *Service) decideCompat(ctx context.Context, req *rlsv3.RateLimitRequest, app []applied, sc *scratch) (*rlsv3.RateLimitResponse, error) {
-	hits, peeks := sc.hits[:0], sc.peeks[:0]
+	// One engine call, the descriptors in the request's order, as the
+	// peer pipelines its INCRBYs: a read (hits_addend 0, a check) sees
+	// what the descriptors before it added to the same counter, not what
+	// those after it add.
+	hits := sc.hits[:0]
 	for i := range app {
 		a := &app[i]
 		if a.rl == nil || a.unlimited {
 			continue
 		}
-		if a.cost > 0 {
-			a.hit = len(hits)
-			hits = append(hits, limiter.Hit{Rule: a.rl.count, Key: a.key, Cost: a.cost})
-		} else {
-			a.hit = len(peeks)
-			peeks = append(peeks, limiter.Hit{Rule: a.rl.count, Key: a.key, Cost: 1})
-		}
+		a.hit = len(hits)
+		hits = append(hits, limiter.Hit{Rule: a.rl.count, Key: a.key, Cost: max(a.cost, 1), Check: a.cost == 0})
 	}
-	sc.hits, sc.peeks = hits, peeks
-	res, peek := &sc.res, &sc.peek
+	sc.hits = hits
+	res := &sc.res
 	if len(hits) > 0 {
 		*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
 		sc.req = limiter.Request{Front: limiter.FrontRLS, Hits: hits}
@@ -43,22 +42,9 @@ func (s *Service) decideCompat(ctx context.Context, req *rlsv3.RateLimitRequest,
 			return nil, err
 		}
 	}
-	if len(peeks) > 0 {
-		*peek = limiter.Result{Binding: -1, Decisions: peek.Decisions[:0], Flags: peek.Flags[:0]}
-		sc.req = limiter.Request{Front: limiter.FrontRLS, Peek: true, Hits: peeks}
-		if err := s.eng.Decide(ctx, &sc.req, peek); err != nil {
-			return nil, err
-		}
-	}
 	for i := range app {
-		a := &app[i]
-		if a.hit < 0 {
-			continue
-		}
-		if a.cost > 0 {
+		if a := &app[i]; a.hit >= 0 {
 			countCompat(a, res.Decisions[a.hit])
-		} else {
-			countCompat(a, peek.Decisions[a.hit])
 		}
 	}
 	return s.answerCompat(app), nil
@@ -74,10 +60,7 @@ func countCompat(a *applied, d floodgate.Decision) {
 		a.before, a.after, a.over = rpu, rpu+a.cost, true
 		return
 	}
-	after := d.Limit - d.Remaining
-	if a.cost == 0 {
-		after-- // looked at with a cost of 1
-	}
+	after := d.Limit - d.Remaining // a check's Remaining is what is free now
 	a.before, a.after, a.over = after-a.cost, after, after > rpu
 }
 

@@ -13,16 +13,26 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// decide answers a request with Floodgate's semantics: all the limits that
-// apply are checked together and charged only if the request passes, so a
-// request over the limit takes nothing. A descriptor whose hits_addend is
-// 0 is checked (would one more unit pass?) and not charged. A descriptor
-// in quota mode stops the request only when every descriptor in quota
-// mode is over its limit; those checks take a first look that charges
-// nothing, then a charge of the limits that pass.
+// decide answers a request with Floodgate's semantics, in one engine call:
+// all the limits that apply are checked together and charged only if the
+// request passes, so a request over the limit takes nothing. A descriptor
+// whose hits_addend is 0 is a check (would one more unit pass?), never
+// charged. The descriptors in quota mode are one group of hits (Hit.Group):
+// they stop the request only when every one of them is over its limit,
+// and then only those under it are charged. When a quota descriptor is in
+// shadow mode the group can never be all over: its descriptors are then
+// counted as shadow ones, charged when under their limits, never stopping
+// the request.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, app []applied, sc *scratch) (*rlsv3.RateLimitResponse, error) {
+	shadowQuota := false
+	for i := range app {
+		if a := &app[i]; a.quota && a.rl != nil && !a.unlimited && a.rl.shadow {
+			shadowQuota = true
+		}
+	}
 	hits := sc.hits[:0]
-	blocked, twoLooks := false, false
+	blocked := false             // a descriptor over the limit whatever the store says
+	quotaSent, quotaOver := 0, 0 // quota descriptors asked about, and over without asking
 	for i := range app {
 		a := &app[i]
 		rl := a.rl
@@ -39,66 +49,42 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, app [
 				a.d.Limit = rl.rule.Capacity()
 			}
 			a.before, a.after = a.d.Limit, a.d.Limit+a.cost
-			blocked = blocked || (!rl.shadow && !a.quota)
-			twoLooks = twoLooks || a.quota
+			switch {
+			case rl.shadow:
+			case a.quota:
+				quotaOver++
+			default:
+				blocked = true
+			}
 			continue
 		}
-		rule := rl.rule
-		if a.quota && rl.shadowRule != nil {
-			rule = rl.shadowRule
+		h := limiter.Hit{Rule: rl.rule, Key: a.key, Cost: c, Check: a.cost == 0}
+		if a.quota {
+			quotaSent++
+			if shadowQuota && rl.shadowRule != nil {
+				h.Rule = rl.shadowRule
+			} else if !shadowQuota {
+				h.Group = 1
+			}
 		}
-		twoLooks = twoLooks || a.quota || a.cost == 0
 		a.hit = len(hits)
-		hits = append(hits, limiter.Hit{Rule: rule, Key: a.key, Cost: c})
+		hits = append(hits, h)
 	}
 	sc.hits = hits
 	res := &sc.res
 	*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
 	if len(hits) > 0 {
-		// A blocked descriptor denies without asking the store, so nothing
-		// may be charged: look without charging to report the others.
-		// Checks and quota mode take a look first too.
-		sc.req = limiter.Request{Front: limiter.FrontRLS, Peek: blocked || twoLooks, Hits: hits}
+		// A blocked descriptor denies without asking the store, and so do
+		// quota descriptors all blocked: nothing may be charged, the
+		// others are looked at.
+		peek := blocked || (!shadowQuota && quotaOver > 0 && quotaSent == 0)
+		sc.req = limiter.Request{Front: limiter.FrontRLS, Peek: peek, Hits: hits}
 		if err := s.eng.Decide(ctx, &sc.req, res); err != nil {
 			return nil, err
 		}
 		fill(app, res)
-		if twoLooks && !blocked && !denies(app) {
-			if err := s.charge(ctx, app, sc); err != nil {
-				return nil, err
-			}
-		}
 	}
 	return s.answer(app, sc), nil
-}
-
-// charge charges the descriptors of a request that passed a first look,
-// except the checks (hits_addend 0).
-func (s *Service) charge(ctx context.Context, app []applied, sc *scratch) error {
-	charge := sc.peeks[:0]
-	for i := range app {
-		if a := &app[i]; a.hit >= 0 && a.cost > 0 {
-			charge = append(charge, sc.hits[a.hit])
-		}
-	}
-	sc.peeks = charge
-	if len(charge) == 0 {
-		return nil
-	}
-	res := &sc.peek
-	*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
-	sc.req = limiter.Request{Front: limiter.FrontRLS, Hits: charge}
-	if err := s.eng.Decide(ctx, &sc.req, res); err != nil {
-		return err
-	}
-	j := 0
-	for i := range app {
-		if a := &app[i]; a.hit >= 0 && a.cost > 0 {
-			setDecision(a, res.Decisions[j])
-			j++
-		}
-	}
-	return nil
 }
 
 // fill takes each descriptor's decision from res.
@@ -111,12 +97,9 @@ func fill(app []applied, res *limiter.Result) {
 }
 
 // setDecision records a descriptor's decision and the counts its
-// statistics see: the units used before and after the request.
+// statistics see: the units used before and after the request (a check's
+// Remaining is the units free now).
 func setDecision(a *applied, d floodgate.Decision) {
-	if a.cost == 0 && d.Allowed {
-		// Looked at with a cost of 1: what is left now is one more.
-		d.Remaining++
-	}
 	a.d = d
 	a.over = !d.Allowed
 	used := d.Limit - max(d.Remaining, 0)

@@ -113,13 +113,16 @@
 // By default a request is decided as a whole, by one engine call: all its
 // limits are checked and charged only if it passes, so a request over the
 // limit takes nothing. A descriptor's hits_addend of 0 looks (would one
-// more unit pass?) without charging; quota_mode descriptors stop a request
-// only when all of them are over their limits (a first look, then the
-// charge). A limit given in the request (limit override) replaces the
-// configured numbers for that request, with its own counter.
+// more unit pass?) without charging (limiter.Hit.Check); quota_mode
+// descriptors are one group of hits (limiter.Hit.Group) that stops a
+// request only when all of them are over their limits, and then only
+// those under their limits are charged: atomic, in the same call. A limit
+// given in the request (limit override) replaces the configured numbers
+// for that request, with its own counter.
 //
-// In the compatibility mode (per domain, or LoadOptions.Compat) each
-// descriptor is counted on its own as envoyproxy/ratelimit counts it: its
+// In the compatibility mode (per domain, or LoadOptions.Compat), also one
+// engine call, each descriptor is counted on its own, in the request's
+// order, as envoyproxy/ratelimit counts it: its
 // hits are added to a fixed window of its unit aligned to the epoch
 // (7-day weeks, 30-day months), even past the limit, and it is over the
 // limit when the count then exceeds requests_per_unit. This is emulated

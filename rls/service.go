@@ -399,10 +399,8 @@ type scratch struct {
 	app   []applied
 	trail []step
 	hits  []limiter.Hit
-	peeks []limiter.Hit
 	req   limiter.Request
 	res   limiter.Result
-	peek  limiter.Result
 	items []fields.Item
 	out   []fields.Field
 }
@@ -415,18 +413,17 @@ const maxScratch = 64
 // release drops the references the scratch holds and pools it, unless a
 // large request made it big.
 func (sc *scratch) release() {
-	if cap(sc.hits) > maxScratch || cap(sc.peeks) > maxScratch || cap(sc.items) > maxScratch ||
-		cap(sc.res.Decisions) > maxScratch || cap(sc.peek.Decisions) > maxScratch || cap(sc.app) > maxScratch ||
+	if cap(sc.hits) > maxScratch || cap(sc.items) > maxScratch ||
+		cap(sc.res.Decisions) > maxScratch || cap(sc.app) > maxScratch ||
 		cap(sc.trail) > maxScratch {
 		return
 	}
 	clear(sc.app[:cap(sc.app)])
 	clear(sc.trail[:cap(sc.trail)])
 	clear(sc.hits[:cap(sc.hits)])
-	clear(sc.peeks[:cap(sc.peeks)])
 	clear(sc.items[:cap(sc.items)])
 	clear(sc.out[:cap(sc.out)])
-	sc.app, sc.trail, sc.hits, sc.peeks, sc.items, sc.out = sc.app[:0], sc.trail[:0], sc.hits[:0], sc.peeks[:0], sc.items[:0], sc.out[:0]
+	sc.app, sc.trail, sc.hits, sc.items, sc.out = sc.app[:0], sc.trail[:0], sc.hits[:0], sc.items[:0], sc.out[:0]
 	sc.req = limiter.Request{}
 	scratchPool.Put(sc)
 }

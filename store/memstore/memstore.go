@@ -392,7 +392,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 		return nil
 	}
 	if len(hits) == 1 && (op == limiter.Charge || op == limiter.Peek) {
-		return s.applyOne(&hits[0], &out[0], op == limiter.Peek)
+		return s.applyOne(&hits[0], &out[0], op == limiter.Peek || hits[0].Check)
 	}
 	var buf [stackHits]work
 	var lockBuf [stackHits]int32
@@ -553,11 +553,13 @@ func insertSorted(l []int32, v int32) []int32 {
 	return l
 }
 
-// decide charges (or peeks) every hit on a copy of its state and writes the
-// copies back only if every non-shadow hit allows. The hits' shards are
-// locked.
+// decide charges (or peeks) every hit on a copy of its state, in order (a
+// later hit on the same key sees what the earlier ones charged), and
+// writes the copies back only if the charge goes ahead (limiter.Verdict):
+// a check is looked at, never charged, and a hit of a group that denies is
+// not charged. The hits' shards are locked.
 func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64, peek bool) error {
-	refused := false
+	var verdict limiter.Verdict
 	multi := len(hits) > 1
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
@@ -592,27 +594,24 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			sh.clamps++
 		}
 		wk.at = t
-		d, err := hit.Rule.Params().Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease})
+		d, err := hit.Rule.Params().Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek || hit.Check, Lease: hit.Lease})
 		d.At = now - s.rebase
 		out[i] = d
 		if err != nil {
 			return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 		}
-		if d.Allowed {
+		verdict.Add(hit, d.Allowed)
+		switch {
+		case d.Allowed && !hit.Check:
 			wk.allowed = true
 			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, &d, expiryBase(t, now, wall)))
-		} else {
-			if !peek && wk.idx >= 0 {
-				if e := sh.at(wk.idx); e.exp > now {
-					denied(e, expiryBase(t, now, wall), d.RetryAfter)
-				}
-			}
-			if !hit.Rule.Shadow() {
-				refused = true
+		case !d.Allowed && !peek && wk.idx >= 0:
+			if e := sh.at(wk.idx); e.exp > now {
+				denied(e, expiryBase(t, now, wall), d.RetryAfter)
 			}
 		}
 	}
-	if refused || peek {
+	if peek || verdict.Refused() {
 		return nil
 	}
 	// Existing entries first, then the new ones; an insert may evict, but

@@ -13,8 +13,12 @@
 --   alg, shadow (0/1), p1 .. p8 (see the algorithms below), q (the leaky
 --   queue's delay remainder, else 0)
 -- ARGV[3+11R] the requests, packed little-endian (struct): per request
---   op (B: 1 charge, 2 peek, 3 release, 4 lease, 5 reserve, 6 settle),
---   number of hits (i4),
+--   op (B: 1 charge, 2 peek, 3 release, 4 lease, 5 reserve, 6 settle,
+--   7 a charge whose hits carry flags), number of hits (i4),
+--   for a flagged charge one byte per hit: bit 0 a check (decided, never
+--   written), bits 1..7 its group (0: none; a group stops the request only
+--   when all of its non-shadow hits deny; 127: a group whose verdict the
+--   caller works out, which stops nothing here),
 --   for a lease 7 more numbers (d): want, want·T ns and rem, back,
 --   back·T ns and rem, mark (see lease below),
 --   for a reserve one number (d) per hit: the TTL in ms of its settle
@@ -680,16 +684,21 @@ local function general()
   -- each {rule, cost, cost·T ns, rem, lease name}, and its keys start at
   -- KEYS[k]. It appends charged and the hits' values to out and returns the
   -- next key.
-  local function decide(op, hs, n, k, ttl)
+  local function decide(op, hs, n, k, ttl, flags)
     local res = {}
     local writes = {}
     local where = {} -- a reserve: where each hit was charged
     local denied = false
+    local gseen, gok = {}, {}
     logs = {}
     tent = {}
     for h = 1, n do
       local hit = hs[h]
       local r, cost = hit[1], hit[2]
+      local check, grp = false, 0
+      if flags ~= nil then
+        check, grp = flags[h] % 2 == 1, math.floor(flags[h] / 2)
+      end
       local alg = r[1]
       local d, wr
       local kind = 's'
@@ -710,7 +719,15 @@ local function general()
         return nil, 'ERR floodgate: unknown algorithm ' .. tostring(alg)
       end
       res[h] = d
-      if d[1] == 0 and not r[2] then denied = true end
+      if not r[2] then
+        if grp == 0 then
+          if d[1] == 0 then denied = true end
+        else
+          gseen[grp] = true
+          if d[1] == 1 then gok[grp] = true end
+        end
+      end
+      if check then wr = nil end -- looked at, never written
       if wr ~= nil and ttl ~= nil then
         where[h] = now_us
         if kind == 's' and not RATE[alg] then where[h] = struct.unpack('<d', wr[2]) end
@@ -722,6 +739,9 @@ local function general()
       end
     end
     tent = nil
+    for g in pairs(gseen) do
+      if g ~= 127 and not gok[g] then denied = true end
+    end
     local charged = 0
     if op == 'c' and not denied then
       charged = 1
@@ -956,13 +976,17 @@ while pos <= #blob do
     local op = 'c'
     if opn == 2 then op = 'p' elseif opn == 3 then op = 'r' elseif opn == 5 then op = 'v'
     elseif opn == 6 then op = 's' end
-    local ttl
+    local ttl, flags
     if op == 'v' then
       ttl = {}
       for h = 1, n do ttl[h], pos = struct.unpack('<d', blob, pos) end
     end
+    if opn == 7 then
+      flags = {}
+      for h = 1, n do flags[h], pos = struct.unpack('<B', blob, pos) end
+    end
     local ri, cost, ctn, ctr, li
-    if n == 1 and (op == 'c' or op == 'p') then
+    if n == 1 and (op == 'c' or op == 'p') and flags == nil then
       ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
       local alg = rules[ri][1]
       if RATE[alg] or alg == ALG.fixed_window then
@@ -998,7 +1022,7 @@ while pos <= #blob do
       else
         local err
         if op == 'v' then op = 'c' end
-        k, err = G.decide(op, hs, n, k, ttl)
+        k, err = G.decide(op, hs, n, k, ttl, flags)
         if k == nil then return redis.error_reply(err) end
       end
     end

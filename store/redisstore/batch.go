@@ -95,6 +95,7 @@ type hitArgs struct {
 	ctRem uint64 //
 	lease string // a concurrency lease's name ("": none)
 	ttl   int64  // a reserved hit's settle record TTL in ms (0: not reserved)
+	flags byte   // a flagged charge's: check (bit 0) and group (the rest)
 }
 
 var requestPool = sync.Pool{New: func() any {
@@ -264,6 +265,25 @@ var opCodes = [...]byte{limiter.Charge: 1, limiter.Peek: 2, limiter.Release: 3, 
 // opLease is apply.lua's lease op.
 const opLease = 4
 
+// opFlagged is apply.lua's charge whose hits carry flags (limiter.Hit's
+// Check and Group): a byte per hit after the request's header.
+const opFlagged = 7
+
+// groupOpen is the group of a flagged hit whose group spans Cluster
+// slots: its denial stops nothing in its slot's script, and the store
+// works out the group's verdict from every slot's decisions.
+const groupOpen = 127
+
+// hitFlags is apply.lua's flags byte of a hit: bit 0 a check, bits 1..7
+// its group.
+func hitFlags(check bool, group uint8) byte {
+	f := group << 1
+	if check {
+		f |= 1
+	}
+	return f
+}
+
 // exec sends the requests in one script call and writes each answer (or
 // the call's error) into its request.
 func (s *Store) exec(ctx context.Context, b []*request) {
@@ -366,6 +386,11 @@ func (c *callBuf) build(b []*request) ([]string, []string) {
 		if rq.code == opCodes[limiter.Reserve] {
 			for i := range rq.hits {
 				f64(float64(rq.hits[i].ttl))
+			}
+		}
+		if rq.code == opFlagged {
+			for i := range rq.hits {
+				c.blob = append(c.blob, rq.hits[i].flags)
 			}
 		}
 		for i := range rq.hits {

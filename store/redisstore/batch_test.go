@@ -122,7 +122,7 @@ func TestBatchDecidesAsOneByOne(t *testing.T) {
 					for i := range rq.hits {
 						r.idx = append(r.idx, i)
 					}
-					batched.prepare(rq.op, rq.hits, r)
+					batched.prepare(rq.op, rq.hits, r, false)
 					sl := slot(r.keys[0])
 					bySlot[sl] = append(bySlot[sl], r)
 					order = append(order, r)

@@ -299,6 +299,9 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 			return fmt.Errorf("redisstore: hit %d: %w", i, floodgate.ErrInvalidCost)
 		}
 	}
+	if op == limiter.Reserve && flagged(hits) {
+		return fmt.Errorf("redisstore: a reservation's hits cannot be checks or grouped")
+	}
 	switch op {
 	case limiter.Release:
 		return s.release(ctx, hits, out)
@@ -381,8 +384,12 @@ func (s *Store) bySlot(hits []limiter.Hit) []*request {
 }
 
 // applyCluster decides the hits slot by slot (a Charge, Peek or Reserve).
+// Groups of hits (limiter.Hit.Group) may span slots: each slot's script
+// leaves them open, and once every slot answered the store works out the
+// verdict and gives back what was charged if a group stopped the request.
 func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
 	groups := s.bySlot(hits)
+	open := op == limiter.Charge && flagged(hits)
 	var charged []charge
 	defer func() {
 		for _, c := range charged {
@@ -393,7 +400,7 @@ func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.
 	var firstErr error
 	for gi, rq := range groups {
 		covered := s.keep(rq) // run recycles rq
-		ok, mark, err := s.run(ctx, curOp, hits, out, rq)
+		ok, mark, err := s.runOpen(ctx, curOp, hits, out, rq, open)
 		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
 			// The state of this slot is unknown; give back what is known.
 			for _, rest := range groups[gi+1:] {
@@ -421,6 +428,15 @@ func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.
 				putRequest(c.rq)
 			}
 			charged = nil
+		}
+	}
+	if open && len(charged) > 0 {
+		var v limiter.Verdict
+		for i := range hits {
+			v.Add(&hits[i], out[i].Allowed)
+		}
+		if v.Refused() {
+			s.refundAll(ctx, op, charged, hits, out)
 		}
 	}
 	return firstErr
@@ -453,7 +469,7 @@ func (s *Store) refundAll(ctx context.Context, op limiter.Op, charged []charge, 
 		n := 0
 		var recs []string
 		for _, i := range d.rq.idx {
-			if out[i].Allowed {
+			if out[i].Allowed && !hits[i].Check {
 				s.appendHit(r, &hits[i], d.mark*1000)
 				n++
 				if op == limiter.Reserve && hits[i].Reserve {
@@ -560,13 +576,40 @@ func (s *Store) now() (goNow int64, scriptNow string) {
 	return 0, ""
 }
 
+// flagged reports whether some hit is a check or in a group.
+func flagged(hits []limiter.Hit) bool {
+	for i := range hits {
+		if hits[i].Check || hits[i].Group != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // prepare writes what the script needs of the hits rq.idx names, for op.
-func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request) {
+// A charge whose hits are checks or grouped is a flagged charge (a lone
+// check is a peek); with open, every group is left for the caller to
+// decide (it spans Cluster slots).
+func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request, open bool) {
 	rq.now, rq.test = s.now()
 	if rq.now == 0 {
 		rq.now = time.Now().UnixNano()
 	}
 	rq.code, rq.err = opCodes[op], nil
+	if op == limiter.Charge {
+		switch {
+		case len(rq.idx) == 1 && hits[rq.idx[0]].Check:
+			rq.code = opCodes[limiter.Peek]
+		case len(rq.idx) == 1 && !open:
+		default:
+			for _, i := range rq.idx {
+				if hits[i].Check || hits[i].Group != 0 {
+					rq.code = opFlagged
+					break
+				}
+			}
+		}
+	}
 	rq.keys, rq.hits = rq.keys[:0], rq.hits[:0]
 	for _, i := range rq.idx {
 		h := &hits[i]
@@ -577,6 +620,13 @@ func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request) {
 			rq.keys = append(rq.keys, key+":h")
 		}
 		a := hitArgs{ra: ra, cost: h.Cost}
+		if rq.code == opFlagged {
+			g := h.Group
+			if open && g != 0 {
+				g = groupOpen
+			}
+			a.flags = hitFlags(h.Check, g)
+		}
 		switch {
 		case ra.alg.Family() == floodgate.FamilyRate:
 			a.ctNs, a.ctRem = ra.costT(h.Cost)
@@ -622,7 +672,13 @@ func recordTTL(ttl time.Duration) int64 {
 // lane) and fills their decisions. It reports whether the request was
 // charged and the server instant. It takes rq and recycles it.
 func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision, rq *request) (bool, int64, error) {
-	s.prepare(op, hits, rq)
+	return s.runOpen(ctx, op, hits, out, rq, false)
+}
+
+// runOpen is run; with open, the groups of the hits are decided by the
+// caller (see prepare).
+func (s *Store) runOpen(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision, rq *request, open bool) (bool, int64, error) {
+	s.prepare(op, hits, rq, open)
 	ln := &s.single
 	if s.mode == Cluster {
 		ln = s.laneFor(slot(rq.keys[0]))
@@ -714,7 +770,7 @@ func (s *Store) Lease(ctx context.Context, h *limiter.Hit, want int64, back limi
 	rq := getRequest()
 	rq.idx = append(rq.idx, 0)
 	one := [1]limiter.Hit{*h}
-	s.prepare(limiter.Charge, one[:], rq)
+	s.prepare(limiter.Charge, one[:], rq, false)
 	rq.code = opLease
 	ra := rq.hits[0].ra
 	rq.ls = leaseArgs{want: want, back: min(back.Units, c), mark: back.Mark}

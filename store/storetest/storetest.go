@@ -44,6 +44,11 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ConcurrentExact", testConcurrentExact},
 		{"ConcurrentExactTokenBucket", testConcurrentExactTokenBucket},
 		{"ConcurrentExactThreeLimits", testConcurrentThreeLimits},
+		{"Check", testCheck},
+		{"CheckOrder", testCheckOrder},
+		{"Group", testGroup},
+		{"GroupAcrossSubjects", testGroupAcrossSubjects},
+		{"ConcurrentExactGroup", testConcurrentGroup},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -634,4 +639,148 @@ func testLeakyQueueTwoStage(t *testing.T, s limiter.Store) {
 	if d := charge(t, s, h); d.Allowed {
 		t.Fatalf("request 5: %+v, want refused", d)
 	}
+}
+
+// testCheck: a check hit is decided and never charged; when it denies, it
+// stops the request as any hit does.
+func testCheck(t *testing.T, s limiter.Store) {
+	r := rule(t, floodgate.Limit{Name: "st_check", Algorithm: floodgate.FixedWindow, Max: 3, Window: long})
+	other := rule(t, floodgate.Limit{Name: "st_check_other", Algorithm: floodgate.FixedWindow, Max: 10, Window: long})
+	subject := key("check")
+	k := limiter.Hit{Rule: r, Key: subject, Cost: 1}
+	o := limiter.Hit{Rule: other, Key: subject, Cost: 1}
+	charge(t, s, k)
+	charge(t, s, k)
+	check := k
+	check.Check = true
+	for i := 0; i < 3; i++ {
+		out := must(t, s, limiter.Charge, check, o)
+		wantAllowed(t, "check with room", out[0], 3, 0) // as peeked: after its cost
+		wantAllowed(t, "the other hit", out[1], 10, 9-int64(i))
+	}
+	wantAllowed(t, "the checked limit after three checks", peek(t, s, k), 3, 0)
+	charge(t, s, k) // now full
+	out := must(t, s, limiter.Charge, check, o)
+	if out[0].Allowed {
+		t.Fatalf("check of a full limit: %+v, want denied", out[0])
+	}
+	wantAllowed(t, "the other hit after a denying check, as peeked", out[1], 10, 6)
+	wantAllowed(t, "the other hit took nothing", peek(t, s, o), 10, 6)
+	if d := must(t, s, limiter.Charge, check)[0]; d.Allowed {
+		t.Fatalf("a lone check of a full limit: %+v, want denied", d)
+	}
+}
+
+// testCheckOrder: the hits of a request are decided in order, so a check
+// after a charge of the same limit and key sees it, and one before does
+// not.
+func testCheckOrder(t *testing.T, s limiter.Store) {
+	r := rule(t, floodgate.Limit{Name: "st_order", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	h := limiter.Hit{Rule: r, Key: key("order"), Cost: 1}
+	check := h
+	check.Check = true
+	// The check first: it sees room, and the charge takes it.
+	out := must(t, s, limiter.Charge, check, h)
+	if !out[0].Allowed || !out[1].Allowed {
+		t.Fatalf("check then charge on an empty limit of 1: %+v, want both allowed", out)
+	}
+	if d := peek(t, s, h); d.Allowed {
+		t.Fatalf("after check then charge: %+v, want the limit full", d)
+	}
+	// The charge first: the check sees it, denies, and nothing is taken.
+	h2 := limiter.Hit{Rule: r, Key: key("order2"), Cost: 1}
+	check2 := h2
+	check2.Check = true
+	out = must(t, s, limiter.Charge, h2, check2)
+	if !out[0].Allowed || out[1].Allowed {
+		t.Fatalf("charge then check on an empty limit of 1: %+v, want the charge allowed and the check denied", out)
+	}
+	wantAllowed(t, "after charge then check: refused, nothing taken", peek(t, s, h2), 1, 0)
+}
+
+// testGroup: hits of a group stop the request only when all of them deny;
+// then the hits that allow are charged and those that deny are not.
+func testGroup(t *testing.T, s limiter.Store) {
+	a := rule(t, floodgate.Limit{Name: "st_group_a", Algorithm: floodgate.FixedWindow, Max: 2, Window: long})
+	b := rule(t, floodgate.Limit{Name: "st_group_b", Algorithm: floodgate.FixedWindow, Max: 4, Window: long})
+	c := rule(t, floodgate.Limit{Name: "st_group_c", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
+	sh := shadowRule(t, floodgate.Limit{Name: "st_group_shadow", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
+	subject := key("group")
+	ha := limiter.Hit{Rule: a, Key: subject, Cost: 1, Group: 1}
+	hb := limiter.Hit{Rule: b, Key: subject, Cost: 1, Group: 1}
+	hc := limiter.Hit{Rule: c, Key: subject, Cost: 1}
+	hs := limiter.Hit{Rule: sh, Key: subject, Cost: 1, Group: 1}
+	for i := 0; i < 4; i++ {
+		out := must(t, s, limiter.Charge, ha, hb, hc)
+		if !out[1].Allowed || !out[2].Allowed || out[0].Allowed != (i < 2) {
+			t.Fatalf("request %d: %+v, want a allowed only for the first two, b and c allowed", i, out)
+		}
+	}
+	if d := peek(t, s, ha); d.Allowed || d.Remaining != 0 {
+		t.Fatalf("a after four: %+v, want it full (charged twice, not four times)", d)
+	}
+	if d := peek(t, s, hb); d.Allowed {
+		t.Fatalf("b after four: %+v, want it full", d)
+	}
+	wantAllowed(t, "c after four", peek(t, s, hc), 100, 95)
+	// a and b full: the group stops the request; c is not charged. A
+	// shadow hit in the group that allows changes nothing.
+	out := must(t, s, limiter.Charge, ha, hb, hs, hc)
+	if out[0].Allowed || out[1].Allowed || !out[2].Allowed {
+		t.Fatalf("a and b full: %+v, want both denied, the shadow allowed", out)
+	}
+	wantAllowed(t, "c after the group stopped the request", peek(t, s, hc), 100, 95)
+	wantAllowed(t, "the shadow hit took nothing", peek(t, s, hs), 100, 99)
+	// A second group: each must pass.
+	hd := limiter.Hit{Rule: c, Key: subject, Cost: 1, Group: 2}
+	out = must(t, s, limiter.Charge, hd, ha)
+	if !out[0].Allowed || out[0].Remaining != 95 {
+		t.Fatalf("group 2 allowed, group 1 full: %+v", out)
+	}
+	wantAllowed(t, "c after a request stopped by its other group", peek(t, s, hc), 100, 95)
+}
+
+// testGroupAcrossSubjects: a group whose hits count for different
+// subjects (different Cluster slots on Redis) is decided as one.
+func testGroupAcrossSubjects(t *testing.T, s limiter.Store) {
+	a := rule(t, floodgate.Limit{Name: "st_gx_a", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	c := rule(t, floodgate.Limit{Name: "st_gx_c", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
+	ha := limiter.Hit{Rule: a, Key: key("gx1"), Cost: 1, Group: 1}
+	hb := limiter.Hit{Rule: a, Key: key("gx2"), Cost: 1, Group: 1}
+	hc := limiter.Hit{Rule: c, Key: key("gx3"), Cost: 1}
+	if out := must(t, s, limiter.Charge, ha, hb, hc); !out[0].Allowed || !out[1].Allowed || !out[2].Allowed {
+		t.Fatalf("first request: %+v, want all allowed", out)
+	}
+	out := must(t, s, limiter.Charge, ha, hb, hc)
+	if out[0].Allowed || out[1].Allowed {
+		t.Fatalf("both full: %+v, want both denied", out)
+	}
+	wantAllowed(t, "c after a request stopped by the group", peek(t, s, hc), 100, 98)
+	// One full, one with room: through.
+	hb.Key = key("gx4")
+	if out := must(t, s, limiter.Charge, ha, hb, hc); out[0].Allowed || !out[1].Allowed || !out[2].Allowed {
+		t.Fatalf("a full, b fresh: %+v, want b and c allowed", out)
+	}
+	wantAllowed(t, "c after the request went through its group", peek(t, s, hc), 100, 97)
+}
+
+// testConcurrentGroup: 50 goroutines on a group of two limits of one
+// subject, 60 and 100 units, with a third hit outside the group: every
+// request goes ahead while one of the two has room and takes a unit of
+// each that has, so exactly 100 pass.
+func testConcurrentGroup(t *testing.T, s limiter.Store) {
+	a := rule(t, floodgate.Limit{Name: "st_cg_a", Algorithm: floodgate.FixedWindow, Max: 60, Window: long})
+	b := rule(t, floodgate.Limit{Name: "st_cg_b", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
+	c := rule(t, floodgate.Limit{Name: "st_cg_c", Algorithm: floodgate.FixedWindow, Max: 10000, Window: long})
+	subject := key("cg")
+	hits := []limiter.Hit{{Rule: a, Key: subject, Cost: 1, Group: 1}, {Rule: b, Key: subject, Cost: 1, Group: 1},
+		{Rule: c, Key: subject, Cost: 1}}
+	got := hammer(t, 50, 4, func(int) (bool, error) {
+		out, err := apply(s, limiter.Charge, hits...)
+		return err == nil && out[2].Allowed && (out[0].Allowed || out[1].Allowed), err
+	})
+	if got != 100 {
+		t.Fatalf("a group of 60 and 100 under 200 concurrent requests: %d went ahead, want exactly 100", got)
+	}
+	wantAllowed(t, "the third hit, charged by each request that went ahead", peek(t, s, hits[2]), 10000, 10000-100-1)
 }
