@@ -27,15 +27,16 @@ const edgeBufferBytes = 64 << 10
 // capped, and how to address it.
 type edgeUpstream struct {
 	hc      *fasthttp.HostClient
-	host    string // the Host field of the forwarded requests
-	base    string // the upstream URL's path ("" for none)
-	query   string // the upstream URL's query
-	route   string
+	host    string        // the Host field of the forwarded requests
+	base    string        // the upstream URL's path ("" for none)
+	query   string        // the upstream URL's query
 	timeout time.Duration // the wait for the response headers
 }
 
-// edgeUpstreamOf returns the upstream of u, making it on first use.
-func (g *Gateway) edgeUpstreamOf(u *url.URL, route string) *edgeUpstream {
+// edgeUpstreamOf returns the upstream of u, making it on first use. Routes
+// that share an upstream share its pool (its answers are counted under
+// each request's route).
+func (g *Gateway) edgeUpstreamOf(u *url.URL) *edgeUpstream {
 	if p, ok := g.edgeUps.Load(u); ok {
 		return p.(*edgeUpstream)
 	}
@@ -83,7 +84,6 @@ func (g *Gateway) edgeUpstreamOf(u *url.URL, route string) *edgeUpstream {
 		host:    u.Host,
 		base:    strings.TrimSuffix(u.EscapedPath(), "/"),
 		query:   u.RawQuery,
-		route:   route,
 		timeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
 	}
 	p, _ := g.edgeUps.LoadOrStore(u, up)
@@ -116,7 +116,8 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 		x.answer(404, bodyNotFound, false)
 		return false
 	}
-	up := g.edgeUpstreamOf(u, st.m.Route)
+	up := g.edgeUpstreamOf(u)
+	route := st.m.Route
 	ctx := x.ctx
 	req := &ctx.Request
 	if g.alog != nil {
@@ -142,16 +143,16 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 			break
 		}
 	}
-	g.obs.Upstream(up.route, 0)
+	g.obs.Upstream(route, 0)
 	if rec != nil {
 		rec.noAnswer = true // a reservation of the request is given back
 	}
 	resp.Reset()
 	if isTimeout(err) {
-		g.log.Warn("gateway: upstream timeout", "route", up.route, "upstream", up.host, "err", err)
+		g.log.Warn("gateway: upstream timeout", "route", route, "upstream", up.host, "err", err)
 		x.answer(504, bodyTimeout, false)
 	} else {
-		g.log.Warn("gateway: upstream error", "route", up.route, "upstream", up.host, "err", err)
+		g.log.Warn("gateway: upstream error", "route", route, "upstream", up.host, "err", err)
 		x.answer(502, bodyBadGateway, false)
 	}
 	if req.IsBodyStream() {
@@ -208,7 +209,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		return false, reused, err
 	}
 	status := resp.StatusCode()
-	g.obs.Upstream(up.route, status)
+	g.obs.Upstream(st.m.Route, status)
 	upstreamClose := resp.Header.ConnectionClose()
 	resp.Header.ResetConnectionClose()
 	stripHopResponse(&resp.Header)
@@ -240,7 +241,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 			// The upstream's status is known: its answer began, and the
 			// reservation is settled by it (the body cut short tells no
 			// cost).
-			g.log.Warn("gateway: upstream body", "route", up.route, "upstream", up.host, "err", err)
+			g.log.Warn("gateway: upstream body", "route", st.m.Route, "upstream", up.host, "err", err)
 			resp.Reset()
 			x.answer(502, bodyBadGateway, false)
 			return false, true, nil

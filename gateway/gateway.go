@@ -172,7 +172,7 @@ type Gateway struct {
 	alog     AccessLogger
 
 	upstream TransportOptions
-	proxies  sync.Map // *url.URL → *upstreamProxy
+	proxies  sync.Map // *url.URL → *upstreamProxies
 	edgeUps  sync.Map // *url.URL → *edgeUpstream
 	pool     sync.Pool
 	rfields  *fieldCache // for Matches without Fields
