@@ -290,7 +290,7 @@ func BenchmarkEdgeRewrite(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		req.CopyTo(&ctx.Request)
-		g.rewriteEdgeRequest(&ctx, up, v)
+		g.rewriteEdgeRequest(&ctx, up, v, false)
 		resp.CopyTo(&ctx.Response)
 		stripHopResponse(&ctx.Response.Header)
 	}

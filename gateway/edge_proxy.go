@@ -102,6 +102,7 @@ func (g *Gateway) forgetEdgeUpstreams() {
 
 var (
 	xForwardedFor   = []byte("X-Forwarded-For")
+	xRealIP         = []byte("X-Real-Ip")
 	xForwardedHost  = []byte("X-Forwarded-Host")
 	xForwardedProto = []byte("X-Forwarded-Proto")
 	schemeHTTP      = []byte("http")
@@ -127,7 +128,7 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 		st.view.Path = strings.Clone(st.view.Path)
 	}
 	clientClose := req.Header.ConnectionClose() || !req.Header.IsHTTP11() && !bytes.EqualFold(req.Header.Peek("Connection"), []byte("keep-alive"))
-	g.rewriteEdgeRequest(ctx, up, &st.view)
+	g.rewriteEdgeRequest(ctx, up, &st.view, st.m.PeerTrusted)
 
 	resp := &ctx.Response
 	var err error
@@ -389,19 +390,24 @@ var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer"
 
 // rewriteEdgeRequest turns the client's request into the upstream's, in
 // place, as the net/http engine's reverse proxy does: the upstream's host
-// and path prefix, hop-by-hop fields removed, X-Forwarded-For extended and
-// X-Forwarded-Host and -Proto set.
-func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream, v *Request) {
+// and path prefix, hop-by-hop fields removed, X-Forwarded-For set and
+// X-Forwarded-Host and -Proto set. The client's own X-Forwarded-For and
+// X-Real-IP pass only from a trusted proxy (trusted): from any other peer
+// X-Forwarded-For is the peer alone and X-Real-IP is removed.
+func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream, v *Request, trusted bool) {
 	req := &ctx.Request
 	h := &req.Header
-	xff := stripHopRequest(h)
+	xff, realIP := stripHopRequest(h)
 	h.ResetConnectionClose()
-	if v.Peer.IsValid() {
+	switch {
+	case v.Peer.IsValid():
 		// The chain of proxies, and this hop: as NGINX's
-		// $proxy_add_x_forwarded_for and net/http's SetXForwarded.
+		// $proxy_add_x_forwarded_for and net/http's SetXForwarded, from a
+		// trusted proxy; from another peer, the peer alone (NGINX's
+		// $remote_addr).
 		var buf [64]byte
 		b := buf[:0]
-		if xff {
+		if xff && trusted {
 			for _, p := range h.PeekAll("X-Forwarded-For") {
 				b = append(b, p...)
 				b = append(b, ", "...)
@@ -409,6 +415,11 @@ func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream,
 		}
 		b = v.Peer.AppendTo(b)
 		h.SetCanonical(xForwardedFor, b)
+	case xff && !trusted:
+		h.DelBytes(xForwardedFor)
+	}
+	if realIP && !trusted {
+		h.DelBytes(xRealIP)
 	}
 	if host := h.Host(); len(host) > 0 {
 		h.SetCanonical(xForwardedHost, host)
@@ -506,17 +517,23 @@ func stripHop(h fieldRemover, found uint16) {
 
 // stripHopRequest removes the hop-by-hop fields of a request, and
 // Forwarded, after one look at its fields (a field is removed only when
-// it is there); it reports whether the request has an X-Forwarded-For.
-func stripHopRequest(h *fasthttp.RequestHeader) (xff bool) {
+// it is there); it reports whether the request has an X-Forwarded-For and
+// an X-Real-IP.
+func stripHopRequest(h *fasthttp.RequestHeader) (xff, realIP bool) {
 	var found uint16
 	for k := range h.All() {
 		found |= hopBit(k)
-		xff = xff || len(k) == len(xForwardedFor) && string(k) == string(xForwardedFor)
+		switch len(k) {
+		case len(xForwardedFor):
+			xff = xff || string(k) == string(xForwardedFor)
+		case len(xRealIP):
+			realIP = realIP || string(k) == string(xRealIP)
+		}
 	}
 	if found != 0 {
 		stripHop(h, found)
 	}
-	return xff
+	return xff, realIP
 }
 
 // stripHopResponse removes the hop-by-hop fields of a response. A lone

@@ -88,6 +88,11 @@ type Match struct {
 	ClientIP netip.Addr
 	KeyID    string
 	User     string
+	// PeerTrusted reports that the peer is a trusted proxy: the reverse
+	// proxy then keeps the X-Forwarded-For chain and X-Real-IP it sent
+	// (adding the peer to the chain); from any other peer the chain is the
+	// peer alone and X-Real-IP is removed.
+	PeerTrusted bool
 }
 
 // Reset empties m, keeping its storage.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,9 +14,9 @@ import (
 )
 
 // TestHopByHopFields: each engine's proxy removes the hop-by-hop fields
-// (and those the Connection field names) both ways, extends
-// X-Forwarded-For and sets X-Forwarded-Host and -Proto, as net/http's
-// reverse proxy does.
+// (and those the Connection field names) both ways, extends the
+// X-Forwarded-For of a trusted proxy and sets X-Forwarded-Host and -Proto,
+// as net/http's reverse proxy does.
 func TestHopByHopFields(t *testing.T) {
 	t.Parallel()
 	forFronts(t, proxyFronts, testHopByHopFields)
@@ -24,7 +25,11 @@ func TestHopByHopFields(t *testing.T) {
 func testHopByHopFields(t *testing.T, fr string) {
 	rule := mustRule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour}, false)
 	got := make(chan http.Header, 1)
-	_, base, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
+	trusted := funcMatcher(func(r *Request, m *Match) error {
+		m.PeerTrusted = true
+		return oneRule(rule)(r, m)
+	})
+	_, base, c := startFront(t, fr, Options{Matcher: trusted, Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) {
 			h := r.Header.Clone()
 			h.Set("Host", r.Host)
@@ -96,5 +101,79 @@ func testHopByHopFieldsOfEveryConnectionField(t *testing.T, fr string) {
 	}
 	if resp.Header.Get("X-Up-Hop") != "" || resp.Header.Get("X-Up-Kept") != "1" {
 		t.Errorf("the client got %v", resp.Header)
+	}
+}
+
+// TestForwardedFieldsFromUntrustedPeers: what a client says of its own
+// address (X-Forwarded-For, X-Real-IP, Forwarded) reaches the upstream
+// only from a trusted proxy (server.trusted_proxies), on each engine. From
+// any other peer, X-Forwarded-For is the peer's address alone, as NGINX's
+// proxy_set_header X-Forwarded-For $remote_addr gives it; from a trusted
+// proxy the chain is kept and the peer added. X-Real-IP passes only from a
+// trusted proxy, and Forwarded never does.
+func TestForwardedFieldsFromUntrustedPeers(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testForwardedFieldsFromUntrustedPeers)
+}
+
+func testForwardedFieldsFromUntrustedPeers(t *testing.T, fr string) {
+	for _, c := range []struct {
+		trusted               string
+		xff, realIP, limitKey string
+	}{
+		{"", "127.0.0.1", "", "127.0.0.1"},
+		{"trusted_proxies: [10.9.9.9/32]", "127.0.0.1", "", "127.0.0.1"},
+		{"trusted_proxies: [127.0.0.1/32]", "203.0.113.1, 127.0.0.1", "203.0.113.2", "203.0.113.1"},
+	} {
+		p := compilePolicy(t, "xff.yaml", fmt.Sprintf(`version: 1
+server:
+  %s
+  headers: {binding_limit: X-Limit}
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: per-ip
+    algorithm: fixed_window
+    limit: 1
+    window: 1h
+    key: client_ip
+`, c.trusted))
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan http.Header, 1)
+		_, base, client := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+			func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() })
+		said := map[string]string{"X-Forwarded-For": "203.0.113.1", "X-Real-Ip": "203.0.113.2", "Forwarded": "for=203.0.113.3"}
+		if a := do(t, client, "GET", base+"/x", said); a.status != 200 {
+			t.Fatalf("%q: status %d", c.trusted, a.status)
+		}
+		h := <-got
+		if h.Get("X-Forwarded-For") != c.xff || len(h.Values("X-Forwarded-For")) != 1 || h.Get("X-Real-Ip") != c.realIP ||
+			h.Get("Forwarded") != "" {
+			t.Errorf("%q: the upstream got X-Forwarded-For %q, X-Real-IP %q, Forwarded %q; want %q, %q and no Forwarded",
+				c.trusted, h.Values("X-Forwarded-For"), h.Values("X-Real-Ip"), h.Values("Forwarded"), c.xff, c.realIP)
+		}
+		// The limit counted the address the upstream was told: a second
+		// request from the same client is refused, one that names
+		// another address passes only when the peer is trusted.
+		if a := do(t, client, "GET", base+"/x", said); a.status != 429 {
+			t.Errorf("%q: the second request got %d, want 429", c.trusted, a.status)
+		}
+		other := map[string]string{"X-Forwarded-For": "198.51.100.7"}
+		want := 429
+		if c.limitKey != "127.0.0.1" {
+			want = 200
+		}
+		if a := do(t, client, "GET", base+"/x", other); a.status != want {
+			t.Errorf("%q: a request naming another client got %d, want %d", c.trusted, a.status, want)
+		} else if want == 200 {
+			if h := <-got; h.Get("X-Forwarded-For") != "198.51.100.7, 127.0.0.1" {
+				t.Errorf("%q: the upstream got %v", c.trusted, h)
+			}
+		}
 	}
 }

@@ -185,6 +185,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	m.UserPending = pmm.UserPending
 	m.Options = &rf.fields
 	m.ClientIP, m.KeyID, m.User = id.ClientIP, pmm.KeyID, req.User
+	m.PeerTrusted = id.PeerTrusted
 	if pmm.Route != nil {
 		m.Route = pmm.Route.Name
 		m.Upstream = pmm.Route.Upstream

@@ -96,6 +96,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *reqState) 
 		writeJSON(w, http.StatusNotFound, bodyNotFound)
 		return
 	}
+	if !st.m.PeerTrusted {
+		// What the client says of its own address reaches the upstream
+		// only from a trusted proxy: the chain is then the peer alone.
+		delete(r.Header, "X-Forwarded-For")
+		delete(r.Header, "X-Real-Ip")
+	}
 	g.proxyOf(u, st.m.Route).rp.ServeHTTP(w, r)
 }
 
@@ -143,7 +149,8 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			// Keep the chain of proxies and add this hop, as NGINX's
-			// $proxy_add_x_forwarded_for does.
+			// $proxy_add_x_forwarded_for does (forward removed it when the
+			// peer is not a trusted proxy).
 			if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}
