@@ -394,6 +394,8 @@ var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer"
 // X-Forwarded-Host and -Proto set. The client's own X-Forwarded-For and
 // X-Real-IP pass only from a trusted proxy (trusted): from any other peer
 // X-Forwarded-For is the peer alone and X-Real-IP is removed.
+// X-Forwarded-Host is the host the request was routed and limited by
+// (v.Host: an absolute-form target's, else the Host field's).
 func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream, v *Request, trusted bool) {
 	req := &ctx.Request
 	h := &req.Header
@@ -421,8 +423,8 @@ func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream,
 	if realIP && !trusted {
 		h.DelBytes(xRealIP)
 	}
-	if host := h.Host(); len(host) > 0 {
-		h.SetCanonical(xForwardedHost, host)
+	if len(v.Host) > 0 {
+		h.SetCanonical(xForwardedHost, s2b(v.Host))
 	} else {
 		h.DelBytes(xForwardedHost)
 	}

@@ -177,3 +177,77 @@ limits:
 		}
 	}
 }
+
+// TestAbsoluteFormTargetHost: a request whose target is in absolute form
+// names its host there, and that host wins over the Host field (RFC 9112
+// §3.2.2): the request is routed, limited and forwarded by it on each
+// engine, and the upstream is told that host in X-Forwarded-Host.
+func TestAbsoluteFormTargetHost(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testAbsoluteFormTargetHost)
+}
+
+func testAbsoluteFormTargetHost(t *testing.T, fr string) {
+	p := compilePolicy(t, "hosts.yaml", `version: 1
+routes:
+  - name: api
+    match: {hosts: [api.example.com], paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+  - name: other
+    match: {hosts: [other.example], paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: api-limit
+    match: {routes: [api]}
+    algorithm: fixed_window
+    limit: 5
+    window: 1h
+    key: global
+  - name: other-limit
+    match: {routes: [other]}
+    algorithm: fixed_window
+    limit: 7
+    window: 1h
+    key: global
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) {
+			got <- r.Header.Get("X-Forwarded-Host") + " " + r.URL.Path
+		})
+	for _, c := range []struct {
+		target, host string
+		policy, xfh  string
+	}{
+		{"http://other.example/x", "api.example.com", `"other-limit";q=7;w=3600`, "other.example /x"},
+		{"http://api.example.com/y", "other.example", `"api-limit";q=5;w=3600`, "api.example.com /y"},
+		{"/z", "other.example", `"other-limit";q=7;w=3600`, "other.example /z"},
+	} {
+		c1, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c1.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c1, "GET "+c.target+" HTTP/1.1\r\nHost: "+c.host+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c1), nil)
+		c1.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != c.policy {
+			t.Errorf("%s with Host %s: %d, limited by %q; want 200 and %q", c.target, c.host, resp.StatusCode,
+				resp.Header.Get("RateLimit-Policy"), c.policy)
+			continue
+		}
+		if h := <-got; h != c.xfh {
+			t.Errorf("%s with Host %s: the upstream was told %q, want %q", c.target, c.host, h, c.xfh)
+		}
+	}
+}
