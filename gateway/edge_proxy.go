@@ -213,6 +213,12 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	g.obs.Upstream(st.m.Route, status)
 	upstreamClose := resp.Header.ConnectionClose()
 	resp.Header.ResetConnectionClose()
+	// The client is answered in the gateway's own version, HTTP/1.1, with
+	// the status's own reason phrase, whatever the upstream spoke (an
+	// HTTP/1.0 upstream's answer keeps the client's connection), as
+	// net/http's proxy and NGINX answer.
+	resp.Header.SetProtocol(nil)
+	resp.Header.SetStatusMessage(nil)
 	stripHopResponse(&resp.Header)
 	if clientClose {
 		resp.Header.SetConnectionClose()
