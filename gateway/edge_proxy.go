@@ -156,7 +156,7 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 		g.log.Warn("gateway: upstream error", "route", route, "upstream", up.host, "err", err)
 		x.answer(502, bodyBadGateway, false)
 	}
-	if req.IsBodyStream() {
+	if req.IsBodyStream() || clientClose {
 		ctx.SetConnectionClose() // the body may be half read
 	}
 	return false
@@ -251,6 +251,9 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 			g.log.Warn("gateway: upstream body", "route", st.m.Route, "upstream", up.host, "err", err)
 			resp.Reset()
 			x.answer(502, bodyBadGateway, false)
+			if clientClose {
+				resp.SetConnectionClose()
+			}
 			return false, true, nil
 		}
 		x.addFields()

@@ -112,7 +112,8 @@ func FuzzEdgeRequest(f *testing.F) {
 			resp.Body.Close()
 			switch resp.StatusCode {
 			case http.StatusOK, http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
-				http.StatusTooManyRequests, http.StatusRequestHeaderFieldsTooLarge, http.StatusNotImplemented, http.StatusBadGateway,
+				http.StatusMethodNotAllowed, http.StatusExpectationFailed, http.StatusTooManyRequests,
+				http.StatusRequestHeaderFieldsTooLarge, http.StatusNotImplemented, http.StatusBadGateway,
 				http.StatusHTTPVersionNotSupported:
 			default:
 				t.Fatalf("status %d for %q", resp.StatusCode, raw)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -249,5 +250,72 @@ limits:
 		if h := <-got; h != c.xfh {
 			t.Errorf("%s with Host %s: the upstream was told %q, want %q", c.target, c.host, h, c.xfh)
 		}
+	}
+}
+
+// TestProxyAnswersWhatItNeverForwards: the reverse proxy answers itself,
+// before any limit and the same way on each engine, the requests no
+// upstream should get as a path: CONNECT (405, as NGINX), OPTIONS * (200,
+// as net/http's server), another method on * such as HTTP/2's preface
+// sent as HTTP/1.1 (400) and a method longer than any there is (501).
+// Refusals close the connection.
+func TestProxyAnswersWhatItNeverForwards(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testProxyAnswersWhatItNeverForwards)
+}
+
+func testProxyAnswersWhatItNeverForwards(t *testing.T, fr string) {
+	rule := mustRule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, false)
+	up := newUpstream(t, nil)
+	u, _ := url.Parse(up.URL)
+	m := funcMatcher(func(r *Request, m *Match) error {
+		m.Upstream = u
+		return oneRule(rule)(r, m)
+	})
+	g, err := New(Options{Matcher: m, Engine: memEngine(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveFront(t, fr, g, nil)
+	for _, c := range []struct {
+		name, head string
+		status     int
+		closed     bool
+	}{
+		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443", 405, true},
+		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: x", 200, false},
+		{"PRI *", "PRI * HTTP/1.1\r\nHost: x", 400, true},
+		{"GET *", "GET * HTTP/1.1\r\nHost: x", 400, true},
+		{"a method of 10,000 bytes", strings.Repeat("M", 10000) + " /x HTTP/1.1\r\nHost: x", 501, true},
+	} {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(conn, c.head+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status || resp.Close != c.closed || resp.Header.Get("RateLimit") != "" {
+			t.Errorf("%s: %d (closed %v) %v, want %d (closed %v) before any limit", c.name, resp.StatusCode, resp.Close, resp.Header, c.status, c.closed)
+		}
+	}
+	if n := up.served.Load(); n != 0 {
+		t.Errorf("the upstream served %d of them", n)
+	}
+	// Gateway.ServeHTTP answers OPTIONS * itself too, for a server that
+	// does not (http.Server.DisableGeneralOptionsHandler).
+	if a := serve(g, "OPTIONS", "*", nil); a.status != 200 || up.served.Load() != 0 {
+		t.Errorf("OPTIONS * through ServeHTTP: %d, upstream %d", a.status, up.served.Load())
+	}
+	// The limit of one is still whole.
+	if a := do(t, newClient(t), "GET", base+"/x", nil); a.status != 200 {
+		t.Errorf("the first request that reaches the limit: %d", a.status)
 	}
 }
