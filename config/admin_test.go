@@ -11,6 +11,7 @@ func TestAdminAndAlarms(t *testing.T) {
 server:
   admin:
     tokens: [{name: ops, sha256: "` + strings.Repeat("AB", 32) + `"}]
+    hosts: [Admin.Example.com., floodgate-admin]
 plans:
   - name: basic
     quota: {limit: 10, period: DAY}
@@ -23,6 +24,9 @@ plans:
 	if got := f.Server.Admin.Tokens[0].SHA256; got != strings.Repeat("ab", 32) {
 		t.Errorf("token sha256 %q, want lower case", got)
 	}
+	if got := f.Server.Admin.Hosts; len(got) != 2 || got[0] != "admin.example.com" || got[1] != "floodgate-admin" {
+		t.Errorf("admin hosts %q, want lower case without the final dot", got)
+	}
 	a := f.Plans[0].Alarms
 	if len(a.Thresholds) != 2 || a.Thresholds[0] != 80 || a.Thresholds[1] != 100 || a.SecretPath != "/etc/fg/hook.secret" {
 		t.Errorf("alarms %+v", a)
@@ -33,6 +37,7 @@ server:
   admin:
     tokens: [{name: "", sha256: "xyz"}]
     tls_cert: c.pem
+    hosts: ["admin.example.com:9090", "http://x"]
 plans:
   - name: basic
     rate: 5
@@ -46,6 +51,8 @@ plans:
 		"p.yaml:4:21: server.admin.tokens[0].name: a token needs a name",
 		"server.admin.tokens[0].sha256: want the 64 hex digits",
 		"server.admin.tls_cert: tls_cert and tls_key go together",
+		`server.admin.hosts[0]: "admin.example.com:9090" is not a host name`,
+		`server.admin.hosts[1]: "http://x" is not a host name`,
 		"plans[0].alarms: alarms need a quota",
 		"plans[0].alarms.thresholds[1]: a threshold is a percentage from 1 to 100, got 120",
 		"plans[0].alarms.webhook: want an http:// or https:// URL",

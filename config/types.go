@@ -196,6 +196,12 @@ type Admin struct {
 	// ".keys.json", or the policy file's with ".keys.json" when there is
 	// no state file), relative to the configuration file.
 	KeysFile string `yaml:"keys_file"`
+	// Hosts are the names, besides IP addresses and localhost, by which
+	// the admin listener may be reached (the Host of its requests, without
+	// the port). A request naming another host is answered 421, so that a
+	// page whose name was made to point at the listener (DNS rebinding)
+	// cannot read it.
+	Hosts []string `yaml:"hosts"`
 }
 
 // AccessLog configures the gateway's access log: one line per request,

@@ -670,6 +670,12 @@ func (v *validator) admin(a *Admin) {
 	if (a.TLSCert == "") != (a.TLSKey == "") {
 		v.errorf("server.admin.tls_cert", "tls_cert and tls_key go together")
 	}
+	for i, h := range a.Hosts {
+		if !validHostName(h) {
+			v.errorf(fmt.Sprintf("server.admin.hosts[%d]", i), "%q is not a host name (no port, no scheme; IP addresses and localhost are always taken)", h)
+		}
+		a.Hosts[i] = strings.ToLower(strings.TrimSuffix(h, "."))
+	}
 }
 
 func (v *validator) limit(i int, routes, stages map[string]bool) {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -290,8 +292,28 @@ func BenchmarkEdgeRewrite(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		req.CopyTo(&ctx.Request)
-		g.rewriteEdgeRequest(&ctx, up, v)
+		g.rewriteEdgeRequest(&ctx, up, v, false)
 		resp.CopyTo(&ctx.Response)
 		stripHopResponse(&ctx.Response.Header)
+	}
+}
+
+// BenchmarkEdgeAdmit: the checks the edge engine makes of a request before
+// its request path (preflight, escapes, Expect, transfer codings), on a
+// request parsed from the wire as a browser sends it.
+func BenchmarkEdgeAdmit(b *testing.B) {
+	raw := "GET /students/9?x=%20y HTTP/1.1\r\nHost: gateway.example\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\n" +
+		"Accept: text/html,application/xhtml+xml\r\nAccept-Language: en-GB,en;q=0.9\r\nAccept-Encoding: gzip, deflate\r\n" +
+		"Cookie: session=abc123\r\nX-Api-Key: key-partner-1\r\nConnection: keep-alive\r\n\r\n"
+	var ctx fasthttp.RequestCtx
+	if err := ctx.Request.Header.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		b.Fatal(err)
+	}
+	e := &Edge{}
+	b.ReportAllocs()
+	for b.Loop() {
+		if !e.admit(&ctx, false) {
+			b.Fatal("refused")
+		}
 	}
 }

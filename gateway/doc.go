@@ -39,6 +39,12 @@
 // Explain says how the gateway would answer a request, limit by limit,
 // peeking at their state without charging anything.
 //
+// The reverse proxy, on either engine, answers itself what no upstream
+// should get as a path, before any limit: CONNECT (405), OPTIONS * (200,
+// as net/http's server does), another method on * (400) and a method
+// longer than 32 bytes (501). A request with a chunked body has its
+// connection closed after its answer.
+//
 // # Two HTTP engines, one request path
 //
 // The request path (handle and finish in gateway.go: target checks, method
@@ -63,11 +69,13 @@
 //     bodies stream to the upstream as they arrive. What it cannot serve it
 //     hands to a net/http server with the connection: a connection that
 //     opens with HTTP/2's preface, a request that upgrades its connection,
-//     and a first request whose lines end in a bare LF. It answers what it
-//     cannot read as net/http does (400, 431 for fields over the limit, 501
-//     for an unknown transfer coding, 505 for another HTTP version), and
-//     refuses field names that are not tokens and values with control
-//     characters. It cannot tell that a client left while its request is
+//     and a first request whose head has a line ending in a bare LF. It
+//     answers what it cannot read as net/http does (400, 431 for fields over
+//     the limit, 501 for an unknown transfer coding, identity included, 505
+//     for another HTTP version, 417 for an expectation other than
+//     100-continue), and refuses field names that are not tokens, values
+//     with control characters, targets with broken escapes and trailers
+//     that hold framing or routing fields. It cannot tell that a client left while its request is
 //     with the upstream (fasthttp does not read the connection meanwhile):
 //     a request waiting in a queue watches its connection, but an upstream
 //     call runs to its end and the answer is then dropped.

@@ -252,21 +252,69 @@ func (l edgeLogger) Printf(format string, args ...any) {
 
 // serve is the edge engine's handler.
 func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
-	if p := ctx.Request.Header.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
+	h := &ctx.Request.Header
+	if p := h.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
 		plainErrorText(ctx, http.StatusHTTPVersionNotSupported, "505 HTTP Version Not Supported: unsupported protocol version")
 		return
 	}
-	why, override, upgrade := badFields(&ctx.Request.Header)
+	why, f := badFields(h)
 	if why != "" {
 		// As net/http: what no upstream should be sent.
 		plainErrorText(ctx, http.StatusBadRequest, "400 Bad Request: "+why)
 		return
 	}
-	if upgrade && ctx.Request.Header.ConnectionUpgrade() && len(ctx.Request.Header.Peek("Upgrade")) > 0 {
+	if !e.admit(ctx, f.expect) {
+		return
+	}
+	if f.upgrade && ctx.Request.Header.ConnectionUpgrade() && len(ctx.Request.Header.Peek("Upgrade")) > 0 {
 		e.upgrade(ctx)
 		return
 	}
-	e.g.serveEdge(ctx, !override)
+	e.g.serveEdge(ctx, !f.override)
+}
+
+// admit reports whether a request goes on to its request path. Otherwise
+// it answered it: what the reverse proxy answers before the request path
+// on both engines (preflight), and what net/http's server answers before
+// any handler and fasthttp would let through: a target with a broken
+// escape (400), an expectation other than 100-continue (417), and a
+// transfer coding other than chunked, which fasthttp takes as none (501).
+// After a request with a chunked body the connection is closed, as on
+// net/http (whose server cannot tell whether it also had a
+// Content-Length). expect says whether the request has an Expect field.
+func (e *Edge) admit(ctx *fasthttp.RequestCtx, expect bool) bool {
+	h := &ctx.Request.Header
+	target := h.RequestURI()
+	if status, text, closeIt := preflight(b2s(h.Method()), b2s(target), b2s(h.Host()), h.IsHTTP11()); status != 0 {
+		if status == http.StatusOK {
+			ctx.Response.Reset()
+			ctx.SetStatusCode(status) // OPTIONS *: no body, the connection kept
+			return false
+		}
+		plainErrorText(ctx, status, text)
+		if !closeIt {
+			ctx.Response.Header.ResetConnectionClose()
+		}
+		return false
+	}
+	if !validEscapes(target) {
+		plainError(ctx, http.StatusBadRequest)
+		return false
+	}
+	if expect && expectationFails(h.Peek("Expect")) {
+		ctx.Response.Reset()
+		ctx.SetStatusCode(http.StatusExpectationFailed)
+		ctx.SetConnectionClose()
+		return false
+	}
+	if h.ContentLength() == -1 {
+		h.SetConnectionClose() // forwardEdge closes after the answer
+		ctx.SetConnectionClose()
+	} else if hasField(h.RawHeaders(), "transfer-encoding") {
+		plainErrorText(ctx, http.StatusNotImplemented, "Unsupported transfer encoding")
+		return false
+	}
+	return true
 }
 
 // upgrade hands a request that upgrades its connection (a WebSocket) to
@@ -507,27 +555,39 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 // s2b views s as bytes, without copying: they must not be changed.
 func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
+// fieldsSeen is what badFields saw among a request's field names.
+type fieldsSeen struct {
+	override bool // a method override header
+	upgrade  bool // an Upgrade field
+	expect   bool // an Expect field
+}
+
 // badFields returns why a request's header fields are refused, or "": a
 // field name that is not a token (RFC 9110 5.1), which net/http refuses
-// too (fasthttp itself refuses values with control characters). override
-// reports a method override header among them, upgrade an Upgrade field.
-func badFields(h *fasthttp.RequestHeader) (why string, override, upgrade bool) {
+// too (fasthttp itself refuses values with control characters). It says
+// which fields that the engine looks at further are there.
+func badFields(h *fasthttp.RequestHeader) (why string, f fieldsSeen) {
 	for k := range h.All() {
 		if len(k) == 0 {
-			return "invalid header name", false, false
+			return "invalid header name", fieldsSeen{}
 		}
 		for _, c := range k {
 			if !tokenChar[c] {
-				return "invalid header name", false, false
+				return "invalid header name", fieldsSeen{}
 			}
 		}
-		upgrade = upgrade || len(k) == 7 && string(k) == "Upgrade"
+		switch len(k) {
+		case 6:
+			f.expect = f.expect || string(k) == "Expect"
+		case 7:
+			f.upgrade = f.upgrade || string(k) == "Upgrade"
+		}
 		if len(k) >= 13 && (k[0] == 'X' || k[0] == 'x') && (bytes.HasPrefix(k[1:], []byte("-Http-Method")) ||
 			bytes.HasPrefix(k[1:], []byte("-Method-Override"))) {
-			override = true
+			f.override = true
 		}
 	}
-	return "", override, upgrade
+	return "", f
 }
 
 // tokenChar says which bytes a token (a field name) may hold.

@@ -124,8 +124,8 @@ func (c *edgeConn) Read(b []byte) (int, error) {
 
 // sniff reads the first bytes of a new connection, at most until deadline,
 // and says where it goes: h2 when it speaks HTTP/2 with prior knowledge,
-// bareLF when its request line ends in a bare LF (which fasthttp does not
-// read and net/http does). The bytes stay readable.
+// bareLF when a line of its first request's head ends in a bare LF (which
+// fasthttp does not read and net/http does). The bytes stay readable.
 func (c *edgeConn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
 	if err := c.SetReadDeadline(deadline); err != nil {
 		return false, false, err
@@ -153,8 +153,17 @@ func (c *edgeConn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
 	if err := c.Conn.SetReadDeadline(time.Time{}); err != nil {
 		return false, false, err
 	}
-	if i := bytes.IndexByte(c.pre, '\n'); i >= 0 && (i == 0 || c.pre[i-1] != '\r') {
-		bareLF = true
+	// A bare LF anywhere in the head read so far (up to the empty line
+	// ending it) sends the connection to net/http, which reads it.
+	head := c.pre
+	if end := bytes.Index(head, []byte("\r\n\r\n")); end >= 0 {
+		head = head[:end+2]
+	}
+	for i, b := range head {
+		if b == '\n' && (i == 0 || head[i-1] != '\r') {
+			bareLF = true
+			break
+		}
 	}
 	return n >= 3 && h2Start(c.pre), bareLF, nil
 }

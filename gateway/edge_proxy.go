@@ -27,15 +27,16 @@ const edgeBufferBytes = 64 << 10
 // capped, and how to address it.
 type edgeUpstream struct {
 	hc      *fasthttp.HostClient
-	host    string // the Host field of the forwarded requests
-	base    string // the upstream URL's path ("" for none)
-	query   string // the upstream URL's query
-	route   string
+	host    string        // the Host field of the forwarded requests
+	base    string        // the upstream URL's path ("" for none)
+	query   string        // the upstream URL's query
 	timeout time.Duration // the wait for the response headers
 }
 
-// edgeUpstreamOf returns the upstream of u, making it on first use.
-func (g *Gateway) edgeUpstreamOf(u *url.URL, route string) *edgeUpstream {
+// edgeUpstreamOf returns the upstream of u, making it on first use. Routes
+// that share an upstream share its pool (its answers are counted under
+// each request's route).
+func (g *Gateway) edgeUpstreamOf(u *url.URL) *edgeUpstream {
 	if p, ok := g.edgeUps.Load(u); ok {
 		return p.(*edgeUpstream)
 	}
@@ -83,7 +84,6 @@ func (g *Gateway) edgeUpstreamOf(u *url.URL, route string) *edgeUpstream {
 		host:    u.Host,
 		base:    strings.TrimSuffix(u.EscapedPath(), "/"),
 		query:   u.RawQuery,
-		route:   route,
 		timeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
 	}
 	p, _ := g.edgeUps.LoadOrStore(u, up)
@@ -102,6 +102,7 @@ func (g *Gateway) forgetEdgeUpstreams() {
 
 var (
 	xForwardedFor   = []byte("X-Forwarded-For")
+	xRealIP         = []byte("X-Real-Ip")
 	xForwardedHost  = []byte("X-Forwarded-Host")
 	xForwardedProto = []byte("X-Forwarded-Proto")
 	schemeHTTP      = []byte("http")
@@ -116,7 +117,8 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 		x.answer(404, bodyNotFound, false)
 		return false
 	}
-	up := g.edgeUpstreamOf(u, st.m.Route)
+	up := g.edgeUpstreamOf(u)
+	route := st.m.Route
 	ctx := x.ctx
 	req := &ctx.Request
 	if g.alog != nil {
@@ -126,7 +128,7 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 		st.view.Path = strings.Clone(st.view.Path)
 	}
 	clientClose := req.Header.ConnectionClose() || !req.Header.IsHTTP11() && !bytes.EqualFold(req.Header.Peek("Connection"), []byte("keep-alive"))
-	g.rewriteEdgeRequest(ctx, up, &st.view)
+	g.rewriteEdgeRequest(ctx, up, &st.view, st.m.PeerTrusted)
 
 	resp := &ctx.Response
 	var err error
@@ -142,19 +144,19 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 			break
 		}
 	}
-	g.obs.Upstream(up.route, 0)
+	g.obs.Upstream(route, 0)
 	if rec != nil {
 		rec.noAnswer = true // a reservation of the request is given back
 	}
 	resp.Reset()
 	if isTimeout(err) {
-		g.log.Warn("gateway: upstream timeout", "route", up.route, "upstream", up.host, "err", err)
+		g.log.Warn("gateway: upstream timeout", "route", route, "upstream", up.host, "err", err)
 		x.answer(504, bodyTimeout, false)
 	} else {
-		g.log.Warn("gateway: upstream error", "route", up.route, "upstream", up.host, "err", err)
+		g.log.Warn("gateway: upstream error", "route", route, "upstream", up.host, "err", err)
 		x.answer(502, bodyBadGateway, false)
 	}
-	if req.IsBodyStream() {
+	if req.IsBodyStream() || clientClose {
 		ctx.SetConnectionClose() // the body may be half read
 	}
 	return false
@@ -208,9 +210,15 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		return false, reused, err
 	}
 	status := resp.StatusCode()
-	g.obs.Upstream(up.route, status)
+	g.obs.Upstream(st.m.Route, status)
 	upstreamClose := resp.Header.ConnectionClose()
 	resp.Header.ResetConnectionClose()
+	// The client is answered in the gateway's own version, HTTP/1.1, with
+	// the status's own reason phrase, whatever the upstream spoke (an
+	// HTTP/1.0 upstream's answer keeps the client's connection), as
+	// net/http's proxy and NGINX answer.
+	resp.Header.SetProtocol(nil)
+	resp.Header.SetStatusMessage(nil)
 	stripHopResponse(&resp.Header)
 	if clientClose {
 		resp.Header.SetConnectionClose()
@@ -240,9 +248,12 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 			// The upstream's status is known: its answer began, and the
 			// reservation is settled by it (the body cut short tells no
 			// cost).
-			g.log.Warn("gateway: upstream body", "route", up.route, "upstream", up.host, "err", err)
+			g.log.Warn("gateway: upstream body", "route", st.m.Route, "upstream", up.host, "err", err)
 			resp.Reset()
 			x.answer(502, bodyBadGateway, false)
+			if clientClose {
+				resp.SetConnectionClose()
+			}
 			return false, true, nil
 		}
 		x.addFields()
@@ -388,19 +399,26 @@ var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer"
 
 // rewriteEdgeRequest turns the client's request into the upstream's, in
 // place, as the net/http engine's reverse proxy does: the upstream's host
-// and path prefix, hop-by-hop fields removed, X-Forwarded-For extended and
-// X-Forwarded-Host and -Proto set.
-func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream, v *Request) {
+// and path prefix, hop-by-hop fields removed, X-Forwarded-For set and
+// X-Forwarded-Host and -Proto set. The client's own X-Forwarded-For and
+// X-Real-IP pass only from a trusted proxy (trusted): from any other peer
+// X-Forwarded-For is the peer alone and X-Real-IP is removed.
+// X-Forwarded-Host is the host the request was routed and limited by
+// (v.Host: an absolute-form target's, else the Host field's).
+func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream, v *Request, trusted bool) {
 	req := &ctx.Request
 	h := &req.Header
-	xff := stripHopRequest(h)
+	xff, realIP := stripHopRequest(h)
 	h.ResetConnectionClose()
-	if v.Peer.IsValid() {
+	switch {
+	case v.Peer.IsValid():
 		// The chain of proxies, and this hop: as NGINX's
-		// $proxy_add_x_forwarded_for and net/http's SetXForwarded.
+		// $proxy_add_x_forwarded_for and net/http's SetXForwarded, from a
+		// trusted proxy; from another peer, the peer alone (NGINX's
+		// $remote_addr).
 		var buf [64]byte
 		b := buf[:0]
-		if xff {
+		if xff && trusted {
 			for _, p := range h.PeekAll("X-Forwarded-For") {
 				b = append(b, p...)
 				b = append(b, ", "...)
@@ -408,9 +426,14 @@ func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream,
 		}
 		b = v.Peer.AppendTo(b)
 		h.SetCanonical(xForwardedFor, b)
+	case xff && !trusted:
+		h.DelBytes(xForwardedFor)
 	}
-	if host := h.Host(); len(host) > 0 {
-		h.SetCanonical(xForwardedHost, host)
+	if realIP && !trusted {
+		h.DelBytes(xRealIP)
+	}
+	if len(v.Host) > 0 {
+		h.SetCanonical(xForwardedHost, s2b(v.Host))
 	} else {
 		h.DelBytes(xForwardedHost)
 	}
@@ -505,17 +528,23 @@ func stripHop(h fieldRemover, found uint16) {
 
 // stripHopRequest removes the hop-by-hop fields of a request, and
 // Forwarded, after one look at its fields (a field is removed only when
-// it is there); it reports whether the request has an X-Forwarded-For.
-func stripHopRequest(h *fasthttp.RequestHeader) (xff bool) {
+// it is there); it reports whether the request has an X-Forwarded-For and
+// an X-Real-IP.
+func stripHopRequest(h *fasthttp.RequestHeader) (xff, realIP bool) {
 	var found uint16
 	for k := range h.All() {
 		found |= hopBit(k)
-		xff = xff || len(k) == len(xForwardedFor) && string(k) == string(xForwardedFor)
+		switch len(k) {
+		case len(xForwardedFor):
+			xff = xff || string(k) == string(xForwardedFor)
+		case len(xRealIP):
+			realIP = realIP || string(k) == string(xRealIP)
+		}
 	}
 	if found != 0 {
 		stripHop(h, found)
 	}
-	return xff
+	return xff, realIP
 }
 
 // stripHopResponse removes the hop-by-hop fields of a response. A lone

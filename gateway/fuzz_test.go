@@ -15,7 +15,8 @@ import (
 
 // FuzzMiddleware sends arbitrary requests (method, path, host, API key,
 // forwarded chain, peer address) through the school example: the gateway
-// never panics and answers only what it may answer.
+// never panics and answers only what it may answer: 400 only to a path it
+// documents as refused (badTarget), with that reason.
 func FuzzMiddleware(f *testing.F) {
 	f.Add("GET", "/students/9", "example.com", "", "", "192.0.2.1:1234")
 	f.Add("GET", "/partner/students/9", "h", "key-trial", "203.0.113.9, 10.0.0.1", "[2001:db8::1]:443")
@@ -50,6 +51,11 @@ func FuzzMiddleware(f *testing.F) {
 		h.ServeHTTP(w, r)
 		switch w.Code {
 		case http.StatusOK, http.StatusForbidden, http.StatusTooManyRequests:
+		case http.StatusBadRequest:
+			why := badTarget(path)
+			if why == "" || w.Body.String() != string(badRequestBody(why)) {
+				t.Fatalf("400 %q for %q %q (refused path: %q)", w.Body.String(), method, path, why)
+			}
 		default:
 			t.Fatalf("status %d for %q %q", w.Code, method, path)
 		}
@@ -106,7 +112,8 @@ func FuzzEdgeRequest(f *testing.F) {
 			resp.Body.Close()
 			switch resp.StatusCode {
 			case http.StatusOK, http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
-				http.StatusTooManyRequests, http.StatusRequestHeaderFieldsTooLarge, http.StatusNotImplemented, http.StatusBadGateway,
+				http.StatusMethodNotAllowed, http.StatusExpectationFailed, http.StatusTooManyRequests,
+				http.StatusRequestHeaderFieldsTooLarge, http.StatusNotImplemented, http.StatusBadGateway,
 				http.StatusHTTPVersionNotSupported:
 			default:
 				t.Fatalf("status %d for %q", resp.StatusCode, raw)

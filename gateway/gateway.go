@@ -101,6 +101,11 @@ type Match struct {
 	// Trace, when set before matching, asks a PolicyMatcher to explain
 	// the match into it: limit by limit, whether it applies and why.
 	Trace *policy.Explanation
+	// PeerTrusted reports that the peer is a trusted proxy: the reverse
+	// proxy then keeps the X-Forwarded-For chain and X-Real-IP it sent
+	// (adding the peer to the chain); from any other peer the chain is the
+	// peer alone and X-Real-IP is removed.
+	PeerTrusted bool
 }
 
 // Reset empties m, keeping its storage.
@@ -186,7 +191,7 @@ type Gateway struct {
 	alog     AccessLogger
 
 	upstream TransportOptions
-	proxies  sync.Map // *url.URL → *upstreamProxy
+	proxies  sync.Map // *url.URL → *upstreamProxies
 	edgeUps  sync.Map // *url.URL → *edgeUpstream
 	pool     sync.Pool
 	rfields  *fieldCache // for Matches without Fields

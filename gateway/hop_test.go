@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +15,9 @@ import (
 )
 
 // TestHopByHopFields: each engine's proxy removes the hop-by-hop fields
-// (and those the Connection field names) both ways, extends
-// X-Forwarded-For and sets X-Forwarded-Host and -Proto, as net/http's
-// reverse proxy does.
+// (and those the Connection field names) both ways, extends the
+// X-Forwarded-For of a trusted proxy and sets X-Forwarded-Host and -Proto,
+// as net/http's reverse proxy does.
 func TestHopByHopFields(t *testing.T) {
 	t.Parallel()
 	forFronts(t, proxyFronts, testHopByHopFields)
@@ -24,7 +26,11 @@ func TestHopByHopFields(t *testing.T) {
 func testHopByHopFields(t *testing.T, fr string) {
 	rule := mustRule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour}, false)
 	got := make(chan http.Header, 1)
-	_, base, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
+	trusted := funcMatcher(func(r *Request, m *Match) error {
+		m.PeerTrusted = true
+		return oneRule(rule)(r, m)
+	})
+	_, base, c := startFront(t, fr, Options{Matcher: trusted, Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) {
 			h := r.Header.Clone()
 			h.Set("Host", r.Host)
@@ -96,5 +102,220 @@ func testHopByHopFieldsOfEveryConnectionField(t *testing.T, fr string) {
 	}
 	if resp.Header.Get("X-Up-Hop") != "" || resp.Header.Get("X-Up-Kept") != "1" {
 		t.Errorf("the client got %v", resp.Header)
+	}
+}
+
+// TestForwardedFieldsFromUntrustedPeers: what a client says of its own
+// address (X-Forwarded-For, X-Real-IP, Forwarded) reaches the upstream
+// only from a trusted proxy (server.trusted_proxies), on each engine. From
+// any other peer, X-Forwarded-For is the peer's address alone, as NGINX's
+// proxy_set_header X-Forwarded-For $remote_addr gives it; from a trusted
+// proxy the chain is kept and the peer added. X-Real-IP passes only from a
+// trusted proxy, and Forwarded never does.
+func TestForwardedFieldsFromUntrustedPeers(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testForwardedFieldsFromUntrustedPeers)
+}
+
+func testForwardedFieldsFromUntrustedPeers(t *testing.T, fr string) {
+	for _, c := range []struct {
+		trusted               string
+		xff, realIP, limitKey string
+	}{
+		{"", "127.0.0.1", "", "127.0.0.1"},
+		{"trusted_proxies: [10.9.9.9/32]", "127.0.0.1", "", "127.0.0.1"},
+		{"trusted_proxies: [127.0.0.1/32]", "203.0.113.1, 127.0.0.1", "203.0.113.2", "203.0.113.1"},
+	} {
+		p := compilePolicy(t, "xff.yaml", fmt.Sprintf(`version: 1
+server:
+  %s
+  headers: {binding_limit: X-Limit}
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: per-ip
+    algorithm: fixed_window
+    limit: 1
+    window: 1h
+    key: client_ip
+`, c.trusted))
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan http.Header, 1)
+		_, base, client := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+			func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() })
+		said := map[string]string{"X-Forwarded-For": "203.0.113.1", "X-Real-Ip": "203.0.113.2", "Forwarded": "for=203.0.113.3"}
+		if a := do(t, client, "GET", base+"/x", said); a.status != 200 {
+			t.Fatalf("%q: status %d", c.trusted, a.status)
+		}
+		h := <-got
+		if h.Get("X-Forwarded-For") != c.xff || len(h.Values("X-Forwarded-For")) != 1 || h.Get("X-Real-Ip") != c.realIP ||
+			h.Get("Forwarded") != "" {
+			t.Errorf("%q: the upstream got X-Forwarded-For %q, X-Real-IP %q, Forwarded %q; want %q, %q and no Forwarded",
+				c.trusted, h.Values("X-Forwarded-For"), h.Values("X-Real-Ip"), h.Values("Forwarded"), c.xff, c.realIP)
+		}
+		// The limit counted the address the upstream was told: a second
+		// request from the same client is refused, one that names
+		// another address passes only when the peer is trusted.
+		if a := do(t, client, "GET", base+"/x", said); a.status != 429 {
+			t.Errorf("%q: the second request got %d, want 429", c.trusted, a.status)
+		}
+		other := map[string]string{"X-Forwarded-For": "198.51.100.7"}
+		want := 429
+		if c.limitKey != "127.0.0.1" {
+			want = 200
+		}
+		if a := do(t, client, "GET", base+"/x", other); a.status != want {
+			t.Errorf("%q: a request naming another client got %d, want %d", c.trusted, a.status, want)
+		} else if want == 200 {
+			if h := <-got; h.Get("X-Forwarded-For") != "198.51.100.7, 127.0.0.1" {
+				t.Errorf("%q: the upstream got %v", c.trusted, h)
+			}
+		}
+	}
+}
+
+// TestAbsoluteFormTargetHost: a request whose target is in absolute form
+// names its host there, and that host wins over the Host field (RFC 9112
+// §3.2.2): the request is routed, limited and forwarded by it on each
+// engine, and the upstream is told that host in X-Forwarded-Host.
+func TestAbsoluteFormTargetHost(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testAbsoluteFormTargetHost)
+}
+
+func testAbsoluteFormTargetHost(t *testing.T, fr string) {
+	p := compilePolicy(t, "hosts.yaml", `version: 1
+routes:
+  - name: api
+    match: {hosts: [api.example.com], paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+  - name: other
+    match: {hosts: [other.example], paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: api-limit
+    match: {routes: [api]}
+    algorithm: fixed_window
+    limit: 5
+    window: 1h
+    key: global
+  - name: other-limit
+    match: {routes: [other]}
+    algorithm: fixed_window
+    limit: 7
+    window: 1h
+    key: global
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) {
+			got <- r.Header.Get("X-Forwarded-Host") + " " + r.URL.Path
+		})
+	for _, c := range []struct {
+		target, host string
+		policy, xfh  string
+	}{
+		{"http://other.example/x", "api.example.com", `"other-limit";q=7;w=3600`, "other.example /x"},
+		{"http://api.example.com/y", "other.example", `"api-limit";q=5;w=3600`, "api.example.com /y"},
+		{"/z", "other.example", `"other-limit";q=7;w=3600`, "other.example /z"},
+	} {
+		c1, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c1.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c1, "GET "+c.target+" HTTP/1.1\r\nHost: "+c.host+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c1), nil)
+		c1.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != c.policy {
+			t.Errorf("%s with Host %s: %d, limited by %q; want 200 and %q", c.target, c.host, resp.StatusCode,
+				resp.Header.Get("RateLimit-Policy"), c.policy)
+			continue
+		}
+		if h := <-got; h != c.xfh {
+			t.Errorf("%s with Host %s: the upstream was told %q, want %q", c.target, c.host, h, c.xfh)
+		}
+	}
+}
+
+// TestProxyAnswersWhatItNeverForwards: the reverse proxy answers itself,
+// before any limit and the same way on each engine, the requests no
+// upstream should get as a path: CONNECT (405, as NGINX), OPTIONS * (200,
+// as net/http's server), another method on * such as HTTP/2's preface
+// sent as HTTP/1.1 (400) and a method longer than any there is (501).
+// Refusals close the connection.
+func TestProxyAnswersWhatItNeverForwards(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testProxyAnswersWhatItNeverForwards)
+}
+
+func testProxyAnswersWhatItNeverForwards(t *testing.T, fr string) {
+	rule := mustRule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, false)
+	up := newUpstream(t, nil)
+	u, _ := url.Parse(up.URL)
+	m := funcMatcher(func(r *Request, m *Match) error {
+		m.Upstream = u
+		return oneRule(rule)(r, m)
+	})
+	g, err := New(Options{Matcher: m, Engine: memEngine(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveFront(t, fr, g, nil)
+	for _, c := range []struct {
+		name, head string
+		status     int
+		closed     bool
+	}{
+		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443", 405, true},
+		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: x", 200, false},
+		{"PRI *", "PRI * HTTP/1.1\r\nHost: x", 400, true},
+		{"GET *", "GET * HTTP/1.1\r\nHost: x", 400, true},
+		{"a method of 10,000 bytes", strings.Repeat("M", 10000) + " /x HTTP/1.1\r\nHost: x", 501, true},
+	} {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(conn, c.head+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status || resp.Close != c.closed || resp.Header.Get("RateLimit") != "" {
+			t.Errorf("%s: %d (closed %v) %v, want %d (closed %v) before any limit", c.name, resp.StatusCode, resp.Close, resp.Header, c.status, c.closed)
+		}
+	}
+	if n := up.served.Load(); n != 0 {
+		t.Errorf("the upstream served %d of them", n)
+	}
+	// Gateway.ServeHTTP answers OPTIONS * itself too, for a server that
+	// does not (http.Server.DisableGeneralOptionsHandler).
+	if a := serve(g, "OPTIONS", "*", nil); a.status != 200 || up.served.Load() != 0 {
+		t.Errorf("OPTIONS * through ServeHTTP: %d, upstream %d", a.status, up.served.Load())
+	}
+	// The limit of one is still whole.
+	if a := do(t, newClient(t), "GET", base+"/x", nil); a.status != 200 {
+		t.Errorf("the first request that reaches the limit: %d", a.status)
 	}
 }

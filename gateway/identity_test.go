@@ -6,9 +6,11 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -212,5 +214,67 @@ func BenchmarkForgedToken(b *testing.B) {
 			}
 			benchGatewayAfter(b, g, want, c.path, hdr, 3)
 		})
+	}
+}
+
+// TestBadTokensAre401OnPerUserRoutes: a token the identity package refuses
+// before it checks a signature (one padded past the longest token it
+// verifies, one whose header lists critical extensions) is a token that
+// did not verify: a route with per-user limits answers it 401 with a
+// challenge, on every front, and the upstream never sees it.
+func TestBadTokensAre401OnPerUserRoutes(t *testing.T) {
+	t.Parallel()
+	forFronts(t, allFronts, testBadTokensAre401OnPerUserRoutes)
+}
+
+func testBadTokensAre401OnPerUserRoutes(t *testing.T, fr string) {
+	k := newTokenKit(t)
+	reasons := make(chan string, 4)
+	pm, err := NewPolicyMatcher(Fixed(userPolicy(t, k, 100)), PolicyMatcherOptions{OnInvalidToken: func(r string) { reasons <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served atomic.Int64
+	_, srvURL, client := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(http.ResponseWriter, *http.Request) { served.Add(1) })
+	sign := func(claims jwt.MapClaims, header map[string]any) string {
+		t.Helper()
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
+		maps.Copy(tok.Header, header)
+		s, err := tok.SignedString(k.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	exp := time.Now().Add(time.Hour).Unix()
+	for _, c := range []struct {
+		name, token, reason string
+	}{
+		{"padded past 9 KiB", sign(jwt.MapClaims{"sub": "alice", "exp": exp, "pad": strings.Repeat("p", 9<<10)}, nil), "too_long"},
+		{"crit in its header", sign(jwt.MapClaims{"sub": "alice", "exp": exp}, map[string]any{"crit": []string{"x"}}), "critical"},
+	} {
+		if c.name == "padded past 9 KiB" && len(c.token) <= 9<<10 {
+			t.Fatalf("the padded token has %d bytes", len(c.token))
+		}
+		a := do(t, client, "GET", srvURL+"/me", map[string]string{"Authorization": "Bearer " + c.token})
+		if a.status != http.StatusUnauthorized || a.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("a token %s: %d %v, want 401 with a challenge", c.name, a.status, a.header)
+		}
+		select {
+		case r := <-reasons:
+			if r != c.reason {
+				t.Errorf("a token %s was refused as %q, want %q", c.name, r, c.reason)
+			}
+		default:
+			t.Errorf("a token %s was not counted as invalid", c.name)
+		}
+	}
+	if n := served.Load(); n != 0 {
+		t.Errorf("the upstream served %d requests with bad tokens", n)
+	}
+	// The same route takes a good token.
+	if a := do(t, client, "GET", srvURL+"/me", map[string]string{"Authorization": "Bearer " + k.token(t, k.key, "alice")}); a.status != 200 {
+		t.Errorf("a good token: %d", a.status)
 	}
 }

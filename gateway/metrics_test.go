@@ -132,3 +132,49 @@ func testQueueLengthMetric(t *testing.T, fr string) {
 	<-done
 	waitFor(0)
 }
+
+// TestUpstreamResponsesByRoute: routes that share one upstream (as every
+// route does with "floodgate serve --demo") count their upstream answers
+// under their own names, on each engine, whichever route came first.
+func TestUpstreamResponsesByRoute(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testUpstreamResponsesByRoute)
+}
+
+func testUpstreamResponsesByRoute(t *testing.T, fr string) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := compilePolicy(t, "routes.yaml", `version: 1
+routes:
+  - name: login
+    match: {paths: ["/login"]}
+    upstream: http://127.0.0.1:9
+  - name: students
+    match: {paths: ["/students/**"]}
+    upstream: http://127.0.0.1:9
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srvURL, client := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t), Observer: m},
+		func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/students/gone" {
+				w.WriteHeader(http.StatusNotFound)
+			}
+		})
+	for _, path := range []string{"/login", "/students/1", "/students/2", "/students/gone"} {
+		do(t, client, "GET", srvURL+path, nil)
+	}
+	for _, c := range []struct {
+		route, code string
+		want        float64
+	}{{"login", "200", 1}, {"students", "200", 2}, {"students", "404", 1}, {"login", "404", 0}} {
+		if got := promtest.Value(t, reg, "floodgate_upstream_responses_total", promtest.Labels{"route": c.route, "code": c.code}); got != c.want {
+			t.Errorf("route %s, code %s: %v, want %v", c.route, c.code, got, c.want)
+		}
+	}
+}

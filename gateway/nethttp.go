@@ -26,6 +26,9 @@ type httpExchange struct {
 // serveHTTP runs the request path for a net/http request: next is the
 // middleware's next handler, or nil to forward to the upstream.
 func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if next == nil && refusedHTTP(w, r) {
+		return
+	}
 	st := g.get()
 	x := &st.nh
 	*x = httpExchange{g: g, w: w, r: r, next: next}
@@ -48,6 +51,41 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		g.put(st)
 	}()
 	g.handle(x, st)
+}
+
+// refusedHTTP answers, on the reverse proxy, what it answers before the
+// request path on both engines (preflight), and a request whose Trailer
+// field names a field no trailer may hold, as the edge engine's parser
+// refuses it; it reports whether it answered. The trailers of a chunked
+// body are checked at its end. An HTTP/1.0 client's Expect field is not
+// passed on: it cannot take the upstream's 100 Continue.
+func refusedHTTP(w http.ResponseWriter, r *http.Request) bool {
+	status, text, closeIt := preflight(r.Method, r.RequestURI, r.Host, r.ProtoMajor == 1 && r.ProtoMinor >= 1)
+	if status == 0 && (badTrailer(r.Trailer) != "" || badDeclaredTrailer(r.Header) != "") {
+		status, text, closeIt = http.StatusBadRequest, "400 Bad Request: bad trailer key", true
+	}
+	if status == 0 && len(r.TransferEncoding) > 0 {
+		r.Body = &trailerCheck{ReadCloser: r.Body, r: r}
+	}
+	if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
+		delete(r.Header, "Expect")
+	}
+	switch status {
+	case 0:
+		return false
+	case http.StatusOK:
+		w.Header()["Content-Length"] = []string{"0"} // OPTIONS *, as net/http's server answers it
+		w.WriteHeader(status)
+		return true
+	}
+	h := w.Header()
+	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
+	if closeIt {
+		h["Connection"] = []string{"close"}
+	}
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, text)
+	return true
 }
 
 func (x *httpExchange) context() context.Context { return x.r.Context() }

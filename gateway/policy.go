@@ -201,6 +201,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	m.Options = &rf.fields
 	m.ClientIP, m.KeyID, m.User = id.ClientIP, pmm.KeyID, req.User
 	m.ClientKey, m.Plan, m.Stage, m.UserError = id.ClientKey, pmm.Plan, pmm.Stage, userError
+	m.PeerTrusted = id.PeerTrusted
 	if pmm.Route != nil {
 		m.Route = pmm.Route.Name
 		m.Upstream = pmm.Route.Upstream

@@ -3,11 +3,13 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -74,7 +76,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 	}
 }
 
-// upstreamProxy forwards to one route's upstream.
+// upstreamProxy forwards one route's requests to its upstream.
 type upstreamProxy struct {
 	rp    *httputil.ReverseProxy
 	route string
@@ -94,11 +96,51 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *reqState) 
 		writeJSON(w, http.StatusNotFound, bodyNotFound)
 		return
 	}
-	p, ok := g.proxies.Load(u)
-	if !ok {
-		p, _ = g.proxies.LoadOrStore(u, g.newUpstreamProxy(u, st.m.Route))
+	if !st.m.PeerTrusted {
+		// What the client says of its own address reaches the upstream
+		// only from a trusted proxy: the chain is then the peer alone.
+		delete(r.Header, "X-Forwarded-For")
+		delete(r.Header, "X-Real-Ip")
 	}
-	p.(*upstreamProxy).rp.ServeHTTP(w, r)
+	g.proxyOf(u, st.m.Route).rp.ServeHTTP(w, r)
+}
+
+// upstreamProxies are the proxies of one upstream, one per route that
+// sends requests there (routes may share an upstream, as every route does
+// with "floodgate serve --demo"), so that each counts the upstream's
+// answers under its own name. They share the gateway's transport, and so
+// its connections.
+type upstreamProxies struct {
+	mu     sync.Mutex                                // serialises adding a route
+	routes atomic.Pointer[map[string]*upstreamProxy] // copied on write
+}
+
+// proxyOf returns the proxy of route to u, making it on first use. The
+// routes are the policy's, so there are few.
+func (g *Gateway) proxyOf(u *url.URL, route string) *upstreamProxy {
+	v, ok := g.proxies.Load(u)
+	if !ok {
+		v, _ = g.proxies.LoadOrStore(u, new(upstreamProxies))
+	}
+	ps := v.(*upstreamProxies)
+	if m := ps.routes.Load(); m != nil {
+		if p := (*m)[route]; p != nil {
+			return p
+		}
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	next := map[string]*upstreamProxy{}
+	if m := ps.routes.Load(); m != nil {
+		if p := (*m)[route]; p != nil {
+			return p
+		}
+		maps.Copy(next, *m)
+	}
+	p := g.newUpstreamProxy(u, route)
+	next[route] = p
+	ps.routes.Store(&next)
+	return p
 }
 
 func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy {
@@ -107,7 +149,8 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			// Keep the chain of proxies and add this hop, as NGINX's
-			// $proxy_add_x_forwarded_for does.
+			// $proxy_add_x_forwarded_for does (forward removed it when the
+			// peer is not a trusted proxy).
 			if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}

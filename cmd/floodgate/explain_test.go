@@ -24,6 +24,8 @@ const explainTestPolicy = `version: 1
 server:
   user:
     jwt: {alg: HS256, key_file: secret.txt, claim: sub}
+  admin:
+    tokens: [{name: ops, sha256: ADMIN}]
 routes:
   - {name: students, match: {methods: [GET], paths: ["/students/{id}"]}, stage: dev, upstream: UPSTREAM}
   - {name: partner, match: {methods: [GET], paths: ["/partner/**"]}, stage: prod, api_key_required: true, upstream: UPSTREAM}
@@ -65,6 +67,7 @@ func writeExplainPolicy(t *testing.T, upstream string) string {
 	s := strings.ReplaceAll(explainTestPolicy, "UPSTREAM", upstream)
 	s = strings.Replace(s, "sha256: K1", "sha256: "+config.HashKey("raw-1"), 1)
 	s = strings.Replace(s, "sha256: K2", "sha256: "+config.HashKey("raw-2"), 1)
+	s = strings.Replace(s, "sha256: ADMIN", "sha256: "+sha256Hex(explainAdminToken), 1)
 	if err := os.WriteFile(filepath.Join(dir, "secret.txt"), []byte(explainSecret), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -100,14 +103,28 @@ func explainCLI(t *testing.T, cfg string, er gateway.ExplainRequest) *gateway.Ex
 	return &e
 }
 
+// explainAdminToken is the admin token of writeExplainPolicy's file.
+const explainAdminToken = "explain-admin-token"
+
+// postExplain posts body to a running floodgate serve's /v1/explain with
+// the admin token.
+func postExplain(t *testing.T, admin, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", admin+"/v1/explain", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+explainAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // explainHTTP asks a running floodgate serve.
 func explainHTTP(t *testing.T, admin string, er gateway.ExplainRequest) *gateway.Explanation {
 	t.Helper()
 	body, _ := json.Marshal(er)
-	resp, err := http.Post(admin+"/v1/explain", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := postExplain(t, admin, string(body))
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("POST /v1/explain %s: %d", body, resp.StatusCode)
@@ -281,10 +298,7 @@ func TestExplainBinding(t *testing.T) {
 	}
 	// A bad request is a 400 with a message.
 	for _, body := range []string{`{"path":"nope"}`, `{"path":"/x","ip":"not-an-ip"}`, `{"path":"/x","extra":1}`, `{} {}`} {
-		resp, err := http.Post(admin+"/v1/explain", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := postExplain(t, admin, body)
 		resp.Body.Close()
 		if resp.StatusCode != 400 {
 			t.Errorf("%s: %d", body, resp.StatusCode)

@@ -198,3 +198,75 @@ routes:
 		t.Errorf("the upstream got %q", got)
 	}
 }
+
+// TestRefusedRequestsAreNotCounted: what the gateway answers before any
+// limit (what it cannot read: 400, 431, 501, 505; what it never forwards:
+// CONNECT, OPTIONS *, PRI *, an over-long method, an expectation other than
+// 100-continue; a path it refuses) never reaches the upstream and costs no
+// limit, per address or global, on each engine, as NGINX answers such
+// requests before limit_req: the limits then count the requests that
+// follow from the first.
+func TestRefusedRequestsAreNotCounted(t *testing.T) { forEngines(t, testRefusedRequestsAreNotCounted) }
+
+func testRefusedRequestsAreNotCounted(t *testing.T, engine string) {
+	up := newRecordingUpstream(t)
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - name: per-ip
+    algorithm: fixed_window
+    limit: 3
+    window: 1h
+    key: client_ip
+  - name: everyone
+    algorithm: fixed_window
+    limit: 3
+    window: 1h
+    key: global
+`, up.URL))
+	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	addr := strings.TrimPrefix(gw, "http://")
+	for _, c := range []struct {
+		name, raw string
+		status    int
+	}{
+		{"no Host", "GET /x HTTP/1.1\r\n\r\n", 400},
+		{"an empty Host", "GET /x HTTP/1.1\r\nHost: \r\n\r\n", 400},
+		{"a refused path", "GET /a%5cb HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"a broken escape", "GET /a%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"1 MB of fields", "GET /x HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 1<<20) + "\r\n\r\n", 431},
+		{"an unknown transfer coding", "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+		{"Transfer-Encoding: identity", "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n", 501},
+		{"another version", "GET /x HTTP/3.0\r\nHost: x\r\n\r\n", 505},
+		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405},
+		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", 200},
+		{"PRI *", "PRI * HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"a method of 10,000 bytes", strings.Repeat("M", 10000) + " /x HTTP/1.1\r\nHost: x\r\n\r\n", 501},
+		{"an unknown expectation", "POST /x HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nContent-Length: 1\r\n\r\na", 417},
+	} {
+		statuses, _ := rawExchange(t, addr, c.raw)
+		if len(statuses) != 1 || statuses[0] != c.status {
+			t.Errorf("%s: answers %v, want %d", c.name, statuses, c.status)
+		}
+		if got := up.take(); len(got) > 0 {
+			t.Errorf("%s: the upstream got %q", c.name, got)
+		}
+	}
+	// Nothing was counted: the limits of 3 start from the first request
+	// that reaches them.
+	for i, want := range []string{`"per-ip";r=2`, `"per-ip";r=1`, `"per-ip";r=0`} {
+		code, h, _ := get(t, gw+"/x")
+		if code != 200 || !strings.Contains(h.Get("RateLimit"), want) {
+			t.Errorf("request %d: %d, RateLimit %q, want 200 and %s", i+1, code, h.Get("RateLimit"), want)
+		}
+	}
+	if code, _, _ := get(t, gw+"/x"); code != 429 {
+		t.Errorf("the fourth request: %d, want 429", code)
+	}
+	if got := up.take(); len(got) != 3 {
+		t.Errorf("the upstream got %q, want the three requests allowed", got)
+	}
+}

@@ -390,7 +390,8 @@ func (s *server) fileBudget() fileBudget {
 	return b
 }
 
-// adminHandler serves /healthz, /readyz, /metrics and POST /v1/explain.
+// adminHandler serves /healthz, /readyz, /metrics and POST /v1/explain,
+// to requests that name the listener by a host it answers to (adminHosts).
 func (s *server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -401,7 +402,7 @@ func (s *server) adminHandler() http.Handler {
 	mux.Handle("GET /metrics", metricsHandler(s.registry, s.log))
 	s.console.routes(mux)
 	s.handleExplain(mux)
-	return mux
+	return adminHosts(s.srv.Admin.Hosts, mux)
 }
 
 // readyz answers whether the process serves: 503 before it is ready and

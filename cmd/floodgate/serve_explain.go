@@ -16,20 +16,28 @@ const maxExplainBody = 64 << 10
 // a gateway.ExplainRequest, the answer the gateway.Explanation of that
 // request against the running gateway's policy and store (peeked at,
 // nothing charged). The request may hold an API key or a token: it is
-// used for the explanation only, never logged. When the file lists admin
-// tokens (server.admin.tokens), the endpoint takes one of them, as the
-// admin API does.
+// used for the explanation only, never logged. The endpoint takes an
+// admin token (server.admin.tokens), as the admin API does, and refuses
+// every request while the file lists none.
 func (s *server) handleExplain(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/explain", func(w http.ResponseWriter, r *http.Request) {
-		// With admin tokens, explaining takes one of them, as the admin
-		// API does: an explanation tells a valid API key from an unknown
-		// one. Without, it is open like /metrics and the dashboard.
-		if s.console != nil && s.console.api != nil && len(s.srv.Admin.Tokens) > 0 {
-			if _, ok := s.console.api.Authenticate(r); !ok {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate admin"`)
-				explainError(w, http.StatusUnauthorized, "an admin token is required")
-				return
-			}
+		// An explanation tells a valid API key from an unknown one, and
+		// its plan, without spending the unknown-key limits a guess at the
+		// gateway spends: an oracle. It takes an admin token, as the admin
+		// API does; a throttle per peer would only slow the guessing, and
+		// the admin listener's peers are often one address (loopback, a
+		// sidecar, a port-forward), so it would throttle the operator
+		// with the guesser. Without tokens, floodgate explain --config
+		// answers the same questions off line.
+		if s.console == nil || s.console.api == nil || len(s.srv.Admin.Tokens) == 0 {
+			explainError(w, http.StatusForbidden, "explaining takes an admin token, and server.admin.tokens lists none "+
+				"(an explanation tells valid API keys from unknown ones); floodgate explain --config answers without a server")
+			return
+		}
+		if _, ok := s.console.api.Authenticate(r); !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate admin"`)
+			explainError(w, http.StatusUnauthorized, "an admin token is required")
+			return
 		}
 		var er gateway.ExplainRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxExplainBody))

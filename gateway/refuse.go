@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// The reverse proxy answers some requests itself before their request
+// path, the same way on both engines: requests no upstream should be sent
+// as a path, and what net/http's server refuses before any handler runs,
+// which the edge engine refuses the same way. Like net/http's own
+// refusals, they are answered before any limit, never counted, and the
+// connection is closed after them (but for OPTIONS *, which net/http's
+// server answers 200 itself).
+
+// maxMethodBytes bounds a request's method. Every method registered with
+// IANA is at most 17 bytes long; a longer one than this is answered 501,
+// as RFC 9112 §3 asks of a server for a method longer than any it
+// implements.
+const maxMethodBytes = 32
+
+// preflight returns the answer the reverse proxy gives a request before
+// its request path, or 0: status and the text of a plain answer, close
+// when the connection closes after it. target is the request target as
+// sent (the request line's), host its Host field (net/http's server
+// checks the field, whatever the target says), http11 whether the request
+// is HTTP/1.1 (an HTTP/1.1 request without a host is refused).
+func preflight(method, target, host string, http11 bool) (status int, text string, close bool) {
+	switch {
+	case len(method) > maxMethodBytes:
+		return http.StatusNotImplemented, "501 Not Implemented: method too long", true
+	case method == http.MethodConnect:
+		// A reverse proxy opens no tunnels, as NGINX answers CONNECT.
+		return http.StatusMethodNotAllowed, "405 Method Not Allowed: CONNECT is not served", true
+	case target == "*" && method == http.MethodOptions:
+		// The server's own options, as net/http's server answers them: no
+		// upstream is asked for a path "*".
+		return http.StatusOK, "", false
+	case target == "*":
+		// PRI * on HTTP/1 is HTTP/2's preface sent as HTTP/1.1: no request.
+		return http.StatusBadRequest, "400 Bad Request: the target * is for OPTIONS only", true
+	case http11 && host == "":
+		return http.StatusBadRequest, "400 Bad Request: missing required Host header", true
+	case !validHost(host):
+		return http.StatusBadRequest, "400 Bad Request: malformed Host header", true
+	}
+	return 0, "", false
+}
+
+// validHost reports whether a request's host is one net/http's server
+// takes (the bytes of RFC 3986's host and port, as httpguts.ValidHostHeader
+// checks) with its brackets where an IP literal has them: at the start,
+// closed once, and followed by nothing or a port.
+func validHost(h string) bool {
+	for i := 0; i < len(h); i++ {
+		if !validHostByte[h[i]] {
+			return false
+		}
+	}
+	open, end := strings.IndexByte(h, '['), strings.IndexByte(h, ']')
+	switch {
+	case open < 0 && end < 0:
+		return true
+	case open != 0 || end < 0 || strings.IndexByte(h[1:], '[') >= 0 || strings.IndexByte(h[end+1:], ']') >= 0:
+		return false
+	}
+	port := h[end+1:]
+	if port == "" {
+		return true
+	}
+	if port[0] != ':' {
+		return false
+	}
+	for i := 1; i < len(port); i++ {
+		if port[i] < '0' || port[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// validHostByte says which bytes a host may hold, as net/http's server
+// (golang.org/x/net/http/httpguts) says it.
+var validHostByte = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!$%&()*+,-.:;=[]'_~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// validEscapes reports whether every % in a request target starts an
+// escape of two hexadecimal digits, as net/http's server requires of the
+// targets it reads.
+func validEscapes(target []byte) bool {
+	for {
+		i := bytes.IndexByte(target, '%')
+		if i < 0 {
+			return true
+		}
+		if i+2 >= len(target) || !isHex(target[i+1]) || !isHex(target[i+2]) {
+			return false
+		}
+		target = target[i+3:]
+	}
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// expectationFails reports whether a request's Expect field asks for
+// something other than 100-continue, which net/http's server answers 417.
+func expectationFails(expect []byte) bool {
+	if len(expect) == 0 {
+		return false
+	}
+	for part := range bytes.SplitSeq(expect, []byte(",")) {
+		if bytes.EqualFold(bytes.TrimSpace(part), []byte("100-continue")) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasField reports whether raw, a request's header fields as sent, has a
+// field line named name (lower case): for fields the edge engine's parser
+// takes and does not keep (Transfer-Encoding: identity).
+func hasField(raw []byte, name string) bool {
+	for len(raw) > len(name) {
+		if raw[0]|0x20 == name[0] && raw[len(name)] == ':' && bytes.EqualFold(raw[:len(name)], []byte(name)) {
+			return true
+		}
+		i := bytes.IndexByte(raw, '\n')
+		if i < 0 {
+			return false
+		}
+		raw = raw[i+1:]
+	}
+	return false
+}
+
+// badTrailers are the fields that may not be sent in a trailer section
+// (RFC 9110 §6.5.1: framing, routing, authentication, controls and
+// cookies), as the edge engine's parser refuses them.
+var badTrailers = map[string]bool{
+	"Authorization": true, "Content-Encoding": true, "Content-Length": true, "Content-Range": true,
+	"Content-Type": true, "Connection": true, "Cookie": true, "Expect": true, "Host": true,
+	"Keep-Alive": true, "Location": true, "Max-Forwards": true, "Proxy-Connection": true,
+	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Range": true, "Set-Cookie": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Www-Authenticate": true,
+}
+
+// badTrailer returns the first field of t that may not be a trailer, or "".
+func badTrailer(t http.Header) string {
+	for k := range t {
+		if badTrailers[k] {
+			return k
+		}
+	}
+	return ""
+}
+
+// badDeclaredTrailer returns the first field a request's Trailer fields
+// name that may not be a trailer, or "".
+func badDeclaredTrailer(h http.Header) string {
+	for _, v := range h["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if k := http.CanonicalHeaderKey(strings.TrimSpace(name)); badTrailers[k] {
+				return k
+			}
+		}
+	}
+	return ""
+}
+
+// errBadTrailer breaks off a request body whose trailer section holds a
+// field no trailer may hold: the upstream never gets it whole.
+var errBadTrailer = errors.New("gateway: a request trailer holds a field no trailer may")
+
+// trailerCheck is the body of a chunked request on the net/http engine:
+// at its end it fails when the trailers hold a field no trailer may hold,
+// as the edge engine's parser does, so that no upstream gets them.
+type trailerCheck struct {
+	io.ReadCloser
+	r   *http.Request
+	err error
+}
+
+func (b *trailerCheck) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && badTrailer(b.r.Trailer) != "" {
+		b.err = errBadTrailer
+		return n, b.err
+	}
+	return n, err
+}
