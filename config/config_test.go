@@ -154,7 +154,9 @@ func TestStoreURLs(t *testing.T) {
 		{"redis://127.0.0.1:6379/0", "redis"},
 		{"rediss://cache:6380", "rediss"},
 		{"redis+cluster://a:7000,b:7001", "redis+cluster"},
-		{"redis+sentinel://mymaster@a:26379,b:26379", "redis+sentinel"},
+		{"redis+sentinel://a:26379,b:26379/mymaster", "redis+sentinel"},
+		{"rediss+cluster://a:7000,b:7001", "rediss+cluster"},
+		{"redis+unix:///var/run/redis.sock", "redis+unix"},
 	} {
 		f, err := Parse("s.yaml", []byte("server:\n  store: \""+tc.store+"\"\n"))
 		if err != nil {
@@ -165,8 +167,21 @@ func TestStoreURLs(t *testing.T) {
 			t.Errorf("%s: kind %q, want %q", tc.store, got, tc.kind)
 		}
 	}
-	if _, err := Parse("s.yaml", []byte("server:\n  store: redis+sentinel://a:26379\n")); err == nil {
-		t.Error("sentinel URL without a master accepted")
+	// What the store cannot open, the configuration refuses: the
+	// store's own check decides.
+	for _, bad := range []string{
+		"redis+sentinel://a:26379",                  // no master
+		"redis+sentinel://mymaster@a:26379,b:26379", // the master as a user name
+		"redis://a:6379,b:6379",                     // one host only
+		"redis+cluster://a:7000/1",                  // a cluster has only database 0
+		"redis://a:6379/?db=1",                      // no query parameters
+		"memcache://a:11211",                        // no such store
+	} {
+		if _, err := Parse("s.yaml", []byte("server:\n  store: \""+bad+"\"\n")); err == nil {
+			t.Errorf("store %q accepted", bad)
+		} else if !strings.Contains(err.Error(), "server.store") {
+			t.Errorf("store %q: %v, want an error at server.store", bad, err)
+		}
 	}
 }
 

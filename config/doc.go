@@ -26,7 +26,8 @@
 //	server:   listen, admin_listen, grpc_listen (with rls_config,
 //	          grpc_tls_cert, grpc_tls_key), api_listen, store
 //	          (memory | redis://… | rediss://… | redis+cluster://… |
-//	          redis+sentinel://MASTER@…), state_file, store_timeout,
+//	          redis+sentinel://…/MASTER | redis+unix:///…; checked by the
+//	          stores' own rules, package store), state_file, store_timeout,
 //	          instances, headers {ratelimit, x_ratelimit, binding_limit},
 //	          trusted_proxies, forwarded_header, ipv6_prefix,
 //	          api_key_header, user {jwt {alg, key_file | jwks_file, claim,

@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/storeurl"
 	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
@@ -66,8 +67,10 @@ type Server struct {
 	GRPCTLSCert string `yaml:"grpc_tls_cert"`
 	GRPCTLSKey  string `yaml:"grpc_tls_key"`
 	// Store is "memory" (default) or a Redis URL: redis://host:port/db,
-	// rediss:// (TLS), redis+cluster://host1,host2 or
-	// redis+sentinel://master@host1,host2.
+	// rediss:// (TLS), redis+cluster://host1,host2,
+	// redis+sentinel://host1,host2/master (rediss+cluster and
+	// rediss+sentinel with TLS) or redis+unix:///path/of/the.sock; the
+	// stores' own checks (package store) accept or refuse it.
 	Store string `yaml:"store"`
 	// StateFile is where the memory store snapshots its counts; empty
 	// keeps them in memory only.
@@ -154,17 +157,15 @@ type Server struct {
 	// TrustedProxyPrefixes is TrustedProxies parsed (single addresses as
 	// full-length prefixes).
 	TrustedProxyPrefixes []netip.Prefix `yaml:"-"`
-	// StoreURL is Store parsed; nil for "memory".
-	StoreURL *url.URL `yaml:"-"`
 }
 
-// StoreKind returns "memory", "redis", "rediss", "redis+cluster" or
-// "redis+sentinel".
+// StoreKind returns the scheme of Store: "memory", "redis", "rediss",
+// "redis+cluster", "redis+sentinel" ...
 func (s *Server) StoreKind() string {
-	if s.StoreURL == nil {
+	if s.Store == "" {
 		return "memory"
 	}
-	return s.StoreURL.Scheme
+	return storeurl.Scheme(s.Store)
 }
 
 // Headers switches the rate-limit fields of responses.

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/internal/storeurl"
 	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
@@ -227,18 +228,10 @@ func (v *validator) server() {
 	case "":
 		v.errorf("server.store", `store is required: "memory" or a redis:// URL`)
 	default:
-		u, err := url.Parse(s.Store)
-		switch {
-		case err != nil:
-			v.errorf("server.store", "bad store URL: %v", errors.Unwrap(err))
-		case !slices.Contains([]string{"redis", "rediss", "redis+cluster", "redis+sentinel"}, u.Scheme):
-			v.errorf("server.store", `store must be "memory" or a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL, got scheme %q`, u.Scheme)
-		case u.Host == "":
-			v.errorf("server.store", "store URL has no host")
-		case u.Scheme == "redis+sentinel" && u.User.Username() == "":
-			v.errorf("server.store", "a sentinel URL names the master: redis+sentinel://MASTER@host1,host2")
-		default:
-			s.StoreURL = u
+		// The stores' own checks (package store's registry): a URL
+		// accepted here is one the store opens.
+		if err := storeurl.Check(s.Store); err != nil {
+			v.errorf("server.store", "%v", err)
 		}
 	}
 	if s.StoreTimeout <= 0 {

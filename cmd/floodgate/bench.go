@@ -19,7 +19,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/store/memstore"
+	"github.com/floodgate/floodgate/store"
 	"github.com/floodgate/floodgate/store/redisstore"
 )
 
@@ -241,40 +241,29 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usagef("bench: %v", err)
 	}
-	var store limiter.Store
-	var rs *redisstore.Store
-	if cfg.store == "memory" {
-		ms, err := memstore.New(memstore.Options{})
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		defer ms.Close()
-		store = ms
-	} else {
-		if _, err := redisstore.ParseURL(cfg.store); err != nil {
-			return usagef("bench: --store: %v", err)
-		}
-		opts := redisstore.Options{URL: cfg.store, Prefix: cfg.prefix, MaxFlushDelay: cfg.flushDelay,
-			MaxBatch: cfg.batch, BatchesInFlight: cfg.inFlight}
-		if rs, err = redisstore.New(opts); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		defer rs.Close()
-		store = rs
+	if err := store.Check(cfg.store); err != nil {
+		return usagef("bench: --store: %v", err)
 	}
-	target := benchTarget{store: store}
+	st, closer, err := store.Open(ctx, cfg.store, store.Options{Prefix: cfg.prefix, MaxFlushDelay: cfg.flushDelay,
+		MaxBatch: cfg.batch, BatchesInFlight: cfg.inFlight})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer closer.Close()
+	rs, _ := st.(*redisstore.Store)
+	target := benchTarget{store: st}
 	if !cfg.direct {
-		local, err := memstore.New(memstore.Options{})
+		local, lc, err := store.Open(ctx, "memory", store.Options{})
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
-		defer local.Close()
+		defer lc.Close()
 		lo := limiter.Options{Timeout: cfg.storeTimeout, Local: local, Instances: cfg.instances,
 			Lease: limiter.LeaseOptions{Lifetime: cfg.leaseLife}}
 		if !cfg.denyCache {
 			lo.DenyCache.Entries = -1
 		}
-		target.engine = limiter.New(store, lo)
+		target.engine = limiter.New(st, lo)
 		if cfg.leased {
 			defer target.engine.ReturnLeases(context.WithoutCancel(ctx))
 		}

@@ -13,8 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/store/memstore"
-	"github.com/floodgate/floodgate/store/redisstore"
+	"github.com/floodgate/floodgate/store"
 )
 
 const explainUsage = `usage: floodgate explain --config POLICY --path PATH [flags]
@@ -61,7 +60,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.PrintDefaults()
 	}
 	cfgPath := fs.String("config", "", "the policy file (required)")
-	store := fs.String("store", "", "peek at this Redis store (redis://...) instead of an empty embedded one")
+	storeURL := fs.String("store", "", "peek at this Redis store (redis://...) instead of an empty embedded one")
 	asJSON := fs.Bool("json", false, "write the explanation as JSON (as POST /v1/explain answers)")
 	key := fs.String("key", "", "the API key (sent in the policy's API key header)")
 	fs.StringVar(&er.Method, "method", "GET", "the request's method")
@@ -90,22 +89,15 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		hdr[p.Server().APIKeyHeader] = *key
 	}
 	er.Headers = hdr
-	var st limiter.Store
-	if *store != "" {
-		rs, err := redisstore.New(redisstore.Options{URL: *store})
-		if err != nil {
-			return fmt.Errorf("explain: %w", err)
-		}
-		defer rs.Close()
-		st = rs
-	} else {
-		ms, err := memstore.New(memstore.Options{SnapshotInterval: -1})
-		if err != nil {
-			return fmt.Errorf("explain: %w", err)
-		}
-		defer ms.Close()
-		st = ms
+	url := "memory"
+	if *storeURL != "" {
+		url = *storeURL
 	}
+	st, closer, err := store.Open(ctx, url, store.Options{SnapshotInterval: -1})
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	defer closer.Close()
 	pm, err := gateway.NewPolicyMatcher(gateway.Fixed(p), gateway.PolicyMatcherOptions{})
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)

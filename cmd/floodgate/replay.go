@@ -13,11 +13,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/floodgate/floodgate/config"
-	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/replay"
+	"github.com/floodgate/floodgate/store"
 )
 
 const replayUsage = `usage: floodgate replay --config POLICY --log FILE [--log FILE ...] [flags]
@@ -126,7 +128,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	keys, closeKeys, err := replayKeys(f.keys, f.config, rl.Policy().Server())
+	keys, closeKeys, err := replayKeys(ctx, f.keys, f.config, rl.Policy().Server())
 	if err != nil {
 		return err
 	}
@@ -224,8 +226,9 @@ func readEnough(r *replay.Report) error {
 // replayKeys opens where the API keys made through the admin API are: spec
 // ("none", a redis:// URL or a key file), or where floodgate serve keeps
 // them for the policy (its key file on the memory store, its Redis
-// otherwise). close releases it.
-func replayKeys(spec, cfgPath string, srv *config.Server) (keystore.Backend, func(), error) {
+// otherwise), through the client of the Redis store the URL names. close
+// releases it.
+func replayKeys(ctx context.Context, spec, cfgPath string, srv *config.Server) (keystore.Backend, func(), error) {
 	nothing := func() {}
 	url := ""
 	switch {
@@ -240,11 +243,17 @@ func replayKeys(spec, cfgPath string, srv *config.Server) (keystore.Backend, fun
 	default:
 		url = srv.Store
 	}
-	c, err := redisconn.Open(url)
+	const hint = "replay: the API keys in Redis (give --keys FILE, or --keys none to replay without them)"
+	st, closer, err := store.Open(ctx, url, store.Options{})
 	if err != nil {
-		return nil, nothing, fmt.Errorf("replay: the API keys in Redis (give --keys FILE, or --keys none to replay without them): %w", err)
+		return nil, nothing, fmt.Errorf("%s: %w", hint, err)
 	}
-	return keystore.NewRedisBackend(c), c.Close, nil
+	rc, ok := st.(interface{ Client() rueidis.Client })
+	if !ok {
+		closer.Close()
+		return nil, nothing, fmt.Errorf("%s: %s is not a Redis store", hint, url)
+	}
+	return keystore.NewRedisBackend(rc.Client()), func() { closer.Close() }, nil
 }
 
 // withKeys returns rl's policy, which finds the API keys of keys (none

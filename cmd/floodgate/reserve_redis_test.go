@@ -15,14 +15,20 @@ import (
 // store deadline that a loaded machine keeps), and returns its path.
 func schoolOnRedis(t *testing.T, addr string) string {
 	t.Helper()
+	return schoolOnStore(t, "redis://"+addr+"/0")
+}
+
+// schoolOnStore is schoolOnRedis with server.store naming storeURL.
+func schoolOnStore(t *testing.T, storeURL string) string {
+	t.Helper()
 	dir := t.TempDir()
 	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "school.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := regexp.MustCompile(`(?m)^  store: .*$`).ReplaceAll(src, []byte("  store: redis://"+addr+"/0"))
+	cfg := regexp.MustCompile(`(?m)^  store: .*$`).ReplaceAll(src, []byte("  store: "+storeURL))
 	cfg = regexp.MustCompile(`(?m)^  store_timeout: .*$`).ReplaceAll(cfg, []byte("  store_timeout: 2s"))
-	if !strings.Contains(string(cfg), "store: redis://") || !strings.Contains(string(cfg), "store_timeout: 2s") {
+	if !strings.Contains(string(cfg), "store: "+storeURL) || !strings.Contains(string(cfg), "store_timeout: 2s") {
 		t.Fatal("examples/school.yaml has no server.store or server.store_timeout to replace")
 	}
 	secret, err := os.ReadFile(filepath.Join("..", "..", "examples", "demo-jwt-secret.txt"))

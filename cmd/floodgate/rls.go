@@ -138,7 +138,7 @@ func serveRLS(ctx context.Context, env *rlsEnv, stdout io.Writer, log *slog.Logg
 			return err
 		}
 	}
-	store, local, closeStores, err := openRLSStore(env, log)
+	store, local, closeStores, err := openRLSStore(ctx, env, log)
 	if err != nil {
 		return err
 	}

@@ -6,66 +6,63 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/store/memstore"
-	"github.com/floodgate/floodgate/store/redisstore"
+	"github.com/floodgate/floodgate/store"
 )
 
 // openRLSStore opens the store the settings name: the memory store, or
 // Redis (two of them with REDIS_PERSECOND), with a memory store for the
 // limits that fall back to a local share when Redis fails.
-func openRLSStore(e *rlsEnv, log *slog.Logger) (store, local limiter.Store, closeAll func() error, err error) {
+func openRLSStore(ctx context.Context, e *rlsEnv, log *slog.Logger) (main, local limiter.Store, closeAll func() error, err error) {
 	if e.backend == "memory" {
-		ms, err := memstore.New(memstore.Options{Logger: log})
+		ms, c, err := store.Open(ctx, "memory", store.Options{Logger: log})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("rls: %w", err)
 		}
-		return ms, nil, ms.Close, nil
+		return ms, nil, c.Close, nil
 	}
-	var closers []func()
+	var closers []io.Closer
 	closeAll = func() error {
 		for _, c := range closers {
-			c()
+			c.Close()
 		}
 		return nil
 	}
-	main, c, err := openRedis(&e.redis, e.prefix, log)
+	main, c, err := openRedis(ctx, &e.redis, e.prefix, log)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	closers = append(closers, c)
-	store = main
 	if e.perSecond != nil {
-		ps, c, err := openRedis(e.perSecond, e.prefix, log)
+		ps, c, err := openRedis(ctx, e.perSecond, e.prefix, log)
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, fmt.Errorf("rls: REDIS_PERSECOND: %w", err)
 		}
 		closers = append(closers, c)
-		store = &perSecondSplit{second: ps, other: main}
+		main = &perSecondSplit{second: ps, other: main}
 	}
-	ls, err := memstore.New(memstore.Options{Logger: log})
+	ls, lc, err := store.Open(ctx, "memory", store.Options{Logger: log})
 	if err != nil {
 		closeAll()
 		return nil, nil, nil, fmt.Errorf("rls: %w", err)
 	}
-	closers = append(closers, func() { ls.Close() })
-	return store, ls, closeAll, nil
+	closers = append(closers, lc)
+	return main, ls, closeAll, nil
 }
 
 // openRedis connects to one Redis deployment as envoyproxy/ratelimit's
 // settings describe it.
-func openRedis(re *redisEnv, prefix string, log *slog.Logger) (limiter.Store, func(), error) {
+func openRedis(ctx context.Context, re *redisEnv, prefix string, log *slog.Logger) (limiter.Store, io.Closer, error) {
 	var tc *tls.Config
 	if re.tls {
 		var err error
@@ -77,7 +74,7 @@ func openRedis(re *redisEnv, prefix string, log *slog.Logger) (limiter.Store, fu
 	if u, p, ok := strings.Cut(re.auth, ":"); ok {
 		user, pass = u, p
 	}
-	opts := redisstore.Options{Prefix: prefix, DialTimeout: re.timeout, WriteTimeout: re.timeout, TLSConfig: tc,
+	opts := store.Options{Prefix: prefix, DialTimeout: re.timeout, WriteTimeout: re.timeout, TLS: tc,
 		MaxFlushDelay: re.window, Logger: log}
 	if re.sentinelAuth != "" {
 		opts.SentinelUsername, opts.SentinelPassword = "", re.sentinelAuth
@@ -85,33 +82,15 @@ func openRedis(re *redisEnv, prefix string, log *slog.Logger) (limiter.Store, fu
 			opts.SentinelUsername, opts.SentinelPassword = u, p
 		}
 	}
-	if re.socket == "unix" && re.typ == "single" {
-		// A Unix socket: Floodgate's store URLs name TCP addresses, so the
-		// client is made here.
-		c, err := rueidis.NewClient(rueidis.ClientOption{
-			InitAddress: []string{re.url}, Username: user, Password: pass, TLSConfig: tc,
-			DisableCache: true, DisableRetry: true, ForceSingleClient: true, ClientName: "floodgate",
-			ConnWriteTimeout: re.timeout, Dialer: net.Dialer{Timeout: re.timeout},
-			DialCtxFn: func(ctx context.Context, dst string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
-				return d.DialContext(ctx, "unix", dst)
-			},
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("rls: redis unix socket %s: %w", re.url, err)
-		}
-		st := redisstore.NewFromClient(c, opts)
-		return st, func() { st.Close(); c.Close() }, nil
-	}
 	u, err := redisURL(re, user, pass)
 	if err != nil {
 		return nil, nil, err
 	}
-	opts.URL = u
-	st, err := redisstore.New(opts)
+	st, c, err := store.Open(ctx, u, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rls: %w", err)
 	}
-	return st, func() { st.Close() }, nil
+	return st, c, nil
 }
 
 // redisURL turns REDIS_URL and REDIS_TYPE into a store URL: host:port for
@@ -124,6 +103,13 @@ func redisURL(re *redisEnv, user, pass string) (string, error) {
 	userinfo := ""
 	if pass != "" {
 		userinfo = url.PathEscape(user) + ":" + url.PathEscape(pass) + "@"
+	}
+	if re.socket == "unix" && re.typ == "single" {
+		path, err := filepath.Abs(re.url)
+		if err != nil {
+			return "", fmt.Errorf("rls: REDIS_URL=%q: %w", re.url, err)
+		}
+		return "redis+unix://" + userinfo + path, nil
 	}
 	scheme := "redis"
 	if re.tls {

@@ -24,8 +24,7 @@ import (
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/rls"
-	"github.com/floodgate/floodgate/store/memstore"
-	"github.com/floodgate/floodgate/store/redisstore"
+	"github.com/floodgate/floodgate/store"
 )
 
 func init() {
@@ -102,7 +101,7 @@ func rlsbParse(fs *flag.FlagSet, args []string, stdout io.Writer) (bool, error) 
 func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := rlsbFlags("serve")
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
-	store := fs.String("store", "memory", "memory, or a Redis URL")
+	storeURL := fs.String("store", "memory", "memory, or a Redis URL")
 	cfgPath := fs.String("config", "", "envoyproxy/ratelimit file or directory (default: built-in bench domain)")
 	timeout := fs.Duration("store-timeout", 0, "deadline of one store call (0: the engine's default)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -134,22 +133,12 @@ func rlsbServe(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	var st limiter.Store
-	if *store == "memory" {
-		ms, err := memstore.New(memstore.Options{})
-		if err != nil {
-			return err
-		}
-		defer ms.Close()
-		st = ms
-	} else {
-		rs, err := redisstore.New(redisstore.Options{URL: *store, Prefix: "rlsbench:", MaxFlushDelay: *flushDelay, PipelineMultiplex: *multiplex})
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		st = rs
+	o := store.Options{Prefix: "rlsbench:", MaxFlushDelay: *flushDelay, PipelineMultiplex: *multiplex}
+	st, closer, err := store.Open(ctx, *storeURL, o)
+	if err != nil {
+		return err
 	}
+	defer closer.Close()
 	var decisions, over, degraded atomic.Int64
 	count := limiter.ObserverFunc(func(req *limiter.Request, res *limiter.Result) {
 		decisions.Add(1)

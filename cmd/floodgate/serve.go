@@ -24,8 +24,9 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/policy"
+	"github.com/floodgate/floodgate/store"
 	"github.com/floodgate/floodgate/store/memstore"
-	"github.com/floodgate/floodgate/store/redisstore"
+	_ "github.com/floodgate/floodgate/store/redisstore" // the redis schemes
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -205,7 +206,7 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 		return nil, fmt.Errorf("serve: metrics: %w", err)
 	}
 	statePath := stateFile(cfg.config, s.srv)
-	store, local, closeStores, err := serveOpenStore(s.srv, statePath, s.exactStoreClock(), log)
+	store, local, closeStores, err := serveOpenStore(ctx, s.srv, statePath, s.exactStoreClock(), log)
 	if err != nil {
 		return nil, err
 	}
@@ -524,41 +525,34 @@ func (s *server) close() error {
 // serveOpenStore opens the store the settings name: the memory store (with
 // its state file) or Redis, with a memory store for the limits that fall
 // back to a local share when Redis fails.
-func serveOpenStore(srv *config.Server, statePath string, exactClock bool, log *slog.Logger) (store, local limiter.Store, closeAll func() error, err error) {
+func serveOpenStore(ctx context.Context, srv *config.Server, statePath string, exactClock bool, log *slog.Logger) (main, local limiter.Store, closeAll func() error, err error) {
+	o := store.Options{MaxBytes: srv.Memory.MaxBytes, Logger: log}
 	if srv.StoreKind() == "memory" {
-		o := memstore.Options{StatePath: statePath, MaxBytes: srv.Memory.MaxBytes, Logger: log}
-		if exactClock {
-			// The system clocks read at every decision: the wall clock for
-			// quotas, the monotonic one for everything else, as the
-			// cached default does.
-			start := time.Now()
-			o.Now = func() int64 { return time.Now().UnixNano() }
-			o.Elapsed = func() time.Duration { return time.Since(start) }
-		}
-		ms, err := memstore.New(o)
+		o.StatePath, o.ExactClock = statePath, exactClock
+		ms, c, err := store.Open(ctx, "memory", o)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("serve: %w", err)
 		}
-		if st := ms.Stats(); st.LoadError != nil {
+		if st := ms.(*memstore.Store).Stats(); st.LoadError != nil {
 			log.Warn("state file not loaded", "path", statePath, "err", st.LoadError)
 		} else if st.Loaded > 0 {
 			log.Info("state file loaded", "path", statePath, "keys", st.Loaded)
 		}
-		return ms, nil, ms.Close, nil
+		return ms, nil, c.Close, nil
 	}
-	rs, err := redisstore.New(redisstore.Options{URL: srv.Store, Logger: log,
-		RefuseEvictable: srv.RedisEviction == config.RedisEvictionRefuse})
+	o.RefuseEvictable = srv.RedisEviction == config.RedisEvictionRefuse
+	rs, rc, err := store.Open(ctx, srv.Store, o)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	ls, err := memstore.New(memstore.Options{MaxBytes: srv.Memory.MaxBytes, Logger: log})
+	ls, lc, err := store.Open(ctx, "memory", store.Options{MaxBytes: srv.Memory.MaxBytes, Logger: log})
 	if err != nil {
-		rs.Close()
+		rc.Close()
 		return nil, nil, nil, fmt.Errorf("serve: %w", err)
 	}
 	return rs, ls, func() error {
-		rs.Close()
-		return ls.Close()
+		rc.Close()
+		return lc.Close()
 	}, nil
 }
 

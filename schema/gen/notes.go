@@ -23,7 +23,7 @@ var notes = map[string]string{
 	"Server.rls_config":           `{"description": "Descriptor files or directories (envoyproxy/ratelimit format) of the rate-limit service on grpc_listen; relative to the policy file."}`,
 	"Server.grpc_tls_cert":        `{"description": "PEM certificate of the rate-limit service (with grpc_tls_key)."}`,
 	"Server.grpc_tls_key":         `{"description": "PEM key of the rate-limit service (with grpc_tls_cert)."}`,
-	"Server.store":                `{"pattern": "^(memory|(redis|rediss|redis\\+cluster|redis\\+sentinel)://.+)$", "default": "memory", "description": "memory (default) or a redis://, rediss://, redis+cluster:// or redis+sentinel://MASTER@hosts URL."}`,
+	"Server.store":                `{"pattern": "^(memory|(rediss?|rediss?\\+cluster|rediss?\\+sentinel|redis\\+unix)://.+)$", "default": "memory", "description": "memory (default) or a redis://, rediss://, redis+cluster://hosts, redis+sentinel://hosts/MASTER (rediss+ with TLS) or redis+unix:///socket URL."}`,
 	"Server.state_file":           `{"description": "Where the memory store snapshots its counts."}`,
 	"Server.store_timeout":        `{"default": "250ms", "description": "Deadline of one store call without progress, past which its limits follow their failure policies (default 250ms)."}`,
 	"Server.store_hard_timeout":   `{"default": "2s", "description": "Cap on a call to a store that keeps replying to others but not to it (default 2s)."}`,
