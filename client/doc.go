@@ -20,4 +20,14 @@
 // (or a capped exponential backoff with full jitter when there is none)
 // and tries again, a bounded number of times, and never retries a request
 // whose body cannot be sent again.
+//
+// It takes three optional guards, each shared by every request to the
+// same servers: a Pacer holds requests back before they are sent while
+// the server's RateLimit fields (or a Retry-After, or a RetryInfo) say
+// that nothing is left, so that a client slows down before it is refused;
+// an AdaptiveThrottle rejects requests locally as the backend refuses
+// more of them (the SRE book's client-side throttling, with its K); a
+// RetryBudget keeps retries within a share of the requests. Each counts
+// what it held back. docs/client.md in the repository shows them at
+// work.
 package client
