@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -134,6 +135,7 @@ func TestRetryTransportRetryBudget(t *testing.T) {
 					t.Fatalf("status %d, want the last 503", resp.StatusCode)
 				}
 			}
+			t.Logf("budget %v: the backend saw %d attempts for 200 requests (%s retries denied)", withBudget, seen.Load(), denied(b))
 			switch n := seen.Load(); {
 			case withBudget && n > 225:
 				t.Errorf("with a budget the backend saw %d attempts, want at most 225", n)
@@ -144,4 +146,11 @@ func TestRetryTransportRetryBudget(t *testing.T) {
 			}
 		})
 	}
+}
+
+func denied(b *RetryBudget) string {
+	if b == nil {
+		return "no"
+	}
+	return strconv.FormatInt(b.Denied(), 10)
 }
