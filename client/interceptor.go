@@ -288,6 +288,9 @@ func (s *pacedStream) RecvMsg(m any) error {
 // end takes in the stream's outcome, once.
 func (s *pacedStream) end(err error) {
 	s.once.Do(func() {
+		if s.stop != nil {
+			s.stop()
+		}
 		header, _ := s.ClientStream.Header()
 		s.ri.after(s.tk, grpcAnswer(err, header, s.ClientStream.Trailer()), err)
 	})

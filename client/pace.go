@@ -109,8 +109,11 @@ type HoldError struct {
 // Error says what held the request and for how long.
 func (e *HoldError) Error() string {
 	what := "its Retry-After"
-	if e.Policy != "" {
+	switch {
+	case e.Policy != "":
 		what = fmt.Sprintf("policy %q", e.Policy)
+	case e.Wait <= 0:
+		what = "answers in flight"
 	}
 	switch {
 	case e.Wait <= 0 && e.Cause != nil:

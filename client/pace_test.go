@@ -557,3 +557,28 @@ func TestPacerAcquireWaitsForAnswersInFlight(t *testing.T) {
 		last.finish(time.Now(), nil)
 	})
 }
+
+func TestHoldErrorMessages(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		e    HoldError
+		want string
+	}{
+		{HoldError{Key: "api:443", Policy: "burst", Wait: 17 * time.Second, Cause: context.DeadlineExceeded},
+			`client: held back: api:443 has no quota left (policy "burst") for 17s, past the request's deadline: context deadline exceeded`},
+		{HoldError{Key: "api:443", Wait: time.Hour},
+			`client: held back: api:443 has no quota left (its Retry-After) for 1h0m0s, longer than the pacer's MaxHold`},
+		{HoldError{Key: "api:443", Policy: "daily", Wait: time.Minute, Cause: context.Canceled},
+			`client: held back: api:443 has no quota left (policy "daily") for 1m0s: context canceled`},
+		{HoldError{Key: "api:443", Cause: context.Canceled},
+			`client: held back: api:443 was waiting for quota (answers in flight): context canceled`},
+	}
+	for _, c := range cases {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("got  %s\nwant %s", got, c.want)
+		}
+		if !errors.Is(&c.e, ErrHeldBack) || c.e.Cause != nil && !errors.Is(&c.e, c.e.Cause) {
+			t.Errorf("%s: does not unwrap to ErrHeldBack and its cause", c.want)
+		}
+	}
+}
