@@ -19,5 +19,16 @@
 // server answers 429 or 503 it waits for the Retry-After the server sent
 // (or a capped exponential backoff with full jitter when there is none)
 // and tries again, a bounded number of times, and never retries a request
-// whose body cannot be sent again.
+// whose body cannot be sent again. RetryInterceptor does the same for
+// gRPC calls refused with a google.rpc.RetryInfo.
+//
+// Both take three optional guards, each shared by every request to the
+// same servers: a Pacer holds requests back before they are sent while
+// the server's RateLimit fields (or a Retry-After, or a RetryInfo) say
+// that nothing is left, so that a client slows down before it is refused;
+// an AdaptiveThrottle rejects requests locally as the backend refuses
+// more of them (the SRE book's client-side throttling, with its K); a
+// RetryBudget keeps retries within a share of the requests. Each counts
+// what it held back. docs/client.md in the repository shows them at
+// work.
 package client

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -23,6 +24,13 @@ import (
 // discards are drained a little and closed so the connection can be
 // reused. The request's context bounds every wait.
 //
+// Three optional parts guard the server, and every attempt goes through
+// them: a Pacer holds attempts back while the server has said that
+// nothing is left (its RateLimit fields, a Retry-After), an
+// AdaptiveThrottle rejects attempts locally as the server refuses more of
+// them, and a RetryBudget keeps retries within a share of requests. Share
+// each of them between the transports that call the same servers.
+//
 // The zero value is usable and retries over http.DefaultTransport.
 type RetryTransport struct {
 	// Base sends each attempt; nil means http.DefaultTransport.
@@ -43,6 +51,22 @@ type RetryTransport struct {
 	// OnRetry, when set, is called before each wait with the attempt that
 	// was just answered (1 for the first) and the wait chosen.
 	OnRetry func(attempt int, resp *http.Response, wait time.Duration)
+
+	// Pacer, when set, holds each attempt back before it is sent while
+	// the server has said that nothing is left, and learns from every
+	// answer; an attempt it does not send fails with a *HoldError.
+	Pacer *Pacer
+	// PaceKey names the quota a request draws on in Pacer; nil means the
+	// request's host (URL.Host).
+	PaceKey func(*http.Request) string
+	// Throttle, when set, rejects attempts locally with ErrThrottled as
+	// the server refuses more of them. A 429 or 503 is a refusal, and so
+	// is an attempt that ends without an answer; every other answer is
+	// accepted.
+	Throttle *AdaptiveThrottle
+	// Budget, when set, bounds retries to a share of requests; when it
+	// refuses a retry, the caller gets the last answer.
+	Budget *RetryBudget
 }
 
 // RoundTrip sends req, retrying as described on RetryTransport.
@@ -63,8 +87,11 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			timer.Stop()
 		}
 	}()
+	if t.Budget != nil {
+		t.Budget.Request(time.Now())
+	}
 	for attempt := 1; ; attempt++ {
-		resp, err := base.RoundTrip(req)
+		resp, err := t.attempt(base, req)
 		if err != nil || !retryable(resp.StatusCode) || attempt >= attempts || !replayable {
 			return resp, err
 		}
@@ -83,6 +110,9 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			next = req.Clone(ctx)
 			next.Body = body
 		}
+		if t.Budget != nil && !t.Budget.Retry(time.Now()) {
+			return resp, nil
+		}
 		if t.OnRetry != nil {
 			t.OnRetry(attempt, resp, wait)
 		}
@@ -99,6 +129,62 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		req = next
 	}
+}
+
+// attempt sends req once through the Pacer and the Throttle, when they
+// are set, and tells them the answer.
+func (t *RetryTransport) attempt(base http.RoundTripper, req *http.Request) (*http.Response, error) {
+	var tk *ticket
+	if t.Pacer != nil {
+		key := req.URL.Host
+		if t.PaceKey != nil {
+			key = t.PaceKey(req)
+		}
+		var err error
+		if tk, err = t.Pacer.acquire(req.Context(), key, t.Pacer.class(req.Method+" "+req.URL.Path)); err != nil {
+			return nil, err
+		}
+	}
+	if t.Throttle != nil && !t.Throttle.Allow(time.Now()) {
+		if tk != nil {
+			tk.finish(time.Now(), nil)
+		}
+		return nil, fmt.Errorf("%w (%s)", ErrThrottled, req.URL.Host)
+	}
+	resp, err := base.RoundTrip(req)
+	if tk != nil {
+		var a *answerFields
+		if err == nil {
+			a = httpAnswer(resp, t.now())
+		}
+		tk.finish(time.Now(), a)
+	}
+	if t.Throttle != nil && err == nil && !retryable(resp.StatusCode) {
+		t.Throttle.Accepted(time.Now())
+	}
+	return resp, err
+}
+
+// httpAnswer reads what a Pacer learns from an answer: the RateLimit
+// fields (unless the answer comes from a cache, Age > 0) and, on a 429 or
+// 503, the Retry-After.
+func httpAnswer(resp *http.Response, now time.Time) *answerFields {
+	a := &answerFields{refused: retryable(resp.StatusCode)}
+	if a.refused {
+		a.retryAfter, a.hasRetry = ParseRetryAfter(resp.Header.Get("Retry-After"), now)
+	}
+	if age := strings.TrimSpace(resp.Header.Get("Age")); age == "" || strings.Trim(age, "0") == "" {
+		a.quotas = parseQuotas(resp.Header.Values("RateLimit"), resp.Header.Values("RateLimit-Policy"), maxPolicies)
+	}
+	return a
+}
+
+// now returns the transport's clock reading.
+func (t *RetryTransport) now() time.Time {
+	if t.Now != nil {
+		return t.Now()
+	}
+	return time.Now()
 }
 
 // retryable reports the statuses RetryTransport retries.

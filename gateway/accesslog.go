@@ -26,10 +26,10 @@ type accessState struct {
 
 // logAccess writes the request's record: who sent it, what the limits
 // decided and how it was answered.
-func (g *Gateway) logAccess(x exchange, st *reqState) {
+func (g *Gateway) logAccess(x Exchange, st *Flow) {
 	a := &st.access
 	m, res, r := &st.m, &st.res, &st.view
-	status, bytes := x.answered()
+	status, bytes := x.Answered()
 	rec := &a.rec
 	*rec = accesslog.Record{
 		Time:     a.start,
@@ -49,7 +49,7 @@ func (g *Gateway) logAccess(x exchange, st *reqState) {
 	}
 	if rec.Status == 0 {
 		rec.Status = http.StatusOK
-		if x.context().Err() != nil {
+		if x.Context().Err() != nil {
 			rec.Status = statusClientGone
 		}
 	}

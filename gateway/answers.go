@@ -6,6 +6,33 @@ import (
 	"github.com/floodgate/floodgate/fields"
 )
 
+// Body returns the JSON body of the gateway's own answer with status (429
+// is Too Many Requests; a quota's is Limit Exceeded, bodyExceeded), for an
+// HTTP engine that answers for the gateway; nil for a status the gateway
+// does not answer itself.
+func Body(status int) []byte {
+	switch status {
+	case http.StatusTooManyRequests:
+		return bodyTooMany
+	case http.StatusForbidden:
+		return bodyForbidden
+	case http.StatusUnauthorized:
+		return bodyUnauthorized
+	case http.StatusInternalServerError:
+		return bodyInternal
+	case http.StatusNotFound:
+		return bodyNotFound
+	case http.StatusBadGateway:
+		return bodyBadGateway
+	case http.StatusGatewayTimeout:
+		return bodyTimeout
+	}
+	return nil
+}
+
+// BearerChallenge is the WWW-Authenticate field of the gateway's 401.
+const BearerChallenge = `Bearer error="invalid_token"`
+
 // The JSON bodies, as API Gateway writes them.
 var (
 	bodyTooMany      = []byte(`{"message":"Too Many Requests"}` + "\n")
@@ -14,7 +41,7 @@ var (
 	bodyUnauthorized = []byte(`{"message":"Unauthorized"}` + "\n")
 	bodyInternal     = []byte(`{"message":"Internal Server Error"}` + "\n")
 	jsonType         = []string{"application/json"}
-	bearerChallenge  = []string{`Bearer error="invalid_token"`}
+	bearerChallenge  = []string{BearerChallenge}
 )
 
 // canonical field names, so that setting them costs no allocation.

@@ -1,23 +1,19 @@
 package gateway
 
 import (
-	"bufio"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/bufpool"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/valyala/fasthttp"
 )
 
 // discardWriter is a ResponseWriter that keeps nothing, reused across
@@ -198,7 +194,7 @@ func BenchmarkProxyBare(b *testing.B) {
 	rp := &httputil.ReverseProxy{
 		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
 		Transport:  NewTransport(TransportOptions{}),
-		BufferPool: copyBuffers,
+		BufferPool: bufpool.Copy,
 	}
 	benchProxy(b, rp)
 }
@@ -208,112 +204,4 @@ func BenchmarkProxyBare(b *testing.B) {
 func BenchmarkProxyFloodgate(b *testing.B) {
 	u := benchUpstream(b)
 	benchProxy(b, policyGateway(b, benchPolicy, u, nil))
-}
-
-// benchEdge runs requests through the edge engine's handler in process
-// (no connection), from parallel goroutines.
-func benchEdge(b *testing.B, g *Gateway, wantCode int, path string) {
-	e := g.NewEdge(EdgeOptions{})
-	addr := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}
-	var warm fasthttp.RequestCtx
-	var req fasthttp.Request
-	req.SetRequestURI(path)
-	req.Header.SetHost("gateway.example")
-	warm.Init(&req, addr, nil)
-	e.serve(&warm) // spends what a limit lets through first
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		var req fasthttp.Request
-		req.Header.SetMethod("GET")
-		req.SetRequestURI(path)
-		req.Header.SetHost("gateway.example")
-		req.Header.Set("User-Agent", "bench")
-		// A connection of the engine, as fasthttp hands it to the
-		// handler, request after request.
-		var ctx fasthttp.RequestCtx
-		ctx.Init2(&edgeConn{Conn: benchConn{addr}}, nil, true)
-		for pb.Next() {
-			req.CopyTo(&ctx.Request)
-			ctx.Response.Reset()
-			e.serve(&ctx)
-			if code := ctx.Response.StatusCode(); code != wantCode {
-				b.Fatalf("status %d, want %d", code, wantCode)
-			}
-		}
-	})
-}
-
-// benchConn is a connection that only has addresses.
-type benchConn struct{ addr net.Addr }
-
-func (c benchConn) Read([]byte) (int, error)         { return 0, io.EOF }
-func (c benchConn) Write(b []byte) (int, error)      { return len(b), nil }
-func (c benchConn) Close() error                     { return nil }
-func (c benchConn) LocalAddr() net.Addr              { return c.addr }
-func (c benchConn) RemoteAddr() net.Addr             { return c.addr }
-func (c benchConn) SetDeadline(time.Time) error      { return nil }
-func (c benchConn) SetReadDeadline(time.Time) error  { return nil }
-func (c benchConn) SetWriteDeadline(time.Time) error { return nil }
-
-// BenchmarkEdgeReject: the edge engine's 429 path through a policy file,
-// without the connection.
-func BenchmarkEdgeReject(b *testing.B) {
-	benchEdge(b, policyGateway(b, `version: 1
-routes:
-  - {name: all, match: {paths: ["/**"]}, upstream: http://127.0.0.1:9}
-limits:
-  - {name: tiny, rate: 1, per: 1m, burst: 1, key: global, scope: global}
-  - {name: per-ip, rate: 1000000, burst: 1000000, key: client_ip, scope: global}
-`, nil, nil), 429, "/x")
-}
-
-// BenchmarkEdgeRewrite: what the edge engine's proxy does to the fields of
-// a request on its way upstream and of the response on its way back.
-func BenchmarkEdgeRewrite(b *testing.B) {
-	u, _ := url.Parse("http://127.0.0.1:9")
-	up := &edgeUpstream{host: u.Host}
-	v := &Request{Peer: netip.MustParseAddr("192.0.2.1")}
-	var req fasthttp.Request
-	req.Header.SetMethod("GET")
-	req.SetRequestURI("/x")
-	req.Header.SetHost("gateway.example")
-	req.Header.Set("User-Agent", "bench")
-	req.Header.Set("Accept", "*/*")
-	var resp fasthttp.Response
-	resp.Header.SetStatusCode(200)
-	resp.Header.Set("Server", "up")
-	resp.Header.SetContentType("application/json")
-	resp.Header.Set("Connection", "keep-alive")
-	resp.SetBody([]byte(`{"ok":true}`))
-	var ctx fasthttp.RequestCtx
-	ctx.Init2(&edgeConn{Conn: benchConn{&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}}}, nil, true)
-	var g Gateway
-	b.ReportAllocs()
-	for b.Loop() {
-		req.CopyTo(&ctx.Request)
-		g.rewriteEdgeRequest(&ctx, up, v, false)
-		resp.CopyTo(&ctx.Response)
-		stripHopResponse(&ctx.Response.Header)
-	}
-}
-
-// BenchmarkEdgeAdmit: the checks the edge engine makes of a request before
-// its request path (preflight, escapes, Expect, transfer codings), on a
-// request parsed from the wire as a browser sends it.
-func BenchmarkEdgeAdmit(b *testing.B) {
-	raw := "GET /students/9?x=%20y HTTP/1.1\r\nHost: gateway.example\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\n" +
-		"Accept: text/html,application/xhtml+xml\r\nAccept-Language: en-GB,en;q=0.9\r\nAccept-Encoding: gzip, deflate\r\n" +
-		"Cookie: session=abc123\r\nX-Api-Key: key-partner-1\r\nConnection: keep-alive\r\n\r\n"
-	var ctx fasthttp.RequestCtx
-	if err := ctx.Request.Header.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
-		b.Fatal(err)
-	}
-	e := &Edge{}
-	b.ReportAllocs()
-	for b.Loop() {
-		if !e.admit(&ctx, false) {
-			b.Fatal("refused")
-		}
-	}
 }

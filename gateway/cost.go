@@ -56,7 +56,7 @@ func (m *Match) reserves(i int) bool {
 // cost is settled after the response as reservations, and sets the
 // reservation's TTL. An estimate is at least 1 and at most the limit's
 // capacity: it is a guess, which the settle corrects.
-func (g *Gateway) estimate(x exchange, st *reqState) {
+func (g *Gateway) estimate(x Exchange, st *Flow) {
 	m := &st.m
 	st.req.TTL = 0
 	for i := range m.Hits {
@@ -88,21 +88,21 @@ func (g *Gateway) estimate(x exchange, st *reqState) {
 // requestBody returns the request's body for estimates, reading it once
 // (up to maxCostBody) and putting it back for the upstream. It returns nil
 // for no body or one too large to read.
-func (st *reqState) requestBody(x exchange) []byte {
+func (st *Flow) requestBody(x Exchange) []byte {
 	if !st.bodyRead {
 		st.bodyRead = true
-		st.body = x.requestBody(maxCostBody)
+		st.body = x.RequestBody(maxCostBody)
 	}
 	return st.body
 }
 
-// getter reads header fields: http.Header, and each engine's views.
-type getter interface {
+// Getter reads header fields: http.Header, and each engine's views.
+type Getter interface {
 	Get(name string) string
 }
 
 // headerInt reads a whole number from the first value of a header.
-func headerInt(h getter, name string) (int64, bool) {
+func headerInt(h Getter, name string) (int64, bool) {
 	if h == nil {
 		return 0, false
 	}
@@ -152,15 +152,15 @@ func jsonInt(doc []byte, path []string) (int64, bool) {
 	return int64(f), true
 }
 
-// costRecorder watches the response of a request with reservations, for
+// Recorder watches the response of a request with reservations, for
 // any engine: it remembers the upstream's status, reads the actual costs
 // the response tells as it passes (without holding back any of it), and
 // notes how the answer ended. What it notes decides the charge (see
 // actualCosts): a reservation is given back in full only when no
 // upstream answer began.
-type costRecorder struct {
-	st  *reqState
-	hdr getter // the response's header fields, once known
+type Recorder struct {
+	st  *Flow
+	hdr Getter // the response's header fields, once known
 	// status is the upstream's final status (0: no answer yet).
 	status int
 	// noAnswer says that no upstream answer began: the upstream could not
@@ -185,11 +185,11 @@ type costRecorder struct {
 	bodyHits []int
 }
 
-// costRecorder returns st's recorder, reset for its request.
-func (st *reqState) costRecorder() *costRecorder {
+// Recorder returns st's recorder, reset for its request.
+func (st *Flow) Recorder() *Recorder {
 	n := len(st.m.Hits)
 	rec := &st.rec
-	*rec = costRecorder{st: st, buf: rec.buf[:0], sse: sseScanner{line: rec.sse.line[:0], data: rec.sse.data[:0]},
+	*rec = Recorder{st: st, buf: rec.buf[:0], sse: sseScanner{line: rec.sse.line[:0], data: rec.sse.data[:0]},
 		values: slices.Grow(rec.values[:0], n)[:n], found: slices.Grow(rec.found[:0], n)[:n], bodyHits: rec.bodyHits[:0]}
 	clear(rec.values)
 	clear(rec.found)
@@ -203,13 +203,13 @@ func (st *reqState) costRecorder() *costRecorder {
 	return rec
 }
 
-// keepBytes is the most buffer space a pooled costRecorder keeps: a large
+// keepBytes is the most buffer space a pooled Recorder keeps: a large
 // body or event read once is not held for later requests.
 const keepBytes = 64 << 10
 
 // release drops what the recorder holds of its request, before its
-// reqState goes back to the pool.
-func (c *costRecorder) release() {
+// Flow goes back to the pool.
+func (c *Recorder) release() {
 	c.st, c.hdr = nil, nil
 	if cap(c.buf) > keepBytes {
 		c.buf = nil
@@ -224,7 +224,7 @@ func (c *costRecorder) release() {
 
 // header tells the recorder the response's status and header fields: the
 // first final status counts (1xx answers are interim).
-func (c *costRecorder) header(code int, h getter) {
+func (c *Recorder) header(code int, h Getter) {
 	c.hdr = h
 	if c.status == 0 && code >= 200 {
 		c.status = code
@@ -233,7 +233,7 @@ func (c *costRecorder) header(code int, h getter) {
 }
 
 // start reads what the response headers tell, once.
-func (c *costRecorder) start() {
+func (c *Recorder) start() {
 	if c.started || c.hdr == nil {
 		return
 	}
@@ -257,7 +257,7 @@ func (c *costRecorder) start() {
 }
 
 // read looks at a part of the body as it passes.
-func (c *costRecorder) read(b []byte) {
+func (c *Recorder) read(b []byte) {
 	if c.skip || len(b) == 0 {
 		return
 	}
@@ -273,7 +273,7 @@ func (c *costRecorder) read(b []byte) {
 }
 
 // finish reads the actual costs of a JSON body once it has passed.
-func (c *costRecorder) finish() {
+func (c *Recorder) finish() {
 	if !c.started && c.complete {
 		c.start() // the handler set headers and wrote nothing
 	}
@@ -286,13 +286,13 @@ func (c *costRecorder) finish() {
 // readsBody reports whether the rest of a successful answer is worth
 // reading after the client left: a hit's actual cost may still come in
 // the body.
-func (c *costRecorder) readsBody() bool {
+func (c *Recorder) readsBody() bool {
 	return !c.skip && !c.noAnswer && c.status >= 200 && c.status <= 299
 }
 
 // event reads the actual costs from one JSON document: a body, or the
 // data of one event of a stream (the last that tells a cost wins).
-func (c *costRecorder) event(doc []byte) {
+func (c *Recorder) event(doc []byte) {
 	for _, i := range c.bodyHits {
 		if v, ok := jsonInt(doc, c.st.m.costs(i).Actual.Body); ok {
 			c.values[i], c.found[i] = v, true
@@ -315,7 +315,7 @@ func (c *costRecorder) event(doc []byte) {
 //     read to its end, is the actual cost; else the estimate stays, or
 //     what the body told before it was cut short if that is more: never
 //     less than what was observed.
-func (st *reqState) actualCosts(status int, rec *costRecorder) {
+func (st *Flow) actualCosts(status int, rec *Recorder) {
 	m := &st.m
 	st.actual = slices.Grow(st.actual[:0], len(m.Hits))[:len(m.Hits)]
 	none := rec != nil && (rec.noAnswer || rec.status == 0 && !rec.complete)
@@ -343,7 +343,7 @@ func (st *reqState) actualCosts(status int, rec *costRecorder) {
 // settle ends the request's reservation with the costs of its outcome
 // (see actualCosts). A reservation decided by failure policies while the
 // store failed holds nothing to settle.
-func (g *Gateway) settle(ctx context.Context, st *reqState, status int, rec *costRecorder) {
+func (g *Gateway) settle(ctx context.Context, st *Flow, status int, rec *Recorder) {
 	if rec != nil {
 		rec.finish()
 		status = rec.status
@@ -456,7 +456,7 @@ func (s *sseScanner) field(line []byte) {
 // plainHits returns the hits of st that are not reservations (a
 // reservation is given back by its settle), reusing st.leases' storage
 // after the leases.
-func plainHits(st *reqState) []limiter.Hit {
+func plainHits(st *Flow) []limiter.Hit {
 	if !st.req.HasReserved() {
 		return st.m.Hits
 	}
@@ -471,8 +471,8 @@ func plainHits(st *reqState) []limiter.Hit {
 
 // cancelReservation gives the whole reservation of st back: the request
 // never went ahead.
-func (g *Gateway) cancelReservation(ctx context.Context, st *reqState) {
-	rec := st.costRecorder()
+func (g *Gateway) cancelReservation(ctx context.Context, st *Flow) {
+	rec := st.Recorder()
 	rec.noAnswer = true
 	g.settle(ctx, st, 0, rec)
 }

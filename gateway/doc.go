@@ -52,15 +52,18 @@
 // their renewal, the queue wait, reservations and their settle, the access
 // record) reads a Request, a small engine-neutral view of the request
 // (method, host, path, peer, header fields), and answers through an
-// exchange, a handful of methods each engine implements. A Matcher reads
+// Exchange, a handful of methods each engine implements. A Matcher reads
 // the same view; net/http users reach their *http.Request through
 // Request.HTTP. An engine is a thin adapter: it fills the view and
-// implements the exchange.
+// implements the exchange. An engine outside this package drives the flow
+// through engine.go's few exported methods (Begin, Run, Finish, and the
+// Recorder a Pass is given), so that importing the gateway for its
+// middleware compiles no other HTTP engine.
 //
 //   - net/http (nethttp.go): Middleware and ServeHTTP, the reverse proxy on
 //     httputil.ReverseProxy. It serves HTTP/1.1, HTTP/2 (h2c, and TLS with
 //     ALPN for a server set up so) and upgraded connections (WebSocket).
-//   - The edge engine (edge.go, Gateway.NewEdge): HTTP/1.1 on
+//   - The edge engine (package gateway/edge, edge.New): HTTP/1.1 on
 //     github.com/valyala/fasthttp, for "floodgate serve". Its view's strings
 //     are views of fasthttp's buffers (no copy, no allocation); answers are
 //     precomputed bodies; upstream connections are pooled and capped per

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -274,6 +273,12 @@ func startFront(t testing.TB, front string, opts Options, h http.HandlerFunc) (*
 	return g, base, &http.Client{Transport: tr, Timeout: 60 * time.Second}
 }
 
+// EdgeFront serves g on the edge engine (package gateway/edge) on
+// loopback until the test ends, and returns its base URL. The edge engine
+// imports this package, so its tests set EdgeFront from package
+// gateway_test (edgefront_test.go).
+var EdgeFront func(t testing.TB, g *Gateway) string
+
 // serveFront serves g on front and returns its base URL.
 func serveFront(t testing.TB, front string, g *Gateway, h http.HandlerFunc) string {
 	t.Helper()
@@ -291,19 +296,10 @@ func serveFront(t testing.TB, front string, g *Gateway, h http.HandlerFunc) stri
 		t.Cleanup(srv.Close)
 		return srv.URL
 	case frontEdge:
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		if EdgeFront == nil {
+			t.Fatal("no edge engine: edgefront_test.go sets EdgeFront")
 		}
-		e := g.NewEdge(EdgeOptions{Fallback: &http.Server{Handler: g}})
-		done := make(chan error, 1)
-		go func() { done <- e.Serve(ln) }()
-		t.Cleanup(func() {
-			_ = e.Close()
-			ln.Close()
-			<-done
-		})
-		return "http://" + ln.Addr().String()
+		return EdgeFront(t, g)
 	}
 	t.Fatalf("unknown front %q", front)
 	return ""

@@ -192,9 +192,9 @@ type Gateway struct {
 
 	upstream TransportOptions
 	proxies  sync.Map // *url.URL → *upstreamProxies
-	edgeUps  sync.Map // *url.URL → *edgeUpstream
-	pool     sync.Pool
-	rfields  *fieldCache // for Matches without Fields
+	forgetters
+	pool    sync.Pool
+	rfields *fieldCache // for Matches without Fields
 }
 
 // New returns a Gateway.
@@ -238,53 +238,55 @@ func New(opts Options) (*Gateway, error) {
 	if g.drain.bytes <= 0 {
 		g.drain.bytes = floodgate.DefaultDrainBytes
 	}
-	g.pool.New = func() any { return new(reqState) }
+	g.pool.New = func() any { return new(Flow) }
 	return g, nil
 }
 
-// exchange is one request as an HTTP engine hands it to the request path,
-// and the way to answer it. The request path (handle and finish) reads the
-// request through reqState.view and never sees the engine; each engine
-// implements these few methods (nethttp.go, edge.go).
-type exchange interface {
-	// context ends when the request does: when the client goes away, as
+// Exchange is one request as an HTTP engine hands it to the admission flow,
+// and the way to answer it. The flow reads the request through its
+// Flow's Request and never sees the engine; each engine implements these
+// methods: net/http's here, the edge engine's in package gateway/edge,
+// requests decided in process in local.go.
+type Exchange interface {
+	// Context ends when the request does: when the client goes away, as
 	// far as the engine can tell.
-	context() context.Context
-	// delHeader removes a request header field before the request is
+	Context() context.Context
+	// DelHeader removes a request header field before the request is
 	// matched and forwarded.
-	delHeader(name string)
-	// requestBody returns the request body when it is at most max bytes,
+	DelHeader(name string)
+	// RequestBody returns the request body when it is at most max bytes,
 	// and puts what it read back for the upstream; nil for no body, or one
 	// too large or that could not be read.
-	requestBody(max int) []byte
-	// setFields adds fields to the coming answer, whoever writes it.
-	setFields(fs []fields.Field)
-	// answer writes an answer of the gateway's own, with a JSON body;
+	RequestBody(max int) []byte
+	// SetFields adds fields to the coming answer, whoever writes it.
+	SetFields(fs []fields.Field)
+	// Answer writes an answer of the gateway's own, with a JSON body;
 	// challenge adds the bearer challenge of a 401.
-	answer(status int, body []byte, challenge bool)
-	// pass hands the request on: to the next handler (middleware) or to
+	Answer(status int, body []byte, challenge bool)
+	// Pass hands the request on: to the next handler (middleware) or to
 	// its route's upstream. rec, when not nil, is told the response as it
 	// passes (the actual costs of a reservation) and how it ended: no
 	// answer from the upstream, or its answer read to the end. The
 	// upstream's answer is read to its end even when the client leaves
 	// first, within TransportOptions.DrainTimeout and DrainBytes, so that
 	// the cost it tells is known. later reports that the response goes on
-	// after pass returns (a streamed body): the engine then calls
-	// Gateway.finish when it ends.
-	pass(st *reqState, rec *costRecorder) (later bool)
-	// proxies reports whether pass forwards to an upstream (not to a next
+	// after Pass returns (a streamed body): the engine then calls
+	// Gateway.Finish when it ends.
+	Pass(f *Flow, rec *Recorder) (later bool)
+	// Proxies reports whether Pass forwards to an upstream (not to a next
 	// handler).
-	proxies() bool
-	// wait holds the request for its place in a leaky queue, delay long;
-	// it returns false when the client went away first (the charge is
-	// then given back). Requests decided in process do not wait.
-	wait(ctx context.Context, st *reqState, delay time.Duration) bool
-	// keep keeps the concurrency leases of a request in flight alive
-	// (Gateway.renew) and returns the function that stops it, or nil.
-	keep(ctx context.Context, leases []limiter.Hit) (stop func())
-	// answered returns the status and the body bytes of the answer so far
+	Proxies() bool
+	// Wait holds the request for its place in a leaky queue, delay long
+	// (Gateway.WaitInQueue); it returns false when the client went away
+	// first (the charge is then given back). Requests decided in process
+	// do not wait.
+	Wait(ctx context.Context, f *Flow, delay time.Duration) bool
+	// Keep keeps the concurrency leases of a request in flight alive
+	// (Gateway.Renew) and returns the function that stops it, or nil.
+	Keep(ctx context.Context, leases []limiter.Hit) (stop func())
+	// Answered returns the status and the body bytes of the answer so far
 	// (0 before one is written), for the access log.
-	answered() (status int, bytes int64)
+	Answered() (status int, bytes int64)
 }
 
 // Middleware returns next wrapped by the gateway: requests over a limit are
@@ -302,8 +304,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.serveHTTP(w, r, nil)
 }
 
-// reqState is the per-request scratch space, pooled.
-type reqState struct {
+// Flow is the per-request scratch space, pooled.
+type Flow struct {
 	view     Request
 	m        Match
 	req      limiter.Request
@@ -313,7 +315,7 @@ type reqState struct {
 	actual   []int64
 	leases   []limiter.Hit
 	settled  limiter.Result
-	rec      costRecorder
+	rec      Recorder
 	peek     bool   // the request is only looked at: nothing is charged
 	err      error  // the engine's, when it could not decide
 	reserved bool   // rec holds a reservation to settle in finish
@@ -322,17 +324,16 @@ type reqState struct {
 	bodyRead bool
 	access   accessState
 	nh       httpExchange  // the net/http engine's exchange
-	eh       edgeExchange  // the edge engine's exchange
 	lx       localExchange // a request decided in process
 	handled  Handled
 }
 
-// get returns an empty reqState (put empties one before pooling it).
-func (g *Gateway) get() *reqState {
-	return g.pool.Get().(*reqState)
+// get returns an empty Flow (put empties one before pooling it).
+func (g *Gateway) get() *Flow {
+	return g.pool.Get().(*Flow)
 }
 
-func (g *Gateway) put(st *reqState) {
+func (g *Gateway) put(st *Flow) {
 	st.m.Reset()
 	clear(st.items)
 	clear(st.leases)
@@ -343,7 +344,6 @@ func (g *Gateway) put(st *reqState) {
 	st.body, st.bodyRead = nil, false
 	st.view = Request{}
 	st.nh = httpExchange{}
-	st.eh.reset()
 	st.lx = localExchange{}
 	g.pool.Put(st)
 }
@@ -358,7 +358,7 @@ func (g *Gateway) options(m *Match) *fields.Options {
 
 // decide asks the engine about st.m's hits, with the costs the request
 // tells (see estimate); peek charges nothing.
-func (g *Gateway) decide(ctx context.Context, x exchange, st *reqState, peek bool) error {
+func (g *Gateway) decide(ctx context.Context, x Exchange, st *Flow, peek bool) error {
 	st.req = limiter.Request{Front: limiter.FrontGateway, Peek: peek, Hits: st.m.Hits}
 	g.estimate(x, st)
 	return g.engine.Decide(ctx, &st.req, &st.res)
@@ -374,12 +374,12 @@ func (g *Gateway) decide(ctx context.Context, x exchange, st *reqState, peek boo
 // calls finish at its end; otherwise the caller calls finish once handle
 // returns (or panics). With st.peek, nothing is charged: no leases, no
 // reservations, no queue.
-func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
+func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	r, m := &st.view, &st.m
 	if g.alog != nil {
 		st.access.start = time.Now()
 	}
-	ctx := x.context()
+	ctx := x.Context()
 	if why := badTarget(r.Path); why != "" {
 		g.badRequest(x, st, why)
 		return false
@@ -390,7 +390,7 @@ func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 	}
 	if err := g.matcher.Match(r, m); err != nil {
 		g.log.Error("gateway: match", "err", err, "path", r.Path)
-		x.answer(http.StatusInternalServerError, bodyInternal, false)
+		x.Answer(http.StatusInternalServerError, bodyInternal, false)
 		return false
 	}
 	if m.UserPending && g.user != nil {
@@ -410,7 +410,7 @@ func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 		m.Trace = trace
 		if err := g.user.MatchUser(r, m); err != nil {
 			g.log.Error("gateway: match", "err", err, "path", r.Path)
-			x.answer(http.StatusInternalServerError, bodyInternal, false)
+			x.Answer(http.StatusInternalServerError, bodyInternal, false)
 			return false
 		}
 	}
@@ -419,7 +419,7 @@ func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 			g.reject(x, st)
 			return false
 		}
-		return x.pass(st, nil)
+		return x.Pass(st, nil)
 	}
 	if err := g.decide(ctx, x, st, st.peek); err != nil {
 		return g.failed(err, x, st)
@@ -440,7 +440,7 @@ func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 			}
 		}
 		if len(st.leases) > 0 {
-			st.stop = x.keep(ctx, st.leases)
+			st.stop = x.Keep(ctx, st.leases)
 		}
 	}
 	if m.Reject != 0 {
@@ -450,33 +450,33 @@ func (g *Gateway) handle(x exchange, st *reqState) (later bool) {
 		}
 		return false
 	}
-	if res.Delay > 0 && !x.wait(ctx, st, res.Delay) {
+	if res.Delay > 0 && !x.Wait(ctx, st, res.Delay) {
 		if reserved {
 			g.cancelReservation(ctx, st) // the client went away while queued
 		}
 		return false
 	}
 	st.out = g.render(st, false)
-	x.setFields(st.out)
+	x.SetFields(st.out)
 	if !reserved {
-		return x.pass(st, nil)
+		return x.Pass(st, nil)
 	}
 	// The reservation is settled whatever happens next (finish).
-	rec := st.costRecorder()
+	rec := st.Recorder()
 	st.reserved = true
-	if x.proxies() && len(rec.bodyHits) > 0 {
+	if x.Proxies() && len(rec.bodyHits) > 0 {
 		// Ask the upstream for a body that is not compressed (or let the
 		// transport decompress it), so that the actual cost can be read.
-		x.delHeader("Accept-Encoding")
+		x.DelHeader("Accept-Encoding")
 	}
-	return x.pass(st, rec)
+	return x.Pass(st, rec)
 }
 
 // finish ends a request once its answer is written (or its handler
 // panicked): the reservation is settled, the renewal of its leases stops
 // and they are given back, and the access log gets its record.
-func (g *Gateway) finish(x exchange, st *reqState) {
-	ctx := x.context()
+func (g *Gateway) finish(x Exchange, st *Flow) {
+	ctx := x.Context()
 	if st.reserved {
 		st.reserved = false
 		g.settle(ctx, st, 0, &st.rec)
@@ -494,7 +494,7 @@ func (g *Gateway) finish(x exchange, st *reqState) {
 }
 
 // render returns the response fields of st's verdict.
-func (g *Gateway) render(st *reqState, denied bool) []fields.Field {
+func (g *Gateway) render(st *Flow, denied bool) []fields.Field {
 	m := &st.m
 	for i := range m.Hits {
 		if i >= len(m.Fields) {
@@ -510,29 +510,29 @@ func (g *Gateway) render(st *reqState, denied bool) []fields.Field {
 }
 
 // deny answers 429 from st's verdict.
-func (g *Gateway) deny(x exchange, st *reqState) {
+func (g *Gateway) deny(x Exchange, st *Flow) {
 	res := &st.res
 	st.out = g.render(st, true)
-	x.setFields(st.out)
+	x.SetFields(st.out)
 	rule := st.m.Hits[res.Binding].Rule
 	g.obs.Rejected(limiter.FrontGateway, rule.Name(), http.StatusTooManyRequests)
-	if g.log.Enabled(x.context(), slog.LevelDebug) {
+	if g.log.Enabled(x.Context(), slog.LevelDebug) {
 		g.log.Debug("gateway: 429", "limit", rule.Name(), "route", st.m.Route, "path", strings.Clone(st.view.Path), "retry_after", res.RetryAfter)
 	}
 	body := bodyTooMany
 	if rule.Algorithm().Kind() == floodgate.KindQuota {
 		body = bodyExceeded
 	}
-	x.answer(http.StatusTooManyRequests, body, false)
+	x.Answer(http.StatusTooManyRequests, body, false)
 }
 
 // badRequest answers 400 with the reason.
-func (g *Gateway) badRequest(x exchange, st *reqState, why string) {
+func (g *Gateway) badRequest(x Exchange, st *Flow, why string) {
 	g.obs.Rejected(limiter.FrontGateway, "", http.StatusBadRequest)
-	if g.log.Enabled(x.context(), slog.LevelDebug) {
+	if g.log.Enabled(x.Context(), slog.LevelDebug) {
 		g.log.Debug("gateway: 400", "reason", why, "path", strings.Clone(st.view.Path))
 	}
-	x.answer(http.StatusBadRequest, badRequestBody(why), false)
+	x.Answer(http.StatusBadRequest, badRequestBody(why), false)
 }
 
 // badRequestBodies are the 400 bodies, one per reason (the reasons are
@@ -554,19 +554,19 @@ func badRequestBody(why string) []byte {
 }
 
 // reject answers the Match's Reject status.
-func (g *Gateway) reject(x exchange, st *reqState) {
+func (g *Gateway) reject(x Exchange, st *Flow) {
 	status := st.m.Reject
 	g.obs.Rejected(limiter.FrontGateway, "", status)
-	if g.log.Enabled(x.context(), slog.LevelDebug) {
+	if g.log.Enabled(x.Context(), slog.LevelDebug) {
 		g.log.Debug("gateway: rejected", "status", status, "route", st.m.Route, "path", strings.Clone(st.view.Path))
 	}
 	switch status {
 	case http.StatusForbidden:
-		x.answer(status, bodyForbidden, false)
+		x.Answer(status, bodyForbidden, false)
 	case http.StatusUnauthorized:
-		x.answer(status, bodyUnauthorized, true)
+		x.Answer(status, bodyUnauthorized, true)
 	default:
-		x.answer(status, bodyInternal, false)
+		x.Answer(status, bodyInternal, false)
 	}
 }
 
@@ -574,7 +574,7 @@ func (g *Gateway) reject(x exchange, st *reqState) {
 // engines: gone, from the engine's watch, is closed when the client leaves
 // first (stop ends the watch). It returns false then, and the charge is
 // refunded where the engine can.
-func (g *Gateway) wait(ctx context.Context, st *reqState, delay time.Duration, watch func() (gone <-chan struct{}, stop func())) bool {
+func (g *Gateway) wait(ctx context.Context, st *Flow, delay time.Duration, watch func() (gone <-chan struct{}, stop func())) bool {
 	name := ""
 	for i := range st.m.Hits {
 		if st.res.Decisions[i].Delay > 0 && st.res.Flags[i]&limiter.Shadow == 0 {
@@ -663,19 +663,19 @@ func (g *Gateway) release(ctx context.Context, leases []limiter.Hit) {
 // would not help). Anything else passes: the engine already applies each
 // limit's failure policy to store failures, so an error reaching the
 // gateway is unexpected and is logged.
-func (g *Gateway) failed(err error, x exchange, st *reqState) (later bool) {
+func (g *Gateway) failed(err error, x Exchange, st *Flow) (later bool) {
 	st.err = err
 	g.log.Error("gateway: engine", "err", err, "path", strings.Clone(st.view.Path))
 	if errors.Is(err, floodgate.ErrNeverFits) {
 		g.obs.Rejected(limiter.FrontGateway, "", http.StatusTooManyRequests)
-		x.answer(http.StatusTooManyRequests, bodyTooMany, false)
+		x.Answer(http.StatusTooManyRequests, bodyTooMany, false)
 		return false
 	}
 	if st.m.Reject != 0 {
 		g.reject(x, st)
 		return false
 	}
-	return x.pass(st, nil)
+	return x.Pass(st, nil)
 }
 
 type nopObserver struct{}

@@ -509,8 +509,8 @@ func (w *shortWriter) Write(b []byte) (int, error) {
 // instead of stopping at a short write.
 func TestCostWriterTakesWholeWrites(t *testing.T) {
 	t.Parallel()
-	st := &reqState{}
-	rec := &costRecorder{st: st}
+	st := &Flow{}
+	rec := &Recorder{st: st}
 	cw := &costWriter{ResponseWriter: &shortWriter{h: http.Header{}}, rec: rec, bounds: drainBounds{wait: time.Second, bytes: 1 << 20}}
 	for _, b := range [][]byte{[]byte("0123456789"), []byte("abcdef")} {
 		if n, err := cw.Write(b); n != len(b) || err != nil {

@@ -65,7 +65,7 @@ type Handled struct {
 	Held bool
 
 	g  *Gateway
-	st *reqState
+	st *Flow
 }
 
 // Handle decides r in process, through the admission flow of every HTTP
@@ -131,32 +131,32 @@ type localExchange struct {
 	fields    []fields.Field
 	forwarded bool
 	delay     time.Duration
-	rec       *costRecorder // a held request's reservation
+	rec       *Recorder // a held request's reservation
 }
 
-func (x *localExchange) context() context.Context { return x.ctx }
+func (x *localExchange) Context() context.Context { return x.ctx }
 
-func (x *localExchange) delHeader(string) {} // nothing is forwarded
+func (x *localExchange) DelHeader(string) {} // nothing is forwarded
 
-func (x *localExchange) requestBody(int) []byte { return nil } // estimates take their defaults
+func (x *localExchange) RequestBody(int) []byte { return nil } // estimates take their defaults
 
-func (x *localExchange) setFields(fs []fields.Field) { x.fields = fs }
+func (x *localExchange) SetFields(fs []fields.Field) { x.fields = fs }
 
-func (x *localExchange) answer(status int, body []byte, challenge bool) {
+func (x *localExchange) Answer(status int, body []byte, challenge bool) {
 	x.code, x.body = status, body
 	if challenge {
 		x.fields = append(x.fields, fields.Field{Name: "WWW-Authenticate", Value: bearerChallenge[0]})
 	}
 }
 
-func (x *localExchange) pass(st *reqState, rec *costRecorder) bool {
+func (x *localExchange) Pass(st *Flow, rec *Recorder) bool {
 	if st.m.Upstream == nil && !x.hold {
 		// As the reverse proxy: nowhere to send it. (A held request is
 		// ended by its caller with the status its upstream gave.)
 		if rec != nil {
 			rec.noAnswer = true
 		}
-		x.answer(404, bodyNotFound, false)
+		x.Answer(404, bodyNotFound, false)
 		return false
 	}
 	x.forwarded = true
@@ -171,16 +171,16 @@ func (x *localExchange) pass(st *reqState, rec *costRecorder) bool {
 	return false
 }
 
-func (x *localExchange) proxies() bool { return false }
+func (x *localExchange) Proxies() bool { return false }
 
-func (x *localExchange) answered() (int, int64) { return x.code, int64(len(x.body)) }
+func (x *localExchange) Answered() (int, int64) { return x.code, int64(len(x.body)) }
 
-func (x *localExchange) wait(_ context.Context, _ *reqState, delay time.Duration) bool {
+func (x *localExchange) Wait(_ context.Context, _ *Flow, delay time.Duration) bool {
 	x.delay = delay // the request's time is not the wall clock's: it goes on at once
 	return true
 }
 
-func (x *localExchange) keep(context.Context, []limiter.Hit) func() { return nil }
+func (x *localExchange) Keep(context.Context, []limiter.Hit) func() { return nil }
 
 // noHeader is a response without header fields.
 type noHeader struct{}

@@ -60,7 +60,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 // body are checked at its end. An HTTP/1.0 client's Expect field is not
 // passed on: it cannot take the upstream's 100 Continue.
 func refusedHTTP(w http.ResponseWriter, r *http.Request) bool {
-	status, text, closeIt := preflight(r.Method, r.RequestURI, r.Host, r.ProtoMajor == 1 && r.ProtoMinor >= 1)
+	status, text, closeIt := Preflight(r.Method, r.RequestURI, r.Host, r.ProtoMajor == 1 && r.ProtoMinor >= 1)
 	if status == 0 && (badTrailer(r.Trailer) != "" || badDeclaredTrailer(r.Header) != "") {
 		status, text, closeIt = http.StatusBadRequest, "400 Bad Request: bad trailer key", true
 	}
@@ -88,32 +88,32 @@ func refusedHTTP(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-func (x *httpExchange) context() context.Context { return x.r.Context() }
+func (x *httpExchange) Context() context.Context { return x.r.Context() }
 
-func (x *httpExchange) wait(ctx context.Context, st *reqState, delay time.Duration) bool {
+func (x *httpExchange) Wait(ctx context.Context, st *Flow, delay time.Duration) bool {
 	return x.g.wait(ctx, st, delay, func() (<-chan struct{}, func()) { return x.r.Context().Done(), func() {} })
 }
 
-func (x *httpExchange) keep(ctx context.Context, leases []limiter.Hit) func() {
+func (x *httpExchange) Keep(ctx context.Context, leases []limiter.Hit) func() {
 	return x.g.renew(ctx, leases)
 }
 
-func (x *httpExchange) delHeader(name string) { delete(x.r.Header, name) }
+func (x *httpExchange) DelHeader(name string) { delete(x.r.Header, name) }
 
-func (x *httpExchange) proxies() bool { return x.next == nil }
+func (x *httpExchange) Proxies() bool { return x.next == nil }
 
-func (x *httpExchange) setFields(fs []fields.Field) { setFields(x.w.Header(), fs) }
+func (x *httpExchange) SetFields(fs []fields.Field) { setFields(x.w.Header(), fs) }
 
-func (x *httpExchange) answer(status int, body []byte, challenge bool) {
+func (x *httpExchange) Answer(status int, body []byte, challenge bool) {
 	if challenge {
 		x.w.Header()["Www-Authenticate"] = bearerChallenge
 	}
 	writeJSON(x.w, status, body)
 }
 
-func (x *httpExchange) answered() (int, int64) { return x.aw.status, x.aw.bytes }
+func (x *httpExchange) Answered() (int, int64) { return x.aw.status, x.aw.bytes }
 
-func (x *httpExchange) pass(st *reqState, rec *costRecorder) bool {
+func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 	w, r := x.w, x.r
 	if rec != nil {
 		rec.hdr = w.Header()
@@ -152,7 +152,7 @@ func (x *httpExchange) pass(st *reqState, rec *costRecorder) bool {
 
 // requestBody reads the body once (up to max bytes) and puts it back for
 // the upstream.
-func (x *httpExchange) requestBody(max int) []byte {
+func (x *httpExchange) RequestBody(max int) []byte {
 	r := x.r
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
@@ -177,14 +177,14 @@ func (x *httpExchange) requestBody(max int) []byte {
 }
 
 // costWriter is the response writer of a request with reservations on
-// net/http: it tells its costRecorder the response as it passes, holding
+// net/http: it tells its Recorder the response as it passes, holding
 // none of it back. Once a write to the client fails, the client has left:
 // the rest of the answer is read for its cost and discarded, up to the
 // drain bounds (d, when the answer comes from an upstream, ends the
 // upstream's request at the time bound).
 type costWriter struct {
 	http.ResponseWriter
-	rec     *costRecorder
+	rec     *Recorder
 	bounds  drainBounds
 	d       *drainer
 	discard bool  // the client left: writes are discarded

@@ -142,7 +142,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	if k != nil && k.ClientIP.IsValid() {
 		id.ClientIP, id.ClientKey = k.ClientIP, rf.resolver.Key(k.ClientIP)
 	} else {
-		id = rf.resolver.ClientOfPeer(r.Peer, r.peerText, r.Header)
+		id = rf.resolver.ClientOfPeer(r.Peer, r.PeerText, r.Header)
 	}
 	if k != nil && k.UserKnown {
 		id.User = k.User

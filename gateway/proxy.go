@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/bufpool"
 )
 
 // TransportOptions tune the reverse proxy's upstream connections. Zero
@@ -89,7 +90,7 @@ var (
 )
 
 // forward sends the request to its route's upstream.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *reqState) {
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *Flow) {
 	u := st.m.Upstream
 	if u == nil {
 		markFailed(w) // the gateway's answer, not an upstream's
@@ -157,7 +158,7 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 			pr.SetXForwarded()
 		},
 		Transport:  g.tr,
-		BufferPool: copyBuffers,
+		BufferPool: bufpool.Copy,
 		// FlushInterval 0: ReverseProxy flushes at once for streamed bodies
 		// (unknown length, text/event-stream) and buffers the rest.
 		ErrorLog: nil,
@@ -186,24 +187,9 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 	return up
 }
 
-// bufferPool lends the reverse proxy its copy buffers; without one it
-// allocates 32 KiB per response.
-type bufferPool struct{ p sync.Pool }
-
-func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
-	}
-	return make([]byte, 32<<10)
-}
-
-func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
-
-var copyBuffers = &bufferPool{}
-
 // ForgetUpstreams drops the proxies of upstreams no longer used, after a
 // policy reload.
 func (g *Gateway) ForgetUpstreams() {
 	g.proxies.Clear()
-	g.forgetEdgeUpstreams()
+	g.forgetAll()
 }

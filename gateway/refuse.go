@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -22,13 +21,13 @@ import (
 // implements.
 const maxMethodBytes = 32
 
-// preflight returns the answer the reverse proxy gives a request before
+// Preflight returns the answer the reverse proxy gives a request before
 // its request path, or 0: status and the text of a plain answer, close
 // when the connection closes after it. target is the request target as
 // sent (the request line's), host its Host field (net/http's server
 // checks the field, whatever the target says), http11 whether the request
 // is HTTP/1.1 (an HTTP/1.1 request without a host is refused).
-func preflight(method, target, host string, http11 bool) (status int, text string, close bool) {
+func Preflight(method, target, host string, http11 bool) (status int, text string, close bool) {
 	switch {
 	case len(method) > maxMethodBytes:
 		return http.StatusNotImplemented, "501 Not Implemented: method too long", true
@@ -96,57 +95,6 @@ var validHostByte = func() (t [256]bool) {
 	}
 	return t
 }()
-
-// validEscapes reports whether every % in a request target starts an
-// escape of two hexadecimal digits, as net/http's server requires of the
-// targets it reads.
-func validEscapes(target []byte) bool {
-	for {
-		i := bytes.IndexByte(target, '%')
-		if i < 0 {
-			return true
-		}
-		if i+2 >= len(target) || !isHex(target[i+1]) || !isHex(target[i+2]) {
-			return false
-		}
-		target = target[i+3:]
-	}
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// expectationFails reports whether a request's Expect field asks for
-// something other than 100-continue, which net/http's server answers 417.
-func expectationFails(expect []byte) bool {
-	if len(expect) == 0 {
-		return false
-	}
-	for part := range bytes.SplitSeq(expect, []byte(",")) {
-		if bytes.EqualFold(bytes.TrimSpace(part), []byte("100-continue")) {
-			return false
-		}
-	}
-	return true
-}
-
-// hasField reports whether raw, a request's header fields as sent, has a
-// field line named name (lower case): for fields the edge engine's parser
-// takes and does not keep (Transfer-Encoding: identity).
-func hasField(raw []byte, name string) bool {
-	for len(raw) > len(name) {
-		if raw[0]|0x20 == name[0] && raw[len(name)] == ':' && bytes.EqualFold(raw[:len(name)], []byte(name)) {
-			return true
-		}
-		i := bytes.IndexByte(raw, '\n')
-		if i < 0 {
-			return false
-		}
-		raw = raw[i+1:]
-	}
-	return false
-}
 
 // badTrailers are the fields that may not be sent in a trailer section
 // (RFC 9110 §6.5.1: framing, routing, authentication, controls and

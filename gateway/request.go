@@ -39,12 +39,13 @@ type Request struct {
 	// out from the peer and the header fields.
 	Known *Known
 
-	// peerText is Peer.String() when an engine keeps it (per connection),
-	// "" otherwise.
-	peerText string
-	// noOverride is set by an engine that saw every field name and no
+	// PeerText is Peer.String() when an engine keeps it (per connection),
+	// "" otherwise: an IPv4 client's counter key is then not formatted
+	// again for each request.
+	PeerText string
+	// NoOverride is set by an engine that saw every field name and no
 	// method override header among them.
-	noOverride bool
+	NoOverride bool
 }
 
 // Known is what is already known of who sent a request. Each field left

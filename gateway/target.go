@@ -55,8 +55,8 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\v' || c == '\
 // methodOverride applies the gateway's policy to the method override
 // headers of the request x carries (r its view); it returns the reason to
 // refuse it, or "".
-func (g *Gateway) methodOverride(x exchange, r *Request) string {
-	if r.Header == nil || r.noOverride {
+func (g *Gateway) methodOverride(x Exchange, r *Request) string {
+	if r.Header == nil || r.NoOverride {
 		return ""
 	}
 	hh, isHTTP := r.Header.(http.Header)
@@ -80,7 +80,7 @@ func (g *Gateway) methodOverride(x exchange, r *Request) string {
 		case OverrideHonor:
 			r.Method = upperMethod(strings.TrimSpace(v))
 		default:
-			x.delHeader(h)
+			x.DelHeader(h)
 		}
 	}
 	return ""

@@ -74,20 +74,3 @@ func testUpgradeTunnels(t *testing.T, fr string) {
 		t.Errorf("a second upgrade over the limit: %d, want 429", resp.StatusCode)
 	}
 }
-
-// TestH2Start: the edge engine tells HTTP/2's preface from HTTP/1 whether
-// its first read holds part of the preface, all of it, or more.
-func TestH2Start(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		b    string
-		want bool
-	}{
-		{"PRI", true}, {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", true}, {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04", true},
-		{"GET / HTTP/1.1\r\n", false}, {"PRX", false}, {"", true},
-	} {
-		if got := h2Start([]byte(c.b)); got != c.want {
-			t.Errorf("h2Start(%q) = %v, want %v", c.b, got, c.want)
-		}
-	}
-}

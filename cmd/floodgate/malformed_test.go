@@ -450,7 +450,9 @@ routes:
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 24)
 		for _, i := range cases {
+			mu.Lock() // the goroutines of the cases before write into out
 			out[i] = map[string]rawOutcome{}
+			mu.Unlock()
 			for _, e := range engines {
 				wg.Add(1)
 				sem <- struct{}{}

@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/gateway/edge"
 	"github.com/floodgate/floodgate/internal/demo"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
@@ -181,7 +182,7 @@ type server struct {
 	frontLn, adminLn net.Listener
 	conns            *connLimit
 	front, admin     *http.Server
-	edge             *gateway.Edge // the edge engine, when it serves the gateway listener
+	edge             *edge.Engine // the edge engine, when it serves the gateway listener
 	engineName       string
 	services         *decisionServices
 	errc             chan error

@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/gateway/edge"
 )
 
 // The gateway listener's HTTP engine (server.engine, --engine): the edge
@@ -54,7 +55,7 @@ func (s *server) serveFront(g *gateway.Gateway) {
 		return
 	}
 	t := s.srv.Timeouts
-	s.edge = g.NewEdge(gateway.EdgeOptions{
+	s.edge = edge.New(g, edge.Options{
 		ReadHeaderTimeout: t.ReadHeader,
 		ReadTimeout:       t.Read,
 		WriteTimeout:      t.Write,

@@ -1,4 +1,4 @@
-package gateway
+package edge
 
 import (
 	"bytes"
@@ -15,21 +15,22 @@ import (
 	"unsafe"
 
 	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/valyala/fasthttp"
 )
 
 // The edge engine serves HTTP/1.1 on github.com/valyala/fasthttp: the
-// same request path (handle) as net/http, read through a Request whose
+// gateway's admission flow (gateway.Gateway.Run) as net/http does, read through a Request whose
 // strings are views of fasthttp's buffers, answered from precomputed
 // bodies, and forwarded upstream over pooled connections that are capped
 // per host. What it cannot serve it hands to a net/http server: a
 // connection that opens with HTTP/2's preface (h2c), and a request that
 // upgrades its connection (WebSocket).
 
-// EdgeOptions configure the edge engine (Gateway.NewEdge). Zero fields take
-// the defaults in brackets.
-type EdgeOptions struct {
+// Options configure the edge engine (New). Zero fields take the defaults
+// in brackets.
+type Options struct {
 	// ReadHeaderTimeout bounds reading a request's headers, and the first
 	// bytes of a new connection [10s].
 	ReadHeaderTimeout time.Duration
@@ -47,18 +48,22 @@ type EdgeOptions struct {
 	MaxHeaderBytes int
 	// Fallback serves what the edge engine hands over: connections that
 	// speak HTTP/2 with prior knowledge, and requests that upgrade their
-	// connection. Its Handler is usually the Gateway itself. Nil: such
+	// connection. Its Handler is usually the gateway itself. Nil: such
 	// connections are closed and such requests answered 501.
 	Fallback *http.Server
-	// Logger receives the engine's errors (default: the Gateway's).
+	// Logger receives the engine's errors (default: the gateway's).
 	Logger *slog.Logger
 }
 
-// Edge is the gateway's edge engine: an HTTP/1.1 reverse proxy on
-// fasthttp that enforces the same policy as Gateway.ServeHTTP.
-type Edge struct {
-	g        *Gateway
+// Engine is the gateway's edge engine: an HTTP/1.1 reverse proxy on
+// fasthttp that enforces the same policy as gateway.Gateway.ServeHTTP,
+// through the same admission flow.
+type Engine struct {
+	g        *gateway.Gateway
 	srv      *fasthttp.Server
+	ups      sync.Map // *url.URL → *upstream
+	xs       sync.Pool
+	drain    drainBounds
 	fallback *http.Server
 	log      *slog.Logger
 	header   time.Duration
@@ -70,18 +75,22 @@ type Edge struct {
 	closed bool
 }
 
-// NewEdge returns the edge engine of g.
-func (g *Gateway) NewEdge(o EdgeOptions) *Edge {
+// New returns the edge engine of g.
+func New(g *gateway.Gateway, o Options) *Engine {
 	def := func(d, v time.Duration) time.Duration {
 		if d <= 0 {
 			return v
 		}
 		return d
 	}
-	e := &Edge{g: g, fallback: o.Fallback, log: o.Logger, header: def(o.ReadHeaderTimeout, 10*time.Second)}
+	e := &Engine{g: g, fallback: o.Fallback, log: o.Logger, header: def(o.ReadHeaderTimeout, 10*time.Second)}
 	if e.log == nil {
-		e.log = g.log
+		e.log = g.Logger()
 	}
+	up := g.Upstream()
+	e.drain = drainBounds{wait: up.DrainTimeout, bytes: up.DrainBytes}
+	e.xs.New = func() any { return new(exchange) }
+	g.OnForgetUpstreams(e.forgetUpstreams)
 	maxHeader := o.MaxHeaderBytes
 	if maxHeader <= 0 {
 		maxHeader = 64 << 10
@@ -127,7 +136,7 @@ func (g *Gateway) NewEdge(o EdgeOptions) *Edge {
 // Serve accepts connections on ln and serves them until Shutdown or Close:
 // HTTP/1 on the edge engine, HTTP/2 with prior knowledge on the fallback
 // server.
-func (e *Edge) Serve(ln net.Listener) error {
+func (e *Engine) Serve(ln net.Listener) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -163,8 +172,8 @@ func (e *Edge) Serve(ln net.Listener) error {
 // route reads the first bytes of a new connection and hands it to the
 // engine that speaks its protocol: HTTP/2 with prior knowledge, and
 // requests whose lines end in a bare LF, go to net/http.
-func (e *Edge) route(c net.Conn) {
-	ec := &edgeConn{Conn: c}
+func (e *Engine) route(c net.Conn) {
+	ec := &conn{Conn: c}
 	h2, bareLF, err := ec.sniff(time.Now().Add(e.header))
 	switch {
 	case err != nil:
@@ -180,7 +189,7 @@ func (e *Edge) route(c net.Conn) {
 
 // Shutdown stops accepting, lets the requests in flight finish (until ctx
 // ends) and closes the connections.
-func (e *Edge) Shutdown(ctx context.Context) error {
+func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
 	if e.ln != nil {
@@ -197,7 +206,7 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 }
 
 // Close closes the engine's listeners and connections at once.
-func (e *Edge) Close() error {
+func (e *Engine) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := e.Shutdown(ctx)
@@ -210,7 +219,7 @@ func (e *Edge) Close() error {
 // readError answers a request fasthttp could not read as net/http would:
 // 431 for headers over the limit, nothing for a client too slow (the
 // connection is closed), 400 for the rest.
-func (e *Edge) readError(ctx *fasthttp.RequestCtx, err error) {
+func (e *Engine) readError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {
@@ -244,14 +253,14 @@ func plainErrorText(ctx *fasthttp.RequestCtx, status int, msg string) {
 }
 
 // edgeLogger sends fasthttp's log lines to the engine's logger.
-type edgeLogger struct{ e *Edge }
+type edgeLogger struct{ e *Engine }
 
 func (l edgeLogger) Printf(format string, args ...any) {
 	l.e.log.Debug("gateway: edge: " + fmt.Sprintf(format, args...))
 }
 
 // serve is the edge engine's handler.
-func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
+func (e *Engine) serve(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Request.Header
 	if p := h.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
 		plainErrorText(ctx, http.StatusHTTPVersionNotSupported, "505 HTTP Version Not Supported: unsupported protocol version")
@@ -270,7 +279,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
 		e.upgrade(ctx)
 		return
 	}
-	e.g.serveEdge(ctx, !f.override)
+	e.serveRequest(ctx, !f.override)
 }
 
 // admit reports whether a request goes on to its request path. Otherwise
@@ -282,10 +291,10 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
 // After a request with a chunked body the connection is closed, as on
 // net/http (whose server cannot tell whether it also had a
 // Content-Length). expect says whether the request has an Expect field.
-func (e *Edge) admit(ctx *fasthttp.RequestCtx, expect bool) bool {
+func (e *Engine) admit(ctx *fasthttp.RequestCtx, expect bool) bool {
 	h := &ctx.Request.Header
 	target := h.RequestURI()
-	if status, text, closeIt := preflight(b2s(h.Method()), b2s(target), b2s(h.Host()), h.IsHTTP11()); status != 0 {
+	if status, text, closeIt := gateway.Preflight(b2s(h.Method()), b2s(target), b2s(h.Host()), h.IsHTTP11()); status != 0 {
 		if status == http.StatusOK {
 			ctx.Response.Reset()
 			ctx.SetStatusCode(status) // OPTIONS *: no body, the connection kept
@@ -319,7 +328,7 @@ func (e *Edge) admit(ctx *fasthttp.RequestCtx, expect bool) bool {
 
 // upgrade hands a request that upgrades its connection (a WebSocket) to
 // the fallback server, with the connection.
-func (e *Edge) upgrade(ctx *fasthttp.RequestCtx) {
+func (e *Engine) upgrade(ctx *fasthttp.RequestCtx) {
 	if e.fallback == nil || ctx.Request.Header.ContentLength() != 0 && ctx.Request.Header.ContentLength() != -2 {
 		plainError(ctx, http.StatusNotImplemented)
 		return
@@ -327,16 +336,17 @@ func (e *Edge) upgrade(ctx *fasthttp.RequestCtx) {
 	head := append([]byte(nil), ctx.Request.Header.Header()...)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		e.slow.push(&edgeConn{Conn: c, pre: head})
+		e.slow.push(&conn{Conn: c, pre: head})
 	})
 }
 
-// serveEdge runs the request path for a request of the edge engine.
-func (g *Gateway) serveEdge(ctx *fasthttp.RequestCtx, noOverride bool) {
-	st := g.get()
-	x := &st.eh
-	x.g, x.ctx, x.st = g, ctx, st
-	v := &st.view
+// serveRequest runs a request through the admission flow.
+func (e *Engine) serveRequest(ctx *fasthttp.RequestCtx, noOverride bool) {
+	g := e.g
+	f := g.Begin()
+	x := e.xs.Get().(*exchange)
+	*x = exchange{e: e, ctx: ctx, f: f}
+	v := f.Request()
 	h := &ctx.Request.Header
 	v.Method = methodOf(h.Method())
 	v.Host = b2s(ctx.Host())
@@ -345,71 +355,75 @@ func (g *Gateway) serveEdge(ctx *fasthttp.RequestCtx, noOverride bool) {
 	if !h.IsHTTP11() {
 		v.Proto = "HTTP/1.0"
 	}
-	if c, ok := ctx.Conn().(*edgeConn); ok {
-		v.Peer, v.peerText = c.peer()
+	if c, ok := ctx.Conn().(*conn); ok {
+		v.Peer, v.PeerText = c.peer()
 	} else {
 		v.Peer = peerOf(ctx.RemoteAddr())
 	}
 	v.Header = (*edgeHeader)(h)
-	v.noOverride = noOverride
+	v.NoOverride = noOverride
 	later := false
 	defer func() {
 		if p := recover(); p != nil {
-			g.log.Error("gateway: edge: panic", "panic", p)
+			e.log.Error("gateway: edge: panic", "panic", p)
 			ctx.Response.Reset()
 			ctx.SetConnectionClose()
 			plainError(ctx, http.StatusInternalServerError)
 			later = false
 		}
 		if !later {
-			g.finish(x, st)
-			g.put(st)
+			e.finish(x)
 		}
 	}()
-	later = g.handle(x, st)
+	later = g.Run(x, f)
 }
 
-// edgeExchange is a request served by the edge engine.
-type edgeExchange struct {
-	g      *Gateway
+// finish ends a request once its answer is written.
+func (e *Engine) finish(x *exchange) {
+	e.g.Finish(x, x.f)
+	*x = exchange{}
+	e.xs.Put(x)
+}
+
+// exchange is a request served by the edge engine.
+type exchange struct {
+	e      *Engine
 	ctx    *fasthttp.RequestCtx
-	st     *reqState
+	f      *gateway.Flow
 	fields []fields.Field // the fields of the coming answer
 	status int
 	bytes  int64
 }
 
-func (x *edgeExchange) reset() { *x = edgeExchange{} }
-
 // context is the request's context. fasthttp cannot tell when a client
 // leaves while its request is served, so it never ends; a request that
 // waits in a queue watches its connection instead (watch).
-func (x *edgeExchange) context() context.Context { return context.Background() }
+func (x *exchange) Context() context.Context { return context.Background() }
 
-func (x *edgeExchange) delHeader(name string) { x.ctx.Request.Header.Del(name) }
+func (x *exchange) DelHeader(name string) { x.ctx.Request.Header.Del(name) }
 
-func (x *edgeExchange) proxies() bool { return true }
+func (x *exchange) Proxies() bool { return true }
 
-func (x *edgeExchange) setFields(fs []fields.Field) { x.fields = fs }
+func (x *exchange) SetFields(fs []fields.Field) { x.fields = fs }
 
-func (x *edgeExchange) answered() (int, int64) { return x.status, x.bytes }
+func (x *exchange) Answered() (int, int64) { return x.status, x.bytes }
 
 // wait holds the request in its queue, watching its connection for the
 // client leaving meanwhile.
-func (x *edgeExchange) wait(ctx context.Context, st *reqState, delay time.Duration) bool {
-	return x.g.wait(ctx, st, delay, func() (<-chan struct{}, func()) {
-		if c, ok := x.ctx.Conn().(*edgeConn); ok {
+func (x *exchange) Wait(ctx context.Context, f *gateway.Flow, delay time.Duration) bool {
+	return x.e.g.WaitInQueue(ctx, f, delay, func() (<-chan struct{}, func()) {
+		if c, ok := x.ctx.Conn().(*conn); ok {
 			return c.watch(false)
 		}
 		return nil, func() {}
 	})
 }
 
-func (x *edgeExchange) keep(ctx context.Context, leases []limiter.Hit) func() {
-	return x.g.renew(ctx, leases)
+func (x *exchange) Keep(ctx context.Context, leases []limiter.Hit) func() {
+	return x.e.g.Renew(ctx, leases)
 }
 
-func (x *edgeExchange) answer(status int, body []byte, challenge bool) {
+func (x *exchange) Answer(status int, body []byte, challenge bool) {
 	resp := &x.ctx.Response
 	resp.SetStatusCode(status)
 	resp.Header.SetContentTypeBytes(jsonTypeBytes)
@@ -424,20 +438,20 @@ func (x *edgeExchange) answer(status int, body []byte, challenge bool) {
 }
 
 // addFields adds the pending fields to an upstream's response.
-func (x *edgeExchange) addFields() {
+func (x *exchange) addFields() {
 	for _, f := range x.fields {
 		x.ctx.Response.Header.AddBytesKV(fieldName(f.Name), s2b(f.Value))
 	}
 }
 
-func (x *edgeExchange) pass(st *reqState, rec *costRecorder) bool {
-	return x.g.forwardEdge(x, st, rec)
+func (x *exchange) Pass(f *gateway.Flow, rec *gateway.Recorder) bool {
+	return x.e.forward(x, f, rec)
 }
 
 // requestBody reads a body of known length up to max bytes; the body is
 // then held in memory and forwarded from there. A body of unknown length
 // (chunked) or over max is not read: its estimate is the default.
-func (x *edgeExchange) requestBody(max int) []byte {
+func (x *exchange) RequestBody(max int) []byte {
 	req := &x.ctx.Request
 	n := req.Header.ContentLength()
 	if n <= 0 || n > max {
@@ -453,7 +467,7 @@ func (x *edgeExchange) requestBody(max int) []byte {
 var (
 	jsonTypeBytes        = []byte("application/json")
 	wwwAuthenticate      = []byte("WWW-Authenticate")
-	bearerChallengeBytes = []byte(bearerChallenge[0])
+	bearerChallengeBytes = []byte(gateway.BearerChallenge)
 )
 
 var (
@@ -603,3 +617,61 @@ var tokenChar = func() (t [256]bool) {
 	}
 	return t
 }()
+
+// drainBounds bound reading an answer after its client left (the
+// gateway's TransportOptions.DrainTimeout and DrainBytes).
+type drainBounds struct {
+	wait  time.Duration
+	bytes int64
+}
+
+// validEscapes reports whether every % in a request target starts an
+// escape of two hexadecimal digits, as net/http's server requires of the
+// targets it reads.
+func validEscapes(target []byte) bool {
+	for {
+		i := bytes.IndexByte(target, '%')
+		if i < 0 {
+			return true
+		}
+		if i+2 >= len(target) || !isHex(target[i+1]) || !isHex(target[i+2]) {
+			return false
+		}
+		target = target[i+3:]
+	}
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// expectationFails reports whether a request's Expect field asks for
+// something other than 100-continue, which net/http's server answers 417.
+func expectationFails(expect []byte) bool {
+	if len(expect) == 0 {
+		return false
+	}
+	for part := range bytes.SplitSeq(expect, []byte(",")) {
+		if bytes.EqualFold(bytes.TrimSpace(part), []byte("100-continue")) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasField reports whether raw, a request's header fields as sent, has a
+// field line named name (lower case): for fields the edge engine's parser
+// takes and does not keep (Transfer-Encoding: identity).
+func hasField(raw []byte, name string) bool {
+	for len(raw) > len(name) {
+		if raw[0]|0x20 == name[0] && raw[len(name)] == ':' && bytes.EqualFold(raw[:len(name)], []byte(name)) {
+			return true
+		}
+		i := bytes.IndexByte(raw, '\n')
+		if i < 0 {
+			return false
+		}
+		raw = raw[i+1:]
+	}
+	return false
+}

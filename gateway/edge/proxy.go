@@ -1,4 +1,4 @@
-package gateway
+package edge
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/internal/bufpool"
 	"github.com/valyala/fasthttp"
 )
 
@@ -23,9 +25,9 @@ import (
 // event streams are streamed to the client as they come.
 const edgeBufferBytes = 64 << 10
 
-// edgeUpstream is one upstream of the edge engine: a pool of connections,
+// upstream is one upstream of the edge engine: a pool of connections,
 // capped, and how to address it.
-type edgeUpstream struct {
+type upstream struct {
 	hc      *fasthttp.HostClient
 	host    string        // the Host field of the forwarded requests
 	base    string        // the upstream URL's path ("" for none)
@@ -33,14 +35,14 @@ type edgeUpstream struct {
 	timeout time.Duration // the wait for the response headers
 }
 
-// edgeUpstreamOf returns the upstream of u, making it on first use. Routes
+// upstreamOf returns the upstream of u, making it on first use. Routes
 // that share an upstream share its pool (its answers are counted under
 // each request's route).
-func (g *Gateway) edgeUpstreamOf(u *url.URL) *edgeUpstream {
-	if p, ok := g.edgeUps.Load(u); ok {
-		return p.(*edgeUpstream)
+func (e *Engine) upstreamOf(u *url.URL) *upstream {
+	if p, ok := e.ups.Load(u); ok {
+		return p.(*upstream)
 	}
-	o := g.upstream
+	o := e.g.Upstream()
 	def := func(d, v time.Duration) time.Duration {
 		if d <= 0 {
 			return v
@@ -61,7 +63,7 @@ func (g *Gateway) edgeUpstreamOf(u *url.URL) *edgeUpstream {
 	if maxConns <= 0 {
 		maxConns = 1 << 20 // no cap, as net/http's transport
 	}
-	up := &edgeUpstream{
+	up := &upstream{
 		hc: &fasthttp.HostClient{
 			Addr:  addr,
 			IsTLS: tls,
@@ -86,16 +88,16 @@ func (g *Gateway) edgeUpstreamOf(u *url.URL) *edgeUpstream {
 		query:   u.RawQuery,
 		timeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
 	}
-	p, _ := g.edgeUps.LoadOrStore(u, up)
-	return p.(*edgeUpstream)
+	p, _ := e.ups.LoadOrStore(u, up)
+	return p.(*upstream)
 }
 
-// forgetEdgeUpstreams drops the edge engine's upstreams, closing their
-// idle connections.
-func (g *Gateway) forgetEdgeUpstreams() {
-	g.edgeUps.Range(func(k, v any) bool {
-		g.edgeUps.Delete(k)
-		v.(*edgeUpstream).hc.CloseIdleConnections()
+// forgetUpstreams drops the engine's upstreams, closing their idle
+// connections (gateway.Gateway.ForgetUpstreams, after a policy reload).
+func (e *Engine) forgetUpstreams() {
+	e.ups.Range(func(k, v any) bool {
+		e.ups.Delete(k)
+		v.(*upstream).hc.CloseIdleConnections()
 		return true
 	})
 }
@@ -108,33 +110,34 @@ var (
 	schemeHTTP      = []byte("http")
 )
 
-// forwardEdge sends the request to its route's upstream and sets the
-// answer from the upstream's response; it returns true when the body is
-// streamed (the request finishes when the stream ends).
-func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) bool {
-	u := st.m.Upstream
+// forward sends the request to its route's upstream and sets the answer
+// from the upstream's response; it returns true when the body is streamed
+// (the request finishes when the stream ends).
+func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bool {
+	m, v := f.Match(), f.Request()
+	u := m.Upstream
 	if u == nil {
-		x.answer(404, bodyNotFound, false)
+		x.Answer(404, gateway.Body(404), false)
 		return false
 	}
-	up := g.edgeUpstreamOf(u)
-	route := st.m.Route
+	up := e.upstreamOf(u)
+	route := m.Route
 	ctx := x.ctx
 	req := &ctx.Request
-	if g.alog != nil {
+	if e.g.AccessLogged() {
 		// The request is rewritten in place below; the log keeps what
 		// the client sent.
-		st.view.Host = strings.Clone(st.view.Host)
-		st.view.Path = strings.Clone(st.view.Path)
+		v.Host = strings.Clone(v.Host)
+		v.Path = strings.Clone(v.Path)
 	}
 	clientClose := req.Header.ConnectionClose() || !req.Header.IsHTTP11() && !bytes.EqualFold(req.Header.Peek("Connection"), []byte("keep-alive"))
-	g.rewriteEdgeRequest(ctx, up, &st.view, st.m.PeerTrusted)
+	rewriteRequest(ctx, up, v, m.PeerTrusted)
 
 	resp := &ctx.Response
 	var err error
 	for attempt := 0; ; attempt++ {
 		var later, reused bool
-		later, reused, err = g.exchangeUpstream(x, st, rec, up, clientClose)
+		later, reused, err = e.exchangeUpstream(x, f, rec, up, clientClose)
 		if err == nil {
 			return later
 		}
@@ -144,17 +147,17 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 			break
 		}
 	}
-	g.obs.Upstream(route, 0)
+	e.g.UpstreamAnswered(route, 0)
 	if rec != nil {
-		rec.noAnswer = true // a reservation of the request is given back
+		rec.SetNoAnswer() // a reservation of the request is given back
 	}
 	resp.Reset()
 	if isTimeout(err) {
-		g.log.Warn("gateway: upstream timeout", "route", route, "upstream", up.host, "err", err)
-		x.answer(504, bodyTimeout, false)
+		e.log.Warn("gateway: upstream timeout", "route", route, "upstream", up.host, "err", err)
+		x.Answer(504, gateway.Body(504), false)
 	} else {
-		g.log.Warn("gateway: upstream error", "route", route, "upstream", up.host, "err", err)
-		x.answer(502, bodyBadGateway, false)
+		e.log.Warn("gateway: upstream error", "route", route, "upstream", up.host, "err", err)
+		x.Answer(502, gateway.Body(502), false)
 	}
 	if req.IsBodyStream() || clientClose {
 		ctx.SetConnectionClose() // the body may be half read
@@ -167,7 +170,8 @@ func (g *Gateway) forwardEdge(x *edgeExchange, st *reqState, rec *costRecorder) 
 // request finishes when the stream ends); an error means no answer was
 // set, and reused that the request went over a connection kept from an
 // earlier one.
-func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecorder, up *edgeUpstream, clientClose bool) (later, reused bool, err error) {
+func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Recorder, up *upstream, clientClose bool) (later, reused bool, err error) {
+	route := f.Match().Route
 	ctx := x.ctx
 	req, resp := &ctx.Request, &ctx.Response
 	hc := up.hc
@@ -210,7 +214,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		return false, reused, err
 	}
 	status := resp.StatusCode()
-	g.obs.Upstream(st.m.Route, status)
+	e.g.UpstreamAnswered(route, status)
 	upstreamClose := resp.Header.ConnectionClose()
 	resp.Header.ResetConnectionClose()
 	// The client is answered in the gateway's own version, HTTP/1.1, with
@@ -225,7 +229,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	}
 	x.status = status
 	if rec != nil {
-		rec.header(status, (*edgeRespHeader)(&resp.Header))
+		rec.Header(status, (*respHeader)(&resp.Header))
 	}
 	n := resp.Header.ContentLength()
 	head := req.Header.IsHead()
@@ -248,9 +252,9 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 			// The upstream's status is known: its answer began, and the
 			// reservation is settled by it (the body cut short tells no
 			// cost).
-			g.log.Warn("gateway: upstream body", "route", st.m.Route, "upstream", up.host, "err", err)
+			e.log.Warn("gateway: upstream body", "route", route, "upstream", up.host, "err", err)
 			resp.Reset()
-			x.answer(502, bodyBadGateway, false)
+			x.Answer(502, gateway.Body(502), false)
 			if clientClose {
 				resp.SetConnectionClose()
 			}
@@ -260,8 +264,8 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 		body := resp.Body()
 		x.bytes = int64(len(body))
 		if rec != nil {
-			rec.read(body)
-			rec.complete = true
+			rec.Read(body)
+			rec.SetComplete()
 		}
 		return false, true, nil
 	}
@@ -278,7 +282,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	ur.StreamBody = true
 	resp.Header.CopyTo(&ur.Header)
 	_ = ur.ReadBody(br, 0)
-	b := &edgeBody{g: g, x: x, st: st, rec: rec, ur: ur, r: ur.BodyStream(), conn: c, uc: uc}
+	b := &body{e: e, x: x, rec: rec, ur: ur, r: ur.BodyStream(), conn: c, uc: uc}
 	b.release = func(closeIt bool) {
 		leftover := br.Buffered() > 0
 		hc.ReleaseReader(br)
@@ -291,7 +295,7 @@ func (g *Gateway) exchangeUpstream(x *edgeExchange, st *reqState, rec *costRecor
 	if n == -2 {
 		n = -1 // until the upstream closes: chunked to the client
 	}
-	if ec, ok := ctx.Conn().(*edgeConn); ok && rec != nil && rec.readsBody() {
+	if ec, ok := ctx.Conn().(*conn); ok && rec != nil && rec.ReadsBody() {
 		b.watchClient(ec)
 	}
 	resp.SetBodyStream(b, n)
@@ -320,8 +324,8 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 	if err := bw.Flush(); err != nil {
 		return err
 	}
-	bp := copyBuffers.Get()
-	defer copyBuffers.Put(bp)
+	bp := bufpool.Copy.Get()
+	defer bufpool.Copy.Put(bp)
 	buf := bp[:16<<10]
 	left := int64(n)
 	for n < 0 || left > 0 {
@@ -405,7 +409,7 @@ var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer"
 // X-Forwarded-For is the peer alone and X-Real-IP is removed.
 // X-Forwarded-Host is the host the request was routed and limited by
 // (v.Host: an absolute-form target's, else the Host field's).
-func (g *Gateway) rewriteEdgeRequest(ctx *fasthttp.RequestCtx, up *edgeUpstream, v *Request, trusted bool) {
+func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, trusted bool) {
 	req := &ctx.Request
 	h := &req.Header
 	xff, realIP := stripHopRequest(h)
@@ -588,17 +592,16 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns)
 }
 
-// edgeBody streams an upstream's body to the client, telling the
+// body streams an upstream's body to the client, telling the
 // request's cost recorder what passes; when fasthttp has written it (or
 // failed to), it gives the upstream connection back and finishes the
 // request. When the client left first and the rest of the body may tell a
 // reservation's cost, the rest is read and discarded, within the drain
 // bounds, before that.
-type edgeBody struct {
-	g       *Gateway
-	x       *edgeExchange
-	st      *reqState
-	rec     *costRecorder
+type body struct {
+	e       *Engine
+	x       *exchange
+	rec     *gateway.Recorder
 	ur      *fasthttp.Response
 	r       io.Reader
 	conn    net.Conn // the upstream connection
@@ -617,7 +620,7 @@ type edgeBody struct {
 // watchClient watches the client's connection while the body streams: when
 // the client leaves, the rest of the upstream's body is read only until the
 // drain time has passed, even if the upstream sends nothing more.
-func (b *edgeBody) watchClient(ec *edgeConn) {
+func (b *body) watchClient(ec *conn) {
 	gone, stop := ec.watch(true)
 	quit := make(chan struct{})
 	ended := make(chan struct{})
@@ -638,17 +641,17 @@ func (b *edgeBody) watchClient(ec *edgeConn) {
 
 // drainDeadline returns when reading the upstream's body ends, now that
 // the client left: the drain time from when that was first seen.
-func (b *edgeBody) drainDeadline() int64 {
-	b.drainBy.CompareAndSwap(0, time.Now().Add(b.g.drain.wait).UnixNano())
+func (b *body) drainDeadline() int64 {
+	b.drainBy.CompareAndSwap(0, time.Now().Add(b.e.drain.wait).UnixNano())
 	return b.drainBy.Load()
 }
 
-func (b *edgeBody) Read(p []byte) (int, error) {
+func (b *body) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if n > 0 {
 		b.x.bytes += int64(n)
 		if b.rec != nil {
-			b.rec.read(p[:n])
+			b.rec.Read(p[:n])
 		}
 	}
 	switch {
@@ -662,20 +665,20 @@ func (b *edgeBody) Read(p []byte) (int, error) {
 
 // drain reads the rest of the upstream's body after the client left,
 // within the drain bounds, for the cost it may tell.
-func (b *edgeBody) drain() {
-	bounds := b.g.drain
+func (b *body) drain() {
+	bounds := b.e.drain
 	if err := b.conn.SetReadDeadline(time.Unix(0, b.drainDeadline())); err != nil {
 		return
 	}
 	if b.uc != nil {
 		b.uc.deadline = time.Time{} // a later request sets its own
 	}
-	bp := copyBuffers.Get()
-	defer copyBuffers.Put(bp)
+	bp := bufpool.Copy.Get()
+	defer bufpool.Copy.Put(bp)
 	for left := bounds.bytes; left > 0; {
 		p := bp[:min(int64(len(bp)), left)]
 		n, err := b.r.Read(p)
-		b.rec.read(p[:n])
+		b.rec.Read(p[:n])
 		left -= int64(n)
 		if err == io.EOF {
 			b.eof = true
@@ -690,15 +693,15 @@ func (b *edgeBody) drain() {
 
 // CloseWithError is called by fasthttp once the body is written, with the
 // error that stopped it (nil when it was written whole).
-func (b *edgeBody) CloseWithError(err error) error {
+func (b *body) CloseWithError(err error) error {
 	b.once.Do(func() {
 		if b.stopWatch != nil {
 			b.stopWatch()
 		}
 		if b.rec != nil && !b.eof {
 			if !b.upErr {
-				b.rec.gone = true // the client left first
-				if b.rec.readsBody() {
+				b.rec.SetGone() // the client left first
+				if b.rec.ReadsBody() {
 					b.drain()
 				}
 			}
@@ -706,18 +709,17 @@ func (b *edgeBody) CloseWithError(err error) error {
 		_ = b.ur.CloseBodyStream()
 		fasthttp.ReleaseResponse(b.ur)
 		b.release(!b.eof)
-		if b.rec != nil {
-			b.rec.complete = b.eof
+		if b.rec != nil && b.eof {
+			b.rec.SetComplete()
 		}
-		b.g.finish(b.x, b.st)
-		b.g.put(b.st)
+		b.e.finish(b.x)
 	})
 	return nil
 }
 
-// edgeRespHeader reads a fasthttp response's header fields.
-type edgeRespHeader fasthttp.ResponseHeader
+// respHeader reads a fasthttp response's header fields.
+type respHeader fasthttp.ResponseHeader
 
-func (h *edgeRespHeader) Get(name string) string {
+func (h *respHeader) Get(name string) string {
 	return b2s((*fasthttp.ResponseHeader)(h).Peek(name))
 }

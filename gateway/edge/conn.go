@@ -1,4 +1,4 @@
-package gateway
+package edge
 
 import (
 	"bytes"
@@ -13,10 +13,10 @@ import (
 // h2Preface starts every HTTP/2 connection with prior knowledge (h2c).
 const h2Preface = "PRI * HTTP/2.0\r\n"
 
-// edgeConn is a client connection of the edge engine: the bytes read ahead
+// conn is a client connection of the edge engine: the bytes read ahead
 // of the engine (to tell HTTP/2 from HTTP/1, or while watching for the
 // client to leave) are returned first.
-type edgeConn struct {
+type conn struct {
 	net.Conn
 	pre  []byte
 	head [sniffBytes]byte
@@ -39,7 +39,7 @@ type edgeConn struct {
 
 // peer returns the address of the connection's other end and, for an IPv4
 // one, its text; both are worked out once a connection.
-func (c *edgeConn) peer() (netip.Addr, string) {
+func (c *conn) peer() (netip.Addr, string) {
 	if !c.addrSet {
 		c.addr, c.addrSet = peerOf(c.RemoteAddr()), true
 		if c.addr.Is4() {
@@ -51,7 +51,7 @@ func (c *edgeConn) peer() (netip.Addr, string) {
 
 // SetReadDeadline notes t as the read deadline, moving the connection's
 // only when t is earlier than what it has (or it has none).
-func (c *edgeConn) SetReadDeadline(t time.Time) error {
+func (c *conn) SetReadDeadline(t time.Time) error {
 	c.want = t
 	if t.IsZero() || (!c.set.IsZero() && !t.Before(c.set)) {
 		return nil // a later deadline (or none): taken when the set one passes
@@ -61,7 +61,7 @@ func (c *edgeConn) SetReadDeadline(t time.Time) error {
 }
 
 // SetDeadline sets both deadlines; the read one as SetReadDeadline does.
-func (c *edgeConn) SetDeadline(t time.Time) error {
+func (c *conn) SetDeadline(t time.Time) error {
 	if err := c.Conn.SetWriteDeadline(t); err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (c *edgeConn) SetDeadline(t time.Time) error {
 // read reads from the connection under the deadline asked for: when the
 // connection's own deadline passes first, it is moved to that one and the
 // read goes on.
-func (c *edgeConn) read(b []byte) (int, error) {
+func (c *conn) read(b []byte) (int, error) {
 	for {
 		n, err := c.Conn.Read(b)
 		if n > 0 || err == nil || !isTimeout(err) {
@@ -91,7 +91,7 @@ func (c *edgeConn) read(b []byte) (int, error) {
 // of its first request, usually all of it.
 const sniffBytes = 512
 
-func (c *edgeConn) Read(b []byte) (int, error) {
+func (c *conn) Read(b []byte) (int, error) {
 	if len(c.pre) > 0 {
 		n := copy(b, c.pre)
 		c.pre = c.pre[n:]
@@ -126,7 +126,7 @@ func (c *edgeConn) Read(b []byte) (int, error) {
 // and says where it goes: h2 when it speaks HTTP/2 with prior knowledge,
 // bareLF when a line of its first request's head ends in a bare LF (which
 // fasthttp does not read and net/http does). The bytes stay readable.
-func (c *edgeConn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
+func (c *conn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
 	if err := c.SetReadDeadline(deadline); err != nil {
 		return false, false, err
 	}
@@ -189,7 +189,7 @@ const maxWatchBytes = 64 << 10
 // none: the client may take its time. stop ends the watch (the bytes read
 // meanwhile stay readable); it must be called before the engine reads
 // again.
-func (c *edgeConn) watch(streaming bool) (gone <-chan struct{}, stop func()) {
+func (c *conn) watch(streaming bool) (gone <-chan struct{}, stop func()) {
 	done := make(chan struct{})
 	ended := make(chan struct{})
 	var pending []byte
