@@ -204,5 +204,6 @@ func (b *RedisBackend) Subscribe(ctx context.Context, changed func()) error {
 	return nil
 }
 
-// pollInterval is how often a Store looks at its backend's version.
+// pollInterval is how often a Store looks at its backend's version by
+// default.
 const pollInterval = 500 * time.Millisecond

@@ -25,6 +25,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of rotations (default time.Now).
 	Now func() time.Time
+	// PollInterval is how often Run reads the backend's version (default
+	// 500 ms).
+	PollInterval time.Duration
 }
 
 // Store holds the records of a backend and resolves keys for the policy.
@@ -181,8 +184,8 @@ type Subscriber interface {
 
 // Run keeps the snapshot current until ctx ends: it reloads the records
 // when the backend's version changes (announced by a Subscriber backend,
-// and polled every 500 ms) and rebuilds the snapshot after a policy
-// reload.
+// and polled every Options.PollInterval) and rebuilds the snapshot after a
+// policy reload.
 func (s *Store) Run(ctx context.Context) {
 	if sub, ok := s.o.Backend.(Subscriber); ok {
 		go func() {
@@ -197,7 +200,11 @@ func (s *Store) Run(ctx context.Context) {
 			}
 		}()
 	}
-	t := time.NewTicker(pollInterval)
+	every := s.o.PollInterval
+	if every <= 0 {
+		every = pollInterval
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/console"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/replay"
@@ -239,7 +238,7 @@ func replayKeys(ctx context.Context, spec, cfgPath string, srv *config.Server) (
 	case spec != "":
 		return keystore.NewFileBackend(spec), nothing, nil
 	case srv.StoreKind() == "memory":
-		return keystore.NewFileBackend(consoleKeysFile(cfgPath, stateFile(cfgPath, srv), srv)), nothing, nil
+		return keystore.NewFileBackend(console.KeysFile(cfgPath, console.StateFile(cfgPath, srv), srv)), nothing, nil
 	default:
 		url = srv.Store
 	}
@@ -248,7 +247,7 @@ func replayKeys(ctx context.Context, spec, cfgPath string, srv *config.Server) (
 	if err != nil {
 		return nil, nothing, fmt.Errorf("%s: %w", hint, err)
 	}
-	rc, ok := st.(interface{ Client() rueidis.Client })
+	rc, ok := st.(console.RedisStore)
 	if !ok {
 		closer.Close()
 		return nil, nothing, fmt.Errorf("%s: %s is not a Redis store", hint, url)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +23,7 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/gateway/edge"
+	"github.com/floodgate/floodgate/internal/console"
 	"github.com/floodgate/floodgate/internal/demo"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
@@ -170,7 +173,7 @@ type server struct {
 	engine   *limiter.Limiter
 	gateway  atomic.Pointer[gateway.Gateway]
 	demo     *demo.Server
-	console  *console // the admin API, the dashboard and the alarms (serve_admin.go)
+	console  *console.Console // the admin API, the dashboard and the alarms
 	// accessLog is the access log, when there is one.
 	accessLog *accesslog.Logger
 
@@ -206,15 +209,16 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 	if s.metrics, s.registry, err = newServeMetrics(); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)
 	}
-	statePath := stateFile(cfg.config, s.srv)
+	statePath := console.StateFile(cfg.config, s.srv)
 	store, local, closeStores, err := serveOpenStore(ctx, s.srv, statePath, s.exactStoreClock(), log)
 	if err != nil {
 		return nil, err
 	}
 	s.store, s.local, s.closeStores = store, local, closeStores
-	if s.console, err = newConsole(cfg.config, statePath, s.srv, s.reloader, s.registry, log); err != nil {
+	if s.console, err = console.New(console.Options{ConfigPath: cfg.config, StatePath: statePath, Server: s.srv,
+		Reloader: s.reloader, Store: store, Registerer: s.registry, Logger: log}); err != nil {
 		_ = closeStores()
-		return nil, err
+		return nil, fmt.Errorf("serve: %w", err)
 	}
 	s.engine = limiter.New(store, limiter.Options{
 		Timeout:     s.srv.StoreTimeout,
@@ -222,13 +226,13 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 		MaxKeyBytes: s.srv.Memory.MaxKeyBytes,
 		Instances:   s.srv.Instances,
 		Local:       local,
-		Observer:    s.console.observer(s.metrics),
+		Observer:    s.console.Observer(s.metrics),
 		Logger:      log,
 	})
-	if err := s.console.attach(s.engine, s.engine.Stats); err != nil {
-		s.console.close()
+	if err := s.console.Attach(s.engine, s.engine.Stats); err != nil {
+		s.console.Close()
 		_ = closeStores()
-		return nil, err
+		return nil, fmt.Errorf("serve: %w", err)
 	}
 	if err := s.registerStateMetrics(); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)
@@ -252,14 +256,14 @@ func (s *server) reloaded(p *policy.Policy) {
 		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits, method_override and engine change only on restart")
 	}
 	if s.console != nil {
-		s.console.reloaded(p)
+		s.console.Reloaded(p)
 	}
 }
 
 // rejected follows a rejected version of the policy file.
 func (s *server) rejected(err error) {
 	if s.console != nil {
-		s.console.rejected(err)
+		s.console.Rejected(err)
 	}
 }
 
@@ -331,7 +335,7 @@ func (s *server) listen(stdout io.Writer) error {
 		if s.adminLn, err = net.Listen("tcp", admin); err != nil {
 			return fmt.Errorf("serve: admin listen: %w", err)
 		}
-		ln, scheme, err := s.console.listener(s.adminLn)
+		ln, scheme, err := s.adminTLS(s.adminLn)
 		if err != nil {
 			return err
 		}
@@ -402,9 +406,9 @@ func (s *server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", metricsHandler(s.registry, s.log))
-	s.console.routes(mux)
+	s.console.Routes(mux)
 	s.handleExplain(mux)
-	return adminHosts(s.srv.Admin.Hosts, mux)
+	return console.AdminHosts(s.srv.Admin.Hosts, mux)
 }
 
 // readyz answers whether the process serves: 503 before it is ready and
@@ -509,7 +513,9 @@ func (s *server) close() error {
 			s.services.Shutdown()
 		}
 	}
-	s.console.close()
+	if s.console != nil {
+		s.console.Close()
+	}
 	s.closeAccessLog()
 	if s.demo != nil {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -636,4 +642,23 @@ func printChatDemo(b *strings.Builder, base, upstream string, admin net.Listener
 		fmt.Fprintf(b, "  curl -s http://%s/metrics | grep '^floodgate_'\n", displayAddr(admin.Addr()))
 	}
 	b.WriteString("\n")
+}
+
+// adminTLS serves the admin listener over TLS when the file says so.
+func (s *server) adminTLS(ln net.Listener) (net.Listener, string, error) {
+	a := s.srv.Admin
+	if a.TLSCert == "" {
+		return ln, "http", nil
+	}
+	rel := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(filepath.Dir(s.cfg.config), p)
+	}
+	cert, err := tls.LoadX509KeyPair(rel(a.TLSCert), rel(a.TLSKey))
+	if err != nil {
+		return nil, "", fmt.Errorf("serve: admin TLS: %w", err)
+	}
+	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), "https", nil
 }

@@ -1,7 +1,8 @@
-// Package redisconn opens a Redis client for the operator's console (API
-// keys, the audit log, dashboard aggregates and alarm deduplication),
-// separate from the store's client so that console traffic never queues
-// behind decisions or changes how the store's connections are tuned.
+// Package redisconn holds the prefix of the console's keys in Redis and
+// opens a plain client to a Redis named by a store URL, for tests and tools
+// that read or seed those keys. floodgate serve's console does not use it:
+// it reaches Redis through the store's own client (package console), so
+// that the store's TLS settings and credentials apply.
 package redisconn
 
 import (

@@ -1,9 +1,8 @@
-package main
+package console
 
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,15 +24,14 @@ import (
 	"github.com/floodgate/floodgate/alarm"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/dashboard"
-	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
 
-// console is the operator's side of floodgate serve: the API keys managed
+// Console is the operator's side of floodgate serve: the API keys managed
 // at run time, the admin API, the dashboard and the quota alarms.
-type console struct {
+type Console struct {
 	log      *slog.Logger
 	srv      *config.Server
 	reloader *policy.Reloader
@@ -41,7 +39,6 @@ type console struct {
 	instance string
 	started  time.Time
 
-	redis  rueidis.Client // nil on the memory store
 	keys   *keystore.Store
 	audit  admin.AuditLog
 	rec    *dashboard.Recorder
@@ -63,42 +60,82 @@ type console struct {
 // maxReloads is how many reloads the dashboard lists.
 const maxReloads = 20
 
-// newConsole opens the key store (in Redis, or in a file beside the state
-// file) and makes the dashboard's recorder and the alarms, which observe
-// the engine's decisions.
-func newConsole(cfgPath, statePath string, srv *config.Server, reloader *policy.Reloader, reg prometheus.Registerer, log *slog.Logger) (*console, error) {
-	c := &console{log: log, srv: srv, reloader: reloader, cfgPath: cfgPath, instance: instanceID(), started: time.Now().UTC()}
+// Options configure a Console.
+type Options struct {
+	// ConfigPath is the policy file's path; relative paths are relative to
+	// it.
+	ConfigPath string
+	// StatePath is the memory store's state file ("" for none): the key
+	// file and the audit log are named after it.
+	StatePath string
+	// Server holds the settings the process started with.
+	Server *config.Server
+	// Reloader is the policy in force.
+	Reloader *policy.Reloader
+	// Store is the store of the counters: a RedisStore keeps the console's
+	// shared state in its Redis, through its client; any other store in
+	// files.
+	Store limiter.Store
+	// Registerer receives the alarms' metrics.
+	Registerer prometheus.Registerer
+	// Logger receives the console's warnings.
+	Logger *slog.Logger
+}
+
+// RedisStore is a store on Redis that lends the console its client (the
+// console's one port to Redis): package redisstore's Store.
+type RedisStore interface {
+	Client() rueidis.Client
+}
+
+// redisPoll is how often the keys' version is read in Redis: ten small
+// reads a second per instance, in place of change notices.
+const redisPoll = 100 * time.Millisecond
+
+// pollOnly is a key backend without its change notices: the keys are
+// polled by their version (see the package documentation).
+type pollOnly struct{ keystore.Backend }
+
+// New opens the key store (in the store's Redis, or in a file beside the
+// state file) and makes the dashboard's recorder and the alarms, which
+// observe the engine's decisions.
+func New(o Options) (*Console, error) {
+	srv, log := o.Server, o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Console{log: log, srv: srv, reloader: o.Reloader, cfgPath: o.ConfigPath, instance: instanceID(), started: time.Now().UTC()}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.rec = dashboard.NewRecorder(time.Now().Unix())
 	var backend keystore.Backend
 	var dedup alarm.Deduper
-	if srv.StoreKind() == "memory" {
-		keysPath := consoleKeysFile(cfgPath, statePath, srv)
-		backend = keystore.NewFileBackend(keysPath)
-		c.audit = admin.NewFileAudit(strings.TrimSuffix(keysPath, ".keys.json")+".audit.jsonl", 0)
-		dedup = alarm.NewLocalDedup()
-	} else {
-		rc, err := redisconn.Open(srv.Store)
-		if err != nil {
-			return nil, fmt.Errorf("serve: console: %w", err)
-		}
-		c.redis = rc
-		backend = keystore.NewRedisBackend(rc)
+	var poll time.Duration // the keystore's default on files
+	if rs, ok := o.Store.(RedisStore); ok {
+		poll = redisPoll
+		rc := rs.Client()
+		backend = pollOnly{keystore.NewRedisBackend(rc)}
 		c.audit = admin.NewRedisAudit(rc, 0)
 		dedup = alarm.NewRedisDedup(rc)
 		c.share = dashboard.NewShare(rc, c.instance, c.rec, c.info, log)
+	} else {
+		keysPath := KeysFile(o.ConfigPath, o.StatePath, srv)
+		backend = keystore.NewFileBackend(keysPath)
+		c.audit = admin.NewFileAudit(strings.TrimSuffix(keysPath, ".keys.json")+".audit.jsonl", 0)
+		dedup = alarm.NewLocalDedup()
 	}
+	reloader := o.Reloader
+	reg := o.Registerer
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 	defer cancel()
 	var err error
-	if c.keys, err = keystore.New(ctx, keystore.Options{Backend: backend, Policy: reloader.Policy, Logger: log}); err != nil {
-		c.close()
-		return nil, fmt.Errorf("serve: %w", err)
+	if c.keys, err = keystore.New(ctx, keystore.Options{Backend: backend, Policy: reloader.Policy, Logger: log, PollInterval: poll}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("console: %w", err)
 	}
 	reloader.SetKeySource(c.keys)
 	if c.alarms, err = alarm.New(alarm.Options{Dedup: dedup, Logger: log, Registerer: reg, Instance: c.instance}); err != nil {
-		c.close()
-		return nil, fmt.Errorf("serve: %w", err)
+		c.Close()
+		return nil, fmt.Errorf("console: %w", err)
 	}
 	if err := c.alarms.SetPolicy(reloader.Policy(), c.alarmPlans(reloader.Policy())); err != nil {
 		log.Error("alarm webhooks refused", "err", err)
@@ -106,9 +143,9 @@ func newConsole(cfgPath, statePath string, srv *config.Server, reloader *policy.
 	return c, nil
 }
 
-// stateFile is the memory store's state file of the policy at cfgPath, or
+// StateFile is the memory store's state file of the policy at cfgPath, or
 // "": a relative one is relative to the policy file, like its other paths.
-func stateFile(cfgPath string, srv *config.Server) string {
+func StateFile(cfgPath string, srv *config.Server) string {
 	p := srv.StateFile
 	if p != "" && !filepath.IsAbs(p) {
 		p = filepath.Join(filepath.Dir(cfgPath), p)
@@ -116,10 +153,10 @@ func stateFile(cfgPath string, srv *config.Server) string {
 	return p
 }
 
-// consoleKeysFile is the file the console keeps the API keys made through
-// the admin API in, on the memory store: server.admin.keys_file, else
-// beside the state file (or the policy file).
-func consoleKeysFile(cfgPath, statePath string, srv *config.Server) string {
+// KeysFile is the file the console keeps the API keys made through the
+// admin API in, on the memory store: server.admin.keys_file, else beside
+// the state file (or the policy file).
+func KeysFile(cfgPath, statePath string, srv *config.Server) string {
 	if srv.Admin.KeysFile != "" {
 		return relTo(cfgPath, srv.Admin.KeysFile)
 	}
@@ -150,9 +187,9 @@ func instanceID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// observer is every observer of the engine's decisions: the metrics, the
-// dashboard's recorder and the alarms.
-func (c *console) observer(m limiter.Observer) limiter.Observer {
+// Observer is every observer of the engine's decisions: m (the metrics),
+// the dashboard's recorder and the alarms.
+func (c *Console) Observer(m limiter.Observer) limiter.Observer {
 	return observers{m, c.rec, c.alarms}
 }
 
@@ -166,9 +203,9 @@ func (o observers) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 	}
 }
 
-// attach builds the admin API and the dashboard on the engine and starts
+// Attach builds the admin API and the dashboard on the engine and starts
 // the console's background work.
-func (c *console) attach(eng limiter.Engine, stats func() limiter.Stats) error {
+func (c *Console) Attach(eng limiter.Engine, stats func() limiter.Stats) error {
 	c.stats = stats
 	var tokens []admin.Token
 	for _, t := range c.srv.Admin.Tokens {
@@ -182,7 +219,7 @@ func (c *console) attach(eng limiter.Engine, stats func() limiter.Stats) error {
 	c.api, err = admin.New(admin.Options{Tokens: tokens, Keys: c.keys, Audit: c.audit, Policy: c.reloader.Policy,
 		Engine: eng, Instance: c.instance, Logger: c.log})
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return fmt.Errorf("console: %w", err)
 	}
 	var authorize func(*http.Request) bool
 	if len(tokens) > 0 {
@@ -199,7 +236,7 @@ func (c *console) attach(eng limiter.Engine, stats func() limiter.Stats) error {
 	return nil
 }
 
-func (c *console) goRun(f func(context.Context)) {
+func (c *Console) goRun(f func(context.Context)) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -208,7 +245,7 @@ func (c *console) goRun(f func(context.Context)) {
 }
 
 // tick advances the recorder's clock and rotates the heavy hitters.
-func (c *console) tick(ctx context.Context) {
+func (c *Console) tick(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -222,8 +259,8 @@ func (c *console) tick(ctx context.Context) {
 	}
 }
 
-// routes adds the admin API and the dashboard to the admin listener's mux.
-func (c *console) routes(mux *http.ServeMux) {
+// Routes adds the admin API and the dashboard to the admin listener's mux.
+func (c *Console) Routes(mux *http.ServeMux) {
 	if c.api == nil {
 		return
 	}
@@ -232,21 +269,18 @@ func (c *console) routes(mux *http.ServeMux) {
 	mux.Handle("/ui/", c.dash)
 }
 
-// listener serves the admin listener over TLS when the file says so.
-func (c *console) listener(ln net.Listener) (net.Listener, string, error) {
-	a := c.srv.Admin
-	if a.TLSCert == "" {
-		return ln, "http", nil
+// Authenticate reports whether r carries an admin token; with no admin
+// API (before Attach) or no tokens, nothing does.
+func (c *Console) Authenticate(r *http.Request) bool {
+	if c.api == nil || len(c.srv.Admin.Tokens) == 0 {
+		return false
 	}
-	cert, err := tls.LoadX509KeyPair(relTo(c.cfgPath, a.TLSCert), relTo(c.cfgPath, a.TLSKey))
-	if err != nil {
-		return nil, "", fmt.Errorf("serve: admin TLS: %w", err)
-	}
-	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}), "https", nil
+	_, ok := c.api.Authenticate(r)
+	return ok
 }
 
 // info describes this instance for the dashboard.
-func (c *console) info() dashboard.Instance {
+func (c *Console) info() dashboard.Instance {
 	now := c.rec.Now()
 	in := dashboard.Instance{ID: c.instance, Version: c.reloader.Policy().Version(), Store: c.srv.StoreKind(),
 		Breaker: "closed", Health: c.rec.HealthOver(now-61, now-1), Reloads: c.reloader.Reloads(),
@@ -261,7 +295,7 @@ func (c *console) info() dashboard.Instance {
 const maxQuotaKeys = 500
 
 // quotas reads every active key's quota with a peek.
-func (c *console) quotas(ctx context.Context) ([]dashboard.Quota, error) {
+func (c *Console) quotas(ctx context.Context) ([]dashboard.Quota, error) {
 	var out []dashboard.Quota
 	for _, kv := range c.api.Keys() {
 		if kv.State != "active" {
@@ -293,7 +327,7 @@ func (c *console) quotas(ctx context.Context) ([]dashboard.Quota, error) {
 }
 
 // alarmPlans reads the plans' alarm settings (and their secrets).
-func (c *console) alarmPlans(p *policy.Policy) map[string]alarm.Plan {
+func (c *Console) alarmPlans(p *policy.Policy) map[string]alarm.Plan {
 	out := map[string]alarm.Plan{}
 	for _, cp := range p.File().Plans {
 		if cp.Alarms == nil {
@@ -313,8 +347,8 @@ func (c *console) alarmPlans(p *policy.Policy) map[string]alarm.Plan {
 	return out
 }
 
-// reloaded follows a new policy: alarms, keys, and the reload history.
-func (c *console) reloaded(p *policy.Policy) {
+// Reloaded follows a new policy: alarms, keys, and the reload history.
+func (c *Console) Reloaded(p *policy.Policy) {
 	if err := c.alarms.SetPolicy(p, c.alarmPlans(p)); err != nil {
 		c.log.Error("alarm webhooks refused", "err", err)
 	}
@@ -322,8 +356,8 @@ func (c *console) reloaded(p *policy.Policy) {
 	c.addReload(dashboard.Reload{Time: time.Now().UTC(), Version: p.Version(), OK: true})
 }
 
-// rejected records a rejected version of the policy file.
-func (c *console) rejected(err error) {
+// Rejected records a rejected version of the policy file.
+func (c *Console) Rejected(err error) {
 	msg := err.Error()
 	var errs config.Errors
 	if errors.As(err, &errs) && len(errs) > 0 {
@@ -335,7 +369,7 @@ func (c *console) rejected(err error) {
 	c.addReload(dashboard.Reload{Time: time.Now().UTC(), OK: false, Error: msg})
 }
 
-func (c *console) addReload(r dashboard.Reload) {
+func (c *Console) addReload(r dashboard.Reload) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reloads = append([]dashboard.Reload{r}, c.reloads...)
@@ -344,29 +378,27 @@ func (c *console) addReload(r dashboard.Reload) {
 	}
 }
 
-func (c *console) reloadHistory() []dashboard.Reload {
+func (c *Console) reloadHistory() []dashboard.Reload {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]dashboard.Reload(nil), c.reloads...)
 }
 
-// close stops the background work and the Redis client.
-func (c *console) close() {
+// Close stops the background work. The store's client stays open: it is
+// the store's.
+func (c *Console) Close() {
 	c.cancel()
 	c.wg.Wait()
-	if c.redis != nil {
-		c.redis.Close()
-	}
 }
 
-// adminHosts serves next only to requests that name the admin listener by
+// AdminHosts serves next only to requests that name the admin listener by
 // an IP address, localhost (or a name under .localhost), or one of the
 // names in server.admin.hosts: a request naming another host is answered
 // 421 with the reason. A browser sends the name it resolved, so a page of
 // another site whose name was made to point at the listener (DNS
 // rebinding) cannot read /metrics, the dashboard or anything else there.
 // A request without a Host (HTTP/1.0) names no site and is served.
-func adminHosts(names []string, next http.Handler) http.Handler {
+func AdminHosts(names []string, next http.Handler) http.Handler {
 	allowed := make(map[string]bool, len(names))
 	for _, n := range names {
 		allowed[strings.ToLower(strings.TrimSuffix(n, "."))] = true
