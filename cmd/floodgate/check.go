@@ -16,10 +16,6 @@ import (
 	"github.com/floodgate/floodgate/policy"
 )
 
-func init() {
-	register("check", "validate a policy file and print its limits", runCheck)
-}
-
 const checkUsage = `usage: floodgate check --config FILE
 
 Validates the file, reporting every problem as file:line:col: field: message
@@ -44,14 +40,14 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	f, err := config.Load(*path)
 	if err != nil {
-		return &exitError{code: 1, err: err}
+		return &exitError{Code: 1, Err: err}
 	}
 	p, err := policy.Compile(f, nil)
 	if err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("%s: %w", *path, err)}
+		return &exitError{Code: 1, Err: fmt.Errorf("%s: %w", *path, err)}
 	}
 	if err := checkWebhooks(*path, f); err != nil {
-		return &exitError{code: 1, err: err}
+		return &exitError{Code: 1, Err: err}
 	}
 	return printPolicy(stdout, *path, p)
 }

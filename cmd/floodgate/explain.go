@@ -46,10 +46,6 @@ func (h headerFlags) Set(v string) error {
 	return nil
 }
 
-func init() {
-	register("explain", "explain how the gateway would answer one request, limit by limit", runExplain)
-}
-
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var er gateway.ExplainRequest
 	hdr := headerFlags{}

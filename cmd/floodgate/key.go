@@ -17,10 +17,6 @@ import (
 	"github.com/floodgate/floodgate/config"
 )
 
-func init() {
-	register("key", "make an API key for a usage plan (key new) or hash one (key hash)", runKey)
-}
-
 // keyBytes is the randomness of a generated key: 256 bits.
 const keyBytes = 32
 
@@ -76,18 +72,18 @@ func runKeyNew(args []string, stdout, stderr io.Writer, random io.Reader) error 
 	if *cfg != "" {
 		f, err := config.Load(*cfg)
 		if err != nil {
-			return &exitError{code: 1, err: err}
+			return &exitError{Code: 1, Err: err}
 		}
 		found := false
 		for _, p := range f.Plans {
 			found = found || p.Name == *plan
 		}
 		if !found {
-			return &exitError{code: 1, err: fmt.Errorf("key new: %s has no plan %q", *cfg, *plan)}
+			return &exitError{Code: 1, Err: fmt.Errorf("key new: %s has no plan %q", *cfg, *plan)}
 		}
 		for _, k := range f.Keys {
 			if *name != "" && k.Name == *name {
-				return &exitError{code: 1, err: fmt.Errorf("key new: %s already has a key named %q", *cfg, *name)}
+				return &exitError{Code: 1, Err: fmt.Errorf("key new: %s already has a key named %q", *cfg, *name)}
 			}
 		}
 	}

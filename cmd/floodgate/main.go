@@ -5,68 +5,68 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
+
+	"github.com/floodgate/floodgate/internal/cli"
+	"github.com/floodgate/floodgate/internal/loadgen"
+	"github.com/floodgate/floodgate/internal/simulate"
 )
 
 // command is one subcommand of the binary.
 type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-// commands is filled by each subcommand's file in its init function.
-var commands = map[string]command{}
+// commands are the subcommands, in the order floodgate help lists them.
+var commands = []command{
+	{"bench", "measure decisions per second against a store", loadgen.Bench},
+	{"check", "validate a policy file and print its limits", runCheck},
+	{"explain", "explain how the gateway would answer one request, limit by limit", runExplain},
+	{"key", "make an API key for a usage plan (key new) or hash one (key hash)", runKey},
+	{"replay", "replay access logs through a policy: who would be refused, and when", runReplay},
+	{"rls", "Envoy's rate-limit service, set up as envoyproxy/ratelimit is (its environment variables)", runRLS},
+	{"rls-bench", "load-test an Envoy RLS service (serve, bare, load); see scripts/bench-rls.sh", loadgen.RLS},
+	{"serve", "run the gateway: a rate-limiting reverse proxy", runServe},
+	{"simulate", "replay arrivals through one algorithm and show every decision", simulate.Run},
+	{"version", "print the version", runVersion},
+}
 
-func register(name, summary string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
-	commands[name] = command{summary: summary, run: run}
+// lookup finds a command by name.
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
 }
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-func init() {
-	register("version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
-		_, err := fmt.Fprintln(stdout, "floodgate", version)
-		return err
-	})
+func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	_, err := fmt.Fprintln(stdout, "floodgate", version)
+	return err
 }
 
-// usageError marks an error caused by bad arguments: exit status 2.
-type usageError struct{ msg string }
+// The errors of the commands (package cli).
+type (
+	usageError = cli.UsageError
+	exitError  = cli.ExitError
+)
 
-func (e *usageError) Error() string { return e.msg }
-
-// usagef returns a usageError with a formatted message.
-func usagef(format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...)}
-}
-
-// exitError carries an exit status other than 0, 1 or 2 semantics set by a
-// subcommand (floodgate check exits 1 on an invalid file).
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
+var usagef = cli.Usagef
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: floodgate <command> [flags]")
 	fmt.Fprintln(w, "\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'floodgate <command> -h' for the flags of a command.")
 }
@@ -78,7 +78,7 @@ func usage(w io.Writer) {
 var stopsOnItsOwn = map[string]bool{"serve": true, "bench": true, "rls-bench": true}
 
 // errInterrupted ends a command interrupted by SIGINT or SIGTERM.
-var errInterrupted = &exitError{code: 130, err: errors.New("floodgate: interrupted")}
+var errInterrupted = &exitError{Code: 130, Err: errors.New("floodgate: interrupted")}
 
 // run is the whole program, testable: it returns instead of exiting.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	case "help":
 		if len(args) > 1 {
-			if _, ok := commands[args[1]]; ok {
+			if _, ok := lookup(args[1]); ok {
 				return run(ctx, []string{args[1], "-h"}, stdout, stderr)
 			}
 			return usagef("floodgate: unknown command %q (run 'floodgate help')", args[1])
@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-version", "--version":
 		args = []string{"version"}
 	}
-	cmd, ok := commands[args[0]]
+	cmd, ok := lookup(args[0])
 	if !ok {
 		return usagef("floodgate: unknown command %q (run 'floodgate help')", args[0])
 	}
@@ -121,37 +121,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// parseFlags parses a command's flags. A bad flag is returned, not printed,
-// so that main prints it once; -h prints usage and the flags to stdout and
-// returns help = true.
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, usage string) (help bool, err error) {
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return true, nil
-		}
-		return false, usagef("%s: %v (run 'floodgate %s -h')", fs.Name(), err, fs.Name())
-	}
-	return false, nil
-}
+// parseFlags parses a command's flags (cli.ParseFlags).
+var parseFlags = cli.ParseFlags
 
 // exitCode maps an error from run to the process exit status.
-func exitCode(err error) int {
-	var ue *usageError
-	var ee *exitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ue):
-		return 2
-	case errors.As(err, &ee):
-		return ee.code
-	}
-	return 1
-}
+var exitCode = cli.ExitCode
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

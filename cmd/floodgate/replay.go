@@ -72,10 +72,6 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-func init() {
-	register("replay", "replay access logs through a policy: who would be refused, and when", runReplay)
-}
-
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f replayFlags
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
@@ -187,14 +183,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if c := r.Compare; c != nil {
 		if err := readEnough(r); err != nil {
-			return &exitError{code: 1, err: err}
+			return &exitError{Code: 1, Err: err}
 		}
 		limit := threshold
 		if share {
 			limit = float64(r.Requests) * threshold / 100
 		}
 		if float64(c.Flips) > limit {
-			return &exitError{code: 1, err: fmt.Errorf("replay: %d of %d requests flip with %s, more than --fail-above %s",
+			return &exitError{Code: 1, Err: fmt.Errorf("replay: %d of %d requests flip with %s, more than --fail-above %s",
 				c.Flips, r.Requests, f.compare, orDefault(f.failAbove, "0"))}
 		}
 	}

@@ -24,10 +24,6 @@ import (
 	"github.com/floodgate/floodgate/rls"
 )
 
-func init() {
-	register("rls", "Envoy's rate-limit service, set up as envoyproxy/ratelimit is (its environment variables)", runRLS)
-}
-
 const rlsUsage = `usage: floodgate rls [--check]
 
 Runs Envoy's rate-limit service (RLS v3 gRPC) configured exactly as
@@ -103,7 +99,7 @@ func rlsCheck(env *rlsEnv, notes []envNote, stdout io.Writer) error {
 	}
 	cfg, err := rls.Load([]string{env.configDir}, env.load)
 	if err != nil {
-		return &exitError{code: 1, err: err}
+		return &exitError{Code: 1, Err: err}
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stdout, "warning:", w)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/floodgate/floodgate/internal/loadgen"
 )
 
 // startRLSBench runs "rls-bench MODE" in process and returns its address.
@@ -48,7 +50,7 @@ func TestRLSBenchLoadAgainstServeAndBare(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: load: %v", mode[0], err)
 		}
-		var res rlsbResult
+		var res loadgen.RLSResult
 		if err := json.Unmarshal([]byte(out.String()), &res); err != nil {
 			t.Fatalf("%s: %v: %q", mode[0], err, out.String())
 		}

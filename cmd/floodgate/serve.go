@@ -70,10 +70,6 @@ type serveConfig struct {
 	engine          string // the gateway listener's engine (serve_edge.go)
 }
 
-func init() {
-	register("serve", "run the gateway: a rate-limiting reverse proxy", runServe)
-}
-
 func parseServeFlags(args []string, stdout io.Writer) (*serveConfig, error) {
 	cfg := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)

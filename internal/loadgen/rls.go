@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"context"
@@ -22,14 +22,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/floodgate/floodgate/internal/cli"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/rls"
 	"github.com/floodgate/floodgate/store"
 )
-
-func init() {
-	register("rls-bench", "load-test an Envoy RLS service (serve, bare, load); see scripts/bench-rls.sh", runRLSBench)
-}
 
 const rlsBenchUsage = `usage: floodgate rls-bench serve [--addr A] [--store memory|URL] [--config PATH]
                                  [--flush-delay D] [--pipeline-multiplex N] [--compat]
@@ -59,10 +56,13 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 4294967295, on_failure: deny}
 `
 
-func runRLSBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// RLS is floodgate rls-bench: Floodgate's RLS (serve) or a gRPC service
+// that does nothing (bare) to load, and a load generator for either
+// (load).
+func RLS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, rlsBenchUsage)
-		return usagef("rls-bench: want serve, bare or load")
+		return cli.Usagef("rls-bench: want serve, bare or load")
 	}
 	switch args[0] {
 	case "serve":
@@ -75,7 +75,7 @@ func runRLSBench(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprint(stdout, rlsBenchUsage)
 		return nil
 	}
-	return usagef("rls-bench: unknown mode %q (want serve, bare or load)", args[0])
+	return cli.Usagef("rls-bench: unknown mode %q (want serve, bare or load)", args[0])
 }
 
 func rlsbFlags(name string) *flag.FlagSet {
@@ -90,10 +90,10 @@ func rlsbParse(fs *flag.FlagSet, args []string, stdout io.Writer) (bool, error) 
 			fmt.Fprint(stdout, rlsBenchUsage)
 			return true, nil
 		}
-		return false, usagef("rls-bench: %v", err)
+		return false, cli.Usagef("rls-bench: %v", err)
 	}
 	if fs.NArg() > 0 {
-		return false, usagef("rls-bench: unexpected argument %q", fs.Arg(0))
+		return false, cli.Usagef("rls-bench: unexpected argument %q", fs.Arg(0))
 	}
 	return false, nil
 }
@@ -199,8 +199,8 @@ func rlsbBare(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// rlsbResult is what load prints with --json.
-type rlsbResult struct {
+// RLSResult is what load prints with --json.
+type RLSResult struct {
 	Decisions    int64   `json:"decisions"`
 	Errors       int64   `json:"errors"`
 	OverLimit    int64   `json:"over_limit"`
@@ -232,10 +232,10 @@ func rlsbLoad(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *target == "" {
-		return usagef("rls-bench load: --target is required")
+		return cli.Usagef("rls-bench load: --target is required")
 	}
 	if *conc < 1 || *keys < 1 || *conns < 1 || *duration <= 0 || *duration > 10*time.Minute || *warmup < 0 {
-		return usagef("rls-bench load: --concurrency, --keys and --conns must be at least 1, --duration in (0, 10m]")
+		return cli.Usagef("rls-bench load: --concurrency, --keys and --conns must be at least 1, --duration in (0, 10m]")
 	}
 	clients := make([]rlsv3.RateLimitServiceClient, *conns)
 	for i := range clients {
@@ -316,7 +316,7 @@ func rlsbLoad(ctx context.Context, args []string, stdout io.Writer) error {
 		all = append(all, l...)
 	}
 	slices.Sort(all)
-	res := rlsbResult{
+	res := RLSResult{
 		Decisions: int64(len(all)), Errors: errs.Load(), OverLimit: overs.Load(), Seconds: elapsed.Seconds(),
 		Concurrency: *conc, Keys: *keys, Connections: *conns,
 	}

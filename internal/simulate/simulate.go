@@ -1,4 +1,4 @@
-package main
+package simulate
 
 import (
 	"bufio"
@@ -14,11 +14,8 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
+	"github.com/floodgate/floodgate/internal/cli"
 )
-
-func init() {
-	register("simulate", "replay arrivals through one algorithm and show every decision", runSimulate)
-}
 
 const simulateUsage = `usage: floodgate simulate --algorithm NAME [limit flags] (--arrivals SPEC | --arrivals-file PATH) [--json]
 
@@ -64,7 +61,9 @@ type simulateConfig struct {
 	arrivalsFile string
 }
 
-func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
+// Run is floodgate simulate: it replays the arrivals of args through one
+// algorithm and writes every decision and a summary to stdout.
+func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseSimulateFlags(args, stdout)
 	if err != nil || cfg == nil {
 		return err
@@ -74,16 +73,16 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		if cfg.arrivalsFile != "-" {
 			f, err := os.Open(cfg.arrivalsFile)
 			if err != nil {
-				return usagef("simulate: --arrivals-file: %v", err)
+				return cli.Usagef("simulate: --arrivals-file: %v", err)
 			}
 			defer f.Close()
 			r = f
 		}
 		if cfg.arrivals, err = readArrivals(r); err != nil {
-			return usagef("simulate: --arrivals-file %s: %v", cfg.arrivalsFile, err)
+			return cli.Usagef("simulate: --arrivals-file %s: %v", cfg.arrivalsFile, err)
 		}
 	} else if cfg.arrivals, err = parseArrivals(cfg.arrivalsSpec); err != nil {
-		return usagef("simulate: --arrivals: %v", err)
+		return cli.Usagef("simulate: --arrivals: %v", err)
 	}
 	res, err := simulate(cfg)
 	if err != nil {
@@ -148,17 +147,17 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 			fs.PrintDefaults()
 			return nil, nil
 		}
-		return nil, usagef("simulate: %v", err)
+		return nil, cli.Usagef("simulate: %v", err)
 	}
 	if fs.NArg() > 0 {
-		return nil, usagef("simulate: unexpected argument %q", fs.Arg(0))
+		return nil, cli.Usagef("simulate: unexpected argument %q", fs.Arg(0))
 	}
 	if algName == "" {
-		return nil, usagef("simulate: --algorithm is required (one of %s)", algorithmList())
+		return nil, cli.Usagef("simulate: --algorithm is required (one of %s)", algorithmList())
 	}
 	alg, err := floodgate.ParseAlgorithm(algName)
 	if err != nil {
-		return nil, usagef("simulate: --algorithm: unknown algorithm %q (want one of %s)", algName, algorithmList())
+		return nil, cli.Usagef("simulate: --algorithm: unknown algorithm %q (want one of %s)", algName, algorithmList())
 	}
 	l.Algorithm = alg
 	l.Name = alg.String()
@@ -169,64 +168,56 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 		}
 	})
 	if len(stray) > 0 {
-		return nil, usagef("simulate: %s does not apply to %s", strings.Join(stray, ", "), alg)
+		return nil, cli.Usagef("simulate: %s does not apply to %s", strings.Join(stray, ", "), alg)
 	}
 	if nodelay {
 		if l.Delay != 0 {
-			return nil, usagef("simulate: --delay and --nodelay exclude each other")
+			return nil, cli.Usagef("simulate: --delay and --nodelay exclude each other")
 		}
 		l.Delay = floodgate.NoDelay
 	}
 	if (cfg.arrivalsSpec == "") == (cfg.arrivalsFile == "") {
-		return nil, usagef("simulate: give exactly one of --arrivals and --arrivals-file")
+		return nil, cli.Usagef("simulate: give exactly one of --arrivals and --arrivals-file")
 	}
 	if start != "" {
 		t, err := time.Parse(time.RFC3339Nano, start)
 		if err != nil {
-			return nil, usagef("simulate: --start %q is not an RFC 3339 time (like 2026-03-29T00:00:00+01:00)", start)
+			return nil, cli.Usagef("simulate: --start %q is not an RFC 3339 time (like 2026-03-29T00:00:00+01:00)", start)
 		}
 		if t.Before(time.Unix(0, 0)) {
-			return nil, usagef("simulate: --start %q is before 1970", start)
+			return nil, cli.Usagef("simulate: --start %q is before 1970", start)
 		}
 		cfg.start = t.UnixNano()
 		l.Start = t
 	}
 	if cfg.instances < 1 {
-		return nil, usagef("simulate: --instances must be at least 1, got %d", cfg.instances)
+		return nil, cli.Usagef("simulate: --instances must be at least 1, got %d", cfg.instances)
 	}
 	if cfg.instances > 1 && int64(cfg.instances) > l.Max {
-		return nil, usagef("simulate: --instances %d leaves each instance a limit of 0 (limit %d)", cfg.instances, l.Max)
+		return nil, cli.Usagef("simulate: --instances %d leaves each instance a limit of 0 (limit %d)", cfg.instances, l.Max)
 	}
 	if cfg.hold < 0 {
-		return nil, usagef("simulate: --hold must not be negative")
+		return nil, cli.Usagef("simulate: --hold must not be negative")
 	}
 	if alg.Family() == floodgate.FamilyQuota {
 		if period == "" {
-			return nil, usagef("simulate: quota needs --period day, week or month")
+			return nil, cli.Usagef("simulate: quota needs --period day, week or month")
 		}
 		if l.Period, err = floodgate.ParsePeriod(period); err != nil {
-			return nil, usagef("simulate: --period: %q is not day, week or month", period)
+			return nil, cli.Usagef("simulate: --period: %q is not day, week or month", period)
 		}
 		if l.Location, err = time.LoadLocation(zone); err != nil {
-			return nil, usagef("simulate: --time-zone: unknown time zone %q", zone)
+			return nil, cli.Usagef("simulate: --time-zone: unknown time zone %q", zone)
 		}
 		if start == "" {
-			return nil, usagef("simulate: quota needs --start (RFC 3339), the instant arrival times count from")
+			return nil, cli.Usagef("simulate: quota needs --start (RFC 3339), the instant arrival times count from")
 		}
 		l.Start = l.Start.In(l.Location)
 	}
 	if err := l.Validate(); err != nil {
-		return nil, usagef("simulate: %v", err)
+		return nil, cli.Usagef("simulate: %v", err)
 	}
 	return cfg, nil
-}
-
-// flagParams names the limit parameter each parameter flag sets.
-var flagParams = map[string]floodgate.Param{
-	"rate": floodgate.ParamRate, "per": floodgate.ParamPer, "burst": floodgate.ParamBurst,
-	"delay": floodgate.ParamDelay, "nodelay": floodgate.ParamDelay, "limit": floodgate.ParamMax,
-	"window": floodgate.ParamWindow, "lease-ttl": floodgate.ParamLeaseTTL, "period": floodgate.ParamPeriod,
-	"time-zone": floodgate.ParamTimeZone, "anchor-day": floodgate.ParamAnchorDay, "offset": floodgate.ParamOffset,
 }
 
 // flagApplies reports whether the flag name means something for alg.
@@ -241,7 +232,7 @@ func flagApplies(alg floodgate.Algorithm, name string) bool {
 	case "hold":
 		return t.Kind == floodgate.KindConcurrency
 	}
-	p, ok := flagParams[name]
+	p, ok := cli.LimitParam(name)
 	return ok && t.Params.Has(p)
 }
 
@@ -278,12 +269,12 @@ func simulate(cfg *simulateConfig) (*simulation, error) {
 	}
 	for i, a := range cfg.arrivals {
 		if a.instance > 0 {
-			return nil, usagef("simulate: arrival %d names instance %d but --instances is not set", i+1, a.instance)
+			return nil, cli.Usagef("simulate: arrival %d names instance %d but --instances is not set", i+1, a.instance)
 		}
 	}
 	p, err := algo.Compile(&cfg.limit)
 	if err != nil {
-		return nil, usagef("simulate: %v", err)
+		return nil, cli.Usagef("simulate: %v", err)
 	}
 	res := &simulation{
 		decisions: make([]floodgate.Decision, len(cfg.arrivals)),
@@ -355,7 +346,7 @@ func simulateInstances(cfg *simulateConfig) (*simulation, error) {
 	n := cfg.instances
 	global, err := algo.Compile(&cfg.limit)
 	if err != nil {
-		return nil, usagef("simulate: %v", err)
+		return nil, cli.Usagef("simulate: %v", err)
 	}
 	split := cfg.limit
 	split.Max = algo.SplitLimit(cfg.limit.Max, n)
@@ -364,7 +355,7 @@ func simulateInstances(cfg *simulateConfig) (*simulation, error) {
 	}
 	local, err := algo.Compile(&split)
 	if err != nil {
-		return nil, usagef("simulate: %v", err)
+		return nil, cli.Usagef("simulate: %v", err)
 	}
 	res := &simulation{
 		decisions: make([]floodgate.Decision, len(cfg.arrivals)),
@@ -383,7 +374,7 @@ func simulateInstances(cfg *simulateConfig) (*simulation, error) {
 		k := i % n
 		if a.instance > 0 {
 			if a.instance > n {
-				return nil, usagef("simulate: arrival %d goes to instance %d of only %d", i+1, a.instance, n)
+				return nil, cli.Usagef("simulate: arrival %d goes to instance %d of only %d", i+1, a.instance, n)
 			}
 			k = a.instance - 1
 		}

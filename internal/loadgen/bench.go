@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"bufio"
@@ -8,8 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
-	"math/bits"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -18,14 +16,11 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/cli"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store"
 	"github.com/floodgate/floodgate/store/redisstore"
 )
-
-func init() {
-	register("bench", "measure decisions per second against a store", runBench)
-}
 
 const benchUsage = `usage: floodgate bench [--store memory|URL] [--algorithm NAME] [--keys N]
                        [--concurrency N] [--duration D] [limit flags] [--json]
@@ -126,53 +121,53 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 			fs.PrintDefaults()
 			return nil, nil
 		}
-		return nil, usagef("bench: %v", err)
+		return nil, cli.Usagef("bench: %v", err)
 	}
 	if fs.NArg() > 0 {
-		return nil, usagef("bench: unexpected argument %q", fs.Arg(0))
+		return nil, cli.Usagef("bench: unexpected argument %q", fs.Arg(0))
 	}
 	a, err := floodgate.ParseAlgorithm(*alg)
 	if err != nil {
-		return nil, usagef("bench: --algorithm: %v", err)
+		return nil, cli.Usagef("bench: --algorithm: %v", err)
 	}
 	if cfg.onFailure, err = floodgate.ParseFailurePolicy(*onFailure); err != nil || *onFailure == "" {
-		return nil, usagef("bench: --on-failure: want allow, deny or local, got %q", *onFailure)
+		return nil, cli.Usagef("bench: --on-failure: want allow, deny or local, got %q", *onFailure)
 	}
 	switch {
 	case cfg.keys < 1 || cfg.keys > 10_000_000:
-		return nil, usagef("bench: --keys must be between 1 and 10000000, got %d", cfg.keys)
+		return nil, cli.Usagef("bench: --keys must be between 1 and 10000000, got %d", cfg.keys)
 	case cfg.concurrency < 1 || cfg.concurrency > 100000:
-		return nil, usagef("bench: --concurrency must be between 1 and 100000, got %d", cfg.concurrency)
+		return nil, cli.Usagef("bench: --concurrency must be between 1 and 100000, got %d", cfg.concurrency)
 	case cfg.duration < 10*time.Millisecond:
-		return nil, usagef("bench: --duration must be at least 10ms, got %s", cfg.duration)
+		return nil, cli.Usagef("bench: --duration must be at least 10ms, got %s", cfg.duration)
 	case cfg.timeout <= 0:
-		return nil, usagef("bench: --timeout must be positive, got %s", cfg.timeout)
+		return nil, cli.Usagef("bench: --timeout must be positive, got %s", cfg.timeout)
 	case cfg.storeTimeout < 0:
-		return nil, usagef("bench: --store-timeout must not be negative, got %s", cfg.storeTimeout)
+		return nil, cli.Usagef("bench: --store-timeout must not be negative, got %s", cfg.storeTimeout)
 	case cfg.flushDelay < 0 || cfg.flushDelay > time.Second:
-		return nil, usagef("bench: --flush-delay must be between 0 and 1s, got %s", cfg.flushDelay)
+		return nil, cli.Usagef("bench: --flush-delay must be between 0 and 1s, got %s", cfg.flushDelay)
 	case cfg.batch < 0 || cfg.inFlight < 0:
-		return nil, usagef("bench: --batch and --batches-in-flight must not be negative")
+		return nil, cli.Usagef("bench: --batch and --batches-in-flight must not be negative")
 	case cfg.instances < 1:
-		return nil, usagef("bench: --instances must be at least 1, got %d", cfg.instances)
+		return nil, cli.Usagef("bench: --instances must be at least 1, got %d", cfg.instances)
 	case cfg.interval < time.Millisecond:
-		return nil, usagef("bench: --interval must be at least 1ms, got %s", cfg.interval)
+		return nil, cli.Usagef("bench: --interval must be at least 1ms, got %s", cfg.interval)
 	case cfg.maxRate < 0:
-		return nil, usagef("bench: --max-rate must not be negative, got %v", cfg.maxRate)
+		return nil, cli.Usagef("bench: --max-rate must not be negative, got %v", cfg.maxRate)
 	case cfg.leaseLife < 0:
-		return nil, usagef("bench: --lease-lifetime must not be negative, got %s", cfg.leaseLife)
+		return nil, cli.Usagef("bench: --lease-lifetime must not be negative, got %s", cfg.leaseLife)
 	case cfg.leased && cfg.direct:
-		return nil, usagef("bench: --leased needs the engine; drop --direct")
+		return nil, cli.Usagef("bench: --leased needs the engine; drop --direct")
 	}
 	// A flag that means nothing for the algorithm or the store is an
 	// error, not ignored.
 	var unused error
 	fs.Visit(func(f *flag.Flag) {
-		if p, ok := flagParams[f.Name]; ok && !a.Traits().Params.Has(p) && unused == nil {
-			unused = usagef("bench: --%s does not apply to %s", f.Name, a)
+		if p, ok := cli.LimitParam(f.Name); ok && !a.Traits().Params.Has(p) && unused == nil {
+			unused = cli.Usagef("bench: --%s does not apply to %s", f.Name, a)
 		}
 		if strings.HasPrefix(f.Usage, "Redis:") && cfg.store == "memory" && unused == nil {
-			unused = usagef("bench: --%s applies to a Redis store only", f.Name)
+			unused = cli.Usagef("bench: --%s applies to a Redis store only", f.Name)
 		}
 	})
 	if unused != nil {
@@ -182,14 +177,14 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 		Max: *limit, Window: *window, LeaseTTL: *leaseTTL}
 	if a.Family() == floodgate.FamilyQuota {
 		if cfg.limit.Period, err = floodgate.ParsePeriod(*period); err != nil {
-			return nil, usagef("bench: --period: %v", err)
+			return nil, cli.Usagef("bench: --period: %v", err)
 		}
 	}
 	if err := cfg.limit.Validate(); err != nil {
-		return nil, usagef("bench: %v", err)
+		return nil, cli.Usagef("bench: %v", err)
 	}
 	if cfg.leased && !a.Traits().Leasable {
-		return nil, usagef("bench: --leased: %s cannot be leased", a)
+		return nil, cli.Usagef("bench: --leased: %s cannot be leased", a)
 	}
 	return cfg, nil
 }
@@ -228,7 +223,10 @@ type benchTarget struct {
 	store  limiter.Store
 }
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// Bench is floodgate bench: decisions for random keys from concurrent
+// workers through the engine (or the store alone) for a fixed time, and
+// their throughput and latency.
+func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseBenchFlags(args, stdout)
 	if err != nil || cfg == nil {
 		return err
@@ -239,10 +237,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rule, err := limiter.NewRuleWith(cfg.limit, ro)
 	if err != nil {
-		return usagef("bench: %v", err)
+		return cli.Usagef("bench: %v", err)
 	}
 	if err := store.Check(cfg.store); err != nil {
-		return usagef("bench: --store: %v", err)
+		return cli.Usagef("bench: --store: %v", err)
 	}
 	st, closer, err := store.Open(ctx, cfg.store, store.Options{Prefix: cfg.prefix, MaxFlushDelay: cfg.flushDelay,
 		MaxBatch: cfg.batch, BatchesInFlight: cfg.inFlight})
@@ -271,7 +269,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Progress (the keys being made, the seconds going by) goes to
 	// standard error, when someone watches it.
 	var progress io.Writer
-	if isTerminal(stderr) {
+	if cli.IsTerminal(stderr) {
 		progress = stderr
 	}
 	var before redisstore.Usage
@@ -313,7 +311,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "redis calls  %.3f per decision\nredis CPU    %.2f µs per decision\n", res.RedisCalls, res.RedisCPUus)
 	}
 	if res.Errors > 0 && res.Allowed+res.Denied == 0 {
-		return &exitError{code: 1, err: errors.New("bench: every decision failed")}
+		return &cli.ExitError{Code: 1, Err: errors.New("bench: every decision failed")}
 	}
 	return nil
 }
@@ -328,16 +326,6 @@ func redactStore(s string) string {
 		return scheme + "://…@" + rest[at+1:]
 	}
 	return s
-}
-
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // benchCounts are the counts of one worker, over the run or one interval.
@@ -561,65 +549,4 @@ func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, 
 			rcancel()
 		}
 	}
-}
-
-// histogram counts latencies in log-linear buckets: 16 per power of two,
-// so a quantile is within about 4% of the true value.
-type histogram struct {
-	counts [64 * 16]uint64
-	n      uint64
-}
-
-func bucketOf(ns int64) int {
-	if ns < 16 {
-		return int(max(ns, 0))
-	}
-	e := bits.Len64(uint64(ns)) - 1 // 2^e ≤ ns < 2^(e+1), e ≥ 4
-	m := int(uint64(ns)>>(e-4)) & 15
-	return (e-3)*16 + m
-}
-
-// bucketMid returns the middle of bucket b in ns.
-func bucketMid(b int) float64 {
-	if b < 16 {
-		return float64(b)
-	}
-	e := b/16 + 3
-	m := b % 16
-	lo := float64(uint64(16+m) << (e - 4))
-	return lo + float64(uint64(1)<<(e-4))/2
-}
-
-func (h *histogram) add(d time.Duration) {
-	h.counts[bucketOf(int64(d))]++
-	h.n++
-}
-
-func (h *histogram) merge(o *histogram) {
-	if o.n == 0 {
-		return
-	}
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	h.n += o.n
-}
-
-// quantile returns the q-quantile in ns (0 when empty).
-func (h *histogram) quantile(q float64) float64 {
-	if h.n == 0 {
-		return 0
-	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
-	if rank < 1 {
-		rank = 1
-	}
-	var acc uint64
-	for b, c := range h.counts {
-		acc += c
-		if acc >= rank {
-			return bucketMid(b)
-		}
-	}
-	return bucketMid(len(h.counts) - 1)
 }
