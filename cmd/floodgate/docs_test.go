@@ -11,6 +11,8 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/limiter"
+
+	"github.com/floodgate/floodgate/internal/app"
 )
 
 // words joins s's words with single spaces, so that a check does not
@@ -54,12 +56,12 @@ func TestDocumentedStoreTimeout(t *testing.T) {
 	if row := docLine(t, "../../docs/envoy.md", "| `FLOODGATE_STORE_TIMEOUT` ("); !strings.Contains(row, "("+want+")") {
 		t.Errorf("docs/envoy.md: %s\nwant the default %s", row, want)
 	}
-	env, _, err := readRLSEnv(func(string) (string, bool) { return "", false }, nil)
+	env, err := app.ReadEnvoy(func(string) (string, bool) { return "", false }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env.storeTimeout != 0 {
-		t.Errorf("rls without FLOODGATE_STORE_TIMEOUT sets %v, not the engine's default", env.storeTimeout)
+	if got := env.Settings.Engine.Timeout; got != 0 {
+		t.Errorf("rls without FLOODGATE_STORE_TIMEOUT sets %v, not the engine's default", got)
 	}
 }
 

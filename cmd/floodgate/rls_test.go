@@ -22,7 +22,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate/floodgate/internal/redistest"
-	"github.com/floodgate/floodgate/rls"
 )
 
 // envOf makes a lookup function and an environment list from a map.
@@ -33,105 +32,6 @@ func envOf(m map[string]string) (func(string) (string, bool), []string) {
 	}
 	sort.Strings(list)
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }, list
-}
-
-func TestRLSEnvDefaults(t *testing.T) {
-	t.Parallel()
-	e, notes, err := readRLSEnv(envOf(map[string]string{"PATH": "/bin"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.httpAddr != "0.0.0.0:8080" || e.grpcAddr != "0.0.0.0:8081" || e.debugAddr != "0.0.0.0:6070" || e.promAddr != ":9090" {
-		t.Errorf("addresses %s %s %s %s", e.httpAddr, e.grpcAddr, e.debugAddr, e.promAddr)
-	}
-	if e.configDir != "" || e.backend != "redis" || e.redis.socket != "unix" || e.redis.url != "/var/run/nutcracker/ratelimit.sock" ||
-		e.redis.typ != "single" || e.maxConnAge != 24*time.Hour || e.maxConnAgeGrace != time.Hour || e.nearRatio != 0.8 {
-		t.Errorf("defaults %+v", e)
-	}
-	if !e.load.AllFiles || !e.load.Recursive || !e.load.DotFiles || e.load.MergeDomains || e.load.Compat {
-		t.Errorf("load options %+v", e.load)
-	}
-	if !e.service.NoFields || e.service.PeerHeaders != nil || e.service.ShadowMode {
-		t.Errorf("service options %+v", e.service)
-	}
-	// statsd is envoyproxy/ratelimit's default: said not to be there.
-	if len(notes) != 1 || notes[0].name != "USE_STATSD" || !notes[0].unsupported {
-		t.Errorf("notes %+v", notes)
-	}
-}
-
-func TestRLSEnvReadsEnvoyproxyRatelimitSettings(t *testing.T) {
-	t.Parallel()
-	e, notes, err := readRLSEnv(envOf(map[string]string{
-		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "9000", "HOST": "127.0.0.2", "PORT": "9001", "DEBUG_PORT": "9002",
-		"GRPC_MAX_CONNECTION_AGE": "5m", "RUNTIME_ROOT": "/srv/rt/current", "RUNTIME_SUBDIRECTORY": "ratelimit",
-		"RUNTIME_IGNOREDOTFILES": "true", "MERGE_DOMAIN_CONFIG": "true", "FLOODGATE_COMPAT": "true",
-		"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379",
-		"REDIS_AUTH": "app:s3cret", "REDIS_SENTINEL_AUTH": "sentinelpw",
-		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_TYPE": "cluster",
-		"REDIS_PERSECOND_URL": "c1:7000,c2:7000", "REDIS_PERSECOND_TLS": "true",
-		"SHADOW_MODE": "true", "QUOTA_MODE": "true", "RESPONSE_DYNAMIC_METADATA": "true",
-		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left", "NEAR_LIMIT_RATIO": "0.9",
-		"USE_PROMETHEUS": "true", "EXTRA_TAGS": "team:edge,env:prod", "CACHE_KEY_PREFIX": "rl:",
-		"LOCAL_CACHE_SIZE_IN_BYTES": "1000000", "USE_DOG_STATSD": "true", "MEMCACHE_HOST_PORT": "m:11211",
-		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false", "TRACING_ENABLED": "true",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.grpcAddr != "127.0.0.1:9000" || e.httpAddr != "127.0.0.2:9001" || e.debugAddr != "0.0.0.0:9002" || e.maxConnAge != 5*time.Minute {
-		t.Errorf("addresses %+v", e)
-	}
-	if e.configDir != filepath.Join("/srv/rt/current", "ratelimit", "config") || e.load.DotFiles || !e.load.MergeDomains || !e.load.Compat {
-		t.Errorf("configuration %s %+v", e.configDir, e.load)
-	}
-	if u, _ := redisURL(&e.redis, "app", "s3cret"); u != "redis+sentinel://app:s3cret@s1:26379,s2:26379/mymaster" || e.redis.sentinelAuth != "sentinelpw" {
-		t.Errorf("redis %s %+v", u, e.redis)
-	}
-	if e.perSecond == nil {
-		t.Fatal("no per-second redis")
-	}
-	if u, _ := redisURL(e.perSecond, "", ""); u != "rediss+cluster://c1:7000,c2:7000" {
-		t.Errorf("per-second redis %s", u)
-	}
-	s := e.service
-	if !s.ShadowMode || !s.QuotaMode || !s.DynamicMetadata || s.PeerHeaders == nil ||
-		*s.PeerHeaders != (rls.PeerHeaders{Limit: "RateLimit-Limit", Remaining: "X-Left", Reset: "RateLimit-Reset"}) {
-		t.Errorf("service %+v", s)
-	}
-	if e.nearRatio != 0.9 || !e.usePrometheus || e.extraTags["team"] != "edge" || e.extraTags["env"] != "prod" || e.prefix != "rl:" {
-		t.Errorf("stats %+v", e)
-	}
-	var got []string
-	for _, n := range notes {
-		got = append(got, fmt.Sprintf("%s %v", n.name, n.unsupported))
-	}
-	want := "LOCAL_CACHE_SIZE_IN_BYTES false|MEMCACHE_HOST_PORT true|TRACING_ENABLED true|USE_DOG_STATSD true"
-	if strings.Join(got, "|") != want {
-		t.Errorf("notes %s, want %s", strings.Join(got, "|"), want)
-	}
-}
-
-func TestRLSEnvRefusesWhatCannotWork(t *testing.T) {
-	t.Parallel()
-	for env, want := range map[string]string{
-		"BACKEND_TYPE=memcache":     "no Memcache backend",
-		"CONFIG_TYPE=GRPC_XDS_SOTW": "only FILE is supported",
-		"REDIS_TYPE=ring":           "want single, sentinel or cluster",
-		"REDIS_SOCKET_TYPE=udp":     "want tcp or unix",
-		"NEAR_LIMIT_RATIO=2":        "want a number in (0, 1]",
-		"PORT=http":                 "PORT=\"http\": want a whole number",
-		"SHADOW_MODE=maybe":         "want true or false",
-		"GRPC_MAX_CONNECTION_AGE=1": "want a duration",
-		"EXTRA_TAGS=nocolon":        "want key:value pairs",
-		"LOG_LEVEL=loud":            "want debug, info, warn or error",
-	} {
-		k, v, _ := strings.Cut(env, "=")
-		_, _, err := readRLSEnv(envOf(map[string]string{k: v}))
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want %q", env, err, want)
-		}
-	}
 }
 
 // rlsProc is one "floodgate rls" running in this process.

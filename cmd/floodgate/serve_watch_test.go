@@ -14,11 +14,11 @@ import (
 
 func TestServeWatchFlag(t *testing.T) {
 	cfg, err := parseServeFlags([]string{"--config", "f.yaml"}, io.Discard)
-	if err != nil || !cfg.watch {
+	if err != nil || !cfg.Watch {
 		t.Errorf("watch by default: %v, %v", cfg, err)
 	}
 	cfg, err = parseServeFlags([]string{"--config", "f.yaml", "--watch=false"}, io.Discard)
-	if err != nil || cfg.watch {
+	if err != nil || cfg.Watch {
 		t.Errorf("--watch=false: %v, %v", cfg, err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ import (
 	"github.com/floodgate/floodgate/store/redisstore"
 )
 
-// newServeMetrics builds the registry behind /metrics: Floodgate's series
-// and the Go runtime's and the process's.
-func newServeMetrics() (*metrics.Metrics, *prometheus.Registry, error) {
+// newMetrics builds the registry behind /metrics: Floodgate's series and
+// the Go runtime's and the process's.
+func newMetrics() (*metrics.Metrics, *prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, nil, err
@@ -50,68 +50,54 @@ func (l scrapeErrorLog) Println(v ...any) {
 	l.log.Error("metrics: scrape incomplete", "err", fmt.Sprint(v...))
 }
 
-// registerStateMetrics exports the state of the engine, the stores, the
-// policy and the connections, read when /metrics is scraped.
-func (s *server) registerStateMetrics() error {
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+// gauge and counter are series read when /metrics is scraped.
+func gauge(name, help string, f func() float64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+}
+
+func counter(name, help string, f func() float64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
 	}
-	counter := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
-	}
-	b2f := func(b bool) float64 {
-		if b {
-			return 1
-		}
-		return 0
-	}
+	return 0
+}
+
+// stateMetrics are the series of the engine's and the stores' state,
+// read when /metrics is scraped.
+func stateMetrics(eng *limiter.Limiter, main, local limiter.Store) []prometheus.Collector {
 	cs := []prometheus.Collector{
 		gauge("floodgate_breaker_open", "1 while the store's circuit breaker is open and limits follow their on_failure.",
-			func() float64 { return b2f(s.engine.Stats().BreakerOpen) }),
+			func() float64 { return b2f(eng.Stats().BreakerOpen) }),
 		counter("floodgate_breaker_opens_total", "Times the store's circuit breaker opened.",
-			func() float64 { return float64(s.engine.Stats().BreakerOpens) }),
+			func() float64 { return float64(eng.Stats().BreakerOpens) }),
 		counter("floodgate_store_failures_total", "Store calls that failed or missed their deadline.",
-			func() float64 { return float64(s.engine.Stats().StoreFailures) }),
-		counter("floodgate_config_reloads_total", "New versions of the policy file applied.",
-			func() float64 { return float64(s.reloader.Reloads()) }),
-		counter("floodgate_config_rejected_total", "Versions of the policy file refused as invalid.",
-			func() float64 { return float64(s.reloader.Rejected()) }),
+			func() float64 { return float64(eng.Stats().StoreFailures) }),
 		counter("floodgate_store_queue_timeouts_total", "Store calls whose deadline passed while they waited in this process (not held against the store); any at all mean the deadline is too short for the load.",
-			func() float64 { return float64(s.engine.Stats().QueueTimeouts) }),
+			func() float64 { return float64(eng.Stats().QueueTimeouts) }),
 		counter("floodgate_store_slot_waits_total", "Store calls that waited for one of the engine's in-flight slots.",
-			func() float64 { return float64(s.engine.Stats().SlotWaits) }),
+			func() float64 { return float64(eng.Stats().SlotWaits) }),
 		counter("floodgate_store_late_deadlines_total", "Deadlines noticed well after they passed because this process did not run.",
-			func() float64 { return float64(s.engine.Stats().LateDeadlines) }),
+			func() float64 { return float64(eng.Stats().LateDeadlines) }),
 		gauge("floodgate_store_calls_in_flight", "Store calls in flight now.",
-			func() float64 { return float64(s.engine.Stats().InFlight) }),
+			func() float64 { return float64(eng.Stats().InFlight) }),
 		counter("floodgate_deny_cache_hits_total", "Requests answered by the deny cache without a store call.",
-			func() float64 { return float64(s.engine.Stats().DenyCacheHits) }),
+			func() float64 { return float64(eng.Stats().DenyCacheHits) }),
 		gauge("floodgate_deny_cache_entries", "Keys the deny cache holds.",
-			func() float64 { return float64(s.engine.Stats().DenyCacheEntries) }),
+			func() float64 { return float64(eng.Stats().DenyCacheEntries) }),
 		counter("floodgate_deny_cache_evictions_total", "Deny cache entries dropped to make room before they expired.",
-			func() float64 { return float64(s.engine.Stats().DenyCacheEvictions) }),
+			func() float64 { return float64(eng.Stats().DenyCacheEvictions) }),
 		counter("floodgate_lease_takes_total", "Hits of leased limits decided from a lease, without a store call.",
-			func() float64 { return float64(s.engine.Stats().LeaseTakes) }),
+			func() float64 { return float64(eng.Stats().LeaseTakes) }),
 		counter("floodgate_lease_grants_total", "Store calls that took leases for leased limits.",
-			func() float64 { return float64(s.engine.Stats().LeaseGrants) }),
+			func() float64 { return float64(eng.Stats().LeaseGrants) }),
 		gauge("floodgate_leased_keys", "Keys of leased limits holding a lease now.",
-			func() float64 { return float64(s.engine.Stats().LeasedKeys) }),
-		gauge("floodgate_connections_open", "Client connections the gateway serves now.",
-			func() float64 {
-				if s.conns == nil {
-					return 0
-				}
-				return float64(s.conns.open.Load())
-			}),
-		counter("floodgate_connections_shed_total", "Client connections answered 503 and closed because max_connections were open.",
-			func() float64 {
-				if s.conns == nil {
-					return 0
-				}
-				return float64(s.conns.shed.Load())
-			}),
+			func() float64 { return float64(eng.Stats().LeasedKeys) }),
 	}
-	if rs, ok := s.store.(*redisstore.Store); ok {
+	if rs, ok := main.(*redisstore.Store); ok {
 		cs = append(cs,
 			gauge("floodgate_store_evictable", "1 when a Redis server may evict the limiter's keys (maxmemory with a maxmemory-policy other than noeviction).",
 				func() float64 { return b2f(rs.Eviction().Evictable) }),
@@ -123,7 +109,7 @@ func (s *server) registerStateMetrics() error {
 	for _, st := range []struct {
 		which string
 		store limiter.Store
-	}{{"main", s.store}, {"local", s.local}} {
+	}{{"main", main}, {"local", local}} {
 		ms, ok := st.store.(*memstore.Store)
 		if !ok {
 			continue
@@ -148,10 +134,40 @@ func (s *server) registerStateMetrics() error {
 				func() float64 { return b2f(ms.Stats().LastSnapshotError != nil) }),
 		)
 	}
+	return cs
+}
+
+// register registers every collector of cs.
+func register(reg prometheus.Registerer, cs []prometheus.Collector) error {
 	for _, c := range cs {
-		if err := s.registry.Register(c); err != nil {
+		if err := reg.Register(c); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// serveMetrics are floodgate serve's series of the policy and the
+// gateway's connections, read when /metrics is scraped.
+func (s *server) serveMetrics() []prometheus.Collector {
+	return []prometheus.Collector{
+		counter("floodgate_config_reloads_total", "New versions of the policy file applied.",
+			func() float64 { return float64(s.reloader.Reloads()) }),
+		counter("floodgate_config_rejected_total", "Versions of the policy file refused as invalid.",
+			func() float64 { return float64(s.reloader.Rejected()) }),
+		gauge("floodgate_connections_open", "Client connections the gateway serves now.",
+			func() float64 {
+				if s.conns == nil {
+					return 0
+				}
+				return float64(s.conns.open.Load())
+			}),
+		counter("floodgate_connections_shed_total", "Client connections answered 503 and closed because max_connections were open.",
+			func() float64 {
+				if s.conns == nil {
+					return 0
+				}
+				return float64(s.conns.shed.Load())
+			}),
+	}
 }

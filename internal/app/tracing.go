@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-// tracing is the optional OpenTelemetry tracing of serve's front ends: a
+// tracing is the optional OpenTelemetry tracing of the front ends: a
 // span per request at the HTTP and gRPC boundaries, never inside the
 // algorithms. It is off unless the standard environment asks for it.
 type tracing struct {
@@ -40,7 +40,7 @@ func newTracing(ctx context.Context, getenv func(string) string) (*tracing, erro
 		}
 	case "otlp":
 	default:
-		return nil, fmt.Errorf("serve: OTEL_TRACES_EXPORTER=%q: only otlp and none are supported", exp)
+		return nil, fmt.Errorf("tracing: OTEL_TRACES_EXPORTER=%q: only otlp and none are supported", exp)
 	}
 	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if proto == "" {
@@ -54,10 +54,10 @@ func newTracing(ctx context.Context, getenv func(string) string) (*tracing, erro
 	case "grpc":
 		exporter, err = otlptracegrpc.New(ctx)
 	default:
-		return nil, fmt.Errorf("serve: OTEL_EXPORTER_OTLP_PROTOCOL=%q: want grpc or http/protobuf", proto)
+		return nil, fmt.Errorf("tracing: OTEL_EXPORTER_OTLP_PROTOCOL=%q: want grpc or http/protobuf", proto)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("serve: tracing: %w", err)
+		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	t.provider = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter))
 	return t, nil

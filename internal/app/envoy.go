@@ -1,9 +1,14 @@
-package main
+package app
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -11,6 +16,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/rls"
+	"github.com/floodgate/floodgate/store"
 )
 
 // rlsEnv is what "floodgate rls" takes from envoyproxy/ratelimit's
@@ -60,11 +66,11 @@ type redisEnv struct {
 	window             time.Duration
 }
 
-// envNote is a variable that "floodgate rls" does not honour: unsupported
+// EnvoyNote is a variable that floodgate rls does not honour: unsupported
 // (a warning) or without effect here (for information).
-type envNote struct {
-	name, msg   string
-	unsupported bool
+type EnvoyNote struct {
+	Name, Msg   string
+	Unsupported bool
 }
 
 // envReader reads typed variables, collecting the first bad value.
@@ -190,13 +196,13 @@ var unsupported = map[string]string{
 	"MEMCACHE_":                               "no Memcache backend",
 	"CONFIG_GRPC_XDS_":                        "no xDS configuration; descriptor files only",
 	"XDS_CLIENT_":                             "no xDS configuration; descriptor files only",
-	"TRACING_":                                "no tracing",
+	"TRACING_":                                "not read; spans are exported as the standard OTEL_* variables say (OTEL_EXPORTER_OTLP_ENDPOINT ...)",
 }
 
 // readRLSEnv reads the settings through lookup (os.LookupEnv). notes lists
 // the variables set that are not honoured; err is a setting that cannot
 // work.
-func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, []envNote, error) {
+func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, []EnvoyNote, error) {
 	r := &envReader{lookup: lookup, seen: map[string]bool{}}
 	e := &rlsEnv{}
 	e.httpAddr = net.JoinHostPort(r.str("HOST", "0.0.0.0"), strconv.Itoa(r.int("PORT", 8080)))
@@ -311,18 +317,18 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 }
 
 // rlsNotes lists the variables of environ that are set but not honoured.
-func rlsNotes(r *envReader, e *rlsEnv, environ []string) []envNote {
-	var notes []envNote
+func rlsNotes(r *envReader, e *rlsEnv, environ []string) []EnvoyNote {
+	var notes []EnvoyNote
 	for _, kv := range environ {
 		name, v, _ := strings.Cut(kv, "=")
 		if v == "" || r.seen[name] {
 			if msg, ok := noEffect[name]; ok && v != "" {
-				notes = append(notes, envNote{name: name, msg: msg})
+				notes = append(notes, EnvoyNote{Name: name, Msg: msg})
 			}
 			continue
 		}
 		if msg, ok := noEffect[name]; ok {
-			notes = append(notes, envNote{name: name, msg: msg})
+			notes = append(notes, EnvoyNote{Name: name, Msg: msg})
 			continue
 		}
 		for p, msg := range unsupported {
@@ -330,7 +336,7 @@ func rlsNotes(r *envReader, e *rlsEnv, environ []string) []envNote {
 				if b, err := strconv.ParseBool(v); err == nil && !b {
 					break // switched off
 				}
-				notes = append(notes, envNote{name: name, msg: msg, unsupported: true})
+				notes = append(notes, EnvoyNote{Name: name, Msg: msg, Unsupported: true})
 				break
 			}
 		}
@@ -340,9 +346,180 @@ func rlsNotes(r *envReader, e *rlsEnv, environ []string) []envNote {
 		useStatsd, _ = strconv.ParseBool(v)
 	}
 	if useStatsd && !e.usePrometheus && !e.disableStats {
-		notes = append(notes, envNote{name: "USE_STATSD", unsupported: true,
-			msg: "no statsd; the statistics are served for Prometheus on the debug port's /metrics (or set USE_PROMETHEUS=true)"})
+		notes = append(notes, EnvoyNote{Name: "USE_STATSD", Unsupported: true,
+			Msg: "no statsd; the statistics are served for Prometheus on the debug port's /metrics (or set USE_PROMETHEUS=true)"})
 	}
-	sort.Slice(notes, func(i, j int) bool { return notes[i].name < notes[j].name })
+	sort.Slice(notes, func(i, j int) bool { return notes[i].Name < notes[j].Name })
 	return notes
+}
+
+// Envoy is what floodgate rls reads from envoyproxy/ratelimit's
+// environment: the settings, the log's level and format, and the
+// variables set that it does not honour.
+type Envoy struct {
+	Settings *Settings
+	LogLevel slog.Level
+	LogJSON  bool
+	Notes    []EnvoyNote
+}
+
+// ReadEnvoy reads envoyproxy/ratelimit's environment variables through
+// lookup (os.LookupEnv); environ lists them all ("NAME=value", os.Environ)
+// for the notes. An error is a setting that cannot work.
+func ReadEnvoy(lookup func(string) (string, bool), environ []string) (*Envoy, error) {
+	e, notes, err := readRLSEnv(lookup, environ)
+	if err != nil {
+		return nil, err
+	}
+	set, err := e.settings()
+	if err != nil {
+		return nil, err
+	}
+	return &Envoy{Settings: set, LogLevel: e.logLevel, LogJSON: e.logJSON, Notes: notes}, nil
+}
+
+// settings are the process settings e describes.
+func (e *rlsEnv) settings() (*Settings, error) {
+	set := &Settings{Engine: Engine{Timeout: e.storeTimeout}}
+	r := &RLS{Addr: e.grpcAddr, Load: e.load, ForceStart: e.forceStart, Service: e.service,
+		MaxConnectionAge: e.maxConnAge, MaxConnectionAgeGrace: e.maxConnAgeGrace, HealthyWithConfig: e.healthyWithConfig,
+		HTTPAddr: e.httpAddr, DebugAddr: e.debugAddr}
+	if e.grpcUDS != "" {
+		r.Network, r.Addr = "unix", e.grpcUDS
+	}
+	if e.grpcTLS {
+		r.TLS = TLS{Cert: e.tlsCert, Key: e.tlsKey, ClientCA: e.clientCA, ClientSAN: e.clientSAN,
+			Source: "GRPC_SERVER_TLS_CERT/KEY, GRPC_CLIENT_TLS_*"}
+	}
+	if e.configDir != "" {
+		r.Paths = []string{e.configDir}
+	}
+	if !e.disableStats {
+		r.Stats = &rls.StatsOptions{NearLimitRatio: e.nearRatio, ConstLabels: e.extraTags, ResponseTimeMilliseconds: e.promMillis}
+	}
+	if e.usePrometheus {
+		r.PromAddr, r.PromPath = e.promAddr, e.promPath
+	}
+	set.RLS = r
+	if e.backend == "memory" {
+		set.Store = Store{URL: "memory"}
+		return set, nil
+	}
+	var err error
+	if set.Store, err = redisStore(&e.redis, e.prefix); err != nil {
+		return nil, err
+	}
+	if e.perSecond != nil {
+		ps, err := redisStore(e.perSecond, e.prefix)
+		if err != nil {
+			return nil, fmt.Errorf("rls: REDIS_PERSECOND: %w", err)
+		}
+		set.Store.PerSecond = &ps
+	}
+	return set, nil
+}
+
+// redisStore is one Redis deployment as envoyproxy/ratelimit's settings
+// describe it.
+func redisStore(re *redisEnv, prefix string) (Store, error) {
+	var tc *tls.Config
+	if re.tls {
+		var err error
+		if tc, err = redisTLS(re); err != nil {
+			return Store{}, err
+		}
+	}
+	user, pass := "", re.auth
+	if u, p, ok := strings.Cut(re.auth, ":"); ok {
+		user, pass = u, p
+	}
+	o := store.Options{Prefix: prefix, DialTimeout: re.timeout, WriteTimeout: re.timeout, TLS: tc, MaxFlushDelay: re.window}
+	if re.sentinelAuth != "" {
+		o.SentinelUsername, o.SentinelPassword = "", re.sentinelAuth
+		if u, p, ok := strings.Cut(re.sentinelAuth, ":"); ok {
+			o.SentinelUsername, o.SentinelPassword = u, p
+		}
+	}
+	u, err := redisURL(re, user, pass)
+	if err != nil {
+		return Store{}, err
+	}
+	return Store{URL: u, Options: o}, nil
+}
+
+// redisURL turns REDIS_URL and REDIS_TYPE into a store URL: host:port for
+// a single instance (or a redis:// URL, kept as given), "master,h1:p1,..."
+// for sentinels, "h1:p1,h2:p2,..." for a cluster.
+func redisURL(re *redisEnv, user, pass string) (string, error) {
+	if strings.Contains(re.url, "://") {
+		return re.url, nil
+	}
+	userinfo := ""
+	if pass != "" {
+		userinfo = url.PathEscape(user) + ":" + url.PathEscape(pass) + "@"
+	}
+	if re.socket == "unix" && re.typ == "single" {
+		path, err := filepath.Abs(re.url)
+		if err != nil {
+			return "", fmt.Errorf("rls: REDIS_URL=%q: %w", re.url, err)
+		}
+		return "redis+unix://" + userinfo + path, nil
+	}
+	scheme := "redis"
+	if re.tls {
+		scheme = "rediss"
+	}
+	hosts := strings.Split(re.url, ",")
+	switch re.typ {
+	case "sentinel":
+		if len(hosts) < 2 {
+			return "", fmt.Errorf("rls: REDIS_URL=%q: a sentinel URL is the master's name then the sentinels, separated by commas", re.url)
+		}
+		return scheme + "+sentinel://" + userinfo + strings.Join(hosts[1:], ",") + "/" + hosts[0], nil
+	case "cluster":
+		return scheme + "+cluster://" + userinfo + re.url, nil
+	}
+	if len(hosts) != 1 {
+		return "", fmt.Errorf("rls: REDIS_URL=%q: a single instance has one address", re.url)
+	}
+	return scheme + "://" + userinfo + re.url, nil
+}
+
+// redisTLS is the client TLS configuration of REDIS_TLS_*.
+func redisTLS(re *redisEnv) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if re.cert != "" || re.key != "" {
+		pair, err := tls.LoadX509KeyPair(re.cert, re.key)
+		if err != nil {
+			return nil, fmt.Errorf("rls: REDIS_TLS_CLIENT_CERT/KEY: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	if re.ca != "" {
+		pem, err := os.ReadFile(re.ca)
+		if err != nil {
+			return nil, fmt.Errorf("rls: REDIS_TLS_CACERT: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("rls: REDIS_TLS_CACERT: no certificate in %s", re.ca)
+		}
+	}
+	if re.skipVerify {
+		// Skip the host name only: the chain is still checked.
+		roots := tc.RootCAs
+		tc.InsecureSkipVerify = true
+		tc.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("rls: redis: no server certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
+			return err
+		}
+	}
+	return tc, nil
 }

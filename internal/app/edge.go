@@ -1,9 +1,8 @@
-package main
+package app
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"net/http"
 
 	"github.com/floodgate/floodgate/config"
@@ -16,27 +15,13 @@ import (
 // to the net/http server (HTTP/2 with prior knowledge, upgraded
 // connections such as WebSockets); net/http serves every request itself.
 
-// registerEngine adds --engine to serve's flags.
-func (c *serveConfig) registerEngine(fs *flag.FlagSet) {
-	fs.StringVar(&c.engine, "engine", "", `the gateway listener's HTTP engine: fast or net/http (default: server.engine of the file, fast)`)
-}
-
-// checkEngine validates --engine.
-func (c *serveConfig) checkEngine() error {
-	switch c.engine {
-	case "", config.EngineFast, config.EngineNetHTTP:
-		return nil
-	}
-	return usagef("serve: --engine must be %s or %s, got %q", config.EngineFast, config.EngineNetHTTP, c.engine)
-}
-
 // httpEngine returns the engine the gateway listener runs: the flag, else the
 // file's (fast by default). With OpenTelemetry tracing on, net/http, whose
 // requests are traced, unless the flag says otherwise.
 func (s *server) httpEngine() string {
 	switch {
-	case s.cfg.engine != "":
-		return s.cfg.engine
+	case s.cfg.Engine != "":
+		return s.cfg.Engine
 	case s.tracing.on():
 		return config.EngineNetHTTP
 	case s.srv.Engine != "":

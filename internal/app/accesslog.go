@@ -1,26 +1,15 @@
-package main
+package app
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 
 	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/internal/cli"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// accessLogFlags are serve's access-log flags; they override the file's
-// server.access_log.
-type accessLogFlags struct {
-	path, format string
-}
-
-func (a *accessLogFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.path, "access-log", "", `write an access log to this file ("-": standard output; "off": none) (default: server.access_log.path)`)
-	fs.StringVar(&a.format, "access-log-format", "", "the access log's format: json or combined (default: server.access_log.format, or json)")
-}
 
 // accessLogSettings are the access log's settings: the file's, then the
 // flags.
@@ -28,26 +17,26 @@ func (s *server) accessLogSettings() (accesslog.Options, bool, error) {
 	a := s.srv.AccessLog
 	o := accesslog.Options{MaxSize: a.MaxSize, MaxFiles: a.MaxFiles}
 	path, format := a.Path, a.Format
-	if s.cfg.access.path != "" {
-		path = s.cfg.access.path
+	if s.cfg.AccessLog != "" {
+		path = s.cfg.AccessLog
 	}
-	if s.cfg.access.format != "" {
-		format = s.cfg.access.format
+	if s.cfg.AccessLogFormat != "" {
+		format = s.cfg.AccessLogFormat
 	}
 	if path == "" || path == "off" {
 		return o, false, nil
 	}
 	f, err := accesslog.ParseFormat(format)
 	if err != nil {
-		return o, false, usagef("serve: --access-log-format: %v", err)
+		return o, false, cli.Usagef("serve: --access-log-format: %v", err)
 	}
 	o.Format = f
 	if path != "-" {
 		o.Path = path
-		if s.cfg.access.path == "" && !filepath.IsAbs(path) {
+		if s.cfg.AccessLog == "" && !filepath.IsAbs(path) {
 			// A path from the file is relative to the file, like its
 			// other paths.
-			o.Path = filepath.Join(filepath.Dir(s.cfg.config), path)
+			o.Path = filepath.Join(filepath.Dir(s.cfg.Config), path)
 		}
 	}
 	return o, true, nil
@@ -59,9 +48,9 @@ func (s *server) accessLogSettings() (accesslog.Options, bool, error) {
 // they never go back) are in the order the decisions were made, and a
 // replay of the log decides as the gateway did; the cached clock, shared
 // by decisions a millisecond apart and refined per shard, is not.
-func (s *server) exactStoreClock() bool {
-	_, on, _ := s.accessLogSettings()
-	return on
+func (s *server) exactStoreClock() (bool, error) {
+	_, on, err := s.accessLogSettings()
+	return on, err
 }
 
 // openAccessLog opens the access log, if one is asked for, and counts its

@@ -1,0 +1,239 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/floodgate/floodgate/rls"
+)
+
+// rlsService is Envoy's rate-limit service of a process, with the HTTP
+// listeners of floodgate rls beside it.
+type rlsService struct {
+	set    *RLS
+	log    *slog.Logger
+	stats  *rls.Stats
+	svc    *rls.Service
+	grpc   *rls.Server
+	health *rls.Health
+	https  []*http.Server
+	lns    []net.Listener // the gRPC listener, then one per server of https
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startRLS loads the descriptor files, opens the service's listeners,
+// serves them until shutdown and says where on stdout. Errors that end
+// serving are sent to r.errc.
+func (r *root) startRLS(stdout io.Writer) error {
+	set := r.set.RLS
+	s := &rlsService{set: set, log: r.log}
+	r.rls = s
+	if set.Stats != nil {
+		var err error
+		if s.stats, err = rls.NewStats(r.registry, *set.Stats); err != nil {
+			return fmt.Errorf("%s: rate-limit service statistics: %w", r.name, err)
+		}
+	}
+	var cfg *rls.Config
+	if len(set.Paths) > 0 {
+		var err error
+		cfg, err = rls.Load(set.Paths, set.Load)
+		s.stats.ObserveLoad(err)
+		switch {
+		case err == nil:
+			s.loaded(cfg)
+		case !set.ForceStart:
+			return fmt.Errorf("%s: %w", r.name, err)
+		default:
+			r.log.Error("rls: configuration not loaded; starting without one (FORCE_START_WITHOUT_INITIAL_CONFIG)", "err", err)
+		}
+	} else {
+		r.log.Warn("rls: RUNTIME_SUBDIRECTORY is empty: no descriptor files are read")
+	}
+	opts := set.Service
+	opts.Logger, opts.Stats = r.log, s.stats
+	s.svc = rls.New(r.engine, cfg, opts)
+
+	so := rls.ServerOptions{MaxConnectionAge: set.MaxConnectionAge, MaxConnectionAgeGrace: set.MaxConnectionAgeGrace,
+		ExtraOptions: r.tracing.grpcOptions()}
+	if s.stats != nil {
+		so.ExtraOptions = append(so.ExtraOptions, grpc.UnaryInterceptor(s.stats.UnaryInterceptor()))
+	}
+	if set.TLS.On() {
+		tc, err := set.TLS.Config()
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		so.ExtraOptions = append(so.ExtraOptions, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	var err error
+	if s.grpc, err = rls.NewServer(s.svc, so); err != nil {
+		return fmt.Errorf("%s: rate-limit service: %w", r.name, err)
+	}
+	var failing []string
+	if set.HealthyWithConfig && (cfg == nil || len(cfg.Domains()) == 0) {
+		failing = append(failing, rls.HealthConfig)
+	}
+	s.health = rls.NewHealth(s.grpc.Health, "ratelimit", []string{rls.HealthStopping}, failing...)
+
+	network := set.Network
+	if network == "" {
+		network = "tcp"
+	}
+	if err := r.openRLS(network, set.Addr, "gRPC (RLS v3)", stdout); err != nil {
+		return err
+	}
+	if set.HTTPAddr != "" {
+		api := http.NewServeMux()
+		api.Handle("/json", r.tracing.handler(rls.JSONHandler(s.svc), "rls_json"))
+		api.Handle("/healthcheck", s.health)
+		if err := r.openRLSHTTP(api, set.HTTPAddr, "HTTP (/json, /healthcheck)", stdout); err != nil {
+			return err
+		}
+	}
+	mh := metricsHandler(r.registry, r.log)
+	if set.DebugAddr != "" {
+		debug := rls.DebugHandler(s.svc, map[string]rls.DebugEndpoint{
+			"/metrics": {Help: "Prometheus metrics", Handler: mh},
+		})
+		if err := r.openRLSHTTP(debug, set.DebugAddr, "debug (/rlconfig, /metrics, /debug/pprof/)", stdout); err != nil {
+			return err
+		}
+	}
+	if set.PromAddr != "" {
+		pm := http.NewServeMux()
+		pm.Handle(set.PromPath, mh)
+		if err := r.openRLSHTTP(pm, set.PromAddr, "Prometheus ("+set.PromPath+")", stdout); err != nil {
+			return err
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if len(set.Paths) > 0 {
+		s.wg.Go(func() {
+			rls.Watch(ctx, s.svc, set.Paths, rls.WatchOptions{Load: set.Load, Logger: r.log, OnReload: func(err error) {
+				s.stats.ObserveLoad(err)
+				if err == nil {
+					s.loaded(s.svc.Config())
+				}
+			}})
+		})
+	}
+	s.wg.Go(func() {
+		if err := s.grpc.Serve(ctx, s.lns[0]); err != nil {
+			r.errc <- fmt.Errorf("rate-limit service: %w", err)
+		}
+	})
+	for i, hs := range s.https {
+		go func() {
+			if err := hs.Serve(s.lns[i+1]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				r.errc <- fmt.Errorf("rate-limit service: http: %w", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// openRLS listens on addr and says so: "floodgate rls: gRPC (RLS v3) on
+// ...", or for floodgate serve "floodgate: Envoy rate-limit service (RLS
+// v3, gRPC) on ...".
+func (r *root) openRLS(network, addr, what string, stdout io.Writer) error {
+	if network == "unix" {
+		_ = os.Remove(addr) // a socket left by an earlier run
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		if r.name == "serve" {
+			return fmt.Errorf("serve: grpc listen: %w", err)
+		}
+		return fmt.Errorf("%s: listen %s: %w", r.name, what, err)
+	}
+	r.rls.lns = append(r.rls.lns, ln)
+	if r.name == "serve" {
+		fmt.Fprintf(stdout, "floodgate: Envoy rate-limit service (RLS v3, gRPC) on %s\n", displayAddr(ln.Addr()))
+	} else {
+		fmt.Fprintf(stdout, "floodgate %s: %s on %s\n", r.name, what, displayAddr(ln.Addr()))
+	}
+	return nil
+}
+
+// openRLSHTTP opens one of the service's HTTP listeners.
+func (r *root) openRLSHTTP(h http.Handler, addr, what string, stdout io.Writer) error {
+	r.rls.https = append(r.rls.https, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second})
+	return r.openRLS("tcp", addr, what, stdout)
+}
+
+// loaded logs a configuration that loaded and follows it in the health.
+func (s *rlsService) loaded(cfg *rls.Config) {
+	for _, w := range cfg.Warnings() {
+		s.log.Warn("rls: configuration", "warning", w)
+	}
+	s.log.Info("rls: configuration loaded", "domains", cfg.Domains())
+	if s.health != nil && s.set.HealthyWithConfig {
+		s.health.Set(rls.HealthConfig, len(cfg.Domains()) > 0)
+	}
+}
+
+// shutdown stops the service: unhealthy first, then the HTTP listeners
+// (within ctx), the watch of the files and gRPC (its calls in flight
+// finish within its grace period).
+func (s *rlsService) shutdown(ctx context.Context) {
+	if s == nil {
+		return
+	}
+	if s.health != nil {
+		s.health.Set(rls.HealthStopping, false)
+	}
+	for _, hs := range s.https {
+		_ = hs.Shutdown(ctx)
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	for _, ln := range s.lns {
+		ln.Close() // those that never served
+	}
+}
+
+// RunRLS runs Envoy's rate-limit service alone, as floodgate rls does,
+// until ctx ends; getenv reads the OTEL_* variables of the tracing.
+func RunRLS(ctx context.Context, set *Settings, getenv func(string) string, stdout io.Writer, log *slog.Logger) error {
+	if set.RLS == nil {
+		return errors.New("rls: no rate-limit service in the settings")
+	}
+	r, err := newRoot(ctx, "rls", set, getenv, log)
+	if err != nil {
+		return err
+	}
+	defer r.closeStores()
+	if err := r.startEngine(nil); err != nil {
+		return err
+	}
+	err = r.startRLS(stdout)
+	if err == nil {
+		select {
+		case <-ctx.Done():
+		case err = <-r.errc:
+			err = fmt.Errorf("rls: %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	r.rls.shutdown(sctx)
+	r.shutdown(sctx)
+	return err
+}

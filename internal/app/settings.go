@@ -1,0 +1,65 @@
+package app
+
+import (
+	"time"
+
+	"github.com/floodgate/floodgate/rls"
+	"github.com/floodgate/floodgate/store"
+)
+
+// Settings are what a process that decides needs to start: its store,
+// its engine's settings, and Envoy's rate-limit service when it serves
+// one. The policy file's server section is one source of them (Serve),
+// envoyproxy/ratelimit's environment variables another (EnvoySettings).
+type Settings struct {
+	Store  Store
+	Engine Engine
+	// RLS is Envoy's rate-limit service, nil when the process serves
+	// none.
+	RLS *RLS
+}
+
+// Store names the store of the counters.
+type Store struct {
+	// URL names the store (package store): "memory", "redis://..." ...
+	URL     string
+	Options store.Options
+	// PerSecond, when set, keeps the hits of per-second limits in a store
+	// of their own (envoyproxy/ratelimit's REDIS_PERSECOND).
+	PerSecond *Store
+}
+
+// Engine holds the engine's settings (limiter.Options); zero values are
+// the engine's defaults.
+type Engine struct {
+	Timeout, HardTimeout time.Duration
+	MaxKeyBytes          int
+	Instances            int
+}
+
+// RLS is Envoy's rate-limit service (RLS v3 gRPC) and, for floodgate rls,
+// the HTTP listeners envoyproxy/ratelimit has beside it.
+type RLS struct {
+	// Network is "tcp" (default) or "unix"; Addr the address or socket.
+	Network, Addr string
+	// TLS serves gRPC over TLS when it names a certificate.
+	TLS TLS
+	// Paths are the descriptor files or directories (none: the service
+	// starts without a configuration and answers every domain as unknown).
+	Paths []string
+	Load  rls.LoadOptions
+	// ForceStart starts without a configuration when the files do not
+	// load (FORCE_START_WITHOUT_INITIAL_CONFIG).
+	ForceStart bool
+	Service    rls.Options
+	// Stats are envoyproxy/ratelimit's statistics, nil for none.
+	Stats                                   *rls.StatsOptions
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// HealthyWithConfig reports unhealthy until a configuration with a
+	// domain is loaded.
+	HealthyWithConfig bool
+	// HTTPAddr serves /json and /healthcheck, DebugAddr /rlconfig,
+	// /metrics and /debug/pprof/, PromAddr the metrics on PromPath ("" for
+	// none of each).
+	HTTPAddr, DebugAddr, PromAddr, PromPath string
+}

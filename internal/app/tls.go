@@ -1,0 +1,123 @@
+package app
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+)
+
+// TLS is a listener's TLS: a certificate and its key (PEM files), read
+// again when they change, and with ClientCA the client certificates
+// required (mutual TLS): signed by that CA and, with ClientSAN, carrying
+// that DNS name. The zero value serves plain TCP.
+type TLS struct {
+	Cert, Key, ClientCA, ClientSAN string
+	// Source names these settings in errors ("grpc_tls_cert",
+	// "GRPC_SERVER_TLS_*").
+	Source string
+}
+
+// On reports whether the listener takes TLS.
+func (t TLS) On() bool { return t.Cert != "" || t.Key != "" }
+
+// Config returns the server configuration of t. Its certificate comes
+// from the files at every handshake, read again when their modification
+// times change (looked at no more than once a second): a renewed
+// certificate is served without a restart, and a pair that does not load
+// leaves the last good one in use.
+func (t TLS) Config() (*tls.Config, error) {
+	tc, err := t.config()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.Source, err)
+	}
+	return tc, nil
+}
+
+func (t TLS) config() (*tls.Config, error) {
+	if t.Cert == "" || t.Key == "" {
+		return nil, fmt.Errorf("a certificate and its key go together (got %q and %q)", t.Cert, t.Key)
+	}
+	cr := &certReloader{cert: t.Cert, key: t.Key}
+	if _, err := cr.load(); err != nil {
+		return nil, err
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cr.get}
+	if t.ClientCA == "" {
+		return tc, nil
+	}
+	pem, err := os.ReadFile(t.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	tc.ClientCAs = x509.NewCertPool()
+	if !tc.ClientCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("client CA: no certificate in %s", t.ClientCA)
+	}
+	tc.ClientAuth = tls.RequireAndVerifyClientCert
+	if san := t.ClientSAN; san != "" {
+		tc.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
+			for _, ch := range chains {
+				if len(ch) > 0 && slices.Contains(ch[0].DNSNames, san) {
+					return nil
+				}
+			}
+			return fmt.Errorf("client certificate without the name %q", san)
+		}
+	}
+	return tc, nil
+}
+
+// certReloader serves a certificate from files, read again when they
+// change (looked at no more than once a second).
+type certReloader struct {
+	cert, key string
+
+	mu      sync.Mutex // guards the fields below
+	current *tls.Certificate
+	stamp   [2]time.Time
+	checked time.Time
+}
+
+func (c *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.checked) < time.Second && c.current != nil {
+		return c.current, nil
+	}
+	c.checked = time.Now()
+	if cert, err := c.loadLocked(); err == nil {
+		return cert, nil
+	}
+	return c.current, nil
+}
+
+func (c *certReloader) load() (*tls.Certificate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.loadLocked()
+}
+
+// loadLocked reads the files when their modification times changed.
+func (c *certReloader) loadLocked() (*tls.Certificate, error) {
+	var stamp [2]time.Time
+	for i, p := range []string{c.cert, c.key} {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		stamp[i] = st.ModTime()
+	}
+	if c.current != nil && stamp == c.stamp {
+		return c.current, nil
+	}
+	pair, err := tls.LoadX509KeyPair(c.cert, c.key)
+	if err != nil {
+		return nil, err
+	}
+	c.current, c.stamp = &pair, stamp
+	return c.current, nil
+}
