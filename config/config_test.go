@@ -307,3 +307,27 @@ func TestManyProblemsCapped(t *testing.T) {
 		t.Errorf("last item %q", last)
 	}
 }
+
+// TestListenerTLS: every listener that takes TLS takes a client CA
+// (mutual TLS) and a name its clients' certificates must carry, and each
+// needs what comes before it.
+func TestListenerTLS(t *testing.T) {
+	const rls = "  grpc_listen: :8081\n  rls_config: [r.yaml]\n"
+	for text, want := range map[string]string{
+		rls + "  grpc_tls_cert: c.pem\n  grpc_tls_key: k.pem\n  grpc_tls_client_ca: ca.pem\n  grpc_tls_client_san: envoy\n": "",
+		"  api_listen: :9091\n  api_auth: none\n  api_tls_cert: c.pem\n  api_tls_key: k.pem\n  api_tls_client_ca: ca.pem\n": "",
+		"  admin:\n    tls_cert: c.pem\n    tls_key: k.pem\n    tls_client_ca: ca.pem\n    tls_client_san: ops\n":           "",
+		rls + "  grpc_tls_client_ca: ca.pem\n":                                         "server.grpc_tls_client_ca: grpc_tls_client_ca asks for client certificates over TLS",
+		"  api_listen: :9091\n  api_auth: none\n  api_tls_cert: c.pem\n":               "server.api_tls_cert: api_tls_cert and api_tls_key go together",
+		"  api_tls_cert: c.pem\n  api_tls_key: k.pem\n":                                "server.api_tls_cert: api_tls_cert needs api_listen",
+		"  admin:\n    tls_cert: c.pem\n    tls_key: k.pem\n    tls_client_san: ops\n": "server.admin.tls_client_san: tls_client_san needs tls_client_ca",
+	} {
+		_, err := Parse("s.yaml", []byte("server:\n"+text))
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v", text, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want %q", text, err, want)
+		}
+	}
+}

@@ -24,7 +24,9 @@
 //
 //	version: 1
 //	server:   listen, admin_listen, grpc_listen (with rls_config,
-//	          grpc_tls_cert, grpc_tls_key), api_listen, store
+//	          grpc_tls_cert, grpc_tls_key, grpc_tls_client_ca,
+//	          grpc_tls_client_san), api_listen (with api_tls_cert,
+//	          api_tls_key, api_tls_client_ca, api_tls_client_san), store
 //	          (memory | redis://… | rediss://… | redis+cluster://… |
 //	          redis+sentinel://…/MASTER | redis+unix:///…; checked by the
 //	          stores' own rules, package store), state_file, store_timeout,
@@ -86,6 +88,11 @@
 // The addresses (listen, admin_listen, grpc_listen, api_listen) are
 // host:port with a numeric port from 0 to 65535 and a host that is empty,
 // an IP address or a host name.
+//
+// Every listener that takes TLS (grpc_tls_*, api_tls_*, admin.tls_*) reads
+// its certificate again when its files change, and with a client CA
+// (…client_ca) requires client certificates it signed, with …client_san
+// among their DNS names when that is given (mutual TLS).
 //
 // # Users from tokens
 //

@@ -63,9 +63,21 @@ type Server struct {
 	// GRPCListen; relative paths are relative to the policy file.
 	RLSConfig []string `yaml:"rls_config"`
 	// GRPCTLSCert and GRPCTLSKey, when both set, serve the rate-limit
-	// service over TLS with this certificate and key (PEM files).
+	// service over TLS with this certificate and key (PEM files, read
+	// again when they change).
 	GRPCTLSCert string `yaml:"grpc_tls_cert"`
 	GRPCTLSKey  string `yaml:"grpc_tls_key"`
+	// GRPCTLSClientCA, with TLS, requires client certificates signed by
+	// this CA (PEM); GRPCTLSClientSAN, a DNS name among theirs.
+	GRPCTLSClientCA  string `yaml:"grpc_tls_client_ca"`
+	GRPCTLSClientSAN string `yaml:"grpc_tls_client_san"`
+	// APITLSCert and APITLSKey, when both set, serve the check API over
+	// TLS (PEM files, read again when they change); APITLSClientCA and
+	// APITLSClientSAN require client certificates, as for gRPC.
+	APITLSCert      string `yaml:"api_tls_cert"`
+	APITLSKey       string `yaml:"api_tls_key"`
+	APITLSClientCA  string `yaml:"api_tls_client_ca"`
+	APITLSClientSAN string `yaml:"api_tls_client_san"`
 	// Store is "memory" (default) or a Redis URL: redis://host:port/db,
 	// rediss:// (TLS), redis+cluster://host1,host2,
 	// redis+sentinel://host1,host2/master (rediss+cluster and
@@ -189,9 +201,13 @@ type Admin struct {
 	// whoever reaches the admin listener, like /metrics.
 	Tokens []Token `yaml:"tokens"`
 	// TLSCert and TLSKey, when both set, serve the admin listener over
-	// TLS (PEM files, relative to the configuration file).
-	TLSCert string `yaml:"tls_cert"`
-	TLSKey  string `yaml:"tls_key"`
+	// TLS (PEM files, relative to the configuration file, read again when
+	// they change); TLSClientCA and TLSClientSAN require client
+	// certificates signed by that CA (with that DNS name).
+	TLSCert      string `yaml:"tls_cert"`
+	TLSKey       string `yaml:"tls_key"`
+	TLSClientCA  string `yaml:"tls_client_ca"`
+	TLSClientSAN string `yaml:"tls_client_san"`
 	// KeysFile keeps the API keys made through the admin API when the
 	// store is the memory store (default: the state file's path with
 	// ".keys.json", or the policy file's with ".keys.json" when there is

@@ -220,8 +220,10 @@ func (v *validator) server() {
 	if s.GRPCListen == "" && len(s.RLSConfig) > 0 {
 		v.errorf("server.rls_config", "rls_config needs grpc_listen, the address of the rate-limit service")
 	}
-	if (s.GRPCTLSCert == "") != (s.GRPCTLSKey == "") {
-		v.errorf("server.grpc_tls_cert", "grpc_tls_cert and grpc_tls_key go together")
+	v.listenerTLS("server.grpc_tls_", s.GRPCTLSCert, s.GRPCTLSKey, s.GRPCTLSClientCA, s.GRPCTLSClientSAN)
+	v.listenerTLS("server.api_tls_", s.APITLSCert, s.APITLSKey, s.APITLSClientCA, s.APITLSClientSAN)
+	if s.APIListen == "" && s.APITLSCert != "" {
+		v.errorf("server.api_tls_cert", "api_tls_cert needs api_listen, the address of the check API")
 	}
 	switch s.Store {
 	case "memory":
@@ -660,9 +662,7 @@ func (v *validator) admin(a *Admin) {
 		seen[h] = i
 		t.SHA256 = h
 	}
-	if (a.TLSCert == "") != (a.TLSKey == "") {
-		v.errorf("server.admin.tls_cert", "tls_cert and tls_key go together")
-	}
+	v.listenerTLS("server.admin.tls_", a.TLSCert, a.TLSKey, a.TLSClientCA, a.TLSClientSAN)
 	for i, h := range a.Hosts {
 		if !validHostName(h) {
 			v.errorf(fmt.Sprintf("server.admin.hosts[%d]", i), "%q is not a host name (no port, no scheme; IP addresses and localhost are always taken)", h)
@@ -932,4 +932,19 @@ func algorithmList() string {
 		names = append(names, a.String())
 	}
 	return strings.Join(names, ", ")
+}
+
+// listenerTLS checks a listener's TLS settings, named prefix+"cert",
+// "key", "client_ca" and "client_san": a certificate and its key go
+// together, a client CA needs them, and a client SAN a client CA.
+func (v *validator) listenerTLS(prefix, cert, key, clientCA, clientSAN string) {
+	name := prefix[strings.LastIndex(prefix, ".")+1:]
+	switch {
+	case (cert == "") != (key == ""):
+		v.errorf(prefix+"cert", "%scert and %skey go together", name, name)
+	case clientCA != "" && cert == "":
+		v.errorf(prefix+"client_ca", "%sclient_ca asks for client certificates over TLS: it needs %scert and %skey", name, name, name)
+	case clientSAN != "" && clientCA == "":
+		v.errorf(prefix+"client_san", "%sclient_san needs %sclient_ca, the CA that signs the client certificates", name, name)
+	}
 }

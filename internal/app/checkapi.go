@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -31,9 +32,23 @@ func (s *server) startCheckAPI(stdout io.Writer) (*checkAPI, error) {
 	if srv.APIListen == "" {
 		return nil, nil
 	}
+	rel := func(p string) string { return relTo(s.cfg.Config, p) }
+	t := TLS{Cert: rel(srv.APITLSCert), Key: rel(srv.APITLSKey), ClientCA: rel(srv.APITLSClientCA), ClientSAN: srv.APITLSClientSAN,
+		Source: "server.api_tls_cert"}
+	var tc *tls.Config
+	if t.On() {
+		var err error
+		if tc, err = t.Config(); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
 	ln, err := net.Listen("tcp", loopbackByDefault(srv.APIListen))
 	if err != nil {
 		return nil, fmt.Errorf("serve: api listen: %w", err)
+	}
+	scheme := "http"
+	if tc != nil {
+		ln, scheme = tls.NewListener(ln, tc), "https"
 	}
 	opts := httpapi.Options{Logger: s.log, Observer: s.metrics}
 	if srv.APIAuth != config.APIAuthNone {
@@ -47,7 +62,7 @@ func (s *server) startCheckAPI(stdout io.Writer) (*checkAPI, error) {
 			s.errc <- fmt.Errorf("check API: %w", err)
 		}
 	})
-	fmt.Fprintf(stdout, "floodgate: check API on http://%s (POST /v1/check, /v1/peek)\n", displayAddr(ln.Addr()))
+	fmt.Fprintf(stdout, "floodgate: check API on %s://%s (POST /v1/check, /v1/peek)\n", scheme, displayAddr(ln.Addr()))
 	return a, nil
 }
 

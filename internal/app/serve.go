@@ -165,7 +165,8 @@ func policySettings(cfgPath string, srv *config.Server, exactClock bool) *Settin
 			paths[i] = rel(p)
 		}
 		set.RLS = &RLS{Addr: srv.GRPCListen, Paths: paths,
-			TLS: TLS{Cert: rel(srv.GRPCTLSCert), Key: rel(srv.GRPCTLSKey), Source: "server.grpc_tls_cert"},
+			TLS: TLS{Cert: rel(srv.GRPCTLSCert), Key: rel(srv.GRPCTLSKey), ClientCA: rel(srv.GRPCTLSClientCA),
+				ClientSAN: srv.GRPCTLSClientSAN, Source: "server.grpc_tls_cert"},
 			// envoyproxy/ratelimit's statistics, under its names, so
 			// that the dashboards of a migrating deployment keep working.
 			Stats:   &rls.StatsOptions{},
@@ -537,7 +538,9 @@ func printChatDemo(b *strings.Builder, base, upstream string, admin net.Listener
 // certificate read again when it changes.
 func (s *server) adminTLS(ln net.Listener) (net.Listener, string, error) {
 	a := s.srv.Admin
-	t := TLS{Cert: relTo(s.cfg.Config, a.TLSCert), Key: relTo(s.cfg.Config, a.TLSKey), Source: "server.admin.tls_cert"}
+	rel := func(p string) string { return relTo(s.cfg.Config, p) }
+	t := TLS{Cert: rel(a.TLSCert), Key: rel(a.TLSKey), ClientCA: rel(a.TLSClientCA), ClientSAN: a.TLSClientSAN,
+		Source: "server.admin.tls_cert"}
 	if !t.On() {
 		return ln, "http", nil
 	}
