@@ -1,5 +1,8 @@
 // Command floodgate is Floodgate's one binary: the gateway, the decision
-// service, the simulator, the load tool and the configuration checker.
+// service, the simulator, the load tools and the configuration checker.
+// It holds the table of subcommands and their flags; the processes that
+// decide are built by internal/app, the simulator is internal/simulate,
+// the load tools internal/loadgen.
 package main
 
 import (

@@ -125,4 +125,6 @@
 // twice as many client-address keys as fit, a store capped at 8 MiB keeps
 // 0.90 of the cap in heap (TestHeapWithinCap), and BenchmarkRSSAtCap
 // measures the resident set after a collection against the cap.
+//
+// The package registers the scheme "memory" with package store.
 package memstore

@@ -207,4 +207,13 @@
 //     without.
 //
 // docs/redis.md says the same for operators.
+//
+// # Opening by URL
+//
+// The package registers its schemes with package store: redis, rediss,
+// redis+cluster, rediss+cluster, redis+sentinel, rediss+sentinel (the URLs
+// ParseURL reads) and redis+unix:///path (a standalone server on a Unix
+// socket, whose connection is not tracked for progress). Store.Client
+// lends the store's client to the state a program keeps beside its
+// counters (floodgate serve's console), with the store's TLS settings.
 package redisstore
