@@ -73,43 +73,9 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var f replayFlags
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, replayUsage)
-		fs.PrintDefaults()
-	}
-	fs.StringVar(&f.config, "config", "", "the policy file (required)")
-	fs.Var(&f.logs, "log", "an access log (repeat for several; plain or gzipped)")
-	fs.StringVar(&f.compare, "compare", "", "a second policy file: report the requests it decides differently")
-	fs.StringVar(&f.failAbove, "fail-above", "", `with --compare: exit with status 1 when more requests flip than this: a count, or a share such as "0.1%" (default: any flip)`)
-	fs.StringVar(&f.format, "format", replay.FormatAuto, "the logs' format: auto, json, nginx, envoy or csv")
-	fs.StringVar(&f.logFormat, "log-format", "", "the NGINX log_format or Envoy format string of the logs, when not a predefined one")
-	fs.StringVar(&f.denied, "denied-status", "429,503", "statuses that mean refused by a limit, in logs that do not record the decision")
-	fs.DurationVar(&f.window, "window", replay.DefaultWindow, "how far out of order a log's lines may be (the longest request)")
-	fs.DurationVar(&f.tolerance, "tolerance", replay.DefaultTolerance, "how far a logged time may be from the live decision's instant")
-	fs.IntVar(&f.top, "top", replay.DefaultTop, "how many clients and API keys to list")
-	fs.BoolVar(&f.json, "json", false, "write the report as JSON")
-	fs.StringVar(&f.html, "html", "", "also write a self-contained HTML report to this file")
-	fs.StringVar(&f.flips, "flips", "", "with --compare: write every flipped request to this file, one JSON object a line")
-	fs.StringVar(&f.keys, "keys", "", `the API keys made through the admin API: the console's key file, a redis:// URL, or "none" (default: where floodgate serve keeps them for the policy)`)
-	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usagef("replay: %v", err)
-	}
-	f.logs = append(f.logs, fs.Args()...)
-	if f.config == "" {
-		return usagef("replay: --config POLICY is required")
-	}
-	if len(f.logs) == 0 {
-		return usagef("replay: --log FILE is required")
-	}
-	if f.compare == "" && (f.failAbove != "" || f.flips != "") {
-		return usagef("replay: --fail-above and --flips need --compare")
+	f, err := parseReplayFlags(args, stderr)
+	if f == nil || err != nil {
+		return err
 	}
 	denied, err := parseStatuses(f.denied)
 	if err != nil {
@@ -167,18 +133,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("replay: %s: %w", f.flips, err)
 		}
 	}
-	if f.html != "" {
-		if err := writeHTMLReport(f.html, r); err != nil {
-			return err
-		}
-	}
-	if f.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			return err
-		}
-	} else if err := r.WriteText(stdout); err != nil {
+	if err := writeReplayReport(r, f, stdout); err != nil {
 		return err
 	}
 	if c := r.Compare; c != nil {
@@ -195,6 +150,64 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	return nil
+}
+
+// parseReplayFlags reads the flags of floodgate replay; nil, nil after -h.
+func parseReplayFlags(args []string, stderr io.Writer) (*replayFlags, error) {
+	var f replayFlags
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, replayUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.config, "config", "", "the policy file (required)")
+	fs.Var(&f.logs, "log", "an access log (repeat for several; plain or gzipped)")
+	fs.StringVar(&f.compare, "compare", "", "a second policy file: report the requests it decides differently")
+	fs.StringVar(&f.failAbove, "fail-above", "", `with --compare: exit with status 1 when more requests flip than this: a count, or a share such as "0.1%" (default: any flip)`)
+	fs.StringVar(&f.format, "format", replay.FormatAuto, "the logs' format: auto, json, nginx, envoy or csv")
+	fs.StringVar(&f.logFormat, "log-format", "", "the NGINX log_format or Envoy format string of the logs, when not a predefined one")
+	fs.StringVar(&f.denied, "denied-status", "429,503", "statuses that mean refused by a limit, in logs that do not record the decision")
+	fs.DurationVar(&f.window, "window", replay.DefaultWindow, "how far out of order a log's lines may be (the longest request)")
+	fs.DurationVar(&f.tolerance, "tolerance", replay.DefaultTolerance, "how far a logged time may be from the live decision's instant")
+	fs.IntVar(&f.top, "top", replay.DefaultTop, "how many clients and API keys to list")
+	fs.BoolVar(&f.json, "json", false, "write the report as JSON")
+	fs.StringVar(&f.html, "html", "", "also write a self-contained HTML report to this file")
+	fs.StringVar(&f.flips, "flips", "", "with --compare: write every flipped request to this file, one JSON object a line")
+	fs.StringVar(&f.keys, "keys", "", `the API keys made through the admin API: the console's key file, a redis:// URL, or "none" (default: where floodgate serve keeps them for the policy)`)
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil
+		}
+		return nil, usagef("replay: %v", err)
+	}
+	f.logs = append(f.logs, fs.Args()...)
+	switch {
+	case f.config == "":
+		return nil, usagef("replay: --config POLICY is required")
+	case len(f.logs) == 0:
+		return nil, usagef("replay: --log FILE is required")
+	case f.compare == "" && (f.failAbove != "" || f.flips != ""):
+		return nil, usagef("replay: --fail-above and --flips need --compare")
+	}
+	return &f, nil
+}
+
+// writeReplayReport writes the report as text or JSON on stdout, and as
+// HTML where --html says.
+func writeReplayReport(r *replay.Report, f *replayFlags, stdout io.Writer) error {
+	if f.html != "" {
+		if err := writeHTMLReport(f.html, r); err != nil {
+			return err
+		}
+	}
+	if !f.json {
+		return r.WriteText(stdout)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
 }
 
 // readEnough fails a comparison that read no request, or fewer requests

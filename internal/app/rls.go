@@ -88,6 +88,40 @@ func (r *root) startRLS(stdout io.Writer) error {
 	}
 	s.health = rls.NewHealth(s.grpc.Health, "ratelimit", []string{rls.HealthStopping}, failing...)
 
+	if err := r.openRLSListeners(stdout); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if len(set.Paths) > 0 {
+		s.wg.Go(func() {
+			rls.Watch(ctx, s.svc, set.Paths, rls.WatchOptions{Load: set.Load, Logger: r.log, OnReload: func(err error) {
+				s.stats.ObserveLoad(err)
+				if err == nil {
+					s.loaded(s.svc.Config())
+				}
+			}})
+		})
+	}
+	s.wg.Go(func() {
+		if err := s.grpc.Serve(ctx, s.lns[0]); err != nil {
+			r.errc <- fmt.Errorf("rate-limit service: %w", err)
+		}
+	})
+	for i, hs := range s.https {
+		go func() {
+			if err := hs.Serve(s.lns[i+1]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				r.errc <- fmt.Errorf("rate-limit service: http: %w", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// openRLSListeners opens the service's gRPC listener and the HTTP ones the
+// settings name, and says where on stdout.
+func (r *root) openRLSListeners(stdout io.Writer) error {
+	s, set := r.rls, r.set.RLS
 	network := set.Network
 	if network == "" {
 		network = "tcp"
@@ -120,30 +154,6 @@ func (r *root) startRLS(stdout io.Writer) error {
 		}
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	if len(set.Paths) > 0 {
-		s.wg.Go(func() {
-			rls.Watch(ctx, s.svc, set.Paths, rls.WatchOptions{Load: set.Load, Logger: r.log, OnReload: func(err error) {
-				s.stats.ObserveLoad(err)
-				if err == nil {
-					s.loaded(s.svc.Config())
-				}
-			}})
-		})
-	}
-	s.wg.Go(func() {
-		if err := s.grpc.Serve(ctx, s.lns[0]); err != nil {
-			r.errc <- fmt.Errorf("rate-limit service: %w", err)
-		}
-	})
-	for i, hs := range s.https {
-		go func() {
-			if err := hs.Serve(s.lns[i+1]); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				r.errc <- fmt.Errorf("rate-limit service: http: %w", err)
-			}
-		}()
-	}
 	return nil
 }
 
