@@ -41,7 +41,33 @@ limits:
 		t.Fatalf("login 6: %d %s; want 429", code, body)
 	}
 
-	const n, workers = 30000, 8
+	const n = 30000
+	codes := flood(t, gw, n, func(i int) string { return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) })
+	if codes[http.StatusNotFound] != n {
+		t.Fatalf("flood answers %v; want all %d charged and answered 404", codes, n)
+	}
+
+	code, hdr, body := get(t, gw+"/login", "X-Forwarded-For", attacker)
+	if code != http.StatusTooManyRequests {
+		t.Fatalf("login 7, after the flood: %d %s; want 429, the counter kept", code, body)
+	}
+	if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 1 || ra > 3600 {
+		t.Errorf("login 7: Retry-After %q; want 1 to 3600 seconds", hdr.Get("Retry-After"))
+	}
+	if v := metricFloat(t, admin, `floodgate_store_evictions_total{store="main"}`); v == 0 {
+		t.Errorf("no key was evicted: the flood did not fill the store")
+	}
+	if v := metricFloat(t, admin, `floodgate_store_denying_evictions_total{store="main"}`); v != 0 {
+		t.Errorf("%v denying keys were evicted; want 0", v)
+	}
+}
+
+// flood sends n requests for /x to gw, 8 at a time over kept-alive
+// connections, the i-th forwarded for the address addr(i), and counts
+// their answers by status (0 for a request that failed).
+func flood(t *testing.T, gw string, n int, addr func(i int) string) map[int]int {
+	t.Helper()
+	const workers = 8
 	tr := &http.Transport{MaxIdleConnsPerHost: workers}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -53,7 +79,7 @@ limits:
 			mine := map[int]int{}
 			for i := w; i < n; i += workers {
 				req, _ := http.NewRequest("GET", gw+"/x", nil)
-				req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255))
+				req.Header.Set("X-Forwarded-For", addr(i))
 				resp, err := client.Do(req)
 				if err != nil {
 					mine[0]++
@@ -71,21 +97,5 @@ limits:
 		})
 	}
 	wg.Wait()
-	if codes[http.StatusNotFound] != n {
-		t.Fatalf("flood answers %v; want all %d charged and answered 404", codes, n)
-	}
-
-	code, hdr, body := get(t, gw+"/login", "X-Forwarded-For", attacker)
-	if code != http.StatusTooManyRequests {
-		t.Fatalf("login 7, after the flood: %d %s; want 429, the counter kept", code, body)
-	}
-	if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 1 || ra > 3600 {
-		t.Errorf("login 7: Retry-After %q; want 1 to 3600 seconds", hdr.Get("Retry-After"))
-	}
-	if v := metricValue(t, admin, `floodgate_store_evictions_total{store="main"}`); v == 0 {
-		t.Errorf("no key was evicted: the flood did not fill the store")
-	}
-	if v := metricValue(t, admin, `floodgate_store_denying_evictions_total{store="main"}`); v != 0 {
-		t.Errorf("%d denying keys were evicted; want 0", v)
-	}
+	return codes
 }
