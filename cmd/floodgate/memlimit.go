@@ -14,8 +14,8 @@ import (
 // Left to GOGC alone, the collector lets the heap grow to twice what is
 // live before it collects: a store filled to server.memory.max_bytes by a
 // flood of distinct keys, whose evicted keys and key pages are garbage,
-// took the process's resident memory to 1.8 times the cap plus its
-// baseline. With soft_limit: auto (the default) serve sets the runtime's
+// took the process's peak resident memory 1.84 to 1.99 times the cap past
+// its baseline (scripts/bench-memory.sh, caps of 64 and 256 MiB). With soft_limit: auto (the default) serve sets the runtime's
 // soft memory limit (debug.SetMemoryLimit) to the cap and a tenth of it
 // for the store, plus what GOGC would give the rest of the process, and
 // keeps it there as the rest grows and shrinks: the store's garbage is
