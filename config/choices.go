@@ -17,6 +17,7 @@ var choices = map[string][]string{
 	"server.method_override":    {MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor},
 	"server.engine":             {EngineFast, EngineNetHTTP},
 	"server.redis_eviction":     {RedisEvictionWarn, RedisEvictionRefuse},
+	"server.memory.soft_limit":  {SoftLimitAuto, SoftLimitOff},
 	"server.api_auth":           {APIAuthToken, APIAuthNone},
 	"server.access_log.format":  {accesslog.FormatJSON.String(), accesslog.FormatCombined.String()},
 	"server.user.jwt.alg":       {"HS256", "RS256", "ES256"},

@@ -20,6 +20,7 @@ func TestChoicesAreWhatValidationAccepts(t *testing.T) {
 		"server.method_override":   {"server:\n  method_override: W\n", "server.method_override"},
 		"server.engine":            {"server:\n  engine: W\n", "server.engine"},
 		"server.redis_eviction":    {"server:\n  redis_eviction: W\n", "server.redis_eviction"},
+		"server.memory.soft_limit": {"server:\n  memory: {soft_limit: W}\n", "server.memory.soft_limit"},
 		"server.api_auth":          {"server:\n  api_auth: W\n", "server.api_auth"},
 		"server.access_log.format": {"server:\n  access_log: {format: W}\n", "server.access_log.format"},
 		"server.user.jwt.alg": {"server:\n  user:\n    jwt: {alg: W, key_file: " + secret + "}\n",

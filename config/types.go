@@ -286,6 +286,13 @@ type Memory struct {
 	// 256); a longer key (a huge header or descriptor value) is counted
 	// under its SHA-256 instead.
 	MaxKeyBytes int `yaml:"max_key_bytes"`
+	// SoftLimit is "auto" (default) or "off". With auto, floodgate serve
+	// sets the Go runtime's soft memory limit to MaxBytes and a tenth of
+	// it, plus what the rest of the process holds and the room GOGC gives
+	// that, and keeps it following the rest: the garbage a flood of
+	// distinct keys leaves is collected before the process grows past
+	// that. GOMEMLIMIT in the environment takes precedence over both.
+	SoftLimit string `yaml:"soft_limit"`
 }
 
 // Token is a bearer token, stored as SHA-256 only.

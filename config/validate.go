@@ -316,6 +316,7 @@ func (v *validator) hardening() {
 	oneOf("api_auth", s.APIAuth)
 	oneOf("redis_eviction", s.RedisEviction)
 	oneOf("engine", s.Engine)
+	oneOf("memory.soft_limit", s.Memory.SoftLimit)
 	for _, t := range []struct {
 		name string
 		d    time.Duration

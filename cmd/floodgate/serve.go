@@ -46,6 +46,12 @@ SIGINT and SIGTERM stop accepting, finish the requests in flight (up to
 --shutdown-timeout), then close the store (the memory store writes its
 state file).
 
+Unless server.memory.soft_limit is off or GOMEMLIMIT is set, the Go
+runtime's soft memory limit is kept at server.memory.max_bytes and a tenth
+of it, plus what the rest of the process holds and the room GOGC gives
+that, so that the garbage of a flood of distinct keys is collected before
+the process grows past it.
+
 --demo starts a small demo upstream (the school office) on loopback, sends
 every route there, and prints requests to try.
 
@@ -175,7 +181,8 @@ type server struct {
 
 	store, local limiter.Store // the store, and the local fallback store (Redis only)
 	closeStores  func() error
-	serving      bool // the listeners are served (shutdown closes them)
+	stopMemLimit func() // ends the soft memory limit's updates (memlimit.go)
+	serving      bool   // the listeners are served (shutdown closes them)
 	closed       bool
 
 	frontLn, adminLn net.Listener
@@ -232,7 +239,20 @@ func newServer(ctx context.Context, cfg *serveConfig, log *slog.Logger) (*server
 	if err := s.registerStateMetrics(); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)
 	}
+	s.stopMemLimit = startMemLimit(s.srv.Memory.SoftLimit, s.srv.Memory.MaxBytes, s.storeBytes, os.Getenv, log)
 	return s, nil
+}
+
+// storeBytes is the memory the embedded store counts for its keys: the
+// store's, or with Redis the local fallback's.
+func (s *server) storeBytes() int64 {
+	var n int64
+	for _, st := range []limiter.Store{s.store, s.local} {
+		if ms, ok := st.(*memstore.Store); ok {
+			n += ms.Stats().Bytes
+		}
+	}
+	return n
 }
 
 // reloaded follows a new version of the policy file: limits, routes,
@@ -514,6 +534,9 @@ func (s *server) close() error {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.demo.Close(c)
 		cancel()
+	}
+	if s.stopMemLimit != nil {
+		s.stopMemLimit()
 	}
 	if err := s.closeStores(); err != nil {
 		s.log.Error("closing the store", "err", err)

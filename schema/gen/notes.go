@@ -66,6 +66,7 @@ var notes = map[string]string{
 	"Timeouts.write":              `{"description": "Writing a response; 0, the default, sets no bound (long downloads and event streams)."}`,
 	"Timeouts.idle":               `{"default": "120s", "description": "An idle kept-alive connection (default 120s)."}`,
 	"Memory.max_bytes":            `{"minimum": 1048576, "default": 268435456, "description": "The embedded store's memory for keys, as the allocator hands it out; past it keys are evicted by value, those back to full first and denying ones last: 256 MiB by default."}`,
+	"Memory.soft_limit":           `{"default": "auto", "description": "auto (default): serve sets the Go runtime's soft memory limit to max_bytes and a tenth of it, plus what the rest of the process holds and the room GOGC gives that, so the garbage of a flood of distinct keys is collected before the process grows past it; off leaves it to GOGC. GOMEMLIMIT in the environment takes precedence."}`,
 	"Memory.max_key_bytes":        `{"minimum": 64, "default": 256, "description": "A longer counter key is counted under its SHA-256 (default 256)."}`,
 	"Admin.tokens":                `{"description": "Bearer tokens of the admin API, by SHA-256."}`,
 	"Admin.tls_cert":              `{"description": "PEM certificate of the admin listener (with tls_key)."}`,
