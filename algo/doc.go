@@ -47,6 +47,17 @@
 // the Redis store against the embedded one then check the new algorithm
 // in both stores; the deny cache and the decision services need nothing.
 //
+// # Overload control
+//
+// Adaptive is a concurrency limit that learns from the upstream's latency
+// instead of a number someone chose: it grows while the latency stays near
+// its no-load value and cuts, by the gradient rule, to just below the
+// concurrency at which the upstream starts to queue. It learns the no-load
+// latency without ever lowering the limit to measure it (the design note
+// in adaptive.go says how). Like the algorithms above it is a pure state
+// machine: instants are passed in, it never allocates, and its callers
+// hold a lock.
+//
 // A new family also needs its parameters in floodgate.Limit (Validate,
 // Capacity, Describe), in Compile, in the RateLimit-Policy window of
 // package fields and in redisstore's argument packing.

@@ -98,3 +98,33 @@ func ExampleSplitLimit() {
 	fmt.Println(algo.SplitLimit(100, 3))
 	// Output: 33
 }
+
+// An adaptive concurrency limit in front of an upstream that serves 8
+// requests at once in 10ms and queues the rest: it learns the 8 from the
+// latency alone, and saws just around it.
+func ExampleAdaptive() {
+	a, err := algo.NewAdaptive(algo.AdaptiveOptions{Initial: 2, Window: 50 * time.Millisecond, MinSamples: 10})
+	if err != nil {
+		panic(err)
+	}
+	now := int64(0)
+	for round := range 400 {
+		// Admit as many as the limit lets in; they answer together.
+		n := 0
+		for a.Acquire() {
+			n++
+		}
+		rtt := 10 * time.Millisecond * time.Duration(max(n, 8)) / 8
+		now += int64(rtt)
+		for range n {
+			if err := a.Release(now, rtt, algo.OutcomeOK); err != nil {
+				panic(err)
+			}
+		}
+		if round%50 == 49 {
+			fmt.Print(a.Limit(), " ")
+		}
+	}
+	fmt.Println("| no-load latency", a.NoLoadLatency())
+	// Output: 6 9 8 9 8 8 7 9 | no-load latency 10ms
+}
