@@ -17,7 +17,7 @@ package algo
 // aimed below the knee instead of above it):
 //
 //   - a window that does not queue grows the limit by Growth (at least
-//     one), if it used at least half of it; after six growing windows in a
+//     one), if it used at least half of it or refused a request for it; after six growing windows in a
 //     row the step doubles each window, so a limit far below the knee (an
 //     upstream that recovered) gets back in a few windows.
 //   - a window that queues cuts the limit. An upstream that serves c
@@ -73,8 +73,11 @@ package algo
 //     relative error) leaves the estimate, so the small windows of a quiet
 //     start give way to those of a busy upstream.
 //
-// Elasticity is (1 − rtt₂/rtt₁) / (1 − L₂/L₁) across a change from L₁ to
-// L₂: 1 when all the latency was queueing, 0 when none was.
+// Elasticity is (1 − rtt₂/rtt₁) / (1 − n₂/n₁) across a change of the
+// limit after which the mean in flight went from n₁ to n₂ (not the limits:
+// under criticality tiers the limit is not all used): 1 when all the
+// latency was queueing, 0 when none was. A change of less than 5% in flight
+// teaches nothing.
 //
 // What it does not do: a single window cannot tell an upstream that became
 // slower from one that queues, so a slowdown costs one window at half the
@@ -159,7 +162,9 @@ type Adaptive struct {
 	n, drops  int     // answered and dropped requests
 	sum       float64 // of the answered latencies, in ns
 	sumSq     float64
-	peak      int // the most in flight seen
+	level     float64 // the sum of the answered requests' in flight at admission
+	peak      int     // the most in flight seen
+	refused   bool    // a request was refused for the limit
 
 	// The no-load latency: the lower quartile of the windows in est.
 	est     estimate
@@ -173,6 +178,7 @@ type Adaptive struct {
 
 	// The window before, for the elasticity of a cut.
 	prevLimit, prevRTT  float64
+	prevLevel           float64 // the window's mean in flight
 	prevSE2             float64
 	prevCut, prevQueued bool
 
@@ -180,7 +186,7 @@ type Adaptive struct {
 	grew                 int     // windows in a row that grew the limit
 	faster               int     // windows in a row well below the estimate
 	fasterMin, fasterSE2 float64 // the lowest latency among them
-	qLimit, qRTT         float64 // the last window that queued before the estimate was trusted
+	qLimit, qRTT, qLevel float64 // the last window that queued before the estimate was trusted
 
 	lastRTT float64 // the mean latency of the last window, in ns
 }
@@ -196,6 +202,7 @@ const (
 	proportional     = 0.9  // elasticity of a starting growth that shows queueing throughout
 	slowerUpstream   = 0.5  // elasticity below which a cut is undone
 	undoableCut      = 0.75 // only a cut to this share or less is undone
+	minExperiment    = 0.05 // a change of in flight smaller than this share teaches nothing
 	accelerateAfter  = 6    // growing windows in a row before growth speeds up
 	fasterWindows    = 3
 	noisierWindow    = 4 // squared error ratio at which an older window leaves the estimate
@@ -289,12 +296,20 @@ func (a *Adaptive) Latency() time.Duration { return time.Duration(a.lastRTT) }
 // until its Release.
 func (a *Adaptive) Acquire() bool {
 	if a.inflight >= int(a.limit) {
+		a.refused = true
 		return false
 	}
 	a.inflight++
 	a.peak = max(a.peak, a.inflight)
 	return true
 }
+
+// Refused tells the limit that a request was refused because of it, for
+// callers that admit against Limit themselves (Acquire knows). A window in
+// which the limit refused a request may grow the limit even if less than
+// half of it was in flight, as under criticality tiers, whose ceilings
+// keep part of the limit for the tiers above.
+func (a *Adaptive) Refused() { a.refused = true }
 
 // Release ends a request admitted by Acquire: it ended at instant now
 // (Unix nanoseconds) after rtt, with outcome o. The slot is freed in every
@@ -306,7 +321,7 @@ func (a *Adaptive) Release(now int64, rtt time.Duration, o Outcome) error {
 		return ErrNotAcquired
 	}
 	a.inflight--
-	return a.sample(now, rtt, 0, o)
+	return a.sample(now, rtt, a.inflight+1, o)
 }
 
 // Sample teaches the limit one request's outcome, for callers that count
@@ -361,6 +376,7 @@ func (a *Adaptive) sample(now int64, rtt time.Duration, inflight int, o Outcome)
 		a.n++
 		a.sum += x
 		a.sumSq += x * x
+		a.level += float64(inflight)
 	}
 	if a.n+a.drops >= a.o.MinSamples && since >= a.span+a.waitFor() {
 		a.endWindow(now)
@@ -393,8 +409,11 @@ func (a *Adaptive) spanLen() (span, tail uint64) {
 // next one.
 func (a *Adaptive) endWindow(now int64) {
 	limit := a.limit
-	n, drops, sum, sumSq, peak := a.n, a.drops, a.sum, a.sumSq, a.peak
-	a.n, a.drops, a.sum, a.sumSq, a.peak = 0, 0, 0, 0, a.inflight
+	n, drops, sum, sumSq, level, peak := a.n, a.drops, a.sum, a.sumSq, a.level, a.peak
+	if a.refused {
+		peak = max(peak, int(limit)) // the limit was binding
+	}
+	a.n, a.drops, a.sum, a.sumSq, a.level, a.peak, a.refused = 0, 0, 0, 0, 0, a.inflight, false
 	defer func() {
 		a.spanStart = now
 		a.span, a.tail = a.spanLen()
@@ -403,9 +422,12 @@ func (a *Adaptive) endWindow(now int64) {
 	next := limit
 	queued, latencyCut := false, false
 	if n > 0 {
-		rtt := sum / float64(n)
-		next, queued, latencyCut = a.judge(limit, rtt, sumSq, n, peak)
-		a.prevRTT, a.prevSE2 = rtt, max(0, sumSq/float64(n)-rtt*rtt)/float64(n)
+		rtt, lv := sum/float64(n), level/float64(n)
+		if lv <= 0 {
+			lv = limit // a caller that does not tell
+		}
+		next, queued, latencyCut = a.judge(limit, lv, rtt, sumSq, n, peak)
+		a.prevRTT, a.prevSE2, a.prevLevel = rtt, max(0, sumSq/float64(n)-rtt*rtt)/float64(n), lv
 	}
 	if drops > 0 && float64(drops) > a.o.DropRatio*float64(n+drops) {
 		next = min(next, limit*a.o.Backoff)
@@ -422,10 +444,13 @@ func (a *Adaptive) endWindow(now int64) {
 }
 
 // judge applies the rule to a window at limit whose n answers had mean
-// latency rtt (and sum of squares sumSq), with at most peak in flight. It
-// returns the next limit, whether the window queued, and whether the next
-// limit is a cut for latency.
-func (a *Adaptive) judge(limit, rtt, sumSq float64, n, peak int) (next float64, queued, cut bool) {
+// latency rtt (and sum of squares sumSq), with level in flight on average
+// at their admission and at most peak. It returns the next limit, whether
+// the window queued, and whether the next limit is a cut for latency.
+//
+// Elasticities compare in flight, not limits: the latency follows what is
+// in flight, which a limit need not fill (tiers keep reserves idle).
+func (a *Adaptive) judge(limit, level, rtt, sumSq float64, n, peak int) (next float64, queued, cut bool) {
 	se2 := max(0, sumSq/float64(n)-rtt*rtt) / float64(n) // squared standard error
 	a.lastRTT = rtt
 	if a.est.n == 0 {
@@ -436,7 +461,7 @@ func (a *Adaptive) judge(limit, rtt, sumSq float64, n, peak int) (next float64, 
 		// limit, it was queueing after all, and the old estimate comes
 		// back.
 		a.verify = false
-		if limit > a.prevLimit && a.prevRTT > 0 && (rtt/a.prevRTT-1)/(limit/a.prevLimit-1) >= slowerUpstream {
+		if level > a.prevLevel*(1+minExperiment) && a.prevRTT > 0 && (rtt/a.prevRTT-1)/(level/a.prevLevel-1) >= slowerUpstream {
 			a.est = a.saved
 			a.base, a.baseSE2 = a.est.quartile()
 		}
@@ -462,16 +487,18 @@ func (a *Adaptive) judge(limit, rtt, sumSq float64, n, peak int) (next float64, 
 	if !queued {
 		a.atMin = 0
 	}
-	afterCut := a.prevCut && limit < a.prevLimit && a.prevRTT > 0
-	e := 0.0 // the elasticity of the cut that began this window
+	// A cut that lowered what is in flight is an experiment: its
+	// elasticity says how much of the latency was queueing.
+	afterCut := a.prevCut && level < a.prevLevel*(1-minExperiment) && a.prevRTT > 0
+	e := 0.0
 	if afterCut {
-		e = (1 - rtt/a.prevRTT) / (1 - limit/a.prevLimit)
+		e = (1 - rtt/a.prevRTT) / (1 - level/a.prevLevel)
 	}
 	minimum := float64(a.o.Min)
 
 	if !a.trusted {
 		if queued {
-			a.qLimit, a.qRTT = limit, rtt
+			a.qLimit, a.qRTT, a.qLevel = limit, rtt, level
 		}
 		switch {
 		case afterCut && e >= stillQueueing && limit > minimum:
@@ -486,10 +513,11 @@ func (a *Adaptive) judge(limit, rtt, sumSq float64, n, peak int) (next float64, 
 			if !afterCut || a.qRTT <= 0 {
 				return limit, false, false
 			}
-			knee := a.qLimit * rtt / a.qRTT
-			return min(max(a.o.Backoff*knee, limit), a.qLimit), false, false
-		case queued && a.prevLimit > 0 && limit > a.prevLimit && !a.prevQueued && a.prevRTT > 0 &&
-			a.risesLess(limit, rtt, se2):
+			// The knee in flight, and the limit that held about as much.
+			knee := a.qLevel * rtt / a.qRTT
+			return min(max(a.o.Backoff*knee*a.qLimit/a.qLevel, limit), a.qLimit), false, false
+		case queued && a.prevLevel > 0 && level > a.prevLevel*(1+minExperiment) && !a.prevQueued && a.prevRTT > 0 &&
+			a.risesLess(level, rtt, se2):
 			// The latency rose less than the limit did across the last
 			// growth: the knee lies within that step and the estimate,
 			// from below it, is right. The normal cut applies.
@@ -506,7 +534,7 @@ func (a *Adaptive) judge(limit, rtt, sumSq float64, n, peak int) (next float64, 
 	}
 
 	switch {
-	case queued && afterCut && a.prevQueued && limit <= undoableCut*a.prevLimit && e < slowerUpstream:
+	case queued && afterCut && a.prevQueued && level <= undoableCut*a.prevLevel && e < slowerUpstream:
 		// The cut did not lower the latency: the upstream is slower, not
 		// queueing. Undo the cut and learn the new latency; the next
 		// window checks it.
@@ -543,12 +571,13 @@ type estimate struct {
 }
 
 // risesLess reports whether, across the growth from the window before to
-// this one (at limit, of mean latency rtt with squared standard error
-// se2), the latency rose clearly less than in proportion to the limit:
+// this one (level in flight, of mean latency rtt with squared standard
+// error se2), the latency rose clearly less than in proportion to what is
+// in flight:
 // elasticity below 0.9 and a shortfall of more than three standard errors
 // of the latencies' ratio.
-func (a *Adaptive) risesLess(limit, rtt, se2 float64) bool {
-	grow, rise := limit/a.prevLimit-1, rtt/a.prevRTT-1
+func (a *Adaptive) risesLess(level, rtt, se2 float64) bool {
+	grow, rise := level/a.prevLevel-1, rtt/a.prevRTT-1
 	rel2 := se2/(rtt*rtt) + a.prevSE2/(a.prevRTT*a.prevRTT)
 	return rise < proportional*grow && grow-rise > noiseErrors*(1+rise)*math.Sqrt(rel2)
 }

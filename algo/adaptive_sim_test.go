@@ -22,11 +22,15 @@ type simUpstream struct {
 	service float64 // mean service time, ns
 	busy    int
 	done    []simReq // min-heap by completion instant
-	queue   []int64  // admission instants of the waiting requests
+	queue   []simReq // the waiting requests
 	qHead   int
 }
 
-type simReq struct{ at, admitted int64 }
+type simReq struct {
+	at, admitted int64
+	tier         int // with tiers: the request's tier
+	inflight     int // with tiers: in flight when it was admitted
+}
 
 func (u *simUpstream) push(r simReq) {
 	u.done = append(u.done, r)
@@ -80,6 +84,16 @@ type sim struct {
 
 	offered, admitted, served int
 	fast                      int // served within 4 service times
+
+	// With tiers, admission is tiers.Admit against the adaptive limit,
+	// arrivals are of tier t with probability mix[t], and the limit
+	// learns through Sample.
+	tiers        *Tiers
+	mix          []float64
+	inflight     int
+	tierOffered  []int
+	tierRefused  []int
+	tierInflight []int
 }
 
 const simTraceStep = int64(10 * time.Millisecond)
@@ -96,9 +110,18 @@ func (s *sim) interarrival() int64 {
 	return 1 + int64(s.rng.ExpFloat64()/rate)
 }
 
-func (s *sim) start(admitted int64) {
+func (s *sim) start(r simReq) {
 	s.up.busy++
-	s.up.push(simReq{at: s.now + 1 + int64(s.rng.ExpFloat64()*s.up.service), admitted: admitted})
+	r.at = s.now + 1 + int64(s.rng.ExpFloat64()*s.up.service)
+	s.up.push(r)
+}
+
+// withTiers makes arrivals of tiers drawn from mix, admitted by ts.
+func (s *sim) withTiers(ts Tiers, mix ...float64) {
+	s.tiers, s.mix = &ts, mix
+	s.tierOffered = make([]int, len(mix))
+	s.tierRefused = make([]int, len(mix))
+	s.tierInflight = make([]int, len(mix))
 }
 
 // setServers changes the upstream's capacity now; requests in service
@@ -144,23 +167,52 @@ func (s *sim) run(end int64) error {
 			if float64(rtt) <= 4*s.up.service {
 				s.fast++
 			}
-			if err := s.a.Release(s.now, time.Duration(rtt), OutcomeOK); err != nil {
+			if s.tiers != nil {
+				s.inflight--
+				s.tierInflight[r.tier]--
+				if err := s.a.Sample(s.now, time.Duration(rtt), r.inflight, OutcomeOK); err != nil {
+					return err
+				}
+			} else if err := s.a.Release(s.now, time.Duration(rtt), OutcomeOK); err != nil {
 				return err
 			}
 			s.fill()
 			continue
 		}
 		s.offered++
-		if s.a.Acquire() {
+		if r, ok := s.arrive(); ok {
 			s.admitted++
 			if s.up.busy < s.up.servers {
-				s.start(s.now)
+				s.start(r)
 			} else {
-				s.up.queue = append(s.up.queue, s.now)
+				s.up.queue = append(s.up.queue, r)
 			}
 		}
 		s.nextArrival = s.now + s.interarrival()
 	}
+}
+
+// arrive admits (or not) the request arriving now.
+func (s *sim) arrive() (simReq, bool) {
+	r := simReq{admitted: s.now}
+	if s.tiers == nil {
+		return r, s.a.Acquire()
+	}
+	u := s.rng.Float64()
+	for r.tier < len(s.mix)-1 && u >= s.mix[r.tier] {
+		u -= s.mix[r.tier]
+		r.tier++
+	}
+	s.tierOffered[r.tier]++
+	if !s.tiers.Admit(r.tier, s.a.Limit(), s.inflight) {
+		s.tierRefused[r.tier]++
+		s.a.Refused()
+		return r, false
+	}
+	s.inflight++
+	s.tierInflight[r.tier]++
+	r.inflight = s.inflight
+	return r, true
 }
 
 // between returns the lowest and highest limit traced in [from, to).

@@ -58,6 +58,11 @@
 // machine: instants are passed in, it never allocates, and its callers
 // hold a lock.
 //
+// Tiers shares a capacity (a fixed concurrency limit or Adaptive.Limit)
+// among criticality tiers: each tier reserves a share that the tiers below
+// it cannot take, so under overload the lowest tier is refused first and
+// the most critical one keeps its reserve (tiers.go).
+//
 // A new family also needs its parameters in floodgate.Limit (Validate,
 // Capacity, Describe), in Compile, in the RateLimit-Policy window of
 // package fields and in redisstore's argument packing.

@@ -128,3 +128,21 @@ func ExampleAdaptive() {
 	fmt.Println("| no-load latency", a.NoLoadLatency())
 	// Output: 6 9 8 9 8 8 7 9 | no-load latency 10ms
 }
+
+// Three tiers on a capacity of 10: critical keeps 20% from the others,
+// default 30% from sheddable. With 5 in flight sheddable is refused, and
+// the lowest tier is always the first refused.
+func ExampleTiers() {
+	tiers, err := algo.NewTiers(0.2, 0.3, 0) // critical, default, sheddable
+	if err != nil {
+		panic(err)
+	}
+	for t, name := range []string{"critical", "default", "sheddable"} {
+		fmt.Printf("%s: admitted below %d in flight; with 5 in flight: %v\n",
+			name, tiers.Ceiling(t, 10), tiers.Admit(t, 10, 5))
+	}
+	// Output:
+	// critical: admitted below 10 in flight; with 5 in flight: true
+	// default: admitted below 8 in flight; with 5 in flight: true
+	// sheddable: admitted below 5 in flight; with 5 in flight: false
+}
