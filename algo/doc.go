@@ -63,6 +63,13 @@
 // it cannot take, so under overload the lowest tier is refused first and
 // the most critical one keeps its reserve (tiers.go).
 //
+// FairQueue holds the requests waiting for a slot, by tenant (an API key, a
+// plan, a client address), and serves the tenants in turn by deficit round
+// robin, so a tenant at twenty times its share waits on its own backlog.
+// It is bounded per tenant and in all, hands back the items that waited
+// too long, and forgets a tenant as soon as it has nothing waiting, so its
+// memory is bounded whatever the number of tenants (fairqueue.go).
+//
 // A new family also needs its parameters in floodgate.Limit (Validate,
 // Capacity, Describe), in Compile, in the RateLimit-Policy window of
 // package fields and in redisstore's argument packing.

@@ -146,3 +146,44 @@ func ExampleTiers() {
 	// default: admitted below 8 in flight; with 5 in flight: true
 	// sheddable: admitted below 5 in flight; with 5 in flight: false
 }
+
+// A tenant with a backlog does not hold back the others: each tenant with
+// items waiting is served in turn. Items that waited too long are handed
+// back, to be answered, instead of being served.
+func ExampleFairQueue() {
+	q, err := algo.NewFairQueue[string, string](algo.FairQueueOptions[string]{
+		Total: 100, PerTenant: 10, MaxWait: time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ms := int64(time.Millisecond)
+	for i := range 4 {
+		q.Push("heavy", fmt.Sprint("heavy-", i), 0)
+	}
+	q.Push("light", "light-0", 0)
+	q.Push("light", "light-1", 0)
+	expired := func(item string) { fmt.Println("expired:", item) }
+	for range 4 {
+		item, _ := q.Pop(100*ms, expired)
+		fmt.Println("served:", item)
+	}
+	q.Push("late", "late-0", 500*ms)
+	for {
+		item, ok := q.Pop(1200*ms, expired)
+		if !ok {
+			break
+		}
+		fmt.Println("served:", item)
+	}
+	fmt.Println(q.Len(), q.Tenants())
+	// Output:
+	// served: heavy-0
+	// served: light-0
+	// served: heavy-1
+	// served: light-1
+	// expired: heavy-2
+	// expired: heavy-3
+	// served: late-0
+	// 0 0
+}
