@@ -86,7 +86,7 @@ const (
 )
 
 // Values of server.path_matching, server.method_override, server.engine,
-// server.api_auth and routes[].on_invalid_token.
+// server.api_auth, routes[].on_invalid_token and routes[].grpc_stream.
 const (
 	EngineFast    = "fast"
 	EngineNetHTTP = "net/http"
@@ -103,6 +103,9 @@ const (
 
 	InvalidTokenReject    = "reject"
 	InvalidTokenAnonymous = "anonymous"
+
+	GRPCStreamPerStream  = "per_stream"
+	GRPCStreamPerMessage = "per_message"
 
 	RedisEvictionWarn   = "warn"
 	RedisEvictionRefuse = "refuse"
