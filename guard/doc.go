@@ -18,9 +18,10 @@
 // and are not read. A route's upstream is not used: the handler is the
 // upstream.
 //
-// File follows the file: a new valid version is applied within about a
-// second (Options.ReloadInterval), an invalid one is logged and the
-// running policy stays, as for "floodgate serve". Limits takes limits
+// File follows the file: a new valid version is applied at the next look
+// after its writer closed it (Options.ReloadInterval, a second by
+// default), an invalid one is logged and the running policy stays, as for
+// "floodgate serve". Limits takes limits
 // written in code, checked by the rules of the file's limits; they never
 // change.
 //
