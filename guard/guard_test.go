@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/guard"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/store/memstore"
 )
 
@@ -353,5 +355,35 @@ func TestNoHTTPEngineButNetHTTP(t *testing.T) {
 				t.Errorf("guard depends on %s", dep)
 			}
 		}
+	}
+}
+
+// countingMetrics counts what a Guard tells its Metrics.
+type countingMetrics struct {
+	decisions, rejected atomic.Int64
+	tokens              atomic.Int64
+}
+
+func (m *countingMetrics) ObserveDecision(*limiter.Request, *limiter.Result) { m.decisions.Add(1) }
+func (m *countingMetrics) Rejected(limiter.FrontEnd, string, int)            { m.rejected.Add(1) }
+func (m *countingMetrics) Queued(string, int)                                {}
+func (m *countingMetrics) Upstream(string, int)                              {}
+func (m *countingMetrics) InvalidToken(string)                               { m.tokens.Add(1) }
+
+// A *metrics.Metrics, as floodgate serve's, is a Guard's Metrics.
+var _ guard.Metrics = (*metrics.Metrics)(nil)
+
+// TestMetrics: the Guard tells its Metrics every decision and every
+// refusal of its own.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	m := &countingMetrics{}
+	g := newGuard(t, guard.Limits(guard.Limit{Name: "one", Rate: 1, Per: time.Hour}), guard.Options{Metrics: m})
+	url := serveGuard(t, g)
+	c := &http.Client{}
+	do(t, c, "GET", url+"/", nil)
+	do(t, c, "GET", url+"/", nil)
+	if d, r := m.decisions.Load(), m.rejected.Load(); d != 2 || r != 1 {
+		t.Errorf("%d decisions and %d refusals observed, want 2 and 1", d, r)
 	}
 }
