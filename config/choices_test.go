@@ -27,6 +27,8 @@ func TestChoicesAreWhatValidationAccepts(t *testing.T) {
 			"server.user.jwt.alg"},
 		"routes[].on_invalid_token": {"routes:\n  - {name: r, upstream: none, on_invalid_token: W}\n",
 			"routes[0].on_invalid_token"},
+		"routes[].grpc_stream": {"routes:\n  - {name: r, upstream: none, grpc_stream: W}\n",
+			"routes[0].grpc_stream"},
 		"limits[].scope": {"limits:\n  - {name: l, rate: 5, scope: W}\n", "limits[0].scope"},
 		"limits[].key":   {"limits:\n  - {name: l, rate: 5, key: W}\n", "limits[0].key"},
 	}

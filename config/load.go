@@ -86,8 +86,8 @@ const (
 )
 
 // Values of server.path_matching, server.method_override, server.engine,
-// server.api_auth, routes[].on_invalid_token, server.redis_eviction and
-// server.memory.soft_limit.
+// server.api_auth, routes[].on_invalid_token, routes[].grpc_stream,
+// server.redis_eviction and server.memory.soft_limit.
 const (
 	EngineFast    = "fast"
 	EngineNetHTTP = "net/http"
@@ -104,6 +104,9 @@ const (
 
 	InvalidTokenReject    = "reject"
 	InvalidTokenAnonymous = "anonymous"
+
+	GRPCStreamPerStream  = "per_stream"
+	GRPCStreamPerMessage = "per_message"
 
 	RedisEvictionWarn   = "warn"
 	RedisEvictionRefuse = "refuse"

@@ -391,6 +391,11 @@ type Route struct {
 	// the limits that need no user were charged) or anonymous (those
 	// limits do not apply to it).
 	OnInvalidToken string `yaml:"on_invalid_token"`
+	// GRPCStream is how the gRPC interceptors (package guard/grpcguard)
+	// charge a streaming call on the route: per_stream (the default: one
+	// request when the stream opens) or per_message (one request for each
+	// message the client sends).
+	GRPCStream string `yaml:"grpc_stream"`
 
 	// UpstreamURL is Upstream parsed; nil for "none".
 	UpstreamURL *url.URL `yaml:"-"`

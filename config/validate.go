@@ -510,6 +510,12 @@ func (v *validator) route(i int, stages map[string]bool) {
 	case !slices.Contains(want, r.OnInvalidToken):
 		v.errorf(path+".on_invalid_token", "on_invalid_token must be %s, got %q", wordList(want), r.OnInvalidToken)
 	}
+	switch want := choices["routes[].grpc_stream"]; {
+	case r.GRPCStream == "":
+		r.GRPCStream = GRPCStreamPerStream
+	case !slices.Contains(want, r.GRPCStream):
+		v.errorf(path+".grpc_stream", "grpc_stream must be %s, got %q", wordList(want), r.GRPCStream)
+	}
 	switch r.Upstream {
 	case "":
 		v.errorf(path+".upstream", "a route needs an upstream: an http:// or https:// URL, or none if the gateway is not to forward it")

@@ -89,6 +89,7 @@ var notes = map[string]string{
 	"Route.upstream":              `{"pattern": "^(https?://.+|none)$", "description": "Required: the URL requests are forwarded to, or none for a route the gateway does not forward (it answers 404)."}`,
 	"Route.api_key_required":      `{"description": "Missing, unknown or unplanned key: 403 Forbidden."}`,
 	"Route.on_invalid_token":      `{"default": "reject", "description": "A token that does not verify, when a limit counts per user: 401 (default reject) or no user (anonymous)."}`,
+	"Route.grpc_stream":           `{"default": "per_stream", "description": "How the gRPC interceptors charge a streaming call: once when it opens (default per_stream) or for each message the client sends (per_message)."}`,
 	"Params.rate":                 `{"minimum": 1}`,
 	"Params.per":                  `{"default": "1s", "description": "Rate limits: rate units every per (default 1s)."}`,
 	"Params.burst":                `{"minimum": 0}`,
