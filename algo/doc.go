@@ -47,6 +47,29 @@
 // the Redis store against the embedded one then check the new algorithm
 // in both stores; the deny cache and the decision services need nothing.
 //
+// # Overload control
+//
+// Adaptive is a concurrency limit that learns from the upstream's latency
+// instead of a number someone chose: it grows while the latency stays near
+// its no-load value and cuts, by the gradient rule, to just below the
+// concurrency at which the upstream starts to queue. It learns the no-load
+// latency without ever lowering the limit to measure it (the design note
+// in adaptive.go says how). Like the algorithms above it is a pure state
+// machine: instants are passed in, it never allocates, and its callers
+// hold a lock.
+//
+// Tiers shares a capacity (a fixed concurrency limit or Adaptive.Limit)
+// among criticality tiers: each tier reserves a share that the tiers below
+// it cannot take, so under overload the lowest tier is refused first and
+// the most critical one keeps its reserve (tiers.go).
+//
+// FairQueue holds the requests waiting for a slot, by tenant (an API key, a
+// plan, a client address), and serves the tenants in turn by deficit round
+// robin, so a tenant at twenty times its share waits on its own backlog.
+// It is bounded per tenant and in all, hands back the items that waited
+// too long, and forgets a tenant as soon as it has nothing waiting, so its
+// memory is bounded whatever the number of tenants (fairqueue.go).
+//
 // A new family also needs its parameters in floodgate.Limit (Validate,
 // Capacity, Describe), in Compile, in the RateLimit-Policy window of
 // package fields and in redisstore's argument packing.

@@ -98,3 +98,92 @@ func ExampleSplitLimit() {
 	fmt.Println(algo.SplitLimit(100, 3))
 	// Output: 33
 }
+
+// An adaptive concurrency limit in front of an upstream that serves 8
+// requests at once in 10ms and queues the rest: it learns the 8 from the
+// latency alone, and saws just around it.
+func ExampleAdaptive() {
+	a, err := algo.NewAdaptive(algo.AdaptiveOptions{Initial: 2, Window: 50 * time.Millisecond, MinSamples: 10})
+	if err != nil {
+		panic(err)
+	}
+	now := int64(0)
+	for round := range 400 {
+		// Admit as many as the limit lets in; they answer together.
+		n := 0
+		for a.Acquire() {
+			n++
+		}
+		rtt := 10 * time.Millisecond * time.Duration(max(n, 8)) / 8
+		now += int64(rtt)
+		for range n {
+			if err := a.Release(now, rtt, algo.OutcomeOK); err != nil {
+				panic(err)
+			}
+		}
+		if round%50 == 49 {
+			fmt.Print(a.Limit(), " ")
+		}
+	}
+	fmt.Println("| no-load latency", a.NoLoadLatency())
+	// Output: 6 9 8 9 8 8 7 9 | no-load latency 10ms
+}
+
+// Three tiers on a capacity of 10: critical keeps 20% from the others,
+// default 30% from sheddable. With 5 in flight sheddable is refused, and
+// the lowest tier is always the first refused.
+func ExampleTiers() {
+	tiers, err := algo.NewTiers(0.2, 0.3, 0) // critical, default, sheddable
+	if err != nil {
+		panic(err)
+	}
+	for t, name := range []string{"critical", "default", "sheddable"} {
+		fmt.Printf("%s: admitted below %d in flight; with 5 in flight: %v\n",
+			name, tiers.Ceiling(t, 10), tiers.Admit(t, 10, 5))
+	}
+	// Output:
+	// critical: admitted below 10 in flight; with 5 in flight: true
+	// default: admitted below 8 in flight; with 5 in flight: true
+	// sheddable: admitted below 5 in flight; with 5 in flight: false
+}
+
+// A tenant with a backlog does not hold back the others: each tenant with
+// items waiting is served in turn. Items that waited too long are handed
+// back, to be answered, instead of being served.
+func ExampleFairQueue() {
+	q, err := algo.NewFairQueue[string, string](algo.FairQueueOptions[string]{
+		Total: 100, PerTenant: 10, MaxWait: time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ms := int64(time.Millisecond)
+	for i := range 4 {
+		q.Push("heavy", fmt.Sprint("heavy-", i), 0)
+	}
+	q.Push("light", "light-0", 0)
+	q.Push("light", "light-1", 0)
+	expired := func(item string) { fmt.Println("expired:", item) }
+	for range 4 {
+		item, _ := q.Pop(100*ms, expired)
+		fmt.Println("served:", item)
+	}
+	q.Push("late", "late-0", 500*ms)
+	for {
+		item, ok := q.Pop(1200*ms, expired)
+		if !ok {
+			break
+		}
+		fmt.Println("served:", item)
+	}
+	fmt.Println(q.Len(), q.Tenants())
+	// Output:
+	// served: heavy-0
+	// served: light-0
+	// served: heavy-1
+	// served: light-1
+	// expired: heavy-2
+	// expired: heavy-3
+	// served: late-0
+	// 0 0
+}

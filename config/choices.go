@@ -17,10 +17,12 @@ var choices = map[string][]string{
 	"server.method_override":    {MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor},
 	"server.engine":             {EngineFast, EngineNetHTTP},
 	"server.redis_eviction":     {RedisEvictionWarn, RedisEvictionRefuse},
+	"server.memory.soft_limit":  {SoftLimitAuto, SoftLimitOff},
 	"server.api_auth":           {APIAuthToken, APIAuthNone},
 	"server.access_log.format":  {accesslog.FormatJSON.String(), accesslog.FormatCombined.String()},
 	"server.user.jwt.alg":       {"HS256", "RS256", "ES256"},
 	"routes[].on_invalid_token": {InvalidTokenReject, InvalidTokenAnonymous},
+	"routes[].grpc_stream":      {GRPCStreamPerStream, GRPCStreamPerMessage},
 	"limits[].scope":            {ScopeMethod, ScopeRoute, ScopeStage, ScopeGlobal},
 	// A key part is one of these or KeyHeaderPrefix and a header name.
 	"limits[].key": {KeyClientIP, KeyAPIKey, KeyPlan, KeyUser, KeyRoute, KeyStage, KeyGlobal},

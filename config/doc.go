@@ -36,7 +36,8 @@
 //	          header, issuer, audience, leeway} | header}, upstream
 //	          {timeout, dial_timeout, idle_timeout, drain_timeout, drain_bytes}
 //	routes:   - {name, match {methods, paths, hosts}, upstream (required:
-//	          a URL, or none), stage, api_key_required}
+//	          a URL, or none), stage, api_key_required, on_invalid_token,
+//	          grpc_stream (per_stream | per_message)}
 //	stages:   - {name, <limit parameters>}       keyed by the stage
 //	plans:    - {name, rate, per, burst, quota {limit, period, time_zone,
 //	          anchor_day, offset, start}, routes, on_failure}

@@ -86,7 +86,8 @@ const (
 )
 
 // Values of server.path_matching, server.method_override, server.engine,
-// server.api_auth and routes[].on_invalid_token.
+// server.api_auth, routes[].on_invalid_token, routes[].grpc_stream,
+// server.redis_eviction and server.memory.soft_limit.
 const (
 	EngineFast    = "fast"
 	EngineNetHTTP = "net/http"
@@ -104,8 +105,14 @@ const (
 	InvalidTokenReject    = "reject"
 	InvalidTokenAnonymous = "anonymous"
 
+	GRPCStreamPerStream  = "per_stream"
+	GRPCStreamPerMessage = "per_message"
+
 	RedisEvictionWarn   = "warn"
 	RedisEvictionRefuse = "refuse"
+
+	SoftLimitAuto = "auto"
+	SoftLimitOff  = "off"
 )
 
 func setDefaults(f *File) {
@@ -136,7 +143,7 @@ func setDefaults(f *File) {
 			Read:       DefaultReadTimeout,
 			Idle:       DefaultIdleTimeout,
 		},
-		Memory:        Memory{MaxBytes: DefaultMemoryMaxBytes, MaxKeyBytes: floodgate.DefaultMaxKeyBytes},
+		Memory:        Memory{MaxBytes: DefaultMemoryMaxBytes, MaxKeyBytes: floodgate.DefaultMaxKeyBytes, SoftLimit: SoftLimitAuto},
 		APIAuth:       APIAuthToken,
 		RedisEviction: RedisEvictionWarn,
 		AccessLog:     AccessLog{Format: accesslog.FormatJSON.String(), MaxSize: accesslog.DefaultMaxSize, MaxFiles: accesslog.DefaultMaxFiles},

@@ -303,6 +303,13 @@ type Memory struct {
 	// 256); a longer key (a huge header or descriptor value) is counted
 	// under its SHA-256 instead.
 	MaxKeyBytes int `yaml:"max_key_bytes"`
+	// SoftLimit is "auto" (default) or "off". With auto, floodgate serve
+	// sets the Go runtime's soft memory limit to MaxBytes and a tenth of
+	// it, plus what the rest of the process holds and the room GOGC gives
+	// that, and keeps it following the rest: the garbage a flood of
+	// distinct keys leaves is collected before the process grows past
+	// that. GOMEMLIMIT in the environment takes precedence over both.
+	SoftLimit string `yaml:"soft_limit"`
 }
 
 // Token is a bearer token, stored as SHA-256 only.
@@ -401,6 +408,11 @@ type Route struct {
 	// the limits that need no user were charged) or anonymous (those
 	// limits do not apply to it).
 	OnInvalidToken string `yaml:"on_invalid_token"`
+	// GRPCStream is how the gRPC interceptors (package guard/grpcguard)
+	// charge a streaming call on the route: per_stream (the default: one
+	// request when the stream opens) or per_message (one request for each
+	// message the client sends).
+	GRPCStream string `yaml:"grpc_stream"`
 
 	// UpstreamURL is Upstream parsed; nil for "none".
 	UpstreamURL *url.URL `yaml:"-"`

@@ -311,6 +311,7 @@ func (v *validator) hardening() {
 	oneOf("api_auth", s.APIAuth)
 	oneOf("redis_eviction", s.RedisEviction)
 	oneOf("engine", s.Engine)
+	oneOf("memory.soft_limit", s.Memory.SoftLimit)
 	for _, t := range []struct {
 		name string
 		d    time.Duration
@@ -503,6 +504,12 @@ func (v *validator) route(i int, stages map[string]bool) {
 		r.OnInvalidToken = InvalidTokenReject
 	case !slices.Contains(want, r.OnInvalidToken):
 		v.errorf(path+".on_invalid_token", "on_invalid_token must be %s, got %q", wordList(want), r.OnInvalidToken)
+	}
+	switch want := choices["routes[].grpc_stream"]; {
+	case r.GRPCStream == "":
+		r.GRPCStream = GRPCStreamPerStream
+	case !slices.Contains(want, r.GRPCStream):
+		v.errorf(path+".grpc_stream", "grpc_stream must be %s, got %q", wordList(want), r.GRPCStream)
 	}
 	switch r.Upstream {
 	case "":

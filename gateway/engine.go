@@ -42,6 +42,12 @@ func (f *Flow) Request() *Request { return &f.view }
 // Match returns what the matcher found for f: its route, upstream, hits.
 func (f *Flow) Match() *Match { return &f.m }
 
+// Result returns the engine's verdict on f's hits, once the flow decided
+// them: an engine whose protocol says when to come back with more
+// precision than Retry-After's whole seconds (gRPC's RetryInfo) reads
+// Result().RetryAfter when it answers a 429.
+func (f *Flow) Result() *limiter.Result { return &f.res }
+
 // WaitInQueue holds f for its place in a leaky queue, delay long; watch
 // starts watching for the client to leave (the channel closes when it
 // does) and returns the function that ends the watch. It reports false

@@ -207,6 +207,10 @@ type Route struct {
 	// anonymous (its per-user limits do not apply); by default it is
 	// refused with 401 once the limits that need no user were charged.
 	AnonymousOnInvalidToken bool
+	// StreamPerMessage makes the gRPC interceptors charge a streaming call
+	// on the route for each message the client sends, instead of once
+	// when it opens (the file's grpc_stream: per_message).
+	StreamPerMessage bool
 
 	match    matcher
 	routeKey string // "route:NAME"
@@ -360,8 +364,10 @@ func (c *compiler) routes() {
 	for i := range c.p.file.Routes {
 		cr := &c.p.file.Routes[i]
 		c.p.routes = append(c.p.routes, &Route{Name: cr.Name, Upstream: cr.UpstreamURL, Stage: cr.Stage,
-			APIKeyRequired: cr.APIKeyRequired, AnonymousOnInvalidToken: cr.OnInvalidToken == config.InvalidTokenAnonymous,
-			match: compileMatch(cr.Match, c.p.foldCase), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
+			APIKeyRequired:          cr.APIKeyRequired,
+			AnonymousOnInvalidToken: cr.OnInvalidToken == config.InvalidTokenAnonymous,
+			StreamPerMessage:        cr.GRPCStream == config.GRPCStreamPerMessage,
+			match:                   compileMatch(cr.Match, c.p.foldCase), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 	}
 }
 
@@ -666,19 +672,38 @@ func (m *Match) Reset() {
 	*m = Match{Hits: m.Hits[:0], Limits: m.Limits[:0], buf: m.buf[:0]}
 }
 
-// Match finds the route and the limits that apply to r, writing into m.
-func (p *Policy) Match(r *Request, m *Match) {
-	m.Reset()
-	rq := req{method: upper(r.Method), host: hostOnly(r.Host), path: cleanPath(r.Path)}
+// Route returns the route of a request with this method, host and path,
+// as Match finds it, or nil when none matches; it works out nothing else.
+func (p *Policy) Route(method, host, path string) *Route {
+	rq := p.req(method, host, path)
+	return p.route(&rq)
+}
+
+// req returns what matching reads of a request's method, host and path.
+func (p *Policy) req(method, host, path string) req {
+	rq := req{method: upper(method), host: hostOnly(host), path: cleanPath(path)}
 	if p.foldCase {
 		rq.path = strings.ToLower(rq.path)
 	}
+	return rq
+}
+
+// route returns the first route that matches rq, or nil.
+func (p *Policy) route(rq *req) *Route {
 	for _, rt := range p.routes {
-		if rt.match.match(&rq) {
-			m.Route = rt
-			rq.route = rt.Name
-			break
+		if rt.match.match(rq) {
+			return rt
 		}
+	}
+	return nil
+}
+
+// Match finds the route and the limits that apply to r, writing into m.
+func (p *Policy) Match(r *Request, m *Match) {
+	m.Reset()
+	rq := p.req(r.Method, r.Host, r.Path)
+	if m.Route = p.route(&rq); m.Route != nil {
+		rq.route = m.Route.Name
 	}
 	m.Stage = r.Stage
 	if m.Stage == "" && m.Route != nil {

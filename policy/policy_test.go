@@ -146,6 +146,34 @@ routes:
 		if got != tc.route {
 			t.Errorf("%s %s%s: route %q, want %q", tc.method, tc.host, tc.path, got, tc.route)
 		}
+		if rt := p.Route(tc.method, tc.host, tc.path); rt != m.Route {
+			t.Errorf("%s %s%s: Route gives %v, Match %v", tc.method, tc.host, tc.path, rt, m.Route)
+		}
+	}
+}
+
+// TestStreamPerMessage: a route's grpc_stream is per_stream unless the
+// file says per_message, and Route finds the route of a gRPC method.
+func TestStreamPerMessage(t *testing.T) {
+	t.Parallel()
+	p := compile(t, `
+routes:
+  - {name: chat, match: {paths: ["/chat.Chat/Talk"]}, upstream: none, grpc_stream: per_message}
+  - {name: feed, match: {paths: ["/feed.Feed/*"]}, upstream: none, grpc_stream: per_stream}
+  - {name: rest, match: {paths: ["/**"]}, upstream: none}
+`)
+	for _, tc := range []struct {
+		path, route string
+		perMessage  bool
+	}{
+		{"/chat.Chat/Talk", "chat", true},
+		{"/feed.Feed/Watch", "feed", false},
+		{"/other.Other/Call", "rest", false},
+	} {
+		rt := p.Route("POST", "localhost:50051", tc.path)
+		if rt == nil || rt.Name != tc.route || rt.StreamPerMessage != tc.perMessage {
+			t.Errorf("%s: route %+v, want %s with StreamPerMessage %v", tc.path, rt, tc.route, tc.perMessage)
+		}
 	}
 }
 

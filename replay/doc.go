@@ -30,8 +30,10 @@
 // keys made through the admin API are known): the key's plan in that
 // policy applies, under the same counter as a request carrying the raw
 // key; a log that holds the key itself (an NGINX $http_x_api_key, a CSV's
-// api_key column) is hashed like a request's. Around each decision the
-// Replayer does what the gateway does: a limit counted by outcome
+// api_key column) is hashed like a request's. Each request goes through
+// the gateway's own admission flow (gateway.Gateway.Handle, with the
+// identity the log gives as gateway.Known), so the replay does what the
+// gateway does because it is the same code: a limit counted by outcome
 // (count_on) holds a reservation while the request is in flight and keeps
 // it for the statuses it counts, by the status the log shows, and
 // concurrency leases are held until the request ends (its time plus its

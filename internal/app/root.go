@@ -26,7 +26,8 @@ type root struct {
 	stores   *stores
 	engine   *limiter.Limiter
 	rls      *rlsService
-	errc     chan error // errors that end serving
+	errc     chan error          // errors that end serving
+	getenv   func(string) string // the environment (os.Getenv)
 }
 
 // newRoot opens the tracing (from the OTEL_* variables getenv reads), the
@@ -36,6 +37,7 @@ func newRoot(ctx context.Context, name string, set *Settings, getenv func(string
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
+	r.getenv = getenv
 	var err error
 	if r.tracing, err = newTracing(ctx, getenv); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate/floodgate/gateway/edge"
 	"github.com/floodgate/floodgate/internal/console"
 	"github.com/floodgate/floodgate/internal/demo"
+	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/rls"
 	"github.com/floodgate/floodgate/store"
@@ -92,8 +93,9 @@ type server struct {
 	// accessLog is the access log, when there is one.
 	accessLog *accesslog.Logger
 
-	serving bool // the listeners are served (shutdown closes them)
-	closed  bool
+	stopMemLimit func() // ends the soft memory limit's updates (memlimit.go)
+	serving      bool   // the listeners are served (shutdown closes them)
+	closed       bool
 
 	frontLn, adminLn net.Listener
 	conns            *connLimit
@@ -139,7 +141,20 @@ func newServer(ctx context.Context, o *ServeOptions, log *slog.Logger) (*server,
 		_ = s.stores.close()
 		return nil, fmt.Errorf("serve: %w", err)
 	}
+	s.stopMemLimit = startMemLimit(s.srv.Memory.SoftLimit, s.srv.Memory.MaxBytes, s.storeBytes, s.getenv, log)
 	return s, nil
+}
+
+// storeBytes is the memory the embedded store counts for its keys: the
+// store's, or with Redis the local fallback's.
+func (s *server) storeBytes() int64 {
+	var n int64
+	for _, st := range []limiter.Store{s.stores.main, s.stores.local} {
+		if ms, ok := st.(*memstore.Store); ok {
+			n += ms.Stats().Bytes
+		}
+	}
+	return n
 }
 
 // policySettings are the process settings of the policy file's server
@@ -462,6 +477,9 @@ func (s *server) close() error {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.demo.Close(c)
 		cancel()
+	}
+	if s.stopMemLimit != nil {
+		s.stopMemLimit()
 	}
 	return s.closeStores()
 }

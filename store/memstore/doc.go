@@ -126,5 +126,16 @@
 // 0.90 of the cap in heap (TestHeapWithinCap), and BenchmarkRSSAtCap
 // measures the resident set after a collection against the cap.
 //
+// The cap bounds what is live, not the garbage the collector has yet to
+// reclaim: evicted keys, the pages a compaction leaves behind, and the
+// caller's own. Left to GOGC, a process lets its heap grow to twice what is
+// live before it collects, so a process whose store is full peaks near
+// twice the cap (BenchmarkRSSAtCap reports that peak, VmHWM, as
+// peak-rss/cap). A process that wants the cap to bound its memory sets a
+// soft memory limit (runtime/debug.SetMemoryLimit) a little above it, as
+// floodgate serve does (server.memory.soft_limit): there, flooded with
+// twice as many keys as fit, the peak grew past the process's baseline by
+// 0.96 of a 64 MiB cap and 1.07 of a 256 MiB one (scripts/bench-memory.sh).
+//
 // The package registers the scheme "memory" with package store.
 package memstore

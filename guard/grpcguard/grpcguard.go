@@ -1,0 +1,410 @@
+package grpcguard
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/guard"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// UnaryServerInterceptor returns the interceptor that takes every unary
+// call through g: a call over a limit is refused before the handler runs.
+func UnaryServerInterceptor(g *guard.Guard) grpc.UnaryServerInterceptor {
+	gw := g.Gateway()
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		c := call{gw: gw, ctx: ctx, method: info.FullMethod}
+		c.from(ctx)
+		var resp any
+		c.run = func(rec *gateway.Recorder) error {
+			hctx := ctx
+			var seen *seenMetadata
+			if rec != nil {
+				// The answer may tell a cost in the metadata the handler
+				// sets: look at it as it goes by.
+				if sts := grpc.ServerTransportStreamFromContext(ctx); sts != nil {
+					seen = &seenMetadata{}
+					hctx = grpc.NewContextWithServerTransportStream(ctx, &seenTransportStream{ServerTransportStream: sts, seen: seen})
+				}
+			}
+			var err error
+			resp, err = handler(hctx, req)
+			c.answered(rec, err, seen)
+			return err
+		}
+		c.decide()
+		if len(c.trailer) > 0 {
+			_ = grpc.SetTrailer(ctx, c.trailer)
+		}
+		if c.refusal != nil {
+			return nil, c.refusal
+		}
+		return resp, c.err
+	}
+}
+
+// StreamServerInterceptor returns the interceptor that takes every
+// streaming call through g: once when the stream opens, or once for each
+// message the client sends on a route whose grpc_stream is per_message.
+func StreamServerInterceptor(g *guard.Guard) grpc.StreamServerInterceptor {
+	gw := g.Gateway()
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx := ss.Context()
+		c := call{gw: gw, ctx: ctx, method: info.FullMethod}
+		c.from(ctx)
+		if rt := g.Policy().Route(http.MethodPost, c.host, c.method); rt != nil && rt.StreamPerMessage {
+			ms := &messageStream{ServerStream: ss, base: c}
+			err := handler(srv, ms)
+			if len(ms.trailer) > 0 {
+				ss.SetTrailer(ms.trailer)
+			}
+			return err
+		}
+		c.run = func(rec *gateway.Recorder) error {
+			stream := ss
+			var seen *seenMetadata
+			if rec != nil {
+				seen = &seenMetadata{}
+				stream = &seenStream{ServerStream: ss, seen: seen}
+			}
+			err := handler(srv, stream)
+			c.answered(rec, err, seen)
+			return err
+		}
+		c.decide()
+		if len(c.trailer) > 0 {
+			ss.SetTrailer(c.trailer)
+		}
+		if c.refusal != nil {
+			return c.refusal
+		}
+		return c.err
+	}
+}
+
+// messageStream is a stream whose messages from the client are each
+// decided as they are received (grpc_stream: per_message).
+type messageStream struct {
+	grpc.ServerStream
+	base    call        // the stream's request, copied for each message
+	trailer metadata.MD // the fields of the last decision
+}
+
+func (s *messageStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	c := s.base
+	c.run = func(rec *gateway.Recorder) error {
+		if rec != nil {
+			// The message's part of the call is over once it is taken.
+			rec.Header(http.StatusOK, noMetadata{})
+			rec.SetComplete()
+		}
+		return nil
+	}
+	c.decide()
+	if c.trailer != nil {
+		s.trailer = c.trailer
+	}
+	return c.refusal
+}
+
+// call is one call (or one message of a per_message stream) as the
+// admission flow sees it: a gateway.Exchange.
+type call struct {
+	gw     *gateway.Gateway
+	ctx    context.Context
+	method string // the full method name, /package.Service/Method
+	host   string // the :authority
+	md     metadata.MD
+	peer   netip.Addr
+	// run calls the handler once the flow passes the call; rec, when not
+	// nil, is to be told how it answered.
+	run func(rec *gateway.Recorder) error
+
+	f       *gateway.Flow
+	trailer metadata.MD // the fields to send
+	refusal error       // the flow's own answer, as a status error
+	status  int         // its HTTP status, or the handler's answer's
+	err     error       // the handler's error
+}
+
+// from reads the call's authority, metadata and peer from its context.
+func (c *call) from(ctx context.Context) {
+	c.md, _ = metadata.FromIncomingContext(ctx)
+	if v := c.md.Get(":authority"); len(v) > 0 {
+		c.host = v[0]
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		if a, ok := p.Addr.(*net.TCPAddr); ok {
+			c.peer, _ = netip.AddrFromSlice(a.IP)
+			c.peer = c.peer.Unmap()
+		} else {
+			c.peer, _ = netip.ParseAddr(hostOf(p.Addr.String()))
+		}
+	}
+}
+
+// hostOf returns the host of host:port (s itself without a port).
+func hostOf(s string) string {
+	if h, _, err := net.SplitHostPort(s); err == nil {
+		return h
+	}
+	return s
+}
+
+// decide takes the call through the admission flow; the handler runs
+// within, when the flow passes the call.
+func (c *call) decide() {
+	f := c.gw.Begin()
+	c.f = f
+	v := f.Request()
+	v.Method = http.MethodPost
+	v.Host = c.host
+	v.Path = c.method
+	v.Proto = "HTTP/2.0"
+	v.Peer = c.peer
+	v.Header = header(c.md)
+	defer func() {
+		c.gw.Finish(c, f)
+		c.f = nil
+	}()
+	// Nothing a gRPC call does goes on after the handler returns.
+	c.gw.Run(c, f)
+}
+
+// answered notes how the handler answered, for the recorder of a
+// reservation.
+func (c *call) answered(rec *gateway.Recorder, err error, seen *seenMetadata) {
+	c.status = HTTPStatus(status.Code(err))
+	if rec == nil {
+		return
+	}
+	var h gateway.Getter = noMetadata{}
+	if seen != nil {
+		h = seen
+	}
+	rec.Header(c.status, h)
+	rec.SetComplete()
+}
+
+func (c *call) Context() context.Context { return c.ctx }
+
+// DelHeader removes a field from the call's view of its metadata (the
+// method override fields); the handler's metadata is left as it is.
+func (c *call) DelHeader(name string) { delete(c.md, strings.ToLower(name)) }
+
+// RequestBody returns nil: an estimate takes its default.
+func (c *call) RequestBody(int) []byte { return nil }
+
+func (c *call) SetFields(fs []fields.Field) {
+	md := make(metadata.MD, len(fs))
+	for _, f := range fs {
+		name := strings.ToLower(f.Name)
+		md[name] = append(md[name], f.Value)
+	}
+	c.trailer = md
+}
+
+func (c *call) Answer(st int, body []byte, challenge bool) {
+	c.status = st
+	msg := message(body)
+	var s *status.Status
+	switch st {
+	case http.StatusTooManyRequests:
+		s = status.New(codes.ResourceExhausted, msg)
+		if d, ok := c.retryAfter(); ok {
+			if ds, err := s.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
+				s = ds
+			}
+		}
+	case http.StatusForbidden:
+		s = status.New(codes.PermissionDenied, msg)
+	case http.StatusUnauthorized:
+		s = status.New(codes.Unauthenticated, msg)
+	case http.StatusBadRequest:
+		s = status.New(codes.InvalidArgument, msg)
+	case http.StatusInternalServerError:
+		s = status.New(codes.Internal, msg)
+	default:
+		s = status.New(codes.Unknown, msg)
+	}
+	if challenge {
+		if c.trailer == nil {
+			c.trailer = metadata.MD{}
+		}
+		c.trailer.Set("www-authenticate", gateway.BearerChallenge)
+	}
+	c.refusal = s.Err()
+}
+
+// retryAfter returns when the refused call would pass: the engine's wait,
+// else the Retry-After field's seconds; false when the refusal has no
+// wait (a cost that can never fit).
+func (c *call) retryAfter() (time.Duration, bool) {
+	v := c.trailer.Get("retry-after")
+	if len(v) == 0 {
+		return 0, false
+	}
+	if d := c.f.Result().RetryAfter; d > 0 {
+		return d, true
+	}
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
+}
+
+// message returns the message of one of the flow's JSON bodies, and its
+// reason when it tells one.
+func message(body []byte) string {
+	var b struct {
+		Message string `json:"message"`
+		Reason  string `json:"reason"`
+	}
+	if json.Unmarshal(body, &b) != nil || b.Message == "" {
+		return http.StatusText(http.StatusInternalServerError)
+	}
+	if b.Reason != "" {
+		return b.Message + ": " + b.Reason
+	}
+	return b.Message
+}
+
+func (c *call) Pass(_ *gateway.Flow, rec *gateway.Recorder) bool {
+	c.err = c.run(rec)
+	return false
+}
+
+func (c *call) Proxies() bool { return false }
+
+func (c *call) Wait(ctx context.Context, f *gateway.Flow, delay time.Duration) bool {
+	return c.gw.WaitInQueue(ctx, f, delay, func() (<-chan struct{}, func()) { return c.ctx.Done(), func() {} })
+}
+
+func (c *call) Keep(ctx context.Context, leases []limiter.Hit) func() { return c.gw.Renew(ctx, leases) }
+
+func (c *call) Answered() (int, int64) { return c.status, 0 }
+
+// header is incoming metadata read as header fields: names in any case.
+type header metadata.MD
+
+func (h header) Get(name string) string {
+	if v := metadata.MD(h).Get(name); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (h header) Values(name string) []string { return metadata.MD(h).Get(name) }
+
+// noMetadata is an answer without metadata.
+type noMetadata struct{}
+
+func (noMetadata) Get(string) string { return "" }
+
+// seenMetadata is the header and trailer metadata a handler set, read as
+// the header fields of its answer (the header first).
+type seenMetadata struct {
+	header, trailer metadata.MD
+}
+
+func (s *seenMetadata) Get(name string) string {
+	if v := s.header.Get(name); len(v) > 0 {
+		return v[0]
+	}
+	if v := s.trailer.Get(name); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// seenTransportStream notes the metadata a unary handler sets.
+type seenTransportStream struct {
+	grpc.ServerTransportStream
+	seen *seenMetadata
+}
+
+func (s *seenTransportStream) SetHeader(md metadata.MD) error {
+	s.seen.header = metadata.Join(s.seen.header, md)
+	return s.ServerTransportStream.SetHeader(md)
+}
+
+func (s *seenTransportStream) SendHeader(md metadata.MD) error {
+	s.seen.header = metadata.Join(s.seen.header, md)
+	return s.ServerTransportStream.SendHeader(md)
+}
+
+func (s *seenTransportStream) SetTrailer(md metadata.MD) error {
+	s.seen.trailer = metadata.Join(s.seen.trailer, md)
+	return s.ServerTransportStream.SetTrailer(md)
+}
+
+// seenStream notes the metadata a streaming handler sets.
+type seenStream struct {
+	grpc.ServerStream
+	seen *seenMetadata
+}
+
+func (s *seenStream) SetHeader(md metadata.MD) error {
+	s.seen.header = metadata.Join(s.seen.header, md)
+	return s.ServerStream.SetHeader(md)
+}
+
+func (s *seenStream) SendHeader(md metadata.MD) error {
+	s.seen.header = metadata.Join(s.seen.header, md)
+	return s.ServerStream.SendHeader(md)
+}
+
+func (s *seenStream) SetTrailer(md metadata.MD) {
+	s.seen.trailer = metadata.Join(s.seen.trailer, md)
+	s.ServerStream.SetTrailer(md)
+}
+
+// HTTPStatus returns the HTTP status a gRPC code stands for, as
+// google.rpc.Code documents it: what a limit's count_on compares with.
+func HTTPStatus(c codes.Code) int {
+	switch c {
+	case codes.OK:
+		return http.StatusOK
+	case codes.Canceled:
+		return 499 // Client Closed Request
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError // Unknown, Internal, DataLoss
+}

@@ -1,0 +1,163 @@
+package app
+
+import (
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+// The soft memory limit of floodgate serve (server.memory.soft_limit).
+//
+// Left to GOGC alone, the collector lets the heap grow to twice what is
+// live before it collects: a store filled to server.memory.max_bytes by a
+// flood of distinct keys, whose evicted keys and key pages are garbage,
+// took the process's peak resident memory 1.84 to 1.99 times the cap past
+// its baseline (scripts/bench-memory.sh, caps of 64 and 256 MiB). With soft_limit: auto (the default) serve sets the runtime's
+// soft memory limit (debug.SetMemoryLimit) to the cap and a tenth of it
+// for the store, plus what GOGC would give the rest of the process, and
+// keeps it there as the rest grows and shrinks: the store's garbage is
+// collected within a tenth of the cap, while the rest of the process (its
+// connections, buffers and the runtime) is collected as GOGC says, so that
+// many connections never push the heap against the limit. GOMEMLIMIT in
+// the environment takes precedence; soft_limit: off leaves the limit alone.
+
+// SoftLimitFloor is the least that the soft memory limit allows the rest
+// of the process beyond the store's share: the runtime's own structures
+// and a collection cycle's allocations in a process that holds little
+// else.
+const SoftLimitFloor = 8 << 20
+
+// softLimitEvery is how often the limit follows the process.
+const softLimitEvery = time.Second
+
+// softMemoryLimit returns the soft memory limit for a process whose
+// embedded store may hold capBytes and counts held bytes now, with
+// heapLive bytes of heap live after the last collection, stackGlobals
+// bytes of goroutine stacks and globals that the collector scans, and
+// GOGC at gogc percent: capBytes and a tenth of it, plus what is live
+// outside the store and gogc percent more of it (the heap GOGC would let
+// that part grow to), at least SoftLimitFloor. The store's count bounds
+// what it takes, so what is live outside it is never overestimated.
+func softMemoryLimit(capBytes, held, heapLive, stackGlobals int64, gogc int64) int64 {
+	if gogc < 0 {
+		gogc = 100 // GOGC=off: the limit is the only trigger, give the rest the default's room
+	}
+	rest := max(heapLive-held, 0) + max(stackGlobals, 0)
+	grown := satAdd(rest, satMul(rest, gogc)/100)
+	return satAdd(satAdd(capBytes, capBytes/10), max(grown, SoftLimitFloor))
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func satMul(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// processLimit is the runtime's soft memory limit, which belongs to the
+// whole process: the serve instances that one process runs (as tests do)
+// share it, and the last of them to stop puts back the limit found before
+// the first started.
+var processLimit struct {
+	sync.Mutex
+	owners int
+	found  int64
+}
+
+// memLimit keeps the soft memory limit of one serve instance.
+type memLimit struct {
+	capBytes int64
+	held     func() int64 // the embedded store's count of its bytes
+	log      *slog.Logger
+	samples  []metrics.Sample
+	last     int64
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// startMemLimit sets the soft memory limit for a store capped at capBytes
+// whose count held reports, and keeps it following the process until the
+// returned function is called, unless mode is "off" or GOMEMLIMIT
+// (getenv) is set: then it leaves the limit as it is.
+func startMemLimit(mode string, capBytes int64, held func() int64, getenv func(string) string, log *slog.Logger) (stop func()) {
+	if mode == "off" {
+		log.Info("soft memory limit off (server.memory.soft_limit)")
+		return func() {}
+	}
+	if v := getenv("GOMEMLIMIT"); v != "" {
+		log.Info("soft memory limit set by GOMEMLIMIT", "GOMEMLIMIT", v, "bytes", debug.SetMemoryLimit(-1))
+		return func() {}
+	}
+	m := &memLimit{capBytes: capBytes, held: held, log: log, stop: make(chan struct{}), done: make(chan struct{}),
+		samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"},
+			{Name: "/gc/scan/globals:bytes"}, {Name: "/gc/gogc:percent"}}}
+	processLimit.Lock()
+	if processLimit.owners == 0 {
+		processLimit.found = debug.SetMemoryLimit(-1)
+	}
+	processLimit.owners++
+	processLimit.Unlock()
+	m.update()
+	log.Info("soft memory limit", "bytes", m.last, "max_bytes", capBytes)
+	go m.run()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(m.stop)
+			<-m.done
+			processLimit.Lock()
+			if processLimit.owners--; processLimit.owners == 0 {
+				debug.SetMemoryLimit(processLimit.found)
+			}
+			processLimit.Unlock()
+		})
+	}
+}
+
+func (m *memLimit) run() {
+	defer close(m.done)
+	t := time.NewTicker(softLimitEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.update()
+		}
+	}
+}
+
+// update sets the limit from the latest collection's figures.
+func (m *memLimit) update() {
+	metrics.Read(m.samples)
+	u := func(i int) int64 {
+		if m.samples[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return int64(min(m.samples[i].Value.Uint64(), math.MaxInt64))
+	}
+	live, stacks, globals := u(0), u(1), u(2)
+	gogc := int64(100)
+	if v := m.samples[3].Value; v.Kind() == metrics.KindUint64 {
+		// GOGC=off reads as -1 made unsigned.
+		gogc = int64(int32(v.Uint64()))
+	}
+	limit := softMemoryLimit(m.capBytes, m.held(), live, stacks+globals, gogc)
+	if limit != m.last {
+		processLimit.Lock()
+		debug.SetMemoryLimit(limit)
+		processLimit.Unlock()
+		m.last = limit
+	}
+}
