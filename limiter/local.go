@@ -21,6 +21,7 @@ type localRule struct {
 // scratch is reusable per-call space.
 type scratch struct {
 	out       []floodgate.Decision
+	settled   []Settled
 	flags     []HitFlags
 	localOut  []floodgate.Decision
 	localHits []Hit
@@ -32,6 +33,15 @@ func (s *scratch) outFor(n int) []floodgate.Decision {
 		s.out = make([]floodgate.Decision, n)
 	}
 	return s.out[:n]
+}
+
+func (s *scratch) settledFor(n int) []Settled {
+	if cap(s.settled) < n {
+		s.settled = make([]Settled, n)
+	}
+	s.settled = s.settled[:n]
+	clear(s.settled)
+	return s.settled
 }
 
 func (s *scratch) flagsFor(n int) []HitFlags {
@@ -119,7 +129,7 @@ func SplitRule(r *Rule, instances int) (*Rule, error) {
 // that FailClosed denied do not stop the request on their own (a group of
 // hits stops it only when all of its hits deny: the local store sees the
 // group's local hits, as the store would have seen them all).
-func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, flags []HitFlags) {
+func (l *Limiter) decideByPolicy(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, flags []HitFlags) {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
 	lh, idx := sc.localHits[:0], sc.localIdx[:0]
@@ -132,12 +142,15 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []f
 		policy := h.Rule.OnFailure()
 		var lr *Rule
 		if policy == floodgate.FailLocal {
-			if l.opts.Local != nil {
-				lr = l.localRule(h.Rule)
-			} else {
+			switch {
+			case l.opts.Local == nil:
 				l.noLocal.Do(func() {
 					l.log.Warn("limiter: no local store configured, floodgate.FailLocal rules fail open", "rule", h.Rule.ID())
 				})
+			case l.localRel == nil && h.Rule.Algorithm().Kind() == floodgate.KindConcurrency:
+				// The local store keeps no leases: fail open.
+			default:
+				lr = l.localRule(h.Rule)
 			}
 			if lr == nil {
 				policy = floodgate.FailOpen
@@ -164,17 +177,11 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []f
 	}
 	denied = closed.Refused()
 	if len(lh) > 0 {
-		lop := op
-		switch {
-		case denied:
-			lop = Peek
-		case op == Reserve:
-			// The local store keeps no reservation: a reservation
-			// decided while the store fails holds its estimate.
-			lop = Charge
-		}
+		// The local store keeps no reservation: a reservation decided
+		// while the store fails holds its estimate (a charge).
+		peek := denied || op == opPeek
 		lout := sc.localOutFor(len(lh))
-		if err := l.opts.Local.Apply(ctx, lop, lh, lout); err != nil {
+		if err := l.opts.Local.Decide(ctx, lh, peek, lout); err != nil {
 			l.log.Warn("limiter: local fallback failed, failing open", "err", err)
 			for _, i := range idx {
 				c := hits[i].Rule.Params().Capacity()

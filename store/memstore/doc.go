@@ -1,6 +1,8 @@
 // Package memstore is Floodgate's embedded store: the counts of every
 // (limit, key) pair in this process's memory, behind the limiter.Store
-// interface.
+// interface. It implements every optional verb but leases:
+// limiter.Releaser, limiter.Refunder and limiter.Reserver, and
+// limiter.InProcess (the engine calls it without a deadline).
 //
 // The keys are spread over a power-of-two number of shards, each guarded by
 // its own mutex and padded against false sharing. A decision for a key that
