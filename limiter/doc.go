@@ -87,6 +87,12 @@
 // (RunReservations). A verb that answers nothing (Release, Refund) leaves
 // nothing to differ.
 //
+// What a consumer of rules works out once per rule (a store's script
+// arguments or key hash, the engine's local fallback rules, a front end's
+// response fields, a metric's series) it keeps on the rule, in a Slot of
+// its own (Rule.Prepared): it lives as long as the rule, a reload that
+// replaces its rules frees it with them, and there is no cache to bound.
+//
 // # Fewer store calls
 //
 // Two things spare a shared store (package redisstore) calls, both for

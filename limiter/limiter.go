@@ -124,9 +124,6 @@ type Limiter struct {
 	breaker     breaker
 	maxKey      int
 
-	local     sync.Map // *Rule → *localRule
-	localSize atomic.Int64
-
 	scratch   sync.Pool // *scratch
 	deadlines sync.Pool // *deadlineCtx
 	noLocal   sync.Once // warns once about FailLocal without a local store

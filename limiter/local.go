@@ -3,20 +3,28 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
 )
 
-// maxLocalRules bounds the cache of derived local rules; when it is
-// exceeded (after many reloads) the cache starts over.
-const maxLocalRules = 4096
+// localSlot keeps, on each rule, its local counterparts (a *localRules).
+var localSlot = NewSlot()
 
-// localRule is a rule's cached local counterpart for a number of instances.
+// localRules holds a rule's local counterpart for the number of instances
+// it was last asked for.
+type localRules struct {
+	last atomic.Pointer[localRule]
+}
+
+// localRule is a rule's local counterpart for a number of instances.
 type localRule struct {
 	instances int
 	rule      *Rule // nil if the split limit is not valid
 }
+
+func newLocalRules(*Rule) any { return new(localRules) }
 
 // scratch is reusable per-call space.
 type scratch struct {
@@ -75,20 +83,15 @@ func (l *Limiter) instances() int {
 // instances, or nil if it cannot be made.
 func (l *Limiter) localRule(r *Rule) *Rule {
 	n := l.instances()
-	if v, ok := l.local.Load(r); ok {
-		if lr := v.(*localRule); lr.instances == n {
-			return lr.rule
-		}
+	rs := r.Prepared(localSlot, newLocalRules).(*localRules)
+	if lr := rs.last.Load(); lr != nil && lr.instances == n {
+		return lr.rule
 	}
 	rule, err := SplitRule(r, n)
 	if err != nil {
 		l.log.Warn("limiter: no local fallback for rule, failing open", "rule", r.ID(), "err", err)
 	}
-	if l.localSize.Add(1) > maxLocalRules {
-		l.local.Clear()
-		l.localSize.Store(1)
-	}
-	l.local.Store(r, &localRule{instances: n, rule: rule})
+	rs.last.Store(&localRule{instances: n, rule: rule})
 	return rule
 }
 

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
@@ -149,16 +148,14 @@ type Store struct {
 	shards []shard
 	shift  uint // shard of a hash: h >> shift
 	seed   maphash.Seed
-	mult   uint64 // keyHash's multiplier, odd, drawn from seed
-	// ruleHashes caches the hash of recently used rules' IDs.
-	ruleHashes [64]atomic.Pointer[ruleHash]
-	now        func() int64 // the monotonic timeline: expiries and all but quotas
-	wall       func() int64 // the wall clock: calendar quotas
-	clock      *coarseClock // the default clock, nil with Options.Now
-	base       int64        // the timeline's instant at Elapsed 0, with Options.Elapsed
-	maxRes     int          // reservations per shard
-	opts       Options
-	log        *slog.Logger
+	mult   uint64       // keyHash's multiplier, odd, drawn from seed
+	now    func() int64 // the monotonic timeline: expiries and all but quotas
+	wall   func() int64 // the wall clock: calendar quotas
+	clock  *coarseClock // the default clock, nil with Options.Now
+	base   int64        // the timeline's instant at Elapsed 0, with Options.Elapsed
+	maxRes int          // reservations per shard
+	opts   Options
+	log    *slog.Logger
 
 	// rebase is how far New moved the timeline to continue from the state
 	// file (see load); decisions report their instants less it.
@@ -317,33 +314,32 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
+// ruleSeed seeds the hash of rule IDs, for every store of this process, so
+// that a rule keeps its hash on itself (hashSlot) whichever store asks;
+// each store mixes the key in with a multiplier of its own seed.
+var ruleSeed = maphash.MakeSeed()
+
+// hashSlot keeps each rule's ID hash (a uint64) on the rule.
+var hashSlot = limiter.NewSlot()
+
 // hash mixes the rule ID and the key into the 64 bits that choose the
 // shard (top bits), the index slot (low bits) and the slot's fingerprint.
 func (s *Store) hash(rule, key string) uint64 {
-	return s.mix(maphash.String(s.seed, rule), key)
+	return s.mix(maphash.String(ruleSeed, rule), key)
 }
 
 func (s *Store) mix(ruleHash uint64, key string) uint64 {
 	return keyHash(ruleHash, s.mult, key)
 }
 
-// hitHash is hash(r.ID, key), with the rule's part remembered per *Rule in
-// a small direct-mapped cache: requests keep using the same few rules.
+// hitHash is hash(r.ID, key), with the rule's part prepared once, on the
+// rule.
 func (s *Store) hitHash(r *limiter.Rule, key string) uint64 {
-	slot := &s.ruleHashes[(uintptr(unsafe.Pointer(r))>>4)%uintptr(len(s.ruleHashes))]
-	if c := slot.Load(); c != nil && c.rule == r {
-		return s.mix(c.hash, key)
-	}
-	c := &ruleHash{rule: r, hash: maphash.String(s.seed, r.ID())}
-	slot.Store(c)
-	return s.mix(c.hash, key)
+	return s.mix(r.Prepared(hashSlot, ruleHash).(uint64), key)
 }
 
-// ruleHash is a rule's cached hash.
-type ruleHash struct {
-	rule *limiter.Rule
-	hash uint64
-}
+// ruleHash is the hash of a rule's ID.
+func ruleHash(r *limiter.Rule) any { return maphash.String(ruleSeed, r.ID()) }
 
 // minPerShard is the smallest per-shard cap a key cap may leave before New
 // uses fewer shards; minShardBytes is the same for a byte cap (three

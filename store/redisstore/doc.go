@@ -3,7 +3,8 @@
 // place. It implements limiter.Store and every optional verb
 // (limiter.Releaser, limiter.Refunder, limiter.Reserver, limiter.Leaser)
 // with github.com/redis/rueidis, whose automatic pipelining lets many
-// goroutines share one connection.
+// goroutines share one connection. What the scripts need of a rule is
+// turned into strings once and kept on the rule (limiter.Rule.Prepared).
 //
 // # One script call for many decisions
 //

@@ -100,9 +100,6 @@ type Store struct {
 	calls   atomic.Int64 // script calls of apply.lua
 	decided atomic.Int64 // requests they decided
 
-	rules       sync.Map // *limiter.Rule -> *ruleArgs
-	cachedRules atomic.Int64
-
 	// testNow, when not zero, replaces the server's clock (µs); tests use
 	// it to compare decisions at fixed instants.
 	testNow atomic.Int64
@@ -248,20 +245,14 @@ func (s *Store) Key(r *limiter.Rule, subject string) string {
 	return s.prefix + "{" + subject + "}:" + r.ID()
 }
 
-// maxCachedRules bounds the cache of rule arguments: policy reloads make
-// new rules, and the old ones must not pile up.
-const maxCachedRules = 4096
+// argsSlot keeps each rule's script arguments (a *ruleArgs) on the rule.
+var argsSlot = limiter.NewSlot()
 
+func buildRuleArgs(r *limiter.Rule) any { return newRuleArgs(r) }
+
+// ruleArgs returns the script arguments of a rule, prepared once, on it.
 func (s *Store) ruleArgs(r *limiter.Rule) *ruleArgs {
-	if v, ok := s.rules.Load(r); ok {
-		return v.(*ruleArgs)
-	}
-	if s.cachedRules.Add(1) > maxCachedRules {
-		s.rules.Clear()
-		s.cachedRules.Store(1)
-	}
-	v, _ := s.rules.LoadOrStore(r, newRuleArgs(r))
-	return v.(*ruleArgs)
+	return r.Prepared(argsSlot, buildRuleArgs).(*ruleArgs)
 }
 
 // op is what the store does with a request's hits: a verb of limiter.Store
