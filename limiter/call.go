@@ -73,10 +73,10 @@ type call struct {
 // callStore calls the store within the engine's deadline (the caller's when
 // that is earlier) and classifies the result. Stores in this process are
 // called directly. lc, when set, makes the call a lease (Leaser) rather than
-// op; settled takes a settle's answers. For the others the deadline starts before the call
-// waits for an in-flight slot (Options.MaxInFlight): the wait is part of
-// what the caller waits for, but it is not held against the store unless
-// the store made no progress meanwhile.
+// op; settled takes a settle's answers. For the others the deadline starts
+// before the call waits for an in-flight slot (Options.MaxInFlight): the
+// wait is part of what the caller waits for, but it is not held against the
+// store unless the store made no progress meanwhile.
 func (l *Limiter) callStore(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, settled []Settled, lc *leaseCall) (call, outcome, error) {
 	c := call{end: -1}
 	if l.inProcess {

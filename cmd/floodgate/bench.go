@@ -566,10 +566,8 @@ func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, 
 			rctx, rcancel := context.WithTimeout(ctx, cfg.timeout)
 			if t.engine != nil {
 				t.engine.Release(rctx, hits)
-			} else {
-				if r, ok := t.store.(limiter.Releaser); ok {
-					r.Release(rctx, hits)
-				}
+			} else if r, ok := t.store.(limiter.Releaser); ok {
+				r.Release(rctx, hits)
 			}
 			rcancel()
 		}

@@ -18,7 +18,7 @@ import (
 
 // mixedRequest is one request of TestBatchDecidesAsOneByOne.
 type mixedRequest struct {
-	op   op
+	op   scriptOp
 	hits []limiter.Hit
 }
 

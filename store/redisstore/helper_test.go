@@ -450,7 +450,7 @@ func runHelpers(t *testing.T, procs int, scenario, url, prefix string, attempts 
 // applyOp asks st for o, the tests' way of driving every verb alike: a
 // settle answers as decisions (Allowed: found; Limit: the capacity), a
 // release and a refund answer nothing.
-func applyOp(ctx context.Context, st limiter.Store, o op, hits []limiter.Hit, out []floodgate.Decision) error {
+func applyOp(ctx context.Context, st limiter.Store, o scriptOp, hits []limiter.Hit, out []floodgate.Decision) error {
 	switch o {
 	case opCharge, opPeek:
 		return st.Decide(ctx, hits, o == opPeek, out)

@@ -255,12 +255,12 @@ func (s *Store) ruleArgs(r *limiter.Rule) *ruleArgs {
 	return r.Prepared(argsSlot, buildRuleArgs).(*ruleArgs)
 }
 
-// op is what the store does with a request's hits: a verb of limiter.Store
-// or of one of the optional interfaces.
-type op uint8
+// scriptOp is what the store does with a request's hits: a verb of
+// limiter.Store or of one of the optional interfaces.
+type scriptOp uint8
 
 const (
-	opCharge op = iota + 1
+	opCharge scriptOp = iota + 1
 	opPeek
 	opRelease
 	opRefund
@@ -323,7 +323,7 @@ var (
 
 // do does o to hits, writing decisions into out, or a settle's answers
 // into settled.
-func (s *Store) do(ctx context.Context, o op, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled) error {
+func (s *Store) do(ctx context.Context, o scriptOp, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled) error {
 	switch {
 	case o == opSettle && len(settled) != len(hits):
 		return fmt.Errorf("redisstore: %d answers for %d hits", len(settled), len(hits))
@@ -425,7 +425,7 @@ func (s *Store) bySlot(hits []limiter.Hit) []*request {
 // Groups of hits (limiter.Hit.Group) may span slots: each slot's script
 // leaves them open, and once every slot answered the store works out the
 // verdict and gives back what was charged if a group stopped the request.
-func (s *Store) applyCluster(ctx context.Context, op op, hits []limiter.Hit, out []floodgate.Decision) error {
+func (s *Store) applyCluster(ctx context.Context, op scriptOp, hits []limiter.Hit, out []floodgate.Decision) error {
 	groups := s.bySlot(hits)
 	open := op == opCharge && flagged(hits)
 	var charged []charge
@@ -501,7 +501,7 @@ type charge struct {
 // charged; a refund that misses the deadline is retried in the background
 // (Flush waits for those) so that a slow server never makes a request wait
 // past its deadline.
-func (s *Store) refundAll(ctx context.Context, op op, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
+func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
 	for _, d := range charged {
 		r := &refundCall{args: []string{itoa(d.mark), ""}}
 		n := 0
@@ -628,7 +628,7 @@ func flagged(hits []limiter.Hit) bool {
 // A charge whose hits are checks or grouped is a flagged charge (a lone
 // check is a peek); with open, every group is left for the caller to
 // decide (it spans Cluster slots).
-func (s *Store) prepare(op op, hits []limiter.Hit, rq *request, open bool) {
+func (s *Store) prepare(op scriptOp, hits []limiter.Hit, rq *request, open bool) {
 	rq.now, rq.test = s.now()
 	if rq.now == 0 {
 		rq.now = time.Now().UnixNano()
@@ -710,13 +710,13 @@ func recordTTL(ttl time.Duration) int64 {
 // lane) and fills their decisions into out, or a settle's answers into
 // settled (a release answers nothing). It reports whether the request was
 // charged and the server instant. It takes rq and recycles it.
-func (s *Store) run(ctx context.Context, op op, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled, rq *request) (bool, int64, error) {
+func (s *Store) run(ctx context.Context, op scriptOp, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled, rq *request) (bool, int64, error) {
 	return s.runOpen(ctx, op, hits, out, settled, rq, false)
 }
 
 // runOpen is run; with open, the groups of the hits are decided by the
 // caller (see prepare).
-func (s *Store) runOpen(ctx context.Context, op op, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled, rq *request, open bool) (bool, int64, error) {
+func (s *Store) runOpen(ctx context.Context, op scriptOp, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled, rq *request, open bool) (bool, int64, error) {
 	s.prepare(op, hits, rq, open)
 	ln := &s.single
 	if s.mode == Cluster {

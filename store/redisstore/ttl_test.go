@@ -19,7 +19,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	rules := conformLimits(t)
 	for _, r := range rules {
 		for i := 0; i < 3*int(r.Params().Capacity()); i++ {
-			for _, op := range []op{opCharge, opPeek, opRelease} {
+			for _, op := range []scriptOp{opCharge, opPeek, opRelease} {
 				if op == opRelease && r.Algorithm() != floodgate.Concurrency {
 					continue
 				}
