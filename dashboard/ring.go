@@ -43,10 +43,9 @@ type Recorder struct {
 
 	total   series
 	health  health
-	byRule  atomic.Pointer[map[*limiter.Rule]*series]
 	hitters *Hitters
 
-	mu     sync.Mutex // guards byName and the copy-on-write of byRule
+	mu     sync.Mutex // guards byName
 	byName map[string]*series
 	other  *series
 	inUse  bool // other has counted something
@@ -58,8 +57,6 @@ func NewRecorder(now int64) *Recorder {
 	r := &Recorder{byName: map[string]*series{}, hitters: NewHitters(DefaultHitters)}
 	r.total.name = "all"
 	r.other = &series{name: "other"}
-	m := map[*limiter.Rule]*series{}
-	r.byRule.Store(&m)
 	r.sec.Store(now)
 	r.stamps[now%Window].Store(now)
 	return r
@@ -121,13 +118,9 @@ func (r *Recorder) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 		for m := r.health.latencyMax[i].Load(); lat > m && !r.health.latencyMax[i].CompareAndSwap(m, lat); m = r.health.latencyMax[i].Load() {
 		}
 	}
-	m := *r.byRule.Load()
 	for h := range req.Hits {
 		hit := &req.Hits[h]
-		s := m[hit.Rule]
-		if s == nil {
-			s = r.seriesOf(hit.Rule)
-		}
+		s := r.ruleSeries(hit.Rule)
 		s.slots[i].decisions.Add(1)
 		if !res.Allowed && res.Binding == h {
 			s.slots[i].denied.Add(1)
@@ -136,15 +129,34 @@ func (r *Recorder) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 	}
 }
 
-// seriesOf finds or makes the series of a rule not seen yet (the slow
-// path: once per rule).
+// seriesSlot keeps, on each rule, its series (a *ruleSeries) in the first
+// Recorder that counted it.
+var seriesSlot = limiter.NewSlot()
+
+// ruleSeries is a rule's series in one Recorder.
+type ruleSeries struct {
+	r *Recorder
+	s *series
+}
+
+// ruleSeries returns the series of a rule, kept on the rule
+// (limiter.Rule.Prepared) so that it goes with it; a second Recorder
+// counting the same rule finds its series by name.
+func (r *Recorder) ruleSeries(rule *limiter.Rule) *series {
+	rs := rule.Prepared(seriesSlot, func(rule *limiter.Rule) any {
+		return &ruleSeries{r: r, s: r.seriesOf(rule)}
+	}).(*ruleSeries)
+	if rs.r == r {
+		return rs.s
+	}
+	return r.seriesOf(rule)
+}
+
+// seriesOf finds or makes the series of a rule's name (the slow path: once
+// per rule).
 func (r *Recorder) seriesOf(rule *limiter.Rule) *series {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := *r.byRule.Load()
-	if s := old[rule]; s != nil {
-		return s
-	}
 	s := r.byName[rule.Name()]
 	if s == nil {
 		if len(r.byName) >= MaxSeries {
@@ -153,14 +165,6 @@ func (r *Recorder) seriesOf(rule *limiter.Rule) *series {
 		}
 		s = &series{name: rule.Name()}
 		r.byName[s.name] = s
-	}
-	if len(old) < 4*MaxSeries {
-		m := make(map[*limiter.Rule]*series, len(old)+1)
-		for k, v := range old {
-			m[k] = v
-		}
-		m[rule] = s
-		r.byRule.Store(&m)
 	}
 	return s
 }

@@ -101,7 +101,7 @@ func testQueuedClientGoesAway(t *testing.T, fr string) {
 		t.Helper()
 		out := make([]floodgate.Decision, 1)
 		hit := []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}
-		if err := store.Apply(context.Background(), limiter.Peek, hit, out); err != nil {
+		if err := store.Decide(context.Background(), hit, true, out); err != nil {
 			t.Fatal(err)
 		}
 		if !out[0].Allowed {

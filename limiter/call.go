@@ -73,14 +73,14 @@ type call struct {
 // callStore calls the store within the engine's deadline (the caller's when
 // that is earlier) and classifies the result. Stores in this process are
 // called directly. lc, when set, makes the call a lease (Leaser) rather than
-// op. For the others the deadline starts before the call
-// waits for an in-flight slot (Options.MaxInFlight): the wait is part of
-// what the caller waits for, but it is not held against the store unless
-// the store made no progress meanwhile.
-func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, lc *leaseCall) (call, outcome, error) {
+// op; settled takes a settle's answers. For the others the deadline starts
+// before the call waits for an in-flight slot (Options.MaxInFlight): the
+// wait is part of what the caller waits for, but it is not held against the
+// store unless the store made no progress meanwhile.
+func (l *Limiter) callStore(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, settled []Settled, lc *leaseCall) (call, outcome, error) {
 	c := call{end: -1}
 	if l.inProcess {
-		err := l.store.Apply(ctx, op, hits, out)
+		err := l.apply(ctx, op, hits, out, settled)
 		if err != nil {
 			c.sent = l.breaker.since()
 		}
@@ -119,7 +119,7 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 		if lc != nil {
 			lc.grant, err = l.leases.leaser.Lease(sctx, lc.h, lc.want, lc.back)
 		} else {
-			err = l.store.Apply(sctx, op, hits, out)
+			err = l.apply(sctx, op, hits, out, settled)
 		}
 		end := time.Now()
 		c.latency, c.end = end.Sub(sent), l.breaker.at(end)
@@ -133,6 +133,27 @@ func (l *Limiter) callStore(ctx context.Context, op Op, hits []Hit, out []floodg
 		return c, o, err
 	}
 	return c, l.classify(ctx, dc, err, c.latency), err
+}
+
+// apply asks the store for op: the verb of Store or of the optional
+// interface that does it (New found them; the engine asks for no verb the
+// store lacks).
+func (l *Limiter) apply(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, settled []Settled) error {
+	switch op {
+	case opCharge:
+		return l.store.Decide(ctx, hits, false, out)
+	case opPeek:
+		return l.store.Decide(ctx, hits, true, out)
+	case opRelease:
+		return l.releaser.Release(ctx, hits)
+	case opRefund:
+		return l.refunder.Refund(ctx, hits)
+	case opReserve:
+		return l.reserver.Reserve(ctx, hits, out)
+	case opSettle:
+		return l.reserver.Settle(ctx, hits, settled)
+	}
+	return fmt.Errorf("limiter: unknown store op %d", op)
 }
 
 // classify says whose fault a store call's error is. dc is the call's own

@@ -183,8 +183,8 @@ func (c *denyCache) lookup(now int64, h *Hit, d *floodgate.Decision) bool {
 
 // learn keeps what the store's answers out to hits say about counters with
 // no unit left; sent is when the call was sent (on the limiter's clock).
-func (c *denyCache) learn(sent int64, op Op, hits []Hit, out []floodgate.Decision) {
-	charged := op == Charge || op == Reserve
+func (c *denyCache) learn(sent int64, op storeOp, hits []Hit, out []floodgate.Decision) {
+	charged := op == opCharge || op == opReserve
 	for i := range hits {
 		if !out[i].Allowed && !hits[i].Rule.Shadow() {
 			charged = false

@@ -29,7 +29,7 @@ func fakeClockMem(t *testing.T) *memstore.Store {
 func peekStore(t *testing.T, s limiter.Store, h limiter.Hit) floodgate.Decision {
 	t.Helper()
 	out := make([]floodgate.Decision, 1)
-	if err := s.Apply(context.Background(), limiter.Peek, []limiter.Hit{h}, out); err != nil {
+	if err := s.Decide(context.Background(), []limiter.Hit{h}, true, out); err != nil {
 		t.Fatal(err)
 	}
 	return out[0]

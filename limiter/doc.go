@@ -58,14 +58,40 @@
 //
 // Both of Floodgate's stores keep reservations (package memstore, and
 // package redisstore on a server or a Cluster). A store that does not
-// implement Reserver (or says false), such as one written outside this
-// module, is asked the older way: reserved hits are only checked, and
-// Settle charges the actual cost as a new charge, so requests in flight do
-// not count and concurrent requests can pass a limit counted by outcome
-// together.
+// implement Reserver, such as one written outside this module, is asked
+// the older way: reserved hits are only checked, and Settle charges the
+// actual cost as a new charge, so requests in flight do not count and
+// concurrent requests can pass a limit counted by outcome together.
 //
 // Limits given in requests (an Envoy descriptor's own limit) are compiled
 // once and kept in a bounded RequestLimits, which any front end can use.
+//
+// # Stores
+//
+// A store implements Store, one verb: Decide, a charge (all or nothing, as
+// Verdict works it out) or a peek. Everything else is optional, each an
+// interface of its own that New looks for once, in the manner of
+// database/sql/driver:
+//
+//   - Releaser ends concurrency leases. A concurrency limit on a store
+//     without it is refused: Decide returns ErrUnsupported.
+//   - Refunder gives charges back (Refund). Without it every charge stays.
+//   - Reserver keeps reservations (Reserve and Settle, whose answers are
+//     Settled). Without it, reservations are asked the older way (above).
+//   - Leaser grants leases of units for leased rules. Without it, every
+//     rule is exact.
+//   - InProcess and ReplyClock say how calls are timed (see Failure).
+//
+// Every verb answers the same on every store: package storetest holds a
+// store to Store, Releaser and Refunder (Run) and to Reserver
+// (RunReservations). A verb that answers nothing (Release, Refund) leaves
+// nothing to differ.
+//
+// What a consumer of rules works out once per rule (a store's script
+// arguments or key hash, the engine's local fallback rules, a front end's
+// response fields, a metric's series) it keeps on the rule, in a Slot of
+// its own (Rule.Prepared): it lives as long as the rule, a reload that
+// replaces its rules frees it with them, and there is no cache to bound.
 //
 // # Fewer store calls
 //

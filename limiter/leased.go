@@ -220,9 +220,9 @@ func (l *Limiter) chargeLeased(ctx context.Context, hits []Hit, r *Result) error
 	// The other hits, exact, in one store call: charged when the leased
 	// ones allowed, else only looked at (with the leased hits not decided
 	// yet).
-	op := Charge
+	op := opCharge
 	if denied >= 0 {
-		op = Peek
+		op = opPeek
 	}
 	sub, idx := sc.localHits[:0], sc.localIdx[:0]
 	for i := range hits {
@@ -347,7 +347,7 @@ func (l *Limiter) grantOne(ctx context.Context, h *Hit, want int64, back Givebac
 	}
 	if degraded {
 		one, dd, ff := [1]Hit{*h}, [1]floodgate.Decision{}, [1]HitFlags{}
-		l.decideByPolicy(ctx, Charge, one[:], dd[:], ff[:])
+		l.decideByPolicy(ctx, opCharge, one[:], dd[:], ff[:])
 		*d, *f = dd[0], *f|ff[0]
 		return g, false, nil
 	}
@@ -382,7 +382,7 @@ func (l *Limiter) grant(ctx context.Context, h *Hit, want int64, back Giveback, 
 		return Grant{}, true, nil
 	}
 	lc := leaseCall{h: h, want: want, back: back}
-	c, o, err := l.callStore(ctx, 0, nil, nil, &lc)
+	c, o, err := l.callStore(ctx, 0, nil, nil, nil, &lc)
 	r.StoreLatency += c.latency
 	l.judge(c, o, probe)
 	switch {

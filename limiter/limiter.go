@@ -110,6 +110,10 @@ type InProcess interface {
 // use.
 type Limiter struct {
 	store       Store
+	releaser    Releaser // the store's, when it keeps concurrency leases
+	refunder    Refunder // the store's, when it gives charges back
+	reserver    Reserver // the store's, when it keeps reservations
+	localRel    Releaser // Options.Local's, when it keeps concurrency leases
 	inProcess   bool
 	clock       ReplyClock // the store's, when it has one and is not in process
 	timeout     time.Duration
@@ -119,9 +123,6 @@ type Limiter struct {
 	log         *slog.Logger
 	breaker     breaker
 	maxKey      int
-
-	local     sync.Map // *Rule → *localRule
-	localSize atomic.Int64
 
 	scratch   sync.Pool // *scratch
 	deadlines sync.Pool // *deadlineCtx
@@ -145,6 +146,10 @@ type Limiter struct {
 // New returns a limiter over store.
 func New(store Store, opts Options) *Limiter {
 	l := &Limiter{store: store, opts: opts, timeout: opts.Timeout, closedWait: opts.ClosedRetryAfter, log: opts.Logger}
+	l.releaser, _ = store.(Releaser)
+	l.refunder, _ = store.(Refunder)
+	l.reserver, _ = store.(Reserver)
+	l.localRel, _ = opts.Local.(Releaser)
 	if ip, ok := store.(InProcess); ok && ip.InProcess() {
 		l.inProcess = true
 	}
@@ -217,11 +222,11 @@ func (l *Limiter) Peek(ctx context.Context, hits []Hit) (Result, error) {
 // no RetryAfter). A failing store is not an error: its hits are decided by
 // their failure policies and flagged Degraded.
 func (l *Limiter) Decide(ctx context.Context, req *Request, res *Result) error {
-	op := Charge
+	o := opCharge
 	if req.Peek {
-		op = Peek
+		o = opPeek
 	}
-	return l.run(ctx, op, req, res)
+	return l.run(ctx, o, req, res)
 }
 
 // Release ends the concurrency leases of hits (as filled in by Check);
@@ -235,10 +240,13 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 			return fmt.Errorf("limiter: hit %d has no rule", i)
 		}
 	}
-	sc := l.scratch.Get().(*scratch)
-	defer l.scratch.Put(sc)
-	err := l.giveBack(ctx, Release, hits, sc.outFor(len(hits)))
-	if l.opts.Local != nil {
+	var err error
+	if l.releaser != nil { // else no concurrency hit was decided
+		err = l.giveBack(ctx, opRelease, hits, nil, nil)
+	}
+	if l.localRel != nil {
+		sc := l.scratch.Get().(*scratch)
+		defer l.scratch.Put(sc)
 		lh := sc.localHits[:0]
 		for i := range hits {
 			if hits[i].Rule.OnFailure() != floodgate.FailLocal || hits[i].Lease == 0 {
@@ -249,7 +257,7 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 			}
 		}
 		if len(lh) > 0 {
-			if lerr := l.opts.Local.Apply(ctx, Release, lh, sc.localOutFor(len(lh))); lerr != nil {
+			if lerr := l.localRel.Release(ctx, lh); lerr != nil {
 				l.log.Warn("limiter: local release failed", "err", lerr)
 			}
 		}
@@ -279,7 +287,7 @@ func (l *Limiter) Renew(ctx context.Context, hits []Hit) error {
 	}
 	var err error
 	if len(leases) > 0 {
-		err = l.giveBack(ctx, Charge, leases, sc.outFor(len(leases)))
+		err = l.giveBack(ctx, opCharge, leases, sc.outFor(len(leases)), nil)
 	}
 	clear(leases)
 	sc.localHits = leases[:0]
@@ -289,10 +297,11 @@ func (l *Limiter) Renew(ctx context.Context, hits []Hit) error {
 // Refund gives back what Check charged for hits, for a request that will
 // not go ahead after all (a queued request whose client went away). Only
 // rules whose algo.Params are Refundable (token bucket, GCRA, leaky bucket
-// and leaky queue) give anything back; the others keep the charge. A
-// refund never fills a bucket beyond full. Charges made by a failure
-// policy while the store failed are not given back, and an error means the
-// store could not be told: the units then come back as time passes.
+// and leaky queue) give anything back; the others keep the charge, and so
+// does every rule on a store that does not implement Refunder. A refund
+// never fills a bucket beyond full. Charges made by a failure policy while
+// the store failed are not given back, and an error means the store could
+// not be told: the units then come back as time passes.
 func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
 	for i := range hits {
 		if hits[i].Rule == nil {
@@ -302,31 +311,32 @@ func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
 			return fmt.Errorf("limiter: refund: %w", floodgate.ErrInvalidCost)
 		}
 	}
+	if l.refunder == nil {
+		return nil
+	}
 	if l.deny != nil {
 		l.deny.forget(hits)
 	}
-	sc := l.scratch.Get().(*scratch)
-	defer l.scratch.Put(sc)
-	return l.giveBack(ctx, Refund, hits, sc.outFor(len(hits)))
+	return l.giveBack(ctx, opRefund, hits, nil, nil)
 }
 
-// giveBack runs a Release, a Refund, a Settle or a lease renewal (Charge)
-// on the store, through the breaker.
-func (l *Limiter) giveBack(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision) error {
+// giveBack runs a release, a refund, a lease renewal (opCharge) or, with
+// settled, a settle on the store, through the breaker.
+func (l *Limiter) giveBack(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, settled []Settled) error {
 	what := "release"
 	switch op {
-	case Refund:
+	case opRefund:
 		what = "refund"
-	case Charge:
+	case opCharge:
 		what = "renew"
-	case Settle:
+	case opSettle:
 		what = "settle"
 	}
 	call, probe := l.breaker.allow()
 	if !call {
 		return fmt.Errorf("limiter: %s: %w", what, ErrBreakerOpen)
 	}
-	c, o, err := l.callStore(ctx, op, hits, out, nil)
+	c, o, err := l.callStore(ctx, op, hits, out, settled, nil)
 	l.judge(c, o, probe)
 	if err != nil {
 		return fmt.Errorf("limiter: %s: %w", what, err)
@@ -376,7 +386,7 @@ func reservationTTL(ttl time.Duration) time.Duration {
 
 // run decides req's hits with op (Charge or Peek) into r. A Charge some of
 // whose hits are marked Reserve becomes a Reserve.
-func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error {
+func (l *Limiter) run(ctx context.Context, op storeOp, req *Request, r *Result) error {
 	hits := req.Hits
 	r.reset(len(hits))
 	reserved := 0
@@ -391,8 +401,13 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		if c := h.Rule.Params().Capacity(); h.Cost > c {
 			return fmt.Errorf("limiter: %s: cost %d above capacity %d: %w", h.Rule.ID(), h.Cost, c, floodgate.ErrNeverFits)
 		}
-		if op == Charge && h.Lease == 0 && !h.Reserve && h.Rule.Algorithm().Kind() == floodgate.KindConcurrency {
-			h.Lease = newLease()
+		if h.Rule.Algorithm().Kind() == floodgate.KindConcurrency {
+			if l.releaser == nil {
+				return fmt.Errorf("limiter: %s: a concurrency limit on a store that releases no leases: %w", h.Rule.ID(), ErrUnsupported)
+			}
+			if op == opCharge && h.Lease == 0 && !h.Reserve {
+				h.Lease = newLease()
+			}
 		}
 		if h.Reserve {
 			reserved++
@@ -412,7 +427,7 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		}
 		return nil
 	}
-	if op == Charge && reserved > 0 && !l.reserves() {
+	if op == opCharge && reserved > 0 && l.reserver == nil {
 		if err := l.checkUnreserved(ctx, hits, reserved, r); err != nil {
 			return err
 		}
@@ -422,8 +437,8 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		}
 		return nil
 	}
-	if op == Charge && reserved > 0 {
-		op = Reserve
+	if op == opCharge && reserved > 0 {
+		op = opReserve
 		if req.Reservation == 0 {
 			req.Reservation = newLease()
 		}
@@ -435,7 +450,7 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 		}
 	}
 	var err error
-	if op == Charge && l.leased(hits) {
+	if op == opCharge && l.leased(hits) {
 		err = l.chargeLeased(ctx, hits, r)
 	} else {
 		err = l.step(ctx, op, hits, r.Decisions, r.Flags, r)
@@ -454,16 +469,16 @@ func (l *Limiter) run(ctx context.Context, op Op, req *Request, r *Result) error
 // deadline) and, when the store cannot answer, decides them by their
 // failure policies. It writes decisions into out and flags into flags, and
 // the store's latency and any degradation into r.
-func (l *Limiter) step(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, flags []HitFlags, r *Result) error {
+func (l *Limiter) step(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, flags []HitFlags, r *Result) error {
 	degraded := DegradedBreakerOpen
 	if call, probe := l.breaker.allow(); call {
-		c, o, err := l.callStore(ctx, op, hits, out, nil)
+		c, o, err := l.callStore(ctx, op, hits, out, nil, nil)
 		r.StoreLatency += c.latency
 		l.judge(c, o, probe)
 		switch {
 		case err == nil:
 			degraded = NotDegraded
-			if l.deny != nil && (op == Charge || op == Peek || op == Reserve) {
+			if l.deny != nil && (op == opCharge || op == opPeek || op == opReserve) {
 				l.deny.learn(c.sent, op, hits, out)
 			}
 		case isCallerError(err):
@@ -539,7 +554,7 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 		if actual[i] < 0 {
 			return fmt.Errorf("limiter: settle: %s: actual cost %d: %w", h.Rule.ID(), actual[i], floodgate.ErrInvalidCost)
 		}
-		if req.Reservation == 0 && l.reserves() {
+		if req.Reservation == 0 && l.reserver != nil {
 			return fmt.Errorf("limiter: settle: no reservation named: %w", ErrReservationUnknown)
 		}
 		if len(h.Key) > l.maxKey && l.maxKey > 0 {
@@ -561,14 +576,14 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 	if len(sub) == 0 {
 		return nil
 	}
-	if !l.reserves() {
+	if l.reserver == nil {
 		return l.settleUnreserved(ctx, req, actual, res)
 	}
-	out := sc.outFor(len(sub))
+	out := sc.settledFor(len(sub))
 	if l.deny != nil {
 		l.deny.forget(sub) // a settle below the estimate gives units back
 	}
-	if err := l.giveBack(ctx, Settle, sub, out); err != nil {
+	if err := l.giveBack(ctx, opSettle, sub, nil, out); err != nil {
 		res.Allowed = false
 		return err
 	}
@@ -581,18 +596,23 @@ func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res 
 		if k < 0 {
 			continue
 		}
-		res.Decisions[i] = out[k]
-		out[k].Overrun = 0 // reported once, on the first hit settled by it
+		st := &out[k]
+		d := &res.Decisions[i]
+		*d = floodgate.Decision{Limit: hits[i].Rule.Capacity()}
+		if st.Found {
+			d.Allowed, d.Remaining, d.Overrun = true, st.Remaining, st.Overrun
+		}
+		st.Overrun = 0 // reported once, on the first hit settled by it
 		shadow := hits[i].Rule.Shadow()
 		if shadow {
 			res.Flags[i] |= Shadow
 		}
-		if !out[k].Allowed {
+		if !st.Found {
 			res.Allowed = false
 			unknown = unknown || !shadow
 			continue
 		}
-		if !shadow && (res.Binding < 0 || out[k].Remaining < res.Decisions[res.Binding].Remaining) {
+		if !shadow && (res.Binding < 0 || st.Remaining < res.Decisions[res.Binding].Remaining) {
 			res.Binding = i
 		}
 	}

@@ -73,7 +73,9 @@ type testStore struct {
 
 var errDown = errors.New("store down")
 
-func (s *testStore) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+// call runs one store call through the store's faults: fail, lose, block,
+// hold and gate.
+func (s *testStore) call(ctx context.Context, inner func() error) error {
 	s.calls.Add(1)
 	n := s.inflight.Add(1)
 	defer s.inflight.Add(-1)
@@ -106,10 +108,36 @@ func (s *testStore) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit
 		return errDown
 	}
 	if s.lose.Load() {
-		s.inner.Apply(ctx, op, hits, out)
+		inner()
 		return errDown
 	}
-	return s.inner.Apply(ctx, op, hits, out)
+	return inner()
+}
+
+func (s *testStore) Decide(ctx context.Context, hits []limiter.Hit, peek bool, out []floodgate.Decision) error {
+	return s.call(ctx, func() error { return s.inner.Decide(ctx, hits, peek, out) })
+}
+
+// Release passes on to the wrapped store, which keeps no leases unless it
+// is a Releaser.
+func (s *testStore) Release(ctx context.Context, hits []limiter.Hit) error {
+	return s.call(ctx, func() error {
+		if r, ok := s.inner.(limiter.Releaser); ok {
+			return r.Release(ctx, hits)
+		}
+		return nil
+	})
+}
+
+// Refund passes on to the wrapped store, which keeps every charge unless it
+// is a Refunder.
+func (s *testStore) Refund(ctx context.Context, hits []limiter.Hit) error {
+	return s.call(ctx, func() error {
+		if r, ok := s.inner.(limiter.Refunder); ok {
+			return r.Refund(ctx, hits)
+		}
+		return nil
+	})
 }
 
 func check(t testing.TB, l *limiter.Limiter, hits ...limiter.Hit) limiter.Result {
@@ -330,7 +358,7 @@ func TestTimeout(t *testing.T) {
 // can live in a synctest bubble).
 type allowStore struct{}
 
-func (allowStore) Apply(_ context.Context, _ limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+func (allowStore) Decide(_ context.Context, hits []limiter.Hit, _ bool, out []floodgate.Decision) error {
 	for i := range hits {
 		c := hits[i].Rule.Capacity()
 		out[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - hits[i].Cost}

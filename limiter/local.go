@@ -3,24 +3,33 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
 )
 
-// maxLocalRules bounds the cache of derived local rules; when it is
-// exceeded (after many reloads) the cache starts over.
-const maxLocalRules = 4096
+// localSlot keeps, on each rule, its local counterparts (a *localRules).
+var localSlot = NewSlot()
 
-// localRule is a rule's cached local counterpart for a number of instances.
+// localRules holds a rule's local counterpart for the number of instances
+// it was last asked for.
+type localRules struct {
+	last atomic.Pointer[localRule]
+}
+
+// localRule is a rule's local counterpart for a number of instances.
 type localRule struct {
 	instances int
 	rule      *Rule // nil if the split limit is not valid
 }
 
+func newLocalRules(*Rule) any { return new(localRules) }
+
 // scratch is reusable per-call space.
 type scratch struct {
 	out       []floodgate.Decision
+	settled   []Settled
 	flags     []HitFlags
 	localOut  []floodgate.Decision
 	localHits []Hit
@@ -32,6 +41,15 @@ func (s *scratch) outFor(n int) []floodgate.Decision {
 		s.out = make([]floodgate.Decision, n)
 	}
 	return s.out[:n]
+}
+
+func (s *scratch) settledFor(n int) []Settled {
+	if cap(s.settled) < n {
+		s.settled = make([]Settled, n)
+	}
+	s.settled = s.settled[:n]
+	clear(s.settled)
+	return s.settled
 }
 
 func (s *scratch) flagsFor(n int) []HitFlags {
@@ -65,20 +83,15 @@ func (l *Limiter) instances() int {
 // instances, or nil if it cannot be made.
 func (l *Limiter) localRule(r *Rule) *Rule {
 	n := l.instances()
-	if v, ok := l.local.Load(r); ok {
-		if lr := v.(*localRule); lr.instances == n {
-			return lr.rule
-		}
+	rs := r.Prepared(localSlot, newLocalRules).(*localRules)
+	if lr := rs.last.Load(); lr != nil && lr.instances == n {
+		return lr.rule
 	}
 	rule, err := SplitRule(r, n)
 	if err != nil {
 		l.log.Warn("limiter: no local fallback for rule, failing open", "rule", r.ID(), "err", err)
 	}
-	if l.localSize.Add(1) > maxLocalRules {
-		l.local.Clear()
-		l.localSize.Store(1)
-	}
-	l.local.Store(r, &localRule{instances: n, rule: rule})
+	rs.last.Store(&localRule{instances: n, rule: rule})
 	return rule
 }
 
@@ -119,7 +132,7 @@ func SplitRule(r *Rule, instances int) (*Rule, error) {
 // that FailClosed denied do not stop the request on their own (a group of
 // hits stops it only when all of its hits deny: the local store sees the
 // group's local hits, as the store would have seen them all).
-func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []floodgate.Decision, flags []HitFlags) {
+func (l *Limiter) decideByPolicy(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, flags []HitFlags) {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
 	lh, idx := sc.localHits[:0], sc.localIdx[:0]
@@ -132,12 +145,15 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []f
 		policy := h.Rule.OnFailure()
 		var lr *Rule
 		if policy == floodgate.FailLocal {
-			if l.opts.Local != nil {
-				lr = l.localRule(h.Rule)
-			} else {
+			switch {
+			case l.opts.Local == nil:
 				l.noLocal.Do(func() {
 					l.log.Warn("limiter: no local store configured, floodgate.FailLocal rules fail open", "rule", h.Rule.ID())
 				})
+			case l.localRel == nil && h.Rule.Algorithm().Kind() == floodgate.KindConcurrency:
+				// The local store keeps no leases: fail open.
+			default:
+				lr = l.localRule(h.Rule)
 			}
 			if lr == nil {
 				policy = floodgate.FailOpen
@@ -164,17 +180,11 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op Op, hits []Hit, out []f
 	}
 	denied = closed.Refused()
 	if len(lh) > 0 {
-		lop := op
-		switch {
-		case denied:
-			lop = Peek
-		case op == Reserve:
-			// The local store keeps no reservation: a reservation
-			// decided while the store fails holds its estimate.
-			lop = Charge
-		}
+		// The local store keeps no reservation: a reservation decided
+		// while the store fails holds its estimate (a charge).
+		peek := denied || op == opPeek
 		lout := sc.localOutFor(len(lh))
-		if err := l.opts.Local.Apply(ctx, lop, lh, lout); err != nil {
+		if err := l.opts.Local.Decide(ctx, lh, peek, lout); err != nil {
 			l.log.Warn("limiter: local fallback failed, failing open", "err", err)
 			for _, i := range idx {
 				c := hits[i].Rule.Params().Capacity()

@@ -244,13 +244,18 @@ func TestReserveDegraded(t *testing.T) {
 	}
 }
 
-// Reservations passes on whether the wrapped store keeps reservations.
-func (s *testStore) Reservations() bool {
-	r, ok := s.inner.(limiter.Reserver)
-	return ok && r.Reservations()
+// Reserve passes on to the wrapped store, which must keep reservations.
+func (s *testStore) Reserve(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
+	return s.call(ctx, func() error { return s.inner.(limiter.Reserver).Reserve(ctx, hits, out) })
 }
 
-// plainStore hides that its store keeps reservations.
+// Settle passes on to the wrapped store, which must keep reservations.
+func (s *testStore) Settle(ctx context.Context, hits []limiter.Hit, out []limiter.Settled) error {
+	return s.call(ctx, func() error { return s.inner.(limiter.Reserver).Settle(ctx, hits, out) })
+}
+
+// plainStore shows only Store.Decide of its store: a store written
+// outside this module that keeps no reservations, leases or refunds.
 type plainStore struct{ limiter.Store }
 
 // TestReserveWithoutReservations: on a store that keeps no reservations,

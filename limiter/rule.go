@@ -12,7 +12,9 @@ import (
 )
 
 // Rule is a compiled limit as the engine and the stores use it. It is
-// immutable once NewRule made it, and safe to share.
+// immutable once NewRule made it, and safe to share. Besides the limit it
+// holds what the engine, the stores and the front ends prepare from it
+// (see Prepared), so that those live and die with the rule.
 type Rule struct {
 	limit       floodgate.Limit
 	params      algo.Params
@@ -20,6 +22,8 @@ type Rule struct {
 	shadow      bool
 	consistency floodgate.Consistency
 	id          string
+
+	prepared preparedForms
 }
 
 // Limit returns (a copy of) the limit the rule was made from.

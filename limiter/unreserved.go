@@ -7,29 +7,12 @@ import (
 	"github.com/floodgate/floodgate"
 )
 
-// Reserver is implemented by stores that keep reservations (the Reserve
-// and Settle ops): memstore and redisstore do. The engine asks a store
-// that does not (one written outside this module) for the next best thing:
-// a reservation is checked (a peek) without being held, and its settle
-// charges the actual cost as a new decision. That keeps the request's
-// other limits all or nothing, but requests in flight do not count
-// against the reserved limits, and nothing is ever given back.
-type Reserver interface {
-	Reservations() bool
-}
-
-// reserves reports whether the store keeps reservations.
-func (l *Limiter) reserves() bool {
-	r, ok := l.store.(Reserver)
-	return ok && r.Reservations()
-}
-
 // checkUnreserved decides a charge some of whose hits are reservations, on
 // a store that keeps none: every hit is checked first (one peek), and only
 // when all allow are the other hits charged; the reserved ones are charged
 // by settleUnreserved.
 func (l *Limiter) checkUnreserved(ctx context.Context, hits []Hit, reserved int, r *Result) error {
-	if err := l.step(ctx, Peek, hits, r.Decisions, r.Flags, r); err != nil {
+	if err := l.step(ctx, opPeek, hits, r.Decisions, r.Flags, r); err != nil {
 		return err
 	}
 	for i := range hits {
@@ -50,7 +33,7 @@ func (l *Limiter) checkUnreserved(ctx context.Context, hits []Hit, reserved int,
 		}
 	}
 	out, flags := sc.outFor(len(sub)), sc.flagsFor(len(sub))
-	err := l.step(ctx, Charge, sub, out, flags, r)
+	err := l.step(ctx, opCharge, sub, out, flags, r)
 	if err == nil {
 		for k, i := range idx {
 			r.Decisions[i], r.Flags[i] = out[k], r.Flags[i]|flags[k]
@@ -85,7 +68,7 @@ func (l *Limiter) settleUnreserved(ctx context.Context, req *Request, actual []i
 		return nil
 	}
 	var r Result
-	if err := l.run(ctx, Charge, &Request{Front: req.Front, Hits: sub}, &r); err != nil {
+	if err := l.run(ctx, opCharge, &Request{Front: req.Front, Hits: sub}, &r); err != nil {
 		return fmt.Errorf("limiter: settle: %w", err)
 	}
 	for k, i := range idx {

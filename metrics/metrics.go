@@ -3,7 +3,6 @@ package metrics
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -62,13 +61,9 @@ type Metrics struct {
 
 	maxLimits int
 	nLimits   atomic.Int64
-	limits    sync.Map   // name → *limitSeries
-	ruleMu    sync.Mutex // guards the replacing of byRule
-	// byRule is the series of each rule seen (limits by their rule, as a
-	// decision names them), replaced whole when one is added.
-	byRule  atomic.Pointer[map[*limiter.Rule]*limitSeries]
-	routes  sync.Map // route → *routeSeries
-	reasons sync.Map // token failure reason → prometheus.Counter
+	limits    sync.Map // name → *limitSeries
+	routes    sync.Map // route → *routeSeries
+	reasons   sync.Map // token failure reason → prometheus.Counter
 }
 
 // limitSeries caches the children of one limit, so that counting a
@@ -170,37 +165,29 @@ func (m *Metrics) series(limit string) *limitSeries {
 	return v.(*limitSeries)
 }
 
-// maxRules bounds byRule; past it (the rules of many reloaded policies) a
-// rule's series is found by its name.
-const maxRules = 4096
+// seriesSlot keeps, on each rule, its limit's series (a *ruleSeries) in
+// the first Metrics that counted it.
+var seriesSlot = limiter.NewSlot()
+
+// ruleSeries is a rule's series in one Metrics.
+type ruleSeries struct {
+	m *Metrics
+	s *limitSeries
+}
 
 // ruleSeries returns the series of a rule's limit (series by its name),
-// found by the rule itself: a decision costs a map lookup by pointer, not
-// a hash of the name.
+// found by the rule itself: a decision costs a field read on the rule, not
+// a hash of the name. The series lives on the rule (limiter.Rule.Prepared)
+// and goes with it; a second Metrics counting the same rule (tests, two
+// registries) finds its series by the limit's name.
 func (m *Metrics) ruleSeries(r *limiter.Rule) *limitSeries {
-	p := m.byRule.Load()
-	if p != nil {
-		if s, ok := (*p)[r]; ok {
-			return s
-		}
+	rs := r.Prepared(seriesSlot, func(r *limiter.Rule) any {
+		return &ruleSeries{m: m, s: m.series(r.Name())}
+	}).(*ruleSeries)
+	if rs.m == m {
+		return rs.s
 	}
-	s := m.series(r.Name())
-	if p != nil && len(*p) >= maxRules {
-		return s
-	}
-	m.ruleMu.Lock()
-	defer m.ruleMu.Unlock()
-	next := map[*limiter.Rule]*limitSeries{}
-	if p := m.byRule.Load(); p != nil {
-		if len(*p) >= maxRules {
-			return s
-		}
-		next = make(map[*limiter.Rule]*limitSeries, len(*p)+1)
-		maps.Copy(next, *p)
-	}
-	next[r] = s
-	m.byRule.Store(&next)
-	return s
+	return m.series(r.Name())
 }
 
 // of returns the counters of a limit for one front end.

@@ -2,8 +2,10 @@ package metrics_test
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -159,5 +161,48 @@ func TestFrontEndAnswers(t *testing.T) {
 	}
 	if len(limiter.FrontEnds()) > 4 {
 		t.Errorf("metrics keep series for 4 front ends; there are %d", len(limiter.FrontEnds()))
+	}
+}
+
+// TestRulesGoWithTheirSeries: a rule finds its series on itself, so a
+// rule dropped by a reload is freed, whatever the number of reloads;
+// before, a map by rule held up to 4,096 of them. A second Metrics that
+// counts the same rule counts into its own series.
+func TestRulesGoWithTheirSeries(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &limiter.Result{Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 9}}, Flags: []limiter.HitFlags{0}}
+	var ws []weak.Pointer[limiter.Rule]
+	for range 50 {
+		r := rule(t, "api", false)
+		m.ObserveDecision(&limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: r}}}, res)
+		ws = append(ws, weak.Make(r))
+	}
+	kept := rule(t, "api", false)
+	m.ObserveDecision(&limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: kept}}}, res)
+	reg2 := prometheus.NewRegistry()
+	m2, err := metrics.New(reg2, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2.ObserveDecision(&limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: kept}}}, res)
+	for range 10 {
+		runtime.GC()
+	}
+	for i, w := range ws {
+		if w.Value() != nil {
+			t.Fatalf("rule %d is still held after it was dropped", i)
+		}
+	}
+	runtime.KeepAlive(m) // the Metrics lives on: only the rules may go
+	if got := promtest.Value(t, reg, "floodgate_decisions_total", promtest.Labels{"limit": "api", "outcome": "allowed"}); got != 51 {
+		t.Errorf("counted %v, want 51", got)
+	}
+	if got := promtest.Value(t, reg2, "floodgate_decisions_total", promtest.Labels{"limit": "api", "outcome": "allowed"}); got != 1 {
+		t.Errorf("the second Metrics counted %v, want 1", got)
 	}
 }

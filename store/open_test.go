@@ -59,7 +59,7 @@ func decideTwice(t *testing.T, s limiter.Store) {
 	out := make([]floodgate.Decision, 1)
 	for i, want := range []bool{true, false} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := s.Apply(ctx, limiter.Charge, hits, out)
+		err := s.Decide(ctx, hits, false, out)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -91,7 +91,9 @@ func perSecond(h *limiter.Hit) bool {
 	return l.Window == time.Second || l.Per == time.Second
 }
 
-func (s *perSecondSplit) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+// Decide decides the hits of each store in it; the per-second store is
+// only looked at when the other one's decisions already refuse the request.
+func (s *perSecondSplit) Decide(ctx context.Context, hits []limiter.Hit, peek bool, out []floodgate.Decision) error {
 	n := 0
 	for i := range hits {
 		if perSecond(&hits[i]) {
@@ -100,33 +102,24 @@ func (s *perSecondSplit) Apply(ctx context.Context, op limiter.Op, hits []limite
 	}
 	switch n {
 	case 0:
-		return s.other.Apply(ctx, op, hits, out)
+		return s.other.Decide(ctx, hits, peek, out)
 	case len(hits):
-		return s.second.Apply(ctx, op, hits, out)
+		return s.second.Decide(ctx, hits, peek, out)
 	}
-	var sec, oth []limiter.Hit
-	var si, oi []int
-	for i := range hits {
-		if perSecond(&hits[i]) {
-			sec, si = append(sec, hits[i]), append(si, i)
-		} else {
-			oth, oi = append(oth, hits[i]), append(oi, i)
-		}
-	}
+	sec, si, oth, oi := split(hits)
 	oout, sout := make([]floodgate.Decision, len(oth)), make([]floodgate.Decision, len(sec))
-	if err := s.other.Apply(ctx, op, oth, oout); err != nil {
+	if err := s.other.Decide(ctx, oth, peek, oout); err != nil {
 		return err
 	}
-	sop := op
-	if op == limiter.Charge {
+	speek := peek
+	if !peek {
+		var v limiter.Verdict
 		for j := range oth {
-			if !oout[j].Allowed && !oth[j].Rule.Shadow() {
-				sop = limiter.Peek
-				break
-			}
+			v.Add(&oth[j], oout[j].Allowed)
 		}
+		speek = v.Refused()
 	}
-	if err := s.second.Apply(ctx, sop, sec, sout); err != nil {
+	if err := s.second.Decide(ctx, sec, speek, sout); err != nil {
 		return err
 	}
 	for j, i := range oi {
@@ -134,6 +127,50 @@ func (s *perSecondSplit) Apply(ctx context.Context, op limiter.Op, hits []limite
 	}
 	for j, i := range si {
 		out[i] = sout[j]
+	}
+	return nil
+}
+
+// split returns the per-second hits and the others, with their indexes.
+func split(hits []limiter.Hit) (sec []limiter.Hit, si []int, oth []limiter.Hit, oi []int) {
+	for i := range hits {
+		if perSecond(&hits[i]) {
+			sec, si = append(sec, hits[i]), append(si, i)
+		} else {
+			oth, oi = append(oth, hits[i]), append(oi, i)
+		}
+	}
+	return sec, si, oth, oi
+}
+
+// Release hands each store the leases of its hits.
+func (s *perSecondSplit) Release(ctx context.Context, hits []limiter.Hit) error {
+	sec, _, oth, _ := split(hits)
+	for _, p := range [2]struct {
+		st   limiter.Store
+		hits []limiter.Hit
+	}{{s.other, oth}, {s.second, sec}} {
+		if r, ok := p.st.(limiter.Releaser); ok && len(p.hits) > 0 {
+			if err := r.Release(ctx, p.hits); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Refund hands each store the refunds of its hits.
+func (s *perSecondSplit) Refund(ctx context.Context, hits []limiter.Hit) error {
+	sec, _, oth, _ := split(hits)
+	for _, p := range [2]struct {
+		st   limiter.Store
+		hits []limiter.Hit
+	}{{s.other, oth}, {s.second, sec}} {
+		if r, ok := p.st.(limiter.Refunder); ok && len(p.hits) > 0 {
+			if err := r.Refund(ctx, p.hits); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

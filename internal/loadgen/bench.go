@@ -511,7 +511,7 @@ func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, 
 			err = t.engine.Decide(dctx, &req, &res)
 			allowed, degraded = res.Allowed, res.Degraded != limiter.NotDegraded
 		} else {
-			err = t.store.Apply(dctx, limiter.Charge, hits, out)
+			err = t.store.Decide(dctx, hits, false, out)
 			allowed = out[0].Allowed
 		}
 		lat := time.Since(t0)
@@ -543,8 +543,8 @@ func (w *worker) run(ctx context.Context, cfg *benchConfig, rule *limiter.Rule, 
 			rctx, rcancel := context.WithTimeout(ctx, cfg.timeout)
 			if t.engine != nil {
 				t.engine.Release(rctx, hits)
-			} else {
-				t.store.Apply(rctx, limiter.Release, hits, out)
+			} else if r, ok := t.store.(limiter.Releaser); ok {
+				r.Release(rctx, hits)
 			}
 			rcancel()
 		}

@@ -56,7 +56,7 @@ func BenchmarkKeyed(b *testing.B) {
 			for pb.Next() {
 				hits[0].Key = keys[i%benchKeys]
 				i++
-				if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+				if err := s.Decide(context.Background(), hits, false, out); err != nil {
 					b.Error(err)
 					return
 				}
@@ -188,7 +188,7 @@ func BenchmarkMemory1M(b *testing.B) {
 		out := make([]floodgate.Decision, 1)
 		for _, k := range keys {
 			hits[0] = limiter.Hit{Rule: r, Key: k, Cost: 1}
-			if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+			if err := s.Decide(context.Background(), hits, false, out); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -224,7 +224,7 @@ func BenchmarkFlood10M(b *testing.B) {
 		for i := range n {
 			buf = strconv.AppendUint(buf[:0], rng.Uint64(), 36)
 			hits[0] = limiter.Hit{Rule: r, Key: string(buf), Cost: 1}
-			if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+			if err := s.Decide(context.Background(), hits, false, out); err != nil {
 				b.Fatal(err)
 			}
 			if i%1_000_000 == 0 {
@@ -289,7 +289,7 @@ func BenchmarkKeyedInterleaved(b *testing.B) {
 					i++
 					if mem {
 						hits[0].Key = k
-						_ = s.Apply(context.Background(), limiter.Charge, hits, out)
+						_ = s.Decide(context.Background(), hits, false, out)
 					} else {
 						baseline(k)
 					}

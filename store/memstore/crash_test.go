@@ -115,7 +115,7 @@ func crashChild(t *testing.T, path string) {
 	r := windowRule(t, 1_000_000)
 	h := limiter.Hit{Rule: r, Key: "crash", Cost: 1}
 	for range crashCharged {
-		apply(t, s, limiter.Charge, h)
+		charge(t, s, h)
 	}
 	covered := time.Now()
 	ready := false
@@ -125,7 +125,7 @@ func crashChild(t *testing.T, path string) {
 			fmt.Println("ready", crashCharged)
 			ready = true
 		}
-		apply(t, s, limiter.Charge, h)
+		charge(t, s, h)
 		fmt.Println("charged", n)
 		time.Sleep(time.Millisecond)
 	}

@@ -25,16 +25,16 @@ func ExampleNew() {
 
 	s, _ := memstore.New(opts)
 	for range 2 {
-		_ = s.Apply(context.Background(), limiter.Charge, hit, out)
+		_ = s.Decide(context.Background(), hit, false, out)
 	}
 	_ = s.Close() // writes a last snapshot
 
 	s, _ = memstore.New(opts) // a restart
 	defer s.Close()
-	_ = s.Apply(context.Background(), limiter.Charge, hit, out)
+	_ = s.Decide(context.Background(), hit, false, out)
 	fmt.Println("loaded keys:", s.Stats().Loaded)
 	fmt.Println("remaining today:", out[0].Remaining)
-	_ = s.Apply(context.Background(), limiter.Charge, hit, out)
+	_ = s.Decide(context.Background(), hit, false, out)
 	fmt.Println("fourth request allowed:", out[0].Allowed, "- retry within a day:", out[0].RetryAfter <= 24*time.Hour)
 	// Output:
 	// loaded keys: 1

@@ -101,7 +101,7 @@ func TestStateFileVersion1(t *testing.T) {
 		t.Fatalf("stats %+v, want the key loaded and the timeline moved an hour", st)
 	}
 	out := make([]floodgate.Decision, 1)
-	if err := s.Apply(context.Background(), limiter.Peek, []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, out); err != nil {
+	if err := s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, true, out); err != nil {
 		t.Fatal(err)
 	}
 	if d := out[0]; !d.Allowed || d.Remaining != 1 {

@@ -22,17 +22,17 @@ func TestDecisionInstant(t *testing.T) {
 	tb := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 5})
 	win := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Second})
 	for i, step := range []struct {
-		op   limiter.Op
+		peek bool
 		hits []limiter.Hit
 	}{
-		{limiter.Charge, []limiter.Hit{{Rule: tb, Key: "a", Cost: 1}}},                                 // new key
-		{limiter.Charge, []limiter.Hit{{Rule: tb, Key: "a", Cost: 1}}},                                 // in place
-		{limiter.Charge, []limiter.Hit{{Rule: win, Key: "a", Cost: 1}}},                                // copied state
-		{limiter.Peek, []limiter.Hit{{Rule: tb, Key: "a", Cost: 1}}},                                   // peek
-		{limiter.Charge, []limiter.Hit{{Rule: tb, Key: "b", Cost: 1}, {Rule: win, Key: "b", Cost: 1}}}, // several
+		{false, []limiter.Hit{{Rule: tb, Key: "a", Cost: 1}}},                                 // new key
+		{false, []limiter.Hit{{Rule: tb, Key: "a", Cost: 1}}},                                 // in place
+		{false, []limiter.Hit{{Rule: win, Key: "a", Cost: 1}}},                                // copied state
+		{true, []limiter.Hit{{Rule: tb, Key: "a", Cost: 1}}},                                  // peek
+		{false, []limiter.Hit{{Rule: tb, Key: "b", Cost: 1}, {Rule: win, Key: "b", Cost: 1}}}, // several
 	} {
 		now += int64(time.Millisecond)
-		for j, d := range apply(t, s, step.op, step.hits...) {
+		for j, d := range decide(t, s, step.peek, step.hits...) {
 			if d.At != now {
 				t.Errorf("step %d hit %d: At %d, want %d", i, j, d.At, now)
 			}

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
@@ -149,16 +148,14 @@ type Store struct {
 	shards []shard
 	shift  uint // shard of a hash: h >> shift
 	seed   maphash.Seed
-	mult   uint64 // keyHash's multiplier, odd, drawn from seed
-	// ruleHashes caches the hash of recently used rules' IDs.
-	ruleHashes [64]atomic.Pointer[ruleHash]
-	now        func() int64 // the monotonic timeline: expiries and all but quotas
-	wall       func() int64 // the wall clock: calendar quotas
-	clock      *coarseClock // the default clock, nil with Options.Now
-	base       int64        // the timeline's instant at Elapsed 0, with Options.Elapsed
-	maxRes     int          // reservations per shard
-	opts       Options
-	log        *slog.Logger
+	mult   uint64       // keyHash's multiplier, odd, drawn from seed
+	now    func() int64 // the monotonic timeline: expiries and all but quotas
+	wall   func() int64 // the wall clock: calendar quotas
+	clock  *coarseClock // the default clock, nil with Options.Now
+	base   int64        // the timeline's instant at Elapsed 0, with Options.Elapsed
+	maxRes int          // reservations per shard
+	opts   Options
+	log    *slog.Logger
 
 	// rebase is how far New moved the timeline to continue from the state
 	// file (see load); decisions report their instants less it.
@@ -317,33 +314,32 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
+// ruleSeed seeds the hash of rule IDs, for every store of this process, so
+// that a rule keeps its hash on itself (hashSlot) whichever store asks;
+// each store mixes the key in with a multiplier of its own seed.
+var ruleSeed = maphash.MakeSeed()
+
+// hashSlot keeps each rule's ID hash (a uint64) on the rule.
+var hashSlot = limiter.NewSlot()
+
 // hash mixes the rule ID and the key into the 64 bits that choose the
 // shard (top bits), the index slot (low bits) and the slot's fingerprint.
 func (s *Store) hash(rule, key string) uint64 {
-	return s.mix(maphash.String(s.seed, rule), key)
+	return s.mix(maphash.String(ruleSeed, rule), key)
 }
 
 func (s *Store) mix(ruleHash uint64, key string) uint64 {
 	return keyHash(ruleHash, s.mult, key)
 }
 
-// hitHash is hash(r.ID, key), with the rule's part remembered per *Rule in
-// a small direct-mapped cache: requests keep using the same few rules.
+// hitHash is hash(r.ID, key), with the rule's part prepared once, on the
+// rule.
 func (s *Store) hitHash(r *limiter.Rule, key string) uint64 {
-	slot := &s.ruleHashes[(uintptr(unsafe.Pointer(r))>>4)%uintptr(len(s.ruleHashes))]
-	if c := slot.Load(); c != nil && c.rule == r {
-		return s.mix(c.hash, key)
-	}
-	c := &ruleHash{rule: r, hash: maphash.String(s.seed, r.ID())}
-	slot.Store(c)
-	return s.mix(c.hash, key)
+	return s.mix(r.Prepared(hashSlot, ruleHash).(uint64), key)
 }
 
-// ruleHash is a rule's cached hash.
-type ruleHash struct {
-	rule *limiter.Rule
-	hash uint64
-}
+// ruleHash is the hash of a rule's ID.
+func ruleHash(r *limiter.Rule) any { return maphash.String(ruleSeed, r.ID()) }
 
 // minPerShard is the smallest per-shard cap a key cap may leave before New
 // uses fewer shards; minShardBytes is the same for a byte cap (three
@@ -353,11 +349,11 @@ const (
 	minShardBytes = 3 * chunkBytes
 )
 
-// stackHits is the number of hits a request can have before Apply
+// stackHits is the number of hits a request can have before apply
 // allocates its scratch space.
 const stackHits = 8
 
-// work is Apply's scratch state for one hit.
+// work is apply's scratch state for one hit.
 type work struct {
 	h          uint64
 	sh         int32 // shard
@@ -369,30 +365,98 @@ type work struct {
 	superseded bool  // a later hit on the same key carries st on
 }
 
-// Apply runs op on hits, all or nothing (see limiter.Store). It never
-// blocks on I/O, so ctx is not consulted.
-func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+// verb is what apply does with a request's hits.
+type verb uint8
+
+const (
+	vCharge verb = iota
+	vPeek
+	vRelease
+	vRefund
+	vReserve
+	vSettle
+)
+
+// Decide decides the hits, and unless peek charges them all or nothing
+// (see limiter.Store). It never blocks on I/O, so ctx is not consulted; nor
+// is it by the other verbs.
+func (s *Store) Decide(_ context.Context, hits []limiter.Hit, peek bool, out []floodgate.Decision) error {
 	if len(out) != len(hits) {
 		return fmt.Errorf("memstore: %d decisions for %d hits", len(out), len(hits))
 	}
-	if op < limiter.Charge || op > limiter.Settle {
-		return fmt.Errorf("memstore: unknown op %d", op)
+	if len(hits) == 1 {
+		if err := checkHit(&hits[0], 0, 1); err != nil {
+			return err
+		}
+		return s.applyOne(&hits[0], &out[0], peek || hits[0].Check)
+	}
+	v := vCharge
+	if peek {
+		v = vPeek
+	}
+	return s.apply(v, hits, out, nil)
+}
+
+// Release ends the concurrency leases the hits name (limiter.Releaser).
+func (s *Store) Release(_ context.Context, hits []limiter.Hit) error {
+	return s.apply(vRelease, hits, nil, nil)
+}
+
+// Refund gives back the charges of the refundable hits (limiter.Refunder).
+func (s *Store) Refund(_ context.Context, hits []limiter.Hit) error {
+	return s.apply(vRefund, hits, nil, nil)
+}
+
+// Reserve charges the hits all or nothing and keeps a settle record for
+// each reserved hit charged (limiter.Reserver).
+func (s *Store) Reserve(_ context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
+	if len(out) != len(hits) {
+		return fmt.Errorf("memstore: %d decisions for %d hits", len(out), len(hits))
+	}
+	return s.apply(vReserve, hits, out, nil)
+}
+
+// Settle ends the reservations the hits name with their actual costs
+// (limiter.Reserver).
+func (s *Store) Settle(_ context.Context, hits []limiter.Hit, out []limiter.Settled) error {
+	if len(out) != len(hits) {
+		return fmt.Errorf("memstore: %d answers for %d hits", len(out), len(hits))
+	}
+	return s.apply(vSettle, hits, nil, out)
+}
+
+var (
+	_ limiter.Releaser = (*Store)(nil)
+	_ limiter.Refunder = (*Store)(nil)
+	_ limiter.Reserver = (*Store)(nil)
+)
+
+// checkHit checks hit i's rule and cost (at least least: 1, or 0 for a
+// release or a settle).
+func checkHit(h *limiter.Hit, i int, least int64) error {
+	if h.Rule == nil {
+		return fmt.Errorf("memstore: hit %d has no rule", i)
+	}
+	if h.Cost < least {
+		return fmt.Errorf("memstore: %s: cost %d: %w", h.Rule.ID(), h.Cost, floodgate.ErrInvalidCost)
+	}
+	return nil
+}
+
+// apply does v to hits, all or nothing, under the locks of their shards,
+// writing decisions into out or, for a settle, answers into settled.
+func (s *Store) apply(v verb, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled) error {
+	least := int64(1) // charges, peeks, reservations and refunds carry a cost
+	if v == vRelease || v == vSettle {
+		least = 0 // a settle's actual cost may be 0
 	}
 	for i := range hits {
-		if hits[i].Rule == nil {
-			return fmt.Errorf("memstore: hit %d has no rule", i)
-		}
-		// Charges, peeks, reservations and refunds all carry a cost; a
-		// settle's actual cost may be 0.
-		if (op != limiter.Release && op != limiter.Settle && hits[i].Cost < 1) || hits[i].Cost < 0 {
-			return fmt.Errorf("memstore: %s: cost %d: %w", hits[i].Rule.ID(), hits[i].Cost, floodgate.ErrInvalidCost)
+		if err := checkHit(&hits[i], i, least); err != nil {
+			return err
 		}
 	}
 	if len(hits) == 0 {
 		return nil
-	}
-	if len(hits) == 1 && (op == limiter.Charge || op == limiter.Peek) {
-		return s.applyOne(&hits[0], &out[0], op == limiter.Peek || hits[0].Check)
 	}
 	var buf [stackHits]work
 	var lockBuf [stackHits]int32
@@ -410,14 +474,14 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	}
 	now := s.refine(&s.shards[locks[0]], s.now())
 	var err error
-	switch op {
-	case limiter.Release, limiter.Refund:
-		err = s.giveBack(w, hits, out, now, op)
-	case limiter.Settle:
-		err = s.settle(w, hits, out, now)
+	switch v {
+	case vRelease, vRefund:
+		err = s.giveBack(w, hits, now, v == vRefund)
+	case vSettle:
+		err = s.settle(w, hits, settled, now)
 	default:
-		err = s.decide(w, hits, out, now, op == limiter.Peek)
-		if err == nil && op == limiter.Reserve {
+		err = s.decide(w, hits, out, now, v == vPeek)
+		if err == nil && v == vReserve {
 			s.reserve(w, hits, out, now)
 		}
 	}
@@ -427,7 +491,7 @@ func (s *Store) Apply(_ context.Context, op limiter.Op, hits []limiter.Hit, out 
 	return err
 }
 
-// applyOne is Apply for a request of one hit (charge or peek), the common
+// applyOne is Decide for a request of one hit, the common
 // case, without the bookkeeping that several hits need.
 func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) error {
 	h := s.hitHash(hit.Rule, hit.Key)
@@ -641,16 +705,14 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 	return nil
 }
 
-// giveBack ends the leases named by the concurrency hits (Release) or gives
-// back the charges of refundable hits (Refund), and reports each hit's
-// state afterwards: Remaining is the number of units free. Other hits are
-// left alone and reported as allowed.
-func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64, op limiter.Op) error {
+// giveBack ends the leases named by the concurrency hits (a release) or
+// gives back the charges of refundable hits (refund). Other hits are left
+// alone.
+func (s *Store) giveBack(w []work, hits []limiter.Hit, now int64, refund bool) error {
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
 		p := hit.Rule.Params()
-		if (op == limiter.Release && p.Algorithm().Kind() != floodgate.KindConcurrency) || (op == limiter.Refund && !p.Algorithm().Traits().Refundable) {
-			out[i] = floodgate.Decision{Allowed: true, Limit: p.Capacity(), Remaining: p.Capacity()}
+		if (!refund && p.Algorithm().Kind() != floodgate.KindConcurrency) || (refund && !p.Algorithm().Traits().Refundable) {
 			continue
 		}
 		sh := &s.shards[wk.sh]
@@ -664,7 +726,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 					sh.clamps++
 				}
 				old := extCost(e.st.Ext)
-				if op == limiter.Refund {
+				if refund {
 					if err := p.Refund(&e.st, t, hit.Cost); err != nil {
 						return fmt.Errorf("memstore: %s: refund: %w", hit.Rule.ID(), err)
 					}
@@ -676,7 +738,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, out []floodgate.Decision,
 				e.deny = 0 // units came back: no longer the denial it was
 			}
 		}
-		d, err := peekFree(hit, &st, t, &out[i])
+		d, _, err := peekFree(hit, &st, t)
 		if err != nil {
 			return err
 		}
@@ -816,17 +878,15 @@ func (c *wallClock) now() int64 { return int64(time.Since(c.start)) + c.offset.L
 
 // peekFree peeks at a key's state st at t after a give-back or a settle:
 // it returns the decision for one more unit (what the key's expiry is
-// worked out from) and answers in ans the units free, Remaining, as a
-// give-back reports them.
-func peekFree(hit *limiter.Hit, st *algo.State, t int64, ans *floodgate.Decision) (floodgate.Decision, error) {
+// worked out from) and the units free.
+func peekFree(hit *limiter.Hit, st *algo.State, t int64) (floodgate.Decision, int64, error) {
 	d, err := hit.Rule.Params().Decide(st, algo.Request{Now: t, Cost: 1, Peek: true})
 	if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
-		return d, fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
+		return d, 0, fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 	}
 	free := d.Remaining // what one more unit would leave
 	if d.Allowed {
 		free++
 	}
-	*ans = floodgate.Decision{Allowed: true, Limit: d.Limit, Remaining: free, ResetAfter: d.ResetAfter}
-	return d, nil
+	return d, free, nil
 }

@@ -42,3 +42,15 @@ func TestConformanceSharedSmallShards(t *testing.T) {
 	s := newStore(t, memstore.Options{Shards: 2})
 	storetest.Run(t, func(t *testing.T) limiter.Store { return s })
 }
+
+// decideOnly shows only Store.Decide of its store: a store with none of
+// the optional verbs.
+type decideOnly struct{ limiter.Store }
+
+// TestConformanceDecideOnly: the suite holds a store that implements only
+// Decide to what it does, and leaves out the subtests of the verbs it
+// lacks.
+func TestConformanceDecideOnly(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) limiter.Store { return decideOnly{newStore(t, memstore.Options{})} })
+}

@@ -53,7 +53,7 @@ func allowed(t *testing.T, s *memstore.Store, r *limiter.Rule, key string, n int
 	got := 0
 	var denial floodgate.Decision
 	for range n {
-		d := apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: key, Cost: 1})[0]
+		d := charge(t, s, limiter.Hit{Rule: r, Key: key, Cost: 1})[0]
 		if d.Allowed {
 			got++
 		} else {
@@ -136,7 +136,7 @@ func TestStateAcrossAClockError(t *testing.T) {
 			if n < 6 && denial.RetryAfter <= 0 {
 				t.Errorf("bucket denial %+v: want a RetryAfter", denial)
 			}
-			d := apply(t, s2, limiter.Charge, limiter.Hit{Rule: login, Key: "attacker", Cost: 1})[0]
+			d := charge(t, s2, limiter.Hit{Rule: login, Key: "attacker", Cost: 1})[0]
 			if d.Allowed == tc.denies || (!d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > time.Hour)) {
 				t.Errorf("login after the restart: %+v, want denied %v, for at most the hour", d, tc.denies)
 			}

@@ -27,10 +27,6 @@ type reservation struct {
 	exp  int64 // when it expires and settles at its estimate (monotonic)
 }
 
-// Reservations reports true: the store keeps reservations
-// (limiter.Reserver).
-func (s *Store) Reservations() bool { return true }
-
 // reserve keeps a settle record for every hit marked Reserve that decide
 // just charged. The hits' shards are locked.
 func (s *Store) reserve(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64) {
@@ -73,8 +69,8 @@ func (s *Store) reserve(w []work, hits []limiter.Hit, out []floodgate.Decision, 
 }
 
 // settle ends the reservations named by hits with their actual costs (see
-// limiter.Settle). The hits' shards are locked.
-func (s *Store) settle(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64) error {
+// limiter.Reserver). The hits' shards are locked.
+func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now int64) error {
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
 		p := hit.Rule.Params()
@@ -86,7 +82,7 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			ok = false
 		}
 		if !ok || r.rule != hit.Rule.ID() || r.key != hit.Key {
-			out[i] = floodgate.Decision{Limit: p.Capacity()}
+			out[i] = limiter.Settled{}
 			continue
 		}
 		delete(sh.res, k)
@@ -124,11 +120,11 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		if err != nil {
 			return fmt.Errorf("memstore: %s: settle: %w", hit.Rule.ID(), err)
 		}
-		d, err := peekFree(hit, &st, t, &out[i])
+		d, free, err := peekFree(hit, &st, t)
 		if err != nil {
 			return err
 		}
-		out[i].Overrun = overrun
+		out[i] = limiter.Settled{Found: true, Remaining: free, Overrun: overrun}
 		if !changed {
 			continue
 		}

@@ -92,7 +92,7 @@ func BenchmarkRSSAtCap(b *testing.B) {
 		for range n {
 			buf, hits[0].Key = ipKey(buf, rng)
 			hits[0].Rule, hits[0].Cost = r, 1
-			if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+			if err := s.Decide(context.Background(), hits, false, out); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -131,7 +131,7 @@ func TestHeapWithinCap(t *testing.T) {
 	for range 4 * capBytes / 100 {
 		buf, hits[0].Key = ipKey(buf, rng)
 		hits[0].Rule, hits[0].Cost = r, 1
-		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+		if err := s.Decide(context.Background(), hits, false, out); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -29,13 +29,27 @@ func rule(t testing.TB, l floodgate.Limit) *limiter.Rule {
 	return r
 }
 
-func apply(t testing.TB, s *memstore.Store, op limiter.Op, hits ...limiter.Hit) []floodgate.Decision {
+// decide decides hits (a charge, or with peek a peek) and returns their
+// decisions.
+func decide(t testing.TB, s *memstore.Store, peek bool, hits ...limiter.Hit) []floodgate.Decision {
 	t.Helper()
 	out := make([]floodgate.Decision, len(hits))
-	if err := s.Apply(context.Background(), op, hits, out); err != nil {
-		t.Fatalf("Apply: %v", err)
+	if err := s.Decide(context.Background(), hits, peek, out); err != nil {
+		t.Fatalf("Decide: %v", err)
 	}
 	return out
+}
+
+// charge charges hits and returns their decisions.
+func charge(t testing.TB, s *memstore.Store, hits ...limiter.Hit) []floodgate.Decision {
+	t.Helper()
+	return decide(t, s, false, hits...)
+}
+
+// peek peeks at hits and returns their decisions.
+func peek(t testing.TB, s *memstore.Store, hits ...limiter.Hit) []floodgate.Decision {
+	t.Helper()
+	return decide(t, s, true, hits...)
 }
 
 // clock is a settable time source for Options.Now.
@@ -53,7 +67,7 @@ func windowRule(t testing.TB, max int64) *limiter.Rule {
 // used returns how many units of a fixed window rule the key has used.
 func used(t testing.TB, s *memstore.Store, r *limiter.Rule, key string) int64 {
 	t.Helper()
-	d := apply(t, s, limiter.Peek, limiter.Hit{Rule: r, Key: key, Cost: 1})[0]
+	d := peek(t, s, limiter.Hit{Rule: r, Key: key, Cost: 1})[0]
 	if !d.Allowed {
 		return r.Limit().Max
 	}
@@ -82,7 +96,7 @@ func TestDenyingKeySurvivesFlood(t *testing.T) {
 			perIP := rule(t, floodgate.Limit{Name: "per-ip", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
 			attacker := limiter.Hit{Rule: login, Key: "user:admin", Cost: 1}
 			for i := range 6 {
-				if d := apply(t, s, limiter.Charge, attacker)[0]; d.Allowed != (i < 5) {
+				if d := charge(t, s, attacker)[0]; d.Allowed != (i < 5) {
 					t.Fatalf("attempt %d: %+v", i+1, d)
 				}
 			}
@@ -96,7 +110,7 @@ func TestDenyingKeySurvivesFlood(t *testing.T) {
 				}
 				buf = strconv.AppendInt(append(buf[:0], "ip:10."...), int64(i), 10)
 				hits[0] = limiter.Hit{Rule: r, Key: string(buf), Cost: 1}
-				if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+				if err := s.Decide(context.Background(), hits, false, out); err != nil {
 					t.Fatal(err)
 				}
 				if !out[0].Allowed {
@@ -107,7 +121,7 @@ func TestDenyingKeySurvivesFlood(t *testing.T) {
 			if st.Evictions < uint64(n/2) {
 				t.Fatalf("stats %+v: the flood of %d keys should have evicted most of them", st, n)
 			}
-			if d := apply(t, s, limiter.Charge, attacker)[0]; d.Allowed || d.RetryAfter <= 0 {
+			if d := charge(t, s, attacker)[0]; d.Allowed || d.RetryAfter <= 0 {
 				t.Fatalf("the attacker after a flood of %d keys: %+v, want still denied (stats %+v)", n, d, st)
 			}
 			if st.DenyingEvictions != 0 {
@@ -135,10 +149,10 @@ func TestEvictionKeepsWhatHoldsMost(t *testing.T) {
 			cost = 9
 			heavy[key] = true
 		}
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: key, Cost: cost})
+		charge(t, s, limiter.Hit{Rule: r, Key: key, Cost: cost})
 	}
 	for i := range capKeys {
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: fmt.Sprint("new", i), Cost: 5})
+		charge(t, s, limiter.Hit{Rule: r, Key: fmt.Sprint("new", i), Cost: 5})
 	}
 	if st := s.Stats(); st.Keys != capKeys || st.Evictions != capKeys {
 		t.Fatalf("stats %+v, want %d keys and as many evictions", st, capKeys)
@@ -156,11 +170,11 @@ func TestIdleExpiryAndSweep(t *testing.T) {
 	s := newStore(t, memstore.Options{Now: c.now, SweepInterval: -1})
 	r := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2})
 	for i := range 100 {
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 2})
+		charge(t, s, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 2})
 	}
 	// A denial does not extend a key's life.
 	c.ns += sec
-	if d := apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "0", Cost: 2})[0]; d.Allowed {
+	if d := charge(t, s, limiter.Hit{Rule: r, Key: "0", Cost: 2})[0]; d.Allowed {
 		t.Fatalf("one token after 1 s: %+v, want denied", d)
 	}
 	s.Sweep()
@@ -168,7 +182,7 @@ func TestIdleExpiryAndSweep(t *testing.T) {
 		t.Fatalf("after 1 s: %+v, want 100 keys", st)
 	}
 	c.ns += sec // every bucket is full again
-	if d := apply(t, s, limiter.Peek, limiter.Hit{Rule: r, Key: "1", Cost: 2})[0]; !d.Allowed || d.Remaining != 0 {
+	if d := peek(t, s, limiter.Hit{Rule: r, Key: "1", Cost: 2})[0]; !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("idle key: %+v, want full", d)
 	}
 	s.Sweep()
@@ -183,9 +197,9 @@ func TestClockClamp(t *testing.T) {
 	s := newStore(t, memstore.Options{Now: c.now})
 	r := rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1})
 	h := limiter.Hit{Rule: r, Key: "k", Cost: 1}
-	apply(t, s, limiter.Charge, h)
+	charge(t, s, h)
 	c.ns -= 10 * sec // the clock steps back
-	d := apply(t, s, limiter.Charge, h)[0]
+	d := charge(t, s, h)[0]
 	if d.Allowed || d.RetryAfter != time.Second {
 		t.Fatalf("after a step back: %+v, want denied with the full second to wait", d)
 	}
@@ -200,17 +214,17 @@ func TestManyHitsAllOrNothing(t *testing.T) {
 	r := windowRule(t, 5)
 	tight := windowRule(t, 1)
 	var hits []limiter.Hit
-	for i := range 12 { // more than fit in Apply's stack buffers
+	for i := range 12 { // more than fit in apply's stack buffers
 		hits = append(hits, limiter.Hit{Rule: r, Key: fmt.Sprint("m", i), Cost: 1})
 	}
 	hits = append(hits, limiter.Hit{Rule: tight, Key: "tight", Cost: 1})
-	out := apply(t, s, limiter.Charge, hits...)
+	out := charge(t, s, hits...)
 	for i, d := range out {
 		if !d.Allowed {
 			t.Fatalf("first: hit %d denied", i)
 		}
 	}
-	out = apply(t, s, limiter.Charge, hits...)
+	out = charge(t, s, hits...)
 	if out[12].Allowed {
 		t.Fatal("second: the tight limit allowed")
 	}
@@ -226,11 +240,11 @@ func TestDuplicateHits(t *testing.T) {
 	s := newStore(t, memstore.Options{})
 	r := windowRule(t, 3)
 	h := limiter.Hit{Rule: r, Key: "dup", Cost: 1}
-	out := apply(t, s, limiter.Charge, h, h)
+	out := charge(t, s, h, h)
 	if !out[0].Allowed || !out[1].Allowed || out[1].Remaining != 1 {
 		t.Fatalf("two hits on one key: %+v, want both charged", out)
 	}
-	out = apply(t, s, limiter.Charge, h, h)
+	out = charge(t, s, h, h)
 	if !out[0].Allowed || out[1].Allowed {
 		t.Fatalf("two more on one left: %+v, want the second denied", out)
 	}
@@ -247,13 +261,13 @@ func TestSlidingLogStateIsolation(t *testing.T) {
 	s := newStore(t, memstore.Options{Now: c.now})
 	lg := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 3, Window: time.Minute})
 	tight := windowRule(t, 1)
-	apply(t, s, limiter.Charge, limiter.Hit{Rule: lg, Key: "k", Cost: 1})
-	apply(t, s, limiter.Charge, limiter.Hit{Rule: tight, Key: "t", Cost: 1})
+	charge(t, s, limiter.Hit{Rule: lg, Key: "k", Cost: 1})
+	charge(t, s, limiter.Hit{Rule: tight, Key: "t", Cost: 1})
 	for range 3 {
 		c.ns += sec
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: lg, Key: "k", Cost: 1}, limiter.Hit{Rule: tight, Key: "t", Cost: 1})
+		charge(t, s, limiter.Hit{Rule: lg, Key: "k", Cost: 1}, limiter.Hit{Rule: tight, Key: "t", Cost: 1})
 	}
-	if d := apply(t, s, limiter.Peek, limiter.Hit{Rule: lg, Key: "k", Cost: 2})[0]; !d.Allowed || d.Remaining != 0 {
+	if d := peek(t, s, limiter.Hit{Rule: lg, Key: "k", Cost: 2})[0]; !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("log after denied requests: %+v, want 2 of 3 free", d)
 	}
 }
@@ -270,12 +284,12 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	lg := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: time.Hour})
 	cc := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 5, LeaseTTL: time.Hour})
 	for i := range 1000 {
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: w, Key: fmt.Sprint("w", i), Cost: int64(i%7 + 1)})
+		charge(t, s, limiter.Hit{Rule: w, Key: fmt.Sprint("w", i), Cost: int64(i%7 + 1)})
 	}
 	for i := range 4 {
 		c.ns += sec
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: lg, Key: "log", Cost: 2})
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: cc, Key: "conc", Cost: 1, Lease: uint64(i + 1)})
+		charge(t, s, limiter.Hit{Rule: lg, Key: "log", Cost: 2})
+		charge(t, s, limiter.Hit{Rule: cc, Key: "conc", Cost: 1, Lease: uint64(i + 1)})
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -293,12 +307,15 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			t.Fatalf("key w%d: %d used after reload, want %d", i, got, i%7+1)
 		}
 	}
-	if d := apply(t, s2, limiter.Peek, limiter.Hit{Rule: lg, Key: "log", Cost: 2})[0]; !d.Allowed || d.Remaining != 0 {
+	if d := peek(t, s2, limiter.Hit{Rule: lg, Key: "log", Cost: 2})[0]; !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("log after reload: %+v, want 8 used", d)
 	}
 	// Lease 2 is still held: releasing it frees a unit.
-	if d := apply(t, s2, limiter.Release, limiter.Hit{Rule: cc, Key: "conc", Cost: 1, Lease: 2})[0]; d.Remaining != 2 {
-		t.Fatalf("release after reload: %+v, want 2 free", d)
+	if err := s2.Release(context.Background(), []limiter.Hit{{Rule: cc, Key: "conc", Cost: 1, Lease: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := peek(t, s2, limiter.Hit{Rule: cc, Key: "conc", Cost: 1, Lease: 99})[0]; !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("after a release after reload: %+v, want 2 free", d)
 	}
 }
 
@@ -312,7 +329,7 @@ func TestCorruptStateFiles(t *testing.T) {
 	}
 	r := windowRule(t, 10)
 	for i := range 50 {
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 1})
+		charge(t, s, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 1})
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -404,7 +421,7 @@ func TestPeriodicSnapshot(t *testing.T) {
 			return s.Stats().Snapshots
 		}
 		start := time.Now()
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "k", Cost: 1})
+		charge(t, s, limiter.Hit{Rule: r, Key: "k", Cost: 1})
 		time.Sleep(interval - time.Nanosecond)
 		if n := snapshots(); n != 0 {
 			t.Fatalf("%d snapshots before the first tick", n)
@@ -426,7 +443,7 @@ func TestPeriodicSnapshot(t *testing.T) {
 		}
 		// A change between two ticks is written at the next one.
 		time.Sleep(interval / 2)
-		apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: "k", Cost: 1})
+		charge(t, s, limiter.Hit{Rule: r, Key: "k", Cost: 1})
 		if n := snapshots(); n != 1 {
 			t.Fatalf("%d snapshots right after the change, want still 1", n)
 		}
@@ -446,7 +463,7 @@ func TestPeriodicSweep(t *testing.T) {
 		s := newStore(t, memstore.Options{SweepInterval: sweep})
 		r := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2})
 		for i := range 100 {
-			apply(t, s, limiter.Charge, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 2})
+			charge(t, s, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 2})
 		}
 		// Every bucket is full again after 2 s, but only a sweep (or a
 		// touch) removes a key.
@@ -479,7 +496,7 @@ func TestFloodStaysUnderCap(t *testing.T) {
 	for i := range n {
 		buf = strconv.AppendUint(buf[:0], rng.Uint64(), 36)
 		hits[0] = limiter.Hit{Rule: r, Key: string(buf), Cost: 1}
-		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+		if err := s.Decide(context.Background(), hits, false, out); err != nil {
 			t.Fatal(err)
 		}
 		if i%100000 == 0 {
@@ -499,14 +516,11 @@ func TestBadInput(t *testing.T) {
 	s := newStore(t, memstore.Options{})
 	r := windowRule(t, 5)
 	ctx := context.Background()
-	if err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, nil); err == nil {
+	if err := s.Decide(ctx, []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, false, nil); err == nil {
 		t.Fatal("short out slice: no error")
 	}
-	if err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Key: "k", Cost: 1}}, make([]floodgate.Decision, 1)); err == nil {
+	if err := s.Decide(ctx, []limiter.Hit{{Key: "k", Cost: 1}}, false, make([]floodgate.Decision, 1)); err == nil {
 		t.Fatal("nil rule: no error")
-	}
-	if err := s.Apply(ctx, limiter.Op(99), []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, make([]floodgate.Decision, 1)); err == nil {
-		t.Fatal("unknown op: no error")
 	}
 	if _, err := memstore.New(memstore.Options{MaxKeys: -1}); err == nil {
 		t.Fatal("negative MaxKeys: no error")
@@ -514,7 +528,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := memstore.New(memstore.Options{Shards: -3}); err == nil {
 		t.Fatal("negative Shards: no error")
 	}
-	err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Rule: r, Key: "k", Cost: 6}}, make([]floodgate.Decision, 1))
+	err := s.Decide(ctx, []limiter.Hit{{Rule: r, Key: "k", Cost: 6}}, false, make([]floodgate.Decision, 1))
 	if !errors.Is(err, floodgate.ErrNeverFits) {
 		t.Fatalf("cost 6 of 5: %v", err)
 	}

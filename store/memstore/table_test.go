@@ -97,7 +97,7 @@ func TestIndexInvariants(t *testing.T) {
 		// Keys of every length, some longer than an arena page's share.
 		key := strconv.Itoa(k) + strings.Repeat("x", k%7*k%(2*arenaLong))
 		hits := []limiter.Hit{{Rule: r, Key: key, Cost: 1}}
-		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+		if err := s.Decide(context.Background(), hits, false, out); err != nil {
 			t.Fatal(err)
 		}
 		if i%500 == 0 {
@@ -177,7 +177,7 @@ func TestByteBudget(t *testing.T) {
 			hits = []limiter.Hit{{Rule: cc, Key: k, Cost: 1, Lease: uint64(i + 1)}}
 		case 1:
 			hits = []limiter.Hit{{Rule: cc, Key: k, Cost: 1, Lease: uint64(i - rng.IntN(50))}}
-			if err := s.Apply(context.Background(), limiter.Release, hits, out[:1]); err != nil {
+			if err := s.Release(context.Background(), hits); err != nil {
 				t.Fatal(err)
 			}
 			s.checkIndex(t, &s.shards[0])
@@ -187,7 +187,7 @@ func TestByteBudget(t *testing.T) {
 		default:
 			hits = []limiter.Hit{{Rule: lg, Key: k, Cost: 1}}
 		}
-		if err := s.Apply(context.Background(), limiter.Charge, hits, out[:len(hits)]); err != nil {
+		if err := s.Decide(context.Background(), hits, false, out[:len(hits)]); err != nil {
 			t.Fatal(err)
 		}
 		s.checkIndex(t, &s.shards[0])
@@ -308,7 +308,7 @@ func TestEvictionOrder(t *testing.T) {
 	charge := func(r *limiter.Rule, key string, cost int64) floodgate.Decision {
 		t.Helper()
 		out := make([]floodgate.Decision, 1)
-		if err := s.Apply(context.Background(), limiter.Charge, []limiter.Hit{{Rule: r, Key: key, Cost: cost}}, out); err != nil {
+		if err := s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: key, Cost: cost}}, false, out); err != nil {
 			t.Fatal(err)
 		}
 		return out[0]
@@ -420,7 +420,7 @@ func TestCountsUntilEvicted(t *testing.T) {
 			counts[k] = 0
 		}
 		counts[k]++
-		if err := s.Apply(context.Background(), limiter.Charge, []limiter.Hit{{Rule: r, Key: k, Cost: 1}}, out); err != nil {
+		if err := s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: k, Cost: 1}}, false, out); err != nil {
 			t.Fatal(err)
 		}
 		if d := out[0]; !d.Allowed || d.Remaining != 1000-counts[k] {

@@ -39,7 +39,7 @@ func TestWallClockSteps(t *testing.T) {
 		got := 0
 		for range n {
 			out := make([]floodgate.Decision, 1)
-			if err := s.Apply(context.Background(), limiter.Charge, []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, out); err != nil {
+			if err := s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, false, out); err != nil {
 				t.Fatal(err)
 			}
 			if out[0].Allowed {

@@ -260,7 +260,7 @@ func (s *Store) finish(b []*request) {
 }
 
 // Op codes of apply.lua.
-var opCodes = [...]byte{limiter.Charge: 1, limiter.Peek: 2, limiter.Release: 3, limiter.Reserve: 5, limiter.Settle: 6}
+var opCodes = [...]byte{opCharge: 1, opPeek: 2, opRelease: 3, opReserve: 5, opSettle: 6}
 
 // opLease is apply.lua's lease op.
 const opLease = 4
@@ -383,7 +383,7 @@ func (c *callBuf) build(b []*request) ([]string, []string) {
 			f64(float64(ls.btRem))
 			f64(float64(ls.mark))
 		}
-		if rq.code == opCodes[limiter.Reserve] {
+		if rq.code == opCodes[opReserve] {
 			for i := range rq.hits {
 				f64(float64(rq.hits[i].ttl))
 			}

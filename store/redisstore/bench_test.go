@@ -40,7 +40,7 @@ func BenchmarkApply(b *testing.B) {
 				for pb.Next() {
 					i++
 					hits[0].Key = keys[i%uint64(len(keys))]
-					if err := s.Apply(ctx, limiter.Charge, hits, out); err != nil {
+					if err := s.Decide(ctx, hits, false, out); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -67,7 +67,7 @@ func BenchmarkApplyThreeLimits(b *testing.B) {
 		hits := []limiter.Hit{{Rule: rules[0], Key: "u", Cost: 1}, {Rule: rules[1], Key: "u", Cost: 1}, {Rule: rules[2], Key: "u", Cost: 1}}
 		out := make([]floodgate.Decision, 3)
 		for pb.Next() {
-			if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+			if err := s.Decide(context.Background(), hits, false, out); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -31,7 +31,7 @@ func TestClockStepsBack(t *testing.T) {
 		out := make([]floodgate.Decision, 1)
 		s.testNow.Store(base)
 		for i := 0; i < 2; i++ {
-			if err := s.Apply(ctx, limiter.Charge, hits, out); err != nil || !out[0].Allowed {
+			if err := s.Decide(ctx, hits, false, out); err != nil || !out[0].Allowed {
 				t.Fatalf("%s: charge %d: %+v %v", l.Name, i, out[0], err)
 			}
 		}
@@ -42,7 +42,7 @@ func TestClockStepsBack(t *testing.T) {
 			back = base - 2*86_400_000_000
 		}
 		s.testNow.Store(back)
-		if err := s.Apply(ctx, limiter.Charge, hits, out); err != nil {
+		if err := s.Decide(ctx, hits, false, out); err != nil {
 			t.Fatal(err)
 		}
 		if out[0].Allowed {

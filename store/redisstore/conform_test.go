@@ -109,19 +109,19 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 			cost = 1
 		}
 		lease := uint64(rng.IntN(5))
-		op := limiter.Charge
+		op := opCharge
 		switch rng.IntN(10) {
 		case 0:
-			op = limiter.Peek
+			op = opPeek
 		case 1:
 			if r.Algorithm() == floodgate.Concurrency {
-				op = limiter.Release
+				op = opRelease
 			}
 		}
-		req := algo.Request{Now: now * 1000, Cost: cost, Peek: op == limiter.Peek, Lease: lease}
+		req := algo.Request{Now: now * 1000, Cost: cost, Peek: op == opPeek, Lease: lease}
 		var want floodgate.Decision
 		var wantErr error
-		if op == limiter.Release {
+		if op == opRelease {
 			wantErr = r.Params().Release(&st, now*1000, lease)
 		} else {
 			want, wantErr = r.Params().Decide(&st, req)
@@ -130,11 +130,11 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 		// the same subject (so in the same slot): the script's general path
 		// must decide as its one-hit fast path does.
 		hits := []limiter.Hit{{Rule: r, Key: key, Cost: cost, Lease: lease}}
-		if step%2 == 1 && op != limiter.Release {
+		if step%2 == 1 && op != opRelease {
 			hits = append(hits, limiter.Hit{Rule: companion, Key: key, Cost: 1})
 		}
 		out := make([]floodgate.Decision, len(hits))
-		err := s.Apply(ctx, op, hits, out)
+		err := applyOp(ctx, s, op, hits, out)
 		desc := fmt.Sprintf("step %d at %s: op %d cost %d lease %d", step,
 			time.UnixMicro(now).UTC().Format("15:04:05.000000"), op, cost, lease)
 		if !errors.Is(err, floodgate.ErrNeverFits) || !errors.Is(wantErr, floodgate.ErrNeverFits) {
@@ -142,7 +142,7 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 				t.Fatalf("%s: error %v, algo %v", desc, err, wantErr)
 			}
 		}
-		if op == limiter.Release {
+		if op == opRelease {
 			continue
 		}
 		if out[0] != want {
@@ -178,7 +178,7 @@ func TestSlidingLogAtTheCut(t *testing.T) {
 		t.Helper()
 		s.testNow.Store(us)
 		out := make([]floodgate.Decision, 1)
-		if err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Rule: r, Key: "cut", Cost: cost}}, out); err != nil {
+		if err := s.Decide(ctx, []limiter.Hit{{Rule: r, Key: "cut", Cost: cost}}, false, out); err != nil {
 			t.Fatal(err)
 		}
 		return out[0]

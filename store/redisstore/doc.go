@@ -1,8 +1,10 @@
 // Package redisstore keeps Floodgate's counters in Redis (standalone,
 // Sentinel or Cluster), so that every instance of a service counts in one
-// place. It implements limiter.Store (and limiter.Leaser and
-// limiter.Reserver) with github.com/redis/rueidis, whose automatic
-// pipelining lets many goroutines share one connection.
+// place. It implements limiter.Store and every optional verb
+// (limiter.Releaser, limiter.Refunder, limiter.Reserver, limiter.Leaser)
+// with github.com/redis/rueidis, whose automatic pipelining lets many
+// goroutines share one connection. What the scripts need of a rule is
+// turned into strings once and kept on the rule (limiter.Rule.Prepared).
 //
 // # One script call for many decisions
 //
@@ -119,11 +121,11 @@
 //
 // # Cluster: the over-count bound
 //
-// Hits in different slots cannot share a script call. Apply charges the
+// Hits in different slots cannot share a script call. Decide charges the
 // slots one after the other, in the order of the hits (each in its slot's
 // lane, batched with that slot's other requests); when a slot denies, the
 // rest are only peeked and the slots already charged are refunded by a
-// second script (refund.lua) before Apply returns (or in the background if
+// second script (refund.lua) before Decide returns (or in the background if
 // the request's deadline passes first). Between a charge and its refund,
 // other requests see the charged units: a limit can then count up to the
 // sum of the costs of the requests that are in flight on it and will be
@@ -136,8 +138,8 @@
 //
 // # Reservations
 //
-// The store keeps reservations (limiter.Reserver, the Reserve and Settle
-// ops), in the same script and batches as every other request. A Reserve
+// The store keeps reservations (limiter.Reserver: Reserve and Settle), in
+// the same script and batches as every other request. A Reserve
 // is a charge that also writes, for every reserved hit it charged, a
 // settle record: the key <counter key>:r:<reservation ID>, in the
 // counter's slot through its hash tag, holding the estimate and where it

@@ -64,7 +64,7 @@ func checkFinalCounts(t *testing.T, url, prefix, scenario string, total helperRe
 		out := make([]floodgate.Decision, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		err := s.Apply(ctx, limiter.Peek, []limiter.Hit{h}, out)
+		err := s.Decide(ctx, []limiter.Hit{h}, true, out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestReserveExactAcrossProcesses(t *testing.T) {
 			free := func(h limiter.Hit) int64 {
 				h.Cost, h.Reserve = 1, false
 				out := make([]floodgate.Decision, 1)
-				if err := s.Apply(context.Background(), limiter.Peek, []limiter.Hit{h}, out); err != nil {
+				if err := s.Decide(context.Background(), []limiter.Hit{h}, true, out); err != nil {
 					t.Fatal(err)
 				}
 				if !out[0].Allowed {

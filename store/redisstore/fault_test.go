@@ -292,7 +292,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 				}
 				calls.Add(1)
 				if i%2 == 0 {
-					if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+					if err := s.Decide(context.Background(), hits, false, out); err != nil {
 						storeErrs.Add(1)
 						t.Errorf("store error after SCRIPT FLUSH: %v", err)
 					} else if out[0].Allowed {
@@ -333,7 +333,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 		t.Fatalf("engine saw %d store failures", st.StoreFailures)
 	}
 	out := make([]floodgate.Decision, 1)
-	if err := s.Apply(context.Background(), limiter.Peek, []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, out); err != nil {
+	if err := s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, true, out); err != nil {
 		t.Fatal(err)
 	}
 	if used := r.Capacity() - out[0].Remaining - 1; used != allowed.Load() {

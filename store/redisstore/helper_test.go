@@ -180,7 +180,7 @@ func helperMain() int {
 			var mine helperReport
 			for range attempts {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := s.Apply(ctx, limiter.Charge, hits, out)
+				err := s.Decide(ctx, hits, false, out)
 				cancel()
 				all := err == nil
 				for _, d := range out {
@@ -445,4 +445,26 @@ func runHelpers(t *testing.T, procs int, scenario, url, prefix string, attempts 
 		reps = append(reps, r.rep)
 	}
 	return reps
+}
+
+// applyOp asks st for o, the tests' way of driving every verb alike: a
+// settle answers as decisions (Allowed: found; Limit: the capacity), a
+// release and a refund answer nothing.
+func applyOp(ctx context.Context, st limiter.Store, o scriptOp, hits []limiter.Hit, out []floodgate.Decision) error {
+	switch o {
+	case opCharge, opPeek:
+		return st.Decide(ctx, hits, o == opPeek, out)
+	case opRelease:
+		return st.(limiter.Releaser).Release(ctx, hits)
+	case opRefund:
+		return st.(limiter.Refunder).Refund(ctx, hits)
+	case opReserve:
+		return st.(limiter.Reserver).Reserve(ctx, hits, out)
+	}
+	settled := make([]limiter.Settled, len(hits))
+	err := st.(limiter.Reserver).Settle(ctx, hits, settled)
+	for i, a := range settled {
+		out[i] = floodgate.Decision{Allowed: a.Found, Limit: hits[i].Rule.Capacity(), Remaining: a.Remaining, Overrun: a.Overrun}
+	}
+	return err
 }

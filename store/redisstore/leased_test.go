@@ -34,7 +34,7 @@ func TestLeaseOp(t *testing.T) {
 					out := make([]floodgate.Decision, 1)
 					p := h
 					p.Cost = 1
-					if err := s.Apply(ctx, limiter.Peek, []limiter.Hit{p}, out); err != nil {
+					if err := s.Decide(ctx, []limiter.Hit{p}, true, out); err != nil {
 						t.Fatal(err)
 					}
 					return out[0]
@@ -63,7 +63,7 @@ func TestLeaseOp(t *testing.T) {
 				h.Cost = 3
 				g = lease(6, limiter.Giveback{})
 				out := make([]floodgate.Decision, 1)
-				if err := s.Apply(ctx, limiter.Peek, []limiter.Hit{h}, out); err != nil {
+				if err := s.Decide(ctx, []limiter.Hit{h}, true, out); err != nil {
 					t.Fatal(err)
 				}
 				if g.Units != 0 || g.Decision != out[0] {
@@ -129,7 +129,7 @@ func TestLeasedEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make([]floodgate.Decision, 1)
-	if err := s.Apply(ctx, limiter.Peek, []limiter.Hit{hit}, out); err != nil {
+	if err := s.Decide(ctx, []limiter.Hit{hit}, true, out); err != nil {
 		t.Fatal(err)
 	}
 	if out[0].Remaining != 1000-350-1 {

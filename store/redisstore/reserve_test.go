@@ -66,24 +66,24 @@ func matchMemstore(t *testing.T, s *Store, r *limiter.Rule) {
 		// Reservations outlive the test on both clocks (the memory store's
 		// is the test's, which jumps by hours).
 		h := limiter.Hit{Rule: r, Key: key, Cost: 1 + rng.Int64N(c), Lease: id, Reserve: true, TTL: 10000 * time.Hour}
-		op := limiter.Reserve
+		op := opReserve
 		switch rng.IntN(7) {
 		case 0, 1, 2:
-			op = limiter.Settle
+			op = opSettle
 			h.Cost = rng.Int64N(c + 3) // 0, and sometimes above the capacity
 		case 3:
-			op, h.Reserve, h.Cost = limiter.Charge, false, 1
+			op, h.Reserve, h.Cost = opCharge, false, 1
 			h.Lease = 100 + id
 		case 4:
-			op, h.Reserve, h.Cost = limiter.Peek, false, 1
+			op, h.Reserve, h.Cost = opPeek, false, 1
 		}
-		if op == limiter.Reserve && held[id] {
-			op, h.Cost = limiter.Settle, rng.Int64N(2*c)
+		if op == opReserve && held[id] {
+			op, h.Cost = opSettle, rng.Int64N(2*c)
 		}
 		hits := []limiter.Hit{h}
 		got, want := make([]floodgate.Decision, 1), make([]floodgate.Decision, 1)
-		errGot := s.Apply(ctx, op, hits, got)
-		errWant := mem.Apply(ctx, op, []limiter.Hit{h}, want)
+		errGot := applyOp(ctx, s, op, hits, got)
+		errWant := applyOp(ctx, mem, op, []limiter.Hit{h}, want)
 		desc := fmt.Sprintf("step %d at %s: op %d cost %d reservation %d", step,
 			time.UnixMicro(now).UTC().Format("15:04:05.000000"), op, h.Cost, id)
 		if (errGot == nil) != (errWant == nil) {
@@ -91,23 +91,19 @@ func matchMemstore(t *testing.T, s *Store, r *limiter.Rule) {
 		}
 		want[0].At = 0
 		g, w := got[0], want[0]
-		if op == limiter.Settle {
-			// A settle answers found, the units free and the overrun.
-			g.ResetAfter, w.ResetAfter = 0, 0
-		}
 		if g != w {
 			t.Fatalf("%s:\n redis    %+v\n memstore %+v", desc, got[0], want[0])
 		}
 		switch {
-		case op == limiter.Reserve && g.Allowed:
+		case op == opReserve && g.Allowed:
 			held[id] = true
 			counts["reserved"]++
-		case op == limiter.Reserve:
+		case op == opReserve:
 			counts["denied"]++
 			if rng.IntN(2) == 0 {
 				now += (int64(g.RetryAfter) + 999) / 1000 // wait until it fits
 			}
-		case op == limiter.Settle && g.Allowed:
+		case op == opSettle && g.Allowed:
 			delete(held, id)
 			switch {
 			case g.Overrun > 0:
@@ -115,7 +111,7 @@ func matchMemstore(t *testing.T, s *Store, r *limiter.Rule) {
 			default:
 				counts["settled"]++
 			}
-		case op == limiter.Settle:
+		case op == opSettle:
 			counts["unknown"]++
 		}
 	}
@@ -155,7 +151,7 @@ func TestReserveClusterRefundsRecords(t *testing.T) {
 		t.Helper()
 		h.Cost, h.Reserve = 1, false
 		out := make([]floodgate.Decision, 1)
-		if err := s.Apply(ctx, limiter.Peek, []limiter.Hit{h}, out); err != nil {
+		if err := s.Decide(ctx, []limiter.Hit{h}, true, out); err != nil {
 			t.Fatal(err)
 		}
 		if !out[0].Allowed {
@@ -166,7 +162,7 @@ func TestReserveClusterRefundsRecords(t *testing.T) {
 	reserve := func(id uint64, ca, cb int64) []floodgate.Decision {
 		t.Helper()
 		out := make([]floodgate.Decision, 2)
-		err := s.Apply(ctx, limiter.Reserve, []limiter.Hit{
+		err := s.Reserve(ctx, []limiter.Hit{
 			{Rule: tpm, Key: a, Cost: ca, Lease: id, Reserve: true, TTL: time.Hour},
 			{Rule: day, Key: b, Cost: cb, Lease: id, Reserve: true, TTL: time.Hour},
 		}, out)
@@ -178,7 +174,7 @@ func TestReserveClusterRefundsRecords(t *testing.T) {
 	settle := func(id uint64, ca, cb int64) []floodgate.Decision {
 		t.Helper()
 		out := make([]floodgate.Decision, 2)
-		err := s.Apply(ctx, limiter.Settle, []limiter.Hit{
+		err := applyOp(ctx, s, opSettle, []limiter.Hit{
 			{Rule: tpm, Key: a, Cost: ca, Lease: id, Reserve: true},
 			{Rule: day, Key: b, Cost: cb, Lease: id, Reserve: true},
 		}, out)
@@ -188,7 +184,7 @@ func TestReserveClusterRefundsRecords(t *testing.T) {
 		return out
 	}
 	ha, hb := limiter.Hit{Rule: tpm, Key: a}, limiter.Hit{Rule: day, Key: b}
-	if err := s.Apply(ctx, limiter.Charge, []limiter.Hit{{Rule: day, Key: b, Cost: 40}}, make([]floodgate.Decision, 1)); err != nil {
+	if err := s.Decide(ctx, []limiter.Hit{{Rule: day, Key: b, Cost: 40}}, false, make([]floodgate.Decision, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if out := reserve(1, 30, 20); out[0].Allowed && out[1].Allowed {

@@ -26,7 +26,7 @@ func TestSentinel(t *testing.T) {
 	hits := []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}
 	out := make([]floodgate.Decision, 1)
 	for i, want := range []bool{true, true, false} {
-		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+		if err := s.Decide(context.Background(), hits, false, out); err != nil {
 			t.Fatal(err)
 		}
 		if out[0].Allowed != want {

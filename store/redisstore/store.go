@@ -100,9 +100,6 @@ type Store struct {
 	calls   atomic.Int64 // script calls of apply.lua
 	decided atomic.Int64 // requests they decided
 
-	rules       sync.Map // *limiter.Rule -> *ruleArgs
-	cachedRules atomic.Int64
-
 	// testNow, when not zero, replaces the server's clock (µs); tests use
 	// it to compare decisions at fixed instants.
 	testNow atomic.Int64
@@ -248,45 +245,90 @@ func (s *Store) Key(r *limiter.Rule, subject string) string {
 	return s.prefix + "{" + subject + "}:" + r.ID()
 }
 
-// maxCachedRules bounds the cache of rule arguments: policy reloads make
-// new rules, and the old ones must not pile up.
-const maxCachedRules = 4096
+// argsSlot keeps each rule's script arguments (a *ruleArgs) on the rule.
+var argsSlot = limiter.NewSlot()
 
+func buildRuleArgs(r *limiter.Rule) any { return newRuleArgs(r) }
+
+// ruleArgs returns the script arguments of a rule, prepared once, on it.
 func (s *Store) ruleArgs(r *limiter.Rule) *ruleArgs {
-	if v, ok := s.rules.Load(r); ok {
-		return v.(*ruleArgs)
-	}
-	if s.cachedRules.Add(1) > maxCachedRules {
-		s.rules.Clear()
-		s.cachedRules.Store(1)
-	}
-	v, _ := s.rules.LoadOrStore(r, newRuleArgs(r))
-	return v.(*ruleArgs)
+	return r.Prepared(argsSlot, buildRuleArgs).(*ruleArgs)
 }
 
-// Apply runs op on all hits; see limiter.Store. Hits in one Cluster slot
-// (always, on a standalone server) are decided by one script call, all or
-// nothing, together with the other requests that arrive meanwhile (see the
-// package documentation on batching). On a Cluster, slots are charged one
-// after the other and the charged ones are refunded when a later slot
-// denies (see the package documentation for the bound on over-counting
-// this gives). A Reserve is decided as a Charge and writes the settle
-// records of its reserved hits in the same call (deleted by such a
-// refund); a Settle is applied per slot, each hit on its own (see the
-// package documentation on reservations).
+// scriptOp is what the store does with a request's hits: a verb of
+// limiter.Store or of one of the optional interfaces.
+type scriptOp uint8
+
+const (
+	opCharge scriptOp = iota + 1
+	opPeek
+	opRelease
+	opRefund
+	opReserve
+	opSettle
+)
+
+// Decide decides the hits, and unless peek charges them all or nothing
+// (see limiter.Store). Hits in one Cluster slot (always, on a standalone
+// server) are decided by one script call, all or nothing, together with
+// the other requests that arrive meanwhile (see the package documentation
+// on batching). On a Cluster, slots are charged one after the other and
+// the charged ones are refunded when a later slot denies (see the package
+// documentation for the bound on over-counting this gives).
 //
-// A hit whose cost exceeds its limit's capacity denies the request and makes
-// Apply return an error wrapping floodgate.ErrNeverFits, with out filled in.
-// A request whose context ends while it still waits for its batch to be
-// sent returns an error wrapping limiter.ErrNotSent: it was not applied.
-func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
-	if len(out) != len(hits) {
-		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
+// A hit whose cost exceeds its limit's capacity denies the request and
+// makes Decide return an error wrapping floodgate.ErrNeverFits, with out
+// filled in. A request whose context ends while it still waits for its
+// batch to be sent returns an error wrapping limiter.ErrNotSent: it was
+// not applied; so do the other verbs.
+func (s *Store) Decide(ctx context.Context, hits []limiter.Hit, peek bool, out []floodgate.Decision) error {
+	o := opCharge
+	if peek {
+		o = opPeek
 	}
-	switch op {
-	case limiter.Charge, limiter.Peek, limiter.Release, limiter.Refund, limiter.Reserve, limiter.Settle:
-	default:
-		return fmt.Errorf("redisstore: unknown op %d", op)
+	return s.do(ctx, o, hits, out, nil)
+}
+
+// Release ends the concurrency leases the hits name (limiter.Releaser),
+// one request per hit (releases are independent).
+func (s *Store) Release(ctx context.Context, hits []limiter.Hit) error {
+	return s.do(ctx, opRelease, hits, nil, nil)
+}
+
+// Refund gives back the charges of the refundable hits
+// (limiter.Refunder).
+func (s *Store) Refund(ctx context.Context, hits []limiter.Hit) error {
+	return s.do(ctx, opRefund, hits, nil, nil)
+}
+
+// Reserve is Decide's charge that also writes the settle records of its
+// reserved hits in the same call (limiter.Reserver); on a Cluster, a
+// refund of a slot after a later slot denied deletes them again.
+func (s *Store) Reserve(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
+	return s.do(ctx, opReserve, hits, out, nil)
+}
+
+// Settle ends the reservations the hits name (limiter.Reserver), per
+// slot, each hit on its own (see the package documentation on
+// reservations).
+func (s *Store) Settle(ctx context.Context, hits []limiter.Hit, out []limiter.Settled) error {
+	return s.do(ctx, opSettle, hits, nil, out)
+}
+
+var (
+	_ limiter.Releaser = (*Store)(nil)
+	_ limiter.Refunder = (*Store)(nil)
+	_ limiter.Reserver = (*Store)(nil)
+)
+
+// do does o to hits, writing decisions into out, or a settle's answers
+// into settled.
+func (s *Store) do(ctx context.Context, o scriptOp, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled) error {
+	switch {
+	case o == opSettle && len(settled) != len(hits):
+		return fmt.Errorf("redisstore: %d answers for %d hits", len(settled), len(hits))
+	case o != opSettle && o != opRelease && o != opRefund && len(out) != len(hits):
+		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
 	}
 	if len(hits) == 0 {
 		return nil
@@ -295,44 +337,42 @@ func (s *Store) Apply(ctx context.Context, op limiter.Op, hits []limiter.Hit, ou
 		if hits[i].Rule == nil {
 			return fmt.Errorf("redisstore: hit %d has no rule", i)
 		}
-		if (op != limiter.Release && op != limiter.Settle && hits[i].Cost < 1) || hits[i].Cost < 0 {
+		if (o != opRelease && o != opSettle && hits[i].Cost < 1) || hits[i].Cost < 0 {
 			return fmt.Errorf("redisstore: hit %d: %w", i, floodgate.ErrInvalidCost)
 		}
 	}
-	if op == limiter.Reserve && flagged(hits) {
+	if o == opReserve && flagged(hits) {
 		return fmt.Errorf("redisstore: a reservation's hits cannot be checks or grouped")
 	}
-	switch op {
-	case limiter.Release:
-		return s.release(ctx, hits, out)
-	case limiter.Refund:
-		return s.refundHits(ctx, hits, out)
-	case limiter.Settle:
-		return s.settle(ctx, hits, out)
+	switch o {
+	case opRelease:
+		return s.release(ctx, hits)
+	case opRefund:
+		return s.refundHits(ctx, hits)
+	case opSettle:
+		return s.settle(ctx, hits, settled)
 	}
 	if s.mode != Cluster || len(hits) == 1 {
 		rq := getRequest()
 		for i := range hits {
 			rq.idx = append(rq.idx, i)
 		}
-		_, _, err := s.run(ctx, op, hits, out, rq)
+		_, _, err := s.run(ctx, o, hits, out, nil, rq)
 		return err
 	}
-	return s.applyCluster(ctx, op, hits, out)
+	return s.applyCluster(ctx, o, hits, out)
 }
 
 // release ends the leases of the concurrency hits, one request per hit
-// (releases are independent); the other hits report their limit as free.
-func (s *Store) release(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
+// (releases are independent); the other hits are left alone.
+func (s *Store) release(ctx context.Context, hits []limiter.Hit) error {
 	for i := range hits {
-		ra := s.ruleArgs(hits[i].Rule)
-		if ra.alg.Kind() != floodgate.KindConcurrency {
-			out[i] = floodgate.Decision{Allowed: true, Limit: ra.cap, Remaining: ra.cap}
+		if s.ruleArgs(hits[i].Rule).alg.Kind() != floodgate.KindConcurrency {
 			continue
 		}
 		rq := getRequest()
 		rq.idx = append(rq.idx, i)
-		if _, _, err := s.run(ctx, limiter.Release, hits, out, rq); err != nil {
+		if _, _, err := s.run(ctx, opRelease, hits, nil, nil, rq); err != nil {
 			return err
 		}
 	}
@@ -342,11 +382,9 @@ func (s *Store) release(ctx context.Context, hits []limiter.Hit, out []floodgate
 // refundHits gives back the charges of the refundable hits (token bucket,
 // GCRA, leaky bucket and queue: the refund script moves their TAT back by
 // the cost, an exact inverse that needs no instant), one script call per
-// hit; the others keep their charge. out reports each hit as allowed with
-// its limit; Remaining is not read back.
-func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
+// hit; the others keep their charge.
+func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit) error {
 	for i := range hits {
-		out[i] = floodgate.Decision{Allowed: true, Limit: s.ruleArgs(hits[i].Rule).cap}
 		if !hits[i].Rule.Algorithm().Traits().Refundable {
 			continue
 		}
@@ -387,9 +425,9 @@ func (s *Store) bySlot(hits []limiter.Hit) []*request {
 // Groups of hits (limiter.Hit.Group) may span slots: each slot's script
 // leaves them open, and once every slot answered the store works out the
 // verdict and gives back what was charged if a group stopped the request.
-func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision) error {
+func (s *Store) applyCluster(ctx context.Context, op scriptOp, hits []limiter.Hit, out []floodgate.Decision) error {
 	groups := s.bySlot(hits)
-	open := op == limiter.Charge && flagged(hits)
+	open := op == opCharge && flagged(hits)
 	var charged []charge
 	defer func() {
 		for _, c := range charged {
@@ -400,7 +438,7 @@ func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.
 	var firstErr error
 	for gi, rq := range groups {
 		covered := s.keep(rq) // run recycles rq
-		ok, mark, err := s.runOpen(ctx, curOp, hits, out, rq, open)
+		ok, mark, err := s.runOpen(ctx, curOp, hits, out, nil, rq, open)
 		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
 			// The state of this slot is unknown; give back what is known.
 			for _, rest := range groups[gi+1:] {
@@ -413,16 +451,16 @@ func (s *Store) applyCluster(ctx context.Context, op limiter.Op, hits []limiter.
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
-		if curOp != limiter.Peek && ok {
+		if curOp != opPeek && ok {
 			charged = append(charged, charge{covered, mark})
 			continue
 		}
 		putRequest(covered)
-		if curOp != limiter.Peek {
+		if curOp != opPeek {
 			// A denial: the rest is only looked at, and the slots
 			// charged so far are given back (with the settle records
 			// of a reserve).
-			curOp = limiter.Peek
+			curOp = opPeek
 			s.refundAll(ctx, op, charged, hits, out)
 			for _, c := range charged {
 				putRequest(c.rq)
@@ -463,7 +501,7 @@ type charge struct {
 // charged; a refund that misses the deadline is retried in the background
 // (Flush waits for those) so that a slow server never makes a request wait
 // past its deadline.
-func (s *Store) refundAll(ctx context.Context, op limiter.Op, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
+func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
 	for _, d := range charged {
 		r := &refundCall{args: []string{itoa(d.mark), ""}}
 		n := 0
@@ -472,7 +510,7 @@ func (s *Store) refundAll(ctx context.Context, op limiter.Op, charged []charge, 
 			if out[i].Allowed && !hits[i].Check {
 				s.appendHit(r, &hits[i], d.mark*1000)
 				n++
-				if op == limiter.Reserve && hits[i].Reserve {
+				if op == opReserve && hits[i].Reserve {
 					recs = append(recs, recordKey(s.Key(hits[i].Rule, hits[i].Key), hits[i].Lease))
 				}
 			}
@@ -590,16 +628,16 @@ func flagged(hits []limiter.Hit) bool {
 // A charge whose hits are checks or grouped is a flagged charge (a lone
 // check is a peek); with open, every group is left for the caller to
 // decide (it spans Cluster slots).
-func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request, open bool) {
+func (s *Store) prepare(op scriptOp, hits []limiter.Hit, rq *request, open bool) {
 	rq.now, rq.test = s.now()
 	if rq.now == 0 {
 		rq.now = time.Now().UnixNano()
 	}
 	rq.code, rq.err = opCodes[op], nil
-	if op == limiter.Charge {
+	if op == opCharge {
 		switch {
 		case len(rq.idx) == 1 && hits[rq.idx[0]].Check:
-			rq.code = opCodes[limiter.Peek]
+			rq.code = opCodes[opPeek]
 		case len(rq.idx) == 1 && !open:
 		default:
 			for _, i := range rq.idx {
@@ -634,9 +672,9 @@ func (s *Store) prepare(op limiter.Op, hits []limiter.Hit, rq *request, open boo
 			a.lease = strconv.FormatUint(h.Lease, 10)
 		}
 		switch {
-		case op == limiter.Settle:
+		case op == opSettle:
 			rq.keys = append(rq.keys, recordKey(key, h.Lease))
-		case op == limiter.Reserve && h.Reserve:
+		case op == opReserve && h.Reserve:
 			a.ttl = recordTTL(h.TTL)
 			rq.recs = append(rq.recs, recordKey(key, h.Lease))
 		}
@@ -669,15 +707,16 @@ func recordTTL(ttl time.Duration) int64 {
 }
 
 // run has the hits rq.idx names decided (as one request, in their slot's
-// lane) and fills their decisions. It reports whether the request was
+// lane) and fills their decisions into out, or a settle's answers into
+// settled (a release answers nothing). It reports whether the request was
 // charged and the server instant. It takes rq and recycles it.
-func (s *Store) run(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision, rq *request) (bool, int64, error) {
-	return s.runOpen(ctx, op, hits, out, rq, false)
+func (s *Store) run(ctx context.Context, op scriptOp, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled, rq *request) (bool, int64, error) {
+	return s.runOpen(ctx, op, hits, out, settled, rq, false)
 }
 
 // runOpen is run; with open, the groups of the hits are decided by the
 // caller (see prepare).
-func (s *Store) runOpen(ctx context.Context, op limiter.Op, hits []limiter.Hit, out []floodgate.Decision, rq *request, open bool) (bool, int64, error) {
+func (s *Store) runOpen(ctx context.Context, op scriptOp, hits []limiter.Hit, out []floodgate.Decision, settled []limiter.Settled, rq *request, open bool) (bool, int64, error) {
 	s.prepare(op, hits, rq, open)
 	ln := &s.single
 	if s.mode == Cluster {
@@ -694,6 +733,17 @@ func (s *Store) runOpen(ctx context.Context, op limiter.Op, hits []limiter.Hit, 
 	var never error
 	for j, i := range rq.idx {
 		v := rq.vals[6*j : 6*j+6]
+		switch op {
+		case opRelease:
+			continue
+		case opSettle:
+			// found, free units, overrun (and a reset, not answered:
+			// the stores worked it out differently, and nothing reads it)
+			if settled[i] = (limiter.Settled{}); v[0] == 1 {
+				settled[i] = limiter.Settled{Found: true, Remaining: v[1], Overrun: v[2]}
+			}
+			continue
+		}
 		out[i] = floodgate.Decision{
 			Allowed:    v[0] == 1,
 			Limit:      hits[i].Rule.Params().Capacity(),
@@ -702,13 +752,6 @@ func (s *Store) runOpen(ctx context.Context, op limiter.Op, hits []limiter.Hit, 
 			ResetAfter: time.Duration(v[3]),
 			Delay:      time.Duration(v[4]),
 		}
-		switch rq.code {
-		case opCodes[limiter.Release]:
-			out[i].Allowed = true
-		case opCodes[limiter.Settle]:
-			// found, free units, overrun, reset
-			out[i].RetryAfter, out[i].Overrun = 0, v[2]
-		}
 		if v[5] == 1 && never == nil {
 			never = fmt.Errorf("redisstore: %s: %w", hits[i].Rule.ID(), floodgate.ErrNeverFits)
 		}
@@ -716,26 +759,22 @@ func (s *Store) runOpen(ctx context.Context, op limiter.Op, hits []limiter.Hit, 
 	return rq.got == 1, rq.mark, never
 }
 
-// Reservations reports true: the store keeps reservations (the Reserve
-// and Settle ops; limiter.Reserver).
-func (s *Store) Reservations() bool { return true }
-
-// settle ends the reservations the hits name (see limiter.Settle): all in
-// one request on a standalone server; on a Cluster one request per slot,
-// each atomic in its slot. A call that fails stops the rest: their
+// settle ends the reservations the hits name (see limiter.Reserver): all
+// in one request on a standalone server; on a Cluster one request per
+// slot, each atomic in its slot. A call that fails stops the rest: their
 // reservations settle at their estimates when their TTLs pass.
-func (s *Store) settle(ctx context.Context, hits []limiter.Hit, out []floodgate.Decision) error {
+func (s *Store) settle(ctx context.Context, hits []limiter.Hit, out []limiter.Settled) error {
 	if s.mode != Cluster || len(hits) == 1 {
 		rq := getRequest()
 		for i := range hits {
 			rq.idx = append(rq.idx, i)
 		}
-		_, _, err := s.run(ctx, limiter.Settle, hits, out, rq)
+		_, _, err := s.run(ctx, opSettle, hits, nil, out, rq)
 		return err
 	}
 	groups := s.bySlot(hits)
 	for gi, rq := range groups {
-		if _, _, err := s.run(ctx, limiter.Settle, hits, out, rq); err != nil {
+		if _, _, err := s.run(ctx, opSettle, hits, nil, out, rq); err != nil {
 			for _, rest := range groups[gi+1:] {
 				putRequest(rest)
 			}
@@ -744,8 +783,6 @@ func (s *Store) settle(ctx context.Context, hits []limiter.Hit, out []floodgate.
 	}
 	return nil
 }
-
-var _ limiter.Reserver = (*Store)(nil)
 
 // Lease implements limiter.Leaser for token bucket, GCRA, leaky bucket and
 // fixed window limits: one request (batched with the others) gives back
@@ -770,7 +807,7 @@ func (s *Store) Lease(ctx context.Context, h *limiter.Hit, want int64, back limi
 	rq := getRequest()
 	rq.idx = append(rq.idx, 0)
 	one := [1]limiter.Hit{*h}
-	s.prepare(limiter.Charge, one[:], rq, false)
+	s.prepare(opCharge, one[:], rq, false)
 	rq.code = opLease
 	ra := rq.hits[0].ra
 	rq.ls = leaseArgs{want: want, back: min(back.Units, c), mark: back.Mark}

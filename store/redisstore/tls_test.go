@@ -54,7 +54,7 @@ func TestTLS(t *testing.T) {
 	out := make([]floodgate.Decision, 1)
 	hits := []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}
 	for i, want := range []bool{true, false} {
-		if err := s.Apply(context.Background(), limiter.Charge, hits, out); err != nil {
+		if err := s.Decide(context.Background(), hits, false, out); err != nil {
 			t.Fatal(err)
 		}
 		if out[0].Allowed != want {
@@ -66,7 +66,7 @@ func TestTLS(t *testing.T) {
 	bad, err := New(Options{URL: url, Prefix: uniquePrefix(t)})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = bad.Apply(ctx, limiter.Charge, hits, out)
+		err = bad.Decide(ctx, hits, false, out)
 		cancel()
 		bad.Close()
 	}

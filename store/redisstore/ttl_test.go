@@ -19,13 +19,13 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	rules := conformLimits(t)
 	for _, r := range rules {
 		for i := 0; i < 3*int(r.Params().Capacity()); i++ {
-			for _, op := range []limiter.Op{limiter.Charge, limiter.Peek, limiter.Release} {
-				if op == limiter.Release && r.Algorithm() != floodgate.Concurrency {
+			for _, op := range []scriptOp{opCharge, opPeek, opRelease} {
+				if op == opRelease && r.Algorithm() != floodgate.Concurrency {
 					continue
 				}
 				hits := []limiter.Hit{{Rule: r, Key: "ttl" + strconv.Itoa(i%3), Cost: 1, Lease: uint64(i % 4)}}
 				out := make([]floodgate.Decision, 1)
-				if err := s.Apply(ctx, op, hits, out); err != nil {
+				if err := applyOp(ctx, s, op, hits, out); err != nil {
 					t.Fatalf("%s: %v", r.ID(), err)
 				}
 			}

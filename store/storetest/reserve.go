@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,8 +12,10 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// RunReservations runs the reservation tests (limiter.Reserve and
-// limiter.Settle) against the stores newStore returns, as Run does.
+// RunReservations runs the reservation tests (limiter.Reserver's Reserve
+// and Settle) against the stores newStore returns, as Run does. The
+// stores must implement limiter.Reserver, and limiter.Releaser for the
+// test of concurrency limits.
 func RunReservations(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	tests := []struct {
 		name string
@@ -26,6 +29,9 @@ func RunReservations(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ReserveShadow", testReserveShadow},
 		{"ReservationExpiry", testReservationExpiry},
 		{"ConcurrentReservations", testConcurrentReservations},
+	}
+	if !has(newStore(t), reserveOp) {
+		t.Fatal("the store does not implement limiter.Reserver")
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,10 +60,23 @@ func reserved(r *limiter.Rule, k string, cost int64, id uint64) limiter.Hit {
 }
 
 // settle settles one reserved hit with its actual cost.
-func settle(t testing.TB, s limiter.Store, h limiter.Hit, actual int64) floodgate.Decision {
+func settle(t testing.TB, s limiter.Store, h limiter.Hit, actual int64) limiter.Settled {
 	t.Helper()
 	h.Cost = actual
-	return must(t, s, limiter.Settle, h)[0]
+	out, err := settleHits(s, h)
+	if err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	return out[0]
+}
+
+// settleHits settles the reserved hits.
+func settleHits(s limiter.Store, hits ...limiter.Hit) ([]limiter.Settled, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out := make([]limiter.Settled, len(hits))
+	err := s.(limiter.Reserver).Settle(ctx, hits, out)
+	return out, err
 }
 
 // free returns the units free on h's limit and key (a peek of one unit).
@@ -78,22 +97,22 @@ func testSettleBelow(t *testing.T, s limiter.Store) {
 	for _, r := range counting(t) {
 		k := key("below-" + r.Algorithm().String())
 		h := reserved(r, k, 6, 0x51)
-		wantAllowed(t, r.Name()+": reserve 6", must(t, s, limiter.Reserve, h)[0], 10, 4)
+		wantAllowed(t, r.Name()+": reserve 6", must(t, s, reserveOp, h)[0], 10, 4)
 		if n := free(t, s, h); n != 4 {
 			t.Fatalf("%s: %d free while 6 are reserved, want 4", r.Algorithm(), n)
 		}
 		d := settle(t, s, h, 2)
-		if !d.Allowed || d.Overrun != 0 || d.Remaining != 8 {
+		if !d.Found || d.Overrun != 0 || d.Remaining != 8 {
 			t.Fatalf("%s: settle 2 of 6: %+v, want found, 8 free, no overrun", r.Algorithm(), d)
 		}
 		if n := free(t, s, h); n != 8 {
 			t.Fatalf("%s: %d free after settling 2 of 6, want 8", r.Algorithm(), n)
 		}
 		h0 := reserved(r, k, 5, 0x52)
-		must(t, s, limiter.Reserve, h0)
+		must(t, s, reserveOp, h0)
 		settle(t, s, h0, 0)
 		h5 := reserved(r, k, 5, 0x53)
-		must(t, s, limiter.Reserve, h5)
+		must(t, s, reserveOp, h5)
 		settle(t, s, h5, 5)
 		if n := free(t, s, h); n != 3 {
 			t.Fatalf("%s: %d free after a settle at 0 and one at the estimate, want 3", r.Algorithm(), n)
@@ -107,15 +126,15 @@ func testSettleAbove(t *testing.T, s limiter.Store) {
 	for _, r := range counting(t) {
 		k := key("above-" + r.Algorithm().String())
 		h := reserved(r, k, 3, 0x61)
-		must(t, s, limiter.Reserve, h)
+		must(t, s, reserveOp, h)
 		d := settle(t, s, h, 5)
-		if !d.Allowed || d.Overrun != 0 || d.Remaining != 5 {
+		if !d.Found || d.Overrun != 0 || d.Remaining != 5 {
 			t.Fatalf("%s: settle 5 of 3: %+v, want 5 free, no overrun", r.Algorithm(), d)
 		}
 		h2 := reserved(r, k, 2, 0x62)
-		must(t, s, limiter.Reserve, h2)
+		must(t, s, reserveOp, h2)
 		d = settle(t, s, h2, 9)
-		if !d.Allowed || d.Overrun != 4 || d.Remaining != 0 {
+		if !d.Found || d.Overrun != 4 || d.Remaining != 0 {
 			t.Fatalf("%s: settle 9 of 2 with 3 left: %+v, want 3 charged, overrun 4, nothing free", r.Algorithm(), d)
 		}
 		if d := peek(t, s, limiter.Hit{Rule: r, Key: k, Cost: 1}); d.Allowed {
@@ -130,15 +149,15 @@ func testSettleTwice(t *testing.T, s limiter.Store) {
 	for _, r := range counting(t) {
 		k := key("twice-" + r.Algorithm().String())
 		h := reserved(r, k, 4, 0x71)
-		must(t, s, limiter.Reserve, h)
+		must(t, s, reserveOp, h)
 		settle(t, s, h, 1)
-		if d := settle(t, s, h, 0); d.Allowed {
+		if d := settle(t, s, h, 0); d != (limiter.Settled{}) {
 			t.Fatalf("%s: second settle accepted: %+v", r.Algorithm(), d)
 		}
-		if d := settle(t, s, h, 10); d.Allowed || d.Overrun != 0 {
+		if d := settle(t, s, h, 10); d != (limiter.Settled{}) {
 			t.Fatalf("%s: third settle accepted: %+v", r.Algorithm(), d)
 		}
-		if d := settle(t, s, reserved(r, k, 1, 0x72), 0); d.Allowed {
+		if d := settle(t, s, reserved(r, k, 1, 0x72), 0); d != (limiter.Settled{}) {
 			t.Fatalf("%s: settle of a reservation never made accepted: %+v", r.Algorithm(), d)
 		}
 		if n := free(t, s, h); n != 9 {
@@ -155,23 +174,23 @@ func testReserveAllOrNothing(t *testing.T, s limiter.Store) {
 	k := key("aon")
 	charge(t, s, limiter.Hit{Rule: b, Key: k, Cost: 2})
 	ha, hb := reserved(a, k, 5, 0x81), reserved(b, k, 4, 0x81)
-	out := must(t, s, limiter.Reserve, ha, hb)
+	out := must(t, s, reserveOp, ha, hb)
 	if out[1].Allowed {
 		t.Fatalf("4 of the 3 left reserved: %+v", out)
 	}
 	if n := free(t, s, ha); n != 10 {
 		t.Fatalf("%d free on the limit that allowed, want all 10", n)
 	}
-	if d := settle(t, s, ha, 0); d.Allowed {
+	if d := settle(t, s, ha, 0); d.Found {
 		t.Fatalf("a denied reservation was kept: %+v", d)
 	}
 	// A plain hit beside a reserved one: both charged, only one reserved.
 	hb.Reserve, hb.Cost = false, 1
-	out = must(t, s, limiter.Reserve, ha, hb)
+	out = must(t, s, reserveOp, ha, hb)
 	if !out[0].Allowed || !out[1].Allowed {
 		t.Fatalf("reserve with a plain hit: %+v", out)
 	}
-	if d := settle(t, s, ha, 0); !d.Allowed {
+	if d := settle(t, s, ha, 0); !d.Found {
 		t.Fatalf("settle: %+v", d)
 	}
 	if na, nb := free(t, s, ha), free(t, s, hb); na != 10 || nb != 2 {
@@ -184,18 +203,18 @@ func testReserveConcurrency(t *testing.T, s limiter.Store) {
 	r := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2})
 	k := key("conc")
 	h1, h2, h3 := reserved(r, k, 1, 0x91), reserved(r, k, 1, 0x92), reserved(r, k, 1, 0x93)
-	must(t, s, limiter.Reserve, h1)
-	must(t, s, limiter.Reserve, h2)
-	if d := must(t, s, limiter.Reserve, h3)[0]; d.Allowed {
+	must(t, s, reserveOp, h1)
+	must(t, s, reserveOp, h2)
+	if d := must(t, s, reserveOp, h3)[0]; d.Allowed {
 		t.Fatalf("third slot of 2: %+v", d)
 	}
-	if d := settle(t, s, h1, 7); !d.Allowed || d.Overrun != 0 {
+	if d := settle(t, s, h1, 7); !d.Found || d.Overrun != 0 {
 		t.Fatalf("settle: %+v", d)
 	}
-	if d := must(t, s, limiter.Reserve, h3)[0]; !d.Allowed {
+	if d := must(t, s, reserveOp, h3)[0]; !d.Allowed {
 		t.Fatalf("the settled slot was not freed: %+v", d)
 	}
-	if d := settle(t, s, h1, 1); d.Allowed {
+	if d := settle(t, s, h1, 1); d.Found {
 		t.Fatalf("second settle of a lease accepted: %+v", d)
 	}
 }
@@ -206,18 +225,18 @@ func testReserveShadow(t *testing.T, s limiter.Store) {
 	sh := shadowRule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
 	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
 	k := key("shadow")
-	out := must(t, s, limiter.Reserve, reserved(sh, k, 1, 0xa1), reserved(r, k, 1, 0xa1))
+	out := must(t, s, reserveOp, reserved(sh, k, 1, 0xa1), reserved(r, k, 1, 0xa1))
 	if !out[0].Allowed || !out[1].Allowed {
 		t.Fatalf("first: %+v", out)
 	}
-	out = must(t, s, limiter.Reserve, reserved(sh, k, 1, 0xa2), reserved(r, k, 1, 0xa2))
+	out = must(t, s, reserveOp, reserved(sh, k, 1, 0xa2), reserved(r, k, 1, 0xa2))
 	if out[0].Allowed || !out[1].Allowed {
 		t.Fatalf("second: %+v, want the shadow limit denying and the other allowing", out)
 	}
-	if d := settle(t, s, reserved(sh, k, 1, 0xa2), 0); d.Allowed {
+	if d := settle(t, s, reserved(sh, k, 1, 0xa2), 0); d.Found {
 		t.Fatalf("a shadow hit that denied kept a reservation: %+v", d)
 	}
-	if d := settle(t, s, reserved(r, k, 1, 0xa2), 0); !d.Allowed {
+	if d := settle(t, s, reserved(r, k, 1, 0xa2), 0); !d.Found {
 		t.Fatalf("settle: %+v", d)
 	}
 }
@@ -232,23 +251,23 @@ func testReservationExpiry(t *testing.T, s limiter.Store) {
 	k := key("expiry")
 	h := reserved(r, k, 7, 0xb1)
 	h.TTL = 100 * time.Millisecond
-	must(t, s, limiter.Reserve, h)
+	must(t, s, reserveOp, h)
 	const probes = 200
 	for i := range probes {
 		p := reserved(r, k, 1, 0xb100+uint64(i))
 		p.TTL = h.TTL
-		must(t, s, limiter.Reserve, p)
+		must(t, s, reserveOp, p)
 	}
 	expired := false
 	for i := 0; i < probes && !expired; i++ {
 		time.Sleep(50 * time.Millisecond)
 		p := reserved(r, k, 1, 0xb100+uint64(i))
-		expired = !settle(t, s, p, 1).Allowed
+		expired = !settle(t, s, p, 1).Found
 	}
 	if !expired {
 		t.Fatalf("a reservation of 100 ms still held after %d probes of 50 ms", probes)
 	}
-	if d := settle(t, s, h, 0); d.Allowed {
+	if d := settle(t, s, h, 0); d.Found {
 		t.Fatalf("an expired reservation was settled: %+v", d)
 	}
 	// The estimate stays charged: 7 + the 200 probes (each charged 1,
@@ -275,7 +294,7 @@ func testConcurrentReservations(t *testing.T, s limiter.Store) {
 			var held []limiter.Hit
 			hammer(t, 50, 1, func(int) (bool, error) {
 				h := reserved(r, k, 1, 0xc000+next.Add(1))
-				out, err := apply(s, limiter.Reserve, h)
+				out, err := apply(s, reserveOp, h)
 				if err == nil && out[0].Allowed {
 					mu.Lock()
 					held = append(held, h)
@@ -294,8 +313,8 @@ func testConcurrentReservations(t *testing.T, s limiter.Store) {
 		for i, h := range held {
 			wg.Go(func() {
 				h.Cost = int64(min(i/4, 1)) // 4 at 0, 6 at 1
-				out, err := apply(s, limiter.Settle, h)
-				if err == nil && !out[0].Allowed {
+				out, err := settleHits(s, h)
+				if err == nil && !out[0].Found {
 					err = fmt.Errorf("reservation %x not found", h.Lease)
 				}
 				if err != nil {
