@@ -248,8 +248,9 @@ routes:
 
 // TestRLSCommandMutualTLS: floodgate rls with GRPC_SERVER_USE_TLS and
 // GRPC_CLIENT_TLS_CACERT and _SAN serves only clients whose certificate
-// that CA signed with that name, and a renewed certificate without a
-// restart.
+// that CA signed with that name (not one without a certificate, one with
+// another name, nor one with that name from another CA), and a renewed
+// certificate without a restart.
 func TestRLSCommandMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	p := newTLSPKI(t, dir)
@@ -261,7 +262,21 @@ func TestRLSCommandMutualTLS(t *testing.T) {
 	if err := askRLS(rp.grpc, good); err != nil {
 		t.Errorf("client certificate named envoy: %v", err)
 	}
-	for name, tc := range map[string]*tls.Config{"no client certificate": p.clientTLS(), "a certificate named other": p.clientTLS(p.stranger)} {
+	// A certificate named envoy that another CA signed.
+	rogue, err := testcerts.NewCA(t.TempDir(), "clients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := rogue.Client("envoy", "envoy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := tls.LoadX509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]*tls.Config{"no client certificate": p.clientTLS(), "a certificate named other": p.clientTLS(p.stranger),
+		"a certificate named envoy of another CA": p.clientTLS(forged)} {
 		if err := askRLS(rp.grpc, tc); err == nil {
 			t.Errorf("%s: served", name)
 		}
