@@ -465,6 +465,82 @@ routes:
 	}
 }
 
+// TestH2CPerAddressLimit: requests over HTTP/2 without TLS (prior
+// knowledge) count on the same per-address limit as HTTP/1.1 ones: after
+// 2 of 5 over HTTP/1.1 and one over h2c, 20 streams at once on the h2c
+// connection get exactly 2 answers from the upstream and 18 429s with
+// Retry-After, and HTTP/1.1 is refused after them.
+func TestH2CPerAddressLimit(t *testing.T) { forEngines(t, testH2CPerAddressLimit) }
+
+func testH2CPerAddressLimit(t *testing.T, engine string) {
+	var reached atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+	}))
+	defer up.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - {name: per-ip, algorithm: fixed_window, limit: 5, window: 1h, key: client_ip}
+`, up.URL))
+	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	for i := range 2 {
+		if code, _, _ := get(t, gw+"/x"); code != 200 {
+			t.Fatalf("HTTP/1.1 request %d: %d", i+1, code)
+		}
+	}
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	h2c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	// One connection first, so that the 20 streams share it.
+	if resp, err := h2c.Head(gw + "/nothing-here-is-free"); err == nil {
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("h2c: answered over %s", resp.Proto)
+		}
+	} else {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			resp, err := h2c.Get(gw + "/x")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.ProtoMajor != 2 {
+				t.Errorf("h2c: answered over %s", resp.Proto)
+			}
+			if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+				t.Error("h2c 429 without Retry-After")
+			}
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	// The HEAD above took the third of the five.
+	if codes[200] != 2 || codes[429] != 18 || len(codes) != 2 {
+		t.Errorf("20 h2c streams after 3 of 5 were spent: %v, want 2 × 200 and 18 × 429", codes)
+	}
+	if code, _, _ := get(t, gw+"/x"); code != 429 {
+		t.Errorf("HTTP/1.1 after the h2c streams: %d, want 429", code)
+	}
+	if n := reached.Load(); n != 5 {
+		t.Errorf("the upstream got %d requests, want 5", n)
+	}
+}
+
 // TestReadyzReportsDegradedState: /readyz says "degraded" with its reasons
 // while the store does not answer and while the state file cannot be
 // written, and /metrics shows both; "?strict" answers 503 then.
