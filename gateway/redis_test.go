@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/promtest"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/store/redisstore"
@@ -26,7 +27,7 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const limit = 60
-	rule := mustRule(t, floodgate.Limit{Name: "shared", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: limit}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "shared", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: limit})
 	up := newUpstream(t, nil)
 	upURL, err := url.Parse(up.URL)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -121,7 +122,7 @@ func BenchmarkRSSAtCap(b *testing.B) {
 // by.
 func TestHeapWithinCap(t *testing.T) {
 	const capBytes = 8 << 20
-	r := rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
+	r := ruletest.Rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
 	heap0, _ := settled()
 	s := newStore(t, memstore.Options{MaxBytes: capBytes, SweepInterval: -1})
 	rng := rand.New(rand.NewPCG(13, 14))

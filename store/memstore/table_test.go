@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -296,15 +297,8 @@ func TestEvictionOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	newRule := func(l floodgate.Limit) *limiter.Rule {
-		r, err := limiter.NewRule(l, floodgate.FailOpen, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	bucket := newRule(floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 1})
-	window := newRule(floodgate.Limit{Name: "window", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour})
+	bucket := ruletest.Rule(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 1})
+	window := ruletest.Rule(t, floodgate.Limit{Name: "window", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour})
 	charge := func(r *limiter.Rule, key string, cost int64) floodgate.Decision {
 		t.Helper()
 		out := make([]floodgate.Decision, 1)

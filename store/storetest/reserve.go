@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -44,13 +45,13 @@ func RunReservations(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 // none of which refills or moves to a new window during a test.
 func counting(t *testing.T) []*limiter.Rule {
 	return []*limiter.Rule{
-		rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 10}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.LeakyBucket, Rate: 1, Per: hour, Burst: 10}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 10, Window: long}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.SlidingWindow, Max: 10, Window: long}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: long}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.Quota, Max: 10, Period: floodgate.Month}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 10}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.LeakyBucket, Rate: 1, Per: hour, Burst: 10}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingWindow, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.Quota, Max: 10, Period: floodgate.Month}),
 	}
 }
 
@@ -169,8 +170,8 @@ func testSettleTwice(t *testing.T, s limiter.Store) {
 // testReserveAllOrNothing reserves nothing when one limit denies: the
 // others are not charged and keep no reservation.
 func testReserveAllOrNothing(t *testing.T, s limiter.Store) {
-	a := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10})
-	b := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	a := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10})
+	b := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
 	k := key("aon")
 	charge(t, s, limiter.Hit{Rule: b, Key: k, Cost: 2})
 	ha, hb := reserved(a, k, 5, 0x81), reserved(b, k, 4, 0x81)
@@ -200,7 +201,7 @@ func testReserveAllOrNothing(t *testing.T, s limiter.Store) {
 
 // testReserveConcurrency holds a concurrency slot from reserve to settle.
 func testReserveConcurrency(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2})
 	k := key("conc")
 	h1, h2, h3 := reserved(r, k, 1, 0x91), reserved(r, k, 1, 0x92), reserved(r, k, 1, 0x93)
 	must(t, s, reserveOp, h1)
@@ -222,8 +223,8 @@ func testReserveConcurrency(t *testing.T, s limiter.Store) {
 // testReserveShadow reserves on a shadow limit when it allows, and keeps
 // no reservation when it denies, without stopping the others.
 func testReserveShadow(t *testing.T, s limiter.Store) {
-	sh := shadowRule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	sh := ruletest.Shadow(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
 	k := key("shadow")
 	out := must(t, s, reserveOp, reserved(sh, k, 1, 0xa1), reserved(r, k, 1, 0xa1))
 	if !out[0].Allowed || !out[1].Allowed {
@@ -247,7 +248,7 @@ func testReserveShadow(t *testing.T, s limiter.Store) {
 // just after the reservation are settled one at a time until one is
 // refused as expired; the reservation, older, has expired too.
 func testReservationExpiry(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1000, Window: long})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1000, Window: long})
 	k := key("expiry")
 	h := reserved(r, k, 7, 0xb1)
 	h.TTL = 100 * time.Millisecond
@@ -283,9 +284,9 @@ func testReservationExpiry(t *testing.T, s limiter.Store) {
 // second round gets exactly the 4 given back.
 func testConcurrentReservations(t *testing.T, s limiter.Store) {
 	for _, r := range []*limiter.Rule{
-		rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 10, Window: long}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: long}),
 	} {
 		k := key("concres-" + r.Algorithm().String())
 		var next atomic.Uint64
