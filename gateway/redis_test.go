@@ -91,14 +91,8 @@ func TestRedisDownFailurePolicies(t *testing.T) {
 
 func testRedisDownFailurePolicies(t *testing.T, fr string) {
 	srv := redistest.Start(t)
-	open, err := limiter.NewRule(floodgate.Limit{Name: "open", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed, err := limiter.NewRule(floodgate.Limit{Name: "closed", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	open := ruletest.Rule(t, floodgate.Limit{Name: "open", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100})
+	closed := ruletest.With(t, floodgate.Limit{Name: "closed", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	store, err := redisstore.New(redisstore.Options{URL: "redis://" + srv.Addr})
 	if err != nil {
 		t.Fatal(err)

@@ -113,10 +113,7 @@ func BenchmarkObserveDecision(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := limiter.NewRule(floodgate.Limit{Name: "tiny", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute}, floodgate.FailOpen, false)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := ruletest.Rule(b, floodgate.Limit{Name: "tiny", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute})
 	req := &limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: r}}}
 	res := &limiter.Result{Decisions: []floodgate.Decision{{Limit: 10}}, Flags: []limiter.HitFlags{0}}
 	b.ReportAllocs()

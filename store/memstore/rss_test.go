@@ -74,11 +74,7 @@ func ipKey(buf []byte, rng *rand.Rand) ([]byte, string) {
 //	go test -run '^$' -bench RSSAtCap -benchtime 1x ./store/memstore -memstore.rsscap 256
 func BenchmarkRSSAtCap(b *testing.B) {
 	capBytes := *rssCapMiB << 20
-	r, err := limiter.NewRule(floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour},
-		floodgate.FailOpen, false)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := ruletest.Rule(b, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
 	for b.Loop() {
 		heap0, rss0 := settled()
 		s, err := memstore.New(memstore.Options{MaxBytes: capBytes, SweepInterval: -1})
