@@ -18,6 +18,17 @@ import (
 // stores must implement limiter.Reserver, and limiter.Releaser for the
 // test of concurrency limits.
 func RunReservations(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	runReservations(t, newStore, realClock{})
+}
+
+// RunReservationsClocked is RunReservations on the clock the suite gives
+// the stores, as RunClocked is Run.
+func RunReservationsClocked(t *testing.T, newStore func(t *testing.T, c *Clock) limiter.Store) {
+	c := newClock(clockStart)
+	runReservations(t, func(t *testing.T) limiter.Store { return newStore(t, c) }, c)
+}
+
+func runReservations(t *testing.T, newStore func(t *testing.T) limiter.Store, c clock) {
 	tests := []struct {
 		name string
 		f    func(*testing.T, limiter.Store)
@@ -28,7 +39,7 @@ func RunReservations(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ReserveAllOrNothing", testReserveAllOrNothing},
 		{"ReserveConcurrency", testReserveConcurrency},
 		{"ReserveShadow", testReserveShadow},
-		{"ReservationExpiry", testReservationExpiry},
+		{"ReservationExpiry", func(t *testing.T, s limiter.Store) { testReservationExpiry(t, s, c) }},
 		{"ConcurrentReservations", testConcurrentReservations},
 	}
 	if !has(newStore(t), reserveOp) {
@@ -243,11 +254,12 @@ func testReserveShadow(t *testing.T, s limiter.Store) {
 }
 
 // testReservationExpiry lets a reservation expire: a settle afterwards is
-// refused, and the estimate stays charged. The store's own clock decides
-// (the server's, for Redis), so the test waits for it: probes reserved
-// just after the reservation are settled one at a time until one is
-// refused as expired; the reservation, older, has expired too.
-func testReservationExpiry(t *testing.T, s limiter.Store) {
+// refused, and the estimate stays charged. The store's clock decides (the
+// server's, for Redis), so the test waits for it, or moves the suite's
+// Clock on: probes reserved just after the reservation are settled one at
+// a time until one is refused as expired; the reservation, older, has
+// expired too.
+func testReservationExpiry(t *testing.T, s limiter.Store, c clock) {
 	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1000, Window: long})
 	k := key("expiry")
 	h := reserved(r, k, 7, 0xb1)
@@ -261,7 +273,7 @@ func testReservationExpiry(t *testing.T, s limiter.Store) {
 	}
 	expired := false
 	for i := 0; i < probes && !expired; i++ {
-		time.Sleep(50 * time.Millisecond)
+		c.sleep(50 * time.Millisecond)
 		p := reserved(r, k, 1, 0xb100+uint64(i))
 		expired = !settle(t, s, p, 1).Found
 	}

@@ -15,7 +15,8 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// Run runs the whole suite against the stores newStore returns. newStore is
+// Run runs the whole suite against the stores newStore returns, on their
+// own clocks: where time must pass, the suite waits for it. newStore is
 // called once per subtest; it may return the same store every time.
 //
 // Every store is held to Store.Decide. The subtests of concurrency limits
@@ -26,6 +27,19 @@ import (
 // asks newStore for one store first, with t, to see which verbs it has.
 // RunReservations holds a limiter.Reserver to its verbs.
 func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	run(t, newStore, realClock{})
+}
+
+// RunClocked runs the suite as Run does against stores that read the clock
+// the suite gives them (for the embedded store, memstore.Options.Now set
+// to c.Now): where Run waits for time to pass, RunClocked moves c on. All
+// the calls of newStore get the same clock.
+func RunClocked(t *testing.T, newStore func(t *testing.T, c *Clock) limiter.Store) {
+	c := newClock(clockStart)
+	run(t, func(t *testing.T) limiter.Store { return newStore(t, c) }, c)
+}
+
+func run(t *testing.T, newStore func(t *testing.T) limiter.Store, c clock) {
 	tests := []struct {
 		name  string
 		f     func(*testing.T, limiter.Store)
@@ -35,11 +49,11 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"GCRA", testGCRA, 0},
 		{"LeakyBucket", testLeakyBucket, 0},
 		{"LeakyQueue", testLeakyQueue, 0},
-		{"FixedWindow", testFixedWindow, 0},
+		{"FixedWindow", func(t *testing.T, s limiter.Store) { testFixedWindow(t, s, c) }, 0},
 		{"SlidingLog", testSlidingLog, 0},
 		{"SlidingWindow", testSlidingWindow, 0},
 		{"Concurrency", testConcurrency, releaseOp},
-		{"Quota", testQuota, 0},
+		{"Quota", func(t *testing.T, s limiter.Store) { testQuota(t, s, c) }, 0},
 		{"CostAboveCapacity", testNeverFits, 0},
 		{"InvalidCost", testInvalidCost, 0},
 		{"AllOrNothing", testAllOrNothing, 0},
@@ -50,7 +64,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"Refund", testRefund, refundOp},
 		{"PeekCostAboveCapacity", testPeekNeverFits, 0},
 		{"LeakyQueueTwoStage", testLeakyQueueTwoStage, 0},
-		{"IdleExpiry", testIdleExpiry, 0},
+		{"IdleExpiry", func(t *testing.T, s limiter.Store) { testIdleExpiry(t, s, c) }, 0},
 		{"ConcurrentExact", testConcurrentExact, 0},
 		{"ConcurrentExactTokenBucket", testConcurrentExactTokenBucket, 0},
 		{"ConcurrentExactThreeLimits", testConcurrentThreeLimits, 0},
@@ -305,12 +319,12 @@ func testWindow(t *testing.T, s limiter.Store, alg floodgate.Algorithm, window t
 	wantAllowed(t, "cost 1 with 1 left", charge(t, s, h), 3, 0)
 }
 
-func testFixedWindow(t *testing.T, s limiter.Store) {
+func testFixedWindow(t *testing.T, s limiter.Store, c clock) {
 	testWindow(t, s, floodgate.FixedWindow, long)
 	// The reset is the end of the epoch-aligned window.
 	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
 	d := charge(t, s, limiter.Hit{Rule: r, Key: key("fw"), Cost: 1})
-	now := time.Now().UnixNano()
+	now := c.now().UnixNano()
 	want := time.Duration(int64(long) - now%int64(long))
 	if !within(d.ResetAfter, want-time.Minute, want+time.Minute) {
 		t.Fatalf("reset after %v, want about %v (the window's end)", d.ResetAfter, want)
@@ -348,18 +362,18 @@ func testConcurrency(t *testing.T, s limiter.Store) {
 	wantAllowed(t, "lease 3 after releasing 1", charge(t, s, lease(3)), 2, 0)
 }
 
-func testQuota(t *testing.T, s limiter.Store) {
+func testQuota(t *testing.T, s limiter.Store, c clock) {
 	loc, err := time.LoadLocation("Asia/Tokyo")
 	if err != nil {
 		loc = time.UTC
 	}
 	// Stay clear of a day boundary while the test runs.
-	now := time.Now().In(loc)
+	now := c.now().In(loc)
 	y, m, dd := now.Date()
 	next := time.Date(y, m, dd+1, 0, 0, 0, 0, loc)
-	if time.Until(next) < 30*time.Second {
-		time.Sleep(time.Until(next) + time.Second)
-		now = time.Now().In(loc)
+	if next.Sub(c.now()) < 30*time.Second {
+		c.sleep(next.Sub(c.now()) + time.Second)
+		now = c.now().In(loc)
 		y, m, dd = now.Date()
 		next = time.Date(y, m, dd+1, 0, 0, 0, 0, loc)
 	}
@@ -368,12 +382,12 @@ func testQuota(t *testing.T, s limiter.Store) {
 	for i := int64(1); i <= 3; i++ {
 		d := charge(t, s, h)
 		wantAllowed(t, fmt.Sprintf("request %d", i), d, 3, 3-i)
-		want := time.Until(next)
+		want := next.Sub(c.now())
 		if !within(d.ResetAfter, want-time.Minute, want+time.Minute) {
 			t.Fatalf("request %d: reset after %v, want about %v (next midnight in %s)", i, d.ResetAfter, want, loc)
 		}
 	}
-	want := time.Until(next)
+	want := next.Sub(c.now())
 	wantDenied(t, "request 4", charge(t, s, h), 3, want-time.Minute, want+time.Minute)
 }
 
@@ -521,7 +535,7 @@ func testRelease(t *testing.T, s limiter.Store) {
 	wantAllowed(t, "all released", peek(t, s, h(12, 3)), 3, 0)
 }
 
-func testIdleExpiry(t *testing.T, s limiter.Store) {
+func testIdleExpiry(t *testing.T, s limiter.Store, c clock) {
 	// A one-second window: once it has passed, the key is as new.
 	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Second})
 	h := limiter.Hit{Rule: r, Key: key("idle"), Cost: 1}
@@ -533,13 +547,13 @@ func testIdleExpiry(t *testing.T, s limiter.Store) {
 		// machine); the key is then already back, which is the point.
 		t.Logf("third charge allowed after a stall: %+v", d)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := c.now().Add(20 * time.Second)
 	for {
-		time.Sleep(1100 * time.Millisecond)
+		c.sleep(1100 * time.Millisecond)
 		if d := peek(t, s, h); d.Allowed && d.Remaining == 1 {
 			break
 		}
-		if time.Now().After(deadline) {
+		if c.now().After(deadline) {
 			t.Fatalf("key still charged 20 s after a 1 s window: %+v", peek(t, s, h))
 		}
 	}
