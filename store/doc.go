@@ -35,7 +35,8 @@
 // Nothing else names a store: configuration, the engine, the command
 // line and the local fallback of a shared store go through Open and
 // Check. Besides, the list of schemes is written for people in this
-// comment, in config.Server.Store and in config's doc.go. Optional: the
+// comment, in config.Server.Store, in config's doc.go and in the README's
+// layout. Optional: the
 // store's own gauges in internal/app/metrics.go, and, for a store shared
 // between instances, a port for the console's shared state (keys, audit,
 // alarms and dashboard; today console.RedisStore), without which each
