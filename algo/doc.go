@@ -43,6 +43,8 @@
 //     its function in the dispatch, and its branch of the settle op and of
 //     the refund.
 //
+// Then go generate ./schema writes its name into the JSON Schema's enum
+// of algorithms (a test holds the committed schema to the generated one).
 // The conformance suite (store/storetest) and the differential test of
 // the Redis store against the embedded one then check the new algorithm
 // in both stores; the deny cache and the decision services need nothing.
@@ -70,7 +72,7 @@
 // too long, and forgets a tenant as soon as it has nothing waiting, so its
 // memory is bounded whatever the number of tenants (fairqueue.go).
 //
-// A new family also needs its parameters in floodgate.Limit (Validate,
-// Capacity, Describe), in Compile, in the RateLimit-Policy window of
-// package fields and in redisstore's argument packing.
+// A new family also needs its parameters (package floodgate's doc.go
+// lists the places of a new one), in Capacity and Describe, and in the
+// RateLimit-Policy window of package fields.
 package algo

@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate/floodgate/client"
 	"github.com/floodgate/floodgate/httpapi"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/redisstore"
 )
@@ -197,11 +198,8 @@ func waitChild(t *testing.T, addr string) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rule, err := limiter.NewRule(floodgate.Limit{Name: "provider", Algorithm: floodgate.FixedWindow,
-		Max: waitLimit, Window: waitWindow}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rule := ruletest.With(t, floodgate.Limit{Name: "provider", Algorithm: floodgate.FixedWindow,
+		Max: waitLimit, Window: waitWindow}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	eng := limiter.New(st, limiter.Options{Timeout: 5 * time.Second})
 	ts := httptest.NewServer(httpapi.New(eng, httpapi.Rules(rule), httpapi.Options{}))
 	defer ts.Close()

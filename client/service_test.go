@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/client"
 	"github.com/floodgate/floodgate/httpapi"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/rls"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -31,10 +32,7 @@ func memEngine(t *testing.T) *limiter.Limiter {
 
 func TestHTTPCheckPeekAndErrors(t *testing.T) {
 	t.Parallel()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "sms", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.With(t, floodgate.Limit{Name: "sms", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{}))
 	defer ts.Close()
 	c := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
@@ -115,10 +113,7 @@ descriptors:
 // cancels one: a second settle is refused, a Cancel after a Settle does
 // nothing.
 func TestHTTPReserve(t *testing.T) {
-	r, err := limiter.NewRule(floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{}))
 	defer ts.Close()
 	c := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})

@@ -9,16 +9,13 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
-func rule(t testing.TB, name string) *limiter.Rule {
-	t.Helper()
-	r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 10}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+// bucket is a limit of 10 a second named name.
+func bucket(name string) floodgate.Limit {
+	return floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 10}
 }
 
 // decide tells rec about one request on the rules, denied by the second
@@ -39,7 +36,7 @@ func decide(rec *Recorder, rules []*limiter.Rule, key string, deny bool) {
 
 func TestRecorderSeconds(t *testing.T) {
 	t.Parallel()
-	a, b := rule(t, "a"), rule(t, "b")
+	a, b := ruletest.Rule(t, bucket("a")), ruletest.Rule(t, bucket("b"))
 	rec := NewRecorder(1000)
 	decide(rec, []*limiter.Rule{a, b}, "ip:1", false)
 	decide(rec, []*limiter.Rule{a, b}, "ip:1", true)
@@ -106,8 +103,8 @@ func TestHittersFindHeavyKeys(t *testing.T) {
 func TestShareAcrossInstances(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
-	a := rule(t, "a")
-	b := rule(t, "b")
+	a := ruletest.Rule(t, bucket("a"))
+	b := ruletest.Rule(t, bucket("b"))
 	now := time.Now().Unix()
 	var recs [2]*Recorder
 	var shares [2]*Share
@@ -152,7 +149,7 @@ func TestShareAcrossInstances(t *testing.T) {
 }
 
 func BenchmarkObserveDecision(b *testing.B) {
-	rules := []*limiter.Rule{rule(b, "a"), rule(b, "b"), rule(b, "c")}
+	rules := []*limiter.Rule{ruletest.Rule(b, bucket("a")), ruletest.Rule(b, bucket("b")), ruletest.Rule(b, bucket("c"))}
 	rec := NewRecorder(time.Now().Unix())
 	req := &limiter.Request{}
 	res := &limiter.Result{Allowed: true, Binding: -1}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"weak"
 
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -17,11 +18,11 @@ func TestRulesGoWithTheirSeries(t *testing.T) {
 	rec := NewRecorder(1000)
 	var ws []weak.Pointer[limiter.Rule]
 	for range 50 {
-		r := rule(t, "a")
+		r := ruletest.Rule(t, bucket("a"))
 		decide(rec, []*limiter.Rule{r}, "ip:1", false)
 		ws = append(ws, weak.Make(r))
 	}
-	kept := rule(t, "a")
+	kept := ruletest.Rule(t, bucket("a"))
 	decide(rec, []*limiter.Rule{kept}, "ip:1", false)
 	rec2 := NewRecorder(1000)
 	decide(rec2, []*limiter.Rule{kept}, "ip:1", false)

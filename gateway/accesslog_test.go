@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -157,7 +158,7 @@ func testAccessLogFile(t *testing.T, fr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := oneRule(mustRule(t, benchLimit(), false))
+	m := oneRule(ruletest.Rule(t, benchLimit()))
 	_, frontURL, c := startFront(t, fr, Options{Matcher: m, Engine: memEngine(t), AccessLog: l},
 		func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("hello")) })
 	for range 5 {

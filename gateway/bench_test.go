@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/bufpool"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -68,7 +69,7 @@ func benchGatewayAfter(b *testing.B, g *Gateway, wantCode int, path string, hdr 
 // BenchmarkMiddlewarePass: one token bucket that never denies, on the
 // memory store.
 func BenchmarkMiddlewarePass(b *testing.B) {
-	rule := mustRule(b, floodgate.Limit{Name: "wide", Algorithm: floodgate.TokenBucket, Rate: 100_000_000, Per: time.Second, Burst: 1 << 40}, false)
+	rule := ruletest.Rule(b, floodgate.Limit{Name: "wide", Algorithm: floodgate.TokenBucket, Rate: 100_000_000, Per: time.Second, Burst: 1 << 40})
 	var n atomic.Int64
 	keys := make([]string, 64)
 	for i := range keys {
@@ -88,7 +89,7 @@ func BenchmarkMiddlewarePass(b *testing.B) {
 // BenchmarkMiddlewareReject: a limit of one request an hour, so nearly
 // every request gets 429.
 func BenchmarkMiddlewareReject(b *testing.B) {
-	rule := mustRule(b, floodgate.Limit{Name: "tiny", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1}, false)
+	rule := ruletest.Rule(b, floodgate.Limit{Name: "tiny", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1})
 	m := oneRule(rule)
 	g, err := New(Options{Matcher: m, Engine: limiter.New(newMemStore(b, nil), limiter.Options{})})
 	if err != nil {

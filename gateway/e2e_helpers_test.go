@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/sfv"
 	"github.com/floodgate/floodgate/limiter"
@@ -46,15 +45,6 @@ func newMemStore(t testing.TB, now func() int64) *memstore.Store {
 func memEngine(t testing.TB) *limiter.Limiter {
 	t.Helper()
 	return limiter.New(newMemStore(t, nil), limiter.Options{})
-}
-
-func mustRule(t testing.TB, l floodgate.Limit, shadow bool) *limiter.Rule {
-	t.Helper()
-	r, err := limiter.NewRule(l, floodgate.FailOpen, shadow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 // funcMatcher is a Matcher written as a function, for tests that do not

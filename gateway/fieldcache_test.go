@@ -9,6 +9,7 @@ import (
 	"weak"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -18,14 +19,14 @@ import (
 // it.
 func TestFieldCache(t *testing.T) {
 	c := newFieldCache()
-	r := mustRule(t, floodgate.Limit{Name: "a", Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 10}, false)
+	r := ruletest.Rule(t, floodgate.Limit{Name: "a", Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 10})
 	first := c.get(r)
 	if again := c.get(r); again != first {
 		t.Fatal("the same rule's fields were computed twice")
 	}
 	var dropped []weak.Pointer[limiter.Rule]
 	for i := range 100 {
-		ri := mustRule(t, floodgate.Limit{Name: "a", Algorithm: floodgate.FixedWindow, Max: int64(i + 1), Window: time.Minute}, false)
+		ri := ruletest.Rule(t, floodgate.Limit{Name: "a", Algorithm: floodgate.FixedWindow, Max: int64(i + 1), Window: time.Minute})
 		if f := c.get(ri); f.Quota != int64(i+1) {
 			t.Fatalf("rule %d: fields of quota %d", i, f.Quota)
 		}
@@ -47,7 +48,7 @@ func TestFieldCache(t *testing.T) {
 // TestFieldCacheUsed: a Matcher that leaves Match.Fields empty gets the
 // Gateway's fields, so its rule's fields are kept after a request.
 func TestFieldCacheUsed(t *testing.T) {
-	r := mustRule(t, floodgate.Limit{Name: "a", Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 10}, false)
+	r := ruletest.Rule(t, floodgate.Limit{Name: "a", Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 10})
 	g, err := New(Options{Matcher: oneRule(r), Engine: memEngine(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 )
 
 // TestHopByHopFields: each engine's proxy removes the hop-by-hop fields
@@ -24,7 +25,7 @@ func TestHopByHopFields(t *testing.T) {
 }
 
 func testHopByHopFields(t *testing.T, fr string) {
-	rule := mustRule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
 	got := make(chan http.Header, 1)
 	trusted := funcMatcher(func(r *Request, m *Match) error {
 		m.PeerTrusted = true
@@ -70,7 +71,7 @@ func TestHopByHopFieldsOfEveryConnectionField(t *testing.T) {
 }
 
 func testHopByHopFieldsOfEveryConnectionField(t *testing.T, fr string) {
-	rule := mustRule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
 	got := make(chan http.Header, 1)
 	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) {
@@ -265,7 +266,7 @@ func TestProxyAnswersWhatItNeverForwards(t *testing.T) {
 }
 
 func testProxyAnswersWhatItNeverForwards(t *testing.T, fr string) {
-	rule := mustRule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour})
 	up := newUpstream(t, nil)
 	u, _ := url.Parse(up.URL)
 	m := funcMatcher(func(r *Request, m *Match) error {

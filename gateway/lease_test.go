@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -26,7 +27,7 @@ func TestLeasesOutliveSlowRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer store.Close()
-		rule := mustRule(t, floodgate.Limit{Name: "two", Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: ttl}, false)
+		rule := ruletest.Rule(t, floodgate.Limit{Name: "two", Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: ttl})
 		g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(store, limiter.Options{})})
 		if err != nil {
 			t.Fatal(err)

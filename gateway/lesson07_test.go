@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -28,11 +29,11 @@ func newSchoolOffice(t *testing.T, upstream string) *schoolOffice {
 		t.Fatal(err)
 	}
 	return &schoolOffice{
-		stage:       mustRule(t, floodgate.Limit{Name: "stage-dev", Algorithm: floodgate.TokenBucket, Rate: 5, Per: time.Second, Burst: 5}, false),
-		partnerRate: mustRule(t, floodgate.Limit{Name: "partner-basic", Algorithm: floodgate.TokenBucket, Rate: 2, Per: time.Second, Burst: 2}, false),
-		partnerDay:  mustRule(t, floodgate.Limit{Name: "partner-basic-quota", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day, Location: time.UTC}, false),
-		trialRate:   mustRule(t, floodgate.Limit{Name: "trial", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, false),
-		trialDay:    mustRule(t, floodgate.Limit{Name: "trial-quota", Algorithm: floodgate.Quota, Max: 3, Period: floodgate.Day, Location: time.UTC}, false),
+		stage:       ruletest.Rule(t, floodgate.Limit{Name: "stage-dev", Algorithm: floodgate.TokenBucket, Rate: 5, Per: time.Second, Burst: 5}),
+		partnerRate: ruletest.Rule(t, floodgate.Limit{Name: "partner-basic", Algorithm: floodgate.TokenBucket, Rate: 2, Per: time.Second, Burst: 2}),
+		partnerDay:  ruletest.Rule(t, floodgate.Limit{Name: "partner-basic-quota", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day, Location: time.UTC}),
+		trialRate:   ruletest.Rule(t, floodgate.Limit{Name: "trial", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}),
+		trialDay:    ruletest.Rule(t, floodgate.Limit{Name: "trial-quota", Algorithm: floodgate.Quota, Max: 3, Period: floodgate.Day, Location: time.UTC}),
 		upstream:    u,
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/promtest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 )
@@ -34,7 +35,7 @@ func testMetrics(t *testing.T, fr string) {
 	up := newUpstream(t, nil)
 	clock := newTestClock()
 	office := newSchoolOffice(t, up.URL)
-	shadow := mustRule(t, floodgate.Limit{Name: "shadow", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute}, true)
+	shadow := ruletest.Shadow(t, floodgate.Limit{Name: "shadow", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute})
 	matcher := funcMatcher(func(r *Request, mt *Match) error {
 		if err := office.Match(r, mt); err != nil || mt.Reject != 0 {
 			return err
@@ -97,7 +98,7 @@ func testQueueLengthMetric(t *testing.T, fr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 2}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 2})
 	clock := newTestClock()
 	_, srvURL, client := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{}), Observer: m},
 		func(http.ResponseWriter, *http.Request) {})

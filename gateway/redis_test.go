@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/promtest"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/store/redisstore"
@@ -26,7 +27,7 @@ func TestTwoGatewaysOneRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const limit = 60
-	rule := mustRule(t, floodgate.Limit{Name: "shared", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: limit}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "shared", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: limit})
 	up := newUpstream(t, nil)
 	upURL, err := url.Parse(up.URL)
 	if err != nil {
@@ -90,14 +91,8 @@ func TestRedisDownFailurePolicies(t *testing.T) {
 
 func testRedisDownFailurePolicies(t *testing.T, fr string) {
 	srv := redistest.Start(t)
-	open, err := limiter.NewRule(floodgate.Limit{Name: "open", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed, err := limiter.NewRule(floodgate.Limit{Name: "closed", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	open := ruletest.Rule(t, floodgate.Limit{Name: "open", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100})
+	closed := ruletest.With(t, floodgate.Limit{Name: "closed", Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	store, err := redisstore.New(redisstore.Options{URL: "redis://" + srv.Addr})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -36,7 +37,7 @@ func TestLeakyQueueSpacing(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 100 * time.Millisecond
-		rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 10, Per: time.Second, Burst: 5}, false)
+		rule := ruletest.Rule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 10, Per: time.Second, Burst: 5})
 		clock := newTestClock() // the store's clock, frozen: every request arrives at the same instant
 		g, err := New(Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
 		if err != nil {
@@ -90,7 +91,7 @@ func TestQueuedClientGoesAway(t *testing.T) {
 }
 
 func testQueuedClientGoesAway(t *testing.T, fr string) {
-	rule := mustRule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 3}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 3})
 	clock := newTestClock()
 	store := newMemStore(t, clock.Now)
 	var reached atomic.Int64
@@ -158,7 +159,7 @@ func TestConcurrencyLimit(t *testing.T) {
 
 func testConcurrencyLimit(t *testing.T, fr string) {
 	const limit = 3
-	rule := mustRule(t, floodgate.Limit{Name: "conn", Algorithm: floodgate.Concurrency, Max: limit, LeaseTTL: time.Minute}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "conn", Algorithm: floodgate.Concurrency, Max: limit, LeaseTTL: time.Minute})
 	var inflight, peak, served atomic.Int64
 	block := make(chan struct{})
 	holding := make(chan struct{}, limit)
@@ -240,7 +241,7 @@ func TestConcurrencyReleasedOnPanic(t *testing.T) {
 // request until its client leaves (or, for an engine that cannot tell
 // while the upstream holds the request, until the test lets it go).
 func testReleasedOnPanic(t *testing.T, fr string, engine limiter.Engine) {
-	rule := mustRule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Hour}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Hour})
 	var calls atomic.Int64
 	held := make(chan struct{})
 	letGo := make(chan struct{})
@@ -300,7 +301,7 @@ func TestCountOnStatus(t *testing.T) {
 }
 
 func testCountOnStatus(t *testing.T, fr string) {
-	rule := mustRule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Minute}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Minute})
 	clock := newTestClock()
 	var reached atomic.Int64
 	_, srvURL, c := startFront(t, fr, Options{Matcher: oneRule(rule, 401, 403), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})}, func(w http.ResponseWriter, r *http.Request) {
@@ -339,7 +340,7 @@ func TestNeverFits(t *testing.T) {
 }
 
 func testNeverFits(t *testing.T, fr string) {
-	rule := mustRule(t, floodgate.Limit{Name: "small", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "small", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute})
 	m := funcMatcher(func(_ *Request, m *Match) error {
 		m.Hits = append(m.Hits, limiter.Hit{Rule: rule, Key: "k", Cost: 3})
 		return nil
@@ -363,7 +364,7 @@ func TestShadowQueueDelaysNothing(t *testing.T) {
 }
 
 func testShadowQueueDelaysNothing(t *testing.T, fr string) {
-	rule := mustRule(t, floodgate.Limit{Name: "shadow-queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 5}, true)
+	rule := ruletest.Shadow(t, floodgate.Limit{Name: "shadow-queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 5})
 	clock := newTestClock()
 	_, srvURL, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})},
 		func(http.ResponseWriter, *http.Request) {})

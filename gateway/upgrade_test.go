@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 )
 
 // TestUpgradeTunnels: a request that upgrades its connection (as a
@@ -22,7 +23,7 @@ func TestUpgradeTunnels(t *testing.T) {
 }
 
 func testUpgradeTunnels(t *testing.T, fr string) {
-	rule := mustRule(t, floodgate.Limit{Name: "ws", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "ws", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour})
 	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("Upgrade") != "echo" {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 )
 
 // http10Upstream is a real upstream on loopback that speaks HTTP/1.0: it
@@ -55,7 +56,7 @@ func TestUpstreamSpeakingHTTP10(t *testing.T) {
 }
 
 func testUpstreamSpeakingHTTP10(t *testing.T, fr string) {
-	rule := mustRule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour}, false)
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
 	for _, c := range []struct{ name, answer string }{
 		{"with a length", "HTTP/1.0 200 Fine\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"},
 		{"until it closes", "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello"},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -35,22 +36,13 @@ func (c *countingEngine) Decide(ctx context.Context, req *limiter.Request, res *
 	return c.Engine.Decide(ctx, req, res)
 }
 
-func rule(t testing.TB, l floodgate.Limit, shadow bool) *limiter.Rule {
-	t.Helper()
-	r, err := limiter.NewRule(l, floodgate.FailOpen, shadow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 func testRules(t testing.TB) Limits {
 	return Rules(
-		rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Minute}, false),
-		rule(t, floodgate.Limit{Name: "global", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Minute}, false),
-		rule(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 5}, false),
-		rule(t, floodgate.Limit{Name: "shadow", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Minute}, true),
-		rule(t, floodgate.Limit{Name: "conc", Algorithm: floodgate.Concurrency, Max: 2}, false),
+		ruletest.Rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Minute}),
+		ruletest.Rule(t, floodgate.Limit{Name: "global", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Minute}),
+		ruletest.Rule(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 5}),
+		ruletest.Shadow(t, floodgate.Limit{Name: "shadow", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Minute}),
+		ruletest.Rule(t, floodgate.Limit{Name: "conc", Algorithm: floodgate.Concurrency, Max: 2}),
 	)
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -53,7 +54,7 @@ func BenchmarkCheckDegraded(b *testing.B) {
 // BenchmarkCheckAllowed: a token bucket that never runs out (the one
 // reserved) and a window.
 func reserveHits(b *testing.B) []limiter.Hit {
-	tb := newRule(b, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1 << 20, Per: time.Second, Burst: 1 << 30}, floodgate.FailOpen)
+	tb := ruletest.Rule(b, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1 << 20, Per: time.Second, Burst: 1 << 30})
 	return []limiter.Hit{
 		{Rule: tb, Key: "u", Cost: 2},
 		{Rule: window(b, "global", 1<<50, floodgate.FailOpen), Key: "g", Cost: 1},

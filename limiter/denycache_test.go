@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -42,7 +43,7 @@ func TestDenyCacheFixedWindow(t *testing.T) {
 		mem := fakeClockMem(t)
 		ts := &testStore{inner: mem}
 		l := limiter.New(ts, limiter.Options{})
-		w := newRule(t, floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Second}, floodgate.FailOpen)
+		w := ruletest.Rule(t, floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Second})
 		hit := limiter.Hit{Rule: w, Key: "k", Cost: 1}
 		time.Sleep(100 * time.Millisecond)
 		for range 3 {
@@ -96,7 +97,7 @@ func TestDenyCacheNeverDeniesWhatStoreAllows(t *testing.T) {
 		t.Run(lim.Name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				mem := fakeClockMem(t)
-				r := newRule(t, lim, floodgate.FailOpen)
+				r := ruletest.Rule(t, lim)
 				a := limiter.New(&testStore{inner: mem}, limiter.Options{})
 				b := limiter.New(&testStore{inner: mem}, limiter.Options{})
 				rng := rand.New(rand.NewPCG(uint64(len(lim.Name)), 3))
@@ -146,9 +147,9 @@ func TestDenyCacheScope(t *testing.T) {
 		mem := fakeClockMem(t)
 		ts := &testStore{inner: mem}
 		l := limiter.New(ts, limiter.Options{DenyCache: limiter.DenyCacheOptions{Entries: 32}})
-		full := newRule(t, floodgate.Limit{Name: "full", Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 1}, floodgate.FailOpen)
+		full := ruletest.Rule(t, floodgate.Limit{Name: "full", Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 1})
 		other := window(t, "other", 100, floodgate.FailOpen)
-		conc := newRule(t, floodgate.Limit{Name: "c", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: hour}, floodgate.FailOpen)
+		conc := ruletest.Rule(t, floodgate.Limit{Name: "c", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: hour})
 		sh := shadowWindow(t, "sh", 1)
 
 		check(t, l, limiter.Hit{Rule: full, Key: "k", Cost: 1})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -28,31 +29,17 @@ func newMem(t testing.TB) *memstore.Store {
 	return s
 }
 
-func newRule(t testing.TB, l floodgate.Limit, onFailure floodgate.FailurePolicy) *limiter.Rule {
-	t.Helper()
-	r, err := limiter.NewRule(l, onFailure, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 func window(t testing.TB, name string, max int64, onFailure floodgate.FailurePolicy) *limiter.Rule {
-	return newRule(t, floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: max, Window: 1000 * hour}, onFailure)
+	return ruletest.With(t, floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: max, Window: 1000 * hour}, limiter.RuleOptions{OnFailure: onFailure})
 }
 
 // shadowWindow is window in shadow mode.
 func shadowWindow(t testing.TB, name string, max int64) *limiter.Rule {
-	t.Helper()
-	r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: max, Window: 1000 * hour}, floodgate.FailOpen, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return ruletest.Shadow(t, floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: max, Window: 1000 * hour})
 }
 
 func bucket(t testing.TB, name string, burst int64, onFailure floodgate.FailurePolicy) *limiter.Rule {
-	return newRule(t, floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: burst}, onFailure)
+	return ruletest.With(t, floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: burst}, limiter.RuleOptions{OnFailure: onFailure})
 }
 
 // testStore wraps a real store and can be told to fail or to block until
@@ -228,7 +215,7 @@ func TestShadow(t *testing.T) {
 
 func TestConcurrencyLeases(t *testing.T) {
 	l := limiter.New(newMem(t), limiter.Options{})
-	c := newRule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: hour}, floodgate.FailOpen)
+	c := ruletest.Rule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: hour})
 	a := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
 	b := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
 	check(t, l, a...)
@@ -316,7 +303,7 @@ func TestLearnedInstances(t *testing.T) {
 }
 
 func TestSplitRule(t *testing.T) {
-	r := newRule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 10, Period: floodgate.Day}, floodgate.FailLocal)
+	r := ruletest.With(t, floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 10, Period: floodgate.Day}, limiter.RuleOptions{OnFailure: floodgate.FailLocal})
 	for _, tc := range []struct {
 		n    int
 		want int64
@@ -691,7 +678,7 @@ func TestObserver(t *testing.T) {
 
 func TestLeakyQueueDelay(t *testing.T) {
 	l := limiter.New(newMem(t), limiter.Options{})
-	q := newRule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 2}, floodgate.FailOpen)
+	q := ruletest.Rule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 2})
 	check(t, l, limiter.Hit{Rule: q, Key: "k", Cost: 1})
 	r := check(t, l, limiter.Hit{Rule: q, Key: "k", Cost: 1}, limiter.Hit{Rule: window(t, "w", 5, floodgate.FailOpen), Key: "k", Cost: 1})
 	if !r.Allowed || r.Delay < hour-time.Minute || r.Delay > hour {
@@ -715,7 +702,7 @@ func TestReleaseDuringOutage(t *testing.T) {
 	ts := &testStore{inner: newMem(t)}
 	ts.fail.Store(true)
 	l := limiter.New(ts, limiter.Options{Local: newMem(t), Breaker: limiter.BreakerOptions{Failures: -1}})
-	c := newRule(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: hour}, floodgate.FailLocal)
+	c := ruletest.With(t, floodgate.Limit{Name: "inflight", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: hour}, limiter.RuleOptions{OnFailure: floodgate.FailLocal})
 	first := []limiter.Hit{{Rule: c, Key: "k", Cost: 1}}
 	if r := check(t, l, first...); !r.Allowed || r.Degraded == limiter.NotDegraded {
 		t.Fatalf("first: %+v", r)

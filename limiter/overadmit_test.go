@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -43,9 +44,9 @@ func (inst *instance) decide(t *testing.T, r *limiter.Rule) bool {
 // overAdmitRules are limits of 100 that do not refill during a test.
 func overAdmitRules(t *testing.T, policy floodgate.FailurePolicy) []*limiter.Rule {
 	return []*limiter.Rule{
-		newRule(t, floodgate.Limit{Name: "fixed", Algorithm: floodgate.FixedWindow, Max: 100, Window: 1000 * hour}, policy),
-		newRule(t, floodgate.Limit{Name: "log", Algorithm: floodgate.SlidingLog, Max: 100, Window: 1000 * hour}, policy),
-		newRule(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: 1000 * hour, Burst: 100}, policy),
+		ruletest.With(t, floodgate.Limit{Name: "fixed", Algorithm: floodgate.FixedWindow, Max: 100, Window: 1000 * hour}, limiter.RuleOptions{OnFailure: policy}),
+		ruletest.With(t, floodgate.Limit{Name: "log", Algorithm: floodgate.SlidingLog, Max: 100, Window: 1000 * hour}, limiter.RuleOptions{OnFailure: policy}),
+		ruletest.With(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: 1000 * hour, Burst: 100}, limiter.RuleOptions{OnFailure: policy}),
 	}
 }
 

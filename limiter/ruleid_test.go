@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -65,10 +66,7 @@ func TestRuleIDsStable(t *testing.T) {
 	seen := map[floodgate.Algorithm]bool{}
 	for i, l := range limits {
 		seen[l.Algorithm] = true
-		r, err := limiter.NewRule(l, floodgate.FailLocal, false)
-		if err != nil {
-			t.Fatalf("%+v: %v", l, err)
-		}
+		r := ruletest.With(t, l, limiter.RuleOptions{OnFailure: floodgate.FailLocal})
 		if r.ID() != want[i] {
 			t.Errorf("%s (%s): ID %q, want %q", l.Name, l.Describe(), r.ID(), want[i])
 		}

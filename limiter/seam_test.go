@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -25,7 +26,7 @@ func TestDecideOnlyStore(t *testing.T) {
 	ts := &testStore{inner: decideOnly{newMem(t)}}
 	l := limiter.New(decideOnly{ts}, limiter.Options{})
 	w := bucket(t, "b", 3, floodgate.FailOpen)
-	conc := newRule(t, floodgate.Limit{Name: "c", Algorithm: floodgate.Concurrency, Max: 2}, floodgate.FailOpen)
+	conc := ruletest.Rule(t, floodgate.Limit{Name: "c", Algorithm: floodgate.Concurrency, Max: 2})
 	if r := check(t, l, limiter.Hit{Rule: w, Key: "k", Cost: 2}); !r.Allowed {
 		t.Fatalf("%+v", r)
 	}

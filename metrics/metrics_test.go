@@ -11,17 +11,14 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/promtest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 )
 
-func rule(t *testing.T, name string, shadow bool) *limiter.Rule {
-	t.Helper()
-	r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute}, floodgate.FailOpen, shadow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+// window is a limit of 10 a minute named name.
+func window(name string) floodgate.Limit {
+	return floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute}
 }
 
 // TestObserveDecision counts one request's hits by front end, limit and
@@ -33,7 +30,7 @@ func TestObserveDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b, sh := rule(t, "a", false), rule(t, "b", false), rule(t, "sh", true)
+	a, b, sh := ruletest.Rule(t, window("a")), ruletest.Rule(t, window("b")), ruletest.Shadow(t, window("sh"))
 	req := &limiter.Request{Front: limiter.FrontRLS, Hits: []limiter.Hit{{Rule: a}, {Rule: b}, {Rule: sh}}}
 	res := &limiter.Result{
 		Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 1}, {Limit: 10}, {Limit: 10}},
@@ -74,7 +71,7 @@ func TestLimitLabelsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		r := rule(t, fmt.Sprintf("client-chosen-%d", i), false)
+		r := ruletest.Rule(t, window(fmt.Sprintf("client-chosen-%d", i)))
 		m.ObserveDecision(&limiter.Request{Front: limiter.FrontRLS, Hits: []limiter.Hit{{Rule: r}}},
 			&limiter.Result{Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 9}}, Flags: []limiter.HitFlags{0}})
 	}
@@ -98,7 +95,7 @@ func TestRulesOfOneNameShareASeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := &limiter.Result{Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 9}}, Flags: []limiter.HitFlags{0}}
-	old, reloaded := rule(t, "api", false), rule(t, "api", false)
+	old, reloaded := ruletest.Rule(t, window("api")), ruletest.Rule(t, window("api"))
 	for _, r := range []*limiter.Rule{old, old, reloaded, old, reloaded} {
 		m.ObserveDecision(&limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: r}}}, res)
 	}
@@ -116,10 +113,7 @@ func BenchmarkObserveDecision(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := limiter.NewRule(floodgate.Limit{Name: "tiny", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute}, floodgate.FailOpen, false)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := ruletest.Rule(b, floodgate.Limit{Name: "tiny", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute})
 	req := &limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: r}}}
 	res := &limiter.Result{Decisions: []floodgate.Decision{{Limit: 10}}, Flags: []limiter.HitFlags{0}}
 	b.ReportAllocs()
@@ -178,11 +172,11 @@ func TestRulesGoWithTheirSeries(t *testing.T) {
 	res := &limiter.Result{Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 9}}, Flags: []limiter.HitFlags{0}}
 	var ws []weak.Pointer[limiter.Rule]
 	for range 50 {
-		r := rule(t, "api", false)
+		r := ruletest.Rule(t, window("api"))
 		m.ObserveDecision(&limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: r}}}, res)
 		ws = append(ws, weak.Make(r))
 	}
-	kept := rule(t, "api", false)
+	kept := ruletest.Rule(t, window("api"))
 	m.ObserveDecision(&limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: kept}}}, res)
 	reg2 := prometheus.NewRegistry()
 	m2, err := metrics.New(reg2, metrics.Options{})

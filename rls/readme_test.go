@@ -3,12 +3,12 @@ package rls
 import (
 	"fmt"
 	"math"
-	"os"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate/floodgate/internal/leaktest"
 	"github.com/floodgate/floodgate/internal/promtest"
 )
 
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 	if sharedRedis != nil {
 		sharedRedis.Stop()
 	}
-	os.Exit(code)
+	leaktest.Exit(code)
 }
 
 const (

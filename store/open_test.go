@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -51,10 +52,7 @@ func TestOpenUnknownScheme(t *testing.T) {
 // decideTwice charges a limit of one twice: allowed, then denied.
 func decideTwice(t *testing.T, s limiter.Store) {
 	t.Helper()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "one", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.Rule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour})
 	hits := []limiter.Hit{{Rule: r, Key: t.Name(), Cost: 1}}
 	out := make([]floodgate.Decision, 1)
 	for i, want := range []bool{true, false} {

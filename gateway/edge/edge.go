@@ -188,7 +188,8 @@ func (e *Engine) route(c net.Conn) {
 }
 
 // Shutdown stops accepting, lets the requests in flight finish (until ctx
-// ends) and closes the connections.
+// ends) and closes the connections, the clients' and the idle ones to the
+// upstreams.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
@@ -202,6 +203,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			err = ferr
 		}
 	}
+	e.forgetUpstreams()
 	return err
 }
 

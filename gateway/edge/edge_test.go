@@ -2,11 +2,15 @@ package edge
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,5 +171,62 @@ func TestH2Start(t *testing.T) {
 		if got := h2Start([]byte(c.b)); got != c.want {
 			t.Errorf("h2Start(%q) = %v, want %v", c.b, got, c.want)
 		}
+	}
+}
+
+// TestShutdownClosesUpstreamConns: once the engine is shut down, the
+// connections it kept open to an upstream are closed, not left idle until
+// their idle timeout.
+func TestShutdownClosesUpstreamConns(t *testing.T) {
+	t.Parallel()
+	var open atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
+limits:
+  - {name: roomy, rate: 1000000, burst: 1000000, key: global, scope: global}
+`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(g, Options{})
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ln) }()
+	res, err := http.Get("http://" + ln.Addr().String() + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want 200", res.StatusCode)
+	}
+	if n := open.Load(); n != 1 {
+		t.Fatalf("%d connections open to the upstream, want 1", n)
+	}
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for open.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections to the upstream still open after Shutdown", open.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

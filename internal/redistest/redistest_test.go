@@ -1,10 +1,11 @@
 package redistest
 
 import (
-	"os"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/floodgate/floodgate/internal/leaktest"
 )
 
 func alive(pid int) bool {
@@ -61,7 +62,7 @@ func TestCluster(t *testing.T) {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	StopShared()
-	os.Exit(code)
+	leaktest.Exit(code)
 }
 
 func TestSentinel(t *testing.T) {

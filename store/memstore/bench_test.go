@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -43,11 +44,8 @@ func BenchmarkKeyed(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-			Rate: 1000, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
-		if err != nil {
-			b.Fatal(err)
-		}
+		r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
+			Rate: 1000, Per: time.Second, Burst: 100})
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			i := int(seq.Add(7919))
@@ -71,11 +69,8 @@ func BenchmarkKeyed(b *testing.B) {
 		}
 		defer s.Close()
 		l := limiter.New(s, limiter.Options{})
-		r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-			Rate: 1000, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
-		if err != nil {
-			b.Fatal(err)
-		}
+		r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
+			Rate: 1000, Per: time.Second, Burst: 100})
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			i := int(seq.Add(7919))
@@ -127,12 +122,8 @@ func BenchmarkThreeHits(b *testing.B) {
 	defer s.Close()
 	l := limiter.New(s, limiter.Options{})
 	mk := func(name string, alg floodgate.Algorithm) *limiter.Rule {
-		r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: alg, Rate: 1e6, Per: time.Second,
-			Burst: 1000, Max: 1e9, Window: time.Hour}, floodgate.FailOpen, false)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return r
+		return ruletest.Rule(b, floodgate.Limit{Name: name, Algorithm: alg, Rate: 1e6, Per: time.Second,
+			Burst: 1000, Max: 1e9, Window: time.Hour})
 	}
 	user, route, global := mk("user", floodgate.TokenBucket), mk("route", floodgate.SlidingWindow), mk("global", floodgate.GCRA)
 	keys := keyNames(benchKeys)
@@ -172,11 +163,7 @@ func BenchmarkMemory1M(b *testing.B) {
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
 	}
-	r, err := limiter.NewRule(floodgate.Limit{Name: "mem", Algorithm: floodgate.GCRA, Rate: 1, Per: time.Hour, Burst: 10},
-		floodgate.FailOpen, false)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := ruletest.Rule(b, floodgate.Limit{Name: "mem", Algorithm: floodgate.GCRA, Rate: 1, Per: time.Hour, Burst: 10})
 	b.ReportAllocs()
 	for b.Loop() {
 		before := heapInUse()
@@ -206,11 +193,7 @@ func BenchmarkMemory1M(b *testing.B) {
 // 100,000 keys and fails if it ever holds more.
 func BenchmarkFlood10M(b *testing.B) {
 	const n, capKeys = 10_000_000, 100_000
-	r, err := limiter.NewRule(floodgate.Limit{Name: "flood", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour},
-		floodgate.FailOpen, false)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := ruletest.Rule(b, floodgate.Limit{Name: "flood", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour})
 	for b.Loop() {
 		s, err := memstore.New(memstore.Options{MaxKeys: capKeys, SweepInterval: -1})
 		if err != nil {
@@ -254,11 +237,8 @@ func BenchmarkKeyedInterleaved(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-		Rate: 1000, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
+		Rate: 1000, Per: time.Second, Burst: 100})
 	var mu sync.Mutex
 	limiters := make(map[string]*rate.Limiter)
 	baseline := func(key string) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -72,10 +73,7 @@ func FuzzDecodeFile(f *testing.F) {
 func TestStateFileVersion1(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC).UnixNano()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.Rule(t, floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
 	// A key that used 3 of 5 in the window of an instant an hour ahead.
 	taken := now + int64(time.Hour)
 	var body []byte

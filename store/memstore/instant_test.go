@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -19,8 +20,8 @@ func TestDecisionInstant(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	tb := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 5})
-	win := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Second})
+	tb := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 5})
+	win := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Second})
 	for i, step := range []struct {
 		peek bool
 		hits []limiter.Hit

@@ -23,24 +23,47 @@ func newStore(t testing.TB, opts memstore.Options) *memstore.Store {
 	return s
 }
 
+// The conformance suites run on the suite's clock (Options.Now): where a
+// test waits for a window's end, the clock is moved on instead. The
+// default clock is the subject of the package's own tests.
+
+// clocked is the store of opts, closed at the end of the test, on c.
+func clocked(t *testing.T, c *storetest.Clock, opts memstore.Options) *memstore.Store {
+	opts.Now = c.Now
+	return newStore(t, opts)
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T) limiter.Store { return newStore(t, memstore.Options{}) })
+	storetest.RunClocked(t, func(t *testing.T, c *storetest.Clock) limiter.Store { return clocked(t, c, memstore.Options{}) })
 }
 
 func TestConformanceReservations(t *testing.T) {
-	storetest.RunReservations(t, func(t *testing.T) limiter.Store { return newStore(t, memstore.Options{}) })
-	s := newStore(t, memstore.Options{Shards: 2})
+	storetest.RunReservationsClocked(t, func(t *testing.T, c *storetest.Clock) limiter.Store {
+		return clocked(t, c, memstore.Options{})
+	})
 	t.Run("SharedSmallShards", func(t *testing.T) {
-		storetest.RunReservations(t, func(t *testing.T) limiter.Store { return s })
+		var s *memstore.Store // made by the suite's first call, with t
+		storetest.RunReservationsClocked(t, func(t *testing.T, c *storetest.Clock) limiter.Store {
+			if s == nil {
+				s = clocked(t, c, memstore.Options{Shards: 2})
+			}
+			return s
+		})
 	})
 }
 
 func TestConformanceSharedSmallShards(t *testing.T) {
 	t.Parallel()
 	// One store for every subtest, two shards: many keys share a shard.
-	s := newStore(t, memstore.Options{Shards: 2})
-	storetest.Run(t, func(t *testing.T) limiter.Store { return s })
+	// The suite's first call of newStore is with t.
+	var s *memstore.Store
+	storetest.RunClocked(t, func(t *testing.T, c *storetest.Clock) limiter.Store {
+		if s == nil {
+			s = clocked(t, c, memstore.Options{Shards: 2})
+		}
+		return s
+	})
 }
 
 // decideOnly shows only Store.Decide of its store: a store with none of
@@ -52,5 +75,7 @@ type decideOnly struct{ limiter.Store }
 // lacks.
 func TestConformanceDecideOnly(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T) limiter.Store { return decideOnly{newStore(t, memstore.Options{})} })
+	storetest.RunClocked(t, func(t *testing.T, c *storetest.Clock) limiter.Store {
+		return decideOnly{clocked(t, c, memstore.Options{})}
+	})
 }

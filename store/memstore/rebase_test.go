@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -96,8 +97,8 @@ func TestStateAcrossAClockError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			path := filepath.Join(t.TempDir(), "state")
-			bucket := rule(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 5})
-			login := rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
+			bucket := ruletest.Rule(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 5})
+			login := ruletest.Rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
 			var m machine
 			first := "boot-1"
 			m.boot.Store(&first)

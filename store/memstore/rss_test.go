@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -73,11 +74,7 @@ func ipKey(buf []byte, rng *rand.Rand) ([]byte, string) {
 //	go test -run '^$' -bench RSSAtCap -benchtime 1x ./store/memstore -memstore.rsscap 256
 func BenchmarkRSSAtCap(b *testing.B) {
 	capBytes := *rssCapMiB << 20
-	r, err := limiter.NewRule(floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour},
-		floodgate.FailOpen, false)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := ruletest.Rule(b, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
 	for b.Loop() {
 		heap0, rss0 := settled()
 		s, err := memstore.New(memstore.Options{MaxBytes: capBytes, SweepInterval: -1})
@@ -121,7 +118,7 @@ func BenchmarkRSSAtCap(b *testing.B) {
 // by.
 func TestHeapWithinCap(t *testing.T) {
 	const capBytes = 8 << 20
-	r := rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
+	r := ruletest.Rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
 	heap0, _ := settled()
 	s := newStore(t, memstore.Options{MaxBytes: capBytes, SweepInterval: -1})
 	rng := rand.New(rand.NewPCG(13, 14))

@@ -13,21 +13,10 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
-
-func rule(t testing.TB, l floodgate.Limit) *limiter.Rule {
-	t.Helper()
-	if l.Name == "" {
-		l.Name = l.Algorithm.String()
-	}
-	r, err := limiter.NewRule(l, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
 
 // decide decides hits (a charge, or with peek a peek) and returns their
 // decisions.
@@ -61,7 +50,7 @@ const sec = int64(time.Second)
 
 // windowRule counts up to max per (very long) window.
 func windowRule(t testing.TB, max int64) *limiter.Rule {
-	return rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: max, Window: 100000 * time.Hour})
+	return ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: max, Window: 100000 * time.Hour})
 }
 
 // used returns how many units of a fixed window rule the key has used.
@@ -92,8 +81,8 @@ func TestDenyingKeySurvivesFlood(t *testing.T) {
 		t.Run(fmt.Sprintf("keys=%d,bytes=%d", opts.MaxKeys, opts.MaxBytes), func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t, opts)
-			login := rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
-			perIP := rule(t, floodgate.Limit{Name: "per-ip", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+			login := ruletest.Rule(t, floodgate.Limit{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour})
+			perIP := ruletest.Rule(t, floodgate.Limit{Name: "per-ip", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
 			attacker := limiter.Hit{Rule: login, Key: "user:admin", Cost: 1}
 			for i := range 6 {
 				if d := charge(t, s, attacker)[0]; d.Allowed != (i < 5) {
@@ -168,7 +157,7 @@ func TestIdleExpiryAndSweep(t *testing.T) {
 	t.Parallel()
 	c := &clock{ns: 1000 * sec}
 	s := newStore(t, memstore.Options{Now: c.now, SweepInterval: -1})
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2})
 	for i := range 100 {
 		charge(t, s, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 2})
 	}
@@ -195,7 +184,7 @@ func TestClockClamp(t *testing.T) {
 	t.Parallel()
 	c := &clock{ns: 1000 * sec}
 	s := newStore(t, memstore.Options{Now: c.now})
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1})
 	h := limiter.Hit{Rule: r, Key: "k", Cost: 1}
 	charge(t, s, h)
 	c.ns -= 10 * sec // the clock steps back
@@ -259,7 +248,7 @@ func TestSlidingLogStateIsolation(t *testing.T) {
 	// request of several hits must leave them as they were.
 	c := &clock{ns: 1000 * sec}
 	s := newStore(t, memstore.Options{Now: c.now})
-	lg := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 3, Window: time.Minute})
+	lg := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 3, Window: time.Minute})
 	tight := windowRule(t, 1)
 	charge(t, s, limiter.Hit{Rule: lg, Key: "k", Cost: 1})
 	charge(t, s, limiter.Hit{Rule: tight, Key: "t", Cost: 1})
@@ -281,8 +270,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := windowRule(t, 100)
-	lg := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: time.Hour})
-	cc := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 5, LeaseTTL: time.Hour})
+	lg := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: time.Hour})
+	cc := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 5, LeaseTTL: time.Hour})
 	for i := range 1000 {
 		charge(t, s, limiter.Hit{Rule: w, Key: fmt.Sprint("w", i), Cost: int64(i%7 + 1)})
 	}
@@ -461,7 +450,7 @@ func TestPeriodicSweep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const sweep = 10 * time.Second
 		s := newStore(t, memstore.Options{SweepInterval: sweep})
-		r := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2})
+		r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2})
 		for i := range 100 {
 			charge(t, s, limiter.Hit{Rule: r, Key: fmt.Sprint(i), Cost: 2})
 		}

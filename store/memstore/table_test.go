@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -78,14 +79,8 @@ func TestIndexInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	fixed, err := limiter.NewRule(floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: 1000 * time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	short, err := limiter.NewRule(floodgate.Limit{Name: "s", Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixed := ruletest.Rule(t, floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: 1000 * time.Hour})
+	short := ruletest.Rule(t, floodgate.Limit{Name: "s", Algorithm: floodgate.GCRA, Rate: 1, Per: time.Second, Burst: 1})
 	rng := rand.New(rand.NewPCG(7, 8))
 	out := make([]floodgate.Decision, 1)
 	for i := range 6000 {
@@ -154,18 +149,9 @@ func TestByteBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	lg, err := limiter.NewRule(floodgate.Limit{Name: "log", Algorithm: floodgate.SlidingLog, Max: 500, Window: time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := limiter.NewRule(floodgate.Limit{Name: "conc", Algorithm: floodgate.Concurrency, Max: 100, LeaseTTL: time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fixed, err := limiter.NewRule(floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lg := ruletest.Rule(t, floodgate.Limit{Name: "log", Algorithm: floodgate.SlidingLog, Max: 500, Window: time.Hour})
+	cc := ruletest.Rule(t, floodgate.Limit{Name: "conc", Algorithm: floodgate.Concurrency, Max: 100, LeaseTTL: time.Hour})
+	fixed := ruletest.Rule(t, floodgate.Limit{Name: "f", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour})
 	rng := rand.New(rand.NewPCG(9, 10))
 	out := make([]floodgate.Decision, 2)
 	for i := range 5000 {
@@ -296,15 +282,8 @@ func TestEvictionOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	newRule := func(l floodgate.Limit) *limiter.Rule {
-		r, err := limiter.NewRule(l, floodgate.FailOpen, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	bucket := newRule(floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 1})
-	window := newRule(floodgate.Limit{Name: "window", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour})
+	bucket := ruletest.Rule(t, floodgate.Limit{Name: "bucket", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 1})
+	window := ruletest.Rule(t, floodgate.Limit{Name: "window", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour})
 	charge := func(r *limiter.Rule, key string, cost int64) floodgate.Decision {
 		t.Helper()
 		out := make([]floodgate.Decision, 1)
@@ -407,10 +386,7 @@ func TestCountsUntilEvicted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 1000, Window: 1000 * time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.Rule(t, floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 1000, Window: 1000 * time.Hour})
 	counts := map[string]int64{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	out := make([]floodgate.Decision, 1)

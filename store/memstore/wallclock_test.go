@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -27,14 +28,8 @@ func TestWallClockSteps(t *testing.T) {
 	}
 	defer s.Close()
 	advance := func(d time.Duration) { wall.Add(int64(d)); mono.Add(int64(d)) }
-	bucket, err := limiter.NewRule(floodgate.Limit{Name: "b", Algorithm: floodgate.TokenBucket, Rate: 20, Per: time.Minute, Burst: 20}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	quota, err := limiter.NewRule(floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 2, Period: floodgate.Day, Location: time.UTC}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bucket := ruletest.Rule(t, floodgate.Limit{Name: "b", Algorithm: floodgate.TokenBucket, Rate: 20, Per: time.Minute, Burst: 20})
+	quota := ruletest.Rule(t, floodgate.Limit{Name: "q", Algorithm: floodgate.Quota, Max: 2, Period: floodgate.Day, Location: time.UTC})
 	allowed := func(r *limiter.Rule, n int) int {
 		got := 0
 		for range n {

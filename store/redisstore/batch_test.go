@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -28,11 +29,8 @@ type mixedRequest struct {
 func mixedRequests(t *testing.T, rng *rand.Rand, n int) []mixedRequest {
 	t.Helper()
 	rules := conformLimits(t)
-	shadow, err := limiter.NewRule(floodgate.Limit{Name: "mixshadow", Algorithm: floodgate.FixedWindow, Max: 3,
-		Window: time.Second}, floodgate.FailOpen, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shadow := ruletest.Shadow(t, floodgate.Limit{Name: "mixshadow", Algorithm: floodgate.FixedWindow, Max: 3,
+		Window: time.Second})
 	rules = append(rules, shadow)
 	var reqs, reserves []mixedRequest
 	for range n {
@@ -178,11 +176,8 @@ func TestBatchDecidesAsOneByOne(t *testing.T) {
 // and a lone caller's request is sent at once.
 func TestBatchingUnderLoad(t *testing.T) {
 	s := newStandalone(t)
-	r, err := limiter.NewRule(floodgate.Limit{Name: "load", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour,
-		Burst: 1000}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.With(t, floodgate.Limit{Name: "load", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour,
+		Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	ctx := context.Background()
 	out := make([]floodgate.Decision, 1)
 	if err := s.Decide(ctx, []limiter.Hit{{Rule: r, Key: "lone", Cost: 1}}, false, out); err != nil || !out[0].Allowed {
@@ -232,11 +227,7 @@ func TestQueuedRequestNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "queued", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour},
-		floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.With(t, floodgate.Limit{Name: "queued", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	hit := []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}
 	apply := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -285,11 +276,7 @@ func TestNoBatching(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "nobatch", Algorithm: floodgate.FixedWindow, Max: 300, Window: time.Hour},
-		floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.With(t, floodgate.Limit{Name: "nobatch", Algorithm: floodgate.FixedWindow, Max: 300, Window: time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	avoidHourBoundary()
 	var allowed atomic.Int64
 	var wg sync.WaitGroup

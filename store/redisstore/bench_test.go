@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -19,11 +20,8 @@ func BenchmarkApply(b *testing.B) {
 	for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingWindow} {
 		b.Run(alg.String(), func(b *testing.B) {
 			s := newStandalone(b)
-			r, err := limiter.NewRule(floodgate.Limit{Name: "bench", Algorithm: alg, Rate: 100, Per: time.Second,
-				Burst: 100, Max: 100, Window: time.Second}, floodgate.FailOpen, false)
-			if err != nil {
-				b.Fatal(err)
-			}
+			r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: alg, Rate: 100, Per: time.Second,
+				Burst: 100, Max: 100, Window: time.Second})
 			keys := make([]string, 1000)
 			for i := range keys {
 				keys[i] = "k" + strconv.Itoa(i)
@@ -54,10 +52,7 @@ func BenchmarkApplyThreeLimits(b *testing.B) {
 	s := newStandalone(b)
 	var rules []*limiter.Rule
 	for _, name := range []string{"a", "b", "c"} {
-		r, err := limiter.NewRule(floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100}, floodgate.FailOpen, false)
-		if err != nil {
-			b.Fatal(err)
-		}
+		r := ruletest.Rule(b, floodgate.Limit{Name: name, Algorithm: floodgate.TokenBucket, Rate: 100, Per: time.Second, Burst: 100})
 		rules = append(rules, r)
 	}
 	b.SetParallelism(25)
@@ -84,16 +79,10 @@ func engineBench(b *testing.B, do func(l *limiter.Limiter, hits []limiter.Hit, r
 		b.Run(mode, func(b *testing.B) {
 			s := newStandalone(b)
 			l := limiter.New(s, limiter.Options{})
-			tb, err := limiter.NewRule(floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1 << 20,
-				Per: time.Second, Burst: 1 << 30}, floodgate.FailOpen, false)
-			if err != nil {
-				b.Fatal(err)
-			}
-			w, err := limiter.NewRule(floodgate.Limit{Name: "requests", Algorithm: floodgate.FixedWindow, Max: 1 << 50,
-				Window: time.Hour}, floodgate.FailOpen, false)
-			if err != nil {
-				b.Fatal(err)
-			}
+			tb := ruletest.Rule(b, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1 << 20,
+				Per: time.Second, Burst: 1 << 30})
+			w := ruletest.Rule(b, floodgate.Limit{Name: "requests", Algorithm: floodgate.FixedWindow, Max: 1 << 50,
+				Window: time.Hour})
 			var seq atomic.Uint64
 			run := func(next func() bool) {
 				i := seq.Add(7919)

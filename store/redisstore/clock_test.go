@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -23,10 +24,7 @@ func TestClockStepsBack(t *testing.T) {
 		{Name: "back_tb", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Second, Burst: 2},
 		{Name: "back_quota", Algorithm: floodgate.Quota, Max: 2, Period: floodgate.Day},
 	} {
-		r, err := limiter.NewRule(l, floodgate.FailOpen, false)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := ruletest.Rule(t, l)
 		hits := []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}
 		out := make([]floodgate.Decision, 1)
 		s.testNow.Store(base)

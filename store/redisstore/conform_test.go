@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -41,10 +42,7 @@ func conformLimits(t *testing.T) []*limiter.Rule {
 	}
 	var rules []*limiter.Rule
 	for _, l := range ls {
-		r, err := limiter.NewRule(l, floodgate.FailOpen, false)
-		if err != nil {
-			t.Fatalf("%s: %v", l.Name, err)
-		}
+		r := ruletest.Rule(t, l)
 		rules = append(rules, r)
 	}
 	return rules
@@ -80,11 +78,8 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 	now := conformStart(r)
 	var st algo.State
 	key := "conform"
-	companion, err := limiter.NewRule(floodgate.Limit{Name: "companion", Algorithm: floodgate.FixedWindow,
-		Max: 1 << 40, Window: time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	companion := ruletest.Rule(t, floodgate.Limit{Name: "companion", Algorithm: floodgate.FixedWindow,
+		Max: 1 << 40, Window: time.Hour})
 	steps := 300
 	if testing.Short() {
 		steps = 100
@@ -168,11 +163,7 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 func TestSlidingLogAtTheCut(t *testing.T) {
 	s := newStandalone(t)
 	ctx := context.Background()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "cut", Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Second},
-		floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.Rule(t, floodgate.Limit{Name: "cut", Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Second})
 	t0 := time.Date(2026, 3, 8, 0, 0, 19, 369532000, time.UTC).UnixMicro()
 	at := func(us int64, cost int64) floodgate.Decision {
 		t.Helper()

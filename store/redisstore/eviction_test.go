@@ -74,7 +74,10 @@ func TestEvictionWarning(t *testing.T) {
 			if warned != tc.evictable {
 				t.Fatalf("warning logged: %v, want %v; log:\n%s", warned, tc.evictable, logs.String())
 			}
-			_, err = New(Options{URL: "redis://" + srv.Addr, RefuseEvictable: true})
+			refusing, err := New(Options{URL: "redis://" + srv.Addr, RefuseEvictable: true})
+			if err == nil {
+				refusing.Close()
+			}
 			if tc.evictable && !errors.Is(err, ErrEvictable) {
 				t.Fatalf("RefuseEvictable: %v, want ErrEvictable", err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -47,11 +48,8 @@ func newFaultRig(t *testing.T) *faultRig {
 	for _, p := range []floodgate.FailurePolicy{floodgate.FailOpen, floodgate.FailClosed, floodgate.FailLocal} {
 		// A token bucket, so that no window boundary can refill the local
 		// fallback during the test.
-		r, err := limiter.NewRule(floodgate.Limit{Name: "fault_" + p.String(), Algorithm: floodgate.TokenBucket,
-			Rate: 1_000_000, Per: time.Hour, Burst: 1_000_000}, p, false)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := ruletest.With(t, floodgate.Limit{Name: "fault_" + p.String(), Algorithm: floodgate.TokenBucket,
+			Rate: 1_000_000, Per: time.Hour, Burst: 1_000_000}, limiter.RuleOptions{OnFailure: p})
 		rig.rules[p] = r
 	}
 	// The local fallback of the local rule: 1,000,000 split over 10,000
@@ -270,10 +268,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 	srv := sharedServer(t)
 	s := newStandalone(t)
 	avoidHourBoundary()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "flush", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.With(t, floodgate.Limit{Name: "flush", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	lim := limiter.New(s, limiter.Options{Timeout: 2 * time.Second})
 	stop := make(chan struct{})
 	var calls, storeErrs, degraded, allowed atomic.Int64

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -99,11 +100,8 @@ func TestLeasedEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := limiter.NewRule(floodgate.Limit{Name: "leng_other", Algorithm: floodgate.FixedWindow, Max: 50,
-		Window: 1000 * time.Hour}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := ruletest.With(t, floodgate.Limit{Name: "leng_other", Algorithm: floodgate.FixedWindow, Max: 50,
+		Window: 1000 * time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	l := limiter.New(s, limiter.Options{Timeout: 5 * time.Second, Lease: limiter.LeaseOptions{Lifetime: time.Hour}})
 	hit := limiter.Hit{Rule: r, Key: "k", Cost: 1}
 	for i := range 300 {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/floodgate/floodgate/internal/leaktest"
 	"github.com/floodgate/floodgate/internal/redistest"
 )
 
@@ -92,5 +93,5 @@ func TestMain(m *testing.M) {
 		standalone.Stop()
 	}
 	redistest.StopShared()
-	os.Exit(code)
+	leaktest.Exit(code)
 }

@@ -8,6 +8,7 @@ import (
 	"weak"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -19,10 +20,7 @@ func TestRulesGoWithTheirArgs(t *testing.T) {
 	ctx := context.Background()
 	var ws []weak.Pointer[limiter.Rule]
 	for i := range 50 {
-		r, err := limiter.NewRule(floodgate.Limit{Name: "args", Algorithm: floodgate.FixedWindow, Max: int64(i + 1), Window: 1000 * time.Hour}, floodgate.FailOpen, false)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := ruletest.Rule(t, floodgate.Limit{Name: "args", Algorithm: floodgate.FixedWindow, Max: int64(i + 1), Window: 1000 * time.Hour})
 		out := make([]floodgate.Decision, 1)
 		if err := s.Decide(ctx, []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, true, out); err != nil || !out[0].Allowed {
 			t.Fatalf("rule %d: %+v %v", i, out[0], err)

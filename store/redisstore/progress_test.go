@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -114,10 +115,7 @@ func TestSlowRepliesThatFlowAreNotDegraded(t *testing.T) {
 	defer s.Close()
 	const timeout = 150 * time.Millisecond
 	lim := limiter.New(s, limiter.Options{Timeout: timeout})
-	r, err := limiter.NewRule(floodgate.Limit{Name: "slow", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.With(t, floodgate.Limit{Name: "slow", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	var slowest atomic.Int64
 	var degraded, decided atomic.Int64
 	var wg sync.WaitGroup
@@ -161,10 +159,7 @@ func TestPausedRedisFailsWithinTheDeadline(t *testing.T) {
 	defer s.Close()
 	const timeout = 100 * time.Millisecond
 	lim := limiter.New(s, limiter.Options{Timeout: timeout})
-	r, err := limiter.NewRule(floodgate.Limit{Name: "paused", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.With(t, floodgate.Limit{Name: "paused", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	srv.Pause()
 	defer srv.Resume()
 	// A lone caller: the client's first call on its connection.
@@ -235,10 +230,7 @@ func TestClusterFollowsFailover(t *testing.T) {
 	defer s.Close()
 	const timeout = 100 * time.Millisecond
 	lim := limiter.New(s, limiter.Options{Timeout: timeout})
-	r, err := limiter.NewRule(floodgate.Limit{Name: "failover", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour}, floodgate.FailClosed, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.With(t, floodgate.Limit{Name: "failover", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	// A subject on the primary to stop, and one elsewhere.
 	victim, err := c.PrimaryOf(int(slot(s.Key(r, "s0"))))
 	if err != nil {
@@ -440,10 +432,7 @@ func TestConnCountsFollowTheStream(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			s := storeOn(t, mode)
 			lim := limiter.New(s, limiter.Options{})
-			r, err := limiter.NewRule(floodgate.Limit{Name: "count", Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Hour}, floodgate.FailClosed, false)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := ruletest.With(t, floodgate.Limit{Name: "count", Algorithm: floodgate.SlidingLog, Max: 5, Window: time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 			var wg sync.WaitGroup
 			for w := range 8 {
 				wg.Go(func() {

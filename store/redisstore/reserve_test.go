@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -133,16 +134,10 @@ func matchMemstore(t *testing.T, s *Store, r *limiter.Rule) {
 func TestReserveClusterRefundsRecords(t *testing.T) {
 	s := newCluster(t)
 	ctx := context.Background()
-	tpm, err := limiter.NewRule(floodgate.Limit{Name: "res_tpm", Algorithm: floodgate.TokenBucket, Rate: 1,
-		Per: time.Hour, Burst: 100}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	day, err := limiter.NewRule(floodgate.Limit{Name: "res_day", Algorithm: floodgate.FixedWindow, Max: 50,
-		Window: 1000 * time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tpm := ruletest.Rule(t, floodgate.Limit{Name: "res_tpm", Algorithm: floodgate.TokenBucket, Rate: 1,
+		Per: time.Hour, Burst: 100})
+	day := ruletest.Rule(t, floodgate.Limit{Name: "res_day", Algorithm: floodgate.FixedWindow, Max: 50,
+		Window: 1000 * time.Hour})
 	a, b := "key-a", "org-b"
 	if slot(s.Key(tpm, a)) == slot(s.Key(day, b)) {
 		t.Fatal("the two subjects share a slot; the test wants two")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -19,10 +20,7 @@ func TestSentinel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "sentinel", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.Rule(t, floodgate.Limit{Name: "sentinel", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour})
 	hits := []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}
 	out := make([]floodgate.Decision, 1)
 	for i, want := range []bool{true, true, false} {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -47,10 +48,7 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	r, err := limiter.NewRule(floodgate.Limit{Name: "tls", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := ruletest.Rule(t, floodgate.Limit{Name: "tls", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour})
 	out := make([]floodgate.Decision, 1)
 	hits := []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}
 	for i, want := range []bool{true, false} {

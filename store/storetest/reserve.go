@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -17,6 +18,17 @@ import (
 // stores must implement limiter.Reserver, and limiter.Releaser for the
 // test of concurrency limits.
 func RunReservations(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	runReservations(t, newStore, realClock{})
+}
+
+// RunReservationsClocked is RunReservations on the clock the suite gives
+// the stores, as RunClocked is Run.
+func RunReservationsClocked(t *testing.T, newStore func(t *testing.T, c *Clock) limiter.Store) {
+	c := newClock(clockStart)
+	runReservations(t, func(t *testing.T) limiter.Store { return newStore(t, c) }, c)
+}
+
+func runReservations(t *testing.T, newStore func(t *testing.T) limiter.Store, c clock) {
 	tests := []struct {
 		name string
 		f    func(*testing.T, limiter.Store)
@@ -27,7 +39,7 @@ func RunReservations(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"ReserveAllOrNothing", testReserveAllOrNothing},
 		{"ReserveConcurrency", testReserveConcurrency},
 		{"ReserveShadow", testReserveShadow},
-		{"ReservationExpiry", testReservationExpiry},
+		{"ReservationExpiry", func(t *testing.T, s limiter.Store) { testReservationExpiry(t, s, c) }},
 		{"ConcurrentReservations", testConcurrentReservations},
 	}
 	if !has(newStore(t), reserveOp) {
@@ -44,13 +56,13 @@ func RunReservations(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 // none of which refills or moves to a new window during a test.
 func counting(t *testing.T) []*limiter.Rule {
 	return []*limiter.Rule{
-		rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 10}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.LeakyBucket, Rate: 1, Per: hour, Burst: 10}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 10, Window: long}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.SlidingWindow, Max: 10, Window: long}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: long}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.Quota, Max: 10, Period: floodgate.Month}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 10}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.LeakyBucket, Rate: 1, Per: hour, Burst: 10}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingWindow, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.Quota, Max: 10, Period: floodgate.Month}),
 	}
 }
 
@@ -169,8 +181,8 @@ func testSettleTwice(t *testing.T, s limiter.Store) {
 // testReserveAllOrNothing reserves nothing when one limit denies: the
 // others are not charged and keep no reservation.
 func testReserveAllOrNothing(t *testing.T, s limiter.Store) {
-	a := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10})
-	b := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	a := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10})
+	b := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
 	k := key("aon")
 	charge(t, s, limiter.Hit{Rule: b, Key: k, Cost: 2})
 	ha, hb := reserved(a, k, 5, 0x81), reserved(b, k, 4, 0x81)
@@ -200,7 +212,7 @@ func testReserveAllOrNothing(t *testing.T, s limiter.Store) {
 
 // testReserveConcurrency holds a concurrency slot from reserve to settle.
 func testReserveConcurrency(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2})
 	k := key("conc")
 	h1, h2, h3 := reserved(r, k, 1, 0x91), reserved(r, k, 1, 0x92), reserved(r, k, 1, 0x93)
 	must(t, s, reserveOp, h1)
@@ -222,8 +234,8 @@ func testReserveConcurrency(t *testing.T, s limiter.Store) {
 // testReserveShadow reserves on a shadow limit when it allows, and keeps
 // no reservation when it denies, without stopping the others.
 func testReserveShadow(t *testing.T, s limiter.Store) {
-	sh := shadowRule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	sh := ruletest.Shadow(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
 	k := key("shadow")
 	out := must(t, s, reserveOp, reserved(sh, k, 1, 0xa1), reserved(r, k, 1, 0xa1))
 	if !out[0].Allowed || !out[1].Allowed {
@@ -242,12 +254,13 @@ func testReserveShadow(t *testing.T, s limiter.Store) {
 }
 
 // testReservationExpiry lets a reservation expire: a settle afterwards is
-// refused, and the estimate stays charged. The store's own clock decides
-// (the server's, for Redis), so the test waits for it: probes reserved
-// just after the reservation are settled one at a time until one is
-// refused as expired; the reservation, older, has expired too.
-func testReservationExpiry(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1000, Window: long})
+// refused, and the estimate stays charged. The store's clock decides (the
+// server's, for Redis), so the test waits for it, or moves the suite's
+// Clock on: probes reserved just after the reservation are settled one at
+// a time until one is refused as expired; the reservation, older, has
+// expired too.
+func testReservationExpiry(t *testing.T, s limiter.Store, c clock) {
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1000, Window: long})
 	k := key("expiry")
 	h := reserved(r, k, 7, 0xb1)
 	h.TTL = 100 * time.Millisecond
@@ -260,7 +273,7 @@ func testReservationExpiry(t *testing.T, s limiter.Store) {
 	}
 	expired := false
 	for i := 0; i < probes && !expired; i++ {
-		time.Sleep(50 * time.Millisecond)
+		c.sleep(50 * time.Millisecond)
 		p := reserved(r, k, 1, 0xb100+uint64(i))
 		expired = !settle(t, s, p, 1).Found
 	}
@@ -283,9 +296,9 @@ func testReservationExpiry(t *testing.T, s limiter.Store) {
 // second round gets exactly the 4 given back.
 func testConcurrentReservations(t *testing.T, s limiter.Store) {
 	for _, r := range []*limiter.Rule{
-		rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 10, Window: long}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10}),
-		rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 10, Window: long}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 10}),
+		ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 10, Window: long}),
 	} {
 		k := key("concres-" + r.Algorithm().String())
 		var next atomic.Uint64

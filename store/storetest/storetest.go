@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// Run runs the whole suite against the stores newStore returns. newStore is
+// Run runs the whole suite against the stores newStore returns, on their
+// own clocks: where time must pass, the suite waits for it. newStore is
 // called once per subtest; it may return the same store every time.
 //
 // Every store is held to Store.Decide. The subtests of concurrency limits
@@ -25,6 +27,19 @@ import (
 // asks newStore for one store first, with t, to see which verbs it has.
 // RunReservations holds a limiter.Reserver to its verbs.
 func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	run(t, newStore, realClock{})
+}
+
+// RunClocked runs the suite as Run does against stores that read the clock
+// the suite gives them (for the embedded store, memstore.Options.Now set
+// to c.Now): where Run waits for time to pass, RunClocked moves c on. All
+// the calls of newStore get the same clock.
+func RunClocked(t *testing.T, newStore func(t *testing.T, c *Clock) limiter.Store) {
+	c := newClock(clockStart)
+	run(t, func(t *testing.T) limiter.Store { return newStore(t, c) }, c)
+}
+
+func run(t *testing.T, newStore func(t *testing.T) limiter.Store, c clock) {
 	tests := []struct {
 		name  string
 		f     func(*testing.T, limiter.Store)
@@ -34,11 +49,11 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"GCRA", testGCRA, 0},
 		{"LeakyBucket", testLeakyBucket, 0},
 		{"LeakyQueue", testLeakyQueue, 0},
-		{"FixedWindow", testFixedWindow, 0},
+		{"FixedWindow", func(t *testing.T, s limiter.Store) { testFixedWindow(t, s, c) }, 0},
 		{"SlidingLog", testSlidingLog, 0},
 		{"SlidingWindow", testSlidingWindow, 0},
 		{"Concurrency", testConcurrency, releaseOp},
-		{"Quota", testQuota, 0},
+		{"Quota", func(t *testing.T, s limiter.Store) { testQuota(t, s, c) }, 0},
 		{"CostAboveCapacity", testNeverFits, 0},
 		{"InvalidCost", testInvalidCost, 0},
 		{"AllOrNothing", testAllOrNothing, 0},
@@ -49,7 +64,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 		{"Refund", testRefund, refundOp},
 		{"PeekCostAboveCapacity", testPeekNeverFits, 0},
 		{"LeakyQueueTwoStage", testLeakyQueueTwoStage, 0},
-		{"IdleExpiry", testIdleExpiry, 0},
+		{"IdleExpiry", func(t *testing.T, s limiter.Store) { testIdleExpiry(t, s, c) }, 0},
 		{"ConcurrentExact", testConcurrentExact, 0},
 		{"ConcurrentExactTokenBucket", testConcurrentExactTokenBucket, 0},
 		{"ConcurrentExactThreeLimits", testConcurrentThreeLimits, 0},
@@ -94,28 +109,6 @@ const (
 	hour = time.Hour
 	long = 1000 * time.Hour
 )
-
-// rule compiles l or fails the test.
-func rule(t testing.TB, l floodgate.Limit) *limiter.Rule {
-	t.Helper()
-	if l.Name == "" {
-		l.Name = "st_" + l.Algorithm.String()
-	}
-	r, err := limiter.NewRule(l, floodgate.FailOpen, false)
-	if err != nil {
-		t.Fatalf("NewRule(%+v): %v", l, err)
-	}
-	return r
-}
-
-func shadowRule(t testing.TB, l floodgate.Limit) *limiter.Rule {
-	t.Helper()
-	r, err := limiter.NewRule(l, floodgate.FailOpen, true)
-	if err != nil {
-		t.Fatalf("NewRule(%+v): %v", l, err)
-	}
-	return r
-}
 
 // key returns a key no other test uses, with the given suffix.
 func key(suffix string) string {
@@ -201,7 +194,7 @@ func wantDenied(t testing.TB, what string, d floodgate.Decision, limit int64, lo
 // testRate is the shared contract of the token bucket, GCRA and the leaky
 // bucket meter at one unit an hour with a burst of 5.
 func testRate(t *testing.T, s limiter.Store, alg floodgate.Algorithm) {
-	r := rule(t, floodgate.Limit{Algorithm: alg, Rate: 1, Per: hour, Burst: 5})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: alg, Rate: 1, Per: hour, Burst: 5})
 	h := limiter.Hit{Rule: r, Key: key("rate"), Cost: 1}
 	for i := int64(1); i <= 5; i++ {
 		d := charge(t, s, h)
@@ -231,7 +224,7 @@ func testLeakyBucket(t *testing.T, s limiter.Store) { testRate(t, s, floodgate.L
 
 func testLeakyQueue(t *testing.T, s limiter.Store) {
 	// One request an hour leaves the queue; 3 may wait; none passes early.
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 3, Delay: 0})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 3, Delay: 0})
 	h := limiter.Hit{Rule: r, Key: key("queue"), Cost: 1}
 	for i := range 4 {
 		d := charge(t, s, h)
@@ -246,7 +239,7 @@ func testLeakyQueue(t *testing.T, s limiter.Store) {
 	wantDenied(t, "request 5 (queue full)", charge(t, s, h), 4, hour-time.Minute, hour)
 
 	// NoDelay lets the whole burst through at once.
-	r = rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 3, Delay: floodgate.NoDelay})
+	r = ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 3, Delay: floodgate.NoDelay})
 	h = limiter.Hit{Rule: r, Key: key("nodelay"), Cost: 1}
 	for i := range 4 {
 		if d := charge(t, s, h); !d.Allowed || d.Delay != 0 {
@@ -262,7 +255,7 @@ func testLeakyQueue(t *testing.T, s limiter.Store) {
 // place for the next one, a bucket never refills beyond full, and a
 // window keeps its count (it is not refundable).
 func testRefund(t *testing.T, s limiter.Store) {
-	q := rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 2})
+	q := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 2})
 	h := limiter.Hit{Rule: q, Key: key("refundq"), Cost: 1}
 	var last floodgate.Decision
 	for i := range 3 {
@@ -282,7 +275,7 @@ func testRefund(t *testing.T, s limiter.Store) {
 		t.Fatalf("after a refund: %+v, want the freed place (delay about %v)", d, last.Delay)
 	}
 
-	b := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 3})
+	b := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 3})
 	hb := limiter.Hit{Rule: b, Key: key("refundb"), Cost: 2}
 	wantAllowed(t, "bucket cost 2", charge(t, s, hb), 3, 1)
 	hb.Cost = 3
@@ -290,7 +283,7 @@ func testRefund(t *testing.T, s limiter.Store) {
 	wantAllowed(t, "bucket after refund (peek of 1)", peek(t, s, limiter.Hit{Rule: b, Key: hb.Key, Cost: 1}), 3, 2)
 	wantAllowed(t, "bucket after refund", charge(t, s, hb), 3, 0)
 
-	w := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 2, Window: long})
+	w := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 2, Window: long})
 	hw := limiter.Hit{Rule: w, Key: key("refundw"), Cost: 2}
 	wantAllowed(t, "window cost 2", charge(t, s, hw), 2, 0)
 	must(t, s, refundOp, hw)
@@ -306,7 +299,7 @@ func testRefund(t *testing.T, s limiter.Store) {
 
 // testWindow checks a window algorithm with 3 units per window.
 func testWindow(t *testing.T, s limiter.Store, alg floodgate.Algorithm, window time.Duration) {
-	r := rule(t, floodgate.Limit{Algorithm: alg, Max: 3, Window: window})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: alg, Max: 3, Window: window})
 	h := limiter.Hit{Rule: r, Key: key("window"), Cost: 1}
 	for i := int64(1); i <= 3; i++ {
 		wantAllowed(t, fmt.Sprintf("request %d", i), charge(t, s, h), 3, 3-i)
@@ -326,12 +319,12 @@ func testWindow(t *testing.T, s limiter.Store, alg floodgate.Algorithm, window t
 	wantAllowed(t, "cost 1 with 1 left", charge(t, s, h), 3, 0)
 }
 
-func testFixedWindow(t *testing.T, s limiter.Store) {
+func testFixedWindow(t *testing.T, s limiter.Store, c clock) {
 	testWindow(t, s, floodgate.FixedWindow, long)
 	// The reset is the end of the epoch-aligned window.
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
 	d := charge(t, s, limiter.Hit{Rule: r, Key: key("fw"), Cost: 1})
-	now := time.Now().UnixNano()
+	now := c.now().UnixNano()
 	want := time.Duration(int64(long) - now%int64(long))
 	if !within(d.ResetAfter, want-time.Minute, want+time.Minute) {
 		t.Fatalf("reset after %v, want about %v (the window's end)", d.ResetAfter, want)
@@ -341,7 +334,7 @@ func testFixedWindow(t *testing.T, s limiter.Store) {
 func testSlidingLog(t *testing.T, s limiter.Store) {
 	testWindow(t, s, floodgate.SlidingLog, hour)
 	// The denial waits for the oldest entry to leave the window.
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 1, Window: hour})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 1, Window: hour})
 	h := limiter.Hit{Rule: r, Key: key("log"), Cost: 1}
 	charge(t, s, h)
 	wantDenied(t, "second", charge(t, s, h), 1, hour-time.Minute, hour)
@@ -352,7 +345,7 @@ func testSlidingWindow(t *testing.T, s limiter.Store) {
 }
 
 func testConcurrency(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: hour})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: hour})
 	k := key("conc")
 	lease := func(id uint64) limiter.Hit { return limiter.Hit{Rule: r, Key: k, Cost: 1, Lease: id} }
 	wantAllowed(t, "lease 1", charge(t, s, lease(1)), 2, 1)
@@ -369,32 +362,32 @@ func testConcurrency(t *testing.T, s limiter.Store) {
 	wantAllowed(t, "lease 3 after releasing 1", charge(t, s, lease(3)), 2, 0)
 }
 
-func testQuota(t *testing.T, s limiter.Store) {
+func testQuota(t *testing.T, s limiter.Store, c clock) {
 	loc, err := time.LoadLocation("Asia/Tokyo")
 	if err != nil {
 		loc = time.UTC
 	}
 	// Stay clear of a day boundary while the test runs.
-	now := time.Now().In(loc)
+	now := c.now().In(loc)
 	y, m, dd := now.Date()
 	next := time.Date(y, m, dd+1, 0, 0, 0, 0, loc)
-	if time.Until(next) < 30*time.Second {
-		time.Sleep(time.Until(next) + time.Second)
-		now = time.Now().In(loc)
+	if next.Sub(c.now()) < 30*time.Second {
+		c.sleep(next.Sub(c.now()) + time.Second)
+		now = c.now().In(loc)
 		y, m, dd = now.Date()
 		next = time.Date(y, m, dd+1, 0, 0, 0, 0, loc)
 	}
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.Quota, Max: 3, Period: floodgate.Day, Location: loc})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.Quota, Max: 3, Period: floodgate.Day, Location: loc})
 	h := limiter.Hit{Rule: r, Key: key("quota"), Cost: 1}
 	for i := int64(1); i <= 3; i++ {
 		d := charge(t, s, h)
 		wantAllowed(t, fmt.Sprintf("request %d", i), d, 3, 3-i)
-		want := time.Until(next)
+		want := next.Sub(c.now())
 		if !within(d.ResetAfter, want-time.Minute, want+time.Minute) {
 			t.Fatalf("request %d: reset after %v, want about %v (next midnight in %s)", i, d.ResetAfter, want, loc)
 		}
 	}
-	want := time.Until(next)
+	want := next.Sub(c.now())
 	wantDenied(t, "request 4", charge(t, s, h), 3, want-time.Minute, want+time.Minute)
 }
 
@@ -405,7 +398,7 @@ func testNeverFits(t *testing.T, s limiter.Store) {
 		{Algorithm: floodgate.SlidingLog, Max: 5, Window: hour},
 		{Algorithm: floodgate.Quota, Max: 5, Period: floodgate.Month},
 	} {
-		r := rule(t, l)
+		r := ruletest.Rule(t, l)
 		h := limiter.Hit{Rule: r, Key: key("never"), Cost: 6}
 		if _, err := apply(s, chargeOp, h); !errors.Is(err, floodgate.ErrNeverFits) {
 			t.Fatalf("%s: cost 6 of 5: err %v, want ErrNeverFits", l.Algorithm, err)
@@ -417,7 +410,7 @@ func testNeverFits(t *testing.T, s limiter.Store) {
 }
 
 func testInvalidCost(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
 	for _, c := range []int64{0, -1} {
 		if _, err := apply(s, chargeOp, limiter.Hit{Rule: r, Key: key("cost"), Cost: c}); !errors.Is(err, floodgate.ErrInvalidCost) {
 			t.Fatalf("cost %d: err %v, want ErrInvalidCost", c, err)
@@ -426,9 +419,9 @@ func testInvalidCost(t *testing.T, s limiter.Store) {
 }
 
 func testAllOrNothing(t *testing.T, s limiter.Store) {
-	user := rule(t, floodgate.Limit{Name: "st_user", Algorithm: floodgate.FixedWindow, Max: 10, Window: long})
-	route := rule(t, floodgate.Limit{Name: "st_route", Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 2})
-	global := rule(t, floodgate.Limit{Name: "st_global", Algorithm: floodgate.SlidingLog, Max: 10, Window: hour})
+	user := ruletest.Rule(t, floodgate.Limit{Name: "st_user", Algorithm: floodgate.FixedWindow, Max: 10, Window: long})
+	route := ruletest.Rule(t, floodgate.Limit{Name: "st_route", Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 2})
+	global := ruletest.Rule(t, floodgate.Limit{Name: "st_global", Algorithm: floodgate.SlidingLog, Max: 10, Window: hour})
 	hits := []limiter.Hit{
 		{Rule: user, Key: key("user"), Cost: 1},
 		{Rule: route, Key: key("route"), Cost: 1},
@@ -472,8 +465,8 @@ func testAllOrNothing(t *testing.T, s limiter.Store) {
 
 func testShadow(t *testing.T, s limiter.Store) {
 	// A shadow limit that denies blocks nothing and is not charged.
-	sh := shadowRule(t, floodgate.Limit{Name: "st_shadow", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
-	en := rule(t, floodgate.Limit{Name: "st_enforced", Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	sh := ruletest.Shadow(t, floodgate.Limit{Name: "st_shadow", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	en := ruletest.Rule(t, floodgate.Limit{Name: "st_enforced", Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
 	hits := []limiter.Hit{{Rule: sh, Key: key("shadow"), Cost: 1}, {Rule: en, Key: key("enforced"), Cost: 1}}
 	out := must(t, s, chargeOp, hits...)
 	wantAllowed(t, "shadow, first", out[0], 1, 0)
@@ -488,8 +481,8 @@ func testShadow(t *testing.T, s limiter.Store) {
 	}
 
 	// An enforced denial stops the shadow hit's charge too.
-	sh2 := shadowRule(t, floodgate.Limit{Name: "st_shadow2", Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
-	en2 := rule(t, floodgate.Limit{Name: "st_enforced2", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	sh2 := ruletest.Shadow(t, floodgate.Limit{Name: "st_shadow2", Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	en2 := ruletest.Rule(t, floodgate.Limit{Name: "st_enforced2", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
 	hits = []limiter.Hit{{Rule: sh2, Key: key("shadow2"), Cost: 1}, {Rule: en2, Key: key("enforced2"), Cost: 1}}
 	must(t, s, chargeOp, hits...)
 	out = must(t, s, chargeOp, hits...)
@@ -500,7 +493,7 @@ func testShadow(t *testing.T, s limiter.Store) {
 }
 
 func testPeek(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 3})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 3})
 	h := limiter.Hit{Rule: r, Key: key("peek"), Cost: 1}
 	for range 5 {
 		// Remaining is what the peeked cost would leave.
@@ -514,7 +507,7 @@ func testPeek(t *testing.T, s limiter.Store) {
 		wantDenied(t, "peek on an empty bucket", peek(t, s, h), 3, hour-time.Minute, hour)
 	}
 	// Several hits, one of them denying: nothing charged either way.
-	w := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 2, Window: long})
+	w := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 2, Window: long})
 	hw := limiter.Hit{Rule: w, Key: key("peekw"), Cost: 1}
 	out := must(t, s, peekOp, hw, h)
 	if !out[0].Allowed || out[1].Allowed {
@@ -524,7 +517,7 @@ func testPeek(t *testing.T, s limiter.Store) {
 }
 
 func testRelease(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 3, LeaseTTL: hour})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 3, LeaseTTL: hour})
 	k := key("release")
 	h := func(lease uint64, cost int64) limiter.Hit {
 		return limiter.Hit{Rule: r, Key: k, Cost: cost, Lease: lease}
@@ -542,9 +535,9 @@ func testRelease(t *testing.T, s limiter.Store) {
 	wantAllowed(t, "all released", peek(t, s, h(12, 3)), 3, 0)
 }
 
-func testIdleExpiry(t *testing.T, s limiter.Store) {
+func testIdleExpiry(t *testing.T, s limiter.Store, c clock) {
 	// A one-second window: once it has passed, the key is as new.
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Second})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Second})
 	h := limiter.Hit{Rule: r, Key: key("idle"), Cost: 1}
 	charge(t, s, h)
 	charge(t, s, h)
@@ -554,13 +547,13 @@ func testIdleExpiry(t *testing.T, s limiter.Store) {
 		// machine); the key is then already back, which is the point.
 		t.Logf("third charge allowed after a stall: %+v", d)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := c.now().Add(20 * time.Second)
 	for {
-		time.Sleep(1100 * time.Millisecond)
+		c.sleep(1100 * time.Millisecond)
 		if d := peek(t, s, h); d.Allowed && d.Remaining == 1 {
 			break
 		}
-		if time.Now().After(deadline) {
+		if c.now().After(deadline) {
 			t.Fatalf("key still charged 20 s after a 1 s window: %+v", peek(t, s, h))
 		}
 	}
@@ -598,7 +591,7 @@ func hammer(t *testing.T, goroutines, attempts int, try func(g int) (bool, error
 }
 
 func testConcurrentExact(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1000, Window: long})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 1000, Window: long})
 	h := limiter.Hit{Rule: r, Key: key("exact"), Cost: 1}
 	got := hammer(t, 50, 30, func(int) (bool, error) {
 		out, err := apply(s, chargeOp, h)
@@ -610,7 +603,7 @@ func testConcurrentExact(t *testing.T, s limiter.Store) {
 }
 
 func testConcurrentExactTokenBucket(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 1000})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 1000})
 	h := limiter.Hit{Rule: r, Key: key("exacttb"), Cost: 1}
 	got := hammer(t, 50, 30, func(int) (bool, error) {
 		out, err := apply(s, chargeOp, h)
@@ -625,9 +618,9 @@ func testConcurrentThreeLimits(t *testing.T, s limiter.Store) {
 	// 10 users of 50 each, one route of 300, a global limit of 1000: the
 	// route binds, so exactly 300 pass, and the denied requests take
 	// nothing from the users or the global limit.
-	user := rule(t, floodgate.Limit{Name: "st_user", Algorithm: floodgate.FixedWindow, Max: 50, Window: long})
-	route := rule(t, floodgate.Limit{Name: "st_route", Algorithm: floodgate.FixedWindow, Max: 300, Window: long})
-	global := rule(t, floodgate.Limit{Name: "st_global", Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 1000})
+	user := ruletest.Rule(t, floodgate.Limit{Name: "st_user", Algorithm: floodgate.FixedWindow, Max: 50, Window: long})
+	route := ruletest.Rule(t, floodgate.Limit{Name: "st_route", Algorithm: floodgate.FixedWindow, Max: 300, Window: long})
+	global := ruletest.Rule(t, floodgate.Limit{Name: "st_global", Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 1000})
 	users := make([]string, 10)
 	for i := range users {
 		users[i] = key(fmt.Sprintf("user%d", i))
@@ -668,7 +661,7 @@ func testConcurrentThreeLimits(t *testing.T, s limiter.Store) {
 
 func testReleaseOther(t *testing.T, s limiter.Store) {
 	// Release leaves every other algorithm alone.
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.FixedWindow, Max: 5, Window: long})
 	h := limiter.Hit{Rule: r, Key: key("relother"), Cost: 2, Lease: 7}
 	charge(t, s, h)
 	must(t, s, releaseOp, h)
@@ -677,7 +670,7 @@ func testReleaseOther(t *testing.T, s limiter.Store) {
 }
 
 func testPeekNeverFits(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 3})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 3})
 	if _, err := apply(s, peekOp, limiter.Hit{Rule: r, Key: key("peeknever"), Cost: 4}); !errors.Is(err, floodgate.ErrNeverFits) {
 		t.Fatalf("peek of cost 4 on a burst of 3: err %v, want ErrNeverFits", err)
 	}
@@ -686,7 +679,7 @@ func testPeekNeverFits(t *testing.T, s limiter.Store) {
 func testLeakyQueueTwoStage(t *testing.T, s limiter.Store) {
 	// NGINX's delay=1: the first two pass at once, the next two wait one
 	// and two intervals, the fifth is refused.
-	r := rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 3, Delay: 1})
+	r := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 3, Delay: 1})
 	h := limiter.Hit{Rule: r, Key: key("twostage"), Cost: 1}
 	for i, want := range []time.Duration{0, 0, hour, 2 * hour} {
 		d := charge(t, s, h)
@@ -702,8 +695,8 @@ func testLeakyQueueTwoStage(t *testing.T, s limiter.Store) {
 // testCheck: a check hit is decided and never charged; when it denies, it
 // stops the request as any hit does.
 func testCheck(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Name: "st_check", Algorithm: floodgate.FixedWindow, Max: 3, Window: long})
-	other := rule(t, floodgate.Limit{Name: "st_check_other", Algorithm: floodgate.FixedWindow, Max: 10, Window: long})
+	r := ruletest.Rule(t, floodgate.Limit{Name: "st_check", Algorithm: floodgate.FixedWindow, Max: 3, Window: long})
+	other := ruletest.Rule(t, floodgate.Limit{Name: "st_check_other", Algorithm: floodgate.FixedWindow, Max: 10, Window: long})
 	subject := key("check")
 	k := limiter.Hit{Rule: r, Key: subject, Cost: 1}
 	o := limiter.Hit{Rule: other, Key: subject, Cost: 1}
@@ -733,7 +726,7 @@ func testCheck(t *testing.T, s limiter.Store) {
 // after a charge of the same limit and key sees it, and one before does
 // not.
 func testCheckOrder(t *testing.T, s limiter.Store) {
-	r := rule(t, floodgate.Limit{Name: "st_order", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	r := ruletest.Rule(t, floodgate.Limit{Name: "st_order", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
 	h := limiter.Hit{Rule: r, Key: key("order"), Cost: 1}
 	check := h
 	check.Check = true
@@ -759,10 +752,10 @@ func testCheckOrder(t *testing.T, s limiter.Store) {
 // testGroup: hits of a group stop the request only when all of them deny;
 // then the hits that allow are charged and those that deny are not.
 func testGroup(t *testing.T, s limiter.Store) {
-	a := rule(t, floodgate.Limit{Name: "st_group_a", Algorithm: floodgate.FixedWindow, Max: 2, Window: long})
-	b := rule(t, floodgate.Limit{Name: "st_group_b", Algorithm: floodgate.FixedWindow, Max: 4, Window: long})
-	c := rule(t, floodgate.Limit{Name: "st_group_c", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
-	sh := shadowRule(t, floodgate.Limit{Name: "st_group_shadow", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
+	a := ruletest.Rule(t, floodgate.Limit{Name: "st_group_a", Algorithm: floodgate.FixedWindow, Max: 2, Window: long})
+	b := ruletest.Rule(t, floodgate.Limit{Name: "st_group_b", Algorithm: floodgate.FixedWindow, Max: 4, Window: long})
+	c := ruletest.Rule(t, floodgate.Limit{Name: "st_group_c", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
+	sh := ruletest.Shadow(t, floodgate.Limit{Name: "st_group_shadow", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
 	subject := key("group")
 	ha := limiter.Hit{Rule: a, Key: subject, Cost: 1, Group: 1}
 	hb := limiter.Hit{Rule: b, Key: subject, Cost: 1, Group: 1}
@@ -801,8 +794,8 @@ func testGroup(t *testing.T, s limiter.Store) {
 // testGroupAcrossSubjects: a group whose hits count for different
 // subjects (different Cluster slots on Redis) is decided as one.
 func testGroupAcrossSubjects(t *testing.T, s limiter.Store) {
-	a := rule(t, floodgate.Limit{Name: "st_gx_a", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
-	c := rule(t, floodgate.Limit{Name: "st_gx_c", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
+	a := ruletest.Rule(t, floodgate.Limit{Name: "st_gx_a", Algorithm: floodgate.FixedWindow, Max: 1, Window: long})
+	c := ruletest.Rule(t, floodgate.Limit{Name: "st_gx_c", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
 	ha := limiter.Hit{Rule: a, Key: key("gx1"), Cost: 1, Group: 1}
 	hb := limiter.Hit{Rule: a, Key: key("gx2"), Cost: 1, Group: 1}
 	hc := limiter.Hit{Rule: c, Key: key("gx3"), Cost: 1}
@@ -827,9 +820,9 @@ func testGroupAcrossSubjects(t *testing.T, s limiter.Store) {
 // request goes ahead while one of the two has room and takes a unit of
 // each that has, so exactly 100 pass.
 func testConcurrentGroup(t *testing.T, s limiter.Store) {
-	a := rule(t, floodgate.Limit{Name: "st_cg_a", Algorithm: floodgate.FixedWindow, Max: 60, Window: long})
-	b := rule(t, floodgate.Limit{Name: "st_cg_b", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
-	c := rule(t, floodgate.Limit{Name: "st_cg_c", Algorithm: floodgate.FixedWindow, Max: 10000, Window: long})
+	a := ruletest.Rule(t, floodgate.Limit{Name: "st_cg_a", Algorithm: floodgate.FixedWindow, Max: 60, Window: long})
+	b := ruletest.Rule(t, floodgate.Limit{Name: "st_cg_b", Algorithm: floodgate.FixedWindow, Max: 100, Window: long})
+	c := ruletest.Rule(t, floodgate.Limit{Name: "st_cg_c", Algorithm: floodgate.FixedWindow, Max: 10000, Window: long})
 	subject := key("cg")
 	hits := []limiter.Hit{{Rule: a, Key: subject, Cost: 1, Group: 1}, {Rule: b, Key: subject, Cost: 1, Group: 1},
 		{Rule: c, Key: subject, Cost: 1}}
