@@ -30,6 +30,10 @@ var ignored = []goleak.Option{
 	// to the nodes it no longer needs five seconds later, from a goroutine
 	// of their own, to let the commands under way on them finish.
 	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+	// After a Cluster node fails, rueidis reloads the slot map once a
+	// random wait of up to a second has passed, from a goroutine that
+	// sleeps through that wait even when the client was closed meanwhile.
+	goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
 }
 
 // VerifyTestMain runs the tests of m and fails the run when goroutines
