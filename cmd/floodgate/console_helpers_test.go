@@ -35,7 +35,7 @@ func startProc(t testing.TB, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve"}, withOps(args)...)...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	return startProcCmd(t, cmd)
 }

@@ -68,7 +68,7 @@ func TestVersionNamesTheCommit(t *testing.T) {
 	}
 
 	cfg := writeConfig(t, "version: 1\nroutes:\n  - {name: all, match: {paths: [\"/**\"]}, upstream: none}\n")
-	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0", "--log-level", "error")
 	p := startProcCmd(t, cmd)
 	metrics := metricsText(t, p.admin)
 	line := regexp.MustCompile(`(?m)^floodgate_build_info\{.*\} 1$`).FindString(metrics)
