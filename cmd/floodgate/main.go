@@ -87,7 +87,7 @@ func usage(w io.Writer) {
 // gracefully when it is cancelled (a server finishes the requests in
 // flight). Every other command is interrupted at once: it may be blocked
 // reading standard input or a FIFO, which no context reaches.
-var stopsOnItsOwn = map[string]bool{"serve": true, "bench": true, "rls-bench": true}
+var stopsOnItsOwn = map[string]bool{"serve": true, "rls": true, "bench": true, "rls-bench": true}
 
 // errInterrupted ends a command interrupted by SIGINT or SIGTERM.
 var errInterrupted = &exitError{Code: 130, Err: errors.New("floodgate: interrupted")}
