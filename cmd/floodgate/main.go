@@ -13,6 +13,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The time zone database, inside the binary: calendar quotas in any
+	// zone work where the system has none (a container image FROM scratch).
+	_ "time/tzdata"
 
 	"github.com/floodgate/floodgate/internal/buildinfo"
 	"github.com/floodgate/floodgate/internal/cli"
