@@ -23,7 +23,7 @@
 // The top-level sections are all optional:
 //
 //	version: 1
-//	server:   listen, admin_listen, grpc_listen (with rls_config,
+//	server:   listen, admin_listen, ops_listen, grpc_listen (with rls_config,
 //	          grpc_tls_cert, grpc_tls_key, grpc_tls_client_ca,
 //	          grpc_tls_client_san), api_listen (with api_tls_cert,
 //	          api_tls_key, api_tls_client_ca, api_tls_client_san), store
@@ -86,7 +86,7 @@
 // A route that names no upstream at all is a problem, so that a forgotten
 // line shows up in floodgate check rather than as 404s.
 //
-// The addresses (listen, admin_listen, grpc_listen, api_listen) are
+// The addresses (listen, admin_listen, ops_listen, grpc_listen, api_listen) are
 // host:port with a numeric port from 0 to 65535 and a host that is empty,
 // an IP address or a host name.
 //

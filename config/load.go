@@ -74,6 +74,7 @@ func parse(name string, data []byte, dir string) (*File, error) {
 const (
 	DefaultListen      = ":8080"
 	DefaultAdminListen = "127.0.0.1:9090"
+	DefaultOpsListen   = "127.0.0.1:9102"
 	DefaultStore       = "memory"
 
 	// DefaultReadHeaderTimeout, DefaultReadTimeout and DefaultIdleTimeout
@@ -120,6 +121,7 @@ func setDefaults(f *File) {
 	f.Server = Server{
 		Listen:           DefaultListen,
 		AdminListen:      DefaultAdminListen,
+		OpsListen:        DefaultOpsListen,
 		Store:            DefaultStore,
 		StoreTimeout:     floodgate.DefaultStoreTimeout,
 		StoreHardTimeout: floodgate.DefaultStoreHardTimeout,

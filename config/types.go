@@ -51,9 +51,15 @@ func (f *File) Position(field string) Pos {
 type Server struct {
 	// Listen is the gateway's address (default ":8080").
 	Listen string `yaml:"listen"`
-	// AdminListen serves /metrics and health checks (default
-	// "127.0.0.1:9090"; "off" disables it).
+	// AdminListen serves the admin API, the dashboard, /v1/explain, and
+	// /healthz, /readyz and /metrics as OpsListen does (default
+	// "127.0.0.1:9090"; "off" disables it). serve refuses to start with
+	// it on an address other than loopback while Admin.Tokens lists none.
 	AdminListen string `yaml:"admin_listen"`
+	// OpsListen serves /healthz, /readyz and /metrics only, no data
+	// about keys: the listener for probes and scrapes (default
+	// "127.0.0.1:9102"; "off" disables it).
+	OpsListen string `yaml:"ops_listen"`
 	// GRPCListen, when set, serves Envoy's rate-limit service (RLS v3).
 	GRPCListen string `yaml:"grpc_listen"`
 	// APIListen, when set, serves the HTTP decision API (/v1/check).

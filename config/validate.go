@@ -204,8 +204,11 @@ func (v *validator) server() {
 	if s.AdminListen == "off" {
 		s.AdminListen = ""
 	}
+	if s.OpsListen == "off" {
+		s.OpsListen = ""
+	}
 	for _, l := range []struct{ field, addr string }{
-		{"listen", s.Listen}, {"admin_listen", s.AdminListen}, {"grpc_listen", s.GRPCListen}, {"api_listen", s.APIListen},
+		{"listen", s.Listen}, {"admin_listen", s.AdminListen}, {"ops_listen", s.OpsListen}, {"grpc_listen", s.GRPCListen}, {"api_listen", s.APIListen},
 	} {
 		if l.addr == "" {
 			continue

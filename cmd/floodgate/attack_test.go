@@ -742,7 +742,7 @@ routes:
 	}
 	var out, errOut bytes.Buffer
 	err = run(context.Background(), []string{"serve", "--config", write("  redis_eviction: refuse"), "--listen", "127.0.0.1:0",
-		"--admin-listen", "127.0.0.1:0", "--log-level", "error"}, &out, &errOut)
+		"--admin-listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0", "--log-level", "error"}, &out, &errOut)
 	if err == nil || !strings.Contains(err.Error(), "allkeys-lru") {
 		t.Errorf("redis_eviction: refuse started or said %v", err)
 	}

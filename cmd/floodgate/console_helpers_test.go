@@ -35,8 +35,15 @@ func startProc(t testing.TB, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve"}, withOps(args)...)...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	return startProcCmd(t, cmd)
+}
+
+// startProcCmd starts cmd, a floodgate serve, and waits for it to say
+// where it listens.
+func startProcCmd(t testing.TB, cmd *exec.Cmd) *proc {
+	t.Helper()
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	p := &proc{cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}

@@ -13,7 +13,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The time zone database, inside the binary: calendar quotas in any
+	// zone work where the system has none (a container image FROM scratch).
+	_ "time/tzdata"
 
+	"github.com/floodgate/floodgate/internal/buildinfo"
 	"github.com/floodgate/floodgate/internal/cli"
 	"github.com/floodgate/floodgate/internal/loadgen"
 	"github.com/floodgate/floodgate/internal/simulate"
@@ -49,11 +53,19 @@ func lookup(name string) (command, bool) {
 	return command{}, false
 }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
-func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
-	_, err := fmt.Fprintln(stdout, "floodgate", version)
+// runVersion prints the build: the module version, the commit ("-dirty"
+// when the tree held changes), the Go version and the date (package
+// buildinfo says where each comes from).
+func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
+	if len(args) > 0 {
+		if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+			_, err := fmt.Fprintln(stdout, "usage: floodgate version\n\nPrints the module version, the commit, the Go version and the date of the build.")
+			return err
+		}
+		return usagef("version: unexpected argument %q", args[0])
+	}
+	in := buildinfo.Read()
+	_, err := fmt.Fprintf(stdout, "floodgate %s\ncommit: %s\ngo:     %s\ndate:   %s\n", in.Version, in.Commit, in.GoVersion, in.Date)
 	return err
 }
 
@@ -78,7 +90,7 @@ func usage(w io.Writer) {
 // gracefully when it is cancelled (a server finishes the requests in
 // flight). Every other command is interrupted at once: it may be blocked
 // reading standard input or a FIFO, which no context reaches.
-var stopsOnItsOwn = map[string]bool{"serve": true, "bench": true, "rls-bench": true}
+var stopsOnItsOwn = map[string]bool{"serve": true, "rls": true, "bench": true, "rls-bench": true}
 
 // errInterrupted ends a command interrupted by SIGINT or SIGTERM.
 var errInterrupted = &exitError{Code: 130, Err: errors.New("floodgate: interrupted")}

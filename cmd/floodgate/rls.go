@@ -26,6 +26,17 @@ RateLimit and Retry-After fields, FLOODGATE_STORE_TIMEOUT sets the deadline
 of a store call after which the limits' failure policies decide (default
 250ms), BACKEND_TYPE=memory uses the embedded store. See docs/envoy.md.
 
+Ports, as envoyproxy/ratelimit has them: GRPC_PORT is the rate-limit
+service (gRPC, with gRPC's health service); PORT serves POST /json (a
+decision, as the gRPC call) and GET /healthcheck (the probe); DEBUG_PORT
+serves /rlconfig, /stats, /metrics and /debug/pprof/ (no data about keys,
+but profiles: keep it private); with USE_PROMETHEUS=true, PROMETHEUS_ADDR
+serves PROMETHEUS_PATH (/metrics) alone.
+
+SIGTERM and SIGINT drain, as envoyproxy/ratelimit does: /healthcheck answers
+500 and gRPC's health NOT_SERVING, gRPC takes no new calls and finishes the
+calls in flight (up to 10s), then the process exits with status 0.
+
 --check reads the settings and the descriptor files, reports problems and
 exits.
 `

@@ -20,8 +20,12 @@ of each route's upstream. The memory store is used unless the file's
 server.store names Redis.
 
 Endpoints: the gateway on server.listen (--listen); /healthz, /readyz and
-/metrics on server.admin_listen (--admin-listen; "off" disables them);
-when the file names them, Envoy's rate-limit service (RLS v3 gRPC) on
+/metrics alone on server.ops_listen (--ops-listen, default 127.0.0.1:9102;
+"off" disables it), for probes and scrapes; the admin API (/api/v1/), the
+dashboard (/ui/), POST /v1/explain and the same three on
+server.admin_listen (--admin-listen, default 127.0.0.1:9090; "off"
+disables it), which refuses an address other than loopback unless
+server.admin.tokens lists tokens; when the file names them, Envoy's rate-limit service (RLS v3 gRPC) on
 server.grpc_listen and the HTTP check API on server.api_listen, sharing the
 gateway's store.
 SIGHUP reloads the file (an invalid version is logged and ignored);
@@ -54,7 +58,8 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
 	fs.StringVar(&cfg.Config, "config", "", "the policy file (required)")
 	fs.BoolVar(&cfg.Demo, "demo", false, "start the demo upstream and send every route to it")
 	fs.StringVar(&cfg.Listen, "listen", "", "the gateway's address (default: server.listen of the file)")
-	fs.StringVar(&cfg.AdminListen, "admin-listen", "", `the address of /healthz, /readyz and /metrics, or "off" (default: server.admin_listen)`)
+	fs.StringVar(&cfg.AdminListen, "admin-listen", "", `the address of the admin API, the dashboard, /healthz, /readyz and /metrics, or "off" (default: server.admin_listen)`)
+	fs.StringVar(&cfg.OpsListen, "ops-listen", "", `the address of /healthz, /readyz and /metrics alone, or "off" (default: server.ops_listen)`)
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&cfg.Watch, "watch", true, "reload the file when it changes and has stayed unchanged for a second (polled every second); --watch=false reloads on SIGHUP only")

@@ -37,7 +37,7 @@ func startServeLogged(t *testing.T, args ...string) (gw, admin string, stop func
 	stderr := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, append([]string{"serve"}, args...), pw, stderr)
+		err := run(ctx, append([]string{"serve"}, withOps(args)...), pw, stderr)
 		pw.Close()
 		done <- err
 	}()
@@ -82,6 +82,28 @@ func startServeLogged(t *testing.T, args ...string) (gw, admin string, stop func
 	}
 	t.Cleanup(func() { _ = stop() })
 	return gw, admin, stop, out, stderr
+}
+
+// withOps puts the ops listener of a serve on a free port unless args
+// name its address: its default port would be shared by the tests that
+// run at once.
+func withOps(args []string) []string {
+	for _, a := range args {
+		if a == "--ops-listen" || strings.HasPrefix(a, "--ops-listen=") {
+			return args
+		}
+	}
+	return append([]string{"--ops-listen", "127.0.0.1:0"}, args...)
+}
+
+// opsURL returns the ops listener's base URL from what serve printed.
+func opsURL(t testing.TB, out string) string {
+	t.Helper()
+	m := regexp.MustCompile(`ops on (http://\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("serve named no ops listener:\n%s", out)
+	}
+	return m[1]
 }
 
 // writeConfig writes a policy file, gw.yaml, into a new temporary
@@ -233,7 +255,8 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, admin, stop, _ := startServe(t, "--engine", engine, "--config", cfg, "--log-level", "error")
+	gw, admin, stop, out := startServe(t, "--engine", engine, "--config", cfg, "--log-level", "error")
+	ops := opsURL(t, out.String())
 	type result struct {
 		code int
 		body string
@@ -267,6 +290,9 @@ limits:
 			t.Fatal("/readyz never turned 503 during the shutdown")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if code, _, body := get(t, ops+"/readyz"); code != 503 {
+		t.Errorf("the ops listener's /readyz during the shutdown: %d %q, want 503", code, body)
 	}
 	close(release)
 	r := <-res

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/floodgate/floodgate/internal/buildinfo"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -25,11 +26,25 @@ func newMetrics() (*metrics.Metrics, *prometheus.Registry, error) {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, nil, err
 	}
+	if err := reg.Register(buildInfo(buildinfo.Read())); err != nil {
+		return nil, nil, err
+	}
 	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
 	return m, reg, nil
+}
+
+// buildInfo is floodgate_build_info: 1, labelled with the build's version,
+// commit and Go version, so that a query can tell which build each
+// instance runs.
+func buildInfo(in buildinfo.Info) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "floodgate_build_info",
+		Help:        "1, labelled with the build of Floodgate that runs: its module version, commit and Go version.",
+		ConstLabels: prometheus.Labels{"version": in.Version, "commit": in.Commit, "go_version": in.GoVersion}})
+	g.Set(1)
+	return g
 }
 
 // metricsHandler serves reg's series. A collector that fails (a series

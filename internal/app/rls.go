@@ -197,9 +197,11 @@ func (s *rlsService) loaded(cfg *rls.Config) {
 	}
 }
 
-// shutdown stops the service: unhealthy first, then the HTTP listeners
-// (within ctx), the watch of the files and gRPC (its calls in flight
-// finish within its grace period).
+// shutdown stops the service as envoyproxy/ratelimit does: unhealthy
+// first (/healthcheck answers 500 and gRPC's health NOT_SERVING), then
+// gRPC stops accepting and its calls in flight finish (within its grace
+// period) while /healthcheck still answers, then the HTTP listeners stop
+// (their requests in flight finish within ctx).
 func (s *rlsService) shutdown(ctx context.Context) {
 	if s == nil {
 		return
@@ -207,20 +209,22 @@ func (s *rlsService) shutdown(ctx context.Context) {
 	if s.health != nil {
 		s.health.Set(rls.HealthStopping, false)
 	}
-	for _, hs := range s.https {
-		_ = hs.Shutdown(ctx)
-	}
 	if s.cancel != nil {
+		s.log.Info("rls: draining: no new calls, /healthcheck answers 500 until the calls in flight finish")
 		s.cancel()
 	}
 	s.wg.Wait()
+	for _, hs := range s.https {
+		_ = hs.Shutdown(ctx)
+	}
 	for _, ln := range s.lns {
 		ln.Close() // those that never served
 	}
 }
 
 // RunRLS runs Envoy's rate-limit service alone, as floodgate rls does,
-// until ctx ends; getenv reads the OTEL_* variables of the tracing.
+// until ctx ends, then drains (rlsService.shutdown) and returns nil;
+// getenv reads the OTEL_* variables of the tracing.
 func RunRLS(ctx context.Context, set *Settings, getenv func(string) string, stdout io.Writer, log *slog.Logger) error {
 	if set.RLS == nil {
 		return errors.New("rls: no rate-limit service in the settings")

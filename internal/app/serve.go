@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -24,6 +25,7 @@ import (
 	"github.com/floodgate/floodgate/gateway/edge"
 	"github.com/floodgate/floodgate/internal/console"
 	"github.com/floodgate/floodgate/internal/demo"
+	"github.com/floodgate/floodgate/internal/sdnotify"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/rls"
@@ -37,9 +39,10 @@ type ServeOptions struct {
 	Config string
 	// Demo starts the demo upstream and sends every route to it.
 	Demo bool
-	// Listen and AdminListen override server.listen and
-	// server.admin_listen ("off" for no admin listener).
-	Listen, AdminListen string
+	// Listen, AdminListen and OpsListen override server.listen,
+	// server.admin_listen and server.ops_listen ("off" for no admin or
+	// no ops listener).
+	Listen, AdminListen, OpsListen string
 	// Watch reloads the file when it changes (else on SIGHUP only).
 	Watch bool
 	// ShutdownTimeout bounds the requests in flight on shutdown.
@@ -69,6 +72,9 @@ func Serve(ctx context.Context, o *ServeOptions, stdout io.Writer, log *slog.Log
 	if o.Watch {
 		go s.reloader.Run(ctx)
 	}
+	// systemd (Type=notify) learns that every listener is open.
+	s.notify = sdnotify.New(s.getenv)
+	s.tellSystemd(sdnotify.Ready, sdnotify.Status("serving"))
 	log.Info("serving", "listen", s.frontLn.Addr().String(), "engine", s.engineLine(), "store", s.srv.StoreKind(), "config", o.Config)
 	runErr := s.run(ctx)
 	if err := s.shutdown(ctx); err != nil && runErr == nil {
@@ -97,13 +103,14 @@ type server struct {
 	serving      bool   // the listeners are served (shutdown closes them)
 	closed       bool
 
-	frontLn, adminLn net.Listener
-	conns            *connLimit
-	front, admin     *http.Server
-	edge             *edge.Engine // the edge engine, when it serves the gateway listener
-	engineName       string
-	api              *checkAPI // the HTTP check API, when server.api_listen names one
-	ready            atomic.Bool
+	frontLn, adminLn, opsLn net.Listener
+	conns                   *connLimit
+	front, admin, ops       *http.Server
+	edge                    *edge.Engine // the edge engine, when it serves the gateway listener
+	engineName              string
+	api                     *checkAPI // the HTTP check API, when server.api_listen names one
+	ready                   atomic.Bool
+	notify                  *sdnotify.Notifier // systemd's notification socket, when it gives one
 }
 
 // newServer loads the policy and opens the root and the console.
@@ -116,6 +123,11 @@ func newServer(ctx context.Context, o *ServeOptions, log *slog.Logger) (*server,
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	s.srv = s.reloader.Policy().Server()
+	if admin := firstNonEmpty(o.AdminListen, s.srv.AdminListen); admin != "off" && admin != "" {
+		if err := s.adminMayListen(admin); err != nil {
+			return nil, err
+		}
+	}
 	exact, err := s.exactStoreClock()
 	if err != nil {
 		return nil, err
@@ -208,7 +220,7 @@ func (s *server) reloaded(p *policy.Policy) {
 	}
 	if n, first := p.Server(), s.srv; first != nil &&
 		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
-			n.AdminListen != first.AdminListen || n.StoreTimeout != first.StoreTimeout || n.StoreHardTimeout != first.StoreHardTimeout ||
+			n.AdminListen != first.AdminListen || n.OpsListen != first.OpsListen || n.StoreTimeout != first.StoreTimeout || n.StoreHardTimeout != first.StoreHardTimeout ||
 			n.Instances != first.Instances || n.Upstream != first.Upstream || n.Timeouts != first.Timeouts ||
 			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride ||
 			n.Engine != first.Engine) {
@@ -301,6 +313,12 @@ func (s *server) listen(stdout io.Writer) error {
 		s.adminLn, adminScheme = ln, scheme
 		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
+	if ops := firstNonEmpty(s.cfg.OpsListen, s.srv.OpsListen); ops != "off" && ops != "" {
+		if s.opsLn, err = net.Listen("tcp", ops); err != nil {
+			return fmt.Errorf("serve: ops listen: %w", err)
+		}
+		s.ops = &http.Server{Handler: s.opsHandler(), ReadHeaderTimeout: 5 * time.Second}
+	}
 	if s.set.RLS != nil {
 		if err := s.startRLS(stdout); err != nil {
 			return err
@@ -314,6 +332,9 @@ func (s *server) listen(stdout io.Writer) error {
 	if s.admin != nil {
 		go func() { s.errc <- s.admin.Serve(s.adminLn) }()
 	}
+	if s.ops != nil {
+		go func() { s.errc <- s.ops.Serve(s.opsLn) }()
+	}
 	// Ready before the lines are printed: whoever reads the admin line may
 	// ask /readyz at once. The admin line comes last: scripts and tests
 	// wait for it.
@@ -322,6 +343,9 @@ func (s *server) listen(stdout io.Writer) error {
 	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s, engine %s)\n", base, s.srv.StoreKind(), s.engineName)
 	if s.demo != nil {
 		printDemo(stdout, base, s.demo.URL, s.adminLn, servesChat(s.reloader.Policy()))
+	}
+	if s.opsLn != nil {
+		fmt.Fprintf(stdout, "floodgate: ops on http://%s (/healthz, /readyz, /metrics)\n", displayAddr(s.opsLn.Addr()))
 	}
 	if s.adminLn != nil {
 		fmt.Fprintf(stdout, "floodgate: admin on %s://%s (/healthz, /readyz, /metrics, /api/v1/, /ui/)\n", adminScheme, displayAddr(s.adminLn.Addr()))
@@ -359,19 +383,64 @@ func (s *server) fileBudget() fileBudget {
 	return b
 }
 
-// adminHandler serves /healthz, /readyz, /metrics and POST /v1/explain,
-// to requests that name the listener by a host it answers to (adminHosts).
+// adminHandler serves the ops routes (opsRoutes), the admin API, the
+// dashboard and POST /v1/explain, to requests that name the listener by a
+// host it answers to (adminHosts).
 func (s *server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
+	s.opsRoutes(mux)
+	s.console.Routes(mux)
+	s.handleExplain(mux)
+	return console.AdminHosts(s.srv.Admin.Hosts, mux)
+}
+
+// opsHandler serves the ops listener: the ops routes and nothing else, so
+// that probes and scrapes can reach it from anywhere without reaching any
+// data about keys. It answers whatever Host a request names: a probe or a
+// scrape may name the pod's address or a service's name.
+func (s *server) opsHandler() http.Handler {
+	mux := http.NewServeMux()
+	s.opsRoutes(mux)
+	return mux
+}
+
+// opsRoutes are GET /healthz, /readyz and /metrics.
+func (s *server) opsRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", metricsHandler(s.registry, s.log))
-	s.console.Routes(mux)
-	s.handleExplain(mux)
-	return console.AdminHosts(s.srv.Admin.Hosts, mux)
+}
+
+// adminMayListen refuses an admin listener on addr when addr is not a
+// loopback address and server.admin.tokens lists no token: the dashboard
+// would then show every key's use, and /metrics every limit's, to whoever
+// reaches it.
+func (s *server) adminMayListen(addr string) error {
+	if len(s.srv.Admin.Tokens) > 0 || isLoopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("serve: the admin listener's address %s is not a loopback address and server.admin.tokens lists no token: "+
+		"it would serve the dashboard's data about keys to whoever reaches it. List admin tokens in server.admin.tokens "+
+		"(floodgate key new makes one), or bind server.admin_listen (--admin-listen) to 127.0.0.1, or turn it off; "+
+		"probes and scrapes belong on server.ops_listen (--ops-listen), which serves /healthz, /readyz and /metrics only", addr)
+}
+
+// isLoopback reports whether the host of addr is a loopback address or
+// localhost. An empty host, an unspecified address and every other name
+// are not: they may be reached from other machines.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // readyz answers whether the process serves: 503 before it is ready and
@@ -414,21 +483,33 @@ func (s *server) degraded() []string {
 }
 
 // run serves until ctx ends or a listener fails, reloading the policy on
-// SIGHUP.
+// SIGHUP and telling systemd's watchdog, when it has one, that this loop
+// still turns.
 func (s *server) run(ctx context.Context) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	var watchdog <-chan time.Time
+	if d := sdnotify.WatchdogInterval(s.getenv, os.Getpid()); d > 0 && s.notify != nil {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		watchdog = t.C
+		s.tellSystemd(sdnotify.Watchdog)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-watchdog:
+			s.tellSystemd(sdnotify.Watchdog)
 		case <-hup:
+			s.tellSystemd(sdnotify.Reloading()...)
 			if err := s.reloader.Reload(); err != nil {
 				s.log.Error("reload rejected; the running policy stays", "err", err)
 			} else {
 				s.log.Info("reloaded", "config", s.cfg.Config, "reloads", s.reloader.Reloads())
 			}
+			s.tellSystemd(sdnotify.Ready, sdnotify.Status("serving"))
 		case err := <-s.errc:
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -439,6 +520,7 @@ func (s *server) run(ctx context.Context) error {
 // requests in flight finish, then close the stores (the memory store
 // writes its state).
 func (s *server) shutdown(ctx context.Context) error {
+	s.tellSystemd(sdnotify.Stopping, sdnotify.Status("draining"))
 	s.ready.Store(false)
 	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
@@ -449,8 +531,19 @@ func (s *server) shutdown(ctx context.Context) error {
 	if s.admin != nil {
 		_ = s.admin.Shutdown(sctx)
 	}
+	if s.ops != nil {
+		_ = s.ops.Shutdown(sctx)
+	}
 	s.root.shutdown(sctx)
 	return s.close()
+}
+
+// tellSystemd sends states to systemd when it gave a notification socket;
+// a failure is logged, never fatal.
+func (s *server) tellSystemd(states ...string) {
+	if err := s.notify.Notify(states...); err != nil {
+		s.log.Warn("telling systemd", "states", states, "err", err)
+	}
 }
 
 // close releases what is still open: listeners that never served, the demo
@@ -461,7 +554,7 @@ func (s *server) close() error {
 	}
 	s.closed = true
 	if !s.serving {
-		for _, ln := range []net.Listener{s.frontLn, s.adminLn} {
+		for _, ln := range []net.Listener{s.frontLn, s.adminLn, s.opsLn} {
 			if ln != nil {
 				ln.Close()
 			}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// TestRLSCommandDrainsOnSIGTERM runs floodgate rls as a process, holds a
+// ShouldRateLimit call in flight (its stream open, its request not yet
+// sent) and sends SIGTERM: /healthcheck answers 500 while the call is in
+// flight, the call then gets its answer, and the process exits with
+// status 0, as envoyproxy/ratelimit does and as a rollout expects.
+func TestRLSCommandDrainsOnSIGTERM(t *testing.T) {
+	bin, err := os.Executable() // this test binary, which runs main (TestMain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeRuntime(t, dir, map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 5}}\n"})
+	cmd := exec.Command(bin, "rls")
+	cmd.Env = []string{runMainEnv + "=1", "PATH=" + os.Getenv("PATH"), "BACKEND_TYPE=memory"}
+	for k, v := range rlsEnvFor(dir, nil) {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{}) // closed once the process has exited, with waitErr set
+	var waitErr error
+	addrs := make(chan map[string]string, 1)
+	go func() {
+		re := regexp.MustCompile(`^floodgate rls: (\S+).* on (\S+)$`)
+		m := map[string]string{}
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if g := re.FindStringSubmatch(sc.Text()); g != nil {
+				if m[g[1]] = g[2]; len(m) == 3 {
+					addrs <- m
+				}
+			}
+		}
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	var a map[string]string
+	select {
+	case a = <-addrs:
+	case <-exited:
+		t.Fatalf("floodgate rls ended early: %v\n%s", waitErr, stderr.String())
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("floodgate rls did not start:\n%s", stderr.String())
+	}
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	health := "http://" + a["HTTP"] + "/healthcheck"
+	if code, body := httpGet(t, health); code != 200 {
+		t.Fatalf("/healthcheck before SIGTERM: %d %q", code, body)
+	}
+	conn, err := grpc.NewClient(a["gRPC"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err != nil {
+		t.Fatalf("a call before SIGTERM: %v", err)
+	}
+	// The call in flight: the stream is open, its request held back.
+	stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+		"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the stream's headers reach the server
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "/healthcheck to answer 500 while draining", 10*time.Second, func() bool {
+		resp, err := http.Get(health)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusInternalServerError
+	})
+	select {
+	case <-exited:
+		t.Fatalf("floodgate rls exited (%v) with a call in flight\n%s", waitErr, stderr.String())
+	case <-time.After(300 * time.Millisecond):
+	}
+	if code, _ := httpGet(t, health); code != http.StatusInternalServerError {
+		t.Errorf("/healthcheck while draining: %d, want 500", code)
+	}
+	if err := stream.SendMsg(req); err != nil {
+		t.Fatalf("sending the held request: %v", err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var resp rlsv3.RateLimitResponse
+	if err := stream.RecvMsg(&resp); err != nil {
+		t.Fatalf("the call in flight at SIGTERM got no answer: %v", err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("the call in flight: %v, want OK", resp.OverallCode)
+	}
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("floodgate rls after SIGTERM: %v, want exit status 0\n%s", waitErr, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("floodgate rls did not exit after its last call:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "draining") {
+		t.Errorf("no log line says it drains:\n%s", stderr.String())
+	}
+}
