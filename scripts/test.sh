@@ -46,4 +46,8 @@ go vet ./...
 # The process's resident memory under a flood, which the race detector's
 # shadow memory would hide: the one test that runs without -race.
 go test -count=1 -timeout 5m -run '^TestFloodRSSWithinCap$' ./cmd/floodgate
+# The deployment artefacts (deploy/: the Helm chart, the kustomize base,
+# the dashboard and the alert rules), a module of its own so that Helm's
+# and Kubernetes' modules stay out of the product's go.mod.
+(cd deploy && go vet ./... && go test -timeout 10m ./...)
 exec go test -race -timeout 15m "$@" ./...
