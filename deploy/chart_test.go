@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
@@ -191,41 +192,56 @@ func TestChartRendersStrictly(t *testing.T) {
 func TestChartSecurityContext(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			d := render(t, values(t, m.values)).deployment(t)
-			ps := d.Spec.Template.Spec.SecurityContext
-			if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.RunAsUser == nil || *ps.RunAsUser == 0 {
-				t.Errorf("pod securityContext %+v: want runAsNonRoot and a non-zero user", ps)
-			}
-			if ps == nil || ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-				t.Errorf("pod seccompProfile: want RuntimeDefault")
-			}
-			if d.Spec.Template.Spec.AutomountServiceAccountToken == nil || *d.Spec.Template.Spec.AutomountServiceAccountToken {
-				t.Errorf("the service account token is mounted; floodgate never calls the API server")
-			}
-			sc := d.Spec.Template.Spec.Containers[0].SecurityContext
-			switch {
-			case sc == nil:
-				t.Fatal("no container securityContext")
-			case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
-				t.Error("container: runAsNonRoot is not true")
-			case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
-				t.Error("container: readOnlyRootFilesystem is not true")
-			case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
-				t.Error("container: allowPrivilegeEscalation is not false")
-			case sc.Privileged != nil && *sc.Privileged:
-				t.Error("container: privileged")
-			case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
-				t.Errorf("container capabilities %+v: want drop [ALL] and none added", sc.Capabilities)
-			case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
-				t.Error("container: seccompProfile is not RuntimeDefault")
-			}
-			// With a read-only root, everything floodgate writes goes to
-			// an emptyDir: the admin API's keys file and temporary files.
-			c := d.Spec.Template.Spec.Containers[0]
-			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
-				t.Errorf("resources %+v: want a CPU request and a memory limit", c.Resources)
-			}
+			checkSecurity(t, render(t, values(t, m.values)).deployment(t))
 		})
+	}
+}
+
+// checkSecurity checks that d's pods run as a non-root user on a read-only
+// root file system, without privileges or capabilities, under the
+// runtime's seccomp profile, with resources.
+func checkSecurity(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	ps := d.Spec.Template.Spec.SecurityContext
+	if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.RunAsUser == nil || *ps.RunAsUser == 0 {
+		t.Errorf("pod securityContext %+v: want runAsNonRoot and a non-zero user", ps)
+	}
+	if ps == nil || ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod seccompProfile: want RuntimeDefault")
+	}
+	if d.Spec.Template.Spec.AutomountServiceAccountToken == nil || *d.Spec.Template.Spec.AutomountServiceAccountToken {
+		t.Errorf("the service account token is mounted; floodgate never calls the API server")
+	}
+	sc := d.Spec.Template.Spec.Containers[0].SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatal("no container securityContext")
+	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+		t.Error("container: runAsNonRoot is not true")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("container: readOnlyRootFilesystem is not true")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("container: allowPrivilegeEscalation is not false")
+	case sc.Privileged != nil && *sc.Privileged:
+		t.Error("container: privileged")
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+		t.Errorf("container capabilities %+v: want drop [ALL] and none added", sc.Capabilities)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Error("container: seccompProfile is not RuntimeDefault")
+	}
+	// With a read-only root, what floodgate writes (the admin API's keys
+	// file, temporary files) goes to an emptyDir; every other mount is
+	// read-only.
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, vm := range c.VolumeMounts {
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == vm.Name && v.EmptyDir == nil && !vm.ReadOnly {
+				t.Errorf("mount %s at %s is writable", vm.Name, vm.MountPath)
+			}
+		}
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources %+v: want a CPU request and a memory limit", c.Resources)
 	}
 }
 
@@ -265,22 +281,38 @@ func TestChartProbes(t *testing.T) {
 			if ops != "0.0.0.0:9102" {
 				t.Errorf("server.ops_listen %q, want 0.0.0.0:9102 (probes and scrapes come from other pods)", ops)
 			}
-			for what, p := range probes {
-				if p == nil || p.HTTPGet == nil {
-					t.Errorf("%s probe %+v: want an HTTP GET", what, p)
-					continue
-				}
-				if !slices.Contains(opsPaths, p.HTTPGet.Path) || p.HTTPGet.Path == "/metrics" {
-					t.Errorf("%s probe path %q: the ops listener serves %v", what, p.HTTPGet.Path, opsPaths)
-				}
-				if got := ":" + str(port(p.HTTPGet.Port)); !strings.HasSuffix(ops, got) {
-					t.Errorf("%s probe on port %s, the ops listener is %s", what, got, ops)
-				}
-			}
-			if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
-				t.Errorf("liveness %s, readiness %s: want /healthz and /readyz", c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path)
-			}
+			checkServeProbes(t, c, ops)
 		})
+	}
+}
+
+// checkServeProbes checks that c's probes are GETs of /healthz and
+// /readyz on the port of the ops listener, ops.
+func checkServeProbes(t *testing.T, c corev1.Container, ops string) {
+	t.Helper()
+	port := func(p intstr.IntOrString) int32 {
+		for _, cp := range c.Ports {
+			if p.Type == intstr.String && cp.Name == p.StrVal || p.Type == intstr.Int && cp.ContainerPort == p.IntVal {
+				return cp.ContainerPort
+			}
+		}
+		t.Fatalf("probe port %s is not a container port", p.String())
+		return 0
+	}
+	probes := map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe}
+	for what, p := range probes {
+		if p == nil || p.HTTPGet == nil {
+			t.Fatalf("%s probe %+v: want an HTTP GET", what, p)
+		}
+		if !slices.Contains(opsPaths, p.HTTPGet.Path) || p.HTTPGet.Path == "/metrics" {
+			t.Errorf("%s probe path %q: the ops listener serves %v", what, p.HTTPGet.Path, opsPaths)
+		}
+		if got := ":" + str(port(p.HTTPGet.Port)); !strings.HasSuffix(ops, got) {
+			t.Errorf("%s probe on port %s, the ops listener is %s", what, got, ops)
+		}
+	}
+	if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("liveness %s, readiness %s: want /healthz and /readyz", c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path)
 	}
 }
 
