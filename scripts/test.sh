@@ -2,8 +2,9 @@
 # Runs Floodgate's whole test suite. Installs every external program a test
 # needs when it is missing, from Debian's packages: redis-server and
 # redis-cli (the Redis tests, Sentinel and Cluster among them), Chromium (the
-# dashboard's browser tests) and NGINX (the replay's prediction of NGINX's
-# limit_req). Then runs go vet and go test -race. In CI (CI set) no test
+# dashboard's browser tests), NGINX (the replay's prediction of NGINX's
+# limit_req) and Prometheus (promtool for the alert rules, and a Prometheus
+# server that scrapes floodgate for the Grafana dashboard's queries). Then runs go vet and go test -race. In CI (CI set) no test
 # skips for a missing program: it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
 nginx=no
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || nginx=yes
 if [ ${#need[@]} -gt 0 ] || [ "$nginx" = yes ]; then
