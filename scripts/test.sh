@@ -3,7 +3,10 @@
 # needs when it is missing, from Debian's packages: redis-server and
 # redis-cli (the Redis tests, Sentinel and Cluster among them), Chromium (the
 # dashboard's browser tests), NGINX (the replay's prediction of NGINX's
-# limit_req) and systemd's systemd-analyze (the unit file's checks). Then runs go vet and go test -race. In CI (CI set) no test
+# limit_req), systemd's systemd-analyze (the unit file's checks) and
+# Prometheus (promtool for the alert rules, and a Prometheus server that
+# scrapes floodgate for the Grafana dashboard's queries). Then runs go vet
+# and go test -race. In CI (CI set) no test
 # skips for a missing program: it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +33,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
 nginx=no
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || nginx=yes
 if [ ${#need[@]} -gt 0 ] || [ "$nginx" = yes ]; then
@@ -47,4 +51,8 @@ go vet ./...
 # The process's resident memory under a flood, which the race detector's
 # shadow memory would hide: the one test that runs without -race.
 go test -count=1 -timeout 5m -run '^TestFloodRSSWithinCap$' ./cmd/floodgate
+# The deployment artefacts (deploy/: the Helm chart, the kustomize base,
+# the dashboard and the alert rules), a module of its own so that Helm's
+# and Kubernetes' modules stay out of the product's go.mod.
+(cd deploy && go vet ./... && go test -timeout 10m ./...)
 exec go test -race -timeout 15m "$@" ./...

@@ -17,7 +17,8 @@ const serveUsage = `usage: floodgate serve --config FILE [--demo] [flags]
 
 Runs the gateway: a reverse proxy that enforces the policy of FILE in front
 of each route's upstream. The memory store is used unless the file's
-server.store names Redis.
+server.store names Redis; --store-file FILE takes the store URL from FILE
+instead (a Redis URL with its password, kept out of the policy file).
 
 Endpoints: the gateway on server.listen (--listen); /healthz, /readyz and
 /metrics alone on server.ops_listen (--ops-listen, default 127.0.0.1:9102;
@@ -67,6 +68,7 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
 	fs.StringVar(&cfg.AccessLog, "access-log", "", `write an access log to this file ("-": standard output; "off": none) (default: server.access_log.path)`)
 	fs.StringVar(&cfg.AccessLogFormat, "access-log-format", "", "the access log's format: json or combined (default: server.access_log.format, or json)")
 	fs.StringVar(&cfg.Engine, "engine", "", `the gateway listener's HTTP engine: fast or net/http (default: server.engine of the file, fast)`)
+	fs.StringVar(&cfg.StoreFile, "store-file", "", "read the store URL from this file (a mounted Secret) in place of server.store; read at start")
 	if help, err := parseFlags(fs, args, stdout, serveUsage); help || err != nil {
 		if help {
 			return nil, flag.ErrHelp

@@ -457,3 +457,60 @@ func forEngines(t *testing.T, f func(t *testing.T, engine string)) {
 		t.Run(e, func(t *testing.T) { f(t, e) })
 	}
 }
+
+// TestServeStoreFile starts "floodgate serve" on a policy file without a
+// store and --store-file naming a file that holds a real redis-server's
+// URL: the gateway counts in that Redis. An empty or missing file stops
+// the start.
+func TestServeStoreFile(t *testing.T) {
+	rs := redistest.Start(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - name: hourly
+    rate: 1
+    per: 1h
+    burst: 3
+    key: global
+    on_failure: deny
+`, up.URL))
+	dir := t.TempDir()
+	storeFile := filepath.Join(dir, "store-url")
+	if err := os.WriteFile(storeFile, []byte("redis://"+rs.Addr+"/0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, _, stop, out := startServe(t, "--config", cfg, "--store-file", storeFile, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	if !strings.Contains(out.String(), "store redis") {
+		t.Errorf("serve output %q, want the Redis store", out.String())
+	}
+	var codes []int
+	for range 4 {
+		code, _, _ := get(t, gw+"/")
+		codes = append(codes, code)
+	}
+	if fmt.Sprint(codes) != "[200 200 200 429]" {
+		t.Errorf("statuses %v, want three passes and a 429", codes)
+	}
+	if n, err := rs.Do("DBSIZE"); err != nil || strings.TrimSpace(n) == "0" {
+		t.Errorf("DBSIZE %q (%v): the gateway did not count in the store file's Redis", n, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{empty, filepath.Join(dir, "missing")} {
+		err := run(context.Background(), []string{"serve", "--config", cfg, "--store-file", f, "--listen", "127.0.0.1:0", "--admin-listen", "off"}, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--store-file") {
+			t.Errorf("store file %s: %v, want an error naming --store-file", f, err)
+		}
+	}
+}

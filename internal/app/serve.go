@@ -52,6 +52,11 @@ type ServeOptions struct {
 	AccessLog, AccessLogFormat string
 	// Engine overrides server.engine: fast or net/http.
 	Engine string
+	// StoreFile, when set, names a file holding the store URL, which
+	// replaces server.store (a Redis URL with its password, from a mounted
+	// Kubernetes Secret, kept out of the policy file). It is read once, at
+	// start.
+	StoreFile string
 	// Getenv reads the OTEL_* variables of the tracing (os.Getenv).
 	Getenv func(string) string
 }
@@ -123,6 +128,11 @@ func newServer(ctx context.Context, o *ServeOptions, log *slog.Logger) (*server,
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	s.srv = s.reloader.Policy().Server()
+	if o.StoreFile != "" {
+		if s.srv, err = storeFromFile(s.srv, o.StoreFile); err != nil {
+			return nil, err
+		}
+	}
 	if admin := firstNonEmpty(o.AdminListen, s.srv.AdminListen); admin != "off" && admin != "" {
 		if err := s.adminMayListen(admin); err != nil {
 			return nil, err
@@ -218,7 +228,13 @@ func (s *server) reloaded(p *policy.Policy) {
 	if g := s.gateway.Load(); g != nil {
 		g.ForgetUpstreams()
 	}
-	if n, first := p.Server(), s.srv; first != nil &&
+	n, first := p.Server(), s.srv
+	if first != nil && s.cfg.StoreFile != "" {
+		cp := *n // server.store is the store file's: only the other settings can change
+		cp.Store = first.Store
+		n = &cp
+	}
+	if first != nil &&
 		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
 			n.AdminListen != first.AdminListen || n.OpsListen != first.OpsListen || n.StoreTimeout != first.StoreTimeout || n.StoreHardTimeout != first.StoreHardTimeout ||
 			n.Instances != first.Instances || n.Upstream != first.Upstream || n.Timeouts != first.Timeouts ||
@@ -229,6 +245,22 @@ func (s *server) reloaded(p *policy.Policy) {
 	if s.console != nil {
 		s.console.Reloaded(p)
 	}
+}
+
+// storeFromFile is srv with the store URL of the file at path in place of
+// server.store (white space around it ignored).
+func storeFromFile(srv *config.Server, path string) (*config.Server, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("serve: --store-file: %w", err)
+	}
+	u := strings.TrimSpace(string(b))
+	if u == "" {
+		return nil, fmt.Errorf("serve: --store-file %s: the file is empty; want a store URL such as redis://host:6379/0", path)
+	}
+	cp := *srv
+	cp.Store = u
+	return &cp, nil
 }
 
 // rejected follows a rejected version of the policy file.

@@ -1,0 +1,572 @@
+package deploy
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+// opsPaths are the paths the ops listener (server.ops_listen) serves.
+var opsPaths = []string{"/healthz", "/readyz", "/metrics"}
+
+const (
+	adminToken = "admin-token-0123456789abcdef"
+	checkToken = "check-token-0123456789abcdef"
+	redisURL   = "redis://:s3cret@redis.data.svc:6379/0"
+)
+
+// modes are the renderings every test below checks: each mode, on the
+// memory store and on Redis, with every optional object turned on.
+var modes = []struct {
+	name, values string
+}{
+	{"gateway", `mode: gateway` + policy},
+	{"gateway-redis", `
+mode: gateway
+replicaCount: 3
+store: {type: redis, redis: {url: "` + redisURL + `"}}
+admin: {tokens: {ops: ` + adminToken + `}}
+autoscaling: {enabled: true, minReplicas: 3}
+serviceMonitor: {enabled: true}
+` + policy},
+	{"decision", `
+mode: decision
+checkAPI: {tokens: {envoy: ` + checkToken + `}}
+serviceMonitor: {enabled: true}
+` + descriptors},
+	{"decision-redis", `
+mode: decision
+store: {type: redis, redis: {existingSecret: redis-credentials, existingSecretKey: uri}}
+checkAPI: {tokenHashes: [{name: envoy, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}]}
+` + policy + descriptors},
+	{"ratelimit", `mode: ratelimit` + descriptors},
+	{"ratelimit-redis", `
+mode: ratelimit
+store: {type: redis, redis: {url: "redis.data.svc:6379", auth: "s3cret"}}
+env: {LOG_LEVEL: debug, SHADOW_MODE: "true"}
+autoscaling: {enabled: true}
+serviceMonitor: {enabled: true}
+` + descriptors},
+}
+
+// policy and descriptors are values of the renderings: the school example's
+// kind of policy, and a descriptor file.
+const (
+	policy = `
+policy:
+  version: 1
+  server:
+    trusted_proxies: [10.0.0.0/8]
+    store_timeout: 100ms
+  routes:
+    - name: students
+      match: {paths: ["/students/**"]}
+      upstream: http://school.apps.svc:8080
+  limits:
+    - name: per-ip
+      rate: 100
+      per: 1s
+      burst: 200
+      key: client_ip
+`
+	descriptors = `
+descriptors:
+  shop.yaml: |
+    domain: shop
+    descriptors:
+      - key: client
+        rate_limit: {unit: minute, requests_per_unit: 3}
+`
+)
+
+// TestChartRendersStrictly renders the chart in each mode and decodes every
+// manifest strictly into k8s.io/api's types (and prometheus-operator's for
+// the ServiceMonitor); it checks that every reference between them holds.
+func TestChartRendersStrictly(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			vals := values(t, m.values)
+			o := render(t, vals)
+			d := o.deployment(t)
+			pod := d.Spec.Template.Spec
+			if len(pod.Containers) != 1 {
+				t.Fatalf("%d containers", len(pod.Containers))
+			}
+			c := pod.Containers[0]
+
+			// Every mount names a volume; every volume names an object
+			// the chart makes or one the values name.
+			vols := map[string]corev1.Volume{}
+			for _, v := range pod.Volumes {
+				vols[v.Name] = v
+				switch {
+				case v.ConfigMap != nil:
+					if _, ok := o.configMaps[v.ConfigMap.Name]; !ok {
+						t.Errorf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
+					}
+				case v.Secret != nil:
+					if _, ok := o.secrets[v.Secret.SecretName]; !ok && v.Secret.SecretName != "redis-credentials" {
+						t.Errorf("volume %s: no Secret %s", v.Name, v.Secret.SecretName)
+					}
+				}
+			}
+			for _, vm := range c.VolumeMounts {
+				if _, ok := vols[vm.Name]; !ok {
+					t.Errorf("mount %s: no such volume", vm.Name)
+				}
+			}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name != "redis-credentials" {
+					o.secretValue(t, e.ValueFrom.SecretKeyRef)
+				}
+			}
+
+			// The Service's ports name the container's; the selector
+			// selects the pods.
+			ports := map[string]int32{}
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			if len(o.services) != 1 {
+				t.Fatalf("%d Services", len(o.services))
+			}
+			for _, p := range o.services[0].Spec.Ports {
+				if _, ok := ports[p.TargetPort.StrVal]; !ok {
+					t.Errorf("Service port %s targets %q, not a container port", p.Name, p.TargetPort.String())
+				}
+			}
+			for k, v := range o.services[0].Spec.Selector {
+				if d.Spec.Template.Labels[k] != v || d.Spec.Selector.MatchLabels[k] != v {
+					t.Errorf("Service selects %s=%s, which the pods do not carry", k, v)
+				}
+			}
+			if pod.ServiceAccountName != o.serviceAccounts[0].Name {
+				t.Errorf("pods run as %s, the chart makes %s", pod.ServiceAccountName, o.serviceAccounts[0].Name)
+			}
+
+			// The PodDisruptionBudget, the HPA and the ServiceMonitor
+			// point at the Deployment and its ports.
+			if len(o.pdbs) != 1 || o.pdbs[0].Spec.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("PodDisruptionBudgets %v, want one with maxUnavailable 1", o.pdbs)
+			}
+			for _, h := range o.hpas {
+				if h.Spec.ScaleTargetRef.Name != d.Name || h.Spec.ScaleTargetRef.Kind != "Deployment" {
+					t.Errorf("HPA scales %v", h.Spec.ScaleTargetRef)
+				}
+				if d.Spec.Replicas != nil {
+					t.Errorf("with an HPA the Deployment sets replicas %d", *d.Spec.Replicas)
+				}
+			}
+			if wantHPA := field(vals, "autoscaling", "enabled") == true; wantHPA != (len(o.hpas) == 1) {
+				t.Errorf("%d HPAs, autoscaling %v", len(o.hpas), wantHPA)
+			}
+			if wantSM := field(vals, "serviceMonitor", "enabled") == true; wantSM != (len(o.serviceMonitors) == 1) {
+				t.Errorf("%d ServiceMonitors, serviceMonitor %v", len(o.serviceMonitors), wantSM)
+			}
+			for _, sm := range o.serviceMonitors {
+				for _, ep := range sm.Spec.Endpoints {
+					if _, ok := ports[ep.Port]; !ok || ep.Path != "/metrics" {
+						t.Errorf("ServiceMonitor scrapes port %q path %q", ep.Port, ep.Path)
+					}
+				}
+			}
+			if !strings.Contains(o.notes, "Floodgate runs in") {
+				t.Errorf("NOTES: %q", o.notes)
+			}
+		})
+	}
+}
+
+// TestChartSecurityContext checks that the pods run as a non-root user
+// on a read-only root file system, without privileges or capabilities,
+// under the runtime's seccomp profile.
+func TestChartSecurityContext(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			checkSecurity(t, render(t, values(t, m.values)).deployment(t))
+		})
+	}
+}
+
+// checkSecurity checks that d's pods run as a non-root user on a read-only
+// root file system, without privileges or capabilities, under the
+// runtime's seccomp profile, with resources.
+func checkSecurity(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	ps := d.Spec.Template.Spec.SecurityContext
+	if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.RunAsUser == nil || *ps.RunAsUser == 0 {
+		t.Errorf("pod securityContext %+v: want runAsNonRoot and a non-zero user", ps)
+	}
+	if ps == nil || ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod seccompProfile: want RuntimeDefault")
+	}
+	if d.Spec.Template.Spec.AutomountServiceAccountToken == nil || *d.Spec.Template.Spec.AutomountServiceAccountToken {
+		t.Errorf("the service account token is mounted; floodgate never calls the API server")
+	}
+	sc := d.Spec.Template.Spec.Containers[0].SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatal("no container securityContext")
+	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+		t.Error("container: runAsNonRoot is not true")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("container: readOnlyRootFilesystem is not true")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("container: allowPrivilegeEscalation is not false")
+	case sc.Privileged != nil && *sc.Privileged:
+		t.Error("container: privileged")
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+		t.Errorf("container capabilities %+v: want drop [ALL] and none added", sc.Capabilities)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Error("container: seccompProfile is not RuntimeDefault")
+	}
+	// With a read-only root, what floodgate writes (the admin API's keys
+	// file, temporary files) goes to an emptyDir; every other mount is
+	// read-only.
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, vm := range c.VolumeMounts {
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == vm.Name && v.EmptyDir == nil && !vm.ReadOnly {
+				t.Errorf("mount %s at %s is writable", vm.Name, vm.MountPath)
+			}
+		}
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources %+v: want a CPU request and a memory limit", c.Resources)
+	}
+}
+
+// TestChartProbes checks that the probes of floodgate serve name paths the
+// ops listener serves, on the port of server.ops_listen, which the chart
+// sets to listen beyond loopback; and that floodgate rls's probes are
+// envoyproxy/ratelimit's /healthcheck on its HTTP port.
+func TestChartProbes(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			o := render(t, values(t, m.values))
+			c := o.deployment(t).Spec.Template.Spec.Containers[0]
+			port := func(p intstr.IntOrString) int32 {
+				for _, cp := range c.Ports {
+					if p.Type == intstr.String && cp.Name == p.StrVal || p.Type == intstr.Int && cp.ContainerPort == p.IntVal {
+						return cp.ContainerPort
+					}
+				}
+				t.Fatalf("probe port %s is not a container port", p.String())
+				return 0
+			}
+			probes := map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe}
+			if strings.HasPrefix(m.name, "ratelimit") {
+				env := map[string]string{}
+				for _, e := range c.Env {
+					env[e.Name] = e.Value
+				}
+				for what, p := range probes {
+					if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthcheck" || str(port(p.HTTPGet.Port)) != env["PORT"] {
+						t.Errorf("%s probe %+v: want GET /healthcheck on PORT (%s)", what, p, env["PORT"])
+					}
+				}
+				return
+			}
+			_, policy := o.policyOf(t)
+			ops := str(field(policy, "server", "ops_listen"))
+			if ops != "0.0.0.0:9102" {
+				t.Errorf("server.ops_listen %q, want 0.0.0.0:9102 (probes and scrapes come from other pods)", ops)
+			}
+			checkServeProbes(t, c, ops)
+		})
+	}
+}
+
+// checkServeProbes checks that c's probes are GETs of /healthz and
+// /readyz on the port of the ops listener, ops.
+func checkServeProbes(t *testing.T, c corev1.Container, ops string) {
+	t.Helper()
+	port := func(p intstr.IntOrString) int32 {
+		for _, cp := range c.Ports {
+			if p.Type == intstr.String && cp.Name == p.StrVal || p.Type == intstr.Int && cp.ContainerPort == p.IntVal {
+				return cp.ContainerPort
+			}
+		}
+		t.Fatalf("probe port %s is not a container port", p.String())
+		return 0
+	}
+	probes := map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe}
+	for what, p := range probes {
+		if p == nil || p.HTTPGet == nil {
+			t.Fatalf("%s probe %+v: want an HTTP GET", what, p)
+		}
+		if !slices.Contains(opsPaths, p.HTTPGet.Path) || p.HTTPGet.Path == "/metrics" {
+			t.Errorf("%s probe path %q: the ops listener serves %v", what, p.HTTPGet.Path, opsPaths)
+		}
+		if got := ":" + str(port(p.HTTPGet.Port)); !strings.HasSuffix(ops, got) {
+			t.Errorf("%s probe on port %s, the ops listener is %s", what, got, ops)
+		}
+	}
+	if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("liveness %s, readiness %s: want /healthz and /readyz", c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path)
+	}
+}
+
+// TestChartPolicyPassesCheck writes the rendered policy and descriptor
+// files as the kubelet lays out a ConfigMap volume (files that are links
+// into a ..data directory) and runs the real floodgate on them: floodgate
+// check on the policy, floodgate rls --check on the descriptor files with
+// the Deployment's own environment.
+func TestChartPolicyPassesCheck(t *testing.T) {
+	bin := binary(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			o := render(t, values(t, m.values))
+			d := o.deployment(t)
+			c := d.Spec.Template.Spec.Containers[0]
+			root := t.TempDir()
+			mounts := map[string]string{}
+			for _, vm := range c.VolumeMounts {
+				mounts[vm.Name] = vm.MountPath
+			}
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if v.ConfigMap != nil {
+					writeConfigMapVolume(t, filepath.Join(root, mounts[v.Name]), o.configMaps[v.ConfigMap.Name].Data)
+				}
+			}
+			if strings.HasPrefix(m.name, "ratelimit") {
+				env := []string{"PATH=" + os.Getenv("PATH")}
+				for _, e := range c.Env {
+					val := e.Value
+					if e.ValueFrom != nil {
+						val = o.secretValue(t, e.ValueFrom.SecretKeyRef)
+					}
+					if e.Name == "RUNTIME_ROOT" {
+						val = filepath.Join(root, val)
+					}
+					env = append(env, e.Name+"="+val)
+				}
+				rlsCheck(t, bin, env, "1 domains: [shop]")
+				return
+			}
+			if !slices.Equal(c.Args[:2], []string{"serve", "--config=/etc/floodgate/policy/policy.yaml"}) {
+				t.Fatalf("args %v", c.Args)
+			}
+			policyPath := filepath.Join(root, "etc/floodgate/policy/policy.yaml")
+			check(t, bin, policyPath)
+			if m.name == "decision" || m.name == "decision-redis" {
+				_, p := o.policyOf(t)
+				rlsConfig := field(p, "server", "rls_config").([]any)
+				descDir := filepath.Join(filepath.Dir(policyPath), str(rlsConfig[0]))
+				if got := filepath.Join(root, mounts["descriptors"]); descDir != got {
+					t.Fatalf("server.rls_config is %s, the descriptors are mounted at %s", descDir, got)
+				}
+				want := "1 domains: [shop]"
+				rlsCheck(t, bin, []string{"PATH=" + os.Getenv("PATH"), "RUNTIME_ROOT=" + filepath.Dir(filepath.Dir(descDir)),
+					"RUNTIME_SUBDIRECTORY=" + filepath.Base(filepath.Dir(descDir)), "RUNTIME_APPDIRECTORY=" + filepath.Base(descDir),
+					"RUNTIME_IGNOREDOTFILES=true", "BACKEND_TYPE=memory", "USE_STATSD=false"}, want)
+			}
+		})
+	}
+}
+
+// writeConfigMapVolume lays data out in dir as the kubelet does: the files
+// in a timestamped directory, ..data a link to it, and each name a link
+// to ..data/name.
+func writeConfigMapVolume(t *testing.T, dir string, data map[string]string) {
+	t.Helper()
+	ts := filepath.Join(dir, "..2026_12_01_00_00_00.000000001")
+	if err := os.MkdirAll(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range data {
+		if err := os.WriteFile(filepath.Join(ts, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Base(ts), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// check runs floodgate check on the policy at path.
+func check(t *testing.T, bin, path string) {
+	t.Helper()
+	out, err := exec.Command(bin, "check", "--config", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("floodgate check: %v\n%s", err, out)
+	}
+}
+
+// rlsCheck runs floodgate rls --check in the environment env and wants
+// its report to name the domains loaded.
+func rlsCheck(t *testing.T, bin string, env []string, want string) {
+	t.Helper()
+	cmd := exec.Command(bin, "rls", "--check")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("floodgate rls --check: %v, want %q in\n%s", err, want, out)
+	}
+}
+
+// TestChartLint runs Helm's linter on the chart, in each mode, with its
+// warnings counted as errors (helm lint --strict).
+func TestChartLint(t *testing.T) {
+	for _, m := range modes {
+		lint := action.NewLint()
+		lint.Strict = true
+		lint.Namespace = "edge"
+		res := lint.Run([]string{chartDir}, values(t, m.values))
+		for _, msg := range res.Messages {
+			t.Logf("%s: %s", m.name, msg)
+		}
+		if len(res.Errors) > 0 {
+			t.Errorf("%s: helm lint: %v", m.name, res.Errors)
+		}
+	}
+}
+
+// TestChartRestartOnlyWhenNeeded renders the gateway with changes that
+// floodgate serve reloads live (a limit, the admin tokens, trusted
+// proxies) and with changes it applies only at start (a timeout of the
+// store, the store itself): only the latter change the pods' template, so
+// only they roll the pods.
+func TestChartRestartOnlyWhenNeeded(t *testing.T) {
+	base := `mode: gateway` + policy
+	template := func(extra string) string {
+		t.Helper()
+		vals := values(t, base)
+		for k, v := range values(t, extra) {
+			if k == "policy" {
+				p := vals["policy"].(map[string]any)
+				for pk, pv := range v.(map[string]any) {
+					if pk == "server" {
+						srv := p["server"].(map[string]any)
+						for sk, sv := range pv.(map[string]any) {
+							srv[sk] = sv
+						}
+						continue
+					}
+					p[pk] = pv
+				}
+				continue
+			}
+			vals[k] = v
+		}
+		d := render(t, vals).deployment(t)
+		b, err := yaml.Marshal(d.Spec.Template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	before := template(`{}`)
+	for _, live := range []string{
+		`{policy: {limits: [{name: per-ip, rate: 5, per: 1s, key: client_ip}]}}`,
+		`{admin: {tokens: {ops: ` + adminToken + `}}}`,
+		`{policy: {server: {trusted_proxies: [192.168.0.0/16]}}}`,
+	} {
+		if template(live) != before {
+			t.Errorf("%s changes the pods' template: the pods would restart for a change they reload", live)
+		}
+	}
+	for _, restart := range []string{
+		`{policy: {server: {store_timeout: 50ms}}}`,
+		`{policy: {server: {memory: {max_bytes: 1000000}}}}`,
+		`{store: {type: redis, redis: {url: "redis://a:6379"}}}`,
+		`{opsListen: "0.0.0.0:9200"}`,
+	} {
+		if template(restart) == before {
+			t.Errorf("%s leaves the pods' template as it was: the pods would keep the old setting", restart)
+		}
+	}
+	a := template(`{store: {type: redis, redis: {url: "redis://a:6379"}}}`)
+	b := template(`{store: {type: redis, redis: {url: "redis://b:6379"}}}`)
+	if a == b {
+		t.Error("a new store URL in the chart's Secret leaves the pods as they were")
+	}
+}
+
+// TestChartRefusesValuesThatCannotWork renders values that would make pods
+// that cannot start, or a deployment that admits more than its limits: the
+// rendering fails with a message naming the value.
+func TestChartRefusesValuesThatCannotWork(t *testing.T) {
+	for _, c := range []struct{ values, want string }{
+		{`mode: proxy`, "mode"},
+		{`mode: gateway`, "policy.routes"},
+		{`mode: ratelimit`, "descriptors"},
+		{`mode: decision` + descriptors, "checkAPI.tokens"},
+		{"mode: gateway\nstore: {type: redis}" + policy, "store.redis.url"},
+		{"mode: gateway\nautoscaling: {enabled: true}" + policy, "autoscaling needs store.type redis"},
+		{"mode: gateway\nadmin: {tokenHashes: [{name: x, sha256: nothex}]}" + policy, "sha256"},
+	} {
+		_, _, err := renderErr(values(t, c.values))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %s", c.values, err, c.want)
+			continue
+		}
+		t.Logf("%s", err)
+	}
+}
+
+// TestChartSecrets checks where the secrets go: the store URL only in a
+// Secret, mounted as the file floodgate serve reads with --store-file, or
+// in floodgate rls's REDIS_URL and REDIS_AUTH; the admin and check API
+// tokens in Secrets, and only their SHA-256 in the policy file.
+func TestChartSecrets(t *testing.T) {
+	o := render(t, values(t, modes[1].values))
+	text, p := o.policyOf(t)
+	if strings.Contains(text, "s3cret") || strings.Contains(text, adminToken) {
+		t.Errorf("the policy file holds a secret:\n%s", text)
+	}
+	if got := o.secrets["fg-floodgate-store"].StringData["url"]; got != redisURL {
+		t.Errorf("store Secret url %q", got)
+	}
+	if got := o.secrets["fg-floodgate-admin-tokens"].StringData["ops"]; got != adminToken {
+		t.Errorf("admin token Secret %q", got)
+	}
+	tokens := field(p, "server", "admin", "tokens").([]any)
+	if len(tokens) != 1 || str(tokens[0].(map[string]any)["sha256"]) != sha(adminToken) {
+		t.Errorf("server.admin.tokens %v, want the SHA-256 of the token", tokens)
+	}
+	c := o.deployment(t).Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--store-file=/etc/floodgate/store/url") {
+		t.Errorf("args %v: no --store-file", c.Args)
+	}
+	if field(p, "server", "store") != nil {
+		t.Errorf("server.store is in the policy file")
+	}
+
+	o = render(t, values(t, modes[2].values))
+	_, p = o.policyOf(t)
+	tokens = field(p, "server", "api_tokens").([]any)
+	if len(tokens) != 1 || str(tokens[0].(map[string]any)["sha256"]) != sha(checkToken) ||
+		o.secrets["fg-floodgate-check-tokens"].StringData["envoy"] != checkToken {
+		t.Errorf("server.api_tokens %v, Secret %v", tokens, o.secrets["fg-floodgate-check-tokens"])
+	}
+
+	o = render(t, values(t, modes[5].values))
+	env := map[string]string{}
+	for _, e := range o.deployment(t).Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom != nil {
+			env[e.Name] = o.secretValue(t, e.ValueFrom.SecretKeyRef)
+		} else {
+			if _, dup := env[e.Name]; dup {
+				t.Errorf("%s is set twice", e.Name)
+			}
+			env[e.Name] = e.Value
+		}
+	}
+	if env["REDIS_URL"] != "redis.data.svc:6379" || env["REDIS_AUTH"] != "s3cret" || env["REDIS_SOCKET_TYPE"] != "tcp" ||
+		env["BACKEND_TYPE"] != "redis" || env["LOG_LEVEL"] != "debug" || env["SHADOW_MODE"] != "true" {
+		t.Errorf("floodgate rls's environment %v", env)
+	}
+}
