@@ -460,6 +460,21 @@ func (r *results) writeReport(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 
+	var reasons []string
+	for _, c := range r.cases {
+		if by := shedReasons(c.shedBy); by != "" {
+			reasons = append(reasons, fmt.Sprintf("| %s | %s | %s |", c.spec.name, c.config, by))
+		}
+	}
+	if len(reasons) > 0 {
+		fmt.Fprintln(w, "| case | config | refusals by reason and tier (floodgate_overload_shed_total) |")
+		fmt.Fprintln(w, "|---|---|---|")
+		for _, l := range reasons {
+			fmt.Fprintln(w, l)
+		}
+		fmt.Fprintln(w)
+	}
+
 	var limitRows []string
 	for _, c := range r.cases {
 		if c.config == configNone {
@@ -506,5 +521,46 @@ func (r *results) writeReport(w io.Writer) {
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.what, g.config, g.measured, met)
 		}
+	}
+}
+
+// shedReasons sums floodgate_overload_shed_total by reason and tier:
+// "reason (tier) n, ...", in a stable order; "" when nothing was shed.
+func shedReasons(m map[string]float64) string {
+	sums := map[string]float64{}
+	for k, v := range m {
+		if v == 0 || !strings.HasPrefix(k, "floodgate_overload_shed_total{") {
+			continue
+		}
+		sums[fmt.Sprintf("%s (%s)", label(k, "reason"), label(k, "tier"))] += v
+	}
+	keys := make([]string, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s %.0f", k, sums[k]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// label is the value of label name in a sample's name{labels}, or "".
+func label(sample, name string) string {
+	for from := 0; ; {
+		i := strings.Index(sample[from:], name+`="`)
+		if i < 0 {
+			return ""
+		}
+		i += from
+		if i > 0 && (sample[i-1] == '{' || sample[i-1] == ',') {
+			v := sample[i+len(name)+2:]
+			if j := strings.IndexByte(v, '"'); j >= 0 {
+				return v[:j]
+			}
+			return ""
+		}
+		from = i + 1
 	}
 }

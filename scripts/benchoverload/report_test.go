@@ -298,3 +298,22 @@ func TestRecordShedIsTheGatewaysOwn503(t *testing.T) {
 		}
 	}
 }
+
+func TestShedReasonsSumByReasonAndTier(t *testing.T) {
+	m := map[string]float64{
+		`floodgate_overload_shed_total{reason="queue_full",route="api",tier="sheddable"}`: 40,
+		`floodgate_overload_shed_total{reason="queue_full",route="web",tier="sheddable"}`: 2,
+		`floodgate_overload_shed_total{reason="max_wait",route="api",tier="default"}`:     3,
+		`floodgate_overload_shed_total{reason="reserve",route="api",tier="critical"}`:     0,
+		`floodgate_overload_limit{route="api"}`:                                           16,
+	}
+	if got, want := shedReasons(m), "max_wait (default) 3, queue_full (sheddable) 42"; got != want {
+		t.Errorf("shedReasons = %q, want %q", got, want)
+	}
+	if got := shedReasons(nil); got != "" {
+		t.Errorf("shedReasons(nil) = %q", got)
+	}
+	if got := label(`x{subreason="a",reason="b"}`, "reason"); got != "b" {
+		t.Errorf("label = %q, want b", got)
+	}
+}
