@@ -55,6 +55,7 @@ type generator struct {
 	timeout     time.Duration
 	maxInflight int64
 	inflight    atomic.Int64
+	lag         atomic.Int64 // the most a request left after its instant, in nanoseconds, since the last run began
 }
 
 // run sends the streams to url for d and waits for every answer. The
@@ -63,6 +64,7 @@ type generator struct {
 // index, so that every configuration sees the same sequence.
 func (g *generator) run(ctx context.Context, url string, tenantNames []string, streams []stream, d time.Duration, seed uint64) [][]record {
 	start := time.Now()
+	g.lag.Store(0)
 	out := make([][]record, len(streams))
 	var wg sync.WaitGroup
 	for i, s := range streams {
@@ -88,6 +90,9 @@ func (g *generator) stream(ctx context.Context, url string, tenantNames []string
 			case <-ctx.Done():
 				return
 			}
+		}
+		if late := int64(time.Since(at)); late > g.lag.Load() {
+			g.lag.Store(late)
 		}
 		r := &recs[i]
 		r.tenant = uint8(s.tenants[i%len(s.tenants)])

@@ -387,6 +387,7 @@ func (b *bench) runCase(ctx context.Context, spec *caseSpec, cfg string) (*caseR
 	}
 	streams := b.gen.run(ctx, gw.url+"/work", spec.tenants, spec.streams, spec.duration, b.o.seed)
 	close(done)
+	res.lag = time.Duration(b.gen.lag.Load())
 	res.samples = <-scraped
 	for _, s := range streams {
 		res.recs = append(res.recs, s...)

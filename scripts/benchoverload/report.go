@@ -57,6 +57,7 @@ type caseResult struct {
 	recs    []record
 	samples []sample
 	shedBy  map[string]float64 // floodgate_overload_shed_total at the end
+	lag     time.Duration      // the most a request left after its instant
 }
 
 // calibration is what the bench measured before the cases.
@@ -353,6 +354,9 @@ func (r *results) goals() []goal {
 		best := float64(r.cal.workers)
 		low, reached := minAfterReach(c.samples, 0, c.spec.duration, r.floor*best)
 		switch {
+		case math.IsNaN(meanLimit(c.samples, 0, c.spec.duration)):
+			lows = append(lows, name+": no floodgate_overload_limit")
+			steadyMet = false
 		case !reached:
 			lows = append(lows, name+": never reached")
 			steadyMet = false
@@ -459,6 +463,15 @@ func (r *results) writeReport(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
+	var lags []string
+	for _, c := range r.cases {
+		if c.lag > 20*time.Millisecond {
+			lags = append(lags, fmt.Sprintf("%s %s %.0f ms", c.spec.name, c.config, ms(c.lag)))
+		}
+	}
+	if len(lags) > 0 {
+		fmt.Fprintf(w, "The generator left requests late (the most, where over 20 ms): %s.\n\n", strings.Join(lags, ", "))
+	}
 
 	var reasons []string
 	for _, c := range r.cases {
@@ -488,7 +501,11 @@ func (r *results) writeReport(w io.Writer) {
 				if i+1 < len(c.spec.schedule) {
 					end = c.spec.schedule[i+1].at
 				}
-				phases = append(phases, fmt.Sprintf("%.1f (best %d)", meanLimit(c.samples, st.at, end), st.workers))
+				m := "-"
+				if v := meanLimit(c.samples, st.at, end); !math.IsNaN(v) {
+					m = fmt.Sprintf("%.1f", v)
+				}
+				phases = append(phases, fmt.Sprintf("%s (best %d)", m, st.workers))
 			}
 			limitRows = append(limitRows, fmt.Sprintf("| %s | %s | %s |", c.spec.name, c.config, strings.Join(phases, " → ")))
 			continue
@@ -498,8 +515,12 @@ func (r *results) writeReport(w io.Writer) {
 		if reached {
 			lowS = fmt.Sprintf("min %.0f once at %.0f%%", low, r.floor*100)
 		}
-		limitRows = append(limitRows, fmt.Sprintf("| %s | %s | %.1f (best %d), %s |", c.spec.name, c.config,
-			meanLimit(c.samples, from, to), cal.workers, lowS))
+		mean := meanLimit(c.samples, from, to)
+		if math.IsNaN(mean) {
+			limitRows = append(limitRows, fmt.Sprintf("| %s | %s | no floodgate_overload_limit |", c.spec.name, c.config))
+			continue
+		}
+		limitRows = append(limitRows, fmt.Sprintf("| %s | %s | %.1f (best %d), %s |", c.spec.name, c.config, mean, cal.workers, lowS))
 	}
 	if len(limitRows) > 0 {
 		fmt.Fprintln(w, "| case | config | mean limit (scraped every 250 ms) |")

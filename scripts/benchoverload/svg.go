@@ -132,7 +132,8 @@ func (f *figure) drawPanel(b *strings.Builder, p *panel, top float64) {
 }
 
 // yRange is the panel's y axis: from 0 (or, on a log axis, a power of ten
-// at or below the smallest value) to a little above the largest value.
+// below the smallest value, so that no line runs along the axis) to a
+// little above the largest value.
 func yRange(p *panel) (lo, hi float64) {
 	lo, hi = math.Inf(1), math.Inf(-1)
 	for _, s := range p.lines {
@@ -147,7 +148,7 @@ func yRange(p *panel) (lo, hi float64) {
 		lo, hi = 1, 10
 	}
 	if p.log {
-		lo = math.Pow(10, math.Floor(math.Log10(lo)))
+		lo = math.Pow(10, math.Floor(math.Log10(lo*0.8)))
 		hi = math.Pow(10, math.Ceil(math.Log10(hi*1.05)))
 		if hi <= lo {
 			hi = lo * 10
