@@ -257,7 +257,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		dir:    dir,
 		log:    stderr,
 	}
-	res := &results{tol: o.tol, floor: o.floor, settleMax: 10 * time.Second}
+	res := &results{tol: o.tol, floor: o.floor, settleMax: 10 * time.Second, warmup: o.warmup}
 	if res.cal, err = b.calibrate(ctx); err != nil {
 		return err
 	}

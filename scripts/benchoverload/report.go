@@ -93,7 +93,7 @@ type summary struct {
 	sentByTenant, goodByTenant     []int
 	shedByTenant                   []int
 	p50, p99                       time.Duration // of admitted requests
-	admitted                       int
+	admitted                       int           // requests whose latency p50 and p99 count
 }
 
 // goodput is good answers a second.
@@ -110,9 +110,10 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 // summarize totals the records sent in [from, to). A good answer is a 2xx
-// within objective; an admitted request is one the gateway did not refuse
-// (answered by the upstream, or given up after the timeout), and its
-// latency counts towards p50 and p99.
+// within objective. The latency of admitted requests (p50, p99) is that of
+// the requests the gateway did not refuse, answered or given up after the
+// timeout, but for those the upstream refused at once because its queue
+// was full: counted, they would make an upstream in collapse look fast.
 func summarize(recs []record, from, to, objective time.Duration, tenants int) summary {
 	s := summary{
 		seconds:      (to - from).Seconds(),
@@ -153,6 +154,7 @@ func summarize(recs []record, from, to, objective time.Duration, tenants int) su
 			s.timeouts++
 		case r.upstream && r.status == 503:
 			s.upstreamFull++
+			continue
 		default:
 			s.other++
 		}
@@ -166,8 +168,8 @@ func summarize(recs []record, from, to, objective time.Duration, tenants int) su
 }
 
 // perSecond gives, for each whole second of d, the good answers among the
-// requests sent in it and the p99 latency of those admitted (NaN when
-// none was).
+// requests sent in it and the p99 latency of those admitted, as summarize
+// counts it (NaN when none was).
 func perSecond(recs []record, d, objective time.Duration) (goodput, p99 []float64) {
 	n := int(d / time.Second)
 	goodput = make([]float64, n)
@@ -176,7 +178,7 @@ func perSecond(recs []record, d, objective time.Duration) (goodput, p99 []float6
 	for i := range recs {
 		r := &recs[i]
 		k := int(r.sent / time.Second)
-		if r.unsent || k < 0 || k >= n || r.shed() {
+		if r.unsent || k < 0 || k >= n || r.shed() || (r.upstream && r.status == 503) {
 			continue
 		}
 		lat[k] = append(lat[k], r.latency)
@@ -264,6 +266,7 @@ type results struct {
 	// steady upstream, as fractions of the best limit.
 	tol, floor float64
 	settleMax  time.Duration
+	warmup     time.Duration // left out of the load and tenant cases' totals
 }
 
 func (r *results) find(name, config string) *caseResult {
@@ -384,8 +387,11 @@ func (r *results) goals() []goal {
 		for t := range lowest {
 			higher += s.shedTier[t]
 		}
-		out = append(out, goal{"2x: every refusal in the lowest tier with traffic", cfg,
-			fmt.Sprintf("%d of %d refusals above %s", higher, s.shed, tierNames[lowest]), higher == 0})
+		m := fmt.Sprintf("%d of %d refusals above %s", higher, s.shed, tierNames[lowest])
+		if s.shed == 0 {
+			m = "no refusals"
+		}
+		out = append(out, goal{"2x: every refusal in the lowest tier with traffic", cfg, m, higher == 0})
 	}
 	for _, cfg := range []string{configFixed, configAdaptive, configNone} {
 		alone, heavy := r.find("tenant-alone", cfg), r.find("tenant-heavy", cfg)
@@ -444,6 +450,9 @@ func (r *results) writeReport(w io.Writer) {
 		"objective (4× no-load p99) %.0f ms.\n\n",
 		cal.workers, cal.service, ms(cal.meanService), cal.capacity(), cal.samples, ms(cal.p50), ms(cal.p99), ms(cal.objective()))
 
+	fmt.Fprintf(w, "Totals leave out the first %s of the load and tenant cases. p50 and p99 are of the requests the gateway admitted, "+
+		"answered or given up after the timeout (the upstream's immediate 503s when its queue is full are left out); "+
+		"refused: the gateway's own 503s.\n\n", r.warmup)
 	fmt.Fprintln(w, "| case | config | offered/s | goodput/s | of capacity | p50 ms | p99 ms | refused (crit/def/shed) | by tenant | critical ok | timeouts | upstream full |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, c := range r.cases {

@@ -64,9 +64,9 @@ func TestSummarizeCountsGoodputWithinTheObjectiveAndLatencyOfAdmittedOnly(t *tes
 	if got.sentByTier[tierCritical] != 2 || got.okByTier[tierCritical] != 1 {
 		t.Errorf("critical sent %d ok %d, want 2 1", got.sentByTier[tierCritical], got.okByTier[tierCritical])
 	}
-	// Admitted: the three 200s, the upstream's 503 and the timeout.
-	if got.admitted != 5 || got.p50 != 90*time.Millisecond || got.p99 != 5*time.Second {
-		t.Errorf("admitted %d p50 %v p99 %v, want 5 90ms 5s", got.admitted, got.p50, got.p99)
+	// Admitted: the three 200s and the timeout; not the upstream's 503.
+	if got.admitted != 4 || got.p50 != 90*time.Millisecond || got.p99 != 5*time.Second {
+		t.Errorf("admitted %d p50 %v p99 %v, want 4 90ms 5s", got.admitted, got.p50, got.p99)
 	}
 	if got.goodByTenant[0] != 1 || got.goodByTenant[1] != 1 {
 		t.Errorf("good by tenant %v, want [1 1]", got.goodByTenant)
@@ -80,6 +80,7 @@ func TestPerSecondBucketsBySendTime(t *testing.T) {
 		rec(900*time.Millisecond, 30*time.Millisecond, 200, true, 0, 0),
 		rec(1500*time.Millisecond, time.Second, 200, true, 0, 0), // too slow
 		rec(1600*time.Millisecond, ms10, 503, false, 0, 0),       // shed: no latency
+		rec(1700*time.Millisecond, 0, 503, true, 0, 0),           // the upstream's queue is full: no latency
 		rec(3500*time.Millisecond, ms10, 200, true, 0, 0),        // past the end
 	}
 	good, p99 := perSecond(recs, 3*time.Second, 100*time.Millisecond)
