@@ -119,7 +119,8 @@ func (v *validator) overload(o *Overload, path string) {
 				v.errorf(ap, "%s", algoMessage(err))
 			} else {
 				ao := ad.Options()
-				a.Min, a.Max, a.Initial = ao.Min, ao.Max, ao.Initial
+				a.Min, a.Max, a.Initial, a.MinSamples = ao.Min, ao.Max, ao.Initial, ao.MinSamples
+				a.Tolerance, a.Backoff, a.Growth, a.Window = ao.Tolerance, ao.Backoff, ao.Growth, ao.Window
 			}
 		}
 	}
