@@ -157,10 +157,12 @@ func (g *gateway) stop() {
 	}
 }
 
-// sample is one scrape of the overload gauges; NaN where absent.
+// sample is one scrape of the overload gauges (NaN where absent), with
+// what the upstream saw.
 type sample struct {
 	at                      time.Duration
 	limit, inflight, queued float64
+	upstream                int64 // the most requests the upstream held at once since the last sample
 }
 
 // scrape reads /metrics and returns every sample of the families named by

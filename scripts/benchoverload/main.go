@@ -352,6 +352,7 @@ func (b *bench) runCase(ctx context.Context, spec *caseSpec, cfg string) (*caseR
 
 	res := &caseResult{spec: spec, config: cfg}
 	start := time.Now()
+	b.up.peak()
 	done := make(chan struct{})
 	scraped := make(chan []sample)
 	go func() {
@@ -365,16 +366,13 @@ func (b *bench) runCase(ctx context.Context, spec *caseSpec, cfg string) (*caseR
 				return
 			case <-tick.C:
 			}
-			m, err := scrape(b.scrape, gw.admin, "floodgate_overload_")
-			if err != nil {
-				continue
+			smp := sample{at: time.Since(start), limit: nan, inflight: nan, queued: nan, upstream: b.up.peak()}
+			if m, err := scrape(b.scrape, gw.admin, "floodgate_overload_"); err == nil {
+				smp.limit = gauge(m, "floodgate_overload_limit")
+				smp.inflight = gauge(m, "floodgate_overload_inflight")
+				smp.queued = gauge(m, "floodgate_overload_queued")
 			}
-			out = append(out, sample{
-				at:       time.Since(start),
-				limit:    gauge(m, "floodgate_overload_limit"),
-				inflight: gauge(m, "floodgate_overload_inflight"),
-				queued:   gauge(m, "floodgate_overload_queued"),
-			})
+			out = append(out, smp)
 		}
 	}()
 	for _, st := range spec.schedule {

@@ -216,9 +216,10 @@ var configColor = map[string]string{
 	configAdaptive: "#d62728",
 }
 
-// caseFigure draws a case's goodput, admitted p99 and limit over time, one
-// line per configuration, with the capacity, the objective and the best
-// limit as dashed references.
+// caseFigure draws a case's goodput, admitted p99, limit and the requests
+// the upstream held over time, one line per configuration, with the
+// capacity, the objective and the best limit (the workers) as dashed
+// references.
 func (r *results) caseFigure(name, title string) *figure {
 	var runs []*caseResult
 	for _, c := range r.cases {
@@ -233,21 +234,25 @@ func (r *results) caseFigure(name, title string) *figure {
 	good := panel{name: "goodput", title: "Goodput (2xx within the objective)", unit: "requests/s"}
 	lat := panel{name: "latency", title: "p99 latency of admitted requests (log scale)", unit: "ms", log: true}
 	lim := panel{name: "limit", title: "Limit on requests in flight (scraped every 250 ms)", unit: "requests"}
+	held := panel{name: "upstream", title: "Requests the upstream held at once, queued or served (the most per 250 ms, log scale)", unit: "requests", log: true}
 	capX, capacity := r.stepLine(spec, r.cal.capacityAt)
 	bestX, best := r.stepLine(spec, func(w int) float64 { return float64(w) })
 	for _, c := range runs {
 		g, p := perSecond(c.recs, spec.duration, r.cal.objective())
 		good.lines = append(good.lines, series{name: c.config, color: configColor[c.config], x0: 0.5, dx: 1, values: g})
 		lat.lines = append(lat.lines, series{name: c.config, color: configColor[c.config], x0: 0.5, dx: 1, values: p})
+		xs := make([]float64, 0, len(c.samples))
+		vals := make([]float64, 0, len(c.samples))
+		up := make([]float64, 0, len(c.samples))
+		for _, s := range c.samples {
+			xs = append(xs, s.at.Seconds())
+			vals = append(vals, s.limit)
+			up = append(up, float64(s.upstream))
+		}
 		if c.config != configNone {
-			xs := make([]float64, 0, len(c.samples))
-			vals := make([]float64, 0, len(c.samples))
-			for _, s := range c.samples {
-				xs = append(xs, s.at.Seconds())
-				vals = append(vals, s.limit)
-			}
 			lim.lines = append(lim.lines, series{name: c.config, color: configColor[c.config], xs: xs, values: vals})
 		}
+		held.lines = append(held.lines, series{name: c.config, color: configColor[c.config], xs: xs, values: up})
 	}
 	good.lines = append(good.lines, series{name: "capacity", color: "#000000", dashed: true, xs: capX, values: capacity})
 	obj := ms(r.cal.objective())
@@ -255,7 +260,8 @@ func (r *results) caseFigure(name, title string) *figure {
 		series{name: "objective", color: "#000000", dashed: true, x0: 0, dx: spec.duration.Seconds(), values: []float64{obj, obj}},
 		series{name: "2× no-load p99", color: "#2ca02c", dashed: true, x0: 0, dx: spec.duration.Seconds(), values: []float64{2 * ms(r.cal.p99), 2 * ms(r.cal.p99)}})
 	lim.lines = append(lim.lines, series{name: "best (workers)", color: "#000000", dashed: true, xs: bestX, values: best})
-	return &figure{title: title, xmax: spec.duration.Seconds(), panel: []panel{good, lat, lim}}
+	held.lines = append(held.lines, series{name: "workers", color: "#000000", dashed: true, xs: bestX, values: best})
+	return &figure{title: title, xmax: spec.duration.Seconds(), panel: []panel{good, lat, lim, held}}
 }
 
 // stepLine is f of the upstream's workers over the case, as the corners of

@@ -61,10 +61,10 @@ func TestCaseFigureDrawsEveryConfigurationAndTheReferences(t *testing.T) {
 		schedule: []capStep{{0, 10}, {10 * time.Second, 5}, {20 * time.Second, 10}}}
 	var lim []sample
 	for i := range 120 {
-		lim = append(lim, sample{at: time.Duration(i) * 250 * time.Millisecond, limit: float64(5 + i%7)})
+		lim = append(lim, sample{at: time.Duration(i) * 250 * time.Millisecond, limit: float64(5 + i%7), upstream: int64(1 + i)})
 	}
 	r.cases = []*caseResult{
-		{spec: spec, config: configNone, recs: steady(30*time.Second, 20, 3*time.Second, tierDefault, 0, 0)},
+		{spec: spec, config: configNone, recs: steady(30*time.Second, 20, 3*time.Second, tierDefault, 0, 0), samples: lim},
 		{spec: spec, config: configFixed, recs: steady(30*time.Second, 80, 90*time.Millisecond, tierDefault, 5, tierSheddable), samples: lim},
 		{spec: spec, config: configAdaptive, recs: steady(30*time.Second, 90, 60*time.Millisecond, tierDefault, 5, tierSheddable), samples: lim},
 	}
@@ -78,9 +78,10 @@ func TestCaseFigureDrawsEveryConfigurationAndTheReferences(t *testing.T) {
 	}
 	got := svgSeries(t, b.String())
 	want := map[string][]string{
-		"goodput": {"none", "fixed", "adaptive", "capacity"},
-		"latency": {"none", "fixed", "adaptive", "objective", "2× no-load p99"},
-		"limit":   {"fixed", "adaptive", "best (workers)"},
+		"goodput":  {"none", "fixed", "adaptive", "capacity"},
+		"latency":  {"none", "fixed", "adaptive", "objective", "2× no-load p99"},
+		"limit":    {"fixed", "adaptive", "best (workers)"},
+		"upstream": {"none", "fixed", "adaptive", "workers"},
 	}
 	for p, w := range want {
 		if !slices.Equal(got[p], w) {

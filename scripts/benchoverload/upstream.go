@@ -37,6 +37,9 @@ type upstream struct {
 	busy     atomic.Int32 // workers serving right now
 	rejected atomic.Int64 // requests that found the queue full
 
+	inflight    atomic.Int64 // requests in the handler: queued or served
+	maxInflight atomic.Int64 // the most in the handler since peak was last called
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 	srv  *http.Server
@@ -124,6 +127,10 @@ func (u *upstream) work(id int32) {
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	w.Header().Set(upstreamHeader, "1")
+	n := u.inflight.Add(1)
+	defer u.inflight.Add(-1)
+	for m := u.maxInflight.Load(); n > m && !u.maxInflight.CompareAndSwap(m, n); m = u.maxInflight.Load() {
+	}
 	j := &job{ctx: r.Context(), done: make(chan struct{})}
 	select {
 	case u.queue <- j:
@@ -138,6 +145,12 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	case <-r.Context().Done():
 	}
+}
+
+// peak is the most requests the upstream held at once (queued or served)
+// since the last call.
+func (u *upstream) peak() int64 {
+	return u.maxInflight.Swap(u.inflight.Load())
 }
 
 // meanService is the mean time a worker took to serve one request (the

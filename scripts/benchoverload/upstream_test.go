@@ -59,6 +59,12 @@ func TestUpstreamServesAtItsWorkersCapacity(t *testing.T) {
 	if slowest < 60*time.Millisecond {
 		t.Errorf("the last of three served one at a time took %v, want at least 3 × 20ms", slowest)
 	}
+	if p := up.peak(); p < 3 || p > 5 {
+		t.Errorf("peak = %d, want 3 to 5 (served, queued and, for a moment, refused)", p)
+	}
+	if p := up.peak(); p != 0 {
+		t.Errorf("peak after all answered = %d, want 0", p)
+	}
 	if m := up.meanService(); m < 20*time.Millisecond || m > 200*time.Millisecond {
 		t.Errorf("meanService = %v, want about 20ms", m)
 	}
