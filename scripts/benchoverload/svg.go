@@ -245,6 +245,9 @@ func (r *results) caseFigure(name, title string) *figure {
 		vals := make([]float64, 0, len(c.samples))
 		up := make([]float64, 0, len(c.samples))
 		for _, s := range c.samples {
+			if s.at > spec.duration {
+				break // the answers to the last requests, after the load
+			}
 			xs = append(xs, s.at.Seconds())
 			vals = append(vals, s.limit)
 			up = append(up, float64(s.upstream))
