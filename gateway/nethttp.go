@@ -96,7 +96,9 @@ func (x *httpExchange) Wait(ctx context.Context, st *Flow, delay time.Duration) 
 
 // WatchClient watches for the client leaving while its request waits
 // for a place under its route's overload control.
-func (x *httpExchange) WatchClient() (<-chan struct{}, func()) { return x.r.Context().Done(), func() {} }
+func (x *httpExchange) WatchClient() (<-chan struct{}, func()) {
+	return x.r.Context().Done(), func() {}
+}
 
 func (x *httpExchange) Keep(ctx context.Context, leases []limiter.Hit) func() {
 	return x.g.renew(ctx, leases)

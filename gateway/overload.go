@@ -438,7 +438,9 @@ func (g *Gateway) overloadShed(st *Flow, reason string) {
 		return
 	}
 	o := st.m.Overload
-	g.oobs.OverloadShed(st.m.Route, o.Tiers[st.ovl.tier], tenantOf(o, st), reason)
+	// The tenant may live in the engine's request buffer: the observer
+	// may keep it.
+	g.oobs.OverloadShed(st.m.Route, o.Tiers[st.ovl.tier], strings.Clone(tenantOf(o, st)), reason)
 }
 
 // shed answers 503 Service Unavailable with Retry-After: the route's

@@ -12,6 +12,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate/floodgate/accesslog"
+	"github.com/floodgate/floodgate/internal/promtest"
+	"github.com/floodgate/floodgate/metrics"
 )
 
 // overloadFront serves the policy src on front, every route's requests
@@ -439,6 +445,71 @@ tier: critical`), h)
 		wg.Wait()
 		if s := overloadState(g); s.Limit >= 64 || !s.Adaptive {
 			t.Errorf("the limit stayed at %+v", s)
+		}
+	})
+}
+
+// TestOverloadObserved: a shed request is counted by route, tier, reason
+// and tenant, its access record says shed, why and its tier, and the
+// controller's gauges are read at a scrape.
+func TestOverloadObserved(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		reg := prometheus.NewRegistry()
+		m, err := metrics.New(reg, metrics.Options{MaxTenants: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink := &recordSink{}
+		u := newHolding()
+		p := compilePolicy(t, "overload.yaml", "server:\n  trusted_proxies: [127.0.0.1/32]\n"+overloadPolicy(`
+limit: 1
+tier: critical
+tenant: header:X-Tenant
+tier_header: X-Priority`))
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t), Observer: m, AccessLog: sink}, u.ServeHTTP)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = get(c, t.Context(), base+"/held")
+		}()
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		for _, tenant := range []string{"a", "b", "c"} {
+			a, err := get(c, t.Context(), base+"/shed", "X-Tenant", tenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkShed(t, a, "1")
+		}
+		rec := sink.last(t)
+		if rec.Status != 503 || rec.Shed != ShedFull || rec.Tier != "critical" || rec.Decision != accesslog.Allow {
+			t.Errorf("record: status %d shed %q tier %q decision %v", rec.Status, rec.Shed, rec.Tier, rec.Decision)
+		}
+		for _, ch := range []struct {
+			metric string
+			labels promtest.Labels
+			want   float64
+		}{
+			{"floodgate_overload_shed_total", promtest.Labels{"route": "api", "tier": "critical", "reason": "full"}, 3},
+			{"floodgate_overload_shed_tenants_total", promtest.Labels{"route": "api", "tenant": "a"}, 1},
+			{"floodgate_overload_shed_tenants_total", promtest.Labels{"route": "api", "tenant": metrics.OtherTenant}, 2},
+			{"floodgate_overload_limit", promtest.Labels{"route": "api"}, 1},
+			{"floodgate_overload_inflight", promtest.Labels{"route": "api"}, 1},
+			{"floodgate_overload_queued", promtest.Labels{"route": "api"}, 0},
+			{"floodgate_rejections_total", promtest.Labels{"code": "503"}, 3},
+		} {
+			if got := promtest.Value(t, reg, ch.metric, ch.labels); got != ch.want {
+				t.Errorf("%s%v = %v, want %v", ch.metric, ch.labels, got, ch.want)
+			}
+		}
+		close(u.release)
+		<-done
+		pollUntil(t, "the held request logged", func() bool { return sink.last(t).Path == "/held" })
+		if rec := sink.last(t); rec.Shed != "" || rec.Tier != "critical" || rec.Status != 200 {
+			t.Errorf("held record: %+v", rec)
 		}
 	})
 }
