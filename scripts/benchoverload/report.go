@@ -489,7 +489,7 @@ func (r *results) writeReport(w io.Writer) {
 		}
 	}
 	if len(reasons) > 0 {
-		fmt.Fprintln(w, "| case | config | refusals by reason and tier (floodgate_overload_shed_total) |")
+		fmt.Fprintln(w, "| case | config | refusals by reason and tier over the whole case, warm-up included (floodgate_overload_shed_total) |")
 		fmt.Fprintln(w, "|---|---|---|")
 		for _, l := range reasons {
 			fmt.Fprintln(w, l)
