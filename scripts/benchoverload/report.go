@@ -348,16 +348,25 @@ func (r *results) goals() []goal {
 	}
 	var lows []string
 	steadyMet, steadyRan := true, false
-	for _, name := range []string{"1x", "2x", "3x"} {
+	for _, name := range []string{"1x", "2x", "3x", "step"} {
 		c := r.find(name, configAdaptive)
 		if c == nil {
 			continue
 		}
+		// The step case is steady until its first change.
+		end := c.spec.duration
+		for _, st := range c.spec.schedule {
+			if st.at > 0 {
+				end = st.at
+				name += " (before the halving)"
+				break
+			}
+		}
 		steadyRan = true
 		best := float64(r.cal.workers)
-		low, reached := minAfterReach(c.samples, 0, c.spec.duration, r.floor*best)
+		low, reached := minAfterReach(c.samples, 0, end, r.floor*best)
 		switch {
-		case math.IsNaN(meanLimit(c.samples, 0, c.spec.duration)):
+		case math.IsNaN(meanLimit(c.samples, 0, end)):
 			lows = append(lows, name+": no floodgate_overload_limit")
 			steadyMet = false
 		case !reached:

@@ -189,6 +189,9 @@ func TestGoalsAreCheckedOnTheRightCases(t *testing.T) {
 	got := map[string]bool{}
 	for _, g := range r.goals() {
 		got[g.what+"/"+g.config] = g.met
+		if strings.HasPrefix(g.what, "steady") && g.measured != "2x: min 6, 3x: min 9, step (before the halving): min 10" {
+			t.Errorf("steady: measured %q, want the step case up to its halving too", g.measured)
+		}
 	}
 	want := map[string]bool{
 		"3x: goodput ≥ 90% of capacity/none":                                     false,

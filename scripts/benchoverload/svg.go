@@ -237,6 +237,14 @@ func (r *results) caseFigure(name, title string) *figure {
 	held := panel{name: "upstream", title: "Requests the upstream held at once, queued or served (the most per 250 ms, log scale)", unit: "requests", log: true}
 	capX, capacity := r.stepLine(spec, r.cal.capacityAt)
 	bestX, best := r.stepLine(spec, func(w int) float64 { return float64(w) })
+	obj := ms(r.cal.objective())
+	// The references first, so that the measured lines are drawn over them.
+	good.lines = append(good.lines, series{name: "capacity", color: "#000000", dashed: true, xs: capX, values: capacity})
+	lat.lines = append(lat.lines,
+		series{name: "objective", color: "#000000", dashed: true, x0: 0, dx: spec.duration.Seconds(), values: []float64{obj, obj}},
+		series{name: "2× no-load p99", color: "#2ca02c", dashed: true, x0: 0, dx: spec.duration.Seconds(), values: []float64{2 * ms(r.cal.p99), 2 * ms(r.cal.p99)}})
+	lim.lines = append(lim.lines, series{name: "best (workers)", color: "#000000", dashed: true, xs: bestX, values: best})
+	held.lines = append(held.lines, series{name: "workers", color: "#000000", dashed: true, xs: bestX, values: best})
 	for _, c := range runs {
 		g, p := perSecond(c.recs, spec.duration, r.cal.objective())
 		good.lines = append(good.lines, series{name: c.config, color: configColor[c.config], x0: 0.5, dx: 1, values: g})
@@ -257,13 +265,6 @@ func (r *results) caseFigure(name, title string) *figure {
 		}
 		held.lines = append(held.lines, series{name: c.config, color: configColor[c.config], xs: xs, values: up})
 	}
-	good.lines = append(good.lines, series{name: "capacity", color: "#000000", dashed: true, xs: capX, values: capacity})
-	obj := ms(r.cal.objective())
-	lat.lines = append(lat.lines,
-		series{name: "objective", color: "#000000", dashed: true, x0: 0, dx: spec.duration.Seconds(), values: []float64{obj, obj}},
-		series{name: "2× no-load p99", color: "#2ca02c", dashed: true, x0: 0, dx: spec.duration.Seconds(), values: []float64{2 * ms(r.cal.p99), 2 * ms(r.cal.p99)}})
-	lim.lines = append(lim.lines, series{name: "best (workers)", color: "#000000", dashed: true, xs: bestX, values: best})
-	held.lines = append(held.lines, series{name: "workers", color: "#000000", dashed: true, xs: bestX, values: best})
 	return &figure{title: title, xmax: spec.duration.Seconds(), panel: []panel{good, lat, lim, held}}
 }
 

@@ -78,10 +78,10 @@ func TestCaseFigureDrawsEveryConfigurationAndTheReferences(t *testing.T) {
 	}
 	got := svgSeries(t, b.String())
 	want := map[string][]string{
-		"goodput":  {"none", "fixed", "adaptive", "capacity"},
-		"latency":  {"none", "fixed", "adaptive", "objective", "2× no-load p99"},
-		"limit":    {"fixed", "adaptive", "best (workers)"},
-		"upstream": {"none", "fixed", "adaptive", "workers"},
+		"goodput":  {"capacity", "none", "fixed", "adaptive"},
+		"latency":  {"objective", "2× no-load p99", "none", "fixed", "adaptive"},
+		"limit":    {"best (workers)", "fixed", "adaptive"},
+		"upstream": {"workers", "none", "fixed", "adaptive"},
 	}
 	for p, w := range want {
 		if !slices.Equal(got[p], w) {
