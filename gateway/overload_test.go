@@ -513,3 +513,56 @@ tier_header: X-Priority`))
 		}
 	})
 }
+
+// TestOverloadExplain: an explanation shows the route's overload control
+// and the request's tier and tenant, and never takes a place.
+func TestOverloadExplain(t *testing.T) {
+	u := newHolding()
+	g, base, c := overloadFront(t, frontNetHTTP, overloadPolicy(`
+limit: 1
+tier: critical
+tenant: header:X-Tenant
+queue: {size: 4, per_tenant: 2, max_wait: 2s}`), u.ServeHTTP)
+	r := httptestRequest(t, "/x", "X-Tenant", "acme")
+	e, err := g.Explain(t.Context(), r, ExplainOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := e.Overload
+	if o == nil || o.Limit != 1 || o.Inflight != 0 || !o.Admit || o.Tier != "critical" || o.Tenant != "acme" || o.MaxWait != Duration(2*time.Second) {
+		t.Fatalf("before: %+v", o)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = get(c, t.Context(), base+"/held")
+	}()
+	pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+	for range 3 {
+		e, err = g.Explain(t.Context(), r, ExplainOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o := e.Overload; o.Inflight != 1 || o.Admit || o.Ceiling != 1 || !e.Answer.Forwarded {
+		t.Errorf("at the cap: %+v, answer %+v", o, e.Answer)
+	}
+	if s := overloadState(g); s.Inflight != 1 || s.Queued != 0 {
+		t.Errorf("explanations took places: %+v", s)
+	}
+	close(u.release)
+	<-done
+}
+
+func httptestRequest(t *testing.T, path string, hdr ...string) *http.Request {
+	t.Helper()
+	r, err := http.NewRequestWithContext(t.Context(), "GET", "http://explain"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.RemoteAddr = "127.0.0.1:50000"
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	return r
+}
