@@ -247,7 +247,7 @@ func BenchmarkOverloadPass(b *testing.B) {
 // it admits at once.
 func TestOverloadAllocs(t *testing.T) {
 	if raceEnabled {
-		t.Skip("the race detector allocates")
+		t.Skip("under the race detector sync.Pool drops items at random: allocations are not counted")
 	}
 	allocs := map[string]float64{}
 	for _, c := range overloadBenchCases {
@@ -265,5 +265,8 @@ func TestOverloadAllocs(t *testing.T) {
 	}
 	if allocs["limit"] > allocs["none"] || allocs["adaptive"] > allocs["none"] {
 		t.Errorf("allocations per request: %v; overload control added some", allocs)
+	}
+	if testing.Verbose() {
+		t.Logf("allocations per request: %v", allocs)
 	}
 }
