@@ -566,3 +566,45 @@ func httptestRequest(t *testing.T, path string, hdr ...string) *http.Request {
 	}
 	return r
 }
+
+// TestOverloadReload: a reload that keeps a route's overload block keeps
+// its controller (and what it holds), one that changes it starts a fresh
+// one, and a controller idle across two reloads is forgotten.
+func TestOverloadReload(t *testing.T) {
+	g, err := New(Options{Matcher: MatcherFunc(func(*Request, *Match) error { return nil }), Engine: memEngine(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := func(p string) *Match {
+		pol := compilePolicy(t, "o.yaml", p)
+		return &Match{Route: "api", Overload: pol.Routes()[0].Overload}
+	}
+	src := overloadPolicy("limit: 4\ntiers: [{name: default}]")
+	first := g.controller(route(src).Overload, "api")
+	first.mu.Lock()
+	first.inflight = 3
+	first.mu.Unlock()
+	g.ForgetUpstreams()
+	same := route(src)
+	if c := g.controller(same.Overload, "api"); c != first {
+		t.Error("an unchanged route got a new controller after a reload")
+	}
+	if s, ok := g.OverloadOf(same.Overload); !ok || s.Inflight != 3 || s.Limit != 4 {
+		t.Errorf("state after the reload: %+v %v", s, ok)
+	}
+	g.ForgetUpstreams()
+	changed := route(overloadPolicy("limit: 5\ntiers: [{name: default}]"))
+	if c := g.controller(changed.Overload, "api"); c == first || c.capacity() != 5 {
+		t.Error("a changed route kept its controller")
+	}
+	first.mu.Lock()
+	first.inflight = 0
+	first.mu.Unlock()
+	g.ForgetUpstreams()
+	g.ForgetUpstreams()
+	n := 0
+	g.OverloadStats(func(OverloadStat) { n++ })
+	if n != 0 {
+		t.Errorf("%d controllers left after two reloads without requests, want 0", n)
+	}
+}
