@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -255,13 +256,19 @@ func TestOverloadAllocs(t *testing.T) {
 		h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 		r := httptest.NewRequest("GET", "/x", nil)
 		w := &discardWriter{h: http.Header{}}
-		allocs[c.name] = testing.AllocsPerRun(200, func() {
-			clear(w.h)
-			h.ServeHTTP(w, r)
-			if w.code != 200 {
-				t.Fatalf("status %d", w.code)
-			}
-		})
+		// AllocsPerRun counts the whole process's allocations, which
+		// goroutines left by other tests add to: the least of a few runs
+		// is the request's own.
+		allocs[c.name] = math.MaxFloat64
+		for range 5 {
+			allocs[c.name] = min(allocs[c.name], testing.AllocsPerRun(200, func() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+				if w.code != 200 {
+					t.Fatalf("status %d", w.code)
+				}
+			}))
+		}
 	}
 	if allocs["limit"] > allocs["none"] || allocs["adaptive"] > allocs["none"] {
 		t.Errorf("allocations per request: %v; overload control added some", allocs)

@@ -105,7 +105,7 @@ routes:
     overload:
 %s
 limits:
-  - {name: per-ip, rate: 1000, burst: 1000}
+  - {name: per-ip, rate: 1000000000, burst: 1000000000}
 `
 
 func overloadPolicy(block string) string {
