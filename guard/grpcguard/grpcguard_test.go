@@ -66,9 +66,9 @@ func unary(name string, f func(ctx context.Context, in string) (string, error)) 
 
 func answer(_ context.Context, in string) (string, error) { return "ok " + in, nil }
 
-// busyIn and busyOut hold the calls of Busy (TestOverloadShedsUnavailable
-// alone calls it): each tells busyIn, then waits for busyOut to close.
-var busyIn, busyOut = make(chan struct{}, 4), make(chan struct{})
+// busy holds the calls of Busy (TestOverloadShedsUnavailable alone calls
+// it, and sets it): each tells in, then waits for out to close.
+var busy atomic.Pointer[struct{ in, out chan struct{} }]
 
 var echoDesc = grpc.ServiceDesc{
 	ServiceName: "test.Echo",
@@ -82,8 +82,9 @@ var echoDesc = grpc.ServiceDesc{
 			return "found", nil
 		}),
 		unary("Busy", func(context.Context, string) (string, error) {
-			busyIn <- struct{}{}
-			<-busyOut
+			b := busy.Load()
+			b.in <- struct{}{}
+			<-b.out
 			return "done", nil
 		}),
 		unary("Spend", func(ctx context.Context, in string) (string, error) {
@@ -584,6 +585,9 @@ func TestHTTPStatus(t *testing.T) {
 func TestOverloadShedsUnavailable(t *testing.T) {
 	t.Parallel()
 	_, conn := start(t)
+	b := &struct{ in, out chan struct{} }{make(chan struct{}, 4), make(chan struct{})}
+	busy.Store(b)
+	busyIn, busyOut := b.in, b.out
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := say(ctxWith(t), conn, "Busy", "first")
