@@ -353,6 +353,8 @@ func (g *Gateway) put(st *Flow) {
 	clear(st.items)
 	clear(st.leases)
 	st.items, st.leases = st.items[:0], st.leases[:0]
+	clear(st.out)
+	st.out = st.out[:0] // a request whose limits were not rendered (none, or an error) starts with no fields
 	st.req = limiter.Request{}
 	st.rec.release()
 	st.reserved, st.stop, st.peek, st.err = false, nil, false, nil

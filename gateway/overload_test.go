@@ -105,7 +105,7 @@ routes:
     overload:
 %s
 limits:
-  - {name: per-ip, rate: 1000, burst: 1000}
+  - {name: per-ip, rate: 1000000000, burst: 1000000000}
 `
 
 func overloadPolicy(block string) string {
@@ -512,4 +512,99 @@ tier_header: X-Priority`))
 			t.Errorf("held record: %+v", rec)
 		}
 	})
+}
+
+// TestOverloadExplain: an explanation shows the route's overload control
+// and the request's tier and tenant, and never takes a place.
+func TestOverloadExplain(t *testing.T) {
+	u := newHolding()
+	g, base, c := overloadFront(t, frontNetHTTP, overloadPolicy(`
+limit: 1
+tier: critical
+tenant: header:X-Tenant
+queue: {size: 4, per_tenant: 2, max_wait: 2s}`), u.ServeHTTP)
+	r := httptestRequest(t, "/x", "X-Tenant", "acme")
+	e, err := g.Explain(t.Context(), r, ExplainOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := e.Overload
+	if o == nil || o.Limit != 1 || o.Inflight != 0 || !o.Admit || o.Tier != "critical" || o.Tenant != "acme" || o.MaxWait != Duration(2*time.Second) {
+		t.Fatalf("before: %+v", o)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = get(c, t.Context(), base+"/held")
+	}()
+	pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+	for range 3 {
+		e, err = g.Explain(t.Context(), r, ExplainOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o := e.Overload; o.Inflight != 1 || o.Admit || o.Ceiling != 1 || !e.Answer.Forwarded {
+		t.Errorf("at the cap: %+v, answer %+v", o, e.Answer)
+	}
+	if s := overloadState(g); s.Inflight != 1 || s.Queued != 0 {
+		t.Errorf("explanations took places: %+v", s)
+	}
+	close(u.release)
+	<-done
+}
+
+func httptestRequest(t *testing.T, path string, hdr ...string) *http.Request {
+	t.Helper()
+	r, err := http.NewRequestWithContext(t.Context(), "GET", "http://explain"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.RemoteAddr = "127.0.0.1:50000"
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	return r
+}
+
+// TestOverloadReload: a reload that keeps a route's overload block keeps
+// its controller (and what it holds), one that changes it starts a fresh
+// one, and a controller idle across two reloads is forgotten.
+func TestOverloadReload(t *testing.T) {
+	g, err := New(Options{Matcher: MatcherFunc(func(*Request, *Match) error { return nil }), Engine: memEngine(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := func(p string) *Match {
+		pol := compilePolicy(t, "o.yaml", p)
+		return &Match{Route: "api", Overload: pol.Routes()[0].Overload}
+	}
+	src := overloadPolicy("limit: 4\ntiers: [{name: default}]")
+	first := g.controller(route(src).Overload, "api")
+	first.mu.Lock()
+	first.inflight = 3
+	first.mu.Unlock()
+	g.ForgetUpstreams()
+	same := route(src)
+	if c := g.controller(same.Overload, "api"); c != first {
+		t.Error("an unchanged route got a new controller after a reload")
+	}
+	if s, ok := g.OverloadOf(same.Overload); !ok || s.Inflight != 3 || s.Limit != 4 {
+		t.Errorf("state after the reload: %+v %v", s, ok)
+	}
+	g.ForgetUpstreams()
+	changed := route(overloadPolicy("limit: 5\ntiers: [{name: default}]"))
+	if c := g.controller(changed.Overload, "api"); c == first || c.capacity() != 5 {
+		t.Error("a changed route kept its controller")
+	}
+	first.mu.Lock()
+	first.inflight = 0
+	first.mu.Unlock()
+	g.ForgetUpstreams()
+	g.ForgetUpstreams()
+	n := 0
+	g.OverloadStats(func(OverloadStat) { n++ })
+	if n != 0 {
+		t.Errorf("%d controllers left after two reloads without requests, want 0", n)
+	}
 }
