@@ -81,6 +81,11 @@ type Record struct {
 	// Degraded, when set, says why the limits were decided by their
 	// failure policies (deadline, store_error, breaker_open).
 	Degraded string
+	// Tier is the request's criticality tier on a route with overload
+	// control, and Shed, when set, why that control refused it (503) or
+	// gave up on it: full, queue_full, tenant_full, timeout, or
+	// client_gone (the client left while it waited for a place).
+	Tier, Shed string
 	// Referer and UserAgent are the request's fields, for the combined
 	// format (and JSON when set).
 	Referer, UserAgent string
@@ -135,6 +140,8 @@ const (
 	FieldDecision   = "decision"
 	FieldRetryAfter = "retry_after_us"
 	FieldDegraded   = "degraded"
+	FieldTier       = "tier"
+	FieldShed       = "shed"
 	FieldReferer    = "referer"
 	FieldUserAgent  = "user_agent"
 )
@@ -179,7 +186,8 @@ func AppendJSON(b []byte, r *Record) []byte {
 	if r.RetryAfter > 0 {
 		b = appendInt(b, FieldRetryAfter, (r.RetryAfter + time.Microsecond - 1).Microseconds())
 	}
-	for _, f := range [...]struct{ k, v string }{{FieldDegraded, r.Degraded}, {FieldReferer, r.Referer}, {FieldUserAgent, r.UserAgent}} {
+	for _, f := range [...]struct{ k, v string }{{FieldDegraded, r.Degraded}, {FieldTier, r.Tier}, {FieldShed, r.Shed},
+		{FieldReferer, r.Referer}, {FieldUserAgent, r.UserAgent}} {
 		if f.v != "" {
 			b = appendField(b, f.k, f.v)
 		}

@@ -37,10 +37,13 @@
 //	          {timeout, dial_timeout, idle_timeout, drain_timeout, drain_bytes}
 //	routes:   - {name, match {methods, paths, hosts}, upstream (required:
 //	          a URL, or none), stage, api_key_required, on_invalid_token,
-//	          grpc_stream (per_stream | per_message)}
+//	          grpc_stream (per_stream | per_message), overload {limit |
+//	          adaptive {min, max, initial, tolerance, backoff, growth,
+//	          window, min_samples}, queue {size, per_tenant, max_wait},
+//	          tenant, tiers [{name, reserve}], tier, tier_header}}
 //	stages:   - {name, <limit parameters>}       keyed by the stage
 //	plans:    - {name, rate, per, burst, quota {limit, period, time_zone,
-//	          anchor_day, offset, start}, routes, on_failure}
+//	          anchor_day, offset, start}, routes, on_failure, tier}
 //	keys:     - {name, plan, sha256}
 //	limits:   - {name, <limit parameters>, match {methods, paths, hosts,
 //	          stages, routes}, key, cost, count_on, estimate {header |
@@ -119,6 +122,23 @@
 // limits that need no user were charged, unless the route's
 // on_invalid_token is anonymous: then it is taken as a request without a
 // user.
+//
+// # Overload control
+//
+// A route's overload block protects its upstream rather than counting
+// callers: after the route's limits allowed a request, and just before it
+// is forwarded, the request needs a place under the route's cap on
+// requests in flight, a fixed limit or one that adaptive learns from the
+// upstream's latency (algo.Adaptive), exclusively. Each request has a
+// criticality tier: the one a trusted proxy names in tier_header, else
+// the tier of its API key's plan (plans[].tier), else the route's tier.
+// A tier keeps its reserve of the cap from the tiers below it
+// (algo.Tiers), so under overload the lowest tier is refused first. A
+// request that does not fit waits in the queue, if the route has one,
+// its tenant (tenant: client_ip, api_key, plan, user or header:NAME)
+// served in turn with the others (algo.FairQueue), for at most max_wait;
+// otherwise, or when the queue is full, it is refused with 503 Service
+// Unavailable and Retry-After. docs/overload.md tells the whole story.
 //
 // # Defaults
 //

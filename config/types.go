@@ -419,6 +419,12 @@ type Route struct {
 	// request when the stream opens) or per_message (one request for each
 	// message the client sends).
 	GRPCStream string `yaml:"grpc_stream"`
+	// Overload, when set, protects the route's upstream: a cap on the
+	// requests in flight to it (fixed, or learnt from its latency),
+	// criticality tiers that share the cap, and a queue in which tenants
+	// wait in turn. It applies after the route's limits allowed a
+	// request, just before it is forwarded.
+	Overload *Overload `yaml:"overload"`
 
 	// UpstreamURL is Upstream parsed; nil for "none".
 	UpstreamURL *url.URL `yaml:"-"`
@@ -530,6 +536,11 @@ type Plan struct {
 	Consistency string `yaml:"consistency"`
 	// Alarms fire when a key's use of the quota reaches a threshold.
 	Alarms *Alarms `yaml:"alarms"`
+	// Tier is the criticality tier of the requests made with the plan's
+	// keys on routes with overload control, unless a trusted proxy's
+	// tier header says otherwise; it must be one of the tiers of every
+	// such route the plan covers.
+	Tier string `yaml:"tier"`
 
 	// Throttle and QuotaLimit are the compiled limits; Throttle.Algorithm
 	// (QuotaLimit.Algorithm) is zero when the plan has none.
@@ -656,4 +667,96 @@ func (k *KeySpec) decode(d *yamlfile.Decoder, n *yaml.Node, path string) {
 	default:
 		d.Decode(n, reflectValue(&k.Parts), path)
 	}
+}
+
+// Tenant values of Overload.Tenant, besides KeyHeaderPrefix and a header
+// name.
+const (
+	TenantClientIP = KeyClientIP
+	TenantAPIKey   = KeyAPIKey
+	TenantPlan     = KeyPlan
+	TenantUser     = KeyUser
+)
+
+// The default tiers of a route's overload control, most critical first.
+const (
+	TierCritical  = "critical"
+	TierDefault   = "default"
+	TierSheddable = "sheddable"
+)
+
+// Overload is a route's overload control. Exactly one of Limit and
+// Adaptive caps the requests in flight to the upstream.
+type Overload struct {
+	// Limit is a fixed cap on the requests in flight to the upstream.
+	Limit int `yaml:"limit"`
+	// Adaptive learns the cap from the upstream's latency instead.
+	Adaptive *Adaptive `yaml:"adaptive"`
+	// Queue, when set, holds requests over the cap for their turn;
+	// without it a request over the cap is refused at once (503).
+	Queue *OverloadQueue `yaml:"queue"`
+	// Tenant is what the queue serves in turn: client_ip (the default),
+	// api_key, plan, user or header:NAME. A request without the part is
+	// its own anonymous tenant.
+	Tenant string `yaml:"tenant"`
+	// Tiers are the criticality tiers, most critical first, each keeping
+	// Reserve of the cap from the tiers below it (default: critical 0.1,
+	// default 0.1, sheddable).
+	Tiers []Tier `yaml:"tiers"`
+	// Tier is the tier of the route's requests when neither a trusted
+	// tier header nor the key's plan gives one (default: default).
+	Tier string `yaml:"tier"`
+	// TierHeader names a request field holding a tier name, read only
+	// from a trusted proxy (server.trusted_proxies); an unknown name is
+	// the route's tier.
+	TierHeader string `yaml:"tier_header"`
+}
+
+// Adaptive are the bounds and the tuning of an adaptive concurrency
+// limit (algo.AdaptiveOptions): zero fields take its defaults.
+type Adaptive struct {
+	// Min and Max bound the limit; Initial is where it starts.
+	Min     int `yaml:"min"`
+	Max     int `yaml:"max"`
+	Initial int `yaml:"initial"`
+	// Tolerance is the ratio of the latency to the no-load latency above
+	// which the upstream is taken to queue (default 1.05).
+	Tolerance float64 `yaml:"tolerance"`
+	// Backoff is how far below the estimated knee a cut lands (default
+	// 0.95).
+	Backoff float64 `yaml:"backoff"`
+	// Growth is the share the limit grows by after a window without
+	// queueing (default 0.05).
+	Growth float64 `yaml:"growth"`
+	// Window is the shortest measuring window (default 500ms).
+	Window time.Duration `yaml:"window"`
+	// MinSamples is the fewest answers a window measures (default 100).
+	MinSamples int `yaml:"min_samples"`
+}
+
+// OverloadQueue bounds the requests waiting for a place under a route's
+// cap.
+type OverloadQueue struct {
+	// Size is the most requests waiting on the route, all tenants.
+	Size int `yaml:"size"`
+	// PerTenant is the most requests of one tenant waiting (default: an
+	// eighth of Size, at least 1).
+	PerTenant int `yaml:"per_tenant"`
+	// MaxWait is the longest a request waits before it is refused.
+	MaxWait time.Duration `yaml:"max_wait"`
+}
+
+// Tier is one criticality tier of a route's overload control.
+type Tier struct {
+	// Name names the tier in plans, headers, metrics and logs.
+	Name string `yaml:"name"`
+	// Reserve is the share of the cap, in [0, 1), that the tiers below
+	// this one cannot take; the lowest tier reserves nothing.
+	Reserve float64 `yaml:"reserve"`
+}
+
+// DefaultTiers are the tiers of a route's overload control that names
+// none.
+func DefaultTiers() []Tier {
+	return []Tier{{Name: TierCritical, Reserve: 0.1}, {Name: TierDefault, Reserve: 0.1}, {Name: TierSheddable}}
 }

@@ -111,6 +111,7 @@ func (v *validator) validate() {
 	for i := range f.Plans {
 		v.plan(i, routes)
 	}
+	v.planTiers()
 	hashes := map[string]int{}
 	for i := range f.Keys {
 		k := &f.Keys[i]
@@ -513,6 +514,9 @@ func (v *validator) route(i int, stages map[string]bool) {
 		r.GRPCStream = GRPCStreamPerStream
 	case !slices.Contains(want, r.GRPCStream):
 		v.errorf(path+".grpc_stream", "grpc_stream must be %s, got %q", wordList(want), r.GRPCStream)
+	}
+	if r.Overload != nil {
+		v.overload(r.Overload, path+".overload")
 	}
 	switch r.Upstream {
 	case "":

@@ -1,7 +1,9 @@
 // Package dashboard is the operator's live view of floodgate serve, at the
 // admin listener's /ui: decisions and 429s per limit over the last hour at
 // one-second resolution, the keys limited most, quota use per API key,
-// store health, the policy's version and its reloads.
+// store health, each route's overload control (its cap and its
+// upstream's latency, sampled every tick), the policy's version and its
+// reloads.
 //
 // Recorder is a limiter.Observer: every decision adds to fixed rings of
 // 3,600 one-second slots per limit (atomic adds, no locks, no allocation),

@@ -158,6 +158,7 @@ func (h *Handler) overview(r *http.Request) (any, error) {
 		"top":       top,
 		"instances": instances,
 		"reloads":   reloads,
+		"overload":  rec.OverloadPoints(since, until),
 	}, nil
 }
 

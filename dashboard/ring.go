@@ -45,16 +45,17 @@ type Recorder struct {
 	health  health
 	hitters *Hitters
 
-	mu     sync.Mutex // guards byName
-	byName map[string]*series
-	other  *series
-	inUse  bool // other has counted something
+	mu       sync.Mutex // guards byName and overload
+	byName   map[string]*series
+	overload map[string]*overloadSeries // by route
+	other    *series
+	inUse    bool // other has counted something
 }
 
 // NewRecorder returns a recorder whose clock starts at the Unix second
 // now; call Tick at least every second.
 func NewRecorder(now int64) *Recorder {
-	r := &Recorder{byName: map[string]*series{}, hitters: NewHitters(DefaultHitters)}
+	r := &Recorder{byName: map[string]*series{}, overload: map[string]*overloadSeries{}, hitters: NewHitters(DefaultHitters)}
 	r.total.name = "all"
 	r.other = &series{name: "other"}
 	r.sec.Store(now)

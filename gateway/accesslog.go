@@ -47,9 +47,12 @@ func (g *Gateway) logAccess(x Exchange, st *Flow) {
 	if !rec.ClientIP.IsValid() {
 		rec.ClientIP = r.Peer
 	}
+	if o := m.Overload; o != nil && st.ovl.c != nil {
+		rec.Tier, rec.Shed = o.Tiers[st.ovl.tier], st.ovl.shed
+	}
 	if rec.Status == 0 {
 		rec.Status = http.StatusOK
-		if x.Context().Err() != nil {
+		if x.Context().Err() != nil || rec.Shed == ShedClientGone {
 			rec.Status = statusClientGone
 		}
 	}

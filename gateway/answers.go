@@ -26,6 +26,8 @@ func Body(status int) []byte {
 		return bodyBadGateway
 	case http.StatusGatewayTimeout:
 		return bodyTimeout
+	case http.StatusServiceUnavailable:
+		return bodyUnavailable
 	}
 	return nil
 }

@@ -18,6 +18,11 @@
 //     policy rejects those: after the limits that apply to the request
 //     without the missing identity were charged, so that guessing is
 //     throttled like anything else.
+//   - 503 {"message":"Service Unavailable"} with Retry-After when the
+//     route's overload control (its overload block: a cap on requests in
+//     flight, fixed or adaptive, shared by criticality tiers, with a fair
+//     queue of tenants) has no place for a request its limits allowed
+//     (overload.go, docs/overload.md).
 //
 // A token is verified only when a limit the request matched counts per
 // user, and only after the limits that do not allowed the request
@@ -49,8 +54,8 @@
 //
 // The request path (handle and finish in gateway.go: target checks, method
 // override, matching, the decision, the answer and its fields, leases and
-// their renewal, the queue wait, reservations and their settle, the access
-// record) reads a Request, a small engine-neutral view of the request
+// their renewal, the queue wait, reservations and their settle, overload
+// control's place and its queue, the access record) reads a Request, a small engine-neutral view of the request
 // (method, host, path, peer, header fields), and answers through an
 // Exchange, a handful of methods each engine implements. A Matcher reads
 // the same view; net/http users reach their *http.Request through

@@ -54,8 +54,39 @@ type Explanation struct {
 	// Degraded says why the limits were decided by their failure
 	// policies instead of the store.
 	Degraded string `json:"degraded,omitempty"`
+	// Overload is the state of the route's overload control, when it
+	// has one. A look never takes a place under its cap, and the answer
+	// does not include it: a request forwarded by its limits still needs
+	// a place (Overload.Admit says whether one is free now).
+	Overload *OverloadExplanation `json:"overload,omitempty"`
 	// Answer is what the client would get.
 	Answer ExplainedAnswer `json:"answer"`
+}
+
+// OverloadExplanation is the state of a route's overload control, and
+// where the request stands in it.
+type OverloadExplanation struct {
+	// Limit is the cap on requests in flight now (learnt when Adaptive);
+	// Inflight and Queued are the requests under it and waiting for it.
+	Limit    int  `json:"limit"`
+	Adaptive bool `json:"adaptive,omitempty"`
+	Inflight int  `json:"inflight"`
+	Queued   int  `json:"queued"`
+	// Latency and NoLoad are the adaptive limit's latency of its last
+	// window and its estimate of the upstream's latency without queueing.
+	Latency Duration `json:"latency,omitempty"`
+	NoLoad  Duration `json:"no_load_latency,omitempty"`
+	// Tier is the request's criticality tier, Ceiling the requests in
+	// flight below which a request of its tier is admitted, and Tenant
+	// whom its queue serves it as.
+	Tier    string `json:"tier"`
+	Ceiling int    `json:"ceiling"`
+	Tenant  string `json:"tenant"`
+	// Admit reports that a request of its tier would take a place at
+	// once; otherwise it would wait up to MaxWait in the queue, or, with
+	// no queue, be shed (503).
+	Admit   bool     `json:"admit"`
+	MaxWait Duration `json:"max_wait,omitempty"`
 }
 
 // LimitExplanation is one limit of an Explanation.
@@ -174,6 +205,9 @@ func (g *Gateway) Explain(ctx context.Context, r *http.Request, o ExplainOptions
 		}
 		e.Limits = append(e.Limits, le)
 	}
+	if o := m.Overload; o != nil {
+		e.Overload = g.explainOverload(o, h.st)
+	}
 	e.Answer = ExplainedAnswer{Status: h.Status, Forwarded: h.Forwarded, Delay: Duration(h.Delay), Body: string(h.Body)}
 	for _, f := range h.Fields {
 		e.Answer.Headers = append(e.Answer.Headers, ExplainedHeader{Name: f.Name, Value: f.Value})
@@ -225,4 +259,22 @@ func (er *ExplainRequest) HTTPRequest(ctx context.Context) (*http.Request, Expla
 		r.Header.Set(k, v)
 	}
 	return r, ExplainOptions{KeyName: er.KeyName}, nil
+}
+
+// explainOverload describes the overload control of the request of st,
+// taking nothing.
+func (g *Gateway) explainOverload(o *policy.Overload, st *Flow) *OverloadExplanation {
+	s, ok := g.OverloadOf(o)
+	if !ok { // no request reached it yet
+		s = OverloadStat{Limit: o.Limit, Adaptive: o.Adaptive != nil}
+		if a := o.Adaptive; a != nil {
+			s.Limit = a.Initial
+		}
+	}
+	tier := tierOf(o, st)
+	e := &OverloadExplanation{Limit: s.Limit, Adaptive: s.Adaptive, Inflight: s.Inflight, Queued: s.Queued,
+		Latency: Duration(s.Latency), NoLoad: Duration(s.NoLoad), Tier: o.Tiers[tier],
+		Ceiling: o.Ceilings.Ceiling(tier, s.Limit), Tenant: strings.Clone(tenantOf(o, st)), MaxWait: Duration(o.MaxWait())}
+	e.Admit = s.Queued == 0 && s.Inflight < e.Ceiling
+	return e
 }

@@ -60,6 +60,11 @@ type Match struct {
 	// Upstream is the route's upstream for the reverse proxy (nil in
 	// middleware use, or when no route matched).
 	Upstream *url.URL
+	// Overload is the route's overload control (nil for none): the
+	// request needs a place under its cap before it is passed on.
+	Overload *policy.Overload
+	// PlanTier is the criticality tier of the API key's plan, or "".
+	PlanTier string
 	// Hits are the limits that apply with their keys, most specific first.
 	Hits []limiter.Hit
 	// Fields is parallel to Hits: each limit's response fields, computed
@@ -195,6 +200,8 @@ type Gateway struct {
 	forgetters
 	pool    sync.Pool
 	rfields *fieldCache // for Matches without Fields
+	ovl     overloadSet
+	oobs    OverloadObserver // obs, when it is one
 }
 
 // New returns a Gateway.
@@ -219,6 +226,12 @@ func New(opts Options) (*Gateway, error) {
 		rfields:  newFieldCache(),
 	}
 	g.user, _ = opts.Matcher.(UserMatcher)
+	g.oobs, _ = opts.Observer.(OverloadObserver)
+	if w, ok := opts.Observer.(OverloadWatcher); ok {
+		w.WatchOverload(func(each func(route string, limit, inflight, queued int, latency, noLoad time.Duration)) {
+			g.OverloadStats(func(s OverloadStat) { each(s.Route, s.Limit, s.Inflight, s.Queued, s.Latency, s.NoLoad) })
+		})
+	}
 	if g.obs == nil {
 		g.obs = nopObserver{}
 	}
@@ -326,6 +339,8 @@ type Flow struct {
 	nh       httpExchange  // the net/http engine's exchange
 	lx       localExchange // a request decided in process
 	handled  Handled
+	ovl      overloadSlot   // its place under its route's overload control
+	ow       overloadWriter // the net/http engine's writer under overload control
 }
 
 // get returns an empty Flow (put empties one before pooling it).
@@ -338,6 +353,8 @@ func (g *Gateway) put(st *Flow) {
 	clear(st.items)
 	clear(st.leases)
 	st.items, st.leases = st.items[:0], st.leases[:0]
+	clear(st.out)
+	st.out = st.out[:0] // a request whose limits were not rendered (none, or an error) starts with no fields
 	st.req = limiter.Request{}
 	st.rec.release()
 	st.reserved, st.stop, st.peek, st.err = false, nil, false, nil
@@ -345,6 +362,7 @@ func (g *Gateway) put(st *Flow) {
 	st.view = Request{}
 	st.nh = httpExchange{}
 	st.lx = localExchange{}
+	st.ovl, st.ow = overloadSlot{}, overloadWriter{}
 	g.pool.Put(st)
 }
 
@@ -419,7 +437,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 			g.reject(x, st)
 			return false
 		}
-		return x.Pass(st, nil)
+		return g.pass(x, st, nil)
 	}
 	if err := g.decide(ctx, x, st, st.peek); err != nil {
 		return g.failed(err, x, st)
@@ -459,7 +477,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	st.out = g.render(st, false)
 	x.SetFields(st.out)
 	if !reserved {
-		return x.Pass(st, nil)
+		return g.pass(x, st, nil)
 	}
 	// The reservation is settled whatever happens next (finish).
 	rec := st.Recorder()
@@ -469,7 +487,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		// transport decompress it), so that the actual cost can be read.
 		x.DelHeader("Accept-Encoding")
 	}
-	return x.Pass(st, rec)
+	return g.pass(x, st, rec)
 }
 
 // finish ends a request once its answer is written (or its handler
@@ -477,6 +495,9 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 // and they are given back, and the access log gets its record.
 func (g *Gateway) finish(x Exchange, st *Flow) {
 	ctx := x.Context()
+	if st.ovl.held {
+		g.releaseOverload(x, st)
+	}
 	if st.reserved {
 		st.reserved = false
 		g.settle(ctx, st, 0, &st.rec)
@@ -675,7 +696,7 @@ func (g *Gateway) failed(err error, x Exchange, st *Flow) (later bool) {
 		g.reject(x, st)
 		return false
 	}
-	return x.Pass(st, nil)
+	return g.pass(x, st, nil)
 }
 
 type nopObserver struct{}

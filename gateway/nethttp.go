@@ -94,6 +94,12 @@ func (x *httpExchange) Wait(ctx context.Context, st *Flow, delay time.Duration) 
 	return x.g.wait(ctx, st, delay, func() (<-chan struct{}, func()) { return x.r.Context().Done(), func() {} })
 }
 
+// WatchClient watches for the client leaving while its request waits
+// for a place under its route's overload control.
+func (x *httpExchange) WatchClient() (<-chan struct{}, func()) {
+	return x.r.Context().Done(), func() {}
+}
+
 func (x *httpExchange) Keep(ctx context.Context, leases []limiter.Hit) func() {
 	return x.g.renew(ctx, leases)
 }
@@ -134,6 +140,10 @@ func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 			r = r.WithContext(uctx)
 		}
 		w = &x.cw
+	}
+	if st.ovl.held {
+		st.ow = overloadWriter{ResponseWriter: w, f: st}
+		w = &st.ow
 	}
 	switch {
 	case x.next != nil:

@@ -202,9 +202,11 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	m.ClientIP, m.KeyID, m.User = id.ClientIP, pmm.KeyID, req.User
 	m.ClientKey, m.Plan, m.Stage, m.UserError = id.ClientKey, pmm.Plan, pmm.Stage, userError
 	m.PeerTrusted = id.PeerTrusted
+	m.PlanTier = pmm.PlanTier
 	if pmm.Route != nil {
 		m.Route = pmm.Route.Name
 		m.Upstream = pmm.Route.Upstream
+		m.Overload = pmm.Route.Overload
 		if pm.upstream != nil {
 			m.Upstream = pm.upstream
 		}

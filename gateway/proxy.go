@@ -191,5 +191,6 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 // policy reload.
 func (g *Gateway) ForgetUpstreams() {
 	g.proxies.Clear()
+	g.forgetOverload()
 	g.forgetAll()
 }

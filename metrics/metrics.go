@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -28,7 +30,19 @@ type Options struct {
 	// counted under OtherLimit so that no client can grow the series
 	// without bound.
 	MaxLimits int
+	// MaxTenants bounds the distinct (route, tenant) pairs of
+	// floodgate_overload_shed_tenants_total (0: DefaultMaxTenants): a
+	// tenant is whatever a client sends (an address, a header), so past
+	// the bound new tenants are counted as OtherTenant.
+	MaxTenants int
 }
+
+// DefaultMaxTenants is how many tenants get a shed series of their own.
+const DefaultMaxTenants = 50
+
+// OtherTenant is the tenant label of every tenant past
+// Options.MaxTenants.
+const OtherTenant = "_other"
 
 // Metrics is Floodgate's Prometheus instrumentation. It is the engine's
 // Observer, so that every decision is counted once, whichever front end
@@ -47,6 +61,13 @@ type Options struct {
 //	floodgate_upstream_responses_total{route,code}            the gateway's upstream statuses (code 0: unreachable)
 //	floodgate_queue_length{limit}                             requests waiting in a leaky queue
 //	floodgate_invalid_tokens_total{reason}                    presented tokens that did not verify
+//	floodgate_overload_limit{route}                           a route's cap on requests in flight (fixed or adaptive)
+//	floodgate_overload_inflight{route}                        requests forwarded under it and not answered
+//	floodgate_overload_queued{route}                          requests waiting for a place
+//	floodgate_overload_latency_seconds{route}                 the adaptive limit's latency of its last window
+//	floodgate_overload_noload_latency_seconds{route}          its estimate of the upstream's latency without queueing
+//	floodgate_overload_shed_total{route,tier,reason}          requests shed (503): full, queue_full, tenant_full, timeout, client_gone
+//	floodgate_overload_shed_tenants_total{route,tenant}       the same by tenant, bounded (Options.MaxTenants)
 type Metrics struct {
 	decisions *prometheus.CounterVec
 	degraded  *prometheus.CounterVec
@@ -64,6 +85,13 @@ type Metrics struct {
 	limits    sync.Map // name → *limitSeries
 	routes    sync.Map // route → *routeSeries
 	reasons   sync.Map // token failure reason → prometheus.Counter
+
+	shed       *prometheus.CounterVec
+	shedTenant *prometheus.CounterVec
+	maxTenants int
+	tenantMu   sync.Mutex         // guards tenants
+	tenants    map[[2]string]bool // the (route, tenant) pairs with a series
+	overload   overloadCollector
 }
 
 // limitSeries caches the children of one limit, so that counting a
@@ -123,11 +151,25 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Help: "Presented tokens that did not verify, by reason.",
 		}, []string{"reason"}),
 		maxLimits: opts.MaxLimits,
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_overload_shed_total",
+			Help: "Requests a route's overload control shed (503), by tier and reason: full, queue_full, tenant_full, timeout, client_gone (left while queued).",
+		}, []string{"route", "tier", "reason"}),
+		shedTenant: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_overload_shed_tenants_total",
+			Help: "Requests a route's overload control shed, by tenant; tenants past a bound are counted as _other.",
+		}, []string{"route", "tenant"}),
+		maxTenants: opts.MaxTenants,
+		tenants:    map[[2]string]bool{},
+	}
+	if m.maxTenants <= 0 {
+		m.maxTenants = DefaultMaxTenants
 	}
 	if m.maxLimits <= 0 {
 		m.maxLimits = DefaultMaxLimits
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.near, m.latency, m.rejected, m.upstream, m.queue, m.tokens} {
+	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.near, m.latency, m.rejected, m.upstream, m.queue, m.tokens,
+		m.shed, m.shedTenant, &m.overload} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -290,3 +332,59 @@ func (m *Metrics) InvalidToken(reason string) {
 }
 
 var _ limiter.Observer = (*Metrics)(nil)
+
+// OverloadShed counts a request shed by a route's overload control; the
+// tenant label is bounded (Options.MaxTenants).
+func (m *Metrics) OverloadShed(route, tier, tenant, reason string) {
+	m.shed.WithLabelValues(route, tier, reason).Inc()
+	k := [2]string{route, tenant}
+	m.tenantMu.Lock()
+	if !m.tenants[k] {
+		if len(m.tenants) < m.maxTenants {
+			m.tenants[[2]string{strings.Clone(route), strings.Clone(tenant)}] = true
+		} else {
+			tenant = OtherTenant
+		}
+	}
+	m.tenantMu.Unlock()
+	m.shedTenant.WithLabelValues(route, tenant).Inc()
+}
+
+// WatchOverload makes the overload gauges read the controllers that
+// visit visits, at each scrape (a gateway.Gateway calls it).
+func (m *Metrics) WatchOverload(visit func(each func(route string, limit, inflight, queued int, latency, noLoad time.Duration))) {
+	m.overload.visit.Store(&visit)
+}
+
+// overloadCollector makes the overload gauges at each scrape.
+type overloadCollector struct {
+	visit atomic.Pointer[func(each func(route string, limit, inflight, queued int, latency, noLoad time.Duration))]
+}
+
+var (
+	overloadLimitDesc    = prometheus.NewDesc("floodgate_overload_limit", "A route's cap on requests in flight to its upstream: fixed, or learnt by the adaptive limit.", []string{"route"}, nil)
+	overloadInflightDesc = prometheus.NewDesc("floodgate_overload_inflight", "Requests forwarded under a route's overload control and not answered yet.", []string{"route"}, nil)
+	overloadQueuedDesc   = prometheus.NewDesc("floodgate_overload_queued", "Requests waiting for a place under a route's overload control.", []string{"route"}, nil)
+	overloadLatencyDesc  = prometheus.NewDesc("floodgate_overload_latency_seconds", "The adaptive limit's mean upstream latency (forwarding to status line) of its last window.", []string{"route"}, nil)
+	overloadNoLoadDesc   = prometheus.NewDesc("floodgate_overload_noload_latency_seconds", "The adaptive limit's estimate of the upstream's latency without queueing.", []string{"route"}, nil)
+)
+
+func (c *overloadCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{overloadLimitDesc, overloadInflightDesc, overloadQueuedDesc, overloadLatencyDesc, overloadNoLoadDesc} {
+		ch <- d
+	}
+}
+
+func (c *overloadCollector) Collect(ch chan<- prometheus.Metric) {
+	visit := c.visit.Load()
+	if visit == nil {
+		return
+	}
+	(*visit)(func(route string, limit, inflight, queued int, latency, noLoad time.Duration) {
+		ch <- prometheus.MustNewConstMetric(overloadLimitDesc, prometheus.GaugeValue, float64(limit), route)
+		ch <- prometheus.MustNewConstMetric(overloadInflightDesc, prometheus.GaugeValue, float64(inflight), route)
+		ch <- prometheus.MustNewConstMetric(overloadQueuedDesc, prometheus.GaugeValue, float64(queued), route)
+		ch <- prometheus.MustNewConstMetric(overloadLatencyDesc, prometheus.GaugeValue, latency.Seconds(), route)
+		ch <- prometheus.MustNewConstMetric(overloadNoLoadDesc, prometheus.GaugeValue, noLoad.Seconds(), route)
+	})
+}

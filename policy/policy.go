@@ -211,6 +211,9 @@ type Route struct {
 	// on the route for each message the client sends, instead of once
 	// when it opens (the file's grpc_stream: per_message).
 	StreamPerMessage bool
+	// Overload is the route's overload control, or nil (the file's
+	// overload block).
+	Overload *Overload
 
 	match    matcher
 	routeKey string // "route:NAME"
@@ -219,6 +222,7 @@ type Route struct {
 
 type plan struct {
 	name   string
+	tier   string // the criticality tier of its keys, or ""
 	rate   *Limit
 	quota  *Limit
 	routes map[string]bool // nil: every route
@@ -367,6 +371,7 @@ func (c *compiler) routes() {
 			APIKeyRequired:          cr.APIKeyRequired,
 			AnonymousOnInvalidToken: cr.OnInvalidToken == config.InvalidTokenAnonymous,
 			StreamPerMessage:        cr.GRPCStream == config.GRPCStreamPerMessage,
+			Overload:                compileOverload(cr.Name, cr.Overload),
 			match:                   compileMatch(cr.Match, c.p.foldCase), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 	}
 }
@@ -401,7 +406,7 @@ func (c *compiler) unknownKeys() error {
 func (c *compiler) plans() error {
 	for i := range c.p.file.Plans {
 		cp := &c.p.file.Plans[i]
-		pl := &plan{name: cp.Name}
+		pl := &plan{name: cp.Name, tier: cp.Tier}
 		if len(cp.Routes) > 0 {
 			pl.routes = map[string]bool{}
 			for _, r := range cp.Routes {
@@ -649,6 +654,8 @@ type Match struct {
 	// Plan and KeyName name the usage plan and API key, when known.
 	Plan    string
 	KeyName string
+	// PlanTier is the plan's criticality tier (plans[].tier), or "".
+	PlanTier string
 	// KeyID is the API key as a log may show it: the key's name, or for a
 	// key the policy does not know "?" and the first 16 bytes of its
 	// SHA-256 in hex (what its counters are keyed by); "" when the request
@@ -733,7 +740,7 @@ func (p *Policy) Match(r *Request, m *Match) {
 		}
 	} else if key != nil {
 		m.KeyName = key.name
-		m.Plan = key.plan.name
+		m.Plan, m.PlanTier = key.plan.name, key.plan.tier
 	}
 	if covered && !m.Forbidden {
 		if l := key.rate; l != nil {

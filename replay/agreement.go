@@ -18,6 +18,10 @@ type Agreement struct {
 	// Degraded counts requests left out: the log shows them decided by
 	// failure policies while the store failed.
 	Degraded int64 `json:"degraded,omitempty"`
+	// Shed counts requests the log shows shed by overload control (503
+	// after the limits allowed them): their limits are compared as
+	// logged; the shedding itself is reported, not simulated.
+	Shed int64 `json:"shed,omitempty"`
 	// Tolerance is how far a logged time may be from the instant the
 	// live decision was made: the log's resolution, and the clocks'.
 	Tolerance Duration `json:"tolerance"`
@@ -132,6 +136,9 @@ func (c *checker) prune(t int64) {
 // one later, when the unit it moved is repaid.
 func (c *checker) check(r *Replayer, rec *Record) *Outcome {
 	a := c.a
+	if rec.Shed != "" {
+		a.Shed++
+	}
 	switch rec.Logged {
 	case LoggedDegraded:
 		a.Degraded++

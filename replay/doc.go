@@ -57,4 +57,10 @@
 // direction, limit and client. WriteText,
 // WriteHTML (one self-contained page, charts in inline SVG) and JSON
 // render it.
+//
+// A replay has no upstream, so it has no upstream latency: it does not
+// simulate a route's overload control (the cap, its tiers and its queue).
+// Requests are decided by their limits alone, and the requests the log
+// shows shed (its shed field) are counted and reported as logged
+// (Agreement.Shed).
 package replay

@@ -165,7 +165,8 @@ svg .ok{fill:#cfe3cf}svg .shadow{fill:#f0a35e}.legend span{display:inline-block;
 <p>{{commas .Matched}} of {{commas .Compared}} decided the same ({{fine .Matched .Compared}}).
 {{if .ReplayDenied}}{{commas .ReplayDenied}} refused here but allowed there. {{end}}{{if .ReplayAllowed}}{{commas .ReplayAllowed}} allowed here but refused there. {{end}}
 {{if or .Boundary .Reordered .Unexplained}}Of the differences: {{commas .Boundary}} at a refill or window boundary (within {{dur .Tolerance}}, then charged as logged), {{commas .Reordered}} reordered, <b>{{commas .Unexplained}} unexplained</b>.{{end}}
-{{if .Degraded}}{{commas .Degraded}} decided by failure policies were not compared.{{end}}</p>
+{{if .Degraded}}{{commas .Degraded}} decided by failure policies were not compared.{{end}}
+{{if .Shed}}{{commas .Shed}} shed by overload control in the log (503): reported as logged, not simulated.{{end}}</p>
 {{if .Mismatches}}<table><tr><th>time</th><th>client</th><th>request</th><th>log</th><th>replay</th><th>why</th><th>line</th></tr>
 {{range .Mismatches}}<tr><td>{{micro .Time}}</td><td><code>{{.ClientIP}}</code></td><td>{{.Method}} <code>{{.Path}}</code>{{if .Key}} key {{.Key}}{{end}}</td>
 <td>{{.Logged}} {{.LoggedLimit}}</td><td>{{.Replay}} {{.ReplayLimit}}</td><td>{{.Class}}</td><td>{{.Log}}:{{.Line}}</td></tr>{{end}}</table>{{end}}{{end}}

@@ -134,6 +134,8 @@ func (p *jsonParser) setString(rec *Record, key, v []byte) error {
 	case accesslog.FieldStatus, accesslog.FieldDuration:
 		// A number written as a string.
 		return p.setNumber(rec, key, v)
+	case accesslog.FieldShed:
+		rec.Shed = p.in.str(v)
 	case accesslog.FieldDegraded:
 		if len(v) > 0 {
 			rec.Logged = LoggedDegraded

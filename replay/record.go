@@ -70,6 +70,12 @@ type Record struct {
 	// it names, if any.
 	Logged Logged
 	Limit  string
+	// Shed is the reason a route's overload control refused the request,
+	// as Floodgate's access log writes it (accesslog.Record.Shed), or "".
+	// A replay has no upstream whose latency it could follow, so it does
+	// not simulate overload control: it reports the log's sheds as
+	// logged.
+	Shed string
 }
 
 // stripQuery removes a URL's query and fragment.

@@ -242,6 +242,9 @@ func writeAgreement(b *strings.Builder, a *Agreement) {
 	} else {
 		b.WriteString("\n")
 	}
+	if a.Shed > 0 {
+		fmt.Fprintf(b, "  %s shed by overload control in the log (503): reported as logged, not simulated\n", commas(a.Shed))
+	}
 	if a.Degraded > 0 {
 		fmt.Fprintf(b, "  %s decided by failure policies while the store failed: not compared\n", commas(a.Degraded))
 	}

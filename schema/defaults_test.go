@@ -21,7 +21,7 @@ server:
   user:
     jwt: {alg: HS256, key_file: demo-jwt-secret.txt}
 routes:
-  - {name: r, upstream: none}
+  - {name: r, upstream: none, overload: {adaptive: {}, queue: {max_wait: 1s}}}
 stages:
   - {name: s, rate: 5}
 plans:
@@ -141,6 +141,9 @@ func sameValue(def any, v reflect.Value) bool {
 	case reflect.Int, reflect.Int64:
 		f, ok := def.(float64)
 		return ok && f == float64(v.Int())
+	case reflect.Float64:
+		f, ok := def.(float64)
+		return ok && f == v.Float()
 	}
 	return false
 }

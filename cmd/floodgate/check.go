@@ -117,6 +117,16 @@ func printPolicy(w io.Writer, path string, p *policy.Policy) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		for i := range f.Routes {
+			if o := f.Routes[i].Overload; o != nil {
+				fmt.Fprintf(w, "overload of %s: %s\n", f.Routes[i].Name, o)
+			}
+		}
+		for i := range f.Plans {
+			if t := f.Plans[i].Tier; t != "" {
+				fmt.Fprintf(w, "plan %s: its keys' requests are of tier %s under overload control\n", f.Plans[i].Name, t)
+			}
+		}
 	}
 	return nil
 }

@@ -173,6 +173,22 @@ func writeExplanation(w io.Writer, e *gateway.Explanation) error {
 	for _, h := range a.Headers {
 		fmt.Fprintf(&b, "  %s: %s\n", h.Name, h.Value)
 	}
+	if o := e.Overload; o != nil {
+		kind := "limit"
+		if o.Adaptive {
+			kind = "adaptive limit"
+		}
+		fmt.Fprintf(&b, "overload: %s %d, %d in flight, %d queued; tier %s (admitted below %d in flight), tenant %s: ",
+			kind, o.Limit, o.Inflight, o.Queued, o.Tier, o.Ceiling, orDash(o.Tenant))
+		switch {
+		case o.Admit:
+			b.WriteString("a place is free now\n")
+		case o.MaxWait > 0:
+			fmt.Fprintf(&b, "it would wait up to %s for a place\n", time.Duration(o.MaxWait))
+		default:
+			b.WriteString("it would be shed (503)\n")
+		}
+	}
 	b.WriteString("(nothing was charged)\n")
 	_, err := io.WriteString(w, b.String())
 	return err

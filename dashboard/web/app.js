@@ -13,6 +13,8 @@
     charts: {},          // limit name -> uPlot
     latency: [],         // per second: mean store latency (ms), this instance
     degraded: [],        // per second: degraded decisions, this instance
+    overload: {},        // route -> {t: [], limit: [], ms: []}: its overload control, sampled seconds
+    overloadCharts: {},  // route -> uPlot
     page: "traffic",
     timer: null,
     quotaTimer: null,
@@ -160,7 +162,33 @@
       state.latency.splice(0, state.latency.length - state.xs.length);
       state.degraded.splice(0, state.degraded.length - state.xs.length);
     }
+    for (const [route, pts] of Object.entries(data.overload || {})) {
+      const o = state.overload[route] || (state.overload[route] = { t: [], limit: [], ms: [] });
+      for (const p of pts) { o.t.push(p.t); o.limit.push(p.limit); o.ms.push(p.latency_ms); }
+      const cut = o.t.length - WINDOW;
+      if (cut > 0) { o.t.splice(0, cut); o.limit.splice(0, cut); o.ms.splice(0, cut); }
+    }
     state.until = data.until;
+  }
+
+  function drawOverload() {
+    const box = $("#overload");
+    for (const route of Object.keys(state.overload).sort()) {
+      const o = state.overload[route];
+      let u = state.overloadCharts[route];
+      if (!u) {
+        if (!state.overloadCharts.__any) { box.replaceChildren(); state.overloadCharts.__any = true; }
+        const div = el("div", { class: "chart wide" });
+        box.append(div);
+        u = state.overloadCharts[route] = new uPlot({ title: route, width: chartWidth(div), height: 180,
+          scales: { x: { time: true }, ms: { auto: true } }, legend: { live: false },
+          axes: [{}, { size: 50 }, { scale: "ms", side: 1, size: 50 }],
+          series: [{}, { label: "cap (requests in flight)", stroke: "#2563eb", width: 1 },
+            { label: "upstream latency (ms)", stroke: "#ea580c", width: 1, scale: "ms" }] }, [o.t, o.limit, o.ms], div);
+      } else {
+        u.setData([o.t, o.limit, o.ms]);
+      }
+    }
   }
 
   function sum(a, from) { let t = 0; for (let i = Math.max(0, from); i < a.length; i++) t += a[i]; return t; }
@@ -202,6 +230,7 @@
       el("td", {}, r.ok ? el("span", { class: "pill ok" }, "applied") : el("span", { class: "pill bad" }, "rejected: " + r.error))))
       : [el("tr", {}, el("td", { colspan: 3, class: "muted" }, "no reloads since the start"))]));
     if (state.page === "health") {
+      drawOverload();
       const box = $("#chart-latency");
       const n = state.latency.length;
       const xs = state.xs.slice(-n);

@@ -421,6 +421,15 @@ func (x *exchange) Wait(ctx context.Context, f *gateway.Flow, delay time.Duratio
 	})
 }
 
+// WatchClient watches the client's connection while its request waits
+// for a place under its route's overload control.
+func (x *exchange) WatchClient() (<-chan struct{}, func()) {
+	if c, ok := x.ctx.Conn().(*conn); ok {
+		return c.watch(false)
+	}
+	return nil, func() {}
+}
+
 func (x *exchange) Keep(ctx context.Context, leases []limiter.Hit) func() {
 	return x.e.g.Renew(ctx, leases)
 }

@@ -153,6 +153,11 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 	}
 	resp.Reset()
 	if isTimeout(err) {
+		f.UpstreamStatus(504)
+	} else {
+		f.UpstreamStatus(502)
+	}
+	if isTimeout(err) {
 		e.log.Warn("gateway: upstream timeout", "route", route, "upstream", up.host, "err", err)
 		x.Answer(504, gateway.Body(504), false)
 	} else {
@@ -214,6 +219,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		return false, reused, err
 	}
 	status := resp.StatusCode()
+	f.UpstreamStatus(status)
 	e.g.UpstreamAnswered(route, status)
 	upstreamClose := resp.Header.ConnectionClose()
 	resp.Header.ResetConnectionClose()

@@ -235,6 +235,15 @@ func (c *call) Answer(st int, body []byte, challenge bool) {
 				s = ds
 			}
 		}
+	case http.StatusServiceUnavailable:
+		// Shed by the route's overload control: its Retry-After, as a
+		// RetryInfo.
+		s = status.New(codes.Unavailable, msg)
+		if d, ok := c.retryAfter(); ok {
+			if ds, err := s.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
+				s = ds
+			}
+		}
 	case http.StatusForbidden:
 		s = status.New(codes.PermissionDenied, msg)
 	case http.StatusUnauthorized:

@@ -66,6 +66,10 @@ func unary(name string, f func(ctx context.Context, in string) (string, error)) 
 
 func answer(_ context.Context, in string) (string, error) { return "ok " + in, nil }
 
+// busy holds the calls of Busy (TestOverloadShedsUnavailable alone calls
+// it, and sets it): each tells in, then waits for out to close.
+var busy atomic.Pointer[struct{ in, out chan struct{} }]
+
 var echoDesc = grpc.ServiceDesc{
 	ServiceName: "test.Echo",
 	HandlerType: (*any)(nil),
@@ -76,6 +80,12 @@ var echoDesc = grpc.ServiceDesc{
 				return "", status.Error(codes.NotFound, "no such thing")
 			}
 			return "found", nil
+		}),
+		unary("Busy", func(context.Context, string) (string, error) {
+			b := busy.Load()
+			b.in <- struct{}{}
+			<-b.out
+			return "done", nil
 		}),
 		unary("Spend", func(ctx context.Context, in string) (string, error) {
 			_ = grpc.SetTrailer(ctx, metadata.Pairs("x-cost", in))
@@ -150,6 +160,7 @@ routes:
   - {name: keyed, match: {paths: [/test.Echo/Keyed]}, upstream: none, api_key_required: true}
   - {name: me, match: {paths: [/test.Echo/Me]}, upstream: none}
   - {name: upload, match: {paths: [/test.Echo/Upload]}, upstream: none, grpc_stream: per_message}
+  - {name: busy, match: {paths: [/test.Echo/Busy]}, upstream: none, overload: {limit: 1, tier: critical}}
   - {name: echo, match: {paths: ["/test.Echo/*"]}, upstream: none}
 plans:
   - {name: gold, rate: 100, per: 1h, quota: {limit: 2, period: DAY}, routes: [keyed]}
@@ -565,5 +576,38 @@ func TestHTTPStatus(t *testing.T) {
 		if got := grpcguard.HTTPStatus(c); got != want {
 			t.Errorf("%v: %d, want %d", c, got, want)
 		}
+	}
+}
+
+// TestOverloadShedsUnavailable: a call over its route's overload cap is
+// shed before its handler runs, UNAVAILABLE with a RetryInfo of the
+// Retry-After.
+func TestOverloadShedsUnavailable(t *testing.T) {
+	t.Parallel()
+	_, conn := start(t)
+	b := &struct{ in, out chan struct{} }{make(chan struct{}, 4), make(chan struct{})}
+	busy.Store(b)
+	busyIn, busyOut := b.in, b.out
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := say(ctxWith(t), conn, "Busy", "first")
+		done <- err
+	}()
+	<-busyIn
+	_, _, err := say(ctxWith(t), conn, "Busy", "second")
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("a call over the cap: %v, want UNAVAILABLE", err)
+	}
+	if d, ok := retryInfo(err); !ok || d != time.Second {
+		t.Errorf("RetryInfo %v %v, want 1s", d, ok)
+	}
+	close(busyOut)
+	if err := <-done; err != nil {
+		t.Errorf("the first call: %v", err)
+	}
+	select {
+	case <-busyIn:
+		t.Error("the shed call reached its handler")
+	default:
 	}
 }

@@ -313,6 +313,11 @@ func (s *server) listen(stdout io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.gateway.Store(g)
+	if s.console != nil {
+		s.console.SampleOverload(func(each func(route string, limit int, latency time.Duration)) {
+			g.OverloadStats(func(o gateway.OverloadStat) { each(o.Route, o.Limit, o.Latency) })
+		})
+	}
 	ln, err := net.Listen("tcp", firstNonEmpty(s.cfg.Listen, s.srv.Listen, config.DefaultListen))
 	if err != nil {
 		return fmt.Errorf("serve: listen: %w", err)

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,11 +40,13 @@ type Console struct {
 	instance string
 	started  time.Time
 
-	keys   *keystore.Store
-	audit  admin.AuditLog
-	rec    *dashboard.Recorder
-	share  *dashboard.Share
-	alarms *alarm.Alarms
+	keys  *keystore.Store
+	audit admin.AuditLog
+	rec   *dashboard.Recorder
+	// overload samples the routes' overload control (SampleOverload).
+	overload atomic.Pointer[func(each func(route string, limit int, latency time.Duration))]
+	share    *dashboard.Share
+	alarms   *alarm.Alarms
 
 	api   *admin.API
 	dash  *dashboard.Handler
@@ -254,6 +257,9 @@ func (c *Console) tick(ctx context.Context) {
 			return
 		case now := <-t.C:
 			c.rec.Tick(now.Unix())
+			if sample := c.overload.Load(); sample != nil {
+				(*sample)(c.rec.RecordOverload)
+			}
 			c.rec.Hitters().Rotate(now)
 		}
 	}
@@ -419,4 +425,11 @@ func AdminHosts(names []string, next http.Handler) http.Handler {
 		w.WriteHeader(http.StatusMisdirectedRequest)
 		fmt.Fprintf(w, "421 Misdirected Request: the admin listener is not %q; it answers to IP addresses, localhost and the names in server.admin.hosts\n", r.Host)
 	})
+}
+
+// SampleOverload makes the dashboard sample the routes' overload control
+// every tick: sample calls each with a route's cap and its adaptive
+// limit's latency.
+func (c *Console) SampleOverload(sample func(each func(route string, limit int, latency time.Duration))) {
+	c.overload.Store(&sample)
 }

@@ -2,6 +2,7 @@ package yamlfile
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -275,6 +276,17 @@ func (d *Decoder) Decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		v.SetInt(i)
+	case reflect.Float64:
+		if n.Kind != yaml.ScalarNode {
+			d.ErrorAt(n, path, "want a number, got %s", KindName(n))
+			return
+		}
+		x, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			d.ErrorAt(n, path, "want a number, got %q", n.Value)
+			return
+		}
+		v.SetFloat(x)
 	default:
 		d.ErrorAt(n, path, "internal: cannot decode into %s", v.Type())
 	}

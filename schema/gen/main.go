@@ -190,6 +190,8 @@ func (g *generator) typeSchema(t reflect.Type, path string) *object {
 		return obj("type", "boolean")
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return obj("type", "integer")
+	case reflect.Float64:
+		return obj("type", "number")
 	case reflect.Slice:
 		return obj("type", "array", "items", g.typeSchema(t.Elem(), path+"[]"))
 	case reflect.Struct:

@@ -1,0 +1,236 @@
+package config
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/floodgate/floodgate/algo"
+)
+
+// tenantWords are the tenants of Overload.Tenant besides header:NAME.
+var tenantWords = []string{TenantClientIP, TenantAPIKey, TenantPlan, TenantUser}
+
+// TierNames returns the names of the overload control's tiers, most
+// critical first.
+func (o *Overload) TierNames() []string {
+	names := make([]string, len(o.Tiers))
+	for i, t := range o.Tiers {
+		names[i] = t.Name
+	}
+	return names
+}
+
+// TierIndex returns the index of the tier named name, most critical 0,
+// or -1.
+func (o *Overload) TierIndex(name string) int {
+	for i := range o.Tiers {
+		if o.Tiers[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// String describes the overload control in one line, as floodgate check
+// prints it.
+func (o *Overload) String() string {
+	var b strings.Builder
+	if a := o.Adaptive; a != nil {
+		fmt.Fprintf(&b, "adaptive limit %d..%d from %d", a.Min, a.Max, a.Initial)
+	} else {
+		fmt.Fprintf(&b, "limit %d in flight", o.Limit)
+	}
+	if q := o.Queue; q != nil {
+		fmt.Fprintf(&b, ", queue %d (%d per tenant, max wait %v)", q.Size, q.PerTenant, q.MaxWait)
+	} else {
+		b.WriteString(", no queue")
+	}
+	fmt.Fprintf(&b, ", tenant %s, tiers", o.Tenant)
+	for i, t := range o.Tiers {
+		sep := " "
+		if i > 0 {
+			sep = ", "
+		}
+		fmt.Fprintf(&b, "%s%s", sep, t.Name)
+		if t.Reserve > 0 {
+			fmt.Fprintf(&b, " (reserve %g)", t.Reserve)
+		}
+	}
+	fmt.Fprintf(&b, "; route tier %s", o.Tier)
+	if o.TierHeader != "" {
+		fmt.Fprintf(&b, ", tier header %s from trusted proxies", o.TierHeader)
+	}
+	return b.String()
+}
+
+// algoMessage returns an algo error's message without its package's
+// prefix and sentinel.
+func algoMessage(err error) string {
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		return s[i+2:]
+	}
+	return s
+}
+
+// overload validates a route's overload control and fills in its
+// defaults.
+func (v *validator) overload(o *Overload, path string) {
+	switch {
+	case o.Adaptive != nil && v.written(path+".limit"):
+		v.errorf(path+".adaptive", "limit and adaptive exclude each other: a fixed cap or a learnt one")
+	case o.Adaptive == nil && o.Limit <= 0:
+		if v.written(path + ".limit") {
+			v.errorf(path+".limit", "limit must be at least 1, got %d", o.Limit)
+		} else {
+			v.errorf(path, "overload needs a limit (a fixed cap on requests in flight) or adaptive")
+		}
+	}
+	if a := o.Adaptive; a != nil {
+		ap := path + ".adaptive"
+		bad := false
+		for _, f := range []struct {
+			name string
+			n    int
+		}{{"min", a.Min}, {"max", a.Max}, {"initial", a.Initial}, {"min_samples", a.MinSamples}} {
+			if f.n < 0 {
+				v.errorf(ap+"."+f.name, "%s must not be negative, got %d", f.name, f.n)
+				bad = true
+			}
+		}
+		switch {
+		case bad:
+		case a.Max != 0 && a.Max < max(a.Min, 1):
+			v.errorf(ap+".max", "max %d is below min %d", a.Max, max(a.Min, 1))
+			bad = true
+		case a.Initial != 0 && (a.Initial < a.Min || a.Max != 0 && a.Initial > a.Max):
+			v.errorf(ap+".initial", "initial %d must be within min and max", a.Initial)
+			bad = true
+		}
+		if a.Window < 0 {
+			v.errorf(ap+".window", "window must not be negative, got %v", a.Window)
+			bad = true
+		}
+		if !bad {
+			ad, err := algo.NewAdaptive(o.AdaptiveOptions())
+			if err != nil {
+				v.errorf(ap, "%s", algoMessage(err))
+			} else {
+				ao := ad.Options()
+				a.Min, a.Max, a.Initial, a.MinSamples = ao.Min, ao.Max, ao.Initial, ao.MinSamples
+				a.Tolerance, a.Backoff, a.Growth, a.Window = ao.Tolerance, ao.Backoff, ao.Growth, ao.Window
+			}
+		}
+	}
+	if q := o.Queue; q != nil {
+		qp := path + ".queue"
+		switch {
+		case q.Size < 0:
+			v.errorf(qp+".size", "size must not be negative, got %d", q.Size)
+		case q.PerTenant < 0:
+			v.errorf(qp+".per_tenant", "per_tenant must not be negative, got %d", q.PerTenant)
+		case q.Size > 0 && q.PerTenant > q.Size:
+			v.errorf(qp+".per_tenant", "per_tenant %d is above size %d", q.PerTenant, q.Size)
+		default:
+			if _, err := algo.NewFairQueue[string, struct{}](algo.FairQueueOptions[string]{Total: q.Size, PerTenant: q.PerTenant, MaxWait: q.MaxWait}); err != nil {
+				v.errorf(qp, "%s", algoMessage(err))
+			} else if q.Size == 0 {
+				q.Size = 1024
+			}
+			if q.PerTenant == 0 {
+				q.PerTenant = max(1, q.Size/8)
+			}
+		}
+		if q.MaxWait <= 0 {
+			v.errorf(qp+".max_wait", "a queue needs a max_wait above 0 (the longest a request waits)")
+		}
+	}
+	switch h, isHeader := strings.CutPrefix(o.Tenant, KeyHeaderPrefix); {
+	case o.Tenant == "":
+		o.Tenant = TenantClientIP
+	case isHeader && validToken(h):
+	case !slices.Contains(tenantWords, o.Tenant):
+		v.errorf(path+".tenant", "tenant must be %s, got %q", wordList(append(slices.Clip(tenantWords), KeyHeaderPrefix+"NAME")), o.Tenant)
+	}
+	if len(o.Tiers) == 0 {
+		o.Tiers = DefaultTiers()
+	}
+	seen := map[string]int{}
+	reserves := make([]float64, len(o.Tiers))
+	tiersOK := true
+	for i, t := range o.Tiers {
+		tp := fmt.Sprintf("%s.tiers[%d]", path, i)
+		switch j, dup := seen[t.Name]; {
+		case t.Name == "":
+			v.errorf(tp+".name", "a tier needs a name")
+			tiersOK = false
+		case dup:
+			v.errorf(tp+".name", "tier %q is also tiers[%d]", t.Name, j)
+			tiersOK = false
+		}
+		seen[t.Name] = i
+		switch {
+		case !(t.Reserve >= 0 && t.Reserve < 1):
+			v.errorf(tp+".reserve", "reserve must be a share in [0, 1), got %v", t.Reserve)
+			tiersOK = false
+		case i == len(o.Tiers)-1 && t.Reserve != 0:
+			v.errorf(tp+".reserve", "the lowest tier reserves nothing: there is no tier below it")
+			tiersOK = false
+		}
+		reserves[i] = t.Reserve
+	}
+	if tiersOK {
+		if _, err := algo.NewTiers(reserves...); err != nil {
+			v.errorf(path+".tiers", "%s", algoMessage(err))
+		}
+	}
+	switch {
+	case o.Tier == "" && o.TierIndex(TierDefault) >= 0:
+		o.Tier = TierDefault
+	case o.Tier == "":
+		o.Tier = o.Tiers[len(o.Tiers)-1].Name
+	case o.TierIndex(o.Tier) < 0:
+		v.errorf(path+".tier", "unknown tier %q (the route's tiers are %s)", o.Tier, wordList(o.TierNames()))
+	}
+	if o.TierHeader != "" {
+		if !validToken(o.TierHeader) {
+			v.errorf(path+".tier_header", "%q is not a header name", o.TierHeader)
+		} else {
+			o.TierHeader = http.CanonicalHeaderKey(o.TierHeader)
+		}
+	}
+}
+
+// AdaptiveOptions returns the options of the adaptive limit (zero when
+// the cap is fixed).
+func (o *Overload) AdaptiveOptions() algo.AdaptiveOptions {
+	a := o.Adaptive
+	if a == nil {
+		return algo.AdaptiveOptions{}
+	}
+	return algo.AdaptiveOptions{Min: a.Min, Max: a.Max, Initial: a.Initial, Tolerance: a.Tolerance,
+		Backoff: a.Backoff, Growth: a.Growth, Window: a.Window, MinSamples: a.MinSamples}
+}
+
+// planTiers checks that the tier of each plan is a tier of every route
+// with overload control that the plan covers.
+func (v *validator) planTiers() {
+	for i := range v.f.Plans {
+		p := &v.f.Plans[i]
+		if p.Tier == "" {
+			continue
+		}
+		for j := range v.f.Routes {
+			r := &v.f.Routes[j]
+			if r.Overload == nil || len(p.Routes) > 0 && !slices.Contains(p.Routes, r.Name) {
+				continue
+			}
+			if r.Overload.TierIndex(p.Tier) < 0 {
+				v.errorf(fmt.Sprintf("plans[%d].tier", i), "tier %q is not one of route %q's tiers (%s)", p.Tier, r.Name, wordList(r.Overload.TierNames()))
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,539 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate/algo"
+	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// Overload control (a route's overload block, policy.Overload) is the
+// last step of the admission flow before a request is forwarded: after
+// its limits allowed it and after any wait in a leaky queue. It never
+// applies to a look (explain), to a request decided in process (replay,
+// whose log tells what happened), or to a request that reaches no
+// upstream (a route without one, a refusal of the gateway's own).
+//
+// A controller per route holds the requests in flight against the cap
+// (fixed, or algo.Adaptive), shares it among criticality tiers
+// (algo.Tiers), and queues the requests that do not fit, one fair queue
+// (algo.FairQueue) per tier: a freed slot goes to the most critical tier
+// with a request waiting that fits under its ceiling, and within a tier to
+// the tenants in turn. A request that cannot wait is shed: 503 Service
+// Unavailable with Retry-After.
+
+// Shed reasons, as metrics and the access log name them.
+const (
+	ShedFull       = "full"        // over the cap, and no queue
+	ShedQueueFull  = "queue_full"  // the route's queue holds its size
+	ShedTenantFull = "tenant_full" // the tenant's backlog is full
+	ShedTimeout    = "timeout"     // max_wait passed in the queue
+	ShedClientGone = "client_gone" // the client left while queued
+)
+
+// bodyUnavailable is the body of a shed request.
+var bodyUnavailable = []byte(`{"message":"Service Unavailable"}` + "\n")
+
+// OverloadStat is the state of one route's overload control, for
+// metrics, the dashboard and explanations.
+type OverloadStat struct {
+	Route string
+	// Limit is the cap on requests in flight now (fixed or learnt).
+	Limit int
+	// Inflight and Queued are the requests forwarded and not answered,
+	// and those waiting for a place.
+	Inflight, Queued int
+	// Latency is the mean latency of the adaptive limit's last window,
+	// and NoLoad its estimate of the upstream's latency without queueing
+	// (0 for a fixed cap, or before the first window ends).
+	Latency, NoLoad time.Duration
+	// Adaptive reports that the limit is learnt.
+	Adaptive bool
+}
+
+// OverloadObserver receives the events of overload control; an Observer
+// that implements it (*metrics.Metrics does) is told them.
+type OverloadObserver interface {
+	// OverloadShed reports a request shed on route, of tier, from tenant
+	// (a label the observer bounds), for reason (ShedFull ...).
+	OverloadShed(route, tier, tenant, reason string)
+}
+
+// OverloadWatcher is an Observer that reads the state of the overload
+// controllers when it needs it (on a scrape): New gives it the function
+// that visits them.
+type OverloadWatcher interface {
+	WatchOverload(visit func(each func(route string, limit, inflight, queued int, latency, noLoad time.Duration)))
+}
+
+// waiter is a request waiting in a controller's queue.
+type waiter struct {
+	ch       chan struct{} // told when admitted (buffered: never blocks)
+	admitted bool          // set under the controller's mu
+	level    int           // in flight at its admission, itself included
+}
+
+// overloadCtl is the overload control of one route.
+type overloadCtl struct {
+	o     *policy.Overload
+	route string
+	epoch time.Time // instants are nanoseconds since, on the monotonic clock
+
+	mu       sync.Mutex // guards what follows
+	ad       *algo.Adaptive
+	inflight int
+	queued   int
+	queues   []*algo.FairQueue[string, *waiter] // by tier; nil without a queue
+	last     int64                              // the latest instant given to ad and the queues
+	used     bool                               // looked up since the last reload
+}
+
+func newOverloadCtl(o *policy.Overload, route string) *overloadCtl {
+	c := &overloadCtl{o: o, route: route, epoch: time.Now()}
+	if o.Adaptive != nil {
+		c.ad, _ = algo.NewAdaptive(*o.Adaptive) // validated
+	}
+	if o.Queue != nil {
+		qo := *o.Queue
+		qo.MaxWait = 0 // each waiter keeps its own time
+		for range o.Tiers {
+			q, _ := algo.NewFairQueue[string, *waiter](qo) // validated
+			c.queues = append(c.queues, q)
+		}
+	}
+	return c
+}
+
+// now returns the instant, never before one already used (called with mu
+// held).
+func (c *overloadCtl) now() int64 {
+	n := int64(time.Since(c.epoch))
+	if n < c.last {
+		return c.last
+	}
+	c.last = n
+	return n
+}
+
+// capacity returns the cap now (mu held).
+func (c *overloadCtl) capacity() int {
+	if c.ad != nil {
+		return c.ad.Limit()
+	}
+	return c.o.Limit
+}
+
+// fits reports whether a request of tier may start now (mu held): its
+// ceiling has room, and no request of its tier or a more critical one is
+// waiting before it.
+func (c *overloadCtl) fits(tier int) bool {
+	for t := 0; t <= tier && t < len(c.queues); t++ {
+		if c.queues[t].Len() > 0 {
+			return false
+		}
+	}
+	return c.o.Ceilings.Admit(tier, c.capacity(), c.inflight)
+}
+
+// dispatch gives free places to the requests waiting, most critical tier
+// first, tenants in turn within a tier (mu held).
+func (c *overloadCtl) dispatch() {
+	if c.queued == 0 {
+		return
+	}
+	now := c.now()
+	for t := 0; t < len(c.queues); t++ {
+		q := c.queues[t]
+		for q.Len() > 0 && c.o.Ceilings.Admit(t, c.capacity(), c.inflight) {
+			w, ok := q.Pop(now, nil)
+			if !ok {
+				break
+			}
+			c.queued--
+			c.inflight++
+			w.admitted, w.level = true, c.inflight
+			w.ch <- struct{}{}
+		}
+	}
+}
+
+// stat returns the controller's state.
+func (c *overloadCtl) stat() OverloadStat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := OverloadStat{Route: c.route, Limit: c.capacity(), Inflight: c.inflight, Queued: c.queued, Adaptive: c.ad != nil}
+	if c.ad != nil {
+		s.Latency, s.NoLoad = c.ad.Latency(), c.ad.NoLoadLatency()
+	}
+	return s
+}
+
+// overloadSet holds the controllers of a Gateway, by the identity of
+// their route and settings (policy.Overload.Key), so that a reload that
+// keeps a route as it was keeps its controller, and a changed route gets a
+// fresh one. A reload forgets those idle and unused since the reload
+// before, so the set stays bounded by the routes of two policies.
+type overloadSet struct {
+	byPtr sync.Map // *policy.Overload → *overloadCtl: the fast path
+	mu    sync.Mutex
+	byKey map[string]*overloadCtl // guarded by mu
+}
+
+// controller returns the controller of a route's overload control.
+func (g *Gateway) controller(o *policy.Overload, route string) *overloadCtl {
+	if v, ok := g.ovl.byPtr.Load(o); ok {
+		return v.(*overloadCtl)
+	}
+	g.ovl.mu.Lock()
+	defer g.ovl.mu.Unlock()
+	if g.ovl.byKey == nil {
+		g.ovl.byKey = map[string]*overloadCtl{}
+	}
+	c := g.ovl.byKey[o.Key]
+	if c == nil {
+		c = newOverloadCtl(o, route)
+		g.ovl.byKey[o.Key] = c
+	}
+	c.mu.Lock()
+	c.used = true
+	c.mu.Unlock()
+	g.ovl.byPtr.Store(o, c)
+	return c
+}
+
+// forgetOverload follows a reload: the next requests look their
+// controllers up again, and those idle and not looked up since the last
+// reload go.
+func (g *Gateway) forgetOverload() {
+	g.ovl.byPtr.Clear()
+	g.ovl.mu.Lock()
+	defer g.ovl.mu.Unlock()
+	for k, c := range g.ovl.byKey {
+		c.mu.Lock()
+		idle := !c.used && c.inflight == 0 && c.queued == 0
+		c.used = false
+		c.mu.Unlock()
+		if idle {
+			delete(g.ovl.byKey, k)
+		}
+	}
+}
+
+// OverloadStats calls each with the state of every route's overload
+// control.
+func (g *Gateway) OverloadStats(each func(OverloadStat)) {
+	g.ovl.mu.Lock()
+	cs := make([]*overloadCtl, 0, len(g.ovl.byKey))
+	for _, c := range g.ovl.byKey {
+		cs = append(cs, c)
+	}
+	g.ovl.mu.Unlock()
+	for _, c := range cs {
+		each(c.stat())
+	}
+}
+
+// OverloadOf returns the state of route's overload control, false when it
+// has none yet (no request reached it since the policy was loaded).
+func (g *Gateway) OverloadOf(o *policy.Overload) (OverloadStat, bool) {
+	if o == nil {
+		return OverloadStat{}, false
+	}
+	if v, ok := g.ovl.byPtr.Load(o); ok {
+		return v.(*overloadCtl).stat(), true
+	}
+	g.ovl.mu.Lock()
+	c := g.ovl.byKey[o.Key]
+	g.ovl.mu.Unlock()
+	if c == nil {
+		return OverloadStat{}, false
+	}
+	return c.stat(), true
+}
+
+// overloadSlot is a request's place under its route's cap.
+type overloadSlot struct {
+	c      *overloadCtl
+	tier   int
+	level  int   // in flight at its admission, itself included
+	start  int64 // when it was admitted (the controller's instants)
+	status int   // the first final status of the answer, 0 before
+	at     int64 // when the status came
+	shed   string
+	held   bool // the slot is taken and must be released
+}
+
+// tierOf returns the tier of the request: a trusted proxy's header, else
+// its key's plan's, else the route's.
+func tierOf(o *policy.Overload, st *Flow) int {
+	h := ""
+	if o.TierHeader != "" && st.m.PeerTrusted {
+		h = st.view.header(o.TierHeader)
+	}
+	return o.TierOf(h, st.m.PlanTier)
+}
+
+// tenantOf returns the tenant of the request, as its route's overload
+// control counts them ("" for a request without the part).
+func tenantOf(o *policy.Overload, st *Flow) string {
+	m := &st.m
+	switch o.Tenant {
+	case policy.TenantAPIKey:
+		return m.KeyID
+	case policy.TenantPlan:
+		return m.Plan
+	case policy.TenantUser:
+		return m.User
+	case policy.TenantHeader:
+		return st.view.header(o.TenantField)
+	}
+	if m.ClientKey != "" {
+		return m.ClientKey
+	}
+	if m.ClientIP.IsValid() {
+		return m.ClientIP.String()
+	}
+	return st.view.Peer.String()
+}
+
+// clientWatcher is an Exchange that can tell when its client leaves while
+// its request waits; the others are watched through their Context.
+type clientWatcher interface {
+	WatchClient() (gone <-chan struct{}, stop func())
+}
+
+// pass hands the request on (Exchange.Pass) once it has a place under its
+// route's overload control, if the route has one; otherwise the request
+// is shed, or its client left while it waited, and it reports false.
+func (g *Gateway) pass(x Exchange, st *Flow, rec *Recorder) (later bool) {
+	if o := st.m.Overload; o != nil && !st.peek {
+		if _, local := x.(*localExchange); !local && (!x.Proxies() || st.m.Upstream != nil) {
+			if !g.admit(x, st, o) {
+				if rec != nil {
+					rec.noAnswer = true // no upstream answer began: the reservation goes back
+				}
+				return false
+			}
+		}
+	}
+	return x.Pass(st, rec)
+}
+
+// admit takes a place for the request under its route's cap, waiting in
+// the route's queue if it must and may. It returns false when the request
+// was shed (answered 503) or its client left while it waited.
+func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
+	c := g.controller(o, st.m.Route)
+	s := &st.ovl
+	s.c, s.tier = c, tierOf(o, st)
+	c.mu.Lock()
+	if c.fits(s.tier) {
+		c.inflight++
+		s.level, s.held = c.inflight, true
+		s.start = c.now()
+		c.mu.Unlock()
+		return true
+	}
+	if c.ad != nil {
+		c.ad.Refused()
+	}
+	if c.queues == nil {
+		c.mu.Unlock()
+		g.shed(x, st, ShedFull)
+		return false
+	}
+	if c.queued >= o.Queue.Total {
+		c.mu.Unlock()
+		g.shed(x, st, ShedQueueFull)
+		return false
+	}
+	tenant := tenantOf(o, st)
+	q := c.queues[s.tier]
+	if q.TenantLen(tenant) >= o.Queue.PerTenant {
+		c.mu.Unlock()
+		g.shed(x, st, ShedTenantFull)
+		return false
+	}
+	w := &waiter{ch: make(chan struct{}, 1)}
+	tk, err := q.Push(strings.Clone(tenant), w, c.now())
+	if err != nil {
+		c.mu.Unlock()
+		g.shed(x, st, ShedQueueFull)
+		return false
+	}
+	c.queued++
+	c.mu.Unlock()
+
+	var gone <-chan struct{}
+	stop := func() {}
+	if cw, ok := x.(clientWatcher); ok {
+		gone, stop = cw.WatchClient()
+	} else {
+		gone = x.Context().Done()
+	}
+	t := time.NewTimer(o.Queue.MaxWait)
+	reason := ""
+	select {
+	case <-w.ch:
+	case <-t.C:
+		reason = ShedTimeout
+	case <-gone:
+		reason = ShedClientGone
+	}
+	t.Stop()
+	stop()
+	c.mu.Lock()
+	if !w.admitted {
+		if _, ok := q.Remove(tk); ok {
+			c.queued--
+		}
+	}
+	admitted := w.admitted
+	if admitted {
+		s.level, s.held = w.level, true
+		s.start = c.now()
+	}
+	c.mu.Unlock()
+	switch {
+	case admitted:
+		return true
+	case reason == ShedClientGone:
+		g.leftQueue(x, st)
+		return false
+	}
+	g.shed(x, st, reason)
+	return false
+}
+
+// leftQueue gives back what a request whose client left while it waited
+// for a place was charged, as a leaky queue's leave does: the rate
+// algorithms' charges are refunded, a reservation is given back in full.
+func (g *Gateway) leftQueue(x Exchange, st *Flow) {
+	st.ovl.shed = ShedClientGone
+	g.overloadShed(st, ShedClientGone)
+	if len(st.m.Hits) == 0 || st.err != nil || !st.res.Allowed {
+		return
+	}
+	ctx := x.Context()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
+	if err := g.engine.Refund(rctx, plainHits(st)); err != nil {
+		g.log.Warn("gateway: refund of a request that left the overload queue", "err", err)
+	}
+	cancel()
+	if st.reserved {
+		st.reserved = false
+		g.cancelReservation(ctx, st)
+	}
+}
+
+// overloadShed counts a shed request.
+func (g *Gateway) overloadShed(st *Flow, reason string) {
+	if g.oobs == nil {
+		return
+	}
+	o := st.m.Overload
+	// The tenant may live in the engine's request buffer: the observer
+	// may keep it.
+	g.oobs.OverloadShed(st.m.Route, o.Tiers[st.ovl.tier], strings.Clone(tenantOf(o, st)), reason)
+}
+
+// shed answers 503 Service Unavailable with Retry-After: the route's
+// max_wait in whole seconds, at least one. The RateLimit fields stay; the
+// charges stay as for an upstream that could not be reached (a
+// reservation goes back in full).
+func (g *Gateway) shed(x Exchange, st *Flow, reason string) {
+	st.ovl.shed = reason
+	g.overloadShed(st, reason)
+	g.obs.Rejected(limiter.FrontGateway, "", http.StatusServiceUnavailable)
+	secs := int64(1)
+	if w := st.m.Overload.MaxWait(); w > time.Second {
+		secs = int64((w + time.Second - 1) / time.Second)
+	}
+	st.out = append(st.out, fields.Field{Name: fields.NameRetryAfter, Value: fields.Itoa(secs)})
+	x.SetFields(st.out)
+	x.Answer(http.StatusServiceUnavailable, bodyUnavailable, false)
+}
+
+// UpstreamStatus tells the flow the status line of the upstream's answer
+// as it arrives, or the 502 or 504 the engine answers for an upstream
+// that could not be reached or timed out: the adaptive limit learns the
+// upstream's latency from it. The net/http engine tells it itself; the
+// edge engine calls it.
+func (f *Flow) UpstreamStatus(status int) {
+	s := &f.ovl
+	if !s.held || s.status != 0 || status < 200 {
+		return
+	}
+	s.status = status
+	s.c.mu.Lock()
+	s.at = s.c.now()
+	s.c.mu.Unlock()
+}
+
+// releaseOverload gives the request's place back and teaches the
+// adaptive limit its outcome: the latency from forwarding to the
+// upstream's status line; dropped for a 502, 503 or 504 (from the
+// upstream, or the gateway's for an upstream it could not reach);
+// ignored when no answer came because the client left.
+func (g *Gateway) releaseOverload(x Exchange, st *Flow) {
+	s := &st.ovl
+	if !s.held {
+		return
+	}
+	s.held = false
+	c := s.c
+	outcome := algo.OutcomeOK
+	switch {
+	case s.status == http.StatusBadGateway || s.status == http.StatusServiceUnavailable || s.status == http.StatusGatewayTimeout:
+		outcome = algo.OutcomeDropped
+	case s.status == 0 && x.Context().Err() != nil:
+		outcome = algo.OutcomeIgnored
+	}
+	c.mu.Lock()
+	now := c.now()
+	c.inflight--
+	if c.ad != nil {
+		end := now
+		if s.status != 0 {
+			end = max(s.at, s.start)
+		}
+		_ = c.ad.Sample(now, time.Duration(end-s.start), s.level, outcome)
+	}
+	c.dispatch()
+	c.mu.Unlock()
+}
+
+// overloadWriter is the net/http engine's response writer of a request
+// under overload control: it notes when the status line comes.
+type overloadWriter struct {
+	http.ResponseWriter
+	f *Flow
+}
+
+func (w *overloadWriter) WriteHeader(code int) {
+	w.f.UpstreamStatus(code)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *overloadWriter) Write(b []byte) (int, error) {
+	w.f.UpstreamStatus(http.StatusOK)
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush passes flushes through for streamed responses.
+func (w *overloadWriter) Flush() {
+	w.f.UpstreamStatus(http.StatusOK)
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *overloadWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// upstreamFailed passes the upstream's failure on (markFailed).
+func (w *overloadWriter) upstreamFailed() { markFailed(w.ResponseWriter) }
