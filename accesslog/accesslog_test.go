@@ -59,6 +59,21 @@ func TestJSON(t *testing.T) {
 	}
 }
 
+// TestJSONOverload: a request on a route with overload control has its
+// tier, and a shed one why it was shed.
+func TestJSONOverload(t *testing.T) {
+	r := sample()
+	r.Status, r.Decision, r.RetryAfter, r.Tier, r.Shed = 503, Allow, 0, "sheddable", "timeout"
+	line := string(AppendJSON(nil, r))
+	if !strings.Contains(line, `"decision":"allow","tier":"sheddable","shed":"timeout","user_agent"`) {
+		t.Errorf("line %s", line)
+	}
+	r.Shed = ""
+	if line := string(AppendJSON(nil, r)); strings.Contains(line, `"shed"`) || !strings.Contains(line, `"tier":"sheddable"`) {
+		t.Errorf("admitted: %s", line)
+	}
+}
+
 func TestCombined(t *testing.T) {
 	line := string(AppendCombined(nil, sample()))
 	want := `203.0.113.7 - ana [30/Nov/2026:10:00:00 +0000] "GET /students/9 HTTP/1.1" 429 32 "-" "curl/8.5.0" 0.001234 1796032800.124690 "partner-1" "stage.dev" "deny"` + "\n"

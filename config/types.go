@@ -704,7 +704,8 @@ type Overload struct {
 	// default 0.1, sheddable).
 	Tiers []Tier `yaml:"tiers"`
 	// Tier is the tier of the route's requests when neither a trusted
-	// tier header nor the key's plan gives one (default: default).
+	// tier header nor the key's plan gives one (default: default, or the
+	// lowest tier when none is named default).
 	Tier string `yaml:"tier"`
 	// TierHeader names a request field holding a tier name, read only
 	// from a trusted proxy (server.trusted_proxies); an unknown name is

@@ -177,13 +177,19 @@ func (c *overloadCtl) stat() OverloadStat {
 // overloadSet holds the controllers of a Gateway, by the identity of
 // their route and settings (policy.Overload.Key), so that a reload that
 // keeps a route as it was keeps its controller, and a changed route gets a
-// fresh one. A reload forgets those idle and unused since the reload
-// before, so the set stays bounded by the routes of two policies.
+// fresh one. A reload (ForgetUpstreams) forgets those idle and unused
+// since the reload before, so the set stays bounded by the routes of two
+// policies; a gateway whose owner never calls it (package guard) is held
+// to maxControllers by forgetting idle ones as new ones come.
 type overloadSet struct {
 	byPtr sync.Map // *policy.Overload → *overloadCtl: the fast path
 	mu    sync.Mutex
 	byKey map[string]*overloadCtl // guarded by mu
+	ptrs  int                     // entries of byPtr, guarded by mu
 }
+
+// maxControllers bounds the controllers kept between reloads.
+const maxControllers = 256
 
 // controller returns the controller of a route's overload control.
 func (g *Gateway) controller(o *policy.Overload, route string) *overloadCtl {
@@ -197,13 +203,31 @@ func (g *Gateway) controller(o *policy.Overload, route string) *overloadCtl {
 	}
 	c := g.ovl.byKey[o.Key]
 	if c == nil {
+		if len(g.ovl.byKey) >= maxControllers {
+			for k, old := range g.ovl.byKey {
+				old.mu.Lock()
+				idle := old.inflight == 0 && old.queued == 0
+				old.mu.Unlock()
+				if idle {
+					delete(g.ovl.byKey, k)
+				}
+			}
+			// No policy's pointer may lead to a controller forgotten.
+			g.ovl.byPtr.Clear()
+			g.ovl.ptrs = 0
+		}
 		c = newOverloadCtl(o, route)
 		g.ovl.byKey[o.Key] = c
 	}
 	c.mu.Lock()
 	c.used = true
 	c.mu.Unlock()
+	if g.ovl.ptrs >= 4*maxControllers {
+		g.ovl.byPtr.Clear() // the policies of many reloads: start again
+		g.ovl.ptrs = 0
+	}
 	g.ovl.byPtr.Store(o, c)
+	g.ovl.ptrs++
 	return c
 }
 
@@ -211,9 +235,10 @@ func (g *Gateway) controller(o *policy.Overload, route string) *overloadCtl {
 // controllers up again, and those idle and not looked up since the last
 // reload go.
 func (g *Gateway) forgetOverload() {
-	g.ovl.byPtr.Clear()
 	g.ovl.mu.Lock()
 	defer g.ovl.mu.Unlock()
+	g.ovl.byPtr.Clear()
+	g.ovl.ptrs = 0
 	for k, c := range g.ovl.byKey {
 		c.mu.Lock()
 		idle := !c.used && c.inflight == 0 && c.queued == 0

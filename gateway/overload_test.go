@@ -608,3 +608,27 @@ func TestOverloadReload(t *testing.T) {
 		t.Errorf("%d controllers left after two reloads without requests, want 0", n)
 	}
 }
+
+// TestOverloadControllersBounded: a gateway whose owner never reloads it
+// (package guard) keeps a bounded set of controllers however many
+// policies its routes come from.
+func TestOverloadControllersBounded(t *testing.T) {
+	g, err := New(Options{Matcher: MatcherFunc(func(*Request, *Match) error { return nil }), Engine: memEngine(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * maxControllers {
+		p := compilePolicy(t, "o.yaml", overloadPolicy(fmt.Sprintf("limit: %d", i+1)))
+		g.controller(p.Routes()[0].Overload, "api")
+	}
+	n := 0
+	g.OverloadStats(func(OverloadStat) { n++ })
+	if n > maxControllers {
+		t.Errorf("%d controllers, want at most %d", n, maxControllers)
+	}
+	g.ovl.mu.Lock()
+	defer g.ovl.mu.Unlock()
+	if g.ovl.ptrs > 4*maxControllers {
+		t.Errorf("%d policy pointers kept", g.ovl.ptrs)
+	}
+}
