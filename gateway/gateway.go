@@ -106,6 +106,12 @@ type Match struct {
 	// (adding the peer to the chain); from any other peer the chain is the
 	// peer alone and X-Real-IP is removed.
 	PeerTrusted bool
+	// Refusal, when set, is how the request's 429 looks when its binding
+	// limit has none of its own (the route's or the server's refusal).
+	Refusal *policy.Refusal
+	// Forward, when set, says what the upstream is told of the request:
+	// identity headers, removed credentials (upstreamid.go).
+	Forward *policy.Forward
 }
 
 // Reset empties m, keeping its storage.
@@ -254,6 +260,9 @@ type Exchange interface {
 	// DelHeader removes a request header field before the request is
 	// matched and forwarded.
 	DelHeader(name string)
+	// SetHeader sets a request header field (its name canonical) before
+	// the request is passed on, replacing any value it had.
+	SetHeader(name, value string)
 	// RequestBody returns the request body when it is at most max bytes,
 	// and puts what it read back for the upstream; nil for no body, or one
 	// too large or that could not be read.
@@ -419,7 +428,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 			g.reject(x, st)
 			return false
 		}
-		return x.Pass(st, nil)
+		return g.pass(x, st, nil, false)
 	}
 	if err := g.decide(ctx, x, st, st.peek); err != nil {
 		return g.failed(err, x, st)
@@ -459,7 +468,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	st.out = g.render(st, false)
 	x.SetFields(st.out)
 	if !reserved {
-		return x.Pass(st, nil)
+		return g.pass(x, st, nil, true)
 	}
 	// The reservation is settled whatever happens next (finish).
 	rec := st.Recorder()
@@ -469,7 +478,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		// transport decompress it), so that the actual cost can be read.
 		x.DelHeader("Accept-Encoding")
 	}
-	return x.Pass(st, rec)
+	return g.pass(x, st, rec, true)
 }
 
 // finish ends a request once its answer is written (or its handler
@@ -509,21 +518,29 @@ func (g *Gateway) render(st *Flow, denied bool) []fields.Field {
 	return g.renderer.Render(st.out[:0], st.items, binding, denied, st.res.RetryAfter, g.options(m))
 }
 
-// deny answers 429 from st's verdict.
+// deny answers 429 from st's verdict, or as the refusal of the binding
+// limit (or of the route) says.
 func (g *Gateway) deny(x Exchange, st *Flow) {
 	res := &st.res
 	st.out = g.render(st, true)
-	x.SetFields(st.out)
 	rule := st.m.Hits[res.Binding].Rule
-	g.obs.Rejected(limiter.FrontGateway, rule.Name(), http.StatusTooManyRequests)
-	if g.log.Enabled(x.Context(), slog.LevelDebug) {
-		g.log.Debug("gateway: 429", "limit", rule.Name(), "route", st.m.Route, "path", strings.Clone(st.view.Path), "retry_after", res.RetryAfter)
-	}
-	body := bodyTooMany
+	status, body := http.StatusTooManyRequests, bodyTooMany
 	if rule.Algorithm().Kind() == floodgate.KindQuota {
 		body = bodyExceeded
 	}
-	x.Answer(http.StatusTooManyRequests, body, false)
+	if rf := refusalOf(&st.m, res.Binding); rf != nil {
+		status = rf.Status
+		if rf.Body != nil {
+			body = rf.Body
+		}
+		st.out = append(st.out, rf.Fields...)
+	}
+	x.SetFields(st.out)
+	g.obs.Rejected(limiter.FrontGateway, rule.Name(), status)
+	if g.log.Enabled(x.Context(), slog.LevelDebug) {
+		g.log.Debug("gateway: refused", "status", status, "limit", rule.Name(), "route", st.m.Route, "path", strings.Clone(st.view.Path), "retry_after", res.RetryAfter)
+	}
+	x.Answer(status, body, false)
 }
 
 // badRequest answers 400 with the reason.
@@ -675,7 +692,7 @@ func (g *Gateway) failed(err error, x Exchange, st *Flow) (later bool) {
 		g.reject(x, st)
 		return false
 	}
-	return x.Pass(st, nil)
+	return g.pass(x, st, nil, false)
 }
 
 type nopObserver struct{}
