@@ -118,8 +118,10 @@ type Ban struct {
 	MaxBan time.Duration `yaml:"max_ban"`
 	// Growth multiplies a repeat offender's ban (default 2).
 	Growth int64 `yaml:"growth"`
-	// CountOn lists the answer statuses that are offences: the gateway's
-	// own (429 refusals, 401, 403) or the upstream's (default [429]).
+	// CountOn lists the answer statuses that are offences, the gateway's
+	// own (401, 403) or the upstream's (failed logins: [401, 403]); empty
+	// (the default), an offence is a refusal on a limit, whatever status
+	// its refusal answers.
 	CountOn []int `yaml:"count_on"`
 }
 
@@ -314,9 +316,6 @@ func (v *validator) bans() {
 		if b.Growth < 1 || b.Growth > 100 {
 			v.errorf(path+".growth", "growth must be from 1 to 100, got %d", b.Growth)
 		}
-		if len(b.CountOn) == 0 {
-			b.CountOn = []int{http.StatusTooManyRequests}
-		}
 		for j, st := range b.CountOn {
 			if st < 100 || st > 599 {
 				v.errorf(fmt.Sprintf("%s.count_on[%d]", path, j), "%d is not an HTTP status", st)
@@ -372,3 +371,11 @@ func validFieldValue(s string) bool {
 }
 
 func httpCanonical(name string) string { return http.CanonicalHeaderKey(name) }
+
+// Transport returns u without the settings that follow a policy reload
+// (identity headers, strip_credentials): what a change of needs a
+// restart.
+func (u Upstream) Transport() Upstream {
+	u.IdentityHeaders, u.StripCredentials = IdentityHeaders{}, false
+	return u
+}

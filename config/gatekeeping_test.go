@@ -40,7 +40,7 @@ limits:
 	if s.Access.MaxEntries != DefaultAccessMaxEntries || len(s.Access.Allow[1].Prefixes) != 1 {
 		t.Errorf("access %+v", s.Access)
 	}
-	if b := s.Bans[0]; b.Key != KeyClientIP || b.Growth != 2 || len(b.CountOn) != 1 || b.CountOn[0] != 429 {
+	if b := s.Bans[0]; b.Key != KeyClientIP || b.Growth != 2 || len(b.CountOn) != 0 {
 		t.Errorf("ban defaults %+v", b)
 	}
 	if b := s.Bans[1]; b.MaxBan != b.Ban || b.CountOn[0] != 401 {

@@ -178,6 +178,9 @@ type Options struct {
 	// AccessLog, when set, is given one record per request (an
 	// *accesslog.Logger).
 	AccessLog AccessLogger
+	// Gatekeeper, when set, screens every matched request before its
+	// limits (deny lists, the penalty box) and is told how it ended.
+	Gatekeeper Gatekeeper
 }
 
 // Gateway enforces a policy on HTTP requests, as middleware or as a
@@ -195,6 +198,7 @@ type Gateway struct {
 	tr       http.RoundTripper
 	override MethodOverride
 	alog     AccessLogger
+	keeper   Gatekeeper
 
 	upstream TransportOptions
 	proxies  sync.Map // *url.URL → *upstreamProxies
@@ -221,6 +225,7 @@ func New(opts Options) (*Gateway, error) {
 		tr:       opts.Transport,
 		override: opts.MethodOverride,
 		alog:     opts.AccessLog,
+		keeper:   opts.Gatekeeper,
 		upstream: opts.Upstream,
 		rfields:  newFieldCache(),
 	}
@@ -335,6 +340,8 @@ type Flow struct {
 	nh       httpExchange  // the net/http engine's exchange
 	lx       localExchange // a request decided in process
 	handled  Handled
+	screened bool // the gatekeeper answered the request
+	refused  bool // the request was refused on a limit
 }
 
 // get returns an empty Flow (put empties one before pooling it).
@@ -350,6 +357,7 @@ func (g *Gateway) put(st *Flow) {
 	st.req = limiter.Request{}
 	st.rec.release()
 	st.reserved, st.stop, st.peek, st.err = false, nil, false, nil
+	st.screened, st.refused = false, false
 	st.body, st.bodyRead = nil, false
 	st.view = Request{}
 	st.nh = httpExchange{}
@@ -402,6 +410,9 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		x.Answer(http.StatusInternalServerError, bodyInternal, false)
 		return false
 	}
+	if g.keeper != nil && g.screen(x, st) {
+		return false
+	}
 	if m.UserPending && g.user != nil {
 		// The limits that need no user come first: a request over them is
 		// refused before its token costs any CPU.
@@ -420,6 +431,9 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		if err := g.user.MatchUser(r, m); err != nil {
 			g.log.Error("gateway: match", "err", err, "path", r.Path)
 			x.Answer(http.StatusInternalServerError, bodyInternal, false)
+			return false
+		}
+		if g.keeper != nil && g.screen(x, st) { // the user's ban
 			return false
 		}
 	}
@@ -497,6 +511,9 @@ func (g *Gateway) finish(x Exchange, st *Flow) {
 	if len(st.leases) > 0 {
 		g.release(ctx, st.leases)
 	}
+	if g.keeper != nil && !st.peek && !st.screened {
+		g.outcome(x, st)
+	}
 	if g.alog != nil && !st.peek {
 		g.logAccess(x, st) // a look (explain) is not a request served
 	}
@@ -536,6 +553,7 @@ func (g *Gateway) deny(x Exchange, st *Flow) {
 		st.out = append(st.out, rf.Fields...)
 	}
 	x.SetFields(st.out)
+	st.refused = true
 	g.obs.Rejected(limiter.FrontGateway, rule.Name(), status)
 	if g.log.Enabled(x.Context(), slog.LevelDebug) {
 		g.log.Debug("gateway: refused", "status", status, "limit", rule.Name(), "route", st.m.Route, "path", strings.Clone(st.view.Path), "retry_after", res.RetryAfter)

@@ -32,7 +32,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 	st := g.get()
 	x := &st.nh
 	*x = httpExchange{g: g, w: w, r: r, next: next}
-	if g.alog != nil {
+	if g.alog != nil || g.keeper != nil {
 		x.aw = accessWriter{ResponseWriter: w}
 		x.w = &x.aw
 	}
