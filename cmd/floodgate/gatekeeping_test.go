@@ -227,7 +227,9 @@ limits:
 	if st, _, _ := fetchURL(t, gw+"/", from("192.0.2.1")); st != 200 {
 		t.Errorf("after the removal: %d", st)
 	}
-	var audit struct{ Entries []struct{ Action, Target string } }
+	var audit struct {
+		Entries []struct{ Action, Target string }
+	}
 	call(t, "GET", admin+"/api/v1/audit", "ops-token", nil, &audit)
 	if len(audit.Entries) != 2 || audit.Entries[0].Action != "access.remove" || audit.Entries[1].Action != "access.add" {
 		t.Errorf("audit %+v", audit)
