@@ -48,6 +48,10 @@ type Options struct {
 	Now func() time.Time
 	// OnChange, if set, is called after each change with its action.
 	OnChange func(action string)
+	// Bans, when set, is the penalty box of /api/v1/bans.
+	Bans BanBox
+	// Access, when set, are the lists of /api/v1/access.
+	Access AccessLists
 }
 
 // API serves the admin API under /api/v1/.
@@ -87,6 +91,11 @@ func New(o Options) (*API, error) {
 		{"GET /api/v1/limits", a.limits},
 		{"GET /api/v1/usage", a.usage},
 		{"GET /api/v1/audit", a.audit},
+		{"GET /api/v1/bans", a.listBans},
+		{"DELETE /api/v1/bans", a.liftBan},
+		{"GET /api/v1/access", a.listAccess},
+		{"POST /api/v1/access", a.addAccess},
+		{"DELETE /api/v1/access", a.removeAccess},
 	} {
 		a.mux.Handle(r.pattern, a.wrap(r.h))
 	}

@@ -24,6 +24,7 @@ var choices = map[string][]string{
 	"routes[].on_invalid_token": {InvalidTokenReject, InvalidTokenAnonymous},
 	"routes[].grpc_stream":      {GRPCStreamPerStream, GRPCStreamPerMessage},
 	"limits[].scope":            {ScopeMethod, ScopeRoute, ScopeStage, ScopeGlobal},
+	"server.bans[].key":         {BanKeyClientIP, BanKeyAPIKey, BanKeyUser},
 	// A key part is one of these or KeyHeaderPrefix and a header name.
 	"limits[].key": {KeyClientIP, KeyAPIKey, KeyPlan, KeyUser, KeyRoute, KeyStage, KeyGlobal},
 }

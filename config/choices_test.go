@@ -31,6 +31,8 @@ func TestChoicesAreWhatValidationAccepts(t *testing.T) {
 			"routes[0].grpc_stream"},
 		"limits[].scope": {"limits:\n  - {name: l, rate: 5, scope: W}\n", "limits[0].scope"},
 		"limits[].key":   {"limits:\n  - {name: l, rate: 5, key: W}\n", "limits[0].key"},
+		"server.bans[].key": {"server:\n  bans:\n    - {name: b, key: W, after: 3, within: 1m, ban: 1m}\n",
+			"server.bans[0].key"},
 	}
 	for _, path := range ChoicePaths() {
 		f, ok := files[path]

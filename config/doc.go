@@ -140,6 +140,22 @@
 // otherwise, or when the queue is full, it is refused with 503 Service
 // Unavailable and Retry-After. docs/overload.md tells the whole story.
 //
+// # In front of a public API
+//
+// server.upstream.identity_headers names the headers that tell the
+// upstream who the gateway identified (key_name, plan, user, client_ip,
+// remaining); every copy a client sent of a named header is removed,
+// and strip_credentials removes the API key header and Authorization; a
+// route's identity_headers and strip_credentials replace the server's.
+// A refusal (server.refusal, routes[].refusal, limits[].refusal; the
+// binding limit's wins, then the route's) sets the status of the
+// gateway's 429s (429 or 503), their body, content type and extra
+// headers; the RateLimit fields and Retry-After stay. server.bans are the
+// rules of the penalty box (package penalty) and server.access the allow
+// and deny lists (package access), whose networks are CIDRs without host
+// bits or single addresses, checked with their positions.
+// docs/gateway.md has the details.
+//
 // # Defaults
 //
 // Defaults are defined once, by the package whose behaviour they are:

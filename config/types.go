@@ -171,6 +171,15 @@ type Server struct {
 	Admin Admin `yaml:"admin"`
 	// AccessLog configures the gateway's access log (off by default).
 	AccessLog AccessLog `yaml:"access_log"`
+	// Refusal is how the gateway's 429 answers look, unless a route's or
+	// the binding limit's says otherwise (refusal.go).
+	Refusal *Refusal `yaml:"refusal"`
+	// Access lists the addresses and networks refused before any limit
+	// (deny) and those exempt from some limits (allow).
+	Access Access `yaml:"access"`
+	// Bans are the rules of the penalty box: a key that offends too often
+	// is refused for a while before any limit is charged.
+	Bans []Ban `yaml:"bans"`
 
 	// TrustedProxyPrefixes is TrustedProxies parsed (single addresses as
 	// full-length prefixes).
@@ -346,6 +355,12 @@ type Upstream struct {
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// DrainBytes bounds the bytes so read and discarded (default 64 MiB).
 	DrainBytes int64 `yaml:"drain_bytes"`
+	// IdentityHeaders name the request headers that tell the upstream who
+	// the gateway identified; any copy a client sent is removed first.
+	IdentityHeaders IdentityHeaders `yaml:"identity_headers"`
+	// StripCredentials removes the API key header and Authorization from
+	// forwarded requests.
+	StripCredentials bool `yaml:"strip_credentials"`
 }
 
 // Match selects requests. Every non-empty list must match (and within a
@@ -425,6 +440,12 @@ type Route struct {
 	// wait in turn. It applies after the route's limits allowed a
 	// request, just before it is forwarded.
 	Overload *Overload `yaml:"overload"`
+	// IdentityHeaders and StripCredentials, when set, replace the server's
+	// (server.upstream) for the route's requests.
+	IdentityHeaders  *IdentityHeaders `yaml:"identity_headers"`
+	StripCredentials *bool            `yaml:"strip_credentials"`
+	// Refusal, when set, replaces the server's for the route's 429s.
+	Refusal *Refusal `yaml:"refusal"`
 
 	// UpstreamURL is Upstream parsed; nil for "none".
 	UpstreamURL *url.URL `yaml:"-"`
@@ -628,6 +649,8 @@ type Limit struct {
 	// Scope orders the limit among the others: method, route (default),
 	// stage or global. Usage plans always come first.
 	Scope string `yaml:"scope"`
+	// Refusal, when set, is how a 429 this limit decides looks.
+	Refusal *Refusal `yaml:"refusal"`
 }
 
 // Estimate is where a request tells its cost: one of Header and Body.

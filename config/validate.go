@@ -137,6 +137,7 @@ func (v *validator) validate() {
 	if f.Account != nil {
 		f.Account.Compiled = v.params(&f.Account.Params, "account", "account", 1)
 	}
+	v.gatekeeping()
 }
 
 // names checks that every item of a section has a valid, unique name and

@@ -37,6 +37,17 @@
 // gateway's Observer takes only what the gateway alone sees (its own
 // answers, upstream statuses, queue lengths).
 //
+// A Match's Refusal (or its binding limit's) changes how a 429 looks:
+// its status (429 or 503), body, content type and extra header fields;
+// its Forward says which identity headers the upstream is told, every
+// copy a client sent removed first, and which credentials are stripped
+// (upstreamid.go). With Options.Gatekeeper, each matched request is
+// screened before any limit is charged (gatekeeper.go): an address on a
+// deny list is answered 403, a key in the penalty box 429 with
+// Retry-After until its ban ends, and an allowed network loses the hits
+// of the limits it is exempt from; the gatekeeper is told how the
+// requests it let through ended, to count offences.
+//
 // With Options.AccessLog, every request leaves one record (package
 // accesslog), refused ones included: the client as resolved, the API key
 // by its name, the user, the binding limit, the decision and the instant

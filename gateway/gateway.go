@@ -111,6 +111,12 @@ type Match struct {
 	// (adding the peer to the chain); from any other peer the chain is the
 	// peer alone and X-Real-IP is removed.
 	PeerTrusted bool
+	// Refusal, when set, is how the request's 429 looks when its binding
+	// limit has none of its own (the route's or the server's refusal).
+	Refusal *policy.Refusal
+	// Forward, when set, says what the upstream is told of the request:
+	// identity headers, removed credentials (upstreamid.go).
+	Forward *policy.Forward
 }
 
 // Reset empties m, keeping its storage.
@@ -177,6 +183,9 @@ type Options struct {
 	// AccessLog, when set, is given one record per request (an
 	// *accesslog.Logger).
 	AccessLog AccessLogger
+	// Gatekeeper, when set, screens every matched request before its
+	// limits (deny lists, the penalty box) and is told how it ended.
+	Gatekeeper Gatekeeper
 }
 
 // Gateway enforces a policy on HTTP requests, as middleware or as a
@@ -194,6 +203,7 @@ type Gateway struct {
 	tr       http.RoundTripper
 	override MethodOverride
 	alog     AccessLogger
+	keeper   Gatekeeper
 
 	upstream TransportOptions
 	proxies  sync.Map // *url.URL → *upstreamProxies
@@ -222,6 +232,7 @@ func New(opts Options) (*Gateway, error) {
 		tr:       opts.Transport,
 		override: opts.MethodOverride,
 		alog:     opts.AccessLog,
+		keeper:   opts.Gatekeeper,
 		upstream: opts.Upstream,
 		rfields:  newFieldCache(),
 	}
@@ -267,6 +278,9 @@ type Exchange interface {
 	// DelHeader removes a request header field before the request is
 	// matched and forwarded.
 	DelHeader(name string)
+	// SetHeader sets a request header field (its name canonical) before
+	// the request is passed on, replacing any value it had.
+	SetHeader(name, value string)
 	// RequestBody returns the request body when it is at most max bytes,
 	// and puts what it read back for the upstream; nil for no body, or one
 	// too large or that could not be read.
@@ -341,6 +355,8 @@ type Flow struct {
 	handled  Handled
 	ovl      overloadSlot   // its place under its route's overload control
 	ow       overloadWriter // the net/http engine's writer under overload control
+	screened bool           // the gatekeeper answered the request
+	refused  bool           // the request was refused on a limit
 }
 
 // get returns an empty Flow (put empties one before pooling it).
@@ -358,6 +374,7 @@ func (g *Gateway) put(st *Flow) {
 	st.req = limiter.Request{}
 	st.rec.release()
 	st.reserved, st.stop, st.peek, st.err = false, nil, false, nil
+	st.screened, st.refused = false, false
 	st.body, st.bodyRead = nil, false
 	st.view = Request{}
 	st.nh = httpExchange{}
@@ -411,6 +428,9 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		x.Answer(http.StatusInternalServerError, bodyInternal, false)
 		return false
 	}
+	if g.keeper != nil && g.screen(x, st) {
+		return false
+	}
 	if m.UserPending && g.user != nil {
 		// The limits that need no user come first: a request over them is
 		// refused before its token costs any CPU.
@@ -431,13 +451,16 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 			x.Answer(http.StatusInternalServerError, bodyInternal, false)
 			return false
 		}
+		if g.keeper != nil && g.screen(x, st) { // the user's ban
+			return false
+		}
 	}
 	if len(m.Hits) == 0 {
 		if m.Reject != 0 {
 			g.reject(x, st)
 			return false
 		}
-		return g.pass(x, st, nil)
+		return g.pass(x, st, nil, false)
 	}
 	if err := g.decide(ctx, x, st, st.peek); err != nil {
 		return g.failed(err, x, st)
@@ -477,7 +500,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	st.out = g.render(st, false)
 	x.SetFields(st.out)
 	if !reserved {
-		return g.pass(x, st, nil)
+		return g.pass(x, st, nil, true)
 	}
 	// The reservation is settled whatever happens next (finish).
 	rec := st.Recorder()
@@ -487,7 +510,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		// transport decompress it), so that the actual cost can be read.
 		x.DelHeader("Accept-Encoding")
 	}
-	return g.pass(x, st, rec)
+	return g.pass(x, st, rec, true)
 }
 
 // finish ends a request once its answer is written (or its handler
@@ -508,6 +531,9 @@ func (g *Gateway) finish(x Exchange, st *Flow) {
 	}
 	if len(st.leases) > 0 {
 		g.release(ctx, st.leases)
+	}
+	if g.keeper != nil && !st.peek && !st.screened {
+		g.outcome(x, st)
 	}
 	if g.alog != nil && !st.peek {
 		g.logAccess(x, st) // a look (explain) is not a request served
@@ -530,21 +556,30 @@ func (g *Gateway) render(st *Flow, denied bool) []fields.Field {
 	return g.renderer.Render(st.out[:0], st.items, binding, denied, st.res.RetryAfter, g.options(m))
 }
 
-// deny answers 429 from st's verdict.
+// deny answers 429 from st's verdict, or as the refusal of the binding
+// limit (or of the route) says.
 func (g *Gateway) deny(x Exchange, st *Flow) {
 	res := &st.res
 	st.out = g.render(st, true)
-	x.SetFields(st.out)
 	rule := st.m.Hits[res.Binding].Rule
-	g.obs.Rejected(limiter.FrontGateway, rule.Name(), http.StatusTooManyRequests)
-	if g.log.Enabled(x.Context(), slog.LevelDebug) {
-		g.log.Debug("gateway: 429", "limit", rule.Name(), "route", st.m.Route, "path", strings.Clone(st.view.Path), "retry_after", res.RetryAfter)
-	}
-	body := bodyTooMany
+	status, body := http.StatusTooManyRequests, bodyTooMany
 	if rule.Algorithm().Kind() == floodgate.KindQuota {
 		body = bodyExceeded
 	}
-	x.Answer(http.StatusTooManyRequests, body, false)
+	if rf := refusalOf(&st.m, res.Binding); rf != nil {
+		status = rf.Status
+		if rf.Body != nil {
+			body = rf.Body
+		}
+		st.out = append(st.out, rf.Fields...)
+	}
+	x.SetFields(st.out)
+	st.refused = true
+	g.obs.Rejected(limiter.FrontGateway, rule.Name(), status)
+	if g.log.Enabled(x.Context(), slog.LevelDebug) {
+		g.log.Debug("gateway: refused", "status", status, "limit", rule.Name(), "route", st.m.Route, "path", strings.Clone(st.view.Path), "retry_after", res.RetryAfter)
+	}
+	x.Answer(status, body, false)
 }
 
 // badRequest answers 400 with the reason.
@@ -696,7 +731,7 @@ func (g *Gateway) failed(err error, x Exchange, st *Flow) (later bool) {
 		g.reject(x, st)
 		return false
 	}
-	return g.pass(x, st, nil)
+	return g.pass(x, st, nil, false)
 }
 
 type nopObserver struct{}

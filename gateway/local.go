@@ -138,6 +138,8 @@ func (x *localExchange) Context() context.Context { return x.ctx }
 
 func (x *localExchange) DelHeader(string) {} // nothing is forwarded
 
+func (x *localExchange) SetHeader(string, string) {}
+
 func (x *localExchange) RequestBody(int) []byte { return nil } // estimates take their defaults
 
 func (x *localExchange) SetFields(fs []fields.Field) { x.fields = fs }

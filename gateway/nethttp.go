@@ -32,7 +32,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 	st := g.get()
 	x := &st.nh
 	*x = httpExchange{g: g, w: w, r: r, next: next}
-	if g.alog != nil {
+	if g.alog != nil || g.keeper != nil {
 		x.aw = accessWriter{ResponseWriter: w}
 		x.w = &x.aw
 	}
@@ -106,13 +106,24 @@ func (x *httpExchange) Keep(ctx context.Context, leases []limiter.Hit) func() {
 
 func (x *httpExchange) DelHeader(name string) { delete(x.r.Header, name) }
 
+func (x *httpExchange) SetHeader(name, value string) { x.r.Header[name] = []string{value} }
+
 func (x *httpExchange) Proxies() bool { return x.next == nil }
 
 func (x *httpExchange) SetFields(fs []fields.Field) { setFields(x.w.Header(), fs) }
 
 func (x *httpExchange) Answer(status int, body []byte, challenge bool) {
+	h := x.w.Header()
 	if challenge {
-		x.w.Header()["Www-Authenticate"] = bearerChallenge
+		h["Www-Authenticate"] = bearerChallenge
+	}
+	if ct, ok := h["Content-Type"]; ok {
+		// A refusal's content type, set with its fields, is kept.
+		h["Content-Length"] = []string{fields.Itoa(int64(len(body)))}
+		h["Content-Type"] = ct
+		x.w.WriteHeader(status)
+		_, _ = x.w.Write(body)
+		return
 	}
 	writeJSON(x.w, status, body)
 }

@@ -333,10 +333,12 @@ type clientWatcher interface {
 	WatchClient() (gone <-chan struct{}, stop func())
 }
 
-// pass hands the request on (Exchange.Pass) once it has a place under its
+// pass hands the request on (handOn) once it has a place under its
 // route's overload control, if the route has one; otherwise the request
 // is shed, or its client left while it waited, and it reports false.
-func (g *Gateway) pass(x Exchange, st *Flow, rec *Recorder) (later bool) {
+// decided reports that st.res holds the engine's verdict on the request's
+// hits.
+func (g *Gateway) pass(x Exchange, st *Flow, rec *Recorder, decided bool) (later bool) {
 	if o := st.m.Overload; o != nil && !st.peek {
 		if _, local := x.(*localExchange); !local && (!x.Proxies() || st.m.Upstream != nil) {
 			if !g.admit(x, st, o) {
@@ -347,7 +349,7 @@ func (g *Gateway) pass(x Exchange, st *Flow, rec *Recorder) (later bool) {
 			}
 		}
 	}
-	return x.Pass(st, rec)
+	return g.handOn(x, st, rec, decided)
 }
 
 // admit takes a place for the request under its route's cap, waiting in

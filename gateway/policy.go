@@ -203,7 +203,9 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	m.ClientKey, m.Plan, m.Stage, m.UserError = id.ClientKey, pmm.Plan, pmm.Stage, userError
 	m.PeerTrusted = id.PeerTrusted
 	m.PlanTier = pmm.PlanTier
+	m.Refusal = p.Refusal()
 	if pmm.Route != nil {
+		m.Refusal, m.Forward = pmm.Route.Refusal, pmm.Route.Forward
 		m.Route = pmm.Route.Name
 		m.Upstream = pmm.Route.Upstream
 		m.Overload = pmm.Route.Overload

@@ -130,6 +130,9 @@ type Limit struct {
 	// MatchText describes the match for humans (floodgate check).
 	MatchText string
 
+	// Refusal, when set, is how a 429 the limit decides looks.
+	Refusal *Refusal
+
 	match     matcher
 	needsUser bool
 	needsKey  bool
@@ -214,6 +217,12 @@ type Route struct {
 	// Overload is the route's overload control, or nil (the file's
 	// overload block).
 	Overload *Overload
+	// Refusal is how the route's 429s look (the route's refusal, or the
+	// server's); nil for the gateway's default answer.
+	Refusal *Refusal
+	// Forward says what the upstream is told of the route's requests; nil
+	// when nothing is set or removed.
+	Forward *Forward
 
 	match    matcher
 	routeKey string // "route:NAME"
@@ -246,6 +255,7 @@ type Policy struct {
 	byName     map[string]*Limit
 	rules      map[string]*limiter.Rule
 	v6bits     int
+	refusal    *Refusal          // server.refusal
 	hash       [sha256.Size]byte // of the version (file and key file bytes), when loaded by a Reloader
 }
 
@@ -312,7 +322,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		c.p.dynamic = prev.dynamic
 	}
 	c.routes()
-	for _, step := range []func() error{c.unknownKeys, c.plans, c.keys, c.scoped, c.account} {
+	for _, step := range []func() error{c.unknownKeys, c.plans, c.keys, c.scoped, c.account, c.gatekeeping} {
 		if err := step(); err != nil {
 			return nil, err
 		}

@@ -404,6 +404,8 @@ func (x *exchange) Context() context.Context { return context.Background() }
 
 func (x *exchange) DelHeader(name string) { x.ctx.Request.Header.Del(name) }
 
+func (x *exchange) SetHeader(name, value string) { x.ctx.Request.Header.Set(name, value) }
+
 func (x *exchange) Proxies() bool { return true }
 
 func (x *exchange) SetFields(fs []fields.Field) { x.fields = fs }

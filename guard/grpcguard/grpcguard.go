@@ -211,6 +211,13 @@ func (c *call) Context() context.Context { return c.ctx }
 // method override fields); the handler's metadata is left as it is.
 func (c *call) DelHeader(name string) { delete(c.md, strings.ToLower(name)) }
 
+func (c *call) SetHeader(name, value string) {
+	if c.md == nil {
+		c.md = metadata.MD{}
+	}
+	c.md[strings.ToLower(name)] = []string{value}
+}
+
 // RequestBody returns nil: an estimate takes its default.
 func (c *call) RequestBody(int) []byte { return nil }
 
@@ -228,17 +235,14 @@ func (c *call) Answer(st int, body []byte, challenge bool) {
 	msg := message(body)
 	var s *status.Status
 	switch st {
-	case http.StatusTooManyRequests:
-		s = status.New(codes.ResourceExhausted, msg)
-		if d, ok := c.retryAfter(); ok {
-			if ds, err := s.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
-				s = ds
-			}
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		code := codes.ResourceExhausted
+		if st == http.StatusServiceUnavailable {
+			// Shed by the route's overload control, or a refusal the
+			// policy answers 503.
+			code = codes.Unavailable
 		}
-	case http.StatusServiceUnavailable:
-		// Shed by the route's overload control: its Retry-After, as a
-		// RetryInfo.
-		s = status.New(codes.Unavailable, msg)
+		s = status.New(code, msg)
 		if d, ok := c.retryAfter(); ok {
 			if ds, err := s.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
 				s = ds

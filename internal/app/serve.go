@@ -237,7 +237,7 @@ func (s *server) reloaded(p *policy.Policy) {
 	if first != nil &&
 		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
 			n.AdminListen != first.AdminListen || n.OpsListen != first.OpsListen || n.StoreTimeout != first.StoreTimeout || n.StoreHardTimeout != first.StoreHardTimeout ||
-			n.Instances != first.Instances || n.Upstream != first.Upstream || n.Timeouts != first.Timeouts ||
+			n.Instances != first.Instances || n.Upstream.Transport() != first.Upstream.Transport() || n.Timeouts != first.Timeouts ||
 			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride ||
 			n.Engine != first.Engine) {
 		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits, method_override and engine change only on restart")
@@ -307,7 +307,8 @@ func (s *server) listen(stdout io.Writer) error {
 			DrainTimeout:          s.srv.Upstream.DrainTimeout,
 			DrainBytes:            s.srv.Upstream.DrainBytes,
 		},
-		AccessLog: alog,
+		AccessLog:  alog,
+		Gatekeeper: s.console.Gatekeeper(),
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)

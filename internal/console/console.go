@@ -21,12 +21,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
+	"github.com/floodgate/floodgate/access"
 	"github.com/floodgate/floodgate/admin"
 	"github.com/floodgate/floodgate/alarm"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/dashboard"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/penalty"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -47,6 +49,8 @@ type Console struct {
 	overload atomic.Pointer[func(each func(route string, limit int, latency time.Duration))]
 	share    *dashboard.Share
 	alarms   *alarm.Alarms
+	lists    *access.Lists // the allow and deny lists
+	box      *penalty.Box  // the penalty box
 
 	api   *admin.API
 	dash  *dashboard.Handler
@@ -113,9 +117,12 @@ func New(o Options) (*Console, error) {
 	var backend keystore.Backend
 	var dedup alarm.Deduper
 	var poll time.Duration // the keystore's default on files
+	var accessBackend access.Backend
+	var banBackend penalty.Backend
 	if rs, ok := o.Store.(RedisStore); ok {
 		poll = redisPoll
 		rc := rs.Client()
+		accessBackend, banBackend = access.NewRedis(rc), penalty.NewRedis(rc, 0)
 		backend = pollOnly{keystore.NewRedisBackend(rc)}
 		c.audit = admin.NewRedisAudit(rc, 0)
 		dedup = alarm.NewRedisDedup(rc)
@@ -128,9 +135,16 @@ func New(o Options) (*Console, error) {
 	}
 	reloader := o.Reloader
 	reg := o.Registerer
+	c.lists = access.New(&reloader.Policy().Server().Access, accessBackend, redisPoll, log)
+	var err error
+	if c.box, err = penalty.New(reloader.Policy().Server().Bans, penalty.Options{Backend: banBackend, Registerer: reg,
+		Logger: log, Poll: redisPoll}); err != nil {
+		c.lists.Close()
+		c.cancel()
+		return nil, fmt.Errorf("console: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 	defer cancel()
-	var err error
 	if c.keys, err = keystore.New(ctx, keystore.Options{Backend: backend, Policy: reloader.Policy, Logger: log, PollInterval: poll}); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("console: %w", err)
@@ -220,7 +234,7 @@ func (c *Console) Attach(eng limiter.Engine, stats func() limiter.Stats) error {
 	}
 	var err error
 	c.api, err = admin.New(admin.Options{Tokens: tokens, Keys: c.keys, Audit: c.audit, Policy: c.reloader.Policy,
-		Engine: eng, Instance: c.instance, Logger: c.log})
+		Engine: eng, Instance: c.instance, Logger: c.log, Bans: c.box, Access: c.lists})
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
@@ -359,6 +373,8 @@ func (c *Console) Reloaded(p *policy.Policy) {
 		c.log.Error("alarm webhooks refused", "err", err)
 	}
 	c.keys.Refresh(c.ctx)
+	c.lists.SetFile(&p.Server().Access)
+	c.box.SetRules(p.Server().Bans)
 	c.addReload(dashboard.Reload{Time: time.Now().UTC(), Version: p.Version(), OK: true})
 }
 
@@ -395,6 +411,12 @@ func (c *Console) reloadHistory() []dashboard.Reload {
 func (c *Console) Close() {
 	c.cancel()
 	c.wg.Wait()
+	if c.lists != nil {
+		c.lists.Close()
+	}
+	if c.box != nil {
+		c.box.Close()
+	}
 }
 
 // AdminHosts serves next only to requests that name the admin listener by

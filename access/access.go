@@ -1,0 +1,427 @@
+// Package access holds the gateway's allow and deny lists of addresses and
+// networks: those of the policy file (server.access) and those added
+// through the admin API, shared through Redis between instances.
+//
+// A compiled List answers in time that does not grow with its size: the
+// networks are kept in one map per prefix length, and an address is
+// looked up once per length that the list holds (at most 33 for IPv4, 129
+// for IPv6; a few in practice). A denied address is refused (403) before
+// any limit is charged, even when an allow entry covers it too; an
+// allowed one is exempt from the limits its entry names (the longest
+// matching network decides).
+package access
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/redisconn"
+)
+
+// Lists.
+const (
+	Deny  = "deny"
+	Allow = "allow"
+)
+
+// Entry is one network of a list.
+type Entry struct {
+	// List is deny or allow.
+	List string `json:"list"`
+	// Network is a CIDR, or a single address as a full-length prefix.
+	Network netip.Prefix `json:"network"`
+	// Exempt names the limits an allowed network is exempt from
+	// (config.ExemptAll: every one).
+	Exempt []string `json:"exempt,omitempty"`
+	// Source is file or api.
+	Source string `json:"source"`
+	// Added and Actor say when and by whom an API entry was added.
+	Added time.Time `json:"added,omitzero"`
+	Actor string    `json:"actor,omitempty"`
+}
+
+// set is networks looked up by prefix length.
+type set struct {
+	lens []int                // the lengths held, longest first
+	nets map[netip.Prefix]int // network → its entry
+}
+
+func (s *set) add(p netip.Prefix, i int) {
+	if s.nets == nil {
+		s.nets = map[netip.Prefix]int{}
+	}
+	if _, dup := s.nets[p]; dup {
+		return
+	}
+	s.nets[p] = i
+	if !slices.Contains(s.lens, p.Bits()) {
+		s.lens = append(s.lens, p.Bits())
+		sort.Sort(sort.Reverse(sort.IntSlice(s.lens)))
+	}
+}
+
+// find returns the entry of the longest network holding a, or -1.
+func (s *set) find(a netip.Addr) int {
+	for _, l := range s.lens {
+		if l > a.BitLen() {
+			continue
+		}
+		p, err := a.Prefix(l)
+		if err != nil {
+			continue
+		}
+		if i, ok := s.nets[p]; ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// List is compiled lists; immutable.
+type List struct {
+	entries []Entry
+	deny    set
+	allow   set
+}
+
+// Compile builds a List of entries.
+func Compile(entries []Entry) *List {
+	l := &List{entries: entries}
+	for i, e := range entries {
+		if e.List == Deny {
+			l.deny.add(e.Network, i)
+		} else {
+			l.allow.add(e.Network, i)
+		}
+	}
+	return l
+}
+
+// Denied reports whether a is on the deny list.
+func (l *List) Denied(a netip.Addr) bool {
+	if l == nil || len(l.deny.lens) == 0 || !a.IsValid() {
+		return false
+	}
+	return l.deny.find(a.Unmap()) >= 0
+}
+
+// Exempt returns the limits a is exempt from: all, or the names; nothing
+// when no allow entry covers it.
+func (l *List) Exempt(a netip.Addr) (all bool, names []string) {
+	if l == nil || len(l.allow.lens) == 0 || !a.IsValid() {
+		return false, nil
+	}
+	i := l.allow.find(a.Unmap())
+	if i < 0 {
+		return false, nil
+	}
+	ex := l.entries[i].Exempt
+	if len(ex) == 1 && ex[0] == config.ExemptAll {
+		return true, nil
+	}
+	return false, ex
+}
+
+// Entries returns the entries.
+func (l *List) Entries() []Entry { return l.entries }
+
+// FileEntries returns the entries of a file's server.access.
+func FileEntries(a *config.Access) []Entry {
+	var out []Entry
+	for _, p := range a.DenyPrefixes {
+		out = append(out, Entry{List: Deny, Network: p, Source: "file"})
+	}
+	for _, al := range a.Allow {
+		for _, p := range al.Prefixes {
+			out = append(out, Entry{List: Allow, Network: p, Exempt: al.Exempt, Source: "file"})
+		}
+	}
+	return out
+}
+
+// Backend keeps the entries added through the admin API.
+type Backend interface {
+	Load(ctx context.Context) ([]Entry, string, error)
+	Version(ctx context.Context) (string, error)
+	Put(ctx context.Context, e Entry) error
+	Delete(ctx context.Context, list string, n netip.Prefix) (bool, error)
+}
+
+// Errors of Lists.Add and Lists.Remove.
+var (
+	ErrFull     = errors.New("access: the lists are full (server.access.max_entries)")
+	ErrNotFound = errors.New("access: no such entry")
+	ErrFromFile = errors.New("access: the entry is the policy file's; change the file")
+)
+
+// Lists are the file's lists and the API's, compiled together. They are
+// safe for concurrent use.
+type Lists struct {
+	be   Backend
+	log  *slog.Logger
+	list atomic.Pointer[List]
+
+	mu      sync.Mutex // guards file, api, max, version
+	file    []Entry
+	api     []Entry
+	max     int
+	version string
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns the lists of a file's server.access and of be (nil: in this
+// process only); with a backend it polls its version every poll until
+// Close.
+func New(a *config.Access, be Backend, poll time.Duration, log *slog.Logger) *Lists {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ls := &Lists{be: be, log: log, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	ls.cancel = cancel
+	ls.SetFile(a)
+	if be == nil {
+		close(ls.done)
+		return ls
+	}
+	if err := ls.refresh(ctx); err != nil {
+		log.Warn("access: lists not read", "err", err)
+	}
+	if poll <= 0 {
+		poll = 100 * time.Millisecond
+	}
+	go ls.poll(ctx, poll)
+	return ls
+}
+
+// List returns the lists in force.
+func (ls *Lists) List() *List { return ls.list.Load() }
+
+// SetFile replaces the file's entries (after a policy reload).
+func (ls *Lists) SetFile(a *config.Access) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.file, ls.max = FileEntries(a), a.MaxEntries
+	ls.compile()
+}
+
+// compile builds the List; ls.mu is held.
+func (ls *Lists) compile() {
+	all := append(slices.Clip(ls.file), ls.api...)
+	ls.list.Store(Compile(all))
+}
+
+// Close stops the polling.
+func (ls *Lists) Close() {
+	ls.cancel()
+	<-ls.done
+}
+
+func (ls *Lists) poll(ctx context.Context, every time.Duration) {
+	defer close(ls.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		v, err := ls.be.Version(rctx)
+		ls.mu.Lock()
+		same := v == ls.version
+		ls.mu.Unlock()
+		if err == nil && !same {
+			err = ls.refresh(rctx)
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			ls.log.Warn("access: lists not read", "err", err)
+		}
+	}
+}
+
+func (ls *Lists) refresh(ctx context.Context) error {
+	es, v, err := ls.be.Load(ctx)
+	if err != nil {
+		return err
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.api, ls.version = es, v
+	ls.compile()
+	return nil
+}
+
+// Add adds an entry through the API.
+func (ls *Lists) Add(ctx context.Context, e Entry) error {
+	if e.List != Deny && e.List != Allow {
+		return fmt.Errorf("access: list must be deny or allow, got %q", e.List)
+	}
+	if e.List == Allow && len(e.Exempt) == 0 {
+		return fmt.Errorf("access: an allow entry needs exempt: limit names, or [all]")
+	}
+	e.Source = "api"
+	ls.mu.Lock()
+	for _, f := range ls.file {
+		if f.List == e.List && f.Network == e.Network {
+			ls.mu.Unlock()
+			return ErrFromFile
+		}
+	}
+	if len(ls.file)+len(ls.api) >= ls.max {
+		ls.mu.Unlock()
+		return ErrFull
+	}
+	ls.mu.Unlock()
+	if ls.be != nil {
+		if err := ls.be.Put(ctx, e); err != nil {
+			return err
+		}
+		return ls.refresh(ctx)
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.api = slices.DeleteFunc(ls.api, func(o Entry) bool { return o.List == e.List && o.Network == e.Network })
+	ls.api = append(ls.api, e)
+	ls.compile()
+	return nil
+}
+
+// Remove removes an API entry.
+func (ls *Lists) Remove(ctx context.Context, list string, n netip.Prefix) error {
+	ls.mu.Lock()
+	for _, f := range ls.file {
+		if f.List == list && f.Network == n {
+			ls.mu.Unlock()
+			return ErrFromFile
+		}
+	}
+	ls.mu.Unlock()
+	if ls.be != nil {
+		ok, err := ls.be.Delete(ctx, list, n)
+		if err != nil {
+			return err
+		}
+		if err := ls.refresh(ctx); err != nil {
+			return err
+		}
+		if !ok {
+			return ErrNotFound
+		}
+		return nil
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	before := len(ls.api)
+	ls.api = slices.DeleteFunc(ls.api, func(o Entry) bool { return o.List == list && o.Network == n })
+	if len(ls.api) == before {
+		return ErrNotFound
+	}
+	ls.compile()
+	return nil
+}
+
+// Redis keys of the API's entries: a hash (field LIST|NETWORK, value the
+// entry as JSON) and its version.
+const (
+	redisHash    = redisconn.Prefix + "access"
+	redisVersion = redisconn.Prefix + "access:version"
+)
+
+// Redis keeps the API's entries in Redis, shared by every instance.
+type Redis struct{ c rueidis.Client }
+
+// NewRedis keeps the entries in the Redis c talks to.
+func NewRedis(c rueidis.Client) *Redis { return &Redis{c: c} }
+
+// Load reads the entries.
+func (b *Redis) Load(ctx context.Context) ([]Entry, string, error) {
+	res := b.c.DoMulti(ctx, b.c.B().Get().Key(redisVersion).Build(), b.c.B().Hgetall().Key(redisHash).Build())
+	v, err := res[0].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, "", fmt.Errorf("access: redis: %w", err)
+	}
+	m, err := res[1].AsStrMap()
+	if err != nil {
+		return nil, "", fmt.Errorf("access: redis: %w", err)
+	}
+	out := make([]Entry, 0, len(m))
+	for f, js := range m {
+		var e Entry
+		if err := json.Unmarshal([]byte(js), &e); err != nil || !e.Network.IsValid() {
+			return nil, "", fmt.Errorf("access: redis: entry %q: bad value", f)
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Added.Before(out[j].Added) })
+	return out, v, nil
+}
+
+// Version reads the version.
+func (b *Redis) Version(ctx context.Context) (string, error) {
+	v, err := b.c.Do(ctx, b.c.B().Get().Key(redisVersion).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("access: redis: %w", err)
+	}
+	return v, nil
+}
+
+func redisField(list string, n netip.Prefix) string { return list + "|" + n.String() }
+
+// Put writes an entry.
+func (b *Redis) Put(ctx context.Context, e Entry) error {
+	js, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("access: %w", err)
+	}
+	for _, r := range b.c.DoMulti(ctx, b.c.B().Hset().Key(redisHash).FieldValue().FieldValue(redisField(e.List, e.Network), string(js)).Build(),
+		b.c.B().Incr().Key(redisVersion).Build()) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("access: redis: %w", err)
+		}
+	}
+	return nil
+}
+
+// Delete removes an entry; false when there was none.
+func (b *Redis) Delete(ctx context.Context, list string, n netip.Prefix) (bool, error) {
+	res := b.c.DoMulti(ctx, b.c.B().Hdel().Key(redisHash).Field(redisField(list, n)).Build(), b.c.B().Incr().Key(redisVersion).Build())
+	for _, r := range res {
+		if err := r.Error(); err != nil {
+			return false, fmt.Errorf("access: redis: %w", err)
+		}
+	}
+	k, _ := res[0].AsInt64()
+	return k > 0, nil
+}
+
+// ParseList reads a list's name.
+func ParseList(s string) (string, error) {
+	switch strings.ToLower(s) {
+	case Deny:
+		return Deny, nil
+	case Allow:
+		return Allow, nil
+	}
+	return "", fmt.Errorf("access: list must be deny or allow, got %q", s)
+}

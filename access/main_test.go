@@ -1,0 +1,9 @@
+package access
+
+import (
+	"testing"
+
+	"github.com/floodgate/floodgate/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

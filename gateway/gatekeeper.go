@@ -1,0 +1,108 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Gatekeeper screens requests once they are matched, before any of their
+// limits is charged: an address on a deny list, a key in the penalty box.
+// It is told how each request it let through was answered, so that it can
+// count offences. internal/app's keeper (packages access and penalty) is
+// one. Methods are called on the request path: they must be fast and safe
+// for concurrent use.
+type Gatekeeper interface {
+	// Screen returns 0 to let a matched request go on, or the status to
+	// refuse it with: 403 (a denied address) or 429 with the wait until
+	// its ban ends. It may take out the hits of the limits the request is
+	// exempt from (Match.Exempt).
+	Screen(m *Match) (status int, retryAfter time.Duration)
+	// Outcome is told the answer of a request Screen let through: refused
+	// reports a refusal on a limit, status the answer's status (0: none
+	// was written).
+	Outcome(ctx context.Context, m *Match, refused bool, status int)
+}
+
+// screen asks the gatekeeper about st's request and answers it when it
+// refuses it; it reports whether it did.
+func (g *Gateway) screen(x Exchange, st *Flow) bool {
+	status, wait := g.keeper.Screen(&st.m)
+	if status == 0 {
+		return false
+	}
+	st.screened = true
+	g.obs.Rejected(limiter.FrontGateway, "", status)
+	if status == http.StatusForbidden {
+		x.Answer(status, bodyForbidden, false)
+		return true
+	}
+	secs := max(int64((wait+time.Second-1)/time.Second), 1)
+	st.out = append(st.out[:0], fields.Field{Name: fields.NameRetryAfter, Value: fields.Itoa(secs)})
+	x.SetFields(st.out)
+	x.Answer(status, bodyTooMany, false)
+	return true
+}
+
+// outcome tells the gatekeeper how a request it let through was answered.
+func (g *Gateway) outcome(x Exchange, st *Flow) {
+	status, _ := x.Answered()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.Context()), g.relTO)
+	g.keeper.Outcome(ctx, &st.m, st.refused, status)
+	cancel()
+}
+
+// Exempt takes out of m the hits of the limits a request is exempt from:
+// every one (all), or those named.
+func (m *Match) Exempt(all bool, names []string) {
+	if !all && len(names) == 0 {
+		return
+	}
+	keep := 0
+	for i := range m.Hits {
+		name := m.Hits[i].Rule.Name()
+		out := all
+		for _, n := range names {
+			out = out || n == name
+		}
+		if out {
+			continue
+		}
+		m.Hits[keep] = m.Hits[i]
+		if i < len(m.Fields) {
+			m.Fields[keep] = m.Fields[i]
+		}
+		if i < len(m.CountOn) {
+			m.CountOn[keep] = m.CountOn[i]
+		}
+		if i < len(m.Costs) {
+			m.Costs[keep] = m.Costs[i]
+		}
+		if i < len(m.Limits) {
+			m.Limits[keep] = m.Limits[i]
+		}
+		keep++
+	}
+	clip := func(n int) int { return min(n, keep) }
+	clear(m.Hits[keep:])
+	m.Hits = m.Hits[:keep]
+	if len(m.Fields) > keep {
+		clear(m.Fields[keep:])
+		m.Fields = m.Fields[:clip(len(m.Fields))]
+	}
+	if len(m.CountOn) > keep {
+		clear(m.CountOn[keep:])
+		m.CountOn = m.CountOn[:keep]
+	}
+	if len(m.Costs) > keep {
+		clear(m.Costs[keep:])
+		m.Costs = m.Costs[:keep]
+	}
+	if len(m.Limits) > keep {
+		clear(m.Limits[keep:])
+		m.Limits = m.Limits[:keep]
+	}
+}

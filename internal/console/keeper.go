@@ -1,0 +1,48 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/floodgate/floodgate/access"
+	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/penalty"
+)
+
+// Keeper screens the gateway's requests with the console's allow and
+// deny lists and penalty box (a gateway.Gatekeeper): a denied address is
+// answered 403 and a banned key 429 with Retry-After until its ban ends,
+// both before any limit is charged; an allowed address is exempt from the
+// limits its entry names.
+type Keeper struct {
+	lists *access.Lists
+	box   *penalty.Box
+}
+
+// Gatekeeper returns the console's Keeper.
+func (c *Console) Gatekeeper() *Keeper { return &Keeper{lists: c.lists, box: c.box} }
+
+// Screen answers for the lists and the penalty box.
+func (k *Keeper) Screen(m *gateway.Match) (int, time.Duration) {
+	if l := k.lists.List(); l != nil && m.ClientIP.IsValid() {
+		if l.Denied(m.ClientIP) {
+			return http.StatusForbidden, 0
+		}
+		if all, names := l.Exempt(m.ClientIP); all || len(names) > 0 {
+			m.Exempt(all, names)
+		}
+	}
+	if _, until, banned := k.box.Banned(m.ClientKey, m.KeyID, m.User); banned {
+		return http.StatusTooManyRequests, time.Until(until)
+	}
+	return 0, 0
+}
+
+// Outcome counts the offences of a request's answer.
+func (k *Keeper) Outcome(ctx context.Context, m *gateway.Match, refused bool, status int) {
+	if len(k.box.Rules()) == 0 {
+		return
+	}
+	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, refused, status)
+}

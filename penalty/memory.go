@@ -1,0 +1,149 @@
+package penalty
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate/config"
+)
+
+// Memory keeps offences and bans in this process.
+type Memory struct {
+	max int
+	now func() time.Time
+
+	mu       sync.Mutex // guards offences, bans and version
+	offences map[id]offences
+	bans     map[id]memBan
+	version  int64
+}
+
+type offences struct {
+	n   int64
+	end time.Time // the window's end
+}
+
+type memBan struct {
+	Ban
+	forget time.Time // the strikes are forgotten then
+}
+
+// NewMemory returns a backend in this process that keeps at most max bans
+// and as many offence counters (0: DefaultMaxBans); now is its clock
+// (default time.Now).
+func NewMemory(max int, now func() time.Time) *Memory {
+	if max <= 0 {
+		max = DefaultMaxBans
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Memory{max: max, now: now, offences: map[id]offences{}, bans: map[id]memBan{}}
+}
+
+// Offend counts an offence and bans the key at the rule's After-th.
+func (m *Memory) Offend(_ context.Context, r *config.Ban, key string) (*Ban, error) {
+	now := m.now()
+	k := id{r.Name, key}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b, ok := m.bans[k]; ok && b.Until.After(now) {
+		return nil, nil // banned already: its requests are not served
+	}
+	o, ok := m.offences[k]
+	if !ok || !now.Before(o.end) {
+		if !ok && len(m.offences) >= m.max {
+			m.sweep(now)
+			if len(m.offences) >= m.max {
+				return nil, nil // full: counted no more until some end
+			}
+		}
+		o = offences{end: now.Add(r.Within)}
+	}
+	o.n++
+	if o.n < r.After {
+		m.offences[k] = o
+		return nil, nil
+	}
+	delete(m.offences, k)
+	strikes := 0
+	if b, ok := m.bans[k]; ok && b.forget.After(now) {
+		strikes = b.Strikes
+	} else if !ok && len(m.bans) >= m.max {
+		m.sweep(now)
+		if len(m.bans) >= m.max {
+			return nil, nil
+		}
+	}
+	d := banFor(r, strikes)
+	b := memBan{Ban: Ban{Rule: r.Name, Key: key, Kind: r.Key, Until: now.Add(d), Strikes: strikes + 1}}
+	b.forget = b.Until.Add(r.MaxBan)
+	m.bans[k] = b
+	m.version++
+	ban := b.Ban
+	return &ban, nil
+}
+
+// banFor is the length of a key's ban after strikes earlier ones.
+func banFor(r *config.Ban, strikes int) time.Duration {
+	d := r.Ban
+	for i := 0; i < strikes && d < r.MaxBan; i++ {
+		if d > r.MaxBan/time.Duration(max(r.Growth, 1)) {
+			return r.MaxBan
+		}
+		d *= time.Duration(r.Growth)
+	}
+	return min(d, r.MaxBan)
+}
+
+// sweep drops the counters whose window passed and the bans whose strikes
+// are forgotten.
+func (m *Memory) sweep(now time.Time) {
+	for k, b := range m.bans {
+		if !b.forget.After(now) {
+			delete(m.bans, k)
+		}
+	}
+	for k, o := range m.offences {
+		if !o.end.After(now) {
+			delete(m.offences, k)
+		}
+	}
+	if len(m.offences) >= m.max {
+		clear(m.offences) // a flood of keys: windows start again
+	}
+}
+
+// Bans returns the bans in force.
+func (m *Memory) Bans(context.Context) ([]Ban, string, error) {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Ban
+	for _, b := range m.bans {
+		if b.Until.After(now) {
+			out = append(out, b.Ban)
+		}
+	}
+	return out, strconv.FormatInt(m.version, 10), nil
+}
+
+// Version returns the bans' version.
+func (m *Memory) Version(context.Context) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return strconv.FormatInt(m.version, 10), nil
+}
+
+// Lift ends a ban and forgets its strikes.
+func (m *Memory) Lift(_ context.Context, rule, key string) (bool, error) {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.bans[id{rule, key}]
+	delete(m.bans, id{rule, key})
+	m.version++
+	return ok && b.Until.After(now), nil
+}

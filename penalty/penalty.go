@@ -1,0 +1,304 @@
+package penalty
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate/floodgate/config"
+)
+
+// DefaultMaxBans bounds the bans and the offence counters a backend keeps.
+const DefaultMaxBans = 100000
+
+// Ban is a key in the penalty box.
+type Ban struct {
+	// Rule names the rule that banned the key.
+	Rule string `json:"ban"`
+	// Key is what is banned: a client address (its counter key), an API
+	// key's name, a user.
+	Key string `json:"key"`
+	// Kind is the rule's key: client_ip, api_key or user.
+	Kind string `json:"kind"`
+	// Until is when the ban ends.
+	Until time.Time `json:"until"`
+	// Strikes counts the bans of the key in a row (1 for a first).
+	Strikes int `json:"strikes"`
+}
+
+// id is a ban's identity: its rule and key.
+type id struct{ rule, key string }
+
+// Backend keeps the offences and the bans.
+type Backend interface {
+	// Offend counts an offence of key against r; when it bans the key it
+	// returns the ban.
+	Offend(ctx context.Context, r *config.Ban, key string) (*Ban, error)
+	// Bans returns the bans in force, and a version that changes whenever
+	// they do.
+	Bans(ctx context.Context) ([]Ban, string, error)
+	// Version returns the bans' version.
+	Version(ctx context.Context) (string, error)
+	// Lift ends the ban of key by rule (its strikes too); false when there
+	// was none.
+	Lift(ctx context.Context, rule, key string) (bool, error)
+}
+
+// Options configure a Box.
+type Options struct {
+	// Backend keeps the bans (default: NewMemory(DefaultMaxBans)).
+	Backend Backend
+	// Registerer receives floodgate_bans_total and
+	// floodgate_banned_requests_total (default: none).
+	Registerer prometheus.Registerer
+	// Logger receives bans and errors (default: discard).
+	Logger *slog.Logger
+	// Poll is how often the bans' version is read (default 100ms; a
+	// memory backend needs none).
+	Poll time.Duration
+	// Now is the clock bans are checked at (default time.Now).
+	Now func() time.Time
+}
+
+// Box is the penalty box. It is safe for concurrent use.
+type Box struct {
+	be    Backend
+	log   *slog.Logger
+	now   func() time.Time
+	local bool // the backend is this process's memory: its bans are the view
+
+	rules atomic.Pointer[[]config.Ban]
+	view  atomic.Pointer[map[id]Ban] // the bans as last read
+	ver   atomic.Pointer[string]
+
+	mu      sync.Mutex // serialises refreshes
+	bans    *prometheus.CounterVec
+	refused *prometheus.CounterVec
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Box with rules; with a backend other than memory it polls
+// the bans' version until Close.
+func New(rules []config.Ban, o Options) (*Box, error) {
+	b := &Box{be: o.Backend, log: o.Logger, now: o.Now, done: make(chan struct{})}
+	if b.be == nil {
+		b.be = NewMemory(DefaultMaxBans, nil)
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	_, b.local = b.be.(*Memory)
+	b.SetRules(rules)
+	empty := map[id]Ban{}
+	b.view.Store(&empty)
+	b.bans = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_bans_total",
+		Help: "Keys banned by the penalty box, by rule (on the instance that banned them)."}, []string{"ban"})
+	b.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_banned_requests_total",
+		Help: "Requests refused because their key was banned, by rule."}, []string{"ban"})
+	if o.Registerer != nil {
+		for _, c := range []prometheus.Collector{b.bans, b.refused} {
+			if err := o.Registerer.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	if err := b.refresh(ctx); err != nil {
+		b.log.Warn("penalty: bans not read", "err", err)
+	}
+	if b.local {
+		close(b.done)
+		return b, nil
+	}
+	poll := o.Poll
+	if poll <= 0 {
+		poll = 100 * time.Millisecond
+	}
+	go b.poll(ctx, poll)
+	return b, nil
+}
+
+// SetRules replaces the rules (after a policy reload). Bans of rules that
+// are gone stay until they end or are lifted.
+func (b *Box) SetRules(rules []config.Ban) {
+	rs := slices.Clone(rules)
+	b.rules.Store(&rs)
+}
+
+// Rules returns the rules in force.
+func (b *Box) Rules() []config.Ban { return *b.rules.Load() }
+
+// Close stops the polling.
+func (b *Box) Close() {
+	b.cancel()
+	<-b.done
+}
+
+func (b *Box) poll(ctx context.Context, every time.Duration) {
+	defer close(b.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		v, err := b.be.Version(rctx)
+		if err == nil && (b.ver.Load() == nil || *b.ver.Load() != v) {
+			err = b.refresh(rctx)
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			b.log.Warn("penalty: bans not read", "err", err)
+		}
+	}
+}
+
+// refresh reads the bans again.
+func (b *Box) refresh(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bans, v, err := b.be.Bans(ctx)
+	if err != nil {
+		return err
+	}
+	m := make(map[id]Ban, len(bans))
+	for _, ban := range bans {
+		m[id{ban.Rule, ban.Key}] = ban
+	}
+	b.view.Store(&m)
+	b.ver.Store(&v)
+	return nil
+}
+
+// keyOf returns the key a rule bans in a request, "" when it has none.
+func keyOf(r *config.Ban, clientKey, apiKey, user string) string {
+	switch r.Key {
+	case config.BanKeyAPIKey:
+		return apiKey
+	case config.BanKeyUser:
+		return user
+	}
+	return clientKey
+}
+
+// Banned reports whether a request with this client key, API key (its
+// name, as the gateway logs it) and user is banned, by which rule and
+// until when; it counts the refusal.
+func (b *Box) Banned(clientKey, apiKey, user string) (rule string, until time.Time, banned bool) {
+	m := *b.view.Load()
+	if len(m) == 0 {
+		return "", time.Time{}, false
+	}
+	now := b.now()
+	for _, r := range *b.rules.Load() {
+		k := keyOf(&r, clientKey, apiKey, user)
+		if k == "" {
+			continue
+		}
+		if ban, ok := m[id{r.Name, k}]; ok && ban.Until.After(now) {
+			b.refused.WithLabelValues(r.Name).Inc()
+			return r.Name, ban.Until, true
+		}
+	}
+	return "", time.Time{}, false
+}
+
+// Outcome counts the answer a request got against every rule it offends:
+// refused says the gateway refused it on a limit (whatever the status its
+// refusal has), status is the answer's status.
+func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refused bool, status int) {
+	for _, r := range *b.rules.Load() {
+		if len(r.CountOn) == 0 && !refused || len(r.CountOn) > 0 && !slices.Contains(r.CountOn, status) {
+			continue
+		}
+		k := keyOf(&r, clientKey, apiKey, user)
+		if k == "" {
+			continue
+		}
+		ban, err := b.be.Offend(ctx, &r, k)
+		if err != nil {
+			b.log.Warn("penalty: offence not counted", "ban", r.Name, "err", err)
+			continue
+		}
+		if ban != nil {
+			b.bans.WithLabelValues(r.Name).Inc()
+			b.log.Info("penalty: banned", "ban", r.Name, "key", k, "until", ban.Until, "strikes", ban.Strikes)
+			b.add(*ban)
+		}
+	}
+}
+
+// add puts a ban this process made in its view at once (bans that ended
+// are left out).
+func (b *Box) add(ban Ban) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := *b.view.Load()
+	m := make(map[id]Ban, len(old)+1)
+	now := b.now()
+	for k, v := range old {
+		if v.Until.After(now) {
+			m[k] = v
+		}
+	}
+	m[id{ban.Rule, ban.Key}] = ban
+	b.view.Store(&m)
+}
+
+// List returns the bans in force, soonest end first.
+func (b *Box) List(ctx context.Context) ([]Ban, error) {
+	bans, _, err := b.be.Bans(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := b.now()
+	kinds := map[string]string{}
+	for _, r := range *b.rules.Load() {
+		kinds[r.Name] = r.Key
+	}
+	out := bans[:0]
+	for _, ban := range bans {
+		if ban.Kind == "" {
+			ban.Kind = kinds[ban.Rule]
+		}
+		if ban.Until.After(now) {
+			out = append(out, ban)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Until.Before(out[j].Until) })
+	return out, nil
+}
+
+// ErrNoBan is Lift's error for a key that is not banned by the rule.
+var ErrNoBan = errors.New("penalty: no such ban")
+
+// Lift ends a ban and forgets its strikes, on every instance.
+func (b *Box) Lift(ctx context.Context, rule, key string) error {
+	ok, err := b.be.Lift(ctx, rule, key)
+	if err != nil {
+		return err
+	}
+	if err := b.refresh(ctx); err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNoBan
+	}
+	return nil
+}
