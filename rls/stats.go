@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +42,19 @@ type StatsOptions struct {
 	// in milliseconds, as envoyproxy/ratelimit's
 	// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS does.
 	ResponseTimeMilliseconds bool
+	// Statsd, when set, also receives the statistics as
+	// envoyproxy/ratelimit sends them to statsd: the times of gRPC calls as
+	// they end, the counters (what they counted since the last flush) and
+	// gauges at every FlushStatsd. See FlushStatsd.
+	Statsd StatsdSink
+}
+
+// StatsdSink receives statistics in statsd's terms: name is the whole
+// statsd name, EXTRA_TAGS included.
+type StatsdSink interface {
+	Counter(name string, delta uint64)
+	Gauge(name string, value uint64)
+	Timer(name string, milliseconds float64)
 }
 
 // Stats counts envoyproxy/ratelimit's statistics and exposes them as its
@@ -95,6 +110,48 @@ type Stats struct {
 	globalShadow *prometheus.CounterVec
 
 	descs [2][5]*prometheus.Desc // [key2 present][stat]
+
+	// sd and what only it needs: per-name counters, of the service, of
+	// gRPC methods and of unknown domains.
+	sd      StatsdSink
+	sdTags  string // EXTRA_TAGS as gostats appends them to a name
+	svc     [svcStats]sdCounter
+	methods sync.Map // gRPC method → *sdCounter
+	sdDoms  sync.Map // unknown domain, cleaned → *sdCounter
+	sdDomN  atomic.Int64
+	flushMu sync.Mutex // serializes FlushStatsd (the counters' last values)
+	rtLast  [5]uint64  // the runtime's counters at the last flush; guarded by flushMu
+}
+
+// sdCounter is a counter sent to statsd as what it counted since the
+// last flush.
+type sdCounter struct {
+	name string // the whole statsd name
+	n    atomic.Uint64
+	last uint64 // guarded by Stats.flushMu
+}
+
+// delta returns what c counted since the previous call.
+func (c *sdCounter) delta() uint64 {
+	n := c.n.Load()
+	d := n - c.last
+	c.last = n
+	return d
+}
+
+// The service's own counters, in statsd.
+const (
+	svcLoadOK = iota
+	svcLoadErr
+	svcGlobalShadow
+	svcRedisErr
+	svcServiceErr
+	svcStats
+)
+
+var svcNames = [svcStats]string{
+	"ratelimit.service.config_load_success", "ratelimit.service.config_load_error", "ratelimit.service.global_shadow_mode",
+	"ratelimit.service.call.should_rate_limit.redis_error", "ratelimit.service.call.should_rate_limit.service_error",
 }
 
 // limitStats are the counters of one series: of every statistics name
@@ -102,6 +159,13 @@ type Stats struct {
 type limitStats struct {
 	labels []string // domain, key1[, key2]
 	c      [5]atomic.Uint64
+}
+
+// nameStats are the counters of one statistics name: its series and,
+// for statsd, its own.
+type nameStats struct {
+	series *limitStats
+	sd     *[5]sdCounter // nil without statsd
 }
 
 // notFound counts the descriptors of unknown domains of one series.
@@ -130,9 +194,13 @@ func NewStats(reg prometheus.Registerer, opts StatsOptions) (*Stats, error) {
 	if ratio < 0 || ratio > 1 {
 		return nil, errors.New("rls: stats: the near-limit ratio must be between 0 and 1")
 	}
-	s := &Stats{near: float32(ratio), maxKeys: int64(opts.MaxKeys), consts: opts.ConstLabels, millis: opts.ResponseTimeMilliseconds}
+	s := &Stats{near: float32(ratio), maxKeys: int64(opts.MaxKeys), consts: opts.ConstLabels, millis: opts.ResponseTimeMilliseconds,
+		sd: opts.Statsd, sdTags: statsdTags(opts.ConstLabels)}
 	if s.maxKeys <= 0 {
 		s.maxKeys = DefaultMaxStatKeys
+	}
+	for i := range s.svc {
+		s.svc[i].name = svcNames[i] + s.sdTags
 	}
 	const help = "Counted as envoyproxy/ratelimit counts it."
 	for i, name := range statNames {
@@ -166,8 +234,10 @@ func (s *Stats) ObserveLoad(err error) {
 	}
 	if err == nil {
 		s.loadOK.WithLabelValues().Inc()
+		s.svc[svcLoadOK].n.Add(1)
 	} else {
 		s.loadErr.WithLabelValues().Inc()
+		s.svc[svcLoadErr].n.Add(1)
 	}
 }
 
@@ -179,31 +249,51 @@ func (s *Stats) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		start := time.Now()
 		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
 		s.requests.WithLabelValues(method).Inc()
+		if s.sd != nil {
+			s.method(method).n.Add(1)
+		}
 		resp, err := handler(ctx, req)
-		d := time.Since(start).Seconds()
+		el := time.Since(start)
+		d := el.Seconds()
 		if s.millis {
 			d *= 1000
 		}
 		s.responseTime.WithLabelValues(method).Observe(d)
+		if s.sd != nil {
+			// As envoyproxy/ratelimit: whole milliseconds, sent at once.
+			s.sd.Timer("ratelimit_server."+method+".response_time"+s.sdTags, float64(el.Milliseconds()))
+		}
 		return resp, err
 	}
+}
+
+// method returns the statsd counter of a gRPC method's calls.
+func (s *Stats) method(m string) *sdCounter {
+	if c, ok := s.methods.Load(m); ok {
+		return c.(*sdCounter)
+	}
+	c, _ := s.methods.LoadOrStore(m, &sdCounter{name: "ratelimit_server." + m + ".total_requests" + s.sdTags})
+	return c.(*sdCounter)
 }
 
 func (s *Stats) serviceError() {
 	if s != nil {
 		s.errors.WithLabelValues("service_error").Inc()
+		s.svc[svcServiceErr].n.Add(1)
 	}
 }
 
 func (s *Stats) storeError() {
 	if s != nil {
 		s.errors.WithLabelValues("redis_error").Inc()
+		s.svc[svcRedisErr].n.Add(1)
 	}
 }
 
 func (s *Stats) globalShadowed() {
 	if s != nil {
 		s.globalShadow.WithLabelValues().Inc()
+		s.svc[svcGlobalShadow].n.Add(1)
 	}
 }
 
@@ -228,6 +318,27 @@ func (s *Stats) domainNotFound(domain string, n int) {
 		}
 	}
 	c.(*notFound).n.Add(uint64(n))
+	if s.sd != nil {
+		s.sdDomain(domain).n.Add(uint64(n))
+	}
+}
+
+// sdDomain returns the statsd counter of an unknown domain's descriptors:
+// one per domain name (as cleaned for statistics) up to the bound, then
+// _other's.
+func (s *Stats) sdDomain(domain string) *sdCounter {
+	name := sanitizeStat(domain)
+	if c, ok := s.sdDoms.Load(name); ok {
+		return c.(*sdCounter)
+	}
+	if s.sdDomN.Load() >= s.maxKeys {
+		name = FoldedKey
+	}
+	c, loaded := s.sdDoms.LoadOrStore(name, &sdCounter{name: "ratelimit.service.rate_limit." + name + ".domain_not_found" + s.sdTags})
+	if !loaded && name != FoldedKey {
+		s.sdDomN.Add(1)
+	}
+	return c.(*sdCounter)
 }
 
 // count adds one descriptor's hits to the statistics named key: hits of a
@@ -237,28 +348,34 @@ func (s *Stats) domainNotFound(domain string, n int) {
 // that crosses the limit are split: those past the limit are over_limit,
 // those between the near-limit threshold and the limit near_limit.
 func (s *Stats) count(key string, static bool, hits, before, after, threshold int64, over, shadow bool) {
-	ls := s.limit(key, static)
+	ls, sd := s.limit(key, static)
+	add := func(stat int, n int64) {
+		ls.c[stat].Add(uint64(n))
+		if sd != nil {
+			sd[stat].n.Add(uint64(n))
+		}
+	}
 	near := int64(math.Floor(float64(float32(threshold) * s.near)))
-	ls.c[statTotal].Add(uint64(hits))
+	add(statTotal, hits)
 	if over {
 		overHits := hits
 		if before < threshold {
 			overHits = after - threshold
-			ls.c[statNear].Add(uint64(threshold - max(near, before)))
+			add(statNear, threshold-max(near, before))
 		}
-		ls.c[statOver].Add(uint64(overHits))
+		add(statOver, overHits)
 		if shadow {
-			ls.c[statShadow].Add(uint64(overHits))
+			add(statShadow, overHits)
 		}
 		return
 	}
-	ls.c[statWithin].Add(uint64(hits))
+	add(statWithin, hits)
 	if after > near {
 		nearHits := hits
 		if before < near {
 			nearHits = after - near
 		}
-		ls.c[statNear].Add(uint64(nearHits))
+		add(statNear, nearHits)
 	}
 }
 
@@ -266,20 +383,94 @@ func (s *Stats) count(key string, static bool, hits, before, after, threshold in
 // the series of its labels, shared by every name that has them, or, for a
 // name from requests whose series would pass the bound, its domain's
 // FoldedKey. A name is remembered (so that the next count is one lookup)
-// while the names from requests are within the bound.
-func (s *Stats) limit(key string, static bool) *limitStats {
+// while the names from requests are within the bound. With statsd, it
+// also returns the name's own counters; a name past the bound counts in
+// its domain's DOMAIN._other.
+func (s *Stats) limit(key string, static bool) (*limitStats, *[5]sdCounter) {
 	if v, ok := s.keys.Load(key); ok {
-		return v.(*limitStats)
+		ns := v.(*nameStats)
+		return ns.series, ns.sd
 	}
-	ls := s.seriesOf(statLabels(key), static)
+	labels := statLabels(key)
+	ls := s.seriesOf(labels, static)
 	if !static && s.dynamic.Load() >= s.maxKeys {
-		return ls
+		if s.sd == nil {
+			return ls, nil
+		}
+		// The folded name's own counters, made once as a name of the
+		// configuration would be; the series stays the one found above.
+		folded := labels[0] + "." + FoldedKey
+		v, ok := s.keys.Load(folded)
+		if !ok {
+			fs := s.seriesOf([]string{labels[0], FoldedKey}, true)
+			v, _ = s.keys.LoadOrStore(folded, s.newNameStats(folded, fs))
+		}
+		return ls, v.(*nameStats).sd
 	}
-	v, loaded := s.keys.LoadOrStore(key, ls)
+	v, loaded := s.keys.LoadOrStore(key, s.newNameStats(key, ls))
 	if !loaded && !static {
 		s.dynamic.Add(1)
 	}
-	return v.(*limitStats)
+	ns := v.(*nameStats)
+	return ns.series, ns.sd
+}
+
+// newNameStats makes the counters of the statistics named key, of series
+// ls.
+func (s *Stats) newNameStats(key string, ls *limitStats) *nameStats {
+	ns := &nameStats{series: ls}
+	if s.sd != nil {
+		ns.sd = new([5]sdCounter)
+		prefix := "ratelimit.service.rate_limit." + sanitizeStat(key) + "."
+		for i := range ns.sd {
+			ns.sd[i].name = prefix + statNames[i] + s.sdTags
+		}
+	}
+	return ns
+}
+
+// FlushStatsd sends the statistics to StatsOptions.Statsd as
+// envoyproxy/ratelimit's statsd sink does at each of its flushes (every
+// STATS_FLUSH_INTERVAL): every counter that counted since the previous
+// flush, as what it counted then, and the Go runtime's gauges (and
+// counters, as their growth) under ratelimit.go. Names are
+// envoyproxy/ratelimit's, each followed by EXTRA_TAGS as ".__key=value"
+// in the order of the keys:
+//
+//	ratelimit.service.rate_limit.DOMAIN.KEY[_VALUE][.KEY[_VALUE]...].STAT  total_hits, over_limit, near_limit, within_limit, shadow_mode
+//	ratelimit.service.rate_limit.DOMAIN.domain_not_found
+//	ratelimit.service.config_load_success, ratelimit.service.config_load_error, ratelimit.service.global_shadow_mode
+//	ratelimit.service.call.should_rate_limit.redis_error, ...service_error
+//	ratelimit_server.METHOD.total_requests                               (and, sent as each call ends, ratelimit_server.METHOD.response_time in ms)
+//
+// FlushStatsd does nothing without a sink.
+func (s *Stats) FlushStatsd() {
+	if s == nil || s.sd == nil {
+		return
+	}
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	send := func(c *sdCounter) {
+		if d := c.delta(); d != 0 {
+			s.sd.Counter(c.name, d)
+		}
+	}
+	s.keys.Range(func(_, v any) bool {
+		for i := range v.(*nameStats).sd {
+			send(&v.(*nameStats).sd[i])
+		}
+		return true
+	})
+	for i := range s.svc {
+		send(&s.svc[i])
+	}
+	for _, m := range []*sync.Map{&s.methods, &s.sdDoms} {
+		m.Range(func(_, v any) bool {
+			send(v.(*sdCounter))
+			return true
+		})
+	}
+	s.flushRuntime()
 }
 
 // seriesOf returns the series of labels, made on first use; a series from
@@ -395,6 +586,58 @@ func escapeMetricName(s string) string {
 			b.WriteByte('_')
 		}
 		prev = c
+	}
+	return b.String()
+}
+
+// flushRuntime sends the Go runtime's statistics as gostats' runtime
+// statistics, which envoyproxy/ratelimit sends under ratelimit.go: the
+// gauges every time, the counters as their growth since the last flush
+// when they grew. (gostats sends its gauge sys as 0 and never its counter
+// lookups; so does this.)
+func (s *Stats) flushRuntime() {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	for i, c := range [5]struct {
+		name string
+		v    uint64
+	}{{"totalAlloc", m.TotalAlloc}, {"mallocs", m.Mallocs}, {"frees", m.Frees}, {"pauseTotalNs", m.PauseTotalNs}, {"numGC", uint64(m.NumGC)}} {
+		if d := c.v - s.rtLast[i]; d != 0 {
+			s.sd.Counter("ratelimit.go."+c.name+s.sdTags, d)
+		}
+		s.rtLast[i] = c.v
+	}
+	for _, g := range []struct {
+		name string
+		v    uint64
+	}{
+		{"alloc", m.Alloc}, {"sys", 0}, {"heapAlloc", m.HeapAlloc}, {"heapSys", m.HeapSys}, {"heapIdle", m.HeapIdle},
+		{"heapInuse", m.HeapInuse}, {"heapReleased", m.HeapReleased}, {"heapObjects", m.HeapObjects},
+		{"nextGC", m.NextGC}, {"lastGC", m.LastGC}, {"gcCPUPercent", uint64(m.GCCPUFraction * 100)},
+		{"numGoroutine", uint64(runtime.NumGoroutine())},
+	} {
+		s.sd.Gauge("ratelimit.go."+g.name+s.sdTags, g.v)
+	}
+}
+
+// statsdTags is how gostats appends tags to a statsd name: ".__key=value"
+// for each tag, in the order of the keys, the characters '.', ':' and '|'
+// of a value made '_'; a tag with an empty key or value is left out.
+func statsdTags(tags map[string]string) string {
+	keys := make([]string, 0, len(tags))
+	for k, v := range tags {
+		if k != "" && v != "" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	clean := strings.NewReplacer(".", "_", ":", "_", "|", "_")
+	for _, k := range keys {
+		b.WriteString(".__")
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(clean.Replace(tags[k]))
 	}
 	return b.String()
 }

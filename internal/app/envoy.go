@@ -53,6 +53,7 @@ type rlsEnv struct {
 	promMillis         bool
 	extraTags          map[string]string
 	disableStats       bool
+	statsd             *Statsd
 }
 
 // redisEnv is one Redis deployment's settings.
@@ -179,7 +180,6 @@ var noEffect = map[string]string{
 	"REDIS_STARTUP_INITIAL_INTERVAL":               "the store connects in the background and reconnects by itself",
 	"REDIS_STARTUP_MAX_INTERVAL":                   "the store connects in the background and reconnects by itself",
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "the store connects in the background and reconnects by itself",
-	"STATS_FLUSH_INTERVAL":                         "the statistics are read live at every scrape",
 }
 
 // unsupported lists envoyproxy/ratelimit's variables (or prefixes, ending
@@ -190,8 +190,6 @@ var unsupported = map[string]string{
 	"USE_DOG_STATSD":                          "no DogStatsD; the statistics are served for Prometheus",
 	"USE_DOG_STATSD_MOGRIFIERS":               "no DogStatsD; the statistics are served for Prometheus",
 	"DOG_STATSD_MOGRIFIER":                    "no DogStatsD; the statistics are served for Prometheus",
-	"STATSD_HOST":                             "no statsd; the statistics are served for Prometheus",
-	"STATSD_PORT":                             "no statsd; the statistics are served for Prometheus",
 	"PROMETHEUS_MAPPER_YAML":                  "the statistics follow envoyproxy/ratelimit's default mapping only",
 	"MEMCACHE_":                               "no Memcache backend",
 	"CONFIG_GRPC_XDS_":                        "no xDS configuration; descriptor files only",
@@ -310,6 +308,20 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	e.promMillis = r.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)
 	e.extraTags = r.tags("EXTRA_TAGS")
 	e.disableStats = r.bool("DISABLE_STATS", false)
+	sd := &Statsd{Network: strings.ToLower(r.str("STATSD_PROTOCOL", "tcp")),
+		Addr:     net.JoinHostPort(r.str("STATSD_HOST", "localhost"), strconv.Itoa(r.int("STATSD_PORT", 8125))),
+		Interval: r.dur("STATS_FLUSH_INTERVAL", 10*time.Second)}
+	// As there, one sink: statsd unless the statistics are off or go to
+	// Prometheus (envoyproxy/ratelimit refuses to start with both).
+	if r.bool("USE_STATSD", true) && !e.disableStats && !e.usePrometheus {
+		e.statsd = sd
+	}
+	if sd.Network != "tcp" && sd.Network != "udp" && r.err == nil {
+		r.err = fmt.Errorf("rls: STATSD_PROTOCOL=%q: want tcp or udp", sd.Network)
+	}
+	if sd.Interval <= 0 && r.err == nil {
+		r.err = fmt.Errorf("rls: STATS_FLUSH_INTERVAL=%v: want a positive duration", sd.Interval)
+	}
 	if r.err != nil {
 		return nil, nil, r.err
 	}
@@ -340,14 +352,6 @@ func rlsNotes(r *envReader, e *rlsEnv, environ []string) []EnvoyNote {
 				break
 			}
 		}
-	}
-	useStatsd := true
-	if v, ok := r.lookup("USE_STATSD"); ok && v != "" {
-		useStatsd, _ = strconv.ParseBool(v)
-	}
-	if useStatsd && !e.usePrometheus && !e.disableStats {
-		notes = append(notes, EnvoyNote{Name: "USE_STATSD", Unsupported: true,
-			Msg: "no statsd; the statistics are served for Prometheus on the debug port's /metrics (or set USE_PROMETHEUS=true)"})
 	}
 	sort.Slice(notes, func(i, j int) bool { return notes[i].Name < notes[j].Name })
 	return notes
@@ -396,6 +400,7 @@ func (e *rlsEnv) settings() (*Settings, error) {
 	}
 	if !e.disableStats {
 		r.Stats = &rls.StatsOptions{NearLimitRatio: e.nearRatio, ConstLabels: e.extraTags, ResponseTimeMilliseconds: e.promMillis}
+		r.Statsd = e.statsd
 	}
 	if e.usePrometheus {
 		r.PromAddr, r.PromPath = e.promAddr, e.promPath
