@@ -61,6 +61,11 @@ type Options struct {
 	MaxOverrides int
 }
 
+// ErrNoConfig is the answer of a Service whose configuration is the
+// stand-in LoadOrWait returns: envoyproxy/ratelimit's error before its
+// first configuration loads, with its gRPC code, Unknown.
+var ErrNoConfig = status.Error(codes.Unknown, "no rate limit configuration loaded")
+
 // PeerHeaders names envoyproxy/ratelimit's response headers: the limit,
 // the remaining count and the seconds until the window resets of the
 // descriptor closest to its limit (or of the last one over it).
@@ -157,9 +162,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	// The hits go to the engine (an interface), so they live on the heap:
 	// they come from a pool, with the engine's Result.
+	cfg := s.cfg.Load()
+	if cfg.none {
+		s.opts.Stats.serviceError()
+		return nil, ErrNoConfig
+	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	cfg := s.cfg.Load()
 	dom := cfg.domains[req.GetDomain()]
 	compat := dom != nil && dom.compat
 	app, err := s.match(req, dom, compat, sc)

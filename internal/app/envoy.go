@@ -385,7 +385,7 @@ func ReadEnvoy(lookup func(string) (string, bool), environ []string) (*Envoy, er
 // settings are the process settings e describes.
 func (e *rlsEnv) settings() (*Settings, error) {
 	set := &Settings{Engine: Engine{Timeout: e.storeTimeout}}
-	r := &RLS{Addr: e.grpcAddr, Load: e.load, ForceStart: e.forceStart, Service: e.service,
+	r := &RLS{Addr: e.grpcAddr, Load: e.load, ForceStart: e.forceStart, WaitForConfig: true, Service: e.service,
 		MaxConnectionAge: e.maxConnAge, MaxConnectionAgeGrace: e.maxConnAgeGrace, HealthyWithConfig: e.healthyWithConfig,
 		HTTPAddr: e.httpAddr, DebugAddr: e.debugAddr}
 	if e.grpcUDS != "" {

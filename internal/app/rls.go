@@ -60,11 +60,17 @@ func (r *root) startRLS(stdout io.Writer) error {
 	var cfg *rls.Config
 	if len(set.Paths) > 0 {
 		var err error
-		cfg, err = rls.Load(set.Paths, set.Load)
+		if set.WaitForConfig {
+			cfg, err = rls.LoadOrWait(set.Paths, set.Load)
+		} else {
+			cfg, err = rls.Load(set.Paths, set.Load)
+		}
 		s.stats.ObserveLoad(err)
 		switch {
 		case err == nil:
 			s.loaded(cfg)
+		case set.WaitForConfig:
+			r.log.Error("rls: configuration not loaded; every request is answered with an error until one loads", "err", err)
 		case !set.ForceStart:
 			return fmt.Errorf("%s: %w", r.name, err)
 		default:

@@ -61,6 +61,10 @@ type RLS struct {
 	// ForceStart starts without a configuration when the files do not
 	// load (FORCE_START_WITHOUT_INITIAL_CONFIG).
 	ForceStart bool
+	// WaitForConfig starts when the files do not load, as
+	// envoyproxy/ratelimit does, answering every request with an error
+	// (rls.ErrNoConfig) until a version that loads arrives.
+	WaitForConfig bool
 	Service    rls.Options
 	// Stats are envoyproxy/ratelimit's statistics, nil for none.
 	Stats *rls.StatsOptions
