@@ -65,7 +65,7 @@ type RLS struct {
 	// envoyproxy/ratelimit does, answering every request with an error
 	// (rls.ErrNoConfig) until a version that loads arrives.
 	WaitForConfig bool
-	Service    rls.Options
+	Service       rls.Options
 	// Stats are envoyproxy/ratelimit's statistics, nil for none.
 	Stats *rls.StatsOptions
 	// Statsd, when set, also sends the statistics to a statsd server.
