@@ -259,7 +259,9 @@ func (s *Service) match(req *rlsv3.RateLimitRequest, dom *domain, compat bool, s
 				return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: limit override: %v", i, err)
 			}
 			a.rl = rl
-			a.quota = !compat && base != nil && (base.quotaMode || s.opts.QuotaMode)
+			// In compatibility mode, as there, a limit given in the
+			// request is in quota mode only by the global QUOTA_MODE.
+			a.quota = (!compat && base != nil && (base.quotaMode || s.opts.QuotaMode)) || (compat && s.opts.QuotaMode)
 			a.key = counterKey(domainName, ents, nil)
 			if stats {
 				a.stat = pathKey(domainName, ents)
