@@ -25,6 +25,9 @@ type ReloaderOptions struct {
 	Path string
 	// Interval is how often Run looks for a changed file (default 1s).
 	Interval time.Duration
+	// NoWake keeps Run to those looks: the file system's events do not
+	// wake it (see package internal/watch).
+	NoWake bool
 	// Logger receives reloads and rejected files (default: discard).
 	Logger *slog.Logger
 	// OnReload, if set, is called with each newly applied policy.
@@ -201,6 +204,7 @@ func stamp(path string, data []byte, p *Policy) [sha256.Size]byte {
 func (r *Reloader) Run(ctx context.Context) {
 	watch.Run(ctx, watch.Options{
 		Interval: r.o.Interval,
+		NoWake:   r.o.NoWake,
 		Files:    func() ([]string, error) { return deps(r.o.Path, r.cur.Load()), nil },
 		Current:  r.cur.Load().hash,
 		Apply: func(v *watch.Version) {

@@ -22,6 +22,9 @@ type WatchOptions struct {
 	// OnReload, when set, is called after every attempt to load changed
 	// files, with nil on success.
 	OnReload func(err error)
+	// NoWake is passed to package internal/watch: the looks are the
+	// regular ones only.
+	NoWake bool
 }
 
 // Watch follows paths (as given to Load) until ctx ends, by the rules of
@@ -48,6 +51,7 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 	}
 	watch.Run(ctx, watch.Options{
 		Interval: opts.Interval,
+		NoWake:   opts.NoWake,
 		Files: func() ([]string, error) {
 			files, errs := configFiles(paths, opts.Load)
 			if len(errs) > 0 {

@@ -117,11 +117,11 @@ type Options struct {
 	// not closed it holds new versions back (default DefaultHoldOpen);
 	// past it, the stability rule applies what the file holds.
 	HoldOpen time.Duration
-
-	// noWake keeps Run to its regular looks: for the tests of the rules,
-	// whose fake clock cannot advance while a goroutine waits on the
-	// file system.
-	noWake bool
+	// NoWake keeps Run to its regular looks: the file system's events do
+	// not wake it (it then holds one inotify instance rather than two). A
+	// test on testing/synctest's clock needs it: the clock cannot advance
+	// while a goroutine waits on the file system.
+	NoWake bool
 }
 
 // look is what one look at the files saw.
@@ -185,7 +185,7 @@ func Run(ctx context.Context, o Options) {
 			defer n.close()
 			// Wake-ups help only where the event rule can apply a
 			// version: with the notifier's events.
-			if !o.noWake {
+			if !o.NoWake {
 				if k = newWaker(); k != nil {
 					defer k.close()
 				}
