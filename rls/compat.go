@@ -34,6 +34,14 @@ func (s *Service) decideCompat(ctx context.Context, req *rlsv3.RateLimitRequest,
 		hits = append(hits, limiter.Hit{Rule: a.rl.count, Key: a.key, Cost: max(a.cost, 1), Check: a.cost == 0})
 	}
 	sc.hits = hits
+	if s.opts.PeerCounter != nil && len(hits) > 0 {
+		err := s.countPeer(ctx, app, sc)
+		if err == nil {
+			return s.answerCompat(app), nil
+		}
+		// The engine decides instead, by the limits' failure policies.
+		s.log.Warn("rls: envoyproxy/ratelimit's counters", "domain", req.GetDomain(), "err", err)
+	}
 	res := &sc.res
 	if len(hits) > 0 {
 		*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}

@@ -43,6 +43,7 @@ type rlsEnv struct {
 	redis        redisEnv
 	perSecond    *redisEnv // REDIS_PERSECOND: a second Redis for per-second limits
 	prefix       string
+	jitter       int64 // EXPIRATION_JITTER_MAX_SECONDS
 
 	service           rls.Options
 	nearRatio         float64
@@ -166,7 +167,6 @@ func (r *envReader) tags(name string) map[string]string {
 // here, and why.
 var noEffect = map[string]string{
 	"LOCAL_CACHE_SIZE_IN_BYTES":                    "answers are the same without envoyproxy/ratelimit's over-limit cache",
-	"EXPIRATION_JITTER_MAX_SECONDS":                "Floodgate's store sets the expiry of its keys itself",
 	"REDIS_POOL_SIZE":                              "requests share pipelined connections",
 	"REDIS_PERSECOND_POOL_SIZE":                    "requests share pipelined connections",
 	"REDIS_PIPELINE_LIMIT":                         "deprecated: without effect in envoyproxy/ratelimit too",
@@ -280,6 +280,7 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 		e.perSecond = &ps
 	}
 	e.prefix = r.str("CACHE_KEY_PREFIX", "")
+	e.jitter = int64(r.int("EXPIRATION_JITTER_MAX_SECONDS", 300))
 	e.storeTimeout = r.dur("FLOODGATE_STORE_TIMEOUT", 0)
 
 	e.nearRatio = r.float("NEAR_LIMIT_RATIO", 0.8)
@@ -410,6 +411,7 @@ func (e *rlsEnv) settings() (*Settings, error) {
 		set.Store = Store{URL: "memory"}
 		return set, nil
 	}
+	r.PeerKeys = &rls.PeerKeyOptions{Prefix: e.prefix, Jitter: e.jitter}
 	var err error
 	if set.Store, err = redisStore(&e.redis, e.prefix); err != nil {
 		return nil, err

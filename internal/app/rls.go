@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/floodgate/floodgate/internal/statsd"
+	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/rls"
 )
 
@@ -81,6 +82,15 @@ func (r *root) startRLS(stdout io.Writer) error {
 	}
 	opts := set.Service
 	opts.Logger, opts.Stats = r.log, s.stats
+	if set.PeerKeys != nil {
+		timeout := r.set.Engine.Timeout
+		if timeout <= 0 {
+			timeout = limiter.DefaultTimeout
+		}
+		if pc := newPeerCounter(r.stores, timeout); pc != nil {
+			opts.PeerCounter, opts.PeerKeys = pc, *set.PeerKeys
+		}
+	}
 	s.svc = rls.New(r.engine, cfg, opts)
 
 	so := rls.ServerOptions{MaxConnectionAge: set.MaxConnectionAge, MaxConnectionAgeGrace: set.MaxConnectionAgeGrace,

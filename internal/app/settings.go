@@ -61,6 +61,10 @@ type RLS struct {
 	// ForceStart starts without a configuration when the files do not
 	// load (FORCE_START_WITHOUT_INITIAL_CONFIG).
 	ForceStart bool
+	// PeerKeys, when set and the store is Redis, keeps the counters of
+	// domains in compatibility mode under envoyproxy/ratelimit's keys, with
+	// its expiry (rls.PeerCounter).
+	PeerKeys *rls.PeerKeyOptions
 	// WaitForConfig starts when the files do not load, as
 	// envoyproxy/ratelimit does, answering every request with an error
 	// (rls.ErrNoConfig) until a version that loads arrives.
