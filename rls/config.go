@@ -424,7 +424,7 @@ func build(v *watch.Version, opts LoadOptions) (*Config, error) {
 	c := &Config{domains: map[string]*domain{}, version: v.Hash}
 	var errs, warns yamlfile.Errors
 	for _, f := range v.Files {
-		spec, d, problems, w := parseFile(f.Path, f.Data)
+		spec, d, problems, w := parseFile(f.Path, f.Data, opts.Compat)
 		warns = append(warns, w...)
 		if problems != nil {
 			errs = append(errs, problems...)

@@ -235,7 +235,9 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	root := r.str("RUNTIME_ROOT", "/srv/runtime_data/current")
 	sub := r.str("RUNTIME_SUBDIRECTORY", "")
 	app := r.str("RUNTIME_APPDIRECTORY", "config")
-	_ = r.bool("RUNTIME_WATCH_ROOT", true) // both ways are followed by polling
+	// Both kinds of update RUNTIME_WATCH_ROOT chooses between are followed
+	// either way (package internal/watch); it is read for its value's sake.
+	_ = r.bool("RUNTIME_WATCH_ROOT", true)
 	if sub != "" && app != "" {
 		e.configDir = filepath.Join(root, sub, app)
 	}
