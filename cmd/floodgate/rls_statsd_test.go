@@ -172,4 +172,57 @@ descriptors:
 	if strings.Contains(p.stderr.String(), "USE_STATSD") {
 		t.Errorf("a note about USE_STATSD:\n%s", p.stderr.String())
 	}
+
+	// With EXTRA_TAGS, /metrics has envoyproxy/ratelimit's series, named as
+	// its exporter names them, and no other ratelimit_ series.
+	_, body := httpGet(t, p.debug+"/metrics")
+	have := map[string]bool{}
+	for _, l := range strings.Split(body, "\n") {
+		have[l] = true
+	}
+	for _, l := range strings.Split(strings.TrimSpace(statsdPeerPrometheus), "\n") {
+		if !have[l] {
+			t.Errorf("/metrics lacks %s", l)
+		}
+	}
+	for _, l := range []string{
+		"# TYPE ratelimit_server_ShouldRateLimit_response_time___env_pro_d___zone_a summary",
+		"ratelimit_server_ShouldRateLimit_response_time___env_pro_d___zone_a_count 10",
+		"# TYPE ratelimit_go_numGoroutine___env_pro_d___zone_a gauge",
+		"# TYPE ratelimit_go_mallocs___env_pro_d___zone_a counter",
+	} {
+		if !have[l] {
+			t.Errorf("/metrics lacks %s", l)
+		}
+	}
+	for l := range have {
+		if strings.HasPrefix(l, "ratelimit_") && !strings.Contains(l, "___env_pro_d___zone_a") {
+			t.Errorf("/metrics has %s, which envoyproxy/ratelimit's exporter does not", l)
+		}
+	}
 }
+
+// statsdPeerPrometheus are the series envoyproxy/ratelimit's Prometheus
+// exporter (USE_PROMETHEUS=true) gave for the requests of
+// TestRLSCommandSendsStatsdAsEnvoyproxyRatelimit with
+// EXTRA_TAGS=env:pro.d,zone:a: none of its statistics matches its mapping
+// then, so each is a series named after the whole statsd name. Besides,
+// ratelimit_server_ShouldRateLimit_response_time___env_pro_d___zone_a was
+// a summary of 10 calls, and the Go runtime's ratelimit_go_*___env_pro_d___zone_a
+// were there.
+var statsdPeerPrometheus = `
+ratelimit_server_ShouldRateLimit_total_requests___env_pro_d___zone_a 10
+ratelimit_service_config_load_success___env_pro_d___zone_a 1
+ratelimit_service_rate_limit_nope_domain_not_found___env_pro_d___zone_a 2
+ratelimit_service_rate_limit_test_key1_near_limit___env_pro_d___zone_a 1
+ratelimit_service_rate_limit_test_key1_over_limit___env_pro_d___zone_a 2
+ratelimit_service_rate_limit_test_key1_total_hits___env_pro_d___zone_a 5
+ratelimit_service_rate_limit_test_key1_within_limit___env_pro_d___zone_a 3
+ratelimit_service_rate_limit_test_key2_v_total_hits___env_pro_d___zone_a 4
+ratelimit_service_rate_limit_test_key2_v_within_limit___env_pro_d___zone_a 4
+ratelimit_service_rate_limit_test_shadow_near_limit___env_pro_d___zone_a 1
+ratelimit_service_rate_limit_test_shadow_over_limit___env_pro_d___zone_a 1
+ratelimit_service_rate_limit_test_shadow_shadow_mode___env_pro_d___zone_a 1
+ratelimit_service_rate_limit_test_shadow_total_hits___env_pro_d___zone_a 2
+ratelimit_service_rate_limit_test_shadow_within_limit___env_pro_d___zone_a 1
+`

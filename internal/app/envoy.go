@@ -402,7 +402,8 @@ func (e *rlsEnv) settings() (*Settings, error) {
 		r.Paths = []string{e.configDir}
 	}
 	if !e.disableStats {
-		r.Stats = &rls.StatsOptions{NearLimitRatio: e.nearRatio, ConstLabels: e.extraTags, ResponseTimeMilliseconds: e.promMillis}
+		r.Stats = &rls.StatsOptions{NearLimitRatio: e.nearRatio, ConstLabels: e.extraTags, ResponseTimeMilliseconds: e.promMillis,
+			PeerNames: e.load.Compat && len(statsdTagsOf(e.extraTags)) > 0}
 		r.Statsd = e.statsd
 	}
 	if e.usePrometheus {
@@ -531,4 +532,16 @@ func redisTLS(re *redisEnv) (*tls.Config, error) {
 		}
 	}
 	return tc, nil
+}
+
+// statsdTagsOf are the EXTRA_TAGS gostats appends to names: those with a
+// key and a value.
+func statsdTagsOf(tags map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range tags {
+		if k != "" && v != "" {
+			out[k] = v
+		}
+	}
+	return out
 }
