@@ -197,8 +197,9 @@ func stamp(path string, data []byte, p *Policy) [sha256.Size]byte {
 // Run follows the file until ctx ends, by the rules of package
 // internal/watch: every Interval it reads the file and the key files the
 // running policy names, and applies a new valid version or rejects a new
-// invalid one, once: at the next look when a writer closed a file or one
-// was renamed into place (on Linux), else once two consecutive looks saw
+// invalid one, once: within milliseconds when a writer closed a file or
+// one was renamed into place (on Linux, the events wake a look), else once
+// two consecutive looks saw
 // the same bytes, sizes and times; never while a file is being written.
 // Reload, for SIGHUP, does not wait.
 func (r *Reloader) Run(ctx context.Context) {

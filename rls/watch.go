@@ -30,10 +30,10 @@ type WatchOptions struct {
 // Watch follows paths (as given to Load) until ctx ends, by the rules of
 // package internal/watch: every interval it lists and reads the files, and
 // loads a version that differs from the running one and hands it to svc
-// at the next look after a writer closed a file or one was renamed into
-// place (inotify, on Linux), else once two consecutive looks saw the same
-// files with the same sizes, modification times and contents; never while
-// a file is being written. That also follows the symbolic-link swaps with
+// within milliseconds after a writer closed a file or one was renamed into
+// place (inotify, on Linux: the events wake a look), else once two
+// consecutive looks saw the same files with the same sizes, modification
+// times and contents; never while a file is being written. That also follows the symbolic-link swaps with
 // which Kubernetes updates mounted ConfigMaps, the way
 // envoyproxy/ratelimit deployments usually ship their files. A configuration that does not load
 // is logged once and the running one stays. Counters of limits that did
