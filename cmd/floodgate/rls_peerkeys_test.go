@@ -104,3 +104,34 @@ func TestRLSCommandSharesEnvoyproxyRatelimitCounters(t *testing.T) {
 		})
 	}
 }
+
+// TestRLSCommandPeerKeysPerSecond: with REDIS_PERSECOND, the counters of
+// per-second limits are kept on the second Redis, as there, and the
+// others on the first.
+func TestRLSCommandPeerKeysPerSecond(t *testing.T) {
+	main, second := redistest.Start(t), redistest.Start(t)
+	dir := t.TempDir()
+	writeRuntime(t, dir, map[string]string{"shop.yaml": "domain: shop\ndescriptors:\n  - key: fast\n    rate_limit: {unit: second, requests_per_unit: 5}\n  - key: slow\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"})
+	p := startRLS(t, rlsEnvFor(dir, map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": main.Addr, "FLOODGATE_COMPAT": "true",
+		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": second.Addr}))
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "fast", Value: "f"}}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "slow", Value: "s"}}}}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 4 || resp.Statuses[1].LimitRemaining != 4 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	hour := time.Now().Unix() / 3600 * 3600
+	if k, _ := main.Do("KEYS", "*"); k != fmt.Sprintf("shop_slow_s_%d", hour) && k != fmt.Sprintf("shop_slow_s_%d", hour-3600) {
+		t.Errorf("main Redis holds %q", k)
+	}
+	if k, _ := second.Do("KEYS", "*"); len(k) < len("shop_fast_f_") || k[:len("shop_fast_f_")] != "shop_fast_f_" {
+		t.Errorf("per-second Redis holds %q", k)
+	}
+}
