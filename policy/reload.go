@@ -25,6 +25,9 @@ type ReloaderOptions struct {
 	Path string
 	// Interval is how often Run looks for a changed file (default 1s).
 	Interval time.Duration
+	// NoWake keeps Run to those looks: the file system's events do not
+	// wake it (see package internal/watch).
+	NoWake bool
 	// Logger receives reloads and rejected files (default: discard).
 	Logger *slog.Logger
 	// OnReload, if set, is called with each newly applied policy.
@@ -194,13 +197,15 @@ func stamp(path string, data []byte, p *Policy) [sha256.Size]byte {
 // Run follows the file until ctx ends, by the rules of package
 // internal/watch: every Interval it reads the file and the key files the
 // running policy names, and applies a new valid version or rejects a new
-// invalid one, once: at the next look when a writer closed a file or one
-// was renamed into place (on Linux), else once two consecutive looks saw
+// invalid one, once: within milliseconds when a writer closed a file or
+// one was renamed into place (on Linux, the events wake a look), else once
+// two consecutive looks saw
 // the same bytes, sizes and times; never while a file is being written.
 // Reload, for SIGHUP, does not wait.
 func (r *Reloader) Run(ctx context.Context) {
 	watch.Run(ctx, watch.Options{
 		Interval: r.o.Interval,
+		NoWake:   r.o.NoWake,
 		Files:    func() ([]string, error) { return deps(r.o.Path, r.cur.Load()), nil },
 		Current:  r.cur.Load().hash,
 		Apply: func(v *watch.Version) {

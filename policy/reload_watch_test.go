@@ -33,7 +33,7 @@ func TestRunNeverAppliesAHalfWrittenFile(t *testing.T) {
 		writeFile(t, path, "limits:\n  - {name: a, rate: 100, key: global}\n")
 		applied := make(chan *Policy, 8)
 		var logs syncBuffer
-		rl, err := NewReloader(ReloaderOptions{Path: path, Interval: time.Second,
+		rl, err := NewReloader(ReloaderOptions{Path: path, Interval: time.Second, NoWake: true,
 			Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 			OnReload: func(p *Policy) { applied <- p }})
 		if err != nil {
@@ -86,7 +86,7 @@ func TestRunAppliesARenamedFileAtTheNextStableLook(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "floodgate.yaml")
 		writeFile(t, path, "limits:\n  - {name: a, rate: 100, key: global}\n")
 		applied := make(chan *Policy, 8)
-		rl, err := NewReloader(ReloaderOptions{Path: path, Interval: time.Second,
+		rl, err := NewReloader(ReloaderOptions{Path: path, Interval: time.Second, NoWake: true,
 			OnReload: func(p *Policy) { applied <- p }})
 		if err != nil {
 			t.Fatal(err)

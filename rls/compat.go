@@ -34,6 +34,14 @@ func (s *Service) decideCompat(ctx context.Context, req *rlsv3.RateLimitRequest,
 		hits = append(hits, limiter.Hit{Rule: a.rl.count, Key: a.key, Cost: max(a.cost, 1), Check: a.cost == 0})
 	}
 	sc.hits = hits
+	if s.opts.PeerCounter != nil && len(hits) > 0 {
+		err := s.countPeer(ctx, app, sc)
+		if err == nil {
+			return s.answerCompat(app), nil
+		}
+		// The engine decides instead, by the limits' failure policies.
+		s.log.Warn("rls: envoyproxy/ratelimit's counters", "domain", req.GetDomain(), "err", err)
+	}
 	res := &sc.res
 	if len(hits) > 0 {
 		*res = limiter.Result{Binding: -1, Decisions: res.Decisions[:0], Flags: res.Flags[:0]}
@@ -73,7 +81,7 @@ func countCompat(a *applied, d floodgate.Decision) {
 func (s *Service) answerCompat(app []applied) *rlsv3.RateLimitResponse {
 	resp, statuses, limits, durs, _ := statuses(len(app))
 	resp.OverallCode = rlsv3.RateLimitResponse_OK
-	if denies(app) {
+	if deniesCompat(app, s.opts.QuotaMode) {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range app {
@@ -113,4 +121,38 @@ func untilReset(u Unit, left time.Duration) time.Duration {
 		left = time.Duration(n-time.Now().Unix()%n) * time.Second
 	}
 	return (left + time.Second - 1).Truncate(time.Second)
+}
+
+// deniesCompat is envoyproxy/ratelimit's overall verdict: over the limit
+// when a descriptor not in quota mode is, or when every descriptor in
+// quota mode is. With the global QUOTA_MODE every descriptor that is not
+// unlimited is in quota mode, those without a limit (none matched, or
+// theirs replaced) included; as they are never over the limit, a request
+// with one is never over by its quotas.
+func deniesCompat(app []applied, global bool) bool {
+	quotas, over := 0, 0
+	for i := range app {
+		a := &app[i]
+		if a.unlimited {
+			continue
+		}
+		if a.rl == nil {
+			if global {
+				quotas++
+			}
+			continue
+		}
+		isOver := a.over && !a.rl.shadow
+		if a.quota || global {
+			quotas++
+			if isOver {
+				over++
+			}
+			continue
+		}
+		if isOver {
+			return true
+		}
+	}
+	return quotas > 0 && quotas == over
 }

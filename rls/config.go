@@ -111,6 +111,8 @@ type Config struct {
 	// version hashes the files the configuration was read from (see
 	// watch.Hash), so that Watch can tell whether they changed since.
 	version [sha256.Size]byte
+	// none marks the stand-in of LoadOrWait: no configuration yet.
+	none bool
 	// warnings are the parts of the files that were read but mean
 	// nothing, one "file:line:col: field: message" each.
 	warnings []string
@@ -295,6 +297,34 @@ func unreadable(path string, err error) *yamlfile.Error {
 // define. A domain defined twice is an error unless opts.MergeDomains. The
 // error reports every problem of every file (see package doc).
 func Load(paths []string, opts LoadOptions) (*Config, error) {
+	v, err := readVersion(paths, opts)
+	if err != nil {
+		return nil, err
+	}
+	return build(v, opts)
+}
+
+// LoadOrWait loads as Load does. When the files do not make a
+// configuration it returns, with the error, a stand-in: a Service given
+// it answers every request with ErrNoConfig (as envoyproxy/ratelimit does
+// until a configuration loads) and Watch, given that Service, loads the
+// next version of the files but not the one that failed.
+func LoadOrWait(paths []string, opts LoadOptions) (*Config, error) {
+	wait := &Config{domains: map[string]*domain{}, none: true}
+	v, err := readVersion(paths, opts)
+	if err != nil {
+		return wait, err
+	}
+	cfg, err := build(v, opts)
+	if err != nil {
+		wait.version = v.Hash
+		return wait, err
+	}
+	return cfg, nil
+}
+
+// readVersion reads the files Load reads for paths.
+func readVersion(paths []string, opts LoadOptions) (*watch.Version, error) {
 	files, errs := configFiles(paths, opts)
 	if len(errs) > 0 {
 		return nil, invalid(errs)
@@ -312,7 +342,7 @@ func Load(paths []string, opts LoadOptions) (*Config, error) {
 		return nil, invalid(errs)
 	}
 	v.Hash = watch.Hash(v.Files)
-	return build(v, opts)
+	return v, nil
 }
 
 // configFiles lists the files Load reads for paths.
@@ -394,7 +424,7 @@ func build(v *watch.Version, opts LoadOptions) (*Config, error) {
 	c := &Config{domains: map[string]*domain{}, version: v.Hash}
 	var errs, warns yamlfile.Errors
 	for _, f := range v.Files {
-		spec, d, problems, w := parseFile(f.Path, f.Data)
+		spec, d, problems, w := parseFile(f.Path, f.Data, opts.Compat)
 		warns = append(warns, w...)
 		if problems != nil {
 			errs = append(errs, problems...)

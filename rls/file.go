@@ -93,7 +93,7 @@ type (
 // positions of the fields and the problems found so far, and warnings the
 // fields that are read but ignored; when the file cannot be decoded at all
 // (syntax, size, alias bombs) it returns that problem instead.
-func parseFile(name string, src []byte) (*fileSpec, *yamlfile.Decoder, yamlfile.Errors, yamlfile.Errors) {
+func parseFile(name string, src []byte, twice bool) (*fileSpec, *yamlfile.Decoder, yamlfile.Errors, yamlfile.Errors) {
 	root, errs := yamlfile.Read(name, src)
 	if errs != nil {
 		return nil, nil, errs, nil
@@ -108,6 +108,9 @@ func parseFile(name string, src []byte) (*fileSpec, *yamlfile.Decoder, yamlfile.
 	}
 	spec := &fileSpec{}
 	d := yamlfile.NewDecoder(name, hooks)
+	if twice {
+		d.Twice = func(at *yamlfile.Error) { warnings = append(warnings, at) }
+	}
 	d.Decode(root, reflect.ValueOf(spec).Elem(), "")
 	if d.TooLarge() {
 		return nil, nil, d.Problems(), nil

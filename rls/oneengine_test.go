@@ -103,3 +103,45 @@ func TestCompatCheckInOrder(t *testing.T) {
 		return nil
 	})
 }
+
+// TestCompatGlobalQuotaModeCountsEveryDescriptor: with the global
+// QUOTA_MODE, envoyproxy/ratelimit puts every descriptor that is not
+// unlimited in quota mode, those without a limit and those with a limit
+// given in the request included: a request is over the limit only when
+// every one of them is, so never when one has no limit. Its answers,
+// run by hand on limits of one an hour:
+//
+//	k=v, k=v        OK, then OVER_LIMIT
+//	k=v | x=y       OK   [OVER_LIMIT, OK]  (x has no limit)
+//	k=v | j=w       OK   [OVER_LIMIT, OK]
+//	j=w | x=y       OK   [OVER_LIMIT, OK]
+func TestCompatGlobalQuotaModeCountsEveryDescriptor(t *testing.T) {
+	everywhere(t, Hour, func(r *run) error {
+		if !r.compat {
+			return nil
+		}
+		c := r.start("domain: q\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 1}\n", Options{QuotaMode: true})
+		for i, c2 := range []struct {
+			req   *rlsv3.RateLimitRequest
+			code  rlsv3.RateLimitResponse_Code
+			codes []rlsv3.RateLimitResponse_Code
+		}{
+			{req("q", desc("k", "v")), rlsv3.RateLimitResponse_OK, []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK}},
+			{req("q", desc("k", "v")), rlsv3.RateLimitResponse_OVER_LIMIT, []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OVER_LIMIT}},
+			{req("q", desc("k", "v"), desc("x", "y")), rlsv3.RateLimitResponse_OK, []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OK}},
+			{req("q", desc("k", "v"), desc("j", "w")), rlsv3.RateLimitResponse_OK, []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OK}},
+			{req("q", desc("j", "w"), desc("x", "y")), rlsv3.RateLimitResponse_OK, []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OK}},
+		} {
+			resp := r.ask(c, c2.req)
+			if resp.OverallCode != c2.code {
+				return fmt.Errorf("request %d: %v, want %v", i+1, resp, c2.code)
+			}
+			for j, st := range resp.Statuses {
+				if st.Code != c2.codes[j] {
+					return fmt.Errorf("request %d, descriptor %d: %v, want %v", i+1, j, st, c2.codes[j])
+				}
+			}
+		}
+		return nil
+	})
+}

@@ -59,7 +59,19 @@ type Options struct {
 	// MaxOverrides bounds the limits given in requests (descriptors'
 	// limit overrides) kept compiled (0: limiter.DefaultRequestLimits).
 	MaxOverrides int
+	// PeerCounter, when set, keeps the counters of domains in
+	// compatibility mode where envoyproxy/ratelimit keeps them, in its
+	// key format and with its expiry (see PeerCounter), so that both
+	// count together while they share a Redis.
+	PeerCounter PeerCounter
+	// PeerKeys are the prefix and expiry jitter of PeerCounter's keys.
+	PeerKeys PeerKeyOptions
 }
+
+// ErrNoConfig is the answer of a Service whose configuration is the
+// stand-in LoadOrWait returns: envoyproxy/ratelimit's error before its
+// first configuration loads, with its gRPC code, Unknown.
+var ErrNoConfig = status.Error(codes.Unknown, "no rate limit configuration loaded")
 
 // PeerHeaders names envoyproxy/ratelimit's response headers: the limit,
 // the remaining count and the seconds until the window resets of the
@@ -127,6 +139,9 @@ type applied struct {
 	cost int64
 	// key is the descriptor's counter.
 	key string
+	// peer is the start of the descriptor's counter key in
+	// envoyproxy/ratelimit's format (with Options.PeerCounter).
+	peer string
 	// stat is the name of the descriptor's statistics ("" when not
 	// counted).
 	stat string
@@ -157,9 +172,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	// The hits go to the engine (an interface), so they live on the heap:
 	// they come from a pool, with the engine's Result.
+	cfg := s.cfg.Load()
+	if cfg.none {
+		s.opts.Stats.serviceError()
+		return nil, ErrNoConfig
+	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	cfg := s.cfg.Load()
 	dom := cfg.domains[req.GetDomain()]
 	compat := dom != nil && dom.compat
 	app, err := s.match(req, dom, compat, sc)
@@ -250,8 +269,13 @@ func (s *Service) match(req *rlsv3.RateLimitRequest, dom *domain, compat bool, s
 				return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: limit override: %v", i, err)
 			}
 			a.rl = rl
-			a.quota = !compat && base != nil && (base.quotaMode || s.opts.QuotaMode)
+			// In compatibility mode, as there, a limit given in the
+			// request is in quota mode only by the global QUOTA_MODE.
+			a.quota = (!compat && base != nil && (base.quotaMode || s.opts.QuotaMode)) || (compat && s.opts.QuotaMode)
 			a.key = counterKey(domainName, ents, nil)
+			if compat && s.opts.PeerCounter != nil {
+				a.peer = peerKey(domainName, ents, nil)
+			}
 			if stats {
 				a.stat = pathKey(domainName, ents)
 			}
@@ -269,6 +293,9 @@ func (s *Service) match(req *rlsv3.RateLimitRequest, dom *domain, compat bool, s
 			a.unlimited = true
 		} else {
 			a.key = counterKey(domainName, ents, sc.trail)
+			if compat && s.opts.PeerCounter != nil {
+				a.peer = peerKey(domainName, ents, sc.trail)
+			}
 			a.quota = a.rl.quotaMode || s.opts.QuotaMode
 			if stats {
 				a.stat = statKey(domainName, ents, sc.trail, a.rl)
@@ -403,6 +430,7 @@ type scratch struct {
 	res   limiter.Result
 	items []fields.Item
 	out   []fields.Field
+	peer  peerScratch
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

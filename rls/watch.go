@@ -22,15 +22,18 @@ type WatchOptions struct {
 	// OnReload, when set, is called after every attempt to load changed
 	// files, with nil on success.
 	OnReload func(err error)
+	// NoWake is passed to package internal/watch: the looks are the
+	// regular ones only.
+	NoWake bool
 }
 
 // Watch follows paths (as given to Load) until ctx ends, by the rules of
 // package internal/watch: every interval it lists and reads the files, and
 // loads a version that differs from the running one and hands it to svc
-// at the next look after a writer closed a file or one was renamed into
-// place (inotify, on Linux), else once two consecutive looks saw the same
-// files with the same sizes, modification times and contents; never while
-// a file is being written. That also follows the symbolic-link swaps with
+// within milliseconds after a writer closed a file or one was renamed into
+// place (inotify, on Linux: the events wake a look), else once two
+// consecutive looks saw the same files with the same sizes, modification
+// times and contents; never while a file is being written. That also follows the symbolic-link swaps with
 // which Kubernetes updates mounted ConfigMaps, the way
 // envoyproxy/ratelimit deployments usually ship their files. A configuration that does not load
 // is logged once and the running one stays. Counters of limits that did
@@ -48,6 +51,7 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 	}
 	watch.Run(ctx, watch.Options{
 		Interval: opts.Interval,
+		NoWake:   opts.NoWake,
 		Files: func() ([]string, error) {
 			files, errs := configFiles(paths, opts.Load)
 			if len(errs) > 0 {

@@ -94,7 +94,7 @@ func TestWatchNeverAppliesAHalfWrittenFile(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() {
-			Watch(ctx, svc, []string{dir}, WatchOptions{Interval: time.Second,
+			Watch(ctx, svc, []string{dir}, WatchOptions{Interval: time.Second, NoWake: true,
 				Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 				OnReload: func(err error) { results <- err }})
 			close(done)

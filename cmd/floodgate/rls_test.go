@@ -18,7 +18,9 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate/floodgate/internal/redistest"
@@ -297,24 +299,96 @@ func TestRLSCommandHealthFollowsTheConfiguration(t *testing.T) {
 	}
 }
 
-// TestRLSCommandRefusesABadConfiguration: a file that does not load stops
-// the start, unless FORCE_START_WITHOUT_INITIAL_CONFIG.
-func TestRLSCommandRefusesABadConfiguration(t *testing.T) {
+// TestRLSCommandWaitsForAGoodConfiguration: as envoyproxy/ratelimit, a
+// descriptor file that does not load at start is logged and counted
+// (config_load_error), and floodgate rls stays up answering every request
+// with its error (gRPC Unknown, /json 400) until a version that loads
+// arrives, which it then applies; HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
+// decides the health check meanwhile. --check still fails.
+func TestRLSCommandWaitsForAGoodConfiguration(t *testing.T) {
 	dir := t.TempDir()
 	writeRuntime(t, dir, map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n"})
 	lookup, list := envOf(rlsEnvFor(dir, map[string]string{"BACKEND_TYPE": "memory"}))
-	err := rlsMain(context.Background(), nil, lookup, list, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), `a.yaml:4:24: descriptors[0].rate_limit.unit: unknown unit "fortnight"`) {
-		t.Fatalf("%v", err)
-	}
 	var out strings.Builder
-	err = rlsMain(context.Background(), []string{"--check"}, lookup, list, &out, io.Discard)
-	if err == nil || exitCode(err) != 1 {
+	err := rlsMain(context.Background(), []string{"--check"}, lookup, list, &out, io.Discard)
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), `a.yaml:4:24: descriptors[0].rate_limit.unit: unknown unit "fortnight"`) {
 		t.Fatalf("--check: %v", err)
 	}
-	p := startRLS(t, rlsEnvFor(dir, map[string]string{"BACKEND_TYPE": "memory", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}))
-	if code, _ := httpGet(t, p.http+"/healthcheck"); code != http.StatusOK {
-		t.Errorf("/healthcheck %d", code)
+	for _, healthy := range []string{"false", "true"} {
+		p := startRLS(t, rlsEnvFor(dir, map[string]string{"BACKEND_TYPE": "memory", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": healthy}))
+		if !strings.Contains(p.stderr.String(), `unknown unit \"fortnight\"`) {
+			t.Errorf("the log does not say why:\n%s", p.stderr.String())
+		}
+		wantHealth := http.StatusOK
+		if healthy == "true" {
+			wantHealth = http.StatusInternalServerError
+		}
+		if code, _ := httpGet(t, p.http+"/healthcheck"); code != wantHealth {
+			t.Errorf("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=%s: /healthcheck %d, want %d", healthy, code, wantHealth)
+		}
+		conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		c := rlsv3.NewRateLimitServiceClient(conn)
+		req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+		ask := func() (*rlsv3.RateLimitResponse, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return c.ShouldRateLimit(ctx, req)
+		}
+		if _, err := ask(); grpcstatus.Code(err) != codes.Unknown || grpcstatus.Convert(err).Message() != "no rate limit configuration loaded" {
+			t.Errorf("without a configuration: %v", err)
+		}
+		resp, err := http.Post(p.http+"/json", "application/json", strings.NewReader(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("/json without a configuration: %d", resp.StatusCode)
+		}
+		_, metrics := httpGet(t, p.debug+"/metrics")
+		for _, l := range []string{"ratelimit_service_config_load_error 1", `ratelimit_service_should_rate_limit_error{err_type="service_error"} 2`} {
+			if !strings.Contains(metrics, l+"\n") {
+				t.Errorf("/metrics lacks %s", l)
+			}
+		}
+
+		writeRuntime(t, dir, map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"})
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			r, err := ask()
+			if err == nil {
+				if r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					t.Errorf("the first request: %v", r.GetOverallCode())
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("still %v after a good file:\n%s", err, p.stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if r, err := ask(); err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("the second request: %v %v", r.GetOverallCode(), err)
+		}
+		if code, _ := httpGet(t, p.http+"/healthcheck"); code != http.StatusOK {
+			t.Errorf("/healthcheck %d once a domain loaded", code)
+		}
+		_, metrics = httpGet(t, p.debug+"/metrics")
+		for _, l := range []string{"ratelimit_service_config_load_error 1", "ratelimit_service_config_load_success 1"} {
+			if !strings.Contains(metrics, l+"\n") {
+				t.Errorf("/metrics lacks %s", l)
+			}
+		}
+		if err := p.stop(); err != nil {
+			t.Fatal(err)
+		}
+		// The bad file again for the next run.
+		writeRuntime(t, dir, map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n"})
 	}
 }
 

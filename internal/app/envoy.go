@@ -43,6 +43,7 @@ type rlsEnv struct {
 	redis        redisEnv
 	perSecond    *redisEnv // REDIS_PERSECOND: a second Redis for per-second limits
 	prefix       string
+	jitter       int64 // EXPIRATION_JITTER_MAX_SECONDS
 
 	service           rls.Options
 	nearRatio         float64
@@ -53,6 +54,7 @@ type rlsEnv struct {
 	promMillis         bool
 	extraTags          map[string]string
 	disableStats       bool
+	statsd             *Statsd
 }
 
 // redisEnv is one Redis deployment's settings.
@@ -165,7 +167,6 @@ func (r *envReader) tags(name string) map[string]string {
 // here, and why.
 var noEffect = map[string]string{
 	"LOCAL_CACHE_SIZE_IN_BYTES":                    "answers are the same without envoyproxy/ratelimit's over-limit cache",
-	"EXPIRATION_JITTER_MAX_SECONDS":                "Floodgate's store sets the expiry of its keys itself",
 	"REDIS_POOL_SIZE":                              "requests share pipelined connections",
 	"REDIS_PERSECOND_POOL_SIZE":                    "requests share pipelined connections",
 	"REDIS_PIPELINE_LIMIT":                         "deprecated: without effect in envoyproxy/ratelimit too",
@@ -179,7 +180,6 @@ var noEffect = map[string]string{
 	"REDIS_STARTUP_INITIAL_INTERVAL":               "the store connects in the background and reconnects by itself",
 	"REDIS_STARTUP_MAX_INTERVAL":                   "the store connects in the background and reconnects by itself",
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "the store connects in the background and reconnects by itself",
-	"STATS_FLUSH_INTERVAL":                         "the statistics are read live at every scrape",
 }
 
 // unsupported lists envoyproxy/ratelimit's variables (or prefixes, ending
@@ -190,8 +190,6 @@ var unsupported = map[string]string{
 	"USE_DOG_STATSD":                          "no DogStatsD; the statistics are served for Prometheus",
 	"USE_DOG_STATSD_MOGRIFIERS":               "no DogStatsD; the statistics are served for Prometheus",
 	"DOG_STATSD_MOGRIFIER":                    "no DogStatsD; the statistics are served for Prometheus",
-	"STATSD_HOST":                             "no statsd; the statistics are served for Prometheus",
-	"STATSD_PORT":                             "no statsd; the statistics are served for Prometheus",
 	"PROMETHEUS_MAPPER_YAML":                  "the statistics follow envoyproxy/ratelimit's default mapping only",
 	"MEMCACHE_":                               "no Memcache backend",
 	"CONFIG_GRPC_XDS_":                        "no xDS configuration; descriptor files only",
@@ -237,7 +235,9 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	root := r.str("RUNTIME_ROOT", "/srv/runtime_data/current")
 	sub := r.str("RUNTIME_SUBDIRECTORY", "")
 	app := r.str("RUNTIME_APPDIRECTORY", "config")
-	_ = r.bool("RUNTIME_WATCH_ROOT", true) // both ways are followed by polling
+	// Both kinds of update RUNTIME_WATCH_ROOT chooses between are followed
+	// either way (package internal/watch); it is read for its value's sake.
+	_ = r.bool("RUNTIME_WATCH_ROOT", true)
 	if sub != "" && app != "" {
 		e.configDir = filepath.Join(root, sub, app)
 	}
@@ -282,6 +282,7 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 		e.perSecond = &ps
 	}
 	e.prefix = r.str("CACHE_KEY_PREFIX", "")
+	e.jitter = int64(r.int("EXPIRATION_JITTER_MAX_SECONDS", 300))
 	e.storeTimeout = r.dur("FLOODGATE_STORE_TIMEOUT", 0)
 
 	e.nearRatio = r.float("NEAR_LIMIT_RATIO", 0.8)
@@ -310,6 +311,20 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	e.promMillis = r.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)
 	e.extraTags = r.tags("EXTRA_TAGS")
 	e.disableStats = r.bool("DISABLE_STATS", false)
+	sd := &Statsd{Network: strings.ToLower(r.str("STATSD_PROTOCOL", "tcp")),
+		Addr:     net.JoinHostPort(r.str("STATSD_HOST", "localhost"), strconv.Itoa(r.int("STATSD_PORT", 8125))),
+		Interval: r.dur("STATS_FLUSH_INTERVAL", 10*time.Second)}
+	// As there, one sink: statsd unless the statistics are off or go to
+	// Prometheus (envoyproxy/ratelimit refuses to start with both).
+	if r.bool("USE_STATSD", true) && !e.disableStats && !e.usePrometheus {
+		e.statsd = sd
+	}
+	if sd.Network != "tcp" && sd.Network != "udp" && r.err == nil {
+		r.err = fmt.Errorf("rls: STATSD_PROTOCOL=%q: want tcp or udp", sd.Network)
+	}
+	if sd.Interval <= 0 && r.err == nil {
+		r.err = fmt.Errorf("rls: STATS_FLUSH_INTERVAL=%v: want a positive duration", sd.Interval)
+	}
 	if r.err != nil {
 		return nil, nil, r.err
 	}
@@ -340,14 +355,6 @@ func rlsNotes(r *envReader, e *rlsEnv, environ []string) []EnvoyNote {
 				break
 			}
 		}
-	}
-	useStatsd := true
-	if v, ok := r.lookup("USE_STATSD"); ok && v != "" {
-		useStatsd, _ = strconv.ParseBool(v)
-	}
-	if useStatsd && !e.usePrometheus && !e.disableStats {
-		notes = append(notes, EnvoyNote{Name: "USE_STATSD", Unsupported: true,
-			Msg: "no statsd; the statistics are served for Prometheus on the debug port's /metrics (or set USE_PROMETHEUS=true)"})
 	}
 	sort.Slice(notes, func(i, j int) bool { return notes[i].Name < notes[j].Name })
 	return notes
@@ -381,7 +388,7 @@ func ReadEnvoy(lookup func(string) (string, bool), environ []string) (*Envoy, er
 // settings are the process settings e describes.
 func (e *rlsEnv) settings() (*Settings, error) {
 	set := &Settings{Engine: Engine{Timeout: e.storeTimeout}}
-	r := &RLS{Addr: e.grpcAddr, Load: e.load, ForceStart: e.forceStart, Service: e.service,
+	r := &RLS{Addr: e.grpcAddr, Load: e.load, ForceStart: e.forceStart, WaitForConfig: true, Service: e.service,
 		MaxConnectionAge: e.maxConnAge, MaxConnectionAgeGrace: e.maxConnAgeGrace, HealthyWithConfig: e.healthyWithConfig,
 		HTTPAddr: e.httpAddr, DebugAddr: e.debugAddr}
 	if e.grpcUDS != "" {
@@ -395,7 +402,9 @@ func (e *rlsEnv) settings() (*Settings, error) {
 		r.Paths = []string{e.configDir}
 	}
 	if !e.disableStats {
-		r.Stats = &rls.StatsOptions{NearLimitRatio: e.nearRatio, ConstLabels: e.extraTags, ResponseTimeMilliseconds: e.promMillis}
+		r.Stats = &rls.StatsOptions{NearLimitRatio: e.nearRatio, ConstLabels: e.extraTags, ResponseTimeMilliseconds: e.promMillis,
+			PeerNames: e.load.Compat && len(statsdTagsOf(e.extraTags)) > 0}
+		r.Statsd = e.statsd
 	}
 	if e.usePrometheus {
 		r.PromAddr, r.PromPath = e.promAddr, e.promPath
@@ -405,6 +414,7 @@ func (e *rlsEnv) settings() (*Settings, error) {
 		set.Store = Store{URL: "memory"}
 		return set, nil
 	}
+	r.PeerKeys = &rls.PeerKeyOptions{Prefix: e.prefix, Jitter: e.jitter}
 	var err error
 	if set.Store, err = redisStore(&e.redis, e.prefix); err != nil {
 		return nil, err
@@ -522,4 +532,16 @@ func redisTLS(re *redisEnv) (*tls.Config, error) {
 		}
 	}
 	return tc, nil
+}
+
+// statsdTagsOf are the EXTRA_TAGS gostats appends to names: those with a
+// key and a value.
+func statsdTagsOf(tags map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range tags {
+		if k != "" && v != "" {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -40,9 +40,12 @@ func TestRLSEnvDefaults(t *testing.T) {
 	if !e.service.NoFields || e.service.PeerHeaders != nil || e.service.ShadowMode {
 		t.Errorf("service options %+v", e.service)
 	}
-	// statsd is envoyproxy/ratelimit's default: said not to be there.
-	if len(notes) != 1 || notes[0].Name != "USE_STATSD" || !notes[0].Unsupported {
+	// statsd is envoyproxy/ratelimit's default, on localhost:8125 every 10s.
+	if len(notes) != 0 {
 		t.Errorf("notes %+v", notes)
+	}
+	if e.statsd == nil || *e.statsd != (Statsd{Network: "tcp", Addr: "localhost:8125", Interval: 10 * time.Second}) {
+		t.Errorf("statsd %+v", e.statsd)
 	}
 }
 
@@ -117,5 +120,32 @@ func TestRLSEnvRefusesWhatCannotWork(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", env, err, want)
 		}
+	}
+}
+
+// TestRLSEnvStatsdSink: one statistics sink, as in envoyproxy/ratelimit:
+// statsd unless USE_STATSD=false, USE_PROMETHEUS=true or DISABLE_STATS.
+func TestRLSEnvStatsdSink(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		want *Statsd
+	}{
+		{map[string]string{"STATSD_HOST": "sd", "STATSD_PORT": "9125", "STATSD_PROTOCOL": "UDP", "STATS_FLUSH_INTERVAL": "2s"},
+			&Statsd{Network: "udp", Addr: "sd:9125", Interval: 2 * time.Second}},
+		{map[string]string{"USE_STATSD": "false"}, nil},
+		{map[string]string{"USE_PROMETHEUS": "true"}, nil},
+		{map[string]string{"DISABLE_STATS": "true"}, nil},
+	} {
+		e, _, err := readRLSEnv(envOf(c.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (e.statsd == nil) != (c.want == nil) || e.statsd != nil && *e.statsd != *c.want {
+			t.Errorf("%v: statsd %+v, want %+v", c.env, e.statsd, c.want)
+		}
+	}
+	if _, _, err := readRLSEnv(envOf(map[string]string{"STATSD_PROTOCOL": "unix"})); err == nil {
+		t.Error("STATSD_PROTOCOL=unix taken")
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/floodgate/floodgate/internal/statsd"
+	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/rls"
 )
 
@@ -24,6 +26,7 @@ type rlsService struct {
 	set    *RLS
 	log    *slog.Logger
 	stats  *rls.Stats
+	statsd *statsd.Client // nil without statsd
 	svc    *rls.Service
 	grpc   *rls.Server
 	health *rls.Health
@@ -41,19 +44,34 @@ func (r *root) startRLS(stdout io.Writer) error {
 	s := &rlsService{set: set, log: r.log}
 	r.rls = s
 	if set.Stats != nil {
+		so := *set.Stats
+		if set.Statsd != nil {
+			var err error
+			if s.statsd, err = statsd.New(statsd.Options{Network: set.Statsd.Network, Addr: set.Statsd.Addr, Logger: r.log}); err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			so.Statsd = s.statsd
+		}
 		var err error
-		if s.stats, err = rls.NewStats(r.registry, *set.Stats); err != nil {
+		if s.stats, err = rls.NewStats(r.registry, so); err != nil {
+			s.statsd.Close()
 			return fmt.Errorf("%s: rate-limit service statistics: %w", r.name, err)
 		}
 	}
 	var cfg *rls.Config
 	if len(set.Paths) > 0 {
 		var err error
-		cfg, err = rls.Load(set.Paths, set.Load)
+		if set.WaitForConfig {
+			cfg, err = rls.LoadOrWait(set.Paths, set.Load)
+		} else {
+			cfg, err = rls.Load(set.Paths, set.Load)
+		}
 		s.stats.ObserveLoad(err)
 		switch {
 		case err == nil:
 			s.loaded(cfg)
+		case set.WaitForConfig:
+			r.log.Error("rls: configuration not loaded; every request is answered with an error until one loads", "err", err)
 		case !set.ForceStart:
 			return fmt.Errorf("%s: %w", r.name, err)
 		default:
@@ -64,6 +82,15 @@ func (r *root) startRLS(stdout io.Writer) error {
 	}
 	opts := set.Service
 	opts.Logger, opts.Stats = r.log, s.stats
+	if set.PeerKeys != nil {
+		timeout := r.set.Engine.Timeout
+		if timeout <= 0 {
+			timeout = limiter.DefaultTimeout
+		}
+		if pc := newPeerCounter(r.stores, timeout); pc != nil {
+			opts.PeerCounter, opts.PeerKeys = pc, *set.PeerKeys
+		}
+	}
 	s.svc = rls.New(r.engine, cfg, opts)
 
 	so := rls.ServerOptions{MaxConnectionAge: set.MaxConnectionAge, MaxConnectionAgeGrace: set.MaxConnectionAgeGrace,
@@ -93,6 +120,10 @@ func (r *root) startRLS(stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	if s.statsd != nil {
+		r.log.Info("rls: statistics sent to statsd", "addr", set.Statsd.Addr, "protocol", set.Statsd.Network, "every", set.Statsd.Interval)
+		s.wg.Go(func() { s.flushStatsd(ctx, set.Statsd.Interval) })
+	}
 	if len(set.Paths) > 0 {
 		s.wg.Go(func() {
 			rls.Watch(ctx, s.svc, set.Paths, rls.WatchOptions{Load: set.Load, Logger: r.log, OnReload: func(err error) {
@@ -194,6 +225,23 @@ func (s *rlsService) loaded(cfg *rls.Config) {
 	s.log.Info("rls: configuration loaded", "domains", cfg.Domains())
 	if s.health != nil && s.set.HealthyWithConfig {
 		s.health.Set(rls.HealthConfig, len(cfg.Domains()) > 0)
+	}
+}
+
+// flushStatsd hands the statistics to statsd every interval until ctx
+// ends, then once more, and closes the connection.
+func (s *rlsService) flushStatsd(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			s.stats.FlushStatsd()
+		case <-ctx.Done():
+			s.stats.FlushStatsd()
+			s.statsd.Close()
+			return
+		}
 	}
 }
 

@@ -37,6 +37,16 @@ type Engine struct {
 	Instances            int
 }
 
+// Statsd is where and how often the rate-limit service's statistics are
+// sent to statsd (envoyproxy/ratelimit's USE_STATSD, STATSD_HOST,
+// STATSD_PORT, STATSD_PROTOCOL and STATS_FLUSH_INTERVAL).
+type Statsd struct {
+	// Network is "tcp" or "udp"; Addr is host:port.
+	Network, Addr string
+	// Interval is the time between two flushes of the counters.
+	Interval time.Duration
+}
+
 // RLS is Envoy's rate-limit service (RLS v3 gRPC) and, for floodgate rls,
 // the HTTP listeners envoyproxy/ratelimit has beside it.
 type RLS struct {
@@ -51,9 +61,19 @@ type RLS struct {
 	// ForceStart starts without a configuration when the files do not
 	// load (FORCE_START_WITHOUT_INITIAL_CONFIG).
 	ForceStart bool
-	Service    rls.Options
+	// PeerKeys, when set and the store is Redis, keeps the counters of
+	// domains in compatibility mode under envoyproxy/ratelimit's keys, with
+	// its expiry (rls.PeerCounter).
+	PeerKeys *rls.PeerKeyOptions
+	// WaitForConfig starts when the files do not load, as
+	// envoyproxy/ratelimit does, answering every request with an error
+	// (rls.ErrNoConfig) until a version that loads arrives.
+	WaitForConfig bool
+	Service       rls.Options
 	// Stats are envoyproxy/ratelimit's statistics, nil for none.
-	Stats                                   *rls.StatsOptions
+	Stats *rls.StatsOptions
+	// Statsd, when set, also sends the statistics to a statsd server.
+	Statsd                                  *Statsd
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// HealthyWithConfig reports unhealthy until a configuration with a
 	// domain is loaded.

@@ -7,7 +7,12 @@
 // that were hashed: a Version is never read a second time. On Linux, Run
 // also reads the file system's events (inotify) on the files' directories,
 // and on those of the files symbolic links among them lead to, at every
-// look (it waits for none). Three rules decide:
+// look; and any event in those directories wakes it (through
+// github.com/fsnotify/fsnotify) for a look of its own, a few milliseconds
+// later, that applies a version only by the event rule below and does not
+// count for the stability rule. (fsnotify does not report a writer's
+// close, which the rules need; so the rules read inotify themselves, and
+// fsnotify only wakes Run.) Three rules decide:
 //
 //   - A write in progress holds everything back: a file that was modified
 //     (written to, truncated, created) and that its writer has not closed
@@ -31,10 +36,10 @@
 // follows it is never applied half written, however long its writer
 // stalls, as long as the writer keeps it open for less than HoldOpen after
 // its last write (a write begun before Run started is known only to the
-// stability rule); a
-// file closed or renamed into place is applied at the next look, within
-// one interval. The one gap is a write that begins at the very instant of
-// a look, just after a close: for the microseconds before its event is
+// stability rule); a file closed or renamed into place is applied within
+// milliseconds by the look its events wake (or, should that look find the
+// files changing again, at a later one). The one gap is a write that
+// begins at the very instant of a look, just after a close: for the microseconds before its event is
 // queued, the look can read its first bytes as whole; the whole file then
 // replaces them once its writer closes it. Without the events (systems
 // other than Linux, Options.PollOnly, a network file system changed from

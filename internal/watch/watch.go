@@ -117,6 +117,11 @@ type Options struct {
 	// not closed it holds new versions back (default DefaultHoldOpen);
 	// past it, the stability rule applies what the file holds.
 	HoldOpen time.Duration
+	// NoWake keeps Run to its regular looks: the file system's events do
+	// not wake it (it then holds one inotify instance rather than two). A
+	// test on testing/synctest's clock needs it: the clock cannot advance
+	// while a goroutine waits on the file system.
+	NoWake bool
 }
 
 // look is what one look at the files saw.
@@ -173,15 +178,33 @@ func Run(ctx context.Context, o Options) {
 		hold = DefaultHoldOpen
 	}
 	var w *events
+	var k *waker
 	if !o.PollOnly {
 		if n := newNotifier(); n != nil {
 			w = &events{n: n}
 			defer n.close()
+			// Wake-ups help only where the event rule can apply a
+			// version: with the notifier's events.
+			if !o.NoWake {
+				if k = newWaker(); k != nil {
+					defer k.close()
+				}
+			}
+		}
+	}
+	var wake <-chan struct{}
+	if k != nil {
+		wake = k.c
+	}
+	follow := func() {
+		if k != nil {
+			k.follow(w.t.dirs)
 		}
 	}
 	applied := o.Current
 	var failed string // the key of the last error reported
 	prev := take(o.Files, w)
+	follow()
 	if w != nil {
 		w.n.drain(&w.t, time.Now())
 		w.t.complete, w.t.touched, w.t.lost = false, false, false
@@ -192,6 +215,13 @@ func Run(ctx context.Context, o Options) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-wake:
+			if v := early(ctx, o.Files, w, hold, applied); v != nil {
+				applied, failed = v.Hash, ""
+				o.Apply(v)
+			}
+			follow()
+			continue
 		case <-t.C:
 		}
 		complete, writing := false, false
@@ -211,6 +241,7 @@ func Run(ctx context.Context, o Options) {
 			}
 			writing = w.t.inProgress(now, hold)
 		}
+		follow()
 		// The timer restarts after the look, so looks are at least one
 		// interval apart however long reading takes.
 		t.Reset(every)
@@ -238,4 +269,38 @@ func Run(ctx context.Context, o Options) {
 		applied = cur.v.Hash
 		o.Apply(cur.v)
 	}
+}
+
+// early is the look Run takes when woken by a change: it returns the
+// version to apply when the event rule applies one (a writer closed a
+// file or one was renamed into place, no write is in progress, and the
+// files did not change while read), else nil, leaving what the events
+// said to the next regular look. It does not count for the stability
+// rule, whose looks stay an interval apart.
+func early(ctx context.Context, files func() ([]string, error), w *events, hold time.Duration, applied [sha256.Size]byte) *Version {
+	st := time.NewTimer(wakeSettle)
+	defer st.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-st.C:
+	}
+	w.n.drain(&w.t, time.Now())
+	if !w.t.complete || w.t.lost || w.t.inProgress(time.Now(), hold) {
+		return nil
+	}
+	w.t.complete, w.t.touched = false, false
+	cur := take(files, w)
+	now := time.Now()
+	w.n.drain(&w.t, now)
+	if w.t.touched || cur.err != nil || w.t.inProgress(now, hold) {
+		// Changed while read, or being written again: the next look
+		// (woken again by those events, or the regular one) decides.
+		w.t.complete = true
+		return nil
+	}
+	if cur.v.Hash == applied {
+		return nil
+	}
+	return cur.v
 }

@@ -58,6 +58,7 @@ func runWith(t *testing.T, o Options) (*recorder, func()) {
 		o.Interval = time.Second
 	}
 	o.Apply, o.Fail = r.apply, r.fail
+	o.NoWake = true // the rules at the regular looks, on the bubble's clock
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {

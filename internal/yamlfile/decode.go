@@ -88,6 +88,11 @@ type Decoder struct {
 	nodes int
 	// overflow is the problem reported when nodes passed MaxNodes.
 	overflow *Error
+	// Twice, when set, takes a field given twice in one mapping instead of
+	// refusing it: the later value is decoded over the earlier one (a
+	// mapping's fields merge, as gopkg.in/yaml.v2 decodes them), and Twice
+	// is told where, for a warning.
+	Twice func(at *Error)
 }
 
 // NewDecoder returns a decoder for the file name (used in messages) with
@@ -352,8 +357,12 @@ func (d *Decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		if seen[k.Value] {
-			d.ErrorAt(k, fp, "field given twice")
-			continue
+			if d.Twice == nil {
+				d.ErrorAt(k, fp, "field given twice")
+				continue
+			}
+			d.Twice(&Error{File: d.file, Line: k.Line, Column: k.Column, Field: fp,
+				Msg: "given twice: the later value is decoded over the earlier one"})
 		}
 		seen[k.Value] = true
 		d.Decode(val, v.FieldByIndex(fi.index), fp)

@@ -1,0 +1,82 @@
+package rls
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// lines collects what a StatsdSink is given, as statsd lines.
+type lines struct {
+	mu sync.Mutex
+	l  []string
+}
+
+func (s *lines) add(l string) { s.mu.Lock(); s.l = append(s.l, l); s.mu.Unlock() }
+func (s *lines) Counter(name string, d uint64) {
+	s.add(fmt.Sprintf("%s:%d|c", name, d))
+}
+func (s *lines) Gauge(name string, v uint64)   { s.add(fmt.Sprintf("%s:%d|g", name, v)) }
+func (s *lines) Timer(name string, ms float64) { s.add(fmt.Sprintf("%s:%v|ms", name, ms)) }
+func (s *lines) take(prefix string) (out []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.l {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	s.l = nil
+	return out
+}
+
+// TestFlushStatsdSendsWhatCountedSinceTheLastFlush: a flush sends each
+// counter's growth since the previous one, nothing for a counter that did
+// not grow, and names from requests past the bound as DOMAIN._other.
+func TestFlushStatsdSendsWhatCountedSinceTheLastFlush(t *testing.T) {
+	t.Parallel()
+	sink := &lines{}
+	st, err := NewStats(prometheus.NewRegistry(), StatsOptions{MaxKeys: 1, Statsd: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := startService(t, mustParse(t, `
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`), newClock(), Options{Stats: st})
+	ask(t, c, "d", desc("user", "a"))
+	ask(t, c, "d", desc("user", "a"))
+	ask(t, c, "d", desc("user", "b"))
+	ask(t, c, "d", desc("user", "c"))
+	st.FlushStatsd()
+	got := strings.Join(sink.take("ratelimit.service."), "\n")
+	for _, want := range []string{
+		"ratelimit.service.rate_limit.d.user_a.total_hits:2|c",
+		"ratelimit.service.rate_limit.d.user_a.within_limit:2|c",
+		"ratelimit.service.rate_limit.d._other.total_hits:2|c",
+	} {
+		if !strings.Contains(got+"\n", want+"\n") {
+			t.Errorf("first flush lacks %s:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "user_b") || strings.Contains(got, "user_c") {
+		t.Errorf("names past the bound sent:\n%s", got)
+	}
+	ask(t, c, "d", desc("user", "a"))
+	st.FlushStatsd()
+	got = strings.Join(sink.take("ratelimit.service."), "\n")
+	if want := "ratelimit.service.rate_limit.d.user_a.total_hits:1|c\nratelimit.service.rate_limit.d.user_a.within_limit:1|c"; got != want &&
+		got != "ratelimit.service.rate_limit.d.user_a.within_limit:1|c\nratelimit.service.rate_limit.d.user_a.total_hits:1|c" {
+		t.Errorf("second flush:\n%s\nwant:\n%s", got, want)
+	}
+	st.FlushStatsd()
+	if got := sink.take("ratelimit.service."); len(got) != 0 {
+		t.Errorf("a flush after no request sent %q", got)
+	}
+}
