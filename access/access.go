@@ -269,39 +269,40 @@ func (ls *Lists) refresh(ctx context.Context) error {
 	return nil
 }
 
-// Add adds an entry through the API.
-func (ls *Lists) Add(ctx context.Context, e Entry) error {
+// Add adds an entry through the API and returns it as the lists hold it
+// (its Source set).
+func (ls *Lists) Add(ctx context.Context, e Entry) (Entry, error) {
 	if e.List != Deny && e.List != Allow {
-		return fmt.Errorf("access: list must be deny or allow, got %q", e.List)
+		return Entry{}, fmt.Errorf("access: list must be deny or allow, got %q", e.List)
 	}
 	if e.List == Allow && len(e.Exempt) == 0 {
-		return fmt.Errorf("access: an allow entry needs exempt: limit names, or [all]")
+		return Entry{}, fmt.Errorf("access: an allow entry needs exempt: limit names, or [all]")
 	}
 	e.Source = "api"
 	ls.mu.Lock()
 	for _, f := range ls.file {
 		if f.List == e.List && f.Network == e.Network {
 			ls.mu.Unlock()
-			return ErrFromFile
+			return Entry{}, ErrFromFile
 		}
 	}
 	if len(ls.file)+len(ls.api) >= ls.max {
 		ls.mu.Unlock()
-		return ErrFull
+		return Entry{}, ErrFull
 	}
 	ls.mu.Unlock()
 	if ls.be != nil {
 		if err := ls.be.Put(ctx, e); err != nil {
-			return err
+			return Entry{}, err
 		}
-		return ls.refresh(ctx)
+		return e, ls.refresh(ctx)
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.api = slices.DeleteFunc(ls.api, func(o Entry) bool { return o.List == e.List && o.Network == e.Network })
 	ls.api = append(ls.api, e)
 	ls.compile()
-	return nil
+	return e, nil
 }
 
 // Remove removes an API entry.

@@ -42,7 +42,7 @@ limits: [{name: l1, rate: 1}]
 		t.Error("11.0.0.1 exempt")
 	}
 	ctx := context.Background()
-	if err := ls.Add(ctx, Entry{List: Deny, Network: netip.MustParsePrefix("198.51.100.7/32")}); err != nil {
+	if _, err := ls.Add(ctx, Entry{List: Deny, Network: netip.MustParsePrefix("198.51.100.7/32")}); err != nil {
 		t.Fatal(err)
 	}
 	if !ls.List().Denied(a("198.51.100.7")) {

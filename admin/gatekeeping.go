@@ -23,7 +23,7 @@ type BanBox interface {
 // (*access.Lists).
 type AccessLists interface {
 	List() *access.List
-	Add(ctx context.Context, e access.Entry) error
+	Add(ctx context.Context, e access.Entry) (access.Entry, error)
 	Remove(ctx context.Context, list string, n netip.Prefix) error
 }
 
@@ -109,7 +109,7 @@ func (a *API) addAccess(_ http.ResponseWriter, r *http.Request, actor string) (a
 			}
 		}
 	}
-	if err := a.o.Access.Add(r.Context(), e); err != nil {
+	if e, err = a.o.Access.Add(r.Context(), e); err != nil {
 		return nil, accessError(err)
 	}
 	a.record(r.Context(), actor, "access.add", e.List+"|"+e.Network.String(), map[string]any{"list": e.List, "network": e.Network.String(), "exempt": e.Exempt})
