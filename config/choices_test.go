@@ -29,6 +29,11 @@ func TestChoicesAreWhatValidationAccepts(t *testing.T) {
 			"routes[0].on_invalid_token"},
 		"routes[].grpc_stream": {"routes:\n  - {name: r, upstream: none, grpc_stream: W}\n",
 			"routes[0].grpc_stream"},
+		"routes[].balance": {"routes:\n  - {name: r, upstreams: [\"http://a\"], balance: W}\n", "routes[0].balance"},
+		"server.tls.client_auth": {"server:\n  tls: {certs: [{cert: /no/cert, key: /no/key}], client_ca: /no/ca, client_auth: W}\n",
+			"server.tls.client_auth"},
+		"server.tls.min_version": {"server:\n  tls: {certs: [{cert: /no/cert, key: /no/key}], min_version: W}\n",
+			"server.tls.min_version"},
 		"limits[].scope": {"limits:\n  - {name: l, rate: 5, scope: W}\n", "limits[0].scope"},
 		"limits[].key":   {"limits:\n  - {name: l, rate: 5, key: W}\n", "limits[0].key"},
 	}

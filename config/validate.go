@@ -295,6 +295,8 @@ func (v *validator) server() {
 	}
 	v.hardening()
 	v.admin(&s.Admin)
+	v.gatewayTLS(&s.TLS)
+	v.upstreamTLS("server.upstream.tls", &s.Upstream.TLS)
 }
 
 // hardening validates the settings that keep the gateway bounded and its
@@ -510,6 +512,9 @@ func (v *validator) route(i int, stages map[string]bool) {
 		r.GRPCStream = GRPCStreamPerStream
 	case !slices.Contains(want, r.GRPCStream):
 		v.errorf(path+".grpc_stream", "grpc_stream must be %s, got %q", wordList(want), r.GRPCStream)
+	}
+	if v.pool(r, path) {
+		return
 	}
 	switch r.Upstream {
 	case "":
