@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -189,9 +190,11 @@ type Gateway struct {
 	tr       http.RoundTripper
 	override MethodOverride
 	alog     AccessLogger
+	lat      LatencyObserver // obs, when it takes latencies
 
-	upstream TransportOptions
-	proxies  sync.Map // *url.URL → *upstreamProxies
+	upstream  TransportOptions
+	proxies   sync.Map                    // *url.URL → *upstreamProxies
+	upstreams atomic.Pointer[upstreamSet] // the routes' pools (pool.go)
 	forgetters
 	pool    sync.Pool
 	rfields *fieldCache // for Matches without Fields
@@ -222,6 +225,7 @@ func New(opts Options) (*Gateway, error) {
 	if g.obs == nil {
 		g.obs = nopObserver{}
 	}
+	g.lat, _ = g.obs.(LatencyObserver)
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -326,6 +330,8 @@ type Flow struct {
 	nh       httpExchange  // the net/http engine's exchange
 	lx       localExchange // a request decided in process
 	handled  Handled
+	lat      bool // timing is kept for a LatencyObserver
+	timing   timing
 }
 
 // get returns an empty Flow (put empties one before pooling it).
@@ -342,6 +348,7 @@ func (g *Gateway) put(st *Flow) {
 	st.rec.release()
 	st.reserved, st.stop, st.peek, st.err = false, nil, false, nil
 	st.body, st.bodyRead = nil, false
+	st.lat, st.timing = false, timing{}
 	st.view = Request{}
 	st.nh = httpExchange{}
 	st.lx = localExchange{}
@@ -379,6 +386,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	if g.alog != nil {
 		st.access.start = time.Now()
 	}
+	g.startTiming(st)
 	ctx := x.Context()
 	if why := badTarget(r.Path); why != "" {
 		g.badRequest(x, st, why)
@@ -491,6 +499,7 @@ func (g *Gateway) finish(x Exchange, st *Flow) {
 	if g.alog != nil && !st.peek {
 		g.logAccess(x, st) // a look (explain) is not a request served
 	}
+	g.observeLatency(st)
 }
 
 // render returns the response fields of st's verdict.

@@ -47,6 +47,8 @@ type Options struct {
 //	floodgate_upstream_responses_total{route,code}            the gateway's upstream statuses (code 0: unreachable)
 //	floodgate_queue_length{limit}                             requests waiting in a leaky queue
 //	floodgate_invalid_tokens_total{reason}                    presented tokens that did not verify
+//	floodgate_gateway_duration_seconds{route}                 the gateway's own time per request (latency.go)
+//	floodgate_upstream_duration_seconds{route}                the upstream's time per forwarded request
 type Metrics struct {
 	decisions *prometheus.CounterVec
 	degraded  *prometheus.CounterVec
@@ -64,6 +66,8 @@ type Metrics struct {
 	limits    sync.Map // name → *limitSeries
 	routes    sync.Map // route → *routeSeries
 	reasons   sync.Map // token failure reason → prometheus.Counter
+	lat       routeLatency
+	latRoutes sync.Map // route → *latencySeries
 }
 
 // limitSeries caches the children of one limit, so that counting a
@@ -135,6 +139,9 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			}
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
+	}
+	if err := m.registerLatency(reg); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	for _, f := range limiter.FrontEnds() {
 		if int(f) < len(m.latencyBy) {

@@ -169,5 +169,6 @@ func (s *server) serveMetrics() []prometheus.Collector {
 				}
 				return float64(s.conns.shed.Load())
 			}),
+		newTargetHealth(s),
 	}
 }

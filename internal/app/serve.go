@@ -101,6 +101,7 @@ type server struct {
 	conns            *connLimit
 	front, admin     *http.Server
 	edge             *edge.Engine // the edge engine, when it serves the gateway listener
+	frontCerts       *certSet     // the gateway listener's certificates, with server.tls
 	engineName       string
 	api              *checkAPI // the HTTP check API, when server.api_listen names one
 	ready            atomic.Bool
@@ -205,6 +206,7 @@ func relTo(cfgPath, p string) string {
 func (s *server) reloaded(p *policy.Policy) {
 	if g := s.gateway.Load(); g != nil {
 		g.ForgetUpstreams()
+		s.useRoutes(g)
 	}
 	if n, first := p.Server(), s.srv; first != nil &&
 		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
@@ -248,6 +250,10 @@ func (s *server) listen(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	upTLS, err := gateway.UpstreamTLSConfig(&s.srv.Upstream.TLS)
+	if err != nil {
+		return upstreamTLSError(err)
+	}
 	g, err := gateway.New(gateway.Options{
 		Matcher:        matcher,
 		Engine:         s.engine,
@@ -262,6 +268,7 @@ func (s *server) listen(stdout io.Writer) error {
 			MaxConnsPerHost:       files.upstreamPerHost,
 			DrainTimeout:          s.srv.Upstream.DrainTimeout,
 			DrainBytes:            s.srv.Upstream.DrainBytes,
+			TLS:                   upTLS,
 		},
 		AccessLog: alog,
 	})
@@ -269,6 +276,7 @@ func (s *server) listen(stdout io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.gateway.Store(g)
+	s.useRoutes(g)
 	ln, err := net.Listen("tcp", firstNonEmpty(s.cfg.Listen, s.srv.Listen, config.DefaultListen))
 	if err != nil {
 		return fmt.Errorf("serve: listen: %w", err)
@@ -290,6 +298,9 @@ func (s *server) listen(stdout io.Writer) error {
 	}
 	s.front.Protocols.SetHTTP1(true)
 	s.front.Protocols.SetUnencryptedHTTP2(true)
+	if err := s.serveTLS(); err != nil {
+		return err
+	}
 	if admin := firstNonEmpty(s.cfg.AdminListen, s.srv.AdminListen); admin != "off" && admin != "" {
 		if s.adminLn, err = net.Listen("tcp", admin); err != nil {
 			return fmt.Errorf("serve: admin listen: %w", err)
@@ -318,7 +329,7 @@ func (s *server) listen(stdout io.Writer) error {
 	// ask /readyz at once. The admin line comes last: scripts and tests
 	// wait for it.
 	s.ready.Store(true)
-	base := "http://" + displayAddr(s.frontLn.Addr())
+	base := s.frontScheme() + "://" + displayAddr(s.frontLn.Addr())
 	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s, engine %s)\n", base, s.srv.StoreKind(), s.engineName)
 	if s.demo != nil {
 		printDemo(stdout, base, s.demo.URL, s.adminLn, servesChat(s.reloader.Policy()))
@@ -410,7 +421,7 @@ func (s *server) degraded() []string {
 			out = append(out, "the state file cannot be written: "+err.Error())
 		}
 	}
-	return out
+	return append(out, s.poolsDown()...)
 }
 
 // run serves until ctx ends or a listener fails, reloading the policy on
@@ -424,6 +435,7 @@ func (s *server) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-hup:
+			s.reloadCertificates()
 			if err := s.reloader.Reload(); err != nil {
 				s.log.Error("reload rejected; the running policy stays", "err", err)
 			} else {
@@ -444,6 +456,9 @@ func (s *server) shutdown(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
 	s.shutdownFront(sctx)
+	if g := s.gateway.Load(); g != nil {
+		g.CloseRoutes()
+	}
 	s.api.shutdown()
 	s.rls.shutdown(sctx)
 	if s.admin != nil {
