@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -117,4 +121,36 @@ routes:
 		_, _, body := get(t, admin+"/readyz")
 		return strings.Contains(body, "route pool: no healthy upstream target")
 	})
+}
+
+// TestCheckRefusesBadCertificatesAndEmptyPools: floodgate check names the
+// position of a certificate file that is missing, of a key that is not
+// the certificate's, and of a pool with no targets, all at once.
+func TestCheckRefusesBadCertificatesAndEmptyPools(t *testing.T) {
+	p := newGatewayPKI(t)
+	path := filepath.Join(p.dir, "bad.yaml")
+	if err := os.WriteFile(path, []byte(`server:
+  tls:
+    certs:
+      - {cert: gone.crt, key: a.key}
+      - {cert: a.crt, key: b.key}
+routes:
+  - {name: pool, upstreams: []}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"check", "--config", path}, &out, &errOut)
+	if code := exitCode(err); code != 1 {
+		t.Fatalf("exit %d (%v), want 1", code, err)
+	}
+	for _, want := range []string{
+		path + ":4:16: server.tls.certs[0].cert: cannot read the certificate",
+		path + ":5:28: server.tls.certs[1].key: the key does not go with the certificate a.crt",
+		path + ":7:29: routes[0].upstreams: a pool needs at least one target",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("no %q in:\n%v", want, err)
+		}
+	}
 }
