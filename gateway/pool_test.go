@@ -156,7 +156,6 @@ func benchReverse(b *testing.B, g *Gateway, path string) {
 	})
 }
 
-
 // BenchmarkPoolPick is what a pool adds to a request that its first
 // target answers: the pick, the attempt noted and its outcome.
 func BenchmarkPoolPick(b *testing.B) {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -213,8 +214,8 @@ func (s *server) reloaded(p *policy.Policy) {
 			n.AdminListen != first.AdminListen || n.StoreTimeout != first.StoreTimeout || n.StoreHardTimeout != first.StoreHardTimeout ||
 			n.Instances != first.Instances || n.Upstream != first.Upstream || n.Timeouts != first.Timeouts ||
 			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride ||
-			n.Engine != first.Engine) {
-		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits, method_override and engine change only on restart")
+			n.Engine != first.Engine || !reflect.DeepEqual(n.TLS, first.TLS)) {
+		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits, method_override, engine, server.tls and server.upstream change only on restart (the certificates' files are read again as they change, or on SIGHUP)")
 	}
 	if s.console != nil {
 		s.console.Reloaded(p)
