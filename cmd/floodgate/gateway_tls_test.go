@@ -89,9 +89,10 @@ func (p *gatewayPKI) client(h2 bool, certs ...tls.Certificate) *http.Client {
 // none: the first); HTTP/2 by ALPN and HTTP/1.1 are served and limited
 // per request; the upstream is told https; a route reaches an https
 // upstream of a private CA with a client certificate and a server name;
-// the certificate renewed under load (with SIGHUP) fails no request; and
-// with a client CA a client without a certificate is refused at the
-// handshake.
+// the certificate renewed under load (with SIGHUP) fails no request; with
+// a client CA a client without a certificate is refused at the handshake;
+// and server.upstream.tls reaches an https upstream as a route's
+// upstream_tls does.
 func TestGatewayTLS(t *testing.T) { forEngines(t, testGatewayTLS) }
 
 func testGatewayTLS(t *testing.T, engine string) {
@@ -237,9 +238,12 @@ limits:
 	if err := os.WriteFile(mcfg, []byte(fmt.Sprintf(`version: 1
 server:
   tls: {certs: [{cert: a.crt, key: a.key}], client_ca: clients-ca.crt, min_version: "1.3"}
+  upstream:
+    tls: {ca: upstream-ca.crt, cert: gateway.crt, key: gateway.key, server_name: upstream.internal}
 routes:
+  - {name: secure, match: {paths: ["/secure"]}, upstream: %s}
   - {name: all, match: {paths: ["/**"]}, upstream: %s}
-`, plain.URL)), 0o644); err != nil {
+`, secure.URL, plain.URL)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	gw, _, _, _ = startServe(t, "--engine", engine, "--config", mcfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
@@ -262,5 +266,15 @@ routes:
 		if resp.StatusCode != 200 || resp.TLS.Version != tls.VersionTLS13 {
 			t.Errorf("a client with a certificate of the client CA: %d, TLS %x", resp.StatusCode, resp.TLS.Version)
 		}
+	}
+	// server.upstream.tls reaches the https upstream of every route.
+	resp, err = p.client(false, caller).Get(gw + "/secure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "gateway" {
+		t.Errorf("https upstream through server.upstream.tls: %d %q", resp.StatusCode, body)
 	}
 }
