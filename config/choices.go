@@ -23,6 +23,9 @@ var choices = map[string][]string{
 	"server.user.jwt.alg":       {"HS256", "RS256", "ES256"},
 	"routes[].on_invalid_token": {InvalidTokenReject, InvalidTokenAnonymous},
 	"routes[].grpc_stream":      {GRPCStreamPerStream, GRPCStreamPerMessage},
+	"routes[].balance":          {BalanceRoundRobin, BalanceLeastRequests},
+	"server.tls.client_auth":    {ClientAuthNone, ClientAuthRequest, ClientAuthRequire},
+	"server.tls.min_version":    {TLSVersion12, TLSVersion13},
 	"limits[].scope":            {ScopeMethod, ScopeRoute, ScopeStage, ScopeGlobal},
 	"server.bans[].key":         {BanKeyClientIP, BanKeyAPIKey, BanKeyUser},
 	// A key part is one of these or KeyHeaderPrefix and a header name.

@@ -34,20 +34,31 @@
 //	          trusted_proxies, forwarded_header, ipv6_prefix,
 //	          api_key_header, user {jwt {alg, key_file | jwks_file, claim,
 //	          header, issuer, audience, leeway} | header}, upstream
-//	          {timeout, dial_timeout, idle_timeout, drain_timeout, drain_bytes}
-//	routes:   - {name, match {methods, paths, hosts}, upstream (required:
-//	          a URL, or none), stage, api_key_required, on_invalid_token,
+//	          {timeout, dial_timeout, idle_timeout, drain_timeout, drain_bytes,
+//	          tls {ca, cert, key, server_name}, identity_headers {key_name,
+//	          plan, user, client_ip, remaining}, strip_credentials}, tls
+//	          {certs [{cert, key}], client_ca, client_auth (none | request
+//	          | require), min_version ("1.2" | "1.3")}, refusal {status,
+//	          body, content_type, headers}, bans [...], access {deny,
+//	          allow, max_entries}
+//	routes:   - {name, match {methods, paths, hosts}, upstream (a URL, or
+//	          none) | upstreams [URL, ...], balance (round_robin |
+//	          least_requests), health {path, interval, timeout, healthy,
+//	          unhealthy, failures, eject}, upstream_tls {ca, cert, key,
+//	          server_name}, stage, api_key_required, on_invalid_token,
 //	          grpc_stream (per_stream | per_message), overload {limit |
 //	          adaptive {min, max, initial, tolerance, backoff, growth,
 //	          window, min_samples}, queue {size, per_tenant, max_wait},
-//	          tenant, tiers [{name, reserve}], tier, tier_header}}
+//	          tenant, tiers [{name, reserve}], tier, tier_header},
+//	          identity_headers, strip_credentials, refusal}
 //	stages:   - {name, <limit parameters>}       keyed by the stage
 //	plans:    - {name, rate, per, burst, quota {limit, period, time_zone,
 //	          anchor_day, offset, start}, routes, on_failure, tier}
 //	keys:     - {name, plan, sha256}
 //	limits:   - {name, <limit parameters>, match {methods, paths, hosts,
 //	          stages, routes}, key, cost, count_on, estimate {header |
-//	          body, default}, actual {header | body}, reserve_ttl, scope}
+//	          body, default}, actual {header | body}, reserve_ttl, scope,
+//	          refusal}
 //	account:  {<limit parameters>}               keyed globally
 //
 // The limit parameters are algorithm (token_bucket, gcra, leaky_bucket,
@@ -89,11 +100,34 @@
 // A route that names no upstream at all is a problem, so that a forgotten
 // line shows up in floodgate check rather than as 404s.
 //
+// A route with upstreams has a pool: targets that differ only in scheme,
+// host and port (at least one; the same target twice is a problem),
+// spread round robin or to the one with the fewest requests awaiting an
+// answer. Passive health takes a target out for eject (default 10s) after
+// failures (default 3; 0 turns it off) requests in a row found no
+// connection or a 5xx answer; with health.path, each target is also asked
+// GET path every interval (default 5s, within timeout, default 2s), and
+// unhealthy failed checks in a row (default 3) take it out until healthy
+// passes in a row (default 2) bring it back. A request goes to another
+// target only when nothing of it was sent (no connection) or it is
+// idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) with a body the
+// gateway can send again; when every target is out, one is tried anyway.
+//
+// https:// upstreams trust server.upstream.tls.ca (else the system's CAs),
+// present its cert and key when asked, and verify server_name (else the
+// URL's host); a route's upstream_tls, when it says anything, replaces it.
+// server.tls serves the gateway listener over TLS: every certificate of
+// certs (each checked against its key when the file is loaded) is chosen
+// by the name the client asks for (SNI; exact names, then wildcards, else
+// the first), and read again when its files change or on SIGHUP;
+// client_ca with client_auth require (the default with a client CA)
+// refuses clients without a certificate of it at the handshake.
+//
 // The addresses (listen, admin_listen, ops_listen, grpc_listen, api_listen) are
 // host:port with a numeric port from 0 to 65535 and a host that is empty,
 // an IP address or a host name.
 //
-// Every listener that takes TLS (grpc_tls_*, api_tls_*, admin.tls_*) reads
+// Every listener that takes TLS (tls, grpc_tls_*, api_tls_*, admin.tls_*) reads
 // its certificate again when its files change, and with a client CA
 // (…client_ca) requires client certificates it signed, with …client_san
 // among their DNS names when that is given (mutual TLS).

@@ -149,6 +149,9 @@ type Server struct {
 	Engine string `yaml:"engine"`
 	// Timeouts bound the gateway's client connections.
 	Timeouts Timeouts `yaml:"timeouts"`
+	// TLS, when it names certificates, serves the gateway listener over
+	// TLS (gateway_tls.go).
+	TLS ListenerTLS `yaml:"tls"`
 	// MaxConnections bounds the client connections the gateway serves at
 	// once; past it a new connection is answered 503 and closed (default
 	// 0: half the process's open-file limit, which serve raises to its
@@ -361,6 +364,10 @@ type Upstream struct {
 	// StripCredentials removes the API key header and Authorization from
 	// forwarded requests.
 	StripCredentials bool `yaml:"strip_credentials"`
+	// TLS is how https:// upstreams are reached: the CAs trusted, a
+	// client certificate, the server name (a route's upstream_tls replaces
+	// it).
+	TLS UpstreamTLS `yaml:"tls"`
 }
 
 // Match selects requests. Every non-empty list must match (and within a
@@ -446,9 +453,21 @@ type Route struct {
 	StripCredentials *bool            `yaml:"strip_credentials"`
 	// Refusal, when set, replaces the server's for the route's 429s.
 	Refusal *Refusal `yaml:"refusal"`
+	// Upstreams, in place of Upstream, is a pool of targets that differ
+	// only in scheme, host and port, balanced by Balance and watched by
+	// Health (upstreams.go).
+	Upstreams []string `yaml:"upstreams"`
+	Balance   string   `yaml:"balance"`
+	Health    Health   `yaml:"health"`
+	// UpstreamTLS, when it says anything, replaces server.upstream.tls
+	// for the route's https:// upstreams.
+	UpstreamTLS UpstreamTLS `yaml:"upstream_tls"`
 
-	// UpstreamURL is Upstream parsed; nil for "none".
-	UpstreamURL *url.URL `yaml:"-"`
+	// UpstreamURL is Upstream parsed (a pool's first target); nil for
+	// "none". UpstreamURLs are the pool's targets parsed (nil without
+	// upstreams).
+	UpstreamURL  *url.URL   `yaml:"-"`
+	UpstreamURLs []*url.URL `yaml:"-"`
 }
 
 // Params are the parameters of one limit. Which ones apply depends on the

@@ -300,6 +300,8 @@ func (v *validator) server() {
 	}
 	v.hardening()
 	v.admin(&s.Admin)
+	v.gatewayTLS(&s.TLS)
+	v.upstreamTLS("server.upstream.tls", &s.Upstream.TLS)
 }
 
 // hardening validates the settings that keep the gateway bounded and its
@@ -518,6 +520,9 @@ func (v *validator) route(i int, stages map[string]bool) {
 	}
 	if r.Overload != nil {
 		v.overload(r.Overload, path+".overload")
+	}
+	if v.pool(r, path) {
+		return
 	}
 	switch r.Upstream {
 	case "":

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -204,9 +205,11 @@ type Gateway struct {
 	override MethodOverride
 	alog     AccessLogger
 	keeper   Gatekeeper
+	lat      LatencyObserver // obs, when it takes latencies
 
-	upstream TransportOptions
-	proxies  sync.Map // *url.URL → *upstreamProxies
+	upstream  TransportOptions
+	proxies   sync.Map                    // *url.URL → *upstreamProxies
+	upstreams atomic.Pointer[upstreamSet] // the routes' pools (pool.go)
 	forgetters
 	pool    sync.Pool
 	rfields *fieldCache // for Matches without Fields
@@ -246,6 +249,7 @@ func New(opts Options) (*Gateway, error) {
 	if g.obs == nil {
 		g.obs = nopObserver{}
 	}
+	g.lat, _ = g.obs.(LatencyObserver)
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -357,6 +361,8 @@ type Flow struct {
 	ow       overloadWriter // the net/http engine's writer under overload control
 	screened bool           // the gatekeeper answered the request
 	refused  bool           // the request was refused on a limit
+	lat      bool           // timing is kept for a LatencyObserver
+	timing   timing
 }
 
 // get returns an empty Flow (put empties one before pooling it).
@@ -376,6 +382,7 @@ func (g *Gateway) put(st *Flow) {
 	st.reserved, st.stop, st.peek, st.err = false, nil, false, nil
 	st.screened, st.refused = false, false
 	st.body, st.bodyRead = nil, false
+	st.lat, st.timing = false, timing{}
 	st.view = Request{}
 	st.nh = httpExchange{}
 	st.lx = localExchange{}
@@ -414,6 +421,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	if g.alog != nil {
 		st.access.start = time.Now()
 	}
+	g.startTiming(st)
 	ctx := x.Context()
 	if why := badTarget(r.Path); why != "" {
 		g.badRequest(x, st, why)
@@ -538,6 +546,7 @@ func (g *Gateway) finish(x Exchange, st *Flow) {
 	if g.alog != nil && !st.peek {
 		g.logAccess(x, st) // a look (explain) is not a request served
 	}
+	g.observeLatency(st)
 }
 
 // render returns the response fields of st's verdict.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"maps"
 	"net"
@@ -44,6 +45,10 @@ type TransportOptions struct {
 	DrainTimeout time.Duration
 	// DrainBytes bounds the bytes so read and discarded [64 MiB].
 	DrainBytes int64
+	// TLS is the client configuration of https:// upstreams [nil: the
+	// system's CAs, no client certificate]; a route's upstream_tls
+	// replaces it (UseRoutes).
+	TLS *tls.Config
 }
 
 // NewTransport returns the HTTP transport the reverse proxy uses: a timeout
@@ -74,6 +79,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 		TLSHandshakeTimeout:   def(o.TLSHandshakeTimeout, 5*time.Second),
 		ResponseHeaderTimeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
 		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       o.TLS,
 	}
 }
 
@@ -102,6 +108,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *Flow) {
 		// only from a trusted proxy: the chain is then the peer alone.
 		delete(r.Header, "X-Forwarded-For")
 		delete(r.Header, "X-Real-Ip")
+	}
+	st.UpstreamBegan()
+	defer st.UpstreamEnded()
+	if p := g.PoolOf(st.m.Route, u); p != nil {
+		p.proxy.rp.ServeHTTP(w, r)
+		return
 	}
 	g.proxyOf(u, st.m.Route).rp.ServeHTTP(w, r)
 }

@@ -68,6 +68,8 @@ const OtherTenant = "_other"
 //	floodgate_overload_noload_latency_seconds{route}          its estimate of the upstream's latency without queueing
 //	floodgate_overload_shed_total{route,tier,reason}          requests shed (503): full, queue_full, tenant_full, timeout, client_gone
 //	floodgate_overload_shed_tenants_total{route,tenant}       the same by tenant, bounded (Options.MaxTenants)
+//	floodgate_gateway_duration_seconds{route}                 the gateway's own time per request (latency.go)
+//	floodgate_upstream_duration_seconds{route}                the upstream's time per forwarded request
 type Metrics struct {
 	decisions *prometheus.CounterVec
 	degraded  *prometheus.CounterVec
@@ -92,6 +94,9 @@ type Metrics struct {
 	tenantMu   sync.Mutex         // guards tenants
 	tenants    map[[2]string]bool // the (route, tenant) pairs with a series
 	overload   overloadCollector
+
+	lat       routeLatency
+	latRoutes sync.Map // route → *latencySeries
 }
 
 // limitSeries caches the children of one limit, so that counting a
@@ -177,6 +182,9 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			}
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
+	}
+	if err := m.registerLatency(reg); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	for _, f := range limiter.FrontEnds() {
 		if int(f) < len(m.latencyBy) {

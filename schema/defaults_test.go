@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/testcerts"
 )
 
 // defaultsFiles write every section whose fields have defaults, leaving
@@ -22,6 +23,7 @@ server:
     jwt: {alg: HS256, key_file: demo-jwt-secret.txt}
 routes:
   - {name: r, upstream: none, overload: {adaptive: {}, queue: {max_wait: 1s}}}
+  - {name: pool, upstreams: ["http://10.0.0.1", "http://10.0.0.2"]}
 stages:
   - {name: s, rate: 5}
 plans:
@@ -161,6 +163,20 @@ func TestSchemaDefaultsAreGoDefaults(t *testing.T) {
 		}
 		files = append(files, f)
 	}
+	// The gateway's TLS, with a certificate that exists.
+	ca, err := testcerts.NewCA(t.TempDir(), "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := ca.Server("gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := config.Parse("../examples/defaults.yaml", []byte(fmt.Sprintf("server:\n  tls: {certs: [{cert: %s, key: %s}]}\n", pair.Cert, pair.Key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, f)
 	defs := schemaDefaults(t)
 	var paths []string
 	for p := range defs {

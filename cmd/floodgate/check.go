@@ -109,6 +109,9 @@ func printPolicy(w io.Writer, path string, p *policy.Policy) error {
 				stage = "-"
 			}
 			up := cr.Upstream
+			if len(cr.Upstreams) > 0 {
+				up = strings.Join(cr.Upstreams, ",") + " (" + cr.Balance + ")"
+			}
 			if up == "" {
 				up = "-"
 			}

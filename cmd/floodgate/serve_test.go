@@ -41,7 +41,7 @@ func startServeLogged(t *testing.T, args ...string) (gw, admin string, stop func
 		pw.Close()
 		done <- err
 	}()
-	gwRe := regexp.MustCompile(`gateway on (http://\S+)`)
+	gwRe := regexp.MustCompile(`gateway on (https?://\S+)`)
 	adRe := regexp.MustCompile(`admin on (http://\S+)`)
 	sc := bufio.NewScanner(pr)
 	found := make(chan struct{})

@@ -35,6 +35,9 @@ type conn struct {
 	addr     netip.Addr
 	addrText string
 	addrSet  bool
+
+	// tls says the connection came through TLS (X-Forwarded-Proto: https).
+	tls bool
 }
 
 // peer returns the address of the connection's other end and, for an IPv4

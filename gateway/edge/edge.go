@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -174,6 +175,11 @@ func (e *Engine) Serve(ln net.Listener) error {
 // requests whose lines end in a bare LF, go to net/http.
 func (e *Engine) route(c net.Conn) {
 	ec := &conn{Conn: c}
+	if tc, ok := c.(*tls.Conn); ok {
+		if ec = e.routeTLS(tc); ec == nil {
+			return
+		}
+	}
 	h2, bareLF, err := ec.sniff(time.Now().Add(e.header))
 	switch {
 	case err != nil:

@@ -38,7 +38,7 @@ type upstream struct {
 // upstreamOf returns the upstream of u, making it on first use. Routes
 // that share an upstream share its pool (its answers are counted under
 // each request's route).
-func (e *Engine) upstreamOf(u *url.URL) *upstream {
+func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 	if p, ok := e.ups.Load(u); ok {
 		return p.(*upstream)
 	}
@@ -74,6 +74,7 @@ func (e *Engine) upstreamOf(u *url.URL) *upstream {
 				}
 				return &upConn{Conn: c}, nil
 			},
+			TLSConfig:           upstreamTLS(o.TLS, pool),
 			MaxConns:            maxConns,
 			MaxIdleConnDuration: def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
 			// Past the cap a request waits for a connection to come free,
@@ -108,6 +109,7 @@ var (
 	xForwardedHost  = []byte("X-Forwarded-Host")
 	xForwardedProto = []byte("X-Forwarded-Proto")
 	schemeHTTP      = []byte("http")
+	schemeHTTPS     = []byte("https")
 )
 
 // forward sends the request to its route's upstream and sets the answer
@@ -120,8 +122,14 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 		x.Answer(404, gateway.Body(404), false)
 		return false
 	}
-	up := e.upstreamOf(u)
 	route := m.Route
+	pool := e.g.PoolOf(route, u)
+	var target *gateway.Target
+	if pool != nil {
+		target = pool.Pick(0)
+		u = target.URL
+	}
+	up := e.upstreamOf(u, pool)
 	ctx := x.ctx
 	req := &ctx.Request
 	if e.g.AccessLogged() {
@@ -135,18 +143,44 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 
 	resp := &ctx.Response
 	var err error
+	var tried uint64
+	f.UpstreamBegan()
 	for attempt := 0; ; attempt++ {
 		var later, reused bool
+		if target != nil {
+			tried |= pool.Bit(target)
+			pool.Start(target)
+		}
 		later, reused, err = e.exchangeUpstream(x, f, rec, up, clientClose)
+		if target != nil {
+			pool.Done(target, x.status, err)
+		}
 		if err == nil {
+			if !later {
+				f.UpstreamEnded()
+			}
 			return later
+		}
+		if target != nil && pool.Retry(tried, gateway.NotSent(err), gateway.Idempotent(v.Method) && !req.IsBodyStream()) {
+			// Another target of the pool, when one is left.
+			if next := pool.Pick(tried); next != nil {
+				e.log.Warn("gateway: upstream target failed; trying another", "route", route, "target", target.Name(), "err", err)
+				target = next
+				up = e.upstreamOf(next.URL, pool)
+				req.Header.SetHost(up.host)
+				continue
+			}
 		}
 		// A request without a body that met a kept-alive connection the
 		// upstream had just closed is sent again, on another.
 		if !reused || attempt > 0 || req.IsBodyStream() || len(req.Body()) > 0 || !staleConn(err) {
 			break
 		}
+		if target != nil {
+			tried &^= pool.Bit(target) // the same target, on a fresh connection
+		}
 	}
+	f.UpstreamEnded()
 	e.g.UpstreamAnswered(route, 0)
 	if rec != nil {
 		rec.SetNoAnswer() // a reservation of the request is given back
@@ -182,7 +216,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	hc := up.hc
 	cc, err := hc.AcquireConn(0, false)
 	if err != nil {
-		return false, false, err
+		return false, false, err // a dial error: nothing was sent
 	}
 	c := cc.Conn()
 	uc, _ := c.(*upConn)
@@ -447,7 +481,11 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 	} else {
 		h.DelBytes(xForwardedHost)
 	}
-	h.SetCanonical(xForwardedProto, schemeHTTP)
+	if ec, ok := ctx.Conn().(*conn); ok && ec.tls {
+		h.SetCanonical(xForwardedProto, schemeHTTPS)
+	} else {
+		h.SetCanonical(xForwardedProto, schemeHTTP)
+	}
 	raw := h.RequestURI()
 	if len(raw) == 0 || raw[0] != '/' {
 		raw = req.URI().RequestURI() // absolute form: the path and query only
@@ -718,6 +756,7 @@ func (b *body) CloseWithError(err error) error {
 		if b.rec != nil && b.eof {
 			b.rec.SetComplete()
 		}
+		b.x.f.UpstreamEnded()
 		b.e.finish(b.x)
 	})
 	return nil

@@ -184,5 +184,6 @@ func (s *server) serveMetrics() []prometheus.Collector {
 				}
 				return float64(s.conns.shed.Load())
 			}),
+		newTargetHealth(s),
 	}
 }

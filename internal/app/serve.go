@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -112,6 +113,7 @@ type server struct {
 	conns                   *connLimit
 	front, admin, ops       *http.Server
 	edge                    *edge.Engine // the edge engine, when it serves the gateway listener
+	frontCerts              *certSet     // the gateway listener's certificates, with server.tls
 	engineName              string
 	api                     *checkAPI // the HTTP check API, when server.api_listen names one
 	ready                   atomic.Bool
@@ -227,6 +229,7 @@ func relTo(cfgPath, p string) string {
 func (s *server) reloaded(p *policy.Policy) {
 	if g := s.gateway.Load(); g != nil {
 		g.ForgetUpstreams()
+		s.useRoutes(g)
 	}
 	n, first := p.Server(), s.srv
 	if first != nil && s.cfg.StoreFile != "" {
@@ -239,8 +242,8 @@ func (s *server) reloaded(p *policy.Policy) {
 			n.AdminListen != first.AdminListen || n.OpsListen != first.OpsListen || n.StoreTimeout != first.StoreTimeout || n.StoreHardTimeout != first.StoreHardTimeout ||
 			n.Instances != first.Instances || n.Upstream.Transport() != first.Upstream.Transport() || n.Timeouts != first.Timeouts ||
 			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride ||
-			n.Engine != first.Engine) {
-		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits, method_override and engine change only on restart")
+			n.Engine != first.Engine || !reflect.DeepEqual(n.TLS, first.TLS)) {
+		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits, method_override, engine, server.tls and server.upstream change only on restart (the certificates' files are read again as they change, or on SIGHUP)")
 	}
 	if s.console != nil {
 		s.console.Reloaded(p)
@@ -292,6 +295,10 @@ func (s *server) listen(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	upTLS, err := gateway.UpstreamTLSConfig(&s.srv.Upstream.TLS)
+	if err != nil {
+		return upstreamTLSError(err)
+	}
 	g, err := gateway.New(gateway.Options{
 		Matcher:        matcher,
 		Engine:         s.engine,
@@ -306,6 +313,7 @@ func (s *server) listen(stdout io.Writer) error {
 			MaxConnsPerHost:       files.upstreamPerHost,
 			DrainTimeout:          s.srv.Upstream.DrainTimeout,
 			DrainBytes:            s.srv.Upstream.DrainBytes,
+			TLS:                   upTLS,
 		},
 		AccessLog:  alog,
 		Gatekeeper: s.console.Gatekeeper(),
@@ -319,6 +327,7 @@ func (s *server) listen(stdout io.Writer) error {
 			g.OverloadStats(func(o gateway.OverloadStat) { each(o.Route, o.Limit, o.Latency) })
 		})
 	}
+	s.useRoutes(g)
 	ln, err := net.Listen("tcp", firstNonEmpty(s.cfg.Listen, s.srv.Listen, config.DefaultListen))
 	if err != nil {
 		return fmt.Errorf("serve: listen: %w", err)
@@ -340,6 +349,9 @@ func (s *server) listen(stdout io.Writer) error {
 	}
 	s.front.Protocols.SetHTTP1(true)
 	s.front.Protocols.SetUnencryptedHTTP2(true)
+	if err := s.serveTLS(); err != nil {
+		return err
+	}
 	if admin := firstNonEmpty(s.cfg.AdminListen, s.srv.AdminListen); admin != "off" && admin != "" {
 		if s.adminLn, err = net.Listen("tcp", admin); err != nil {
 			return fmt.Errorf("serve: admin listen: %w", err)
@@ -377,7 +389,7 @@ func (s *server) listen(stdout io.Writer) error {
 	// ask /readyz at once. The admin line comes last: scripts and tests
 	// wait for it.
 	s.ready.Store(true)
-	base := "http://" + displayAddr(s.frontLn.Addr())
+	base := s.frontScheme() + "://" + displayAddr(s.frontLn.Addr())
 	fmt.Fprintf(stdout, "floodgate: gateway on %s (store %s, engine %s)\n", base, s.srv.StoreKind(), s.engineName)
 	if s.demo != nil {
 		printDemo(stdout, base, s.demo.URL, s.adminLn, servesChat(s.reloader.Policy()))
@@ -517,7 +529,7 @@ func (s *server) degraded() []string {
 			out = append(out, "the state file cannot be written: "+err.Error())
 		}
 	}
-	return out
+	return append(out, s.poolsDown()...)
 }
 
 // run serves until ctx ends or a listener fails, reloading the policy on
@@ -542,6 +554,7 @@ func (s *server) run(ctx context.Context) error {
 			s.tellSystemd(sdnotify.Watchdog)
 		case <-hup:
 			s.tellSystemd(sdnotify.Reloading()...)
+			s.reloadCertificates()
 			if err := s.reloader.Reload(); err != nil {
 				s.log.Error("reload rejected; the running policy stays", "err", err)
 			} else {
@@ -564,6 +577,9 @@ func (s *server) shutdown(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
 	s.shutdownFront(sctx)
+	if g := s.gateway.Load(); g != nil {
+		g.CloseRoutes()
+	}
 	s.api.shutdown()
 	s.rls.shutdown(sctx)
 	if s.admin != nil {

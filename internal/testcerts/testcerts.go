@@ -69,6 +69,12 @@ func (ca *CA) Server(name string) (Pair, error) {
 	return ca.issue(name, x509.ExtKeyUsageServerAuth, []string{"localhost"})
 }
 
+// ServerFor makes a server certificate for 127.0.0.1 and the DNS names
+// given (a "*.example" wildcard among them, if need be), named name.
+func (ca *CA) ServerFor(name string, dnsNames ...string) (Pair, error) {
+	return ca.issue(name, x509.ExtKeyUsageServerAuth, dnsNames)
+}
+
 // Client makes a client certificate with the DNS names given.
 func (ca *CA) Client(name string, dnsNames ...string) (Pair, error) {
 	return ca.issue(name, x509.ExtKeyUsageClientAuth, dnsNames)

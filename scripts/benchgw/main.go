@@ -7,6 +7,7 @@
 //	benchgw upstream -addr 127.0.0.1:18101
 //	benchgw proxy -addr 127.0.0.1:18102 -target http://127.0.0.1:18101
 //	benchgw idle -target http://127.0.0.1:18102/ -n 2000
+//	benchgw tls -target https://127.0.0.1:18103/ -ca cert.pem -server-name bench.example -mode handshake
 package main
 
 import (
@@ -53,11 +54,19 @@ func run(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
 	target := fs.String("target", "", "upstream URL (proxy), or the server's URL (idle)")
 	n := fs.Int("n", 1000, "connections to hold (idle)")
+	tlsCA := fs.String("ca", "", "the server's CA certificate (tls)")
+	tlsName := fs.String("server-name", "", "the server name asked for (tls)")
+	tlsMode := fs.String("mode", "handshake", "handshake (a full handshake per connection) or request (HTTP/1.1 requests on kept-alive TLS connections) (tls)")
+	tlsConns := fs.Int("c", 8, "concurrent clients (tls)")
+	tlsDuration := fs.Duration("d", 5*time.Second, "how long to measure (tls)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if args[0] == "idle" {
 		return holdIdle(*target, *n)
+	}
+	if args[0] == "tls" {
+		return benchTLS(*target, *tlsCA, *tlsName, *tlsMode, *tlsConns, *tlsDuration)
 	}
 	var h http.Handler
 	switch args[0] {

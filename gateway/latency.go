@@ -1,0 +1,61 @@
+package gateway
+
+import "time"
+
+// LatencyObserver is an Observer that also takes the time of each request
+// per route (*metrics.Metrics is one): the gateway's own time, from the
+// request's arrival in the admission flow to its end less the upstream's,
+// and, when it was forwarded, the upstream's, from sending it to the end
+// of its answer. Requests only looked at (explain) are not observed.
+type LatencyObserver interface {
+	Latency(route string, gateway, upstream time.Duration, forwarded bool)
+}
+
+// timing is a request's times for a LatencyObserver.
+type timing struct {
+	began, upFrom, upTo time.Time
+}
+
+// UpstreamBegan notes that the request is being sent to its upstream (an
+// engine calls it before its first attempt).
+func (f *Flow) UpstreamBegan() {
+	if f.lat {
+		f.timing.upFrom = time.Now()
+	}
+}
+
+// UpstreamEnded notes that the upstream's answer ended (or failed).
+func (f *Flow) UpstreamEnded() {
+	if f.lat && f.timing.upTo.IsZero() {
+		f.timing.upTo = time.Now()
+	}
+}
+
+// startTiming notes a request's arrival.
+func (g *Gateway) startTiming(st *Flow) {
+	if g.lat != nil && !st.peek {
+		st.lat = true
+		st.timing.began = time.Now()
+	}
+}
+
+// observeLatency reports a request's times at its end.
+func (g *Gateway) observeLatency(st *Flow) {
+	if !st.lat {
+		return
+	}
+	t := &st.timing
+	now := time.Now()
+	total := now.Sub(t.began)
+	var up time.Duration
+	forwarded := !t.upFrom.IsZero()
+	if forwarded {
+		end := t.upTo
+		if end.IsZero() {
+			end = now
+		}
+		up = end.Sub(t.upFrom)
+	}
+	g.lat.Latency(st.m.Route, max(total-up, 0), up, forwarded)
+	st.lat, st.timing = false, timing{}
+}

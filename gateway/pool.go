@@ -1,0 +1,471 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate/config"
+)
+
+// A route's upstreams (the file's upstreams, balance, health and
+// upstream_tls) are a Pool: its targets, how requests are spread over
+// them, whether each is healthy, and the TLS they are reached with. Both
+// engines pick a target per attempt (Pick), report what came of it
+// (Done), and try another only when Retry allows. Passive health ejects a
+// target after failures in a row (no connection, or a 5xx answer); active
+// checks, when the route names a path, ask each target on their own.
+// Pools are made from the policy file (Gateway.UseRoutes) and live until
+// the next version of it.
+
+// MaxPoolTargets bounds a pool's targets (a request's tried targets are
+// the bits of a word).
+const MaxPoolTargets = 64
+
+// Target is one target of a pool.
+type Target struct {
+	// URL is the target's URL (scheme, host and port are what differ
+	// within a pool).
+	URL  *url.URL
+	name string
+	bit  uint64
+
+	inflight atomic.Int64 // attempts waiting for an answer's head
+	fails    atomic.Int32 // passive failures in a row
+	ejected  atomic.Int64 // until when (Unix nanoseconds) passive health keeps it out
+	down     atomic.Bool  // active checks took it out
+
+	// The active checks' runs, touched only by the pool's checker.
+	passes, misses int
+}
+
+// Name is the target's scheme and host, as metrics and logs name it.
+func (t *Target) Name() string { return t.name }
+
+// healthy reports whether the target takes requests at now.
+func (t *Target) healthy(now int64) bool {
+	return !t.down.Load() && t.ejected.Load() <= now
+}
+
+// Pool is the upstream pool of a route.
+type Pool struct {
+	route   string
+	targets []*Target
+	least   bool
+	health  config.Health
+	tls     *tls.Config // nil: the gateway's upstream TLS
+	tr      http.RoundTripper
+	next    atomic.Uint64
+	log     logger
+	stop    context.CancelFunc
+	done    chan struct{}
+	ownTr   *http.Transport // closed with the pool
+	proxy   *upstreamProxy  // the net/http engine's
+	first   *url.URL
+	checker *http.Client
+}
+
+type logger interface {
+	Warn(msg string, args ...any)
+	Info(msg string, args ...any)
+}
+
+// Route names the pool's route.
+func (p *Pool) Route() string { return p.route }
+
+// Targets returns the pool's targets.
+func (p *Pool) Targets() []*Target { return p.targets }
+
+// TLS returns the TLS configuration of the pool's https targets, nil for
+// the gateway's.
+func (p *Pool) TLS() *tls.Config { return p.tls }
+
+// Pick returns the target of the next attempt, among those not tried yet
+// (tried holds their bits): a healthy one by the pool's balance, else an
+// untried one that is out (better an attempt than no answer), else nil.
+func (p *Pool) Pick(tried uint64) *Target {
+	n := len(p.targets)
+	if n == 1 {
+		if tried&1 != 0 {
+			return nil
+		}
+		return p.targets[0]
+	}
+	now := time.Now().UnixNano()
+	start := int(p.next.Add(1) % uint64(n))
+	var best, fallback *Target
+	for i := range n {
+		t := p.targets[(start+i)%n]
+		if tried&t.bit != 0 {
+			continue
+		}
+		if !t.healthy(now) {
+			if fallback == nil {
+				fallback = t
+			}
+			continue
+		}
+		if !p.least {
+			return t
+		}
+		if best == nil || t.inflight.Load() < best.inflight.Load() {
+			best = t
+		}
+	}
+	if best != nil {
+		return best
+	}
+	return fallback
+}
+
+// Start notes an attempt on t (least_requests counts them).
+func (p *Pool) Start(t *Target) { t.inflight.Add(1) }
+
+// Done notes what came of an attempt on t: an error (no answer) or the
+// answer's status. A failure (no answer, or 5xx) counts towards t's
+// passive ejection; anything else clears its count.
+func (p *Pool) Done(t *Target, status int, err error) {
+	t.inflight.Add(-1)
+	if p.health.Failures <= 0 {
+		return
+	}
+	if err == nil && status < 500 {
+		if t.fails.Load() != 0 {
+			t.fails.Store(0)
+		}
+		return
+	}
+	if int(t.fails.Add(1)) >= p.health.Failures {
+		t.fails.Store(0)
+		t.ejected.Store(time.Now().Add(p.health.Eject).UnixNano())
+		if p.log != nil {
+			p.log.Warn("gateway: upstream target ejected", "route", p.route, "target", t.name, "for", p.health.Eject, "err", err, "status", status)
+		}
+	}
+}
+
+// Retry reports whether a failed attempt may be made again on another
+// target: when nothing of the request was sent (no connection), or when
+// the request can be sent again whole (replayable: an idempotent method
+// and a body held in full, or none), while untried targets remain.
+func (p *Pool) Retry(tried uint64, notSent, replayable bool) bool {
+	if !notSent && !replayable {
+		return false
+	}
+	return bits.OnesCount64(tried) < len(p.targets)
+}
+
+// Idempotent reports whether a method may be sent twice (RFC 9110 9.2.2).
+func Idempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// notSent reports whether err says no connection could be made: nothing
+// of the request reached the upstream.
+func notSent(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	var de *net.DNSError
+	return errors.As(err, &de)
+}
+
+// NotSent reports whether an upstream error says nothing of the request
+// was sent (the connection could not be made): it may go to another
+// target whatever it is.
+func NotSent(err error) bool { return notSent(err) }
+
+// TargetState is a target's health, for metrics and /readyz.
+type TargetState struct {
+	Route, Target string
+	Healthy       bool
+}
+
+// upstreamSet are the pools of one version of the policy file.
+type upstreamSet struct {
+	byRoute map[string]*Pool
+	pools   []*Pool
+}
+
+// UseRoutes makes the pools of f's routes (those with upstreams or
+// upstream_tls), starts their active health checks, and retires the
+// pools of the file before. Call it with each version of the file.
+func (g *Gateway) UseRoutes(f *config.File) error {
+	set := &upstreamSet{byRoute: map[string]*Pool{}}
+	var errs []error
+	for i := range f.Routes {
+		r := &f.Routes[i]
+		if r.UpstreamURL == nil || (len(r.UpstreamURLs) == 0 && r.UpstreamTLS.IsZero()) {
+			continue
+		}
+		p, err := g.newPool(r)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("routes[%d]: %w", i, err))
+			continue
+		}
+		set.byRoute[r.Name] = p
+		set.pools = append(set.pools, p)
+	}
+	old := g.upstreams.Swap(set)
+	if old != nil {
+		for _, p := range old.pools {
+			p.close()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CloseRoutes stops the pools' health checks and closes their own
+// connections.
+func (g *Gateway) CloseRoutes() {
+	if old := g.upstreams.Swap(nil); old != nil {
+		for _, p := range old.pools {
+			p.close()
+		}
+	}
+}
+
+// PoolOf returns the pool of route when its upstream is u (the pool's
+// first target: a matcher that replaced the upstream, as the demo does,
+// gets none), or nil.
+func (g *Gateway) PoolOf(route string, u *url.URL) *Pool {
+	set := g.upstreams.Load()
+	if set == nil {
+		return nil
+	}
+	p := set.byRoute[route]
+	if p == nil || p.first != u {
+		return nil
+	}
+	return p
+}
+
+// Targets returns the health of every pool's targets.
+func (g *Gateway) Targets() []TargetState {
+	set := g.upstreams.Load()
+	if set == nil {
+		return nil
+	}
+	now := time.Now().UnixNano()
+	var out []TargetState
+	for _, p := range set.pools {
+		if len(p.targets) < 2 && p.health == (config.Health{}) {
+			continue // one target reached with TLS settings: no pool to watch
+		}
+		for _, t := range p.targets {
+			out = append(out, TargetState{Route: p.route, Target: t.name, Healthy: t.healthy(now)})
+		}
+	}
+	return out
+}
+
+// newPool makes the pool of r.
+func (g *Gateway) newPool(r *config.Route) (*Pool, error) {
+	p := &Pool{route: r.Name, least: r.Balance == config.BalanceLeastRequests, first: r.UpstreamURL, log: g.log, tr: g.tr}
+	urls := r.UpstreamURLs
+	if len(urls) == 0 {
+		urls = []*url.URL{r.UpstreamURL}
+	} else {
+		p.health = r.Health
+	}
+	if len(urls) > MaxPoolTargets {
+		return nil, fmt.Errorf("a pool has at most %d targets, got %d", MaxPoolTargets, len(urls))
+	}
+	for i, u := range urls {
+		p.targets = append(p.targets, &Target{URL: u, name: u.Scheme + "://" + u.Host, bit: 1 << i})
+	}
+	if !r.UpstreamTLS.IsZero() {
+		tc, err := UpstreamTLSConfig(&r.UpstreamTLS)
+		if err != nil {
+			return nil, fmt.Errorf("upstream_tls: %w", err)
+		}
+		p.tls = tc
+		if base, ok := g.tr.(*http.Transport); ok {
+			p.ownTr = base.Clone()
+			p.ownTr.TLSClientConfig = tc
+			p.tr = p.ownTr
+		}
+	}
+	p.proxy = g.newUpstreamProxy(p.first, r.Name)
+	p.proxy.rp.Transport = &poolTransport{p: p}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stop, p.done = cancel, make(chan struct{})
+	if p.health.Path == "" {
+		close(p.done)
+		return p, nil
+	}
+	p.checker = &http.Client{Transport: p.tr, Timeout: p.health.Timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	go p.check(ctx)
+	return p, nil
+}
+
+// close stops the pool's checks and closes its own idle connections.
+func (p *Pool) close() {
+	p.stop()
+	<-p.done
+	if p.ownTr != nil {
+		p.ownTr.CloseIdleConnections()
+	}
+}
+
+// check runs the active health checks until ctx ends: every interval each
+// target is asked GET path, all at once.
+func (p *Pool) check(ctx context.Context) {
+	defer close(p.done)
+	t := time.NewTicker(p.health.Interval)
+	defer t.Stop()
+	for {
+		var wg sync.WaitGroup
+		for _, tg := range p.targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.probe(ctx, tg)
+			}()
+		}
+		wg.Wait()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probe asks one target once and moves its state by the runs.
+func (p *Pool) probe(ctx context.Context, t *Target) {
+	u := *t.URL
+	u.Path, u.RawPath, u.RawQuery = p.health.Path, "", ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	ok := false
+	if err == nil {
+		req.Header.Set("User-Agent", "floodgate-health-check")
+		resp, err := p.checker.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			ok = resp.StatusCode >= 200 && resp.StatusCode < 400
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if ok {
+		t.passes, t.misses = t.passes+1, 0
+		if t.down.Load() && t.passes >= p.health.Healthy {
+			t.down.Store(false)
+			p.log.Info("gateway: upstream target healthy again", "route", p.route, "target", t.name)
+		}
+		return
+	}
+	t.passes, t.misses = 0, t.misses+1
+	if !t.down.Load() && t.misses >= p.health.Unhealthy {
+		t.down.Store(true)
+		p.log.Warn("gateway: upstream target failed its health check", "route", p.route, "target", t.name, "path", p.health.Path)
+	}
+}
+
+// poolTransport carries the net/http engine's requests of a pool: each
+// attempt goes to a target Pick chooses, and a failed one to another when
+// Retry allows.
+type poolTransport struct{ p *Pool }
+
+func (pt *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	p := pt.p
+	var held *heldBody
+	if req.Body != nil && req.Body != http.NoBody {
+		// The transport closes a request's body when it fails: held
+		// keeps it open for another attempt, and tells whether any of
+		// it was read (sent).
+		// (The server closes the body itself when the request ends.)
+		held = &heldBody{rc: req.Body}
+		req.Body = held
+	}
+	replayable := held == nil && Idempotent(req.Method)
+	var tried uint64
+	for {
+		t := p.Pick(tried)
+		if t == nil {
+			return nil, errNoTarget
+		}
+		tried |= t.bit
+		req.URL.Scheme, req.URL.Host = t.URL.Scheme, t.URL.Host
+		p.Start(t)
+		resp, err := p.tr.RoundTrip(req)
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		p.Done(t, status, err)
+		if err == nil {
+			return resp, nil
+		}
+		if req.Context().Err() != nil || !p.Retry(tried, notSent(err) && (held == nil || !held.read), replayable) {
+			return nil, err
+		}
+		p.log.Warn("gateway: upstream target failed; trying another", "route", p.route, "target", t.name, "err", err)
+	}
+}
+
+var errNoTarget = errors.New("gateway: no upstream target left to try")
+
+// heldBody is a request body that a failed attempt cannot close.
+type heldBody struct {
+	rc   io.ReadCloser
+	read bool
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	b.read = true
+	return b.rc.Read(p)
+}
+
+func (b *heldBody) Close() error { return nil }
+
+// UpstreamTLSConfig returns the client TLS configuration of t: its CAs
+// (else the system's), its client certificate and its server name; nil
+// when t says nothing.
+func UpstreamTLSConfig(t *config.UpstreamTLS) (*tls.Config, error) {
+	if t == nil || t.IsZero() {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAPath != "" {
+		pem, err := os.ReadFile(t.CAPath)
+		if err != nil {
+			return nil, err
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("no certificate in %s", t.CAPath)
+		}
+	}
+	if t.CertPath != "" {
+		pair, err := tls.LoadX509KeyPair(t.CertPath, t.KeyPath)
+		if err != nil {
+			return nil, err
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
+}
+
+// Bit returns the bit of t among the pool's tried targets.
+func (p *Pool) Bit(t *Target) uint64 { return t.bit }

@@ -1,0 +1,200 @@
+package app
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate/config"
+)
+
+// The gateway listener's TLS (server.tls): several certificates, the one
+// for the name a client asks for (SNI) chosen at each handshake, each read
+// again when its files change (looked at no more than once a second, as
+// the other listeners' are) or at once on SIGHUP. A renewed certificate
+// is served to new connections; those open keep theirs. HTTP/2 is
+// offered by ALPN beside HTTP/1.1 on both engines.
+
+// certSet serves the certificate of a client's server name among several.
+type certSet struct {
+	pairs []*certReloader
+
+	mu    sync.Mutex // guards seen and names
+	seen  []*tls.Certificate
+	names map[string]int // a certificate's DNS names (lower case, "*.x" for wildcards) → its index
+}
+
+// newCertSet loads every pair of t.
+func newCertSet(t *config.ListenerTLS) (*certSet, error) {
+	s := &certSet{}
+	for i, c := range t.Certs {
+		r := &certReloader{cert: c.CertPath, key: c.KeyPath}
+		if _, err := r.load(); err != nil {
+			return nil, fmt.Errorf("server.tls.certs[%d]: %w", i, err)
+		}
+		s.pairs = append(s.pairs, r)
+	}
+	return s, nil
+}
+
+// get is the listener's tls.Config.GetCertificate: the certificate whose
+// names hold the client's server name exactly, else one whose wildcard
+// does, else the first.
+func (s *certSet) get(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	certs := make([]*tls.Certificate, len(s.pairs))
+	for i, r := range s.pairs {
+		certs[i], _ = r.get(hello)
+	}
+	if len(certs) == 1 {
+		return certs[0], nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !samePointers(s.seen, certs) {
+		s.index(certs)
+	}
+	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
+	if i, ok := s.names[name]; ok && name != "" {
+		return certs[i], nil
+	}
+	if _, rest, ok := strings.Cut(name, "."); ok {
+		if i, ok := s.names["*."+rest]; ok {
+			return certs[i], nil
+		}
+	}
+	return certs[0], nil
+}
+
+// index makes the names of certs; s.mu is held.
+func (s *certSet) index(certs []*tls.Certificate) {
+	s.seen = certs
+	s.names = map[string]int{}
+	for i := len(certs) - 1; i >= 0; i-- { // the first certificate wins a name two share
+		leaf := certs[i].Leaf
+		if leaf == nil && len(certs[i].Certificate) > 0 {
+			leaf, _ = x509.ParseCertificate(certs[i].Certificate[0])
+		}
+		if leaf == nil {
+			continue
+		}
+		for _, n := range leaf.DNSNames {
+			s.names[strings.ToLower(n)] = i
+		}
+		for _, ip := range leaf.IPAddresses {
+			s.names[ip.String()] = i
+		}
+	}
+}
+
+// reload reads every pair again at once (SIGHUP); a pair that does not
+// load leaves its last good certificate in use.
+func (s *certSet) reload() error {
+	var first error
+	for i, r := range s.pairs {
+		if err := r.reload(); err != nil && first == nil {
+			first = fmt.Errorf("server.tls.certs[%d]: %w", i, err)
+		}
+	}
+	return first
+}
+
+func samePointers(a, b []*tls.Certificate) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// reload reads the files again whatever their modification times say.
+func (c *certReloader) reload() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.stamp
+	c.stamp = [2]time.Time{}
+	if _, err := c.loadLocked(); err != nil {
+		c.stamp = old
+		return err
+	}
+	return nil
+}
+
+// gatewayTLSConfig returns the TLS configuration of the gateway listener
+// and its certificates.
+func gatewayTLSConfig(t *config.ListenerTLS) (*tls.Config, *certSet, error) {
+	set, err := newCertSet(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc := &tls.Config{
+		GetCertificate: set.get,
+		MinVersion:     tls.VersionTLS12,
+		// HTTP/2 first, as browsers and gRPC clients prefer it.
+		NextProtos: []string{"h2", "http/1.1"},
+	}
+	if t.MinVersion == config.TLSVersion13 {
+		tc.MinVersion = tls.VersionTLS13
+	}
+	if t.ClientCAPath != "" {
+		pem, err := os.ReadFile(t.ClientCAPath)
+		if err != nil {
+			return nil, nil, fmt.Errorf("server.tls.client_ca: %w", err)
+		}
+		tc.ClientCAs = x509.NewCertPool()
+		if !tc.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("server.tls.client_ca: no certificate in %s", t.ClientCAPath)
+		}
+	}
+	switch t.ClientAuth {
+	case config.ClientAuthRequire:
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	case config.ClientAuthRequest:
+		tc.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return tc, set, nil
+}
+
+// serveTLS puts TLS on the gateway listener when server.tls says so: the
+// net/http server learns the configuration (for HTTP/2 by ALPN), and the
+// edge engine finds *tls.Conn connections, which it hands to net/http
+// when they chose HTTP/2.
+func (s *server) serveTLS() error {
+	if !s.srv.TLS.On() {
+		return nil
+	}
+	tc, set, err := gatewayTLSConfig(&s.srv.TLS)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	s.frontCerts = set
+	s.front.TLSConfig = tc
+	s.front.Protocols.SetHTTP2(true)
+	s.frontLn = tls.NewListener(s.frontLn, tc)
+	return nil
+}
+
+// frontScheme is the gateway listener's scheme.
+func (s *server) frontScheme() string {
+	if s.frontCerts != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// reloadCertificates reads the gateway's certificates again (SIGHUP).
+func (s *server) reloadCertificates() {
+	if s.frontCerts == nil {
+		return
+	}
+	if err := s.frontCerts.reload(); err != nil {
+		s.log.Error("gateway certificates: the last good one stays", "err", err)
+	}
+}

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Measures TLS on the gateway listener against NGINX with the same
+# certificate (an ECDSA P-256 one made here with openssl), on loopback.
+#
+# A fast upstream (benchgw upstream) stands behind floodgate serve on each
+# engine (server.tls, a per-address limit that never binds) and behind
+# NGINX (ssl, limit_req, proxy_pass with keepalive). Two jobs, by benchgw
+# tls with CLIENTS clients for DURATION:
+#   - handshake: a full TLS handshake per new connection (no session
+#     resumption), then the connection closed;
+#   - request: HTTP/1.1 GETs on kept-alive TLS connections.
+# ROUNDS rounds, each measuring every server once in turn (the order
+# rotates), so that a busy machine weighs on all alike; the table gives
+# the median of the rounds: operations a second, p50 and p99 in µs, and
+# CPU time per operation of the measured server's processes (robust on a
+# busy machine), with the ratios to NGINX.
+#
+# Environment: DURATION (default 5s), ROUNDS (3), CLIENTS (8), BASE_PORT
+# (18300). Everything listens on 127.0.0.1; every process this script
+# starts is stopped by its PID when it ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-5s}
+ROUNDS=${ROUNDS:-3}
+CLIENTS=${CLIENTS:-8}
+BASE_PORT=${BASE_PORT:-18300}
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$NGINX" ] || { echo "bench-tls: NGINX is not installed (apt-get install nginx-light)" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/bench-tls.XXXXXX)
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+	local p=$1
+	while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
+	echo "$p"
+}
+next=$BASE_PORT
+pick() {
+	local p
+	p=$(free_port "$next")
+	next=$((p + 1))
+	printf -v "$1" '%s' "$p"
+}
+pick UP
+pick FAST
+pick NET
+pick NG
+
+echo "bench-tls: building" >&2
+go build -o "$work/floodgate" ./cmd/floodgate
+go build -o "$work/benchgw" ./scripts/benchgw
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=bench.example \
+	-addext "subjectAltName=DNS:bench.example,IP:127.0.0.1" -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+
+"$work/benchgw" upstream -addr "127.0.0.1:$UP" >/dev/null &
+pids+=($!)
+
+cat >"$work/gw.yaml" <<EOF
+version: 1
+server:
+  admin_listen: "off"
+  tls:
+    certs: [{cert: cert.pem, key: key.pem}]
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:$UP
+limits:
+  - name: per-ip
+    rate: 1000000
+    burst: 1000000
+    key: client_ip
+    scope: global
+EOF
+declare -A PID
+"$work/floodgate" serve --engine fast --config "$work/gw.yaml" --listen "127.0.0.1:$FAST" --log-level error >/dev/null &
+pids+=($!)
+PID[fast]=$!
+"$work/floodgate" serve --engine net/http --config "$work/gw.yaml" --listen "127.0.0.1:$NET" --log-level error >/dev/null &
+pids+=($!)
+PID[net]=$!
+
+user_line=""
+[ "$(id -u)" -eq 0 ] && user_line="user root;"
+mkdir -p "$work/nginx/logs"
+cat >"$work/nginx/nginx.conf" <<EOF
+$user_line
+worker_processes auto;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/logs/error.log error;
+events { worker_connections 16384; }
+http {
+    access_log off;
+    keepalive_requests 100000000;
+    client_body_temp_path $work/nginx/body;
+    proxy_temp_path $work/nginx/proxy;
+    fastcgi_temp_path $work/nginx/fastcgi;
+    uwsgi_temp_path $work/nginx/uwsgi;
+    scgi_temp_path $work/nginx/scgi;
+    upstream up { server 127.0.0.1:$UP; keepalive 256; }
+    limit_req_zone \$binary_remote_addr zone=pass:10m rate=1000000r/s;
+    server {
+        listen 127.0.0.1:$NG ssl;
+        ssl_certificate $work/cert.pem;
+        ssl_certificate_key $work/key.pem;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        location / {
+            limit_req zone=pass burst=1000000 nodelay;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_pass http://up;
+        }
+    }
+}
+EOF
+"$NGINX" -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' 2>"$work/nginx/stderr" &
+pids+=($!)
+PID[nginx]=$!
+
+for p in $FAST $NET $NG; do
+	for _ in $(seq 1 200); do
+		if curl -s -o /dev/null --cacert "$work/cert.pem" --resolve "bench.example:$p:127.0.0.1" "https://bench.example:$p/"; then break; fi
+		sleep 0.05
+	done
+	code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$work/cert.pem" --resolve "bench.example:$p:127.0.0.1" "https://bench.example:$p/")
+	[ "$code" = 200 ] || { echo "bench-tls: port $p answers $code, not 200" >&2; exit 1; }
+done
+
+cpu_ticks() {
+	local total=0 p
+	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+		if [ -r "/proc/$p/stat" ]; then
+			local rest
+			rest=$(sed 's/^.*) //' "/proc/$p/stat")
+			set -- $rest
+			total=$((total + ${12} + ${13}))
+		fi
+	done
+	echo "$total"
+}
+HZ=$(getconf CLK_TCK)
+
+NAMES=(fast net nginx)
+declare -A PORT=([fast]=$FAST [net]=$NET [nginx]=$NG)
+declare -A LABEL=([fast]="floodgate fast" [net]="floodgate net/http" [nginx]="nginx")
+declare -A RES
+for round in $(seq 1 "$ROUNDS"); do
+	for mode in handshake request; do
+		for i in 0 1 2; do
+			name=${NAMES[$(((i + round) % 3))]}
+			before=$(cpu_ticks "${PID[$name]}")
+			read -r n rate p50 p99 failed < <("$work/benchgw" tls -target "https://127.0.0.1:${PORT[$name]}/" -ca "$work/cert.pem" \
+				-server-name bench.example -mode "$mode" -c "$CLIENTS" -d "$DURATION")
+			after=$(cpu_ticks "${PID[$name]}")
+			cpu_us=$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$n" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+			RES[$mode,$name]+="$rate $p50 $p99 $cpu_us $failed;"
+			echo "bench-tls: round $round $mode ${LABEL[$name]}: $rate/s p50 ${p50}µs p99 ${p99}µs cpu ${cpu_us}µs/op failed $failed" >&2
+		done
+	done
+done
+
+# median COLUMN "v v v;v v v;...": the median of a column over the rounds.
+median() {
+	echo "$2" | tr ';' '\n' | awk -v c="$1" 'NF { print $c }' | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+}
+printf '\n%-10s %-20s %10s %9s %9s %12s %10s %10s\n' mode server "ops/s" "p50 µs" "p99 µs" "cpu µs/op" "x nginx/s" "x nginx cpu"
+for mode in handshake request; do
+	ng_rate=$(median 1 "${RES[$mode,nginx]}")
+	ng_cpu=$(median 4 "${RES[$mode,nginx]}")
+	for name in fast net nginx; do
+		r=${RES[$mode,$name]}
+		rate=$(median 1 "$r")
+		cpu=$(median 4 "$r")
+		printf '%-10s %-20s %10s %9s %9s %12s %10s %10s\n' "$mode" "${LABEL[$name]}" "$rate" "$(median 2 "$r")" "$(median 3 "$r")" "$cpu" \
+			"$(awk -v a="$rate" -v b="$ng_rate" 'BEGIN { printf "%.2f", a / b }')" "$(awk -v a="$cpu" -v b="$ng_cpu" 'BEGIN { printf "%.2f", a / b }')"
+	done
+done
