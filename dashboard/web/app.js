@@ -343,7 +343,7 @@
       box.dataset.unauthorized = String(x.u);
       box.dataset.forbidden = String(x.f);
       box.dataset.banned = String(x.b);
-      title(u, x.route, x.u + " × 401 · " + x.f + " × 403" + (x.b ? " · " + x.b + " × 429" : ""));
+      title(u, x.route, x.u.toLocaleString() + " × 401 · " + x.f.toLocaleString() + " × 403" + (x.b ? " · " + x.b.toLocaleString() + " × 429" : ""));
     }
     if (rs.length) order($("#refused"), rs.map((x) => state.refusedCharts[x.route].root.parentElement));
     const last = all.d.length - 60;
