@@ -111,7 +111,8 @@ func (h *Handler) data(f func(r *http.Request) (any, error)) http.Handler {
 	})
 }
 
-// overview answers the traffic, top-keys and health panels; ?since=S
+// overview answers the traffic, refusals, top-keys and health panels;
+// ?since=S
 // returns only the seconds after S (the page asks for the last hour once,
 // then for what is new).
 func (h *Handler) overview(r *http.Request) (any, error) {
@@ -159,6 +160,7 @@ func (h *Handler) overview(r *http.Request) (any, error) {
 		"instances": instances,
 		"reloads":   reloads,
 		"overload":  rec.OverloadPoints(since, until),
+		"refused":   rec.RefusalPoints(since, until),
 	}, nil
 }
 

@@ -50,6 +50,10 @@ type Recorder struct {
 	overload map[string]*overloadSeries // by route
 	other    *series
 	inUse    bool // other has counted something
+
+	// refused holds each route's answers refused before any limit, by
+	// route; copied on write under mu.
+	refused atomic.Pointer[map[string]*refusalSeries]
 }
 
 // NewRecorder returns a recorder whose clock starts at the Unix second
@@ -58,6 +62,7 @@ func NewRecorder(now int64) *Recorder {
 	r := &Recorder{byName: map[string]*series{}, overload: map[string]*overloadSeries{}, hitters: NewHitters(DefaultHitters)}
 	r.total.name = "all"
 	r.other = &series{name: "other"}
+	r.refused.Store(&map[string]*refusalSeries{})
 	r.sec.Store(now)
 	r.stamps[now%Window].Store(now)
 	return r
@@ -91,6 +96,7 @@ func (r *Recorder) Tick(now int64) {
 		r.health.latencyN[i].Store(0)
 		r.health.latencyMax[i].Store(0)
 		r.health.degraded[i].Store(0)
+		r.clearRefusals(i)
 		r.stamps[i].Store(t)
 	}
 	r.sec.Store(now)

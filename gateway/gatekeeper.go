@@ -36,6 +36,7 @@ func (g *Gateway) screen(x Exchange, st *Flow) bool {
 	}
 	st.screened = true
 	g.obs.Rejected(limiter.FrontGateway, "", status)
+	g.refusedBeforeLimit(st, status)
 	if status == http.StatusForbidden {
 		x.Answer(status, bodyForbidden, false)
 		return true

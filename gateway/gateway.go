@@ -154,6 +154,16 @@ type Observer interface {
 	Upstream(route string, status int)
 }
 
+// RefusalObserver is told every answer the gateway gives a request before
+// any limit refused it, with the request's route ("" when none matched):
+// 401 for a token that does not verify, 403 for a missing or unknown API
+// key or a denied address, and the penalty box's 429. Looks (explain) are
+// not told. Its method is called on the request path: it must be fast and
+// safe for concurrent use. The dashboard's recorder is one.
+type RefusalObserver interface {
+	RefusedBeforeLimit(route string, status int)
+}
+
 // Options configure a Gateway. Matcher and Engine are required.
 type Options struct {
 	// Matcher finds the limits of requests.
@@ -187,6 +197,8 @@ type Options struct {
 	// Gatekeeper, when set, screens every matched request before its
 	// limits (deny lists, the penalty box) and is told how it ended.
 	Gatekeeper Gatekeeper
+	// Refusals, when set, is told the answers refused before any limit.
+	Refusals RefusalObserver
 }
 
 // Gateway enforces a policy on HTTP requests, as middleware or as a
@@ -206,6 +218,7 @@ type Gateway struct {
 	alog     AccessLogger
 	keeper   Gatekeeper
 	lat      LatencyObserver // obs, when it takes latencies
+	refusals RefusalObserver
 
 	upstream  TransportOptions
 	proxies   sync.Map                    // *url.URL → *upstreamProxies
@@ -236,6 +249,7 @@ func New(opts Options) (*Gateway, error) {
 		override: opts.MethodOverride,
 		alog:     opts.AccessLog,
 		keeper:   opts.Gatekeeper,
+		refusals: opts.Refusals,
 		upstream: opts.Upstream,
 		rfields:  newFieldCache(),
 	}
@@ -622,6 +636,7 @@ func badRequestBody(why string) []byte {
 func (g *Gateway) reject(x Exchange, st *Flow) {
 	status := st.m.Reject
 	g.obs.Rejected(limiter.FrontGateway, "", status)
+	g.refusedBeforeLimit(st, status)
 	if g.log.Enabled(x.Context(), slog.LevelDebug) {
 		g.log.Debug("gateway: rejected", "status", status, "route", st.m.Route, "path", strings.Clone(st.view.Path))
 	}
@@ -632,6 +647,14 @@ func (g *Gateway) reject(x Exchange, st *Flow) {
 		x.Answer(status, bodyUnauthorized, true)
 	default:
 		x.Answer(status, bodyInternal, false)
+	}
+}
+
+// refusedBeforeLimit tells the RefusalObserver of an answer refused
+// before any limit.
+func (g *Gateway) refusedBeforeLimit(st *Flow, status int) {
+	if g.refusals != nil && !st.peek {
+		g.refusals.RefusedBeforeLimit(st.m.Route, status)
 	}
 }
 

@@ -120,14 +120,23 @@ func evalNumber(t *testing.T, ctx context.Context, expr string) float64 {
 
 // TestDashboardBrowser opens the dashboard in headless Chromium while a
 // load generator sends traffic: the page loads without console errors, its
-// charts grow, a key's quota bar moves when the key is used, and each page
-// is captured (-artifacts keeps the screenshots; docs/console.md shows
-// them).
+// charts grow, the time range selector and a drag across a chart change
+// the seconds every chart shows, the panels come in the order of their
+// refusals, the 401s and 403s sent are charted per route, a key's quota
+// bar moves when the key is used, and each page is captured (-artifacts
+// keeps the screenshots; docs/console.md shows them).
 func TestDashboardBrowser(t *testing.T) {
 	ctx, consoleErrors := browser(t)
-	cfg := consoleConfig(t, t.TempDir(), "", `  - {name: basic, rate: 100, quota: {limit: 50, period: DAY}}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "secret.txt"), []byte("a demo secret for the dashboard's browser test"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := consoleConfig(t, dir, `  user:
+    jwt: {alg: HS256, key_file: secret.txt, claim: sub}`, `  - {name: basic, rate: 100, quota: {limit: 50, period: DAY}}
   - {name: gold, rate: 100, quota: {limit: 1000, period: MONTH}}`)
-	// A tight limit on one path so that the charts show 429s too.
+	// A tight limit on one path so that the charts show 429s too, and one
+	// per user, so that a token is verified (and refused 401 when it does
+	// not verify).
 	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +144,7 @@ func TestDashboardBrowser(t *testing.T) {
 	fmt.Fprint(f, `limits:
   - {name: per-path, rate: 20, burst: 20, key: route, match: {paths: ["/open/3"]}}
   - {name: per-ip, rate: 1000, burst: 1000}
+  - {name: per-user, rate: 1000, burst: 1000, key: user, match: {paths: ["/open/token"]}}
 `)
 	f.Close()
 	p := startProc(t, "--config", cfg, "--log-level", "warn")
@@ -166,7 +176,118 @@ func TestDashboardBrowser(t *testing.T) {
 	if charts < 3 {
 		t.Errorf("%d charts drawn, want one for all and one per limit", charts)
 	}
+
+	// Answers refused before any limit: 401s on route open (a token that
+	// does not verify), 403s on route partner (no API key).
+	for i := 0; i < 15; i++ {
+		req, _ := http.NewRequest("GET", p.gw+"/open/token", nil)
+		req.Header.Set("Authorization", "Bearer not-a-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a token that does not verify: %d, want 401", resp.StatusCode)
+		}
+	}
+	for i := 0; i < 25; i++ {
+		if code := status(t, p.gw+"/partner/x", ""); code != http.StatusForbidden {
+			t.Fatalf("no API key: %d, want 403", code)
+		}
+	}
+	pollJS("the 401s charted on route open", `Number((document.querySelector('#refused .chart[data-route="open"]') || {dataset: {}}).dataset.unauthorized || 0) >= 15`)
+	pollJS("the 403s charted on route partner", `Number((document.querySelector('#refused .chart[data-route="partner"]') || {dataset: {}}).dataset.forbidden || 0) >= 25`)
+	pollJS("the 401s and 403s in the all chart", `Number(document.body.dataset.refused) >= 40`)
+	if n := evalNumber(t, ctx, `document.querySelectorAll('#refused .chart .uplot canvas').length`); n < 2 {
+		t.Errorf("%v refusal charts drawn, want one per route", n)
+	}
+
+	// The panels in the order of their 429s: per-path (the tight one)
+	// first, per-ip (never refused, and first by name) after it.
+	pollJS("per-path's panel first", `document.querySelector("#charts .chart").dataset.limit === "per-path"`)
+	var panels []struct {
+		Limit   string `json:"limit"`
+		Refused int    `json:"refused"`
+	}
+	if panels, err = chromedp.Run(ctx, chromedp.Evaluate[[]struct {
+		Limit   string `json:"limit"`
+		Refused int    `json:"refused"`
+	}](`Array.from(document.querySelectorAll("#charts .chart")).map((b) => ({limit: b.dataset.limit, refused: Number(b.dataset.refused)}))`)); err != nil {
+		t.Fatal(err)
+	}
+	pathAt, ipAt := -1, -1
+	for i, pn := range panels {
+		if i > 0 && pn.Refused > panels[i-1].Refused {
+			t.Errorf("panel %d (%s, %d refused) after one with fewer: %+v", i, pn.Limit, pn.Refused, panels)
+		}
+		switch pn.Limit {
+		case "per-path":
+			pathAt = i
+		case "per-ip":
+			ipAt = i
+		}
+	}
+	if pathAt != 0 || ipAt < 0 || panels[0].Refused == 0 {
+		t.Errorf("panels %+v: want per-path first with its 429s, and per-ip after it", panels)
+	}
+
+	// The time range: 5 minutes by default, then 15 minutes and an hour,
+	// on every chart.
+	span := func(sel string) string {
+		return fmt.Sprintf(`(function () { const b = document.querySelector(%q); return b ? Number(b.dataset.xmax) - Number(b.dataset.xmin) : -1; })()`, sel)
+	}
+	spanAround := func(what, sel string, secs int) {
+		t.Helper()
+		pollJS(what, fmt.Sprintf(`Math.abs(%s - %d) <= 2`, span(sel), secs))
+	}
+	spanAround("a 5-minute window by default", "#chart-all", 300)
+	for _, r := range []int{900, 3600, 300} {
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#range button[data-range="%d"]`, r)))); err != nil {
+			t.Fatal(err)
+		}
+		spanAround(fmt.Sprintf("a %d-second window", r), "#chart-all", r)
+		spanAround(fmt.Sprintf("a %d-second window on per-path", r), `#charts .chart[data-limit="per-path"]`, r)
+		spanAround(fmt.Sprintf("a %d-second window on route partner", r), `#refused .chart[data-route="partner"]`, r)
+	}
+
+	// A drag across the all chart, over its last 8% (where this test's
+	// traffic is), zooms every chart into that stretch; the zoom stays
+	// while new seconds come in, until it is reset.
+	rect, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(function () { const r = document.querySelector("#chart-all .u-over").getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()`))
+	if err != nil || len(rect) != 4 {
+		t.Fatalf("the all chart's plot: %v %v", rect, err)
+	}
+	y := rect[1] + rect[3]/2
+	from, to := rect[0]+rect[2]*0.92, rect[0]+rect[2]*0.999
+	drag := []chromedp.Action[chromedp.Void]{
+		chromedp.MouseEvent("mouseMoved", from, y),
+		chromedp.MouseEvent("mousePressed", from, y, chromedp.ButtonLeft, chromedp.ClickCount(1)),
+	}
+	for i := 1; i <= 5; i++ {
+		drag = append(drag, chromedp.MouseEvent("mouseMoved", from+(to-from)*float64(i)/5, y, chromedp.ButtonLeft))
+	}
+	drag = append(drag, chromedp.MouseEvent("mouseReleased", to, y, chromedp.ButtonLeft, chromedp.ClickCount(1)))
+	if err := chromedp.Do(ctx, drag...); err != nil {
+		t.Fatal(err)
+	}
+	pollJS("the zoom", `document.body.dataset.zoomed === "true"`)
+	zoomed := evalNumber(t, ctx, span("#chart-all"))
+	if zoomed < 15 || zoomed > 35 {
+		t.Errorf("a drag across 8%% of a 300-second window shows %v seconds", zoomed)
+	}
+	spanAround("the zoom on per-path too", `#charts .chart[data-limit="per-path"]`, int(zoomed))
+	spanAround("the zoom on route partner too", `#refused .chart[data-route="partner"]`, int(zoomed))
+	until := evalNumber(t, ctx, `Number(document.body.dataset.until)`)
+	pollJS("a new second", fmt.Sprintf(`Number(document.body.dataset.until) > %v`, until+1))
+	if now := evalNumber(t, ctx, span("#chart-all")); now != zoomed {
+		t.Errorf("the zoom moved with new seconds: %v seconds shown, then %v", zoomed, now)
+	}
 	screenshot(t, ctx, "dashboard-traffic.png")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#zoom-reset`))); err != nil {
+		t.Fatal(err)
+	}
+	spanAround("the 5-minute window after the reset", "#chart-all", 300)
 
 	// The keys page: acme's quota bar moves when acme is used.
 	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`location.hash = "#keys"`)); err != nil {

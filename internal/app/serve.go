@@ -317,6 +317,7 @@ func (s *server) listen(stdout io.Writer) error {
 		},
 		AccessLog:  alog,
 		Gatekeeper: s.console.Gatekeeper(),
+		Refusals:   s.console.Refusals(),
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)

@@ -26,6 +26,7 @@ import (
 	"github.com/floodgate/floodgate/alarm"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/dashboard"
+	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/penalty"
@@ -209,6 +210,10 @@ func instanceID() string {
 func (c *Console) Observer(m limiter.Observer) limiter.Observer {
 	return observers{m, c.rec, c.alarms}
 }
+
+// Refusals is the gateway's RefusalObserver: the dashboard's recorder
+// charts the answers refused before any limit, per route.
+func (c *Console) Refusals() gateway.RefusalObserver { return c.rec }
 
 // observers tells each of its observers about every decision.
 type observers []limiter.Observer
