@@ -134,6 +134,7 @@ func TestCheckRefusesBadCertificatesAndEmptyPools(t *testing.T) {
     certs:
       - {cert: gone.crt, key: a.key}
       - {cert: a.crt, key: b.key}
+  access: {deny: [203.0.113.7/24, 300.1.2.3]}
 routes:
   - {name: pool, upstreams: []}
 `), 0o644); err != nil {
@@ -147,7 +148,9 @@ routes:
 	for _, want := range []string{
 		path + ":4:16: server.tls.certs[0].cert: cannot read the certificate",
 		path + ":5:28: server.tls.certs[1].key: the key does not go with the certificate a.crt",
-		path + ":7:29: routes[0].upstreams: a pool needs at least one target",
+		path + ":6:19: server.access.deny[0]: 203.0.113.7/24 has host bits set; did you mean 203.0.113.0/24?",
+		path + `:6:35: server.access.deny[1]: "300.1.2.3" is not a CIDR or an IP address`,
+		path + ":8:29: routes[0].upstreams: a pool needs at least one target",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("no %q in:\n%v", want, err)
