@@ -586,7 +586,9 @@ func peerReload(r *peerScenarioRun) {
 		t.Fatal(err)
 	}
 	writeRuntime(t, r.dir, map[string]string{"reload.yaml": string(src)})
+	t0 := time.Now()
 	waitLoads(before + 1)
+	t.Logf("added in %v", time.Since(t0))
 	r.run([]peerStep{
 		{req: rlReq("reload", entries("key1", "foo")), want: "OK: OK 50/SECOND 49"},
 		{req: rlReq("reload", entries("block", "foo")), want: "OVER_LIMIT: OVER_LIMIT 0/SECOND 0"},
@@ -594,7 +596,9 @@ func peerReload(r *peerScenarioRun) {
 	if err := os.Remove(filepath.Join(r.dir, "ratelimit", "config", "reload.yaml")); err != nil {
 		t.Fatal(err)
 	}
+	t0 = time.Now()
 	waitLoads(before + 2)
+	t.Logf("removed in %v", time.Since(t0))
 	r.run([]peerStep{{req: rlReq("reload", entries("block", "foo")), want: "OK: OK"}})
 }
 
