@@ -20,10 +20,11 @@
 //     closes it, or until HoldOpen (one minute by default) has passed
 //     since its last write with the file still open.
 //   - The event rule: when, since the previous look, a writer closed one of
-//     the files after writing (close-write) or an entry was renamed into
-//     place in one of the directories (an editor's or a tool's atomic
-//     rename, Kubernetes' swap of a mounted ConfigMap's ..data link), the
-//     look applies what it reads, at once.
+//     the files, or a new file in one of their directories, after writing
+//     (close-write) or an entry was renamed into place in one of the
+//     directories (an editor's or a tool's atomic rename, Kubernetes' swap
+//     of a mounted ConfigMap's ..data link), the look applies what it
+//     reads, at once. A file removed is left to the stability rule.
 //   - The stability rule: a version is applied when two consecutive looks,
 //     at least one interval apart, saw exactly the same paths, sizes,
 //     modification times and contents.

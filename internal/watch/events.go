@@ -113,6 +113,13 @@ func (t *tracker) note(dir, name string, o op, now time.Time) {
 		// there may change what a path leads to (Kubernetes swaps ..data
 		// so).
 		t.complete, t.touched = true, true
+	case o == opCloseWrite:
+		// Another file of a watched directory closed after writing: a
+		// file that joins the followed ones (a descriptor file added)
+		// is whole. Not touched: a file written nearby over and over
+		// must not unsettle every look. A write in progress of a
+		// followed file still holds the look back (inProgress).
+		t.complete = true
 	}
 }
 

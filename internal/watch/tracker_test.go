@@ -18,10 +18,15 @@ func TestTrackerRules(t *testing.T) {
 	if !tr.inProgress(now, time.Minute) || tr.complete {
 		t.Fatal("a modification is not a write in progress")
 	}
+	tr.touched = false
 	tr.note(dir, "other", opCloseWrite, now)
-	if !tr.inProgress(now, time.Minute) || tr.complete {
+	if !tr.inProgress(now, time.Minute) {
 		t.Fatal("another file's close ended the write")
 	}
+	if !tr.complete || tr.touched {
+		t.Fatal("a file closed beside the followed ones (one that joins them) does not make the files whole, or unsettles the look")
+	}
+	tr.complete = false
 	tr.note(dir, "f", opCloseWrite, now)
 	if tr.inProgress(now, time.Minute) || !tr.complete {
 		t.Fatal("the close did not end the write")
