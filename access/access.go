@@ -28,6 +28,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/follow"
 	"github.com/floodgate/floodgate/internal/redisconn"
 )
 
@@ -234,27 +235,19 @@ func (ls *Lists) Close() {
 
 func (ls *Lists) poll(ctx context.Context, every time.Duration) {
 	defer close(ls.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	follow.Loop(ctx, every, time.Second, func(ctx context.Context) error {
+		v, err := ls.be.Version(ctx)
+		if err != nil {
+			return err
 		}
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		v, err := ls.be.Version(rctx)
 		ls.mu.Lock()
 		same := v == ls.version
 		ls.mu.Unlock()
-		if err == nil && !same {
-			err = ls.refresh(rctx)
+		if same {
+			return nil
 		}
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			ls.log.Warn("access: lists not read", "err", err)
-		}
-	}
+		return ls.refresh(ctx)
+	}, func(err error) { ls.log.Warn("access: lists not read", "err", err) })
 }
 
 func (ls *Lists) refresh(ctx context.Context) error {
@@ -377,10 +370,7 @@ func (b *Redis) Load(ctx context.Context) ([]Entry, string, error) {
 
 // Version reads the version.
 func (b *Redis) Version(ctx context.Context) (string, error) {
-	v, err := b.c.Do(ctx, b.c.B().Get().Key(redisVersion).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return "", nil
-	}
+	v, err := redisconn.Version(ctx, b.c, redisVersion)
 	if err != nil {
 		return "", fmt.Errorf("access: redis: %w", err)
 	}

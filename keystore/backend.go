@@ -184,10 +184,7 @@ func (b *RedisBackend) Save(ctx context.Context, r Record) error {
 
 // Version reads the version counter.
 func (b *RedisBackend) Version(ctx context.Context) (string, error) {
-	v, err := b.c.Do(ctx, b.c.B().Get().Key(redisVersion).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return "", nil
-	}
+	v, err := redisconn.Version(ctx, b.c, redisVersion)
 	if err != nil {
 		return "", fmt.Errorf("keystore: redis: %w", err)
 	}

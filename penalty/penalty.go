@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/follow"
 )
 
 // DefaultMaxBans bounds the bans and the offence counters a backend keeps.
@@ -149,24 +150,13 @@ func (b *Box) Close() {
 
 func (b *Box) poll(ctx context.Context, every time.Duration) {
 	defer close(b.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	follow.Loop(ctx, every, time.Second, func(ctx context.Context) error {
+		v, err := b.be.Version(ctx)
+		if err != nil || (b.ver.Load() != nil && *b.ver.Load() == v) {
+			return err
 		}
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		v, err := b.be.Version(rctx)
-		if err == nil && (b.ver.Load() == nil || *b.ver.Load() != v) {
-			err = b.refresh(rctx)
-		}
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			b.log.Warn("penalty: bans not read", "err", err)
-		}
-	}
+		return b.refresh(ctx)
+	}, func(err error) { b.log.Warn("penalty: bans not read", "err", err) })
 }
 
 // refresh reads the bans again.

@@ -126,10 +126,7 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 
 // Version returns the bans' version.
 func (b *Redis) Version(ctx context.Context) (string, error) {
-	v, err := b.c.Do(ctx, b.c.B().Get().Key(redisVersion).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return "", nil
-	}
+	v, err := redisconn.Version(ctx, b.c, redisVersion)
 	if err != nil {
 		return "", fmt.Errorf("penalty: redis: %w", err)
 	}

@@ -6,6 +6,7 @@
 package redisconn
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -54,4 +55,14 @@ func Open(storeURL string) (rueidis.Client, error) {
 		return nil, fmt.Errorf("redisconn: %w", err)
 	}
 	return c, nil
+}
+
+// Version reads the version stamp kept at key, which a writer of shared
+// state increments with each change: "" when there is none yet.
+func Version(ctx context.Context, c rueidis.Client, key string) (string, error) {
+	v, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	return v, err
 }
