@@ -83,7 +83,8 @@ type Record struct {
 	Degraded string
 	// Tier is the request's criticality tier on a route with overload
 	// control, and Shed, when set, why that control refused it (503) or
-	// gave up on it: full, queue_full, tenant_full, timeout, or
+	// gave up on it: full, queue_full, tenant_full, timeout, displaced
+	// (it made room in the queue for a more critical request), or
 	// client_gone (the client left while it waited for a place).
 	Tier, Shed string
 	// Referer and UserAgent are the request's fields, for the combined

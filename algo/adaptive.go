@@ -17,9 +17,13 @@ package algo
 // aimed below the knee instead of above it):
 //
 //   - a window that does not queue grows the limit by Growth (at least
-//     one), if it used at least half of it or refused a request for it; after six growing windows in a
-//     row the step doubles each window, so a limit far below the knee (an
-//     upstream that recovered) gets back in a few windows.
+//     one), if it used at least half of it or refused a request for it;
+//     past the limit of the last window that queued (or dropped), after
+//     six growing windows in a row the step doubles each window, so a
+//     limit far below a knee that moved up (an upstream that recovered)
+//     gets there in a few windows. Below that limit the step stays
+//     Growth: regrowing after a cut towards the knee just found, doubling
+//     steps would overshoot it and cut deep again.
 //   - a window that queues cuts the limit. An upstream that serves c
 //     requests at once answers L > c in flight in L/c times its no-load
 //     latency, so L/r is the knee, the most in flight it takes without
@@ -184,6 +188,7 @@ type Adaptive struct {
 
 	atMin                int     // queueing windows in a row at Min
 	grew                 int     // windows in a row that grew the limit
+	overAt               float64 // the limit of the last window that queued or dropped; 0 before
 	faster               int     // windows in a row well below the estimate
 	fasterMin, fasterSE2 float64 // the lowest latency among them
 	qLimit, qRTT, qLevel float64 // the last window that queued before the estimate was trusted
@@ -431,6 +436,10 @@ func (a *Adaptive) endWindow(now int64) {
 	}
 	if drops > 0 && float64(drops) > a.o.DropRatio*float64(n+drops) {
 		next = min(next, limit*a.o.Backoff)
+		a.overAt = limit
+	}
+	if queued {
+		a.overAt = limit
 	}
 	next = min(max(next, float64(a.o.Min)), float64(a.o.Max))
 	a.prevLimit, a.prevQueued = limit, queued
@@ -557,7 +566,7 @@ func (a *Adaptive) judge(limit, level, rtt, sumSq float64, n, peak int) (next fl
 		return limit, false, false // not using the limit: nothing learnt about it
 	}
 	step := max(1, a.o.Growth*limit)
-	if a.grew >= accelerateAfter {
+	if a.grew >= accelerateAfter && limit > a.overAt {
 		step *= math.Exp2(float64(min(a.grew-accelerateAfter+1, 20)))
 	}
 	return limit + min(step, limit), false, false

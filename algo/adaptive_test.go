@@ -430,3 +430,35 @@ func BenchmarkAdaptive(b *testing.B) {
 		}
 	}
 }
+
+// Growth speeds up only past the limit at which the upstream last queued:
+// regrowing after a cut, the limit climbs by Growth a window up to that
+// limit (no doubling steps that overshoot the knee it just found and cut
+// deep again), and past it speeds up after six windows, so a recovered
+// upstream is still found in a few windows.
+func TestAdaptiveRegrowsSlowlyToTheLastKnee(t *testing.T) {
+	a := newAdaptive(t, AdaptiveOptions{Initial: 100})
+	ms := time.Millisecond
+	for _, rtt := range []time.Duration{10 * ms, 20 * ms, 10 * ms, 10 * ms} { // trusted at 10ms, limit 71
+		feed(t, a, 100, rtt, 0)
+	}
+	knee := a.Limit()
+	if got := feed(t, a, 100, 20*ms, 0); got != 35 {
+		t.Fatalf("limit %d after a queueing window at %d, want 35", got, knee)
+	}
+	prev, sped := a.Limit(), false
+	for i := range 40 {
+		got := feed(t, a, 100, 10*ms, 0)
+		step := float64(got - prev)
+		if prev <= knee && step > max(1, 0.05*float64(prev))+1 {
+			t.Fatalf("window %d after the cut: the limit went from %d to %d below the last knee %d, want a step of 5%%", i+1, prev, got, knee)
+		}
+		if prev > knee && step > 2*max(1, 0.05*float64(prev)) {
+			sped = true
+		}
+		prev = got
+	}
+	if !sped {
+		t.Errorf("the growth never sped up past the last knee %d (limit %d after 40 windows)", knee, prev)
+	}
+}

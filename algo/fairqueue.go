@@ -19,7 +19,8 @@ package algo
 // tenants, and each tenant is queued alone.
 //
 // Bounds: Push refuses an item when its tenant has PerTenant waiting
-// (ErrTenantFull) or the queue has Total (ErrQueueFull); it never evicts.
+// (ErrTenantFull) or the queue has Total (ErrQueueFull); it never evicts
+// on its own (RemoveNewest lets a caller make room).
 // Items wait at most MaxWait: Pop and Expire hand those that waited longer
 // to a function of the caller's, oldest first, so the caller answers them
 // (a 503); nothing is dropped unseen. Remove takes out an item whose
@@ -254,6 +255,19 @@ func (q *FairQueue[K, T]) Remove(t Ticket) (item T, ok bool) {
 	if ni < 0 || int(ni) >= len(q.nodes) || q.nodes[ni].gen != t.gen || q.nodes[ni].tenant < 0 {
 		return item, false
 	}
+	item = q.nodes[ni].item
+	q.unlink(ni)
+	return item, true
+}
+
+// RemoveNewest takes out the item pushed last of those waiting, whatever
+// its tenant, and returns it: the one that has waited least, for a caller
+// that makes room for a more urgent item.
+func (q *FairQueue[K, T]) RemoveNewest() (item T, ok bool) {
+	if q.tail < 0 {
+		return item, false
+	}
+	ni := q.tail
 	item = q.nodes[ni].item
 	q.unlink(ni)
 	return item, true

@@ -465,3 +465,37 @@ func BenchmarkFairQueue(b *testing.B) {
 		q.Pop(now, nil)
 	}
 }
+
+// RemoveNewest takes out the item pushed last, whatever its tenant, and
+// the rest are served as before, in turn.
+func TestFairQueueRemoveNewest(t *testing.T) {
+	q := newFQ[string, int](t, FairQueueOptions[string]{Total: 4, PerTenant: 4})
+	if _, ok := q.RemoveNewest(); ok {
+		t.Fatal("RemoveNewest on an empty queue took something")
+	}
+	for i, k := range []string{"a", "a", "b", "a"} {
+		if _, err := q.Push(k, i, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, ok := q.RemoveNewest(); !ok || v != 3 {
+		t.Fatalf("RemoveNewest = %d, %v; want 3 (the last pushed)", v, ok)
+	}
+	if v, ok := q.RemoveNewest(); !ok || v != 2 {
+		t.Fatalf("RemoveNewest = %d, %v; want 2", v, ok)
+	}
+	if q.Len() != 2 || q.Tenants() != 1 || q.TenantLen("b") != 0 {
+		t.Fatalf("len %d, tenants %d, b %d; want 2, 1, 0", q.Len(), q.Tenants(), q.TenantLen("b"))
+	}
+	var got []int
+	for {
+		v, ok := q.Pop(10, nil)
+		if !ok {
+			break
+		}
+		got = append(got, v)
+	}
+	if !slices.Equal(got, []int{0, 1}) {
+		t.Errorf("served %v after the removals, want [0 1]", got)
+	}
+}

@@ -25,8 +25,10 @@ import (
 // (algo.Tiers), and queues the requests that do not fit, one fair queue
 // (algo.FairQueue) per tier: a freed slot goes to the most critical tier
 // with a request waiting that fits under its ceiling, and within a tier to
-// the tenants in turn. A request that cannot wait is shed: 503 Service
-// Unavailable with Retry-After.
+// the tenants in turn. A request that finds the queue full takes the
+// place of the newest waiter of the least critical tier below its own
+// that has one, which is shed. A request that cannot wait is shed: 503
+// Service Unavailable with Retry-After.
 
 // Shed reasons, as metrics and the access log name them.
 const (
@@ -35,6 +37,7 @@ const (
 	ShedTenantFull = "tenant_full" // the tenant's backlog is full
 	ShedTimeout    = "timeout"     // max_wait passed in the queue
 	ShedClientGone = "client_gone" // the client left while queued
+	ShedDisplaced  = "displaced"   // queued, it made room for a more critical request
 )
 
 // bodyUnavailable is the body of a shed request.
@@ -76,6 +79,7 @@ type OverloadWatcher interface {
 type waiter struct {
 	ch       chan struct{} // told when admitted (buffered: never blocks)
 	admitted bool          // set under the controller's mu
+	dropped  bool          // displaced by a more critical request (under mu)
 	level    int           // in flight at its admission, itself included
 }
 
@@ -161,6 +165,22 @@ func (c *overloadCtl) dispatch() {
 			w.ch <- struct{}{}
 		}
 	}
+}
+
+// displace makes room in a full queue for a request of tier: the newest
+// waiter of the least critical tier below it that has one leaves the queue
+// (its request is shed, ShedDisplaced). It reports false, changing
+// nothing, when no tier below tier has a waiter (mu held).
+func (c *overloadCtl) displace(tier int) bool {
+	for t := len(c.queues) - 1; t > tier; t-- {
+		if w, ok := c.queues[t].RemoveNewest(); ok {
+			c.queued--
+			w.dropped = true
+			w.ch <- struct{}{}
+			return true
+		}
+	}
+	return false
 }
 
 // stat returns the controller's state.
@@ -375,7 +395,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		g.shed(x, st, ShedFull)
 		return false
 	}
-	if c.queued >= o.Queue.Total {
+	if c.queued >= o.Queue.Total && !c.displace(s.tier) {
 		c.mu.Unlock()
 		g.shed(x, st, ShedQueueFull)
 		return false
@@ -422,6 +442,9 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		}
 	}
 	admitted := w.admitted
+	if w.dropped {
+		reason = ShedDisplaced
+	}
 	if admitted {
 		s.level, s.held = w.level, true
 		s.start = c.now()

@@ -632,3 +632,74 @@ func TestOverloadControllersBounded(t *testing.T) {
 		t.Errorf("%d policy pointers kept", g.ovl.ptrs)
 	}
 }
+
+// TestOverloadDisplaces: a request that finds the queue full takes the
+// place of the newest waiter of the least critical tier that has one,
+// which is shed (503, reason displaced); a request of the lowest tier, or
+// one with no less critical waiter, is still refused as queue_full.
+func TestOverloadDisplaces(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		src := "server:\n  trusted_proxies: [127.0.0.1/32]\n" + overloadPolicy(`
+limit: 1
+tier_header: X-Priority
+tiers:
+  - {name: critical}
+  - {name: default}
+  - {name: sheddable}
+queue: {size: 2, per_tenant: 2, max_wait: 30s}`)
+		g, base, c := overloadFront(t, front, src, u.ServeHTTP)
+		var wg sync.WaitGroup
+		answers := make(map[string]int)
+		var mu sync.Mutex
+		send := func(who, tier string) {
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "X-Priority", tier, "X-Who", who)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				answers[who] = a.status
+				mu.Unlock()
+			})
+		}
+		send("held", "sheddable")
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		send("s1", "sheddable")
+		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
+		send("d1", "default")
+		pollUntil(t, "2 queued", func() bool { return overloadState(g).Queued == 2 })
+		// The queue is full: a sheddable request is refused; a critical
+		// one displaces s1 (the only waiter below it); a second critical
+		// one displaces d1.
+		a, err := get(c, t.Context(), base+"/x", "X-Priority", "sheddable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkShed(t, a, "30")
+		send("c1", "critical")
+		pollUntil(t, "s1 displaced", func() bool { mu.Lock(); defer mu.Unlock(); return answers["s1"] != 0 })
+		send("c2", "critical")
+		pollUntil(t, "d1 displaced", func() bool { mu.Lock(); defer mu.Unlock(); return answers["d1"] != 0 })
+		// Nothing below critical waits now: a third critical is refused.
+		a, err = get(c, t.Context(), base+"/x", "X-Priority", "critical")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkShed(t, a, "30")
+		if s := overloadState(g); s.Queued != 2 || s.Inflight != 1 {
+			t.Errorf("state %+v, want 1 in flight and 2 queued", s)
+		}
+		close(u.release)
+		wg.Wait()
+		want := map[string]int{"held": 200, "s1": 503, "d1": 503, "c1": 200, "c2": 200}
+		for who, code := range want {
+			if answers[who] != code {
+				t.Errorf("%s: status %d, want %d (all: %v)", who, answers[who], code, answers)
+			}
+		}
+		if s := u.seen; !slices.Equal(s, []string{"held", "c1", "c2"}) {
+			t.Errorf("the upstream saw %q, want held, c1, c2", s)
+		}
+	})
+}

@@ -66,7 +66,7 @@ const OtherTenant = "_other"
 //	floodgate_overload_queued{route}                          requests waiting for a place
 //	floodgate_overload_latency_seconds{route}                 the adaptive limit's latency of its last window
 //	floodgate_overload_noload_latency_seconds{route}          its estimate of the upstream's latency without queueing
-//	floodgate_overload_shed_total{route,tier,reason}          requests shed (503): full, queue_full, tenant_full, timeout, client_gone
+//	floodgate_overload_shed_total{route,tier,reason}          requests shed (503): full, queue_full, tenant_full, timeout, client_gone, displaced
 //	floodgate_overload_shed_tenants_total{route,tenant}       the same by tenant, bounded (Options.MaxTenants)
 //	floodgate_gateway_duration_seconds{route}                 the gateway's own time per request (latency.go)
 //	floodgate_upstream_duration_seconds{route}                the upstream's time per forwarded request
@@ -158,7 +158,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		maxLimits: opts.MaxLimits,
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_overload_shed_total",
-			Help: "Requests a route's overload control shed (503), by tier and reason: full, queue_full, tenant_full, timeout, client_gone (left while queued).",
+			Help: "Requests a route's overload control shed (503), by tier and reason: full, queue_full, tenant_full, timeout, client_gone (left while queued), displaced (made room in the queue for a more critical request).",
 		}, []string{"route", "tier", "reason"}),
 		shedTenant: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_overload_shed_tenants_total",
