@@ -270,8 +270,8 @@ func checkNoSecret(t *testing.T, where, text string, secrets []string, prefixed 
 	}
 }
 
-// rawCall makes an admin API call with token (none when empty) and
-// returns the status and the body.
+// rawCall makes an admin API call with token (none when empty), body
+// sent as JSON when not nil, and returns the status and the body.
 func rawCall(t testing.TB, method, url, token string, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -106,30 +105,13 @@ func (p *proc) stop(t testing.TB) {
 // the JSON answer into out (when not nil).
 func call(t testing.TB, method, url, token string, body any, out any) int {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
+	code, data := rawCall(t, method, url, token, body)
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
 			t.Fatalf("%s %s: %v: %s", method, url, err, data)
 		}
 	}
-	return resp.StatusCode
+	return code
 }
 
 // status sends a GET to url with the API key and returns the status.
