@@ -79,21 +79,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# free_port prints the first port from $1 up that nothing listens on.
-free_port() {
-	local p=$1
-	while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
-	echo "$p"
-}
-# pick VAR: set VAR to the next free port (no subshell, so that the
-# ports handed out stay distinct).
-next=$BASE_PORT
-pick() {
-	local p
-	p=$(free_port "$next")
-	next=$((p + 1))
-	printf -v "$1" '%s' "$p"
-}
+# shellcheck source=scripts/ports.sh
+. scripts/ports.sh
 
 # wait_http URL: wait until something answers on URL (any status).
 wait_http() {
@@ -160,6 +147,7 @@ cat >"$work/pass.yaml" <<EOF
 version: 1
 server:
   admin_listen: "off"
+  ops_listen: "off"
   headers: {ratelimit: true}
 routes:
   - name: all
@@ -176,6 +164,7 @@ cat >"$work/reject.yaml" <<EOF
 version: 1
 server:
   admin_listen: "off"
+  ops_listen: "off"
   headers: {ratelimit: true}
 routes:
   - name: all

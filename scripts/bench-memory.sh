@@ -62,6 +62,7 @@ version: 1
 server:
   listen: $gw
   admin_listen: $admin
+  ops_listen: "off"
   trusted_proxies: [127.0.0.1]
   memory: {max_bytes: $bytes, soft_limit: $SOFT_LIMIT}
 routes:

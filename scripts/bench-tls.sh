@@ -37,18 +37,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-	local p=$1
-	while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
-	echo "$p"
-}
-next=$BASE_PORT
-pick() {
-	local p
-	p=$(free_port "$next")
-	next=$((p + 1))
-	printf -v "$1" '%s' "$p"
-}
+# shellcheck source=scripts/ports.sh
+. scripts/ports.sh
 pick UP
 pick FAST
 pick NET
@@ -67,6 +57,7 @@ cat >"$work/gw.yaml" <<EOF
 version: 1
 server:
   admin_listen: "off"
+  ops_listen: "off"
   tls:
     certs: [{cert: cert.pem, key: key.pem}]
 routes:

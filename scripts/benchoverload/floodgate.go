@@ -80,7 +80,7 @@ type gateway struct {
 func startGateway(ctx context.Context, bin, path string) (*gateway, error) {
 	g := &gateway{stderr: &syncBuffer{}, done: make(chan error, 1)}
 	g.cmd = exec.Command(bin, "serve", "--config", path, "--listen", "127.0.0.1:0",
-		"--admin-listen", "127.0.0.1:0", "--log-level", "warn", "--watch=false", "--shutdown-timeout", "2s")
+		"--admin-listen", "127.0.0.1:0", "--ops-listen", "off", "--log-level", "warn", "--watch=false", "--shutdown-timeout", "2s")
 	g.cmd.Stderr = g.stderr
 	stopWithParent(g.cmd)
 	stdout, err := g.cmd.StdoutPipe()
