@@ -635,7 +635,7 @@ func TestFloodsOfDistinctKeysAreBounded(t *testing.T) {
 
 func testFloodsOfDistinctKeysAreBounded(t *testing.T, engine string) {
 	dir := t.TempDir()
-	grpcAddr, apiAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, apiAddr := anyPort, anyPort
 	if err := os.WriteFile(filepath.Join(dir, "rls.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -656,7 +656,8 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	gw, admin, _, out := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	grpcAddr, apiAddr = listenedOn(t, out.String(), rlsOn), listenedOn(t, out.String(), apiOn)
 	const n = 12000
 	var wg sync.WaitGroup
 	tr := &http.Transport{MaxIdleConnsPerHost: 16}

@@ -72,12 +72,32 @@ func startNginx(t *testing.T, upstream, logPath string) (base string, stop func(
 			t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// NGINX cannot say which port it got: the test picks one that was
+	// free a moment ago, and picks again when NGINX finds it taken (by a
+	// test running beside this one) and exits.
+	for attempt := 1; ; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		base, stop, err = startNginxOn(t, bin, prefix, upstream, logPath, port)
+		if err == nil {
+			return base, stop
+		}
+		if attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("nginx on port %d: %v; trying another port", port, err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+}
+
+// startNginxOn starts NGINX on port and waits until it answers its probe.
+// An NGINX that exits before then is reported as an error, its log
+// included.
+func startNginxOn(t *testing.T, bin, prefix, upstream, logPath string, port int) (base string, stop func(), err error) {
+	t.Helper()
 	user := ""
 	if os.Geteuid() == 0 {
 		user = "user root;"
@@ -138,6 +158,8 @@ http {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -145,8 +167,6 @@ http {
 		}
 		stopped = true
 		_ = cmd.Process.Signal(syscall.SIGQUIT) // graceful: finish and write the log
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
 		select {
 		case <-done:
 		case <-time.After(20 * time.Second):
@@ -157,21 +177,34 @@ http {
 	}
 	t.Cleanup(stop)
 	base = fmt.Sprintf("http://127.0.0.1:%d", port)
+	logs := func() string {
+		b, _ := os.ReadFile(filepath.Join(prefix, "stderr"))
+		e, _ := os.ReadFile(filepath.Join(prefix, "logs", "error.log"))
+		return string(b) + string(e)
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(base + "/healthz-probe")
+		select {
+		case <-done:
+			stop()
+			return "", nil, fmt.Errorf("nginx exited at start: %s", logs())
+		default:
+		}
+		// Only NGINX answers the probe 204: another server on the port
+		// does not pass for it.
+		resp, err := client.Get(base + "/healthz-probe")
 		if err == nil {
 			resp.Body.Close()
-			break
+			if resp.StatusCode == http.StatusNoContent {
+				return base, stop, nil
+			}
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(prefix, "stderr"))
-			e, _ := os.ReadFile(filepath.Join(prefix, "logs", "error.log"))
-			t.Fatalf("nginx did not start: %v\n%s\n%s", err, b, e)
+			t.Fatalf("nginx did not start: %v\n%s", err, logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return base, stop
 }
 
 // TestReplayPredictsNginx sends the generator's traffic through a real

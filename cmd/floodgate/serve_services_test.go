@@ -21,16 +21,28 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// freeAddr returns a loopback address with a port nobody listens on now.
-func freeAddr(t *testing.T) string {
+// anyPort is the listen address the tests give serve's listeners: the
+// kernel picks a free port as the listener opens, and the test reads where
+// it landed with listenedOn. A port picked by the test and listened on later
+// can be taken by another test in between.
+const anyPort = "127.0.0.1:0"
+
+// What serve prints before " on ADDRESS" for its rate-limit service and
+// its check API.
+const (
+	rlsOn = "Envoy rate-limit service (RLS v3, gRPC)"
+	apiOn = "check API"
+)
+
+// listenedOn returns the host:port serve said its listener what is on, in
+// out (what serve printed): "floodgate: WHAT on [scheme://]HOST:PORT".
+func listenedOn(t testing.TB, out, what string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	m := regexp.MustCompile(`floodgate: ` + regexp.QuoteMeta(what) + ` on (?:[a-z]+://)?(\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("serve did not say where its %s listens:\n%s", what, out)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return m[1]
 }
 
 // TestServeDecisionServices runs the gateway, Envoy's rate-limit service
@@ -42,7 +54,7 @@ func TestServeDecisionServices(t *testing.T) {
 	}))
 	defer up.Close()
 	dir := t.TempDir()
-	grpcAddr, apiAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, apiAddr := anyPort, anyPort
 	if err := os.MkdirAll(filepath.Join(dir, "rls"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +91,7 @@ limits:
 		t.Fatal(err)
 	}
 	gw, admin, stop, out := startServe(t, "--config", cfg, "--log-level", "error")
+	grpcAddr, apiAddr = listenedOn(t, out.String(), rlsOn), listenedOn(t, out.String(), apiOn)
 	for _, want := range []string{"rate-limit service (RLS v3, gRPC) on " + grpcAddr, "check API on http://" + apiAddr} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve did not print %q:\n%s", want, out.String())
@@ -194,7 +207,7 @@ func TestServeDegradedByFrontEnd(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
 	dir := t.TempDir()
-	grpcAddr, apiAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, apiAddr := anyPort, anyPort
 	err := os.WriteFile(filepath.Join(dir, "rls.yaml"), []byte(`domain: d
 descriptors:
   - key: k
@@ -229,7 +242,8 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, admin, _, _ := startServe(t, "--config", cfg, "--log-level", "error")
+	gw, admin, _, out := startServe(t, "--config", cfg, "--log-level", "error")
+	grpcAddr, apiAddr = listenedOn(t, out.String(), rlsOn), listenedOn(t, out.String(), apiOn)
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

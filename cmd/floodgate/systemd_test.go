@@ -42,9 +42,8 @@ func TestServeNotifiesSystemd(t *testing.T) {
 			msgs <- string(buf[:n])
 		}
 	}()
-	gw, admin, ops := freeAddr(t), freeAddr(t), freeAddr(t)
 	cfg := writeConfig(t, "version: 1\nroutes:\n  - {name: all, match: {paths: [\"/**\"]}, upstream: none}\n")
-	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", gw, "--admin-listen", admin, "--ops-listen", ops, "--watch=false", "--log-level", "warn")
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", anyPort, "--admin-listen", anyPort, "--ops-listen", anyPort, "--watch=false", "--log-level", "warn")
 	const watchdog = 400 * time.Millisecond
 	cmd.Env = append(os.Environ(), runMainEnv+"=1", "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=400000")
 	out := &lockedBuffer{}
@@ -91,7 +90,13 @@ func TestServeNotifiesSystemd(t *testing.T) {
 	if !strings.HasPrefix(first, "READY=1\n") && first != "READY=1" {
 		t.Fatalf("first message %q, want READY=1", first)
 	}
-	// READY=1 came after every listener was open: each accepts now.
+	// READY=1 came after every listener was open: each accepts now. The
+	// lines that say where reach out through a pipe of their own: wait
+	// for the last.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "admin on") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	gw, admin, ops := listenedOn(t, out.String(), "gateway"), listenedOn(t, out.String(), "admin"), listenedOn(t, out.String(), "ops")
 	for _, a := range []string{gw, admin, ops} {
 		c, err := net.DialTimeout("tcp", a, time.Second)
 		if err != nil {

@@ -128,7 +128,7 @@ func TestServeListenersMutualTLS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rls.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr, apiAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, apiAddr := anyPort, anyPort
 	cfg := filepath.Join(dir, "gw.yaml")
 	tlsFields := func(prefix string) string {
 		return fmt.Sprintf("%scert: %s\n%skey: %s\n%sclient_ca: %s\n%sclient_san: envoy\n", prefix, p.serverPair.Cert, prefix, p.serverPair.Key,
@@ -152,6 +152,7 @@ limits:
 		t.Fatal(err)
 	}
 	proc := startProc(t, "--config", cfg, "--log-level", "warn")
+	grpcAddr, apiAddr = listenedOn(t, proc.out.String(), rlsOn), listenedOn(t, proc.out.String(), apiOn)
 	if !strings.HasPrefix(proc.admin, "https://") || !strings.Contains(proc.out.String(), "check API on https://") {
 		t.Fatalf("the admin listener and the check API do not say they take TLS:\n%s", proc.out.String())
 	}
@@ -212,7 +213,7 @@ func TestServeReloadsCertificates(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rls.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr := freeAddr(t)
+	grpcAddr := anyPort
 	cfg := filepath.Join(dir, "gw.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
 server:
@@ -231,6 +232,7 @@ routes:
 		t.Fatal(err)
 	}
 	proc := startProc(t, "--config", cfg, "--log-level", "warn")
+	grpcAddr = listenedOn(t, proc.out.String(), rlsOn)
 	adminAddr := strings.TrimPrefix(proc.admin, "https://")
 	tc := p.clientTLS()
 	if err := askRLS(grpcAddr, tc); err != nil {

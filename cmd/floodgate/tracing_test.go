@@ -32,7 +32,7 @@ func TestTracingExportsSpans(t *testing.T) {
 	t.Setenv("OTEL_SERVICE_NAME", "floodgate-test")
 
 	dir := t.TempDir()
-	grpcAddr, apiAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, apiAddr := anyPort, anyPort
 	if err := os.WriteFile(filepath.Join(dir, "rls.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,8 @@ limits:
 `, grpcAddr, apiAddr)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gw, _, stop, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	gw, _, stop, out := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	grpcAddr, apiAddr = listenedOn(t, out.String(), rlsOn), listenedOn(t, out.String(), apiOn)
 	get(t, gw+"/x")
 	resp, err := http.Post("http://"+apiAddr+"/v1/check", "application/json", strings.NewReader(`{"limit":"cap","key":"k"}`))
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,19 +47,15 @@ func TestConsoleReachesRedisThroughTheStoresClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsPort, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := redistest.StartServer(redistest.Config{Dir: dir, Args: []string{
-		"--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", pair.Cert, "--tls-key-file", pair.Key,
+	rs, err := redistest.StartServer(redistest.Config{Dir: dir, TLSArgs: []string{
+		"--tls-cert-file", pair.Cert, "--tls-key-file", pair.Key,
 		"--tls-ca-cert-file", ca.File, "--tls-auth-clients", "no",
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rs.Stop)
-	url := "rediss://127.0.0.1:" + strconv.Itoa(tlsPort)
+	url := "rediss://" + rs.TLSAddr
 
 	cfg := filepath.Join(dir, "fg.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, `version: 1

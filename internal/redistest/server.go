@@ -51,6 +51,8 @@ func FreePort() (int, error) {
 type Server struct {
 	// Addr is host:port on the loopback interface.
 	Addr string
+	// TLSAddr is the TLS port's host:port when Config.TLSArgs opened one.
+	TLSAddr string
 
 	dir    string
 	ownDir bool // dir was made here and is removed by Stop
@@ -66,6 +68,11 @@ type Config struct {
 	Dir string
 	// Args are extra redis-server arguments ("--cluster-enabled", "yes").
 	Args []string
+	// TLSArgs, when set, open a TLS port beside the plain one: the
+	// server is started with "--tls-port PORT" and these arguments (the
+	// certificate files), on a port picked again with the plain one at
+	// each attempt. Server.TLSAddr says where.
+	TLSArgs []string
 }
 
 // Start starts a standalone redis-server on a free loopback port and
@@ -105,6 +112,14 @@ func StartServer(cfg Config) (*Server, error) {
 			"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
 			"--logfile", filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log"),
 		}, cfg.Args...)
+		if cfg.TLSArgs != nil {
+			tlsPort, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+			s.args = append(append(s.args, "--tls-port", strconv.Itoa(tlsPort)), cfg.TLSArgs...)
+		}
 		if err := s.start(bin); err != nil {
 			last = err
 			continue
@@ -134,6 +149,13 @@ func (s *Server) start(bin string) error {
 		default:
 		}
 		if err := s.ping(); err == nil {
+			// The port was free a moment before the start: a server of
+			// another test may have taken it in between and answer
+			// here, while this one exits on the taken port.
+			if pid, err := s.pid(); err == nil && pid != cmd.Process.Pid {
+				s.Kill()
+				return fmt.Errorf("redistest: another redis-server (pid %d) answers on %s", pid, s.Addr)
+			}
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -157,6 +179,20 @@ func (s *Server) logTail() string {
 func (s *Server) port() string {
 	_, p, _ := net.SplitHostPort(s.Addr)
 	return p
+}
+
+// pid asks the server for its process ID (INFO server's process_id).
+func (s *Server) pid() (int, error) {
+	info, err := s.Do("INFO", "server")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("redistest: no process_id in INFO server")
 }
 
 // ping sends PING over a fresh connection and waits for PONG.

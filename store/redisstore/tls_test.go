@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -28,12 +27,7 @@ import (
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	pool, certFile, keyFile, caFile := testCerts(t, dir)
-	tlsPort, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := redistest.StartServer(redistest.Config{Dir: dir, Args: []string{
-		"--tls-port", strconv.Itoa(tlsPort),
+	srv, err := redistest.StartServer(redistest.Config{Dir: dir, TLSArgs: []string{
 		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile,
 		"--tls-auth-clients", "no",
 	}})
@@ -42,7 +36,7 @@ func TestTLS(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 
-	url := "rediss://127.0.0.1:" + strconv.Itoa(tlsPort)
+	url := "rediss://" + srv.TLSAddr
 	s, err := New(Options{URL: url, Prefix: uniquePrefix(t), TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
 	if err != nil {
 		t.Fatal(err)
