@@ -3,6 +3,9 @@ package rls
 import (
 	"context"
 	"net"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,5 +84,46 @@ func TestRegisterOnAnotherServer(t *testing.T) {
 	defer conn.Close()
 	if r := ask(t, rlsv3.NewRateLimitServiceClient(conn), "d", desc("user", "reg")); r.Statuses[0].LimitRemaining != 9 {
 		t.Fatalf("%v", r)
+	}
+}
+
+// Whatever the flow-control window, calls of any size are answered, many
+// at once: requests far larger than a stream's window (their values count
+// for nothing but the transport) and small ones beside them.
+func TestServerWindowSizes(t *testing.T) {
+	for _, win := range []int32{0, -1, 1, 70000, 4 << 20} {
+		t.Run(strconv.Itoa(int(win)), func(t *testing.T) {
+			st, _ := memstore.New(memstore.Options{})
+			defer st.Close()
+			srv, err := NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}), ServerOptions{WindowSize: win})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, cancel, served := start(t, srv)
+			conn := dial(t, addr)
+			defer conn.Close()
+			c := rlsv3.NewRateLimitServiceClient(conn)
+			big := strings.Repeat("v", 300<<10)
+			var wg sync.WaitGroup
+			for i := range 16 {
+				wg.Go(func() {
+					v := "w" + strconv.Itoa(i)
+					if i%2 == 0 {
+						v += big
+					}
+					cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer ccancel()
+					r, err := c.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", v)}})
+					if err != nil || r.OverallCode != ok || r.Statuses[0].LimitRemaining != 9 {
+						t.Errorf("call %d: %v, %v", i, r, err)
+					}
+				})
+			}
+			wg.Wait()
+			cancel()
+			if err := <-served; err != nil {
+				t.Fatalf("Serve: %v", err)
+			}
+		})
 	}
 }

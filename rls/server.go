@@ -18,6 +18,14 @@ import (
 // ServiceName is the name the health service reports the RLS under.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
+// DefaultWindowSize is the flow-control window of a connection when
+// ServerOptions.WindowSize is zero.
+const DefaultWindowSize = 1 << 20
+
+// streamWindowSize is each call's flow-control window: HTTP/2's default,
+// far more than a RateLimitRequest takes.
+const streamWindowSize = 65535
+
 // ServerOptions configure a gRPC server for the service. The zero value
 // serves plaintext with the keepalive defaults below.
 type ServerOptions struct {
@@ -49,6 +57,12 @@ type ServerOptions struct {
 	// call; when all are busy a call gets a goroutine of its own as usual.
 	// Zero means 64; negative means none.
 	StreamWorkers int
+	// WindowSize is the flow-control window of each connection, fixed:
+	// gRPC's dynamic windows (its bandwidth estimator) are off, so the
+	// server sends no pings and window updates of its own while Envoy's
+	// small calls stream in. Zero means 1 MiB (streams get gRPC's 64 KiB);
+	// negative means gRPC's dynamic windows.
+	WindowSize int32
 	// GracePeriod is how long Serve waits for calls in flight when its
 	// context ends before cutting them off. Zero means 10s.
 	GracePeriod time.Duration
@@ -107,6 +121,12 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	}
 	if workers > 0 {
 		so = append(so, grpc.NumStreamWorkers(uint32(workers)))
+	}
+	switch win := opts.WindowSize; {
+	case win == 0:
+		so = append(so, grpc.StaticConnWindowSize(DefaultWindowSize), grpc.StaticStreamWindowSize(streamWindowSize))
+	case win > 0:
+		so = append(so, grpc.StaticConnWindowSize(max(win, streamWindowSize)), grpc.StaticStreamWindowSize(streamWindowSize))
 	}
 	if opts.MaxConcurrentStreams > 0 {
 		so = append(so, grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams))
