@@ -136,6 +136,7 @@ type Stats struct {
 	// PeerNames); peerNames names the series after them.
 	perName, peerNames bool
 	times              sync.Map  // gRPC method → prometheus.Summary, with peerNames
+	calls              sync.Map  // gRPC method's full name → *callStats
 	rtLast             [5]uint64 // the runtime's counters at the last flush; guarded by flushMu
 }
 
@@ -283,10 +284,10 @@ func (s *Stats) ObserveLoad(err error) {
 func (s *Stats) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
-		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
-		s.requests.WithLabelValues(method).Inc()
-		if s.perName {
-			s.method(method).n.Add(1)
+		c := s.call(info.FullMethod)
+		c.requests.Inc()
+		if c.sd != nil {
+			c.sd.n.Add(1)
 		}
 		resp, err := handler(ctx, req)
 		el := time.Since(start)
@@ -294,16 +295,45 @@ func (s *Stats) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if s.millis {
 			d *= 1000
 		}
-		s.responseTime.WithLabelValues(method).Observe(d)
+		c.time.Observe(d)
 		if s.sd != nil {
 			// As envoyproxy/ratelimit: whole milliseconds, sent at once.
-			s.sd.Timer("ratelimit_server."+method+".response_time"+s.sdTags, float64(el.Milliseconds()))
+			s.sd.Timer(c.sdTimer, float64(el.Milliseconds()))
 		}
-		if s.peerNames {
-			s.time(method).Observe(float64(el.Milliseconds()))
+		if c.summary != nil {
+			c.summary.Observe(float64(el.Milliseconds()))
 		}
 		return resp, err
 	}
+}
+
+// callStats are the statistics of one gRPC method's calls, found once so
+// that a call looks up neither label values nor names.
+type callStats struct {
+	requests prometheus.Counter
+	time     prometheus.Observer
+	sd       *sdCounter         // with statsd or PeerNames
+	sdTimer  string             // the statsd name of the calls' times
+	summary  prometheus.Summary // with PeerNames
+}
+
+// call returns the statistics of a gRPC method, by its full name (the
+// methods of the services registered: a bounded set).
+func (s *Stats) call(fullMethod string) *callStats {
+	if c, ok := s.calls.Load(fullMethod); ok {
+		return c.(*callStats)
+	}
+	m := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
+	c := &callStats{requests: s.requests.WithLabelValues(m), time: s.responseTime.WithLabelValues(m),
+		sdTimer: "ratelimit_server." + m + ".response_time" + s.sdTags}
+	if s.perName {
+		c.sd = s.method(m)
+	}
+	if s.peerNames {
+		c.summary = s.time(m)
+	}
+	v, _ := s.calls.LoadOrStore(fullMethod, c)
+	return v.(*callStats)
 }
 
 // method returns the statsd counter of a gRPC method's calls.

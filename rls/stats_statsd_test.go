@@ -1,12 +1,16 @@
 package rls
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/floodgate/floodgate/internal/promtest"
 )
 
 // lines collects what a StatsdSink is given, as statsd lines.
@@ -78,5 +82,52 @@ descriptors:
 	st.FlushStatsd()
 	if got := sink.take("ratelimit.service."); len(got) != 0 {
 		t.Errorf("a flush after no request sent %q", got)
+	}
+}
+
+// TestUnaryInterceptorCountsEachMethodApart: every call is counted under
+// its own method, in Prometheus and in statsd, however many calls of
+// another method came before it.
+func TestUnaryInterceptorCountsEachMethodApart(t *testing.T) {
+	t.Parallel()
+	sink := &lines{}
+	reg := prometheus.NewRegistry()
+	st, err := NewStats(reg, StatsOptions{Statsd: sink, ConstLabels: prometheus.Labels{"env": "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic := st.UnaryInterceptor()
+	call := func(full string, answer any) {
+		t.Helper()
+		resp, err := ic(context.Background(), "req", &grpc.UnaryServerInfo{FullMethod: full},
+			func(context.Context, any) (any, error) { return answer, nil })
+		if err != nil || resp != answer {
+			t.Fatalf("%s: %v, %v; want the handler's answer", full, resp, err)
+		}
+	}
+	for range 3 {
+		call("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", "ok")
+	}
+	call("/grpc.health.v1.Health/Check", "serving")
+	for m, want := range map[string]float64{"ShouldRateLimit": 3, "Check": 1} {
+		if got := promtest.Value(t, reg, "ratelimit_service_total_requests", promtest.Labels{"grpc_method": m}); got != want {
+			t.Errorf("total_requests{grpc_method=%q} = %v, want %v", m, got, want)
+		}
+		h := promtest.Find(t, reg, "ratelimit_service_response_time_seconds", promtest.Labels{"grpc_method": m})
+		if len(h) != 1 || float64(h[0].GetHistogram().GetSampleCount()) != want {
+			t.Errorf("response_time_seconds{grpc_method=%q}: %v, want %v samples", m, h, want)
+		}
+	}
+	times := sink.take("ratelimit_server.")
+	if len(times) != 4 || !strings.HasPrefix(times[0], "ratelimit_server.ShouldRateLimit.response_time.__env=t:") ||
+		!strings.HasPrefix(times[3], "ratelimit_server.Check.response_time.__env=t:") {
+		t.Errorf("statsd timers: %q", times)
+	}
+	st.FlushStatsd()
+	got := strings.Join(sink.take("ratelimit_server."), "\n") + "\n"
+	for _, want := range []string{"ratelimit_server.ShouldRateLimit.total_requests.__env=t:3|c\n", "ratelimit_server.Check.total_requests.__env=t:1|c\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("flush lacks %q:\n%s", want, got)
+		}
 	}
 }
