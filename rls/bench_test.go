@@ -43,6 +43,17 @@ func BenchmarkShouldRateLimitCompat(b *testing.B) {
 	}
 }
 
+// BenchmarkShouldRateLimitNoFields is BenchmarkShouldRateLimit without
+// the rate-limit fields, as floodgate rls answers by default.
+func BenchmarkShouldRateLimitNoFields(b *testing.B) {
+	st, err := memstore.New(memstore.Options{SweepInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	benchService(b, st, false, false, func(o *Options) { o.NoFields = true })
+}
+
 // BenchmarkShouldRateLimitStats is BenchmarkShouldRateLimit counting
 // envoyproxy/ratelimit's statistics.
 func BenchmarkShouldRateLimitStats(b *testing.B) {
@@ -54,7 +65,7 @@ func BenchmarkShouldRateLimitStats(b *testing.B) {
 	benchService(b, st, false, true)
 }
 
-func benchService(b *testing.B, st limiter.Store, compat, stats bool) {
+func benchService(b *testing.B, st limiter.Store, compat, stats bool, more ...func(*Options)) {
 	cfg, err := ParseWith("bench.yaml", []byte(`
 domain: bench
 descriptors:
@@ -69,6 +80,9 @@ descriptors:
 		if opts.Stats, err = NewStats(prometheus.NewRegistry(), StatsOptions{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+	for _, f := range more {
+		f(&opts)
 	}
 	svc := New(limiter.New(st, limiter.Options{Timeout: time.Second}), cfg, opts)
 	reqs := make([]*rlsv3.RateLimitRequest, 10000)

@@ -79,7 +79,7 @@ func countCompat(a *applied, d floodgate.Decision) {
 // unlimited one is OK with limit_remaining 4294967295; the others are OK
 // and nothing more.
 func (s *Service) answerCompat(app []applied) *rlsv3.RateLimitResponse {
-	resp, statuses, limits, durs, _ := statuses(len(app))
+	resp, statuses, limits, durs, _ := statuses(len(app), false)
 	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	if deniesCompat(app, s.opts.QuotaMode) {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT

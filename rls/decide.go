@@ -138,7 +138,7 @@ func denies(app []applied) bool {
 // answer turns the decisions into the response, in as few allocations as
 // the number of descriptors allows.
 func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
-	resp, statuses, limits, durs, one := statuses(len(app))
+	resp, statuses, limits, durs, h := statuses(len(app), !s.opts.NoFields)
 	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	denied := denies(app)
 	if denied {
@@ -206,8 +206,11 @@ func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
 	}
 	var hv []corev3.HeaderValue
 	var hvp []*corev3.HeaderValue
-	if one != nil {
-		hv, hvp = one.hv[:0], one.hvp[:0]
+	if h == nil && len(sc.out) <= 3 {
+		h = new(headers3)
+	}
+	if h != nil {
+		hv, hvp = h.hv[:0], h.hvp[:0]
 	}
 	if cap(hv) < len(sc.out) {
 		hv = make([]corev3.HeaderValue, 0, len(sc.out))

@@ -386,14 +386,21 @@ func (s *Service) peerHeaders(ph *PeerHeaders, app []applied, resp *rlsv3.RateLi
 }
 
 // statuses makes the response with one status per descriptor, in as few
-// allocations as the number of descriptors allows.
-func statuses(n int) (resp *rlsv3.RateLimitResponse, st []rlsv3.RateLimitResponse_DescriptorStatus,
-	limits []rlsv3.RateLimitResponse_RateLimit, durs []durationpb.Duration, one *answer1) {
+// allocations as the number of descriptors allows; with fields, the
+// answer to one descriptor holds room for three (h).
+func statuses(n int, fields bool) (resp *rlsv3.RateLimitResponse, st []rlsv3.RateLimitResponse_DescriptorStatus,
+	limits []rlsv3.RateLimitResponse_RateLimit, durs []durationpb.Duration, h *headers3) {
 	if n == 1 {
-		a := new(answer1)
+		var a *answer1
+		if fields {
+			ah := new(answer1h)
+			a, h = &ah.answer1, &ah.headers3
+		} else {
+			a = new(answer1)
+		}
 		resp, st, limits, durs = &a.resp, a.st[:], a.lim[:], a.dur[:]
 		resp.Statuses = a.stp[:]
-		return resp, st, limits, durs, a
+		return resp, st, limits, durs, h
 	}
 	resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	return resp, make([]rlsv3.RateLimitResponse_DescriptorStatus, n), make([]rlsv3.RateLimitResponse_RateLimit, n),
@@ -407,16 +414,30 @@ func setDuration(dur *durationpb.Duration, d time.Duration) *durationpb.Duration
 	return dur
 }
 
-// answer1 holds a whole answer to a request with one descriptor, so that
-// it takes one allocation.
+// answer1 holds a whole answer without fields to a request with one
+// descriptor, so that it takes one allocation. It stays under 512 bytes,
+// the largest objects Go allocates without a header of their own (which
+// cost more), as answers without fields (floodgate rls's default, and the
+// compatibility mode's) do not carry the room for fields.
 type answer1 struct {
 	resp rlsv3.RateLimitResponse
 	stp  [1]*rlsv3.RateLimitResponse_DescriptorStatus
 	st   [1]rlsv3.RateLimitResponse_DescriptorStatus
 	lim  [1]rlsv3.RateLimitResponse_RateLimit
 	dur  [1]durationpb.Duration
-	hvp  [3]*corev3.HeaderValue // RateLimit-Policy, RateLimit, Retry-After
-	hv   [3]corev3.HeaderValue
+}
+
+// headers3 holds up to three fields of an answer (RateLimit-Policy,
+// RateLimit and Retry-After).
+type headers3 struct {
+	hvp [3]*corev3.HeaderValue
+	hv  [3]corev3.HeaderValue
+}
+
+// answer1h is answer1 with the room for its fields, in one allocation.
+type answer1h struct {
+	answer1
+	headers3
 }
 
 // scratch is what one call of ShouldRateLimit reuses from the calls before
