@@ -90,18 +90,27 @@ func New(opts Options) (*Client, error) {
 }
 
 // Counter adds "name:v|c".
-func (c *Client) Counter(name string, v uint64) { c.line(name, strconv.AppendUint(nil, v, 10), "|c\n") }
+func (c *Client) Counter(name string, v uint64) {
+	var num [24]byte
+	c.line(name, strconv.AppendUint(num[:0], v, 10), "|c\n")
+}
 
 // Gauge adds "name:v|g".
-func (c *Client) Gauge(name string, v uint64) { c.line(name, strconv.AppendUint(nil, v, 10), "|g\n") }
+func (c *Client) Gauge(name string, v uint64) {
+	var num [24]byte
+	c.line(name, strconv.AppendUint(num[:0], v, 10), "|g\n")
+}
 
 // Timer adds "name:v|ms": a whole v as an integer, else with six decimals.
+// The rate-limit service adds one for every gRPC call, so the number is
+// written on the stack.
 func (c *Client) Timer(name string, v float64) {
+	var num [32]byte
 	var b []byte
 	if v >= 0 && v < math.MaxUint64 && math.Trunc(v) == v {
-		b = strconv.AppendUint(nil, uint64(v), 10)
+		b = strconv.AppendUint(num[:0], uint64(v), 10)
 	} else {
-		b = strconv.AppendFloat(nil, v, 'f', 6, 64)
+		b = strconv.AppendFloat(num[:0], v, 'f', 6, 64)
 	}
 	c.line(name, b, "|ms\n")
 }

@@ -195,3 +195,36 @@ func TestClientSendsWholeLinesOverUDP(t *testing.T) {
 		}
 	}
 }
+
+// A line costs no allocation of its own once the buffer has room: the
+// rate-limit service adds a timer for every gRPC call.
+func TestLinesDoNotAllocate(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there
+	c, err := New(Options{Addr: addr, MaxBuffer: 1 << 20, FlushInterval: time.Hour, DialTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.mu.Lock()
+	c.buf = make([]byte, 0, 1<<20)
+	c.mu.Unlock()
+	allocs := testing.AllocsPerRun(100, func() {
+		c.Timer("ratelimit_server.ShouldRateLimit.response_time", 3)
+		c.Timer("ratelimit_server.ShouldRateLimit.response_time", 2.5)
+		c.Counter("ratelimit.service.rate_limit.d.user.total_hits", 12345678901234)
+		c.Gauge("ratelimit.go.numGoroutines", 7)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations for four lines, want 0", allocs)
+	}
+	got := string(c.take())
+	if want := "ratelimit_server.ShouldRateLimit.response_time:3|ms\nratelimit_server.ShouldRateLimit.response_time:2.500000|ms\n" +
+		"ratelimit.service.rate_limit.d.user.total_hits:12345678901234|c\nratelimit.go.numGoroutines:7|g\n"; !strings.HasPrefix(got, want) {
+		t.Errorf("lines:\n%.300s\nwant first:\n%s", got, want)
+	}
+}
