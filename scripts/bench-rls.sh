@@ -23,8 +23,9 @@
 # alike. Environment: DURATION (default 4s per case and round), WARMUP
 # (1s), ROUNDS (3), CONCURRENCY (50), CONNS (4), KEYS (distinct descriptor
 # values, "10000"; "1 10000" adds the one hot key, for twice the run time),
-# NAMES ("memory redis memory+compat redis+compat rls rls+memory"). With the
-# defaults a run takes about two minutes.
+# NAMES ("memory redis memory+compat redis+compat rls rls+memory"),
+# FLOODGATE (a floodgate binary to measure instead of building this tree's).
+# With the defaults a run takes about two minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,9 +50,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "bench-rls: building" >&2
-go build -o "$work/floodgate" ./cmd/floodgate
-fg="$work/floodgate"
+if [ -n "${FLOODGATE:-}" ]; then
+	fg=$FLOODGATE # a binary built before, to compare two versions
+else
+	echo "bench-rls: building" >&2
+	go build -o "$work/floodgate" ./cmd/floodgate
+	fg="$work/floodgate"
+fi
 
 # free_port prints a port nothing listens on, below Linux's ephemeral
 # range (32768 up), where the machine's outgoing connections could hold it.
