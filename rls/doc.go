@@ -157,9 +157,12 @@
 // # Measuring
 //
 // scripts/bench-rls.sh runs "floodgate rls-bench": 50 concurrent callers
-// send ShouldRateLimit for 1 key and for 10,000 keys to this service on the
-// embedded store and on a Redis that the script starts, in both modes, and
-// to a bare grpc-go server that answers OK without doing anything, and
-// prints decisions per second, p50/p99 latency, the service's CPU time per
-// decision (from /proc/PID/stat) and the ratios to the bare server.
+// over 4 connections send ShouldRateLimit for 10,000 keys (KEYS="1 10000"
+// adds one hot key) to this service on the embedded store and on a Redis
+// that the script starts, in both modes, to "floodgate rls" itself with its
+// default settings, and to a bare grpc-go server that answers OK without
+// doing anything, and prints decisions per second, p50/p99 latency, the
+// service's CPU time per decision (from /proc/PID/stat), the degraded
+// decisions and the ratios of rate and CPU to the bare server.
+// docs/envoy.md (section 8) says where the CPU goes.
 package rls
