@@ -394,10 +394,14 @@ func (c *callBuf) build(b []*request) ([]string, []string) {
 		}
 	}
 	c.args = append(c.args, b[0].test, strconv.Itoa(len(c.rules)))
+	now := b[0].now
 	for _, ra := range c.rules {
 		p := &ra.params
 		if ra.alg.Family() == floodgate.FamilyQuota {
-			q := ra.bounds(b[0].now)
+			if now == 0 {
+				now = time.Now().UnixNano()
+			}
+			q := ra.bounds(now)
 			c.args = append(c.args, ra.algStr, ra.shadow, p[0], q[0], q[1], q[2], q[3], q[4], p[6], p[7], ra.lease)
 		} else {
 			c.args = append(c.args, ra.algStr, ra.shadow, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], ra.lease)

@@ -629,10 +629,7 @@ func flagged(hits []limiter.Hit) bool {
 // check is a peek); with open, every group is left for the caller to
 // decide (it spans Cluster slots).
 func (s *Store) prepare(op scriptOp, hits []limiter.Hit, rq *request, open bool) {
-	rq.now, rq.test = s.now()
-	if rq.now == 0 {
-		rq.now = time.Now().UnixNano()
-	}
+	rq.now, rq.test = s.now() // this machine's clock is read by build, for quotas only
 	rq.code, rq.err = opCodes[op], nil
 	if op == opCharge {
 		switch {
