@@ -61,8 +61,10 @@ type Options struct {
 	MaxBatch int
 	// BatchesInFlight is how many script calls of one lane (the server,
 	// or one Cluster slot) may be in flight at once (0:
-	// DefaultBatchesInFlight). Requests that arrive while they are all in
-	// flight wait and go together in the next call.
+	// DefaultBatchesInFlight). Beside a call in flight, a further one goes
+	// once MaxBatch/8 requests wait for it (or for a second lone caller);
+	// the requests that arrive meanwhile wait and go together in the next
+	// call. See the package documentation.
 	BatchesInFlight int
 	// EvictionCheck is how often the store checks that Redis cannot evict
 	// its keys (see Eviction): New checks at once, then every
