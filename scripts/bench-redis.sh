@@ -127,9 +127,9 @@ run_case() {
 	local u0 u1 out n
 	u0=$(redis_usage)
 	# The subshell runs only floodgate, so its children's CPU time is the
-	# client's.
+	# client's; it exits with floodgate's status.
 	out=$("$bin" bench --store "$url" --algorithm token_bucket --rate 100 --per 1s --burst 100 \
-		--keys "$KEYS" --duration "$DURATION" --json "$@" >"$tmp/case.json"; child_cpu)
+		--keys "$KEYS" --duration "$DURATION" --json "$@" >"$tmp/case.json"; rc=$?; child_cpu; exit $rc)
 	local client=$out
 	out=$(cat "$tmp/case.json")
 	u1=$(redis_usage)
