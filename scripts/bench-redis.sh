@@ -14,11 +14,14 @@
 #   - leased mode on one hot key: LEASED_PROCS processes of `floodgate bench
 #     --leased` at once, against the embedded store's rate in one process.
 #
-# For every floodgate case it prints decisions/s, p50/p99, degraded
-# decisions, the script calls and the Redis CPU per decision (from INFO
-# commandstats and INFO cpu around the case, so the same for any binary),
-# and the ratio to the ceiling of the same round. Medians over the rounds,
-# every round in brackets. Stops the server by its PID.
+# For every floodgate case it prints decisions/s and its ratio to the
+# ceiling of the same round, p50/p99, degraded decisions, the script calls
+# per decision, and the CPU per decision of the client (user + system time
+# of the floodgate process, from the shell's `times` of the subshell that
+# ran it) and of Redis (from INFO commandstats and INFO cpu around the case,
+# so the same for any binary). For the ceiling it prints the same two CPU
+# figures per call (redis-benchmark's own, and Redis'). Medians over the
+# rounds, every round in brackets. Stops the server by its PID.
 #
 # Environment: DURATION (per case, default 5s), REQUESTS (redis-benchmark
 # -n, default 300000), ROUNDS (3), KEYS (10000), CONCURRENCY (64),
@@ -99,12 +102,23 @@ redis_usage() {
 
 field() { sed -n "s/.*\"$1\": *\([0-9.eE+-]*\).*/\1/p" <<<"$2" | head -1; }
 
-# rb: rps of redis-benchmark from its CSV line.
-rb() {
-	redis-benchmark -p "$port" -c 50 -r "$KEYS" --csv "$@" 2>/dev/null | tail -1 | tr -d '"' | awk -F, '{print $2}'
+# child_cpu: the user + system seconds of the children the shell that
+# calls it has waited for (the second line of `times`, which must run in
+# that shell itself, not in a pipeline's subshell).
+child_cpu() {
+	times >"$tmp/times"
+	awk 'NR == 2 {s = 0; for (i = 1; i <= 2; i++) {split($i, a, "m"); sub("s", "", a[2]); s += a[1] * 60 + a[2]} printf "%.3f", s}' "$tmp/times"
 }
 
-declare -A rate p50 p99 deg calls cpu ratio
+# rb: "rps client_cpu_seconds" of redis-benchmark, from its CSV line and
+# the CPU time of the subshell that ran it.
+rb() {
+	local out
+	out=$(redis-benchmark -p "$port" -c 50 -r "$KEYS" --csv "$@" 2>/dev/null >"$tmp/rb.csv"; child_cpu)
+	echo "$(tail -1 "$tmp/rb.csv" | tr -d '"' | awk -F, '{print $2}') $out"
+}
+
+declare -A rate p50 p99 deg calls cpu ccpu ratio
 # run_case NAME BINARY ARGS... : one floodgate bench, with Redis' usage
 # around it; appends to the lists.
 run_case() {
@@ -112,10 +126,15 @@ run_case() {
 	shift 2
 	local u0 u1 out n
 	u0=$(redis_usage)
+	# The subshell runs only floodgate, so its children's CPU time is the
+	# client's; it exits with floodgate's status.
 	out=$("$bin" bench --store "$url" --algorithm token_bucket --rate 100 --per 1s --burst 100 \
-		--keys "$KEYS" --duration "$DURATION" --json "$@")
+		--keys "$KEYS" --duration "$DURATION" --json "$@" >"$tmp/case.json"; rc=$?; child_cpu; exit $rc)
+	local client=$out
+	out=$(cat "$tmp/case.json")
 	u1=$(redis_usage)
 	n=$(awk -v a="$(field allowed "$out")" -v d="$(field denied "$out")" -v e="$(field errors "$out")" 'BEGIN {print a+d+e}')
+	ccpu[$name]+=" $(awk -v c="$client" -v n="$n" 'BEGIN {printf "%.2f", c*1e6/n}')"
 	rate[$name]+=" $(field decisions_per_sec "$out")"
 	p50[$name]+=" $(field p50_us "$out")"
 	p99[$name]+=" $(field p99_us "$out")"
@@ -125,8 +144,9 @@ run_case() {
 	calls[$name]+=" $(awk -v a="$u0" -v b="$u1" -v n="$n" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.4f", (y[1]-x[1])/n}')"
 	cpu[$name]+=" $(awk -v a="$u0" -v b="$u1" -v n="$n" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.2f", (y[2]-x[2])*1e6/n}')"
 	ratio[$name]+=" $(awk -v r="$(field decisions_per_sec "$out")" -v c="$ceiling" 'BEGIN {printf "%.2f", r/c}')"
-	printf '  round %s %-28s %9.0f/s  p50 %7.0fµs  p99 %7.0fµs  degraded %s\n' "$round" "$name" \
-		"$(field decisions_per_sec "$out")" "$(field p50_us "$out")" "$(field p99_us "$out")" "${g:-?}" >&2
+	printf '  round %s %-28s %9.0f/s  x%s  p50 %7.0fµs  p99 %7.0fµs  CPU/decision client %sµs redis %sµs  degraded %s\n' \
+		"$round" "$name" "$(field decisions_per_sec "$out")" "${ratio[$name]##* }" "$(field p50_us "$out")" \
+		"$(field p99_us "$out")" "${ccpu[$name]##* }" "${cpu[$name]##* }" "${g:-?}" >&2
 }
 
 # The flags of the engine's store deadline, when asked for.
@@ -136,9 +156,14 @@ st=()
 declare -A ceil_all
 for round in $(seq 1 "$ROUNDS"); do
 	echo "bench-redis: round $round/$ROUNDS" >&2
-	ceiling=$(rb -n "$REQUESTS" -P 16 EVALSHA "$msha" 1 'fgmin:{k__rand_int__}' 10000000 1000000000)
+	u0=$(redis_usage)
+	read -r ceiling rbcpu < <(rb -n "$REQUESTS" -P 16 EVALSHA "$msha" 1 'fgmin:{k__rand_int__}' 10000000 1000000000)
+	u1=$(redis_usage)
 	ceil_all[c]+=" $ceiling"
-	printf '  round %s %-28s %9.0f/s\n' "$round" "ceiling (minimal GCRA, -P 16)" "$ceiling" >&2
+	ceil_all[client]+=" $(awk -v c="$rbcpu" -v n="$REQUESTS" 'BEGIN {printf "%.2f", c*1e6/n}')"
+	ceil_all[redis]+=" $(awk -v a="$u0" -v b="$u1" -v n="$REQUESTS" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.2f", (y[2]-x[2])*1e6/n}')"
+	printf '  round %s %-28s %9.0f/s  CPU/call redis-benchmark %sµs redis %sµs\n' "$round" "ceiling (minimal GCRA, -P 16)" \
+		"$ceiling" "${ceil_all[client]##* }" "${ceil_all[redis]##* }" >&2
 	for c in "$CONCURRENCY" 8 1; do
 		if [ -n "$BEFORE" ]; then
 			run_case "before c=$c" "$BEFORE" --concurrency "$c"
@@ -183,13 +208,15 @@ sum() { tr ' ' '\n' <<<"$*" | awk '{s+=$1} END {print s+0}'; }
 
 echo
 echo "rounds: $ROUNDS; medians, every round in brackets; $(nproc) CPUs, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-30s %9.0f decisions/s  [%s]\n' "ceiling (minimal GCRA, -P 16)" "$(median "${ceil_all[c]}")" "${ceil_all[c]# }"
+printf '%-30s %9.0f/s  CPU/call: redis-benchmark %5.2fµs, redis %5.2fµs  [%s]\n' "ceiling (minimal GCRA, -P 16)" \
+	"$(median "${ceil_all[c]}")" "$(median "${ceil_all[client]}")" "$(median "${ceil_all[redis]}")" "${ceil_all[c]# }"
 for c in "$CONCURRENCY" 8 1; do
 	for name in "before c=$c" "one call/decision c=$c" "exact (batched) c=$c"; do
 		[ -n "${rate[$name]:-}" ] || continue
-		printf '%-30s %9.0f/s  x%.2f of the ceiling  p50 %6.0fµs  p99 %7.0fµs  redis calls %.3f/decision  redis CPU %5.2fµs/decision  degraded %s  [%s]\n' \
-			"$name" "$(median "${rate[$name]}")" "$(median "${ratio[$name]}")" "$(median "${p50[$name]}")" \
-			"$(median "${p99[$name]}")" "$(median "${calls[$name]}")" "$(median "${cpu[$name]}")" \
+		printf '%-30s %9.0f/s  x%.2f of the ceiling [%s]  CPU/decision: client %5.2fµs, redis %5.2fµs  p50 %6.0fµs  p99 %7.0fµs  redis calls %.3f/decision  degraded %s  [%s]\n' \
+			"$name" "$(median "${rate[$name]}")" "$(median "${ratio[$name]}")" "${ratio[$name]# }" \
+			"$(median "${ccpu[$name]}")" "$(median "${cpu[$name]}")" "$(median "${p50[$name]}")" \
+			"$(median "${p99[$name]}")" "$(median "${calls[$name]}")" \
 			"$(sum "${deg[$name]}")" "${rate[$name]# }"
 	done
 done

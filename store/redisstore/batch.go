@@ -19,9 +19,15 @@ import (
 // decided together by the next call: one script call takes many requests
 // and answers each, as if each had been sent alone, in arrival order. A
 // call is sent at once when its lane (the server, or one Cluster slot) has
-// fewer than BatchesInFlight calls in flight and nothing waiting; so a lone
-// caller never waits for a batch to fill, and batches form only under load,
-// from the requests that queue behind the calls in flight.
+// nothing waiting and no call in flight, or one call of one request (two
+// callers take turns without waiting for each other); so a lone caller
+// never waits for a batch to fill, and batches form only under load, from
+// the requests that queue behind the call in flight. A further call (up
+// to BatchesInFlight) goes beside it only once enough requests wait
+// (spillAt), and a call that ends beside another takes the queue on only
+// as long: a few callers then share one call instead of each sending its
+// own, and a long queue still keeps the connection busy while a reply
+// travels.
 
 // Batching defaults.
 const (
@@ -118,6 +124,7 @@ type lane struct {
 	mu      sync.Mutex // guards pending and busy
 	pending []*request
 	busy    int // script calls in flight
+	reqs    int // requests in those calls
 }
 
 // laneFor returns the lane of a slot (the one lane of a standalone server).
@@ -142,18 +149,25 @@ func (s *Store) send(ctx context.Context, ln *lane, rq *request) (bool, error) {
 		return true, rq.err
 	}
 	ln.mu.Lock()
-	if ln.busy < s.inFlight && len(ln.pending) == 0 {
-		// Nothing waits: send at once, from this goroutine.
+	if len(ln.pending) == 0 && (ln.busy == 0 || ln.busy < s.inFlight && ln.reqs < 2) {
+		// Nothing waits, and at most one other request is in flight:
+		// send at once, from this goroutine.
 		ln.busy++
+		ln.reqs++
 		ln.mu.Unlock()
 		one := [1]*request{rq}
 		s.exec(ctx, one[:])
-		s.handOn(ln)
+		s.handOn(ln, 1)
 		return true, rq.err
 	}
 	rq.deadline, _ = ctx.Deadline()
 	rq.state.Store(stQueued)
 	ln.pending = append(ln.pending, rq)
+	if ln.busy < s.inFlight && len(ln.pending) >= s.spillAt() {
+		// Enough wait for a call of their own beside those in flight.
+		ln.busy++
+		s.startBatches(ln)
+	}
 	ln.mu.Unlock()
 	select {
 	case <-rq.done:
@@ -176,18 +190,38 @@ func (s *Store) send(ctx context.Context, ln *lane, rq *request) (bool, error) {
 	return true, rq.err
 }
 
-// handOn starts the next batch of a lane whose call just ended, in a
-// goroutine of its own that goes on while requests wait, or marks the
-// call's place free.
-func (s *Store) handOn(ln *lane) {
+// spillAt is how many requests must wait before a further call goes while
+// one is in flight: an eighth of MaxBatch (16 by default).
+func (s *Store) spillAt() int { return max(1, s.maxBatch/8) }
+
+// goOn reports whether a call of the lane (whose lock the caller holds)
+// that just ended should take the waiting requests on: when it was the
+// only call in flight, or enough wait for a call beside the other. Else
+// the call in flight takes them when it ends.
+func (s *Store) goOn(ln *lane) bool {
+	return len(ln.pending) > 0 && (ln.busy == 1 || len(ln.pending) >= s.spillAt())
+}
+
+// handOn starts the next batch of a lane whose call of n requests just
+// ended, in a goroutine of its own that goes on while requests wait, or
+// marks the call's place free.
+func (s *Store) handOn(ln *lane, n int) {
 	ln.mu.Lock()
-	if len(ln.pending) == 0 {
+	ln.reqs -= n
+	if s.goOn(ln) {
+		s.startBatches(ln)
+	} else {
 		ln.busy--
-		ln.mu.Unlock()
-		return
 	}
-	b, ctx, cancel := s.take(ln)
 	ln.mu.Unlock()
+}
+
+// startBatches takes the next batch of a lane (whose lock the caller
+// holds, with a call's place counted in busy, and requests waiting) and
+// sends it in a goroutine of its own, which goes on with the next batches
+// while requests wait, then frees the place.
+func (s *Store) startBatches(ln *lane) {
+	b, ctx, cancel := s.take(ln)
 	s.batches.Add(1)
 	go func() {
 		defer s.batches.Done()
@@ -198,7 +232,8 @@ func (s *Store) handOn(ln *lane) {
 			}
 			cancel()
 			ln.mu.Lock()
-			if len(ln.pending) == 0 {
+			ln.reqs -= len(b)
+			if !s.goOn(ln) {
 				ln.busy--
 				ln.mu.Unlock()
 				return
@@ -235,6 +270,7 @@ func (s *Store) take(ln *lane) ([]*request, context.Context, context.CancelFunc)
 			latest = rq.deadline
 		}
 	}
+	ln.reqs += len(b)
 	rest := copy(ln.pending, ln.pending[n:])
 	clear(ln.pending[rest:])
 	ln.pending = ln.pending[:rest]
@@ -358,10 +394,14 @@ func (c *callBuf) build(b []*request) ([]string, []string) {
 		}
 	}
 	c.args = append(c.args, b[0].test, strconv.Itoa(len(c.rules)))
+	now := b[0].now
 	for _, ra := range c.rules {
 		p := &ra.params
 		if ra.alg.Family() == floodgate.FamilyQuota {
-			q := ra.bounds(b[0].now)
+			if now == 0 {
+				now = time.Now().UnixNano()
+			}
+			q := ra.bounds(now)
 			c.args = append(c.args, ra.algStr, ra.shadow, p[0], q[0], q[1], q[2], q[3], q[4], p[6], p[7], ra.lease)
 		} else {
 			c.args = append(c.args, ra.algStr, ra.shadow, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], ra.lease)

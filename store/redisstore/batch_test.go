@@ -299,3 +299,69 @@ func TestNoBatching(t *testing.T) {
 		t.Fatalf("%d calls for %d requests, %d allowed; want a call each and exactly 300 allowed", calls, reqs, allowed.Load())
 	}
 }
+
+// TestSecondCallWaitsForAQueue: beside calls in flight, a request goes at
+// once only while at most one other request is in flight; the next ones
+// wait, and a further call goes once MaxBatch/8 of them wait. The server
+// is paused, so every call stays in flight until the end.
+func TestSecondCallWaitsForAQueue(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: "redis://" + srv.Addr, MaxBatch: 32, BatchesInFlight: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := ruletest.With(t, floodgate.Limit{Name: "spill", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+	avoidHourBoundary()
+	decide := func() error {
+		return s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, false, make([]floodgate.Decision, 1))
+	}
+	if err := decide(); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	waitFor := func(what string, cond func(calls int64, pending int) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			calls, _ := s.Calls()
+			s.single.mu.Lock()
+			pending := len(s.single.pending)
+			s.single.mu.Unlock()
+			if cond(calls, pending) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d calls, %d waiting", what, calls, pending)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	srv.Pause()
+	errs := make(chan error, 8)
+	send := func() { go func() { errs <- decide() }() }
+	send()
+	waitFor("the first request sent at once", func(c int64, _ int) bool { return c == 2 })
+	send()
+	waitFor("the second request sent beside the first", func(c int64, _ int) bool { return c == 3 })
+	for i := 1; i < 32/8; i++ {
+		send()
+		waitFor("a request waiting behind two", func(_ int64, p int) bool { return p == i })
+	}
+	if calls, _ := s.Calls(); calls != 3 {
+		t.Fatalf("%d calls with %d requests waiting, want 3", calls, 32/8-1)
+	}
+	send()
+	waitFor("a further call for a queue of MaxBatch/8", func(c int64, p int) bool { return c == 4 && p == 0 })
+	srv.Resume()
+	for range 2 + 32/8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make([]floodgate.Decision, 1)
+	if err := s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, true, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Remaining != 1000-1-2-32/8-1 { // a peek answers as if it charged
+		t.Fatalf("peek %+v: want every request counted once", out[0])
+	}
+}

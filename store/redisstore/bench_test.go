@@ -169,3 +169,64 @@ func BenchmarkEngineReserveSettle(b *testing.B) {
 		return l.Settle(context.Background(), &req, actual, r)
 	})
 }
+
+// BenchmarkScriptBatch is apply.lua alone on batches of one-hit charges
+// (a token bucket or a fixed window, 10,000 keys), sent back to back from
+// one goroutine: redis-µs/hit is Redis' time per decision in a batch of
+// that size, apart from the client's batching.
+func BenchmarkScriptBatch(b *testing.B) {
+	for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.FixedWindow} {
+		for _, n := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("%s/batch=%d", alg, n), func(b *testing.B) {
+				s := newStandalone(b)
+				r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: alg, Rate: 100, Per: time.Second,
+					Burst: 100, Max: 100, Window: time.Second})
+				hits := make([]limiter.Hit, 10000)
+				for i := range hits {
+					hits[i] = limiter.Hit{Rule: r, Key: "k" + strconv.Itoa(i), Cost: 1}
+				}
+				batch := make([]*request, n)
+				i := 0
+				ctx := context.Background()
+				before, cpu0 := scriptMicros(b, s), serverCPU(b, s)
+				for b.Loop() {
+					for j := range batch {
+						rq := getRequest()
+						rq.idx = append(rq.idx[:0], i%len(hits))
+						i += 7919
+						s.prepare(opCharge, hits, rq, false)
+						batch[j] = rq
+					}
+					s.exec(ctx, batch)
+					for _, rq := range batch {
+						if rq.err != nil {
+							b.Fatal(rq.err)
+						}
+						putRequest(rq)
+					}
+				}
+				b.ReportMetric(float64(scriptMicros(b, s)-before)/float64(b.N*n), "redis-µs/hit")
+				b.ReportMetric((serverCPU(b, s)-cpu0)*1e6/float64(b.N*n), "redis-cpu-µs/hit")
+			})
+		}
+	}
+}
+
+// serverCPU returns the CPU time the server's main thread has used
+// (INFO cpu), in seconds.
+func serverCPU(b *testing.B, s *Store) float64 {
+	b.Helper()
+	info, err := s.client.Do(context.Background(), s.client.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user_main_thread" || k == "used_cpu_sys_main_thread") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return total
+}

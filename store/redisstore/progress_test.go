@@ -462,17 +462,31 @@ func TestConnCountsFollowTheStream(t *testing.T) {
 				}
 				s.replies.mu.Unlock()
 			}
+			// A connection counts a command once its Write returns, and
+			// the reply may be read (and its caller answered) before that:
+			// a writer goroutine that has not run since may still owe its
+			// count, for a moment.
+			settled := func(c *trackedConn) bool {
+				return !c.lost.Load() && c.commands.Load() != 0 && c.commands.Load() == c.replies.Load()
+			}
 			conns := 0
 			for _, v := range servers {
 				v.mu.Lock()
+				var cs []*trackedConn
 				for c := range v.conns {
+					cs = append(cs, c)
+				}
+				v.mu.Unlock()
+				for _, c := range cs {
 					conns++
-					if c.lost.Load() || c.commands.Load() == 0 || c.commands.Load() != c.replies.Load() {
+					for deadline := time.Now().Add(time.Second); !settled(c) && time.Now().Before(deadline); {
+						time.Sleep(time.Millisecond)
+					}
+					if !settled(c) {
 						t.Errorf("%s: lost %v, %d commands, %d replies; want as many replies as commands",
 							c.RemoteAddr(), c.lost.Load(), c.commands.Load(), c.replies.Load())
 					}
 				}
-				v.mu.Unlock()
 			}
 			if conns == 0 {
 				t.Fatal("no tracked connection")

@@ -61,8 +61,10 @@ type Options struct {
 	MaxBatch int
 	// BatchesInFlight is how many script calls of one lane (the server,
 	// or one Cluster slot) may be in flight at once (0:
-	// DefaultBatchesInFlight). Requests that arrive while they are all in
-	// flight wait and go together in the next call.
+	// DefaultBatchesInFlight). Beside a call in flight, a further one goes
+	// once MaxBatch/8 requests wait for it (or for a second lone caller);
+	// the requests that arrive meanwhile wait and go together in the next
+	// call. See the package documentation.
 	BatchesInFlight int
 	// EvictionCheck is how often the store checks that Redis cannot evict
 	// its keys (see Eviction): New checks at once, then every
@@ -629,10 +631,7 @@ func flagged(hits []limiter.Hit) bool {
 // check is a peek); with open, every group is left for the caller to
 // decide (it spans Cluster slots).
 func (s *Store) prepare(op scriptOp, hits []limiter.Hit, rq *request, open bool) {
-	rq.now, rq.test = s.now()
-	if rq.now == 0 {
-		rq.now = time.Now().UnixNano()
-	}
+	rq.now, rq.test = s.now() // this machine's clock is read by build, for quotas only
 	rq.code, rq.err = opCodes[op], nil
 	if op == opCharge {
 		switch {
