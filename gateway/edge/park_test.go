@@ -1,0 +1,126 @@
+package edge
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// parked reports how many of the engine's connections are parked.
+func parked(e *Engine) int {
+	e.parker.mu.Lock()
+	defer e.parker.mu.Unlock()
+	n := 0
+	for c := range e.parker.conns {
+		if c.parkedOut.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor waits until cond holds, or fails.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not %s after 5s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestIdleConnectionsPark: a kept-alive connection idle for ParkIdleAfter
+// leaves fasthttp and is parked; its next request (sent whole, or its first
+// bytes only and the rest later) is answered as the first was, on the same
+// connection, the request after it too; Shutdown closes a parked connection.
+func TestIdleConnectionsPark(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "up "+r.URL.Path)
+	}))
+	defer up.Close()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
+limits:
+  - {name: roomy, rate: 1000000, burst: 1000000, key: client_ip}
+`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	ask := func(parts ...string) {
+		t.Helper()
+		for i, p := range parts {
+			if i > 0 {
+				time.Sleep(30 * time.Millisecond)
+			}
+			if _, err := io.WriteString(c, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || string(body) != "up /a" || res.Header.Get("Ratelimit") == "" || res.Close {
+			t.Fatalf("answered %d %q (RateLimit %q, close %v)", res.StatusCode, body, res.Header.Get("Ratelimit"), res.Close)
+		}
+	}
+	req := "GET /a HTTP/1.1\r\nHost: gateway.example\r\n\r\n"
+	ask(req)
+	waitFor(t, "parked", func() bool { return parked(e) == 1 })
+	ask(req) // whole
+	if n := parked(e); n != 0 {
+		t.Fatalf("%d connections parked while one is served", n)
+	}
+	ask(req) // at once, before it could be parked again
+	waitFor(t, "parked again", func() bool { return parked(e) == 1 })
+	ask(req[:5], req[5:]) // its first bytes wake it, the rest comes later
+	waitFor(t, "parked again", func() bool { return parked(e) == 1 })
+	ask(strings.Replace(req, "\r\n\r\n", "\r\nConnection: keep-alive\r\n\r\n", 1))
+	waitFor(t, "parked again", func() bool { return parked(e) == 1 })
+
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("a parked connection still open after Shutdown: read %d, %v", n, err)
+	}
+}
+
+// TestParkingOff: with ParkIdleAfter negative, an idle connection stays
+// with fasthttp.
+func TestParkingOff(t *testing.T) {
+	t.Parallel()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: http://127.0.0.1:9}
+`)
+	if e := New(g, Options{ParkIdleAfter: -1}); e.parker != nil {
+		t.Fatal("a parker with ParkIdleAfter -1")
+	}
+}
