@@ -37,13 +37,13 @@
 # The idle connections are measured after IDLE_WAIT seconds of idleness:
 # the edge engine parks a kept-alive connection idle for a second or two
 # (it then holds no read buffer, no request context and a small goroutine
-# stack), and what it gave back is returned to the system once the Go
-# runtime has collected it (its periodic collection, every two minutes
-# when nothing else triggers one), so the default waits for that.
+# stack), and once many were parked and none for 25 seconds it returns what
+# they gave back to the system (gateway/edge/park.go), so the default waits
+# for that.
 #
 # Environment: DURATION (default 10s), ROUNDS (3), CONNECTIONS (50),
 # HIGH_CONNECTIONS (400), IDLE_CONNECTIONS (10000, fewer when the file
-# descriptor limit does not allow them), IDLE_WAIT (130), THREADS (2),
+# descriptor limit does not allow them), IDLE_WAIT (35), THREADS (2),
 # BASE_PORT (18100). GOGC, when set, reaches the Go programs alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +53,7 @@ ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-50}
 HIGH_CONNECTIONS=${HIGH_CONNECTIONS:-400}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-10000}
-IDLE_WAIT=${IDLE_WAIT:-130}
+IDLE_WAIT=${IDLE_WAIT:-35}
 THREADS=${THREADS:-2}
 BASE_PORT=${BASE_PORT:-18100}
 

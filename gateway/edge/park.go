@@ -2,6 +2,8 @@ package edge
 
 import (
 	"io"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +19,28 @@ import (
 // connection back to fasthttp as a new one. A connection is never parked
 // in the middle of a request: only in the wait that fasthttp starts with
 // its idle deadline once an answer is written.
+
+// What parked connections gave back (fasthttp's 64 KiB read buffers and
+// request contexts, in its pools, and the stacks of its goroutines, which
+// end after ten to twenty seconds idle) is garbage only
+// after two collections, and a server that holds idle connections
+// allocates too little to start one: once at least collectAfterParks
+// connections were parked and none for collectSettle, the parker collects
+// and returns the memory to the system, at most once every collectEvery.
+const (
+	collectAfterParks = 1024
+	collectSettle     = 25 * time.Second
+	collectEvery      = time.Minute
+)
+
+// collectNow reports whether the parker should collect now: parked
+// connections were parked since the last collection, the last of them
+// sinceLast ago, and the last collection was sinceCollect ago (negative:
+// none yet).
+func collectNow(parked int, sinceLast, sinceCollect time.Duration) bool {
+	return parked >= collectAfterParks && sinceLast >= collectSettle &&
+		(sinceCollect < 0 || sinceCollect >= collectEvery)
+}
 
 // Idle states of a conn (conn.idle): 0 is busy (or not in the wait for a
 // next request), a positive value the parker's tick at which the wait
@@ -60,17 +84,33 @@ func (p *parker) sweep(done <-chan struct{}) {
 	t := time.NewTicker(p.every)
 	defer t.Stop()
 	var idle []*conn
+	parked := 0 // since the last collection
+	var lastPark, lastCollect time.Time
 	for {
+		var now time.Time
 		select {
 		case <-done:
 			return
-		case <-t.C:
+		case now = <-t.C:
 		}
-		now := p.tick.Add(1)
+		if len(idle) > 0 {
+			parked += len(idle)
+			lastPark = now
+		}
+		sinceCollect := time.Duration(-1)
+		if !lastCollect.IsZero() {
+			sinceCollect = now.Sub(lastCollect)
+		}
+		if collectNow(parked, now.Sub(lastPark), sinceCollect) {
+			runtime.GC() // the pools' buffers move to their victim caches
+			debug.FreeOSMemory()
+			parked, lastCollect = 0, time.Now()
+		}
+		tick := p.tick.Add(1)
 		idle = idle[:0]
 		p.mu.Lock()
 		for c := range p.conns {
-			if s := c.idle.Load(); s > 0 && s <= now-2 {
+			if s := c.idle.Load(); s > 0 && s <= tick-2 {
 				idle = append(idle, c)
 			}
 		}
@@ -78,7 +118,7 @@ func (p *parker) sweep(done <-chan struct{}) {
 		for _, c := range idle {
 			c.askToPark()
 		}
-		clear(idle)
+		clear(idle) // their count is kept: len(idle) at the next tick
 	}
 }
 

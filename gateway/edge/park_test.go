@@ -124,3 +124,24 @@ routes:
 		t.Fatal("a parker with ParkIdleAfter -1")
 	}
 }
+
+// TestCollectNow: the parker collects after many parks, once they have
+// settled, and not more often than collectEvery.
+func TestCollectNow(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		parked                  int
+		sinceLast, sinceCollect time.Duration
+		want                    bool
+	}{
+		{collectAfterParks, collectSettle, -1, true},
+		{collectAfterParks - 1, collectSettle, -1, false},           // too few
+		{collectAfterParks, collectSettle - time.Second, -1, false}, // still parking
+		{collectAfterParks, collectSettle, collectEvery - time.Second, false},
+		{collectAfterParks, collectSettle, collectEvery, true},
+	} {
+		if got := collectNow(c.parked, c.sinceLast, c.sinceCollect); got != c.want {
+			t.Errorf("collectNow(%d, %v, %v) = %v, want %v", c.parked, c.sinceLast, c.sinceCollect, got, c.want)
+		}
+	}
+}
