@@ -245,6 +245,7 @@ for p in $UP $BARE $BARE_429 $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_P
 	wait_http "http://127.0.0.1:$p/"
 done
 # The tiny limits: spend the one request, check that all answer 429.
+spent_at=$(date +%s)
 for p in $FAST_REJECT $NET_REJECT $NG_REJECT $BARE_429; do
 	curl -s -o /dev/null "http://127.0.0.1:$p/" || true
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/")
@@ -451,8 +452,11 @@ awk -v f4="$(m "floodgate fast 429" "$CONNECTIONS" 1)" -v n4="$(m "nginx 429" "$
 }'
 printf 'fast engine, memory per idle connection: %s KiB (nginx %s KiB; goal at most 8 KiB), %s connections held %ss\n' \
 	"${IDLE[floodgate fast pass]}" "${IDLE[nginx pass]}" "$IDLE_CONNECTIONS" "$IDLE_WAIT"
-# Requests let through on the 429 path (a 2xx: a limit that did not bind,
-# or a degraded decision failing open): must be 0.
-awk '{v = $NF; $NF = ""; sub(/ $/, ""); n[$0] += v} END {
-	for (k in n) { printf "let through on the 429 path, %s: %d%s\n", k, n[k], (n[k] ? "  <- must be 0" : "") }
+# Requests let through on the 429 path (a 2xx): the limit lets one a
+# minute through; more would be a limit that did not bind, or a degraded
+# decision failing open.
+awk -v minutes="$((($(date +%s) - spent_at + 59) / 60))" '{v = $NF; $NF = ""; sub(/ $/, ""); n[$0] += v} END {
+	for (k in n) {
+		printf "let through on the 429 path, %s: %d (the limit lets %d through in %d minutes)%s\n", k, n[k], minutes, minutes, (n[k] > minutes ? "  <- more than the limit lets through" : "")
+	}
 }' "$work/results/passed" | sort
