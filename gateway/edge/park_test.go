@@ -3,6 +3,7 @@ package edge
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -143,5 +144,59 @@ func TestCollectNow(t *testing.T) {
 		if got := collectNow(c.parked, c.sinceLast, c.sinceCollect); got != c.want {
 			t.Errorf("collectNow(%d, %v, %v) = %v, want %v", c.parked, c.sinceLast, c.sinceCollect, got, c.want)
 		}
+	}
+}
+
+// TestTLSConnectionsPark: a kept-alive TLS connection is parked and its
+// next requests are answered on it, as a plain one's.
+func TestTLSConnectionsPark(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "up "+r.URL.Path)
+	}))
+	defer up.Close()
+	// The certificate of an httptest TLS server, served by the engine.
+	certs := httptest.NewUnstartedServer(http.NotFoundHandler())
+	certs.StartTLS()
+	defer certs.Close()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
+`)
+	plain, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := tls.NewListener(plain, &tls.Config{Certificates: certs.TLS.Certificates, NextProtos: []string{"http/1.1"}})
+	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ln) }()
+	client := certs.Client()
+	tr := client.Transport.(*http.Transport)
+	tr.MaxConnsPerHost = 1 // one connection, kept alive
+	for i := range 4 {
+		res, err := client.Get("https://" + ln.Addr().String() + "/a")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || string(body) != "up /a" {
+			t.Fatalf("request %d: %d %q", i, res.StatusCode, body)
+		}
+		waitFor(t, "parked", func() bool { return parked(e) == 1 })
+	}
+	e.parker.mu.Lock()
+	n := len(e.parker.conns)
+	e.parker.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d connections, want the one kept alive", n)
+	}
+	tr.CloseIdleConnections()
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
