@@ -48,8 +48,20 @@ func (g *Gateway) screen(x Exchange, st *Flow) bool {
 	return true
 }
 
+// OutcomeCounter is a Gatekeeper that can tell it counts no outcome (a
+// penalty box without rules): the gateway then does not call Outcome, nor
+// set the deadline it would call it under, so that a request costs the
+// gatekeeper nothing after it is answered.
+type OutcomeCounter interface {
+	// CountsOutcomes reports whether Outcome would count anything now.
+	CountsOutcomes() bool
+}
+
 // outcome tells the gatekeeper how a request it let through was answered.
 func (g *Gateway) outcome(x Exchange, st *Flow) {
+	if c, ok := g.keeper.(OutcomeCounter); ok && !c.CountsOutcomes() {
+		return
+	}
 	status, _ := x.Answered()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.Context()), g.relTO)
 	g.keeper.Outcome(ctx, &st.m, st.refused, status)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,45 @@ type conn struct {
 
 	// tls says the connection came through TLS (X-Forwarded-Proto: https).
 	tls bool
+
+	// Parking (park.go). p is the engine's parker (nil: never parked),
+	// noPark says the connection was handed over (never parked).
+	// ended says the handler returned: the next read deadline fasthttp
+	// sets is its idle one, and idleRead that the next read is the wait
+	// for the next request. idle is the state of that wait; parkMu orders
+	// the parker's cut of the wait with the wait's own deadline moves.
+	// parkNext says fasthttp let the connection go to be parked (its
+	// Close parks it), parkedOut that it is parked.
+	p         *parker
+	noPark    bool
+	ended     bool
+	idleRead  bool
+	idle      atomic.Int64
+	parkMu    sync.Mutex
+	parkNext  atomic.Bool
+	parkedOut atomic.Bool
+}
+
+// Close closes the connection, or parks it when fasthttp let it go to be
+// parked.
+func (c *conn) Close() error {
+	if c.parkNext.CompareAndSwap(true, false) {
+		go c.p.park(c)
+		return nil
+	}
+	if c.p != nil {
+		c.p.remove(c)
+	}
+	return c.Conn.Close()
+}
+
+// handled notes that the handler returned (the fields of a connection
+// handed over are left alone: net/http reads and sets its deadlines from
+// more than one goroutine).
+func (c *conn) handled() {
+	if !c.noPark {
+		c.ended = true
+	}
 }
 
 // peer returns the address of the connection's other end and, for an IPv4
@@ -55,6 +95,14 @@ func (c *conn) peer() (netip.Addr, string) {
 // SetReadDeadline notes t as the read deadline, moving the connection's
 // only when t is earlier than what it has (or it has none).
 func (c *conn) SetReadDeadline(t time.Time) error {
+	// The first deadline set after the handler returned is fasthttp's idle
+	// one, set before it waits for the next request.
+	// A request already read ahead (pipelined) sets the next deadline
+	// without that wait: its reads are not one.
+	if c.ended || c.idleRead {
+		c.idleRead = c.ended && !t.IsZero()
+		c.ended = false
+	}
 	c.want = t
 	if t.IsZero() || (!c.set.IsZero() && !t.Before(c.set)) {
 		return nil // a later deadline (or none): taken when the set one passes
@@ -99,6 +147,12 @@ func (c *conn) Read(b []byte) (int, error) {
 		n := copy(b, c.pre)
 		c.pre = c.pre[n:]
 		return n, nil
+	}
+	if c.idleRead {
+		c.idleRead = false
+		if c.p != nil && !c.noPark {
+			return c.readIdle(b)
+		}
 	}
 	// fasthttp reads the first byte of a kept-alive connection's next
 	// request alone (so that an idle connection holds no buffer): read

@@ -54,6 +54,11 @@ type Options struct {
 	Fallback *http.Server
 	// Logger receives the engine's errors (default: the gateway's).
 	Logger *slog.Logger
+	// ParkIdleAfter parks a kept-alive connection that has waited this
+	// long (up to twice this long) for its next request: it then holds
+	// no read buffer, no request context and only a small goroutine stack
+	// until its next request's first bytes come [1s; negative: never].
+	ParkIdleAfter time.Duration
 }
 
 // Engine is the gateway's edge engine: an HTTP/1.1 reverse proxy on
@@ -68,6 +73,7 @@ type Engine struct {
 	fallback *http.Server
 	log      *slog.Logger
 	header   time.Duration
+	parker   *parker // nil: idle connections are not parked
 
 	mu     sync.Mutex // guards ln, fast, slow and closed
 	ln     net.Listener
@@ -91,6 +97,9 @@ func New(g *gateway.Gateway, o Options) *Engine {
 	up := g.Upstream()
 	e.drain = drainBounds{wait: up.DrainTimeout, bytes: up.DrainBytes}
 	e.xs.New = func() any { return new(exchange) }
+	if o.ParkIdleAfter >= 0 {
+		e.parker = newParker(e, def(o.ParkIdleAfter, time.Second))
+	}
 	g.OnForgetUpstreams(e.forgetUpstreams)
 	maxHeader := o.MaxHeaderBytes
 	if maxHeader <= 0 {
@@ -149,6 +158,10 @@ func (e *Engine) Serve(ln net.Listener) error {
 	e.mu.Unlock()
 	errc := make(chan error, 2)
 	go func() { errc <- e.srv.Serve(e.fast) }()
+	if e.parker != nil {
+		done := e.fast.done
+		go e.parker.sweep(done)
+	}
 	if e.fallback != nil {
 		go func() {
 			if err := e.fallback.Serve(e.slow); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
@@ -189,6 +202,9 @@ func (e *Engine) route(c net.Conn) {
 	case h2:
 		c.Close()
 	default:
+		if e.parker != nil {
+			e.parker.add(ec)
+		}
 		e.fast.push(ec)
 	}
 }
@@ -204,6 +220,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	err := e.srv.ShutdownWithContext(ctx)
+	if e.parker != nil {
+		e.parker.closeParked()
+	}
 	if e.fallback != nil {
 		if ferr := e.fallback.Shutdown(ctx); err == nil {
 			err = ferr
@@ -269,6 +288,14 @@ func (l edgeLogger) Printf(format string, args ...any) {
 
 // serve is the edge engine's handler.
 func (e *Engine) serve(ctx *fasthttp.RequestCtx) {
+	e.serveHTTP(ctx)
+	if c, ok := ctx.Conn().(*conn); ok {
+		c.handled()
+	}
+}
+
+// serveHTTP answers a request.
+func (e *Engine) serveHTTP(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Request.Header
 	if p := h.Protocol(); string(p) != "HTTP/1.1" && string(p) != "HTTP/1.0" {
 		plainErrorText(ctx, http.StatusHTTPVersionNotSupported, "505 HTTP Version Not Supported: unsupported protocol version")
@@ -342,6 +369,9 @@ func (e *Engine) upgrade(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	head := append([]byte(nil), ctx.Request.Header.Header()...)
+	if c, ok := ctx.Conn().(*conn); ok {
+		c.noPark = true // net/http serves it from now on
+	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		e.slow.push(&conn{Conn: c, pre: head})

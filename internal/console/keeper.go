@@ -39,6 +39,10 @@ func (k *Keeper) Screen(m *gateway.Match) (int, time.Duration) {
 	return 0, 0
 }
 
+// CountsOutcomes reports whether the penalty box has rules, without which
+// Outcome counts nothing (gateway.OutcomeCounter).
+func (k *Keeper) CountsOutcomes() bool { return len(k.box.Rules()) > 0 }
+
 // Outcome counts the offences of a request's answer.
 func (k *Keeper) Outcome(ctx context.Context, m *gateway.Match, refused bool, status int) {
 	if len(k.box.Rules()) == 0 {

@@ -1,11 +1,15 @@
 // Command benchgw is the bench script's helper: a trivial upstream, a bare
 // reverse proxy (net/http/httputil with the same tuned transport as
-// Floodgate's) to measure what Floodgate adds on top of proxying, and a
+// Floodgate's) to measure what Floodgate adds on top of proxying, a bare
+// fasthttp server answering every request with the same 429 Floodgate's
+// per-address limit answers (what the edge engine's 429 path costs without
+// the gateway), and a
 // client that holds idle keep-alive connections open, to measure what each
 // costs a server.
 //
 //	benchgw upstream -addr 127.0.0.1:18101
 //	benchgw proxy -addr 127.0.0.1:18102 -target http://127.0.0.1:18101
+//	benchgw fixed429 -addr 127.0.0.1:18104
 //	benchgw idle -target http://127.0.0.1:18102/ -n 2000
 //	benchgw tls -target https://127.0.0.1:18103/ -ca cert.pem -server-name bench.example -mode handshake
 package main
@@ -64,6 +68,9 @@ func run(args []string) error {
 	}
 	if args[0] == "idle" {
 		return holdIdle(*target, *n)
+	}
+	if args[0] == "fixed429" {
+		return fixed429(*addr)
 	}
 	if args[0] == "tls" {
 		return benchTLS(*target, *tlsCA, *tlsName, *tlsMode, *tlsConns, *tlsDuration)

@@ -1,0 +1,223 @@
+package edge
+
+import (
+	"io"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A kept-alive connection waiting for its next request holds, on fasthttp,
+// the goroutine that served it (its stack grown by the request path) and,
+// since request bodies stream, its 64 KiB read buffer and request context.
+// A connection idle for a while is parked instead: fasthttp is told that
+// it ended (it gives its buffers back and its goroutine serves others),
+// and a fresh goroutine with a small stack waits for the next request's
+// first bytes in the connection's own 512-byte buffer, then hands the
+// connection back to fasthttp as a new one. A connection is never parked
+// in the middle of a request: only in the wait that fasthttp starts with
+// its idle deadline once an answer is written.
+
+// What parked connections gave back (fasthttp's 64 KiB read buffers and
+// request contexts, in its pools, and the stacks of its goroutines, which
+// end after ten to twenty seconds idle) is garbage only
+// after two collections, and a server that holds idle connections
+// allocates too little to start one: once at least collectAfterParks
+// connections were parked and none for collectSettle, the parker collects
+// and returns the memory to the system, at most once every collectEvery.
+const (
+	collectAfterParks = 1024
+	collectSettle     = 25 * time.Second
+	collectEvery      = time.Minute
+)
+
+// collectNow reports whether the parker should collect now: parked
+// connections were parked since the last collection, the last of them
+// sinceLast ago, and the last collection was sinceCollect ago (negative:
+// none yet).
+func collectNow(parked int, sinceLast, sinceCollect time.Duration) bool {
+	return parked >= collectAfterParks && sinceLast >= collectSettle &&
+		(sinceCollect < 0 || sinceCollect >= collectEvery)
+}
+
+// Idle states of a conn (conn.idle): 0 is busy (or not in the wait for a
+// next request), a positive value the parker's tick at which the wait
+// began, parking that the parker asked the connection to leave fasthttp.
+const parking = -1
+
+// parker parks the engine's idle connections.
+type parker struct {
+	e     *Engine
+	every time.Duration
+	tick  atomic.Int64 // counts the sweeps, from 1
+
+	mu    sync.Mutex // guards conns
+	conns map[*conn]struct{}
+}
+
+func newParker(e *Engine, every time.Duration) *parker {
+	p := &parker{e: e, every: every, conns: map[*conn]struct{}{}}
+	p.tick.Store(1)
+	return p
+}
+
+// add tracks c, a connection served by fasthttp.
+func (p *parker) add(c *conn) {
+	c.p = p
+	p.mu.Lock()
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+}
+
+// remove forgets c, which is closed.
+func (p *parker) remove(c *conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// sweep parks, every p.every until done is closed, the connections that
+// have waited for their next request since the sweep before.
+func (p *parker) sweep(done <-chan struct{}) {
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	var idle []*conn
+	parked := 0 // since the last collection
+	var lastPark, lastCollect time.Time
+	for {
+		var now time.Time
+		select {
+		case <-done:
+			return
+		case now = <-t.C:
+		}
+		if len(idle) > 0 {
+			parked += len(idle)
+			lastPark = now
+		}
+		sinceCollect := time.Duration(-1)
+		if !lastCollect.IsZero() {
+			sinceCollect = now.Sub(lastCollect)
+		}
+		if collectNow(parked, now.Sub(lastPark), sinceCollect) {
+			runtime.GC() // the pools' buffers move to their victim caches
+			debug.FreeOSMemory()
+			parked, lastCollect = 0, time.Now()
+		}
+		tick := p.tick.Add(1)
+		idle = idle[:0]
+		p.mu.Lock()
+		for c := range p.conns {
+			if s := c.idle.Load(); s > 0 && s <= tick-2 {
+				idle = append(idle, c)
+			}
+		}
+		p.mu.Unlock()
+		for _, c := range idle {
+			c.askToPark()
+		}
+		clear(idle) // their count is kept: len(idle) at the next tick
+	}
+}
+
+// closeParked closes the connections that are parked (Shutdown).
+func (p *parker) closeParked() {
+	p.mu.Lock()
+	var parked []*conn
+	for c := range p.conns {
+		if c.parkedOut.Load() {
+			parked = append(parked, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range parked {
+		_ = c.Close()
+	}
+}
+
+// askToPark cuts the wait of c for its next request, if c still waits,
+// so that its read leaves fasthttp (readIdle).
+func (c *conn) askToPark() {
+	c.parkMu.Lock()
+	defer c.parkMu.Unlock()
+	if s := c.idle.Load(); s > 0 && c.idle.CompareAndSwap(s, parking) {
+		_ = c.Conn.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// readIdle is the read that waits for the next request of a kept-alive
+// connection: as Read, except that when the parker asks for the
+// connection meanwhile, it reports the end of the connection to fasthttp
+// (keeping what it read) and the connection is parked when fasthttp
+// closes it.
+func (c *conn) readIdle(b []byte) (int, error) {
+	into := b
+	if len(b) < len(c.head) {
+		into = c.head[:]
+	}
+	t := c.p.tick.Load()
+	c.idle.Store(t)
+	for {
+		n, err := c.Conn.Read(into)
+		if !c.idle.CompareAndSwap(t, 0) {
+			return c.leave(into[:n])
+		}
+		if n == 0 && err != nil && isTimeout(err) && (c.want.IsZero() || time.Now().Before(c.want)) {
+			// The connection's own deadline passed before the one asked
+			// for: wait on, unless the parker asks for it meanwhile.
+			c.parkMu.Lock()
+			if !c.idle.CompareAndSwap(0, t) {
+				c.parkMu.Unlock()
+				return c.leave(nil)
+			}
+			c.set = c.want
+			err = c.Conn.SetReadDeadline(c.want)
+			c.parkMu.Unlock()
+			if err != nil {
+				c.idle.Store(0)
+				return 0, err
+			}
+			continue
+		}
+		if n > 0 && len(into) != len(b) {
+			m := copy(b, into[:n])
+			c.pre = into[m:n]
+			return m, nil
+		}
+		return n, err
+	}
+}
+
+// leave ends the connection for fasthttp, to be parked: read, what the
+// wait read meanwhile, is read first once it is back.
+func (c *conn) leave(read []byte) (int, error) {
+	c.parkMu.Lock() // the parker has moved the deadline
+	c.parkMu.Unlock()
+	c.idle.Store(0)
+	if len(read) > 0 {
+		c.pre = append([]byte(nil), read...)
+	}
+	c.set = c.want
+	_ = c.Conn.SetReadDeadline(c.want)
+	c.parkedOut.Store(true)
+	c.parkNext.Store(true)
+	return 0, io.EOF
+}
+
+// park waits, on a goroutine of its own, for the next request of c (or
+// the end of its idle time), then hands c back to fasthttp.
+func (p *parker) park(c *conn) {
+	if len(c.pre) == 0 {
+		n, err := c.read(c.head[:])
+		if n == 0 {
+			_ = err // the idle time ended, or the client left
+			_ = c.Close()
+			return
+		}
+		c.pre = c.head[:n]
+	}
+	c.parkedOut.Store(false)
+	p.e.fast.push(c)
+}

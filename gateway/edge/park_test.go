@@ -1,0 +1,202 @@
+package edge
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// parked reports how many of the engine's connections are parked.
+func parked(e *Engine) int {
+	e.parker.mu.Lock()
+	defer e.parker.mu.Unlock()
+	n := 0
+	for c := range e.parker.conns {
+		if c.parkedOut.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor waits until cond holds, or fails.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not %s after 5s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestIdleConnectionsPark: a kept-alive connection idle for ParkIdleAfter
+// leaves fasthttp and is parked; its next request (sent whole, or its first
+// bytes only and the rest later) is answered as the first was, on the same
+// connection, the request after it too; Shutdown closes a parked connection.
+func TestIdleConnectionsPark(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "up "+r.URL.Path)
+	}))
+	defer up.Close()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
+limits:
+  - {name: roomy, rate: 1000000, burst: 1000000, key: client_ip}
+`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	ask := func(parts ...string) {
+		t.Helper()
+		for i, p := range parts {
+			if i > 0 {
+				time.Sleep(30 * time.Millisecond)
+			}
+			if _, err := io.WriteString(c, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || string(body) != "up /a" || res.Header.Get("Ratelimit") == "" || res.Close {
+			t.Fatalf("answered %d %q (RateLimit %q, close %v)", res.StatusCode, body, res.Header.Get("Ratelimit"), res.Close)
+		}
+	}
+	req := "GET /a HTTP/1.1\r\nHost: gateway.example\r\n\r\n"
+	ask(req)
+	waitFor(t, "parked", func() bool { return parked(e) == 1 })
+	ask(req) // whole
+	if n := parked(e); n != 0 {
+		t.Fatalf("%d connections parked while one is served", n)
+	}
+	ask(req) // at once, before it could be parked again
+	waitFor(t, "parked again", func() bool { return parked(e) == 1 })
+	ask(req[:5], req[5:]) // its first bytes wake it, the rest comes later
+	waitFor(t, "parked again", func() bool { return parked(e) == 1 })
+	ask(strings.Replace(req, "\r\n\r\n", "\r\nConnection: keep-alive\r\n\r\n", 1))
+	waitFor(t, "parked again", func() bool { return parked(e) == 1 })
+
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("a parked connection still open after Shutdown: read %d, %v", n, err)
+	}
+}
+
+// TestParkingOff: with ParkIdleAfter negative, an idle connection stays
+// with fasthttp.
+func TestParkingOff(t *testing.T) {
+	t.Parallel()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: http://127.0.0.1:9}
+`)
+	if e := New(g, Options{ParkIdleAfter: -1}); e.parker != nil {
+		t.Fatal("a parker with ParkIdleAfter -1")
+	}
+}
+
+// TestCollectNow: the parker collects after many parks, once they have
+// settled, and not more often than collectEvery.
+func TestCollectNow(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		parked                  int
+		sinceLast, sinceCollect time.Duration
+		want                    bool
+	}{
+		{collectAfterParks, collectSettle, -1, true},
+		{collectAfterParks - 1, collectSettle, -1, false},           // too few
+		{collectAfterParks, collectSettle - time.Second, -1, false}, // still parking
+		{collectAfterParks, collectSettle, collectEvery - time.Second, false},
+		{collectAfterParks, collectSettle, collectEvery, true},
+	} {
+		if got := collectNow(c.parked, c.sinceLast, c.sinceCollect); got != c.want {
+			t.Errorf("collectNow(%d, %v, %v) = %v, want %v", c.parked, c.sinceLast, c.sinceCollect, got, c.want)
+		}
+	}
+}
+
+// TestTLSConnectionsPark: a kept-alive TLS connection is parked and its
+// next requests are answered on it, as a plain one's.
+func TestTLSConnectionsPark(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "up "+r.URL.Path)
+	}))
+	defer up.Close()
+	// The certificate of an httptest TLS server, served by the engine.
+	certs := httptest.NewUnstartedServer(http.NotFoundHandler())
+	certs.StartTLS()
+	defer certs.Close()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
+`)
+	plain, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := tls.NewListener(plain, &tls.Config{Certificates: certs.TLS.Certificates, NextProtos: []string{"http/1.1"}})
+	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ln) }()
+	client := certs.Client()
+	tr := client.Transport.(*http.Transport)
+	tr.MaxConnsPerHost = 1 // one connection, kept alive
+	for i := range 4 {
+		res, err := client.Get("https://" + ln.Addr().String() + "/a")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || string(body) != "up /a" {
+			t.Fatalf("request %d: %d %q", i, res.StatusCode, body)
+		}
+		waitFor(t, "parked", func() bool { return parked(e) == 1 })
+	}
+	e.parker.mu.Lock()
+	n := len(e.parker.conns)
+	e.parker.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d connections, want the one kept alive", n)
+	}
+	tr.CloseIdleConnections()
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

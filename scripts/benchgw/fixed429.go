@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// fixed429 serves, on addr, every request with a fixed 429 the size of the
+// edge engine's answer to a refused request (the same fields, the date
+// included), from a fasthttp server set up as the edge engine sets up its
+// own: the floor under the edge engine's 429 path.
+func fixed429(addr string) error {
+	body := []byte(`{"message":"Too Many Requests"}` + "\n")
+	var (
+		jsonType  = []byte("application/json")
+		policy    = []byte("Ratelimit-Policy")
+		policyV   = []byte(`"per-client";q=1;w=60`)
+		rateLimit = []byte("Ratelimit")
+		rateV     = []byte(`"per-client";r=0;t=60`)
+		retry     = []byte("Retry-After")
+		retryV    = []byte("60")
+	)
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			r := &ctx.Response
+			r.SetStatusCode(fasthttp.StatusTooManyRequests)
+			r.Header.SetContentTypeBytes(jsonType)
+			r.Header.SetCanonical(policy, policyV)
+			r.Header.SetCanonical(rateLimit, rateV)
+			r.Header.SetCanonical(retry, retryV)
+			r.SetBodyRaw(body)
+		},
+		ReadTimeout:                  10 * time.Second,
+		IdleTimeout:                  120 * time.Second,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+		ReduceMemoryUsage:            true,
+		LazyRequestTime:              true,
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stdout, "listening on", ln.Addr())
+	return srv.Serve(ln)
+}
