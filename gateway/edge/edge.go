@@ -59,6 +59,13 @@ type Options struct {
 	// no read buffer, no request context and only a small goroutine stack
 	// until its next request's first bytes come [1s; negative: never].
 	ParkIdleAfter time.Duration
+	// ReturnMemory lets the engine return what parked connections gave
+	// back to the system: once at least 1,024 connections were parked
+	// and none for 25 s, it runs a collection and debug.FreeOSMemory, at
+	// most once a minute. Meant for a process that is the gateway
+	// (floodgate serve turns it on); off, the Go runtime returns the
+	// memory at its own pace.
+	ReturnMemory bool
 }
 
 // Engine is the gateway's edge engine: an HTTP/1.1 reverse proxy on
@@ -99,6 +106,7 @@ func New(g *gateway.Gateway, o Options) *Engine {
 	e.xs.New = func() any { return new(exchange) }
 	if o.ParkIdleAfter >= 0 {
 		e.parker = newParker(e, def(o.ParkIdleAfter, time.Second))
+		e.parker.returnMemory = o.ReturnMemory
 	}
 	g.OnForgetUpstreams(e.forgetUpstreams)
 	maxHeader := o.MaxHeaderBytes

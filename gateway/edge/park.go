@@ -22,11 +22,12 @@ import (
 
 // What parked connections gave back (fasthttp's 64 KiB read buffers and
 // request contexts, in its pools, and the stacks of its goroutines, which
-// end after ten to twenty seconds idle) is garbage only
-// after two collections, and a server that holds idle connections
-// allocates too little to start one: once at least collectAfterParks
-// connections were parked and none for collectSettle, the parker collects
-// and returns the memory to the system, at most once every collectEvery.
+// end after ten to twenty seconds idle) is garbage only after two
+// collections, and a server that holds idle connections allocates too
+// little to start one: with Options.ReturnMemory, once at least
+// collectAfterParks connections were parked and none for collectSettle,
+// the parker collects and returns the memory to the system, at most once
+// every collectEvery.
 const (
 	collectAfterParks = 1024
 	collectSettle     = 25 * time.Second
@@ -52,6 +53,9 @@ type parker struct {
 	e     *Engine
 	every time.Duration
 	tick  atomic.Int64 // counts the sweeps, from 1
+	// returnMemory: collect and return memory after many parks
+	// (Options.ReturnMemory).
+	returnMemory bool
 
 	mu    sync.Mutex // guards conns
 	conns map[*conn]struct{}
@@ -101,7 +105,7 @@ func (p *parker) sweep(done <-chan struct{}) {
 		if !lastCollect.IsZero() {
 			sinceCollect = now.Sub(lastCollect)
 		}
-		if collectNow(parked, now.Sub(lastPark), sinceCollect) {
+		if p.returnMemory && collectNow(parked, now.Sub(lastPark), sinceCollect) {
 			runtime.GC() // the pools' buffers move to their victim caches
 			debug.FreeOSMemory()
 			parked, lastCollect = 0, time.Now()

@@ -48,6 +48,9 @@ func (s *server) serveFront(g *gateway.Gateway) {
 		MaxHeaderBytes:    s.front.MaxHeaderBytes,
 		Fallback:          s.front,
 		Logger:            s.log,
+		// The process is the gateway: what parked idle connections gave
+		// back goes back to the system.
+		ReturnMemory: true,
 	})
 	go func() {
 		err := s.edge.Serve(s.frontLn)
