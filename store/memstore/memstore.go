@@ -314,32 +314,21 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// ruleSeed seeds the hash of rule IDs, for every store of this process, so
-// that a rule keeps its hash on itself (hashSlot) whichever store asks;
-// each store mixes the key in with a multiplier of its own seed.
-var ruleSeed = maphash.MakeSeed()
-
-// hashSlot keeps each rule's ID hash (a uint64) on the rule.
-var hashSlot = limiter.NewSlot()
-
 // hash mixes the rule ID and the key into the 64 bits that choose the
 // shard (top bits), the index slot (low bits) and the slot's fingerprint.
 func (s *Store) hash(rule, key string) uint64 {
-	return s.mix(maphash.String(ruleSeed, rule), key)
+	return s.mix(limiter.HashID(rule), key)
 }
 
 func (s *Store) mix(ruleHash uint64, key string) uint64 {
 	return keyHash(ruleHash, s.mult, key)
 }
 
-// hitHash is hash(r.ID, key), with the rule's part prepared once, on the
-// rule.
+// hitHash is hash(r.ID, key), with the rule's part worked out once, by the
+// rule (limiter.Rule.IDHash).
 func (s *Store) hitHash(r *limiter.Rule, key string) uint64 {
-	return s.mix(r.Prepared(hashSlot, ruleHash).(uint64), key)
+	return s.mix(r.IDHash(), key)
 }
-
-// ruleHash is the hash of a rule's ID.
-func ruleHash(r *limiter.Rule) any { return maphash.String(ruleSeed, r.ID()) }
 
 // minPerShard is the smallest per-shard cap a key cap may leave before New
 // uses fewer shards; minShardBytes is the same for a byte cap (three
