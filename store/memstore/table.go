@@ -137,11 +137,17 @@ const (
 )
 
 // extCost is the memory of a state's variable part: the Ext and the
-// array of its entries.
+// array of its entries. It is small enough to be inlined, so that the
+// states of most algorithms, which have no variable part, pay no call.
 func extCost(x *algo.Ext) int64 {
 	if x == nil {
 		return 0
 	}
+	return extAlloc(x)
+}
+
+// extAlloc is extCost of a variable part x that is not nil.
+func extAlloc(x *algo.Ext) int64 {
 	return allocSize(extBytes, true) + allocSize(int64(cap(x.Entries))*extEntry, false)
 }
 
@@ -339,7 +345,7 @@ func (sh *shard) find(h uint64, rule *limiter.Rule, key string) int32 {
 		if v>>idxBits == fp {
 			i := int32(v&idxMask) - 1
 			e := sh.at(i)
-			if e.key == key && (e.rule == rule || e.rule.ID() == rule.ID()) {
+			if sameKey(e.key, key) && (e.rule == rule || e.rule.ID() == rule.ID()) {
 				return i
 			}
 		}
