@@ -86,9 +86,10 @@ func (l *Limiter) callStore(ctx context.Context, op storeOp, hits []Hit, out []f
 		} else {
 			err = l.apply(ctx, op, hits, out, settled)
 		}
-		if err != nil {
-			c.sent = l.breaker.since()
+		if err == nil {
+			return c, answered, nil
 		}
+		c.sent = l.breaker.since()
 		return c, l.classify(ctx, nil, err, 0), err
 	}
 	if err := ctx.Err(); err != nil {

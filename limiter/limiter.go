@@ -474,7 +474,9 @@ func (l *Limiter) step(ctx context.Context, op storeOp, hits []Hit, out []floodg
 	if call, probe := l.breaker.allow(); call {
 		c, o, err := l.callStore(ctx, op, hits, out, nil, nil)
 		r.StoreLatency += c.latency
-		l.judge(c, o, probe)
+		if o != answered || probe || c.end >= 0 || !l.breaker.quiet() {
+			l.judge(c, o, probe) // else a success that changes nothing
+		}
 		switch {
 		case err == nil:
 			degraded = NotDegraded
