@@ -374,8 +374,8 @@ func (s *Store) Decide(_ context.Context, hits []limiter.Hit, peek bool, out []f
 		return fmt.Errorf("memstore: %d decisions for %d hits", len(out), len(hits))
 	}
 	if len(hits) == 1 {
-		if err := checkHit(&hits[0], 0, 1); err != nil {
-			return err
+		if h := &hits[0]; h.Rule == nil || h.Cost < 1 {
+			return checkHit(h, 0, 1)
 		}
 		return s.applyOne(&hits[0], &out[0], peek || hits[0].Check)
 	}
