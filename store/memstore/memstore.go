@@ -440,8 +440,8 @@ func (s *Store) apply(v verb, hits []limiter.Hit, out []floodgate.Decision, sett
 		least = 0 // a settle's actual cost may be 0
 	}
 	for i := range hits {
-		if err := checkHit(&hits[i], i, least); err != nil {
-			return err
+		if h := &hits[i]; h.Rule == nil || h.Cost < least {
+			return checkHit(h, i, least)
 		}
 	}
 	if len(hits) == 0 {
@@ -529,7 +529,9 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		if e != nil {
 			e.st, e.exp, e.rule, e.deny = st, exp, hit.Rule, 0
 			sh.regrow(oldExt, extCost(st.Ext))
-			s.trim(sh, pins{one: idx}, now)
+			if sh.over() {
+				s.trim(sh, pins{one: idx}, now)
+			}
 		} else {
 			s.insert(sh, h, hit.Rule, hit.Key, st, exp, now, noPins)
 		}
@@ -689,7 +691,9 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		}
 	}
 	for i := range w {
-		s.trim(&s.shards[w[i].sh], pins{one: -1, w: w, sh: w[i].sh}, now)
+		if sh := &s.shards[w[i].sh]; sh.over() {
+			s.trim(sh, pins{one: -1, w: w, sh: w[i].sh}, now)
+		}
 	}
 	return nil
 }

@@ -191,10 +191,13 @@ func (sh *shard) growthCost(n int) int64 {
 // bytes.
 func (sh *shard) regrow(old, new int64) { sh.bytes += new - old }
 
+// over reports whether the shard is over its byte budget, and must trim.
+func (sh *shard) over() bool { return sh.budget > 0 && sh.bytes > sh.budget }
+
 // trim evicts entries, never pinned ones, while the shard is over its byte
-// budget.
+// budget. Callers that write often ask over first, which is inlined.
 func (s *Store) trim(sh *shard, pin pins, now int64) {
-	for sh.budget > 0 && sh.bytes > sh.budget && s.evict(sh, pin, now) {
+	for sh.over() && s.evict(sh, pin, now) {
 	}
 }
 
