@@ -195,6 +195,11 @@ func (b *breaker) rate(now int64) (calls, fails int64) {
 	return calls, fails
 }
 
+// quiet reports that the breaker is closed and no failure was recorded
+// since the last success: a success that is not a probe and was not timed
+// (end < 0) then changes nothing, and need not be recorded.
+func (b *breaker) quiet() bool { return b.failures.Load() == 0 && !b.open.Load() }
+
 // success records a store call that worked and ended at instant end (ns
 // since start; negative: not read, and not counted in the failure rate, as
 // for stores in this process, which skip the clock).

@@ -80,10 +80,16 @@ type call struct {
 func (l *Limiter) callStore(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, settled []Settled, lc *leaseCall) (call, outcome, error) {
 	c := call{end: -1}
 	if l.inProcess {
-		err := l.apply(ctx, op, hits, out, settled)
-		if err != nil {
-			c.sent = l.breaker.since()
+		var err error
+		if op == opCharge { // the common call, without apply's dispatch
+			err = l.store.Decide(ctx, hits, false, out)
+		} else {
+			err = l.apply(ctx, op, hits, out, settled)
 		}
+		if err == nil {
+			return c, answered, nil
+		}
+		c.sent = l.breaker.since()
 		return c, l.classify(ctx, nil, err, 0), err
 	}
 	if err := ctx.Err(); err != nil {

@@ -474,7 +474,9 @@ func (l *Limiter) step(ctx context.Context, op storeOp, hits []Hit, out []floodg
 	if call, probe := l.breaker.allow(); call {
 		c, o, err := l.callStore(ctx, op, hits, out, nil, nil)
 		r.StoreLatency += c.latency
-		l.judge(c, o, probe)
+		if o != answered || probe || c.end >= 0 || !l.breaker.quiet() {
+			l.judge(c, o, probe) // else a success that changes nothing
+		}
 		switch {
 		case err == nil:
 			degraded = NotDegraded
@@ -648,11 +650,12 @@ func isCallerError(err error) bool {
 		errors.Is(err, floodgate.ErrInvalidLimit)
 }
 
-// summarize fills in r's verdict from its decisions.
+// summarize fills in r's verdict from its decisions, in one pass over the
+// hits unless some hit is in a group.
 func (l *Limiter) summarize(hits []Hit, r *Result) {
 	r.Allowed = true
-	var v Verdict
 	grouped := false
+	least, leastShadow := -1, -1
 	for i := range hits {
 		h, d := &hits[i], &r.Decisions[i]
 		if h.Check && d.Allowed {
@@ -664,47 +667,53 @@ func (l *Limiter) summarize(hits []Hit, r *Result) {
 				r.Flags[i] |= ShadowDenied
 				r.ShadowDenied = true
 			}
+			if leastShadow < 0 || d.Remaining < r.Decisions[leastShadow].Remaining {
+				leastShadow = i
+			}
 			continue
 		}
-		v.Add(h, d.Allowed)
-		grouped = grouped || h.Group != 0
-		if !d.Allowed && h.Group == 0 && r.Allowed {
-			r.Allowed = false
-			r.Binding = i
+		if h.Group != 0 {
+			grouped = true
+		}
+		if !d.Allowed {
+			// Outside a group it stops the request; in a group that went
+			// ahead it was not charged, and it is not the one that binds.
+			if h.Group == 0 && r.Allowed {
+				r.Allowed = false
+				r.Binding = i
+			}
+			continue
+		}
+		if !h.Check {
+			r.Delay = max(r.Delay, d.Delay)
+		}
+		if least < 0 || d.Remaining < r.Decisions[least].Remaining {
+			least = i
 		}
 	}
-	if grouped && r.Allowed && v.Refused() {
+	if grouped && r.Allowed && groupRefused(hits, r.Decisions) {
 		r.Allowed = false // every hit of a group denied
 	}
 	if !r.Allowed {
 		l.refused(hits, r)
 		return
 	}
-	least, leastShadow := -1, -1
-	for i := range hits {
-		h, d := &hits[i], &r.Decisions[i]
-		switch {
-		case h.Rule.Shadow():
-			if leastShadow < 0 || d.Remaining < r.Decisions[leastShadow].Remaining {
-				leastShadow = i
-			}
-		case !d.Allowed:
-			// A hit of a group that went ahead: not charged, and not the
-			// one that binds.
-		default:
-			if !h.Check {
-				r.Delay = max(r.Delay, d.Delay)
-			}
-			if least < 0 || d.Remaining < r.Decisions[least].Remaining {
-				least = i
-			}
-		}
-	}
 	if least >= 0 {
 		r.Binding = least
 	} else {
 		r.Binding = leastShadow
 	}
+}
+
+// groupRefused reports whether every non-shadow hit of some group denied.
+func groupRefused(hits []Hit, decisions []floodgate.Decision) bool {
+	var v Verdict
+	for i := range hits {
+		if hits[i].Group != 0 {
+			v.Add(&hits[i], decisions[i].Allowed)
+		}
+	}
+	return v.Refused()
 }
 
 // refused completes the Result of a request that does not go ahead:

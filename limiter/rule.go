@@ -3,6 +3,7 @@ package limiter
 import (
 	"fmt"
 	"hash/fnv"
+	"hash/maphash"
 	"reflect"
 	"strconv"
 	"time"
@@ -22,6 +23,7 @@ type Rule struct {
 	shadow      bool
 	consistency floodgate.Consistency
 	id          string
+	idHash      uint64 // HashID(id)
 
 	prepared preparedForms
 }
@@ -57,6 +59,23 @@ func (r *Rule) Consistency() floodgate.Consistency { return r.consistency }
 // fingerprint of its parameters, so that a changed limit starts afresh and
 // an unchanged one keeps its counts across reloads.
 func (r *Rule) ID() string { return r.id }
+
+// IDHash returns HashID(r.ID()), worked out once when the rule was made,
+// for stores that index counters by a hash of the rule ID and the key.
+func (r *Rule) IDHash() uint64 { return r.idHash }
+
+// idSeed seeds HashID for this process.
+var idSeed = maphash.MakeSeed()
+
+// HashID returns a hash of a rule ID, the same for equal IDs within this
+// process (it is seeded once per process, so it must not be stored). The
+// empty ID, that of the zero Rule, hashes to 0.
+func HashID(id string) uint64 {
+	if id == "" {
+		return 0
+	}
+	return maphash.String(idSeed, id)
+}
 
 // RuleOptions are the settings of a rule beyond its limit. The zero value
 // is an enforced, exact rule that falls back to a local share (FailLocal).
@@ -99,7 +118,7 @@ func NewRuleWith(l floodgate.Limit, o RuleOptions) (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Rule{limit: l, params: p, onFailure: o.OnFailure, shadow: o.Shadow, consistency: o.Consistency, id: id}, nil
+	return &Rule{limit: l, params: p, onFailure: o.OnFailure, shadow: o.Shadow, consistency: o.Consistency, id: id, idHash: HashID(id)}, nil
 }
 
 // ruleID is the limit's name followed by a short fingerprint of every
@@ -233,4 +252,4 @@ func appendValue(b []byte, v reflect.Value, quote bool) []byte {
 // nothing: a store loading saved state holds the state of a rule it has not
 // been asked about yet under it, until the first hit of the real rule
 // replaces it.
-func PlaceholderRule(id string) *Rule { return &Rule{id: id} }
+func PlaceholderRule(id string) *Rule { return &Rule{id: id, idHash: HashID(id)} }

@@ -77,3 +77,26 @@ func TestRuleIDsStable(t *testing.T) {
 		}
 	}
 }
+
+// TestIDHash: a rule's IDHash is HashID of its ID, so rules of one limit
+// hash alike and a store can hash an ID it read back (a placeholder for a
+// reservation's rule, a state file) to the same value; different IDs
+// differ, and the zero rule's empty ID hashes to 0.
+func TestIDHash(t *testing.T) {
+	l := floodgate.Limit{Name: "h", Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 5}
+	a, b := ruletest.Rule(t, l), ruletest.Rule(t, l)
+	l.Burst = 6
+	c := ruletest.Rule(t, l)
+	if a.IDHash() != b.IDHash() || a.IDHash() != limiter.HashID(a.ID()) {
+		t.Fatalf("one limit: %x, %x, HashID %x", a.IDHash(), b.IDHash(), limiter.HashID(a.ID()))
+	}
+	if a.IDHash() == c.IDHash() {
+		t.Fatalf("%s and %s: both %x", a.ID(), c.ID(), a.IDHash())
+	}
+	if p := limiter.PlaceholderRule(a.ID()); p.IDHash() != a.IDHash() {
+		t.Fatalf("placeholder: %x, rule %x", p.IDHash(), a.IDHash())
+	}
+	if h := new(limiter.Rule).IDHash(); h != 0 || limiter.HashID("") != 0 {
+		t.Fatalf("zero rule: %x, HashID(\"\") %x", h, limiter.HashID(""))
+	}
+}

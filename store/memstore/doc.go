@@ -7,7 +7,7 @@
 // The keys are spread over a power-of-two number of shards, each guarded by
 // its own mutex and padded against false sharing. A key's place comes from
 // a hash of its limit's rule ID (worked out once per rule and kept on the
-// rule, limiter.Rule.Prepared, with a seed of this process) mixed with the
+// rule, limiter.Rule.IDHash, with a seed of this process) mixed with the
 // key under a multiplier of the store's own seed. A decision for a key that
 // is already known allocates nothing. Keys whose limit is back to full are
 // idle: they are treated as new and removed, lazily on access and by a

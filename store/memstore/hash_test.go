@@ -54,3 +54,33 @@ func TestKeyHashSpread(t *testing.T) {
 		}
 	}
 }
+
+// TestSameKey checks the index's key comparison against the language's, for
+// keys of every length around the inline sizes (8 to 16 bytes) that differ
+// in any one byte, in their length, or not at all; and that it reads no
+// byte beyond either key (each key is cut from the end of a larger one).
+func TestSameKey(t *testing.T) {
+	t.Parallel()
+	base := []byte("0123456789abcdefghijklmnopqrstuvwxyz-0123456789")
+	for n := 0; n <= 40; n++ {
+		a := string(base[:n])
+		if !sameKey(a, string([]byte(a))) {
+			t.Fatalf("%q: a copy differs", a)
+		}
+		for i := range n {
+			b := []byte(a)
+			b[i] ^= 1
+			if sameKey(a, string(b)) || sameKey(string(b), a) {
+				t.Fatalf("%q and %q: equal", a, b)
+			}
+		}
+		if n > 0 && (sameKey(a, a[:n-1]) || sameKey(a[:n-1], a)) {
+			t.Fatalf("%q: equal to %q", a, a[:n-1])
+		}
+		// Bytes around equal keys do not count.
+		x, y := "x"+a+"tail", "y"+a+"TAIL"
+		if !sameKey(x[1:1+n], y[1:1+n]) {
+			t.Fatalf("%q: cut from two strings, differs", a)
+		}
+	}
+}

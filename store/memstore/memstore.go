@@ -314,32 +314,21 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// ruleSeed seeds the hash of rule IDs, for every store of this process, so
-// that a rule keeps its hash on itself (hashSlot) whichever store asks;
-// each store mixes the key in with a multiplier of its own seed.
-var ruleSeed = maphash.MakeSeed()
-
-// hashSlot keeps each rule's ID hash (a uint64) on the rule.
-var hashSlot = limiter.NewSlot()
-
 // hash mixes the rule ID and the key into the 64 bits that choose the
 // shard (top bits), the index slot (low bits) and the slot's fingerprint.
 func (s *Store) hash(rule, key string) uint64 {
-	return s.mix(maphash.String(ruleSeed, rule), key)
+	return s.mix(limiter.HashID(rule), key)
 }
 
 func (s *Store) mix(ruleHash uint64, key string) uint64 {
 	return keyHash(ruleHash, s.mult, key)
 }
 
-// hitHash is hash(r.ID, key), with the rule's part prepared once, on the
-// rule.
+// hitHash is hash(r.ID, key), with the rule's part worked out once, by the
+// rule (limiter.Rule.IDHash).
 func (s *Store) hitHash(r *limiter.Rule, key string) uint64 {
-	return s.mix(r.Prepared(hashSlot, ruleHash).(uint64), key)
+	return s.mix(r.IDHash(), key)
 }
-
-// ruleHash is the hash of a rule's ID.
-func ruleHash(r *limiter.Rule) any { return maphash.String(ruleSeed, r.ID()) }
 
 // minPerShard is the smallest per-shard cap a key cap may leave before New
 // uses fewer shards; minShardBytes is the same for a byte cap (three
@@ -385,8 +374,8 @@ func (s *Store) Decide(_ context.Context, hits []limiter.Hit, peek bool, out []f
 		return fmt.Errorf("memstore: %d decisions for %d hits", len(out), len(hits))
 	}
 	if len(hits) == 1 {
-		if err := checkHit(&hits[0], 0, 1); err != nil {
-			return err
+		if h := &hits[0]; h.Rule == nil || h.Cost < 1 {
+			return checkHit(h, 0, 1)
 		}
 		return s.applyOne(&hits[0], &out[0], peek || hits[0].Check)
 	}
@@ -451,8 +440,8 @@ func (s *Store) apply(v verb, hits []limiter.Hit, out []floodgate.Decision, sett
 		least = 0 // a settle's actual cost may be 0
 	}
 	for i := range hits {
-		if err := checkHit(&hits[i], i, least); err != nil {
-			return err
+		if h := &hits[i]; h.Rule == nil || h.Cost < least {
+			return checkHit(h, i, least)
 		}
 	}
 	if len(hits) == 0 {
@@ -540,7 +529,9 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		if e != nil {
 			e.st, e.exp, e.rule, e.deny = st, exp, hit.Rule, 0
 			sh.regrow(oldExt, extCost(st.Ext))
-			s.trim(sh, pins{one: idx}, now)
+			if sh.over() {
+				s.trim(sh, pins{one: idx}, now)
+			}
 		} else {
 			s.insert(sh, h, hit.Rule, hit.Key, st, exp, now, noPins)
 		}
@@ -700,7 +691,9 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 		}
 	}
 	for i := range w {
-		s.trim(&s.shards[w[i].sh], pins{one: -1, w: w, sh: w[i].sh}, now)
+		if sh := &s.shards[w[i].sh]; sh.over() {
+			s.trim(sh, pins{one: -1, w: w, sh: w[i].sh}, now)
+		}
 	}
 	return nil
 }

@@ -138,7 +138,9 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 		sh.writes++
 	}
 	for i := range w {
-		s.trim(&s.shards[w[i].sh], pins{one: -1, w: w, sh: w[i].sh}, now)
+		if sh := &s.shards[w[i].sh]; sh.over() {
+			s.trim(sh, pins{one: -1, w: w, sh: w[i].sh}, now)
+		}
 	}
 	return nil
 }

@@ -137,11 +137,17 @@ const (
 )
 
 // extCost is the memory of a state's variable part: the Ext and the
-// array of its entries.
+// array of its entries. It is small enough to be inlined, so that the
+// states of most algorithms, which have no variable part, pay no call.
 func extCost(x *algo.Ext) int64 {
 	if x == nil {
 		return 0
 	}
+	return extAlloc(x)
+}
+
+// extAlloc is extCost of a variable part x that is not nil.
+func extAlloc(x *algo.Ext) int64 {
 	return allocSize(extBytes, true) + allocSize(int64(cap(x.Entries))*extEntry, false)
 }
 
@@ -185,10 +191,13 @@ func (sh *shard) growthCost(n int) int64 {
 // bytes.
 func (sh *shard) regrow(old, new int64) { sh.bytes += new - old }
 
+// over reports whether the shard is over its byte budget, and must trim.
+func (sh *shard) over() bool { return sh.budget > 0 && sh.bytes > sh.budget }
+
 // trim evicts entries, never pinned ones, while the shard is over its byte
-// budget.
+// budget. Callers that write often ask over first, which is inlined.
 func (s *Store) trim(sh *shard, pin pins, now int64) {
-	for sh.budget > 0 && sh.bytes > sh.budget && s.evict(sh, pin, now) {
+	for sh.over() && s.evict(sh, pin, now) {
 	}
 }
 
@@ -339,7 +348,7 @@ func (sh *shard) find(h uint64, rule *limiter.Rule, key string) int32 {
 		if v>>idxBits == fp {
 			i := int32(v&idxMask) - 1
 			e := sh.at(i)
-			if e.key == key && (e.rule == rule || e.rule.ID() == rule.ID()) {
+			if sameKey(e.key, key) && (e.rule == rule || e.rule.ID() == rule.ID()) {
 				return i
 			}
 		}
