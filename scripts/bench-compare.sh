@@ -36,6 +36,7 @@ git worktree add --detach -q "$tmp/new" "$new"
 # package directory | benchmark pattern
 jobs=(
 	"algo|^BenchmarkDecide$"
+	"limiter|^Benchmark(Check|CheckAllowed|CheckDegraded|ReserveSettle)$"
 	"store/memstore|^Benchmark(Keyed|ThreeHits)$"
 	"gateway|^Benchmark(MiddlewarePass|MiddlewareReject|PolicyPass|ProxyFloodgate)$"
 	"gateway|^BenchmarkEdgeReject$"
