@@ -37,7 +37,7 @@ git worktree add --detach -q "$tmp/new" "$new"
 jobs=(
 	"algo|^BenchmarkDecide$"
 	"limiter|^Benchmark(Check|CheckAllowed|CheckDegraded|ReserveSettle)$"
-	"store/memstore|^Benchmark(Keyed|ThreeHits)$"
+	"store/memstore|^Benchmark(Keyed|KeyedFresh|ThreeHits)$"
 	"gateway|^Benchmark(MiddlewarePass|MiddlewareReject|PolicyPass|ProxyFloodgate)$"
 	"gateway|^BenchmarkEdgeReject$"
 	"gateway/edge|^BenchmarkEdgeReject$"

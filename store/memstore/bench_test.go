@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -223,6 +224,47 @@ func BenchmarkFlood10M(b *testing.B) {
 		b.ReportMetric(float64(st.Evictions), "evictions")
 		s.Close()
 	}
+}
+
+// BenchmarkKeyedFresh is BenchmarkKeyed's memstore case with the keys a
+// server sees: each request brings its own copy of the key, not the
+// string the store was first given, so finding the entry compares the
+// bytes of two strings, as it does in production.
+func BenchmarkKeyedFresh(b *testing.B) {
+	keys := keyNames(benchKeys)
+	lookup := make([]string, len(keys))
+	for i, k := range keys {
+		lookup[i] = strings.Clone(k)
+	}
+	s, err := memstore.New(memstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
+		Rate: 1000, Per: time.Second, Burst: 100})
+	out := make([]floodgate.Decision, 1)
+	for _, k := range keys {
+		if err := s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: k, Cost: 1}}, false, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var seq atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(7919))
+		hits := []limiter.Hit{{Rule: r, Cost: 1}}
+		out := make([]floodgate.Decision, 1)
+		for pb.Next() {
+			hits[0].Key = lookup[i%benchKeys]
+			i++
+			if err := s.Decide(context.Background(), hits, false, out); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 // BenchmarkKeyedInterleaved measures the same two workloads as
