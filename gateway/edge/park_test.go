@@ -200,3 +200,125 @@ routes:
 		t.Fatal(err)
 	}
 }
+
+// TestSlowRequestsAreNotParked: a client that pauses for many parking
+// intervals in the middle of its request line, its headers or its body is
+// never parked there: the request is answered whole, and the upstream gets
+// the body it was sent.
+func TestSlowRequestsAreNotParked(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, r.Method+" "+r.URL.Path+" "+string(b))
+	}))
+	defer up.Close()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
+`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const every = 10 * time.Millisecond
+	e := New(g, Options{ParkIdleAfter: every})
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req := "POST /slow HTTP/1.1\r\nHost: gateway.example\r\nContent-Length: 10\r\n\r\n0123456789"
+	cuts := []int{3, 20, strings.Index(req, "Content-Length") + 4, strings.Index(req, "\r\n\r\n") + 2, len(req) - 6}
+	for round := range 2 {
+		last := 0
+		for _, cut := range append(cuts, len(req)) {
+			if _, err := io.WriteString(c, req[last:cut]); err != nil {
+				t.Fatal(err)
+			}
+			last = cut
+			if cut < len(req) {
+				time.Sleep(8 * every) // four times the longest wait before parking
+				if n := parked(e); n != 0 {
+					t.Fatalf("round %d: parked in the middle of a request, after %q", round, req[:cut])
+				}
+			}
+		}
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || string(body) != "POST /slow 0123456789" {
+			t.Fatalf("round %d: answered %d %q", round, res.StatusCode, body)
+		}
+		// Between the two rounds the connection is idle: parked.
+		waitFor(t, "parked", func() bool { return parked(e) == 1 })
+	}
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestParkedConnectionsStillTimeOut: parking does not lengthen how long an
+// idle connection is kept: a parked connection that sends nothing is
+// closed at the engine's idle timeout, so holding idle connections costs
+// an attacker as much as before.
+func TestParkedConnectionsStillTimeOut(t *testing.T) {
+	t.Parallel()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: none}
+`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idle = 300 * time.Millisecond
+	e := New(g, Options{ParkIdleAfter: 10 * time.Millisecond, IdleTimeout: idle})
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: gateway.example\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	answered := time.Now()
+	waitFor(t, "parked", func() bool { return parked(e) == 1 })
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("read %d bytes, %v from an idle connection", n, err)
+	}
+	// Closed by the engine, not by the read deadline above; and not
+	// before the idle timeout (minus the tick parking may take).
+	if d := time.Since(answered); d >= 10*time.Second || d < idle-50*time.Millisecond {
+		t.Fatalf("an idle parked connection closed after %v; the idle timeout is %v", d, idle)
+	}
+	waitFor(t, "forgotten", func() bool {
+		e.parker.mu.Lock()
+		defer e.parker.mu.Unlock()
+		return len(e.parker.conns) == 0
+	})
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
