@@ -38,6 +38,27 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// serveOn starts e on a loopback port and returns its address and a stop
+// that shuts it down and checks that Serve ended cleanly.
+func serveOn(t *testing.T, e *Engine) (addr string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ln) }()
+	return ln.Addr().String(), func() {
+		t.Helper()
+		if err := e.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestIdleConnectionsPark: a kept-alive connection idle for ParkIdleAfter
 // leaves fasthttp and is parked; its next request (sent whole, or its first
 // bytes only and the rest later) is answered as the first was, on the same
@@ -54,14 +75,9 @@ routes:
 limits:
   - {name: roomy, rate: 1000000, burst: 1000000, key: client_ip}
 `)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ln) }()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr, stop := serveOn(t, e)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +117,7 @@ limits:
 	ask(strings.Replace(req, "\r\n\r\n", "\r\nConnection: keep-alive\r\n\r\n", 1))
 	waitFor(t, "parked again", func() bool { return parked(e) == 1 })
 
-	if err := e.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
 		t.Fatalf("a parked connection still open after Shutdown: read %d, %v", n, err)
@@ -216,15 +227,10 @@ func TestSlowRequestsAreNotParked(t *testing.T) {
 routes:
   - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
 `)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const every = 10 * time.Millisecond
 	e := New(g, Options{ParkIdleAfter: every})
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ln) }()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr, stop := serveOn(t, e)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,12 +264,7 @@ routes:
 		// Between the two rounds the connection is idle: parked.
 		waitFor(t, "parked", func() bool { return parked(e) == 1 })
 	}
-	if err := e.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 }
 
 // TestParkedConnectionsStillTimeOut: parking does not lengthen how long an
@@ -276,15 +277,10 @@ func TestParkedConnectionsStillTimeOut(t *testing.T) {
 routes:
   - {name: all, match: {paths: ["/**"]}, upstream: none}
 `)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const idle = 300 * time.Millisecond
 	e := New(g, Options{ParkIdleAfter: 10 * time.Millisecond, IdleTimeout: idle})
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ln) }()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr, stop := serveOn(t, e)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,10 +311,5 @@ routes:
 		defer e.parker.mu.Unlock()
 		return len(e.parker.conns) == 0
 	})
-	if err := e.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 }
