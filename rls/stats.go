@@ -534,27 +534,32 @@ func (s *Stats) FlushStatsd() {
 	}
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
-	send := func(c *sdCounter) {
+	s.eachCounter(func(c *sdCounter) {
 		if d := c.delta(); d != 0 {
 			s.sd.Counter(c.name, d)
 		}
-	}
+	})
+	s.flushRuntime()
+}
+
+// eachCounter calls f with every statsd counter: the descriptors' (per
+// name), the service's, the gRPC methods' and the domains'.
+func (s *Stats) eachCounter(f func(*sdCounter)) {
 	s.keys.Range(func(_, v any) bool {
 		for i := range v.(*nameStats).sd {
-			send(&v.(*nameStats).sd[i])
+			f(&v.(*nameStats).sd[i])
 		}
 		return true
 	})
 	for i := range s.svc {
-		send(&s.svc[i])
+		f(&s.svc[i])
 	}
 	for _, m := range []*sync.Map{&s.methods, &s.sdDoms} {
 		m.Range(func(_, v any) bool {
-			send(v.(*sdCounter))
+			f(v.(*sdCounter))
 			return true
 		})
 	}
-	s.flushRuntime()
 }
 
 // seriesOf returns the series of labels, made on first use; a series from
@@ -721,26 +726,11 @@ func (peerCollector) Describe(chan<- *prometheus.Desc) {}
 
 func (c peerCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	send := func(sc *sdCounter) {
+	s.eachCounter(func(sc *sdCounter) {
 		if n := sc.n.Load(); n > 0 {
 			ch <- constCounter(sc.desc, float64(n))
 		}
-	}
-	s.keys.Range(func(_, v any) bool {
-		for i := range v.(*nameStats).sd {
-			send(&v.(*nameStats).sd[i])
-		}
-		return true
 	})
-	for i := range s.svc {
-		send(&s.svc[i])
-	}
-	for _, m := range []*sync.Map{&s.methods, &s.sdDoms} {
-		m.Range(func(_, v any) bool {
-			send(v.(*sdCounter))
-			return true
-		})
-	}
 	s.times.Range(func(_, v any) bool {
 		v.(prometheus.Summary).Collect(ch)
 		return true
