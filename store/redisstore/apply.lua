@@ -103,6 +103,40 @@ end
 -- half of what SET ... PX does.
 local KEEP = -1
 
+-- A rate algorithm's state is its theoretical arrival time E, the instant
+-- its bucket is full again: whole seconds s, nanoseconds n and a fraction
+-- rem/Rate. Every reader takes the first two only as (s - now)·10^9 + n,
+-- so one instant has many spellings: s one second later and n 10^9 lower
+-- read the same. A state written here spells E with s set to the second at
+-- which its key expires (its deadline; n is then below zero, which no
+-- other spelling has), so that the next write knows the key's TTL without
+-- asking Redis: while the deadline is at least two seconds past the new E,
+-- it writes with KEEPTTL, which costs Redis less than half of SET ... PX;
+-- else it sets the deadline LEAD seconds past E's second. A key so lives at
+-- most LEAD seconds past the moment its bucket is full again, and a key
+-- charged steadily gets a new TTL once every second or two instead of on
+-- every charge. A state spelt with n in [0, 10^9) (written before, or by a
+-- refund, which moves E back) reads the same and gets a TTL on its next
+-- write.
+local LEAD = 3
+
+-- rate_state returns the state string of the arrival time now + nx_n ns +
+-- nx_r/Rate, written over the state string v, and its TTL (or KEEP).
+local function rate_state(v, nx_n, nx_r)
+  local total = sub_ns + nx_n
+  local secs = math.floor(total / 1000000000)
+  local es = now_s + secs
+  local en = total - secs * 1000000000
+  if #v == 24 then
+    local d, dn = struct.unpack('<dd', v)
+    if dn < 0 and es <= d - 2 then
+      return struct.pack('<ddd', d, en - (d - es) * 1000000000, nx_r), KEEP
+    end
+  end
+  local d = es + LEAD
+  return struct.pack('<ddd', d, en - LEAD * 1000000000, nx_r), ceil_ms((d * 1000000 - now_us) * 1000)
+end
+
 -- The common cases, one hit of a rate algorithm or of a fixed window, take
 -- a straight path that skips the general machinery below (its tables and
 -- closures). They decide exactly as rate() and fixed() do; the tests hold
@@ -158,9 +192,7 @@ local function fast_rate(op, v, r, cost, nt_n, nt_r)
   local nv, ttl
   if op == 'c' then
     charged = 1
-    local total = sub_ns + nx_n
-    local secs = math.floor(total / 1000000000)
-    nv, ttl = struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(nx)
+    nv, ttl = rate_state(v, nx_n, nx_r)
   end
   return struct.pack('<ddddddd',
     charged, 1, units(rn, rr, den, per), 0, math.min(nx, BIG), math.min(delay, BIG), 0), nv, ttl
@@ -329,11 +361,7 @@ local function general()
         tn, tr = add(ah_n, ah_r, ctn, ctr, den)
         if cost > 0 and not less(tau_n, tau_r, tn, tr) then got, nx_n, nx_r = cost, tn, tr end
       end
-      if got > 0 or changed then
-        local total = sub_ns + nx_n
-        local secs = math.floor(total / 1000000000)
-        put(key, struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r), ceil_ms(ceiln(nx_n, nx_r)))
-      end
+      if got > 0 or changed then put(key, rate_state(v, nx_n, nx_r)) end
       if got > 0 then
         local rn, rr = sub(tau_n, tau_r, nx_n, nx_r, den)
         out[#out+1] = struct.pack('<ddddddd',
@@ -424,10 +452,8 @@ local function general()
         d[5] = ceiln(qn, qr)
       end
     end
-    local total = sub_ns + nx_n
-    local secs = math.floor(total / 1000000000)
-    local val = struct.pack('<ddd', now_s + secs, total - secs * 1000000000, nx_r)
-    return d, {key, val, ceil_ms(d[4])}
+    local val, ttl = rate_state(v, nx_n, nx_r)
+    return d, {key, val, ttl}
   end
 
   -- The other algorithms are made only when a batch needs them, so that the

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,4 +116,119 @@ func TestFixedWindowKeepsItsTTL(t *testing.T) {
 		putRequest(rq)
 	}
 	pttl("b")
+}
+
+// TestRateKeyTTL: a rate algorithm's key expires two to three seconds
+// after its bucket is full again (apply.lua's LEAD); a charge that leaves
+// that deadline at least two seconds past the bucket's new full moment
+// keeps the key's TTL (KEEPTTL), one that comes closer sets a new one; and
+// a state spelt as older scripts and refunds write it (nanoseconds in
+// [0, 10^9), no deadline) decides the same and gets a TTL on its next
+// write.
+func TestRateKeyTTL(t *testing.T) {
+	srv := sharedServer(t)
+	s := newStandalone(t)
+	ctx := context.Background()
+	// 10 a second, burst 100: each unit charged adds 100 ms to the time
+	// until the bucket is full again.
+	r := ruletest.Rule(t, floodgate.Limit{Name: "leadttl", Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 100})
+	pttl := func(key string) int {
+		t.Helper()
+		v, err := srv.Do("PTTL", s.Key(r, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("key %s has PTTL %s, want one past the bucket's full moment", key, v)
+		}
+		return n
+	}
+	charge := func(cost int64, keys ...string) []floodgate.Decision {
+		t.Helper()
+		hits := make([]limiter.Hit, len(keys))
+		for i, k := range keys {
+			hits[i] = limiter.Hit{Rule: r, Key: k, Cost: cost}
+		}
+		out := make([]floodgate.Decision, len(hits))
+		if err := s.Decide(ctx, hits, false, out); err != nil {
+			t.Fatal(err)
+		}
+		for i := range out {
+			if !out[i].Allowed {
+				t.Fatalf("charge of %d on %s denied: %+v", cost, keys[i], out[i])
+			}
+		}
+		return out
+	}
+	within := func(what string, got int, full time.Duration) {
+		t.Helper()
+		lo, hi := int(full/time.Millisecond)+2000-200, int(full/time.Millisecond)+3000+5
+		if got < lo || got > hi {
+			t.Fatalf("%s: PTTL %d ms with the bucket full in %v, want %d..%d", what, got, full, lo, hi)
+		}
+	}
+
+	d := charge(1, "a")[0]
+	first := pttl("a")
+	within("first charge", first, d.ResetAfter)
+	// Push the TTL back to tell a kept TTL from one written anew.
+	if _, err := srv.Do("PEXPIRE", s.Key(r, "a"), strconv.Itoa(first+60000)); err != nil {
+		t.Fatal(err)
+	}
+	charge(1, "a")
+	if got := pttl("a"); got < first+50000 {
+		t.Fatalf("PTTL %d ms after a charge that moved the full moment by 100 ms, want the TTL kept (about %d)", got, first+60000)
+	}
+	d = charge(40, "a")[0] // 4 s more: past the deadline
+	within("a charge past the deadline", pttl("a"), d.ResetAfter)
+
+	// The older spelling of the same state, on key b; key c keeps this
+	// one. Both carry a TTL longer than their deadline.
+	raw, err := srv.Do("GET", s.Key(r, "a"))
+	if err != nil || len(raw) != 24 {
+		t.Fatalf("state %q, %v: want 24 bytes", raw, err)
+	}
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[8*i:]))) }
+	sec, ns, rem := f(0), f(1), f(2)
+	if ns >= 0 {
+		t.Fatalf("state (%v s, %v ns): want the deadline's spelling, below zero ns", sec, ns)
+	}
+	q := math.Floor(ns / 1e9)
+	old := make([]byte, 0, 24)
+	for _, v := range []float64{sec + q, ns - q*1e9, rem} {
+		old = binary.LittleEndian.AppendUint64(old, math.Float64bits(v))
+	}
+	for key, v := range map[string]string{"b": string(old), "c": raw} {
+		if _, err := srv.Do("SET", s.Key(r, key), v, "PX", "600000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := charge(1, "b", "c") // one request: one instant for both
+	if out[0] != out[1] {
+		t.Fatalf("the two spellings decide apart: %+v and %+v", out[0], out[1])
+	}
+	within("the older spelling's next write", pttl("b"), out[0].ResetAfter)
+	if got := pttl("c"); got < 500000 {
+		t.Fatalf("PTTL %d ms of a state with its deadline, want its TTL kept (about 600000)", got)
+	}
+
+	// One batch charging a fresh key twice: the second write keeps the
+	// TTL the first gives it.
+	hits := []limiter.Hit{{Rule: r, Key: "d", Cost: 1}}
+	batch := make([]*request, 2)
+	for i := range batch {
+		rq := getRequest()
+		rq.idx = append(rq.idx[:0], 0)
+		s.prepare(opCharge, hits, rq, false)
+		batch[i] = rq
+	}
+	s.exec(ctx, batch)
+	for _, rq := range batch {
+		if rq.err != nil || rq.got != 1 {
+			t.Fatalf("batch: charged %d, %v", rq.got, rq.err)
+		}
+		putRequest(rq)
+	}
+	within("a batch's two charges of a fresh key", pttl("d"), 200*time.Millisecond)
 }
