@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -62,6 +63,35 @@ func TestDocumentedStoreTimeout(t *testing.T) {
 	}
 	if got := env.Settings.Engine.Timeout; got != 0 {
 		t.Errorf("rls without FLOODGATE_STORE_TIMEOUT sets %v, not the engine's default", got)
+	}
+}
+
+// TestDocumentedHeapReserve: the heap reserve that floodgate rls --help
+// and docs/envoy.md give as FLOODGATE_HEAP_RESERVE_MIB's default is the one
+// rls holds when the variable is not set.
+func TestDocumentedHeapReserve(t *testing.T) {
+	want := strconv.Itoa(app.DefaultHeapReserveMiB)
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"rls", "--help"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	help := words(out.String() + errb.String())
+	i := strings.Index(help, "FLOODGATE_HEAP_RESERVE_MIB")
+	if i < 0 {
+		t.Fatalf("rls --help does not name FLOODGATE_HEAP_RESERVE_MIB:\n%s", help)
+	}
+	if got := help[i:min(len(help), i+200)]; !strings.Contains(got, "(default "+want+";") {
+		t.Errorf("rls --help on FLOODGATE_HEAP_RESERVE_MIB: %q, want the default %s", got, want)
+	}
+	if row := docLine(t, "../../docs/envoy.md", "| `FLOODGATE_HEAP_RESERVE_MIB` ("); !strings.Contains(row, "("+want+")") {
+		t.Errorf("docs/envoy.md: %s\nwant the default %s", row, want)
+	}
+	env, err := app.ReadEnvoy(func(string) (string, bool) { return "", false }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := env.Settings.RLS.HeapReserveMiB; strconv.Itoa(got) != want {
+		t.Errorf("rls without FLOODGATE_HEAP_RESERVE_MIB holds %d MiB, want %s", got, want)
 	}
 }
 

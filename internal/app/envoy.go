@@ -40,10 +40,12 @@ type rlsEnv struct {
 
 	backend      string // redis or memory
 	storeTimeout time.Duration
-	redis        redisEnv
-	perSecond    *redisEnv // REDIS_PERSECOND: a second Redis for per-second limits
-	prefix       string
-	jitter       int64 // EXPIRATION_JITTER_MAX_SECONDS
+	// heapReserveMiB is FLOODGATE_HEAP_RESERVE_MIB.
+	heapReserveMiB int
+	redis          redisEnv
+	perSecond      *redisEnv // REDIS_PERSECOND: a second Redis for per-second limits
+	prefix         string
+	jitter         int64 // EXPIRATION_JITTER_MAX_SECONDS
 
 	service           rls.Options
 	nearRatio         float64
@@ -197,6 +199,9 @@ var unsupported = map[string]string{
 	"TRACING_":                                "not read; spans are exported as the standard OTEL_* variables say (OTEL_EXPORTER_OTLP_ENDPOINT ...)",
 }
 
+// DefaultHeapReserveMiB is the default of FLOODGATE_HEAP_RESERVE_MIB.
+const DefaultHeapReserveMiB = 32
+
 // readRLSEnv reads the settings through lookup (os.LookupEnv). notes lists
 // the variables set that are not honoured; err is a setting that cannot
 // work.
@@ -284,6 +289,10 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	e.prefix = r.str("CACHE_KEY_PREFIX", "")
 	e.jitter = int64(r.int("EXPIRATION_JITTER_MAX_SECONDS", 300))
 	e.storeTimeout = r.dur("FLOODGATE_STORE_TIMEOUT", 0)
+	e.heapReserveMiB = r.int("FLOODGATE_HEAP_RESERVE_MIB", DefaultHeapReserveMiB)
+	if (e.heapReserveMiB < 0 || e.heapReserveMiB > 4096) && r.err == nil {
+		r.err = fmt.Errorf("rls: FLOODGATE_HEAP_RESERVE_MIB=%d: want 0 (none) to 4096", e.heapReserveMiB)
+	}
 
 	e.nearRatio = r.float("NEAR_LIMIT_RATIO", 0.8)
 	if e.nearRatio <= 0 || e.nearRatio > 1 {
@@ -390,7 +399,7 @@ func (e *rlsEnv) settings() (*Settings, error) {
 	set := &Settings{Engine: Engine{Timeout: e.storeTimeout}}
 	r := &RLS{Addr: e.grpcAddr, Load: e.load, ForceStart: e.forceStart, WaitForConfig: true, Service: e.service,
 		MaxConnectionAge: e.maxConnAge, MaxConnectionAgeGrace: e.maxConnAgeGrace, HealthyWithConfig: e.healthyWithConfig,
-		HTTPAddr: e.httpAddr, DebugAddr: e.debugAddr}
+		HTTPAddr: e.httpAddr, DebugAddr: e.debugAddr, HeapReserveMiB: e.heapReserveMiB}
 	if e.grpcUDS != "" {
 		r.Network, r.Addr = "unix", e.grpcUDS
 	}

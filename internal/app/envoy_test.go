@@ -40,6 +40,9 @@ func TestRLSEnvDefaults(t *testing.T) {
 	if !e.service.NoFields || e.service.PeerHeaders != nil || e.service.ShadowMode {
 		t.Errorf("service options %+v", e.service)
 	}
+	if e.heapReserveMiB != DefaultHeapReserveMiB {
+		t.Errorf("heap reserve %d MiB, want %d", e.heapReserveMiB, DefaultHeapReserveMiB)
+	}
 	// statsd is envoyproxy/ratelimit's default, on localhost:8125 every 10s.
 	if len(notes) != 0 {
 		t.Errorf("notes %+v", notes)
@@ -104,16 +107,19 @@ func TestRLSEnvReadsEnvoyproxyRatelimitSettings(t *testing.T) {
 func TestRLSEnvRefusesWhatCannotWork(t *testing.T) {
 	t.Parallel()
 	for env, want := range map[string]string{
-		"BACKEND_TYPE=memcache":     "no Memcache backend",
-		"CONFIG_TYPE=GRPC_XDS_SOTW": "only FILE is supported",
-		"REDIS_TYPE=ring":           "want single, sentinel or cluster",
-		"REDIS_SOCKET_TYPE=udp":     "want tcp or unix",
-		"NEAR_LIMIT_RATIO=2":        "want a number in (0, 1]",
-		"PORT=http":                 "PORT=\"http\": want a whole number",
-		"SHADOW_MODE=maybe":         "want true or false",
-		"GRPC_MAX_CONNECTION_AGE=1": "want a duration",
-		"EXTRA_TAGS=nocolon":        "want key:value pairs",
-		"LOG_LEVEL=loud":            "want debug, info, warn or error",
+		"BACKEND_TYPE=memcache":           "no Memcache backend",
+		"CONFIG_TYPE=GRPC_XDS_SOTW":       "only FILE is supported",
+		"REDIS_TYPE=ring":                 "want single, sentinel or cluster",
+		"REDIS_SOCKET_TYPE=udp":           "want tcp or unix",
+		"NEAR_LIMIT_RATIO=2":              "want a number in (0, 1]",
+		"PORT=http":                       "PORT=\"http\": want a whole number",
+		"SHADOW_MODE=maybe":               "want true or false",
+		"GRPC_MAX_CONNECTION_AGE=1":       "want a duration",
+		"EXTRA_TAGS=nocolon":              "want key:value pairs",
+		"LOG_LEVEL=loud":                  "want debug, info, warn or error",
+		"FLOODGATE_HEAP_RESERVE_MIB=-1":   "want 0 (none) to 4096",
+		"FLOODGATE_HEAP_RESERVE_MIB=9000": "want 0 (none) to 4096",
+		"FLOODGATE_HEAP_RESERVE_MIB=32M":  "want a whole number",
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		_, _, err := readRLSEnv(envOf(map[string]string{k: v}))

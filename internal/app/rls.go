@@ -282,6 +282,7 @@ func RunRLS(ctx context.Context, set *Settings, getenv func(string) string, stdo
 		return err
 	}
 	defer r.closeStores()
+	defer holdHeapReserve(set.RLS.HeapReserveMiB, getenv, log)()
 	if err := r.startEngine(nil); err != nil {
 		return err
 	}

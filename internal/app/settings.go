@@ -82,4 +82,7 @@ type RLS struct {
 	// /metrics and /debug/pprof/, PromAddr the metrics on PromPath ("" for
 	// none of each).
 	HTTPAddr, DebugAddr, PromAddr, PromPath string
+	// HeapReserveMiB is the heap reserve that RunRLS holds, in MiB (0:
+	// none; see holdHeapReserve).
+	HeapReserveMiB int
 }
