@@ -24,7 +24,10 @@
 # (1s), ROUNDS (3), CONCURRENCY (50), CONNS (4), KEYS (distinct descriptor
 # values, "10000"; "1 10000" adds the one hot key, for twice the run time),
 # NAMES ("memory redis memory+compat redis+compat rls rls+memory"),
-# FLOODGATE (a floodgate binary to measure instead of building this tree's).
+# FLOODGATE (a floodgate binary to measure instead of building this tree's),
+# BEFORE (a floodgate binary built before: adds the row "rls-before",
+# floodgate rls on Redis from that binary, in every round beside the others,
+# to compare two versions under the same load).
 # With the defaults a run takes about two minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +39,8 @@ CONCURRENCY=${CONCURRENCY:-50}
 CONNS=${CONNS:-4}
 KEYS=${KEYS:-10000}
 names=${NAMES:-memory redis memory+compat redis+compat rls rls+memory}
+BEFORE=${BEFORE:-}
+if [ -n "$BEFORE" ]; then names+=" rls-before"; fi
 
 work=$(mktemp -d)
 pids=()
@@ -122,7 +127,7 @@ start_rls() {
 	memory) env+=(BACKEND_TYPE=memory) ;;
 	redis) env+=(REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port") ;;
 	esac
-	env "${env[@]}" "$fg" rls >"$out" 2>"$work/server.err" &
+	env "${env[@]}" "${rls_bin:-$fg}" rls >"$out" 2>"$work/server.err" &
 	server_pid=$!
 	pids+=("$server_pid")
 	server_metrics="http://127.0.0.1:$debug/metrics"
@@ -176,11 +181,13 @@ run_case() {
 	shift 2
 	if [ "$1" = rls ]; then
 		start_rls "$2"
+	elif [ "$1" = rls-before ]; then
+		rls_bin=$BEFORE start_rls redis
 	else
 		start_server "$@"
 	fi
 	local extra=()
-	case $name in redis* | rls) extra=(--extra-pid "$redis_pid") ;; esac
+	case $name in redis* | rls | rls-before) extra=(--extra-pid "$redis_pid") ;; esac
 	local j
 	j=$("$fg" rls-bench load --target "$server_addr" --concurrency "$CONCURRENCY" --conns "$CONNS" \
 		--keys "$keys" --duration "$DURATION" --warmup "$WARMUP" --pid "$server_pid" "${extra[@]}" --json)
@@ -220,6 +227,7 @@ for round in $(seq "$ROUNDS"); do
 			memory*) run_case "$name" "$keys" serve --store memory "${compat[@]}" ;;
 			redis*) run_case "$name" "$keys" serve --store "redis://127.0.0.1:$redis_port" "${compat[@]}" ;;
 			rls) run_case "$name" "$keys" rls redis ;;
+			rls-before) run_case "$name" "$keys" rls-before ;;
 			rls+memory) run_case "$name" "$keys" rls memory ;;
 			*)
 				echo "bench-rls: unknown row $name" >&2
