@@ -42,21 +42,7 @@ func docLine(t *testing.T, path, marker string) string {
 // variable is not set.
 func TestDocumentedStoreTimeout(t *testing.T) {
 	want := floodgate.DefaultStoreTimeout.String()
-	var out, errb bytes.Buffer
-	if err := run(context.Background(), []string{"rls", "--help"}, &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	help := words(out.String() + errb.String())
-	i := strings.Index(help, "FLOODGATE_STORE_TIMEOUT")
-	if i < 0 {
-		t.Fatalf("rls --help does not name FLOODGATE_STORE_TIMEOUT:\n%s", help)
-	}
-	if got := help[i:min(len(help), i+200)]; !strings.Contains(got, "(default "+want+")") {
-		t.Errorf("rls --help on FLOODGATE_STORE_TIMEOUT: %q, want the default %s", got, want)
-	}
-	if row := docLine(t, "../../docs/envoy.md", "| `FLOODGATE_STORE_TIMEOUT` ("); !strings.Contains(row, "("+want+")") {
-		t.Errorf("docs/envoy.md: %s\nwant the default %s", row, want)
-	}
+	rlsDocumentsDefault(t, "FLOODGATE_STORE_TIMEOUT", want, ")")
 	env, err := app.ReadEnvoy(func(string) (string, bool) { return "", false }, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,27 +57,34 @@ func TestDocumentedStoreTimeout(t *testing.T) {
 // rls holds when the variable is not set.
 func TestDocumentedHeapReserve(t *testing.T) {
 	want := strconv.Itoa(app.DefaultHeapReserveMiB)
-	var out, errb bytes.Buffer
-	if err := run(context.Background(), []string{"rls", "--help"}, &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	help := words(out.String() + errb.String())
-	i := strings.Index(help, "FLOODGATE_HEAP_RESERVE_MIB")
-	if i < 0 {
-		t.Fatalf("rls --help does not name FLOODGATE_HEAP_RESERVE_MIB:\n%s", help)
-	}
-	if got := help[i:min(len(help), i+200)]; !strings.Contains(got, "(default "+want+";") {
-		t.Errorf("rls --help on FLOODGATE_HEAP_RESERVE_MIB: %q, want the default %s", got, want)
-	}
-	if row := docLine(t, "../../docs/envoy.md", "| `FLOODGATE_HEAP_RESERVE_MIB` ("); !strings.Contains(row, "("+want+")") {
-		t.Errorf("docs/envoy.md: %s\nwant the default %s", row, want)
-	}
+	rlsDocumentsDefault(t, "FLOODGATE_HEAP_RESERVE_MIB", want, ";")
 	env, err := app.ReadEnvoy(func(string) (string, bool) { return "", false }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := env.Settings.RLS.HeapReserveMiB; strconv.Itoa(got) != want {
 		t.Errorf("rls without FLOODGATE_HEAP_RESERVE_MIB holds %d MiB, want %s", got, want)
+	}
+}
+
+// rlsDocumentsDefault checks that floodgate rls --help says "(default
+// <want><end>" of the variable, and docs/envoy.md's row of it "(<want>)".
+func rlsDocumentsDefault(t *testing.T, variable, want, end string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"rls", "--help"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	help := words(out.String() + errb.String())
+	i := strings.Index(help, variable)
+	if i < 0 {
+		t.Fatalf("rls --help does not name %s:\n%s", variable, help)
+	}
+	if got := help[i:min(len(help), i+200)]; !strings.Contains(got, "(default "+want+end) {
+		t.Errorf("rls --help on %s: %q, want the default %s", variable, got, want)
+	}
+	if row := docLine(t, "../../docs/envoy.md", "| `"+variable+"` ("); !strings.Contains(row, "("+want+")") {
+		t.Errorf("docs/envoy.md: %s\nwant the default %s", row, want)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -68,15 +69,7 @@ func TestFixedWindowKeepsItsTTL(t *testing.T) {
 	avoidHourBoundary()
 	pttl := func(key string) int {
 		t.Helper()
-		v, err := srv.Do("PTTL", s.Key(r, key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("key %s has PTTL %s, want one until its window ends", key, v)
-		}
-		return n
+		return positivePTTL(t, srv, s.Key(r, key), "one until its window ends")
 	}
 	hits := []limiter.Hit{{Rule: r, Key: "a", Cost: 1}, {Rule: r, Key: "b", Cost: 1}}
 	out := make([]floodgate.Decision, 1)
@@ -101,20 +94,7 @@ func TestFixedWindowKeepsItsTTL(t *testing.T) {
 	}
 	// One batch charging a fresh key twice: the second write keeps the
 	// TTL the first gives it.
-	batch := make([]*request, 2)
-	for i := range batch {
-		rq := getRequest()
-		rq.idx = append(rq.idx[:0], 1)
-		s.prepare(opCharge, hits, rq, false)
-		batch[i] = rq
-	}
-	s.exec(ctx, batch)
-	for _, rq := range batch {
-		if rq.err != nil || rq.got != 1 {
-			t.Fatalf("batch: charged %d, %v", rq.got, rq.err)
-		}
-		putRequest(rq)
-	}
+	chargeInOneBatch(t, s, hits[1], 2)
 	pttl("b")
 }
 
@@ -134,15 +114,7 @@ func TestRateKeyTTL(t *testing.T) {
 	r := ruletest.Rule(t, floodgate.Limit{Name: "leadttl", Algorithm: floodgate.TokenBucket, Rate: 10, Per: time.Second, Burst: 100})
 	pttl := func(key string) int {
 		t.Helper()
-		v, err := srv.Do("PTTL", s.Key(r, key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("key %s has PTTL %s, want one past the bucket's full moment", key, v)
-		}
-		return n
+		return positivePTTL(t, srv, s.Key(r, key), "one past the bucket's full moment")
 	}
 	charge := func(cost int64, keys ...string) []floodgate.Decision {
 		t.Helper()
@@ -215,20 +187,42 @@ func TestRateKeyTTL(t *testing.T) {
 
 	// One batch charging a fresh key twice: the second write keeps the
 	// TTL the first gives it.
-	hits := []limiter.Hit{{Rule: r, Key: "d", Cost: 1}}
-	batch := make([]*request, 2)
+	chargeInOneBatch(t, s, limiter.Hit{Rule: r, Key: "d", Cost: 1}, 2)
+	within("a batch's two charges of a fresh key", pttl("d"), 200*time.Millisecond)
+}
+
+// chargeInOneBatch charges h n times in one script call (one batch of n
+// requests), each of which must be charged.
+func chargeInOneBatch(t *testing.T, s *Store, h limiter.Hit, n int) {
+	t.Helper()
+	hits := []limiter.Hit{h}
+	batch := make([]*request, n)
 	for i := range batch {
 		rq := getRequest()
 		rq.idx = append(rq.idx[:0], 0)
 		s.prepare(opCharge, hits, rq, false)
 		batch[i] = rq
 	}
-	s.exec(ctx, batch)
+	s.exec(context.Background(), batch)
 	for _, rq := range batch {
 		if rq.err != nil || rq.got != 1 {
 			t.Fatalf("batch: charged %d, %v", rq.got, rq.err)
 		}
 		putRequest(rq)
 	}
-	within("a batch's two charges of a fresh key", pttl("d"), 200*time.Millisecond)
+}
+
+// positivePTTL returns the PTTL of key in ms, which must be above zero
+// (want says what it should be).
+func positivePTTL(t *testing.T, srv *redistest.Server, key, want string) int {
+	t.Helper()
+	v, err := srv.Do("PTTL", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("key %s has PTTL %s, want %s", key, v, want)
+	}
+	return n
 }
