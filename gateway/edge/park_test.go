@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/gateway"
 )
 
 // parked reports how many of the engine's connections are parked.
@@ -46,9 +48,16 @@ func serveOn(t *testing.T, e *Engine) (addr string, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ln.Addr().String(), serveListener(t, e, ln)
+}
+
+// serveListener serves e on ln and returns a stop that shuts it down and
+// checks that Serve ended cleanly.
+func serveListener(t *testing.T, e *Engine, ln net.Listener) (stop func()) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- e.Serve(ln) }()
-	return ln.Addr().String(), func() {
+	return func() {
 		t.Helper()
 		if err := e.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
@@ -59,20 +68,29 @@ func serveOn(t *testing.T, e *Engine) (addr string, stop func()) {
 	}
 }
 
+// echoGateway is a gateway whose one route sends everything to an upstream
+// answering what echo writes, with the policy's limits (YAML lines, "" for
+// none); the upstream stops with the test.
+func echoGateway(t *testing.T, echo func(w io.Writer, r *http.Request), limits string) *gateway.Gateway {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { echo(w, r) }))
+	t.Cleanup(up.Close)
+	return policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
+`+limits)
+}
+
+// echoPath answers "up <path>".
+func echoPath(w io.Writer, r *http.Request) { _, _ = io.WriteString(w, "up "+r.URL.Path) }
+
 // TestIdleConnectionsPark: a kept-alive connection idle for ParkIdleAfter
 // leaves fasthttp and is parked; its next request (sent whole, or its first
 // bytes only and the rest later) is answered as the first was, on the same
 // connection, the request after it too; Shutdown closes a parked connection.
 func TestIdleConnectionsPark(t *testing.T) {
 	t.Parallel()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "up "+r.URL.Path)
-	}))
-	defer up.Close()
-	g := policyGateway(t, `version: 1
-routes:
-  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
-limits:
+	g := echoGateway(t, echoPath, `limits:
   - {name: roomy, rate: 1000000, burst: 1000000, key: client_ip}
 `)
 	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
@@ -162,26 +180,18 @@ func TestCollectNow(t *testing.T) {
 // next requests are answered on it, as a plain one's.
 func TestTLSConnectionsPark(t *testing.T) {
 	t.Parallel()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "up "+r.URL.Path)
-	}))
-	defer up.Close()
 	// The certificate of an httptest TLS server, served by the engine.
 	certs := httptest.NewUnstartedServer(http.NotFoundHandler())
 	certs.StartTLS()
 	defer certs.Close()
-	g := policyGateway(t, `version: 1
-routes:
-  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
-`)
+	g := echoGateway(t, echoPath, "")
 	plain, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln := tls.NewListener(plain, &tls.Config{Certificates: certs.TLS.Certificates, NextProtos: []string{"http/1.1"}})
 	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ln) }()
+	stop := serveListener(t, e, ln)
 	client := certs.Client()
 	tr := client.Transport.(*http.Transport)
 	tr.MaxConnsPerHost = 1 // one connection, kept alive
@@ -204,12 +214,7 @@ routes:
 		t.Fatalf("%d connections, want the one kept alive", n)
 	}
 	tr.CloseIdleConnections()
-	if err := e.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 }
 
 // TestSlowRequestsAreNotParked: a client that pauses for many parking
@@ -218,15 +223,10 @@ routes:
 // the body it was sent.
 func TestSlowRequestsAreNotParked(t *testing.T) {
 	t.Parallel()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g := echoGateway(t, func(w io.Writer, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		_, _ = io.WriteString(w, r.Method+" "+r.URL.Path+" "+string(b))
-	}))
-	defer up.Close()
-	g := policyGateway(t, `version: 1
-routes:
-  - {name: all, match: {paths: ["/**"]}, upstream: `+up.URL+`}
-`)
+	}, "")
 	const every = 10 * time.Millisecond
 	e := New(g, Options{ParkIdleAfter: every})
 	addr, stop := serveOn(t, e)

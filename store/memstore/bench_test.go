@@ -31,6 +31,25 @@ func keyNames(n int) []string {
 	return keys
 }
 
+// decideParallel charges one unit of r on s from parallel goroutines,
+// spreading the decisions over keys; each goroutine starts at its own
+// place, taken from seq.
+func decideParallel(b *testing.B, s *memstore.Store, r *limiter.Rule, keys []string, seq *atomic.Uint64) {
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(7919))
+		hits := []limiter.Hit{{Rule: r, Cost: 1}}
+		out := make([]floodgate.Decision, 1)
+		for pb.Next() {
+			hits[0].Key = keys[i%len(keys)]
+			i++
+			if err := s.Decide(context.Background(), hits, false, out); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
 // BenchmarkKeyed compares keyed token-bucket decisions in memstore with
 // the usual hand-made limiter: a map of x/time/rate limiters behind one
 // mutex. Both spread decisions over the same keys from parallel goroutines
@@ -48,19 +67,7 @@ func BenchmarkKeyed(b *testing.B) {
 		r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
 			Rate: 1000, Per: time.Second, Burst: 100})
 		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(seq.Add(7919))
-			hits := []limiter.Hit{{Rule: r, Cost: 1}}
-			out := make([]floodgate.Decision, 1)
-			for pb.Next() {
-				hits[0].Key = keys[i%benchKeys]
-				i++
-				if err := s.Decide(context.Background(), hits, false, out); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		decideParallel(b, s, r, keys, &seq)
 	})
 
 	b.Run("engine+memstore", func(b *testing.B) {
@@ -252,19 +259,7 @@ func BenchmarkKeyedFresh(b *testing.B) {
 	var seq atomic.Uint64
 	b.ReportAllocs()
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(seq.Add(7919))
-		hits := []limiter.Hit{{Rule: r, Cost: 1}}
-		out := make([]floodgate.Decision, 1)
-		for pb.Next() {
-			hits[0].Key = lookup[i%benchKeys]
-			i++
-			if err := s.Decide(context.Background(), hits, false, out); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	decideParallel(b, s, r, lookup, &seq)
 }
 
 // BenchmarkKeyedInterleaved measures the same two workloads as

@@ -116,17 +116,12 @@ func engineBench(b *testing.B, do func(l *limiter.Limiter, hits []limiter.Hit, r
 // commandstats), in µs: the server's share of a benchmark, apart from the
 // client's and the network's.
 func scriptMicros(b *testing.B, s *Store) int64 {
-	b.Helper()
-	info, err := s.client.Do(context.Background(), s.client.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		b.Fatal(err)
-	}
 	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_eval") {
+	for k, v := range benchInfo(b, s, "commandstats") {
+		if !strings.HasPrefix(k, "cmdstat_eval") {
 			continue
 		}
-		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+		for _, f := range strings.Split(v, ",") {
 			if v, ok := strings.CutPrefix(f, "usec="); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				total += n
@@ -134,6 +129,17 @@ func scriptMicros(b *testing.B, s *Store) int64 {
 		}
 	}
 	return total
+}
+
+// benchInfo returns the name:value fields of an INFO section of s's
+// server.
+func benchInfo(b *testing.B, s *Store, section string) map[string]string {
+	b.Helper()
+	text, err := nodeClient{c: s.client}.info(context.Background(), section)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return infoFields(text)
 }
 
 // BenchmarkEngineCheck is one plain decision of two limits through the
@@ -215,15 +221,9 @@ func BenchmarkScriptBatch(b *testing.B) {
 // serverCPU returns the CPU time the server's main thread has used
 // (INFO cpu), in seconds.
 func serverCPU(b *testing.B, s *Store) float64 {
-	b.Helper()
-	info, err := s.client.Do(context.Background(), s.client.B().Info().Section("cpu").Build()).ToString()
-	if err != nil {
-		b.Fatal(err)
-	}
 	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user_main_thread" || k == "used_cpu_sys_main_thread") {
+	for k, v := range benchInfo(b, s, "cpu") {
+		if k == "used_cpu_user_main_thread" || k == "used_cpu_sys_main_thread" {
 			f, _ := strconv.ParseFloat(v, 64)
 			total += f
 		}
