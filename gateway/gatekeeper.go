@@ -23,8 +23,12 @@ type Gatekeeper interface {
 	Screen(m *Match) (status int, retryAfter time.Duration)
 	// Outcome is told the answer of a request Screen let through: refused
 	// reports a refusal on a limit, status the answer's status (0: none
-	// was written).
-	Outcome(ctx context.Context, m *Match, refused bool, status int)
+	// was written). ctx is the request's, which may have ended (the
+	// answer is written, or its client left): work that must still be
+	// done detaches from it (context.WithoutCancel) and takes at most
+	// within. A gatekeeper with nothing to count returns at once, so that
+	// the request costs it nothing more.
+	Outcome(ctx context.Context, within time.Duration, m *Match, refused bool, status int)
 }
 
 // screen asks the gatekeeper about st's request and answers it when it
@@ -48,24 +52,10 @@ func (g *Gateway) screen(x Exchange, st *Flow) bool {
 	return true
 }
 
-// OutcomeCounter is a Gatekeeper that can tell it counts no outcome (a
-// penalty box without rules): the gateway then does not call Outcome, nor
-// set the deadline it would call it under, so that a request costs the
-// gatekeeper nothing after it is answered.
-type OutcomeCounter interface {
-	// CountsOutcomes reports whether Outcome would count anything now.
-	CountsOutcomes() bool
-}
-
 // outcome tells the gatekeeper how a request it let through was answered.
 func (g *Gateway) outcome(x Exchange, st *Flow) {
-	if c, ok := g.keeper.(OutcomeCounter); ok && !c.CountsOutcomes() {
-		return
-	}
 	status, _ := x.Answered()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.Context()), g.relTO)
-	g.keeper.Outcome(ctx, &st.m, st.refused, status)
-	cancel()
+	g.keeper.Outcome(x.Context(), g.relTO, &st.m, st.refused, status)
 }
 
 // Exempt takes out of m the hits of the limits a request is exempt from:

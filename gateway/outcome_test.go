@@ -11,28 +11,28 @@ import (
 )
 
 // countingKeeper is a Gatekeeper that lets everything through and counts
-// the outcomes it is told; counts says what CountsOutcomes answers.
+// the outcomes it is told, with the bound each came with.
 type countingKeeper struct {
-	counts   atomic.Bool
 	outcomes atomic.Int64
-	deadline atomic.Bool // an outcome came with a deadline
+	within   atomic.Int64 // the last bound told
+	deadline atomic.Bool  // an outcome came with a deadline set by the gateway
 }
 
 func (k *countingKeeper) Screen(*Match) (int, time.Duration) { return 0, 0 }
 
-func (k *countingKeeper) Outcome(ctx context.Context, _ *Match, _ bool, _ int) {
-	k.outcomes.Add(1)
+func (k *countingKeeper) Outcome(ctx context.Context, within time.Duration, _ *Match, _ bool, _ int) {
+	k.within.Store(int64(within))
 	if _, ok := ctx.Deadline(); ok {
 		k.deadline.Store(true)
 	}
+	k.outcomes.Add(1)
 }
 
-func (k *countingKeeper) CountsOutcomes() bool { return k.counts.Load() }
-
-// TestOutcomeSkippedWhenNotCounted: a gatekeeper that says it counts no
-// outcome is not told any; once it counts them, it is told each request's,
-// under a deadline.
-func TestOutcomeSkippedWhenNotCounted(t *testing.T) {
+// TestOutcomeBoundedByTheGatekeeper: the gatekeeper is told every
+// request's outcome with the gateway's release timeout as its bound, and
+// the gateway sets no deadline of its own (a gatekeeper with nothing to
+// count then costs a request nothing).
+func TestOutcomeBoundedByTheGatekeeper(t *testing.T) {
 	t.Parallel()
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
 		clock := newTestClock()
@@ -41,27 +41,24 @@ func TestOutcomeSkippedWhenNotCounted(t *testing.T) {
 			return nil
 		})
 		k := &countingKeeper{}
+		const bound = 3 * time.Second
 		_, base, c := startFront(t, fr, Options{Matcher: matcher, Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{}),
-			Gatekeeper: k}, func(w http.ResponseWriter, r *http.Request) {})
+			Gatekeeper: k, ReleaseTimeout: bound}, func(w http.ResponseWriter, r *http.Request) {})
 		for range 3 {
 			do(t, c, "GET", base+"/", nil)
 		}
-		if n := k.outcomes.Load(); n != 0 {
-			t.Fatalf("told %d outcomes while it counts none", n)
-		}
-		k.counts.Store(true)
-		for range 2 {
-			do(t, c, "GET", base+"/", nil)
-		}
 		// finish runs after the answer is written: wait for it.
-		for i := 0; i < 200 && k.outcomes.Load() < 2; i++ {
+		for i := 0; i < 200 && k.outcomes.Load() < 3; i++ {
 			time.Sleep(5 * time.Millisecond)
 		}
-		if n := k.outcomes.Load(); n != 2 {
-			t.Fatalf("told %d outcomes, want 2", n)
+		if n := k.outcomes.Load(); n != 3 {
+			t.Fatalf("told %d outcomes, want 3", n)
 		}
-		if !k.deadline.Load() {
-			t.Error("an outcome came without a deadline")
+		if got := time.Duration(k.within.Load()); got != bound {
+			t.Errorf("outcome bound %v, want the release timeout %v", got, bound)
+		}
+		if k.deadline.Load() {
+			t.Error("the gateway set a deadline of its own for the outcome")
 		}
 	})
 }

@@ -31,7 +31,7 @@ func (d denyRoute) Screen(m *Match) (int, time.Duration) {
 	}
 	return 0, 0
 }
-func (denyRoute) Outcome(context.Context, *Match, bool, int) {}
+func (denyRoute) Outcome(context.Context, time.Duration, *Match, bool, int) {}
 
 // TestRefusalObserver: the answers refused before any limit (the
 // matcher's 401 and 403, the gatekeeper's 403) reach the RefusalObserver

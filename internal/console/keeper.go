@@ -39,14 +39,14 @@ func (k *Keeper) Screen(m *gateway.Match) (int, time.Duration) {
 	return 0, 0
 }
 
-// CountsOutcomes reports whether the penalty box has rules, without which
-// Outcome counts nothing (gateway.OutcomeCounter).
-func (k *Keeper) CountsOutcomes() bool { return len(k.box.Rules()) > 0 }
-
-// Outcome counts the offences of a request's answer.
-func (k *Keeper) Outcome(ctx context.Context, m *gateway.Match, refused bool, status int) {
+// Outcome counts the offences of a request's answer, within the time given
+// and whether or not the request's context has ended; without penalty-box
+// rules it returns at once.
+func (k *Keeper) Outcome(ctx context.Context, within time.Duration, m *gateway.Match, refused bool, status int) {
 	if len(k.box.Rules()) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
+	defer cancel()
 	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, refused, status)
 }
