@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -81,6 +82,32 @@ routes:
 `+limits)
 }
 
+// answered checks that res (or err) is a 200 whose body is want, and
+// closes the body.
+func answered(t *testing.T, what string, res *http.Response, err error, want string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || string(body) != want {
+		t.Fatalf("%s: answered %d %q, want 200 %q", what, res.StatusCode, body, want)
+	}
+}
+
+// dial opens a connection to addr, closed with the test, and a reader of
+// its answers.
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, bufio.NewReader(c)
+}
+
 // echoPath answers "up <path>".
 func echoPath(w io.Writer, r *http.Request) { _, _ = io.WriteString(w, "up "+r.URL.Path) }
 
@@ -95,12 +122,7 @@ func TestIdleConnectionsPark(t *testing.T) {
 `)
 	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
 	addr, stop := serveOn(t, e)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	br := bufio.NewReader(c)
+	c, br := dial(t, addr)
 	ask := func(parts ...string) {
 		t.Helper()
 		for i, p := range parts {
@@ -112,13 +134,9 @@ func TestIdleConnectionsPark(t *testing.T) {
 			}
 		}
 		res, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK || string(body) != "up /a" || res.Header.Get("Ratelimit") == "" || res.Close {
-			t.Fatalf("answered %d %q (RateLimit %q, close %v)", res.StatusCode, body, res.Header.Get("Ratelimit"), res.Close)
+		answered(t, "the request", res, err, "up /a")
+		if res.Header.Get("Ratelimit") == "" || res.Close {
+			t.Fatalf("answered without RateLimit (%q) or closing (%v)", res.Header.Get("Ratelimit"), res.Close)
 		}
 	}
 	req := "GET /a HTTP/1.1\r\nHost: gateway.example\r\n\r\n"
@@ -197,14 +215,7 @@ func TestTLSConnectionsPark(t *testing.T) {
 	tr.MaxConnsPerHost = 1 // one connection, kept alive
 	for i := range 4 {
 		res, err := client.Get("https://" + ln.Addr().String() + "/a")
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK || string(body) != "up /a" {
-			t.Fatalf("request %d: %d %q", i, res.StatusCode, body)
-		}
+		answered(t, fmt.Sprintf("request %d", i), res, err, "up /a")
 		waitFor(t, "parked", func() bool { return parked(e) == 1 })
 	}
 	e.parker.mu.Lock()
@@ -230,12 +241,7 @@ func TestSlowRequestsAreNotParked(t *testing.T) {
 	const every = 10 * time.Millisecond
 	e := New(g, Options{ParkIdleAfter: every})
 	addr, stop := serveOn(t, e)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	br := bufio.NewReader(c)
+	c, br := dial(t, addr)
 	req := "POST /slow HTTP/1.1\r\nHost: gateway.example\r\nContent-Length: 10\r\n\r\n0123456789"
 	cuts := []int{3, 20, strings.Index(req, "Content-Length") + 4, strings.Index(req, "\r\n\r\n") + 2, len(req) - 6}
 	for round := range 2 {
@@ -253,14 +259,7 @@ func TestSlowRequestsAreNotParked(t *testing.T) {
 			}
 		}
 		res, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK || string(body) != "POST /slow 0123456789" {
-			t.Fatalf("round %d: answered %d %q", round, res.StatusCode, body)
-		}
+		answered(t, fmt.Sprintf("round %d", round), res, err, "POST /slow 0123456789")
 		// Between the two rounds the connection is idle: parked.
 		waitFor(t, "parked", func() bool { return parked(e) == 1 })
 	}
@@ -280,12 +279,7 @@ routes:
 	const idle = 300 * time.Millisecond
 	e := New(g, Options{ParkIdleAfter: 10 * time.Millisecond, IdleTimeout: idle})
 	addr, stop := serveOn(t, e)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	br := bufio.NewReader(c)
+	c, br := dial(t, addr)
 	if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: gateway.example\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}

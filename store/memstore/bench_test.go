@@ -31,6 +31,19 @@ func keyNames(n int) []string {
 	return keys
 }
 
+// benchBucket returns an embedded store, closed with the benchmark, and
+// the token bucket the keyed benchmarks charge: 1,000 a second, burst 100.
+func benchBucket(b *testing.B) (*memstore.Store, *limiter.Rule) {
+	b.Helper()
+	s, err := memstore.New(memstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s, ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
+		Rate: 1000, Per: time.Second, Burst: 100})
+}
+
 // decideParallel charges one unit of r on s from parallel goroutines,
 // spreading the decisions over keys; each goroutine starts at its own
 // place, taken from seq.
@@ -59,26 +72,14 @@ func BenchmarkKeyed(b *testing.B) {
 	var seq atomic.Uint64
 
 	b.Run("memstore", func(b *testing.B) {
-		s, err := memstore.New(memstore.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-			Rate: 1000, Per: time.Second, Burst: 100})
+		s, r := benchBucket(b)
 		b.ReportAllocs()
 		decideParallel(b, s, r, keys, &seq)
 	})
 
 	b.Run("engine+memstore", func(b *testing.B) {
-		s, err := memstore.New(memstore.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
+		s, r := benchBucket(b)
 		l := limiter.New(s, limiter.Options{})
-		r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-			Rate: 1000, Per: time.Second, Burst: 100})
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			i := int(seq.Add(7919))
@@ -243,13 +244,7 @@ func BenchmarkKeyedFresh(b *testing.B) {
 	for i, k := range keys {
 		lookup[i] = strings.Clone(k)
 	}
-	s, err := memstore.New(memstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-		Rate: 1000, Per: time.Second, Burst: 100})
+	s, r := benchBucket(b)
 	out := make([]floodgate.Decision, 1)
 	for _, k := range keys {
 		if err := s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: k, Cost: 1}}, false, out); err != nil {
@@ -269,13 +264,7 @@ func BenchmarkKeyedFresh(b *testing.B) {
 // decision and memstore's speedup over the baseline.
 func BenchmarkKeyedInterleaved(b *testing.B) {
 	keys := keyNames(benchKeys)
-	s, err := memstore.New(memstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	r := ruletest.Rule(b, floodgate.Limit{Name: "bench", Algorithm: floodgate.TokenBucket,
-		Rate: 1000, Per: time.Second, Burst: 100})
+	s, r := benchBucket(b)
 	var mu sync.Mutex
 	limiters := make(map[string]*rate.Limiter)
 	baseline := func(key string) {
