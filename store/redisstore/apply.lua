@@ -64,6 +64,7 @@ local ALG = {token_bucket = 1, gcra = 2, leaky_bucket = 3, leaky_queue = 4, fixe
 local RATE = {[ALG.token_bucket] = true, [ALG.gcra] = true, [ALG.leaky_bucket] = true, [ALG.leaky_queue] = true}
 
 local BIG = 9007199254740992
+local spack, sunpack = struct.pack, struct.unpack
 
 local now_s, now_us
 local pad = 0 -- ms added to TTLs: an hour under a test clock, which real time outruns
@@ -90,7 +91,8 @@ end
 local function units(ns, rem, den, per)
   if ns < 0 then return 0 end
   local x = ns * den + rem
-  local q = math.floor(x / per)
+  local q = x / per
+  q = q - q % 1 -- floor(q), exactly, without a call
   if x < BIG then
     if q * per > x then q = q - 1 elseif (q + 1) * per <= x then q = q + 1 end
   end
@@ -120,21 +122,29 @@ local KEEP = -1
 -- write.
 local LEAD = 3
 
--- rate_state returns the state string of the arrival time now + nx_n ns +
--- nx_r/Rate, written over the state string v, and its TTL (or KEEP).
-local function rate_state(v, nx_n, nx_r)
+-- next_state returns the state string of the arrival time now + nx_n ns +
+-- nx_r/Rate, written over a state whose first two numbers are d and dn
+-- (nil when there is none), and its TTL (or KEEP).
+local function next_state(d, dn, nx_n, nx_r)
   local total = sub_ns + nx_n
-  local secs = math.floor(total / 1000000000)
+  local secs = total / 1000000000
+  secs = secs - secs % 1
   local es = now_s + secs
   local en = total - secs * 1000000000
-  if #v == 24 then
-    local d, dn = struct.unpack('<dd', v)
-    if dn < 0 and es <= d - 2 then
-      return struct.pack('<ddd', d, en - (d - es) * 1000000000, nx_r), KEEP
-    end
+  if dn ~= nil and dn < 0 and es <= d - 2 then
+    return spack('<ddd', d, en - (d - es) * 1000000000, nx_r), KEEP
   end
-  local d = es + LEAD
-  return struct.pack('<ddd', d, en - LEAD * 1000000000, nx_r), ceil_ms((d * 1000000 - now_us) * 1000)
+  d = es + LEAD
+  return spack('<ddd', d, en - LEAD * 1000000000, nx_r), ceil_ms((d * 1000000 - now_us) * 1000)
+end
+
+-- rate_state is next_state written over the state string v.
+local function rate_state(v, nx_n, nx_r)
+  if #v == 24 then
+    local d, dn = sunpack('<dd', v)
+    return next_state(d, dn, nx_n, nx_r)
+  end
+  return next_state(nil, nil, nx_n, nx_r)
 end
 
 -- The common cases, one hit of a rate algorithm or of a fixed window, take
@@ -146,25 +156,26 @@ end
 local function fast_rate(op, v, r, cost, nt_n, nt_r)
   local den, per = r[3], r[4]
   local tau_n, tau_r = r[5], r[6]
-  local cap, dl_n = r[9], r[10]
   local ah_n, ah_r = 0, 0
+  local s, n
   if #v == 24 then
-    local s, n, r = struct.unpack('<ddd', v)
-    ah_n, ah_r = (s - now_s) * 1000000000 + (n - sub_ns), r
+    local sr
+    s, n, sr = sunpack('<ddd', v)
+    ah_n, ah_r = (s - now_s) * 1000000000 + (n - sub_ns), sr
     if ah_r >= den then ah_r = 0 end
     if ah_n < 0 then ah_n, ah_r = 0, 0 end
   end
   if tau_n < ah_n or (tau_n == ah_n and tau_r < ah_r) then ah_n, ah_r = tau_n, tau_r end
   local reset = ah_n
   if ah_r > 0 then reset = ah_n + 1 end
+  if reset > BIG then reset = BIG end
   -- what is left before this request: tau - ahead
   local ln, lr = tau_n - ah_n, tau_r - ah_r
   if lr < 0 then lr = lr + den; ln = ln - 1 end
   local charged = 0
   if op == 'c' and r[2] then charged = 1 end -- a lone shadow hit never blocks
-  if cost > cap then
-    return struct.pack('<ddddddd',
-      charged, 0, units(ln, lr, den, per), 0, math.min(reset, BIG), 0, 1)
+  if cost > r[9] then
+    return spack('<ddddddd', charged, 0, units(ln, lr, den, per), 0, reset, 0, 1)
   end
   local nx_n, nx_r = ah_n + nt_n, ah_r + nt_r
   if nx_r >= den then nx_r = nx_r - den; nx_n = nx_n + 1 end
@@ -172,14 +183,16 @@ local function fast_rate(op, v, r, cost, nt_n, nt_r)
     local wn, wr = nx_n - tau_n, nx_r - tau_r
     if wr < 0 then wr = wr + den; wn = wn - 1 end
     if wr > 0 then wn = wn + 1 end
-    return struct.pack('<ddddddd',
-      charged, 0, units(ln, lr, den, per), math.min(wn, BIG), math.min(reset, BIG), 0, 0)
+    if wn > BIG then wn = BIG end
+    return spack('<ddddddd', charged, 0, units(ln, lr, den, per), wn, reset, 0, 0)
   end
   local rn, rr = tau_n - nx_n, tau_r - nx_r
   if rr < 0 then rr = rr + den; rn = rn - 1 end
   local nx = nx_n
   if nx_r > 0 then nx = nx_n + 1 end
+  if nx > BIG then nx = BIG end
   local delay = 0
+  local dl_n = r[10]
   if dl_n >= 0 then
     local dl_r = r[11]
     if dl_n < ah_n or (dl_n == ah_n and dl_r < ah_r) then
@@ -187,15 +200,15 @@ local function fast_rate(op, v, r, cost, nt_n, nt_r)
       if qr < 0 then qr = qr + den; qn = qn - 1 end
       if qr > 0 then qn = qn + 1 end
       delay = qn
+      if delay > BIG then delay = BIG end
     end
   end
   local nv, ttl
   if op == 'c' then
     charged = 1
-    nv, ttl = rate_state(v, nx_n, nx_r)
+    nv, ttl = next_state(s, n, nx_n, nx_r)
   end
-  return struct.pack('<ddddddd',
-    charged, 1, units(rn, rr, den, per), 0, math.min(nx, BIG), math.min(delay, BIG), 0), nv, ttl
+  return spack('<ddddddd', charged, 1, units(rn, rr, den, per), 0, nx, delay, 0), nv, ttl
 end
 
 -- The same for one hit of a fixed window, as fixed() decides it.
@@ -1000,11 +1013,36 @@ if #KEYS > 1 then
   for j = 1, #KEYS do vals[KEYS[j]] = got[j] or '' end
 end
 
-local pos, k = 1, 1
-while pos <= #blob do
+local pos, k, nblob = 1, 1, #blob
+while pos <= nblob do
+  -- The common request, one hit of a charge or a peek of a rate algorithm
+  -- or a fixed window (37 bytes), is read in one go and decided on the
+  -- straight path; any other is read again below.
+  local fast = false
+  if pos + 36 <= nblob then
+    local opn, n, ri, cost, ctn, ctr, _, nxt = sunpack('<Bi4i4dddi4', blob, pos)
+    local r = rules[ri]
+    if n == 1 and (opn == 1 or opn == 2) and r ~= nil and (RATE[r[1]] or r[1] == ALG.fixed_window) then
+      local op = 'c'
+      if opn == 2 then op = 'p' end
+      local key = KEYS[k]
+      local v = vals[key]
+      if v == nil then v = get(key) end
+      local part, nv, ttl
+      if RATE[r[1]] then
+        part, nv, ttl = fast_rate(op, v, r, cost, ctn, ctr)
+      else
+        part, nv, ttl = fast_fixed(op, v, r, cost)
+      end
+      if nv ~= nil then put(key, nv, ttl) end
+      out[#out+1] = part
+      k, pos, fast = k + 1, nxt, true
+    end
+  end
   local opn, n
-  opn, n, pos = struct.unpack('<Bi4', blob, pos)
-  if opn == 4 then -- lease
+  if not fast then opn, n, pos = sunpack('<Bi4', blob, pos) end
+  if fast then
+  elseif opn == 4 then -- lease
     local want, wtn, wtr, back, btn, btr, mark, ri, cost, ctn, ctr, li
     want, wtn, wtr, back, btn, btr, mark, pos = struct.unpack('<ddddddd', blob, pos)
     ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
@@ -1023,32 +1061,11 @@ while pos <= #blob do
       flags = {}
       for h = 1, n do flags[h], pos = struct.unpack('<B', blob, pos) end
     end
-    local ri, cost, ctn, ctr, li
-    if n == 1 and (op == 'c' or op == 'p') and flags == nil then
-      ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
-      local alg = rules[ri][1]
-      if RATE[alg] or alg == ALG.fixed_window then
-        local part, nv, ttl
-        if RATE[alg] then
-          part, nv, ttl = fast_rate(op, get(KEYS[k]), rules[ri], cost, ctn, ctr)
-        else
-          part, nv, ttl = fast_fixed(op, get(KEYS[k]), rules[ri], cost)
-        end
-        if nv ~= nil then put(KEYS[k], nv, ttl) end
-        out[#out+1] = part
-        k = k + 1
-        n = 0
-      end
-    end
     if n > 0 then
-      -- The general path; a lone hit read above is its first.
+      -- The general path.
       local hs = {}
-      if ri ~= nil then
-        local lease = '0'
-        if li > 0 then lease = ARGV[li] end
-        hs[1] = {rules[ri], cost, ctn, ctr, lease}
-      end
-      for h = #hs + 1, n do
+      for h = 1, n do
+        local ri, cost, ctn, ctr, li
         ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
         local lease = '0'
         if li > 0 then lease = ARGV[li] end
@@ -1068,14 +1085,16 @@ while pos <= #blob do
 end
 
 local gone = {} -- settled reservations' records, deleted in one call
-for _, key in ipairs(dirty) do
-  local ttl = ttls[key]
-  if vals[key] == '' then
+local rcall = redis.call
+for i = 1, #dirty do
+  local key = dirty[i]
+  local v, ttl = vals[key], ttls[key]
+  if v == '' then
     gone[#gone+1] = key
   elseif ttl == KEEP then
-    redis.call('SET', key, vals[key], 'KEEPTTL')
+    rcall('SET', key, v, 'KEEPTTL')
   else
-    redis.call('SET', key, vals[key], 'PX', ttl)
+    rcall('SET', key, v, 'PX', ttl)
   end
 end
 if #gone > 0 then redis.call('DEL', unpack(gone)) end
