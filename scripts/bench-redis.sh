@@ -26,7 +26,10 @@
 # Environment: DURATION (per case, default 5s), REQUESTS (redis-benchmark
 # -n, default 300000), ROUNDS (3), KEYS (10000), CONCURRENCY (64),
 # LEASED_PROCS (4), BEFORE (unset), STORE_TIMEOUT (passed to --store-timeout
-# when set).
+# when set), PIN (unset; 1: Redis on the last CPU and the clients of the
+# ceiling and of every floodgate case on the others, as when Redis has a
+# machine of its own; the hot-key processes stay unpinned; needs taskset
+# and 2 CPUs or more).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +44,16 @@ BEFORE=${BEFORE:-}
 for bin in redis-server redis-cli redis-benchmark go; do
 	command -v "$bin" >/dev/null 2>&1 || { echo "bench-redis: $bin not found (redis-server and redis-tools from Debian's packages)" >&2; exit 1; }
 done
+
+# With PIN=1, the server's CPU and the clients' CPUs, as taskset prefixes.
+srv=()
+cli=()
+if [ "${PIN:-}" = 1 ]; then
+	ncpu=$(nproc)
+	[ "$ncpu" -ge 2 ] && command -v taskset >/dev/null 2>&1 || { echo "bench-redis: PIN=1 needs taskset and 2 CPUs or more" >&2; exit 1; }
+	srv=(taskset -c $((ncpu - 1)))
+	cli=(taskset -c 0-$((ncpu - 2)))
+fi
 
 tmp=$(mktemp -d)
 pid=""
@@ -61,7 +74,7 @@ fg="$tmp/floodgate"
 port=""
 for attempt in 1 2 3 4 5 6 7 8 9 10; do
 	try=$((20000 + RANDOM % 40000))
-	redis-server --port "$try" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
+	"${srv[@]}" redis-server --port "$try" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
 		--daemonize no --loglevel warning --logfile "$tmp/redis.log" &
 	pid=$!
 	for _ in $(seq 1 100); do
@@ -76,7 +89,7 @@ for attempt in 1 2 3 4 5 6 7 8 9 10; do
 done
 [ -n "$port" ] || { echo "bench-redis: could not start redis-server" >&2; exit 1; }
 url="redis://127.0.0.1:$port"
-echo "bench-redis: redis-server pid $pid on 127.0.0.1:$port; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "bench-redis: redis-server pid $pid on 127.0.0.1:$port; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)${srv:+; Redis pinned to CPU ${srv[2]}, the clients to ${cli[2]}}" >&2
 
 # A minimal GCRA script: the one-call-per-decision ceiling.
 minimal='local t = redis.call("TIME")
@@ -114,7 +127,7 @@ child_cpu() {
 # the CPU time of the subshell that ran it.
 rb() {
 	local out
-	out=$(redis-benchmark -p "$port" -c 50 -r "$KEYS" --csv "$@" 2>/dev/null >"$tmp/rb.csv"; child_cpu)
+	out=$("${cli[@]}" redis-benchmark -p "$port" -c 50 -r "$KEYS" --csv "$@" 2>/dev/null >"$tmp/rb.csv"; child_cpu)
 	echo "$(tail -1 "$tmp/rb.csv" | tr -d '"' | awk -F, '{print $2}') $out"
 }
 
@@ -128,7 +141,7 @@ run_case() {
 	u0=$(redis_usage)
 	# The subshell runs only floodgate, so its children's CPU time is the
 	# client's; it exits with floodgate's status.
-	out=$("$bin" bench --store "$url" --algorithm token_bucket --rate 100 --per 1s --burst 100 \
+	out=$("${cli[@]}" "$bin" bench --store "$url" --algorithm token_bucket --rate 100 --per 1s --burst 100 \
 		--keys "$KEYS" --duration "$DURATION" --json "$@" >"$tmp/case.json"; rc=$?; child_cpu; exit $rc)
 	local client=$out
 	out=$(cat "$tmp/case.json")
