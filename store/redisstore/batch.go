@@ -340,28 +340,60 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 		return
 	}
 	reply, err := res.ToString()
-	want := 1
+	want := 8
 	for _, rq := range b {
-		want += 1 + 6*len(rq.hits)
-	}
-	if err != nil || len(reply) != 8*want {
-		fail(fmt.Errorf("redisstore: eval: unexpected reply (%d bytes, want %d): %v", len(reply), 8*want, err))
-		return
-	}
-	num := func(i int) int64 {
-		return int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[8*i : 8*i+8]))))
-	}
-	mark := num(0)
-	at := 1
-	for _, rq := range b {
-		rq.got, rq.mark = num(at), mark
-		at++
-		rq.vals = rq.vals[:0]
-		for range 6 * len(rq.hits) {
-			rq.vals = append(rq.vals, num(at))
-			at++
+		if rq.short() {
+			want += shortLen
+		} else {
+			want += 8 * (1 + 6*len(rq.hits))
 		}
 	}
+	if err != nil || len(reply) != want {
+		fail(fmt.Errorf("redisstore: eval: unexpected reply (%d bytes, want %d): %v", len(reply), want, err))
+		return
+	}
+	num := func(at int) int64 {
+		return int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[at : at+8]))))
+	}
+	mark := num(0)
+	at := 8
+	for _, rq := range b {
+		rq.mark = mark
+		rq.vals = rq.vals[:0]
+		if rq.short() {
+			// charged + 2·allowed + 4·never, remaining, wait, reset
+			f := reply[at]
+			rem, wait, reset := num(at+1), num(at+9), num(at+17)
+			at += shortLen
+			rq.got = int64(f & 1)
+			if f&2 != 0 {
+				rq.vals = append(rq.vals, 1, rem, 0, reset, wait, 0)
+			} else {
+				rq.vals = append(rq.vals, 0, rem, wait, reset, 0, int64(f>>2&1))
+			}
+			continue
+		}
+		rq.got = num(at)
+		at += 8
+		for range 6 * len(rq.hits) {
+			rq.vals = append(rq.vals, num(at))
+			at += 8
+		}
+	}
+}
+
+// shortLen is the length of a request's answer in apply.lua's short form.
+const shortLen = 1 + 3*8
+
+// short reports whether apply.lua answers rq in its short form: a charge
+// or a peek of one hit of a rate algorithm or a fixed window (the
+// script's straight path, by the same test).
+func (rq *request) short() bool {
+	if (rq.code != opCodes[opCharge] && rq.code != opCodes[opPeek]) || len(rq.hits) != 1 {
+		return false
+	}
+	alg := rq.hits[0].ra.alg
+	return alg.Family() == floodgate.FamilyRate || alg == floodgate.FixedWindow
 }
 
 // callBuf holds the arguments of one call while it is built.

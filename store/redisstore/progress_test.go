@@ -97,7 +97,7 @@ func (p *trickle) close() {
 }
 
 // TestSlowRepliesThatFlowAreNotDegraded: a healthy Redis whose replies
-// reach the store slowly but steadily (through a proxy that passes 64
+// reach the store slowly but steadily (through a proxy that passes 32
 // bytes every 5 ms, about one decision's answer) keeps deciding: calls
 // that wait several deadlines behind the replies ahead of them are
 // answered by Redis, none is decided by policy, and the breaker stays
@@ -105,7 +105,7 @@ func (p *trickle) close() {
 // took.
 func TestSlowRepliesThatFlowAreNotDegraded(t *testing.T) {
 	srv := sharedServer(t)
-	p := startTrickle(t, srv.Addr, 64, 5*time.Millisecond)
+	p := startTrickle(t, srv.Addr, 32, 5*time.Millisecond)
 	// One script call per decision, so that each waits behind the others'
 	// answers.
 	s, err := New(Options{URL: "redis://" + p.addr(), Prefix: uniquePrefix(t), MaxBatch: 1, EvictionCheck: -1})
