@@ -257,25 +257,33 @@ local function rule(j)
 end
 local blob = ARGV[3 + nrules * 11]
 
+-- straight decides the common request (op 1 or 2, one hit, of a rate
+-- algorithm or a fixed window: the test the client's request.short makes
+-- too) on the straight path, given its rule r, its key and the key's state
+-- string v (nil: read it here), and returns its answer in the short form
+-- and, when it charged, the new state and its TTL (or KEEP). For any other
+-- request it returns nil.
+local function straight(opn, n, r, key, v, cost, ctn, ctr)
+  if n ~= 1 or (opn ~= 1 and opn ~= 2) or r == nil then return nil end
+  local rate = RATE[r[1]]
+  if not rate and r[1] ~= ALG.fixed_window then return nil end
+  local op = 'c'
+  if opn == 2 then op = 'p' end
+  if v == nil then v = redis.call('GET', key) or '' end
+  if rate then return fast_rate(op, v, r, cost, ctn, ctr) end
+  return fast_fixed(op, v, r, cost)
+end
+
 -- A call of one request of one hit (a lone caller), on the straight path,
 -- with nothing else made.
 if nrules == 1 and #blob == 37 then
-  local opn, n, ri, cost, ctn, ctr = struct.unpack('<Bi4i4ddd', blob)
-  local r = rule(1)
-  if n == 1 and opn <= 2 and (RATE[r[1]] or r[1] == ALG.fixed_window) then
-    local op = 'c'
-    if opn == 2 then op = 'p' end
-    local v = redis.call('GET', KEYS[1]) or ''
-    local part, nv, ttl
-    if RATE[r[1]] then
-      part, nv, ttl = fast_rate(op, v, r, cost, ctn, ctr)
-    else
-      part, nv, ttl = fast_fixed(op, v, r, cost)
-    end
+  local opn, n, _, cost, ctn, ctr = sunpack('<Bi4i4ddd', blob)
+  local part, nv, ttl = straight(opn, n, rule(1), KEYS[1], nil, cost, ctn, ctr)
+  if part ~= nil then
     if nv == nil then
     elseif ttl == KEEP then redis.call('SET', KEYS[1], nv, 'KEEPTTL')
     else redis.call('SET', KEYS[1], nv, 'PX', ttl) end
-    return struct.pack('<d', now_us) .. part
+    return spack('<d', now_us) .. part
   end
 end
 
@@ -1022,19 +1030,9 @@ while pos <= nblob do
   local fast = false
   if pos + 36 <= nblob then
     local opn, n, ri, cost, ctn, ctr, _, nxt = sunpack('<Bi4i4dddi4', blob, pos)
-    local r = rules[ri]
-    if n == 1 and (opn == 1 or opn == 2) and r ~= nil and (RATE[r[1]] or r[1] == ALG.fixed_window) then
-      local op = 'c'
-      if opn == 2 then op = 'p' end
-      local key = KEYS[k]
-      local v = vals[key]
-      if v == nil then v = get(key) end
-      local part, nv, ttl
-      if RATE[r[1]] then
-        part, nv, ttl = fast_rate(op, v, r, cost, ctn, ctr)
-      else
-        part, nv, ttl = fast_fixed(op, v, r, cost)
-      end
+    local key = KEYS[k]
+    local part, nv, ttl = straight(opn, n, rules[ri], key, vals[key], cost, ctn, ctr)
+    if part ~= nil then
       if nv ~= nil then put(key, nv, ttl) end
       out[#out+1] = part
       k, pos, fast = k + 1, nxt, true

@@ -137,12 +137,12 @@ func TestRateKeyTTL(t *testing.T) {
 		}
 		return out
 	}
-	// within checks a PTTL read after the last charge, which set the
-	// bucket full in full: its deadline is 2 to 3 s past that, less the
-	// time gone by since the charge was sent.
-	// A new deadline is LEAD (3) seconds past the second of the moment
-	// the bucket is full again: 2 to 3 s past that moment. A kept one is
-	// at least 2 s past that second: more than 1 s past the moment.
+	// inRange checks a PTTL read after the last charge, which set the
+	// bucket full in full: at least past ms and at most 3 s past that,
+	// less the time gone by since the charge was sent. A new deadline is
+	// LEAD (3) seconds past the second of that moment, so 2 to 3 s past
+	// it (within); a kept one is at least 2 s past that second, so more
+	// than 1 s past the moment.
 	inRange := func(what string, got int, full time.Duration, past int) {
 		t.Helper()
 		lo, hi := int(full/time.Millisecond)+past-elapsedMs(sent), int(full/time.Millisecond)+3000+5
