@@ -48,9 +48,11 @@ if [ ${#need[@]} -gt 0 ] || [ "$nginx" = yes ]; then
 fi
 
 go vet ./...
-# The process's resident memory under a flood, which the race detector's
-# shadow memory would hide: the one test that runs without -race.
+# Resident memory, which the race detector's shadow memory would hide:
+# the process's under a flood, and the rate-limit service's heap reserve.
+# The tests that run without -race.
 go test -count=1 -timeout 5m -run '^TestFloodRSSWithinCap$' ./cmd/floodgate
+go test -count=1 -timeout 5m -run '^TestHeapReserveNotResident$' ./internal/app
 # The deployment artefacts (deploy/: the Helm chart, the kustomize base,
 # the dashboard and the alert rules), a module of its own so that Helm's
 # and Kubernetes' modules stay out of the product's go.mod.
