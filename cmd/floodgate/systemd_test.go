@@ -6,20 +6,32 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// TestServeNotifiesSystemd runs floodgate serve as systemd runs a
-// Type=notify service with WatchdogSec=: with a NOTIFY_SOCKET of the
-// test's own and WATCHDOG_USEC. Its first message is READY=1, sent when
-// the gateway, admin and ops listeners all accept connections; WATCHDOG=1
-// follows at half the watchdog's interval; SIGHUP brings RELOADING=1 (with
-// MONOTONIC_USEC) then READY=1; SIGTERM brings STOPPING=1, and the process
-// exits with status 0.
-func TestServeNotifiesSystemd(t *testing.T) {
+// notified is a floodgate process run as systemd runs a Type=notify
+// service with WatchdogSec=400ms: with a NOTIFY_SOCKET of the test's own
+// and WATCHDOG_USEC.
+type notified struct {
+	cmd    *exec.Cmd
+	out    *lockedBuffer // its stdout and stderr
+	msgs   chan string   // what it sent to the socket, one message each
+	exited chan error
+}
+
+// notifyWatchdog is the watchdog's interval that runNotified gives.
+const notifyWatchdog = 400 * time.Millisecond
+
+// runNotified starts this test binary as floodgate with args and env (on
+// top of this process' environment), and stops it at the test's end if
+// it still runs.
+func runNotified(t *testing.T, args []string, env ...string) *notified {
+	t.Helper()
 	bin, err := os.Executable() // this test binary, which runs main (TestMain)
 	if err != nil {
 		t.Fatal(err)
@@ -29,67 +41,119 @@ func TestServeNotifiesSystemd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	msgs := make(chan string, 100)
+	t.Cleanup(func() { conn.Close() })
+	p := &notified{out: &lockedBuffer{}, msgs: make(chan string, 100), exited: make(chan error, 1)}
 	go func() {
 		buf := make([]byte, 4096)
 		for {
 			n, err := conn.Read(buf)
 			if err != nil {
-				close(msgs)
+				close(p.msgs)
 				return
 			}
-			msgs <- string(buf[:n])
+			p.msgs <- string(buf[:n])
 		}
 	}()
-	cfg := writeConfig(t, "version: 1\nroutes:\n  - {name: all, match: {paths: [\"/**\"]}, upstream: none}\n")
-	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", anyPort, "--admin-listen", anyPort, "--ops-listen", anyPort, "--watch=false", "--log-level", "warn")
-	const watchdog = 400 * time.Millisecond
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=400000")
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(append(os.Environ(), runMainEnv+"=1", "NOTIFY_SOCKET="+sock,
+		"WATCHDOG_USEC="+strconv.FormatInt(notifyWatchdog.Microseconds(), 10)), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-exited
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.exited
 		}
-	}()
-	next := func(what string) string {
-		t.Helper()
-		select {
-		case m := <-msgs:
-			return m
-		case err := <-exited:
-			t.Fatalf("serve exited (%v) before %s:\n%s", err, what, out.String())
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no %s from serve:\n%s", what, out.String())
-		}
-		return ""
-	}
-	// until returns the next message that starts with prefix, skipping
-	// the watchdog's.
-	until := func(prefix string) string {
-		t.Helper()
-		for {
-			m := next(prefix)
-			if strings.HasPrefix(m, prefix) {
-				return m
-			}
-			if m != "WATCHDOG=1" {
-				t.Fatalf("waiting for %s: got %q", prefix, m)
-			}
-		}
-	}
+	})
+	return p
+}
 
-	first := next("READY=1")
-	if !strings.HasPrefix(first, "READY=1\n") && first != "READY=1" {
+// next returns the process' next message (what names it for a failure).
+func (p *notified) next(t *testing.T, what string) string {
+	t.Helper()
+	select {
+	case m := <-p.msgs:
+		return m
+	case err := <-p.exited:
+		t.Fatalf("%s exited (%v) before %s:\n%s", p.cmd.Args[1], err, what, p.out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s from %s:\n%s", what, p.cmd.Args[1], p.out.String())
+	}
+	return ""
+}
+
+// until returns the next message that starts with prefix, skipping the
+// watchdog's.
+func (p *notified) until(t *testing.T, prefix string) string {
+	t.Helper()
+	for {
+		m := p.next(t, prefix)
+		if strings.HasPrefix(m, prefix) {
+			return m
+		}
+		if m != "WATCHDOG=1" {
+			t.Fatalf("waiting for %s: got %q", prefix, m)
+		}
+	}
+}
+
+// ready checks that the first message is READY=1.
+func (p *notified) ready(t *testing.T) {
+	t.Helper()
+	if first := p.next(t, "READY=1"); !strings.HasPrefix(first, "READY=1\n") && first != "READY=1" {
 		t.Fatalf("first message %q, want READY=1", first)
 	}
+}
+
+// watchdogPings checks that two WATCHDOG=1 come within twice the
+// watchdog's interval each.
+func (p *notified) watchdogPings(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	for range 2 {
+		if m := p.next(t, "WATCHDOG=1"); m != "WATCHDOG=1" {
+			t.Fatalf("got %q, want WATCHDOG=1", m)
+		}
+	}
+	if d := time.Since(start); d > 4*notifyWatchdog {
+		t.Errorf("two watchdog pings took %v; the watchdog's interval is %v", d, notifyWatchdog)
+	}
+}
+
+// stops sends SIGTERM and checks that STOPPING=1 comes and the process
+// exits with status 0.
+func (p *notified) stops(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.until(t, "STOPPING=1")
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("%s after SIGTERM: %v, want exit status 0\n%s", p.cmd.Args[1], err, p.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not exit after SIGTERM:\n%s", p.cmd.Args[1], p.out.String())
+	}
+}
+
+// TestServeNotifiesSystemd runs floodgate serve as systemd runs a
+// Type=notify service with WatchdogSec=: with a NOTIFY_SOCKET of the
+// test's own and WATCHDOG_USEC. Its first message is READY=1, sent when
+// the gateway, admin and ops listeners all accept connections; WATCHDOG=1
+// follows at half the watchdog's interval; SIGHUP brings RELOADING=1 (with
+// MONOTONIC_USEC) then READY=1; SIGTERM brings STOPPING=1, and the process
+// exits with status 0.
+func TestServeNotifiesSystemd(t *testing.T) {
+	cfg := writeConfig(t, "version: 1\nroutes:\n  - {name: all, match: {paths: [\"/**\"]}, upstream: none}\n")
+	p := runNotified(t, []string{"serve", "--config", cfg, "--listen", anyPort, "--admin-listen", anyPort,
+		"--ops-listen", anyPort, "--watch=false", "--log-level", "warn"})
+	out := p.out
+	p.ready(t)
 	// READY=1 came after every listener was open: each accepts now. The
 	// lines that say where reach out through a pipe of their own: wait
 	// for the last.
@@ -108,37 +172,48 @@ func TestServeNotifiesSystemd(t *testing.T) {
 	if code, _, body := get(t, "http://"+ops+"/readyz"); code != 200 {
 		t.Errorf("/readyz after READY=1: %d %q", code, body)
 	}
+	p.watchdogPings(t)
 
-	start := time.Now()
-	for range 2 {
-		if m := next("WATCHDOG=1"); m != "WATCHDOG=1" {
-			t.Fatalf("got %q, want WATCHDOG=1", m)
-		}
-	}
-	if d := time.Since(start); d > 4*watchdog {
-		t.Errorf("two watchdog pings took %v; the watchdog's interval is %v", d, watchdog)
-	}
-
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	if m := until("RELOADING=1"); !strings.Contains(m, "\nMONOTONIC_USEC=") {
+	if m := p.until(t, "RELOADING=1"); !strings.Contains(m, "\nMONOTONIC_USEC=") {
 		t.Errorf("reload message %q has no MONOTONIC_USEC", m)
 	}
-	until("READY=1")
+	p.until(t, "READY=1")
+	p.stops(t)
+}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+// TestRLSNotifiesSystemd runs floodgate rls as a Type=notify service with
+// a watchdog, as TestServeNotifiesSystemd runs serve: READY=1 first, sent
+// when its gRPC, HTTP and debug listeners all accept connections;
+// WATCHDOG=1 at half the watchdog's interval; SIGTERM brings STOPPING=1
+// and exit status 0.
+func TestRLSNotifiesSystemd(t *testing.T) {
+	dir := t.TempDir()
+	writeRuntime(t, dir, map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 5}}\n"})
+	var env []string
+	for k, v := range rlsEnvFor(dir, map[string]string{"BACKEND_TYPE": "memory"}) {
+		env = append(env, k+"="+v)
 	}
-	until("STOPPING=1")
-	select {
-	case err := <-exited:
+	p := runNotified(t, []string{"rls"}, env...)
+	p.ready(t)
+	// READY=1 came after every listener was open: each accepts now. The
+	// lines that say where went out before it.
+	addrs := regexp.MustCompile(`(?m)^floodgate rls: \S+.* on (\S+)$`).FindAllStringSubmatch(p.out.String(), -1)
+	if len(addrs) != 3 {
+		t.Fatalf("rls said where %d listeners are, want 3:\n%s", len(addrs), p.out.String())
+	}
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a[1], time.Second)
 		if err != nil {
-			t.Errorf("serve after SIGTERM: %v, want exit status 0\n%s", err, out.String())
+			t.Errorf("READY=1 was sent before %s listened: %v", a[1], err)
+			continue
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not exit after SIGTERM:\n%s", out.String())
+		c.Close()
 	}
+	p.watchdogPings(t)
+	p.stops(t)
 }
 
 // TestSystemdUnit holds deploy/systemd/floodgate.service to what serve

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/floodgate/floodgate/internal/sdnotify"
 	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/rls"
@@ -287,13 +288,26 @@ func RunRLS(ctx context.Context, set *Settings, getenv func(string) string, stdo
 		return err
 	}
 	err = r.startRLS(stdout)
+	sd := newSystemd(getenv, log)
 	if err == nil {
-		select {
-		case <-ctx.Done():
-		case err = <-r.errc:
-			err = fmt.Errorf("rls: %w", err)
+		// systemd (Type=notify) learns that both listeners are open.
+		sd.tell(sdnotify.Ready, sdnotify.Status("serving"))
+		watchdog, stop := sd.watchdog()
+		defer stop()
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				break wait
+			case <-watchdog:
+				sd.tell(sdnotify.Watchdog)
+			case err = <-r.errc:
+				err = fmt.Errorf("rls: %w", err)
+				break wait
+			}
 		}
 	}
+	sd.tell(sdnotify.Stopping, sdnotify.Status("draining"))
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	r.rls.shutdown(sctx)

@@ -79,8 +79,8 @@ func Serve(ctx context.Context, o *ServeOptions, stdout io.Writer, log *slog.Log
 		go s.reloader.Run(ctx)
 	}
 	// systemd (Type=notify) learns that every listener is open.
-	s.notify = sdnotify.New(s.getenv)
-	s.tellSystemd(sdnotify.Ready, sdnotify.Status("serving"))
+	s.systemd = newSystemd(s.getenv, log)
+	s.systemd.tell(sdnotify.Ready, sdnotify.Status("serving"))
 	log.Info("serving", "listen", s.frontLn.Addr().String(), "engine", s.engineLine(), "store", s.srv.StoreKind(), "config", o.Config)
 	runErr := s.run(ctx)
 	if err := s.shutdown(ctx); err != nil && runErr == nil {
@@ -117,7 +117,7 @@ type server struct {
 	engineName              string
 	api                     *checkAPI // the HTTP check API, when server.api_listen names one
 	ready                   atomic.Bool
-	notify                  *sdnotify.Notifier // systemd's notification socket, when it gives one
+	systemd                 systemd // tells systemd how serve is doing, when it asks
 }
 
 // newServer loads the policy and opens the root and the console.
@@ -540,28 +540,23 @@ func (s *server) run(ctx context.Context) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	var watchdog <-chan time.Time
-	if d := sdnotify.WatchdogInterval(s.getenv, os.Getpid()); d > 0 && s.notify != nil {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		watchdog = t.C
-		s.tellSystemd(sdnotify.Watchdog)
-	}
+	watchdog, stop := s.systemd.watchdog()
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-watchdog:
-			s.tellSystemd(sdnotify.Watchdog)
+			s.systemd.tell(sdnotify.Watchdog)
 		case <-hup:
-			s.tellSystemd(sdnotify.Reloading()...)
+			s.systemd.tell(sdnotify.Reloading()...)
 			s.reloadCertificates()
 			if err := s.reloader.Reload(); err != nil {
 				s.log.Error("reload rejected; the running policy stays", "err", err)
 			} else {
 				s.log.Info("reloaded", "config", s.cfg.Config, "reloads", s.reloader.Reloads())
 			}
-			s.tellSystemd(sdnotify.Ready, sdnotify.Status("serving"))
+			s.systemd.tell(sdnotify.Ready, sdnotify.Status("serving"))
 		case err := <-s.errc:
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -572,7 +567,7 @@ func (s *server) run(ctx context.Context) error {
 // requests in flight finish, then close the stores (the memory store
 // writes its state).
 func (s *server) shutdown(ctx context.Context) error {
-	s.tellSystemd(sdnotify.Stopping, sdnotify.Status("draining"))
+	s.systemd.tell(sdnotify.Stopping, sdnotify.Status("draining"))
 	s.ready.Store(false)
 	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
@@ -591,14 +586,6 @@ func (s *server) shutdown(ctx context.Context) error {
 	}
 	s.root.shutdown(sctx)
 	return s.close()
-}
-
-// tellSystemd sends states to systemd when it gave a notification socket;
-// a failure is logged, never fatal.
-func (s *server) tellSystemd(states ...string) {
-	if err := s.notify.Notify(states...); err != nil {
-		s.log.Warn("telling systemd", "states", states, "err", err)
-	}
 }
 
 // close releases what is still open: listeners that never served, the demo
