@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -333,26 +335,8 @@ func TestServeReloadOnSIGHUP(t *testing.T) { forEngines(t, testServeReloadOnSIGH
 func testServeReloadOnSIGHUP(t *testing.T, engine string) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "gw.yaml")
-	write := func(burst int) {
-		t.Helper()
-		err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
-routes:
-  - name: all
-    match: {paths: ["/**"]}
-    upstream: %s
-limits:
-  - name: hourly
-    rate: 1
-    per: 1h
-    burst: %d
-    key: global
-`, up.URL, burst)), 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	write := func(burst int) { t.Helper(); writeHourly(t, cfg, up.URL, burst) }
 	write(2)
 	// Without --watch=false the changed file would be applied anyway.
 	gw, _, stop, _ := startServe(t, "--engine", engine, "--config", cfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
@@ -383,6 +367,99 @@ limits:
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeHourly writes to path a policy of one route to upstream and one
+// global limit of 1 an hour with the burst given.
+func writeHourly(t *testing.T, path, upstream string, burst int) {
+	t.Helper()
+	err := os.WriteFile(path, []byte(fmt.Sprintf(`version: 1
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - name: hourly
+    rate: 1
+    per: 1h
+    burst: %d
+    key: global
+`, upstream, burst)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServeKeepsAnEarlySIGHUP: a SIGHUP that comes while serve is still
+// starting is not lost (nor, as an unhandled SIGHUP would, does it end
+// the process): the reload runs once serve serves. The test holds serve
+// while it writes where it listens (its standard output unread), changes
+// the file, sends SIGHUP, then lets serve go on; the new burst applies.
+func TestServeKeepsAnEarlySIGHUP(t *testing.T) {
+	// This process lives through the SIGHUP whatever serve does with it.
+	delivered := make(chan os.Signal, 1)
+	signal.Notify(delivered, syscall.SIGHUP)
+	defer signal.Stop(delivered)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	writeHourly(t, cfg, up.URL, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"serve", "--config", cfg, "--watch=false", "--listen", "127.0.0.1:0",
+			"--admin-listen", "off", "--ops-listen", "off", "--log-level", "error"}, pw, io.Discard)
+		pw.Close()
+		done <- err
+	}()
+	// One byte of serve's first line: serve is writing it, and waits.
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(pr, first); err != nil {
+		t.Fatal(err)
+	}
+	writeHourly(t, cfg, up.URL, 10)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-delivered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the SIGHUP was not delivered")
+	}
+	gwc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(io.MultiReader(bytes.NewReader(first), pr))
+		for sc.Scan() {
+			if m := regexp.MustCompile(`gateway on (https?://\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+				gwc <- m[1]
+			}
+		}
+	}()
+	var gw string
+	select {
+	case gw = <-gwc:
+	case err := <-done:
+		t.Fatalf("serve ended: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not say where it listens")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, h, _ := get(t, gw+"/")
+		if code == 200 && strings.Contains(h.Get("RateLimit-Policy"), `"hourly";q=10`) {
+			break
+		}
+		if code != 200 || time.Now().After(deadline) {
+			t.Fatalf("the SIGHUP sent while serve started was lost: %d, RateLimit-Policy %q", code, h.Get("RateLimit-Policy"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 }

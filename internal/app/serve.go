@@ -67,6 +67,13 @@ type ServeOptions struct {
 // rate-limit service and the HTTP check API beside the gateway when the
 // file names them.
 func Serve(ctx context.Context, o *ServeOptions, stdout io.Writer, log *slog.Logger) error {
+	// SIGHUP reloads. It is taken from the start, so that one sent while
+	// serve starts (by a test, or by systemctl reload right after the
+	// listeners open) waits for the loop below instead of ending the
+	// process, as an unhandled SIGHUP does.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	s, err := newServer(ctx, o, log)
 	if err != nil {
 		return err
@@ -82,7 +89,7 @@ func Serve(ctx context.Context, o *ServeOptions, stdout io.Writer, log *slog.Log
 	s.systemd = newSystemd(s.getenv, log)
 	s.systemd.tell(sdnotify.Ready, sdnotify.Status("serving"))
 	log.Info("serving", "listen", s.frontLn.Addr().String(), "engine", s.engineLine(), "store", s.srv.StoreKind(), "config", o.Config)
-	runErr := s.run(ctx)
+	runErr := s.run(ctx, hup)
 	if err := s.shutdown(ctx); err != nil && runErr == nil {
 		runErr = err
 	}
@@ -534,12 +541,9 @@ func (s *server) degraded() []string {
 }
 
 // run serves until ctx ends or a listener fails, reloading the policy on
-// SIGHUP and telling systemd's watchdog, when it has one, that this loop
-// still turns.
-func (s *server) run(ctx context.Context) error {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// each SIGHUP from hup (those sent since serve began included) and telling
+// systemd's watchdog, when it has one, that this loop still turns.
+func (s *server) run(ctx context.Context, hup <-chan os.Signal) error {
 	watchdog, stop := s.systemd.watchdog()
 	defer stop()
 	for {
