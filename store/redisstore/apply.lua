@@ -1038,46 +1038,47 @@ while pos <= nblob do
       k, pos, fast = k + 1, nxt, true
     end
   end
-  local opn, n
-  if not fast then opn, n, pos = sunpack('<Bi4', blob, pos) end
-  if fast then
-  elseif opn == 4 then -- lease
-    local want, wtn, wtr, back, btn, btr, mark, ri, cost, ctn, ctr, li
-    want, wtn, wtr, back, btn, btr, mark, pos = struct.unpack('<ddddddd', blob, pos)
-    ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
-    if G == nil then G = general() end
-    G.lease(KEYS[k], rules[ri], cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark); k = k + 1
-  else
-    local op = 'c'
-    if opn == 2 then op = 'p' elseif opn == 3 then op = 'r' elseif opn == 5 then op = 'v'
-    elseif opn == 6 then op = 's' end
-    local ttl, flags
-    if op == 'v' then
-      ttl = {}
-      for h = 1, n do ttl[h], pos = struct.unpack('<d', blob, pos) end
-    end
-    if opn == 7 then
-      flags = {}
-      for h = 1, n do flags[h], pos = struct.unpack('<B', blob, pos) end
-    end
-    if n > 0 then
-      -- The general path.
-      local hs = {}
-      for h = 1, n do
-        local ri, cost, ctn, ctr, li
-        ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
-        local lease = '0'
-        if li > 0 then lease = ARGV[li] end
-        hs[h] = {rules[ri], cost, ctn, ctr, lease}
-      end
+  if not fast then
+    local opn, n
+    opn, n, pos = sunpack('<Bi4', blob, pos)
+    if opn == 4 then -- lease
+      local want, wtn, wtr, back, btn, btr, mark, ri, cost, ctn, ctr, li
+      want, wtn, wtr, back, btn, btr, mark, pos = struct.unpack('<ddddddd', blob, pos)
+      ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
       if G == nil then G = general() end
-      if op == 's' then
-        k = G.settle(hs, n, k)
-      else
-        local err
-        if op == 'v' then op = 'c' end
-        k, err = G.decide(op, hs, n, k, ttl, flags)
-        if k == nil then return redis.error_reply(err) end
+      G.lease(KEYS[k], rules[ri], cost, ctn, ctr, want, wtn, wtr, back, btn, btr, mark); k = k + 1
+    else
+      local op = 'c'
+      if opn == 2 then op = 'p' elseif opn == 3 then op = 'r' elseif opn == 5 then op = 'v'
+      elseif opn == 6 then op = 's' end
+      local ttl, flags
+      if op == 'v' then
+        ttl = {}
+        for h = 1, n do ttl[h], pos = struct.unpack('<d', blob, pos) end
+      end
+      if opn == 7 then
+        flags = {}
+        for h = 1, n do flags[h], pos = struct.unpack('<B', blob, pos) end
+      end
+      if n > 0 then
+        -- The general path.
+        local hs = {}
+        for h = 1, n do
+          local ri, cost, ctn, ctr, li
+          ri, cost, ctn, ctr, li, pos = struct.unpack('<i4dddi4', blob, pos)
+          local lease = '0'
+          if li > 0 then lease = ARGV[li] end
+          hs[h] = {rules[ri], cost, ctn, ctr, lease}
+        end
+        if G == nil then G = general() end
+        if op == 's' then
+          k = G.settle(hs, n, k)
+        else
+          local err
+          if op == 'v' then op = 'c' end
+          k, err = G.decide(op, hs, n, k, ttl, flags)
+          if k == nil then return redis.error_reply(err) end
+        end
       end
     end
   end
