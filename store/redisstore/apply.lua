@@ -221,27 +221,28 @@ local function fast_fixed(op, v, r, cost)
   local wus = w / 1000
   local e = math.fmod(now_us, wus)
   local idx = (now_us - e) / wus
-  local left = math.min(w - e * 1000, BIG)
+  local left = w - e * 1000
+  if left > BIG then left = BIG end
   local count = 0
   local same = false -- the key holds this window, and expires at its end
   if #v == 16 then
-    local si, sc = struct.unpack('<dd', v)
+    local si, sc = sunpack('<dd', v)
     if si == idx then count = sc; same = true
     elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
   end
   local charged = 0
   if op == 'c' and r[2] then charged = 1 end
-  if cost > max then
-    return spack('<Bddd', charged + 4, math.max(0, max - count), 0, left)
-  end
-  if cost > max - count then
-    return spack('<Bddd', charged, math.max(0, max - count), left, left)
+  local rem = max - count
+  if cost > max or cost > rem then
+    if rem < 0 then rem = 0 end
+    if cost > max then return spack('<Bddd', charged + 4, rem, 0, left) end
+    return spack('<Bddd', charged, rem, left, left)
   end
   count = count + cost
   local nv, ttl
   if op == 'c' then
     charged = 1
-    nv, ttl = struct.pack('<dd', idx, count), KEEP
+    nv, ttl = spack('<dd', idx, count), KEEP
     if not same then ttl = ceil_ms(left) end
   end
   return spack('<Bddd', charged + 2, max - count, 0, left), nv, ttl
