@@ -199,8 +199,14 @@ func TestRLSNotifiesSystemd(t *testing.T) {
 	p := runNotified(t, []string{"rls"}, env...)
 	p.ready(t)
 	// READY=1 came after every listener was open: each accepts now. The
-	// lines that say where went out before it.
-	addrs := regexp.MustCompile(`(?m)^floodgate rls: \S+.* on (\S+)$`).FindAllStringSubmatch(p.out.String(), -1)
+	// lines that say where reach out through a pipe of their own: wait
+	// for the third.
+	where := regexp.MustCompile(`(?m)^floodgate rls: \S+.* on (\S+)$`)
+	addrs := where.FindAllStringSubmatch(p.out.String(), -1)
+	for deadline := time.Now().Add(10 * time.Second); len(addrs) < 3 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		addrs = where.FindAllStringSubmatch(p.out.String(), -1)
+	}
 	if len(addrs) != 3 {
 		t.Fatalf("rls said where %d listeners are, want 3:\n%s", len(addrs), p.out.String())
 	}
