@@ -352,20 +352,7 @@ func testServeReloadOnSIGHUP(t *testing.T, engine string) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, h, _ := get(t, gw+"/")
-		if code == 200 {
-			if !strings.Contains(h.Get("RateLimit-Policy"), `"hourly";q=10`) {
-				t.Errorf("after the reload: RateLimit-Policy %q", h.Get("RateLimit-Policy"))
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the reload never took effect: %d", code)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitPolicy(t, gw, `"hourly";q=10`, 20*time.Second, "the reload")
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +376,27 @@ limits:
 `, upstream, burst)), 0o644)
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// awaitPolicy asks the gateway gw until its RateLimit-Policy names want,
+// which must come with a 200, for at most d; what names the change
+// awaited, for a failure.
+func awaitPolicy(t *testing.T, gw, want string, d time.Duration, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		code, h, _ := get(t, gw+"/")
+		if strings.Contains(h.Get("RateLimit-Policy"), want) {
+			if code != 200 {
+				t.Fatalf("%s: %d with %s", what, code, want)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never took effect: last answer %d, RateLimit-Policy %q", what, code, h.Get("RateLimit-Policy"))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -450,20 +458,7 @@ func TestServeKeepsAnEarlySIGHUP(t *testing.T) {
 	// The reload runs once serve's loop starts, which on a loaded machine
 	// may come after the first requests: until then they get the old
 	// burst of 2 (and a 429 past it).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, h, _ := get(t, gw+"/")
-		if strings.Contains(h.Get("RateLimit-Policy"), `"hourly";q=10`) {
-			if code != 200 {
-				t.Fatalf("after the reload: %d", code)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the SIGHUP sent while serve started was lost: %d, RateLimit-Policy %q", code, h.Get("RateLimit-Policy"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitPolicy(t, gw, `"hourly";q=10`, 20*time.Second, "the reload of the SIGHUP sent while serve started")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

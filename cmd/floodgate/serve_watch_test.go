@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -49,20 +48,7 @@ func TestServeWatchesByDefault(t *testing.T) {
 		t.Fatalf("first request %d", code)
 	}
 	write(50)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, h, _ := get(t, gw+"/")
-		if strings.Contains(h.Get("RateLimit-Policy"), `"hourly";q=50`) {
-			if code != 200 {
-				t.Errorf("after the change: %d", code)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the changed file was never applied (last answer %d, %q)", code, h.Get("RateLimit-Policy"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitPolicy(t, gw, `"hourly";q=50`, 30*time.Second, "the changed file")
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
