@@ -126,11 +126,11 @@
 // TTL: the time until its state would be back to full or idle; a rate
 // algorithm's key lives two to three seconds longer, so that a key charged
 // steadily keeps its TTL (SET ... KEEPTTL, whose command costs Redis 0.15
-// µs against 0.4 µs for SET ... PX) and gets a new one once every second or two, not on
-// every charge (the deadline is spelt in its state, see apply.lua). Counters and
-// arrival times are stored as packed doubles (the struct library of Redis'
-// Lua), which spares a text conversion in every decision; the sliding log
-// and the leases are a sorted set and a hash.
+// µs against 0.4 µs for SET ... PX) and gets a new one once every second
+// or two, not on every charge (the deadline is spelt in its state, see
+// apply.lua). Counters and arrival times are stored as packed doubles (the
+// struct library of Redis' Lua), which spares a text conversion in every
+// decision; the sliding log and the leases are a sorted set and a hash.
 //
 // # Cluster: the over-count bound
 //
