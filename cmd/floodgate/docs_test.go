@@ -42,11 +42,7 @@ func docLine(t *testing.T, path, marker string) string {
 // variable is not set.
 func TestDocumentedStoreTimeout(t *testing.T) {
 	want := floodgate.DefaultStoreTimeout.String()
-	rlsDocumentsDefault(t, "FLOODGATE_STORE_TIMEOUT", want, ")")
-	env, err := app.ReadEnvoy(func(string) (string, bool) { return "", false }, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := rlsDocumentsDefault(t, "FLOODGATE_STORE_TIMEOUT", want, ")")
 	if got := env.Settings.Engine.Timeout; got != 0 {
 		t.Errorf("rls without FLOODGATE_STORE_TIMEOUT sets %v, not the engine's default", got)
 	}
@@ -57,19 +53,16 @@ func TestDocumentedStoreTimeout(t *testing.T) {
 // rls holds when the variable is not set.
 func TestDocumentedHeapReserve(t *testing.T) {
 	want := strconv.Itoa(app.DefaultHeapReserveMiB)
-	rlsDocumentsDefault(t, "FLOODGATE_HEAP_RESERVE_MIB", want, ";")
-	env, err := app.ReadEnvoy(func(string) (string, bool) { return "", false }, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := rlsDocumentsDefault(t, "FLOODGATE_HEAP_RESERVE_MIB", want, ";")
 	if got := env.Settings.RLS.HeapReserveMiB; strconv.Itoa(got) != want {
 		t.Errorf("rls without FLOODGATE_HEAP_RESERVE_MIB holds %d MiB, want %s", got, want)
 	}
 }
 
 // rlsDocumentsDefault checks that floodgate rls --help says "(default
-// <want><end>" of the variable, and docs/envoy.md's row of it "(<want>)".
-func rlsDocumentsDefault(t *testing.T, variable, want, end string) {
+// <want><end>" of the variable, and docs/envoy.md's row of it "(<want>)",
+// and returns what rls reads from an empty environment.
+func rlsDocumentsDefault(t *testing.T, variable, want, end string) *app.Envoy {
 	t.Helper()
 	var out, errb bytes.Buffer
 	if err := run(context.Background(), []string{"rls", "--help"}, &out, &errb); err != nil {
@@ -86,6 +79,11 @@ func rlsDocumentsDefault(t *testing.T, variable, want, end string) {
 	if row := docLine(t, "../../docs/envoy.md", "| `"+variable+"` ("); !strings.Contains(row, "("+want+")") {
 		t.Errorf("docs/envoy.md: %s\nwant the default %s", row, want)
 	}
+	env, err := app.ReadEnvoy(func(string) (string, bool) { return "", false }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
 }
 
 // TestDocumentedInvalidToken: a route's on_invalid_token defaults to
