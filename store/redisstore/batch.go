@@ -34,7 +34,7 @@ const (
 	// DefaultMaxBatch is the default of Options.MaxBatch.
 	DefaultMaxBatch = 128
 	// DefaultBatchesInFlight is the default of Options.BatchesInFlight.
-	DefaultBatchesInFlight = 2
+	DefaultBatchesInFlight = 3
 )
 
 // States of a request handed to a lane.
