@@ -278,3 +278,59 @@ routes:
 		t.Errorf("https upstream through server.upstream.tls: %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestGatewayTLSPastMaxConnections: past server.max_connections a TLS
+// client is refused in TLS (a fatal internal_error alert), which it can
+// report, not with a plaintext 503 it takes for a broken handshake; the
+// connections within the cap are served.
+func TestGatewayTLSPastMaxConnections(t *testing.T) {
+	forEngines(t, testGatewayTLSPastMaxConnections)
+}
+
+func testGatewayTLSPastMaxConnections(t *testing.T, engine string) {
+	p := newGatewayPKI(t)
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	cfg := filepath.Join(p.dir, "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  max_connections: 2
+  tls: {certs: [{cert: a.crt, key: a.key}]}
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: %s}
+`, up.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	addr := strings.TrimPrefix(gw, "https://")
+	dial := func() (*tls.Conn, error) {
+		tc := &tls.Config{RootCAs: p.server.Pool, ServerName: "a.example"}
+		return tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, tc)
+	}
+	// Two connections take the cap.
+	for range 2 {
+		c, err := dial()
+		if err != nil {
+			t.Fatalf("a connection within the cap: %v", err)
+		}
+		defer c.Close()
+	}
+	waitUntil(t, "two open connections", 10*time.Second, func() bool {
+		_, _, text := get(t, admin+"/metrics")
+		return strings.Contains(text, "floodgate_connections_open 2\n")
+	})
+	for i := range 5 {
+		c, err := dial()
+		if err == nil {
+			c.Close()
+			t.Fatalf("connection %d past the cap of 2 completed its handshake", i+3)
+		}
+		if !strings.Contains(err.Error(), "remote error: tls: internal error") {
+			t.Errorf("connection %d past the cap: %v, want the server's internal_error alert", i+3, err)
+		}
+	}
+	_, _, text := get(t, admin+"/metrics")
+	if !strings.Contains(text, "floodgate_connections_shed_total 5\n") {
+		t.Errorf("want 5 connections shed in /metrics:\n%s", grepLines(text, "floodgate_connections_"))
+	}
+}

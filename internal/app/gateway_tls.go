@@ -177,6 +177,7 @@ func (s *server) serveTLS() error {
 	s.frontCerts = set
 	s.front.TLSConfig = tc
 	s.front.Protocols.SetHTTP2(true)
+	s.conns.speaksTLS()
 	s.frontLn = tls.NewListener(s.frontLn, tc)
 	return nil
 }

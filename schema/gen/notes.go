@@ -44,7 +44,7 @@ var notes = map[string]string{
 	"Server.method_override":      `{"default": "strip", "description": "X-HTTP-Method-Override and its kin: strip them (default strip), reject the request with 400, or honor them (match with the method they name)."}`,
 	"Server.engine":               `{"default": "fast", "description": "The gateway listener's HTTP engine: fast (default; HTTP/1.1 on fasthttp, HTTP/2 with prior knowledge and upgraded connections handed to net/http) or net/http (every request on net/http)."}`,
 	"Server.timeouts":             `{"description": "Bounds on the gateway's client connections."}`,
-	"Server.max_connections":      `{"minimum": 0, "description": "Client connections served at once; past it 503. 0, the default, means half the open-file limit."}`,
+	"Server.max_connections":      `{"minimum": 0, "description": "Client connections served at once; past it 503 (on a TLS listener a TLS internal_error alert). 0, the default, means half the open-file limit."}`,
 	"Server.memory":               `{"description": "Bounds on what the stores keep."}`,
 	"Server.redis_eviction":       `{"default": "warn", "description": "When a Redis server may evict the limiter's keys: warn (default warn) or refuse to start."}`,
 	"Server.api_auth":             `{"default": "token", "description": "How the check API authenticates callers: a bearer token of api_tokens (default token), or none."}`,
