@@ -282,7 +282,7 @@ routes:
 // TestGatewayTLSPastMaxConnections: past server.max_connections a TLS
 // client is refused in TLS (a fatal internal_error alert), which it can
 // report, not with a plaintext 503 it takes for a broken handshake; the
-// connections within the cap are served.
+// connections within the cap complete their handshakes.
 func TestGatewayTLSPastMaxConnections(t *testing.T) {
 	forEngines(t, testGatewayTLSPastMaxConnections)
 }
