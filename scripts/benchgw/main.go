@@ -3,13 +3,16 @@
 // Floodgate's) to measure what Floodgate adds on top of proxying, a bare
 // fasthttp server answering every request with the same 429 Floodgate's
 // per-address limit answers (what the edge engine's 429 path costs without
-// the gateway), and a
-// client that holds idle keep-alive connections open, to measure what each
-// costs a server.
+// the gateway), two floors under the pass-through (a bare fasthttp proxy
+// set up as the edge engine's, and event loops of its own driving epoll),
+// and a client that holds idle keep-alive connections open, to measure what
+// each costs a server.
 //
 //	benchgw upstream -addr 127.0.0.1:18101
 //	benchgw proxy -addr 127.0.0.1:18102 -target http://127.0.0.1:18101
 //	benchgw fixed429 -addr 127.0.0.1:18104
+//	benchgw fastproxy -addr 127.0.0.1:18105 -target http://127.0.0.1:18101
+//	benchgw loopproxy -addr 127.0.0.1:18106 -target http://127.0.0.1:18101
 //	benchgw idle -target http://127.0.0.1:18102/ -n 2000
 //	benchgw tls -target https://127.0.0.1:18103/ -ca cert.pem -server-name bench.example -mode handshake
 package main
@@ -52,7 +55,7 @@ func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchgw upstream|proxy [flags]")
+		return errors.New("usage: benchgw upstream|proxy|fixed429|fastproxy|loopproxy|idle|tls [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
@@ -71,6 +74,12 @@ func run(args []string) error {
 	}
 	if args[0] == "fixed429" {
 		return fixed429(*addr)
+	}
+	if args[0] == "fastproxy" {
+		return fastProxy(*addr, *target)
+	}
+	if args[0] == "loopproxy" {
+		return loopProxy(*addr, *target)
 	}
 	if args[0] == "tls" {
 		return benchTLS(*target, *tlsCA, *tlsName, *tlsMode, *tlsConns, *tlsDuration)

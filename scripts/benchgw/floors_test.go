@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestFloorsPassRequests checks that both floors under the pass-through
+// pass kept-alive requests to a real upstream and its answers back whole,
+// so that what the bench measures is a proxy.
+func TestFloorsPassRequests(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "path=%s", r.URL.Path)
+	}))
+	defer up.Close()
+	floors := map[string]func(addr, target string) error{"fastproxy": fastProxy}
+	if runtime.GOOS == "linux" {
+		floors["loopproxy"] = loopProxy
+	}
+	for name, serve := range floors {
+		t.Run(name, func(t *testing.T) {
+			addr := freeAddr(t)
+			errc := make(chan error, 1)
+			go func() { errc <- serve(addr, up.URL) }()
+			var c net.Conn
+			var err error
+			for i := 0; i < 100; i++ {
+				if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
+					break
+				}
+				select {
+				case err := <-errc:
+					t.Fatalf("%s: %v", name, err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			for i := 0; i < 3; i++ {
+				path := fmt.Sprintf("/r%d", i)
+				fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: bench\r\n\r\n", path)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || string(body) != "path="+path {
+					t.Fatalf("request %d: %d %q %v", i, resp.StatusCode, body, err)
+				}
+			}
+		})
+	}
+}
+
+// TestLoopProxyClosesOnBody checks that the event loop floor, which passes
+// only requests without a body, closes the connection of one with a body
+// rather than pass half of it.
+func TestLoopProxyClosesOnBody(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop floor needs epoll")
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	addr := freeAddr(t)
+	go func() { _ = loopProxy(addr, up.URL) }()
+	var c net.Conn
+	var err error
+	for i := 0; i < 100; i++ {
+		if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: bench\r\nContent-Length: 3\r\n\r\nabc")
+	n, err := c.Read(make([]byte, 64))
+	if n != 0 || err == nil {
+		t.Fatalf("read %d bytes, %v: want the connection closed", n, err)
+	}
+}
