@@ -12,11 +12,11 @@
 # the upstream is never reached; NGINX limits $binary_remote_addr the same
 # way and does not log its rejections). A bare fasthttp server answering
 # every request with the same 429 (benchgw fixed429) is the floor under the
-# edge engine's 429 path. Two floors under the pass-through: a bare
-# fasthttp proxy set up as the edge engine's, doing none of a gateway's
-# work (benchgw fastproxy), and event loops of their own driving epoll,
-# passing requests as they came (benchgw loopproxy): what fasthttp costs,
-# and what Go and the kernel cost without a goroutine per connection.
+# edge engine's 429 path. Three floors under the pass-through, none doing
+# a gateway's work: a bare fasthttp proxy set up as the edge engine's
+# (benchgw fastproxy); a goroutine per connection over net.Conn passing
+# requests as they came, with no HTTP library (benchgw connproxy); and the
+# same from event loops of its own driving epoll (benchgw loopproxy).
 #
 # ROUNDS rounds, each measuring every server once in turn (the order
 # rotates from round to round), so that a busy machine weighs on all
@@ -127,6 +127,7 @@ pick UP
 pick BARE
 pick BARE_429
 pick BARE_FAST
+pick BARE_CONN
 pick BARE_LOOP
 pick FAST_PASS
 pick FAST_REJECT
@@ -177,6 +178,9 @@ PID_BARE_429=$!
 "$work/benchgw" fastproxy -addr "127.0.0.1:$BARE_FAST" -target "http://127.0.0.1:$UP" >/dev/null &
 pids+=($!)
 PID_BARE_FAST=$!
+"$work/benchgw" connproxy -addr "127.0.0.1:$BARE_CONN" -target "http://127.0.0.1:$UP" >/dev/null &
+pids+=($!)
+PID_BARE_CONN=$!
 "$work/benchgw" loopproxy -addr "127.0.0.1:$BARE_LOOP" -target "http://127.0.0.1:$UP" >/dev/null &
 pids+=($!)
 PID_BARE_LOOP=$!
@@ -253,7 +257,7 @@ nginx_conf front auto "    upstream up { server 127.0.0.1:$UP; keepalive 256; }
 pids+=($!)
 PID_NGINX=$!
 
-for p in $UP $BARE $BARE_429 $BARE_FAST $BARE_LOOP $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_PASS $NG_REJECT; do
+for p in $UP $BARE $BARE_429 $BARE_FAST $BARE_CONN $BARE_LOOP $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_PASS $NG_REJECT; do
 	wait_http "http://127.0.0.1:$p/"
 done
 # The tiny limits: spend the one request, check that all answer 429.
@@ -266,7 +270,7 @@ for p in $FAST_REJECT $NET_REJECT $NG_REJECT $BARE_429; do
 		exit 1
 	fi
 done
-for p in $BARE $BARE_FAST $BARE_LOOP $FAST_PASS $NET_PASS $NG_PASS; do
+for p in $BARE $BARE_FAST $BARE_CONN $BARE_LOOP $FAST_PASS $NET_PASS $NG_PASS; do
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/")
 	if [ "$code" != 200 ]; then
 		echo "bench-gateway: port $p answers $code, not 200" >&2
@@ -277,7 +281,7 @@ done
 # The servers measured: name, URL, PID whose processes are counted.
 NAMES=("upstream (direct)" "bare Go proxy" "floodgate fast pass" "floodgate net/http pass" "nginx pass"
 	"floodgate fast 429" "floodgate net/http 429" "nginx 429" "bare fasthttp 429"
-	"bare fasthttp proxy" "bare event loop proxy")
+	"bare fasthttp proxy" "bare goroutine proxy" "bare event loop proxy")
 declare -A URL=(
 	["upstream (direct)"]="http://127.0.0.1:$UP/"
 	["bare Go proxy"]="http://127.0.0.1:$BARE/"
@@ -289,6 +293,7 @@ declare -A URL=(
 	["nginx 429"]="http://127.0.0.1:$NG_REJECT/"
 	["bare fasthttp 429"]="http://127.0.0.1:$BARE_429/"
 	["bare fasthttp proxy"]="http://127.0.0.1:$BARE_FAST/"
+	["bare goroutine proxy"]="http://127.0.0.1:$BARE_CONN/"
 	["bare event loop proxy"]="http://127.0.0.1:$BARE_LOOP/"
 )
 declare -A SPID=(
@@ -302,6 +307,7 @@ declare -A SPID=(
 	["nginx 429"]=$PID_NGINX
 	["bare fasthttp 429"]=$PID_BARE_429
 	["bare fasthttp proxy"]=$PID_BARE_FAST
+	["bare goroutine proxy"]=$PID_BARE_CONN
 	["bare event loop proxy"]=$PID_BARE_LOOP
 )
 
@@ -455,6 +461,7 @@ row "floodgate fast pass" "pass-through" "nginx pass"
 row "floodgate net/http pass" "pass-through" "nginx pass"
 row "bare Go proxy" "pass-through" "nginx pass"
 row "bare fasthttp proxy" "pass-through" "nginx pass"
+row "bare goroutine proxy" "pass-through" "nginx pass"
 row "bare event loop proxy" "pass-through" "nginx pass"
 row "nginx pass" "pass-through" ""
 row "upstream (direct)" "upstream" ""

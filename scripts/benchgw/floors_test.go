@@ -32,7 +32,7 @@ func TestFloorsPassRequests(t *testing.T) {
 		fmt.Fprintf(w, "path=%s", r.URL.Path)
 	}))
 	defer up.Close()
-	floors := map[string]func(addr, target string) error{"fastproxy": fastProxy}
+	floors := map[string]func(addr, target string) error{"fastproxy": fastProxy, "connproxy": connProxy}
 	if runtime.GOOS == "linux" {
 		floors["loopproxy"] = loopProxy
 	}

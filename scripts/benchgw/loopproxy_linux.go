@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"runtime"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -169,12 +168,6 @@ func (l *loop) dial(c *loopConn) bool {
 	return true
 }
 
-var (
-	headEnd          = []byte("\r\n\r\n")
-	contentLength    = []byte("\r\ncontent-length:")
-	transferEncoding = []byte("\r\ntransfer-encoding:")
-)
-
 // readable reads what came on c once, and passes a whole request head or
 // a whole answer on.
 func (l *loop) readable(c *loopConn) {
@@ -214,18 +207,4 @@ func (l *loop) readable(c *loopConn) {
 		return
 	}
 	c.in = c.in[:copy(c.in, c.in[size:])]
-}
-
-// lengthOf finds the Content-Length of an answer's head.
-func lengthOf(head []byte) (int, bool) {
-	j := bytes.Index(bytes.ToLower(head), contentLength)
-	if j < 0 {
-		return 0, false
-	}
-	v := head[j+len(contentLength):]
-	if k := bytes.IndexByte(v, '\r'); k >= 0 {
-		v = v[:k]
-	}
-	n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
-	return n, err == nil && n >= 0
 }

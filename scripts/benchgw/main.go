@@ -3,8 +3,9 @@
 // Floodgate's) to measure what Floodgate adds on top of proxying, a bare
 // fasthttp server answering every request with the same 429 Floodgate's
 // per-address limit answers (what the edge engine's 429 path costs without
-// the gateway), two floors under the pass-through (a bare fasthttp proxy
-// set up as the edge engine's, and event loops of its own driving epoll),
+// the gateway), three floors under the pass-through (a bare fasthttp proxy
+// set up as the edge engine's, a goroutine per connection over net.Conn
+// with no HTTP library, and event loops of its own driving epoll),
 // and a client that holds idle keep-alive connections open, to measure what
 // each costs a server.
 //
@@ -12,6 +13,7 @@
 //	benchgw proxy -addr 127.0.0.1:18102 -target http://127.0.0.1:18101
 //	benchgw fixed429 -addr 127.0.0.1:18104
 //	benchgw fastproxy -addr 127.0.0.1:18105 -target http://127.0.0.1:18101
+//	benchgw connproxy -addr 127.0.0.1:18107 -target http://127.0.0.1:18101
 //	benchgw loopproxy -addr 127.0.0.1:18106 -target http://127.0.0.1:18101
 //	benchgw idle -target http://127.0.0.1:18102/ -n 2000
 //	benchgw tls -target https://127.0.0.1:18103/ -ca cert.pem -server-name bench.example -mode handshake
@@ -55,7 +57,7 @@ func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchgw upstream|proxy|fixed429|fastproxy|loopproxy|idle|tls [flags]")
+		return errors.New("usage: benchgw upstream|proxy|fixed429|fastproxy|connproxy|loopproxy|idle|tls [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
@@ -77,6 +79,9 @@ func run(args []string) error {
 	}
 	if args[0] == "fastproxy" {
 		return fastProxy(*addr, *target)
+	}
+	if args[0] == "connproxy" {
+		return connProxy(*addr, *target)
 	}
 	if args[0] == "loopproxy" {
 		return loopProxy(*addr, *target)

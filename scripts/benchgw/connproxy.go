@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+)
+
+// connProxy passes requests without a body, on addr, to target as
+// loopProxy does, but with a goroutine per client connection over
+// net.Conn, each with an upstream connection of its own: the floor of what
+// Go and the kernel cost for the pass-through with Go's netpoller and no
+// HTTP library, between the event loops (loopproxy) and the bare fasthttp
+// proxy (fastproxy).
+func connProxy(addr, target string) error {
+	u, err := url.Parse(target)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("connproxy: target %q: want http://host:port", target)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stdout, "listening on", ln.Addr())
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go passConn(c, u.Host)
+	}
+}
+
+// passConn serves one client connection until it or its upstream ends.
+func passConn(c net.Conn, upstream string) {
+	defer c.Close()
+	up, err := net.DialTimeout("tcp", upstream, 5*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	buf := make([]byte, 16<<10)
+	var in, answer []byte
+	for {
+		i := -1
+		for i < 0 {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			in = append(in, buf[:n]...)
+			i = bytes.Index(in, headEnd)
+		}
+		h := bytes.ToLower(in[:i])
+		if bytes.Contains(h, contentLength) || bytes.Contains(h, transferEncoding) {
+			return // a body: not passed
+		}
+		if _, err := up.Write(in[:i+4]); err != nil {
+			return
+		}
+		in = in[:copy(in, in[i+4:])]
+		for {
+			n, err := up.Read(buf)
+			if err != nil {
+				return
+			}
+			answer = append(answer, buf[:n]...)
+			j := bytes.Index(answer, headEnd)
+			if j < 0 {
+				continue
+			}
+			cl, ok := lengthOf(answer[:j])
+			if !ok {
+				return
+			}
+			if size := j + 4 + cl; len(answer) >= size {
+				if _, err := c.Write(answer[:size]); err != nil {
+					return
+				}
+				answer = answer[:copy(answer, answer[size:])]
+				break
+			}
+		}
+	}
+}
+
+// The bytes the floors look for in a head (lowercased).
+var (
+	headEnd          = []byte("\r\n\r\n")
+	contentLength    = []byte("\r\ncontent-length:")
+	transferEncoding = []byte("\r\ntransfer-encoding:")
+)
+
+// lengthOf finds the Content-Length of an answer's head.
+func lengthOf(head []byte) (int, bool) {
+	j := bytes.Index(bytes.ToLower(head), contentLength)
+	if j < 0 {
+		return 0, false
+	}
+	v := head[j+len(contentLength):]
+	if k := bytes.IndexByte(v, '\r'); k >= 0 {
+		v = v[:k]
+	}
+	n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
+	return n, err == nil && n >= 0
+}
