@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -93,8 +94,8 @@ func TestHittersFindHeavyKeys(t *testing.T) {
 			t.Errorf("%v: not a heavy key, or the bounds do not hold (true count %d)", x, n)
 		}
 	}
-	if len(h.cur) > 10 {
-		t.Errorf("sketch holds %d keys, more than 10", len(h.cur))
+	if len(h.cur.heap) > 10 || len(h.cur.at) != len(h.cur.heap) {
+		t.Errorf("sketch holds %d keys (%d indexed), more than 10", len(h.cur.heap), len(h.cur.at))
 	}
 }
 
@@ -162,6 +163,99 @@ func BenchmarkObserveDecision(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			rec.ObserveDecision(req, res)
+		}
+	})
+}
+
+// TestHittersBoundsUnderChurn checks the Space-Saving bounds on streams
+// where far more keys than counters are denied (a flood from many
+// addresses, every new key taking the smallest counter's place), against
+// the true counts: the counts sum to the 429s, each kept key's count
+// bounds its true count from above and count - error from below, and
+// every key denied more than total/k times is kept.
+func TestHittersBoundsUnderChurn(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 11))
+	for round := 0; round < 20; round++ {
+		k := 1 + rng.IntN(40)
+		h := NewHitters(k)
+		truth := map[string]uint64{}
+		total := 0
+		n := 500 + rng.IntN(5000)
+		heavy := 1 + rng.IntN(5)
+		for i := 0; i < n; i++ {
+			var key string
+			if rng.IntN(4) == 0 {
+				key = fmt.Sprintf("heavy-%d", rng.IntN(heavy))
+			} else {
+				key = fmt.Sprintf("ip:%d", rng.IntN(100000))
+			}
+			h.Add("l", key)
+			truth[key]++
+			total++
+		}
+		var sum uint64
+		for i, s := range h.cur.heap {
+			sum += s.count
+			if at := h.cur.at[s.key]; at != s || s.pos != i {
+				t.Fatalf("round %d: %v at %d is indexed at %d", round, s.key, i, s.pos)
+			}
+			if i > 0 && h.cur.heap[(i-1)/2].count > s.count {
+				t.Fatalf("round %d: the heap's order breaks at %d", round, i)
+			}
+		}
+		if sum != uint64(total) || len(h.cur.heap) > k || len(h.cur.at) != len(h.cur.heap) {
+			t.Fatalf("round %d: counts sum to %d of %d 429s, %d kept (%d indexed) of at most %d",
+				round, sum, total, len(h.cur.heap), len(h.cur.at), k)
+		}
+		kept := map[string]bool{}
+		for _, x := range h.Top(k) {
+			kept[x.Key] = true
+			if n := truth[x.Key]; x.Count < n || x.Count-x.Error > n {
+				t.Errorf("round %d: %+v does not bound its true count %d", round, x, n)
+			}
+		}
+		for key, n := range truth {
+			if n*uint64(k) > uint64(total) && !kept[key] {
+				t.Errorf("round %d: %s denied %d of %d times (k=%d) is not kept", round, key, n, total, k)
+			}
+		}
+	}
+}
+
+// TestHittersFloodAllocatesNothing: a key taking another's place takes its
+// counter, so a flood of new keys allocates nothing.
+func TestHittersFloodAllocatesNothing(t *testing.T) {
+	h := NewHitters(DefaultHitters)
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("ip:%d", i)
+	}
+	i := 0
+	if a := testing.AllocsPerRun(5000, func() { h.Add("l", keys[i%len(keys)]); i++ }); a != 0 {
+		t.Errorf("a 429 of a new key allocates %.1f times", a)
+	}
+}
+
+// BenchmarkHitters: a 429 counted in the sketch, from one key and from a
+// flood of keys far more than the sketch keeps.
+func BenchmarkHitters(b *testing.B) {
+	keys := make([]string, 100000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("ip:10.%d.%d.%d", i>>16, i>>8&255, i&255)
+	}
+	b.Run("one-key", func(b *testing.B) {
+		h := NewHitters(DefaultHitters)
+		for b.Loop() {
+			h.Add("per-ip", keys[0])
+		}
+	})
+	b.Run("many-keys", func(b *testing.B) {
+		h := NewHitters(DefaultHitters)
+		i := 0
+		for b.Loop() {
+			h.Add("per-ip", keys[i%len(keys)])
+			i++
 		}
 	})
 }

@@ -15,11 +15,16 @@ const DefaultHitters = 100
 // key denied more than total/k times is among them. Two generations are
 // kept and the older dropped every half hour, so the list follows the last
 // 30 to 60 minutes.
+//
+// The counters are a min-heap on their counts, so that a 429 costs
+// O(log k) whatever the keys: a flood from more keys than k (each new key
+// taking the smallest counter's place) costs no more a refusal than one
+// from a single key.
 type Hitters struct {
 	k int
 
 	mu       sync.Mutex // guards everything below
-	cur, old map[hitterKey]*counter
+	cur, old *generation
 	rotated  time.Time
 }
 
@@ -29,9 +34,30 @@ type counter struct {
 	count, over uint64
 }
 
+// generation is one generation's counters: a min-heap on count, and where
+// each key's counter is. The counters are allocated with the generation
+// and reused: a key that takes another's place takes its counter.
+type generation struct {
+	heap  []*hitSlot
+	at    map[hitterKey]*hitSlot
+	slots []hitSlot
+}
+
+// hitSlot is a key's counter and its place in the heap.
+type hitSlot struct {
+	key hitterKey
+	counter
+	pos int
+}
+
+func newGeneration(k int) *generation {
+	return &generation{heap: make([]*hitSlot, 0, k), at: make(map[hitterKey]*hitSlot, k), slots: make([]hitSlot, k)}
+}
+
 // NewHitters keeps k keys (at least 1).
 func NewHitters(k int) *Hitters {
-	return &Hitters{k: max(k, 1), cur: map[hitterKey]*counter{}, old: map[hitterKey]*counter{}}
+	k = max(k, 1)
+	return &Hitters{k: k, cur: newGeneration(k), old: newGeneration(0)}
 }
 
 // Add counts one 429 of key under limit.
@@ -39,23 +65,64 @@ func (h *Hitters) Add(limit, key string) {
 	hk := hitterKey{limit, key}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c := h.cur[hk]; c != nil {
+	g := h.cur
+	if c := g.at[hk]; c != nil {
 		c.count++
+		g.down(c.pos)
 		return
 	}
-	if len(h.cur) < h.k {
-		h.cur[hk] = &counter{count: 1}
+	if n := len(g.heap); n < h.k {
+		c := &g.slots[n]
+		*c = hitSlot{key: hk, counter: counter{count: 1}, pos: n}
+		g.heap = append(g.heap, c)
+		g.at[hk] = c
+		g.up(n)
 		return
 	}
-	var minK hitterKey
-	var minC *counter
-	for k, c := range h.cur {
-		if minC == nil || c.count < minC.count {
-			minK, minC = k, c
+	// The smallest counter, at the root, goes to the new key.
+	c := g.heap[0]
+	delete(g.at, c.key)
+	c.key, c.counter = hk, counter{count: c.count + 1, over: c.count}
+	g.at[hk] = c
+	g.down(0)
+}
+
+// up moves the counter at i towards the root while its count is below
+// its parent's.
+func (g *generation) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if g.heap[p].count <= g.heap[i].count {
+			return
 		}
+		g.swap(i, p)
+		i = p
 	}
-	delete(h.cur, minK)
-	h.cur[hk] = &counter{count: minC.count + 1, over: minC.count}
+}
+
+// down moves the counter at i towards the leaves while a child's count is
+// below its own.
+func (g *generation) down(i int) {
+	n := len(g.heap)
+	for {
+		least := i
+		if l := 2*i + 1; l < n && g.heap[l].count < g.heap[least].count {
+			least = l
+		}
+		if r := 2*i + 2; r < n && g.heap[r].count < g.heap[least].count {
+			least = r
+		}
+		if least == i {
+			return
+		}
+		g.swap(i, least)
+		i = least
+	}
+}
+
+func (g *generation) swap(i, j int) {
+	g.heap[i], g.heap[j] = g.heap[j], g.heap[i]
+	g.heap[i].pos, g.heap[j].pos = i, j
 }
 
 // Rotate starts a new generation when the current one is half an hour
@@ -67,7 +134,7 @@ func (h *Hitters) Rotate(now time.Time) {
 		h.rotated = now
 	}
 	if now.Sub(h.rotated) >= 30*time.Minute {
-		h.old, h.cur, h.rotated = h.cur, map[hitterKey]*counter{}, now
+		h.old, h.cur, h.rotated = h.cur, newGeneration(h.k), now
 	}
 }
 
@@ -85,12 +152,12 @@ type Hitter struct {
 func (h *Hitters) Top(n int) []Hitter {
 	h.mu.Lock()
 	sum := map[hitterKey]counter{}
-	for _, gen := range []map[hitterKey]*counter{h.old, h.cur} {
-		for k, c := range gen {
-			s := sum[k]
+	for _, gen := range []*generation{h.old, h.cur} {
+		for _, c := range gen.heap {
+			s := sum[c.key]
 			s.count += c.count
 			s.over += c.over
-			sum[k] = s
+			sum[c.key] = s
 		}
 	}
 	h.mu.Unlock()
