@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -63,9 +64,8 @@ type PolicyMatcher struct {
 	current  atomic.Pointer[resolverFor]
 	pool     sync.Pool // *policy.Match
 
-	lastLog    atomic.Int64 // unix ns of the last invalid-token line
-	suppressed atomic.Int64 // invalid tokens not logged since
-	verified   atomic.Uint64
+	badLog   lograte.Gate // invalid-token lines: one a second
+	verified atomic.Uint64
 }
 
 // TokensVerified counts the tokens whose signature was checked: requests
@@ -232,14 +232,12 @@ func (pm *PolicyMatcher) invalidToken(r *Request, err error) {
 	if pm.onBad != nil {
 		pm.onBad(reason)
 	}
-	now := time.Now().UnixNano()
-	last := pm.lastLog.Load()
-	if now-last < int64(time.Second) || !pm.lastLog.CompareAndSwap(last, now) {
-		pm.suppressed.Add(1)
+	held, ok := pm.badLog.Pass(time.Now())
+	if !ok {
 		return
 	}
 	pm.log.Warn("gateway: invalid token", "reason", reason, "err", err, "path", strings.Clone(r.Path),
-		"remote", r.Peer, "not_logged_since", pm.suppressed.Swap(0))
+		"remote", r.Peer, "not_logged_since", held)
 }
 
 // MethodOverrideOf returns the gateway's setting for a file's

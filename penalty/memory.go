@@ -14,11 +14,19 @@ type Memory struct {
 	max int
 	now func() time.Time
 
-	mu       sync.Mutex // guards offences, bans and version
+	mu       sync.Mutex // guards everything below
 	offences map[id]offences
 	bans     map[id]memBan
 	version  int64
+	// While the bans are full, they are swept for ended ones at most
+	// once a second (nextSweep), not on every new key's ban: a flood of
+	// keys would otherwise pay a scan of every ban for each of its bans.
+	nextSweep time.Time
+	sweeps    int // sweeps of the bans made, for tests
 }
+
+// sweepEvery is how often at most a full memory backend sweeps its bans.
+const sweepEvery = time.Second
 
 type offences struct {
 	n   int64
@@ -55,10 +63,7 @@ func (m *Memory) Offend(_ context.Context, r *config.Ban, key string) (*Ban, err
 	o, ok := m.offences[k]
 	if !ok || !now.Before(o.end) {
 		if !ok && len(m.offences) >= m.max {
-			m.sweep(now)
-			if len(m.offences) >= m.max {
-				return nil, nil // full: counted no more until some end
-			}
+			m.sweepOffences(now)
 		}
 		o = offences{end: now.Add(r.Within)}
 	}
@@ -72,7 +77,10 @@ func (m *Memory) Offend(_ context.Context, r *config.Ban, key string) (*Ban, err
 	if b, ok := m.bans[k]; ok && b.forget.After(now) {
 		strikes = b.Strikes
 	} else if !ok && len(m.bans) >= m.max {
-		m.sweep(now)
+		if now.Before(m.nextSweep) {
+			return nil, nil // full, and swept less than a second ago
+		}
+		m.sweepBans(now)
 		if len(m.bans) >= m.max {
 			return nil, nil
 		}
@@ -98,21 +106,29 @@ func banFor(r *config.Ban, strikes int) time.Duration {
 	return min(d, r.MaxBan)
 }
 
-// sweep drops the counters whose window passed and the bans whose strikes
-// are forgotten.
-func (m *Memory) sweep(now time.Time) {
+// sweepBans drops the bans whose strikes are forgotten; the next sweep
+// of full bans waits a second.
+func (m *Memory) sweepBans(now time.Time) {
 	for k, b := range m.bans {
 		if !b.forget.After(now) {
 			delete(m.bans, k)
 		}
 	}
+	m.sweeps++
+	m.nextSweep = now.Add(sweepEvery)
+}
+
+// sweepOffences drops the counters whose window passed, and all of them
+// when that leaves them full (a flood of keys: the windows start again),
+// so that the next sweep waits for as many new keys as the bound.
+func (m *Memory) sweepOffences(now time.Time) {
 	for k, o := range m.offences {
 		if !o.end.After(now) {
 			delete(m.offences, k)
 		}
 	}
 	if len(m.offences) >= m.max {
-		clear(m.offences) // a flood of keys: windows start again
+		clear(m.offences)
 	}
 }
 

@@ -3,6 +3,7 @@ package penalty
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"sort"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/follow"
+	"github.com/floodgate/floodgate/internal/lograte"
 )
 
 // DefaultMaxBans bounds the bans and the offence counters a backend keeps.
@@ -76,10 +78,12 @@ type Box struct {
 	local bool // the backend is this process's memory: its bans are the view
 
 	rules atomic.Pointer[[]config.Ban]
-	view  atomic.Pointer[map[id]Ban] // the bans as last read
+	view  atomic.Pointer[view] // the bans as last read
 	ver   atomic.Pointer[string]
+	seed  maphash.Seed // of the view's parts
 
-	mu      sync.Mutex // serialises refreshes
+	banLog  lograte.Gate // ban lines: one a second, however many keys a flood bans
+	mu      sync.Mutex   // serialises refreshes
 	bans    *prometheus.CounterVec
 	refused *prometheus.CounterVec
 
@@ -102,8 +106,8 @@ func New(rules []config.Ban, o Options) (*Box, error) {
 	}
 	_, b.local = b.be.(*Memory)
 	b.SetRules(rules)
-	empty := map[id]Ban{}
-	b.view.Store(&empty)
+	b.seed = maphash.MakeSeed()
+	b.view.Store(newView(b.seed, nil))
 	b.bans = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_bans_total",
 		Help: "Keys banned by the penalty box, by rule (on the instance that banned them)."}, []string{"ban"})
 	b.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_banned_requests_total",
@@ -167,11 +171,7 @@ func (b *Box) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m := make(map[id]Ban, len(bans))
-	for _, ban := range bans {
-		m[id{ban.Rule, ban.Key}] = ban
-	}
-	b.view.Store(&m)
+	b.view.Store(newView(b.seed, bans))
 	b.ver.Store(&v)
 	return nil
 }
@@ -191,8 +191,8 @@ func keyOf(r *config.Ban, clientKey, apiKey, user string) string {
 // name, as the gateway logs it) and user is banned, by which rule and
 // until when; it counts the refusal.
 func (b *Box) Banned(clientKey, apiKey, user string) (rule string, until time.Time, banned bool) {
-	m := *b.view.Load()
-	if len(m) == 0 {
+	v := b.view.Load()
+	if v.n.Load() == 0 {
 		return "", time.Time{}, false
 	}
 	now := b.now()
@@ -201,7 +201,7 @@ func (b *Box) Banned(clientKey, apiKey, user string) (rule string, until time.Ti
 		if k == "" {
 			continue
 		}
-		if ban, ok := m[id{r.Name, k}]; ok && ban.Until.After(now) {
+		if ban, ok := v.get(id{r.Name, k}); ok && ban.Until.After(now) {
 			b.refused.WithLabelValues(r.Name).Inc()
 			return r.Name, ban.Until, true
 		}
@@ -228,27 +228,22 @@ func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refus
 		}
 		if ban != nil {
 			b.bans.WithLabelValues(r.Name).Inc()
-			b.log.Info("penalty: banned", "ban", r.Name, "key", k, "until", ban.Until, "strikes", ban.Strikes)
+			if held, ok := b.banLog.Pass(b.now()); ok {
+				b.log.Info("penalty: banned", "ban", r.Name, "key", k, "until", ban.Until, "strikes", ban.Strikes,
+					"not_logged_since", held)
+			}
 			b.add(*ban)
 		}
 	}
 }
 
-// add puts a ban this process made in its view at once (bans that ended
-// are left out).
+// add puts a ban this process made in its view at once: it copies the
+// ban's part of the view, not the whole (bans that ended are left out of
+// the copy).
 func (b *Box) add(ban Ban) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	old := *b.view.Load()
-	m := make(map[id]Ban, len(old)+1)
-	now := b.now()
-	for k, v := range old {
-		if v.Until.After(now) {
-			m[k] = v
-		}
-	}
-	m[id{ban.Rule, ban.Key}] = ban
-	b.view.Store(&m)
+	b.view.Load().add(ban, b.now())
 }
 
 // List returns the bans in force, soonest end first.

@@ -1,8 +1,15 @@
 package penalty
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,4 +148,95 @@ func waitFor(t *testing.T, ok func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("not within 5s")
+}
+
+// TestBanFlood: a flood of keys, each banned at once, from more addresses
+// than a view part holds. Every one of them is refused afterwards, a
+// further ban copies a part of the view and not all of it (the view once
+// copied the whole of it for every ban: quadratic in the number of
+// keys), the memory backend sweeps its full bans at most once a second
+// rather than for every new key's ban, and the log gets one ban line a
+// second with the count of the others.
+func TestBanFlood(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	var logged bytes.Buffer
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))
+	const keys = 20000
+	mem := NewMemory(keys, clock)
+	r := flood
+	r.After = 1
+	box, err := New([]config.Ban{r}, Options{Backend: mem, Now: clock, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	ctx := context.Background()
+	for i := range keys {
+		box.Outcome(ctx, fmt.Sprintf("ip:10.%d.%d", i>>8, i&255), "", "", true, 429)
+	}
+	for i := range keys {
+		if _, _, banned := box.Banned(fmt.Sprintf("ip:10.%d.%d", i>>8, i&255), "", ""); !banned {
+			t.Fatalf("key %d of %d not banned", i, keys)
+		}
+	}
+	if _, _, banned := box.Banned("ip:192.0.2.1", "", ""); banned {
+		t.Fatal("a key that never offended is banned")
+	}
+
+	// The bans are full: new keys' bans are refused, and the bans swept
+	// once in the second, not once a key.
+	sweeps := mem.sweeps
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range 1000 {
+		box.Outcome(ctx, fmt.Sprintf("ip:172.16.%d", i), "", "", true, 429)
+	}
+	runtime.ReadMemStats(&after)
+	if n := mem.sweeps - sweeps; n > 1 {
+		t.Errorf("the full bans were swept %d times in one second, want at most 1", n)
+	}
+	if _, _, banned := box.Banned("ip:172.16.1", "", ""); banned {
+		t.Error("a ban past the bound was made")
+	}
+	if perKey := (after.TotalAlloc - before.TotalAlloc) / 1000; perKey > 4<<10 {
+		t.Errorf("an offence past the bound allocated %d bytes", perKey)
+	}
+
+	// Once the first bans and their strikes are forgotten, a sweep (a
+	// second after the last) makes room, and a ban then copies one part of
+	// the view.
+	now.Add(int64(r.Ban + r.MaxBan + time.Second))
+	runtime.ReadMemStats(&before)
+	box.Outcome(ctx, "ip:198.51.100.7", "", "", true, 429)
+	runtime.ReadMemStats(&after)
+	if _, _, banned := box.Banned("ip:198.51.100.7", "", ""); !banned {
+		t.Fatal("no ban made once the old ones were forgotten")
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("one ban among %d allocated %d bytes: more than its part of the view", keys, n)
+	}
+
+	logMu.Lock()
+	lines := strings.Count(logged.String(), "penalty: banned")
+	text := logged.String()
+	logMu.Unlock()
+	if lines != 2 || !strings.Contains(text, fmt.Sprintf("not_logged_since=%d", keys-1)) {
+		t.Errorf("%d ban lines for %d bans in two instants, want 2, the second saying %d held back:\n%s",
+			lines, keys+1, keys-1, text)
+	}
+}
+
+// lockedWriter serialises writes to a buffer.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -1,0 +1,78 @@
+package penalty
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+)
+
+// viewShards is how many parts the view of the bans is cut into: a ban
+// added copies one part, about 1/viewShards of the bans (50 of 100,000),
+// not all of them.
+const viewShards = 2048
+
+// view is the bans as a Box last read them, for Banned: reads take no
+// lock and write nothing. Each part is an immutable map, replaced whole
+// (copy on write) when a ban is added to it; the writers (add, and a
+// refresh that builds a new view) hold Box.mu.
+type view struct {
+	seed  maphash.Seed
+	parts [viewShards]atomic.Pointer[map[id]Ban]
+	n     atomic.Int64 // bans held, ended ones included until their part is copied
+}
+
+func newView(seed maphash.Seed, bans []Ban) *view {
+	v := &view{seed: seed}
+	var parts [viewShards]map[id]Ban
+	for _, ban := range bans {
+		k := id{ban.Rule, ban.Key}
+		p := v.part(k)
+		if parts[p] == nil {
+			parts[p] = map[id]Ban{}
+		}
+		parts[p][k] = ban
+	}
+	n := 0
+	for i := range parts {
+		if parts[i] != nil {
+			v.parts[i].Store(&parts[i])
+			n += len(parts[i])
+		}
+	}
+	v.n.Store(int64(n))
+	return v
+}
+
+func (v *view) part(k id) int {
+	return int(maphash.Comparable(v.seed, k) % viewShards)
+}
+
+// get returns the ban of k, ended or not.
+func (v *view) get(k id) (Ban, bool) {
+	m := v.parts[v.part(k)].Load()
+	if m == nil {
+		return Ban{}, false
+	}
+	ban, ok := (*m)[k]
+	return ban, ok
+}
+
+// add puts ban in its part, dropping the bans of that part that ended
+// before now. The caller holds Box.mu.
+func (v *view) add(ban Ban, now time.Time) {
+	k := id{ban.Rule, ban.Key}
+	slot := &v.parts[v.part(k)]
+	var old map[id]Ban
+	if p := slot.Load(); p != nil {
+		old = *p
+	}
+	m := make(map[id]Ban, len(old)+1)
+	for k, b := range old {
+		if b.Until.After(now) {
+			m[k] = b
+		}
+	}
+	m[k] = ban
+	slot.Store(&m)
+	v.n.Add(int64(len(m) - len(old)))
+}
