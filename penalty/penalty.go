@@ -163,10 +163,38 @@ func (b *Box) poll(ctx context.Context, every time.Duration) {
 	}, func(err error) { b.log.Warn("penalty: bans not read", "err", err) })
 }
 
-// refresh reads the bans again.
+// changer is a Backend that can tell what changed since a version of
+// the bans (Redis): a Box then reads only that, not every ban, however
+// many a flood of keys has earned.
+type changer interface {
+	Changes(ctx context.Context, since string) (made []Ban, gone []id, version string, full bool, err error)
+}
+
+// refresh reads the bans again: what changed since the version the view
+// has, when the backend can tell and its log reaches back that far, else
+// all of them.
 func (b *Box) refresh(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if c, ok := b.be.(changer); ok {
+		if since := b.ver.Load(); since != nil {
+			made, gone, v, full, err := c.Changes(ctx, *since)
+			if err != nil {
+				return err
+			}
+			if !full {
+				view, now := b.view.Load(), b.now()
+				for _, k := range gone {
+					view.remove(k, now)
+				}
+				for _, ban := range made {
+					view.add(ban, now)
+				}
+				b.ver.Store(&v)
+				return nil
+			}
+		}
+	}
 	bans, v, err := b.be.Bans(ctx)
 	if err != nil {
 		return err

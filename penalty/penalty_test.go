@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/internal/redistest"
@@ -239,4 +241,128 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// countingRedis counts the times every ban is read.
+type countingRedis struct {
+	*Redis
+	full atomic.Int64
+}
+
+func (c *countingRedis) Bans(ctx context.Context) ([]Ban, string, error) {
+	c.full.Add(1)
+	return c.Redis.Bans(ctx)
+}
+
+// TestRedisBansReadIncrementally: an instance polling a Redis that a
+// flood of keys fills with bans reads what changed since its version, not
+// every ban, and reads every ban again only when the change log no longer
+// reaches back that far; the log stays bounded, and each new ban drops
+// bans whose strikes are forgotten.
+func TestRedisBansReadIncrementally(t *testing.T) {
+	srv := redistest.Start(t)
+	open := func() rueidis.Client {
+		c, err := redisconn.Open("redis://" + srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	c1, c2 := open(), open()
+	r := flood
+	r.After = 1
+	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(c1, 0), Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	be := &countingRedis{Redis: NewRedis(c2, 0)}
+	b, err := New([]config.Ban{r}, Options{Backend: be, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	const keys = 300
+	for i := range keys {
+		a.Outcome(ctx, fmt.Sprintf("ip:10.0.%d", i), "", "", true, 429)
+	}
+	waitFor(t, func() bool {
+		for i := range keys {
+			if _, _, banned := b.Banned(fmt.Sprintf("ip:10.0.%d", i), "", ""); !banned {
+				return false
+			}
+		}
+		return true
+	})
+	if err := a.Lift(ctx, "flood", "ip:10.0.7"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.0.7", "", ""); return !banned })
+	if n := be.full.Load(); n != 1 {
+		t.Errorf("every ban read %d times, want once (at the start)", n)
+	}
+
+	// The log trimmed past the instance's version: it reads every ban.
+	if err := c1.Do(ctx, c1.B().Set().Key(redisTrimmed).Value("1000000").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	a.Outcome(ctx, "ip:10.1.1", "", "", true, 429)
+	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.1.1", "", ""); return banned })
+	if n := be.full.Load(); n < 2 {
+		t.Errorf("every ban read %d times after the log was trimmed past the version, want again", n)
+	}
+	if _, _, banned := b.Banned("ip:10.0.8", "", ""); !banned {
+		t.Error("a ban lost in the full read")
+	}
+
+	// More changes than the log keeps: it keeps changeLog of them.
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < changeLog+100; i += 8 {
+				if _, err := a.be.Offend(ctx, &r, fmt.Sprintf("ip:172.%d", i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n, err := c1.Do(ctx, c1.B().Zcard().Key(redisChanges).Build()).AsInt64(); err != nil || n > changeLog {
+		t.Errorf("the change log holds %d fields (%v), more than %d", n, err, changeLog)
+	}
+	waitFor(t, func() bool { _, _, banned := b.Banned(fmt.Sprintf("ip:172.%d", changeLog+99), "", ""); return banned })
+
+	// Bans whose strikes are forgotten go as new bans are made.
+	brief := r
+	brief.Name, brief.Ban, brief.MaxBan = "brief", time.Millisecond, time.Millisecond
+	for i := range 50 {
+		if _, err := a.be.Offend(ctx, &brief, fmt.Sprintf("k%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := a.be.Offend(ctx, &brief, "k-last"); err != nil {
+		t.Fatal(err)
+	}
+	fields := make([]string, 50)
+	for i := range fields {
+		fields[i] = field("brief", fmt.Sprintf("k%d", i))
+	}
+	left, err := c1.Do(ctx, c1.B().Hmget().Key(redisBans).Field(fields...).Build()).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range left {
+		if !v.IsNil() {
+			t.Errorf("%s, forgotten, is still kept after a new ban", fields[i])
+		}
+	}
+	if n, _ := c1.Do(ctx, c1.B().Zscore().Key(redisForget).Member(field("brief", "k3")).Build()).AsFloat64(); n != 0 {
+		t.Errorf("a forgotten ban is still in the forget set (%v)", n)
+	}
 }

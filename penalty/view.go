@@ -76,3 +76,25 @@ func (v *view) add(ban Ban, now time.Time) {
 	slot.Store(&m)
 	v.n.Add(int64(len(m) - len(old)))
 }
+
+// remove takes the ban of k out of its part, dropping the bans of that
+// part that ended before now. The caller holds Box.mu.
+func (v *view) remove(k id, now time.Time) {
+	slot := &v.parts[v.part(k)]
+	p := slot.Load()
+	if p == nil {
+		return
+	}
+	old := *p
+	if _, ok := old[k]; !ok {
+		return
+	}
+	m := make(map[id]Ban, len(old))
+	for j, b := range old {
+		if j != k && b.Until.After(now) {
+			m[j] = b
+		}
+	}
+	slot.Store(&m)
+	v.n.Add(int64(len(m) - len(old)))
+}
