@@ -114,7 +114,7 @@ local since = tonumber(ARGV[1])
 local trimmed = tonumber(redis.call('GET', KEYS[3]) or '0')
 if since > v or trimmed > since then return {v, 1} end
 local out = {v, 0}
-for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. since, '+inf')) do
+for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf')) do
   out[#out + 1] = f
   out[#out + 1] = redis.call('HGET', KEYS[4], f)
 end
