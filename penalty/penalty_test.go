@@ -366,3 +366,48 @@ func TestRedisBansReadIncrementally(t *testing.T) {
 		t.Errorf("a forgotten ban is still in the forget set (%v)", n)
 	}
 }
+
+// TestRedisClusterBans: on a Redis Cluster of three primaries the box's
+// keys share one slot, so its scripts run there: a ban made through one
+// client holds for a box on another, is read incrementally and lifted.
+func TestRedisClusterBans(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	url := "redis+cluster://" + strings.Join(cl.Addrs(), ",")
+	open := func() rueidis.Client {
+		c, err := redisconn.Open(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	r := flood
+	r.After = 2
+	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	be := &countingRedis{Redis: NewRedis(open(), 0)}
+	b, err := New([]config.Ban{r}, Options{Backend: be, Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	for i := range 40 {
+		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", true, 429)
+		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", true, 429)
+	}
+	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.9.39", "", ""); return banned })
+	if err := a.Lift(ctx, "flood", "ip:10.9.39"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.9.39", "", ""); return !banned })
+	if _, _, banned := b.Banned("ip:10.9.0", "", ""); !banned {
+		t.Error("a ban made on the cluster is not held")
+	}
+	if n := be.full.Load(); n != 1 {
+		t.Errorf("every ban read %d times, want once", n)
+	}
+}
