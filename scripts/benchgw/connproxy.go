@@ -17,9 +17,9 @@ import (
 // HTTP library, between the event loops (loopproxy) and the bare fasthttp
 // proxy (fastproxy).
 func connProxy(addr, target string) error {
-	u, err := url.Parse(target)
-	if err != nil || u.Host == "" {
-		return fmt.Errorf("connproxy: target %q: want http://host:port", target)
+	host, err := targetHost("connproxy", target)
+	if err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -31,7 +31,7 @@ func connProxy(addr, target string) error {
 		if err != nil {
 			return err
 		}
-		go passConn(c, u.Host)
+		go passConn(c, host)
 	}
 }
 
@@ -107,4 +107,13 @@ func lengthOf(head []byte) (int, bool) {
 	}
 	n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
 	return n, err == nil && n >= 0
+}
+
+// targetHost is the host:port of a floor's target, an http:// URL.
+func targetHost(mode, target string) (string, error) {
+	u, err := url.Parse(target)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("%s: target %q: want http://host:port", mode, target)
+	}
+	return u.Host, nil
 }

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"net"
-	"net/url"
-	"os"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -17,12 +13,12 @@ import (
 // floor under the edge engine's pass-through while it is built on
 // fasthttp.
 func fastProxy(addr, target string) error {
-	u, err := url.Parse(target)
-	if err != nil || u.Host == "" {
-		return fmt.Errorf("fastproxy: target %q: want http://host:port", target)
+	host, err := targetHost("fastproxy", target)
+	if err != nil {
+		return err
 	}
 	hc := &fasthttp.HostClient{
-		Addr:                u.Host,
+		Addr:                host,
 		MaxConns:            1 << 20,
 		MaxIdleConnDuration: 90 * time.Second,
 		ReadTimeout:         30 * time.Second,
@@ -30,30 +26,13 @@ func fastProxy(addr, target string) error {
 		WriteBufferSize:     16 << 10,
 		ConnPoolStrategy:    fasthttp.LIFO,
 	}
-	srv := &fasthttp.Server{
-		Handler: func(ctx *fasthttp.RequestCtx) {
-			ctx.Request.Header.Del("Connection")
-			if err := hc.Do(&ctx.Request, &ctx.Response); err != nil {
-				ctx.Response.Reset()
-				ctx.SetStatusCode(fasthttp.StatusBadGateway)
-				return
-			}
-			ctx.Response.Header.Del("Connection")
-		},
-		ReadTimeout:                  10 * time.Second,
-		IdleTimeout:                  120 * time.Second,
-		ReadBufferSize:               64 << 10,
-		WriteBufferSize:              4 << 10,
-		NoDefaultServerHeader:        true,
-		NoDefaultContentType:         true,
-		DisablePreParseMultipartForm: true,
-		ReduceMemoryUsage:            true,
-		LazyRequestTime:              true,
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(os.Stdout, "listening on", ln.Addr())
-	return srv.Serve(ln)
+	return serveFast(addr, func(ctx *fasthttp.RequestCtx) {
+		ctx.Request.Header.Del("Connection")
+		if err := hc.Do(&ctx.Request, &ctx.Response); err != nil {
+			ctx.Response.Reset()
+			ctx.SetStatusCode(fasthttp.StatusBadGateway)
+			return
+		}
+		ctx.Response.Header.Del("Connection")
+	})
 }

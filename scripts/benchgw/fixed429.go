@@ -24,18 +24,26 @@ func fixed429(addr string) error {
 		retry     = []byte("Retry-After")
 		retryV    = []byte("60")
 	)
+	return serveFast(addr, func(ctx *fasthttp.RequestCtx) {
+		r := &ctx.Response
+		r.SetStatusCode(fasthttp.StatusTooManyRequests)
+		r.Header.SetContentTypeBytes(jsonType)
+		r.Header.SetCanonical(policy, policyV)
+		r.Header.SetCanonical(rateLimit, rateV)
+		r.Header.SetCanonical(retry, retryV)
+		r.SetBodyRaw(body)
+	})
+}
+
+// serveFast serves h on addr from a fasthttp server set up as the edge
+// engine sets up its own (its buffers, timeouts and switches).
+func serveFast(addr string, h fasthttp.RequestHandler) error {
 	srv := &fasthttp.Server{
-		Handler: func(ctx *fasthttp.RequestCtx) {
-			r := &ctx.Response
-			r.SetStatusCode(fasthttp.StatusTooManyRequests)
-			r.Header.SetContentTypeBytes(jsonType)
-			r.Header.SetCanonical(policy, policyV)
-			r.Header.SetCanonical(rateLimit, rateV)
-			r.Header.SetCanonical(retry, retryV)
-			r.SetBodyRaw(body)
-		},
+		Handler:                      h,
 		ReadTimeout:                  10 * time.Second,
 		IdleTimeout:                  120 * time.Second,
+		ReadBufferSize:               64 << 10,
+		WriteBufferSize:              4 << 10,
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		DisablePreParseMultipartForm: true,

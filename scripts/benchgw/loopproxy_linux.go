@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"runtime"
 
@@ -23,11 +22,11 @@ import (
 // beside the bare fasthttp proxy (fastproxy) and the edge engine. A request
 // with a body, or an answer without a Content-Length, closes its connection.
 func loopProxy(addr, target string) error {
-	u, err := url.Parse(target)
-	if err != nil || u.Host == "" {
-		return fmt.Errorf("loopproxy: target %q: want http://host:port", target)
+	host, err := targetHost("loopproxy", target)
+	if err != nil {
+		return err
 	}
-	up, err := sockaddr(u.Host)
+	up, err := sockaddr(host)
 	if err != nil {
 		return fmt.Errorf("loopproxy: target: %w", err)
 	}
