@@ -193,7 +193,7 @@ run() {
 	if [ -n "$REDIS_PID" ]; then redis-cli -p "$REDIS" flushall >/dev/null; fi
 }
 
-banned="a ban at the ${BANS}th refusal"
+banned="a ban after $BANS refusals within a minute"
 [ "$BANS" = off ] && banned="no penalty box"
 echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION, $ADDRESSES addresses, $banned, $ROUNDS rounds on one server each; $(nproc) CPUs, $(go version | awk '{print $3}'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 bins=("this tree:$work/floodgate")
