@@ -7,9 +7,9 @@ import (
 )
 
 // viewShards is how many parts the view of the bans is cut into: a ban
-// added copies one part, about 1/viewShards of the bans (50 of 100,000),
+// added copies one part, about 1/viewShards of the bans (12 of 100,000),
 // not all of them.
-const viewShards = 2048
+const viewShards = 8192
 
 // view is the bans as a Box last read them, for Banned: reads take no
 // lock and write nothing. Each part is an immutable map, replaced whole
@@ -58,13 +58,17 @@ func (v *view) get(k id) (Ban, bool) {
 }
 
 // add puts ban in its part, dropping the bans of that part that ended
-// before now. The caller holds Box.mu.
+// before now; a ban the part holds already (one this process made, read
+// back from the store) copies nothing. The caller holds Box.mu.
 func (v *view) add(ban Ban, now time.Time) {
 	k := id{ban.Rule, ban.Key}
 	slot := &v.parts[v.part(k)]
 	var old map[id]Ban
 	if p := slot.Load(); p != nil {
 		old = *p
+	}
+	if b, ok := old[k]; ok && b.Until.Equal(ban.Until) && b.Strikes == ban.Strikes {
+		return
 	}
 	m := make(map[id]Ban, len(old)+1)
 	for k, b := range old {
