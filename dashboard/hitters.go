@@ -17,9 +17,9 @@ const DefaultHitters = 100
 // 30 to 60 minutes.
 //
 // The counters are a min-heap on their counts, so that a 429 costs
-// O(log k) whatever the keys: a flood from more keys than k (each new key
-// taking the smallest counter's place) costs no more a refusal than one
-// from a single key.
+// O(log k) whatever the keys: in a flood from more keys than k, each new
+// key takes the smallest counter's place at the root and walks down the
+// heap, rather than scanning all k counters for the smallest.
 type Hitters struct {
 	k int
 
