@@ -57,29 +57,12 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 work=$(mktemp -d /tmp/bench-flood-keys.XXXXXX)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
+NAME=bench-flood-keys
+# shellcheck source=scripts/procs.sh
+. scripts/procs.sh
 
 # shellcheck source=scripts/ports.sh
 . scripts/ports.sh
-
-wait_http() {
-	for _ in $(seq 1 200); do
-		if curl -s -o /dev/null "$1"; then return 0; fi
-		sleep 0.05
-	done
-	echo "bench-flood-keys: nothing answers on $1" >&2
-	exit 1
-}
 
 echo "bench-flood-keys: building" >&2
 go build -o "$work/floodgate" ./cmd/floodgate

@@ -94,30 +94,12 @@ if [ "$fds" != unlimited ] && [ "$IDLE_CONNECTIONS" -gt $((fds - 200)) ]; then
 fi
 
 work=$(mktemp -d /tmp/bench-gateway.XXXXXX)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$work"
-}
-trap cleanup EXIT
+NAME=bench-gateway
+# shellcheck source=scripts/procs.sh
+. scripts/procs.sh
 
 # shellcheck source=scripts/ports.sh
 . scripts/ports.sh
-
-# wait_http URL: wait until something answers on URL (any status).
-wait_http() {
-	for _ in $(seq 1 200); do
-		if curl -s -o /dev/null "$1"; then return 0; fi
-		sleep 0.05
-	done
-	echo "bench-gateway: nothing answers on $1" >&2
-	exit 1
-}
 
 echo "bench-gateway: building" >&2
 go build -o "$work/floodgate" ./cmd/floodgate

@@ -1,0 +1,28 @@
+# Sourced by the bench scripts: every process a script starts (its PID
+# appended to pids) is stopped by that PID when the script ends, however it
+# ends, and its scratch directory ($work) removed; wait_http waits for a
+# server it started. The script sets NAME (for its messages) and work
+# before sourcing this.
+
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# wait_http URL: wait until something answers on URL (any status).
+wait_http() {
+	for _ in $(seq 1 200); do
+		if curl -s -o /dev/null "$1"; then return 0; fi
+		sleep 0.05
+	done
+	echo "$NAME: nothing answers on $1" >&2
+	exit 1
+}
