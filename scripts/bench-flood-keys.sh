@@ -56,17 +56,12 @@ if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-work=$(mktemp -d /tmp/bench-flood-keys.XXXXXX)
 NAME=bench-flood-keys
 # shellcheck source=scripts/procs.sh
 . scripts/procs.sh
-
 # shellcheck source=scripts/ports.sh
 . scripts/ports.sh
-
-echo "bench-flood-keys: building" >&2
-go build -o "$work/floodgate" ./cmd/floodgate
-go build -o "$work/benchgw" ./scripts/benchgw
+build_gateway_bench
 
 pick UP
 pick GATE

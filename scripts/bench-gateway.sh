@@ -93,17 +93,12 @@ if [ "$fds" != unlimited ] && [ "$IDLE_CONNECTIONS" -gt $((fds - 200)) ]; then
 	IDLE_CONNECTIONS=$((fds - 200))
 fi
 
-work=$(mktemp -d /tmp/bench-gateway.XXXXXX)
 NAME=bench-gateway
 # shellcheck source=scripts/procs.sh
 . scripts/procs.sh
-
 # shellcheck source=scripts/ports.sh
 . scripts/ports.sh
-
-echo "bench-gateway: building" >&2
-go build -o "$work/floodgate" ./cmd/floodgate
-go build -o "$work/benchgw" ./scripts/benchgw
+build_gateway_bench
 
 pick UP
 pick BARE

@@ -1,9 +1,11 @@
 # Sourced by the bench scripts: every process a script starts (its PID
 # appended to pids) is stopped by that PID when the script ends, however it
-# ends, and its scratch directory ($work) removed; wait_http waits for a
-# server it started. The script sets NAME (for its messages) and work
-# before sourcing this.
+# ends, and its scratch directory ($work, made here) removed; wait_http
+# waits for a server it started, and build_gateway_bench builds what the
+# gateway benches run. The script sets NAME (for its messages) before
+# sourcing this.
 
+work=$(mktemp -d "/tmp/$NAME.XXXXXX")
 pids=()
 cleanup() {
 	for pid in "${pids[@]}"; do
@@ -25,4 +27,12 @@ wait_http() {
 	done
 	echo "$NAME: nothing answers on $1" >&2
 	exit 1
+}
+
+# build_gateway_bench: floodgate and the bench helper (scripts/benchgw),
+# built from this tree into $work.
+build_gateway_bench() {
+	echo "$NAME: building" >&2
+	go build -o "$work/floodgate" ./cmd/floodgate
+	go build -o "$work/benchgw" ./scripts/benchgw
 }
