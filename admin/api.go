@@ -651,15 +651,26 @@ func (a *API) plans(_ http.ResponseWriter, _ *http.Request, _ string) (any, erro
 	return map[string]any{"version": p.Version(), "plans": out}, nil
 }
 
+// limitParam reads a list's ?limit= (1 to 10000), def when there is none.
+func limitParam(r *http.Request, def int) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 10000 {
+		return 0, errorf(http.StatusBadRequest, "limit: want 1 to 10000")
+	}
+	return n, nil
+}
+
 func (a *API) audit(_ http.ResponseWriter, r *http.Request, _ string) (any, error) {
 	q := Query{Target: r.URL.Query().Get("target"), Action: r.URL.Query().Get("action")}
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 10000 {
-			return nil, errorf(http.StatusBadRequest, "limit: want 1 to 10000")
-		}
-		q.Limit = n
+	n, err := limitParam(r, 0)
+	if err != nil {
+		return nil, err
 	}
+	q.Limit = n
 	if s := r.URL.Query().Get("since"); s != "" {
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {

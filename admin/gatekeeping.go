@@ -33,21 +33,30 @@ type banView struct {
 	RetryAfter int64 `json:"retry_after"`
 }
 
-// listBans answers GET /api/v1/bans: the bans in force, soonest end first.
+// banPage is how many bans GET /api/v1/bans lists without ?limit=.
+const banPage = 1000
+
+// listBans answers GET /api/v1/bans[?limit=N]: the bans in force, soonest
+// end first, at most limit of them (1,000 by default, 10,000 at most: a
+// flood from many addresses can earn 100,000), and how many there are.
 func (a *API) listBans(_ http.ResponseWriter, r *http.Request, _ string) (any, error) {
+	limit, err := limitParam(r, banPage)
+	if err != nil {
+		return nil, err
+	}
 	if a.o.Bans == nil {
-		return map[string]any{"bans": []banView{}}, nil
+		return map[string]any{"bans": []banView{}, "total": 0}, nil
 	}
 	bans, err := a.o.Bans.List(r.Context())
 	if err != nil {
 		return nil, err
 	}
 	now := a.o.Now()
-	out := make([]banView, 0, len(bans))
-	for _, b := range bans {
+	out := make([]banView, 0, min(len(bans), limit))
+	for _, b := range bans[:min(len(bans), limit)] {
 		out = append(out, banView{Ban: b, RetryAfter: int64((b.Until.Sub(now) + time.Second - 1) / time.Second)})
 	}
-	return map[string]any{"bans": out}, nil
+	return map[string]any{"bans": out, "total": len(bans)}, nil
 }
 
 // liftBan answers DELETE /api/v1/bans?ban=RULE&key=KEY: the ban ends on

@@ -137,8 +137,9 @@ limits:
 			Strikes        int
 			RetryAfter     int64 `json:"retry_after"`
 		}
+		Total int
 	}
-	if st := call(t, "GET", admins[1]+"/api/v1/bans", "ops-token", nil, &list); st != 200 || len(list.Bans) != 1 ||
+	if st := call(t, "GET", admins[1]+"/api/v1/bans", "ops-token", nil, &list); st != 200 || len(list.Bans) != 1 || list.Total != 1 ||
 		list.Bans[0].Ban != "flood" || list.Bans[0].Key != "127.0.0.1" || list.Bans[0].Kind != "client_ip" || list.Bans[0].Strikes != 1 {
 		t.Fatalf("bans %d %+v", st, list)
 	}
