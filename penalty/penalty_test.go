@@ -304,13 +304,30 @@ func TestRedisBansReadIncrementally(t *testing.T) {
 		t.Errorf("every ban read %d times, want once (at the start)", n)
 	}
 
+	// A ban made as an instance of an earlier version makes it (the ban and
+	// a new version, no change logged), as during a rolling upgrade: the
+	// reader sees it all the same.
+	fullBefore := be.full.Load()
+	if err := c1.Do(ctx, c1.B().Hset().Key(redisBans).FieldValue().
+		FieldValue(field("flood", "ip:10.2.2"), fmt.Sprintf("%d 1 %d", time.Now().Add(time.Minute).UnixMilli(), time.Now().Add(2*time.Minute).UnixMilli())).
+		Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.Do(ctx, c1.B().Incr().Key(redisVersion).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.2.2", "", ""); return banned })
+	if be.full.Load() == fullBefore {
+		t.Error("a change made without the log was seen without reading every ban")
+	}
+
 	// The log trimmed past the instance's version: it reads every ban.
 	if err := c1.Do(ctx, c1.B().Set().Key(redisTrimmed).Value("1000000").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	a.Outcome(ctx, "ip:10.1.1", "", "", true, 429)
 	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.1.1", "", ""); return banned })
-	if n := be.full.Load(); n < 2 {
+	if n := be.full.Load(); n < 3 {
 		t.Errorf("every ban read %d times after the log was trimmed past the version, want again", n)
 	}
 	if _, _, banned := b.Banned("ip:10.0.8", "", ""); !banned {

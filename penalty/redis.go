@@ -105,14 +105,19 @@ return prev
 
 // changesScript reads what changed since version ARGV[1]. KEYS: the
 // version, the change log, its highest trimmed version, the bans. It
-// returns {version, 1} when the log does not reach back to that version
-// (or the version went back: a Redis emptied), else {version, 0, field,
-// value or false, ...}.
+// returns {version, 1} when the log cannot tell every change since that
+// version, else {version, 0, field, value or false, ...}. The log cannot
+// tell when it does not reach back that far, when the version went back
+// (a Redis emptied), and when it holds fewer changes than the version
+// moved: a change made without it (an instance of an earlier version
+// during a rolling upgrade), or a field changed twice since (its entry
+// moved to the later version), which a full read covers too.
 var changesScript = rueidis.NewLuaScript(`
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
 local since = tonumber(ARGV[1])
 local trimmed = tonumber(redis.call('GET', KEYS[3]) or '0')
 if since > v or trimmed > since then return {v, 1} end
+if redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], v) < v - since then return {v, 1} end
 local out = {v, 0}
 for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf')) do
   out[#out + 1] = f
