@@ -62,42 +62,36 @@ func (v *view) get(k id) (Ban, bool) {
 // back from the store) copies nothing. The caller holds Box.mu.
 func (v *view) add(ban Ban, now time.Time) {
 	k := id{ban.Rule, ban.Key}
-	slot := &v.parts[v.part(k)]
-	var old map[id]Ban
-	if p := slot.Load(); p != nil {
-		old = *p
-	}
-	if b, ok := old[k]; ok && b.Until.Equal(ban.Until) && b.Strikes == ban.Strikes {
+	if b, ok := v.get(k); ok && b.Until.Equal(ban.Until) && b.Strikes == ban.Strikes {
 		return
 	}
-	m := make(map[id]Ban, len(old)+1)
-	for k, b := range old {
-		if b.Until.After(now) {
-			m[k] = b
-		}
-	}
-	m[k] = ban
-	slot.Store(&m)
-	v.n.Add(int64(len(m) - len(old)))
+	v.replace(k, &ban, now)
 }
 
 // remove takes the ban of k out of its part, dropping the bans of that
 // part that ended before now. The caller holds Box.mu.
 func (v *view) remove(k id, now time.Time) {
+	if _, ok := v.get(k); ok {
+		v.replace(k, nil, now)
+	}
+}
+
+// replace copies k's part without the bans that ended before now, with
+// ban as k's (none when nil), and puts the copy in its place.
+func (v *view) replace(k id, ban *Ban, now time.Time) {
 	slot := &v.parts[v.part(k)]
-	p := slot.Load()
-	if p == nil {
-		return
+	var old map[id]Ban
+	if p := slot.Load(); p != nil {
+		old = *p
 	}
-	old := *p
-	if _, ok := old[k]; !ok {
-		return
-	}
-	m := make(map[id]Ban, len(old))
+	m := make(map[id]Ban, len(old)+1)
 	for j, b := range old {
 		if j != k && b.Until.After(now) {
 			m[j] = b
 		}
+	}
+	if ban != nil {
+		m[k] = *ban
 	}
 	slot.Store(&m)
 	v.n.Add(int64(len(m) - len(old)))
