@@ -1,7 +1,7 @@
 // Package lograte holds back log lines that a client can cause at will
 // (a token that does not verify, a key banned), so that a flood of them
-// cannot flood the log: a line passes at most once an interval, and the
-// next one that passes says how many were held back meanwhile.
+// cannot flood the log: a line passes at most once a second, and the next
+// one that passes says how many were held back meanwhile.
 package lograte
 
 import (
@@ -9,27 +9,19 @@ import (
 	"time"
 )
 
-// Gate lets a line through at most once every interval. Its zero value
-// lets one through a second. It is safe for concurrent use.
+// Gate lets a line through at most once a second. Its zero value is ready
+// to use, and it is safe for concurrent use.
 type Gate struct {
-	every time.Duration
-	last  atomic.Int64 // unix ns of the last line let through
-	held  atomic.Int64 // lines held back since
+	last atomic.Int64 // unix ns of the last line let through
+	held atomic.Int64 // lines held back since
 }
-
-// New returns a Gate letting a line through at most once every every.
-func New(every time.Duration) *Gate { return &Gate{every: every} }
 
 // Pass reports whether a line may be logged at now; when it may, held is
 // how many were held back since the last one that passed.
 func (g *Gate) Pass(now time.Time) (held int64, ok bool) {
-	every := g.every
-	if every <= 0 {
-		every = time.Second
-	}
 	t := now.UnixNano()
 	last := g.last.Load()
-	if last != 0 && t-last < int64(every) || !g.last.CompareAndSwap(last, t) {
+	if last != 0 && t-last < int64(time.Second) || !g.last.CompareAndSwap(last, t) {
 		g.held.Add(1)
 		return 0, false
 	}

@@ -42,7 +42,7 @@ func TestGate(t *testing.T) {
 }
 
 func ExampleGate() {
-	g := New(time.Second)
+	var g Gate
 	t0 := time.Unix(1000, 0)
 	for i := range 5 {
 		if held, ok := g.Pass(t0.Add(time.Duration(i) * 400 * time.Millisecond)); ok {
