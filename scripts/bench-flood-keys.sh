@@ -132,9 +132,6 @@ limits:
 EOF
 }
 
-ticks() { # PID: its CPU time in clock ticks
-	if [ -r "/proc/$1/stat" ]; then sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; else echo 0; fi
-}
 HZ=$(getconf CLK_TCK)
 
 # run NAME BINARY STORE-URL: ROUNDS rounds on one server.
@@ -146,13 +143,13 @@ run() {
 	pids+=($pid)
 	wait_http "http://127.0.0.1:$GATE/"
 	for r in $(seq 1 "$ROUNDS"); do
-		f0=$(ticks "$pid")
+		f0=$(cpu_ticks "$pid")
 		r0=0
-		[ -n "$REDIS_PID" ] && r0=$(ticks "$REDIS_PID")
+		[ -n "$REDIS_PID" ] && r0=$(cpu_ticks "$REDIS_PID")
 		out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "$work/flood.lua" "http://127.0.0.1:$GATE/")
-		f1=$(ticks "$pid")
+		f1=$(cpu_ticks "$pid")
 		r1=0
-		[ -n "$REDIS_PID" ] && r1=$(ticks "$REDIS_PID")
+		[ -n "$REDIS_PID" ] && r1=$(cpu_ticks "$REDIS_PID")
 		reqs=$(awk '/requests in/ {print $1}' <<<"$out")
 		rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<<"$out")
 		refused=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")

@@ -288,18 +288,6 @@ declare -A SPID=(
 	["bare event loop proxy"]=$PID_BARE_LOOP
 )
 
-# cpu_ticks PID: CPU time (user+system, in clock ticks) of PID and its
-# children that are still running (NGINX's workers).
-cpu_ticks() {
-	local total=0 p
-	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
-		if [ -r "/proc/$p/stat" ]; then
-			# Fields 14 and 15 after the command name (which may hold spaces).
-			total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
-		fi
-	done
-	echo "$total"
-}
 # rss_kib PID: resident memory (KiB) of PID and its children.
 rss_kib() {
 	local total=0 p

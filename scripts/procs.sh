@@ -1,9 +1,9 @@
 # Sourced by the bench scripts: every process a script starts (its PID
 # appended to pids) is stopped by that PID when the script ends, however it
 # ends, and its scratch directory ($work, made here) removed; wait_http
-# waits for a server it started, and build_gateway_bench builds what the
-# gateway benches run. The script sets NAME (for its messages) before
-# sourcing this.
+# waits for a server it started, cpu_ticks reads a server's CPU time, and
+# build_gateway_bench builds what the gateway benches run. The script sets
+# NAME (for its messages) before sourcing this.
 
 work=$(mktemp -d "/tmp/$NAME.XXXXXX")
 pids=()
@@ -35,4 +35,17 @@ build_gateway_bench() {
 	echo "$NAME: building" >&2
 	go build -o "$work/floodgate" ./cmd/floodgate
 	go build -o "$work/benchgw" ./scripts/benchgw
+}
+
+# cpu_ticks PID: CPU time (user+system, in clock ticks) of PID and its
+# children that are still running (NGINX's workers).
+cpu_ticks() {
+	local total=0 p
+	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+		if [ -r "/proc/$p/stat" ]; then
+			# Fields 14 and 15 after the command name (which may hold spaces).
+			total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+		fi
+	done
+	echo "$total"
 }
