@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/percpu"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -80,13 +81,18 @@ type Metrics struct {
 	queue     *prometheus.GaugeVec
 	tokens    *prometheus.CounterVec
 
-	latencyBy [4]prometheus.Observer // by front end
+	// The families of the vectors above whose series count per CPU
+	// (percpu.go).
+	decisionsF, nearF, rejectedF, latencyF *family
+
+	latencyBy [4]*perCPUHistogram // by front end
 
 	maxLimits int
 	nLimits   atomic.Int64
-	limits    sync.Map // name → *limitSeries
-	routes    sync.Map // route → *routeSeries
-	reasons   sync.Map // token failure reason → prometheus.Counter
+	makeMu    sync.Mutex // makes each frontSeries and latencySeries once
+	limits    sync.Map   // name → *limitSeries
+	routes    sync.Map   // route → *routeSeries
+	reasons   sync.Map   // token failure reason → prometheus.Counter
 
 	shed       *prometheus.CounterVec
 	shedTenant *prometheus.CounterVec
@@ -107,12 +113,23 @@ type limitSeries struct {
 	queue prometheus.Gauge
 }
 
-// frontSeries are one limit's counters for one front end.
+// frontSeries are one limit's counters for one front end: those counted
+// on every request per CPU (cs, by the indexes below), the rare ones the
+// usual way.
 type frontSeries struct {
-	allowed, denied, shadow, near prometheus.Counter
-	degraded                      [4]prometheus.Counter // by limiter.Degradation
-	rejected                      prometheus.Counter    // 429s naming this limit
+	cs       *percpu.Counters
+	degraded [4]prometheus.Counter // by limiter.Degradation
 }
+
+// The counters of a frontSeries' cs.
+const (
+	cAllowed  = iota
+	cDenied   // floodgate_decisions_total
+	cShadow   // floodgate_decisions_total
+	cNear     // floodgate_near_limit_total
+	cRejected // floodgate_rejections_total, code 429
+	nCounters
+)
 
 // routeSeries caches the upstream status counters of one route.
 type routeSeries struct {
@@ -137,7 +154,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_store_latency_seconds",
 			Help:    "Time of one store call of the engine (stores in this process are not timed).",
-			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+			Buckets: storeBuckets,
 		}, []string{"front_end"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_rejections_total",
@@ -173,7 +190,8 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	if m.maxLimits <= 0 {
 		m.maxLimits = DefaultMaxLimits
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.degraded, m.near, m.latency, m.rejected, m.upstream, m.queue, m.tokens,
+	m.decisionsF, m.nearF, m.rejectedF, m.latencyF = newFamily(m.decisions), newFamily(m.near), newFamily(m.rejected), newFamily(m.latency)
+	for _, c := range []prometheus.Collector{m.decisionsF, m.degraded, m.nearF, m.latencyF, m.rejectedF, m.upstream, m.queue, m.tokens,
 		m.shed, m.shedTenant, &m.overload} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -188,11 +206,14 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	for _, f := range limiter.FrontEnds() {
 		if int(f) < len(m.latencyBy) {
-			m.latencyBy[f] = m.latency.WithLabelValues(f.String())
+			m.latencyBy[f] = m.latencyF.histogram(storeBuckets, f.String())
 		}
 	}
 	return m, nil
 }
+
+// storeBuckets are the bounds of floodgate_store_latency_seconds.
+var storeBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
 // series returns the cached series of a limit name, folding names past the
 // bound into OtherLimit.
@@ -248,27 +269,32 @@ func (m *Metrics) of(s *limitSeries, f limiter.FrontEnd) *frontSeries {
 	if fs := s.front[f].Load(); fs != nil {
 		return fs
 	}
-	fe := f.String()
-	fs := &frontSeries{
-		allowed:  m.decisions.WithLabelValues(fe, s.name, "allowed"),
-		denied:   m.decisions.WithLabelValues(fe, s.name, "denied"),
-		shadow:   m.decisions.WithLabelValues(fe, s.name, "shadow_denied"),
-		near:     m.near.WithLabelValues(fe, s.name),
-		rejected: m.rejected.WithLabelValues(fe, s.name, "429"),
+	m.makeMu.Lock()
+	defer m.makeMu.Unlock()
+	if fs := s.front[f].Load(); fs != nil {
+		return fs // made meanwhile
 	}
+	fe := f.String()
+	fs := &frontSeries{cs: percpu.NewCounters(nCounters)}
+	m.decisionsF.counter(fs.cs, cAllowed, fe, s.name, "allowed")
+	m.decisionsF.counter(fs.cs, cDenied, fe, s.name, "denied")
+	m.decisionsF.counter(fs.cs, cShadow, fe, s.name, "shadow_denied")
+	m.nearF.counter(fs.cs, cNear, fe, s.name)
+	m.rejectedF.counter(fs.cs, cRejected, fe, s.name, "429")
 	for d := limiter.DegradedDeadline; d <= limiter.DegradedBreakerOpen; d++ {
 		fs.degraded[d] = m.degraded.WithLabelValues(fe, s.name, d.String())
 	}
-	s.front[f].CompareAndSwap(nil, fs) // the children are the same either way
-	return s.front[f].Load()
+	s.front[f].Store(fs)
+	return fs
 }
 
 // ObserveDecision counts one request's decisions (limiter.Observer): one
 // outcome per hit, labelled by the request's front end and the hit's
 // limit. Peeks decide nothing and are not counted.
 func (m *Metrics) ObserveDecision(req *limiter.Request, res *limiter.Result) {
+	slot := percpu.Slot()
 	if res.StoreLatency > 0 && int(req.Front) < len(m.latencyBy) {
-		m.latencyBy[req.Front].Observe(res.StoreLatency.Seconds())
+		m.latencyBy[req.Front].observe(slot, res.StoreLatency)
 	}
 	if req.Peek {
 		return
@@ -281,14 +307,14 @@ func (m *Metrics) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 		d := &res.Decisions[i]
 		switch {
 		case res.Flags[i]&limiter.ShadowDenied != 0:
-			fs.shadow.Inc()
+			fs.cs.Add(slot, cShadow, 1)
 		case d.Allowed:
-			fs.allowed.Inc()
+			fs.cs.Add(slot, cAllowed, 1)
 			if limiter.Near(d) {
-				fs.near.Inc()
+				fs.cs.Add(slot, cNear, 1)
 			}
 		default:
-			fs.denied.Inc()
+			fs.cs.Add(slot, cDenied, 1)
 		}
 		if res.Degraded != limiter.NotDegraded && int(res.Degraded) < len(fs.degraded) {
 			fs.degraded[res.Degraded].Inc()
@@ -300,7 +326,7 @@ func (m *Metrics) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 // binding limit, or a 401 or 403 (limit "").
 func (m *Metrics) Rejected(front limiter.FrontEnd, limit string, status int) {
 	if status == 429 && limit != "" {
-		m.of(m.series(limit), front).rejected.Inc()
+		m.of(m.series(limit), front).cs.Add(percpu.Slot(), cRejected, 1)
 		return
 	}
 	m.rejected.WithLabelValues(front.String(), limit, strconv.Itoa(status)).Inc()

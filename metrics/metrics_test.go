@@ -2,7 +2,9 @@ package metrics_test
 
 import (
 	"fmt"
+	"math"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 	"weak"
@@ -199,4 +201,112 @@ func TestRulesGoWithTheirSeries(t *testing.T) {
 	if got := promtest.Value(t, reg2, "floodgate_decisions_total", promtest.Labels{"limit": "api", "outcome": "allowed"}); got != 1 {
 		t.Errorf("the second Metrics counted %v, want 1", got)
 	}
+}
+
+// TestPerCPUSeriesAgreeWithPrometheus: the series counted per CPU read as
+// Prometheus' own would. Eight goroutines observe latencies (bounds
+// included) and count decisions and 429s; each histogram must equal a
+// prometheus.Histogram given the same durations, bucket by bucket, and
+// each counter the number of its events.
+func TestPerCPUSeriesAgreeWithPrometheus(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := prometheus.NewRegistry()
+	gw := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "floodgate_gateway_duration_seconds",
+		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"route"})
+	up := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "floodgate_upstream_duration_seconds",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"route"})
+	own.MustRegister(gw, up)
+	durations := []time.Duration{0, time.Nanosecond, 10 * time.Microsecond, 10*time.Microsecond + 1, 25 * time.Microsecond,
+		time.Millisecond, 999 * time.Microsecond, 250 * time.Millisecond, time.Second, 2 * time.Second, 30 * time.Second, time.Minute}
+	r := ruletest.Rule(t, window("a"))
+	req := &limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: r}}}
+	allowed := &limiter.Result{Allowed: true, Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 5}}, Flags: []limiter.HitFlags{0}}
+	denied := &limiter.Result{Decisions: []floodgate.Decision{{Limit: 10}}, Flags: []limiter.HitFlags{0}}
+	const goroutines, rounds = 8, 300
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			route := []string{"x", "y"}[g%2]
+			for i := range rounds {
+				d := durations[(g+i)%len(durations)]
+				m.Latency(route, d, 2*d, i%3 != 0)
+				m.ObserveDecision(req, allowed)
+				m.ObserveDecision(req, denied)
+				m.Rejected(limiter.FrontGateway, "a", 429)
+			}
+		})
+	}
+	wg.Wait()
+	for g := range goroutines {
+		route := []string{"x", "y"}[g%2]
+		for i := range rounds {
+			d := durations[(g+i)%len(durations)]
+			gw.WithLabelValues(route).Observe(d.Seconds())
+			if i%3 != 0 {
+				up.WithLabelValues(route).Observe((2 * d).Seconds())
+			}
+		}
+	}
+	for _, name := range []string{"floodgate_gateway_duration_seconds", "floodgate_upstream_duration_seconds"} {
+		for _, route := range []string{"x", "y"} {
+			got := promtest.Find(t, reg, name, promtest.Labels{"route": route})
+			want := promtest.Find(t, own, name, promtest.Labels{"route": route})
+			if len(got) != 1 || len(want) != 1 {
+				t.Fatalf("%s{route=%s}: %d series, want 1", name, route, len(got))
+			}
+			g, w := got[0].GetHistogram(), want[0].GetHistogram()
+			if g.GetSampleCount() != w.GetSampleCount() || math.Abs(g.GetSampleSum()-w.GetSampleSum()) > 1e-9*w.GetSampleSum() {
+				t.Errorf("%s{route=%s}: count %d sum %v, want %d and %v", name, route, g.GetSampleCount(), g.GetSampleSum(), w.GetSampleCount(), w.GetSampleSum())
+			}
+			if len(g.GetBucket()) != len(w.GetBucket()) {
+				t.Fatalf("%s{route=%s}: %d buckets, want %d", name, route, len(g.GetBucket()), len(w.GetBucket()))
+			}
+			for i, b := range g.GetBucket() {
+				if wb := w.GetBucket()[i]; b.GetUpperBound() != wb.GetUpperBound() || b.GetCumulativeCount() != wb.GetCumulativeCount() {
+					t.Errorf("%s{route=%s}: bucket le=%v holds %d, want le=%v %d", name, route, b.GetUpperBound(), b.GetCumulativeCount(), wb.GetUpperBound(), wb.GetCumulativeCount())
+				}
+			}
+		}
+	}
+	n := float64(goroutines * rounds)
+	for _, c := range []struct {
+		metric string
+		labels promtest.Labels
+		want   float64
+	}{
+		{"floodgate_decisions_total", promtest.Labels{"outcome": "allowed"}, n},
+		{"floodgate_decisions_total", promtest.Labels{"outcome": "denied"}, n},
+		{"floodgate_near_limit_total", nil, 0},
+		{"floodgate_rejections_total", promtest.Labels{"limit": "a", "code": "429"}, n},
+	} {
+		if got := promtest.Value(t, reg, c.metric, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
+		}
+	}
+}
+
+// BenchmarkObserveRefusal: what a gateway's 429 costs the metrics (its
+// decision, its rejection and its latency) from every CPU at once; run
+// with -cpu 1,2: counting per CPU keeps the cost per CPU flat.
+func BenchmarkObserveRefusal(b *testing.B) {
+	m, err := metrics.New(prometheus.NewRegistry(), metrics.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := ruletest.Rule(b, window("tiny"))
+	req := &limiter.Request{Front: limiter.FrontGateway, Hits: []limiter.Hit{{Rule: r}}}
+	res := &limiter.Result{Decisions: []floodgate.Decision{{Limit: 10}}, Flags: []limiter.HitFlags{0}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.ObserveDecision(req, res)
+			m.Rejected(limiter.FrontGateway, "tiny", 429)
+			m.Latency("all", 3*time.Microsecond, 0, false)
+		}
+	})
 }
