@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -258,4 +259,53 @@ func BenchmarkHitters(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestRecorderFoldsEveryDecision counts from eight goroutines while the
+// clock ticks through ten seconds: every decision, 429, degraded decision
+// and store latency lands in exactly one second, the current second's
+// decisions are read as they are counted, and its health once it ends.
+func TestRecorderFoldsEveryDecision(t *testing.T) {
+	t.Parallel()
+	a := ruletest.Rule(t, bucket("a"))
+	rec := NewRecorder(1000)
+	req := &limiter.Request{Hits: []limiter.Hit{{Rule: a, Key: "ip:1", Cost: 1}}}
+	denied := &limiter.Result{Binding: 0, Degraded: limiter.DegradedDeadline, StoreLatency: 3 * time.Millisecond,
+		Decisions: []floodgate.Decision{{}}}
+	const goroutines, each = 8, 5000
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				rec.ObserveDecision(req, denied)
+			}
+		})
+	}
+	for now := int64(1001); now <= 1010; now++ {
+		rec.Tick(now)
+	}
+	wg.Wait()
+	var live uint64
+	for _, p := range rec.Counts(999, 1010)["a"] {
+		live += p.Decisions
+	}
+	if live != goroutines*each {
+		t.Errorf("counted %d decisions with the current second's, want %d", live, goroutines*each)
+	}
+	rec.Tick(1011)
+	var sum Point
+	for _, p := range rec.Counts(999, 1010)["all"] {
+		sum.Decisions += p.Decisions
+		sum.Denied += p.Denied
+	}
+	if want := (Point{goroutines * each, goroutines * each}); sum != want {
+		t.Errorf("the seconds hold %v, want %v", sum, want)
+	}
+	if p := rec.Counts(1010, 1011)["all"]; p[0] != (Point{}) {
+		t.Errorf("the new second starts at %v", p[0])
+	}
+	h := rec.HealthOver(999, 1010)
+	if h.Degraded != goroutines*each || h.Calls != goroutines*each || h.LatencyAvgMs != 3 || h.LatencyMaxMs != 3 {
+		t.Errorf("health %+v, want %d degraded and calls of 3 ms", h, goroutines*each)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/floodgate/floodgate/internal/percpu"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -20,18 +21,82 @@ type slot struct {
 	denied    atomic.Uint64
 }
 
-// series counts one limit's decisions and 429s per second.
+// series counts one limit's decisions and 429s per second. Decisions are
+// counted per CPU (internal/percpu: every CPU adding to one slot's
+// atomics would have them move between the CPUs' caches on every
+// decision) as totals since the start; Tick moves what they grew by into
+// the slot of the second that ended.
 type series struct {
-	name  string
-	slots [Window]slot
+	name   string
+	counts *percpu.Counters // sDecisions, sDenied
+	folded [2]atomic.Uint64 // the totals at the last Tick
+	slots  [Window]slot
 }
 
-// health counts the store's answers per second.
+// The counters of a series' counts.
+const (
+	sDecisions = iota
+	sDenied
+)
+
+// newSeries returns an empty series.
+func newSeries(name string) *series {
+	return &series{name: name, counts: percpu.NewCounters(2)}
+}
+
+// fold moves what the series' totals grew by since the last fold into
+// slot i.
+func (s *series) fold(i int64) {
+	for c := sDecisions; c <= sDenied; c++ {
+		total := s.counts.Load(c)
+		d := total - s.folded[c].Load()
+		s.folded[c].Store(total)
+		if c == sDecisions {
+			s.slots[i].decisions.Add(d)
+		} else {
+			s.slots[i].denied.Add(d)
+		}
+	}
+}
+
+// current returns what the series counted since the last fold (in the
+// current second).
+func (s *series) current() Point {
+	return Point{Decisions: s.counts.Load(sDecisions) - s.folded[sDecisions].Load(),
+		Denied: s.counts.Load(sDenied) - s.folded[sDenied].Load()}
+}
+
+// health counts the store's answers per second: the sum and number of
+// latencies and the degraded decisions per CPU (hLatencySum, hLatencyN,
+// hDegraded: totals, folded into the slots by Tick, as a series' are),
+// the largest latency in the slot of its second.
 type health struct {
+	counts     *percpu.Counters
+	folded     [3]atomic.Uint64
 	latencySum [Window]atomic.Int64 // ns
 	latencyN   [Window]atomic.Uint64
 	latencyMax [Window]atomic.Int64
 	degraded   [Window]atomic.Uint64
+}
+
+// The counters of health.counts.
+const (
+	hLatencySum = iota
+	hLatencyN
+	hDegraded
+)
+
+// fold moves what the health totals grew by into slot i.
+func (h *health) fold(i int64) {
+	var d [3]uint64
+	for c := range d {
+		total := h.counts.Load(c)
+		d[c] = total - h.folded[c].Load()
+		h.folded[c].Store(total)
+	}
+	h.latencySum[i].Add(int64(d[hLatencySum]))
+	h.latencyN[i].Add(d[hLatencyN])
+	h.degraded[i].Add(d[hDegraded])
 }
 
 // Recorder is the limiter.Observer that feeds the dashboard.
@@ -41,7 +106,7 @@ type Recorder struct {
 	sec    atomic.Int64
 	stamps [Window]atomic.Int64 // the second each slot holds
 
-	total   series
+	total   *series
 	health  health
 	hitters *Hitters
 
@@ -60,16 +125,19 @@ type Recorder struct {
 // now; call Tick at least every second.
 func NewRecorder(now int64) *Recorder {
 	r := &Recorder{byName: map[string]*series{}, overload: map[string]*overloadSeries{}, hitters: NewHitters(DefaultHitters)}
-	r.total.name = "all"
-	r.other = &series{name: "other"}
+	r.total = newSeries("all")
+	r.other = newSeries("other")
+	r.health.counts = percpu.NewCounters(3)
 	r.refused.Store(&map[string]*refusalSeries{})
 	r.sec.Store(now)
 	r.stamps[now%Window].Store(now)
 	return r
 }
 
-// Tick advances the recorder's clock to the Unix second now, clearing the
-// slots of the seconds it enters. Call it from one goroutine.
+// Tick advances the recorder's clock to the Unix second now: what was
+// counted since the last Tick goes to the second that ends (the one the
+// clock was at), and the slots of the seconds it enters are cleared. Call
+// it from one goroutine, at least every second.
 func (r *Recorder) Tick(now int64) {
 	old := r.sec.Load()
 	if now <= old {
@@ -81,11 +149,15 @@ func (r *Recorder) Tick(now int64) {
 	}
 	r.mu.Lock()
 	all := make([]*series, 0, len(r.byName)+2)
-	all = append(all, &r.total, r.other)
+	all = append(all, r.total, r.other)
 	for _, s := range r.byName {
 		all = append(all, s)
 	}
 	r.mu.Unlock()
+	for _, s := range all {
+		s.fold(old % Window)
+	}
+	r.health.fold(old % Window)
 	for t := from; t <= now; t++ {
 		i := t % Window
 		for _, s := range all {
@@ -111,26 +183,27 @@ func (r *Recorder) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 	if req.Peek {
 		return
 	}
-	i := r.sec.Load() % Window
-	r.total.slots[i].decisions.Add(1)
+	slot := percpu.Slot()
+	r.total.counts.Add(slot, sDecisions, 1)
 	if !res.Allowed {
-		r.total.slots[i].denied.Add(1)
+		r.total.counts.Add(slot, sDenied, 1)
 	}
 	if res.Degraded != limiter.NotDegraded {
-		r.health.degraded[i].Add(1)
+		r.health.counts.Add(slot, hDegraded, 1)
 	}
 	if lat := int64(res.StoreLatency); lat > 0 {
-		r.health.latencySum[i].Add(lat)
-		r.health.latencyN[i].Add(1)
-		for m := r.health.latencyMax[i].Load(); lat > m && !r.health.latencyMax[i].CompareAndSwap(m, lat); m = r.health.latencyMax[i].Load() {
+		r.health.counts.Add(slot, hLatencySum, uint64(lat))
+		r.health.counts.Add(slot, hLatencyN, 1)
+		mx := &r.health.latencyMax[r.sec.Load()%Window]
+		for m := mx.Load(); lat > m && !mx.CompareAndSwap(m, lat); m = mx.Load() {
 		}
 	}
 	for h := range req.Hits {
 		hit := &req.Hits[h]
 		s := r.ruleSeries(hit.Rule)
-		s.slots[i].decisions.Add(1)
+		s.counts.Add(slot, sDecisions, 1)
 		if !res.Allowed && res.Binding == h {
-			s.slots[i].denied.Add(1)
+			s.counts.Add(slot, sDenied, 1)
 			r.hitters.Add(s.name, hit.Key)
 		}
 	}
@@ -170,7 +243,7 @@ func (r *Recorder) seriesOf(rule *limiter.Rule) *series {
 			r.inUse = true
 			return r.other
 		}
-		s = &series{name: rule.Name()}
+		s = newSeries(rule.Name())
 		r.byName[s.name] = s
 	}
 	return s
@@ -184,11 +257,13 @@ type Point struct {
 
 // Counts returns, for every series, the points of the seconds from since+1
 // to until (at most the last hour), oldest first, in the map under the
-// limit's name ("all" for every decision).
+// limit's name ("all" for every decision). The current second's point is
+// what was counted so far.
 func (r *Recorder) Counts(since, until int64) map[string][]Point {
+	now := r.sec.Load()
 	r.mu.Lock()
 	all := make([]*series, 0, len(r.byName)+2)
-	all = append(all, &r.total)
+	all = append(all, r.total)
 	for _, s := range r.byName {
 		all = append(all, s)
 	}
@@ -206,7 +281,13 @@ func (r *Recorder) Counts(since, until int64) map[string][]Point {
 				pts = append(pts, Point{})
 				continue
 			}
-			pts = append(pts, Point{Decisions: s.slots[i].decisions.Load(), Denied: s.slots[i].denied.Load()})
+			p := Point{Decisions: s.slots[i].decisions.Load(), Denied: s.slots[i].denied.Load()}
+			if t == now {
+				c := s.current()
+				p.Decisions += c.Decisions
+				p.Denied += c.Denied
+			}
+			pts = append(pts, p)
 		}
 		out[s.name] = pts
 	}
@@ -226,7 +307,7 @@ type Health struct {
 }
 
 // HealthOver sums the store's health over the seconds from since+1 to
-// until.
+// until; the current second is not in it until it ends.
 func (r *Recorder) HealthOver(since, until int64) Health {
 	var h Health
 	var sum, mx int64
@@ -259,7 +340,7 @@ type HealthPoint struct {
 }
 
 // HealthPoints returns the store's health for each second from since+1 to
-// until, oldest first.
+// until, oldest first (the current second's once it ends).
 func (r *Recorder) HealthPoints(since, until int64) []HealthPoint {
 	from := max(since+1, until-Window+1)
 	out := make([]HealthPoint, 0, max(until-from+1, 0))
