@@ -83,13 +83,13 @@ type Metrics struct {
 
 	// The families of the vectors above whose series count per CPU
 	// (percpu.go).
-	decisionsF, nearF, rejectedF, latencyF, upstreamF *family
+	decisionsF, nearF, rejectedF, latencyF *family
 
 	latencyBy [4]*perCPUHistogram // by front end
 
 	maxLimits int
 	nLimits   atomic.Int64
-	makeMu    sync.Mutex // makes each per-CPU series once
+	makeMu    sync.Mutex // makes each frontSeries and latencySeries once
 	limits    sync.Map   // name → *limitSeries
 	routes    sync.Map   // route → *routeSeries
 	reasons   sync.Map   // token failure reason → prometheus.Counter
@@ -131,10 +131,9 @@ const (
 	nCounters
 )
 
-// routeSeries holds the upstream status counters of one route, made on
-// first use, counting per CPU.
+// routeSeries caches the upstream status counters of one route.
 type routeSeries struct {
-	codes [600]atomic.Pointer[percpu.Counters]
+	codes [600]atomic.Pointer[prometheus.Counter]
 }
 
 // New creates the metrics and registers them on reg.
@@ -192,8 +191,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		m.maxLimits = DefaultMaxLimits
 	}
 	m.decisionsF, m.nearF, m.rejectedF, m.latencyF = newFamily(m.decisions), newFamily(m.near), newFamily(m.rejected), newFamily(m.latency)
-	m.upstreamF = newFamily(m.upstream)
-	for _, c := range []prometheus.Collector{m.decisionsF, m.degraded, m.nearF, m.latencyF, m.rejectedF, m.upstreamF, m.queue, m.tokens,
+	for _, c := range []prometheus.Collector{m.decisionsF, m.degraded, m.nearF, m.latencyF, m.rejectedF, m.upstream, m.queue, m.tokens,
 		m.shed, m.shedTenant, &m.overload} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -347,25 +345,14 @@ func (m *Metrics) Upstream(route string, status int) {
 	if !ok {
 		rs, _ = m.routes.LoadOrStore(route, new(routeSeries))
 	}
-	code := &rs.(*routeSeries).codes[status]
-	c := code.Load()
+	slot := &rs.(*routeSeries).codes[status]
+	c := slot.Load()
 	if c == nil {
-		c = m.upstreamOf(code, route, status)
+		counter := m.upstream.WithLabelValues(route, strconv.Itoa(status))
+		slot.CompareAndSwap(nil, &counter)
+		c = slot.Load()
 	}
-	c.Add(percpu.Slot(), 0, 1)
-}
-
-// upstreamOf makes the counter of a route's status, once.
-func (m *Metrics) upstreamOf(code *atomic.Pointer[percpu.Counters], route string, status int) *percpu.Counters {
-	m.makeMu.Lock()
-	defer m.makeMu.Unlock()
-	if c := code.Load(); c != nil {
-		return c
-	}
-	c := percpu.NewCounters(1)
-	m.upstreamF.counter(c, 0, strings.Clone(route), strconv.Itoa(status))
-	code.Store(c)
-	return c
+	(*c).Inc()
 }
 
 // InvalidToken counts a presented token that did not verify; reason is
