@@ -1,6 +1,7 @@
 package percpu
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,4 +92,18 @@ func BenchmarkShared(b *testing.B) {
 			c[1].Add(1)
 		}
 	})
+}
+
+// TestSlotsAreBounded: whatever GOMAXPROCS says, a set of up to eight
+// counters takes at most 64 slots of one cache line, 4 KiB.
+func TestSlotsAreBounded(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(200))
+	c := NewCounters(5)
+	if n := len(c.cells) * 8; n != maxSlots*64 || maxSlots != 64 {
+		t.Errorf("5 counters at GOMAXPROCS 200 take %d bytes in %d slots, want 4 KiB", n, c.mask+1)
+	}
+	runtime.GOMAXPROCS(2)
+	if c := NewCounters(5); len(c.cells) != 4*lineWords {
+		t.Errorf("at GOMAXPROCS 2: %d cells, want 4 slots of one line", len(c.cells))
+	}
 }
