@@ -45,18 +45,18 @@ func newSeries(name string) *series {
 }
 
 // fold moves what the series' totals grew by since the last fold into
-// slot i.
+// slot i. The fold is noted before the slot grows: a reader of the
+// current second may miss what is being folded, never count it twice.
 func (s *series) fold(i int64) {
-	for c := sDecisions; c <= sDenied; c++ {
-		total := s.counts.Load(c)
-		d := total - s.folded[c].Load()
-		s.folded[c].Store(total)
-		if c == sDecisions {
-			s.slots[i].decisions.Add(d)
-		} else {
-			s.slots[i].denied.Add(d)
-		}
-	}
+	s.slots[i].decisions.Add(grown(s.counts, sDecisions, &s.folded[sDecisions]))
+	s.slots[i].denied.Add(grown(s.counts, sDenied, &s.folded[sDenied]))
+}
+
+// grown returns what counter c of cs grew by since folded, and moves
+// folded to its total.
+func grown(cs *percpu.Counters, c int, folded *atomic.Uint64) uint64 {
+	total := cs.Load(c)
+	return total - folded.Swap(total)
 }
 
 // current returns what the series counted since the last fold (in the
@@ -88,15 +88,9 @@ const (
 
 // fold moves what the health totals grew by into slot i.
 func (h *health) fold(i int64) {
-	var d [3]uint64
-	for c := range d {
-		total := h.counts.Load(c)
-		d[c] = total - h.folded[c].Load()
-		h.folded[c].Store(total)
-	}
-	h.latencySum[i].Add(int64(d[hLatencySum]))
-	h.latencyN[i].Add(d[hLatencyN])
-	h.degraded[i].Add(d[hDegraded])
+	h.latencySum[i].Add(int64(grown(h.counts, hLatencySum, &h.folded[hLatencySum])))
+	h.latencyN[i].Add(grown(h.counts, hLatencyN, &h.folded[hLatencyN]))
+	h.degraded[i].Add(grown(h.counts, hDegraded, &h.folded[hDegraded]))
 }
 
 // Recorder is the limiter.Observer that feeds the dashboard.
