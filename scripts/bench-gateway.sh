@@ -11,9 +11,10 @@
 # limit of one request a minute, burst 1, spent first: every answer is 429,
 # the upstream is never reached; NGINX limits $binary_remote_addr the same
 # way and does not log its rejections). A bare fasthttp server answering
-# every request with the same 429 (benchgw fixed429) is the floor under the
-# edge engine's 429 path. Three floors under the pass-through, none doing
-# a gateway's work: a bare fasthttp proxy set up as the edge engine's
+# every request with the same 429 (benchgw fixed429), set up as the edge
+# engine's (its buffers, timeouts, streamed request bodies), is the floor
+# under the edge engine's 429 path. Three floors under the pass-through,
+# none doing a gateway's work: a bare fasthttp proxy set up the same way
 # (benchgw fastproxy); a goroutine per connection over net.Conn passing
 # requests as they came, with no HTTP library (benchgw connproxy); and the
 # same from event loops of its own driving epoll (benchgw loopproxy).

@@ -36,7 +36,13 @@ func fixed429(addr string) error {
 }
 
 // serveFast serves h on addr from a fasthttp server set up as the edge
-// engine sets up its own (its buffers, timeouts and switches).
+// engine sets up its own (its buffers, timeouts and switches). Request
+// bodies stream, as the edge engine's do: with ReduceMemoryUsage and
+// without streaming, fasthttp gives its read buffer back after every
+// request and reads the next one's first byte alone, a read system call
+// more a request (0.3–0.6 µs of CPU on the 2-core test machine) that the
+// edge engine does not make. The edge engine's per-request body deadline
+// (HeaderReceived) is left out: its connections coalesce deadlines.
 func serveFast(addr string, h fasthttp.RequestHandler) error {
 	srv := &fasthttp.Server{
 		Handler:                      h,
@@ -48,6 +54,8 @@ func serveFast(addr string, h fasthttp.RequestHandler) error {
 		NoDefaultContentType:         true,
 		DisablePreParseMultipartForm: true,
 		ReduceMemoryUsage:            true,
+		StreamRequestBody:            true,
+		MaxRequestBodySize:           1,
 		LazyRequestTime:              true,
 	}
 	ln, err := net.Listen("tcp", addr)
