@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -195,6 +196,9 @@ func TestHittersBoundsUnderChurn(t *testing.T) {
 			truth[key]++
 			total++
 		}
+		h.mu.Lock()
+		h.flush()
+		h.mu.Unlock()
 		var sum uint64
 		for i, s := range h.cur.heap {
 			sum += s.count
@@ -221,6 +225,44 @@ func TestHittersBoundsUnderChurn(t *testing.T) {
 				t.Errorf("round %d: %s denied %d of %d times (k=%d) is not kept", round, key, n, total, k)
 			}
 		}
+	}
+}
+
+// TestHittersCountEveryRun: runs of one key held on each CPU (longer than
+// a front holds, broken by other keys, from goroutines on every CPU) all
+// reach the sketch, and a read while they are counted sees every 429
+// counted before it.
+func TestHittersCountEveryRun(t *testing.T) {
+	t.Parallel()
+	h := NewHitters(DefaultHitters)
+	const goroutines, each = 8, 3 * frontRun
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				key := "ip:flood"
+				if i%1000 == 999 {
+					key = fmt.Sprintf("ip:%d", g)
+				}
+				h.Add("per-ip", key)
+			}
+		})
+	}
+	h.Add("per-ip", "ip:before")
+	if top := h.Top(DefaultHitters); len(top) == 0 || !slices.ContainsFunc(top, func(x Hitter) bool { return x.Key == "ip:before" }) {
+		t.Errorf("a 429 counted before the read is missing from it: %v", top)
+	}
+	wg.Wait()
+	got := map[string]uint64{}
+	for _, x := range h.Top(DefaultHitters) {
+		if x.Error != 0 {
+			t.Errorf("%+v: an overcount with fewer keys than counters", x)
+		}
+		got[x.Key] = x.Count
+	}
+	per := uint64(each / 1000)
+	if got["ip:flood"] != goroutines*(each-per) || got["ip:3"] != per || got["ip:before"] != 1 {
+		t.Errorf("counted %v, want ip:flood %d, each ip:N %d", got, goroutines*(each-per), per)
 	}
 }
 
@@ -258,6 +300,15 @@ func BenchmarkHitters(b *testing.B) {
 			h.Add("per-ip", keys[i%len(keys)])
 			i++
 		}
+	})
+	// One key flooding through every CPU at once (-cpu 2 and up).
+	b.Run("one-key-parallel", func(b *testing.B) {
+		h := NewHitters(DefaultHitters)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				h.Add("per-ip", keys[0])
+			}
+		})
 	})
 }
 

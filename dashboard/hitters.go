@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/percpu"
 )
 
 // DefaultHitters is how many keys the heavy-hitters sketch keeps.
@@ -20,12 +22,35 @@ const DefaultHitters = 100
 // O(log k) whatever the keys: in a flood from more keys than k, each new
 // key takes the smallest counter's place at the root and walks down the
 // heap, rather than scanning all k counters for the smallest.
+//
+// In front of the sketch each CPU holds its current run of 429s of one
+// key (a hitFront): a flood from one key, the common case, counts on its
+// CPU's own lock and cache line, and reaches the shared sketch only when
+// another key comes on that CPU, when the run is frontRun long, or when
+// the sketch is read (Top, Rotate). Space-Saving takes a run of n as n
+// single counts of its key (a new key takes the smallest counter's place
+// with that count plus n), so the bounds hold as they do key by key.
 type Hitters struct {
-	k int
+	k      int
+	fronts []hitFront // by percpu slot
+	mask   int        // len(fronts) - 1
 
 	mu       sync.Mutex // guards everything below
 	cur, old *generation
 	rotated  time.Time
+}
+
+// frontRun is the longest run of one key a CPU holds before it counts it
+// into the sketch.
+const frontRun = 1 << 12
+
+// hitFront is one CPU's run of 429s of one key, on cache lines of its
+// own.
+type hitFront struct {
+	mu  sync.Mutex // guards key and n
+	key hitterKey
+	n   uint64
+	_   [64]byte
 }
 
 type hitterKey struct{ limit, key string }
@@ -57,32 +82,62 @@ func newGeneration(k int) *generation {
 // NewHitters keeps k keys (at least 1).
 func NewHitters(k int) *Hitters {
 	k = max(k, 1)
-	return &Hitters{k: k, cur: newGeneration(k), old: newGeneration(0)}
+	n := percpu.Slots()
+	return &Hitters{k: k, fronts: make([]hitFront, n), mask: n - 1, cur: newGeneration(k), old: newGeneration(0)}
 }
 
 // Add counts one 429 of key under limit.
 func (h *Hitters) Add(limit, key string) {
-	hk := hitterKey{limit, key}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	g := h.cur
+	f := &h.fronts[percpu.Slot()&h.mask]
+	f.mu.Lock()
+	if f.n > 0 && f.n < frontRun && f.key.key == key && f.key.limit == limit {
+		f.n++
+		f.mu.Unlock()
+		return
+	}
+	run, n := f.key, f.n
+	f.key, f.n = hitterKey{limit, key}, 1
+	f.mu.Unlock()
+	if n > 0 {
+		h.mu.Lock()
+		h.cur.add(run, n, h.k)
+		h.mu.Unlock()
+	}
+}
+
+// flush counts every CPU's run into the current generation; h.mu is held.
+func (h *Hitters) flush() {
+	for i := range h.fronts {
+		f := &h.fronts[i]
+		f.mu.Lock()
+		run, n := f.key, f.n
+		f.key, f.n = hitterKey{}, 0
+		f.mu.Unlock()
+		if n > 0 {
+			h.cur.add(run, n, h.k)
+		}
+	}
+}
+
+// add counts n 429s of hk, keeping at most k counters.
+func (g *generation) add(hk hitterKey, n uint64, k int) {
 	if c := g.at[hk]; c != nil {
-		c.count++
+		c.count += n
 		g.down(c.pos)
 		return
 	}
-	if n := len(g.heap); n < h.k {
-		c := &g.slots[n]
-		*c = hitSlot{key: hk, counter: counter{count: 1}, pos: n}
+	if i := len(g.heap); i < k {
+		c := &g.slots[i]
+		*c = hitSlot{key: hk, counter: counter{count: n}, pos: i}
 		g.heap = append(g.heap, c)
 		g.at[hk] = c
-		g.up(n)
+		g.up(i)
 		return
 	}
 	// The smallest counter, at the root, goes to the new key.
 	c := g.heap[0]
 	delete(g.at, c.key)
-	c.key, c.counter = hk, counter{count: c.count + 1, over: c.count}
+	c.key, c.counter = hk, counter{count: c.count + n, over: c.count}
 	g.at[hk] = c
 	g.down(0)
 }
@@ -130,6 +185,7 @@ func (g *generation) swap(i, j int) {
 func (h *Hitters) Rotate(now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.flush()
 	if h.rotated.IsZero() {
 		h.rotated = now
 	}
@@ -151,6 +207,7 @@ type Hitter struct {
 // Top returns up to n keys, most denied first.
 func (h *Hitters) Top(n int) []Hitter {
 	h.mu.Lock()
+	h.flush()
 	sum := map[hitterKey]counter{}
 	for _, gen := range []*generation{h.old, h.cur} {
 		for _, c := range gen.heap {

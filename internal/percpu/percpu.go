@@ -53,14 +53,22 @@ type Counters struct {
 	cells  []atomic.Uint64
 }
 
-// NewCounters returns k counters at zero, with twice as many slots as
-// GOMAXPROCS (a power of two, at most 64): k*8 bytes per slot, rounded
-// up to whole cache lines.
-func NewCounters(k int) *Counters {
+// Slots returns how many slots a per-CPU structure made now keeps: twice
+// GOMAXPROCS, rounded up to a power of two, at most 64. A slot number
+// from Slot is taken modulo it (slot & (Slots()-1)).
+func Slots() int {
 	n := 1
 	for n < 2*runtime.GOMAXPROCS(0) && n < maxSlots {
 		n *= 2
 	}
+	return n
+}
+
+// NewCounters returns k counters at zero, with twice as many slots as
+// GOMAXPROCS (a power of two, at most 64): k*8 bytes per slot, rounded
+// up to whole cache lines.
+func NewCounters(k int) *Counters {
+	n := Slots()
 	stride := (k + lineWords - 1) / lineWords * lineWords
 	cells := make([]atomic.Uint64, n*stride+lineWords)
 	// Start the first slot on a line of its own: the allocation is only
