@@ -13,7 +13,10 @@
 # way and does not log its rejections). A bare fasthttp server answering
 # every request with the same 429 (benchgw fixed429), set up as the edge
 # engine's (its buffers, timeouts, streamed request bodies), is the floor
-# under the edge engine's 429 path. Three floors under the pass-through,
+# under the edge engine's 429 path; the same answer from a goroutine per
+# connection with no HTTP library (benchgw conn429) and from event loops
+# (benchgw loop429) show what the engine itself costs. Three floors under
+# the pass-through,
 # none doing a gateway's work: a bare fasthttp proxy set up the same way
 # (benchgw fastproxy); a goroutine per connection over net.Conn passing
 # requests as they came, with no HTTP library (benchgw connproxy); and the
@@ -104,6 +107,8 @@ build_gateway_bench
 pick UP
 pick BARE
 pick BARE_429
+pick BARE_429_CONN
+pick BARE_429_LOOP
 pick BARE_FAST
 pick BARE_CONN
 pick BARE_LOOP
@@ -153,6 +158,12 @@ PID_BARE=$!
 "$work/benchgw" fixed429 -addr "127.0.0.1:$BARE_429" >/dev/null &
 pids+=($!)
 PID_BARE_429=$!
+"$work/benchgw" conn429 -addr "127.0.0.1:$BARE_429_CONN" >/dev/null &
+pids+=($!)
+PID_BARE_429_CONN=$!
+"$work/benchgw" loop429 -addr "127.0.0.1:$BARE_429_LOOP" >/dev/null &
+pids+=($!)
+PID_BARE_429_LOOP=$!
 "$work/benchgw" fastproxy -addr "127.0.0.1:$BARE_FAST" -target "http://127.0.0.1:$UP" >/dev/null &
 pids+=($!)
 PID_BARE_FAST=$!
@@ -235,12 +246,12 @@ nginx_conf front auto "    upstream up { server 127.0.0.1:$UP; keepalive 256; }
 pids+=($!)
 PID_NGINX=$!
 
-for p in $UP $BARE $BARE_429 $BARE_FAST $BARE_CONN $BARE_LOOP $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_PASS $NG_REJECT; do
+for p in $UP $BARE $BARE_429 $BARE_429_CONN $BARE_429_LOOP $BARE_FAST $BARE_CONN $BARE_LOOP $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_PASS $NG_REJECT; do
 	wait_http "http://127.0.0.1:$p/"
 done
 # The tiny limits: spend the one request, check that all answer 429.
 spent_at=$(date +%s)
-for p in $FAST_REJECT $NET_REJECT $NG_REJECT $BARE_429; do
+for p in $FAST_REJECT $NET_REJECT $NG_REJECT $BARE_429 $BARE_429_CONN $BARE_429_LOOP; do
 	curl -s -o /dev/null "http://127.0.0.1:$p/" || true
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/")
 	if [ "$code" != 429 ]; then
@@ -259,7 +270,7 @@ done
 # The servers measured: name, URL, PID whose processes are counted.
 NAMES=("upstream (direct)" "bare Go proxy" "floodgate fast pass" "floodgate net/http pass" "nginx pass"
 	"floodgate fast 429" "floodgate net/http 429" "nginx 429" "bare fasthttp 429"
-	"bare fasthttp proxy" "bare goroutine proxy" "bare event loop proxy")
+	"bare goroutine 429" "bare event loop 429" "bare fasthttp proxy" "bare goroutine proxy" "bare event loop proxy")
 declare -A URL=(
 	["upstream (direct)"]="http://127.0.0.1:$UP/"
 	["bare Go proxy"]="http://127.0.0.1:$BARE/"
@@ -270,6 +281,8 @@ declare -A URL=(
 	["floodgate net/http 429"]="http://127.0.0.1:$NET_REJECT/"
 	["nginx 429"]="http://127.0.0.1:$NG_REJECT/"
 	["bare fasthttp 429"]="http://127.0.0.1:$BARE_429/"
+	["bare goroutine 429"]="http://127.0.0.1:$BARE_429_CONN/"
+	["bare event loop 429"]="http://127.0.0.1:$BARE_429_LOOP/"
 	["bare fasthttp proxy"]="http://127.0.0.1:$BARE_FAST/"
 	["bare goroutine proxy"]="http://127.0.0.1:$BARE_CONN/"
 	["bare event loop proxy"]="http://127.0.0.1:$BARE_LOOP/"
@@ -284,6 +297,8 @@ declare -A SPID=(
 	["floodgate net/http 429"]=${PID[net-429]}
 	["nginx 429"]=$PID_NGINX
 	["bare fasthttp 429"]=$PID_BARE_429
+	["bare goroutine 429"]=$PID_BARE_429_CONN
+	["bare event loop 429"]=$PID_BARE_429_LOOP
 	["bare fasthttp proxy"]=$PID_BARE_FAST
 	["bare goroutine proxy"]=$PID_BARE_CONN
 	["bare event loop proxy"]=$PID_BARE_LOOP
@@ -422,6 +437,8 @@ row() { # NAME JOB NGINX-NAME
 row "floodgate fast 429" "429 path" "nginx 429"
 row "floodgate net/http 429" "429 path" "nginx 429"
 row "bare fasthttp 429" "429 path" "nginx 429"
+row "bare goroutine 429" "429 path" "nginx 429"
+row "bare event loop 429" "429 path" "nginx 429"
 row "nginx 429" "429 path" ""
 row "floodgate fast pass" "pass-through" "nginx pass"
 row "floodgate net/http pass" "pass-through" "nginx pass"
@@ -446,8 +463,8 @@ printf 'fast engine, memory per idle connection: %s KiB (nginx %s KiB; goal at m
 	"${IDLE[floodgate fast pass]}" "${IDLE[nginx pass]}" "$IDLE_CONNECTIONS" "$IDLE_WAIT"
 # Requests let through on the 429 path (a 2xx): the limit lets one a
 # minute through; more would be a limit that did not bind, or a degraded
-# decision failing open. The bare fasthttp server answers 429 to all and
-# limits nothing: it has no line.
+# decision failing open. The bare 429 servers answer 429 to all and limit
+# nothing: they have no line.
 awk -v minutes="$((($(date +%s) - spent_at + 59) / 60))" '{v = $NF; $NF = ""; sub(/ $/, ""); n[$0] += v} END {
 	for (k in n) {
 		if (k ~ /^bare /) continue

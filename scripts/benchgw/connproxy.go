@@ -88,6 +88,69 @@ func passConn(c net.Conn, upstream string) {
 	}
 }
 
+// conn429 answers every request without a body, on addr, with the same
+// fixed 429 (raw429), from a goroutine per client connection over
+// net.Conn and no HTTP library: the floor of what Go and the kernel cost
+// for the 429 path with Go's netpoller, beside the bare fasthttp 429
+// (fixed429) and the event loops (loop429). A request with a body closes
+// its connection.
+func conn429(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stdout, "listening on", ln.Addr())
+	answer := raw429()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go answerConn(c, answer)
+	}
+}
+
+// answerConn answers every request head that comes on c with answer,
+// those read together with one write.
+func answerConn(c net.Conn, answer []byte) {
+	defer c.Close()
+	buf := make([]byte, 16<<10)
+	var in, out []byte
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		in = append(in, buf[:n]...)
+		var ok bool
+		if in, out, ok = answerHeads(in, out[:0], answer); !ok {
+			return
+		}
+		if len(out) > 0 {
+			if _, err := c.Write(out); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// answerHeads appends answer to out for each whole request head in in and
+// returns what is left of in; ok is false for a request with a body.
+func answerHeads(in, out, answer []byte) (rest, answers []byte, ok bool) {
+	for {
+		i := bytes.Index(in, headEnd)
+		if i < 0 {
+			return in, out, true
+		}
+		h := bytes.ToLower(in[:i])
+		if bytes.Contains(h, contentLength) || bytes.Contains(h, transferEncoding) {
+			return in, out, false
+		}
+		out = append(out, answer...)
+		in = in[:copy(in, in[i+4:])]
+	}
+}
+
 // The bytes the floors look for in a head (lowercased).
 var (
 	headEnd          = []byte("\r\n\r\n")

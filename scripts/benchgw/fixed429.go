@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,6 +35,20 @@ func fixed429(addr string) error {
 		r.Header.SetCanonical(retry, retryV)
 		r.SetBodyRaw(body)
 	})
+}
+
+// raw429 is the fixed 429, head and body, as the floors that write their
+// answers themselves send it: the same fields and size as fixed429's (the
+// Date is the one of the floor's start).
+func raw429() []byte {
+	body := `{"message":"Too Many Requests"}` + "\n"
+	return []byte("HTTP/1.1 429 Too Many Requests\r\n" +
+		"Date: " + time.Now().UTC().Format(http.TimeFormat) + "\r\n" +
+		"Content-Type: application/json\r\n" +
+		"Ratelimit-Policy: \"per-client\";q=1;w=60\r\n" +
+		"Ratelimit: \"per-client\";r=0;t=60\r\n" +
+		"Retry-After: 60\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }
 
 // serveFast serves h on addr from a fasthttp server set up as the edge

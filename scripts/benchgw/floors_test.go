@@ -106,3 +106,63 @@ func TestLoopProxyClosesOnBody(t *testing.T) {
 		t.Fatalf("read %d bytes, %v: want the connection closed", n, err)
 	}
 }
+
+// TestFloors429Answer checks that the three floors under the 429 path
+// answer each of several pipelined requests with a whole 429 whose head
+// and body are the same size, so that they send what the edge engine's
+// refusal sends.
+func TestFloors429Answer(t *testing.T) {
+	floors := map[string]func(addr string) error{"fixed429": fixed429, "conn429": conn429}
+	if runtime.GOOS == "linux" {
+		floors["loop429"] = loop429
+	}
+	sizes := map[string]int{}
+	for name, serve := range floors {
+		addr := freeAddr(t)
+		errc := make(chan error, 1)
+		go func() { errc <- serve(addr) }()
+		var c net.Conn
+		var err error
+		for i := 0; i < 100; i++ {
+			if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
+				break
+			}
+			select {
+			case err := <-errc:
+				t.Fatalf("%s: %v", name, err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprint(c, "GET /a HTTP/1.1\r\nHost: bench\r\n\r\nGET /b HTTP/1.1\r\nHost: bench\r\n\r\nGET /c HTTP/1.1\r\nHost: bench\r\n\r\n")
+		br := bufio.NewReader(c)
+		for i := 0; i < 3; i++ {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s: answer %d: %v", name, i, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "60" ||
+				resp.Header.Get("RateLimit") == "" || resp.Header.Get("Date") == "" {
+				t.Fatalf("%s: answer %d: %d %v %q %v", name, i, resp.StatusCode, resp.Header, body, err)
+			}
+			size := len(body)
+			for k, vs := range resp.Header {
+				for _, v := range vs {
+					size += len(k) + len(v) + 4
+				}
+			}
+			sizes[name] = size
+		}
+		c.Close()
+	}
+	for name, n := range sizes {
+		if n != sizes["fixed429"] {
+			t.Errorf("%s answers %d bytes of fields and body, fixed429 %d", name, n, sizes["fixed429"])
+		}
+	}
+}

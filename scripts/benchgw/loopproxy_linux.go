@@ -47,6 +47,30 @@ func loopProxy(addr, target string) error {
 	return <-errs
 }
 
+// loop429 answers every request without a body, on addr, with the same
+// fixed 429 (raw429) from event loops as loopProxy's, one per GOMAXPROCS:
+// the floor of what Go and the kernel cost for the 429 path when event
+// loops drive the sockets. A request with a body closes its connection.
+func loop429(addr string) error {
+	listen, err := sockaddr(addr)
+	if err != nil || listen.Port == 0 {
+		return fmt.Errorf("loop429: addr %q: want a numeric IPv4 host and a port (%v)", addr, err)
+	}
+	n := runtime.GOMAXPROCS(0)
+	errs := make(chan error, n)
+	answer := raw429()
+	for i := 0; i < n; i++ {
+		l, err := newLoop(listen, nil)
+		if err != nil {
+			return err
+		}
+		l.answer = answer
+		go func() { errs <- l.run() }()
+	}
+	fmt.Fprintln(os.Stdout, "listening on", addr)
+	return <-errs
+}
+
 // sockaddr resolves a numeric IPv4 host:port.
 func sockaddr(hostport string) (*unix.SockaddrInet4, error) {
 	ap, err := net.ResolveTCPAddr("tcp4", hostport)
@@ -68,8 +92,10 @@ type loopConn struct {
 type loop struct {
 	ep, ln int
 	up     *unix.SockaddrInet4
+	answer []byte // not nil: every request is answered with it (loop429)
 	conns  map[int]*loopConn
 	buf    []byte
+	out    []byte
 }
 
 func newLoop(listen, up *unix.SockaddrInet4) (*loop, error) {
@@ -179,6 +205,19 @@ func (l *loop) readable(c *loopConn) {
 		return
 	}
 	c.in = append(c.in, l.buf[:n]...)
+	if l.answer != nil {
+		var ok bool
+		if c.in, l.out, ok = answerHeads(c.in, l.out[:0], l.answer); !ok {
+			l.close(c)
+			return
+		}
+		if len(l.out) > 0 {
+			if w, err := unix.Write(c.fd, l.out); err != nil || w != len(l.out) {
+				l.close(c)
+			}
+		}
+		return
+	}
 	i := bytes.Index(c.in, headEnd)
 	if i < 0 {
 		return

@@ -8,3 +8,8 @@ import "errors"
 func loopProxy(addr, target string) error {
 	return errors.New("loopproxy: needs Linux")
 }
+
+// loop429 needs epoll.
+func loop429(addr string) error {
+	return errors.New("loop429: needs Linux")
+}

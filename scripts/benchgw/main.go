@@ -3,15 +3,18 @@
 // Floodgate's) to measure what Floodgate adds on top of proxying, a bare
 // fasthttp server answering every request with the same 429 Floodgate's
 // per-address limit answers (what the edge engine's 429 path costs without
-// the gateway), three floors under the pass-through (a bare fasthttp proxy
-// set up as the edge engine's, a goroutine per connection over net.Conn
-// with no HTTP library, and event loops of its own driving epoll),
-// and a client that holds idle keep-alive connections open, to measure what
-// each costs a server.
+// the gateway) and the same answer from a goroutine per connection over
+// net.Conn with no HTTP library and from event loops of its own driving
+// epoll, three floors under the pass-through (a bare fasthttp proxy set up
+// as the edge engine's, a goroutine per connection, event loops), and a
+// client that holds idle keep-alive connections open, to measure what each
+// costs a server.
 //
 //	benchgw upstream -addr 127.0.0.1:18101
 //	benchgw proxy -addr 127.0.0.1:18102 -target http://127.0.0.1:18101
 //	benchgw fixed429 -addr 127.0.0.1:18104
+//	benchgw conn429 -addr 127.0.0.1:18108
+//	benchgw loop429 -addr 127.0.0.1:18109
 //	benchgw fastproxy -addr 127.0.0.1:18105 -target http://127.0.0.1:18101
 //	benchgw connproxy -addr 127.0.0.1:18107 -target http://127.0.0.1:18101
 //	benchgw loopproxy -addr 127.0.0.1:18106 -target http://127.0.0.1:18101
@@ -57,7 +60,7 @@ func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchgw upstream|proxy|fixed429|fastproxy|connproxy|loopproxy|idle|tls [flags]")
+		return errors.New("usage: benchgw upstream|proxy|fixed429|conn429|loop429|fastproxy|connproxy|loopproxy|idle|tls [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
@@ -76,6 +79,12 @@ func run(args []string) error {
 	}
 	if args[0] == "fixed429" {
 		return fixed429(*addr)
+	}
+	if args[0] == "conn429" {
+		return conn429(*addr)
+	}
+	if args[0] == "loop429" {
+		return loop429(*addr)
 	}
 	if args[0] == "fastproxy" {
 		return fastProxy(*addr, *target)
