@@ -24,6 +24,28 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
+// dialFloor connects to the floor name starting on addr, waiting for it
+// to listen (errc tells its end), with a deadline for the test's
+// exchanges.
+func dialFloor(t *testing.T, name, addr string, errc <-chan error) net.Conn {
+	t.Helper()
+	var err error
+	for i := 0; i < 100; i++ {
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			return c
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("%s: %v", name, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s: %v", name, err)
+	return nil
+}
+
 // TestFloorsPassRequests checks that both floors under the pass-through
 // pass kept-alive requests to a real upstream and its answers back whole,
 // so that what the bench measures is a proxy.
@@ -41,23 +63,8 @@ func TestFloorsPassRequests(t *testing.T) {
 			addr := freeAddr(t)
 			errc := make(chan error, 1)
 			go func() { errc <- serve(addr, up.URL) }()
-			var c net.Conn
-			var err error
-			for i := 0; i < 100; i++ {
-				if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
-					break
-				}
-				select {
-				case err := <-errc:
-					t.Fatalf("%s: %v", name, err)
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := dialFloor(t, name, addr, errc)
 			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 			br := bufio.NewReader(c)
 			for i := 0; i < 3; i++ {
 				path := fmt.Sprintf("/r%d", i)
@@ -121,22 +128,7 @@ func TestFloors429Answer(t *testing.T) {
 		addr := freeAddr(t)
 		errc := make(chan error, 1)
 		go func() { errc <- serve(addr) }()
-		var c net.Conn
-		var err error
-		for i := 0; i < 100; i++ {
-			if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
-				break
-			}
-			select {
-			case err := <-errc:
-				t.Fatalf("%s: %v", name, err)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		c := dialFloor(t, name, addr, errc)
 		fmt.Fprint(c, "GET /a HTTP/1.1\r\nHost: bench\r\n\r\nGET /b HTTP/1.1\r\nHost: bench\r\n\r\nGET /c HTTP/1.1\r\nHost: bench\r\n\r\n")
 		br := bufio.NewReader(c)
 		for i := 0; i < 3; i++ {
