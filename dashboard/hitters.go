@@ -87,8 +87,11 @@ func NewHitters(k int) *Hitters {
 }
 
 // Add counts one 429 of key under limit.
-func (h *Hitters) Add(limit, key string) {
-	f := &h.fronts[percpu.Slot()&h.mask]
+func (h *Hitters) Add(limit, key string) { h.addAt(percpu.Slot(), limit, key) }
+
+// addAt is Add for a caller that holds its slot (percpu.Slot) already.
+func (h *Hitters) addAt(slot int, limit, key string) {
+	f := &h.fronts[slot&h.mask]
 	f.mu.Lock()
 	if f.n > 0 && f.n < frontRun && f.key.key == key && f.key.limit == limit {
 		f.n++

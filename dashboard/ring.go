@@ -198,7 +198,7 @@ func (r *Recorder) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 		s.counts.Add(slot, sDecisions, 1)
 		if !res.Allowed && res.Binding == h {
 			s.counts.Add(slot, sDenied, 1)
-			r.hitters.Add(s.name, hit.Key)
+			r.hitters.addAt(slot, s.name, hit.Key)
 		}
 	}
 }
