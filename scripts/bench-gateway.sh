@@ -25,7 +25,8 @@
 # ROUNDS rounds, each measuring every server once in turn (the order
 # rotates from round to round), so that a busy machine weighs on all
 # alike; the table gives the median of the rounds. Then the p99 latency at
-# HIGH_CONNECTIONS connections, and the memory each server spends per idle
+# HIGH_CONNECTIONS connections, in HIGH_ROUNDS rounds of its own (the order
+# rotating the same way; the median), and the memory each server spends per idle
 # kept-alive connection (the growth of its resident memory while
 # IDLE_CONNECTIONS of them are held open, divided by their number).
 #
@@ -50,7 +51,7 @@
 # for that.
 #
 # Environment: DURATION (default 10s), ROUNDS (3), CONNECTIONS (50),
-# HIGH_CONNECTIONS (400), IDLE_CONNECTIONS (10000, fewer when the file
+# HIGH_CONNECTIONS (400), HIGH_ROUNDS (ROUNDS), IDLE_CONNECTIONS (10000, fewer when the file
 # descriptor limit does not allow them), IDLE_WAIT (35), THREADS (2),
 # BASE_PORT (18100). GOGC, when set, reaches the Go programs alike.
 set -euo pipefail
@@ -60,6 +61,7 @@ DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-50}
 HIGH_CONNECTIONS=${HIGH_CONNECTIONS:-400}
+HIGH_ROUNDS=${HIGH_ROUNDS:-$ROUNDS}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-10000}
 IDLE_WAIT=${IDLE_WAIT:-35}
 THREADS=${THREADS:-2}
@@ -398,7 +400,7 @@ for name in "${IDLE_NAMES[@]}"; do
 	wait "${IDLE_PID[$name]}" || true
 done
 
-echo "wrk -t$THREADS -d$DURATION, $ROUNDS interleaved rounds at -c$CONNECTIONS, one at -c$HIGH_CONNECTIONS; $(nproc) CPUs;" \
+echo "wrk -t$THREADS -d$DURATION, $ROUNDS interleaved rounds at -c$CONNECTIONS, $HIGH_ROUNDS at -c$HIGH_CONNECTIONS; $(nproc) CPUs;" \
 	"nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), $(go version | awk '{print $3}'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "(CPU/req counts the measured server only: the proxies' upstream is not included)"
 n=${#NAMES[@]}
@@ -408,9 +410,13 @@ for round in $(seq 1 "$ROUNDS"); do
 		measure "${NAMES[$(((i + round - 1) % n))]}" "$CONNECTIONS"
 	done
 done
-echo "at -c$HIGH_CONNECTIONS"
-for name in "floodgate fast pass" "floodgate net/http pass" "nginx pass" "floodgate fast 429" "floodgate net/http 429" "nginx 429"; do
-	measure "$name" "$HIGH_CONNECTIONS"
+HIGH_NAMES=("floodgate fast pass" "floodgate net/http pass" "nginx pass" "floodgate fast 429" "floodgate net/http 429" "nginx 429")
+h=${#HIGH_NAMES[@]}
+for round in $(seq 1 "$HIGH_ROUNDS"); do
+	echo "at -c$HIGH_CONNECTIONS, round $round"
+	for i in $(seq 0 $((h - 1))); do
+		measure "${HIGH_NAMES[$(((i + round - 1) % h))]}" "$HIGH_CONNECTIONS"
+	done
 done
 
 m() { median "$1" "$2" "$3"; }
