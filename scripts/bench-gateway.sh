@@ -403,21 +403,23 @@ done
 echo "wrk -t$THREADS -d$DURATION, $ROUNDS interleaved rounds at -c$CONNECTIONS, $HIGH_ROUNDS at -c$HIGH_CONNECTIONS; $(nproc) CPUs;" \
 	"nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), $(go version | awk '{print $3}'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "(CPU/req counts the measured server only: the proxies' upstream is not included)"
-n=${#NAMES[@]}
-for round in $(seq 1 "$ROUNDS"); do
-	echo "round $round"
-	for i in $(seq 0 $((n - 1))); do
-		measure "${NAMES[$(((i + round - 1) % n))]}" "$CONNECTIONS"
+# rounds COUNT CONNS LABEL NAME...: COUNT rounds measuring every NAME once
+# at CONNS connections, the order rotating by one from round to round.
+rounds() {
+	local count=$1 conns=$2 label=$3 round i
+	shift 3
+	local names=("$@")
+	local k=${#names[@]}
+	for round in $(seq 1 "$count"); do
+		echo "${label}round $round"
+		for i in $(seq 0 $((k - 1))); do
+			measure "${names[$(((i + round - 1) % k))]}" "$conns"
+		done
 	done
-done
-HIGH_NAMES=("floodgate fast pass" "floodgate net/http pass" "nginx pass" "floodgate fast 429" "floodgate net/http 429" "nginx 429")
-h=${#HIGH_NAMES[@]}
-for round in $(seq 1 "$HIGH_ROUNDS"); do
-	echo "at -c$HIGH_CONNECTIONS, round $round"
-	for i in $(seq 0 $((h - 1))); do
-		measure "${HIGH_NAMES[$(((i + round - 1) % h))]}" "$HIGH_CONNECTIONS"
-	done
-done
+}
+rounds "$ROUNDS" "$CONNECTIONS" "" "${NAMES[@]}"
+rounds "$HIGH_ROUNDS" "$HIGH_CONNECTIONS" "at -c$HIGH_CONNECTIONS, " \
+	"floodgate fast pass" "floodgate net/http pass" "nginx pass" "floodgate fast 429" "floodgate net/http 429" "nginx 429"
 
 m() { median "$1" "$2" "$3"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
