@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -54,7 +55,13 @@ func TestFloorsPassRequests(t *testing.T) {
 		fmt.Fprintf(w, "path=%s", r.URL.Path)
 	}))
 	defer up.Close()
-	floors := map[string]func(addr, target string) error{"fastproxy": fastProxy, "connproxy": connProxy}
+	floors := map[string]func(addr, target string) error{
+		"fastproxy": fastProxy,
+		"connproxy": func(addr, target string) error { return connProxy(addr, target, 0) },
+		"connproxy with deadlines": func(addr, target string) error {
+			return connProxy(addr, target, 30*time.Second)
+		},
+	}
 	if runtime.GOOS == "linux" {
 		floors["loopproxy"] = loopProxy
 	}
@@ -80,6 +87,31 @@ func TestFloorsPassRequests(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConnProxyDeadlines checks that the goroutine floor with deadlines
+// sets them: a client that sends nothing has its connection closed once the
+// read deadline passes, and one without deadlines keeps it.
+func TestConnProxyDeadlines(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	for _, d := range []time.Duration{0, 100 * time.Millisecond} {
+		addr := freeAddr(t)
+		errc := make(chan error, 1)
+		go func() { errc <- connProxy(addr, up.URL, d) }()
+		c := dialFloor(t, "connproxy", addr, errc)
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		timedOut := errors.As(err, &ne) && ne.Timeout()
+		if d > 0 && (n != 0 || timedOut || err == nil) {
+			t.Errorf("deadlines %v: read %d bytes, %v: want the connection closed by the proxy", d, n, err)
+		}
+		if d == 0 && !timedOut {
+			t.Errorf("no deadlines: read %d bytes, %v: want the connection kept open", n, err)
+		}
+		c.Close()
 	}
 }
 

@@ -16,7 +16,7 @@
 //	benchgw conn429 -addr 127.0.0.1:18108
 //	benchgw loop429 -addr 127.0.0.1:18109
 //	benchgw fastproxy -addr 127.0.0.1:18105 -target http://127.0.0.1:18101
-//	benchgw connproxy -addr 127.0.0.1:18107 -target http://127.0.0.1:18101
+//	benchgw connproxy -addr 127.0.0.1:18107 -target http://127.0.0.1:18101 [-deadlines 30s]
 //	benchgw loopproxy -addr 127.0.0.1:18106 -target http://127.0.0.1:18101
 //	benchgw idle -target http://127.0.0.1:18102/ -n 2000
 //	benchgw tls -target https://127.0.0.1:18103/ -ca cert.pem -server-name bench.example -mode handshake
@@ -71,6 +71,7 @@ func run(args []string) error {
 	tlsMode := fs.String("mode", "handshake", "handshake (a full handshake per connection) or request (HTTP/1.1 requests on kept-alive TLS connections) (tls)")
 	tlsConns := fs.Int("c", 8, "concurrent clients (tls)")
 	tlsDuration := fs.Duration("d", 5*time.Second, "how long to measure (tls)")
+	deadlines := fs.Duration("deadlines", 0, "a read and a write deadline this far ahead on both connections, set for every request (connproxy; 0: none)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -90,7 +91,7 @@ func run(args []string) error {
 		return fastProxy(*addr, *target)
 	}
 	if args[0] == "connproxy" {
-		return connProxy(*addr, *target)
+		return connProxy(*addr, *target, *deadlines)
 	}
 	if args[0] == "loopproxy" {
 		return loopProxy(*addr, *target)
