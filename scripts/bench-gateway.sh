@@ -226,6 +226,9 @@ nginx_conf front auto "    upstream up { server 127.0.0.1:$UP; keepalive 256; }
     limit_req_zone \$binary_remote_addr zone=pass:10m rate=1000000r/s;
     limit_req_zone \$binary_remote_addr zone=tiny:10m rate=1r/m;
     limit_req_status 429;
+    # Refusals are logged at limit_req_log_level (by default error, which
+    # the error log above takes): at warn neither they nor delays are.
+    limit_req_log_level warn;
     server {
         listen 127.0.0.1:$NG_PASS;
         location / {
@@ -467,6 +470,11 @@ awk -v f4="$(m "floodgate fast 429" "$CONNECTIONS" 1)" -v n4="$(m "nginx 429" "$
 	printf "fast engine, pass-through: %.2fx nginx proxy_pass req/s (goal 0.8x), %.2fx its requests per CPU second\n", fp / np, npc / fpc
 	printf "p99 at c='"$HIGH_CONNECTIONS"': 429 path %.2fx nginx, pass-through %.2fx nginx (goal at most 1.5x)\n", f4h / n4h, fph / nph
 }'
+# NGINX must not have logged its refusals (a write a refusal, which
+# Floodgate does not make): say so loudly if it did.
+if logged=$(grep -c 'limiting requests' "$work/front/logs/error.log" 2>/dev/null) && [ "$logged" -gt 0 ]; then
+	echo "bench-gateway: NGINX logged $logged refusals: its 429 path was measured with a log write each" >&2
+fi
 printf 'fast engine, memory per idle connection: %s KiB (nginx %s KiB; goal at most 8 KiB), %s connections held %ss\n' \
 	"${IDLE[floodgate fast pass]}" "${IDLE[nginx pass]}" "$IDLE_CONNECTIONS" "$IDLE_WAIT"
 # Requests let through on the 429 path (a 2xx): the limit lets one a
