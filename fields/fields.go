@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/intern"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -232,6 +233,9 @@ func AppendResult(items []Item, res *limiter.Result, limits []*Limit) ([]Item, i
 type Renderer struct {
 	policies [256]atomic.Pointer[policyEntry]
 	bufs     sync.Pool // *[]byte
+	// values holds the RateLimit values rendered last: a client refused
+	// again and again gets the same value for a second at a time.
+	values intern.Table
 }
 
 // policyEntry is one cached RateLimit-Policy value: the limits, in order,
@@ -283,7 +287,7 @@ func (rd *Renderer) Render(dst []Field, items []Item, binding int, denied bool, 
 			}
 		}
 		if !opts.NoRateLimit {
-			dst = append(dst, Field{NamePolicy, rd.policy(items, binding)}, Field{NameRateLimit, string(rl)})
+			dst = append(dst, Field{NamePolicy, rd.policy(items, binding)}, Field{NameRateLimit, rd.values.String(rl)})
 		}
 		if cap(rl) <= 4096 {
 			// The pointer goes back with the buffer, so that putting it

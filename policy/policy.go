@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/internal/intern"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -257,7 +258,13 @@ type Policy struct {
 	v6bits     int
 	refusal    *Refusal          // server.refusal
 	hash       [sha256.Size]byte // of the version (file and key file bytes), when loaded by a Reloader
+	// counterKeys holds the counter keys built last: the requests of one
+	// client (a flood above all) build the same key again and again.
+	counterKeys *intern.Table
 }
+
+// counterKeySlots is the size of a policy's table of counter keys.
+const counterKeySlots = 1024
 
 // File returns the configuration the policy was compiled from. Callers
 // must not modify it.
@@ -314,6 +321,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		rules:  map[string]*limiter.Rule{},
 		v6bits: f.Server.IPv6Prefix,
 	}}
+	c.p.counterKeys = intern.New(counterKeySlots)
 	if c.p.v6bits == 0 {
 		c.p.v6bits = identity.DefaultIPv6Prefix
 	}
@@ -927,7 +935,7 @@ func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 		}
 	}
 	m.buf = b
-	m.Hits = append(m.Hits, limiter.Hit{Rule: l.Rule, Key: string(b), Cost: l.Cost})
+	m.Hits = append(m.Hits, limiter.Hit{Rule: l.Rule, Key: p.counterKeys.String(b), Cost: l.Cost})
 	m.Limits = append(m.Limits, l)
 }
 

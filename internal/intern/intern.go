@@ -1,0 +1,76 @@
+// Package intern turns the bytes the request path builds (counter keys,
+// RateLimit field values) into strings without allocating when the same
+// bytes came before: a flood repeats the same key and the same field
+// value request after request.
+//
+// A Table is a fixed number of slots, each holding the last string stored
+// in it; bytes are looked up by their hash and compared in full, so a
+// string returned always equals the bytes asked for. Its memory is bounded
+// whatever the bytes: at most the slots times (MaxLen plus a string's
+// header). Bytes that miss (new ones, or ones whose slot another took
+// since) cost the allocation they would cost anyway, and one small one
+// more for the slot's entry; a stream of ever-different bytes (keys of
+// many clients) only keeps replacing entries.
+package intern
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+)
+
+// MaxLen is the longest string a Table keeps; longer bytes are converted
+// without being kept.
+const MaxLen = 128
+
+// DefaultSlots is the size of a zero Table.
+const DefaultSlots = 256
+
+// seed is the hash seed of every table, made once per process.
+var seed = maphash.MakeSeed()
+
+// Table is a lock-free, fixed-size table of strings, safe for concurrent
+// use. The zero Table is ready, with DefaultSlots slots; New makes one of
+// another size.
+type Table struct {
+	once  sync.Once
+	mask  uint64
+	slots []atomic.Pointer[entry]
+}
+
+type entry struct{ s string }
+
+// New returns a table of at least n slots (a power of two, at least 16).
+func New(n int) *Table {
+	t := &Table{}
+	t.once.Do(func() { t.make(n) })
+	return t
+}
+
+// make gives t its slots: at least n, a power of two, at least 16.
+func (t *Table) make(n int) {
+	size := 16
+	for size < n && size < 1<<20 {
+		size *= 2
+	}
+	t.mask, t.slots = uint64(size-1), make([]atomic.Pointer[entry], size)
+}
+
+// String returns b as a string: the one the table holds for these bytes,
+// or a new one, which it then holds. A nil Table holds nothing.
+func (t *Table) String(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if t == nil || len(b) > MaxLen {
+		return string(b)
+	}
+	t.once.Do(func() { t.make(DefaultSlots) })
+	slot := &t.slots[maphash.Bytes(seed, b)&t.mask]
+	if e := slot.Load(); e != nil && e.s == string(b) {
+		return e.s
+	}
+	e := &entry{s: string(b)}
+	slot.Store(e)
+	return e.s
+}
