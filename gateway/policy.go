@@ -183,8 +183,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	} else if k != nil {
 		req.APIKey, req.KeyName = k.APIKey, k.KeyName
 	}
-	pmm := pm.pool.Get().(*policy.Match)
-	pmm.Reset()
+	pmm := pm.pool.Get().(*policy.Match) // emptied before it was put back
 	if m.Trace != nil {
 		*m.Trace = p.Explain(&req, pmm)
 	} else {

@@ -564,7 +564,9 @@ func (h *Handler) answer(w http.ResponseWriter, peek bool, q *query, res *limite
 	if denied {
 		status = http.StatusTooManyRequests
 		if h.obs != nil {
-			h.obs.Rejected(limiter.FrontHTTPAPI, q.names[binding], status)
+			// The rule's own name (the one the caller wrote, as the
+			// policy holds it): metrics find its series by that string.
+			h.obs.Rejected(limiter.FrontHTTPAPI, q.hits[binding].Rule.Name(), status)
 		}
 	}
 	w.WriteHeader(status)

@@ -57,11 +57,15 @@ func (m *Metrics) registerLatency(reg prometheus.Registerer) error {
 // Latency observes a request of route: the gateway's own time and, when it
 // was forwarded, the upstream's (gateway.LatencyObserver).
 func (m *Metrics) Latency(route string, gateway, upstream time.Duration, forwarded bool) {
-	v, ok := m.latRoutes.Load(route)
-	if !ok {
-		v = m.latencyOf(route)
+	s := m.latCache.get(route)
+	if s == nil {
+		v, ok := m.latRoutes.Load(route)
+		if !ok {
+			v = m.latencyOf(route)
+		}
+		s = v.(*latencySeries)
+		m.latCache.put(route, s)
 	}
-	s := v.(*latencySeries)
 	slot := percpu.Slot()
 	s.gateway.observe(slot, gateway)
 	if forwarded {

@@ -104,6 +104,10 @@ type Metrics struct {
 
 	lat       routeLatency
 	latRoutes sync.Map // route → *latencySeries
+
+	// The series last found by name, in front of limits and latRoutes.
+	limitCache nameCache[limitSeries]
+	latCache   nameCache[latencySeries]
 }
 
 // limitSeries caches the children of one limit, so that counting a
@@ -219,6 +223,16 @@ var storeBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .0
 // series returns the cached series of a limit name, folding names past the
 // bound into OtherLimit.
 func (m *Metrics) series(limit string) *limitSeries {
+	if s := m.limitCache.get(limit); s != nil {
+		return s
+	}
+	s := m.seriesByName(limit)
+	m.limitCache.put(limit, s)
+	return s
+}
+
+// seriesByName is series without the cache in front.
+func (m *Metrics) seriesByName(limit string) *limitSeries {
 	if s, ok := m.limits.Load(limit); ok {
 		return s.(*limitSeries)
 	}
