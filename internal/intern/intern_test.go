@@ -71,12 +71,54 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
+// Ever-new bytes (a flood from many addresses) only replace entries: the
+// table never holds more strings than it has slots, nor any longer than
+// MaxLen.
+func TestBoundedUnderNewBytes(t *testing.T) {
+	tb := New(64)
+	long := make([]byte, 4*MaxLen)
+	for i := range 100_000 {
+		b := strconv.AppendInt([]byte("ip:10."), int64(i), 10)
+		if tb.String(b) != string(b) {
+			t.Fatalf("String(%q) differs", b)
+		}
+		if i%1000 == 0 {
+			long = strconv.AppendInt(long[:4*MaxLen-8], int64(i), 10)
+			tb.String(long)
+		}
+	}
+	held := 0
+	for i := range tb.slots {
+		if e := tb.slots[i].Load(); e != nil {
+			held++
+			if len(e.s) > MaxLen {
+				t.Fatalf("the table holds a string of %d bytes, above MaxLen", len(e.s))
+			}
+		}
+	}
+	if held > len(tb.slots) || len(tb.slots) != 64 {
+		t.Fatalf("%d strings held in %d slots", held, len(tb.slots))
+	}
+}
+
 func BenchmarkStringHit(b *testing.B) {
 	tb := New(256)
 	key := []byte("ip:192.0.2.1")
 	b.ReportAllocs()
 	for b.Loop() {
 		tb.String(key)
+	}
+}
+
+// BenchmarkStringMiss: bytes never seen before, each time.
+func BenchmarkStringMiss(b *testing.B) {
+	tb := New(1024)
+	key := []byte("ip:10.0.0.0")
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		tb.String(strconv.AppendInt(key[:6], int64(i), 10))
 	}
 }
 
