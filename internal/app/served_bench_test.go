@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -33,6 +34,63 @@ limits:
     key: client_ip
 `
 
+// servedRejecter starts a gateway on servedRejectPolicy as floodgate serve
+// builds it, spends the limit of the request it returns, and stops it when
+// tb ends.
+func servedRejecter(tb testing.TB) (*gateway.Gateway, *gateway.Request) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(path, []byte(servedRejectPolicy), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := newServer(ctx, &ServeOptions{Config: path, Listen: "127.0.0.1:0"}, log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.close() })
+	if err := s.listen(io.Discard); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.shutdown(context.Background()) })
+	g := s.gateway.Load()
+	peer := netip.MustParseAddr("192.0.2.1")
+	r := &gateway.Request{Method: "GET", Host: "gateway.example", Path: "/x", Proto: "HTTP/1.1", Peer: peer,
+		PeerText: peer.String(), Header: emptyHeader{}, NoOverride: true}
+	g.Handle(ctx, r, gateway.HandleOptions{}).Done(0) // spends the burst
+	return g, r
+}
+
+// TestServedRefusalAllocatesNothing: a client refused again and again
+// costs no allocation on the request path (its counter key and its
+// RateLimit value are the strings built for its first refusal), so a
+// flood does not make the collector run.
+func TestServedRefusalAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under the race detector sync.Pool drops items at random: allocations are not counted")
+	}
+	g, r := servedRejecter(t)
+	ctx := context.Background()
+	// AllocsPerRun counts the whole process's allocations, which the
+	// server's own goroutines add to: the least of a few runs is the
+	// request's own.
+	least := math.MaxFloat64
+	for range 5 {
+		least = min(least, testing.AllocsPerRun(500, func() {
+			h := g.Handle(ctx, r, gateway.HandleOptions{})
+			if h.Status != 429 {
+				t.Fatalf("status %d, want 429", h.Status)
+			}
+			h.Done(0)
+		}))
+	}
+	if least != 0 {
+		t.Errorf("a refusal allocates %v times", least)
+	}
+}
+
 // BenchmarkServedReject: the 429 path of a gateway built as floodgate
 // serve builds it (its metrics, the console's observers and gatekeeper,
 // the default field switches), a request refused by a per-address limit,
@@ -47,27 +105,8 @@ limits:
 // cost there is the difference of the two, which is what a server pays.
 // On the 2-core test machine it was about 1.4 times its cost alone.
 func BenchmarkServedReject(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "floodgate.yaml")
-	if err := os.WriteFile(path, []byte(servedRejectPolicy), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := newServer(ctx, &ServeOptions{Config: path, Listen: "127.0.0.1:0"}, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.close()
-	if err := s.listen(io.Discard); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = s.shutdown(context.Background()) }()
-	g := s.gateway.Load()
-	peer := netip.MustParseAddr("192.0.2.1")
-	r := &gateway.Request{Method: "GET", Host: "gateway.example", Path: "/x", Proto: "HTTP/1.1", Peer: peer,
-		PeerText: peer.String(), Header: emptyHeader{}, NoOverride: true}
-	g.Handle(ctx, r, gateway.HandleOptions{}).Done(0) // spends the burst
+	g, r := servedRejecter(b)
+	ctx := context.Background()
 	refuse := func(b *testing.B) bool {
 		h := g.Handle(ctx, r, gateway.HandleOptions{})
 		defer h.Done(0)
