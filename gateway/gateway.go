@@ -118,6 +118,11 @@ type Match struct {
 	// Forward, when set, says what the upstream is told of the request:
 	// identity headers, removed credentials (upstreamid.go).
 	Forward *policy.Forward
+
+	// policy is a PolicyMatcher's match of the policy, kept with the
+	// Match (and its storage) from one request to the next; the policy
+	// empties it before it matches.
+	policy policy.Match
 }
 
 // Reset empties m, keeping its storage.
@@ -127,7 +132,8 @@ func (m *Match) Reset() {
 	clear(m.CountOn)
 	clear(m.Costs)
 	clear(m.Limits)
-	*m = Match{Hits: m.Hits[:0], Fields: m.Fields[:0], CountOn: m.CountOn[:0], Costs: m.Costs[:0], Limits: m.Limits[:0]}
+	*m = Match{Hits: m.Hits[:0], Fields: m.Fields[:0], CountOn: m.CountOn[:0], Costs: m.Costs[:0], Limits: m.Limits[:0],
+		policy: m.policy}
 }
 
 // countOn returns the statuses of hit i (nil: charge before forwarding).

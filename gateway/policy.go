@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,7 +61,6 @@ type PolicyMatcher struct {
 	log      *slog.Logger
 	now      func() time.Time
 	current  atomic.Pointer[resolverFor]
-	pool     sync.Pool // *policy.Match
 
 	badLog   lograte.Gate // invalid-token lines: one a second
 	verified atomic.Uint64
@@ -93,7 +91,6 @@ func NewPolicyMatcher(src PolicySource, o PolicyMatcherOptions) (*PolicyMatcher,
 	if pm.now == nil {
 		pm.now = time.Now
 	}
-	pm.pool.New = func() any { return new(policy.Match) }
 	if _, err := pm.resolverFor(src.Policy()); err != nil {
 		return nil, err
 	}
@@ -183,7 +180,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	} else if k != nil {
 		req.APIKey, req.KeyName = k.APIKey, k.KeyName
 	}
-	pmm := pm.pool.Get().(*policy.Match) // emptied before it was put back
+	pmm := &m.policy // the policy empties it first
 	if m.Trace != nil {
 		*m.Trace = p.Explain(&req, pmm)
 	} else {
@@ -219,8 +216,6 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 		m.CountOn = append(m.CountOn, l.CountOn)
 		m.Costs = append(m.Costs, l.Costs)
 	}
-	pmm.Reset()
-	pm.pool.Put(pmm)
 	return nil
 }
 
