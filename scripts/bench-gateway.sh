@@ -34,7 +34,10 @@
 # server's processes only: robust on a busy machine, where requests/s
 # mostly measures what the other processes leave), and the ratios to
 # NGINX: goals 0.8x NGINX's req/s on both jobs, p99 at HIGH_CONNECTIONS
-# within 1.5 times NGINX's, at most 8 KiB per idle connection. On the 429
+# within 1.5 times NGINX's, at most 8 KiB per idle connection. Each job's
+# req/s ratio is also given round by round, with a warning when NGINX's
+# own rounds spread by more than 15% (the ratio of medians is then
+# unsteady, and CPU per request the figure to compare). On the 429
 # path every answer must be a 429: a request let through (a 2xx, which is
 # also what a degraded decision that fails open answers) is counted and
 # reported.
@@ -470,6 +473,24 @@ awk -v f4="$(m "floodgate fast 429" "$CONNECTIONS" 1)" -v n4="$(m "nginx 429" "$
 	printf "fast engine, pass-through: %.2fx nginx proxy_pass req/s (goal 0.8x), %.2fx its requests per CPU second\n", fp / np, npc / fpc
 	printf "p99 at c='"$HIGH_CONNECTIONS"': 429 path %.2fx nginx, pass-through %.2fx nginx (goal at most 1.5x)\n", f4h / n4h, fph / nph
 }'
+# The req/s ratio of each round (the two servers measured minutes apart at
+# most), and a warning when NGINX's own rounds spread by more than 15%:
+# then the ratio of the medians says more about the machine than about the
+# servers, and CPU per request is the figure to compare.
+result_file() { echo "$work/results/$(tr ' /' '__' <<<"$1")-$2"; }
+per_round() { # NAME NGINX-NAME LABEL
+	paste -d' ' "$(result_file "$1" "$CONNECTIONS")" "$(result_file "$2" "$CONNECTIONS")" |
+		awk -v label="$3" '{r = r sep sprintf("%.2f", $1 / $4); sep = ", "; v[NR] = $4}
+		END {
+			lo = v[1]; hi = v[1]
+			for (i in v) { if (v[i] < lo) lo = v[i]; if (v[i] > hi) hi = v[i] }
+			printf "%s: the rounds %s", label, r
+			if (lo > 0 && hi / lo > 1.15) printf "; nginx'"'"'s own rounds ranged %d-%d req/s: compare CPU per request", lo, hi
+			printf "\n"
+		}'
+}
+per_round "floodgate fast 429" "nginx 429" "fast engine, 429 path vs nginx req/s"
+per_round "floodgate fast pass" "nginx pass" "fast engine, pass-through vs nginx req/s"
 # NGINX must not have logged its refusals (a write a refusal, which
 # Floodgate does not make): say so loudly if it did.
 if logged=$(grep -c 'limiting requests' "$work/front/logs/error.log" 2>/dev/null) && [ "$logged" -gt 0 ]; then
