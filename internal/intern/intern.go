@@ -6,11 +6,11 @@
 // A Table is a fixed number of slots, each holding the last string stored
 // in it; bytes are looked up by their hash and compared in full, so a
 // string returned always equals the bytes asked for. Its memory is bounded
-// whatever the bytes: at most the slots times (MaxLen plus a string's
-// header). Bytes that miss (new ones, or ones whose slot another took
-// since) cost the allocation they would cost anyway, and one small one
-// more for the slot's entry; a stream of ever-different bytes (keys of
-// many clients) only keeps replacing entries.
+// whatever the bytes: at most its slots times MaxLen and a few words.
+// Bytes that miss (new ones, or ones whose slot another took since) cost
+// the allocation they would cost anyway, and one small one more for the
+// slot's entry; a stream of ever-different bytes (keys of many clients)
+// only keeps replacing entries.
 package intern
 
 import (
