@@ -7,10 +7,10 @@
 // in it; bytes are looked up by their hash and compared in full, so a
 // string returned always equals the bytes asked for. Its memory is bounded
 // whatever the bytes: at most its slots times MaxLen and a few words.
-// Bytes that miss (new ones, or ones whose slot another took since) cost
-// the allocation they would cost anyway, and one small one more for the
-// slot's entry; a stream of ever-different bytes (keys of many clients)
-// only keeps replacing entries.
+// Bytes are kept the second time in a row that they miss their slot:
+// bytes seen once (a stream of ever-different keys, as from many clients)
+// cost the allocation they would cost anyway and leave the slot's string
+// in place, and bytes that come back take the slot.
 package intern
 
 import (
@@ -35,7 +35,13 @@ var seed = maphash.MakeSeed()
 type Table struct {
 	once  sync.Once
 	mask  uint64
-	slots []atomic.Pointer[entry]
+	slots []slot
+}
+
+// slot is one string, and the hash of the bytes that missed it last.
+type slot struct {
+	e      atomic.Pointer[entry]
+	missed atomic.Uint64
 }
 
 type entry struct{ s string }
@@ -53,7 +59,7 @@ func (t *Table) make(n int) {
 	for size < n && size < 1<<20 {
 		size *= 2
 	}
-	t.mask, t.slots = uint64(size-1), make([]atomic.Pointer[entry], size)
+	t.mask, t.slots = uint64(size-1), make([]slot, size)
 }
 
 // String returns b as a string: the one the table holds for these bytes,
@@ -66,11 +72,16 @@ func (t *Table) String(b []byte) string {
 		return string(b)
 	}
 	t.once.Do(func() { t.make(DefaultSlots) })
-	slot := &t.slots[maphash.Bytes(seed, b)&t.mask]
-	if e := slot.Load(); e != nil && e.s == string(b) {
+	h := maphash.Bytes(seed, b)
+	sl := &t.slots[h&t.mask]
+	if e := sl.e.Load(); e != nil && e.s == string(b) {
 		return e.s
 	}
+	if sl.missed.Load() != h {
+		sl.missed.Store(h) // seen once: kept if it misses again next
+		return string(b)
+	}
 	e := &entry{s: string(b)}
-	slot.Store(e)
+	sl.e.Store(e)
 	return e.s
 }
