@@ -233,7 +233,7 @@ func AppendResult(items []Item, res *limiter.Result, limits []*Limit) ([]Item, i
 type Renderer struct {
 	policies [256]atomic.Pointer[policyEntry]
 	bufs     sync.Pool // *[]byte
-	// values holds the RateLimit values rendered last: a client refused
+	// values holds RateLimit values that come back: a client refused
 	// again and again gets the same value for a second at a time.
 	values intern.Table
 }

@@ -63,7 +63,8 @@ func (t *Table) make(n int) {
 }
 
 // String returns b as a string: the one the table holds for these bytes,
-// or a new one, which it then holds. A nil Table holds nothing.
+// or a new one, which the table holds from then on when the same bytes
+// missed their slot just before. A nil Table holds nothing.
 func (t *Table) String(b []byte) string {
 	if len(b) == 0 {
 		return ""
