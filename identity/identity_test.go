@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"math/big"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -595,5 +596,44 @@ func TestCriticalHeaderRefused(t *testing.T) {
 	s, _ := tok.SignedString(k.secret)
 	if u, err := v.VerifyAt(s, k.now); u != "parent-42" {
 		t.Errorf("without crit: %q %v", u, err)
+	}
+}
+
+// TestKeyMatchesClientKey: the resolver's keys (formatted on the stack and
+// kept) are ClientKey's, whatever the address, and a client's key, once
+// kept, costs no allocation.
+func TestKeyMatchesClientKey(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	for _, bits := range []int{0, 48, 64, 128} {
+		r, err := NewResolver(Options{IPv6Prefix: bits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs := []netip.Addr{{}, netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("::ffff:192.0.2.1"),
+			netip.MustParseAddr("fe80::1%eth0"), netip.MustParseAddr("2001:db8::1")}
+		for range 2000 {
+			var b [16]byte
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			a := netip.AddrFrom16(b)
+			if rng.IntN(2) == 0 {
+				a = netip.AddrFrom4([4]byte(b[:4]))
+			}
+			addrs = append(addrs, a)
+		}
+		for round := range 3 { // a key is kept the second time it comes
+			for _, a := range addrs {
+				if got, want := r.Key(a), ClientKey(a, r.v6bits); got != want {
+					t.Fatalf("/%d round %d: Key(%v) = %q, ClientKey = %q", bits, round, a, got, want)
+				}
+			}
+		}
+		a := netip.MustParseAddr("198.51.100.7")
+		r.Key(a)
+		r.Key(a)
+		if n := testing.AllocsPerRun(100, func() { r.Key(a) }); n != 0 {
+			t.Errorf("/%d: a kept key allocated %v times", bits, n)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/floodgate/floodgate/internal/intern"
 )
 
 // DefaultIPv6Prefix is the prefix length IPv6 clients are keyed by: a /64
@@ -77,6 +79,9 @@ type Resolver struct {
 	jwt        *Verifier
 	tokens     *tokenCache
 	userHeader string
+	// keys holds the client keys formatted again and again (the requests
+	// of one client), so that they cost no allocation.
+	keys intern.Table
 }
 
 // NewResolver checks the options and loads the JWT keys.
@@ -152,7 +157,11 @@ func (r *Resolver) ClientIP(remoteAddr string, h Header) netip.Addr {
 // Key returns the key a client address is counted under: the IPv4 address
 // itself, or the IPv6 address masked to the configured prefix.
 func (r *Resolver) Key(a netip.Addr) string {
-	return ClientKey(a, r.v6bits)
+	if !a.IsValid() {
+		return "unknown"
+	}
+	var buf [64]byte // formatted on the stack, kept in r.keys
+	return r.keys.String(appendClientKey(buf[:0], a, r.v6bits))
 }
 
 // ClientKey returns the key of a client address: IPv4 (and IPv4-mapped)
@@ -161,15 +170,20 @@ func ClientKey(a netip.Addr, v6bits int) string {
 	if !a.IsValid() {
 		return "unknown"
 	}
+	return string(appendClientKey(nil, a, v6bits))
+}
+
+// appendClientKey appends the key of a valid client address to dst.
+func appendClientKey(dst []byte, a netip.Addr, v6bits int) []byte {
 	a = a.Unmap().WithZone("")
 	if a.Is4() {
-		return a.String()
+		return a.AppendTo(dst)
 	}
 	p, err := a.Prefix(v6bits)
 	if err != nil {
-		return a.String()
+		return a.AppendTo(dst)
 	}
-	return p.String()
+	return p.AppendTo(dst)
 }
 
 // UnknownClientKey returns the key of the clients whose address the
@@ -246,7 +260,7 @@ func (r *Resolver) ClientOfPeer(peer netip.Addr, peerText string, h Header) Iden
 	case peerText != "" && id.ClientIP == peer && peer.Is4():
 		id.ClientKey = peerText
 	default:
-		id.ClientKey = ClientKey(id.ClientIP, r.v6bits)
+		id.ClientKey = r.Key(id.ClientIP)
 	}
 	if r.userHeader != "" && r.TokenOf(h) == "" {
 		id.User = r.headerUser(h, id.PeerTrusted)
