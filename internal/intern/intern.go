@@ -1,7 +1,7 @@
-// Package intern turns the bytes the request path builds (counter keys,
-// RateLimit field values) into strings without allocating when the same
-// bytes came before: a flood repeats the same key and the same field
-// value request after request.
+// Package intern turns the bytes the request path builds (client keys,
+// counter keys, RateLimit field values) into strings without allocating
+// when the same bytes came before: a flood repeats the same key and the
+// same field value request after request.
 //
 // A Table is a fixed number of slots, each holding the last string stored
 // in it; bytes are looked up by their hash and compared in full, so a
