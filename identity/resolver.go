@@ -170,7 +170,8 @@ func ClientKey(a netip.Addr, v6bits int) string {
 	if !a.IsValid() {
 		return "unknown"
 	}
-	return string(appendClientKey(nil, a, v6bits))
+	var buf [64]byte
+	return string(appendClientKey(buf[:0], a, v6bits))
 }
 
 // appendClientKey appends the key of a valid client address to dst.
