@@ -179,41 +179,12 @@ PID_BARE_CONN=$!
 pids+=($!)
 PID_BARE_LOOP=$!
 
-# Floodgate: the same limits NGINX gets below.
-cat >"$work/pass.yaml" <<EOF
-version: 1
-server:
-  admin_listen: "off"
-  ops_listen: "off"
-  headers: {ratelimit: true}
-routes:
-  - name: all
-    match: {paths: ["/**"]}
-    upstream: http://127.0.0.1:$UP
-limits:
-  - name: per-ip
-    rate: 1000000
-    burst: 1000000
-    key: client_ip
-    scope: global
-EOF
-cat >"$work/reject.yaml" <<EOF
-version: 1
-server:
-  admin_listen: "off"
-  ops_listen: "off"
-  headers: {ratelimit: true}
-routes:
-  - name: all
-    match: {paths: ["/**"]}
-    upstream: http://127.0.0.1:$UP
-limits:
-  - name: per-client
-    rate: 1
-    per: 1m
-    burst: 1
-    key: client_ip
-EOF
+# Floodgate: the same limits NGINX gets below (scripts/bench-gateway/),
+# the route pointed at the upstream.
+for job in pass reject; do
+	sed "s#upstream: http://127.0.0.1:9\$#upstream: http://127.0.0.1:$UP#" "scripts/bench-gateway/$job.yaml" >"$work/$job.yaml"
+	grep -q "127.0.0.1:$UP" "$work/$job.yaml" || { echo "bench-gateway: scripts/bench-gateway/$job.yaml names no upstream to point" >&2; exit 1; }
+done
 declare -A PID
 start_floodgate() { # NAME ENGINE CONFIG PORT
 	"$work/floodgate" serve --engine "$2" --config "$work/$3" --listen "127.0.0.1:$4" --log-level error >/dev/null &

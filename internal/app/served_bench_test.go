@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -14,33 +13,18 @@ import (
 	"github.com/floodgate/floodgate/gateway"
 )
 
-// servedRejectPolicy is the 429 path's policy in scripts/bench-gateway.sh:
-// a per-address limit of one request a minute, admin and ops listeners
-// off.
-const servedRejectPolicy = `version: 1
-server:
-  admin_listen: "off"
-  ops_listen: "off"
-  headers: {ratelimit: true}
-routes:
-  - name: all
-    match: {paths: ["/**"]}
-    upstream: http://127.0.0.1:9
-limits:
-  - name: per-client
-    rate: 1
-    per: 1m
-    burst: 1
-    key: client_ip
-`
+// servedRejectPolicy is the 429 path's policy of scripts/bench-gateway.sh,
+// read from the file the script reads: a per-address limit of one request
+// a minute, admin and ops listeners off.
+const servedRejectPolicy = "../../scripts/bench-gateway/reject.yaml"
 
 // servedRejecter starts a gateway on servedRejectPolicy as floodgate serve
 // builds it, spends the limit of the request it returns, and stops it when
 // tb ends.
 func servedRejecter(tb testing.TB) (*gateway.Gateway, *gateway.Request) {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "floodgate.yaml")
-	if err := os.WriteFile(path, []byte(servedRejectPolicy), 0o600); err != nil {
+	path, err := filepath.Abs(servedRejectPolicy)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -63,6 +47,18 @@ func servedRejecter(tb testing.TB) (*gateway.Gateway, *gateway.Request) {
 	return g, r
 }
 
+// refuseOnce decides r on g and reports whether it was refused (429); it
+// fails tb otherwise.
+func refuseOnce(tb testing.TB, g *gateway.Gateway, r *gateway.Request) bool {
+	h := g.Handle(context.Background(), r, gateway.HandleOptions{})
+	defer h.Done(0)
+	if h.Status != 429 {
+		tb.Errorf("status %d, want 429", h.Status)
+		return false
+	}
+	return true
+}
+
 // TestServedRefusalAllocatesNothing: a client refused again and again
 // costs no allocation on the request path (its counter key and its
 // RateLimit value are the strings built for its first refusal), so a
@@ -72,19 +68,12 @@ func TestServedRefusalAllocatesNothing(t *testing.T) {
 		t.Skip("under the race detector sync.Pool drops items at random: allocations are not counted")
 	}
 	g, r := servedRejecter(t)
-	ctx := context.Background()
 	// AllocsPerRun counts the whole process's allocations, which the
 	// server's own goroutines add to: the least of a few runs is the
 	// request's own.
 	least := math.MaxFloat64
 	for range 5 {
-		least = min(least, testing.AllocsPerRun(500, func() {
-			h := g.Handle(ctx, r, gateway.HandleOptions{})
-			if h.Status != 429 {
-				t.Fatalf("status %d, want 429", h.Status)
-			}
-			h.Done(0)
-		}))
+		least = min(least, testing.AllocsPerRun(500, func() { refuseOnce(t, g, r) }))
 	}
 	if least != 0 {
 		t.Errorf("a refusal allocates %v times", least)
@@ -106,16 +95,7 @@ func TestServedRefusalAllocatesNothing(t *testing.T) {
 // On the 2-core test machine it was about 1.4 times its cost alone.
 func BenchmarkServedReject(b *testing.B) {
 	g, r := servedRejecter(b)
-	ctx := context.Background()
-	refuse := func(b *testing.B) bool {
-		h := g.Handle(ctx, r, gateway.HandleOptions{})
-		defer h.Done(0)
-		if h.Status != 429 {
-			b.Errorf("status %d, want 429", h.Status)
-			return false
-		}
-		return true
-	}
+	refuse := func(b *testing.B) bool { return refuseOnce(b, g, r) }
 	b.Run("alone", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
