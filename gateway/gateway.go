@@ -534,8 +534,8 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	rec := st.Recorder()
 	st.reserved = true
 	if x.Proxies() && len(rec.bodyHits) > 0 {
-		// Ask the upstream for a body that is not compressed (or let the
-		// transport decompress it), so that the actual cost can be read.
+		// Ask the upstream for a body that is not compressed, so that the
+		// actual cost can be read.
 		x.DelHeader("Accept-Encoding")
 	}
 	return g.pass(x, st, rec, true)

@@ -52,7 +52,10 @@ type TransportOptions struct {
 }
 
 // NewTransport returns the HTTP transport the reverse proxy uses: a timeout
-// on every phase of an upstream call and many idle connections per host.
+// on every phase of an upstream call, many idle connections per host, and
+// the upstream asked for the content codings the client asked for and no
+// others (the transport's own gzip, which would have the upstream compress
+// and the gateway decompress, is off).
 func NewTransport(o TransportOptions) *http.Transport {
 	def := func(d, v time.Duration) time.Duration {
 		if d <= 0 {
@@ -79,6 +82,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 		TLSHandshakeTimeout:   def(o.TLSHandshakeTimeout, 5*time.Second),
 		ResponseHeaderTimeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
 		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
 		TLSClientConfig:       o.TLS,
 	}
 }
