@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -638,7 +639,7 @@ type fieldsSeen struct {
 // too (fasthttp itself refuses values with control characters). It says
 // which fields that the engine looks at further are there.
 func badFields(h *fasthttp.RequestHeader) (why string, f fieldsSeen) {
-	for k := range h.All() {
+	for k := range fieldNames(h.RawHeaders()) {
 		if len(k) == 0 {
 			return "invalid header name", fieldsSeen{}
 		}
@@ -649,12 +650,12 @@ func badFields(h *fasthttp.RequestHeader) (why string, f fieldsSeen) {
 		}
 		switch len(k) {
 		case 6:
-			f.expect = f.expect || string(k) == "Expect"
+			f.expect = f.expect || bytes.EqualFold(k, []byte("Expect"))
 		case 7:
-			f.upgrade = f.upgrade || string(k) == "Upgrade"
+			f.upgrade = f.upgrade || bytes.EqualFold(k, []byte("Upgrade"))
 		}
-		if len(k) >= 13 && (k[0] == 'X' || k[0] == 'x') && (bytes.HasPrefix(k[1:], []byte("-Http-Method")) ||
-			bytes.HasPrefix(k[1:], []byte("-Method-Override"))) {
+		if len(k) >= 13 && (k[0] == 'X' || k[0] == 'x') && (hasPrefixFold(k[1:], "-http-method") ||
+			hasPrefixFold(k[1:], "-method-override")) {
 			f.override = true
 		}
 	}
@@ -714,6 +715,36 @@ func expectationFails(expect []byte) bool {
 		}
 	}
 	return true
+}
+
+// fieldNames yields the name of each field of a request's head as it came
+// (RawHeaders), skipping the continuation lines of folded fields. The
+// names are read there and not through fasthttp's All, which gathers the
+// Cookie fields into cookies it parses: once gathered, they are written
+// to the upstream joined into one field, unquoted, their empty pairs
+// dropped, no longer what the client sent.
+func fieldNames(raw []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for len(raw) > 0 {
+			line := raw
+			if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+				line, raw = raw[:i], raw[i+1:]
+			} else {
+				raw = nil
+			}
+			if len(line) == 0 || line[0] == ' ' || line[0] == '\t' || line[0] == '\r' {
+				continue // a folded field's continuation, or the head's end
+			}
+			if i := bytes.IndexByte(line, ':'); i >= 0 && !yield(line[:i]) {
+				return
+			}
+		}
+	}
+}
+
+// hasPrefixFold reports whether b begins with prefix, in any case.
+func hasPrefixFold(b []byte, prefix string) bool {
+	return len(b) >= len(prefix) && bytes.EqualFold(b[:len(prefix)], s2b(prefix))
 }
 
 // hasField reports whether raw, a request's header fields as sent, has a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -239,6 +240,9 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	}
 	br := hc.AcquireReader(c)
 	resp.Reset()
+	// An answer without a Content-Type reaches the client without one
+	// (Reset brought fasthttp's default back).
+	resp.Header.SetNoDefaultContentType(true)
 	err = resp.Header.Read(br)
 	for n := 0; err == nil && resp.StatusCode() >= 100 && resp.StatusCode() < 200; n++ {
 		if n >= 8 || resp.StatusCode() == 101 {
@@ -348,6 +352,16 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 // request holds its place) while it lasts, as on net/http.
 func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 	if !req.IsBodyStream() {
+		if len(req.Body()) == 0 && !bodyMethod(req.Header.Method()) && !hasField(req.Header.RawHeaders(), "content-length") {
+			// No body, none expected, no length sent: the head alone,
+			// without the "Content-Length: 0" fasthttp gives every method
+			// but GET and HEAD.
+			req.Header.Del(fasthttp.HeaderContentLength)
+			if err := req.Header.Write(bw); err != nil {
+				return err
+			}
+			return bw.Flush()
+		}
 		if err := req.Write(bw); err != nil {
 			return err
 		}
@@ -454,6 +468,7 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 	h := &req.Header
 	xff, realIP := stripHopRequest(h)
 	h.ResetConnectionClose()
+	h.SetNoDefaultContentType(true) // a body without a type goes on without one
 	switch {
 	case v.Peer.IsValid():
 		// The chain of proxies, and this hop: as NGINX's
@@ -543,6 +558,27 @@ func hopBit(k []byte) uint16 {
 	return 0
 }
 
+// bodyMethod reports whether a request of the method is expected to have
+// content (RFC 9110 8.6: its Content-Length is sent even when it is 0, as
+// net/http's transport sends it).
+func bodyMethod(m []byte) bool {
+	return string(m) == http.MethodPost || string(m) == http.MethodPut || string(m) == http.MethodPatch
+}
+
+// hopBitFold is hopBit for a name in any case (a request's head as it
+// came).
+func hopBitFold(k []byte) uint16 {
+	switch len(k) {
+	case 2, 7, 9, 10, 16, 18, 19:
+		for i, n := range hopNames {
+			if bytes.EqualFold(k, s2b(n)) {
+				return 1 << i
+			}
+		}
+	}
+	return 0
+}
+
 // fieldRemover is the header of a request or a response.
 type fieldRemover interface {
 	PeekAll(string) [][]byte
@@ -580,13 +616,13 @@ func stripHop(h fieldRemover, found uint16) {
 // an X-Real-IP.
 func stripHopRequest(h *fasthttp.RequestHeader) (xff, realIP bool) {
 	var found uint16
-	for k := range h.All() {
-		found |= hopBit(k)
+	for k := range fieldNames(h.RawHeaders()) {
+		found |= hopBitFold(k)
 		switch len(k) {
 		case len(xForwardedFor):
-			xff = xff || string(k) == string(xForwardedFor)
+			xff = xff || bytes.EqualFold(k, xForwardedFor)
 		case len(xRealIP):
-			realIP = realIP || string(k) == string(xRealIP)
+			realIP = realIP || bytes.EqualFold(k, xRealIP)
 		}
 	}
 	if found != 0 {

@@ -1,0 +1,162 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
+)
+
+// TestRequestsForwardedAsSent: what a client sent reaches the upstream as
+// it was sent, on each engine, where no rule of the proxy says otherwise:
+// its Cookie fields byte for byte (quotes, empty pairs, one field or
+// several), no Content-Type on a body that had none, no Content-Length on
+// a request without a body whose method expects none; and an answer
+// without a Content-Type reaches the client without one on the edge
+// engine (net/http's server guesses one for a body; a HEAD answer has
+// none on either), its Set-Cookie fields as they were.
+func TestRequestsForwardedAsSent(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testRequestsForwardedAsSent)
+}
+
+func testRequestsForwardedAsSent(t *testing.T, fr string) {
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+	type seen struct {
+		header http.Header
+		body   string
+	}
+	got := make(chan seen, 1)
+	setCookies := []string{"s=1; Path=/a", "s=2; Path=/b", `q="x y"; HttpOnly`}
+	_, base, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got <- seen{r.Header.Clone(), string(b)}
+			switch r.URL.Path {
+			case "/untyped":
+				w.Header()["Content-Type"] = nil // no type, and none guessed here
+			case "/set-cookies":
+				w.Header()["Set-Cookie"] = setCookies
+			}
+			_, _ = io.WriteString(w, "<p>an answer</p>\n")
+		})
+	send := func(method, path string, header http.Header, body string) (http.Header, seen) {
+		t.Helper()
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		req, err := http.NewRequest(method, base+path, rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, vs := range header {
+			req.Header[k] = vs
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s %s: status %d", method, path, resp.StatusCode)
+		}
+		return resp.Header, <-got
+	}
+
+	cookies := []string{`a="q x"; ; b=2;`, "c=3;d=4", "flag"}
+	_, up := send("GET", "/cookies", http.Header{"Cookie": cookies}, "")
+	if !slices.Equal(up.header["Cookie"], cookies) {
+		t.Errorf("cookies sent %q reached the upstream as %q", cookies, up.header["Cookie"])
+	}
+
+	h, _ := send("GET", "/set-cookies", nil, "")
+	if !slices.Equal(h["Set-Cookie"], setCookies) {
+		t.Errorf("the upstream's cookies %q reached the client as %q", setCookies, h["Set-Cookie"])
+	}
+
+	_, up = send("POST", "/untyped-body", nil, "abc")
+	if ct, ok := up.header["Content-Type"]; ok || up.body != "abc" {
+		t.Errorf("a body without a Content-Type reached the upstream with Content-Type %q, body %q", ct, up.body)
+	}
+
+	for _, m := range []string{"DELETE", "OPTIONS", "GET"} {
+		_, up = send(m, "/nobody", nil, "")
+		if cl, ok := up.header["Content-Length"]; ok {
+			t.Errorf("%s without a body reached the upstream with Content-Length %q", m, cl)
+		}
+	}
+
+	for _, m := range []string{"GET", "HEAD"} {
+		h, _ := send(m, "/untyped", nil, "")
+		ct, ok := h["Content-Type"]
+		switch {
+		case fr == frontEdge || m == "HEAD":
+			if ok {
+				t.Errorf("%s: an answer without a Content-Type reached the client with %q", m, ct)
+			}
+		case !ok:
+			t.Errorf("%s: net/http's server guesses a Content-Type for a body; got none", m)
+		}
+	}
+}
+
+// TestFieldsFoundInAnyCase: the fields the proxy acts on are found
+// whatever the case the client wrote their names in (RFC 9110 5.1: names
+// are case-insensitive), on each engine; the edge engine reads names from
+// the request as it came. A method override field never reaches the
+// upstream (the default); an untrusted peer's X-Forwarded-For is replaced
+// by the peer and its X-Real-IP dropped; a field a Connection field names
+// is removed.
+func TestFieldsFoundInAnyCase(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testFieldsFoundInAnyCase)
+}
+
+func testFieldsFoundInAnyCase(t *testing.T, fr string) {
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+	got := make(chan http.Header, 1)
+	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() })
+	addr := strings.TrimPrefix(base, "http://")
+	for _, c := range []struct{ override, xff, realIP, conn, hop string }{
+		{"x-http-method-override", "x-forwarded-for", "x-real-ip", "connection", "x-hop"},
+		{"X-HTTP-METHOD", "X-FORWARDED-FOR", "X-REAL-IP", "CONNECTION", "X-HOP"},
+		{"x-Method-Override", "X-forwarded-For", "X-Real-Ip", "Connection", "X-Hop"},
+	} {
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = fmt.Fprintf(conn, "GET /x HTTP/1.1\r\nHost: a.example\r\n%s: DELETE\r\n%s: 203.0.113.7\r\n%s: 203.0.113.8\r\n%s: close, x-hop\r\n%s: 1\r\n\r\n",
+			c.override, c.xff, c.realIP, c.conn, c.hop)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%v: %v", c, err)
+		}
+		_ = resp.Body.Close()
+		_ = conn.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%v: status %d", c, resp.StatusCode)
+		}
+		h := <-got
+		for k := range h {
+			if strings.Contains(strings.ToLower(k), "method") || k == "X-Real-Ip" || k == "X-Hop" {
+				t.Errorf("%v: the upstream got %s: %q", c, k, h[k])
+			}
+		}
+		if xff := h.Values("X-Forwarded-For"); len(xff) != 1 || xff[0] != "127.0.0.1" {
+			t.Errorf("%v: the upstream got X-Forwarded-For %q, want the peer alone", c, xff)
+		}
+	}
+}
