@@ -142,7 +142,13 @@ var parseFlags = cli.ParseFlags
 // exitCode maps an error from run to the process exit status.
 var exitCode = cli.ExitCode
 
+// captureStdLog says that serve and rls route the log package's lines into
+// their logger (app.StdLog): true in the process, false where tests call
+// run, which share one log package.
+var captureStdLog = false
+
 func main() {
+	captureStdLog = true
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// After the first signal, a second one ends the process at once.

@@ -68,6 +68,9 @@ func rlsMain(ctx context.Context, args []string, lookup func(string) (string, bo
 		return err
 	}
 	log := app.NewLogger(stderr, env.LogJSON, env.LogLevel)
+	if captureStdLog {
+		app.StdLog(log)
+	}
 	for _, n := range env.Notes {
 		if n.Unsupported {
 			log.Warn("rls: setting not supported", "variable", n.Name, "why", n.Msg)

@@ -103,5 +103,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("serve: --log-level: %v", err)
 	}
 	cfg.Getenv = os.Getenv
-	return app.Serve(ctx, &cfg.ServeOptions, stdout, app.NewLogger(stderr, cfg.logFormat == "json", lv))
+	log := app.NewLogger(stderr, cfg.logFormat == "json", lv)
+	if captureStdLog {
+		app.StdLog(log)
+	}
+	return app.Serve(ctx, &cfg.ServeOptions, stdout, log)
 }
