@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/valyala/fasthttp"
 )
@@ -82,6 +83,11 @@ type Engine struct {
 	log      *slog.Logger
 	header   time.Duration
 	parker   *parker // nil: idle connections are not parked
+
+	// unaskedLog holds back the lines about kept upstream connections
+	// closed for bytes no request asked for (which a client may cause):
+	// one a second.
+	unaskedLog lograte.Gate
 
 	mu     sync.Mutex // guards ln, fast, slow and closed
 	ln     net.Listener

@@ -73,7 +73,7 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 				if err != nil {
 					return nil, err
 				}
-				return &upConn{Conn: c}, nil
+				return &upConn{Conn: c, fd: fdOf(c)}, nil
 			},
 			TLSConfig:           upstreamTLS(o.TLS, pool),
 			MaxConns:            maxConns,
@@ -220,7 +220,23 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		return false, false, err // a dial error: nothing was sent
 	}
 	c := cc.Conn()
-	uc, _ := c.(*upConn)
+	// A kept connection that has bytes no request asked for is closed,
+	// and the next one taken (a fresh one at the latest: the pool empties).
+	for tries := 0; used(c) && unasked(c); tries++ {
+		if held, ok := e.unaskedLog.Pass(time.Now()); ok {
+			e.log.Warn("gateway: upstream sent bytes no request asked for; its connection is closed",
+				"route", route, "upstream", up.host, "held_back", held)
+		}
+		hc.CloseConn(cc)
+		if tries == maxUnasked {
+			return false, true, errUnasked
+		}
+		if cc, err = hc.AcquireConn(0, false); err != nil {
+			return false, false, err
+		}
+		c = cc.Conn()
+	}
+	uc := connOf(c)
 	if uc != nil {
 		reused = uc.used
 		uc.used = true
@@ -425,6 +441,7 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 // it before.
 type upConn struct {
 	net.Conn
+	fd       int // its descriptor, for unasked (-1: none)
 	used     bool
 	deadline time.Time // the read deadline set, zero for none
 }
@@ -454,6 +471,30 @@ func (u *upConn) noDeadline(c net.Conn) error {
 }
 
 var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer")
+
+// errUnasked: every kept connection tried had bytes no request asked for.
+var errUnasked = errors.New("gateway: upstream: kept connections hold answers no request asked for")
+
+// maxUnasked bounds the kept connections closed for a request before it
+// gives up (502): each had bytes no request asked for.
+const maxUnasked = 16
+
+// connOf returns the upConn of a connection to an upstream, under its TLS
+// when it has one (nil for another kind of connection).
+func connOf(c net.Conn) *upConn {
+	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = t.NetConn()
+	}
+	u, _ := c.(*upConn)
+	return u
+}
+
+// used reports whether a connection to an upstream has carried a request
+// before (it comes from the pool).
+func used(c net.Conn) bool {
+	u := connOf(c)
+	return u != nil && u.used
+}
 
 // rewriteEdgeRequest turns the client's request into the upstream's, in
 // place, as the net/http engine's reverse proxy does: the upstream's host
