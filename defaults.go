@@ -38,6 +38,10 @@ const (
 	// DefaultUpstreamIdleTimeout closes upstream connections idle this
 	// long.
 	DefaultUpstreamIdleTimeout = 90 * time.Second
+	// UpstreamHeadBytes bounds the head of an upstream's answer (its
+	// status line and fields), as the gateway bounds a client's request
+	// head: past it the request is answered 502, on each engine.
+	UpstreamHeadBytes = 64 << 10
 	// DefaultDrainTimeout bounds how long the gateway reads the rest of an
 	// upstream's answer after the client left, to learn the actual cost of
 	// a reservation (an LLM stream's final usage event); past it the

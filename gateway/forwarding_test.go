@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +158,38 @@ func testFieldsFoundInAnyCase(t *testing.T, fr string) {
 		}
 		if xff := h.Values("X-Forwarded-For"); len(xff) != 1 || xff[0] != "127.0.0.1" {
 			t.Errorf("%v: the upstream got X-Forwarded-For %q, want the peer alone", c, xff)
+		}
+	}
+}
+
+// TestUpstreamAnswerHeadBound: an upstream's answer whose head (status
+// line and fields) fits in 64 KiB is passed on, one past it is answered
+// 502, alike on each engine: the bound the client's request heads have
+// (431 past it), where net/http's transport alone would take 10 MB and
+// fasthttp 16 KiB.
+func TestUpstreamAnswerHeadBound(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testUpstreamAnswerHeadBound)
+}
+
+func testUpstreamAnswerHeadBound(t *testing.T, fr string) {
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+	_, base, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) {
+			n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+			w.Header().Set("X-Large", strings.Repeat("v", n))
+			_, _ = io.WriteString(w, "ok\n")
+		})
+	for _, c2 := range []struct {
+		field int
+		want  int
+	}{{15 << 10, 200}, {60 << 10, 200}, {66 << 10, 502}, {1 << 20, 502}} {
+		a := do(t, c, "GET", fmt.Sprintf("%s/%d", base, c2.field), nil)
+		if a.status != c2.want {
+			t.Errorf("an answer with a field of %d bytes: %d, want %d", c2.field, a.status, c2.want)
+		}
+		if a.status == 200 && len(a.header.Get("X-Large")) != c2.field {
+			t.Errorf("a field of %d bytes reached the client with %d", c2.field, len(a.header.Get("X-Large")))
 		}
 	}
 }

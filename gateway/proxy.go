@@ -72,18 +72,19 @@ func NewTransport(o TransportOptions) *http.Transport {
 	}
 	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                 nil, // an upstream is reached directly, never through the environment's proxy
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          4 * idle,
-		MaxIdleConnsPerHost:   idle,
-		MaxConnsPerHost:       max(o.MaxConnsPerHost, 0),
-		IdleConnTimeout:       def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
-		TLSHandshakeTimeout:   def(o.TLSHandshakeTimeout, 5*time.Second),
-		ResponseHeaderTimeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
-		TLSClientConfig:       o.TLS,
+		Proxy:                  nil, // an upstream is reached directly, never through the environment's proxy
+		DialContext:            dialer.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           4 * idle,
+		MaxIdleConnsPerHost:    idle,
+		MaxConnsPerHost:        max(o.MaxConnsPerHost, 0),
+		IdleConnTimeout:        def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
+		TLSHandshakeTimeout:    def(o.TLSHandshakeTimeout, 5*time.Second),
+		ResponseHeaderTimeout:  def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: floodgate.UpstreamHeadBytes,
+		DisableCompression:     true,
+		TLSClientConfig:        o.TLS,
 	}
 }
 

@@ -81,9 +81,11 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 			// Past the cap a request waits for a connection to come free,
 			// as long as it would wait for an answer.
 			MaxConnWaitTimeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
-			ReadBufferSize:     16 << 10,
-			WriteBufferSize:    16 << 10,
-			ConnPoolStrategy:   fasthttp.LIFO,
+			// An answer's head must fit in the read buffer (pooled: held
+			// only while a request reads its answer).
+			ReadBufferSize:   floodgate.UpstreamHeadBytes,
+			WriteBufferSize:  16 << 10,
+			ConnPoolStrategy: fasthttp.LIFO,
 		},
 		host:    u.Host,
 		base:    strings.TrimSuffix(u.EscapedPath(), "/"),
@@ -254,21 +256,21 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		hc.CloseConn(cc)
 		return false, reused, err
 	}
-	br := hc.AcquireReader(c)
+	br := &answerReader{Reader: hc.AcquireReader(c), hc: hc, c: c, pooled: true}
 	resp.Reset()
 	// An answer without a Content-Type reaches the client without one
 	// (Reset brought fasthttp's default back).
 	resp.Header.SetNoDefaultContentType(true)
-	err = resp.Header.Read(br)
+	err = br.head(&resp.Header)
 	for n := 0; err == nil && resp.StatusCode() >= 100 && resp.StatusCode() < 200; n++ {
 		if n >= 8 || resp.StatusCode() == 101 {
 			err = errUnexpectedInterim
 			break
 		}
-		err = resp.Header.Read(br) // an interim answer (100 Continue): the next one
+		err = br.head(&resp.Header) // an interim answer (100 Continue): the next one
 	}
 	if err != nil {
-		hc.ReleaseReader(br)
+		br.release()
 		hc.CloseConn(cc)
 		return false, reused, err
 	}
@@ -296,10 +298,10 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	noBody := head || status == 204 || status == 304
 	if noBody || n >= 0 && n <= edgeBufferBytes && !isEventStream(&resp.Header) {
 		if !noBody {
-			err = resp.ReadBody(br, 0)
+			err = resp.ReadBody(br.Reader, 0)
 		}
 		leftover := br.Buffered() > 0 // more than the answer: the connection is not reused
-		hc.ReleaseReader(br)
+		br.release()
 		if err != nil || upstreamClose || leftover {
 			hc.CloseConn(cc)
 		} else {
@@ -333,7 +335,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	// the client (edgeBody.CloseWithError). The body may take its time
 	// (an event stream): no deadline.
 	if err := uc.noDeadline(c); err != nil {
-		hc.ReleaseReader(br)
+		br.release()
 		hc.CloseConn(cc)
 		return false, reused, err
 	}
@@ -341,11 +343,11 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	ur := fasthttp.AcquireResponse()
 	ur.StreamBody = true
 	resp.Header.CopyTo(&ur.Header)
-	_ = ur.ReadBody(br, 0)
+	_ = ur.ReadBody(br.Reader, 0)
 	b := &body{e: e, x: x, rec: rec, ur: ur, r: ur.BodyStream(), conn: c, uc: uc}
 	b.release = func(closeIt bool) {
 		leftover := br.Buffered() > 0
-		hc.ReleaseReader(br)
+		br.release()
 		if closeIt || upstreamClose || leftover {
 			hc.CloseConn(cc)
 		} else {
@@ -471,6 +473,40 @@ func (u *upConn) noDeadline(c net.Conn) error {
 }
 
 var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer")
+
+// answerReader reads an upstream's answer: from a reader of the pool, or,
+// once a head did not fit in its buffer, from one of UpstreamHeadBytes
+// over what it held and the connection.
+type answerReader struct {
+	*bufio.Reader
+	hc     *fasthttp.HostClient
+	c      net.Conn // the upstream connection
+	pooled bool
+}
+
+// head reads an answer's head into h. A head too long for the pooled
+// reader's buffer (16 KiB, enough for nearly every answer) is read again
+// with a buffer of UpstreamHeadBytes, held only by this answer; one too
+// long for that is an error (502).
+func (r *answerReader) head(h *fasthttp.ResponseHeader) error {
+	err := h.Read(r.Reader)
+	var small *fasthttp.ErrSmallBuffer
+	if !r.pooled || !errors.As(err, &small) {
+		return err
+	}
+	held, _ := r.Peek(r.Buffered()) // the head so far: peeked, not taken
+	rest := io.MultiReader(bytes.NewReader(bytes.Clone(held)), r.c)
+	r.hc.ReleaseReader(r.Reader)
+	r.Reader, r.pooled = bufio.NewReaderSize(rest, floodgate.UpstreamHeadBytes), false
+	return h.Read(r.Reader)
+}
+
+// release gives a pooled reader back.
+func (r *answerReader) release() {
+	if r.pooled {
+		r.hc.ReleaseReader(r.Reader)
+	}
+}
 
 // errUnasked: every kept connection tried had bytes no request asked for.
 var errUnasked = errors.New("gateway: upstream: kept connections hold answers no request asked for")
