@@ -52,10 +52,11 @@ type TransportOptions struct {
 }
 
 // NewTransport returns the HTTP transport the reverse proxy uses: a timeout
-// on every phase of an upstream call, many idle connections per host, and
-// the upstream asked for the content codings the client asked for and no
-// others (the transport's own gzip, which would have the upstream compress
-// and the gateway decompress, is off).
+// on every phase of an upstream call, many idle connections per host, an
+// answer's head bounded at floodgate.UpstreamHeadBytes (as on the edge
+// engine), and the upstream asked for the content codings the client asked
+// for and no others (the transport's own gzip, which would have the
+// upstream compress and the gateway decompress, is off).
 func NewTransport(o TransportOptions) *http.Transport {
 	def := func(d, v time.Duration) time.Duration {
 		if d <= 0 {
