@@ -193,3 +193,46 @@ func testUpstreamAnswerHeadBound(t *testing.T, fr string) {
 		}
 	}
 }
+
+// TestTargetsReadTwoWaysAreRefused: a request target that the gateway and
+// an upstream could read as two different paths is refused (400) before
+// any route or limit, on each engine, and never reaches the upstream: a
+// fragment (RFC 9112 3.2 has none in a target; fasthttp ends the path at
+// "#" while the upstream gets the whole target, so "/public#/../admin"
+// would be limited as /public and served as /admin by an upstream that
+// resolves dot segments), and a broken percent escape, in the path or the
+// query.
+func TestTargetsReadTwoWaysAreRefused(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testTargetsReadTwoWaysAreRefused)
+}
+
+func testTargetsReadTwoWaysAreRefused(t *testing.T, fr string) {
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+	reached := make(chan string, 16)
+	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) { reached <- r.RequestURI })
+	addr := strings.TrimPrefix(base, "http://")
+	for _, target := range []string{"/public#/../admin", "/a?x=1#frag", "/a#", "/a?q=%zz", "/a?q=%4", "/%zz"} {
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: a.example\r\n\r\n", target)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		_ = conn.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", target, resp.StatusCode)
+		}
+	}
+	select {
+	case u := <-reached:
+		t.Errorf("the upstream was sent %q", u)
+	default:
+	}
+}

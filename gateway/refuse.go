@@ -41,12 +41,40 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 	case target == "*":
 		// PRI * on HTTP/1 is HTTP/2's preface sent as HTTP/1.1: no request.
 		return http.StatusBadRequest, "400 Bad Request: the target * is for OPTIONS only", true
+	case strings.IndexByte(target, '#') >= 0:
+		// RFC 9112 3.2: a target has no fragment. fasthttp would end the
+		// path at "#" and the upstream get the whole target: limited as
+		// one path, served as another.
+		return http.StatusBadRequest, "400 Bad Request: a fragment in the target", true
+	case !validEscapes(target):
+		// net/http's server refuses a broken escape in the path, not in
+		// the query; an upstream would read either its own way.
+		return http.StatusBadRequest, "400 Bad Request: a broken percent escape in the target", true
 	case http11 && host == "":
 		return http.StatusBadRequest, "400 Bad Request: missing required Host header", true
 	case !validHost(host):
 		return http.StatusBadRequest, "400 Bad Request: malformed Host header", true
 	}
 	return 0, "", false
+}
+
+// validEscapes reports whether every % in a request target starts an
+// escape of two hexadecimal digits.
+func validEscapes(target string) bool {
+	for {
+		i := strings.IndexByte(target, '%')
+		if i < 0 {
+			return true
+		}
+		if i+2 >= len(target) || !isHex(target[i+1]) || !isHex(target[i+2]) {
+			return false
+		}
+		target = target[i+3:]
+	}
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // validHost reports whether a request's host is one net/http's server

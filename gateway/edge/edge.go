@@ -356,10 +356,6 @@ func (e *Engine) admit(ctx *fasthttp.RequestCtx, expect bool) bool {
 		}
 		return false
 	}
-	if !validEscapes(target) {
-		plainError(ctx, http.StatusBadRequest)
-		return false
-	}
 	if expect && expectationFails(h.Peek("Expect")) {
 		ctx.Response.Reset()
 		ctx.SetStatusCode(http.StatusExpectationFailed)
@@ -687,26 +683,6 @@ var tokenChar = func() (t [256]bool) {
 type drainBounds struct {
 	wait  time.Duration
 	bytes int64
-}
-
-// validEscapes reports whether every % in a request target starts an
-// escape of two hexadecimal digits, as net/http's server requires of the
-// targets it reads.
-func validEscapes(target []byte) bool {
-	for {
-		i := bytes.IndexByte(target, '%')
-		if i < 0 {
-			return true
-		}
-		if i+2 >= len(target) || !isHex(target[i+1]) || !isHex(target[i+2]) {
-			return false
-		}
-		target = target[i+3:]
-	}
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // expectationFails reports whether a request's Expect field asks for
