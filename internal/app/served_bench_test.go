@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/floodgate/floodgate/gateway"
 )
@@ -105,6 +107,37 @@ func BenchmarkServedReject(b *testing.B) {
 	})
 	b.Run("between-syscalls", func(b *testing.B) { benchBetweenSyscalls(b, refuse) })
 	b.Run("syscalls-only", func(b *testing.B) { benchBetweenSyscalls(b, nil) })
+}
+
+// BenchmarkServedRejectCold times the same refusal after the CPU's caches
+// lost what it touches, as in a server, where the kernel, the other
+// threads and the load generator run between two requests: before each
+// refusal a buffer of evict bytes is written through (not timed), and
+// flow-ns/op is the refusal's own time. evict=0MiB is the refusal with
+// warm caches.
+func BenchmarkServedRejectCold(b *testing.B) {
+	g, r := servedRejecter(b)
+	for _, mib := range []int{0, 1, 3} {
+		evict := make([]byte, mib<<20)
+		b.Run(fmt.Sprintf("evict=%dMiB", mib), func(b *testing.B) {
+			var spent time.Duration
+			n := 0
+			for b.Loop() {
+				for i := 0; i < len(evict); i += 64 {
+					evict[i]++
+				}
+				t := time.Now()
+				if !refuseOnce(b, g, r) {
+					return
+				}
+				spent += time.Since(t)
+				n++
+			}
+			if n > 0 {
+				b.ReportMetric(float64(spent.Nanoseconds())/float64(n), "flow-ns/op")
+			}
+		})
+	}
 }
 
 // benchBetweenSyscalls runs f (when not nil) between the system calls of a
