@@ -81,9 +81,9 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 			// Past the cap a request waits for a connection to come free,
 			// as long as it would wait for an answer.
 			MaxConnWaitTimeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
-			// An answer's head must fit in the read buffer (pooled: held
-			// only while a request reads its answer).
-			ReadBufferSize:   floodgate.UpstreamHeadBytes,
+			// An answer's head that does not fit is read again with a
+			// buffer of UpstreamHeadBytes (answerReader).
+			ReadBufferSize:   16 << 10,
 			WriteBufferSize:  16 << 10,
 			ConnPoolStrategy: fasthttp.LIFO,
 		},
