@@ -166,6 +166,10 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 	up := &upstreamProxy{route: route}
 	up.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The query as the client sent it, as on the edge engine (the
+			// proxy rewrote one with a semicolon: dropped what it could not
+			// parse, sorted the rest). The gateway reads no query.
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 			pr.SetURL(target)
 			// Keep the chain of proxies and add this hop, as NGINX's
 			// $proxy_add_x_forwarded_for does (forward removed it when the
