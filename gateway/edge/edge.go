@@ -730,18 +730,13 @@ func hasPrefixFold(b []byte, prefix string) bool {
 }
 
 // hasField reports whether raw, a request's header fields as sent, has a
-// field line named name (lower case): for fields the edge engine's parser
+// field line named name (in any case): for fields the edge engine's parser
 // takes and does not keep (Transfer-Encoding: identity).
 func hasField(raw []byte, name string) bool {
-	for len(raw) > len(name) {
-		if raw[0]|0x20 == name[0] && raw[len(name)] == ':' && bytes.EqualFold(raw[:len(name)], []byte(name)) {
+	for k := range fieldNames(raw) {
+		if bytes.EqualFold(k, s2b(name)) {
 			return true
 		}
-		i := bytes.IndexByte(raw, '\n')
-		if i < 0 {
-			return false
-		}
-		raw = raw[i+1:]
 	}
 	return false
 }

@@ -224,7 +224,8 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	c := cc.Conn()
 	// A kept connection that has bytes no request asked for is closed,
 	// and the next one taken (a fresh one at the latest: the pool empties).
-	for tries := 0; used(c) && unasked(c); tries++ {
+	uc := connOf(c)
+	for tries := 0; uc != nil && uc.used && unasked(uc); tries++ {
 		if held, ok := e.unaskedLog.Pass(time.Now()); ok {
 			e.log.Warn("gateway: upstream sent bytes no request asked for; its connection is closed",
 				"route", route, "upstream", up.host, "held_back", held)
@@ -237,8 +238,8 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 			return false, false, err
 		}
 		c = cc.Conn()
+		uc = connOf(c)
 	}
-	uc := connOf(c)
 	if uc != nil {
 		reused = uc.used
 		uc.used = true
@@ -256,7 +257,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		hc.CloseConn(cc)
 		return false, reused, err
 	}
-	br := &answerReader{Reader: hc.AcquireReader(c), hc: hc, c: c, pooled: true}
+	br := answerReader{Reader: hc.AcquireReader(c), hc: hc, c: c, pooled: true}
 	resp.Reset()
 	// An answer without a Content-Type reaches the client without one
 	// (Reset brought fasthttp's default back).
@@ -345,9 +346,10 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	resp.Header.CopyTo(&ur.Header)
 	_ = ur.ReadBody(br.Reader, 0)
 	b := &body{e: e, x: x, rec: rec, ur: ur, r: ur.BodyStream(), conn: c, uc: uc}
+	rd := br // the stream's own: br stays on this call's stack
 	b.release = func(closeIt bool) {
-		leftover := br.Buffered() > 0
-		br.release()
+		leftover := rd.Buffered() > 0
+		rd.release()
 		if closeIt || upstreamClose || leftover {
 			hc.CloseConn(cc)
 		} else {
@@ -525,13 +527,6 @@ func connOf(c net.Conn) *upConn {
 	return u
 }
 
-// used reports whether a connection to an upstream has carried a request
-// before (it comes from the pool).
-func used(c net.Conn) bool {
-	u := connOf(c)
-	return u != nil && u.used
-}
-
 // rewriteEdgeRequest turns the client's request into the upstream's, in
 // place, as the net/http engine's reverse proxy does: the upstream's host
 // and path prefix, hop-by-hop fields removed, X-Forwarded-For set and
@@ -622,12 +617,13 @@ func joinTarget(base, query string, target []byte) []byte {
 var hopNames = [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
 	"Te", "Trailer", "Upgrade", "Forwarded"}
 
-// hopBit returns the bit of a hop-by-hop field name, 0 for another.
+// hopBit returns the bit of a hop-by-hop field name in any case (a
+// request's names are read as they came), 0 for another.
 func hopBit(k []byte) uint16 {
 	switch len(k) {
 	case 2, 7, 9, 10, 16, 18, 19:
 		for i, n := range hopNames {
-			if string(k) == n {
+			if bytes.EqualFold(k, s2b(n)) {
 				return 1 << i
 			}
 		}
@@ -640,20 +636,6 @@ func hopBit(k []byte) uint16 {
 // net/http's transport sends it).
 func bodyMethod(m []byte) bool {
 	return string(m) == http.MethodPost || string(m) == http.MethodPut || string(m) == http.MethodPatch
-}
-
-// hopBitFold is hopBit for a name in any case (a request's head as it
-// came).
-func hopBitFold(k []byte) uint16 {
-	switch len(k) {
-	case 2, 7, 9, 10, 16, 18, 19:
-		for i, n := range hopNames {
-			if bytes.EqualFold(k, s2b(n)) {
-				return 1 << i
-			}
-		}
-	}
-	return 0
 }
 
 // fieldRemover is the header of a request or a response.
@@ -694,7 +676,7 @@ func stripHop(h fieldRemover, found uint16) {
 func stripHopRequest(h *fasthttp.RequestHeader) (xff, realIP bool) {
 	var found uint16
 	for k := range fieldNames(h.RawHeaders()) {
-		found |= hopBitFold(k)
+		found |= hopBit(k)
 		switch len(k) {
 		case len(xForwardedFor):
 			xff = xff || bytes.EqualFold(k, xForwardedFor)

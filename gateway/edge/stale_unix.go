@@ -15,9 +15,8 @@ import (
 // answer that request with what was never its answer, and each request
 // after it with the answer of the one before. It looks without waiting
 // and without taking the bytes (MSG_PEEK): one system call.
-func unasked(c net.Conn) bool {
-	u := connOf(c)
-	if u == nil || u.fd < 0 {
+func unasked(u *upConn) bool {
+	if u.fd < 0 {
 		return false
 	}
 	// The connection is this request's alone (taken from the pool): its
