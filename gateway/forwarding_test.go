@@ -128,27 +128,15 @@ func testFieldsFoundInAnyCase(t *testing.T, fr string) {
 	got := make(chan http.Header, 1)
 	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() })
-	addr := strings.TrimPrefix(base, "http://")
 	for _, c := range []struct{ override, xff, realIP, conn, hop string }{
 		{"x-http-method-override", "x-forwarded-for", "x-real-ip", "connection", "x-hop"},
 		{"X-HTTP-METHOD", "X-FORWARDED-FOR", "X-REAL-IP", "CONNECTION", "X-HOP"},
 		{"x-Method-Override", "X-forwarded-For", "X-Real-Ip", "Connection", "X-Hop"},
 	} {
-		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		_, _ = fmt.Fprintf(conn, "GET /x HTTP/1.1\r\nHost: a.example\r\n%s: DELETE\r\n%s: 203.0.113.7\r\n%s: 203.0.113.8\r\n%s: close, x-hop\r\n%s: 1\r\n\r\n",
+		head := fmt.Sprintf("GET /x HTTP/1.1\r\nHost: a.example\r\n%s: DELETE\r\n%s: 203.0.113.7\r\n%s: 203.0.113.8\r\n%s: close, x-hop\r\n%s: 1\r\n\r\n",
 			c.override, c.xff, c.realIP, c.conn, c.hop)
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			t.Fatalf("%v: %v", c, err)
-		}
-		_ = resp.Body.Close()
-		_ = conn.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("%v: status %d", c, resp.StatusCode)
+		if status := rawStatus(t, base, head); status != 200 {
+			t.Fatalf("%v: status %d", c, status)
 		}
 		h := <-got
 		for k := range h {
@@ -212,22 +200,9 @@ func testTargetsReadTwoWaysAreRefused(t *testing.T, fr string) {
 	reached := make(chan string, 16)
 	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) { reached <- r.RequestURI })
-	addr := strings.TrimPrefix(base, "http://")
 	for _, target := range []string{"/public#/../admin", "/a?x=1#frag", "/a#", "/a?q=%zz", "/a?q=%4", "/%zz"} {
-		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		_, _ = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: a.example\r\n\r\n", target)
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		_ = conn.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", target, err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("%s: %d, want 400", target, resp.StatusCode)
+		if status := rawStatus(t, base, fmt.Sprintf("GET %s HTTP/1.1\r\nHost: a.example\r\n\r\n", target)); status != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", target, status)
 		}
 	}
 	select {
@@ -252,25 +227,34 @@ func testQueryForwardedAsSent(t *testing.T, fr string) {
 	got := make(chan string, 1)
 	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
 		func(w http.ResponseWriter, r *http.Request) { got <- r.URL.RawQuery })
-	addr := strings.TrimPrefix(base, "http://")
 	for _, q := range []string{"x=1;y=2", "z=1&a=2&m=%41", "a=1;b&c", "k"} {
-		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		_, _ = fmt.Fprintf(conn, "GET /q?%s HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n", q)
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		_ = conn.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s: status %d", q, resp.StatusCode)
+		if status := rawStatus(t, base, fmt.Sprintf("GET /q?%s HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n", q)); status != 200 {
+			t.Fatalf("%s: status %d", q, status)
 		}
 		if up := <-got; up != q {
 			t.Errorf("the query %q reached the upstream as %q", q, up)
 		}
 	}
+}
+
+// rawStatus sends head, a request's head as it is to be written (its blank
+// line included), on a connection of its own to the front at base, and
+// returns the status of the answer.
+func rawStatus(t *testing.T, base, head string) int {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("%q: %v", head, err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }
