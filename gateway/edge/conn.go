@@ -40,6 +40,10 @@ type conn struct {
 	// tls says the connection came through TLS (X-Forwarded-Proto: https).
 	tls bool
 
+	// raw reads and writes the socket of a plain TCP connection served
+	// by fasthttp (nil: through Conn).
+	raw *rawIO
+
 	// Parking (park.go). p is the engine's parker (nil: never parked),
 	// noPark says the connection was handed over (never parked).
 	// ended says the handler returned: the next read deadline fasthttp
@@ -124,7 +128,7 @@ func (c *conn) SetDeadline(t time.Time) error {
 // read goes on.
 func (c *conn) read(b []byte) (int, error) {
 	for {
-		n, err := c.Conn.Read(b)
+		n, err := c.sysRead(b)
 		if n > 0 || err == nil || !isTimeout(err) {
 			return n, err
 		}
@@ -136,6 +140,29 @@ func (c *conn) read(b []byte) (int, error) {
 			return 0, err
 		}
 	}
+}
+
+// plainConn is a connection wrapper that reads and writes the connection
+// it wraps unchanged, as a limit on open connections does: the engine may
+// read and write the wrapped one's socket itself (rawIO).
+type plainConn interface {
+	PlainConn() net.Conn
+}
+
+// sysRead reads from the connection.
+func (c *conn) sysRead(b []byte) (int, error) {
+	if c.raw != nil {
+		return c.raw.read(b)
+	}
+	return c.Conn.Read(b)
+}
+
+// Write writes to the connection.
+func (c *conn) Write(b []byte) (int, error) {
+	if c.raw != nil {
+		return c.raw.write(b)
+	}
+	return c.Conn.Write(b)
 }
 
 // sniffBytes is the most a new connection's first read takes: the start

@@ -217,6 +217,9 @@ func (e *Engine) route(c net.Conn) {
 	case h2:
 		c.Close()
 	default:
+		if !ec.tls {
+			ec.raw = newRawIO(c)
+		}
 		if e.parker != nil {
 			e.parker.add(ec)
 		}

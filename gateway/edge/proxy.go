@@ -73,7 +73,7 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 				if err != nil {
 					return nil, err
 				}
-				return &upConn{Conn: c, fd: fdOf(c)}, nil
+				return &upConn{Conn: c, fd: fdOf(c), raw: newRawIO(c)}, nil
 			},
 			TLSConfig:           upstreamTLS(o.TLS, pool),
 			MaxConns:            maxConns,
@@ -445,9 +445,26 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 // it before.
 type upConn struct {
 	net.Conn
-	fd       int // its descriptor, for unasked (-1: none)
+	fd       int    // its descriptor, for unasked (-1: none)
+	raw      *rawIO // reads and writes its socket (nil: through Conn)
 	used     bool
 	deadline time.Time // the read deadline set, zero for none
+}
+
+// Read reads from the connection.
+func (u *upConn) Read(b []byte) (int, error) {
+	if u.raw != nil {
+		return u.raw.read(b)
+	}
+	return u.Conn.Read(b)
+}
+
+// Write writes to the connection.
+func (u *upConn) Write(b []byte) (int, error) {
+	if u.raw != nil {
+		return u.raw.write(b)
+	}
+	return u.Conn.Write(b)
 }
 
 // readDeadline bounds the wait for the response's headers to about d

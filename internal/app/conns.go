@@ -74,6 +74,10 @@ type limitedConn struct {
 	once sync.Once
 }
 
+// PlainConn returns the connection it limits, whose bytes it passes
+// unchanged: the edge engine reads and writes its socket directly.
+func (c *limitedConn) PlainConn() net.Conn { return c.Conn }
+
 func (c *limitedConn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })
 	return c.Conn.Close()
