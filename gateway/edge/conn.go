@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/rawconn"
 )
 
 // h2Preface starts every HTTP/2 connection with prior knowledge (h2c).
@@ -42,7 +44,7 @@ type conn struct {
 
 	// raw reads and writes the socket of a plain TCP connection served
 	// by fasthttp (nil: through Conn).
-	raw *rawIO
+	raw *rawconn.IO
 
 	// Parking (park.go). p is the engine's parker (nil: never parked),
 	// noPark says the connection was handed over (never parked).
@@ -142,17 +144,10 @@ func (c *conn) read(b []byte) (int, error) {
 	}
 }
 
-// plainConn is a connection wrapper that reads and writes the connection
-// it wraps unchanged, as a limit on open connections does: the engine may
-// read and write the wrapped one's socket itself (rawIO).
-type plainConn interface {
-	PlainConn() net.Conn
-}
-
 // sysRead reads from the connection.
 func (c *conn) sysRead(b []byte) (int, error) {
 	if c.raw != nil {
-		return c.raw.read(b)
+		return c.raw.Read(b)
 	}
 	return c.Conn.Read(b)
 }
@@ -160,7 +155,7 @@ func (c *conn) sysRead(b []byte) (int, error) {
 // Write writes to the connection.
 func (c *conn) Write(b []byte) (int, error) {
 	if c.raw != nil {
-		return c.raw.write(b)
+		return c.raw.Write(b)
 	}
 	return c.Conn.Write(b)
 }

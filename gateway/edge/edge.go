@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/internal/lograte"
+	"github.com/floodgate/floodgate/internal/rawconn"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/valyala/fasthttp"
 )
@@ -218,7 +219,7 @@ func (e *Engine) route(c net.Conn) {
 		c.Close()
 	default:
 		if !ec.tls {
-			ec.raw = newRawIO(c)
+			ec.raw = rawconn.Of(c)
 		}
 		if e.parker != nil {
 			e.parker.add(ec)

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/internal/bufpool"
+	"github.com/floodgate/floodgate/internal/rawconn"
 	"github.com/valyala/fasthttp"
 )
 
@@ -73,7 +74,7 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 				if err != nil {
 					return nil, err
 				}
-				return &upConn{Conn: c, fd: fdOf(c), raw: newRawIO(c)}, nil
+				return &upConn{Conn: c, fd: fdOf(c), raw: rawconn.Of(c)}, nil
 			},
 			TLSConfig:           upstreamTLS(o.TLS, pool),
 			MaxConns:            maxConns,
@@ -445,8 +446,8 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 // it before.
 type upConn struct {
 	net.Conn
-	fd       int    // its descriptor, for unasked (-1: none)
-	raw      *rawIO // reads and writes its socket (nil: through Conn)
+	fd       int         // its descriptor, for unasked (-1: none)
+	raw      *rawconn.IO // reads and writes its socket (nil: through Conn)
 	used     bool
 	deadline time.Time // the read deadline set, zero for none
 }
@@ -454,7 +455,7 @@ type upConn struct {
 // Read reads from the connection.
 func (u *upConn) Read(b []byte) (int, error) {
 	if u.raw != nil {
-		return u.raw.read(b)
+		return u.raw.Read(b)
 	}
 	return u.Conn.Read(b)
 }
@@ -462,7 +463,7 @@ func (u *upConn) Read(b []byte) (int, error) {
 // Write writes to the connection.
 func (u *upConn) Write(b []byte) (int, error) {
 	if u.raw != nil {
-		return u.raw.write(b)
+		return u.raw.Write(b)
 	}
 	return u.Conn.Write(b)
 }

@@ -75,7 +75,7 @@ type limitedConn struct {
 }
 
 // PlainConn returns the connection it limits, whose bytes it passes
-// unchanged: the edge engine reads and writes its socket directly.
+// unchanged: its socket may be read and written directly (rawconn.Plain).
 func (c *limitedConn) PlainConn() net.Conn { return c.Conn }
 
 func (c *limitedConn) Close() error {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package edge
+package rawconn
 
 import (
 	"io"
@@ -10,25 +10,9 @@ import (
 	"unsafe"
 )
 
-// rawIO reads and writes a TCP connection's socket with raw system calls,
-// which do not tell Go's scheduler that a call is under way. The socket is
-// non-blocking, so each call returns at once (EAGAIN when there is nothing
-// to read or no room to write, and then the goroutine waits in Go's
-// netpoller, under the connection's deadlines, as net.Conn's Read and
-// Write do). A thread that the kernel preempts in an announced call (a
-// write that wakes its reader on the same CPU, often) has its P taken by
-// the runtime's monitor and handed to another thread, and must find a P
-// again when it resumes: on two cores shared with other processes that
-// cost about a tenth of the CPU of a refusal, which raw calls do not pay.
-// The price is that the goroutines queued on a preempted thread's P wait
-// for it, unless the other Ps are idle and take them: a higher p99 at
-// moderate load on shared cores (docs/engines.md, run 16).
-//
-// The race detector counts the syscall package's reads and writes as
-// synchronizing with one another; it does not see these calls, so tests
-// that hand state between goroutines through a socket read here need
-// synchronization of their own.
-type rawIO struct {
+// IO reads and writes one TCP connection's socket with raw system calls.
+// One read and one write may run at once, not two of either.
+type IO struct {
 	rc              syscall.RawConn
 	c               net.Conn // for the addresses in errors
 	rb              []byte
@@ -40,11 +24,15 @@ type rawIO struct {
 	readFn, writeFn func(uintptr) bool
 }
 
-// newRawIO returns the raw reader and writer of c, nil when c is not a
-// plain TCP connection or a wrapper that passes its bytes unchanged to one
-// (plainConn).
-func newRawIO(c net.Conn) *rawIO {
-	if p, ok := c.(plainConn); ok {
+// Of returns the raw reader and writer of c, nil when c is not a plain
+// TCP connection or a wrapper that passes its bytes unchanged to one
+// (Plain).
+func Of(c net.Conn) *IO {
+	for i := 0; i < 4; i++ {
+		p, ok := c.(Plain)
+		if !ok {
+			break
+		}
 		c = p.PlainConn()
 	}
 	tc, ok := c.(*net.TCPConn)
@@ -55,12 +43,12 @@ func newRawIO(c net.Conn) *rawIO {
 	if err != nil {
 		return nil
 	}
-	r := &rawIO{rc: rc, c: tc}
+	r := &IO{rc: rc, c: tc}
 	r.readFn, r.writeFn = r.readOnce, r.writeAll
 	return r
 }
 
-func (r *rawIO) readOnce(fd uintptr) bool {
+func (r *IO) readOnce(fd uintptr) bool {
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rb[0])), uintptr(len(r.rb)))
 		switch e {
@@ -77,7 +65,7 @@ func (r *rawIO) readOnce(fd uintptr) bool {
 	}
 }
 
-func (r *rawIO) writeAll(fd uintptr) bool {
+func (r *IO) writeAll(fd uintptr) bool {
 	for r.wn < len(r.wb) {
 		p := r.wb[r.wn:]
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
@@ -95,8 +83,8 @@ func (r *rawIO) writeAll(fd uintptr) bool {
 	return true
 }
 
-// read reads into b as net.Conn's Read does.
-func (r *rawIO) read(b []byte) (int, error) {
+// Read reads into b as net.Conn's Read does.
+func (r *IO) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -116,8 +104,8 @@ func (r *rawIO) read(b []byte) (int, error) {
 	return n, nil
 }
 
-// write writes b as net.Conn's Write does.
-func (r *rawIO) write(b []byte) (int, error) {
+// Write writes b as net.Conn's Write does.
+func (r *IO) Write(b []byte) (int, error) {
 	r.wb, r.wn, r.werr = b, 0, 0
 	err := r.rc.Write(r.writeFn)
 	n, e := r.wn, r.werr

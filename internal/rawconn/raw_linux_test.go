@@ -1,0 +1,227 @@
+//go:build linux
+
+package rawconn
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection, closed with
+// the test.
+func tcpPair(t *testing.T) (server, client *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); c.Close() })
+	return s.(*net.TCPConn), c.(*net.TCPConn)
+}
+
+// limited passes its connection's bytes unchanged, as a limit on open
+// connections does.
+type limited struct{ net.Conn }
+
+func (l limited) PlainConn() net.Conn { return l.Conn }
+
+// rawRW is the read and write of a rawIO, as functions.
+type rawRW struct {
+	name  string
+	read  func(c *net.TCPConn, b []byte) (int, error)
+	write func(c *net.TCPConn, b []byte) (int, error)
+}
+
+func rawAndNet(t *testing.T) []rawRW {
+	raw := func(c *net.TCPConn) *IO {
+		t.Helper()
+		r := Of(limited{c})
+		if r == nil {
+			t.Fatal("no raw path for a TCP connection behind a connection limit")
+		}
+		return r
+	}
+	return []rawRW{
+		{"net.Conn",
+			func(c *net.TCPConn, b []byte) (int, error) { return c.Read(b) },
+			func(c *net.TCPConn, b []byte) (int, error) { return c.Write(b) }},
+		{"raw",
+			func(c *net.TCPConn, b []byte) (int, error) { return raw(c).Read(b) },
+			func(c *net.TCPConn, b []byte) (int, error) { return raw(c).Write(b) }},
+	}
+}
+
+// isTimeout reports whether err is a timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// staleConn reports whether err says the other end reset the connection
+// (or closed it), as a gateway tells a kept connection gone stale.
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// opOf returns the operation an error names, "" for none.
+func opOf(err error) string {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Op
+	}
+	return ""
+}
+
+// TestRawAnswersAsNetConn: reading and writing a socket with raw system
+// calls gives what net.Conn's Read and Write give, in every case the
+// engine meets: bytes both ways, a write larger than the socket's buffers
+// to a slow reader, nothing read and nothing written, each deadline, the
+// other end closing or resetting, and the connection closed here.
+func TestRawAnswersAsNetConn(t *testing.T) {
+	t.Parallel()
+	for _, rw := range rawAndNet(t) {
+		t.Run(rw.name, func(t *testing.T) {
+			t.Parallel()
+			s, c := tcpPair(t)
+			if n, err := rw.read(s, nil); n != 0 || err != nil {
+				t.Fatalf("read of nothing: %d, %v", n, err)
+			}
+			if n, err := rw.write(s, nil); n != 0 || err != nil {
+				t.Fatalf("write of nothing: %d, %v", n, err)
+			}
+			if _, err := c.Write([]byte("hello")); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 64)
+			if n, err := rw.read(s, b); err != nil || string(b[:n]) != "hello" {
+				t.Fatalf("read %q, %v; want hello", b[:n], err)
+			}
+
+			// 8 MiB to a reader that takes 64 KiB at a time: the write
+			// waits for room again and again, and every byte arrives in
+			// order.
+			big := bytes.Repeat([]byte("0123456789abcdef"), 8<<20/16)
+			for i := range big {
+				big[i] += byte(i / 4096)
+			}
+			got := make(chan [32]byte, 1)
+			go func() {
+				h := sha256.New()
+				buf := make([]byte, 64<<10)
+				for left := len(big); left > 0; {
+					n, err := c.Read(buf[:min(len(buf), left)])
+					h.Write(buf[:n])
+					left -= n
+					if err != nil {
+						break
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+				var sum [32]byte
+				copy(sum[:], h.Sum(nil))
+				got <- sum
+			}()
+			if n, err := rw.write(s, big); n != len(big) || err != nil {
+				t.Fatalf("wrote %d of %d: %v", n, len(big), err)
+			}
+			if <-got != sha256.Sum256(big) {
+				t.Fatal("the bytes that arrived are not those written")
+			}
+
+			// The read deadline.
+			_ = s.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+			n, err := rw.read(s, b)
+			if n != 0 || !isTimeout(err) || !errors.Is(err, os.ErrDeadlineExceeded) || opOf(err) != "read" {
+				t.Fatalf("read past its deadline: %d, %v (op %q)", n, err, opOf(err))
+			}
+			_ = s.SetReadDeadline(time.Time{})
+
+			// The write deadline, with the other end not reading.
+			_ = s.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+			n, err = rw.write(s, make([]byte, 64<<20))
+			if n >= 64<<20 || !isTimeout(err) || !errors.Is(err, os.ErrDeadlineExceeded) || opOf(err) != "write" {
+				t.Fatalf("write past its deadline: %d, %v (op %q)", n, err, opOf(err))
+			}
+
+			// The other end closes: the end of the stream (after what
+			// it sent before).
+			s2, c2 := tcpPair(t)
+			_, _ = c2.Write([]byte("bye"))
+			c2.Close()
+			if n, err := rw.read(s2, b); err != nil || string(b[:n]) != "bye" {
+				t.Fatalf("read %q, %v; want bye", b[:n], err)
+			}
+			if n, err := rw.read(s2, b); n != 0 || err != io.EOF {
+				t.Fatalf("read after the other end closed: %d, %v; want io.EOF", n, err)
+			}
+
+			// The other end resets: an error that says a kept
+			// connection went stale, reading and writing.
+			s3, c3 := tcpPair(t)
+			_ = c3.SetLinger(0)
+			c3.Close()
+			time.Sleep(20 * time.Millisecond)
+			if _, err := rw.read(s3, b); !staleConn(err) || !errors.Is(err, syscall.ECONNRESET) || opOf(err) != "read" {
+				t.Fatalf("read after a reset: %v (op %q)", err, opOf(err))
+			}
+			s4, c4 := tcpPair(t)
+			_ = c4.SetLinger(0)
+			c4.Close()
+			time.Sleep(20 * time.Millisecond)
+			_, err = rw.write(s4, []byte("x"))
+			for i := 0; err == nil && i < 10; i++ {
+				_, err = rw.write(s4, []byte("x")) // the reset may be learnt a write late
+			}
+			if !staleConn(err) || opOf(err) != "write" {
+				t.Fatalf("write after a reset: %v (op %q)", err, opOf(err))
+			}
+
+			// Closed here.
+			s.Close()
+			if _, err := rw.read(s, b); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("read of a closed connection: %v", err)
+			}
+			if _, err := rw.write(s, b); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("write of a closed connection: %v", err)
+			}
+		})
+	}
+}
+
+// TestRawOnlyForPlainTCP: the raw path is taken for a TCP connection,
+// bare or behind a wrapper that passes its bytes unchanged, and never for
+// TLS or a connection without a socket.
+func TestRawOnlyForPlainTCP(t *testing.T) {
+	t.Parallel()
+	s, c := tcpPair(t)
+	if Of(s) == nil || Of(limited{s}) == nil {
+		t.Fatal("no raw path for a TCP connection")
+	}
+	if Of(tls.Client(c, &tls.Config{})) != nil {
+		t.Fatal("a raw path under TLS")
+	}
+	p1, p2 := net.Pipe()
+	defer p1.Close()
+	defer p2.Close()
+	if Of(p1) != nil || Of(limited{p1}) != nil {
+		t.Fatal("a raw path for a connection without a socket")
+	}
+}

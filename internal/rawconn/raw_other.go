@@ -1,0 +1,17 @@
+//go:build !linux
+
+package rawconn
+
+import "net"
+
+// IO: raw system calls are made on Linux only.
+type IO struct{}
+
+// Of returns nil: connections are read and written through net.Conn.
+func Of(net.Conn) *IO { return nil }
+
+// Read is never called: Of returns no IO.
+func (*IO) Read([]byte) (int, error) { return 0, net.ErrClosed }
+
+// Write is never called: Of returns no IO.
+func (*IO) Write([]byte) (int, error) { return 0, net.ErrClosed }
