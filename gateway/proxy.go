@@ -74,7 +74,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                  nil, // an upstream is reached directly, never through the environment's proxy
-		DialContext:            dialer.DialContext,
+		DialContext:            dialUpstream(dialer),
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           4 * idle,
 		MaxIdleConnsPerHost:    idle,
@@ -178,6 +178,8 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}
 			pr.SetXForwarded()
+			// A kept connection is checked before it carries the request.
+			pr.Out = pr.Out.WithContext(withKeptCheck(pr.Out.Context()))
 		},
 		Transport:  g.tr,
 		BufferPool: bufpool.Copy,

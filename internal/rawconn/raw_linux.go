@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -22,7 +23,15 @@ type IO struct {
 	wn              int
 	werr            syscall.Errno
 	readFn, writeFn func(uintptr) bool
+	// waiting says a read found the socket empty and waits in the
+	// netpoller.
+	waiting atomic.Bool
 }
+
+// Waiting reports whether a read found the socket empty and waits for
+// bytes: whoever reads through IO holds nothing unread from the socket
+// that it has not been given, at least until the wait ends.
+func (r *IO) Waiting() bool { return r.waiting.Load() }
 
 // Of returns the raw reader and writer of c, nil when c is not a plain
 // TCP connection or a wrapper that passes its bytes unchanged to one
@@ -49,6 +58,9 @@ func Of(c net.Conn) *IO {
 }
 
 func (r *IO) readOnce(fd uintptr) bool {
+	if r.waiting.Load() {
+		r.waiting.Store(false) // woken: bytes, the end, or an error
+	}
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.rb[0])), uintptr(len(r.rb)))
 		switch e {
@@ -57,6 +69,7 @@ func (r *IO) readOnce(fd uintptr) bool {
 			return true
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			r.waiting.Store(true)
 			return false
 		default:
 			r.rerr = e
@@ -90,6 +103,9 @@ func (r *IO) Read(b []byte) (int, error) {
 	}
 	r.rb, r.rn, r.rerr = b, 0, 0
 	err := r.rc.Read(r.readFn)
+	if r.waiting.Load() {
+		r.waiting.Store(false) // the wait ended without bytes (a deadline, a close)
+	}
 	n, e := r.rn, r.rerr
 	r.rb = nil
 	if err != nil {

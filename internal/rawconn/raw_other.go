@@ -15,3 +15,6 @@ func (*IO) Read([]byte) (int, error) { return 0, net.ErrClosed }
 
 // Write is never called: Of returns no IO.
 func (*IO) Write([]byte) (int, error) { return 0, net.ErrClosed }
+
+// Waiting is never called: Of returns no IO.
+func (*IO) Waiting() bool { return false }
