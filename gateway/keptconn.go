@@ -17,8 +17,7 @@ import (
 // and watched, so that a kept connection holding bytes no request asked
 // for carries no other request (checkKept).
 type upstreamConn struct {
-	net.Conn
-	io     *rawconn.IO // nil: read and written through Conn, not watched
+	*rawconn.Conn
 	closed atomic.Bool
 }
 
@@ -29,22 +28,8 @@ func dialUpstream(d *net.Dialer) func(ctx context.Context, network, addr string)
 		if err != nil {
 			return nil, err
 		}
-		return &upstreamConn{Conn: c, io: rawconn.Of(c)}, nil
+		return &upstreamConn{Conn: rawconn.Wrap(c)}, nil
 	}
-}
-
-func (c *upstreamConn) Read(b []byte) (int, error) {
-	if c.io != nil {
-		return c.io.Read(b)
-	}
-	return c.Conn.Read(b)
-}
-
-func (c *upstreamConn) Write(b []byte) (int, error) {
-	if c.io != nil {
-		return c.io.Write(b)
-	}
-	return c.Conn.Write(b)
 }
 
 func (c *upstreamConn) Close() error {
@@ -85,17 +70,17 @@ func gotConn(info httptrace.GotConnInfo) {
 // request on another); after limit, it closes the connection itself.
 func checkKept(c net.Conn, limit time.Duration) {
 	if tc, ok := c.(*tls.Conn); ok {
-		if tc.ConnectionState().NegotiatedProtocol != "" && tc.ConnectionState().NegotiatedProtocol != "http/1.1" {
+		if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
 			return // HTTP/2: framed, and read all the time
 		}
 		c = tc.NetConn()
 	}
 	uc, ok := c.(*upstreamConn)
-	if !ok || uc.io == nil {
-		return
+	if !ok || uc.Raw() == nil {
+		return // not watched
 	}
 	var start time.Time
-	for i := 0; !uc.io.Waiting() && !uc.closed.Load(); i++ {
+	for i := 0; !uc.Raw().Waiting() && !uc.closed.Load(); i++ {
 		switch {
 		case i < 64:
 			runtime.Gosched()

@@ -31,7 +31,7 @@ func TestCheckKept(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close(); s.Close() })
 		uc := c.(*upstreamConn)
-		if uc.io == nil {
+		if uc.Raw() == nil {
 			t.Fatal("an upstream TCP connection is not read raw")
 		}
 		return uc, s
@@ -45,7 +45,7 @@ func TestCheckKept(t *testing.T) {
 		read <- err
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for !uc.io.Waiting() && time.Now().Before(deadline) {
+	for !uc.Raw().Waiting() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	start := time.Now()
@@ -57,7 +57,7 @@ func TestCheckKept(t *testing.T) {
 	if err := <-read; err != nil {
 		t.Fatal(err)
 	}
-	if uc.io.Waiting() {
+	if uc.Raw().Waiting() {
 		t.Fatal("still waiting after its read returned")
 	}
 

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/floodgate/floodgate/internal/rawconn"
 )
 
 // h2Preface starts every HTTP/2 connection with prior knowledge (h2c).
@@ -41,10 +39,6 @@ type conn struct {
 
 	// tls says the connection came through TLS (X-Forwarded-Proto: https).
 	tls bool
-
-	// raw reads and writes the socket of a plain TCP connection served
-	// by fasthttp (nil: through Conn).
-	raw *rawconn.IO
 
 	// Parking (park.go). p is the engine's parker (nil: never parked),
 	// noPark says the connection was handed over (never parked).
@@ -130,7 +124,7 @@ func (c *conn) SetDeadline(t time.Time) error {
 // read goes on.
 func (c *conn) read(b []byte) (int, error) {
 	for {
-		n, err := c.sysRead(b)
+		n, err := c.Conn.Read(b)
 		if n > 0 || err == nil || !isTimeout(err) {
 			return n, err
 		}
@@ -142,22 +136,6 @@ func (c *conn) read(b []byte) (int, error) {
 			return 0, err
 		}
 	}
-}
-
-// sysRead reads from the connection.
-func (c *conn) sysRead(b []byte) (int, error) {
-	if c.raw != nil {
-		return c.raw.Read(b)
-	}
-	return c.Conn.Read(b)
-}
-
-// Write writes to the connection.
-func (c *conn) Write(b []byte) (int, error) {
-	if c.raw != nil {
-		return c.raw.Write(b)
-	}
-	return c.Conn.Write(b)
 }
 
 // sniffBytes is the most a new connection's first read takes: the start

@@ -219,7 +219,9 @@ func (e *Engine) route(c net.Conn) {
 		c.Close()
 	default:
 		if !ec.tls {
-			ec.raw = rawconn.Of(c)
+			// A plain TCP connection served by fasthttp is read and
+			// written with raw system calls (rawconn).
+			ec.Conn = rawconn.Wrap(ec.Conn)
 		}
 		if e.parker != nil {
 			e.parker.add(ec)

@@ -164,7 +164,7 @@ func (c *conn) readIdle(b []byte) (int, error) {
 	t := c.p.tick.Load()
 	c.idle.Store(t)
 	for {
-		n, err := c.sysRead(into)
+		n, err := c.Conn.Read(into)
 		if !c.idle.CompareAndSwap(t, 0) {
 			return c.leave(into[:n])
 		}

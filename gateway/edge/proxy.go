@@ -74,7 +74,7 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 				if err != nil {
 					return nil, err
 				}
-				return &upConn{Conn: c, fd: fdOf(c), raw: rawconn.Of(c)}, nil
+				return &upConn{Conn: rawconn.Wrap(c), fd: fdOf(c)}, nil
 			},
 			TLSConfig:           upstreamTLS(o.TLS, pool),
 			MaxConns:            maxConns,
@@ -445,27 +445,10 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 // upConn is an upstream connection; used says whether a request went over
 // it before.
 type upConn struct {
-	net.Conn
-	fd       int         // its descriptor, for unasked (-1: none)
-	raw      *rawconn.IO // reads and writes its socket (nil: through Conn)
+	net.Conn     // a rawconn.Conn: read and written with raw system calls
+	fd       int // its descriptor, for unasked (-1: none)
 	used     bool
 	deadline time.Time // the read deadline set, zero for none
-}
-
-// Read reads from the connection.
-func (u *upConn) Read(b []byte) (int, error) {
-	if u.raw != nil {
-		return u.raw.Read(b)
-	}
-	return u.Conn.Read(b)
-}
-
-// Write writes to the connection.
-func (u *upConn) Write(b []byte) (int, error) {
-	if u.raw != nil {
-		return u.raw.Write(b)
-	}
-	return u.Conn.Write(b)
 }
 
 // readDeadline bounds the wait for the response's headers to about d

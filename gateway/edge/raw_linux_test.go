@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/rawconn"
 )
 
 // limited passes its connection's bytes unchanged, as a limit on open
@@ -41,7 +43,7 @@ func TestEngineReadsAndWritesRaw(t *testing.T) {
 	clients, raw := 0, 0
 	for ec := range e.parker.conns {
 		clients++
-		if ec.raw != nil {
+		if rc, ok := ec.Conn.(*rawconn.Conn); ok && rc.Raw() != nil {
 			raw++
 		}
 	}
@@ -56,7 +58,11 @@ func TestEngineReadsAndWritesRaw(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if u := connOf(cc.Conn()); u == nil || u.raw == nil || !strings.HasPrefix(u.RemoteAddr().String(), "127.0.0.1:") {
+		u := connOf(cc.Conn())
+		if u == nil {
+			t.Fatalf("the upstream connection is a %T", cc.Conn())
+		}
+		if rc, ok := u.Conn.(*rawconn.Conn); !ok || rc.Raw() == nil || !strings.HasPrefix(u.RemoteAddr().String(), "127.0.0.1:") {
 			t.Fatalf("the upstream connection is not read and written raw: %+v", u)
 		}
 		v.(*upstream).hc.ReleaseConn(cc)

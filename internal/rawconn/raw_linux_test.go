@@ -224,4 +224,26 @@ func TestRawOnlyForPlainTCP(t *testing.T) {
 	if Of(p1) != nil || Of(limited{p1}) != nil {
 		t.Fatal("a raw path for a connection without a socket")
 	}
+
+	// Wrapped, a TCP connection is read raw, any other through its own
+	// methods, and both pass their bytes.
+	w := Wrap(limited{s})
+	if w.Raw() == nil || Of(w) == nil {
+		t.Fatal("a wrapped TCP connection is not read raw")
+	}
+	if _, err := w.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 8)
+	if n, err := c.Read(b); err != nil || string(b[:n]) != "ping" {
+		t.Fatalf("read %q, %v", b[:n], err)
+	}
+	wp := Wrap(p1)
+	if wp.Raw() != nil {
+		t.Fatal("a wrapped pipe read raw")
+	}
+	go func() { _, _ = p2.Write([]byte("pong")) }()
+	if n, err := wp.Read(b); err != nil || string(b[:n]) != "pong" {
+		t.Fatalf("read %q through a wrapped pipe, %v", b[:n], err)
+	}
 }

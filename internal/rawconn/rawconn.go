@@ -19,7 +19,8 @@
 // that hand state between goroutines through a socket read here need
 // synchronization of their own.
 //
-// Raw calls are made on Linux; elsewhere Of returns nil.
+// Raw calls are made on Linux; elsewhere Of returns nil, and a Conn reads
+// and writes through its connection.
 package rawconn
 
 import "net"
@@ -30,3 +31,38 @@ import "net"
 type Plain interface {
 	PlainConn() net.Conn
 }
+
+// Conn is a connection read and written with raw system calls when it is
+// a plain TCP connection (Of), and through its own Read and Write
+// otherwise; its other methods are its own. Like any net.Conn whose bytes
+// must stay in order, it takes one read and one write at a time.
+type Conn struct {
+	net.Conn
+	io *IO
+}
+
+// Wrap returns c as a Conn.
+func Wrap(c net.Conn) *Conn { return &Conn{Conn: c, io: Of(c)} }
+
+// Raw returns the raw reader and writer, nil when c is read and written
+// through its own methods.
+func (c *Conn) Raw() *IO { return c.io }
+
+// Read reads as net.Conn's Read does.
+func (c *Conn) Read(b []byte) (int, error) {
+	if c.io != nil {
+		return c.io.Read(b)
+	}
+	return c.Conn.Read(b)
+}
+
+// Write writes as net.Conn's Write does.
+func (c *Conn) Write(b []byte) (int, error) {
+	if c.io != nil {
+		return c.io.Write(b)
+	}
+	return c.Conn.Write(b)
+}
+
+// PlainConn returns the connection it wraps: its bytes pass unchanged.
+func (c *Conn) PlainConn() net.Conn { return c.Conn }
