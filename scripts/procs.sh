@@ -49,3 +49,15 @@ cpu_ticks() {
 	done
 	echo "$total"
 }
+
+# user_ticks PID: the user-space part of cpu_ticks (the rest is the
+# kernel's: system calls, the network stack, context switches).
+user_ticks() {
+	local total=0 p
+	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+		if [ -r "/proc/$p/stat" ]; then
+			total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12}')))
+		fi
+	done
+	echo "$total"
+}
