@@ -34,7 +34,10 @@
 # server's processes only: robust on a busy machine, where requests/s
 # mostly measures what the other processes leave) with its user-space
 # part (the rest is the kernel's: system calls, the network stack,
-# context switches), and the ratios to
+# context switches), how often a request its threads were preempted
+# (taken off a CPU while they could still run: on a machine shared with
+# wrk, mostly by the wrk thread that the server's answer woke), and the
+# ratios to
 # NGINX: goals 0.8x NGINX's req/s on both jobs, p99 at HIGH_CONNECTIONS
 # within 1.5 times NGINX's, at most 8 KiB per idle connection. Each job's
 # req/s ratio is also given round by round, with a warning when NGINX's
@@ -306,34 +309,38 @@ to_ms() {
 		else printf "%s", v }'
 }
 
-# measure NAME CONNS: run wrk on NAME; appends "rps p99 cpu_us user_us" to
+# measure NAME CONNS: run wrk on NAME; appends "rps p99 cpu_us user_us
+# preempted_per_request" to
 # $work/results/NAME-CONNS and prints the line.
 mkdir -p "$work/results"
 measure() {
-	local name=$1 conns=$2 url pid out before after ubefore uafter reqs rps p99 cpu user non2xx file
+	local name=$1 conns=$2 url pid out before after ubefore uafter pbefore pafter reqs rps p99 cpu user pre non2xx file
 	url=${URL[$name]}
 	pid=${SPID[$name]}
 	# A short warm-up opens the connections.
 	wrk -t"$THREADS" -c"$conns" -d2s "$url" >/dev/null 2>&1 || true
 	before=$(cpu_ticks "$pid")
 	ubefore=$(user_ticks "$pid")
+	pbefore=$(preemptions "$pid")
 	out=$(wrk -t"$THREADS" -c"$conns" -d"$DURATION" --latency "$url")
 	after=$(cpu_ticks "$pid")
 	uafter=$(user_ticks "$pid")
+	pafter=$(preemptions "$pid")
 	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
 	rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<<"$out")
 	p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")
 	cpu=$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$reqs" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
 	user=$(awk -v t=$((uafter - ubefore)) -v hz="$HZ" -v n="$reqs" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+	pre=$(awk -v c=$((pafter - pbefore)) -v n="$reqs" 'BEGIN {printf "%.3f", c / n}')
 	non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
 	errors=$(awk '/Socket errors:/ {print $0}' <<<"$out")
 	file="$work/results/$(tr ' /' '__' <<<"$name")-$conns"
-	echo "$rps $p99 $cpu $user" >>"$file"
+	echo "$rps $p99 $cpu $user $pre" >>"$file"
 	case $name in
 	*429) # every answer must be a 429: count the others
 		echo "$name $((reqs - ${non2xx:-0}))" >>"$work/results/passed" ;;
 	esac
-	printf '  %-26s c=%-4s %8s req/s   p99 %8s ms   %6s us CPU/req (user %s)   non-2xx %s %s\n' "$name" "$conns" "$rps" "$p99" "$cpu" "$user" "${non2xx:-0}" "$errors"
+	printf '  %-26s c=%-4s %8s req/s   p99 %8s ms   %6s us CPU/req (user %s)   preempted %s/req   non-2xx %s %s\n' "$name" "$conns" "$rps" "$p99" "$cpu" "$user" "$pre" "${non2xx:-0}" "$errors"
 }
 # median NAME CONNS FIELD: the median of a result's field over the rounds.
 median() {
@@ -406,14 +413,15 @@ rounds "$HIGH_ROUNDS" "$HIGH_CONNECTIONS" "at -c$HIGH_CONNECTIONS, " \
 m() { median "$1" "$2" "$3"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 echo
-echo "| server | job | req/s (c=$CONNECTIONS) | vs nginx | CPU per request | vs nginx | of it in user space | p99 c=$CONNECTIONS | p99 c=$HIGH_CONNECTIONS | KiB per idle connection |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| server | job | req/s (c=$CONNECTIONS) | vs nginx | CPU per request | vs nginx | of it in user space | preempted a request | p99 c=$CONNECTIONS | p99 c=$HIGH_CONNECTIONS | KiB per idle connection |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 row() { # NAME JOB NGINX-NAME
-	local name=$1 rps p99 cpu user hp99 idle vs vsc
+	local name=$1 rps p99 cpu user pre hp99 idle vs vsc
 	rps=$(m "$name" "$CONNECTIONS" 1)
 	p99=$(m "$name" "$CONNECTIONS" 2)
 	cpu=$(m "$name" "$CONNECTIONS" 3)
 	user=$(m "$name" "$CONNECTIONS" 4)
+	pre=$(m "$name" "$CONNECTIONS" 5)
 	hp99="-"
 	[ -f "$work/results/$(tr ' /' '__' <<<"$name")-$HIGH_CONNECTIONS" ] && hp99="$(m "$name" "$HIGH_CONNECTIONS" 2) ms"
 	idle=${IDLE[$name]:--}
@@ -423,7 +431,7 @@ row() { # NAME JOB NGINX-NAME
 		vs="$(ratio "$rps" "$(m "$3" "$CONNECTIONS" 1)")x"
 		vsc="$(ratio "$cpu" "$(m "$3" "$CONNECTIONS" 3)")x"
 	fi
-	printf '| %s | %s | %.0f | %s | %s us | %s | %s us | %s ms | %s | %s |\n' "$name" "$2" "$rps" "$vs" "$cpu" "$vsc" "$user" "$p99" "$hp99" "$idle"
+	printf '| %s | %s | %.0f | %s | %s us | %s | %s us | %s | %s ms | %s | %s |\n' "$name" "$2" "$rps" "$vs" "$cpu" "$vsc" "$user" "$pre" "$p99" "$hp99" "$idle"
 }
 row "floodgate fast 429" "429 path" "nginx 429"
 row "floodgate net/http 429" "429 path" "nginx 429"

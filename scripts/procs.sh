@@ -50,6 +50,20 @@ cpu_ticks() {
 	echo "$total"
 }
 
+# preemptions PID: how many times the threads of PID and of its children
+# were taken off a CPU while they could still run (involuntary context
+# switches), so far.
+preemptions() {
+	local total=0 p f
+	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+		for f in /proc/"$p"/task/*/status; do
+			[ -r "$f" ] || continue
+			total=$((total + $(awk '/^nonvoluntary_ctxt_switches:/ {print $2}' "$f")))
+		done
+	done
+	echo "$total"
+}
+
 # user_ticks PID: the user-space part of cpu_ticks (the rest is the
 # kernel's: system calls, the network stack, context switches).
 user_ticks() {
