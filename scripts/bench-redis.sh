@@ -14,14 +14,16 @@
 #   - leased mode on one hot key: LEASED_PROCS processes of `floodgate bench
 #     --leased` at once, against the embedded store's rate in one process.
 #
-# For every floodgate case it prints decisions/s and its ratio to the
-# ceiling of the same round, p50/p99, degraded decisions, the script calls
-# per decision, and the CPU per decision of the client (user + system time
-# of the floodgate process, from the shell's `times` of the subshell that
-# ran it) and of Redis (from INFO commandstats and INFO cpu around the case,
-# so the same for any binary). For the ceiling it prints the same two CPU
-# figures per call (redis-benchmark's own, and Redis'). Medians over the
-# rounds, every round in brackets. Stops the server by its PID.
+# Within a round the cases of one concurrency run in an order that rotates
+# from round to round. For every floodgate case it prints decisions/s and
+# its ratio to the ceiling of the same round, p50/p99, degraded decisions,
+# the script calls per decision, and the CPU per decision of the client
+# (user + system time of the floodgate process, from the shell's `times`
+# of the subshell that ran it) and of Redis (from INFO commandstats and
+# INFO cpu around the case, so the same for any binary). For the ceiling
+# it prints the same two CPU figures per call (redis-benchmark's own, and
+# Redis'). Medians over the rounds, every round in brackets. Stops the
+# server by its PID.
 #
 # Environment: DURATION (per case, default 5s), REQUESTS (redis-benchmark
 # -n, default 300000), ROUNDS (3), KEYS (10000), CONCURRENCY (64),
@@ -178,11 +180,18 @@ for round in $(seq 1 "$ROUNDS"); do
 	printf '  round %s %-28s %9.0f/s  CPU/call redis-benchmark %sµs redis %sµs\n' "$round" "ceiling (minimal GCRA, -P 16)" \
 		"$ceiling" "${ceil_all[client]##* }" "${ceil_all[redis]##* }" >&2
 	for c in "$CONCURRENCY" 8 1; do
-		if [ -n "$BEFORE" ]; then
-			run_case "before c=$c" "$BEFORE" --concurrency "$c"
-		fi
-		run_case "one call/decision c=$c" "$fg" --concurrency "$c" --batch 1 --deny-cache=false "${st[@]}"
-		run_case "exact (batched) c=$c" "$fg" --concurrency "$c" "${st[@]}"
+		# The cases of one concurrency in an order that rotates from
+		# round to round: none always runs first, right after the
+		# ceiling or another concurrency's cases.
+		cases=(one exact)
+		[ -n "$BEFORE" ] && cases=(before one exact)
+		for i in "${!cases[@]}"; do
+			case ${cases[$(((i + round - 1) % ${#cases[@]}))]} in
+			before) run_case "before c=$c" "$BEFORE" --concurrency "$c" ;;
+			one) run_case "one call/decision c=$c" "$fg" --concurrency "$c" --batch 1 --deny-cache=false "${st[@]}" ;;
+			exact) run_case "exact (batched) c=$c" "$fg" --concurrency "$c" "${st[@]}" ;;
+			esac
+		done
 	done
 done
 
