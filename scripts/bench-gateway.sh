@@ -37,15 +37,14 @@
 # context switches), how often a request its threads were preempted
 # (taken off a CPU while they could still run: on a machine shared with
 # wrk, mostly by the wrk thread that the server's answer woke), and the
-# ratios to
-# NGINX: goals 0.8x NGINX's req/s on both jobs, p99 at HIGH_CONNECTIONS
-# within 1.5 times NGINX's, at most 8 KiB per idle connection. Each job's
-# req/s ratio is also given round by round, with a warning when NGINX's
-# own rounds spread by more than 15% (the ratio of medians is then
-# unsteady, and CPU per request the figure to compare). On the 429
-# path every answer must be a 429: a request let through (a 2xx, which is
-# also what a degraded decision that fails open answers) is counted and
-# reported.
+# ratios to NGINX: goals 0.8x NGINX's req/s on both jobs, p99 at
+# HIGH_CONNECTIONS within 1.5 times NGINX's, at most 8 KiB per idle
+# connection. Each job's req/s ratio is also given round by round, with a
+# warning when NGINX's own rounds spread by more than 15% (the ratio of
+# medians is then unsteady, and CPU per request the figure to compare).
+# On the 429 path every answer must be a 429: a request let through (a
+# 2xx, which is also what a degraded decision that fails open answers) is
+# counted and reported.
 #
 # Installs nginx and wrk from Debian's packages when they are missing.
 # Everything listens on 127.0.0.1; every process this script starts is
@@ -310,8 +309,7 @@ to_ms() {
 }
 
 # measure NAME CONNS: run wrk on NAME; appends "rps p99 cpu_us user_us
-# preempted_per_request" to
-# $work/results/NAME-CONNS and prints the line.
+# preempted_per_request" to $work/results/NAME-CONNS and prints the line.
 mkdir -p "$work/results"
 measure() {
 	local name=$1 conns=$2 url pid out before after ubefore uafter pbefore pafter reqs rps p99 cpu user pre non2xx file
