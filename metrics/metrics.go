@@ -84,7 +84,7 @@ type Metrics struct {
 
 	// The families of the vectors above whose series count per CPU
 	// (percpu.go).
-	decisionsF, nearF, rejectedF, latencyF *family
+	decisionsF, nearF, rejectedF, latencyF, upstreamF *family
 
 	latencyBy [4]*perCPUHistogram // by front end
 
@@ -105,9 +105,11 @@ type Metrics struct {
 	lat       routeLatency
 	latRoutes sync.Map // route → *latencySeries
 
-	// The series last found by name, in front of limits and latRoutes.
+	// The series last found by name, in front of limits, latRoutes and
+	// routes.
 	limitCache nameCache[limitSeries]
 	latCache   nameCache[latencySeries]
+	routeCache nameCache[routeSeries]
 }
 
 // limitSeries caches the children of one limit, so that counting a
@@ -136,10 +138,21 @@ const (
 	nCounters
 )
 
-// routeSeries caches the upstream status counters of one route.
+// routeSeries counts the upstream statuses of one route. The first
+// routeCodes statuses seen count per CPU, each in a counter of cs given
+// in the order they came (cells); any further status is counted the
+// usual way (plain), so that an upstream answering every status there is
+// costs a route at most routeCodes per-CPU counters.
 type routeSeries struct {
-	codes [600]atomic.Pointer[prometheus.Counter]
+	name  string
+	cs    *percpu.Counters
+	cells [600]atomic.Int32 // a status's counter in cs, plus one (0: none)
+	given int               // counters of cs given, under Metrics.makeMu
+	plain [600]atomic.Pointer[prometheus.Counter]
 }
+
+// routeCodes is how many of a route's statuses count per CPU.
+const routeCodes = 16
 
 // New creates the metrics and registers them on reg.
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
@@ -196,7 +209,8 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		m.maxLimits = DefaultMaxLimits
 	}
 	m.decisionsF, m.nearF, m.rejectedF, m.latencyF = newFamily(m.decisions), newFamily(m.near), newFamily(m.rejected), newFamily(m.latency)
-	for _, c := range []prometheus.Collector{m.decisionsF, m.degraded, m.nearF, m.latencyF, m.rejectedF, m.upstream, m.queue, m.tokens,
+	m.upstreamF = newFamily(m.upstream)
+	for _, c := range []prometheus.Collector{m.decisionsF, m.degraded, m.nearF, m.latencyF, m.rejectedF, m.upstreamF, m.queue, m.tokens,
 		m.shed, m.shedTenant, &m.overload} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -356,18 +370,53 @@ func (m *Metrics) Upstream(route string, status int) {
 		m.upstream.WithLabelValues(route, strconv.Itoa(status)).Inc()
 		return
 	}
-	rs, ok := m.routes.Load(route)
+	rs := m.route(route)
+	if c := rs.cells[status].Load(); c > 0 {
+		rs.cs.Add(percpu.Slot(), int(c-1), 1)
+		return
+	}
+	m.upstreamFirst(rs, status)
+}
+
+// upstreamFirst counts a status not counted per CPU yet on its route:
+// it gives the status a counter of the route's cs while there are some
+// left, and counts it the usual way after.
+func (m *Metrics) upstreamFirst(rs *routeSeries, status int) {
+	m.makeMu.Lock()
+	c := rs.cells[status].Load()
+	if c == 0 && rs.given < routeCodes {
+		rs.given++
+		c = int32(rs.given)
+		m.upstreamF.counter(rs.cs, int(c-1), rs.name, strconv.Itoa(status))
+		rs.cells[status].Store(c)
+	}
+	m.makeMu.Unlock()
+	if c > 0 {
+		rs.cs.Add(percpu.Slot(), int(c-1), 1)
+		return
+	}
+	p := &rs.plain[status]
+	pc := p.Load()
+	if pc == nil {
+		counter := m.upstream.WithLabelValues(rs.name, strconv.Itoa(status))
+		p.CompareAndSwap(nil, &counter)
+		pc = p.Load()
+	}
+	(*pc).Inc()
+}
+
+// route returns the upstream counters of a route.
+func (m *Metrics) route(name string) *routeSeries {
+	if rs := m.routeCache.get(name); rs != nil {
+		return rs
+	}
+	v, ok := m.routes.Load(name)
 	if !ok {
-		rs, _ = m.routes.LoadOrStore(route, new(routeSeries))
+		v, _ = m.routes.LoadOrStore(name, &routeSeries{name: strings.Clone(name), cs: percpu.NewCounters(routeCodes)})
 	}
-	slot := &rs.(*routeSeries).codes[status]
-	c := slot.Load()
-	if c == nil {
-		counter := m.upstream.WithLabelValues(route, strconv.Itoa(status))
-		slot.CompareAndSwap(nil, &counter)
-		c = slot.Load()
-	}
-	(*c).Inc()
+	rs := v.(*routeSeries)
+	m.routeCache.put(name, rs)
+	return rs
 }
 
 // InvalidToken counts a presented token that did not verify; reason is

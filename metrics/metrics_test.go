@@ -290,6 +290,70 @@ func TestPerCPUSeriesAgreeWithPrometheus(t *testing.T) {
 	}
 }
 
+// TestUpstreamStatusesCounted: a route's upstream statuses are counted
+// exactly from many goroutines at once, each status in one series, those
+// past the ones counted per CPU included (an upstream that answers every
+// status there is), and a status outside 0-599 too.
+func TestUpstreamStatusesCounted(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const statuses, workers = 40, 8
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range statuses {
+				// Status i+100 is counted i+1 times by each worker,
+				// the workers taking the statuses in different orders.
+				code := 100 + (i+w*5)%statuses
+				for range code - 99 {
+					m.Upstream("r", code)
+				}
+			}
+			m.Upstream("other", 200)
+			m.Upstream("r", 999)
+		}()
+	}
+	wg.Wait()
+	for code := 100; code < 100+statuses; code++ {
+		labels := promtest.Labels{"route": "r", "code": fmt.Sprint(code)}
+		if n := len(promtest.Find(t, reg, "floodgate_upstream_responses_total", labels)); n != 1 {
+			t.Fatalf("code %d: %d series, want 1", code, n)
+		}
+		if got, want := promtest.Value(t, reg, "floodgate_upstream_responses_total", labels), float64(workers*(code-99)); got != want {
+			t.Errorf("code %d: %v, want %v", code, got, want)
+		}
+	}
+	for _, c := range []struct {
+		route, code string
+		want        float64
+	}{{"other", "200", workers}, {"r", "999", workers}} {
+		if got := promtest.Value(t, reg, "floodgate_upstream_responses_total", promtest.Labels{"route": c.route, "code": c.code}); got != c.want {
+			t.Errorf("route %s code %s: %v, want %v", c.route, c.code, got, c.want)
+		}
+	}
+}
+
+// BenchmarkUpstream: what a forwarded request's upstream status costs
+// the metrics from every CPU at once; run with -cpu 1,2.
+func BenchmarkUpstream(b *testing.B) {
+	m, err := metrics.New(prometheus.NewRegistry(), metrics.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Upstream("all", 200)
+		}
+	})
+}
+
 // BenchmarkObserveRefusal: what a gateway's 429 costs the metrics (its
 // decision, its rejection and its latency) from every CPU at once; run
 // with -cpu 1,2: counting per CPU keeps the cost per CPU flat.

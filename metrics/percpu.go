@@ -9,8 +9,8 @@ import (
 	"github.com/floodgate/floodgate/internal/percpu"
 )
 
-// The series counted on every request (decisions, 429s, the latencies)
-// count per CPU (internal/percpu): a Prometheus counter or histogram is
+// The series counted on every request (decisions, 429s, the latencies,
+// the upstreams' statuses) count per CPU (internal/percpu): a Prometheus counter or histogram is
 // one set of atomics every CPU adds to, and on two or more CPUs each add
 // first has to fetch the cache line from the CPU that added last. A
 // family of such series is its Prometheus vector, for the series made the
