@@ -308,8 +308,8 @@ func TestUpstreamStatusesCounted(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range statuses {
-				// Status i+100 is counted i+1 times by each worker,
-				// the workers taking the statuses in different orders.
+				// Each worker counts status s s-99 times, the
+				// workers taking the statuses in different orders.
 				code := 100 + (i+w*5)%statuses
 				for range code - 99 {
 					m.Upstream("r", code)
