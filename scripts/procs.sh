@@ -37,18 +37,27 @@ build_gateway_bench() {
 	go build -o "$work/benchgw" ./scripts/benchgw
 }
 
-# cpu_ticks PID: CPU time (user+system, in clock ticks) of PID and its
-# children that are still running (NGINX's workers).
-cpu_ticks() {
+# stat_ticks PID EXPR: the sum over PID and its children that are still
+# running (NGINX's workers) of an awk expression of the fields of
+# /proc/PID/stat after the command name (which may hold spaces): $12 is
+# the user time, $13 the system time, in clock ticks.
+stat_ticks() {
 	local total=0 p
 	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
 		if [ -r "/proc/$p/stat" ]; then
-			# Fields 14 and 15 after the command name (which may hold spaces).
-			total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+			total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk "{print $2}")))
 		fi
 	done
 	echo "$total"
 }
+
+# cpu_ticks PID: CPU time (user+system, in clock ticks) of PID and its
+# children that are still running.
+cpu_ticks() { stat_ticks "$1" '$12 + $13'; }
+
+# user_ticks PID: the user-space part of cpu_ticks (the rest is the
+# kernel's: system calls, the network stack, context switches).
+user_ticks() { stat_ticks "$1" '$12'; }
 
 # preemptions PID: how many times the threads of PID and of its children
 # were taken off a CPU while they could still run (involuntary context
@@ -64,14 +73,3 @@ preemptions() {
 	echo "$total"
 }
 
-# user_ticks PID: the user-space part of cpu_ticks (the rest is the
-# kernel's: system calls, the network stack, context switches).
-user_ticks() {
-	local total=0 p
-	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
-		if [ -r "/proc/$p/stat" ]; then
-			total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12}')))
-		fi
-	done
-	echo "$total"
-}
