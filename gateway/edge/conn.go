@@ -19,8 +19,10 @@ const h2Preface = "PRI * HTTP/2.0\r\n"
 // client to leave) are returned first.
 type conn struct {
 	net.Conn
-	pre  []byte
-	head [sniffBytes]byte
+	pre []byte
+	// head is a small buffer for the first bytes of a request (headBuf);
+	// a connection parked in the idle set gives it back.
+	head *[sniffBytes]byte
 
 	// fasthttp moves a connection's read deadline three times a request
 	// (the headers' bound, the body's, then the idle one), each costing
@@ -56,6 +58,13 @@ type conn struct {
 	parkMu    sync.Mutex
 	parkNext  atomic.Bool
 	parkedOut atomic.Bool
+
+	// While the parker's idle set holds the connection (idle_linux.go):
+	// its descriptor, the hold's number and the end of its idle time (Unix
+	// nanoseconds, 0 for none). Guarded by the set's lock.
+	parkFD    int32
+	parkSeq   uint32
+	parkUntil int64
 }
 
 // Close closes the connection, or parks it when fasthttp let it go to be
@@ -142,6 +151,28 @@ func (c *conn) read(b []byte) (int, error) {
 // of its first request, usually all of it.
 const sniffBytes = 512
 
+// heads holds the head buffers of connections parked in the idle set.
+var heads = sync.Pool{New: func() any { return new([sniffBytes]byte) }}
+
+// headBuf returns the connection's head buffer, taking one when it has
+// none.
+func (c *conn) headBuf() []byte {
+	if c.head == nil {
+		c.head = heads.Get().(*[sniffBytes]byte)
+	}
+	return c.head[:]
+}
+
+// dropHead gives the head buffer back; nothing may still be read from it
+// (c.pre is empty).
+func (c *conn) dropHead() {
+	if c.head != nil {
+		c.pre = nil
+		heads.Put(c.head)
+		c.head = nil
+	}
+}
+
 func (c *conn) Read(b []byte) (int, error) {
 	if len(c.pre) > 0 {
 		n := copy(b, c.pre)
@@ -160,7 +191,7 @@ func (c *conn) Read(b []byte) (int, error) {
 	// that the rest of the request costs no second read.
 	into := b
 	if len(b) > 0 && len(b) < 16 {
-		into = c.head[:]
+		into = c.headBuf()
 	}
 	// A read of nothing without an error (which io.Reader allows) would
 	// stop fasthttp: read again, a bounded number of times.
@@ -189,7 +220,7 @@ func (c *conn) sniff(deadline time.Time) (h2, bareLF bool, err error) {
 	}
 	n := 0
 	for n < 3 {
-		m, err := c.read(c.head[n:])
+		m, err := c.read(c.headBuf()[n:])
 		n += m
 		if err != nil {
 			if n > 0 && errors.Is(err, io.EOF) {

@@ -13,12 +13,15 @@ import (
 // the goroutine that served it (its stack grown by the request path) and,
 // since request bodies stream, its 64 KiB read buffer and request context.
 // A connection idle for a while is parked instead: fasthttp is told that
-// it ended (it gives its buffers back and its goroutine serves others),
-// and a fresh goroutine with a small stack waits for the next request's
-// first bytes in the connection's own 512-byte buffer, then hands the
-// connection back to fasthttp as a new one. A connection is never parked
-// in the middle of a request: only in the wait that fasthttp starts with
-// its idle deadline once an answer is written.
+// it ended (it gives its buffers back and its goroutine serves others).
+// A plain TCP connection then waits in the parker's idle set (on Linux: an
+// epoll set, idle_linux.go) with no goroutine of its own; a TLS one, or
+// any where the set cannot hold it, on a fresh goroutine with a small
+// stack. When the next request's first bytes come, a goroutine reads them
+// into the connection's own 512-byte buffer and hands the connection back
+// to fasthttp as a new one. A connection is never parked in the middle of
+// a request: only in the wait that fasthttp starts with its idle deadline
+// once an answer is written.
 
 // What parked connections gave back (fasthttp's 64 KiB read buffers and
 // request contexts, in its pools, and the stacks of its goroutines, which
@@ -57,8 +60,15 @@ type parker struct {
 	// (Options.ReturnMemory).
 	returnMemory bool
 
-	mu    sync.Mutex // guards conns
+	mu    sync.Mutex // guards conns, set, noSet and closing
 	conns map[*conn]struct{}
+	// set holds parked plain connections without a goroutine each (nil
+	// until the first is parked; noSet: it could not be opened). closing
+	// says Shutdown closed the parked connections: one parked after that
+	// is closed at once.
+	set     *idleSet
+	noSet   bool
+	closing bool
 }
 
 func newParker(e *Engine, every time.Duration) *parker {
@@ -110,6 +120,12 @@ func (p *parker) sweep(done <-chan struct{}) {
 			debug.FreeOSMemory()
 			parked, lastCollect = 0, time.Now()
 		}
+		p.mu.Lock()
+		set := p.set
+		p.mu.Unlock()
+		if set != nil {
+			set.expireDue(now)
+		}
 		tick := p.tick.Add(1)
 		idle = idle[:0]
 		p.mu.Lock()
@@ -126,8 +142,18 @@ func (p *parker) sweep(done <-chan struct{}) {
 	}
 }
 
-// closeParked closes the connections that are parked (Shutdown).
+// closeParked closes the connections that are parked (Shutdown), and
+// those parked from now on as they come.
 func (p *parker) closeParked() {
+	p.mu.Lock()
+	p.closing = true
+	set := p.set
+	p.mu.Unlock()
+	if set != nil {
+		for _, c := range set.closeAll() {
+			_ = c.Close()
+		}
+	}
 	p.mu.Lock()
 	var parked []*conn
 	for c := range p.conns {
@@ -158,8 +184,8 @@ func (c *conn) askToPark() {
 // closes it.
 func (c *conn) readIdle(b []byte) (int, error) {
 	into := b
-	if len(b) < len(c.head) {
-		into = c.head[:]
+	if len(b) < sniffBytes {
+		into = c.headBuf()
 	}
 	t := c.p.tick.Load()
 	c.idle.Store(t)
@@ -210,11 +236,41 @@ func (c *conn) leave(read []byte) (int, error) {
 	return 0, io.EOF
 }
 
-// park waits, on a goroutine of its own, for the next request of c (or
-// the end of its idle time), then hands c back to fasthttp.
+// park waits for the next request of c (or the end of its idle time) in
+// the idle set, or on a goroutine of its own where the set cannot hold c,
+// then hands c back to fasthttp.
 func (p *parker) park(c *conn) {
+	p.mu.Lock()
+	closing := p.closing
+	if p.set == nil && !p.noSet && !closing {
+		s, err := newIdleSet(p.resume, p.expire)
+		if err != nil {
+			p.noSet = true
+			p.e.log.Debug("gateway: edge: parked connections wait on goroutines", "reason", err)
+		}
+		p.set = s
+	}
+	set := p.set
+	p.mu.Unlock()
+	if closing {
+		_ = c.Close()
+		return
+	}
+	if len(c.pre) == 0 && set != nil && set.hold(c) {
+		return
+	}
+	p.resume(c)
+}
+
+// expire closes c, parked, whose idle time ended.
+func (p *parker) expire(c *conn) { _ = c.Close() }
+
+// resume reads the first bytes of the next request of c, parked, unless
+// they were read already (waiting for them, or the end of its idle time),
+// then hands c back to fasthttp.
+func (p *parker) resume(c *conn) {
 	if len(c.pre) == 0 {
-		n, err := c.read(c.head[:])
+		n, err := c.read(c.headBuf())
 		if n == 0 {
 			_ = err // the idle time ended, or the client left
 			_ = c.Close()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -306,4 +307,78 @@ routes:
 		return len(e.parker.conns) == 0
 	})
 	stop()
+}
+
+// TestParkedConnectionsHoldNoGoroutine: on Linux a parked plain connection
+// waits in the parker's idle set, not on a goroutine: no goroutine waits
+// for any of 200 parked connections; each is answered on its next
+// request and parked again, one whose client left is forgotten, and
+// Shutdown closes the rest.
+func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the idle set is Linux's (epoll)")
+	}
+	g := echoGateway(t, echoPath, "")
+	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
+	addr, stop := serveOn(t, e)
+	const n = 200
+	conns := make([]net.Conn, n)
+	readers := make([]*bufio.Reader, n)
+	for i := range conns {
+		conns[i], readers[i] = dial(t, addr)
+	}
+	askAll := func(round int) {
+		t.Helper()
+		for i, c := range conns {
+			if _, err := fmt.Fprintf(c, "GET /%d HTTP/1.1\r\nHost: gateway.example\r\n\r\n", i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, br := range readers {
+			res, err := http.ReadResponse(br, nil)
+			answered(t, fmt.Sprintf("round %d, connection %d", round, i), res, err, fmt.Sprintf("up /%d", i))
+		}
+	}
+	// A goroutine waiting for a parked connection's next request waits in
+	// resume; none may.
+	waiting := func() int {
+		buf := make([]byte, 1<<20)
+		for {
+			m := runtime.Stack(buf, true)
+			if m < len(buf) {
+				return strings.Count(string(buf[:m]), "edge.(*parker).resume(")
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+	}
+	for round := range 3 {
+		askAll(round)
+		// Parked (parkedOut) comes a moment before held.
+		waitFor(t, "all parked, in the idle set", func() bool { return parked(e) == n && e.parker.set.held() == n })
+		if w := waiting(); w != 0 {
+			t.Fatalf("round %d: %d goroutines wait for parked connections", round, w)
+		}
+	}
+	// Clients that leave while parked are forgotten: by the set and by the
+	// parker.
+	for _, c := range conns[n/2:] {
+		c.Close()
+	}
+	waitFor(t, "the connections that left forgotten", func() bool {
+		e.parker.mu.Lock()
+		tracked := len(e.parker.conns)
+		e.parker.mu.Unlock()
+		return e.parker.set.held() == n/2 && tracked == n/2
+	})
+	conns, readers = conns[:n/2], readers[:n/2]
+	stop()
+	for i, br := range readers {
+		_ = conns[i].SetReadDeadline(time.Now().Add(5 * time.Second))
+		if m, err := br.Read(make([]byte, 1)); m != 0 || err == nil {
+			t.Fatalf("connection %d still open after Shutdown: read %d, %v", i, m, err)
+		}
+	}
+	if held := e.parker.set.held(); held != 0 {
+		t.Fatalf("the idle set still holds %d connections after Shutdown", held)
+	}
 }
