@@ -52,8 +52,8 @@
 #
 # The idle connections are measured after IDLE_WAIT seconds of idleness:
 # the edge engine parks a kept-alive connection idle for a second or two
-# (it then holds no read buffer, no request context and a small goroutine
-# stack), and once many were parked and none for 25 seconds it returns what
+# (it then holds no read buffer, no request context and, on Linux, no
+# goroutine), and once many were parked and none for 25 seconds it returns what
 # they gave back to the system (gateway/edge/park.go), so the default waits
 # for that.
 #
