@@ -28,14 +28,9 @@ BASE_PORT=${BASE_PORT:-18300}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$NGINX" ] || { echo "bench-tls: NGINX is not installed (apt-get install nginx-light)" >&2; exit 1; }
 
-work=$(mktemp -d /tmp/bench-tls.XXXXXX)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
+NAME=bench-tls
+# shellcheck source=scripts/procs.sh
+. scripts/procs.sh
 
 # shellcheck source=scripts/ports.sh
 . scripts/ports.sh
@@ -44,9 +39,7 @@ pick FAST
 pick NET
 pick NG
 
-echo "bench-tls: building" >&2
-go build -o "$work/floodgate" ./cmd/floodgate
-go build -o "$work/benchgw" ./scripts/benchgw
+build_gateway_bench
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=bench.example \
 	-addext "subjectAltName=DNS:bench.example,IP:127.0.0.1" -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 
@@ -125,18 +118,6 @@ for p in $FAST $NET $NG; do
 	[ "$code" = 200 ] || { echo "bench-tls: port $p answers $code, not 200" >&2; exit 1; }
 done
 
-cpu_ticks() {
-	local total=0 p
-	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
-		if [ -r "/proc/$p/stat" ]; then
-			local rest
-			rest=$(sed 's/^.*) //' "/proc/$p/stat")
-			set -- $rest
-			total=$((total + ${12} + ${13}))
-		fi
-	done
-	echo "$total"
-}
 HZ=$(getconf CLK_TCK)
 
 NAMES=(fast net nginx)
