@@ -3,6 +3,7 @@
 package edge
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -67,10 +68,12 @@ func newIdleSet(resume, expire func(*conn)) (*idleSet, error) {
 // it (resume), its read deadline passes (expireDue), or the set closes
 // (closeAll). A held connection gives its head buffer back. It reports false, leaving c alone, when c is not a plain
 // TCP connection or the set is closed.
+//
+// A TLS connection is held as a plain one: the wait that was cut to park
+// it returned nothing, so its TLS layer holds no bytes it could give (at
+// most the start of a record, whose rest the socket has yet to receive,
+// which wakes the set).
 func (s *idleSet) hold(c *conn) bool {
-	if c.tls {
-		return false // TLS may hold bytes read and not yet given
-	}
 	fd := plainFD(c.Conn)
 	if fd < 0 {
 		return false
@@ -220,9 +223,13 @@ func (s *idleSet) held() int {
 	return len(s.conns)
 }
 
-// plainFD returns the socket descriptor of a plain TCP connection (through
-// wrappers that pass its bytes unchanged), -1 for another kind.
+// plainFD returns the socket descriptor of a TCP connection, plain or
+// under TLS (through wrappers that pass its bytes unchanged), -1 for
+// another kind.
 func plainFD(c net.Conn) int {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
 	for range 4 {
 		p, ok := c.(rawconn.Plain)
 		if !ok {

@@ -195,8 +195,9 @@ func TestCollectNow(t *testing.T) {
 	}
 }
 
-// TestTLSConnectionsPark: a kept-alive TLS connection is parked and its
-// next requests are answered on it, as a plain one's.
+// TestTLSConnectionsPark: a kept-alive TLS connection is parked (on Linux
+// in the idle set) and its next requests are answered on it, as a plain
+// one's.
 func TestTLSConnectionsPark(t *testing.T) {
 	t.Parallel()
 	// The certificate of an httptest TLS server, served by the engine.
@@ -217,7 +218,7 @@ func TestTLSConnectionsPark(t *testing.T) {
 	for i := range 4 {
 		res, err := client.Get("https://" + ln.Addr().String() + "/a")
 		answered(t, fmt.Sprintf("request %d", i), res, err, "up /a")
-		waitFor(t, "parked", func() bool { return parked(e) == 1 })
+		waitFor(t, "parked", func() bool { return parked(e) == 1 && (runtime.GOOS != "linux" || e.parker.set.held() == 1) })
 	}
 	e.parker.mu.Lock()
 	n := len(e.parker.conns)
@@ -381,4 +382,77 @@ func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 	if held := e.parker.set.held(); held != 0 {
 		t.Fatalf("the idle set still holds %d connections after Shutdown", held)
 	}
+}
+
+// splitConn writes the first cut bytes of its next write, calls between,
+// then writes the rest.
+type splitConn struct {
+	net.Conn
+	cut     int
+	between func()
+}
+
+func (c *splitConn) Write(b []byte) (int, error) {
+	if c.cut <= 0 || len(b) <= c.cut {
+		return c.Conn.Write(b)
+	}
+	n, err := c.Conn.Write(b[:c.cut])
+	if err != nil {
+		return n, err
+	}
+	c.cut = 0
+	c.between()
+	m, err := c.Conn.Write(b[n:])
+	return n + m, err
+}
+
+// TestTLSParkedInsideARecord: a TLS connection whose next request comes as
+// the start of a record while it waits for it, and the rest only after
+// it was parked, is parked with that start inside its TLS layer (on Linux
+// in the idle set) and answered once the rest comes: the rest wakes it.
+func TestTLSParkedInsideARecord(t *testing.T) {
+	t.Parallel()
+	certs := httptest.NewUnstartedServer(http.NotFoundHandler())
+	certs.StartTLS()
+	defer certs.Close()
+	g := echoGateway(t, echoPath, "")
+	plain, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := tls.NewListener(plain, &tls.Config{Certificates: certs.TLS.Certificates, NextProtos: []string{"http/1.1"}})
+	// Parked after 50 to 100 ms idle: the start of each record below is
+	// sent well before.
+	e := New(g, Options{ParkIdleAfter: 50 * time.Millisecond})
+	stop := serveListener(t, e, ln)
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	split := &splitConn{Conn: raw}
+	cc := certs.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	cc.ServerName = "example.com" // the httptest certificate's
+	tc := tls.Client(split, cc)
+	defer tc.Close()
+	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second)) // an answer that never comes fails
+	br := bufio.NewReader(tc)
+	req := "GET /a HTTP/1.1\r\nHost: gateway.example\r\n\r\n"
+	held := func() bool { return parked(e) == 1 && (runtime.GOOS != "linux" || e.parker.set.held() == 1) }
+	for round := range 3 {
+		// The first round is sent whole; each after it, right after the
+		// answer before it, in two parts: the first ten bytes of the
+		// record (its header and the start of what it seals), then, once
+		// the connection is parked with them, the rest.
+		if round > 0 {
+			split.cut = 10
+			split.between = func() { waitFor(t, "parked inside a record", held) }
+		}
+		if _, err := io.WriteString(tc, req); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(br, nil)
+		answered(t, fmt.Sprintf("round %d", round), res, err, "up /a")
+	}
+	waitFor(t, "parked", held)
+	stop()
 }

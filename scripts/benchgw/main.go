@@ -24,6 +24,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -76,7 +77,7 @@ func run(args []string) error {
 		return err
 	}
 	if args[0] == "idle" {
-		return holdIdle(*target, *n)
+		return holdIdle(*target, *n, *tlsCA, *tlsName)
 	}
 	if args[0] == "fixed429" {
 		return fixed429(*addr)
@@ -150,10 +151,18 @@ func run(args []string) error {
 // holdIdle opens n connections to target, sends one request on each and
 // reads its answer, so that each is an idle kept-alive connection, then
 // prints "ready" and holds them until standard input is closed.
-func holdIdle(target string, n int) error {
+func holdIdle(target string, n int, caFile, serverName string) error {
 	u, err := url.Parse(target)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("idle needs -target http://host:port/, got %q", target)
+		return fmt.Errorf("idle needs -target http://host:port/ or https://host:port/, got %q", target)
+	}
+	dial := func() (net.Conn, error) { return net.Dial("tcp", u.Host) }
+	if u.Scheme == "https" {
+		tc, err := clientTLS(caFile, serverName)
+		if err != nil {
+			return err
+		}
+		dial = func() (net.Conn, error) { return tls.Dial("tcp", u.Host, tc) }
 	}
 	conns := make([]net.Conn, 0, n)
 	defer func() {
@@ -163,7 +172,7 @@ func holdIdle(target string, n int) error {
 	}()
 	req := "GET " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host + "\r\n\r\n"
 	for range n {
-		c, err := net.Dial("tcp", u.Host)
+		c, err := dial()
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,20 @@ import (
 	"time"
 )
 
+// clientTLS is the clients' TLS configuration: the server's CA from
+// caFile, serverName asked for, HTTP/1.1.
+func clientTLS(caFile, serverName string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, errors.New("no certificate in " + caFile)
+	}
+	return &tls.Config{RootCAs: roots, ServerName: serverName, NextProtos: []string{"http/1.1"}}, nil
+}
+
 // benchTLS measures a TLS server for d with c clients: full handshakes
 // (a new connection each, no session resumption, then closed) or HTTP/1.1
 // GETs on kept-alive TLS connections. It prints the operations a second
@@ -24,15 +38,10 @@ func benchTLS(target, caFile, serverName, mode string, c int, d time.Duration) e
 	if err != nil {
 		return err
 	}
-	pem, err := os.ReadFile(caFile)
+	tc, err := clientTLS(caFile, serverName)
 	if err != nil {
 		return err
 	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		return errors.New("no certificate in " + caFile)
-	}
-	tc := &tls.Config{RootCAs: roots, ServerName: serverName, NextProtos: []string{"http/1.1"}}
 	var op func(*http.Client) error
 	switch mode {
 	case "handshake":
