@@ -287,16 +287,6 @@ declare -A SPID=(
 	["bare event loop proxy"]=$PID_BARE_LOOP
 )
 
-# rss_kib PID: resident memory (KiB) of PID and its children.
-rss_kib() {
-	local total=0 p
-	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
-		if [ -r "/proc/$p/status" ]; then
-			total=$((total + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status")))
-		fi
-	done
-	echo "$total"
-}
 HZ=$(getconf CLK_TCK)
 
 to_ms() {

@@ -9,14 +9,22 @@
 #   - handshake: a full TLS handshake per new connection (no session
 #     resumption), then the connection closed;
 #   - request: HTTP/1.1 GETs on kept-alive TLS connections.
+# First, on servers that have served nothing yet, the memory each spends
+# per idle kept-alive TLS connection: IDLE_CONNECTIONS of them (each after
+# one request) held IDLE_WAIT seconds to each server at once, the growth
+# of its resident memory divided by their number (the edge engine parks
+# an idle connection and, once many were parked and none for 25 seconds,
+# returns what they gave back to the system: the default wait is past
+# that).
 # ROUNDS rounds, each measuring every server once in turn (the order
 # rotates), so that a busy machine weighs on all alike; the table gives
 # the median of the rounds: operations a second, p50 and p99 in µs, and
 # CPU time per operation of the measured server's processes (robust on a
 # busy machine), with the ratios to NGINX.
 #
-# Environment: DURATION (default 5s), ROUNDS (3), CLIENTS (8), BASE_PORT
-# (18300). Everything listens on 127.0.0.1; every process this script
+# Environment: DURATION (default 5s), ROUNDS (3), CLIENTS (8),
+# IDLE_CONNECTIONS (3000, fewer when the file descriptor limit does not
+# allow them; 0: no idle phase), IDLE_WAIT (35), BASE_PORT (18300). Everything listens on 127.0.0.1; every process this script
 # starts is stopped by its PID when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +32,8 @@ cd "$(dirname "$0")/.."
 DURATION=${DURATION:-5s}
 ROUNDS=${ROUNDS:-3}
 CLIENTS=${CLIENTS:-8}
+IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-3000}
+IDLE_WAIT=${IDLE_WAIT:-35}
 BASE_PORT=${BASE_PORT:-18300}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$NGINX" ] || { echo "bench-tls: NGINX is not installed (apt-get install nginx-light)" >&2; exit 1; }
@@ -123,6 +133,49 @@ HZ=$(getconf CLK_TCK)
 NAMES=(fast net nginx)
 declare -A PORT=([fast]=$FAST [net]=$NET [nginx]=$NG)
 declare -A LABEL=([fast]="floodgate fast" [net]="floodgate net/http" [nginx]="nginx")
+
+# The idle connections take a descriptor each in the client and in the
+# server (whose processes inherit the limit, and raise their own).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+fds=$(ulimit -n)
+if [ "$IDLE_CONNECTIONS" -gt 0 ] && [ "$fds" != unlimited ] && [ "$IDLE_CONNECTIONS" -gt $((fds - 200)) ]; then
+	echo "bench-tls: ulimit -n is $fds: $((fds - 200)) idle connections, not $IDLE_CONNECTIONS" >&2
+	IDLE_CONNECTIONS=$((fds - 200))
+fi
+declare -A IDLE
+if [ "$IDLE_CONNECTIONS" -gt 0 ]; then
+	declare -A IDLE_BEFORE IDLE_PID
+	# The clients hold their connections until their standard input (one
+	# FIFO for all) ends.
+	mkfifo "$work/idle-fifo"
+	for name in "${NAMES[@]}"; do
+		IDLE_BEFORE[$name]=$(rss_kib "${PID[$name]}")
+		"$work/benchgw" idle -target "https://127.0.0.1:${PORT[$name]}/" -ca "$work/cert.pem" -server-name bench.example \
+			-n "$IDLE_CONNECTIONS" <"$work/idle-fifo" >"$work/idle-$name.out" &
+		IDLE_PID[$name]=$!
+	done
+	exec 4>"$work/idle-fifo"
+	for name in "${NAMES[@]}"; do
+		for _ in $(seq 1 1200); do
+			grep -q ready "$work/idle-$name.out" 2>/dev/null && break
+			kill -0 "${IDLE_PID[$name]}" 2>/dev/null || break
+			sleep 0.1
+		done
+		grep -q ready "$work/idle-$name.out" 2>/dev/null ||
+			echo "bench-tls: the idle connections to ${LABEL[$name]} did not open: $(cat "$work/idle-$name.out")" >&2
+	done
+	echo "bench-tls: $IDLE_CONNECTIONS idle TLS connections to each server, held ${IDLE_WAIT}s" >&2
+	sleep "$IDLE_WAIT"
+	for name in "${NAMES[@]}"; do
+		after=$(rss_kib "${PID[$name]}")
+		IDLE[$name]=$(awk -v a="$after" -v b="${IDLE_BEFORE[$name]}" -v n="$IDLE_CONNECTIONS" 'BEGIN {printf "%.1f", (a - b) / n}')
+		echo "bench-tls: ${LABEL[$name]}: resident memory ${IDLE_BEFORE[$name]} -> $after KiB: ${IDLE[$name]} KiB an idle connection" >&2
+	done
+	exec 4>&-
+	for name in "${NAMES[@]}"; do
+		wait "${IDLE_PID[$name]}" || true
+	done
+fi
 declare -A RES
 for round in $(seq 1 "$ROUNDS"); do
 	for mode in handshake request; do
@@ -155,3 +208,10 @@ for mode in handshake request; do
 			"$(awk -v a="$rate" -v b="$ng_rate" 'BEGIN { printf "%.2f", a / b }')" "$(awk -v a="$cpu" -v b="$ng_cpu" 'BEGIN { printf "%.2f", a / b }')"
 	done
 done
+if [ "$IDLE_CONNECTIONS" -gt 0 ]; then
+	printf '\nKiB per idle kept-alive TLS connection (%s held %ss): ' "$IDLE_CONNECTIONS" "$IDLE_WAIT"
+	for name in "${NAMES[@]}"; do
+		printf '%s %s; ' "${LABEL[$name]}" "${IDLE[$name]}"
+	done
+	echo
+fi

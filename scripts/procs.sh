@@ -1,7 +1,8 @@
 # Sourced by the bench scripts: every process a script starts (its PID
 # appended to pids) is stopped by that PID when the script ends, however it
 # ends, and its scratch directory ($work, made here) removed; wait_http
-# waits for a server it started, cpu_ticks reads a server's CPU time, and
+# waits for a server it started, cpu_ticks reads a server's CPU time
+# (rss_kib its resident memory), and
 # build_gateway_bench builds what the gateway benches run. The script sets
 # NAME (for its messages) before sourcing this.
 
@@ -73,3 +74,13 @@ preemptions() {
 	echo "$total"
 }
 
+# rss_kib PID: resident memory (KiB) of PID and its children.
+rss_kib() {
+	local total=0 p
+	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+		if [ -r "/proc/$p/status" ]; then
+			total=$((total + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status")))
+		fi
+	done
+	echo "$total"
+}
