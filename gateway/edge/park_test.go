@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -455,4 +459,116 @@ func TestTLSParkedInsideARecord(t *testing.T) {
 	}
 	waitFor(t, "parked", held)
 	stop()
+}
+
+// TestParkingChurn: connections that keep parking and waking at random
+// moments (pauses around the parking interval, some in the middle of a
+// request), some of whose clients leave: every request is answered with
+// what it asked for. Then Shutdown, with connections parked, idle and
+// (having just sent one more request) waking: every connection is
+// closed, and none is left in the parker or its idle set.
+func TestParkingChurn(t *testing.T) {
+	t.Parallel()
+	g := echoGateway(t, echoPath, "")
+	const every = 5 * time.Millisecond
+	e := New(g, Options{ParkIdleAfter: every})
+	addr, stop := serveOn(t, e)
+	const n = 60
+	var churned, ended sync.WaitGroup
+	errs := make(chan error, 2*n)
+	quit, stopped := make(chan struct{}), make(chan struct{})
+	for i := range n {
+		c, br := dial(t, addr)
+		churned.Add(1)
+		ended.Add(1)
+		go func() {
+			defer ended.Done()
+			rnd := rand.New(rand.NewPCG(uint64(i), 7))
+			req := fmt.Sprintf("GET /%d HTTP/1.1\r\nHost: gateway.example\r\n\r\n", i)
+			left := false
+			for k := 0; ; k++ {
+				select {
+				case <-quit:
+				default:
+					if i%4 == 0 && k == 5+i%7 {
+						c.Close() // leaves, parked or not
+						left = true
+						break
+					}
+					_ = c.SetDeadline(time.Now().Add(5 * time.Second)) // an answer that never comes fails
+					if err := askIn(c, br, req, rnd.IntN(4) == 0, every, rnd); err != nil {
+						errs <- fmt.Errorf("connection %d, request %d: %v", i, k, err)
+						churned.Done()
+						return
+					}
+					time.Sleep(time.Duration(rnd.IntN(5)) * every)
+					continue
+				}
+				break
+			}
+			churned.Done()
+			if left {
+				return
+			}
+			if i%3 == 0 {
+				// One more request, sent as Shutdown comes: the
+				// connection wakes (or is served) meanwhile.
+				_, _ = io.WriteString(c, req)
+			}
+			<-stopped
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.Copy(io.Discard, br); errors.Is(err, os.ErrDeadlineExceeded) {
+				errs <- fmt.Errorf("connection %d still open after Shutdown", i)
+			}
+		}()
+	}
+	time.Sleep(400 * time.Millisecond)
+	close(quit)
+	churned.Wait()
+	stop()
+	close(stopped)
+	ended.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if runtime.GOOS == "linux" {
+		if held := e.parker.set.held(); held != 0 {
+			t.Errorf("the idle set holds %d connections after Shutdown", held)
+		}
+	}
+	waitFor(t, "every connection forgotten", func() bool {
+		e.parker.mu.Lock()
+		defer e.parker.mu.Unlock()
+		return len(e.parker.conns) == 0
+	})
+}
+
+// askIn sends req on c, whole or (split) in two parts with a pause of up
+// to three parking intervals between them, and checks its answer: 200 and
+// "up" and the request's path.
+func askIn(c net.Conn, br *bufio.Reader, req string, split bool, every time.Duration, rnd *rand.Rand) error {
+	cut := len(req)
+	if split {
+		cut = 1 + rnd.IntN(len(req)-1)
+	}
+	_, err := io.WriteString(c, req[:cut])
+	if err == nil && cut < len(req) {
+		time.Sleep(time.Duration(rnd.IntN(4)) * every)
+		_, err = io.WriteString(c, req[cut:])
+	}
+	if err != nil {
+		return err
+	}
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	path := strings.Fields(req)[1]
+	if want := "up " + path; res.StatusCode != http.StatusOK || string(body) != want {
+		return fmt.Errorf("%d %q, want %q", res.StatusCode, body, want)
+	}
+	return nil
 }
