@@ -34,6 +34,18 @@ func parked(e *Engine) int {
 	return n
 }
 
+// heldIn reports how many connections the engine's idle set holds (0
+// before it has one).
+func heldIn(e *Engine) int {
+	e.parker.mu.Lock()
+	set := e.parker.set
+	e.parker.mu.Unlock()
+	if set == nil {
+		return 0
+	}
+	return set.held()
+}
+
 // waitFor waits until cond holds, or fails.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -222,7 +234,7 @@ func TestTLSConnectionsPark(t *testing.T) {
 	for i := range 4 {
 		res, err := client.Get("https://" + ln.Addr().String() + "/a")
 		answered(t, fmt.Sprintf("request %d", i), res, err, "up /a")
-		waitFor(t, "parked", func() bool { return parked(e) == 1 && (runtime.GOOS != "linux" || e.parker.set.held() == 1) })
+		waitFor(t, "parked", func() bool { return parked(e) == 1 && (runtime.GOOS != "linux" || heldIn(e) == 1) })
 	}
 	e.parker.mu.Lock()
 	n := len(e.parker.conns)
@@ -359,7 +371,7 @@ func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 	for round := range 3 {
 		askAll(round)
 		// Parked (parkedOut) comes a moment before held.
-		waitFor(t, "all parked, in the idle set", func() bool { return parked(e) == n && e.parker.set.held() == n })
+		waitFor(t, "all parked, in the idle set", func() bool { return parked(e) == n && heldIn(e) == n })
 		if w := waiting(); w != 0 {
 			t.Fatalf("round %d: %d goroutines wait for parked connections", round, w)
 		}
@@ -373,7 +385,7 @@ func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 		e.parker.mu.Lock()
 		tracked := len(e.parker.conns)
 		e.parker.mu.Unlock()
-		return e.parker.set.held() == n/2 && tracked == n/2
+		return heldIn(e) == n/2 && tracked == n/2
 	})
 	conns, readers = conns[:n/2], readers[:n/2]
 	stop()
@@ -383,7 +395,7 @@ func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 			t.Fatalf("connection %d still open after Shutdown: read %d, %v", i, m, err)
 		}
 	}
-	if held := e.parker.set.held(); held != 0 {
+	if held := heldIn(e); held != 0 {
 		t.Fatalf("the idle set still holds %d connections after Shutdown", held)
 	}
 }
@@ -441,7 +453,7 @@ func TestTLSParkedInsideARecord(t *testing.T) {
 	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second)) // an answer that never comes fails
 	br := bufio.NewReader(tc)
 	req := "GET /a HTTP/1.1\r\nHost: gateway.example\r\n\r\n"
-	held := func() bool { return parked(e) == 1 && (runtime.GOOS != "linux" || e.parker.set.held() == 1) }
+	held := func() bool { return parked(e) == 1 && (runtime.GOOS != "linux" || heldIn(e) == 1) }
 	for round := range 3 {
 		// The first round is sent whole; each after it, right after the
 		// answer before it, in two parts: the first ten bytes of the
@@ -533,7 +545,7 @@ func TestParkingChurn(t *testing.T) {
 		t.Error(err)
 	}
 	if runtime.GOOS == "linux" {
-		if held := e.parker.set.held(); held != 0 {
+		if held := heldIn(e); held != 0 {
 			t.Errorf("the idle set holds %d connections after Shutdown", held)
 		}
 	}
