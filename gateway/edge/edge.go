@@ -253,6 +253,16 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// Parked returns how many client connections are parked now: kept alive
+// and idle long enough (Options.ParkIdleAfter) to hold no buffers and, on
+// Linux, no goroutine.
+func (e *Engine) Parked() int {
+	if e.parker == nil {
+		return 0
+	}
+	return int(e.parker.parked.Load())
+}
+
 // Close closes the engine's listeners and connections at once.
 func (e *Engine) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())

@@ -69,6 +69,9 @@ type parker struct {
 	set     *idleSet
 	noSet   bool
 	closing bool
+
+	// parked counts the connections parked now (conn.parkedOut).
+	parked atomic.Int64
 }
 
 func newParker(e *Engine, every time.Duration) *parker {
@@ -87,6 +90,9 @@ func (p *parker) add(c *conn) {
 
 // remove forgets c, which is closed.
 func (p *parker) remove(c *conn) {
+	if c.parkedOut.CompareAndSwap(true, false) {
+		p.parked.Add(-1)
+	}
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
@@ -231,7 +237,9 @@ func (c *conn) leave(read []byte) (int, error) {
 	}
 	c.set = c.want
 	_ = c.Conn.SetReadDeadline(c.want)
-	c.parkedOut.Store(true)
+	if c.parkedOut.CompareAndSwap(false, true) {
+		c.p.parked.Add(1)
+	}
 	c.parkNext.Store(true)
 	return 0, io.EOF
 }
@@ -278,6 +286,8 @@ func (p *parker) resume(c *conn) {
 		}
 		c.pre = c.head[:n]
 	}
-	c.parkedOut.Store(false)
+	if c.parkedOut.CompareAndSwap(true, false) {
+		p.parked.Add(-1)
+	}
 	p.e.fast.push(c)
 }

@@ -330,7 +330,7 @@ routes:
 // waits in the parker's idle set, not on a goroutine: no goroutine waits
 // for any of 200 parked connections; each is answered on its next
 // request and parked again, one whose client left is forgotten, and
-// Shutdown closes the rest.
+// Shutdown closes the rest. Parked counts them all the way.
 func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the idle set is Linux's (epoll)")
@@ -375,6 +375,9 @@ func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 		if w := waiting(); w != 0 {
 			t.Fatalf("round %d: %d goroutines wait for parked connections", round, w)
 		}
+		if got := e.Parked(); got != n {
+			t.Fatalf("round %d: Parked says %d, want %d", round, got, n)
+		}
 	}
 	// Clients that leave while parked are forgotten: by the set and by the
 	// parker.
@@ -385,7 +388,7 @@ func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 		e.parker.mu.Lock()
 		tracked := len(e.parker.conns)
 		e.parker.mu.Unlock()
-		return heldIn(e) == n/2 && tracked == n/2
+		return heldIn(e) == n/2 && tracked == n/2 && e.Parked() == n/2
 	})
 	conns, readers = conns[:n/2], readers[:n/2]
 	stop()
@@ -397,6 +400,9 @@ func TestParkedConnectionsHoldNoGoroutine(t *testing.T) {
 	}
 	if held := heldIn(e); held != 0 {
 		t.Fatalf("the idle set still holds %d connections after Shutdown", held)
+	}
+	if got := e.Parked(); got != 0 {
+		t.Fatalf("Parked says %d after Shutdown", got)
 	}
 }
 
@@ -554,6 +560,9 @@ func TestParkingChurn(t *testing.T) {
 		defer e.parker.mu.Unlock()
 		return len(e.parker.conns) == 0
 	})
+	if got := e.Parked(); got != 0 {
+		t.Errorf("Parked says %d after Shutdown", got)
+	}
 }
 
 // askIn sends req on c, whole or (split) in two parts with a pause of up

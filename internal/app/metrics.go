@@ -183,6 +183,13 @@ func (s *server) serveMetrics() []prometheus.Collector {
 				}
 				return float64(s.conns.open.Load())
 			}),
+		gauge("floodgate_connections_parked", "Client connections kept alive and idle long enough to be parked (edge engine): they hold no buffers and, on Linux, no goroutine.",
+			func() float64 {
+				if s.edge == nil {
+					return 0
+				}
+				return float64(s.edge.Parked())
+			}),
 		counter("floodgate_connections_shed_total", "Client connections answered 503 and closed because max_connections were open.",
 			func() float64 {
 				if s.conns == nil {
