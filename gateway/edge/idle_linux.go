@@ -15,13 +15,13 @@ import (
 	"github.com/floodgate/floodgate/internal/rawconn"
 )
 
-// idleSet holds parked plain TCP connections without a goroutine each:
-// their descriptors wait in an epoll set of the parker's own, each until
-// its next request's first bytes (or its end) come or its idle time ends,
-// and one goroutine (wait) hands the connections that woke to goroutines
-// of their own. A goroutine waiting in a read costs a parked connection
-// about 3 KiB (its stack and its state); in the set it costs the
-// connection's state alone, without its head buffer.
+// idleSet holds parked connections (over TCP, plain or TLS) without a
+// goroutine each: their sockets wait in an epoll set of the parker's own,
+// each until its next request's first bytes (or its end) come or its idle
+// time ends, and one goroutine (wait) hands the connections that woke to
+// goroutines of their own. A goroutine waiting in a read costs a parked
+// connection about 3 KiB (its stack and its state); in the set it costs
+// the connection's state alone, without its head buffer.
 type idleSet struct {
 	ep   int // the epoll descriptor
 	wake int // an eventfd that ends wait (closeAll)
@@ -66,8 +66,8 @@ func newIdleSet(resume, expire func(*conn)) (*idleSet, error) {
 
 // hold adds c to the set, until the first of: bytes or the end come on
 // it (resume), its read deadline passes (expireDue), or the set closes
-// (closeAll). A held connection gives its head buffer back. It reports false, leaving c alone, when c is not a plain
-// TCP connection or the set is closed.
+// (closeAll). A held connection gives its head buffer back. It reports
+// false, leaving c alone, when c is not over TCP or the set is closed.
 //
 // A TLS connection is held as a plain one: the wait that was cut to park
 // it returned nothing, so its TLS layer holds no bytes it could give (at

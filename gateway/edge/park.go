@@ -14,10 +14,10 @@ import (
 // since request bodies stream, its 64 KiB read buffer and request context.
 // A connection idle for a while is parked instead: fasthttp is told that
 // it ended (it gives its buffers back and its goroutine serves others).
-// A plain TCP connection then waits in the parker's idle set (on Linux: an
-// epoll set, idle_linux.go) with no goroutine of its own; a TLS one, or
-// any where the set cannot hold it, on a fresh goroutine with a small
-// stack. When the next request's first bytes come, a goroutine reads them
+// The connection, plain or TLS, then waits in the parker's idle set (on
+// Linux: an epoll set, idle_linux.go) with no goroutine of its own; where
+// the set cannot hold it, on a fresh goroutine with a small stack. When
+// the next request's first bytes come, a goroutine reads them
 // into the connection's own 512-byte buffer and hands the connection back
 // to fasthttp as a new one. A connection is never parked in the middle of
 // a request: only in the wait that fasthttp starts with its idle deadline
@@ -62,8 +62,8 @@ type parker struct {
 
 	mu    sync.Mutex // guards conns, set, noSet and closing
 	conns map[*conn]struct{}
-	// set holds parked plain connections without a goroutine each (nil
-	// until the first is parked; noSet: it could not be opened). closing
+	// set holds parked connections without a goroutine each (nil until
+	// the first is parked; noSet: it could not be opened). closing
 	// says Shutdown closed the parked connections: one parked after that
 	// is closed at once.
 	set     *idleSet
