@@ -53,9 +53,9 @@
 # The idle connections are measured after IDLE_WAIT seconds of idleness:
 # the edge engine parks a kept-alive connection idle for a second or two
 # (it then holds no read buffer, no request context and, on Linux, no
-# goroutine), and once many were parked and none for 25 seconds it returns what
-# they gave back to the system (gateway/edge/park.go), so the default waits
-# for that.
+# goroutine), and once many were parked and none for 25 seconds it returns
+# what they gave back to the system (gateway/edge/park.go), so the default
+# waits for that.
 #
 # Environment: DURATION (default 10s), ROUNDS (3), CONNECTIONS (50),
 # HIGH_CONNECTIONS (400), HIGH_ROUNDS (ROUNDS), IDLE_CONNECTIONS (10000, fewer when the file

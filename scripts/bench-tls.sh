@@ -13,9 +13,10 @@
 # per idle kept-alive TLS connection: IDLE_CONNECTIONS of them (each after
 # one request) held IDLE_WAIT seconds to each server at once, the growth
 # of its resident memory divided by their number (the edge engine parks
-# an idle connection and, once many were parked and none for 25 seconds,
-# returns what they gave back to the system: the default wait is past
-# that).
+# an idle connection and, once at least 1,024 were parked and none for 25
+# seconds, returns what they gave back to the system: the defaults are
+# past both; with fewer connections the figure holds what the Go runtime
+# has not given back yet).
 # ROUNDS rounds, each measuring every server once in turn (the order
 # rotates), so that a busy machine weighs on all alike; the table gives
 # the median of the rounds: operations a second, p50 and p99 in µs, and
@@ -24,8 +25,9 @@
 #
 # Environment: DURATION (default 5s), ROUNDS (3), CLIENTS (8),
 # IDLE_CONNECTIONS (3000, fewer when the file descriptor limit does not
-# allow them; 0: no idle phase), IDLE_WAIT (35), BASE_PORT (18300). Everything listens on 127.0.0.1; every process this script
-# starts is stopped by its PID when it ends.
+# allow them; 0: no idle phase), IDLE_WAIT (35), BASE_PORT (18300).
+# Everything listens on 127.0.0.1; every process this script starts is
+# stopped by its PID when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +43,15 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 NAME=bench-tls
 # shellcheck source=scripts/procs.sh
 . scripts/procs.sh
+
+# The idle connections take a descriptor each in the client and in the
+# server (whose processes inherit the limit, and raise their own).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+fds=$(ulimit -n)
+if [ "$IDLE_CONNECTIONS" -gt 0 ] && [ "$fds" != unlimited ] && [ "$IDLE_CONNECTIONS" -gt $((fds - 200)) ]; then
+	echo "bench-tls: ulimit -n is $fds: $((fds - 200)) idle connections, not $IDLE_CONNECTIONS" >&2
+	IDLE_CONNECTIONS=$((fds - 200))
+fi
 
 # shellcheck source=scripts/ports.sh
 . scripts/ports.sh
@@ -134,14 +145,6 @@ NAMES=(fast net nginx)
 declare -A PORT=([fast]=$FAST [net]=$NET [nginx]=$NG)
 declare -A LABEL=([fast]="floodgate fast" [net]="floodgate net/http" [nginx]="nginx")
 
-# The idle connections take a descriptor each in the client and in the
-# server (whose processes inherit the limit, and raise their own).
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-fds=$(ulimit -n)
-if [ "$IDLE_CONNECTIONS" -gt 0 ] && [ "$fds" != unlimited ] && [ "$IDLE_CONNECTIONS" -gt $((fds - 200)) ]; then
-	echo "bench-tls: ulimit -n is $fds: $((fds - 200)) idle connections, not $IDLE_CONNECTIONS" >&2
-	IDLE_CONNECTIONS=$((fds - 200))
-fi
 declare -A IDLE
 if [ "$IDLE_CONNECTIONS" -gt 0 ]; then
 	declare -A IDLE_BEFORE IDLE_PID
