@@ -341,41 +341,14 @@ median() {
 # have served nothing yet but the checks above: IDLE_CONNECTIONS to each
 # server at once (each client its own process), held IDLE_WAIT seconds.
 declare -A IDLE
-IDLE_NAMES=("floodgate fast pass" "floodgate net/http pass" "nginx pass")
-declare -A IDLE_BEFORE IDLE_PID
-# The clients hold their connections until their standard input (one FIFO
-# for all) ends.
-mkfifo "$work/idle-fifo"
-for i in "${!IDLE_NAMES[@]}"; do
-	name=${IDLE_NAMES[$i]}
-	IDLE_BEFORE[$name]=$(rss_kib "${SPID[$name]}")
-	"$work/benchgw" idle -target "${URL[$name]}" -n "$IDLE_CONNECTIONS" <"$work/idle-fifo" >"$work/idle-$i.out" &
-	IDLE_PID[$name]=$!
+specs=()
+for name in "floodgate fast pass" "floodgate net/http pass" "nginx pass"; do
+	specs+=("$name|${SPID[$name]}|${URL[$name]}")
 done
-exec 4>"$work/idle-fifo"
-for i in "${!IDLE_NAMES[@]}"; do
-	for _ in $(seq 1 1200); do
-		grep -q ready "$work/idle-$i.out" 2>/dev/null && break
-		if ! kill -0 "${IDLE_PID[${IDLE_NAMES[$i]}]}" 2>/dev/null; then break; fi
-		sleep 0.1
-	done
-	if ! grep -q ready "$work/idle-$i.out" 2>/dev/null; then
-		echo "bench-gateway: the idle connections to ${IDLE_NAMES[$i]} did not open: $(cat "$work/idle-$i.out")" >&2
-	fi
-done
-echo "bench-gateway: $IDLE_CONNECTIONS idle connections to each server, held ${IDLE_WAIT}s" >&2
-sleep "$IDLE_WAIT"
-for i in "${!IDLE_NAMES[@]}"; do
-	name=${IDLE_NAMES[$i]}
-	before=${IDLE_BEFORE[$name]}
-	after=$(rss_kib "${SPID[$name]}")
-	IDLE[$name]=$(awk -v a="$after" -v b="$before" -v n="$IDLE_CONNECTIONS" 'BEGIN {printf "%.1f", (a - b) / n}')
-	echo "  $name: $IDLE_CONNECTIONS idle connections, resident memory $before -> $after KiB: ${IDLE[$name]} KiB each"
-done
-exec 4>&-
-for name in "${IDLE_NAMES[@]}"; do
-	wait "${IDLE_PID[$name]}" || true
-done
+while IFS='|' read -r name kib; do
+	IDLE[$name]=$kib
+	echo "  $name: ${IDLE[$name]} KiB an idle connection ($IDLE_CONNECTIONS held ${IDLE_WAIT}s)"
+done < <(idle_kib "$IDLE_CONNECTIONS" "$IDLE_WAIT" "" "${specs[@]}")
 
 echo "wrk -t$THREADS -d$DURATION, $ROUNDS interleaved rounds at -c$CONNECTIONS, $HIGH_ROUNDS at -c$HIGH_CONNECTIONS; $(nproc) CPUs;" \
 	"nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), $(go version | awk '{print $3}'); load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -147,37 +147,13 @@ declare -A LABEL=([fast]="floodgate fast" [net]="floodgate net/http" [nginx]="ng
 
 declare -A IDLE
 if [ "$IDLE_CONNECTIONS" -gt 0 ]; then
-	declare -A IDLE_BEFORE IDLE_PID
-	# The clients hold their connections until their standard input (one
-	# FIFO for all) ends.
-	mkfifo "$work/idle-fifo"
+	specs=()
 	for name in "${NAMES[@]}"; do
-		IDLE_BEFORE[$name]=$(rss_kib "${PID[$name]}")
-		"$work/benchgw" idle -target "https://127.0.0.1:${PORT[$name]}/" -ca "$work/cert.pem" -server-name bench.example \
-			-n "$IDLE_CONNECTIONS" <"$work/idle-fifo" >"$work/idle-$name.out" &
-		IDLE_PID[$name]=$!
+		specs+=("$name|${PID[$name]}|https://127.0.0.1:${PORT[$name]}/")
 	done
-	exec 4>"$work/idle-fifo"
-	for name in "${NAMES[@]}"; do
-		for _ in $(seq 1 1200); do
-			grep -q ready "$work/idle-$name.out" 2>/dev/null && break
-			kill -0 "${IDLE_PID[$name]}" 2>/dev/null || break
-			sleep 0.1
-		done
-		grep -q ready "$work/idle-$name.out" 2>/dev/null ||
-			echo "bench-tls: the idle connections to ${LABEL[$name]} did not open: $(cat "$work/idle-$name.out")" >&2
-	done
-	echo "bench-tls: $IDLE_CONNECTIONS idle TLS connections to each server, held ${IDLE_WAIT}s" >&2
-	sleep "$IDLE_WAIT"
-	for name in "${NAMES[@]}"; do
-		after=$(rss_kib "${PID[$name]}")
-		IDLE[$name]=$(awk -v a="$after" -v b="${IDLE_BEFORE[$name]}" -v n="$IDLE_CONNECTIONS" 'BEGIN {printf "%.1f", (a - b) / n}')
-		echo "bench-tls: ${LABEL[$name]}: resident memory ${IDLE_BEFORE[$name]} -> $after KiB: ${IDLE[$name]} KiB an idle connection" >&2
-	done
-	exec 4>&-
-	for name in "${NAMES[@]}"; do
-		wait "${IDLE_PID[$name]}" || true
-	done
+	while IFS='|' read -r name kib; do
+		IDLE[$name]=$kib
+	done < <(idle_kib "$IDLE_CONNECTIONS" "$IDLE_WAIT" "-ca $work/cert.pem -server-name bench.example" "${specs[@]}")
 fi
 declare -A RES
 for round in $(seq 1 "$ROUNDS"); do

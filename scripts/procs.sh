@@ -2,7 +2,8 @@
 # appended to pids) is stopped by that PID when the script ends, however it
 # ends, and its scratch directory ($work, made here) removed; wait_http
 # waits for a server it started, cpu_ticks reads a server's CPU time
-# (rss_kib its resident memory), and
+# (rss_kib its resident memory, idle_kib the memory an idle connection
+# costs it), and
 # build_gateway_bench builds what the gateway benches run. The script sets
 # NAME (for its messages) before sourcing this.
 
@@ -83,4 +84,50 @@ rss_kib() {
 		fi
 	done
 	echo "$total"
+}
+
+# idle_kib N WAIT "FLAGS" "LABEL|PID|URL"...: the memory each server spends
+# per idle kept-alive connection: N connections to each server at once
+# (benchgw idle, with FLAGS, each client its own process; each connection
+# after one request), held WAIT seconds; prints "LABEL|KIB" for each, the
+# growth of the server's resident memory (PID and its children) divided
+# by N. The clients hold their connections until their standard input
+# (one FIFO for all) ends.
+idle_kib() {
+	local n=$1 wait=$2 flags=$3 spec label pid url after i
+	shift 3
+	local -a labels=() spids=() before=() clients=()
+	mkfifo "$work/idle-fifo"
+	for spec in "$@"; do
+		IFS='|' read -r label pid url <<<"$spec"
+		i=${#labels[@]}
+		labels[i]=$label
+		spids[i]=$pid
+		before[i]=$(rss_kib "$pid")
+		# shellcheck disable=SC2086 # FLAGS are words
+		"$work/benchgw" idle -target "$url" -n "$n" $flags <"$work/idle-fifo" >"$work/idle-$i.out" &
+		clients[i]=$!
+	done
+	exec 4>"$work/idle-fifo"
+	for i in "${!labels[@]}"; do
+		for _ in $(seq 1 1200); do
+			grep -q ready "$work/idle-$i.out" 2>/dev/null && break
+			kill -0 "${clients[i]}" 2>/dev/null || break
+			sleep 0.1
+		done
+		grep -q ready "$work/idle-$i.out" 2>/dev/null ||
+			echo "$NAME: the idle connections to ${labels[i]} did not open: $(cat "$work/idle-$i.out")" >&2
+	done
+	echo "$NAME: $n idle connections to each server, held ${wait}s" >&2
+	sleep "$wait"
+	for i in "${!labels[@]}"; do
+		after=$(rss_kib "${spids[i]}")
+		echo "$NAME: ${labels[i]}: resident memory ${before[i]} -> $after KiB" >&2
+		printf '%s|%s\n' "${labels[i]}" "$(awk -v a="$after" -v b="${before[i]}" -v n="$n" 'BEGIN {printf "%.1f", (a - b) / n}')"
+	done
+	exec 4>&-
+	for i in "${!labels[@]}"; do
+		wait "${clients[i]}" || true
+	done
+	rm -f "$work/idle-fifo"
 }

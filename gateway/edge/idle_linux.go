@@ -237,17 +237,8 @@ func plainFD(c net.Conn) int {
 		}
 		c = p.PlainConn()
 	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
+	if _, ok := c.(*net.TCPConn); !ok {
 		return -1
 	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return -1
-	}
-	fd := -1
-	if rc.Control(func(d uintptr) { fd = int(d) }) != nil {
-		return -1
-	}
-	return fd
+	return fdOf(c)
 }

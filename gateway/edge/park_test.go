@@ -211,22 +211,30 @@ func TestCollectNow(t *testing.T) {
 	}
 }
 
-// TestTLSConnectionsPark: a kept-alive TLS connection is parked (on Linux
-// in the idle set) and its next requests are answered on it, as a plain
-// one's.
-func TestTLSConnectionsPark(t *testing.T) {
-	t.Parallel()
-	// The certificate of an httptest TLS server, served by the engine.
+// tlsEngine returns an engine in front of an echoPath upstream that parks
+// after parkAfter, a TLS listener for it on loopback, and the httptest TLS
+// server whose certificate the listener serves (its Client trusts it).
+// The server and the upstream stop with the test.
+func tlsEngine(t *testing.T, parkAfter time.Duration) (*Engine, net.Listener, *httptest.Server) {
+	t.Helper()
 	certs := httptest.NewUnstartedServer(http.NotFoundHandler())
 	certs.StartTLS()
-	defer certs.Close()
+	t.Cleanup(certs.Close)
 	g := echoGateway(t, echoPath, "")
 	plain, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln := tls.NewListener(plain, &tls.Config{Certificates: certs.TLS.Certificates, NextProtos: []string{"http/1.1"}})
-	e := New(g, Options{ParkIdleAfter: 20 * time.Millisecond})
+	return New(g, Options{ParkIdleAfter: parkAfter}), ln, certs
+}
+
+// TestTLSConnectionsPark: a kept-alive TLS connection is parked (on Linux
+// in the idle set) and its next requests are answered on it, as a plain
+// one's.
+func TestTLSConnectionsPark(t *testing.T) {
+	t.Parallel()
+	e, ln, certs := tlsEngine(t, 20*time.Millisecond)
 	stop := serveListener(t, e, ln)
 	client := certs.Client()
 	tr := client.Transport.(*http.Transport)
@@ -434,18 +442,9 @@ func (c *splitConn) Write(b []byte) (int, error) {
 // in the idle set) and answered once the rest comes: the rest wakes it.
 func TestTLSParkedInsideARecord(t *testing.T) {
 	t.Parallel()
-	certs := httptest.NewUnstartedServer(http.NotFoundHandler())
-	certs.StartTLS()
-	defer certs.Close()
-	g := echoGateway(t, echoPath, "")
-	plain, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := tls.NewListener(plain, &tls.Config{Certificates: certs.TLS.Certificates, NextProtos: []string{"http/1.1"}})
 	// Parked after 50 to 100 ms idle: the start of each record below is
 	// sent well before.
-	e := New(g, Options{ParkIdleAfter: 50 * time.Millisecond})
+	e, ln, certs := tlsEngine(t, 50*time.Millisecond)
 	stop := serveListener(t, e, ln)
 	raw, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
