@@ -1,11 +1,10 @@
 # Sourced by the bench scripts: every process a script starts (its PID
 # appended to pids) is stopped by that PID when the script ends, however it
 # ends, and its scratch directory ($work, made here) removed; wait_http
-# waits for a server it started, cpu_ticks reads a server's CPU time
-# (rss_kib its resident memory, idle_kib the memory an idle connection
-# costs it), and
-# build_gateway_bench builds what the gateway benches run. The script sets
-# NAME (for its messages) before sourcing this.
+# waits for a server it started, cpu_ticks reads a server's CPU time,
+# rss_kib its resident memory and idle_kib what an idle connection costs
+# it, and build_gateway_bench builds what the gateway benches run. The
+# script sets NAME (for its messages) before sourcing this.
 
 work=$(mktemp -d "/tmp/$NAME.XXXXXX")
 pids=()
