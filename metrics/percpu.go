@@ -10,12 +10,13 @@ import (
 )
 
 // The series counted on every request (decisions, 429s, the latencies,
-// the upstreams' statuses) count per CPU (internal/percpu): a Prometheus counter or histogram is
-// one set of atomics every CPU adds to, and on two or more CPUs each add
-// first has to fetch the cache line from the CPU that added last. A
-// family of such series is its Prometheus vector, for the series made the
-// usual way and for the family's description, and beside it the series
-// that count per CPU, made into constant metrics at each scrape.
+// the upstreams' statuses) count per CPU (internal/percpu): a Prometheus
+// counter or histogram is one set of atomics every CPU adds to, and on two
+// or more CPUs each add first has to fetch the cache line from the CPU
+// that added last. A family of such series is its Prometheus vector, for
+// the series made the usual way and for the family's description, and
+// beside it the series that count per CPU, made into constant metrics at
+// each scrape.
 
 // family is a vector whose series may also count per CPU.
 type family struct {

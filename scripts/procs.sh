@@ -38,13 +38,19 @@ build_gateway_bench() {
 	go build -o "$work/benchgw" ./scripts/benchgw
 }
 
-# stat_ticks PID EXPR: the sum over PID and its children that are still
-# running (NGINX's workers) of an awk expression of the fields of
-# /proc/PID/stat after the command name (which may hold spaces): $12 is
-# the user time, $13 the system time, in clock ticks.
+# tree PID: PID and its children that are still running (NGINX's
+# workers): the processes a server's figures are summed over.
+tree() {
+	# shellcheck disable=SC2046 # one word a process
+	echo "$1" $(pgrep -P "$1" 2>/dev/null || true)
+}
+
+# stat_ticks PID EXPR: the sum over tree PID of an awk expression of the
+# fields of /proc/PID/stat after the command name (which may hold spaces):
+# $12 is the user time, $13 the system time, in clock ticks.
 stat_ticks() {
 	local total=0 p
-	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+	for p in $(tree "$1"); do
 		if [ -r "/proc/$p/stat" ]; then
 			total=$((total + $(sed 's/.*) //' "/proc/$p/stat" | awk "{print $2}")))
 		fi
@@ -52,20 +58,18 @@ stat_ticks() {
 	echo "$total"
 }
 
-# cpu_ticks PID: CPU time (user+system, in clock ticks) of PID and its
-# children that are still running.
+# cpu_ticks PID: CPU time (user+system, in clock ticks) of tree PID.
 cpu_ticks() { stat_ticks "$1" '$12 + $13'; }
 
 # user_ticks PID: the user-space part of cpu_ticks (the rest is the
 # kernel's: system calls, the network stack, context switches).
 user_ticks() { stat_ticks "$1" '$12'; }
 
-# preemptions PID: how many times the threads of PID and of its children
-# were taken off a CPU while they could still run (involuntary context
-# switches), so far.
+# preemptions PID: how many times the threads of tree PID were taken off
+# a CPU while they could still run (involuntary context switches), so far.
 preemptions() {
 	local total=0 p f
-	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+	for p in $(tree "$1"); do
 		for f in /proc/"$p"/task/*/status; do
 			[ -r "$f" ] || continue
 			total=$((total + $(awk '/^nonvoluntary_ctxt_switches:/ {print $2}' "$f")))
@@ -74,10 +78,10 @@ preemptions() {
 	echo "$total"
 }
 
-# rss_kib PID: resident memory (KiB) of PID and its children.
+# rss_kib PID: resident memory (KiB) of tree PID.
 rss_kib() {
 	local total=0 p
-	for p in $1 $(pgrep -P "$1" 2>/dev/null || true); do
+	for p in $(tree "$1"); do
 		if [ -r "/proc/$p/status" ]; then
 			total=$((total + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status")))
 		fi
