@@ -248,11 +248,20 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	// No write deadline is ever set on an upstream connection (the TLS
 	// handshake's is cleared when it ends): the request is written
 	// without moving one.
-	bw := hc.AcquireWriter(c)
-	err = writeRequest(bw, req)
-	hc.ReleaseWriter(bw)
-	if err == nil {
+	if raw := uc.raw(c); raw != nil && reused && headOnly(req) {
+		// A kept plain connection found empty above: the head is sent by
+		// the first read of the answer, which then waits for the answer
+		// without a read that could only find nothing.
+		req.Header.Del(fasthttp.HeaderContentLength)
+		raw.SendFirst(req.Header.Header())
 		err = uc.readDeadline(c, up.timeout)
+	} else {
+		bw := hc.AcquireWriter(c)
+		err = writeRequest(bw, req)
+		hc.ReleaseWriter(bw)
+		if err == nil {
+			err = uc.readDeadline(c, up.timeout)
+		}
 	}
 	if err != nil {
 		hc.CloseConn(cc)
@@ -373,7 +382,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 // request holds its place) while it lasts, as on net/http.
 func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 	if !req.IsBodyStream() {
-		if len(req.Body()) == 0 && !bodyMethod(req.Header.Method()) && !hasField(req.Header.RawHeaders(), "content-length") {
+		if headOnly(req) {
 			// No body, none expected, no length sent: the head alone,
 			// without the "Content-Length: 0" fasthttp gives every method
 			// but GET and HEAD.
@@ -442,6 +451,13 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 	return bw.Flush()
 }
 
+// headOnly reports whether req goes upstream as its head alone: no body,
+// none expected, no length sent.
+func headOnly(req *fasthttp.Request) bool {
+	return !req.IsBodyStream() && len(req.Body()) == 0 && !bodyMethod(req.Header.Method()) &&
+		!hasField(req.Header.RawHeaders(), "content-length")
+}
+
 // upConn is an upstream connection; used says whether a request went over
 // it before.
 type upConn struct {
@@ -449,6 +465,19 @@ type upConn struct {
 	fd       int // its descriptor, for unasked (-1: none)
 	used     bool
 	deadline time.Time // the read deadline set, zero for none
+}
+
+// raw returns the raw reader and writer of u when c, the connection a
+// request goes over, is u itself (not TLS over it) and is read with raw
+// system calls; nil otherwise.
+func (u *upConn) raw(c net.Conn) *rawconn.IO {
+	if u == nil || c != net.Conn(u) {
+		return nil
+	}
+	if rc, ok := u.Conn.(*rawconn.Conn); ok {
+		return rc.Raw()
+	}
+	return nil
 }
 
 // readDeadline bounds the wait for the response's headers to about d

@@ -23,6 +23,12 @@ type IO struct {
 	wn              int
 	werr            syscall.Errno
 	readFn, writeFn func(uintptr) bool
+	sendFn          func(uintptr) bool
+	// pend is what the next Read sends before it waits (SendFirst), pn
+	// how much of it is sent, perr the error that ended the send.
+	pend []byte
+	pn   int
+	perr syscall.Errno
 	// waiting says a read found the socket empty and waits in the
 	// netpoller.
 	waiting atomic.Bool
@@ -53,7 +59,7 @@ func Of(c net.Conn) *IO {
 		return nil
 	}
 	r := &IO{rc: rc, c: tc}
-	r.readFn, r.writeFn = r.readOnce, r.writeAll
+	r.readFn, r.writeFn, r.sendFn = r.readOnce, r.writeAll, r.sendThenRead
 	return r
 }
 
@@ -96,13 +102,71 @@ func (r *IO) writeAll(fd uintptr) bool {
 	return true
 }
 
-// Read reads into b as net.Conn's Read does.
+// sendThenRead sends what SendFirst left for this read and, once it is
+// all sent, waits without reading: the netpoller's readiness was reset
+// before the send began (RawConn.Read resets it before it calls this), so
+// the answer's bytes, which come after the send, end the wait. A send that
+// finds no room, or fails, ends the read (Read finishes or reports it).
+// Woken, it reads as readOnce.
+func (r *IO) sendThenRead(fd uintptr) bool {
+	if r.pend == nil {
+		return r.readOnce(fd)
+	}
+	for r.pn < len(r.pend) {
+		p := r.pend[r.pn:]
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch e {
+		case 0:
+			r.pn += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return true
+		default:
+			r.perr = e
+			return true
+		}
+	}
+	r.pend = nil
+	r.waiting.Store(true)
+	return false
+}
+
+// SendFirst has the next Read send b before it reads, as Write then Read
+// would, with one system call fewer: that Read resets the socket's
+// readiness, sends b and, when the socket took all of it, waits for the
+// answer's first bytes without first trying a read that could only find
+// the socket empty. It is for a request and its answer, on a connection
+// with nothing unread (the wait is for bytes that come after b). An error
+// of the send is that Read's, named as a write's; what the socket had no
+// room for, the Read writes as Write does before it reads. b must stay as
+// it is until that Read returns, and no Write may run meanwhile.
+func (r *IO) SendFirst(b []byte) {
+	if len(b) > 0 {
+		r.pend, r.pn, r.perr = b, 0, 0
+	}
+}
+
+// Read reads into b as net.Conn's Read does, after sending what SendFirst
+// left for it.
 func (r *IO) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
 	r.rb, r.rn, r.rerr = b, 0, 0
-	err := r.rc.Read(r.readFn)
+	var err error
+	if r.pend != nil {
+		if err = r.rc.Read(r.sendFn); err == nil && r.pend != nil {
+			// The send ended the read: no room for the rest, or an error.
+			if err = r.sendRest(); err != nil {
+				r.pend, r.rb = nil, nil
+				return 0, err
+			}
+			err = r.rc.Read(r.readFn)
+		}
+		r.pend = nil
+	} else {
+		err = r.rc.Read(r.readFn)
+	}
 	if r.waiting.Load() {
 		r.waiting.Store(false) // the wait ended without bytes (a deadline, a close)
 	}
@@ -118,6 +182,16 @@ func (r *IO) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// sendRest reports the error that ended SendFirst's send, or writes the
+// rest of it as Write does.
+func (r *IO) sendRest() error {
+	if r.perr != 0 {
+		return &net.OpError{Op: "write", Net: "tcp", Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("write", r.perr)}
+	}
+	_, err := r.Write(r.pend[r.pn:])
+	return err
 }
 
 // Write writes b as net.Conn's Write does.

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -245,5 +246,111 @@ func TestRawOnlyForPlainTCP(t *testing.T) {
 	go func() { _, _ = p2.Write([]byte("pong")) }()
 	if n, err := wp.Read(b); err != nil || string(b[:n]) != "pong" {
 		t.Fatalf("read %q through a wrapped pipe, %v", b[:n], err)
+	}
+}
+
+// TestSendFirst: a request left for the next read (SendFirst) goes out
+// before that read waits, and the read returns its answer: answers that
+// come at once, hundreds of times, one that comes later, a request larger
+// than the socket's buffers (the read finishes the send, every byte in
+// order, then reads), the other end reset (the send's error ends the
+// read; it does not wait) and a read deadline while no answer comes.
+func TestSendFirst(t *testing.T) {
+	t.Parallel()
+	s, c := tcpPair(t)
+	r := Of(s)
+	if r == nil {
+		t.Fatal("no raw path for a TCP connection")
+	}
+	// The other end answers each 8-byte request at once with its bytes
+	// upper-cased, and a request "later..." after 50 ms.
+	go func() {
+		req := make([]byte, 8)
+		for {
+			if _, err := io.ReadFull(c, req); err != nil {
+				return
+			}
+			if string(req) == "later..." {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if _, err := c.Write(bytes.ToUpper(req)); err != nil {
+				return
+			}
+		}
+	}()
+	b := make([]byte, 64)
+	// One deadline for all: a wait that missed its answer ends there.
+	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i := range 500 {
+		req := fmt.Appendf(nil, "req%05d", i)
+		r.SendFirst(req)
+		n, err := io.ReadFull(r, b[:8])
+		if err != nil || !bytes.Equal(b[:n], bytes.ToUpper(req)) {
+			t.Fatalf("exchange %d: read %q, %v; want %q", i, b[:n], err, bytes.ToUpper(req))
+		}
+	}
+	r.SendFirst([]byte("later..."))
+	if n, err := io.ReadFull(r, b[:8]); err != nil || string(b[:n]) != "LATER..." {
+		t.Fatalf("an answer 50 ms later: %q, %v", b[:n], err)
+	}
+	_ = s.SetReadDeadline(time.Time{})
+
+	// 8 MiB to a reader that takes 64 KiB at a time, then an answer.
+	s2, c2 := tcpPair(t)
+	r2 := Of(s2)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 8<<20/16)
+	for i := range big {
+		big[i] += byte(i / 4096)
+	}
+	go func() {
+		h := sha256.New()
+		buf := make([]byte, 64<<10)
+		for left := len(big); left > 0; {
+			n, err := c2.Read(buf[:min(len(buf), left)])
+			h.Write(buf[:n])
+			left -= n
+			if err != nil {
+				return
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		_, _ = c2.Write(h.Sum(nil))
+	}()
+	r2.SendFirst(big)
+	sum := make([]byte, 32)
+	if _, err := io.ReadFull(r2, sum); err != nil {
+		t.Fatalf("the answer to 8 MiB: %v", err)
+	}
+	if want := sha256.Sum256(big); !bytes.Equal(sum, want[:]) {
+		t.Fatal("the bytes that arrived are not those sent")
+	}
+
+	// The other end reset: the send's error, a write's.
+	s3, c3 := tcpPair(t)
+	r3 := Of(s3)
+	_ = c3.SetLinger(0)
+	c3.Close()
+	time.Sleep(20 * time.Millisecond)
+	_ = s3.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var err error
+	for i := 0; err == nil && i < 10; i++ {
+		r3.SendFirst([]byte("x"))
+		_, err = r3.Read(b) // the reset may be learnt a send late
+	}
+	if !staleConn(err) || opOf(err) != "write" {
+		t.Fatalf("a send after a reset: %v (op %q)", err, opOf(err))
+	}
+
+	// No answer: the read's deadline ends the wait after the send.
+	s4, c4 := tcpPair(t)
+	r4 := Of(s4)
+	_ = s4.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	r4.SendFirst([]byte("silence"))
+	if n, err := r4.Read(b); n != 0 || !isTimeout(err) || opOf(err) != "read" {
+		t.Fatalf("a send nobody answers: %d, %v (op %q)", n, err, opOf(err))
+	}
+	_ = c4.SetReadDeadline(time.Now().Add(time.Second))
+	if n, err := io.ReadFull(c4, b[:7]); err != nil || string(b[:n]) != "silence" {
+		t.Fatalf("the other end read %q, %v; want the request sent", b[:n], err)
 	}
 }

@@ -18,3 +18,6 @@ func (*IO) Write([]byte) (int, error) { return 0, net.ErrClosed }
 
 // Waiting is never called: Of returns no IO.
 func (*IO) Waiting() bool { return false }
+
+// SendFirst is never called: Of returns no IO.
+func (*IO) SendFirst([]byte) {}
