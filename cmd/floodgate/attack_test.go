@@ -235,6 +235,7 @@ limits:
 // 2 admits no third request meanwhile) until the read timeout cuts them,
 // and then the slots are free again.
 func TestSlowBodiesKeepTheirLeasesAndAreCut(t *testing.T) {
+	t.Parallel() // it waits for timeouts, not on the CPU
 	forEngines(t, testSlowBodiesKeepTheirLeasesAndAreCut)
 }
 

@@ -80,6 +80,7 @@ func rawExchange(t *testing.T, addr, raw string) (statuses []int, closed bool) {
 // nothing hidden in a request reaches the upstream as a request of its
 // own.
 func TestRequestSmugglingAndMalformedRequests(t *testing.T) {
+	t.Parallel() // it waits for timeouts, not on the CPU
 	forEngines(t, testRequestSmugglingAndMalformedRequests)
 }
 
@@ -146,7 +147,10 @@ routes:
 // TestSlowHeadersAreCut: a client that sends its headers a byte at a time
 // (slowloris) is cut off by server.timeouts.read_header on each engine,
 // without an answer, and never reaches the upstream.
-func TestSlowHeadersAreCut(t *testing.T) { forEngines(t, testSlowHeadersAreCut) }
+func TestSlowHeadersAreCut(t *testing.T) {
+	t.Parallel() // it waits for timeouts, not on the CPU
+	forEngines(t, testSlowHeadersAreCut)
+}
 
 func testSlowHeadersAreCut(t *testing.T, engine string) {
 	up := newRecordingUpstream(t)
@@ -206,7 +210,10 @@ routes:
 // limit, per address or global, on each engine, as NGINX answers such
 // requests before limit_req: the limits then count the requests that
 // follow from the first.
-func TestRefusedRequestsAreNotCounted(t *testing.T) { forEngines(t, testRefusedRequestsAreNotCounted) }
+func TestRefusedRequestsAreNotCounted(t *testing.T) {
+	t.Parallel() // it waits for timeouts, not on the CPU
+	forEngines(t, testRefusedRequestsAreNotCounted)
+}
 
 func testRefusedRequestsAreNotCounted(t *testing.T, engine string) {
 	up := newRecordingUpstream(t)

@@ -157,7 +157,10 @@ func dayUsed(t *testing.T, gw, key string, probes int) int {
 // demo's model: ten streamed completions, each reserving 9,000 tokens,
 // read for 1,500 bytes and left, cost what ten read to the end cost (32
 // tokens each, the usage of the stream's last event), not 0.
-func TestLeavingStreamsPayTheirUsage(t *testing.T) { forEnginesAndStores(t, testLeavingStreams) }
+func TestLeavingStreamsPayTheirUsage(t *testing.T) {
+	t.Parallel() // it waits on streams, not on the CPU
+	forEnginesAndStores(t, testLeavingStreams)
+}
 
 func testLeavingStreams(t *testing.T, engine, store string) {
 	gw, _, _, _ := startServe(t, "--engine", engine, "--config", exampleOn(t, "llm.yaml", store), "--demo",

@@ -411,6 +411,7 @@ func documentedDifferences(t *testing.T) map[string]engineDifference {
 // there must still be one, and no difference may be one of framing (a
 // request one engine forwards inside a body and the other on its own).
 func TestEnginesAgreeOnMalformedRequests(t *testing.T) {
+	t.Parallel() // it waits out quiet periods, not on the CPU
 	up := newSourcedUpstream(t)
 	cfg := writeConfig(t, fmt.Sprintf(`version: 1
 routes:
