@@ -85,21 +85,29 @@ func (r *IO) readOnce(fd uintptr) bool {
 }
 
 func (r *IO) writeAll(fd uintptr) bool {
-	for r.wn < len(r.wb) {
-		p := r.wb[r.wn:]
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		switch e {
+	n, e, done := writeRaw(fd, r.wb[r.wn:])
+	r.wn += n
+	r.werr = e
+	return done
+}
+
+// writeRaw writes p to the socket fd until all of it is written (done),
+// the socket has no room (not done) or the write fails (done, with e).
+func writeRaw(fd uintptr, p []byte) (written int, e syscall.Errno, done bool) {
+	for written < len(p) {
+		q := p[written:]
+		n, _, err := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&q[0])), uintptr(len(q)))
+		switch err {
 		case 0:
-			r.wn += int(n)
+			written += int(n)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
-			return false
+			return written, 0, false
 		default:
-			r.werr = e
-			return true
+			return written, err, true
 		}
 	}
-	return true
+	return written, 0, true
 }
 
 // sendThenRead sends what SendFirst left for this read and, once it is
@@ -112,19 +120,11 @@ func (r *IO) sendThenRead(fd uintptr) bool {
 	if r.pend == nil {
 		return r.readOnce(fd)
 	}
-	for r.pn < len(r.pend) {
-		p := r.pend[r.pn:]
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		switch e {
-		case 0:
-			r.pn += int(n)
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return true
-		default:
-			r.perr = e
-			return true
-		}
+	n, e, done := writeRaw(fd, r.pend[r.pn:])
+	r.pn += n
+	if !done || e != 0 {
+		r.perr = e
+		return true
 	}
 	r.pend = nil
 	r.waiting.Store(true)

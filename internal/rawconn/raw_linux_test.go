@@ -70,6 +70,34 @@ func rawAndNet(t *testing.T) []rawRW {
 	}
 }
 
+// bigBytes returns 8 MiB that differ from one 4 KiB to the next.
+func bigBytes() []byte {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 8<<20/16)
+	for i := range big {
+		big[i] += byte(i / 4096)
+	}
+	return big
+}
+
+// readSlowly reads n bytes from c, 64 KiB at a time with a pause after
+// each, and returns their SHA-256 (of what came, when c ends first).
+func readSlowly(c net.Conn, n int) [32]byte {
+	h := sha256.New()
+	buf := make([]byte, 64<<10)
+	for left := n; left > 0; {
+		m, err := c.Read(buf[:min(len(buf), left)])
+		h.Write(buf[:m])
+		left -= m
+		if err != nil {
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
 // isTimeout reports whether err is a timeout.
 func isTimeout(err error) bool {
 	var ne net.Error
@@ -119,27 +147,9 @@ func TestRawAnswersAsNetConn(t *testing.T) {
 			// 8 MiB to a reader that takes 64 KiB at a time: the write
 			// waits for room again and again, and every byte arrives in
 			// order.
-			big := bytes.Repeat([]byte("0123456789abcdef"), 8<<20/16)
-			for i := range big {
-				big[i] += byte(i / 4096)
-			}
+			big := bigBytes()
 			got := make(chan [32]byte, 1)
-			go func() {
-				h := sha256.New()
-				buf := make([]byte, 64<<10)
-				for left := len(big); left > 0; {
-					n, err := c.Read(buf[:min(len(buf), left)])
-					h.Write(buf[:n])
-					left -= n
-					if err != nil {
-						break
-					}
-					time.Sleep(100 * time.Microsecond)
-				}
-				var sum [32]byte
-				copy(sum[:], h.Sum(nil))
-				got <- sum
-			}()
+			go func() { got <- readSlowly(c, len(big)) }()
 			if n, err := rw.write(s, big); n != len(big) || err != nil {
 				t.Fatalf("wrote %d of %d: %v", n, len(big), err)
 			}
@@ -298,23 +308,10 @@ func TestSendFirst(t *testing.T) {
 	// 8 MiB to a reader that takes 64 KiB at a time, then an answer.
 	s2, c2 := tcpPair(t)
 	r2 := Of(s2)
-	big := bytes.Repeat([]byte("0123456789abcdef"), 8<<20/16)
-	for i := range big {
-		big[i] += byte(i / 4096)
-	}
+	big := bigBytes()
 	go func() {
-		h := sha256.New()
-		buf := make([]byte, 64<<10)
-		for left := len(big); left > 0; {
-			n, err := c2.Read(buf[:min(len(buf), left)])
-			h.Write(buf[:n])
-			left -= n
-			if err != nil {
-				return
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-		_, _ = c2.Write(h.Sum(nil))
+		sum := readSlowly(c2, len(big))
+		_, _ = c2.Write(sum[:])
 	}()
 	r2.SendFirst(big)
 	sum := make([]byte, 32)
