@@ -88,11 +88,16 @@ func (p *parker) add(c *conn) {
 	p.mu.Unlock()
 }
 
-// remove forgets c, which is closed.
-func (p *parker) remove(c *conn) {
+// unpark notes that c is no longer parked (back with fasthttp, or closed).
+func (p *parker) unpark(c *conn) {
 	if c.parkedOut.CompareAndSwap(true, false) {
 		p.parked.Add(-1)
 	}
+}
+
+// remove forgets c, which is closed.
+func (p *parker) remove(c *conn) {
+	p.unpark(c)
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
@@ -286,8 +291,6 @@ func (p *parker) resume(c *conn) {
 		}
 		c.pre = c.head[:n]
 	}
-	if c.parkedOut.CompareAndSwap(true, false) {
-		p.parked.Add(-1)
-	}
+	p.unpark(c)
 	p.e.fast.push(c)
 }
