@@ -222,57 +222,83 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	if err != nil {
 		return false, false, err // a dial error: nothing was sent
 	}
-	c := cc.Conn()
-	// A kept connection that has bytes no request asked for is closed,
-	// and the next one taken (a fresh one at the latest: the pool empties).
-	uc := connOf(c)
-	for tries := 0; uc != nil && uc.used && unasked(uc); tries++ {
+	// unaskedClosed closes cc, which had bytes no request asked for, and
+	// reports whether the request gives up (the tries-th such connection).
+	unaskedClosed := func(tries int) bool {
 		if held, ok := e.unaskedLog.Pass(time.Now()); ok {
 			e.log.Warn("gateway: upstream sent bytes no request asked for; its connection is closed",
 				"route", route, "upstream", up.host, "held_back", held)
 		}
 		hc.CloseConn(cc)
-		if tries == maxUnasked {
-			return false, true, errUnasked
-		}
-		if cc, err = hc.AcquireConn(0, false); err != nil {
-			return false, false, err
+		return tries >= maxUnasked
+	}
+	var (
+		c  net.Conn
+		uc *upConn
+		br answerReader
+	)
+	// A kept connection that has bytes no request asked for is closed,
+	// and the next one taken (a fresh one at the latest: the pool empties).
+	for tries := 0; ; tries++ {
+		if tries > 0 {
+			if cc, err = hc.AcquireConn(0, false); err != nil {
+				return false, false, err
+			}
 		}
 		c = cc.Conn()
 		uc = connOf(c)
-	}
-	if uc != nil {
-		reused = uc.used
-		uc.used = true
-	}
-	// No write deadline is ever set on an upstream connection (the TLS
-	// handshake's is cleared when it ends): the request is written
-	// without moving one.
-	if raw := uc.raw(c); raw != nil && reused && headOnly(req) {
-		// A kept plain connection found empty above: the head is sent by
-		// the first read of the answer, which then waits for the answer
-		// without a read that could only find nothing.
-		req.Header.Del(fasthttp.HeaderContentLength)
-		raw.SendFirst(req.Header.Header())
-		err = uc.readDeadline(c, up.timeout)
-	} else {
-		bw := hc.AcquireWriter(c)
-		err = writeRequest(bw, req)
-		hc.ReleaseWriter(bw)
-		if err == nil {
-			err = uc.readDeadline(c, up.timeout)
+		// A request without a body over a kept plain connection is sent
+		// by the first read of its answer, which checks that the socket
+		// is quiet first (sending nothing when it is not: Unsent) and then
+		// waits for the answer without a read that could only find
+		// nothing. The check comes after the read's reset of the socket's
+		// readiness, so bytes that come between them are not missed.
+		raw := uc.raw(c)
+		first := raw != nil && uc.used && headOnly(req)
+		if uc != nil && uc.used && !first && unasked(uc) {
+			if unaskedClosed(tries) {
+				return false, true, errUnasked
+			}
+			continue
 		}
+		reused = uc != nil && uc.used
+		if uc != nil {
+			uc.used = true
+		}
+		// No write deadline is ever set on an upstream connection (the TLS
+		// handshake's is cleared when it ends): the request is written
+		// without moving one.
+		if first {
+			req.Header.Del(fasthttp.HeaderContentLength)
+			raw.SendFirst(req.Header.Header())
+			err = uc.readDeadline(c, up.timeout)
+		} else {
+			bw := hc.AcquireWriter(c)
+			err = writeRequest(bw, req)
+			hc.ReleaseWriter(bw)
+			if err == nil {
+				err = uc.readDeadline(c, up.timeout)
+			}
+		}
+		if err != nil {
+			hc.CloseConn(cc)
+			return false, reused, err
+		}
+		br = answerReader{Reader: hc.AcquireReader(c), hc: hc, c: c, pooled: true}
+		resp.Reset()
+		// An answer without a Content-Type reaches the client without one
+		// (Reset brought fasthttp's default back).
+		resp.Header.SetNoDefaultContentType(true)
+		err = br.head(&resp.Header)
+		if err != nil && first && raw.Unsent() {
+			br.release()
+			if unaskedClosed(tries) {
+				return false, true, errUnasked
+			}
+			continue
+		}
+		break
 	}
-	if err != nil {
-		hc.CloseConn(cc)
-		return false, reused, err
-	}
-	br := answerReader{Reader: hc.AcquireReader(c), hc: hc, c: c, pooled: true}
-	resp.Reset()
-	// An answer without a Content-Type reaches the client without one
-	// (Reset brought fasthttp's default back).
-	resp.Header.SetNoDefaultContentType(true)
-	err = br.head(&resp.Header)
 	for n := 0; err == nil && resp.StatusCode() >= 100 && resp.StatusCode() < 200; n++ {
 		if n >= 8 || resp.StatusCode() == 101 {
 			err = errUnexpectedInterim

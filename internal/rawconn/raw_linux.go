@@ -3,6 +3,7 @@
 package rawconn
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -29,6 +30,9 @@ type IO struct {
 	pend []byte
 	pn   int
 	perr syscall.Errno
+	// unread says the socket held bytes or its end when that Read began:
+	// nothing was sent (until the next SendFirst).
+	unread bool
 	// waiting says a read found the socket empty and waits in the
 	// netpoller.
 	waiting atomic.Bool
@@ -113,12 +117,19 @@ func writeRaw(fd uintptr, p []byte) (written int, e syscall.Errno, done bool) {
 // sendThenRead sends what SendFirst left for this read and, once it is
 // all sent, waits without reading: the netpoller's readiness was reset
 // before the send began (RawConn.Read resets it before it calls this), so
-// the answer's bytes, which come after the send, end the wait. A send that
-// finds no room, or fails, ends the read (Read finishes or reports it).
-// Woken, it reads as readOnce.
+// the answer's bytes, which come after the send, end the wait. It first
+// looks, without taking anything, whether the socket is quiet: bytes or
+// the end that came before the reset would not end the wait, so then it
+// sends nothing and ends the read (unread). A send that finds no room, or
+// fails, ends the read too (Read finishes or reports it). Woken, it reads
+// as readOnce.
 func (r *IO) sendThenRead(fd uintptr) bool {
 	if r.pend == nil {
 		return r.readOnce(fd)
+	}
+	if r.pn == 0 && !quiet(fd) {
+		r.unread = true
+		return true
 	}
 	n, e, done := writeRaw(fd, r.pend[r.pn:])
 	r.pn += n
@@ -131,20 +142,49 @@ func (r *IO) sendThenRead(fd uintptr) bool {
 	return false
 }
 
+// quiet reports whether the socket fd has nothing to read: no bytes and
+// not its end. It looks without waiting and without taking anything
+// (MSG_PEEK). A broken socket is not quiet.
+func quiet(fd uintptr) bool {
+	var b [1]byte
+	for {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		if e != syscall.EINTR {
+			return e == syscall.EAGAIN
+		}
+	}
+}
+
+// ErrUnread is a Read's error when the request SendFirst left for it was
+// not sent: the socket already held bytes, or its end, when that Read
+// began. They are still there for the next Read. A reader that turns the
+// error into another (bufio's users often do) can ask Unsent.
+var ErrUnread = errors.New("rawconn: the socket had bytes to read before the request was sent")
+
 // SendFirst has the next Read send b before it reads, as Write then Read
 // would, with one system call fewer: that Read resets the socket's
-// readiness, sends b and, when the socket took all of it, waits for the
-// answer's first bytes without first trying a read that could only find
-// the socket empty. It is for a request and its answer, on a connection
-// with nothing unread (the wait is for bytes that come after b). An error
-// of the send is that Read's, named as a write's; what the socket had no
-// room for, the Read writes as Write does before it reads. b must stay as
-// it is until that Read returns, and no Write may run meanwhile.
+// readiness, checks that the socket has nothing to read, sends b and,
+// when the socket took all of it, waits for the answer's first bytes
+// without first trying a read that could only find the socket empty. It
+// is for a request and its answer: when the socket is not quiet as the
+// Read begins (bytes no request asked for, or the end), b is not sent and
+// the Read returns ErrUnread. The check comes after the reset, so bytes
+// that arrive after it end the wait, and bytes that came before it are
+// found by it. An error of the send is that Read's, named as a write's;
+// what the socket had no room for, the Read writes as Write does before
+// it reads. b must stay as it is until that Read returns, and no Write
+// may run meanwhile.
 func (r *IO) SendFirst(b []byte) {
+	r.unread = false
 	if len(b) > 0 {
 		r.pend, r.pn, r.perr = b, 0, 0
 	}
 }
+
+// Unsent reports whether the request of the last SendFirst was not sent
+// because the socket was not quiet (its Read returned ErrUnread).
+func (r *IO) Unsent() bool { return r.unread }
 
 // Read reads into b as net.Conn's Read does, after sending what SendFirst
 // left for it.
@@ -155,7 +195,12 @@ func (r *IO) Read(b []byte) (int, error) {
 	r.rb, r.rn, r.rerr = b, 0, 0
 	var err error
 	if r.pend != nil {
-		if err = r.rc.Read(r.sendFn); err == nil && r.pend != nil {
+		err = r.rc.Read(r.sendFn)
+		if err == nil && r.unread {
+			r.pend, r.rb = nil, nil
+			return 0, ErrUnread
+		}
+		if err == nil && r.pend != nil {
 			// The send ended the read: no room for the rest, or an error.
 			if err = r.sendRest(); err != nil {
 				r.pend, r.rb = nil, nil

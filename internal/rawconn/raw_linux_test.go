@@ -263,8 +263,9 @@ func TestRawOnlyForPlainTCP(t *testing.T) {
 // before that read waits, and the read returns its answer: answers that
 // come at once, hundreds of times, one that comes later, a request larger
 // than the socket's buffers (the read finishes the send, every byte in
-// order, then reads), the other end reset (the send's error ends the
-// read; it does not wait) and a read deadline while no answer comes.
+// order, then reads), bytes or the end already there (nothing is sent:
+// ErrUnread), a send that fails (its error ends the read; it does not
+// wait) and a read deadline while no answer comes.
 func TestSendFirst(t *testing.T) {
 	t.Parallel()
 	s, c := tcpPair(t)
@@ -322,20 +323,56 @@ func TestSendFirst(t *testing.T) {
 		t.Fatal("the bytes that arrived are not those sent")
 	}
 
-	// The other end reset: the send's error, a write's.
-	s3, c3 := tcpPair(t)
-	r3 := Of(s3)
-	_ = c3.SetLinger(0)
-	c3.Close()
-	time.Sleep(20 * time.Millisecond)
-	_ = s3.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var err error
-	for i := 0; err == nil && i < 10; i++ {
-		r3.SendFirst([]byte("x"))
-		_, err = r3.Read(b) // the reset may be learnt a send late
+	// Bytes no request asked for, there before the read: nothing is sent,
+	// the read says so, and the bytes are the next read's.
+	s5, c5 := tcpPair(t)
+	r5 := Of(s5)
+	if _, err := c5.Write([]byte("unasked")); err != nil {
+		t.Fatal(err)
 	}
-	if !staleConn(err) || opOf(err) != "write" {
-		t.Fatalf("a send after a reset: %v (op %q)", err, opOf(err))
+	time.Sleep(20 * time.Millisecond)
+	_ = s5.SetReadDeadline(time.Now().Add(10 * time.Second))
+	r5.SendFirst([]byte("request"))
+	if n, err := r5.Read(b); n != 0 || !errors.Is(err, ErrUnread) || !r5.Unsent() {
+		t.Fatalf("a send over unread bytes: %d, %v, unsent %v", n, err, r5.Unsent())
+	}
+	if n, err := r5.Read(b); err != nil || string(b[:n]) != "unasked" {
+		t.Fatalf("the bytes there before: %q, %v", b[:n], err)
+	}
+	r5.SendFirst([]byte("request"))
+	if r5.Unsent() {
+		t.Fatal("a new SendFirst still says unsent")
+	}
+	_ = c5.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, err := c5.Read(b); !isTimeout(err) {
+		t.Fatalf("the other end read %q, %v; want nothing sent", b[:n], err)
+	}
+
+	// The other end closed, or reset: nothing is sent either.
+	for _, reset := range []bool{false, true} {
+		s3, c3 := tcpPair(t)
+		r3 := Of(s3)
+		if reset {
+			_ = c3.SetLinger(0)
+		}
+		c3.Close()
+		time.Sleep(20 * time.Millisecond)
+		_ = s3.SetReadDeadline(time.Now().Add(10 * time.Second))
+		r3.SendFirst([]byte("x"))
+		if n, err := r3.Read(b); n != 0 || !errors.Is(err, ErrUnread) || !r3.Unsent() {
+			t.Fatalf("a send after the other end's close (reset %v): %d, %v", reset, n, err)
+		}
+	}
+
+	// The send fails (this end shut its writing down): the send's error,
+	// a write's, ends the read.
+	s6, _ := tcpPair(t)
+	r6 := Of(s6)
+	_ = s6.CloseWrite()
+	_ = s6.SetReadDeadline(time.Now().Add(10 * time.Second))
+	r6.SendFirst([]byte("x"))
+	if _, err := r6.Read(b); !errors.Is(err, syscall.EPIPE) || opOf(err) != "write" || r6.Unsent() {
+		t.Fatalf("a send that fails: %v (op %q)", err, opOf(err))
 	}
 
 	// No answer: the read's deadline ends the wait after the send.

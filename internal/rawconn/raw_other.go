@@ -2,7 +2,10 @@
 
 package rawconn
 
-import "net"
+import (
+	"errors"
+	"net"
+)
 
 // IO: raw system calls are made on Linux only.
 type IO struct{}
@@ -21,3 +24,9 @@ func (*IO) Waiting() bool { return false }
 
 // SendFirst is never called: Of returns no IO.
 func (*IO) SendFirst([]byte) {}
+
+// Unsent is never called: Of returns no IO.
+func (*IO) Unsent() bool { return false }
+
+// ErrUnread is never returned: Of returns no IO.
+var ErrUnread = errors.New("rawconn: the socket had bytes to read before the request was sent")
