@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -148,8 +149,63 @@ func unsolicitedGateway(t *testing.T, late bool) *Gateway {
 		}
 	}()
 
+	return gatewayTo(t, "http://"+ln.Addr().String())
+}
+
+// TestUpstreamClosedKeptConnections: an upstream that closes its idle
+// connections (a restart, its own idle timeout) ends every connection the
+// gateway keeps to it; the next requests go over new ones, on each
+// engine, however many were kept. Each ended connection is closed as it
+// is found, none counts as unasked bytes, and none is a 502.
+func TestUpstreamClosedKeptConnections(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		const kept = 40
+		var inFlight sync.WaitGroup
+		inFlight.Add(kept)
+		release := make(chan struct{})
+		var first atomic.Int64
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if first.Add(1) <= kept {
+				inFlight.Done()
+				<-release // the first kept requests wait together: kept connections
+			}
+			_, _ = io.WriteString(w, "ok "+r.URL.Path)
+		}))
+		t.Cleanup(up.Close)
+		go func() { inFlight.Wait(); close(release) }()
+		base := serveFront(t, fr, gatewayTo(t, up.URL), nil)
+
+		var wg sync.WaitGroup
+		for i := range kept {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a := do(t, newClient(t), "GET", fmt.Sprintf("%s/warm%d", base, i), nil)
+				if a.status != 200 {
+					t.Errorf("warm-up %d: %d %q", i, a.status, a.body)
+				}
+			}()
+		}
+		wg.Wait()
+		up.Config.SetKeepAlivesEnabled(false) // closes its idle connections
+		time.Sleep(100 * time.Millisecond)    // their ends reach the gateway
+		c := newClient(t)
+		for i := range 5 {
+			path := fmt.Sprintf("/after%d", i)
+			if a := do(t, c, "GET", base+path, nil); a.status != 200 || a.body != "ok "+path {
+				t.Errorf("%s after the upstream closed %d kept connections: %d %q", path, kept, a.status, a.body)
+			}
+		}
+	})
+}
+
+// gatewayTo is a gateway whose every request goes to upstream under a
+// limit that never binds.
+func gatewayTo(t *testing.T, upstream string) *Gateway {
+	t.Helper()
 	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100000, Window: time.Hour})
-	u, err := url.Parse("http://" + ln.Addr().String())
+	u, err := url.Parse(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}

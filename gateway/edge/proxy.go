@@ -222,23 +222,35 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	if err != nil {
 		return false, false, err // a dial error: nothing was sent
 	}
-	// unaskedClosed closes cc, which had bytes no request asked for, and
-	// reports whether the request gives up (the tries-th such connection).
-	unaskedClosed := func(tries int) bool {
+	// closeKept closes cc, which had something no request asked for, and
+	// reports whether the request gives up. Bytes are logged and counted:
+	// the request gives up once more than maxUnasked connections had them (an
+	// upstream, or a client through it, may send them again and again).
+	// An end is how an upstream closes an idle connection (its idle
+	// timeout, a restart, which ends every connection kept to it): it is
+	// not counted, and the pool, which loses the connection, is what
+	// bounds those.
+	withBytes := 0
+	closeKept := func(what leftover) bool {
+		hc.CloseConn(cc)
+		if what != unaskedBytes {
+			return false
+		}
 		if held, ok := e.unaskedLog.Pass(time.Now()); ok {
 			e.log.Warn("gateway: upstream sent bytes no request asked for; its connection is closed",
 				"route", route, "upstream", up.host, "held_back", held)
 		}
-		hc.CloseConn(cc)
-		return tries >= maxUnasked
+		withBytes++
+		return withBytes > maxUnasked
 	}
 	var (
 		c  net.Conn
 		uc *upConn
 		br answerReader
 	)
-	// A kept connection that has bytes no request asked for is closed,
-	// and the next one taken (a fresh one at the latest: the pool empties).
+	// A kept connection that has bytes no request asked for, or has
+	// ended, is closed, and the next one taken (a fresh one at the latest:
+	// the pool empties).
 	for tries := 0; ; tries++ {
 		if tries > 0 {
 			if cc, err = hc.AcquireConn(0, false); err != nil {
@@ -255,11 +267,13 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		// readiness, so bytes that come between them are not missed.
 		raw := uc.raw(c)
 		first := raw != nil && uc.used && headOnly(req)
-		if uc != nil && uc.used && !first && unasked(uc) {
-			if unaskedClosed(tries) {
-				return false, true, errUnasked
+		if uc != nil && uc.used && !first {
+			if what := unasked(uc); what != nothing {
+				if closeKept(what) {
+					return false, true, errUnasked
+				}
+				continue
 			}
-			continue
 		}
 		reused = uc != nil && uc.used
 		if uc != nil {
@@ -292,7 +306,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		err = br.head(&resp.Header)
 		if err != nil && first && raw.Unsent() {
 			br.release()
-			if unaskedClosed(tries) {
+			if closeKept(unasked(uc)) {
 				return false, true, errUnasked
 			}
 			continue
@@ -565,6 +579,16 @@ func (r *answerReader) release() {
 		r.hc.ReleaseReader(r.Reader)
 	}
 }
+
+// leftover is what a kept upstream connection has to read before a
+// request is sent on it (unasked).
+type leftover uint8
+
+const (
+	nothing      leftover = iota // quiet: the request may go
+	unaskedBytes                 // bytes no request asked for
+	ended                        // its end: the upstream closed it, or it broke
+)
 
 // errUnasked: every kept connection tried had bytes no request asked for.
 var errUnasked = errors.New("gateway: upstream: kept connections hold answers no request asked for")

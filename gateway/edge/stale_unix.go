@@ -7,25 +7,31 @@ import (
 	"syscall"
 )
 
-// unasked reports whether an idle upstream connection has something to
-// read that no request asked for: bytes the upstream sent while the
-// connection waited in the pool (a second response, from an upstream
-// that read a request's body as a request of its own, or a buggy one), or
-// its end. Read as the answer to the next request sent on it, they would
-// answer that request with what was never its answer, and each request
-// after it with the answer of the one before. It looks without waiting
-// and without taking the bytes (MSG_PEEK): one system call.
-func unasked(u *upConn) bool {
+// unasked says what an idle upstream connection has to read that no
+// request asked for: bytes the upstream sent while the connection waited
+// in the pool (a second response, from an upstream that read a request's
+// body as a request of its own, or a buggy one), or its end. Read as the
+// answer to the next request sent on it, bytes would answer that request
+// with what was never its answer, and each request after it with the
+// answer of the one before. It looks without waiting and without taking
+// the bytes (MSG_PEEK): one system call.
+func unasked(u *upConn) leftover {
 	if u.fd < 0 {
-		return false
+		return nothing
 	}
 	// The connection is this request's alone (taken from the pool): its
 	// descriptor cannot be closed meanwhile.
 	var b [1]byte
 	n, _, err := syscall.Recvfrom(u.fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	// Bytes (n > 0) or the end (0 and no error) are there; EAGAIN says
-	// nothing is, and any other error that the connection is broken.
-	return n > 0 || err != syscall.EAGAIN && err != syscall.EINTR
+	switch {
+	case n > 0:
+		return unaskedBytes
+	case err == syscall.EAGAIN || err == syscall.EINTR:
+		return nothing
+	default:
+		// The end (0 and no error), or an error: the connection is broken.
+		return ended
+	}
 }
 
 // fdOf returns the descriptor of a TCP connection, -1 for another kind.
