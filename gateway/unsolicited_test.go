@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,4 +215,110 @@ func gatewayTo(t *testing.T, upstream string) *Gateway {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// TestUpstreamLeftAfterTheRequest: an upstream that reads a request on a
+// kept connection and closes it without an answer may have acted on it,
+// so the request is sent again (on another connection) only when its
+// method is idempotent: a POST without a body reaches the upstream once
+// and its client gets a 502, on each engine; a GET is sent again and
+// answered.
+func TestUpstreamLeftAfterTheRequest(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		var mu sync.Mutex
+		seen := map[string]int{}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conns []net.Conn
+		t.Cleanup(func() {
+			_ = ln.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range conns {
+				_ = c.Close() // the gateway's kept connections end with the test
+			}
+		})
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+				go func() {
+					defer c.Close()
+					br := bufio.NewReader(c)
+					for {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						_, _ = io.Copy(io.Discard, req.Body)
+						key := req.Method + " " + req.URL.Path
+						mu.Lock()
+						seen[key]++
+						n := seen[key]
+						mu.Unlock()
+						if strings.HasPrefix(req.URL.Path, "/drop") && n == 1 {
+							return // read, maybe acted on, never answered
+						}
+						body := "done " + key
+						if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+							return
+						}
+					}
+				}()
+			}
+		}()
+		base := serveFront(t, fr, gatewayTo(t, "http://"+ln.Addr().String()), nil)
+		c := newClient(t)
+		// A POST with no Content-Length at all (no body: RFC 9112 6.3).
+		if a := do(t, c, "GET", base+"/ok", nil); a.status != 200 {
+			t.Fatalf("GET /ok: %d %q", a.status, a.body)
+		}
+		raw, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		_ = raw.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.WriteString(raw, "POST /dropBARE HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(raw), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		mu.Lock()
+		n := seen["POST /dropBARE"]
+		mu.Unlock()
+		if n != 1 || resp.StatusCode != 502 {
+			t.Errorf("a POST without Content-Length whose upstream left: sent %d times, answered %d; want once, 502", n, resp.StatusCode)
+		}
+		for _, m := range []string{"POST", "GET"} {
+			if a := do(t, c, "GET", base+"/ok", nil); a.status != 200 {
+				t.Fatalf("GET /ok: %d %q", a.status, a.body) // the connection the next request takes
+			}
+			a := do(t, c, m, base+"/drop"+m, nil)
+			mu.Lock()
+			n := seen[m+" /drop"+m]
+			mu.Unlock()
+			switch m {
+			case "POST":
+				if n != 1 || a.status != 502 {
+					t.Errorf("a POST without a body whose upstream left: sent %d times, answered %d %q; want once, 502", n, a.status, a.body)
+				}
+			case "GET":
+				if n != 2 || a.status != 200 {
+					t.Errorf("a GET whose upstream left: sent %d times, answered %d %q; want twice, 200", n, a.status, a.body)
+				}
+			}
+		}
+	})
 }

@@ -176,8 +176,13 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 			}
 		}
 		// A request without a body that met a kept-alive connection the
-		// upstream had just closed is sent again, on another.
-		if !reused || attempt > 0 || req.IsBodyStream() || len(req.Body()) > 0 || !staleConn(err) {
+		// upstream had just closed is sent again, on another, when its
+		// method may be sent twice: the upstream may have read it and
+		// acted on it before it closed (a POST reaches it once, and its
+		// client gets a 502, as net/http's transport and NGINX do). A
+		// connection found closed before the request went is not this
+		// case: it is closed and another taken before anything is sent.
+		if !reused || attempt > 0 || req.IsBodyStream() || len(req.Body()) > 0 || !staleConn(err) || !gateway.Idempotent(v.Method) {
 			break
 		}
 		if target != nil {
