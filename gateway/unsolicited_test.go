@@ -95,6 +95,36 @@ func testUnsolicitedUpstreamBytes(t *testing.T, fr string, late bool) {
 func unsolicitedGateway(t *testing.T, late bool) *Gateway {
 	t.Helper()
 	extra := []byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 16\r\nContent-Type: text/plain\r\n\r\nnobody's answer\n")
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+		body := "the answer to " + req.URL.Path + "\n"
+		answer := []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", len(body), body))
+		if !late {
+			answer = append(answer, extra...)
+		}
+		if _, err := c.Write(answer); err != nil {
+			return false
+		}
+		if late {
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-done:
+				return false
+			}
+			_, _ = c.Write(extra)
+		}
+		return true
+	})
+	return gatewayTo(t, "http://"+addr)
+}
+
+// rawUpstream is an upstream on loopback that reads requests on each
+// connection and hands each, its body read, to answer, until answer
+// returns false (the connection is then closed). Its connections end with
+// the test. It returns its address.
+func rawUpstream(t *testing.T, answer func(c net.Conn, req *http.Request) bool) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -109,8 +139,6 @@ func unsolicitedGateway(t *testing.T, late bool) *Gateway {
 			_ = c.Close() // the gateway's kept connections end with the test
 		}
 	})
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -129,28 +157,14 @@ func unsolicitedGateway(t *testing.T, late bool) *Gateway {
 						return
 					}
 					_, _ = io.Copy(io.Discard, req.Body)
-					body := "the answer to " + req.URL.Path + "\n"
-					answer := []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", len(body), body))
-					if !late {
-						answer = append(answer, extra...)
-					}
-					if _, err := c.Write(answer); err != nil {
+					if !answer(c, req) {
 						return
-					}
-					if late {
-						select {
-						case <-time.After(20 * time.Millisecond):
-						case <-done:
-							return
-						}
-						_, _ = c.Write(extra)
 					}
 				}
 			}()
 		}
 	}()
-
-	return gatewayTo(t, "http://"+ln.Addr().String())
+	return ln.Addr().String()
 }
 
 // TestUpstreamClosedKeptConnections: an upstream that closes its idle
@@ -228,54 +242,20 @@ func TestUpstreamLeftAfterTheRequest(t *testing.T) {
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
 		var mu sync.Mutex
 		seen := map[string]int{}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var conns []net.Conn
-		t.Cleanup(func() {
-			_ = ln.Close()
+		addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+			key := req.Method + " " + req.URL.Path
 			mu.Lock()
-			defer mu.Unlock()
-			for _, c := range conns {
-				_ = c.Close() // the gateway's kept connections end with the test
+			seen[key]++
+			n := seen[key]
+			mu.Unlock()
+			if strings.HasPrefix(req.URL.Path, "/drop") && n == 1 {
+				return false // read, maybe acted on, never answered
 			}
+			body := "done " + key
+			_, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			return err == nil
 		})
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				conns = append(conns, c)
-				mu.Unlock()
-				go func() {
-					defer c.Close()
-					br := bufio.NewReader(c)
-					for {
-						req, err := http.ReadRequest(br)
-						if err != nil {
-							return
-						}
-						_, _ = io.Copy(io.Discard, req.Body)
-						key := req.Method + " " + req.URL.Path
-						mu.Lock()
-						seen[key]++
-						n := seen[key]
-						mu.Unlock()
-						if strings.HasPrefix(req.URL.Path, "/drop") && n == 1 {
-							return // read, maybe acted on, never answered
-						}
-						body := "done " + key
-						if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
-							return
-						}
-					}
-				}()
-			}
-		}()
-		base := serveFront(t, fr, gatewayTo(t, "http://"+ln.Addr().String()), nil)
+		base := serveFront(t, fr, gatewayTo(t, "http://"+addr), nil)
 		c := newClient(t)
 		// A POST with no Content-Length at all (no body: RFC 9112 6.3).
 		if a := do(t, c, "GET", base+"/ok", nil); a.status != 200 {
