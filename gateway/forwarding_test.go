@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -257,4 +258,56 @@ func rawStatus(t *testing.T, base, head string) int {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestUpstreamAnswerBareLF: an upstream answer whose head's lines end in
+// LF alone (RFC 9112 §2.2 lets a recipient take LF as a line's end; NGINX
+// and net/http's transport do) is read as its CRLF twin on each engine:
+// heads all in LF, ending in LF after CRLF lines, mixing both, and one
+// whose body holds a CRLF CRLF (which is not the head's end). The
+// upstream keeps its connection, and the next request is answered on it.
+func TestUpstreamAnswerBareLF(t *testing.T) {
+	t.Parallel()
+	heads := map[string]string{
+		"/lf":       "HTTP/1.1 200 OK\nContent-Length: %d\nX-Kind: lf\n\n",
+		"/crlf-lf":  "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Kind: crlf-lf\r\n\n",
+		"/mixed":    "HTTP/1.1 200 OK\nContent-Length: %d\r\nX-Kind: mixed\n\r\n",
+		"/body":     "HTTP/1.1 200 OK\nContent-Length: %d\nX-Kind: body\n\n",
+		"/crlf":     "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Kind: crlf\r\n\r\n",
+		"/lf-field": "HTTP/1.1 200 OK\nContent-Length: %d\r\nX-Kind: lf-field\r\n\r\n",
+	}
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		var mu sync.Mutex
+		conns := map[net.Conn]bool{}
+		addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			body := "answer to " + req.URL.Path
+			if req.URL.Path == "/body" {
+				body += "\r\n\r\nHTTP/1.1 400 Bad\r\n\r\n"
+			}
+			_, err := fmt.Fprintf(c, heads[req.URL.Path]+"%s", len(body), body)
+			return err == nil
+		})
+		base := serveFront(t, fr, gatewayTo(t, "http://"+addr), nil)
+		c := newClient(t)
+		for path := range heads {
+			for range 2 { // the second over the kept upstream connection
+				a := do(t, c, "GET", base+path, nil)
+				want := "answer to " + path
+				if path == "/body" {
+					want += "\r\n\r\nHTTP/1.1 400 Bad\r\n\r\n"
+				}
+				if a.status != 200 || a.body != want || a.header.Get("X-Kind") != path[1:] {
+					t.Errorf("%s: %d %q, X-Kind %q; want 200 %q", path, a.status, a.body, a.header.Get("X-Kind"), want)
+				}
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(conns) != 1 {
+			t.Errorf("%d requests one after another took %d upstream connections; want 1, kept", 2*len(heads), len(conns))
+		}
+	})
 }

@@ -309,7 +309,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		// (Reset brought fasthttp's default back).
 		resp.Header.SetNoDefaultContentType(true)
 		err = br.head(&resp.Header)
-		if err != nil && first && raw.Unsent() {
+		if first && raw.Unsent() { // whatever the reads after it found
 			br.release()
 			if closeKept(unasked(uc)) {
 				return false, true, errUnasked
@@ -566,16 +566,89 @@ type answerReader struct {
 // with a buffer of UpstreamHeadBytes, held only by this answer; one too
 // long for that is an error (502).
 func (r *answerReader) head(h *fasthttp.ResponseHeader) error {
+	r.bareLF()
 	err := h.Read(r.Reader)
 	var small *fasthttp.ErrSmallBuffer
 	if !r.pooled || !errors.As(err, &small) {
 		return err
 	}
-	held, _ := r.Peek(r.Buffered()) // the head so far: peeked, not taken
-	rest := io.MultiReader(bytes.NewReader(bytes.Clone(held)), r.c)
-	r.hc.ReleaseReader(r.Reader)
-	r.Reader, r.pooled = bufio.NewReaderSize(rest, floodgate.UpstreamHeadBytes), false
+	r.over(nil, 0) // the head so far, in a larger buffer
+	r.bareLF()
 	return h.Read(r.Reader)
+}
+
+// over makes r read head, then what its reader holds past skip bytes,
+// then the connection, through a reader of UpstreamHeadBytes held by
+// this answer alone (the pooled one goes back).
+func (r *answerReader) over(head []byte, skip int) {
+	_, _ = r.Discard(skip)
+	held, _ := r.Peek(r.Buffered())
+	rest := io.MultiReader(bytes.NewReader(head), bytes.NewReader(bytes.Clone(held)), r.c)
+	if r.pooled {
+		r.hc.ReleaseReader(r.Reader)
+	}
+	r.Reader, r.pooled = bufio.NewReaderSize(rest, floodgate.UpstreamHeadBytes), false
+}
+
+// bareLF lets an answer's head whose lines end in a bare LF be read:
+// fasthttp reads a head only up to a CRLF CRLF, and would wait for one
+// after a head that ends with an empty line of LF alone, until the
+// upstream's timeout. RFC 9112 §2.2 lets a recipient take LF alone as a
+// line's end, as net/http's transport and NGINX do; such a head is
+// rewritten with CRLFs, in a buffer of its own. A head of CRLFs alone,
+// nearly every one, is left as it is. What cannot be read (an error, a
+// head longer than the reader's buffer) is left for fasthttp to report.
+func (r *answerReader) bareLF() {
+	for n := 1; ; n = r.Buffered() + 1 {
+		if b, _ := r.Peek(n); len(b) < n {
+			return // an error, or a full buffer
+		}
+		b, _ := r.Peek(r.Buffered())
+		end, crlf := headEnd(b)
+		if crlf {
+			return
+		}
+		if end > 0 {
+			r.over(withCRLF(b[:end]), end)
+			return
+		}
+	}
+}
+
+// headEnd returns the length of the head that b begins with (through its
+// first empty line, 0 when b holds no empty line yet) and whether every
+// line of it ends in CRLF (fasthttp reads it then). It looks at the head
+// alone, one line end at a time.
+func headEnd(b []byte) (end int, crlf bool) {
+	crlf = true
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return 0, false
+		}
+		if i += j; i == 0 || b[i-1] != '\r' {
+			crlf = false
+		}
+		i++
+		switch {
+		case i < len(b) && b[i] == '\n':
+			return i + 1, false
+		case i+1 < len(b) && b[i] == '\r' && b[i+1] == '\n':
+			return i + 2, crlf
+		}
+	}
+}
+
+// withCRLF returns head with each LF that no CR comes before made a CRLF.
+func withCRLF(head []byte) []byte {
+	out := make([]byte, 0, len(head)+bytes.Count(head, []byte{'\n'}))
+	for i, c := range head {
+		if c == '\n' && (i == 0 || head[i-1] != '\r') {
+			out = append(out, '\r')
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // release gives a pooled reader back.

@@ -1,0 +1,42 @@
+package edge
+
+import "testing"
+
+// TestHeadEnd: the end of an answer's head is its first empty line,
+// whatever ends its lines, and only a head of CRLFs alone is left to
+// fasthttp as it is; the rest is rewritten with CRLFs.
+func TestHeadEnd(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		end  int
+		crlf bool
+		out  string // withCRLF of the head, when it is not CRLF alone
+	}{
+		{"HTTP/1.1 200 OK\r\nA: b\r\n\r\nbody", 25, true, ""},
+		{"HTTP/1.1 200 OK\r\n\r\n", 19, true, ""},
+		{"HTTP/1.1 200 OK\nA: b\n\nbody", 22, false, "HTTP/1.1 200 OK\r\nA: b\r\n\r\n"},
+		{"HTTP/1.1 200 OK\r\nA: b\r\n\nbody", 24, false, "HTTP/1.1 200 OK\r\nA: b\r\n\r\n"},
+		{"HTTP/1.1 200 OK\nA: b\n\r\nbody", 23, false, "HTTP/1.1 200 OK\r\nA: b\r\n\r\n"},
+		{"HTTP/1.1 200 OK\nA: b\r\n\r\nbody", 24, false, "HTTP/1.1 200 OK\r\nA: b\r\n\r\n"},
+		// A CRLF CRLF in the body after a head that ends in LF: not the end.
+		{"HTTP/1.1 200 OK\nA: b\n\nx\r\n\r\ny", 22, false, "HTTP/1.1 200 OK\r\nA: b\r\n\r\n"},
+		// Not there yet.
+		{"HTTP/1.1 200 OK\nA: b\n", 0, false, ""},
+		{"HTTP/1.1 200 OK\r\nA: b\r\n\r", 0, false, ""},
+		{"", 0, false, ""},
+		// An empty line first is not a head's end here (fasthttp decides).
+		{"\nHTTP/1.1 200 OK\n\n", 18, false, "\r\nHTTP/1.1 200 OK\r\n\r\n"},
+	} {
+		end, crlf := headEnd([]byte(c.in))
+		if end != c.end || crlf != c.crlf {
+			t.Errorf("headEnd(%q) = %d, %v; want %d, %v", c.in, end, crlf, c.end, c.crlf)
+			continue
+		}
+		if end > 0 && !crlf {
+			out := withCRLF([]byte(c.in[:end]))
+			if e, crlf := headEnd(out); string(out) != c.out || e != len(out) || !crlf {
+				t.Errorf("withCRLF(%q) = %q; want %q", c.in[:end], out, c.out)
+			}
+		}
+	}
+}
