@@ -599,12 +599,13 @@ func (r *answerReader) over(head []byte, skip int) {
 // nearly every one, is left as it is. What cannot be read (an error, a
 // head longer than the reader's buffer) is left for fasthttp to report.
 func (r *answerReader) bareLF() {
+	var s headScan
 	for n := 1; ; n = r.Buffered() + 1 {
 		if b, _ := r.Peek(n); len(b) < n {
 			return // an error, or a full buffer
 		}
 		b, _ := r.Peek(r.Buffered())
-		end, crlf := headEnd(b)
+		end, crlf := s.end(b)
 		if crlf {
 			return
 		}
@@ -615,27 +616,39 @@ func (r *answerReader) bareLF() {
 	}
 }
 
-// headEnd returns the length of the head that b begins with (through its
-// first empty line, 0 when b holds no empty line yet) and whether every
-// line of it ends in CRLF (fasthttp reads it then). It looks at the head
-// alone, one line end at a time.
-func headEnd(b []byte) (end int, crlf bool) {
-	crlf = true
-	for i := 0; ; {
-		j := bytes.IndexByte(b[i:], '\n')
+// headScan finds the end of an answer's head, its first empty line,
+// whatever ends its lines, in bytes that grow from one look to the next:
+// each look begins where the one before stopped, so a head that comes a
+// byte at a time is looked at once in all.
+type headScan struct {
+	from int  // where the next look begins
+	bare bool // a line so far ends in LF alone
+}
+
+// end returns the length of the head that b begins with (0 when b holds
+// no empty line yet) and whether every line of it ends in CRLF (fasthttp
+// reads it then). b is what the look before saw, and more.
+func (s *headScan) end(b []byte) (end int, crlf bool) {
+	for {
+		j := bytes.IndexByte(b[s.from:], '\n')
 		if j < 0 {
+			s.from = len(b)
 			return 0, false
 		}
-		if i += j; i == 0 || b[i-1] != '\r' {
-			crlf = false
+		p := s.from + j
+		if p == 0 || b[p-1] != '\r' {
+			s.bare = true
 		}
-		i++
 		switch {
-		case i < len(b) && b[i] == '\n':
-			return i + 1, false
-		case i+1 < len(b) && b[i] == '\r' && b[i+1] == '\n':
-			return i + 2, crlf
+		case p+1 < len(b) && b[p+1] == '\n':
+			return p + 2, false
+		case p+2 < len(b) && b[p+1] == '\r' && b[p+2] == '\n':
+			return p + 3, !s.bare
+		case p+1 == len(b) || p+2 == len(b) && b[p+1] == '\r':
+			s.from = p // what follows this LF is yet to come
+			return 0, false
 		}
+		s.from = p + 1
 	}
 }
 
