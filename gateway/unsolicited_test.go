@@ -219,12 +219,18 @@ func TestUpstreamClosedKeptConnections(t *testing.T) {
 // limit that never binds.
 func gatewayTo(t *testing.T, upstream string) *Gateway {
 	t.Helper()
+	return gatewayWith(t, upstream, TransportOptions{})
+}
+
+// gatewayWith is gatewayTo with the upstream connections tuned by o.
+func gatewayWith(t *testing.T, upstream string, o TransportOptions) *Gateway {
+	t.Helper()
 	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100000, Window: time.Hour})
 	u, err := url.Parse(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Options{Matcher: MatcherFunc(withUpstream{oneRule(rule), u}.Match), Engine: memEngine(t)})
+	g, err := New(Options{Matcher: MatcherFunc(withUpstream{oneRule(rule), u}.Match), Engine: memEngine(t), Upstream: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +304,54 @@ func TestUpstreamLeftAfterTheRequest(t *testing.T) {
 				if n != 2 || a.status != 200 {
 					t.Errorf("a GET whose upstream left: sent %d times, answered %d %q; want twice, 200", n, a.status, a.body)
 				}
+			}
+		}
+	})
+}
+
+// TestUpstreamTimeout: an upstream that does not answer within the
+// upstream timeout costs its client a 504 at that timeout, on each
+// engine: on a new connection, on a kept one (whose request the edge
+// engine sends from the read that waits for the answer), and when the
+// answer's head comes a byte at a time and is still not whole at the
+// timeout. The connection is not kept after it: the next request is
+// answered by an upstream that answers.
+func TestUpstreamTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+			switch req.URL.Path {
+			case "/silent":
+				time.Sleep(3 * timeout)
+				return false
+			case "/trickle":
+				for _, b := range []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok") {
+					if _, err := c.Write([]byte{b}); err != nil {
+						return false
+					}
+					time.Sleep(timeout / 10)
+				}
+				return false
+			}
+			_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			return err == nil
+		})
+		base := serveFront(t, fr, gatewayWith(t, "http://"+addr, TransportOptions{ResponseHeaderTimeout: timeout}), nil)
+		c := newClient(t)
+		for _, path := range []string{"/silent", "/ok", "/silent", "/ok", "/trickle", "/ok"} {
+			start := time.Now()
+			a := do(t, c, "GET", base+path, nil)
+			took := time.Since(start)
+			want := 200
+			if path != "/ok" {
+				want = 504
+			}
+			if a.status != want {
+				t.Errorf("%s: %d %q after %v; want %d", path, a.status, a.body, took, want)
+			}
+			if want == 504 && (took < timeout || took > 2*timeout+time.Second) {
+				t.Errorf("%s: answered after %v; want the timeout, %v", path, took, timeout)
 			}
 		}
 	})

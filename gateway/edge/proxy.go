@@ -309,7 +309,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		// (Reset brought fasthttp's default back).
 		resp.Header.SetNoDefaultContentType(true)
 		err = br.head(&resp.Header)
-		if first && raw.Unsent() { // whatever the reads after it found
+		if first && raw.Unsent() {
 			br.release()
 			if closeKept(unasked(uc)) {
 				return false, true, errUnasked
@@ -566,14 +566,18 @@ type answerReader struct {
 // with a buffer of UpstreamHeadBytes, held only by this answer; one too
 // long for that is an error (502).
 func (r *answerReader) head(h *fasthttp.ResponseHeader) error {
-	r.bareLF()
+	if err := r.bareLF(); err != nil {
+		return err
+	}
 	err := h.Read(r.Reader)
 	var small *fasthttp.ErrSmallBuffer
 	if !r.pooled || !errors.As(err, &small) {
 		return err
 	}
 	r.over(nil, 0) // the head so far, in a larger buffer
-	r.bareLF()
+	if err := r.bareLF(); err != nil {
+		return err
+	}
 	return h.Read(r.Reader)
 }
 
@@ -596,22 +600,30 @@ func (r *answerReader) over(head []byte, skip int) {
 // upstream's timeout. RFC 9112 §2.2 lets a recipient take LF alone as a
 // line's end, as net/http's transport and NGINX do; such a head is
 // rewritten with CRLFs, in a buffer of its own. A head of CRLFs alone,
-// nearly every one, is left as it is. What cannot be read (an error, a
-// head longer than the reader's buffer) is left for fasthttp to report.
-func (r *answerReader) bareLF() {
+// nearly every one, is left as it is. A read that finds nothing returns
+// its error as fasthttp names it (a timeout, or io.EOF for any other);
+// what else cannot be read (a head cut short, or longer than the
+// reader's buffer) is left for fasthttp to report.
+func (r *answerReader) bareLF() error {
 	var s headScan
 	for n := 1; ; n = r.Buffered() + 1 {
-		if b, _ := r.Peek(n); len(b) < n {
-			return // an error, or a full buffer
+		if b, err := r.Peek(n); len(b) < n {
+			switch {
+			case len(b) > 0:
+				return nil // cut short, or too long: fasthttp reports it
+			case isTimeout(err):
+				return fasthttp.ErrTimeout
+			}
+			return io.EOF
 		}
 		b, _ := r.Peek(r.Buffered())
 		end, crlf := s.end(b)
 		if crlf {
-			return
+			return nil
 		}
 		if end > 0 {
 			r.over(withCRLF(b[:end]), end)
-			return
+			return nil
 		}
 	}
 }
