@@ -63,6 +63,15 @@ func (g *Gateway) Renew(ctx context.Context, leases []limiter.Hit) (stop func())
 	return g.renew(ctx, leases)
 }
 
+// DecidesWithoutBody reports whether every request can be decided before
+// its body is read: its matcher is a BodyReader whose limits read no cost
+// from a body. An engine then answers a request that asks for 100 Continue
+// before the client sends its body, and a refused one never sends it.
+func (g *Gateway) DecidesWithoutBody() bool {
+	b, ok := g.matcher.(BodyReader)
+	return ok && !b.ReadsBodies()
+}
+
 // Logger returns the gateway's logger.
 func (g *Gateway) Logger() *slog.Logger { return g.log }
 

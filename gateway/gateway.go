@@ -29,6 +29,13 @@ type Matcher interface {
 	Match(r *Request, m *Match) error
 }
 
+// BodyReader is a Matcher that tells whether a limit may read a request's
+// body to estimate its cost. A request is decided before its body is read
+// (Gateway.DecidesWithoutBody) only under a matcher that says none does.
+type BodyReader interface {
+	ReadsBodies() bool
+}
+
 // MatcherFunc is a Matcher written as a function.
 type MatcherFunc func(r *Request, m *Match) error
 

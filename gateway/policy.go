@@ -119,6 +119,10 @@ func (pm *PolicyMatcher) Match(r *Request, m *Match) error {
 	return pm.match(r, m, false)
 }
 
+// ReadsBodies reports whether a limit of the policy in force reads its
+// cost from a request's body (BodyReader).
+func (pm *PolicyMatcher) ReadsBodies() bool { return pm.src.Policy().ReadsBodies() }
+
 // MatchUser matches r again with its token verified: the user's limits are
 // included. A token that does not verify is counted and logged by reason;
 // the request is then refused with 401 (Match.Reject) once the limits that

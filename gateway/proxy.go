@@ -178,6 +178,12 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}
 			pr.SetXForwarded()
+			// The gateway answers Expect itself: the server says 100
+			// Continue when the body is first read, once the request is
+			// admitted (as NGINX and Envoy do). Sent on, an upstream's 100
+			// would be relayed with the answer's fields, which
+			// ReverseProxy then clears.
+			pr.Out.Header.Del("Expect")
 			// A kept connection is checked before it carries the request.
 			pr.Out = pr.Out.WithContext(withKeptCheck(pr.Out.Context()))
 		},

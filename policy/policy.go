@@ -287,6 +287,18 @@ func (p *Policy) UnknownKeyLimit() *Limit { return p.unknownKey }
 // the account limit.
 func (p *Policy) Limits() []*Limit { return p.ordered }
 
+// ReadsBodies reports whether a limit reads its cost estimate from a
+// request's body (estimate: {body: ...}): such a request can be decided
+// only once its body is read.
+func (p *Policy) ReadsBodies() bool {
+	for _, l := range p.ordered {
+		if c := l.Costs; c != nil && c.Estimate != nil && c.Estimate.Body != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Limit returns the limit with the given name.
 func (p *Policy) Limit(name string) (*Limit, bool) {
 	l, ok := p.byName[name]

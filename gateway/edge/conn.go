@@ -65,11 +65,22 @@ type conn struct {
 	parkFD    int32
 	parkSeq   uint32
 	parkUntil int64
+
+	// A request that asks for 100 Continue is decided before its body
+	// (Engine.expect): expecting says its decision is being made, resume
+	// holds it once admitted until the handler forwards it, or until the
+	// connection closes without the handler (its body never came).
+	expecting bool
+	resume    atomic.Pointer[exchange]
 }
 
 // Close closes the connection, or parks it when fasthttp let it go to be
-// parked.
+// parked. A request admitted before its body whose body never came is
+// finished first.
 func (c *conn) Close() error {
+	if x := c.resume.Swap(nil); x != nil {
+		x.e.abandon(x)
+	}
 	if c.parkNext.CompareAndSwap(true, false) {
 		go c.p.park(c)
 		return nil

@@ -123,8 +123,9 @@ func New(g *gateway.Gateway, o Options) *Engine {
 	}
 	read := def(o.ReadTimeout, 60*time.Second)
 	e.srv = &fasthttp.Server{
-		Handler:      e.serve,
-		ErrorHandler: e.readError,
+		Handler:       e.serve,
+		ErrorHandler:  e.readError,
+		ExpectHandler: e.expect,
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 			// The headers are in: the body has ReadTimeout.
 			return fasthttp.RequestConfig{ReadTimeout: read}
@@ -278,6 +279,13 @@ func (e *Engine) Close() error {
 // 431 for headers over the limit, nothing for a client too slow (the
 // connection is closed), 400 for the rest.
 func (e *Engine) readError(ctx *fasthttp.RequestCtx, err error) {
+	if c, ok := ctx.Conn().(*conn); ok {
+		if x := c.resume.Load(); x != nil {
+			// The body of a request admitted before it could not be read:
+			// it is finished when the connection closes, with this answer.
+			defer func() { x.status = ctx.Response.StatusCode() }()
+		}
+	}
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {
@@ -319,11 +327,63 @@ func (l edgeLogger) Printf(format string, args ...any) {
 
 // serve is the edge engine's handler.
 func (e *Engine) serve(ctx *fasthttp.RequestCtx) {
-	e.serveHTTP(ctx)
-	if c, ok := ctx.Conn().(*conn); ok {
-		c.handled()
+	c, ok := ctx.Conn().(*conn)
+	if !ok {
+		e.serveHTTP(ctx)
+		return
 	}
+	if x := c.resume.Load(); x != nil && c.resume.CompareAndSwap(x, nil) {
+		e.step(x, x.f, true) // admitted before its body (expect), which is here now
+	} else {
+		e.serveHTTP(ctx)
+	}
+	c.handled()
 }
+
+// expect decides a request that asks for 100 Continue before its body
+// comes (fasthttp's ExpectHandler), as NGINX and net/http's server decide
+// it: the checks and the flow run now, and a request they answer (a
+// refusal, a 403, a 400) is answered without the client sending its body,
+// the connection then closed (the client may have begun to send it
+// anyway). One admitted is told 100 Continue, its body is read, and the
+// handler forwards it (serve). A request is decided after its body where
+// a limit reads its cost from the body, or where the engine cannot hold
+// it: fasthttp then says 100 Continue first, and the handler decides.
+func (e *Engine) expect(ctx *fasthttp.RequestCtx) int {
+	c, ok := ctx.Conn().(*conn)
+	if !ok || ctx.Request.Header.ConnectionUpgrade() || !e.g.DecidesWithoutBody() {
+		return fasthttp.StatusContinue
+	}
+	c.expecting = true
+	e.serveHTTP(ctx)
+	c.expecting = false
+	if c.resume.Load() != nil {
+		return fasthttp.StatusContinue
+	}
+	c.handled()
+	return ctx.Response.StatusCode()
+}
+
+// abandon finishes a request admitted before its body whose body never
+// came (its connection closed without the handler): it went to no
+// upstream, so its reservation is given back, and its leases are. fasthttp
+// may have handed the request's buffers on by then: the flow's views of
+// them were copied when it was admitted, and its header fields are no
+// longer read.
+func (e *Engine) abandon(x *exchange) {
+	x.f.Request().Header = nil
+	if x.rec != nil {
+		x.rec.SetNoAnswer()
+	}
+	if x.status == 0 {
+		x.status = statusClientGone
+	}
+	e.finish(x)
+}
+
+// statusClientGone is the status a request whose client left before it
+// was answered is logged with (as NGINX logs it).
+const statusClientGone = 499
 
 // serveHTTP answers a request.
 func (e *Engine) serveHTTP(ctx *fasthttp.RequestCtx) {
@@ -427,10 +487,18 @@ func (e *Engine) serveRequest(ctx *fasthttp.RequestCtx, noOverride bool) {
 	}
 	v.Header = (*edgeHeader)(h)
 	v.NoOverride = noOverride
+	e.step(x, f, false)
+}
+
+// step runs x's flow (resumed: forwards x, which the flow admitted before
+// its body) and finishes x unless its answer goes on later; a panic is
+// answered 500.
+func (e *Engine) step(x *exchange, f *gateway.Flow, resumed bool) {
 	later := false
 	defer func() {
 		if p := recover(); p != nil {
 			e.log.Error("gateway: edge: panic", "panic", p)
+			ctx := x.ctx
 			ctx.Response.Reset()
 			ctx.SetConnectionClose()
 			plainError(ctx, http.StatusInternalServerError)
@@ -440,7 +508,11 @@ func (e *Engine) serveRequest(ctx *fasthttp.RequestCtx, noOverride bool) {
 			e.finish(x)
 		}
 	}()
-	later = g.Run(x, f)
+	if resumed {
+		later = e.forward(x, f, x.rec)
+	} else {
+		later = e.g.Run(x, f)
+	}
 }
 
 // finish ends a request once its answer is written.
@@ -458,6 +530,9 @@ type exchange struct {
 	fields []fields.Field // the fields of the coming answer
 	status int
 	bytes  int64
+	// rec is the flow's recorder of a request admitted before its body,
+	// kept for its forwarding (serve).
+	rec *gateway.Recorder
 }
 
 // context is the request's context. fasthttp cannot tell when a client
@@ -521,6 +596,17 @@ func (x *exchange) addFields() {
 }
 
 func (x *exchange) Pass(f *gateway.Flow, rec *gateway.Recorder) bool {
+	if c, ok := x.ctx.Conn().(*conn); ok && c.expecting {
+		// Admitted before its body: the client is told to send it, and
+		// the handler forwards it then (serve). fasthttp may hand this
+		// request's buffers on before that if the body never comes
+		// (abandon): the flow's views of them are copied.
+		v, m := f.Request(), f.Match()
+		v.Host, v.Path, m.User = strings.Clone(v.Host), strings.Clone(v.Path), strings.Clone(m.User)
+		x.rec = rec
+		c.resume.Store(x)
+		return true
+	}
 	return x.e.forward(x, f, rec)
 }
 

@@ -794,17 +794,18 @@ func joinTarget(base, query string, target []byte) []byte {
 	return out
 }
 
-// hopNames are the hop-by-hop fields (RFC 9110 7.6.1) and Forwarded, which
-// the proxy does not extend, as fasthttp names them; hopBit gives each a
-// bit.
+// hopNames are the hop-by-hop fields (RFC 9110 7.6.1), Forwarded, which
+// the proxy does not extend, and Expect, which the gateway answers itself
+// (100 Continue once a request is admitted, as NGINX and Envoy do), as
+// fasthttp names them; hopBit gives each a bit.
 var hopNames = [...]string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Upgrade", "Forwarded"}
+	"Te", "Trailer", "Upgrade", "Forwarded", "Expect"}
 
 // hopBit returns the bit of a hop-by-hop field name in any case (a
 // request's names are read as they came), 0 for another.
 func hopBit(k []byte) uint16 {
 	switch len(k) {
-	case 2, 7, 9, 10, 16, 18, 19:
+	case 2, 6, 7, 9, 10, 16, 18, 19:
 		for i, n := range hopNames {
 			if bytes.EqualFold(k, s2b(n)) {
 				return 1 << i
