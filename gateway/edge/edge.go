@@ -279,13 +279,20 @@ func (e *Engine) Close() error {
 // 431 for headers over the limit, nothing for a client too slow (the
 // connection is closed), 400 for the rest.
 func (e *Engine) readError(ctx *fasthttp.RequestCtx, err error) {
+	e.answerError(ctx, err)
 	if c, ok := ctx.Conn().(*conn); ok {
-		if x := c.resume.Load(); x != nil {
+		if x := c.resume.Load(); x != nil && ctx.Response.StatusCode() >= 400 {
 			// The body of a request admitted before it could not be read:
-			// it is finished when the connection closes, with this answer.
-			defer func() { x.status = ctx.Response.StatusCode() }()
+			// it is finished when the connection closes, logged with this
+			// answer (unless the connection closed already: then it was
+			// finished as its client gone).
+			x.status = ctx.Response.StatusCode()
 		}
 	}
+}
+
+// answerError sets readError's answer to err, or closes the connection.
+func (e *Engine) answerError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {
