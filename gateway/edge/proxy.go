@@ -227,27 +227,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	if err != nil {
 		return false, false, err // a dial error: nothing was sent
 	}
-	// closeKept closes cc, which had something no request asked for, and
-	// reports whether the request gives up. Bytes are logged and counted:
-	// the request gives up once more than maxUnasked connections had them (an
-	// upstream, or a client through it, may send them again and again).
-	// An end is how an upstream closes an idle connection (its idle
-	// timeout, a restart, which ends every connection kept to it): it is
-	// not counted, and the pool, which loses the connection, is what
-	// bounds those.
-	withBytes := 0
-	closeKept := func(what leftover) bool {
-		hc.CloseConn(cc)
-		if what != unaskedBytes {
-			return false
-		}
-		if held, ok := e.unaskedLog.Pass(time.Now()); ok {
-			e.log.Warn("gateway: upstream sent bytes no request asked for; its connection is closed",
-				"route", route, "upstream", up.host, "held_back", held)
-		}
-		withBytes++
-		return withBytes > maxUnasked
-	}
+	withBytes := 0 // kept connections closed for bytes no request asked for
 	var (
 		c  net.Conn
 		uc *upConn
@@ -274,7 +254,8 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		first := raw != nil && uc.used && headOnly(req)
 		if uc != nil && uc.used && !first {
 			if what := unasked(uc); what != nothing {
-				if closeKept(what) {
+				hc.CloseConn(cc)
+				if e.closedKept(what, &withBytes, route, up) {
 					return false, true, errUnasked
 				}
 				continue
@@ -311,7 +292,8 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		err = br.head(&resp.Header)
 		if first && raw.Unsent() {
 			br.release()
-			if closeKept(unasked(uc)) {
+			hc.CloseConn(cc)
+			if e.closedKept(unasked(uc), &withBytes, route, up) {
 				return false, true, errUnasked
 			}
 			continue
@@ -570,8 +552,10 @@ func (r *answerReader) head(h *fasthttp.ResponseHeader) error {
 		return err
 	}
 	err := h.Read(r.Reader)
-	var small *fasthttp.ErrSmallBuffer
-	if !r.pooled || !errors.As(err, &small) {
+	if err == nil || !r.pooled {
+		return err
+	}
+	if small := (*fasthttp.ErrSmallBuffer)(nil); !errors.As(err, &small) {
 		return err
 	}
 	r.over(nil, 0) // the head so far, in a larger buffer
@@ -692,6 +676,26 @@ const (
 	unaskedBytes                 // bytes no request asked for
 	ended                        // its end: the upstream closed it, or it broke
 )
+
+// closedKept notes a kept connection closed for what it held before a
+// request went on it, and reports whether the request gives up. Bytes are
+// logged and counted in *withBytes: the request gives up once more than
+// maxUnasked connections had them (an upstream, or a client through it,
+// may send them again and again). An end is how an upstream closes an
+// idle connection (its idle timeout, a restart, which ends every
+// connection kept to it): it is not counted, and the pool, which loses the
+// connection, is what bounds those.
+func (e *Engine) closedKept(what leftover, withBytes *int, route string, up *upstream) bool {
+	if what != unaskedBytes {
+		return false
+	}
+	if held, ok := e.unaskedLog.Pass(time.Now()); ok {
+		e.log.Warn("gateway: upstream sent bytes no request asked for; its connection is closed",
+			"route", route, "upstream", up.host, "held_back", held)
+	}
+	*withBytes++
+	return *withBytes > maxUnasked
+}
 
 // errUnasked: every kept connection tried had bytes no request asked for.
 var errUnasked = errors.New("gateway: upstream: kept connections hold answers no request asked for")
