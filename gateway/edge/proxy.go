@@ -253,7 +253,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		raw := uc.raw(c)
 		first := raw != nil && uc.used && headOnly(req)
 		if uc != nil && uc.used && !first {
-			if what := unasked(uc); what != nothing {
+			if what := unasked(uc); what != rawconn.Nothing {
 				hc.CloseConn(cc)
 				if e.closedKept(what, &withBytes, route, up) {
 					return false, true, errUnasked
@@ -290,10 +290,10 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		// (Reset brought fasthttp's default back).
 		resp.Header.SetNoDefaultContentType(true)
 		err = br.head(&resp.Header)
-		if first && raw.Unsent() {
+		if what := raw.Unsent(); first && what != rawconn.Nothing {
 			br.release()
 			hc.CloseConn(cc)
-			if e.closedKept(unasked(uc), &withBytes, route, up) {
+			if e.closedKept(what, &withBytes, route, up) {
 				return false, true, errUnasked
 			}
 			continue
@@ -667,16 +667,6 @@ func (r *answerReader) release() {
 	}
 }
 
-// leftover is what a kept upstream connection has to read before a
-// request is sent on it (unasked).
-type leftover uint8
-
-const (
-	nothing      leftover = iota // quiet: the request may go
-	unaskedBytes                 // bytes no request asked for
-	ended                        // its end: the upstream closed it, or it broke
-)
-
 // closedKept notes a kept connection closed for what it held before a
 // request went on it, and reports whether the request gives up. Bytes are
 // logged and counted in *withBytes: the request gives up once more than
@@ -685,8 +675,8 @@ const (
 // idle connection (its idle timeout, a restart, which ends every
 // connection kept to it): it is not counted, and the pool, which loses the
 // connection, is what bounds those.
-func (e *Engine) closedKept(what leftover, withBytes *int, route string, up *upstream) bool {
-	if what != unaskedBytes {
+func (e *Engine) closedKept(what rawconn.Leftover, withBytes *int, route string, up *upstream) bool {
+	if what != rawconn.Bytes {
 		return false
 	}
 	if held, ok := e.unaskedLog.Pass(time.Now()); ok {

@@ -5,6 +5,8 @@ package edge
 import (
 	"net"
 	"syscall"
+
+	"github.com/floodgate/floodgate/internal/rawconn"
 )
 
 // unasked says what an idle upstream connection has to read that no
@@ -14,24 +16,14 @@ import (
 // answer to the next request sent on it, bytes would answer that request
 // with what was never its answer, and each request after it with the
 // answer of the one before. It looks without waiting and without taking
-// the bytes (MSG_PEEK): one system call.
-func unasked(u *upConn) leftover {
+// the bytes: one system call.
+func unasked(u *upConn) rawconn.Leftover {
 	if u.fd < 0 {
-		return nothing
+		return rawconn.Nothing
 	}
 	// The connection is this request's alone (taken from the pool): its
 	// descriptor cannot be closed meanwhile.
-	var b [1]byte
-	n, _, err := syscall.Recvfrom(u.fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	switch {
-	case n > 0:
-		return unaskedBytes
-	case err == syscall.EAGAIN || err == syscall.EINTR:
-		return nothing
-	default:
-		// The end (0 and no error), or an error: the connection is broken.
-		return ended
-	}
+	return rawconn.Look(uintptr(u.fd))
 }
 
 // fdOf returns the descriptor of a TCP connection, -1 for another kind.

@@ -30,9 +30,9 @@ type IO struct {
 	pend []byte
 	pn   int
 	perr syscall.Errno
-	// unread says the socket held bytes or its end when that Read began:
-	// nothing was sent (until the next SendFirst).
-	unread bool
+	// unread is what the socket held when that Read began, when it held
+	// something: nothing was sent (until the next SendFirst).
+	unread Leftover
 	// waiting says a read found the socket empty and waits in the
 	// netpoller.
 	waiting atomic.Bool
@@ -118,7 +118,7 @@ func writeRaw(fd uintptr, p []byte) (written int, e syscall.Errno, done bool) {
 // all sent, waits without reading: the netpoller's readiness was reset
 // before the send began (RawConn.Read resets it before it calls this), so
 // the answer's bytes, which come after the send, end the wait. It first
-// looks, without taking anything, whether the socket is quiet: bytes or
+// looks (Look), without taking anything, whether the socket is quiet: bytes or
 // the end that came before the reset would not end the wait, so then it
 // sends nothing and ends the read (unread). A send that finds no room, or
 // fails, ends the read too (Read finishes or reports it). Woken, it reads
@@ -127,9 +127,10 @@ func (r *IO) sendThenRead(fd uintptr) bool {
 	if r.pend == nil {
 		return r.readOnce(fd)
 	}
-	if r.pn == 0 && !quiet(fd) {
-		r.unread = true
-		return true
+	if r.pn == 0 {
+		if r.unread = Look(fd); r.unread != Nothing {
+			return true
+		}
 	}
 	n, e, done := writeRaw(fd, r.pend[r.pn:])
 	r.pn += n
@@ -140,20 +141,6 @@ func (r *IO) sendThenRead(fd uintptr) bool {
 	r.pend = nil
 	r.waiting.Store(true)
 	return false
-}
-
-// quiet reports whether the socket fd has nothing to read: no bytes and
-// not its end. It looks without waiting and without taking anything
-// (MSG_PEEK). A broken socket is not quiet.
-func quiet(fd uintptr) bool {
-	var b [1]byte
-	for {
-		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
-			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-		if e != syscall.EINTR {
-			return e == syscall.EAGAIN
-		}
-	}
 }
 
 // ErrUnread is a Read's error when the request SendFirst left for it was
@@ -176,15 +163,16 @@ var ErrUnread = errors.New("rawconn: the socket had bytes to read before the req
 // it reads. b must stay as it is until that Read returns, and no Write
 // may run meanwhile.
 func (r *IO) SendFirst(b []byte) {
-	r.unread = false
+	r.unread = Nothing
 	if len(b) > 0 {
 		r.pend, r.pn, r.perr = b, 0, 0
 	}
 }
 
-// Unsent reports whether the request of the last SendFirst was not sent
-// because the socket was not quiet (its Read returned ErrUnread).
-func (r *IO) Unsent() bool { return r.unread }
+// Unsent says what kept the request of the last SendFirst from being
+// sent (its Read returned ErrUnread): Bytes or End; Nothing when it was
+// sent, or is yet to be.
+func (r *IO) Unsent() Leftover { return r.unread }
 
 // Read reads into b as net.Conn's Read does, after sending what SendFirst
 // left for it.
@@ -196,7 +184,7 @@ func (r *IO) Read(b []byte) (int, error) {
 	var err error
 	if r.pend != nil {
 		err = r.rc.Read(r.sendFn)
-		if err == nil && r.unread {
+		if err == nil && r.unread != Nothing {
 			r.pend, r.rb = nil, nil
 			return 0, ErrUnread
 		}

@@ -333,14 +333,14 @@ func TestSendFirst(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	_ = s5.SetReadDeadline(time.Now().Add(10 * time.Second))
 	r5.SendFirst([]byte("request"))
-	if n, err := r5.Read(b); n != 0 || !errors.Is(err, ErrUnread) || !r5.Unsent() {
+	if n, err := r5.Read(b); n != 0 || !errors.Is(err, ErrUnread) || r5.Unsent() != Bytes {
 		t.Fatalf("a send over unread bytes: %d, %v, unsent %v", n, err, r5.Unsent())
 	}
 	if n, err := r5.Read(b); err != nil || string(b[:n]) != "unasked" {
 		t.Fatalf("the bytes there before: %q, %v", b[:n], err)
 	}
 	r5.SendFirst([]byte("request"))
-	if r5.Unsent() {
+	if r5.Unsent() != Nothing {
 		t.Fatal("a new SendFirst still says unsent")
 	}
 	_ = c5.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
@@ -359,7 +359,7 @@ func TestSendFirst(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		_ = s3.SetReadDeadline(time.Now().Add(10 * time.Second))
 		r3.SendFirst([]byte("x"))
-		if n, err := r3.Read(b); n != 0 || !errors.Is(err, ErrUnread) || !r3.Unsent() {
+		if n, err := r3.Read(b); n != 0 || !errors.Is(err, ErrUnread) || r3.Unsent() != End {
 			t.Fatalf("a send after the other end's close (reset %v): %d, %v", reset, n, err)
 		}
 	}
@@ -371,7 +371,7 @@ func TestSendFirst(t *testing.T) {
 	_ = s6.CloseWrite()
 	_ = s6.SetReadDeadline(time.Now().Add(10 * time.Second))
 	r6.SendFirst([]byte("x"))
-	if _, err := r6.Read(b); !errors.Is(err, syscall.EPIPE) || opOf(err) != "write" || r6.Unsent() {
+	if _, err := r6.Read(b); !errors.Is(err, syscall.EPIPE) || opOf(err) != "write" || r6.Unsent() != Nothing {
 		t.Fatalf("a send that fails: %v (op %q)", err, opOf(err))
 	}
 

@@ -26,7 +26,7 @@ func (*IO) Waiting() bool { return false }
 func (*IO) SendFirst([]byte) {}
 
 // Unsent is never called: Of returns no IO.
-func (*IO) Unsent() bool { return false }
+func (*IO) Unsent() Leftover { return Nothing }
 
 // ErrUnread is never returned: Of returns no IO.
 var ErrUnread = errors.New("rawconn: the socket had bytes to read before the request was sent")
