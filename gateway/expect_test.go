@@ -10,8 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/floodgate/floodgate/limiter"
 )
 
 // expectPolicy: an upload route under one request an hour per client
@@ -68,15 +66,7 @@ func expectGateway(t *testing.T, fr string, bodies bool) (base string, got func(
 		mu.Unlock()
 		_, _ = io.WriteString(w, "got "+string(b))
 	})
-	p := compilePolicy(t, "expect.yaml", expectPolicy(up.URL, bodies))
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(Options{Matcher: pm, Engine: limiter.New(newMemStore(t, nil), limiter.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := policyGateway(t, expectPolicy(up.URL, bodies), nil, nil)
 	return serveFront(t, fr, g, nil), func(path string) []string {
 		mu.Lock()
 		defer mu.Unlock()

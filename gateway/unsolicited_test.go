@@ -267,25 +267,12 @@ func TestUpstreamLeftAfterTheRequest(t *testing.T) {
 		if a := do(t, c, "GET", base+"/ok", nil); a.status != 200 {
 			t.Fatalf("GET /ok: %d %q", a.status, a.body)
 		}
-		raw, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer raw.Close()
-		_ = raw.SetDeadline(time.Now().Add(30 * time.Second))
-		if _, err := io.WriteString(raw, "POST /dropBARE HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(raw), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		status := rawStatus(t, base, "POST /dropBARE HTTP/1.1\r\nHost: x\r\n\r\n")
 		mu.Lock()
 		n := seen["POST /dropBARE"]
 		mu.Unlock()
-		if n != 1 || resp.StatusCode != 502 {
-			t.Errorf("a POST without Content-Length whose upstream left: sent %d times, answered %d; want once, 502", n, resp.StatusCode)
+		if n != 1 || status != 502 {
+			t.Errorf("a POST without Content-Length whose upstream left: sent %d times, answered %d; want once, 502", n, status)
 		}
 		for _, m := range []string{"POST", "GET"} {
 			if a := do(t, c, "GET", base+"/ok", nil); a.status != 200 {
