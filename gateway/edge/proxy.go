@@ -290,7 +290,10 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		// (Reset brought fasthttp's default back).
 		resp.Header.SetNoDefaultContentType(true)
 		err = br.head(&resp.Header)
-		if what := raw.Unsent(); first && what != rawconn.Nothing {
+		if !first {
+			break
+		}
+		if what := raw.Unsent(); what != rawconn.Nothing {
 			br.release()
 			hc.CloseConn(cc)
 			if e.closedKept(what, &withBytes, route, up) {
