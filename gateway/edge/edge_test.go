@@ -3,13 +3,16 @@ package edge
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -228,5 +231,71 @@ limits:
 			t.Fatalf("%d connections to the upstream still open after Shutdown", open.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNextRequestDuringTheAnswer: a client that sends its next request
+// while the one before is being answered (pipelining, at random moments
+// from before the first is read to after its answer is written) has both
+// answered: the engine's read after an answer misses no bytes that came
+// before it began (a read that waited for new bytes without first trying
+// the socket, after a reset of its readiness, would). Parking is off, so a
+// missed request would wait for bytes that never come.
+func TestNextRequestDuringTheAnswer(t *testing.T) {
+	t.Parallel()
+	g := echoGateway(t, echoPath, "")
+	e := New(g, Options{ParkIdleAfter: -1})
+	addr, stop := serveOn(t, e)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			for j := range 15 {
+				if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+					errs <- err
+					return
+				}
+				first := fmt.Sprintf("GET /%d/%d/a HTTP/1.1\r\nHost: gateway.example\r\n\r\n", i, j)
+				next := fmt.Sprintf("GET /%d/%d/b HTTP/1.1\r\nHost: gateway.example\r\n\r\n", i, j)
+				if _, err := io.WriteString(c, first); err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(time.Duration(rng.IntN(600)) * time.Microsecond)
+				if _, err := io.WriteString(c, next); err != nil {
+					errs <- err
+					return
+				}
+				for _, want := range []string{fmt.Sprintf("up /%d/%d/a", i, j), fmt.Sprintf("up /%d/%d/b", i, j)} {
+					res, err := http.ReadResponse(br, nil)
+					if err != nil {
+						errs <- fmt.Errorf("connection %d, pair %d, waiting for %q: %w", i, j, want, err)
+						return
+					}
+					body, err := io.ReadAll(res.Body)
+					res.Body.Close()
+					if err != nil || res.StatusCode != http.StatusOK || string(body) != want {
+						errs <- fmt.Errorf("connection %d, pair %d: %d %q (%v), want 200 %q", i, j, res.StatusCode, body, err, want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
