@@ -10,7 +10,6 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/rawconn"
-	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -74,16 +73,7 @@ func TestConnectionsReadRaw(t *testing.T) {
 		})
 	}
 	t.Run("tls", func(t *testing.T) {
-		dir := t.TempDir()
-		pool, certFile, keyFile, caFile := testCerts(t, dir)
-		srv, err := redistest.StartServer(redistest.Config{Dir: dir, TLSArgs: []string{
-			"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile,
-			"--tls-auth-clients", "no",
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Stop)
+		srv, pool := startTLSRedis(t)
 		s, err := New(Options{URL: "rediss://" + srv.TLSAddr, Prefix: uniquePrefix(t), TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
 		if err != nil {
 			t.Fatal(err)

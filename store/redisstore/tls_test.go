@@ -25,17 +25,7 @@ import (
 // TestTLS talks rediss:// to a real redis-server with a TLS port and a
 // certificate made for the test.
 func TestTLS(t *testing.T) {
-	dir := t.TempDir()
-	pool, certFile, keyFile, caFile := testCerts(t, dir)
-	srv, err := redistest.StartServer(redistest.Config{Dir: dir, TLSArgs: []string{
-		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile,
-		"--tls-auth-clients", "no",
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-
+	srv, pool := startTLSRedis(t)
 	url := "rediss://" + srv.TLSAddr
 	s, err := New(Options{URL: url, Prefix: uniquePrefix(t), TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
 	if err != nil {
@@ -65,6 +55,23 @@ func TestTLS(t *testing.T) {
 	if err == nil {
 		t.Fatal("connected over TLS to a server whose certificate no root signs")
 	}
+}
+
+// startTLSRedis starts a server of the test's own that also listens for
+// TLS, with a certificate for 127.0.0.1 that the pool's CA signed.
+func startTLSRedis(t *testing.T) (*redistest.Server, *x509.CertPool) {
+	t.Helper()
+	dir := t.TempDir()
+	pool, certFile, keyFile, caFile := testCerts(t, dir)
+	srv, err := redistest.StartServer(redistest.Config{Dir: dir, TLSArgs: []string{
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile,
+		"--tls-auth-clients", "no",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv, pool
 }
 
 // testCerts writes a CA and a server certificate for 127.0.0.1.
