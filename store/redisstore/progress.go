@@ -275,10 +275,10 @@ func (r *replies) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.
 		return nil, err
 	}
 	// A plain connection is read and written with raw system calls
-	// (rawconn): the client's goroutines then enter no system call the
-	// runtime's monitor watches, which on cores shared with Redis keeps
-	// its threads from waking and preempting the one thread every
-	// decision passes (docs/redis.md).
+	// (rawconn; but see trackedConn.quiet): those are calls the runtime's
+	// monitor does not watch, which on cores shared with Redis keeps its
+	// threads from waking and preempting the one thread every decision
+	// passes (docs/redis.md).
 	conn := net.Conn(rawconn.Wrap(raw))
 	if cfg != nil {
 		if cfg.ServerName == "" {
