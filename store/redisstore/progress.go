@@ -122,13 +122,8 @@ func (v *server) closeAll() int {
 type trackedConn struct {
 	net.Conn          // what the client reads and writes: the TCP or TLS connection
 	raw      net.Conn // the TCP connection beneath
-	// quiet is, for a plain connection (read and written raw), the TCP
-	// connection written through Go's net package while the server owes
-	// no reply (a lone caller's command): there, measured, the raw write
-	// made each decision 8 µs slower, pinned or not (docs/redis.md).
-	quiet net.Conn
-	srv   *server
-	once  sync.Once
+	srv      *server
+	once     sync.Once
 
 	rmu, wmu sync.Mutex // guard in, out
 	in, out  respCount
@@ -152,10 +147,14 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// Write writes b. A plain connection (read and written raw) is written
+// through Go's net package while the server owes it no reply (a lone
+// caller's command): there, measured, the raw write made each decision
+// 8 µs slower, pinned or not (docs/redis.md).
 func (c *trackedConn) Write(b []byte) (int, error) {
 	w := c.Conn
-	if c.quiet != nil && !c.owes() {
-		w = c.quiet
+	if rc, ok := w.(*rawconn.Conn); ok && !c.owes() {
+		w = rc.PlainConn()
 	}
 	n, err := w.Write(b)
 	if n > 0 {
@@ -275,7 +274,7 @@ func (r *replies) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.
 		return nil, err
 	}
 	// A plain connection is read and written with raw system calls
-	// (rawconn; but see trackedConn.quiet): those are calls the runtime's
+	// (rawconn; but see trackedConn.Write): those are calls the runtime's
 	// monitor does not watch, which on cores shared with Redis keeps its
 	// threads from waking and preempting the one thread every decision
 	// passes (docs/redis.md).
@@ -300,9 +299,6 @@ func (r *replies) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.
 		return conn, nil
 	}
 	tc := &trackedConn{Conn: conn, raw: raw, srv: v}
-	if cfg == nil {
-		tc.quiet = raw
-	}
 	v.mu.Lock()
 	v.conns[tc] = struct{}{}
 	v.mu.Unlock()
