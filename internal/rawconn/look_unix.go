@@ -1,20 +1,20 @@
-//go:build unix && !linux
+//go:build unix
 
 package rawconn
 
 import "syscall"
 
 // Look says what the socket fd has to read, without waiting and without
-// taking anything (MSG_PEEK).
+// taking anything (MSG_PEEK). On Linux it is one raw system call, so it
+// may be made from a RawConn's callback.
 func Look(fd uintptr) Leftover {
-	var b [1]byte
 	for {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		n, e := peek(fd)
 		switch {
-		case err == syscall.EINTR:
-		case err == nil && n > 0:
+		case e == syscall.EINTR:
+		case e == 0 && n > 0:
 			return Bytes
-		case err == syscall.EAGAIN:
+		case e == syscall.EAGAIN:
 			return Nothing
 		default:
 			return End // 0 bytes and no error is the end; another error, a broken socket
