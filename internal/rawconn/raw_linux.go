@@ -12,11 +12,12 @@ import (
 	"unsafe"
 )
 
-// IO reads and writes one TCP connection's socket with raw system calls.
-// One read and one write may run at once, not two of either.
+// IO reads and writes one stream socket (TCP or Unix) with raw system
+// calls. One read and one write may run at once, not two of either.
 type IO struct {
 	rc              syscall.RawConn
 	c               net.Conn // for the addresses in errors
+	network         string   // "tcp" or "unix", for errors
 	rb              []byte
 	rn              int
 	rerr            syscall.Errno
@@ -44,8 +45,10 @@ type IO struct {
 func (r *IO) Waiting() bool { return r.waiting.Load() }
 
 // Of returns the raw reader and writer of c, nil when c is not a plain
-// TCP connection or a wrapper that passes its bytes unchanged to one
-// (Plain).
+// TCP connection, a Unix stream connection, or a wrapper that passes its
+// bytes unchanged to one (Plain). (A Unix datagram or sequenced-packet
+// connection keeps its messages' bounds, which a stream's reader would
+// not: those are left to net.)
 func Of(c net.Conn) *IO {
 	for i := 0; i < 4; i++ {
 		p, ok := c.(Plain)
@@ -54,17 +57,37 @@ func Of(c net.Conn) *IO {
 		}
 		c = p.PlainConn()
 	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
+	var sc syscall.Conn
+	network := "tcp"
+	switch cc := c.(type) {
+	case *net.TCPConn:
+		sc = cc
+	case *net.UnixConn:
+		sc, network = cc, "unix"
+	default:
 		return nil
 	}
-	rc, err := tc.SyscallConn()
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return nil
 	}
-	r := &IO{rc: rc, c: tc}
+	if network == "unix" && !isStream(rc) {
+		return nil
+	}
+	r := &IO{rc: rc, c: c, network: network}
 	r.readFn, r.writeFn, r.sendFn = r.readOnce, r.writeAll, r.sendThenRead
 	return r
+}
+
+// isStream reports whether rc's socket is a stream (SOCK_STREAM).
+func isStream(rc syscall.RawConn) bool {
+	typ := -1
+	if err := rc.Control(func(fd uintptr) {
+		typ, _ = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TYPE)
+	}); err != nil {
+		return false
+	}
+	return typ == syscall.SOCK_STREAM
 }
 
 func (r *IO) readOnce(fd uintptr) bool {
@@ -209,7 +232,7 @@ func (r *IO) Read(b []byte) (int, error) {
 		return 0, opNamed(err, "read")
 	}
 	if e != 0 {
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("read", e)}
+		return 0, &net.OpError{Op: "read", Net: r.network, Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("read", e)}
 	}
 	if n == 0 {
 		return 0, io.EOF
@@ -221,7 +244,7 @@ func (r *IO) Read(b []byte) (int, error) {
 // rest of it as Write does.
 func (r *IO) sendRest() error {
 	if r.perr != 0 {
-		return &net.OpError{Op: "write", Net: "tcp", Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("write", r.perr)}
+		return &net.OpError{Op: "write", Net: r.network, Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("write", r.perr)}
 	}
 	_, err := r.Write(r.pend[r.pn:])
 	return err
@@ -237,7 +260,7 @@ func (r *IO) Write(b []byte) (int, error) {
 		return n, opNamed(err, "write")
 	}
 	if e != 0 {
-		return n, &net.OpError{Op: "write", Net: "tcp", Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("write", e)}
+		return n, &net.OpError{Op: "write", Net: r.network, Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("write", e)}
 	}
 	return n, nil
 }

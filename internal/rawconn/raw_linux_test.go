@@ -388,3 +388,108 @@ func TestSendFirst(t *testing.T) {
 		t.Fatalf("the other end read %q, %v; want the request sent", b[:n], err)
 	}
 }
+
+// unixPair returns the two ends of a Unix connection of the given network
+// ("unix" or "unixpacket"), closed with the test.
+func unixPair(t *testing.T, network string) (server, client *net.UnixConn) {
+	t.Helper()
+	ln, err := net.Listen(network, t.TempDir()+"/s.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial(network, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); c.Close() })
+	return s.(*net.UnixConn), c.(*net.UnixConn)
+}
+
+// TestRawUnixStream: a Unix stream connection is read and written raw, as
+// net.Conn reads and writes it (bytes both ways, a write larger than the
+// socket's buffers to a slow reader, each deadline, the other end gone,
+// the connection closed here, errors named as net names them); a
+// sequenced-packet one, whose reads keep the bounds of its messages, is
+// left to net.
+func TestRawUnixStream(t *testing.T) {
+	t.Parallel()
+	if p, _ := unixPair(t, "unixpacket"); Of(p) != nil || Wrap(p).Raw() != nil {
+		t.Fatal("a raw path for a sequenced-packet Unix connection")
+	}
+	s, c := unixPair(t, "unix")
+	r := Of(limited{s})
+	if r == nil || Wrap(s).Raw() == nil {
+		t.Fatal("no raw path for a Unix stream connection")
+	}
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 64)
+	if n, err := r.Read(b); err != nil || string(b[:n]) != "hello" {
+		t.Fatalf("read %q, %v; want hello", b[:n], err)
+	}
+	big := bigBytes()
+	got := make(chan [32]byte, 1)
+	go func() { got <- readSlowly(c, len(big)) }()
+	if n, err := r.Write(big); n != len(big) || err != nil {
+		t.Fatalf("wrote %d of %d: %v", n, len(big), err)
+	}
+	if <-got != sha256.Sum256(big) {
+		t.Fatal("the bytes that arrived are not those written")
+	}
+	_ = s.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	if n, err := r.Read(b); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) || opOf(err) != "read" {
+		t.Fatalf("read past its deadline: %d, %v (op %q)", n, err, opOf(err))
+	}
+	_ = s.SetReadDeadline(time.Time{})
+	_ = s.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, err := r.Write(make([]byte, 64<<20)); n >= 64<<20 || !errors.Is(err, os.ErrDeadlineExceeded) || opOf(err) != "write" {
+		t.Fatalf("write past its deadline: %d, %v (op %q)", n, err, opOf(err))
+	}
+	_ = s.SetWriteDeadline(time.Time{})
+
+	// A request sent by the read of its answer, as the Redis store's
+	// connections are not, but any user of SendFirst may be.
+	s2, c2 := unixPair(t, "unix")
+	go func() {
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(c2, buf); err == nil && string(buf) == "ping" {
+			_, _ = c2.Write([]byte("pong"))
+		}
+	}()
+	r2 := Of(s2)
+	r2.SendFirst([]byte("ping"))
+	if n, err := r2.Read(b); err != nil || string(b[:n]) != "pong" {
+		t.Fatalf("the answer to a request sent first: %q, %v", b[:n], err)
+	}
+
+	// The other end leaves: the end of the stream after what it sent,
+	// and then a write that says the connection is gone, named as net
+	// names it.
+	_, _ = c2.Write([]byte("bye"))
+	c2.Close()
+	if n, err := r2.Read(b); err != nil || string(b[:n]) != "bye" {
+		t.Fatalf("read %q, %v; want bye", b[:n], err)
+	}
+	if n, err := r2.Read(b); n != 0 || err != io.EOF {
+		t.Fatalf("read after the other end closed: %d, %v; want io.EOF", n, err)
+	}
+	_, err := r2.Write([]byte("x"))
+	var oe *net.OpError
+	if !staleConn(err) || !errors.As(err, &oe) || oe.Op != "write" || oe.Net != "unix" {
+		t.Fatalf("write after the other end closed: %#v", err)
+	}
+	s.Close()
+	if _, err := r.Read(b); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read of a closed connection: %v", err)
+	}
+	if _, err := r.Write(b); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write of a closed connection: %v", err)
+	}
+}

@@ -1,4 +1,4 @@
-// Package rawconn reads and writes TCP connections' sockets with raw
+// Package rawconn reads and writes stream sockets (TCP, Unix) with raw
 // system calls, which do not tell Go's scheduler that a call is under way.
 //
 // A socket of Go's net package is non-blocking, so each such call returns
@@ -33,9 +33,10 @@ type Plain interface {
 }
 
 // Conn is a connection read and written with raw system calls when it is
-// a plain TCP connection (Of), and through its own Read and Write
-// otherwise; its other methods are its own. Like any net.Conn whose bytes
-// must stay in order, it takes one read and one write at a time.
+// a plain TCP or Unix stream connection (Of), and through its own Read
+// and Write otherwise; its other methods are its own. Like any net.Conn
+// whose bytes must stay in order, it takes one read and one write at a
+// time.
 type Conn struct {
 	net.Conn
 	io *IO
