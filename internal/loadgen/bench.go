@@ -33,7 +33,8 @@ and the latency percentiles of one decision. It stops by itself after
 store without the engine (no deadline, breaker or failure policy).
 
 Stores: memory (the embedded store) or a Redis URL: redis://host:port/db,
-rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://h1:p1/master.
+rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://h1:p1/master,
+redis+unix:///path/of/the.sock.
 On Redis it also reports the script calls and the CPU time of the servers
 per decision (from INFO, before and after the run), and takes the Redis
 store's modes: --batch 1 sends one script call per decision.

@@ -231,10 +231,11 @@
 //
 // # Opening by URL
 //
-// The package registers its schemes with package store: redis, rediss,
-// redis+cluster, rediss+cluster, redis+sentinel, rediss+sentinel (the URLs
-// ParseURL reads) and redis+unix:///path (a standalone server on a Unix
-// socket, whose connection is not tracked for progress). Store.Client
+// The package registers the schemes ParseURL reads with package store:
+// redis, rediss, redis+cluster, rediss+cluster, redis+sentinel,
+// rediss+sentinel and redis+unix:///path (a standalone server on a Unix
+// socket, opened as redis:// is: the same client settings, its connection
+// tracked for progress and read raw, RefuseEvictable honoured). Store.Client
 // lends the store's client to the state a program keeps beside its
 // counters (floodgate serve's console), with the store's TLS settings.
 package redisstore

@@ -40,6 +40,9 @@ type Address struct {
 	Mode Mode
 	// TLS is set by the rediss schemes.
 	TLS bool
+	// Unix is set by redis+unix: Hosts then holds the path of a standalone
+	// server's Unix socket.
+	Unix bool
 	// Hosts are host:port pairs: the server, the cluster's seed nodes or
 	// the sentinels.
 	Hosts    []string
@@ -57,6 +60,7 @@ type Address struct {
 //	rediss://[user:password@]host[:port][/db]                    (TLS)
 //	redis+cluster://[user:password@]host:port[,host:port...]
 //	redis+sentinel://[user:password@]host:port[,host:port...]/master[/db]
+//	redis+unix://[user:password@]/path/of/the.sock               (a standalone server's Unix socket)
 //
 // (rediss+cluster and rediss+sentinel for TLS). The port defaults to 6379
 // (26379 for sentinels).
@@ -70,6 +74,8 @@ func ParseURL(raw string) (Address, error) {
 	}
 	var a Address
 	switch strings.ToLower(scheme) {
+	case "redis+unix":
+		return parseUnix(raw, rest)
 	case "redis":
 		a.Mode = Standalone
 	case "rediss":
@@ -83,7 +89,7 @@ func ParseURL(raw string) (Address, error) {
 	case "rediss+sentinel":
 		a.Mode, a.TLS = Sentinel, true
 	default:
-		return bad("unknown scheme %q (want redis, rediss, redis+cluster, rediss+cluster, redis+sentinel or rediss+sentinel)", scheme)
+		return bad("unknown scheme %q (want redis, rediss, redis+cluster, rediss+cluster, redis+sentinel, rediss+sentinel or redis+unix)", scheme)
 	}
 	if strings.Contains(rest, "?") || strings.Contains(rest, "#") {
 		return bad("query parameters and fragments are not supported; use the store's options")
@@ -156,6 +162,31 @@ func ParseURL(raw string) (Address, error) {
 		}
 		a.DB = db
 	}
+	return a, nil
+}
+
+// parseUnix reads redis+unix://[user[:password]@]/path/of/the.sock, raw
+// being the whole URL and rest what follows its "://".
+func parseUnix(raw, rest string) (Address, error) {
+	bad := func(why string) (Address, error) {
+		return Address{}, fmt.Errorf("redisstore: address %q: %s", redact(raw), why)
+	}
+	a := Address{Mode: Standalone, Unix: true}
+	if at := strings.Index(rest, "@/"); at >= 0 {
+		user, pass, _ := strings.Cut(rest[:at], ":")
+		var err error
+		if a.Username, err = url.PathUnescape(user); err == nil {
+			a.Password, err = url.PathUnescape(pass)
+		}
+		if err != nil {
+			return bad("bad credentials: " + err.Error())
+		}
+		rest = rest[at+1:]
+	}
+	if !strings.HasPrefix(rest, "/") || len(rest) < 2 || strings.ContainsAny(rest, "?#") {
+		return bad("want redis+unix:///path/of/the.sock")
+	}
+	a.Hosts = []string{rest}
 	return a, nil
 }
 

@@ -22,6 +22,8 @@ func TestParseURL(t *testing.T) {
 		{"rediss+cluster://u:p@a:7000", Address{Mode: Cluster, TLS: true, Hosts: []string{"a:7000"}, Username: "u", Password: "p"}},
 		{"redis+sentinel://s1:26379,s2/mymaster", Address{Mode: Sentinel, Hosts: []string{"s1:26379", "s2:26379"}, MasterSet: "mymaster"}},
 		{"redis+sentinel://s1/mymaster/3", Address{Mode: Sentinel, Hosts: []string{"s1:26379"}, MasterSet: "mymaster", DB: 3}},
+		{"redis+unix:///run/redis.sock", Address{Mode: Standalone, Unix: true, Hosts: []string{"/run/redis.sock"}}},
+		{"redis+unix://u:p%40ss@/run/redis.sock", Address{Mode: Standalone, Unix: true, Hosts: []string{"/run/redis.sock"}, Username: "u", Password: "p@ss"}},
 	} {
 		got, err := ParseURL(c.in)
 		if err != nil {
@@ -50,6 +52,11 @@ func TestParseURLErrors(t *testing.T) {
 		{"redis+cluster://a:1,,b:2", "empty host"},
 		{"redis+sentinel://s1:26379", "master's name"},
 		{"redis://user:hunter2@h:x", "bad port"},
+		{"redis+unix://run/redis.sock", "want redis+unix:///path"},
+		{"redis+unix:///", "want redis+unix:///path"},
+		{"redis+unix:///run/redis.sock?db=1", "want redis+unix:///path"},
+		{"redis+unix://user:hunter2@/run/%zz.sock?x", "want redis+unix:///path"},
+		{"redis+unix://user:%zz@/run/redis.sock", "bad credentials"},
 	} {
 		_, err := ParseURL(c.in)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -63,7 +70,7 @@ func TestParseURLErrors(t *testing.T) {
 
 func FuzzParseURL(f *testing.F) {
 	for _, s := range []string{"redis://h:1/2", "rediss://u:p@h", "redis+cluster://a:1,b:2",
-		"redis+sentinel://s:1/m/2", "redis://[::1]:1", "redis://:@/", "x://"} {
+		"redis+sentinel://s:1/m/2", "redis://[::1]:1", "redis://:@/", "x://", "redis+unix://u:p@/s.sock"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -220,6 +220,7 @@ func (m *slotMap) sameOwners(o *slotMap) bool {
 // replies keeps the store's progress: per server, and a Cluster's slots.
 type replies struct {
 	cluster  bool
+	network  string // what the store dials: "tcp", or "unix" (redis+unix)
 	base     time.Time
 	sentinel *net.Resolver // marks the dialer of the sentinels' connections
 	log      *slog.Logger
@@ -238,8 +239,12 @@ type replies struct {
 	follows  atomic.Int64 // nodes whose connections were closed after their slots moved
 }
 
-func newReplies(mode Mode) *replies {
-	r := &replies{cluster: mode == Cluster, base: time.Now(), stop: make(chan struct{})}
+func newReplies(a Address) *replies {
+	mode := a.Mode
+	r := &replies{cluster: mode == Cluster, network: "tcp", base: time.Now(), stop: make(chan struct{})}
+	if a.Unix {
+		r.network = "unix"
+	}
 	r.all.base, r.all.conns = r.base, map[*trackedConn]struct{}{}
 	if mode == Sentinel {
 		r.sentinel = &net.Resolver{} // the default resolver, by another pointer
@@ -269,7 +274,7 @@ func (r *replies) server(addr string, add bool) *server {
 // dial connects to dst as the client would, and tracks the connection
 // unless it is a sentinel's.
 func (r *replies) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
-	raw, err := d.DialContext(ctx, "tcp", dst)
+	raw, err := d.DialContext(ctx, r.network, dst)
 	if err != nil {
 		return nil, err
 	}

@@ -149,10 +149,27 @@ func TestSlowRepliesThatFlowAreNotDegraded(t *testing.T) {
 
 // TestPausedRedisFailsWithinTheDeadline: a SIGSTOPped Redis fails every
 // call by its deadline, far within the hard timeout, for a lone caller on
-// fresh connections as for a loaded store, and the breaker opens.
+// fresh connections as for a loaded store, and the breaker opens; over
+// TCP and over a Unix socket alike.
 func TestPausedRedisFailsWithinTheDeadline(t *testing.T) {
-	srv := redistest.Start(t)
-	s, err := New(Options{URL: "redis://" + srv.Addr, Prefix: uniquePrefix(t), EvictionCheck: -1})
+	t.Run("tcp", func(t *testing.T) {
+		srv := redistest.Start(t)
+		testPausedRedisFailsWithinTheDeadline(t, srv, "redis://"+srv.Addr)
+	})
+	t.Run("unix", func(t *testing.T) {
+		dir := t.TempDir()
+		sock := dir + "/redis.sock"
+		srv, err := redistest.StartServer(redistest.Config{Dir: dir, Args: []string{"--unixsocket", sock, "--unixsocketperm", "700"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		testPausedRedisFailsWithinTheDeadline(t, srv, "redis+unix://"+sock)
+	})
+}
+
+func testPausedRedisFailsWithinTheDeadline(t *testing.T, srv *redistest.Server, url string) {
+	s, err := New(Options{URL: url, Prefix: uniquePrefix(t), EvictionCheck: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +398,7 @@ func TestSilentServerOwesReplies(t *testing.T) {
 		t.Skip("only Linux tells what waits unread")
 	}
 	srv := redistest.Start(t)
-	rp := newReplies(Standalone)
+	rp := newReplies(Address{Mode: Standalone})
 	c, err := rp.dial(context.Background(), srv.Addr, &net.Dialer{Timeout: time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/rawconn"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -41,8 +42,9 @@ func trackedConns(s *Store) []*trackedConn {
 // standalone and Cluster, are read and written with raw system calls
 // (rawconn: no runtime bookkeeping around each call, which on shared cores
 // costs the client CPU that Redis would otherwise have), written through
-// net while no reply is owed, and decide as before; a TLS connection is
-// read and written through TLS alone.
+// net while no reply is owed, and decide as before; so is a connection to
+// a Unix socket (redis+unix), tracked for progress as a TCP one; a TLS
+// connection is read and written through TLS alone.
 func TestConnectionsReadRaw(t *testing.T) {
 	r := ruletest.Rule(t, floodgate.Limit{Name: "raw", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour})
 	out := make([]floodgate.Decision, 1)
@@ -73,6 +75,39 @@ func TestConnectionsReadRaw(t *testing.T) {
 			}
 		})
 	}
+	t.Run("unix", func(t *testing.T) {
+		// A Unix socket's store is opened as a TCP one is: its connection
+		// tracked for progress, and read and written raw.
+		dir := t.TempDir()
+		sock := dir + "/redis.sock"
+		srv, err := redistest.StartServer(redistest.Config{Dir: dir, Args: []string{"--unixsocket", sock, "--unixsocketperm", "700"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		s, err := New(Options{URL: "redis+unix://" + sock, Prefix: uniquePrefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for i, want := range []bool{true, false} {
+			if err := s.Decide(context.Background(), hits, false, out); err != nil || out[0].Allowed != want {
+				t.Fatalf("request %d over a Unix socket: %+v, %v; want allowed=%v", i+1, out[0], err, want)
+			}
+		}
+		if at, ok := s.LastReply(hits); !ok || time.Since(at) > time.Minute {
+			t.Fatalf("LastReply over a Unix socket: %v, %v; want the last reply's time", at, ok)
+		}
+		cs := trackedConns(s)
+		if len(cs) == 0 {
+			t.Fatal("no connection tracked over a Unix socket")
+		}
+		for _, c := range cs {
+			if rc, ok := c.Conn.(*rawconn.Conn); !ok || rc.Raw() == nil {
+				t.Fatalf("a connection over a Unix socket is a %T, not read and written raw", c.Conn)
+			}
+		}
+	})
 	t.Run("tls", func(t *testing.T) {
 		srv, pool := startTLSRedis(t)
 		s, err := New(Options{URL: "rediss://" + srv.TLSAddr, Prefix: uniquePrefix(t), TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})

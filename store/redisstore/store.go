@@ -130,7 +130,7 @@ func New(opts Options) (*Store, error) {
 		opts.WriteTimeout = time.Second
 	}
 	co := addr.clientOption(&opts)
-	rp := newReplies(addr.Mode)
+	rp := newReplies(addr)
 	co.DialCtxFn = rp.dial
 	co.Sentinel.Dialer.Resolver = rp.sentinel
 	c, err := rueidis.NewClient(co)
