@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -308,6 +310,121 @@ func TestUpstreamAnswerBareLF(t *testing.T) {
 		defer mu.Unlock()
 		if len(conns) != 1 {
 			t.Errorf("%d requests one after another took %d upstream connections; want 1, kept", 2*len(heads), len(conns))
+		}
+	})
+}
+
+// TestUpstreamAnswerCutShort: an upstream answer that breaks is never
+// passed on as whole, on each engine: a body of known length cut short, a
+// broken or missing first chunk, a chunk broken after the first. The
+// client gets no answer, a 502, or the head and what came before the
+// break followed by a broken connection; never a body that reads to its
+// end. A body up to 64 KiB cut short is answered 502 by the edge engine,
+// which reads such bodies whole before answering.
+func TestUpstreamAnswerCutShort(t *testing.T) {
+	t.Parallel()
+	answers := map[string]string{
+		"/short":     "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
+		"/long":      "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nhello",
+		"/bad-first": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+		"/no-chunk":  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"/bad-later": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n",
+	}
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+			_, _ = io.WriteString(c, answers[req.URL.Path])
+			return false // and close
+		})
+		base := serveFront(t, fr, gatewayTo(t, "http://"+addr), nil)
+		for path := range answers {
+			conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: a.example\r\n\r\n", path); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				t.Errorf("%s: the connection was left open without an answer", path)
+			case err != nil:
+				if path == "/short" && fr == frontEdge {
+					t.Errorf("%s: no answer (%v); want 502", path, err)
+				}
+			case resp.StatusCode == http.StatusBadGateway:
+				if _, err := io.ReadAll(resp.Body); err != nil {
+					t.Errorf("%s: the 502's body: %v", path, err)
+				}
+			case resp.StatusCode == 200:
+				b, err := io.ReadAll(resp.Body)
+				if err == nil {
+					t.Errorf("%s: the body %q read to its end; want a broken connection", path, b)
+				}
+				if path == "/short" && fr == frontEdge {
+					t.Errorf("%s: 200; want 502", path)
+				}
+			default:
+				t.Errorf("%s: %d", path, resp.StatusCode)
+			}
+			conn.Close()
+		}
+	})
+}
+
+// TestStreamedAnswerHeadAtOnce: the head of an event stream or of an
+// answer of unknown length (a chunked long poll) reaches the client as
+// soon as the upstream sent it, before the body's first bytes, on each
+// engine: an EventSource opens, and a proxy in front sees its first byte,
+// however long the first event takes. The body then follows whole.
+func TestStreamedAnswerHeadAtOnce(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		release := map[string]chan struct{}{"/events": make(chan struct{}), "/poll": make(chan struct{})}
+		rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+		_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
+			func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/events" {
+					w.Header().Set("Content-Type", "text/event-stream")
+				} else {
+					w.Header().Set("Content-Type", "application/json")
+				}
+				w.WriteHeader(200)
+				http.NewResponseController(w).Flush()
+				select {
+				case <-release[r.URL.Path]:
+				case <-r.Context().Done():
+					return
+				}
+				_, _ = io.WriteString(w, "data: first\n\n")
+			})
+		for path, free := range release {
+			t.Run(path[1:], func(t *testing.T) {
+				var once sync.Once
+				defer once.Do(func() { close(free) })
+				conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+				if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: a.example\r\n\r\n", path); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil {
+					t.Fatalf("no head while the upstream holds its body back: %v", err)
+				}
+				if resp.StatusCode != 200 {
+					t.Errorf("%d, want 200", resp.StatusCode)
+				}
+				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+				once.Do(func() { close(free) })
+				if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "data: first\n\n" {
+					t.Errorf("the body %q, %v; want the first event", b, err)
+				}
+			})
 		}
 	})
 }

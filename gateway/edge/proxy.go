@@ -403,6 +403,14 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		b.watchClient(ec)
 	}
 	resp.SetBodyStream(b, n)
+	// The head of an answer of unknown length or an event stream goes out
+	// at once, not with the body's first bytes: an event stream's or a
+	// long poll's client learns that its answer began (an EventSource
+	// opens; a proxy in front sees its first byte) however long the first
+	// event takes, as on net/http (whose proxy flushes those two kinds at
+	// once) and NGINX. A long body of known length keeps its head for its
+	// first bytes, one write fewer, as on net/http.
+	resp.ImmediateHeaderFlush = n < 0 || isEventStream(&resp.Header)
 	return true, true, nil
 }
 
