@@ -31,7 +31,8 @@
 # when set), PIN (unset; 1: Redis on the last CPU and the clients of the
 # ceiling and of every floodgate case on the others, as when Redis has a
 # machine of its own; the hot-key processes stay unpinned; needs taskset
-# and 2 CPUs or more).
+# and 2 CPUs or more), UNIX (unset; 1: the ceiling and every floodgate case
+# reach Redis over a Unix socket, redis+unix://, instead of loopback TCP).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,6 +78,7 @@ port=""
 for attempt in 1 2 3 4 5 6 7 8 9 10; do
 	try=$((20000 + RANDOM % 40000))
 	"${srv[@]}" redis-server --port "$try" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
+		${UNIX:+--unixsocket "$tmp/redis.sock" --unixsocketperm 700} \
 		--daemonize no --loglevel warning --logfile "$tmp/redis.log" &
 	pid=$!
 	for _ in $(seq 1 100); do
@@ -91,7 +93,12 @@ for attempt in 1 2 3 4 5 6 7 8 9 10; do
 done
 [ -n "$port" ] || { echo "bench-redis: could not start redis-server" >&2; exit 1; }
 url="redis://127.0.0.1:$port"
-echo "bench-redis: redis-server pid $pid on 127.0.0.1:$port; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)${srv:+; Redis pinned to CPU ${srv[2]}, the clients to ${cli[2]}}" >&2
+reach=(-p "$port")
+if [ -n "${UNIX:-}" ]; then
+	url="redis+unix://$tmp/redis.sock"
+	reach=(-s "$tmp/redis.sock")
+fi
+echo "bench-redis: redis-server pid $pid on 127.0.0.1:$port${UNIX:+ and $tmp/redis.sock (the cases' and the ceiling's)}; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)${srv:+; Redis pinned to CPU ${srv[2]}, the clients to ${cli[2]}}" >&2
 
 # A minimal GCRA script: the one-call-per-decision ceiling.
 minimal='local t = redis.call("TIME")
@@ -129,7 +136,7 @@ child_cpu() {
 # the CPU time of the subshell that ran it.
 rb() {
 	local out
-	out=$("${cli[@]}" redis-benchmark -p "$port" -c 50 -r "$KEYS" --csv "$@" 2>/dev/null >"$tmp/rb.csv"; child_cpu)
+	out=$("${cli[@]}" redis-benchmark "${reach[@]}" -c 50 -r "$KEYS" --csv "$@" 2>/dev/null >"$tmp/rb.csv"; child_cpu)
 	echo "$(tail -1 "$tmp/rb.csv" | tr -d '"' | awk -F, '{print $2}') $out"
 }
 
