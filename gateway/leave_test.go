@@ -176,6 +176,7 @@ type sseStream struct {
 	n, usage    int
 	beforeUsage <-chan struct{}
 	before      <-chan struct{} // waited for before the status line
+	afterHead   <-chan struct{} // waited for after the head, before the first event
 	cut         int
 	ended       chan error // gets how the handler's last write ended
 }
@@ -188,6 +189,13 @@ func (s *sseStream) handler(t *testing.T) http.HandlerFunc {
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		rc := http.NewResponseController(w)
+		if s.afterHead != nil {
+			w.WriteHeader(http.StatusOK)
+			_ = rc.Flush()
+			if !waitFor(t, s.afterHead) {
+				return
+			}
+		}
 		var err error
 		write := func(ev string) {
 			if err == nil {
@@ -275,6 +283,23 @@ func testLeaveStream(t *testing.T, fr string) {
 		rig.log.wait(t)
 		if got := rig.charged(t); got != 5000 {
 			t.Fatalf("a stream left before its usage event cost %d tokens, want its usage, 5000", got)
+		}
+	})
+	t.Run("after the head, before the first event", func(t *testing.T) {
+		// The head reaches the client before the first event (an event
+		// stream's head goes out at once): a client that reads it and
+		// leaves is charged the usage, as one that leaves later.
+		left := make(chan struct{})
+		s := &sseStream{n: 10, usage: 5000, afterHead: left}
+		rig := newLeaveRig(t, fr, s.handler(t), TransportOptions{})
+		got := leaver{until: func(b []byte) bool { return bytes.Contains(b, []byte("\r\n\r\n")) }}.run(t, rig.base, chatRequest("x", 90000, true))
+		if events(got) != 0 {
+			t.Fatalf("the client read %d events before the upstream sent one", events(got))
+		}
+		close(left)
+		rig.log.wait(t)
+		if got := rig.charged(t); got != 5000 {
+			t.Fatalf("a stream whose client left after its head cost %d tokens, want its usage, 5000", got)
 		}
 	})
 	t.Run("before the status line", func(t *testing.T) {
