@@ -171,7 +171,8 @@ func events(b []byte) int {
 // sseStream is an upstream that streams n content events, flushing each,
 // then the usage event (total_tokens usage) and [DONE]. beforeUsage, when
 // not nil, is waited for before the usage event; cut, when > 0, makes the
-// upstream drop its connection after that many events instead.
+// upstream drop its connection after that many events instead (-1: right
+// after the head, before any event).
 type sseStream struct {
 	n, usage    int
 	beforeUsage <-chan struct{}
@@ -196,6 +197,12 @@ func (s *sseStream) handler(t *testing.T) http.HandlerFunc {
 				return
 			}
 		}
+		if s.cut < 0 {
+			w.WriteHeader(http.StatusOK)
+			_ = rc.Flush()
+			s.hangUp(t, rc)
+			return
+		}
 		var err error
 		write := func(ev string) {
 			if err == nil {
@@ -207,13 +214,7 @@ func (s *sseStream) handler(t *testing.T) http.HandlerFunc {
 		}
 		for i := range s.n {
 			if s.cut > 0 && i == s.cut {
-				c, _, herr := rc.Hijack()
-				if herr != nil {
-					t.Errorf("hijack: %v", herr)
-					return
-				}
-				c.Close() // the chunked body is cut short
-				s.end(nil)
+				s.hangUp(t, rc)
 				return
 			}
 			write(fmt.Sprintf(`{"choices":[{"delta":{"content":"word%d "}}]}`, i))
@@ -237,6 +238,17 @@ func waitFor(t *testing.T, c <-chan struct{}) bool {
 		t.Error("the upstream waited in vain")
 		return false
 	}
+}
+
+// hangUp drops the upstream's connection: the chunked body is cut short.
+func (s *sseStream) hangUp(t *testing.T, rc *http.ResponseController) {
+	c, _, err := rc.Hijack()
+	if err != nil {
+		t.Errorf("hijack: %v", err)
+		return
+	}
+	c.Close()
+	s.end(nil)
 }
 
 func (s *sseStream) end(err error) {
@@ -333,24 +345,31 @@ func rawClose(t *testing.T, base, req string) {
 
 // TestLeaveStreamUpstreamCut keeps the estimate of a stream its upstream
 // cuts short: the answer began (its status was 200) and never told its
-// usage.
+// usage; cut after five events, or right after its head, before any.
 func TestLeaveStreamUpstreamCut(t *testing.T) {
 	t.Parallel()
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
-		s := &sseStream{n: 60, usage: 5000, cut: 5}
-		rig := newLeaveRig(t, fr, s.handler(t), TransportOptions{})
-		c := newClient(t)
-		req, _ := http.NewRequest("POST", rig.base+"/v1/chat/completions", strings.NewReader(`{"model":"demo","stream":true,"max_tokens":90000,"messages":[]}`))
-		req.Header.Set("Authorization", "Bearer key-1")
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		rig.log.wait(t)
-		if got := rig.charged(t); got != 90000 {
-			t.Fatalf("a stream the upstream cut short cost %d tokens, want the estimate, 90000", got)
+		for _, cut := range []int{5, -1} {
+			s := &sseStream{n: 60, usage: 5000, cut: cut}
+			rig := newLeaveRig(t, fr, s.handler(t), TransportOptions{})
+			c := newClient(t)
+			req, _ := http.NewRequest("POST", rig.base+"/v1/chat/completions", strings.NewReader(`{"model":"demo","stream":true,"max_tokens":90000,"messages":[]}`))
+			req.Header.Set("Authorization", "Bearer key-1")
+			resp, err := c.Do(req)
+			switch {
+			case err == nil:
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			case cut > 0:
+				t.Fatal(err)
+			}
+			// Cut before any event, the head may or may not have
+			// reached the client: net/http's proxy flushes it on a timer
+			// that races the body's end.
+			rig.log.wait(t)
+			if got := rig.charged(t); got != 90000 {
+				t.Fatalf("a stream the upstream cut after %d events cost %d tokens, want the estimate, 90000", max(cut, 0), got)
+			}
 		}
 	})
 }
