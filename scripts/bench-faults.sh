@@ -40,7 +40,9 @@
 # MAX_RATE (100000), HEALTHY (5s), FAULT (3s per fault phase), INTERVAL_MS
 # (50), STORE_TIMEOUT (passed to --store-timeout when set), POLICIES ("allow
 # deny local"), LOADED_CLIENTS (16), LOADED_SECS (10), HOGS (6), LOADED_ALGS
-# ("sliding_log token_bucket"), STOPPED (4). Stops what it started by PID.
+# ("sliding_log token_bucket"), STOPPED (4), UNIX (unset; 1: every
+# floodgate bench reaches Redis over a Unix socket, redis+unix://, instead
+# of loopback TCP). Stops what it started by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -97,6 +99,7 @@ fi
 port=""
 start_redis() { # start_redis PORT: starts redis-server, sets rpid
 	redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
+		${UNIX:+--unixsocket "$tmp/redis.sock" --unixsocketperm 700} \
 		--daemonize no --loglevel warning --logfile "$tmp/redis.log" &
 	rpid=$!
 	for _ in $(seq 1 100); do
@@ -117,7 +120,9 @@ for attempt in 1 2 3 4 5 6 7 8 9 10; do
 	rpid=""
 done
 [ -n "$port" ] || { echo "bench-faults: could not start redis-server" >&2; exit 1; }
-echo "bench-faults: redis-server on 127.0.0.1:$port; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+store="redis://127.0.0.1:$port"
+[ -n "${UNIX:-}" ] && store="redis+unix://$tmp/redis.sock"
+echo "bench-faults: redis-server on 127.0.0.1:$port${UNIX:+ and $tmp/redis.sock, which the benches use}; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 now_ms() { date +%s%3N; }
 callers=$((2 * SATURATING))
@@ -133,7 +138,7 @@ for policy in $POLICIES; do
 	events="$tmp/events.$policy"
 	: >"$events"
 	echo "bench-faults: $policy: $callers callers, ${total}s" >&2
-	"$fg" bench --store "redis://127.0.0.1:$port" --prefix "fault:$policy:" --algorithm token_bucket \
+	"$fg" bench --store "$store" --prefix "fault:$policy:" --algorithm token_bucket \
 		--rate "$RATE" --per 1s --burst "$RATE" --keys 1 --concurrency "$callers" --duration "${total}s" \
 		--max-rate "$MAX_RATE" --on-failure "$policy" --timeline "$tmp/timeline.$policy" --interval "${INTERVAL_MS}ms" --json "${st[@]}" \
 		>"$tmp/result.$policy" &
@@ -233,7 +238,7 @@ start_pair() {
 	bpids=()
 	for i in 1 2; do
 		: >"$tmp/$name.tl$i"
-		"$fg" bench --store "redis://127.0.0.1:$port" --instances 2 --concurrency "$per" --json "${st[@]}" "$@" \
+		"$fg" bench --store "$store" --instances 2 --concurrency "$per" --json "${st[@]}" "$@" \
 			--timeline "$tmp/$name.tl$i" --interval 100ms >"$tmp/$name.$i" &
 		bpids+=($!)
 	done
