@@ -381,6 +381,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		return false, reused, err
 	}
 	x.addFields()
+	bodyCame := br.Buffered() > 0 // the body's first bytes came with the head
 	ur := fasthttp.AcquireResponse()
 	ur.StreamBody = true
 	resp.Header.CopyTo(&ur.Header)
@@ -404,13 +405,15 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	}
 	resp.SetBodyStream(b, n)
 	// The head of an answer of unknown length or an event stream goes out
-	// at once, not with the body's first bytes: an event stream's or a
-	// long poll's client learns that its answer began (an EventSource
-	// opens; a proxy in front sees its first byte) however long the first
-	// event takes, as on net/http (whose proxy flushes those two kinds at
-	// once) and NGINX. A long body of known length keeps its head for its
-	// first bytes, one write fewer, as on net/http.
-	resp.ImmediateHeaderFlush = n < 0 || isEventStream(&resp.Header)
+	// at once, not with the body's first bytes, when those have not come
+	// with it: an event stream's or a long poll's client learns that its
+	// answer began (an EventSource opens; a proxy in front sees its first
+	// byte) however long the first event takes, as on net/http (whose
+	// proxy flushes those two kinds at once) and NGINX. A body that came
+	// with its head (a small chunked answer, most often) goes out with it
+	// in one write, and so does a long body of known length, as on
+	// net/http.
+	resp.ImmediateHeaderFlush = (n < 0 || isEventStream(&resp.Header)) && !bodyCame
 	return true, true, nil
 }
 

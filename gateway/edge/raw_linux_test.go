@@ -3,10 +3,12 @@
 package edge
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,4 +85,90 @@ func (l limitedListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return limited{c}, nil
+}
+
+// countingListener's connections count their writes. They are not Plain,
+// so the engine writes through them rather than raw.
+type countingListener struct {
+	net.Listener
+	writes *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, l.writes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// TestStreamedHeadWithItsBody: a chunked answer whose body came with its
+// head (a small one, written by the upstream at once) reaches the client
+// in two writes, its head with its first chunk and then the last chunk,
+// not in a write of the head alone first; the head goes out alone only
+// when the body has not come (TestStreamedAnswerHeadAtOnce in package
+// gateway).
+func TestStreamedHeadWithItsBody(t *testing.T) {
+	t.Parallel()
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: http://`+up.Addr().String()+`}
+`)
+	e := New(g, Options{ParkIdleAfter: time.Minute})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int64
+	stop := serveListener(t, e, countingListener{ln, &writes})
+	defer stop()
+	c, br := dial(t, ln.Addr().String())
+	for i := range 3 {
+		before := writes.Load()
+		if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: gateway.example\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(br, nil)
+		answered(t, "a small chunked answer", res, err, "hello")
+		if got := writes.Load() - before; got > 2 {
+			t.Fatalf("request %d: a chunked answer that came whole took %d writes to the client, want 2 (the head with the first chunk, then the last)", i+1, got)
+		}
+	}
 }
