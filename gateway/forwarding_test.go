@@ -408,7 +408,7 @@ func TestStreamedAnswerHeadAtOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer conn.Close()
-				_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+				_ = conn.SetDeadline(time.Now().Add(10 * time.Second)) // the upstream holds its body until the head is read
 				if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: a.example\r\n\r\n", path); err != nil {
 					t.Fatal(err)
 				}
