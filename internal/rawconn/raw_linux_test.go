@@ -20,12 +20,20 @@ import (
 // the test.
 func tcpPair(t *testing.T) (server, client *net.TCPConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s, c := connPair(t, "tcp", "127.0.0.1:0")
+	return s.(*net.TCPConn), c.(*net.TCPConn)
+}
+
+// connPair returns the two ends of a connection of network to a listener
+// on address, closed with the test.
+func connPair(t *testing.T, network, address string) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial(network, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +43,7 @@ func tcpPair(t *testing.T) (server, client *net.TCPConn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(); c.Close() })
-	return s.(*net.TCPConn), c.(*net.TCPConn)
+	return s, c
 }
 
 // limited passes its connection's bytes unchanged, as a limit on open
@@ -393,21 +401,7 @@ func TestSendFirst(t *testing.T) {
 // ("unix" or "unixpacket"), closed with the test.
 func unixPair(t *testing.T, network string) (server, client *net.UnixConn) {
 	t.Helper()
-	ln, err := net.Listen(network, t.TempDir()+"/s.sock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial(network, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(); c.Close() })
+	s, c := connPair(t, network, t.TempDir()+"/s.sock")
 	return s.(*net.UnixConn), c.(*net.UnixConn)
 }
 

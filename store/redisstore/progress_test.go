@@ -157,15 +157,23 @@ func TestPausedRedisFailsWithinTheDeadline(t *testing.T) {
 		testPausedRedisFailsWithinTheDeadline(t, srv, "redis://"+srv.Addr)
 	})
 	t.Run("unix", func(t *testing.T) {
-		dir := t.TempDir()
-		sock := dir + "/redis.sock"
-		srv, err := redistest.StartServer(redistest.Config{Dir: dir, Args: []string{"--unixsocket", sock, "--unixsocketperm", "700"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Stop)
+		srv, sock := startUnixRedis(t)
 		testPausedRedisFailsWithinTheDeadline(t, srv, "redis+unix://"+sock)
 	})
+}
+
+// startUnixRedis starts a Redis listening on a Unix socket too, stopped
+// with the test, and returns it with the socket's path.
+func startUnixRedis(t *testing.T) (*redistest.Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	sock := dir + "/redis.sock"
+	srv, err := redistest.StartServer(redistest.Config{Dir: dir, Args: []string{"--unixsocket", sock, "--unixsocketperm", "700"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv, sock
 }
 
 func testPausedRedisFailsWithinTheDeadline(t *testing.T, srv *redistest.Server, url string) {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/rawconn"
-	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -78,13 +77,7 @@ func TestConnectionsReadRaw(t *testing.T) {
 	t.Run("unix", func(t *testing.T) {
 		// A Unix socket's store is opened as a TCP one is: its connection
 		// tracked for progress, and read and written raw.
-		dir := t.TempDir()
-		sock := dir + "/redis.sock"
-		srv, err := redistest.StartServer(redistest.Config{Dir: dir, Args: []string{"--unixsocket", sock, "--unixsocketperm", "700"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Stop)
+		_, sock := startUnixRedis(t)
 		s, err := New(Options{URL: "redis+unix://" + sock, Prefix: uniquePrefix(t)})
 		if err != nil {
 			t.Fatal(err)
