@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/ruletest"
+	"github.com/floodgate/floodgate/internal/upstreamtest"
 )
 
 // TestRequestsForwardedAsSent: what a client sent reaches the upstream as
@@ -281,7 +282,7 @@ func TestUpstreamAnswerBareLF(t *testing.T) {
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
 		var mu sync.Mutex
 		conns := map[net.Conn]bool{}
-		addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+		addr := upstreamtest.Raw(t, func(c net.Conn, req *http.Request) bool {
 			mu.Lock()
 			conns[c] = true
 			mu.Unlock()
@@ -331,7 +332,7 @@ func TestUpstreamAnswerCutShort(t *testing.T) {
 		"/bad-later": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n",
 	}
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
-		addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+		addr := upstreamtest.Raw(t, func(c net.Conn, req *http.Request) bool {
 			_, _ = io.WriteString(c, answers[req.URL.Path])
 			return false // and close
 		})

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/ruletest"
+	"github.com/floodgate/floodgate/internal/upstreamtest"
 )
 
 // TestUnsolicitedUpstreamBytesAnswerNobody: bytes an upstream sends on a
@@ -97,7 +97,7 @@ func unsolicitedGateway(t *testing.T, late bool) *Gateway {
 	extra := []byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 16\r\nContent-Type: text/plain\r\n\r\nnobody's answer\n")
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
-	addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+	addr := upstreamtest.Raw(t, func(c net.Conn, req *http.Request) bool {
 		body := "the answer to " + req.URL.Path + "\n"
 		answer := []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", len(body), body))
 		if !late {
@@ -117,54 +117,6 @@ func unsolicitedGateway(t *testing.T, late bool) *Gateway {
 		return true
 	})
 	return gatewayTo(t, "http://"+addr)
-}
-
-// rawUpstream is an upstream on loopback that reads requests on each
-// connection and hands each, its body read, to answer, until answer
-// returns false (the connection is then closed). Its connections end with
-// the test. It returns its address.
-func rawUpstream(t *testing.T, answer func(c net.Conn, req *http.Request) bool) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close() // the gateway's kept connections end with the test
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if !answer(c, req) {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }
 
 // TestUpstreamClosedKeptConnections: an upstream that closes its idle
@@ -248,7 +200,7 @@ func TestUpstreamLeftAfterTheRequest(t *testing.T) {
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
 		var mu sync.Mutex
 		seen := map[string]int{}
-		addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+		addr := upstreamtest.Raw(t, func(c net.Conn, req *http.Request) bool {
 			key := req.Method + " " + req.URL.Path
 			mu.Lock()
 			seen[key]++
@@ -309,7 +261,7 @@ func TestUpstreamTimeout(t *testing.T) {
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
-		addr := rawUpstream(t, func(c net.Conn, req *http.Request) bool {
+		addr := upstreamtest.Raw(t, func(c net.Conn, req *http.Request) bool {
 			switch req.URL.Path {
 			case "/silent":
 				time.Sleep(3 * timeout)

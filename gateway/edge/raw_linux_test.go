@@ -3,7 +3,6 @@
 package edge
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/rawconn"
+	"github.com/floodgate/floodgate/internal/upstreamtest"
 )
 
 // limited passes its connection's bytes unchanged, as a limit on open
@@ -120,36 +120,13 @@ func (c countingConn) Write(b []byte) (int, error) {
 // gateway).
 func TestStreamedHeadWithItsBody(t *testing.T) {
 	t.Parallel()
-	up, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	go func() {
-		for {
-			c, err := up.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	up := upstreamtest.Raw(t, func(c net.Conn, _ *http.Request) bool {
+		_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+		return err == nil
+	})
 	g := policyGateway(t, `version: 1
 routes:
-  - {name: all, match: {paths: ["/**"]}, upstream: http://`+up.Addr().String()+`}
+  - {name: all, match: {paths: ["/**"]}, upstream: http://`+up+`}
 `)
 	e := New(g, Options{ParkIdleAfter: time.Minute})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
