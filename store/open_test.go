@@ -94,13 +94,7 @@ func TestOpenRedis(t *testing.T) {
 }
 
 func TestOpenRedisUnixSocket(t *testing.T) {
-	dir := t.TempDir()
-	sock := dir + "/redis.sock"
-	rs, err := redistest.StartServer(redistest.Config{Dir: dir, Args: []string{"--unixsocket", sock, "--unixsocketperm", "700"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Stop)
+	_, sock := redistest.StartUnix(t)
 	s, c, err := store.Open(context.Background(), "redis+unix://"+sock, store.Options{Prefix: "open-test:", DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -397,12 +397,7 @@ func TestRLSCommandWaitsForAGoodConfiguration(t *testing.T) {
 // ones.
 func TestRLSCommandOnRedis(t *testing.T) {
 	main := redistest.Start(t)
-	sock := filepath.Join(t.TempDir(), "r.sock")
-	second, err := redistest.StartServer(redistest.Config{Dir: t.TempDir(), Args: []string{"--unixsocket", sock}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(second.Stop)
+	second, sock := redistest.StartUnix(t)
 	dir := t.TempDir()
 	writeRuntime(t, dir, map[string]string{"a.yaml": `domain: d
 descriptors:

@@ -87,6 +87,21 @@ func Start(t TB) *Server {
 	return s
 }
 
+// StartUnix starts a standalone redis-server that also listens on a Unix
+// socket (its owner alone may connect), registers its stop with
+// t.Cleanup, and returns it with the socket's path.
+func StartUnix(t TB) (*Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	sock := dir + "/redis.sock"
+	s, err := StartServer(Config{Dir: dir, Args: []string{"--unixsocket", sock, "--unixsocketperm", "700"}})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s, sock
+}
+
 // StartServer starts a redis-server as cfg says. The caller stops it.
 func StartServer(cfg Config) (*Server, error) {
 	bin, err := Binary("redis-server")

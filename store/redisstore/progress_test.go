@@ -157,23 +157,9 @@ func TestPausedRedisFailsWithinTheDeadline(t *testing.T) {
 		testPausedRedisFailsWithinTheDeadline(t, srv, "redis://"+srv.Addr)
 	})
 	t.Run("unix", func(t *testing.T) {
-		srv, sock := startUnixRedis(t)
+		srv, sock := redistest.StartUnix(t)
 		testPausedRedisFailsWithinTheDeadline(t, srv, "redis+unix://"+sock)
 	})
-}
-
-// startUnixRedis starts a Redis listening on a Unix socket too, stopped
-// with the test, and returns it with the socket's path.
-func startUnixRedis(t *testing.T) (*redistest.Server, string) {
-	t.Helper()
-	dir := t.TempDir()
-	sock := dir + "/redis.sock"
-	srv, err := redistest.StartServer(redistest.Config{Dir: dir, Args: []string{"--unixsocket", sock, "--unixsocketperm", "700"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	return srv, sock
 }
 
 func testPausedRedisFailsWithinTheDeadline(t *testing.T, srv *redistest.Server, url string) {

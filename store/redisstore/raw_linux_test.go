@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/rawconn"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -77,7 +78,7 @@ func TestConnectionsReadRaw(t *testing.T) {
 	t.Run("unix", func(t *testing.T) {
 		// A Unix socket's store is opened as a TCP one is: its connection
 		// tracked for progress, and read and written raw.
-		_, sock := startUnixRedis(t)
+		_, sock := redistest.StartUnix(t)
 		s, err := New(Options{URL: "redis+unix://" + sock, Prefix: uniquePrefix(t)})
 		if err != nil {
 			t.Fatal(err)
