@@ -16,8 +16,7 @@ import (
 // calls. One read and one write may run at once, not two of either.
 type IO struct {
 	rc              syscall.RawConn
-	c               net.Conn // for the addresses in errors
-	network         string   // "tcp" or "unix", for errors
+	c               net.Conn // a *net.TCPConn or *net.UnixConn, for errors
 	rb              []byte
 	rn              int
 	rerr            syscall.Errno
@@ -57,26 +56,29 @@ func Of(c net.Conn) *IO {
 		}
 		c = p.PlainConn()
 	}
-	var sc syscall.Conn
-	network := "tcp"
-	switch cc := c.(type) {
-	case *net.TCPConn:
-		sc = cc
-	case *net.UnixConn:
-		sc, network = cc, "unix"
+	switch c.(type) {
+	case *net.TCPConn, *net.UnixConn:
 	default:
 		return nil
 	}
-	rc, err := sc.SyscallConn()
+	rc, err := c.(syscall.Conn).SyscallConn()
 	if err != nil {
 		return nil
 	}
-	if network == "unix" && !isStream(rc) {
+	if _, unix := c.(*net.UnixConn); unix && !isStream(rc) {
 		return nil
 	}
-	r := &IO{rc: rc, c: c, network: network}
+	r := &IO{rc: rc, c: c}
 	r.readFn, r.writeFn, r.sendFn = r.readOnce, r.writeAll, r.sendThenRead
 	return r
+}
+
+// network names the connection's network in errors, as net does.
+func (r *IO) network() string {
+	if _, ok := r.c.(*net.UnixConn); ok {
+		return "unix"
+	}
+	return "tcp"
 }
 
 // isStream reports whether rc's socket is a stream (SOCK_STREAM).
@@ -232,7 +234,7 @@ func (r *IO) Read(b []byte) (int, error) {
 		return 0, opNamed(err, "read")
 	}
 	if e != 0 {
-		return 0, &net.OpError{Op: "read", Net: r.network, Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("read", e)}
+		return 0, &net.OpError{Op: "read", Net: r.network(), Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("read", e)}
 	}
 	if n == 0 {
 		return 0, io.EOF
@@ -244,7 +246,7 @@ func (r *IO) Read(b []byte) (int, error) {
 // rest of it as Write does.
 func (r *IO) sendRest() error {
 	if r.perr != 0 {
-		return &net.OpError{Op: "write", Net: r.network, Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("write", r.perr)}
+		return &net.OpError{Op: "write", Net: r.network(), Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("write", r.perr)}
 	}
 	_, err := r.Write(r.pend[r.pn:])
 	return err
@@ -260,7 +262,7 @@ func (r *IO) Write(b []byte) (int, error) {
 		return n, opNamed(err, "write")
 	}
 	if e != 0 {
-		return n, &net.OpError{Op: "write", Net: r.network, Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("write", e)}
+		return n, &net.OpError{Op: "write", Net: r.network(), Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("write", e)}
 	}
 	return n, nil
 }
