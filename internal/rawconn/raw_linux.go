@@ -7,16 +7,24 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
 
 // IO reads and writes one stream socket (TCP or Unix) with raw system
-// calls. One read and one write may run at once, not two of either.
+// calls. As with net.Conn, any number of goroutines may read and write at
+// once: a read runs while a write does, and two reads (or two writes)
+// take turns, each whole, as net's do.
 type IO struct {
-	rc              syscall.RawConn
-	c               net.Conn // a *net.TCPConn or *net.UnixConn, for errors
+	rc syscall.RawConn
+	c  net.Conn // a *net.TCPConn or *net.UnixConn, for errors
+	// rmu is held by a Read from the moment it sets rb until it has taken
+	// rn and rerr, wmu by a Write for wb, wn and werr: the socket's own
+	// locks are taken only inside rc's Read and Write, after those fields
+	// are set, and released before they are read back.
+	rmu, wmu        sync.Mutex
 	rb              []byte
 	rn              int
 	rerr            syscall.Errno
@@ -205,6 +213,8 @@ func (r *IO) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
 	r.rb, r.rn, r.rerr = b, 0, 0
 	var err error
 	if r.pend != nil {
@@ -254,6 +264,8 @@ func (r *IO) sendRest() error {
 
 // Write writes b as net.Conn's Write does.
 func (r *IO) Write(b []byte) (int, error) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
 	r.wb, r.wn, r.werr = b, 0, 0
 	err := r.rc.Write(r.writeFn)
 	n, e := r.wn, r.werr

@@ -487,3 +487,88 @@ func TestRawUnixStream(t *testing.T) {
 		t.Fatalf("write of a closed connection: %v", err)
 	}
 }
+
+// TestConcurrentCallsStayWhole: as with net.Conn, goroutines may write to
+// one connection at once, and read from it at once. Each write is larger
+// than the socket's buffers, so it waits for room halfway (the moment
+// another write could take over its state); every write still arrives
+// whole and in one piece, and concurrent reads between them take every
+// byte once. (The net/http transport writes a request while the reverse
+// proxy's tunnel, given the connection by the answer, already writes to
+// it.)
+func TestConcurrentCallsStayWhole(t *testing.T) {
+	t.Parallel()
+	s, c := tcpPair(t)
+	r := Of(s)
+	const writers, size = 8, 1 << 20
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		go func() {
+			n, err := r.Write(bytes.Repeat([]byte{byte('a' + w)}, size))
+			if err == nil && n != size {
+				err = fmt.Errorf("wrote %d of %d", n, size)
+			}
+			errs <- err
+		}()
+	}
+	got := make([]byte, 0, writers*size)
+	buf := make([]byte, 64<<10)
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for len(got) < writers*size {
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", len(got), err)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[byte]bool{}
+	for i := 0; i < len(got); i += size {
+		run := got[i : i+size]
+		if seen[run[0]] || bytes.Count(run, run[:1]) != size {
+			t.Fatalf("the write at %d is not whole: it starts with %q and has %d of them", i, run[0], bytes.Count(run, run[:1]))
+		}
+		seen[run[0]] = true
+	}
+
+	// Reads at once: every byte sent is read once, by one of them.
+	const readers, total = 8, 4 << 20
+	sums := make(chan int, readers)
+	for i := 0; i < readers; i++ {
+		go func() {
+			b, sum := make([]byte, 1500), 0
+			for {
+				n, err := r.Read(b)
+				for _, x := range b[:n] {
+					sum += int(x)
+				}
+				if err != nil {
+					sums <- sum
+					return
+				}
+			}
+		}()
+	}
+	want := 0
+	out := make([]byte, total)
+	for i := range out {
+		out[i] = byte(i * 7)
+		want += int(out[i])
+	}
+	if _, err := c.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // the readers end at the end of the stream
+	sum := 0
+	for i := 0; i < readers; i++ {
+		sum += <-sums
+	}
+	if sum != want {
+		t.Fatalf("the readers' bytes add up to %d, want %d", sum, want)
+	}
+}

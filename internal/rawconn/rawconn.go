@@ -34,9 +34,9 @@ type Plain interface {
 
 // Conn is a connection read and written with raw system calls when it is
 // a plain TCP or Unix stream connection (Of), and through its own Read
-// and Write otherwise; its other methods are its own. Like any net.Conn
-// whose bytes must stay in order, it takes one read and one write at a
-// time.
+// and Write otherwise; its other methods are its own. As any net.Conn,
+// it may be read and written by several goroutines at once; each read and
+// each write is whole.
 type Conn struct {
 	net.Conn
 	io *IO
