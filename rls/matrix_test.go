@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,10 +88,14 @@ var (
 	sharedRedis     *redistest.Server
 	sharedRedisOnce sync.Once
 	sharedRedisErr  error
+	// runs numbers the scenario runs on the shared Redis, so that a test
+	// run again in the same process (go test -count) has keys of its own.
+	runs atomic.Int64
 )
 
 // redisServer starts one redis-server for the package's scenarios (each
-// run keeps its keys apart with a prefix of its own); it is stopped by
+// run, each attempt and each repetition of a test keeps its keys apart
+// with a prefix of its own); it is stopped by
 // TestMain.
 func redisServer(t *testing.T) *redistest.Server {
 	t.Helper()
@@ -128,7 +133,7 @@ func everywhere(t *testing.T, unit Unit, scenario func(r *run) error) {
 					time.Sleep(left + 10*time.Millisecond)
 				}
 				window := time.Now().UnixNano() / int64(w)
-				r := &run{t: t, compat: compat, redis: rs, prefix: fmt.Sprintf("%s:%d", t.Name(), attempt), reg: prometheus.NewRegistry()}
+				r := &run{t: t, compat: compat, redis: rs, prefix: fmt.Sprintf("%s:%d", t.Name(), runs.Add(1)), reg: prometheus.NewRegistry()}
 				err := scenario(r)
 				if err == nil {
 					return
