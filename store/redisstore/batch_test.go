@@ -302,11 +302,12 @@ func TestNoBatching(t *testing.T) {
 
 // TestSecondCallWaitsForAQueue: beside calls in flight, a request goes at
 // once only while at most one other request is in flight; the next ones
-// wait, and a further call goes once MaxBatch/8 of them wait. The server
-// is paused, so every call stays in flight until the end.
+// wait, and a further call goes once MaxBatch/8 of them wait, and no fewer
+// than the calls in flight carry. The server is paused, so every call
+// stays in flight until the end.
 func TestSecondCallWaitsForAQueue(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := New(Options{URL: "redis://" + srv.Addr, MaxBatch: 32, BatchesInFlight: 3})
+	s, err := New(Options{URL: "redis://" + srv.Addr, MaxBatch: 32, BatchesInFlight: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,8 +352,20 @@ func TestSecondCallWaitsForAQueue(t *testing.T) {
 	}
 	send()
 	waitFor("a further call for a queue of MaxBatch/8", func(c int64, p int) bool { return c == 4 && p == 0 })
+	// Six requests are in flight now: MaxBatch/8 waiting is not enough
+	// for a fourth call; six are.
+	inFlight := 2 + 32/8
+	for i := 1; i < inFlight; i++ {
+		send()
+		waitFor("a request waiting behind three calls", func(_ int64, p int) bool { return p == i })
+	}
+	if calls, _ := s.Calls(); calls != 4 {
+		t.Fatalf("%d calls with %d requests waiting beside %d in flight, want 4", calls, inFlight-1, inFlight)
+	}
+	send()
+	waitFor("a further call for a queue as long as the calls in flight carry", func(c int64, p int) bool { return c == 5 && p == 0 })
 	srv.Resume()
-	for range 2 + 32/8 {
+	for range 2 * inFlight {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
@@ -361,7 +374,7 @@ func TestSecondCallWaitsForAQueue(t *testing.T) {
 	if err := s.Decide(context.Background(), []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}, true, out); err != nil {
 		t.Fatal(err)
 	}
-	if out[0].Remaining != 1000-1-2-32/8-1 { // a peek answers as if it charged
+	if out[0].Remaining != int64(1000-1-2*inFlight-1) { // a peek answers as if it charged
 		t.Fatalf("peek %+v: want every request counted once", out[0])
 	}
 }

@@ -28,7 +28,10 @@
 // requests that arrive while calls are in flight wait, and go together, up
 // to Options.MaxBatch of them, in the next call. A further call beside the
 // one in flight (up to Options.BatchesInFlight) goes once MaxBatch/8
-// requests wait (16 by default), and a call that ends while another is
+// requests wait (16 by default) and no fewer than the calls in flight
+// carry (many callers then fill a few large calls: 64 callers on loopback
+// 0.038-0.040 calls a decision instead of 0.062, 5-8% more decisions a
+// second at 48 to 256 callers), and a call that ends while another is
 // still in flight leaves a shorter queue to that one: so a few callers
 // share one call instead of sending one each beside it (8 callers on
 // loopback: 0.25–0.32 calls a decision instead of 0.43, at a lower p50),
@@ -44,8 +47,9 @@
 // 11% at 32, and took floodgate rls on Redis from 0.72-0.74 to 0.76-0.77
 // of a bare gRPC server. Where Redis itself is the bound (a core of its
 // own), the smaller batches cost 2-5%. A fourth added nothing measurable.
-// A third call goes only once MaxBatch/8 requests wait beside two in
-// flight, so a few callers are decided as with two. 128 requests hold
+// A third call goes only once MaxBatch/8 requests, and as many as the two
+// in flight carry, wait beside them, so a few callers are decided as with
+// two. 128 requests hold
 // Redis for well under a millisecond. Options.MaxBatch 1 sends one call
 // per request.
 //

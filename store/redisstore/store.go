@@ -62,7 +62,8 @@ type Options struct {
 	// BatchesInFlight is how many script calls of one lane (the server,
 	// or one Cluster slot) may be in flight at once (0:
 	// DefaultBatchesInFlight). Beside a call in flight, a further one goes
-	// once MaxBatch/8 requests wait for it (or for a second lone caller);
+	// once MaxBatch/8 requests, and no fewer than the calls in flight
+	// carry, wait for it (or for a second lone caller);
 	// the requests that arrive meanwhile wait and go together in the next
 	// call. See the package documentation.
 	BatchesInFlight int
