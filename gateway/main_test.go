@@ -1,9 +1,18 @@
 package gateway
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/floodgate/floodgate/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if kit.pemPath != "" {
+		// The token kit's key file, made once for the whole package.
+		_ = os.RemoveAll(filepath.Dir(kit.pemPath))
+	}
+	leaktest.Exit(code)
+}

@@ -44,6 +44,9 @@ func browser(t *testing.T) (context.Context, func() []string) {
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1400, 1000),
+		// Chromium keeps its singleton socket in a directory of its own
+		// under TMPDIR, which outlives a browser that is stopped.
+		chromedp.Env("TMPDIR=" + t.TempDir()),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
