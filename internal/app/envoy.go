@@ -279,6 +279,9 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 		if re.typ != "single" && re.typ != "sentinel" && re.typ != "cluster" && r.err == nil {
 			r.err = fmt.Errorf("rls: %sTYPE=%q: want single, sentinel or cluster", prefix, re.typ)
 		}
+		if re.tls && r.err == nil {
+			r.err = tlsContradiction(prefix, &re)
+		}
 		return re
 	}
 	e.redis = readRedis("REDIS_", "/var/run/nutcracker/ratelimit.sock", "REDIS_SENTINEL_AUTH")
@@ -464,6 +467,23 @@ func redisStore(re *redisEnv, prefix string) (Store, error) {
 		return Store{}, err
 	}
 	return Store{URL: u, Options: o}, nil
+}
+
+// tlsContradiction says why a Redis deployment asked for TLS cannot have
+// it, or nil: a URL given whole with a plain scheme, or a single instance
+// on a Unix socket (Redis serves TLS over TCP only). The URL itself is not
+// repeated: it may hold a password.
+func tlsContradiction(prefix string, re *redisEnv) error {
+	if scheme, _, ok := strings.Cut(re.url, "://"); ok {
+		if !strings.HasPrefix(strings.ToLower(scheme), "rediss") {
+			return fmt.Errorf("rls: %sTLS=true, but %sURL is a %s:// URL, which speaks without TLS: give its rediss form", prefix, prefix, scheme)
+		}
+		return nil
+	}
+	if re.socket == "unix" && re.typ == "single" {
+		return fmt.Errorf("rls: %sTLS=true with %sSOCKET_TYPE=unix (the default): Redis serves TLS over TCP only; set %sSOCKET_TYPE=tcp", prefix, prefix, prefix)
+	}
+	return nil
 }
 
 // redisURL turns REDIS_URL and REDIS_TYPE into a store URL: host:port for

@@ -129,6 +129,40 @@ func TestRLSEnvRefusesWhatCannotWork(t *testing.T) {
 	}
 }
 
+// TestRLSEnvTLSOnlyWhereItCanBe: REDIS_TLS asks for what a Unix socket or
+// a plain redis:// URL cannot give; the service refuses to start, naming
+// the variables, rather than talk to Redis unencrypted or fail at every
+// connection. The password in the URL is not repeated.
+func TestRLSEnvTLSOnlyWhereItCanBe(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		want string // "" when the settings are accepted
+	}{
+		{map[string]string{"REDIS_TLS": "true"}, "REDIS_TLS=true with REDIS_SOCKET_TYPE=unix (the default): Redis serves TLS over TCP only"},
+		{map[string]string{"REDIS_TLS": "true", "REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis.sock"}, "set REDIS_SOCKET_TYPE=tcp"},
+		{map[string]string{"REDIS_TLS": "true", "REDIS_URL": "redis://u:s3cret@cache:6379"}, "REDIS_URL is a redis:// URL, which speaks without TLS"},
+		{map[string]string{"REDIS_TLS": "true", "REDIS_URL": "redis+cluster://cache:7000"}, "give its rediss form"},
+		{map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TLS": "true", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "cache:6379"},
+			"REDIS_PERSECOND_TLS=true with REDIS_PERSECOND_SOCKET_TYPE=unix"},
+		{map[string]string{"REDIS_TLS": "true", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "cache:6379"}, ""},
+		{map[string]string{"REDIS_TLS": "true", "REDIS_URL": "rediss://cache:6379"}, ""},
+		{map[string]string{"REDIS_TLS": "true", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7000"}, ""},
+		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis.sock"}, ""},
+	} {
+		_, _, err := readRLSEnv(envOf(c.env))
+		_, list := envOf(c.env)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v, want accepted", list, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want %q", list, err, c.want)
+		case err != nil && strings.Contains(err.Error(), "s3cret"):
+			t.Errorf("%v: the error repeats the password: %v", list, err)
+		}
+	}
+}
+
 // TestRLSEnvStatsdSink: one statistics sink, as in envoyproxy/ratelimit:
 // statsd unless USE_STATSD=false, USE_PROMETHEUS=true or DISABLE_STATS.
 func TestRLSEnvStatsdSink(t *testing.T) {

@@ -37,6 +37,8 @@ type Options struct {
 	// Default 1s. The deadline of each decision comes from its context.
 	WriteTimeout time.Duration
 	// TLSConfig is used by the rediss schemes (default: system roots).
+	// Given with a plain scheme (redis, redis+cluster, redis+sentinel,
+	// redis+unix), New refuses it rather than talk without TLS.
 	TLSConfig *tls.Config
 	// SentinelUsername and SentinelPassword authenticate to the sentinels
 	// (the URL's credentials are for Redis itself).
@@ -123,6 +125,10 @@ func New(opts Options) (*Store, error) {
 	addr, err := ParseURL(opts.URL)
 	if err != nil {
 		return nil, err
+	}
+	if opts.TLSConfig != nil && !addr.TLS {
+		scheme, _, _ := strings.Cut(opts.URL, "://")
+		return nil, fmt.Errorf("redisstore: a TLS configuration was given for a %s:// URL, which speaks without TLS: use the rediss form of the scheme (Redis serves TLS over TCP only, so not with redis+unix)", scheme)
 	}
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = time.Second

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,4 +120,30 @@ func testCerts(t *testing.T, dir string) (pool *x509.CertPool, certFile, keyFile
 	pool = x509.NewCertPool()
 	pool.AddCert(ca)
 	return pool, write("server.crt", "CERTIFICATE", der), write("server.key", "EC PRIVATE KEY", keyDER), write("ca.crt", "CERTIFICATE", caDER)
+}
+
+// TestTLSConfigWithPlainScheme: a TLS configuration given with a scheme
+// that speaks without TLS is refused, naming the scheme, rather than
+// ignored: the operator who set it expects the traffic encrypted. The
+// servers are real and plain, so a store that ignored it would open.
+func TestTLSConfigWithPlainScheme(t *testing.T) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	_, sock := redistest.StartUnix(t)
+	cl := sharedCluster(t)
+	for _, url := range []string{
+		"redis://" + sharedServer(t).Addr,
+		"redis+cluster://" + strings.Join(cl.Addrs(), ","),
+		"redis+unix://" + sock,
+	} {
+		s, err := New(Options{URL: url, Prefix: uniquePrefix(t), TLSConfig: tc})
+		if err == nil {
+			s.Close()
+			t.Errorf("%s with a TLS configuration: opened without TLS", url)
+			continue
+		}
+		scheme, _, _ := strings.Cut(url, "://")
+		if msg := err.Error(); !strings.Contains(msg, "a "+scheme+":// URL") || !strings.Contains(msg, "use the rediss form") {
+			t.Errorf("%s with a TLS configuration: %v, want the scheme named and rediss offered", url, err)
+		}
+	}
 }
