@@ -139,8 +139,9 @@ type Server struct {
 	PathMatching string `yaml:"path_matching"`
 	// MethodOverride says what the gateway does with
 	// X-HTTP-Method-Override and its kin: strip (default: remove them),
-	// reject (400), or honor (match with the method they name and forward
-	// them).
+	// reject (400 when a line names a method), or honor (match with the
+	// method they name and forward them; 400 when lines name two). Every
+	// line of a field counts, empty ones too.
 	MethodOverride string `yaml:"method_override"`
 	// Engine is the HTTP engine of the gateway's listener: fast (default:
 	// HTTP/1.1 on fasthttp, handing HTTP/2 with prior knowledge and

@@ -429,3 +429,72 @@ func TestStreamedAnswerHeadAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestMethodOverrideEveryLine: an override field counts with all its
+// lines, empty ones too, as an upstream may read any of them (often the
+// last). Stripped (the default), none reaches the upstream; refused, any
+// line naming a method is a 400; honoured, the limits match the method the
+// lines name, and lines naming two methods are a 400. A field whose first
+// line is empty once let a second line through to the upstream.
+func TestMethodOverrideEveryLine(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testMethodOverrideEveryLine)
+}
+
+func testMethodOverrideEveryLine(t *testing.T, fr string) {
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour})
+	lines := func(vs ...string) string {
+		s := ""
+		for _, v := range vs {
+			s += "X-HTTP-Method-Override: " + v + "\r\n"
+		}
+		return s
+	}
+	for _, c := range []struct {
+		mode      MethodOverride
+		fields    string
+		status    int
+		matchedAs string // the method the limits saw
+		upstream  int    // override lines the upstream got
+	}{
+		{OverrideStrip, lines("", "DELETE"), 200, "GET", 0},
+		{OverrideStrip, lines("DELETE", ""), 200, "GET", 0},
+		{OverrideStrip, lines(""), 200, "GET", 0},
+		{OverrideStrip, lines("") + "X-Method-Override: DELETE\r\n", 200, "GET", 0},
+		{OverrideReject, lines("", "DELETE"), 400, "", 0},
+		{OverrideReject, lines(" ", "POST"), 400, "", 0},
+		{OverrideReject, lines(""), 200, "GET", 0},
+		{OverrideHonor, lines("", "delete"), 200, "DELETE", 2},
+		{OverrideHonor, lines("DELETE", "DELETE"), 200, "DELETE", 2},
+		{OverrideHonor, lines("", "DELETE") + "X-HTTP-Method: PUT\r\n", 400, "", 0},
+		{OverrideHonor, lines("DELETE", "POST"), 400, "", 0},
+	} {
+		seen := make(chan string, 1)
+		matcher := MatcherFunc(func(r *Request, m *Match) error {
+			select {
+			case seen <- r.Method:
+			default:
+			}
+			return oneRule(rule)(r, m)
+		})
+		got := make(chan http.Header, 1)
+		_, base, _ := startFront(t, fr, Options{Matcher: matcher, Engine: memEngine(t), MethodOverride: c.mode},
+			func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() })
+		head := "GET /x HTTP/1.1\r\nHost: a.example\r\n" + c.fields + "\r\n"
+		if status := rawStatus(t, base, head); status != c.status {
+			t.Errorf("mode %d, %q: status %d, want %d", c.mode, c.fields, status, c.status)
+			continue
+		}
+		if c.status != 200 {
+			continue
+		}
+		if m := <-seen; m != c.matchedAs {
+			t.Errorf("mode %d, %q: the limits saw %s, want %s", c.mode, c.fields, m, c.matchedAs)
+		}
+		h := <-got
+		n := len(h.Values("X-Http-Method-Override")) + len(h.Values("X-Http-Method")) + len(h.Values("X-Method-Override"))
+		if n != c.upstream {
+			t.Errorf("mode %d, %q: the upstream got %d override lines (%v), want %d", c.mode, c.fields, n, h, c.upstream)
+		}
+	}
+}

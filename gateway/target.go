@@ -54,34 +54,53 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\v' || c == '\
 
 // methodOverride applies the gateway's policy to the method override
 // headers of the request x carries (r its view); it returns the reason to
-// refuse it, or "".
+// refuse it, or "". Every line of each field counts, empty ones too: an
+// upstream may read any of them (the last, often), so a field is stripped
+// whatever its lines hold, refused when any line names a method, and
+// honoured only when all that name one name the same.
 func (g *Gateway) methodOverride(x Exchange, r *Request) string {
 	if r.Header == nil || r.NoOverride {
 		return ""
 	}
 	hh, isHTTP := r.Header.(http.Header)
+	method := ""
 	for _, h := range methodOverrideHeaders {
-		var v string
+		var vs []string
 		if isHTTP {
 			// net/http's fields are keyed canonically: a lookup need not
 			// canonicalise the name again.
-			if vs := hh[h]; len(vs) > 0 {
-				v = vs[0]
-			}
+			vs = hh[h]
 		} else {
-			v = r.Header.Get(h)
+			vs = r.Header.Values(h)
 		}
-		if v == "" {
-			continue // absent (or empty: no method to take)
+		if len(vs) == 0 {
+			continue
 		}
 		switch g.override {
 		case OverrideReject:
-			return "method override headers are not accepted"
+			for _, v := range vs {
+				if strings.TrimSpace(v) != "" {
+					return "method override headers are not accepted"
+				}
+			}
+			x.DelHeader(h) // empty lines: no method, nothing to pass on
 		case OverrideHonor:
-			r.Method = upperMethod(strings.TrimSpace(v))
+			for _, v := range vs {
+				m := upperMethod(strings.TrimSpace(v))
+				switch {
+				case m == "":
+				case method == "":
+					method = m
+				case m != method:
+					return "method override headers name more than one method"
+				}
+			}
 		default:
 			x.DelHeader(h)
 		}
+	}
+	if method != "" {
+		r.Method = method
 	}
 	return ""
 }
