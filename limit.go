@@ -422,8 +422,11 @@ func (l *Limit) Problems() []*ParamError {
 		}
 	case FamilyConcurrency:
 		c.max()
-		if l.LeaseTTL < 0 {
+		switch {
+		case l.LeaseTTL < 0:
 			c.fail(ParamLeaseTTL, 0, "lease ttl must not be negative, got %s", l.LeaseTTL)
+		case l.LeaseTTL > MaxLeaseTTL:
+			c.fail(ParamLeaseTTL, 0, "lease ttl must be at most %s (about 73 years), got %s", MaxLeaseTTL, l.LeaseTTL)
 		}
 	case FamilyQuota:
 		c.max()
@@ -456,6 +459,12 @@ func (l *Limit) Problems() []*ParamError {
 // bucketOverflows reports whether the whole bucket of a rate limit,
 // (Burst+1)·Per/Rate, is too long to fit in an int64 with room to add a
 // timestamp.
+// MaxLeaseTTL is the longest lease a concurrency limit takes, about 73
+// years: a lease's expiry is an instant in nanoseconds, and one further
+// from now than a quarter of their range (the bound a bucket's span has
+// too), in whole hours, could not be counted.
+const MaxLeaseTTL = 640_511 * time.Hour
+
 func bucketOverflows(l *Limit) bool {
 	hi, lo := bits.Mul64(uint64(l.Burst+1), uint64(l.Per))
 	if hi >= uint64(l.Rate) {

@@ -136,6 +136,8 @@ func TestValidateNamesParam(t *testing.T) {
 		{floodgate.Limit{Algorithm: floodgate.SlidingWindow, Max: 1, Window: 0}, floodgate.ParamWindow},
 		{floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 0}, floodgate.ParamMax},
 		{floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: -time.Second}, floodgate.ParamLeaseTTL},
+		{floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 100, LeaseTTL: 2_100_000 * time.Hour}, floodgate.ParamLeaseTTL},
+		{floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: floodgate.MaxLeaseTTL + 1}, floodgate.ParamLeaseTTL},
 		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 1}, floodgate.ParamPeriod},
 		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 1, Period: 9}, floodgate.ParamPeriod},
 		{floodgate.Limit{Algorithm: floodgate.Quota, Max: 1, Period: floodgate.Day, AnchorDay: 3}, floodgate.ParamAnchorDay},

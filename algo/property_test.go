@@ -244,6 +244,26 @@ func TestSlidingWindowCounterNumbers(t *testing.T) {
 	}
 }
 
+// TestLongestLeaseDecides: a concurrency limit with the longest lease
+// TTL a limit accepts decides at today's instants (an accepted TTL whose
+// expiry overflowed failed every decision, and the limit's failure
+// policy answered instead).
+func TestLongestLeaseDecides(t *testing.T) {
+	t.Parallel()
+	if err := (&floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: floodgate.MaxLeaseTTL}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := mustCompile(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 2, LeaseTTL: floodgate.MaxLeaseTTL})
+	now := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	var s State
+	for id, want := range []bool{true, true, false} {
+		d, err := p.Decide(&s, Request{Now: now, Cost: 1, Lease: uint64(id + 1)})
+		if err != nil || d.Allowed != want {
+			t.Fatalf("lease %d in 2100: %+v, %v; want allowed=%v", id+1, d, err, want)
+		}
+	}
+}
+
 func TestConcurrencyLeases(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 3, LeaseTTL: 10 * time.Second})
