@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -76,16 +77,9 @@ func (v *validator) pool(r *Route, path string) bool {
 	seen := map[string]int{}
 	for j, s := range r.Upstreams {
 		field := fmt.Sprintf("%s.upstreams[%d]", path, j)
-		u, err := url.Parse(s)
-		switch {
-		case err != nil:
-			v.errorf(field, "bad URL: %v", errors.Unwrap(err))
-			continue
-		case u.Scheme != "http" && u.Scheme != "https":
-			v.errorf(field, "a target must be an http:// or https:// URL")
-			continue
-		case u.Host == "":
-			v.errorf(field, "target URL has no host")
+		u, why := upstreamURL(s, "a target")
+		if why != "" {
+			v.errorf(field, "%s", why)
 			continue
 		}
 		key := u.Scheme + "://" + u.Host
@@ -156,4 +150,25 @@ func badPathChar(p string) bool {
 		}
 	}
 	return false
+}
+
+// upstreamURL reads the URL of an upstream (what names it in a problem:
+// "upstream", "a target"), or says what is wrong with it: a URL that does
+// not parse, a scheme but http or https, no host, a port out of range.
+func upstreamURL(s, what string) (*url.URL, string) {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("bad URL: %v", errors.Unwrap(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, what + " must be an http:// or https:// URL"
+	case u.Hostname() == "":
+		return nil, what + " URL has no host"
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Sprintf("%s URL has port %s: want 1 to 65535", what, p)
+		}
+	}
+	return u, ""
 }

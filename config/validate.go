@@ -529,15 +529,9 @@ func (v *validator) route(i int, stages map[string]bool) {
 		v.errorf(path+".upstream", "a route needs an upstream: an http:// or https:// URL, or none if the gateway is not to forward it")
 	case NoUpstream:
 	default:
-		u, err := url.Parse(r.Upstream)
-		switch {
-		case err != nil:
-			v.errorf(path+".upstream", "bad URL: %v", errors.Unwrap(err))
-		case u.Scheme != "http" && u.Scheme != "https":
-			v.errorf(path+".upstream", "upstream must be an http:// or https:// URL")
-		case u.Host == "":
-			v.errorf(path+".upstream", "upstream URL has no host")
-		default:
+		if u, why := upstreamURL(r.Upstream, "upstream"); why != "" {
+			v.errorf(path+".upstream", "%s", why)
+		} else {
 			r.UpstreamURL = u
 		}
 	}
