@@ -459,8 +459,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		return false
 	}
 	if err := g.matcher.Match(r, m); err != nil {
-		g.log.Error("gateway: match", "err", err, "path", r.Path)
-		x.Answer(http.StatusInternalServerError, bodyInternal, false)
+		g.matchFailed(x, st, err)
 		return false
 	}
 	if g.keeper != nil && g.screen(x, st) {
@@ -482,8 +481,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		m.Reset()
 		m.Trace = trace
 		if err := g.user.MatchUser(r, m); err != nil {
-			g.log.Error("gateway: match", "err", err, "path", r.Path)
-			x.Answer(http.StatusInternalServerError, bodyInternal, false)
+			g.matchFailed(x, st, err)
 			return false
 		}
 		if g.keeper != nil && g.screen(x, st) { // the user's ban
@@ -619,6 +617,23 @@ func (g *Gateway) deny(x Exchange, st *Flow) {
 }
 
 // badRequest answers 400 with the reason.
+// BadRequestError is a Matcher's error for a request it refuses to match
+// (400, with Why as the reason) rather than one it failed on.
+type BadRequestError struct{ Why string }
+
+func (e *BadRequestError) Error() string { return "gateway: bad request: " + e.Why }
+
+// matchFailed answers a request its matcher returned err for: 400 for a
+// BadRequestError, else 500.
+func (g *Gateway) matchFailed(x Exchange, st *Flow, err error) {
+	if br, ok := errors.AsType[*BadRequestError](err); ok {
+		g.badRequest(x, st, br.Why)
+		return
+	}
+	g.log.Error("gateway: match", "err", err, "path", st.view.Path)
+	x.Answer(http.StatusInternalServerError, bodyInternal, false)
+}
+
 func (g *Gateway) badRequest(x Exchange, st *Flow, why string) {
 	g.obs.Rejected(limiter.FrontGateway, "", http.StatusBadRequest)
 	if g.log.Enabled(x.Context(), slog.LevelDebug) {

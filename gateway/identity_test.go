@@ -278,3 +278,63 @@ func testBadTokensAre401OnPerUserRoutes(t *testing.T, fr string) {
 		t.Errorf("a good token: %d", a.status)
 	}
 }
+
+// TestIdentityFieldsOnce: a request that carries the API key's field, the
+// token's or the user header more than once is refused with 400 and
+// reaches no upstream, on every front: the gateway reads the first line,
+// an upstream may read the last, and would then serve one client while
+// another was charged. Once each, the request passes.
+func TestIdentityFieldsOnce(t *testing.T) {
+	t.Parallel()
+	forFronts(t, allFronts, testIdentityFieldsOnce)
+}
+
+func testIdentityFieldsOnce(t *testing.T, fr string) {
+	k := newTokenKit(t)
+	p := compilePolicy(t, "once.yaml", fmt.Sprintf(`version: 1
+server:
+  api_key_header: x-api-key
+  trusted_proxies: [127.0.0.1]
+  user:
+    jwt: {alg: RS256, key_file: %q}
+    header: X-User
+plans:
+  - {name: gold, rate: 100, burst: 100}
+  - {name: trial, rate: 3, per: 1m, burst: 3}
+keys:
+  - {name: acme, plan: gold, sha256: "6371cb7a907cc8f10740229732c4b6164b285169494b85304468313513427878"}
+routes:
+  - {name: api, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:1"}
+limits:
+  - {name: per-ip, rate: 1000, per: 1h, burst: 1000}
+`, k.pemPath))
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reached atomic.Int64
+	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(http.ResponseWriter, *http.Request) { reached.Add(1) })
+	tok := k.token(t, k.key, "alice")
+	for _, c := range []struct {
+		fields string
+		status int
+	}{
+		{"x-api-key: secret\r\n", 200},
+		{"x-api-key: secret\r\nX-Api-Key: other\r\n", 400},
+		{"x-api-key: \r\nx-api-key: secret\r\n", 400},
+		{"Authorization: Bearer " + tok + "\r\n", 200},
+		{"Authorization: Bearer " + tok + "\r\nAuthorization: Bearer x.y.z\r\n", 400},
+		{"X-User: alice\r\n", 200},
+		{"X-User: alice\r\nx-user: bob\r\n", 400},
+	} {
+		before := reached.Load()
+		head := "GET /x HTTP/1.1\r\nHost: a.example\r\n" + c.fields + "\r\n"
+		if status := rawStatus(t, base, head); status != c.status {
+			t.Errorf("%q: status %d, want %d", c.fields, status, c.status)
+		}
+		if n := reached.Load() - before; c.status == 400 && n != 0 {
+			t.Errorf("%q: reached the upstream", c.fields)
+		}
+	}
+}

@@ -97,6 +97,43 @@ func NewPolicyMatcher(src PolicySource, o PolicyMatcherOptions) (*PolicyMatcher,
 	return pm, nil
 }
 
+// repeated returns the name of a field that says who sends a request (the
+// API key's, the token's, the user header) and that h carries more than
+// once, or "". The gateway reads the first line of each; an upstream may
+// read another, and would then serve a client other than the one charged.
+func (rf *resolverFor) repeated(h identity.Header) string {
+	if h == nil {
+		return ""
+	}
+	if manyLines(h, rf.keyHdr) {
+		return rf.keyHdr
+	}
+	for _, name := range rf.resolver.SingleFields() {
+		if manyLines(h, name) {
+			return name
+		}
+	}
+	return ""
+}
+
+// LineCounter is a Header that counts the lines of a field without
+// gathering them (an engine's own view of its header).
+type LineCounter interface {
+	Lines(name string) int
+}
+
+// manyLines reports whether h has more than one line of the field name
+// (canonical).
+func manyLines(h identity.Header, name string) bool {
+	switch hh := h.(type) {
+	case http.Header:
+		return len(hh[name]) > 1
+	case LineCounter:
+		return hh.Lines(name) > 1
+	}
+	return len(h.Values(name)) > 1
+}
+
 func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 	if c := pm.current.Load(); c != nil && c.p == p {
 		return c, nil
@@ -175,6 +212,9 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 				}
 			}
 		}
+	}
+	if name := rf.repeated(r.Header); name != "" {
+		return &BadRequestError{Why: "more than one " + name + " field"}
 	}
 	if v := r.header(rf.keyHdr); v != "" {
 		req.APIKey = v

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -79,6 +80,9 @@ type Resolver struct {
 	jwt        *Verifier
 	tokens     *tokenCache
 	userHeader string
+	// single are the fields that name a request's user, in canonical
+	// form: a request may carry each once (SingleFields).
+	single []string
 	// keys holds the client keys formatted again and again (the requests
 	// of one client), so that they cost no allocation.
 	keys intern.Table
@@ -117,9 +121,21 @@ func NewResolver(o Options) (*Resolver, error) {
 		}
 		r.jwt = v
 		r.tokens = newTokenCache(o.TokenCacheSize)
+		r.single = append(r.single, http.CanonicalHeaderKey(v.o.Header))
+	}
+	if r.userHeader != "" {
+		if h := http.CanonicalHeaderKey(r.userHeader); !slices.Contains(r.single, h) {
+			r.single = append(r.single, h)
+		}
 	}
 	return r, nil
 }
+
+// SingleFields returns the fields, in canonical form, that name the user
+// of a request (the token's, the user header): the resolver reads the
+// first line of each, and an upstream may read another, so a request that
+// carries one of them twice names two users and is to be refused.
+func (r *Resolver) SingleFields() []string { return r.single }
 
 // Trusted reports whether a is a trusted proxy.
 func (r *Resolver) Trusted(a netip.Addr) bool {

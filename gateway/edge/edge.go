@@ -683,6 +683,13 @@ func (h *edgeHeader) Get(name string) string {
 	return b2s((*fasthttp.RequestHeader)(h).Peek(name))
 }
 
+var _ gateway.LineCounter = (*edgeHeader)(nil)
+
+// Lines counts the lines of a field without gathering them.
+func (h *edgeHeader) Lines(name string) int {
+	return len((*fasthttp.RequestHeader)(h).PeekAll(name))
+}
+
 func (h *edgeHeader) Values(name string) []string {
 	all := (*fasthttp.RequestHeader)(h).PeekAll(name)
 	if len(all) == 0 {
