@@ -13,13 +13,15 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/alarm"
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/app"
 	"github.com/floodgate/floodgate/policy"
 )
 
 const checkUsage = `usage: floodgate check --config FILE
 
-Validates the file, reporting every problem as file:line:col: field: message
-(exit status 1), or prints its limits in evaluation order.
+Validates the file, and the descriptor files its server.rls_config names,
+reporting every problem as file:line:col: field: message (exit status 1),
+or prints its limits in evaluation order.
 
 flags:
 `
@@ -47,6 +49,11 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return &exitError{Code: 1, Err: fmt.Errorf("%s: %w", *path, err)}
 	}
 	if err := checkWebhooks(*path, f); err != nil {
+		return &exitError{Code: 1, Err: err}
+	}
+	// The descriptor files serve reads for its rate-limit service: a
+	// problem there stops serve, so it fails the check.
+	if err := app.CheckRLSConfig(*path, f); err != nil {
 		return &exitError{Code: 1, Err: err}
 	}
 	return printPolicy(stdout, *path, p)

@@ -101,3 +101,46 @@ plans:
 		t.Fatalf("allowed: %v", err)
 	}
 }
+
+// TestCheckReadsRLSConfig: the descriptor files a policy's
+// server.rls_config names fail the check as they would stop serve: a
+// descriptor's problem at its own position, a path that cannot be read at
+// its entry of the policy; good ones pass.
+func TestCheckReadsRLSConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bad := write("rls/bad/a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 3}\n")
+	write("rls/good/a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n")
+	policyWith := func(name, paths string) string {
+		return write(name, "version: 1\nserver:\n  grpc_listen: 127.0.0.1:0\n  rls_config: "+paths+"\n")
+	}
+	check := func(path string) (int, string) {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), []string{"check", "--config", path}, &out, &errOut)
+		if err != nil {
+			return exitCode(err), err.Error()
+		}
+		return 0, out.String()
+	}
+	p := policyWith("bad.yaml", `["rls/bad", "does/not/exist"]`)
+	code, msg := check(p)
+	want := p + ":4:27: server.rls_config[1]: " + filepath.Join(dir, "does/not/exist") + ": cannot read: no such file or directory\n" +
+		bad + `:4:24: descriptors[0].rate_limit.unit: unknown unit "fortnight"`
+	if code != 1 || !strings.HasPrefix(msg, want) {
+		t.Errorf("bad descriptors: exit %d\n%s\nwant exit 1 and\n%s", code, msg, want)
+	}
+	if code, msg := check(policyWith("good.yaml", `["rls/good"]`)); code != 0 || !strings.Contains(msg, "valid") {
+		t.Errorf("good descriptors: exit %d\n%s", code, msg)
+	}
+}
