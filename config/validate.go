@@ -82,8 +82,11 @@ func (v *validator) validate() {
 	v.names("keys", len(f.Keys), func(i int) string { return f.Keys[i].Name })
 	v.names("limits", len(f.Limits), func(i int) string { return f.Limits[i].Name })
 	for i := range f.Limits {
-		if f.Limits[i].Name == "account" {
+		switch f.Limits[i].Name {
+		case "account":
 			v.errorf(fmt.Sprintf("limits[%d].name", i), `the name "account" is reserved for the account limit`)
+		case "unknown-api-key":
+			v.errorf(fmt.Sprintf("limits[%d].name", i), `the name "unknown-api-key" is reserved for the limit of requests with a missing or unknown API key (server.unknown_key_limit)`)
 		}
 	}
 

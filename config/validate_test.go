@@ -56,6 +56,21 @@ routes:
 	}
 }
 
+// TestReservedLimitNames: a limit may not take the name of a limit the
+// policy makes itself; the problem is placed at the name, not found later
+// as a duplicate without a position.
+func TestReservedLimitNames(t *testing.T) {
+	for name, want := range map[string]string{
+		"account":         `r.yaml:3:11: limits[0].name: the name "account" is reserved for the account limit`,
+		"unknown-api-key": `r.yaml:3:11: limits[0].name: the name "unknown-api-key" is reserved for the limit of requests with a missing or unknown API key`,
+	} {
+		_, err := Parse("r.yaml", []byte("version: 1\nlimits:\n  - name: "+name+"\n    rate: 5\n    burst: 5\n"))
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("a limit named %s: %v\nwant %s", name, err, want)
+		}
+	}
+}
+
 // TestDocumentedJWTRules: the package documentation and
 // examples/README.md state the token rules, and loading a file enforces
 // them, with a position.
