@@ -536,8 +536,6 @@ func (g *Gateway) releaseOverload(x Exchange, st *Flow) {
 	if !s.held {
 		return
 	}
-	s.held = false
-	c := s.c
 	outcome := algo.OutcomeOK
 	switch {
 	case s.status == http.StatusBadGateway || s.status == http.StatusServiceUnavailable || s.status == http.StatusGatewayTimeout:
@@ -545,6 +543,18 @@ func (g *Gateway) releaseOverload(x Exchange, st *Flow) {
 	case s.status == 0 && x.Context().Err() != nil:
 		outcome = algo.OutcomeIgnored
 	}
+	g.releaseOverloadAs(st, outcome)
+}
+
+// releaseOverloadAs gives st's place under overload control back, telling
+// the adaptive limit the request's outcome.
+func (g *Gateway) releaseOverloadAs(st *Flow, outcome algo.Outcome) {
+	s := &st.ovl
+	if !s.held {
+		return
+	}
+	s.held = false
+	c := s.c
 	c.mu.Lock()
 	now := c.now()
 	c.inflight--

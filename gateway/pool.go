@@ -413,6 +413,12 @@ func (pt *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil {
 			status = resp.StatusCode
 		}
+		if err != nil && clientFailed(req, err) {
+			// The client's body failed, or the client left: the attempt
+			// tells nothing of the target.
+			p.Abandoned(t)
+			return nil, err
+		}
 		p.Done(t, status, err)
 		if err == nil {
 			return resp, nil
@@ -425,6 +431,13 @@ func (pt *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 var errNoTarget = errors.New("gateway: no upstream target left to try")
+
+// clientFailed reports whether an attempt at req failed by its client's
+// doing: its body could not be read, or it left (its context ended).
+func clientFailed(req *http.Request, err error) bool {
+	var ce *clientBodyError
+	return errors.As(err, &ce) || req.Context().Err() != nil
+}
 
 // heldBody is a request body that a failed attempt cannot close.
 type heldBody struct {

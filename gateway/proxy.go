@@ -4,17 +4,21 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/internal/bufpool"
+	"github.com/floodgate/floodgate/limiter"
 )
 
 // TransportOptions tune the reverse proxy's upstream connections. Zero
@@ -115,6 +119,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *Flow) {
 		delete(r.Header, "X-Forwarded-For")
 		delete(r.Header, "X-Real-Ip")
 	}
+	if r.Body != nil && r.Body != http.NoBody {
+		// What fails reading the client's body is told apart from what
+		// fails upstream (the ErrorHandler).
+		r.Body = &clientBody{ReadCloser: r.Body, f: st, chunked: len(r.TransferEncoding) > 0}
+	}
 	st.UpstreamBegan()
 	defer st.UpstreamEnded()
 	if p := g.PoolOf(st.m.Route, u); p != nil {
@@ -197,13 +206,28 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			g.obs.Upstream(route, 0)
 			markFailed(w) // a reservation of the request is given back
-			if r.Context().Err() != nil {
-				// The client went away: nobody is left to answer.
-				g.log.Debug("gateway: client gone", "route", route, "path", r.URL.Path)
+			var ce *clientBodyError
+			if errors.As(err, &ce) {
+				// The client's body failed, not the upstream.
+				status, body := g.clientBodyFailed(ce.f, route, ce)
+				if status == 0 {
+					panic(http.ErrAbortHandler) // no answer: the connection is closed
+				}
+				w.Header()["Connection"] = []string{"close"}
+				writeJSON(w, status, body)
 				return
 			}
+			if r.Context().Err() != nil {
+				// The client went away (or its connection failed): nobody
+				// is left to answer, and the upstream did not fail. The
+				// connection is closed without an answer: returning would
+				// have the server answer 200 to a client that may still
+				// read (one that shut its side down mid-body).
+				g.log.Debug("gateway: client gone", "route", route, "path", r.URL.Path)
+				panic(http.ErrAbortHandler)
+			}
+			g.obs.Upstream(route, 0)
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
 				g.log.Warn("gateway: upstream timeout", "route", route, "upstream", target.Host, "err", err)
@@ -223,4 +247,125 @@ func (g *Gateway) ForgetUpstreams() {
 	g.proxies.Clear()
 	g.forgetOverload()
 	g.forgetAll()
+}
+
+// A request's body is sent upstream as its client sends it, on both
+// engines, so a send that fails may be the client's doing: its body
+// stalled past server.timeouts.read, its connection ended mid-body (a
+// shutdown of its side, a reset), or its chunked framing is broken. Each
+// engine reads the client's body through a reader whose errors say so
+// (clientBodyError), and such a failure is answered here, once for both:
+//
+//   - It is not the upstream's: no upstream answer is counted (metrics),
+//     no failure of a pool's target, and the adaptive limit learns
+//     nothing from it (neither a drop nor a latency: a slow client's is
+//     not the upstream's). Its place under overload control comes back.
+//   - No upstream answer began: a reservation is given back in full, as
+//     for an upstream that could not be reached; leases are given back
+//     when the request finishes, as always.
+//   - A body that timed out or was cut off gets no answer: the connection
+//     is closed (logged 499). NGINX logs 408 or 400 for these and sends
+//     nothing either (its connection timed out or failed), and net/http's
+//     server closes a connection whose head or body is too slow without
+//     an answer. A malformed chunked body is the client's error and gets
+//     400 with the reason, as NGINX answers it, and the connection is
+//     closed after it.
+
+// clientBodyError is an error reading a client's request body while the
+// request is sent upstream. It does not unwrap: a body broken off must
+// never read as one that ended (io.EOF), whatever its cause.
+type clientBodyError struct {
+	err     error
+	chunked bool  // the body is chunked: its framing may be at fault
+	f       *Flow // the request's, on the net/http engine (nil on the edge's)
+}
+
+func (e *clientBodyError) Error() string {
+	return "gateway: reading the client's body: " + e.err.Error()
+}
+
+// ClientBodyError returns err, an error reading a client's request body
+// (chunked: of chunked framing), marked as the client's (nil and io.EOF
+// unchanged), for Gateway.ClientBodyFailed.
+func ClientBodyError(err error, chunked bool) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	return &clientBodyError{err: err, chunked: chunked}
+}
+
+// Abandoned notes that an attempt on t ended with no outcome of the
+// upstream's (its client's body failed): it counts for nothing towards
+// t's health.
+func (p *Pool) Abandoned(t *Target) { t.inflight.Add(-1) }
+
+// clientBody is a client's request body on its way upstream on the
+// net/http engine.
+type clientBody struct {
+	io.ReadCloser
+	f       *Flow
+	chunked bool
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = &clientBodyError{err: err, chunked: b.chunked, f: b.f}
+	}
+	return n, err
+}
+
+// ClientBodyFailed reports whether err, from forwarding f, is a failure
+// of the client's body (ClientBodyError); if so it ends f's upstream part
+// as the client's doing and returns the answer: status 0 for none (the
+// engine closes the connection without one), else 400 and its body, after
+// which the connection is closed.
+func (g *Gateway) ClientBodyFailed(f *Flow, err error) (failed bool, status int, body []byte) {
+	var ce *clientBodyError
+	if !errors.As(err, &ce) {
+		return false, 0, nil
+	}
+	status, body = g.clientBodyFailed(f, f.m.Route, ce)
+	return true, status, body
+}
+
+// clientBodyFailed ends the upstream part of f, whose client's body
+// failed with ce, and returns its answer (ClientBodyFailed).
+func (g *Gateway) clientBodyFailed(f *Flow, route string, ce *clientBodyError) (status int, body []byte) {
+	if f != nil {
+		if f.reserved {
+			f.rec.noAnswer = true // a reservation is given back in full
+		}
+		if f.ovl.held {
+			// Given back now, before any answer is written (the net/http
+			// engine would tell it to the adaptive limit as the
+			// upstream's status): a request whose client is gone and
+			// whose upstream gave no status teaches it nothing.
+			g.releaseOverloadAs(f, algo.OutcomeIgnored)
+		}
+	}
+	why := malformedBody(ce)
+	if why == "" {
+		g.log.Debug("gateway: client body failed", "route", route, "err", ce.err)
+		return 0, nil
+	}
+	g.obs.Rejected(limiter.FrontGateway, "", http.StatusBadRequest)
+	g.log.Debug("gateway: 400", "reason", why, "route", route, "err", ce.err)
+	return http.StatusBadRequest, badRequestBody(why)
+}
+
+// malformedBody returns why a client's body that failed with ce is
+// refused (400), or "" when its client timed out or left (no answer).
+func malformedBody(ce *clientBodyError) string {
+	err := ce.err
+	var ne net.Error // timeouts, and every error of the connection itself
+	if !ce.chunked || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, http.ErrBodyReadAfterClose) {
+		return ""
+	}
+	// What remains is the chunked framing: a chunk size or line that is
+	// not one, a chunk line too long, a trailer no trailer may hold. (A
+	// body of known length, or an HTTP/2 stream's, has no framing of the
+	// client's to break: what fails it is the client leaving.)
+	return "malformed chunked body"
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"log/slog"
 	"net"
@@ -540,6 +541,9 @@ type exchange struct {
 	// rec is the flow's recorder of a request admitted before its body,
 	// kept for its forwarding (serve).
 	rec *gateway.Recorder
+	// bodyErr is the client's failure to send the body read for an
+	// estimate (RequestBody): the request goes to no upstream.
+	bodyErr error
 }
 
 // context is the request's context. fasthttp cannot tell when a client
@@ -628,6 +632,10 @@ func (x *exchange) RequestBody(max int) []byte {
 	}
 	b := req.Body()
 	if len(b) != n {
+		// The client's body stalled or was cut off (fasthttp holds its
+		// error's text as the body): a body of known length has no
+		// framing to break.
+		x.bodyErr = gateway.ClientBodyError(io.ErrUnexpectedEOF, false)
 		return nil
 	}
 	return b

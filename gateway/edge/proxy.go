@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -146,6 +147,12 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 	rewriteRequest(ctx, up, v, m.PeerTrusted)
 
 	resp := &ctx.Response
+	if x.bodyErr != nil {
+		// The body, read for an estimate, could not be read whole: it
+		// goes to no upstream.
+		e.clientBodyFailed(x, f, x.bodyErr)
+		return false
+	}
 	var err error
 	var tried uint64
 	f.UpstreamBegan()
@@ -156,6 +163,14 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 			pool.Start(target)
 		}
 		later, reused, err = e.exchangeUpstream(x, f, rec, up, clientClose)
+		if err != nil && e.clientBodyFailed(x, f, err) {
+			// The client's body failed, not the upstream.
+			if target != nil {
+				pool.Abandoned(target)
+			}
+			f.UpstreamEnded()
+			return false
+		}
 		if target != nil {
 			pool.Done(target, x.status, err)
 		}
@@ -211,6 +226,54 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 		ctx.SetConnectionClose() // the body may be half read
 	}
 	return false
+}
+
+// clientBodyFailed answers x when err says its client's body failed
+// (gateway.ClientBodyFailed), and reports whether it did: no answer (the
+// connection is closed at once), or a 400 after which it is closed.
+func (e *Engine) clientBodyFailed(x *exchange, f *gateway.Flow, err error) bool {
+	failed, status, body := e.g.ClientBodyFailed(f, err)
+	if !failed {
+		return false
+	}
+	ctx := x.ctx
+	ctx.Response.Reset()
+	ctx.SetConnectionClose()
+	if status == 0 {
+		x.status = statusClientGone
+		if c := ctx.Conn(); c != nil {
+			_ = c.Close() // as readError for a client too slow: no answer
+		}
+		return true
+	}
+	x.Answer(status, body, false)
+	return true
+}
+
+// clientBodyError marks err, from a read of the client's body stream, as
+// the client's, with fasthttp's errors as the gateway reads them: a
+// timeout of the connection, and what broke a chunked body off.
+// fasthttp.ErrBrokenChunk holds its cause without unwrapping it; it says
+// "unexpected EOF" for a body that ended early and starts "cannot read"
+// for a read of the connection that failed (both the client's leaving or
+// stalling, not its framing). Any other is the framing's fault; a
+// message fasthttp might word otherwise one day reads as that, which
+// still blames the client and closes its connection, with a 400 that a
+// client gone never reads.
+func clientBodyError(err error, chunked bool) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	if errors.Is(err, fasthttp.ErrTimeout) {
+		err = os.ErrDeadlineExceeded
+	}
+	var bc fasthttp.ErrBrokenChunk
+	if errors.As(err, &bc) {
+		if msg := bc.Error(); msg == io.ErrUnexpectedEOF.Error() || strings.HasPrefix(msg, "cannot read") {
+			err = io.ErrUnexpectedEOF
+		}
+	}
+	return gateway.ClientBodyError(err, chunked)
 }
 
 // exchangeUpstream sends the request to the upstream and sets the answer
@@ -476,12 +539,12 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 		}
 		if errors.Is(err, io.EOF) {
 			if n >= 0 && left > 0 {
-				return io.ErrUnexpectedEOF
+				return clientBodyError(io.ErrUnexpectedEOF, false)
 			}
 			break
 		}
 		if err != nil {
-			return err
+			return clientBodyError(err, n < 0) // the client's, not the upstream's
 		}
 	}
 	if n < 0 {
