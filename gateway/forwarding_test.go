@@ -498,3 +498,62 @@ func testMethodOverrideEveryLine(t *testing.T, fr string) {
 		}
 	}
 }
+
+// TestConnectionCannotNameFraming: a Connection field that names
+// Content-Length, Transfer-Encoding or Host does not have them removed,
+// from a request or an answer: the body reaches the upstream, and the
+// client, whole and framed as it came. (The edge engine once sent such a
+// request on without its length and its body.) Other fields it names are
+// removed.
+func TestConnectionCannotNameFraming(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testConnectionCannotNameFraming)
+}
+
+func testConnectionCannotNameFraming(t *testing.T, fr string) {
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+	type seen struct {
+		body, host string
+		hop        bool
+	}
+	got := make(chan seen, 1)
+	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got <- seen{string(b), r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Hop") != ""}
+			w.Header().Set("Connection", "Content-Length, X-Up-Hop")
+			w.Header().Set("X-Up-Hop", "1")
+			_, _ = io.WriteString(w, "answer-body")
+		})
+	body := "GET /admin/smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	head := fmt.Sprintf("POST /p1 HTTP/1.1\r\nHost: a.example\r\nConnection: Content-Length, Host, Transfer-Encoding, X-Hop\r\nX-Hop: 1\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := io.WriteString(conn, head+body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || string(answer) != "answer-body" || resp.ContentLength != int64(len("answer-body")) {
+		t.Errorf("answer %d, length %d, body %q, %v; want 200 and its body with its length", resp.StatusCode, resp.ContentLength, answer, err)
+	}
+	if resp.Header.Get("X-Up-Hop") != "" {
+		t.Errorf("the answer kept a field its Connection named: %v", resp.Header)
+	}
+	select {
+	case s := <-got:
+		if s.body != body || s.host != "a.example" || s.hop {
+			t.Errorf("the upstream got body %q, forwarded host %q, X-Hop %v; want the body whole, the host, no X-Hop", s.body, s.host, s.hop)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the upstream")
+	}
+}

@@ -901,14 +901,18 @@ type fieldRemover interface {
 
 // stripHop removes the hop-by-hop fields found (hopBit's bits) of a
 // request or a response, and those its Connection fields name (every one
-// of them: a message may repeat the field).
+// of them: a message may repeat the field), but for the fields that frame
+// the message (framing): a Connection field naming Content-Length would
+// otherwise have the body dropped on its way (fasthttp forgets a length
+// removed), where net/http keeps a message's length apart from its fields
+// and NGINX removes no field a Connection field names.
 func stripHop(h fieldRemover, found uint16) {
 	if found&1 != 0 {
 		var named []string
 		for _, v := range h.PeekAll("Connection") {
 			for name := range strings.SplitSeq(string(v), ",") {
 				name = strings.TrimSpace(name)
-				if name != "" && !strings.EqualFold(name, "keep-alive") && !strings.EqualFold(name, "close") {
+				if name != "" && !strings.EqualFold(name, "keep-alive") && !strings.EqualFold(name, "close") && !framing(name) {
 					named = append(named, name)
 				}
 			}
@@ -922,6 +926,13 @@ func stripHop(h fieldRemover, found uint16) {
 			h.Del(n)
 		}
 	}
+}
+
+// framing reports whether a field (its name in any case) frames a message
+// or names its target, which no Connection field may have removed.
+func framing(name string) bool {
+	return strings.EqualFold(name, "Content-Length") || strings.EqualFold(name, "Transfer-Encoding") ||
+		strings.EqualFold(name, "Host")
 }
 
 // stripHopRequest removes the hop-by-hop fields of a request, and
