@@ -1,8 +1,8 @@
 package config
 
 import (
+	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"time"
@@ -16,9 +16,15 @@ import (
 )
 
 // Load reads, decodes and validates the file at path. On an invalid file
-// the error is an Errors value holding every problem.
+// the error is an Errors value holding every problem; a path that is not a
+// regular file (a named pipe, a device) or a file larger than MaxFileSize
+// is one, found without blocking and without reading more than that.
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamlfile.ReadFile(path)
+	var errs Errors
+	if errors.As(err, &errs) {
+		return nil, errs
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/watch"
+	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
 // DefaultPollInterval is how often a Reloader looks at its file.
@@ -67,9 +67,9 @@ func NewReloader(o ReloaderOptions) (*Reloader, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	data, err := os.ReadFile(o.Path)
+	data, err := readFile(o.Path, "policy")
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
 	p, err := compileData(o.Path, data, nil)
 	if err != nil {
@@ -80,6 +80,18 @@ func NewReloader(o ReloaderOptions) (*Reloader, error) {
 	p.dynamic = &keyHook{}
 	r.cur.Store(p)
 	return r, nil
+}
+
+// readFile reads the policy file (yamlfile.ReadFile): a path that is not
+// a regular file or a file too large is refused, without blocking, as an
+// invalid file (a config.Errors); other errors get prefix.
+func readFile(path, prefix string) ([]byte, error) {
+	data, err := yamlfile.ReadFile(path)
+	var errs config.Errors
+	if err != nil && !errors.As(err, &errs) {
+		err = fmt.Errorf("%s: %w", prefix, err)
+	}
+	return data, err
 }
 
 func compileData(path string, data []byte, prev *Policy) (*Policy, error) {
@@ -107,9 +119,8 @@ func (r *Reloader) Rejected() uint64 { return r.rejected.Load() }
 func (r *Reloader) Reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	data, err := os.ReadFile(r.o.Path)
+	data, err := readFile(r.o.Path, "policy: reload")
 	if err != nil {
-		err = fmt.Errorf("policy: reload: %w", err)
 		r.reject(err, [sha256.Size]byte{})
 		return err
 	}
@@ -188,7 +199,7 @@ func stamp(path string, data []byte, p *Policy) [sha256.Size]byte {
 	names := deps(path, p)
 	files := []watch.File{{Path: path, Data: data}}
 	for _, dep := range names[1:] {
-		b, _ := os.ReadFile(dep)
+		b, _ := yamlfile.ReadFile(dep)
 		files = append(files, watch.File{Path: dep, Data: b})
 	}
 	return watch.Hash(files)

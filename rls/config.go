@@ -331,7 +331,15 @@ func readVersion(paths []string, opts LoadOptions) (*watch.Version, error) {
 	}
 	v := &watch.Version{Files: make([]watch.File, 0, len(files))}
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		// Not os.ReadFile: a named pipe at a path (or linked from a
+		// directory read) must not hang the start, nor a huge file take
+		// its memory.
+		b, err := yamlfile.ReadFile(f)
+		var bad yamlfile.Errors
+		if errors.As(err, &bad) {
+			errs = append(errs, bad...)
+			continue
+		}
 		if err != nil {
 			errs = append(errs, unreadable(f, err))
 			continue

@@ -194,7 +194,10 @@ func decodeMetadata(d *yamlfile.Decoder, n *yaml.Node, v reflect.Value, path str
 		d.ErrorAt(n, path, "want a mapping, got %s", yamlfile.KindName(n))
 		return
 	}
-	val, err := metadataValue(n, 0)
+	val, err := metadataValue(d, n, path, 0)
+	if d.TooLarge() {
+		return // the decoder has the problem
+	}
 	if err != nil {
 		d.ErrorAt(n, path, "%v", err)
 		return
@@ -202,8 +205,12 @@ func decodeMetadata(d *yamlfile.Decoder, n *yaml.Node, v reflect.Value, path str
 	v.Set(reflect.ValueOf(metadataSpec{s: val.GetStructValue()}))
 }
 
-// metadataValue converts a YAML node into a protobuf value.
-func metadataValue(n *yaml.Node, depth int) (*structpb.Value, error) {
+// metadataValue converts a YAML node, the value at the field path, into a
+// protobuf value. Aliases are followed, so each value inside n counts
+// against the values the file may have (d.Count): a few aliases can name a
+// huge tree. Once the file has too many it returns nil and d.TooLarge
+// reports it.
+func metadataValue(d *yamlfile.Decoder, n *yaml.Node, path string, depth int) (*structpb.Value, error) {
 	n = yamlfile.Resolve(n)
 	if depth > 32 {
 		return nil, fmt.Errorf("nested more than 32 levels deep")
@@ -218,8 +225,8 @@ func metadataValue(n *yaml.Node, depth int) (*structpb.Value, error) {
 			if k == nil || k.Kind != yaml.ScalarNode {
 				return nil, fmt.Errorf("line %d: want a scalar key, got %s", n.Content[i].Line, yamlfile.KindName(n.Content[i]))
 			}
-			c, err := metadataValue(n.Content[i+1], depth+1)
-			if err != nil {
+			c, err := metadataChild(d, n.Content[i+1], yamlfile.Join(path, k.Value), depth)
+			if c == nil || err != nil {
 				return nil, err
 			}
 			s.Fields[k.Value] = c
@@ -227,9 +234,9 @@ func metadataValue(n *yaml.Node, depth int) (*structpb.Value, error) {
 		return structpb.NewStructValue(s), nil
 	case n.Kind == yaml.SequenceNode:
 		l := &structpb.ListValue{Values: make([]*structpb.Value, 0, len(n.Content))}
-		for _, c := range n.Content {
-			cv, err := metadataValue(c, depth+1)
-			if err != nil {
+		for i, c := range n.Content {
+			cv, err := metadataChild(d, c, path+"["+strconv.Itoa(i)+"]", depth)
+			if cv == nil || err != nil {
 				return nil, err
 			}
 			l.Values = append(l.Values, cv)
@@ -255,4 +262,13 @@ func metadataValue(n *yaml.Node, depth int) (*structpb.Value, error) {
 		return structpb.NewStringValue(n.Value), nil
 	}
 	return nil, fmt.Errorf("line %d: unexpected %s", n.Line, yamlfile.KindName(n))
+}
+
+// metadataChild counts and converts c, a value inside a metadata value at
+// depth, written at path.
+func metadataChild(d *yamlfile.Decoder, c *yaml.Node, path string, depth int) (*structpb.Value, error) {
+	if !d.Count(c, path) {
+		return nil, nil
+	}
+	return metadataValue(d, c, path, depth+1)
 }

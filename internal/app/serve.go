@@ -542,10 +542,28 @@ func (s *server) degraded() []string {
 
 // run serves until ctx ends or a listener fails, reloading the policy on
 // each SIGHUP from hup (those sent since serve began included) and telling
-// systemd's watchdog, when it has one, that this loop still turns.
+// systemd's watchdog, when it has one, that this loop still turns. The
+// reloads run on a goroutine of their own, one at a time, so that one that
+// takes long (a file on a hung network disk) holds up neither the watchdog
+// nor the end of serve: run returns when ctx ends whatever a reload does.
 func (s *server) run(ctx context.Context, hup <-chan os.Signal) error {
 	watchdog, stop := s.systemd.watchdog()
 	defer stop()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// One SIGHUP waiting is enough: the reload it starts reads the files
+	// as they are then.
+	reload := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-reload:
+				s.reload()
+			}
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -553,18 +571,26 @@ func (s *server) run(ctx context.Context, hup <-chan os.Signal) error {
 		case <-watchdog:
 			s.systemd.tell(sdnotify.Watchdog)
 		case <-hup:
-			s.systemd.tell(sdnotify.Reloading()...)
-			s.reloadCertificates()
-			if err := s.reloader.Reload(); err != nil {
-				s.log.Error("reload rejected; the running policy stays", "err", err)
-			} else {
-				s.log.Info("reloaded", "config", s.cfg.Config, "reloads", s.reloader.Reloads())
+			select {
+			case reload <- struct{}{}:
+			default:
 			}
-			s.systemd.tell(sdnotify.Ready, sdnotify.Status("serving"))
 		case err := <-s.errc:
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
+}
+
+// reload reloads the certificates and the policy, for SIGHUP.
+func (s *server) reload() {
+	s.systemd.tell(sdnotify.Reloading()...)
+	s.reloadCertificates()
+	if err := s.reloader.Reload(); err != nil {
+		s.log.Error("reload rejected; the running policy stays", "err", err)
+	} else {
+		s.log.Info("reloaded", "config", s.cfg.Config, "reloads", s.reloader.Reloads())
+	}
+	s.systemd.tell(sdnotify.Ready, sdnotify.Status("serving"))
 }
 
 // shutdown stops gracefully: not ready any more, stop accepting, let

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
 // DefaultInterval is the time between two looks at the files.
@@ -63,7 +65,9 @@ func Hash(files []File) [sha256.Size]byte {
 	return sum
 }
 
-// Read reads the files at paths into a Version.
+// Read reads the files at paths into a Version. Each is read as
+// yamlfile.ReadFile reads it: a path that is not a regular file, or a file
+// larger than yamlfile.MaxFileSize, is an error, found without blocking.
 func Read(paths []string) (*Version, error) {
 	v, _, err := read(paths)
 	return v, err
@@ -75,7 +79,9 @@ func read(paths []string) (*Version, string, error) {
 	v := &Version{Files: make([]File, 0, len(paths))}
 	var key bytes.Buffer
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		// Not os.ReadFile: a named pipe put at the path must not hang
+		// the watcher, nor a huge file take its memory.
+		data, err := yamlfile.ReadFile(p)
 		if err != nil {
 			return nil, "", fmt.Errorf("watch: %w", err)
 		}

@@ -161,6 +161,27 @@ func (d *Decoder) ErrorOf(at, field, format string, args ...any) {
 		Msg: fmt.Sprintf(format, args...)})
 }
 
+// Count counts n, a value at the field path, against the MaxNodes values
+// a file may have, aliases expanded, as Decode counts each value it
+// decodes; a hook that walks a node tree itself (aliases followed) counts
+// each value it meets. Once the file has more, Count reports false, the
+// decoder stops and TooLarge reports true, with the problem at the first
+// value past the bound.
+func (d *Decoder) Count(n *yaml.Node, path string) bool {
+	if d.overflow != nil {
+		return false
+	}
+	if d.nodes++; d.nodes > MaxNodes {
+		d.overflow = &Error{File: d.file, Field: path,
+			Msg: fmt.Sprintf("the file has more than %d values once its aliases are expanded", MaxNodes)}
+		if n != nil {
+			d.overflow.Line, d.overflow.Column = n.Line, n.Column
+		}
+		return false
+	}
+	return true
+}
+
 // Resolve follows aliases and unwraps a document node.
 func Resolve(n *yaml.Node) *yaml.Node {
 	for depth := 0; n != nil && depth < 32; depth++ {
@@ -206,12 +227,7 @@ var durationType = reflect.TypeOf(time.Duration(0))
 // Decode stores n into v (a settable value), reporting problems at path.
 func (d *Decoder) Decode(n *yaml.Node, v reflect.Value, path string) {
 	n = Resolve(n)
-	if n == nil || d.overflow != nil {
-		return
-	}
-	if d.nodes++; d.nodes > MaxNodes {
-		d.overflow = &Error{File: d.file, Line: n.Line, Column: n.Column, Field: path,
-			Msg: fmt.Sprintf("the file has more than %d values once its aliases are expanded", MaxNodes)}
+	if n == nil || !d.Count(n, path) {
 		return
 	}
 	d.pos[path] = Pos{n.Line, n.Column}

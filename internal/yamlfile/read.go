@@ -31,11 +31,18 @@ func syntaxError(name string, err error) Errors {
 
 // Read parses data, the contents of the file name (used in messages), as
 // one YAML document and returns its root node. A file larger than
-// MaxFileSize, with a syntax error, with more than one document or with
-// nothing in it has that one problem instead.
+// MaxFileSize, with more than MaxTreeNodes YAML nodes (as counted before
+// parsing, so that a file of a few bytes a node cannot make the parser
+// build a tree of gigabytes), with a syntax error, with more than one
+// document or with nothing in it has that one problem instead.
 func Read(name string, data []byte) (*yaml.Node, Errors) {
 	if len(data) > MaxFileSize {
-		return nil, Errors{{File: name, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}}
+		return nil, tooLarge(name)
+	}
+	if n, line := treeNodes(data, MaxTreeNodes); n > MaxTreeNodes {
+		return nil, Errors{{File: name, Line: line, Column: 1, Msg: fmt.Sprintf(
+			"too many YAML nodes: the file has more than %d keys, values and list entries by this line "+
+				"(counted before parsing; a file may hold %d values)", MaxTreeNodes, MaxNodes)}}
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
