@@ -15,12 +15,14 @@ import (
 	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
-// Load reads, decodes and validates the file at path. On an invalid file
-// the error is an Errors value holding every problem; a path that is not a
-// regular file (a named pipe, a device) or a file larger than MaxFileSize
-// is one, found without blocking and without reading more than that.
+// Load reads, decodes and validates the file at path, for a command that
+// runs once: a named pipe or standard input (/dev/stdin) is read as its
+// writer sends it. On an invalid file the error is an Errors value holding
+// every problem; a directory or socket at the path, or a file larger than
+// MaxFileSize, is one, found without reading more than that. (A server's
+// policy is read by policy.Reloader, which takes regular files only.)
 func Load(path string) (*File, error) {
-	data, err := yamlfile.ReadFile(path)
+	data, err := yamlfile.ReadStream(path)
 	var errs Errors
 	if errors.As(err, &errs) {
 		return nil, errs

@@ -12,25 +12,39 @@ import (
 	"time"
 )
 
-// TestLoadRefusesWhatIsNotAFile: a named pipe that no one writes, and
-// /dev/zero, endless, are refused at once as invalid files naming the
-// path (floodgate check --config /dev/zero ran out of memory).
-func TestLoadRefusesWhatIsNotAFile(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "live.yaml")
+// TestLoadReadsStreamsWithinBounds: a command that runs once (floodgate
+// check) reads its file from a named pipe as its writer sends it, and
+// /dev/zero, endless, only up to MaxFileSize before refusing it as too
+// large (floodgate check --config /dev/zero ran out of memory); a
+// directory is refused.
+func TestLoadReadsStreamsWithinBounds(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "live.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatalf("mkfifo: %v", err)
 	}
-	for path, kind := range map[string]string{fifo: "a named pipe", "/dev/zero": "a device"} {
-		if _, err := os.Stat(path); err != nil {
-			continue
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
 		}
+		_, _ = w.WriteString("version: 1\nlimits:\n  - {name: a, rate: 5, burst: 5}\n")
+		_ = w.Close()
+	}()
+	if f, err := Load(fifo); err != nil || len(f.Limits) != 1 {
+		t.Errorf("a named pipe's policy: %v", err)
+	}
+	for path, want := range map[string]string{
+		"/dev/zero": "/dev/zero: file is larger than 16777216 bytes",
+		dir:         dir + ": not a regular file (a directory); want a file, or a symbolic link to one",
+	} {
 		done := make(chan error, 1)
 		go func() { _, err := Load(path); done <- err }()
 		select {
 		case err := <-done:
 			var errs Errors
-			if !errors.As(err, &errs) || err.Error() != path+": not a regular file ("+kind+"); want a file, or a symbolic link to one" {
-				t.Errorf("%s: got %v", path, err)
+			if !errors.As(err, &errs) || err.Error() != want {
+				t.Errorf("%s: got %v, want %s", path, err, want)
 			}
 		case <-time.After(time.Minute):
 			t.Fatalf("Load(%s) did not return", path)
