@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"errors"
 	"expvar"
 	"fmt"
 	"io"
@@ -13,33 +14,76 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // maxJSONBody bounds the body of a /json request.
 const maxJSONBody = 1 << 20
 
+// smallJSONBody is the part of a /json body read at once, whatever the
+// other requests do; a body longer than that (a request of many
+// descriptors) is read on while at most largeJSONReads others are, so that
+// the bodies held at once stay within a few tens of MiB however many
+// clients send them.
+const (
+	smallJSONBody  = 64 << 10
+	largeJSONReads = 16
+)
+
+// readJSONBody reads a /json body, within maxJSONBody, holding one of
+// large's places while it reads past smallJSONBody.
+func readJSONBody(w http.ResponseWriter, r *http.Request, large chan struct{}) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, maxJSONBody)
+	b, err := io.ReadAll(io.LimitReader(body, smallJSONBody+1))
+	if err != nil || len(b) <= smallJSONBody {
+		return b, err
+	}
+	select {
+	case large <- struct{}{}:
+		defer func() { <-large }()
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	rest, err := io.ReadAll(body)
+	return append(b, rest...), err
+}
+
+// badJSON answers a /json request with status and why, after the status's
+// text as envoyproxy/ratelimit writes it alone.
+func badJSON(w http.ResponseWriter, status int, why string) {
+	http.Error(w, http.StatusText(status)+": "+why, status)
+}
+
 // JSONHandler answers envoyproxy/ratelimit's /json endpoint: a
 // RateLimitRequest in the protobuf JSON mapping in the body of a POST (any
 // method is taken, as there), the RateLimitResponse in the same mapping in
 // the answer, with status 200 when the request may pass, 429 when it is
-// over the limit, 400 for a body that is not a request or a request the
-// service refuses, and 500 otherwise.
+// over the limit, 413 for a body over 1 MiB, 400 for a body that is not a
+// request or a request the service refuses or cannot decide (as
+// envoyproxy/ratelimit answers both), with the reason after the status's
+// text, and 500 for an answer it cannot write.
 func JSONHandler(svc *Service) http.Handler {
+	large := make(chan struct{}, largeJSONReads)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		body, err := readJSONBody(w, r, large)
 		if err != nil {
-			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				badJSON(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", maxJSONBody))
+				return
+			}
+			badJSON(w, http.StatusBadRequest, "the body could not be read")
 			return
 		}
 		var req rlsv3.RateLimitRequest
 		if err := protojson.Unmarshal(body, &req); err != nil {
-			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			badJSON(w, http.StatusBadRequest, "not a RateLimitRequest in JSON: "+err.Error())
 			return
 		}
 		resp, err := svc.ShouldRateLimit(r.Context(), &req)
 		if err != nil {
-			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			badJSON(w, http.StatusBadRequest, status.Convert(err).Message())
 			return
 		}
 		out, err := protojson.Marshal(resp)

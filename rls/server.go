@@ -19,6 +19,16 @@ import (
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // DefaultWindowSize is the flow-control window of a connection when
+// DefaultMaxConcurrentStreams and DefaultMaxHeaderListSize bound what one
+// connection can hold (gRPC's own defaults bound neither: a client could
+// open millions of calls that never send their message, or send megabytes
+// of metadata with each). Envoy's rate-limit calls are a few per
+// connection at a time, each with a few hundred bytes of metadata.
+const (
+	DefaultMaxConcurrentStreams = 1024
+	DefaultMaxHeaderListSize    = 64 << 10
+)
+
 // ServerOptions.WindowSize is zero.
 const DefaultWindowSize = 1 << 20
 
@@ -50,8 +60,12 @@ type ServerOptions struct {
 	// 10s (Envoy's gRPC clients ping no faster by default).
 	MinPingInterval time.Duration
 	// MaxConcurrentStreams bounds the calls in flight per connection;
-	// 0 means gRPC's default.
+	// 0 means DefaultMaxConcurrentStreams. A client at the bound waits for
+	// a call to end before it starts another on that connection.
 	MaxConcurrentStreams uint32
+	// MaxHeaderListSize bounds the metadata of a call; 0 means
+	// DefaultMaxHeaderListSize.
+	MaxHeaderListSize uint32
 	// StreamWorkers is the number of long-lived goroutines that run calls.
 	// Reusing them saves starting (and growing the stack of) a goroutine per
 	// call; when all are busy a call gets a goroutine of its own as usual.
@@ -128,9 +142,14 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	case win > 0:
 		so = append(so, grpc.StaticConnWindowSize(max(win, streamWindowSize)), grpc.StaticStreamWindowSize(streamWindowSize))
 	}
-	if opts.MaxConcurrentStreams > 0 {
-		so = append(so, grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams))
+	streams, header := opts.MaxConcurrentStreams, opts.MaxHeaderListSize
+	if streams == 0 {
+		streams = DefaultMaxConcurrentStreams
 	}
+	if header == 0 {
+		header = DefaultMaxHeaderListSize
+	}
+	so = append(so, grpc.MaxConcurrentStreams(streams), grpc.MaxHeaderListSize(header))
 	so = append(so, opts.ExtraOptions...)
 	g := grpc.NewServer(so...)
 	rlsv3.RegisterRateLimitServiceServer(g, svc)

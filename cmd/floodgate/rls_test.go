@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -448,5 +449,29 @@ descriptors:
 	}
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRLSCommandCutsSlowBodies: a /json body that stops coming is cut off
+// by the service (its read timeout, 10 s), and the connection closed; it
+// was held for as long as the client liked, with up to 1 MiB each.
+func TestRLSCommandCutsSlowBodies(t *testing.T) {
+	t.Parallel() // it waits for a timeout, not on the CPU
+	dir := t.TempDir()
+	writeRuntime(t, dir, map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"})
+	p := startRLS(t, rlsEnvFor(dir, map[string]string{"BACKEND_TYPE": "memory"}))
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(p.http, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"domain\":"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+	start := time.Now()
+	b, err := io.ReadAll(c) // the answer, if any, then the end
+	if err != nil {
+		t.Fatalf("the connection was not closed (after %v, read %q): %v", time.Since(start), b, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/rls"
 	"github.com/floodgate/floodgate/store"
 )
@@ -423,7 +424,9 @@ func (e *rlsEnv) settings() (*Settings, error) {
 	}
 	set.RLS = r
 	if e.backend == "memory" {
-		set.Store = Store{URL: "memory"}
+		// Bounded as serve's embedded store is by default: counters of
+		// distinct descriptor values past the cap evict the oldest.
+		set.Store = Store{URL: "memory", Options: store.Options{MaxBytes: config.DefaultMemoryMaxBytes}}
 		return set, nil
 	}
 	r.PeerKeys = &rls.PeerKeyOptions{Prefix: e.prefix, Jitter: e.jitter}

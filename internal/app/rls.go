@@ -214,7 +214,12 @@ func (r *root) openRLS(network, addr, what string, stdout io.Writer) error {
 
 // openRLSHTTP opens one of the service's HTTP listeners.
 func (r *root) openRLSHTTP(h http.Handler, addr, what string, stdout io.Writer) error {
-	r.rls.https = append(r.rls.https, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second})
+	// A request's head and body within 10 s (a /json body of up to 1 MiB
+	// arriving a byte at a time is cut there), an idle kept-alive
+	// connection closed after 2 min; no write timeout: the debug port
+	// serves profiles that take their time.
+	r.rls.https = append(r.rls.https, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10})
 	return r.openRLS("tcp", addr, what, stdout)
 }
 

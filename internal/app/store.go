@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -54,7 +55,13 @@ func openStores(ctx context.Context, s Store, log *slog.Logger) (_ *stores, err 
 		st.closers = append(st.closers, c)
 		st.main = &perSecondSplit{second: second, other: main}
 	}
-	local, c, err := store.Open(ctx, "memory", store.Options{MaxBytes: o.MaxBytes, Logger: log})
+	// The local fallback is bounded whatever the main store's options
+	// say: Redis down, every distinct key lands here.
+	localMax := o.MaxBytes
+	if localMax <= 0 {
+		localMax = config.DefaultMemoryMaxBytes
+	}
+	local, c, err := store.Open(ctx, "memory", store.Options{MaxBytes: localMax, Logger: log})
 	if err != nil {
 		return nil, err
 	}
