@@ -257,6 +257,7 @@ type wireRequest struct {
 type query struct {
 	hits   []limiter.Hit
 	names  []string
+	keys   []string // as sent: the engine may replace a long hit key by its hash
 	fields []*fields.Limit
 }
 
@@ -345,7 +346,8 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 	if len(wh) > h.maxHits {
 		return nil, bad(http.StatusBadRequest, CodeBadRequest, "%d hits, at most %d", len(wh), h.maxHits)
 	}
-	q := &query{hits: make([]limiter.Hit, len(wh)), names: make([]string, len(wh)), fields: make([]*fields.Limit, len(wh))}
+	q := &query{hits: make([]limiter.Hit, len(wh)), names: make([]string, len(wh)), keys: make([]string, len(wh)),
+		fields: make([]*fields.Limit, len(wh))}
 	for i, x := range wh {
 		if x.Limit == nil || *x.Limit == "" {
 			return nil, bad(http.StatusBadRequest, CodeBadRequest, "hit %d: missing limit", i)
@@ -381,6 +383,7 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 			return nil, e
 		}
 		q.hits[i] = limiter.Hit{Rule: rule, Key: key, Cost: cost}
+		q.keys[i] = key
 		q.names[i] = *x.Limit
 		q.fields[i] = lim.Fields
 		if q.fields[i] == nil {
@@ -534,7 +537,7 @@ func (h *Handler) answer(w http.ResponseWriter, peek bool, q *query, res *limite
 	for i := range q.hits {
 		d := res.Decisions[i]
 		out.Decisions[i] = Decision{
-			Limit: q.names[i], Key: q.hits[i].Key, Allowed: d.Allowed,
+			Limit: q.names[i], Key: q.keys[i], Allowed: d.Allowed,
 			Capacity: d.Limit, Remaining: d.Remaining,
 			RetryAfter: secs(d.RetryAfter), Reset: secs(d.ResetAfter), Delay: secs(d.Delay),
 			Shadow: res.Flags[i]&limiter.Shadow != 0, Degraded: res.Flags[i]&limiter.Degraded != 0,

@@ -217,3 +217,20 @@ func TestPolicyLimitsNil(t *testing.T) {
 }
 
 func nilPolicy() *policy.Policy { return nil }
+
+// TestDecisionNamesTheKeySent: a decision names the key the client sent,
+// also one long enough that the engine counts it by its hash (it named
+// the hash, which the client never sent).
+func TestDecisionNamesTheKeySent(t *testing.T) {
+	t.Parallel()
+	url, _ := start(t)
+	key := strings.Repeat("k", 400)
+	resp, m := post(t, url+"/v1/check", `{"limit":"login","key":"`+key+`"}`)
+	ds, _ := m["decisions"].([]any)
+	if resp.StatusCode != 200 || len(ds) != 1 {
+		t.Fatalf("%d %v", resp.StatusCode, m)
+	}
+	if got := ds[0].(map[string]any)["key"]; got != key {
+		t.Errorf("the decision names key %.80q, want the one sent", got)
+	}
+}

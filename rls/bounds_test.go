@@ -2,7 +2,9 @@ package rls
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +12,12 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -96,5 +103,29 @@ func TestJSONSaysWhy(t *testing.T) {
 	many.WriteString(`"}`)
 	if code, body := post(many.String()); code != 400 || !strings.Contains(body, "xx") {
 		t.Errorf("a body of 100 KiB with an unknown field: %d %.120q; want it read whole and the field named", code, body)
+	}
+}
+
+// TestHitsAddendBoundAlike: a hits_addend past 2^31-1 is refused whether
+// the request or a descriptor gives it (the request's was taken and
+// answered over the limit, the descriptor's refused), and nothing is
+// charged.
+func TestHitsAddendBoundAlike(t *testing.T) {
+	c, _ := startService(t, mustParse(t, basic), nil, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	big := desc("user", "h")
+	big.HitsAddend = wrapperspb.UInt64(math.MaxUint32)
+	for name, req := range map[string]*rlsv3.RateLimitRequest{
+		"the request's":  {Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "h")}, HitsAddend: math.MaxUint32},
+		"a descriptor's": {Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{big}},
+	} {
+		_, err := c.ShouldRateLimit(ctx, req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "is too large") {
+			t.Errorf("%s hits_addend of 2^32-1: %v, want InvalidArgument", name, err)
+		}
+	}
+	if r := ask(t, c, "d", desc("user", "h")); r.Statuses[0].LimitRemaining != 9 {
+		t.Errorf("a refused request charged: %v", r)
 	}
 }

@@ -209,7 +209,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // validate refuses requests that cannot be decided: those
 // envoyproxy/ratelimit refuses (no domain, no descriptors) and those too
-// large to decide.
+// large to decide (a hits_addend past 2^31-1, the request's as a
+// descriptor's).
 func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 	descs := req.GetDescriptors()
 	if req.GetDomain() == "" {
@@ -220,6 +221,9 @@ func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 	}
 	if len(descs) > s.maxDesc {
 		return status.Errorf(codes.InvalidArgument, "rls: %d descriptors, at most %d", len(descs), s.maxDesc)
+	}
+	if ha := req.GetHitsAddend(); ha > math.MaxInt32 {
+		return status.Errorf(codes.InvalidArgument, "rls: hits_addend %d is too large", ha)
 	}
 	for i, d := range descs {
 		if ha := d.GetHitsAddend(); ha != nil && ha.GetValue() > math.MaxInt32 {
