@@ -9,7 +9,8 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/floodgate/floodgate/internal/waittest"
 )
 
 // TestLoadReadsStreamsWithinBounds: a command that runs once (floodgate
@@ -38,16 +39,10 @@ func TestLoadReadsStreamsWithinBounds(t *testing.T) {
 		"/dev/zero": "/dev/zero: file is larger than 16777216 bytes",
 		dir:         dir + ": not a regular file (a directory); want a file, or a symbolic link to one",
 	} {
-		done := make(chan error, 1)
-		go func() { _, err := Load(path); done <- err }()
-		select {
-		case err := <-done:
-			var errs Errors
-			if !errors.As(err, &errs) || err.Error() != want {
-				t.Errorf("%s: got %v, want %s", path, err, want)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("Load(%s) did not return", path)
+		err := waittest.Returns(t, "Load("+path+")", func() error { _, err := Load(path); return err })
+		var errs Errors
+		if !errors.As(err, &errs) || err.Error() != want {
+			t.Errorf("%s: got %v, want %s", path, err, want)
 		}
 	}
 }

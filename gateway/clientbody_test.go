@@ -18,7 +18,7 @@ import (
 
 // EdgeFrontTimeouts serves g on the edge engine with read (headers and
 // body) as its read timeouts, on loopback until the test ends, and returns
-// its address (set from package gateway_test: clientbody_edge_test.go).
+// its address (set from package gateway_test: edgefront_test.go).
 var EdgeFrontTimeouts func(t testing.TB, g *Gateway, read time.Duration) string
 
 // clientBodyRead is the read timeouts (server.timeouts) of the client

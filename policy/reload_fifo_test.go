@@ -14,22 +14,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/waittest"
 )
-
-// returns runs f on a goroutine and fails the test if it has not returned
-// after a generous wait: f must not block, however long it takes.
-func returns[T any](t *testing.T, what string, f func() T) T {
-	t.Helper()
-	done := make(chan T, 1)
-	go func() { done <- f() }()
-	select {
-	case v := <-done:
-		return v
-	case <-time.After(time.Minute):
-		t.Fatalf("%s did not return", what)
-		panic("unreachable")
-	}
-}
 
 // TestReloadRefusesANamedPipe puts a named pipe (that no one writes) in
 // place of the policy file of a running Reloader: SIGHUP's Reload and the
@@ -66,7 +52,7 @@ func TestReloadRefusesANamedPipe(t *testing.T) {
 	if err := os.Rename(fifo, path); err != nil {
 		t.Fatal(err)
 	}
-	err = returns(t, "Reload of a named pipe", rl.Reload)
+	err = waittest.Returns(t, "Reload of a named pipe", rl.Reload)
 	var errs config.Errors
 	if !errors.As(err, &errs) || err.Error() != path+": not a regular file (a named pipe); want a file, or a symbolic link to one" {
 		t.Fatalf("Reload: %v", err)
@@ -74,7 +60,7 @@ func TestReloadRefusesANamedPipe(t *testing.T) {
 	if rl.Policy() != running || rl.Rejected() == 0 {
 		t.Fatalf("after the named pipe: policy replaced or not rejected (%d)", rl.Rejected())
 	}
-	err = returns(t, "NewReloader on a named pipe", func() error {
+	err = waittest.Returns(t, "NewReloader on a named pipe", func() error {
 		_, err := NewReloader(ReloaderOptions{Path: path})
 		return err
 	})

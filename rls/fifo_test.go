@@ -7,7 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/floodgate/floodgate/internal/waittest"
 )
 
 // TestLoadRefusesANamedPipe: a named pipe among the descriptor files, named
@@ -19,14 +20,8 @@ func TestLoadRefusesANamedPipe(t *testing.T) {
 	if err := syscall.Mkfifo(pipe, 0o600); err != nil {
 		t.Fatalf("mkfifo: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() { _, err := Load([]string{pipe}, LoadOptions{}); done <- err }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), pipe+": not a regular file (a named pipe)") {
-			t.Fatalf("Load of a named pipe: %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Load of a named pipe did not return")
+	err := waittest.Returns(t, "Load of a named pipe", func() error { _, err := Load([]string{pipe}, LoadOptions{}); return err })
+	if err == nil || !strings.Contains(err.Error(), pipe+": not a regular file (a named pipe)") {
+		t.Fatalf("Load of a named pipe: %v", err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/waittest"
 )
 
 // TestRunSurvivesANamedPipe: a named pipe (that no one writes) renamed in
@@ -79,14 +81,8 @@ func TestReadRefusesANamedPipe(t *testing.T) {
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		t.Fatalf("mkfifo: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() { _, err := Read([]string{path}); done <- err }()
-	select {
-	case err := <-done:
-		if err == nil || err.Error() != "watch: "+path+": not a regular file (a named pipe); want a file, or a symbolic link to one" {
-			t.Fatalf("got %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Read of a named pipe did not return")
+	err := waittest.Returns(t, "Read of a named pipe", func() error { _, err := Read([]string{path}); return err })
+	if err == nil || err.Error() != "watch: "+path+": not a regular file (a named pipe); want a file, or a symbolic link to one" {
+		t.Fatalf("got %v", err)
 	}
 }

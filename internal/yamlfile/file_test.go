@@ -8,23 +8,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
-)
 
-// returns runs f on a goroutine and fails the test if it has not returned
-// after a generous wait: f must not block, however long it takes.
-func returns[T any](t *testing.T, what string, f func() T) T {
-	t.Helper()
-	done := make(chan T, 1)
-	go func() { done <- f() }()
-	select {
-	case v := <-done:
-		return v
-	case <-time.After(time.Minute):
-		t.Fatalf("%s did not return", what)
-		panic("unreachable")
-	}
-}
+	"github.com/floodgate/floodgate/internal/waittest"
+)
 
 // TestReadFileRefusesANamedPipe: a named pipe at the path (no writer ever
 // opens it) is refused at once, by a problem naming the path, instead of
@@ -34,7 +20,7 @@ func TestReadFileRefusesANamedPipe(t *testing.T) {
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		t.Fatalf("mkfifo: %v", err)
 	}
-	err := returns(t, "ReadFile of a named pipe", func() error { _, err := ReadFile(path); return err })
+	err := waittest.Returns(t, "ReadFile of a named pipe", func() error { _, err := ReadFile(path); return err })
 	if _, ok := err.(Errors); !ok || err.Error() != path+": not a regular file (a named pipe); want a file, or a symbolic link to one" {
 		t.Fatalf("got %v", err)
 	}
@@ -46,7 +32,7 @@ func TestReadFileRefusesDevices(t *testing.T) {
 	if _, err := os.Stat("/dev/zero"); err != nil {
 		t.Fatalf("no /dev/zero: %v", err)
 	}
-	err := returns(t, "ReadFile of /dev/zero", func() error { _, err := ReadFile("/dev/zero"); return err })
+	err := waittest.Returns(t, "ReadFile of /dev/zero", func() error { _, err := ReadFile("/dev/zero"); return err })
 	if err == nil || err.Error() != "/dev/zero: not a regular file (a device); want a file, or a symbolic link to one" {
 		t.Fatalf("got %v", err)
 	}
