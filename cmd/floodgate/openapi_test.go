@@ -346,5 +346,7 @@ plans:
 	expect("settle", code, 200, body)
 	code, body = c.do("POST", api+"/v1/settle", "", settle, false)
 	expect("settle twice", code, 404, body)
+	code, body = c.do("POST", api+"/v1/reserve", "", `{"limit":"tokens","key":"k2","cost":10,"ttl":60}`, false)
+	expect("reserve of one hit", code, 200, body)
 	c.served()
 }
