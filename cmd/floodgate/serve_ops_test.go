@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -163,4 +164,52 @@ func canListen(network, addr string) bool {
 	}
 	ln.Close()
 	return true
+}
+
+// TestSideListenersHoldABoundedShare: a client that holds connections to
+// the ops and admin listeners open (each after a probe's answer, kept
+// alive) is answered 503 past their share (at most 1,024 each), and the
+// gateway goes on serving. With no cap and no idle timeout, such a client
+// once ran the process out of descriptors and the gateway's accept ended
+// it.
+func TestSideListenersHoldABoundedShare(t *testing.T) {
+	cfg := opsConfig(t, true, "  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  ops_listen: 127.0.0.1:0\n")
+	gw, admin, _, out := startServe(t, "--config", cfg, "--log-level", "error", "--ops-listen", "")
+	ops := opsURL(t, out.String())
+	for _, base := range []string{ops, admin} {
+		addr := strings.TrimPrefix(base, "http://")
+		var held []net.Conn
+		shed := false
+		for len(held) < 1100 && !shed {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Fatalf("%s: connection %d: %v", base, len(held)+1, err)
+			}
+			held = append(held, c)
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n\r\n")); err != nil {
+				t.Fatalf("%s: connection %d: %v", base, len(held), err)
+			}
+			line := make([]byte, 12)
+			if _, err := io.ReadFull(c, line); err != nil {
+				t.Fatalf("%s: connection %d: %v", base, len(held), err)
+			}
+			switch string(line) {
+			case "HTTP/1.1 200":
+			case "HTTP/1.1 503":
+				shed = true
+			default:
+				t.Fatalf("%s: connection %d answered %q", base, len(held), line)
+			}
+		}
+		if !shed {
+			t.Errorf("%s: %d connections held open, none answered 503", base, len(held))
+		}
+		if code, _, _ := get(t, gw+"/x"); code == 0 || code >= 500 {
+			t.Errorf("the gateway while %s holds %d connections: %d", base, len(held), code)
+		}
+		for _, c := range held {
+			c.Close()
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -187,9 +188,24 @@ func (e *Engine) Serve(ln net.Listener) error {
 			}
 		}()
 	}
+	var pause time.Duration // after a failed accept that passes
 	for {
 		c, err := ln.Accept()
 		if err != nil {
+			if acceptPasses(err) {
+				// Out of descriptors or memory for a moment (other
+				// connections hold them), or a client that left before its
+				// accept: the engine goes on serving those it has and
+				// accepts again after a pause that grows to a second, as
+				// net/http's server does. Ending here would end the process
+				// for whoever could hold enough connections open.
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				if pause == 5*time.Millisecond {
+					e.log.Warn("gateway: accept failed; accepting again after a pause", "err", err)
+				}
+				time.Sleep(pause)
+				continue
+			}
 			e.fast.Close()
 			e.slow.Close()
 			if errors.Is(err, net.ErrClosed) {
@@ -197,8 +213,17 @@ func (e *Engine) Serve(ln net.Listener) error {
 			}
 			return fmt.Errorf("gateway: edge: accept: %w", err)
 		}
+		pause = 0
 		go e.route(c)
 	}
+}
+
+// acceptPasses reports whether a failed accept is a passing condition:
+// the process or the system out of descriptors or buffers, or a
+// connection aborted before it was accepted.
+func acceptPasses(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) ||
+		errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 // route reads the first bytes of a new connection and hands it to the

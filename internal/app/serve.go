@@ -364,18 +364,23 @@ func (s *server) listen(stdout io.Writer) error {
 		if s.adminLn, err = net.Listen("tcp", admin); err != nil {
 			return fmt.Errorf("serve: admin listen: %w", err)
 		}
-		ln, scheme, err := s.adminTLS(s.adminLn)
+		limited := newConnLimit(s.adminLn, files.side)
+		ln, scheme, err := s.adminTLS(limited)
 		if err != nil {
 			return err
 		}
+		if scheme == "https" {
+			limited.speaksTLS()
+		}
 		s.adminLn, adminScheme = ln, scheme
-		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		s.admin = sideServer(s.adminHandler())
 	}
 	if ops := firstNonEmpty(s.cfg.OpsListen, s.srv.OpsListen); ops != "off" && ops != "" {
 		if s.opsLn, err = net.Listen("tcp", ops); err != nil {
 			return fmt.Errorf("serve: ops listen: %w", err)
 		}
-		s.ops = &http.Server{Handler: s.opsHandler(), ReadHeaderTimeout: 5 * time.Second}
+		s.opsLn = newConnLimit(s.opsLn, files.side)
+		s.ops = sideServer(s.opsHandler())
 	}
 	if s.set.RLS != nil {
 		if err := s.startRLS(stdout); err != nil {
@@ -418,6 +423,7 @@ func (s *server) listen(stdout io.Writer) error {
 type fileBudget struct {
 	connections     int // client connections served at once
 	upstreamPerHost int // connections to one upstream host
+	side            int // connections to the admin listener, and to the ops one
 }
 
 func (s *server) fileBudget() fileBudget {
@@ -438,7 +444,18 @@ func (s *server) fileBudget() fileBudget {
 	if b.upstreamPerHost == 0 {
 		b.upstreamPerHost = max(n/4, 32)
 	}
+	// Probes, scrapes and operators need few connections; a client that
+	// holds more must not take the descriptors the gateway serves with.
+	b.side = min(max(n/32, 16), 1024)
 	return b
+}
+
+// sideServer is the HTTP server of the admin or ops listener: a request
+// within 10 s of its first byte, its answer within 30 s, a kept-alive
+// connection closed after a minute idle.
+func sideServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 }
 
 // adminHandler serves the ops routes (opsRoutes), the admin API, the
