@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -113,14 +114,19 @@ func New(o Options) (*API, error) {
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
 // Authenticate returns the name of the token r carries, if it is one of
-// the configured tokens.
+// the configured tokens. The scheme is matched in any case (RFC 9110); a
+// request with more than one Authorization header carries none.
 func (a *API) Authenticate(r *http.Request) (string, bool) {
-	auth := r.Header.Get("Authorization")
-	raw, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || raw == "" {
+	auths := r.Header.Values("Authorization")
+	if len(auths) != 1 {
+		return "", false // none, or more than one: which would decide?
+	}
+	scheme, raw, ok := strings.Cut(auths[0], " ")
+	raw = strings.TrimSpace(raw)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || raw == "" {
 		return "", false
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(raw)))
+	sum := sha256.Sum256([]byte(raw))
 	name, found := "", 0
 	for _, t := range a.o.Tokens {
 		eq := subtle.ConstantTimeCompare(sum[:], t.SHA256[:])
@@ -196,12 +202,16 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
-// decode reads a JSON body into v, refusing unknown fields.
+// decode reads a JSON body into v, refusing unknown fields and anything
+// after the object.
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return errorf(http.StatusBadRequest, "body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errorf(http.StatusBadRequest, "body: data after the object")
 	}
 	return nil
 }
@@ -324,6 +334,9 @@ func (a *API) createKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 	if err != nil {
 		return nil, err
 	}
+	if _, err := a.o.Policy().NewKey(b.Name, b.Plan, o); err != nil {
+		return nil, errorf(http.StatusBadRequest, "%v", err)
+	}
 	raw, rec, err := a.o.Keys.Create(r.Context(), b.Name, b.Plan, o)
 	if err != nil {
 		return nil, err
@@ -382,6 +395,11 @@ func (a *API) updateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 		if b.Disabled != nil && *b.Disabled != rec.Disabled {
 			detail["disabled"] = *b.Disabled
 			rec.Disabled = *b.Disabled
+		}
+		// The store checks the same; here a refusal is the caller's fault.
+		o := policy.KeyOptions{Rate: rec.Rate, Burst: rec.Burst, Quota: rec.Quota, Generation: rec.Generation}
+		if _, err := a.o.Policy().NewKey(rec.Name, rec.Plan, o); err != nil {
+			return errorf(http.StatusBadRequest, "%v", err)
 		}
 		return nil
 	})
@@ -681,6 +699,11 @@ func (a *API) audit(_ http.ResponseWriter, r *http.Request, _ string) (any, erro
 	entries, err := a.o.Audit.List(r.Context(), q)
 	if err != nil {
 		return nil, err
+	}
+	if u, ok := a.o.Audit.(interface{ Unreadable() int }); ok {
+		if n := u.Unreadable(); n > 0 {
+			a.log.Warn("admin: audit lines skipped: they cannot be read", "lines", n)
+		}
 	}
 	return map[string]any{"entries": entries}, nil
 }

@@ -1,14 +1,16 @@
 package admin
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,13 +61,16 @@ type AuditLog interface {
 const DefaultAuditMax = 10000
 
 // FileAudit keeps the audit log as JSON lines in a file, at most max
-// entries (the file is compacted when it holds twice as many).
+// entries (the file is compacted to the newest max lines when it holds
+// twice as many). A line that cannot be read back is skipped and counted
+// (Unreadable), never dropped by a compaction before its turn.
 type FileAudit struct {
 	path string
 	max  int
 
-	mu    sync.Mutex // guards lines and the file
-	lines int        // entries in the file, -1 until counted
+	mu      sync.Mutex // guards lines, skipped and the file
+	lines   int        // lines in the file, -1 until counted
+	skipped int        // lines the last List could not read
 }
 
 // NewFileAudit keeps up to max (0: DefaultAuditMax) entries in path.
@@ -76,20 +81,78 @@ func NewFileAudit(path string, max int) *FileAudit {
 	return &FileAudit{path: path, max: max, lines: -1}
 }
 
-// Append adds e to the file.
-func (a *FileAudit) Append(_ context.Context, e Entry) error {
+// MaxEntryBytes bounds an audit entry as written: a longer one has its
+// long fields cut (see bound).
+const MaxEntryBytes = 64 << 10
+
+// maxFieldBytes bounds each string field of an entry that is too long, and
+// each of its details (as JSON) before it is replaced by a digest.
+const maxFieldBytes = 1 << 10
+
+// encode is e as one JSON line's text, at most MaxEntryBytes long.
+func encode(e Entry) ([]byte, error) {
 	js, err := json.Marshal(e)
 	if err != nil {
-		return fmt.Errorf("admin: audit: %w", err)
+		return nil, fmt.Errorf("admin: audit: %w", err)
+	}
+	if len(js) <= MaxEntryBytes {
+		return js, nil
+	}
+	js, err = json.Marshal(bound(e, len(js)))
+	if err != nil {
+		return nil, fmt.Errorf("admin: audit: %w", err)
+	}
+	return js, nil
+}
+
+// bound returns e, n bytes long as JSON, cut to fit MaxEntryBytes: each
+// long string is cut with a marker, and each long detail is replaced by
+// the size and SHA-256 of its JSON, so the entry still says who did what,
+// and a detail can be matched against a copy of what was sent.
+func bound(e Entry, n int) Entry {
+	e.Actor, e.Action, e.Target, e.Instance = clip(e.Actor), clip(e.Action), clip(e.Target), clip(e.Instance)
+	if e.Detail != nil {
+		d := make(map[string]any, len(e.Detail))
+		for k, v := range e.Detail {
+			js, err := json.Marshal(v)
+			if err != nil || len(js) > maxFieldBytes {
+				sum := sha256.Sum256(js)
+				v = map[string]any{"truncated": true, "bytes": len(js), "sha256": hex.EncodeToString(sum[:])}
+			}
+			d[clip(k)] = v
+		}
+		e.Detail = d
+	}
+	if js, err := json.Marshal(e); err != nil || len(js) > MaxEntryBytes {
+		e.Detail = map[string]any{"truncated": true, "bytes": n}
+	}
+	return e
+}
+
+// clip cuts s to maxFieldBytes/8 bytes (every byte may take six as JSON)
+// and marks the cut.
+func clip(s string) string {
+	const max = maxFieldBytes / 8
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + fmt.Sprintf("...[truncated, %d bytes]", len(s))
+}
+
+// Append adds e to the file.
+func (a *FileAudit) Append(_ context.Context, e Entry) error {
+	js, err := encode(e)
+	if err != nil {
+		return err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.lines < 0 {
-		all, err := a.readAll()
+		lines, err := a.readLines()
 		if err != nil {
 			return err
 		}
-		a.lines = len(all)
+		a.lines = len(lines)
 	}
 	f, err := os.OpenFile(a.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -109,19 +172,20 @@ func (a *FileAudit) Append(_ context.Context, e Entry) error {
 	return nil
 }
 
-// compact keeps the newest max entries. a.mu is held.
+// compact keeps the newest max lines, as they are: a line that cannot be
+// read back is kept as well (until it is among the oldest), never
+// rewritten from what could be read. a.mu is held.
 func (a *FileAudit) compact() error {
-	all, err := a.readAll()
+	lines, err := a.readLines()
 	if err != nil {
 		return err
 	}
-	if len(all) > a.max {
-		all = all[len(all)-a.max:]
+	if len(lines) > a.max {
+		lines = lines[len(lines)-a.max:]
 	}
 	var b bytes.Buffer
-	for _, e := range all {
-		js, _ := json.Marshal(e)
-		b.Write(js)
+	for _, l := range lines {
+		b.Write(l)
 		b.WriteByte('\n')
 	}
 	tmp := a.path + ".tmp"
@@ -131,12 +195,13 @@ func (a *FileAudit) compact() error {
 	if err := os.Rename(tmp, a.path); err != nil {
 		return fmt.Errorf("admin: audit: %w", err)
 	}
-	a.lines = len(all)
+	a.lines = len(lines)
 	return nil
 }
 
-// readAll reads every entry, oldest first; a torn last line is skipped.
-func (a *FileAudit) readAll() ([]Entry, error) {
+// readLines reads the file's lines, oldest first, whatever their length;
+// a torn last line is one too. a.mu is held.
+func (a *FileAudit) readLines() ([][]byte, error) {
 	data, err := os.ReadFile(a.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -144,22 +209,58 @@ func (a *FileAudit) readAll() ([]Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin: audit: %w", err)
 	}
-	var out []Entry
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		var e Entry
-		if json.Unmarshal(sc.Bytes(), &e) == nil {
-			out = append(out, e)
+	var out [][]byte
+	for len(data) > 0 {
+		line, rest, _ := bytes.Cut(data, []byte{'\n'})
+		if len(line) > 0 {
+			out = append(out, line)
 		}
+		data = rest
 	}
 	return out, nil
+}
+
+// readAll reads every entry, oldest first, and counts the lines it
+// skipped because they are not entries (a torn last line, a line from
+// before entries were bounded that is too long to decode, a damaged one):
+// a line that cannot be read never hides those after it. a.mu is held.
+func (a *FileAudit) readAll() ([]Entry, int, error) {
+	lines, err := a.readLines()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]Entry, 0, len(lines))
+	skipped := 0
+	for _, l := range lines {
+		var e Entry
+		if len(l) > maxReadBytes || json.Unmarshal(l, &e) != nil {
+			skipped++
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, skipped, nil
+}
+
+// maxReadBytes is the longest line readAll decodes: far more than an entry
+// written now can take (MaxEntryBytes), so that a line written before
+// entries were bounded costs no more than this to skip.
+const maxReadBytes = 1 << 20
+
+// Unreadable returns how many lines of the file the last List skipped.
+func (a *FileAudit) Unreadable() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.skipped
 }
 
 // List returns the entries q selects, newest first.
 func (a *FileAudit) List(_ context.Context, q Query) ([]Entry, error) {
 	a.mu.Lock()
-	all, err := a.readAll()
+	all, skipped, err := a.readAll()
+	if err == nil {
+		a.skipped = skipped
+	}
 	a.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -203,9 +304,9 @@ func NewRedisAudit(c rueidis.Client, max int) *RedisAudit {
 
 // Append pushes e and trims the list.
 func (a *RedisAudit) Append(ctx context.Context, e Entry) error {
-	js, err := json.Marshal(e)
+	js, err := encode(e)
 	if err != nil {
-		return fmt.Errorf("admin: audit: %w", err)
+		return err
 	}
 	for _, r := range a.c.DoMulti(ctx,
 		a.c.B().Lpush().Key(redisAuditKey).Element(string(js)).Build(),

@@ -99,7 +99,9 @@ type accessBody struct {
 	Exempt  []string `json:"exempt"`
 }
 
-// addAccess answers POST /api/v1/access {list, network, exempt}.
+// addAccess answers POST /api/v1/access {list, network, exempt}. An allow
+// entry's exempt list follows the policy file's rules (config.CheckExempt):
+// [all] alone, or limits that exist, each once; a deny entry has none.
 func (a *API) addAccess(_ http.ResponseWriter, r *http.Request, actor string) (any, error) {
 	var b accessBody
 	if err := decode(r, &b); err != nil {
@@ -110,12 +112,15 @@ func (a *API) addAccess(_ http.ResponseWriter, r *http.Request, actor string) (a
 		return nil, err
 	}
 	e.Exempt, e.Added, e.Actor = b.Exempt, a.o.Now().UTC(), actor
-	if e.List == access.Allow {
+	switch e.List {
+	case access.Deny:
+		if len(b.Exempt) > 0 {
+			return nil, errorf(http.StatusBadRequest, "exempt: a deny entry takes none: a denied address is refused before any limit")
+		}
+	case access.Allow:
 		p := a.o.Policy()
-		for _, n := range e.Exempt {
-			if _, ok := p.Limit(n); !ok && n != config.ExemptAll {
-				return nil, errorf(http.StatusBadRequest, "unknown limit %q", n)
-			}
+		if err := config.CheckExempt(e.Exempt, func(n string) bool { _, ok := p.Limit(n); return ok }); err != nil {
+			return nil, errorf(http.StatusBadRequest, "%v", err)
 		}
 	}
 	if e, err = a.o.Access.Add(r.Context(), e); err != nil {

@@ -1,10 +1,12 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -231,24 +233,70 @@ func (v *validator) access(a *Access, limits map[string]bool) {
 			}
 			n++
 		}
-		if len(e.Exempt) == 0 {
-			v.errorf(path+".exempt", "an allow entry needs exempt: the names of the limits it is exempt from, or [all]")
-		}
-		for j, name := range e.Exempt {
-			if name == ExemptAll {
-				if len(e.Exempt) > 1 {
-					v.errorf(fmt.Sprintf("%s.exempt[%d]", path, j), "all stands alone: it exempts from every limit")
-				}
-				continue
-			}
-			if !limits[name] {
-				v.errorf(fmt.Sprintf("%s.exempt[%d]", path, j), "unknown limit %q", name)
+		if err := CheckExempt(e.Exempt, func(name string) bool { return limits[name] }); err != nil {
+			var ee *ExemptError
+			if errors.As(err, &ee) && ee.Index >= 0 {
+				v.errorf(fmt.Sprintf("%s.exempt[%d]", path, ee.Index), "%s", ee.Msg)
+			} else {
+				v.errorf(path+".exempt", "%v", err)
 			}
 		}
 	}
 	if a.MaxEntries > 0 && n > a.MaxEntries {
 		v.errorf("server.access", "%d networks, more than max_entries (%d)", n, a.MaxEntries)
 	}
+}
+
+// ExemptError is the fault CheckExempt finds in an exempt list.
+type ExemptError struct {
+	// Index is the place of the offending name, or -1 when the list as a
+	// whole is at fault.
+	Index int
+	// Msg says what is wrong.
+	Msg string
+}
+
+func (e *ExemptError) Error() string {
+	if e.Index < 0 {
+		return e.Msg
+	}
+	return fmt.Sprintf("exempt[%d]: %s", e.Index, e.Msg)
+}
+
+// CheckExempt checks the exempt list of an allow entry, the policy file's
+// or the admin API's: it is [all] alone, or it names limits that exist
+// (known reports whether one does), each once, so it is never longer than
+// the limits are many. It returns the first fault as an *ExemptError, or
+// nil.
+func CheckExempt(exempt []string, known func(name string) bool) error {
+	if len(exempt) == 0 {
+		return &ExemptError{Index: -1, Msg: "an allow entry needs exempt: the names of the limits it is exempt from, or [all]"}
+	}
+	seen := make(map[string]bool, min(len(exempt), 64))
+	for j, name := range exempt {
+		switch {
+		case name == ExemptAll:
+			if len(exempt) > 1 {
+				return &ExemptError{Index: j, Msg: "all stands alone: it exempts from every limit"}
+			}
+		case !known(name):
+			return &ExemptError{Index: j, Msg: fmt.Sprintf("unknown limit %s", quoteShort(name))}
+		case seen[name]:
+			return &ExemptError{Index: j, Msg: fmt.Sprintf("limit %q is named twice", name)}
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
+// quoteShort quotes s, cut to its first 64 bytes so that a long name
+// does not make a long message.
+func quoteShort(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(strings.ToValidUTF8(s[:max], "")) + fmt.Sprintf("... (%d bytes)", len(s))
 }
 
 // network parses a CIDR or a single address of an access list.
