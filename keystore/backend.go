@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,16 +24,44 @@ import (
 type Backend interface {
 	// Load returns every record and the version they are at.
 	Load(ctx context.Context) ([]Record, string, error)
-	// Save writes (adds or replaces) one record.
-	Save(ctx context.Context, r Record) error
+	// Swap writes r (adds or replaces the record named r.Name) if the
+	// stored one is still old (nil: there is none), and returns the
+	// versions before and after the write; otherwise it writes nothing and
+	// returns ErrConflict.
+	Swap(ctx context.Context, old *Record, r Record) (from, to string, err error)
 	// Version returns the current version, cheaply.
 	Version(ctx context.Context) (string, error)
 }
 
+// ErrConflict reports that a record changed since it was read (Swap).
+var ErrConflict = errors.New("keystore: the key changed meanwhile")
+
+// sameRecord reports whether the stored record cur (nil: none) is old
+// (nil: none), compared by their JSON so that a record read back equals
+// the one written.
+func sameRecord(cur, old *Record) (bool, error) {
+	if cur == nil || old == nil {
+		return cur == nil && old == nil, nil
+	}
+	a, err := json.Marshal(cur)
+	if err != nil {
+		return false, fmt.Errorf("keystore: %w", err)
+	}
+	b, err := json.Marshal(old)
+	if err != nil {
+		return false, fmt.Errorf("keystore: %w", err)
+	}
+	return bytes.Equal(a, b), nil
+}
+
 // FileBackend keeps the records in a JSON file, written by atomic rename.
+// Its compare-and-swap holds within one process (every Store of the
+// process sharing the FileBackend); two processes writing the same file
+// are not guarded against each other.
 type FileBackend struct {
-	path string
-	mu   sync.Mutex // serialises writes of the file
+	path   string
+	mu     sync.Mutex // serialises reads and writes of the file; guards writes
+	writes uint64     // the writes made through b, a part of the version
 }
 
 // NewFileBackend keeps the records in path (created on the first write).
@@ -43,7 +72,14 @@ type fileData struct {
 }
 
 // Load reads the file; a missing file holds no keys.
-func (b *FileBackend) Load(ctx context.Context) ([]Record, string, error) {
+func (b *FileBackend) Load(context.Context) ([]Record, string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.loadLocked()
+}
+
+// loadLocked is Load with b.mu held.
+func (b *FileBackend) loadLocked() ([]Record, string, error) {
 	data, err := os.ReadFile(b.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", nil
@@ -55,37 +91,59 @@ func (b *FileBackend) Load(ctx context.Context) ([]Record, string, error) {
 	if err := json.Unmarshal(data, &fd); err != nil {
 		return nil, "", fmt.Errorf("keystore: %s: %w", b.path, err)
 	}
-	v, err := b.Version(ctx)
+	v, err := b.versionLocked()
 	return fd.Keys, v, err
 }
 
-// Save rewrites the file with r added or replaced.
-func (b *FileBackend) Save(ctx context.Context, r Record) error {
+// Swap rewrites the file with r added or replaced, if the file's record
+// named r.Name is still old.
+func (b *FileBackend) Swap(_ context.Context, old *Record, r Record) (from, to string, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	recs, _, err := b.Load(ctx)
+	recs, from, err := b.loadLocked()
 	if err != nil {
-		return err
+		return "", "", err
 	}
-	replaced := false
+	var cur *Record
 	for i := range recs {
 		if recs[i].Name == r.Name {
-			recs[i], replaced = r, true
+			cur = &recs[i]
 		}
 	}
-	if !replaced {
+	if same, err := sameRecord(cur, old); err != nil {
+		return "", "", err
+	} else if !same {
+		return "", "", ErrConflict
+	}
+	if cur != nil {
+		*cur = r
+	} else {
 		recs = append(recs, r)
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
 	data, err := json.MarshalIndent(fileData{Keys: recs}, "", "  ")
 	if err != nil {
-		return fmt.Errorf("keystore: %w", err)
+		return "", "", fmt.Errorf("keystore: %w", err)
 	}
-	return writeAtomic(b.path, append(data, '\n'))
+	if err := writeAtomic(b.path, append(data, '\n')); err != nil {
+		return "", "", err
+	}
+	b.writes++
+	to, err = b.versionLocked()
+	return from, to, err
 }
 
-// Version is the file's size and modification time.
+// Version is the file's size and modification time, and the count of
+// writes made through b (two writes within one tick of the file system's
+// clock may leave the same size and time).
 func (b *FileBackend) Version(context.Context) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.versionLocked()
+}
+
+// versionLocked is Version with b.mu held.
+func (b *FileBackend) versionLocked() (string, error) {
 	st, err := os.Stat(b.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
@@ -93,7 +151,8 @@ func (b *FileBackend) Version(context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("keystore: %w", err)
 	}
-	return strconv.FormatInt(st.Size(), 10) + "@" + strconv.FormatInt(st.ModTime().UnixNano(), 10), nil
+	return strconv.FormatInt(st.Size(), 10) + "@" + strconv.FormatInt(st.ModTime().UnixNano(), 10) +
+		"#" + strconv.FormatUint(b.writes, 10), nil
 }
 
 // writeAtomic replaces path with data (0600: the file lists key hashes).
@@ -161,25 +220,77 @@ func (b *RedisBackend) Load(ctx context.Context) ([]Record, string, error) {
 	return recs, v, nil
 }
 
-// Save writes r, increments the version and announces it.
-func (b *RedisBackend) Save(ctx context.Context, r Record) error {
+// swapScript writes ARGV[3] as the record ARGV[1] if the stored one is
+// still ARGV[2] ("": none), increments the version and announces it:
+// {1, version before, version after}; otherwise {0, the stored record}.
+var swapScript = rueidis.NewLuaScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if cur ~= ARGV[2] then
+	return {0, cur}
+end
+local from = redis.call('GET', KEYS[2]) or ''
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+local to = redis.call('INCR', KEYS[2])
+redis.call('PUBLISH', ARGV[4], to)
+return {1, from, to}
+`)
+
+// Swap writes r, increments the version and announces it, if the stored
+// record named r.Name is still old: one script, so that no write of
+// another instance comes in between.
+func (b *RedisBackend) Swap(ctx context.Context, old *Record, r Record) (from, to string, err error) {
 	js, err := json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("keystore: %w", err)
+		return "", "", fmt.Errorf("keystore: %w", err)
 	}
-	res := b.c.DoMulti(ctx,
-		b.c.B().Hset().Key(redisHash).FieldValue().FieldValue(r.Name, string(js)).Build(),
-		b.c.B().Incr().Key(redisVersion).Build())
-	for _, x := range res {
-		if err := x.Error(); err != nil {
-			return fmt.Errorf("keystore: redis: %w", err)
+	want := ""
+	if old != nil {
+		w, err := json.Marshal(old)
+		if err != nil {
+			return "", "", fmt.Errorf("keystore: %w", err)
 		}
+		want = string(w)
 	}
-	v, _ := res[1].AsInt64()
-	if err := b.c.Do(ctx, b.c.B().Publish().Channel(RedisChannel).Message(strconv.FormatInt(v, 10)).Build()).Error(); err != nil {
-		return fmt.Errorf("keystore: redis: publish: %w", err)
+	// A second attempt when the stored record is old written differently
+	// (another encoder, or by hand).
+	for range 2 {
+		res, err := swapScript.Exec(ctx, b.c, []string{redisHash, redisVersion}, []string{r.Name, want, string(js), RedisChannel}).ToArray()
+		if err != nil {
+			return "", "", fmt.Errorf("keystore: redis: %w", err)
+		}
+		if len(res) == 3 {
+			from, err := res[1].ToString()
+			if err != nil {
+				return "", "", fmt.Errorf("keystore: redis: %w", err)
+			}
+			v, err := res[2].AsInt64()
+			if err != nil {
+				return "", "", fmt.Errorf("keystore: redis: %w", err)
+			}
+			return from, strconv.FormatInt(v, 10), nil
+		}
+		if len(res) != 2 {
+			return "", "", fmt.Errorf("keystore: redis: swap: %d replies", len(res))
+		}
+		stored, err := res[1].ToString()
+		if err != nil {
+			return "", "", fmt.Errorf("keystore: redis: %w", err)
+		}
+		if stored == "" || old == nil {
+			return "", "", ErrConflict
+		}
+		var cur Record
+		if err := json.Unmarshal([]byte(stored), &cur); err != nil {
+			return "", "", fmt.Errorf("keystore: redis: key %q: %w", r.Name, err)
+		}
+		if same, err := sameRecord(&cur, old); err != nil {
+			return "", "", err
+		} else if !same {
+			return "", "", ErrConflict
+		}
+		want = stored
 	}
-	return nil
+	return "", "", ErrConflict
 }
 
 // Version reads the version counter.

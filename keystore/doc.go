@@ -18,6 +18,14 @@
 // hashes the file does not have (policy.KeySource), and refuses to create
 // a key whose name the file uses.
 //
+// Changes: a Store makes one change at a time (a read of the backend, when
+// it changed, then the write), and writes a record only if the backend's
+// copy is still the one the change started from; when another instance
+// changed it meanwhile, the Store reloads and makes the change again on the
+// newer record. On Redis this compare-and-set is one script, so it holds
+// across instances; on a file it holds within the process (the file is
+// meant for one instance).
+//
 // Propagation on Redis: every change writes the record to a hash,
 // increments a version counter and publishes the version on a channel.
 // Every instance reloads the records when a message arrives, and also

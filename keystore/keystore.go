@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -38,7 +39,13 @@ type Store struct {
 	snap atomic.Pointer[snapshot]
 	kick chan struct{} // asks Run to rebuild or reload
 
-	mu      sync.Mutex // serialises changes and reloads; guards recs and version
+	// wmu serialises changes and reloads, each a read of the backend and
+	// what follows from it, so that no change starts from a record older
+	// than one another change has written. Held across the backend's I/O.
+	wmu sync.Mutex
+	// mu guards recs and version: taken to write them with wmu held, and
+	// to read them without; never held across I/O.
+	mu      sync.Mutex
 	recs    map[string]Record
 	version string
 }
@@ -162,6 +169,13 @@ func (s *Store) rebuild() {
 
 // reload reads every record from the backend and rebuilds the snapshot.
 func (s *Store) reload(ctx context.Context) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.reloadLocked(ctx)
+}
+
+// reloadLocked is reload with s.wmu held.
+func (s *Store) reloadLocked(ctx context.Context) error {
 	recs, v, err := s.o.Backend.Load(ctx)
 	if err != nil {
 		return err
@@ -278,82 +292,112 @@ func (s *Store) Create(ctx context.Context, name, plan string, o policy.KeyOptio
 	if err != nil {
 		return "", Record{}, err
 	}
-	if err := s.catchUp(ctx); err != nil {
+	rec, err = s.change(ctx, name, func(_ *Record) (Record, error) {
+		now := s.o.Now().UTC()
+		return Record{Name: name, Plan: plan, Secrets: []Secret{{SHA256: sum, Created: now}},
+			Rate: o.Rate, Burst: o.Burst, Quota: o.Quota, Created: now, Updated: now}, nil
+	}, true)
+	if err != nil {
 		return "", Record{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, dup := s.recs[name]; dup {
-		return "", Record{}, ErrExists
-	}
-	now := s.o.Now().UTC()
-	rec = Record{Name: name, Plan: plan, Secrets: []Secret{{SHA256: sum, Created: now}},
-		Rate: o.Rate, Burst: o.Burst, Quota: o.Quota, Created: now, Updated: now}
-	if err := s.saveLocked(ctx, rec); err != nil {
-		return "", Record{}, err
-	}
-	return raw, rec.clone(), nil
+	return raw, rec, nil
 }
 
-// catchUp brings s.recs up to date before a change, so that a change
-// made through another instance is not overwritten by a stale copy.
-func (s *Store) catchUp(ctx context.Context) error {
+// maxSwaps bounds the attempts of a change that other instances keep
+// overtaking.
+const maxSwaps = 16
+
+// change is the read-modify-write of every change: with s.wmu held, it
+// brings s.recs up to date, makes the new record with f from the current
+// one (nil when there is none; create: a key that must not exist yet),
+// and writes it if the backend's record is still the one f saw; when
+// another instance sharing the backend changed it meanwhile, it reloads
+// and asks f again.
+func (s *Store) change(ctx context.Context, name string, f func(cur *Record) (Record, error), create bool) (Record, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.catchUpLocked(ctx); err != nil {
+		return Record{}, err
+	}
+	for range maxSwaps {
+		var old *Record
+		if cur, ok := s.recs[name]; ok { // s.wmu keeps s.recs still
+			old = &cur
+		}
+		switch {
+		case create && old != nil:
+			return Record{}, ErrExists
+		case !create && old == nil:
+			return Record{}, ErrNotFound
+		}
+		var in *Record
+		if old != nil {
+			c := old.clone()
+			in = &c
+		}
+		rec, err := f(in)
+		if err != nil {
+			return Record{}, err
+		}
+		from, to, err := s.o.Backend.Swap(ctx, old, rec)
+		if errors.Is(err, ErrConflict) {
+			if err := s.reloadLocked(ctx); err != nil {
+				return Record{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return Record{}, err
+		}
+		s.mu.Lock()
+		s.recs[name] = rec
+		if from == s.version {
+			// Nothing else was written since the last read: s.recs is the
+			// backend's state at to. Otherwise the next refresh reloads.
+			s.version = to
+		}
+		s.rebuild()
+		s.mu.Unlock()
+		return rec.clone(), nil
+	}
+	return Record{}, fmt.Errorf("keystore: key %q: %w", name, ErrConflict)
+}
+
+// catchUpLocked brings s.recs up to date before a change, so that a
+// change made through another instance is not overwritten by a stale
+// copy. s.wmu is held.
+func (s *Store) catchUpLocked(ctx context.Context) error {
 	v, err := s.o.Backend.Version(ctx)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	same := v == s.version
-	s.mu.Unlock()
-	if same {
+	if v == s.version { // s.wmu keeps s.version still
 		return nil
 	}
-	return s.reload(ctx)
-}
-
-// saveLocked writes rec and applies it at once in this process. s.mu is
-// held.
-func (s *Store) saveLocked(ctx context.Context, rec Record) error {
-	if err := s.o.Backend.Save(ctx, rec); err != nil {
-		return err
-	}
-	s.recs[rec.Name] = rec
-	if v, err := s.o.Backend.Version(ctx); err == nil {
-		s.version = v
-	}
-	s.rebuild()
-	return nil
+	return s.reloadLocked(ctx)
 }
 
 // Update changes the record named name with f and saves it. A revoked key
-// cannot be changed.
+// cannot be changed. f is given a copy of the current record; it is called
+// again, on the newer record, when another instance sharing the backend
+// changed the key meanwhile.
 func (s *Store) Update(ctx context.Context, name string, f func(r *Record) error) (Record, error) {
-	if err := s.catchUp(ctx); err != nil {
-		return Record{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur, ok := s.recs[name]
-	if !ok {
-		return Record{}, ErrNotFound
-	}
-	if cur.Revoked {
-		return Record{}, ErrRevoked
-	}
-	r := cur.clone()
-	if err := f(&r); err != nil {
-		return Record{}, err
-	}
-	if !r.Revoked {
-		if _, err := s.o.Policy().NewKey(r.Name, r.Plan, options(&r)); err != nil {
+	return s.change(ctx, name, func(cur *Record) (Record, error) {
+		if cur.Revoked {
+			return Record{}, ErrRevoked
+		}
+		r := cur.clone()
+		if err := f(&r); err != nil {
 			return Record{}, err
 		}
-	}
-	r.Updated = s.o.Now().UTC()
-	if err := s.saveLocked(ctx, r); err != nil {
-		return Record{}, err
-	}
-	return r.clone(), nil
+		if !r.Revoked {
+			if _, err := s.o.Policy().NewKey(r.Name, r.Plan, options(&r)); err != nil {
+				return Record{}, err
+			}
+		}
+		r.Updated = s.o.Now().UTC()
+		return r, nil
+	}, false)
 }
 
 // Rotate gives the key a new secret, returned only now; every older
