@@ -28,7 +28,7 @@ func CheckRLSConfig(cfgPath string, f *config.File) error {
 			field := fmt.Sprintf("server.rls_config[%d]", i)
 			pos := f.Position(field)
 			errs = append(errs, &yamlfile.Error{File: cfgPath, Line: pos.Line, Column: pos.Column, Field: field,
-				Msg: fmt.Sprintf("%s: cannot read: %v", p, unwrapPath(err))})
+				Msg: fmt.Sprintf("%s: cannot read: %v", p, errors.Unwrap(err))})
 			continue
 		}
 		readable = append(readable, p)
@@ -49,12 +49,4 @@ func CheckRLSConfig(cfgPath string, f *config.File) error {
 		return nil
 	}
 	return errs.Sorted()
-}
-
-// unwrapPath is the reason of a file system error without its path.
-func unwrapPath(err error) error {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Err
-	}
-	return err
 }
