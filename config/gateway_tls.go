@@ -2,12 +2,13 @@ package config
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
+
+	"github.com/floodgate/floodgate/internal/tlsfile"
 )
 
 // Values of server.tls.client_auth and server.tls.min_version.
@@ -153,7 +154,7 @@ func (v *validator) keyPair(path, cert, key string) (certPath, keyPath string) {
 		return "", ""
 	}
 	certPath, keyPath = v.rel(cert), v.rel(key)
-	certPEM, err := os.ReadFile(certPath)
+	certPEM, err := tlsfile.Read(certPath)
 	if err != nil {
 		v.errorf(path+".cert", "cannot read the certificate: %v", err)
 		return certPath, keyPath
@@ -162,7 +163,7 @@ func (v *validator) keyPair(path, cert, key string) (certPath, keyPath string) {
 		v.errorf(path+".cert", "no PEM certificate in %s", cert)
 		return certPath, keyPath
 	}
-	keyPEM, err := os.ReadFile(keyPath)
+	keyPEM, err := tlsfile.Read(keyPath)
 	if err != nil {
 		v.errorf(path+".key", "cannot read the key: %v", err)
 		return certPath, keyPath
@@ -175,13 +176,12 @@ func (v *validator) keyPair(path, cert, key string) (certPath, keyPath string) {
 
 // caBundle checks that the file at field holds at least one certificate.
 func (v *validator) caBundle(field, p string) {
-	b, err := os.ReadFile(p)
-	if err != nil {
+	_, err := tlsfile.CertPool(p)
+	switch {
+	case errors.Is(err, tlsfile.ErrNoCertificate):
+		v.errorf(field, "%v", err)
+	case err != nil:
 		v.errorf(field, "cannot read the CA bundle: %v", err)
-		return
-	}
-	if !x509.NewCertPool().AppendCertsFromPEM(b) {
-		v.errorf(field, "no PEM certificate in %s", p)
 	}
 }
 

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,12 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/tlsfile"
 )
 
 // A route's upstreams (the file's upstreams, balance, health and
@@ -461,17 +460,14 @@ func UpstreamTLSConfig(t *config.UpstreamTLS) (*tls.Config, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
 	if t.CAPath != "" {
-		pem, err := os.ReadFile(t.CAPath)
+		pool, err := tlsfile.CertPool(t.CAPath)
 		if err != nil {
 			return nil, err
 		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("no certificate in %s", t.CAPath)
-		}
+		tc.RootCAs = pool
 	}
 	if t.CertPath != "" {
-		pair, err := tls.LoadX509KeyPair(t.CertPath, t.KeyPath)
+		pair, err := tlsfile.KeyPair(t.CertPath, t.KeyPath)
 		if err != nil {
 			return nil, err
 		}

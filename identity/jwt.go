@@ -12,11 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/floodgate/floodgate/internal/tlsfile"
 )
 
 // Defaults of JWTOptions.
@@ -102,12 +103,12 @@ func NewVerifier(o JWTOptions) (*Verifier, error) {
 	keyData, jwksData := o.Key, o.JWKS
 	var err error
 	if o.KeyFile != "" {
-		if keyData, err = os.ReadFile(o.KeyFile); err != nil {
+		if keyData, err = tlsfile.Read(o.KeyFile); err != nil {
 			return nil, fmt.Errorf("identity: jwt key: %w", err)
 		}
 	}
 	if o.JWKSFile != "" {
-		if jwksData, err = os.ReadFile(o.JWKSFile); err != nil {
+		if jwksData, err = tlsfile.Read(o.JWKSFile); err != nil {
 			return nil, fmt.Errorf("identity: jwks: %w", err)
 		}
 	}

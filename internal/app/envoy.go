@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/tlsfile"
 	"github.com/floodgate/floodgate/rls"
 	"github.com/floodgate/floodgate/store"
 )
@@ -531,21 +531,18 @@ func redisURL(re *redisEnv, user, pass string) (string, error) {
 func redisTLS(re *redisEnv) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if re.cert != "" || re.key != "" {
-		pair, err := tls.LoadX509KeyPair(re.cert, re.key)
+		pair, err := tlsfile.KeyPair(re.cert, re.key)
 		if err != nil {
 			return nil, fmt.Errorf("rls: REDIS_TLS_CLIENT_CERT/KEY: %w", err)
 		}
 		tc.Certificates = []tls.Certificate{pair}
 	}
 	if re.ca != "" {
-		pem, err := os.ReadFile(re.ca)
+		pool, err := tlsfile.CertPool(re.ca)
 		if err != nil {
 			return nil, fmt.Errorf("rls: REDIS_TLS_CACERT: %w", err)
 		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("rls: REDIS_TLS_CACERT: no certificate in %s", re.ca)
-		}
+		tc.RootCAs = pool
 	}
 	if re.skipVerify {
 		// Skip the host name only: the chain is still checked.

@@ -4,12 +4,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/tlsfile"
 )
 
 // The gateway listener's TLS (server.tls): several certificates, the one
@@ -144,14 +144,11 @@ func gatewayTLSConfig(t *config.ListenerTLS) (*tls.Config, *certSet, error) {
 		tc.MinVersion = tls.VersionTLS13
 	}
 	if t.ClientCAPath != "" {
-		pem, err := os.ReadFile(t.ClientCAPath)
+		pool, err := tlsfile.CertPool(t.ClientCAPath)
 		if err != nil {
 			return nil, nil, fmt.Errorf("server.tls.client_ca: %w", err)
 		}
-		tc.ClientCAs = x509.NewCertPool()
-		if !tc.ClientCAs.AppendCertsFromPEM(pem) {
-			return nil, nil, fmt.Errorf("server.tls.client_ca: no certificate in %s", t.ClientCAPath)
-		}
+		tc.ClientCAs = pool
 	}
 	switch t.ClientAuth {
 	case config.ClientAuthRequire:

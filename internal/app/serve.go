@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate/floodgate/internal/console"
 	"github.com/floodgate/floodgate/internal/demo"
 	"github.com/floodgate/floodgate/internal/sdnotify"
+	"github.com/floodgate/floodgate/internal/tlsfile"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/rls"
@@ -260,7 +261,7 @@ func (s *server) reloaded(p *policy.Policy) {
 // storeFromFile is srv with the store URL of the file at path in place of
 // server.store (white space around it ignored).
 func storeFromFile(srv *config.Server, path string) (*config.Server, error) {
-	b, err := os.ReadFile(path)
+	b, err := tlsfile.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("serve: --store-file: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/tlsfile"
 )
 
 // TLS is a listener's TLS: a certificate and its key (PEM files), read
@@ -49,14 +51,11 @@ func (t TLS) config() (*tls.Config, error) {
 	if t.ClientCA == "" {
 		return tc, nil
 	}
-	pem, err := os.ReadFile(t.ClientCA)
+	pool, err := tlsfile.CertPool(t.ClientCA)
 	if err != nil {
 		return nil, fmt.Errorf("client CA: %w", err)
 	}
-	tc.ClientCAs = x509.NewCertPool()
-	if !tc.ClientCAs.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("client CA: no certificate in %s", t.ClientCA)
-	}
+	tc.ClientCAs = pool
 	tc.ClientAuth = tls.RequireAndVerifyClientCert
 	if san := t.ClientSAN; san != "" {
 		tc.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
@@ -114,7 +113,7 @@ func (c *certReloader) loadLocked() (*tls.Certificate, error) {
 	if c.current != nil && stamp == c.stamp {
 		return c.current, nil
 	}
-	pair, err := tls.LoadX509KeyPair(c.cert, c.key)
+	pair, err := tlsfile.KeyPair(c.cert, c.key)
 	if err != nil {
 		return nil, err
 	}

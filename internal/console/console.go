@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/dashboard"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/internal/tlsfile"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/penalty"
@@ -360,7 +361,7 @@ func (c *Console) alarmPlans(p *policy.Policy) map[string]alarm.Plan {
 		}
 		pl := alarm.Plan{Thresholds: cp.Alarms.Thresholds, Webhook: cp.Alarms.Webhook, AllowLinkLocal: cp.Alarms.AllowLinkLocal}
 		if cp.Alarms.SecretPath != "" {
-			b, err := os.ReadFile(cp.Alarms.SecretPath)
+			b, err := tlsfile.Read(cp.Alarms.SecretPath)
 			if err != nil {
 				c.log.Error("alarm secret unreadable; the plan's webhook is off", "plan", cp.Name, "err", err)
 				pl.Webhook = ""
