@@ -173,7 +173,7 @@ func (a *API) wrap(h func(w http.ResponseWriter, r *http.Request, actor string) 
 				writeError(w, http.StatusNotFound, err.Error())
 			case errors.Is(err, keystore.ErrExists), errors.Is(err, keystore.ErrRevoked):
 				writeError(w, http.StatusConflict, err.Error())
-			case errors.Is(err, keystore.ErrBadName), errors.Is(err, policy.ErrUnknownPlan):
+			case errors.Is(err, keystore.ErrBadName), errors.Is(err, keystore.ErrOverlap), errors.Is(err, policy.ErrUnknownPlan):
 				writeError(w, http.StatusBadRequest, err.Error())
 			default:
 				a.log.Error("admin: call failed", "path", r.URL.Path, "err", err)
@@ -469,8 +469,8 @@ func (a *API) rotateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 	overlap := DefaultOverlap
 	if b.Overlap != "" {
 		d, err := time.ParseDuration(b.Overlap)
-		if err != nil || d < 0 {
-			return nil, errorf(http.StatusBadRequest, "overlap: want a duration such as 24h, got %q", b.Overlap)
+		if err != nil || d < 0 || d > keystore.MaxOverlap {
+			return nil, errorf(http.StatusBadRequest, "overlap: want a duration from 0s to %v such as 24h, got %q", keystore.MaxOverlap, b.Overlap)
 		}
 		overlap = d
 	}

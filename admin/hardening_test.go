@@ -273,6 +273,8 @@ func TestAdminRequestHardening(t *testing.T) {
 		"trailing":        {"PATCH", "/api/v1/keys/acme", `{"rate":5} {"rate":6}`},
 		"trailing junk":   {"POST", "/api/v1/access", `{"list":"deny","network":"198.18.0.1"}x`},
 		"rotate trailing": {"POST", "/api/v1/keys/acme/rotate", `{"overlap":"1s"}{}`},
+		"rotate forever":  {"POST", "/api/v1/keys/acme/rotate", `{"overlap":"2562047h"}`},
+		"rotate past max": {"POST", "/api/v1/keys/acme/rotate", `{"overlap":"721h"}`},
 	} {
 		if st, msg := ta.do(t, c.method, c.path, c.body, nil); st != http.StatusBadRequest || msg == "" {
 			t.Errorf("%s: %d %q, want a 400 with a reason", name, st, msg)

@@ -401,18 +401,26 @@ func (s *Store) Update(ctx context.Context, name string, f func(r *Record) error
 }
 
 // Rotate gives the key a new secret, returned only now; every older
-// secret keeps working for overlap at most (0: they stop at once). Secrets
-// whose overlap has ended are dropped.
+// secret keeps working for overlap at most (0: they stop at once; more than
+// MaxOverlap is ErrOverlap). Secrets whose overlap has ended are dropped,
+// and so are the oldest past MaxSecrets.
 func (s *Store) Rotate(ctx context.Context, name string, overlap time.Duration) (string, Record, error) {
+	if overlap < 0 || overlap > MaxOverlap {
+		return "", Record{}, ErrOverlap
+	}
 	raw, sum, err := NewSecret()
 	if err != nil {
 		return "", Record{}, err
 	}
 	rec, err := s.Update(ctx, name, func(r *Record) error {
 		now := s.o.Now().UTC()
-		end := now.Add(max(overlap, 0))
+		end := now.Add(overlap)
 		keep := []Secret{{SHA256: sum, Created: now}}
+		// Newest first, as rotations put them.
 		for _, sec := range r.Secrets {
+			if len(keep) == MaxSecrets {
+				break // the oldest end now
+			}
 			if sec.NotAfter.IsZero() || end.Before(sec.NotAfter) {
 				sec.NotAfter = end
 			}

@@ -211,3 +211,57 @@ func TestLookupKeyName(t *testing.T) {
 		}
 	}
 }
+
+// TestRotationsAreBounded: a key rotated again and again (an automation in
+// a loop) holds MaxSecrets secrets at most, the newest; the older ones
+// stop working at once. An overlap past MaxOverlap is refused: the old
+// secret would have worked for centuries. Before, every rotation within
+// the overlap added a secret to the key's record, without end.
+func TestRotationsAreBounded(t *testing.T) {
+	t.Parallel()
+	r := reloader(t)
+	clk := &clock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	path := filepath.Join(t.TempDir(), "keys.json")
+	ctx := context.Background()
+	s, err := New(ctx, Options{Backend: NewFileBackend(path), Policy: r.Policy, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _, err := s.Create(ctx, "acme", "basic", policy.KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{raw}
+	for i := 0; i < 50; i++ {
+		clk.t = clk.t.Add(time.Second)
+		raw, rec, err := s.Rotate(ctx, "acme", 24*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets = append(secrets, raw)
+		if want := min(len(secrets), MaxSecrets); len(rec.Secrets) != want {
+			t.Fatalf("after %d rotations the key holds %d secrets, want %d", i+1, len(rec.Secrets), want)
+		}
+	}
+	for i, sec := range secrets {
+		live := i >= len(secrets)-MaxSecrets
+		if got := lookup(s, r.Policy(), sec) != nil; got != live {
+			t.Errorf("secret %d of %d: works %v, want %v", i, len(secrets), got, live)
+		}
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() > 4096 {
+		t.Errorf("the store's file holds %d bytes for one key", st.Size())
+	}
+	for _, d := range []time.Duration{-time.Second, MaxOverlap + time.Second, 1<<63 - 1} {
+		if _, _, err := s.Rotate(ctx, "acme", d); !errors.Is(err, ErrOverlap) {
+			t.Errorf("overlap %v: %v, want ErrOverlap", d, err)
+		}
+	}
+	if _, _, err := s.Rotate(ctx, "acme", MaxOverlap); err != nil {
+		t.Errorf("overlap %v: %v", MaxOverlap, err)
+	}
+}

@@ -57,6 +57,19 @@ var (
 	ErrExists   = errors.New("keystore: a key with this name exists")
 	ErrBadName  = errors.New("keystore: a key's name has 1 to 64 letters, digits, '.', '_' or '-'")
 	ErrRevoked  = errors.New("keystore: the key is revoked")
+	ErrOverlap  = fmt.Errorf("keystore: a rotation's overlap is 0 to %v", MaxOverlap)
+)
+
+// A key's secrets are bounded, so that rotating it again and again (an
+// automation in a loop) cannot grow its record, the store's file and every
+// instance's copy without end.
+const (
+	// MaxOverlap is the longest a rotation lets the older secrets work.
+	MaxOverlap = 30 * 24 * time.Hour
+	// MaxSecrets is how many secrets a key holds at most: the newest and
+	// the older ones still in their overlap. A rotation past it ends the
+	// oldest at once.
+	MaxSecrets = 4
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
