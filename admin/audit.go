@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate/internal/redisconn"
+	"github.com/floodgate/floodgate/internal/regfile"
 )
 
 // Entry is one change in the audit log.
@@ -154,7 +155,7 @@ func (a *FileAudit) Append(_ context.Context, e Entry) error {
 		}
 		a.lines = len(lines)
 	}
-	f, err := os.OpenFile(a.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	f, err := regfile.Append(a.path, 0o600)
 	if err != nil {
 		return fmt.Errorf("admin: audit: %w", err)
 	}
@@ -202,7 +203,7 @@ func (a *FileAudit) compact() error {
 // readLines reads the file's lines, oldest first, whatever their length;
 // a torn last line is one too. a.mu is held.
 func (a *FileAudit) readLines() ([][]byte, error) {
-	data, err := os.ReadFile(a.path)
+	data, err := regfile.Read(a.path, regfile.Own)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

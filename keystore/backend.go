@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate/internal/redisconn"
+	"github.com/floodgate/floodgate/internal/regfile"
 )
 
 // Backend keeps the records. Version changes whenever a record does, in
@@ -80,7 +81,7 @@ func (b *FileBackend) Load(context.Context) ([]Record, string, error) {
 
 // loadLocked is Load with b.mu held.
 func (b *FileBackend) loadLocked() ([]Record, string, error) {
-	data, err := os.ReadFile(b.path)
+	data, err := regfile.Read(b.path, regfile.Own)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", nil
 	}

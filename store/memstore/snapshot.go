@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/algo"
+	"github.com/floodgate/floodgate/internal/regfile"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -242,7 +243,7 @@ func (s *Store) load() {
 			os.Remove(f)
 		}
 	}
-	data, err := os.ReadFile(s.opts.StatePath)
+	data, err := regfile.Read(s.opts.StatePath, regfile.Own)
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
