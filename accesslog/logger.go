@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -80,7 +81,13 @@ type Logger struct {
 	// Written by the writer goroutine only.
 	file     *os.File
 	size     int64
+	rotates  bool // file is a regular file: rotated by size
 	lastWarn time.Time
+
+	// open is file, for Close to end a write that waits on a reader;
+	// abandon, set by Close, drops what is left unwritten.
+	open    atomic.Pointer[os.File]
+	abandon atomic.Bool
 
 	records, dropped, rotations, errs atomic.Uint64
 }
@@ -119,7 +126,7 @@ func New(o Options) (*Logger, error) {
 	l.flushAt = max(o.BufferSize/4, 1)
 	l.scratch.New = func() any { b := make([]byte, 0, 512); return &b }
 	if o.Path != "" {
-		if err := l.open(); err != nil {
+		if err := l.openFile(); err != nil {
 			return nil, err
 		}
 	}
@@ -160,8 +167,15 @@ func (l *Logger) Stats() Stats {
 	return Stats{Records: l.records.Load(), Dropped: l.dropped.Load(), Rotations: l.rotations.Load(), Errors: l.errs.Load()}
 }
 
+// CloseWait is how long Close waits for the writer to write out what is
+// buffered: a log that is a pipe (a named pipe, or standard output given
+// as /dev/stdout) whose reader stopped reading makes the write wait, and
+// past this Close ends it, dropping what was left, so that a gateway
+// always stops.
+const CloseWait = 5 * time.Second
+
 // Close writes out what is buffered, closes the file and stops the
-// writer. It is safe to call twice.
+// writer, in CloseWait at most. It is safe to call twice.
 func (l *Logger) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -172,7 +186,26 @@ func (l *Logger) Close() error {
 	l.closed = true
 	l.mu.Unlock()
 	close(l.stop)
-	<-l.done
+	select {
+	case <-l.done:
+	case <-time.After(CloseWait):
+		// Closing a pipe ends the write that waits on it (the file was
+		// opened non-blocking, so the runtime's poller holds the wait),
+		// and the writer drops the rest.
+		l.abandon.Store(true)
+		for {
+			// Again until the writer is done: it may have opened the
+			// file again just before it saw abandon.
+			if f := l.open.Load(); f != nil {
+				f.Close()
+			}
+			select {
+			case <-l.done:
+				return errors.New("accesslog: close: the log's reader took no more lines; the rest were dropped")
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
 	if l.file != nil {
 		if err := l.file.Close(); err != nil {
 			return fmt.Errorf("accesslog: close: %w", err)
@@ -216,19 +249,22 @@ func (l *Logger) run() {
 // write writes whole lines out, rotating the file first when they would
 // take it past MaxSize.
 func (l *Logger) write(b []byte) {
+	if l.abandon.Load() {
+		return
+	}
 	if l.opts.Path == "" {
 		if _, err := l.opts.Out.Write(b); err != nil {
 			l.fail("write", err)
 		}
 		return
 	}
-	if l.opts.MaxSize > 0 && l.size > 0 && l.size+int64(len(b)) > l.opts.MaxSize {
+	if l.rotates && l.opts.MaxSize > 0 && l.size > 0 && l.size+int64(len(b)) > l.opts.MaxSize {
 		if err := l.rotate(); err != nil {
 			l.fail("rotate", err)
 		}
 	}
 	if l.file == nil {
-		if err := l.open(); err != nil {
+		if err := l.openFile(); err != nil {
 			l.fail("open", err)
 			return
 		}
@@ -237,12 +273,23 @@ func (l *Logger) write(b []byte) {
 	l.size += int64(n)
 	if err != nil {
 		l.fail("write", err)
+		// Opened again at the next write: a pipe's new reader, a disk
+		// with room again.
+		l.file.Close()
+		l.file = nil
+		l.open.Store(nil)
 	}
 }
 
-// open opens (or creates) the log file for appending.
-func (l *Logger) open() error {
-	f, err := os.OpenFile(l.opts.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+// openFile opens (or creates) the log file for appending. It does not
+// block: a named pipe with no reader is an error (ENXIO), tried again at
+// the next write. Only a regular file is rotated: a pipe or a device
+// (/dev/stdout) is written to as it is, never renamed.
+func (l *Logger) openFile() error {
+	f, err := os.OpenFile(l.opts.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NONBLOCK, 0o640)
+	if errors.Is(err, syscall.ENXIO) {
+		return fmt.Errorf("accesslog: %w (a named pipe that no process reads)", err)
+	}
 	if err != nil {
 		return fmt.Errorf("accesslog: %w", err)
 	}
@@ -251,7 +298,8 @@ func (l *Logger) open() error {
 		f.Close()
 		return fmt.Errorf("accesslog: %w", err)
 	}
-	l.file, l.size = f, fi.Size()
+	l.file, l.size, l.rotates = f, fi.Size(), fi.Mode().IsRegular()
+	l.open.Store(f)
 	return nil
 }
 
@@ -261,6 +309,7 @@ func (l *Logger) rotate() error {
 	if l.file != nil {
 		l.file.Close()
 		l.file = nil
+		l.open.Store(nil)
 	}
 	p := l.opts.Path
 	if err := os.Remove(p + "." + strconv.Itoa(l.opts.MaxFiles)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -276,7 +325,7 @@ func (l *Logger) rotate() error {
 		return fmt.Errorf("accesslog: %w", err)
 	}
 	l.rotations.Add(1)
-	return l.open()
+	return l.openFile()
 }
 
 // fail counts an error and logs it, at most once a second.
