@@ -32,6 +32,20 @@ const (
 // ServerOptions.WindowSize is zero.
 const DefaultWindowSize = 1 << 20
 
+// DefaultHandshakeTimeout is how long a new connection may take to
+// finish its TLS handshake and send its HTTP/2 preface when
+// ServerOptions.HandshakeTimeout is zero: Envoy takes milliseconds; gRPC's
+// own default, 120 s, lets a client that connects and sends nothing hold a
+// place of the listener's cap, and hold up a stop, for two minutes.
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// DefaultMaxConnectionIdle is how long a connection may stay without a call
+// in flight when ServerOptions.MaxConnectionIdle is zero: long enough
+// that an Envoy whose routes are in use keeps its connection, short enough
+// that connections opened and left unused (by a client gone away, or one
+// holding places of the listener's cap) are given back within minutes.
+const DefaultMaxConnectionIdle = 5 * time.Minute
+
 // streamWindowSize is each call's flow-control window: HTTP/2's default,
 // far more than a RateLimitRequest takes.
 const streamWindowSize = 65535
@@ -49,6 +63,16 @@ type ServerOptions struct {
 	// MaxConnectionAgeGrace lets calls in flight finish after
 	// MaxConnectionAge. Zero means 10s.
 	MaxConnectionAgeGrace time.Duration
+	// HandshakeTimeout closes a new connection that has not finished its
+	// TLS handshake and sent its HTTP/2 preface within it. Zero means
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// MaxConnectionIdle closes a connection that has had no call in
+	// flight for this long, gracefully (HTTP/2 GOAWAY: a client dials
+	// again for its next call); a connection with a call in flight is
+	// never closed for being idle. Zero means DefaultMaxConnectionIdle;
+	// negative means never.
+	MaxConnectionIdle time.Duration
 	// KeepaliveTime is the idle time after which the server pings a
 	// client. Zero means 2h (gRPC's default).
 	KeepaliveTime time.Duration
@@ -110,6 +134,7 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 		so = append(so, grpc.Creds(creds))
 	}
 	kp := keepalive.ServerParameters{
+		MaxConnectionIdle:     opts.MaxConnectionIdle,
 		MaxConnectionAge:      opts.MaxConnectionAge,
 		MaxConnectionAgeGrace: opts.MaxConnectionAgeGrace,
 		Time:                  opts.KeepaliveTime,
@@ -121,11 +146,22 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	if kp.Timeout == 0 {
 		kp.Timeout = 20 * time.Second
 	}
+	switch {
+	case kp.MaxConnectionIdle == 0:
+		kp.MaxConnectionIdle = DefaultMaxConnectionIdle
+	case kp.MaxConnectionIdle < 0:
+		kp.MaxConnectionIdle = 0 // gRPC's infinity
+	}
 	minPing := opts.MinPingInterval
 	if minPing <= 0 {
 		minPing = 10 * time.Second
 	}
+	handshake := opts.HandshakeTimeout
+	if handshake <= 0 {
+		handshake = DefaultHandshakeTimeout
+	}
 	so = append(so,
+		grpc.ConnectionTimeout(handshake),
 		grpc.KeepaliveParams(kp),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPing, PermitWithoutStream: true}),
 	)

@@ -35,6 +35,16 @@ func newConnLimit(ln net.Listener, max int) *connLimit {
 	return &connLimit{Listener: ln, max: int64(max), answer: overloaded}
 }
 
+// closesAtOnce makes a connection over the limit closed at once, unread
+// and unanswered, for a listener whose clients speak HTTP/2 from their
+// first byte (gRPC): an HTTP/1 503 means nothing to them, and a GOAWAY
+// would have to follow a SETTINGS frame, could be lost when closing with
+// the client's preface unread resets the connection, and over TLS would
+// need a handshake that a flood must not be able to buy. A gRPC client
+// reports the close as the server being unavailable and dials again after
+// its backoff. It must be called before Accept.
+func (l *connLimit) closesAtOnce() { l.answer = nil }
+
 // speaksTLS makes the answer over the limit a TLS alert, for a listener
 // whose connections go on to a TLS handshake. It must be called before
 // Accept.
@@ -52,6 +62,10 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		l.open.Add(-1)
 		l.shed.Add(1)
+		if l.answer == nil {
+			_ = c.Close()
+			continue
+		}
 		go shed(c, l.answer)
 	}
 }
@@ -82,3 +96,26 @@ func (c *limitedConn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })
 	return c.Conn.Close()
 }
+
+// countedFiles is the open-file limit as the connection caps count it: a
+// limit that is unknown (0) or effectively unlimited counts as 1<<20, so
+// that every listener still gets a bound.
+func countedFiles(limit uint64) int {
+	n := int(min(limit, 1<<20))
+	if n <= 0 {
+		n = 1 << 20
+	}
+	return n
+}
+
+// callerConns is the cap of the listener a process's callers use (the
+// gateway's, the rate-limit service's gRPC one) out of files open files:
+// half of them, so that the store, the upstreams and the other listeners
+// keep the rest.
+func callerConns(files int) int { return max(files/2, 64) }
+
+// sideConns is the cap of a listener for probes, scrapes and operators
+// (admin, ops, debug) out of files open files: they need few connections,
+// and a client that holds more must not take the descriptors the process
+// serves its callers with.
+func sideConns(files int) int { return min(max(files/32, 16), 1024) }

@@ -33,17 +33,72 @@ type rlsService struct {
 	health *rls.Health
 	https  []*http.Server
 	lns    []net.Listener // the gRPC listener, then one per server of https
+	conns  rlsConns       // the caps of the listeners
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
+// rlsConns caps the connections each of the service's listeners serves at
+// once; past its cap a listener turns a new connection away at once
+// (connLimit), so that a client opening many cannot run the process out of
+// the file descriptors the store reconnects with. A zero field is taken
+// from the open-file limit (rlsConnsFor).
+type rlsConns struct {
+	grpc int // the gRPC listener: Envoy's calls
+	http int // the HTTP listener: /json and /healthcheck
+	side int // the debug listener, and the Prometheus one
+}
+
+// rlsConnsFor shares files open files between the service's listeners.
+// Envoy's calls, whose callers may be the thousands of Envoys of a mesh,
+// get half, as the gateway's callers do (callerConns), or a quarter when
+// the service runs beside the gateway (beside), whose callers have the
+// half; /json and /healthcheck a sixteenth; the debug and Prometheus
+// listeners what serve's admin and ops listeners get (sideConns). With a
+// limit of 1,024 or more, at least three-eighths stay for the store,
+// statsd and the descriptor files whatever a flood holds.
+func rlsConnsFor(files int, beside bool) rlsConns {
+	c := rlsConns{grpc: callerConns(files), http: max(files/16, 64), side: sideConns(files)}
+	if beside {
+		c.grpc = max(files/4, 64)
+	}
+	return c
+}
+
+// or is c with its zero fields taken from d.
+func (c rlsConns) or(d rlsConns) rlsConns {
+	if c.grpc == 0 {
+		c.grpc = d.grpc
+	}
+	if c.http == 0 {
+		c.http = d.http
+	}
+	if c.side == 0 {
+		c.side = d.side
+	}
+	return c
+}
+
 // startRLS loads the descriptor files, opens the service's listeners,
 // serves them until shutdown and says where on stdout. Errors that end
-// serving are sent to r.errc.
+// serving are sent to r.errc. The listeners' caps come from the open-file
+// limit, which it raises to the hard limit (raiseFileLimit).
 func (r *root) startRLS(stdout io.Writer) error {
+	return r.startRLSCapped(stdout, rlsConns{})
+}
+
+// startRLSCapped is startRLS with the caps of conns where they are not
+// zero.
+func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 	set := r.set.RLS
 	s := &rlsService{set: set, log: r.log}
 	r.rls = s
+	limit, err := raiseFileLimit()
+	if err != nil {
+		r.log.Warn("rls: could not read the open-file limit", "err", err)
+	}
+	s.conns = conns.or(rlsConnsFor(countedFiles(limit), r.name == "serve"))
+	r.log.Info("rls: connection caps", "open_files", limit, "grpc", s.conns.grpc, "http", s.conns.http, "debug", s.conns.side)
 	if set.Stats != nil {
 		so := *set.Stats
 		if set.Statsd != nil {
@@ -106,7 +161,6 @@ func (r *root) startRLS(stdout io.Writer) error {
 		}
 		so.ExtraOptions = append(so.ExtraOptions, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	var err error
 	if s.grpc, err = rls.NewServer(s.svc, so); err != nil {
 		return fmt.Errorf("%s: rate-limit service: %w", r.name, err)
 	}
@@ -158,14 +212,14 @@ func (r *root) openRLSListeners(stdout io.Writer) error {
 	if network == "" {
 		network = "tcp"
 	}
-	if err := r.openRLS(network, set.Addr, "gRPC (RLS v3)", stdout); err != nil {
+	if err := r.openRLS(network, set.Addr, "gRPC (RLS v3)", s.conns.grpc, stdout); err != nil {
 		return err
 	}
 	if set.HTTPAddr != "" {
 		api := http.NewServeMux()
 		api.Handle("/json", r.tracing.handler(rls.JSONHandler(s.svc), "rls_json"))
 		api.Handle("/healthcheck", s.health)
-		if err := r.openRLSHTTP(api, set.HTTPAddr, "HTTP (/json, /healthcheck)", stdout); err != nil {
+		if err := r.openRLSHTTP(api, set.HTTPAddr, "HTTP (/json, /healthcheck)", s.conns.http, stdout); err != nil {
 			return err
 		}
 	}
@@ -174,14 +228,14 @@ func (r *root) openRLSListeners(stdout io.Writer) error {
 		debug := rls.DebugHandler(s.svc, map[string]rls.DebugEndpoint{
 			"/metrics": {Help: "Prometheus metrics", Handler: mh},
 		})
-		if err := r.openRLSHTTP(debug, set.DebugAddr, "debug (/rlconfig, /metrics, /debug/pprof/)", stdout); err != nil {
+		if err := r.openRLSHTTP(debug, set.DebugAddr, "debug (/rlconfig, /metrics, /debug/pprof/)", s.conns.side, stdout); err != nil {
 			return err
 		}
 	}
 	if set.PromAddr != "" {
 		pm := http.NewServeMux()
 		pm.Handle(set.PromPath, mh)
-		if err := r.openRLSHTTP(pm, set.PromAddr, "Prometheus ("+set.PromPath+")", stdout); err != nil {
+		if err := r.openRLSHTTP(pm, set.PromAddr, "Prometheus ("+set.PromPath+")", s.conns.side, stdout); err != nil {
 			return err
 		}
 	}
@@ -189,38 +243,55 @@ func (r *root) openRLSListeners(stdout io.Writer) error {
 	return nil
 }
 
-// openRLS listens on addr and says so: "floodgate rls: gRPC (RLS v3) on
-// ...", or for floodgate serve "floodgate: Envoy rate-limit service (RLS
-// v3, gRPC) on ...".
-func (r *root) openRLS(network, addr, what string, stdout io.Writer) error {
+// openRLS listens on addr for the gRPC listener, serving at most conns
+// connections at once and closing those past it unanswered, and says so:
+// "floodgate rls: gRPC (RLS v3) on ...", or for floodgate serve "floodgate:
+// Envoy rate-limit service (RLS v3, gRPC) on ...".
+func (r *root) openRLS(network, addr, what string, conns int, stdout io.Writer) error {
+	ln, err := r.listenRLS(network, addr, what, conns, stdout)
+	if err != nil {
+		return err
+	}
+	// gRPC's clients speak HTTP/2 from their first byte: an HTTP/1 503
+	// means nothing to them (connLimit.closesAtOnce).
+	ln.closesAtOnce()
+	return nil
+}
+
+// listenRLS listens on addr, serving at most conns connections at once
+// (answered 503 past it unless told otherwise), and says so on stdout.
+func (r *root) listenRLS(network, addr, what string, conns int, stdout io.Writer) (*connLimit, error) {
 	if network == "unix" {
 		_ = os.Remove(addr) // a socket left by an earlier run
 	}
-	ln, err := net.Listen(network, addr)
+	raw, err := net.Listen(network, addr)
 	if err != nil {
 		if r.name == "serve" {
-			return fmt.Errorf("serve: grpc listen: %w", err)
+			return nil, fmt.Errorf("serve: grpc listen: %w", err)
 		}
-		return fmt.Errorf("%s: listen %s: %w", r.name, what, err)
+		return nil, fmt.Errorf("%s: listen %s: %w", r.name, what, err)
 	}
+	ln := newConnLimit(raw, conns)
 	r.rls.lns = append(r.rls.lns, ln)
-	if r.name == "serve" {
+	if r.name == "serve" { // its one listener, the gRPC one
 		fmt.Fprintf(stdout, "floodgate: Envoy rate-limit service (RLS v3, gRPC) on %s\n", displayAddr(ln.Addr()))
 	} else {
 		fmt.Fprintf(stdout, "floodgate %s: %s on %s\n", r.name, what, displayAddr(ln.Addr()))
 	}
-	return nil
+	return ln, nil
 }
 
-// openRLSHTTP opens one of the service's HTTP listeners.
-func (r *root) openRLSHTTP(h http.Handler, addr, what string, stdout io.Writer) error {
+// openRLSHTTP opens one of the service's HTTP listeners, serving at most
+// conns connections at once and answering those past it 503.
+func (r *root) openRLSHTTP(h http.Handler, addr, what string, conns int, stdout io.Writer) error {
 	// A request's head and body within 10 s (a /json body of up to 1 MiB
 	// arriving a byte at a time is cut there), an idle kept-alive
 	// connection closed after 2 min; no write timeout: the debug port
 	// serves profiles that take their time.
 	r.rls.https = append(r.rls.https, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10})
-	return r.openRLS("tcp", addr, what, stdout)
+	_, err := r.listenRLS("tcp", addr, what, conns, stdout)
+	return err
 }
 
 // loaded logs a configuration that loaded and follows it in the health.
@@ -280,6 +351,12 @@ func (s *rlsService) shutdown(ctx context.Context) {
 // until ctx ends, then drains (rlsService.shutdown) and returns nil;
 // getenv reads the OTEL_* variables of the tracing.
 func RunRLS(ctx context.Context, set *Settings, getenv func(string) string, stdout io.Writer, log *slog.Logger) error {
+	return runRLS(ctx, set, getenv, stdout, log, rlsConns{})
+}
+
+// runRLS is RunRLS with the listeners' caps of conns where they are not
+// zero.
+func runRLS(ctx context.Context, set *Settings, getenv func(string) string, stdout io.Writer, log *slog.Logger, conns rlsConns) error {
 	if set.RLS == nil {
 		return errors.New("rls: no rate-limit service in the settings")
 	}
@@ -292,7 +369,7 @@ func RunRLS(ctx context.Context, set *Settings, getenv func(string) string, stdo
 	if err := r.startEngine(nil); err != nil {
 		return err
 	}
-	err = r.startRLS(stdout)
+	err = r.startRLSCapped(stdout, conns)
 	sd := newSystemd(getenv, log)
 	if err == nil {
 		// systemd (Type=notify) learns that both listeners are open.

@@ -435,19 +435,16 @@ func (s *server) fileBudget() fileBudget {
 	s.log.Info("open-file limit", "limit", limit)
 	b := fileBudget{connections: s.srv.MaxConnections, upstreamPerHost: s.srv.Upstream.MaxConnsPerHost}
 	// A limit that is unknown or effectively unlimited still gets bounds.
-	n := int(min(limit, 1<<20))
-	if n <= 0 {
-		n = 1 << 20
-	}
+	n := countedFiles(limit)
 	if b.connections == 0 {
-		b.connections = max(n/2, 64)
+		b.connections = callerConns(n)
 	}
 	if b.upstreamPerHost == 0 {
 		b.upstreamPerHost = max(n/4, 32)
 	}
 	// Probes, scrapes and operators need few connections; a client that
 	// holds more must not take the descriptors the gateway serves with.
-	b.side = min(max(n/32, 16), 1024)
+	b.side = sideConns(n)
 	return b
 }
 
