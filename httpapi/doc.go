@@ -20,9 +20,17 @@
 // with bytes that are not UTF-8, or a \u escape of a lone surrogate, is
 // 400 bad_request (decoding them to U+FFFD, as encoding/json does, would
 // put different keys on one counter); send a binary key encoded (hex,
-// base64). Unknown fields are rejected. The hits of a
-// batch are checked together and charged only if all allow (all or
-// nothing); list them most specific first.
+// base64). Unknown fields are rejected, and a body is read strictly, so
+// that what a proxy, a WAF or a log reads of it is what is charged: a key
+// matches a field only when spelled exactly ("Key", "KEY", or "\u212aey"
+// with a Kelvin sign, is an unknown field, not "key"), and a key given
+// twice in one object, also once escaped as "k\u0065y", is refused
+// rather than the last one winning, in every object of a body, the names
+// of "actual" included; both are 400 bad_json naming the key and where it
+// is (duplicate field "hits[1].key"). A reservation token is read by the
+// same rule (one that breaks it is not a token). The hits of a batch are
+// checked together and charged only if all allow (all or nothing); list
+// them most specific first.
 //
 // # Answers
 //

@@ -314,15 +314,9 @@ func decodeError(err error) *apiError {
 
 // parse turns a body into a query; it never charges anything.
 func (h *Handler) parse(body []byte) (*query, *apiError) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
 	var req wireRequest
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeBody(body, &req); err != nil {
 		return nil, decodeError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, bad(http.StatusBadRequest, CodeBadJSON, "invalid JSON: data after the object")
 	}
 	single := req.Limit != nil || req.Key != nil || req.Cost != nil
 	var wh []wireHit
@@ -461,9 +455,7 @@ func isNumber(raw []byte) bool {
 // UnmarshalJSON reads a hit, its fields checked (rawHit.hit).
 func (x *wireHit) UnmarshalJSON(b []byte) error {
 	var raw rawHit
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
+	if err := decodePart(b, &raw); err != nil {
 		return err
 	}
 	h, err := raw.hit()
@@ -480,9 +472,7 @@ func (r *wireRequest) UnmarshalJSON(b []byte) error {
 		Hits []wireHit `json:"hits"`
 		rawHit
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
+	if err := decodePart(b, &raw); err != nil {
 		return err
 	}
 	r.Hits = raw.Hits

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -44,9 +43,7 @@ func (x *reservationHit) UnmarshalJSON(b []byte) error {
 		Key   json.RawMessage `json:"k"`
 		Cost  int64           `json:"c"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
+	if err := decodePart(b, &raw); err != nil {
 		return err
 	}
 	l, err := unquote(raw.Limit)
@@ -80,16 +77,9 @@ type wireReserve struct {
 // names the reservation (or its ttl passes: it then keeps its estimate).
 func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _ bool) {
 	var in wireReserve
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(&in); err != nil {
+	if err := decodeBody(body, &in); err != nil {
 		e := decodeError(err)
 		writeError(w, e.status, e.code, e.msg, nil)
-		return
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, http.StatusBadRequest, CodeBadJSON, "invalid JSON: data after the object", nil)
 		return
 	}
 	one, err := in.hit()
@@ -203,10 +193,9 @@ type SettleResponse struct {
 // unknown_reservation.
 func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ bool) {
 	var in wireSettle
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		writeError(w, http.StatusBadRequest, CodeBadJSON, "invalid JSON: "+err.Error(), nil)
+	if err := decodeBody(body, &in); err != nil {
+		e := decodeError(err)
+		writeError(w, e.status, e.code, e.msg, nil)
 		return
 	}
 	rsv, id, apiErr := h.decodeReservation(in.Reservation)
@@ -260,9 +249,7 @@ func (h *Handler) decodeReservation(tok string) ([]wireHit, uint64, *apiError) {
 		return nil, 0, badTok
 	}
 	var rsv reservation
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rsv); err != nil {
+	if err := decodeBody(raw, &rsv); err != nil {
 		return nil, 0, badTok
 	}
 	id, err := strconv.ParseUint(rsv.ID, 16, 64)
@@ -299,10 +286,8 @@ func readActual(in *wireSettle, names []string, actual []int64) *apiError {
 	if i := invalidUTF8(in.Actual); i >= 0 {
 		return bad(http.StatusBadRequest, CodeBadRequest, "actual: not valid UTF-8 (byte %#02x at offset %d)", in.Actual[i], i)
 	}
-	dec := json.NewDecoder(bytes.NewReader(in.Actual))
-	dec.UseNumber()
 	var v any
-	if err := dec.Decode(&v); err != nil {
+	if err := decodePart(in.Actual, &v); err != nil {
 		return bad(http.StatusBadRequest, CodeBadJSON, "actual: %v", err)
 	}
 	switch v := v.(type) {
