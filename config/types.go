@@ -90,8 +90,10 @@ type Server struct {
 	// rediss+sentinel with TLS) or redis+unix:///path/of/the.sock; the
 	// stores' own checks (package store) accept or refuse it.
 	Store string `yaml:"store"`
-	// StateFile is where the memory store snapshots its counts; empty
-	// keeps them in memory only.
+	// StateFile is where the memory store snapshots its counts, relative
+	// to the configuration file; empty keeps them in memory only. Its
+	// directory must exist and take new files (CheckStateFile): floodgate
+	// check --files and the start of floodgate serve refuse it otherwise.
 	StateFile string `yaml:"state_file"`
 	// StoreTimeout is the deadline of one store call (default 250ms): a
 	// call fails when the store has made no progress (no reply on its
@@ -230,7 +232,9 @@ type Admin struct {
 	// KeysFile keeps the API keys made through the admin API when the
 	// store is the memory store (default: the state file's path with
 	// ".keys.json", or the policy file's with ".keys.json" when there is
-	// no state file), relative to the configuration file.
+	// no state file), relative to the configuration file. One that exists
+	// and does not load fails floodgate check --files and the start of
+	// floodgate serve.
 	KeysFile string `yaml:"keys_file"`
 	// Hosts are the names, besides IP addresses and localhost, by which
 	// the admin listener may be reached (the Host of its requests, without
@@ -244,7 +248,9 @@ type Admin struct {
 // refused ones included (package accesslog).
 type AccessLog struct {
 	// Path is the log file, relative to the configuration file, or "-" for
-	// standard output; empty (the default) writes no access log.
+	// standard output; empty (the default) writes no access log. A file
+	// floodgate cannot create, append to or rotate there (CheckLogFile)
+	// fails floodgate check --files and the start of floodgate serve.
 	Path string `yaml:"path"`
 	// Format is json (default: a JSON object a line) or combined (NGINX's
 	// combined format followed by Floodgate's fields).
@@ -599,6 +605,8 @@ type Alarms struct {
 	Webhook string `yaml:"webhook"`
 	// SecretFile holds the secret that signs the webhook's body (HMAC
 	// SHA-256), relative to the configuration file; required with Webhook.
+	// One that cannot be read, or holds only white space (ReadSecret),
+	// fails floodgate check and the start of floodgate serve.
 	SecretFile string `yaml:"secret_file"`
 	// AllowLinkLocal lets Webhook reach link-local and cloud metadata
 	// addresses, refused otherwise (alarm.CheckWebhook).

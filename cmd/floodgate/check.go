@@ -17,11 +17,16 @@ import (
 	"github.com/floodgate/floodgate/policy"
 )
 
-const checkUsage = `usage: floodgate check --config FILE
+const checkUsage = `usage: floodgate check --config FILE [--files]
 
-Validates the file, and the descriptor files its server.rls_config names,
-reporting every problem as file:line:col: field: message (exit status 1),
-or prints its limits in evaluation order.
+Validates the file, the descriptor files its server.rls_config names, and
+the files it names that floodgate serve reads and would refuse to start
+with (certificates, keys, webhook secrets), reporting every problem as
+file:line:col: field: message (exit status 1), or prints its limits in
+evaluation order. With --files, run where serve runs, it also checks the
+places serve keeps files on this machine, as serve does at its start: an
+access log or a state file in a directory that is missing or not
+writable, a keys file that does not load.
 
 flags:
 `
@@ -29,6 +34,7 @@ flags:
 func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	path := fs.String("config", "", "the policy file to check (required)")
+	places := fs.Bool("files", false, "also check where serve keeps files on this machine (access log, state file, keys file)")
 	if help, err := parseFlags(fs, args, stdout, checkUsage); help || err != nil {
 		return err
 	}
@@ -54,6 +60,13 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	// The descriptor files serve reads for its rate-limit service: a
 	// problem there stops serve, so it fails the check.
 	if err := app.CheckRLSConfig(*path, f); err != nil {
+		return &exitError{Code: 1, Err: err}
+	}
+	// The files serve reads only when it runs (certificates, webhook
+	// secrets) and, with --files, where it keeps files (the access log,
+	// the state file): one that would stop serve, or that serve would
+	// start without, fails the check as it would fail serve's start.
+	if err := app.CheckFiles(*path, f, *places); err != nil {
 		return &exitError{Code: 1, Err: err}
 	}
 	return printPolicy(stdout, *path, p)

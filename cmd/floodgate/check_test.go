@@ -97,6 +97,9 @@ plans:
 	}
 	out.Reset()
 	path = writeConfig(t, policy(", allow_link_local: true"))
+	if err := os.WriteFile(filepath.Join(filepath.Dir(path), "hook.secret"), []byte("hook-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := run(context.Background(), []string{"check", "--config", path}, &out, &errOut); err != nil {
 		t.Fatalf("allowed: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/floodgate/floodgate/accesslog"
+	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/internal/cli"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,32 +15,38 @@ import (
 // accessLogSettings are the access log's settings: the file's, then the
 // flags.
 func (s *server) accessLogSettings() (accesslog.Options, bool, error) {
-	a := s.srv.AccessLog
-	o := accesslog.Options{MaxSize: a.MaxSize, MaxFiles: a.MaxFiles}
+	return accessLogOptions(s.srv.AccessLog, s.cfg)
+}
+
+// accessLogOptions are the settings of the access log a, from the policy
+// file at o.Config, with the flags of o in their place when given. It
+// reports whether there is a log.
+func accessLogOptions(a config.AccessLog, o *ServeOptions) (accesslog.Options, bool, error) {
+	ao := accesslog.Options{MaxSize: a.MaxSize, MaxFiles: a.MaxFiles}
 	path, format := a.Path, a.Format
-	if s.cfg.AccessLog != "" {
-		path = s.cfg.AccessLog
+	if o.AccessLog != "" {
+		path = o.AccessLog
 	}
-	if s.cfg.AccessLogFormat != "" {
-		format = s.cfg.AccessLogFormat
+	if o.AccessLogFormat != "" {
+		format = o.AccessLogFormat
 	}
 	if path == "" || path == "off" {
-		return o, false, nil
+		return ao, false, nil
 	}
 	f, err := accesslog.ParseFormat(format)
 	if err != nil {
-		return o, false, cli.Usagef("serve: --access-log-format: %v", err)
+		return ao, false, cli.Usagef("serve: --access-log-format: %v", err)
 	}
-	o.Format = f
+	ao.Format = f
 	if path != "-" {
-		o.Path = path
-		if s.cfg.AccessLog == "" && !filepath.IsAbs(path) {
+		ao.Path = path
+		if o.AccessLog == "" && !filepath.IsAbs(path) {
 			// A path from the file is relative to the file, like its
 			// other paths.
-			o.Path = filepath.Join(filepath.Dir(s.cfg.Config), path)
+			ao.Path = filepath.Join(filepath.Dir(o.Config), path)
 		}
 	}
-	return o, true, nil
+	return ao, true, nil
 }
 
 // exactStoreClock reports whether the memory store reads the system clocks

@@ -32,9 +32,7 @@ func (s *server) startCheckAPI(stdout io.Writer) (*checkAPI, error) {
 	if srv.APIListen == "" {
 		return nil, nil
 	}
-	rel := func(p string) string { return relTo(s.cfg.Config, p) }
-	t := TLS{Cert: rel(srv.APITLSCert), Key: rel(srv.APITLSKey), ClientCA: rel(srv.APITLSClientCA), ClientSAN: srv.APITLSClientSAN,
-		Source: "server.api_tls_cert"}
+	t := apiTLS(s.cfg.Config, srv)
 	var tc *tls.Config
 	if t.On() {
 		var err error
@@ -64,6 +62,14 @@ func (s *server) startCheckAPI(stdout io.Writer) (*checkAPI, error) {
 	})
 	fmt.Fprintf(stdout, "floodgate: check API on %s://%s (POST /v1/check, /v1/peek)\n", scheme, displayAddr(ln.Addr()))
 	return a, nil
+}
+
+// apiTLS is the check API's TLS in the settings srv of the policy file at
+// cfgPath.
+func apiTLS(cfgPath string, srv *config.Server) TLS {
+	rel := func(p string) string { return relTo(cfgPath, p) }
+	return TLS{Cert: rel(srv.APITLSCert), Key: rel(srv.APITLSKey), ClientCA: rel(srv.APITLSClientCA), ClientSAN: srv.APITLSClientSAN,
+		Source: "server.api_tls_cert"}
 }
 
 // shutdown stops the check API gracefully and waits for it.

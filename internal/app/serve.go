@@ -152,6 +152,11 @@ func newServer(ctx context.Context, o *ServeOptions, log *slog.Logger) (*server,
 	if err != nil {
 		return nil, err
 	}
+	// The files floodgate check looks at, looked at the same way before
+	// anything is opened: a file the check refuses stops the start.
+	if err := checkFiles(s.reloader.Policy().File(), s.srv, o, true); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	set := policySettings(o.Config, s.srv, exact)
 	if s.root, err = newRoot(ctx, "serve", set, o.Getenv, log); err != nil {
 		return nil, err
@@ -732,13 +737,18 @@ func printChatDemo(b *strings.Builder, base, upstream string, admin net.Listener
 	b.WriteString("\n")
 }
 
+// adminListenerTLS is the admin listener's TLS in the settings a of the
+// policy file at cfgPath.
+func adminListenerTLS(cfgPath string, a *config.Admin) TLS {
+	rel := func(p string) string { return relTo(cfgPath, p) }
+	return TLS{Cert: rel(a.TLSCert), Key: rel(a.TLSKey), ClientCA: rel(a.TLSClientCA), ClientSAN: a.TLSClientSAN,
+		Source: "server.admin.tls_cert"}
+}
+
 // adminTLS serves the admin listener over TLS when the file says so, its
 // certificate read again when it changes.
 func (s *server) adminTLS(ln net.Listener) (net.Listener, string, error) {
-	a := s.srv.Admin
-	rel := func(p string) string { return relTo(s.cfg.Config, p) }
-	t := TLS{Cert: rel(a.TLSCert), Key: rel(a.TLSKey), ClientCA: rel(a.TLSClientCA), ClientSAN: a.TLSClientSAN,
-		Source: "server.admin.tls_cert"}
+	t := adminListenerTLS(s.cfg.Config, &s.srv.Admin)
 	if !t.On() {
 		return ln, "http", nil
 	}

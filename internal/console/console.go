@@ -27,7 +27,6 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/dashboard"
 	"github.com/floodgate/floodgate/gateway"
-	"github.com/floodgate/floodgate/internal/tlsfile"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/penalty"
@@ -361,12 +360,12 @@ func (c *Console) alarmPlans(p *policy.Policy) map[string]alarm.Plan {
 		}
 		pl := alarm.Plan{Thresholds: cp.Alarms.Thresholds, Webhook: cp.Alarms.Webhook, AllowLinkLocal: cp.Alarms.AllowLinkLocal}
 		if cp.Alarms.SecretPath != "" {
-			b, err := tlsfile.Read(cp.Alarms.SecretPath)
+			b, err := config.ReadSecret(cp.Alarms.SecretPath)
 			if err != nil {
 				c.log.Error("alarm secret unreadable; the plan's webhook is off", "plan", cp.Name, "err", err)
 				pl.Webhook = ""
 			}
-			pl.Secret = []byte(strings.TrimSpace(string(b)))
+			pl.Secret = b
 		}
 		out[cp.Name] = pl
 	}
