@@ -781,6 +781,13 @@ func (g *Gateway) release(ctx context.Context, leases []limiter.Hit) {
 // gateway is unexpected and is logged.
 func (g *Gateway) failed(err error, x Exchange, st *Flow) (later bool) {
 	st.err = err
+	if cerr := x.Context().Err(); cerr != nil && errors.Is(err, cerr) {
+		// The client left before the engine answered (a store call
+		// ends with its request's context): nothing was decided, so
+		// nothing is passed on, as it would be past a store that
+		// failed, and nothing is logged but the request (499).
+		return false
+	}
 	g.log.Error("gateway: engine", "err", err, "path", strings.Clone(st.view.Path))
 	if errors.Is(err, floodgate.ErrNeverFits) {
 		g.obs.Rejected(limiter.FrontGateway, "", http.StatusTooManyRequests)

@@ -208,8 +208,9 @@ type costWriter struct {
 	rec     *Recorder
 	bounds  drainBounds
 	d       *drainer
-	discard bool  // the client left: writes are discarded
-	drained int64 // the bytes discarded
+	discard bool      // the client left: writes are discarded
+	leftAt  time.Time // when it left
+	drained int64     // the bytes discarded
 }
 
 func (c *costWriter) WriteHeader(code int) {
@@ -227,14 +228,27 @@ func (c *costWriter) Write(b []byte) (int, error) {
 		c.WriteHeader(http.StatusOK)
 	}
 	rest := b
-	if !c.discard {
+	switch {
+	case !c.discard:
 		n, err := c.ResponseWriter.Write(b)
 		c.rec.read(b[:n])
 		if err == nil {
 			return n, nil
 		}
 		c.leave()
+		if c.d == nil && !c.rec.readsBody() {
+			// A handler the gateway stands in front of (Middleware):
+			// no more of its answer tells a cost, so it learns at
+			// once that its client left, as net/http tells it.
+			return n, err
+		}
 		rest = b[n:]
+	case c.d == nil && (!c.rec.readsBody() || time.Since(c.leftAt) > c.bounds.wait):
+		// A handler that writes on after its client left is told so
+		// once its answer can tell no more (its status is not a 2xx
+		// one) or at the drain's time bound, as serve ends its
+		// upstream's request at those bounds (drainer).
+		return 0, errDrained
 	}
 	c.rec.read(rest)
 	c.drained += int64(len(rest))
@@ -249,7 +263,7 @@ func (c *costWriter) Write(b []byte) (int, error) {
 
 // leave notes that the client left: what comes next is discarded.
 func (c *costWriter) leave() {
-	c.discard = true
+	c.discard, c.leftAt = true, time.Now()
 	if c.d != nil {
 		c.d.clientLeft()
 	}

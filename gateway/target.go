@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -25,6 +26,11 @@ const (
 
 // methodOverrideHeaders are the headers of MethodOverride, canonical.
 var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// MethodOverrideFields returns the names of the fields in which a client
+// may name another method than its request's (canonical form), for a
+// front end that reads its requests' fields itself (package grpcguard).
+func MethodOverrideFields() []string { return slices.Clone(methodOverrideHeaders) }
 
 // badTarget returns why a request's target is refused, or "": what no sane
 // upstream should receive and what would let a request dodge a route's

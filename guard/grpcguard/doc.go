@@ -36,7 +36,18 @@
 // estimate from the call's metadata, an actual cost from the header or
 // trailer metadata the handler sets. No message is read for a cost: an
 // estimate from the body takes its default. Metrics count the decisions
-// as the gateway's.
+// as the gateway's. A handler's error counts as the code grpc-go sends
+// for it: a plain context error returned as it is (or wrapped) is
+// CANCELLED (499) or DEADLINE_EXCEEDED (504), not UNKNOWN.
+//
+// A call is a POST whatever its metadata says: a method override field
+// (x-http-method-override and its kin) never makes it meet the limits of
+// another method, under method_override: honor too (reject refuses it).
+// A call, or a message of a per_message stream, whose client has gone
+// before its handler would get it is not handed to the handler (the
+// client gets nothing; gRPC ends it CANCELLED), unless it holds a
+// reservation: as floodgate serve forwards such a request, the handler's
+// answer then decides the charge.
 //
 // A streaming call is charged as its route's grpc_stream says: per_stream
 // (the default) decides once when the stream opens, and holds its

@@ -123,7 +123,7 @@ func (s *messageStream) RecvMsg(m any) error {
 	if c.trailer != nil {
 		s.trailer = c.trailer
 	}
-	return c.refusal
+	return c.refusal // nil: the message is given to the handler
 }
 
 // call is one call (or one message of a per_message stream) as the
@@ -144,13 +144,35 @@ type call struct {
 	refusal error       // the flow's own answer, as a status error
 	status  int         // its HTTP status, or the handler's answer's
 	err     error       // the handler's error
+	ran     bool        // the handler ran
 }
+
+// overrideFields are the gateway's method override fields, in metadata's
+// lower case.
+var overrideFields = func() []string {
+	names := gateway.MethodOverrideFields()
+	for i, n := range names {
+		names[i] = strings.ToLower(n)
+	}
+	return names
+}()
 
 // from reads the call's authority, metadata and peer from its context.
 func (c *call) from(ctx context.Context) {
-	c.md, _ = metadata.FromIncomingContext(ctx)
+	c.md, _ = metadata.FromIncomingContext(ctx) // a copy: the handler's stays as sent
 	if v := c.md.Get(":authority"); len(v) > 0 {
 		c.host = v[0]
+	}
+	// A call is a POST whatever its metadata says, and its handler serves
+	// it as one: a method override field names POST to the flow, so that
+	// under method_override: honor a call never meets the limits of
+	// another method (reject still refuses it, strip removes it).
+	for _, name := range overrideFields {
+		for i, v := range c.md[name] {
+			if strings.TrimSpace(v) != "" {
+				c.md[name][i] = http.MethodPost
+			}
+		}
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		if a, ok := p.Addr.(*net.TCPAddr); ok {
@@ -188,12 +210,15 @@ func (c *call) decide() {
 	}()
 	// Nothing a gRPC call does goes on after the handler returns.
 	c.gw.Run(c, f)
+	if c.refusal == nil && !c.ran {
+		c.unanswered()
+	}
 }
 
 // answered notes how the handler answered, for the recorder of a
 // reservation.
 func (c *call) answered(rec *gateway.Recorder, err error, seen *seenMetadata) {
-	c.status = HTTPStatus(status.Code(err))
+	c.status = HTTPStatus(codeOf(err))
 	if rec == nil {
 		return
 	}
@@ -302,9 +327,32 @@ func message(body []byte) string {
 	return b.Message
 }
 
+// Pass runs the handler, unless the client has gone and nothing is
+// reserved: no one waits for the answer then, and the engine may not
+// have charged the call (a store call that gave up with its client ends
+// in an error, on which the flow passes the call as it passes one whose
+// store failed). A call with a reservation runs, its client gone or not,
+// as floodgate serve forwards such a request: its answer decides the
+// charge.
 func (c *call) Pass(_ *gateway.Flow, rec *gateway.Recorder) bool {
+	if c.ctx.Err() != nil && rec == nil {
+		return false // unanswered
+	}
+	c.ran = true
 	c.err = c.run(rec)
 	return false
+}
+
+// unanswered ends a call that the flow neither answered nor passed to its
+// handler, its client gone: CANCELLED (or DEADLINE_EXCEEDED), as gRPC
+// ends a call its client cancelled.
+func (c *call) unanswered() {
+	err := c.ctx.Err()
+	if err == nil {
+		err = context.Canceled // not seen: the flow gives up on a call only once its client left
+	}
+	c.refusal = status.FromContextError(err).Err()
+	c.status = HTTPStatus(codeOf(c.refusal))
 }
 
 func (c *call) Proxies() bool { return false }
@@ -390,6 +438,16 @@ func (s *seenStream) SendHeader(md metadata.MD) error {
 func (s *seenStream) SetTrailer(md metadata.MD) {
 	s.seen.trailer = metadata.Join(s.seen.trailer, md)
 	s.ServerStream.SetTrailer(md)
+}
+
+// codeOf returns the code grpc-go sends for a handler's error: a status
+// error's own code (wrapped or not), and for any other error the code of
+// the context error it wraps (CANCELLED, DEADLINE_EXCEEDED), else UNKNOWN.
+func codeOf(err error) codes.Code {
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return status.FromContextError(err).Code()
 }
 
 // HTTPStatus returns the HTTP status a gRPC code stands for, as

@@ -1,0 +1,577 @@
+package grpcguard_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/guard"
+	"github.com/floodgate/floodgate/guard/grpcguard"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// What a charge costs the interceptors when the client leaves at each
+// point of a call, and when the handler fails: the handler is the
+// upstream, so the costs are those floodgate serve charges for its
+// upstream. A count_on charge is final once the call's code is known; a
+// reservation goes back in full only when no answer began (a handler that
+// panicked, as an upstream that dropped its connection: serve's 502);
+// concurrency slots come back however a call or a stream ends.
+
+// leavePolicy counts failed logins (UNAUTHENTICATED, 401) and timed-out
+// lookups (DEADLINE_EXCEEDED, 504) by outcome, and holds Hold streams
+// and Upload messages to 2 at once.
+const leavePolicy = `version: 1
+routes:
+  - {name: upload, match: {paths: [/test.Leave/Upload]}, upstream: none, grpc_stream: per_message}
+  - {name: rest, match: {paths: ["/test.Leave/*"]}, upstream: none}
+limits:
+  - {name: login, algorithm: sliding_log, limit: 3, window: 1h, count_on: [401], key: global, match: {paths: [/test.Leave/Login]}}
+  - {name: timeouts, algorithm: sliding_log, limit: 3, window: 1h, count_on: [504], key: global, match: {paths: [/test.Leave/Lookup]}}
+  - {name: slots, algorithm: concurrency, limit: 2, key: global, match: {paths: [/test.Leave/Hold]}}
+`
+
+// leaveService is test.Leave. The x-do metadata of a call says how its
+// handler ends: "unauth" UNAUTHENTICATED, "late" UNAUTHENTICATED once the
+// client has gone, "ctx" the context's own error once the client has
+// gone, "deadline" a plain context.DeadlineExceeded (a backend call that
+// timed out, returned as it is), "panic" a panic, anything else OK.
+type leaveService struct {
+	ran     atomic.Int64 // handlers run
+	started chan string  // the x-do of each call whose handler started
+	ended   chan string  // the x-do of each call once every interceptor returned
+}
+
+func doOf(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-do"); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// leaveEnd is the handlers' common end.
+func (s *leaveService) end(ctx context.Context) error {
+	s.ran.Add(1)
+	do := doOf(ctx)
+	select {
+	case s.started <- do:
+	default:
+	}
+	switch do {
+	case "unauth":
+		return status.Error(codes.Unauthenticated, "wrong password")
+	case "late":
+		<-ctx.Done()
+		return status.Error(codes.Unauthenticated, "wrong password")
+	case "ctx", "hold":
+		<-ctx.Done()
+		return ctx.Err()
+	case "deadline":
+		return fmt.Errorf("lookup: %w", context.DeadlineExceeded)
+	case "panic":
+		panic("the handler failed")
+	}
+	return nil
+}
+
+func leaveUnary(name string) grpc.MethodDesc {
+	return grpc.MethodDesc{MethodName: name,
+		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.StringValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(ctx context.Context, _ any) (any, error) {
+				if err := srv.(*leaveService).end(ctx); err != nil {
+					return nil, err
+				}
+				return wrapperspb.String("ok"), nil
+			}
+			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/test.Leave/" + name}, h)
+		}}
+}
+
+var leaveDesc = grpc.ServiceDesc{
+	ServiceName: "test.Leave",
+	HandlerType: (*any)(nil),
+	Methods:     []grpc.MethodDesc{leaveUnary("Login"), leaveUnary("Lookup"), leaveUnary("Work")},
+	Streams: []grpc.StreamDesc{{
+		// Hold reads the client's messages until it half-closes (x-do
+		// "recv"), or ends as end says.
+		StreamName:    "Hold",
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler: func(srv any, st grpc.ServerStream) error {
+			if doOf(st.Context()) == "recv" {
+				srv.(*leaveService).ran.Add(1)
+				for {
+					if err := st.RecvMsg(new(wrapperspb.StringValue)); err == io.EOF {
+						return st.SendMsg(wrapperspb.String("done"))
+					} else if err != nil {
+						return err
+					}
+				}
+			}
+			return srv.(*leaveService).end(st.Context())
+		},
+	}, {
+		// Upload (per_message) counts the messages it is given; with
+		// x-do "late" it reads them only once its client has left.
+		StreamName:    "Upload",
+		ClientStreams: true,
+		Handler: func(srv any, st grpc.ServerStream) error {
+			s := srv.(*leaveService)
+			if doOf(st.Context()) == "late" {
+				s.started <- "late"
+				<-st.Context().Done()
+			}
+			for {
+				if err := st.RecvMsg(new(wrapperspb.StringValue)); err == io.EOF {
+					return st.SendMsg(wrapperspb.String("done"))
+				} else if err != nil {
+					return err
+				}
+				s.ran.Add(1)
+			}
+		},
+	}},
+}
+
+// recoverUnary and recoverStream turn a handler's panic into INTERNAL,
+// as the recovery interceptors of grpc-ecosystem do.
+func recoverUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (_ any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(codes.Internal, "panic: %v", p)
+		}
+	}()
+	return h(ctx, req)
+}
+
+func recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(codes.Internal, "panic: %v", p)
+		}
+	}()
+	return h(srv, ss)
+}
+
+// leaveRig is test.Leave behind a Guard of leavePolicy (or of policy),
+// with the recovery interceptors outside the Guard's (outside) or
+// inside them, and before all an interceptor that tells ended when a
+// call is over; first, when set, runs before the Guard's.
+type leaveRig struct {
+	svc  *leaveService
+	conn *grpc.ClientConn
+}
+
+type rigOptions struct {
+	policy       string // default leavePolicy
+	recoverInner bool   // the recovery interceptors run inside the Guard's
+	first        grpc.UnaryServerInterceptor
+	guardOptions guard.Options
+}
+
+func newLeaveRig(t *testing.T, o rigOptions) *leaveRig {
+	t.Helper()
+	if o.policy == "" {
+		o.policy = leavePolicy
+	}
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(o.policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o.guardOptions.ReloadInterval = -1
+	g, err := guard.New(guard.File(file), o.guardOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &leaveService{started: make(chan string, 64), ended: make(chan string, 256)}
+	tellUnary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		defer func() { svc.ended <- doOf(ctx) }()
+		return h(ctx, req)
+	}
+	tellStream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		defer func() { svc.ended <- doOf(ss.Context()) }()
+		return h(srv, ss)
+	}
+	unary := []grpc.UnaryServerInterceptor{tellUnary}
+	stream := []grpc.StreamServerInterceptor{tellStream}
+	if !o.recoverInner {
+		unary, stream = append(unary, recoverUnary), append(stream, recoverStream)
+	}
+	if o.first != nil {
+		unary = append(unary, o.first)
+	}
+	unary = append(unary, grpcguard.UnaryServerInterceptor(g))
+	stream = append(stream, grpcguard.StreamServerInterceptor(g))
+	if o.recoverInner {
+		unary, stream = append(unary, recoverUnary), append(stream, recoverStream)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	srv.RegisterService(&leaveDesc, svc)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		srv.Stop()
+		<-done
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return &leaveRig{svc: svc, conn: conn}
+}
+
+// waitEnded waits for the call that asked for do to be over.
+func (rig *leaveRig) waitEnded(t *testing.T, do string) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case got := <-rig.svc.ended:
+			if got == do {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the call %q never ended", do)
+		}
+	}
+}
+
+// waitStarted waits for the handler of the call that asked for do.
+func (rig *leaveRig) waitStarted(t *testing.T, do string) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case got := <-rig.svc.started:
+			if got == do {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the handler of %q never started", do)
+		}
+	}
+}
+
+// call makes a unary call to method with x-do: do, cancelling it once
+// leaveWhen (when not nil) returns.
+func (rig *leaveRig) call(t *testing.T, method, do string, leaveWhen func()) (metadata.MD, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-do", do)
+	errc := make(chan error, 1)
+	var tr metadata.MD
+	go func() {
+		errc <- rig.conn.Invoke(ctx, "/test.Leave/"+method, wrapperspb.String(do), new(wrapperspb.StringValue), grpc.Trailer(&tr))
+	}()
+	if leaveWhen != nil {
+		leaveWhen()
+		cancel()
+	}
+	err := <-errc
+	return tr, err
+}
+
+// remaining returns the remaining units of limit name in a trailer.
+func remaining(t *testing.T, tr metadata.MD, name string) int {
+	t.Helper()
+	for _, v := range tr.Get("ratelimit") {
+		for item := range strings.SplitSeq(v, ",") {
+			item = strings.TrimSpace(item)
+			if !strings.HasPrefix(item, `"`+name+`";`) {
+				continue
+			}
+			for p := range strings.SplitSeq(item, ";") {
+				if r, ok := strings.CutPrefix(p, "r="); ok {
+					if n, err := strconv.Atoi(r); err == nil {
+						return n
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no %q in the trailer %v", name, tr)
+	return 0
+}
+
+// counted returns the calls a count_on limit of 3 on method holds: an OK
+// call reserves one (the trailer says what is left after it) and costs
+// nothing once it ends.
+func (rig *leaveRig) counted(t *testing.T, method, limit string) int {
+	t.Helper()
+	tr, err := rig.call(t, method, "ok", nil)
+	if status.Code(err) == codes.ResourceExhausted {
+		return 3
+	}
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	rig.waitEnded(t, "ok")
+	return 3 - 1 - remaining(t, tr, limit)
+}
+
+// TestLeaveUnaryCountOn: a unary call counted by its code is charged once
+// its handler's code is known, whatever the client did before, as the
+// code the client is sent says: a plain context error the handler returns
+// is the code gRPC sends for it (DEADLINE_EXCEEDED, 504; CANCELLED, 499),
+// not UNKNOWN. A handler that panicked gave no answer: the reservation
+// goes back.
+func TestLeaveUnaryCountOn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, method, limit, do string
+		leave, recoverInner     bool
+		code                    codes.Code // what the client gets (when it stays)
+		charged                 int
+	}{
+		{"UNAUTHENTICATED", "Login", "login", "unauth", false, false, codes.Unauthenticated, 1},
+		{"UNAUTHENTICATED after the client left", "Login", "login", "late", true, false, codes.Canceled, 1},
+		{"the context's error after the client left", "Login", "login", "ctx", true, false, codes.Canceled, 0},
+		{"a panic, recovered outside the Guard", "Login", "login", "panic", false, false, codes.Internal, 0},
+		{"a panic, recovered inside the Guard (INTERNAL)", "Login", "login", "panic", false, true, codes.Internal, 0},
+		{"a plain context.DeadlineExceeded", "Lookup", "timeouts", "deadline", false, false, codes.DeadlineExceeded, 1},
+		{"OK", "Login", "login", "ok", false, false, codes.OK, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rig := newLeaveRig(t, rigOptions{recoverInner: c.recoverInner})
+			var leave func()
+			if c.leave {
+				leave = func() { rig.waitStarted(t, c.do) }
+			}
+			_, err := rig.call(t, c.method, c.do, leave)
+			if !c.leave && status.Code(err) != c.code {
+				t.Errorf("the call: %v, want %v", err, c.code)
+			}
+			rig.waitEnded(t, c.do)
+			if got := rig.counted(t, c.method, c.limit); got != c.charged {
+				t.Errorf("counted: %d, want %d", got, c.charged)
+			}
+		})
+	}
+}
+
+// openHold opens a Hold stream with x-do: do and waits for its handler.
+func (rig *leaveRig) openHold(t *testing.T, ctx context.Context, do string) grpc.ClientStream {
+	t.Helper()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-do", do)
+	st, err := rig.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/test.Leave/Hold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(wrapperspb.String(do)); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// slotsHeld returns the slots of Hold held by streams in flight: a probe
+// stream takes one (its trailer says what is left).
+func (rig *leaveRig) slotsHeld(t *testing.T) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := rig.openHold(t, ctx, "probe")
+	_ = st.CloseSend()
+	err := st.RecvMsg(new(wrapperspb.StringValue))
+	if status.Code(err) == codes.ResourceExhausted {
+		return 2
+	}
+	if err != io.EOF {
+		t.Fatalf("probe: %v", err)
+	}
+	rig.waitEnded(t, "probe")
+	return 2 - 1 - remaining(t, st.Trailer(), "slots")
+}
+
+// TestLeaveStreamSlots: a stream's concurrency slot comes back however
+// it ends: the client cancels it while its handler runs, the handler
+// returns an error or panics, the client half-closes and the handler
+// ends. Three of each against a limit of 2: a slot kept would show.
+func TestLeaveStreamSlots(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, do     string
+		cancel       bool
+		recoverInner bool
+	}{
+		{"the client cancels", "hold", true, false},
+		{"the handler panics, recovered outside", "panic", false, false},
+		{"the handler panics, recovered inside", "panic", false, true},
+		{"the handler returns an error", "unauth", false, false},
+		{"the client half-closes", "recv", false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rig := newLeaveRig(t, rigOptions{recoverInner: c.recoverInner})
+			for range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				st := rig.openHold(t, ctx, c.do)
+				if c.cancel {
+					rig.waitStarted(t, c.do)
+					cancel()
+				} else {
+					_ = st.CloseSend()
+					for st.RecvMsg(new(wrapperspb.StringValue)) == nil {
+					}
+				}
+				rig.waitEnded(t, c.do)
+				cancel()
+			}
+			if n := rig.slotsHeld(t); n != 0 {
+				t.Errorf("%d slots held once the streams ended, want 0", n)
+			}
+		})
+	}
+}
+
+// TestManyStreamsHoldTheirSlots: many streams opened at once, on many
+// connections, against a concurrency limit of 2: 2 pass and hold their
+// slots, the rest are refused before their handlers run, and once all
+// are cancelled every slot is back.
+func TestManyStreamsHoldTheirSlots(t *testing.T) {
+	t.Parallel()
+	rig := newLeaveRig(t, rigOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 50
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			st, err := rig.conn.NewStream(metadata.AppendToOutgoingContext(ctx, "x-do", "hold"),
+				&grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/test.Leave/Hold")
+			if err == nil {
+				err = st.RecvMsg(new(wrapperspb.StringValue))
+			}
+			errs <- err
+		}()
+	}
+	refused := 0
+	for refused < n-2 {
+		select {
+		case err := <-errs:
+			if status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("a stream over the limit: %v, want RESOURCE_EXHAUSTED", err)
+			}
+			refused++
+		case <-time.After(time.Minute):
+			t.Fatalf("%d streams refused, want %d", refused, n-2)
+		}
+	}
+	rig.waitStarted(t, "hold")
+	rig.waitStarted(t, "hold")
+	if got := rig.svc.ran.Load(); got != 2 {
+		t.Errorf("%d handlers ran, want 2", got)
+	}
+	cancel()
+	for range 2 {
+		<-errs
+	}
+	for range n { // the refused streams ended too
+		rig.waitEnded(t, "hold")
+	}
+	if n := rig.slotsHeld(t); n != 0 {
+		t.Errorf("%d slots held once every stream ended, want 0", n)
+	}
+}
+
+// TestHugeMetadata: metadata near grpc-go's 16 MiB bound is read as any
+// other: two keys of 4 MiB that differ in their last byte are counted
+// apart, the same one together, and neither is echoed in the trailer.
+func TestHugeMetadata(t *testing.T) {
+	t.Parallel()
+	rig := newLeaveRig(t, rigOptions{policy: `version: 1
+limits:
+  - {name: tenant, rate: 2, per: 1h, key: "header:x-tenant", match: {paths: [/test.Leave/Work]}}
+`})
+	long := strings.Repeat("a", 4<<20)
+	for _, tenant := range []string{long + "1", long + "2"} {
+		for i, want := range []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted} {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			var tr metadata.MD
+			err := rig.conn.Invoke(metadata.AppendToOutgoingContext(ctx, "x-tenant", tenant), "/test.Leave/Work",
+				wrapperspb.String("x"), new(wrapperspb.StringValue), grpc.Trailer(&tr))
+			cancel()
+			if status.Code(err) != want || len(first(tr, "ratelimit")) > 100 {
+				t.Errorf("tenant ...%s, call %d: %v (trailer of %d bytes), want %v", tenant[len(tenant)-1:], i+1, err, len(first(tr, "ratelimit")), want)
+			}
+		}
+	}
+}
+
+// queueWatch is a guard.Metrics that tells queued when a request starts
+// waiting in a leaky queue.
+type queueWatch struct{ queued chan struct{} }
+
+func (queueWatch) ObserveDecision(*limiter.Request, *limiter.Result) {}
+func (queueWatch) Rejected(limiter.FrontEnd, string, int)            {}
+func (queueWatch) Upstream(string, int)                              {}
+func (q queueWatch) Queued(_ string, delta int) {
+	if delta > 0 {
+		q.queued <- struct{}{}
+	}
+}
+
+// TestQueuedMessageClientGone: a message of a per_message stream that
+// waits in a leaky queue when its client leaves is refunded and never
+// given to the handler: RecvMsg ends the stream CANCELLED, as a request
+// whose client leaves the queue never reaches its upstream.
+func TestQueuedMessageClientGone(t *testing.T) {
+	t.Parallel()
+	q := queueWatch{queued: make(chan struct{}, 4)}
+	rig := newLeaveRig(t, rigOptions{policy: `version: 1
+routes:
+  - {name: upload, match: {paths: [/test.Leave/Upload]}, upstream: none, grpc_stream: per_message}
+limits:
+  - {name: shaped, algorithm: leaky_queue, rate: 1, per: 1h, burst: 3, key: global, match: {routes: [upload]}}
+`, guardOptions: guard.Options{Metrics: q}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := rig.conn.NewStream(metadata.AppendToOutgoingContext(ctx, "x-do", "queued"), &grpc.StreamDesc{ClientStreams: true}, "/test.Leave/Upload")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"first", "second"} { // the second waits an hour
+		if err := st.SendMsg(wrapperspb.String(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-q.queued:
+	case <-time.After(time.Minute):
+		t.Fatal("the second message never waited in the queue")
+	}
+	cancel()
+	rig.waitEnded(t, "queued")
+	if n := rig.svc.ran.Load(); n != 1 {
+		t.Errorf("the handler was given %d messages, want the first alone", n)
+	}
+}
