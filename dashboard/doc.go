@@ -24,5 +24,8 @@
 //
 // The page and its chart library (uPlot, from npm) are embedded in the
 // binary: no CDN, nothing to install. scripts/vendor-ui.sh fetches the
-// library again into web/vendor.
+// library again into web/vendor. The page runs under ContentSecurityPolicy
+// (its own scripts and styles, nothing inline) and puts what its feeds
+// carry, keys that clients chose among it, in the page as text only, with
+// the characters that cannot be seen or that reorder text written out.
 package dashboard

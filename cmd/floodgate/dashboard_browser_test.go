@@ -35,6 +35,15 @@ func chromium(t *testing.T) string {
 // the page's console errors and exceptions.
 func browser(t *testing.T) (context.Context, func() []string) {
 	t.Helper()
+	// Chromium keeps its singleton socket in a directory of its own under
+	// TMPDIR, which outlives a browser that is stopped; its path must fit
+	// a socket's 107 bytes, which t.TempDir's (the test's name in it) may
+	// not.
+	tmp, err := os.MkdirTemp("", "cr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium(t)),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
@@ -44,9 +53,7 @@ func browser(t *testing.T) (context.Context, func() []string) {
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1400, 1000),
-		// Chromium keeps its singleton socket in a directory of its own
-		// under TMPDIR, which outlives a browser that is stopped.
-		chromedp.Env("TMPDIR=" + t.TempDir()),
+		chromedp.Env("TMPDIR=" + tmp),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)

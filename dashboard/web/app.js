@@ -31,29 +31,50 @@
   };
 
   // A token may come in the page's address (#traffic&token=...); it is
-  // kept for this tab and removed from the address.
+  // kept for this tab and removed from the address. One that does not
+  // decode (a link may hold anything) is dropped: the page asks for one.
   (function takeToken() {
     const m = location.hash.match(/[#&]token=([^&]+)/);
     if (m) {
-      state.token = decodeURIComponent(m[1]);
+      try {
+        state.token = decodeURIComponent(m[1]);
+      } catch (e) {
+        state.token = "";
+      }
       sessionStorage.setItem("floodgate-token", state.token);
       const rest = location.hash.replace(/[#&]token=[^&]+/, "").replace(/^#?&?/, "");
       history.replaceState(null, "", location.pathname + (rest ? "#" + rest : "#traffic"));
     }
   })();
 
+  // HIDDEN matches what a reader cannot see or what reorders the text
+  // around it: controls (C0 and C1), format characters (bidi embeddings,
+  // overrides, isolates and marks, zero-width characters, the byte-order
+  // mark), line and paragraph separators, and the other default-ignorable
+  // code points (fillers, variation selectors).
+  const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}]/gu;
+  // shown returns s as the page shows it: each HIDDEN character written
+  // out as ⟨U+202E⟩, so that a key a client chose (a token's user, a
+  // header) reads as what it is. Everything the page shows from its feeds
+  // goes through it, as text (never as markup).
+  function shown(s) {
+    return String(s).replace(HIDDEN, (c) => "⟨U+" + c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + "⟩");
+  }
+
   function $(sel) { return document.querySelector(sel); }
+  // el makes an element: attributes set as values (never parsed), and its
+  // children, nodes or text (shown).
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
       if (k === "class") e.className = v; else e.setAttribute(k, v);
     }
-    for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+    for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(shown(k)));
     return e;
   }
   function setStatus(text, bad) {
     const s = $("#status");
-    s.textContent = text;
+    s.textContent = shown(text);
     s.classList.toggle("error", !!bad);
   }
 
@@ -188,7 +209,7 @@
     } else {
       const box = el("div", { class: "chart", "data-limit": name });
       $("#charts").append(box);
-      u = timeChart(box, { title: name, series: [{},
+      u = timeChart(box, { title: shown(name), series: [{},
         { label: "decisions/s", stroke: "#2563eb", fill: "rgba(37,99,235,0.08)", width: 1 },
         { label: "429/s", stroke: "#dc2626", fill: "rgba(220,38,38,0.10)", width: 1 }] }, 160);
     }
@@ -202,7 +223,7 @@
     if (!Object.keys(state.refusedCharts).length) grid.replaceChildren();
     const box = el("div", { class: "chart", "data-route": route });
     grid.append(box);
-    const u = timeChart(box, { title: route, series: [{},
+    const u = timeChart(box, { title: shown(route), series: [{},
       { label: "401/s", stroke: "#d97706", fill: "rgba(217,119,6,0.10)", width: 1 },
       { label: "403/s", stroke: "#7c3aed", fill: "rgba(124,58,237,0.08)", width: 1 },
       { label: "429/s (penalty box)", stroke: "#991b1b", width: 1 }] }, 160);
@@ -296,7 +317,7 @@
         if (!state.overloadCharts.__any) { box.replaceChildren(); state.overloadCharts.__any = true; }
         const div = el("div", { class: "chart wide" });
         box.append(div);
-        u = state.overloadCharts[route] = timeChart(div, { title: route, scales: { ms: { auto: true } },
+        u = state.overloadCharts[route] = timeChart(div, { title: shown(route), scales: { ms: { auto: true } },
           axes: [{}, { size: 50 }, { scale: "ms", side: 1, size: 50 }],
           series: [{}, { label: "cap (requests in flight)", stroke: "#2563eb", width: 1 },
             { label: "upstream latency (ms)", stroke: "#ea580c", width: 1, scale: "ms" }] }, 180);
@@ -354,7 +375,7 @@
     $("#instance-count").textContent = data.instances.length;
     const tb = $("#top tbody");
     tb.replaceChildren(...(data.top.length ? data.top.map((h) => el("tr", {},
-      el("td", {}, h.limit), el("td", {}, h.key), el("td", { class: "num" }, h.count.toLocaleString()), el("td", { class: "num" }, h.error)))
+      el("td", {}, h.limit), el("td", { class: "key" }, h.key), el("td", { class: "num" }, h.count.toLocaleString()), el("td", { class: "num" }, h.error)))
       : [el("tr", {}, el("td", { colspan: 4, class: "muted" }, "no 429s"))]));
     document.body.dataset.refused = String(sum(before, 0));
   }
@@ -362,7 +383,7 @@
   // title names a chart and what it counts in view.
   function title(u, name, what) {
     const t = u.root.querySelector(".u-title");
-    const text = name + " · " + what;
+    const text = shown(name) + " · " + what;
     if (t && t.textContent !== text) t.textContent = text;
   }
 
@@ -371,7 +392,7 @@
   function drawHealth(data) {
     const tb = $("#instances tbody");
     tb.replaceChildren(...data.instances.map((i) => el("tr", {},
-      el("td", {}, i.id), el("td", {}, i.config_version || "–"), el("td", {}, i.store),
+      el("td", { class: "key" }, i.id), el("td", {}, i.config_version || "–"), el("td", {}, i.store),
       el("td", {}, el("span", { class: "pill " + (i.breaker === "open" ? "bad" : "ok") }, i.breaker)),
       el("td", { class: "num" }, i.health.calls ? i.health.latency_avg_ms.toFixed(2) + " ms" : "–"),
       el("td", { class: "num" }, i.health.calls ? i.health.latency_max_ms.toFixed(2) + " ms" : "–"),
@@ -406,7 +427,7 @@
     return b;
   }
   function quotaRow(q, full) {
-    const cells = [el("td", {}, q.key), el("td", {}, q.plan)];
+    const cells = [el("td", { class: "key" }, q.key), el("td", {}, q.plan)];
     if (full) cells.push(el("td", {}, q.source));
     cells.push(el("td", {}, bar(q.percent), " ", q.percent.toFixed(1) + "%"));
     cells.push(el("td", { class: "num" }, q.used.toLocaleString() + " / " + q.capacity.toLocaleString()));

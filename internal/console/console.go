@@ -431,12 +431,15 @@ func (c *Console) Close() {
 // another site whose name was made to point at the listener (DNS
 // rebinding) cannot read /metrics, the dashboard or anything else there.
 // A request without a Host (HTTP/1.0) names no site and is served.
+//
+// Every answer, the 421 included, carries the admin listener's security
+// headers (webHeaders).
 func AdminHosts(names []string, next http.Handler) http.Handler {
 	allowed := make(map[string]bool, len(names))
 	for _, n := range names {
 		allowed[strings.ToLower(strings.TrimSuffix(n, "."))] = true
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return webHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := r.Host
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
@@ -451,6 +454,27 @@ func AdminHosts(names []string, next http.Handler) http.Handler {
 		w.Header().Set("Connection", "close")
 		w.WriteHeader(http.StatusMisdirectedRequest)
 		fmt.Fprintf(w, "421 Misdirected Request: the admin listener is not %q; it answers to IP addresses, localhost and the names in server.admin.hosts\n", r.Host)
+	}))
+}
+
+// webHeaders sets, on every answer of next, what keeps a browser from
+// doing with the admin listener's answers what its own page does not: the
+// dashboard's Content-Security-Policy (scripts and styles of its own
+// origin only, nothing inline, no framing), no sniffing of types, no
+// framing by older browsers (X-Frame-Options), no Referer sent from the
+// page, no copy kept by a browser or a proxy (Cache-Control: no-store: the
+// answers hold keys, secrets and usage), and no reading by a page of
+// another origin (Cross-Origin-Resource-Policy).
+func webHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", dashboard.ContentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		next.ServeHTTP(w, r)
 	})
 }
 
