@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"hash/maphash"
 	"net/http"
 	"strings"
 	"sync"
@@ -25,10 +26,25 @@ import (
 // (algo.Tiers), and queues the requests that do not fit, one fair queue
 // (algo.FairQueue) per tier: a freed slot goes to the most critical tier
 // with a request waiting that fits under its ceiling, and within a tier to
-// the tenants in turn. A request that finds the queue full takes the
-// place of the newest waiter of the least critical tier below its own
-// that has one, which is shed. A request that cannot wait is shed: 503
-// Service Unavailable with Retry-After.
+// the tenants in turn, passing over a tenant that holds its share of the
+// cap while another waits (below). A request that finds the queue full
+// takes the place of the newest waiter of the least critical tier below
+// its own that has one, which is shed. A request that cannot wait is shed:
+// 503 Service Unavailable with Retry-After.
+//
+// Share of the cap. Turns count requests, not the time they hold a place:
+// a tenant whose requests the upstream answers in a second and another's
+// in 50 ms, admitted in turn, would leave the first holding twenty places
+// for each of the second's. So a route with a queue counts each tenant's
+// requests in flight, and a freed place goes to a waiting tenant below
+// its share, ⌈cap / tenants with requests in flight or waiting⌉, before one
+// at or above it, whose waiter passed over goes to the end of its own
+// line. It stays work-conserving: when every tenant waiting holds its
+// share, the place goes to the next in turn, and a request that finds a
+// place free and nobody waiting before it takes it whoever holds the rest.
+// Tenants are counted by a seeded hash of what names them (no string is
+// kept or made), so a collision, which nobody can aim at, merges two
+// tenants' counts and nothing else.
 
 // Shed reasons, as metrics and the access log name them.
 const (
@@ -81,7 +97,14 @@ type waiter struct {
 	admitted bool          // set under the controller's mu
 	dropped  bool          // displaced by a more critical request (under mu)
 	level    int           // in flight at its admission, itself included
+	tenant   string        // its tenant, as the queue knows it
+	th       uint64        // its tenant's hash (tenantHash)
+	tk       algo.Ticket   // its place in the queue (under mu)
 }
+
+// tenantUse is what one tenant holds on a route with a queue: requests in
+// flight and requests waiting.
+type tenantUse struct{ inflight, queued int32 }
 
 // overloadCtl is the overload control of one route.
 type overloadCtl struct {
@@ -96,6 +119,11 @@ type overloadCtl struct {
 	queues   []*algo.FairQueue[string, *waiter] // by tier; nil without a queue
 	last     int64                              // the latest instant given to ad and the queues
 	used     bool                               // looked up since the last reload
+	// use holds, with a queue, each tenant's requests in flight and
+	// waiting, by tenantHash; a tenant with neither has no entry, so it
+	// holds at most inflight + queued entries.
+	use  map[uint64]tenantUse
+	seed maphash.Seed // of tenantHash, the controller's own
 }
 
 func newOverloadCtl(o *policy.Overload, route string) *overloadCtl {
@@ -110,8 +138,36 @@ func newOverloadCtl(o *policy.Overload, route string) *overloadCtl {
 			q, _ := algo.NewFairQueue[string, *waiter](qo) // validated
 			c.queues = append(c.queues, q)
 		}
+		c.use = map[uint64]tenantUse{}
+		c.seed = maphash.MakeSeed()
 	}
 	return c
+}
+
+// changeUse adds din requests in flight and dq waiting to tenant th's
+// counts, forgetting a tenant left with neither (mu held, with a queue).
+func (c *overloadCtl) changeUse(th uint64, din, dq int32) {
+	u := c.use[th]
+	u.inflight += din
+	u.queued += dq
+	if u.inflight <= 0 && u.queued <= 0 {
+		delete(c.use, th)
+		return
+	}
+	c.use[th] = u
+}
+
+// atShare reports whether tenant th holds its share of the cap in flight:
+// ⌈cap / tenants with requests in flight or waiting⌉ (mu held, with a
+// queue).
+func (c *overloadCtl) atShare(th uint64) bool {
+	n := len(c.use)
+	if n <= 1 {
+		return false
+	}
+	capacity := c.capacity()
+	share := (capacity + n - 1) / n
+	return int(c.use[th].inflight) >= max(share, 1)
 }
 
 // now returns the instant, never before one already used (called with mu
@@ -154,13 +210,31 @@ func (c *overloadCtl) dispatch() {
 	now := c.now()
 	for t := 0; t < len(c.queues); t++ {
 		q := c.queues[t]
+		passed := 0 // tenants passed over in a row, at their share
 		for q.Len() > 0 && c.o.Ceilings.Admit(t, c.capacity(), c.inflight) {
 			w, ok := q.Pop(now, nil)
 			if !ok {
 				break
 			}
+			others := q.Tenants() // other tenants waiting in the tier
+			if q.TenantLen(w.tenant) > 0 {
+				others--
+			}
+			if passed < others && c.atShare(w.th) {
+				// Its turn passes while another tenant waits: it goes
+				// to the end of its own line. Once every other tenant
+				// waiting was passed over too, the place goes to the
+				// next in turn (work-conserving).
+				if tk, err := q.Push(w.tenant, w, now); err == nil {
+					w.tk = tk
+					passed++
+					continue
+				}
+			}
+			passed = 0
 			c.queued--
 			c.inflight++
+			c.changeUse(w.th, 1, -1)
 			w.admitted, w.level = true, c.inflight
 			w.ch <- struct{}{}
 		}
@@ -175,6 +249,7 @@ func (c *overloadCtl) displace(tier int) bool {
 	for t := len(c.queues) - 1; t > tier; t-- {
 		if w, ok := c.queues[t].RemoveNewest(); ok {
 			c.queued--
+			c.changeUse(w.th, 0, -1)
 			w.dropped = true
 			w.ch <- struct{}{}
 			return true
@@ -311,7 +386,9 @@ type overloadSlot struct {
 	status int   // the first final status of the answer, 0 before
 	at     int64 // when the status came
 	shed   string
-	held   bool // the slot is taken and must be released
+	th     uint64 // its tenant's hash, on a route with a queue
+	held   bool   // the slot is taken and must be released
+	late   bool   // the status came after the client left
 }
 
 // tierOf returns the tier of the request: a trusted proxy's header, else
@@ -347,6 +424,35 @@ func tenantOf(o *policy.Overload, st *Flow) string {
 	return st.view.Peer.String()
 }
 
+// tenantHash returns the hash of the tenant of the request that tenantOf
+// names, under seed, without making a string.
+func tenantHash(seed maphash.Seed, o *policy.Overload, st *Flow) uint64 {
+	m := &st.m
+	s := ""
+	switch o.Tenant {
+	case policy.TenantAPIKey:
+		s = m.KeyID
+	case policy.TenantPlan:
+		s = m.Plan
+	case policy.TenantUser:
+		s = m.User
+	case policy.TenantHeader:
+		s = st.view.header(o.TenantField)
+	default:
+		if m.ClientKey != "" {
+			s = m.ClientKey
+		} else {
+			a := m.ClientIP
+			if !a.IsValid() {
+				a = st.view.Peer
+			}
+			b := a.As16()
+			return maphash.Bytes(seed, b[:]) ^ 1 // apart from the strings'
+		}
+	}
+	return maphash.String(seed, s)
+}
+
 // clientWatcher is an Exchange that can tell when its client leaves while
 // its request waits; the others are watched through their Context.
 type clientWatcher interface {
@@ -379,9 +485,15 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	c := g.controller(o, st.m.Route)
 	s := &st.ovl
 	s.c, s.tier = c, tierOf(o, st)
+	if c.use != nil {
+		s.th = tenantHash(c.seed, o, st)
+	}
 	c.mu.Lock()
 	if c.fits(s.tier) {
 		c.inflight++
+		if c.use != nil {
+			c.changeUse(s.th, 1, 0)
+		}
 		s.level, s.held = c.inflight, true
 		s.start = c.now()
 		c.mu.Unlock()
@@ -407,14 +519,16 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		g.shed(x, st, ShedTenantFull)
 		return false
 	}
-	w := &waiter{ch: make(chan struct{}, 1)}
-	tk, err := q.Push(strings.Clone(tenant), w, c.now())
+	w := &waiter{ch: make(chan struct{}, 1), tenant: strings.Clone(tenant), th: s.th}
+	tk, err := q.Push(w.tenant, w, c.now())
 	if err != nil {
 		c.mu.Unlock()
 		g.shed(x, st, ShedQueueFull)
 		return false
 	}
+	w.tk = tk
 	c.queued++
+	c.changeUse(s.th, 0, 1)
 	c.mu.Unlock()
 
 	var gone <-chan struct{}
@@ -437,8 +551,9 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	stop()
 	c.mu.Lock()
 	if !w.admitted {
-		if _, ok := q.Remove(tk); ok {
+		if _, ok := q.Remove(w.tk); ok {
 			c.queued--
+			c.changeUse(s.th, 0, -1)
 		}
 	}
 	admitted := w.admitted
@@ -530,7 +645,10 @@ func (f *Flow) UpstreamStatus(status int) {
 // adaptive limit its outcome: the latency from forwarding to the
 // upstream's status line; dropped for a 502, 503 or 504 (from the
 // upstream, or the gateway's for an upstream it could not reach);
-// ignored when no answer came because the client left.
+// ignored when the client left before the status came: no answer came,
+// or the one that came followed the client's leaving (a handler that
+// answers its context's end, with a 503 or at once, says nothing of the
+// upstream's load).
 func (g *Gateway) releaseOverload(x Exchange, st *Flow) {
 	s := &st.ovl
 	if !s.held {
@@ -538,10 +656,10 @@ func (g *Gateway) releaseOverload(x Exchange, st *Flow) {
 	}
 	outcome := algo.OutcomeOK
 	switch {
+	case s.late || s.status == 0 && x.Context().Err() != nil:
+		outcome = algo.OutcomeIgnored
 	case s.status == http.StatusBadGateway || s.status == http.StatusServiceUnavailable || s.status == http.StatusGatewayTimeout:
 		outcome = algo.OutcomeDropped
-	case s.status == 0 && x.Context().Err() != nil:
-		outcome = algo.OutcomeIgnored
 	}
 	g.releaseOverloadAs(st, outcome)
 }
@@ -558,6 +676,9 @@ func (g *Gateway) releaseOverloadAs(st *Flow, outcome algo.Outcome) {
 	c.mu.Lock()
 	now := c.now()
 	c.inflight--
+	if c.use != nil {
+		c.changeUse(s.th, -1, 0)
+	}
 	if c.ad != nil {
 		end := now
 		if s.status != 0 {
@@ -577,19 +698,31 @@ type overloadWriter struct {
 }
 
 func (w *overloadWriter) WriteHeader(code int) {
-	w.f.UpstreamStatus(code)
+	w.status(code)
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *overloadWriter) Write(b []byte) (int, error) {
-	w.f.UpstreamStatus(http.StatusOK)
+	w.status(http.StatusOK)
 	return w.ResponseWriter.Write(b)
 }
 
 // Flush passes flushes through for streamed responses.
 func (w *overloadWriter) Flush() {
-	w.f.UpstreamStatus(http.StatusOK)
+	w.status(http.StatusOK)
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// status tells the flow the answer's status, noting whether its client
+// had left by then (its request's context is done).
+func (w *overloadWriter) status(code int) {
+	s := &w.f.ovl
+	if s.held && s.status == 0 && code >= 200 {
+		if r := w.f.nh.r; r != nil && r.Context().Err() != nil {
+			s.late = true
+		}
+	}
+	w.f.UpstreamStatus(code)
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.

@@ -1,0 +1,641 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The overload control driven by those it limits: a tenant whose requests
+// hold their places long, clients that leave at each point of an
+// exchange, a queue filled with many waiters and large ones, an upstream
+// that fails at once. Each bound is asked what it does when someone
+// drives it.
+
+// overloadTenants returns how many tenants the gateway's only controller
+// counts (requests in flight or waiting), and the tenants waiting in its
+// queues.
+func overloadTenants(g *Gateway) (counted, waiting int) {
+	g.ovl.mu.Lock()
+	defer g.ovl.mu.Unlock()
+	for _, c := range g.ovl.byKey {
+		c.mu.Lock()
+		counted += len(c.use)
+		for _, q := range c.queues {
+			waiting += q.Tenants()
+		}
+		c.mu.Unlock()
+	}
+	return counted, waiting
+}
+
+// TestOverloadShareOfCap: a tenant whose requests hold their places long
+// (an expensive query) and that keeps more waiting cannot keep the cap: a
+// place it frees goes to the other tenants waiting, below their share,
+// before it; once nobody else waits, it takes the place again (no idle
+// capacity).
+func TestOverloadShareOfCap(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		hold := make(chan struct{}) // each send lets one of heavy's requests answer
+		var mu sync.Mutex
+		var seen []string
+		h := func(w http.ResponseWriter, r *http.Request) {
+			who := r.Header.Get("X-Tenant")
+			mu.Lock()
+			seen = append(seen, who)
+			mu.Unlock()
+			if who == "heavy" {
+				select {
+				case <-hold:
+				case <-r.Context().Done():
+				}
+			}
+			_, _ = io.WriteString(w, "ok")
+		}
+		g, base, c := overloadFront(t, front, overloadPolicy(`
+limit: 4
+tiers: [{name: default}]
+tenant: header:X-Tenant
+queue: {size: 16, per_tenant: 8, max_wait: 5s}`), h)
+		seenNow := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(seen) }
+		var wg sync.WaitGroup
+		send := func(tenant string) <-chan int {
+			done := make(chan int, 1)
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "X-Tenant", tenant)
+				if err != nil {
+					t.Error(err)
+				}
+				done <- a.status
+			})
+			return done
+		}
+		defer func() {
+			close(hold)
+			wg.Wait()
+		}()
+		// heavy holds the cap and has four more waiting, then a and b
+		// wait: the ring of turns is heavy, a, b.
+		var first <-chan int
+		for i := range 8 {
+			done := send("heavy")
+			if i == 0 {
+				first = done
+			}
+			if i < 4 {
+				pollUntil(t, "heavy in flight", func() bool { return len(seenNow()) == i+1 })
+			} else {
+				pollUntil(t, "heavy queued", func() bool { return overloadState(g).Queued == i-3 })
+			}
+		}
+		a := send("a")
+		pollUntil(t, "a queued", func() bool { return overloadState(g).Queued == 5 })
+		b := send("b")
+		pollUntil(t, "b queued", func() bool { return overloadState(g).Queued == 6 })
+		if n, w := overloadTenants(g); n != 3 || w != 3 {
+			t.Errorf("tenants counted %d, waiting %d; want 3 and 3", n, w)
+		}
+
+		// One of heavy's places comes free: heavy holds 3 of 4, above its
+		// share of 2 (4 places, 3 tenants), so a and b are served first,
+		// without waiting for heavy's other requests (past their max_wait
+		// they would be refused).
+		hold <- struct{}{}
+		for _, w := range []struct {
+			who  string
+			done <-chan int
+		}{{"heavy's first", first}, {"a", a}, {"b", b}} {
+			if got := <-w.done; got != 200 {
+				t.Errorf("%s: status %d, want 200", w.who, got)
+			}
+		}
+		// Only heavy waits now: it takes the freed places again.
+		pollUntil(t, "heavy back at the cap", func() bool {
+			s := overloadState(g)
+			return s.Inflight == 4 && s.Queued == 3 && len(seenNow()) == 7
+		})
+		if s := seenNow(); len(s) != 7 || !slices.Equal(s[4:6], []string{"a", "b"}) && !slices.Equal(s[4:6], []string{"b", "a"}) || s[6] != "heavy" {
+			t.Errorf("the upstream saw %q; want heavy ×4, a and b, heavy", s)
+		}
+		if n, w := overloadTenants(g); n != 1 || w != 1 {
+			t.Errorf("tenants counted %d, waiting %d; want 1 and 1", n, w)
+		}
+	})
+}
+
+// learnOne is an adaptive limit that ends a window with nearly every
+// answer, so that any one sample it is taught shows: a drop cuts it, a
+// latency becomes its Latency and NoLoad.
+const learnOne = `
+adaptive: {min: 1, max: 64, initial: 64, window: 1ms, min_samples: 1}
+tier: critical`
+
+// TestOverloadLeftClientTeachesNothing: a client that leaves while its
+// request is in flight teaches the adaptive limit nothing, even when the
+// handler answers its request's end (a 503, or an answer at once): those
+// answers come after the client left and say nothing of the load. Only
+// the answers of clients still there make its latency, and nothing is
+// cut. (On the reverse proxy of the net/http engine the upstream's
+// request ends with the client's, so no status comes; the edge engine does
+// not see a client leave while the upstream works: what comes is the
+// upstream's own answer, at its own pace.)
+func TestOverloadLeftClientTeachesNothing(t *testing.T) {
+	const latency = 100 * time.Millisecond
+	for _, code := range []int{http.StatusServiceUnavailable, http.StatusOK} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			t.Parallel()
+			testLeftClientTeachesNothing(t, code, latency)
+		})
+	}
+}
+
+func testLeftClientTeachesNothing(t *testing.T, code int, latency time.Duration) {
+	forFronts(t, []string{frontMiddleware, frontNetHTTP}, func(t *testing.T, front string) {
+		arrived := make(chan struct{}, 1)
+		h := func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Leave") == "" {
+				time.Sleep(latency)
+				_, _ = io.WriteString(w, "ok")
+				return
+			}
+			arrived <- struct{}{}
+			select {
+			case <-r.Context().Done():
+			case <-time.After(time.Minute):
+			}
+			w.WriteHeader(code)
+		}
+		g, base, c := overloadFront(t, front, overloadPolicy(learnOne), h)
+		for range 3 {
+			ctx, cancel := context.WithCancel(t.Context())
+			left := make(chan error, 1)
+			go func() {
+				_, err := get(c, ctx, base+"/leaves", "X-Leave", "1")
+				left <- err
+			}()
+			<-arrived
+			cancel()
+			if err := <-left; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the client that left got %v", err)
+			}
+			pollUntil(t, "its place back", func() bool { return overloadState(g).Inflight == 0 })
+		}
+		// Answers to clients that stay, until a window ends.
+		for i := 0; i < 100 && overloadState(g).Latency == 0; i++ {
+			if a, err := get(c, t.Context(), base+"/stays"); err != nil || a.status != 200 {
+				t.Fatalf("a client that stays: %v %v", a.status, err)
+			}
+		}
+		if s := overloadState(g); s.Limit != 64 || s.Latency < latency || s.NoLoad < latency {
+			t.Errorf("the adaptive limit learnt from clients that left: %+v (want limit 64, latencies of at least %v)", s, latency)
+		}
+	})
+}
+
+// TestOverloadClientLeavesMidAnswer: a client that leaves after the status
+// line, while the answer streams, gives its place back when the gateway
+// sees it gone, long before the upstream would end the stream, and the
+// adaptive limit learns the upstream's latency to the status line, not
+// how long the client held the stream: no drop, nothing cut.
+func TestOverloadClientLeavesMidAnswer(t *testing.T) {
+	const latency, hold = 100 * time.Millisecond, 600 * time.Millisecond
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		h := func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(latency)
+			if r.URL.Path != "/stream" {
+				_, _ = io.WriteString(w, "ok")
+				return
+			}
+			rc := http.NewResponseController(w)
+			for range 600 { // 30 s at most
+				if _, err := io.WriteString(w, "chunk\n"); err != nil {
+					return
+				}
+				_ = rc.Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+		g, base, c := overloadFront(t, front, overloadPolicy(learnOne), h)
+		req, err := http.NewRequestWithContext(t.Context(), "GET", base+"/stream", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		held := time.Now()
+		buf := make([]byte, 64)
+		for time.Since(held) < hold {
+			if _, err := resp.Body.Read(buf); err != nil {
+				t.Fatalf("the stream ended early: %v", err)
+			}
+		}
+		resp.Body.Close() // unread: the connection is closed
+		pollUntil(t, "the place back", func() bool { return overloadState(g).Inflight == 0 })
+		// The next answer ends the window of the one that left.
+		for i := 0; i < 100 && overloadState(g).Latency == 0; i++ {
+			if a, err := get(c, t.Context(), base+"/x"); err != nil || a.status != 200 {
+				t.Fatalf("the next request: %v %v", a.status, err)
+			}
+		}
+		if s := overloadState(g); s.Limit != 64 || s.Latency < latency || s.Latency >= hold {
+			t.Errorf("after a client left mid-answer: %+v; want limit 64 and the latency to the status line (%v, not %v)", s, latency, hold)
+		}
+	})
+}
+
+// shedReasons is an Observer that counts sheds by reason.
+type shedReasons struct {
+	nopObserver
+	mu sync.Mutex
+	by map[string]int
+}
+
+func (o *shedReasons) OverloadShed(_, _, _, reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.by == nil {
+		o.by = map[string]int{}
+	}
+	o.by[reason]++
+}
+
+func (o *shedReasons) get(reason string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.by[reason]
+}
+
+// TestOverloadQueueDriven: a queue driven by many waiters of many
+// tenants, each naming its tenant in a 32 KiB field, holds no more than
+// its size and each tenant's backlog; the rest are refused at once, the
+// waiters are refused at max_wait, and nothing of them stays: no waiter,
+// no tenant counted or queued. (The middleware's queue is the net/http
+// engine's.)
+func TestOverloadQueueDriven(t *testing.T) {
+	forFronts(t, proxyFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		obs := &shedReasons{}
+		p := compilePolicy(t, "overload.yaml", overloadPolicy(`
+limit: 1
+tiers: [{name: default}]
+tenant: header:X-Tenant
+queue: {size: 8, per_tenant: 2, max_wait: 2s}`))
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t), Observer: obs}, u.ServeHTTP)
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			if a, err := get(c, t.Context(), base+"/held", "X-Tenant", "holder"); err != nil || a.status != 200 {
+				t.Errorf("the held request: %v %v", a.status, err)
+			}
+		}()
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		tenant := func(i int) string { return fmt.Sprintf("t%02d-%s", i, strings.Repeat("x", 32<<10)) }
+		var wg sync.WaitGroup
+		var release sync.Once
+		defer func() { // also when the test stops early
+			release.Do(func() { close(u.release) })
+			wg.Wait()
+			<-held
+		}()
+		var mu sync.Mutex
+		statuses := map[int]int{}
+		send := func(i int) {
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "X-Tenant", tenant(i))
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				statuses[a.status]++
+				mu.Unlock()
+			})
+		}
+		// Two tenants of three requests each: each waits with two, the
+		// third is refused (tenant_full); then four more tenants fill the
+		// queue.
+		for i := range 2 {
+			for range 3 {
+				send(i)
+			}
+		}
+		pollUntil(t, "two tenants' backlogs full", func() bool {
+			return overloadState(g).Queued == 4 && obs.get(ShedTenantFull) == 2
+		})
+		for i := 2; i < 6; i++ {
+			send(i)
+		}
+		pollUntil(t, "the queue full", func() bool { return overloadState(g).Queued == 8 })
+		// Many more tenants: all refused at once, the queue holds 8.
+		for i := 6; i < 46; i++ {
+			send(i)
+		}
+		pollUntil(t, "40 refused at once", func() bool { return obs.get(ShedQueueFull) == 40 })
+		if s := overloadState(g); s.Queued != 8 || s.Inflight != 1 {
+			t.Errorf("state %+v, want 8 queued and 1 in flight", s)
+		}
+		if n, w := overloadTenants(g); n != 7 || w != 6 {
+			t.Errorf("tenants counted %d, waiting %d; want 7 and 6", n, w)
+		}
+		wg.Wait() // the waiters are refused at max_wait
+		if got := obs.get(ShedTimeout); got != 8 {
+			t.Errorf("%d timed out, want 8", got)
+		}
+		if statuses[http.StatusServiceUnavailable] != 50 || len(statuses) != 1 {
+			t.Errorf("statuses %v, want 50 × 503", statuses)
+		}
+		if n, w := overloadTenants(g); n != 1 || w != 0 || overloadState(g).Queued != 0 {
+			t.Errorf("after the waiters: tenants counted %d, waiting %d, state %+v; want the holder alone", n, w, overloadState(g))
+		}
+		release.Do(func() { close(u.release) })
+		<-held
+		pollUntil(t, "nothing held", func() bool { n, _ := overloadTenants(g); return n == 0 && overloadState(g).Inflight == 0 })
+	})
+}
+
+// TestOverloadUpstreamFailsFast: an upstream that fails at once (its port
+// refuses connections, or it answers 502 in no time) never grows the
+// adaptive limit: every window of drops cuts it, down to its minimum and
+// no further, nothing is left in flight or waiting, and every client gets
+// the gateway's 502 or its 503. Once the upstream answers again, the limit
+// grows back.
+func TestOverloadUpstreamFailsFast(t *testing.T) {
+	const block = `
+adaptive: {min: 2, max: 32, initial: 16, window: 20ms, min_samples: 10}
+tiers: [{name: default}]
+queue: {size: 64, per_tenant: 64, max_wait: 1s}`
+	// failing drives the route from eight clients until its limit is at its
+	// minimum, every answer a 502 or a 503, and checks that the limit never
+	// rose.
+	failing := func(t *testing.T, g *Gateway, url string) {
+		t.Helper()
+		top := 0
+		var mu sync.Mutex
+		stop := drive(t, url, func(status int) bool {
+			mu.Lock()
+			top = max(top, overloadState(g).Limit)
+			mu.Unlock()
+			return status == http.StatusBadGateway || status == http.StatusServiceUnavailable
+		})
+		defer stop()
+		pollUntil(t, "the limit at its minimum", func() bool { return overloadState(g).Limit == 2 })
+		stop()
+		if top > 16 {
+			t.Errorf("the limit rose to %d while the upstream failed", top)
+		}
+		pollUntil(t, "nothing held", func() bool { s := overloadState(g); return s.Inflight == 0 && s.Queued == 0 })
+	}
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := "http://" + ln.Addr().String()
+		ln.Close()
+		forFronts(t, proxyFronts, func(t *testing.T, front string) {
+			src := strings.Replace(overloadPolicy(block), "http://127.0.0.1:9", closed, 1)
+			g, base, _ := overloadFront(t, front, src, nil)
+			failing(t, g, base+"/x")
+		})
+	})
+	t.Run("502", func(t *testing.T) {
+		t.Parallel()
+		forFronts(t, allFronts, func(t *testing.T, front string) {
+			var up atomic.Bool
+			h := func(w http.ResponseWriter, r *http.Request) {
+				if up.Load() {
+					_, _ = io.WriteString(w, "ok")
+					return
+				}
+				w.WriteHeader(http.StatusBadGateway)
+			}
+			g, base, _ := overloadFront(t, front, overloadPolicy(block), h)
+			failing(t, g, base+"/x")
+			// The upstream recovers: the limit grows back.
+			up.Store(true)
+			stop := drive(t, base+"/x", func(status int) bool {
+				return status == http.StatusOK || status == http.StatusServiceUnavailable
+			})
+			defer stop()
+			pollUntil(t, "the limit above its minimum", func() bool { return overloadState(g).Limit > 4 })
+		})
+	})
+}
+
+// drive sends GET requests to url from eight clients, one after the other
+// each, until the function it returns is called (which waits for them;
+// calls after the first do nothing), failing the test once for an answer
+// that ok refuses.
+func drive(t *testing.T, url string, ok func(status int) bool) (stop func()) {
+	t.Helper()
+	c := newClient(t)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var once, stopped sync.Once
+	for range 8 {
+		wg.Go(func() {
+			for range 20000 {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				a, err := get(c, t.Context(), url)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !ok(a.status) {
+					once.Do(func() { t.Errorf("status %d", a.status) })
+				}
+			}
+		})
+	}
+	return func() {
+		stopped.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+	}
+}
+
+// TestOverloadUpstreamRefusals: the upstream's 429, its refusal of one
+// client, is an answer like any: the adaptive limit learns its latency and
+// cuts nothing. Its 503 is a drop, whoever's request it answers: one
+// client whose requests the upstream refuses with 503 (NGINX's limit_req
+// does by default) cuts the limit for every client (docs/overload.md says
+// how to keep such clients from the upstream).
+func TestOverloadUpstreamRefusals(t *testing.T) {
+	for _, code := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			t.Parallel()
+			forFronts(t, allFronts, func(t *testing.T, front string) {
+				h := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(code) }
+				g, base, c := overloadFront(t, front, overloadPolicy(learnOne), h)
+				for range 1000 { // until a window ends
+					if a, err := get(c, t.Context(), base+"/x"); err != nil || a.status != code {
+						t.Fatalf("%v %v, want %d", a.status, err, code)
+					}
+					if s := overloadState(g); s.Limit != 64 || s.Latency != 0 {
+						break
+					}
+				}
+				s := overloadState(g)
+				if code == http.StatusTooManyRequests && (s.Limit != 64 || s.Latency == 0) {
+					t.Errorf("after 429s: %+v; want a latency learnt, and the limit at 64", s)
+				}
+				if code == http.StatusServiceUnavailable && (s.Limit >= 64 || s.Latency != 0) {
+					t.Errorf("after 503s: %+v; want the limit cut, and no latency learnt", s)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkOverloadExpensiveTenant measures what one tenant sending
+// expensive requests (the upstream answers them in 200 ms or 1 s) at 80
+// at once does to three tenants sending cheap ones (50 ms, four at once
+// each) under the adaptive limit of a route with a queue: their answers a
+// second alone and beside it, the limit alone, the lowest beside it and
+// the limit at the end.
+// An experiment of some 15 s a case, run by hand:
+//
+//	go test ./gateway -run '^$' -bench OverloadExpensiveTenant -benchtime 1x
+func BenchmarkOverloadExpensiveTenant(b *testing.B) {
+	for _, heavy := range []time.Duration{200 * time.Millisecond, time.Second} {
+		b.Run(heavy.String(), func(b *testing.B) {
+			for range b.N {
+				expensiveTenant(b, heavy)
+			}
+		})
+	}
+}
+
+func expensiveTenant(b *testing.B, heavy time.Duration) {
+	h := func(w http.ResponseWriter, r *http.Request) {
+		d := 50 * time.Millisecond
+		if r.Header.Get("X-Tenant") == "heavy" {
+			d = heavy
+		}
+		select {
+		case <-time.After(d):
+			_, _ = io.WriteString(w, "ok")
+		case <-r.Context().Done():
+		}
+	}
+	p := compilePolicy(b, "overload.yaml", overloadPolicy(`
+adaptive: {min: 2, max: 64, initial: 16, min_samples: 20}
+tiers: [{name: default}]
+tenant: header:X-Tenant
+queue: {size: 64, per_tenant: 32, max_wait: 2s}`))
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, base, c := startFront(b, frontNetHTTP, Options{Matcher: pm, Engine: memEngine(b)}, h)
+	ctx, cancel := context.WithCancel(b.Context())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	var ok, shed atomic.Int64
+	loop := func(tenant string, count bool) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				a, err := get(c, ctx, base+"/x", "X-Tenant", tenant)
+				switch {
+				case err != nil || !count:
+				case a.status == 200:
+					ok.Add(1)
+				default:
+					shed.Add(1)
+				}
+			}
+		})
+	}
+	for i := range 12 {
+		loop([]string{"a", "b", "c"}[i%3], true)
+	}
+	measure := func(warm, span time.Duration) (perSec float64, shedN int64, low, end int) {
+		time.Sleep(warm)
+		ok0, shed0 := ok.Load(), shed.Load()
+		low = math.MaxInt
+		start := time.Now()
+		for time.Since(start) < span {
+			time.Sleep(100 * time.Millisecond)
+			low = min(low, overloadState(g).Limit)
+		}
+		return float64(ok.Load()-ok0) / time.Since(start).Seconds(), shed.Load() - shed0, low, overloadState(g).Limit
+	}
+	alone, _, _, before := measure(3*time.Second, 3*time.Second)
+	for range 80 {
+		loop("heavy", false)
+	}
+	beside, shedN, low, end := measure(time.Second, 8*time.Second)
+	b.ReportMetric(float64(before), "limit-alone")
+	b.ReportMetric(alone, "cheap-ok/s-alone")
+	b.ReportMetric(beside, "cheap-ok/s-beside")
+	b.ReportMetric(float64(shedN), "cheap-shed")
+	b.ReportMetric(float64(low), "limit-min")
+	b.ReportMetric(float64(end), "limit-end")
+}
+
+// TestOverloadShareAllocs: counting each tenant's places adds no
+// allocation to a request admitted at once on a route with a queue,
+// whatever names its tenants.
+func TestOverloadShareAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("under the race detector sync.Pool drops items at random: allocations are not counted")
+	}
+	allocs := map[string]float64{}
+	for _, c := range []struct{ name, block string }{
+		{"none", ""},
+		{"limit", "{limit: 100000}"},
+		{"client_ip", "{limit: 100000, queue: {size: 8, max_wait: 1s}}"},
+		{"header", "{limit: 100000, tenant: 'header:X-Tenant', queue: {size: 8, max_wait: 1s}}"},
+	} {
+		g := policyGateway(t, overloadBenchPolicy(c.block), nil, nil)
+		h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+		r := httptest.NewRequest("GET", "/x", nil)
+		r.Header.Set("X-Tenant", "acme")
+		w := &discardWriter{h: http.Header{}}
+		allocs[c.name] = math.MaxFloat64
+		for range 5 { // the least of a few runs: other tests' goroutines allocate too
+			allocs[c.name] = min(allocs[c.name], testing.AllocsPerRun(200, func() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+				if w.code != 200 {
+					t.Fatalf("status %d", w.code)
+				}
+			}))
+		}
+	}
+	if allocs["client_ip"] > allocs["limit"] || allocs["header"] > allocs["limit"] || allocs["limit"] > allocs["none"] {
+		t.Errorf("allocations per request: %v; counting tenants added some", allocs)
+	}
+}
