@@ -42,7 +42,8 @@ type pathCase struct {
 	name string
 	path string
 	want string // a part of the error; "" for none
-	// permission marks a case that only permission bits make fail.
+	// permission marks a case that only permission bits make fail: as
+	// root it must pass.
 	permission bool
 }
 
@@ -51,7 +52,9 @@ func runPathCases(t *testing.T, check func(string) error, cases []pathCase) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.permission && asRoot() {
-				t.Skip("running as root: permission bits do not stop writes")
+				// Permission bits do not stop root: the check must then
+				// accept what its user can in fact write or read.
+				c.want = ""
 			}
 			err := check(c.path)
 			switch {
