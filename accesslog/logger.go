@@ -201,7 +201,7 @@ func (l *Logger) Close() error {
 			}
 			select {
 			case <-l.done:
-				return errors.New("accesslog: close: the log's reader took no more lines; the rest were dropped")
+				return fmt.Errorf("accesslog: close: the log took no more lines for %v (a pipe whose reader stopped, a stalled disk); the rest were dropped", CloseWait)
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
