@@ -13,21 +13,38 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/tap"
 )
 
 // ServiceName is the name the health service reports the RLS under.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
-// DefaultWindowSize is the flow-control window of a connection when
-// DefaultMaxConcurrentStreams and DefaultMaxHeaderListSize bound what one
-// connection can hold (gRPC's own defaults bound neither: a client could
-// open millions of calls that never send their message, or send megabytes
-// of metadata with each). Envoy's rate-limit calls are a few per
-// connection at a time, each with a few hundred bytes of metadata.
+// DefaultMaxConcurrentStreams, DefaultMaxHeaderListSize and
+// DefaultMaxRequestSize bound what one connection can hold (gRPC's own
+// defaults bound the first two not at all and the third at 4 MiB: a client
+// could open millions of calls that never send their message, send
+// megabytes of metadata with each, or have each call's message read into
+// memory up to 4 MiB). Envoy's rate-limit calls are a few per connection
+// at a time, each with a few hundred bytes of metadata and a message of
+// a few hundred bytes; DefaultMaxRequestSize is the bound of a /json body.
+// A call held by its client stalls for at most DefaultCallTimeout, so that
+// a connection holds at most 256 calls' goroutines and messages, each for
+// a bounded time.
 const (
-	DefaultMaxConcurrentStreams = 1024
+	DefaultMaxConcurrentStreams = 256
 	DefaultMaxHeaderListSize    = 64 << 10
+	DefaultMaxRequestSize       = maxJSONBody
 )
+
+// DefaultCallTimeout bounds a rate-limit call (ShouldRateLimit, or the
+// health service's Check) from its start to its end when
+// ServerOptions.CallTimeout is zero. Envoy gives its calls tens of
+// milliseconds and a decision takes at most the store's deadlines; a call
+// past it is one whose client never sent its whole request (gRPC waits
+// for it for ever, holding a goroutine and what came of the message).
+const DefaultCallTimeout = 10 * time.Second
+
+// DefaultWindowSize is the flow-control window of a connection when
 
 // ServerOptions.WindowSize is zero.
 const DefaultWindowSize = 1 << 20
@@ -90,6 +107,18 @@ type ServerOptions struct {
 	// MaxHeaderListSize bounds the metadata of a call; 0 means
 	// DefaultMaxHeaderListSize.
 	MaxHeaderListSize uint32
+	// MaxRequestSize bounds the message of a call in bytes: a call that
+	// announces a longer one ends at once with RESOURCE_EXHAUSTED, before
+	// it is read. Zero means DefaultMaxRequestSize.
+	MaxRequestSize int
+	// CallTimeout ends a ShouldRateLimit or health Check call that has
+	// not ended this long after it started with DEADLINE_EXCEEDED, and
+	// frees what it held (the client's own deadline, when shorter, ends it
+	// first; the health service's Watch streams are not bounded). Zero
+	// means DefaultCallTimeout; negative means no bound. The bound is set
+	// with gRPC's tap handle, of which a server has one: ExtraOptions may
+	// carry grpc.InTapHandle only with a negative CallTimeout.
+	CallTimeout time.Duration
 	// StreamWorkers is the number of long-lived goroutines that run calls.
 	// Reusing them saves starting (and growing the stack of) a goroutine per
 	// call; when all are busy a call gets a goroutine of its own as usual.
@@ -186,8 +215,22 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 		header = DefaultMaxHeaderListSize
 	}
 	so = append(so, grpc.MaxConcurrentStreams(streams), grpc.MaxHeaderListSize(header))
+	size := opts.MaxRequestSize
+	if size <= 0 {
+		size = DefaultMaxRequestSize
+	}
+	so = append(so, grpc.MaxRecvMsgSize(size))
+	switch calls := opts.CallTimeout; {
+	case calls == 0:
+		so = append(so, grpc.InTapHandle(boundCalls(DefaultCallTimeout)))
+	case calls > 0:
+		so = append(so, grpc.InTapHandle(boundCalls(calls)))
+	}
 	so = append(so, opts.ExtraOptions...)
-	g := grpc.NewServer(so...)
+	g, err := newGRPCServer(so)
+	if err != nil {
+		return nil, err
+	}
 	rlsv3.RegisterRateLimitServiceServer(g, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -239,4 +282,38 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // this and more for a server of its own.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
+}
+
+// boundedCalls are the methods whose calls boundCalls bounds: the unary
+// ones a client makes of the service. A health Watch is a stream that
+// lasts as long as its client wants.
+var boundedCalls = map[string]bool{
+	rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: true,
+	healthpb.Health_Check_FullMethodName:                  true,
+}
+
+// boundCalls returns the tap handle that gives each call of boundedCalls
+// a deadline d after its start.
+func boundCalls(d time.Duration) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if !boundedCalls[info.FullMethodName] {
+			return ctx, nil
+		}
+		// The call's end cancels ctx, and with it the deadline's
+		// context and its timer: its own cancel has nothing left to do.
+		bounded, cancel := context.WithTimeout(ctx, d)
+		_ = cancel
+		return bounded, nil
+	}
+}
+
+// newGRPCServer returns grpc.NewServer(so...), or an error where gRPC
+// panics on options it cannot take together (a second tap handle).
+func newGRPCServer(so []grpc.ServerOption) (g *grpc.Server, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			g, err = nil, fmt.Errorf("rls: server options: %v", p)
+		}
+	}()
+	return grpc.NewServer(so...), nil
 }
