@@ -109,23 +109,76 @@ func parseHop(s string) (netip.Addr, bool) {
 }
 
 // forwardedFor extracts the for= parameter of one element of a Forwarded
-// field ("for=192.0.2.1;proto=https"). ok is false when the element has no
-// for= parameter.
+// field ("for=192.0.2.1;proto=https"). Parameters are cut at semicolons
+// outside quoted strings (RFC 7239, section 4), so that a quoted value a
+// proxy copied from the client (host="a;for=9.9.9.9") is one value. ok is
+// false when the element has no for= parameter, and so is it when it has
+// two: a parameter occurs once per element, and an element that names two
+// clients names none to believe.
 func forwardedFor(elem string) (string, bool) {
+	v, found := "", false
 	for elem != "" {
 		var pair string
-		pair, elem, _ = strings.Cut(elem, ";")
-		k, v, found := strings.Cut(strings.TrimSpace(pair), "=")
-		if found && strings.EqualFold(strings.TrimSpace(k), "for") {
-			return strings.TrimSpace(v), true
+		pair, elem = cutQuoted(elem, ';')
+		k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(k), "for") {
+			continue
+		}
+		if found {
+			return "", false
+		}
+		v, found = strings.TrimSpace(val), true
+	}
+	return v, found
+}
+
+// cutQuoted cuts s at the first sep outside a quoted string (a backslash
+// quotes the byte after it), as RFC 7230's quoted-string reads.
+func cutQuoted(s string, sep byte) (before, after string) {
+	quoted := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case c == sep && !quoted:
+			return s[:i], s[i+1:]
 		}
 	}
-	return "", false
+	return s, ""
+}
+
+// lastQuotedComma returns the index of the last comma of s outside a
+// quoted string, or -1. It reads s from the right: a double quote is a
+// delimiter unless an odd number of backslashes precedes it, so the
+// elements at the right end (those the nearest proxies wrote) are read
+// as written whatever unbalanced quotes a client put to their left.
+func lastQuotedComma(s string) int {
+	quoted := false
+	for i := len(s) - 1; i >= 0; i-- {
+		switch s[i] {
+		case '"':
+			n := 0
+			for j := i - 1; j >= 0 && s[j] == '\\'; j-- {
+				n++
+			}
+			if n%2 == 0 {
+				quoted = !quoted
+			}
+		case ',':
+			if !quoted {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // walker reads the hops of a forwarding header from right to left without
 // splitting the whole header: lines are taken last first, and within a line
-// elements are cut at the last comma.
+// elements are cut at the last comma (in Forwarded, the last one outside a
+// quoted string).
 type walker struct {
 	lines     []string
 	line      string
@@ -144,7 +197,13 @@ func (w *walker) next() (hop string, done bool) {
 			continue
 		}
 		var elem string
-		if i := strings.LastIndexByte(w.line, ','); i >= 0 {
+		var i int
+		if w.forwarded {
+			i = lastQuotedComma(w.line)
+		} else {
+			i = strings.LastIndexByte(w.line, ',')
+		}
+		if i >= 0 {
 			elem, w.line = w.line[i+1:], w.line[:i]
 		} else {
 			elem, w.line = w.line, ""
@@ -157,8 +216,8 @@ func (w *walker) next() (hop string, done bool) {
 		}
 		v, ok := forwardedFor(elem)
 		if !ok {
-			// An element without for= says nothing about the client;
-			// treat it as an unparseable hop.
+			// An element without for= (or with two) says nothing
+			// about the client; treat it as an unparseable hop.
 			return "", false
 		}
 		return v, false

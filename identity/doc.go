@@ -15,7 +15,10 @@
 // that reported the hop (UnknownClientKey). Every such client of one proxy
 // shares that counter, which is neither the proxy's own (a proxy's own
 // requests are not spent by what it failed to name) nor the hop's text (a
-// client cannot vary it to escape its limits).
+// client cannot vary it to escape its limits). In Forwarded, elements and
+// their parameters are cut only outside quoted strings, so that a value a
+// proxy copied from the client (host="...") stays one value, and an
+// element that names two clients (for= twice) is unreadable.
 //
 // Resolving a request costs no cryptography until a token must be
 // verified: Resolver.Client works out the client, Resolver.Token reads the

@@ -220,14 +220,13 @@ func (r *Resolver) Resolve(req *http.Request) Identity {
 
 // ResolveAt works out the identity of req, verifying its token (if any)
 // at now. Client, Token and User do the same in steps, so that a caller
-// verifies a token only when it needs the user.
+// verifies a token only when it needs the user. A request that presents a
+// token has the token's user or none (UserError says why): a trusted
+// proxy's user header names the user only of a request without a token.
 func (r *Resolver) ResolveAt(req *http.Request, now time.Time) Identity {
 	id := r.Client(req)
 	if tok := r.Token(req); tok != "" {
 		id.User, id.UserError = r.User(tok, now)
-		if id.User == "" {
-			id.User = r.headerUser(req.Header, id.PeerTrusted)
-		}
 	}
 	return id
 }
@@ -245,8 +244,8 @@ func (r *Resolver) headerUser(h Header, peerTrusted bool) string {
 
 // Client works out everything about req but a token's user: the client's
 // address and key, the peer, and, when req presents no token, the user a
-// trusted proxy names in the user header (a verified token's user comes
-// first). It costs no cryptography.
+// trusted proxy names in the user header (a request that presents one has
+// the token's user, once verified, or none). It costs no cryptography.
 func (r *Resolver) Client(req *http.Request) Identity {
 	return r.ClientOf(ParsePeer(req.RemoteAddr), req.Header)
 }
