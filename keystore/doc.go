@@ -16,7 +16,9 @@
 //
 // Precedence: a key of the policy file wins. The store consults only
 // hashes the file does not have (policy.KeySource), and refuses to create
-// a key whose name the file uses.
+// a key whose name the file uses. A key of the store whose name a reload
+// gives to a key of the file is refused while the file has that name,
+// since both would count under it.
 //
 // Changes: a Store makes one change at a time (a read of the backend, when
 // it changed, then the write), and writes a record only if the backend's

@@ -82,7 +82,8 @@ func New(ctx context.Context, o Options) (*Store, error) {
 }
 
 // LookupKey resolves the key of a secret's SHA-256 against p: nil when no
-// active key has the secret (or it expired after a rotation).
+// active key has the secret (or it expired after a rotation), or when p's
+// file has a key of the same name.
 func (s *Store) LookupKey(p *policy.Policy, sum *[sha256.Size]byte) *policy.Key {
 	sn := s.snap.Load()
 	e := sn.byHash[*sum]
@@ -96,9 +97,9 @@ func (s *Store) LookupKey(p *policy.Policy, sum *[sha256.Size]byte) *policy.Key 
 }
 
 // LookupKeyName resolves the active key named name against p: nil when no
-// active key has that name (policy.KeyNamer). A request that gives its key
-// by name (an access log replayed) carries no secret, so no secret's
-// expiry applies.
+// active key has that name, or when p's file has a key of that name
+// (policy.KeyNamer). A request that gives its key by name (an access log
+// replayed) carries no secret, so no secret's expiry applies.
 func (s *Store) LookupKeyName(p *policy.Policy, name string) *policy.Key {
 	sn := s.snap.Load()
 	e := sn.byName[name]
@@ -116,6 +117,9 @@ func (s *Store) resolve(sn *snapshot, e *entry, p *policy.Policy) *policy.Key {
 	// The policy was reloaded since the snapshot was built: resolve this
 	// one now and have the snapshot rebuilt.
 	s.signal()
+	if _, shadowed := p.FileKey(e.rec.Name); shadowed {
+		return nil
+	}
 	k, err := p.NewKey(e.rec.Name, e.rec.Plan, options(e.rec))
 	if err != nil {
 		return nil
@@ -135,13 +139,23 @@ func options(r *Record) policy.KeyOptions {
 }
 
 // rebuild makes a new snapshot of s.recs against the current policy.
-// s.mu is held.
+// A record whose name a key of the policy file has is left out: the
+// file's key wins, and two keys of one name would count under one counter
+// (key:NAME). s.mu is held.
 func (s *Store) rebuild() {
 	p := s.o.Policy()
 	sn := &snapshot{pol: p, byHash: map[[sha256.Size]byte]*entry{}, byName: map[string]*entry{}}
+	fileKeys := make(map[string]bool, len(p.File().Keys))
+	for _, k := range p.File().Keys {
+		fileKeys[k.Name] = true
+	}
 	for name := range s.recs {
 		r := s.recs[name]
 		if !r.Active() {
+			continue
+		}
+		if fileKeys[r.Name] {
+			s.log.Warn("keystore: key refused: the policy file has a key of the same name", "key", r.Name)
 			continue
 		}
 		k, err := p.NewKey(r.Name, r.Plan, options(&r))
@@ -280,10 +294,13 @@ func (s *Store) Get(name string) (Record, error) {
 }
 
 // Create makes a key in plan and returns its secret, which is shown only
-// now, and its record.
+// now, and its record. A name a key of the policy file has is ErrExists.
 func (s *Store) Create(ctx context.Context, name, plan string, o policy.KeyOptions) (raw string, rec Record, err error) {
 	if !ValidName(name) {
 		return "", Record{}, ErrBadName
+	}
+	if _, ok := s.o.Policy().FileKey(name); ok {
+		return "", Record{}, fmt.Errorf("keystore: key %q is in the policy file: %w", name, ErrExists)
 	}
 	if _, err := s.o.Policy().NewKey(name, plan, o); err != nil {
 		return "", Record{}, err

@@ -55,7 +55,7 @@ func (r *Record) Active() bool { return !r.Revoked && !r.Disabled }
 var (
 	ErrNotFound = errors.New("keystore: no such key")
 	ErrExists   = errors.New("keystore: a key with this name exists")
-	ErrBadName  = errors.New("keystore: a key's name has 1 to 64 letters, digits, '.', '_' or '-'")
+	ErrBadName  = errors.New("keystore: a key's name has 1 to 64 letters, digits, '.', '_' or '-', and is not . or ..")
 	ErrRevoked  = errors.New("keystore: the key is revoked")
 	ErrOverlap  = fmt.Errorf("keystore: a rotation's overlap is 0 to %v", MaxOverlap)
 )
@@ -74,8 +74,12 @@ const (
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
-// ValidName reports whether name can name a key.
-func ValidName(name string) bool { return nameRE.MatchString(name) }
+// ValidName reports whether name can name a key. "." and ".." cannot: a
+// key is managed at a path that ends in its name, and a URL's dot
+// segments are removed before it reaches a route.
+func ValidName(name string) bool {
+	return nameRE.MatchString(name) && name != "." && name != ".."
+}
 
 // NewSecret returns a new random API key ("fg_" and 43 characters, 256
 // bits) and its SHA-256 in hex.
