@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -138,6 +139,11 @@ func (a *API) Authenticate(r *http.Request) (string, bool) {
 	return name, found == 1
 }
 
+// changeTimeout bounds a call that changes something (every method but GET
+// and HEAD), with its audit entry. Such a call is not cut short when its
+// caller leaves, so that a change made is a change recorded.
+const changeTimeout = 10 * time.Second
+
 // httpError is an error with its status.
 type httpError struct {
 	status int
@@ -163,6 +169,14 @@ func (a *API) wrap(h func(w http.ResponseWriter, r *http.Request, actor string) 
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			// A change goes on, and is audited, when its caller leaves:
+			// a change cut short after its write would be made and not
+			// recorded.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), changeTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		v, err := h(w, r, actor)
 		if err != nil {
 			var he *httpError
@@ -214,6 +228,23 @@ func decode(r *http.Request, v any) error {
 		return errorf(http.StatusBadRequest, "body: data after the object")
 	}
 	return nil
+}
+
+// decodeOptional is decode for a body that may be left out: a request
+// with no bytes of body (no body, Content-Length 0, or a chunked body of
+// no bytes) leaves v as it is.
+func decodeOptional(r *http.Request, v any) error {
+	br := bufio.NewReader(r.Body)
+	if _, err := br.Peek(1); err == io.EOF {
+		return nil
+	} else if err != nil {
+		return errorf(http.StatusBadRequest, "body: %v", err)
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{br, r.Body}
+	return decode(r, v)
 }
 
 // record audits a change.
@@ -378,6 +409,9 @@ func (a *API) updateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 	}
 	detail := map[string]any{}
 	rec, err := a.o.Keys.Update(r.Context(), name, func(rec *keystore.Record) error {
+		// Called again on a newer record when another instance changed the
+		// key meanwhile: the detail is what this call changes on that one.
+		clear(detail)
 		if b.Plan != "" && b.Plan != rec.Plan {
 			detail["plan"] = []string{rec.Plan, b.Plan}
 			rec.Plan = b.Plan
@@ -461,10 +495,8 @@ func (a *API) rotateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 		return nil, err
 	}
 	b := rotateBody{}
-	if r.ContentLength != 0 {
-		if err := decode(r, &b); err != nil {
-			return nil, err
-		}
+	if err := decodeOptional(r, &b); err != nil {
+		return nil, err
 	}
 	overlap := DefaultOverlap
 	if b.Overlap != "" {
