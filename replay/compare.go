@@ -3,6 +3,7 @@ package replay
 import (
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgate/floodgate/identity"
 )
@@ -40,7 +41,9 @@ type FlipGroup struct {
 	Count  int64     `json:"count"`
 	First  time.Time `json:"first"`
 	Last   time.Time `json:"last"`
-	// Examples are the first few flipped requests of the group.
+	// Examples are the first few flipped requests of the group, their
+	// methods and paths cut to maxExampleBytes (Options.OnFlip is given
+	// them whole).
 	Examples []Flip `json:"examples"`
 }
 
@@ -62,6 +65,10 @@ const (
 	maxFlipGroups   = 10000
 	maxFlipExamples = 3
 	shownFlipGroups = 50
+	// maxExampleBytes bounds the method and the path an example keeps:
+	// a replay keeps examples of up to maxFlipGroups groups until it
+	// ends, and the paths come from clients.
+	maxExampleBytes = 512
 )
 
 // comparer tallies the flips between two replays of the same records.
@@ -127,9 +134,25 @@ func (cp *comparer) add(rec *Record, a, b *Outcome) *Flip {
 	g.Count++
 	g.Last = f.Time
 	if len(g.Examples) < maxFlipExamples {
-		g.Examples = append(g.Examples, f)
+		ex := f
+		ex.Method, ex.Path = clip(f.Method, maxExampleBytes), clip(f.Path, maxExampleBytes)
+		g.Examples = append(g.Examples, ex)
 	}
 	return &f
+}
+
+// clip returns s cut to at most n bytes (at a character's start) with
+// "…" after it, or s when it is no longer; the result is a copy, so
+// that it holds no more of s than it shows.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 func (cp *comparer) finish() *Comparison {

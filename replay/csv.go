@@ -132,10 +132,12 @@ func (p *csvParser) parse(line []byte, rec *Record) error {
 			rec.Status = n
 		case fDurationMs:
 			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
+			d := n * float64(c.unit)
+			// NaN fails both comparisons.
+			if err != nil || !(d >= 0 && d <= float64(maxDuration)) {
 				return fmt.Errorf("bad duration %q", v)
 			}
-			rec.Duration = time.Duration(n * float64(c.unit))
+			rec.Duration = time.Duration(d)
 		case fRequestTime:
 			ns, _, ok := parseSeconds([]byte(v))
 			if !ok {

@@ -17,7 +17,10 @@
 // files in any order), reading on from the log that is furthest behind.
 // Memory follows the traffic's rate over the window and the policy's keys
 // (idle counters are swept every minute of the log's time), not the log's
-// length.
+// length. A line longer than 1 MiB, a time before 1970 or from 2200 on,
+// and a duration below zero or above ten years make a line unreadable:
+// counted, and shown with its line number. A replay ends with its
+// context, also while it waits for a log that stalls (a pipe).
 //
 // # Requests
 //

@@ -37,6 +37,7 @@ var reportPage = template.Must(template.New("report").Funcs(template.FuncMap{
 	"color":    func(i int) string { return chartColors[i%len(chartColors)] },
 	"i64":      func(i int) int64 { return int64(i) },
 	"sub":      func(a, b int64) int64 { return a - b },
+	"shown":    shown,
 }).Parse(reportHTML))
 
 // timelineSVG draws requests (grey bars), denials (red bars) and each
@@ -129,9 +130,9 @@ svg .ok{fill:#cfe3cf}svg .shadow{fill:#f0a35e}.legend span{display:inline-block;
 .bad{color:#b00}.good{color:#070}
 </style></head><body>
 <h1>Replay through <code>{{.Policy}}</code></h1>
-<div class="sub">{{range $i, $l := .Logs}}{{if $i}}, {{end}}<code>{{$l.Name}}</code> ({{$l.Format}}, {{commas $l.Lines}} lines{{if $l.Skipped}}, {{commas $l.Skipped}} unreadable{{end}}){{end}}
+<div class="sub">{{range $i, $l := .Logs}}{{if $i}}, {{end}}<code>{{shown $l.Name}}</code> ({{$l.Format}}, {{commas $l.Lines}} lines{{if $l.Skipped}}, {{commas $l.Skipped}} unreadable{{end}}){{end}}
 {{if .Requests}}<br>{{stamp .From}} → {{stamp .To}} UTC ({{span .From .To}}){{end}}</div>
-{{range .Logs}}{{range .Samples}}<div class="sub bad">unreadable: {{.}}</div>{{end}}{{end}}
+{{range .Logs}}{{range .Samples}}<div class="sub bad">unreadable: {{shown .}}</div>{{end}}{{end}}
 <div class="cards">
 <div class="card">requests<b>{{commas .Requests}}</b></div>
 <div class="card">allowed<b>{{commas .Allowed}}</b></div>
@@ -156,10 +157,10 @@ svg .ok{fill:#cfe3cf}svg .shadow{fill:#f0a35e}.legend span{display:inline-block;
 
 {{if .TopClients}}<h2>Clients refused most</h2>
 <table><tr><th>client</th><th class="n">denied</th><th>last limit</th><th>from – to</th></tr>
-{{range .TopClients}}<tr><td><code>{{.Name}}</code></td><td class="n">{{if .Error}}≤ {{end}}{{commas .Denied}}</td><td>{{.Limit}}</td><td>{{clock .First}} – {{clock .Last}}</td></tr>{{end}}</table>{{end}}
+{{range .TopClients}}<tr><td><code>{{shown .Name}}</code></td><td class="n">{{if .Error}}≤ {{end}}{{commas .Denied}}</td><td>{{.Limit}}</td><td>{{clock .First}} – {{clock .Last}}</td></tr>{{end}}</table>{{end}}
 {{if .TopKeys}}<h2>API keys refused most</h2>
 <table><tr><th>key</th><th class="n">denied</th><th>last limit</th><th>from – to</th></tr>
-{{range .TopKeys}}<tr><td><code>{{.Name}}</code></td><td class="n">{{if .Error}}≤ {{end}}{{commas .Denied}}</td><td>{{.Limit}}</td><td>{{clock .First}} – {{clock .Last}}</td></tr>{{end}}</table>{{end}}
+{{range .TopKeys}}<tr><td><code>{{shown .Name}}</code></td><td class="n">{{if .Error}}≤ {{end}}{{commas .Denied}}</td><td>{{.Limit}}</td><td>{{clock .First}} – {{clock .Last}}</td></tr>{{end}}</table>{{end}}
 
 {{with .Agreement}}<h2>Against the decisions in the log</h2>
 <p>{{commas .Matched}} of {{commas .Compared}} decided the same ({{fine .Matched .Compared}}).
@@ -168,14 +169,14 @@ svg .ok{fill:#cfe3cf}svg .shadow{fill:#f0a35e}.legend span{display:inline-block;
 {{if .Degraded}}{{commas .Degraded}} decided by failure policies were not compared.{{end}}
 {{if .Shed}}{{commas .Shed}} shed by overload control in the log (503): reported as logged, not simulated.{{end}}</p>
 {{if .Mismatches}}<table><tr><th>time</th><th>client</th><th>request</th><th>log</th><th>replay</th><th>why</th><th>line</th></tr>
-{{range .Mismatches}}<tr><td>{{micro .Time}}</td><td><code>{{.ClientIP}}</code></td><td>{{.Method}} <code>{{.Path}}</code>{{if .Key}} key {{.Key}}{{end}}</td>
-<td>{{.Logged}} {{.LoggedLimit}}</td><td>{{.Replay}} {{.ReplayLimit}}</td><td>{{.Class}}</td><td>{{.Log}}:{{.Line}}</td></tr>{{end}}</table>{{end}}{{end}}
+{{range .Mismatches}}<tr><td>{{micro .Time}}</td><td><code>{{.ClientIP}}</code></td><td>{{shown .Method}} <code>{{shown .Path}}</code>{{if .Key}} key {{shown .Key}}{{end}}</td>
+<td>{{.Logged}} {{shown .LoggedLimit}}</td><td>{{.Replay}} {{.ReplayLimit}}</td><td>{{.Class}}</td><td>{{shown .Log}}:{{.Line}}</td></tr>{{end}}</table>{{end}}{{end}}
 
 {{with .Compare}}<h2>With <code>{{.Policy}}</code> instead</h2>
 <p>{{commas .Flips}} requests flip: {{commas .ToDenied}} allowed → denied, {{commas .ToAllowed}} denied → allowed ({{commas .Allowed}} allowed and {{commas .Denied}} denied in all).</p>
 {{if .Groups}}<table><tr><th>flip</th><th>limit</th><th>client</th><th class="n">count</th><th>from – to</th><th>examples</th></tr>
-{{range .Groups}}<tr><td>{{if eq .Direction "to_denied"}}allowed → denied{{else}}denied → allowed{{end}}</td><td><code>{{.Limit}}</code></td><td><code>{{.Client}}</code></td>
-<td class="n">{{commas .Count}}</td><td>{{clock .First}} – {{clock .Last}}</td><td>{{range .Examples}}{{.Method}} <code>{{.Path}}</code> ({{.Log}}:{{.Line}})<br>{{end}}</td></tr>{{end}}</table>
+{{range .Groups}}<tr><td>{{if eq .Direction "to_denied"}}allowed → denied{{else}}denied → allowed{{end}}</td><td><code>{{.Limit}}</code></td><td><code>{{shown .Client}}</code></td>
+<td class="n">{{commas .Count}}</td><td>{{clock .First}} – {{clock .Last}}</td><td>{{range .Examples}}{{shown .Method}} <code>{{shown .Path}}</code> ({{shown .Log}}:{{.Line}})<br>{{end}}</td></tr>{{end}}</table>
 {{if .GroupsLeftOut}}<p class="sub">and {{commas .GroupsLeftOut}} more flips in smaller groups</p>{{end}}{{end}}
 <h3>Its limits</h3>
 <table><tr><th>limit</th><th class="n">seen</th><th class="n">allowed</th><th class="n">denied</th><th class="n">binding</th><th></th></tr>

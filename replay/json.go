@@ -16,8 +16,9 @@ import (
 // version still read; a "time" may also be Unix seconds.
 type jsonParser struct {
 	in       *interner
-	digits   int // the fraction digits of the times seen
-	scratch  []byte
+	digits   int               // the fraction digits of the times seen
+	scratch  []byte            // a value with escapes, decoded
+	keyBuf   []byte            // a key with escapes, decoded
 	hdrNames map[string]string // header:NAME fields, canonical names
 }
 
@@ -45,7 +46,7 @@ func (p *jsonParser) parse(line []byte, rec *Record) error {
 		if i < len(line) && line[i] == ',' {
 			i = skipWS(line, i+1)
 		}
-		key, next, err := p.str(line, i)
+		key, next, err := p.str(line, i, &p.keyBuf)
 		if err != nil {
 			return err
 		}
@@ -59,7 +60,7 @@ func (p *jsonParser) parse(line []byte, rec *Record) error {
 		}
 		if line[i] == '"' {
 			var v []byte
-			v, i, err = p.str(line, i)
+			v, i, err = p.str(line, i, &p.scratch)
 			if err != nil {
 				return err
 			}
@@ -170,7 +171,7 @@ func (p *jsonParser) setNumber(rec *Record, key, v []byte) error {
 		rec.Status = int(n)
 	case accesslog.FieldDuration:
 		n, ok := atoi(v)
-		if !ok {
+		if !ok || n > int64(maxDuration/time.Microsecond) {
 			return fmt.Errorf("bad duration %q", v)
 		}
 		rec.Duration = time.Duration(n) * time.Microsecond
@@ -179,8 +180,9 @@ func (p *jsonParser) setNumber(rec *Record, key, v []byte) error {
 }
 
 // str reads the JSON string at line[i] (which must be '"'); the result
-// aliases line unless it held escapes.
-func (p *jsonParser) str(line []byte, i int) ([]byte, int, error) {
+// aliases line unless it held escapes, else *buf (decoded into it), so
+// that a key and its value each keep their own.
+func (p *jsonParser) str(line []byte, i int, buf *[]byte) ([]byte, int, error) {
 	if i >= len(line) || line[i] != '"' {
 		return nil, i, errors.New("expected a string")
 	}
@@ -190,15 +192,16 @@ func (p *jsonParser) str(line []byte, i int) ([]byte, int, error) {
 		case '"':
 			return line[i+1 : j], j + 1, nil
 		case '\\':
-			return p.unescape(line, i)
+			return unescape(line, i, buf)
 		}
 		j++
 	}
 	return nil, j, errors.New("unterminated string")
 }
 
-// unescape decodes a string with escapes through encoding/json.
-func (p *jsonParser) unescape(line []byte, i int) ([]byte, int, error) {
+// unescape decodes a string with escapes through encoding/json, into
+// *buf.
+func unescape(line []byte, i int, buf *[]byte) ([]byte, int, error) {
 	j := i + 1
 	for j < len(line) && line[j] != '"' {
 		if line[j] == '\\' {
@@ -213,8 +216,8 @@ func (p *jsonParser) unescape(line []byte, i int) ([]byte, int, error) {
 	if err := json.Unmarshal(line[i:j+1], &s); err != nil {
 		return nil, j, err
 	}
-	p.scratch = append(p.scratch[:0], s...)
-	return p.scratch, j + 1, nil
+	*buf = append((*buf)[:0], s...)
+	return *buf, j + 1, nil
 }
 
 func skipWS(b []byte, i int) int {

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"time"
 )
@@ -17,6 +19,7 @@ import (
 // longer than Window) is replayed at the time the replay has reached, and
 // counted.
 type merger struct {
+	ctx    context.Context // waiting for a log ends with it
 	srcs   []*source
 	window int64
 
@@ -41,12 +44,14 @@ type heapItem struct {
 
 func (a heapItem) less(b heapItem) bool { return a.t < b.t || a.t == b.t && a.seq < b.seq }
 
-func newMerger(srcs []*source, window time.Duration) *merger {
-	return &merger{srcs: srcs, window: int64(window)}
+func newMerger(ctx context.Context, srcs []*source, window time.Duration) *merger {
+	return &merger{ctx: ctx, srcs: srcs, window: int64(window)}
 }
 
 // next copies the next record into rec; false when every log is done. A
-// read error of a log ends the replay with that error.
+// read error of a log ends the replay with that error, and so does the
+// end of the merger's context while it waits for a log (a pipe that
+// stalls, or a long run of lines without a request).
 func (m *merger) next(rec *Record) (bool, error) {
 	for {
 		if len(m.heap) > 0 && m.heap[0].t <= m.watermark() {
@@ -61,7 +66,13 @@ func (m *merger) next(rec *Record) (bool, error) {
 			m.pop(rec)
 			return true, nil
 		}
-		b, ok := <-s.out
+		var b *batch
+		var ok bool
+		select {
+		case b, ok = <-s.out:
+		case <-m.ctx.Done():
+			return false, fmt.Errorf("replay: %w", m.ctx.Err())
+		}
 		if !ok {
 			s.done = true
 			continue

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"time"
@@ -144,6 +145,32 @@ func parseSeconds(b []byte) (ns int64, digits int, ok bool) {
 	return ns, digits, true
 }
 
+// The times and durations a log may give. Times before 1970 cannot be
+// replayed (the replay's clock starts there) and times past 2200 come
+// near the end of Unix nanoseconds in an int64 (2262), where a time plus
+// a duration would wrap; a line that gives one is unreadable, with its
+// line number, rather than replayed at a wrapped time.
+const (
+	minYear = 1970
+	maxYear = 2200 // the first year refused
+	// maxTime is 2200-01-01T00:00:00Z in Unix nanoseconds.
+	maxTime = int64(7258118400) * int64(time.Second)
+	// maxDuration is the longest time a request may take to answer.
+	maxDuration = 10 * 365 * 24 * time.Hour
+)
+
+// checkRange reports a record whose time or duration is outside the
+// range a replay can represent.
+func checkRange(rec *Record) error {
+	if rec.Time < 0 || rec.Time >= maxTime {
+		return fmt.Errorf("time %s out of range (%d to %d)", time.Unix(0, rec.Time).UTC().Format(time.RFC3339Nano), minYear, maxYear)
+	}
+	if rec.Duration < 0 || rec.Duration > maxDuration {
+		return fmt.Errorf("duration %v out of range (0 to 10 years)", rec.Duration)
+	}
+	return nil
+}
+
 // daysFromCivil is the number of days from 1970-01-01 to y-m-d in the
 // proleptic Gregorian calendar.
 func daysFromCivil(y, m, d int64) int64 {
@@ -187,7 +214,7 @@ func parseRFC3339(b []byte) (int64, int, bool) {
 	}
 	y, mo, d := num(b[0:4]), num(b[5:7]), num(b[8:10])
 	h, mi, s := num(b[11:13]), num(b[14:16]), num(b[17:19])
-	if mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60 {
+	if y < minYear-1 || y >= maxYear || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60 {
 		return 0, 0, false
 	}
 	ns := (daysFromCivil(y, mo, d)*86400 + h*3600 + mi*60 + s) * int64(time.Second)
@@ -222,7 +249,7 @@ func parseRFC3339(b []byte) (int64, int, bool) {
 
 func fallbackTime(b []byte) (int64, int, bool) {
 	t, err := time.Parse(time.RFC3339Nano, string(b))
-	if err != nil {
+	if err != nil || t.Year() < minYear-1 || t.Year() >= maxYear {
 		return 0, 0, false
 	}
 	digits := 0
@@ -252,6 +279,9 @@ func parseTimeLocal(b []byte) (int64, bool) {
 		return 0, false
 	}
 	d, y := num(b[0:2]), num(b[7:11])
+	if y < minYear-1 || y >= maxYear {
+		return 0, false
+	}
 	h, mi, s := num(b[12:14]), num(b[15:17]), num(b[18:20])
 	off := num(b[22:24])*3600 + num(b[24:26])*60
 	if b[21] == '+' {

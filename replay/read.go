@@ -33,14 +33,28 @@ type lineParser interface {
 	resolution() time.Duration
 }
 
-// batchSize is the number of records a reader hands over at once.
-const batchSize = 1024
+// batchSize is the number of records a reader hands over at once, or
+// fewer when their lines add up to batchBytes: the batches read ahead
+// hold records, and the records the strings of their lines, so that long
+// lines (a client's long paths) do not multiply what is read ahead.
+const (
+	batchSize  = 1024
+	batchBytes = 1 << 20
+)
 
 // batch is a run of records read from one source.
 type batch struct {
 	recs []Record
 	err  error // a read error: the source ends with it
 }
+
+// maxLine is the longest line read (the size of a reader's buffer): a
+// longer one is skipped as unreadable, so that a log without line breaks
+// (a corrupt or decompressed file) cannot take memory without bound.
+const maxLine = 1 << 20
+
+// errLongLine marks a line longer than maxLine.
+var errLongLine = errors.New("line longer than 1 MiB")
 
 // maxSamples bounds the examples of unreadable lines a report keeps.
 const maxSamples = 5
@@ -105,14 +119,14 @@ func openSource(name string, index int, o readOptions) (*source, *bufio.Reader, 
 		s.size = fi.Size()
 	}
 	var r io.Reader = countingReader{f, &s.read}
-	br := bufio.NewReaderSize(r, 1<<20)
+	br := bufio.NewReaderSize(r, maxLine)
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			f.Close()
 			return nil, nil, fmt.Errorf("replay: %s: %w", name, err)
 		}
-		br = bufio.NewReaderSize(zr, 1<<20)
+		br = bufio.NewReaderSize(zr, maxLine)
 	}
 	first, err := firstLine(br)
 	if err != nil {
@@ -237,25 +251,30 @@ func (s *source) run(br *bufio.Reader) {
 	defer close(s.out)
 	defer s.file.Close()
 	b := s.newBatch()
-	var long []byte
+	size := 0 // the bytes of the lines of b
 	line := s.lines.Load()
 	fails := 0
+	long := false // the line being read is longer than maxLine: its rest is dropped
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			long = append(long, chunk...)
+			long = true
 			continue
 		}
-		if long != nil {
-			chunk = append(long, chunk...)
-			long = nil
-		}
-		if len(chunk) > 0 {
+		if long || len(chunk) > 0 {
 			line++
+			size += len(chunk)
 			chunk = bytes.TrimRight(chunk, "\r\n")
 			b.recs = append(b.recs, Record{Source: s.index, Line: line})
 			rec := &b.recs[len(b.recs)-1]
-			if perr := s.parser.parse(chunk, rec); perr != nil {
+			perr := errLongLine
+			if !long {
+				if perr = s.parser.parse(chunk, rec); perr == nil {
+					perr = checkRange(rec)
+				}
+			}
+			long = false
+			if perr != nil {
 				b.recs = b.recs[:len(b.recs)-1]
 				if !errors.Is(perr, errSkip) {
 					s.skip(line, perr)
@@ -267,11 +286,11 @@ func (s *source) run(br *bufio.Reader) {
 					}
 				}
 			}
-			if len(b.recs) == batchSize {
+			if len(b.recs) == batchSize || size >= batchBytes && len(b.recs) > 0 {
 				if !s.send(b) {
 					return
 				}
-				b = s.newBatch()
+				b, size = s.newBatch(), 0
 			}
 		}
 		if err != nil {
@@ -290,7 +309,6 @@ func (s *source) run(br *bufio.Reader) {
 func (s *source) newBatch() *batch {
 	select {
 	case b := <-s.free:
-		clear(b.recs)
 		b.recs, b.err = b.recs[:0], nil
 		return b
 	default:
@@ -298,12 +316,21 @@ func (s *source) newBatch() *batch {
 	}
 }
 
-// recycle hands a used batch back to the reader.
+// recycle hands a used batch back to the reader, its records cleared
+// so that a batch waiting to be reused holds no line's strings.
 func (s *source) recycle(b *batch) {
+	clear(b.recs)
 	select {
 	case s.free <- b:
 	default:
 	}
+}
+
+// halt stops the reading: the reader returns at its next batch, and a
+// read under way (of a pipe that stalls) ends with the file closed.
+func (s *source) halt() {
+	close(s.stop)
+	s.file.Close()
 }
 
 // send hands a batch over; false when the replay stopped.

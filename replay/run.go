@@ -98,7 +98,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var srcs []*source
 	defer func() {
 		for _, s := range srcs {
-			close(s.stop)
+			s.halt()
 		}
 	}()
 	names := make([]string, len(o.Logs))
@@ -130,7 +130,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		cp = newComparer(o.CompareName, names, o.Policy.Server().IPv6Prefix)
 	}
 
-	m := newMerger(srcs, o.Window)
+	m := newMerger(ctx, srcs, o.Window)
 	// With decisions in the log, both policies are checked against it:
 	// each decides a boundary the way the log does (see checker.check),
 	// so that a policy compared with itself flips nothing.
@@ -236,7 +236,7 @@ func Records(ctx context.Context, o Options, fn func(*Record) error) error {
 	var srcs []*source
 	defer func() {
 		for _, s := range srcs {
-			close(s.stop)
+			s.halt()
 		}
 	}()
 	for i, name := range o.Logs {
@@ -247,7 +247,7 @@ func Records(ctx context.Context, o Options, fn func(*Record) error) error {
 		srcs = append(srcs, s)
 		go s.run(br)
 	}
-	m := newMerger(srcs, o.Window)
+	m := newMerger(ctx, srcs, o.Window)
 	var rec Record
 	for n := 0; ; n++ {
 		ok, err := m.next(&rec)

@@ -335,7 +335,7 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 			dur = ns
 		case fDurationMs:
 			n, ok := atoi(v)
-			if !ok {
+			if !ok || n > int64(maxDuration/time.Millisecond) {
 				return fmt.Errorf("bad duration %q", v)
 			}
 			dur = n * int64(time.Millisecond)

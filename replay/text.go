@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -17,7 +18,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	var logs []string
 	for _, l := range r.Logs {
-		s := fmt.Sprintf("%s (%s, %s lines", l.Name, l.Format, commas(l.Lines))
+		s := fmt.Sprintf("%s (%s, %s lines", shown(l.Name), l.Format, commas(l.Lines))
 		if l.Skipped > 0 {
 			s += fmt.Sprintf(", %s unreadable", commas(l.Skipped))
 		}
@@ -26,7 +27,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "replay of %s through %s\n", strings.Join(logs, ", "), r.Policy)
 	for _, l := range r.Logs {
 		for _, s := range l.Samples {
-			fmt.Fprintf(&b, "  unreadable: %s\n", s)
+			fmt.Fprintf(&b, "  unreadable: %s\n", shown(s))
 		}
 	}
 	if r.Requests == 0 {
@@ -136,7 +137,7 @@ func writeAffected(b *strings.Builder, title string, as []Affected) {
 		if a.Error > 0 {
 			n = "≤" + n
 		}
-		rows = append(rows, []string{a.Name, n, a.Limit, a.First.Format("15:04:05") + " – " + a.Last.Format("15:04:05")})
+		rows = append(rows, []string{shown(a.Name), n, a.Limit, a.First.Format("15:04:05") + " – " + a.Last.Format("15:04:05")})
 	}
 	writeTable(b, "  ", rows, []bool{false, true, false, false})
 	b.WriteString("\n")
@@ -225,19 +226,19 @@ func writeAgreement(b *strings.Builder, a *Agreement) {
 		fmt.Fprintf(b, "  %s at a refill or window boundary (within %s, then charged as logged), %s reordered within %s, %s unexplained\n",
 			commas(a.Boundary), time.Duration(a.Tolerance), commas(a.Reordered), time.Duration(a.Tolerance), commas(a.Unexplained))
 		for _, m := range a.Mismatches {
-			fmt.Fprintf(b, "  %s %s %s %s", m.Time.Format("15:04:05.000000"), orDash(m.ClientIP), m.Method, m.Path)
+			fmt.Fprintf(b, "  %s %s %s %s", m.Time.Format("15:04:05.000000"), orDash(m.ClientIP), shown(m.Method), shown(m.Path))
 			if m.Key != "" {
-				fmt.Fprintf(b, " key %s", m.Key)
+				fmt.Fprintf(b, " key %s", shown(m.Key))
 			}
 			fmt.Fprintf(b, ": log %s", m.Logged)
 			if m.LoggedLimit != "" {
-				fmt.Fprintf(b, " (%s)", m.LoggedLimit)
+				fmt.Fprintf(b, " (%s)", shown(m.LoggedLimit))
 			}
 			fmt.Fprintf(b, ", replay %s", m.Replay)
 			if m.ReplayLimit != "" {
 				fmt.Fprintf(b, " (%s)", m.ReplayLimit)
 			}
-			fmt.Fprintf(b, " [%s; %s earlier: %s, later: %s] %s:%d\n", m.Class, time.Duration(a.Tolerance), m.Before, m.After, m.Log, m.Line)
+			fmt.Fprintf(b, " [%s; %s earlier: %s, later: %s] %s:%d\n", m.Class, time.Duration(a.Tolerance), m.Before, m.After, shown(m.Log), m.Line)
 		}
 	} else {
 		b.WriteString("\n")
@@ -265,9 +266,9 @@ func writeComparison(b *strings.Builder, r *Report, c *Comparison) {
 			ex := ""
 			if len(g.Examples) > 0 {
 				e := g.Examples[0]
-				ex = fmt.Sprintf("%s %s (%s:%d)", e.Method, e.Path, e.Log, e.Line)
+				ex = fmt.Sprintf("%s %s (%s:%d)", shown(e.Method), shown(e.Path), shown(e.Log), e.Line)
 			}
-			rows = append(rows, []string{dir, g.Limit, g.Client, commas(g.Count),
+			rows = append(rows, []string{dir, g.Limit, shown(g.Client), commas(g.Count),
 				g.First.Format("15:04:05") + " – " + g.Last.Format("15:04:05"), ex})
 		}
 		writeTable(b, "  ", rows, []bool{false, false, false, true, false, false})
@@ -345,4 +346,46 @@ func perLabel(d time.Duration) string {
 		return fmt.Sprintf("%d minutes", d/time.Minute)
 	}
 	return d.String()
+}
+
+// shown returns s as the reports show a string a log gave (a path, a
+// method, a key's name, an unreadable line's error): each character a
+// reader cannot see or that acts on the text around it (controls such as
+// a terminal's escape sequences, bidi overrides and isolates, zero-width
+// and other default-ignorable characters, line and paragraph separators)
+// written out as ⟨U+202E⟩, and each byte that is not UTF-8 as ⟨0xFF⟩, so
+// that a client's choice reads as what it is, neither driving the
+// operator's terminal nor reordering a page.
+func shown(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || hidden(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, "⟨0x%02X⟩", s[i])
+		case hidden(r):
+			fmt.Fprintf(&b, "⟨U+%04X⟩", r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// hidden reports a character a reader cannot see or that reorders or
+// controls the text around it.
+func hidden(r rune) bool {
+	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Other_Default_Ignorable_Code_Point,
+		unicode.Variation_Selector)
 }
