@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math/bits"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -206,7 +207,7 @@ func New(o Options) (*Alarms, error) {
 		Help: "Quota thresholds reached, by plan, threshold and result: fired (claimed by this instance), " +
 			"duplicate (another instance fired it) or dropped (the queue was full)."}, []string{"plan", "threshold", "result"})
 	a.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_alarm_webhooks_total",
-		Help: "Alarm webhooks by result: delivered, failed after every attempt, or dropped (the webhook's queue was full)."},
+		Help: "Alarm webhooks by result: delivered, failed after every attempt, or dropped (the webhook's queue was full, or a reload turned it off)."},
 		[]string{"result"})
 	if o.Registerer != nil {
 		for _, c := range []prometheus.Collector{a.alarms, a.webhooks} {
@@ -255,7 +256,11 @@ func (a *Alarms) SetPolicy(p *policy.Policy, plans map[string]Plan) error {
 }
 
 // ObserveDecision looks at the quota hits of API keys whose plan has
-// alarms.
+// alarms. A hit decided by its failure policy (the store failed, timed
+// out or its breaker was open) is passed over: its decision says nothing
+// about what the key has used (one that fails closed reads as a quota used
+// up), and an outage must neither fire every key's alarms nor mark them as
+// fired for the period.
 func (a *Alarms) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 	if req.Peek {
 		return
@@ -270,7 +275,10 @@ func (a *Alarms) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 			continue
 		}
 		pa := plans[h.Rule.Name()]
-		if pa == nil {
+		if pa == nil || i >= len(res.Decisions) {
+			continue
+		}
+		if i < len(res.Flags) && res.Flags[i]&limiter.Degraded != 0 {
 			continue
 		}
 		d := &res.Decisions[i]
@@ -278,13 +286,28 @@ func (a *Alarms) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 			continue
 		}
 		used := d.Limit - d.Remaining
+		if used <= 0 {
+			continue
+		}
 		for _, t := range pa.Thresholds {
-			if used*100 < int64(t)*d.Limit {
+			if !reached(used, d.Limit, t) {
 				break
 			}
 			a.crossed(h, d, pa, t, used)
 		}
 	}
+}
+
+// reached reports whether used units of a quota of limit are at least
+// percent % of it. The products are taken in 128 bits: a quota near the
+// largest int64 (an "unlimited" plan) would overflow 64.
+func reached(used, limit int64, percent int) bool {
+	if percent <= 0 {
+		return true
+	}
+	uh, ul := bits.Mul64(uint64(used), 100)
+	th, tl := bits.Mul64(uint64(percent), uint64(limit))
+	return uh > th || (uh == th && ul >= tl)
 }
 
 // crossed queues an alarm not seen yet in this process.
@@ -383,8 +406,8 @@ func (a *Alarms) handle(ctx context.Context, c candidate) {
 }
 
 // enqueue puts d in its target's queue, and starts a worker for the
-// target if it has fewer than Options.TargetConcurrency. Only Run calls
-// it, so that every worker starts before Run waits for them.
+// target if it has fewer than Options.TargetConcurrency. Only Run and the
+// workers call it, so that every worker starts before Run waits for them.
 func (a *Alarms) enqueue(ctx context.Context, d *delivery) {
 	k := targetKey{url: d.plan.Webhook, allowLinkLocal: d.plan.AllowLinkLocal}
 	a.tmu.Lock()
@@ -429,7 +452,7 @@ func (a *Alarms) work(ctx context.Context, k targetKey, tg *target) {
 		tg.queue[0] = nil
 		tg.queue = tg.queue[1:]
 		a.tmu.Unlock()
-		a.deliver(ctx, d.plan, &d.ev)
+		a.deliver(ctx, k, d)
 	}
 }
 
@@ -454,14 +477,40 @@ func Verify(secret []byte, ts string, body []byte, sig string) bool {
 	return hmac.Equal([]byte(Sign(secret, ts, body)), []byte(sig))
 }
 
-// deliver posts ev to the plan's webhook, retrying.
-func (a *Alarms) deliver(ctx context.Context, pa *planAlarm, ev *Event) {
+// current returns the alarm settings in force for d's quota limit, or nil
+// when a reload turned its webhook (or its alarms) off.
+func (a *Alarms) current(d *delivery) *planAlarm {
+	pa := (*a.plans.Load())[d.ev.Limit]
+	if pa == nil || pa.Webhook == "" {
+		return nil
+	}
+	return pa
+}
+
+// deliver posts d's event to its plan's webhook (target k), retrying.
+// Each attempt takes the plan's settings in force then, so that a reload
+// decides where pending alarms go and how they are signed: one that
+// turns the webhook off drops them, one that gives the plan another
+// webhook hands them to that webhook's queue.
+func (a *Alarms) deliver(ctx context.Context, k targetKey, d *delivery) {
+	ev := &d.ev
 	body, err := json.Marshal(ev)
 	if err != nil {
 		return
 	}
 	wait := a.o.Backoff
 	for attempt := 1; ; attempt++ {
+		pa := a.current(d)
+		if pa == nil {
+			a.webhooks.WithLabelValues("dropped").Inc()
+			a.log.Warn("alarm: webhook turned off, alarm dropped", "id", ev.ID, "plan", ev.Plan)
+			return
+		}
+		d.plan = pa
+		if (targetKey{url: pa.Webhook, allowLinkLocal: pa.AllowLinkLocal}) != k {
+			a.enqueue(ctx, d)
+			return
+		}
 		retry, err := a.post(ctx, pa, body)
 		if err == nil {
 			a.webhooks.WithLabelValues("delivered").Inc()

@@ -3,8 +3,10 @@
 // metric and a webhook say so, once per key, threshold and quota period.
 //
 // Alarms is a limiter.Observer. On the request path it only compares a
-// quota hit's use with its plan's thresholds; a hit past a threshold not
-// seen yet in this process is queued (a bounded queue: when it is full the
+// quota hit's use with its plan's thresholds (a hit decided by its failure
+// policy while the store is down says nothing about a key's use and is
+// passed over); a hit past a threshold not seen yet in this process is
+// queued (a bounded queue: when it is full the
 // alarm is dropped and counted). A worker then claims the alarm through a
 // Deduper (SET NX with a TTL to the period's end on Redis, so that one
 // instance of a deployment fires it; a map in this process otherwise) and
@@ -19,7 +21,10 @@
 // to 8 attempts) on a network error, a 408, a 429 or a 5xx. Each webhook
 // URL has its own bounded queue and at most Options.TargetConcurrency
 // deliveries under way, so that a slow or hanging receiver delays only its
-// own alarms.
+// own alarms. Each attempt takes the plan's webhook and secret in force
+// then: after a reload, the alarms still pending go to the plan's new
+// webhook, signed with its new secret, or are dropped (and counted) when
+// it has none.
 //
 // Redirects are never followed (a 3xx is a failure): the signed body goes
 // only to the configured URL. A webhook may not reach a link-local
