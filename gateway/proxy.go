@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -98,6 +99,11 @@ type upstreamProxy struct {
 	rp    *httputil.ReverseProxy
 	route string
 }
+
+// errUpstreamStatus is an upstream's answer with a status outside
+// 100–999, which HTTP/1 cannot carry and no client can be given: the
+// client gets 502, as on the edge engine.
+var errUpstreamStatus = errors.New("gateway: the upstream answered a status that is not three digits")
 
 var (
 	bodyNotFound   = []byte(`{"message":"Not Found"}` + "\n")
@@ -203,6 +209,11 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 		ErrorLog: nil,
 		ModifyResponse: func(resp *http.Response) error {
 			g.obs.Upstream(route, resp.StatusCode)
+			if resp.StatusCode < 100 || resp.StatusCode > 999 {
+				// An HTTP/2 upstream's :status is any integer it sends;
+				// net/http can write none outside 100–999 (it panics).
+				return fmt.Errorf("%w: %d", errUpstreamStatus, resp.StatusCode)
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -226,6 +237,13 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 				// read (one that shut its side down mid-body).
 				g.log.Debug("gateway: client gone", "route", route, "path", r.URL.Path)
 				panic(http.ErrAbortHandler)
+			}
+			if errors.Is(err, errUpstreamStatus) {
+				// Answered, and counted as answered (ModifyResponse), with
+				// a status no client can be given.
+				g.log.Warn("gateway: upstream error", "route", route, "upstream", target.Host, "err", err)
+				writeJSON(w, http.StatusBadGateway, bodyBadGateway)
+				return
 			}
 			g.obs.Upstream(route, 0)
 			var ne net.Error

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -15,8 +16,10 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// DefaultMaxLimits is how many distinct limit names get series of their
-// own before the rest are folded into the limit "_other".
+// DefaultMaxLimits is how many distinct limit names counted for the
+// rate-limit service and the library get series of their own before the
+// rest are folded into the limit "_other" (the policy file's limits, which
+// the gateway and the check API count, always get their own).
 const DefaultMaxLimits = 1000
 
 // OtherLimit is the limit label of every limit past Options.MaxLimits.
@@ -24,13 +27,16 @@ const OtherLimit = "_other"
 
 // Options configure Metrics. The zero value is usable.
 type Options struct {
-	// MaxLimits bounds the distinct values of the limit label
-	// (0: DefaultMaxLimits). Limit names come from the configuration,
-	// except the names of limits given in requests (Envoy descriptors'
+	// MaxLimits bounds the distinct values of the limit label counted
+	// for the rate-limit service and the library (0: DefaultMaxLimits).
+	// Their names may be given in requests (Envoy descriptors'
 	// overrides), which a client chooses: past the bound, new names are
 	// counted under OtherLimit so that no client can grow the series
-	// without bound. The counters of a limit's series keep a cell per CPU:
-	// 320 bytes per front end on 2 CPUs, 4 KiB from 32 CPUs on.
+	// without bound. The limits the gateway and the check API count are
+	// all named in the policy file, which bounds them: they always get
+	// series of their own, however many names requests gave before. The
+	// counters of a limit's series keep a cell per CPU: 320 bytes per
+	// front end on 2 CPUs, 4 KiB from 32 CPUs on.
 	MaxLimits int
 	// MaxTenants bounds the distinct (route, tenant) pairs of
 	// floodgate_overload_shed_tenants_total (0: DefaultMaxTenants): a
@@ -60,7 +66,7 @@ const OtherTenant = "_other"
 //	floodgate_near_limit_total{front_end,limit}               allowed with ≤10% of the capacity left
 //	floodgate_store_latency_seconds{front_end}                one store call of the engine
 //	floodgate_rejections_total{front_end,limit,code}          answers of a front end itself: 429 per binding limit, 401 and 403 (limit "")
-//	floodgate_upstream_responses_total{route,code}            the gateway's upstream statuses (code 0: unreachable)
+//	floodgate_upstream_responses_total{route,code}            the gateway's upstream statuses (code 0: unreachable; InvalidStatus: not three digits)
 //	floodgate_queue_length{limit}                             requests waiting in a leaky queue
 //	floodgate_invalid_tokens_total{reason}                    presented tokens that did not verify
 //	floodgate_overload_limit{route}                           a route's cap on requests in flight (fixed or adaptive)
@@ -180,7 +186,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		}, []string{"front_end", "limit", "code"}),
 		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_upstream_responses_total",
-			Help: "Upstream responses per route and status code (0: the upstream could not be reached).",
+			Help: "Upstream responses per route and status code (0: the upstream could not be reached; invalid: a status that is not three digits).",
 		}, []string{"route", "code"}),
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_queue_length",
@@ -234,24 +240,35 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 // storeBuckets are the bounds of floodgate_store_latency_seconds.
 var storeBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
-// series returns the cached series of a limit name, folding names past the
-// bound into OtherLimit.
-func (m *Metrics) series(limit string) *limitSeries {
-	if s := m.limitCache.get(limit); s != nil {
+// fromPolicy reports whether the limits a front end counts are all named
+// in the policy file (the gateway's and the check API's), so that their
+// names are bounded by the file and never folded into OtherLimit.
+func fromPolicy(f limiter.FrontEnd) bool {
+	return f == limiter.FrontGateway || f == limiter.FrontHTTPAPI
+}
+
+// series returns the cached series of a limit name. A name from the
+// policy file (policy) always gets a series of its own; any other name
+// past the bound is folded into OtherLimit.
+func (m *Metrics) series(limit string, policy bool) *limitSeries {
+	if s := m.limitCache.get(limit); s != nil && (!policy || s.name == limit) {
 		return s
 	}
-	s := m.seriesByName(limit)
+	s := m.seriesByName(limit, policy)
 	m.limitCache.put(limit, s)
 	return s
 }
 
-// seriesByName is series without the cache in front.
-func (m *Metrics) seriesByName(limit string) *limitSeries {
+// seriesByName is series without the cache in front. Only the names
+// that are not from the policy count against Options.MaxLimits, so that
+// names given in requests can neither grow the series without bound nor
+// take the series of a policy's limit counted for the first time later.
+func (m *Metrics) seriesByName(limit string, policy bool) *limitSeries {
 	if s, ok := m.limits.Load(limit); ok {
 		return s.(*limitSeries)
 	}
 	name := limit
-	if m.nLimits.Load() >= int64(m.maxLimits) && limit != OtherLimit {
+	if !policy && m.nLimits.Load() >= int64(m.maxLimits) && limit != OtherLimit {
 		name = OtherLimit
 		if s, ok := m.limits.Load(name); ok {
 			return s.(*limitSeries)
@@ -259,7 +276,7 @@ func (m *Metrics) seriesByName(limit string) *limitSeries {
 	}
 	s := &limitSeries{name: name, queue: m.queue.WithLabelValues(name)}
 	v, loaded := m.limits.LoadOrStore(name, s)
-	if !loaded {
+	if !loaded && !policy {
 		m.nLimits.Add(1)
 	}
 	return v.(*limitSeries)
@@ -279,15 +296,16 @@ type ruleSeries struct {
 // found by the rule itself: a decision costs a field read on the rule, not
 // a hash of the name. The series lives on the rule (limiter.Rule.Prepared)
 // and goes with it; a second Metrics counting the same rule (tests, two
-// registries) finds its series by the limit's name.
-func (m *Metrics) ruleSeries(r *limiter.Rule) *limitSeries {
+// registries) finds its series by the limit's name, and so does a front
+// end counting policy limits (policy) for a rule first counted folded.
+func (m *Metrics) ruleSeries(r *limiter.Rule, policy bool) *limitSeries {
 	rs := r.Prepared(seriesSlot, func(r *limiter.Rule) any {
-		return &ruleSeries{m: m, s: m.series(r.Name())}
+		return &ruleSeries{m: m, s: m.series(r.Name(), policy)}
 	}).(*ruleSeries)
-	if rs.m == m {
+	if rs.m == m && (!policy || rs.s.name == r.Name()) {
 		return rs.s
 	}
-	return m.series(r.Name())
+	return m.series(r.Name(), policy)
 }
 
 // of returns the counters of a limit for one front end.
@@ -328,11 +346,12 @@ func (m *Metrics) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 	if req.Peek {
 		return
 	}
+	policy := fromPolicy(req.Front)
 	for i := range req.Hits {
 		if i >= len(res.Decisions) {
 			break
 		}
-		fs := m.of(m.ruleSeries(req.Hits[i].Rule), req.Front)
+		fs := m.of(m.ruleSeries(req.Hits[i].Rule, policy), req.Front)
 		d := &res.Decisions[i]
 		switch {
 		case res.Flags[i]&limiter.ShadowDenied != 0:
@@ -355,19 +374,30 @@ func (m *Metrics) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 // binding limit, or a 401 or 403 (limit "").
 func (m *Metrics) Rejected(front limiter.FrontEnd, limit string, status int) {
 	if status == 429 && limit != "" {
-		m.of(m.series(limit), front).cs.Add(percpu.Slot(), cRejected, 1)
+		m.of(m.series(limit, fromPolicy(front)), front).cs.Add(percpu.Slot(), cRejected, 1)
 		return
 	}
 	m.rejected.WithLabelValues(front.String(), limit, strconv.Itoa(status)).Inc()
 }
 
-// Queued moves a leaky queue's length.
-func (m *Metrics) Queued(limit string, delta int) { m.series(limit).queue.Add(float64(delta)) }
+// Queued moves a leaky queue's length. Leaky queues are the gateway's:
+// limit is a name from the policy file.
+func (m *Metrics) Queued(limit string, delta int) { m.series(limit, true).queue.Add(float64(delta)) }
 
-// Upstream counts an upstream response of a route.
+// InvalidStatus is the code label of an upstream status that is not
+// three digits: an HTTP/2 upstream's :status is any integer it sends.
+const InvalidStatus = "invalid"
+
+// Upstream counts an upstream response of a route. Statuses outside 0
+// to 999 share the code InvalidStatus, so that an upstream cannot grow
+// the series without bound.
 func (m *Metrics) Upstream(route string, status int) {
 	if status < 0 || status >= 600 {
-		m.upstream.WithLabelValues(route, strconv.Itoa(status)).Inc()
+		code := InvalidStatus
+		if status >= 0 && status <= 999 {
+			code = strconv.Itoa(status)
+		}
+		m.upstream.WithLabelValues(route, code).Inc()
 		return
 	}
 	rs := m.route(route)
@@ -432,9 +462,15 @@ func (m *Metrics) InvalidToken(reason string) {
 var _ limiter.Observer = (*Metrics)(nil)
 
 // OverloadShed counts a request shed by a route's overload control; the
-// tenant label is bounded (Options.MaxTenants).
+// tenant label is bounded (Options.MaxTenants). A tenant is what a client
+// sent: one that is not valid UTF-8, which no label value may hold, is
+// counted as OtherTenant.
 func (m *Metrics) OverloadShed(route, tier, tenant, reason string) {
 	m.shed.WithLabelValues(route, tier, reason).Inc()
+	if !utf8.ValidString(tenant) {
+		m.shedTenant.WithLabelValues(route, OtherTenant).Inc()
+		return
+	}
 	k := [2]string{route, tenant}
 	m.tenantMu.Lock()
 	if !m.tenants[k] {

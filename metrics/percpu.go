@@ -52,7 +52,7 @@ func (f *family) counter(cs *percpu.Counters, i int, labels ...string) {
 
 // histogram adds a histogram series of the label values.
 func (f *family) histogram(buckets []float64, labels ...string) *perCPUHistogram {
-	h := &perCPUHistogram{labels: labels, upper: buckets, cs: percpu.NewCounters(len(buckets) + 2)}
+	h := &perCPUHistogram{labels: labels, upper: buckets, cs: percpu.NewCounters(len(buckets) + 3)}
 	f.mu.Lock()
 	f.hists = append(f.hists, h)
 	f.mu.Unlock()
@@ -78,12 +78,19 @@ func (f *family) Collect(ch chan<- prometheus.Metric) {
 
 // perCPUHistogram is a histogram of durations counting per CPU: counters
 // 0 to len(upper) are the buckets (the last one past every bound), and
-// the one after them the sum in nanoseconds.
+// the two after them the sum: its nanoseconds above the low sumBits (in
+// units of 2^sumBits ns), then the low sumBits of each duration. One
+// counter of nanoseconds would pass 2^63 (and read negative) within weeks
+// on a busy gateway with long answers; split, the first lasts millions of
+// years and the second 2^(64-sumBits) observations.
 type perCPUHistogram struct {
 	labels []string
 	upper  []float64 // seconds, ascending
 	cs     *percpu.Counters
 }
+
+// sumBits splits a histogram's sum in two counters (see perCPUHistogram).
+const sumBits = 16
 
 // observe counts d in slot (percpu.Slot).
 func (h *perCPUHistogram) observe(slot int, d time.Duration) {
@@ -94,7 +101,8 @@ func (h *perCPUHistogram) observe(slot int, d time.Duration) {
 		b++
 	}
 	h.cs.Add(slot, b, 1)
-	h.cs.Add(slot, len(h.upper)+1, uint64(d))
+	h.cs.Add(slot, len(h.upper)+1, uint64(d)>>sumBits)
+	h.cs.Add(slot, len(h.upper)+2, uint64(d)&(1<<sumBits-1))
 }
 
 // metric is the histogram as a constant metric: the count is the sum of
@@ -107,6 +115,6 @@ func (h *perCPUHistogram) metric(desc *prometheus.Desc) prometheus.Metric {
 		buckets[le] = n
 	}
 	n += h.cs.Load(len(h.upper))
-	sum := time.Duration(h.cs.Load(len(h.upper) + 1)).Seconds()
+	sum := (float64(h.cs.Load(len(h.upper)+1))*(1<<sumBits) + float64(h.cs.Load(len(h.upper)+2))) / 1e9
 	return prometheus.MustNewConstHistogram(desc, n, sum, buckets, h.labels...)
 }
