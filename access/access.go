@@ -185,9 +185,16 @@ type Lists struct {
 	done   chan struct{}
 }
 
+// startRead bounds New's first read of the API's entries: a store that
+// answers nothing does not hold up the start, and the polling reads them
+// once it answers.
+const startRead = 5 * time.Second
+
 // New returns the lists of a file's server.access and of be (nil: in this
 // process only); with a backend it polls its version every poll until
-// Close.
+// Close. It waits at most 5 seconds for be's entries: lists whose store
+// did not answer start with the file's entries alone and read the API's
+// at the next poll.
 func New(a *config.Access, be Backend, poll time.Duration, log *slog.Logger) *Lists {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -200,7 +207,10 @@ func New(a *config.Access, be Backend, poll time.Duration, log *slog.Logger) *Li
 		close(ls.done)
 		return ls
 	}
-	if err := ls.refresh(ctx); err != nil {
+	rctx, rcancel := context.WithTimeout(ctx, startRead)
+	err := ls.refresh(rctx)
+	rcancel()
+	if err != nil {
 		log.Warn("access: lists not read", "err", err)
 	}
 	if poll <= 0 {
@@ -213,11 +223,15 @@ func New(a *config.Access, be Backend, poll time.Duration, log *slog.Logger) *Li
 // List returns the lists in force.
 func (ls *Lists) List() *List { return ls.list.Load() }
 
-// SetFile replaces the file's entries (after a policy reload).
+// SetFile replaces the file's entries (after a policy reload); a
+// MaxEntries of 0 bounds the lists at config.DefaultAccessMaxEntries.
 func (ls *Lists) SetFile(a *config.Access) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.file, ls.max = FileEntries(a), a.MaxEntries
+	if ls.max <= 0 {
+		ls.max = config.DefaultAccessMaxEntries
+	}
 	ls.compile()
 }
 
@@ -262,11 +276,16 @@ func (ls *Lists) refresh(ctx context.Context) error {
 	return nil
 }
 
-// Add adds an entry through the API and returns it as the lists hold it
-// (its Source set).
+// Add adds an entry through the API, or replaces the API's entry of the
+// same list and network, and returns it as the lists hold it (its Source
+// set). A network that no address could match as written (host bits
+// set, IPv4-mapped, none) is refused.
 func (ls *Lists) Add(ctx context.Context, e Entry) (Entry, error) {
 	if e.List != Deny && e.List != Allow {
 		return Entry{}, fmt.Errorf("access: list must be deny or allow, got %q", e.List)
+	}
+	if err := checkNetwork(e.Network); err != nil {
+		return Entry{}, err
 	}
 	if e.List == Allow && len(e.Exempt) == 0 {
 		return Entry{}, fmt.Errorf("access: an allow entry needs exempt: limit names, or [all]")
@@ -279,7 +298,8 @@ func (ls *Lists) Add(ctx context.Context, e Entry) (Entry, error) {
 			return Entry{}, ErrFromFile
 		}
 	}
-	if len(ls.file)+len(ls.api) >= ls.max {
+	replaces := slices.ContainsFunc(ls.api, func(o Entry) bool { return o.List == e.List && o.Network == e.Network })
+	if !replaces && len(ls.file)+len(ls.api) >= ls.max {
 		ls.mu.Unlock()
 		return Entry{}, ErrFull
 	}
@@ -296,6 +316,19 @@ func (ls *Lists) Add(ctx context.Context, e Entry) (Entry, error) {
 	ls.api = append(ls.api, e)
 	ls.compile()
 	return e, nil
+}
+
+// checkNetwork refuses a network that no address could match as written:
+// one with host bits set or IPv4-mapped (addresses are looked up as
+// IPv4), or none at all.
+func checkNetwork(p netip.Prefix) error {
+	if !p.IsValid() {
+		return errors.New("access: an entry needs a network")
+	}
+	if _, err := config.ParseNetwork(p.String()); err != nil {
+		return fmt.Errorf("access: network: %w", err)
+	}
+	return nil
 }
 
 // Remove removes an API entry.

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/redisconn"
+	"github.com/floodgate/floodgate/internal/redistest"
 )
 
 // TestListLookups: deny and allow answer by the longest matching network,
@@ -66,5 +70,119 @@ func BenchmarkDenied(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		l.Denied(addr)
+	}
+}
+
+// TestAddRefusesBadNetworks: an entry added through Lists.Add whose
+// network no address could match as written (host bits set, IPv4-mapped,
+// none at all) is refused with an error naming it, rather than kept as a
+// deny entry that denies nothing; on Redis, an entry without a network
+// would make every instance fail to read the lists, so that no later
+// entry came into force.
+func TestAddRefusesBadNetworks(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisconn.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ls := New(&config.Access{MaxEntries: 100}, NewRedis(c), time.Hour, nil)
+	defer ls.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		network netip.Prefix
+		want    string
+	}{
+		{netip.MustParsePrefix("198.51.100.7/24"), "198.51.100.0/24"},
+		{netip.MustParsePrefix("::ffff:198.51.100.0/120"), "IPv4"},
+		{netip.Prefix{}, "needs a network"},
+	} {
+		_, err := ls.Add(ctx, Entry{List: Deny, Network: tc.network})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Add(deny %v) = %v, want an error saying %q", tc.network, err, tc.want)
+		}
+	}
+	if _, err := ls.Add(ctx, Entry{List: Deny, Network: netip.MustParsePrefix("203.0.113.0/24")}); err != nil {
+		t.Fatalf("a good entry after the bad ones: %v", err)
+	}
+	if !ls.List().Denied(netip.MustParseAddr("203.0.113.9")) {
+		t.Error("a good entry added after the bad ones is not in force")
+	}
+}
+
+// TestAddAtTheBound: at max_entries, an API entry can still be replaced
+// (its exempt list changed), and lists made without a bound take the
+// default one rather than refusing every entry as full.
+func TestAddAtTheBound(t *testing.T) {
+	ctx := context.Background()
+	ls := New(&config.Access{MaxEntries: 1}, nil, 0, nil)
+	defer ls.Close()
+	n := netip.MustParsePrefix("10.0.0.0/8")
+	if _, err := ls.Add(ctx, Entry{List: Allow, Network: n, Exempt: []string{"l1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ls.Add(ctx, Entry{List: Allow, Network: n, Exempt: []string{config.ExemptAll}}); err != nil {
+		t.Errorf("replacing the one entry of full lists: %v", err)
+	}
+	if all, _ := ls.List().Exempt(netip.MustParseAddr("10.1.2.3")); !all {
+		t.Error("the replaced entry is not in force")
+	}
+	if _, err := ls.Add(ctx, Entry{List: Deny, Network: netip.MustParsePrefix("192.0.2.0/24")}); !errors.Is(err, ErrFull) {
+		t.Errorf("a new entry past the bound: %v, want ErrFull", err)
+	}
+
+	unbounded := New(&config.Access{}, nil, 0, nil)
+	defer unbounded.Close()
+	if _, err := unbounded.Add(ctx, Entry{List: Deny, Network: netip.MustParsePrefix("192.0.2.0/24")}); err != nil {
+		t.Errorf("the first entry of lists made without max_entries: %v", err)
+	}
+}
+
+// TestNewWithHungRedis: lists made while their Redis takes connections
+// but answers nothing are returned all the same, with the file's entries
+// alone, rather than holding up the start for ever; once Redis answers
+// again, the API's entries come into force.
+func TestNewWithHungRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisconn.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := NewRedis(c).Put(context.Background(), Entry{List: Deny, Network: netip.MustParsePrefix("198.51.100.0/24"),
+		Source: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	resumed := false
+	resume := func() {
+		if !resumed {
+			srv.Resume()
+			resumed = true
+		}
+	}
+	defer resume()
+	file := &config.Access{MaxEntries: 10, DenyPrefixes: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}}
+	made := make(chan *Lists, 1)
+	go func() { made <- New(file, NewRedis(c), 10*time.Millisecond, nil) }()
+	var ls *Lists
+	select {
+	case ls = <-made:
+	case <-time.After(30 * time.Second):
+		t.Error("New did not return within 30s of a Redis that answers nothing")
+		resume()
+		ls = <-made
+	}
+	defer ls.Close()
+	if !ls.List().Denied(netip.MustParseAddr("203.0.113.1")) {
+		t.Error("the file's entries are not in force")
+	}
+	resume()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ls.List().Denied(netip.MustParseAddr("198.51.100.1")) {
+		if time.Now().After(deadline) {
+			t.Fatal("the API's entry not in force within 30s of Redis answering again")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -23,6 +23,8 @@ type Memory struct {
 	// keys would otherwise pay a scan of every ban for each of its bans.
 	nextSweep time.Time
 	sweeps    int // sweeps of the bans made, for tests
+	// offenceSweeps counts the sweeps of the offence counters, for tests.
+	offenceSweeps int
 }
 
 // sweepEvery is how often at most a full memory backend sweeps its bans.
@@ -118,17 +120,41 @@ func (m *Memory) sweepBans(now time.Time) {
 	m.nextSweep = now.Add(sweepEvery)
 }
 
-// sweepOffences drops the counters whose window passed, and all of them
-// when that leaves them full (a flood of keys: the windows start again),
-// so that the next sweep waits for as many new keys as the bound.
+// sweepOffences drops the counters whose window passed and, when that
+// leaves less than an eighth of the bound free (a flood of keys), those
+// holding the fewest offences until an eighth is free: the counters
+// closest to a ban are kept, and the next sweep waits for an eighth of the
+// bound of new keys, so that a steady flood pays for one sweep per
+// max/8 new keys, not for one per key.
 func (m *Memory) sweepOffences(now time.Time) {
+	m.offenceSweeps++
+	const buckets = 64 // counters of buckets-1 offences or more share the last
+	var held [buckets]int
 	for k, o := range m.offences {
 		if !o.end.After(now) {
 			delete(m.offences, k)
+			continue
 		}
+		held[min(o.n, buckets-1)]++
 	}
-	if len(m.offences) >= m.max {
-		clear(m.offences)
+	excess := len(m.offences) - (m.max - max(m.max/8, 1))
+	if excess <= 0 {
+		return
+	}
+	// Drop every counter of fewer than least offences, and as many of
+	// least as make up the rest.
+	least := int64(0)
+	for ; least < buckets-1 && excess > held[least]; least++ {
+		excess -= held[least]
+	}
+	for k, o := range m.offences {
+		switch n := min(o.n, buckets-1); {
+		case n < least:
+			delete(m.offences, k)
+		case n == least && excess > 0:
+			delete(m.offences, k)
+			excess--
+		}
 	}
 }
 

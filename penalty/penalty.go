@@ -21,6 +21,11 @@ import (
 // DefaultMaxBans bounds the bans and the offence counters a backend keeps.
 const DefaultMaxBans = 100000
 
+// startRead bounds New's first read of the bans: a store that answers
+// nothing does not hold up the start, and the polling reads the bans once
+// it answers.
+const startRead = 5 * time.Second
+
 // Ban is a key in the penalty box.
 type Ban struct {
 	// Rule names the rule that banned the key.
@@ -34,6 +39,8 @@ type Ban struct {
 	Until time.Time `json:"until"`
 	// Strikes counts the bans of the key in a row (1 for a first).
 	Strikes int `json:"strikes"`
+
+	end int64 // Until on the store's clock (ms; Redis), 0 when the store has none
 }
 
 // id is a ban's identity: its rule and key.
@@ -82,8 +89,13 @@ type Box struct {
 	ver   atomic.Pointer[string]
 	seed  maphash.Seed // of the view's parts
 
-	banLog  lograte.Gate // ban lines: one a second, however many keys a flood bans
-	mu      sync.Mutex   // serialises refreshes
+	banLog lograte.Gate // ban lines: one a second, however many keys a flood bans
+	mu     sync.Mutex   // serialises refreshes; held while they read the backend
+
+	viewMu  sync.Mutex // guards the writes of the view, reading and made
+	reading bool       // a refresh is reading the backend
+	made    []Ban      // the bans this process made meanwhile, kept in what it read
+
 	bans    *prometheus.CounterVec
 	refused *prometheus.CounterVec
 
@@ -92,7 +104,9 @@ type Box struct {
 }
 
 // New returns a Box with rules; with a backend other than memory it polls
-// the bans' version until Close.
+// the bans' version until Close. It waits at most 5 seconds for the bans:
+// a box whose store did not answer starts without them and reads them at
+// its next poll.
 func New(rules []config.Ban, o Options) (*Box, error) {
 	b := &Box{be: o.Backend, log: o.Logger, now: o.Now, done: make(chan struct{})}
 	if b.be == nil {
@@ -105,6 +119,9 @@ func New(rules []config.Ban, o Options) (*Box, error) {
 		b.now = time.Now
 	}
 	_, b.local = b.be.(*Memory)
+	if c, ok := b.be.(clocked); ok {
+		c.useClock(b.now)
+	}
 	b.SetRules(rules)
 	b.seed = maphash.MakeSeed()
 	b.view.Store(newView(b.seed, nil))
@@ -121,7 +138,10 @@ func New(rules []config.Ban, o Options) (*Box, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
-	if err := b.refresh(ctx); err != nil {
+	rctx, rcancel := context.WithTimeout(ctx, startRead)
+	err := b.refresh(rctx)
+	rcancel()
+	if err != nil {
 		b.log.Warn("penalty: bans not read", "err", err)
 	}
 	if b.local {
@@ -163,6 +183,10 @@ func (b *Box) poll(ctx context.Context, every time.Duration) {
 	}, func(err error) { b.log.Warn("penalty: bans not read", "err", err) })
 }
 
+// clocked is a Backend on another clock than the process's (Redis): it
+// returns the bans' ends on the clock it is given, the Box's.
+type clocked interface{ useClock(now func() time.Time) }
+
 // changer is a Backend that can tell what changed since a version of
 // the bans (Redis): a Box then reads only that, not every ban, however
 // many a flood of keys has earned.
@@ -172,10 +196,20 @@ type changer interface {
 
 // refresh reads the bans again: what changed since the version the view
 // has, when the backend can tell and its log reaches back that far, else
-// all of them.
+// all of them. The bans this process makes while it reads are put in the
+// view at once (add) and kept in what it read, unless that holds a later
+// ban of their key.
 func (b *Box) refresh(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.viewMu.Lock()
+	b.reading = true
+	b.viewMu.Unlock()
+	defer func() {
+		b.viewMu.Lock()
+		b.reading, b.made = false, nil
+		b.viewMu.Unlock()
+	}()
 	if c, ok := b.be.(changer); ok {
 		if since := b.ver.Load(); since != nil {
 			made, gone, v, full, err := c.Changes(ctx, *since)
@@ -183,6 +217,8 @@ func (b *Box) refresh(ctx context.Context) error {
 				return err
 			}
 			if !full {
+				b.viewMu.Lock()
+				defer b.viewMu.Unlock()
 				view, now := b.view.Load(), b.now()
 				for _, k := range gone {
 					view.remove(k, now)
@@ -190,6 +226,7 @@ func (b *Box) refresh(ctx context.Context) error {
 				for _, ban := range made {
 					view.add(ban, now)
 				}
+				b.keepMade(view, now)
 				b.ver.Store(&v)
 				return nil
 			}
@@ -199,9 +236,25 @@ func (b *Box) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.view.Store(newView(b.seed, bans))
+	view := newView(b.seed, bans)
+	b.viewMu.Lock()
+	defer b.viewMu.Unlock()
+	b.keepMade(view, b.now())
+	b.view.Store(view)
 	b.ver.Store(&v)
 	return nil
+}
+
+// keepMade puts in v the bans this process made while a refresh read the
+// backend, unless v holds a later ban of their key; b.viewMu is held.
+func (b *Box) keepMade(v *view, now time.Time) {
+	for _, ban := range b.made {
+		cur, ok := v.get(id{ban.Rule, ban.Key})
+		later := !ok || cur.end != 0 && ban.end > cur.end || cur.end == 0 && ban.Until.After(cur.Until)
+		if later {
+			v.add(ban, now)
+		}
+	}
 }
 
 // keyOf returns the key a rule bans in a request, "" when it has none.
@@ -265,13 +318,16 @@ func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refus
 	}
 }
 
-// add puts a ban this process made in its view at once: it copies the
-// ban's part of the view, not the whole (bans that ended are left out of
-// the copy).
+// add puts a ban this process made in its view at once, without waiting
+// for a refresh that is reading the backend: it copies the ban's part of
+// the view, not the whole (bans that ended are left out of the copy).
 func (b *Box) add(ban Ban) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.viewMu.Lock()
+	defer b.viewMu.Unlock()
 	b.view.Load().add(ban, b.now())
+	if b.reading {
+		b.made = append(b.made, ban)
+	}
 }
 
 // List returns the bans in force, soonest end first.

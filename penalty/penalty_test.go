@@ -428,3 +428,450 @@ func TestRedisClusterBans(t *testing.T) {
 		t.Errorf("every ban read %d times, want once", n)
 	}
 }
+
+// TestMemoryOffenceFlood: a steady flood of new offending keys past the
+// bound of the counters (one key's window ending as each new one comes)
+// does not make every offence sweep all the counters under the backend's
+// lock, and a burst of new keys does not reset the counter of a key one
+// offence from its ban.
+func TestMemoryOffenceFlood(t *testing.T) {
+	var now atomic.Int64
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now.Store(start.UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	const bound = 1000
+	m := NewMemory(bound, clock)
+	r := flood
+	r.After, r.Within = 3, bound*time.Second
+	ctx := context.Background()
+	offend := func(key string) *Ban {
+		t.Helper()
+		ban, err := m.Offend(ctx, &r, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ban
+	}
+	// One new key a second: once the counters are full, the window of
+	// the oldest ends as each new key comes.
+	const keys = 3 * bound
+	for i := range keys {
+		now.Store(start.Add(time.Duration(i) * time.Second).UnixNano())
+		offend(fmt.Sprintf("ip:%d", i))
+	}
+	if len(m.offences) > bound {
+		t.Fatalf("%d counters, more than %d", len(m.offences), bound)
+	}
+	if n := m.offenceSweeps; n > (keys-bound)/(bound/8)+2 {
+		t.Errorf("%d new keys past the bound swept the counters %d times: once per key, not once per an eighth of the bound", keys-bound, n)
+	}
+
+	// A key one offence from its ban, then a burst of new keys in one
+	// instant, more than the bound: the key's counter is kept.
+	offend("ip:attacker")
+	offend("ip:attacker")
+	for i := range 2 * bound {
+		offend(fmt.Sprintf("ip:burst:%d", i))
+	}
+	if len(m.offences) > bound {
+		t.Fatalf("%d counters, more than %d", len(m.offences), bound)
+	}
+	if ban := offend("ip:attacker"); ban == nil {
+		t.Error("a burst of new keys reset the counter of a key one offence from its ban")
+	}
+}
+
+// TestRedisOffencesBounded: a flood of distinct offending keys (unknown
+// API keys, addresses of a large network) keeps at most the box's bound
+// of offence counters in Redis, however long their window, and offences
+// are still counted to a ban afterwards.
+func TestRedisOffencesBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisconn.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const bound = 100
+	be := NewRedis(c, bound)
+	r := flood
+	r.After, r.Within = 3, time.Hour
+	ctx := context.Background()
+	for i := range 10 * bound {
+		if _, err := be.Offend(ctx, &r, fmt.Sprintf("?%032x", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counters := func() int {
+		t.Helper()
+		n, cursor := 0, uint64(0)
+		for {
+			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(redisOffences+"*").Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(e.Elements)
+			if cursor = e.Cursor; cursor == 0 {
+				return n
+			}
+		}
+	}
+	if n := counters(); n > bound {
+		t.Errorf("%d offence counters in Redis after %d keys offended, more than the bound %d", n, 10*bound, bound)
+	}
+	for i := range 3 {
+		ban, err := be.Offend(ctx, &r, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (ban != nil) != (i == 2) {
+			t.Fatalf("offence %d of 3: ban %+v", i+1, ban)
+		}
+	}
+	if n := counters(); n > bound {
+		t.Errorf("%d offence counters in Redis, more than the bound %d", n, bound)
+	}
+}
+
+// TestRedisRestartBansSeen: a Redis restarted empty (no persistence, or a
+// failover to an empty server) starts the bans' version again; an
+// instance that did not look while it was low, and finds it past the
+// version it had, reads every ban again rather than the changes above
+// its old version, so it misses none of the bans made since the restart.
+func TestRedisRestartBansSeen(t *testing.T) {
+	srv := redistest.Start(t)
+	open := func() rueidis.Client {
+		c, err := redisconn.Open("redis://" + srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	r := flood
+	r.After = 1
+	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := a.be.Offend(ctx, &r, fmt.Sprintf("ip:10.0.0.%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, banned := b.Banned("ip:10.0.0.4", "", ""); !banned {
+		t.Fatal("a ban made before the restart is not seen")
+	}
+
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	const keys = 8 // more than the bans before the restart
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < keys; {
+		_, err := a.be.Offend(ctx, &r, fmt.Sprintf("ip:192.0.2.%d", i))
+		switch {
+		case err == nil:
+			i++
+		case time.Now().After(deadline):
+			t.Fatalf("no offence counted within 30s of the restart: %v", err)
+		default:
+			time.Sleep(10 * time.Millisecond) // reconnecting
+		}
+	}
+	for {
+		err := b.refresh(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bans not read within 30s of the restart: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range keys {
+		if _, _, banned := b.Banned(fmt.Sprintf("ip:192.0.2.%d", i), "", ""); !banned {
+			t.Errorf("ip:192.0.2.%d, banned after the restart, is not banned on an instance that read the bans since", i)
+		}
+	}
+}
+
+// afterRead is a client that runs then after the first read of every ban
+// (HGETALL of the bans) returns, before its caller goes on: a ban made by
+// another instance at that moment.
+type afterRead struct {
+	rueidis.Client
+	then func()
+	once sync.Once
+}
+
+func (a *afterRead) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	read := false
+	for _, c := range multi {
+		cmd := c.Commands()
+		read = read || len(cmd) == 2 && cmd[0] == "HGETALL" && cmd[1] == redisBans
+	}
+	res := a.Client.DoMulti(ctx, multi...)
+	if read {
+		a.once.Do(a.then)
+	}
+	return res
+}
+
+// TestRedisFullReadKeepsNewBan: a full read of the bans drops the entries
+// whose strikes are forgotten, but not a ban another instance made of
+// the same key just after the read: the key stays banned.
+func TestRedisFullReadKeepsNewBan(t *testing.T) {
+	srv := redistest.Start(t)
+	open := func() rueidis.Client {
+		c, err := redisconn.Open("redis://" + srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	writer := NewRedis(open(), 0)
+	ctx := context.Background()
+	brief := flood
+	brief.After, brief.Ban, brief.MaxBan = 1, time.Millisecond, time.Millisecond
+	first, err := writer.Offend(ctx, &brief, "ip:10.0.0.1")
+	if err != nil || first == nil {
+		t.Fatalf("first ban %+v: %v", first, err)
+	}
+	forgotten := first.Until.Add(brief.MaxBan + time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); !time.Now().After(forgotten); {
+		if time.Now().After(deadline) {
+			t.Fatal("the clock did not pass the first ban's forget time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	// The key offends again, for a ban of a minute, just after a full
+	// read found its old entry forgotten.
+	long := brief
+	long.Ban, long.MaxBan = time.Minute, time.Minute
+	var again *Ban
+	reader := NewRedis(&afterRead{Client: open(), then: func() {
+		if again, err = writer.Offend(ctx, &long, "ip:10.0.0.1"); err != nil || again == nil {
+			t.Errorf("second ban %+v: %v", again, err)
+		}
+	}}, 0)
+	if _, _, err := reader.Bans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if t.Failed() {
+		return
+	}
+	bans, _, err := reader.Bans(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bans) != 1 || bans[0].Key != "ip:10.0.0.1" || bans[0].Until.Sub(again.Until).Abs() > time.Second {
+		t.Errorf("the bans are %+v after a full read, want the one made during it until %v", bans, again.Until)
+	}
+}
+
+// TestNewWithHungRedis: a box made while its Redis takes connections but
+// answers nothing (stopped, or a network that drops every reply) is
+// returned all the same, without the bans, rather than holding up the
+// start for ever; once Redis answers again, it reads them.
+func TestNewWithHungRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisconn.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := flood
+	r.After = 1
+	if _, err := NewRedis(c, 0).Offend(context.Background(), &r, "ip:10.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	resumed := false
+	resume := func() {
+		if !resumed {
+			srv.Resume()
+			resumed = true
+		}
+	}
+	defer resume()
+	made := make(chan *Box, 1)
+	go func() {
+		b, err := New([]config.Ban{r}, Options{Backend: NewRedis(c, 0), Poll: 10 * time.Millisecond})
+		if err != nil {
+			t.Error(err)
+		}
+		made <- b
+	}()
+	var b *Box
+	select {
+	case b = <-made:
+	case <-time.After(30 * time.Second):
+		t.Error("New did not return within 30s of a Redis that answers nothing")
+		resume()
+		b = <-made
+	}
+	if b == nil {
+		return
+	}
+	defer b.Close()
+	resume()
+	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.0.0.1", "", ""); return banned })
+}
+
+// TestRedisBansOnServerClock: bans on Redis are made on the server's
+// clock, and an instance whose own clock is ten minutes ahead of it
+// (unsynchronised, or stepped) still holds them for their length, its own
+// and those another instance made, rather than taking them for ended.
+func TestRedisBansOnServerClock(t *testing.T) {
+	srv := redistest.Start(t)
+	open := func() rueidis.Client {
+		c, err := redisconn.Open("redis://" + srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	r := flood
+	r.After = 1
+	const skew = 10 * time.Minute
+	ahead := func() time.Time { return time.Now().Add(skew) }
+	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: 10 * time.Millisecond, Now: ahead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	near := func(until time.Time) bool {
+		left := until.Sub(ahead())
+		return left > r.Ban-20*time.Second && left <= r.Ban
+	}
+
+	b.Outcome(ctx, "ip:10.0.0.1", "", "", true, 429)
+	if _, until, banned := b.Banned("ip:10.0.0.1", "", ""); !banned || !near(until) {
+		t.Errorf("the instance ahead does not hold its own ban of %v: banned %v, %v left on its clock", r.Ban, banned, until.Sub(ahead()))
+	}
+	a.Outcome(ctx, "ip:10.0.0.2", "", "", true, 429)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, until, banned := b.Banned("ip:10.0.0.2", "", "")
+		if banned && near(until) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the instance ahead does not hold another's ban of %v: banned %v, %v left on its clock", r.Ban, banned, until.Sub(ahead()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	list, err := b.List(ctx)
+	if err != nil || len(list) != 2 {
+		t.Errorf("the instance ahead lists %+v (%v), want both bans", list, err)
+	}
+}
+
+// heldRead is a client whose reads of every ban (HGETALL of the bans)
+// wait until release is closed once held is set: a Redis slow to answer
+// a large read.
+type heldRead struct {
+	rueidis.Client
+	held    atomic.Bool
+	reading chan struct{} // gets a value when a held read starts
+	release chan struct{}
+}
+
+func (h *heldRead) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	for _, c := range multi {
+		if cmd := c.Commands(); h.held.Load() && len(cmd) == 2 && cmd[0] == "HGETALL" && cmd[1] == redisBans {
+			select {
+			case h.reading <- struct{}{}:
+			default:
+			}
+			<-h.release
+		}
+	}
+	return h.Client.DoMulti(ctx, multi...)
+}
+
+// TestBanNotHeldByRead: a ban made while the box is reading the bans from
+// a Redis slow to answer (a lift's read, or a poll's) is in force at once,
+// without waiting for the read: the offence's caller is not held past its
+// own call to Redis, and the ban is not lost when the read ends.
+func TestBanNotHeldByRead(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisconn.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	slow := &heldRead{Client: c, reading: make(chan struct{}, 1), release: make(chan struct{})}
+	r := flood
+	r.After = 1
+	box, err := New([]config.Ban{r}, Options{Backend: NewRedis(slow, 0), Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	ctx := context.Background()
+	box.Outcome(ctx, "ip:10.0.0.1", "", "", true, 429)
+
+	// The version moved without the log (an instance of an earlier
+	// version lifted a ban): the lift's refresh reads every ban, slowly.
+	if err := c.Do(ctx, c.B().Incr().Key(redisVersion).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	slow.held.Store(true)
+	lifted := make(chan error, 1)
+	go func() { lifted <- box.Lift(ctx, "flood", "ip:10.0.0.1") }()
+	<-slow.reading
+	released := false
+	release := func() {
+		if !released {
+			close(slow.release)
+			released = true
+		}
+	}
+	defer release()
+
+	done := make(chan struct{})
+	go func() {
+		box.Outcome(ctx, "ip:10.0.0.2", "", "", true, 429)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Error("an offence that made a ban was held for 30s by a read of the bans")
+	}
+	if _, _, banned := box.Banned("ip:10.0.0.2", "", ""); !banned {
+		t.Error("a ban made during a read of the bans is not in force")
+	}
+	release()
+	<-done
+	if err := <-lifted; err != nil {
+		t.Fatal(err)
+	}
+	if _, _, banned := box.Banned("ip:10.0.0.2", "", ""); !banned {
+		t.Error("a ban made during a read of the bans is lost when the read ends")
+	}
+	if _, _, banned := box.Banned("ip:10.0.0.1", "", ""); banned {
+		t.Error("a lifted ban is in force")
+	}
+}

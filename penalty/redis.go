@@ -19,9 +19,16 @@ import (
 // fields that changed (a sorted set scored by the version that changed
 // them, its oldest trimmed past changeLog entries, the highest version
 // trimmed kept), so that an instance reads what changed since the version
-// it has rather than every ban, and the bans by the time their strikes
-// are forgotten, so that each new ban drops a few forgotten ones. The
-// console's prefix keeps them in one Cluster slot.
+// it has rather than every ban, the bans by the time their strikes are
+// forgotten, so that each new ban drops a few forgotten ones, the
+// counters by the end of their window, so that there are never more of
+// them than the most bans: a new counter past the bound drops the one
+// whose window ends first, and the epoch of the version: the server's
+// time when the first change was logged, which goes with the data (a
+// Redis restarted empty, flushed, or an empty server in its place), so
+// that a version counted again from zero is not taken for the one an
+// instance has read. The console's prefix keeps them in one Cluster
+// slot.
 const (
 	redisBans     = redisconn.Prefix + "penalty:bans"
 	redisVersion  = redisconn.Prefix + "penalty:version"
@@ -29,6 +36,8 @@ const (
 	redisChanges  = redisconn.Prefix + "penalty:changes"
 	redisTrimmed  = redisconn.Prefix + "penalty:changes:trimmed"
 	redisForget   = redisconn.Prefix + "penalty:forget"
+	redisCounters = redisconn.Prefix + "penalty:counters"
+	redisEpoch    = redisconn.Prefix + "penalty:epoch"
 )
 
 // changeLog is how many changed fields the log keeps: an instance whose
@@ -37,8 +46,13 @@ const changeLog = 10000
 
 // logChange is the Lua that records a change of field f (a local) at a
 // new version of the bans and trims the log (KEYS[3] the version,
-// KEYS[4] the log, KEYS[5] the highest version trimmed).
+// KEYS[4] the log, KEYS[5] the highest version trimmed, KEYS[7] the
+// version's epoch, set here when there is none).
 var logChange = strings.ReplaceAll(`
+if redis.call('EXISTS', KEYS[7]) == 0 then
+  local e = redis.call('TIME')
+  redis.call('SET', KEYS[7], e[1] .. string.format('%06d', tonumber(e[2])))
+end
 local v = redis.call('INCR', KEYS[3])
 redis.call('ZADD', KEYS[4], v, f)
 local n = redis.call('ZCARD', KEYS[4])
@@ -51,11 +65,14 @@ end
 
 // offendScript counts an offence and bans the key at the rule's After-th,
 // on the server's clock. KEYS: the counter, the bans, the version, the
-// change log, its highest trimmed version, the bans by forget time. ARGV:
-// the field, after, within, ban, max_ban (ms), growth, the most bans. It
-// returns {0} (counted), {1, until, strikes} (banned), or {2} (banned
-// already, or the box is full). A ban first drops up to 100 bans whose
-// strikes are forgotten.
+// change log, its highest trimmed version, the bans by forget time, the
+// version's epoch, the counters by the end of their window. ARGV: the
+// field, after, within, ban, max_ban (ms), growth, the most bans (and
+// counters), the counters' prefix. It returns {0} (counted), {1, until,
+// strikes, now} (banned), or {2} (banned already, or the box is full). A new
+// counter first drops the counters whose window ended and, past the
+// bound, those whose window ends first; a ban first drops up to 100 bans
+// whose strikes are forgotten.
 var offendScript = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -68,9 +85,23 @@ if prev then
   if tonumber(fg) > now then strikes = tonumber(s) end
 end
 local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-if n < tonumber(ARGV[2]) then return {0} end
+if n < tonumber(ARGV[2]) then
+  if n == 1 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
+    local over = redis.call('ZCARD', KEYS[8]) - tonumber(ARGV[7]) + 1
+    if over > 0 then
+      for _, g in ipairs(redis.call('ZRANGE', KEYS[8], 0, over - 1)) do
+        redis.call('DEL', ARGV[8] .. g)
+      end
+      redis.call('ZREMRANGEBYRANK', KEYS[8], 0, over - 1)
+    end
+    redis.call('ZADD', KEYS[8], now + tonumber(ARGV[3]), f)
+  end
+  return {0}
+end
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[8], f)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)
 if #gone > 0 then
   redis.call('HDEL', KEYS[2], unpack(gone))
@@ -88,37 +119,46 @@ local untl = now + d
 redis.call('HSET', KEYS[2], f, string.format('%d %d %d', untl, strikes + 1, untl + maxd))
 redis.call('ZADD', KEYS[6], untl + maxd, f)
 ` + logChange + `
-return {1, untl, strikes + 1}
+return {1, untl, strikes + 1, now}
 `)
 
 // liftScript ends a ban and forgets its strikes. KEYS: unused, the bans,
 // the version, the change log, its highest trimmed version, the bans by
-// forget time. ARGV: the field. It returns the ban's value, or nil.
+// forget time, the version's epoch. ARGV: the field. It returns {the
+// ban's value or false, the server's time (ms)}.
 var liftScript = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local f = ARGV[1]
 local prev = redis.call('HGET', KEYS[2], f)
 redis.call('HDEL', KEYS[2], f)
 redis.call('ZREM', KEYS[6], f)
 ` + logChange + `
-return prev
+return {prev, now}
 `)
 
-// changesScript reads what changed since version ARGV[1]. KEYS: the
-// version, the change log, its highest trimmed version, the bans. It
-// returns {version, 1} when the log cannot tell every change since that
-// version, else {version, 0, field, value or false, ...}. The log cannot
-// tell when it does not reach back that far, when the version went back
-// (a Redis emptied), and when it holds fewer changes than the version
-// moved: a change made without it (an instance of an earlier version
-// during a rolling upgrade), or a field changed twice since (its entry
-// moved to the later version), which a full read covers too.
+// changesScript reads what changed since version ARGV[1] of epoch
+// ARGV[2]. KEYS: the version, the change log, its highest trimmed
+// version, the bans, the version's epoch. It returns {version, 1, epoch,
+// now} when the log cannot tell every change since that version, else
+// {version, 0, epoch, now, field, value or false, ...}, now the server's
+// time (ms). The log cannot tell when it does not reach back that far,
+// when the epoch is another (a Redis emptied, whose version may have gone
+// back and past the one asked for since), when the version went back, and
+// when it holds fewer changes than the version moved: a change made
+// without it (an instance of an earlier version during a rolling
+// upgrade), or a field changed twice since (its entry moved to the later
+// version), which a full read covers too.
 var changesScript = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+local e = redis.call('GET', KEYS[5]) or ''
 local since = tonumber(ARGV[1])
 local trimmed = tonumber(redis.call('GET', KEYS[3]) or '0')
-if since > v or trimmed > since then return {v, 1} end
-if redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], v) < v - since then return {v, 1} end
-local out = {v, 0}
+if e ~= ARGV[2] or since > v or trimmed > since then return {v, 1, e, now} end
+if redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], v) < v - since then return {v, 1, e, now} end
+local out = {v, 0, e, now}
 for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf')) do
   out[#out + 1] = f
   out[#out + 1] = redis.call('HGET', KEYS[4], f)
@@ -126,19 +166,66 @@ end
 return out
 `)
 
-// Redis keeps offences and bans in Redis, shared by every instance.
+// dropScript drops the bans of fields ARGV whose strikes are forgotten,
+// or whose value is not a ban, as the server's clock and the bans are
+// now: a field banned again since it was read is kept. KEYS: the bans, the
+// bans by forget time. It returns how many it dropped.
+var dropScript = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = 0
+for _, f in ipairs(ARGV) do
+  local val = redis.call('HGET', KEYS[1], f)
+  if val then
+    local fg = string.match(val, '^%d+ %d+ (%d+)$')
+    if not fg or tonumber(fg) < now then
+      redis.call('HDEL', KEYS[1], f)
+      redis.call('ZREM', KEYS[2], f)
+      n = n + 1
+    end
+  end
+end
+return n
+`)
+
+// timeScript returns the server's time (ms). KEYS: the bans, so that it
+// runs where they are (their Cluster slot's primary).
+const timeScript = `
+local t = redis.call('TIME')
+return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// dropBatch is how many fields one call of dropScript looks at, so that a
+// full read finding many forgotten bans does not hold Redis for long.
+const dropBatch = 1000
+
+// Redis keeps offences and bans in Redis, shared by every instance. The
+// bans are made on the server's clock; it returns their ends on the local
+// clock (the Box's), as far from the local time the server's answer came
+// at as they are from the server's time, so that an instance whose clock
+// is not the server's still holds a ban for its length.
 type Redis struct {
-	c   rueidis.Client
-	max int
+	c     rueidis.Client
+	max   int
+	clock func() time.Time // the local clock
 }
 
 // NewRedis keeps the penalty box in the Redis c talks to, with at most
-// max bans (0: DefaultMaxBans).
+// max bans and as many offence counters (0: DefaultMaxBans).
 func NewRedis(c rueidis.Client, max int) *Redis {
 	if max <= 0 {
 		max = DefaultMaxBans
 	}
-	return &Redis{c: c, max: max}
+	return &Redis{c: c, max: max, clock: time.Now}
+}
+
+// useClock makes now the local clock (a Box's).
+func (b *Redis) useClock(now func() time.Time) { b.clock = now }
+
+// local returns the instant on the local clock of a server's instant
+// (ms), given the server's time (ms) when the local clock read at.
+func local(ms, serverNow int64, at time.Time) time.Time {
+	return at.Add(time.Duration(ms-serverNow) * time.Millisecond)
 }
 
 func field(rule, key string) string { return rule + "|" + key }
@@ -147,31 +234,46 @@ func field(rule, key string) string { return rule + "|" + key }
 func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, error) {
 	f := field(r.Name, key)
 	ms := func(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
-	res, err := offendScript.Exec(ctx, b.c, []string{redisOffences + f, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget},
+	res, err := offendScript.Exec(ctx, b.c,
+		[]string{redisOffences + f, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch, redisCounters},
 		[]string{f, strconv.FormatInt(r.After, 10), ms(r.Within), ms(r.Ban), ms(r.MaxBan), strconv.FormatInt(r.Growth, 10),
-			strconv.Itoa(b.max)}).AsIntSlice()
+			strconv.Itoa(b.max), redisOffences}).AsIntSlice()
 	if err != nil {
 		return nil, fmt.Errorf("penalty: redis: %w", err)
 	}
-	if len(res) < 3 || res[0] != 1 {
+	if len(res) < 4 || res[0] != 1 {
 		return nil, nil
 	}
-	return &Ban{Rule: r.Name, Key: key, Kind: r.Key, Until: time.UnixMilli(res[1]), Strikes: int(res[2])}, nil
+	return &Ban{Rule: r.Name, Key: key, Kind: r.Key, Until: local(res[1], res[3], b.clock()), Strikes: int(res[2]),
+		end: res[1]}, nil
 }
 
-// Bans returns the bans in force, by the local clock; entries whose
-// strikes are forgotten are removed.
+// Bans returns the bans in force and their version; entries whose
+// strikes are forgotten are removed, and the version's epoch is set when
+// there is none.
 func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
-	res := b.c.DoMulti(ctx, b.c.B().Get().Key(redisVersion).Build(), b.c.B().Hgetall().Key(redisBans).Build())
-	v, err := res[0].ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return nil, "", fmt.Errorf("penalty: redis: %w", err)
+	// The epoch is set here when there is none yet, so that the version
+	// read now stays the one of the bans' first change.
+	epoch := strconv.FormatInt(time.Now().UnixMicro(), 10)
+	res := b.c.DoMulti(ctx, b.c.B().Set().Key(redisEpoch).Value(epoch).Nx().Build(),
+		b.c.B().Mget().Key(redisEpoch, redisVersion).Build(), b.c.B().Hgetall().Key(redisBans).Build(),
+		b.c.B().Eval().Script(timeScript).Numkeys(1).Key(redisBans).Build())
+	at := b.clock()
+	if err := res[0].Error(); err != nil && !rueidis.IsRedisNil(err) {
+		return nil, "", fmt.Errorf("penalty: redis: epoch: %w", err)
 	}
-	m, err := res[1].AsStrMap()
+	v, err := stampOf(res[1])
+	if err != nil {
+		return nil, "", err
+	}
+	m, err := res[2].AsStrMap()
 	if err != nil {
 		return nil, "", fmt.Errorf("penalty: redis: %w", err)
 	}
-	now := time.Now()
+	now, err := res[3].AsInt64()
+	if err != nil {
+		return nil, "", fmt.Errorf("penalty: redis: time: %w", err)
+	}
 	var out []Ban
 	var stale []string
 	for f, val := range m {
@@ -181,64 +283,114 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 			stale = append(stale, f)
 			continue
 		}
-		if forget < now.UnixMilli() {
+		if forget < now {
 			stale = append(stale, f)
 			continue
 		}
-		if until > now.UnixMilli() {
-			out = append(out, Ban{Rule: rule, Key: key, Until: time.UnixMilli(until), Strikes: int(strikes)})
+		if until > now {
+			out = append(out, Ban{Rule: rule, Key: key, Until: local(until, now, at), Strikes: int(strikes), end: until})
 		}
 	}
-	if len(stale) > 0 {
-		b.c.DoMulti(ctx, b.c.B().Hdel().Key(redisBans).Field(stale...).Build(),
-			b.c.B().Zrem().Key(redisForget).Member(stale...).Build())
+	for len(stale) > 0 {
+		n := min(len(stale), dropBatch)
+		if err := dropScript.Exec(ctx, b.c, []string{redisBans, redisForget}, stale[:n]).Error(); err != nil {
+			break // dropped by a later read, or by the next bans made
+		}
+		stale = stale[n:]
 	}
 	return out, v, nil
 }
 
-// Version returns the bans' version.
+// Version returns the bans' version: its epoch and its count.
 func (b *Redis) Version(ctx context.Context) (string, error) {
-	v, err := redisconn.Version(ctx, b.c, redisVersion)
+	return stampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion).Build()))
+}
+
+// stampOf reads the reply to MGET of the epoch and the version as the
+// bans' version, "EPOCH:COUNT" (COUNT 0 when there is none yet).
+func stampOf(res rueidis.RedisResult) (string, error) {
+	vs, err := res.ToArray()
 	if err != nil {
-		return "", fmt.Errorf("penalty: redis: %w", err)
+		return "", fmt.Errorf("penalty: redis: version: %w", err)
 	}
-	return v, nil
+	if len(vs) != 2 {
+		return "", fmt.Errorf("penalty: redis: version: %d values, want 2", len(vs))
+	}
+	var parts [2]string
+	for i, v := range vs {
+		s, err := v.ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return "", fmt.Errorf("penalty: redis: version: %w", err)
+		}
+		parts[i] = s
+	}
+	return stamp(parts[0], parts[1]), nil
+}
+
+// stamp is the bans' version of a count in an epoch.
+func stamp(epoch, count string) string {
+	if count == "" {
+		count = "0"
+	}
+	return epoch + ":" + count
 }
 
 // Lift ends a ban and forgets its strikes, for every instance.
 func (b *Redis) Lift(ctx context.Context, rule, key string) (bool, error) {
-	val, err := liftScript.Exec(ctx, b.c, []string{redisOffences, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget},
-		[]string{field(rule, key)}).ToString()
-	if rueidis.IsRedisNil(err) {
-		return false, nil
-	}
+	res, err := liftScript.Exec(ctx, b.c, []string{redisOffences, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch},
+		[]string{field(rule, key)}).ToArray()
 	if err != nil {
 		return false, fmt.Errorf("penalty: redis: %w", err)
 	}
+	if len(res) != 2 {
+		return false, fmt.Errorf("penalty: redis: lift: %d values, want 2", len(res))
+	}
+	now, err := res[1].AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("penalty: redis: lift: %w", err)
+	}
+	val, err := res[0].ToString()
+	if err != nil { // there was none
+		return false, nil
+	}
 	until, _, _, ok := parseBan(val)
-	return ok && until > time.Now().UnixMilli(), nil
+	return ok && until > now, nil
 }
 
 // Changes returns what changed since the version since: the bans made
 // (ended ones included) and the ones gone (lifted). full says that the log
 // no longer reaches back that far: every ban must be read again (Bans).
 func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []id, version string, full bool, err error) {
-	if since == "" {
-		since = "0"
+	epoch, count, _ := strings.Cut(since, ":")
+	if count == "" {
+		count = "0"
 	}
-	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisChanges, redisTrimmed, redisBans}, []string{since}).ToArray()
-	if err != nil || len(res) < 2 {
-		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w (%d values)", err, len(res))
+	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisChanges, redisTrimmed, redisBans, redisEpoch},
+		[]string{count, epoch}).ToArray()
+	at := b.clock()
+	if err != nil {
+		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
+	}
+	if len(res) < 4 {
+		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %d values, want 4 or more", len(res))
+	}
+	now, err := res[3].AsInt64()
+	if err != nil {
+		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
 	}
 	v, err := res[0].AsInt64()
 	if err != nil {
 		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
 	}
-	version = strconv.FormatInt(v, 10)
+	e, err := res[2].ToString()
+	if err != nil {
+		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
+	}
+	version = stamp(e, strconv.FormatInt(v, 10))
 	if f, _ := res[1].AsInt64(); f == 1 {
 		return nil, nil, version, true, nil
 	}
-	for i := 2; i+1 < len(res); i += 2 {
+	for i := 4; i+1 < len(res); i += 2 {
 		f, err := res[i].ToString()
 		if err != nil {
 			return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
@@ -254,7 +406,7 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 			gone = append(gone, id{rule, key})
 			continue
 		}
-		made = append(made, Ban{Rule: rule, Key: key, Until: time.UnixMilli(until), Strikes: int(strikes)})
+		made = append(made, Ban{Rule: rule, Key: key, Until: local(until, now, at), Strikes: int(strikes), end: until})
 	}
 	return made, gone, version, false, nil
 }

@@ -14,7 +14,7 @@ const viewShards = 8192
 // view is the bans as a Box last read them, for Banned: reads take no
 // lock and write nothing. Each part is an immutable map, replaced whole
 // (copy on write) when a ban is added to it; the writers (add, and a
-// refresh that builds a new view) hold Box.mu.
+// refresh that builds a new view) hold Box.viewMu.
 type view struct {
 	seed  maphash.Seed
 	parts [viewShards]atomic.Pointer[map[id]Ban]
@@ -59,17 +59,18 @@ func (v *view) get(k id) (Ban, bool) {
 
 // add puts ban in its part, dropping the bans of that part that ended
 // before now; a ban the part holds already (one this process made, read
-// back from the store) copies nothing. The caller holds Box.mu.
+// back from the store) copies nothing. The caller holds Box.viewMu.
 func (v *view) add(ban Ban, now time.Time) {
 	k := id{ban.Rule, ban.Key}
-	if b, ok := v.get(k); ok && b.Until.Equal(ban.Until) && b.Strikes == ban.Strikes {
+	if b, ok := v.get(k); ok && b.Strikes == ban.Strikes &&
+		(b.end != 0 && b.end == ban.end || b.end == 0 && b.Until.Equal(ban.Until)) {
 		return
 	}
 	v.replace(k, &ban, now)
 }
 
 // remove takes the ban of k out of its part, dropping the bans of that
-// part that ended before now. The caller holds Box.mu.
+// part that ended before now. The caller holds Box.viewMu.
 func (v *view) remove(k id, now time.Time) {
 	if _, ok := v.get(k); ok {
 		v.replace(k, nil, now)
