@@ -28,6 +28,11 @@ type Decision struct {
 // exceeds the limit's capacity); waiting does not help.
 var ErrNeverFits = errors.New("client: cost exceeds the limit's capacity and can never pass")
 
+// ErrInvalidHit reports a hit that cannot be sent as it is: its limit
+// name or key is not valid UTF-8, which JSON would carry with U+FFFD in
+// place of each bad byte, so that distinct keys would share a counter.
+var ErrInvalidHit = errors.New("client: invalid hit")
+
 // ErrStatus reports an answer the client could not use (a 4xx or 5xx other
 // than the decision itself). Use errors.As with *StatusError for details.
 var ErrStatus = errors.New("client: unexpected answer")

@@ -40,13 +40,20 @@ type answerFields struct {
 // digits, far past any useful wait; a year keeps the arithmetic safe.
 const maxFieldSeconds = 365 * 24 * 3600
 
+// maxFieldBytes bounds the RateLimit and RateLimit-Policy fields read: a
+// longer field is ignored as a whole, so that a server cannot make the
+// client spend unbounded time and memory parsing it. Sixteen policies
+// with long names take far less.
+const maxFieldBytes = 8 << 10
+
 // parseQuotas reads the RateLimit and RateLimit-Policy fields
 // (draft-ietf-httpapi-ratelimit-headers, RFC 9651 Lists of Items), each
-// given as its field lines. A malformed field is ignored as a whole, as
-// the draft asks; so is an item without a String name or without a
-// non-negative Integer r. At most max items are kept.
+// given as its field lines. A malformed field, or one longer than
+// maxFieldBytes, is ignored as a whole, as the draft asks for a malformed
+// one; so is an item without a String name or without a non-negative
+// Integer r. At most max items are kept.
 func parseQuotas(rateLimit, policy []string, max int) []quotaField {
-	if len(rateLimit) == 0 {
+	if len(rateLimit) == 0 || fieldLen(rateLimit) > maxFieldBytes {
 		return nil
 	}
 	items, err := sfv.ParseList(strings.Join(rateLimit, ", "))
@@ -54,7 +61,7 @@ func parseQuotas(rateLimit, policy []string, max int) []quotaField {
 		return nil
 	}
 	var pols []sfv.Item
-	if len(policy) > 0 {
+	if len(policy) > 0 && fieldLen(policy) <= maxFieldBytes {
 		pols, _ = sfv.ParseList(strings.Join(policy, ", ")) // malformed: no quotas known
 	}
 	var out []quotaField
@@ -90,4 +97,13 @@ func parseQuotas(rateLimit, policy []string, max int) []quotaField {
 		}
 	}
 	return out
+}
+
+// fieldLen returns the length of a field's lines joined with ", ".
+func fieldLen(lines []string) int {
+	n := 2 * (len(lines) - 1)
+	for _, l := range lines {
+		n += len(l)
+	}
+	return n
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Hit is one limit applied to one key, as the HTTP check API takes it.
@@ -84,6 +85,9 @@ func (c *HTTP) do(ctx context.Context, path string, hits []Hit) (Decision, error
 	if len(hits) == 0 {
 		return Decision{}, fmt.Errorf("client: check: no hits")
 	}
+	if err := validHits(hits); err != nil {
+		return Decision{}, fmt.Errorf("client: check: %w", err)
+	}
 	body, err := json.Marshal(struct {
 		Hits []Hit `json:"hits"`
 	}{hits})
@@ -122,6 +126,21 @@ func (c *HTTP) do(ctx context.Context, path string, hits []Hit) (Decision, error
 		return Decision{Binding: a.Binding}, errNeverFits(a.Error)
 	}
 	return Decision{}, &StatusError{Code: resp.StatusCode, Message: a.Error}
+}
+
+// validHits returns an error wrapping ErrInvalidHit for the first hit
+// whose limit name or key is not valid UTF-8.
+func validHits(hits []Hit) error {
+	for i := range hits {
+		h := &hits[i]
+		switch {
+		case !utf8.ValidString(h.Limit):
+			return fmt.Errorf("%w: hit %d: limit %q is not valid UTF-8", ErrInvalidHit, i, h.Limit)
+		case !utf8.ValidString(h.Key):
+			return fmt.Errorf("%w: hit %d: key %q is not valid UTF-8", ErrInvalidHit, i, h.Key)
+		}
+	}
+	return nil
 }
 
 // seconds turns a JSON number of seconds into a Duration, clamping

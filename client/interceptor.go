@@ -105,7 +105,7 @@ func (ri *RetryInterceptor) Unary(ctx context.Context, method string, req, reply
 		if err == nil || !a.refused || !a.hasRetry || attempt >= attempts || a.retryAfter > maxRA {
 			return err
 		}
-		wait := a.retryAfter + jitter(a.retryAfter, ri.Jitter)
+		wait := addSat(a.retryAfter, jitter(a.retryAfter, ri.Jitter))
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return err
 		}
@@ -192,8 +192,12 @@ func (ri *RetryInterceptor) after(tk *ticket, a *answerFields, err error) {
 	if tk != nil {
 		tk.finish(time.Now(), a)
 	}
-	if ri.Throttle != nil && grpcAccepted(err) {
-		ri.Throttle.Accepted(time.Now())
+	if ri.Throttle != nil {
+		if grpcAccepted(err) {
+			ri.Throttle.Accepted(time.Now())
+		} else {
+			ri.Throttle.Refused(time.Now())
+		}
 	}
 }
 

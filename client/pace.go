@@ -39,13 +39,15 @@ type PacerOptions struct {
 //
 // For each policy, a request goes while the remaining units of the
 // answers exceed the requests in flight; it waits for answers in flight
-// when those may take the last units, and until the reset (t, or a
-// longer Retry-After) when the server said none remain. Answers may come
-// back in any order, so until the reset the lowest remaining count wins.
-// After the reset the Pacer assumes one unit, plus what the policy's
-// quota (q over w) refills since then, until an answer says how many.
-// Because t is in whole seconds, a token bucket whose rate a second
-// exceeds its burst is paced to about its burst a second.
+// when those may take the last units (or until the policy's quota
+// refills a unit, when that comes first), and until the reset (t, or the
+// Retry-After of a refusal, which wins over t) when the server said none
+// remain. Answers may come back in any order, so until the reset the
+// lowest remaining count wins. After the reset the Pacer assumes one
+// unit, plus what the policy's quota (q over w) refills since then, until
+// an answer says how many. Because t is in whole seconds, a token bucket
+// whose rate a second exceeds its burst is paced to about its burst a
+// second.
 //
 // A policy holds back the kinds of requests (method and path, or gRPC
 // method; up to 64 a key) whose answers named it, and kinds not answered
@@ -236,6 +238,9 @@ type verdict struct {
 	policy string
 	// answers reports that the request waits for answers in flight.
 	answers bool
+	// recheck, when not zero, is when a policy the request waits on
+	// refills a unit, so that it may go without those answers.
+	recheck time.Time
 }
 
 func (v verdict) ok() bool { return v.until.IsZero() && !v.answers }
@@ -259,6 +264,22 @@ func (pp *pacePolicy) avail(now time.Time) int64 {
 		a = min(top, a+int64(float64(pp.q)*float64(since)/float64(pp.w)))
 	}
 	return a
+}
+
+// minRefillStep bounds how often a request held for answers in flight
+// looks again for a refilled unit.
+const minRefillStep = time.Millisecond
+
+// refills returns the first instant after now at which avail may grow by
+// a unit, by the policy's quota (q over w) refilling after the reset;
+// zero when it does not grow with time.
+func (pp *pacePolicy) refills(now time.Time) time.Time {
+	if pp.resetAt.IsZero() || pp.q <= 0 || pp.w <= 0 || pp.avail(now) >= max(pp.q, pp.r, 1) {
+		return time.Time{}
+	}
+	step := max(pp.w/time.Duration(pp.q), minRefillStep)
+	since := max(now.Sub(pp.resetAt), 0)
+	return pp.resetAt.Add((since/step + 1) * step)
 }
 
 // classIndex returns the index of a kind of request, -1 when unknown.
@@ -323,6 +344,9 @@ func (k *paceKey) decide(now time.Time, class uint64) verdict {
 		}
 		if a <= int64(len(k.inflight)) && a-k.pending(pp) <= 0 {
 			v.answers = true
+			if at := pp.refills(now); !at.IsZero() && (v.recheck.IsZero() || at.Before(v.recheck)) {
+				v.recheck = at
+			}
 		}
 	}
 	return v
@@ -391,11 +415,9 @@ func (k *paceKey) apply(now time.Time, seq, class, since uint64, a *answerFields
 		if f.r <= 0 {
 			exhausted = true
 			if a.refused && a.hasRetry {
-				// Retry-After wins over t.
-				pp.r = min(pp.r, 0)
-				if ra := now.Add(a.retryAfter); ra.After(pp.resetAt) {
-					pp.resetAt = ra
-				}
+				// Retry-After wins over t, sooner or later: the draft
+				// gives it precedence.
+				pp.r, pp.resetAt = min(pp.r, 0), now.Add(a.retryAfter)
 			}
 		}
 	}
@@ -563,6 +585,15 @@ func (p *Pacer) acquire(ctx context.Context, key string, class uint64) (*ticket,
 				timer = time.NewTimer(wait)
 			} else {
 				timer.Reset(wait)
+			}
+			alarm = timer.C
+		} else if !v.recheck.IsZero() {
+			// Held for answers in flight, which the quota may make
+			// needless before they come.
+			if timer == nil {
+				timer = time.NewTimer(v.recheck.Sub(now))
+			} else {
+				timer.Reset(v.recheck.Sub(now))
 			}
 			alarm = timer.C
 		}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -185,4 +189,174 @@ func TestRetryTransportWaitsForRetryAfterThroughThePacer(t *testing.T) {
 			t.Fatalf("requests at %v, want the second 2s after the first", times)
 		}
 	})
+}
+
+// hugeField returns a RateLimit item of the policy name used up for a
+// minute, followed by distinct parameters up to about n bytes: a valid
+// field that a parser keeping parameters unique spends time on in the
+// square of its length.
+func hugeField(name string, n int) string {
+	var b strings.Builder
+	b.WriteString(`"` + name + `";r=0;t=60`)
+	for i := 0; b.Len() < n; i++ {
+		b.WriteString(";k")
+		b.WriteString(strconv.FormatInt(int64(i), 36))
+	}
+	return b.String()
+}
+
+// TestRetryTransportIgnoresHugeRateLimitFields: a server that answers
+// with RateLimit and RateLimit-Policy fields of megabytes (a valid List
+// whose item has half a million distinct parameters) costs the client
+// no more than an ordinary answer: the fields are ignored as a whole,
+// and the request after them is not held back. An ordinary field from
+// the same server is still read.
+func TestRetryTransportIgnoresHugeRateLimitFields(t *testing.T) {
+	t.Parallel()
+	huge := hugeField("api", 2<<20)
+	var ordinary atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ordinary.Load() {
+			w.Header().Set("RateLimit", `"api";r=0;t=60`)
+		} else {
+			w.Header().Set("RateLimit", huge)
+			w.Header().Set("RateLimit-Policy", hugeField("api", 2<<20))
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer ts.Close()
+	rt := &RetryTransport{Pacer: NewPacer(PacerOptions{})}
+	c := &http.Client{Transport: rt}
+	get := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/items", nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- get() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("answer with huge fields: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("an answer with a 2 MiB RateLimit field still had the client busy after 30s")
+	}
+	if err := get(); err != nil {
+		t.Fatalf("the request after huge fields: %v, want it sent (the fields ignored)", err)
+	}
+	ordinary.Store(true)
+	if err := get(); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(); !errors.Is(err, ErrHeldBack) {
+		t.Fatalf("after an ordinary r=0 for a minute: %v, want the request held back", err)
+	}
+}
+
+// TestPacerRefillFreesRequestsHeldForAnswers: while a slow request is in
+// flight, a request held because the last unit may be taken by it goes
+// as soon as the reset and the policy's refill (q over w) give a unit
+// more, without waiting for the slow answer.
+func TestPacerRefillFreesRequestsHeldForAnswers(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		w.Header().Set("RateLimit-Policy", `"api";q=10;w=10`)
+		w.Header().Set("RateLimit", `"api";r=1;t=1`)
+		io.WriteString(w, "ok")
+	}))
+	defer ts.Close()
+	defer free()
+	rt := &RetryTransport{Pacer: NewPacer(PacerOptions{})}
+	c := &http.Client{Transport: rt}
+	get := func(ctx context.Context, path string) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+path, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := get(ctx, "/items"); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() { slow <- get(ctx, "/slow") }()
+	// Wait until the slow request is in flight.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		rt.Pacer.mu.Lock()
+		n := len(rt.Pacer.keys[ts.Listener.Addr().String()].inflight)
+		rt.Pacer.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow request never went")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ictx, icancel := context.WithTimeout(ctx, 20*time.Second)
+	defer icancel()
+	if err := get(ictx, "/items"); err != nil {
+		t.Fatalf("a request after the reset, with the slow one in flight: %v, want it sent once the quota refilled", err)
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("the slow request ended first (%v): the test proves nothing", err)
+	default:
+	}
+	free()
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPacerRetryAfterWinsOverALongerT: a 429 whose used-up policy says
+// t=30 and whose Retry-After says 1 asks the client to come back in a
+// second, as the draft gives Retry-After precedence: the transport's
+// retry after that second is sent (not held back for 30s) and passes.
+func TestPacerRetryAfterWinsOverALongerT(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.Header().Set("RateLimit", `"api";r=0;t=30`)
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.Header().Set("RateLimit", `"api";r=5;t=30`)
+		io.WriteString(w, "ok")
+	}))
+	defer ts.Close()
+	rt := &RetryTransport{Pacer: NewPacer(PacerOptions{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL, nil)
+	resp, err := (&http.Client{Transport: rt}).Do(req)
+	if err != nil {
+		t.Fatalf("%v, want the retry a second later to pass", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || n.Load() != 2 {
+		t.Fatalf("status %d after %d requests, want 200 after 2", resp.StatusCode, n.Load())
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -59,8 +60,18 @@ func TestParseQuotas(t *testing.T) {
 			t.Errorf("parseQuotas(%q, %q) = %+v, want %+v", c.rl, c.pol, got, c.want)
 		}
 	}
+	// A field longer than maxFieldBytes is ignored as a whole, and so is
+	// a RateLimit-Policy that long (its quotas are then unknown).
+	long := `"a";r=0;t=5;x="` + strings.Repeat("x", maxFieldBytes) + `"`
+	if got := parseQuotas([]string{long}, nil, maxPolicies); got != nil {
+		t.Errorf("a RateLimit of %d bytes: %+v, want it ignored", len(long), got)
+	}
+	got := parseQuotas([]string{`"a";r=0;t=5`}, []string{`"a";q=100;w=60;x="` + strings.Repeat("x", maxFieldBytes) + `"`}, maxPolicies)
+	if fmt.Sprint(got) != fmt.Sprint([]quotaField{{name: "a", r: 0, t: 5 * time.Second, hasT: true}}) {
+		t.Errorf("a RateLimit-Policy of more than %d bytes: %+v, want its quotas unknown", maxFieldBytes, got)
+	}
 	// Field lines are joined; at most max items are kept.
-	got := parseQuotas([]string{`"a";r=1`, `"b";r=2, "c";r=3`}, nil, 2)
+	got = parseQuotas([]string{`"a";r=1`, `"b";r=2, "c";r=3`}, nil, 2)
 	if len(got) != 2 || got[0].name != "a" || got[1].name != "b" {
 		t.Errorf("two lines, max 2: %+v", got)
 	}

@@ -75,6 +75,9 @@ func (c *HTTP) Reserve(ctx context.Context, ttl time.Duration, hits ...Hit) (*Re
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("client: reserve: no hits")
 	}
+	if err := validHits(hits); err != nil {
+		return nil, fmt.Errorf("client: reserve: %w", err)
+	}
 	in := struct {
 		Hits []Hit   `json:"hits"`
 		TTL  float64 `json:"ttl,omitempty"`
@@ -117,8 +120,11 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) (Settlement, err
 }
 
 // SettleLimits is Settle with a cost per limit name: the limits not named
-// keep their estimates.
+// keep their estimates (all of them when actual is empty or nil).
 func (r *Reservation) SettleLimits(ctx context.Context, actual map[string]int64) (Settlement, error) {
+	if actual == nil {
+		actual = map[string]int64{} // sent as {}: a nil map would be null, which the service refuses
+	}
 	return r.settle(ctx, actual)
 }
 

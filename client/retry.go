@@ -5,8 +5,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -18,11 +18,13 @@ import (
 // Retry-After it waits a random time between 0 and
 // min(MaxDelay, BaseDelay·2^retry) ("full jitter"). It gives up and
 // returns the last answer after MaxAttempts attempts, or at once when the
-// server asks for a wait longer than MaxRetryAfter. A request with a body
+// server asks for a wait longer than MaxRetryAfter or when the next
+// attempt would come after the request's deadline. A request with a body
 // is retried only when the body can be produced again (Request.GetBody is
 // set, as http.NewRequest does for in-memory bodies). Bodies of answers it
 // discards are drained a little and closed so the connection can be
-// reused. The request's context bounds every wait.
+// reused, and a request body it does not send is closed, as a
+// RoundTripper must. The request's context bounds every wait.
 //
 // Three optional parts guard the server, and every attempt goes through
 // them: a Pacer holds attempts back while the server has said that
@@ -99,6 +101,11 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !ok {
 			return resp, nil
 		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			// Waiting would only end in the deadline: the caller gets the
+			// server's answer now.
+			return resp, nil
+		}
 		// Prepare the next request before throwing this answer away, so a
 		// body that cannot be produced again leaves the caller this one.
 		next := req
@@ -111,12 +118,13 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			next.Body = body
 		}
 		if t.Budget != nil && !t.Budget.Retry(time.Now()) {
+			closeBody(next, req)
 			return resp, nil
 		}
 		if t.OnRetry != nil {
 			t.OnRetry(attempt, resp, wait)
 		}
-		discard(resp)
+		stop := drain(resp)
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		} else {
@@ -124,9 +132,12 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		select {
 		case <-ctx.Done():
+			stop()
+			closeBody(next, req)
 			return nil, ctx.Err()
 		case <-timer.C:
 		}
+		stop()
 		req = next
 	}
 }
@@ -142,6 +153,7 @@ func (t *RetryTransport) attempt(base http.RoundTripper, req *http.Request) (*ht
 		}
 		var err error
 		if tk, err = t.Pacer.acquire(req.Context(), key, t.Pacer.class(req.Method+" "+req.URL.Path)); err != nil {
+			closeBody(req, nil)
 			return nil, err
 		}
 	}
@@ -149,6 +161,7 @@ func (t *RetryTransport) attempt(base http.RoundTripper, req *http.Request) (*ht
 		if tk != nil {
 			tk.finish(time.Now(), nil)
 		}
+		closeBody(req, nil)
 		return nil, fmt.Errorf("%w (%s)", ErrThrottled, req.URL.Host)
 	}
 	resp, err := base.RoundTrip(req)
@@ -159,8 +172,12 @@ func (t *RetryTransport) attempt(base http.RoundTripper, req *http.Request) (*ht
 		}
 		tk.finish(time.Now(), a)
 	}
-	if t.Throttle != nil && err == nil && !retryable(resp.StatusCode) {
-		t.Throttle.Accepted(time.Now())
+	if t.Throttle != nil {
+		if err == nil && !retryable(resp.StatusCode) {
+			t.Throttle.Accepted(time.Now())
+		} else {
+			t.Throttle.Refused(time.Now())
+		}
 	}
 	return resp, err
 }
@@ -216,7 +233,7 @@ func (t *RetryTransport) delay(resp *http.Response, retry int) (time.Duration, b
 		if ra > maxRA {
 			return 0, false
 		}
-		return ra + rand.N(baseDelay), true
+		return addSat(ra, rand.N(baseDelay)), true
 	}
 	step := maxDelay
 	if retry < 62 && baseDelay<<retry > 0 && baseDelay<<retry < maxDelay {
@@ -225,23 +242,34 @@ func (t *RetryTransport) delay(resp *http.Response, retry int) (time.Duration, b
 	return rand.N(step) + 1, true
 }
 
+// maxDuration is the longest time.Duration.
+const maxDuration = time.Duration(1<<63 - 1)
+
 // ParseRetryAfter reads a Retry-After value: delay-seconds or an HTTP-date
 // (IMF-fixdate or one of the two obsolete forms), relative to now. A date
-// in the past gives 0. It reports false for an empty or malformed value.
+// in the past gives 0; a delay or a date too far away for a Duration
+// gives the longest Duration, since the server asked for a long wait (as
+// RFC 9111 reads a delta-seconds past what can be represented). It
+// reports false for an empty or malformed value.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
 	if v[0] >= '0' && v[0] <= '9' {
+		const maxSeconds = int64(maxDuration / time.Second)
+		n := int64(0)
 		for i := 0; i < len(v); i++ {
-			if v[i] < '0' || v[i] > '9' {
+			c := v[i]
+			if c < '0' || c > '9' {
 				return 0, false
 			}
+			if n <= maxSeconds {
+				n = n*10 + int64(c-'0')
+			}
 		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n > int64(1<<63-1)/int64(time.Second) {
-			return 0, false
+		if n > maxSeconds {
+			return maxDuration, true
 		}
 		return time.Duration(n) * time.Second, true
 	}
@@ -256,12 +284,50 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return d, true
 }
 
-// discard drains a little of an unwanted answer and closes it, so the
-// connection can carry the next attempt.
-func discard(resp *http.Response) {
-	if resp == nil || resp.Body == nil {
+// addSat returns a+b for non-negative a and b, or the longest Duration
+// when the sum does not fit.
+func addSat(a, b time.Duration) time.Duration {
+	if a > maxDuration-b {
+		return maxDuration
+	}
+	return a + b
+}
+
+// closeBody closes the body of a request that will not be sent, unless
+// it is the body of sent, which the transport that sent it closed.
+func closeBody(req, sent *http.Request) {
+	if req == nil || req.Body == nil || req.Body == http.NoBody {
 		return
 	}
-	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
-	_ = resp.Body.Close()
+	if sent != nil && req.Body == sent.Body {
+		return
+	}
+	_ = req.Body.Close()
+}
+
+// drain reads a little of an unwanted answer and closes it, so that the
+// connection can carry the next attempt, while the transport waits. The
+// function it returns ends the drain: it closes the body, cutting a read
+// that has stalled (the connection is then not reused), and returns when
+// the drain has stopped.
+func drain(resp *http.Response) (stop func()) {
+	if resp == nil || resp.Body == nil {
+		return func() {}
+	}
+	var once sync.Once
+	closeOnce := func() { once.Do(func() { _ = resp.Body.Close() }) }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+		closeOnce()
+	}()
+	return func() {
+		select {
+		case <-done:
+		default:
+			closeOnce()
+			<-done
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -211,24 +212,256 @@ func TestRetryTransportGivesUpOnLongRetryAfter(t *testing.T) {
 	}
 }
 
+// TestRetryTransportHonoursContext: a context cancelled while the
+// transport waits for a Retry-After ends the wait at once with the
+// context's error, and a Retry-After that ends after the request's
+// deadline is not waited for at all: the caller gets the 429 at once, as
+// Wait and RetryInterceptor give up at once.
 func TestRetryTransportHonoursContext(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		srv := &throttler{n: 5, status: http.StatusTooManyRequests, retry: "30"}
-		rt := &RetryTransport{Base: pipeServer(t, srv)}
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
+		rt := &RetryTransport{Base: pipeServer(t, srv), OnRetry: func(int, *http.Response, time.Duration) {
+			time.AfterFunc(200*time.Millisecond, cancel)
+		}}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://pipe/", nil)
 		start := time.Now()
 		_, err := (&http.Client{Transport: rt}).Do(req)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v, want the context's deadline", err)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want the context's cancellation", err)
 		}
 		if el := time.Since(start); el != 200*time.Millisecond {
-			t.Fatalf("returned after %s, want the context's 200ms (not the 30s Retry-After)", el)
+			t.Fatalf("returned after %s, want the cancellation's 200ms (not the 30s Retry-After)", el)
 		}
 		if times, _ := srv.snapshot(); len(times) != 1 {
 			t.Fatalf("server saw %d requests, want 1", len(times))
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		srv := &throttler{n: 5, status: http.StatusTooManyRequests, retry: "30"}
+		rt := &RetryTransport{Base: pipeServer(t, srv)}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://pipe/", nil)
+		start := time.Now()
+		resp, err := (&http.Client{Transport: rt}).Do(req)
+		if err != nil {
+			t.Fatalf("err = %v, want the 429 handed back at once", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), "Too Many Requests") {
+			t.Fatalf("got %d %q, want the server's 429 and its body", resp.StatusCode, body)
+		}
+		if el := time.Since(start); el != 0 {
+			t.Fatalf("returned after %s, want at once: the 30s Retry-After ends after the 10s deadline", el)
+		}
+		if times, _ := srv.snapshot(); len(times) != 1 {
+			t.Fatalf("server saw %d requests, want 1", len(times))
+		}
+	})
+}
+
+// TestRetryTransportGivesUpOnHugeRetryAfter: a Retry-After too long for
+// a time.Duration (delay-seconds of 11 and 20 digits, a date in the year
+// 9999) asks for a very long wait, not for none: the transport hands the
+// 429 back after one request, whether MaxRetryAfter is the default or
+// the longest Duration, and its Pacer holds the next request back unsent.
+func TestRetryTransportGivesUpOnHugeRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, retry := range []string{"99999999999", "99999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"} {
+		for _, maxRA := range []time.Duration{0, maxDuration} {
+			srv := &throttler{n: 100, status: http.StatusTooManyRequests, retry: retry}
+			ts := httptest.NewServer(srv)
+			p := NewPacer(PacerOptions{})
+			rt := &RetryTransport{MaxRetryAfter: maxRA, BaseDelay: time.Millisecond, Pacer: p}
+			c := &http.Client{Transport: rt}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL, nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Errorf("Retry-After %q, MaxRetryAfter %s: %v, want the 429", retry, maxRA, err)
+			} else {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusTooManyRequests {
+					t.Errorf("Retry-After %q, MaxRetryAfter %s: status %d, want 429", retry, maxRA, resp.StatusCode)
+				}
+			}
+			if times, _ := srv.snapshot(); len(times) != 1 {
+				t.Errorf("Retry-After %q, MaxRetryAfter %s: server saw %d requests, want 1", retry, maxRA, len(times))
+			}
+			req, _ = http.NewRequestWithContext(ctx, http.MethodGet, ts.URL, nil)
+			resp, err = c.Do(req)
+			if he := (*HoldError)(nil); !errors.As(err, &he) {
+				t.Errorf("Retry-After %q, MaxRetryAfter %s: next request got %v, want a *HoldError", retry, maxRA, err)
+			}
+			if resp != nil {
+				resp.Body.Close()
+			}
+			if times, _ := srv.snapshot(); len(times) != 1 {
+				t.Errorf("Retry-After %q, MaxRetryAfter %s: the held request reached the server", retry, maxRA)
+			}
+			cancel()
+			ts.Close()
+		}
+	}
+}
+
+// trackedBody is a request body that records its Close.
+type trackedBody struct {
+	io.Reader
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newTrackedBody(s string) *trackedBody {
+	return &trackedBody{Reader: strings.NewReader(s), closed: make(chan struct{})}
+}
+
+func (b *trackedBody) Close() error { b.once.Do(func() { close(b.closed) }); return nil }
+
+// TestRetryTransportClosesBodiesItDoesNotSend: a RoundTripper must close
+// the request's body whatever happens. A request body the transport does
+// not send (the Pacer holds it back, the throttle rejects it, the context
+// ends while it waits to retry, the budget refuses the retry) is closed,
+// so a caller streaming it through a pipe is not left blocked for ever.
+func TestRetryTransportClosesBodiesItDoesNotSend(t *testing.T) {
+	t.Parallel()
+	// closedWithin reports whether done is closed within a generous bound.
+	closedWithin := func(done <-chan struct{}) bool {
+		select {
+		case <-done:
+			return true
+		case <-time.After(20 * time.Second):
+			return false
+		}
+	}
+	// pipeBody returns a request body fed by a writer goroutine, and a
+	// channel closed when that goroutine ends: when the body was read to
+	// its end or closed.
+	pipeBody := func(t *testing.T) (io.ReadCloser, <-chan struct{}) {
+		pr, pw := io.Pipe()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 16 {
+				if _, err := pw.Write([]byte("chunk of an upload ")); err != nil {
+					return
+				}
+			}
+			pw.Close()
+		}()
+		t.Cleanup(func() { pr.Close(); <-done })
+		return pr, done
+	}
+
+	t.Run("held by the pacer", func(t *testing.T) {
+		t.Parallel()
+		srv := &throttler{n: 100, status: http.StatusTooManyRequests, retry: "30"}
+		ts := httptest.NewServer(srv)
+		defer ts.Close()
+		rt := &RetryTransport{MaxRetryAfter: time.Second, Pacer: NewPacer(PacerOptions{})}
+		c := &http.Client{Transport: rt}
+		resp, err := c.Get(ts.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		body, done := pipeBody(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL, body)
+		if _, err := c.Do(req); !errors.Is(err, ErrHeldBack) {
+			t.Fatalf("err = %v, want the request held back", err)
+		}
+		if !closedWithin(done) {
+			t.Fatal("the body of a request the pacer held back was never closed: its writer is blocked")
+		}
+	})
+	t.Run("throttled", func(t *testing.T) {
+		t.Parallel()
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}))
+		defer ts.Close()
+		th := NewAdaptiveThrottle(AdaptiveThrottleOptions{K: 1})
+		now := time.Now()
+		for range 10000 {
+			th.Refused(now) // requests that were all refused
+		}
+		rt := &RetryTransport{MaxAttempts: 1, Throttle: th}
+		for i := 0; ; i++ {
+			body, done := pipeBody(t)
+			req, _ := http.NewRequest(http.MethodPost, ts.URL, body)
+			resp, err := (&http.Client{Transport: rt}).Do(req)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			if errors.Is(err, ErrThrottled) {
+				if !closedWithin(done) {
+					t.Fatal("the body of a request rejected by the throttle was never closed: its writer is blocked")
+				}
+				return
+			}
+			if i == 100 {
+				t.Fatalf("100 requests and none throttled (last: %v)", err)
+			}
+		}
+	})
+	t.Run("context ends while waiting", func(t *testing.T) {
+		t.Parallel()
+		srv := &throttler{n: 100, status: http.StatusTooManyRequests, retry: "30"}
+		ts := httptest.NewServer(srv)
+		defer ts.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		rt := &RetryTransport{OnRetry: func(int, *http.Response, time.Duration) { cancel() }}
+		var bodies []*trackedBody
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL, newTrackedBody("payload"))
+		req.GetBody = func() (io.ReadCloser, error) {
+			b := newTrackedBody("payload")
+			bodies = append(bodies, b)
+			return b, nil
+		}
+		if _, err := (&http.Client{Transport: rt}).Do(req); !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want the context's cancellation", err)
+		}
+		if len(bodies) != 1 {
+			t.Fatalf("GetBody called %d times, want 1", len(bodies))
+		}
+		if !closedWithin(bodies[0].closed) {
+			t.Fatal("the body made for a retry that never went was never closed")
+		}
+	})
+	t.Run("budget refuses the retry", func(t *testing.T) {
+		t.Parallel()
+		srv := &throttler{n: 100, status: http.StatusTooManyRequests, retry: "0"}
+		ts := httptest.NewServer(srv)
+		defer ts.Close()
+		rt := &RetryTransport{Budget: NewRetryBudget(RetryBudgetOptions{Ratio: -1, MinRetries: -1})}
+		var bodies []*trackedBody
+		req, _ := http.NewRequest(http.MethodPost, ts.URL, newTrackedBody("payload"))
+		req.GetBody = func() (io.ReadCloser, error) {
+			b := newTrackedBody("payload")
+			bodies = append(bodies, b)
+			return b, nil
+		}
+		resp, err := (&http.Client{Transport: rt}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("status %d, want the 429 handed back", resp.StatusCode)
+		}
+		if len(bodies) != 1 {
+			t.Fatalf("GetBody called %d times, want 1", len(bodies))
+		}
+		if !closedWithin(bodies[0].closed) {
+			t.Fatal("the body made for a retry the budget refused was never closed")
 		}
 	})
 }
@@ -252,7 +485,10 @@ func TestParseRetryAfter(t *testing.T) {
 		{"-1", 0, false},
 		{"1.5", 0, false},
 		{"soon", 0, false},
-		{"99999999999999999999", 0, false},
+		{"9223372036", 9223372036 * time.Second, true},
+		{"99999999999", maxDuration, true},          // too long for a Duration: the longest
+		{"99999999999999999999", maxDuration, true}, // past int64 too
+		{"Fri, 31 Dec 9999 23:59:59 GMT", maxDuration, true},
 	}
 	for _, c := range cases {
 		got, ok := ParseRetryAfter(c.in, now)
@@ -273,4 +509,57 @@ func FuzzParseRetryAfter(f *testing.F) {
 			t.Fatalf("ParseRetryAfter(%q) = %s, %v", s, d, ok)
 		}
 	})
+}
+
+// TestRetryTransportStalledRefusalBody: a server whose 429 head comes
+// with a body that stalls (Content-Length 100, ten bytes sent) does not
+// hold the retry past its Retry-After: the body is drained while the
+// transport waits and cut when the wait ends, so a request without a
+// deadline still gets the next attempt's answer.
+func TestRetryTransportStalledRefusalBody(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	stalled := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.Header().Set("Retry-After", "0")
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, "0123456789")
+			w.(http.Flusher).Flush()
+			select {
+			case <-stalled:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer ts.Close()
+	defer close(stalled)
+	rt := &RetryTransport{BaseDelay: time.Millisecond}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: rt}).Get(ts.URL)
+		if err == nil {
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("status %d, want 200", resp.StatusCode)
+			}
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		ts.CloseClientConnections()
+		<-done
+		t.Fatal("a 429 whose body stalls held the retry for 20s; its Retry-After was 0")
+	}
+	if got := n.Load(); got != 2 {
+		t.Fatalf("server saw %d requests, want 2", got)
+	}
 }

@@ -23,26 +23,31 @@ type AdaptiveThrottleOptions struct {
 // AdaptiveThrottle rejects requests locally, before they are sent, with a
 // probability that rises as the backend refuses more of them: client-side
 // adaptive throttling as described in Google's SRE book ("Handling
-// Overload"). Over the last Window it counts the requests the caller
-// attempted (those it rejects included) and those the backend accepted,
-// and rejects with probability
+// Overload"). Over the last Window it counts the requests whose outcome
+// is known (those it rejected, and those the backend answered or that
+// ended without an answer) and those the backend accepted, and rejects
+// with probability
 //
 //	max(0, (requests - K·accepts) / (requests + 1))
 //
 // so that a backend that accepts only part of the load keeps receiving
 // about K times what it accepts instead of everything, and is offered
-// more again as soon as it accepts more. Time is passed in, so the
-// throttle can be driven with any clock; it is safe for concurrent use.
+// more again as soon as it accepts more. A request counts when its
+// outcome is known, not when it goes, as grpc-go's throttler does: the
+// requests still in flight (all of a first burst, or of one after a quiet
+// spell) count neither for nor against a backend that has refused
+// nothing. Time is passed in, so the throttle can be driven with any
+// clock; it is safe for concurrent use.
 //
 // Give the same AdaptiveThrottle to every RetryTransport or
 // RetryInterceptor that calls one backend; they call Allow before each
-// attempt and Accepted for each answer that is not a refusal.
+// attempt, and Accepted or Refused with its outcome.
 type AdaptiveThrottle struct {
 	k        float64
 	rejected atomic.Int64
 
 	mu sync.Mutex // guards c
-	c  counts     // a: requests, b: accepts
+	c  counts     // a: requests with a known outcome, b: accepts
 }
 
 // ErrThrottled reports a request that an AdaptiveThrottle rejected
@@ -71,29 +76,38 @@ func rejectProbability(requests, accepts int64, k float64) float64 {
 	return max(0, p)
 }
 
-// Allow counts a request attempted at now and reports whether it may be
-// sent; false means it is rejected locally (Rejected counts it).
+// Allow reports whether a request attempted at now may be sent; false
+// means it is rejected locally, and it then counts as a request not
+// accepted (Rejected counts it too). Tell the outcome of a request it
+// allows with Accepted or Refused.
 func (t *AdaptiveThrottle) Allow(now time.Time) bool { return t.allow(now, rand.Float64()) }
 
 // allow is Allow with the random draw u in [0, 1) passed in.
 func (t *AdaptiveThrottle) allow(now time.Time, u float64) bool {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	req, acc := t.c.sums(now)
-	p := rejectProbability(req, acc, t.k)
-	t.c.add(now, 1, 0)
-	t.mu.Unlock()
-	if u < p {
+	if u < rejectProbability(req, acc, t.k) {
+		t.c.add(now, 1, 0)
 		t.rejected.Add(1)
 		return false
 	}
 	return true
 }
 
-// Accepted counts, at now, an answer from the backend that is not a
-// refusal.
+// Accepted counts, at now, a request allowed by Allow whose answer from
+// the backend is not a refusal.
 func (t *AdaptiveThrottle) Accepted(now time.Time) {
 	t.mu.Lock()
-	t.c.add(now, 0, 1)
+	t.c.add(now, 1, 1)
+	t.mu.Unlock()
+}
+
+// Refused counts, at now, a request allowed by Allow that the backend
+// refused, or that ended without an answer.
+func (t *AdaptiveThrottle) Refused(now time.Time) {
+	t.mu.Lock()
+	t.c.add(now, 1, 0)
 	t.mu.Unlock()
 }
 

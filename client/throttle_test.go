@@ -5,7 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -70,8 +72,12 @@ func TestAdaptiveThrottleProperties(t *testing.T) {
 			if p := some.RejectProbability(now); p < 0 || p >= 1 {
 				t.Fatalf("seed %d: probability %g", seed, p)
 			}
-			if some.allow(now, rng.Float64()) && rng.IntN(10) == 0 {
-				some.Accepted(now)
+			if some.allow(now, rng.Float64()) {
+				if rng.IntN(10) == 0 {
+					some.Accepted(now)
+				} else {
+					some.Refused(now)
+				}
 			}
 		}
 		if p := some.RejectProbability(now); p < 0.5 {
@@ -126,6 +132,8 @@ func TestAdaptiveThrottleHoldsTheBackendToKTimesItsAccepts(t *testing.T) {
 			ok := backend.take(now)
 			if ok {
 				th.Accepted(now)
+			} else {
+				th.Refused(now)
 			}
 			if now.Sub(start) >= 4*time.Minute { // two windows to settle
 				seen++
@@ -212,4 +220,68 @@ func rejected(th *AdaptiveThrottle) string {
 		return "none"
 	}
 	return fmt.Sprint(th.Rejected())
+}
+
+// TestAdaptiveThrottleLetsAFirstBurstThrough: a backend that has refused
+// nothing is never throttled. Sixteen requests sent at once through a
+// fresh throttle, or after a quiet spell longer than its window, all
+// reach a healthy backend (a real net/http server on loopback that
+// answers none of them until all came or failed): requests still in
+// flight count neither for nor against it.
+func TestAdaptiveThrottleLetsAFirstBurstThrough(t *testing.T) {
+	t.Parallel()
+	const burst = 16
+	var mu sync.Mutex
+	arrived := 0
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived++
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer ts.Close()
+	th := NewAdaptiveThrottle(AdaptiveThrottleOptions{K: 2, Window: time.Minute})
+	hc := &http.Client{Transport: &RetryTransport{Throttle: th, MaxAttempts: 1}}
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for range burst {
+		wg.Go(func() {
+			resp, err := hc.Get(ts.URL)
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			resp.Body.Close()
+		})
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := arrived
+		mu.Unlock()
+		if n+int(failed.Load()) == burst {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("after 20s %d requests arrived and %d failed, want %d in all", n, failed.Load(), burst)
+			break
+		}
+	}
+	close(release)
+	wg.Wait()
+	if n := failed.Load(); n != 0 || th.Rejected() != 0 {
+		t.Fatalf("%d of %d requests to a backend that refused nothing failed (%d rejected locally), want none",
+			n, burst, th.Rejected())
+	}
+	// The same after a quiet spell longer than the window, clock passed in.
+	now := time.Now().Add(2 * time.Minute)
+	for i := range burst {
+		if !th.Allow(now) {
+			t.Fatalf("request %d of a burst after a quiet spell rejected, with nothing refused", i+1)
+		}
+	}
 }

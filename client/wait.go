@@ -56,7 +56,7 @@ func Wait(ctx context.Context, check CheckFunc, opts WaitOptions) (Decision, err
 		if sleep <= 0 {
 			sleep = minSleep
 		}
-		sleep += jitter(sleep, opts.Jitter)
+		sleep = addSat(sleep, jitter(sleep, opts.Jitter))
 		if opts.OnDenied != nil {
 			opts.OnDenied(d, sleep)
 		}
