@@ -29,7 +29,17 @@ type Options struct {
 	// PollInterval is how often Run reads the backend's version (default
 	// 500 ms).
 	PollInterval time.Duration
+	// LoadLater starts the store without its records when New cannot
+	// read the backend (a Redis that does not answer yet), instead of
+	// failing: until Run reads them, no key of the backend is found
+	// (the policy file's keys are) and changes fail as the backend does.
+	LoadLater bool
 }
+
+// unread is the version of a store whose records were never read: it
+// starts with a NUL byte, which no backend's version holds, so the first
+// version read differs from it and the records are read.
+const unread = "\x00unread"
 
 // Store holds the records of a backend and resolves keys for the policy.
 // Its methods are safe for concurrent use.
@@ -76,7 +86,14 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if err := s.reload(ctx); err != nil {
-		return nil, err
+		if !o.LoadLater {
+			return nil, err
+		}
+		s.log.Warn("keystore: keys not read yet: the policy file's keys are served, the others once the backend answers", "err", err)
+		s.mu.Lock()
+		s.version = unread
+		s.rebuild()
+		s.mu.Unlock()
 	}
 	return s, nil
 }

@@ -19,7 +19,9 @@ import (
 
 // Open opens the Redis store c names (redis://, rediss://,
 // redis+cluster:// or redis+sentinel://, see redisstore.ParseURL), with
-// the defaults of "floodgate serve". The function it returns closes it.
+// the defaults of "floodgate serve": a standalone Redis that does not
+// answer yet does not fail it (each limit follows its failure policy until
+// Redis answers; see redisstore.New). The function it returns closes it.
 func Open(c guard.StoreConfig) (limiter.Store, func() error, error) {
 	rs, err := redisstore.New(redisstore.Options{URL: c.URL, Logger: c.Logger, RefuseEvictable: c.RefuseEvictable})
 	if err != nil {

@@ -55,12 +55,24 @@ func TestInstancesShareRedis(t *testing.T) {
 	}
 }
 
-// TestOpenFails: a Redis URL nothing answers at is an error of New, not
-// a Guard that fails every request later.
-func TestOpenFails(t *testing.T) {
+// TestOpenWhileRedisIsDown: as floodgate serve, a Guard opens on a
+// standalone Redis that does not answer yet (a service restarted during
+// an outage serves, each limit by its failure policy, until Redis
+// answers), while a Cluster nothing answers at, whose client needs its
+// slots, is an error of Open.
+func TestOpenWhileRedisIsDown(t *testing.T) {
 	t.Parallel()
-	_, _, err := redisguard.Open(guard.StoreConfig{URL: "redis://127.0.0.1:1"})
-	if err == nil {
-		t.Fatal("no error")
+	st, closeStore, err := redisguard.Open(guard.StoreConfig{URL: "redis://127.0.0.1:1"})
+	if err != nil {
+		t.Fatalf("a standalone Redis that does not answer: %v", err)
+	}
+	if st == nil {
+		t.Fatal("no store")
+	}
+	if err := closeStore(); err != nil {
+		t.Error(err)
+	}
+	if _, _, err := redisguard.Open(guard.StoreConfig{URL: "redis+cluster://127.0.0.1:1"}); err == nil {
+		t.Error("a Cluster nothing answers at opened")
 	}
 }

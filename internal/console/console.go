@@ -118,10 +118,11 @@ func New(o Options) (*Console, error) {
 	var backend keystore.Backend
 	var dedup alarm.Deduper
 	var poll time.Duration // the keystore's default on files
+	loadLater := false     // a bad keys file stops the start; a Redis down does not
 	var accessBackend access.Backend
 	var banBackend penalty.Backend
 	if rs, ok := o.Store.(RedisStore); ok {
-		poll = redisPoll
+		poll, loadLater = redisPoll, true
 		rc := rs.Client()
 		accessBackend, banBackend = access.NewRedis(rc), penalty.NewRedis(rc, 0)
 		backend = pollOnly{keystore.NewRedisBackend(rc)}
@@ -146,7 +147,8 @@ func New(o Options) (*Console, error) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 	defer cancel()
-	if c.keys, err = keystore.New(ctx, keystore.Options{Backend: backend, Policy: reloader.Policy, Logger: log, PollInterval: poll}); err != nil {
+	if c.keys, err = keystore.New(ctx, keystore.Options{Backend: backend, Policy: reloader.Policy, Logger: log, PollInterval: poll,
+		LoadLater: loadLater}); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("console: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,7 +119,10 @@ type Store struct {
 	evict evictionCheck
 }
 
-// New connects to the Redis named by opts.URL.
+// New connects to the Redis named by opts.URL. A standalone server that
+// cannot be reached yet does not fail it: the store's calls fail (and each
+// limit's failure policy decides) until the server answers (startsWithout
+// says when New fails all the same).
 func New(opts Options) (*Store, error) {
 	if opts.URL == "" {
 		opts.URL = "redis://127.0.0.1:6379"
@@ -141,14 +146,25 @@ func New(opts Options) (*Store, error) {
 	co.DialCtxFn = rp.dial
 	co.Sentinel.Dialer.Resolver = rp.sentinel
 	c, err := rueidis.NewClient(co)
+	var unreachable error
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: connect %s: %w", redact(opts.URL), err)
+		if c == nil || !startsWithout(addr, opts, err) {
+			if c != nil {
+				c.Close()
+			}
+			return nil, fmt.Errorf("redisstore: connect %s: %w", redact(opts.URL), err)
+		}
+		unreachable = err
 	}
 	mode := addr.Mode
 	if c.Mode() == rueidis.ClientModeCluster {
 		mode = Cluster
 	}
 	s := newStore(c, mode, opts)
+	if unreachable != nil {
+		s.log.Warn("redisstore: Redis does not answer yet: every decision follows its limit's failure policy until it does",
+			"url", redact(opts.URL), "err", unreachable)
+	}
 	if rp.cluster == (mode == Cluster) {
 		rp.client, rp.log = c, s.log
 		s.replies = rp
@@ -167,6 +183,31 @@ func New(opts Options) (*Store, error) {
 		s.startEvictionWatch(opts.EvictionCheck, false)
 	}
 	return s, nil
+}
+
+// startsWithout reports whether New starts a store on a server that did
+// not answer its first connection with err: a standalone server that
+// could not be reached (refused, timed out, a name not found yet), whose
+// client dials again at its next command. Each decision then follows its
+// limit's failure policy until the server answers, so that a process
+// started during an outage (a restart, a new replica) serves by its
+// policies rather than not at all. Not so for a server that answered
+// with an error (a password refused), a TLS handshake that failed, a
+// store that must check the server's eviction settings before it starts
+// (Options.RefuseEvictable), nor a Cluster or Sentinel deployment, whose
+// client is not made without its servers.
+func startsWithout(addr Address, opts Options, err error) bool {
+	if addr.Mode != Standalone || opts.RefuseEvictable {
+		return false
+	}
+	var re *rueidis.RedisError
+	if errors.As(err, &re) {
+		return false
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // NewFromClient wraps a rueidis client that the caller made and closes.

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+)
+
+// TestServeStartsWhileRedisIsDown: floodgate serve started while its
+// Redis does not answer (a restart or a new replica during an outage)
+// serves, each limit deciding by its on_failure, and says it is degraded
+// in /readyz; once Redis answers, the limits count there. serve used to
+// stop at its start ("redisstore: connect"), so that an outage took every
+// gateway that restarted down with it, whatever the failure policies said.
+func TestServeStartsWhileRedisIsDown(t *testing.T) { forEngines(t, testServeStartsWhileRedisIsDown) }
+
+func testServeStartsWhileRedisIsDown(t *testing.T, engine string) {
+	rs := redistest.Start(t)
+	rs.Stop() // its port is known and nothing listens there
+	up := newUpstream(t)
+	cfg := writeConfig(t, fmt.Sprintf(`server:
+  store: redis://%s/0
+  admin:
+    tokens: [{name: ops, sha256: %q}]
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: %s}
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 2, on_failure: allow}
+`, rs.Addr, sha256Hex("ops-token"), up))
+	gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0",
+		"--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	// Enough requests for the circuit breaker to open (20 failures in a
+	// row), each passed by its limit's on_failure.
+	for i := range 25 {
+		if st, _, _ := fetchURL(t, gw+"/", nil); st != 200 {
+			t.Fatalf("request %d with Redis down: %d; want 200 (on_failure: allow)", i, st)
+		}
+	}
+	waitUntil(t, "/readyz to say the store is down", 10*time.Second, func() bool {
+		code, _, body := get(t, admin+"/readyz")
+		return code == 200 && strings.HasPrefix(body, "degraded: ")
+	})
+	if err := rs.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// The bucket of 2 is Redis' once it answers: a refusal comes.
+	waitUntil(t, "a refusal of the limit counted in Redis", 30*time.Second, func() bool {
+		st, _, _ := fetchURL(t, gw+"/", nil)
+		return st == 429
+	})
+	waitUntil(t, "/readyz to say ready", 30*time.Second, func() bool {
+		code, _, body := get(t, admin+"/readyz")
+		return code == 200 && body == "ready\n"
+	})
+}

@@ -1,0 +1,96 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/ruletest"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// TestStartsWhileRedisIsDown: a store opened while its standalone Redis
+// does not answer starts all the same (a gateway restarted during an
+// outage serves by its limits' failure policies instead of not at all),
+// its decisions follow the failure policy, and once Redis is back they
+// are Redis': the limit counts there. The store refused to open before,
+// so the process that made it could not start until Redis came back.
+func TestStartsWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop() // its port is known and nothing listens there
+	s, err := New(Options{URL: "redis://" + srv.Addr, Prefix: uniquePrefix(t), DialTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("New with Redis down: %v; want a store that decides by policy until Redis answers", err)
+	}
+	defer s.Close()
+	rule := ruletest.With(t, floodgate.Limit{Name: "down", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 2},
+		limiter.RuleOptions{OnFailure: floodgate.FailOpen})
+	lim := limiter.New(s, limiter.Options{Timeout: 200 * time.Millisecond,
+		Breaker: limiter.BreakerOptions{Failures: 3, ProbeInterval: 50 * time.Millisecond}})
+	decide := func() *limiter.Result {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r := new(limiter.Result)
+		if err := lim.Decide(ctx, &limiter.Request{Hits: []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}}, r); err != nil {
+			t.Fatalf("Decide: %v", err)
+		}
+		return r
+	}
+	for i := range 5 {
+		if r := decide(); !r.Allowed || r.Degraded == limiter.NotDegraded {
+			t.Fatalf("decision %d with Redis down: allowed %v, degraded %v; want allowed by the failure policy", i, r.Allowed, r.Degraded)
+		}
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Once Redis answers (the breaker probes it), the bucket of 2 is
+	// Redis': two allowed, then refused.
+	deadline := time.Now().Add(30 * time.Second)
+	for decide().Degraded != limiter.NotDegraded {
+		if time.Now().After(deadline) {
+			t.Fatal("30 s after Redis came back, decisions are still made by the failure policy")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	allowed := 1 // the decision that found Redis back
+	for range 3 {
+		r := decide()
+		if r.Degraded != limiter.NotDegraded {
+			t.Fatalf("a decision degraded (%v) with Redis back", r.Degraded)
+		}
+		if r.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Errorf("%d of 4 allowed by a bucket of 2 once Redis came back; want 2", allowed)
+	}
+}
+
+// TestStartRefusedWhereRedisMustAnswer: what New cannot do without Redis
+// still stops it, with the reason: a store that must check Redis'
+// eviction settings first (RefuseEvictable), and a Cluster, whose client
+// needs its nodes' slots.
+func TestStartRefusedWhereRedisMustAnswer(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop()
+	for name, o := range map[string]Options{
+		"RefuseEvictable": {URL: "redis://" + srv.Addr, RefuseEvictable: true, DialTimeout: 500 * time.Millisecond},
+		"Cluster":         {URL: "redis+cluster://" + srv.Addr, DialTimeout: 500 * time.Millisecond},
+	} {
+		s, err := New(o)
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: opened with Redis down", name)
+			continue
+		}
+		if !strings.Contains(err.Error(), "connect") || errors.Is(err, ErrEvictable) {
+			t.Errorf("%s: %v; want the connection's error", name, err)
+		}
+	}
+}
