@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -189,11 +188,7 @@ func (a *FileAudit) compact() error {
 		b.Write(l)
 		b.WriteByte('\n')
 	}
-	tmp := a.path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o600); err != nil {
-		return fmt.Errorf("admin: audit: %w", err)
-	}
-	if err := os.Rename(tmp, a.path); err != nil {
+	if err := regfile.WriteAtomic(a.path, b.Bytes(), 0o600); err != nil {
 		return fmt.Errorf("admin: audit: %w", err)
 	}
 	a.lines = len(lines)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
@@ -156,28 +155,11 @@ func (b *FileBackend) versionLocked() (string, error) {
 		"#" + strconv.FormatUint(b.writes, 10), nil
 }
 
-// writeAtomic replaces path with data (0600: the file lists key hashes).
+// writeAtomic replaces path with data, durably (a revocation confirmed
+// stays revoked across a crash), 0600: the file lists key hashes.
 func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("keystore: %w", err)
-	}
-	_, werr := f.Write(data)
-	if serr := f.Sync(); werr == nil {
-		werr = serr
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Chmod(f.Name(), 0o600)
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("keystore: write %s: %w", path, werr)
+	if err := regfile.WriteAtomic(path, data, 0o600); err != nil {
+		return fmt.Errorf("keystore: write %s: %w", path, err)
 	}
 	return nil
 }
