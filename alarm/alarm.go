@@ -118,8 +118,11 @@ type Alarms struct {
 	// clients deliver webhooks: [1] to targets that may be link-local.
 	clients [2]*http.Client
 
-	tmu     sync.Mutex // guards targets and each target's queue and workers
+	tmu     sync.Mutex // guards targets, each target's queue and workers, and left
 	targets map[targetKey]*target
+	// left are the alarms claimed and not delivered when Run's context
+	// ended: their claims are given back as Run returns.
+	left []*delivery
 
 	alarms, webhooks *prometheus.CounterVec
 	pending          sync.WaitGroup
@@ -207,7 +210,7 @@ func New(o Options) (*Alarms, error) {
 		Help: "Quota thresholds reached, by plan, threshold and result: fired (claimed by this instance), " +
 			"duplicate (another instance fired it) or dropped (the queue was full)."}, []string{"plan", "threshold", "result"})
 	a.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_alarm_webhooks_total",
-		Help: "Alarm webhooks by result: delivered, failed after every attempt, or dropped (the webhook's queue was full, or a reload turned it off)."},
+		Help: "Alarm webhooks by result: delivered, failed after every attempt, dropped (the webhook's queue was full, or a reload turned it off), or abandoned (not delivered when the process stopped; the claim is given back for another instance)."},
 		[]string{"result"})
 	if o.Registerer != nil {
 		for _, c := range []prometheus.Collector{a.alarms, a.webhooks} {
@@ -365,10 +368,18 @@ func keyName(counter string) string {
 // dedupTimeout bounds the claim of one alarm.
 const dedupTimeout = 5 * time.Second
 
+// releaseTimeout bounds giving back the claims of the alarms left
+// undelivered when Run stops.
+const releaseTimeout = 5 * time.Second
+
 // Run claims queued alarms and hands those with a webhook to their
 // target's queue until ctx ends, then waits for deliveries under way to
-// give up.
+// give up, and gives back the claims of the alarms it claimed and could
+// not deliver (queued, or between two attempts), so that another
+// instance fires them: a rolling restart loses no alarm to a claim that
+// would otherwise stand until the quota period ends.
 func (a *Alarms) Run(ctx context.Context) {
+	defer a.releaseLeft()
 	defer a.pending.Wait()
 	for {
 		select {
@@ -378,6 +389,43 @@ func (a *Alarms) Run(ctx context.Context) {
 			a.handle(ctx, c)
 		}
 	}
+}
+
+// leave notes an alarm claimed and not delivered when Run's context ended.
+func (a *Alarms) leave(d *delivery) {
+	a.tmu.Lock()
+	a.left = append(a.left, d)
+	a.tmu.Unlock()
+}
+
+// releaseLeft gives back the claims of the alarms left undelivered,
+// counts them and says so once.
+func (a *Alarms) releaseLeft() {
+	a.tmu.Lock()
+	left := a.left
+	a.left = nil
+	a.tmu.Unlock()
+	if len(left) == 0 {
+		return
+	}
+	a.webhooks.WithLabelValues("abandoned").Add(float64(len(left)))
+	r, ok := a.o.Dedup.(Releaser)
+	if !ok {
+		a.log.Warn("alarm: alarms not delivered before the stop", "alarms", len(left))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	given := 0
+	for _, d := range left {
+		if err := r.Release(ctx, "alarm:"+d.ev.ID); err != nil {
+			a.log.Warn("alarm: claim not given back", "id", d.ev.ID, "err", err)
+			continue
+		}
+		given++
+	}
+	a.log.Warn("alarm: alarms not delivered before the stop; their claims given back for another instance",
+		"alarms", len(left), "given_back", given)
 }
 
 func (a *Alarms) handle(ctx context.Context, c candidate) {
@@ -440,7 +488,12 @@ func (a *Alarms) work(ctx context.Context, k targetKey, tg *target) {
 	defer a.pending.Done()
 	for {
 		a.tmu.Lock()
-		if len(tg.queue) == 0 || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			a.left = append(a.left, tg.queue...)
+			clear(tg.queue)
+			tg.queue = tg.queue[:0]
+		}
+		if len(tg.queue) == 0 {
 			tg.workers--
 			if tg.workers == 0 {
 				delete(a.targets, k)
@@ -516,17 +569,22 @@ func (a *Alarms) deliver(ctx context.Context, k targetKey, d *delivery) {
 			a.webhooks.WithLabelValues("delivered").Inc()
 			return
 		}
+		if ctx.Err() != nil {
+			a.leave(d)
+			return
+		}
 		if !retry || attempt >= a.o.MaxAttempts {
 			a.webhooks.WithLabelValues("failed").Inc()
 			a.log.Error("alarm: webhook not delivered", "id", ev.ID, "plan", ev.Plan, "attempts", attempt, "err", err)
 			return
 		}
 		// Full jitter over the doubling wait.
-		d := time.Duration(rand.Int64N(int64(wait))) + wait/2
+		pause := time.Duration(rand.Int64N(int64(wait))) + wait/2
 		select {
 		case <-ctx.Done():
+			a.leave(d)
 			return
-		case <-time.After(d):
+		case <-time.After(pause):
 		}
 		wait = min(2*wait, 30*time.Second)
 	}

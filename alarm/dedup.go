@@ -2,6 +2,8 @@ package alarm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
@@ -10,6 +12,13 @@ import (
 
 	"github.com/floodgate/floodgate/internal/redisconn"
 )
+
+// Releaser is a Deduper that can give a claim back, so that another
+// instance (or this process, started again) fires an alarm that this one
+// claimed and could not deliver before it stopped.
+type Releaser interface {
+	Release(ctx context.Context, id string) error
+}
 
 // LocalDedup claims alarms in this process: for a single instance on the
 // memory store.
@@ -43,19 +52,36 @@ func (d *LocalDedup) Once(_ context.Context, id string, until time.Time) (bool, 
 	return true, nil
 }
 
+// Release gives the claim of id back.
+func (d *LocalDedup) Release(_ context.Context, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.until, id)
+	return nil
+}
+
 // RedisDedup claims alarms across the instances sharing a Redis: SET NX
-// with a TTL to the period's end.
+// with a TTL to the period's end, the value naming the claimant.
 type RedisDedup struct {
-	c rueidis.Client
+	c     rueidis.Client
+	token string // this claimant's, so that it gives back only its own claims
 }
 
 // NewRedisDedup claims alarms in the Redis c talks to.
-func NewRedisDedup(c rueidis.Client) *RedisDedup { return &RedisDedup{c: c} }
+func NewRedisDedup(c rueidis.Client) *RedisDedup {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return &RedisDedup{c: c, token: hex.EncodeToString(b[:])}
+}
+
+// releaseScript deletes a claim only while it is the caller's: one that
+// expired and another instance took stays.
+var releaseScript = rueidis.NewLuaScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 
 // Once reports whether this instance claimed id first.
 func (d *RedisDedup) Once(ctx context.Context, id string, until time.Time) (bool, error) {
 	ttl := max(time.Until(until), time.Second) + time.Minute
-	err := d.c.Do(ctx, d.c.B().Set().Key(redisconn.Prefix+id).Value("1").Nx().Px(ttl).Build()).Error()
+	err := d.c.Do(ctx, d.c.B().Set().Key(redisconn.Prefix+id).Value(d.token).Nx().Px(ttl).Build()).Error()
 	if rueidis.IsRedisNil(err) {
 		return false, nil
 	}
@@ -63,4 +89,12 @@ func (d *RedisDedup) Once(ctx context.Context, id string, until time.Time) (bool
 		return false, fmt.Errorf("alarm: redis: %w", err)
 	}
 	return true, nil
+}
+
+// Release gives this instance's claim of id back.
+func (d *RedisDedup) Release(ctx context.Context, id string) error {
+	if err := releaseScript.Exec(ctx, d.c, []string{redisconn.Prefix + id}, []string{d.token}).Error(); err != nil {
+		return fmt.Errorf("alarm: redis: %w", err)
+	}
+	return nil
 }
