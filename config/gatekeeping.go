@@ -122,8 +122,10 @@ type Ban struct {
 	Growth int64 `yaml:"growth"`
 	// CountOn lists the answer statuses that are offences, the gateway's
 	// own (401, 403) or the upstream's (failed logins: [401, 403]); empty
-	// (the default), an offence is a refusal on a limit, whatever status
-	// its refusal answers.
+	// (the default), an offence is a refusal by a limit whose key holds
+	// what the rule bans (client_ip, api_key, user), whatever status its
+	// refusal answers: a refusal by a limit clients share, or by a failure
+	// policy while the store does not answer, is none.
 	CountOn []int `yaml:"count_on"`
 }
 

@@ -22,12 +22,13 @@ type Gatekeeper interface {
 	// exempt from (Match.Exempt).
 	Screen(m *Match) (status int, retryAfter time.Duration)
 	// Outcome is told the answer of a request Screen let through: refused
-	// reports a refusal on a limit, status the answer's status (0: none
-	// was written). ctx is the request's, which may have ended (the
-	// answer is written, or its client left): work that must still be
-	// done detaches from it (context.WithoutCancel) and takes at most
-	// within. A gatekeeper with nothing to count returns at once, so that
-	// the request costs it nothing more.
+	// reports a refusal on a limit, whose key holds the identities
+	// m.RefusedBy (a refusal is an offence of those alone), status the
+	// answer's status (0: none was written). ctx is the request's, which
+	// may have ended (the answer is written, or its client left): work
+	// that must still be done detaches from it (context.WithoutCancel)
+	// and takes at most within. A gatekeeper with nothing to count
+	// returns at once, so that the request costs it nothing more.
 	Outcome(ctx context.Context, within time.Duration, m *Match, refused bool, status int)
 }
 

@@ -125,6 +125,13 @@ type Match struct {
 	// Forward, when set, says what the upstream is told of the request:
 	// identity headers, removed credentials (upstreamid.go).
 	Forward *policy.Forward
+	// RefusedBy is set by the gateway when it refuses the request on a
+	// limit: the identities the refusing (binding) limit's key holds
+	// (policy.Limit.Identities; none when Limits has no entry for it). A
+	// Gatekeeper counts the refusal as an offence of these identities
+	// alone, so that a limit many clients share (global, per route, per
+	// plan) bans none of them.
+	RefusedBy policy.Identities
 
 	// policy is a PolicyMatcher's match of the policy, kept with the
 	// Match (and its storage) from one request to the next; the policy
@@ -609,6 +616,12 @@ func (g *Gateway) deny(x Exchange, st *Flow) {
 	}
 	x.SetFields(st.out)
 	st.refused = true
+	// A refusal by a failure policy (the store did not answer) is ours,
+	// not the client's: it is no offence.
+	if i := res.Binding; i < len(st.m.Limits) && st.m.Limits[i] != nil &&
+		(i >= len(res.Flags) || res.Flags[i]&limiter.Degraded == 0) {
+		st.m.RefusedBy = st.m.Limits[i].Identities
+	}
 	g.obs.Rejected(limiter.FrontGateway, rule.Name(), status)
 	if g.log.Enabled(x.Context(), slog.LevelDebug) {
 		g.log.Debug("gateway: refused", "status", status, "limit", rule.Name(), "route", st.m.Route, "path", strings.Clone(st.view.Path), "retry_after", res.RetryAfter)

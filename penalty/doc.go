@@ -3,11 +3,12 @@
 // a while, and for longer each time it does so again.
 //
 // A Box holds the rules (config.Ban) and the bans. What is an offence is
-// the caller's to say (the gateway counts refusals by a limit, or the
-// statuses a rule's count_on lists); Box.Offend counts one, and bans the
-// key when it is the rule's After-th within Within: for Ban the first
-// time, then Ban×Growth, Ban×Growth² ... up to MaxBan for a key banned
-// again within MaxBan of its last ban's end.
+// the caller's to say (the gateway counts a refusal by a limit whose key
+// holds the identity the rule bans, never one by a limit its clients
+// share, or the statuses a rule's count_on lists); Box.Offend counts one,
+// and bans the key when it is the rule's After-th within Within: for Ban
+// the first time, then Ban×Growth, Ban×Growth² ... up to MaxBan for a key
+// banned again within MaxBan of its last ban's end.
 //
 // Checking a request (Box.Banned) never leaves the process: it looks the
 // key up in the box's own view of the bans. With the memory backend that

@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/follow"
 	"github.com/floodgate/floodgate/internal/lograte"
+	"github.com/floodgate/floodgate/policy"
 )
 
 // DefaultMaxBans bounds the bans and the offence counters a backend keeps.
@@ -290,12 +291,27 @@ func (b *Box) Banned(clientKey, apiKey, user string) (rule string, until time.Ti
 	return "", time.Time{}, false
 }
 
-// Outcome counts the answer a request got against every rule it offends:
-// refused says the gateway refused it on a limit (whatever the status its
-// refusal has), status is the answer's status.
-func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refused bool, status int) {
+// identityOf returns the identity a rule bans.
+func identityOf(r *config.Ban) policy.Identities {
+	switch r.Key {
+	case config.BanKeyAPIKey:
+		return policy.IdentityAPIKey
+	case config.BanKeyUser:
+		return policy.IdentityUser
+	}
+	return policy.IdentityClientIP
+}
+
+// Outcome counts the answer a request got against every rule it offends.
+// refusedBy holds the identities the key of the limit that refused the
+// request counts per (none when no limit refused it): a rule without
+// count_on counts the refusal, whatever its status, only when they hold
+// the identity the rule bans, so that a key is banned for spending its
+// own limits, never a limit it shares with others (global, per route, per
+// plan). status is the answer's status, what a rule with count_on counts.
+func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refusedBy policy.Identities, status int) {
 	for _, r := range *b.rules.Load() {
-		if len(r.CountOn) == 0 && !refused || len(r.CountOn) > 0 && !slices.Contains(r.CountOn, status) {
+		if len(r.CountOn) == 0 && !refusedBy.Has(identityOf(&r)) || len(r.CountOn) > 0 && !slices.Contains(r.CountOn, status) {
 			continue
 		}
 		k := keyOf(&r, clientKey, apiKey, user)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,10 +20,67 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/policy"
 )
 
 var flood = config.Ban{Name: "flood", Key: config.BanKeyClientIP, After: 3, Within: time.Minute,
 	Ban: time.Minute, MaxBan: 5 * time.Minute, Growth: 2}
+
+// TestOffenceOnlyOnOwnLimits: a refusal is an offence of a rule without
+// count_on only when the key of the limit that refused the request holds
+// the identity the rule bans; a refusal by a limit every client shares
+// (global, per route, per plan) offends no rule, and a rule with count_on
+// counts its statuses whatever limit refused.
+func TestOffenceOnlyOnOwnLimits(t *testing.T) {
+	rule := func(name, key string, countOn ...int) config.Ban {
+		return config.Ban{Name: name, Key: key, After: 1, Within: time.Minute, Ban: time.Minute, MaxBan: time.Minute,
+			Growth: 2, CountOn: countOn}
+	}
+	box, err := New([]config.Ban{
+		rule("ip", config.BanKeyClientIP), rule("key", config.BanKeyAPIKey), rule("user", config.BanKeyUser),
+		rule("logins", config.BanKeyUser, 401),
+	}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	ctx := context.Background()
+	for i, c := range []struct {
+		refusedBy policy.Identities
+		status    int
+		want      []string // the rules that ban: ip, key, user, logins
+	}{
+		{0, 429, nil}, // a shared limit (global, per route, per plan)
+		{0, 503, nil}, // a shared limit with a refusal of its own
+		{0, 200, nil}, // not refused
+		{0, 401, []string{"logins"}},
+		{policy.IdentityClientIP, 429, []string{"ip"}},
+		{policy.IdentityClientIP, 503, []string{"ip"}},
+		{policy.IdentityAPIKey, 429, []string{"key"}},
+		{policy.IdentityUser, 429, []string{"user"}},
+		{policy.IdentityUser, 401, []string{"user", "logins"}},
+		{policy.IdentityClientIP | policy.IdentityAPIKey, 429, []string{"ip", "key"}}, // a composite key
+	} {
+		ip, key, user := fmt.Sprintf("ip:10.0.0.%d", i), fmt.Sprintf("key%d", i), fmt.Sprintf("user%d", i)
+		box.Outcome(ctx, ip, key, user, c.refusedBy, c.status)
+		bans, err := box.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, b := range bans {
+			if b.Key == ip || b.Key == key || b.Key == user {
+				got = append(got, b.Rule)
+			}
+		}
+		slices.Sort(got)
+		want := slices.Clone(c.want)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%d: refused by %b, status %d: banned by %q, want %q", i, c.refusedBy, c.status, got, want)
+		}
+	}
+}
 
 // TestMemoryBansGrow: the After-th offence within the window bans the key,
 // a repeat offender's ban doubles up to MaxBan, and the strikes are
@@ -39,14 +97,14 @@ func TestMemoryBansGrow(t *testing.T) {
 	ctx := context.Background()
 	offend := func(n int) {
 		for range n {
-			box.Outcome(ctx, "10.0.0.1", "", "", true, 429)
+			box.Outcome(ctx, "10.0.0.1", "", "", policy.IdentityClientIP, 429)
 		}
 	}
 	offend(2)
 	if _, _, b := box.Banned("10.0.0.1", "", ""); b {
 		t.Fatal("banned after 2 of 3")
 	}
-	box.Outcome(ctx, "10.0.0.1", "", "", false, 200) // not an offence
+	box.Outcome(ctx, "10.0.0.1", "", "", 0, 200) // not an offence
 	offend(1)
 	for _, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute} {
 		rule, until, banned := box.Banned("10.0.0.1", "", "")
@@ -121,12 +179,12 @@ func TestRedisBanSharedAndLifted(t *testing.T) {
 	}
 	defer b.Close()
 	ctx := context.Background()
-	a.Outcome(ctx, "1.2.3.4", "acme", "", true, 429)
-	b.Outcome(ctx, "1.2.3.5", "acme", "", true, 429)
+	a.Outcome(ctx, "1.2.3.4", "acme", "", policy.IdentityAPIKey, 429)
+	b.Outcome(ctx, "1.2.3.5", "acme", "", policy.IdentityAPIKey, 429)
 	if _, _, banned := a.Banned("", "acme", ""); banned {
 		t.Fatal("banned after 2 of 3")
 	}
-	b.Outcome(ctx, "1.2.3.6", "acme", "", true, 429)
+	b.Outcome(ctx, "1.2.3.6", "acme", "", policy.IdentityAPIKey, 429)
 	if _, _, banned := b.Banned("", "acme", ""); !banned {
 		t.Fatal("the instance that banned does not see it")
 	}
@@ -177,7 +235,7 @@ func TestBanFlood(t *testing.T) {
 	defer box.Close()
 	ctx := context.Background()
 	for i := range keys {
-		box.Outcome(ctx, fmt.Sprintf("ip:10.%d.%d", i>>8, i&255), "", "", true, 429)
+		box.Outcome(ctx, fmt.Sprintf("ip:10.%d.%d", i>>8, i&255), "", "", policy.IdentityClientIP, 429)
 	}
 	for i := range keys {
 		if _, _, banned := box.Banned(fmt.Sprintf("ip:10.%d.%d", i>>8, i&255), "", ""); !banned {
@@ -194,7 +252,7 @@ func TestBanFlood(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for i := range 1000 {
-		box.Outcome(ctx, fmt.Sprintf("ip:172.16.%d", i), "", "", true, 429)
+		box.Outcome(ctx, fmt.Sprintf("ip:172.16.%d", i), "", "", policy.IdentityClientIP, 429)
 	}
 	runtime.ReadMemStats(&after)
 	if n := mem.sweeps - sweeps; n > 1 {
@@ -212,7 +270,7 @@ func TestBanFlood(t *testing.T) {
 	// the view.
 	now.Add(int64(r.Ban + r.MaxBan + time.Second))
 	runtime.ReadMemStats(&before)
-	box.Outcome(ctx, "ip:198.51.100.7", "", "", true, 429)
+	box.Outcome(ctx, "ip:198.51.100.7", "", "", policy.IdentityClientIP, 429)
 	runtime.ReadMemStats(&after)
 	if _, _, banned := box.Banned("ip:198.51.100.7", "", ""); !banned {
 		t.Fatal("no ban made once the old ones were forgotten")
@@ -286,7 +344,7 @@ func TestRedisBansReadIncrementally(t *testing.T) {
 	ctx := context.Background()
 	const keys = 300
 	for i := range keys {
-		a.Outcome(ctx, fmt.Sprintf("ip:10.0.%d", i), "", "", true, 429)
+		a.Outcome(ctx, fmt.Sprintf("ip:10.0.%d", i), "", "", policy.IdentityClientIP, 429)
 	}
 	waitFor(t, func() bool {
 		for i := range keys {
@@ -325,7 +383,7 @@ func TestRedisBansReadIncrementally(t *testing.T) {
 	if err := c1.Do(ctx, c1.B().Set().Key(redisTrimmed).Value("1000000").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	a.Outcome(ctx, "ip:10.1.1", "", "", true, 429)
+	a.Outcome(ctx, "ip:10.1.1", "", "", policy.IdentityClientIP, 429)
 	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.1.1", "", ""); return banned })
 	if n := be.full.Load(); n < 3 {
 		t.Errorf("every ban read %d times after the log was trimmed past the version, want again", n)
@@ -413,8 +471,8 @@ func TestRedisClusterBans(t *testing.T) {
 	defer b.Close()
 	ctx := context.Background()
 	for i := range 40 {
-		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", true, 429)
-		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", true, 429)
+		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", policy.IdentityClientIP, 429)
+		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", policy.IdentityClientIP, 429)
 	}
 	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.9.39", "", ""); return banned })
 	if err := a.Lift(ctx, "flood", "ip:10.9.39"); err != nil {
@@ -765,11 +823,11 @@ func TestRedisBansOnServerClock(t *testing.T) {
 		return left > r.Ban-20*time.Second && left <= r.Ban
 	}
 
-	b.Outcome(ctx, "ip:10.0.0.1", "", "", true, 429)
+	b.Outcome(ctx, "ip:10.0.0.1", "", "", policy.IdentityClientIP, 429)
 	if _, until, banned := b.Banned("ip:10.0.0.1", "", ""); !banned || !near(until) {
 		t.Errorf("the instance ahead does not hold its own ban of %v: banned %v, %v left on its clock", r.Ban, banned, until.Sub(ahead()))
 	}
-	a.Outcome(ctx, "ip:10.0.0.2", "", "", true, 429)
+	a.Outcome(ctx, "ip:10.0.0.2", "", "", policy.IdentityClientIP, 429)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, until, banned := b.Banned("ip:10.0.0.2", "", "")
@@ -830,7 +888,7 @@ func TestBanNotHeldByRead(t *testing.T) {
 	}
 	defer box.Close()
 	ctx := context.Background()
-	box.Outcome(ctx, "ip:10.0.0.1", "", "", true, 429)
+	box.Outcome(ctx, "ip:10.0.0.1", "", "", policy.IdentityClientIP, 429)
 
 	// The version moved without the log (an instance of an earlier
 	// version lifted a ban): the lift's refresh reads every ban, slowly.
@@ -852,7 +910,7 @@ func TestBanNotHeldByRead(t *testing.T) {
 
 	done := make(chan struct{})
 	go func() {
-		box.Outcome(ctx, "ip:10.0.0.2", "", "", true, 429)
+		box.Outcome(ctx, "ip:10.0.0.2", "", "", policy.IdentityClientIP, 429)
 		close(done)
 	}()
 	select {

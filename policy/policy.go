@@ -95,6 +95,22 @@ func parseKeyPart(s string) KeyPart {
 	return KeyPart{Kind: KeyHeader, Header: http.CanonicalHeaderKey(h)}
 }
 
+// Identities is a set of the identities of a request that a limit's key
+// holds (Limit.Identities): the client's address, its API key, its user.
+// A limit whose key holds none of them (global, per route, per plan, per
+// header) is shared by every client it counts.
+type Identities uint8
+
+// The identities a limit's key can hold.
+const (
+	IdentityClientIP Identities = 1 << iota
+	IdentityAPIKey
+	IdentityUser
+)
+
+// Has reports whether s holds every identity of i (false when i is none).
+func (s Identities) Has(i Identities) bool { return i != 0 && s&i == i }
+
 // Limit is one compiled limit of a policy.
 type Limit struct {
 	// Name identifies the limit (RateLimit-Policy item, metrics, the check
@@ -110,6 +126,10 @@ type Limit struct {
 	Rule *limiter.Rule
 	// Key lists the parts the limit counts per.
 	Key []KeyPart
+	// Identities are the identities Key holds, computed once when the
+	// policy is compiled: a refusal of the limit is an offence of these
+	// alone (the penalty box).
+	Identities Identities
 	// Cost is the units one request takes.
 	Cost int64
 	// CountOn, when not empty, lists the response statuses that are
@@ -608,6 +628,14 @@ func newLimit(name, scope string, r *limiter.Rule, key []KeyPart, cost int64) *L
 	for _, k := range key {
 		l.needsUser = l.needsUser || k.Kind == KeyUser
 		l.needsKey = l.needsKey || k.Kind == KeyAPIKey || k.Kind == KeyPlan
+		switch k.Kind {
+		case KeyClientIP:
+			l.Identities |= IdentityClientIP
+		case KeyAPIKey:
+			l.Identities |= IdentityAPIKey
+		case KeyUser:
+			l.Identities |= IdentityUser
+		}
 	}
 	return l
 }

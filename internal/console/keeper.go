@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate/floodgate/access"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/penalty"
+	"github.com/floodgate/floodgate/policy"
 )
 
 // Keeper screens the gateway's requests with the console's allow and
@@ -41,12 +42,17 @@ func (k *Keeper) Screen(m *gateway.Match) (int, time.Duration) {
 
 // Outcome counts the offences of a request's answer, within the time given
 // and whether or not the request's context has ended; without penalty-box
-// rules it returns at once.
+// rules it returns at once. A refusal on a limit is an offence of the
+// identities the refusing limit counts per (m.RefusedBy) alone.
 func (k *Keeper) Outcome(ctx context.Context, within time.Duration, m *gateway.Match, refused bool, status int) {
 	if len(k.box.Rules()) == 0 {
 		return
 	}
+	var by policy.Identities
+	if refused {
+		by = m.RefusedBy
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
 	defer cancel()
-	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, refused, status)
+	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, by, status)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/penalty"
+	"github.com/floodgate/floodgate/policy"
 )
 
 // offences is a penalty.Backend that keeps the bans in memory and
@@ -36,7 +37,7 @@ func TestKeeperBoundsItsOutcomes(t *testing.T) {
 	be := &offences{Backend: penalty.NewMemory(0, nil)}
 	rule := config.Ban{Name: "flood", Key: config.BanKeyClientIP, After: 3, Within: time.Minute,
 		Ban: time.Minute, MaxBan: 5 * time.Minute, Growth: 2}
-	m := &gateway.Match{ClientKey: "10.0.0.1"}
+	m := &gateway.Match{ClientKey: "10.0.0.1", RefusedBy: policy.IdentityClientIP} // refused by a per-address limit
 	gone, leave := context.WithCancel(context.Background())
 	leave()
 
