@@ -106,3 +106,37 @@ func TestLatencySumNeverGoesDown(t *testing.T) {
 		last = sum
 	}
 }
+
+// TestConfiguredRulesKeepTheirSeries: the rate-limit service's clients
+// name limits past DefaultMaxLimits, which fold into OtherLimit; a rule
+// marked Configured (a limit of the descriptor files) and counted for the
+// first time afterwards by the same front end gets a series of its own.
+func TestConfiguredRulesKeepTheirSeries(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := &limiter.Result{Allowed: true, Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 9}}, Flags: []limiter.HitFlags{0}}
+	const flood = metrics.DefaultMaxLimits + 10
+	for i := range flood {
+		r := ruletest.Rule(t, window(fmt.Sprintf("edge.client_%d", i)))
+		m.ObserveDecision(&limiter.Request{Front: limiter.FrontRLS, Hits: []limiter.Hit{{Rule: r}}}, allowed)
+	}
+	configured := metrics.Configured(ruletest.Rule(t, window("edge.path_/login")))
+	late := ruletest.Rule(t, window("edge.client_late"))
+	for range 2 {
+		m.ObserveDecision(&limiter.Request{Front: limiter.FrontRLS, Hits: []limiter.Hit{{Rule: configured}, {Rule: late}}},
+			&limiter.Result{Allowed: true, Decisions: []floodgate.Decision{{Allowed: true}, {Allowed: true}}, Flags: []limiter.HitFlags{0, 0}})
+	}
+	for _, c := range []struct {
+		limit string
+		want  float64
+	}{{"edge.path_/login", 2}, {"edge.client_late", 0}, {metrics.OtherLimit, flood - metrics.DefaultMaxLimits + 2}} {
+		got := promtest.Value(t, reg, "floodgate_decisions_total", promtest.Labels{"front_end": "rls", "limit": c.limit, "outcome": "allowed"})
+		if got != c.want {
+			t.Errorf("floodgate_decisions_total{limit=%q} = %v, want %v", c.limit, got, c.want)
+		}
+	}
+}

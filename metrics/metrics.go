@@ -19,7 +19,8 @@ import (
 // DefaultMaxLimits is how many distinct limit names counted for the
 // rate-limit service and the library get series of their own before the
 // rest are folded into the limit "_other" (the policy file's limits, which
-// the gateway and the check API count, always get their own).
+// the gateway and the check API count, and the rules marked Configured
+// always get their own).
 const DefaultMaxLimits = 1000
 
 // OtherLimit is the limit label of every limit past Options.MaxLimits.
@@ -34,9 +35,11 @@ type Options struct {
 	// counted under OtherLimit so that no client can grow the series
 	// without bound. The limits the gateway and the check API count are
 	// all named in the policy file, which bounds them: they always get
-	// series of their own, however many names requests gave before. The
-	// counters of a limit's series keep a cell per CPU: 320 bytes per
-	// front end on 2 CPUs, 4 KiB from 32 CPUs on.
+	// series of their own, however many names requests gave before, and
+	// so do the rules marked Configured (the limits of the rate-limit
+	// service's descriptor files). The counters of a limit's series keep
+	// a cell per CPU: 320 bytes per front end on 2 CPUs, 4 KiB from 32
+	// CPUs on.
 	MaxLimits int
 	// MaxTenants bounds the distinct (route, tenant) pairs of
 	// floodgate_overload_shed_tenants_total (0: DefaultMaxTenants): a
@@ -247,6 +250,30 @@ func fromPolicy(f limiter.FrontEnd) bool {
 	return f == limiter.FrontGateway || f == limiter.FrontHTTPAPI
 }
 
+// configuredSlot marks, on a rule, that its limit is named in a
+// configuration file (see Configured).
+var configuredSlot = limiter.NewSlot()
+
+// Configured marks r as a rule whose limit is named in a configuration
+// file (the rate-limit service's descriptor files), not in a request, and
+// returns r: whatever front end counts it, its limit gets a series of its
+// own and never counts against Options.MaxLimits, however many names
+// requests gave before. A front end marks its rules as it builds them,
+// before they decide: a rule counted before it is marked stays unmarked.
+func Configured(r *limiter.Rule) *limiter.Rule {
+	r.Prepared(configuredSlot, markConfigured)
+	return r
+}
+
+func markConfigured(*limiter.Rule) any { return true }
+func notConfigured(*limiter.Rule) any  { return false }
+
+// configured reports whether Configured marked r.
+func configured(r *limiter.Rule) bool {
+	v, _ := r.Prepared(configuredSlot, notConfigured).(bool)
+	return v
+}
+
 // series returns the cached series of a limit name. A name from the
 // policy file (policy) always gets a series of its own; any other name
 // past the bound is folded into OtherLimit.
@@ -351,7 +378,8 @@ func (m *Metrics) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 		if i >= len(res.Decisions) {
 			break
 		}
-		fs := m.of(m.ruleSeries(req.Hits[i].Rule, policy), req.Front)
+		r := req.Hits[i].Rule
+		fs := m.of(m.ruleSeries(r, policy || configured(r)), req.Front)
 		d := &res.Decisions[i]
 		switch {
 		case res.Flags[i]&limiter.ShadowDenied != 0:

@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate/floodgate/internal/watch"
 	"github.com/floodgate/floodgate/internal/yamlfile"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/metrics"
 )
 
 // ErrConfig marks every configuration error of Load and Parse: errors.Is
@@ -142,6 +143,10 @@ type domain struct {
 	compat bool
 	// limits are the domain's rate limits in file order, for Dump.
 	limits []*rateLimit
+	// names holds the name of every configured rate limit, of every
+	// domain (shared by the domains of one Config), so that a limit given
+	// in a request is never named as one of them (see overrideName).
+	names map[string]bool
 }
 
 // level is one list of descriptors: the top-level list of a domain or the
@@ -444,6 +449,13 @@ func build(v *watch.Version, opts LoadOptions) (*Config, error) {
 	}
 	if len(errs) > 0 {
 		return nil, invalid(errs)
+	}
+	names := map[string]bool{}
+	for _, dom := range c.domains {
+		for _, r := range dom.limits {
+			names[r.name] = true
+		}
+		dom.names = names
 	}
 	for _, w := range warns.Sorted() {
 		c.warnings = append(c.warnings, w.Error())
@@ -770,11 +782,11 @@ func (c *compiler) build(r *rateLimit, where string) bool {
 	}
 	l, err := r.tmpl.limit(r.name, r.unit, 1, int64(r.perUnit))
 	if err == nil {
-		r.rule, err = limiter.NewRule(l, r.tmpl.onFailure, r.shadow)
+		r.rule, err = configuredRule(l, r.tmpl.onFailure, r.shadow)
 	}
 	if err == nil && !r.shadow {
 		// For quota mode, the descriptor's or the service's (QuotaMode).
-		r.shadowRule, err = limiter.NewRule(l, r.tmpl.onFailure, true)
+		r.shadowRule, err = configuredRule(l, r.tmpl.onFailure, true)
 	}
 	var pe *floodgate.ParamError
 	switch {
@@ -819,8 +831,20 @@ func (c *compiler) paramField(where string, p floodgate.Param) string {
 // envoyproxy/ratelimit's: one per domain, descriptor entries and window,
 // whatever limit (configured or given in the request) applies.
 func countRule(unit Unit, onFailure floodgate.FailurePolicy) (*limiter.Rule, error) {
-	return limiter.NewRule(floodgate.Limit{Name: "compat." + unit.String(), Algorithm: floodgate.FixedWindow, Max: countMax,
+	return configuredRule(floodgate.Limit{Name: "compat." + unit.String(), Algorithm: floodgate.FixedWindow, Max: countMax,
 		Window: time.Duration(unit.seconds()) * time.Second}, onFailure, false)
+}
+
+// configuredRule is limiter.NewRule for a limit whose name comes from the
+// descriptor files (or is one of the counting rules' few), marked so that
+// Floodgate's metrics give it a series of its own, which the names given
+// in requests never take (metrics.Configured).
+func configuredRule(l floodgate.Limit, onFailure floodgate.FailurePolicy, shadow bool) (*limiter.Rule, error) {
+	r, err := limiter.NewRule(l, onFailure, shadow)
+	if err != nil {
+		return nil, err
+	}
+	return metrics.Configured(r), nil
 }
 
 // limit builds the Floodgate limit for perUnit requests every mult units.

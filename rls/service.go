@@ -268,7 +268,7 @@ func (s *Service) match(req *rlsv3.RateLimitRequest, dom *domain, compat bool, s
 			if nd != nil {
 				base = nd.limit
 			}
-			rl, err := s.override(domainName, ents, base, ov, compat)
+			rl, err := s.override(domainName, dom.names, ents, base, ov, compat)
 			if err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "rls: descriptor %d: limit override: %v", i, err)
 			}
@@ -573,6 +573,27 @@ func pathKey(domain string, ents []*rlv3.RateLimitDescriptor_Entry) string {
 	return b.String()
 }
 
+// overrideSuffix marks the name of a limit given in a request whose
+// envoyproxy/ratelimit name is a configured limit's (see overrideName).
+const overrideSuffix = "~request"
+
+// overrideName is the name of a limit given in a request for a descriptor
+// that no configured limit matches, in Floodgate's mode: envoyproxy/
+// ratelimit's name for the descriptor (path), unless a configured limit
+// (of names) has that name, then path with overrideSuffix added, as many
+// times as it takes to name no configured limit. pathKey names the key
+// a_b without a value as it names the key a with the value b (d.a_b), and
+// a configured name can be anything: this way the request's limit never
+// answers (RateLimit fields, current_limit) or is counted
+// (floodgate_decisions_total) as a configured one. Its statistics keep
+// envoyproxy/ratelimit's name, which is alike there too.
+func overrideName(path string, names map[string]bool) string {
+	for names[path] {
+		path += overrideSuffix
+	}
+	return path
+}
+
 // statKey is the name of a descriptor's statistics, as
 // envoyproxy/ratelimit names them: the configured path (domain.key_value
 // for a value, domain.key for any value, domain.key_pattern for a
@@ -649,8 +670,8 @@ type overrideKey struct {
 // (nil when no configured descriptor matched, and always nil in
 // compatibility mode, where an override ignores the configuration),
 // compiled once and kept in the service's bounded cache of limits given in
-// requests.
-func (s *Service) override(domainName string, ents []*rlv3.RateLimitDescriptor_Entry, base *rateLimit,
+// requests. names are the configured limits' names (see overrideName).
+func (s *Service) override(domainName string, names map[string]bool, ents []*rlv3.RateLimitDescriptor_Entry, base *rateLimit,
 	ov *rlv3.RateLimitDescriptor_RateLimitOverride, compat bool) (*rateLimit, error) {
 	unit := Unit(ov.GetUnit())
 	if unit < Second || unit > Week {
@@ -661,9 +682,12 @@ func (s *Service) override(domainName string, ents []*rlv3.RateLimitDescriptor_E
 		mult = m.GetValue()
 	}
 	k := overrideKey{base: base, unit: unit, mult: mult, perUnit: ov.GetRequestsPerUnit(), compat: compat}
-	if base == nil {
+	switch {
+	case base == nil && compat:
 		k.name = pathKey(domainName, ents)
-	} else {
+	case base == nil:
+		k.name = overrideName(pathKey(domainName, ents), names)
+	default:
 		k.name = base.name
 	}
 	return s.overrides.Get(k, func() (*rateLimit, error) { return compileOverride(k) })
@@ -686,6 +710,12 @@ func compileOverride(k overrideKey) (*rateLimit, error) {
 	if k.compat {
 		return rl, nil
 	}
+	// The limit of an override of a configured limit has that limit's
+	// name, from the files; any other is named by the request.
+	newRule := limiter.NewRule
+	if k.base != nil {
+		newRule = configuredRule
+	}
 	if rl.tmpl.algorithm.Family() == floodgate.FamilyQuota && (k.mult != 1 || (k.unit != Day && k.unit != Week && k.unit != Month)) {
 		// A calendar quota cannot take this unit: count a fixed window.
 		rl.tmpl.algorithm = floodgate.FixedWindow
@@ -705,11 +735,11 @@ func compileOverride(k overrideKey) (*rateLimit, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rl.rule, err = limiter.NewRule(l, rl.tmpl.onFailure, rl.shadow); err != nil {
+	if rl.rule, err = newRule(l, rl.tmpl.onFailure, rl.shadow); err != nil {
 		return nil, err
 	}
 	if !rl.shadow {
-		if rl.shadowRule, err = limiter.NewRule(l, rl.tmpl.onFailure, true); err != nil {
+		if rl.shadowRule, err = newRule(l, rl.tmpl.onFailure, true); err != nil {
 			return nil, err
 		}
 	}

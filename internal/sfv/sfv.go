@@ -59,18 +59,48 @@ func (it *Item) Name() (string, bool) {
 // ErrSyntax reports a field value that is not a valid RFC 9651 List of Items.
 var ErrSyntax = errors.New("gateway: invalid structured field")
 
+// ErrTooLarge reports a field value with more members or parameters than
+// the parser accepts (MaxMembers, MaxParams). RFC 9651 §3.1 and §3.1.2
+// let a parser refuse such a field as a whole.
+var ErrTooLarge = errors.New("sfv: structured field over a parser limit")
+
+// MaxMembers is the largest number of members ParseList accepts in one
+// List, the smallest number RFC 9651 §3.1 requires a parser to support.
+// Floodgate writes one member per limit, far fewer.
+const MaxMembers = 1024
+
+// MaxParams is the largest number of parameters ParseList accepts on one
+// Item, counting each occurrence of a repeated key, the smallest number
+// RFC 9651 §3.1.2 requires a parser to support.
+const MaxParams = 256
+
+// paramIndexAt is the number of parameters an Item has before its keys
+// are indexed in a map: below it a scan of the earlier keys is cheaper
+// than hashing, and its cost per parameter stays bounded.
+const paramIndexAt = 8
+
 // ParseList parses the value of a structured field that is a List of Items,
 // such as RateLimit-Policy or RateLimit (draft-ietf-httpapi-ratelimit-headers
 // -10). Several field lines are joined with ", " by the caller, as HTTP
-// joins them. Inner lists are rejected: these fields never use them.
+// joins them. Inner lists are rejected: these fields never use them. A List
+// of more than MaxMembers members, or an Item with more than MaxParams
+// parameters, is refused with ErrTooLarge. The work done is linear in the
+// length of s.
 func ParseList(s string) ([]Item, error) {
 	p := sfParser{s: s}
+	return p.list()
+}
+
+func (p *sfParser) list() ([]Item, error) {
 	p.skipSP()
 	var out []Item
 	if p.eof() {
 		return nil, nil // an empty List
 	}
 	for {
+		if len(out) == MaxMembers {
+			return nil, p.tooLarge("a List has more than %d members", MaxMembers)
+		}
 		it, err := p.item()
 		if err != nil {
 			return nil, err
@@ -94,12 +124,19 @@ func ParseList(s string) ([]Item, error) {
 type sfParser struct {
 	s string
 	i int
+	// steps counts the keys looked at or hashed to find duplicate
+	// parameters, so that a test can hold the parser to linear work.
+	steps int
 }
 
 func (p *sfParser) eof() bool { return p.i >= len(p.s) }
 
 func (p *sfParser) errorf(format string, args ...any) error {
 	return fmt.Errorf("%w at offset %d: %s", ErrSyntax, p.i, fmt.Sprintf(format, args...))
+}
+
+func (p *sfParser) tooLarge(format string, args ...any) error {
+	return fmt.Errorf("%w at offset %d: %s", ErrTooLarge, p.i, fmt.Sprintf(format, args...))
 }
 
 func (p *sfParser) skipSP() {
@@ -123,7 +160,15 @@ func (p *sfParser) item() (Item, error) {
 		return Item{}, err
 	}
 	it := Item{Value: v}
+	// index maps each key to its position in it.Params once the item has
+	// paramIndexAt distinct keys, so that finding a duplicate stays O(1).
+	var index map[string]int
+	seen := 0
 	for !p.eof() && p.s[p.i] == ';' {
+		if seen == MaxParams {
+			return Item{}, p.tooLarge("an item has more than %d parameters", MaxParams)
+		}
+		seen++
 		p.i++
 		p.skipSP()
 		key, err := p.key()
@@ -137,18 +182,43 @@ func (p *sfParser) item() (Item, error) {
 				return Item{}, err
 			}
 		}
-		replaced := false
-		for j := range it.Params {
-			if it.Params[j].Key == key {
-				it.Params[j].Value = val
-				replaced = true
-			}
+		// RFC 9651 §4.2.3.2: a repeated key overwrites the earlier value
+		// and keeps the earlier position.
+		if j, ok := p.findParam(it.Params, index, key); ok {
+			it.Params[j].Value = val
+			continue
 		}
-		if !replaced {
-			it.Params = append(it.Params, Param{Key: key, Value: val})
+		it.Params = append(it.Params, Param{Key: key, Value: val})
+		switch {
+		case index != nil:
+			index[key] = len(it.Params) - 1
+			p.steps++
+		case len(it.Params) == paramIndexAt:
+			index = make(map[string]int, 2*paramIndexAt)
+			for j, prm := range it.Params {
+				index[prm.Key] = j
+			}
+			p.steps += paramIndexAt
 		}
 	}
 	return it, nil
+}
+
+// findParam returns the position of key among params: through index when
+// there is one, else by a scan of fewer than paramIndexAt keys.
+func (p *sfParser) findParam(params []Param, index map[string]int, key string) (int, bool) {
+	if index != nil {
+		p.steps++
+		j, ok := index[key]
+		return j, ok
+	}
+	for j := range params {
+		p.steps++
+		if params[j].Key == key {
+			return j, true
+		}
+	}
+	return 0, false
 }
 
 func (p *sfParser) key() (string, error) {
