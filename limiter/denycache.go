@@ -26,7 +26,10 @@ const (
 // 1; for a fixed window it is the window's end, whatever the cost (and a
 // window filled by an allowed request is known full until its end too).
 // The cache answers a cost for which it knows the wait: 1, the cost of the
-// denial it learnt from, and any cost for a fixed window. Concurrency
+// denial it learnt from, and any cost for a fixed window. A hit whose
+// counter an earlier hit of its request names teaches it nothing: the
+// store's answer for it counts the earlier hits' units, which a refused
+// request never took. Concurrency
 // limits, whose units come back when a holder releases them, leased rules,
 // whose units come back when a lease ends, and shadow rules are never
 // cached.
@@ -192,7 +195,7 @@ func (c *denyCache) learn(sent int64, op storeOp, hits []Hit, out []floodgate.De
 	}
 	for i := range hits {
 		h, d := &hits[i], &out[i]
-		if d.Remaining != 0 || !cacheable(h) {
+		if d.Remaining != 0 || !cacheable(h) || countedBefore(hits[:i], h) {
 			continue
 		}
 		fixed := h.Rule.Algorithm() == floodgate.FixedWindow
@@ -214,6 +217,20 @@ func (c *denyCache) learn(sent int64, op storeOp, hits []Hit, out []floodgate.De
 		}
 		c.put(denyKey{h.Rule, h.Key}, e, sent)
 	}
+}
+
+// countedBefore reports whether a hit of earlier names h's counter. The
+// store decides a request's hits in order, so a later hit on a counter
+// sees the units the earlier ones would take: when the request is refused
+// they were never taken, and the later hit's "nothing left" is not the
+// counter's.
+func countedBefore(earlier []Hit, h *Hit) bool {
+	for j := range earlier {
+		if earlier[j].Key == h.Key && (earlier[j].Rule == h.Rule || earlier[j].Rule.ID() == h.Rule.ID()) {
+			return true
+		}
+	}
+	return false
 }
 
 // put stores an entry, making room in its shard if needed.

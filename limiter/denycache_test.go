@@ -191,3 +191,38 @@ func TestDenyCacheScope(t *testing.T) {
 		}
 	})
 }
+
+// TestDenyCacheSameCounterTwice: a request that names one counter twice
+// is decided hit by hit on that counter, so its later hit sees the units
+// the earlier one would take; when the request is refused those units
+// were never taken. The later hit's "nothing left" is not the counter's,
+// and the cache must not deny on it what the store allows.
+func TestDenyCacheSameCounterTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := fakeClockMem(t)
+		l := limiter.New(&testStore{inner: mem}, limiter.Options{})
+		for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.TokenBucket, floodgate.SlidingLog} {
+			lim := floodgate.Limit{Name: alg.String(), Algorithm: alg, Max: 3, Window: time.Hour}
+			if alg.Family() == floodgate.FamilyRate {
+				lim = floodgate.Limit{Name: alg.String(), Algorithm: alg, Rate: 1, Per: time.Hour, Burst: 3}
+			}
+			r := ruletest.Rule(t, lim)
+			one := limiter.Hit{Rule: r, Key: "k", Cost: 1}
+			two := limiter.Hit{Rule: r, Key: "k", Cost: 2}
+			if res := check(t, l, two); !res.Allowed {
+				t.Fatalf("%s: the first 2 of 3: %+v", alg, res)
+			}
+			// The last unit asked for twice in one request: refused,
+			// nothing taken.
+			if res := check(t, l, one, one); res.Allowed {
+				t.Fatalf("%s: 2 units with 1 left: %+v", alg, res)
+			}
+			if d := peekStore(t, mem, one); !d.Allowed {
+				t.Fatalf("%s: the store after the refusal: %+v, want the last unit left", alg, d)
+			}
+			if res := check(t, l, one); !res.Allowed {
+				t.Fatalf("%s: the last unit, which the store holds: %+v", alg, res)
+			}
+		}
+	})
+}

@@ -57,7 +57,9 @@ const (
 // Leased hits take the lease path in charges only; peeks, reservations,
 // refunds and the hits of other rules are exact. A request's hits are
 // still all or nothing: the units a request took from leases go back into
-// them when another of its hits denies.
+// them when another of its hits denies, unless the lease was renewed
+// meanwhile (the store counted them at the old grant, in a window that may
+// have ended): they then stay spent.
 type LeaseOptions struct {
 	// Lifetime bounds how long the units of a lease are spent
 	// (0: DefaultLeaseLifetime).
@@ -116,6 +118,7 @@ type unitLease struct {
 	remaining int64      // the key's units after the grant, beyond this lease
 	reset     int64      // when the key is back to full, as of the grant
 	short     int64      // until then, requests take their cost alone
+	gen       uint64     // counts the leases installed, for putBack
 	refill    chan struct{}
 }
 
@@ -184,10 +187,11 @@ func (l *Limiter) leased(hits []Hit) bool {
 }
 
 // undo is a cost a request took from a lease, to put back if the request
-// is denied after all.
+// is denied after all, and the lease it took it from (unitLease.gen).
 type undo struct {
 	u    *unitLease
 	cost int64
+	gen  uint64
 }
 
 // chargeLeased decides a charge some of whose hits are leased: the leased
@@ -205,13 +209,13 @@ func (l *Limiter) chargeLeased(ctx context.Context, hits []Hit, r *Result) error
 			continue
 		}
 		u := l.leases.get(denyKey{h.Rule, h.Key})
-		ok, err := l.takeUnits(ctx, u, h, &r.Decisions[i], &r.Flags[i], r)
+		ok, gen, err := l.takeUnits(ctx, u, h, &r.Decisions[i], &r.Flags[i], r)
 		if err != nil {
 			l.putBack(took)
 			return err
 		}
 		if ok {
-			took = append(took, undo{u, h.Cost})
+			took = append(took, undo{u, h.Cost, gen})
 		} else if !r.Decisions[i].Allowed {
 			denied = i
 			break
@@ -251,12 +255,19 @@ func (l *Limiter) chargeLeased(ctx context.Context, hits []Hit, r *Result) error
 	return err
 }
 
-// putBack returns the costs a denied request took from leases.
+// putBack returns the costs a denied request took from leases, to the
+// leases they were taken from. A lease renewed since has given back what
+// was left of the old one, and the store counted the cost at the old
+// grant (a fixed window's earlier window, say): spent from the new lease
+// it would be admitted beyond what the store granted it, so it stays
+// spent, as a request the store denied after a charge would leave it.
 func (l *Limiter) putBack(took []undo) {
 	for _, t := range took {
 		t.u.mu.Lock()
-		t.u.units += t.cost
-		t.u.spent -= t.cost
+		if t.u.gen == t.gen {
+			t.u.units += t.cost
+			t.u.spent -= t.cost
+		}
 		t.u.mu.Unlock()
 	}
 }
@@ -265,8 +276,9 @@ func (l *Limiter) putBack(took []undo) {
 // cost, else with a new lease from the store (one request at a time asks
 // for it, the others wait), else, while the key is short of units, alone
 // as an exact decision would. It reports whether the cost may be put back
-// into the lease if the request is denied after all.
-func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodgate.Decision, f *HitFlags, r *Result) (bool, error) {
+// into the lease if the request is denied after all, and the lease's
+// generation it may be put back into.
+func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodgate.Decision, f *HitFlags, r *Result) (bool, uint64, error) {
 	capacity := h.Rule.Capacity()
 	for {
 		now := l.breaker.since()
@@ -276,17 +288,19 @@ func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodg
 			u.spent += h.Cost
 			*d = floodgate.Decision{Allowed: true, Limit: capacity, Remaining: min(u.remaining+u.units, capacity),
 				ResetAfter: time.Duration(max(u.reset-now, 0))}
+			gen := u.gen
 			u.mu.Unlock()
 			*f |= Leased
 			l.leaseTakes.Add(1)
-			return true, nil
+			return true, gen, nil
 		}
 		if now < u.short {
 			// The key had fewer units than a lease lately: each request
 			// takes just its cost, in parallel, as exact requests do.
+			gen := u.gen
 			u.mu.Unlock()
 			g, ok, err := l.grantOne(ctx, h, h.Cost, Giveback{}, d, f, r)
-			return ok && g.Units >= h.Cost, err
+			return ok && g.Units >= h.Cost, gen, err
 		}
 		if ch := u.refill; ch != nil {
 			// Another request is renewing the lease: wait for it.
@@ -295,7 +309,7 @@ func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodg
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return false, fmt.Errorf("limiter: %w", ctx.Err())
+				return false, 0, fmt.Errorf("limiter: %w", ctx.Err())
 			}
 		}
 		ch := make(chan struct{})
@@ -309,6 +323,7 @@ func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodg
 		u.mu.Lock()
 		u.refill = nil
 		close(ch)
+		u.gen++ // the old lease went back with back
 		if !ok || g.Units < h.Cost {
 			// No lease: a denial, or what the store did is unknown (its
 			// units count as spent).
@@ -317,7 +332,7 @@ func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodg
 				u.short = now + l.leases.lifetime
 			}
 			u.mu.Unlock()
-			return false, err
+			return false, 0, err
 		}
 		if g.Units < want {
 			u.short = now + l.leases.lifetime
@@ -332,8 +347,9 @@ func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodg
 		u.remaining = g.Decision.Remaining
 		u.reset = now + int64(g.Decision.ResetAfter)
 		d.Remaining = min(u.remaining+u.units, capacity)
+		gen := u.gen
 		u.mu.Unlock()
-		return true, nil
+		return true, gen, nil
 	}
 }
 
@@ -423,6 +439,7 @@ func (l *Limiter) ReturnLeases(ctx context.Context) error {
 		u.mu.Lock()
 		back := Giveback{Units: u.units, Mark: u.mark}
 		u.units, u.expires = 0, 0
+		u.gen++
 		u.mu.Unlock()
 		if back.Units == 0 {
 			continue

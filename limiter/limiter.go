@@ -90,7 +90,8 @@ type Options struct {
 	// floodgate.DefaultMaxKeyBytes;
 	// negative: no cap). A longer key (a huge header or descriptor value)
 	// is replaced by its SHA-256 before the store sees it, so that no
-	// request can make the store keep keys of any size.
+	// request can make the store keep keys of any size. A cap below the
+	// length of that replacement (39 bytes) is that length.
 	MaxKeyBytes int
 	// Logger receives breaker transitions and fallback problems (default:
 	// discard).
@@ -181,6 +182,10 @@ func New(store Store, opts Options) *Limiter {
 		l.maxKey = floodgate.DefaultMaxKeyBytes
 	case l.maxKey < 0:
 		l.maxKey = 0
+	default:
+		// A cap below the length of a hash would hash a hashed key again
+		// (a Settle or a second Decide of the same Request).
+		l.maxKey = max(l.maxKey, hashedKeyLen)
 	}
 	l.breaker.init(opts.Breaker, l.timeout, opts.Now, l.log)
 	if !l.inProcess {
@@ -356,6 +361,9 @@ func (l *Limiter) judge(c call, o outcome, probe bool) {
 		l.breaker.release(probe)
 	}
 }
+
+// hashedKeyLen is the length of hashKey's keys.
+const hashedKeyLen = len("sha256:") + 32
 
 // hashKey is the key a too long key is counted under.
 func hashKey(k string) string {

@@ -285,3 +285,25 @@ func TestReserveWithoutReservations(t *testing.T) {
 		t.Fatalf("request limit: %+v", got.Decisions[0])
 	}
 }
+
+// TestSettleSameRequestLongKey settles a reservation with the very
+// Request that made it, whose long key Decide replaced by its hash, under
+// a key cap shorter than a hash: the hash is the key the store knows, and
+// is not hashed again.
+func TestSettleSameRequestLongKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := limiter.New(newMem(t), limiter.Options{MaxKeyBytes: 16})
+	w := window(t, "w", 10, floodgate.FailOpen)
+	req := &limiter.Request{Hits: []limiter.Hit{{Rule: w, Key: strings.Repeat("x", 100), Cost: 4, Reserve: true}}}
+	var res limiter.Result
+	if err := l.Decide(ctx, req, &res); err != nil || !res.Allowed {
+		t.Fatal(err, res)
+	}
+	if err := l.Settle(ctx, req, []int64{1}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if d := res.Decisions[0]; d.Remaining != 9 {
+		t.Fatalf("%+v, want 1 of 10 used", d)
+	}
+}

@@ -72,6 +72,11 @@
 // header, and the body's length and CRC-32C; New loads it and, if any of
 // these does not match, reports the problem (Stats().LoadError and a
 // warning on the logger) and starts empty rather than loading part of it.
+// So it does for a file whose checksums hold but that no store could have
+// written: a state with a negative count, or whose entries do not add up
+// to its count, or an instant after about the year 2116 (half the int64
+// range of nanoseconds), past which the timeline would overflow within a
+// limit's span and every decision fail.
 //
 // A snapshot records when it was taken: the instant of the store's
 // timeline, the wall clock, and the boot clock (Options.Boot; on Linux the

@@ -39,7 +39,7 @@ func fileWithV1(body []byte, count uint64, taken int64) []byte {
 // and what it accepts must encode back to the same bytes.
 func FuzzDecodeFile(f *testing.F) {
 	e := entry{rule: limiter.PlaceholderRule("r.1"), key: "k", exp: 99, deny: 98,
-		st: algo.State{Last: 5, A: -1, B: 2, C: 3, Ext: &algo.Ext{Entries: []algo.Entry{{At: 1, Weight: 2, ID: 3}}}}}
+		st: algo.State{Last: 5, A: 2, B: 2, C: 0, Ext: &algo.Ext{Entries: []algo.Entry{{At: 1, Weight: 2, ID: 3}}}}}
 	one := appendRecord(nil, &e)
 	f.Add(one, uint64(1))
 	f.Add(append(one, one...), uint64(2))

@@ -28,12 +28,16 @@ type reservation struct {
 }
 
 // reserve keeps a settle record for every hit marked Reserve that decide
-// just charged. The hits' shards are locked.
+// just charged: when the request went ahead (limiter.Verdict: a group of
+// hits stops it only when all of them deny), each reserved hit that
+// allowed. The hits' shards are locked.
 func (s *Store) reserve(w []work, hits []limiter.Hit, out []floodgate.Decision, now int64) {
+	var verdict limiter.Verdict
 	for i := range hits {
-		if !out[i].Allowed && !hits[i].Rule.Shadow() {
-			return // denied: nothing was charged
-		}
+		verdict.Add(&hits[i], out[i].Allowed)
+	}
+	if verdict.Refused() {
+		return // denied: nothing was charged
 	}
 	for i := range hits {
 		hit := &hits[i]

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
 )
@@ -72,5 +73,40 @@ func TestFullReservationTable(t *testing.T) {
 				t.Errorf("after the settles: %d held, %d dropped", st.Reservations, st.ReservationEvictions)
 			}
 		})
+	}
+}
+
+// TestReserveBesideAGroup reserves a hit beside a group of hits of which
+// one denies and one allows: the request goes ahead (one hit of the group
+// is enough), so the reservation is charged and must be kept to settle.
+func TestReserveBesideAGroup(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, memstore.Options{SweepInterval: -1})
+	ctx := context.Background()
+	tokens := ruletest.Rule(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+	full := ruletest.Rule(t, floodgate.Limit{Name: "full", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour})
+	open := ruletest.Rule(t, floodgate.Limit{Name: "open", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour})
+	charge(t, s, limiter.Hit{Rule: full, Key: "q", Cost: 1})
+	hits := []limiter.Hit{
+		{Rule: tokens, Key: "k", Cost: 40, Reserve: true, Lease: 7, TTL: time.Hour},
+		{Rule: full, Key: "q", Cost: 1, Group: 1},
+		{Rule: open, Key: "q", Cost: 1, Group: 1},
+	}
+	out := make([]floodgate.Decision, len(hits))
+	if err := s.Reserve(ctx, hits, out); err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Allowed || out[1].Allowed || !out[2].Allowed {
+		t.Fatalf("%+v, want the reservation and the group's open hit allowed", out)
+	}
+	if got := used(t, s, tokens, "k"); got != 40 {
+		t.Fatalf("%d reserved, want 40", got)
+	}
+	settled := make([]limiter.Settled, 1)
+	if err := s.Settle(ctx, []limiter.Hit{{Rule: tokens, Key: "k", Cost: 10, Reserve: true, Lease: 7}}, settled); err != nil {
+		t.Fatal(err)
+	}
+	if !settled[0].Found || used(t, s, tokens, "k") != 10 {
+		t.Fatalf("settle at 10: %+v, %d used; want the reservation found and 10 used", settled[0], used(t, s, tokens, "k"))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -48,6 +49,16 @@ const (
 	// six varints and an entry count (one varint fewer in version 1).
 	minRecord = 9
 )
+
+// latestInstant is the latest instant a state file may hold for when it
+// was taken and for a state's last decision, about the year 2116: the
+// store's timeline continues from them, and a decision adds a limit's
+// span (at most a quarter of the int64 range, floodgate.MaxLeaseTTL) to
+// its instant, twice for a rate. Past it a timeline would leave the int64
+// range within a span or wrap: every decision would fail, and each limit
+// fall to its failure policy, for as long as the store ran and in every
+// snapshot it then wrote.
+const latestInstant = math.MaxInt64 / 2
 
 // rebaseTolerance is the shift of the timeline below which New leaves it
 // where it is: the boot clock and the wall clock are read at slightly
@@ -364,6 +375,9 @@ func decodeFile(data []byte) (header, []record, error) {
 	default:
 		return h, nil, fmt.Errorf("%w: unsupported version %d", errBadFile, h.version)
 	}
+	if h.taken > latestInstant {
+		return h, nil, fmt.Errorf("%w: taken at %d ns, past the latest instant a state can hold", errBadFile, h.taken)
+	}
 	if length != uint64(len(body)) {
 		return h, nil, fmt.Errorf("%w: body is %d bytes, header says %d (torn or truncated)", errBadFile, len(body), length)
 	}
@@ -402,6 +416,10 @@ func decodeFile(data []byte) (header, []record, error) {
 			d.fail("empty rule ID")
 			break
 		}
+		if msg := checkState(&r.st); msg != "" {
+			d.fail(msg)
+			break
+		}
 		recs = append(recs, r)
 	}
 	if d.err != nil {
@@ -411,6 +429,46 @@ func decodeFile(data []byte) (header, []record, error) {
 		return h, nil, fmt.Errorf("%w: %d bytes after the last record", errBadFile, len(d.b))
 	}
 	return h, recs, nil
+}
+
+// checkState returns what is wrong with a state read from a state file,
+// or "" when no algorithm rules it out. The records do not say their
+// algorithm, so it checks what holds for all of them: no last decision
+// after latestInstant (every decision of the key, clamped to it, would
+// fail); A (a TAT, a window index, a count or a sum of units) is never
+// negative; the variable part of a sliding log or a concurrency limit has
+// its head C within it, live entries of at least one unit, and A their
+// sum; and a state without one and without C (a rate's or a fixed
+// window's) has no negative B (a count or a fraction). Decisions trust
+// their states: a negative count would let every request through and
+// report more units than the limit has.
+func checkState(st *algo.State) string {
+	if st.Last > latestInstant {
+		return "decided past the latest instant a state can hold"
+	}
+	if st.A < 0 {
+		return "negative count"
+	}
+	if st.Ext == nil {
+		if st.B < 0 && st.C == 0 {
+			return "negative count"
+		}
+		return ""
+	}
+	if st.C < 0 || st.C > int64(len(st.Ext.Entries)) {
+		return "entry head out of range"
+	}
+	var sum int64
+	for _, e := range st.Ext.Entries[st.C:] {
+		if e.Weight < 1 || sum > math.MaxInt64-e.Weight {
+			return "bad entry weight"
+		}
+		sum += e.Weight
+	}
+	if sum != st.A {
+		return "entries do not add up to their count"
+	}
+	return ""
 }
 
 // decoder reads varints and strings, remembering the first error.
