@@ -21,6 +21,10 @@ type httpExchange struct {
 	next http.Handler // the middleware's next handler; nil: forward upstream
 	aw   accessWriter
 	cw   costWriter
+	// left says a watch saw the client leave while the request waited
+	// (Wait, WatchClient); answered that the flow answered or passed the
+	// request on.
+	left, answered bool
 }
 
 // serveHTTP runs the request path for a net/http request: next is the
@@ -51,6 +55,14 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		g.put(st)
 	}()
 	g.handle(x, st)
+	if x.left && !x.answered {
+		// The client left while its request waited (a leaky queue, a
+		// place under overload control) and the flow answered nothing:
+		// close the connection without an answer (logged 499), rather
+		// than let net/http write a 200 with no body, which a client that
+		// only shut its side down reads as its request served.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // refusedHTTP answers, on the reverse proxy, what it answers before the
@@ -91,13 +103,21 @@ func refusedHTTP(w http.ResponseWriter, r *http.Request) bool {
 func (x *httpExchange) Context() context.Context { return x.r.Context() }
 
 func (x *httpExchange) Wait(ctx context.Context, st *Flow, delay time.Duration) bool {
-	return x.g.wait(ctx, st, delay, func() (<-chan struct{}, func()) { return x.r.Context().Done(), func() {} })
+	return x.g.wait(ctx, st, delay, x.WatchClient)
 }
 
 // WatchClient watches for the client leaving while its request waits
 // for a place under its route's overload control.
+// Once the watch ends, x.left says whether it saw the client leave.
 func (x *httpExchange) WatchClient() (<-chan struct{}, func()) {
-	return x.r.Context().Done(), func() {}
+	gone := x.r.Context().Done()
+	return gone, func() {
+		select {
+		case <-gone:
+			x.left = true
+		default:
+		}
+	}
 }
 
 func (x *httpExchange) Keep(ctx context.Context, leases []limiter.Hit) func() {
@@ -113,6 +133,7 @@ func (x *httpExchange) Proxies() bool { return x.next == nil }
 func (x *httpExchange) SetFields(fs []fields.Field) { setFields(x.w.Header(), fs) }
 
 func (x *httpExchange) Answer(status int, body []byte, challenge bool) {
+	x.answered = true
 	h := x.w.Header()
 	if challenge {
 		h["Www-Authenticate"] = bearerChallenge
@@ -131,6 +152,7 @@ func (x *httpExchange) Answer(status int, body []byte, challenge bool) {
 func (x *httpExchange) Answered() (int, int64) { return x.aw.status, x.aw.bytes }
 
 func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
+	x.answered = true
 	w, r := x.w, x.r
 	if rec != nil {
 		rec.hdr = w.Header()

@@ -546,6 +546,25 @@ func (e *Engine) step(x *exchange, f *gateway.Flow, resumed bool) {
 	} else {
 		later = e.g.Run(x, f)
 	}
+	if !later && x.left && x.status == 0 {
+		e.left(x)
+	}
+}
+
+// left ends a request whose client left while it waited (in a leaky
+// queue, or for a place under overload control), which the flow then
+// answered nothing: the connection is closed without an answer (logged
+// 499), as for a body cut off. fasthttp would otherwise write its default
+// answer, a 200 with no body, which a client that only shut its side down
+// reads as its request served.
+func (e *Engine) left(x *exchange) {
+	ctx := x.ctx
+	ctx.Response.Reset()
+	ctx.SetConnectionClose()
+	x.status = statusClientGone
+	if c := ctx.Conn(); c != nil {
+		_ = c.Close()
+	}
 }
 
 // finish ends a request once its answer is written.
@@ -569,6 +588,9 @@ type exchange struct {
 	// bodyErr is the client's failure to send the body read for an
 	// estimate (RequestBody): the request goes to no upstream.
 	bodyErr error
+	// left says a watch saw the client leave while the request waited
+	// (Wait, WatchClient).
+	left bool
 }
 
 // context is the request's context. fasthttp cannot tell when a client
@@ -589,21 +611,26 @@ func (x *exchange) Answered() (int, int64) { return x.status, x.bytes }
 // wait holds the request in its queue, watching its connection for the
 // client leaving meanwhile.
 func (x *exchange) Wait(ctx context.Context, f *gateway.Flow, delay time.Duration) bool {
-	return x.e.g.WaitInQueue(ctx, f, delay, func() (<-chan struct{}, func()) {
-		if c, ok := x.ctx.Conn().(*conn); ok {
-			return c.watch(false)
-		}
-		return nil, func() {}
-	})
+	return x.e.g.WaitInQueue(ctx, f, delay, x.WatchClient)
 }
 
 // WatchClient watches the client's connection while its request waits
-// for a place under its route's overload control.
+// (for a place under its route's overload control, or in a leaky queue);
+// once the watch ends, x.left says whether it saw the client leave.
 func (x *exchange) WatchClient() (<-chan struct{}, func()) {
-	if c, ok := x.ctx.Conn().(*conn); ok {
-		return c.watch(false)
+	c, ok := x.ctx.Conn().(*conn)
+	if !ok {
+		return nil, func() {}
 	}
-	return nil, func() {}
+	gone, stop := c.watch(false)
+	return gone, func() {
+		stop()
+		select {
+		case <-gone:
+			x.left = true
+		default:
+		}
+	}
 }
 
 func (x *exchange) Keep(ctx context.Context, leases []limiter.Hit) func() {
@@ -655,14 +682,29 @@ func (x *exchange) RequestBody(max int) []byte {
 	if n <= 0 || n > max {
 		return nil
 	}
-	b := req.Body()
-	if len(b) != n {
-		// The client's body stalled or was cut off (fasthttp holds its
-		// error's text as the body): a body of known length has no
-		// framing to break.
+	if !req.IsBodyStream() {
+		if b := req.Body(); len(b) == n {
+			return b
+		}
 		x.bodyErr = gateway.ClientBodyError(io.ErrUnexpectedEOF, false)
 		return nil
 	}
+	// The stream is read here and not through Body, which takes the text
+	// of a read's error for the body: a client that stalls or leaves
+	// mid-body, with a Content-Length the length of that text (which it
+	// can work out from the two addresses), would have it sent upstream
+	// as a body it never sent.
+	b := make([]byte, n)
+	if _, err := io.ReadFull(req.BodyStream(), b); err != nil {
+		// The client's body stalled or was cut off: a body of known
+		// length has no framing to break.
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		x.bodyErr = clientBodyError(err, false)
+		return nil
+	}
+	req.SetBodyRaw(b) // forwarded from here
 	return b
 }
 

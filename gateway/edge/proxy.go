@@ -295,6 +295,9 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		c  net.Conn
 		uc *upConn
 		br answerReader
+		// broken says the request's write failed and its answer came
+		// before: the connection is closed after the answer.
+		broken bool
 	)
 	// A kept connection that has bytes no request asked for, or has
 	// ended, is closed, and the next one taken (a fresh one at the latest:
@@ -343,6 +346,25 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 				err = uc.readDeadline(c, up.timeout)
 			}
 		}
+		var we *writeError
+		if errors.As(err, &we) && uc.readDeadline(c, up.timeout) == nil {
+			// The upstream stopped taking the request: it may have
+			// answered before reading all of it (a failed login or a 413
+			// refused before the body, then its connection closed), and
+			// that answer is the request's, as net/http's transport reads
+			// it. Found none, the request failed as its write did.
+			early := answerReader{Reader: hc.AcquireReader(c), hc: hc, c: c, pooled: true}
+			resp.Reset()
+			resp.Header.SetNoDefaultContentType(true)
+			if early.head(&resp.Header) != nil {
+				early.release()
+				hc.CloseConn(cc)
+				return false, reused, err
+			}
+			br, err, broken = early, nil, true
+			clientClose = true // the client's body may be half read
+			break
+		}
 		if err != nil {
 			hc.CloseConn(cc)
 			return false, reused, err
@@ -366,12 +388,37 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		}
 		break
 	}
-	for n := 0; err == nil && resp.StatusCode() >= 100 && resp.StatusCode() < 200; n++ {
-		if n >= 8 || resp.StatusCode() == 101 {
+	// Interim answers (100 Continue, 102 Processing, 103 Early Hints) are
+	// read past, as many as come before the upstream's timeout (an upstream
+	// may say 102 every second of a slow request, as net/http's transport
+	// reads them), up to the bound of one answer's head in all.
+	for interim := 0; err == nil && resp.StatusCode() >= 100 && resp.StatusCode() < 200; {
+		interim += len(resp.Header.Header())
+		if interim > floodgate.UpstreamHeadBytes || resp.StatusCode() == 101 {
 			err = errUnexpectedInterim
 			break
 		}
-		err = br.head(&resp.Header) // an interim answer (100 Continue): the next one
+		err = br.head(&resp.Header) // the next one
+	}
+	var low *lowStatusError
+	if errors.As(err, &low) {
+		// Answered, and counted as answered, with a status no client can
+		// be given (fasthttp reads 000 as 200): 502, and no answer began,
+		// so a reservation is given back, as on net/http.
+		br.release()
+		hc.CloseConn(cc)
+		e.g.UpstreamAnswered(route, low.status)
+		f.UpstreamStatus(http.StatusBadGateway)
+		e.log.Warn("gateway: upstream error", "route", route, "upstream", up.host, "err", err)
+		if rec != nil {
+			rec.SetNoAnswer()
+		}
+		resp.Reset()
+		x.Answer(http.StatusBadGateway, gateway.Body(http.StatusBadGateway), false)
+		if clientClose {
+			resp.SetConnectionClose()
+		}
+		return false, true, nil
 	}
 	if err != nil {
 		br.release()
@@ -381,7 +428,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	status := resp.StatusCode()
 	f.UpstreamStatus(status)
 	e.g.UpstreamAnswered(route, status)
-	upstreamClose := resp.Header.ConnectionClose()
+	upstreamClose := resp.Header.ConnectionClose() || broken
 	resp.Header.ResetConnectionClose()
 	// The client is answered in the gateway's own version, HTTP/1.1, with
 	// the status's own reason phrase, whatever the upstream spoke (an
@@ -463,8 +510,13 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	if n == -2 {
 		n = -1 // until the upstream closes: chunked to the client
 	}
-	if ec, ok := ctx.Conn().(*conn); ok && rec != nil && rec.ReadsBody() {
-		b.watchClient(ec)
+	if ec, ok := ctx.Conn().(*conn); ok {
+		// fasthttp writes to the client only as the upstream sends: a
+		// client that leaves a stream the upstream keeps silent (an event
+		// stream between events, a long poll) is seen by the watch, or
+		// the request would hold its leases, its reservation and its
+		// upstream connection until the upstream next writes.
+		b.watchClient(ec, rec != nil && rec.ReadsBody())
 	}
 	resp.SetBodyStream(b, n)
 	// The head of an answer of unknown length or an event stream goes out
@@ -497,9 +549,12 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 			return bw.Flush()
 		}
 		if err := req.Write(bw); err != nil {
-			return err
+			return &writeError{err}
 		}
-		return bw.Flush()
+		if err := bw.Flush(); err != nil {
+			return &writeError{err}
+		}
+		return nil
 	}
 	body := req.BodyStream()
 	n := req.Header.ContentLength()
@@ -527,13 +582,13 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 				fmt.Fprintf(bw, "%x\r\n", m)
 			}
 			if _, werr := bw.Write(p[:m]); werr != nil {
-				return werr
+				return &writeError{werr}
 			}
 			if n < 0 {
 				_, _ = bw.WriteString("\r\n")
 			}
 			if werr := bw.Flush(); werr != nil {
-				return werr
+				return &writeError{werr}
 			}
 			left -= int64(m)
 		}
@@ -549,11 +604,24 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 	}
 	if n < 0 {
 		if _, err := bw.WriteString("0\r\n\r\n"); err != nil {
-			return err
+			return &writeError{err}
 		}
 	}
-	return bw.Flush()
+	if err := bw.Flush(); err != nil {
+		return &writeError{err}
+	}
+	return nil
 }
+
+// writeError is a failure to write a request's body upstream, its head
+// sent: the upstream may have answered before it stopped taking the body.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string {
+	return "gateway: upstream: writing the request body: " + e.err.Error()
+}
+
+func (e *writeError) Unwrap() error { return e.err }
 
 // headOnly reports whether req goes upstream as its head alone: no body,
 // none expected, no length sent.
@@ -608,6 +676,8 @@ func (u *upConn) noDeadline(c net.Conn) error {
 	return c.SetReadDeadline(time.Time{})
 }
 
+// errUnexpectedInterim is a 101 to a request that upgrades nothing, or
+// interim answers over the bound of an answer's head in all.
 var errUnexpectedInterim = errors.New("gateway: upstream: unexpected 1xx answer")
 
 // answerReader reads an upstream's answer: from a reader of the pool, or,
@@ -628,9 +698,10 @@ func (r *answerReader) head(h *fasthttp.ResponseHeader) error {
 	if err := r.bareLF(); err != nil {
 		return err
 	}
+	low := r.lowStatus()
 	err := h.Read(r.Reader)
 	if err == nil || !r.pooled {
-		return err
+		return low.or(err)
 	}
 	if small := (*fasthttp.ErrSmallBuffer)(nil); !errors.As(err, &small) {
 		return err
@@ -639,7 +710,49 @@ func (r *answerReader) head(h *fasthttp.ResponseHeader) error {
 	if err := r.bareLF(); err != nil {
 		return err
 	}
-	return h.Read(r.Reader)
+	low = r.lowStatus()
+	return low.or(h.Read(r.Reader))
+}
+
+// lowStatusError is an answer whose status line has three digits below
+// 100 (000 to 099): no status a client can be given, which fasthttp
+// passes on (and reads 000 as 200).
+type lowStatusError struct{ status int }
+
+func (e *lowStatusError) Error() string {
+	return fmt.Sprintf("gateway: upstream: status %03d is below 100", e.status)
+}
+
+// or returns err, or e when err is nil and e is not: a head read whole
+// whose status is below 100.
+func (e *lowStatusError) or(err error) error {
+	if err == nil && e != nil {
+		return e
+	}
+	return err
+}
+
+// lowStatus returns the status of the answer's head that r holds (its
+// first line that is not empty, as fasthttp reads it) when it is three
+// digits below 100, else nil.
+func (r *answerReader) lowStatus() *lowStatusError {
+	b, _ := r.Peek(r.Buffered())
+	for len(b) > 0 {
+		line, rest, _ := bytes.Cut(b, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 {
+			b = rest
+			continue
+		}
+		_, code, ok := bytes.Cut(line, []byte(" "))
+		code = bytes.TrimLeft(code, " ")
+		if !ok || len(code) < 3 || code[0] != '0' || code[1] < '0' || code[1] > '9' || code[2] < '0' || code[2] > '9' ||
+			len(code) > 3 && code[3] != ' ' {
+			return nil
+		}
+		return &lowStatusError{status: int(code[1]-'0')*10 + int(code[2]-'0')}
+	}
+	return nil
 }
 
 // over makes r read head, then what its reader holds past skip bytes,
@@ -1020,12 +1133,17 @@ type body struct {
 	// ends once the client left (Unix nanoseconds, 0 while it is there).
 	stopWatch func()
 	drainBy   atomic.Int64
+	// left says the watch saw the client leave and cut the upstream's
+	// body off: the read that fails then is not the upstream's failure.
+	left atomic.Bool
 }
 
-// watchClient watches the client's connection while the body streams: when
+// watchClient watches the client's connection while the body streams. When
 // the client leaves, the rest of the upstream's body is read only until the
-// drain time has passed, even if the upstream sends nothing more.
-func (b *body) watchClient(ec *conn) {
+// drain time has passed when it may tell a cost (drains), even if the
+// upstream sends nothing more; otherwise reading it ends at once, and the
+// request with it.
+func (b *body) watchClient(ec *conn, drains bool) {
 	gone, stop := ec.watch(true)
 	quit := make(chan struct{})
 	ended := make(chan struct{})
@@ -1033,7 +1151,12 @@ func (b *body) watchClient(ec *conn) {
 		defer close(ended)
 		select {
 		case <-gone:
-			_ = b.conn.SetReadDeadline(time.Unix(0, b.drainDeadline()))
+			if drains {
+				_ = b.conn.SetReadDeadline(time.Unix(0, b.drainDeadline()))
+				return
+			}
+			b.left.Store(true)
+			_ = b.conn.SetReadDeadline(time.Unix(1, 0)) // unblocks the read
 		case <-quit:
 		}
 	}()
@@ -1063,7 +1186,7 @@ func (b *body) Read(p []byte) (int, error) {
 	case err == io.EOF:
 		b.eof = true
 	case err != nil:
-		b.upErr = true
+		b.upErr = !b.left.Load()
 	}
 	return n, err
 }

@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// TestQueuedClientShutsItsSideDown: a client that sends its request and
+// shuts its side of the connection down (as a client may once it has
+// nothing more to send) while the request waits in a leaky queue has left:
+// its request never reaches the upstream, its place is given back, and it
+// gets no answer, the connection closed (it got a 200 with no body, which
+// it would read as its request served), on both engines.
+func TestQueuedClientShutsItsSideDown(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		rule := ruletest.Rule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Minute, Burst: 3})
+		store := newMemStore(t, newTestClock().Now)
+		var reached atomic.Int64
+		_, srvURL, client := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: limiter.New(store, limiter.Options{})},
+			func(w http.ResponseWriter, r *http.Request) {
+				reached.Add(1)
+				_, _ = io.WriteString(w, "served")
+			})
+		nextDelay := func() time.Duration {
+			t.Helper()
+			out := make([]floodgate.Decision, 1)
+			if err := store.Decide(context.Background(), []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}, true, out); err != nil {
+				t.Fatal(err)
+			}
+			return out[0].Delay
+		}
+		if a := do(t, client, "GET", srvURL, nil); a.status != 200 {
+			t.Fatalf("first request %d", a.status)
+		}
+		c, err := net.Dial("tcp", strings.TrimPrefix(srvURL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.WriteString(c, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); nextDelay() != 2*time.Minute; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the request never took its place in the queue (next place %v out)", nextDelay())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(c)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("the connection was kept open; the gateway sent %q", got)
+		}
+		if len(got) > 0 {
+			t.Errorf("a client that left while queued was answered %q, want no answer", got)
+		}
+		if n := reached.Load(); n != 1 {
+			t.Errorf("the upstream was reached %d times, want 1 (the queued request never goes on)", n)
+		}
+		if d := nextDelay(); d != time.Minute {
+			t.Errorf("the next place is %v out, want 1m0s: the place of the request whose client left was not given back", d)
+		}
+	})
+}
+
+// TestOverloadQueuedClientShutsItsSideDown: the same for a request waiting
+// for a place under its route's overload control: it leaves the queue,
+// never reaches the upstream, and gets no answer, the connection closed.
+func TestOverloadQueuedClientShutsItsSideDown(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		g, base, c := overloadFront(t, front, overloadPolicy(`
+limit: 1
+tiers: [{name: default}]
+queue: {size: 4, per_tenant: 4, max_wait: 60s}`), u.ServeHTTP)
+		held := make(chan error, 1)
+		go func() {
+			_, err := get(c, t.Context(), base+"/held")
+			held <- err
+		}()
+		pollUntil(t, "the first request to be held", func() bool { return u.now.Load() == 1 })
+		conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.WriteString(conn, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		pollUntil(t, "the second request to wait", func() bool { return overloadState(g).Queued == 1 })
+		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(conn)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("the connection was kept open; the gateway sent %q", got)
+		}
+		if len(got) > 0 {
+			t.Errorf("a client that left while waiting for a place was answered %q, want no answer", got)
+		}
+		pollUntil(t, "the queue to empty", func() bool { return overloadState(g).Queued == 0 })
+		close(u.release)
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		if n := u.served.Load(); n != 1 {
+			t.Errorf("the upstream served %d requests, want 1 (the one that left never goes on)", n)
+		}
+	})
+}
