@@ -20,7 +20,9 @@
 // with bytes that are not UTF-8, or a \u escape of a lone surrogate, is
 // 400 bad_request (decoding them to U+FFFD, as encoding/json does, would
 // put different keys on one counter); send a binary key encoded (hex,
-// base64). Unknown fields are rejected, and a body is read strictly, so
+// base64). A key longer than the engine keeps is counted under its
+// SHA-256, which no other key shares (one spelled "sha256:…" included).
+// Unknown fields are rejected, and a body is read strictly, so
 // that what a proxy, a WAF or a log reads of it is what is charged: a key
 // matches a field only when spelled exactly ("Key", "KEY", or "\u212aey"
 // with a Kelvin sign, is an unknown field, not "key"), and a key given
@@ -61,8 +63,11 @@
 //
 // It reserves every estimate all or nothing, like a check, and answers
 // like one, with a "reservation" token when allowed. Concurrency limits
-// may be reserved: their lease is held until the settle. Once the real
-// costs are known, POST /v1/settle names the reservation:
+// may be reserved: their lease is held until the settle, or until the
+// ttl passes. Nothing renews that lease, so a reservation of a
+// concurrency limit lives no longer than the limit's lease_ttl: a longer
+// "ttl" is 400 bad_request naming it, and the default is cut to it.
+// Once the real costs are known, POST /v1/settle names the reservation:
 //
 //	{"reservation": "eyJpZCI6...", "actual": {"tokens": 1234}}
 //

@@ -376,7 +376,7 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 			e.extra = map[string]any{"binding_limit": *x.Limit, "limit": c}
 			return nil, e
 		}
-		q.hits[i] = limiter.Hit{Rule: rule, Key: key, Cost: cost}
+		q.hits[i] = limiter.Hit{Rule: rule, Key: counterKey(key), Cost: cost}
 		q.keys[i] = key
 		q.names[i] = *x.Limit
 		q.fields[i] = lim.Fields
@@ -385,6 +385,22 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 		}
 	}
 	return q, nil
+}
+
+// hashedPrefix begins the key the engine counts a key longer than it
+// keeps under (its SHA-256; see limiter.Options.MaxKeyBytes).
+const hashedPrefix = "sha256:"
+
+// counterKey is the key a posted key is counted under: the key itself,
+// or, when it begins with hashedPrefix or with '%', the key behind a '%'.
+// No key the API passes on then begins with hashedPrefix, so a short key
+// spelled as the hash of a long one never shares its counter; and no two
+// posted keys become one.
+func counterKey(key string) string {
+	if strings.HasPrefix(key, hashedPrefix) || strings.HasPrefix(key, "%") {
+		return "%" + key
+	}
+	return key
 }
 
 // rawHit is a hit's fields as posted, checked by hit.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -88,8 +89,9 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 		writeError(w, e.status, e.code, e.msg, nil)
 		return
 	}
-	ttl := floodgate.DefaultReservationTTL
+	ttl, asked := floodgate.DefaultReservationTTL, false
 	if !isNull(in.TTL) {
+		asked = true
 		raw := bytes.TrimSpace(in.TTL)
 		if !isNumber(raw) {
 			writeError(w, http.StatusBadRequest, CodeBadJSON, fmt.Sprintf("invalid JSON: ttl %s is not a JSON number of seconds", raw), nil)
@@ -117,6 +119,15 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
 		return
 	}
+	if name, lease, ok := shortestLease(q); ok && ttl > lease {
+		if asked {
+			writeError(w, http.StatusBadRequest, CodeBadRequest,
+				fmt.Sprintf("ttl %s: longer than the lease_ttl %v of the concurrency limit %q, which frees its slot then; ask for at most %g seconds",
+					bytes.TrimSpace(in.TTL), lease, name, lease.Seconds()), nil)
+			return
+		}
+		ttl = lease
+	}
 	for i := range q.hits {
 		q.hits[i].Reserve = true
 	}
@@ -131,6 +142,27 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 		rsv.Hits[i] = reservationHit{Limit: q.names[i], Key: keyOf(wh[i]), Cost: q.hits[i].Cost}
 	}
 	h.answer(w, false, q, &res, rsv)
+}
+
+// shortestLease returns the shortest lease lifetime among the concurrency
+// limits of q, and that limit's name as posted; false when q has none.
+// Nothing renews the lease of a reservation, so it frees its slot once
+// its lease_ttl passes: a reservation may not outlive it, or it would
+// still be settled as held while another caller has the slot.
+func shortestLease(q *query) (name string, lease time.Duration, ok bool) {
+	for i, h := range q.hits {
+		if h.Rule.Algorithm().Kind() != floodgate.KindConcurrency {
+			continue
+		}
+		d := h.Rule.Limit().LeaseTTL
+		if d <= 0 {
+			d = algo.DefaultLeaseTTL
+		}
+		if !ok || d < lease {
+			name, lease, ok = q.names[i], d, true
+		}
+	}
+	return name, lease, ok
 }
 
 // keyOf is the key a hit was posted with (the engine may hash a long one
@@ -181,7 +213,7 @@ type SettleDecision struct {
 // SettleResponse is the answer to a settle.
 type SettleResponse struct {
 	Settled bool `json:"settled"`
-	// Overrun adds up the hits' overruns.
+	// Overrun adds up the hits' overruns, held at the largest int64.
 	Overrun   int64            `json:"overrun"`
 	Decisions []SettleDecision `json:"decisions"`
 }
@@ -227,11 +259,21 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ 
 	for i := range q.hits {
 		d := res.Decisions[i]
 		out.Decisions[i] = SettleDecision{Limit: q.names[i], Key: keyOf(rsv[i]), Capacity: d.Limit, Remaining: d.Remaining, Overrun: d.Overrun}
-		out.Overrun += d.Overrun
+		out.Overrun = addOverrun(out.Overrun, d.Overrun)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(&out)
+}
+
+// addOverrun adds two overruns (each 0 or more), held at math.MaxInt64
+// rather than wrapping below zero: actual costs near the int64 bound on
+// several hits overrun by more than an int64 holds.
+func addOverrun(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // maxTokenBytes caps a reservation token.

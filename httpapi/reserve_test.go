@@ -2,9 +2,20 @@ package httpapi
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
 )
 
 // TestReserveSettle reserves an estimate, settles below it (the rest comes
@@ -139,5 +150,91 @@ func TestSettleRepeatedHit(t *testing.T) {
 	resp, m := post(t, url+"/v1/settle", `{"reservation":"`+tok+`","actual":0}`)
 	if resp.StatusCode != http.StatusOK || free("j") != 3 {
 		t.Fatalf("settle of a repeated hit: %d %v, %v free; want 200 and the reservation given back", resp.StatusCode, m, free("j"))
+	}
+}
+
+// TestSettleOverrunNeverWraps: a settle far above its estimates on two
+// limits reports an overrun of at least each hit's, never a total that
+// wrapped around below zero.
+func TestSettleOverrunNeverWraps(t *testing.T) {
+	t.Parallel()
+	url, _ := start(t)
+	_, m := post(t, url+"/v1/reserve", `{"hits":[{"limit":"global","key":"w"},{"limit":"bucket","key":"w"}]}`)
+	tok, _ := m["reservation"].(string)
+	if tok == "" {
+		t.Fatalf("reserve: %v", m)
+	}
+	resp, err := http.Post(url+"/v1/settle", "application/json",
+		strings.NewReader(`{"reservation":"`+tok+`","actual":9223372036854775807}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out SettleResponse
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || len(out.Decisions) != 2 {
+		t.Fatalf("settle: %d %+v", resp.StatusCode, out)
+	}
+	for _, d := range out.Decisions {
+		if d.Overrun <= 0 || out.Overrun < d.Overrun {
+			t.Errorf("overrun %d in all, %d on %q: want a total of at least each hit's, above 0", out.Overrun, d.Overrun, d.Limit)
+		}
+	}
+	if out.Overrun != math.MaxInt64 {
+		t.Errorf("overrun %d in all, want it held at %d", out.Overrun, int64(math.MaxInt64))
+	}
+}
+
+// TestReservedSlotHeldUntilSettle: a reservation of a concurrency limit
+// holds its slot for as long as it can be settled. A ttl longer than the
+// limit's lease_ttl (which frees the slot) is refused, and a reservation
+// without one lives no longer than the lease: once the slot has gone to
+// another caller, the first reservation is no longer held, and its
+// settle is 404, never a second holder of a limit of one.
+func TestReservedSlotHeldUntilSettle(t *testing.T) {
+	t.Parallel()
+	var now atomic.Int64
+	now.Store(fixedNow)
+	st, err := memstore.New(memstore.Options{Now: now.Load, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	eng := &countingEngine{Engine: limiter.New(st, limiter.Options{})}
+	limits := Rules(ruletest.Rule(t, floodgate.Limit{Name: "slot", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: 10 * time.Second}))
+	ts := httptest.NewServer(New(eng, limits, Options{}))
+	t.Cleanup(ts.Close)
+
+	resp, m := post(t, ts.URL+"/v1/reserve", `{"limit":"slot","key":"a","ttl":300}`)
+	if resp.StatusCode != http.StatusBadRequest || m["code"] != CodeBadRequest || !strings.Contains(fmt.Sprint(m["error"]), "lease") {
+		t.Errorf("ttl 300 against a lease of 10 s: %d %v, want 400 bad_request naming the lease", resp.StatusCode, m)
+	}
+	if n := eng.checks.Load(); n != 0 {
+		t.Errorf("a refused ttl reached the engine %d times", n)
+	}
+	if resp, m := post(t, ts.URL+"/v1/reserve", `{"limit":"slot","key":"b","ttl":10}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("ttl at the lease: %d %v", resp.StatusCode, m)
+	} else {
+		post(t, ts.URL+"/v1/settle", `{"reservation":"`+m["reservation"].(string)+`","cancel":true}`)
+	}
+
+	_, m = post(t, ts.URL+"/v1/reserve", `{"limit":"slot","key":"k"}`)
+	first, _ := m["reservation"].(string)
+	if first == "" {
+		t.Fatalf("first reservation: %v", m)
+	}
+	now.Add(int64(30 * time.Second)) // past the lease, within the default ttl
+	resp, m = post(t, ts.URL+"/v1/reserve", `{"limit":"slot","key":"k"}`)
+	second, _ := m["reservation"].(string)
+	if resp.StatusCode != http.StatusOK || second == "" {
+		t.Fatalf("second reservation once the lease expired: %d %v", resp.StatusCode, m)
+	}
+	if resp, m := post(t, ts.URL+"/v1/settle", `{"reservation":"`+first+`","actual":1}`); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the first reservation, its slot given to the second: %d %v, want 404 (two held a limit of 1)", resp.StatusCode, m)
+	}
+	if resp, m := post(t, ts.URL+"/v1/settle", `{"reservation":"`+second+`","actual":1}`); resp.StatusCode != http.StatusOK {
+		t.Errorf("the second reservation: %d %v", resp.StatusCode, m)
 	}
 }

@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -149,4 +151,39 @@ func FuzzUnquote(f *testing.F) {
 			t.Fatalf("unquote(%q) = %q, not UTF-8", s, got)
 		}
 	})
+}
+
+// TestLongKeysNeverShareWithTheirHash: a key longer than the engine keeps
+// is counted under its hash; a short key spelled as that hash, or as the
+// API's own escape of one, is another counter, and so is every key
+// beside it.
+func TestLongKeysNeverShareWithTheirHash(t *testing.T) {
+	t.Parallel()
+	url, _ := start(t)
+	long := strings.Repeat("k", 300) // above the engine's 256 bytes
+	sum := sha256.Sum256([]byte(long))
+	hash := "sha256:" + hex.EncodeToString(sum[:16])
+	for i := range 3 {
+		if resp, m := post(t, url+"/v1/check", `{"limit":"login","key":"`+long+`"}`); resp.StatusCode != http.StatusOK || m["remaining"] != float64(2-i) {
+			t.Fatalf("long key, check %d: %d %v", i, resp.StatusCode, m)
+		}
+	}
+	for _, k := range []string{hash, "%" + hash, "%%" + hash, "%", "%%", "sha256:"} {
+		resp, m := post(t, url+"/v1/check", `{"limit":"login","key":"`+k+`"}`)
+		if resp.StatusCode != http.StatusOK || m["remaining"] != float64(2) {
+			t.Errorf("key %q beside a long key whose 3 are spent: %d %v, want a counter of its own", k, resp.StatusCode, m)
+		}
+	}
+	// Each is its own counter, and keeps it across a reservation.
+	_, m := post(t, url+"/v1/reserve", `{"limit":"login","key":"%`+hash+`","cost":2}`)
+	tok, _ := m["reservation"].(string)
+	if tok == "" {
+		t.Fatalf("reserve: %v", m)
+	}
+	if resp, m := post(t, url+"/v1/settle", `{"reservation":"`+tok+`","actual":0}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("settle: %d %v", resp.StatusCode, m)
+	}
+	if _, m := post(t, url+"/v1/peek", `{"limit":"login","key":"%`+hash+`"}`); m["remaining"] != float64(1) {
+		t.Errorf("after a settle of 0: %v, want the 2 given back (1 left after the peek)", m)
+	}
 }
