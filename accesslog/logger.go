@@ -1,6 +1,7 @@
 package accesslog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -82,6 +83,7 @@ type Logger struct {
 	file     *os.File
 	size     int64
 	rotates  bool // file is a regular file: rotated by size
+	torn     bool // the file ends within a line a failed write began
 	lastWarn time.Time
 
 	// open is file, for Close to end a write that waits on a reader;
@@ -269,16 +271,53 @@ func (l *Logger) write(b []byte) {
 			return
 		}
 	}
+	if l.torn {
+		// The last write ended within a line that could not be cut off:
+		// end it, so that the next record is a line of its own.
+		if _, err := l.file.Write([]byte{'\n'}); err != nil {
+			l.fail("write", err)
+			l.file.Close()
+			l.file = nil
+			l.open.Store(nil)
+			return
+		}
+		l.size++
+		l.torn = false
+	}
 	n, err := l.file.Write(b)
 	l.size += int64(n)
 	if err != nil {
 		l.fail("write", err)
+		if n > 0 {
+			l.cutTorn(b[:n])
+		}
 		// Opened again at the next write: a pipe's new reader, a disk
 		// with room again.
 		l.file.Close()
 		l.file = nil
 		l.open.Store(nil)
 	}
+}
+
+// cutTorn removes what a failed write left of a line it did not finish
+// (a full disk takes part of a write), so that the file holds whole
+// lines only and the next record does not run on from that part. A file
+// that cannot be cut (a pipe, a device) ends the part with a newline at
+// the next write instead.
+func (l *Logger) cutTorn(written []byte) {
+	torn := int64(len(written) - (bytes.LastIndexByte(written, '\n') + 1))
+	if torn == 0 {
+		return
+	}
+	if l.rotates {
+		if fi, err := l.file.Stat(); err == nil && fi.Size() >= torn {
+			if err := l.file.Truncate(fi.Size() - torn); err == nil {
+				l.size = fi.Size() - torn
+				return
+			}
+		}
+	}
+	l.torn = true
 }
 
 // openFile opens (or creates) the log file for appending. It does not
@@ -304,7 +343,10 @@ func (l *Logger) openFile() error {
 }
 
 // rotate renames FILE to FILE.1 (shifting the older ones up and removing
-// the one past MaxFiles) and opens a new FILE.
+// the one past MaxFiles) and opens a new FILE. Only the rotated files
+// that exist, FILE.1 up to the first one missing, are shifted: a rotation
+// takes as many renames as there are files to keep, however large
+// MaxFiles is.
 func (l *Logger) rotate() error {
 	if l.file != nil {
 		l.file.Close()
@@ -312,19 +354,32 @@ func (l *Logger) rotate() error {
 		l.open.Store(nil)
 	}
 	p := l.opts.Path
-	if err := os.Remove(p + "." + strconv.Itoa(l.opts.MaxFiles)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("accesslog: %w", err)
+	name := func(i int) string { return p + "." + strconv.Itoa(i) }
+	n := 0 // FILE.1 ... FILE.n exist
+	for n < l.opts.MaxFiles {
+		if _, err := os.Lstat(name(n + 1)); errors.Is(err, os.ErrNotExist) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("accesslog: %w", err)
+		}
+		n++
 	}
-	for i := l.opts.MaxFiles - 1; i >= 1; i-- {
-		from := p + "." + strconv.Itoa(i)
-		if err := os.Rename(from, p+"."+strconv.Itoa(i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if n == l.opts.MaxFiles {
+		if err := os.Remove(name(n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("accesslog: %w", err)
+		}
+		n--
+	}
+	for i := n; i >= 1; i-- {
+		if err := os.Rename(name(i), name(i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("accesslog: %w", err)
 		}
 	}
-	if err := os.Rename(p, p+".1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Rename(p, name(1)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("accesslog: %w", err)
 	}
 	l.rotations.Add(1)
+	l.torn = false
 	return l.openFile()
 }
 
