@@ -71,7 +71,10 @@
 // of the request's API key: an organisation whose keys share a count),
 // user, route, stage, global or header:NAME, or a list of them for a
 // composite key. A request that lacks a part (no user, no such header, no
-// API key) is not counted by that limit. An API key sent as
+// API key) is not counted by that limit. A header that carries a
+// credential (the API key header, the token's header, Authorization,
+// Proxy-Authorization, Cookie) is counted by the SHA-256 of its value,
+// which no counter key holds as it is. An API key sent as
 // "Bearer KEY" (api_key_header: authorization, as OpenAI-style clients
 // send it) is read without its scheme.
 //

@@ -49,6 +49,24 @@ type KeyPart struct {
 	Kind KeyKind
 	// Header is the canonical header name of a KeyHeader part.
 	Header string
+	// secret is set for a KeyHeader part whose field carries a
+	// credential (credentialHeader): its values are counted by their
+	// hash, never written into a counter key.
+	secret bool
+}
+
+// credentialHeader reports whether the header field name (canonical)
+// carries a credential under the server settings s: the API key header,
+// the token header, Authorization, Proxy-Authorization or Cookie.
+func credentialHeader(name string, s *config.Server) bool {
+	switch name {
+	case "Authorization", "Proxy-Authorization", "Cookie":
+		return true
+	case http.CanonicalHeaderKey(s.APIKeyHeader):
+		return true
+	}
+	j := s.User.JWT
+	return j != nil && j.Header != "" && name == http.CanonicalHeaderKey(j.Header)
 }
 
 // String returns the part as written in the file (client_ip, header:X).
@@ -527,6 +545,7 @@ func (c *compiler) scoped() error {
 		parts := make([]KeyPart, len(cl.Key.Parts))
 		for j, s := range cl.Key.Parts {
 			parts[j] = parseKeyPart(s)
+			parts[j].secret = parts[j].Kind == KeyHeader && credentialHeader(parts[j].Header, &c.p.file.Server)
 		}
 		scope := cl.Scope
 		if scope == "" {
@@ -965,9 +984,12 @@ func (p *Policy) hit(m *Match, l *Limit, kc *keyCtx) {
 			b = append(b, "h:"...)
 			b = append(b, part.Header...)
 			b = append(b, '=')
-			if len(v) > 128 {
+			if len(v) > 128 || part.secret {
+				// A '%' no escaped value holds unescaped (appendEscaped
+				// writes it as %25): no value sent as it is can spell a
+				// hashed one.
 				sum := sha256.Sum256([]byte(v))
-				b = append(b, "sha256:"...)
+				b = append(b, "%sha256:"...)
 				b = hex.AppendEncode(b, sum[:16])
 			} else {
 				b = appendEscaped(b, v)
