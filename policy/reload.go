@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +55,10 @@ type Reloader struct {
 	seen     [sha256.Size]byte
 	reloads  atomic.Uint64
 	rejected atomic.Uint64
+	// pending holds the files a rejected version names that the running
+	// policy does not (config.DependentFiles), for Run to follow: the
+	// version is tried again when one of them arrives or changes.
+	pending atomic.Pointer[[]string]
 }
 
 // NewReloader loads and compiles the file; it fails if the file is invalid.
@@ -75,7 +81,7 @@ func NewReloader(o ReloaderOptions) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.hash = stamp(o.Path, data, p)
+	p.hash = stamp(o.Path, data)
 	r.seen = p.hash
 	p.dynamic = &keyHook{}
 	r.cur.Store(p)
@@ -130,7 +136,7 @@ func (r *Reloader) Reload() error {
 // load compiles data, the file's contents, and applies it; force re-reports
 // a version already rejected. r.mu must be held.
 func (r *Reloader) load(data []byte, force bool) error {
-	sum := stamp(r.o.Path, data, r.cur.Load())
+	sum := stamp(r.o.Path, data)
 	if sum == r.cur.Load().hash || (sum == r.seen && !force) {
 		r.seen = sum
 		return nil // the running version, or an invalid one already reported
@@ -138,11 +144,12 @@ func (r *Reloader) load(data []byte, force bool) error {
 	r.seen = sum
 	p, err := compileData(r.o.Path, data, r.cur.Load())
 	if err != nil {
+		r.pend(data)
 		r.reject(err, sum)
 		return err
 	}
-	p.hash = stamp(r.o.Path, data, p)
-	r.seen = p.hash
+	p.hash = sum
+	r.pending.Store(nil)
 	r.cur.Store(p)
 	r.reloads.Add(1)
 	r.log.Info("policy: reloaded", "file", filepath.Base(r.o.Path), "sha256", watch.Short(p.hash),
@@ -175,6 +182,34 @@ func (r *Reloader) reject(err error, sum [sha256.Size]byte) {
 	}
 }
 
+// pend records the files that data, a version rejected, names beyond
+// those of the running policy.
+func (r *Reloader) pend(data []byte) {
+	running := deps(r.o.Path, r.cur.Load())
+	var extra []string
+	for _, f := range config.DependentFiles(r.o.Path, data) {
+		if !slices.Contains(running, f) && !slices.Contains(extra, f) {
+			extra = append(extra, f)
+		}
+	}
+	r.pending.Store(&extra)
+}
+
+// follow returns the files Run looks at: those of the running policy,
+// then those of a rejected version that exist (one that is missing is
+// not an error: it is what the version waits for).
+func (r *Reloader) follow() []string {
+	files := deps(r.o.Path, r.cur.Load())
+	if pending := r.pending.Load(); pending != nil {
+		for _, f := range *pending {
+			if _, err := os.Stat(f); err == nil && !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
+	}
+	return files
+}
+
 // deps returns the files a version of the policy file consists of: the
 // file itself, then the JWT key file or key set that p names.
 func deps(path string, p *Policy) []string {
@@ -192,13 +227,13 @@ func deps(path string, p *Policy) []string {
 }
 
 // stamp identifies a version: the hash (watch.Hash) of the file's bytes and
-// of those of the files p names, so that a rotated key is a new version
-// too. An unreadable dependency counts as empty; compiling the file then
-// reports it.
-func stamp(path string, data []byte, p *Policy) [sha256.Size]byte {
-	names := deps(path, p)
+// of those of the files they name (config.DependentFiles), so that a
+// rotated key, or a key file that a rejected version waited for, is a new
+// version too. An unreadable dependency counts as empty; compiling the
+// file then reports it.
+func stamp(path string, data []byte) [sha256.Size]byte {
 	files := []watch.File{{Path: path, Data: data}}
-	for _, dep := range names[1:] {
+	for _, dep := range config.DependentFiles(path, data) {
 		b, _ := yamlfile.ReadFile(dep)
 		files = append(files, watch.File{Path: dep, Data: b})
 	}
@@ -207,7 +242,9 @@ func stamp(path string, data []byte, p *Policy) [sha256.Size]byte {
 
 // Run follows the file until ctx ends, by the rules of package
 // internal/watch: every Interval it reads the file and the key files the
-// running policy names, and applies a new valid version or rejects a new
+// running policy names (and those a rejected version names, once they
+// exist: a version that waited for its key file is applied when it
+// arrives), and applies a new valid version or rejects a new
 // invalid one, once: within milliseconds when a writer closed a file or
 // one was renamed into place (on Linux, the events wake a look), else once
 // two consecutive looks saw
@@ -217,7 +254,7 @@ func (r *Reloader) Run(ctx context.Context) {
 	watch.Run(ctx, watch.Options{
 		Interval: r.o.Interval,
 		NoWake:   r.o.NoWake,
-		Files:    func() ([]string, error) { return deps(r.o.Path, r.cur.Load()), nil },
+		Files:    func() ([]string, error) { return r.follow(), nil },
 		Current:  r.cur.Load().hash,
 		Apply: func(v *watch.Version) {
 			data, _ := v.Data(r.o.Path)
