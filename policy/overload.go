@@ -40,6 +40,10 @@ type Overload struct {
 	// the queue serves in turn.
 	Tenant      TenantKind
 	TenantField string
+	// TenantSecret says TenantField carries a credential (the API key
+	// header, the token's, Authorization, Cookie ...): its values name
+	// tenants by their hash, never as they are (in metrics, explanations).
+	TenantSecret bool
 	// Tiers are the tiers' names, most critical first, and Ceilings
 	// their reserves (algo.Tiers).
 	Tiers    []string
@@ -80,7 +84,7 @@ func (o *Overload) TierOf(header, planTier string) int {
 }
 
 // compileOverload compiles a validated overload block of route name.
-func compileOverload(name string, c *config.Overload) *Overload {
+func compileOverload(name string, c *config.Overload, srv *config.Server) *Overload {
 	if c == nil {
 		return nil
 	}
@@ -95,6 +99,7 @@ func compileOverload(name string, c *config.Overload) *Overload {
 	switch h, isHeader := strings.CutPrefix(c.Tenant, config.KeyHeaderPrefix); {
 	case isHeader:
 		o.Tenant, o.TenantField = TenantHeader, http.CanonicalHeaderKey(h)
+		o.TenantSecret = credentialHeader(o.TenantField, srv)
 	case c.Tenant == config.TenantAPIKey:
 		o.Tenant = TenantAPIKey
 	case c.Tenant == config.TenantPlan:

@@ -439,7 +439,7 @@ func (c *compiler) routes() {
 			APIKeyRequired:          cr.APIKeyRequired,
 			AnonymousOnInvalidToken: cr.OnInvalidToken == config.InvalidTokenAnonymous,
 			StreamPerMessage:        cr.GRPCStream == config.GRPCStreamPerMessage,
-			Overload:                compileOverload(cr.Name, cr.Overload),
+			Overload:                compileOverload(cr.Name, cr.Overload, &c.p.file.Server),
 			match:                   compileMatch(cr.Match, c.p.foldCase), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 	}
 }
