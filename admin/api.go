@@ -264,7 +264,7 @@ type KeyView struct {
 	Name   string `json:"name"`
 	Plan   string `json:"plan"`
 	Source string `json:"source"` // "file" or "api"
-	State  string `json:"state"`  // "active", "disabled" or "revoked"
+	State  string `json:"state"`  // "active", "disabled", "revoked" or "shadowed"
 	// Secret is the key itself, only in the answer that made it.
 	Secret     string            `json:"secret,omitempty"`
 	Secrets    []keystore.Secret `json:"secrets,omitempty"`
@@ -297,7 +297,13 @@ func (a *API) Keys() []KeyView {
 			Secrets: []keystore.Secret{{SHA256: k.SHA256}}})
 	}
 	for _, r := range a.o.Keys.List() {
-		out = append(out, viewOf(&r))
+		v := viewOf(&r)
+		if v.State == "active" && a.fileKey(r.Name) {
+			// A key of the file took its name: this one is refused
+			// (keystore) until the file lets the name go.
+			v.State = "shadowed"
+		}
+		out = append(out, v)
 	}
 	return out
 }
@@ -457,8 +463,24 @@ func (a *API) change(r *http.Request, actor, action string, f func(*keystore.Rec
 	return viewOf(&rec), nil
 }
 
+// revokeKey revokes a key of the API, also one a key of the file shadows
+// (its name given to the file's by a reload): it would work again once
+// the file let the name go, and the file's key is not touched.
 func (a *API) revokeKey(_ http.ResponseWriter, r *http.Request, actor string) (any, error) {
-	return a.change(r, actor, "key.revoke", func(rec *keystore.Record) error { rec.Revoked = true; return nil }, nil)
+	name := r.PathValue("name")
+	revoke := func(rec *keystore.Record) error { rec.Revoked = true; return nil }
+	if a.fileKey(name) {
+		if _, err := a.o.Keys.Get(name); err != nil {
+			return nil, a.apiOnly(name)
+		}
+		rec, err := a.o.Keys.Update(r.Context(), name, revoke)
+		if err != nil {
+			return nil, err
+		}
+		a.record(r.Context(), actor, "key.revoke", name, map[string]any{"shadowed": true})
+		return viewOf(&rec), nil
+	}
+	return a.change(r, actor, "key.revoke", revoke, nil)
 }
 
 func (a *API) enableKey(_ http.ResponseWriter, r *http.Request, actor string) (any, error) {
