@@ -38,7 +38,8 @@ func overloadState(g *Gateway) (s OverloadStat) {
 	return s
 }
 
-// pollUntil polls cond for up to 20s.
+// pollUntil polls cond 2,000 times, 10 ms apart (20 s on an idle
+// machine, longer on a loaded one).
 func pollUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for range 2000 {
@@ -48,6 +49,16 @@ func pollUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// pollUntilFor polls cond until it holds or d has passed.
+func pollUntilFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+	}
 }
 
 // holdingUpstream holds every request until release is closed, and
