@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -109,6 +110,12 @@ func (h *Handler) data(f func(r *http.Request) (any, error)) http.Handler {
 			return
 		}
 		v, err := f(r)
+		var bad requestError
+		if errors.As(err, &bad) {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": bad.Error()})
+			return
+		}
 		if err != nil {
 			h.log.Warn("dashboard: data", "path", r.URL.Path, "err", err)
 			w.WriteHeader(http.StatusInternalServerError)
@@ -119,6 +126,12 @@ func (h *Handler) data(f func(r *http.Request) (any, error)) http.Handler {
 	})
 }
 
+// requestError is a data request's fault, answered 400 with its text.
+type requestError string
+
+// Error returns the text of e.
+func (e requestError) Error() string { return string(e) }
+
 // overview answers the traffic, refusals, top-keys and health panels;
 // ?since=S
 // returns only the seconds after S (the page asks for the last hour once,
@@ -128,7 +141,14 @@ func (h *Handler) overview(r *http.Request) (any, error) {
 	now := rec.Now()
 	since := now - Window
 	if s := r.URL.Query().Get("since"); s != "" {
-		if v, err := strconv.ParseInt(s, 10, 64); err == nil && v > since {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			if len(s) > 32 {
+				s = s[:32] + "…"
+			}
+			return nil, requestError("dashboard: since: " + strconv.Quote(s) + " is not a Unix second")
+		}
+		if v > since {
 			since = min(v, now)
 		}
 	}
@@ -172,12 +192,19 @@ func (h *Handler) overview(r *http.Request) (any, error) {
 	}, nil
 }
 
+// quotaTimeout bounds a read of the keys' quotas.
+const quotaTimeout = 10 * time.Second
+
 // quotaView answers the quota panel: every key's use, and the keys
 // nearest their quota.
 func (h *Handler) quotaView(r *http.Request) (any, error) {
 	h.mu.Lock()
 	if time.Since(h.quotaAt) >= time.Second && h.o.Quotas != nil {
-		h.quotas, h.quotaErr = h.o.Quotas(r.Context())
+		// The answer is kept for every client asking in the next second:
+		// the one that asked may leave without ending the read for them.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), quotaTimeout)
+		h.quotas, h.quotaErr = h.o.Quotas(ctx)
+		cancel()
 		h.quotaAt = time.Now()
 	}
 	qs, err := h.quotas, h.quotaErr

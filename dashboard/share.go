@@ -39,16 +39,24 @@ type Share struct {
 	info func() Instance
 	log  *slog.Logger
 
-	mu        sync.Mutex // guards everything below
-	remote    map[string]*[Window]Point
+	mu        sync.Mutex                // guards everything below
+	remote    map[string]*[Window]Point // by series name; see ring
+	limits    int                       // how many of remote's names are limits
 	stamps    [Window]int64
 	top       []Hitter
 	instances []Instance
 }
 
-// ShareSeconds is how many completed seconds each instance publishes; a
-// second is final once it is older than that.
+// ShareSeconds is how many completed seconds each instance publishes.
 const ShareSeconds = 10
+
+// shareLead is how many seconds another instance's recorder may be ahead
+// of this one's (clocks a little apart, or tickers turning at different
+// moments) with its counts kept: a merge rebuilds only the last
+// ShareSeconds-shareLead seconds, which every blob of such an instance
+// still covers, and a second is final once it is older than that. An
+// instance up to ShareSeconds-shareLead-1 seconds behind is kept too.
+const shareLead = 3
 
 // MaxInstances caps how many instances a dashboard merges.
 const MaxInstances = 64
@@ -139,7 +147,7 @@ func (s *Share) Sync(ctx context.Context) error {
 			}
 		}
 	}
-	s.merge(info, blobs, from, now-1)
+	s.merge(info, blobs, from+shareLead, now-1)
 	return nil
 }
 
@@ -166,14 +174,7 @@ func (s *Share) merge(self Instance, blobs []shareBlob, from, until int64) {
 		s.instances = append(s.instances, b.Instance)
 		tops = append(tops, b.Top)
 		for name, pts := range b.Points {
-			ring := s.remote[name]
-			if ring == nil {
-				if len(s.remote) >= MaxSeries {
-					continue
-				}
-				ring = &[Window]Point{}
-				s.remote[name] = ring
-			}
+			ring := s.ring(name)
 			for k, p := range pts {
 				t := b.From + int64(k)
 				if t < from || t > until {
@@ -185,6 +186,28 @@ func (s *Share) merge(self Instance, blobs []shareBlob, from, until int64) {
 		}
 	}
 	s.top = MergeHitters(DefaultHitters, tops...)
+}
+
+// ring returns the remote ring of a series' name, made on first use: "all"
+// and "other" always have one, and at most MaxSeries limits have their
+// own; the counts of further limits go to "other", as a Recorder's do.
+// s.mu must be held.
+func (s *Share) ring(name string) *[Window]Point {
+	if ring := s.remote[name]; ring != nil {
+		return ring
+	}
+	if name != "all" && name != "other" && s.limits >= MaxSeries {
+		name = "other"
+		if ring := s.remote[name]; ring != nil {
+			return ring
+		}
+	}
+	ring := &[Window]Point{}
+	s.remote[name] = ring
+	if name != "all" && name != "other" {
+		s.limits++
+	}
+	return ring
 }
 
 // addRemote adds the other instances' counts to local, a result of
