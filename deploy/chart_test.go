@@ -1,12 +1,14 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	appsv1 "k8s.io/api/apps/v1"
@@ -483,6 +485,14 @@ func TestChartRestartOnlyWhenNeeded(t *testing.T) {
 		`{policy: {server: {memory: {max_bytes: 1000000}}}}`,
 		`{store: {type: redis, redis: {url: "redis://a:6379"}}}`,
 		`{opsListen: "0.0.0.0:9200"}`,
+		// Read when serve starts (the access log is opened, the store
+		// connected, the listeners' TLS and the check API built then).
+		`{policy: {server: {access_log: {path: "-"}}}}`,
+		`{policy: {server: {redis_eviction: refuse}}}`,
+		`{policy: {server: {tls: {cert: /etc/tls/tls.crt, key: /etc/tls/tls.key}}}}`,
+		`{policy: {server: {grpc_tls_cert: /etc/tls/tls.crt, grpc_tls_key: /etc/tls/tls.key}}}`,
+		`{policy: {server: {api_tls_cert: /etc/tls/tls.crt, api_tls_key: /etc/tls/tls.key}}}`,
+		`{policy: {server: {api_auth: none}}}`,
 	} {
 		if template(restart) == before {
 			t.Errorf("%s leaves the pods' template as it was: the pods would keep the old setting", restart)
@@ -507,6 +517,13 @@ func TestChartRefusesValuesThatCannotWork(t *testing.T) {
 		{"mode: gateway\nstore: {type: redis}" + policy, "store.redis.url"},
 		{"mode: gateway\nautoscaling: {enabled: true}" + policy, "autoscaling needs store.type redis"},
 		{"mode: gateway\nadmin: {tokenHashes: [{name: x, sha256: nothex}]}" + policy, "sha256"},
+		{"mode: gateway\nterminationGracePeriodSeconds: 10" + policy, "terminationGracePeriodSeconds"},
+		// The soft memory limit serve sets (server.memory.soft_limit: auto)
+		// is 1.1 × max_bytes and at least 8 MiB more: past the container's
+		// limit, the kernel kills the process before the collector runs.
+		{"mode: gateway\nresources: {limits: {memory: 512Mi}}" + withMaxBytes(536870912), "resources.limits.memory"},
+		{"mode: decision\nresources: {limits: {memory: \"1G\"}}\ncheckAPI: {tokens: {envoy: " + checkToken + "}}" + withMaxBytes(1073741824) + descriptors, "resources.limits.memory"},
+		{"mode: ratelimit\nterminationGracePeriodSeconds: 15" + descriptors, "terminationGracePeriodSeconds"},
 	} {
 		_, _, err := renderErr(values(t, c.values))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -569,4 +586,90 @@ func TestChartSecrets(t *testing.T) {
 		env["BACKEND_TYPE"] != "redis" || env["LOG_LEVEL"] != "debug" || env["SHADOW_MODE"] != "true" {
 		t.Errorf("floodgate rls's environment %v", env)
 	}
+}
+
+// TestChartPodsDrainBeforeTheyStop checks that a pod taken out of service
+// (a rolling update, a node drain) keeps accepting connections until the
+// Service's endpoints, kube-proxy and ingresses have stopped sending it new
+// ones: floodgate serve and floodgate rls stop accepting at SIGTERM, so the
+// pod waits first (a preStop sleep); and that the kubelet's SIGKILL comes
+// only after that wait and the process's whole drain.
+func TestChartPodsDrainBeforeTheyStop(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			checkDrain(t, render(t, values(t, m.values)).deployment(t))
+		})
+	}
+}
+
+// minPreStop is the least wait before SIGTERM that lets the endpoints'
+// removal reach kube-proxy and the load balancers; stateMargin is the
+// time left after the drain for closing the stores (the memory store
+// writes its state file).
+const (
+	minPreStop  = 5
+	stateMargin = 5
+)
+
+// checkDrain checks that d's pods sleep at least minPreStop seconds before
+// SIGTERM, and that terminationGracePeriodSeconds covers that sleep, the
+// process's drain (--shutdown-timeout of floodgate serve, 30 s by default;
+// the 10 s of floodgate rls) and stateMargin.
+func checkDrain(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+		t.Fatalf("lifecycle %+v: no preStop sleep; the process stops accepting at SIGTERM, while the endpoints still send it new connections", c.Lifecycle)
+	}
+	sleep := c.Lifecycle.PreStop.Sleep.Seconds
+	if sleep < minPreStop {
+		t.Errorf("preStop sleeps %d s, want at least %d", sleep, minPreStop)
+	}
+	drain := 10 * time.Second // floodgate rls
+	if c.Args[0] == "serve" {
+		drain = 30 * time.Second
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--shutdown-timeout="); ok {
+				var err error
+				if drain, err = time.ParseDuration(v); err != nil || drain <= 0 {
+					t.Fatalf("%s: %v", a, err)
+				}
+			}
+		}
+	}
+	grace := int64(30)
+	if pod.TerminationGracePeriodSeconds != nil {
+		grace = *pod.TerminationGracePeriodSeconds
+	}
+	if need := sleep + int64(drain/time.Second) + stateMargin; grace < need {
+		t.Errorf("terminationGracePeriodSeconds %d < preStop %d s + drain %v + %d s: SIGKILL cuts the requests in flight", grace, sleep, drain, stateMargin)
+	}
+}
+
+// TestChartLocalFallbackCountsEveryPod checks server.instances, by which
+// each pod divides a limit whose on_failure is local while Redis is down:
+// it must count every pod that may run, or the pods together admit more
+// than the limit (docs/redis.md bounds the over-admission for a right
+// count). With an HPA that is maxReplicas, not minReplicas: ten pods each
+// allowing a third of a limit admit more than three limits.
+func TestChartLocalFallbackCountsEveryPod(t *testing.T) {
+	for _, c := range []struct {
+		values string
+		want   string
+	}{
+		{"mode: gateway\nreplicaCount: 3\nstore: {type: redis, redis: {url: \"" + redisURL + "\"}}" + policy, "3"},
+		{"mode: gateway\nstore: {type: redis, redis: {url: \"" + redisURL + "\"}}\nautoscaling: {enabled: true, minReplicas: 3, maxReplicas: 10}" + policy, "10"},
+	} {
+		_, p := render(t, values(t, c.values)).policyOf(t)
+		if got := str(field(p, "server", "instances")); got != c.want {
+			t.Errorf("%s\nserver.instances %s, want %s", c.values, got, c.want)
+		}
+	}
+}
+
+// withMaxBytes is the policy of the renderings with server.memory.max_bytes
+// set to n.
+func withMaxBytes(n int) string {
+	return strings.Replace(policy, "    store_timeout: 100ms\n", fmt.Sprintf("    store_timeout: 100ms\n    memory: {max_bytes: %d}\n", n), 1)
 }

@@ -64,7 +64,7 @@ func build(t *testing.T, dir string) *objects {
 }
 
 // TestKustomizeBuilds builds the base and the overlay, decodes what they
-// make strictly, checks the pods' security settings and probes, that every
+// make strictly, checks the pods' security settings, probes and drain, that every
 // volume names an object made, and runs floodgate check on the policy.
 func TestKustomizeBuilds(t *testing.T) {
 	bin := binary(t)
@@ -73,6 +73,7 @@ func TestKustomizeBuilds(t *testing.T) {
 			o := build(t, dir)
 			d := o.deployment(t)
 			checkSecurity(t, d)
+			checkDrain(t, d)
 			c := d.Spec.Template.Spec.Containers[0]
 			cm, ok := o.configMaps["floodgate-policy"]
 			if !ok {

@@ -88,8 +88,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $_ := set $admin "tokens" $tokens -}}
 {{- end -}}
 {{- $_ := set $srv "admin" $admin -}}
+{{- /* instances divides a limit whose on_failure is local while Redis is down: it counts every pod that may run (with an HPA, its maximum), so that the pods together never admit more than the limit. */ -}}
 {{- if and (eq .Values.store.type "redis") (not (hasKey $srv "instances")) -}}
-{{- $_ := set $srv "instances" (ternary .Values.autoscaling.minReplicas .Values.replicaCount .Values.autoscaling.enabled) -}}
+{{- $_ := set $srv "instances" (ternary .Values.autoscaling.maxReplicas .Values.replicaCount .Values.autoscaling.enabled) -}}
 {{- end -}}
 {{- toYaml $srv -}}
 {{- end -}}
@@ -104,5 +105,35 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* restartSettings are the settings of the server section that floodgate serve applies only at start (the others are reloaded with the file). */}}
 {{- define "floodgate.restartSettings" -}}
 {{- $srv := include "floodgate.server" . | fromYaml -}}
-{{- toYaml (pick $srv "listen" "admin_listen" "ops_listen" "grpc_listen" "api_listen" "rls_config" "store" "state_file" "store_timeout" "store_hard_timeout" "instances" "upstream" "timeouts" "max_connections" "memory" "method_override" "engine") -}}
+{{- toYaml (pick $srv "listen" "admin_listen" "ops_listen" "grpc_listen" "api_listen" "rls_config" "store" "state_file" "store_timeout" "store_hard_timeout" "instances" "upstream" "timeouts" "max_connections" "memory" "method_override" "engine" "tls" "grpc_tls_cert" "grpc_tls_key" "grpc_tls_client_ca" "grpc_tls_client_san" "api_tls_cert" "api_tls_key" "api_tls_client_ca" "api_tls_client_san" "api_auth" "access_log" "redis_eviction") -}}
+{{- end -}}
+
+{{/* bytes is a memory quantity of Kubernetes (536870912, 512Mi, 1G) in bytes, or "" when it is not one these spell. */}}
+{{- define "floodgate.bytes" -}}
+{{- if or (kindIs "float64" .) (kindIs "int" .) (kindIs "int64" .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- $q := toString . -}}
+{{- $num := regexFind "^[0-9]+" $q -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- $unit := trimPrefix $num $q -}}
+{{- if and $num (hasKey $units $unit) -}}
+{{- mul (int64 $num) (get $units $unit) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* memoryFits fails when the container's memory limit is below the soft memory limit floodgate serve sets (server.memory.soft_limit: auto): 1.1 times server.memory.max_bytes and at least 8 MiB for the rest of the process. */}}
+{{- define "floodgate.memoryFits" -}}
+{{- $limit := dig "limits" "memory" "" (default (dict) .Values.resources) -}}
+{{- $srv := default (dict) .Values.policy.server -}}
+{{- $mem := default (dict) $srv.memory -}}
+{{- if and $limit (ne (toString (default "auto" $mem.soft_limit)) "off") (not (hasKey (default (dict) .Values.env) "GOMEMLIMIT")) -}}
+{{- $cap := int64 (default 268435456 $mem.max_bytes) -}}
+{{- $soft := add $cap (div $cap 10) 8388608 -}}
+{{- $bytes := include "floodgate.bytes" $limit -}}
+{{- if and $bytes (lt (int64 $bytes) $soft) -}}
+{{- fail (printf "resources.limits.memory (%d bytes) is below the soft memory limit floodgate serve keeps for policy.server.memory.max_bytes %d (%d bytes: the cap, a tenth of it and 8 MiB for the rest of the process): the kernel would kill the process before the garbage collector makes room. Raise the limit or lower max_bytes" (int64 $bytes) $cap $soft) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
