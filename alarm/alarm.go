@@ -212,6 +212,11 @@ func New(o Options) (*Alarms, error) {
 	a.webhooks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_alarm_webhooks_total",
 		Help: "Alarm webhooks by result: delivered, failed after every attempt, dropped (the webhook's queue was full, or a reload turned it off), or abandoned (not delivered when the process stopped; the claim is given back for another instance)."},
 		[]string{"result"})
+	// Every result's series exists from the start, at 0, so that a rate or
+	// an alert over it sees the first webhook that fails.
+	for _, r := range []string{"delivered", "failed", "dropped", "abandoned"} {
+		a.webhooks.WithLabelValues(r)
+	}
 	if o.Registerer != nil {
 		for _, c := range []prometheus.Collector{a.alarms, a.webhooks} {
 			if err := o.Registerer.Register(c); err != nil {
