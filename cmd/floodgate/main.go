@@ -92,6 +92,13 @@ func usage(w io.Writer) {
 // reading standard input or a FIFO, which no context reaches.
 var stopsOnItsOwn = map[string]bool{"serve": true, "rls": true, "bench": true, "rls-bench": true}
 
+// servers lists the commands that run until they are stopped. Their log
+// and access log may go to a pipe whose reader goes away while they serve
+// (a log shipper that restarts, "| tee" ended): they lose those lines (the
+// writes fail) and go on serving, instead of being killed by SIGPIPE. The
+// other commands end on SIGPIPE, as "floodgate check ... | head" expects.
+var servers = map[string]bool{"serve": true, "rls": true}
+
 // errInterrupted ends a command interrupted by SIGINT or SIGTERM.
 var errInterrupted = &exitError{Code: 130, Err: errors.New("floodgate: interrupted")}
 
@@ -149,6 +156,9 @@ var captureStdLog = false
 
 func main() {
 	captureStdLog = true
+	if len(os.Args) > 1 && servers[os.Args[1]] {
+		signal.Ignore(syscall.SIGPIPE)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// After the first signal, a second one ends the process at once.
