@@ -250,17 +250,47 @@ func (s *server) reloaded(p *policy.Policy) {
 		cp.Store = first.Store
 		n = &cp
 	}
-	if first != nil &&
-		(n.Store != first.Store || n.StateFile != first.StateFile || n.Listen != first.Listen ||
-			n.AdminListen != first.AdminListen || n.OpsListen != first.OpsListen || n.StoreTimeout != first.StoreTimeout || n.StoreHardTimeout != first.StoreHardTimeout ||
-			n.Instances != first.Instances || n.Upstream.Transport() != first.Upstream.Transport() || n.Timeouts != first.Timeouts ||
-			n.MaxConnections != first.MaxConnections || n.Memory != first.Memory || n.MethodOverride != first.MethodOverride ||
-			n.Engine != first.Engine || !reflect.DeepEqual(n.TLS, first.TLS)) {
-		s.log.Warn("reloaded: store, listen addresses, store timeout, instances, timeouts, connection and memory limits, method_override, engine, server.tls and server.upstream change only on restart (the certificates' files are read again as they change, or on SIGHUP)")
+	if first != nil {
+		if changed := startOnlyChanges(first, n); len(changed) > 0 {
+			s.log.Warn("reloaded: these settings change only on restart and keep their values until then (the certificates' files are read again as they change, or on SIGHUP)",
+				"settings", strings.Join(changed, ", "))
+		}
 	}
 	if s.console != nil {
 		s.console.Reloaded(p)
 	}
+}
+
+// startOnlyChanges names the settings of server that serve applies only
+// at its start and that n, a reloaded file's, changes from first's.
+func startOnlyChanges(first, n *config.Server) []string {
+	var out []string
+	add := func(changed bool, name string) {
+		if changed {
+			out = append(out, name)
+		}
+	}
+	add(n.Store != first.Store, "server.store")
+	add(n.StateFile != first.StateFile, "server.state_file")
+	add(n.Listen != first.Listen || n.AdminListen != first.AdminListen || n.OpsListen != first.OpsListen ||
+		n.GRPCListen != first.GRPCListen || n.APIListen != first.APIListen, "listen addresses")
+	add(n.StoreTimeout != first.StoreTimeout || n.StoreHardTimeout != first.StoreHardTimeout, "store timeouts")
+	add(n.Instances != first.Instances, "server.instances")
+	add(n.Upstream.Transport() != first.Upstream.Transport(), "server.upstream")
+	add(n.Timeouts != first.Timeouts, "server.timeouts")
+	add(n.MaxConnections != first.MaxConnections, "server.max_connections")
+	add(n.Memory != first.Memory, "server.memory")
+	add(n.MethodOverride != first.MethodOverride, "server.method_override")
+	add(n.Engine != first.Engine, "server.engine")
+	add(!reflect.DeepEqual(n.TLS, first.TLS), "server.tls")
+	add(n.GRPCTLSCert != first.GRPCTLSCert || n.GRPCTLSKey != first.GRPCTLSKey ||
+		n.GRPCTLSClientCA != first.GRPCTLSClientCA || n.GRPCTLSClientSAN != first.GRPCTLSClientSAN, "server.grpc_tls_*")
+	add(n.APITLSCert != first.APITLSCert || n.APITLSKey != first.APITLSKey ||
+		n.APITLSClientCA != first.APITLSClientCA || n.APITLSClientSAN != first.APITLSClientSAN, "server.api_tls_*")
+	add(n.APIAuth != first.APIAuth, "server.api_auth")
+	add(n.RedisEviction != first.RedisEviction, "server.redis_eviction")
+	add(!reflect.DeepEqual(n.AccessLog, first.AccessLog), "server.access_log")
+	return out
 }
 
 // storeFromFile is srv with the store URL of the file at path in place of
