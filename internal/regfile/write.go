@@ -38,13 +38,24 @@ func WriteAtomic(path string, data []byte, perm fs.FileMode) error {
 		return werr
 	}
 	// The rename is in the directory: sync it too, or a crash may undo it.
+	if err := SyncDir(dir); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// SyncDir syncs the directory dir, so that a file renamed or created in
+// it stays there across a crash: a writer that streams a file of its own
+// and renames it into place (the memory store's snapshot) calls it after
+// the rename, as WriteAtomic does.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("%s: sync the directory: %w", path, err)
+		return fmt.Errorf("sync the directory: %w", err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("%s: sync the directory: %w", path, err)
+		return fmt.Errorf("sync the directory %s: %w", dir, err)
 	}
 	return nil
 }

@@ -175,11 +175,8 @@ func (s *Store) writeSnapshot() (err error) {
 		os.Remove(f.Name())
 		return err
 	}
-	// Make the rename itself durable.
-	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
-		_ = d.Sync()
-		d.Close()
-	}
+	// Make the rename itself durable; the state is written either way.
+	_ = regfile.SyncDir(filepath.Dir(path))
 	return nil
 }
 
