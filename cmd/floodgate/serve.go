@@ -38,7 +38,8 @@ Unless server.memory.soft_limit is off or GOMEMLIMIT is set, the Go
 runtime's soft memory limit is kept at server.memory.max_bytes and a tenth
 of it, plus what the rest of the process holds and the room GOGC gives
 that, so that the garbage of a flood of distinct keys is collected before
-the process grows past it.
+the process grows past it; in a container, never past nine tenths of the
+container's memory limit (its cgroup's).
 
 --demo starts a small demo upstream (the school office) on loopback, sends
 every route there, and prints requests to try.

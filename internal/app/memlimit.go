@@ -21,8 +21,12 @@ import (
 // keeps it there as the rest grows and shrinks: the store's garbage is
 // collected within a tenth of the cap, while the rest of the process (its
 // connections, buffers and the runtime) is collected as GOGC says, so that
-// many connections never push the heap against the limit. GOMEMLIMIT in
-// the environment takes precedence; soft_limit: off leaves the limit alone.
+// many connections never push the heap against the limit. In a container
+// (a cgroup with a memory limit) the limit never goes past nine tenths of
+// the container's: grown past that by its connections, the process has
+// the collector work to stay inside it rather than be killed by the
+// kernel. GOMEMLIMIT in the environment takes precedence; soft_limit: off
+// leaves the limit alone.
 
 // SoftLimitFloor is the least that the soft memory limit allows the rest
 // of the process beyond the store's share: the runtime's own structures
@@ -81,6 +85,9 @@ type memLimit struct {
 	log      *slog.Logger
 	samples  []metrics.Sample
 	last     int64
+	ceiling  int64 // the most the limit may be (0: none)
+	capped   bool  // the ceiling held the limit at the last update
+	noFit    bool  // the store's cap and its room alone pass the ceiling (told at start)
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -88,8 +95,10 @@ type memLimit struct {
 // startMemLimit sets the soft memory limit for a store capped at capBytes
 // whose count held reports, and keeps it following the process until the
 // returned function is called, unless mode is "off" or GOMEMLIMIT
-// (getenv) is set: then it leaves the limit as it is.
-func startMemLimit(mode string, capBytes int64, held func() int64, getenv func(string) string, log *slog.Logger) (stop func()) {
+// (getenv) is set: then it leaves the limit as it is. container is the
+// memory limit of the process's cgroup (containerMemoryMax; 0: none): the
+// soft limit stays within ceilingShare of it.
+func startMemLimit(mode string, capBytes int64, held func() int64, getenv func(string) string, container int64, log *slog.Logger) (stop func()) {
 	if mode == "off" {
 		log.Info("soft memory limit off (server.memory.soft_limit)")
 		return func() {}
@@ -99,8 +108,10 @@ func startMemLimit(mode string, capBytes int64, held func() int64, getenv func(s
 		return func() {}
 	}
 	m := &memLimit{capBytes: capBytes, held: held, log: log, stop: make(chan struct{}), done: make(chan struct{}),
+		ceiling: int64(float64(max(container, 0)) * ceilingShare),
 		samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"},
 			{Name: "/gc/scan/globals:bytes"}, {Name: "/gc/gogc:percent"}}}
+	m.noFit = m.ceiling > 0 && softMemoryLimit(capBytes, 0, 0, 0, 100) > m.ceiling
 	processLimit.Lock()
 	if processLimit.owners == 0 {
 		processLimit.found = debug.SetMemoryLimit(-1)
@@ -108,7 +119,11 @@ func startMemLimit(mode string, capBytes int64, held func() int64, getenv func(s
 	processLimit.owners++
 	processLimit.Unlock()
 	m.update()
-	log.Info("soft memory limit", "bytes", m.last, "max_bytes", capBytes)
+	log.Info("soft memory limit", "bytes", m.last, "max_bytes", capBytes, "container_limit", container)
+	if m.noFit {
+		log.Warn("server.memory.max_bytes does not fit the container's memory limit: the store's cap, a tenth of it and 8 MiB for the rest of the process are more than nine tenths of it; the collector will run often and the kernel may kill the process when the store fills. Raise the container's limit or lower max_bytes",
+			"max_bytes", capBytes, "container_limit", container)
+	}
 	go m.run()
 	var once sync.Once
 	return func() {
@@ -154,6 +169,15 @@ func (m *memLimit) update() {
 		gogc = int64(int32(v.Uint64()))
 	}
 	limit := softMemoryLimit(m.capBytes, m.held(), live, stacks+globals, gogc)
+	capped := m.ceiling > 0 && limit > m.ceiling
+	if capped {
+		limit = m.ceiling
+		if !m.capped && !m.noFit {
+			m.log.Warn("soft memory limit held at nine tenths of the container's memory limit: the process holds more than the store's share and its room beside it (connections, buffers); the collector now works to keep it inside",
+				"bytes", limit, "wanted", softMemoryLimit(m.capBytes, m.held(), live, stacks+globals, gogc))
+		}
+	}
+	m.capped = capped
 	if limit != m.last {
 		processLimit.Lock()
 		debug.SetMemoryLimit(limit)

@@ -178,7 +178,8 @@ func newServer(ctx context.Context, o *ServeOptions, log *slog.Logger) (*server,
 		_ = s.stores.close()
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	s.stopMemLimit = startMemLimit(s.srv.Memory.SoftLimit, s.srv.Memory.MaxBytes, s.storeBytes, s.getenv, log)
+	s.stopMemLimit = startMemLimit(s.srv.Memory.SoftLimit, s.srv.Memory.MaxBytes, s.storeBytes, s.getenv,
+		containerMemoryMax(cgroupRoot, selfCgroupFile), log)
 	return s, nil
 }
 
