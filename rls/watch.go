@@ -25,6 +25,10 @@ type WatchOptions struct {
 	// NoWake is passed to package internal/watch: the looks are the
 	// regular ones only.
 	NoWake bool
+	// Now, when set, asks for the files to be read and loaded at once
+	// (floodgate rls sends on it at SIGHUP), whatever the stability rule
+	// says; unchanged files load nothing.
+	Now <-chan struct{}
 }
 
 // Watch follows paths (as given to Load) until ctx ends, by the rules of
@@ -52,6 +56,7 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 	watch.Run(ctx, watch.Options{
 		Interval: opts.Interval,
 		NoWake:   opts.NoWake,
+		Now:      opts.Now,
 		Files: func() ([]string, error) {
 			files, errs := configFiles(paths, opts.Load)
 			if len(errs) > 0 {

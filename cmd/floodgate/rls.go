@@ -37,7 +37,9 @@ serves PROMETHEUS_PATH (/metrics) alone.
 
 SIGTERM and SIGINT drain, as envoyproxy/ratelimit does: /healthcheck answers
 500 and gRPC's health NOT_SERVING, gRPC takes no new calls and finishes the
-calls in flight (up to 10s), then the process exits with status 0.
+calls in flight (up to 10s), then the process exits with status 0. SIGHUP
+reads the descriptor files at once (they are also followed as they change);
+envoyproxy/ratelimit dies of it.
 
 --check reads the settings and the descriptor files, reports problems and
 exits.

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,6 +36,7 @@ type rlsService struct {
 	https  []*http.Server
 	lns    []net.Listener // the gRPC listener, then one per server of https
 	conns  rlsConns       // the caps of the listeners
+	reload chan struct{}  // asks the watch of the descriptor files for a look at once (nil: no files)
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -180,8 +183,9 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 		s.wg.Go(func() { s.flushStatsd(ctx, set.Statsd.Interval) })
 	}
 	if len(set.Paths) > 0 {
+		s.reload = make(chan struct{}, 1)
 		s.wg.Go(func() {
-			rls.Watch(ctx, s.svc, set.Paths, rls.WatchOptions{Load: set.Load, Logger: r.log, OnReload: func(err error) {
+			rls.Watch(ctx, s.svc, set.Paths, rls.WatchOptions{Load: set.Load, Logger: r.log, Now: s.reload, OnReload: func(err error) {
 				s.stats.ObserveLoad(err)
 				if err == nil {
 					s.loaded(s.svc.Config())
@@ -327,6 +331,19 @@ func (s *rlsService) flushStatsd(ctx context.Context, interval time.Duration) {
 // gRPC stops accepting and its calls in flight finish (within its grace
 // period) while /healthcheck still answers, then the HTTP listeners stop
 // (their requests in flight finish within ctx).
+// reloadNow has the descriptor files read and loaded at once (SIGHUP),
+// rather than at the watch's next look; a look already asked for and not
+// taken yet stands for this one.
+func (s *rlsService) reloadNow() {
+	if s == nil || s.reload == nil {
+		return
+	}
+	select {
+	case s.reload <- struct{}{}:
+	default:
+	}
+}
+
 func (s *rlsService) shutdown(ctx context.Context) {
 	if s == nil {
 		return
@@ -360,6 +377,12 @@ func runRLS(ctx context.Context, set *Settings, getenv func(string) string, stdo
 	if set.RLS == nil {
 		return errors.New("rls: no rate-limit service in the settings")
 	}
+	// SIGHUP reads the descriptor files at once. It is taken from the
+	// start, so that one sent while the service starts waits for the loop
+	// below instead of ending the process, as an unhandled SIGHUP does.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	r, err := newRoot(ctx, "rls", set, getenv, log)
 	if err != nil {
 		return err
@@ -383,6 +406,13 @@ func runRLS(ctx context.Context, set *Settings, getenv func(string) string, stdo
 				break wait
 			case <-watchdog:
 				sd.tell(sdnotify.Watchdog)
+			case <-hup:
+				if r.rls.reload == nil {
+					log.Info("rls: SIGHUP: no descriptor files to read")
+				} else {
+					log.Info("rls: SIGHUP: reading the descriptor files")
+					r.rls.reloadNow()
+				}
 			case err = <-r.errc:
 				err = fmt.Errorf("rls: %w", err)
 				break wait

@@ -636,6 +636,7 @@ func (s *server) run(ctx context.Context, hup <-chan os.Signal) error {
 func (s *server) reload() {
 	s.systemd.tell(sdnotify.Reloading()...)
 	s.reloadCertificates()
+	s.rls.reloadNow() // the rate-limit service's descriptor files, if any
 	if err := s.reloader.Reload(); err != nil {
 		s.log.Error("reload rejected; the running policy stays", "err", err)
 	} else {

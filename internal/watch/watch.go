@@ -128,6 +128,12 @@ type Options struct {
 	// test on testing/synctest's clock needs it: the clock cannot advance
 	// while a goroutine waits on the file system.
 	NoWake bool
+	// Now, when set, asks for a look at once (an operator's reload, such
+	// as SIGHUP): the files are read when a value is received and a
+	// version other than the applied one goes to Apply whatever the
+	// stability rule says; files that cannot be read go to Fail. Looked
+	// for a reload, the files are read as they are, even while written.
+	Now <-chan struct{}
 }
 
 // look is what one look at the files saw.
@@ -227,6 +233,20 @@ func Run(ctx context.Context, o Options) {
 				o.Apply(v)
 			}
 			follow()
+			continue
+		case <-o.Now:
+			cur := take(o.Files, w)
+			follow()
+			switch {
+			case cur.err != nil:
+				if o.Fail != nil {
+					o.Fail(cur.err)
+				}
+				failed = cur.key
+			case cur.v.Hash != applied:
+				applied, failed = cur.v.Hash, ""
+				o.Apply(cur.v)
+			}
 			continue
 		case <-t.C:
 		}
