@@ -652,18 +652,39 @@ func checkDrain(t *testing.T, d *appsv1.Deployment) {
 // it must count every pod that may run, or the pods together admit more
 // than the limit (docs/redis.md bounds the over-admission for a right
 // count). With an HPA that is maxReplicas, not minReplicas: ten pods each
-// allowing a third of a limit admit more than three limits.
+// allowing a third of a limit admit more than three limits. A rolling
+// update runs its surge beside them (Kubernetes' default, 25% rounded up:
+// a fourth pod beside three), which the count left out before; Recreate
+// runs none, and a count the policy sets stays.
 func TestChartLocalFallbackCountsEveryPod(t *testing.T) {
+	redis := "\nstore: {type: redis, redis: {url: \"" + redisURL + "\"}}"
 	for _, c := range []struct {
-		values string
-		want   string
+		values   string
+		want     string
+		strategy string // the Deployment's strategy type
+		surge    string // its maxSurge ("" for none)
 	}{
-		{"mode: gateway\nreplicaCount: 3\nstore: {type: redis, redis: {url: \"" + redisURL + "\"}}" + policy, "3"},
-		{"mode: gateway\nstore: {type: redis, redis: {url: \"" + redisURL + "\"}}\nautoscaling: {enabled: true, minReplicas: 3, maxReplicas: 10}" + policy, "10"},
+		{"mode: gateway\nreplicaCount: 3" + redis + policy, "4", "RollingUpdate", "25%"},
+		{"mode: gateway" + redis + "\nautoscaling: {enabled: true, minReplicas: 3, maxReplicas: 10}" + policy, "13", "RollingUpdate", "25%"},
+		{"mode: gateway\nreplicaCount: 4" + redis + policy, "5", "RollingUpdate", "25%"},
+		{"mode: gateway\nreplicaCount: 3" + redis + "\nupdateStrategy: {rollingUpdate: {maxSurge: 2}}" + policy, "5", "RollingUpdate", "2"},
+		{"mode: gateway\nreplicaCount: 3" + redis + "\nupdateStrategy: {rollingUpdate: {maxSurge: \"50%\"}}" + policy, "5", "RollingUpdate", "50%"},
+		{"mode: gateway\nreplicaCount: 3" + redis + "\nupdateStrategy: {rollingUpdate: {maxSurge: 0, maxUnavailable: 1}}" + policy, "3", "RollingUpdate", "0"},
+		{"mode: gateway\nreplicaCount: 3" + redis + "\nupdateStrategy: {type: Recreate}" + policy, "3", "Recreate", ""},
+		{"mode: gateway\nreplicaCount: 3" + redis + strings.Replace(policy, "    store_timeout: 100ms\n", "    store_timeout: 100ms\n    instances: 7\n", 1), "7", "RollingUpdate", "25%"},
 	} {
-		_, p := render(t, values(t, c.values)).policyOf(t)
+		o := render(t, values(t, c.values))
+		_, p := o.policyOf(t)
 		if got := str(field(p, "server", "instances")); got != c.want {
 			t.Errorf("%s\nserver.instances %s, want %s", c.values, got, c.want)
+		}
+		st := o.deployments[0].Spec.Strategy
+		surge := ""
+		if st.RollingUpdate != nil && st.RollingUpdate.MaxSurge != nil {
+			surge = st.RollingUpdate.MaxSurge.String()
+		}
+		if string(st.Type) != c.strategy || surge != c.surge {
+			t.Errorf("%s\nDeployment strategy %s, maxSurge %q; want %s, %q", c.values, st.Type, surge, c.strategy, c.surge)
 		}
 	}
 }

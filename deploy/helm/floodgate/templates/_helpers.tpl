@@ -88,9 +88,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $_ := set $admin "tokens" $tokens -}}
 {{- end -}}
 {{- $_ := set $srv "admin" $admin -}}
-{{- /* instances divides a limit whose on_failure is local while Redis is down: it counts every pod that may run (with an HPA, its maximum), so that the pods together never admit more than the limit. */ -}}
+{{- /* instances divides a limit whose on_failure is local while Redis is down: it counts every pod that may run (with an HPA, its maximum, and a rolling update's surge above it), so that the pods together never admit more than the limit. */ -}}
 {{- if and (eq .Values.store.type "redis") (not (hasKey $srv "instances")) -}}
-{{- $_ := set $srv "instances" (ternary .Values.autoscaling.maxReplicas .Values.replicaCount .Values.autoscaling.enabled) -}}
+{{- $replicas := int (ternary .Values.autoscaling.maxReplicas .Values.replicaCount .Values.autoscaling.enabled) -}}
+{{- $_ := set $srv "instances" (add $replicas (include "floodgate.surge" (dict "strategy" .Values.updateStrategy "replicas" $replicas) | int)) -}}
 {{- end -}}
 {{- toYaml $srv -}}
 {{- end -}}
@@ -134,6 +135,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $bytes := include "floodgate.bytes" $limit -}}
 {{- if and $bytes (lt (int64 $bytes) $soft) -}}
 {{- fail (printf "resources.limits.memory (%d bytes) is below the soft memory limit floodgate serve keeps for policy.server.memory.max_bytes %d (%d bytes: the cap, a tenth of it and 8 MiB for the rest of the process): the kernel would kill the process before the garbage collector makes room. Raise the limit or lower max_bytes" (int64 $bytes) $cap $soft) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* surge is how many pods a rolling update runs beyond replicas: maxSurge as a number, or as a percentage of replicas rounded up (as Kubernetes rounds it); 0 for Recreate. */}}
+{{- define "floodgate.surge" -}}
+{{- $st := default (dict) .strategy -}}
+{{- if eq (default "RollingUpdate" $st.type) "Recreate" -}}
+0
+{{- else -}}
+{{- $s := dig "rollingUpdate" "maxSurge" "25%" $st -}}
+{{- if kindIs "string" $s -}}
+{{- $pct := int (trimSuffix "%" $s) -}}
+{{- div (add (mul .replicas $pct) 99) 100 -}}
+{{- else -}}
+{{- int $s -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
