@@ -631,6 +631,18 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			prev := &w[dup]
 			wk.idx, wk.st, wk.exp, wk.allowed = prev.idx, prev.st, prev.exp, prev.allowed
 			prev.superseded = true
+			if peek && out[dup].Allowed && !hits[dup].Check {
+				// A peek left the earlier hit's state as it found it:
+				// take its cost from a copy here, as its charge would,
+				// so that this hit is answered as in the charge.
+				if wk.st.Ext != nil {
+					wk.st.Ext = cloneExt(wk.st.Ext)
+				}
+				prevHit := &hits[dup]
+				if _, err := prevHit.Rule.Params().Decide(&wk.st, algo.Request{Now: prev.at, Cost: prevHit.Cost, Lease: prevHit.Lease}); err != nil {
+					return fmt.Errorf("memstore: %s: %w", prevHit.Rule.ID(), err)
+				}
+			}
 		} else {
 			wk.idx = sh.find(wk.h, hit.Rule, hit.Key)
 			if wk.idx >= 0 {

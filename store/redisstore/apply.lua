@@ -295,8 +295,11 @@ local ttls = {} -- key -> TTL in ms of the pending write
 local dirty = {} -- keys to write, in the order first written
 
 -- The tentative writes of the request being decided by the general path, so
--- that a second hit on the same key sees the first (dropped if it denies).
+-- that a second hit on the same key sees the first (dropped if it denies),
+-- in a peek as in a charge; ctent: the units a concurrency key's earlier
+-- hits of the request take.
 local tent
+local ctent
 
 local function get(key)
   if tent ~= nil then
@@ -646,6 +649,7 @@ local function general()
       local held = 0
       if lease ~= '0' then held = tonumber(redis.call('HGET', hkey, lease) or '0') end
       local inflight = sum - held
+      if ctent ~= nil and ctent[zkey] ~= nil then inflight = inflight + ctent[zkey] end
       local d = {0, math.max(0, max - inflight), 0, 0, 0, 0}
       local newest = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
       if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
@@ -753,6 +757,7 @@ local function general()
     local gseen, gok = {}, {}
     logs = {}
     tent = {}
+    ctent = {}
     for h = 1, n do
       local hit = hs[h]
       local r, cost = hit[1], hit[2]
@@ -793,13 +798,15 @@ local function general()
         where[h] = now_us
         if kind == 's' and not RATE[alg] then where[h] = struct.unpack('<d', wr[2]) end
       end
-      if wr ~= nil and op == 'c' then
-        writes[#writes+1] = {kind, wr}
+      if wr ~= nil and (op == 'c' or op == 'p') then
+        if op == 'c' then writes[#writes+1] = {kind, wr} end
         if kind == 's' then tent[wr[1]] = wr[2] end
         if kind == 'l' then wr[3].add = wr[3].add + cost end
+        if kind == 'c' then ctent[wr[1]] = (ctent[wr[1]] or 0) + cost end
       end
     end
     tent = nil
+    ctent = nil
     for g in pairs(gseen) do
       if g ~= 127 and not gok[g] then denied = true end
     end

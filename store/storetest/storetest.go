@@ -73,6 +73,7 @@ func run(t *testing.T, newStore func(t *testing.T) limiter.Store, c clock) {
 		{"Group", testGroup, 0},
 		{"GroupAcrossSubjects", testGroupAcrossSubjects, 0},
 		{"ConcurrentExactGroup", testConcurrentGroup, 0},
+		{"SameCounterTwice", testSameCounterTwice, 0},
 	}
 	probe := newStore(t)
 	for _, tc := range tests {
@@ -834,4 +835,55 @@ func testConcurrentGroup(t *testing.T, s limiter.Store) {
 		t.Fatalf("a group of 60 and 100 under 200 concurrent requests: %d went ahead, want exactly 100", got)
 	}
 	wantAllowed(t, "the third hit, charged by each request that went ahead", peek(t, s, hits[2]), 10000, 10000-100-1)
+}
+
+// testSameCounterTwice: a request that names one counter twice (one limit
+// and key in two hits: a library caller's batch, one descriptor twice in
+// a rate-limit request) is decided as two requests one after the other
+// would be, the second hit seeing what the first takes, for every
+// algorithm, and a peek of it answers as its charge would (the peek
+// charging nothing). Capacity 3: two hits of 2 ask for 4, so the second
+// is refused and, all or nothing, neither is charged; two hits of 1 are
+// both allowed, the second leaving 1.
+func testSameCounterTwice(t *testing.T, s limiter.Store) {
+	for _, l := range []floodgate.Limit{
+		{Algorithm: floodgate.TokenBucket, Rate: 1, Per: hour, Burst: 3},
+		{Algorithm: floodgate.GCRA, Rate: 1, Per: hour, Burst: 3},
+		{Algorithm: floodgate.LeakyBucket, Rate: 1, Per: hour, Burst: 3},
+		{Algorithm: floodgate.FixedWindow, Max: 3, Window: long},
+		{Algorithm: floodgate.SlidingLog, Max: 3, Window: long},
+		{Algorithm: floodgate.SlidingWindow, Max: 3, Window: long},
+		{Algorithm: floodgate.Concurrency, Max: 3, LeaseTTL: hour},
+		{Algorithm: floodgate.Quota, Max: 3, Period: floodgate.Day},
+	} {
+		if l.Algorithm == floodgate.Concurrency && !has(s, releaseOp) {
+			continue
+		}
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			r := ruletest.Rule(t, l)
+			k := key("twice")
+			hit := func(cost int64, lease uint64) limiter.Hit {
+				return limiter.Hit{Rule: r, Key: k, Cost: cost, Lease: lease}
+			}
+			for _, v := range []verb{peekOp, chargeOp} {
+				out := must(t, s, v, hit(2, 1), hit(2, 2))
+				if !out[0].Allowed || out[1].Allowed {
+					t.Fatalf("%s of 2 and 2 on one counter of 3: %+v; want the first allowed and the second refused, as one after the other", verbNames[v], out)
+				}
+			}
+			// Nothing was charged: a peek of 3 fits.
+			if d := peek(t, s, hit(3, 3)); !d.Allowed {
+				t.Fatalf("after the refused request: %+v, want 3 free (nothing charged)", d)
+			}
+			for _, v := range []verb{peekOp, chargeOp} {
+				out := must(t, s, v, hit(1, 4), hit(1, 5))
+				if !out[0].Allowed || !out[1].Allowed || out[0].Remaining != 2 || out[1].Remaining != 1 {
+					t.Fatalf("%s of 1 and 1 on one counter of 3: %+v; want both allowed, leaving 2 then 1", verbNames[v], out)
+				}
+			}
+			if d := peek(t, s, hit(1, 6)); !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("after charging 1 and 1: %+v, want 1 free", d)
+			}
+		})
+	}
 }
