@@ -119,7 +119,17 @@ type unitLease struct {
 	reset     int64      // when the key is back to full, as of the grant
 	short     int64      // until then, requests take their cost alone
 	gen       uint64     // counts the leases installed, for putBack
+	rule      *Rule      // the rule the lease was made for (ReturnLeases)
 	refill    chan struct{}
+}
+
+// leaseKey names a leased counter as the store does: by its rule's ID
+// (the limit's name and a fingerprint of its fields) and its key. A rule
+// made again with the same limit (a key store rebuilding the rules of its
+// keys, a reload) so spends the lease the earlier one took, instead of
+// taking another while the first one's units sit unspent in the store.
+type leaseKey struct {
+	id, key string
 }
 
 // leases holds the leased keys of an instance.
@@ -129,7 +139,7 @@ type leases struct {
 	share    int64
 	max      int
 	mu       sync.Mutex // guards m and dropped
-	m        map[denyKey]*unitLease
+	m        map[leaseKey]*unitLease
 	dropped  uint64
 }
 
@@ -139,7 +149,7 @@ func newLeases(s Store, o LeaseOptions) *leases {
 		return nil
 	}
 	ls := &leases{leaser: lr, lifetime: int64(o.Lifetime), share: int64(o.Share), max: o.Keys,
-		m: make(map[denyKey]*unitLease)}
+		m: make(map[leaseKey]*unitLease)}
 	if ls.lifetime <= 0 {
 		ls.lifetime = int64(DefaultLeaseLifetime)
 	}
@@ -152,8 +162,9 @@ func newLeases(s Store, o LeaseOptions) *leases {
 	return ls
 }
 
-// get returns the lease of a key, made empty when there is none.
-func (ls *leases) get(k denyKey) *unitLease {
+// get returns the lease of a rule's key, made empty when there is none.
+func (ls *leases) get(rule *Rule, key string) *unitLease {
+	k := leaseKey{rule.ID(), key}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	u := ls.m[k]
@@ -165,7 +176,7 @@ func (ls *leases) get(k denyKey) *unitLease {
 				break
 			}
 		}
-		u = &unitLease{}
+		u = &unitLease{rule: rule}
 		ls.m[k] = u
 	}
 	return u
@@ -208,7 +219,7 @@ func (l *Limiter) chargeLeased(ctx context.Context, hits []Hit, r *Result) error
 		if h.Rule.Consistency() != floodgate.Leased {
 			continue
 		}
-		u := l.leases.get(denyKey{h.Rule, h.Key})
+		u := l.leases.get(h.Rule, h.Key)
 		ok, gen, err := l.takeUnits(ctx, u, h, &r.Decisions[i], &r.Flags[i], r)
 		if err != nil {
 			l.putBack(took)
@@ -432,7 +443,7 @@ func (l *Limiter) ReturnLeases(ctx context.Context) error {
 	}
 	l.leases.mu.Lock()
 	m := l.leases.m
-	l.leases.m = make(map[denyKey]*unitLease)
+	l.leases.m = make(map[leaseKey]*unitLease)
 	l.leases.mu.Unlock()
 	var first error
 	for k, u := range m {
@@ -444,7 +455,7 @@ func (l *Limiter) ReturnLeases(ctx context.Context) error {
 		if back.Units == 0 {
 			continue
 		}
-		h := Hit{Rule: k.rule, Key: k.key}
+		h := Hit{Rule: u.rule, Key: k.key}
 		if _, err := l.leases.leaser.Lease(ctx, &h, 0, back); err != nil && first == nil {
 			first = fmt.Errorf("limiter: return leases: %w", err)
 		}

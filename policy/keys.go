@@ -115,9 +115,11 @@ func (p *Policy) NewKey(name, planName string, o KeyOptions) (*Key, error) {
 	return newKey(name, pl, rate, quota, o.Generation), nil
 }
 
-// overrideLimit is base with the limit l (the same name and kind).
+// overrideLimit is base with the limit l (the same name and kind), and
+// base's failure policy, shadow mode and consistency.
 func overrideLimit(base *Limit, l floodgate.Limit) (*Limit, error) {
-	r, err := limiter.NewRule(l, base.Rule.OnFailure(), base.Rule.Shadow())
+	r, err := limiter.NewRuleWith(l, limiter.RuleOptions{OnFailure: base.Rule.OnFailure(), Shadow: base.Rule.Shadow(),
+		Consistency: base.Rule.Consistency()})
 	if err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
 	}
