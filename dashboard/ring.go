@@ -11,8 +11,10 @@ import (
 // Window is how many one-second slots a series keeps: the last hour.
 const Window = 3600
 
-// MaxSeries is how many limits get a series of their own; decisions of
-// further limits are counted under "other".
+// MaxSeries is how many limits have a series of their own at once;
+// decisions of further limits are counted under "other". A series that
+// counted nothing for a Window (it shows nothing but zeros) is freed, and
+// its room goes to the next limit without one.
 const MaxSeries = 128
 
 // slot is one second of one series.
@@ -26,11 +28,25 @@ type slot struct {
 // atomics would have them move between the CPUs' caches on every
 // decision) as totals since the start; Tick moves what they grew by into
 // the slot of the second that ended.
+//
+// A rule keeps its series on itself (ruleSeries) and checks stale before
+// each decision: a limit's series idle for a Window is marked stale by
+// Tick and freed by the next Tick unless a rule asks for it again
+// (seriesOf) or it counts again; "other" is marked stale when a series is
+// freed, so that the rules counted there ask for a series of their own.
 type series struct {
 	name   string
 	counts *percpu.Counters // sDecisions, sDenied
 	folded [2]atomic.Uint64 // the totals at the last Tick
-	slots  [Window]slot
+	stale  atomic.Bool      // the rules keeping it are to ask seriesOf again
+
+	// slots holds the seconds; nil once the series is freed, so that a
+	// rule still keeping it holds only its counters. Written by Tick
+	// under Recorder.mu, read by Tick and under Recorder.mu.
+	slots *[Window]slot
+	// last is the last second the series counted something in: written
+	// by Tick, and by seriesOf before the series is in byName.
+	last int64
 }
 
 // The counters of a series' counts.
@@ -41,15 +57,19 @@ const (
 
 // newSeries returns an empty series.
 func newSeries(name string) *series {
-	return &series{name: name, counts: percpu.NewCounters(2)}
+	return &series{name: name, counts: percpu.NewCounters(2), slots: new([Window]slot)}
 }
 
 // fold moves what the series' totals grew by since the last fold into
-// slot i. The fold is noted before the slot grows: a reader of the
-// current second may miss what is being folded, never count it twice.
-func (s *series) fold(i int64) {
-	s.slots[i].decisions.Add(grown(s.counts, sDecisions, &s.folded[sDecisions]))
-	s.slots[i].denied.Add(grown(s.counts, sDenied, &s.folded[sDenied]))
+// slot i, and reports whether they grew. The fold is noted before the
+// slot grows: a reader of the current second may miss what is being
+// folded, never count it twice.
+func (s *series) fold(i int64) bool {
+	d := grown(s.counts, sDecisions, &s.folded[sDecisions])
+	x := grown(s.counts, sDenied, &s.folded[sDenied])
+	s.slots[i].decisions.Add(d)
+	s.slots[i].denied.Add(x)
+	return d != 0 || x != 0
 }
 
 // grown returns what counter c of cs grew by since folded, and moves
@@ -104,8 +124,10 @@ type Recorder struct {
 	health  health
 	hitters *Hitters
 
-	mu       sync.Mutex // guards byName and overload
-	byName   map[string]*series
+	// mu guards byName, overload, inUse and the slots pointers of the
+	// series (Tick, their one writer, reads them without it).
+	mu       sync.Mutex
+	byName   map[string]*series         // at most MaxSeries
 	overload map[string]*overloadSeries // by route
 	other    *series
 	inUse    bool // other has counted something
@@ -130,8 +152,9 @@ func NewRecorder(now int64) *Recorder {
 
 // Tick advances the recorder's clock to the Unix second now: what was
 // counted since the last Tick goes to the second that ends (the one the
-// clock was at), and the slots of the seconds it enters are cleared. Call
-// it from one goroutine, at least every second.
+// clock was at), and the slots of the seconds it enters are cleared. A
+// limit's series that counted nothing for a Window is freed (see sweep).
+// Call it from one goroutine, at least every second.
 func (r *Recorder) Tick(now int64) {
 	old := r.sec.Load()
 	if now <= old {
@@ -149,7 +172,9 @@ func (r *Recorder) Tick(now int64) {
 	}
 	r.mu.Unlock()
 	for _, s := range all {
-		s.fold(old % Window)
+		if s.fold(old % Window) {
+			s.last = old
+		}
 	}
 	r.health.fold(old % Window)
 	for t := from; t <= now; t++ {
@@ -166,6 +191,39 @@ func (r *Recorder) Tick(now int64) {
 		r.stamps[i].Store(t)
 	}
 	r.sec.Store(now)
+	r.sweep(now)
+}
+
+// sweep frees the limits' series that counted nothing in the Window
+// ending at now. It takes two Ticks, so that a decision is not lost to a
+// freed series: an idle series is marked stale, and a rule keeping it
+// asks seriesOf, which unmarks it; one still marked and idle at the next
+// sweep leaves byName and lets its slots go (a decision that saw it
+// unmarked has been folded by then, unless it was held up for a whole
+// second between that look and its count: then it is in "all" only).
+// Room made marks "other" stale, so that the rules counted there ask for
+// a series of their own. Only Tick calls it.
+func (r *Recorder) sweep(now int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	freed := false
+	for name, s := range r.byName {
+		switch {
+		case s.last > now-Window:
+			if s.stale.Load() {
+				s.stale.Store(false)
+			}
+		case !s.stale.Load():
+			s.stale.Store(true)
+		default:
+			delete(r.byName, name)
+			s.slots = nil
+			freed = true
+		}
+	}
+	if freed {
+		r.other.stale.Store(true)
+	}
 }
 
 // Now returns the recorder's current second.
@@ -210,36 +268,53 @@ var seriesSlot = limiter.NewSlot()
 // ruleSeries is a rule's series in one Recorder.
 type ruleSeries struct {
 	r *Recorder
-	s *series
+	s atomic.Pointer[series]
 }
 
 // ruleSeries returns the series of a rule, kept on the rule
 // (limiter.Rule.Prepared) so that it goes with it; a second Recorder
-// counting the same rule finds its series by name.
+// counting the same rule finds its series by name. A series marked stale
+// is replaced by the one seriesOf finds or makes.
 func (r *Recorder) ruleSeries(rule *limiter.Rule) *series {
 	rs := rule.Prepared(seriesSlot, func(rule *limiter.Rule) any {
-		return &ruleSeries{r: r, s: r.seriesOf(rule)}
+		rs := &ruleSeries{r: r}
+		rs.s.Store(r.seriesOf(rule))
+		return rs
 	}).(*ruleSeries)
-	if rs.r == r {
-		return rs.s
+	if rs.r != r {
+		return r.seriesOf(rule)
 	}
-	return r.seriesOf(rule)
+	s := rs.s.Load()
+	if s.stale.Load() {
+		s = r.seriesOf(rule)
+		rs.s.Store(s)
+	}
+	return s
 }
 
 // seriesOf finds or makes the series of a rule's name (the slow path: once
-// per rule).
+// per rule, and once after its series was marked stale). A series found
+// marked is unmarked: it is in use again. While MaxSeries series are
+// live, a new name gets "other".
 func (r *Recorder) seriesOf(rule *limiter.Rule) *series {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.byName[rule.Name()]
-	if s == nil {
-		if len(r.byName) >= MaxSeries {
-			r.inUse = true
-			return r.other
+	if s := r.byName[rule.Name()]; s != nil {
+		if s.stale.Load() {
+			s.stale.Store(false)
 		}
-		s = newSeries(rule.Name())
-		r.byName[s.name] = s
+		return s
 	}
+	if len(r.byName) >= MaxSeries {
+		r.inUse = true
+		if r.other.stale.Load() {
+			r.other.stale.Store(false) // only sweep makes room, and marks it again
+		}
+		return r.other
+	}
+	s := newSeries(rule.Name())
+	s.last = r.sec.Load()
+	r.byName[s.name] = s
 	return s
 }
 
@@ -254,20 +329,25 @@ type Point struct {
 // limit's name ("all" for every decision). The current second's point is
 // what was counted so far.
 func (r *Recorder) Counts(since, until int64) map[string][]Point {
+	type view struct {
+		s     *series
+		slots *[Window]slot
+	}
 	now := r.sec.Load()
 	r.mu.Lock()
-	all := make([]*series, 0, len(r.byName)+2)
-	all = append(all, r.total)
+	all := make([]view, 0, len(r.byName)+2)
+	all = append(all, view{r.total, r.total.slots})
 	for _, s := range r.byName {
-		all = append(all, s)
+		all = append(all, view{s, s.slots})
 	}
 	if r.inUse {
-		all = append(all, r.other)
+		all = append(all, view{r.other, r.other.slots})
 	}
 	r.mu.Unlock()
 	from := max(since+1, until-Window+1)
 	out := make(map[string][]Point, len(all))
-	for _, s := range all {
+	for _, v := range all {
+		s := v.s
 		pts := make([]Point, 0, max(until-from+1, 0))
 		for t := from; t <= until; t++ {
 			i := t % Window
@@ -275,7 +355,7 @@ func (r *Recorder) Counts(since, until int64) map[string][]Point {
 				pts = append(pts, Point{})
 				continue
 			}
-			p := Point{Decisions: s.slots[i].decisions.Load(), Denied: s.slots[i].denied.Load()}
+			p := Point{Decisions: v.slots[i].decisions.Load(), Denied: v.slots[i].denied.Load()}
 			if t == now {
 				c := s.current()
 				p.Decisions += c.Decisions

@@ -39,12 +39,18 @@ type Share struct {
 	info func() Instance
 	log  *slog.Logger
 
-	mu        sync.Mutex                // guards everything below
-	remote    map[string]*[Window]Point // by series name; see ring
-	limits    int                       // how many of remote's names are limits
+	mu        sync.Mutex               // guards everything below
+	remote    map[string]*remoteSeries // by series name; see ring
+	limits    int                      // how many of remote's names are limits
 	stamps    [Window]int64
 	top       []Hitter
 	instances []Instance
+}
+
+// remoteSeries is the other instances' sums of one series.
+type remoteSeries struct {
+	pts  [Window]Point
+	last int64 // the last second the blobs counted something in
 }
 
 // ShareSeconds is how many completed seconds each instance publishes.
@@ -73,7 +79,7 @@ func NewShare(c rueidis.Client, id string, rec *Recorder, info func() Instance, 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Share{c: c, id: id, rec: rec, info: info, log: log, remote: map[string]*[Window]Point{}}
+	return &Share{c: c, id: id, rec: rec, info: info, log: log, remote: map[string]*remoteSeries{}}
 }
 
 type shareBlob struct {
@@ -152,20 +158,29 @@ func (s *Share) Sync(ctx context.Context) error {
 }
 
 // merge replaces the remote sums of the seconds from..until with the
-// blobs' (other instances').
+// blobs' (other instances'). A limit's remote series that the blobs
+// counted nothing in for the Window ending at until (they stopped naming
+// it, or named it with zeros only) is freed first, so that its room goes
+// to a name without one.
 func (s *Share) merge(self Instance, blobs []shareBlob, from, until int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t := from; t <= until; t++ {
 		i := t % Window
 		if s.stamps[i] != t {
-			for _, pts := range s.remote {
-				pts[i] = Point{}
+			for _, rs := range s.remote {
+				rs.pts[i] = Point{}
 			}
 			s.stamps[i] = t
 		}
-		for _, pts := range s.remote {
-			pts[i] = Point{}
+		for _, rs := range s.remote {
+			rs.pts[i] = Point{}
+		}
+	}
+	for name, rs := range s.remote {
+		if name != "all" && name != "other" && rs.last <= until-Window {
+			delete(s.remote, name)
+			s.limits--
 		}
 	}
 	tops := [][]Hitter{}
@@ -174,40 +189,44 @@ func (s *Share) merge(self Instance, blobs []shareBlob, from, until int64) {
 		s.instances = append(s.instances, b.Instance)
 		tops = append(tops, b.Top)
 		for name, pts := range b.Points {
-			ring := s.ring(name)
+			var rs *remoteSeries
 			for k, p := range pts {
 				t := b.From + int64(k)
-				if t < from || t > until {
+				if t < from || t > until || p == (Point{}) {
 					continue
 				}
-				ring[t%Window].Decisions += p.Decisions
-				ring[t%Window].Denied += p.Denied
+				if rs == nil {
+					rs = s.ring(name)
+				}
+				rs.pts[t%Window].Decisions += p.Decisions
+				rs.pts[t%Window].Denied += p.Denied
+				rs.last = max(rs.last, t)
 			}
 		}
 	}
 	s.top = MergeHitters(DefaultHitters, tops...)
 }
 
-// ring returns the remote ring of a series' name, made on first use: "all"
-// and "other" always have one, and at most MaxSeries limits have their
-// own; the counts of further limits go to "other", as a Recorder's do.
-// s.mu must be held.
-func (s *Share) ring(name string) *[Window]Point {
-	if ring := s.remote[name]; ring != nil {
-		return ring
+// ring returns the remote series of a name, made when the blobs first
+// count something in it: "all" and "other" always have one, and at most
+// MaxSeries limits have their own at once; the counts of further limits
+// go to "other", as a Recorder's do. s.mu must be held.
+func (s *Share) ring(name string) *remoteSeries {
+	if rs := s.remote[name]; rs != nil {
+		return rs
 	}
 	if name != "all" && name != "other" && s.limits >= MaxSeries {
 		name = "other"
-		if ring := s.remote[name]; ring != nil {
-			return ring
+		if rs := s.remote[name]; rs != nil {
+			return rs
 		}
 	}
-	ring := &[Window]Point{}
-	s.remote[name] = ring
+	rs := &remoteSeries{}
+	s.remote[name] = rs
 	if name != "all" && name != "other" {
 		s.limits++
 	}
-	return ring
+	return rs
 }
 
 // addRemote adds the other instances' counts to local, a result of
@@ -216,7 +235,7 @@ func (s *Share) addRemote(local map[string][]Point, since, until int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	from := max(since+1, until-Window+1)
-	for name, ring := range s.remote {
+	for name, rs := range s.remote {
 		pts := local[name]
 		if pts == nil {
 			pts = make([]Point, until-from+1)
@@ -227,8 +246,8 @@ func (s *Share) addRemote(local map[string][]Point, since, until int64) {
 			if s.stamps[t%Window] != t {
 				continue
 			}
-			pts[k].Decisions += ring[t%Window].Decisions
-			pts[k].Denied += ring[t%Window].Denied
+			pts[k].Decisions += rs.pts[t%Window].Decisions
+			pts[k].Denied += rs.pts[t%Window].Denied
 		}
 	}
 }
