@@ -55,24 +55,26 @@ func TestInstancesShareRedis(t *testing.T) {
 	}
 }
 
-// TestOpenWhileRedisIsDown: as floodgate serve, a Guard opens on a
-// standalone Redis that does not answer yet (a service restarted during
-// an outage serves, each limit by its failure policy, until Redis
-// answers), while a Cluster nothing answers at, whose client needs its
-// slots, is an error of Open.
+// TestOpenWhileRedisIsDown: as floodgate serve, a Guard opens on a Redis
+// that does not answer yet, standalone or Cluster (a service restarted
+// during an outage serves, each limit by its failure policy, until Redis
+// answers); a store that must check the servers' eviction settings first
+// is an error of Open.
 func TestOpenWhileRedisIsDown(t *testing.T) {
 	t.Parallel()
-	st, closeStore, err := redisguard.Open(guard.StoreConfig{URL: "redis://127.0.0.1:1"})
-	if err != nil {
-		t.Fatalf("a standalone Redis that does not answer: %v", err)
+	for _, url := range []string{"redis://127.0.0.1:1", "redis+cluster://127.0.0.1:1"} {
+		st, closeStore, err := redisguard.Open(guard.StoreConfig{URL: url})
+		if err != nil {
+			t.Fatalf("%s does not answer: %v", url, err)
+		}
+		if st == nil {
+			t.Fatal("no store")
+		}
+		if err := closeStore(); err != nil {
+			t.Error(err)
+		}
 	}
-	if st == nil {
-		t.Fatal("no store")
-	}
-	if err := closeStore(); err != nil {
-		t.Error(err)
-	}
-	if _, _, err := redisguard.Open(guard.StoreConfig{URL: "redis+cluster://127.0.0.1:1"}); err == nil {
-		t.Error("a Cluster nothing answers at opened")
+	if _, _, err := redisguard.Open(guard.StoreConfig{URL: "redis+cluster://127.0.0.1:1", RefuseEvictable: true}); err == nil {
+		t.Error("a Cluster nothing answers at opened with RefuseEvictable, which must check its nodes first")
 	}
 }

@@ -22,6 +22,14 @@ func init() {
 // beside its counters in the same Redis (the console's API keys, audit
 // log, alarm deduplication and dashboard), with the store's TLS settings
 // and credentials. Closing the store closes it.
+//
+// For a Cluster or Sentinel deployment that did not answer when the store
+// was made, it answers every call at once with an error until the store
+// has made the client of that deployment, then passes every call to it:
+// it need not be taken again. There, a command built with its B before
+// the client was made and sent after is refused on a Cluster (its slot
+// was not computed): build each command just before sending it, as
+// rueidis asks.
 func (s *Store) Client() rueidis.Client { return s.client }
 
 // options are the Redis store's options of o.

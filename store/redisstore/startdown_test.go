@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/redis/rueidis"
 )
 
 // TestStartsWhileRedisIsDown: a store opened while its standalone Redis
@@ -74,14 +75,17 @@ func TestStartsWhileRedisIsDown(t *testing.T) {
 
 // TestStartRefusedWhereRedisMustAnswer: what New cannot do without Redis
 // still stops it, with the reason: a store that must check Redis'
-// eviction settings first (RefuseEvictable), and a Cluster, whose client
-// needs its nodes' slots.
+// eviction settings first (RefuseEvictable), on a standalone server, a
+// Cluster or sentinels that do not answer; and a deployment that answers
+// with an error (a password refused) or whose TLS handshake fails, which
+// waiting would not mend.
 func TestStartRefusedWhereRedisMustAnswer(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Stop()
 	for name, o := range map[string]Options{
-		"RefuseEvictable": {URL: "redis://" + srv.Addr, RefuseEvictable: true, DialTimeout: 500 * time.Millisecond},
-		"Cluster":         {URL: "redis+cluster://" + srv.Addr, DialTimeout: 500 * time.Millisecond},
+		"RefuseEvictable":          {URL: "redis://" + srv.Addr, RefuseEvictable: true, DialTimeout: 500 * time.Millisecond},
+		"Cluster RefuseEvictable":  {URL: "redis+cluster://" + srv.Addr, RefuseEvictable: true, DialTimeout: 500 * time.Millisecond},
+		"Sentinel RefuseEvictable": {URL: "redis+sentinel://" + srv.Addr + "/fgmaster", RefuseEvictable: true, DialTimeout: 500 * time.Millisecond},
 	} {
 		s, err := New(o)
 		if err == nil {
@@ -90,6 +94,26 @@ func TestStartRefusedWhereRedisMustAnswer(t *testing.T) {
 			continue
 		}
 		if !strings.Contains(err.Error(), "connect") || errors.Is(err, ErrEvictable) {
+			t.Errorf("%s: %v; want the connection's error", name, err)
+		}
+	}
+	cl := sharedCluster(t)
+	tlsSrv, _ := startTLSRedis(t) // its certificate is signed by no root New trusts
+	for name, o := range map[string]Options{
+		"Cluster password refused":  {URL: "redis+cluster://nobody:wrong@" + cl.Addrs()[0]},
+		"Sentinel password refused": {URL: "redis+sentinel://" + sharedServer(t).Addr + "/fgmaster", SentinelUsername: "nobody", SentinelPassword: "wrong"},
+		"Cluster TLS refused":       {URL: "rediss+cluster://" + tlsSrv.TLSAddr},
+		"Sentinel TLS refused":      {URL: "rediss+sentinel://" + tlsSrv.TLSAddr + "/fgmaster"},
+	} {
+		o.DialTimeout = 2 * time.Second
+		s, err := New(o)
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: opened", name)
+			continue
+		}
+		var re *rueidis.RedisError
+		if !strings.Contains(err.Error(), "connect") || strings.Contains(name, "password") != errors.As(err, &re) {
 			t.Errorf("%s: %v; want the connection's error", name, err)
 		}
 	}

@@ -116,13 +116,21 @@ type Store struct {
 
 	replies *replies // nil: the connections are the caller's (NewFromClient)
 
+	// lazy, when not nil, is client: the client of a Cluster or Sentinel
+	// deployment that did not answer when New ran, made in the background.
+	lazy *lazyClient
+
 	evict evictionCheck
 }
 
-// New connects to the Redis named by opts.URL. A standalone server that
-// cannot be reached yet does not fail it: the store's calls fail (and each
-// limit's failure policy decides) until the server answers (startsWithout
-// says when New fails all the same).
+// New connects to the Redis named by opts.URL. A deployment that cannot
+// be reached yet does not fail it: the store's calls fail at once (and
+// each limit's failure policy decides) until Redis answers (startsWithout
+// says when New fails all the same). A standalone server's client dials
+// again at its next command; a Cluster's or a Sentinel deployment's
+// client, which rueidis makes only once their servers answer, is made in
+// the background, with waits that grow from 100 ms to 2 s, until it is
+// made or the store is closed (see Client).
 func New(opts Options) (*Store, error) {
 	if opts.URL == "" {
 		opts.URL = "redis://127.0.0.1:6379"
@@ -146,31 +154,61 @@ func New(opts Options) (*Store, error) {
 	co.DialCtxFn = rp.dial
 	co.Sentinel.Dialer.Resolver = rp.sentinel
 	c, err := rueidis.NewClient(co)
-	var unreachable error
+	var down error // why the deployment could not be reached
+	var lazy *lazyClient
 	if err != nil {
-		if c == nil || !startsWithout(addr, opts, err) {
+		if !startsWithout(opts, err) {
 			if c != nil {
 				c.Close()
 			}
 			return nil, fmt.Errorf("redisstore: connect %s: %w", redact(opts.URL), err)
 		}
-		unreachable = err
+		down = err
+		if c == nil {
+			// A Cluster or Sentinel deployment: its client is made
+			// once its servers answer.
+			mode := rueidis.ClientModeStandalone
+			switch addr.Mode {
+			case Cluster:
+				mode = rueidis.ClientModeCluster
+			case Sentinel:
+				mode = rueidis.ClientModeSentinel
+			}
+			if lazy, err = newLazyClient(mode, addr.Hosts, down); err != nil {
+				return nil, err
+			}
+			c = lazy
+		}
 	}
 	mode := addr.Mode
 	if c.Mode() == rueidis.ClientModeCluster {
 		mode = Cluster
 	}
 	s := newStore(c, mode, opts)
-	if unreachable != nil {
+	s.lazy = lazy
+	if down != nil {
 		s.log.Warn("redisstore: Redis does not answer yet: every decision follows its limit's failure policy until it does",
-			"url", redact(opts.URL), "err", unreachable)
+			"url", redact(opts.URL), "err", down)
 	}
 	if rp.cluster == (mode == Cluster) {
 		rp.client, rp.log = c, s.log
 		s.replies = rp
-		if rp.cluster {
+		if rp.cluster && lazy == nil {
 			rp.readSlots()
 		}
+	}
+	if lazy != nil {
+		co.DialCtxFn = lazy.dial(rp.dial)
+		lazy.connect(func() (rueidis.Client, error) { return rueidis.NewClient(co) }, func() {
+			if s.replies != nil && s.replies.cluster {
+				s.replies.readSlots()
+			}
+			if opts.EvictionCheck >= 0 {
+				s.startEvictionWatch(opts.EvictionCheck, true)
+			}
+			s.log.Info("redisstore: Redis answers: decisions are Redis' from now on", "url", redact(opts.URL))
+		}, s.log)
+		return s, nil
 	}
 	if opts.EvictionCheck >= 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), opts.DialTimeout+time.Second)
@@ -185,21 +223,26 @@ func New(opts Options) (*Store, error) {
 	return s, nil
 }
 
-// startsWithout reports whether New starts a store on a server that did
-// not answer its first connection with err: a standalone server that
-// could not be reached (refused, timed out, a name not found yet), whose
-// client dials again at its next command. Each decision then follows its
-// limit's failure policy until the server answers, so that a process
-// started during an outage (a restart, a new replica) serves by its
-// policies rather than not at all. Not so for a server that answered
-// with an error (a password refused), a TLS handshake that failed, a
-// store that must check the server's eviction settings before it starts
-// (Options.RefuseEvictable), nor a Cluster or Sentinel deployment, whose
-// client is not made without its servers.
-func startsWithout(addr Address, opts Options, err error) bool {
-	if addr.Mode != Standalone || opts.RefuseEvictable {
+// startsWithout reports whether New starts a store on a deployment that
+// did not answer its first connection with err: one that could not be
+// reached (refused, timed out, a name not found yet), standalone, Cluster
+// or Sentinel alike. Each decision then follows its limit's failure policy
+// until Redis answers, so that a process started during an outage (a
+// restart, a new replica) serves by its policies rather than not at all.
+// Not so for a server that answered with an error (a password refused), a
+// TLS handshake that failed, nor a store that must check the servers'
+// eviction settings before it starts (Options.RefuseEvictable).
+func startsWithout(opts Options, err error) bool {
+	if opts.RefuseEvictable {
 		return false
 	}
+	return unreachable(err)
+}
+
+// unreachable reports whether err says that Redis could not be reached
+// (a dial refused or timed out, a name not found), rather than that it
+// answered with an error.
+func unreachable(err error) bool {
 	var re *rueidis.RedisError
 	if errors.As(err, &re) {
 		return false
@@ -270,8 +313,15 @@ func newStore(c rueidis.Client, mode Mode, opts Options) *Store {
 func (s *Store) Mode() Mode { return s.mode }
 
 // Close waits for refunds and batches in flight and closes the
-// connections.
+// connections. It stops making the client of a deployment that has not
+// answered yet (see New), and waits for an attempt under way, whose dials
+// it ends.
 func (s *Store) Close() {
+	if s.lazy != nil {
+		// After this, the eviction watch (started once the client is
+		// made) is started or never will be.
+		s.lazy.stopConnecting()
+	}
 	if s.evict.stop != nil {
 		close(s.evict.stop)
 		<-s.evict.done
