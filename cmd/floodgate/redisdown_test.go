@@ -56,3 +56,56 @@ limits:
 		return code == 200 && body == "ready\n"
 	})
 }
+
+// TestServeStartsWhileClusterIsDown: the same with a Redis Cluster none of
+// whose nodes answers when serve starts: it serves by on_failure, and once
+// the nodes are back its client is made in the background and the limit
+// counts in the Cluster. serve used to stop at its start ("redisstore:
+// connect"), as it did for a standalone Redis before.
+func TestServeStartsWhileClusterIsDown(t *testing.T) {
+	cl, err := redistest.NewCluster("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	stopAll := func(f func(*redistest.Server) error) {
+		errs := make(chan error, len(cl.Nodes))
+		for _, n := range cl.Nodes {
+			go func() { errs <- f(n) }()
+		}
+		for range cl.Nodes {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stopAll(func(n *redistest.Server) error { n.Stop(); return nil }) // their ports are known and nothing listens there
+	up := newUpstream(t)
+	cfg := writeConfig(t, fmt.Sprintf(`server:
+  store: redis+cluster://%s
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: %s}
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 2, on_failure: allow}
+`, strings.Join(cl.Addrs(), ","), up))
+	gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0",
+		"--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	for i := range 25 {
+		if st, _, _ := fetchURL(t, gw+"/", nil); st != 200 {
+			t.Fatalf("request %d with the Cluster down: %d; want 200 (on_failure: allow)", i, st)
+		}
+	}
+	waitUntil(t, "/readyz to say the store is down", 10*time.Second, func() bool {
+		code, _, body := get(t, admin+"/readyz")
+		return code == 200 && strings.HasPrefix(body, "degraded: ")
+	})
+	stopAll((*redistest.Server).Restart)
+	waitUntil(t, "a refusal of the limit counted in the Cluster", 60*time.Second, func() bool {
+		st, _, _ := fetchURL(t, gw+"/", nil)
+		return st == 429
+	})
+	waitUntil(t, "/readyz to say ready", 30*time.Second, func() bool {
+		code, _, body := get(t, admin+"/readyz")
+		return code == 200 && body == "ready\n"
+	})
+}
