@@ -276,18 +276,35 @@ func h2Start(b []byte) bool {
 	return h2Preface[:len(b)] == string(b)
 }
 
-// maxWatchBytes bounds what a watch reads ahead of the engine (a request
-// pipelined behind the one that waits): past it the watch stops reading.
+// maxWatchBytes bounds what a connection holds read ahead of the engine
+// (a request pipelined behind the one that waits, read by watches): past
+// it a watch reads no more, and only looks for the client's end.
 const maxWatchBytes = 64 << 10
 
 // watch reads the connection while the engine does not (a request waiting
 // for its place in a queue, or a response streaming to the client), to
 // notice the client leaving: the channel it returns is closed when the
-// client closed its end. While a request waits, the read deadline the
-// engine asked for holds; while a response streams (streaming), there is
-// none: the client may take its time. stop ends the watch (the bytes read
-// meanwhile stay readable); it must be called before the engine reads
-// again.
+// client closed its end (or only shut its side down), or the connection
+// broke. While a request waits, the read deadline the engine asked for
+// holds; while a response streams (streaming), there is none: the client
+// may take its time. stop ends the watch; the bytes it read stay readable,
+// after those read ahead before it and before any the engine reads from
+// the connection. stop must be called before the engine reads again.
+//
+// What the connection holds read ahead is bounded by maxWatchBytes. Past
+// that bound the watch reads no more: it waits for the socket to become
+// readable and then looks, without taking anything, whether the client's
+// end came (waitEnd), once each time; a client that goes on sending fills
+// its socket's buffers and then wakes the watch no more. (Once those are
+// full, the end a client sends waits behind the bytes it could not send
+// yet, and arrives only as the engine reads; a reset arrives at once.)
+// The look needs the connection's socket: a connection that gives it (as
+// TCP and Unix ones do), bare, behind a wrapper that passes its bytes
+// unchanged, or under TLS, whose records are left to it (a client that
+// ends TLS with an alert and keeps its connection open is not noticed
+// there). It is made on Linux. Elsewhere, and for another kind of
+// connection, past the bound a client leaving is noticed only when the
+// engine next writes to it or reads it (or the queue's wait ends).
 func (c *conn) watch(streaming bool) (gone <-chan struct{}, stop func()) {
 	done := make(chan struct{})
 	ended := make(chan struct{})
@@ -297,31 +314,50 @@ func (c *conn) watch(streaming bool) (gone <-chan struct{}, stop func()) {
 		c.set = time.Time{}
 	}
 	_ = c.Conn.SetReadDeadline(c.set)
+	room := maxWatchBytes - len(c.pre)
 	go func() {
 		defer close(ended)
-		buf := make([]byte, 4<<10)
-		for len(pending) < maxWatchBytes {
-			n, err := c.Conn.Read(buf)
-			pending = append(pending, buf[:n]...)
-			if err != nil {
-				var ne net.Error
-				if !(errors.As(err, &ne) && ne.Timeout()) {
-					close(done) // the client is gone (or the connection broke)
-				}
-				return
-			}
+		var left bool
+		if pending, left = watchRead(c.Conn, room); left {
+			close(done)
 		}
 	}()
 	return done, func() {
-		_ = c.Conn.SetReadDeadline(time.Unix(1, 0)) // unblocks the read
+		_ = c.Conn.SetReadDeadline(time.Unix(1, 0)) // unblocks the read, or the wait
 		<-ended
 		c.set = c.want
 		_ = c.Conn.SetReadDeadline(c.set) // as the engine asked
-		if len(pending) > 0 {
+		switch {
+		case len(pending) == 0:
+		case len(c.pre) == 0:
+			c.pre = pending
+		default:
 			// What the engine had not read yet comes first.
 			c.pre = append(c.pre[:len(c.pre):len(c.pre)], pending...)
 		}
 	}
+}
+
+// watchRead reads nc until room bytes are pending, then looks for the
+// client's end without reading (waitEnd), until the client is gone (left),
+// the read deadline passes (a watch's stop sets one in the past) or the
+// connection breaks (left).
+func watchRead(nc net.Conn, room int) (pending []byte, left bool) {
+	for len(pending) < room {
+		if len(pending) == cap(pending) {
+			// Grown by doubling from 4 KiB, never past room.
+			grown := make([]byte, len(pending), min(max(2*cap(pending), 4<<10), room))
+			copy(grown, pending)
+			pending = grown
+		}
+		n, err := nc.Read(pending[len(pending):cap(pending)])
+		pending = pending[:len(pending)+n]
+		if err != nil {
+			return pending, !isTimeout(err)
+		}
+	}
+	rc := socketOf(nc)
+	return pending, rc != nil && waitEnd(rc)
 }
 
 // chanListener is a net.Listener fed from a channel: the edge engine hands
