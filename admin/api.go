@@ -185,7 +185,7 @@ func (a *API) wrap(h func(w http.ResponseWriter, r *http.Request, actor string) 
 				writeError(w, he.status, he.msg)
 			case errors.Is(err, keystore.ErrNotFound):
 				writeError(w, http.StatusNotFound, err.Error())
-			case errors.Is(err, keystore.ErrExists), errors.Is(err, keystore.ErrRevoked):
+			case errors.Is(err, keystore.ErrExists), errors.Is(err, keystore.ErrRevoked), errors.Is(err, keystore.ErrFull):
 				writeError(w, http.StatusConflict, err.Error())
 			case errors.Is(err, keystore.ErrBadName), errors.Is(err, keystore.ErrOverlap), errors.Is(err, policy.ErrUnknownPlan):
 				writeError(w, http.StatusBadRequest, err.Error())

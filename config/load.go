@@ -92,6 +92,8 @@ const (
 	DefaultIdleTimeout       = 120 * time.Second
 	// DefaultMemoryMaxBytes caps the embedded store (server.memory).
 	DefaultMemoryMaxBytes = 256 << 20
+	// DefaultAdminMaxKeys bounds the admin API's keys (server.admin.max_keys).
+	DefaultAdminMaxKeys = 100000
 )
 
 // Values of server.path_matching, server.method_override, server.engine,
@@ -155,6 +157,7 @@ func setDefaults(f *File) {
 		},
 		Memory:        Memory{MaxBytes: DefaultMemoryMaxBytes, MaxKeyBytes: floodgate.DefaultMaxKeyBytes, SoftLimit: SoftLimitAuto},
 		APIAuth:       APIAuthToken,
+		Admin:         Admin{MaxKeys: DefaultAdminMaxKeys},
 		RedisEviction: RedisEvictionWarn,
 		AccessLog:     AccessLog{Format: accesslog.FormatJSON.String(), MaxSize: accesslog.DefaultMaxSize, MaxFiles: accesslog.DefaultMaxFiles},
 	}

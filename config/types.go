@@ -242,6 +242,12 @@ type Admin struct {
 	// page whose name was made to point at the listener (DNS rebinding)
 	// cannot read it.
 	Hosts []string `yaml:"hosts"`
+	// MaxKeys bounds the API keys the admin API keeps, revoked ones
+	// included (default DefaultAdminMaxKeys): past it a new key is
+	// refused (409), so that whoever holds a token cannot grow the key
+	// store, and the memory and the work of each change that follow it,
+	// without bound. Applied at each creation, reloads included.
+	MaxKeys int `yaml:"max_keys"`
 }
 
 // AccessLog configures the gateway's access log: one line per request,

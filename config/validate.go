@@ -686,6 +686,9 @@ func (v *validator) admin(a *Admin) {
 		}
 		a.Hosts[i] = strings.ToLower(strings.TrimSuffix(h, "."))
 	}
+	if a.MaxKeys < 1 {
+		v.errorf("server.admin.max_keys", "must be at least 1, got %d", a.MaxKeys)
+	}
 }
 
 func (v *validator) limit(i int, routes, stages map[string]bool) {

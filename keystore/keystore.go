@@ -311,7 +311,9 @@ func (s *Store) Get(name string) (Record, error) {
 }
 
 // Create makes a key in plan and returns its secret, which is shown only
-// now, and its record. A name a key of the policy file has is ErrExists.
+// now, and its record. A name a key of the policy file has is ErrExists;
+// a store that holds server.admin.max_keys keys already (revoked ones
+// included, and those other instances made) is ErrFull.
 func (s *Store) Create(ctx context.Context, name, plan string, o policy.KeyOptions) (raw string, rec Record, err error) {
 	if !ValidName(name) {
 		return "", Record{}, ErrBadName
@@ -327,6 +329,10 @@ func (s *Store) Create(ctx context.Context, name, plan string, o policy.KeyOptio
 		return "", Record{}, err
 	}
 	rec, err = s.change(ctx, name, func(_ *Record) (Record, error) {
+		// s.recs is up to date and still (change holds s.wmu).
+		if most := s.o.Policy().Server().Admin.MaxKeys; most > 0 && len(s.recs) >= most {
+			return Record{}, fmt.Errorf("%w: %d", ErrFull, most)
+		}
 		now := s.o.Now().UTC()
 		return Record{Name: name, Plan: plan, Secrets: []Secret{{SHA256: sum, Created: now}},
 			Rate: o.Rate, Burst: o.Burst, Quota: o.Quota, Created: now, Updated: now}, nil

@@ -58,6 +58,9 @@ var (
 	ErrBadName  = errors.New("keystore: a key's name has 1 to 64 letters, digits, '.', '_' or '-', and is not . or ..")
 	ErrRevoked  = errors.New("keystore: the key is revoked")
 	ErrOverlap  = fmt.Errorf("keystore: a rotation's overlap is 0 to %v", MaxOverlap)
+	// ErrFull refuses a new key when the store holds the most keys the
+	// policy allows (server.admin.max_keys), revoked ones included.
+	ErrFull = errors.New("keystore: the store holds its most keys (server.admin.max_keys, revoked ones included)")
 )
 
 // A key's secrets are bounded, so that rotating it again and again (an

@@ -95,6 +95,7 @@ var notes = map[string]string{
 	"Admin.tls_client_san":        `{"description": "DNS name the admin listener's client certificates must carry (with tls_client_ca)."}`,
 	"Admin.keys_file":             `{"description": "Where the memory store keeps API keys made through the admin API (default: the state file's path + .keys.json)."}`,
 	"Admin.hosts":                 `{"description": "Host names, besides IP addresses and localhost, by which the admin listener may be reached; a request naming another host is answered 421 (against DNS rebinding)."}`,
+	"Admin.max_keys":              `{"default": 100000, "minimum": 1, "description": "Most API keys the admin API keeps, revoked ones included; past it a new key is refused (409)."}`,
 	"AccessLog.path":              `{"description": "The log file, relative to this file, or - for standard output."}`,
 	"AccessLog.format":            `{"default": "json", "description": "json (default: a JSON object a line) or combined (NGINX's combined format and Floodgate's fields)."}`,
 	"AccessLog.max_size":          `{"minimum": 65536, "default": 104857600, "description": "Bytes past which the file is rotated: 100 MiB by default."}`,
