@@ -35,7 +35,7 @@ type testAPI struct {
 
 func newTestAPI(t *testing.T) *testAPI {
 	t.Helper()
-	f, err := config.Parse("p.yaml", []byte(`server:
+	return newTestAPIWith(t, `server:
   access:
     deny: [203.0.113.0/24]
 routes:
@@ -45,7 +45,13 @@ limits:
   - {name: everyone, key: global, rate: 1, per: 1h, burst: 1000}
 plans:
   - {name: basic, rate: 1, per: 1h, burst: 3}
-`))
+`)
+}
+
+// newTestAPIWith is newTestAPI over the policy file src.
+func newTestAPIWith(t *testing.T, src string) *testAPI {
+	t.Helper()
+	f, err := config.Parse("p.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
