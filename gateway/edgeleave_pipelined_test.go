@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -28,17 +29,20 @@ func pipelinedBody() string {
 // more than 64 KiB behind it (a pipelined request with a large body) and
 // then shuts its side down, has left: its request leaves the queue, never
 // reaches the upstream, and gets no answer, the connection closed. (The
-// edge engine read the first 64 KiB, then stopped watching: the request
-// kept its place until its wait ended.) On the edge engine; net/http's
-// stops watching at the first byte pipelined.
+// edge engine read the first 64 KiB, then stopped watching; net/http
+// stops reading in the background at the first byte pipelined, and its
+// request's context then no longer tells the client's end: either way the
+// request kept its place until its wait ended.) On both engines, net/http's
+// server with ConnContext as floodgate serve sets it.
 func TestOverloadQueuedClientPipelinesThenLeaves(t *testing.T) {
 	t.Parallel()
-	forFronts(t, []string{frontEdge}, func(t *testing.T, front string) {
+	forFronts(t, proxyFronts, func(t *testing.T, front string) {
 		u := newHolding()
 		g, base, c := overloadFront(t, front, overloadPolicy(`
 limit: 1
 tiers: [{name: default}]
 queue: {size: 4, per_tenant: 4, max_wait: 60s}`), u.ServeHTTP)
+		base = withConnContext(t, front, g, base)
 		var once sync.Once
 		release := func() { once.Do(func() { close(u.release) }) }
 		t.Cleanup(release) // a test that fails lets the held request go too
@@ -87,15 +91,16 @@ queue: {size: 4, per_tenant: 4, max_wait: 60s}`), u.ServeHTTP)
 // behind a request whose answer streams, and then closes its connection
 // while the upstream sends nothing more, has left: the request ends, its
 // concurrency slot comes back, and the upstream's request is ended. (The
-// edge engine read the first 64 KiB, then stopped watching: the request
-// went on until the upstream next wrote.) On the edge engine; net/http's
-// stops watching at the first byte pipelined.
+// edge engine read the first 64 KiB, then stopped watching; net/http
+// stops reading in the background at the first byte pipelined: either way
+// the request went on until the upstream next wrote.) On both engines,
+// net/http's server with ConnContext as floodgate serve sets it.
 func TestLeaveSilentStreamPipelined(t *testing.T) {
 	t.Parallel()
-	forFronts(t, []string{frontEdge}, func(t *testing.T, fr string) {
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
 		rule := ruletest.Rule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Hour})
 		ended := make(chan bool, 1)
-		_, srvURL, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)}, func(w http.ResponseWriter, r *http.Request) {
+		g, srvURL, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)}, func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/stream" {
 				return
 			}
@@ -109,6 +114,7 @@ func TestLeaveSilentStreamPipelined(t *testing.T) {
 				ended <- false
 			}
 		})
+		srvURL = withConnContext(t, fr, g, srvURL)
 		conn, err := net.Dial("tcp", strings.TrimPrefix(srvURL, "http://"))
 		if err != nil {
 			t.Fatal(err)
@@ -139,4 +145,19 @@ func TestLeaveSilentStreamPipelined(t *testing.T) {
 			return do(t, c, "GET", srvURL+"/other", nil).status == 200
 		})
 	})
+}
+
+// withConnContext returns base, or on the net/http engine the base URL of
+// a server of g of its own whose ConnContext is the gateway's, as
+// floodgate serve makes it: the one front serves has none.
+func withConnContext(t *testing.T, front string, g *Gateway, base string) string {
+	t.Helper()
+	if front != frontNetHTTP {
+		return base
+	}
+	srv := httptest.NewUnstartedServer(g)
+	srv.Config.ConnContext = ConnContext
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

@@ -5,10 +5,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/internal/rawconn"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -109,11 +114,53 @@ func (x *httpExchange) Wait(ctx context.Context, st *Flow, delay time.Duration) 
 // WatchClient watches for the client leaving while its request waits
 // for a place under its route's overload control.
 // Once the watch ends, x.left says whether it saw the client leave.
+//
+// The request's context tells that the client left while net/http reads
+// the connection in the background, which it stops doing at the first
+// byte the client sends past its request (a pipelined request, a body):
+// an HTTP/1 request whose context holds its connection (ConnContext) has
+// the connection's socket watched too, through a duplicate of its
+// descriptor (rawconn.WatchEnd), so that net/http's reads and deadlines
+// are left alone. An HTTP/2 request's stream, whose end is not the
+// connection's, is watched through its context alone, as is a request
+// on a server without ConnContext, or off Linux.
 func (x *httpExchange) WatchClient() (<-chan struct{}, func()) {
-	gone := x.r.Context().Done()
+	ctx := x.r.Context()
+	if x.r.ProtoMajor == 1 {
+		if c := connOf(ctx); c != nil {
+			if gone, stop := x.watchSocket(ctx, c); gone != nil {
+				return gone, stop
+			}
+		}
+	}
+	gone := ctx.Done()
 	return gone, func() {
 		select {
 		case <-gone:
+			x.left = true
+		default:
+		}
+	}
+}
+
+// watchSocket watches for the client leaving through ctx and through c's
+// socket (WatchClient); gone is nil when c's socket cannot be watched.
+func (x *httpExchange) watchSocket(ctx context.Context, c net.Conn) (<-chan struct{}, func()) {
+	done := make(chan struct{})
+	var once sync.Once
+	leave := func() { once.Do(func() { close(done) }) }
+	stopSocket := rawconn.WatchEnd(c, leave)
+	if stopSocket == nil {
+		return nil, nil
+	}
+	stopCtx := context.AfterFunc(ctx, leave)
+	return done, func() {
+		stopCtx()
+		stopSocket()
+		select {
+		case <-done:
+			x.left = true
+		case <-ctx.Done():
 			x.left = true
 		default:
 		}
@@ -162,7 +209,7 @@ func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 			// client leaves first: its request does not end with the
 			// client's, only with the drain bounds (a drainer).
 			d := newDrainer(x.g.drain.wait)
-			uctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+			uctx, cancel := context.WithCancel(&detached{parent: r.Context(), d: d})
 			d.cancel = cancel
 			stop := context.AfterFunc(r.Context(), d.clientLeft)
 			defer func() {
@@ -316,4 +363,103 @@ func markFailed(w http.ResponseWriter) {
 	if f, ok := w.(interface{ upstreamFailed() }); ok {
 		f.upstreamFailed()
 	}
+}
+
+// detached is the context of an upstream request that goes on without
+// its client's (as context.WithoutCancel makes it): it holds the parent's
+// values, and the request's drainer, which a streamed answer's watch
+// tells that the client left (watchStream).
+type detached struct {
+	parent context.Context
+	d      *drainer
+}
+
+func (c *detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (c *detached) Done() <-chan struct{} { return nil }
+
+func (c *detached) Err() error { return nil }
+
+func (c *detached) Value(key any) any {
+	if _, ok := key.(drainerKey); ok {
+		return c.d
+	}
+	return c.parent.Value(key)
+}
+
+// drainerKey is the context key of a request's drainer (detached).
+type drainerKey struct{}
+
+// watchStream watches, on the net/http engine, for the client of an
+// HTTP/1 request whose answer streams (resp, an upstream's answer of
+// unknown length, or an event stream) leaving while the upstream sends
+// nothing: the request's context tells it while net/http reads the
+// connection in the background, which it stops doing at the first byte
+// the client sends past its request. When the request's context holds
+// its connection (ConnContext), the connection's socket is watched too
+// (rawconn.WatchEnd), until the answer's body is closed: when the
+// client's end comes, the upstream's request ends as its context's would
+// (its body is closed, and reading it says context.Canceled), or, for a
+// request whose answer is read on for its cost, its drainer is told, as
+// its client's context would. Other answers are left as they are.
+func watchStream(resp *http.Response) {
+	req := resp.Request
+	if req == nil || req.ProtoMajor != 1 || resp.StatusCode < 200 || resp.Body == nil || resp.Body == http.NoBody ||
+		resp.ContentLength >= 0 && !isEventStream(resp.Header) {
+		return
+	}
+	ctx := req.Context()
+	c := connOf(ctx)
+	if c == nil {
+		return
+	}
+	b := &watchedBody{ReadCloser: resp.Body}
+	ended := b.leave
+	if d, ok := ctx.Value(drainerKey{}).(*drainer); ok && d != nil {
+		ended = d.clientLeft
+	}
+	if b.stop = rawconn.WatchEnd(c, ended); b.stop != nil {
+		resp.Body = b
+	}
+}
+
+// isEventStream reports whether h's content type is text/event-stream,
+// whose answers the reverse proxy streams whatever their length.
+func isEventStream(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
+}
+
+// watchedBody is a streamed answer's body whose client's socket is
+// watched (watchStream): closing it ends the watch.
+type watchedBody struct {
+	io.ReadCloser
+	stop func()
+	once sync.Once
+	left atomic.Bool // the client left: the body was closed for it
+}
+
+// Read reads the answer; once the client left, an error says
+// context.Canceled, as it says for a client whose context ended.
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && b.left.Load() {
+		err = context.Canceled
+	}
+	return n, err
+}
+
+// leave ends the upstream's answer: its client left.
+func (b *watchedBody) leave() {
+	b.left.Store(true)
+	_ = b.ReadCloser.Close()
+}
+
+// Close ends the watch, then closes the body.
+func (b *watchedBody) Close() error {
+	b.once.Do(b.stop)
+	return b.ReadCloser.Close()
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/rawconn"
 )
 
 // h2Preface starts every HTTP/2 connection with prior knowledge (h2c).
@@ -294,7 +296,7 @@ const maxWatchBytes = 64 << 10
 // What the connection holds read ahead is bounded by maxWatchBytes. Past
 // that bound the watch reads no more: it waits for the socket to become
 // readable and then looks, without taking anything, whether the client's
-// end came (waitEnd), once each time; a client that goes on sending fills
+// end came (rawconn.WaitEnd), once each time; a client that goes on sending fills
 // its socket's buffers and then wakes the watch no more. (Once those are
 // full, the end a client sends waits behind the bytes it could not send
 // yet, and arrives only as the engine reads; a reset arrives at once.)
@@ -339,7 +341,7 @@ func (c *conn) watch(streaming bool) (gone <-chan struct{}, stop func()) {
 }
 
 // watchRead reads nc until room bytes are pending, then looks for the
-// client's end without reading (waitEnd), until the client is gone (left),
+// client's end without reading (rawconn.WaitEnd), until the client is gone (left),
 // the read deadline passes (a watch's stop sets one in the past) or the
 // connection breaks (left).
 func watchRead(nc net.Conn, room int) (pending []byte, left bool) {
@@ -356,8 +358,8 @@ func watchRead(nc net.Conn, room int) (pending []byte, left bool) {
 			return pending, !isTimeout(err)
 		}
 	}
-	rc := socketOf(nc)
-	return pending, rc != nil && waitEnd(rc)
+	rc := rawconn.SocketOf(nc)
+	return pending, rc != nil && rawconn.WaitEnd(rc)
 }
 
 // chanListener is a net.Listener fed from a channel: the edge engine hands

@@ -388,6 +388,9 @@ func (s *server) listen(stdout io.Writer) error {
 		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// The gateway watches a waiting request's connection for its
+		// client leaving (also as the edge engine's Fallback).
+		ConnContext: gateway.ConnContext,
 		// HTTP/2 with prior knowledge (h2c) is served, never mistaken for an
 		// HTTP/1 request with the method PRI and forwarded.
 		Protocols: new(http.Protocols),
