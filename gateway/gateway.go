@@ -219,7 +219,17 @@ type Options struct {
 	Gatekeeper Gatekeeper
 	// Refusals, when set, is told the answers refused before any limit.
 	Refusals RefusalObserver
+	// SocketWatches bounds the net/http engine's socket watches at once
+	// (ConnContext): each holds a duplicate of its connection's
+	// descriptor while a request waits or an answer streams. Past it a
+	// request is watched through its context alone, so that a flood of
+	// streams cannot take the descriptors upstream connections need.
+	// Default DefaultSocketWatches.
+	SocketWatches int
 }
+
+// DefaultSocketWatches is Options.SocketWatches' default.
+const DefaultSocketWatches = 1024
 
 // Gateway enforces a policy on HTTP requests, as middleware or as a
 // reverse proxy. It is safe for concurrent use.
@@ -248,6 +258,9 @@ type Gateway struct {
 	rfields *fieldCache // for Matches without Fields
 	ovl     overloadSet
 	oobs    OverloadObserver // obs, when it is one
+
+	socketWatches    atomic.Int64 // the net/http engine's socket watches now
+	maxSocketWatches int64
 }
 
 // New returns a Gateway.
@@ -272,6 +285,11 @@ func New(opts Options) (*Gateway, error) {
 		refusals: opts.Refusals,
 		upstream: opts.Upstream,
 		rfields:  newFieldCache(),
+
+		maxSocketWatches: int64(opts.SocketWatches),
+	}
+	if g.maxSocketWatches <= 0 {
+		g.maxSocketWatches = DefaultSocketWatches
 	}
 	g.user, _ = opts.Matcher.(UserMatcher)
 	g.oobs, _ = opts.Observer.(OverloadObserver)

@@ -144,12 +144,13 @@ func (x *httpExchange) WatchClient() (<-chan struct{}, func()) {
 }
 
 // watchSocket watches for the client leaving through ctx and through c's
-// socket (WatchClient); gone is nil when c's socket cannot be watched.
+// socket (WatchClient); gone is nil when c's socket cannot be watched, or
+// the gateway's socket watches are at their bound.
 func (x *httpExchange) watchSocket(ctx context.Context, c net.Conn) (<-chan struct{}, func()) {
 	done := make(chan struct{})
 	var once sync.Once
 	leave := func() { once.Do(func() { close(done) }) }
-	stopSocket := rawconn.WatchEnd(c, leave)
+	stopSocket := x.g.watchEnd(c, leave)
 	if stopSocket == nil {
 		return nil, nil
 	}
@@ -402,7 +403,7 @@ type drainerKey struct{}
 // (its body is closed, and reading it says context.Canceled), or, for a
 // request whose answer is read on for its cost, its drainer is told, as
 // its client's context would. Other answers are left as they are.
-func watchStream(resp *http.Response) {
+func (g *Gateway) watchStream(resp *http.Response) {
 	req := resp.Request
 	if req == nil || req.ProtoMajor != 1 || resp.StatusCode < 200 || resp.Body == nil || resp.Body == http.NoBody ||
 		resp.ContentLength >= 0 && !isEventStream(resp.Header) {
@@ -418,8 +419,28 @@ func watchStream(resp *http.Response) {
 	if d, ok := ctx.Value(drainerKey{}).(*drainer); ok && d != nil {
 		ended = d.clientLeft
 	}
-	if b.stop = rawconn.WatchEnd(c, ended); b.stop != nil {
+	if b.stop = g.watchEnd(c, ended); b.stop != nil {
 		resp.Body = b
+	}
+}
+
+// watchEnd is rawconn.WatchEnd within the gateway's bound on socket
+// watches (Options.SocketWatches): nil when c has no socket to watch or
+// the bound is reached, and the caller watches through the request's
+// context alone.
+func (g *Gateway) watchEnd(c net.Conn, ended func()) (stop func()) {
+	if g.socketWatches.Add(1) > g.maxSocketWatches {
+		g.socketWatches.Add(-1)
+		return nil
+	}
+	stopWatch := rawconn.WatchEnd(c, ended)
+	if stopWatch == nil {
+		g.socketWatches.Add(-1)
+		return nil
+	}
+	return func() {
+		stopWatch()
+		g.socketWatches.Add(-1)
 	}
 }
 

@@ -214,7 +214,7 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 				// net/http can write none outside 100–999 (it panics).
 				return fmt.Errorf("%w: %d", errUpstreamStatus, resp.StatusCode)
 			}
-			watchStream(resp) // a client that leaves a silent stream
+			g.watchStream(resp) // a client that leaves a silent stream
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -119,3 +119,10 @@ func callerConns(files int) int { return max(files/2, 64) }
 // and a client that holds more must not take the descriptors the process
 // serves its callers with.
 func sideConns(files int) int { return min(max(files/32, 16), 1024) }
+
+// socketWatches bounds the net/http engine's socket watches (each a
+// duplicate descriptor held while a request waits or an answer streams)
+// out of files open files: a sixteenth, so that a flood of streams does
+// not take the descriptors the upstreams and the store need; past it a
+// request is watched through its context alone.
+func socketWatches(files int) int { return max(files/16, 16) }

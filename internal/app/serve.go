@@ -359,9 +359,10 @@ func (s *server) listen(stdout io.Writer) error {
 			DrainBytes:            s.srv.Upstream.DrainBytes,
 			TLS:                   upTLS,
 		},
-		AccessLog:  alog,
-		Gatekeeper: s.console.Gatekeeper(),
-		Refusals:   s.console.Refusals(),
+		AccessLog:     alog,
+		Gatekeeper:    s.console.Gatekeeper(),
+		Refusals:      s.console.Refusals(),
+		SocketWatches: files.watches,
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -464,6 +465,7 @@ type fileBudget struct {
 	connections     int // client connections served at once
 	upstreamPerHost int // connections to one upstream host
 	side            int // connections to the admin listener, and to the ops one
+	watches         int // the net/http engine's socket watches (gateway.Options.SocketWatches)
 }
 
 func (s *server) fileBudget() fileBudget {
@@ -484,6 +486,7 @@ func (s *server) fileBudget() fileBudget {
 	// Probes, scrapes and operators need few connections; a client that
 	// holds more must not take the descriptors the gateway serves with.
 	b.side = sideConns(n)
+	b.watches = socketWatches(n)
 	return b
 }
 

@@ -1,0 +1,68 @@
+package gateway
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/ruletest"
+)
+
+// TestSocketWatchesBounded: the net/http engine's socket watches (each a
+// duplicate descriptor held while an answer streams) are bounded by
+// Options.SocketWatches: with a bound of 1, three streams open at once hold
+// one, the others are watched through their context alone, and every
+// watch is given back when its stream ends. Without the bound, each of a
+// flood of streams held one more descriptor, which the upstreams'
+// connections and the store need.
+func TestSocketWatchesBounded(t *testing.T) {
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "many", Algorithm: floodgate.TokenBucket, Rate: 1000, Per: time.Second, Burst: 1000})
+	release := make(chan struct{})
+	g, srvURL, _ := startFront(t, frontNetHTTP, Options{Matcher: oneRule(rule), Engine: memEngine(t), SocketWatches: 1},
+		func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: first\n\n")
+			_ = http.NewResponseController(w).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			case <-time.After(30 * time.Second):
+			}
+		})
+	srvURL = withConnContext(t, frontNetHTTP, g, srvURL)
+	var conns []net.Conn
+	for range 3 {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(srvURL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+		if _, err := io.WriteString(conn, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		buf := make([]byte, 256)
+		for !bytes.Contains(got, []byte("first")) {
+			n, err := conn.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				t.Fatalf("the answer ended early (%v): %q", err, got)
+			}
+		}
+		conns = append(conns, conn)
+	}
+	if n := g.socketWatches.Load(); n != 1 {
+		t.Errorf("three streams open under a bound of 1: %d socket watches, want 1", n)
+	}
+	close(release)
+	for _, c := range conns {
+		c.Close()
+	}
+	pollUntil(t, "every socket watch given back", func() bool { return g.socketWatches.Load() == 0 })
+}
