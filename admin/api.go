@@ -83,6 +83,7 @@ func New(o Options) (*API, error) {
 		{"POST /api/v1/keys", a.createKey},
 		{"GET /api/v1/keys/{name}", a.getKey},
 		{"PATCH /api/v1/keys/{name}", a.updateKey},
+		{"DELETE /api/v1/keys/{name}", a.deleteKey},
 		{"POST /api/v1/keys/{name}/revoke", a.revokeKey},
 		{"POST /api/v1/keys/{name}/rotate", a.rotateKey},
 		{"POST /api/v1/keys/{name}/enable", a.enableKey},
@@ -185,7 +186,8 @@ func (a *API) wrap(h func(w http.ResponseWriter, r *http.Request, actor string) 
 				writeError(w, he.status, he.msg)
 			case errors.Is(err, keystore.ErrNotFound):
 				writeError(w, http.StatusNotFound, err.Error())
-			case errors.Is(err, keystore.ErrExists), errors.Is(err, keystore.ErrRevoked), errors.Is(err, keystore.ErrFull):
+			case errors.Is(err, keystore.ErrExists), errors.Is(err, keystore.ErrRevoked), errors.Is(err, keystore.ErrFull),
+				errors.Is(err, keystore.ErrNotRevoked):
 				writeError(w, http.StatusConflict, err.Error())
 			case errors.Is(err, keystore.ErrBadName), errors.Is(err, keystore.ErrOverlap), errors.Is(err, policy.ErrUnknownPlan):
 				writeError(w, http.StatusBadRequest, err.Error())
@@ -489,6 +491,21 @@ func (a *API) enableKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 
 func (a *API) disableKey(_ http.ResponseWriter, r *http.Request, actor string) (any, error) {
 	return a.change(r, actor, "key.disable", func(rec *keystore.Record) error { rec.Disabled = true; return nil }, nil)
+}
+
+// deleteKey removes a revoked key of the API from the store (one a key of
+// the file shadows too), so that it no longer counts toward
+// server.admin.max_keys; a key that is not revoked is refused (409).
+func (a *API) deleteKey(_ http.ResponseWriter, r *http.Request, actor string) (any, error) {
+	name := r.PathValue("name")
+	if _, err := a.o.Keys.Get(name); err != nil && a.fileKey(name) {
+		return nil, a.apiOnly(name)
+	}
+	if err := a.o.Keys.Delete(r.Context(), name); err != nil {
+		return nil, err
+	}
+	a.record(r.Context(), actor, "key.delete", name, nil)
+	return map[string]any{"name": name, "deleted": true}, nil
 }
 
 func (a *API) resetKey(_ http.ResponseWriter, r *http.Request, actor string) (any, error) {

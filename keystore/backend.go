@@ -29,6 +29,10 @@ type Backend interface {
 	// versions before and after the write; otherwise it writes nothing and
 	// returns ErrConflict.
 	Swap(ctx context.Context, old *Record, r Record) (from, to string, err error)
+	// Delete removes the record named old.Name if the stored one is still
+	// old, and returns the versions before and after; otherwise it removes
+	// nothing and returns ErrConflict.
+	Delete(ctx context.Context, old Record) (from, to string, err error)
 	// Version returns the current version, cheaply.
 	Version(ctx context.Context) (string, error)
 }
@@ -98,16 +102,29 @@ func (b *FileBackend) loadLocked() ([]Record, string, error) {
 // Swap rewrites the file with r added or replaced, if the file's record
 // named r.Name is still old.
 func (b *FileBackend) Swap(_ context.Context, old *Record, r Record) (from, to string, err error) {
+	return b.write(r.Name, old, &r)
+}
+
+// Delete rewrites the file without the record named old.Name, if it is
+// still old.
+func (b *FileBackend) Delete(_ context.Context, old Record) (from, to string, err error) {
+	return b.write(old.Name, &old, nil)
+}
+
+// write rewrites the file with the record named name replaced by r (nil:
+// removed), if it is still old.
+func (b *FileBackend) write(name string, old, r *Record) (from, to string, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	recs, from, err := b.loadLocked()
 	if err != nil {
 		return "", "", err
 	}
+	at := -1
 	var cur *Record
 	for i := range recs {
-		if recs[i].Name == r.Name {
-			cur = &recs[i]
+		if recs[i].Name == name {
+			cur, at = &recs[i], i
 		}
 	}
 	if same, err := sameRecord(cur, old); err != nil {
@@ -115,10 +132,13 @@ func (b *FileBackend) Swap(_ context.Context, old *Record, r Record) (from, to s
 	} else if !same {
 		return "", "", ErrConflict
 	}
-	if cur != nil {
-		*cur = r
-	} else {
-		recs = append(recs, r)
+	switch {
+	case r == nil:
+		recs = append(recs[:at], recs[at+1:]...)
+	case cur != nil:
+		*cur = *r
+	default:
+		recs = append(recs, *r)
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
 	data, err := json.MarshalIndent(fileData{Keys: recs}, "", "  ")
@@ -203,16 +223,21 @@ func (b *RedisBackend) Load(ctx context.Context) ([]Record, string, error) {
 	return recs, v, nil
 }
 
-// swapScript writes ARGV[3] as the record ARGV[1] if the stored one is
-// still ARGV[2] ("": none), increments the version and announces it:
-// {1, version before, version after}; otherwise {0, the stored record}.
+// swapScript writes ARGV[3] as the record ARGV[1] ("": removes it) if the
+// stored one is still ARGV[2] ("": none), increments the version and
+// announces it: {1, version before, version after}; otherwise {0, the
+// stored record}.
 var swapScript = rueidis.NewLuaScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
 if cur ~= ARGV[2] then
 	return {0, cur}
 end
 local from = redis.call('GET', KEYS[2]) or ''
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if ARGV[3] == '' then
+	redis.call('HDEL', KEYS[1], ARGV[1])
+else
+	redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+end
 local to = redis.call('INCR', KEYS[2])
 redis.call('PUBLISH', ARGV[4], to)
 return {1, from, to}
@@ -226,6 +251,18 @@ func (b *RedisBackend) Swap(ctx context.Context, old *Record, r Record) (from, t
 	if err != nil {
 		return "", "", fmt.Errorf("keystore: %w", err)
 	}
+	return b.write(ctx, r.Name, old, string(js))
+}
+
+// Delete removes the record named old.Name, increments the version and
+// announces it, if the stored record is still old: one script.
+func (b *RedisBackend) Delete(ctx context.Context, old Record) (from, to string, err error) {
+	return b.write(ctx, old.Name, &old, "")
+}
+
+// write stores js (the JSON of a record; "": none, removing it) as the
+// record named name if the stored one is still old (swapScript).
+func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js string) (from, to string, err error) {
 	want := ""
 	if old != nil {
 		w, err := json.Marshal(old)
@@ -237,7 +274,7 @@ func (b *RedisBackend) Swap(ctx context.Context, old *Record, r Record) (from, t
 	// A second attempt when the stored record is old written differently
 	// (another encoder, or by hand).
 	for range 2 {
-		res, err := swapScript.Exec(ctx, b.c, []string{redisHash, redisVersion}, []string{r.Name, want, string(js), RedisChannel}).ToArray()
+		res, err := swapScript.Exec(ctx, b.c, []string{redisHash, redisVersion}, []string{name, want, js, RedisChannel}).ToArray()
 		if err != nil {
 			return "", "", fmt.Errorf("keystore: redis: %w", err)
 		}
@@ -264,7 +301,7 @@ func (b *RedisBackend) Swap(ctx context.Context, old *Record, r Record) (from, t
 		}
 		var cur Record
 		if err := json.Unmarshal([]byte(stored), &cur); err != nil {
-			return "", "", fmt.Errorf("keystore: redis: key %q: %w", r.Name, err)
+			return "", "", fmt.Errorf("keystore: redis: key %q: %w", name, err)
 		}
 		if same, err := sameRecord(&cur, old); err != nil {
 			return "", "", err

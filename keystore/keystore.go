@@ -354,6 +354,29 @@ const maxSwaps = 16
 // another instance sharing the backend changed it meanwhile, it reloads
 // and asks f again.
 func (s *Store) change(ctx context.Context, name string, f func(cur *Record) (Record, error), create bool) (Record, error) {
+	return s.apply(ctx, name, func(cur *Record) (*Record, error) {
+		rec, err := f(cur)
+		return &rec, err
+	}, create)
+}
+
+// Delete removes the revoked key named name from the store, so that it no
+// longer counts toward server.admin.max_keys. A key that is not revoked is
+// ErrNotRevoked: revoke it first. Its counters are left to expire: a key
+// made again under its name counts where it did (its quota used so far),
+// as only a reset starts a key's counts afresh.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	_, err := s.apply(ctx, name, func(cur *Record) (*Record, error) {
+		if !cur.Revoked {
+			return nil, ErrNotRevoked
+		}
+		return nil, nil
+	}, false)
+	return err
+}
+
+// apply is change with f's nil record deleting the key.
+func (s *Store) apply(ctx context.Context, name string, f func(cur *Record) (*Record, error), create bool) (Record, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if err := s.catchUpLocked(ctx); err != nil {
@@ -375,11 +398,16 @@ func (s *Store) change(ctx context.Context, name string, f func(cur *Record) (Re
 			c := old.clone()
 			in = &c
 		}
-		rec, err := f(in)
+		next, err := f(in)
 		if err != nil {
 			return Record{}, err
 		}
-		from, to, err := s.o.Backend.Swap(ctx, old, rec)
+		var from, to string
+		if next == nil {
+			from, to, err = s.o.Backend.Delete(ctx, *old)
+		} else {
+			from, to, err = s.o.Backend.Swap(ctx, old, *next)
+		}
 		if errors.Is(err, ErrConflict) {
 			if err := s.reloadLocked(ctx); err != nil {
 				return Record{}, err
@@ -390,7 +418,13 @@ func (s *Store) change(ctx context.Context, name string, f func(cur *Record) (Re
 			return Record{}, err
 		}
 		s.mu.Lock()
-		s.recs[name] = rec
+		rec := Record{}
+		if next == nil {
+			delete(s.recs, name)
+		} else {
+			rec = *next
+			s.recs[name] = rec
+		}
 		if from == s.version {
 			// Nothing else was written since the last read: s.recs is the
 			// backend's state at to. Otherwise the next refresh reloads.

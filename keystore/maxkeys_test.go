@@ -93,3 +93,63 @@ func TestCreateRefusedPastMaxKeys(t *testing.T) {
 		t.Fatalf("a fifth key past max_keys 4: %v, want ErrFull", err)
 	}
 }
+
+// TestDeleteRevokedKey: a revoked key can be deleted, which frees its
+// place under server.admin.max_keys, on the file and on Redis (the other
+// instance sees it gone); a key that is not revoked cannot.
+func TestDeleteRevokedKey(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	for _, backend := range []string{"file", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			r, _ := reloaderWith(t, 2)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var stores [2]*Store
+			path := filepath.Join(t.TempDir(), "keys.json")
+			for i := range stores {
+				b := Backend(NewFileBackend(path))
+				if backend == "redis" {
+					c, err := redisconn.Open("redis://" + rs.Addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					b = NewRedisBackend(c)
+				}
+				var err error
+				if stores[i], err = New(ctx, Options{Backend: b, Policy: r.Policy}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, name := range []string{"a", "b"} {
+				if _, _, err := stores[0].Create(ctx, name, "basic", policy.KeyOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := stores[0].Delete(ctx, "a"); !errors.Is(err, ErrNotRevoked) {
+				t.Fatalf("deleting a key that is not revoked: %v, want ErrNotRevoked", err)
+			}
+			if _, err := stores[0].Update(ctx, "a", func(r *Record) error { r.Revoked = true; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if err := stores[0].Delete(ctx, "a"); err != nil {
+				t.Fatalf("deleting a revoked key: %v", err)
+			}
+			if _, err := stores[0].Get("a"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("the deleted key: %v, want ErrNotFound", err)
+			}
+			// The other instance (behind on the backend) makes a key in
+			// the freed place, and no longer has the deleted one.
+			if _, _, err := stores[1].Create(ctx, "c", "basic", policy.KeyOptions{}); err != nil {
+				t.Fatalf("a key in the place a deletion freed, from the other instance: %v", err)
+			}
+			if _, err := stores[1].Get("a"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("the deleted key on the other instance: %v, want ErrNotFound", err)
+			}
+			if err := stores[1].Delete(ctx, "a"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("deleting it again: %v, want ErrNotFound", err)
+			}
+		})
+	}
+}

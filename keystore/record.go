@@ -60,7 +60,9 @@ var (
 	ErrOverlap  = fmt.Errorf("keystore: a rotation's overlap is 0 to %v", MaxOverlap)
 	// ErrFull refuses a new key when the store holds the most keys the
 	// policy allows (server.admin.max_keys), revoked ones included.
-	ErrFull = errors.New("keystore: the store holds its most keys (server.admin.max_keys, revoked ones included)")
+	ErrFull = errors.New("keystore: the store holds its most keys (server.admin.max_keys, revoked ones included: delete those)")
+	// ErrNotRevoked refuses to delete a key that is not revoked.
+	ErrNotRevoked = errors.New("keystore: only a revoked key can be deleted: revoke it first")
 )
 
 // A key's secrets are bounded, so that rotating it again and again (an

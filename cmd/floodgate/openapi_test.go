@@ -318,8 +318,12 @@ plans:
 	expect("DELETE /api/v1/access again", code, 404, body)
 	code, body = a.do("GET", admin+"/api/v1/usage?limit=nothing&key=x", tok, "", false)
 	expect("GET /api/v1/usage of no limit", code, 404, body)
+	code, body = a.do("DELETE", admin+"/api/v1/keys/k1", tok, "", false)
+	expect("DELETE a key not revoked", code, 409, body)
 	code, body = a.do("POST", admin+"/api/v1/keys/k1/revoke", tok, "", false)
 	expect("POST revoke", code, 200, body)
+	code, body = a.do("DELETE", admin+"/api/v1/keys/k1", tok, "", false)
+	expect("DELETE a revoked key", code, 200, body)
 	a.served()
 
 	c := newSpecClient(t, "check.yaml")
