@@ -261,6 +261,7 @@ type Gateway struct {
 
 	socketWatches    atomic.Int64 // the net/http engine's socket watches now
 	maxSocketWatches int64
+	streamWatchAfter time.Duration // see watchStream
 }
 
 // New returns a Gateway.
@@ -287,6 +288,7 @@ func New(opts Options) (*Gateway, error) {
 		rfields:  newFieldCache(),
 
 		maxSocketWatches: int64(opts.SocketWatches),
+		streamWatchAfter: streamWatchAfter,
 	}
 	if g.maxSocketWatches <= 0 {
 		g.maxSocketWatches = DefaultSocketWatches

@@ -402,7 +402,12 @@ type drainerKey struct{}
 // client's end comes, the upstream's request ends as its context's would
 // (its body is closed, and reading it says context.Canceled), or, for a
 // request whose answer is read on for its cost, its drainer is told, as
-// its client's context would. Other answers are left as they are.
+// its client's context would. Other answers are left as they are. The
+// watch begins once the answer has streamed for streamWatchAfter: most
+// answers of unknown length are whole well before (a chunked JSON
+// answer), and a duplicate descriptor for each cost them about a sixth
+// more CPU; a client that left before the watch begins is seen at its
+// first look.
 func (g *Gateway) watchStream(resp *http.Response) {
 	req := resp.Request
 	if req == nil || req.ProtoMajor != 1 || resp.StatusCode < 200 || resp.Body == nil || resp.Body == http.NoBody ||
@@ -419,10 +424,19 @@ func (g *Gateway) watchStream(resp *http.Response) {
 	if d, ok := ctx.Value(drainerKey{}).(*drainer); ok && d != nil {
 		ended = d.clientLeft
 	}
-	if b.stop = g.watchEnd(c, ended); b.stop != nil {
-		resp.Body = b
-	}
+	b.timer = time.AfterFunc(g.streamWatchAfter, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !b.closed {
+			b.stop = g.watchEnd(c, ended)
+		}
+	})
+	resp.Body = b
 }
+
+// streamWatchAfter is how long an answer streams before its client's
+// socket is watched (watchStream); a variable for the tests, read by New.
+var streamWatchAfter = time.Second
 
 // watchEnd is rawconn.WatchEnd within the gateway's bound on socket
 // watches (Options.SocketWatches): nil when c has no socket to watch or
@@ -455,12 +469,15 @@ func isEventStream(h http.Header) bool {
 }
 
 // watchedBody is a streamed answer's body whose client's socket is
-// watched (watchStream): closing it ends the watch.
+// watched once it has streamed for a while (watchStream): closing it ends
+// the watch, or keeps it from beginning.
 type watchedBody struct {
 	io.ReadCloser
-	stop func()
-	once sync.Once
-	left atomic.Bool // the client left: the body was closed for it
+	timer  *time.Timer // begins the watch
+	mu     sync.Mutex  // guards stop and closed
+	stop   func()      // ends the watch (nil: none began)
+	closed bool
+	left   atomic.Bool // the client left: the body was closed for it
 }
 
 // Read reads the answer; once the client left, an error says
@@ -479,8 +496,16 @@ func (b *watchedBody) leave() {
 	_ = b.ReadCloser.Close()
 }
 
-// Close ends the watch, then closes the body.
+// Close ends the watch (or keeps it from beginning), then closes the
+// body.
 func (b *watchedBody) Close() error {
-	b.once.Do(b.stop)
+	b.timer.Stop()
+	b.mu.Lock()
+	stop := b.stop
+	b.stop, b.closed = nil, true
+	b.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	return b.ReadCloser.Close()
 }

@@ -21,6 +21,11 @@ import (
 // flood of streams held one more descriptor, which the upstreams'
 // connections and the store need.
 func TestSocketWatchesBounded(t *testing.T) {
+	// Every watch at once (not after a second of streaming): this test
+	// runs before the package's parallel ones, which read it in New.
+	was := streamWatchAfter
+	streamWatchAfter = 0
+	t.Cleanup(func() { streamWatchAfter = was })
 	rule := ruletest.Rule(t, floodgate.Limit{Name: "many", Algorithm: floodgate.TokenBucket, Rate: 1000, Per: time.Second, Burst: 1000})
 	release := make(chan struct{})
 	g, srvURL, _ := startFront(t, frontNetHTTP, Options{Matcher: oneRule(rule), Engine: memEngine(t), SocketWatches: 1},
@@ -57,6 +62,10 @@ func TestSocketWatchesBounded(t *testing.T) {
 		}
 		conns = append(conns, conn)
 	}
+	// The watches begin from timers: once each has had its turn, one
+	// holds the bound.
+	pollUntil(t, "a socket watch", func() bool { return g.socketWatches.Load() >= 1 })
+	time.Sleep(100 * time.Millisecond) // the others' turns (the count is checked, not the time)
 	if n := g.socketWatches.Load(); n != 1 {
 		t.Errorf("three streams open under a bound of 1: %d socket watches, want 1", n)
 	}
