@@ -93,19 +93,34 @@ func (h *Hitters) Add(limit, key string) { h.addAt(percpu.Slot(), limit, key) }
 func (h *Hitters) addAt(slot int, limit, key string) {
 	f := &h.fronts[slot&h.mask]
 	f.mu.Lock()
-	if f.n > 0 && f.n < frontRun && f.key.key == key && f.key.limit == limit {
+	switch {
+	case f.n > 0 && f.n < frontRun && f.key.key == key && f.key.limit == limit:
 		f.n++
 		f.mu.Unlock()
 		return
+	case f.n == 0:
+		f.key, f.n = hitterKey{limit, key}, 1
+		f.mu.Unlock()
+		return
 	}
-	run, n := f.key, f.n
-	f.key, f.n = hitterKey{limit, key}, 1
 	f.mu.Unlock()
-	if n > 0 {
-		h.mu.Lock()
-		h.cur.add(run, n, h.k)
-		h.mu.Unlock()
+	// The front's run goes to the sketch with h.mu taken first (as flush
+	// takes it), so that a reader finds every 429 in a front or in the
+	// sketch, never on its way between. The front may have changed
+	// meanwhile (another goroutine on this slot): it is looked at again.
+	h.mu.Lock()
+	f.mu.Lock()
+	if f.n > 0 && f.n < frontRun && f.key.key == key && f.key.limit == limit {
+		f.n++
+	} else {
+		run, n := f.key, f.n
+		f.key, f.n = hitterKey{limit, key}, 1
+		if n > 0 {
+			h.cur.add(run, n, h.k)
+		}
 	}
+	f.mu.Unlock()
+	h.mu.Unlock()
 }
 
 // flush counts every CPU's run into the current generation; h.mu is held.
