@@ -2,14 +2,12 @@ package gateway
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,55 +34,7 @@ func pipelinedBody() string {
 // server with ConnContext as floodgate serve sets it.
 func TestOverloadQueuedClientPipelinesThenLeaves(t *testing.T) {
 	t.Parallel()
-	forFronts(t, proxyFronts, func(t *testing.T, front string) {
-		u := newHolding()
-		g, base, c := overloadFront(t, front, overloadPolicy(`
-limit: 1
-tiers: [{name: default}]
-queue: {size: 4, per_tenant: 4, max_wait: 60s}`), u.ServeHTTP)
-		base = withConnContext(t, front, g, base)
-		var once sync.Once
-		release := func() { once.Do(func() { close(u.release) }) }
-		t.Cleanup(release) // a test that fails lets the held request go too
-		held := make(chan error, 1)
-		go func() {
-			_, err := get(c, t.Context(), base+"/held")
-			held <- err
-		}()
-		pollUntil(t, "the first request to be held", func() bool { return u.now.Load() == 1 })
-		conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-		if _, err := io.WriteString(conn, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		pollUntil(t, "the second request to wait", func() bool { return overloadState(g).Queued == 1 })
-		if _, err := io.WriteString(conn, pipelinedBody()); err != nil {
-			t.Fatal(err)
-		}
-		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
-			t.Fatal(err)
-		}
-		got, err := io.ReadAll(conn)
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			t.Fatalf("the connection was kept open; the gateway sent %q", got)
-		}
-		if len(got) > 0 {
-			t.Errorf("a client that left while waiting for a place was answered %q, want no answer", got)
-		}
-		pollUntil(t, "the queue to empty", func() bool { return overloadState(g).Queued == 0 })
-		release()
-		if err := <-held; err != nil {
-			t.Fatal(err)
-		}
-		if n := u.served.Load(); n != 1 {
-			t.Errorf("the upstream served %d requests, want 1 (the one that left never goes on)", n)
-		}
-	})
+	forFronts(t, proxyFronts, func(t *testing.T, front string) { queuedClientLeaves(t, front, pipelinedBody(), true) })
 }
 
 // TestLeaveSilentStreamPipelined: a client that sends more than 64 KiB
@@ -115,24 +65,7 @@ func TestLeaveSilentStreamPipelined(t *testing.T) {
 			}
 		})
 		srvURL = withConnContext(t, fr, g, srvURL)
-		conn, err := net.Dial("tcp", strings.TrimPrefix(srvURL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
-		if _, err := io.WriteString(conn, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		var got []byte
-		buf := make([]byte, 256)
-		for !bytes.Contains(got, []byte("first")) {
-			n, err := conn.Read(buf)
-			got = append(got, buf[:n]...)
-			if err != nil {
-				t.Fatalf("the answer ended before the client meant to leave (%v): %q", err, got)
-			}
-		}
+		conn := openStream(t, srvURL)
 		// The answer streams: what comes now is read by the engine's watch.
 		if _, err := io.WriteString(conn, pipelinedBody()); err != nil {
 			t.Fatal(err)
@@ -145,6 +78,33 @@ func TestLeaveSilentStreamPipelined(t *testing.T) {
 			return do(t, c, "GET", srvURL+"/other", nil).status == 200
 		})
 	})
+}
+
+// openStream sends GET /stream to the server at base over a connection
+// of its own and reads the answer until its first event ("first"), so
+// that the answer streams when it returns; the connection closes with
+// the test.
+func openStream(t *testing.T, base string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.WriteString(conn, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	buf := make([]byte, 256)
+	for !bytes.Contains(got, []byte("first")) {
+		n, err := conn.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("the answer ended before its first event (%v): %q", err, got)
+		}
+	}
+	return conn
 }
 
 // withConnContext returns base, or on the net/http engine the base URL of

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,46 +85,63 @@ func TestQueuedClientShutsItsSideDown(t *testing.T) {
 // never reaches the upstream, and gets no answer, the connection closed.
 func TestOverloadQueuedClientShutsItsSideDown(t *testing.T) {
 	t.Parallel()
-	forFronts(t, proxyFronts, func(t *testing.T, front string) {
-		u := newHolding()
-		g, base, c := overloadFront(t, front, overloadPolicy(`
+	forFronts(t, proxyFronts, func(t *testing.T, front string) { queuedClientLeaves(t, front, "", false) })
+}
+
+// queuedClientLeaves holds one request at the upstream of a route whose
+// overload control admits one, queues a second on a connection of its
+// own, sends pipelined after it (nothing when empty), shuts that
+// connection's side down, and checks that the second request left the
+// queue unanswered and never reached the upstream. connCtx serves the
+// net/http engine from a server with ConnContext, as floodgate serve does.
+func queuedClientLeaves(t *testing.T, front, pipelined string, connCtx bool) {
+	u := newHolding()
+	g, base, c := overloadFront(t, front, overloadPolicy(`
 limit: 1
 tiers: [{name: default}]
 queue: {size: 4, per_tenant: 4, max_wait: 60s}`), u.ServeHTTP)
-		held := make(chan error, 1)
-		go func() {
-			_, err := get(c, t.Context(), base+"/held")
-			held <- err
-		}()
-		pollUntil(t, "the first request to be held", func() bool { return u.now.Load() == 1 })
-		conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-		if _, err := io.WriteString(conn, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		pollUntil(t, "the second request to wait", func() bool { return overloadState(g).Queued == 1 })
-		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
-			t.Fatal(err)
-		}
-		got, err := io.ReadAll(conn)
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			t.Fatalf("the connection was kept open; the gateway sent %q", got)
-		}
-		if len(got) > 0 {
-			t.Errorf("a client that left while waiting for a place was answered %q, want no answer", got)
-		}
-		pollUntil(t, "the queue to empty", func() bool { return overloadState(g).Queued == 0 })
-		close(u.release)
-		if err := <-held; err != nil {
-			t.Fatal(err)
-		}
-		if n := u.served.Load(); n != 1 {
-			t.Errorf("the upstream served %d requests, want 1 (the one that left never goes on)", n)
-		}
-	})
+	if connCtx {
+		base = withConnContext(t, front, g, base)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { close(u.release) }) }
+	t.Cleanup(release) // a test that fails lets the held request go too
+	held := make(chan error, 1)
+	go func() {
+		_, err := get(c, t.Context(), base+"/held")
+		held <- err
+	}()
+	pollUntil(t, "the first request to be held", func() bool { return u.now.Load() == 1 })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(conn, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "the second request to wait", func() bool { return overloadState(g).Queued == 1 })
+	if _, err := io.WriteString(conn, pipelined); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the connection was kept open; the gateway sent %q", got)
+	}
+	if len(got) > 0 {
+		t.Errorf("a client that left while waiting for a place was answered %q, want no answer", got)
+	}
+	pollUntil(t, "the queue to empty", func() bool { return overloadState(g).Queued == 0 })
+	release()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if n := u.served.Load(); n != 1 {
+		t.Errorf("the upstream served %d requests, want 1 (the one that left never goes on)", n)
+	}
 }

@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -42,25 +40,7 @@ func TestSocketWatchesBounded(t *testing.T) {
 	srvURL = withConnContext(t, frontNetHTTP, g, srvURL)
 	var conns []net.Conn
 	for range 3 {
-		conn, err := net.Dial("tcp", strings.TrimPrefix(srvURL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
-		if _, err := io.WriteString(conn, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		var got []byte
-		buf := make([]byte, 256)
-		for !bytes.Contains(got, []byte("first")) {
-			n, err := conn.Read(buf)
-			got = append(got, buf[:n]...)
-			if err != nil {
-				t.Fatalf("the answer ended early (%v): %q", err, got)
-			}
-		}
-		conns = append(conns, conn)
+		conns = append(conns, openStream(t, srvURL))
 	}
 	// The watches begin from timers: once each has had its turn, one
 	// holds the bound.
