@@ -104,16 +104,5 @@ func TestRLSReloadsOnSIGHUP(t *testing.T) {
 		t.Errorf("the log does not say what SIGHUP did:\n%s", stderr.String())
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			t.Fatalf("SIGTERM after SIGHUP: %v, want status 0\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("floodgate rls did not stop at SIGTERM")
-	}
+	termExits0(t, cmd, done, "floodgate rls after SIGHUP")
 }

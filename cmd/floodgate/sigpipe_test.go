@@ -134,18 +134,7 @@ limits:
 		resp.Body.Close()
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			t.Fatalf("serve ended with %v after SIGTERM; want status 0", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve did not end within 60 s of SIGTERM")
-	}
+	termExits0(t, cmd, done, "serve")
 }
 
 // exitOf says how the process whose Wait reports on done ended, if it has.
@@ -241,6 +230,14 @@ func TestRLSOutlivesItsLogReader(t *testing.T) {
 	}
 	resp.Body.Close()
 
+	termExits0(t, cmd, done, "floodgate rls")
+}
+
+// termExits0 sends SIGTERM to cmd, a process of this test binary whose
+// Wait's error done holds once it ended (and holds again after), and
+// fails the test unless it exits with status 0 within 60 s.
+func termExits0(t *testing.T, cmd *exec.Cmd, done chan error, what string) {
+	t.Helper()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -248,9 +245,9 @@ func TestRLSOutlivesItsLogReader(t *testing.T) {
 	case err := <-done:
 		done <- err
 		if err != nil {
-			t.Fatalf("floodgate rls ended with %v after SIGTERM; want status 0", err)
+			t.Fatalf("%s ended with %v after SIGTERM; want status 0", what, err)
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatal("floodgate rls did not end within 60 s of SIGTERM")
+		t.Fatalf("%s did not end within 60 s of SIGTERM", what)
 	}
 }
