@@ -246,14 +246,37 @@ func (l *lazyClient) B() rueidis.Builder {
 	return l.builder
 }
 
+// client returns the real client, or the error a call answers while
+// there is none.
+func (l *lazyClient) client() (*madeClient, error) {
+	if m := l.cur.Load(); m != nil {
+		return m, nil
+	}
+	return nil, l.err()
+}
+
+// check returns the real client for n commands whose slots slot gives, or
+// the error each of them answers: there is no client yet, or one of them
+// was built before it was made and it cannot route them. It allocates
+// nothing: it is on every call once the client is made.
+func (l *lazyClient) check(n int, slot func(i int) uint16) (*madeClient, error) {
+	m, err := l.client()
+	if err != nil {
+		return nil, err
+	}
+	for i := range n {
+		if m.stale(slot(i)) {
+			return nil, errBuiltBefore
+		}
+	}
+	return m, nil
+}
+
 // Do sends cmd through the real client, or answers an error at once.
 func (l *lazyClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	m := l.cur.Load()
-	switch {
-	case m == nil:
-		return rueidis.NewErrorResult(l.err())
-	case m.stale(cmd.Slot()):
-		return rueidis.NewErrorResult(errBuiltBefore)
+	m, err := l.check(1, func(int) uint16 { return cmd.Slot() })
+	if err != nil {
+		return rueidis.NewErrorResult(err)
 	}
 	return m.Do(ctx, cmd)
 }
@@ -261,66 +284,45 @@ func (l *lazyClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redi
 // DoMulti sends the commands through the real client, or answers an
 // error for each at once.
 func (l *lazyClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	m := l.cur.Load()
-	if m != nil {
-		for i := range multi {
-			if m.stale(multi[i].Slot()) {
-				return errorResults(len(multi), errBuiltBefore)
-			}
-		}
-		return m.DoMulti(ctx, multi...)
+	m, err := l.check(len(multi), func(i int) uint16 { return multi[i].Slot() })
+	if err != nil {
+		return errorResults(len(multi), err)
 	}
-	return errorResults(len(multi), l.err())
+	return m.DoMulti(ctx, multi...)
 }
 
 // DoCache is Do's for a cacheable command.
 func (l *lazyClient) DoCache(ctx context.Context, cmd rueidis.Cacheable, ttl time.Duration) rueidis.RedisResult {
-	m := l.cur.Load()
-	switch {
-	case m == nil:
-		return rueidis.NewErrorResult(l.err())
-	case m.stale(cmd.Slot()):
-		return rueidis.NewErrorResult(errBuiltBefore)
+	m, err := l.check(1, func(int) uint16 { return cmd.Slot() })
+	if err != nil {
+		return rueidis.NewErrorResult(err)
 	}
 	return m.DoCache(ctx, cmd, ttl)
 }
 
 // DoMultiCache is DoMulti's for cacheable commands.
 func (l *lazyClient) DoMultiCache(ctx context.Context, multi ...rueidis.CacheableTTL) []rueidis.RedisResult {
-	m := l.cur.Load()
-	if m != nil {
-		for i := range multi {
-			if m.stale(multi[i].Cmd.Slot()) {
-				return errorResults(len(multi), errBuiltBefore)
-			}
-		}
-		return m.DoMultiCache(ctx, multi...)
+	m, err := l.check(len(multi), func(i int) uint16 { return multi[i].Cmd.Slot() })
+	if err != nil {
+		return errorResults(len(multi), err)
 	}
-	return errorResults(len(multi), l.err())
+	return m.DoMultiCache(ctx, multi...)
 }
 
 // DoStream is Do's, streamed.
 func (l *lazyClient) DoStream(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResultStream {
-	m := l.cur.Load()
-	switch {
-	case m == nil:
-		return rueidis.NewErrorResultStream(l.err())
-	case m.stale(cmd.Slot()):
-		return rueidis.NewErrorResultStream(errBuiltBefore)
+	m, err := l.check(1, func(int) uint16 { return cmd.Slot() })
+	if err != nil {
+		return rueidis.NewErrorResultStream(err)
 	}
 	return m.DoStream(ctx, cmd)
 }
 
 // DoMultiStream is DoMulti's, streamed.
 func (l *lazyClient) DoMultiStream(ctx context.Context, multi ...rueidis.Completed) rueidis.MultiRedisResultStream {
-	m := l.cur.Load()
-	if m == nil {
-		return rueidis.NewErrorResultStream(l.err())
-	}
-	for i := range multi {
-		if m.stale(multi[i].Slot()) {
-			return rueidis.NewErrorResultStream(errBuiltBefore)
-		}
+	m, err := l.check(len(multi), func(i int) uint16 { return multi[i].Slot() })
+	if err != nil {
+		return rueidis.NewErrorResultStream(err)
 	}
 	return m.DoMultiStream(ctx, multi...)
 }
@@ -328,12 +330,9 @@ func (l *lazyClient) DoMultiStream(ctx context.Context, multi ...rueidis.Complet
 // Receive subscribes through the real client, or returns an error at
 // once.
 func (l *lazyClient) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(msg rueidis.PubSubMessage)) error {
-	m := l.cur.Load()
-	switch {
-	case m == nil:
-		return l.err()
-	case m.stale(subscribe.Slot()):
-		return errBuiltBefore
+	m, err := l.check(1, func(int) uint16 { return subscribe.Slot() })
+	if err != nil {
+		return err
 	}
 	return m.Receive(ctx, subscribe, fn)
 }
