@@ -250,8 +250,25 @@ func stamp(path string, data []byte) [sha256.Size]byte {
 // two consecutive looks saw
 // the same bytes, sizes and times; never while a file is being written.
 // Reload, for SIGHUP, does not wait.
-func (r *Reloader) Run(ctx context.Context) {
+func (r *Reloader) Run(ctx context.Context) { r.run(ctx, nil) }
+
+// Start runs Run in a goroutine of its own and returns once it follows
+// the files (or ctx ends): a change written after Start returns is seen
+// by the file system's events, so a file still being written then is
+// never applied half written. A service starts it before it says it is
+// ready.
+func (r *Reloader) Start(ctx context.Context) {
+	started := make(chan struct{})
+	go r.run(ctx, func() { close(started) })
+	select {
+	case <-started:
+	case <-ctx.Done():
+	}
+}
+
+func (r *Reloader) run(ctx context.Context, started func()) {
 	watch.Run(ctx, watch.Options{
+		Started:  started,
 		Interval: r.o.Interval,
 		NoWake:   r.o.NoWake,
 		Files:    func() ([]string, error) { return r.follow(), nil },

@@ -149,3 +149,52 @@ func watchShort(t *testing.T, path string) string {
 	}
 	return v.Short()
 }
+
+// TestStartFollowsTheFileBeforeItReturns: a file that a deploy script
+// starts writing the moment Start returns (floodgate serve says it
+// serves after it), and whose writer stalls with half of it, is not
+// applied while the writer holds it open; the whole file is, once it is
+// closed. With go Run(ctx) in its place, the first look may come after
+// the write began and the half ("rate: 1") would be applied two looks
+// later.
+func TestStartFollowsTheFileBeforeItReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "floodgate.yaml")
+		writeFile(t, path, "limits:\n  - {name: a, rate: 100, key: global}\n")
+		applied := make(chan *Policy, 8)
+		rl, err := NewReloader(ReloaderOptions{Path: path, Interval: time.Second, NoWake: true,
+			OnReload: func(p *Policy) { applied <- p }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer func() { cancel(); synctest.Wait() }()
+		rl.Start(ctx)
+
+		full := "limits:\n  - name: a\n    key: global\n    rate: 1500\n"
+		half := strings.TrimSuffix(full, "500\n")
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(half); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if rl.Reloads() != 0 || rl.Rejected() != 0 || rateOf(t, rl.Policy()) != 100 {
+			t.Fatalf("while the writer holds the file: reloads %d, rejected %d, rate %d; want the running policy",
+				rl.Reloads(), rl.Rejected(), rateOf(t, rl.Policy()))
+		}
+		if _, err := f.WriteString(full[len(half):]); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := rateOf(t, <-applied); got != 1500 {
+			t.Fatalf("applied rate %d, want 1500", got)
+		}
+	})
+}

@@ -29,6 +29,9 @@ type WatchOptions struct {
 	// (floodgate rls sends on it at SIGHUP), whatever the stability rule
 	// says; unchanged files load nothing.
 	Now <-chan struct{}
+	// Started, when set, is called once the files are followed (see
+	// package internal/watch, Options.Started).
+	Started func()
 }
 
 // Watch follows paths (as given to Load) until ctx ends, by the rules of
@@ -57,6 +60,7 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 		Interval: opts.Interval,
 		NoWake:   opts.NoWake,
 		Now:      opts.Now,
+		Started:  opts.Started,
 		Files: func() ([]string, error) {
 			files, errs := configFiles(paths, opts.Load)
 			if len(errs) > 0 {

@@ -173,25 +173,32 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 	}
 	s.health = rls.NewHealth(s.grpc.Health, "ratelimit", []string{rls.HealthStopping}, failing...)
 
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if len(set.Paths) > 0 {
+		// The watch follows the files before the listeners open and
+		// print their addresses: a file written as soon as they do is
+		// followed from its first write.
+		s.reload = make(chan struct{}, 1)
+		started := make(chan struct{})
+		s.wg.Go(func() {
+			rls.Watch(ctx, s.svc, set.Paths, rls.WatchOptions{Load: set.Load, Logger: r.log, Now: s.reload,
+				Started: func() { close(started) },
+				OnReload: func(err error) {
+					s.stats.ObserveLoad(err)
+					if err == nil {
+						s.loaded(s.svc.Config())
+					}
+				}})
+		})
+		<-started
+	}
 	if err := r.openRLSListeners(stdout); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
 	if s.statsd != nil {
 		r.log.Info("rls: statistics sent to statsd", "addr", set.Statsd.Addr, "protocol", set.Statsd.Network, "every", set.Statsd.Interval)
 		s.wg.Go(func() { s.flushStatsd(ctx, set.Statsd.Interval) })
-	}
-	if len(set.Paths) > 0 {
-		s.reload = make(chan struct{}, 1)
-		s.wg.Go(func() {
-			rls.Watch(ctx, s.svc, set.Paths, rls.WatchOptions{Load: set.Load, Logger: r.log, Now: s.reload, OnReload: func(err error) {
-				s.stats.ObserveLoad(err)
-				if err == nil {
-					s.loaded(s.svc.Config())
-				}
-			}})
-		})
 	}
 	s.wg.Go(func() {
 		if err := s.grpc.Serve(ctx, s.lns[0]); err != nil {
@@ -326,11 +333,6 @@ func (s *rlsService) flushStatsd(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// shutdown stops the service as envoyproxy/ratelimit does: unhealthy
-// first (/healthcheck answers 500 and gRPC's health NOT_SERVING), then
-// gRPC stops accepting and its calls in flight finish (within its grace
-// period) while /healthcheck still answers, then the HTTP listeners stop
-// (their requests in flight finish within ctx).
 // reloadNow has the descriptor files read and loaded at once (SIGHUP),
 // rather than at the watch's next look; a look already asked for and not
 // taken yet stands for this one.
@@ -344,6 +346,11 @@ func (s *rlsService) reloadNow() {
 	}
 }
 
+// shutdown stops the service as envoyproxy/ratelimit does: unhealthy
+// first (/healthcheck answers 500 and gRPC's health NOT_SERVING), then
+// gRPC stops accepting and its calls in flight finish (within its grace
+// period) while /healthcheck still answers, then the HTTP listeners stop
+// (their requests in flight finish within ctx).
 func (s *rlsService) shutdown(ctx context.Context) {
 	if s == nil {
 		return

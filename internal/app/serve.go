@@ -80,11 +80,16 @@ func Serve(ctx context.Context, o *ServeOptions, stdout io.Writer, log *slog.Log
 		return err
 	}
 	defer s.close()
+	if o.Watch {
+		// Before the listeners say they serve: a file written as soon
+		// as they do is followed from its first write. The watch ends
+		// with Serve, also when a listener does not open.
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		s.reloader.Start(wctx)
+	}
 	if err := s.listen(stdout); err != nil {
 		return err
-	}
-	if o.Watch {
-		go s.reloader.Run(ctx)
 	}
 	// systemd (Type=notify) learns that every listener is open.
 	s.systemd = newSystemd(s.getenv, log)

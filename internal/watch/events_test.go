@@ -186,3 +186,66 @@ func TestNewFileHalfWrittenNotApplied(t *testing.T) {
 		}
 	})
 }
+
+// TestStartedFollowsTheFiles: Started is called once the files are
+// followed, so a writer that opens the file as soon as it is called and
+// stalls with half of it is held back like any other (a service that
+// says it is ready after Started, and a deploy script that writes the
+// file the moment it does). A write begun before the first look cannot
+// be told from a whole file, and the stability rule applies its half
+// two looks later: what Started is for.
+func TestStartedFollowsTheFiles(t *testing.T) {
+	needEvents(t)
+	for _, wait := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "f")
+			write(t, path, "v0")
+			v0, err := Read([]string{path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan struct{})
+			var calls int
+			o := Options{Current: v0.Hash, Files: func() ([]string, error) { return []string{path}, nil },
+				Started: func() { calls++; close(started) }}
+			var f *os.File
+			open := func() {
+				if f, err = os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0); err != nil {
+					t.Error(err)
+					return
+				}
+				f.WriteString("ha")
+			}
+			if !wait {
+				// The writer opens the file before the first look.
+				open()
+			}
+			r, stop := runWith(t, o)
+			defer stop()
+			<-started
+			if wait {
+				open()
+			}
+			defer f.Close()
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+			applied, at, _ := r.get()
+			if !wait {
+				if !slices.Equal(applied, []string{"ha"}) || at[0] != time.Second {
+					t.Fatalf("written before the first look: applied %q at %v, want the half at 1s", applied, at)
+				}
+				return
+			}
+			if len(applied) != 0 {
+				t.Fatalf("written once Started was called: applied %q at %v while the writer held the file open", applied, at)
+			}
+			f.WriteString("lf")
+			f.Close()
+			time.Sleep(time.Second)
+			synctest.Wait()
+			if applied, _, _ := r.get(); !slices.Equal(applied, []string{"half"}) || calls != 1 {
+				t.Fatalf("after the close: applied %q, Started called %d times; want half, once", applied, calls)
+			}
+		})
+	}
+}

@@ -134,6 +134,13 @@ type Options struct {
 	// stability rule says; files that cannot be read go to Fail. Looked
 	// for a reload, the files are read as they are, even while written.
 	Now <-chan struct{}
+	// Started, when set, is called once, after the first look: from then
+	// on the files' events are seen, so a write that begins after it is
+	// held back as the package documentation says. A service announces
+	// that it is ready after it, so that a file written at once by
+	// whatever waited for that (a deploy script, a test) is not read half
+	// written.
+	Started func()
 }
 
 // look is what one look at the files saw.
@@ -220,6 +227,9 @@ func Run(ctx context.Context, o Options) {
 	if w != nil {
 		w.n.drain(&w.t, time.Now())
 		w.t.complete, w.t.touched, w.t.lost = false, false, false
+	}
+	if o.Started != nil {
+		o.Started()
 	}
 	t := time.NewTimer(every)
 	defer t.Stop()
