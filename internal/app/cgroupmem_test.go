@@ -5,7 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // writeFiles writes each file (a path under dir) with its text.
@@ -81,7 +84,7 @@ func TestSoftLimitWithinTheContainer(t *testing.T) {
 	const mib = 1 << 20
 	getenv := func(string) string { return "" }
 	held := func() int64 { return 0 }
-	stop := startMemLimit("auto", 256*mib, held, getenv, 64*mib, slog.New(slog.DiscardHandler))
+	stop := startMemLimit("auto", 256*mib, held, getenv, fixed(64*mib), slog.New(slog.DiscardHandler))
 	got := debug.SetMemoryLimit(-1)
 	stop()
 	container := int64(64 * mib)
@@ -89,10 +92,66 @@ func TestSoftLimitWithinTheContainer(t *testing.T) {
 		t.Errorf("a 256 MiB store in a 64 MiB container: soft limit %d, want %d (nine tenths of the container's)", got, want)
 	}
 	// A container with room leaves the limit as the store asks.
-	stop = startMemLimit("auto", 16*mib, held, getenv, 1<<40, slog.New(slog.DiscardHandler))
+	stop = startMemLimit("auto", 16*mib, held, getenv, fixed(1<<40), slog.New(slog.DiscardHandler))
 	got = debug.SetMemoryLimit(-1)
 	stop()
 	if lo := int64(16*mib + 16*mib/10 + SoftLimitFloor); got < lo || got > lo+256*mib {
 		t.Errorf("a 16 MiB store in a 1 TiB container: soft limit %d, want about %d", got, lo)
+	}
+}
+
+// ceilingOf is the ceiling of a container limit of v bytes.
+func ceilingOf(v int64) int64 { return int64(float64(v) * ceilingShare) }
+
+// fixed returns a reader of a container's memory limit that says v.
+func fixed(v int64) func() int64 { return func() int64 { return v } }
+
+// TestSoftLimitFollowsAResizedContainer: a pod whose memory limit is
+// changed in place (Kubernetes' resize of a running pod) moves the soft
+// limit's ceiling within containerEvery, both ways, and the log says so.
+// Before, the limit read at start stayed until a restart: a pod shrunk
+// from 1 GiB to 64 MiB kept a soft limit the kernel would kill it under.
+func TestSoftLimitFollowsAResizedContainer(t *testing.T) {
+	const mib = 1 << 20
+	old := containerEvery
+	containerEvery = 0 // read at every update, once a second
+	defer func() { containerEvery = old }()
+	var container atomic.Int64
+	container.Store(1 << 30)
+	var logs lockedBuffer
+	stop := startMemLimit("auto", 256*mib, func() int64 { return 0 }, func(string) string { return "" },
+		container.Load, slog.New(slog.NewTextHandler(&logs, nil)))
+	defer stop()
+	current := func() int64 { return debug.SetMemoryLimit(-1) }
+	if got := current(); got >= ceilingOf(1<<30) || got < 256*mib {
+		t.Fatalf("a 256 MiB store in a 1 GiB container: soft limit %d, want the store's own", got)
+	}
+	waitLimit := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for current() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("soft limit %d, want %d\n%s", current(), want, logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	container.Store(64 * mib)
+	waitLimit(ceilingOf(64 * mib))
+	if !strings.Contains(logs.String(), "container_limit=67108864 was=1073741824") || !strings.Contains(logs.String(), "does not fit") {
+		t.Errorf("the log does not say that the container shrank below the store:\n%s", logs.String())
+	}
+	container.Store(128 * mib)
+	waitLimit(ceilingOf(128 * mib))
+	container.Store(0) // the limit lifted
+	deadline := time.Now().Add(10 * time.Second)
+	for current() == ceilingOf(128*mib) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the container's limit lifted: soft limit still %d\n%s", current(), logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := current(); got < 256*mib {
+		t.Errorf("the container's limit lifted: soft limit %d, want the store's own", got)
 	}
 }

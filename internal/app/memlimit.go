@@ -37,6 +37,11 @@ const SoftLimitFloor = 8 << 20
 // softLimitEvery is how often the limit follows the process.
 const softLimitEvery = time.Second
 
+// containerEvery is how often the container's memory limit is read again,
+// so that a pod resized in place (Kubernetes' resize of a running pod's
+// resources) moves the ceiling without a restart.
+var containerEvery = 10 * time.Second
+
 // softMemoryLimit returns the soft memory limit for a process whose
 // embedded store may hold capBytes and counts held bytes now, with
 // heapLive bytes of heap live after the last collection, stackGlobals
@@ -87,18 +92,25 @@ type memLimit struct {
 	last     int64
 	ceiling  int64 // the most the limit may be (0: none)
 	capped   bool  // the ceiling held the limit at the last update
-	noFit    bool  // the store's cap and its room alone pass the ceiling (told at start)
+	noFit    bool  // the store's cap and its room alone pass the ceiling (told when it starts to)
 	stop     chan struct{}
 	done     chan struct{}
+
+	// readContainer reads the container's memory limit (0: none); container
+	// is the last value read, at readAt.
+	readContainer func() int64
+	container     int64
+	readAt        time.Time
 }
 
 // startMemLimit sets the soft memory limit for a store capped at capBytes
 // whose count held reports, and keeps it following the process until the
 // returned function is called, unless mode is "off" or GOMEMLIMIT
-// (getenv) is set: then it leaves the limit as it is. container is the
-// memory limit of the process's cgroup (containerMemoryMax; 0: none): the
-// soft limit stays within ceilingShare of it.
-func startMemLimit(mode string, capBytes int64, held func() int64, getenv func(string) string, container int64, log *slog.Logger) (stop func()) {
+// (getenv) is set: then it leaves the limit as it is. container reads the
+// memory limit of the process's cgroup (containerMemoryMax; 0: none), at
+// start and every containerEvery after: the soft limit stays within
+// ceilingShare of it.
+func startMemLimit(mode string, capBytes int64, held func() int64, getenv func(string) string, container func() int64, log *slog.Logger) (stop func()) {
 	if mode == "off" {
 		log.Info("soft memory limit off (server.memory.soft_limit)")
 		return func() {}
@@ -108,10 +120,10 @@ func startMemLimit(mode string, capBytes int64, held func() int64, getenv func(s
 		return func() {}
 	}
 	m := &memLimit{capBytes: capBytes, held: held, log: log, stop: make(chan struct{}), done: make(chan struct{}),
-		ceiling: int64(float64(max(container, 0)) * ceilingShare),
+		readContainer: container, readAt: time.Now(),
 		samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"},
 			{Name: "/gc/scan/globals:bytes"}, {Name: "/gc/gogc:percent"}}}
-	m.noFit = m.ceiling > 0 && softMemoryLimit(capBytes, 0, 0, 0, 100) > m.ceiling
+	m.setContainer(container())
 	processLimit.Lock()
 	if processLimit.owners == 0 {
 		processLimit.found = debug.SetMemoryLimit(-1)
@@ -119,11 +131,7 @@ func startMemLimit(mode string, capBytes int64, held func() int64, getenv func(s
 	processLimit.owners++
 	processLimit.Unlock()
 	m.update()
-	log.Info("soft memory limit", "bytes", m.last, "max_bytes", capBytes, "container_limit", container)
-	if m.noFit {
-		log.Warn("server.memory.max_bytes does not fit the container's memory limit: the store's cap, a tenth of it and 8 MiB for the rest of the process are more than nine tenths of it; the collector will run often and the kernel may kill the process when the store fills. Raise the container's limit or lower max_bytes",
-			"max_bytes", capBytes, "container_limit", container)
-	}
+	log.Info("soft memory limit", "bytes", m.last, "max_bytes", capBytes, "container_limit", m.container)
 	go m.run()
 	var once sync.Once
 	return func() {
@@ -153,8 +161,30 @@ func (m *memLimit) run() {
 	}
 }
 
-// update sets the limit from the latest collection's figures.
+// setContainer takes v as the container's memory limit: the ceiling is
+// ceilingShare of it, and a store whose cap and room alone no longer fit
+// under it is told once, when that begins.
+func (m *memLimit) setContainer(v int64) {
+	m.container = max(v, 0)
+	m.ceiling = int64(float64(m.container) * ceilingShare)
+	noFit := m.ceiling > 0 && softMemoryLimit(m.capBytes, 0, 0, 0, 100) > m.ceiling
+	if noFit && !m.noFit {
+		m.log.Warn("server.memory.max_bytes does not fit the container's memory limit: the store's cap, a tenth of it and 8 MiB for the rest of the process are more than nine tenths of it; the collector will run often and the kernel may kill the process when the store fills. Raise the container's limit or lower max_bytes",
+			"max_bytes", m.capBytes, "container_limit", m.container)
+	}
+	m.noFit = noFit
+}
+
+// update sets the limit from the latest collection's figures, and from
+// the container's memory limit, read again every containerEvery.
 func (m *memLimit) update() {
+	if now := time.Now(); now.Sub(m.readAt) >= containerEvery {
+		m.readAt = now
+		if v := max(m.readContainer(), 0); v != m.container {
+			m.log.Info("the container's memory limit changed; the soft memory limit follows it", "container_limit", v, "was", m.container)
+			m.setContainer(v)
+		}
+	}
 	metrics.Read(m.samples)
 	u := func(i int) int64 {
 		if m.samples[i].Value.Kind() != metrics.KindUint64 {

@@ -184,7 +184,7 @@ func newServer(ctx context.Context, o *ServeOptions, log *slog.Logger) (*server,
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	s.stopMemLimit = startMemLimit(s.srv.Memory.SoftLimit, s.srv.Memory.MaxBytes, s.storeBytes, s.getenv,
-		containerMemoryMax(cgroupRoot, selfCgroupFile), log)
+		func() int64 { return containerMemoryMax(cgroupRoot, selfCgroupFile) }, log)
 	return s, nil
 }
 
