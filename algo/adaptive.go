@@ -31,7 +31,16 @@ package algo
 //     below half of L in one window, so one bad window cannot empty it.
 //   - a window with more than DropRatio of its requests dropped
 //     (timeouts, and errors the caller counts as overload) cuts to
-//     Backoff·L or lower.
+//     Backoff·L or lower. When the caller names each request's source (a
+//     tenant: SampleFrom) and the window's requests came from more than
+//     one, the drops of the source with the most are left out of the
+//     ratio, theirs and its requests': an upstream that refuses one client
+//     (its own rate limit answering 503) shows that client's drops alone,
+//     and must not cut the limit of the others, while an overloaded
+//     upstream drops every source's requests and still cuts. The sources
+//     with the most drops are counted in dropSources slots (the
+//     space-saving count: exact up to that many dropping sources, over by
+//     at most a dropSources-th of the drops past it).
 //
 // So on a steady upstream the limit saws between about Backoff·knee and
 // Tolerance·knee plus a growth step, and a cut lands below the knee
@@ -169,6 +178,12 @@ type Adaptive struct {
 	level     float64 // the sum of the answered requests' in flight at admission
 	peak      int     // the most in flight seen
 	refused   bool    // a request was refused for the limit
+	// The window's sources (SampleFrom): the first one seen, whether
+	// another was, and the sources with the most drops.
+	src0    uint64
+	srcSeen bool
+	mixed   bool
+	dropSrc [dropSources]srcDrops
 
 	// The no-load latency: the lower quartile of the windows in est.
 	est     estimate
@@ -212,7 +227,14 @@ const (
 	fasterWindows    = 3
 	noisierWindow    = 4 // squared error ratio at which an older window leaves the estimate
 	stuckAtMinWindow = 4
+	dropSources      = 4 // the sources with the most drops a window counts
 )
+
+// srcDrops is one source's drops in a window (Adaptive.dropSrc).
+type srcDrops struct {
+	src   uint64
+	drops int
+}
 
 // ErrNotAcquired reports a Release with nothing in flight.
 var ErrNotAcquired = errors.New("algo: adaptive: release without an acquire")
@@ -326,7 +348,7 @@ func (a *Adaptive) Release(now int64, rtt time.Duration, o Outcome) error {
 		return ErrNotAcquired
 	}
 	a.inflight--
-	return a.sample(now, rtt, a.inflight+1, o)
+	return a.sample(now, rtt, a.inflight+1, o, 0)
 }
 
 // Sample teaches the limit one request's outcome, for callers that count
@@ -336,13 +358,22 @@ func (a *Adaptive) Release(now int64, rtt time.Duration, o Outcome) error {
 // floodgate.ErrTimeBackwards for a now before one already seen, and an
 // error for a negative rtt or inflight; then it changes nothing.
 func (a *Adaptive) Sample(now int64, rtt time.Duration, inflight int, o Outcome) error {
+	return a.SampleFrom(now, rtt, inflight, o, 0)
+}
+
+// SampleFrom is Sample for a request of source, a name of the caller's
+// choice for whoever sent it (a tenant's hash): in a window with requests
+// of more than one source, the drops of the source with the most are left
+// out of the window's drop ratio (see the design note). The requests of
+// Sample and Release are of source 0.
+func (a *Adaptive) SampleFrom(now int64, rtt time.Duration, inflight int, o Outcome, source uint64) error {
 	if inflight < 0 {
 		return fmt.Errorf("algo: adaptive: in flight %d is negative", inflight)
 	}
-	return a.sample(now, rtt, inflight, o)
+	return a.sample(now, rtt, inflight, o, source)
 }
 
-func (a *Adaptive) sample(now int64, rtt time.Duration, inflight int, o Outcome) error {
+func (a *Adaptive) sample(now int64, rtt time.Duration, inflight int, o Outcome, source uint64) error {
 	if a.seen && now < a.last {
 		return floodgate.ErrTimeBackwards
 	}
@@ -374,8 +405,15 @@ func (a *Adaptive) sample(now int64, rtt time.Duration, inflight int, o Outcome)
 		return nil
 	}
 	a.peak = max(a.peak, inflight)
+	switch {
+	case !a.srcSeen:
+		a.src0, a.srcSeen = source, true
+	case source != a.src0:
+		a.mixed = true
+	}
 	if o == OutcomeDropped {
 		a.drops++
+		a.countDrop(source)
 	} else {
 		x := float64(rtt)
 		a.n++
@@ -387,6 +425,40 @@ func (a *Adaptive) sample(now int64, rtt time.Duration, inflight int, o Outcome)
 		a.endWindow(now)
 	}
 	return nil
+}
+
+// countDrop counts a drop of source in the window's slots: its own if it
+// has one, else an empty one, else the least counted one, which it takes
+// over with that count and one more (the space-saving count).
+func (a *Adaptive) countDrop(source uint64) {
+	least := 0
+	for i := range a.dropSrc {
+		d := &a.dropSrc[i]
+		if d.drops > 0 && d.src == source {
+			d.drops++
+			return
+		}
+		if d.drops < a.dropSrc[least].drops {
+			least = i
+		}
+	}
+	d := &a.dropSrc[least]
+	d.src, d.drops = source, d.drops+1
+}
+
+// countedDrops returns the window's drops and requests as its drop ratio
+// counts them: all of them from one source, else without the drops of the
+// source with the most.
+func (a *Adaptive) countedDrops(n, drops int) (counted, total int) {
+	if !a.mixed {
+		return drops, n + drops
+	}
+	top := 0
+	for _, d := range a.dropSrc {
+		top = max(top, d.drops)
+	}
+	top = min(top, drops)
+	return drops - top, n + drops - top
 }
 
 // waitFor returns how long after its span the window waits for answers:
@@ -415,6 +487,8 @@ func (a *Adaptive) spanLen() (span, tail uint64) {
 func (a *Adaptive) endWindow(now int64) {
 	limit := a.limit
 	n, drops, sum, sumSq, level, peak := a.n, a.drops, a.sum, a.sumSq, a.level, a.peak
+	drops, total := a.countedDrops(n, drops)
+	a.srcSeen, a.mixed, a.dropSrc = false, false, [dropSources]srcDrops{}
 	if a.refused {
 		peak = max(peak, int(limit)) // the limit was binding
 	}
@@ -434,7 +508,7 @@ func (a *Adaptive) endWindow(now int64) {
 		next, queued, latencyCut = a.judge(limit, lv, rtt, sumSq, n, peak)
 		a.prevRTT, a.prevSE2, a.prevLevel = rtt, max(0, sumSq/float64(n)-rtt*rtt)/float64(n), lv
 	}
-	if drops > 0 && float64(drops) > a.o.DropRatio*float64(n+drops) {
+	if drops > 0 && float64(drops) > a.o.DropRatio*float64(total) {
 		next = min(next, limit*a.o.Backoff)
 		a.overAt = limit
 	}

@@ -248,6 +248,13 @@ func TestAdaptiveBounds(t *testing.T) {
 // it that ends the window. It returns the limit after the window.
 func feed(t *testing.T, a *Adaptive, n int, rtt time.Duration, dropped int) int {
 	t.Helper()
+	return feedFrom(t, a, n, rtt, dropped, func(int, bool) uint64 { return 0 })
+}
+
+// feedFrom is feed with the source of each request: src(i, dropped) for
+// the i-th of the window.
+func feedFrom(t *testing.T, a *Adaptive, n int, rtt time.Duration, dropped int, src func(i int, dropped bool) uint64) int {
+	t.Helper()
 	start := a.spanStart
 	if !a.seen {
 		start = 0
@@ -259,7 +266,7 @@ func feed(t *testing.T, a *Adaptive, n int, rtt time.Duration, dropped int) int 
 		if i >= n {
 			o = OutcomeDropped
 		}
-		if err := a.Sample(start+int64(i)*step+int64(rtt), rtt, a.Limit(), o); err != nil {
+		if err := a.SampleFrom(start+int64(i)*step+int64(rtt), rtt, a.Limit(), o, src(i, o == OutcomeDropped)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -329,6 +336,54 @@ func TestAdaptiveDrops(t *testing.T) {
 	}
 	if got := feed(t, a, 0, 10*ms, 100); got != 135 {
 		t.Errorf("only drops: limit %d, want 135 (0.95 × 142.5)", got)
+	}
+}
+
+// The drops of one source among several do not cut the limit: an
+// upstream that refuses one client (503 from its own rate limit) shows
+// that client's drops alone. Every source's drops still cut, and so do a
+// lone source's (it is the window's whole traffic); the sources that
+// drop past the counted slots are counted, each slot over by at most a
+// fourth of the drops.
+func TestAdaptiveDropsOfOneSource(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name     string
+		n, drops int
+		src      func(i int, dropped bool) uint64
+		want     int
+	}{
+		{"one source of two drops, 50%", 50, 50, func(_ int, d bool) uint64 { return map[bool]uint64{false: 1, true: 2}[d] }, 150},
+		{"one source of many drops 90%, the others 1%", 99, 900, func(i int, d bool) uint64 {
+			if d && i < 998 {
+				return 7
+			}
+			return uint64(i%10 + 100)
+		}, 150},
+		{"every source drops 5%", 95, 5, func(i int, _ bool) uint64 { return uint64(i % 5) }, 95},
+		{"two sources drop 3% each", 94, 6, func(i int, d bool) uint64 {
+			if d {
+				return uint64(1 + i%2)
+			}
+			return uint64(i % 3)
+		}, 95},
+		{"a lone source drops 50%", 50, 50, func(int, bool) uint64 { return 9 }, 95},
+		{"fifty sources drop 2 each", 900, 100, func(i int, d bool) uint64 {
+			if d {
+				return uint64(1000 + i%50)
+			}
+			return uint64(i % 50)
+		}, 95},
+	} {
+		a := newAdaptive(t, AdaptiveOptions{Initial: 100})
+		if got := feedFrom(t, a, c.n, 10*ms, c.drops, c.src); got != c.want {
+			t.Errorf("%s: limit %d, want %d", c.name, got, c.want)
+		}
+		// The sources are the window's own: the next window starts
+		// afresh.
+		if a.mixed || a.srcSeen || a.dropSrc != ([dropSources]srcDrops{}) {
+			t.Errorf("%s: the window's sources were kept: %v %v %v", c.name, a.mixed, a.srcSeen, a.dropSrc)
+		}
 	}
 }
 

@@ -752,9 +752,11 @@ type Overload struct {
 	// Queue, when set, holds requests over the cap for their turn;
 	// without it a request over the cap is refused at once (503).
 	Queue *OverloadQueue `yaml:"queue"`
-	// Tenant is what the queue serves in turn: client_ip (the default),
-	// api_key, plan, user or header:NAME. A request without the part is
-	// its own anonymous tenant.
+	// Tenant is what the queue serves in turn, and what the adaptive
+	// limit tells apart (a window's drops of its tenant with the most are
+	// left out of its drop ratio when other tenants have requests in it):
+	// client_ip (the default), api_key, plan, user or header:NAME. A
+	// request without the part is its own anonymous tenant.
 	Tenant string `yaml:"tenant"`
 	// Tiers are the criticality tiers, most critical first, each keeping
 	// Reserve of the cap from the tiers below it (default: critical 0.1,

@@ -126,12 +126,16 @@ type overloadCtl struct {
 	// holds at most inflight + queued entries.
 	use  map[uint64]tenantUse
 	seed maphash.Seed // of tenantHash, the controller's own
+	// tenants says that requests are told apart by tenantHash: with a
+	// queue (use) or an adaptive limit (its drops, by source).
+	tenants bool
 }
 
 func newOverloadCtl(o *policy.Overload, route string) *overloadCtl {
 	c := &overloadCtl{o: o, route: route, epoch: time.Now()}
 	if o.Adaptive != nil {
 		c.ad, _ = algo.NewAdaptive(*o.Adaptive) // validated
+		c.tenants = true
 	}
 	if o.Queue != nil {
 		qo := *o.Queue
@@ -141,6 +145,9 @@ func newOverloadCtl(o *policy.Overload, route string) *overloadCtl {
 			c.queues = append(c.queues, q)
 		}
 		c.use = map[uint64]tenantUse{}
+		c.tenants = true
+	}
+	if c.tenants {
 		c.seed = maphash.MakeSeed()
 	}
 	return c
@@ -499,7 +506,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	c := g.controller(o, st.m.Route)
 	s := &st.ovl
 	s.c, s.tier = c, tierOf(o, st)
-	if c.use != nil {
+	if c.tenants {
 		s.th = tenantHash(c.seed, o, st)
 	}
 	c.mu.Lock()
@@ -698,7 +705,7 @@ func (g *Gateway) releaseOverloadAs(st *Flow, outcome algo.Outcome) {
 		if s.status != 0 {
 			end = max(s.at, s.start)
 		}
-		_ = c.ad.Sample(now, time.Duration(end-s.start), s.level, outcome)
+		_ = c.ad.SampleFrom(now, time.Duration(end-s.start), s.level, outcome, s.th)
 	}
 	c.dispatch()
 	c.mu.Unlock()

@@ -518,6 +518,58 @@ func TestOverloadUpstreamRefusals(t *testing.T) {
 	}
 }
 
+// TestOverloadOneTenantsRefusalsCutNothing: a client whose own requests
+// the upstream refuses with 503 (its rate limit for that client), beside
+// others it answers, does not cut the adaptive limit: the window's drops
+// of its one tenant are left out of the drop ratio. When the upstream
+// refuses every tenant, or the tenant is alone on the route, its 503s cut
+// the limit as before (TestOverloadUpstreamRefusals). Before, one tenant
+// sending half of the requests, all refused, cut the limit window after
+// window, down to min, for everyone.
+func TestOverloadOneTenantsRefusalsCutNothing(t *testing.T) {
+	for _, everyone := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one tenant refused", true: "every tenant refused"}[everyone], func(t *testing.T) {
+			t.Parallel()
+			forFronts(t, allFronts, func(t *testing.T, front string) {
+				h := func(w http.ResponseWriter, r *http.Request) {
+					if everyone || r.Header.Get("X-Tenant") == "noisy" {
+						w.WriteHeader(http.StatusServiceUnavailable)
+						return
+					}
+					_, _ = io.WriteString(w, "ok")
+				}
+				g, base, c := overloadFront(t, front, overloadPolicy(`
+adaptive: {min: 1, max: 64, initial: 64, window: 1ms, min_samples: 20}
+tier: critical
+tenant: header:X-Tenant`), h)
+				windows := 0
+				last := overloadState(g).Latency
+				for i := range 2000 {
+					tenant := []string{"noisy", "calm"}[i%2]
+					if _, err := get(c, t.Context(), base+"/x", "X-Tenant", tenant); err != nil {
+						t.Fatal(err)
+					}
+					s := overloadState(g)
+					if s.Limit < 64 || s.Latency != last {
+						windows++
+						last = s.Latency
+					}
+					if windows >= 3 || s.Limit < 64 {
+						break
+					}
+				}
+				s := overloadState(g)
+				switch {
+				case !everyone && (s.Limit != 64 || windows < 3):
+					t.Errorf("one tenant's 503s beside another's 200s, %d windows: %+v; want the limit at 64", windows, s)
+				case everyone && s.Limit >= 64:
+					t.Errorf("every tenant's requests refused: %+v; want the limit cut", s)
+				}
+			})
+		})
+	}
+}
+
 // BenchmarkOverloadExpensiveTenant measures what one tenant sending
 // expensive requests (the upstream answers them in 200 ms or 1 s) at 80
 // at once does to three tenants sending cheap ones (50 ms, four at once

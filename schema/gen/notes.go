@@ -146,7 +146,7 @@ var notes = map[string]string{
 	"Overload.limit":              `{"minimum": 1, "description": "A fixed cap on requests in flight to the upstream (exclusive with adaptive)."}`,
 	"Overload.adaptive":           `{"description": "Learn the cap from the upstream's latency, within min and max (exclusive with limit)."}`,
 	"Overload.queue":              `{"description": "Requests over the cap wait here, tenants served in turn; without it they are refused at once (503)."}`,
-	"Overload.tenant":             `{"pattern": "^(client_ip|api_key|plan|user|header:[!#$%&'*+.^_` + "`" + `|~0-9A-Za-z-]+)$", "default": "client_ip", "description": "What the queue serves in turn: client_ip (default), api_key, plan, user or header:NAME."}`,
+	"Overload.tenant":             `{"pattern": "^(client_ip|api_key|plan|user|header:[!#$%&'*+.^_` + "`" + `|~0-9A-Za-z-]+)$", "default": "client_ip", "description": "What the queue serves in turn, and the adaptive limit tells apart (the drops of the tenant with the most in a window are left out of its drop ratio when other tenants have requests in it): client_ip (default), api_key, plan, user or header:NAME."}`,
 	"Overload.tiers":              `{"description": "Criticality tiers, most critical first (default: critical 0.1, default 0.1, sheddable)."}`,
 	"Overload.tier":               `{"default": "default", "description": "The route's tier when neither a trusted tier header nor the key's plan gives one (default: default)."}`,
 	"Overload.tier_header":        `{"description": "A request field naming the tier, read only from trusted proxies; an unknown name is the route's tier."}`,
