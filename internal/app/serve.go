@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -113,6 +114,7 @@ type server struct {
 	srv      *config.Server // the settings the process started with
 	reloader *policy.Reloader
 	gateway  atomic.Pointer[gateway.Gateway]
+	routesMu sync.Mutex // serialises useRoutes
 	demo     *demo.Server
 	console  *console.Console // the admin API, the dashboard and the alarms
 	// accessLog is the access log, when there is one.

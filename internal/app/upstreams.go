@@ -19,6 +19,12 @@ func (s *server) useRoutes(g *gateway.Gateway) {
 	if s.demo != nil {
 		return
 	}
+	// One at a time, each with the policy of its own moment: a reload
+	// that comes while listen builds the gateway (the watch runs from
+	// before) leaves the pools of the latest policy, whichever call ends
+	// last.
+	s.routesMu.Lock()
+	defer s.routesMu.Unlock()
 	if err := g.UseRoutes(s.reloader.Policy().File()); err != nil {
 		s.log.Error("upstream pools", "err", err)
 	}
