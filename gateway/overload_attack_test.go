@@ -696,3 +696,62 @@ func TestOverloadShareAllocs(t *testing.T) {
 		t.Errorf("allocations per request: %v; counting tenants added some", allocs)
 	}
 }
+
+// TestOverloadLowestTiersNeverStarve: a cap of 1 (a fixed limit: 1, or an
+// adaptive limit at its default min of 1, where an upstream that failed
+// leaves it) with the default tiers still admits a default-tier request
+// when nothing is in flight, and the adaptive limit learns from it and
+// grows back. Before, the critical tier's reserve (⌈0.1 · 1⌉) took the
+// only place: every default-tier request was shed, and with no request
+// forwarded the adaptive limit never learnt again, so the route answered
+// 503 for good once an upstream's failures had cut it to 1.
+func TestOverloadLowestTiersNeverStarve(t *testing.T) {
+	for _, c := range []struct{ name, block string }{
+		{"fixed", "limit: 1"},
+		{"adaptive", "adaptive: {max: 8, initial: 1, window: 1ms, min_samples: 5}"},
+		{"adaptive after failures", "adaptive: {max: 8, initial: 8, window: 1ms, min_samples: 5}"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			forFronts(t, allFronts, func(t *testing.T, front string) {
+				var up atomic.Bool
+				up.Store(c.name != "adaptive after failures")
+				h := func(w http.ResponseWriter, r *http.Request) {
+					if !up.Load() {
+						w.WriteHeader(http.StatusBadGateway)
+						return
+					}
+					_, _ = io.WriteString(w, "ok")
+				}
+				g, base, cl := overloadFront(t, front, overloadPolicy(c.block), h)
+				if !up.Load() {
+					// The upstream fails until the limit is at its min.
+					for i := 0; ; i++ {
+						if i == 2000 {
+							t.Fatalf("2000 failures, the limit not at 1: %+v", overloadState(g))
+						}
+						if _, err := get(cl, t.Context(), base+"/x"); err != nil {
+							t.Fatal(err)
+						}
+						if s := overloadState(g); s.Adaptive && s.Limit == 1 {
+							break
+						}
+					}
+					up.Store(true)
+				}
+				for i := range 200 {
+					a, err := get(cl, t.Context(), base+"/x")
+					if err != nil || a.status != http.StatusOK {
+						t.Fatalf("request %d of the default tier, nothing in flight: %v %v (%+v); want 200", i, a.status, err, overloadState(g))
+					}
+					if s := overloadState(g); s.Adaptive && s.Limit > 1 {
+						return
+					}
+				}
+				if s := overloadState(g); s.Adaptive {
+					t.Errorf("after 200 answers: %+v; want the adaptive limit grown past 1", s)
+				}
+			})
+		})
+	}
+}
