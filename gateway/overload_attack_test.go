@@ -704,7 +704,8 @@ func TestOverloadShareAllocs(t *testing.T) {
 // grows back. Before, the critical tier's reserve (⌈0.1 · 1⌉) took the
 // only place: every default-tier request was shed, and with no request
 // forwarded the adaptive limit never learnt again, so the route answered
-// 503 for good once an upstream's failures had cut it to 1.
+// 503 for good once an upstream's failures had cut it to 1. An explanation
+// of such a request says it is admitted.
 func TestOverloadLowestTiersNeverStarve(t *testing.T) {
 	for _, c := range []struct{ name, block string }{
 		{"fixed", "limit: 1"},
@@ -750,6 +751,14 @@ func TestOverloadLowestTiersNeverStarve(t *testing.T) {
 				}
 				if s := overloadState(g); s.Adaptive {
 					t.Errorf("after 200 answers: %+v; want the adaptive limit grown past 1", s)
+				}
+				// An explanation says what admission does.
+				e, err := g.Explain(t.Context(), httptestRequest(t, "/x"), ExplainOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if o := e.Overload; o == nil || o.Tier != "default" || o.Ceiling != 1 || !o.Admit {
+					t.Errorf("explained at a cap of 1: %+v; want the default tier admitted, ceiling 1", o)
 				}
 			})
 		})
