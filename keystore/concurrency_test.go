@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -37,14 +36,7 @@ func TestConcurrentChangesKeptFile(t *testing.T) {
 func TestConcurrentChangesKeptRedis(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
-	concurrentChanges(t, 2, func() Backend {
-		c, err := redisconn.Open("redis://" + rs.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return NewRedisBackend(c)
-	})
+	concurrentChanges(t, 2, func() Backend { return redisBackend(t, rs.Addr) })
 }
 
 // concurrentChanges makes the changes through n stores (1 or 2) on the

@@ -35,6 +35,18 @@ func reloader(t *testing.T) *policy.Reloader {
 	return r
 }
 
+// redisBackend returns a backend on its own connection to the Redis at
+// addr, closed when the test ends.
+func redisBackend(t *testing.T, addr string) Backend {
+	t.Helper()
+	c, err := redisconn.Open("redis://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return NewRedisBackend(c)
+}
+
 // clock is a settable clock for rotations.
 type clock struct{ t time.Time }
 
@@ -130,12 +142,8 @@ func TestRedisPropagation(t *testing.T) {
 	defer cancel()
 	var stores [2]*Store
 	for i := range stores {
-		c, err := redisconn.Open("redis://" + rs.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if stores[i], err = New(ctx, Options{Backend: NewRedisBackend(c), Policy: r.Policy}); err != nil {
+		var err error
+		if stores[i], err = New(ctx, Options{Backend: redisBackend(t, rs.Addr), Policy: r.Policy}); err != nil {
 			t.Fatal(err)
 		}
 		go stores[i].Run(ctx)

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -44,12 +43,8 @@ func TestCreateRefusedPastMaxKeys(t *testing.T) {
 	defer cancel()
 	var stores [2]*Store
 	for i := range stores {
-		c, err := redisconn.Open("redis://" + rs.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if stores[i], err = New(ctx, Options{Backend: NewRedisBackend(c), Policy: r.Policy}); err != nil {
+		var err error
+		if stores[i], err = New(ctx, Options{Backend: redisBackend(t, rs.Addr), Policy: r.Policy}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -110,12 +105,7 @@ func TestDeleteRevokedKey(t *testing.T) {
 			for i := range stores {
 				b := Backend(NewFileBackend(path))
 				if backend == "redis" {
-					c, err := redisconn.Open("redis://" + rs.Addr)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer c.Close()
-					b = NewRedisBackend(c)
+					b = redisBackend(t, rs.Addr)
 				}
 				var err error
 				if stores[i], err = New(ctx, Options{Backend: b, Policy: r.Policy}); err != nil {
