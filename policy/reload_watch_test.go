@@ -23,6 +23,22 @@ func rateOf(t *testing.T, p *Policy) int64 {
 	return l.Rule.Limit().Rate
 }
 
+// rate100 writes a policy file whose limit "a" has rate 100 and returns
+// its path and a Reloader of it that looks every second (no wake-ups, for
+// synctest's clock), each policy it applies sent on applied.
+func rate100(t *testing.T) (path string, rl *Reloader, applied chan *Policy) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, "limits:\n  - {name: a, rate: 100, key: global}\n")
+	applied = make(chan *Policy, 8)
+	rl, err := NewReloader(ReloaderOptions{Path: path, Interval: time.Second, NoWake: true,
+		OnReload: func(p *Policy) { applied <- p }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, rl, applied
+}
+
 // TestRunNeverAppliesAHalfWrittenFile writes "rate: 1500" in two halves
 // with a pause in between, while Run polls every second: the first half
 // ("rate: 1") is a valid file and a look falls in the pause, but it is
@@ -83,14 +99,7 @@ func TestRunNeverAppliesAHalfWrittenFile(t *testing.T) {
 // applied by the look that confirms it, at most two intervals later.
 func TestRunAppliesARenamedFileAtTheNextStableLook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "floodgate.yaml")
-		writeFile(t, path, "limits:\n  - {name: a, rate: 100, key: global}\n")
-		applied := make(chan *Policy, 8)
-		rl, err := NewReloader(ReloaderOptions{Path: path, Interval: time.Second, NoWake: true,
-			OnReload: func(p *Policy) { applied <- p }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		path, rl, applied := rate100(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { rl.Run(ctx); close(done) }()
@@ -159,14 +168,7 @@ func watchShort(t *testing.T, path string) string {
 // later.
 func TestStartFollowsTheFileBeforeItReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "floodgate.yaml")
-		writeFile(t, path, "limits:\n  - {name: a, rate: 100, key: global}\n")
-		applied := make(chan *Policy, 8)
-		rl, err := NewReloader(ReloaderOptions{Path: path, Interval: time.Second, NoWake: true,
-			OnReload: func(p *Policy) { applied <- p }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		path, rl, applied := rate100(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer func() { cancel(); synctest.Wait() }()
 		rl.Start(ctx)
