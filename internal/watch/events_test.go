@@ -22,6 +22,18 @@ func needEvents(t *testing.T) {
 	n.close()
 }
 
+// fileV0 writes "v0" to a new file and returns its path and that version.
+func fileV0(t *testing.T) (string, *Version) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "f")
+	write(t, path, "v0")
+	v0, err := Read([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, v0
+}
+
 // stalledWrite writes data to path in place, in two halves: it opens the
 // file (truncating it), writes the first half, waits stall, writes the
 // rest and closes it.
@@ -55,12 +67,7 @@ func TestStalledWriteNeverApplied(t *testing.T) {
 	const full = "limits:\n  - {name: a, rate: 1500}\n"
 	for _, pollOnly := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "f")
-			write(t, path, "v0")
-			v0, err := Read([]string{path})
-			if err != nil {
-				t.Fatal(err)
-			}
+			path, v0 := fileV0(t)
 			r, stop := runWith(t, Options{Current: v0.Hash, PollOnly: pollOnly, Files: func() ([]string, error) { return []string{path}, nil }})
 			defer stop()
 			// Looks at 0s, 1s, 2s ...; the half stands from 0.5s to 3.5s.
@@ -88,12 +95,7 @@ func TestStalledWriteNeverApplied(t *testing.T) {
 func TestClosedWriteAppliedAtTheNextLook(t *testing.T) {
 	needEvents(t)
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "f")
-		write(t, path, "v0")
-		v0, err := Read([]string{path})
-		if err != nil {
-			t.Fatal(err)
-		}
+		path, v0 := fileV0(t)
 		r, stop := run(t, []string{path}, v0.Hash)
 		defer stop()
 		time.Sleep(1500 * time.Millisecond)
@@ -114,12 +116,7 @@ func TestClosedWriteAppliedAtTheNextLook(t *testing.T) {
 func TestOpenWriterHeldUntilHoldOpen(t *testing.T) {
 	needEvents(t)
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "f")
-		write(t, path, "v0")
-		v0, err := Read([]string{path})
-		if err != nil {
-			t.Fatal(err)
-		}
+		path, v0 := fileV0(t)
 		r, stop := runWith(t, Options{Current: v0.Hash, HoldOpen: 5 * time.Second, Files: func() ([]string, error) { return []string{path}, nil }})
 		defer stop()
 		time.Sleep(500 * time.Millisecond)
@@ -198,18 +195,14 @@ func TestStartedFollowsTheFiles(t *testing.T) {
 	needEvents(t)
 	for _, wait := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "f")
-			write(t, path, "v0")
-			v0, err := Read([]string{path})
-			if err != nil {
-				t.Fatal(err)
-			}
+			path, v0 := fileV0(t)
 			started := make(chan struct{})
 			var calls int
 			o := Options{Current: v0.Hash, Files: func() ([]string, error) { return []string{path}, nil },
 				Started: func() { calls++; close(started) }}
 			var f *os.File
 			open := func() {
+				var err error
 				if f, err = os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0); err != nil {
 					t.Error(err)
 					return
