@@ -8,12 +8,21 @@ package algo
 // tiers below it cannot take, so a request of tier t is admitted only while
 // the requests in flight, of every tier, are fewer than its ceiling:
 //
-//	ceiling(t) = C − ⌈C · (reserve(0) + … + reserve(t−1))⌉
+//	ceiling(t) = max(C − ⌈C · (reserve(0) + … + reserve(t−1))⌉, 1)
+//
+// for C ≥ 1. The floor of 1 is for caps so small that the reserves above
+// a tier take all of them (a cap of 1 with any reserve above the tier, or
+// reserves adding up to nearly all of a small cap): that tier's
+// request is still admitted when nothing is in flight. Without it, a
+// route whose traffic is all of that tier would forward nothing, and an
+// adaptive capacity, which learns only from the requests admitted, would
+// stay at such a cap for good. At a cap that small no reserve can be kept
+// without starving the tiers below.
 //
 // The ceilings fall from the most critical tier to the least, which gives
 // the three properties the tests check: a tier never takes capacity
-// reserved for a tier above it (after any admission of tier t, what is free
-// covers the reserves above t); as load rises the lowest tier is refused
+// reserved for a tier above it (after any admission of tier t that found a
+// request in flight, what is free covers the reserves above t); as load rises the lowest tier is refused
 // first, and whenever a tier is refused every tier below it is too; and a
 // tier is refused only while the tiers at and above it hold its own
 // reserve (the tiers below are held to the next ceiling), so the most
@@ -92,8 +101,9 @@ func (ts Tiers) tier(t int) int {
 
 // Ceiling returns how many requests, of every tier, may be in flight for a
 // request of tier t to be admitted: a request of tier t is admitted while
-// fewer than Ceiling(t, capacity) are. A tier out of range is the lowest;
-// a capacity below 0 is 0.
+// fewer than Ceiling(t, capacity) are. It is at least 1 for a capacity of
+// 1 or more (see the design note). A tier out of range is the lowest; a
+// capacity below 0 is 0.
 func (ts Tiers) Ceiling(t, capacity int) int {
 	if capacity <= 0 {
 		return 0
@@ -108,7 +118,7 @@ func (ts Tiers) Ceiling(t, capacity int) int {
 	if r != 0 {
 		q++
 	}
-	return capacity - int(q)
+	return max(capacity-int(q), 1)
 }
 
 // Admit reports whether a request of tier t may start with inflight

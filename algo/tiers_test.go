@@ -43,7 +43,9 @@ func randomReserves(rng *rand.Rand) []float64 {
 // against the shares as real numbers, not against Ceiling:
 //
 //   - a tier never takes capacity reserved for a tier above it: after an
-//     admission of tier t, what is free covers C · (the reserves above t);
+//     admission of tier t that found a request in flight, what is free
+//     covers C · (the reserves above t) (one that found none may take the
+//     last place: no ceiling is below 1);
 //   - the lowest tier is shed first: whenever a tier is refused, every
 //     tier below it is refused too;
 //   - with a fixed capacity, a tier is admitted while the tiers at and
@@ -124,7 +126,7 @@ func TestTiersProperties(t *testing.T) {
 			}
 			inflight[eff]++
 			total++
-			if free := float64(capacity - total); free < float64(capacity)*(above(eff)-1e-6)-1e-9 {
+			if free := float64(capacity - total); total > 1 && free < float64(capacity)*(above(eff)-1e-6)-1e-9 {
 				t.Fatalf("case %d step %d: tier %d admitted leaving %v free, below the %v·%d reserved above it",
 					c, step, eff, free, above(eff), capacity)
 			}
@@ -254,7 +256,7 @@ func TestTiersCeilings(t *testing.T) {
 	for _, tc := range []struct{ tier, capacity, want int }{
 		{0, 100, 100}, {1, 100, 80}, {2, 100, 50},
 		{1, 7, 5}, {2, 7, 3}, // reserves round up: ⌈1.4⌉, ⌈3.5⌉
-		{2, 1, 0}, {1, 1, 0}, {0, 1, 1}, // a capacity of 1 is the most critical tier's
+		{2, 1, 1}, {1, 1, 1}, {0, 1, 1}, // a capacity of 1 admits any tier when nothing is in flight
 		{3, 100, 50}, {-1, 100, 50}, // out of range: the lowest
 		{0, 0, 0}, {0, -5, 0},
 		{2, math.MaxInt, math.MaxInt - (math.MaxInt/2 + 1)},

@@ -274,7 +274,7 @@ func (g *Gateway) explainOverload(o *policy.Overload, st *Flow) *OverloadExplana
 	tier := tierOf(o, st)
 	e := &OverloadExplanation{Limit: s.Limit, Adaptive: s.Adaptive, Inflight: s.Inflight, Queued: s.Queued,
 		Latency: Duration(s.Latency), NoLoad: Duration(s.NoLoad), Tier: o.Tiers[tier],
-		Ceiling: tierCeiling(o, tier, s.Limit), Tenant: strings.Clone(tenantOf(o, st)), MaxWait: Duration(o.MaxWait())}
+		Ceiling: o.Ceilings.Ceiling(tier, s.Limit), Tenant: strings.Clone(tenantOf(o, st)), MaxWait: Duration(o.MaxWait())}
 	e.Admit = s.Queued == 0 && s.Inflight < e.Ceiling
 	return e
 }

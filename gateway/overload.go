@@ -207,19 +207,7 @@ func (c *overloadCtl) fits(tier int) bool {
 			return false
 		}
 	}
-	return c.inflight < tierCeiling(c.o, tier, c.capacity())
-}
-
-// tierCeiling returns how many requests may be in flight on a route with
-// overload control o for a request of tier to be admitted, against a cap
-// of capacity: the tiers' ceiling (algo.Tiers), but never 0 while the cap
-// is at least 1. A cap so small that the reserves above a tier take all of
-// it (a cap of 1 with the default tiers) still admits that tier's request
-// when nothing is in flight: else a route whose traffic is of that tier
-// would forward nothing, and an adaptive limit at such a cap, learning
-// only from what it forwards, would stay there for good.
-func tierCeiling(o *policy.Overload, tier, capacity int) int {
-	return max(o.Ceilings.Ceiling(tier, capacity), min(capacity, 1))
+	return c.o.Ceilings.Admit(tier, c.capacity(), c.inflight)
 }
 
 // dispatch gives free places to the requests waiting, most critical tier
@@ -232,7 +220,7 @@ func (c *overloadCtl) dispatch() {
 	for t := 0; t < len(c.queues); t++ {
 		q := c.queues[t]
 		passed := 0 // tenants passed over in a row, at their share
-		for q.Len() > 0 && c.inflight < tierCeiling(c.o, t, c.capacity()) {
+		for q.Len() > 0 && c.o.Ceilings.Admit(t, c.capacity(), c.inflight) {
 			w, ok := q.Pop(now, nil)
 			if !ok {
 				break
