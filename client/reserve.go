@@ -31,8 +31,12 @@ type Reservation struct {
 	c     *HTTP
 	token string
 
-	mu    sync.Mutex // guards state
+	mu    sync.Mutex // guards state and unsent
 	state reservationState
+	// unsent is the actual cost of a Settle that failed (nil: none): the
+	// service may not have heard it, and a Cancel then sends it again
+	// rather than give back what the call used.
+	unsent any
 }
 
 // reservationState is where a Reservation stands.
@@ -115,6 +119,9 @@ func (c *HTTP) Reserve(ctx context.Context, ttl time.Duration, hits ...Hit) (*Re
 // it the excess is charged as far as each limit allows, and what did not
 // fit is the Settlement's Overrun. A second Settle is ErrSettled; a
 // reservation the service no longer holds is ErrUnknownReservation.
+// Settle is sent even when ctx has ended (the caller's own client went
+// away after the call), within the client's timeout: the reservation is
+// settled by what the call cost, not held at its estimate until its TTL.
 func (r *Reservation) Settle(ctx context.Context, actual int64) (Settlement, error) {
 	return r.settle(ctx, actual)
 }
@@ -129,17 +136,30 @@ func (r *Reservation) SettleLimits(ctx context.Context, actual map[string]int64)
 }
 
 // Cancel gives the whole reservation back (an actual cost of 0). It does
-// nothing for a reservation that was denied or is settled already.
+// nothing for a reservation that was denied or is settled already. Like
+// Settle it is sent even when ctx has ended, so a deferred Cancel gives
+// the estimate back when the caller returns early because its own client
+// left. After a Settle that failed (the service may not have heard it),
+// Cancel sends that Settle again instead: the call it settles went, and
+// a deferred Cancel must not give back what it used.
 func (r *Reservation) Cancel(ctx context.Context) error {
-	_, err := r.settle(ctx, nil)
+	r.mu.Lock()
+	actual := r.unsent
+	r.mu.Unlock()
+	_, err := r.settle(ctx, actual)
 	if errors.Is(err, ErrSettled) {
 		return nil
 	}
 	return err
 }
 
-// settle posts /v1/settle with actual (nil: cancel).
+// settle posts /v1/settle with actual (nil: cancel). It is sent even when
+// ctx has ended (the caller's own client went away), within the client's
+// timeout: a settle or cancel that the caller's leaving kept from the
+// service would leave the estimate held until the TTL, or have a deferred
+// Cancel give back a cost the caller meant to settle.
 func (r *Reservation) settle(ctx context.Context, actual any) (Settlement, error) {
+	ctx = context.WithoutCancel(ctx)
 	r.mu.Lock()
 	if r.state != held {
 		r.mu.Unlock()
@@ -152,6 +172,9 @@ func (r *Reservation) settle(ctx context.Context, actual any) (Settlement, error
 	r.state = done
 	if err != nil && !errors.Is(err, ErrUnknownReservation) {
 		r.state = held // the service may not have heard: try again
+		if actual != nil {
+			r.unsent = actual
+		}
 	}
 	r.mu.Unlock()
 	return st, err

@@ -1,0 +1,102 @@
+package client_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/client"
+	"github.com/floodgate/floodgate/httpapi"
+	"github.com/floodgate/floodgate/internal/ruletest"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// TestReservationAfterTheCallerLeft: a caller whose context ended (its
+// own client went away) still settles its reservation by what its call
+// cost, with "defer r.Cancel(ctx)" as the package documents it: an early
+// return before the call gives the whole estimate back, a call that went
+// and was settled pays what it used. Neither holds the estimate until the
+// TTL, and a deferred Cancel never gives back a cost the caller settled.
+func TestReservationAfterTheCallerLeft(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		used  int64 // settled after the caller left; -1: an early return
+		wantC int64 // the units the limit holds afterwards
+	}{
+		{"early return", -1, 0},
+		{"settled after the call", 100, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+			ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{}))
+			defer ts.Close()
+			hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+
+			ctx, leave := context.WithCancel(context.Background())
+			func() {
+				res, err := hc.Reserve(ctx, time.Hour, client.Hit{Limit: "tokens", Key: "k", Cost: 800})
+				if err != nil || !res.Allowed {
+					t.Fatalf("reserve: %+v %v", res, err)
+				}
+				defer res.Cancel(ctx)
+				leave() // the caller's own client goes away
+				if c.used >= 0 {
+					_, _ = res.Settle(ctx, c.used) // the call went, and used this much
+				}
+			}()
+			d, err := hc.Peek(context.Background(), client.Hit{Limit: "tokens", Key: "k", Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held := 1000 - 1 - d.Remaining; held != c.wantC {
+				t.Fatalf("after the caller left (%s), the reservation of 800 holds %d, want %d", c.name, held, c.wantC)
+			}
+		})
+	}
+}
+
+// TestCancelAfterAFailedSettle: a Settle that fails (here the service
+// answers its first settle 503, as a service between restarts might)
+// leaves the reservation to settle again, and the Cancel that "defer
+// r.Cancel(ctx)" runs next sends that Settle again: the call went and
+// pays what it used, not 0.
+func TestCancelAfterAFailedSettle(t *testing.T) {
+	t.Parallel()
+	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	var settles atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/v1/settle" && settles.Add(1) == 1 {
+			http.Error(w, `{"error":"restarting"}`, http.StatusServiceUnavailable)
+			return
+		}
+		api.ServeHTTP(w, req)
+	}))
+	defer ts.Close()
+	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+
+	ctx := context.Background()
+	func() {
+		res, err := hc.Reserve(ctx, time.Hour, client.Hit{Limit: "tokens", Key: "k", Cost: 800})
+		if err != nil || !res.Allowed {
+			t.Fatalf("reserve: %+v %v", res, err)
+		}
+		defer res.Cancel(ctx)
+		if _, err := res.Settle(ctx, 100); err == nil {
+			t.Fatal("the first settle was answered 503 and did not fail")
+		}
+	}()
+	d, err := hc.Peek(ctx, client.Hit{Limit: "tokens", Key: "k", Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := 1000 - 1 - d.Remaining; held != 100 || settles.Load() != 2 {
+		t.Fatalf("after a failed settle of 100 and a deferred cancel: %d held, %d settles sent; want 100 held, 2 sent", held, settles.Load())
+	}
+}
