@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -209,7 +210,8 @@ func decodeMetadata(d *yamlfile.Decoder, n *yaml.Node, v reflect.Value, path str
 // protobuf value. Aliases are followed, so each value inside n counts
 // against the values the file may have (d.Count): a few aliases can name a
 // huge tree. Once the file has too many it returns nil and d.TooLarge
-// reports it.
+// reports it; a number without a JSON form (NaN, infinite) is reported
+// at its field by d, and nil returned.
 func metadataValue(d *yamlfile.Decoder, n *yaml.Node, path string, depth int) (*structpb.Value, error) {
 	n = yamlfile.Resolve(n)
 	if depth > 32 {
@@ -246,6 +248,11 @@ func metadataValue(d *yamlfile.Decoder, n *yaml.Node, path string, depth int) (*
 		switch n.Tag {
 		case "!!int", "!!float":
 			if f, err := strconv.ParseFloat(n.Value, 64); err == nil {
+				if math.IsNaN(f) || math.IsInf(f, 0) {
+					// No JSON form: an answer carrying it could not be written.
+					d.ErrorAt(n, path, "want a finite number, got %q", n.Value)
+					return nil, nil
+				}
 				return structpb.NewNumberValue(f), nil
 			}
 			if i, err := strconv.ParseInt(n.Value, 0, 64); err == nil {

@@ -149,8 +149,16 @@ type Server struct {
 	grace  time.Duration
 }
 
+// MinConnectionAge is the shortest ServerOptions.MaxConnectionAge but 0:
+// gRPC draws a jitter of ±10% of the age at each connection, which needs
+// an age of at least 10ns.
+const MinConnectionAge = time.Millisecond
+
 // NewServer returns a server with svc and the health service registered.
 func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
+	if opts.MaxConnectionAge < 0 || opts.MaxConnectionAge > 0 && opts.MaxConnectionAge < MinConnectionAge {
+		return nil, fmt.Errorf("rls: MaxConnectionAge %v: want 0 (none) or at least %v", opts.MaxConnectionAge, MinConnectionAge)
+	}
 	var so []grpc.ServerOption
 	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
 		if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {

@@ -223,7 +223,7 @@ func NewStats(reg prometheus.Registerer, opts StatsOptions) (*Stats, error) {
 	if ratio == 0 {
 		ratio = 0.8
 	}
-	if ratio < 0 || ratio > 1 {
+	if !(ratio >= 0 && ratio <= 1) { // NaN too
 		return nil, errors.New("rls: stats: the near-limit ratio must be between 0 and 1")
 	}
 	s := &Stats{near: float32(ratio), maxKeys: int64(opts.MaxKeys), consts: opts.ConstLabels, millis: opts.ResponseTimeMilliseconds,

@@ -215,6 +215,14 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	e.grpcUDS = r.str("GRPC_UDS", "")
 	e.maxConnAge = r.dur("GRPC_MAX_CONNECTION_AGE", 24*time.Hour)
 	e.maxConnAgeGrace = r.dur("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour)
+	// gRPC adds a jitter of ±10% to the age, drawn at each connection: a
+	// negative age, or one under 10ns, would end the process there.
+	if (e.maxConnAge < 0 || e.maxConnAge > 0 && e.maxConnAge < rls.MinConnectionAge) && r.err == nil {
+		r.err = fmt.Errorf("rls: GRPC_MAX_CONNECTION_AGE=%v: want 0 (none) or at least %v", e.maxConnAge, rls.MinConnectionAge)
+	}
+	if e.maxConnAgeGrace < 0 && r.err == nil {
+		r.err = fmt.Errorf("rls: GRPC_MAX_CONNECTION_AGE_GRACE=%v: want a duration that is not negative", e.maxConnAgeGrace)
+	}
 	e.grpcTLS = r.bool("GRPC_SERVER_USE_TLS", false)
 	e.tlsCert, e.tlsKey = r.str("GRPC_SERVER_TLS_CERT", ""), r.str("GRPC_SERVER_TLS_KEY", "")
 	e.clientCA, e.clientSAN = r.str("GRPC_CLIENT_TLS_CACERT", ""), r.str("GRPC_CLIENT_TLS_SAN", "")
@@ -299,7 +307,7 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	}
 
 	e.nearRatio = r.float("NEAR_LIMIT_RATIO", 0.8)
-	if e.nearRatio <= 0 || e.nearRatio > 1 {
+	if !(e.nearRatio > 0 && e.nearRatio <= 1) { // NaN too
 		if r.err == nil {
 			r.err = fmt.Errorf("rls: NEAR_LIMIT_RATIO=%v: want a number in (0, 1]", e.nearRatio)
 		}
