@@ -601,13 +601,25 @@ func statLabels(key string) []string {
 	return parts
 }
 
+// statUnsafe reports the characters sanitizeStat replaces, besides the
+// dots of addresses.
+func statUnsafe(r rune) bool { return r == ':' || r == '|' || r < 0x20 || r == 0x7f }
+
 var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 
 // sanitizeStat cleans a statistics name as envoyproxy/ratelimit does: ':'
-// and '|' become '_', and so do the dots of IPv4 addresses.
+// and '|' become '_', and so do the dots of IPv4 addresses. Control
+// characters become '_' too: a name from a request (a descriptor's value
+// with detailed_metric, an unknown domain) must stay one statsd line, and
+// a newline in it would start a line of the caller's own.
 func sanitizeStat(s string) string {
-	if strings.ContainsAny(s, ":|") {
-		s = strings.NewReplacer(":", "_", "|", "_").Replace(s)
+	if strings.ContainsFunc(s, statUnsafe) {
+		s = strings.Map(func(r rune) rune {
+			if statUnsafe(r) {
+				return '_'
+			}
+			return r
+		}, s)
 	}
 	if strings.Count(s, ".") >= 3 && ipv4.MatchString(s) {
 		s = ipv4.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })

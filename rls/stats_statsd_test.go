@@ -131,3 +131,44 @@ func TestUnaryInterceptorCountsEachMethodApart(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsdNamesFromRequestsStayOneLine: names that come from requests
+// (a descriptor's value with detailed_metric, a domain the configuration
+// does not have) are sent to statsd as one line each: a newline or
+// another control character in them is replaced, as ':' and '|' are, so
+// a caller cannot add lines of its own to what statsd receives.
+func TestStatsdNamesFromRequestsStayOneLine(t *testing.T) {
+	t.Parallel()
+	sink := &lines{}
+	st, err := NewStats(prometheus.NewRegistry(), StatsOptions{Statsd: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := startService(t, mustParse(t, `
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`), newClock(), Options{Stats: st})
+	ask(t, c, "d", desc("user", "a\nevil.injected:999|g\r\x00\x7f"))
+	ask(t, c, "x\nevil.domain", desc("user", "b"))
+	st.FlushStatsd()
+	var names []string
+	for _, l := range sink.take("") {
+		name := l[:strings.LastIndexByte(l, ':')]
+		if strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) || strings.ContainsAny(name, ":|") {
+			t.Errorf("a statsd name with a control character, ':' or '|': %q", name)
+		}
+		names = append(names, name)
+	}
+	all := strings.Join(names, "\n")
+	for _, want := range []string{
+		"ratelimit.service.rate_limit.d.user_a_evil.injected_999_g___.total_hits",
+		"ratelimit.service.rate_limit.x_evil.domain.domain_not_found",
+	} {
+		if !strings.Contains(all+"\n", want+"\n") {
+			t.Errorf("no %s among:\n%s", want, all)
+		}
+	}
+}
