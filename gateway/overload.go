@@ -528,16 +528,18 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		g.shed(x, st, ShedFull)
 		return false
 	}
-	if c.queued >= o.Queue.Total && !c.displace(s.tier) {
-		c.mu.Unlock()
-		g.shed(x, st, ShedQueueFull)
-		return false
-	}
+	// A request its tenant's backlog refuses is refused before it may
+	// displace anyone: it would shed a waiter and take no place.
 	tenant := tenantOf(o, st)
 	q := c.queues[s.tier]
 	if q.TenantLen(tenant) >= o.Queue.PerTenant {
 		c.mu.Unlock()
 		g.shed(x, st, ShedTenantFull)
+		return false
+	}
+	if c.queued >= o.Queue.Total && !c.displace(s.tier) {
+		c.mu.Unlock()
+		g.shed(x, st, ShedQueueFull)
 		return false
 	}
 	w := &waiter{ch: make(chan struct{}, 1), tenant: strings.Clone(tenant), th: s.th}

@@ -764,3 +764,81 @@ func TestOverloadLowestTiersNeverStarve(t *testing.T) {
 		})
 	}
 }
+
+// TestOverloadTenantFullDisplacesNothing: a request refused because its
+// tenant's backlog is full takes no one's place: with the queue full, a
+// more critical request of a tenant that already waits with its
+// per_tenant requests is refused at once (tenant_full) and the less
+// critical waiter stays queued, to be served. Otherwise one tenant could
+// shed every waiter of the tiers below its own, a request each, while
+// never holding more than its backlog.
+func TestOverloadTenantFullDisplacesNothing(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		obs := &shedReasons{}
+		src := "server:\n  trusted_proxies: [127.0.0.1/32]\n" + overloadPolicy(`
+limit: 1
+tier_header: X-Priority
+tiers:
+  - {name: critical}
+  - {name: default}
+  - {name: sheddable}
+tenant: header:X-Tenant
+queue: {size: 2, per_tenant: 1, max_wait: 30s}`)
+		p := compilePolicy(t, "overload.yaml", src)
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t), Observer: obs}, u.ServeHTTP)
+		var wg sync.WaitGroup
+		var release sync.Once
+		defer func() { // also when the test stops early
+			release.Do(func() { close(u.release) })
+			wg.Wait()
+		}()
+		var mu sync.Mutex
+		answers := map[string]int{}
+		send := func(who, tier, tenant string) {
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "X-Priority", tier, "X-Tenant", tenant, "X-Who", who)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				answers[who] = a.status
+				mu.Unlock()
+			})
+		}
+		send("held", "sheddable", "holder")
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		send("victim", "sheddable", "victim")
+		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
+		send("c1", "critical", "attacker")
+		pollUntil(t, "2 queued", func() bool { return overloadState(g).Queued == 2 })
+		// The queue is full and the attacker's backlog too: its next
+		// critical request is refused for its backlog, and takes nobody's
+		// place.
+		a, err := get(c, t.Context(), base+"/x", "X-Priority", "critical", "X-Tenant", "attacker", "X-Who", "c2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkShed(t, a, "30")
+		if got := obs.get(ShedTenantFull); got != 1 {
+			t.Errorf("%d refused as tenant_full, want 1", got)
+		}
+		if got := obs.get(ShedDisplaced); got != 0 {
+			t.Errorf("%d waiters displaced by a request refused for its own backlog, want 0", got)
+		}
+		if s := overloadState(g); s.Queued != 2 || s.Inflight != 1 {
+			t.Errorf("state %+v, want 1 in flight and 2 queued", s)
+		}
+		release.Do(func() { close(u.release) })
+		wg.Wait()
+		for who, code := range map[string]int{"held": 200, "victim": 200, "c1": 200} {
+			if answers[who] != code {
+				t.Errorf("%s: status %d, want %d (all: %v)", who, answers[who], code, answers)
+			}
+		}
+	})
+}
