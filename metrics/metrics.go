@@ -26,6 +26,12 @@ const DefaultMaxLimits = 1000
 // OtherLimit is the limit label of every limit past Options.MaxLimits.
 const OtherLimit = "_other"
 
+// MaxLimitNameLen is the longest name of a limit counted for the
+// rate-limit service or the library (a name a request may give) that gets
+// a series of its own; a longer one is counted under OtherLimit, so that
+// Options.MaxLimits bounds the bytes of the series and of a scrape too.
+const MaxLimitNameLen = 1024
+
 // Options configure Metrics. The zero value is usable.
 type Options struct {
 	// MaxLimits bounds the distinct values of the limit label counted
@@ -295,7 +301,7 @@ func (m *Metrics) seriesByName(limit string, policy bool) *limitSeries {
 		return s.(*limitSeries)
 	}
 	name := limit
-	if !policy && m.nLimits.Load() >= int64(m.maxLimits) && limit != OtherLimit {
+	if !policy && limit != OtherLimit && (len(limit) > MaxLimitNameLen || m.nLimits.Load() >= int64(m.maxLimits)) {
 		name = OtherLimit
 		if s, ok := m.limits.Load(name); ok {
 			return s.(*limitSeries)

@@ -26,6 +26,13 @@ const DefaultMaxStatKeys = 10000
 // StatsOptions.MaxKeys, and the domain of folded unknown domains.
 const FoldedKey = "_other"
 
+// MaxStatNameLen is the longest statistics name made from request values
+// (and unknown domain) that gets a series of its own: a longer one is
+// folded into FoldedKey as one past StatsOptions.MaxKeys is, so that the
+// bound on their number bounds the memory they hold and the size of a
+// scrape too (a request's values may be up to a megabyte long).
+const MaxStatNameLen = 1024
+
 // StatsOptions configure Stats. The zero value is usable.
 type StatsOptions struct {
 	// NearLimitRatio is the share of a limit past which hits count as
@@ -388,7 +395,10 @@ func (s *Stats) domainNotFound(domain string, n int) {
 	}
 	// The series is named after the escaped domain: domains that escape
 	// alike are one series.
-	name := escapeMetricName(sanitizeStat(domain))
+	name := FoldedKey
+	if len(domain) <= MaxStatNameLen {
+		name = escapeMetricName(sanitizeStat(domain))
+	}
 	c, ok := s.domains.Load(name)
 	if !ok {
 		if s.domainCount.Load() >= s.maxKeys {
@@ -411,7 +421,10 @@ func (s *Stats) domainNotFound(domain string, n int) {
 // one per domain name (as cleaned for statistics) up to the bound, then
 // _other's.
 func (s *Stats) sdDomain(domain string) *sdCounter {
-	name := sanitizeStat(domain)
+	name := FoldedKey
+	if len(domain) <= MaxStatNameLen {
+		name = sanitizeStat(domain)
+	}
 	if c, ok := s.sdDoms.Load(name); ok {
 		return c.(*sdCounter)
 	}
@@ -475,9 +488,20 @@ func (s *Stats) limit(key string, static bool) (*limitStats, *[5]sdCounter) {
 		ns := v.(*nameStats)
 		return ns.series, ns.sd
 	}
-	labels := statLabels(key)
-	ls := s.seriesOf(labels, static)
-	if !static && s.dynamic.Load() >= s.maxKeys {
+	long := !static && len(key) > MaxStatNameLen
+	var labels []string
+	if long {
+		// Only the domain is kept of a name too long for a series.
+		domain := key
+		if i := strings.IndexByte(key, '.'); i >= 0 {
+			domain = key[:i]
+		}
+		labels = []string{statLabels(domain)[0], FoldedKey}
+	} else {
+		labels = statLabels(key)
+	}
+	ls := s.seriesOf(labels, static || long)
+	if long || !static && s.dynamic.Load() >= s.maxKeys {
 		if !s.perName {
 			return ls, nil
 		}
