@@ -24,8 +24,10 @@
 // the least of its limit (algo.Params.Held: how far a TAT runs ahead of now
 // against its tolerance, how full a window or quota is); a key that is
 // denying (its last decision was a denial and the same cost would still be
-// denied now) only when every key weighed, up to 64 of them, is denying
-// too, and that eviction is counted in Stats().DenyingEvictions. So a flood
+// denied now), or a concurrency limit's key holding a lease (forgotten, it
+// would let more than its limit run at once), only when every key weighed,
+// up to 64 of them, is such a key too, and that eviction is counted in
+// Stats().DenyingEvictions. So a flood
 // of new keys, each holding a little of its limit, evicts its own kind and
 // cannot reset the counter of a client that is being held back
 // (TestDenyingKeySurvivesFlood: a login limit of 5 an hour used up, then

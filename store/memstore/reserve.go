@@ -75,6 +75,27 @@ func (s *Store) reserve(w []work, hits []limiter.Hit, out []floodgate.Decision, 
 // settle ends the reservations named by hits with their actual costs (see
 // limiter.Reserver). The hits' shards are locked.
 func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now int64) error {
+	// A settle is applied whole or not at all: when the record of a hit
+	// that is not a shadow one is missing (settled already, expired,
+	// dropped, never made), nothing is settled and every hit is answered
+	// not found, so that the engine's "unknown reservation" never follows
+	// units given back.
+	for i := range hits {
+		hit := &hits[i]
+		if hit.Rule.Shadow() {
+			continue
+		}
+		sh, k := &s.shards[w[i].sh], resKey{w[i].h, hit.Lease}
+		r, ok := sh.res[k]
+		if ok && r.exp <= now {
+			delete(sh.res, k) // it settled at its estimate
+			ok = false
+		}
+		if !ok || r.rule != hit.Rule.ID() || r.key != hit.Key {
+			clear(out)
+			return nil
+		}
+	}
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
 		p := hit.Rule.Params()

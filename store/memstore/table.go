@@ -229,8 +229,9 @@ const denyingWorth = 1 << 32
 // worth returns what forgetting entry e at now would lose: 0 for a key
 // that answers as a fresh one would, else the share of its limit it holds
 // (algo.HeldFull when nothing is left), plus denyingWorth while it is
-// denying. A quota's share is weighed on the wall clock, which worth reads
-// into *wall the first time it needs it.
+// denying or, for a concurrency limit, holds a lease. A quota's share is
+// weighed on the wall clock, which worth reads into *wall the first time
+// it needs it.
 func (s *Store) worth(e *entry, now int64, wall *int64) uint64 {
 	if e.exp <= now {
 		return 0
@@ -247,7 +248,10 @@ func (s *Store) worth(e *entry, now int64, wall *int64) uint64 {
 	if held == 0 {
 		return 0
 	}
-	if e.deny > now {
+	if e.deny > now || p.Algorithm().Family() == floodgate.FamilyConcurrency {
+		// A concurrency key holds leases in flight (held is 0 once the
+		// last expired): forgetting it would let more than its limit
+		// run at once, so it goes as late as a denying key.
 		held += denyingWorth
 	}
 	return held
