@@ -340,3 +340,57 @@ func TestRetryInterceptorThrottlesAndBudgets(t *testing.T) {
 		t.Fatalf("%d calls failed locally, the throttle counted %d; want some, the same", local, th.Rejected())
 	}
 }
+
+// TestRetryInterceptorLongStreamHoldsNoCallPastMaxHold: the server says
+// one unit is left (no ratelimit-policy), and a server stream that takes
+// it stays open, its client reading on. A unary call without a deadline,
+// held for that stream's answer, fails once the Pacer's MaxHold has
+// passed (RESOURCE_EXHAUSTED, a *HoldError), unsent, instead of waiting
+// as long as the stream lives.
+func TestRetryInterceptorLongStreamHoldsNoCallPastMaxHold(t *testing.T) {
+	t.Parallel()
+	svc := &quotaService{next: func(int, string) outcome {
+		return outcome{trailer: metadata.Pairs("ratelimit", `"api";r=1;t=1`)}
+	}}
+	const maxHold = 300 * time.Millisecond
+	ri := &client.RetryInterceptor{Pacer: client.NewPacer(client.PacerOptions{MaxHold: maxHold}), MaxAttempts: 1}
+	conn := startQuota(t, svc, ri)
+	if err := call(context.Background(), conn, "first"); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	st, err := conn.NewStream(sctx, &grpc.StreamDesc{StreamName: "Watch", ServerStreams: true}, "/floodgate.test.Quota/Watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(wrapperspb.String("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+		t.Fatal(err)
+	}
+	// The stream is open, its client still reading: its answer (the
+	// trailer) is not read yet.
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- call(context.Background(), conn, "held") }()
+	select {
+	case err := <-done:
+		var he *client.HoldError
+		if status.Code(err) != codes.ResourceExhausted || !errors.As(err, &he) {
+			t.Fatalf("the held call: %v, want RESOURCE_EXHAUSTED from a *HoldError", err)
+		}
+		if el := time.Since(start); el < maxHold {
+			t.Errorf("failed after %s, before MaxHold (%s)", el, maxHold)
+		}
+	case <-time.After(maxHold + 3*time.Second):
+		scancel()
+		err := <-done
+		t.Fatalf("a call without a deadline was still held %s after MaxHold (%s) by an open stream; "+
+			"it ended (%v) only once the stream did", 3*time.Second, maxHold, err)
+	}
+	if n := len(svc.calls()); n != 2 {
+		t.Errorf("the server saw %d calls, want 2: the held one is never sent", n)
+	}
+}

@@ -19,7 +19,8 @@ type PacerOptions struct {
 	MaxKeys int
 	// MaxHold is the longest a request is held. When the server's quota
 	// is back only later than that, the request is not sent and fails at
-	// once with a *HoldError. Zero means 60s.
+	// once with a *HoldError; so does a request held for answers in
+	// flight that have not come after MaxHold. Zero means 60s.
 	MaxHold time.Duration
 }
 
@@ -118,6 +119,8 @@ func (e *HoldError) Error() string {
 		what = "answers in flight"
 	}
 	switch {
+	case e.Wait <= 0 && e.Cause == nil:
+		return fmt.Sprintf("client: held back: %s was waiting for quota (%s) longer than the pacer's MaxHold", e.Key, what)
 	case e.Wait <= 0 && e.Cause != nil:
 		return fmt.Sprintf("client: held back: %s was waiting for quota (%s): %v", e.Key, what, e.Cause)
 	case errors.Is(e.Cause, context.DeadlineExceeded):
@@ -587,13 +590,26 @@ func (p *Pacer) acquire(ctx context.Context, key string, class uint64) (*ticket,
 				timer.Reset(wait)
 			}
 			alarm = timer.C
-		} else if !v.recheck.IsZero() {
+		} else {
 			// Held for answers in flight, which the quota may make
-			// needless before they come.
+			// needless before they come; an answer that never comes (a
+			// stalled connection, a long stream) holds no request longer
+			// than MaxHold in all.
+			since := heldSince
+			if since.IsZero() {
+				since = now
+			}
+			at := since.Add(p.maxHold)
+			if !now.Before(at) {
+				return fail(0, nil)
+			}
+			if !v.recheck.IsZero() && v.recheck.Before(at) {
+				at = v.recheck
+			}
 			if timer == nil {
-				timer = time.NewTimer(v.recheck.Sub(now))
+				timer = time.NewTimer(at.Sub(now))
 			} else {
-				timer.Reset(v.recheck.Sub(now))
+				timer.Reset(at.Sub(now))
 			}
 			alarm = timer.C
 		}

@@ -360,3 +360,83 @@ func TestPacerRetryAfterWinsOverALongerT(t *testing.T) {
 		t.Fatalf("status %d after %d requests, want 200 after 2", resp.StatusCode, n.Load())
 	}
 }
+
+// TestPacerMaxHoldBoundsAWaitForAnswers: a server that gives no
+// RateLimit-Policy says one unit is left, and the request that takes it
+// stalls before its status line. A request without a deadline, held for
+// that answer, is held no longer than the Pacer's MaxHold: it fails with
+// a *HoldError, unsent, instead of hanging as long as the stalled one.
+func TestPacerMaxHoldBoundsAWaitForAnswers(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	var items atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		} else {
+			items.Add(1)
+		}
+		w.Header().Set("RateLimit", `"api";r=1;t=1`)
+		io.WriteString(w, "ok")
+	}))
+	defer ts.Close()
+	defer free()
+	const maxHold = 300 * time.Millisecond
+	rt := &RetryTransport{Pacer: NewPacer(PacerOptions{MaxHold: maxHold}), MaxAttempts: 1}
+	c := &http.Client{Transport: rt}
+	get := func(ctx context.Context, path string) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+path, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	if err := get(context.Background(), "/items"); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() { slow <- get(context.Background(), "/slow") }()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		rt.Pacer.mu.Lock()
+		n := len(rt.Pacer.keys[ts.Listener.Addr().String()].inflight)
+		rt.Pacer.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow request never went")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	held := make(chan error, 1)
+	start := time.Now()
+	go func() { held <- get(context.Background(), "/items") }()
+	select {
+	case err := <-held:
+		if !errors.Is(err, ErrHeldBack) {
+			t.Fatalf("the held request: %v, want a *HoldError", err)
+		}
+		if el := time.Since(start); el < maxHold {
+			t.Errorf("failed after %s, before MaxHold (%s)", el, maxHold)
+		}
+	case <-time.After(maxHold + 3*time.Second):
+		free()
+		err := <-held
+		t.Fatalf("a request without a deadline held for answers in flight was still held %s after MaxHold (%s); "+
+			"it ended (%v) only once the stalled answer came", 3*time.Second, maxHold, err)
+	}
+	if n := items.Load(); n != 1 {
+		t.Errorf("the server saw %d requests to /items, want 1: the held one is never sent", n)
+	}
+	free()
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+}
