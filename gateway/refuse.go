@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -50,12 +51,41 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 		// net/http's server refuses a broken escape in the path, not in
 		// the query; an upstream would read either its own way.
 		return http.StatusBadRequest, "400 Bad Request: a broken percent escape in the target", true
+	case paramBeforeDotDot(targetPath(target)):
+		// Checked on the target as sent: the edge engine's path has its
+		// dot segments resolved already (fasthttp's), with the parameter's
+		// segment counted as one.
+		return http.StatusBadRequest, "400 Bad Request: a path parameter on an empty or \".\" segment before \"..\"", true
 	case http11 && host == "":
 		return http.StatusBadRequest, "400 Bad Request: missing required Host header", true
 	case !validHost(host):
 		return http.StatusBadRequest, "400 Bad Request: malformed Host header", true
 	}
 	return 0, "", false
+}
+
+// targetPath returns the path of a request target (origin or absolute
+// form) decoded, "" when it has no ';' escaped or not (then no path
+// parameter either). Its escapes were checked (validEscapes).
+func targetPath(target string) string {
+	if strings.IndexByte(target, ';') < 0 && !strings.Contains(target, "%3b") && !strings.Contains(target, "%3B") {
+		return ""
+	}
+	if i := strings.IndexByte(target, '?'); i >= 0 {
+		target = target[:i]
+	}
+	if i := strings.Index(target, "://"); i >= 0 && target[0] != '/' {
+		target = target[i+3:]
+		j := strings.IndexByte(target, '/')
+		if j < 0 {
+			return ""
+		}
+		target = target[j:]
+	}
+	if p, err := url.PathUnescape(target); err == nil {
+		return p
+	}
+	return target
 }
 
 // validEscapes reports whether every % in a request target starts an

@@ -48,12 +48,39 @@ func badTarget(p string) string {
 	if strings.Contains(p, "..;") {
 		return `"..;" in the path`
 	}
+	if paramBeforeDotDot(p) {
+		return `a path parameter on an empty or "." segment before ".."`
+	}
 	for seg := range strings.SplitSeq(p, "/") {
 		if seg != "" && (isSpace(seg[0]) || isSpace(seg[len(seg)-1])) {
 			return "a path segment starts or ends with white space"
 		}
 	}
 	return ""
+}
+
+// paramBeforeDotDot reports whether the path p (decoded) has a segment that
+// is nothing or "." but for a path parameter ("/;x", "/.;x") and a ".."
+// segment after it. The gateway removes the parameter, and with it the
+// segment, before it resolves the dot segments (as Tomcat does); NGINX,
+// net/http and fasthttp keep such a segment as one of its own, so the ".."
+// would take away another segment on one side than on the other:
+// "/admin/;x/../secret" would be limited as "/secret" and served as
+// "/admin/secret". A path parameter with no ".." after it moves nothing
+// ("/app/;jsessionid=1" is served).
+func paramBeforeDotDot(p string) bool {
+	if strings.IndexByte(p, ';') < 0 {
+		return false
+	}
+	seen := false
+	for seg := range strings.SplitSeq(p, "/") {
+		if i := strings.IndexByte(seg, ';'); i >= 0 && (i == 0 || seg[:i] == ".") {
+			seen = true
+		} else if seen && seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\v' || c == '\f' }
