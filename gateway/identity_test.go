@@ -338,3 +338,58 @@ limits:
 		}
 	}
 }
+
+// TestKeyedFieldsOnce: a limit counted per value of a header field
+// (key: header:X-Tenant) is charged to the field's first line; an upstream
+// may act on another (the last, as many frameworks read a repeated field).
+// "X-Tenant: other" then "X-Tenant: acme" would be charged to "other" and
+// served as acme: acme's limit bypassed with a fresh first value each
+// time, or spent on another tenant's counter. Such a request is refused
+// with 400, as one repeating an identity field is, and reaches no upstream.
+func TestKeyedFieldsOnce(t *testing.T) {
+	t.Parallel()
+	forFronts(t, allFronts, testKeyedFieldsOnce)
+}
+
+func testKeyedFieldsOnce(t *testing.T, fr string) {
+	p := compilePolicy(t, "keyed.yaml", `version: 1
+routes:
+  - {name: api, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:1"}
+limits:
+  - {name: per-tenant, rate: 1, per: 1h, burst: 1, key: "header:X-Tenant"}
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	served := map[string]int{}
+	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(_ http.ResponseWriter, r *http.Request) {
+			vs := r.Header.Values("X-Tenant") // the upstream acts on the last line
+			mu.Lock()
+			served[vs[len(vs)-1]]++
+			mu.Unlock()
+		})
+	if status := rawStatus(t, base, "GET /x HTTP/1.1\r\nHost: a.example\r\nX-Tenant: acme\r\n\r\n"); status != 200 {
+		t.Fatalf("acme's one request: %d", status)
+	}
+	if status := rawStatus(t, base, "GET /x HTTP/1.1\r\nHost: a.example\r\nX-Tenant: acme\r\n\r\n"); status != 429 {
+		t.Fatalf("acme's second request: %d, want 429", status)
+	}
+	for i, fields := range []string{
+		"X-Tenant: other-1\r\nX-Tenant: acme\r\n",
+		"x-tenant: other-2\r\nX-TENANT: acme\r\n",
+		"X-Tenant: \r\nX-Tenant: acme\r\n",
+	} {
+		status := rawStatus(t, base, "GET /x HTTP/1.1\r\nHost: a.example\r\n"+fields+"\r\n")
+		if status != http.StatusBadRequest {
+			t.Errorf("%d %q: status %d, want 400", i, fields, status)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if served["acme"] != 1 {
+		t.Errorf("the upstream served acme %d times past its limit of 1 (%v)", served["acme"], served)
+	}
+}

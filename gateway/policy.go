@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,8 @@ type resolverFor struct {
 	resolver *identity.Resolver
 	keyHdr   string
 	fields   fields.Options
+	// keyed are the header fields limits count by (keyedFields).
+	keyed []string
 }
 
 // NewPolicyMatcher returns the matcher of the policies src gives.
@@ -113,7 +116,39 @@ func (rf *resolverFor) repeated(h identity.Header) string {
 			return name
 		}
 	}
+	for _, name := range rf.keyed {
+		if manyLines(h, name) {
+			return name
+		}
+	}
 	return ""
+}
+
+// keyedFields returns the header fields a limit of p counts by (key:
+// header:NAME) or a route's overload control tells tenants by (tenant:
+// header:NAME), canonical, once each. A request carrying one of them more
+// than once would be charged by its first line and may be served by
+// another.
+func keyedFields(p *policy.Policy) []string {
+	var out []string
+	add := func(name string) {
+		if name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, l := range p.Limits() {
+		for _, part := range l.Key {
+			if part.Kind == policy.KeyHeader {
+				add(part.Header)
+			}
+		}
+	}
+	for _, rt := range p.Routes() {
+		if o := rt.Overload; o != nil && o.Tenant == policy.TenantHeader {
+			add(o.TenantField)
+		}
+	}
+	return out
 }
 
 // LineCounter is a Header that counts the lines of a field without
@@ -143,7 +178,7 @@ func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: identity: %w", err)
 	}
-	c := &resolverFor{p: p, resolver: res, keyHdr: http.CanonicalHeaderKey(srv.APIKeyHeader), fields: FieldOptions(srv.Headers)}
+	c := &resolverFor{p: p, resolver: res, keyHdr: http.CanonicalHeaderKey(srv.APIKeyHeader), fields: FieldOptions(srv.Headers), keyed: keyedFields(p)}
 	pm.current.Store(c)
 	return c, nil
 }
