@@ -40,6 +40,7 @@ func (s *Service) decideCompat(ctx context.Context, req *rlsv3.RateLimitRequest,
 			return s.answerCompat(app), nil
 		}
 		// The engine decides instead, by the limits' failure policies.
+		sc.storeFailed = true
 		s.log.Warn("rls: envoyproxy/ratelimit's counters", "domain", req.GetDomain(), "err", err)
 	}
 	res := &sc.res
@@ -49,6 +50,7 @@ func (s *Service) decideCompat(ctx context.Context, req *rlsv3.RateLimitRequest,
 		if err := s.eng.Decide(ctx, &sc.req, res); err != nil {
 			return nil, err
 		}
+		sc.storeFailed = sc.storeFailed || res.Degraded != limiter.NotDegraded
 	}
 	for i := range app {
 		if a := &app[i]; a.hit >= 0 {

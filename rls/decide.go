@@ -82,6 +82,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, app [
 		if err := s.eng.Decide(ctx, &sc.req, res); err != nil {
 			return nil, err
 		}
+		sc.storeFailed = res.Degraded != limiter.NotDegraded
 		fill(app, res)
 	}
 	return s.answer(app, sc), nil

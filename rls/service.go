@@ -178,6 +178,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, ErrNoConfig
 	}
 	sc := scratchPool.Get().(*scratch)
+	sc.storeFailed = false
 	defer sc.release()
 	dom := cfg.domains[req.GetDomain()]
 	compat := dom != nil && dom.compat
@@ -199,6 +200,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		s.opts.Stats.storeError()
 		s.log.Warn("rls: engine", "domain", req.GetDomain(), "err", err)
 		return nil, status.Errorf(codes.Unavailable, "rls: %v", err)
+	}
+	if sc.storeFailed {
+		// Answered by the failure policies: the store failed all the
+		// same, and envoyproxy/ratelimit counts every such request.
+		s.opts.Stats.storeError()
 	}
 	if dom == nil && s.opts.Stats != nil {
 		s.opts.Stats.domainNotFound(req.GetDomain(), len(req.GetDescriptors()))
@@ -456,6 +462,9 @@ type scratch struct {
 	items []fields.Item
 	out   []fields.Field
 	peer  peerScratch
+	// storeFailed: the store failed this request, which its limits'
+	// failure policies decided.
+	storeFailed bool
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

@@ -340,8 +340,12 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	if r.bool("USE_STATSD", true) && !e.disableStats && !e.usePrometheus {
 		e.statsd = sd
 	}
-	if sd.Network != "tcp" && sd.Network != "udp" && r.err == nil {
-		r.err = fmt.Errorf("rls: STATSD_PROTOCOL=%q: want tcp or udp", sd.Network)
+	switch sd.Network {
+	case "tcp", "udp", "tcp4", "tcp6", "udp4", "udp6": // as net.Dial takes them there
+	default:
+		if r.err == nil {
+			r.err = fmt.Errorf("rls: STATSD_PROTOCOL=%q: want tcp or udp (or tcp4, tcp6, udp4, udp6)", sd.Network)
+		}
 	}
 	if sd.Interval <= 0 && r.err == nil {
 		r.err = fmt.Errorf("rls: STATS_FLUSH_INTERVAL=%v: want a positive duration", sd.Interval)

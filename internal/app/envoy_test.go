@@ -191,6 +191,24 @@ func TestRLSEnvStatsdSink(t *testing.T) {
 	}
 }
 
+// TestRLSEnvStatsdProtocolFamilies: envoyproxy/ratelimit's statsd sink
+// (lyft/gostats' net sink, which reads STATSD_PROTOCOL itself) dials with
+// the protocol as given, so udp4, udp6, tcp4 and tcp6 work there, to pin
+// an address family; floodgate rls must start with them too.
+func TestRLSEnvStatsdProtocolFamilies(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"udp4", "udp6", "tcp4", "tcp6"} {
+		e, _, err := readRLSEnv(envOf(map[string]string{"STATSD_PROTOCOL": p}))
+		if err != nil {
+			t.Errorf("STATSD_PROTOCOL=%s: %v", p, err)
+			continue
+		}
+		if e.statsd == nil || e.statsd.Network != p {
+			t.Errorf("STATSD_PROTOCOL=%s: statsd %+v, want the network %s", p, e.statsd, p)
+		}
+	}
+}
+
 // TestRLSMemoryStoreBounded: floodgate rls on its embedded store keeps
 // the counters within serve's default cap (256 MiB), evicting the oldest
 // past it; it had no cap, and 1.2 million distinct descriptor values took
