@@ -68,7 +68,8 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 // form) decoded, "" when it has no ';' escaped or not (then no path
 // parameter either). Its escapes were checked (validEscapes).
 func targetPath(target string) string {
-	if strings.IndexByte(target, ';') < 0 && !strings.Contains(target, "%3b") && !strings.Contains(target, "%3B") {
+	if strings.IndexByte(target, ';') < 0 && (strings.IndexByte(target, '%') < 0 ||
+		!strings.Contains(target, "%3b") && !strings.Contains(target, "%3B")) {
 		return ""
 	}
 	if i := strings.IndexByte(target, '?'); i >= 0 {
