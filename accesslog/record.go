@@ -246,7 +246,12 @@ func appendInt(b []byte, k string, v int64) []byte {
 }
 
 // AppendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, invalid UTF-8 replaced by U+FFFD.
+// control characters escaped, invalid UTF-8 replaced by U+FFFD. The
+// characters a terminal or a viewer acts on beyond the C0 controls (the
+// C1 controls, among them the 8-bit CSI, the line and paragraph
+// separators, and the marks, embeddings, overrides and isolates that
+// reorder text) are written as \uXXXX, so that what a client sent is
+// read back as it was and shown as text.
 func AppendJSONString(b []byte, s string) []byte {
 	const hexd = "0123456789abcdef"
 	b = append(b, '"')
@@ -283,10 +288,25 @@ func AppendJSONString(b []byte, s string) []byte {
 			start = i
 			continue
 		}
+		if actedOn(r) {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', hexd[r>>12&15], hexd[r>>8&15], hexd[r>>4&15], hexd[r&15])
+			i += size
+			start = i
+			continue
+		}
 		i += size
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// actedOn reports whether a terminal or a text viewer acts on r instead
+// of showing it: a C1 control, a line or paragraph separator, or a
+// directional mark, embedding, override or isolate.
+func actedOn(r rune) bool {
+	return r >= 0x80 && r <= 0x9f || r == 0x200e || r == 0x200f || r >= 0x2028 && r <= 0x202e ||
+		r >= 0x2066 && r <= 0x2069 || r == 0x061c
 }
 
 // AppendCombined appends r in CombinedLogFormat and a newline.
