@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -32,6 +33,7 @@ type Token struct {
 // Options configures the API. Keys, Audit, Policy and Engine are required.
 type Options struct {
 	// Tokens may call the API; with none, every call is refused.
+	// SetTokens replaces them.
 	Tokens []Token
 	// Keys holds the keys managed through the API.
 	Keys *keystore.Store
@@ -58,9 +60,10 @@ type Options struct {
 
 // API serves the admin API under /api/v1/.
 type API struct {
-	o   Options
-	log *slog.Logger
-	mux *http.ServeMux
+	o      Options
+	log    *slog.Logger
+	mux    *http.ServeMux
+	tokens atomic.Pointer[[]Token] // the tokens in force: Options.Tokens, then SetTokens'
 }
 
 // New builds the API.
@@ -72,6 +75,7 @@ func New(o Options) (*API, error) {
 		o.Now = time.Now
 	}
 	a := &API{o: o, log: o.Logger, mux: http.NewServeMux()}
+	a.SetTokens(o.Tokens)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -115,6 +119,17 @@ func New(o Options) (*API, error) {
 // ServeHTTP serves the API.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
+// SetTokens replaces the tokens that may call the API, for a reload of
+// the policy file: a token taken out is refused from the next request on.
+// With none, every call is refused.
+func (a *API) SetTokens(tokens []Token) {
+	t := append([]Token(nil), tokens...)
+	a.tokens.Store(&t)
+}
+
+// HasTokens reports whether any token may call the API.
+func (a *API) HasTokens() bool { return len(*a.tokens.Load()) > 0 }
+
 // Authenticate returns the name of the token r carries, if it is one of
 // the configured tokens. The scheme is matched in any case (RFC 9110); a
 // request with more than one Authorization header carries none.
@@ -130,7 +145,7 @@ func (a *API) Authenticate(r *http.Request) (string, bool) {
 	}
 	sum := sha256.Sum256([]byte(raw))
 	name, found := "", 0
-	for _, t := range a.o.Tokens {
+	for _, t := range *a.tokens.Load() {
 		eq := subtle.ConstantTimeCompare(sum[:], t.SHA256[:])
 		if eq == 1 && found == 0 {
 			name = t.Name
@@ -159,7 +174,7 @@ func errorf(status int, format string, args ...any) error {
 
 func (a *API) wrap(h func(w http.ResponseWriter, r *http.Request, actor string) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(a.o.Tokens) == 0 {
+		if !a.HasTokens() {
 			writeError(w, http.StatusForbidden, "the admin API is off: no token in server.admin.tokens")
 			return
 		}

@@ -29,7 +29,7 @@ func (s *server) handleExplain(mux *http.ServeMux) {
 		// sidecar, a port-forward), so it would throttle the operator
 		// with the guesser. Without tokens, floodgate explain --config
 		// answers the same questions off line.
-		if len(s.srv.Admin.Tokens) == 0 {
+		if !s.console.HasTokens() {
 			explainError(w, http.StatusForbidden, "explaining takes an admin token, and server.admin.tokens lists none "+
 				"(an explanation tells valid API keys from unknown ones); floodgate explain --config answers without a server")
 			return

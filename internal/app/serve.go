@@ -296,6 +296,10 @@ func startOnlyChanges(first, n *config.Server) []string {
 	add(n.APITLSCert != first.APITLSCert || n.APITLSKey != first.APITLSKey ||
 		n.APITLSClientCA != first.APITLSClientCA || n.APITLSClientSAN != first.APITLSClientSAN, "server.api_tls_*")
 	add(n.APIAuth != first.APIAuth, "server.api_auth")
+	add(!reflect.DeepEqual(n.Admin.Hosts, first.Admin.Hosts), "server.admin.hosts")
+	add(n.Admin.TLSCert != first.Admin.TLSCert || n.Admin.TLSKey != first.Admin.TLSKey ||
+		n.Admin.TLSClientCA != first.Admin.TLSClientCA || n.Admin.TLSClientSAN != first.Admin.TLSClientSAN, "server.admin.tls_*")
+	add(n.Admin.KeysFile != first.Admin.KeysFile, "server.admin.keys_file")
 	add(n.RedisEviction != first.RedisEviction, "server.redis_eviction")
 	add(!reflect.DeepEqual(n.AccessLog, first.AccessLog), "server.access_log")
 	return out

@@ -231,23 +231,24 @@ func (o observers) ObserveDecision(req *limiter.Request, res *limiter.Result) {
 // the console's background work.
 func (c *Console) Attach(eng limiter.Engine, stats func() limiter.Stats) error {
 	c.stats = stats
-	var tokens []admin.Token
-	for _, t := range c.srv.Admin.Tokens {
-		var tk admin.Token
-		b, _ := hex.DecodeString(t.SHA256)
-		copy(tk.SHA256[:], b)
-		tk.Name = t.Name
-		tokens = append(tokens, tk)
-	}
+	tokens := adminTokens(c.srv.Admin.Tokens)
 	var err error
 	c.api, err = admin.New(admin.Options{Tokens: tokens, Keys: c.keys, Audit: c.audit, Policy: c.reloader.Policy,
 		Engine: eng, Instance: c.instance, Logger: c.log, Bans: c.box, Access: c.lists})
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
-	var authorize func(*http.Request) bool
-	if len(tokens) > 0 {
-		authorize = func(r *http.Request) bool { _, ok := c.api.Authenticate(r); return ok }
+	// The tokens follow reloads (Reloaded). The dashboard's data takes
+	// one while any is listed; a listener that started with tokens (it
+	// may be beyond loopback) keeps asking for one when a reload takes
+	// every token out, and then answers no one.
+	started := len(tokens) > 0
+	authorize := func(r *http.Request) bool {
+		if !started && !c.api.HasTokens() {
+			return true
+		}
+		_, ok := c.api.Authenticate(r)
+		return ok
 	}
 	c.dash = dashboard.NewHandler(dashboard.Options{Recorder: c.rec, Share: c.share, Info: c.info,
 		Quotas: c.quotas, Reloads: c.reloadHistory, Authorize: authorize, Logger: c.log})
@@ -286,6 +287,19 @@ func (c *Console) tick(ctx context.Context) {
 	}
 }
 
+// adminTokens are the admin API's tokens of server.admin.tokens.
+func adminTokens(list []config.Token) []admin.Token {
+	var tokens []admin.Token
+	for _, t := range list {
+		var tk admin.Token
+		b, _ := hex.DecodeString(t.SHA256)
+		copy(tk.SHA256[:], b)
+		tk.Name = t.Name
+		tokens = append(tokens, tk)
+	}
+	return tokens
+}
+
 // Routes adds the admin API and the dashboard to the admin listener's mux.
 func (c *Console) Routes(mux *http.ServeMux) {
 	if c.api == nil {
@@ -296,15 +310,19 @@ func (c *Console) Routes(mux *http.ServeMux) {
 	mux.Handle("/ui/", c.dash)
 }
 
-// Authenticate reports whether r carries an admin token; with no admin
-// API (before Attach) or no tokens, nothing does.
+// Authenticate reports whether r carries an admin token of those in
+// force; with no admin API (before Attach) or no tokens, nothing does.
 func (c *Console) Authenticate(r *http.Request) bool {
-	if c.api == nil || len(c.srv.Admin.Tokens) == 0 {
+	if c.api == nil || !c.api.HasTokens() {
 		return false
 	}
 	_, ok := c.api.Authenticate(r)
 	return ok
 }
+
+// HasTokens reports whether an admin token is in force: server.admin.tokens
+// as the last reload applied it.
+func (c *Console) HasTokens() bool { return c.api != nil && c.api.HasTokens() }
 
 // info describes this instance for the dashboard.
 func (c *Console) info() dashboard.Instance {
@@ -374,8 +392,12 @@ func (c *Console) alarmPlans(p *policy.Policy) map[string]alarm.Plan {
 	return out
 }
 
-// Reloaded follows a new policy: alarms, keys, and the reload history.
+// Reloaded follows a new policy: admin tokens, alarms, keys, and the
+// reload history.
 func (c *Console) Reloaded(p *policy.Policy) {
+	if c.api != nil {
+		c.api.SetTokens(adminTokens(p.Server().Admin.Tokens))
+	}
 	if err := c.alarms.SetPolicy(p, c.alarmPlans(p)); err != nil {
 		c.log.Error("alarm webhooks refused", "err", err)
 	}
