@@ -416,7 +416,7 @@ func tenantOf(o *policy.Overload, st *Flow) string {
 	m := &st.m
 	switch o.Tenant {
 	case policy.TenantAPIKey:
-		return m.KeyID
+		return keyTenant(m.KeyID)
 	case policy.TenantPlan:
 		return m.Plan
 	case policy.TenantUser:
@@ -437,6 +437,18 @@ func tenantOf(o *policy.Overload, st *Flow) string {
 	return st.view.Peer.String()
 }
 
+// keyTenant returns the tenant an API key names: its name, or none ("")
+// for an unknown key ("?" and its hash, policy.Match.KeyID), which a
+// client can make up anew for each request on a route that does not
+// require a key: such requests are the one anonymous tenant, as requests
+// without a key are.
+func keyTenant(keyID string) string {
+	if strings.HasPrefix(keyID, "?") {
+		return ""
+	}
+	return keyID
+}
+
 // secretTenant names the tenant whose field carries a credential by the
 // value's SHA-256 (its first 8 bytes), so that the credential reaches no
 // metric label, access log or explanation.
@@ -452,7 +464,7 @@ func tenantHash(seed maphash.Seed, o *policy.Overload, st *Flow) uint64 {
 	s := ""
 	switch o.Tenant {
 	case policy.TenantAPIKey:
-		s = m.KeyID
+		s = keyTenant(m.KeyID)
 	case policy.TenantPlan:
 		s = m.Plan
 	case policy.TenantUser:

@@ -842,3 +842,80 @@ queue: {size: 2, per_tenant: 1, max_wait: 30s}`)
 		}
 	})
 }
+
+// TestOverloadUnknownKeysAreNoTenants: on a route whose overload control
+// counts tenants by API key and that does not require a key, a client
+// that sends a new made-up key with each request is not a new tenant
+// each time: unknown keys name no tenant (as a request without a key), so
+// its requests share one backlog (per_tenant) and cannot fill the queue
+// ahead of a real key's request.
+func TestOverloadUnknownKeysAreNoTenants(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		obs := &shedReasons{}
+		src := `
+server:
+  api_key_header: x-api-key
+plans:
+  - {name: gold, rate: 1000000, burst: 1000000}
+keys:
+  - {name: acme, plan: gold, sha256: "6371cb7a907cc8f10740229732c4b6164b285169494b85304468313513427878"}
+  - {name: beta, plan: gold, sha256: "d40ab4efae8afe82f0fda0f0fc785ff61bec7b5f329c6070c453594397e03568"}
+` + overloadPolicy(`
+limit: 1
+tiers: [{name: default}]
+tenant: api_key
+queue: {size: 3, per_tenant: 1, max_wait: 30s}`)
+		p := compilePolicy(t, "overload.yaml", src)
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t), Observer: obs}, u.ServeHTTP)
+		var wg sync.WaitGroup
+		var release sync.Once
+		defer func() { // also when the test stops early
+			release.Do(func() { close(u.release) })
+			wg.Wait()
+		}()
+		var mu sync.Mutex
+		answers := map[string]int{}
+		send := func(who, key string) {
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "x-api-key", key, "X-Who", who)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				answers[who] = a.status
+				mu.Unlock()
+			})
+		}
+		send("held", "secret")
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		// The attacker: three requests, each with a key of its own making.
+		for i := range 3 {
+			send(fmt.Sprintf("guess%d", i), fmt.Sprintf("made-up-%d", i))
+		}
+		pollUntil(t, "the attacker's requests queued or refused", func() bool {
+			return overloadState(g).Queued+obs.get(ShedTenantFull)+obs.get(ShedQueueFull) == 3
+		})
+		if s := overloadState(g); s.Queued != 1 || obs.get(ShedTenantFull) != 2 {
+			t.Errorf("made-up keys: %d queued, %d refused as tenant_full; want 1 and 2 (one backlog, per_tenant 1)",
+				s.Queued, obs.get(ShedTenantFull))
+		}
+		// A real key's request finds a place in the queue.
+		send("victim", "beta-secret")
+		pollUntil(t, "the victim queued or refused", func() bool {
+			mu.Lock()
+			_, done := answers["victim"]
+			mu.Unlock()
+			return done || overloadState(g).Queued == 2
+		})
+		release.Do(func() { close(u.release) })
+		wg.Wait()
+		if answers["victim"] != http.StatusOK {
+			t.Errorf("the real key's request: status %d, want 200 (all: %v; %d shed as queue_full)", answers["victim"], answers, obs.get(ShedQueueFull))
+		}
+	})
+}
