@@ -591,6 +591,41 @@ func TestRedisOffencesBounded(t *testing.T) {
 	}
 }
 
+// TestRedisOffenceFloodKeepsNearBan: on Redis as in memory
+// (TestMemoryOffenceFlood), a burst of new offending keys past the bound
+// of the counters (addresses of a large network, made-up users) does not
+// reset the counter of a key one offence from its ban: the counters
+// holding the fewest offences go first, not the oldest.
+func TestRedisOffenceFloodKeepsNearBan(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisconn.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const bound = 100
+	be := NewRedis(c, bound)
+	r := flood
+	r.After, r.Within = 3, time.Hour
+	ctx := context.Background()
+	offend := func(key string) *Ban {
+		t.Helper()
+		ban, err := be.Offend(ctx, &r, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ban
+	}
+	offend("ip:attacker")
+	offend("ip:attacker")
+	for i := range 2 * bound {
+		offend(fmt.Sprintf("ip:burst:%d", i))
+	}
+	if ban := offend("ip:attacker"); ban == nil {
+		t.Error("a burst of new keys reset the counter of a key one offence from its ban")
+	}
+}
+
 // TestRedisRestartBansSeen: a Redis restarted empty (no persistence, or a
 // failover to an empty server) starts the bans' version again; an
 // instance that did not look while it was low, and finds it past the

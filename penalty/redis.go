@@ -21,9 +21,11 @@ import (
 // trimmed kept), so that an instance reads what changed since the version
 // it has rather than every ban, the bans by the time their strikes are
 // forgotten, so that each new ban drops a few forgotten ones, the
-// counters by the end of their window, so that there are never more of
-// them than the most bans: a new counter past the bound drops the one
-// whose window ends first, and the epoch of the version: the server's
+// counters by the end of their window and by the offences they hold, so
+// that there are never more of them than the most bans: a new counter past
+// the bound drops the one holding the fewest offences (a flood of new keys
+// does not reset the counter of a key close to its ban, as on the memory
+// backend), and the epoch of the version: the server's
 // time when the first change was logged, which goes with the data (a
 // Redis restarted empty, flushed, or an empty server in its place), so
 // that a version counted again from zero is not taken for the one an
@@ -37,6 +39,7 @@ const (
 	redisTrimmed  = redisconn.Prefix + "penalty:changes:trimmed"
 	redisForget   = redisconn.Prefix + "penalty:forget"
 	redisCounters = redisconn.Prefix + "penalty:counters"
+	redisCounts   = redisconn.Prefix + "penalty:counts"
 	redisEpoch    = redisconn.Prefix + "penalty:epoch"
 )
 
@@ -66,13 +69,13 @@ end
 // offendScript counts an offence and bans the key at the rule's After-th,
 // on the server's clock. KEYS: the counter, the bans, the version, the
 // change log, its highest trimmed version, the bans by forget time, the
-// version's epoch, the counters by the end of their window. ARGV: the
-// field, after, within, ban, max_ban (ms), growth, the most bans (and
-// counters), the counters' prefix. It returns {0} (counted), {1, until,
-// strikes, now} (banned), or {2} (banned already, or the box is full). A new
-// counter first drops the counters whose window ended and, past the
-// bound, those whose window ends first; a ban first drops up to 100 bans
-// whose strikes are forgotten.
+// version's epoch, the counters by the end of their window, the counters
+// by their offences. ARGV: the field, after, within, ban, max_ban (ms),
+// growth, the most bans (and counters), the counters' prefix. It returns
+// {0} (counted), {1, until, strikes, now} (banned), or {2} (banned
+// already, or the box is full). A new counter first drops the counters
+// whose window ended and, past the bound, those holding the fewest
+// offences; a ban first drops up to 100 bans whose strikes are forgotten.
 var offendScript = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -88,20 +91,27 @@ local n = redis.call('INCR', KEYS[1])
 if n < tonumber(ARGV[2]) then
   if n == 1 then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    local ended = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now)
+    for i = 1, #ended, 1000 do
+      redis.call('ZREM', KEYS[9], unpack(ended, i, math.min(i + 999, #ended)))
+    end
     redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
     local over = redis.call('ZCARD', KEYS[8]) - tonumber(ARGV[7]) + 1
     if over > 0 then
-      for _, g in ipairs(redis.call('ZRANGE', KEYS[8], 0, over - 1)) do
+      for _, g in ipairs(redis.call('ZRANGE', KEYS[9], 0, over - 1)) do
         redis.call('DEL', ARGV[8] .. g)
+        redis.call('ZREM', KEYS[8], g)
       end
-      redis.call('ZREMRANGEBYRANK', KEYS[8], 0, over - 1)
+      redis.call('ZREMRANGEBYRANK', KEYS[9], 0, over - 1)
     end
     redis.call('ZADD', KEYS[8], now + tonumber(ARGV[3]), f)
   end
+  redis.call('ZADD', KEYS[9], n, f)
   return {0}
 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[8], f)
+redis.call('ZREM', KEYS[9], f)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)
 if #gone > 0 then
   redis.call('HDEL', KEYS[2], unpack(gone))
@@ -235,7 +245,7 @@ func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, er
 	f := field(r.Name, key)
 	ms := func(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
 	res, err := offendScript.Exec(ctx, b.c,
-		[]string{redisOffences + f, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch, redisCounters},
+		[]string{redisOffences + f, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch, redisCounters, redisCounts},
 		[]string{f, strconv.FormatInt(r.After, 10), ms(r.Within), ms(r.Ban), ms(r.MaxBan), strconv.FormatInt(r.Growth, 10),
 			strconv.Itoa(b.max), redisOffences}).AsIntSlice()
 	if err != nil {
