@@ -142,6 +142,61 @@ type Limiter struct {
 	hardTimeouts  atomic.Uint64
 	leaseTakes    atomic.Uint64
 	leaseGrants   atomic.Uint64
+
+	unreleased unreleased // leases whose release did not reach the store
+}
+
+// maxUnreleased bounds the leases kept for a later release.
+const maxUnreleased = 4096
+
+// unreleased keeps the concurrency leases of requests that have ended but
+// whose release could not reach the store (it failed, or the breaker was
+// open). Their acquisition may still have been applied by the store after
+// its deadline (written before a stall, run when the store came back):
+// such a lease would hold a slot for its whole lifetime. They are
+// released again once the store answers.
+type unreleased struct {
+	mu      sync.Mutex // guards hits
+	hits    []Hit
+	n       atomic.Int32 // len(hits)
+	running atomic.Bool  // a retry is under way
+}
+
+// keepUnreleased remembers the concurrency leases among hits for a later
+// release.
+func (l *Limiter) keepUnreleased(hits []Hit) {
+	u := &l.unreleased
+	u.mu.Lock()
+	for i := range hits {
+		h := hits[i]
+		if h.Lease == 0 || h.Rule.Algorithm().Kind() != floodgate.KindConcurrency || len(u.hits) >= maxUnreleased {
+			continue
+		}
+		u.hits = append(u.hits, Hit{Rule: h.Rule, Key: h.Key, Cost: h.Cost, Lease: h.Lease})
+	}
+	u.n.Store(int32(len(u.hits)))
+	u.mu.Unlock()
+}
+
+// retryUnreleased releases the kept leases, in the background, once.
+func (l *Limiter) retryUnreleased() {
+	u := &l.unreleased
+	if u.n.Load() == 0 || !u.running.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer u.running.Store(false)
+		u.mu.Lock()
+		hits := u.hits
+		u.hits = nil
+		u.n.Store(0)
+		u.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, time.Second))
+		defer cancel()
+		if err := l.giveBack(ctx, opRelease, hits, nil, nil); err != nil {
+			l.keepUnreleased(hits)
+		}
+	}()
 }
 
 // New returns a limiter over store.
@@ -237,8 +292,14 @@ func (l *Limiter) Decide(ctx context.Context, req *Request, res *Result) error {
 // Release ends the concurrency leases of hits (as filled in by Check);
 // other hits are ignored. Releasing is idempotent. FailLocal leases are
 // released in the local store as well, where they were taken while the
-// store failed. An error means the store could not be told; the lease then
-// ends when it expires.
+// store failed. An error means the store could not be told: the leases
+// are kept (up to 4,096) and released again after the next store call
+// that is answered, since the store may still have taken them, running a
+// call written before it stalled once it comes back; past that bound, or
+// should that release fail too and find no room, a lease ends when it
+// expires. The leases of a request the failure policies refused after a
+// store call that went unanswered are released so too: no caller releases
+// a refused request.
 func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 	for i := range hits {
 		if hits[i].Rule == nil {
@@ -247,7 +308,9 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 	}
 	var err error
 	if l.releaser != nil { // else no concurrency hit was decided
-		err = l.giveBack(ctx, opRelease, hits, nil, nil)
+		if err = l.giveBack(ctx, opRelease, hits, nil, nil); err != nil {
+			l.keepUnreleased(hits)
+		}
 	}
 	if l.localRel != nil {
 		sc := l.scratch.Get().(*scratch)
@@ -354,6 +417,7 @@ func (l *Limiter) judge(c call, o outcome, probe bool) {
 	switch o {
 	case answered:
 		l.breaker.success(probe, c.end)
+		l.retryUnreleased()
 	case storeFail:
 		l.storeFailures.Add(1)
 		l.breaker.failure(probe, c.sent)
@@ -467,6 +531,13 @@ func (l *Limiter) run(ctx context.Context, op storeOp, req *Request, r *Result) 
 		return err
 	}
 	l.summarize(hits, r)
+	if !r.Allowed && (op == opCharge || op == opReserve) && (r.Degraded == DegradedDeadline || r.Degraded == DegradedStoreError) {
+		// The store may still run the call it did not answer in time
+		// (one written before a stall runs when the store comes back):
+		// the leases it would take for a request refused here belong to
+		// no one, and no caller releases a refused request.
+		l.keepUnreleased(hits)
+	}
 	if o := l.opts.Observer; o != nil {
 		o.ObserveDecision(req, r)
 	}

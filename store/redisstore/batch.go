@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/redis/rueidis"
 )
 
 // Batching. Requests that arrive while script calls are in flight are
@@ -325,6 +326,20 @@ func hitFlags(check bool, group uint8) byte {
 	return f
 }
 
+// eval runs script with keys and args. A panic of the client (it refuses
+// to build a call whose keys fall in several Cluster slots) is the call's
+// error, not the process's end: the store's own goroutines send calls
+// too, where nothing would recover it.
+func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []string) (res rueidis.RedisResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the client refused the call: %v", p)
+		}
+	}()
+	res = script.Exec(ctx, s.client, keys, args)
+	return res, res.Error()
+}
+
 // exec sends the requests in one script call and writes each answer (or
 // the call's error) into its request.
 func (s *Store) exec(ctx context.Context, b []*request) {
@@ -332,7 +347,7 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 	keys, args := buf.build(b)
 	s.calls.Add(1)
 	s.decided.Add(int64(len(b)))
-	res := s.apply.Exec(ctx, s.client, keys, args)
+	res, err := s.eval(ctx, s.apply, keys, args)
 	buf.reset()
 	callBufPool.Put(buf)
 	fail := func(err error) {
@@ -340,7 +355,7 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 			rq.err = err
 		}
 	}
-	if err := res.Error(); err != nil {
+	if err != nil {
 		fail(fmt.Errorf("redisstore: eval: %w", err))
 		return
 	}

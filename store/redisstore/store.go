@@ -340,8 +340,16 @@ func (s *Store) RefundErrors() int64 { return s.refundErrors.Load() }
 
 // Key returns the Redis key of a rule's counter for a subject:
 // <prefix>{<subject>}:<rule id>. The hash tag keeps all limits of one
-// subject in one Cluster slot.
+// subject in one Cluster slot. A subject that would leave the tag empty
+// (an empty one, or one that starts with '}') makes Redis hash the whole
+// key instead, so that the counter's other keys (a log's or a
+// concurrency limit's hash, a settle record) would fall in other slots:
+// such a subject is written <prefix>#{#}<subject>:<rule id>, which no
+// other subject's key can be (those have '{' after the prefix).
 func (s *Store) Key(r *limiter.Rule, subject string) string {
+	if subject == "" || subject[0] == '}' {
+		return s.prefix + "#{#}" + subject + ":" + r.ID()
+	}
 	return s.prefix + "{" + subject + "}:" + r.ID()
 }
 
@@ -490,7 +498,7 @@ func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit) error {
 		}
 		r := &refundCall{args: []string{"0", "1"}}
 		s.appendHit(r, &hits[i], 0)
-		if err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error(); err != nil {
+		if _, err := s.eval(ctx, s.refund, r.keys, r.args); err != nil {
 			return fmt.Errorf("redisstore: refund: %w", err)
 		}
 	}
@@ -632,7 +640,7 @@ func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hi
 			rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
 		}
 		stop := context.AfterFunc(ctx, cancel)
-		err := s.refund.Exec(rctx, s.client, r.keys, r.args).Error()
+		_, err := s.eval(rctx, s.refund, r.keys, r.args)
 		stop()
 		ended := rctx.Err() != nil
 		cancel()
@@ -648,7 +656,7 @@ func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hi
 			defer s.refunds.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			if err := s.refund.Exec(ctx, s.client, r.keys, r.args).Error(); err != nil {
+			if _, err := s.eval(ctx, s.refund, r.keys, r.args); err != nil {
 				s.refundFailed(err)
 			}
 		}()
