@@ -32,6 +32,25 @@ type Gatekeeper interface {
 	Outcome(ctx context.Context, within time.Duration, m *Match, refused bool, status int)
 }
 
+// UserScreener is a Gatekeeper that screens requests by their user, or
+// counts their offences by it (a penalty-box rule keyed by user). The
+// gateway then verifies a token a request presents before the request
+// goes on, on every route, once the limits that need no user let it
+// through: where no limit counts per user the token would otherwise never
+// be verified, and its user never screened.
+type UserScreener interface {
+	// ScreensUsers reports whether the gatekeeper needs requests' users
+	// now (it is asked for every request that presents a token it has
+	// not verified).
+	ScreensUsers() bool
+}
+
+// screensUsers reports whether the gatekeeper needs the users of requests.
+func (g *Gateway) screensUsers() bool {
+	us, ok := g.keeper.(UserScreener)
+	return ok && us.ScreensUsers()
+}
+
 // screen asks the gatekeeper about st's request and answers it when it
 // refuses it; it reports whether it did.
 func (g *Gateway) screen(x Exchange, st *Flow) bool {

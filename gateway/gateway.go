@@ -95,6 +95,10 @@ type Match struct {
 	// UserPending is set by a UserMatcher that left out the limits that
 	// count per user (see UserMatcher).
 	UserPending bool
+	// TokenPending is set by a UserMatcher when the request presents a
+	// token it has not verified, whether or not a limit needs its user:
+	// a gatekeeper that screens users (UserScreener) needs it verified.
+	TokenPending bool
 	// ClientIP, KeyID and User are who sent the request, for the access
 	// log: the address as resolved, the API key as policy.Match.KeyID
 	// gives it (a name, never the key) and the user.
@@ -492,7 +496,11 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	if g.keeper != nil && g.screen(x, st) {
 		return false
 	}
-	if m.UserPending && g.user != nil {
+	if g.user != nil && (m.UserPending || m.TokenPending && g.keeper != nil && g.screensUsers()) {
+		// perUser: a limit of the request counts per user. Otherwise the
+		// token is verified only for the gatekeeper, and one that does not
+		// verify leaves the request without a user, as before.
+		perUser := m.UserPending
 		// The limits that need no user come first: a request over them is
 		// refused before its token costs any CPU.
 		if len(m.Hits) > 0 {
@@ -510,6 +518,9 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		if err := g.user.MatchUser(r, m); err != nil {
 			g.matchFailed(x, st, err)
 			return false
+		}
+		if !perUser && m.Reject == http.StatusUnauthorized {
+			m.Reject = 0
 		}
 		if g.keeper != nil && g.screen(x, st) { // the user's ban
 			return false

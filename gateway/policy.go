@@ -229,14 +229,14 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 		User:      id.User,
 		Header:    r.Header,
 	}
-	badToken, userError := false, ""
+	badToken, userError, tokenPending := false, "", false
 	if id.User == "" && (k == nil || !k.UserKnown) {
 		if tok := rf.resolver.TokenOf(r.Header); tok != "" {
 			now := pm.now()
 			if u, ok := rf.resolver.CachedUser(tok, now); ok {
 				req.User = u
 			} else if !verify {
-				req.UserPending = true
+				req.UserPending, tokenPending = true, true
 			} else {
 				pm.verified.Add(1)
 				if u, err := rf.resolver.User(tok, now); err == nil {
@@ -272,7 +272,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 		// The limits that need no user are charged, then 401.
 		m.Reject = http.StatusUnauthorized
 	}
-	m.UserPending = pmm.UserPending
+	m.UserPending, m.TokenPending = pmm.UserPending, tokenPending
 	m.Options = &rf.fields
 	m.ClientIP, m.KeyID, m.User = id.ClientIP, pmm.KeyID, req.User
 	m.ClientKey, m.Plan, m.Stage, m.UserError = id.ClientKey, pmm.Plan, pmm.Stage, userError

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/access"
+	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/penalty"
 	"github.com/floodgate/floodgate/policy"
@@ -38,6 +39,19 @@ func (k *Keeper) Screen(m *gateway.Match) (int, time.Duration) {
 		return http.StatusTooManyRequests, time.Until(until)
 	}
 	return 0, 0
+}
+
+// ScreensUsers reports whether a penalty-box rule bans users (a
+// gateway.UserScreener): the gateway then verifies the token of a request
+// on every route, so that a banned user is refused, and a user's offences
+// counted, also where no limit counts per user.
+func (k *Keeper) ScreensUsers() bool {
+	for _, r := range k.box.Rules() {
+		if r.Key == config.BanKeyUser {
+			return true
+		}
+	}
+	return false
 }
 
 // Outcome counts the offences of a request's answer, within the time given
