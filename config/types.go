@@ -273,7 +273,11 @@ type User struct {
 	// JWT verifies a token and takes the user from one of its claims.
 	JWT *JWT `yaml:"jwt"`
 	// Header names a request header holding the user, believed only when
-	// the peer is a trusted proxy.
+	// the peer is a trusted proxy. With JWT too, a request that presents a
+	// token has the token's user or none: the header never speaks for a
+	// token that does not verify, so a client could shed the proxy's user
+	// by adding a token of its own; a proxy that sets the header should
+	// remove the token's field from what it forwards.
 	Header string `yaml:"header"`
 }
 
