@@ -114,7 +114,8 @@
 // passes in a row (default 2) bring it back. A request goes to another
 // target only when nothing of it was sent (no connection) or it is
 // idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) with a body the
-// gateway can send again; when every target is out, one is tried anyway.
+// gateway can send again and its answer did not time out; when every
+// target is out, one is tried anyway.
 //
 // https:// upstreams trust server.upstream.tls.ca (else the system's CAs),
 // present its cert and key when asked, and verify server_name (else the

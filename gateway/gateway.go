@@ -255,6 +255,7 @@ type Gateway struct {
 	refusals RefusalObserver
 
 	upstream  TransportOptions
+	connWait  time.Duration               // the bound of a wait for an upstream connection (connWaitTransport)
 	proxies   sync.Map                    // *url.URL → *upstreamProxies
 	upstreams atomic.Pointer[upstreamSet] // the routes' pools (pool.go)
 	forgetters
@@ -316,6 +317,14 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.tr == nil {
 		g.tr = NewTransport(opts.Upstream)
+		if opts.Upstream.MaxConnsPerHost > 0 {
+			// Past the cap a request waits for a connection as long as
+			// it would wait for an answer, as on the edge engine.
+			g.connWait = opts.Upstream.ResponseHeaderTimeout
+			if g.connWait <= 0 {
+				g.connWait = floodgate.DefaultUpstreamTimeout
+			}
+		}
 	}
 	g.drain = drainBounds{wait: opts.Upstream.DrainTimeout, bytes: opts.Upstream.DrainBytes}
 	if g.drain.wait <= 0 {

@@ -73,6 +73,8 @@ type Pool struct {
 	proxy   *upstreamProxy  // the net/http engine's
 	first   *url.URL
 	checker *http.Client
+	// connWait bounds an attempt's wait for a connection (connWaitTransport).
+	connWait time.Duration
 }
 
 type logger interface {
@@ -174,9 +176,20 @@ func Idempotent(method string) bool {
 	return false
 }
 
+// TimedOut reports whether err, an attempt's error, is a timeout (its
+// answer did not come within the upstream timeout, or no connection came
+// free within it).
+func TimedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
+}
+
 // notSent reports whether err says no connection could be made: nothing
 // of the request reached the upstream.
 func notSent(err error) bool {
+	if errors.Is(err, errConnWait) {
+		return true
+	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		return true
@@ -276,7 +289,7 @@ func (g *Gateway) Targets() []TargetState {
 
 // newPool makes the pool of r.
 func (g *Gateway) newPool(r *config.Route) (*Pool, error) {
-	p := &Pool{route: r.Name, least: r.Balance == config.BalanceLeastRequests, first: r.UpstreamURL, log: g.log, tr: g.tr}
+	p := &Pool{route: r.Name, least: r.Balance == config.BalanceLeastRequests, first: r.UpstreamURL, log: g.log, tr: g.tr, connWait: g.connWait}
 	urls := r.UpstreamURLs
 	if len(urls) == 0 {
 		urls = []*url.URL{r.UpstreamURL}
@@ -407,7 +420,7 @@ func (pt *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		tried |= t.bit
 		req.URL.Scheme, req.URL.Host = t.URL.Scheme, t.URL.Host
 		p.Start(t)
-		resp, err := p.tr.RoundTrip(req)
+		resp, err := connWaitTransport{tr: p.tr, wait: p.connWait}.RoundTrip(req)
 		status := 0
 		if resp != nil {
 			status = resp.StatusCode
@@ -422,7 +435,11 @@ func (pt *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			return resp, nil
 		}
-		if req.Context().Err() != nil || !p.Retry(tried, notSent(err) && (held == nil || !held.read), replayable) {
+		// An attempt that timed out waiting for its answer is not sent
+		// again: the target has the request and is slow on it, and each
+		// target in turn would be too, one request becoming one per
+		// target and its client waiting the timeout once per target.
+		if req.Context().Err() != nil || !p.Retry(tried, notSent(err) && (held == nil || !held.read), replayable && !TimedOut(err)) {
 			return nil, err
 		}
 		p.log.Warn("gateway: upstream target failed; trying another", "route", p.route, "target", t.name, "err", err)

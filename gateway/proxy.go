@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -202,7 +203,7 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 			// A kept connection is checked before it carries the request.
 			pr.Out = pr.Out.WithContext(withKeptCheck(pr.Out.Context()))
 		},
-		Transport:  g.tr,
+		Transport:  connWaitTransport{tr: g.tr, wait: g.connWait},
 		BufferPool: bufpool.Copy,
 		// FlushInterval 0: ReverseProxy flushes at once for streamed bodies
 		// (unknown length, text/event-stream) and buffers the rest.
@@ -259,6 +260,58 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 	}
 	return up
 }
+
+// connWaitTransport carries a request over tr, its wait for a connection
+// (past TransportOptions.MaxConnsPerHost) bounded by wait, 0 for none:
+// net/http's transport bounds the wait for an answer's head, but waits
+// for a free connection until the request's context ends, and a request
+// whose client left is not ended before its answer's head (drainer). So
+// a client holding the upstream's connections (a stream it never ends,
+// an answer it never reads) would hold every request behind them, as
+// long as it chose. Past wait the request fails with errConnWait, a
+// timeout that sent nothing, as the edge engine's does
+// (fasthttp.HostClient.MaxConnWaitTimeout).
+type connWaitTransport struct {
+	tr   http.RoundTripper
+	wait time.Duration
+}
+
+func (t connWaitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.wait <= 0 {
+		return t.tr.RoundTrip(req)
+	}
+	// The context lives as long as the request's (which ends with the
+	// exchange): the answer's body is read under it.
+	ctx, cancel := context.WithCancelCause(req.Context())
+	var got atomic.Bool
+	timer := time.AfterFunc(t.wait, func() {
+		if !got.Load() {
+			cancel(errConnWait)
+		}
+	})
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		got.Store(true)
+		timer.Stop()
+	}}
+	resp, err := t.tr.RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, trace)))
+	timer.Stop()
+	if err != nil && req.Context().Err() == nil && errors.Is(context.Cause(ctx), errConnWait) {
+		return nil, errConnWait
+	}
+	return resp, err
+}
+
+// errConnWait is a request that found no upstream connection free within
+// the upstream timeout: a timeout (504), with nothing sent.
+var errConnWait error = connWaitError{}
+
+type connWaitError struct{}
+
+func (connWaitError) Error() string {
+	return "gateway: no upstream connection came free within the upstream timeout"
+}
+func (connWaitError) Timeout() bool   { return true }
+func (connWaitError) Temporary() bool { return true }
 
 // ForgetUpstreams drops the proxies of upstreams no longer used, after a
 // policy reload.

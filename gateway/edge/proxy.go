@@ -180,7 +180,11 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 			}
 			return later
 		}
-		if target != nil && pool.Retry(tried, gateway.NotSent(err), gateway.Idempotent(v.Method) && !req.IsBodyStream()) {
+		// An attempt that timed out waiting for its answer is not sent
+		// again (gateway.Pool.Retry); one that found no connection free
+		// sent nothing.
+		answerTimedOut := isTimeout(err) && !errors.Is(err, fasthttp.ErrNoFreeConns)
+		if target != nil && pool.Retry(tried, gateway.NotSent(err), gateway.Idempotent(v.Method) && !req.IsBodyStream() && !answerTimedOut) {
 			// Another target of the pool, when one is left.
 			if next := pool.Pick(tried); next != nil {
 				e.log.Warn("gateway: upstream target failed; trying another", "route", route, "target", target.Name(), "err", err)
