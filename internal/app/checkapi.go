@@ -33,6 +33,7 @@ func (s *server) startCheckAPI(stdout io.Writer) (*checkAPI, error) {
 		return nil, nil
 	}
 	t := apiTLS(s.cfg.Config, srv)
+	t.Log = s.log
 	var tc *tls.Config
 	if t.On() {
 		var err error

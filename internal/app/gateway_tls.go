@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -22,17 +24,18 @@ import (
 // certSet serves the certificate of a client's server name among several.
 type certSet struct {
 	pairs []*certReloader
+	ca    *caReloader // the client CA bundle, nil without one
 
 	mu    sync.Mutex // guards seen and names
 	seen  []*tls.Certificate
 	names map[string]int // a certificate's DNS names (lower case, "*.x" for wildcards) → its index
 }
 
-// newCertSet loads every pair of t.
-func newCertSet(t *config.ListenerTLS) (*certSet, error) {
+// newCertSet loads every pair of t; log hears of pairs that stop loading.
+func newCertSet(t *config.ListenerTLS, log *slog.Logger) (*certSet, error) {
 	s := &certSet{}
 	for i, c := range t.Certs {
-		r := &certReloader{cert: c.CertPath, key: c.KeyPath}
+		r := &certReloader{cert: c.CertPath, key: c.KeyPath, log: log, source: fmt.Sprintf("server.tls.certs[%d]", i)}
 		if _, err := r.load(); err != nil {
 			return nil, fmt.Errorf("server.tls.certs[%d]: %w", i, err)
 		}
@@ -99,7 +102,83 @@ func (s *certSet) reload() error {
 			first = fmt.Errorf("server.tls.certs[%d]: %w", i, err)
 		}
 	}
+	if s.ca != nil {
+		if err := s.ca.reload(); err != nil && first == nil {
+			first = fmt.Errorf("server.tls.client_ca: %w", err)
+		}
+	}
 	return first
+}
+
+// caReloader serves the listener's configuration with the client CA
+// bundle of a file (tls.Config.GetConfigForClient), read again when the
+// file changes (looked at no more than once a second) or on SIGHUP, for
+// new connections; a bundle that does not load leaves the last good one in
+// use, and is logged once.
+type caReloader struct {
+	path string
+	base *tls.Config // a copy of the listener's, served with the bundle as ClientCAs
+	log  *slog.Logger
+
+	mu      sync.Mutex // guards the fields below
+	served  *tls.Config
+	stamp   time.Time
+	checked time.Time
+	failed  string
+}
+
+func (c *caReloader) configFor(*tls.ClientHelloInfo) (*tls.Config, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.checked) >= time.Second {
+		c.checked = time.Now()
+		if err := c.loadLocked(false); err != nil && err.Error() != c.failed {
+			c.failed = err.Error()
+			if c.log != nil {
+				c.log.Error("TLS client CA: the file does not load; the last good bundle stays", "setting", "server.tls.client_ca", "err", err)
+			}
+		}
+	}
+	return c.served, nil
+}
+
+func (c *caReloader) reload() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.loadLocked(true)
+	if err != nil {
+		c.failed = err.Error() // the caller logs it
+	}
+	return err
+}
+
+// loadLocked reads the bundle when its modification time changed, or
+// always with force; c.mu is held.
+func (c *caReloader) loadLocked(force bool) error {
+	st, err := os.Stat(c.path)
+	if err != nil {
+		return err
+	}
+	if !force && c.served != nil && st.ModTime().Equal(c.stamp) {
+		return nil
+	}
+	pool, err := tlsfile.CertPool(c.path)
+	if err != nil {
+		return err
+	}
+	tc := c.base.Clone()
+	tc.GetConfigForClient = nil
+	tc.ClientCAs = pool
+	c.served, c.stamp, c.failed = tc, st.ModTime(), ""
+	return nil
+}
+
+// gatewaySuites are the gateway listener's TLS 1.2 cipher suites (TLS 1.3
+// takes Go's, all AEAD).
+var gatewaySuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 func samePointers(a, b []*tls.Certificate) bool {
@@ -122,21 +201,26 @@ func (c *certReloader) reload() error {
 	c.stamp = [2]time.Time{}
 	if _, err := c.loadLocked(); err != nil {
 		c.stamp = old
+		c.failed = err.Error() // the caller logs it
 		return err
 	}
+	c.failed = ""
 	return nil
 }
 
 // gatewayTLSConfig returns the TLS configuration of the gateway listener
 // and its certificates.
-func gatewayTLSConfig(t *config.ListenerTLS) (*tls.Config, *certSet, error) {
-	set, err := newCertSet(t)
+func gatewayTLSConfig(t *config.ListenerTLS, log *slog.Logger) (*tls.Config, *certSet, error) {
+	set, err := newCertSet(t, log)
 	if err != nil {
 		return nil, nil, err
 	}
 	tc := &tls.Config{
 		GetCertificate: set.get,
 		MinVersion:     tls.VersionTLS12,
+		// TLS 1.2 with ECDHE and AEAD ciphers only (docs/engines.md); Go's
+		// defaults also take AES-CBC with SHA-1.
+		CipherSuites: gatewaySuites,
 		// HTTP/2 first, as browsers and gRPC clients prefer it.
 		NextProtos: []string{"h2", "http/1.1"},
 	}
@@ -156,6 +240,14 @@ func gatewayTLSConfig(t *config.ListenerTLS) (*tls.Config, *certSet, error) {
 	case config.ClientAuthRequest:
 		tc.ClientAuth = tls.VerifyClientCertIfGiven
 	}
+	if t.ClientCAPath != "" {
+		// A copy: net/http writes to the listener's own when it serves.
+		set.ca = &caReloader{path: t.ClientCAPath, base: tc.Clone(), log: log}
+		if err := set.ca.reload(); err != nil {
+			return nil, nil, fmt.Errorf("server.tls.client_ca: %w", err)
+		}
+		tc.GetConfigForClient = set.ca.configFor
+	}
 	return tc, set, nil
 }
 
@@ -167,7 +259,7 @@ func (s *server) serveTLS() error {
 	if !s.srv.TLS.On() {
 		return nil
 	}
-	tc, set, err := gatewayTLSConfig(&s.srv.TLS)
+	tc, set, err := gatewayTLSConfig(&s.srv.TLS, s.log)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -158,7 +158,9 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 		so.ExtraOptions = append(so.ExtraOptions, grpc.UnaryInterceptor(s.stats.UnaryInterceptor()))
 	}
 	if set.TLS.On() {
-		tc, err := set.TLS.Config()
+		t := set.TLS
+		t.Log = r.log
+		tc, err := t.Config()
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.name, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -399,7 +400,9 @@ func (s *server) listen(stdout io.Writer) error {
 		WriteTimeout:      t.Write,
 		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Its lines (a failed TLS handshake, for one) are a client's to
+		// cause: held back to one a second, as the log package's are.
+		ErrorLog: log.New(newStdLogWriter(s.log, time.Now), "", 0),
 		// The gateway watches a waiting request's connection for its
 		// client leaving (also as the edge engine's Fallback).
 		ConnContext: gateway.ConnContext,
@@ -798,6 +801,7 @@ func adminListenerTLS(cfgPath string, a *config.Admin) TLS {
 // certificate read again when it changes.
 func (s *server) adminTLS(ln net.Listener) (net.Listener, string, error) {
 	t := adminListenerTLS(s.cfg.Config, &s.srv.Admin)
+	t.Log = s.log
 	if !t.On() {
 		return ln, "http", nil
 	}

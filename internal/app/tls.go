@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"sync"
@@ -21,6 +22,9 @@ type TLS struct {
 	// Source names these settings in errors ("grpc_tls_cert",
 	// "GRPC_SERVER_TLS_*").
 	Source string
+	// Log, when set, is told of changed files that do not load (the last
+	// good certificate stays in use), once per problem.
+	Log *slog.Logger
 }
 
 // On reports whether the listener takes TLS.
@@ -43,7 +47,7 @@ func (t TLS) config() (*tls.Config, error) {
 	if t.Cert == "" || t.Key == "" {
 		return nil, fmt.Errorf("a certificate and its key go together (got %q and %q)", t.Cert, t.Key)
 	}
-	cr := &certReloader{cert: t.Cert, key: t.Key}
+	cr := &certReloader{cert: t.Cert, key: t.Key, log: t.Log, source: t.Source}
 	if _, err := cr.load(); err != nil {
 		return nil, err
 	}
@@ -71,14 +75,19 @@ func (t TLS) config() (*tls.Config, error) {
 }
 
 // certReloader serves a certificate from files, read again when they
-// change (looked at no more than once a second).
+// change (looked at no more than once a second). A pair that does not
+// load, or that expired while the one served has not, leaves the one
+// served in use, and is logged (with log) once until the files load.
 type certReloader struct {
 	cert, key string
+	log       *slog.Logger
+	source    string // names the setting in the log
 
 	mu      sync.Mutex // guards the fields below
 	current *tls.Certificate
 	stamp   [2]time.Time
 	checked time.Time
+	failed  string // the error last logged, "" once the files load
 }
 
 func (c *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -88,8 +97,16 @@ func (c *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		return c.current, nil
 	}
 	c.checked = time.Now()
-	if cert, err := c.loadLocked(); err == nil {
+	cert, err := c.loadLocked()
+	if err == nil {
+		c.failed = ""
 		return cert, nil
+	}
+	if msg := err.Error(); msg != c.failed {
+		c.failed = msg
+		if c.log != nil {
+			c.log.Error("TLS certificate: the files do not load; the last good certificate stays", "setting", c.source, "err", err)
+		}
 	}
 	return c.current, nil
 }
@@ -117,6 +134,15 @@ func (c *certReloader) loadLocked() (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
+	if now := time.Now(); c.current != nil && expired(&pair, now) && !expired(c.current, now) {
+		return nil, fmt.Errorf("%s: the certificate expired at %s; the one served has not",
+			c.cert, pair.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
 	c.current, c.stamp = &pair, stamp
 	return c.current, nil
+}
+
+// expired reports whether the leaf of c is past its NotAfter at now.
+func expired(c *tls.Certificate, now time.Time) bool {
+	return c.Leaf != nil && now.After(c.Leaf.NotAfter)
 }
