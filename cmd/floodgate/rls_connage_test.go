@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,53 +21,20 @@ import (
 // start and then end the process with a panic at the first gRPC
 // connection, as it did.
 func TestRLSRefusesAConnectionAgeItCannotServe(t *testing.T) {
-	bin, err := os.Executable() // this test binary, which runs main (TestMain)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, age := range []string{"-1s", "5ns"} {
 		t.Run(age, func(t *testing.T) {
 			dir := t.TempDir()
 			writeRuntime(t, dir, map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"})
 			_, env := envOf(rlsEnvFor(dir, map[string]string{"BACKEND_TYPE": "memory", "GRPC_MAX_CONNECTION_AGE": age}))
-			env = append(env, runMainEnv+"=1", "PATH="+os.Getenv("PATH"))
-
-			check := exec.Command(bin, "rls", "--check")
-			check.Env = env
-			checkOut, checkErr := check.CombinedOutput()
-
-			cmd := exec.Command(bin, "rls")
-			cmd.Env = env
-			out, err := cmd.StdoutPipe()
+			bin, err := os.Executable() // this test binary, which runs main (TestMain)
 			if err != nil {
 				t.Fatal(err)
 			}
-			stderr := &lockedBuffer{}
-			cmd.Stderr = stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			defer func() {
-				select {
-				case err := <-done:
-					done <- err
-				default:
-					_ = cmd.Process.Kill()
-					<-done
-				}
-			}()
-			grpcRe := regexp.MustCompile(`^floodgate rls: gRPC .* on (\S+)$`)
-			found := make(chan string, 1)
-			go func() {
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					if m := grpcRe.FindStringSubmatch(sc.Text()); m != nil {
-						found <- m[1]
-					}
-				}
-			}()
+			check := exec.Command(bin, "rls", "--check")
+			check.Env = append(env, runMainEnv+"=1", "PATH="+os.Getenv("PATH"))
+			checkOut, checkErr := check.CombinedOutput()
+
+			_, done, stderr, found := rlsCommand(t, env, `^floodgate rls: gRPC .* on (\S+)$`)
 			var addr string
 			select {
 			case addr = <-found:

@@ -22,46 +22,12 @@ import (
 func TestRLSReloadsOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	writeRuntime(t, dir, map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"})
-	bin, err := os.Executable() // this test binary, which runs main (TestMain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "rls")
 	_, env := envOf(rlsEnvFor(dir, nil))
-	cmd.Env = append(env, runMainEnv+"=1", "PATH="+os.Getenv("PATH"))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		select {
-		case err := <-done:
-			done <- err
-		default:
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-	debugRe := regexp.MustCompile(`^floodgate rls: debug .* on (\S+)$`)
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if m := debugRe.FindStringSubmatch(sc.Text()); m != nil {
-				found <- "http://" + m[1]
-			}
-		}
-	}()
+	cmd, done, stderr, lines := rlsCommand(t, env, `^floodgate rls: debug .* on (\S+)$`)
 	var debug string
 	select {
-	case debug = <-found:
+	case addr := <-lines:
+		debug = "http://" + addr
 	case err := <-done:
 		t.Fatalf("floodgate rls ended before it served: %v\n%s", err, stderr.String())
 	case <-time.After(30 * time.Second):
@@ -105,4 +71,53 @@ func TestRLSReloadsOnSIGHUP(t *testing.T) {
 	}
 
 	termExits0(t, cmd, done, "floodgate rls after SIGHUP")
+}
+
+// rlsCommand runs floodgate rls as a process of its own (this test binary,
+// which runs main) with env, killed when the test ends if it still runs.
+// It returns the command, its end (put back by whoever takes it, so that
+// the cleanup sees it), its standard error, and the first group of every
+// line of its standard output that matches line.
+func rlsCommand(t *testing.T, env []string, line string, args ...string) (*exec.Cmd, chan error, *lockedBuffer, <-chan string) {
+	t.Helper()
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"rls"}, args...)...)
+	cmd.Env = append(env, runMainEnv+"=1", "PATH="+os.Getenv("PATH"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case err := <-done:
+			done <- err
+		default:
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	re := regexp.MustCompile(line)
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case lines <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	return cmd, done, stderr, lines
 }
