@@ -554,7 +554,9 @@ func (l *Limiter) step(ctx context.Context, op storeOp, hits []Hit, out []floodg
 		c, o, err := l.callStore(ctx, op, hits, out, nil, nil)
 		r.StoreLatency += c.latency
 		if o != answered || probe || c.end >= 0 || !l.breaker.quiet() {
-			l.judge(c, o, probe) // else a success that changes nothing
+			l.judge(c, o, probe)
+		} else {
+			l.retryUnreleased() // a success that changes nothing else
 		}
 		switch {
 		case err == nil:
