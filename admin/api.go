@@ -435,6 +435,7 @@ func (a *API) updateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 		// Called again on a newer record when another instance changed the
 		// key meanwhile: the detail is what this call changes on that one.
 		clear(detail)
+		was := *rec
 		if b.Plan != "" && b.Plan != rec.Plan {
 			detail["plan"] = []string{rec.Plan, b.Plan}
 			rec.Plan = b.Plan
@@ -454,7 +455,8 @@ func (a *API) updateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 			rec.Disabled = *b.Disabled
 		}
 		// The store checks the same; here a refusal is the caller's fault.
-		o := policy.KeyOptions{Rate: rec.Rate, Burst: rec.Burst, Quota: rec.Quota, Generation: rec.Generation}
+		o := policy.KeyOptions{Rate: rec.Rate, Burst: rec.Burst, Quota: rec.Quota, Generation: rec.Generation,
+			KeepOwn: rec.Plan == was.Plan && rec.Rate == was.Rate && rec.Burst == was.Burst && rec.Quota == was.Quota}
 		if _, err := a.o.Policy().NewKey(rec.Name, rec.Plan, o); err != nil {
 			return errorf(http.StatusBadRequest, "%v", err)
 		}
@@ -613,7 +615,8 @@ func (a *API) Resolve(name string) (*policy.Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.NewKey(rec.Name, rec.Plan, policy.KeyOptions{Rate: rec.Rate, Burst: rec.Burst, Quota: rec.Quota, Generation: rec.Generation})
+	return p.NewKey(rec.Name, rec.Plan, policy.KeyOptions{Rate: rec.Rate, Burst: rec.Burst, Quota: rec.Quota, Generation: rec.Generation,
+		KeepOwn: true})
 }
 
 // KeyUsage returns the usage of each limit of the key's plan.

@@ -137,7 +137,7 @@ func (s *Store) resolve(sn *snapshot, e *entry, p *policy.Policy) *policy.Key {
 	if _, shadowed := p.FileKey(e.rec.Name); shadowed {
 		return nil
 	}
-	k, err := p.NewKey(e.rec.Name, e.rec.Plan, options(e.rec))
+	k, err := p.NewKey(e.rec.Name, e.rec.Plan, serving(e.rec))
 	if err != nil {
 		return nil
 	}
@@ -153,6 +153,15 @@ func (s *Store) signal() {
 
 func options(r *Record) policy.KeyOptions {
 	return policy.KeyOptions{Rate: r.Rate, Burst: r.Burst, Quota: r.Quota, Generation: r.Generation}
+}
+
+// serving is options for a key in use: its own rate, burst or quota is
+// left out when a reload took that limit from its plan (the key keeps
+// working under the plan), where a change asking for one is refused.
+func serving(r *Record) policy.KeyOptions {
+	o := options(r)
+	o.KeepOwn = true
+	return o
 }
 
 // rebuild makes a new snapshot of s.recs against the current policy.
@@ -175,7 +184,7 @@ func (s *Store) rebuild() {
 			s.log.Warn("keystore: key refused: the policy file has a key of the same name", "key", r.Name)
 			continue
 		}
-		k, err := p.NewKey(r.Name, r.Plan, options(&r))
+		k, err := p.NewKey(r.Name, r.Plan, serving(&r))
 		if err != nil {
 			s.log.Warn("keystore: key not usable with this policy", "key", r.Name, "err", err)
 			continue
@@ -364,7 +373,9 @@ func (s *Store) change(ctx context.Context, name string, f func(cur *Record) (Re
 // longer counts toward server.admin.max_keys. A key that is not revoked is
 // ErrNotRevoked: revoke it first. Its counters are left to expire: a key
 // made again under its name counts where it did (its quota used so far),
-// as only a reset starts a key's counts afresh.
+// as only a reset starts a key's counts afresh. A reset's count is in the
+// record Delete removes: a key that was reset counts, made again, where
+// it counted before its first reset.
 func (s *Store) Delete(ctx context.Context, name string) error {
 	_, err := s.apply(ctx, name, func(cur *Record) (*Record, error) {
 		if !cur.Revoked {
@@ -465,7 +476,12 @@ func (s *Store) Update(ctx context.Context, name string, f func(r *Record) error
 			return Record{}, err
 		}
 		if !r.Revoked {
-			if _, err := s.o.Policy().NewKey(r.Name, r.Plan, options(&r)); err != nil {
+			// A change that leaves the plan and the key's own limits as
+			// they were (a rotation, a reset, a disable) is not refused for
+			// an own limit a reload took from the plan.
+			o := options(&r)
+			o.KeepOwn = r.Plan == cur.Plan && r.Rate == cur.Rate && r.Burst == cur.Burst && r.Quota == cur.Quota
+			if _, err := s.o.Policy().NewKey(r.Name, r.Plan, o); err != nil {
 				return Record{}, err
 			}
 		}

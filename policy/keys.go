@@ -69,6 +69,10 @@ type KeyOptions struct {
 	// Generation counts the resets of the key's counters: each one counts
 	// the key afresh, under a new counter key.
 	Generation int
+	// KeepOwn leaves out a rate, burst or quota the plan has no limit for
+	// (a reload took it from the plan) instead of refusing the key: a key
+	// that is already in use keeps working under its plan as it is now.
+	KeepOwn bool
 }
 
 // ErrUnknownPlan reports a key whose plan the policy does not have.
@@ -106,10 +110,10 @@ func (p *Policy) NewKey(name, planName string, o KeyOptions) (*Key, error) {
 		}
 		quota = q
 	}
-	if (o.Rate > 0 || o.Burst > 0) && rate == nil {
+	if (o.Rate > 0 || o.Burst > 0) && rate == nil && !o.KeepOwn {
 		return nil, fmt.Errorf("policy: key %q: plan %q has no rate to change", name, planName)
 	}
-	if o.Quota > 0 && quota == nil {
+	if o.Quota > 0 && quota == nil && !o.KeepOwn {
 		return nil, fmt.Errorf("policy: key %q: plan %q has no quota to change", name, planName)
 	}
 	return newKey(name, pl, rate, quota, o.Generation), nil
