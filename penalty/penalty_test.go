@@ -544,16 +544,8 @@ func TestMemoryOffenceFlood(t *testing.T) {
 // of offence counters in Redis, however long their window, and offences
 // are still counted to a ban afterwards.
 func TestRedisOffencesBounded(t *testing.T) {
-	srv := redistest.Start(t)
-	c, err := redisconn.Open("redis://" + srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const bound = 100
-	be := NewRedis(c, bound)
-	r := flood
-	r.After, r.Within = 3, time.Hour
+	be, r := redisBox(t, bound)
 	ctx := context.Background()
 	for i := range 10 * bound {
 		if _, err := be.Offend(ctx, &r, fmt.Sprintf("?%032x", i)); err != nil {
@@ -564,7 +556,7 @@ func TestRedisOffencesBounded(t *testing.T) {
 		t.Helper()
 		n, cursor := 0, uint64(0)
 		for {
-			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(redisOffences+"*").Count(1000).Build()).AsScanEntry()
+			e, err := be.c.Do(ctx, be.c.B().Scan().Cursor(cursor).Match(redisOffences+"*").Count(1000).Build()).AsScanEntry()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -597,16 +589,8 @@ func TestRedisOffencesBounded(t *testing.T) {
 // reset the counter of a key one offence from its ban: the counters
 // holding the fewest offences go first, not the oldest.
 func TestRedisOffenceFloodKeepsNearBan(t *testing.T) {
-	srv := redistest.Start(t)
-	c, err := redisconn.Open("redis://" + srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const bound = 100
-	be := NewRedis(c, bound)
-	r := flood
-	r.After, r.Within = 3, time.Hour
+	be, r := redisBox(t, bound)
 	ctx := context.Background()
 	offend := func(key string) *Ban {
 		t.Helper()
@@ -967,4 +951,20 @@ func TestBanNotHeldByRead(t *testing.T) {
 	if _, _, banned := box.Banned("ip:10.0.0.1", "", ""); banned {
 		t.Error("a lifted ban is in force")
 	}
+}
+
+// redisBox is a Redis backend on a redis-server of its own that keeps at
+// most bound offence counters, and the flood rule counting 3 offences an
+// hour to a ban.
+func redisBox(t *testing.T, bound int) (*Redis, config.Ban) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c, err := redisconn.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	r := flood
+	r.After, r.Within = 3, time.Hour
+	return NewRedis(c, bound), r
 }
