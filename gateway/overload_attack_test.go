@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -774,9 +775,7 @@ func TestOverloadLowestTiersNeverStarve(t *testing.T) {
 // never holding more than its backlog.
 func TestOverloadTenantFullDisplacesNothing(t *testing.T) {
 	forFronts(t, allFronts, func(t *testing.T, front string) {
-		u := newHolding()
-		obs := &shedReasons{}
-		src := "server:\n  trusted_proxies: [127.0.0.1/32]\n" + overloadPolicy(`
+		h := startHeldFront(t, front, "server:\n  trusted_proxies: [127.0.0.1/32]\n"+overloadPolicy(`
 limit: 1
 tier_header: X-Priority
 tiers:
@@ -784,57 +783,32 @@ tiers:
   - {name: default}
   - {name: sheddable}
 tenant: header:X-Tenant
-queue: {size: 2, per_tenant: 1, max_wait: 30s}`)
-		p := compilePolicy(t, "overload.yaml", src)
-		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t), Observer: obs}, u.ServeHTTP)
-		var wg sync.WaitGroup
-		var release sync.Once
-		defer func() { // also when the test stops early
-			release.Do(func() { close(u.release) })
-			wg.Wait()
-		}()
-		var mu sync.Mutex
-		answers := map[string]int{}
-		send := func(who, tier, tenant string) {
-			wg.Go(func() {
-				a, err := get(c, t.Context(), base+"/x", "X-Priority", tier, "X-Tenant", tenant, "X-Who", who)
-				if err != nil {
-					t.Error(err)
-				}
-				mu.Lock()
-				answers[who] = a.status
-				mu.Unlock()
-			})
-		}
+queue: {size: 2, per_tenant: 1, max_wait: 30s}`))
+		send := func(who, tier, tenant string) { h.send(t, who, "X-Priority", tier, "X-Tenant", tenant) }
 		send("held", "sheddable", "holder")
-		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		pollUntil(t, "1 in flight", func() bool { return h.u.now.Load() == 1 })
 		send("victim", "sheddable", "victim")
-		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
+		pollUntil(t, "1 queued", func() bool { return overloadState(h.g).Queued == 1 })
 		send("c1", "critical", "attacker")
-		pollUntil(t, "2 queued", func() bool { return overloadState(g).Queued == 2 })
+		pollUntil(t, "2 queued", func() bool { return overloadState(h.g).Queued == 2 })
 		// The queue is full and the attacker's backlog too: its next
 		// critical request is refused for its backlog, and takes nobody's
 		// place.
-		a, err := get(c, t.Context(), base+"/x", "X-Priority", "critical", "X-Tenant", "attacker", "X-Who", "c2")
+		a, err := get(h.c, t.Context(), h.base+"/x", "X-Priority", "critical", "X-Tenant", "attacker", "X-Who", "c2")
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkShed(t, a, "30")
-		if got := obs.get(ShedTenantFull); got != 1 {
+		if got := h.obs.get(ShedTenantFull); got != 1 {
 			t.Errorf("%d refused as tenant_full, want 1", got)
 		}
-		if got := obs.get(ShedDisplaced); got != 0 {
+		if got := h.obs.get(ShedDisplaced); got != 0 {
 			t.Errorf("%d waiters displaced by a request refused for its own backlog, want 0", got)
 		}
-		if s := overloadState(g); s.Queued != 2 || s.Inflight != 1 {
+		if s := overloadState(h.g); s.Queued != 2 || s.Inflight != 1 {
 			t.Errorf("state %+v, want 1 in flight and 2 queued", s)
 		}
-		release.Do(func() { close(u.release) })
-		wg.Wait()
+		answers := h.release()
 		for who, code := range map[string]int{"held": 200, "victim": 200, "c1": 200} {
 			if answers[who] != code {
 				t.Errorf("%s: status %d, want %d (all: %v)", who, answers[who], code, answers)
@@ -851,8 +825,6 @@ queue: {size: 2, per_tenant: 1, max_wait: 30s}`)
 // ahead of a real key's request.
 func TestOverloadUnknownKeysAreNoTenants(t *testing.T) {
 	forFronts(t, allFronts, func(t *testing.T, front string) {
-		u := newHolding()
-		obs := &shedReasons{}
 		src := `
 server:
   api_key_header: x-api-key
@@ -866,56 +838,91 @@ limit: 1
 tiers: [{name: default}]
 tenant: api_key
 queue: {size: 3, per_tenant: 1, max_wait: 30s}`)
-		p := compilePolicy(t, "overload.yaml", src)
-		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t), Observer: obs}, u.ServeHTTP)
-		var wg sync.WaitGroup
-		var release sync.Once
-		defer func() { // also when the test stops early
-			release.Do(func() { close(u.release) })
-			wg.Wait()
-		}()
-		var mu sync.Mutex
-		answers := map[string]int{}
-		send := func(who, key string) {
-			wg.Go(func() {
-				a, err := get(c, t.Context(), base+"/x", "x-api-key", key, "X-Who", who)
-				if err != nil {
-					t.Error(err)
-				}
-				mu.Lock()
-				answers[who] = a.status
-				mu.Unlock()
-			})
-		}
-		send("held", "secret")
-		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		h := startHeldFront(t, front, src)
+		h.send(t, "held", "x-api-key", "secret")
+		pollUntil(t, "1 in flight", func() bool { return h.u.now.Load() == 1 })
 		// The attacker: three requests, each with a key of its own making.
 		for i := range 3 {
-			send(fmt.Sprintf("guess%d", i), fmt.Sprintf("made-up-%d", i))
+			h.send(t, fmt.Sprintf("guess%d", i), "x-api-key", fmt.Sprintf("made-up-%d", i))
 		}
 		pollUntil(t, "the attacker's requests queued or refused", func() bool {
-			return overloadState(g).Queued+obs.get(ShedTenantFull)+obs.get(ShedQueueFull) == 3
+			return overloadState(h.g).Queued+h.obs.get(ShedTenantFull)+h.obs.get(ShedQueueFull) == 3
 		})
-		if s := overloadState(g); s.Queued != 1 || obs.get(ShedTenantFull) != 2 {
+		if s := overloadState(h.g); s.Queued != 1 || h.obs.get(ShedTenantFull) != 2 {
 			t.Errorf("made-up keys: %d queued, %d refused as tenant_full; want 1 and 2 (one backlog, per_tenant 1)",
-				s.Queued, obs.get(ShedTenantFull))
+				s.Queued, h.obs.get(ShedTenantFull))
 		}
 		// A real key's request finds a place in the queue.
-		send("victim", "beta-secret")
+		h.send(t, "victim", "x-api-key", "beta-secret")
 		pollUntil(t, "the victim queued or refused", func() bool {
-			mu.Lock()
-			_, done := answers["victim"]
-			mu.Unlock()
-			return done || overloadState(g).Queued == 2
+			_, done := h.status("victim")
+			return done || overloadState(h.g).Queued == 2
 		})
-		release.Do(func() { close(u.release) })
-		wg.Wait()
+		answers := h.release()
 		if answers["victim"] != http.StatusOK {
-			t.Errorf("the real key's request: status %d, want 200 (all: %v; %d shed as queue_full)", answers["victim"], answers, obs.get(ShedQueueFull))
+			t.Errorf("the real key's request: status %d, want 200 (all: %v; %d shed as queue_full)", answers["victim"], answers, h.obs.get(ShedQueueFull))
 		}
 	})
+}
+
+// heldFront is a front under an overload policy over an upstream that
+// holds every request until released; the requests sent in the
+// background keep their statuses by name.
+type heldFront struct {
+	g    *Gateway
+	base string
+	c    *http.Client
+	u    *holdingUpstream
+	obs  *shedReasons
+
+	wg      sync.WaitGroup
+	once    sync.Once
+	mu      sync.Mutex // guards answers
+	answers map[string]int
+}
+
+// startHeldFront starts front with the policy src; the held requests
+// are let go when the test ends, if it has not done so.
+func startHeldFront(t *testing.T, front, src string) *heldFront {
+	t.Helper()
+	h := &heldFront{u: newHolding(), obs: &shedReasons{}, answers: map[string]int{}}
+	pm, err := NewPolicyMatcher(Fixed(compilePolicy(t, "overload.yaml", src)), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.g, h.base, h.c = startFront(t, front, Options{Matcher: pm, Engine: memEngine(t), Observer: h.obs}, h.u.ServeHTTP)
+	t.Cleanup(func() { h.release() })
+	return h
+}
+
+// send makes a request in the background with the header fields kv
+// (name, value ...), its status kept as who's.
+func (h *heldFront) send(t *testing.T, who string, kv ...string) {
+	h.wg.Go(func() {
+		a, err := get(h.c, t.Context(), h.base+"/x", append(kv, "X-Who", who)...)
+		if err != nil {
+			t.Error(err)
+		}
+		h.mu.Lock()
+		h.answers[who] = a.status
+		h.mu.Unlock()
+	})
+}
+
+// status returns who's status, and whether its answer came.
+func (h *heldFront) status(who string) (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st, ok := h.answers[who]
+	return st, ok
+}
+
+// release lets the held requests go, waits for every answer and returns
+// the statuses by name.
+func (h *heldFront) release() map[string]int {
+	h.once.Do(func() { close(h.u.release) })
+	h.wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.answers)
 }
