@@ -256,7 +256,10 @@ func (er *ExplainRequest) HTTPRequest(ctx context.Context) (*http.Request, Expla
 	r.Host = er.Host
 	r.RemoteAddr = netip.AddrPortFrom(addr, 50000).String()
 	for k, v := range er.Headers {
-		r.Header.Set(k, v)
+		// Add: two spellings of one name are two lines of the field, as
+		// the gateway would receive them (and refuse them where it reads
+		// the field for who sends the request).
+		r.Header.Add(k, v)
 	}
 	return r, ExplainOptions{KeyName: er.KeyName}, nil
 }

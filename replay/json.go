@@ -87,6 +87,7 @@ func (p *jsonParser) parse(line []byte, rec *Record) error {
 	if !haveTime {
 		return errors.New("no time field")
 	}
+	rec.Refused = rec.Status == http.StatusBadRequest && rec.undecided && !rec.routed
 	return nil
 }
 
@@ -132,6 +133,9 @@ func (p *jsonParser) setString(rec *Record, key, v []byte) error {
 				rec.Logged = LoggedAllow
 			}
 		}
+		rec.undecided = d == accesslog.None
+	case accesslog.FieldRoute:
+		rec.routed = len(v) > 0
 	case accesslog.FieldStatus, accesslog.FieldDuration:
 		// A number written as a string.
 		return p.setNumber(rec, key, v)

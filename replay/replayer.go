@@ -41,7 +41,11 @@ type Replayer struct {
 	hdr   http.Header
 	cur   *gateway.Handled // the request decided last, when it ended at once
 	out   Outcome
-	ck    *checker // of Check
+	// none and noneRes are the outcome of a request refused before any
+	// limit (Record.Refused).
+	none    gateway.Match
+	noneRes limiter.Result
+	ck      *checker // of Check
 }
 
 // Outcome is the replay's decision on one request. It is valid until the
@@ -174,8 +178,14 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 		r.cur.Done(0)
 		r.cur = nil
 	}
-	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Hold: true})
 	o := &r.out
+	if rec.Refused {
+		// Refused before any limit: nothing was charged.
+		r.none = gateway.Match{}
+		*o = Outcome{Match: &r.none, Result: &r.noneRes}
+		return o
+	}
+	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Hold: true})
 	*o = Outcome{Denied: h.Status == http.StatusTooManyRequests, Forbidden: h.Status == http.StatusForbidden,
 		Err: h.Err, Match: h.Match, Result: h.Result}
 	if !h.Held {

@@ -32,23 +32,24 @@ own state at POST /v1/explain on the admin listener.
 flags:
 `
 
-// headerFlags are repeated "Name: value" flags.
-type headerFlags map[string]string
+// headerFlags are repeated "Name: value" flags, one line each: a name
+// given twice is a field of two lines, as the gateway would receive it.
+type headerFlags [][2]string
 
-func (h headerFlags) String() string { return fmt.Sprint(map[string]string(h)) }
+func (h *headerFlags) String() string { return fmt.Sprint([][2]string(*h)) }
 
-func (h headerFlags) Set(v string) error {
+func (h *headerFlags) Set(v string) error {
 	name, value, ok := strings.Cut(v, ":")
 	if !ok || strings.TrimSpace(name) == "" {
 		return fmt.Errorf("want Name: value, got %q", v)
 	}
-	h[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	*h = append(*h, [2]string{strings.TrimSpace(name), strings.TrimSpace(value)})
 	return nil
 }
 
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var er gateway.ExplainRequest
-	hdr := headerFlags{}
+	var hdr headerFlags
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -64,7 +65,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&er.Host, "host", "", "the request's Host")
 	fs.StringVar(&er.IP, "ip", "127.0.0.1", "the address the request comes from")
 	fs.StringVar(&er.KeyName, "key-name", "", `the API key by its name, as the access log shows it (or "?" and a hash prefix)`)
-	fs.Var(hdr, "header", `a request header, "Name: value" (repeat for several)`)
+	fs.Var(&hdr, "header", `a request header, "Name: value" (repeat for several)`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -82,9 +83,8 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if *key != "" {
-		hdr[p.Server().APIKeyHeader] = *key
+		hdr = append(hdr, [2]string{p.Server().APIKeyHeader, *key})
 	}
-	er.Headers = hdr
 	url := "memory"
 	if *storeURL != "" {
 		url = *storeURL
@@ -99,13 +99,16 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("explain: %w", err)
 	}
 	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, limiter.Options{Timeout: time.Second}),
-		Fields: gateway.FieldOptions(p.Server().Headers)})
+		Fields: gateway.FieldOptions(p.Server().Headers), MethodOverride: gateway.MethodOverrideOf(p.Server().MethodOverride)})
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)
 	}
 	r, o, err := er.HTTPRequest(ctx)
 	if err != nil {
 		return usagef("explain: %v", err)
+	}
+	for _, f := range hdr {
+		r.Header.Add(f[0], f[1])
 	}
 	e, err := g.Explain(ctx, r, o)
 	if err != nil {

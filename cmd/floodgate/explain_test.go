@@ -369,3 +369,103 @@ func TestExplainTakesAdminToken(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainCLIMethodOverride: floodgate explain decides a request with a
+// method override header as the gateway of the same policy does, under
+// server.method_override honor (the limit of the named method applies)
+// and reject (400).
+func TestExplainCLIMethodOverride(t *testing.T) {
+	up := replayUpstream(t)
+	for _, mode := range []string{"honor", "reject"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "mo.yaml")
+			body := fmt.Sprintf(`version: 1
+server:
+  method_override: %s
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: %s}
+limits:
+  - {name: posts, rate: 1, per: 1h, burst: 1, key: client_ip, match: {methods: [POST]}, scope: global}
+`, mode, up.URL)
+			if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			if err := run(context.Background(), []string{"explain", "--config", cfg, "--path", "/x", "--json",
+				"--header", "X-HTTP-Method-Override: POST"}, &out, &errb); err != nil {
+				t.Fatalf("%v\n%s", err, errb.String())
+			}
+			var e gateway.Explanation
+			if err := json.Unmarshal(out.Bytes(), &e); err != nil {
+				t.Fatal(err)
+			}
+			gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+			code, _, _ := get(t, gw+"/x", "X-HTTP-Method-Override", "POST")
+			switch mode {
+			case "honor":
+				if code != 200 {
+					t.Fatalf("gateway: first request %d", code)
+				}
+				if code, _, _ := get(t, gw+"/x", "X-HTTP-Method-Override", "POST"); code != 429 {
+					t.Fatalf("gateway: the second request under the POST limit got %d", code)
+				}
+				if e.Binding != "posts" || !e.Answer.Forwarded {
+					t.Errorf("explain: binding %q answer %+v; the gateway counts the request under posts", e.Binding, e.Answer)
+				}
+			case "reject":
+				if code != 400 {
+					t.Fatalf("gateway: %d", code)
+				}
+				if e.Answer.Status != 400 || e.Answer.Forwarded {
+					t.Errorf("explain: answer %+v; the gateway answers 400", e.Answer)
+				}
+			}
+		})
+	}
+}
+
+// TestExplainRepeatedKeyedHeader: a request carrying a field a limit
+// counts by twice is refused 400 by the gateway; POST /v1/explain (the
+// field under two spellings of its name) and floodgate explain (the
+// --header flag repeated) give the same answer, not a count under one of
+// the two lines.
+func TestExplainRepeatedKeyedHeader(t *testing.T) {
+	up := replayUpstream(t)
+	cfg := writeExplainPolicy(t, up.URL)
+	gw, admin, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	req, _ := http.NewRequest("POST", gw+"/login", nil)
+	req.Header["X-Tenant"] = []string{"a", "b"}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("gateway: %d", resp.StatusCode)
+	}
+	for i := range 4 { // a map's order must not decide
+		r := postExplain(t, admin, `{"method":"POST","path":"/login","headers":{"X-Tenant":"a","x-tenant":"b"}}`)
+		var e gateway.Explanation
+		err := json.NewDecoder(r.Body).Decode(&e)
+		r.Body.Close()
+		if err != nil || r.StatusCode != 200 {
+			t.Fatalf("POST /v1/explain: %d %v", r.StatusCode, err)
+		}
+		if e.Answer.Status != 400 || e.Answer.Forwarded {
+			t.Fatalf("POST /v1/explain %d: answer %+v, binding %q; the gateway answers 400", i, e.Answer, e.Binding)
+		}
+	}
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"explain", "--json", "--config", cfg, "--method", "POST", "--path", "/login",
+		"--header", "X-Tenant: a", "--header", "X-Tenant: b"}, &out, &errb); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	var e gateway.Explanation
+	if err := json.Unmarshal(out.Bytes(), &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.Answer.Status != 400 || e.Answer.Forwarded {
+		t.Errorf("floodgate explain: answer %+v, binding %q; the gateway answers 400", e.Answer, e.Binding)
+	}
+}

@@ -393,3 +393,64 @@ func checkCompare(t *testing.T, cfg, logPath string) {
 		t.Errorf("--fail-above %d: %v", r.Compare.Flips-1, err)
 	}
 }
+
+// TestReplayRefusedBeforeLimits: requests the gateway refuses with 400
+// before any limit (here an API key field sent twice, which the log cannot
+// show) charge nothing live; the replay of the gateway's log charges them
+// nothing either, so it decides the requests after them as the gateway
+// did.
+func TestReplayRefusedBeforeLimits(t *testing.T) {
+	dir := t.TempDir()
+	up := replayUpstream(t)
+	cfg := filepath.Join(dir, "policy.yaml")
+	pol := fmt.Sprintf(`version: 1
+routes:
+  - {name: api, match: {paths: ["/api/**"]}, upstream: %s}
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 3, key: client_ip, scope: global}
+`, up.URL)
+	if err := os.WriteFile(cfg, []byte(pol), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "access.log")
+	gw, _, stop, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--log-level", "error", "--access-log", logPath)
+	send := func(twice bool) int {
+		req, _ := http.NewRequest("GET", gw+"/api/x", nil)
+		if twice {
+			req.Header["X-Api-Key"] = []string{"a", "b"}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 3 {
+		if code := send(true); code != 400 {
+			t.Fatalf("repeated key %d: %d", i, code)
+		}
+	}
+	for i := range 3 {
+		if code := send(false); code != 200 {
+			t.Fatalf("request %d: %d", i, code)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runReplayJSON(t, "--config", cfg, "--log", logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := r.Agreement
+	if a == nil || a.Matched != a.Compared || a.ReplayDenied != 0 {
+		t.Errorf("agreement with the log: %+v", a)
+	}
+	for _, l := range r.Limits {
+		if l.Name == "per-ip" && (l.Seen != 3 || l.Denied != 0) {
+			t.Errorf("per-ip: seen %d, denied %d; live it saw the 3 requests that passed and denied none", l.Seen, l.Denied)
+		}
+	}
+}
