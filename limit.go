@@ -419,6 +419,12 @@ func (l *Limit) Problems() []*ParamError {
 		c.max()
 		if l.Window <= 0 {
 			c.fail(ParamWindow, 0, "window must be a positive duration, got %s", l.Window)
+		} else if l.Window%time.Microsecond != 0 {
+			// The Redis store keeps windows' boundaries in microseconds:
+			// a window of a fraction of one would end there at another
+			// instant than in process, and a limit decides alike on
+			// every store.
+			c.fail(ParamWindow, 0, "window must be a whole number of microseconds, got %s", l.Window)
 		}
 	case FamilyConcurrency:
 		c.max()
@@ -427,6 +433,8 @@ func (l *Limit) Problems() []*ParamError {
 			c.fail(ParamLeaseTTL, 0, "lease ttl must not be negative, got %s", l.LeaseTTL)
 		case l.LeaseTTL > MaxLeaseTTL:
 			c.fail(ParamLeaseTTL, 0, "lease ttl must be at most %s (about 73 years), got %s", MaxLeaseTTL, l.LeaseTTL)
+		case l.LeaseTTL%time.Microsecond != 0:
+			c.fail(ParamLeaseTTL, 0, "lease ttl must be a whole number of microseconds, got %s", l.LeaseTTL)
 		}
 	case FamilyQuota:
 		c.max()

@@ -181,6 +181,17 @@ func TestProblemsOncePerMistake(t *testing.T) {
 			[]string{"anchor_day: an anchor day needs a monthly period", "offset: offset must be between 0 and the limit 2, got 3"}},
 		{floodgate.Limit{Name: "w", Algorithm: floodgate.SlidingLog}, []string{
 			"limit: limit must be at least 1, got 0", "window: window must be a positive duration, got 0s"}},
+		// Windows and leases in whole microseconds, as the Redis store
+		// keeps their boundaries: a third of a second is refused there and
+		// so everywhere (in process it was exact, on Redis its reset 85 ns
+		// early and a request let through 8 ns before its window ended).
+		{floodgate.Limit{Name: "w", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Second / 3},
+			[]string{"window: window must be a whole number of microseconds, got 333.333333ms"}},
+		{floodgate.Limit{Name: "w", Algorithm: floodgate.SlidingWindow, Max: 5, Window: time.Second + 100},
+			[]string{"window: window must be a whole number of microseconds, got 1.0000001s"}},
+		{floodgate.Limit{Name: "c", Algorithm: floodgate.Concurrency, Max: 5, LeaseTTL: time.Second / 3},
+			[]string{"lease_ttl: lease ttl must be a whole number of microseconds, got 333.333333ms"}},
+		{floodgate.Limit{Name: "w", Algorithm: floodgate.SlidingLog, Max: 5, Window: 1500 * time.Microsecond}, nil},
 	} {
 		var got []string
 		for _, p := range tc.l.Problems() {

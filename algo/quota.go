@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"math"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -38,16 +39,25 @@ func QuotaPeriod(l *floodgate.Limit, now int64) (start, end int64) {
 		e = midnight(y, m, d+1, loc)
 	}
 	start, end = s.UnixNano(), e.UnixNano()
+	if e.After(lastInstant) {
+		// The period ends past the last instant int64 nanoseconds hold
+		// (2262-04-11): UnixNano would wrap around. It lasts to the end
+		// of representable time.
+		end = math.MaxInt64
+	}
 	// Never expected (midnight handles the zones that skip 00:00), but the
 	// period must contain now whatever the zone database says.
 	if start > now {
 		start = now
 	}
-	if end <= now {
+	if end <= now && now < math.MaxInt64 {
 		end = now + 1
 	}
 	return start, end
 }
+
+// lastInstant is the last instant Unix nanoseconds in an int64 hold.
+var lastInstant = time.Unix(0, math.MaxInt64)
 
 // anchorDate returns 00:00 local on the anchor day of month m of year y (m
 // may be out of 1..12 and is normalized), clamped to the month's last day.
@@ -87,6 +97,9 @@ func (p *Params) quotaLimit(start int64) int64 {
 // B = the period's start, C = its end (Unix ns; C = 0 for a fresh key).
 func (p *Params) decideQuota(s *State, r Request, d *floodgate.Decision) error {
 	d.Limit = p.max
+	if r.Now == math.MaxInt64 {
+		return ErrOverflow // no instant follows it to end a period
+	}
 	start, end, count := s.B, s.C, s.A
 	if end == 0 || r.Now >= end || r.Now < start {
 		start, end = QuotaPeriod(&p.limit, r.Now)

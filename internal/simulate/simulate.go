@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -187,6 +188,9 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 		if t.Before(time.Unix(0, 0)) {
 			return nil, cli.Usagef("simulate: --start %q is before 1970", start)
 		}
+		if t.After(time.Unix(0, math.MaxInt64)) {
+			return nil, cli.Usagef("simulate: --start %q is after 2262-04-11T23:47:16.854775807Z, the last instant in Unix nanoseconds", start)
+		}
 		cfg.start = t.UnixNano()
 		l.Start = t
 	}
@@ -320,7 +324,7 @@ func simulate(cfg *simulateConfig) (*simulation, error) {
 func arrivalInstant(cfg *simulateConfig, i int, a arrival) (int64, error) {
 	now := cfg.start + a.at
 	if a.at > 0 && now < cfg.start {
-		return 0, fmt.Errorf("simulate: arrival %d: time overflows", i+1)
+		return 0, cli.Usagef("simulate: arrival %d: time overflows (past 2262-04-11T23:47:16.854775807Z)", i+1)
 	}
 	return now, nil
 }
