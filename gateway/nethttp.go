@@ -38,6 +38,9 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 	if next == nil && refusedHTTP(w, r) {
 		return
 	}
+	if next == nil {
+		dropH2CUpgrade(r)
+	}
 	st := g.get()
 	x := &st.nh
 	*x = httpExchange{g: g, w: w, r: r, next: next}
@@ -67,6 +70,24 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		// than let net/http write a 200 with no body, which a client that
 		// only shut its side down reads as its request served.
 		panic(http.ErrAbortHandler)
+	}
+}
+
+// dropH2CUpgrade serves a request that asks to upgrade its connection to
+// HTTP/2 without TLS (Upgrade: h2c) as the HTTP/1.1 request it is, as
+// net/http's server does: forwarded as an upgrade, an upstream that speaks
+// h2c would take the connection, and every request the client then sent
+// on it would reach the upstream as one tunnel, past the limits. An
+// Upgrade field that names h2c among other protocols is dropped whole.
+func dropH2CUpgrade(r *http.Request) {
+	for _, v := range r.Header["Upgrade"] {
+		for p := range strings.SplitSeq(v, ",") {
+			if p, _, _ = strings.Cut(p, "/"); strings.EqualFold(strings.TrimSpace(p), "h2c") {
+				delete(r.Header, "Upgrade")
+				delete(r.Header, "Http2-Settings")
+				return
+			}
+		}
 	}
 }
 
