@@ -455,9 +455,7 @@ func (a *API) updateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 			rec.Disabled = *b.Disabled
 		}
 		// The store checks the same; here a refusal is the caller's fault.
-		o := policy.KeyOptions{Rate: rec.Rate, Burst: rec.Burst, Quota: rec.Quota, Generation: rec.Generation,
-			KeepOwn: rec.Plan == was.Plan && rec.Rate == was.Rate && rec.Burst == was.Burst && rec.Quota == was.Quota}
-		if _, err := a.o.Policy().NewKey(rec.Name, rec.Plan, o); err != nil {
+		if _, err := a.o.Policy().NewKey(rec.Name, rec.Plan, keystore.ChangeOptions(&was, rec)); err != nil {
 			return errorf(http.StatusBadRequest, "%v", err)
 		}
 		return nil
@@ -615,8 +613,7 @@ func (a *API) Resolve(name string) (*policy.Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.NewKey(rec.Name, rec.Plan, policy.KeyOptions{Rate: rec.Rate, Burst: rec.Burst, Quota: rec.Quota, Generation: rec.Generation,
-		KeepOwn: true})
+	return p.NewKey(rec.Name, rec.Plan, keystore.ServingOptions(&rec))
 }
 
 // KeyUsage returns the usage of each limit of the key's plan.

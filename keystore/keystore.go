@@ -137,7 +137,7 @@ func (s *Store) resolve(sn *snapshot, e *entry, p *policy.Policy) *policy.Key {
 	if _, shadowed := p.FileKey(e.rec.Name); shadowed {
 		return nil
 	}
-	k, err := p.NewKey(e.rec.Name, e.rec.Plan, serving(e.rec))
+	k, err := p.NewKey(e.rec.Name, e.rec.Plan, ServingOptions(e.rec))
 	if err != nil {
 		return nil
 	}
@@ -155,12 +155,23 @@ func options(r *Record) policy.KeyOptions {
 	return policy.KeyOptions{Rate: r.Rate, Burst: r.Burst, Quota: r.Quota, Generation: r.Generation}
 }
 
-// serving is options for a key in use: its own rate, burst or quota is
-// left out when a reload took that limit from its plan (the key keeps
-// working under the plan), where a change asking for one is refused.
-func serving(r *Record) policy.KeyOptions {
+// ServingOptions are the options of the key r in use: its own rate,
+// burst or quota is left out when a reload took that limit from its plan
+// (the key keeps working under the plan), where a change asking for one
+// is refused (ChangeOptions).
+func ServingOptions(r *Record) policy.KeyOptions {
 	o := options(r)
 	o.KeepOwn = true
+	return o
+}
+
+// ChangeOptions are the options of next, a change of the record cur: a
+// change that leaves the plan and the key's own limits as they were (a
+// rotation, a reset, a disable) is not refused for an own limit a reload
+// took from the plan; one that sets them is checked against the plan.
+func ChangeOptions(cur, next *Record) policy.KeyOptions {
+	o := options(next)
+	o.KeepOwn = next.Plan == cur.Plan && next.Rate == cur.Rate && next.Burst == cur.Burst && next.Quota == cur.Quota
 	return o
 }
 
@@ -184,7 +195,7 @@ func (s *Store) rebuild() {
 			s.log.Warn("keystore: key refused: the policy file has a key of the same name", "key", r.Name)
 			continue
 		}
-		k, err := p.NewKey(r.Name, r.Plan, serving(&r))
+		k, err := p.NewKey(r.Name, r.Plan, ServingOptions(&r))
 		if err != nil {
 			s.log.Warn("keystore: key not usable with this policy", "key", r.Name, "err", err)
 			continue
@@ -476,12 +487,7 @@ func (s *Store) Update(ctx context.Context, name string, f func(r *Record) error
 			return Record{}, err
 		}
 		if !r.Revoked {
-			// A change that leaves the plan and the key's own limits as
-			// they were (a rotation, a reset, a disable) is not refused for
-			// an own limit a reload took from the plan.
-			o := options(&r)
-			o.KeepOwn = r.Plan == cur.Plan && r.Rate == cur.Rate && r.Burst == cur.Burst && r.Quota == cur.Quota
-			if _, err := s.o.Policy().NewKey(r.Name, r.Plan, o); err != nil {
+			if _, err := s.o.Policy().NewKey(r.Name, r.Plan, ChangeOptions(cur, &r)); err != nil {
 				return Record{}, err
 			}
 		}
