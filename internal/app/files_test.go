@@ -61,7 +61,7 @@ func TestCertificateTurnedPipeKeepsServing(t *testing.T) {
 		}
 	}()
 	cr.mu.Lock()
-	cr.checked = time.Time{} // look at the files at the next handshake
+	cr.look.checked = time.Time{} // look at the files at the next handshake
 	cr.mu.Unlock()
 	got := waittest.Returns(t, "a handshake's certificate", func() *tls.Certificate {
 		c, _ := cr.get(&tls.ClientHelloInfo{})

@@ -120,24 +120,17 @@ type caReloader struct {
 	base *tls.Config // a copy of the listener's, served with the bundle as ClientCAs
 	log  *slog.Logger
 
-	mu      sync.Mutex // guards the fields below
-	served  *tls.Config
-	stamp   time.Time
-	checked time.Time
-	failed  string
+	mu     sync.Mutex // guards the fields below
+	served *tls.Config
+	stamp  time.Time
+	look   fileLook
 }
 
 func (c *caReloader) configFor(*tls.ClientHelloInfo) (*tls.Config, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.checked) >= time.Second {
-		c.checked = time.Now()
-		if err := c.loadLocked(false); err != nil && err.Error() != c.failed {
-			c.failed = err.Error()
-			if c.log != nil {
-				c.log.Error("TLS client CA: the file does not load; the last good bundle stays", "setting", "server.tls.client_ca", "err", err)
-			}
-		}
+	if c.look.due() {
+		c.look.result(c.loadLocked(false), c.log, "TLS client CA: the file does not load; the last good bundle stays", "server.tls.client_ca")
 	}
 	return c.served, nil
 }
@@ -146,9 +139,7 @@ func (c *caReloader) reload() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.loadLocked(true)
-	if err != nil {
-		c.failed = err.Error() // the caller logs it
-	}
+	c.look.result(err, nil, "", "") // the caller logs it
 	return err
 }
 
@@ -169,7 +160,7 @@ func (c *caReloader) loadLocked(force bool) error {
 	tc := c.base.Clone()
 	tc.GetConfigForClient = nil
 	tc.ClientCAs = pool
-	c.served, c.stamp, c.failed = tc, st.ModTime(), ""
+	c.served, c.stamp = tc, st.ModTime()
 	return nil
 }
 
@@ -199,13 +190,12 @@ func (c *certReloader) reload() error {
 	defer c.mu.Unlock()
 	old := c.stamp
 	c.stamp = [2]time.Time{}
-	if _, err := c.loadLocked(); err != nil {
+	_, err := c.loadLocked()
+	if err != nil {
 		c.stamp = old
-		c.failed = err.Error() // the caller logs it
-		return err
 	}
-	c.failed = ""
-	return nil
+	c.look.result(err, nil, "", "") // the caller logs it
+	return err
 }
 
 // gatewayTLSConfig returns the TLS configuration of the gateway listener

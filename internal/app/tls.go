@@ -86,29 +86,49 @@ type certReloader struct {
 	mu      sync.Mutex // guards the fields below
 	current *tls.Certificate
 	stamp   [2]time.Time
-	checked time.Time
-	failed  string // the error last logged, "" once the files load
+	look    fileLook
 }
 
 func (c *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.checked) < time.Second && c.current != nil {
+	if !c.look.due() && c.current != nil {
 		return c.current, nil
 	}
-	c.checked = time.Now()
-	cert, err := c.loadLocked()
-	if err == nil {
-		c.failed = ""
-		return cert, nil
+	_, err := c.loadLocked()
+	c.look.result(err, c.log, "TLS certificate: the files do not load; the last good certificate stays", c.source)
+	return c.current, nil
+}
+
+// fileLook is the bookkeeping of files that handshakes look at again: at
+// most once a second, each problem logged once until the files load.
+type fileLook struct {
+	checked time.Time
+	failed  string // the problem last logged (or reported by a reload), "" once the files load
+}
+
+// due reports whether a look is due, and counts it as made.
+func (f *fileLook) due() bool {
+	if time.Since(f.checked) < time.Second {
+		return false
 	}
-	if msg := err.Error(); msg != c.failed {
-		c.failed = msg
-		if c.log != nil {
-			c.log.Error("TLS certificate: the files do not load; the last good certificate stays", "setting", c.source, "err", err)
+	f.checked = time.Now()
+	return true
+}
+
+// result takes in a look's outcome: a problem other than the last is
+// logged (with log, when set) as msg, naming setting.
+func (f *fileLook) result(err error, log *slog.Logger, msg, setting string) {
+	if err == nil {
+		f.failed = ""
+		return
+	}
+	if e := err.Error(); e != f.failed {
+		f.failed = e
+		if log != nil {
+			log.Error(msg, "setting", setting, "err", err)
 		}
 	}
-	return c.current, nil
 }
 
 func (c *certReloader) load() (*tls.Certificate, error) {
