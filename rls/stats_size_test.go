@@ -17,17 +17,7 @@ import (
 // of that size would hold gigabytes.
 func TestStatsNamesFromRequestsBoundedInBytes(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	st, err := NewStats(reg, StatsOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := startService(t, mustParse(t, `
-domain: d
-descriptors:
-  - key: user
-    detailed_metric: true
-    rate_limit: {unit: minute, requests_per_unit: 100}
-`), newClock(), Options{Stats: st})
+	st, c := detailedUsers(t, reg, StatsOptions{})
 	const n, size = 32, 512 << 10
 	big := func(i int) string { return fmt.Sprintf("%03d%s", i, strings.Repeat("x", size)) }
 	ask(t, c, "d", desc("user", "warm"))

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
@@ -43,17 +44,7 @@ func (s *lines) take(prefix string) (out []string) {
 func TestFlushStatsdSendsWhatCountedSinceTheLastFlush(t *testing.T) {
 	t.Parallel()
 	sink := &lines{}
-	st, err := NewStats(prometheus.NewRegistry(), StatsOptions{MaxKeys: 1, Statsd: sink})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := startService(t, mustParse(t, `
-domain: d
-descriptors:
-  - key: user
-    detailed_metric: true
-    rate_limit: {unit: minute, requests_per_unit: 100}
-`), newClock(), Options{Stats: st})
+	st, c := detailedUsers(t, prometheus.NewRegistry(), StatsOptions{MaxKeys: 1, Statsd: sink})
 	ask(t, c, "d", desc("user", "a"))
 	ask(t, c, "d", desc("user", "a"))
 	ask(t, c, "d", desc("user", "b"))
@@ -140,17 +131,7 @@ func TestUnaryInterceptorCountsEachMethodApart(t *testing.T) {
 func TestStatsdNamesFromRequestsStayOneLine(t *testing.T) {
 	t.Parallel()
 	sink := &lines{}
-	st, err := NewStats(prometheus.NewRegistry(), StatsOptions{Statsd: sink})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := startService(t, mustParse(t, `
-domain: d
-descriptors:
-  - key: user
-    detailed_metric: true
-    rate_limit: {unit: minute, requests_per_unit: 100}
-`), newClock(), Options{Stats: st})
+	st, c := detailedUsers(t, prometheus.NewRegistry(), StatsOptions{Statsd: sink})
 	ask(t, c, "d", desc("user", "a\nevil.injected:999|g\r\x00\x7f"))
 	ask(t, c, "x\nevil.domain", desc("user", "b"))
 	st.FlushStatsd()
@@ -171,4 +152,23 @@ descriptors:
 			t.Errorf("no %s among:\n%s", want, all)
 		}
 	}
+}
+
+// detailedUsers starts a service with statistics of opts registered in
+// reg, over one domain d whose descriptor user counts each value by name
+// (detailed_metric), 100 a minute.
+func detailedUsers(t *testing.T, reg prometheus.Registerer, opts StatsOptions) (*Stats, rlsv3.RateLimitServiceClient) {
+	t.Helper()
+	st, err := NewStats(reg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := startService(t, mustParse(t, `
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`), newClock(), Options{Stats: st})
+	return st, c
 }
