@@ -176,10 +176,10 @@ func Idempotent(method string) bool {
 	return false
 }
 
-// TimedOut reports whether err, an attempt's error, is a timeout (its
+// timedOut reports whether err, an attempt's error, is a timeout (its
 // answer did not come within the upstream timeout, or no connection came
 // free within it).
-func TimedOut(err error) bool {
+func timedOut(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
 }
@@ -439,7 +439,7 @@ func (pt *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// again: the target has the request and is slow on it, and each
 		// target in turn would be too, one request becoming one per
 		// target and its client waiting the timeout once per target.
-		if req.Context().Err() != nil || !p.Retry(tried, notSent(err) && (held == nil || !held.read), replayable && !TimedOut(err)) {
+		if req.Context().Err() != nil || !p.Retry(tried, notSent(err) && (held == nil || !held.read), replayable && !timedOut(err)) {
 			return nil, err
 		}
 		p.log.Warn("gateway: upstream target failed; trying another", "route", p.route, "target", t.name, "err", err)
