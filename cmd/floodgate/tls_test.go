@@ -191,6 +191,38 @@ limits:
 	if err := askRLS(grpcAddr, good); err != nil {
 		t.Errorf("rate-limit service after the renewal: %v", err)
 	}
+
+	// A client CA taken out of the bundle (a compromised one) and another
+	// put in: the old CA's clients are refused, the new one's served,
+	// without a restart, on every listener.
+	next, err := testcerts.NewCA(dir, "next")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := next.Client("envoy", "envoy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextEnvoy, err := tls.LoadX509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(next.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeByRename(t, p.client.File, b)
+	fresh := p.clientTLS(nextEnvoy)
+	waitUntil(t, "the rate-limit service to follow its client CA", 10*time.Second, func() bool {
+		return askRLS(grpcAddr, fresh) == nil && askRLS(grpcAddr, good) != nil
+	})
+	for _, url := range []string{"https://" + apiAddr + "/v1/check", "https://" + adminAddr + "/healthz"} {
+		waitUntil(t, url+" to follow its client CA", 10*time.Second, func() bool {
+			code, err := httpsStatus(url, fresh)
+			_, errOld := httpsStatus(url, good)
+			return err == nil && code == http.StatusOK && errOld != nil
+		})
+	}
 }
 
 // indent puts prefix before every line of s.

@@ -70,7 +70,7 @@ func (s *server) startCheckAPI(stdout io.Writer) (*checkAPI, error) {
 func apiTLS(cfgPath string, srv *config.Server) TLS {
 	rel := func(p string) string { return relTo(cfgPath, p) }
 	return TLS{Cert: rel(srv.APITLSCert), Key: rel(srv.APITLSKey), ClientCA: rel(srv.APITLSClientCA), ClientSAN: srv.APITLSClientSAN,
-		Source: "server.api_tls_cert"}
+		Source: "server.api_tls_cert", CASource: "server.api_tls_client_ca"}
 }
 
 // shutdown stops the check API gracefully and waits for it.

@@ -421,7 +421,7 @@ func (e *rlsEnv) settings() (*Settings, error) {
 	}
 	if e.grpcTLS {
 		r.TLS = TLS{Cert: e.tlsCert, Key: e.tlsKey, ClientCA: e.clientCA, ClientSAN: e.clientSAN,
-			Source: "GRPC_SERVER_TLS_CERT/KEY, GRPC_CLIENT_TLS_*"}
+			Source: "GRPC_SERVER_TLS_CERT/KEY, GRPC_CLIENT_TLS_*", CASource: "GRPC_CLIENT_TLS_CACERT"}
 	}
 	if e.configDir != "" {
 		r.Paths = []string{e.configDir}

@@ -110,15 +110,16 @@ func (s *certSet) reload() error {
 	return first
 }
 
-// caReloader serves the listener's configuration with the client CA
-// bundle of a file (tls.Config.GetConfigForClient), read again when the
-// file changes (looked at no more than once a second) or on SIGHUP, for
-// new connections; a bundle that does not load leaves the last good one in
-// use, and is logged once.
+// caReloader serves a listener's configuration with the client CA bundle
+// of a file (tls.Config.GetConfigForClient), read again when the file
+// changes (looked at no more than once a second) or on reload, for new
+// connections; a bundle that does not load leaves the last good one in
+// use, and is logged once. Every TLS listener with a client CA has one.
 type caReloader struct {
-	path string
-	base *tls.Config // a copy of the listener's, served with the bundle as ClientCAs
-	log  *slog.Logger
+	path    string
+	base    *tls.Config // a copy of the listener's, served with the bundle as ClientCAs
+	log     *slog.Logger
+	setting string // names the client CA in the log ("server.tls.client_ca")
 
 	mu     sync.Mutex // guards the fields below
 	served *tls.Config
@@ -130,7 +131,7 @@ func (c *caReloader) configFor(*tls.ClientHelloInfo) (*tls.Config, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.look.due() {
-		c.look.result(c.loadLocked(false), c.log, "TLS client CA: the file does not load; the last good bundle stays", "server.tls.client_ca")
+		c.look.result(c.loadLocked(false), c.log, "TLS client CA: the file does not load; the last good bundle stays", c.setting)
 	}
 	return c.served, nil
 }
@@ -232,7 +233,7 @@ func gatewayTLSConfig(t *config.ListenerTLS, log *slog.Logger) (*tls.Config, *ce
 	}
 	if t.ClientCAPath != "" {
 		// A copy: net/http writes to the listener's own when it serves.
-		set.ca = &caReloader{path: t.ClientCAPath, base: tc.Clone(), log: log}
+		set.ca = &caReloader{path: t.ClientCAPath, base: tc.Clone(), log: log, setting: "server.tls.client_ca"}
 		if err := set.ca.reload(); err != nil {
 			return nil, nil, fmt.Errorf("server.tls.client_ca: %w", err)
 		}

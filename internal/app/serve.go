@@ -227,7 +227,7 @@ func policySettings(cfgPath string, srv *config.Server, exactClock bool) *Settin
 		}
 		set.RLS = &RLS{Addr: srv.GRPCListen, Paths: paths,
 			TLS: TLS{Cert: rel(srv.GRPCTLSCert), Key: rel(srv.GRPCTLSKey), ClientCA: rel(srv.GRPCTLSClientCA),
-				ClientSAN: srv.GRPCTLSClientSAN, Source: "server.grpc_tls_cert"},
+				ClientSAN: srv.GRPCTLSClientSAN, Source: "server.grpc_tls_cert", CASource: "server.grpc_tls_client_ca"},
 			// envoyproxy/ratelimit's statistics, under its names, so
 			// that the dashboards of a migrating deployment keep working.
 			Stats:   &rls.StatsOptions{},
@@ -794,7 +794,7 @@ func printChatDemo(b *strings.Builder, base, upstream string, admin net.Listener
 func adminListenerTLS(cfgPath string, a *config.Admin) TLS {
 	rel := func(p string) string { return relTo(cfgPath, p) }
 	return TLS{Cert: rel(a.TLSCert), Key: rel(a.TLSKey), ClientCA: rel(a.TLSClientCA), ClientSAN: a.TLSClientSAN,
-		Source: "server.admin.tls_cert"}
+		Source: "server.admin.tls_cert", CASource: "server.admin.tls_client_ca"}
 }
 
 // adminTLS serves the admin listener over TLS when the file says so, its

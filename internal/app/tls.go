@@ -15,13 +15,17 @@ import (
 
 // TLS is a listener's TLS: a certificate and its key (PEM files), read
 // again when they change, and with ClientCA the client certificates
-// required (mutual TLS): signed by that CA and, with ClientSAN, carrying
-// that DNS name. The zero value serves plain TCP.
+// required (mutual TLS): signed by a CA of that bundle, read again when it
+// changes, and, with ClientSAN, carrying that DNS name. The zero value
+// serves plain TCP.
 type TLS struct {
 	Cert, Key, ClientCA, ClientSAN string
 	// Source names these settings in errors ("grpc_tls_cert",
 	// "GRPC_SERVER_TLS_*").
 	Source string
+	// CASource names the client CA in the log ("server.grpc_tls_client_ca");
+	// Source when empty.
+	CASource string
 	// Log, when set, is told of changed files that do not load (the last
 	// good certificate stays in use), once per problem.
 	Log *slog.Logger
@@ -30,11 +34,12 @@ type TLS struct {
 // On reports whether the listener takes TLS.
 func (t TLS) On() bool { return t.Cert != "" || t.Key != "" }
 
-// Config returns the server configuration of t. Its certificate comes
-// from the files at every handshake, read again when their modification
-// times change (looked at no more than once a second): a renewed
-// certificate is served without a restart, and a pair that does not load
-// leaves the last good one in use.
+// Config returns the server configuration of t. Its certificate and its
+// client CA bundle come from the files at every handshake, read again when
+// their modification times change (looked at no more than once a second):
+// a renewed certificate is served, and a CA taken out of the bundle
+// refused, without a restart; files that do not load leave the last good
+// ones in use.
 func (t TLS) Config() (*tls.Config, error) {
 	tc, err := t.config()
 	if err != nil {
@@ -55,11 +60,6 @@ func (t TLS) config() (*tls.Config, error) {
 	if t.ClientCA == "" {
 		return tc, nil
 	}
-	pool, err := tlsfile.CertPool(t.ClientCA)
-	if err != nil {
-		return nil, fmt.Errorf("client CA: %w", err)
-	}
-	tc.ClientCAs = pool
 	tc.ClientAuth = tls.RequireAndVerifyClientCert
 	if san := t.ClientSAN; san != "" {
 		tc.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
@@ -71,6 +71,15 @@ func (t TLS) config() (*tls.Config, error) {
 			return fmt.Errorf("client certificate without the name %q", san)
 		}
 	}
+	setting := t.CASource
+	if setting == "" {
+		setting = t.Source
+	}
+	ca := &caReloader{path: t.ClientCA, base: tc.Clone(), log: t.Log, setting: setting}
+	if err := ca.reload(); err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	tc.GetConfigForClient = ca.configFor
 	return tc, nil
 }
 
