@@ -67,7 +67,12 @@ local ALG = {token_bucket = 1, gcra = 2, leaky_bucket = 3, leaky_queue = 4, fixe
   sliding_log = 6, sliding_window = 7, concurrency = 8, quota = 9}
 local RATE = {[ALG.token_bucket] = true, [ALG.gcra] = true, [ALG.leaky_bucket] = true, [ALG.leaky_queue] = true}
 
-local BIG = 9007199254740992
+local BIG = 9007199254740992 -- 2^53: integers below it are exact
+-- SPAN caps the spans (waits, resets, delays) of a reply: the largest
+-- double below 2^63, which Go's int64 holds. A span may pass 2^53 ns (104
+-- days: a year's window, a long bucket) and is then rounded to a double,
+-- never cut short, so that no wait and no key's TTL ends before its time.
+local SPAN = 9223372036854774784
 local spack, sunpack = struct.pack, struct.unpack
 
 local now_s, now_us
@@ -172,7 +177,7 @@ local function fast_rate(op, v, r, cost, nt_n, nt_r)
   if tau_n < ah_n or (tau_n == ah_n and tau_r < ah_r) then ah_n, ah_r = tau_n, tau_r end
   local reset = ah_n
   if ah_r > 0 then reset = ah_n + 1 end
-  if reset > BIG then reset = BIG end
+  if reset > SPAN then reset = SPAN end
   -- what is left before this request: tau - ahead
   local ln, lr = tau_n - ah_n, tau_r - ah_r
   if lr < 0 then lr = lr + den; ln = ln - 1 end
@@ -187,14 +192,14 @@ local function fast_rate(op, v, r, cost, nt_n, nt_r)
     local wn, wr = nx_n - tau_n, nx_r - tau_r
     if wr < 0 then wr = wr + den; wn = wn - 1 end
     if wr > 0 then wn = wn + 1 end
-    if wn > BIG then wn = BIG end
+    if wn > SPAN then wn = SPAN end
     return spack('<Bddd', charged, units(ln, lr, den, per), wn, reset)
   end
   local rn, rr = tau_n - nx_n, tau_r - nx_r
   if rr < 0 then rr = rr + den; rn = rn - 1 end
   local nx = nx_n
   if nx_r > 0 then nx = nx_n + 1 end
-  if nx > BIG then nx = BIG end
+  if nx > SPAN then nx = SPAN end
   local delay = 0
   local dl_n = r[10]
   if dl_n >= 0 then
@@ -204,7 +209,7 @@ local function fast_rate(op, v, r, cost, nt_n, nt_r)
       if qr < 0 then qr = qr + den; qn = qn - 1 end
       if qr > 0 then qn = qn + 1 end
       delay = qn
-      if delay > BIG then delay = BIG end
+      if delay > SPAN then delay = SPAN end
     end
   end
   local nv, ttl
@@ -222,14 +227,17 @@ local function fast_fixed(op, v, r, cost)
   local e = math.fmod(now_us, wus)
   local idx = (now_us - e) / wus
   local left = w - e * 1000
-  if left > BIG then left = BIG end
   local count = 0
   local same = false -- the key holds this window, and expires at its end
   if #v == 16 then
     local si, sc = sunpack('<dd', v)
     if si == idx then count = sc; same = true
-    elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
+    elseif si > idx then
+      -- The clock stepped back: keep the newer window, which ends later.
+      left = left + (si - idx) * w; idx = si; count = sc
+    end
   end
+  if left > SPAN then left = SPAN end
   local charged = 0
   if op == 'c' and r[2] then charged = 1 end
   local rem = max - count
@@ -391,12 +399,12 @@ local function general()
       if got > 0 then
         local rn, rr = sub(tau_n, tau_r, nx_n, nx_r, den)
         out[#out+1] = struct.pack('<ddddddd',
-          got, 1, units(rn, rr, den, per), 0, math.min(ceiln(nx_n, nx_r), BIG), 0, 0)
+          got, 1, units(rn, rr, den, per), 0, math.min(ceiln(nx_n, nx_r), SPAN), 0, 0)
       else
         local rn, rr = sub(tau_n, tau_r, ah_n, ah_r, den)
         local wn, wr = sub(tn, tr, tau_n, tau_r, den)
         out[#out+1] = struct.pack('<ddddddd',
-          0, 0, units(rn, rr, den, per), math.min(math.max(ceiln(wn, wr), 0), BIG), math.min(ceiln(ah_n, ah_r), BIG), 0, 0)
+          0, 0, units(rn, rr, den, per), math.min(math.max(ceiln(wn, wr), 0), SPAN), math.min(ceiln(ah_n, ah_r), SPAN), 0, 0)
       end
       return
     end
@@ -404,14 +412,15 @@ local function general()
     local wus = w / 1000
     local e = math.fmod(now_us, wus)
     local idx = (now_us - e) / wus
-    local left = math.min(w - e * 1000, BIG)
+    local left = w - e * 1000
     local count = 0
     local v = get(key)
     if #v == 16 then
       local si, sc = struct.unpack('<dd', v)
       if si == idx then count = sc
-      elseif si > idx then idx = si; count = sc end
+      elseif si > idx then left = left + (si - idx) * w; idx = si; count = sc end
     end
+    left = math.min(left, SPAN)
     local changed = false
     if back > 0 and (mark - math.fmod(mark, wus)) / wus == idx then
       count = math.max(0, count - back)
@@ -498,7 +507,10 @@ local function general()
       if #v == 16 then
         local si, sc = struct.unpack('<dd', v)
         if si == idx then count = sc
-        elseif si > idx then idx = si; count = sc end -- clock stepped back: keep the newer window
+        elseif si > idx then
+          -- The clock stepped back: keep the newer window, which ends later.
+          left = left + (si - idx) * w; idx = si; count = sc
+        end
       end
       local d = {0, math.max(0, max - count), 0, left, 0, 0}
       if cost > max then d[6] = 1; return d, nil end
@@ -516,11 +528,14 @@ local function general()
       local e = math.fmod(now_us, wus)
       local idx = (now_us - e) / wus
       local curr, prev = 0, 0
+      local ahead = 0 -- µs until the window decided starts (the clock stepped back)
       local v = get(key)
       if #v == 24 then
         local si, sc, sp = struct.unpack('<ddd', v)
         if si >= idx then
-          if si > idx then e = 0 end
+          -- The clock stepped back: keep the newer window, decided as at
+          -- its start, and count the waits from there.
+          if si > idx then ahead = (si - idx) * wus - e; e = 0 end
           idx = si; curr, prev = sc, sp
         elseif si + 1 == idx then prev = sc end
       end
@@ -529,14 +544,14 @@ local function general()
       -- in µs: pw = prev·(W−e); weighted = ⌈pw/W⌉
       local pw = prev * (wus - e)
       local weighted = math.ceil(pw / wus)
-      local left = (wus - e) * 1000
+      local left = (ahead + wus - e) * 1000
       local d = {0, math.max(0, max - curr - weighted), 0, left, 0, 0}
       if curr > 0 then d[4] = left + w end
       if cost > max then d[6] = 1; return d, nil end
       local ok = curr + cost <= max and pw + (curr + cost) * wus <= max * wus
       if not ok then
         if curr + cost <= max then
-          d[3] = math.ceil((pw - (max - curr - cost) * wus) * 1000 / prev)
+          d[3] = ahead * 1000 + math.ceil((pw - (max - curr - cost) * wus) * 1000 / prev)
         else
           d[3] = left + math.ceil((curr - (max - cost)) * w / curr)
         end
@@ -846,7 +861,7 @@ local function general()
     for h = 1, n do
       local d = res[h]
       for j = 1, 6 do
-        if d[j] > BIG then d[j] = BIG end
+        if d[j] > SPAN then d[j] = SPAN end
       end
       out[#out+1] = struct.pack('<dddddd', d[1], d[2], d[3], d[4], d[5], d[6])
     end
@@ -1001,7 +1016,7 @@ local function general()
             free = d[2]
             if d[1] == 1 then free = free + 1 end
           end
-          out[#out+1] = struct.pack('<dddddd', 1, free, over, math.min(d[4], BIG), 0, 0)
+          out[#out+1] = struct.pack('<dddddd', 1, free, over, math.min(d[4], SPAN), 0, 0)
         end
         k = k + nk + 1
       end

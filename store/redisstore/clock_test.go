@@ -49,3 +49,81 @@ func TestClockStepsBack(t *testing.T) {
 	}
 	s.testNow.Store(0)
 }
+
+// TestClockStepBackKeepsTheWait: after the server's clock steps back over
+// a window boundary (a failover to a server whose clock is behind), the
+// newer window stays current, and a denial's RetryAfter counts to that
+// window's end by the server's clock: a client that comes back when told
+// passes, and one that comes back a microsecond sooner does not.
+func TestClockStepBackKeepsTheWait(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			s := storeOn(t, mode)
+			defer s.testNow.Store(0)
+			ctx := context.Background()
+			// One second into a window; the clock then steps back 5 s.
+			base := time.Date(2026, 5, 1, 12, 0, 1, 0, time.UTC).UnixMicro()
+			roomy := ruletest.Rule(t, floodgate.Limit{Name: "wait_roomy", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour})
+			for _, l := range []floodgate.Limit{
+				{Name: "wait_fixed", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Minute},
+				{Name: "wait_counter", Algorithm: floodgate.SlidingWindow, Max: 2, Window: time.Minute},
+			} {
+				r := ruletest.Rule(t, l)
+				decide := func(at int64, two bool) floodgate.Decision {
+					t.Helper()
+					s.testNow.Store(at)
+					hits := []limiter.Hit{{Rule: r, Key: "k", Cost: 1}}
+					if two {
+						// The script's general path, as a request of two hits
+						// takes it: a second limit that always allows, on the
+						// same subject.
+						hits = append(hits, limiter.Hit{Rule: roomy, Key: "k", Cost: 1})
+					}
+					out := make([]floodgate.Decision, len(hits))
+					if err := s.Decide(ctx, hits, false, out); err != nil {
+						t.Fatal(err)
+					}
+					return out[0]
+				}
+				for _, two := range []bool{false, true} {
+					if l.Algorithm == floodgate.SlidingWindow && !two {
+						continue // the sliding window has no one-hit path of its own
+					}
+					s.testNow.Store(0)
+					key := s.Key(r, "k")
+					srv := sharedServer(t)
+					if mode == "cluster" {
+						var err error
+						if srv, err = sharedCluster(t).PrimaryOf(int(slot(key))); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if _, err := srv.Do("DEL", key); err != nil {
+						t.Fatal(err)
+					}
+					decide(base, two)
+					decide(base, two)
+					back := base - 5_000_000
+					d := decide(back, two)
+					if d.Allowed {
+						t.Fatalf("%s (two hits %v): allowed after the clock stepped back: %+v", l.Name, two, d)
+					}
+					if min := 64 * time.Second; d.RetryAfter < min {
+						t.Fatalf("%s (two hits %v): retry after %s, but the window charged ends %s after the stepped-back clock",
+							l.Name, two, d.RetryAfter, min)
+					}
+					if d.ResetAfter < d.RetryAfter {
+						t.Fatalf("%s (two hits %v): reset after %s, before the retry after %s", l.Name, two, d.ResetAfter, d.RetryAfter)
+					}
+					retry := back + d.RetryAfter.Microseconds()
+					if e := decide(retry-1, two); e.Allowed {
+						t.Fatalf("%s (two hits %v): allowed 1µs before the retry after %s: %+v", l.Name, two, d.RetryAfter, e)
+					}
+					if e := decide(retry, two); !e.Allowed {
+						t.Fatalf("%s (two hits %v): denied at the retry after %s: %+v", l.Name, two, d.RetryAfter, e)
+					}
+				}
+			}
+		})
+	}
+}

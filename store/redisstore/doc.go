@@ -118,9 +118,12 @@
 // instant are the same as algo's (the tests compare them field by field).
 // The arithmetic stays exact while the spans involved (a burst's worth of
 // time, a window) are below 2^53 ns (104 days), and while burst·Rate stays
-// below 2^53; beyond that it is rounded to doubles. A server clock that
+// below 2^53; beyond that it is rounded to doubles, never cut short: a
+// year's window (Envoy's unit: year) reports its whole wait and its key
+// lives until the window ends. A server clock that
 // steps back is clamped: state never moves backwards (a newer window or
-// quota period stays current).
+// quota period stays current, and a denial's wait and the key's TTL count
+// to its end by the server's clock).
 //
 // Calendar quotas are cut in Go, in the limit's time zone (algo.QuotaPeriod):
 // the script receives the boundaries around the caller's clock and picks
