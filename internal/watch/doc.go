@@ -24,7 +24,10 @@
 //     (close-write) or an entry was renamed into place in one of the
 //     directories (an editor's or a tool's atomic rename, Kubernetes' swap
 //     of a mounted ConfigMap's ..data link), the look applies what it
-//     reads, at once. A file removed is left to the stability rule.
+//     reads, at once; the removal of the directory a swapped link led to
+//     (the kubelet removes the old version's right after the swap) loses
+//     nothing, as no followed path leads there any more. A file removed is
+//     left to the stability rule.
 //   - The stability rule: a version is applied when two consecutive looks,
 //     at least one interval apart, saw exactly the same paths, sizes,
 //     modification times and contents.

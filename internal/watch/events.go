@@ -38,6 +38,8 @@ type dirName struct{ dir, name string }
 // tracker is what the events said since the last look: the pure core of
 // the event rule, fed by a notifier.
 type tracker struct {
+	// paths are the followed files' absolute paths, as setNames got them.
+	paths []string
 	// names are the watched files, under every name a write reaches
 	// them by (the path, and the file a symbolic link leads to).
 	names map[dirName]bool
@@ -62,6 +64,7 @@ type tracker struct {
 func (t *tracker) setNames(paths []string) map[string]bool {
 	t.names = make(map[dirName]bool, 2*len(paths))
 	t.dirs = make(map[string]bool, len(paths))
+	t.paths = t.paths[:0]
 	add := func(p string) {
 		k := dirName{filepath.Dir(p), filepath.Base(p)}
 		t.names[k] = true
@@ -72,6 +75,7 @@ func (t *tracker) setNames(paths []string) map[string]bool {
 		if err != nil {
 			continue
 		}
+		t.paths = append(t.paths, abs)
 		add(abs)
 		if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
 			add(real)
@@ -121,6 +125,42 @@ func (t *tracker) note(dir, name string, o op, now time.Time) {
 		// followed file still holds the look back (inProgress).
 		t.complete = true
 	}
+}
+
+// dirGone records that the watch of dir ended: the directory was removed
+// or renamed away, and its events are no longer seen. When a followed path
+// still leads through dir (a directory replaced under its name), what the
+// events say is uncertain until the next look (loseAll). When none does,
+// nothing followed lives there any more and nothing is lost: that is the
+// directory a symbolic link led to before it was swapped, which the
+// kubelet removes right after it swaps a mounted ConfigMap's ..data link,
+// and the swap (a rename into place) stays the event that applies the new
+// version. Writes in progress there are forgotten either way.
+func (t *tracker) dirGone(dir string) {
+	for k := range t.writing {
+		if k.dir == dir {
+			delete(t.writing, k)
+		}
+	}
+	if t.leadsThrough(dir) {
+		t.loseAll()
+	}
+}
+
+// leadsThrough reports whether a followed path is in dir or leads there
+// through symbolic links now; a path whose links cannot be followed now
+// counts as leading there.
+func (t *tracker) leadsThrough(dir string) bool {
+	for _, p := range t.paths {
+		if filepath.Dir(p) == dir {
+			return true
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil || filepath.Dir(real) == dir {
+			return true
+		}
+	}
+	return false
 }
 
 // loseAll records that events were lost: writes in progress are no

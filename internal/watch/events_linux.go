@@ -104,6 +104,8 @@ func (n *inotify) parse(t *tracker, b []byte, now time.Time) {
 		if mask&(unix.IN_IGNORED|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0 {
 			// The directory went away or moved: its watch no longer
 			// says anything of the path; the next look watches it again.
+			// That loses events only where a followed path still leads
+			// (tracker.dirGone).
 			delete(n.wds, wd)
 			if n.dirs[dir] == wd {
 				delete(n.dirs, dir)
@@ -111,7 +113,7 @@ func (n *inotify) parse(t *tracker, b []byte, now time.Time) {
 			if mask&unix.IN_IGNORED == 0 {
 				_, _ = unix.InotifyRmWatch(n.fd, uint32(wd))
 			}
-			t.loseAll()
+			t.dirGone(dir)
 			continue
 		}
 		if name == "" {

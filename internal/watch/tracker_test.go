@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -44,5 +45,22 @@ func TestTrackerRules(t *testing.T) {
 	tr.note(dir, "f", opModify, now)
 	if tr.inProgress(now.Add(time.Minute), time.Minute) {
 		t.Fatal("a write past HoldOpen still holds")
+	}
+	tr.lost = false
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	tr.note(other, "f", opModify, now)
+	tr.dirGone(other)
+	if tr.lost {
+		t.Fatal("a directory no followed path leads through went away, and the events were taken as lost")
+	}
+	if _, busy := tr.writing[dirName{other, "f"}]; busy {
+		t.Fatal("a write in a directory that went away is still in progress")
+	}
+	tr.dirGone(dir)
+	if !tr.lost {
+		t.Fatal("the directory of a followed path went away, and the events were not taken as lost")
 	}
 }

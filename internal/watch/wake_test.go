@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -74,4 +75,68 @@ func TestWokenLookAppliesAtOnce(t *testing.T) {
 	}
 	expect("v2 half, then whole")
 	t.Logf("closed after writing: applied after %v", time.Since(start))
+}
+
+// TestConfigMapUpdateAppliesAtOnce: a file of a mounted Kubernetes
+// ConfigMap, updated as the kubelet updates it (the new version written
+// into a new directory, the ..data link swapped to it by a rename, then
+// the old directory removed), is applied by the look its events wake, with
+// an hour between regular looks: the removal of the directory the file
+// led to before the swap, which no path leads to any more, loses nothing.
+func TestConfigMapUpdateAppliesAtOnce(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event rule needs inotify")
+	}
+	dir := t.TempDir()
+	n := 0
+	// update writes data as the kubelet's atomic writer does.
+	update := func(data string) {
+		t.Helper()
+		n++
+		version := fmt.Sprintf("..2026_12_05_10_00_%02d.%09d", n, n)
+		if err := os.Mkdir(filepath.Join(dir, version), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, version, "policy.yaml"), data)
+		old, _ := os.Readlink(filepath.Join(dir, "..data"))
+		if err := os.Symlink(version, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if old != "" {
+			if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	update("v0")
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.Symlink(filepath.Join("..data", "policy.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	applied := make(chan string, 10)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	started := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Options{Interval: time.Hour, Files: func() ([]string, error) { return []string{path}, nil },
+			Started: func() { close(started) },
+			Apply:   func(v *Version) { applied <- string(v.Files[0].Data) }})
+	}()
+	defer func() { cancel(); <-done }()
+	<-started
+	for _, want := range []string{"v1", "v2", "v3"} {
+		update(want)
+		select {
+		case got := <-applied:
+			if got != want {
+				t.Fatalf("applied %q, want %q", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ConfigMap update %q not applied within 5s (the next regular look is an hour away)", want)
+		}
+	}
 }
