@@ -136,6 +136,15 @@ func runKeyHash(args []string, stdin io.Reader, stdout io.Writer) error {
 	if key == "" {
 		return usagef("key hash: no key on standard input")
 	}
+	// A field's value reaches the gateway without the spaces and tabs at
+	// its ends, and cannot hold a control character: the hash of such a
+	// key would never match the key a client sends.
+	if strings.Trim(key, " \t") != key {
+		return usagef("key hash: the key starts or ends with a space or a tab, which no header value keeps: its hash would never match")
+	}
+	if strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+		return usagef("key hash: the key holds a control character, which no header value can carry")
+	}
 	fmt.Fprintf(stdout, "sha256: %s\n", config.HashKey(key))
 	return nil
 }

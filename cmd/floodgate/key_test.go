@@ -110,6 +110,14 @@ func TestKeyHash(t *testing.T) {
 	if err := runKeyHash(nil, strings.NewReader(""), &out); exitCode(err) != 2 {
 		t.Errorf("empty input: %v", err)
 	}
+	// Keys no client can send, as the gateway reads header values (their
+	// ends trimmed, no control characters): refused, not hashed.
+	for _, in := range []string{"key-trial \n", "\tkey-trial\n", "key-trial\t", "key\x00trial\n", "key\x1btrial\n", "key\x7ftrial"} {
+		out.Reset()
+		if err := runKeyHash(nil, strings.NewReader(in), &out); exitCode(err) != 2 || out.Len() != 0 {
+			t.Errorf("key %q: %v, printed %q; want it refused with status 2", in, err, out.String())
+		}
+	}
 }
 
 // TestKeyNewLineIsYAML: the printed keys: line parses, with config, to the
