@@ -393,3 +393,46 @@ limits:
 		t.Errorf("the upstream served acme %d times past its limit of 1 (%v)", served["acme"], served)
 	}
 }
+
+// TestNAT64ClientsCountApart: IPv4 clients that reach the gateway through
+// a translator (NAT64/SIIT in front of an IPv6-only service) arrive as
+// addresses of 64:ff9b::/96. Keyed by /64 they would share one counter,
+// and one client would spend every other's budget; each is counted as the
+// IPv4 address it holds, the same counter as when it comes over IPv4.
+func TestNAT64ClientsCountApart(t *testing.T) {
+	t.Parallel()
+	forFronts(t, allFronts, testNAT64ClientsCountApart)
+}
+
+func testNAT64ClientsCountApart(t *testing.T, fr string) {
+	p := compilePolicy(t, "nat64.yaml", `version: 1
+server:
+  trusted_proxies: [127.0.0.1]
+routes:
+  - {name: api, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:1"}
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 1}
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(http.ResponseWriter, *http.Request) {})
+	for _, c := range []struct {
+		from   string
+		status int
+	}{
+		{"64:ff9b::198.51.100.7", 200},
+		{"64:ff9b::198.51.100.7", 429},
+		{"64:ff9b::198.51.100.8", 200}, // another IPv4 client of the translator
+		{"198.51.100.7", 429},           // the first, over IPv4
+		{"2001:db8::1", 200},
+		{"2001:db8::2", 429}, // one /64
+	} {
+		head := "GET /x HTTP/1.1\r\nHost: a.example\r\nX-Forwarded-For: " + c.from + "\r\n\r\n"
+		if status := rawStatus(t, base, head); status != c.status {
+			t.Errorf("from %s: status %d, want %d", c.from, status, c.status)
+		}
+	}
+}

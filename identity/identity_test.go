@@ -184,6 +184,11 @@ func TestClientKey(t *testing.T) {
 		{"2001:db8:1:2:3:4:5:6", 64, "2001:db8:1:2::/64"},
 		{"2001:db8:1:2:3:4:5:6", 56, "2001:db8:1::/56"},
 		{"2001:db8:1:2:3:4:5:6", 128, "2001:db8:1:2:3:4:5:6/128"},
+		// IPv4 clients through a translator (RFC 6052's well-known
+		// prefix): each its own IPv4 key, not one /64 for them all.
+		{"64:ff9b::198.51.100.7", 64, "198.51.100.7"},
+		{"64:ff9b::c633:6408", 56, "198.51.100.8"},
+		{"64:ff9b::1:198.51.100.7", 64, "64:ff9b::/64"}, // not the /96: an IPv6 address like any
 	} {
 		if got := ClientKey(netip.MustParseAddr(tc.addr), tc.bits); got != tc.want {
 			t.Errorf("ClientKey(%s, %d) = %s, want %s", tc.addr, tc.bits, got, tc.want)

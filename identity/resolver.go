@@ -182,6 +182,10 @@ func (r *Resolver) Key(a netip.Addr) string {
 
 // ClientKey returns the key of a client address: IPv4 (and IPv4-mapped)
 // addresses whole, IPv6 masked to v6bits, and "unknown" for the zero Addr.
+// An address of the well-known NAT64 prefix 64:ff9b::/96 (RFC 6052) is
+// an IPv4 client written as IPv6 by a translator in front of an IPv6-only
+// service: it is keyed as the IPv4 address it holds, since a /64 would put
+// every IPv4 client of that translator on one counter.
 func ClientKey(a netip.Addr, v6bits int) string {
 	if !a.IsValid() {
 		return "unknown"
@@ -193,6 +197,10 @@ func ClientKey(a netip.Addr, v6bits int) string {
 // appendClientKey appends the key of a valid client address to dst.
 func appendClientKey(dst []byte, a netip.Addr, v6bits int) []byte {
 	a = a.Unmap().WithZone("")
+	if a.Is6() && nat64.Contains(a) {
+		b := a.As16()
+		a = netip.AddrFrom4([4]byte(b[12:]))
+	}
 	if a.Is4() {
 		return a.AppendTo(dst)
 	}
@@ -202,6 +210,10 @@ func appendClientKey(dst []byte, a netip.Addr, v6bits int) []byte {
 	}
 	return p.AppendTo(dst)
 }
+
+// nat64 is the well-known prefix of IPv4 addresses translated to IPv6
+// (RFC 6052 §2.1), the address in its last 32 bits.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
 // UnknownClientKey returns the key of the clients whose address the
 // trusted proxy via forwarded in a form that cannot be read:

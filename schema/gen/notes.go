@@ -37,7 +37,7 @@ var notes = map[string]string{
 	"Server.instances":            `{"minimum": 1, "default": 1, "description": "Gateway instances sharing the store (default 1); local fallbacks divide by it."}`,
 	"Server.trusted_proxies":      `{"description": "CIDRs or addresses of proxies whose forwarding headers are believed."}`,
 	"Server.forwarded_header":     `{"pattern": "^(?i:x-forwarded-for|forwarded)$", "default": "X-Forwarded-For", "description": "The one header read from trusted proxies, in any case: X-Forwarded-For (the default) or Forwarded (RFC 7239)."}`,
-	"Server.ipv6_prefix":          `{"minimum": 1, "maximum": 128, "default": 64, "description": "Prefix length IPv6 clients are keyed by (default 64)."}`,
+	"Server.ipv6_prefix":          `{"minimum": 1, "maximum": 128, "default": 64, "description": "Prefix length IPv6 clients are keyed by (default 64); an address of 64:ff9b::/96 (NAT64) is keyed as the IPv4 address it holds."}`,
 	"Server.api_key_header":       `{"default": "x-api-key", "description": "Header carrying the API key (default x-api-key)."}`,
 	"Server.unknown_key_limit":    `{"description": "Limit per client address of requests refused for a missing or unknown API key: 20 a minute in bursts of 20 when not given."}`,
 	"Server.path_matching":        `{"default": "exact", "description": "Whether /LOGIN meets the limits of /login (default exact)."}`,
