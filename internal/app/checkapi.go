@@ -25,9 +25,13 @@ type checkAPI struct {
 }
 
 // startCheckAPI opens the check API's listener when the settings name one
-// and serves it until shutdown (nil when there is none). Errors that end
+// and serves it until shutdown (nil when there is none), at most conns
+// connections at once: past that a new connection is answered 503 (on a
+// TLS listener a TLS alert) and closed, so that a flood of connections to
+// the check API cannot run the process out of the file descriptors the
+// gateway, the store and the other listeners need. Errors that end
 // serving are sent to s.errc.
-func (s *server) startCheckAPI(stdout io.Writer) (*checkAPI, error) {
+func (s *server) startCheckAPI(stdout io.Writer, conns int) (*checkAPI, error) {
 	srv := s.srv
 	if srv.APIListen == "" {
 		return nil, nil
@@ -41,12 +45,15 @@ func (s *server) startCheckAPI(stdout io.Writer) (*checkAPI, error) {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 	}
-	ln, err := net.Listen("tcp", loopbackByDefault(srv.APIListen))
+	raw, err := net.Listen("tcp", loopbackByDefault(srv.APIListen))
 	if err != nil {
 		return nil, fmt.Errorf("serve: api listen: %w", err)
 	}
+	limited := newConnLimit(raw, conns)
+	var ln net.Listener = limited
 	scheme := "http"
 	if tc != nil {
+		limited.speaksTLS()
 		ln, scheme = tls.NewListener(ln, tc), "https"
 	}
 	opts := httpapi.Options{Logger: s.log, Observer: s.metrics}

@@ -114,6 +114,12 @@ func countedFiles(limit uint64) int {
 // keep the rest.
 func callerConns(files int) int { return max(files/2, 64) }
 
+// apiConns is the cap of the check API's listener out of files open
+// files: a quarter, as the rate-limit service's gRPC listener gets beside
+// the gateway (its callers are services, as Envoy is), so that a flood of
+// it leaves the gateway's callers, the store and the upstreams the rest.
+func apiConns(files int) int { return max(files/4, 64) }
+
 // sideConns is the cap of a listener for probes, scrapes and operators
 // (admin, ops, debug) out of files open files: they need few connections,
 // and a client that holds more must not take the descriptors the process

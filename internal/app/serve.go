@@ -442,7 +442,7 @@ func (s *server) listen(stdout io.Writer) error {
 			return err
 		}
 	}
-	if s.api, err = s.startCheckAPI(stdout); err != nil {
+	if s.api, err = s.startCheckAPI(stdout, files.api); err != nil {
 		return err
 	}
 	s.serving = true
@@ -479,6 +479,7 @@ type fileBudget struct {
 	connections     int // client connections served at once
 	upstreamPerHost int // connections to one upstream host
 	side            int // connections to the admin listener, and to the ops one
+	api             int // connections to the check API
 	watches         int // the net/http engine's socket watches (gateway.Options.SocketWatches)
 }
 
@@ -500,6 +501,7 @@ func (s *server) fileBudget() fileBudget {
 	// Probes, scrapes and operators need few connections; a client that
 	// holds more must not take the descriptors the gateway serves with.
 	b.side = sideConns(n)
+	b.api = apiConns(n)
 	b.watches = socketWatches(n)
 	return b
 }
