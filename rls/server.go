@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -55,6 +57,14 @@ const DefaultWindowSize = 1 << 20
 // own default, 120 s, lets a client that connects and sends nothing hold a
 // place of the listener's cap, and hold up a stop, for two minutes.
 const DefaultHandshakeTimeout = 10 * time.Second
+
+// DefaultWriteTimeout is how long a write to a connection may wait for
+// its client to take it when ServerOptions.WriteTimeout is zero: Envoy
+// reads its answers at once; a client that sends calls and never reads
+// their answers would otherwise hold its connection, with the answers and
+// calls queued on it, until a keepalive ping goes unanswered (two hours
+// by default), whatever CallTimeout says.
+const DefaultWriteTimeout = 20 * time.Second
 
 // DefaultMaxConnectionIdle is how long a connection may stay without a call
 // in flight when ServerOptions.MaxConnectionIdle is zero: long enough
@@ -119,6 +129,13 @@ type ServerOptions struct {
 	// with gRPC's tap handle, of which a server has one: ExtraOptions may
 	// carry grpc.InTapHandle only with a negative CallTimeout.
 	CallTimeout time.Duration
+	// WriteTimeout closes a connection when a write to it (answers,
+	// settings, pings) has waited this long for the client to take it: a
+	// client that reads nothing holds its connection, and what is queued
+	// on it, no longer. A client that reads is never cut, however long it
+	// waits between calls. Zero means DefaultWriteTimeout; negative means
+	// no bound.
+	WriteTimeout time.Duration
 	// StreamWorkers is the number of long-lived goroutines that run calls.
 	// Reusing them saves starting (and growing the stack of) a goroutine per
 	// call; when all are busy a call gets a goroutine of its own as usual.
@@ -147,6 +164,8 @@ type Server struct {
 	// once it starts to stop.
 	Health *health.Server
 	grace  time.Duration
+	// stall bounds each write to a connection (0: no bound).
+	stall time.Duration
 }
 
 // MinConnectionAge is the shortest ServerOptions.MaxConnectionAge but 0:
@@ -248,7 +267,14 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	if grace <= 0 {
 		grace = 10 * time.Second
 	}
-	return &Server{GRPC: g, Health: hs, grace: grace}, nil
+	stall := opts.WriteTimeout
+	switch {
+	case stall == 0:
+		stall = DefaultWriteTimeout
+	case stall < 0:
+		stall = 0
+	}
+	return &Server{GRPC: g, Health: hs, grace: grace, stall: stall}, nil
 }
 
 // Serve answers on lis until ctx ends, then reports NOT_SERVING, lets
@@ -257,6 +283,9 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.Health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if s.stall > 0 {
+		lis = &writeBoundListener{Listener: lis, d: s.stall}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.GRPC.Serve(lis) }()
 	select {
@@ -324,4 +353,53 @@ func newGRPCServer(so []grpc.ServerOption) (g *grpc.Server, err error) {
 		}
 	}()
 	return grpc.NewServer(so...), nil
+}
+
+// writeBoundListener gives each connection it accepts a bound on its
+// writes (writeBoundConn).
+type writeBoundListener struct {
+	net.Listener
+	d time.Duration
+}
+
+// Accept returns the next connection, its writes bounded.
+func (l *writeBoundListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &writeBoundConn{Conn: c, d: l.d, start: time.Now()}, nil
+}
+
+// writeBoundConn is a connection whose writes fail, and which closes,
+// once a write has waited d for the client to take it. The write
+// deadline is moved only when less than half of d is left, so that a
+// connection busy with small writes does not move it at each.
+type writeBoundConn struct {
+	net.Conn
+	d time.Duration
+	// start is when the connection was accepted; until is when the
+	// deadline set last passes, in nanoseconds since start (monotonic).
+	start time.Time
+	until atomic.Int64
+}
+
+// Write writes b within the bound.
+func (c *writeBoundConn) Write(b []byte) (int, error) {
+	now := time.Now()
+	at := int64(now.Sub(c.start))
+	if c.until.Load()-at < int64(c.d/2) {
+		if err := c.Conn.SetWriteDeadline(now.Add(c.d)); err != nil {
+			return 0, err
+		}
+		c.until.Store(at + int64(c.d))
+	}
+	n, err := c.Conn.Write(b)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// gRPC leaves the connection to its reader when a write
+		// fails, and the reader of a client that sends nothing more
+		// waits for ever: close it here.
+		_ = c.Conn.Close()
+	}
+	return n, err
 }

@@ -2,10 +2,12 @@ package rls
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -278,4 +281,158 @@ func TestSecondTapHandleIsAnError(t *testing.T) {
 		t.Fatalf("a tap handle with CallTimeout off: %v", err)
 	}
 	srv.GRPC.Stop()
+}
+
+// closeWatch is a listener that reports the remote address of each
+// connection the server closes.
+type closeWatch struct {
+	net.Listener
+	closed chan string
+}
+
+func (l *closeWatch) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &watchedConn{Conn: c, closed: l.closed}, nil
+}
+
+type watchedConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan string
+}
+
+func (c *watchedConn) Close() error {
+	c.once.Do(func() { c.closed <- c.RemoteAddr().String() })
+	return c.Conn.Close()
+}
+
+// TestClientThatNeverReadsIsCut: a client that sends calls and never reads
+// their answers holds its connection, and the answers and calls queued on
+// it, for WriteTimeout at most; the server then closes it. A client that
+// reads, however long it waits between calls, keeps its connection.
+// Without the bound such a client held its connection (and about 2 MB of
+// queued calls) until the keepalive ping, two hours later, long past the
+// call bound.
+func TestClientThatNeverReadsIsCut(t *testing.T) {
+	const stall = 500 * time.Millisecond
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	// Dynamic metadata echoes a descriptor's value in its answer: long
+	// answers fill the socket's buffers in a few calls.
+	svc := New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{DynamicMetadata: true})
+	srv, err := NewServer(svc, ServerOptions{WriteTimeout: stall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &closeWatch{Listener: raw, closed: make(chan string, 16)}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	addr := raw.Addr().String()
+
+	// A client that reads keeps its connection across pauses longer than
+	// the bound.
+	conn := dial(t, addr)
+	defer conn.Close()
+	rl := rlsv3.NewRateLimitServiceClient(conn)
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(3 * stall)
+		}
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := rl.ShouldRateLimit(cctx, req("d", desc("user", "reader")))
+		ccancel()
+		if err != nil {
+			t.Fatalf("call %d of a client that reads: %v", i, err)
+		}
+	}
+	select {
+	case a := <-ln.closed:
+		t.Fatalf("the connection of a client that reads (%s) was closed", a)
+	default:
+	}
+
+	// A client that never reads.
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteWindowUpdate(0, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := proto.Marshal(req("d", desc("user", strings.Repeat("v", 32<<10))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := append(grpcPrefix(uint32(len(msg))), msg...)
+	var hb bytes.Buffer
+	hp := hpack.NewEncoder(&hb)
+	sent := 0
+	for i := range 2000 {
+		// A bound for the test only: the server stops reading once
+		// its answers are stuck.
+		_ = c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		hb.Reset()
+		for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", rlsv3.RateLimitService_ShouldRateLimit_FullMethodName},
+			{":authority", "rls"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+			_ = hp.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+		}
+		id := uint32(2*i + 1)
+		if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil ||
+			writeData(fr, id, data) != nil {
+			break
+		}
+		sent++
+	}
+	mine := c.LocalAddr().String()
+	wait := time.After(30 * time.Second)
+	for {
+		select {
+		case a := <-ln.closed:
+			if a == mine {
+				return
+			}
+			t.Fatalf("the connection of a client that reads (%s) was closed", a)
+		case <-wait:
+			t.Fatalf("30 s after a client sent %d calls and read none of their answers, the server still holds its connection (write bound %v)", sent, stall)
+		}
+	}
+}
+
+// writeData sends data on stream id in frames of HTTP/2's default largest
+// size, the last one ending the stream.
+func writeData(fr *http2.Framer, id uint32, data []byte) error {
+	const most = 16 << 10
+	for len(data) > most {
+		if err := fr.WriteData(id, false, data[:most]); err != nil {
+			return err
+		}
+		data = data[most:]
+	}
+	return fr.WriteData(id, true, data)
 }
