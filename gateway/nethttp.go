@@ -63,12 +63,14 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		g.put(st)
 	}()
 	g.handle(x, st)
-	if x.left && !x.answered {
+	if !x.answered && (x.left || r.Context().Err() != nil) {
 		// The client left while its request waited (a leaky queue, a
-		// place under overload control) and the flow answered nothing:
-		// close the connection without an answer (logged 499), rather
-		// than let net/http write a 200 with no body, which a client that
-		// only shut its side down reads as its request served.
+		// place under overload control) or before the engine decided it
+		// (a store call ends with its request's context), and the flow
+		// answered nothing: close the connection without an answer
+		// (logged 499), rather than let net/http write a 200 with no
+		// body, which a client that only shut its side down reads as its
+		// request served.
 		panic(http.ErrAbortHandler)
 	}
 }
