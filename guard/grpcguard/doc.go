@@ -19,7 +19,9 @@
 // Envoy sets it).
 //
 // A call over a limit gets RESOURCE_EXHAUSTED, its message Too Many
-// Requests (or Limit Exceeded for a quota), with a google.rpc.RetryInfo
+// Requests (or Limit Exceeded for a quota; a limit whose refusal has a
+// body of its own, the text of the refusal's status, and UNAVAILABLE for
+// a 503 one), with a google.rpc.RetryInfo
 // detail saying when the same call would pass; the refusals of the flow
 // are PERMISSION_DENIED for a missing or unknown API key, UNAUTHENTICATED
 // for a token that does not verify (with a www-authenticate trailer),

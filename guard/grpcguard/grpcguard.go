@@ -257,7 +257,7 @@ func (c *call) SetFields(fs []fields.Field) {
 
 func (c *call) Answer(st int, body []byte, challenge bool) {
 	c.status = st
-	msg := message(body)
+	msg := message(st, body)
 	var s *status.Status
 	switch st {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
@@ -312,13 +312,17 @@ func (c *call) retryAfter() (time.Duration, bool) {
 }
 
 // message returns the message of one of the flow's JSON bodies, and its
-// reason when it tells one.
-func message(body []byte) string {
+// reason when it tells one; a body of another form (a limit's refusal
+// with a body of its own) gives the text of its status, st.
+func message(st int, body []byte) string {
 	var b struct {
 		Message string `json:"message"`
 		Reason  string `json:"reason"`
 	}
 	if json.Unmarshal(body, &b) != nil || b.Message == "" {
+		if text := http.StatusText(st); text != "" {
+			return text
+		}
 		return http.StatusText(http.StatusInternalServerError)
 	}
 	if b.Reason != "" {
