@@ -16,7 +16,10 @@
 // state_file, store_timeout, instances and memory, holds; the listeners,
 // the engine, the timeouts and the rest of server are "floodgate serve"'s
 // and are not read. A route's upstream is not used: the handler is the
-// upstream.
+// upstream. Allow and deny lists (server.access) and the penalty box
+// (server.bans) are "floodgate serve"'s too: a Guard would let through
+// the addresses and keys serve refuses, so it refuses a file that has
+// them, as an invalid one, naming the field at its line.
 //
 // File follows the file: a new valid version is applied at the next look
 // after its writer closed it (Options.ReloadInterval, a second by

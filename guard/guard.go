@@ -109,7 +109,8 @@ func New(src Source, o Options) (*Guard, error) {
 	var pol *policy.Policy
 	switch {
 	case src.path != "":
-		r, err := policy.NewReloader(policy.ReloaderOptions{Path: src.path, Interval: o.ReloadInterval, Logger: g.log})
+		r, err := policy.NewReloader(policy.ReloaderOptions{Path: src.path, Interval: o.ReloadInterval, Logger: g.log,
+			Check: serveOnly})
 		if err != nil {
 			return nil, fmt.Errorf("guard: %w", err)
 		}
@@ -173,6 +174,33 @@ func New(src Source, o Options) (*Guard, error) {
 		g.watching.Go(func() { reloader.Run(ctx) })
 	}
 	return g, nil
+}
+
+// serveOnly refuses a policy whose server section holds what floodgate
+// serve applies before any limit and a Guard does not: allow and deny
+// lists (server.access) and the penalty box's rules (server.bans). A
+// Guard given them would let through the addresses the file denies and
+// the keys it bans; refused, the file names them (a config.Errors, one
+// problem per field, at its line).
+func serveOnly(p *policy.Policy) error {
+	f := p.File()
+	srv := &f.Server
+	var es config.Errors
+	add := func(field, what string) {
+		pos := f.Position(field)
+		es = append(es, &config.Error{File: f.Path, Line: pos.Line, Column: pos.Column, Field: field,
+			Msg: what + " are applied by floodgate serve, not by a Guard: remove them from a Guard's policy, or serve the requests with floodgate serve"})
+	}
+	if len(srv.Access.Deny) > 0 || len(srv.Access.Allow) > 0 {
+		add("server.access", "allow and deny lists")
+	}
+	if len(srv.Bans) > 0 {
+		add("server.bans", "the penalty box's rules")
+	}
+	if es == nil {
+		return nil
+	}
+	return es
 }
 
 // openStores opens the store the policy names (or o's), and the local

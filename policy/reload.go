@@ -37,6 +37,12 @@ type ReloaderOptions struct {
 	// OnReject, if set, is called with the error of each rejected file
 	// (a config.Errors for an invalid one): a hook for metrics.
 	OnReject func(error)
+	// Check, if set, is asked about each version once it compiles, the
+	// first one included: an error refuses the version as an invalid file
+	// would be refused (NewReloader fails with it; a later version is
+	// rejected, counted and logged, and the running policy stays). It
+	// lets a program refuse what it cannot apply.
+	Check func(*Policy) error
 }
 
 // Reloader holds the current policy of a file and replaces it when the file
@@ -78,6 +84,9 @@ func NewReloader(o ReloaderOptions) (*Reloader, error) {
 		return nil, err
 	}
 	p, err := compileData(o.Path, data, nil)
+	if err == nil && o.Check != nil {
+		err = o.Check(p)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +152,9 @@ func (r *Reloader) load(data []byte, force bool) error {
 	}
 	r.seen = sum
 	p, err := compileData(r.o.Path, data, r.cur.Load())
+	if err == nil && r.o.Check != nil {
+		err = r.o.Check(p)
+	}
 	if err != nil {
 		r.pend(data)
 		r.reject(err, sum)

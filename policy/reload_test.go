@@ -297,3 +297,46 @@ func TestReloadFollowsJWTKeyFile(t *testing.T) {
 		t.Errorf("short secret: err %v, rejected %d", err, rl.Rejected())
 	}
 }
+
+// TestReloadCheckRefuses: a version the Check hook refuses is refused as
+// an invalid one: at the start NewReloader fails with the hook's error;
+// later Reload returns it, counts it as rejected and keeps the running
+// policy, and a version the hook accepts is applied.
+func TestReloadCheckRefuses(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	policyOf := func(name string) string {
+		return "version: 1\nlimits:\n  - {name: " + name + ", rate: 1, per: 1s}\n"
+	}
+	errRefused := errors.New("refused by the program")
+	has := func(p *Policy, name string) bool { _, ok := p.Limit(name); return ok }
+	check := func(p *Policy) error {
+		if has(p, "refused") {
+			return errRefused
+		}
+		return nil
+	}
+	writeFile(t, path, policyOf("refused"))
+	if _, err := NewReloader(ReloaderOptions{Path: path, Check: check}); !errors.Is(err, errRefused) {
+		t.Fatalf("NewReloader of a version the check refuses: %v, want %v", err, errRefused)
+	}
+	writeFile(t, path, policyOf("first"))
+	r, err := NewReloader(ReloaderOptions{Path: path, Check: check})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, policyOf("refused"))
+	if err := r.Reload(); !errors.Is(err, errRefused) {
+		t.Fatalf("Reload of a version the check refuses: %v, want %v", err, errRefused)
+	}
+	if p := r.Policy(); !has(p, "first") || r.Rejected() != 1 || r.Reloads() != 0 {
+		t.Fatalf("after a refused version: %d rejected, %d reloads, limit first kept: %v; want 1, 0, true", r.Rejected(), r.Reloads(), has(p, "first"))
+	}
+	writeFile(t, path, policyOf("second"))
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !has(r.Policy(), "second") {
+		t.Fatalf("an accepted version after a refused one is not applied")
+	}
+}
