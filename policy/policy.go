@@ -320,9 +320,10 @@ func (p *Policy) Routes() []*Route { return p.routes }
 // flood of guessed keys is answered 429 once it is used up.
 func (p *Policy) UnknownKeyLimit() *Limit { return p.unknownKey }
 
-// Limits returns every limit in evaluation order: plans (rate, quota),
-// method, route and stage-scoped limits, stage defaults, global limits and
-// the account limit.
+// Limits returns every limit in evaluation order: the limit of requests
+// with a missing or unknown API key (UnknownKeyLimit), plans (rate,
+// quota), method, route and stage-scoped limits, stage defaults, global
+// limits and the account limit.
 func (p *Policy) Limits() []*Limit { return p.ordered }
 
 // ReadsBodies reports whether a limit reads its cost estimate from a

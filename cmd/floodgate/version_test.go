@@ -41,7 +41,9 @@ func buildFromClone(t *testing.T, change func(dir string), env ...string) (bin, 
 	build := exec.Command("go", "build", "-buildvcs=true", "-trimpath", "-o", bin, "./cmd/floodgate")
 	build.Dir = dir
 	// GOFLAGS may say -buildvcs=false; a release build stamps the commit.
-	build.Env = append(os.Environ(), append([]string{"GOFLAGS="}, env...)...)
+	// Static, as the image's is (and TestStaticBinaryInAnEmptyRoot's, whose
+	// compiled packages this build then shares).
+	build.Env = append(os.Environ(), append([]string{"GOFLAGS=", "CGO_ENABLED=0"}, env...)...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
