@@ -625,7 +625,12 @@ local function general()
       redis.call('HINCRBY', hkey, m, cost)
       st.sum = st.sum + cost
       redis.call('HSET', hkey, 'sum', fmt(st.sum))
-      local ms = ceil_ms(w)
+      -- The log lives a window past its newest entry, which is later than
+      -- now when the clock stepped back.
+      local top = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
+      local ahead = tonumber(top[2]) - now_us
+      if ahead < 0 then ahead = 0 end
+      local ms = ceil_ms(w + ahead * 1000)
       redis.call('PEXPIRE', zkey, ms)
       redis.call('PEXPIRE', hkey, ms)
     end
@@ -707,7 +712,12 @@ local function general()
       redis.call('ZADD', zkey, now_us + ttl / 1000, lease)
       local total = tonumber(redis.call('HGET', hkey, 'sum') or '0') + cost - held
       redis.call('HSET', hkey, lease, cost, 'sum', fmt(total))
-      local ms = ceil_ms(ttl)
+      -- The set lives until its last lease expires, which is later than
+      -- this one's when the clock stepped back.
+      local top = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
+      local last = (tonumber(top[2]) - now_us) * 1000
+      if last < ttl then last = ttl end
+      local ms = ceil_ms(last)
       redis.call('PEXPIRE', zkey, ms)
       redis.call('PEXPIRE', hkey, ms)
     end

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -121,6 +122,62 @@ func TestClockStepBackKeepsTheWait(t *testing.T) {
 					}
 					if e := decide(retry, two); !e.Allowed {
 						t.Fatalf("%s (two hits %v): denied at the retry after %s: %+v", l.Name, two, d.RetryAfter, e)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestClockStepBackKeepsTheKeys: after the server's clock steps back, a
+// sliding log's entries and a concurrency limit's leases made before the
+// step count until their own ends, which lie later than the stepped-back
+// clock says: the keys that hold them live as long. Keys that expired a
+// window (a lease's TTL) after the stepped-back clock lost the newest
+// entries and leases up to the step early, and with them their counts.
+func TestClockStepBackKeepsTheKeys(t *testing.T) {
+	// Longer than the hour a test clock adds to every TTL (apply.lua's pad).
+	const step = 3 * time.Hour
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			s := storeOn(t, mode)
+			defer s.testNow.Store(0)
+			ctx := context.Background()
+			base := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+			for _, l := range []floodgate.Limit{
+				{Name: "back_keys_log", Algorithm: floodgate.SlidingLog, Max: 3, Window: time.Hour},
+				{Name: "back_keys_conc", Algorithm: floodgate.Concurrency, Max: 3, LeaseTTL: time.Hour},
+			} {
+				r := ruletest.Rule(t, l)
+				out := make([]floodgate.Decision, 1)
+				s.testNow.Store(base.UnixMicro())
+				if err := s.Decide(ctx, []limiter.Hit{{Rule: r, Key: "k", Cost: 2, Lease: 1}}, false, out); err != nil || !out[0].Allowed {
+					t.Fatalf("%s: charge: %+v %v", l.Name, out[0], err)
+				}
+				s.testNow.Store(base.Add(-step).UnixMicro())
+				if err := s.Decide(ctx, []limiter.Hit{{Rule: r, Key: "k", Cost: 1, Lease: 2}}, false, out); err != nil || !out[0].Allowed {
+					t.Fatalf("%s: charge after the step: %+v %v", l.Name, out[0], err)
+				}
+				// The first charge counts until an hour after base: the
+				// keys must live that long by the server's clock, an hour
+				// and the step from now.
+				want := time.Hour + step - 2*time.Second // what a slow test may have used up
+				for _, key := range []string{s.Key(r, "k"), s.Key(r, "k") + ":h"} {
+					srv := sharedServer(t)
+					if mode == "cluster" {
+						var err error
+						if srv, err = sharedCluster(t).PrimaryOf(int(slot(key))); err != nil {
+							t.Fatal(err)
+						}
+					}
+					ttl, err := srv.Do("PTTL", key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ms, err := strconv.ParseInt(ttl, 10, 64)
+					if err != nil || time.Duration(ms)*time.Millisecond < want {
+						t.Errorf("%s: key %s PTTL %s ms, want at least %d ms (until the charge before the step ends)",
+							l.Name, key, ttl, want.Milliseconds())
 					}
 				}
 			}
