@@ -28,6 +28,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -112,8 +113,14 @@ type Alarms struct {
 	plans atomic.Pointer[map[string]*planAlarm] // by quota limit name
 	queue chan candidate
 
-	mu   sync.Mutex // guards seen
+	mu sync.Mutex // guards seen
+	// seen holds, for each alarm this process queued, the Unix time (ns)
+	// until which it is not queued again: its quota period's end, or, for
+	// one dropped for want of room, the end of its retry pause.
 	seen map[seenKey]int64
+	// dropLog holds back the lines of dropped alarms: many keys crossing
+	// their thresholds while a queue is full must not flood the log.
+	dropLog lograte.Gate
 
 	// clients deliver webhooks: [1] to targets that may be link-local.
 	clients [2]*http.Client
@@ -146,6 +153,7 @@ type target struct {
 type delivery struct {
 	plan *planAlarm
 	ev   Event
+	key  seenKey // the alarm, as seen holds it
 }
 
 type planAlarm struct {
@@ -327,7 +335,7 @@ func (a *Alarms) crossed(h *limiter.Hit, d *floodgate.Decision, pa *planAlarm, t
 	_, end := algo.QuotaPeriod(&l, now.Add(d.ResetAfter).UnixNano()-int64(500*time.Millisecond))
 	k := seenKey{counter: h.Key, limit: h.Rule.Name(), threshold: threshold, periodEnd: end}
 	a.mu.Lock()
-	if _, dup := a.seen[k]; dup {
+	if until, dup := a.seen[k]; dup && until > now.UnixNano() {
 		a.mu.Unlock()
 		return
 	}
@@ -340,9 +348,28 @@ func (a *Alarms) crossed(h *limiter.Hit, d *floodgate.Decision, pa *planAlarm, t
 	select {
 	case a.queue <- c:
 	default:
+		a.retryLater(k, now)
 		a.alarms.WithLabelValues(pa.plan, strconv.Itoa(threshold), "dropped").Inc()
-		a.log.Warn("alarm: queue full, alarm dropped", "key", keyName(h.Key), "plan", pa.plan, "threshold", threshold)
+		if held, ok := a.dropLog.Pass(now); ok {
+			a.log.Warn("alarm: queue full, alarm dropped; the key's next request after the retry pause queues it again",
+				"key", keyName(h.Key), "plan", pa.plan, "threshold", threshold, "retry_pause", dropRetry, "held_back", held)
+		}
 	}
+}
+
+// dropRetry is how long an alarm dropped for want of room (the alarms'
+// queue, or its webhook's, was full) is not queued again: the key's first
+// request after it queues the alarm anew, so that a burst of keys larger
+// than a queue delays their alarms instead of losing them for the rest of
+// their quota period.
+const dropRetry = 10 * time.Second
+
+// retryLater lets the alarm k be queued again by a request from
+// dropRetry after now on.
+func (a *Alarms) retryLater(k seenKey, now time.Time) {
+	a.mu.Lock()
+	a.seen[k] = now.Add(dropRetry).UnixNano()
+	a.mu.Unlock()
 }
 
 // pruneLocked forgets alarms of ended periods, or all of them when that
@@ -438,6 +465,13 @@ func (a *Alarms) handle(ctx context.Context, c candidate) {
 		Threshold: c.threshold, Used: c.used, Quota: c.quota, Percent: float64(c.used) * 100 / float64(c.quota),
 		PeriodEnd: time.Unix(0, c.periodEnd).UTC(), Time: c.at.UTC(), Instance: a.o.Instance}
 	ev.ID = eventID(c)
+	d := &delivery{plan: c.plan, ev: ev, key: c.seenKey}
+	if c.plan.Webhook != "" && a.targetFull(targetKey{url: c.plan.Webhook, allowLinkLocal: c.plan.AllowLinkLocal}) {
+		// No room for it: the alarm is not claimed, so that it fires
+		// later, here or on another instance.
+		a.dropped(d, false)
+		return
+	}
 	dctx, cancel := context.WithTimeout(ctx, dedupTimeout)
 	first, err := a.o.Dedup.Once(dctx, "alarm:"+ev.ID, ev.PeriodEnd)
 	cancel()
@@ -455,7 +489,39 @@ func (a *Alarms) handle(ctx context.Context, c candidate) {
 	if c.plan.Webhook == "" {
 		return
 	}
-	a.enqueue(ctx, &delivery{plan: c.plan, ev: ev})
+	a.enqueue(ctx, d)
+}
+
+// targetFull reports whether the queue of the webhook target k is full.
+func (a *Alarms) targetFull(k targetKey) bool {
+	a.tmu.Lock()
+	defer a.tmu.Unlock()
+	tg := a.targets[k]
+	return tg != nil && len(tg.queue) >= a.o.TargetQueueSize
+}
+
+// dropped counts and drops d, whose webhook's queue is full, and lets the
+// key's next request after dropRetry queue it again. A claimed alarm's
+// claim is given back (when the Deduper is a Releaser), so that this
+// instance or another can fire it then: a claim kept would stand, and the
+// alarm be lost, until the quota period ends.
+func (a *Alarms) dropped(d *delivery, claimed bool) {
+	now := a.o.Now()
+	a.webhooks.WithLabelValues("dropped").Inc()
+	if claimed {
+		if r, ok := a.o.Dedup.(Releaser); ok {
+			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+			if err := r.Release(ctx, "alarm:"+d.ev.ID); err != nil {
+				a.log.Warn("alarm: claim of a dropped alarm not given back", "id", d.ev.ID, "err", err)
+			}
+			cancel()
+		}
+	}
+	a.retryLater(d.key, now)
+	if held, ok := a.dropLog.Pass(now); ok {
+		a.log.Warn("alarm: webhook queue full, alarm dropped; the key's next request after the retry pause queues it again",
+			"id", d.ev.ID, "plan", d.ev.Plan, "retry_pause", dropRetry, "held_back", held)
+	}
 }
 
 // enqueue puts d in its target's queue, and starts a worker for the
@@ -471,8 +537,7 @@ func (a *Alarms) enqueue(ctx context.Context, d *delivery) {
 	}
 	if len(tg.queue) >= a.o.TargetQueueSize {
 		a.tmu.Unlock()
-		a.webhooks.WithLabelValues("dropped").Inc()
-		a.log.Warn("alarm: webhook queue full, alarm dropped", "id", d.ev.ID, "plan", d.ev.Plan)
+		a.dropped(d, true)
 		return
 	}
 	tg.queue = append(tg.queue, d)
@@ -530,9 +595,71 @@ func Sign(secret []byte, ts string, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// Verify reports whether sig is the signature of body sent at ts.
+// Verify reports whether sig is the signature of body sent at ts, ts
+// being a Unix second as Sign's caller writes it (decimal digits, no sign,
+// no leading zero): the signed bytes are ts "." body, so a timestamp
+// holding anything else could move the bytes of the body into it. It does
+// not look at how old ts is: a receiver calls VerifyAt, which does, to
+// refuse a delivery recorded and sent again.
 func Verify(secret []byte, ts string, body []byte, sig string) bool {
+	if _, ok := unixSecond(ts); !ok {
+		return false
+	}
 	return hmac.Equal([]byte(Sign(secret, ts, body)), []byte(sig))
+}
+
+// DefaultTolerance is how far from the receiver's clock VerifyAt takes a
+// webhook's timestamp to be when it is given no tolerance: each attempt
+// of a delivery is signed when it is sent, so only clock skew and the
+// time in transit stand between the two.
+const DefaultTolerance = 5 * time.Minute
+
+// The errors of VerifyAt, for errors.Is.
+var (
+	// ErrBadTimestamp is a timestamp that is not a Unix second.
+	ErrBadTimestamp = errors.New("alarm: webhook timestamp is not a Unix second")
+	// ErrBadSignature is a signature that is not the body's at its
+	// timestamp with the secret.
+	ErrBadSignature = errors.New("alarm: webhook signature does not match")
+	// ErrStaleTimestamp is a signature made further from now than the
+	// tolerance: a delivery sent again (a replay), or a clock far off.
+	ErrStaleTimestamp = errors.New("alarm: webhook timestamp outside the tolerance")
+)
+
+// VerifyAt checks a webhook received at now: sig must be the signature of
+// body sent at ts (see Verify), and ts no further from now than tolerance
+// (DefaultTolerance when tolerance is 0 or less), so that a delivery
+// recorded and sent again later is refused. Within the tolerance a
+// receiver takes each Event.ID once: a retried alarm comes again with the
+// same ID.
+func VerifyAt(secret []byte, ts string, body []byte, sig string, now time.Time, tolerance time.Duration) error {
+	sec, ok := unixSecond(ts)
+	if !ok {
+		if len(ts) > 32 {
+			ts = ts[:32] + "…"
+		}
+		return fmt.Errorf("%w: %q", ErrBadTimestamp, ts)
+	}
+	if !hmac.Equal([]byte(Sign(secret, ts, body)), []byte(sig)) {
+		return ErrBadSignature
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	if off := now.Sub(time.Unix(sec, 0)); off > tolerance || off < -tolerance {
+		return fmt.Errorf("%w: signed %v from now, tolerance %v", ErrStaleTimestamp, off.Round(time.Second), tolerance)
+	}
+	return nil
+}
+
+// unixSecond reads ts as Sign's callers write a Unix second: decimal
+// digits, no sign, no leading zero, after 1970.
+func unixSecond(ts string) (int64, bool) {
+	v, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || v <= 0 || strconv.FormatInt(v, 10) != ts {
+		return 0, false
+	}
+	return v, true
 }
 
 // current returns the alarm settings in force for d's quota limit, or nil

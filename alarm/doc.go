@@ -10,7 +10,11 @@
 // alarm is dropped and counted). A worker then claims the alarm through a
 // Deduper (SET NX with a TTL to the period's end on Redis, so that one
 // instance of a deployment fires it; a map in this process otherwise) and
-// hands it to its webhook's own queue.
+// hands it to its webhook's own queue. An alarm dropped because a queue
+// was full is not claimed (a claim taken is given back), and the key's
+// first request 10 s later or after queues it again: a burst of keys
+// larger than a queue delays their alarms, and loses none of them for the
+// rest of their period.
 //
 // The webhook is a POST of a JSON body (Event) with
 //
@@ -18,7 +22,10 @@
 //	X-Floodgate-Signature: sha256=<hex HMAC-SHA256(secret, timestamp + "." + body)>
 //
 // retried with exponential backoff and jitter (0.5 s doubling to 30 s, up
-// to 8 attempts) on a network error, a 408, a 429 or a 5xx. Each webhook
+// to 8 attempts) on a network error, a 408, a 429 or a 5xx, each attempt
+// signed when it is sent. A receiver checks both headers with VerifyAt,
+// which also refuses a timestamp far from its clock, so that a delivery
+// recorded and sent again later is refused. Each webhook
 // URL has its own bounded queue and at most Options.TargetConcurrency
 // deliveries under way, so that a slow or hanging receiver delays only its
 // own alarms. Each attempt takes the plan's webhook and secret in force
