@@ -249,8 +249,9 @@ func checkSecurity(t *testing.T, d *appsv1.Deployment) {
 
 // TestChartProbes checks that the probes of floodgate serve name paths the
 // ops listener serves, on the port of server.ops_listen, which the chart
-// sets to listen beyond loopback; and that floodgate rls's probes are
-// envoyproxy/ratelimit's /healthcheck on its HTTP port.
+// sets to listen beyond loopback; and that floodgate rls's readiness is
+// envoyproxy/ratelimit's /healthcheck on its HTTP port, unhealthy until
+// descriptor files load, and its liveness a connection to that port.
 func TestChartProbes(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -265,16 +266,21 @@ func TestChartProbes(t *testing.T) {
 				t.Fatalf("probe port %s is not a container port", p.String())
 				return 0
 			}
-			probes := map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe}
 			if strings.HasPrefix(m.name, "ratelimit") {
 				env := map[string]string{}
 				for _, e := range c.Env {
 					env[e.Name] = e.Value
 				}
-				for what, p := range probes {
-					if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthcheck" || str(port(p.HTTPGet.Port)) != env["PORT"] {
-						t.Errorf("%s probe %+v: want GET /healthcheck on PORT (%s)", what, p, env["PORT"])
-					}
+				if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthcheck" || str(port(p.HTTPGet.Port)) != env["PORT"] {
+					t.Errorf("readiness probe %+v: want GET /healthcheck on PORT (%s)", p, env["PORT"])
+				}
+				if env["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"] != "true" {
+					t.Errorf("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED %q: a pod whose descriptor files do not load would be ready", env["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"])
+				}
+				// Liveness does not follow the descriptor files: a pod
+				// waiting for good ones is not restarted.
+				if p := c.LivenessProbe; p == nil || p.TCPSocket == nil || str(port(p.TCPSocket.Port)) != env["PORT"] {
+					t.Errorf("liveness probe %+v: want a TCP connection to PORT (%s)", p, env["PORT"])
 				}
 				return
 			}
@@ -524,6 +530,12 @@ func TestChartRefusesValuesThatCannotWork(t *testing.T) {
 		{"mode: gateway\nresources: {limits: {memory: 512Mi}}" + withMaxBytes(536870912), "resources.limits.memory"},
 		{"mode: decision\nresources: {limits: {memory: \"1G\"}}\ncheckAPI: {tokens: {envoy: " + checkToken + "}}" + withMaxBytes(1073741824) + descriptors, "resources.limits.memory"},
 		{"mode: ratelimit\nterminationGracePeriodSeconds: 15" + descriptors, "terminationGracePeriodSeconds"},
+		// The kubelet probes, and Prometheus scrapes, the pod's address:
+		// an ops listener on loopback (floodgate serve's own default)
+		// would never be ready, and be restarted for ever.
+		{"mode: gateway\nopsListen: \"127.0.0.1:9102\"" + policy, "opsListen"},
+		{"mode: gateway\nopsListen: \"localhost:9102\"" + policy, "opsListen"},
+		{"mode: decision\nopsListen: \"[::1]:9102\"\ncheckAPI: {tokens: {envoy: " + checkToken + "}}" + descriptors, "opsListen"},
 	} {
 		_, _, err := renderErr(values(t, c.values))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

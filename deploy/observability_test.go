@@ -317,7 +317,24 @@ func freePort(t *testing.T) string {
 // output's lines up to the first that matches ready.
 func startProcess(t *testing.T, name, bin string, args []string, ready *regexp.Regexp) []string {
 	t.Helper()
+	return startProcessEnv(t, name, bin, args, nil, ready)
+}
+
+// startProcessEnv is startProcess with the environment env (nil: this
+// process's).
+func startProcessEnv(t *testing.T, name, bin string, args, env []string, ready *regexp.Regexp) []string {
+	t.Helper()
+	lines, _ := startProcessStop(t, name, bin, args, env, ready)
+	return lines
+}
+
+// startProcessStop is startProcessEnv, and returns as well a function that
+// stops the process (SIGTERM, then SIGKILL, by its PID) and waits for it
+// to end, before the test ends.
+func startProcessStop(t *testing.T, name, bin string, args, env []string, ready *regexp.Regexp) ([]string, func()) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
+	cmd.Env = env
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -332,7 +349,7 @@ func startProcess(t *testing.T, name, bin string, args []string, ready *regexp.R
 		cmd.Wait()
 		close(done)
 	}()
-	t.Cleanup(func() {
+	stop := func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
@@ -340,7 +357,8 @@ func startProcess(t *testing.T, name, bin string, args []string, ready *regexp.R
 			cmd.Process.Kill()
 			<-done
 		}
-	})
+	}
+	t.Cleanup(stop)
 	lines := make(chan string, 64)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -352,7 +370,7 @@ func startProcess(t *testing.T, name, bin string, args []string, ready *regexp.R
 		}
 	}()
 	if ready == nil {
-		return nil
+		return nil, stop
 	}
 	var got []string
 	timeout := time.After(30 * time.Second)
@@ -361,7 +379,7 @@ func startProcess(t *testing.T, name, bin string, args []string, ready *regexp.R
 		case l := <-lines:
 			got = append(got, l)
 			if ready.MatchString(l) {
-				return got
+				return got, stop
 			}
 		case <-done:
 			t.Fatalf("%s exited: %s\n%s", name, strings.Join(got, "\n"), stderr.String())

@@ -124,7 +124,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* memoryFits fails when the container's memory limit is below the soft memory limit floodgate serve sets (server.memory.soft_limit: auto): 1.1 times server.memory.max_bytes and at least 8 MiB for the rest of the process. */}}
+{{/* memoryFits fails when the soft memory limit floodgate serve sets (server.memory.soft_limit: auto), 1.1 times server.memory.max_bytes and at least 8 MiB for the rest of the process, does not fit within nine tenths of the container's memory limit, which serve keeps it under (and warns at start when the store does not fit there). */}}
 {{- define "floodgate.memoryFits" -}}
 {{- $limit := dig "limits" "memory" "" (default (dict) .Values.resources) -}}
 {{- $srv := default (dict) .Values.policy.server -}}
@@ -133,8 +133,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $cap := int64 (default 268435456 $mem.max_bytes) -}}
 {{- $soft := add $cap (div $cap 10) 8388608 -}}
 {{- $bytes := include "floodgate.bytes" $limit -}}
-{{- if and $bytes (lt (int64 $bytes) $soft) -}}
-{{- fail (printf "resources.limits.memory (%d bytes) is below the soft memory limit floodgate serve keeps for policy.server.memory.max_bytes %d (%d bytes: the cap, a tenth of it and 8 MiB for the rest of the process): the kernel would kill the process before the garbage collector makes room. Raise the limit or lower max_bytes" (int64 $bytes) $cap $soft) -}}
+{{- if $bytes -}}
+{{- $ceiling := int64 (mulf (int64 $bytes) 0.9) -}}
+{{- if lt $ceiling $soft -}}
+{{- fail (printf "resources.limits.memory (%d bytes) is too small for policy.server.memory.max_bytes %d: floodgate serve keeps its soft memory limit within nine tenths of the container's (%d bytes), below what the store needs (%d bytes: the cap, a tenth of it and 8 MiB for the rest of the process), so the collector would run all the time and the kernel kill the process when the store fills. Raise the limit to at least %d bytes or lower max_bytes" (int64 $bytes) $cap $ceiling $soft (int64 (ceil (divf $soft 0.9)))) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
