@@ -536,6 +536,10 @@ func TestChartRefusesValuesThatCannotWork(t *testing.T) {
 		{"mode: gateway\nopsListen: \"127.0.0.1:9102\"" + policy, "opsListen"},
 		{"mode: gateway\nopsListen: \"localhost:9102\"" + policy, "opsListen"},
 		{"mode: decision\nopsListen: \"[::1]:9102\"\ncheckAPI: {tokens: {envoy: " + checkToken + "}}" + descriptors, "opsListen"},
+		// A misspelt value would be left out without a word, its default
+		// used: a grace period, a replica count taken as asked for.
+		{"mode: gateway\nterminationGracePeriodSecond: 120" + policy, "terminationGracePeriodSecond"},
+		{"mode: gateway\nreplica: 5" + policy, "replica"},
 	} {
 		_, _, err := renderErr(values(t, c.values))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
