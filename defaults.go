@@ -49,6 +49,10 @@ const (
 	DefaultDrainTimeout = 60 * time.Second
 	// DefaultDrainBytes bounds the bytes read (and discarded) so.
 	DefaultDrainBytes = 64 << 20
+	// DefaultSendTimeout bounds how long one write of an answer may wait
+	// for its client to take it (NGINX's send_timeout): past it the client
+	// is taken to have left, as if it had reset its stream or connection.
+	DefaultSendTimeout = 60 * time.Second
 
 	// DefaultMaxKeyBytes caps a counter key's length in every store: a
 	// longer key is counted under its SHA-256.

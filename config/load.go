@@ -90,6 +90,9 @@ const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 60 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
+	// DefaultSendTimeout bounds one write of an answer to a client
+	// (server.timeouts.send).
+	DefaultSendTimeout = floodgate.DefaultSendTimeout
 	// DefaultMemoryMaxBytes caps the embedded store (server.memory).
 	DefaultMemoryMaxBytes = 256 << 20
 	// DefaultAdminMaxKeys bounds the admin API's keys (server.admin.max_keys).
@@ -154,6 +157,7 @@ func setDefaults(f *File) {
 			ReadHeader: DefaultReadHeaderTimeout,
 			Read:       DefaultReadTimeout,
 			Idle:       DefaultIdleTimeout,
+			Send:       DefaultSendTimeout,
 		},
 		Memory:        Memory{MaxBytes: DefaultMemoryMaxBytes, MaxKeyBytes: floodgate.DefaultMaxKeyBytes, SoftLimit: SoftLimitAuto},
 		APIAuth:       APIAuthToken,

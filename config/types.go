@@ -325,6 +325,14 @@ type Timeouts struct {
 	// Idle closes a kept-alive connection idle for this long (default
 	// 120s).
 	Idle time.Duration `yaml:"idle"`
+	// Send bounds how long one write of an answer may wait for the client
+	// to take it, as NGINX's send_timeout (default 60s): an HTTP/2 client
+	// that grants no flow-control window, or an HTTP/1 client that reads
+	// nothing, is then taken to have left, and its concurrency leases and
+	// reservation are given up as for a client that resets. It bounds each
+	// write, not the whole answer, nor the time an upstream keeps silent.
+	// On the net/http engine, which serves every HTTP/2 client.
+	Send time.Duration `yaml:"send"`
 }
 
 // Memory bounds what the stores keep.

@@ -325,7 +325,7 @@ func (v *validator) hardening() {
 	for _, t := range []struct {
 		name string
 		d    time.Duration
-	}{{"read_header", s.Timeouts.ReadHeader}, {"read", s.Timeouts.Read}, {"write", s.Timeouts.Write}, {"idle", s.Timeouts.Idle}} {
+	}{{"read_header", s.Timeouts.ReadHeader}, {"read", s.Timeouts.Read}, {"write", s.Timeouts.Write}, {"idle", s.Timeouts.Idle}, {"send", s.Timeouts.Send}} {
 		if t.d < 0 || (t.d == 0 && t.name != "write" && v.written("server.timeouts."+t.name)) {
 			v.errorf("server.timeouts."+t.name, "must be a positive duration")
 		}

@@ -230,6 +230,20 @@ type Options struct {
 	// streams cannot take the descriptors upstream connections need.
 	// Default DefaultSocketWatches.
 	SocketWatches int
+	// SendTimeout bounds, on the net/http engine (every HTTP/2 client,
+	// and HTTP/1 where net/http serves it), how long one write of an
+	// answer may wait for its client to take it: an HTTP/2 client that
+	// grants no flow-control window, or an HTTP/1 client that reads
+	// nothing while its socket's buffers are full. Past it the client is
+	// taken to have left (its stream is reset, or its connection closed)
+	// and its request ends as for a client that leaves: leases come back,
+	// and a reservation is settled from the rest of the answer, read
+	// within the drain bounds. A client that takes its answer slowly, but
+	// takes some of it within each bound, is not cut. It bounds each
+	// write, not the whole answer (that is http.Server's WriteTimeout),
+	// and no time the upstream keeps silent. Default
+	// floodgate.DefaultSendTimeout; negative: none.
+	SendTimeout time.Duration
 }
 
 // DefaultSocketWatches is Options.SocketWatches' default.
@@ -267,6 +281,7 @@ type Gateway struct {
 	socketWatches    atomic.Int64 // the net/http engine's socket watches now
 	maxSocketWatches int64
 	streamWatchAfter time.Duration // see watchStream
+	send             time.Duration // Options.SendTimeout (0: none)
 }
 
 // New returns a Gateway.
@@ -297,6 +312,12 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.maxSocketWatches <= 0 {
 		g.maxSocketWatches = DefaultSocketWatches
+	}
+	switch g.send = opts.SendTimeout; {
+	case g.send == 0:
+		g.send = floodgate.DefaultSendTimeout
+	case g.send < 0:
+		g.send = 0
 	}
 	g.user, _ = opts.Matcher.(UserMatcher)
 	g.oobs, _ = opts.Observer.(OverloadObserver)

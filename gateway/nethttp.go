@@ -225,6 +225,13 @@ func (x *httpExchange) Answered() (int, int64) { return x.aw.status, x.aw.bytes 
 func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 	x.answered = true
 	w, r := x.w, x.r
+	if x.g.send > 0 {
+		// Innermost, so that a write it cuts is, to the writers around
+		// it, a client that left.
+		sw := &sendWatch{ResponseWriter: w, limit: x.g.send}
+		defer sw.end()
+		w = sw
+	}
 	if rec != nil {
 		rec.hdr = w.Header()
 		x.cw = costWriter{ResponseWriter: w, rec: rec, bounds: x.g.drain}
@@ -532,3 +539,75 @@ func (b *watchedBody) Close() error {
 	}
 	return b.ReadCloser.Close()
 }
+
+// sendWatch is the client's response writer on the net/http engine,
+// bounded in how long one write (or flush) may wait for the client to
+// take it (Options.SendTimeout). net/http's server has no such bound:
+// an HTTP/2 client that grants no flow-control window, or an HTTP/1
+// client that reads nothing, held its request (its concurrency leases,
+// its reservation, its upstream connection) for as long as it kept its
+// connection open. Past the bound the write's deadline is set in the
+// past, as http.ResponseController does it: an HTTP/2 stream is reset,
+// an HTTP/1 connection's write fails, and the write says the client
+// left. The bound runs only while a write waits: an upstream that keeps
+// silent between writes is not cut.
+type sendWatch struct {
+	http.ResponseWriter
+	limit time.Duration
+	timer *time.Timer // armed while a write waits
+
+	mu    sync.Mutex // guards ended: no deadline is set once the handler ended
+	ended bool
+}
+
+// arm starts the bound of a write; the handler's goroutine alone writes.
+func (s *sendWatch) arm() {
+	if s.timer == nil {
+		s.timer = time.AfterFunc(s.limit, s.expire)
+		return
+	}
+	s.timer.Reset(s.limit)
+}
+
+func (s *sendWatch) disarm() { s.timer.Stop() }
+
+// expire cuts the write that waited past the bound.
+func (s *sendWatch) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		_ = http.NewResponseController(s.ResponseWriter).SetWriteDeadline(time.Now().Add(-time.Second))
+	}
+}
+
+// end is called when the exchange is over: the writer is no longer the
+// handler's to cut.
+func (s *sendWatch) end() {
+	s.mu.Lock()
+	s.ended = true
+	s.mu.Unlock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+}
+
+func (s *sendWatch) Write(b []byte) (int, error) {
+	s.arm()
+	n, err := s.ResponseWriter.Write(b)
+	s.disarm()
+	return n, err
+}
+
+// FlushError flushes within the bound.
+func (s *sendWatch) FlushError() error {
+	s.arm()
+	err := http.NewResponseController(s.ResponseWriter).Flush()
+	s.disarm()
+	return err
+}
+
+// Flush is FlushError for handlers that look for an http.Flusher.
+func (s *sendWatch) Flush() { _ = s.FlushError() }
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *sendWatch) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -375,6 +375,7 @@ func (s *server) listen(stdout io.Writer) error {
 		Gatekeeper:    s.console.Gatekeeper(),
 		Refusals:      s.console.Refusals(),
 		SocketWatches: files.watches,
+		SendTimeout:   s.srv.Timeouts.Send,
 	})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
