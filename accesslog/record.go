@@ -54,6 +54,11 @@ type Record struct {
 	// ClientIP is the client's address as resolved (through trusted
 	// proxies); the zero Addr when unknown.
 	ClientIP netip.Addr
+	// ClientKey is the client as its limits counted it, set only when no
+	// address names it: "unknown@" and the key of the trusted proxy that
+	// forwarded an address that cannot be read (ClientIP is then that
+	// proxy's address), so that a replay counts it where the gateway did.
+	ClientKey string
 	// Method, Host and Path are the request's; Path is URL.Path (no
 	// query, which may carry secrets). Proto is HTTP/1.1, HTTP/2.0 ...
 	Method, Host, Path, Proto string
@@ -127,6 +132,7 @@ func (f Format) String() string {
 const (
 	FieldTime       = "time"
 	FieldIP         = "ip"
+	FieldClient     = "client"
 	FieldMethod     = "method"
 	FieldHost       = "host"
 	FieldPath       = "path"
@@ -167,6 +173,9 @@ func AppendJSON(b []byte, r *Record) []byte {
 		b = r.ClientIP.AppendTo(b)
 	}
 	b = append(b, '"')
+	if r.ClientKey != "" {
+		b = appendField(b, FieldClient, r.ClientKey)
+	}
 	b = appendField(b, FieldMethod, r.Method)
 	if r.Host != "" {
 		b = appendField(b, FieldHost, r.Host)

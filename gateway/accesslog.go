@@ -45,7 +45,10 @@ func (g *Gateway) logAccess(x Exchange, st *Flow) {
 		Route:    m.Route,
 	}
 	if !rec.ClientIP.IsValid() {
-		rec.ClientIP = r.Peer
+		// No address names the client (a trusted proxy forwarded one that
+		// cannot be read): the log says whom the limits counted, and
+		// which peer sent it.
+		rec.ClientIP, rec.ClientKey = r.Peer, m.ClientKey
 	}
 	if o := m.Overload; o != nil && st.ovl.c != nil {
 		rec.Tier, rec.Shed = o.Tiers[st.ovl.tier], st.ovl.shed

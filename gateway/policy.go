@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/internal/lograte"
+	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -212,9 +213,12 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	}
 	var id identity.Identity
 	k := r.Known
-	if k != nil && k.ClientIP.IsValid() {
+	switch {
+	case k != nil && k.ClientKey != "":
+		id.ClientKey = k.ClientKey // an address that could not be read, as the gateway counted it
+	case k != nil && k.ClientIP.IsValid():
 		id.ClientIP, id.ClientKey = k.ClientIP, rf.resolver.Key(k.ClientIP)
-	} else {
+	default:
 		id = rf.resolver.ClientOfPeer(r.Peer, r.PeerText, r.Header)
 	}
 	if k != nil && k.UserKnown {
@@ -323,6 +327,19 @@ func MethodOverrideOf(s string) MethodOverride {
 		return OverrideHonor
 	}
 	return OverrideStrip
+}
+
+// EngineOptions returns the engine settings of a file's server section:
+// the store deadlines, the cap on a counter key's length
+// (server.memory.max_key_bytes: a longer key is counted under its
+// SHA-256) and the instances sharing the store. Every front end that
+// decides or peeks by a file (floodgate serve, a Guard, floodgate explain,
+// a replay) builds its engine from them, so that a request is counted
+// under the same store key by each; the caller adds its store's local
+// fallback, observer and logger.
+func EngineOptions(srv *config.Server) limiter.Options {
+	return limiter.Options{Timeout: srv.StoreTimeout, HardTimeout: srv.StoreHardTimeout,
+		MaxKeyBytes: srv.Memory.MaxKeyBytes, Instances: srv.Instances}
 }
 
 // FieldOptions returns the response field switches of a file's settings.

@@ -54,6 +54,10 @@ type Known struct {
 	// ClientIP is the client's address as resolved (trusted proxies
 	// already followed): the request is counted as coming from it.
 	ClientIP netip.Addr
+	// ClientKey, when set, is the client as counted when no address names
+	// it (the access log's client field: "unknown@" and a trusted proxy's
+	// key); ClientIP is then the peer that sent the request.
+	ClientKey string
 	// UserKnown says that User is the request's user (empty: anonymous),
 	// as verified when the request was served: no token is verified, and
 	// no user header read.

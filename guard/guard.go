@@ -138,15 +138,9 @@ func New(src Source, o Options) (*Guard, error) {
 			onBadToken = m.InvalidToken
 		}
 	}
-	g.engine = limiter.New(store, limiter.Options{
-		Timeout:     srv.StoreTimeout,
-		HardTimeout: srv.StoreHardTimeout,
-		MaxKeyBytes: srv.Memory.MaxKeyBytes,
-		Instances:   srv.Instances,
-		Local:       local,
-		Observer:    observer,
-		Logger:      g.log,
-	})
+	eo := gateway.EngineOptions(srv)
+	eo.Local, eo.Observer, eo.Logger = local, observer, g.log
+	g.engine = limiter.New(store, eo)
 	matcher, err := gateway.NewPolicyMatcher(g.src, gateway.PolicyMatcherOptions{OnInvalidToken: onBadToken, Logger: g.log})
 	if err != nil {
 		g.closeStores()

@@ -121,7 +121,11 @@ func (cp *comparer) add(rec *Record, a, b *Outcome) *Flip {
 		f.Limit = "(403: API key)"
 	}
 	cp.c.Flips++
-	k := flipKey{f.Direction, f.Limit, identity.ClientKey(rec.ClientIP, cp.v6bits)}
+	client := rec.ClientKey // an unreadable forwarded address, as counted
+	if client == "" {
+		client = identity.ClientKey(rec.ClientIP, cp.v6bits)
+	}
+	k := flipKey{f.Direction, f.Limit, client}
 	g := cp.groups[k]
 	if g == nil {
 		if len(cp.groups) >= maxFlipGroups {

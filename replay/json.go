@@ -106,6 +106,8 @@ func (p *jsonParser) setString(rec *Record, key, v []byte) error {
 			return err
 		}
 		rec.ClientIP = a
+	case accesslog.FieldClient:
+		rec.ClientKey = p.in.str(v)
 	case accesslog.FieldMethod:
 		rec.Method = p.in.method(v)
 	case accesslog.FieldHost:

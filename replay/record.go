@@ -50,6 +50,11 @@ type Record struct {
 	// ClientIP is the client's address (the zero Addr when the log has
 	// none).
 	ClientIP netip.Addr
+	// ClientKey is the client as the gateway counted it when no address
+	// names it (Floodgate's JSON log's client field: "unknown@" and the key
+	// of the trusted proxy that forwarded an address that cannot be
+	// read); "" otherwise.
+	ClientKey string
 	// Method, Host and Path are the request's; Path is without its query.
 	Method, Host, Path string
 	// Status is the answer's status; Duration the time to answer it.

@@ -87,7 +87,7 @@ func NewReplayer(p *policy.Policy) (*Replayer, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	srv := p.Server()
-	r.g, err = gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, limiter.Options{}), MethodOverride: gateway.MethodOverrideOf(srv.MethodOverride)})
+	r.g, err = gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, gateway.EngineOptions(srv)), MethodOverride: gateway.MethodOverrideOf(srv.MethodOverride)})
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("replay: %w", err)
@@ -138,7 +138,7 @@ func (r *Replayer) prepare(rec *Record) {
 	for _, h := range rec.Headers {
 		r.hdr[h.Name] = append(r.hdr[h.Name], h.Value)
 	}
-	r.known = gateway.Known{ClientIP: rec.ClientIP, UserKnown: true, User: rec.User, APIKey: rec.APIKey, KeyName: rec.Key}
+	r.known = gateway.Known{ClientIP: rec.ClientIP, ClientKey: rec.ClientKey, UserKnown: true, User: rec.User, APIKey: rec.APIKey, KeyName: rec.Key}
 	if r.known.User == "" && r.userHdr != "" {
 		// The user a trusted proxy named, as the log holds it.
 		r.known.User = r.hdr.Get(r.userHdr)

@@ -98,7 +98,10 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)
 	}
-	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, limiter.Options{Timeout: time.Second}),
+	// The engine the file's gateways decide with: a counter key past
+	// server.memory.max_key_bytes is peeked at under the SHA-256 they
+	// charge it under.
+	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, gateway.EngineOptions(p.Server())),
 		Fields: gateway.FieldOptions(p.Server().Headers), MethodOverride: gateway.MethodOverrideOf(p.Server().MethodOverride)})
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)

@@ -210,11 +210,11 @@ func (s *server) storeBytes() int64 {
 // are relative to the file at cfgPath.
 func policySettings(cfgPath string, srv *config.Server, exactClock bool) *Settings {
 	rel := func(p string) string { return relTo(cfgPath, p) }
+	eo := gateway.EngineOptions(srv) // as a Guard, explain and a replay take them
 	set := &Settings{
 		Store: Store{URL: srv.Store, Options: store.Options{MaxBytes: srv.Memory.MaxBytes,
 			RefuseEvictable: srv.RedisEviction == config.RedisEvictionRefuse}},
-		Engine: Engine{Timeout: srv.StoreTimeout, HardTimeout: srv.StoreHardTimeout, MaxKeyBytes: srv.Memory.MaxKeyBytes,
-			Instances: srv.Instances},
+		Engine: Engine{Timeout: eo.Timeout, HardTimeout: eo.HardTimeout, MaxKeyBytes: eo.MaxKeyBytes, Instances: eo.Instances},
 	}
 	if srv.StoreKind() == "memory" {
 		set.Store.URL = "memory"
