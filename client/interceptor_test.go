@@ -394,3 +394,58 @@ func TestRetryInterceptorLongStreamHoldsNoCallPastMaxHold(t *testing.T) {
 		t.Errorf("the server saw %d calls, want 2: the held one is never sent", n)
 	}
 }
+
+// TestRetryInterceptorEndsATargetWideHoldOneCallAtATime: a call refused
+// with a RetryInfo and no RateLimit metadata holds back every call to the
+// target; when the delay ends, one call goes to find out and the others
+// wait for its answer, then go.
+func TestRetryInterceptorEndsATargetWideHoldOneCallAtATime(t *testing.T) {
+	t.Parallel()
+	probe, answer := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(answer) }) }
+	svc := &quotaService{next: func(n int, _ string) outcome {
+		switch n {
+		case 1:
+			return outcome{err: exhausted(t, time.Second)}
+		case 2:
+			close(probe)
+			<-answer
+		}
+		return outcome{}
+	}}
+	ri := &client.RetryInterceptor{MaxAttempts: 1, Pacer: client.NewPacer(client.PacerOptions{})}
+	conn := startQuota(t, svc, ri)
+	t.Cleanup(release) // runs before startQuota's cleanup stops the server
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := call(ctx, conn, "first"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("first call: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	const held = 8
+	var wg sync.WaitGroup
+	for range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := call(ctx, conn, "held"); err != nil {
+				t.Errorf("held call: %v", err)
+			}
+		}()
+	}
+	select {
+	case <-probe:
+	case <-ctx.Done():
+		t.Fatal("no call reached the server after the RetryInfo's delay")
+	}
+	time.Sleep(300 * time.Millisecond) // every chance for the others to go: none may
+	during := len(svc.calls()) - 1
+	release()
+	wg.Wait()
+	if during != 1 {
+		t.Errorf("%d calls reached the server together when the delay ended, want 1 until it was answered", during)
+	}
+	if n := len(svc.calls()); n != held+1 {
+		t.Errorf("the server saw %d calls, want %d", n, held+1)
+	}
+}

@@ -14,7 +14,9 @@ import (
 // PacerOptions configure a Pacer. The zero value is usable.
 type PacerOptions struct {
 	// MaxKeys bounds the hosts (or PaceKey values) whose quotas are
-	// remembered; past it the least recently used is forgotten. Zero
+	// remembered; past it the least recently used that holds nothing
+	// back is forgotten (the least recently used of all only when every
+	// key holds requests back or has some in flight). Zero
 	// means 1024.
 	MaxKeys int
 	// MaxHold is the longest a request is held. When the server's quota
@@ -49,6 +51,12 @@ type PacerOptions struct {
 // an answer says how many. Because t is in whole seconds, a token bucket
 // whose rate a second exceeds its burst is paced to about its burst a
 // second.
+//
+// A Retry-After (or RetryInfo) of a refusal that names no used-up policy
+// holds back every request to the key. When it ends, one request goes
+// to find out, and each answer the server accepts lets one more be in
+// flight (a new such refusal starts again from one), until 64 are, so
+// that the requests it held do not all go at once into the same refusal.
 //
 // A policy holds back the kinds of requests (method and path, or gRPC
 // method; up to 64 a key) whose answers named it, and kinds not answered
@@ -147,6 +155,9 @@ const (
 	// maxClasses bounds the kinds of requests remembered per key; one bit
 	// per kind in each policy.
 	maxClasses = 64
+	// maxProbe is the bound on requests in flight after a key-wide
+	// Retry-After past which the key goes unbounded again.
+	maxProbe = 64
 )
 
 // paceKey is what a Pacer knows about one key. Its fields are guarded by
@@ -157,6 +168,14 @@ type paceKey struct {
 	// until holds every request back: a Retry-After that named no used-up
 	// policy.
 	until time.Time
+	// probe, when above 0, bounds the requests in flight once until has
+	// passed: one goes to find out, and each answer the server accepts
+	// lets one more go, until maxProbe, when the bound is dropped; a
+	// refusal with a Retry-After starts again from one. Only requests
+	// sent after the refusal count (tickets after probeFrom): one sent
+	// before, a stream that stays open, holds nothing back.
+	probe     int
+	probeFrom uint64
 	// classes are the kinds of requests whose answers came back, by hash.
 	classes  [maxClasses]uint64
 	nclasses int
@@ -326,11 +345,25 @@ func (k *paceKey) pending(pp *pacePolicy) int64 {
 	return n
 }
 
+// probing counts the requests in flight sent since the last key-wide
+// Retry-After was taken in.
+func (k *paceKey) probing() int {
+	n := 0
+	for i := len(k.inflight) - 1; i >= 0 && k.inflight[i].seq > k.probeFrom; i-- {
+		n++
+	}
+	return n
+}
+
 // decide says whether a request of kind class may go at now.
 func (k *paceKey) decide(now time.Time, class uint64) verdict {
 	var v verdict
 	if now.Before(k.until) {
 		v.until = k.until
+	} else if k.probe > 0 && k.probing() >= k.probe {
+		// A key-wide Retry-After has passed: the requests it held go as
+		// the answers come, not all at once into the same refusal.
+		v.answers = true
 	}
 	ci := k.classIndex(class)
 	for i := range k.policies {
@@ -378,8 +411,9 @@ func (k *paceKey) policy(name string) *pacePolicy {
 }
 
 // apply takes in the answer to ticket seq, of kind class, received at
-// now; since answers came back while it was in flight.
-func (k *paceKey) apply(now time.Time, seq, class, since uint64, a *answerFields) {
+// now; since answers came back while it was in flight, and last is the
+// newest ticket given.
+func (k *paceKey) apply(now time.Time, seq, class, since, last uint64, a *answerFields) {
 	ci := k.learn(class)
 	if len(a.quotas) > 0 {
 		k.answers++
@@ -424,9 +458,15 @@ func (k *paceKey) apply(now time.Time, seq, class, since uint64, a *answerFields
 			}
 		}
 	}
-	if a.refused && a.hasRetry && !exhausted {
+	switch {
+	case a.refused && a.hasRetry && !exhausted:
 		if ra := now.Add(a.retryAfter); ra.After(k.until) {
 			k.until = ra
+		}
+		k.probe, k.probeFrom = 1, last
+	case k.probe > 0 && !a.refused && !now.Before(k.until):
+		if k.probe++; k.probe > maxProbe {
+			k.probe = 0
 		}
 	}
 }
@@ -465,11 +505,23 @@ func (p *Pacer) lookup(key string) *paceKey {
 	return k
 }
 
-// add returns a new state for key, forgetting the least recently used
-// one when there are MaxKeys already. p.mu is held.
-func (p *Pacer) add(key string) *paceKey {
+// add returns a new state for key at now, forgetting one when there are
+// MaxKeys already: the least recently used that holds nothing back, or,
+// when every key holds something, the least recently used. A flood of
+// calls to new hosts thus cannot make the Pacer forget a hold and send
+// the requests it held into a refusal. p.mu is held.
+func (p *Pacer) add(key string, now time.Time) *paceKey {
 	for len(p.keys) >= p.maxKeys {
-		old := p.lru.Back().Value.(*paceKey)
+		var old *paceKey
+		for e := p.lru.Back(); e != nil; e = e.Prev() {
+			if k := e.Value.(*paceKey); !k.holds(now) {
+				old = k
+				break
+			}
+		}
+		if old == nil {
+			old = p.lru.Back().Value.(*paceKey)
+		}
 		p.lru.Remove(old.elem)
 		delete(p.keys, old.name)
 		old.wake() // its waiters look again, and find nothing
@@ -478,6 +530,21 @@ func (p *Pacer) add(key string) *paceKey {
 	k.elem = p.lru.PushFront(k)
 	p.keys[key] = k
 	return k
+}
+
+// holds reports whether k may hold a request back at now, or will when
+// answers come: a Retry-After not passed or its requests going one by
+// one, a used-up policy before its reset, requests in flight.
+func (k *paceKey) holds(now time.Time) bool {
+	if now.Before(k.until) || k.probe > 0 || len(k.inflight) > 0 {
+		return true
+	}
+	for i := range k.policies {
+		if k.policies[i].avail(now) <= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // admit gives a ticket to a request to k that may go. p.mu is held.
@@ -497,7 +564,7 @@ func (p *Pacer) take(now time.Time, key string, class uint64) (*ticket, verdict,
 	if k == nil {
 		// Known from the first request on, so that the requests in flight
 		// when the first answer comes back are counted.
-		k = p.add(key)
+		k = p.add(key, now)
 	}
 	v := k.decide(now, class)
 	if v.ok() {
@@ -533,7 +600,7 @@ func (p *Pacer) finish(t *ticket, now time.Time, a *answerFields) {
 		if !informative {
 			return
 		}
-		k = p.add(t.key)
+		k = p.add(t.key, now)
 	}
 	if k != t.k {
 		k.removeFlight(t.seq)
@@ -543,7 +610,7 @@ func (p *Pacer) finish(t *ticket, now time.Time, a *answerFields) {
 		if k == t.k {
 			since = k.answers - t.answers
 		}
-		k.apply(now, t.seq, t.class, since, a)
+		k.apply(now, t.seq, t.class, since, p.seq, a)
 	}
 	k.wake()
 }

@@ -440,3 +440,170 @@ func TestPacerMaxHoldBoundsAWaitForAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRetryTransportEndsAHostWideHoldOneRequestAtATime: a server that
+// refuses with a Retry-After and no RateLimit fields (as NGINX with a
+// Retry-After, or an API's secondary limits) holds back the whole host.
+// When the wait ends, one held request goes to find out, and the others
+// wait for its answer instead of all going at once into the same refusal
+// (a herd at every reset); once it is answered they go.
+func TestRetryTransportEndsAHostWideHoldOneRequestAtATime(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	n := 0
+	probe, answer := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(answer) }) }
+	defer release()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		k := n
+		mu.Unlock()
+		switch k {
+		case 1:
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case 2:
+			close(probe)
+			select {
+			case <-answer:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	defer srv.Close()
+	defer release() // before srv.Close: the held answer must not keep it waiting
+	hc := &http.Client{Transport: &RetryTransport{MaxAttempts: 1, Pacer: NewPacer(PacerOptions{})}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	get := func() (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/items", nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get(); err != nil || code != http.StatusTooManyRequests {
+		t.Fatalf("first request: %d %v, want the 429", code, err)
+	}
+	const held = 8
+	codes := make(chan int, held)
+	var wg sync.WaitGroup
+	for range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, err := get()
+			if err != nil {
+				t.Errorf("held request: %v", err)
+			}
+			codes <- code
+		}()
+	}
+	select {
+	case <-probe:
+	case <-ctx.Done():
+		t.Fatal("no request reached the server after the Retry-After")
+	}
+	// Give the other held requests every chance to go while the first
+	// one after the wait is unanswered: none may.
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	during := n - 1
+	mu.Unlock()
+	release()
+	wg.Wait()
+	close(codes)
+	if during != 1 {
+		t.Errorf("%d requests reached the server together when the Retry-After ended, want 1 until it was answered", during)
+	}
+	for code := range codes {
+		if code != http.StatusOK {
+			t.Errorf("a held request was answered %d, want 200 once the server accepts again", code)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n != held+1 {
+		t.Errorf("the server saw %d requests, want %d", n, held+1)
+	}
+}
+
+// TestPacerKeepsAHoldWhileNewHostsComeAndGo: a host that answered 429 with
+// a Retry-After of 30s holds a request back; calls to more new hosts
+// than the Pacer remembers (each answered 200, holding nothing) must not
+// make it forget the hold and send the held request into the refusal:
+// a key that holds requests back is forgotten last.
+func TestPacerKeepsAHoldWhileNewHostsComeAndGo(t *testing.T) {
+	t.Parallel()
+	var victimHits atomic.Int64
+	victim := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		victimHits.Add(1)
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer victim.Close()
+	const maxKeys = 4
+	var others []*httptest.Server
+	for range 3 * maxKeys {
+		s := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		defer s.Close()
+		others = append(others, s)
+	}
+	p := NewPacer(PacerOptions{MaxKeys: maxKeys})
+	hc := &http.Client{Transport: &RetryTransport{MaxAttempts: 1, Pacer: p}}
+	get := func(ctx context.Context, url string) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get(context.Background(), victim.URL); err != nil || code != http.StatusTooManyRequests {
+		t.Fatalf("first request: %d %v, want the 429", code, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := make(chan error, 1)
+	go func() {
+		_, err := get(ctx, victim.URL)
+		held <- err
+	}()
+	// Wait until the request is held, then call the other hosts.
+	for p.Stats().Held == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for _, s := range others {
+		if code, err := get(context.Background(), s.URL); err != nil || code != http.StatusOK {
+			t.Fatalf("request to another host: %d %v", code, err)
+		}
+	}
+	select {
+	case err := <-held:
+		t.Fatalf("the held request ended (%v) while the Retry-After had 30s to go", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cancel()
+	if err := <-held; !errors.Is(err, ErrHeldBack) {
+		t.Errorf("held request: %v, want ErrHeldBack once cancelled", err)
+	}
+	if n := victimHits.Load(); n != 1 {
+		t.Errorf("the refusing host saw %d requests, want 1", n)
+	}
+	if n := p.Stats().Keys; n > maxKeys {
+		t.Errorf("%d keys remembered, want at most %d", n, maxKeys)
+	}
+}

@@ -593,3 +593,61 @@ func TestHoldErrorMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestPacerKeyWideHoldEndsOneRequestAtATime: after a Retry-After that
+// named no used-up policy, one request goes; each answer the server
+// accepts lets one more be in flight, a new refusal starts again from one,
+// and after maxProbe accepted answers the key is unbounded again.
+func TestPacerKeyWideHoldEndsOneRequestAtATime(t *testing.T) {
+	t.Parallel()
+	p := NewPacer(PacerOptions{})
+	ok := answerOf(false, -1, "", "")
+	mustTake(t, p, t0, "k", "GET /a").finish(t0, answerOf(true, 2*time.Second, "", ""))
+	at := t0.Add(2 * time.Second)
+	first := mustTake(t, p, at, "k", "GET /a")
+	if v := mustHold(t, p, at, "k", "POST /b"); !v.answers || !v.until.IsZero() {
+		t.Fatalf("verdict %+v while the first request after the wait is out, want held for its answer", v)
+	}
+	first.finish(at, ok)
+	a, b := mustTake(t, p, at, "k", "GET /a"), mustTake(t, p, at, "k", "GET /a")
+	mustHold(t, p, at, "k", "GET /a")
+	// A refusal with a Retry-After holds the key again, then one goes.
+	a.finish(at, answerOf(true, time.Second, "", ""))
+	b.finish(at, ok)
+	at = at.Add(time.Second)
+	c := mustTake(t, p, at, "k", "GET /a")
+	mustHold(t, p, at, "k", "GET /a")
+	c.finish(at, ok)
+	// A request that ends without an answer lets the next one go.
+	mustTake(t, p, at, "k", "GET /a").finish(at, nil)
+	var out []*ticket
+	for range 2 {
+		out = append(out, mustTake(t, p, at, "k", "GET /a"))
+	}
+	mustHold(t, p, at, "k", "GET /a")
+	for _, tk := range out {
+		tk.finish(at, ok)
+	}
+	for range maxProbe {
+		mustTake(t, p, at, "k", "GET /a").finish(at, ok)
+	}
+	for range 2 * maxProbe {
+		mustTake(t, p, at, "k", "GET /a")
+	}
+}
+
+// TestPacerKeyWideHoldIgnoresRequestsSentBefore: a request sent before a
+// key-wide Retry-After and still unanswered (a stalled answer, a stream
+// that stays open) does not hold back the one that goes to find out.
+func TestPacerKeyWideHoldIgnoresRequestsSentBefore(t *testing.T) {
+	t.Parallel()
+	p := NewPacer(PacerOptions{})
+	stream := mustTake(t, p, t0, "k", "GET /watch")
+	mustTake(t, p, t0, "k", "GET /a").finish(t0, answerOf(true, time.Second, "", ""))
+	at := t0.Add(time.Second)
+	probe := mustTake(t, p, at, "k", "GET /a")
+	mustHold(t, p, at, "k", "GET /a")
+	probe.finish(at, answerOf(false, -1, "", ""))
+	mustTake(t, p, at, "k", "GET /a")
+	stream.finish(at, nil)
+}
