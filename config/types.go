@@ -331,7 +331,8 @@ type Timeouts struct {
 	// nothing, is then taken to have left, and its concurrency leases and
 	// reservation are given up as for a client that resets. It bounds each
 	// write, not the whole answer, nor the time an upstream keeps silent.
-	// On the net/http engine, which serves every HTTP/2 client.
+	// On both engines (the edge engine's write may wait from about half of
+	// it to it).
 	Send time.Duration `yaml:"send"`
 }
 

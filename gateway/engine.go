@@ -136,3 +136,8 @@ func (c *Recorder) SetGone() { c.gone = true }
 // ReadsBody reports whether the rest of a successful answer is worth
 // reading after the client left: a cost may still come in its body.
 func (c *Recorder) ReadsBody() bool { return c.readsBody() }
+
+// SendTimeout is how long one write of an answer may wait for its client
+// to take it (Options.SendTimeout); 0 for no bound. An engine that writes
+// to clients itself holds its writes to it.
+func (g *Gateway) SendTimeout() time.Duration { return g.send }

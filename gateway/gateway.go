@@ -230,9 +230,9 @@ type Options struct {
 	// streams cannot take the descriptors upstream connections need.
 	// Default DefaultSocketWatches.
 	SocketWatches int
-	// SendTimeout bounds, on the net/http engine (every HTTP/2 client,
-	// and HTTP/1 where net/http serves it), how long one write of an
-	// answer may wait for its client to take it: an HTTP/2 client that
+	// SendTimeout bounds, on both engines (the edge engine's writes wait
+	// from about half of it to it), how long one write of an answer may
+	// wait for its client to take it: an HTTP/2 client that
 	// grants no flow-control window, or an HTTP/1 client that reads
 	// nothing while its socket's buffers are full. Past it the client is
 	// taken to have left (its stream is reset, or its connection closed)

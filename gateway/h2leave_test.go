@@ -262,16 +262,23 @@ func bigAnswer(n int, known bool) http.HandlerFunc {
 func TestStalledClientIsCut(t *testing.T) {
 	t.Parallel()
 	const send = 300 * time.Millisecond
-	lease := func(t *testing.T, stall func(t *testing.T, base string)) {
+	lease := func(t *testing.T, stall func(t *testing.T, base string), edge ...bool) {
 		rule := ruletest.Rule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Hour})
 		h := bigAnswer(64<<20, false)
-		_, base := startH2C(t, Options{Matcher: oneRule(rule), Engine: memEngine(t), SendTimeout: send}, func(w http.ResponseWriter, r *http.Request) {
+		up := func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/small" {
 				_, _ = io.WriteString(w, "ok")
 				return
 			}
 			h(w, r)
-		})
+		}
+		opts := Options{Matcher: oneRule(rule), Engine: memEngine(t), SendTimeout: send}
+		var base string
+		if len(edge) > 0 {
+			_, base, _ = startFront(t, frontEdge, opts, up)
+		} else {
+			_, base = startH2C(t, opts, up)
+		}
 		stall(t, base)
 		c := newClient(t)
 		var last answer
@@ -293,20 +300,24 @@ func TestStalledClientIsCut(t *testing.T) {
 			}
 		})
 	})
+	readNothing := func(t *testing.T, base string) {
+		u, _ := url.Parse(base)
+		c, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		// Reads nothing; the gateway's writes fill the socket's buffers
+		// and wait.
+	}
+	t.Run("HTTP/1.1 reading nothing on the edge engine, lease", func(t *testing.T) {
+		lease(t, readNothing, true)
+	})
 	t.Run("HTTP/1.1 reading nothing, lease", func(t *testing.T) {
-		lease(t, func(t *testing.T, base string) {
-			u, _ := url.Parse(base)
-			c, err := net.Dial("tcp", u.Host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			if _, err := io.WriteString(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-				t.Fatal(err)
-			}
-			// Reads nothing; the gateway's writes fill the socket's
-			// buffers and wait.
-		})
+		lease(t, readNothing)
 	})
 	t.Run("HTTP/2 without window, reservation", func(t *testing.T) {
 		pad := strings.Repeat("x", 256<<10) // past the window, within the bytes read for a cost

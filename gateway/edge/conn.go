@@ -74,6 +74,77 @@ type conn struct {
 	// connection closes without the handler (its body never came).
 	expecting bool
 	resume    atomic.Pointer[exchange]
+
+	// Each write to the client waits at most send (the gateway's
+	// SendTimeout, nanoseconds; 0: no bound) for the client to take it:
+	// one that keeps its connection and reads nothing is cut, and its
+	// request ends as for a client that left. The write deadline is moved
+	// to send from now only when less than half of it is left, at a
+	// request's start and before each part of a streamed answer, so a
+	// write may wait between about half of send and send; a busy
+	// connection moves it about once per send/2. Where send is long
+	// beside the parker's sweeps, the time is the parker's (at most a
+	// sweep behind, read for free), else the monotonic clock's. wBy is
+	// when the deadline set last passes (monoNow), wSet the deadline in
+	// force, wAsked the one fasthttp asked for (server.timeouts.write),
+	// which is never passed.
+	send   int64
+	wBy    int64
+	wSet   time.Time
+	wAsked time.Time
+}
+
+// monoBase and monoNow read the monotonic clock alone, cheaper than a
+// time.Time: a request's write bound is checked with it.
+var monoBase = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoBase)) + 1 }
+
+// boundWrite moves the write deadline to send from now when less than
+// half of the bound is left, never past the deadline fasthttp asked for.
+func (c *conn) boundWrite() {
+	if c.send == 0 {
+		return
+	}
+	var now int64
+	if c.p != nil && c.send >= 8*int64(c.p.every) {
+		now = c.p.now.Load() + int64(c.p.every) // the latest the clock can be
+	} else {
+		now = monoNow()
+	}
+	if c.wBy != 0 && c.wBy-now >= c.send/2 {
+		return
+	}
+	c.wBy = monoNow() + c.send
+	t := time.Now().Add(time.Duration(c.send))
+	if !c.wAsked.IsZero() && c.wAsked.Before(t) {
+		t = c.wAsked
+	}
+	c.wSet = t
+	_ = c.Conn.SetWriteDeadline(t)
+}
+
+// unboundWrite drops the write bound of a connection handed over to
+// net/http, which bounds its own writes; the deadline fasthttp asked for
+// stays.
+func (c *conn) unboundWrite() {
+	if c.send == 0 {
+		return
+	}
+	c.send, c.wBy, c.wSet = 0, 0, c.wAsked
+	_ = c.Conn.SetWriteDeadline(c.wAsked)
+}
+
+// SetWriteDeadline takes the write deadline fasthttp asks for
+// (server.timeouts.write, per answer), keeping the write bound's when that
+// comes first.
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.wAsked = t
+	if c.wBy != 0 && !c.wSet.IsZero() && (t.IsZero() || t.After(c.wSet)) {
+		return nil // the bound's comes first, and moves as writes go on, never past t
+	}
+	c.wSet = t
+	return c.Conn.SetWriteDeadline(t)
 }
 
 // Close closes the connection, or parks it when fasthttp let it go to be
@@ -135,7 +206,7 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 
 // SetDeadline sets both deadlines; the read one as SetReadDeadline does.
 func (c *conn) SetDeadline(t time.Time) error {
-	if err := c.Conn.SetWriteDeadline(t); err != nil {
+	if err := c.SetWriteDeadline(t); err != nil {
 		return err
 	}
 	return c.SetReadDeadline(t)

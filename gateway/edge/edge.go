@@ -85,6 +85,7 @@ type Engine struct {
 	fallback *http.Server
 	log      *slog.Logger
 	header   time.Duration
+	send     int64   // the gateway's SendTimeout, in nanoseconds (0: none)
 	parker   *parker // nil: idle connections are not parked
 
 	// unaskedLog holds back the lines about kept upstream connections
@@ -107,7 +108,8 @@ func New(g *gateway.Gateway, o Options) *Engine {
 		}
 		return d
 	}
-	e := &Engine{g: g, fallback: o.Fallback, log: o.Logger, header: def(o.ReadHeaderTimeout, 10*time.Second)}
+	e := &Engine{g: g, fallback: o.Fallback, log: o.Logger, header: def(o.ReadHeaderTimeout, 10*time.Second),
+		send: int64(g.SendTimeout())}
 	if e.log == nil {
 		e.log = g.Logger()
 	}
@@ -250,6 +252,7 @@ func (e *Engine) route(c net.Conn) {
 			// written with raw system calls (rawconn).
 			ec.Conn = rawconn.Wrap(ec.Conn)
 		}
+		ec.send = e.send
 		if e.parker != nil {
 			e.parker.add(ec)
 		}
@@ -365,6 +368,7 @@ func (e *Engine) serve(ctx *fasthttp.RequestCtx) {
 		e.serveHTTP(ctx)
 		return
 	}
+	c.boundWrite()
 	if x := c.resume.Load(); x != nil && c.resume.CompareAndSwap(x, nil) {
 		e.step(x, x.f, true) // admitted before its body (expect), which is here now
 	} else {
@@ -388,6 +392,7 @@ func (e *Engine) expect(ctx *fasthttp.RequestCtx) int {
 		return fasthttp.StatusContinue
 	}
 	c.expecting = true
+	c.boundWrite()
 	e.serveHTTP(ctx)
 	c.expecting = false
 	if c.resume.Load() != nil {
@@ -490,7 +495,8 @@ func (e *Engine) upgrade(ctx *fasthttp.RequestCtx) {
 	}
 	head := append([]byte(nil), ctx.Request.Header.Header()...)
 	if c, ok := ctx.Conn().(*conn); ok {
-		c.noPark = true // net/http serves it from now on
+		c.noPark = true  // net/http serves it from now on
+		c.unboundWrite() // with its own bounds
 	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {

@@ -75,7 +75,7 @@ func benchEdge(b *testing.B, g *gateway.Gateway, wantCode int, path string) {
 		// A connection of the engine, as fasthttp hands it to the
 		// handler, request after request.
 		var ctx fasthttp.RequestCtx
-		ctx.Init2(&conn{Conn: benchConn{addr}}, nil, true)
+		ctx.Init2(&conn{Conn: benchConn{addr}, send: e.send, p: e.parker}, nil, true)
 		for pb.Next() {
 			req.CopyTo(&ctx.Request)
 			ctx.Response.Reset()

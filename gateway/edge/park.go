@@ -56,6 +56,9 @@ type parker struct {
 	e     *Engine
 	every time.Duration
 	tick  atomic.Int64 // counts the sweeps, from 1
+	// now is monoNow at the last sweep: a clock at most every behind, for
+	// the write bounds of connections (conn.boundWrite), read for free.
+	now atomic.Int64
 	// returnMemory: collect and return memory after many parks
 	// (Options.ReturnMemory).
 	returnMemory bool
@@ -77,6 +80,7 @@ type parker struct {
 func newParker(e *Engine, every time.Duration) *parker {
 	p := &parker{e: e, every: every, conns: map[*conn]struct{}{}}
 	p.tick.Store(1)
+	p.now.Store(monoNow())
 	return p
 }
 
@@ -118,6 +122,7 @@ func (p *parker) sweep(done <-chan struct{}) {
 			return
 		case now = <-t.C:
 		}
+		p.now.Store(monoNow())
 		if len(idle) > 0 {
 			parked += len(idle)
 			lastPark = now

@@ -515,6 +515,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		n = -1 // until the upstream closes: chunked to the client
 	}
 	if ec, ok := ctx.Conn().(*conn); ok {
+		b.client = ec
 		// fasthttp writes to the client only as the upstream sends: a
 		// client that leaves a stream the upstream keeps silent (an event
 		// stream between events, a long poll) is seen by the watch, or
@@ -1127,6 +1128,7 @@ type body struct {
 	ur      *fasthttp.Response
 	r       io.Reader
 	conn    net.Conn // the upstream connection
+	client  *conn    // the client's, whose writes are bounded (nil: another engine's)
 	uc      *upConn
 	release func(closeIt bool) // gives the upstream connection back
 	eof     bool
@@ -1179,6 +1181,9 @@ func (b *body) drainDeadline() int64 {
 }
 
 func (b *body) Read(p []byte) (int, error) {
+	if b.client != nil {
+		b.client.boundWrite() // for the write of what this read brings
+	}
 	n, err := b.r.Read(p)
 	if n > 0 {
 		b.x.bytes += int64(n)
