@@ -11,6 +11,8 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/policy"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // ErrNotExplainable is returned by Explain for a gateway whose Matcher is
@@ -259,9 +261,28 @@ func (er *ExplainRequest) HTTPRequest(ctx context.Context) (*http.Request, Expla
 		// Add: two spellings of one name are two lines of the field, as
 		// the gateway would receive them (and refuse them where it reads
 		// the field for who sends the request).
-		r.Header.Add(k, v)
+		if err := AddExplainedField(r.Header, k, v); err != nil {
+			return nil, ExplainOptions{}, err
+		}
 	}
 	return r, ExplainOptions{KeyName: er.KeyName}, nil
+}
+
+// AddExplainedField adds the field name: value to the header of a request
+// to explain as the gateway's parsers take a field from a client: the
+// spaces and tabs at the value's ends are not part of it, and a name that
+// is not a token, or a value with CR, LF or NUL, cannot be sent at all
+// (an error says so).
+func AddExplainedField(h http.Header, name, value string) error {
+	if !httpguts.ValidHeaderFieldName(name) {
+		return fmt.Errorf("gateway: explain: %q is not a header field name", name)
+	}
+	value = strings.Trim(value, " \t")
+	if !httpguts.ValidHeaderFieldValue(value) {
+		return fmt.Errorf("gateway: explain: the value of %s holds a character no header can carry", name)
+	}
+	h.Add(name, value)
+	return nil
 }
 
 // explainOverload describes the overload control of the request of st,

@@ -199,3 +199,40 @@ func TestExplainAnswers(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 }
+
+// TestExplainRequestTakesFieldsAsTheGateway: POST /v1/explain and
+// floodgate explain build their request from an ExplainRequest, whose
+// header values come as typed. The gateway's parsers never see the spaces
+// and tabs at a value's ends, so a key pasted with one is the client's
+// key there and must be here (it was explained as an unknown key, 403,
+// while the gateway served it); a name or a value no request can carry is
+// refused with the reason.
+func TestExplainRequestTakesFieldsAsTheGateway(t *testing.T) {
+	g, h := explainGateway(t)
+	ctx := context.Background()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, newReq("GET", "/partner/1", "192.0.2.9:1", "X-Api-Key", "secret-trial"))
+	if w.Code != http.StatusOK {
+		t.Fatalf("the gateway with the key: %d", w.Code)
+	}
+	for _, v := range []string{" secret-trial", "secret-trial\t", " \tsecret-trial  "} {
+		er := ExplainRequest{Path: "/partner/1", IP: "192.0.2.9", Headers: map[string]string{"X-Api-Key": v}}
+		r, o, err := er.HTTPRequest(ctx)
+		if err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		e, err := g.Explain(ctx, r, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Key != "trial-1" || e.Answer.Status == http.StatusForbidden {
+			t.Errorf("key %q: explained as key %q, status %d; the gateway takes it as trial-1", v, e.Key, e.Answer.Status)
+		}
+	}
+	for _, hs := range []map[string]string{{"X Api Key": "x"}, {"": "x"}, {"X-Api-Key": "a\r\nX-Other: b"}, {"X-Api-Key": "a\x00"}} {
+		er := ExplainRequest{Path: "/partner/1", Headers: hs}
+		if _, _, err := er.HTTPRequest(ctx); err == nil {
+			t.Errorf("headers %q: explained; want refused", hs)
+		}
+	}
+}

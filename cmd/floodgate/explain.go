@@ -111,7 +111,9 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("explain: %v", err)
 	}
 	for _, f := range hdr {
-		r.Header.Add(f[0], f[1])
+		if err := gateway.AddExplainedField(r.Header, f[0], f[1]); err != nil {
+			return usagef("explain: %v", err)
+		}
 	}
 	e, err := g.Explain(ctx, r, o)
 	if err != nil {
