@@ -145,14 +145,8 @@ func (h *h2Client) read(t *testing.T, id uint32, grant bool, until func(status s
 			}
 		case *http2.GoAwayFrame:
 			t.Fatalf("GOAWAY %v (last stream %d) while stream %d waited", f.ErrCode, f.LastStreamID, id)
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				_ = h.fr.WriteSettingsAck()
-			}
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				_ = h.fr.WritePing(true, f.Data)
-			}
+		case *http2.SettingsFrame, *http2.PingFrame:
+			h.acknowledge(f)
 		}
 	}
 	return status, data
@@ -222,14 +216,8 @@ func (h *h2Client) ended(t *testing.T, id uint32) string {
 			if f.StreamID == id && f.StreamEnded() {
 				return ""
 			}
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				_ = h.fr.WriteSettingsAck()
-			}
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				_ = h.fr.WritePing(true, f.Data)
-			}
+		case *http2.SettingsFrame, *http2.PingFrame:
+			h.acknowledge(f)
 		}
 	}
 }
@@ -478,4 +466,18 @@ func TestH2ClientLeaves(t *testing.T) {
 		c := newClient(t)
 		pollUntil(t, "the slot to come back", func() bool { return do(t, c, "GET", base+"/b", nil).status == http.StatusOK })
 	})
+}
+
+// acknowledge answers the server's settings and pings, as a client must.
+func (h *h2Client) acknowledge(f http2.Frame) {
+	switch f := f.(type) {
+	case *http2.SettingsFrame:
+		if !f.IsAck() {
+			_ = h.fr.WriteSettingsAck()
+		}
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			_ = h.fr.WritePing(true, f.Data)
+		}
+	}
 }

@@ -27,21 +27,7 @@ import (
 // request must not then pass as if the store had failed.
 func TestClientGoneBeforeTheDecision(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	file := filepath.Join(t.TempDir(), "policy.yaml")
-	policy := fmt.Sprintf("version: 1\nserver: {store: \"redis://%s/0\"}\nlimits:\n  - {name: three, rate: 3, per: 1h, key: global}\n", srv.Addr)
-	if err := os.WriteFile(file, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g, err := guard.New(guard.File(file), guard.Options{OpenStore: redisguard.Open, ReloadInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := g.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	g := threeOnRedis(t)
 	var ran atomic.Int64
 	guarded := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1) // the work a request buys: done whether or not its client waits
@@ -86,21 +72,7 @@ func TestClientGoneBeforeTheDecision(t *testing.T) {
 // such a client reads as its request served.
 func TestHalfClosedClientGoneBeforeTheDecision(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	file := filepath.Join(t.TempDir(), "policy.yaml")
-	policy := fmt.Sprintf("version: 1\nserver: {store: \"redis://%s/0\"}\nlimits:\n  - {name: three, rate: 3, per: 1h, key: global}\n", srv.Addr)
-	if err := os.WriteFile(file, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g, err := guard.New(guard.File(file), guard.Options{OpenStore: redisguard.Open, ReloadInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := g.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	g := threeOnRedis(t)
 	var ran atomic.Int64
 	guarded := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
@@ -132,4 +104,26 @@ func TestHalfClosedClientGoneBeforeTheDecision(t *testing.T) {
 	if len(got) > 0 || ran.Load() != 0 {
 		t.Errorf("a request not decided, its client gone: the client read %q, the handler ran %d times; want no answer, no run", got, ran.Load())
 	}
+}
+
+// threeOnRedis is a Guard of a limit of three requests an hour for
+// everyone, counted on a redis-server of its own.
+func threeOnRedis(t *testing.T) *guard.Guard {
+	t.Helper()
+	srv := redistest.Start(t)
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	policy := fmt.Sprintf("version: 1\nserver: {store: \"redis://%s/0\"}\nlimits:\n  - {name: three, rate: 3, per: 1h, key: global}\n", srv.Addr)
+	if err := os.WriteFile(file, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := guard.New(guard.File(file), guard.Options{OpenStore: redisguard.Open, ReloadInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g
 }
