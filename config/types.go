@@ -603,9 +603,10 @@ type Plan struct {
 	// Alarms fire when a key's use of the quota reaches a threshold.
 	Alarms *Alarms `yaml:"alarms"`
 	// Tier is the criticality tier of the requests made with the plan's
-	// keys on routes with overload control, unless a trusted proxy's
-	// tier header says otherwise; it must be one of the tiers of every
-	// such route the plan covers.
+	// keys on the routes with overload control that the plan covers,
+	// unless a trusted proxy's tier header says otherwise; it must be one
+	// of the tiers of every such route. On a route the plan does not
+	// cover, its keys' requests take the route's tier.
 	Tier string `yaml:"tier"`
 
 	// Throttle and QuotaLimit are the compiled limits; Throttle.Algorithm

@@ -71,7 +71,8 @@ type Match struct {
 	// Overload is the route's overload control (nil for none): the
 	// request needs a place under its cap before it is passed on.
 	Overload *policy.Overload
-	// PlanTier is the criticality tier of the API key's plan, or "".
+	// PlanTier is the criticality tier of the API key's plan on a route
+	// the plan covers, or "".
 	PlanTier string
 	// Hits are the limits that apply with their keys, most specific first.
 	Hits []limiter.Hit
@@ -526,9 +527,10 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	if g.keeper != nil && g.screen(x, st) {
 		return false
 	}
-	if g.user != nil && (m.UserPending || m.TokenPending && g.keeper != nil && g.screensUsers()) {
+	if g.user != nil && (m.UserPending || m.TokenPending && (g.keeper != nil && g.screensUsers() || m.Overload.NeedsUser())) {
 		// perUser: a limit of the request counts per user. Otherwise the
-		// token is verified only for the gatekeeper, and one that does not
+		// token is verified only for the gatekeeper or for the route's
+		// overload control, whose tenants are users, and one that does not
 		// verify leaves the request without a user, as before.
 		perUser := m.UserPending
 		// The limits that need no user come first: a request over them is

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // The overload control driven by those it limits: a tenant whose requests
@@ -925,4 +927,128 @@ func (h *heldFront) release() map[string]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return maps.Clone(h.answers)
+}
+
+// TestOverloadPlanTierOnlyWhereCovered: a plan's tier is its keys' tier
+// on the routes the plan covers, and nowhere else. A key of a critical
+// plan that covers another route, sent on a route that does not require
+// a key, is a request of the route's tier there: it does not pass the
+// route's own requests waiting before it (nor take the places kept for
+// critical requests), which its plan's rate does not even count.
+func TestOverloadPlanTierOnlyWhereCovered(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		src := `
+server:
+  api_key_header: x-api-key
+plans:
+  - {name: gold, rate: 1000000, burst: 1000000, tier: critical, routes: [gold]}
+keys:
+  - {name: acme, plan: gold, sha256: "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"}
+routes:
+  - name: gold
+    match: {paths: ["/gold/**"]}
+    upstream: http://127.0.0.1:9
+    overload:
+      limit: 1
+      tiers: [{name: critical, reserve: 0.5}, {name: default}]
+      queue: {size: 8, per_tenant: 8, max_wait: 30s}
+  - name: api
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+    overload:
+      limit: 1
+      tiers: [{name: critical, reserve: 0.5}, {name: default}]
+      queue: {size: 8, per_tenant: 8, max_wait: 30s}
+limits:
+  - {name: per-ip, rate: 1000000000, burst: 1000000000}
+`
+		for _, tc := range []struct {
+			route, path string
+			want        []string // the order in which the upstream saw them
+		}{
+			{"api", "/x", []string{"first", "plain", "keyed"}},       // not covered: the route's tier
+			{"gold", "/gold/x", []string{"first", "keyed", "plain"}}, // covered: the plan's tier
+		} {
+			t.Run(tc.route, func(t *testing.T) {
+				h := startHeldFront(t, front, src)
+				send := func(who string, kv ...string) {
+					h.wg.Go(func() {
+						a, err := get(h.c, t.Context(), h.base+tc.path, append(kv, "X-Who", who)...)
+						if err != nil {
+							t.Error(err)
+						}
+						h.mu.Lock()
+						h.answers[who] = a.status
+						h.mu.Unlock()
+					})
+				}
+				send("first")
+				pollUntil(t, "1 in flight", func() bool { return h.u.now.Load() == 1 })
+				send("plain")
+				pollUntil(t, "1 queued", func() bool { return overloadState(h.g).Queued == 1 })
+				send("keyed", "x-api-key", "secret")
+				pollUntil(t, "2 queued", func() bool { return overloadState(h.g).Queued == 2 })
+				answers := h.release()
+				h.u.mu.Lock()
+				seen := slices.Clone(h.u.seen)
+				h.u.mu.Unlock()
+				if !slices.Equal(seen, tc.want) {
+					t.Errorf("route %s: the upstream saw %v, want %v (answers %v)", tc.route, seen, tc.want, answers)
+				}
+			})
+		}
+	})
+}
+
+// TestOverloadUserTenantsWithoutUserLimits: on a route whose tenants are
+// its users (tenant: user) and whose limits count nothing per user, each
+// user is still a tenant of its own. The token was verified only for a
+// limit that counts per user, so every user's request was the one
+// anonymous tenant: one user's backlog refused everyone else's
+// (tenant_full) and nobody was served in turn. A token that does not
+// verify names no user there, and is not refused for it.
+func TestOverloadUserTenantsWithoutUserLimits(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		k := newTokenKit(t)
+		src := fmt.Sprintf(`
+server:
+  user:
+    jwt: {alg: RS256, key_file: %q}
+`, k.pemPath) + overloadPolicy(`
+limit: 1
+tiers: [{name: default}]
+tenant: user
+queue: {size: 8, per_tenant: 1, max_wait: 30s}`)
+		h := startHeldFront(t, front, src)
+		bearer := func(sub string, key any) string {
+			s, err := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix()}).SignedString(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return "Bearer " + s
+		}
+		h.send(t, "alice", "Authorization", bearer("alice", k.key))
+		pollUntil(t, "1 in flight", func() bool { return h.u.now.Load() == 1 })
+		h.send(t, "bob", "Authorization", bearer("bob", k.key))
+		pollUntil(t, "bob queued", func() bool { return overloadState(h.g).Queued == 1 })
+		h.send(t, "carol", "Authorization", bearer("carol", k.key))
+		pollUntil(t, "carol queued or shed", func() bool {
+			return overloadState(h.g).Queued+h.obs.get(ShedTenantFull) == 2
+		})
+		// A forged token naming carol is no user: the anonymous tenant,
+		// whose backlog is free, and not refused for its token.
+		h.send(t, "forged", "Authorization", bearer("carol", k.forger))
+		pollUntil(t, "the forged token's request queued or shed", func() bool {
+			return overloadState(h.g).Queued+h.obs.get(ShedTenantFull) == 3
+		})
+		if n := h.obs.get(ShedTenantFull); n != 0 {
+			t.Errorf("%d requests refused as tenant_full, want 0: each user is a tenant of its own", n)
+		}
+		answers := h.release()
+		for _, who := range []string{"alice", "bob", "carol", "forged"} {
+			if answers[who] != http.StatusOK {
+				t.Errorf("%s: status %d, want 200 (all: %v)", who, answers[who], answers)
+			}
+		}
+	})
 }

@@ -65,6 +65,12 @@ func (o *Overload) TierIndex(name string) int {
 	return -1
 }
 
+// NeedsUser reports whether the overload control tells its tenants by
+// their users (tenant: user), so that a request's token must be verified
+// for it even when none of the request's limits counts per user. It is
+// false for nil.
+func (o *Overload) NeedsUser() bool { return o != nil && o.Tenant == TenantUser }
+
 // TierOf returns the tier of a request: header, the value of TierHeader
 // from a trusted proxy ("" otherwise), when it names a tier; else the
 // plan's tier; else the route's.

@@ -732,7 +732,8 @@ type Match struct {
 	// Plan and KeyName name the usage plan and API key, when known.
 	Plan    string
 	KeyName string
-	// PlanTier is the plan's criticality tier (plans[].tier), or "".
+	// PlanTier is the plan's criticality tier (plans[].tier) on a route
+	// the plan covers, or "".
 	PlanTier string
 	// KeyID is the API key as a log may show it: the key's name, or for a
 	// key the policy does not know "?" and the first 16 bytes of its
@@ -818,7 +819,13 @@ func (p *Policy) Match(r *Request, m *Match) {
 		}
 	} else if key != nil {
 		m.KeyName = key.name
-		m.Plan, m.PlanTier = key.plan.name, key.plan.tier
+		m.Plan = key.plan.name
+		if covered {
+			// A plan's tier is its keys' on the routes it covers: on
+			// another, its key would choose a tier there that nothing
+			// in the plan counts.
+			m.PlanTier = key.plan.tier
+		}
 	}
 	if covered && !m.Forbidden {
 		if l := key.rate; l != nil {

@@ -166,7 +166,7 @@ var notes = map[string]string{
 	"Tier":                        `{"required": ["name"]}`,
 	"Tier.name":                   `{"$ref": "#/$defs/name"}`,
 	"Tier.reserve":                `{"minimum": 0, "exclusiveMaximum": 1, "description": "Share of the cap the tiers below cannot take; the lowest tier reserves nothing."}`,
-	"Plan.tier":                   `{"description": "The criticality tier of the plan's keys on routes with overload control (one of each such route's tiers)."}`,
+	"Plan.tier":                   `{"description": "The criticality tier of the plan's keys on the routes with overload control that the plan covers (one of each such route's tiers); elsewhere they take the route's tier."}`,
 	"Plan.name":                   `{"$ref": "#/$defs/name"}`,
 	"Plan.rate":                   `{"minimum": 0, "description": "Requests per ` + "`per`" + ` per key."}`,
 	"Plan.per":                    `{"default": "1s", "description": "The rate's period (default 1s)."}`,
