@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,12 @@ type Backend interface {
 	// versions before and after the write; otherwise it writes nothing and
 	// returns ErrConflict.
 	Swap(ctx context.Context, old *Record, r Record) (from, to string, err error)
+	// Add writes r if no record is named r.Name and the backend holds
+	// fewer than most records (most <= 0: no bound), counting those other
+	// instances sharing it wrote, and returns the versions before and
+	// after; otherwise it writes nothing and returns ErrConflict (a record
+	// has the name) or ErrFull.
+	Add(ctx context.Context, r Record, most int) (from, to string, err error)
 	// Delete removes the record named old.Name if the stored one is still
 	// old, and returns the versions before and after; otherwise it removes
 	// nothing and returns ErrConflict.
@@ -95,6 +102,16 @@ func (b *FileBackend) loadLocked() ([]Record, string, error) {
 	if err := json.Unmarshal(data, &fd); err != nil {
 		return nil, "", fmt.Errorf("keystore: %s: %w", b.path, err)
 	}
+	// A name listed twice (files merged or a record copied by hand) is
+	// refused: one record would be served and the other changed, so a
+	// revocation could miss the record a later start serves.
+	seen := make(map[string]bool, len(fd.Keys))
+	for _, r := range fd.Keys {
+		if seen[r.Name] {
+			return nil, "", fmt.Errorf("keystore: %s: key %q is listed twice", b.path, r.Name)
+		}
+		seen[r.Name] = true
+	}
 	v, err := b.versionLocked()
 	return fd.Keys, v, err
 }
@@ -102,18 +119,25 @@ func (b *FileBackend) loadLocked() ([]Record, string, error) {
 // Swap rewrites the file with r added or replaced, if the file's record
 // named r.Name is still old.
 func (b *FileBackend) Swap(_ context.Context, old *Record, r Record) (from, to string, err error) {
-	return b.write(r.Name, old, &r)
+	return b.write(r.Name, old, &r, 0)
+}
+
+// Add rewrites the file with r added, if no record is named r.Name and
+// the file holds fewer than most records (most <= 0: no bound).
+func (b *FileBackend) Add(_ context.Context, r Record, most int) (from, to string, err error) {
+	return b.write(r.Name, nil, &r, most)
 }
 
 // Delete rewrites the file without the record named old.Name, if it is
 // still old.
 func (b *FileBackend) Delete(_ context.Context, old Record) (from, to string, err error) {
-	return b.write(old.Name, &old, nil)
+	return b.write(old.Name, &old, nil, 0)
 }
 
 // write rewrites the file with the record named name replaced by r (nil:
-// removed), if it is still old.
-func (b *FileBackend) write(name string, old, r *Record) (from, to string, err error) {
+// removed), if it is still old; a record added (old nil) only while the
+// file holds fewer than most (most <= 0: no bound).
+func (b *FileBackend) write(name string, old, r *Record, most int) (from, to string, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	recs, from, err := b.loadLocked()
@@ -131,6 +155,9 @@ func (b *FileBackend) write(name string, old, r *Record) (from, to string, err e
 		return "", "", err
 	} else if !same {
 		return "", "", ErrConflict
+	}
+	if cur == nil && most > 0 && len(recs) >= most {
+		return "", "", ErrFull
 	}
 	switch {
 	case r == nil:
@@ -184,10 +211,16 @@ func writeAtomic(path string, data []byte) error {
 	return nil
 }
 
-// Redis keys of the key store.
+// Redis keys of the key store: the records, the count of changes, and
+// the epoch of that count, the server's time when it was first needed. The
+// epoch goes with the data: a Redis restarted empty, flushed, or an empty
+// server in its place has none, and the next read or change sets another
+// one, so that a count started again from zero is not taken for the one
+// an instance has read. The prefix keeps them in one Cluster slot.
 const (
 	redisHash    = redisconn.Prefix + "keys"
 	redisVersion = redisconn.Prefix + "keys:version"
+	redisEpoch   = redisconn.Prefix + "keys:epoch"
 	// RedisChannel carries the new version after each change.
 	RedisChannel = redisconn.Prefix + "keys:changed"
 )
@@ -201,14 +234,19 @@ type RedisBackend struct {
 // NewRedisBackend keeps the records in the Redis c talks to.
 func NewRedisBackend(c rueidis.Client) *RedisBackend { return &RedisBackend{c: c} }
 
-// Load reads every record.
+// Load reads every record, and sets the version's epoch when there is
+// none, so that the version read now stays the one of these records.
 func (b *RedisBackend) Load(ctx context.Context) ([]Record, string, error) {
-	res := b.c.DoMulti(ctx, b.c.B().Get().Key(redisVersion).Build(), b.c.B().Hgetall().Key(redisHash).Build())
-	v, err := res[0].ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return nil, "", fmt.Errorf("keystore: redis: %w", err)
+	res := b.c.DoMulti(ctx, b.c.B().Eval().Script(epochScript).Numkeys(1).Key(redisEpoch).Build(),
+		b.c.B().Mget().Key(redisEpoch, redisVersion).Build(), b.c.B().Hgetall().Key(redisHash).Build())
+	if err := res[0].Error(); err != nil {
+		return nil, "", fmt.Errorf("keystore: redis: epoch: %w", err)
 	}
-	m, err := res[1].AsStrMap()
+	v, err := stampOf(res[1])
+	if err != nil {
+		return nil, "", err
+	}
+	m, err := res[2].AsStrMap()
 	if err != nil {
 		return nil, "", fmt.Errorf("keystore: redis: %w", err)
 	}
@@ -223,16 +261,36 @@ func (b *RedisBackend) Load(ctx context.Context) ([]Record, string, error) {
 	return recs, v, nil
 }
 
+// setEpoch is the Lua that sets the epoch KEYS[EPOCH] to the server's
+// time in microseconds when there is none.
+const setEpoch = `
+if redis.call('EXISTS', KEYS[EPOCH]) == 0 then
+	local t = redis.call('TIME')
+	redis.call('SET', KEYS[EPOCH], t[1] .. string.format('%06d', tonumber(t[2])))
+end
+`
+
+// epochScript sets the epoch KEYS[1] when there is none.
+var epochScript = strings.ReplaceAll(setEpoch, "EPOCH", "1") + "return 1\n"
+
 // swapScript writes ARGV[3] as the record ARGV[1] ("": removes it) if the
-// stored one is still ARGV[2] ("": none), increments the version and
-// announces it: {1, version before, version after}; otherwise {0, the
-// stored record}.
+// stored one is still ARGV[2] ("": none), increments the version (KEYS[2],
+// of the epoch KEYS[3], set here when there is none) and announces it: {1,
+// epoch before, count before, epoch, count after}; otherwise {0, the
+// stored record}. A record added (ARGV[2] "") is written only while the
+// hash holds fewer than ARGV[5] records (0: no bound); otherwise {2}.
 var swapScript = rueidis.NewLuaScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
 if cur ~= ARGV[2] then
 	return {0, cur}
 end
+local most = tonumber(ARGV[5])
+if ARGV[2] == '' and ARGV[3] ~= '' and most > 0 and redis.call('HLEN', KEYS[1]) >= most then
+	return {2}
+end
+local was = redis.call('GET', KEYS[3]) or ''
 local from = redis.call('GET', KEYS[2]) or ''
+` + strings.ReplaceAll(setEpoch, "EPOCH", "3") + `
 if ARGV[3] == '' then
 	redis.call('HDEL', KEYS[1], ARGV[1])
 else
@@ -240,7 +298,7 @@ else
 end
 local to = redis.call('INCR', KEYS[2])
 redis.call('PUBLISH', ARGV[4], to)
-return {1, from, to}
+return {1, was, from, redis.call('GET', KEYS[3]), tostring(to)}
 `)
 
 // Swap writes r, increments the version and announces it, if the stored
@@ -251,18 +309,31 @@ func (b *RedisBackend) Swap(ctx context.Context, old *Record, r Record) (from, t
 	if err != nil {
 		return "", "", fmt.Errorf("keystore: %w", err)
 	}
-	return b.write(ctx, r.Name, old, string(js))
+	return b.write(ctx, r.Name, old, string(js), 0)
+}
+
+// Add writes r, increments the version and announces it, if no record is
+// named r.Name and the hash holds fewer than most records (most <= 0: no
+// bound): one script, so that no instance adds a record in between.
+func (b *RedisBackend) Add(ctx context.Context, r Record, most int) (from, to string, err error) {
+	js, err := json.Marshal(r)
+	if err != nil {
+		return "", "", fmt.Errorf("keystore: %w", err)
+	}
+	return b.write(ctx, r.Name, nil, string(js), most)
 }
 
 // Delete removes the record named old.Name, increments the version and
 // announces it, if the stored record is still old: one script.
 func (b *RedisBackend) Delete(ctx context.Context, old Record) (from, to string, err error) {
-	return b.write(ctx, old.Name, &old, "")
+	return b.write(ctx, old.Name, &old, "", 0)
 }
 
 // write stores js (the JSON of a record; "": none, removing it) as the
-// record named name if the stored one is still old (swapScript).
-func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js string) (from, to string, err error) {
+// record named name if the stored one is still old (swapScript); a record
+// added (old nil) only while the hash holds fewer than most (most <= 0: no
+// bound).
+func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js string, most int) (from, to string, err error) {
 	want := ""
 	if old != nil {
 		w, err := json.Marshal(old)
@@ -274,20 +345,21 @@ func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js s
 	// A second attempt when the stored record is old written differently
 	// (another encoder, or by hand).
 	for range 2 {
-		res, err := swapScript.Exec(ctx, b.c, []string{redisHash, redisVersion}, []string{name, want, js, RedisChannel}).ToArray()
+		res, err := swapScript.Exec(ctx, b.c, []string{redisHash, redisVersion, redisEpoch}, []string{name, want, js, RedisChannel, strconv.Itoa(max(most, 0))}).ToArray()
 		if err != nil {
 			return "", "", fmt.Errorf("keystore: redis: %w", err)
 		}
-		if len(res) == 3 {
-			from, err := res[1].ToString()
-			if err != nil {
-				return "", "", fmt.Errorf("keystore: redis: %w", err)
+		if len(res) == 1 {
+			return "", "", ErrFull
+		}
+		if len(res) == 5 {
+			var s [4]string
+			for i := range s {
+				if s[i], err = res[i+1].ToString(); err != nil {
+					return "", "", fmt.Errorf("keystore: redis: swap: %w", err)
+				}
 			}
-			v, err := res[2].AsInt64()
-			if err != nil {
-				return "", "", fmt.Errorf("keystore: redis: %w", err)
-			}
-			return from, strconv.FormatInt(v, 10), nil
+			return stamp(s[0], s[1]), stamp(s[2], s[3]), nil
 		}
 		if len(res) != 2 {
 			return "", "", fmt.Errorf("keystore: redis: swap: %d replies", len(res))
@@ -313,13 +385,39 @@ func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js s
 	return "", "", ErrConflict
 }
 
-// Version reads the version counter.
+// Version reads the version: its epoch and its count ("EPOCH:COUNT").
 func (b *RedisBackend) Version(ctx context.Context) (string, error) {
-	v, err := redisconn.Version(ctx, b.c, redisVersion)
+	return stampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion).Build()))
+}
+
+// stampOf reads the reply to MGET of the epoch and the count as the
+// keys' version.
+func stampOf(res rueidis.RedisResult) (string, error) {
+	vs, err := res.ToArray()
 	if err != nil {
-		return "", fmt.Errorf("keystore: redis: %w", err)
+		return "", fmt.Errorf("keystore: redis: version: %w", err)
 	}
-	return v, nil
+	if len(vs) != 2 {
+		return "", fmt.Errorf("keystore: redis: version: %d values, want 2", len(vs))
+	}
+	var parts [2]string
+	for i, v := range vs {
+		s, err := v.ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return "", fmt.Errorf("keystore: redis: version: %w", err)
+		}
+		parts[i] = s
+	}
+	return stamp(parts[0], parts[1]), nil
+}
+
+// stamp is the keys' version of a count in an epoch ("" and "" before
+// the first change of a Redis without an epoch: ":0").
+func stamp(epoch, count string) string {
+	if count == "" {
+		count = "0"
+	}
+	return epoch + ":" + count
 }
 
 // Subscribe calls changed for every announced change until ctx ends; it

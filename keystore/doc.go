@@ -26,10 +26,16 @@
 // changed it meanwhile, the Store reloads and makes the change again on the
 // newer record. On Redis this compare-and-set is one script, so it holds
 // across instances; on a file it holds within the process (the file is
-// meant for one instance).
+// meant for one instance). A new key is written only while the backend
+// holds fewer than server.admin.max_keys records, checked in the same
+// step (Backend.Add), so instances adding keys at once cannot pass the
+// bound together. A file that lists a name twice is refused.
 //
 // Propagation on Redis: every change writes the record to a hash,
 // increments a version counter and publishes the version on a channel.
+// The version carries an epoch, set when the count is first needed and
+// gone with the data, so that a Redis restarted empty and counted up again
+// to the version an instance had read is still read again.
 // Every instance reloads the records when a message arrives, and also
 // polls the counter every 500 ms, so that a lost message (a reconnect)
 // delays a new or revoked key by half a second at most. The file backend

@@ -333,7 +333,8 @@ func (s *Store) Get(name string) (Record, error) {
 // Create makes a key in plan and returns its secret, which is shown only
 // now, and its record. A name a key of the policy file has is ErrExists;
 // a store that holds server.admin.max_keys keys already (revoked ones
-// included, and those other instances made) is ErrFull.
+// included, and those other instances made, also at the same moment:
+// the backend checks the bound where it adds the record) is ErrFull.
 func (s *Store) Create(ctx context.Context, name, plan string, o policy.KeyOptions) (raw string, rec Record, err error) {
 	if !ValidName(name) {
 		return "", Record{}, ErrBadName
@@ -425,9 +426,17 @@ func (s *Store) apply(ctx context.Context, name string, f func(cur *Record) (*Re
 			return Record{}, err
 		}
 		var from, to string
-		if next == nil {
+		switch {
+		case next == nil:
 			from, to, err = s.o.Backend.Delete(ctx, *old)
-		} else {
+		case old == nil:
+			// The bound is checked again where the records are, so that
+			// instances adding keys at once cannot pass it together.
+			most := s.o.Policy().Server().Admin.MaxKeys
+			if from, to, err = s.o.Backend.Add(ctx, *next, most); errors.Is(err, ErrFull) {
+				return Record{}, fmt.Errorf("%w: %d", ErrFull, most)
+			}
+		default:
 			from, to, err = s.o.Backend.Swap(ctx, old, *next)
 		}
 		if errors.Is(err, ErrConflict) {
