@@ -384,6 +384,23 @@ type writeBoundConn struct {
 	until atomic.Int64
 }
 
+// SetDeadline passes t on, and has the next write set the bound again:
+// gRPC sets deadlines for a connection's handshake and clears them once
+// its preface came, which clears the write bound with them.
+func (c *writeBoundConn) SetDeadline(t time.Time) error {
+	err := c.Conn.SetDeadline(t)
+	c.until.Store(0)
+	return err
+}
+
+// SetWriteDeadline passes t on, and has the next write set the bound
+// again, as SetDeadline.
+func (c *writeBoundConn) SetWriteDeadline(t time.Time) error {
+	err := c.Conn.SetWriteDeadline(t)
+	c.until.Store(0)
+	return err
+}
+
 // Write writes b within the bound.
 func (c *writeBoundConn) Write(b []byte) (int, error) {
 	now := time.Now()
