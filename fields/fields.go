@@ -92,12 +92,12 @@ func NewLimit(l *floodgate.Limit) *Limit {
 	var b strings.Builder
 	b.WriteString(h.item)
 	b.WriteString(";q=")
-	b.WriteString(strconv.FormatInt(h.Quota, 10))
+	b.WriteString(strconv.FormatInt(sfInt(h.Quota), 10))
 	if h.Kind == floodgate.KindConcurrency {
 		b.WriteString(`;qu="concurrent-requests"`)
 	} else if h.Window > 0 {
 		b.WriteString(";w=")
-		b.WriteString(strconv.FormatInt(h.Window, 10))
+		b.WriteString(strconv.FormatInt(sfInt(h.Window), 10))
 	}
 	h.policy = b.String()
 	return h
@@ -193,15 +193,25 @@ func (h *Limit) Reset(d *floodgate.Decision) (t int64, ok bool) {
 func (h *Limit) appendItem(dst []byte, d *floodgate.Decision) ([]byte, int64) {
 	dst = append(dst, h.item...)
 	dst = append(dst, ";r="...)
-	dst = strconv.AppendInt(dst, max(d.Remaining, 0), 10)
+	dst = strconv.AppendInt(dst, sfInt(max(d.Remaining, 0)), 10)
 	t, ok := h.Reset(d)
 	if !ok {
 		return dst, -1
 	}
 	dst = append(dst, ";t="...)
-	dst = strconv.AppendInt(dst, t, 10)
+	dst = strconv.AppendInt(dst, sfInt(t), 10)
 	return dst, t
 }
+
+// maxSFInt is the largest Integer a structured field holds (RFC 9651
+// §3.3.1: at most 15 digits). A client's parser refuses a whole field
+// with a longer one.
+const maxSFInt = 999_999_999_999_999
+
+// sfInt is v as a field's Integer: a quota, a count or a number of seconds
+// past what one holds (a limit written as 9223372036854775807 for "no
+// limit") is told as the largest there is.
+func sfInt(v int64) int64 { return min(v, maxSFInt) }
 
 // Item is one limit that covered an answer, with its decision.
 type Item struct {

@@ -236,3 +236,38 @@ func BenchmarkRender(b *testing.B) {
 		out = rd.Render(out[:0], items, 0, true, 500*time.Millisecond, nil)
 	}
 }
+
+// TestHugeLimitsAreStructuredFields: a limit written as 9223372036854775807
+// ("no limit"), or a bucket whose refill takes longer than any client
+// could wait, still gives RateLimit and RateLimit-Policy fields a client
+// can parse: a structured field's Integer has at most 15 digits (RFC 9651
+// §3.3.1), and a parser refuses the whole field when one has more. Such
+// numbers are told as the largest Integer there is.
+func TestHugeLimitsAreStructuredFields(t *testing.T) {
+	t.Parallel()
+	const most = 999_999_999_999_999
+	huge := NewLimit(&floodgate.Limit{Name: "unlimited", Algorithm: floodgate.Quota, Max: 1<<63 - 1, Period: floodgate.Day})
+	slow := NewLimit(tokenBucket("slow", 1, time.Hour, 1<<62))
+	items := []Item{
+		{huge, floodgate.Decision{Allowed: true, Limit: 1<<63 - 1, Remaining: 1<<63 - 2, ResetAfter: time.Hour}},
+		{slow, floodgate.Decision{Allowed: true, Limit: 1 << 62, Remaining: 1<<62 - 1, ResetAfter: time.Duration(1<<63 - 1)}},
+	}
+	var rd Renderer
+	fs := rd.Render(nil, items, 0, false, 0, nil)
+	for _, name := range []string{NamePolicy, NameRateLimit} {
+		list, err := sfv.ParseList(get(fs, name))
+		if err != nil || len(list) != 2 {
+			t.Fatalf("%s: %q does not parse as a structured field: %v", name, get(fs, name), err)
+		}
+		for _, it := range list {
+			for _, p := range []string{"q", "w", "r", "t"} {
+				if v, ok := it.Int(p); ok && (v < 0 || v > most) {
+					t.Errorf("%s: %s=%d", name, p, v)
+				}
+			}
+		}
+	}
+	if got := get(fs, NamePolicy); got != `"unlimited";q=999999999999999;w=86400, "slow";q=999999999999999;w=4611686019` {
+		t.Errorf("RateLimit-Policy %s", got)
+	}
+}
