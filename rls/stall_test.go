@@ -295,6 +295,13 @@ func (l *closeWatch) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		// Small send buffers: a client that reads nothing blocks the
+		// server's writes after a few answers, however few calls it got
+		// through on a loaded machine (its own sends are held back when
+		// the server falls behind).
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
 	return &watchedConn{Conn: c, closed: l.closed}, nil
 }
 
