@@ -481,3 +481,45 @@ func (h *h2Client) acknowledge(f http2.Frame) {
 		}
 	}
 }
+
+// TestSilentUpstreamIsNotCut: the send bound times a write that waits for
+// its client, never the time the upstream keeps silent before it: a long
+// poll answered after three bounds and an event stream silent for three
+// bounds between its events reach a client that reads, whole, on both
+// engines. (A bound armed when the request began, or when the read of
+// the upstream began, had passed by the time the answer came, and cut it.)
+func TestSilentUpstreamIsNotCut(t *testing.T) {
+	t.Parallel()
+	const send = 200 * time.Millisecond
+	forFronts(t, proxyFronts, func(t *testing.T, front string) {
+		_, base, c := startFront(t, front, Options{Matcher: oneRule(ruletest.Rule(t, floodgate.Limit{Name: "any",
+			Algorithm: floodgate.TokenBucket, Rate: 1000, Per: time.Second, Burst: 1000})), Engine: memEngine(t), SendTimeout: send},
+			func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/poll":
+					time.Sleep(3 * send)
+					_, _ = io.WriteString(w, "answer")
+				case "/events":
+					w.Header().Set("Content-Type", "text/event-stream")
+					for i := range 3 {
+						if i > 0 {
+							time.Sleep(3 * send)
+						}
+						_, _ = fmt.Fprintf(w, "data: %d\n\n", i)
+						w.(http.Flusher).Flush()
+					}
+				}
+			})
+		for path, want := range map[string]string{"/poll": "answer", "/events": "data: 0\n\ndata: 1\n\ndata: 2\n\n"} {
+			resp, err := c.Get(base + path)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || string(b) != want {
+				t.Errorf("%s: %d %q, %v; want 200 %q: a silent upstream cut by the send bound", path, resp.StatusCode, b, err, want)
+			}
+		}
+	})
+}

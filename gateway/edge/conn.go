@@ -79,8 +79,9 @@ type conn struct {
 	// SendTimeout, nanoseconds; 0: no bound) for the client to take it:
 	// one that keeps its connection and reads nothing is cut, and its
 	// request ends as for a client that left. The write deadline is moved
-	// to send from now only when less than half of it is left, at a
-	// request's start and before each part of a streamed answer, so a
+	// to send from now only when less than half of it is left, when the
+	// handler has an answer to write and when a part of a streamed answer
+	// came from the upstream (never before a wait for the upstream), so a
 	// write may wait between about half of send and send; a busy
 	// connection moves it about once per send/2. Where send is long
 	// beside the parker's sweeps, the time is the parker's (at most a

@@ -368,12 +368,14 @@ func (e *Engine) serve(ctx *fasthttp.RequestCtx) {
 		e.serveHTTP(ctx)
 		return
 	}
-	c.boundWrite()
 	if x := c.resume.Load(); x != nil && c.resume.CompareAndSwap(x, nil) {
 		e.step(x, x.f, true) // admitted before its body (expect), which is here now
 	} else {
 		e.serveHTTP(ctx)
 	}
+	// fasthttp writes the answer now: its write is bounded from here, not
+	// from when the request came (an upstream may take its time).
+	c.boundWrite()
 	c.handled()
 }
 
@@ -392,9 +394,9 @@ func (e *Engine) expect(ctx *fasthttp.RequestCtx) int {
 		return fasthttp.StatusContinue
 	}
 	c.expecting = true
-	c.boundWrite()
 	e.serveHTTP(ctx)
 	c.expecting = false
+	c.boundWrite() // for the 100 Continue, or the answer, written next
 	if c.resume.Load() != nil {
 		return fasthttp.StatusContinue
 	}

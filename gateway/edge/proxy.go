@@ -1181,10 +1181,12 @@ func (b *body) drainDeadline() int64 {
 }
 
 func (b *body) Read(p []byte) (int, error) {
-	if b.client != nil {
-		b.client.boundWrite() // for the write of what this read brings
-	}
 	n, err := b.r.Read(p)
+	if n > 0 && b.client != nil {
+		// For the write of what this read brought: from now, not from
+		// before the upstream's silence.
+		b.client.boundWrite()
+	}
 	if n > 0 {
 		b.x.bytes += int64(n)
 		if b.rec != nil {
