@@ -62,11 +62,20 @@ func TestRedisRestartKeysSeen(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	b.Refresh(ctx)
+	// A look may still meet a connection of the other instance's client
+	// that is reconnecting (it logs and keeps what it has): look again
+	// until one goes through.
+	for {
+		b.Refresh(ctx)
+		if lookup(b, r.Policy(), fresh) != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key made after the restart is refused on the instance that did not look, 30 s on")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if lookup(b, r.Policy(), old) != nil {
 		t.Error("a secret the restarted Redis no longer holds still works on the instance that did not look")
-	}
-	if lookup(b, r.Policy(), fresh) == nil {
-		t.Error("the key made after the restart is refused on the instance that did not look")
 	}
 }
