@@ -242,9 +242,9 @@ func (b *RedisBackend) Load(ctx context.Context) ([]Record, string, error) {
 	if err := res[0].Error(); err != nil {
 		return nil, "", fmt.Errorf("keystore: redis: epoch: %w", err)
 	}
-	v, err := stampOf(res[1])
+	v, err := redisconn.StampOf(res[1])
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("keystore: redis: %w", err)
 	}
 	m, err := res[2].AsStrMap()
 	if err != nil {
@@ -359,7 +359,7 @@ func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js s
 					return "", "", fmt.Errorf("keystore: redis: swap: %w", err)
 				}
 			}
-			return stamp(s[0], s[1]), stamp(s[2], s[3]), nil
+			return redisconn.Stamp(s[0], s[1]), redisconn.Stamp(s[2], s[3]), nil
 		}
 		if len(res) != 2 {
 			return "", "", fmt.Errorf("keystore: redis: swap: %d replies", len(res))
@@ -387,37 +387,11 @@ func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js s
 
 // Version reads the version: its epoch and its count ("EPOCH:COUNT").
 func (b *RedisBackend) Version(ctx context.Context) (string, error) {
-	return stampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion).Build()))
-}
-
-// stampOf reads the reply to MGET of the epoch and the count as the
-// keys' version.
-func stampOf(res rueidis.RedisResult) (string, error) {
-	vs, err := res.ToArray()
+	v, err := redisconn.StampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion).Build()))
 	if err != nil {
-		return "", fmt.Errorf("keystore: redis: version: %w", err)
+		return "", fmt.Errorf("keystore: redis: %w", err)
 	}
-	if len(vs) != 2 {
-		return "", fmt.Errorf("keystore: redis: version: %d values, want 2", len(vs))
-	}
-	var parts [2]string
-	for i, v := range vs {
-		s, err := v.ToString()
-		if err != nil && !rueidis.IsRedisNil(err) {
-			return "", fmt.Errorf("keystore: redis: version: %w", err)
-		}
-		parts[i] = s
-	}
-	return stamp(parts[0], parts[1]), nil
-}
-
-// stamp is the keys' version of a count in an epoch ("" and "" before
-// the first change of a Redis without an epoch: ":0").
-func stamp(epoch, count string) string {
-	if count == "" {
-		count = "0"
-	}
-	return epoch + ":" + count
+	return v, nil
 }
 
 // Subscribe calls changed for every announced change until ctx ends; it

@@ -272,9 +272,9 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 	if err := res[0].Error(); err != nil && !rueidis.IsRedisNil(err) {
 		return nil, "", fmt.Errorf("penalty: redis: epoch: %w", err)
 	}
-	v, err := stampOf(res[1])
+	v, err := redisconn.StampOf(res[1])
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("penalty: redis: %w", err)
 	}
 	m, err := res[2].AsStrMap()
 	if err != nil {
@@ -313,36 +313,11 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 
 // Version returns the bans' version: its epoch and its count.
 func (b *Redis) Version(ctx context.Context) (string, error) {
-	return stampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion).Build()))
-}
-
-// stampOf reads the reply to MGET of the epoch and the version as the
-// bans' version, "EPOCH:COUNT" (COUNT 0 when there is none yet).
-func stampOf(res rueidis.RedisResult) (string, error) {
-	vs, err := res.ToArray()
+	v, err := redisconn.StampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion).Build()))
 	if err != nil {
-		return "", fmt.Errorf("penalty: redis: version: %w", err)
+		return "", fmt.Errorf("penalty: redis: %w", err)
 	}
-	if len(vs) != 2 {
-		return "", fmt.Errorf("penalty: redis: version: %d values, want 2", len(vs))
-	}
-	var parts [2]string
-	for i, v := range vs {
-		s, err := v.ToString()
-		if err != nil && !rueidis.IsRedisNil(err) {
-			return "", fmt.Errorf("penalty: redis: version: %w", err)
-		}
-		parts[i] = s
-	}
-	return stamp(parts[0], parts[1]), nil
-}
-
-// stamp is the bans' version of a count in an epoch.
-func stamp(epoch, count string) string {
-	if count == "" {
-		count = "0"
-	}
-	return epoch + ":" + count
+	return v, nil
 }
 
 // Lift ends a ban and forgets its strikes, for every instance.
@@ -396,7 +371,7 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 	if err != nil {
 		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
 	}
-	version = stamp(e, strconv.FormatInt(v, 10))
+	version = redisconn.Stamp(e, strconv.FormatInt(v, 10))
 	if f, _ := res[1].AsInt64(); f == 1 {
 		return nil, nil, version, true, nil
 	}

@@ -57,6 +57,39 @@ func Open(storeURL string) (rueidis.Client, error) {
 	return c, nil
 }
 
+// Stamp is the version of shared state kept as a count of changes in an
+// epoch ("EPOCH:COUNT", COUNT 0 before the first change): the epoch is
+// set from the server's clock when the data has none, so that it goes
+// with the data, and a count started again from zero on a Redis restarted
+// empty is not taken for the one an instance read before.
+func Stamp(epoch, count string) string {
+	if count == "" {
+		count = "0"
+	}
+	return epoch + ":" + count
+}
+
+// StampOf reads the reply to an MGET of an epoch and a count as their
+// Stamp.
+func StampOf(res rueidis.RedisResult) (string, error) {
+	vs, err := res.ToArray()
+	if err != nil {
+		return "", fmt.Errorf("redisconn: version: %w", err)
+	}
+	if len(vs) != 2 {
+		return "", fmt.Errorf("redisconn: version: %d values, want 2", len(vs))
+	}
+	var parts [2]string
+	for i, v := range vs {
+		s, err := v.ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return "", fmt.Errorf("redisconn: version: %w", err)
+		}
+		parts[i] = s
+	}
+	return Stamp(parts[0], parts[1]), nil
+}
+
 // Version reads the version stamp kept at key, which a writer of shared
 // state increments with each change: "" when there is none yet.
 func Version(ctx context.Context, c rueidis.Client, key string) (string, error) {
