@@ -249,19 +249,23 @@ func (ls *Lists) Close() {
 
 func (ls *Lists) poll(ctx context.Context, every time.Duration) {
 	defer close(ls.done)
-	follow.Loop(ctx, every, time.Second, func(ctx context.Context) error {
-		v, err := ls.be.Version(ctx)
-		if err != nil {
-			return err
-		}
-		ls.mu.Lock()
-		same := v == ls.version
-		ls.mu.Unlock()
-		if same {
-			return nil
-		}
-		return ls.refresh(ctx)
-	}, func(err error) { ls.log.Warn("access: lists not read", "err", err) })
+	follow.Loop(ctx, every, time.Second, ls.look, func(err error) { ls.log.Warn("access: lists not read", "err", err) })
+}
+
+// look reads the API's entries again when the backend's version is not
+// the one read last.
+func (ls *Lists) look(ctx context.Context) error {
+	v, err := ls.be.Version(ctx)
+	if err != nil {
+		return err
+	}
+	ls.mu.Lock()
+	same := v == ls.version
+	ls.mu.Unlock()
+	if same {
+		return nil
+	}
+	return ls.refresh(ctx)
 }
 
 func (ls *Lists) refresh(ctx context.Context) error {
@@ -366,10 +370,15 @@ func (ls *Lists) Remove(ctx context.Context, list string, n netip.Prefix) error 
 }
 
 // Redis keys of the API's entries: a hash (field LIST|NETWORK, value the
-// entry as JSON) and its version.
+// entry as JSON), the count of its changes, and the epoch of that count
+// (the server's time when it was first needed). The epoch goes with the
+// data: a Redis restarted empty or flushed has none, and the next read or
+// change sets another, so that a count started again from zero is not
+// taken for the one some lists have read.
 const (
 	redisHash    = redisconn.Prefix + "access"
 	redisVersion = redisconn.Prefix + "access:version"
+	redisEpoch   = redisconn.Prefix + "access:epoch"
 )
 
 // Redis keeps the API's entries in Redis, shared by every instance.
@@ -378,14 +387,20 @@ type Redis struct{ c rueidis.Client }
 // NewRedis keeps the entries in the Redis c talks to.
 func NewRedis(c rueidis.Client) *Redis { return &Redis{c: c} }
 
-// Load reads the entries.
+// Load reads the entries and their version, setting the version's epoch
+// when there is none, so that the version read stays the one of these
+// entries.
 func (b *Redis) Load(ctx context.Context) ([]Entry, string, error) {
-	res := b.c.DoMulti(ctx, b.c.B().Get().Key(redisVersion).Build(), b.c.B().Hgetall().Key(redisHash).Build())
-	v, err := res[0].ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
+	res := b.c.DoMulti(ctx, b.c.B().Eval().Script(redisconn.EpochScript).Numkeys(1).Key(redisEpoch).Build(),
+		b.c.B().Mget().Key(redisEpoch, redisVersion).Build(), b.c.B().Hgetall().Key(redisHash).Build())
+	if err := res[0].Error(); err != nil {
+		return nil, "", fmt.Errorf("access: redis: epoch: %w", err)
+	}
+	v, err := redisconn.StampOf(res[1])
+	if err != nil {
 		return nil, "", fmt.Errorf("access: redis: %w", err)
 	}
-	m, err := res[1].AsStrMap()
+	m, err := res[2].AsStrMap()
 	if err != nil {
 		return nil, "", fmt.Errorf("access: redis: %w", err)
 	}
@@ -401,9 +416,9 @@ func (b *Redis) Load(ctx context.Context) ([]Entry, string, error) {
 	return out, v, nil
 }
 
-// Version reads the version.
+// Version reads the version: its epoch and its count ("EPOCH:COUNT").
 func (b *Redis) Version(ctx context.Context) (string, error) {
-	v, err := redisconn.Version(ctx, b.c, redisVersion)
+	v, err := redisconn.StampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion).Build()))
 	if err != nil {
 		return "", fmt.Errorf("access: redis: %w", err)
 	}
@@ -412,31 +427,44 @@ func (b *Redis) Version(ctx context.Context) (string, error) {
 
 func redisField(list string, n netip.Prefix) string { return list + "|" + n.String() }
 
+// changeScript writes ARGV[2] as the entry ARGV[1] of the hash KEYS[1]
+// ("": removes it) and counts the change (KEYS[2], of the epoch KEYS[3],
+// set here when there is none), in one step: it returns how many fields
+// were removed.
+var changeScript = rueidis.NewLuaScript(redisconn.SetEpoch(3) + `
+local n = 0
+if ARGV[2] == '' then
+	n = redis.call('HDEL', KEYS[1], ARGV[1])
+else
+	redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+redis.call('INCR', KEYS[2])
+return n
+`)
+
+// change runs changeScript.
+func (b *Redis) change(ctx context.Context, field, value string) (int64, error) {
+	n, err := changeScript.Exec(ctx, b.c, []string{redisHash, redisVersion, redisEpoch}, []string{field, value}).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("access: redis: %w", err)
+	}
+	return n, nil
+}
+
 // Put writes an entry.
 func (b *Redis) Put(ctx context.Context, e Entry) error {
 	js, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("access: %w", err)
 	}
-	for _, r := range b.c.DoMulti(ctx, b.c.B().Hset().Key(redisHash).FieldValue().FieldValue(redisField(e.List, e.Network), string(js)).Build(),
-		b.c.B().Incr().Key(redisVersion).Build()) {
-		if err := r.Error(); err != nil {
-			return fmt.Errorf("access: redis: %w", err)
-		}
-	}
-	return nil
+	_, err = b.change(ctx, redisField(e.List, e.Network), string(js))
+	return err
 }
 
 // Delete removes an entry; false when there was none.
 func (b *Redis) Delete(ctx context.Context, list string, n netip.Prefix) (bool, error) {
-	res := b.c.DoMulti(ctx, b.c.B().Hdel().Key(redisHash).Field(redisField(list, n)).Build(), b.c.B().Incr().Key(redisVersion).Build())
-	for _, r := range res {
-		if err := r.Error(); err != nil {
-			return false, fmt.Errorf("access: redis: %w", err)
-		}
-	}
-	k, _ := res[0].AsInt64()
-	return k > 0, nil
+	k, err := b.change(ctx, redisField(list, n), "")
+	return k > 0, err
 }
 
 // ParseList reads a list's name.

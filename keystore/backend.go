@@ -10,7 +10,6 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -237,7 +236,7 @@ func NewRedisBackend(c rueidis.Client) *RedisBackend { return &RedisBackend{c: c
 // Load reads every record, and sets the version's epoch when there is
 // none, so that the version read now stays the one of these records.
 func (b *RedisBackend) Load(ctx context.Context) ([]Record, string, error) {
-	res := b.c.DoMulti(ctx, b.c.B().Eval().Script(epochScript).Numkeys(1).Key(redisEpoch).Build(),
+	res := b.c.DoMulti(ctx, b.c.B().Eval().Script(redisconn.EpochScript).Numkeys(1).Key(redisEpoch).Build(),
 		b.c.B().Mget().Key(redisEpoch, redisVersion).Build(), b.c.B().Hgetall().Key(redisHash).Build())
 	if err := res[0].Error(); err != nil {
 		return nil, "", fmt.Errorf("keystore: redis: epoch: %w", err)
@@ -261,18 +260,6 @@ func (b *RedisBackend) Load(ctx context.Context) ([]Record, string, error) {
 	return recs, v, nil
 }
 
-// setEpoch is the Lua that sets the epoch KEYS[EPOCH] to the server's
-// time in microseconds when there is none.
-const setEpoch = `
-if redis.call('EXISTS', KEYS[EPOCH]) == 0 then
-	local t = redis.call('TIME')
-	redis.call('SET', KEYS[EPOCH], t[1] .. string.format('%06d', tonumber(t[2])))
-end
-`
-
-// epochScript sets the epoch KEYS[1] when there is none.
-var epochScript = strings.ReplaceAll(setEpoch, "EPOCH", "1") + "return 1\n"
-
 // swapScript writes ARGV[3] as the record ARGV[1] ("": removes it) if the
 // stored one is still ARGV[2] ("": none), increments the version (KEYS[2],
 // of the epoch KEYS[3], set here when there is none) and announces it: {1,
@@ -290,7 +277,7 @@ if ARGV[2] == '' and ARGV[3] ~= '' and most > 0 and redis.call('HLEN', KEYS[1]) 
 end
 local was = redis.call('GET', KEYS[3]) or ''
 local from = redis.call('GET', KEYS[2]) or ''
-` + strings.ReplaceAll(setEpoch, "EPOCH", "3") + `
+` + redisconn.SetEpoch(3) + `
 if ARGV[3] == '' then
 	redis.call('HDEL', KEYS[1], ARGV[1])
 else

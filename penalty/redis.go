@@ -51,11 +51,7 @@ const changeLog = 10000
 // new version of the bans and trims the log (KEYS[3] the version,
 // KEYS[4] the log, KEYS[5] the highest version trimmed, KEYS[7] the
 // version's epoch, set here when there is none).
-var logChange = strings.ReplaceAll(`
-if redis.call('EXISTS', KEYS[7]) == 0 then
-  local e = redis.call('TIME')
-  redis.call('SET', KEYS[7], e[1] .. string.format('%06d', tonumber(e[2])))
-end
+var logChange = redisconn.SetEpoch(7) + strings.ReplaceAll(`
 local v = redis.call('INCR', KEYS[3])
 redis.call('ZADD', KEYS[4], v, f)
 local n = redis.call('ZCARD', KEYS[4])
@@ -264,12 +260,11 @@ func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, er
 func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 	// The epoch is set here when there is none yet, so that the version
 	// read now stays the one of the bans' first change.
-	epoch := strconv.FormatInt(time.Now().UnixMicro(), 10)
-	res := b.c.DoMulti(ctx, b.c.B().Set().Key(redisEpoch).Value(epoch).Nx().Build(),
+	res := b.c.DoMulti(ctx, b.c.B().Eval().Script(redisconn.EpochScript).Numkeys(1).Key(redisEpoch).Build(),
 		b.c.B().Mget().Key(redisEpoch, redisVersion).Build(), b.c.B().Hgetall().Key(redisBans).Build(),
 		b.c.B().Eval().Script(timeScript).Numkeys(1).Key(redisBans).Build())
 	at := b.clock()
-	if err := res[0].Error(); err != nil && !rueidis.IsRedisNil(err) {
+	if err := res[0].Error(); err != nil {
 		return nil, "", fmt.Errorf("penalty: redis: epoch: %w", err)
 	}
 	v, err := redisconn.StampOf(res[1])

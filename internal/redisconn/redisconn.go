@@ -6,7 +6,6 @@
 package redisconn
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -90,12 +89,20 @@ func StampOf(res rueidis.RedisResult) (string, error) {
 	return Stamp(parts[0], parts[1]), nil
 }
 
-// Version reads the version stamp kept at key, which a writer of shared
-// state increments with each change: "" when there is none yet.
-func Version(ctx context.Context, c rueidis.Client, key string) (string, error) {
-	v, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return "", nil
-	}
-	return v, err
+// SetEpoch returns the Lua that sets the epoch KEYS[key] (1-based) to the
+// server's time in microseconds when there is none: the start of a
+// script that counts a change, so that the count and its epoch are made
+// together.
+func SetEpoch(key int) string {
+	return fmt.Sprintf(`
+if redis.call('EXISTS', KEYS[%[1]d]) == 0 then
+	local t = redis.call('TIME')
+	redis.call('SET', KEYS[%[1]d], t[1] .. string.format('%%06d', tonumber(t[2])))
+end
+`, key)
 }
+
+// EpochScript sets the epoch KEYS[1] when there is none; a reader sends it
+// before reading a Stamp and its data, so that the Stamp read is the one of
+// that data.
+var EpochScript = SetEpoch(1) + "return 1\n"
