@@ -522,6 +522,7 @@ func TestChartRefusesValuesThatCannotWork(t *testing.T) {
 		{`mode: decision` + descriptors, "checkAPI.tokens"},
 		{"mode: gateway\nstore: {type: redis}" + policy, "store.redis.url"},
 		{"mode: gateway\nautoscaling: {enabled: true}" + policy, "autoscaling needs store.type redis"},
+		{"mode: gateway\nstore: {type: redis, redis: {url: \"" + redisURL + "\"}}\nautoscaling: {enabled: true, minReplicas: 12}" + policy, "autoscaling.minReplicas (12) is above autoscaling.maxReplicas (10)"},
 		{"mode: gateway\nadmin: {tokenHashes: [{name: x, sha256: nothex}]}" + policy, "sha256"},
 		{"mode: gateway\nterminationGracePeriodSeconds: 10" + policy, "terminationGracePeriodSeconds"},
 		// The soft memory limit serve sets (server.memory.soft_limit: auto)
