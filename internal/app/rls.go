@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/sdnotify"
 	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/limiter"
@@ -398,6 +399,17 @@ func runRLS(ctx context.Context, set *Settings, getenv func(string) string, stdo
 	}
 	defer r.closeStores()
 	defer holdHeapReserve(set.RLS.HeapReserveMiB, getenv, log)()
+	// The soft memory limit as serve's (soft_limit: auto): the store's (or
+	// the local fallback's) cap and what GOGC gives the rest, within nine
+	// tenths of the container's memory limit, so that connections and
+	// answers piling up make the collector work before the kernel kills
+	// the process; GOMEMLIMIT (off included) takes precedence.
+	capBytes := set.Store.Options.MaxBytes
+	if capBytes <= 0 {
+		capBytes = config.DefaultMemoryMaxBytes
+	}
+	defer startMemLimit("auto", capBytes, r.storeBytes, getenv,
+		func() int64 { return containerMemoryMax(cgroupRoot, selfCgroupFile) }, log)()
 	if err := r.startEngine(nil); err != nil {
 		return err
 	}

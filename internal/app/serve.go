@@ -193,9 +193,9 @@ func newServer(ctx context.Context, o *ServeOptions, log *slog.Logger) (*server,
 
 // storeBytes is the memory the embedded store counts for its keys: the
 // store's, or with Redis the local fallback's.
-func (s *server) storeBytes() int64 {
+func (r *root) storeBytes() int64 {
 	var n int64
-	for _, st := range []limiter.Store{s.stores.main, s.stores.local} {
+	for _, st := range []limiter.Store{r.stores.main, r.stores.local} {
 		if ms, ok := st.(*memstore.Store); ok {
 			n += ms.Stats().Bytes
 		}
