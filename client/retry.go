@@ -14,7 +14,9 @@ import (
 // with 429 Too Many Requests or 503 Service Unavailable.
 //
 // Before each new attempt it waits for the server's Retry-After (either
-// delay-seconds or an HTTP-date) plus up to BaseDelay of jitter; without a
+// delay-seconds or an HTTP-date) plus a jitter of up to a tenth of it, at
+// least BaseDelay, so that clients refused together do not all come back
+// at the same instant; without a
 // Retry-After it waits a random time between 0 and
 // min(MaxDelay, BaseDelay·2^retry) ("full jitter"). It gives up and
 // returns the last answer after MaxAttempts attempts, or at once when the
@@ -233,7 +235,9 @@ func (t *RetryTransport) delay(resp *http.Response, retry int) (time.Duration, b
 		if ra > maxRA {
 			return 0, false
 		}
-		return addSat(ra, rand.N(baseDelay)), true
+		// A tenth of the wait, as Wait and RetryInterceptor draw, so that
+		// clients refused together at a window's end come back spread.
+		return addSat(ra, rand.N(max(baseDelay, ra/10))), true
 	}
 	step := maxDelay
 	if retry < 62 && baseDelay<<retry > 0 && baseDelay<<retry < maxDelay {

@@ -106,11 +106,12 @@ func TestRetryTransportHonoursRetryAfterSpacing(t *testing.T) {
 				t.Errorf("attempt %d carried body %q, want the replayed payload", i+1, b)
 			}
 		}
-		// Retry-After: 1 means a wait of a second plus a jitter below
-		// BaseDelay, and the retry comes exactly that wait after the 429.
+		// Retry-After: 1 means a wait of a second plus a jitter below a
+		// tenth of it (BaseDelay being less), and the retry comes exactly
+		// that wait after the 429.
 		for i, w := range waits {
-			if w < time.Second || w >= time.Second+baseDelay {
-				t.Errorf("wait %d = %s, want in [1s, 1s+%s)", i+1, w, baseDelay)
+			if w < time.Second || w >= time.Second+time.Second/10 {
+				t.Errorf("wait %d = %s, want in [1s, 1.1s)", i+1, w)
 			}
 			if gap := times[i+1].Sub(times[i]); gap != w {
 				t.Errorf("retry %d came %s after the 429, want the chosen wait %s", i+1, gap, w)
@@ -118,6 +119,67 @@ func TestRetryTransportHonoursRetryAfterSpacing(t *testing.T) {
 		}
 		if got := cc.closed.Load(); got != 3 {
 			t.Errorf("%d bodies closed, want 3 (two discarded 429s and the final answer)", got)
+		}
+	})
+}
+
+// TestRetryTransportSpreadsALongRetryAfter: clients refused together
+// with a long Retry-After come back spread over a tenth of it, not all
+// within BaseDelay of the same instant: refused at one window's end, 50
+// clients told to come back in 30 s came back within 100 ms of each
+// other, into the next window's first moments, where most of them were
+// refused again.
+func TestRetryTransportSpreadsALongRetryAfter(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		seen := map[string]bool{}
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			again := seen[r.URL.Path]
+			seen[r.URL.Path] = true
+			mu.Unlock()
+			if !again {
+				w.Header().Set("Retry-After", "30")
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+			io.WriteString(w, "ok")
+		})
+		base := pipeServer(t, h)
+		var wmu sync.Mutex
+		var waits []time.Duration
+		rt := &RetryTransport{Base: base, MaxAttempts: 2, OnRetry: func(_ int, _ *http.Response, w time.Duration) {
+			wmu.Lock()
+			waits = append(waits, w)
+			wmu.Unlock()
+		}}
+		c := &http.Client{Transport: rt}
+		var wg sync.WaitGroup
+		for i := range 50 {
+			wg.Go(func() {
+				resp, err := c.Get(fmt.Sprintf("http://pipe/%d", i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			})
+		}
+		wg.Wait()
+		if len(waits) != 50 {
+			t.Fatalf("%d waits, want 50", len(waits))
+		}
+		lo, hi := waits[0], waits[0]
+		for _, w := range waits {
+			if w < 30*time.Second || w >= 33*time.Second {
+				t.Errorf("wait %s, want in [30s, 33s): Retry-After and up to a tenth of it", w)
+			}
+			lo, hi = min(lo, w), max(hi, w)
+		}
+		if hi-lo < time.Second {
+			t.Errorf("50 clients told Retry-After: 30 come back within %s of each other, want spread over up to 3 s", hi-lo)
 		}
 	})
 }
