@@ -65,8 +65,10 @@ type Record struct {
 	// Status is the answer's status code; Bytes the body bytes written.
 	Status int
 	Bytes  int64
-	// Duration is the time from Time to the end of the answer, queueing
-	// in a leaky bucket included.
+	// Duration is the time from the request's arrival to the end of the
+	// answer (queueing in a leaky bucket included), on the gateway's own
+	// clock: Time may be the store's instant, on the store's clock, and
+	// Time+Duration is then at or just after the answer's end.
 	Duration time.Duration
 	// Key is the API key as policy.Match.KeyID gives it: the key's name,
 	// or "?" and a hash prefix for a key the policy does not know.

@@ -86,7 +86,9 @@ func (g *Gateway) logAccess(x Exchange, st *Flow) {
 	}
 	rec.Referer = r.header("Referer")
 	rec.UserAgent = r.header("User-Agent")
-	rec.Duration = time.Since(rec.Time)
+	// On this process's clock alone, from the arrival: the store's
+	// instant above is on the store's clock, which may be off from ours.
+	rec.Duration = time.Since(a.start)
 	g.alog.Log(rec)
 	*rec = accesslog.Record{}
 }

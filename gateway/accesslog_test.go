@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/ruletest"
+	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
 
@@ -223,4 +224,55 @@ func BenchmarkPolicyPassAccessLogCombined(b *testing.B) {
 func BenchmarkProxyFloodgateAccessLog(b *testing.B) {
 	u := benchUpstream(b)
 	benchProxy(b, policyGateway(b, benchPolicy, u, benchAccessLog(b, accesslog.FormatJSON)))
+}
+
+// TestAccessLogDurationOnTheGatewaysClock: a record's duration is
+// measured on the gateway's clock alone, whatever the store's clock says.
+// Before, it was the gateway's clock now less the store's instant of the
+// decision (the record's time): a store an hour ahead logged a duration
+// of minus an hour, one an hour behind a request of an hour, and a replay,
+// which ends each request at time plus duration, released its leases
+// before it took them or an hour late.
+func TestAccessLogDurationOnTheGatewaysClock(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testAccessLogDurationOnTheGatewaysClock)
+}
+
+func testAccessLogDurationOnTheGatewaysClock(t *testing.T, fr string) {
+	const policyText = `
+routes:
+  - {name: slow, match: {paths: ["/**"]}, stage: dev, upstream: UP}
+stages:
+  - {name: dev, rate: 100, per: 1s, burst: 100}
+`
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+		w.Write([]byte("ok"))
+	})
+	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		p := compilePolicy(t, "skew.yaml", strings.Replace(policyText, "UP", up.URL, 1))
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := newMemStore(t, func() int64 { return time.Now().Add(skew).UnixNano() })
+		sink := &recordSink{}
+		g, err := New(Options{Matcher: pm, Engine: limiter.New(store, limiter.Options{}), AccessLog: sink})
+		if err != nil {
+			t.Fatal(err)
+		}
+		frontURL := serveFront(t, fr, g, nil)
+		start := time.Now()
+		if a := do(t, newClient(t), "GET", frontURL+"/x", nil); a.status != 200 {
+			t.Fatalf("store %v off: status %d", skew, a.status)
+		}
+		took := time.Since(start)
+		r := sink.last(t)
+		if d := r.Time.Sub(start.Add(skew)); d < -time.Minute || d > time.Minute {
+			t.Errorf("store %v off: the record's time %v is not the store's instant of the decision", skew, r.Time)
+		}
+		if r.Duration < 20*time.Millisecond || r.Duration > took {
+			t.Errorf("store %v off: duration %v, want the 20 ms the upstream took at least, at most the %v the client waited", skew, r.Duration, took)
+		}
+	}
 }
