@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/accesslog"
@@ -126,3 +128,38 @@ func (a *accessWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (a *accessWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// LogRefused writes the record of a request an engine answered before its
+// request path (Preflight's answers, and each engine's own refusals of a
+// request it read but will not serve): the connection's peer as its
+// client, no route and no decision, its path the target up to its query.
+// start is when the request arrived; nothing is written without an access
+// log.
+func (g *Gateway) LogRefused(peer netip.Addr, method, target, host, proto string, status int, bytes int64, start time.Time) {
+	if g.alog == nil {
+		return
+	}
+	rec := accesslog.Record{
+		Time: start, ClientIP: peer, Method: method, Host: host, Path: targetLogPath(target), Proto: proto,
+		Status: status, Bytes: bytes, Duration: time.Since(start),
+	}
+	g.alog.Log(&rec)
+}
+
+// targetLogPath is the part of a request target an access record keeps:
+// an absolute form's path, and nothing from the query on (it may carry
+// secrets).
+func targetLogPath(target string) string {
+	if i := strings.IndexByte(target, '?'); i >= 0 {
+		target = target[:i]
+	}
+	if target != "" && target[0] != '/' && target != "*" {
+		if _, rest, ok := strings.Cut(target, "://"); ok {
+			target = "/"
+			if j := strings.IndexByte(rest, '/'); j >= 0 {
+				target = rest[j:]
+			}
+		}
+	}
+	return target
+}

@@ -276,3 +276,61 @@ stages:
 		}
 	}
 }
+
+// TestAccessLogRefusedBeforeTheRequestPath: a request the engine answers
+// before any route or limit (a fragment in its target, CONNECT, OPTIONS
+// *) leaves its record like any other, on each engine, with the peer as
+// its client and no query. Before, they left none: a client probing the
+// gateway with targets read two ways was invisible in its log.
+func TestAccessLogRefusedBeforeTheRequestPath(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testAccessLogRefusedBeforeTheRequestPath)
+}
+
+func testAccessLogRefusedBeforeTheRequestPath(t *testing.T, fr string) {
+	rule := ruletest.Rule(t, floodgate.Limit{Name: "wide", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+	sink := &recordSink{}
+	_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t), AccessLog: sink},
+		func(w http.ResponseWriter, r *http.Request) {})
+	for _, c := range []struct {
+		head, method, path string
+		status             int
+	}{
+		{"GET /public#/../admin?token=s3cret HTTP/1.1\r\nHost: a.example\r\n\r\n", "GET", "/public#/../admin", 400},
+		{"GET http://a.example/x#y?token=s3cret HTTP/1.1\r\nHost: a.example\r\n\r\n", "GET", "/x#y", 400},
+		{"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\n\r\n", "CONNECT", "a.example:443", 405},
+		{"OPTIONS * HTTP/1.1\r\nHost: a.example\r\n\r\n", "OPTIONS", "*", 200},
+	} {
+		if c.method == "OPTIONS" && fr == frontNetHTTP {
+			continue // httptest's server answers OPTIONS * itself; serve's leaves it to the gateway
+		}
+		sink.mu.Lock()
+		before := len(sink.recs)
+		sink.mu.Unlock()
+		if status := rawStatus(t, base, c.head); status != c.status {
+			t.Fatalf("%q: status %d, want %d", c.head, status, c.status)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			sink.mu.Lock()
+			n := len(sink.recs)
+			sink.mu.Unlock()
+			if n > before || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		sink.mu.Lock()
+		recs := append([]accesslog.Record(nil), sink.recs[before:]...)
+		sink.mu.Unlock()
+		if len(recs) != 1 {
+			t.Errorf("%q: %d records, want 1", c.head, len(recs))
+			continue
+		}
+		r := recs[0]
+		if r.Status != c.status || r.Method != c.method || r.Path != c.path || r.Decision != accesslog.None ||
+			r.ClientIP.String() != "127.0.0.1" || r.Route != "" || r.Proto != "HTTP/1.1" || r.Duration < 0 {
+			t.Errorf("%q: record %+v", c.head, r)
+		}
+	}
+}

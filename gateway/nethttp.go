@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/internal/rawconn"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -35,7 +36,7 @@ type httpExchange struct {
 // serveHTTP runs the request path for a net/http request: next is the
 // middleware's next handler, or nil to forward to the upstream.
 func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if next == nil && refusedHTTP(w, r) {
+	if next == nil && g.refusedHTTP(w, r) {
 		return
 	}
 	if next == nil {
@@ -99,7 +100,7 @@ func dropH2CUpgrade(r *http.Request) {
 // refuses it; it reports whether it answered. The trailers of a chunked
 // body are checked at its end. An HTTP/1.0 client's Expect field is not
 // passed on: it cannot take the upstream's 100 Continue.
-func refusedHTTP(w http.ResponseWriter, r *http.Request) bool {
+func (g *Gateway) refusedHTTP(w http.ResponseWriter, r *http.Request) bool {
 	status, text, closeIt := Preflight(r.Method, r.RequestURI, r.Host, r.ProtoMajor == 1 && r.ProtoMinor >= 1)
 	if status == 0 && (badTrailer(r.Trailer) != "" || badDeclaredTrailer(r.Header) != "") {
 		status, text, closeIt = http.StatusBadRequest, "400 Bad Request: bad trailer key", true
@@ -110,21 +111,24 @@ func refusedHTTP(w http.ResponseWriter, r *http.Request) bool {
 	if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
 		delete(r.Header, "Expect")
 	}
-	switch status {
-	case 0:
+	if status == 0 {
 		return false
-	case http.StatusOK:
+	}
+	start := time.Now()
+	if status == http.StatusOK {
 		w.Header()["Content-Length"] = []string{"0"} // OPTIONS *, as net/http's server answers it
 		w.WriteHeader(status)
-		return true
+		text = ""
+	} else {
+		h := w.Header()
+		h["Content-Type"] = []string{"text/plain; charset=utf-8"}
+		if closeIt {
+			h["Connection"] = []string{"close"}
+		}
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, text)
 	}
-	h := w.Header()
-	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
-	if closeIt {
-		h["Connection"] = []string{"close"}
-	}
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, text)
+	g.LogRefused(identity.ParsePeer(r.RemoteAddr), r.Method, r.RequestURI, r.Host, r.Proto, status, int64(len(text)), start)
 	return true
 }
 

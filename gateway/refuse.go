@@ -213,3 +213,20 @@ func (b *trailerCheck) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// AnsweredBeforeRequestPath reports whether a request the access log shows
+// with no route and no decision was answered before its request path
+// (LogRefused): by Preflight (400, 405 to CONNECT, 501, 200 to OPTIONS *)
+// or by an engine's own refusal of a request it will not serve (400, 417,
+// 501). No policy would have charged it: a replay charges it nothing.
+func AnsweredBeforeRequestPath(status int, method, path string) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusExpectationFailed, http.StatusNotImplemented:
+		return true
+	case http.StatusMethodNotAllowed:
+		return method == http.MethodConnect
+	case http.StatusOK:
+		return method == http.MethodOptions && path == "*"
+	}
+	return false
+}

@@ -314,3 +314,36 @@ limits:
 		t.Errorf("%d requests, %d unlimited; the route's limit saw %d and refused %d", r.Requests, r.Unlimited, l.Seen, l.Denied)
 	}
 }
+
+// TestRefusedBeforeTheRequestPathNotCharged: the records a gateway writes
+// of requests it answered before any route or limit (CONNECT 405,
+// OPTIONS * 200, an unreadable transfer coding 501, an expectation it
+// cannot meet 417, a target read two ways 400) charge nothing in a
+// replay, as they charged nothing at the gateway, whatever policy is
+// replayed: the requests after them are decided as the gateway decided
+// them.
+func TestRefusedBeforeTheRequestPathNotCharged(t *testing.T) {
+	t.Parallel()
+	p := compilePolicy(t, `
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 2, key: client_ip, scope: global}
+`)
+	const ip = `"ip":"192.0.2.1"`
+	lines := []string{
+		`{"time":"2026-11-30T10:00:00Z",` + ip + `,"method":"CONNECT","host":"a:443","path":"a:443","proto":"HTTP/1.1","status":405,"bytes":40,"duration_us":10,"decision":"none"}`,
+		`{"time":"2026-11-30T10:00:00.1Z",` + ip + `,"method":"OPTIONS","host":"a","path":"*","proto":"HTTP/1.1","status":200,"bytes":0,"duration_us":10,"decision":"none"}`,
+		`{"time":"2026-11-30T10:00:00.2Z",` + ip + `,"method":"POST","host":"a","path":"/up","proto":"HTTP/1.1","status":501,"bytes":30,"duration_us":10,"decision":"none"}`,
+		`{"time":"2026-11-30T10:00:00.3Z",` + ip + `,"method":"PUT","host":"a","path":"/up","proto":"HTTP/1.1","status":417,"bytes":0,"duration_us":10,"decision":"none"}`,
+		`{"time":"2026-11-30T10:00:00.4Z",` + ip + `,"method":"GET","host":"a","path":"/p#/../admin","proto":"HTTP/1.1","status":400,"bytes":30,"duration_us":10,"decision":"none"}`,
+		`{"time":"2026-11-30T10:00:01Z",` + ip + `,"method":"GET","host":"a","path":"/x","proto":"HTTP/1.1","status":200,"bytes":2,"duration_us":10,"decision":"allow","limit":"per-ip"}`,
+		`{"time":"2026-11-30T10:00:02Z",` + ip + `,"method":"GET","host":"a","path":"/x","proto":"HTTP/1.1","status":200,"bytes":2,"duration_us":10,"decision":"allow","limit":"per-ip"}`,
+	}
+	log := filepath.Join(t.TempDir(), "a.log")
+	if err := os.WriteFile(log, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, Options{Policy: p, Logs: []string{log}})
+	if r.Requests != 7 || r.Denied != 0 {
+		t.Errorf("%d requests, %d denied: want 7 and none (the five refused before any limit charge nothing)", r.Requests, r.Denied)
+	}
+}

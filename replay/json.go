@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/accesslog"
+	"github.com/floodgate/floodgate/gateway"
 )
 
 // jsonParser reads Floodgate's JSON access log (accesslog.FormatJSON): a
@@ -87,7 +88,7 @@ func (p *jsonParser) parse(line []byte, rec *Record) error {
 	if !haveTime {
 		return errors.New("no time field")
 	}
-	rec.Refused = rec.Status == http.StatusBadRequest && rec.undecided && !rec.routed
+	rec.Refused = rec.undecided && !rec.routed && gateway.AnsweredBeforeRequestPath(rec.Status, rec.Method, rec.Path)
 	return nil
 }
 

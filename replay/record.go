@@ -81,10 +81,12 @@ type Record struct {
 	// not simulate overload control: it reports the log's sheds as
 	// logged.
 	Shed string
-	// Refused reports that the gateway answered the request 400 before
-	// any limit (Floodgate's JSON log: a 400 on no route, with decision
-	// "none"), for what the log may not show (a field sent twice): it
-	// charged nothing, and the replay charges nothing for it.
+	// Refused reports that the gateway answered the request before any
+	// limit (Floodgate's JSON log: no route, decision "none", and an
+	// answer gateway.AnsweredBeforeRequestPath names: a 400 for what the
+	// log may not show, such as a field sent twice, CONNECT's 405,
+	// OPTIONS *): it charged nothing, and the replay charges nothing for
+	// it.
 	Refused bool
 	// routed and undecided are what the JSON log says of the route and
 	// the decision, for Refused.

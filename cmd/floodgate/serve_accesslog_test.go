@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestServeAccessLogFromFile: server.access_log writes the log next to the
@@ -51,6 +56,31 @@ limits:
 	gw, _, stop, out := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error",
 		"--access-log", "-", "--access-log-format", "json")
 	get(t, gw+"/y")
+	// Answered before the request path, logged all the same: OPTIONS *
+	// (which net/http's server would answer unlogged) and a target with a
+	// fragment.
+	for _, c := range []struct{ head, want string }{
+		{"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", `"method":"OPTIONS","host":"a","path":"*","proto":"HTTP/1.1","status":200`},
+		{"GET /p#f HTTP/1.1\r\nHost: a\r\n\r\n", `"method":"GET","host":"a","path":"/p#f","proto":"HTTP/1.1","status":400`},
+	} {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(gw, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(conn, c.head); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
+			t.Fatalf("%q: %v", c.head, err)
+		}
+		conn.Close()
+		defer func() {
+			if !strings.Contains(out.String(), c.want) {
+				t.Errorf("%q: no record %s in %s", c.head, c.want, out.String())
+			}
+		}()
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

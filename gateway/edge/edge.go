@@ -464,18 +464,21 @@ func (e *Engine) admit(ctx *fasthttp.RequestCtx, expect bool) bool {
 		if status == http.StatusOK {
 			ctx.Response.Reset()
 			ctx.SetStatusCode(status) // OPTIONS *: no body, the connection kept
+			e.logRefused(ctx)
 			return false
 		}
 		plainErrorText(ctx, status, text)
 		if !closeIt {
 			ctx.Response.Header.ResetConnectionClose()
 		}
+		e.logRefused(ctx)
 		return false
 	}
 	if expect && expectationFails(h.Peek("Expect")) {
 		ctx.Response.Reset()
 		ctx.SetStatusCode(http.StatusExpectationFailed)
 		ctx.SetConnectionClose()
+		e.logRefused(ctx)
 		return false
 	}
 	if h.ContentLength() == -1 {
@@ -483,9 +486,20 @@ func (e *Engine) admit(ctx *fasthttp.RequestCtx, expect bool) bool {
 		ctx.SetConnectionClose()
 	} else if hasField(h.RawHeaders(), "transfer-encoding") {
 		plainErrorText(ctx, http.StatusNotImplemented, "Unsupported transfer encoding")
+		e.logRefused(ctx)
 		return false
 	}
 	return true
+}
+
+// logRefused writes the access record of a request admit answered.
+func (e *Engine) logRefused(ctx *fasthttp.RequestCtx) {
+	if !e.g.AccessLogged() {
+		return
+	}
+	h := &ctx.Request.Header
+	e.g.LogRefused(peerOf(ctx.RemoteAddr()), b2s(h.Method()), b2s(h.RequestURI()), b2s(h.Host()), b2s(h.Protocol()),
+		ctx.Response.StatusCode(), int64(len(ctx.Response.Body())), ctx.Time())
 }
 
 // upgrade hands a request that upgrades its connection (a WebSocket) to
@@ -493,6 +507,7 @@ func (e *Engine) admit(ctx *fasthttp.RequestCtx, expect bool) bool {
 func (e *Engine) upgrade(ctx *fasthttp.RequestCtx) {
 	if e.fallback == nil || ctx.Request.Header.ContentLength() != 0 && ctx.Request.Header.ContentLength() != -2 {
 		plainError(ctx, http.StatusNotImplemented)
+		e.logRefused(ctx)
 		return
 	}
 	head := append([]byte(nil), ctx.Request.Header.Header()...)

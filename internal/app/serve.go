@@ -401,6 +401,9 @@ func (s *server) listen(stdout io.Writer) error {
 		WriteTimeout:      t.Write,
 		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    64 << 10,
+		// OPTIONS * is answered by the gateway, as net/http's server
+		// would, and access-logged like the rest.
+		DisableGeneralOptionsHandler: true,
 		// Its lines (a failed TLS handshake, for one) are a client's to
 		// cause: held back to one a second, as the log package's are.
 		ErrorLog: log.New(newStdLogWriter(s.log, time.Now), "", 0),
