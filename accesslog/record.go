@@ -161,9 +161,14 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 // CombinedLogFormat is FormatCombined in NGINX's log_format notation: the
 // combined format, then the request time and the log time in seconds (to
 // the microsecond; the request was decided at msec - request_time), and
-// Floodgate's API key name, binding limit and decision. $remote_user is
-// the request's user.
-const CombinedLogFormat = `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent ` +
+// Floodgate's API key name, binding limit and decision, and the client as
+// its limits counted it when no address names it (Record.ClientKey, ""
+// otherwise). $remote_user is the request's user.
+const CombinedLogFormat = CombinedLogFormatV1 + ` "$floodgate_client"`
+
+// CombinedLogFormatV1 is FormatCombined as written until 2026-12-06,
+// without "$floodgate_client": a replay still reads logs written so.
+const CombinedLogFormatV1 = `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent ` +
 	`"$http_referer" "$http_user_agent" $request_time $msec "$floodgate_key" "$floodgate_limit" "$floodgate_decision"`
 
 // AppendJSON appends r as one JSON object and a newline.
@@ -358,6 +363,8 @@ func AppendCombined(b []byte, r *Record) []byte {
 	b = appendQuoted(b, r.Limit)
 	b = append(b, `" "`...)
 	b = append(b, r.Decision.String()...)
+	b = append(b, `" "`...)
+	b = appendQuoted(b, r.ClientKey)
 	return append(b, "\"\n"...)
 }
 

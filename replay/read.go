@@ -233,7 +233,7 @@ func guessTemplate(format string, first []byte, denied []int) string {
 	if format == FormatEnvoy {
 		return EnvoyDefault
 	}
-	for _, lf := range []string{accesslog.CombinedLogFormat, NginxMain, NginxCombined} {
+	for _, lf := range []string{accesslog.CombinedLogFormat, accesslog.CombinedLogFormatV1, NginxMain, NginxCombined} {
 		t, err := compileNginx(lf, denied, newInterner())
 		if err != nil {
 			continue

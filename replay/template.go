@@ -49,6 +49,7 @@ const (
 	fKey                   // $floodgate_key
 	fLimit                 // $floodgate_limit
 	fDecision              // $floodgate_decision
+	fClientKey             // $floodgate_client
 	fAPIKey                // a CSV's api_key: the raw key
 	numFieldKinds
 )
@@ -118,6 +119,7 @@ func nginxVar(name string) tmplPart {
 		"request_uri": fRawPath, "server_protocol": fProto, "status": fStatus, "request_time": fRequestTime,
 		"host": fHost, "http_host": fHost,
 		"floodgate_key": fKey, "floodgate_limit": fLimit, "floodgate_decision": fDecision,
+		"floodgate_client": fClientKey,
 	}
 	if k, ok := kinds[name]; ok {
 		return tmplPart{kind: k, field: true}
@@ -347,6 +349,10 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 			rec.Key = t.in.str(v)
 		case fLimit:
 			rec.Limit = t.in.str(v)
+		case fClientKey:
+			if string(v) != "-" { // none: an address names the client
+				rec.ClientKey = t.in.str(unescapeNginx(v))
+			}
 		case fDecision:
 			d, err := accesslog.ParseDecision(string(v))
 			if err != nil {

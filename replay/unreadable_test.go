@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -50,7 +51,7 @@ limits:
 	defer front.Close()
 	// Two of the proxy's own, two forwarded for "garbage": each counter
 	// takes two.
-	var logFile []byte
+	var logFile, combined, combinedV1 []byte
 	for i, xff := range []string{"", "", "garbage", "garbage"} {
 		req, _ := http.NewRequest("GET", front.URL+"/x", nil)
 		if xff != "" {
@@ -68,6 +69,11 @@ limits:
 		log.wait(t, i+1)
 		lr := log.get(i)
 		logFile = accesslog.AppendJSON(logFile, &lr)
+		line := accesslog.AppendCombined(nil, &lr)
+		combined = append(combined, line...)
+		// As written before the client's field: its last quoted field off.
+		v1 := bytes.TrimSuffix(line, []byte("\n"))
+		combinedV1 = append(append(combinedV1, v1[:bytes.LastIndex(v1, []byte(` "`))]...), '\n')
 	}
 	if !strings.Contains(string(logFile), `"client":"unknown@127.0.0.1"`) {
 		t.Errorf("the log does not say whom the limits counted:\n%s", logFile)
@@ -79,5 +85,23 @@ limits:
 	r := mustRun(t, Options{Policy: p, Logs: []string{path}})
 	if a := r.Agreement; a.Compared != 4 || a.Matched != a.Compared {
 		t.Errorf("replay agreement: %d of %d compared match: %+v", a.Matched, a.Compared, a.Mismatches)
+	}
+	// The combined format says it too; one written before it did is still
+	// read, every line of it.
+	cpath := filepath.Join(t.TempDir(), "access.combined.log")
+	if err := os.WriteFile(cpath, combined, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, Options{Policy: p, Logs: []string{cpath}})
+	if a := r.Agreement; a.Compared != 4 || a.Matched != a.Compared {
+		t.Errorf("replay of the combined log: %d of %d compared match: %+v\n%s", a.Matched, a.Compared, a.Mismatches, combined)
+	}
+	v1path := filepath.Join(t.TempDir(), "access.v1.log")
+	if err := os.WriteFile(v1path, combinedV1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, Options{Policy: p, Logs: []string{v1path}})
+	if r.Requests != 4 || r.Logs[0].Skipped != 0 {
+		t.Errorf("a combined log without the client's field: %d requests, %d unreadable\n%s", r.Requests, r.Logs[0].Skipped, combinedV1)
 	}
 }
