@@ -355,6 +355,27 @@ func newGRPCServer(so []grpc.ServerOption) (g *grpc.Server, err error) {
 	return grpc.NewServer(so...), nil
 }
 
+// BoundWrites returns ln with the writes of each connection it accepts
+// bounded as ServerOptions.WriteTimeout bounds the gRPC server's: a
+// connection whose write has waited d for its client to take it is
+// closed, and one whose client reads is never cut, however long its
+// requests take or it waits between them. Zero means DefaultWriteTimeout;
+// negative returns ln unchanged. It is for the service's HTTP listeners
+// served by net/http (JSONHandler, Health, DebugHandler): net/http's own
+// WriteTimeout bounds a request's handling as well as its answer, and
+// without a bound a client that sends requests and never reads their
+// answers holds its connection, a goroutine and the answers queued on it
+// for as long as it stays connected.
+func BoundWrites(ln net.Listener, d time.Duration) net.Listener {
+	switch {
+	case d < 0:
+		return ln
+	case d == 0:
+		d = DefaultWriteTimeout
+	}
+	return &writeBoundListener{Listener: ln, d: d}
+}
+
 // writeBoundListener gives each connection it accepts a bound on its
 // writes (writeBoundConn).
 type writeBoundListener struct {
@@ -419,4 +440,15 @@ func (c *writeBoundConn) Write(b []byte) (int, error) {
 		_ = c.Conn.Close()
 	}
 	return n, err
+}
+
+// CloseWrite shuts the connection's writing side when the connection it
+// bounds can: net/http does so before it closes a connection whose
+// request it did not read whole, so that its answer is not lost to a
+// reset.
+func (c *writeBoundConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }

@@ -300,12 +300,20 @@ func (r *root) listenRLS(network, addr, what string, conns int, stdout io.Writer
 func (r *root) openRLSHTTP(h http.Handler, addr, what string, conns int, stdout io.Writer) error {
 	// A request's head and body within 10 s (a /json body of up to 1 MiB
 	// arriving a byte at a time is cut there), an idle kept-alive
-	// connection closed after 2 min; no write timeout: the debug port
-	// serves profiles that take their time.
+	// connection closed after 2 min, and a connection whose client has
+	// not taken a write for rls.DefaultWriteTimeout closed (rls.BoundWrites,
+	// as the gRPC listener's): a client that sends requests and never
+	// reads their answers holds its place no longer. net/http's
+	// WriteTimeout is not used: it would cut the debug port's profiles,
+	// which take their time before their first byte.
 	r.rls.https = append(r.rls.https, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10})
-	_, err := r.listenRLS("tcp", addr, what, conns, stdout)
-	return err
+	ln, err := r.listenRLS("tcp", addr, what, conns, stdout)
+	if err != nil {
+		return err
+	}
+	r.rls.lns[len(r.rls.lns)-1] = rls.BoundWrites(ln, 0)
+	return nil
 }
 
 // loaded logs a configuration that loaded and follows it in the health.
