@@ -139,3 +139,81 @@ func linesWith(out, s string, n int) string {
 	}
 	return b.String()
 }
+
+// TestCheckAPIShedConnectionsCounted: a connection past the check API's
+// bound, answered 503 and closed, is counted in
+// floodgate_connections_shed_total{listener="api"}, as one past the
+// gateway's server.max_connections is in {listener="gateway"}: the alert
+// and the dashboard that watch the counter see a flood of either. Before,
+// the check API's shed connections were counted nowhere.
+func TestCheckAPIShedConnectionsCounted(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
+server:
+  api_listen: 127.0.0.1:0
+  api_auth: none
+limits:
+  - name: login
+    algorithm: fixed_window
+    limit: 1000
+    window: 1m
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+`, up.URL))
+	bin, err := os.Executable() // this test binary, which runs main (TestMain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 256 open files: the check API serves at most 64 connections.
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -n 256 && exec "$0" "$@"`, bin, "serve", "--config", cfg,
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	p := startProcCmd(t, cmd)
+	m := regexp.MustCompile(`check API on http://(\S+)`).FindStringSubmatch(p.out.String())
+	if m == nil {
+		t.Fatalf("no check API address in:\n%s", p.out.String())
+	}
+	api := m[1]
+	const apiCap, past = 64, 5
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// The bound's connections, each a request whose headers never end.
+	for range apiCap {
+		c, err := net.DialTimeout("tcp", api, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		_, _ = c.Write([]byte("POST /v1/check HTTP/1.1\r\nHost: x\r\n"))
+	}
+	for i := range past {
+		c, err := net.DialTimeout("tcp", api, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("connection %d past the check API's bound: %v; want 503 at once", apiCap+i+1, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("connection %d past the check API's bound: %d, want 503", apiCap+i+1, resp.StatusCode)
+		}
+	}
+	_, _, text := get(t, p.admin+"/metrics")
+	if want := fmt.Sprintf("floodgate_connections_shed_total{listener=\"api\"} %d\n", past); !strings.Contains(text, want) {
+		t.Errorf("%d connections shed by the check API; want %q in /metrics:\n%s", past, strings.TrimSpace(want), grepLines(text, "floodgate_connections_"))
+	}
+	if want := "floodgate_connections_shed_total{listener=\"gateway\"} 0\n"; !strings.Contains(text, want) {
+		t.Errorf("no connection shed by the gateway; want %q in /metrics:\n%s", strings.TrimSpace(want), grepLines(text, "floodgate_connections_"))
+	}
+}

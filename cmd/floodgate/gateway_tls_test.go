@@ -330,7 +330,7 @@ routes:
 		}
 	}
 	_, _, text := get(t, admin+"/metrics")
-	if !strings.Contains(text, "floodgate_connections_shed_total 5\n") {
+	if !strings.Contains(text, "floodgate_connections_shed_total{listener=\"gateway\"} 5\n") {
 		t.Errorf("want 5 connections shed in /metrics:\n%s", grepLines(text, "floodgate_connections_"))
 	}
 }

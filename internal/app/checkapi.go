@@ -50,6 +50,7 @@ func (s *server) startCheckAPI(stdout io.Writer, conns int) (*checkAPI, error) {
 		return nil, fmt.Errorf("serve: api listen: %w", err)
 	}
 	limited := newConnLimit(raw, conns)
+	s.apiConns.Store(limited)
 	var ln net.Listener = limited
 	scheme := "http"
 	if tc != nil {

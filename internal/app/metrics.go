@@ -74,6 +74,26 @@ func counter(name, help string, f func() float64) prometheus.Collector {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
 }
 
+// shedHelp is the help of floodgate_connections_shed_total.
+const shedHelp = "Client connections answered 503 (on a TLS listener, a TLS alert) and closed because the listener's bound " +
+	"of connections open at once was reached: server.max_connections for listener=\"gateway\", " +
+	"a quarter of the open-file limit for listener=\"api\" (the check API)."
+
+// shedCounter is floodgate_connections_shed_total of one listener: the
+// connections that the listener ln returns (nil before it opens, or when
+// it is off) has shed.
+func shedCounter(listener string, ln func() *connLimit) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "floodgate_connections_shed_total", Help: shedHelp,
+		ConstLabels: prometheus.Labels{"listener": listener}},
+		func() float64 {
+			l := ln()
+			if l == nil {
+				return 0
+			}
+			return float64(l.shed.Load())
+		})
+}
+
 func b2f(b bool) float64 {
 	if b {
 		return 1
@@ -190,13 +210,8 @@ func (s *server) serveMetrics() []prometheus.Collector {
 				}
 				return float64(s.edge.Parked())
 			}),
-		counter("floodgate_connections_shed_total", "Client connections answered 503 and closed because max_connections were open.",
-			func() float64 {
-				if s.conns == nil {
-					return 0
-				}
-				return float64(s.conns.shed.Load())
-			}),
+		shedCounter("gateway", func() *connLimit { return s.conns }),
+		shedCounter("api", s.apiConns.Load),
 		newTargetHealth(s),
 	}
 }

@@ -132,8 +132,12 @@ type server struct {
 	frontCerts              *certSet     // the gateway listener's certificates, with server.tls
 	engineName              string
 	api                     *checkAPI // the HTTP check API, when server.api_listen names one
-	ready                   atomic.Bool
-	systemd                 systemd // tells systemd how serve is doing, when it asks
+	// apiConns is the check API's listener once it is open, read by
+	// /metrics (floodgate_connections_shed_total{listener="api"}) from
+	// the other listeners, which may serve before it opens.
+	apiConns atomic.Pointer[connLimit]
+	ready    atomic.Bool
+	systemd  systemd // tells systemd how serve is doing, when it asks
 }
 
 // newServer loads the policy and opens the root and the console.
