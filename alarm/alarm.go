@@ -743,7 +743,7 @@ func (a *Alarms) post(ctx context.Context, pa *planAlarm, body []byte) (retry bo
 		return !errors.Is(err, ErrRefusedTarget), fmt.Errorf("alarm: webhook: %w", err)
 	}
 	// Read a little of the answer so that the connection can be reused.
-	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+	_, _ = io.CopyN(io.Discard, resp.Body, maxResponseBody)
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:

@@ -34,9 +34,13 @@
 // it has none.
 //
 // Redirects are never followed (a 3xx is a failure): the signed body goes
-// only to the configured URL. A webhook may not reach a link-local
-// address (169.254.0.0/16, fe80::/10) or a cloud metadata service
-// (169.254.169.254, fd00:ec2::254, metadata.google.internal, ...) unless
+// only to the configured URL. An answer's header is bounded (64 KiB: a
+// longer one fails the attempt, which is retried as a network error is)
+// and at most 4 KiB of its body is read, so that a hostile or broken
+// receiver cannot make each delivery hold megabytes. A webhook may not
+// reach a link-local address (169.254.0.0/16, fe80::/10) or a cloud
+// metadata service (169.254.169.254, fd00:ec2::254,
+// metadata.google.internal, ...) unless
 // its plan allows link-local targets: SetPolicy turns such a webhook off
 // (CheckWebhook says why), and the address of every connection, once its
 // name is resolved, is checked again as it is dialled, so that a name

@@ -110,18 +110,30 @@ func CheckWebhook(raw string, allowLinkLocal bool) error {
 	return guard{allowLinkLocal: allowLinkLocal}.checkURL(raw)
 }
 
+// maxResponseHeader bounds the header of a webhook's answer: a receiver
+// answers with a status and a few short fields, and net/http's default
+// bound (10 MiB) would let a hostile or broken one make each delivery
+// under way read and hold megabytes. An answer over it fails the attempt.
+const maxResponseHeader = 64 << 10
+
+// maxResponseBody is the part of a webhook's answer body that is read (and
+// discarded) so that its connection can be reused; the rest is not read.
+const maxResponseBody = 4 << 10
+
 // newClient is the webhooks' HTTP client for targets that g allows: no
 // proxy from the environment, no redirects followed (the response of a
-// redirect is returned), and every address checked as it is dialled.
+// redirect is returned), every address checked as it is dialled, and an
+// answer's header bounded by maxResponseHeader.
 func newClient(g guard, timeout time.Duration, r *net.Resolver) *http.Client {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second, Resolver: r, Control: g.control}
 	tr := &http.Transport{
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          16,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		DialContext:            d.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           16,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: maxResponseHeader,
 	}
 	return &http.Client{
 		Transport: tr,

@@ -1,0 +1,76 @@
+package alarm
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate/floodgate/internal/promtest"
+)
+
+// TestHugeResponseHeaderRefused: a receiver that answers with a header
+// far over maxResponseHeader (4 MiB of it) fails the delivery once the
+// bound is read, rather than have the delivery read and hold megabytes:
+// net/http's default bound, 10 MiB, let each delivery under way hold that
+// much, and a receiver was counted as having taken the alarm.
+func TestHugeResponseHeaderRefused(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // a bound for failing only
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				head := "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
+				pad := "X-Pad: " + strings.Repeat("p", 4<<10) + "\r\n"
+				if _, err := io.WriteString(c, head); err != nil {
+					return
+				}
+				for range 1024 { // 4 MiB of header lines
+					if _, err := io.WriteString(c, pad); err != nil {
+						return // the client stopped reading
+					}
+				}
+				_, _ = io.WriteString(c, "\r\n")
+			})
+		}
+	})
+	reg := prometheus.NewRegistry()
+	a, err := New(Options{Dedup: NewLocalDedup(), Registerer: reg, Backoff: time.Millisecond, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPolicy(t)
+	a.SetPolicy(p, map[string]Plan{"small": {Thresholds: []int{100}, Webhook: "http://" + ln.Addr().String() + "/hook", Secret: []byte("s")}})
+	runAlarms(t, a)
+	use(a, p, "key:k", 10)
+	result := func(r string) float64 {
+		return promtest.Value(t, reg, "floodgate_alarm_webhooks_total", promtest.Labels{"result": r})
+	}
+	waitFor(t, "the webhook's outcome", func() bool { return result("delivered")+result("failed") == 1 })
+	if d, f := result("delivered"), result("failed"); d != 0 || f != 1 {
+		t.Errorf("an answer with 4 MiB of header: %v delivered, %v failed; want the attempt failed past the 64 KiB bound", d, f)
+	}
+}
