@@ -88,7 +88,10 @@
 // that carries it); a response that does not tell keeps the estimate.
 // count_on keeps a reservation only for the statuses it lists and gives it
 // back for the others. A reservation not settled within reserve_ttl
-// (default 5m) keeps its estimate.
+// (default 5m) keeps its estimate. A request holds its reservation while
+// it waits in its route's overload queue, so a limit whose reserve_ttl is
+// not longer than the queue's max_wait, on a route where the limit may
+// apply, is refused.
 //
 // Limits are evaluated most specific first: the usage plan of the
 // request's API key (its rate, then its quota), then the limits of scope

@@ -234,3 +234,122 @@ func (v *validator) planTiers() {
 		}
 	}
 }
+
+// queuedReservations refuses a limit that holds a reservation (count_on or
+// actual) for a request in flight, and may apply on a route whose overload
+// queue holds a request for as long as, or longer than, the reservation
+// lives: a request waiting in the queue holds its reservation (the limit
+// counts it while it waits), which would expire at its estimate before
+// the request is forwarded, shed or left, and keep that charge where it
+// is to be given back or settled at less. Taking the reservation after the
+// queue would let requests that wait race past the limit.
+func (v *validator) queuedReservations() {
+	for i := range v.f.Limits {
+		l := &v.f.Limits[i]
+		if l.Actual == nil && len(l.CountOn) == 0 || l.ReserveTTL <= 0 {
+			continue
+		}
+		for j := range v.f.Routes {
+			r := &v.f.Routes[j]
+			if r.Overload == nil || r.Overload.Queue == nil || r.Overload.Queue.MaxWait < l.ReserveTTL || !mayApply(&l.Match, r) {
+				continue
+			}
+			v.errorf(fmt.Sprintf("limits[%d].reserve_ttl", i), "reserve_ttl %v is not longer than the max_wait %v of the overload queue of route %q "+
+				"(routes[%d].overload.queue.max_wait), where the limit applies: a request waiting there would have its reservation "+
+				"expire at its estimate and keep that charge when it is shed or left, or its answer settles less; "+
+				"make reserve_ttl longer than max_wait (or name the limit's routes in its match)",
+				l.ReserveTTL, r.Overload.Queue.MaxWait, r.Name, j)
+			break
+		}
+	}
+}
+
+// mayApply reports whether a limit of match m may apply to a request on
+// route r: whether some request could match both r's match and m. It errs
+// towards yes (a request on r might be matched by an earlier route).
+func mayApply(m *Match, r *Route) bool {
+	if len(m.Routes) > 0 && !slices.Contains(m.Routes, r.Name) {
+		return false
+	}
+	if len(m.Stages) > 0 && !slices.Contains(m.Stages, r.Stage) {
+		return false
+	}
+	if len(m.Methods) > 0 && len(r.Match.Methods) > 0 && !methodsMeet(m.Methods, r.Match.Methods) {
+		return false
+	}
+	if len(m.Hosts) > 0 && len(r.Match.Hosts) > 0 && !anyMeet(m.Hosts, r.Match.Hosts, hostsMeet) {
+		return false
+	}
+	if len(m.Paths) > 0 && len(r.Match.Paths) > 0 && !anyMeet(m.Paths, r.Match.Paths, pathsMeet) {
+		return false
+	}
+	return true
+}
+
+// methodsMeet reports whether the lists share a method; HEAD meets GET,
+// which a server may answer it with.
+func methodsMeet(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y || (x == "HEAD" || y == "HEAD") && (x == "GET" || y == "GET") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// anyMeet reports whether some pattern of a meets some pattern of b.
+func anyMeet(a, b []string, meet func(x, y string) bool) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if meet(x, y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hostsMeet reports whether some host matches both host patterns (a name,
+// or *.domain for any name below it).
+func hostsMeet(a, b string) bool {
+	as, aw := strings.CutPrefix(a, "*")
+	bs, bw := strings.CutPrefix(b, "*")
+	switch {
+	case aw && bw:
+		return strings.HasSuffix(as, bs) || strings.HasSuffix(bs, as)
+	case aw:
+		return len(b) > len(as) && strings.HasSuffix(b, as)
+	case bw:
+		return len(a) > len(bs) && strings.HasSuffix(a, bs)
+	}
+	return a == b
+}
+
+// pathsMeet reports whether some path matches both path patterns
+// (CheckPathPattern), whatever the case of their literal segments.
+func pathsMeet(a, b string) bool {
+	return segmentsMeet(strings.Split(strings.TrimPrefix(a, "/"), "/"), strings.Split(strings.TrimPrefix(b, "/"), "/"))
+}
+
+func segmentsMeet(a, b []string) bool {
+	for {
+		switch {
+		case len(a) > 0 && a[0] == "**", len(b) > 0 && b[0] == "**":
+			return true
+		case len(a) == 0 || len(b) == 0:
+			return len(a) == len(b)
+		case !segmentMeets(a[0], b[0]):
+			return false
+		}
+		a, b = a[1:], b[1:]
+	}
+}
+
+// segmentMeets reports whether a path segment matches both segment
+// patterns: * and {name} match any one segment.
+func segmentMeets(a, b string) bool {
+	wild := func(s string) bool { return s == "*" || strings.HasPrefix(s, "{") }
+	return wild(a) || wild(b) || strings.EqualFold(a, b)
+}

@@ -137,6 +137,7 @@ func (v *validator) validate() {
 	for i := range f.Limits {
 		v.limit(i, routes, stages)
 	}
+	v.queuedReservations()
 	if f.Account != nil {
 		f.Account.Compiled = v.params(&f.Account.Params, "account", "account", 1)
 	}
