@@ -391,17 +391,23 @@ func (a *API) createKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 	if _, err := a.o.Policy().NewKey(b.Name, b.Plan, o); err != nil {
 		return nil, errorf(http.StatusBadRequest, "%v", err)
 	}
-	raw, rec, err := a.o.Keys.Create(r.Context(), b.Name, b.Plan, o)
+	// A key asked for disabled is made disabled, in one write: never
+	// usable, and never left usable by a second write that fails.
+	create := a.o.Keys.Create
+	disabled := b.Disabled != nil && *b.Disabled
+	if disabled {
+		create = a.o.Keys.CreateDisabled
+	}
+	raw, rec, err := create(r.Context(), b.Name, b.Plan, o)
 	if err != nil {
 		return nil, err
 	}
-	if b.Disabled != nil && *b.Disabled {
-		if rec, err = a.o.Keys.Update(r.Context(), b.Name, func(r *keystore.Record) error { r.Disabled = true; return nil }); err != nil {
-			return nil, err
-		}
+	detail := map[string]any{"plan": b.Plan, "rate": o.Rate, "burst": o.Burst, "quota": o.Quota,
+		"sha256_prefix": rec.Secrets[0].SHA256[:12]}
+	if disabled {
+		detail["disabled"] = true
 	}
-	a.record(r.Context(), actor, "key.create", b.Name, map[string]any{"plan": b.Plan, "rate": o.Rate, "burst": o.Burst, "quota": o.Quota,
-		"sha256_prefix": rec.Secrets[0].SHA256[:12]})
+	a.record(r.Context(), actor, "key.create", b.Name, detail)
 	v := viewOf(&rec)
 	v.Secret = raw
 	return v, nil

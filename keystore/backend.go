@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,13 @@ type Backend interface {
 	Delete(ctx context.Context, old Record) (from, to string, err error)
 	// Version returns the current version, cheaply.
 	Version(ctx context.Context) (string, error)
+	// Changes returns what changed since the version since: the records
+	// changed (as they are now), the names of those removed, and the
+	// version they are at; nothing when the version is still since. full
+	// says that the backend cannot tell every change since that version
+	// (it keeps no log of them, its log does not reach back that far, or
+	// the version is of another epoch): read every record (Load).
+	Changes(ctx context.Context, since string) (changed []Record, gone []string, version string, full bool, err error)
 }
 
 // ErrConflict reports that a record changed since it was read (Swap).
@@ -188,6 +196,16 @@ func (b *FileBackend) Version(context.Context) (string, error) {
 	return b.versionLocked()
 }
 
+// Changes reports a full read when the file's version is not since: the
+// file is read whole anyway.
+func (b *FileBackend) Changes(ctx context.Context, since string) (changed []Record, gone []string, version string, full bool, err error) {
+	v, err := b.Version(ctx)
+	if err != nil {
+		return nil, nil, "", false, err
+	}
+	return nil, nil, v, v != since, nil
+}
+
 // versionLocked is Version with b.mu held.
 func (b *FileBackend) versionLocked() (string, error) {
 	st, err := os.Stat(b.path)
@@ -210,19 +228,33 @@ func writeAtomic(path string, data []byte) error {
 	return nil
 }
 
-// Redis keys of the key store: the records, the count of changes, and
-// the epoch of that count, the server's time when it was first needed. The
-// epoch goes with the data: a Redis restarted empty, flushed, or an empty
-// server in its place has none, and the next read or change sets another
-// one, so that a count started again from zero is not taken for the one
-// an instance has read. The prefix keeps them in one Cluster slot.
+// Redis keys of the key store: the records, the count of changes, the
+// epoch of that count, and the log of the latest changes. The epoch is
+// the server's time when the count was first needed; it goes with the
+// data: a Redis restarted empty, flushed, or an empty server in its place
+// has none, and the next read or change sets another one, so that a count
+// started again from zero is not taken for the one an instance has read.
+// The log is a sorted set of "COUNT:TAG:NAME", one member per change
+// scored by the count it made, its oldest trimmed past changeLog members,
+// so that an instance a few changes behind reads only the records that
+// changed (RedisBackend.Changes) instead of every record. The tag is the
+// server's time of the change, kept for the last one too and part of the
+// version: a failover that lost the last changes, after which other
+// changes make the count again, is told from the changes an instance
+// read. The prefix keeps them in one Cluster slot.
 const (
 	redisHash    = redisconn.Prefix + "keys"
 	redisVersion = redisconn.Prefix + "keys:version"
 	redisEpoch   = redisconn.Prefix + "keys:epoch"
+	redisChanges = redisconn.Prefix + "keys:changes"
+	redisTag     = redisconn.Prefix + "keys:tag"
 	// RedisChannel carries the new version after each change.
 	RedisChannel = redisconn.Prefix + "keys:changed"
 )
+
+// changeLog is how many changes the log keeps: an instance further behind
+// reads every record again.
+const changeLog = 1000
 
 // RedisBackend keeps the records in a Redis hash (one JSON value per key
 // name), with a version counter and a channel announcing changes.
@@ -237,7 +269,7 @@ func NewRedisBackend(c rueidis.Client) *RedisBackend { return &RedisBackend{c: c
 // none, so that the version read now stays the one of these records.
 func (b *RedisBackend) Load(ctx context.Context) ([]Record, string, error) {
 	res := b.c.DoMulti(ctx, b.c.B().Eval().Script(redisconn.EpochScript).Numkeys(1).Key(redisEpoch).Build(),
-		b.c.B().Mget().Key(redisEpoch, redisVersion).Build(), b.c.B().Hgetall().Key(redisHash).Build())
+		b.c.B().Mget().Key(redisEpoch, redisVersion, redisTag).Build(), b.c.B().Hgetall().Key(redisHash).Build())
 	if err := res[0].Error(); err != nil {
 		return nil, "", fmt.Errorf("keystore: redis: epoch: %w", err)
 	}
@@ -262,11 +294,12 @@ func (b *RedisBackend) Load(ctx context.Context) ([]Record, string, error) {
 
 // swapScript writes ARGV[3] as the record ARGV[1] ("": removes it) if the
 // stored one is still ARGV[2] ("": none), increments the version (KEYS[2],
-// of the epoch KEYS[3], set here when there is none) and announces it: {1,
-// epoch before, count before, epoch, count after}; otherwise {0, the
-// stored record}. A record added (ARGV[2] "") is written only while the
+// of the epoch KEYS[3], set here when there is none), tags the change with
+// the server's time (KEYS[5]), logs it in KEYS[4] and announces it on the
+// channel ARGV[4]: {1, epoch before, count before, tag before, epoch,
+// count after, tag}; otherwise {0, the stored record}. A record added (ARGV[2] "") is written only while the
 // hash holds fewer than ARGV[5] records (0: no bound); otherwise {2}.
-var swapScript = rueidis.NewLuaScript(`
+var swapScript = rueidis.NewLuaScript(strings.ReplaceAll(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
 if cur ~= ARGV[2] then
 	return {0, cur}
@@ -277,16 +310,25 @@ if ARGV[2] == '' and ARGV[3] ~= '' and most > 0 and redis.call('HLEN', KEYS[1]) 
 end
 local was = redis.call('GET', KEYS[3]) or ''
 local from = redis.call('GET', KEYS[2]) or ''
-` + redisconn.SetEpoch(3) + `
+local fromTag = redis.call('GET', KEYS[5]) or ''
+`+redisconn.SetEpoch(3)+`
 if ARGV[3] == '' then
 	redis.call('HDEL', KEYS[1], ARGV[1])
 else
 	redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 end
 local to = redis.call('INCR', KEYS[2])
+local t = redis.call('TIME')
+local tag = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('SET', KEYS[5], tag)
+redis.call('ZADD', KEYS[4], to, to .. ':' .. tag .. ':' .. ARGV[1])
+local logged = redis.call('ZCARD', KEYS[4])
+if logged > CAP then
+	redis.call('ZREMRANGEBYRANK', KEYS[4], 0, logged - CAP - 1)
+end
 redis.call('PUBLISH', ARGV[4], to)
-return {1, was, from, redis.call('GET', KEYS[3]), tostring(to)}
-`)
+return {1, was, from, fromTag, redis.call('GET', KEYS[3]), tostring(to), tag}
+`, "CAP", strconv.Itoa(changeLog)))
 
 // Swap writes r, increments the version and announces it, if the stored
 // record named r.Name is still old: one script, so that no write of
@@ -332,21 +374,22 @@ func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js s
 	// A second attempt when the stored record is old written differently
 	// (another encoder, or by hand).
 	for range 2 {
-		res, err := swapScript.Exec(ctx, b.c, []string{redisHash, redisVersion, redisEpoch}, []string{name, want, js, RedisChannel, strconv.Itoa(max(most, 0))}).ToArray()
+		res, err := swapScript.Exec(ctx, b.c, []string{redisHash, redisVersion, redisEpoch, redisChanges, redisTag},
+			[]string{name, want, js, RedisChannel, strconv.Itoa(max(most, 0))}).ToArray()
 		if err != nil {
 			return "", "", fmt.Errorf("keystore: redis: %w", err)
 		}
 		if len(res) == 1 {
 			return "", "", ErrFull
 		}
-		if len(res) == 5 {
-			var s [4]string
+		if len(res) == 7 {
+			var s [6]string
 			for i := range s {
 				if s[i], err = res[i+1].ToString(); err != nil {
 					return "", "", fmt.Errorf("keystore: redis: swap: %w", err)
 				}
 			}
-			return redisconn.Stamp(s[0], s[1]), redisconn.Stamp(s[2], s[3]), nil
+			return stamp(s[0], s[1], s[2]), stamp(s[3], s[4], s[5]), nil
 		}
 		if len(res) != 2 {
 			return "", "", fmt.Errorf("keystore: redis: swap: %d replies", len(res))
@@ -372,13 +415,134 @@ func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js s
 	return "", "", ErrConflict
 }
 
-// Version reads the version: its epoch and its count ("EPOCH:COUNT").
+// Version reads the version: its epoch, its count and the tag of the
+// change that made the count ("EPOCH:COUNT:TAG").
 func (b *RedisBackend) Version(ctx context.Context) (string, error) {
-	v, err := redisconn.StampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion).Build()))
+	v, err := redisconn.StampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion, redisTag).Build()))
 	if err != nil {
 		return "", fmt.Errorf("keystore: redis: %w", err)
 	}
 	return v, nil
+}
+
+// changesScript reads what changed since the count ARGV[1] of the epoch
+// ARGV[2], made by the change tagged ARGV[3]. KEYS: the version, its
+// epoch, the log, the records, the tag of the last change. It returns
+// {count, epoch, tag, 1} when the log cannot tell every change since then,
+// else {count, epoch, tag, 0, name, record or false, ...}: each name
+// changed once, with its record as it is now (false: removed). The log
+// cannot tell when the epoch is another (a Redis emptied, whose count may
+// have gone back and past the one asked for since), when the change that
+// made the count asked for is not the one logged at it (a failover that
+// lost the last changes, the count then made again by others), when the
+// count went back, when it moved more than the log holds, and when the
+// log holds fewer changes than the count moved: trimmed, or a change made
+// without it (an instance of an earlier version during a rolling
+// upgrade).
+var changesScript = rueidis.NewLuaScript(strings.ReplaceAll(`
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+local e = redis.call('GET', KEYS[2]) or ''
+local tag = redis.call('GET', KEYS[5]) or ''
+local since = tonumber(ARGV[1])
+if e ~= ARGV[2] or not since or since > v or v - since > CAP then
+	return {v, e, tag, 1}
+end
+if v == since then
+	if tag ~= ARGV[3] then
+		return {v, e, tag, 1}
+	end
+	return {v, e, tag, 0}
+end
+if since > 0 then
+	local at = redis.call('ZRANGEBYSCORE', KEYS[3], since, since)
+	if #at ~= 1 or string.match(at[1], '^%d+:(%d+):') ~= ARGV[3] then
+		return {v, e, tag, 1}
+	end
+end
+local log = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[1], v)
+if #log ~= v - since then
+	return {v, e, tag, 1}
+end
+local out = {v, e, tag, 0}
+local names, seen = {}, {}
+for _, m in ipairs(log) do
+	local name = string.match(m, '^%d+:%d+:(.*)$')
+	if not name then
+		return {v, e, tag, 1}
+	end
+	if not seen[name] then
+		seen[name] = true
+		names[#names + 1] = name
+	end
+end
+local recs = redis.call('HMGET', KEYS[4], unpack(names))
+for i, name in ipairs(names) do
+	out[#out + 1] = name
+	out[#out + 1] = recs[i]
+end
+return out
+`, "CAP", strconv.Itoa(changeLog)))
+
+// stamp is the key store's version: the epoch, the count, and the tag of
+// the change that made the count ("" before the first).
+func stamp(epoch, count, tag string) string {
+	return redisconn.Stamp(epoch, count) + ":" + tag
+}
+
+// Changes reads the records changed since the version since, when the
+// log of changes reaches back that far in the same epoch and still holds
+// the change since was made by: one script, which reads only those
+// records (HMGET), so that an instance a few changes behind does not read
+// every key. Otherwise full is true.
+func (b *RedisBackend) Changes(ctx context.Context, since string) (changed []Record, gone []string, version string, full bool, err error) {
+	parts := strings.SplitN(since, ":", 3)
+	if len(parts) != 3 {
+		return nil, nil, "", true, nil
+	}
+	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisEpoch, redisChanges, redisHash, redisTag},
+		[]string{parts[1], parts[0], parts[2]}).ToArray()
+	if err != nil {
+		return nil, nil, "", false, fmt.Errorf("keystore: redis: changes: %w", err)
+	}
+	if len(res) < 4 || len(res)%2 == 1 {
+		return nil, nil, "", false, fmt.Errorf("keystore: redis: changes: %d values", len(res))
+	}
+	v, err := res[0].AsInt64()
+	if err != nil {
+		return nil, nil, "", false, fmt.Errorf("keystore: redis: changes: %w", err)
+	}
+	var e, tag string
+	for i, to := range []*string{&e, &tag} {
+		if *to, err = res[1+i].ToString(); err != nil {
+			return nil, nil, "", false, fmt.Errorf("keystore: redis: changes: %w", err)
+		}
+	}
+	version = stamp(e, strconv.FormatInt(v, 10), tag)
+	if f, err := res[3].AsInt64(); err != nil {
+		return nil, nil, "", false, fmt.Errorf("keystore: redis: changes: %w", err)
+	} else if f == 1 {
+		return nil, nil, version, true, nil
+	}
+	for i := 4; i+1 < len(res); i += 2 {
+		name, err := res[i].ToString()
+		if err != nil {
+			return nil, nil, "", false, fmt.Errorf("keystore: redis: changes: %w", err)
+		}
+		js, err := res[i+1].ToString()
+		if rueidis.IsRedisNil(err) {
+			gone = append(gone, name)
+			continue
+		}
+		if err != nil {
+			return nil, nil, "", false, fmt.Errorf("keystore: redis: changes: %w", err)
+		}
+		var r Record
+		if err := json.Unmarshal([]byte(js), &r); err != nil {
+			return nil, nil, "", false, fmt.Errorf("keystore: redis: key %q: %w", name, err)
+		}
+		changed = append(changed, r)
+	}
+	return changed, gone, version, false, nil
 }
 
 // Subscribe calls changed for every announced change until ctx ends; it

@@ -32,12 +32,26 @@
 // bound together. A file that lists a name twice is refused.
 //
 // Propagation on Redis: every change writes the record to a hash,
-// increments a version counter and publishes the version on a channel.
-// The version carries an epoch, set when the count is first needed and
-// gone with the data, so that a Redis restarted empty and counted up again
-// to the version an instance had read is still read again.
-// Every instance reloads the records when a message arrives, and also
-// polls the counter every 500 ms, so that a lost message (a reconnect)
-// delays a new or revoked key by half a second at most. The file backend
-// polls the file's size and modification time at the same pace.
+// increments a version counter, logs the key's name under the new count
+// in a sorted set of the last 1,000 changes, and publishes the version on
+// a channel, all in one script. The version carries an epoch, set when
+// the count is first needed and gone with the data, so that a Redis
+// restarted empty and counted up again to the version an instance had
+// read is still read again. An instance looks when a message arrives, and
+// also polls the counter every 500 ms, so that a lost message (a
+// reconnect) delays a new or revoked key by half a second at most. When
+// the version moved, it reads only the records the log names since its
+// own version (one script, HMGET), applies them (a record gone is
+// removed) and resolves only those keys in a new snapshot; it reads every
+// record (HGETALL) only at its start, when the epoch is another, when it
+// is further behind than the log reaches, when the log misses a change
+// (one made by an instance of an earlier version), or when the change
+// that made its own version is not the one logged at that count (each
+// change is tagged with the server's time, and the version carries the
+// tag of the last: a failover that lost the last changes, the count then
+// made again by other changes). So a change among
+// 100,000 keys costs each instance a read of that key, not one of every
+// key, which would hold a Redis shared with the rate limits for about
+// 40 ms. The file backend polls the file's size and modification time at
+// the same pace, and reads the whole file when they change.
 package keystore

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -187,35 +188,78 @@ func (s *Store) rebuild() {
 		fileKeys[k.Name] = true
 	}
 	for name := range s.recs {
-		r := s.recs[name]
-		if !r.Active() {
-			continue
-		}
-		if fileKeys[r.Name] {
-			s.log.Warn("keystore: key refused: the policy file has a key of the same name", "key", r.Name)
-			continue
-		}
-		k, err := p.NewKey(r.Name, r.Plan, ServingOptions(&r))
-		if err != nil {
-			s.log.Warn("keystore: key not usable with this policy", "key", r.Name, "err", err)
-			continue
-		}
-		sn.byName[r.Name] = &entry{rec: &r, key: k}
+		s.enter(sn, s.recs[name], fileKeys[name])
+	}
+	s.snap.Store(sn)
+}
+
+// rebuildChanged makes a new snapshot in which only the keys named in
+// prev (mapped to their records in the current snapshot; a zero Record
+// for a key new to it) are made again from s.recs, so that a change of
+// one key among many resolves that one; a full rebuild when the policy
+// changed since the snapshot was built. s.mu is held.
+func (s *Store) rebuildChanged(prev map[string]Record) {
+	p := s.o.Policy()
+	cur := s.snap.Load()
+	if cur == nil || cur.pol != p {
+		s.rebuild()
+		return
+	}
+	sn := &snapshot{pol: p, byHash: maps.Clone(cur.byHash), byName: maps.Clone(cur.byName)}
+	for name, r := range prev {
+		delete(sn.byName, name)
 		for _, sec := range r.Secrets {
-			var sum [sha256.Size]byte
-			if b, err := hex.DecodeString(sec.SHA256); err != nil || len(b) != len(sum) {
-				continue
-			} else {
-				copy(sum[:], b)
+			if sum, ok := secretSum(sec); ok && sn.byHash[sum] != nil && sn.byHash[sum].rec.Name == name {
+				delete(sn.byHash, sum)
 			}
-			e := &entry{rec: &r, key: k}
-			if !sec.NotAfter.IsZero() {
-				e.notAfter = sec.NotAfter.UnixNano()
-			}
-			sn.byHash[sum] = e
+		}
+	}
+	for name := range prev {
+		if r, ok := s.recs[name]; ok {
+			_, file := p.FileKey(name)
+			s.enter(sn, r, file)
 		}
 	}
 	s.snap.Store(sn)
+}
+
+// enter adds the key r to sn, a snapshot being built, when it is active
+// and file (the policy file has a key of its name) is false.
+func (s *Store) enter(sn *snapshot, r Record, file bool) {
+	if !r.Active() {
+		return
+	}
+	if file {
+		s.log.Warn("keystore: key refused: the policy file has a key of the same name", "key", r.Name)
+		return
+	}
+	k, err := sn.pol.NewKey(r.Name, r.Plan, ServingOptions(&r))
+	if err != nil {
+		s.log.Warn("keystore: key not usable with this policy", "key", r.Name, "err", err)
+		return
+	}
+	sn.byName[r.Name] = &entry{rec: &r, key: k}
+	for _, sec := range r.Secrets {
+		sum, ok := secretSum(sec)
+		if !ok {
+			continue
+		}
+		e := &entry{rec: &r, key: k}
+		if !sec.NotAfter.IsZero() {
+			e.notAfter = sec.NotAfter.UnixNano()
+		}
+		sn.byHash[sum] = e
+	}
+}
+
+// secretSum decodes the SHA-256 of sec.
+func secretSum(sec Secret) (sum [sha256.Size]byte, ok bool) {
+	b, err := hex.DecodeString(sec.SHA256)
+	if err != nil || len(b) != len(sum) {
+		return sum, false
+	}
+	copy(sum[:], b)
+	return sum, true
 }
 
 // reload reads every record from the backend and rebuilds the snapshot.
@@ -297,14 +341,15 @@ func (s *Store) refresh(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	if !same {
-		if err := s.reload(ctx); err != nil {
+		if err := s.catchUp(ctx); err != nil {
 			s.log.Warn("keystore: reload", "err", err)
 		}
 	}
 }
 
-// Refresh reloads the records now if the backend changed (tests, and a
-// policy reload).
+// Refresh reads now the records that changed, if the backend did, and
+// rebuilds the snapshot if the policy changed (tests, and a policy
+// reload).
 func (s *Store) Refresh(ctx context.Context) { s.refresh(ctx) }
 
 // List returns every record, by name.
@@ -336,6 +381,19 @@ func (s *Store) Get(name string) (Record, error) {
 // included, and those other instances made, also at the same moment:
 // the backend checks the bound where it adds the record) is ErrFull.
 func (s *Store) Create(ctx context.Context, name, plan string, o policy.KeyOptions) (raw string, rec Record, err error) {
+	return s.create(ctx, name, plan, o, false)
+}
+
+// CreateDisabled makes a key as Create does, disabled: the one write that
+// makes it holds it disabled, so that no instance takes it before it is
+// enabled (Update), and a caller that leaves once it is written leaves it
+// disabled.
+func (s *Store) CreateDisabled(ctx context.Context, name, plan string, o policy.KeyOptions) (raw string, rec Record, err error) {
+	return s.create(ctx, name, plan, o, true)
+}
+
+// create is Create, the key disabled when disabled is set.
+func (s *Store) create(ctx context.Context, name, plan string, o policy.KeyOptions, disabled bool) (raw string, rec Record, err error) {
 	if !ValidName(name) {
 		return "", Record{}, ErrBadName
 	}
@@ -356,7 +414,7 @@ func (s *Store) Create(ctx context.Context, name, plan string, o policy.KeyOptio
 		}
 		now := s.o.Now().UTC()
 		return Record{Name: name, Plan: plan, Secrets: []Secret{{SHA256: sum, Created: now}},
-			Rate: o.Rate, Burst: o.Burst, Quota: o.Quota, Created: now, Updated: now}, nil
+			Rate: o.Rate, Burst: o.Burst, Quota: o.Quota, Disabled: disabled, Created: now, Updated: now}, nil
 	}, true)
 	if err != nil {
 		return "", Record{}, err
@@ -440,8 +498,17 @@ func (s *Store) apply(ctx context.Context, name string, f func(cur *Record) (*Re
 			from, to, err = s.o.Backend.Swap(ctx, old, *next)
 		}
 		if errors.Is(err, ErrConflict) {
-			if err := s.reloadLocked(ctx); err != nil {
+			// Another instance changed the record: read what changed, and
+			// every record when that moved nothing (a record written
+			// without a change of the version, by hand).
+			before := s.version
+			if err := s.catchUpLocked(ctx); err != nil {
 				return Record{}, err
+			}
+			if s.version == before {
+				if err := s.reloadLocked(ctx); err != nil {
+					return Record{}, err
+				}
 			}
 			continue
 		}
@@ -449,6 +516,7 @@ func (s *Store) apply(ctx context.Context, name string, f func(cur *Record) (*Re
 			return Record{}, err
 		}
 		s.mu.Lock()
+		prev := map[string]Record{name: s.recs[name]}
 		rec := Record{}
 		if next == nil {
 			delete(s.recs, name)
@@ -461,25 +529,54 @@ func (s *Store) apply(ctx context.Context, name string, f func(cur *Record) (*Re
 			// backend's state at to. Otherwise the next refresh reloads.
 			s.version = to
 		}
-		s.rebuild()
+		s.rebuildChanged(prev)
 		s.mu.Unlock()
 		return rec.clone(), nil
 	}
 	return Record{}, fmt.Errorf("keystore: key %q: %w", name, ErrConflict)
 }
 
-// catchUpLocked brings s.recs up to date before a change, so that a
+// catchUp brings s.recs up to date with the backend.
+func (s *Store) catchUp(ctx context.Context) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.catchUpLocked(ctx)
+}
+
+// catchUpLocked brings s.recs up to date, before a change so that a
 // change made through another instance is not overwritten by a stale
-// copy. s.wmu is held.
+// copy: it reads only the records changed since s.version
+// (Backend.Changes), and every record when the backend cannot tell which
+// changed or none was read yet. s.wmu is held.
 func (s *Store) catchUpLocked(ctx context.Context) error {
-	v, err := s.o.Backend.Version(ctx)
+	since := s.version // s.wmu keeps s.version still
+	if since == unread {
+		return s.reloadLocked(ctx)
+	}
+	changed, gone, v, full, err := s.o.Backend.Changes(ctx, since)
 	if err != nil {
 		return err
 	}
-	if v == s.version { // s.wmu keeps s.version still
+	if full {
+		return s.reloadLocked(ctx)
+	}
+	if v == since {
 		return nil
 	}
-	return s.reloadLocked(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := make(map[string]Record, len(changed)+len(gone))
+	for _, name := range gone {
+		prev[name] = s.recs[name]
+		delete(s.recs, name)
+	}
+	for _, r := range changed {
+		prev[r.Name] = s.recs[r.Name]
+		s.recs[r.Name] = r
+	}
+	s.version = v
+	s.rebuildChanged(prev)
+	return nil
 }
 
 // Update changes the record named name with f and saves it. A revoked key

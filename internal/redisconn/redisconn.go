@@ -69,16 +69,17 @@ func Stamp(epoch, count string) string {
 }
 
 // StampOf reads the reply to an MGET of an epoch and a count as their
-// Stamp.
+// Stamp, or of an epoch, a count and the tag of the change that made the
+// count as their Stamp and ":TAG" (an empty tag when none was set).
 func StampOf(res rueidis.RedisResult) (string, error) {
 	vs, err := res.ToArray()
 	if err != nil {
 		return "", fmt.Errorf("redisconn: version: %w", err)
 	}
-	if len(vs) != 2 {
-		return "", fmt.Errorf("redisconn: version: %d values, want 2", len(vs))
+	if len(vs) != 2 && len(vs) != 3 {
+		return "", fmt.Errorf("redisconn: version: %d values, want 2 or 3", len(vs))
 	}
-	var parts [2]string
+	parts := make([]string, len(vs))
 	for i, v := range vs {
 		s, err := v.ToString()
 		if err != nil && !rueidis.IsRedisNil(err) {
@@ -86,7 +87,11 @@ func StampOf(res rueidis.RedisResult) (string, error) {
 		}
 		parts[i] = s
 	}
-	return Stamp(parts[0], parts[1]), nil
+	st := Stamp(parts[0], parts[1])
+	if len(parts) == 3 {
+		st += ":" + parts[2]
+	}
+	return st, nil
 }
 
 // SetEpoch returns the Lua that sets the epoch KEYS[key] (1-based) to the
