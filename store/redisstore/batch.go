@@ -330,7 +330,52 @@ func hitFlags(check bool, group uint8) byte {
 // to build a call whose keys fall in several Cluster slots) is the call's
 // error, not the process's end: the store's own goroutines send calls
 // too, where nothing would recover it.
-func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []string) (res rueidis.RedisResult, err error) {
+//
+// A TRYAGAIN reply (a Cluster slot being moved to another node, with the
+// call's keys split between the two) means that the script did not run:
+// eval waits and sends the call again (1 ms, doubling up to 32 ms) until
+// it runs, ctx ends or tryAgainFor has passed (a migration left half done
+// keeps answering TRYAGAIN; the call then fails with it). exec sends a
+// call of several requests with evalOnce instead, and on TRYAGAIN sends
+// them one by one.
+func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []string) (rueidis.RedisResult, error) {
+	wait := time.Millisecond
+	var until time.Time
+	for {
+		res, err := s.evalOnce(ctx, script, keys, args)
+		if !tryAgain(err) {
+			return res, err
+		}
+		if until.IsZero() {
+			until = time.Now().Add(tryAgainFor)
+		} else if time.Now().After(until) {
+			return res, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		case <-t.C:
+		}
+		wait = min(2*wait, 32*time.Millisecond)
+	}
+}
+
+// tryAgainFor bounds how long eval sends a call again that Redis answers
+// TRYAGAIN: the engine's hard timeout by default.
+const tryAgainFor = 2 * time.Second
+
+// tryAgain reports whether err is Redis' TRYAGAIN: a command naming keys
+// of a slot in migration that are not all on one node, refused before it
+// ran.
+func tryAgain(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && re.IsTryAgain()
+}
+
+// evalOnce is one attempt of eval.
+func (s *Store) evalOnce(ctx context.Context, script *rueidis.Lua, keys, args []string) (res rueidis.RedisResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("the client refused the call: %v", p)
@@ -347,13 +392,30 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 	keys, args := buf.build(b)
 	s.calls.Add(1)
 	s.decided.Add(int64(len(b)))
-	res, err := s.eval(ctx, s.apply, keys, args)
+	var res rueidis.RedisResult
+	var err error
+	if len(b) == 1 {
+		res, err = s.eval(ctx, s.apply, keys, args)
+	} else {
+		res, err = s.evalOnce(ctx, s.apply, keys, args)
+	}
 	buf.reset()
 	callBufPool.Put(buf)
 	fail := func(err error) {
 		for _, rq := range b {
 			rq.err = err
 		}
+	}
+	if len(b) > 1 && tryAgain(err) {
+		// The batch's keys are split between the two nodes of a slot in
+		// migration, and nothing ran. A request alone names the keys of
+		// one subject, which the migration leaves split for a moment at
+		// most (one key: never): each goes in a call of its own, all at
+		// once, and waits out its own TRYAGAIN. This call decided none.
+		s.calls.Add(-1)
+		s.decided.Add(-int64(len(b)))
+		s.execApart(ctx, b)
+		return
 	}
 	if err != nil {
 		fail(fmt.Errorf("redisstore: eval: %w", err))
@@ -400,6 +462,20 @@ func (s *Store) exec(ctx context.Context, b []*request) {
 			at += 8
 		}
 	}
+}
+
+// execApart sends each request of b in a script call of its own, all at
+// once (the client pipelines them), and returns once every one answered.
+func (s *Store) execApart(ctx context.Context, b []*request) {
+	var wg sync.WaitGroup
+	for _, rq := range b {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.exec(ctx, []*request{rq})
+		}()
+	}
+	wg.Wait()
 }
 
 // shortLen is the length of a request's answer in apply.lua's short form.

@@ -74,6 +74,13 @@
 // every caller waiting for it has left, or at the latest deadline of its
 // requests when they all have one, so no caller waits beyond its own.
 //
+// A Cluster slot being moved to another node (resharding) is followed
+// without failing decisions: the client follows MOVED and ASK, and a call
+// that Redis refuses with TRYAGAIN (its keys are split between the two
+// nodes for now; nothing ran) is sent again, a batch as one call per
+// request, each of which is sent again after 1 ms, doubling up to 32 ms,
+// for at most 2 s or until its context ends (TestSlotMigrationUnderLoad).
+//
 // # Progress
 //
 // The store tells the engine when Redis last answered
