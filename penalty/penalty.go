@@ -175,13 +175,18 @@ func (b *Box) Close() {
 
 func (b *Box) poll(ctx context.Context, every time.Duration) {
 	defer close(b.done)
-	follow.Loop(ctx, every, time.Second, func(ctx context.Context) error {
-		v, err := b.be.Version(ctx)
-		if err != nil || (b.ver.Load() != nil && *b.ver.Load() == v) {
-			return err
-		}
-		return b.refresh(ctx)
-	}, func(err error) { b.log.Warn("penalty: bans not read", "err", err) })
+	follow.Loop(ctx, every, time.Second, b.look,
+		func(err error) { b.log.Warn("penalty: bans not read", "err", err) })
+}
+
+// look reads the bans' version, and the bans again when it is not the one
+// the view has: one poll.
+func (b *Box) look(ctx context.Context) error {
+	v, err := b.be.Version(ctx)
+	if err != nil || (b.ver.Load() != nil && *b.ver.Load() == v) {
+		return err
+	}
+	return b.refresh(ctx)
 }
 
 // clocked is a Backend on another clock than the process's (Redis): it

@@ -410,6 +410,9 @@ func TestRedisBansReadIncrementally(t *testing.T) {
 	if n, err := c1.Do(ctx, c1.B().Zcard().Key(redisChanges).Build()).AsInt64(); err != nil || n > changeLog {
 		t.Errorf("the change log holds %d fields (%v), more than %d", n, err, changeLog)
 	}
+	if n, err := c1.Do(ctx, c1.B().Zcard().Key(redisTags).Build()).AsInt64(); err != nil || n > changeLog+1 {
+		t.Errorf("the tags of the changes hold %d counts (%v), more than %d", n, err, changeLog+1)
+	}
 	waitFor(t, func() bool { _, _, banned := b.Banned(fmt.Sprintf("ip:172.%d", changeLog+99), "", ""); return banned })
 
 	// Bans whose strikes are forgotten go as new bans are made.

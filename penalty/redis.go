@@ -29,8 +29,14 @@ import (
 // time when the first change was logged, which goes with the data (a
 // Redis restarted empty, flushed, or an empty server in its place), so
 // that a version counted again from zero is not taken for the one an
-// instance has read. The console's prefix keeps them in one Cluster
-// slot.
+// instance has read. Each change is tagged with the server's time: the
+// tag of the last one is kept and is part of the version
+// ("EPOCH:COUNT:TAG"), and a record of the tag of each of the last
+// changeLog+1 counts ("COUNT:TAG", scored by the count: as far back as
+// the log can tell the changes since a count), so that after a
+// failover to a replica that missed the last changes, other changes that
+// make the count again are not taken for the ones an instance read. The
+// console's prefix keeps them in one Cluster slot.
 const (
 	redisBans     = redisconn.Prefix + "penalty:bans"
 	redisVersion  = redisconn.Prefix + "penalty:version"
@@ -41,6 +47,8 @@ const (
 	redisCounters = redisconn.Prefix + "penalty:counters"
 	redisCounts   = redisconn.Prefix + "penalty:counts"
 	redisEpoch    = redisconn.Prefix + "penalty:epoch"
+	redisTag      = redisconn.Prefix + "penalty:tag"
+	redisTags     = redisconn.Prefix + "penalty:changes:tags"
 )
 
 // changeLog is how many changed fields the log keeps: an instance whose
@@ -48,11 +56,19 @@ const (
 const changeLog = 10000
 
 // logChange is the Lua that records a change of field f (a local) at a
-// new version of the bans and trims the log (KEYS[3] the version,
-// KEYS[4] the log, KEYS[5] the highest version trimmed, KEYS[7] the
-// version's epoch, set here when there is none).
+// new version of the bans, tagged with the server's time t (a local, the
+// reply of TIME), and trims the log (KEYS[3] the version, KEYS[4] the
+// log, KEYS[5] the highest version trimmed, KEYS[7] the version's epoch,
+// set here when there is none, KEYS[10] the tag of the last change,
+// KEYS[11] the tags by count). Tags recorded at or past the new count are
+// of changes a failover lost: they go.
 var logChange = redisconn.SetEpoch(7) + strings.ReplaceAll(`
 local v = redis.call('INCR', KEYS[3])
+local tag = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('SET', KEYS[10], tag)
+redis.call('ZREMRANGEBYSCORE', KEYS[11], v, '+inf')
+redis.call('ZADD', KEYS[11], v, v .. ':' .. tag)
+redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', '(' .. (v - CAP))
 redis.call('ZADD', KEYS[4], v, f)
 local n = redis.call('ZCARD', KEYS[4])
 if n > CAP then
@@ -66,8 +82,9 @@ end
 // on the server's clock. KEYS: the counter, the bans, the version, the
 // change log, its highest trimmed version, the bans by forget time, the
 // version's epoch, the counters by the end of their window, the counters
-// by their offences. ARGV: the field, after, within, ban, max_ban (ms),
-// growth, the most bans (and counters), the counters' prefix. It returns
+// by their offences, the tag of the last change, the tags by count. ARGV:
+// the field, after, within, ban, max_ban (ms), growth, the most bans (and
+// counters), the counters' prefix. It returns
 // {0} (counted), {1, until, strikes, now} (banned), or {2} (banned
 // already, or the box is full). A new counter first drops the counters
 // whose window ended and, past the bound, those holding the fewest
@@ -128,10 +145,9 @@ redis.call('ZADD', KEYS[6], untl + maxd, f)
 return {1, untl, strikes + 1, now}
 `)
 
-// liftScript ends a ban and forgets its strikes. KEYS: unused, the bans,
-// the version, the change log, its highest trimmed version, the bans by
-// forget time, the version's epoch. ARGV: the field. It returns {the
-// ban's value or false, the server's time (ms)}.
+// liftScript ends a ban and forgets its strikes. KEYS: those of
+// offendScript (the counter and the counters' sets unused). ARGV: the
+// field. It returns {the ban's value or false, the server's time (ms)}.
 var liftScript = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -144,27 +160,41 @@ return {prev, now}
 `)
 
 // changesScript reads what changed since version ARGV[1] of epoch
-// ARGV[2]. KEYS: the version, the change log, its highest trimmed
-// version, the bans, the version's epoch. It returns {version, 1, epoch,
-// now} when the log cannot tell every change since that version, else
-// {version, 0, epoch, now, field, value or false, ...}, now the server's
-// time (ms). The log cannot tell when it does not reach back that far,
-// when the epoch is another (a Redis emptied, whose version may have gone
-// back and past the one asked for since), when the version went back, and
-// when it holds fewer changes than the version moved: a change made
-// without it (an instance of an earlier version during a rolling
-// upgrade), or a field changed twice since (its entry moved to the later
-// version), which a full read covers too.
+// ARGV[2], made by the change tagged ARGV[3]. KEYS: the version, the
+// change log, its highest trimmed version, the bans, the version's epoch,
+// the tag of the last change, the tags by count. It returns {version, 1,
+// epoch, now, tag} when the log cannot tell every change since that
+// version, else {version, 0, epoch, now, tag, field, value or false,
+// ...}, now the server's time (ms). The log cannot tell when it does not
+// reach back that far, when the epoch is another (a Redis emptied, whose
+// version may have gone back and past the one asked for since), when the
+// version went back, when the change that made the count asked for is
+// not the one recorded at it (a failover that lost the last changes, the
+// count then made again by others; or no tag is recorded at it: a change
+// of an earlier version, or trimmed), and when the log holds fewer
+// changes than the version moved: a change made without it (an instance
+// of an earlier version during a rolling upgrade), or a field changed
+// twice since (its entry moved to the later version), which a full read
+// covers too.
 var changesScript = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
 local e = redis.call('GET', KEYS[5]) or ''
+local tag = redis.call('GET', KEYS[6]) or ''
 local since = tonumber(ARGV[1])
 local trimmed = tonumber(redis.call('GET', KEYS[3]) or '0')
-if e ~= ARGV[2] or since > v or trimmed > since then return {v, 1, e, now} end
-if redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], v) < v - since then return {v, 1, e, now} end
-local out = {v, 0, e, now}
+if e ~= ARGV[2] or not since or since > v or trimmed > since then return {v, 1, e, now, tag} end
+if since == v then
+  if tag ~= ARGV[3] then return {v, 1, e, now, tag} end
+  return {v, 0, e, now, tag}
+end
+if since > 0 then
+  local at = redis.call('ZRANGEBYSCORE', KEYS[7], since, since)
+  if #at ~= 1 or string.match(at[1], '^%d+:(%d+)$') ~= ARGV[3] then return {v, 1, e, now, tag} end
+end
+if redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], v) < v - since then return {v, 1, e, now, tag} end
+local out = {v, 0, e, now, tag}
 for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf')) do
   out[#out + 1] = f
   out[#out + 1] = redis.call('HGET', KEYS[4], f)
@@ -241,7 +271,8 @@ func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, er
 	f := field(r.Name, key)
 	ms := func(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
 	res, err := offendScript.Exec(ctx, b.c,
-		[]string{redisOffences + f, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch, redisCounters, redisCounts},
+		[]string{redisOffences + f, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch, redisCounters, redisCounts,
+			redisTag, redisTags},
 		[]string{f, strconv.FormatInt(r.After, 10), ms(r.Within), ms(r.Ban), ms(r.MaxBan), strconv.FormatInt(r.Growth, 10),
 			strconv.Itoa(b.max), redisOffences}).AsIntSlice()
 	if err != nil {
@@ -261,7 +292,7 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 	// The epoch is set here when there is none yet, so that the version
 	// read now stays the one of the bans' first change.
 	res := b.c.DoMulti(ctx, b.c.B().Eval().Script(redisconn.EpochScript).Numkeys(1).Key(redisEpoch).Build(),
-		b.c.B().Mget().Key(redisEpoch, redisVersion).Build(), b.c.B().Hgetall().Key(redisBans).Build(),
+		b.c.B().Mget().Key(redisEpoch, redisVersion, redisTag).Build(), b.c.B().Hgetall().Key(redisBans).Build(),
 		b.c.B().Eval().Script(timeScript).Numkeys(1).Key(redisBans).Build())
 	at := b.clock()
 	if err := res[0].Error(); err != nil {
@@ -306,9 +337,10 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 	return out, v, nil
 }
 
-// Version returns the bans' version: its epoch and its count.
+// Version returns the bans' version: its epoch, its count and the tag of
+// the change that made the count ("EPOCH:COUNT:TAG").
 func (b *Redis) Version(ctx context.Context) (string, error) {
-	v, err := redisconn.StampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion).Build()))
+	v, err := redisconn.StampOf(b.c.Do(ctx, b.c.B().Mget().Key(redisEpoch, redisVersion, redisTag).Build()))
 	if err != nil {
 		return "", fmt.Errorf("penalty: redis: %w", err)
 	}
@@ -317,7 +349,8 @@ func (b *Redis) Version(ctx context.Context) (string, error) {
 
 // Lift ends a ban and forgets its strikes, for every instance.
 func (b *Redis) Lift(ctx context.Context, rule, key string) (bool, error) {
-	res, err := liftScript.Exec(ctx, b.c, []string{redisOffences, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch},
+	res, err := liftScript.Exec(ctx, b.c, []string{redisOffences, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch,
+		redisCounters, redisCounts, redisTag, redisTags},
 		[]string{field(rule, key)}).ToArray()
 	if err != nil {
 		return false, fmt.Errorf("penalty: redis: %w", err)
@@ -339,20 +372,22 @@ func (b *Redis) Lift(ctx context.Context, rule, key string) (bool, error) {
 
 // Changes returns what changed since the version since: the bans made
 // (ended ones included) and the ones gone (lifted). full says that the log
-// no longer reaches back that far: every ban must be read again (Bans).
+// cannot tell every change since then (it no longer reaches back that
+// far, the epoch is another, or the change since was made by is not the
+// one recorded at its count): every ban must be read again (Bans).
 func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []id, version string, full bool, err error) {
-	epoch, count, _ := strings.Cut(since, ":")
-	if count == "" {
-		count = "0"
+	parts := strings.SplitN(since, ":", 3)
+	if len(parts) != 3 {
+		return nil, nil, "", true, nil
 	}
-	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisChanges, redisTrimmed, redisBans, redisEpoch},
-		[]string{count, epoch}).ToArray()
+	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisChanges, redisTrimmed, redisBans, redisEpoch, redisTag, redisTags},
+		[]string{parts[1], parts[0], parts[2]}).ToArray()
 	at := b.clock()
 	if err != nil {
 		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
 	}
-	if len(res) < 4 {
-		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %d values, want 4 or more", len(res))
+	if len(res) < 5 || len(res)%2 == 0 {
+		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %d values, want 5 and pairs", len(res))
 	}
 	now, err := res[3].AsInt64()
 	if err != nil {
@@ -366,11 +401,15 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 	if err != nil {
 		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
 	}
-	version = redisconn.Stamp(e, strconv.FormatInt(v, 10))
+	tag, err := res[4].ToString()
+	if err != nil {
+		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
+	}
+	version = redisconn.Stamp(e, strconv.FormatInt(v, 10)) + ":" + tag
 	if f, _ := res[1].AsInt64(); f == 1 {
 		return nil, nil, version, true, nil
 	}
-	for i := 4; i+1 < len(res); i += 2 {
+	for i := 5; i+1 < len(res); i += 2 {
 		f, err := res[i].ToString()
 		if err != nil {
 			return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)

@@ -75,9 +75,10 @@ func counter(name, help string, f func() float64) prometheus.Collector {
 }
 
 // shedHelp is the help of floodgate_connections_shed_total.
-const shedHelp = "Client connections answered 503 (on a TLS listener, a TLS alert) and closed because the listener's bound " +
-	"of connections open at once was reached: server.max_connections for listener=\"gateway\", " +
-	"a quarter of the open-file limit for listener=\"api\" (the check API)."
+const shedHelp = "Client connections answered 503 (on a TLS listener, a TLS alert; on the rate-limit service's gRPC listener, none) " +
+	"and closed because the listener's bound of connections open at once was reached: server.max_connections for listener=\"gateway\", " +
+	"a quarter of the open-file limit for listener=\"api\" (the check API), half of it for listener=\"rls_grpc\" " +
+	"(Envoy's calls; a quarter in floodgate serve), a sixteenth (at least 64) for listener=\"rls_http\" (/json and /healthcheck)."
 
 // shedCounter is floodgate_connections_shed_total of one listener: the
 // connections that the listener ln returns (nil before it opens, or when

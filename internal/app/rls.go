@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -219,37 +220,46 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 }
 
 // openRLSListeners opens the service's gRPC listener and the HTTP ones the
-// settings name, and says where on stdout.
+// settings name, and says where on stdout. The connections the gRPC
+// listener and the /json one shed are counted in the process's /metrics
+// (floodgate_connections_shed_total{listener="rls_grpc"|"rls_http"}).
 func (r *root) openRLSListeners(stdout io.Writer) error {
 	s, set := r.rls, r.set.RLS
 	network := set.Network
 	if network == "" {
 		network = "tcp"
 	}
-	if err := r.openRLS(network, set.Addr, "gRPC (RLS v3)", s.conns.grpc, stdout); err != nil {
+	grpcLn, err := r.openRLS(network, set.Addr, "gRPC (RLS v3)", s.conns.grpc, stdout)
+	if err != nil {
 		return err
 	}
+	sheds := []prometheus.Collector{shedCounter("rls_grpc", func() *connLimit { return grpcLn })}
 	if set.HTTPAddr != "" {
 		api := http.NewServeMux()
 		api.Handle("/json", r.tracing.handler(rls.JSONHandler(s.svc), "rls_json"))
 		api.Handle("/healthcheck", s.health)
-		if err := r.openRLSHTTP(api, set.HTTPAddr, "HTTP (/json, /healthcheck)", s.conns.http, stdout); err != nil {
+		httpLn, err := r.openRLSHTTP(api, set.HTTPAddr, "HTTP (/json, /healthcheck)", s.conns.http, stdout)
+		if err != nil {
 			return err
 		}
+		sheds = append(sheds, shedCounter("rls_http", func() *connLimit { return httpLn }))
+	}
+	if err := register(r.registry, sheds); err != nil {
+		return fmt.Errorf("%s: metrics: %w", r.name, err)
 	}
 	mh := metricsHandler(r.registry, r.log)
 	if set.DebugAddr != "" {
 		debug := rls.DebugHandler(s.svc, map[string]rls.DebugEndpoint{
 			"/metrics": {Help: "Prometheus metrics", Handler: mh},
 		})
-		if err := r.openRLSHTTP(debug, set.DebugAddr, "debug (/rlconfig, /metrics, /debug/pprof/)", s.conns.side, stdout); err != nil {
+		if _, err := r.openRLSHTTP(debug, set.DebugAddr, "debug (/rlconfig, /metrics, /debug/pprof/)", s.conns.side, stdout); err != nil {
 			return err
 		}
 	}
 	if set.PromAddr != "" {
 		pm := http.NewServeMux()
 		pm.Handle(set.PromPath, mh)
-		if err := r.openRLSHTTP(pm, set.PromAddr, "Prometheus ("+set.PromPath+")", s.conns.side, stdout); err != nil {
+		if _, err := r.openRLSHTTP(pm, set.PromAddr, "Prometheus ("+set.PromPath+")", s.conns.side, stdout); err != nil {
 			return err
 		}
 	}
@@ -258,18 +268,19 @@ func (r *root) openRLSListeners(stdout io.Writer) error {
 }
 
 // openRLS listens on addr for the gRPC listener, serving at most conns
-// connections at once and closing those past it unanswered, and says so:
+// connections at once and closing those past it unanswered, says so:
 // "floodgate rls: gRPC (RLS v3) on ...", or for floodgate serve "floodgate:
-// Envoy rate-limit service (RLS v3, gRPC) on ...".
-func (r *root) openRLS(network, addr, what string, conns int, stdout io.Writer) error {
+// Envoy rate-limit service (RLS v3, gRPC) on ...", and returns the
+// listener.
+func (r *root) openRLS(network, addr, what string, conns int, stdout io.Writer) (*connLimit, error) {
 	ln, err := r.listenRLS(network, addr, what, conns, stdout)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// gRPC's clients speak HTTP/2 from their first byte: an HTTP/1 503
 	// means nothing to them (connLimit.closesAtOnce).
 	ln.closesAtOnce()
-	return nil
+	return ln, nil
 }
 
 // listenRLS listens on addr, serving at most conns connections at once
@@ -296,8 +307,9 @@ func (r *root) listenRLS(network, addr, what string, conns int, stdout io.Writer
 }
 
 // openRLSHTTP opens one of the service's HTTP listeners, serving at most
-// conns connections at once and answering those past it 503.
-func (r *root) openRLSHTTP(h http.Handler, addr, what string, conns int, stdout io.Writer) error {
+// conns connections at once and answering those past it 503, and returns
+// the listener's cap (whose count of connections shed /metrics reads).
+func (r *root) openRLSHTTP(h http.Handler, addr, what string, conns int, stdout io.Writer) (*connLimit, error) {
 	// A request's head and body within 10 s (a /json body of up to 1 MiB
 	// arriving a byte at a time is cut there), an idle kept-alive
 	// connection closed after 2 min, and a connection whose client has
@@ -310,10 +322,10 @@ func (r *root) openRLSHTTP(h http.Handler, addr, what string, conns int, stdout 
 		ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10})
 	ln, err := r.listenRLS("tcp", addr, what, conns, stdout)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r.rls.lns[len(r.rls.lns)-1] = rls.BoundWrites(ln, 0)
-	return nil
+	return ln, nil
 }
 
 // loaded logs a configuration that loaded and follows it in the health.
