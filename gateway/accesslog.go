@@ -52,7 +52,7 @@ func (g *Gateway) logAccess(x Exchange, st *Flow) {
 		// which peer sent it.
 		rec.ClientIP, rec.ClientKey = r.Peer, m.ClientKey
 	}
-	if o := m.Overload; o != nil && st.ovl.c != nil {
+	if o := st.ovl.o; m.Overload != nil && o != nil {
 		rec.Tier, rec.Shed = o.Tiers[st.ovl.tier], st.ovl.shed
 	}
 	if rec.Status == 0 {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"hash/maphash"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/algo"
@@ -95,26 +97,34 @@ type OverloadWatcher interface {
 
 // waiter is a request waiting in a controller's queue.
 type waiter struct {
-	ch       chan struct{} // told when admitted (buffered: never blocks)
-	admitted bool          // set under the controller's mu
-	dropped  bool          // displaced by a more critical request (under mu)
-	level    int           // in flight at its admission, itself included
-	tenant   string        // its tenant, as the queue knows it
-	th       uint64        // its tenant's hash (tenantHash)
-	tk       algo.Ticket   // its place in the queue (under mu)
+	ch       chan struct{}                    // told when admitted or shed (buffered: never blocks)
+	admitted bool                             // set under the controller's mu
+	shed     string                           // why it left the queue unserved: displaced, or a reload's (under mu)
+	level    int                              // in flight at its admission, itself included
+	gen      uint64                           // the controller's useGen when it was admitted (under mu)
+	tier     string                           // its tier's name
+	tenant   string                           // its tenant, as the queue knows it
+	th       uint64                           // its tenant's hash (tenantHash)
+	q        *algo.FairQueue[string, *waiter] // the queue it waits in (under mu)
+	tk       algo.Ticket                      // its place in q (under mu)
 }
 
 // tenantUse is what one tenant holds on a route with a queue: requests in
 // flight and requests waiting.
 type tenantUse struct{ inflight, queued int32 }
 
-// overloadCtl is the overload control of one route.
+// overloadCtl is the overload control of one route. A reload that
+// changes the route's overload block retunes it (retune): the requests in
+// flight and waiting stay counted under the new settings.
 type overloadCtl struct {
-	o     *policy.Overload
 	route string
-	epoch time.Time // instants are nanoseconds since, on the monotonic clock
+	epoch time.Time    // instants are nanoseconds since, on the monotonic clock
+	seed  maphash.Seed // of tenantHash, the controller's own
+	// cur is o, for a request to read before it takes mu.
+	cur atomic.Pointer[policy.Overload]
 
-	mu       sync.Mutex // guards what follows
+	mu       sync.Mutex       // guards what follows
+	o        *policy.Overload // the settings in force
 	ad       *algo.Adaptive
 	inflight int
 	queued   int
@@ -123,34 +133,134 @@ type overloadCtl struct {
 	used     bool                               // looked up since the last reload
 	// use holds, with a queue, each tenant's requests in flight and
 	// waiting, by tenantHash; a tenant with neither has no entry, so it
-	// holds at most inflight + queued entries.
-	use  map[uint64]tenantUse
-	seed maphash.Seed // of tenantHash, the controller's own
-	// tenants says that requests are told apart by tenantHash: with a
-	// queue (use) or an adaptive limit (its drops, by source).
-	tenants bool
+	// holds at most inflight + queued entries. useGen numbers the maps
+	// use has been (a retune that adds or removes the queue makes a new
+	// one), so that a request counted in one map is not taken off the
+	// next.
+	use    map[uint64]tenantUse
+	useGen uint64
 }
 
+// countsTenants reports whether o's requests are told apart by
+// tenantHash: with a queue (use) or an adaptive limit (its drops, by
+// source).
+func countsTenants(o *policy.Overload) bool { return o.Adaptive != nil || o.Queue != nil }
+
 func newOverloadCtl(o *policy.Overload, route string) *overloadCtl {
-	c := &overloadCtl{o: o, route: route, epoch: time.Now()}
+	c := &overloadCtl{o: o, route: route, epoch: time.Now(), seed: maphash.MakeSeed()}
+	c.cur.Store(o)
 	if o.Adaptive != nil {
 		c.ad, _ = algo.NewAdaptive(*o.Adaptive) // validated
-		c.tenants = true
 	}
+	c.queues = newQueues(o)
 	if o.Queue != nil {
-		qo := *o.Queue
-		qo.MaxWait = 0 // each waiter keeps its own time
-		for range o.Tiers {
-			q, _ := algo.NewFairQueue[string, *waiter](qo) // validated
-			c.queues = append(c.queues, q)
-		}
-		c.use = map[uint64]tenantUse{}
-		c.tenants = true
-	}
-	if c.tenants {
-		c.seed = maphash.MakeSeed()
+		c.use, c.useGen = map[uint64]tenantUse{}, 1
 	}
 	return c
+}
+
+// newQueues returns the fair queues of o's tiers, nil without a queue.
+func newQueues(o *policy.Overload) []*algo.FairQueue[string, *waiter] {
+	if o.Queue == nil {
+		return nil
+	}
+	qo := *o.Queue
+	qo.MaxWait = 0 // each waiter keeps its own time
+	qs := make([]*algo.FairQueue[string, *waiter], 0, len(o.Tiers))
+	for range o.Tiers {
+		q, _ := algo.NewFairQueue[string, *waiter](qo) // validated
+		qs = append(qs, q)
+	}
+	return qs
+}
+
+// retune puts the settings o, of a policy loaded after the controller's,
+// in force (mu held). What the route holds stays counted: its requests in
+// flight keep their places under the new cap, which admits no more until
+// fewer are in flight than it allows; the adaptive limit keeps what it
+// learnt (with new options, it starts again from its limit now, within the
+// new bounds). The requests waiting keep their wait (and their own
+// max_wait) in the new queues, in the tier of the same name (else the
+// route's tier); those the new queues cannot hold are shed as queue_full
+// or tenant_full, and without a queue any that does not fit under its
+// ceiling now is shed as full.
+func (c *overloadCtl) retune(o *policy.Overload) {
+	old := c.o
+	c.o = o
+	c.cur.Store(o)
+	switch a := o.Adaptive; {
+	case a == nil:
+		c.ad = nil
+	case c.ad != nil && old.Adaptive != nil && *old.Adaptive == *a:
+		// The same options: it keeps learning.
+	default:
+		ao := *a
+		if c.ad != nil {
+			ao.Initial = c.ad.Limit()
+			if ao.Min > 0 && ao.Initial < ao.Min {
+				ao.Initial = ao.Min
+			}
+			if ao.Max > 0 && ao.Initial > ao.Max {
+				ao.Initial = ao.Max
+			}
+		}
+		c.ad, _ = algo.NewAdaptive(ao) // validated
+	}
+	now := c.now()
+	var waiting []*waiter
+	for _, q := range c.queues {
+		for {
+			w, ok := q.Pop(now, nil)
+			if !ok {
+				break
+			}
+			waiting = append(waiting, w)
+		}
+	}
+	keepsUse := old.Queue != nil && o.Queue != nil
+	for _, w := range waiting {
+		c.queued--
+		if keepsUse {
+			c.changeUse(w.th, 0, -1)
+		}
+	}
+	c.queues = newQueues(o)
+	if !keepsUse {
+		c.use = nil
+		c.useGen++
+		if o.Queue != nil {
+			c.use = map[uint64]tenantUse{}
+		}
+	}
+	for _, w := range waiting {
+		t := o.TierIndex(w.tier)
+		if t < 0 {
+			t = o.Tier
+		}
+		if c.queues == nil {
+			if o.Ceilings.Admit(t, c.capacity(), c.inflight) {
+				c.inflight++
+				w.admitted, w.level, w.gen = true, c.inflight, c.useGen
+			} else {
+				w.shed = ShedFull
+			}
+			w.ch <- struct{}{}
+			continue
+		}
+		tk, err := c.queues[t].Push(w.tenant, w, now)
+		if err != nil {
+			w.shed = ShedQueueFull
+			if errors.Is(err, algo.ErrTenantFull) {
+				w.shed = ShedTenantFull
+			}
+			w.ch <- struct{}{}
+			continue
+		}
+		w.q, w.tk = c.queues[t], tk
+		c.queued++
+		c.changeUse(w.th, 0, 1)
+	}
+	c.dispatch()
 }
 
 // changeUse adds din requests in flight and dq waiting to tenant th's
@@ -235,7 +345,7 @@ func (c *overloadCtl) dispatch() {
 				// waiting was passed over too, the place goes to the
 				// next in turn (work-conserving).
 				if tk, err := q.Push(w.tenant, w, now); err == nil {
-					w.tk = tk
+					w.q, w.tk = q, tk
 					passed++
 					continue
 				}
@@ -244,7 +354,7 @@ func (c *overloadCtl) dispatch() {
 			c.queued--
 			c.inflight++
 			c.changeUse(w.th, 1, -1)
-			w.admitted, w.level = true, c.inflight
+			w.admitted, w.level, w.gen = true, c.inflight, c.useGen
 			w.ch <- struct{}{}
 		}
 	}
@@ -259,7 +369,7 @@ func (c *overloadCtl) displace(tier int) bool {
 		if w, ok := c.queues[t].RemoveNewest(); ok {
 			c.queued--
 			c.changeUse(w.th, 0, -1)
-			w.dropped = true
+			w.shed = ShedDisplaced
 			w.ch <- struct{}{}
 			return true
 		}
@@ -278,18 +388,19 @@ func (c *overloadCtl) stat() OverloadStat {
 	return s
 }
 
-// overloadSet holds the controllers of a Gateway, by the identity of
-// their route and settings (policy.Overload.Key), so that a reload that
-// keeps a route as it was keeps its controller, and a changed route gets a
-// fresh one. A reload (ForgetUpstreams) forgets those idle and unused
+// overloadSet holds the controllers of a Gateway, one per route name, so
+// that a reload keeps a route's controller: one that keeps the route's
+// settings (policy.Overload.Key) keeps it as it is, and one that changes
+// them retunes it (overloadCtl.retune), its requests in flight and waiting
+// still counted. A reload (ForgetUpstreams) forgets those idle and unused
 // since the reload before, so the set stays bounded by the routes of two
 // policies; a gateway whose owner never calls it (package guard) is held
 // to maxControllers by forgetting idle ones as new ones come.
 type overloadSet struct {
-	byPtr sync.Map // *policy.Overload → *overloadCtl: the fast path
-	mu    sync.Mutex
-	byKey map[string]*overloadCtl // guarded by mu
-	ptrs  int                     // entries of byPtr, guarded by mu
+	byPtr   sync.Map // *policy.Overload → *overloadCtl: the fast path
+	mu      sync.Mutex
+	byRoute map[string]*overloadCtl // guarded by mu
+	ptrs    int                     // entries of byPtr, guarded by mu
 }
 
 // maxControllers bounds the controllers kept between reloads.
@@ -302,18 +413,18 @@ func (g *Gateway) controller(o *policy.Overload, route string) *overloadCtl {
 	}
 	g.ovl.mu.Lock()
 	defer g.ovl.mu.Unlock()
-	if g.ovl.byKey == nil {
-		g.ovl.byKey = map[string]*overloadCtl{}
+	if g.ovl.byRoute == nil {
+		g.ovl.byRoute = map[string]*overloadCtl{}
 	}
-	c := g.ovl.byKey[o.Key]
+	c := g.ovl.byRoute[route]
 	if c == nil {
-		if len(g.ovl.byKey) >= maxControllers {
-			for k, old := range g.ovl.byKey {
+		if len(g.ovl.byRoute) >= maxControllers {
+			for k, old := range g.ovl.byRoute {
 				old.mu.Lock()
 				idle := old.inflight == 0 && old.queued == 0
 				old.mu.Unlock()
 				if idle {
-					delete(g.ovl.byKey, k)
+					delete(g.ovl.byRoute, k)
 				}
 			}
 			// No policy's pointer may lead to a controller forgotten.
@@ -321,9 +432,12 @@ func (g *Gateway) controller(o *policy.Overload, route string) *overloadCtl {
 			g.ovl.ptrs = 0
 		}
 		c = newOverloadCtl(o, route)
-		g.ovl.byKey[o.Key] = c
+		g.ovl.byRoute[route] = c
 	}
 	c.mu.Lock()
+	if c.o.Key != o.Key && o.Seq > c.o.Seq {
+		c.retune(o)
+	}
 	c.used = true
 	c.mu.Unlock()
 	if g.ovl.ptrs >= 4*maxControllers {
@@ -343,13 +457,13 @@ func (g *Gateway) forgetOverload() {
 	defer g.ovl.mu.Unlock()
 	g.ovl.byPtr.Clear()
 	g.ovl.ptrs = 0
-	for k, c := range g.ovl.byKey {
+	for k, c := range g.ovl.byRoute {
 		c.mu.Lock()
 		idle := !c.used && c.inflight == 0 && c.queued == 0
 		c.used = false
 		c.mu.Unlock()
 		if idle {
-			delete(g.ovl.byKey, k)
+			delete(g.ovl.byRoute, k)
 		}
 	}
 }
@@ -358,8 +472,8 @@ func (g *Gateway) forgetOverload() {
 // control.
 func (g *Gateway) OverloadStats(each func(OverloadStat)) {
 	g.ovl.mu.Lock()
-	cs := make([]*overloadCtl, 0, len(g.ovl.byKey))
-	for _, c := range g.ovl.byKey {
+	cs := make([]*overloadCtl, 0, len(g.ovl.byRoute))
+	for _, c := range g.ovl.byRoute {
 		cs = append(cs, c)
 	}
 	g.ovl.mu.Unlock()
@@ -378,7 +492,7 @@ func (g *Gateway) OverloadOf(o *policy.Overload) (OverloadStat, bool) {
 		return v.(*overloadCtl).stat(), true
 	}
 	g.ovl.mu.Lock()
-	c := g.ovl.byKey[o.Key]
+	c := g.ovl.byRoute[o.Route]
 	g.ovl.mu.Unlock()
 	if c == nil {
 		return OverloadStat{}, false
@@ -388,7 +502,11 @@ func (g *Gateway) OverloadOf(o *policy.Overload) (OverloadStat, bool) {
 
 // overloadSlot is a request's place under its route's cap.
 type overloadSlot struct {
-	c      *overloadCtl
+	c *overloadCtl
+	// o is the controller's settings the request was taken under (those
+	// of a later policy than the request's, after a reload); tier indexes
+	// its tiers.
+	o      *policy.Overload
 	tier   int
 	level  int   // in flight at its admission, itself included
 	start  int64 // when it was admitted (the controller's instants)
@@ -396,6 +514,7 @@ type overloadSlot struct {
 	at     int64 // when the status came
 	shed   string
 	th     uint64 // its tenant's hash, on a route with a queue
+	gen    uint64 // the controller's useGen when the place was counted in its use, 0 if not
 	held   bool   // the slot is taken and must be released
 	late   bool   // the status came after the client left
 }
@@ -513,19 +632,31 @@ func (g *Gateway) pass(x Exchange, st *Flow, rec *Recorder, decided bool) (later
 
 // admit takes a place for the request under its route's cap, waiting in
 // the route's queue if it must and may. It returns false when the request
-// was shed (answered 503) or its client left while it waited.
+// was shed (answered 503) or its client left while it waited. It follows
+// the settings the controller has in force, which after a reload may be
+// a later policy's than the request's o.
 func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	c := g.controller(o, st.m.Route)
 	s := &st.ovl
-	s.c, s.tier = c, tierOf(o, st)
-	if c.tenants {
-		s.th = tenantHash(c.seed, o, st)
+	s.c = c
+	for {
+		co := c.cur.Load()
+		s.o, s.tier, s.th = co, tierOf(co, st), 0
+		if countsTenants(co) {
+			s.th = tenantHash(c.seed, co, st)
+		}
+		c.mu.Lock()
+		if c.o == co {
+			break
+		}
+		c.mu.Unlock() // retuned meanwhile: again, with its new settings
 	}
-	c.mu.Lock()
+	co := s.o
 	if c.fits(s.tier) {
 		c.inflight++
 		if c.use != nil {
 			c.changeUse(s.th, 1, 0)
+			s.gen = c.useGen
 		}
 		s.level, s.held = c.inflight, true
 		s.start = c.now()
@@ -542,26 +673,26 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	}
 	// A request its tenant's backlog refuses is refused before it may
 	// displace anyone: it would shed a waiter and take no place.
-	tenant := tenantOf(o, st)
+	tenant := tenantOf(co, st)
 	q := c.queues[s.tier]
-	if q.TenantLen(tenant) >= o.Queue.PerTenant {
+	if q.TenantLen(tenant) >= co.Queue.PerTenant {
 		c.mu.Unlock()
 		g.shed(x, st, ShedTenantFull)
 		return false
 	}
-	if c.queued >= o.Queue.Total && !c.displace(s.tier) {
+	if c.queued >= co.Queue.Total && !c.displace(s.tier) {
 		c.mu.Unlock()
 		g.shed(x, st, ShedQueueFull)
 		return false
 	}
-	w := &waiter{ch: make(chan struct{}, 1), tenant: strings.Clone(tenant), th: s.th}
+	w := &waiter{ch: make(chan struct{}, 1), tier: co.Tiers[s.tier], tenant: strings.Clone(tenant), th: s.th}
 	tk, err := q.Push(w.tenant, w, c.now())
 	if err != nil {
 		c.mu.Unlock()
 		g.shed(x, st, ShedQueueFull)
 		return false
 	}
-	w.tk = tk
+	w.q, w.tk = q, tk
 	c.queued++
 	c.changeUse(s.th, 0, 1)
 	c.mu.Unlock()
@@ -573,7 +704,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	} else {
 		gone = x.Context().Done()
 	}
-	t := time.NewTimer(o.Queue.MaxWait)
+	t := time.NewTimer(co.Queue.MaxWait)
 	reason := ""
 	select {
 	case <-w.ch:
@@ -585,18 +716,20 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	t.Stop()
 	stop()
 	c.mu.Lock()
-	if !w.admitted {
-		if _, ok := q.Remove(w.tk); ok {
+	if !w.admitted && w.shed == "" {
+		if _, ok := w.q.Remove(w.tk); ok {
 			c.queued--
-			c.changeUse(s.th, 0, -1)
+			if c.use != nil {
+				c.changeUse(s.th, 0, -1)
+			}
 		}
 	}
 	admitted := w.admitted
-	if w.dropped {
-		reason = ShedDisplaced
+	if w.shed != "" {
+		reason = w.shed
 	}
 	if admitted {
-		s.level, s.held = w.level, true
+		s.level, s.held, s.gen = w.level, true, w.gen
 		s.start = c.now()
 	}
 	c.mu.Unlock()
@@ -637,7 +770,7 @@ func (g *Gateway) overloadShed(st *Flow, reason string) {
 	if g.oobs == nil {
 		return
 	}
-	o := st.m.Overload
+	o := st.ovl.o
 	// The tenant may live in the engine's request buffer: the observer
 	// may keep it.
 	g.oobs.OverloadShed(st.m.Route, o.Tiers[st.ovl.tier], strings.Clone(tenantOf(o, st)), reason)
@@ -652,7 +785,7 @@ func (g *Gateway) shed(x Exchange, st *Flow, reason string) {
 	g.overloadShed(st, reason)
 	g.obs.Rejected(limiter.FrontGateway, "", http.StatusServiceUnavailable)
 	secs := int64(1)
-	if w := st.m.Overload.MaxWait(); w > time.Second {
+	if w := st.ovl.o.MaxWait(); w > time.Second {
 		secs = int64((w + time.Second - 1) / time.Second)
 	}
 	st.out = append(st.out, fields.Field{Name: fields.NameRetryAfter, Value: fields.Itoa(secs)})
@@ -711,7 +844,7 @@ func (g *Gateway) releaseOverloadAs(st *Flow, outcome algo.Outcome) {
 	c.mu.Lock()
 	now := c.now()
 	c.inflight--
-	if c.use != nil {
+	if c.use != nil && s.gen == c.useGen {
 		c.changeUse(s.th, -1, 0)
 	}
 	if c.ad != nil {

@@ -32,7 +32,7 @@ import (
 func overloadTenants(g *Gateway) (counted, waiting int) {
 	g.ovl.mu.Lock()
 	defer g.ovl.mu.Unlock()
-	for _, c := range g.ovl.byKey {
+	for _, c := range g.ovl.byRoute {
 		c.mu.Lock()
 		counted += len(c.use)
 		for _, q := range c.queues {

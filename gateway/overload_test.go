@@ -579,8 +579,9 @@ func httptestRequest(t *testing.T, path string, hdr ...string) *http.Request {
 }
 
 // TestOverloadReload: a reload that keeps a route's overload block keeps
-// its controller (and what it holds), one that changes it starts a fresh
-// one, and a controller idle across two reloads is forgotten.
+// its controller (and what it holds), one that changes it retunes the
+// same controller (what it holds still counted), and a controller idle
+// across two reloads is forgotten.
 func TestOverloadReload(t *testing.T) {
 	g, err := New(Options{Matcher: MatcherFunc(func(*Request, *Match) error { return nil }), Engine: memEngine(t)})
 	if err != nil {
@@ -605,8 +606,16 @@ func TestOverloadReload(t *testing.T) {
 	}
 	g.ForgetUpstreams()
 	changed := route(overloadPolicy("limit: 5\ntiers: [{name: default}]"))
-	if c := g.controller(changed.Overload, "api"); c == first || c.capacity() != 5 {
-		t.Error("a changed route kept its controller")
+	if c := g.controller(changed.Overload, "api"); c != first || c.capacity() != 5 {
+		t.Error("a changed route did not keep its controller, retuned")
+	}
+	if s, ok := g.OverloadOf(changed.Overload); !ok || s.Inflight != 3 || s.Limit != 5 {
+		t.Errorf("state after a reload that changed the route: %+v %v", s, ok)
+	}
+	// A request matched by the older policy, looked up after the reload,
+	// does not bring the older settings back.
+	if c := g.controller(same.Overload, "api"); c != first || c.capacity() != 5 {
+		t.Error("an older policy's route retuned the controller back")
 	}
 	first.mu.Lock()
 	first.inflight = 0

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/algo"
@@ -27,8 +28,19 @@ const (
 // queue, the adaptive limit) in a controller per Key.
 type Overload struct {
 	// Key identifies the route and its settings: a controller of the
-	// same Key carries over a reload.
+	// same Key carries over a reload unchanged.
 	Key string
+	// Route is the name of the route. The gateway keeps one controller
+	// per route across reloads: a reload that changes the settings
+	// retunes it, so that the requests in flight and waiting stay
+	// counted under the route's cap.
+	Route string
+	// Seq orders the overload blocks by when they were compiled: a
+	// block of a policy compiled later has a higher Seq, so that a
+	// request matched by the policy before a reload, and looked up after
+	// it, does not bring its route's controller back to the older
+	// settings.
+	Seq uint64
 	// Limit is the fixed cap; 0 when Adaptive is set.
 	Limit int
 	// Adaptive, when set, learns the cap (algo.Adaptive).
@@ -89,12 +101,16 @@ func (o *Overload) TierOf(header, planTier string) int {
 	return o.Tier
 }
 
+// overloadSeq numbers the overload blocks compiled in this process
+// (Overload.Seq).
+var overloadSeq atomic.Uint64
+
 // compileOverload compiles a validated overload block of route name.
 func compileOverload(name string, c *config.Overload, srv *config.Server) *Overload {
 	if c == nil {
 		return nil
 	}
-	o := &Overload{Limit: c.Limit, TierHeader: c.TierHeader}
+	o := &Overload{Limit: c.Limit, TierHeader: c.TierHeader, Route: name, Seq: overloadSeq.Add(1)}
 	if c.Adaptive != nil {
 		a := c.AdaptiveOptions()
 		o.Adaptive, o.Limit = &a, 0

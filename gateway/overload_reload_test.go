@@ -1,0 +1,168 @@
+package gateway
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/floodgate/floodgate/policy"
+)
+
+// swapSource is a PolicySource whose policy a test replaces, as a reload
+// does.
+type swapSource struct{ p atomic.Pointer[policy.Policy] }
+
+func (s *swapSource) Policy() *policy.Policy { return s.p.Load() }
+
+// TestOverloadReloadKeepsCap: a reload that changes a route's overload
+// block while requests are in flight and waiting keeps counting them under
+// the route's cap: a cap lowered from 2 to 1 with two requests in flight
+// lets no new request reach the upstream until fewer than one are in
+// flight; the requests that waited under the old block are served, none
+// is lost; the route has one controller (one series of each gauge); and a
+// request that waited in a tier the new block no longer has is answered.
+func TestOverloadReloadKeepsCap(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		before := "server:\n  trusted_proxies: [127.0.0.1/32]\n" + overloadPolicy(`
+limit: 2
+tier_header: X-Priority
+tiers:
+  - {name: critical}
+  - {name: default}
+  - {name: sheddable}
+queue: {size: 8, per_tenant: 8, max_wait: 30s}`)
+		after := "server:\n  trusted_proxies: [127.0.0.1/32]\n" + overloadPolicy(`
+limit: 1
+tiers: [{name: default}]
+queue: {size: 8, per_tenant: 8, max_wait: 30s}`)
+		src := &swapSource{}
+		src.p.Store(compilePolicy(t, "overload.yaml", before))
+		pm, err := NewPolicyMatcher(src, PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t)}, u.ServeHTTP)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		answers := map[string]int{}
+		send := func(who, tier string) {
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "X-Who", who, "X-Priority", tier)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				answers[who] = a.status
+				mu.Unlock()
+			})
+		}
+		send("a", "default")
+		send("b", "default")
+		pollUntil(t, "2 in flight", func() bool { return u.now.Load() == 2 })
+		send("w", "sheddable")
+		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
+
+		src.p.Store(compilePolicy(t, "overload.yaml", after))
+		g.ForgetUpstreams()
+		send("n", "")
+		pollUntil(t, "2 queued after the reload", func() bool {
+			return overloadState(g).Queued == 2 || u.now.Load() > 2
+		})
+		if n := u.now.Load(); n > 2 {
+			t.Errorf("the upstream holds %d requests after the cap went from 2 to 1 with 2 in flight", n)
+		}
+		n := 0
+		g.OverloadStats(func(s OverloadStat) {
+			n++
+			if s.Limit != 1 || s.Inflight != 2 {
+				t.Errorf("after the reload: %+v, want limit 1 and 2 in flight", s)
+			}
+		})
+		if n != 1 {
+			t.Errorf("%d controllers for the one route after the reload, want 1", n)
+		}
+		close(u.release)
+		wg.Wait()
+		for _, who := range []string{"a", "b", "w", "n"} {
+			if answers[who] != http.StatusOK {
+				t.Errorf("%s: status %d, want 200 (all: %v)", who, answers[who], answers)
+			}
+		}
+		if top := u.top.Load(); top > 2 {
+			t.Errorf("the upstream held %d requests at once, want at most 2", top)
+		}
+	})
+}
+
+// TestOverloadReloadShrinksQueue: a reload whose queue holds fewer than
+// wait keeps as many as it holds, in turn, and sheds the rest at once
+// (503, queue_full), as it would have refused them on arrival; one that
+// drops the queue sheds every waiter that does not fit under the cap
+// (full). None waits out its max_wait.
+func TestOverloadReloadShrinksQueue(t *testing.T) {
+	forFronts(t, proxyFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		block := func(queue string) string {
+			return overloadPolicy("limit: 1\ntiers: [{name: default}]\ntenant: header:X-Who\n" + queue)
+		}
+		src := &swapSource{}
+		src.p.Store(compilePolicy(t, "overload.yaml", block("queue: {size: 4, per_tenant: 4, max_wait: 60s}")))
+		pm, err := NewPolicyMatcher(src, PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t)}, u.ServeHTTP)
+		var wg sync.WaitGroup
+		var shed atomic.Int64
+		send := func(who string) {
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "X-Who", who)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if a.status == http.StatusServiceUnavailable {
+					shed.Add(1)
+				}
+			})
+		}
+		send("held")
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		for _, who := range []string{"a", "b", "c", "d"} {
+			send(who)
+		}
+		pollUntil(t, "4 queued", func() bool { return overloadState(g).Queued == 4 })
+
+		src.p.Store(compilePolicy(t, "overload.yaml", block("queue: {size: 2, per_tenant: 1, max_wait: 60s}")))
+		g.ForgetUpstreams()
+		// A request looks the new block up (and is refused: the queue is full).
+		if a, err := get(c, t.Context(), base+"/y", "X-Who", "z"); err != nil || a.status != http.StatusServiceUnavailable {
+			t.Errorf("a request over the cap with the queue full: %v %v, want 503", a.status, err)
+		}
+		pollUntil(t, "2 shed", func() bool { return shed.Load() >= 2 })
+		if s := overloadState(g); s.Queued != 2 || s.Inflight != 1 {
+			t.Errorf("after the reload: %+v, want 2 queued and 1 in flight", s)
+		}
+
+		src.p.Store(compilePolicy(t, "overload.yaml", block("")))
+		g.ForgetUpstreams()
+		a, err := get(c, t.Context(), base+"/y", "X-Who", "y")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.status != http.StatusServiceUnavailable {
+			t.Errorf("over the cap without a queue: %d, want 503", a.status)
+		}
+		pollUntil(t, "every waiter shed", func() bool { return shed.Load() == 4 })
+		if s := overloadState(g); s.Queued != 0 || s.Inflight != 1 {
+			t.Errorf("after the reload without a queue: %+v, want nothing queued and 1 in flight", s)
+		}
+		close(u.release)
+		wg.Wait()
+		if top := u.top.Load(); top != 1 {
+			t.Errorf("the upstream held %d requests at once, want 1", top)
+		}
+	})
+}
