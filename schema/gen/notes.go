@@ -197,7 +197,7 @@ var notes = map[string]string{
 	"Limit.count_on":              `{"description": "Charge only responses with these statuses: the cost is reserved while the request is in flight, kept or given back by the status."}`,
 	"Limit.estimate":              `{"description": "Read the cost from the request instead of cost: a header or a JSON body field (max_tokens)."}`,
 	"Limit.actual":                `{"description": "Reserve the estimate before forwarding and settle with the cost the response tells: a header or a JSON body field (usage.total_tokens), also from the last event of a Server-Sent Events stream."}`,
-	"Limit.reserve_ttl":           `{"default": "5m", "description": "How long a reservation (actual or count_on) is held for a request in flight before it keeps its estimate (default 5m)."}`,
+	"Limit.reserve_ttl":           `{"default": "5m", "description": "How long a reservation (actual or count_on) is held for a request in flight before it keeps its estimate (default 5m). It must be longer than the max_wait of the overload queue of any route where the limit applies, since a waiting request holds its reservation."}`,
 	"Limit.scope":                 `{"default": "route", "description": "Order among limits (default route); plans come first."}`,
 	"Estimate":                    `{"oneOf": [{"required": ["header"]}, {"required": ["body"]}]}`,
 	"Estimate.header":             `{"minLength": 1, "description": "A request header holding a whole number."}`,
