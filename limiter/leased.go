@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -50,16 +51,38 @@ const (
 // instances: a request elsewhere may be denied while up to K·N units wait
 // in leases, for at most L (and at most until the window ends). Units
 // left in a lease whose key sees no further request stay taken until the
-// key refills or its window ends; ReturnLeases gives them back (on
-// shutdown, say). While the store fails, an instance goes on spending the
-// leases it holds; then each hit follows its failure policy.
+// key refills, its window ends or the lease is dropped (below);
+// ReturnLeases gives them back (on shutdown, say). While the store fails,
+// an instance goes on spending the leases it holds; then each hit follows
+// its failure policy.
+//
+// An instance keeps the leases of at most Keys keys. To make room for a
+// new key it drops one, chosen among a few held leases: one with no unit
+// left first, then one that has ended (its key saw no request within its
+// lifetime), then the one holding fewest units; a lease in use at that
+// moment is passed over. What a dropped lease holds goes back to the store
+// in the background, as ReturnLeases gives it back: for a fixed window
+// only within the window that counted it, never more than was taken, and
+// without making a request wait; so does the cost of a request that took
+// it from the lease before the drop and is then refused by another of its
+// hits. So new keys, however many (one per client a subject names), cost
+// the other keys nothing they do not get back, beyond what waits to go
+// back. A give-back that could not be sent to the store waits for the
+// store to answer again (three tries at most); one that failed after it
+// was sent is not sent again, since the store may still apply it (a
+// stalled Redis runs it when it comes back) and units are never given
+// back twice. Units not known to have gone back (those, and those to give
+// back while max(Keys, 1024) give-backs wait) are counted in
+// Stats.LeaseUnitsNotReturned; those that did not go back stay taken until
+// their key refills or its window ends.
 //
 // Leased hits take the lease path in charges only; peeks, reservations,
 // refunds and the hits of other rules are exact. A request's hits are
 // still all or nothing: the units a request took from leases go back into
-// them when another of its hits denies, unless the lease was renewed
-// meanwhile (the store counted them at the old grant, in a window that may
-// have ended): they then stay spent.
+// them when another of its hits denies, unless the lease was renewed or
+// dropped meanwhile: the store counted them at the old grant, in a window
+// that may have ended, so they go back to the store instead, in the
+// background, for a fixed window only within that grant's window.
 type LeaseOptions struct {
 	// Lifetime bounds how long the units of a lease are spent
 	// (0: DefaultLeaseLifetime).
@@ -68,8 +91,9 @@ type LeaseOptions struct {
 	// instances to bound a lease (0: DefaultLeaseShare).
 	Share int
 	// Keys bounds the leased keys an instance keeps (0: DefaultLeasedKeys);
-	// past it, a lease is dropped with its units (counted in
-	// Stats.LeasesDropped).
+	// past it, a lease is dropped to make room (counted in
+	// Stats.LeasesDropped) and its units go back to the store in the
+	// background. At most max(Keys, 1024) dropped leases wait to go back.
 	Keys int
 }
 
@@ -121,6 +145,7 @@ type unitLease struct {
 	gen       uint64     // counts the leases installed, for putBack
 	rule      *Rule      // the rule the lease was made for (ReturnLeases)
 	refill    chan struct{}
+	dropped   bool // no longer held: what it gets goes back at once
 }
 
 // leaseKey names a leased counter as the store does: by its rule's ID
@@ -132,16 +157,36 @@ type leaseKey struct {
 	id, key string
 }
 
-// leases holds the leased keys of an instance.
+// leases holds the leased keys of an instance, and the units of dropped
+// leases on their way back to the store.
 type leases struct {
 	leaser   Leaser
 	lifetime int64
 	share    int64
 	max      int
-	mu       sync.Mutex // guards m and dropped
+	mu       sync.Mutex // guards m, dropped, back and lost
 	m        map[leaseKey]*unitLease
 	dropped  uint64
+	back     []droppedLease // waiting to go back (see queue)
+	lost     uint64         // units of dropped leases not known to have gone back
+	waiting  atomic.Int32   // len(back)
+	running  atomic.Bool    // a give-back is under way
 }
+
+// droppedLease is what a dropped lease holds, to give back to the store.
+type droppedLease struct {
+	rule  *Rule
+	key   string
+	back  Giveback
+	tries int // store calls that failed to give it back
+}
+
+// Dropped leases: how many are looked at to choose one, and how many
+// failed store calls give up on giving one back.
+const (
+	evictSample    = 8
+	maxReturnTries = 3
+)
 
 func newLeases(s Store, o LeaseOptions) *leases {
 	lr, ok := s.(Leaser)
@@ -162,24 +207,123 @@ func newLeases(s Store, o LeaseOptions) *leases {
 	return ls
 }
 
-// get returns the lease of a rule's key, made empty when there is none.
-func (ls *leases) get(rule *Rule, key string) *unitLease {
+// get returns the lease of a rule's key, made empty when there is none,
+// dropping another lease to make room when max are held (see evict). It
+// reports whether a dropped lease's units now wait to go back.
+func (ls *leases) get(rule *Rule, key string, now int64) (*unitLease, bool) {
 	k := leaseKey{rule.ID(), key}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	u := ls.m[k]
+	queued := false
 	if u == nil {
 		if len(ls.m) >= ls.max {
-			for old := range ls.m {
-				delete(ls.m, old)
-				ls.dropped++
-				break
-			}
+			queued = ls.evict(now)
 		}
 		u = &unitLease{rule: rule}
 		ls.m[k] = u
 	}
-	return u
+	return u, queued
+}
+
+// evict drops one lease (the caller holds ls.mu), chosen among the first
+// evictSample that the map's random order gives: the first with no unit
+// left and no renewal under way, else an ended one, else the one holding
+// fewest units. Leases locked at that moment (in use) are passed over
+// unless all are. The dropped lease's units are queued to go back; it
+// reports whether any were.
+func (ls *leases) evict(now int64) bool {
+	var (
+		best     leaseKey
+		bu       *unitLease
+		bestRank [3]int64
+		first    leaseKey
+		fu       *unitLease
+		seen     int
+	)
+	better := func(a, b [3]int64) bool {
+		for i := range a {
+			if a[i] != b[i] {
+				return a[i] < b[i]
+			}
+		}
+		return false
+	}
+	for k, u := range ls.m {
+		if fu == nil {
+			first, fu = k, u
+		}
+		if seen++; seen > evictSample {
+			break
+		}
+		if !u.mu.TryLock() {
+			continue
+		}
+		rank := [3]int64{1, 1, u.units} // renewing?, live?, units
+		if u.refill == nil {
+			rank[0] = 0
+		}
+		if now >= u.expires {
+			rank[1] = 0
+		}
+		if rank[0] == 0 && u.units == 0 {
+			if bu != nil {
+				bu.mu.Unlock()
+			}
+			best, bu = k, u
+			break
+		}
+		if bu == nil || better(rank, bestRank) {
+			if bu != nil {
+				bu.mu.Unlock()
+			}
+			best, bu, bestRank = k, u, rank
+			continue
+		}
+		u.mu.Unlock()
+	}
+	if bu == nil {
+		// Every lease looked at is in use: drop the first all the same
+		// (its lock is held for a few instructions, never across a call).
+		best, bu = first, fu
+		bu.mu.Lock()
+	}
+	d := ls.drop(bu)
+	bu.mu.Unlock()
+	delete(ls.m, best)
+	ls.dropped++
+	if d.Units == 0 {
+		return false
+	}
+	return ls.queue(droppedLease{rule: bu.rule, key: best.key, back: d})
+}
+
+// drop takes the units of u (whose lock the caller holds) to give back,
+// and marks it dropped: a request that still holds u spends nothing more
+// from it, and what a renewal under way brings into it goes back as well.
+func (ls *leases) drop(u *unitLease) Giveback {
+	back := Giveback{Units: u.units, Mark: u.mark}
+	u.units, u.expires = 0, 0
+	u.gen++
+	u.dropped = true
+	return back
+}
+
+// minWaiting is the least number of dropped leases that may wait to go
+// back, whatever LeaseOptions.Keys.
+const minWaiting = 1024
+
+// queue keeps d to give back (the caller holds ls.mu); with max(ls.max,
+// minWaiting) already waiting, its units are lost and counted. It reports
+// whether d was kept.
+func (ls *leases) queue(d droppedLease) bool {
+	if len(ls.back) >= max(ls.max, minWaiting) {
+		ls.lost += uint64(d.back.Units)
+		return false
+	}
+	ls.back = append(ls.back, d)
+	ls.waiting.Store(int32(len(ls.back)))
+	return true
 }
 
 // leased reports whether a charge of hits takes the lease path.
@@ -197,12 +341,16 @@ func (l *Limiter) leased(hits []Hit) bool {
 	return leased
 }
 
-// undo is a cost a request took from a lease, to put back if the request
-// is denied after all, and the lease it took it from (unitLease.gen).
+// undo is a cost a request took, to put back if the request is denied
+// after all: the lease it took it from (unitLease.gen) and the grant that
+// counted it in the store (Grant.Mark), or, when direct, the store alone.
 type undo struct {
-	u    *unitLease
-	cost int64
-	gen  uint64
+	u      *unitLease
+	key    string
+	cost   int64
+	gen    uint64
+	mark   int64
+	direct bool
 }
 
 // chargeLeased decides a charge some of whose hits are leased: the leased
@@ -219,14 +367,17 @@ func (l *Limiter) chargeLeased(ctx context.Context, hits []Hit, r *Result) error
 		if h.Rule.Consistency() != floodgate.Leased {
 			continue
 		}
-		u := l.leases.get(h.Rule, h.Key)
-		ok, gen, err := l.takeUnits(ctx, u, h, &r.Decisions[i], &r.Flags[i], r)
+		u, queued := l.leases.get(h.Rule, h.Key, l.breaker.since())
+		if queued {
+			l.returnDropped()
+		}
+		t, ok, err := l.takeUnits(ctx, u, h, &r.Decisions[i], &r.Flags[i], r)
 		if err != nil {
 			l.putBack(took)
 			return err
 		}
 		if ok {
-			took = append(took, undo{u, h.Cost, gen})
+			took = append(took, t)
 		} else if !r.Decisions[i].Allowed {
 			denied = i
 			break
@@ -266,30 +417,45 @@ func (l *Limiter) chargeLeased(ctx context.Context, hits []Hit, r *Result) error
 	return err
 }
 
-// putBack returns the costs a denied request took from leases, to the
-// leases they were taken from. A lease renewed since has given back what
-// was left of the old one, and the store counted the cost at the old
-// grant (a fixed window's earlier window, say): spent from the new lease
-// it would be admitted beyond what the store granted it, so it stays
-// spent, as a request the store denied after a charge would leave it.
+// putBack returns the costs a denied request took, to the leases they
+// were taken from while those hold. A lease renewed or dropped since (or
+// being renewed now) has given back what was left of it, and the store
+// counted the cost at the old grant (a fixed window's earlier window,
+// say): spent from the new lease it would be admitted beyond what the
+// store granted it, so it goes back to the store instead, in the
+// background, as the old grant's (a fixed window takes it back only
+// within that grant's window). So does a cost the store charged alone
+// (direct).
 func (l *Limiter) putBack(took []undo) {
+	queued := false
 	for _, t := range took {
 		t.u.mu.Lock()
-		if t.u.gen == t.gen {
+		back := Giveback{Units: t.cost, Mark: t.mark}
+		if !t.direct && t.u.gen == t.gen && t.u.refill == nil {
 			t.u.units += t.cost
 			t.u.spent -= t.cost
+			back.Units = 0
 		}
+		rule := t.u.rule
 		t.u.mu.Unlock()
+		if back.Units > 0 {
+			l.leases.mu.Lock()
+			queued = l.leases.queue(droppedLease{rule: rule, key: t.key, back: back}) || queued
+			l.leases.mu.Unlock()
+		}
+	}
+	if queued {
+		l.returnDropped()
 	}
 }
 
 // takeUnits decides a leased hit into d: from its lease when it holds the
 // cost, else with a new lease from the store (one request at a time asks
 // for it, the others wait), else, while the key is short of units, alone
-// as an exact decision would. It reports whether the cost may be put back
-// into the lease if the request is denied after all, and the lease's
-// generation it may be put back into.
-func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodgate.Decision, f *HitFlags, r *Result) (bool, uint64, error) {
+// as an exact decision would. It reports whether a cost was taken, and
+// where it goes back if the request is denied after all.
+func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodgate.Decision, f *HitFlags, r *Result) (undo, bool, error) {
+	t := undo{u: u, key: h.Key, cost: h.Cost}
 	capacity := h.Rule.Capacity()
 	for {
 		now := l.breaker.since()
@@ -299,19 +465,19 @@ func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodg
 			u.spent += h.Cost
 			*d = floodgate.Decision{Allowed: true, Limit: capacity, Remaining: min(u.remaining+u.units, capacity),
 				ResetAfter: time.Duration(max(u.reset-now, 0))}
-			gen := u.gen
+			t.gen, t.mark = u.gen, u.mark
 			u.mu.Unlock()
 			*f |= Leased
 			l.leaseTakes.Add(1)
-			return true, gen, nil
+			return t, true, nil
 		}
 		if now < u.short {
 			// The key had fewer units than a lease lately: each request
 			// takes just its cost, in parallel, as exact requests do.
-			gen := u.gen
 			u.mu.Unlock()
 			g, ok, err := l.grantOne(ctx, h, h.Cost, Giveback{}, d, f, r)
-			return ok && g.Units >= h.Cost, gen, err
+			t.mark, t.direct = g.Mark, true
+			return t, ok && g.Units >= h.Cost, err
 		}
 		if ch := u.refill; ch != nil {
 			// Another request is renewing the lease: wait for it.
@@ -320,13 +486,16 @@ func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodg
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return false, 0, fmt.Errorf("limiter: %w", ctx.Err())
+				return t, false, fmt.Errorf("limiter: %w", ctx.Err())
 			}
 		}
 		ch := make(chan struct{})
 		u.refill = ch
 		back := Giveback{Units: u.units, Mark: u.mark}
 		want := max(l.leases.size(u, now, capacity, l.instances()), h.Cost)
+		if u.dropped {
+			want = h.Cost // no longer held: take just the cost
+		}
 		u.units = 0
 		u.mu.Unlock()
 
@@ -343,7 +512,7 @@ func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodg
 				u.short = now + l.leases.lifetime
 			}
 			u.mu.Unlock()
-			return false, 0, err
+			return t, false, err
 		}
 		if g.Units < want {
 			u.short = now + l.leases.lifetime
@@ -358,9 +527,22 @@ func (l *Limiter) takeUnits(ctx context.Context, u *unitLease, h *Hit, d *floodg
 		u.remaining = g.Decision.Remaining
 		u.reset = now + int64(g.Decision.ResetAfter)
 		d.Remaining = min(u.remaining+u.units, capacity)
-		gen := u.gen
+		t.gen, t.mark = u.gen, g.Mark
+		var late Giveback
+		if u.dropped {
+			// Dropped while the store granted it: what is left goes back.
+			late = l.leases.drop(u)
+		}
 		u.mu.Unlock()
-		return true, gen, nil
+		if late.Units > 0 {
+			l.leases.mu.Lock()
+			queued := l.leases.queue(droppedLease{rule: h.Rule, key: h.Key, back: late})
+			l.leases.mu.Unlock()
+			if queued {
+				l.returnDropped()
+			}
+		}
+		return t, true, nil
 	}
 }
 
@@ -436,29 +618,129 @@ type leaseCall struct {
 }
 
 // ReturnLeases gives back to the store the units left in this instance's
-// leases (on shutdown, say), and forgets the leases.
+// leases and in the dropped leases still waiting to go back (on shutdown,
+// say), and forgets the leases. Units it fails to give back are counted in
+// Stats.LeaseUnitsNotReturned.
 func (l *Limiter) ReturnLeases(ctx context.Context) error {
-	if l.leases == nil {
+	ls := l.leases
+	if ls == nil {
 		return nil
 	}
-	l.leases.mu.Lock()
-	m := l.leases.m
-	l.leases.m = make(map[leaseKey]*unitLease)
-	l.leases.mu.Unlock()
-	var first error
+	ls.mu.Lock()
+	m := ls.m
+	ls.m = make(map[leaseKey]*unitLease)
+	waiting := ls.back
+	ls.back = nil
+	ls.waiting.Store(0)
+	ls.mu.Unlock()
 	for k, u := range m {
 		u.mu.Lock()
-		back := Giveback{Units: u.units, Mark: u.mark}
-		u.units, u.expires = 0, 0
-		u.gen++
+		back := ls.drop(u)
 		u.mu.Unlock()
-		if back.Units == 0 {
-			continue
+		if back.Units > 0 {
+			waiting = append(waiting, droppedLease{rule: u.rule, key: k.key, back: back})
 		}
-		h := Hit{Rule: u.rule, Key: k.key}
-		if _, err := l.leases.leaser.Lease(ctx, &h, 0, back); err != nil && first == nil {
-			first = fmt.Errorf("limiter: return leases: %w", err)
+	}
+	var first error
+	for _, d := range waiting {
+		h := Hit{Rule: d.rule, Key: d.key}
+		if _, err := ls.leaser.Lease(ctx, &h, 0, d.back); err != nil {
+			ls.mu.Lock()
+			ls.lost += uint64(d.back.Units)
+			ls.mu.Unlock()
+			if first == nil {
+				first = fmt.Errorf("limiter: return leases: %w", err)
+			}
 		}
 	}
 	return first
+}
+
+// returnDropped gives back the units of the dropped leases waiting to go
+// back, in the background, a few store calls at a time, unless that is
+// under way. A give-back that was not sent (ErrNotSent) waits for the next
+// store call that is answered (see judge), maxReturnTries calls at most;
+// one the breaker keeps from the store waits without a try counted. One
+// that failed after it was sent is not sent again (the store may still
+// apply it): its units are counted as not returned.
+func (l *Limiter) returnDropped() {
+	ls := l.leases
+	if ls == nil || ls.waiting.Load() == 0 || !ls.running.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		failed := false
+		for !failed {
+			ls.mu.Lock()
+			batch := ls.back
+			ls.back = nil
+			ls.waiting.Store(0)
+			ls.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			again := l.giveBackDropped(batch)
+			if len(again) > 0 {
+				failed = true
+				ls.mu.Lock()
+				for _, d := range again {
+					if d.tries >= maxReturnTries {
+						ls.lost += uint64(d.back.Units)
+					} else {
+						ls.queue(d)
+					}
+				}
+				ls.mu.Unlock()
+			}
+		}
+		ls.running.Store(false)
+		if !failed {
+			l.returnDropped() // any queued after the last batch was taken
+		}
+	}()
+}
+
+// returnParallel bounds the give-backs of dropped leases in flight.
+const returnParallel = 16
+
+// giveBackDropped gives back batch, returnParallel store calls at a time
+// (the store batches them), through the breaker and within the deadline.
+// It returns those that did not go back.
+func (l *Limiter) giveBackDropped(batch []droppedLease) []droppedLease {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex // guards again
+		again []droppedLease
+		sem   = make(chan struct{}, returnParallel)
+	)
+	for _, d := range batch {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			call, probe := l.breaker.allow()
+			if call {
+				ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, time.Second))
+				h := Hit{Rule: d.rule, Key: d.key}
+				lc := leaseCall{h: &h, back: d.back}
+				c, o, err := l.callStore(ctx, 0, nil, nil, nil, &lc)
+				cancel()
+				l.judge(c, o, probe)
+				if err == nil {
+					return
+				}
+				d.tries++
+				if !errors.Is(err, ErrNotSent) {
+					// Sent: the store may yet apply it (a stalled Redis
+					// runs it when it comes back). Sent again, it could
+					// give back twice what was taken.
+					d.tries = maxReturnTries
+				}
+			}
+			mu.Lock()
+			again = append(again, d)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return again
 }

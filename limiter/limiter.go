@@ -418,6 +418,7 @@ func (l *Limiter) judge(c call, o outcome, probe bool) {
 	case answered:
 		l.breaker.success(probe, c.end)
 		l.retryUnreleased()
+		l.returnDropped()
 	case storeFail:
 		l.storeFailures.Add(1)
 		l.breaker.failure(probe, c.sent)
@@ -906,9 +907,16 @@ type Stats struct {
 	// call; LeaseGrants counts the store calls that took leases.
 	LeaseTakes, LeaseGrants uint64
 	// LeasedKeys is the number of leased keys held now; LeasesDropped
-	// counts leases dropped (with their units) to make room.
+	// counts leases dropped to make room (see LeaseOptions.Keys).
 	LeasedKeys    int
 	LeasesDropped uint64
+	// DroppedLeasesWaiting is the number of give-backs waiting to go to
+	// the store now: the units of dropped leases, and those of refused
+	// requests whose lease was renewed meanwhile; LeaseUnitsNotReturned
+	// counts the units of such give-backs not known to have reached the
+	// store (it failed, or too many waited; see LeaseOptions).
+	DroppedLeasesWaiting  int
+	LeaseUnitsNotReturned uint64
 	// BreakerOpen reports whether the breaker is open now.
 	BreakerOpen bool
 	// BreakerOpens counts how often the breaker opened.
@@ -922,30 +930,32 @@ func (l *Limiter) Stats() Stats {
 	if c := l.deny; c != nil {
 		dh, de, dv = c.hits.Load(), c.entries.Load(), c.evictions.Load()
 	}
-	var lk int
-	var ld uint64
+	var lk, lw int
+	var ld, lu uint64
 	if ls := l.leases; ls != nil {
 		ls.mu.Lock()
-		lk, ld = len(ls.m), ls.dropped
+		lk, ld, lw, lu = len(ls.m), ls.dropped, len(ls.back), ls.lost
 		ls.mu.Unlock()
 	}
 	return Stats{
-		LeaseTakes:         l.leaseTakes.Load(),
-		LeaseGrants:        l.leaseGrants.Load(),
-		LeasedKeys:         lk,
-		LeasesDropped:      ld,
-		DenyCacheHits:      dh,
-		DenyCacheEntries:   de,
-		DenyCacheEvictions: dv,
-		Degraded:           l.degraded.Load(),
-		StoreFailures:      l.storeFailures.Load(),
-		QueueTimeouts:      l.queueTimeouts.Load(),
-		SlotWaits:          l.slotWaits.Load(),
-		LateDeadlines:      l.lateDeadlines.Load(),
-		SlowCalls:          l.slowCalls.Load(),
-		HardTimeouts:       l.hardTimeouts.Load(),
-		InFlight:           len(l.slots),
-		BreakerOpen:        l.breaker.open.Load(),
-		BreakerOpens:       l.breaker.opens.Load(),
+		LeaseTakes:            l.leaseTakes.Load(),
+		LeaseGrants:           l.leaseGrants.Load(),
+		LeasedKeys:            lk,
+		LeasesDropped:         ld,
+		DroppedLeasesWaiting:  lw,
+		LeaseUnitsNotReturned: lu,
+		DenyCacheHits:         dh,
+		DenyCacheEntries:      de,
+		DenyCacheEvictions:    dv,
+		Degraded:              l.degraded.Load(),
+		StoreFailures:         l.storeFailures.Load(),
+		QueueTimeouts:         l.queueTimeouts.Load(),
+		SlotWaits:             l.slotWaits.Load(),
+		LateDeadlines:         l.lateDeadlines.Load(),
+		SlowCalls:             l.slowCalls.Load(),
+		HardTimeouts:          l.hardTimeouts.Load(),
+		InFlight:              len(l.slots),
+		BreakerOpen:           l.breaker.open.Load(),
+		BreakerOpens:          l.breaker.opens.Load(),
 	}
 }

@@ -213,7 +213,9 @@
 // unspent units of an earlier lease (a fixed window only within the window
 // it was taken in), then takes the units wanted if the key has them, else
 // the request's own cost, else nothing, and answers for the request's cost
-// as a charge would. Token bucket, GCRA, leaky bucket and fixed window
+// as a charge would; a request that wants nothing only gives back (the
+// engine's ReturnLeases, and the leases it drops to keep within
+// LeaseOptions.Keys). Token bucket, GCRA, leaky bucket and fixed window
 // limits can be leased.
 //
 // # Redis settings
