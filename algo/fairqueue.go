@@ -24,12 +24,15 @@ package algo
 // Items wait at most MaxWait: Pop and Expire hand those that waited longer
 // to a function of the caller's, oldest first, so the caller answers them
 // (a 503); nothing is dropped unseen. Remove takes out an item whose
-// client left, by the Ticket its Push returned.
+// client left, by the Ticket its Push returned. PassOver sends the item
+// whose turn it is to the end of its tenant's FIFO for a caller that will
+// not serve that tenant now; it keeps its age (its deadline, and its
+// place for RemoveNewest), which a Pop and a Push again would renew.
 //
 // Cost: items live in one pool of nodes in two intrusive lists (their
 // tenant's FIFO, and all items in the order of their deadlines, which is
 // the order of their pushes since MaxWait is one for all), so Push, Pop,
-// Remove and each expiry are O(1) and allocate nothing once the pool and
+// Next, PassOver, Remove and each expiry are O(1) and allocate nothing once the pool and
 // the map have grown to their peak.
 
 import (
@@ -248,6 +251,41 @@ func (q *FairQueue[K, T]) Expire(now int64, expired func(T)) int {
 	return k
 }
 
+// Next returns the item whose turn it is, without taking it out, and
+// false if none is waiting: the item Pop would return at now. Like Pop,
+// it first takes out the items that have waited MaxWait or longer by now
+// and hands each to expired (which may be nil).
+func (q *FairQueue[K, T]) Next(now int64, expired func(T)) (item T, ok bool) {
+	q.Expire(now, expired)
+	if q.cur < 0 {
+		return item, false
+	}
+	return q.nodes[q.tenants[q.cur].head].item, true
+}
+
+// PassOver passes over the item whose turn it is (the one Next returns),
+// for a caller that will not serve its tenant now: the item goes to the
+// end of its tenant's FIFO, and the turn to the next tenant in the ring,
+// as if the tenant had been served its quantum. The item keeps its
+// Ticket and its place among all items: its deadline, and its age for
+// RemoveNewest, are those of its Push. PassOver does nothing when no item
+// is waiting.
+func (q *FairQueue[K, T]) PassOver() {
+	if q.cur < 0 {
+		return
+	}
+	t := &q.tenants[q.cur]
+	if ni := t.head; t.n > 1 {
+		nd := &q.nodes[ni]
+		t.head = nd.next
+		q.nodes[t.head].prev = -1
+		nd.prev, nd.next = t.tail, -1
+		q.nodes[t.tail].next = ni
+		t.tail = ni
+	}
+	q.advance()
+}
+
 // Remove takes out the item that t names, if it is still waiting, and
 // returns it.
 func (q *FairQueue[K, T]) Remove(t Ticket) (item T, ok bool) {
@@ -261,8 +299,9 @@ func (q *FairQueue[K, T]) Remove(t Ticket) (item T, ok bool) {
 }
 
 // RemoveNewest takes out the item pushed last of those waiting, whatever
-// its tenant, and returns it: the one that has waited least, for a caller
-// that makes room for a more urgent item.
+// its tenant, and returns it: the one that has waited least (an item
+// passed over, PassOver, keeps the age of its Push), for a caller that
+// makes room for a more urgent item.
 func (q *FairQueue[K, T]) RemoveNewest() (item T, ok bool) {
 	if q.tail < 0 {
 		return item, false

@@ -499,3 +499,92 @@ func TestFairQueueRemoveNewest(t *testing.T) {
 		t.Errorf("served %v after the removals, want [0 1]", got)
 	}
 }
+
+// PassOver sends the item whose turn it is to the end of its tenant's
+// FIFO and the turn to the next tenant; the item keeps its Ticket, its
+// deadline and its age, so RemoveNewest still takes the last pushed.
+func TestFairQueuePassOver(t *testing.T) {
+	q := newFQ[string, int](t, FairQueueOptions[string]{Total: 8, PerTenant: 4, MaxWait: 10})
+	q.PassOver() // nothing waits: nothing happens
+	if _, ok := q.Next(0, nil); ok {
+		t.Fatal("Next on an empty queue returned an item")
+	}
+	tickets := map[int]Ticket{}
+	for i, k := range []string{"a", "a", "b", "c"} {
+		tk, err := q.Push(k, i, int64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets[i] = tk
+	}
+	if v, ok := q.Next(4, nil); !ok || v != 0 {
+		t.Fatalf("Next = %d, %v; want 0", v, ok)
+	}
+	q.PassOver() // a's FIFO is now 1, 0; b's turn
+	if v, ok := q.Next(4, nil); !ok || v != 2 {
+		t.Fatalf("Next after PassOver = %d, %v; want 2 (b's turn)", v, ok)
+	}
+	if v, ok := q.Pop(4, nil); !ok || v != 2 {
+		t.Fatalf("Pop = %d, %v; want 2", v, ok)
+	}
+	if v, ok := q.RemoveNewest(); !ok || v != 3 {
+		t.Fatalf("RemoveNewest = %d, %v; want 3 (the last pushed, not the one passed over)", v, ok)
+	}
+	if v, ok := q.Next(4, nil); !ok || v != 1 {
+		t.Fatalf("Next = %d, %v; want 1 (a's FIFO after the pass)", v, ok)
+	}
+	var expired []int
+	if n := q.Expire(10, func(v int) { expired = append(expired, v) }); n != 1 || !slices.Equal(expired, []int{0}) {
+		t.Fatalf("Expire at 10 took %d (%v), want [0]: the item passed over keeps its deadline", n, expired)
+	}
+	if _, ok := q.Remove(tickets[0]); ok {
+		t.Fatal("Remove of an expired item's Ticket took something")
+	}
+	if v, ok := q.Remove(tickets[1]); !ok || v != 1 {
+		t.Fatalf("Remove(ticket of 1) = %d, %v; want 1", v, ok)
+	}
+	if q.Len() != 0 || q.Tenants() != 0 {
+		t.Fatalf("len %d, tenants %d after all left; want 0, 0", q.Len(), q.Tenants())
+	}
+	// A tenant alone keeps the turn; its FIFO rotates.
+	for i := range 3 {
+		if _, err := q.Push("a", 10+i, 20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.PassOver()
+	var got []int
+	for {
+		v, ok := q.Pop(20, nil)
+		if !ok {
+			break
+		}
+		got = append(got, v)
+	}
+	if !slices.Equal(got, []int{11, 12, 10}) {
+		t.Errorf("served %v after passing a lone tenant's first over, want [11 12 10]", got)
+	}
+}
+
+// Next and PassOver allocate nothing.
+func TestFairQueuePassOverNoAllocs(t *testing.T) {
+	q := newFQ[int, int](t, FairQueueOptions[int]{Total: 256, PerTenant: 16, MaxWait: time.Second})
+	now, i := int64(0), 0
+	step := func() {
+		now += int64(time.Microsecond)
+		i++
+		q.Push(i%100, i, now)
+		if _, ok := q.Next(now, nil); ok && i%2 == 0 {
+			q.PassOver()
+		}
+		if i%3 != 0 {
+			q.Pop(now, nil)
+		}
+	}
+	for range 10_000 {
+		step()
+	}
+	if a := testing.AllocsPerRun(10_000, step); a != 0 {
+		t.Errorf("%v allocations per push, pass and pop", a)
+	}
+}

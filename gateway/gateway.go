@@ -283,6 +283,11 @@ type Gateway struct {
 	maxSocketWatches int64
 	streamWatchAfter time.Duration // see watchStream
 	send             time.Duration // Options.SendTimeout (0: none)
+
+	// waitHook, when set (by the tests, before the Gateway serves), is
+	// called with the channel that tells its client left once a request
+	// has taken its place in an overload queue, before it waits there.
+	waitHook func(gone <-chan struct{})
 }
 
 // New returns a Gateway.

@@ -331,25 +331,22 @@ func (c *overloadCtl) dispatch() {
 		q := c.queues[t]
 		passed := 0 // tenants passed over in a row, at their share
 		for q.Len() > 0 && c.o.Ceilings.Admit(t, c.capacity(), c.inflight) {
-			w, ok := q.Pop(now, nil)
+			w, ok := q.Next(now, nil)
 			if !ok {
 				break
 			}
-			others := q.Tenants() // other tenants waiting in the tier
-			if q.TenantLen(w.tenant) > 0 {
-				others--
-			}
+			others := q.Tenants() - 1 // other tenants waiting in the tier
 			if passed < others && c.atShare(w.th) {
 				// Its turn passes while another tenant waits: it goes
-				// to the end of its own line. Once every other tenant
-				// waiting was passed over too, the place goes to the
-				// next in turn (work-conserving).
-				if tk, err := q.Push(w.tenant, w, now); err == nil {
-					w.q, w.tk = q, tk
-					passed++
-					continue
-				}
+				// to the end of its own line, keeping its age (the
+				// newest arrival is still the one displace takes).
+				// Once every other tenant waiting was passed over too,
+				// the place goes to the next in turn (work-conserving).
+				q.PassOver()
+				passed++
+				continue
 			}
+			q.Pop(now, nil) // w
 			passed = 0
 			c.queued--
 			c.inflight++
@@ -361,8 +358,9 @@ func (c *overloadCtl) dispatch() {
 }
 
 // displace makes room in a full queue for a request of tier: the newest
-// waiter of the least critical tier below it that has one leaves the queue
-// (its request is shed, ShedDisplaced). It reports false, changing
+// waiter of the least critical tier below it that has one (the last to
+// arrive: a waiter passed over at its share keeps its age) leaves the
+// queue (its request is shed, ShedDisplaced). It reports false, changing
 // nothing, when no tier below tier has a waiter (mu held).
 func (c *overloadCtl) displace(tier int) bool {
 	for t := len(c.queues) - 1; t > tier; t-- {
@@ -632,7 +630,10 @@ func (g *Gateway) pass(x Exchange, st *Flow, rec *Recorder, decided bool) (later
 
 // admit takes a place for the request under its route's cap, waiting in
 // the route's queue if it must and may. It returns false when the request
-// was shed (answered 503) or its client left while it waited. It follows
+// was shed (answered 503) or its client left while it waited; a client
+// seen gone when its wait ends unserved left, whatever else ended the wait
+// (it was displaced, or max_wait passed, at the same moment): it is
+// answered nothing and its charges are given back (leftQueue). It follows
 // the settings the controller has in force, which after a reload may be
 // a later policy's than the request's o.
 func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
@@ -704,6 +705,9 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	} else {
 		gone = x.Context().Done()
 	}
+	if g.waitHook != nil {
+		g.waitHook(gone)
+	}
 	t := time.NewTimer(co.Queue.MaxWait)
 	reason := ""
 	select {
@@ -725,7 +729,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		}
 	}
 	admitted := w.admitted
-	if w.shed != "" {
+	if w.shed != "" && reason != ShedClientGone {
 		reason = w.shed
 	}
 	if admitted {
@@ -733,6 +737,12 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		s.start = c.now()
 	}
 	c.mu.Unlock()
+	if !admitted && reason != ShedClientGone && closed(gone) {
+		// Its client left as it was shed (displaced, at max_wait or by a
+		// reload): it left, as one that left first did, answered
+		// nothing and its charges given back.
+		reason = ShedClientGone
+	}
 	switch {
 	case admitted:
 		return true
@@ -742,6 +752,16 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	}
 	g.shed(x, st, reason)
 	return false
+}
+
+// closed reports whether ch is closed (a nil ch never is).
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // leftQueue gives back what a request whose client left while it waited
