@@ -67,7 +67,10 @@ func gotConn(info httptrace.GotConnInfo) {
 // has looked, and then those bytes answer it. So the request waits until
 // the reader waits on an empty socket (it holds nothing, nothing is
 // unread) or has closed the connection (the transport then sends the
-// request on another); after limit, it closes the connection itself.
+// request on another); after limit, it closes the connection itself. A
+// reader waiting may be parked on bytes that came since it looked, and
+// not yet have run: the socket is then looked at too (one MSG_PEEK), and
+// a connection holding bytes, or its end, is closed.
 func checkKept(c net.Conn, limit time.Duration) {
 	if tc, ok := c.(*tls.Conn); ok {
 		if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
@@ -92,5 +95,11 @@ func checkKept(c net.Conn, limit time.Duration) {
 		default:
 			time.Sleep(20 * time.Microsecond)
 		}
+	}
+	// A reader waiting may be parked on bytes that came since it found
+	// the socket empty and not yet have run to read them (for
+	// milliseconds on a loaded machine): the socket itself is looked at.
+	if !uc.closed.Load() && uc.Raw().Look() != rawconn.Nothing {
+		_ = uc.Close()
 	}
 }

@@ -48,7 +48,8 @@ func TestUnsolicitedUpstreamBytesAnswerNobody(t *testing.T) {
 func TestUnsolicitedUpstreamBytesUnderLoad(t *testing.T) {
 	t.Parallel()
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
-		base := serveFront(t, fr, unsolicitedGateway(t, false), nil)
+		g, _ := unsolicitedGateway(t, false)
+		base := serveFront(t, fr, g, nil)
 		var wg sync.WaitGroup
 		var wrong atomic.Int64
 		for w := range 8 {
@@ -75,7 +76,8 @@ func TestUnsolicitedUpstreamBytesUnderLoad(t *testing.T) {
 }
 
 func testUnsolicitedUpstreamBytes(t *testing.T, fr string, late bool) {
-	base := serveFront(t, fr, unsolicitedGateway(t, late), nil)
+	g, written := unsolicitedGateway(t, late)
+	base := serveFront(t, fr, g, nil)
 	c := newClient(t)
 	for i := range 6 {
 		path := fmt.Sprintf("/req%d", i)
@@ -84,16 +86,22 @@ func testUnsolicitedUpstreamBytes(t *testing.T, fr string, late bool) {
 			t.Errorf("%s was answered %d %q", path, a.status, a.body)
 		}
 		if late {
-			time.Sleep(60 * time.Millisecond) // the unasked bytes are there before the next request
+			// The unasked bytes are there before the next request (a
+			// connection the gateway closed may not take them).
+			select {
+			case <-written:
+			case <-time.After(5 * time.Second):
+			}
 		}
 	}
 }
 
 // unsolicitedGateway is a gateway in front of an upstream that sends a
 // second response no request asked for after each answer: with it, or 20
-// ms later (late).
-func unsolicitedGateway(t *testing.T, late bool) *Gateway {
+// ms later (late), then told on written.
+func unsolicitedGateway(t *testing.T, late bool) (*Gateway, <-chan struct{}) {
 	t.Helper()
+	written := make(chan struct{}, 64)
 	extra := []byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 16\r\nContent-Type: text/plain\r\n\r\nnobody's answer\n")
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
@@ -112,11 +120,17 @@ func unsolicitedGateway(t *testing.T, late bool) *Gateway {
 			case <-done:
 				return false
 			}
-			_, _ = c.Write(extra)
+			if _, err := c.Write(extra); err != nil {
+				return false
+			}
+			select {
+			case written <- struct{}{}:
+			default:
+			}
 		}
 		return true
 	})
-	return gatewayTo(t, "http://"+addr)
+	return gatewayTo(t, "http://"+addr), written
 }
 
 // TestUpstreamClosedKeptConnections: an upstream that closes its idle
@@ -294,6 +308,62 @@ func TestUpstreamTimeout(t *testing.T) {
 			if want == 504 && (took < timeout/2 || took > 2*timeout+time.Second) {
 				t.Errorf("%s: answered after %v; want the timeout, %v (at least half of it)", path, took, timeout)
 			}
+		}
+	})
+}
+
+// TestUnsolicitedBytesJustBeforeTheNextRequest: an upstream sends a second
+// response after its answer, and the next request comes right after those
+// bytes reached the gateway, before the transport's reader of the kept
+// connection has woken to read them (on a loaded machine, that reader may
+// take milliseconds to run). They never answer it. Before, the net/http
+// engine's check of a kept connection took a reader parked in the
+// netpoller for one with nothing to read, and the second response
+// answered the next request (as CI once found, 60 ms after the bytes
+// came).
+func TestUnsolicitedBytesJustBeforeTheNextRequest(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		extra := []byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 16\r\nContent-Type: text/plain\r\n\r\nnobody's answer\n")
+		sent := make(chan struct{}, 1)
+		release := make(chan struct{}, 1)
+		addr := upstreamtest.Raw(t, func(c net.Conn, req *http.Request) bool {
+			body := "the answer to " + req.URL.Path + "\n"
+			if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", len(body), body); err != nil {
+				return false
+			}
+			select {
+			case <-release: // the client has its answer
+			case <-time.After(10 * time.Second):
+				return false
+			}
+			if _, err := c.Write(extra); err != nil {
+				return false
+			}
+			sent <- struct{}{}
+			return true
+		})
+		base := serveFront(t, fr, gatewayTo(t, "http://"+addr), nil)
+		c := newClient(t)
+		wrong := 0
+		for i := range 200 {
+			path := fmt.Sprintf("/req%d", i)
+			a := do(t, c, "GET", base+path, nil)
+			if want := "the answer to " + path + "\n"; a.body != want || a.status != 200 {
+				if wrong++; wrong <= 3 {
+					t.Errorf("%s was answered %d %q", path, a.status, a.body)
+				}
+			}
+			release <- struct{}{}
+			select {
+			case <-sent: // the unasked bytes are on their way: the next request goes now
+			case <-time.After(10 * time.Second):
+				// The connection was closed (the bytes were seen): the
+				// upstream serves the next one on a new one.
+			}
+		}
+		if wrong > 0 {
+			t.Errorf("%d of 200 requests got an answer not theirs", wrong)
 		}
 	})
 }

@@ -51,6 +51,18 @@ type IO struct {
 // that it has not been given, at least until the wait ends.
 func (r *IO) Waiting() bool { return r.waiting.Load() }
 
+// Look says what the socket has to read now (Look), without waiting and
+// without taking it: a reader Waiting may be parked on bytes that came
+// since it found the socket empty, until it runs again. A socket that
+// cannot be looked at says End.
+func (r *IO) Look() Leftover {
+	res := End
+	if err := r.rc.Control(func(fd uintptr) { res = Look(fd) }); err != nil {
+		return End
+	}
+	return res
+}
+
 // Of returns the raw reader and writer of c, nil when c is not a plain
 // TCP connection, a Unix stream connection, or a wrapper that passes its
 // bytes unchanged to one (Plain). (A Unix datagram or sequenced-packet

@@ -22,6 +22,9 @@ func (*IO) Write([]byte) (int, error) { return 0, net.ErrClosed }
 // Waiting is never called: Of returns no IO.
 func (*IO) Waiting() bool { return false }
 
+// Look is never called: Of returns no IO.
+func (*IO) Look() Leftover { return Nothing }
+
 // SendFirst is never called: Of returns no IO.
 func (*IO) SendFirst([]byte) {}
 
