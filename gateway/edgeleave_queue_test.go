@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,4 +144,74 @@ func leavesUnanswered(t *testing.T, conn net.Conn, while string) {
 	if len(got) > 0 {
 		t.Errorf("a client that left while %s was answered %q, want no answer", while, got)
 	}
+}
+
+// TestLeakyQueueLeftAsSlotCameIsLeft: a client that left at the moment
+// its request's slot in a leaky queue came has left, whichever the wait
+// sees first: its request never reaches the upstream, it gets no answer,
+// and its place is given back, so the next request's delay is the one it
+// would have been. The wait is held (leakyWaitHook) until the client is
+// seen gone and the delay has passed, so both have happened when it
+// looks; each front does it a dozen times, as either might be seen first.
+func TestLeakyQueueLeftAsSlotCameIsLeft(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		const interval = 20 * time.Millisecond
+		rule := ruletest.Rule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: interval, Burst: 100})
+		store := newMemStore(t, newTestClock().Now) // its clock stands still
+		var reached atomic.Int64
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			reached.Add(1)
+			_, _ = io.WriteString(w, "served")
+		}))
+		t.Cleanup(up.Close)
+		upURL, _ := url.Parse(up.URL)
+		g, err := New(Options{Matcher: MatcherFunc(withUpstream{oneRule(rule), upURL}.Match), Engine: limiter.New(store, limiter.Options{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.leakyWaitHook = func(gone <-chan struct{}) {
+			select {
+			case <-gone:
+			case <-time.After(20 * time.Second):
+				t.Error("the gateway never saw the waiting client leave")
+			}
+			time.Sleep(interval) // the delay has passed too
+		}
+		srvURL := serveFront(t, fr, g, nil)
+		nextDelay := func() time.Duration {
+			t.Helper()
+			out := make([]floodgate.Decision, 1)
+			if err := store.Decide(context.Background(), []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}, true, out); err != nil {
+				t.Fatal(err)
+			}
+			return out[0].Delay
+		}
+		if a := do(t, newClient(t), "GET", srvURL, nil); a.status != 200 {
+			t.Fatalf("first request %d", a.status)
+		}
+		want := nextDelay()
+		if want != interval {
+			t.Fatalf("the next request would wait %v, want %v", want, interval)
+		}
+		for i := range 12 {
+			c, err := net.Dial("tcp", strings.TrimPrefix(srvURL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.WriteString(c, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			pollUntil(t, "the request to take its place in the queue", func() bool { return nextDelay() != want })
+			leavesUnanswered(t, c, "its slot came")
+			c.Close()
+			if n := reached.Load(); n != 1 {
+				t.Fatalf("leave %d: the upstream was reached %d times, want 1 (a request whose client left is not forwarded)", i, n)
+			}
+			if d := nextDelay(); d != want {
+				t.Fatalf("leave %d: the next request would wait %v, want %v: the place of the client that left was not given back", i, d, want)
+			}
+		}
+	})
 }

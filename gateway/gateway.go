@@ -288,6 +288,10 @@ type Gateway struct {
 	// called with the channel that tells its client left once a request
 	// has taken its place in an overload queue, before it waits there.
 	waitHook func(gone <-chan struct{})
+	// leakyWaitHook, when set (by the tests, before the Gateway serves),
+	// is called with the channel that tells its client left once a
+	// request's wait in a leaky queue has begun, before it waits.
+	leakyWaitHook func(gone <-chan struct{})
 }
 
 // New returns a Gateway.
@@ -770,7 +774,8 @@ func (g *Gateway) refusedBeforeLimit(st *Flow, status int) {
 // wait holds a request for its place in a leaky queue, for the HTTP
 // engines: gone, from the engine's watch, is closed when the client leaves
 // first (stop ends the watch). It returns false then, and the charge is
-// refunded where the engine can.
+// refunded where the engine can. A client seen gone when the delay ends
+// left, whichever the wait saw first: its request is not forwarded.
 func (g *Gateway) wait(ctx context.Context, st *Flow, delay time.Duration, watch func() (gone <-chan struct{}, stop func())) bool {
 	name := ""
 	for i := range st.m.Hits {
@@ -783,10 +788,17 @@ func (g *Gateway) wait(ctx context.Context, st *Flow, delay time.Duration, watch
 	defer g.obs.Queued(name, -1)
 	t := time.NewTimer(delay)
 	gone, stop := watch()
+	if g.leakyWaitHook != nil {
+		g.leakyWaitHook(gone)
+	}
 	select {
 	case <-t.C:
+		if !closed(gone) {
+			stop()
+			return true
+		}
+		// Its client left as its slot came: it left.
 		stop()
-		return true
 	case <-gone:
 		t.Stop()
 		stop()

@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"hash/maphash"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,6 +107,7 @@ type waiter struct {
 	tier     string                           // its tier's name
 	tenant   string                           // its tenant, as the queue knows it
 	th       uint64                           // its tenant's hash (tenantHash)
+	seq      uint64                           // its arrival: the controller's arrivals when it was queued
 	q        *algo.FairQueue[string, *waiter] // the queue it waits in (under mu)
 	tk       algo.Ticket                      // its place in q (under mu)
 }
@@ -130,6 +133,7 @@ type overloadCtl struct {
 	queued   int
 	queues   []*algo.FairQueue[string, *waiter] // by tier; nil without a queue
 	last     int64                              // the latest instant given to ad and the queues
+	arrivals uint64                             // the waiters queued so far (waiter.seq)
 	used     bool                               // looked up since the last reload
 	// use holds, with a queue, each tenant's requests in flight and
 	// waiting, by tenantHash; a tenant with neither has no entry, so it
@@ -181,9 +185,10 @@ func newQueues(o *policy.Overload) []*algo.FairQueue[string, *waiter] {
 // learnt (with new options, it starts again from its limit now, within the
 // new bounds). The requests waiting keep their wait (and their own
 // max_wait) in the new queues, in the tier of the same name (else the
-// route's tier); those the new queues cannot hold are shed as queue_full
-// or tenant_full, and without a queue any that does not fit under its
-// ceiling now is shed as full.
+// route's tier), and the order they arrived in, so the newest arrival is
+// still the one a more critical request displaces; those the new queues
+// cannot hold are shed as queue_full or tenant_full, and without a queue
+// any that does not fit under its ceiling now is shed as full.
 func (c *overloadCtl) retune(o *policy.Overload) {
 	old := c.o
 	c.o = o
@@ -217,6 +222,8 @@ func (c *overloadCtl) retune(o *policy.Overload) {
 			waiting = append(waiting, w)
 		}
 	}
+	// Popped in turn; pushed again in the order they arrived.
+	slices.SortFunc(waiting, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
 	keepsUse := old.Queue != nil && o.Queue != nil
 	for _, w := range waiting {
 		c.queued--
@@ -631,9 +638,10 @@ func (g *Gateway) pass(x Exchange, st *Flow, rec *Recorder, decided bool) (later
 // admit takes a place for the request under its route's cap, waiting in
 // the route's queue if it must and may. It returns false when the request
 // was shed (answered 503) or its client left while it waited; a client
-// seen gone when its wait ends unserved left, whatever else ended the wait
-// (it was displaced, or max_wait passed, at the same moment): it is
-// answered nothing and its charges are given back (leftQueue). It follows
+// seen gone when its wait ends left, whatever else ended the wait (it was
+// given a place, displaced, or max_wait passed, at the same moment): it is
+// answered nothing, a place it was given goes to the next waiter, and its
+// charges are given back (leftQueue). It follows
 // the settings the controller has in force, which after a reload may be
 // a later policy's than the request's o.
 func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
@@ -686,7 +694,8 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		g.shed(x, st, ShedQueueFull)
 		return false
 	}
-	w := &waiter{ch: make(chan struct{}, 1), tier: co.Tiers[s.tier], tenant: strings.Clone(tenant), th: s.th}
+	c.arrivals++
+	w := &waiter{ch: make(chan struct{}, 1), tier: co.Tiers[s.tier], tenant: strings.Clone(tenant), th: s.th, seq: c.arrivals}
 	tk, err := q.Push(w.tenant, w, c.now())
 	if err != nil {
 		c.mu.Unlock()
@@ -731,6 +740,16 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	admitted := w.admitted
 	if w.shed != "" && reason != ShedClientGone {
 		reason = w.shed
+	}
+	if admitted && (reason == ShedClientGone || closed(gone)) {
+		// Its client left as it was given its place: the place goes
+		// to the next waiter, and it left, as one that left first.
+		admitted, reason = false, ShedClientGone
+		c.inflight--
+		if c.use != nil && w.gen == c.useGen {
+			c.changeUse(s.th, -1, 0)
+		}
+		c.dispatch()
 	}
 	if admitted {
 		s.level, s.held, s.gen = w.level, true, w.gen

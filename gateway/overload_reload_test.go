@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"maps"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -163,6 +164,88 @@ func TestOverloadReloadShrinksQueue(t *testing.T) {
 		wg.Wait()
 		if top := u.top.Load(); top != 1 {
 			t.Errorf("the upstream held %d requests at once, want 1", top)
+		}
+	})
+}
+
+// TestOverloadReloadKeepsArrivalOrder: a reload that changes a route's
+// overload block keeps its waiters in the order they arrived, so the
+// waiter a more critical request displaces afterwards is still the last
+// to arrive, not the last in turn: a1 and a2 of tenant a, then b1 of
+// tenant b, wait (in turn a1, b1, a2); after the reload a critical
+// request finds the queue full and displaces b1.
+func TestOverloadReloadKeepsArrivalOrder(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := &gatedUpstream{}
+		block := func(maxWait string) string {
+			return "server:\n  trusted_proxies: [127.0.0.1/32]\n" + overloadPolicy(`
+limit: 1
+tier_header: X-Priority
+tenant: header:X-Tenant
+tiers: [{name: critical}, {name: sheddable}]
+queue: {size: 3, per_tenant: 3, max_wait: `+maxWait+`}`)
+		}
+		src := &swapSource{}
+		src.p.Store(compilePolicy(t, "overload.yaml", block("60s")))
+		pm, err := NewPolicyMatcher(src, PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t)}, u.ServeHTTP)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		answers := map[string]int{}
+		send := func(who, tenant, tier string) {
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "X-Who", who, "X-Tenant", tenant, "X-Priority", tier)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				answers[who] = a.status
+				mu.Unlock()
+			})
+		}
+		all := []string{"h", "a1", "a2", "b1", "c1"}
+		var once sync.Once
+		release := func() {
+			once.Do(func() {
+				for _, who := range all {
+					u.open(who)
+				}
+				wg.Wait()
+			})
+		}
+		defer release()
+		send("h", "h", "sheddable")
+		pollUntil(t, "1 in flight", func() bool { return u.holding() == 1 })
+		for i, w := range [][2]string{{"a1", "a"}, {"a2", "a"}, {"b1", "b"}} {
+			send(w[0], w[1], "sheddable")
+			pollUntil(t, w[0]+" waiting", func() bool { return overloadState(g).Queued == i+1 })
+		}
+		src.p.Store(compilePolicy(t, "overload.yaml", block("61s")))
+		g.ForgetUpstreams()
+		send("c1", "c", "critical")
+		pollUntil(t, "a sheddable waiter displaced", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(answers) > 0
+		})
+		mu.Lock()
+		got := maps.Clone(answers)
+		mu.Unlock()
+		if len(got) != 1 || got["b1"] != http.StatusServiceUnavailable {
+			t.Errorf("answered %v; want b1 (the last to arrive) displaced (503), a1 and a2 still waiting", got)
+		}
+		release()
+		for _, who := range all {
+			want := http.StatusOK
+			if who == "b1" {
+				want = http.StatusServiceUnavailable
+			}
+			if answers[who] != want {
+				t.Errorf("%s: status %d, want %d (all: %v)", who, answers[who], want, answers)
+			}
 		}
 	})
 }
