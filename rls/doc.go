@@ -149,7 +149,8 @@
 // headers in both modes. Options.ShadowMode (the global shadow mode),
 // QuotaMode and DynamicMetadata are its SHADOW_MODE, QUOTA_MODE and
 // RESPONSE_DYNAMIC_METADATA. hits_addend is the cost (0 means 1); a
-// descriptor's own hits_addend, when set, overrides it. A request the
+// descriptor's own hits_addend, when set, overrides it; a cost past every
+// limit is over the limit (counted as 2^32), never refused. A request the
 // engine cannot decide at all is answered with gRPC Unavailable, so Envoy
 // applies its failure_mode_deny setting; a failing store normally does not
 // get that far, because each limit's on_failure policy decides instead.

@@ -214,9 +214,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 // validate refuses requests that cannot be decided: those
-// envoyproxy/ratelimit refuses (no domain, no descriptors) and those too
-// large to decide (a hits_addend past 2^31-1, the request's as a
-// descriptor's).
+// envoyproxy/ratelimit refuses (no domain, no descriptors) and those with
+// more descriptors than Options.MaxDescriptors. A hits_addend of any size
+// is decided (see cost): refusing one would let Envoy, whose
+// failure_mode_deny is false by default, pass the request.
 func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 	descs := req.GetDescriptors()
 	if req.GetDomain() == "" {
@@ -228,22 +229,20 @@ func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 	if len(descs) > s.maxDesc {
 		return status.Errorf(codes.InvalidArgument, "rls: %d descriptors, at most %d", len(descs), s.maxDesc)
 	}
-	if ha := req.GetHitsAddend(); ha > math.MaxInt32 {
-		return status.Errorf(codes.InvalidArgument, "rls: hits_addend %d is too large", ha)
-	}
-	for i, d := range descs {
-		if ha := d.GetHitsAddend(); ha != nil && ha.GetValue() > math.MaxInt32 {
-			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d: hits_addend %d is too large", i, ha.GetValue())
-		}
-	}
 	return nil
 }
 
+// maxCost is the largest cost a descriptor is charged: 2^32, more than
+// any limit holds (requests_per_unit and burst are below it), so that a
+// larger hits_addend is over every limit, as envoyproxy/ratelimit answers
+// it, without sums of costs nearing the counters' bounds.
+const maxCost = 1 << 32
+
 // cost is what descriptor d adds: its own hits_addend when set (0 checks
-// without counting), else the request's, at least 1.
+// without counting), else the request's, at least 1; at most maxCost.
 func cost(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
 	if ha := d.GetHitsAddend(); ha != nil {
-		return int64(ha.GetValue())
+		return int64(min(ha.GetValue(), maxCost))
 	}
 	return max(1, int64(req.GetHitsAddend()))
 }

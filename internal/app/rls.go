@@ -286,10 +286,14 @@ func (r *root) openRLS(network, addr, what string, conns int, stdout io.Writer) 
 // listenRLS listens on addr, serving at most conns connections at once
 // (answered 503 past it unless told otherwise), and says so on stdout.
 func (r *root) listenRLS(network, addr, what string, conns int, stdout io.Writer) (*connLimit, error) {
+	var err error
 	if network == "unix" {
-		_ = os.Remove(addr) // a socket left by an earlier run
+		err = clearStaleSocket(addr)
 	}
-	raw, err := net.Listen(network, addr)
+	var raw net.Listener
+	if err == nil {
+		raw, err = net.Listen(network, addr)
+	}
 	if err != nil {
 		if r.name == "serve" {
 			return nil, fmt.Errorf("serve: grpc listen: %w", err)
@@ -304,6 +308,36 @@ func (r *root) listenRLS(network, addr, what string, conns int, stdout io.Writer
 		fmt.Fprintf(stdout, "floodgate %s: %s on %s\n", r.name, what, displayAddr(ln.Addr()))
 	}
 	return ln, nil
+}
+
+// clearStaleSocket makes way for a Unix socket at path: it removes a
+// socket there that nothing listens on (left by a process that ended
+// without removing it), and refuses a path that is anything else, or the
+// socket of a process still listening on it (removing that one would leave
+// the running process unreachable, healthy as it looks).
+func clearStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != os.ModeSocket {
+		return fmt.Errorf("%s exists and is not a socket; not removed", path)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%s is the socket of a process listening on it", path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%s: cannot tell whether a process listens on it: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // openRLSHTTP opens one of the service's HTTP listeners, serving at most
