@@ -319,7 +319,7 @@ else
 end
 local to = redis.call('INCR', KEYS[2])
 local t = redis.call('TIME')
-local tag = t[1] .. string.format('%06d', tonumber(t[2]))
+local tag = `+redisconn.MicrosOf("t")+`
 redis.call('SET', KEYS[5], tag)
 redis.call('ZADD', KEYS[4], to, to .. ':' .. tag .. ':' .. ARGV[1])
 local logged = redis.call('ZCARD', KEYS[4])
@@ -389,7 +389,7 @@ func (b *RedisBackend) write(ctx context.Context, name string, old *Record, js s
 					return "", "", fmt.Errorf("keystore: redis: swap: %w", err)
 				}
 			}
-			return stamp(s[0], s[1], s[2]), stamp(s[3], s[4], s[5]), nil
+			return redisconn.TaggedStamp(s[0], s[1], s[2]), redisconn.TaggedStamp(s[3], s[4], s[5]), nil
 		}
 		if len(res) != 2 {
 			return "", "", fmt.Errorf("keystore: redis: swap: %d replies", len(res))
@@ -483,12 +483,6 @@ end
 return out
 `, "CAP", strconv.Itoa(changeLog)))
 
-// stamp is the key store's version: the epoch, the count, and the tag of
-// the change that made the count ("" before the first).
-func stamp(epoch, count, tag string) string {
-	return redisconn.Stamp(epoch, count) + ":" + tag
-}
-
 // Changes reads the records changed since the version since, when the
 // log of changes reaches back that far in the same epoch and still holds
 // the change since was made by: one script, which reads only those
@@ -517,7 +511,7 @@ func (b *RedisBackend) Changes(ctx context.Context, since string) (changed []Rec
 			return nil, nil, "", false, fmt.Errorf("keystore: redis: changes: %w", err)
 		}
 	}
-	version = stamp(e, strconv.FormatInt(v, 10), tag)
+	version = redisconn.TaggedStamp(e, strconv.FormatInt(v, 10), tag)
 	if f, err := res[3].AsInt64(); err != nil {
 		return nil, nil, "", false, fmt.Errorf("keystore: redis: changes: %w", err)
 	} else if f == 1 {

@@ -64,7 +64,7 @@ const changeLog = 10000
 // of changes a failover lost: they go.
 var logChange = redisconn.SetEpoch(7) + strings.ReplaceAll(`
 local v = redis.call('INCR', KEYS[3])
-local tag = t[1] .. string.format('%06d', tonumber(t[2]))
+local tag = `+redisconn.MicrosOf("t")+`
 redis.call('SET', KEYS[10], tag)
 redis.call('ZREMRANGEBYSCORE', KEYS[11], v, '+inf')
 redis.call('ZADD', KEYS[11], v, v .. ':' .. tag)
@@ -405,7 +405,7 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 	if err != nil {
 		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
 	}
-	version = redisconn.Stamp(e, strconv.FormatInt(v, 10)) + ":" + tag
+	version = redisconn.TaggedStamp(e, strconv.FormatInt(v, 10), tag)
 	if f, _ := res[1].AsInt64(); f == 1 {
 		return nil, nil, version, true, nil
 	}

@@ -87,11 +87,18 @@ func StampOf(res rueidis.RedisResult) (string, error) {
 		}
 		parts[i] = s
 	}
-	st := Stamp(parts[0], parts[1])
 	if len(parts) == 3 {
-		st += ":" + parts[2]
+		return TaggedStamp(parts[0], parts[1], parts[2]), nil
 	}
-	return st, nil
+	return Stamp(parts[0], parts[1]), nil
+}
+
+// TaggedStamp is the Stamp of an epoch and a count with the tag of the
+// change that made the count ("EPOCH:COUNT:TAG", TAG "" before the
+// first): after a failover that lost the last changes, other changes that
+// make the count again carry other tags.
+func TaggedStamp(epoch, count, tag string) string {
+	return Stamp(epoch, count) + ":" + tag
 }
 
 // SetEpoch returns the Lua that sets the epoch KEYS[key] (1-based) to the
@@ -100,11 +107,18 @@ func StampOf(res rueidis.RedisResult) (string, error) {
 // together.
 func SetEpoch(key int) string {
 	return fmt.Sprintf(`
-if redis.call('EXISTS', KEYS[%[1]d]) == 0 then
+if redis.call('EXISTS', KEYS[%d]) == 0 then
 	local t = redis.call('TIME')
-	redis.call('SET', KEYS[%[1]d], t[1] .. string.format('%%06d', tonumber(t[2])))
+	redis.call('SET', KEYS[%d], %s)
 end
-`, key)
+`, key, key, MicrosOf("t"))
+}
+
+// MicrosOf is the Lua expression of the server's time in microseconds, as
+// a string, from t, a local holding the reply of TIME: what epochs and
+// the tags of changes are made of.
+func MicrosOf(t string) string {
+	return t + "[1] .. string.format('%06d', tonumber(" + t + "[2]))"
 }
 
 // EpochScript sets the epoch KEYS[1] when there is none; a reader sends it
