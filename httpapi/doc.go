@@ -80,7 +80,9 @@
 //	{"settled": true, "overrun": 0, "decisions": [{"limit": "tokens",
 //	  "key": "key-1", "capacity": 90000, "remaining": 88766}, ...]}
 //
-// A reservation not settled within its ttl keeps its estimate. A second
+// A settle is applied once its body has arrived, whether or not its
+// caller stays for the answer. A reservation not settled within its ttl
+// keeps its estimate. A second
 // settle, or one after the ttl, is 404 unknown_reservation; so is a
 // settle of a reservation answered "degraded" (decided by failure
 // policies while the store failed, which hold nothing to settle).

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -222,7 +223,8 @@ type SettleResponse struct {
 // with the actual costs (below the estimate the rest is given back, above
 // it the excess is charged as far as each limit allows and the rest is
 // reported as overrun). A second settle of the same reservation is 404
-// unknown_reservation.
+// unknown_reservation. A settle read whole is applied even when its
+// caller leaves before the answer.
 func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ bool) {
 	var in wireSettle
 	if err := decodeBody(body, &in); err != nil {
@@ -251,7 +253,12 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ 
 	}
 	req := limiter.Request{Front: limiter.FrontHTTPAPI, Hits: q.hits, Reservation: id}
 	var res limiter.Result
-	if err := h.eng.Settle(r.Context(), &req, actual, &res); err != nil {
+	// A settle is applied whether or not its caller stays for the answer:
+	// one dropped because the caller left would hold the estimate until
+	// the ttl.
+	ctx, cancel := detached(r.Context())
+	defer cancel()
+	if err := h.eng.Settle(ctx, &req, actual, &res); err != nil {
 		h.engineError(w, err)
 		return
 	}
@@ -264,6 +271,17 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ 
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(&out)
+}
+
+// detachedTimeout bounds what is done for a caller after it may have
+// left: as long as Serve gives an answer to be written.
+const detachedTimeout = 10 * time.Second
+
+// detached returns a context that does not end when the caller leaves
+// (ctx is its request's), ending at detachedTimeout instead; the engine's
+// store deadline applies within it.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), detachedTimeout)
 }
 
 // addOverrun adds two overruns (each 0 or more), held at math.MaxInt64
