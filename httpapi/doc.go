@@ -62,7 +62,10 @@
 //	          {"limit": "requests", "key": "key-1"}], "ttl": 120}
 //
 // It reserves every estimate all or nothing, like a check, and answers
-// like one, with a "reservation" token when allowed. Concurrency limits
+// like one, with a "reservation" token when allowed. A caller that leaves
+// before its answer (it closes or resets its connection) never receives
+// the token: its reservation is given back at once rather than held until
+// the ttl. Concurrency limits
 // may be reserved: their lease is held until the settle, or until the
 // ttl passes. Nothing renews that lease, so a reservation of a
 // concurrency limit lives no longer than the limit's lease_ttl: a longer

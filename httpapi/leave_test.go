@@ -70,6 +70,27 @@ func freeTokens(t *testing.T, url, key string, want float64) float64 {
 	}
 }
 
+// TestReserveWhoseCallerLeftIsGivenBack: a caller that leaves while its
+// reservation is being made (here Redis stalls under the call) never
+// receives the token that would settle it; the reservation is given back
+// rather than held at its estimate, with its concurrency slot, until its
+// ttl.
+func TestReserveWhoseCallerLeftIsGivenBack(t *testing.T) {
+	t.Parallel()
+	url, rs := onRedis(t, limiter.Options{})
+	rs.Pause()
+	postAndLeave(t, url, "/v1/reserve", `{"hits":[{"limit":"tokens","key":"k","cost":800},{"limit":"slot","key":"k"}]}`, 300*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the server sees the connection close
+	rs.Resume()
+	if free := freeTokens(t, url, "k", 1000); free != 1000 {
+		t.Errorf("a reservation of 800 whose caller left before its answer: %v of 1000 free, want 1000", free)
+	}
+	resp, m := post(t, url+"/v1/reserve", `{"limit":"slot","key":"k"}`)
+	if resp.StatusCode != 200 {
+		t.Errorf("the slot of a reservation whose caller left: another reserve is %d %v, want it free", resp.StatusCode, m)
+	}
+}
+
 // TestSettleWhoseCallerLeftIsApplied: a settle whose caller posts it and
 // leaves before the store is asked (here it waits for an in-flight slot
 // that a call stalled on Redis holds) is applied once the store answers,

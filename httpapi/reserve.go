@@ -134,7 +134,16 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 	}
 	req := limiter.Request{Front: limiter.FrontHTTPAPI, Hits: q.hits, TTL: ttl}
 	var res limiter.Result
-	if err := h.eng.Decide(r.Context(), &req, &res); err != nil {
+	err = h.eng.Decide(r.Context(), &req, &res)
+	if r.Context().Err() != nil && req.Reservation != 0 && (err != nil || res.Allowed && res.Degraded == limiter.NotDegraded) {
+		// The caller left before its answer: no one holds the token
+		// that would settle the reservation (a store call the caller
+		// gave up on may have made it too).
+		h.giveBack(r.Context(), &req)
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the caller left before its answer: the reservation was given back", nil)
+		return
+	}
+	if err != nil {
 		h.engineError(w, err)
 		return
 	}
@@ -143,6 +152,20 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 		rsv.Hits[i] = reservationHit{Limit: q.names[i], Key: keyOf(wh[i]), Cost: q.hits[i].Cost}
 	}
 	h.answer(w, false, q, &res, rsv)
+}
+
+// giveBack cancels the reservation req made for a caller that left
+// before its answer, so that it does not hold its estimates, and its
+// concurrency slots, until its ttl. One the store never made changes
+// nothing.
+func (h *Handler) giveBack(ctx context.Context, req *limiter.Request) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	var res limiter.Result
+	err := h.eng.Settle(ctx, req, make([]int64, len(req.Hits)), &res)
+	if err != nil && !errors.Is(err, limiter.ErrReservationUnknown) {
+		h.log.Warn("httpapi: giving back the reservation of a caller that left", "err", err)
+	}
 }
 
 // shortestLease returns the shortest lease lifetime among the concurrency
