@@ -100,3 +100,43 @@ func TestCancelAfterAFailedSettle(t *testing.T) {
 		t.Fatalf("after a failed settle of 100 and a deferred cancel: %d held, %d settles sent; want 100 held, 2 sent", held, settles.Load())
 	}
 }
+
+// TestReserveWhoseCallerLeavesWhileTheAnswerTravels: a Reserve whose ctx
+// ends after the service made the reservation, while its answer is on
+// the way (here the service holds it back a second), returns at once with
+// ctx's error, and the reservation the caller will never see is given
+// back rather than held at its estimate until its TTL.
+func TestReserveWhoseCallerLeavesWhileTheAnswerTravels(t *testing.T) {
+	t.Parallel()
+	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		api.ServeHTTP(w, req) // buffered: sent when the handler returns
+		if req.URL.Path == "/v1/reserve" {
+			time.Sleep(time.Second)
+		}
+	}))
+	defer ts.Close()
+	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res, err := hc.Reserve(ctx, time.Hour, client.Hit{Limit: "tokens", Key: "k", Cost: 800})
+	if took := time.Since(start); err == nil || took > 800*time.Millisecond {
+		t.Fatalf("a Reserve whose ctx ended at 100ms: %+v %v after %v; want ctx's error at once", res, err, took)
+	}
+	var held int64
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		d, err := hc.Peek(context.Background(), client.Hit{Limit: "tokens", Key: "k", Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held = 1000 - 1 - d.Remaining; held == 0 || time.Now().After(end) {
+			break
+		}
+	}
+	if held != 0 {
+		t.Fatalf("a reservation of 800 whose caller left before its answer came holds %d, want 0", held)
+	}
+}

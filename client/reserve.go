@@ -75,6 +75,11 @@ type SettledLimit struct {
 // When denied, RetryAfter says when to ask again and there is nothing to
 // settle. ttl bounds how long the service holds the reservation (0: its
 // default, 5 minutes).
+//
+// When ctx ends before the answer, Reserve returns ctx's error at once;
+// the exchange goes on without the caller, within the client's timeout,
+// and a reservation it brings is cancelled: the service may have made it
+// already, and no one else can settle it.
 func (c *HTTP) Reserve(ctx context.Context, ttl time.Duration, hits ...Hit) (*Reservation, error) {
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("client: reserve: no hits")
@@ -82,21 +87,53 @@ func (c *HTTP) Reserve(ctx context.Context, ttl time.Duration, hits ...Hit) (*Re
 	if err := validHits(hits); err != nil {
 		return nil, fmt.Errorf("client: reserve: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("client: reserve: %w", err)
+	}
 	in := struct {
 		Hits []Hit   `json:"hits"`
 		TTL  float64 `json:"ttl,omitempty"`
 	}{Hits: hits, TTL: ttl.Seconds()}
-	status, raw, err := c.post(ctx, "/v1/reserve", in)
-	if err != nil {
-		return nil, fmt.Errorf("client: reserve: %w", err)
+	// The exchange does not end with ctx (the client's timeout bounds
+	// it), so that a reservation made for a caller that left is seen.
+	answered := make(chan reserved, 1)
+	go func() {
+		var a reserved
+		a.status, a.raw, a.err = c.post(context.WithoutCancel(ctx), "/v1/reserve", in)
+		answered <- a
+	}()
+	select {
+	case a := <-answered:
+		return c.reservation(a)
+	case <-ctx.Done():
+	}
+	go func() {
+		if r, err := c.reservation(<-answered); err == nil && r.Allowed {
+			_ = r.Cancel(ctx) // sent though ctx has ended, as every settle is
+		}
+	}()
+	return nil, fmt.Errorf("client: reserve: %w", ctx.Err())
+}
+
+// reserved is what a POST /v1/reserve brought back.
+type reserved struct {
+	status int
+	raw    []byte
+	err    error
+}
+
+// reservation reads the answer to a reserve.
+func (c *HTTP) reservation(in reserved) (*Reservation, error) {
+	if in.err != nil {
+		return nil, fmt.Errorf("client: reserve: %w", in.err)
 	}
 	var a struct {
 		answer
 		Reservation string `json:"reservation"`
 	}
-	jerr := json.Unmarshal(raw, &a)
+	jerr := json.Unmarshal(in.raw, &a)
 	switch {
-	case (status == http.StatusOK || status == http.StatusTooManyRequests) && jerr == nil && a.Allowed != nil:
+	case (in.status == http.StatusOK || in.status == http.StatusTooManyRequests) && jerr == nil && a.Allowed != nil:
 		r := &Reservation{c: c, token: a.Reservation, Decision: Decision{
 			Allowed: *a.Allowed, Limit: a.Limit, Remaining: a.Remaining,
 			RetryAfter: seconds(a.RetryAfter), ResetAfter: seconds(a.Reset), Binding: a.Binding,
@@ -111,7 +148,7 @@ func (c *HTTP) Reserve(ctx context.Context, ttl time.Duration, hits ...Hit) (*Re
 	case a.Code == "never_fits":
 		return nil, errNeverFits(a.Error)
 	}
-	return nil, &StatusError{Code: status, Message: a.Error}
+	return nil, &StatusError{Code: in.status, Message: a.Error}
 }
 
 // Settle ends the reservation with actual as the real cost of every
