@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +15,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/floodgate/floodgate/accesslog"
 )
 
 // TestOutOfRangeTimesAndDurationsRefused: a line whose time is before
@@ -345,5 +348,63 @@ limits:
 	r := mustRun(t, Options{Policy: p, Logs: []string{log}})
 	if r.Requests != 7 || r.Denied != 0 {
 		t.Errorf("%d requests, %d denied: want 7 and none (the five refused before any limit charge nothing)", r.Requests, r.Denied)
+	}
+}
+
+// TestRefusedBeforeTheRequestPathNotChargedCombined: the same records in
+// Floodgate's combined format, as the gateway writes them (no key, no
+// limit, decision none), charge nothing in a replay either, so the
+// requests after them are decided as the gateway decided them; a request
+// whose limits allowed it and whose upstream then answered 400 is still
+// charged.
+func TestRefusedBeforeTheRequestPathNotChargedCombined(t *testing.T) {
+	t.Parallel()
+	p := compilePolicy(t, `
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 2, key: client_ip, scope: global}
+`)
+	ip := netip.MustParseAddr("192.0.2.1")
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	refused := []struct {
+		method, path string
+		status       int
+	}{
+		{"CONNECT", "a:443", 405}, {"OPTIONS", "*", 200}, {"POST", "/up", 501}, {"PUT", "/up", 417},
+		{"GET", "/p#/../admin", 400}, {"GET", "/x#y", 400},
+	}
+	var b []byte
+	for i, c := range refused {
+		b = accesslog.AppendCombined(b, &accesslog.Record{Time: at(100 * i), ClientIP: ip, Method: c.method, Path: c.path,
+			Proto: "HTTP/1.1", Status: c.status, Duration: 10 * time.Microsecond})
+	}
+	for i := range 2 {
+		b = accesslog.AppendCombined(b, &accesslog.Record{Time: at(1000 * (i + 1)), ClientIP: ip, Method: "GET", Path: "/x",
+			Proto: "HTTP/1.1", Status: 200, Duration: 10 * time.Microsecond, Route: "r", Limit: "per-ip", Decision: accesslog.Allow})
+	}
+	log := filepath.Join(t.TempDir(), "a.log")
+	if err := os.WriteFile(log, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, Options{Policy: p, Logs: []string{log}})
+	if r.Requests != 8 || r.Denied != 0 {
+		t.Errorf("%d requests, %d denied: want 8 and none (the six refused before any limit charge nothing)\n%s", r.Requests, r.Denied, b)
+	}
+
+	// An upstream's 400 to a request its limits allowed was charged: the
+	// third request of the address is refused.
+	b = b[:0]
+	for i := range 3 {
+		status := 400
+		if i == 2 {
+			status = 200
+		}
+		b = accesslog.AppendCombined(b, &accesslog.Record{Time: at(1000 * i), ClientIP: ip, Method: "GET", Path: "/x",
+			Proto: "HTTP/1.1", Status: status, Duration: 10 * time.Microsecond, Route: "r", Limit: "per-ip", Decision: accesslog.Allow})
+	}
+	if err := os.WriteFile(log, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustRun(t, Options{Policy: p, Logs: []string{log}}); r.Requests != 3 || r.Denied != 1 {
+		t.Errorf("%d requests, %d denied: want 3 and 1 (two upstream 400s charged)", r.Requests, r.Denied)
 	}
 }

@@ -86,7 +86,12 @@ type Record struct {
 	// answer gateway.AnsweredBeforeRequestPath names: a 400 for what the
 	// log may not show, such as a field sent twice, CONNECT's 405,
 	// OPTIONS *): it charged nothing, and the replay charges nothing for
-	// it.
+	// it. Floodgate's combined log names no route: there a line with no
+	// key, no limit, no client key and decision "none" so answered is
+	// taken as refused, which is what the gateway did under the policy
+	// that wrote the log (an upstream's 400 to a request no limit applied
+	// to charged nothing either); a policy limiting such a route anew
+	// charges it in a replay of the JSON log only.
 	Refused bool
 	// routed and undecided are what the JSON log says of the route and
 	// the decision, for Refused.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/accesslog"
+	"github.com/floodgate/floodgate/gateway"
 )
 
 // Log formats of NGINX and Envoy, in their own notations.
@@ -242,6 +243,7 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 		haveEnd, haveStart    bool
 		endDigits, startDigit int
 		forwarded             []byte
+		undecided             bool
 	)
 	for i := 0; i < len(t.parts); i++ {
 		p := &t.parts[i]
@@ -362,6 +364,7 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 			if d == accesslog.Deny {
 				rec.Logged = LoggedDeny
 			}
+			undecided = d == accesslog.None
 		}
 	}
 	if pos != len(line) && !(len(t.parts) > 0 && t.parts[len(t.parts)-1].field) {
@@ -398,6 +401,11 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 	if rec.Method == "" {
 		return errors.New("no method")
 	}
+	// Floodgate's combined format has no route: a request with no key, no
+	// limit and no decision, answered as only a refusal before the
+	// request path is, is taken for one (Record.Refused).
+	rec.Refused = undecided && rec.Key == "" && rec.Limit == "" && rec.ClientKey == "" &&
+		gateway.AnsweredBeforeRequestPath(rec.Status, rec.Method, rec.Path)
 	return nil
 }
 
