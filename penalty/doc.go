@@ -19,5 +19,7 @@
 // changes (it polls the version ten times a second): a ban made by one
 // instance holds on all of them within the poll. Both backends are
 // bounded (MaxBans bans and counters) and forget a key's strikes MaxBan
-// after its last ban ended.
+// after its last ban ended, or sooner when the bans are full: a ban that
+// has ended makes room for a new one, so that only bans in force fill the
+// box.
 package penalty

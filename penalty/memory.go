@@ -108,16 +108,48 @@ func banFor(r *config.Ban, strikes int) time.Duration {
 	return min(d, r.MaxBan)
 }
 
-// sweepBans drops the bans whose strikes are forgotten; the next sweep
-// of full bans waits a second.
+// sweepBans drops the bans whose strikes are forgotten and, when that
+// leaves less than an eighth of the bound free, bans that have ended,
+// those of the fewest strikes first, until an eighth is free: a ban kept
+// only for its strikes (for MaxBan after its end) never keeps a key that
+// offends now from being banned, so a flood of short bans cannot hold the
+// box full. Only bans in force fill it. The next sweep of full bans waits
+// a second.
 func (m *Memory) sweepBans(now time.Time) {
-	for k, b := range m.bans {
-		if !b.forget.After(now) {
-			delete(m.bans, k)
-		}
-	}
 	m.sweeps++
 	m.nextSweep = now.Add(sweepEvery)
+	const buckets = 64 // bans of buckets-1 strikes or more share the last
+	var ended [buckets]int
+	for k, b := range m.bans {
+		switch {
+		case !b.forget.After(now):
+			delete(m.bans, k)
+		case !b.Until.After(now):
+			ended[min(b.Strikes, buckets-1)]++
+		}
+	}
+	excess := len(m.bans) - (m.max - max(m.max/8, 1))
+	if excess <= 0 {
+		return
+	}
+	// Drop every ended ban of fewer than least strikes, and as many of
+	// least as make up the rest.
+	least := 0
+	for ; least < buckets-1 && excess > ended[least]; least++ {
+		excess -= ended[least]
+	}
+	for k, b := range m.bans {
+		if b.Until.After(now) {
+			continue
+		}
+		switch n := min(b.Strikes, buckets-1); {
+		case n < least:
+			delete(m.bans, k)
+		case n == least && excess > 0:
+			delete(m.bans, k)
+			excess--
+		}
+	}
 }
 
 // sweepOffences drops the counters whose window passed and, when that

@@ -20,13 +20,14 @@ import (
 // them, its oldest trimmed past changeLog entries, the highest version
 // trimmed kept), so that an instance reads what changed since the version
 // it has rather than every ban, the bans by the time their strikes are
-// forgotten, so that each new ban drops a few forgotten ones, the
-// counters by the end of their window and by the offences they hold, so
-// that there are never more of them than the most bans: a new counter past
-// the bound drops the one holding the fewest offences (a flood of new keys
-// does not reset the counter of a key close to its ban, as on the memory
-// backend), and the epoch of the version: the server's
-// time when the first change was logged, which goes with the data (a
+// forgotten, so that each new ban drops a few forgotten ones, the bans
+// by their end, so that a full box drops one that has ended rather than
+// refuse a new ban, the counters by the end of their window and by the
+// offences they hold, so that there are never more of them than the most
+// bans: a new counter past the bound drops the one holding the fewest
+// offences (a flood of new keys does not reset the counter of a key close
+// to its ban, as on the memory backend), and the epoch of the version:
+// the server's time when the first change was logged, which goes with the data (a
 // Redis restarted empty, flushed, or an empty server in its place), so
 // that a version counted again from zero is not taken for the one an
 // instance has read. Each change is tagged with the server's time: the
@@ -49,6 +50,10 @@ const (
 	redisEpoch    = redisconn.Prefix + "penalty:epoch"
 	redisTag      = redisconn.Prefix + "penalty:tag"
 	redisTags     = redisconn.Prefix + "penalty:changes:tags"
+	// redisEnds holds the bans by their end, so that a box full of bans
+	// makes room from one that has ended (kept only for its strikes)
+	// rather than refuse a key that offends now.
+	redisEnds = redisconn.Prefix + "penalty:ends"
 )
 
 // changeLog is how many changed fields the log keeps: an instance whose
@@ -82,13 +87,19 @@ end
 // on the server's clock. KEYS: the counter, the bans, the version, the
 // change log, its highest trimmed version, the bans by forget time, the
 // version's epoch, the counters by the end of their window, the counters
-// by their offences, the tag of the last change, the tags by count. ARGV:
+// by their offences, the tag of the last change, the tags by count, the
+// bans by their end. ARGV:
 // the field, after, within, ban, max_ban (ms), growth, the most bans (and
 // counters), the counters' prefix. It returns
 // {0} (counted), {1, until, strikes, now} (banned), or {2} (banned
 // already, or the box is full). A new counter first drops the counters
 // whose window ended and, past the bound, those holding the fewest
-// offences; a ban first drops up to 100 bans whose strikes are forgotten.
+// offences; a ban first drops up to 100 bans whose strikes are forgotten
+// and, when the bans are still full, the ban that ended first (its
+// strikes forgotten early): only bans in force fill the box. The bans by
+// their end are checked against the bans (a ban lifted or made again by
+// an instance of an earlier version, which keeps no end), so that a ban
+// in force is never the one dropped.
 var offendScript = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -129,9 +140,26 @@ local gone = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)
 if #gone > 0 then
   redis.call('HDEL', KEYS[2], unpack(gone))
   redis.call('ZREM', KEYS[6], unpack(gone))
+  redis.call('ZREM', KEYS[12], unpack(gone))
   if prev and redis.call('HEXISTS', KEYS[2], f) == 0 then prev = nil; strikes = 0 end
 end
-if not prev and redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[7]) then return {2} end
+if not prev and redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[7]) then
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now, 'LIMIT', 0, 100)) do
+    local val = redis.call('HGET', KEYS[2], g)
+    local u = val and tonumber(string.match(val, '^(%d+) '))
+    if u and u > now then
+      redis.call('ZADD', KEYS[12], u, g)
+    else
+      redis.call('ZREM', KEYS[12], g)
+      if val then
+        redis.call('HDEL', KEYS[2], g)
+        redis.call('ZREM', KEYS[6], g)
+        break
+      end
+    end
+  end
+  if redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[7]) then return {2} end
+end
 local d, maxd, g = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 for i = 1, strikes do
   d = d * g
@@ -141,6 +169,7 @@ if d > maxd then d = maxd end
 local untl = now + d
 redis.call('HSET', KEYS[2], f, string.format('%d %d %d', untl, strikes + 1, untl + maxd))
 redis.call('ZADD', KEYS[6], untl + maxd, f)
+redis.call('ZADD', KEYS[12], untl, f)
 ` + logChange + `
 return {1, untl, strikes + 1, now}
 `)
@@ -155,6 +184,7 @@ local f = ARGV[1]
 local prev = redis.call('HGET', KEYS[2], f)
 redis.call('HDEL', KEYS[2], f)
 redis.call('ZREM', KEYS[6], f)
+redis.call('ZREM', KEYS[12], f)
 ` + logChange + `
 return {prev, now}
 `)
@@ -205,7 +235,8 @@ return out
 // dropScript drops the bans of fields ARGV whose strikes are forgotten,
 // or whose value is not a ban, as the server's clock and the bans are
 // now: a field banned again since it was read is kept. KEYS: the bans, the
-// bans by forget time. It returns how many it dropped.
+// bans by forget time, the bans by their end. It returns how many it
+// dropped.
 var dropScript = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -217,6 +248,7 @@ for _, f in ipairs(ARGV) do
     if not fg or tonumber(fg) < now then
       redis.call('HDEL', KEYS[1], f)
       redis.call('ZREM', KEYS[2], f)
+      redis.call('ZREM', KEYS[3], f)
       n = n + 1
     end
   end
@@ -272,7 +304,7 @@ func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, er
 	ms := func(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
 	res, err := offendScript.Exec(ctx, b.c,
 		[]string{redisOffences + f, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch, redisCounters, redisCounts,
-			redisTag, redisTags},
+			redisTag, redisTags, redisEnds},
 		[]string{f, strconv.FormatInt(r.After, 10), ms(r.Within), ms(r.Ban), ms(r.MaxBan), strconv.FormatInt(r.Growth, 10),
 			strconv.Itoa(b.max), redisOffences}).AsIntSlice()
 	if err != nil {
@@ -329,7 +361,7 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 	}
 	for len(stale) > 0 {
 		n := min(len(stale), dropBatch)
-		if err := dropScript.Exec(ctx, b.c, []string{redisBans, redisForget}, stale[:n]).Error(); err != nil {
+		if err := dropScript.Exec(ctx, b.c, []string{redisBans, redisForget, redisEnds}, stale[:n]).Error(); err != nil {
 			break // dropped by a later read, or by the next bans made
 		}
 		stale = stale[n:]
@@ -350,7 +382,7 @@ func (b *Redis) Version(ctx context.Context) (string, error) {
 // Lift ends a ban and forgets its strikes, for every instance.
 func (b *Redis) Lift(ctx context.Context, rule, key string) (bool, error) {
 	res, err := liftScript.Exec(ctx, b.c, []string{redisOffences, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch,
-		redisCounters, redisCounts, redisTag, redisTags},
+		redisCounters, redisCounts, redisTag, redisTags, redisEnds},
 		[]string{field(rule, key)}).ToArray()
 	if err != nil {
 		return false, fmt.Errorf("penalty: redis: %w", err)
