@@ -169,6 +169,13 @@ func openSource(name string, index int, o readOptions) (*source, *bufio.Reader, 
 			return nil, nil, err
 		}
 		s.parser = t
+		if o.logFormat == "" && (lf == accesslog.CombinedLogFormat || lf == accesslog.CombinedLogFormatV1) {
+			s.parser, err = newOwnCombined(t, lf, o.denied, in)
+			if err != nil {
+				f.Close()
+				return nil, nil, err
+			}
+		}
 		format = t.name
 	default:
 		f.Close()

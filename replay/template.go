@@ -131,6 +131,50 @@ func nginxVar(name string) tmplPart {
 	return tmplPart{kind: fIgnore, field: true}
 }
 
+// ownCombined reads Floodgate's combined log whichever way each line was
+// written: with the client's field (accesslog.CombinedLogFormat) or
+// without it (accesslog.CombinedLogFormatV1), so that a file a gateway
+// went on appending to across an upgrade, or back, reads whole. A line
+// reads as one of them only: the client's field ends the line after the
+// decision's.
+type ownCombined struct {
+	t [2]*logTemplate // the format the last line read as first
+}
+
+// newOwnCombined reads lines as t (compiled from lf, one of Floodgate's
+// combined formats), and as the other format where t fails.
+func newOwnCombined(t *logTemplate, lf string, denied []int, in *interner) (*ownCombined, error) {
+	other := accesslog.CombinedLogFormatV1
+	if lf == accesslog.CombinedLogFormatV1 {
+		other = accesslog.CombinedLogFormat
+	}
+	o, err := compileNginx(other, denied, in)
+	if err != nil {
+		return nil, err
+	}
+	return &ownCombined{t: [2]*logTemplate{t, o}}, nil
+}
+
+func (p *ownCombined) parse(line []byte, rec *Record) error {
+	was := *rec
+	err := p.t[0].parse(line, rec)
+	if err == nil {
+		return nil
+	}
+	*rec = was
+	if p.t[1].parse(line, rec) != nil {
+		*rec = was
+		return err
+	}
+	p.t[0], p.t[1] = p.t[1], p.t[0]
+	return nil
+}
+
+func (p *ownCombined) resolution() time.Duration {
+	d := max(p.t[0].digits, p.t[1].digits)
+	return digitsResolution(d, time.Microsecond)
+}
+
 // compileEnvoy compiles an Envoy format string.
 func compileEnvoy(format string, denied []int, in *interner) (*logTemplate, error) {
 	t := &logTemplate{name: "envoy", denied: denied, in: in}
