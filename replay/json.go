@@ -148,6 +148,12 @@ func (p *jsonParser) setString(rec *Record, key, v []byte) error {
 		if len(v) > 0 {
 			rec.Logged = LoggedDegraded
 		}
+	case accesslog.FieldUserAgent:
+		// The request's fields, as the combined log's are read: a limit
+		// may be keyed by them.
+		rec.Headers = append(rec.Headers, Header{Name: "User-Agent", Value: p.in.str(v)})
+	case accesslog.FieldReferer:
+		rec.Headers = append(rec.Headers, Header{Name: "Referer", Value: p.in.str(v)})
 	default:
 		if name, ok := bytes.CutPrefix(key, []byte("header:")); ok {
 			h, ok := p.hdrNames[string(name)]
