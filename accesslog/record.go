@@ -385,18 +385,26 @@ func appendSeconds(b []byte, us int64) []byte {
 
 // appendBare appends a value that stands outside quotes: "-" when empty,
 // anything but printable ASCII other than space and '"' escaped as \xHH
-// (as NGINX escapes).
+// (as NGINX escapes), and a value that is "-" itself as \x2D, so that it
+// reads back as the value it is, not as an empty field.
 func appendBare(b []byte, s string) []byte {
-	if s == "" {
+	switch s {
+	case "":
 		return append(b, '-')
+	case "-":
+		return append(b, `\x2D`...)
 	}
 	return appendEscaped(b, s, true)
 }
 
-// appendQuoted appends a value that stands inside quotes: "-" when empty.
+// appendQuoted appends a value that stands inside quotes: "-" when empty,
+// \x2D when it is "-" itself.
 func appendQuoted(b []byte, s string) []byte {
-	if s == "" {
+	switch s {
+	case "":
 		return append(b, '-')
+	case "-":
+		return append(b, `\x2D`...)
 	}
 	return appendEscaped(b, s, false)
 }

@@ -363,7 +363,7 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 				return err
 			}
 		case fMethod:
-			rec.Method = t.in.method(v)
+			rec.Method = t.in.method(unescapeNginx(v))
 		case fPath:
 			rec.Path = string(unescapeNginx(v))
 		case fRawPath:
@@ -392,9 +392,9 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 		case fHeader:
 			rec.Headers = append(rec.Headers, Header{Name: p.header, Value: t.in.str(unescapeNginx(v))})
 		case fKey:
-			rec.Key = t.in.str(v)
+			rec.Key = t.in.str(unescapeNginx(v))
 		case fLimit:
-			rec.Limit = t.in.str(v)
+			rec.Limit = t.in.str(unescapeNginx(v))
 		case fClientKey:
 			if string(v) != "-" { // none: an address names the client
 				rec.ClientKey = t.in.str(unescapeNginx(v))
@@ -460,7 +460,7 @@ func (t *logTemplate) request(v []byte, rec *Record) error {
 	if sp <= 0 {
 		return fmt.Errorf("bad request line %q", v)
 	}
-	rec.Method = t.in.method(v[:sp])
+	rec.Method = t.in.method(unescapeNginx(v[:sp]))
 	uri := v[sp+1:]
 	if k := bytes.LastIndexByte(uri, ' '); k >= 0 && bytes.HasPrefix(uri[k+1:], []byte("HTTP/")) {
 		uri = uri[:k]
