@@ -674,11 +674,43 @@ func (x *exchange) Answer(status int, body []byte, challenge bool) {
 	x.status, x.bytes = status, int64(len(body))
 }
 
-// addFields adds the pending fields to an upstream's response.
+// addFields adds the pending fields to an upstream's response, before the
+// upstream's own lines of the same names, as the net/http engine writes
+// them (its reverse proxy adds the upstream's after the gateway's): a
+// client reading the first line of RateLimit reads the gateway's, its
+// binding limit first.
 func (x *exchange) addFields() {
-	for _, f := range x.fields {
-		x.ctx.Response.Header.AddBytesKV(fieldName(f.Name), s2b(f.Value))
+	h := &x.ctx.Response.Header
+	var theirs []fields.Field // the upstream's lines of those names, in order
+	for i, f := range x.fields {
+		if seenName(x.fields[:i], f.Name) {
+			continue
+		}
+		name := b2s(fieldName(f.Name))
+		lines := h.PeekAll(name)
+		for _, v := range lines {
+			theirs = append(theirs, fields.Field{Name: f.Name, Value: string(v)})
+		}
+		if len(lines) > 0 {
+			h.Del(name)
+		}
 	}
+	for _, f := range x.fields {
+		h.AddBytesKV(fieldName(f.Name), s2b(f.Value))
+	}
+	for _, f := range theirs {
+		h.AddBytesKV(fieldName(f.Name), s2b(f.Value))
+	}
+}
+
+// seenName reports whether fs holds a field named name.
+func seenName(fs []fields.Field, name string) bool {
+	for _, f := range fs {
+		if f.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (x *exchange) Pass(f *gateway.Flow, rec *gateway.Recorder) bool {
