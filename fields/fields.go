@@ -217,6 +217,10 @@ func sfInt(v int64) int64 { return min(v, maxSFInt) }
 type Item struct {
 	Limit    *Limit
 	Decision floodgate.Decision
+	// Group, when not 0, is the group of hits (limiter.Hit.Group) the
+	// limit was decided in: a group stops a request only when all of its
+	// limits deny, and one of them passing lets it through.
+	Group uint8
 }
 
 // AppendResult appends to items the hits of res that a client is told
@@ -260,8 +264,10 @@ type policyEntry struct {
 // binding limit among them (the first denying one, or the one with the
 // fewest units left), which is listed first; a later item with the name of
 // an earlier one is left out. On a denial Retry-After is added: retryAfter
-// rounded up to whole seconds, at least 1 and at least every denying
-// limit's t, so that it never points earlier than the RateLimit field.
+// rounded up to whole seconds, at least 1 and at least the t of every
+// denying limit that stops the request, so that it never points earlier
+// than the RateLimit field: a limit outside a group, and of a group all of
+// whose limits deny, the one with the shortest t (Item.Group).
 // With no items only a denial's Retry-After is written.
 func (rd *Renderer) Render(dst []Field, items []Item, binding int, denied bool, retryAfter time.Duration, opts *Options) []Field {
 	if opts == nil {
@@ -292,7 +298,7 @@ func (rd *Renderer) Render(dst []Field, items []Item, binding int, denied bool, 
 			if k < 0 {
 				bindingT = t
 			}
-			if !items[i].Decision.Allowed {
+			if !items[i].Decision.Allowed && items[i].Group == 0 {
 				maxT = max(maxT, t)
 			}
 		}
@@ -317,9 +323,52 @@ func (rd *Renderer) Render(dst []Field, items []Item, binding int, denied bool, 
 		}
 	}
 	if denied {
+		maxT = max(maxT, groupsT(items))
 		dst = append(dst, Field{NameRetryAfter, Itoa(RetryAfterSeconds(retryAfter, maxT))})
 	}
 	return dst
+}
+
+// groupsT returns the t that the groups of items all of whose limits deny
+// bound Retry-After by: for each such group its shortest t (the first of
+// its limits to pass lets the request through), the longest of those; -1
+// when no group is all denied.
+func groupsT(items []Item) int64 {
+	out := int64(-1)
+	for i := range items {
+		g := items[i].Group
+		if g == 0 || firstOfGroup(items, i) != i {
+			continue
+		}
+		least, all := int64(-1), true
+		for j := i; j < len(items); j++ {
+			if items[j].Group != g {
+				continue
+			}
+			if items[j].Decision.Allowed {
+				all = false
+				break
+			}
+			t, _ := items[j].Limit.Reset(&items[j].Decision)
+			if least < 0 || t < least {
+				least = t
+			}
+		}
+		if all {
+			out = max(out, least)
+		}
+	}
+	return out
+}
+
+// firstOfGroup returns the index of the first item of items[i]'s group.
+func firstOfGroup(items []Item, i int) int {
+	for j := 0; j < i; j++ {
+		if items[j].Group == items[i].Group {
+			return j
+		}
+	}
+	return i
 }
 
 // dupName reports whether items[k] has the name of the binding item or of

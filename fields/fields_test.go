@@ -109,10 +109,10 @@ func TestRender(t *testing.T) {
 	quota := NewLimit(&floodgate.Limit{Name: "partner-daily", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day})
 	stage := NewLimit(tokenBucket("stage-dev", 5, time.Second, 5))
 	items := []Item{
-		{quota, floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: 3*time.Hour + 1}},
-		{plan, floodgate.Decision{Limit: 2, Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: time.Second}},
-		{stage, floodgate.Decision{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: 400 * time.Millisecond}},
-		{plan, floodgate.Decision{Limit: 2, Remaining: 0}}, // duplicate name, left out
+		{Limit: quota, Decision: floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: 3*time.Hour + 1}},
+		{Limit: plan, Decision: floodgate.Decision{Limit: 2, Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: time.Second}},
+		{Limit: stage, Decision: floodgate.Decision{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: 400 * time.Millisecond}},
+		{Limit: plan, Decision: floodgate.Decision{Limit: 2, Remaining: 0}}, // duplicate name, left out
 	}
 	var rd Renderer
 	fs := rd.Render(nil, items, 1, true, 400*time.Millisecond, &Options{Legacy: true, LimitName: "Floodgate-Limit"})
@@ -153,7 +153,7 @@ func TestRender(t *testing.T) {
 	}
 	// Retry-After is never earlier than a denying limit's t.
 	long := NewLimit(&floodgate.Limit{Name: "hour", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour})
-	fs = rd.Render(nil, []Item{{long, floodgate.Decision{Limit: 1, ResetAfter: 17 * time.Second}}}, 0, true, 2*time.Second, nil)
+	fs = rd.Render(nil, []Item{{Limit: long, Decision: floodgate.Decision{Limit: 1, ResetAfter: 17 * time.Second}}}, 0, true, 2*time.Second, nil)
 	if got := get(fs, NameRetryAfter); got != "17" {
 		t.Errorf("Retry-After %q, want the window's t 17", got)
 	}
@@ -203,7 +203,7 @@ func FuzzRender(f *testing.F) {
 		h := NewLimit(&floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: limit, Window: time.Minute})
 		d := floodgate.Decision{Limit: limit, Remaining: remaining, ResetAfter: 30 * time.Second}
 		var rd Renderer
-		fs := rd.Render(nil, []Item{{h, d}}, 0, false, 0, nil)
+		fs := rd.Render(nil, []Item{{Limit: h, Decision: d}}, 0, false, 0, nil)
 		items, err := sfv.ParseList(get(fs, NameRateLimit))
 		if err != nil || len(items) != 1 {
 			t.Fatalf("own output %q: %v", get(fs, NameRateLimit), err)
@@ -226,8 +226,8 @@ func FuzzRender(f *testing.F) {
 
 func BenchmarkRender(b *testing.B) {
 	items := []Item{
-		{NewLimit(tokenBucket("partner-basic", 2, time.Second, 2)), floodgate.Decision{Limit: 2, Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: time.Second}},
-		{NewLimit(&floodgate.Limit{Name: "daily", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day}), floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: time.Hour}},
+		{Limit: NewLimit(tokenBucket("partner-basic", 2, time.Second, 2)), Decision: floodgate.Decision{Limit: 2, Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: time.Second}},
+		{Limit: NewLimit(&floodgate.Limit{Name: "daily", Algorithm: floodgate.Quota, Max: 1000, Period: floodgate.Day}), Decision: floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: time.Hour}},
 	}
 	var rd Renderer
 	out := make([]Field, 0, 8)
@@ -249,8 +249,8 @@ func TestHugeLimitsAreStructuredFields(t *testing.T) {
 	huge := NewLimit(&floodgate.Limit{Name: "unlimited", Algorithm: floodgate.Quota, Max: 1<<63 - 1, Period: floodgate.Day})
 	slow := NewLimit(tokenBucket("slow", 1, time.Hour, 1<<62))
 	items := []Item{
-		{huge, floodgate.Decision{Allowed: true, Limit: 1<<63 - 1, Remaining: 1<<63 - 2, ResetAfter: time.Hour}},
-		{slow, floodgate.Decision{Allowed: true, Limit: 1 << 62, Remaining: 1<<62 - 1, ResetAfter: time.Duration(1<<63 - 1)}},
+		{Limit: huge, Decision: floodgate.Decision{Allowed: true, Limit: 1<<63 - 1, Remaining: 1<<63 - 2, ResetAfter: time.Hour}},
+		{Limit: slow, Decision: floodgate.Decision{Allowed: true, Limit: 1 << 62, Remaining: 1<<62 - 1, ResetAfter: time.Duration(1<<63 - 1)}},
 	}
 	var rd Renderer
 	fs := rd.Render(nil, items, 0, false, 0, nil)

@@ -136,6 +136,62 @@ func denies(app []applied) bool {
 	return quotas > 0 && quotas == quotasOver
 }
 
+// quotaGroup reports whether the quota descriptors of app were decided as
+// one group of hits (none is in shadow mode: see decide), and whether
+// they stop the request (every one of them is over its limit).
+func quotaGroup(app []applied) (grouped, stops bool) {
+	quotas, over := 0, 0
+	grouped = true
+	for i := range app {
+		a := &app[i]
+		if !a.quota || a.rl == nil || a.unlimited {
+			continue
+		}
+		quotas++
+		if a.rl.shadow {
+			grouped = false
+		} else if a.over {
+			over++
+		}
+	}
+	return grouped && quotas > 0, quotas > 0 && quotas == over
+}
+
+// blockedWait is the wait of the descriptors of a denied request that
+// were over their limits without asking the engine (requests_per_unit 0,
+// or a cost past the capacity: the length of their unit), as the engine
+// works out the wait of the others (limiter.Result.RetryAfter): the
+// longest among those outside quota mode, and when every quota descriptor
+// is over and none was asked, the shortest among them (one passing lets
+// the request through). A quota descriptor asked about leaves the group's
+// wait to the engine.
+func blockedWait(app []applied, quotaStops bool) time.Duration {
+	var wait, quota time.Duration
+	quotaAsked, quotaBlocked := false, false
+	for i := range app {
+		a := &app[i]
+		if a.rl == nil || a.unlimited || a.rl.shadow {
+			continue
+		}
+		if a.quota && a.hit >= 0 {
+			quotaAsked = true
+		}
+		if a.hit >= 0 || !a.over {
+			continue
+		}
+		switch {
+		case !a.quota:
+			wait = max(wait, a.d.ResetAfter)
+		case !quotaBlocked || a.d.ResetAfter < quota:
+			quota, quotaBlocked = a.d.ResetAfter, true
+		}
+	}
+	if quotaStops && quotaBlocked && !quotaAsked {
+		wait = max(wait, quota)
+	}
+	return wait
+}
+
 // answer turns the decisions into the response, in as few allocations as
 // the number of descriptors allows.
 func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
@@ -145,8 +201,8 @@ func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
 	if denied {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
+	grouped, quotaStops := quotaGroup(app)
 	items := sc.items[:0]
-	var wait time.Duration
 	binding := -1 // in items
 	for i := range app {
 		a := &app[i]
@@ -177,20 +233,27 @@ func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
 		}
 		if a.over {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			if denied {
-				if binding < 0 {
-					binding = len(items)
-				}
-				wait = max(wait, until)
+			// A quota descriptor stops the request only with all the
+			// others.
+			if denied && binding < 0 && (!a.quota || quotaStops) {
+				binding = len(items)
 			}
 		}
 		if rl.fields != nil {
-			items = append(items, fields.Item{Limit: rl.fields, Decision: d})
+			it := fields.Item{Limit: rl.fields, Decision: d}
+			if a.quota && grouped {
+				it.Group = 1
+			}
+			items = append(items, it)
 		}
 	}
 	sc.items = items
 	if len(items) == 0 || s.opts.NoFields {
 		return resp
+	}
+	var wait time.Duration
+	if denied {
+		wait = max(sc.res.RetryAfter, blockedWait(app, quotaStops))
 	}
 	if binding < 0 {
 		// Allowed: the limit with the fewest units left comes first.
