@@ -90,7 +90,10 @@ func (c *GRPC) ShouldRateLimit(ctx context.Context, cost uint32, descriptors ...
 // DecisionFromRLS summarises an RLS answer: Allowed when the overall code
 // is OK; Binding, Limit and ResetAfter from the first over-limit status
 // (or, when allowed, the status with the least remaining); RetryAfter the
-// longest duration_until_reset among over-limit statuses.
+// longest duration_until_reset among over-limit statuses, or the answer's
+// Retry-After field when that is shorter: a service that knows some of
+// those limits stop the request only all together (quota_mode), so that
+// the first to reset lets it through, says so there.
 func DecisionFromRLS(resp *rlsv3.RateLimitResponse) Decision {
 	d := Decision{Allowed: resp.GetOverallCode() == rlsv3.RateLimitResponse_OK}
 	var pick *rlsv3.RateLimitResponse_DescriptorStatus
@@ -119,12 +122,12 @@ func DecisionFromRLS(resp *rlsv3.RateLimitResponse) Decision {
 	}
 	if d.Allowed {
 		d.RetryAfter = 0
-	} else if d.RetryAfter == 0 {
-		for _, h := range resp.GetResponseHeadersToAdd() {
-			if strings.EqualFold(h.GetKey(), "Retry-After") {
-				if ra, ok := ParseRetryAfter(h.GetValue(), time.Now()); ok {
-					d.RetryAfter = ra
-				}
+		return d
+	}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		if strings.EqualFold(h.GetKey(), "Retry-After") {
+			if ra, ok := ParseRetryAfter(h.GetValue(), time.Now()); ok && ra > 0 && (d.RetryAfter == 0 || ra < d.RetryAfter) {
+				d.RetryAfter = ra
 			}
 		}
 	}

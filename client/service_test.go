@@ -67,12 +67,31 @@ func TestHTTPCheckPeekAndErrors(t *testing.T) {
 
 func TestGRPCCheckAgainstTheRLS(t *testing.T) {
 	t.Parallel()
-	cfg, err := rls.Parse("t.yaml", []byte(`
+	c := rlsClient(t, `
 domain: outbound
 descriptors:
   - key: provider
     rate_limit: {unit: hour, requests_per_unit: 3}
-`))
+`, "outbound")
+	ctx := context.Background()
+	p := client.Descriptor{{Key: "provider", Value: "sms"}}
+	d, err := c.CheckN(ctx, 2, p)
+	if err != nil || !d.Allowed || d.Remaining != 1 || d.Binding != "outbound.provider" || d.Limit != 3 {
+		t.Fatalf("cost 2: %+v %v", d, err)
+	}
+	if d, err = c.CheckN(ctx, 2, p); err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > time.Hour {
+		t.Fatalf("cost 2 more: %+v %v", d, err)
+	}
+	if d, err = c.Check(ctx, p); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("cost 1: %+v %v", d, err)
+	}
+}
+
+// rlsClient serves the rate-limit service with the descriptor file src on
+// loopback until the test ends, and returns a client of its domain.
+func rlsClient(t *testing.T, src, domain string) *client.GRPC {
+	t.Helper()
+	cfg, err := rls.Parse("t.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,25 +106,16 @@ descriptors:
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(sctx, lis) }()
-	defer func() { stop(); <-done }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	c := client.NewGRPC(conn, client.GRPCOptions{Domain: "outbound", Timeout: 5 * time.Second})
-	ctx := context.Background()
-	p := client.Descriptor{{Key: "provider", Value: "sms"}}
-	d, err := c.CheckN(ctx, 2, p)
-	if err != nil || !d.Allowed || d.Remaining != 1 || d.Binding != "outbound.provider" || d.Limit != 3 {
-		t.Fatalf("cost 2: %+v %v", d, err)
-	}
-	if d, err = c.CheckN(ctx, 2, p); err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > time.Hour {
-		t.Fatalf("cost 2 more: %+v %v", d, err)
-	}
-	if d, err = c.Check(ctx, p); err != nil || !d.Allowed || d.Remaining != 0 {
-		t.Fatalf("cost 1: %+v %v", d, err)
-	}
+	t.Cleanup(func() {
+		conn.Close()
+		stop()
+		<-done
+	})
+	return client.NewGRPC(conn, client.GRPCOptions{Domain: domain, Timeout: 5 * time.Second})
 }
 
 // TestHTTPReserve reserves an estimate through the HTTP API, settles it
