@@ -94,6 +94,11 @@ type Record struct {
 	// (it made room in the queue for a more critical request), or
 	// client_gone (the client left while it waited for a place).
 	Tier, Shed string
+	// Screened, when set, says that the gateway's gatekeeper answered the
+	// request before any limit, and why: ScreenedDenied (an address on
+	// the deny list, 403) or ScreenedBanned (the penalty box, 429). No
+	// limit charged it, and a replay charges none.
+	Screened string
 	// Referer and UserAgent are the request's fields, for the combined
 	// format (and JSON when set).
 	Referer, UserAgent string
@@ -151,8 +156,18 @@ const (
 	FieldDegraded   = "degraded"
 	FieldTier       = "tier"
 	FieldShed       = "shed"
+	FieldScreened   = "screened"
 	FieldReferer    = "referer"
 	FieldUserAgent  = "user_agent"
+)
+
+// Values of Record.Screened.
+const (
+	// ScreenedDenied: the client's address is on the deny list (403).
+	ScreenedDenied = "denied"
+	// ScreenedBanned: the penalty box bans the request's client, key or
+	// user (429).
+	ScreenedBanned = "banned"
 )
 
 // TimeLayout is the layout of the JSON time field: UTC, microseconds.
@@ -204,7 +219,7 @@ func AppendJSON(b []byte, r *Record) []byte {
 		b = appendInt(b, FieldRetryAfter, (r.RetryAfter + time.Microsecond - 1).Microseconds())
 	}
 	for _, f := range [...]struct{ k, v string }{{FieldDegraded, r.Degraded}, {FieldTier, r.Tier}, {FieldShed, r.Shed},
-		{FieldReferer, r.Referer}, {FieldUserAgent, r.UserAgent}} {
+		{FieldScreened, r.Screened}, {FieldReferer, r.Referer}, {FieldUserAgent, r.UserAgent}} {
 		if f.v != "" {
 			b = appendField(b, f.k, f.v)
 		}

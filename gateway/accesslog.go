@@ -55,13 +55,22 @@ func (g *Gateway) logAccess(x Exchange, st *Flow) {
 	if o := st.ovl.o; m.Overload != nil && o != nil {
 		rec.Tier, rec.Shed = o.Tiers[st.ovl.tier], st.ovl.shed
 	}
+	if st.screened {
+		rec.Screened = accesslog.ScreenedBanned
+		if status == http.StatusForbidden {
+			rec.Screened = accesslog.ScreenedDenied
+		}
+	}
 	if rec.Status == 0 {
 		rec.Status = http.StatusOK
 		if x.Context().Err() != nil || rec.Shed == ShedClientGone {
 			rec.Status = statusClientGone
 		}
 	}
-	if hits := st.req.Hits; len(hits) > 0 {
+	// A request the gatekeeper refused was decided by no limit, even one
+	// refused as a banned user after the limits that need no user were
+	// looked at (which charged nothing).
+	if hits := st.req.Hits; len(hits) > 0 && !st.screened {
 		switch {
 		case res.Allowed:
 			rec.Decision = accesslog.Allow

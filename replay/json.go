@@ -88,7 +88,7 @@ func (p *jsonParser) parse(line []byte, rec *Record) error {
 	if !haveTime {
 		return errors.New("no time field")
 	}
-	rec.Refused = rec.undecided && !rec.routed && gateway.AnsweredBeforeRequestPath(rec.Status, rec.Method, rec.Path)
+	rec.Refused = rec.screened || rec.undecided && !rec.routed && gateway.AnsweredBeforeRequestPath(rec.Status, rec.Method, rec.Path)
 	return nil
 }
 
@@ -144,6 +144,8 @@ func (p *jsonParser) setString(rec *Record, key, v []byte) error {
 		return p.setNumber(rec, key, v)
 	case accesslog.FieldShed:
 		rec.Shed = p.in.str(v)
+	case accesslog.FieldScreened:
+		rec.screened = len(v) > 0
 	case accesslog.FieldDegraded:
 		if len(v) > 0 {
 			rec.Logged = LoggedDegraded

@@ -82,20 +82,22 @@ type Record struct {
 	// logged.
 	Shed string
 	// Refused reports that the gateway answered the request before any
-	// limit (Floodgate's JSON log: no route, decision "none", and an
-	// answer gateway.AnsweredBeforeRequestPath names: a 400 for what the
-	// log may not show, such as a field sent twice, CONNECT's 405,
-	// OPTIONS *): it charged nothing, and the replay charges nothing for
-	// it. Floodgate's combined log names no route: there a line with no
-	// key, no limit, no client key and decision "none" so answered is
-	// taken as refused, which is what the gateway did under the policy
-	// that wrote the log (an upstream's 400 to a request no limit applied
-	// to charged nothing either); a policy limiting such a route anew
-	// charges it in a replay of the JSON log only.
+	// limit (Floodgate's JSON log: a "screened" field, the gatekeeper's
+	// refusal of a denied address or a banned client; or no route,
+	// decision "none" and an answer gateway.AnsweredBeforeRequestPath
+	// names: a 400 for what the log may not show, such as a field sent
+	// twice, CONNECT's 405, OPTIONS *): it charged nothing, and the
+	// replay charges nothing for it. Floodgate's combined log names no
+	// route: there a line with no key, no limit, no client key and
+	// decision "none" so answered is taken as refused, which is what the
+	// gateway did under the policy that wrote the log (an upstream's 400
+	// to a request no limit applied to charged nothing either); a policy
+	// limiting such a route anew charges it in a replay of the JSON log
+	// only.
 	Refused bool
-	// routed and undecided are what the JSON log says of the route and
-	// the decision, for Refused.
-	routed, undecided bool
+	// routed, undecided and screened are what the JSON log says of the
+	// route, the decision and the gatekeeper, for Refused.
+	routed, undecided, screened bool
 }
 
 // stripQuery removes a URL's query and fragment, and the scheme and
