@@ -604,11 +604,14 @@ type charge struct {
 }
 
 // refundAll gives back the charged slots, and deletes the settle records
-// that a Reserve (op) wrote in them. It waits for the refund until the
-// request's own deadline, so that a caller who saw a denial finds nothing
-// charged; a refund that misses the deadline is retried in the background
-// (Flush waits for those) so that a slow server never makes a request wait
-// past its deadline.
+// that a Reserve (op) wrote in them. Each refund is sent once, in a call
+// of its own that has refundTimeout to be answered whatever happens to
+// the request; the request waits for it until its own context ends, so
+// that a caller who saw a denial finds nothing charged, and a slow server
+// (or an answer this process reads late) never makes a request wait past
+// its deadline. A refund whose answer comes after that is not sent again:
+// it was sent and Redis applies it, and a charge is never given back
+// twice. Flush waits for the refunds still on their way.
 func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
 	for _, d := range charged {
 		r := &refundCall{args: []string{itoa(d.mark), ""}}
@@ -631,37 +634,26 @@ func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hi
 			r.keys = append(r.keys, recs...)
 			r.args = append(r.args, strconv.Itoa(len(recs)))
 		}
-		// Until the request's deadline, or its end when the deadline
-		// moves (the engine's, while Redis makes progress), at most a
-		// second.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		if dl, ok := ctx.Deadline(); ok {
-			cancel()
-			rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
-		}
-		stop := context.AfterFunc(ctx, cancel)
-		_, err := s.eval(rctx, s.refund, r.keys, r.args)
-		stop()
-		ended := rctx.Err() != nil
-		cancel()
-		if err == nil {
-			continue
-		}
-		if !ended && !errors.Is(err, context.DeadlineExceeded) {
-			s.refundFailed(err)
-			continue
-		}
+		done := make(chan struct{})
 		s.refunds.Add(1)
 		go func() {
 			defer s.refunds.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer close(done)
+			rctx, cancel := context.WithTimeout(context.Background(), refundTimeout)
 			defer cancel()
-			if _, err := s.eval(ctx, s.refund, r.keys, r.args); err != nil {
+			if _, err := s.eval(rctx, s.refund, r.keys, r.args); err != nil {
 				s.refundFailed(err)
 			}
 		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
 	}
 }
+
+// refundTimeout bounds the call of one refund (Cluster only).
+const refundTimeout = time.Second
 
 func (s *Store) refundFailed(err error) {
 	s.refundErrors.Add(1)
