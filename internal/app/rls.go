@@ -144,11 +144,14 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 	opts := set.Service
 	opts.Logger, opts.Stats = r.log, s.stats
 	if set.PeerKeys != nil {
-		timeout := r.set.Engine.Timeout
-		if timeout <= 0 {
+		timeout, hard := r.set.Engine.Timeout, r.set.Engine.HardTimeout
+		if timeout == 0 {
 			timeout = limiter.DefaultTimeout
 		}
-		if pc := newPeerCounter(r.stores, timeout); pc != nil {
+		if hard == 0 {
+			hard = limiter.DefaultHardTimeout
+		}
+		if pc := newPeerCounter(r.stores, timeout, hard); pc != nil {
 			opts.PeerCounter, opts.PeerKeys = pc, *set.PeerKeys
 		}
 	}

@@ -316,6 +316,17 @@ func (r *replies) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.
 // NewFromClient, whose connections it does not see, and on a Cluster for
 // a slot whose node it does not know yet.
 func (s *Store) LastReply(hits []limiter.Hit) (time.Time, bool) {
+	return s.lastReply(len(hits), func(i int) (uint16, bool) {
+		if hits[i].Rule == nil {
+			return 0, false
+		}
+		return slot(s.Key(hits[i].Rule, hits[i].Key)), true
+	})
+}
+
+// lastReply is LastReply for n slots: slotOf(i) returns the i-th, or false
+// for none.
+func (s *Store) lastReply(n int, slotOf func(i int) (uint16, bool)) (time.Time, bool) {
 	r := s.replies
 	if r == nil {
 		return time.Time{}, false
@@ -349,11 +360,11 @@ func (s *Store) LastReply(hits []limiter.Hit) (time.Time, bool) {
 		return true
 	}
 	recent := m.prev != nil && now.Sub(m.changed) < movedFor
-	for i := range hits {
-		if hits[i].Rule == nil {
+	for i := range n {
+		sl, ok := slotOf(i)
+		if !ok {
 			continue
 		}
-		sl := slot(s.Key(hits[i].Rule, hits[i].Key))
 		if !judge(m.node(sl)) {
 			return time.Time{}, false
 		}
@@ -364,6 +375,88 @@ func (s *Store) LastReply(hits []limiter.Hit) (time.Time, bool) {
 		}
 	}
 	return oldest, !first
+}
+
+// ProgressContext returns the context of a call of the store's client
+// (Client) on keys, named as in Redis, that ends as the engine ends its
+// store calls (limiter.Options.Timeout): at timeout only when no reply at
+// all arrived from the servers that serve keys for that long (a stopped,
+// unreachable or stuck Redis), and while replies keep arriving (a busy
+// Redis, or this process short of CPU, so that its replies wait unread)
+// once timeout has passed since the last one, at the latest at hard
+// (below timeout: timeout). Where the store cannot tell when Redis last
+// answered (NewFromClient), the context ends at timeout. It also ends
+// with parent, and when cancel is called; its Err is then
+// context.DeadlineExceeded when its time was up. Its Deadline is parent's:
+// the end moves.
+func (s *Store) ProgressContext(parent context.Context, keys []string, timeout, hard time.Duration) (ctx context.Context, cancel context.CancelFunc) {
+	var slots []uint16
+	if s.mode == Cluster {
+		slots = make([]uint16, len(keys))
+		for i, k := range keys {
+			slots[i] = slot(k)
+		}
+	}
+	c := &progressCtx{Context: parent, done: make(chan struct{})}
+	limit := time.Now().Add(max(hard, timeout))
+	c.mu.Lock()
+	c.timer = time.AfterFunc(timeout, func() {
+		now := time.Now()
+		last, ok := s.lastReply(len(slots), func(i int) (uint16, bool) { return slots[i], true })
+		if !ok || !now.Before(limit) || now.Sub(last) >= timeout {
+			c.end(context.DeadlineExceeded)
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.err == nil {
+			next := last.Add(timeout)
+			if next.After(limit) {
+				next = limit
+			}
+			c.timer.Reset(next.Sub(now))
+		}
+	})
+	c.mu.Unlock()
+	stop := context.AfterFunc(parent, func() { c.end(context.Cause(parent)) })
+	return c, func() {
+		stop()
+		c.mu.Lock()
+		c.timer.Stop()
+		c.mu.Unlock()
+		c.end(context.Canceled)
+	}
+}
+
+// progressCtx is a context made by ProgressContext.
+type progressCtx struct {
+	context.Context // the parent, for Deadline and Value
+	done            chan struct{}
+
+	mu    sync.Mutex // guards timer and err
+	timer *time.Timer
+	err   error // why it ended (nil: it has not)
+}
+
+// end ends the context with err, unless it has ended.
+func (c *progressCtx) end(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+		c.timer.Stop()
+		close(c.done)
+	}
+}
+
+// Done is closed when the context ends.
+func (c *progressCtx) Done() <-chan struct{} { return c.done }
+
+// Err returns why the context ended, nil while it has not.
+func (c *progressCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 var _ limiter.ReplyClock = (*Store)(nil)
