@@ -222,7 +222,15 @@ func (a Address) clientOption(o *Options) rueidis.ClientOption {
 		DisableCache: true, // no server-assisted client cache: every decision reads the server
 		Dialer:       net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second},
 		// Decisions are writes: a retried script could charge twice.
-		DisableRetry:     true,
+		DisableRetry: true,
+		// Every connection sends its calls in its pipeline from the
+		// start, also a call alone on it: a call whose context has a
+		// deadline is otherwise written and read with the connection's
+		// own deadline, and one that passes (a caller with a short
+		// deadline, answered or read late) closes the connection,
+		// failing the calls queued behind it that had time to spare. In
+		// the pipeline a call whose context ends is given up alone.
+		AlwaysPipelining: true,
 		ConnWriteTimeout: o.WriteTimeout,
 		ClientName:       "floodgate",
 	}
