@@ -226,6 +226,11 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 // settings name, and says where on stdout. The connections the gRPC
 // listener and the /json one shed are counted in the process's /metrics
 // (floodgate_connections_shed_total{listener="rls_grpc"|"rls_http"}).
+// Without the gRPC or the /json listener there is no service, and the
+// error is returned; the debug port and the Prometheus address only serve
+// operators, so one that cannot be opened (another process holds it) is
+// logged as an error and the service runs without it, as
+// envoyproxy/ratelimit does.
 func (r *root) openRLSListeners(stdout io.Writer) error {
 	s, set := r.rls, r.set.RLS
 	network := set.Network
@@ -256,14 +261,14 @@ func (r *root) openRLSListeners(stdout io.Writer) error {
 			"/metrics": {Help: "Prometheus metrics", Handler: mh},
 		})
 		if _, err := r.openRLSHTTP(debug, set.DebugAddr, "debug (/rlconfig, /metrics, /debug/pprof/)", s.conns.side, stdout); err != nil {
-			return err
+			r.log.Error("rls: the debug port is not served; the rate-limit service runs without it", "addr", set.DebugAddr, "err", err)
 		}
 	}
 	if set.PromAddr != "" {
 		pm := http.NewServeMux()
 		pm.Handle(set.PromPath, mh)
 		if _, err := r.openRLSHTTP(pm, set.PromAddr, "Prometheus ("+set.PromPath+")", s.conns.side, stdout); err != nil {
-			return err
+			r.log.Error("rls: the Prometheus address is not served; the rate-limit service runs without it", "addr", set.PromAddr, "err", err)
 		}
 	}
 
@@ -355,12 +360,14 @@ func (r *root) openRLSHTTP(h http.Handler, addr, what string, conns int, stdout 
 	// reads their answers holds its place no longer. net/http's
 	// WriteTimeout is not used: it would cut the debug port's profiles,
 	// which take their time before their first byte.
-	r.rls.https = append(r.rls.https, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10})
 	ln, err := r.listenRLS("tcp", addr, what, conns, stdout)
 	if err != nil {
 		return nil, err
 	}
+	// Each server is added with its listener, so that one that could not
+	// listen leaves none behind (startRLS serves https[i] on lns[i+1]).
+	r.rls.https = append(r.rls.https, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10})
 	r.rls.lns[len(r.rls.lns)-1] = rls.BoundWrites(ln, 0)
 	return ln, nil
 }
