@@ -442,6 +442,10 @@ func (e *rlsEnv) settings() (*Settings, error) {
 		return set, nil
 	}
 	r.PeerKeys = &rls.PeerKeyOptions{Prefix: e.prefix, Jitter: e.jitter}
+	// On Redis, two processes on the same ports count on the same
+	// counters: the ports may be shared, as envoyproxy/ratelimit shares
+	// them, for a process started before the one it replaces has stopped.
+	r.ReusePort = true
 	var err error
 	if set.Store, err = redisStore(&e.redis, e.prefix); err != nil {
 		return nil, err

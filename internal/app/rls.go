@@ -292,7 +292,9 @@ func (r *root) openRLS(network, addr, what string, conns int, stdout io.Writer) 
 }
 
 // listenRLS listens on addr, serving at most conns connections at once
-// (answered 503 past it unless told otherwise), and says so on stdout.
+// (answered 503 past it unless told otherwise), and says so on stdout. With
+// RLS.ReusePort a TCP address is opened with SO_REUSEPORT, beside the
+// listeners of another process there.
 func (r *root) listenRLS(network, addr, what string, conns int, stdout io.Writer) (*connLimit, error) {
 	var err error
 	if network == "unix" {
@@ -300,7 +302,11 @@ func (r *root) listenRLS(network, addr, what string, conns int, stdout io.Writer
 	}
 	var raw net.Listener
 	if err == nil {
-		raw, err = net.Listen(network, addr)
+		var lc net.ListenConfig
+		if r.set.RLS != nil && r.set.RLS.ReusePort && network != "unix" {
+			lc.Control = reusePort
+		}
+		raw, err = lc.Listen(context.Background(), network, addr)
 	}
 	if err != nil {
 		if r.name == "serve" {
@@ -430,6 +436,11 @@ func (s *rlsService) shutdown(ctx context.Context) {
 		s.cancel()
 	}
 	s.wg.Wait()
+	if s.grpc != nil {
+		// A server that never served (a listener that did not open) still
+		// has its stream workers; stopping one that served changes nothing.
+		s.grpc.GRPC.Stop()
+	}
 	for _, hs := range s.https {
 		_ = hs.Shutdown(ctx)
 	}

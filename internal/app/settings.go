@@ -85,4 +85,10 @@ type RLS struct {
 	// HeapReserveMiB is the heap reserve that RunRLS holds, in MiB (0:
 	// none; see holdHeapReserve).
 	HeapReserveMiB int
+	// ReusePort opens the TCP listeners with SO_REUSEPORT, as
+	// envoyproxy/ratelimit does: a new process can listen on the ports of
+	// one still running and take over as it drains (a hot restart, or the
+	// switch from envoyproxy/ratelimit on one host). Only for a store the
+	// processes share: on the embedded store each would count apart.
+	ReusePort bool
 }
