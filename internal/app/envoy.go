@@ -37,7 +37,10 @@ type rlsEnv struct {
 	// configDir is the directory of the descriptor files ("" when
 	// RUNTIME_SUBDIRECTORY is empty: no configuration, as there).
 	configDir string
-	load      rls.LoadOptions
+	// dirMustExist stops the start when configDir does not exist
+	// (RUNTIME_WATCH_ROOT=false).
+	dirMustExist bool
+	load         rls.LoadOptions
 
 	backend      string // redis or memory
 	storeTimeout time.Duration
@@ -250,8 +253,10 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	sub := r.str("RUNTIME_SUBDIRECTORY", "")
 	app := r.str("RUNTIME_APPDIRECTORY", "config")
 	// Both kinds of update RUNTIME_WATCH_ROOT chooses between are followed
-	// either way (package internal/watch); it is read for its value's sake.
-	_ = r.bool("RUNTIME_WATCH_ROOT", true)
+	// either way (package internal/watch). What it changes is the start:
+	// envoyproxy/ratelimit watching the directory itself ends at once when
+	// it does not exist, where watching the root it waits for it.
+	e.dirMustExist = !r.bool("RUNTIME_WATCH_ROOT", true)
 	if sub != "" && app != "" {
 		e.configDir = filepath.Join(root, sub, app)
 	}
@@ -425,6 +430,7 @@ func (e *rlsEnv) settings() (*Settings, error) {
 	}
 	if e.configDir != "" {
 		r.Paths = []string{e.configDir}
+		r.PathsMustExist = e.dirMustExist
 	}
 	if !e.disableStats {
 		r.Stats = &rls.StatsOptions{NearLimitRatio: e.nearRatio, ConstLabels: e.extraTags, ResponseTimeMilliseconds: e.promMillis,

@@ -120,6 +120,13 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 		}
 	}
 	var cfg *rls.Config
+	if set.PathsMustExist {
+		for _, p := range set.Paths {
+			if _, err := os.Stat(p); err != nil {
+				return fmt.Errorf("%s: descriptor files: %w (RUNTIME_WATCH_ROOT=false watches this directory, which must exist at start)", r.name, err)
+			}
+		}
+	}
 	if len(set.Paths) > 0 {
 		var err error
 		if set.WaitForConfig {

@@ -57,7 +57,11 @@ type RLS struct {
 	// Paths are the descriptor files or directories (none: the service
 	// starts without a configuration and answers every domain as unknown).
 	Paths []string
-	Load  rls.LoadOptions
+	// PathsMustExist stops the start when one of Paths does not exist
+	// (RUNTIME_WATCH_ROOT=false, as envoyproxy/ratelimit, which watches the
+	// directory itself then); otherwise the service starts and waits for it.
+	PathsMustExist bool
+	Load           rls.LoadOptions
 	// ForceStart starts without a configuration when the files do not
 	// load (FORCE_START_WITHOUT_INITIAL_CONFIG).
 	ForceStart bool
