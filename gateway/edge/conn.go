@@ -85,7 +85,8 @@ type conn struct {
 	// write may wait between about half of send and send; a busy
 	// connection moves it about once per send/2. Where send is long
 	// beside the parker's sweeps, the time is the parker's (at most a
-	// sweep behind, read for free), else the monotonic clock's. wBy is
+	// sweep behind, read for free) while they run, else (and once they
+	// stopped, at Shutdown) the monotonic clock's. wBy is
 	// when the deadline set last passes (monoNow), wSet the deadline in
 	// force, wAsked the one fasthttp asked for (server.timeouts.write),
 	// which is never passed.
@@ -109,8 +110,11 @@ func (c *conn) boundWrite() {
 	}
 	var now int64
 	if c.p != nil && c.send >= 8*int64(c.p.every) {
-		now = c.p.now.Load() + int64(c.p.every) // the latest the clock can be
-	} else {
+		if swept := c.p.now.Load(); swept != 0 {
+			now = swept + int64(c.p.every) // the latest the clock can be
+		}
+	}
+	if now == 0 { // a short bound, or the parker's sweeps do not run
 		now = monoNow()
 	}
 	if c.wBy != 0 && c.wBy-now >= c.send/2 {

@@ -57,7 +57,9 @@ type parker struct {
 	every time.Duration
 	tick  atomic.Int64 // counts the sweeps, from 1
 	// now is monoNow at the last sweep: a clock at most every behind, for
-	// the write bounds of connections (conn.boundWrite), read for free.
+	// the write bounds of connections (conn.boundWrite), read for free;
+	// 0 while the sweeps do not run (before Serve, and from Shutdown on,
+	// when answers in flight may still be written for a long time).
 	now atomic.Int64
 	// returnMemory: collect and return memory after many parks
 	// (Options.ReturnMemory).
@@ -80,7 +82,6 @@ type parker struct {
 func newParker(e *Engine, every time.Duration) *parker {
 	p := &parker{e: e, every: every, conns: map[*conn]struct{}{}}
 	p.tick.Store(1)
-	p.now.Store(monoNow())
 	return p
 }
 
@@ -112,6 +113,8 @@ func (p *parker) remove(c *conn) {
 func (p *parker) sweep(done <-chan struct{}) {
 	t := time.NewTicker(p.every)
 	defer t.Stop()
+	p.now.Store(monoNow())
+	defer p.now.Store(0) // the clock stops with the sweeps
 	var idle []*conn
 	parked := 0 // since the last collection
 	var lastPark, lastCollect time.Time
