@@ -258,8 +258,11 @@ func (l *Limiter) releaseSlot() {
 // newest reply, up to the hard timeout (or the caller's deadline, when
 // earlier). Deadline then reports none, since the end moves; the store
 // must watch Done. A check that runs long after it was due and sees no
-// reply (this process did not run, so replies may be waiting unread) ends
-// the call without holding it against the store.
+// reply (this process did not run, so replies may be waiting unread, or
+// read and not yet recorded by the goroutine that reads them, which resumed
+// at the same moment) looks again after the tolerance; when that check
+// sees no reply either, it ends the call without holding it against the
+// store.
 //
 // The store sees a cancellation of the caller's context only through Err
 // before the call (callStore checks it first), and, once the call has
@@ -275,11 +278,12 @@ type deadlineCtx struct {
 	expired         atomic.Bool
 	why             atomic.Uint32
 
-	mu       sync.Mutex // guards hits, one, running, watch and extended
+	mu       sync.Mutex // guards hits, one, running, watch, extended and late
 	hits     []Hit      // what the call is for, for the ReplyClock
 	one      [1]Hit     // a lease call's hit
 	running  bool       // the call has not returned yet
 	extended bool       // the call outlasted Timeout while the store made progress
+	late     bool       // the last check ran late and saw no reply: it looked again
 	watch    func() bool
 }
 
@@ -309,6 +313,7 @@ func (c *deadlineCtx) start(l *Limiter, caller context.Context, t0, cdl time.Tim
 			c.hits = c.one[:]
 		}
 		c.running = true
+		c.late = false
 		c.mu.Unlock()
 	}
 	c.timer.Reset(l.timeout)
@@ -369,15 +374,30 @@ func (c *deadlineCtx) fire() {
 		c.expire(whyDeadline)
 		return
 	case now.Sub(last) >= l.timeout && now.Sub(c.due) > c.tolerance:
-		// No reply seen, but this process did not run for a while:
-		// the replies may be waiting unread. Decided by policy, but not
-		// held against the store.
+		// No reply seen, but this process did not run for a while,
+		// and its goroutines have not run since either: a reply may
+		// have been read off its connection and not yet recorded by
+		// the goroutine that read it, which resumed with this one.
+		// Look again once it has had the time to; until then the call
+		// goes on (at the latest to its limit).
+		c.late = true
+		c.due = now.Add(c.tolerance)
+		if c.due.After(c.limit) {
+			c.due = c.limit
+		}
+		c.timer.Reset(c.due.Sub(now))
+		return
+	case now.Sub(last) >= l.timeout && c.late:
+		// Still no reply since a check that ran late: the replies may
+		// be waiting in this process all the same. Decided by policy,
+		// but not held against the store.
 		c.expire(whyLate)
 		return
 	case now.Sub(last) >= l.timeout:
 		c.expire(whyNoProgress)
 		return
 	}
+	c.late = false
 	next := last.Add(l.timeout)
 	if !c.extended {
 		c.extended = true

@@ -122,9 +122,11 @@
 // queue makes calls slow) a call waits up to Options.HardTimeout, and one
 // that reaches it is decided by its policy without being held against the
 // store (Stats.SlowCalls, Stats.HardTimeouts). A check that runs long
-// after it was due and sees no reply ends the call, but is not held
-// against the store (Stats.LateDeadlines): this process did not run, so
-// the replies may be waiting unread.
+// after it was due and sees no reply looks again once this process has
+// had time to run (half of Timeout later): it did not run, so the replies
+// may be waiting unread, or read and not yet recorded. When the second
+// look sees no reply either, it ends the call, but not held against the
+// store (Stats.LateDeadlines).
 //
 // At most Options.MaxInFlight calls are in flight at once; a call beyond
 // that waits for a slot (backpressure on the callers rather than a longer

@@ -64,6 +64,10 @@ const (
 type server struct {
 	base time.Time
 	last atomic.Int64 // ns after base of the newest read that returned bytes, plus 1; 0: none yet
+	// held, when set (in tests), runs in each read that returned bytes
+	// before they are recorded: the moment a reply has left the socket
+	// and is not yet progress.
+	held atomic.Pointer[func([]byte)]
 
 	mu    sync.Mutex // guards conns
 	conns map[*trackedConn]struct{}
@@ -135,6 +139,9 @@ type trackedConn struct {
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
+		if h := c.srv.held.Load(); h != nil {
+			(*h)(b[:n])
+		}
 		c.srv.last.Store(int64(time.Since(c.srv.base)) + 1)
 		c.rmu.Lock()
 		c.replies.Store(c.in.feed(b[:n]))
