@@ -118,31 +118,25 @@ func banFor(r *config.Ban, strikes int) time.Duration {
 func (m *Memory) sweepBans(now time.Time) {
 	m.sweeps++
 	m.nextSweep = now.Add(sweepEvery)
-	const buckets = 64 // bans of buckets-1 strikes or more share the last
-	var ended [buckets]int
+	var ended [levels]int // bans of levels-1 strikes or more share the last
 	for k, b := range m.bans {
 		switch {
 		case !b.forget.After(now):
 			delete(m.bans, k)
 		case !b.Until.After(now):
-			ended[min(b.Strikes, buckets-1)]++
+			ended[min(b.Strikes, levels-1)]++
 		}
 	}
 	excess := len(m.bans) - (m.max - max(m.max/8, 1))
 	if excess <= 0 {
 		return
 	}
-	// Drop every ended ban of fewer than least strikes, and as many of
-	// least as make up the rest.
-	least := 0
-	for ; least < buckets-1 && excess > ended[least]; least++ {
-		excess -= ended[least]
-	}
+	least, excess := dropLevel(&ended, excess)
 	for k, b := range m.bans {
 		if b.Until.After(now) {
 			continue
 		}
-		switch n := min(b.Strikes, buckets-1); {
+		switch n := min(b.Strikes, levels-1); {
 		case n < least:
 			delete(m.bans, k)
 		case n == least && excess > 0:
@@ -150,6 +144,21 @@ func (m *Memory) sweepBans(now time.Time) {
 			excess--
 		}
 	}
+}
+
+// levels is how many strike or offence counts the sweeps tell apart: those
+// of levels-1 or more are alike.
+const levels = 64
+
+// dropLevel returns which entries a sweep drops to remove excess of them,
+// the lowest levels first, given how many there are at each level: every
+// one below least, and rest of those at least.
+func dropLevel(counts *[levels]int, excess int) (least, rest int) {
+	for least < levels-1 && excess > counts[least] {
+		excess -= counts[least]
+		least++
+	}
+	return least, excess
 }
 
 // sweepOffences drops the counters whose window passed and, when that
@@ -160,27 +169,21 @@ func (m *Memory) sweepBans(now time.Time) {
 // max/8 new keys, not for one per key.
 func (m *Memory) sweepOffences(now time.Time) {
 	m.offenceSweeps++
-	const buckets = 64 // counters of buckets-1 offences or more share the last
-	var held [buckets]int
+	var held [levels]int // counters of levels-1 offences or more share the last
 	for k, o := range m.offences {
 		if !o.end.After(now) {
 			delete(m.offences, k)
 			continue
 		}
-		held[min(o.n, buckets-1)]++
+		held[min(o.n, levels-1)]++
 	}
 	excess := len(m.offences) - (m.max - max(m.max/8, 1))
 	if excess <= 0 {
 		return
 	}
-	// Drop every counter of fewer than least offences, and as many of
-	// least as make up the rest.
-	least := int64(0)
-	for ; least < buckets-1 && excess > held[least]; least++ {
-		excess -= held[least]
-	}
+	least, excess := dropLevel(&held, excess)
 	for k, o := range m.offences {
-		switch n := min(o.n, buckets-1); {
+		switch n := int(min(o.n, levels-1)); {
 		case n < least:
 			delete(m.offences, k)
 		case n == least && excess > 0:
