@@ -22,8 +22,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	floodgateBin = filepath.Join(dir, "floodgate")
-	cmd := exec.Command("go", "build", "-o", floodgateBin, "./cmd/floodgate")
+	// Static and -trimpath, as the image's binary is built (and as
+	// scripts/test.sh builds the packages before this module's tests), so
+	// that the compiled packages are shared.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", floodgateBin, "./cmd/floodgate")
 	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		buildErr = fmt.Errorf("go build ./cmd/floodgate: %v\n%s", err, out)
 	}
