@@ -17,7 +17,9 @@ type Gate struct {
 }
 
 // Pass reports whether a line may be logged at now; when it may, held is
-// how many were held back since the last one that passed.
+// how many were held back since the last one that passed (a line held back
+// at the very moment another passes may be counted by that one: each is
+// counted once).
 func (g *Gate) Pass(now time.Time) (held int64, ok bool) {
 	t := now.UnixNano()
 	last := g.last.Load()
