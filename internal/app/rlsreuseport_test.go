@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -113,27 +111,7 @@ type rlsProcess struct {
 // listeners are open or it has returned.
 func startRLSProcess(t *testing.T, set map[string]string) *rlsProcess {
 	t.Helper()
-	dir := t.TempDir()
-	cd := filepath.Join(dir, "ratelimit", "config")
-	if err := os.MkdirAll(cd, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	shop := "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n"
-	if err := os.WriteFile(filepath.Join(cd, "shop.yaml"), []byte(shop), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]string{
-		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-		"RUNTIME_ROOT": dir, "RUNTIME_SUBDIRECTORY": "ratelimit", "USE_STATSD": "false", "FLOODGATE_COMPAT": "true",
-		"FLOODGATE_HEAP_RESERVE_MIB": "0",
-	}
-	for k, v := range set {
-		m[k] = v
-	}
-	env, err := ReadEnvoy(envOf(m))
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := shopEnv(t, map[string]string{"FLOODGATE_COMPAT": "true"}, set)
 	lines := &lineWriter{c: make(chan string, 16)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -123,6 +123,14 @@ func TestRLSServesWithoutABusySidePort(t *testing.T) {
 // 1000 a minute), with set on top.
 func sidePortEnv(t *testing.T, set map[string]string) *Envoy {
 	t.Helper()
+	return shopEnv(t, map[string]string{"BACKEND_TYPE": "memory"}, set)
+}
+
+// shopEnv reads floodgate rls's settings on loopback with ports of the
+// system's choosing and one domain (shop: client, 1000 a minute) in a
+// runtime directory of its own, with base and then set on top.
+func shopEnv(t *testing.T, base, set map[string]string) *Envoy {
+	t.Helper()
 	dir := t.TempDir()
 	cd := filepath.Join(dir, "ratelimit", "config")
 	if err := os.MkdirAll(cd, 0o755); err != nil {
@@ -134,11 +142,12 @@ func sidePortEnv(t *testing.T, set map[string]string) *Envoy {
 	}
 	m := map[string]string{
 		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
-		"RUNTIME_ROOT": dir, "RUNTIME_SUBDIRECTORY": "ratelimit", "USE_STATSD": "false", "BACKEND_TYPE": "memory",
-		"FLOODGATE_HEAP_RESERVE_MIB": "0",
+		"RUNTIME_ROOT": dir, "RUNTIME_SUBDIRECTORY": "ratelimit", "USE_STATSD": "false", "FLOODGATE_HEAP_RESERVE_MIB": "0",
 	}
-	for k, v := range set {
-		m[k] = v
+	for _, kv := range []map[string]string{base, set} {
+		for k, v := range kv {
+			m[k] = v
+		}
 	}
 	env, err := ReadEnvoy(envOf(m))
 	if err != nil {
