@@ -66,17 +66,26 @@ func (l *connLimit) Accept() (net.Conn, error) {
 			_ = c.Close()
 			continue
 		}
-		go shed(c, l.answer)
+		shed(c, l.answer)
 	}
 }
 
-// shed answers a connection over the limit and closes it; a client that
-// does not read within a second is simply closed.
+// shedWriteBound bounds the write of the answer to a connection over the
+// limit. The answer is smaller than any socket's send buffer and the
+// connection is new, so the write does not wait; the bound only keeps a
+// socket that would make it wait from holding the accept loop.
+const shedWriteBound = 10 * time.Millisecond
+
+// shed answers a connection over the limit and closes it, in the accept
+// loop itself: a connection past the limit is closed before the next is
+// taken, so that a burst of them holds no descriptor beyond the limit
+// however long the process waits for a CPU (answered on goroutines of
+// their own, hundreds were open at once on a busy machine).
 func shed(c net.Conn, answer []byte) {
-	_ = c.SetDeadline(time.Now().Add(time.Second))
+	_ = c.SetWriteDeadline(time.Now().Add(shedWriteBound))
 	_, _ = c.Write(answer)
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
+	if hc, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
 	}
 	_ = c.Close()
 }
