@@ -270,20 +270,19 @@ func (l *Limiter) releaseSlot() {
 type deadlineCtx struct {
 	context.Context // the caller's, for Value
 	l               *Limiter
-	limit           time.Time     // the latest end: the hard timeout, or the caller's deadline
-	due             time.Time     // when the timer is due
+	due             time.Time     // when the timer is due, for a store without a ReplyClock
 	tolerance       time.Duration // lateness of the timer that means this process stalled
+	check           ProgressCheck // the rule, for a store with a ReplyClock (guarded by mu)
 	done            chan struct{}
 	timer           *time.Timer
 	expired         atomic.Bool
 	why             atomic.Uint32
 
-	mu       sync.Mutex // guards hits, one, running, watch, extended and late
+	mu       sync.Mutex // guards check, hits, one, running, watch and extended
 	hits     []Hit      // what the call is for, for the ReplyClock
 	one      [1]Hit     // a lease call's hit
 	running  bool       // the call has not returned yet
 	extended bool       // the call outlasted Timeout while the store made progress
-	late     bool       // the last check ran late and saw no reply: it looked again
 	watch    func() bool
 }
 
@@ -299,21 +298,16 @@ func newDeadlineCtx() any {
 func (c *deadlineCtx) start(l *Limiter, caller context.Context, t0, cdl time.Time, hits []Hit, lc *leaseCall) {
 	c.Context, c.l = caller, l
 	c.due = t0.Add(l.timeout)
-	c.limit = c.due
 	c.tolerance = max(l.timeout/2, minLateness)
 	if l.clock != nil {
-		c.limit = t0.Add(l.hardTimeout)
-		if !cdl.IsZero() && cdl.Before(c.limit) {
-			c.limit = cdl
-		}
 		c.mu.Lock()
+		c.check = NewProgressCheck(t0, l.timeout, l.hardTimeout, cdl)
 		c.hits = hits
 		if lc != nil {
 			c.one[0] = *lc.h
 			c.hits = c.one[:]
 		}
 		c.running = true
-		c.late = false
 		c.mu.Unlock()
 	}
 	c.timer.Reset(l.timeout)
@@ -364,53 +358,42 @@ func (c *deadlineCtx) fire() {
 	if !c.running {
 		return // the call returned; finish stops the timer
 	}
-	if !now.Before(c.limit) {
+	switch c.check.Check(now, c.lastReply) {
+	case ProgressHard:
 		c.expire(whyHard)
 		return
-	}
-	last, ok := l.clock.LastReply(c.hits)
-	switch {
-	case !ok:
+	case ProgressUnknown:
 		c.expire(whyDeadline)
 		return
-	case now.Sub(last) >= l.timeout && now.Sub(c.due) > c.tolerance:
-		// No reply seen, but this process did not run for a while,
-		// and its goroutines have not run since either: a reply may
-		// have been read off its connection and not yet recorded by
-		// the goroutine that read it, which resumed with this one.
-		// Look again once it has had the time to; until then the call
-		// goes on (at the latest to its limit).
-		c.late = true
-		c.due = now.Add(c.tolerance)
-		if c.due.After(c.limit) {
-			c.due = c.limit
-		}
-		c.timer.Reset(c.due.Sub(now))
-		return
-	case now.Sub(last) >= l.timeout && c.late:
+	case ProgressLate:
 		// Still no reply since a check that ran late: the replies may
 		// be waiting in this process all the same. Decided by policy,
 		// but not held against the store.
 		c.expire(whyLate)
 		return
-	case now.Sub(last) >= l.timeout:
+	case ProgressNone:
 		c.expire(whyNoProgress)
 		return
+	case ProgressLooksAgain:
+		// No reply seen, but this process did not run for a while,
+		// and its goroutines have not run since either: a reply may
+		// have been read off its connection and not yet recorded by
+		// the goroutine that read it, which resumed with this one.
+		c.timer.Reset(c.check.Due().Sub(now))
+		return
 	}
-	c.late = false
-	next := last.Add(l.timeout)
 	if !c.extended {
 		c.extended = true
 		if c.Context.Done() != nil {
 			c.watch = context.AfterFunc(c.Context, func() { c.expire(whyCaller) })
 		}
 	}
-	if next.After(c.limit) {
-		next = c.limit
-	}
-	c.due = next
-	c.timer.Reset(c.due.Sub(now))
+	c.timer.Reset(c.check.Due().Sub(now))
 }
+
+// lastReply asks the store when it last answered on the call's
+// connections. It is called with mu held.
+func (c *deadlineCtx) lastReply() (time.Time, bool) { return c.l.clock.LastReply(c.hits) }
 
 // expire ends the context.
 func (c *deadlineCtx) expire(why uint32) {

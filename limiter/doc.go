@@ -126,7 +126,8 @@
 // had time to run (half of Timeout later): it did not run, so the replies
 // may be waiting unread, or read and not yet recorded. When the second
 // look sees no reply either, it ends the call, but not held against the
-// store (Stats.LateDeadlines).
+// store (Stats.LateDeadlines). ProgressCheck is that rule, for calls a
+// program makes on a store's own client that must end as the engine's do.
 //
 // At most Options.MaxInFlight calls are in flight at once; a call beyond
 // that waits for a slot (backpressure on the callers rather than a longer

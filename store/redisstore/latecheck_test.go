@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
@@ -63,6 +64,56 @@ func stopper(t *testing.T, d time.Duration) (stop func()) {
 	}
 }
 
+// holdFirstReply holds the first reply s reads (not a ping's) after its
+// read and before it is recorded as progress, until looked is closed and
+// a moment more: as the goroutine that read it does when it resumes with
+// the check that looks for it. The channel it returns is closed when that
+// reply has been read.
+func holdFirstReply(t *testing.T, s *Store, looked <-chan struct{}) <-chan struct{} {
+	read := make(chan struct{})
+	var once sync.Once
+	hold := func(b []byte) {
+		if string(b) == "+PONG\r\n" {
+			return // the client's own ping, not the call's reply
+		}
+		once.Do(func() {
+			close(read)
+			select {
+			case <-looked:
+			case <-time.After(10 * time.Second):
+			}
+			time.Sleep(20 * time.Millisecond)
+		})
+	}
+	s.replies.all.held.Store(&hold)
+	t.Cleanup(func() { s.replies.all.held.Store(nil) })
+	return read
+}
+
+// stopWhileReading runs call on a goroutine of its own, stops this process
+// with stop once read is closed, and returns what call returned and how
+// long after the stop it did.
+func stopWhileReading[T any](t *testing.T, read <-chan struct{}, stop func(), call func() T) (T, time.Duration) {
+	t.Helper()
+	done := make(chan T, 1)
+	go func() { done <- call() }()
+	select {
+	case <-read:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply read within 10s")
+	}
+	stopped := time.Now()
+	stop()
+	select {
+	case v := <-done:
+		return v, time.Since(stopped)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not end within 10s")
+	}
+	var none T
+	return none, 0
+}
+
 // TestLateCheckCountsAReplyReadNotYetRecorded: this process stops (SIGSTOP)
 // for 600 ms while a call's reply, read off its connection just before,
 // is not yet recorded as progress by the goroutine that read it. When the
@@ -91,50 +142,18 @@ func TestLateCheckCountsAReplyReadNotYetRecorded(t *testing.T) {
 	ls.mu.Lock()
 	ls.looked = looked
 	ls.mu.Unlock()
-	read := make(chan struct{})
-	var once sync.Once
-	hold := func(b []byte) {
-		if string(b) == "+PONG\r\n" {
-			return // the client's own ping, not the call's reply
-		}
-		once.Do(func() {
-			close(read)
-			// The reader resumes with the check: it records the
-			// reply a moment after the check looked.
-			select {
-			case <-looked:
-			case <-time.After(10 * time.Second):
-			}
-			time.Sleep(20 * time.Millisecond)
-		})
-	}
-	s.replies.all.held.Store(&hold)
-	defer s.replies.all.held.Store(nil)
+	read := holdFirstReply(t, s, looked)
 
 	type answer struct {
 		res limiter.Result
 		err error
 	}
-	done := make(chan answer, 1)
-	go func() {
+	a, after := stopWhileReading(t, read, stop, func() answer {
 		res, err := lim.Check(context.Background(), hits)
-		done <- answer{res, err}
-	}()
-	select {
-	case <-read:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no reply read within 10s")
-	}
-	stopped := time.Now()
-	stop()
-	var a answer
-	select {
-	case a = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the call did not end within 10s")
-	}
+		return answer{res, err}
+	})
 	st := lim.Stats()
-	t.Logf("stopped for %v; %+v, %v; %+v", time.Since(stopped), a.res, a.err, st)
+	t.Logf("answered %v after the stop; %+v, %v; %+v", after, a.res, a.err, st)
 	if a.err != nil || !a.res.Allowed || a.res.Degraded != limiter.NotDegraded || st.LateDeadlines != 0 || st.StoreFailures != 0 {
 		t.Fatalf("a reply read before the stop, recorded as the process resumed: %+v, %v, %d late deadlines, %d store failures; want allowed by Redis, none",
 			a.res, a.err, st.LateDeadlines, st.StoreFailures)
@@ -186,6 +205,97 @@ func TestLateCheckOnAStoppedRedisEnds(t *testing.T) {
 	t.Logf("%+v, %v after %v; %+v", a.res, a.err, a.took, st)
 	if a.err != nil || a.res.Allowed || a.res.Degraded != limiter.DegradedDeadline || st.LateDeadlines != 1 || st.StoreFailures != 0 || st.HardTimeouts != 0 {
 		t.Fatalf("a stopped Redis, seen late: %+v, %v, %+v; want denied by policy, one late deadline, nothing held against the store", a.res, a.err, st)
+	}
+	if a.took > 620*time.Millisecond+timeout {
+		t.Fatalf("the call ended after %v, want within the stop and half a deadline more (%v)", a.took, 600*time.Millisecond+timeout/2)
+	}
+}
+
+// TestProgressContextLateCheckCountsAReplyReadNotYetRecorded is
+// TestLateCheckCountsAReplyReadNotYetRecorded for a call of the store's
+// client bounded by ProgressContext (envoyproxy/ratelimit's counters in
+// compatibility mode): the reply read just before this process stopped,
+// recorded only as it resumes, after the late check looked, answers the
+// call; it does not end by its deadline. Before, ProgressContext kept a
+// rule of its own without the engine's second look, and ended it.
+func TestProgressContextLateCheckCountsAReplyReadNotYetRecorded(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux tells what waits unread")
+	}
+	s := newStandalone(t)
+	key := uniquePrefix(t) + "peer"
+	cl := s.Client()
+	if err := cl.Do(context.Background(), cl.B().Set().Key(key).Value("0").Ex(time.Minute).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	stop := stopper(t, 600*time.Millisecond)
+	looked := make(chan struct{})
+	var lookOnce sync.Once
+	look := func() { lookOnce.Do(func() { close(looked) }) }
+	s.looked.Store(&look)
+	defer s.looked.Store(nil)
+	read := holdFirstReply(t, s, looked)
+
+	const timeout = 200 * time.Millisecond
+	type answer struct {
+		n   int64
+		err error
+	}
+	a, after := stopWhileReading(t, read, stop, func() answer {
+		ctx, cancel := s.ProgressContext(context.Background(), []string{key}, timeout, 5*time.Second)
+		defer cancel()
+		n, err := cl.Do(ctx, cl.B().Incr().Key(key).Build()).AsInt64()
+		return answer{n, err}
+	})
+	t.Logf("answered %v after the stop; %d, %v", after, a.n, a.err)
+	if a.err != nil || a.n != 1 {
+		t.Fatalf("a reply read before the stop, recorded as the process resumed: %d, %v; want 1 from Redis", a.n, a.err)
+	}
+}
+
+// TestProgressContextOnAStoppedRedisEnds: Redis and this process are both
+// stopped while a call bounded by ProgressContext waits; the late check
+// and its second look see no reply, and the call ends by its deadline
+// within the stop and half a deadline more.
+func TestProgressContextOnAStoppedRedisEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: "redis://" + srv.Addr, Prefix: uniquePrefix(t), EvictionCheck: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cl := s.Client()
+	key := uniquePrefix(t) + "peer"
+	if err := cl.Do(context.Background(), cl.B().Set().Key(key).Value("0").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 200 * time.Millisecond
+	stop := stopper(t, 600*time.Millisecond)
+	srv.Pause()
+	defer srv.Resume()
+	type answer struct {
+		err  error
+		took time.Duration
+	}
+	done := make(chan answer, 1)
+	go func() {
+		start := time.Now()
+		ctx, cancel := s.ProgressContext(context.Background(), []string{key}, timeout, 5*time.Second)
+		defer cancel()
+		err := cl.Do(ctx, cl.B().Incr().Key(key).Build()).Error()
+		done <- answer{err, time.Since(start)}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	stop()
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not end within 10s")
+	}
+	t.Logf("%v after %v", a.err, a.took)
+	if !errors.Is(a.err, context.DeadlineExceeded) {
+		t.Fatalf("a stopped Redis: %v; want the deadline", a.err)
 	}
 	if a.took > 620*time.Millisecond+timeout {
 		t.Fatalf("the call ended after %v, want within the stop and half a deadline more (%v)", a.took, 600*time.Millisecond+timeout/2)

@@ -386,9 +386,11 @@ func (s *Store) lastReply(n int, slotOf func(i int) (uint16, bool)) (time.Time, 
 
 // ProgressContext returns the context of a call of the store's client
 // (Client) on keys, named as in Redis, that ends as the engine ends its
-// store calls (limiter.Options.Timeout): at timeout only when no reply at
-// all arrived from the servers that serve keys for that long (a stopped,
-// unreachable or stuck Redis), and while replies keep arriving (a busy
+// store calls, by the engine's own rule (limiter.ProgressCheck): at
+// timeout only when no reply at all arrived from the servers that serve
+// keys for that long (a stopped, unreachable or stuck Redis), looking
+// again when that check ran late (this process did not run, and a reply
+// may be read but not yet recorded); while replies keep arriving (a busy
 // Redis, or this process short of CPU, so that its replies wait unread)
 // once timeout has passed since the last one, at the latest at hard
 // (below timeout: timeout). Where the store cannot tell when Redis last
@@ -405,24 +407,27 @@ func (s *Store) ProgressContext(parent context.Context, keys []string, timeout, 
 		}
 	}
 	c := &progressCtx{Context: parent, done: make(chan struct{})}
-	limit := time.Now().Add(max(hard, timeout))
+	check := limiter.NewProgressCheck(time.Now(), timeout, hard, time.Time{})
+	reply := func() (time.Time, bool) {
+		last, ok := s.lastReply(len(slots), func(i int) (uint16, bool) { return slots[i], true })
+		if h := s.looked.Load(); h != nil {
+			(*h)()
+		}
+		return last, ok
+	}
 	c.mu.Lock()
 	c.timer = time.AfterFunc(timeout, func() {
-		now := time.Now()
-		last, ok := s.lastReply(len(slots), func(i int) (uint16, bool) { return slots[i], true })
-		if !ok || !now.Before(limit) || now.Sub(last) >= timeout {
-			c.end(context.DeadlineExceeded)
-			return
-		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.err == nil {
-			next := last.Add(timeout)
-			if next.After(limit) {
-				next = limit
-			}
-			c.timer.Reset(next.Sub(now))
+		if c.err != nil {
+			return
 		}
+		now := time.Now()
+		if check.Check(now, reply).Ended() {
+			c.endLocked(context.DeadlineExceeded)
+			return
+		}
+		c.timer.Reset(check.Due().Sub(now))
 	})
 	c.mu.Unlock()
 	stop := context.AfterFunc(parent, func() { c.end(context.Cause(parent)) })
@@ -449,6 +454,11 @@ type progressCtx struct {
 func (c *progressCtx) end(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.endLocked(err)
+}
+
+// endLocked is end with mu held.
+func (c *progressCtx) endLocked(err error) {
 	if c.err == nil {
 		c.err = err
 		c.timer.Stop()

@@ -115,6 +115,9 @@ type Store struct {
 	refunds      sync.WaitGroup // refunds in flight
 
 	replies *replies // nil: the connections are the caller's (NewFromClient)
+	// looked, when set (in tests), runs after each look at the reply
+	// clock of a call bounded by ProgressContext.
+	looked atomic.Pointer[func()]
 
 	// lazy, when not nil, is client: the client of a Cluster or Sentinel
 	// deployment that did not answer when New ran, made in the background.
