@@ -59,15 +59,17 @@ func (s *Store) reserve(w []work, hits []limiter.Hit, out []floodgate.Decision, 
 		if sh.res == nil {
 			sh.res = make(map[resKey]reservation)
 		}
-		for old := range sh.res {
-			if len(sh.res) < s.maxRes {
-				break
-			}
-			// Full: one reservation, any, settles at its estimate now.
-			delete(sh.res, old)
-			sh.resEvictions++
+		for len(sh.res) >= s.maxRes {
+			// Full: the record that expires first goes (one past its
+			// TTL has settled at its estimate already; a live one
+			// settles at its estimate now). A flood of reservations
+			// left hanging is older than the requests that come and
+			// settle after it, and goes before them.
+			dropFirstDue(sh, now)
 		}
-		sh.res[k] = reservation{rule: hit.Rule.ID(), key: hit.Key, cost: hit.Cost, at: w[i].at, exp: satAdd(now, ttl)}
+		exp := satAdd(now, ttl)
+		sh.res[k] = reservation{rule: hit.Rule.ID(), key: hit.Key, cost: hit.Cost, at: w[i].at, exp: exp}
+		sh.resDue.add(k, exp, sh.res)
 		sh.writes++
 	}
 }
@@ -173,10 +175,121 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 // sweepReservations drops the expired settle records of sh (locked): their
 // reservations settle at their estimates.
 func sweepReservations(sh *shard, now int64) {
-	for k, r := range sh.res {
-		if r.exp <= now {
-			delete(sh.res, k)
+	for {
+		d, ok := sh.resDue.first()
+		if !ok || d.exp > now {
+			return
+		}
+		sh.resDue.pop()
+		if r, ok := sh.res[d.k]; ok && r.exp == d.exp {
+			delete(sh.res, d.k)
 			sh.resExpired++
 		}
+	}
+}
+
+// dropFirstDue drops the settle record of sh (locked) that expires first:
+// counted as expired when its TTL has passed, else as evicted.
+func dropFirstDue(sh *shard, now int64) {
+	for {
+		d, ok := sh.resDue.first()
+		if !ok {
+			break
+		}
+		sh.resDue.pop()
+		if r, ok := sh.res[d.k]; ok && r.exp == d.exp {
+			delete(sh.res, d.k)
+			if d.exp <= now {
+				sh.resExpired++
+			} else {
+				sh.resEvictions++
+			}
+			return
+		}
+	}
+	// Every record has an entry in the queue; should one be missing,
+	// any record goes, so that the bound holds all the same.
+	for k := range sh.res {
+		delete(sh.res, k)
+		sh.resEvictions++
+		return
+	}
+}
+
+// resQueue orders a shard's settle records by expiry, earliest first: a
+// binary min-heap of (expiry, record). A record settled or dropped by
+// another way leaves its entry behind, told apart from a live one by its
+// expiry, until it comes to the top or the queue is rebuilt from the
+// records, which add does once the entries outnumber the records twice
+// over: the queue holds at most about two entries a record.
+type resQueue []resDue
+
+// resDue is one entry of a resQueue.
+type resDue struct {
+	exp int64
+	k   resKey
+}
+
+// add queues the record k, expiring at exp, of records (which holds it).
+func (q *resQueue) add(k resKey, exp int64, records map[resKey]reservation) {
+	if len(*q) >= 2*len(records)+64 {
+		*q = (*q)[:0]
+		for k, r := range records {
+			*q = append(*q, resDue{r.exp, k})
+		}
+		for i := len(*q)/2 - 1; i >= 0; i-- {
+			q.down(i)
+		}
+		return // k is in records, so it is queued
+	}
+	*q = append(*q, resDue{exp, k})
+	q.up(len(*q) - 1)
+}
+
+// first returns the entry that expires first.
+func (q resQueue) first() (resDue, bool) {
+	if len(q) == 0 {
+		return resDue{}, false
+	}
+	return q[0], true
+}
+
+// pop removes the entry that expires first.
+func (q *resQueue) pop() {
+	h := *q
+	n := len(h) - 1
+	h[0] = h[n]
+	*q = h[:n]
+	if n > 0 {
+		q.down(0)
+	}
+}
+
+func (q resQueue) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if q[p].exp <= q[i].exp {
+			return
+		}
+		q[p], q[i] = q[i], q[p]
+		i = p
+	}
+}
+
+func (q resQueue) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(q) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(q) && q[r].exp < q[l].exp {
+			m = r
+		}
+		if q[i].exp <= q[m].exp {
+			return
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
 	}
 }

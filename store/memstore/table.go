@@ -84,10 +84,12 @@ type shardState struct {
 	expired       uint64
 	clamps        uint64
 
-	// res holds the settle records of the reservations held here.
 	keys keyArena // the live keys' bytes
 
+	// res holds the settle records of the reservations held here, and
+	// resDue orders them by expiry (see resQueue).
 	res          map[resKey]reservation
+	resDue       resQueue
 	resEvictions uint64
 	resExpired   uint64
 }
