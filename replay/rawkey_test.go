@@ -1,0 +1,108 @@
+package replay
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/config"
+)
+
+// TestRawKeysNeverShown attacks the reports of a log that holds API keys
+// themselves (a CSV's api_key column, an NGINX log of $http_x_api_key): a
+// key is hashed as a request's and named as the gateway names it (a known
+// key by its name, another by "?" and its hash prefix), never shown. A
+// known key and guessed ones are refused and flip under a stricter plan;
+// the text, HTML and JSON reports, the differences from the logged
+// decisions, the flipped requests and the unreadable lines (a bad status
+// after the key) are searched for every raw key.
+func TestRawKeysNeverShown(t *testing.T) {
+	t.Parallel()
+	const known = "raw-secret-of-k1"
+	policyText := fmt.Sprintf(`
+server:
+  api_key_header: x-api-key
+  unknown_key_limit: {algorithm: sliding_log, limit: 1, window: 1h}
+routes:
+  - {name: partner, match: {paths: ["/partner/**"]}, upstream: none, api_key_required: true}
+plans:
+  - {name: basic, rate: 1, per: 1h, burst: BURST, routes: [partner]}
+keys:
+  - {name: k1, plan: basic, sha256: %s}
+`, config.HashKey(known))
+	pa := compilePolicy(t, strings.Replace(policyText, "BURST", "3", 1))
+	pb := compilePolicy(t, strings.Replace(policyText, "BURST", "2", 1))
+	raws := []string{known}
+	for i := range 3 {
+		raws = append(raws, fmt.Sprintf("guessed-secret-%d", i))
+	}
+	dir := t.TempDir()
+	csvLines := []string{"time,ip,method,path,status,api_key"}
+	const nginxFormat = NginxCombined + ` $request_time $msec "$http_x_api_key"`
+	var nginxLines []string
+	n := 0
+	add := func(ip, raw string, status any) {
+		at := t0.Add(time.Duration(n) * time.Millisecond)
+		n++
+		csvLines = append(csvLines, fmt.Sprintf("%s,%s,GET,/partner/a,%v,%s", at.Format(time.RFC3339Nano), ip, status, raw))
+		nginxLines = append(nginxLines, fmt.Sprintf(`%s - - [%s] "GET /partner/a HTTP/1.1" %v 2 "-" "curl/8" 0.000 %d.%03d "%s"`,
+			ip, at.Format("02/Jan/2006:15:04:05 -0700"), status, at.Unix(), at.Nanosecond()/1e6, raw))
+	}
+	for range 4 { // the fourth refused by the plan, the third flips
+		add("198.51.100.1", known, 200)
+	}
+	for _, raw := range raws[1:] { // each guess twice: the second refused
+		add("198.51.100.2", raw, 403)
+		add("198.51.100.2", raw, 403)
+	}
+	for _, raw := range raws { // unreadable: a status that is not a number
+		add("198.51.100.3", raw, "x")
+	}
+	logs := map[string]Options{
+		"csv":   {Logs: []string{filepath.Join(dir, "keys.csv")}},
+		"nginx": {Logs: []string{filepath.Join(dir, "access.log")}, Format: "nginx", LogFormat: nginxFormat},
+	}
+	for name, lines := range map[string][]string{"csv": csvLines, "nginx": nginxLines} {
+		if err := os.WriteFile(logs[name].Logs[0], []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, o := range logs {
+		var flips bytes.Buffer
+		o.Policy, o.Compare, o.PolicyName, o.CompareName = pa, pb, "a.yaml", "b.yaml"
+		o.OnFlip = func(f *Flip) { json.NewEncoder(&flips).Encode(f) }
+		r := mustRun(t, o)
+		if r.Requests != 10 || r.Logs[0].Skipped != 4 || r.Compare == nil || r.Compare.Flips == 0 || len(r.TopKeys) < 2 ||
+			r.Agreement == nil || len(r.Agreement.Mismatches) == 0 {
+			t.Fatalf("%s: %d requests, %d unreadable, comparison %+v, keys %+v, agreement %+v: the log does not try what it should",
+				name, r.Requests, r.Logs[0].Skipped, r.Compare, r.TopKeys, r.Agreement)
+		}
+		var text, page, js bytes.Buffer
+		if err := r.WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.WriteHTML(&page); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.NewEncoder(&js).Encode(r); err != nil {
+			t.Fatal(err)
+		}
+		outputs := map[string]string{"text": text.String(), "HTML": page.String(), "JSON": js.String(), "flips": flips.String()}
+		for out, s := range outputs {
+			for _, raw := range raws {
+				if strings.Contains(s, raw) {
+					t.Errorf("%s: the %s report shows the key %q:\n%s", name, out, raw, s)
+				}
+			}
+		}
+		// The keys are shown as the gateway names them.
+		if s := text.String(); !strings.Contains(s, "k1") || !strings.Contains(s, "?") {
+			t.Errorf("%s: the text report names no key:\n%s", name, s)
+		}
+	}
+}
