@@ -28,8 +28,8 @@ type Agreement struct {
 	// Why the others differ: Boundary, the request came within Tolerance
 	// of a refill or a window's end, and moving it by at most Tolerance
 	// gives the logged decision (the replay then charges it as the log
-	// says, at that instant, and its counters stay equal to the live
-	// ones); Reordered, two requests on one counter within Tolerance of
+	// says, at the nearest instant that gives it, and its counters stay
+	// equal to the live ones); Reordered, two requests on one counter within Tolerance of
 	// each other were decided in the other order; Unexplained, none of
 	// these.
 	Boundary    int64 `json:"boundary"`
@@ -129,8 +129,8 @@ func (c *checker) prune(t int64) {
 // again a tolerance earlier and later, before charging.
 //
 // A difference the tolerance explains (a boundary) is decided as the log
-// says, at the instant within the tolerance that gives the logged answer:
-// the log cannot tell which of the two instants the live limit saw, and
+// says, at the instant nearest the logged time that gives the logged
+// answer (see nearest): the log cannot tell which of the two instants the live limit saw, and
 // charging what the live limit charged keeps the replay's counters equal
 // to the live ones, so one boundary is one difference and not a second
 // one later, when the unit it moved is repaid.
@@ -179,7 +179,7 @@ func (c *checker) check(r *Replayer, rec *Record) *Outcome {
 		if o != nil {
 			c.note(rec, o, "boundary", before, after)
 		}
-		o = r.decideAt(rec, at)
+		o = r.decideAt(rec, nearest(r, rec.Time, at, loggedDeny))
 		if loggedDeny {
 			c.note(rec, o, "boundary", before, after)
 		}
@@ -239,6 +239,25 @@ func (c *checker) counter(rec *Record, o *Outcome) string {
 		return m.Limits[b].Name + "|" + m.Hits[b].Key
 	}
 	return "-"
+}
+
+// nearest is the instant nearest to t, toward edge, at which the replay
+// gives the logged answer (deny when loggedDeny): edge gives it and t does
+// not. The live limit decided at an instant the log shows as t, so the
+// replay charges the request at the nearest instant that gives the
+// logged answer, not at the tolerance's edge, which would give it the
+// refills or windows of the whole tolerance (a second, in a log of whole
+// seconds) that the live limit had not seen.
+func nearest(r *Replayer, t, edge int64, loggedDeny bool) int64 {
+	for edge-t > 1 || t-edge > 1 {
+		mid := t + (edge-t)/2
+		if r.peek(mid) == loggedDeny {
+			edge = mid
+		} else {
+			t = mid
+		}
+	}
+	return edge
 }
 
 // partner finds and removes an unexplained difference of the other
