@@ -29,9 +29,9 @@ type Agreement struct {
 	// of a refill or a window's end, and moving it by at most Tolerance
 	// gives the logged decision (the replay then charges it as the log
 	// says, at the nearest instant that gives it, and its counters stay
-	// equal to the live ones); Reordered, two requests on one counter within Tolerance of
-	// each other were decided in the other order; Unexplained, none of
-	// these.
+	// equal to the live ones); Reordered, two requests on one counter
+	// within Tolerance of each other were decided in the other order;
+	// Unexplained, none of these.
 	Boundary    int64 `json:"boundary"`
 	Reordered   int64 `json:"reordered"`
 	Unexplained int64 `json:"unexplained"`
@@ -130,10 +130,10 @@ func (c *checker) prune(t int64) {
 //
 // A difference the tolerance explains (a boundary) is decided as the log
 // says, at the instant nearest the logged time that gives the logged
-// answer (see nearest): the log cannot tell which of the two instants the live limit saw, and
-// charging what the live limit charged keeps the replay's counters equal
-// to the live ones, so one boundary is one difference and not a second
-// one later, when the unit it moved is repaid.
+// answer (see nearest): the log cannot tell which instant the live limit
+// saw, and charging what the live limit charged keeps the replay's
+// counters equal to the live ones, so one boundary is one difference and
+// not a second one later, when the unit it moved is repaid.
 func (c *checker) check(r *Replayer, rec *Record) *Outcome {
 	a := c.a
 	if rec.Shed != "" {
