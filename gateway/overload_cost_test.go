@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// shedCostPolicy is a route that admits one request at a time, with a
+// queue of one place and a short wait, under a limit that counts the
+// answers 200 and 503 (count_on: a reservation) and a plain rate of four
+// an hour per client.
+const shedCostPolicy = `
+routes:
+  - name: api
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+    overload:
+      limit: 1
+      tiers: [{name: default}]
+      queue: {size: 1, per_tenant: 1, max_wait: 300ms}
+limits:
+  - {name: answered, algorithm: sliding_log, limit: 4, window: 1h, count_on: [200, 503]}
+  - {name: per-ip, rate: 4, per: 1h, burst: 4}
+`
+
+// TestOverloadShedGivesReservationBack: a request shed by overload
+// control got no upstream answer, so what it reserved goes back in full,
+// although the limit counts the answers 200 and 503 (count_on) and the
+// shed itself is a 503 written by no upstream; its plain charge stays, as
+// the limits admitted it. One request is held in flight and answered 200,
+// a second waits and is shed at max_wait (timeout), a third is refused at
+// once (tenant_full); the next request finds the counted limit charged
+// with the 200 and its own reservation alone, and the plain rate charged
+// for all four requests. On a frozen clock, so nothing refills meanwhile.
+func TestOverloadShedGivesReservationBack(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		var once sync.Once
+		release := func() { once.Do(func() { close(u.release) }) }
+		t.Cleanup(release)
+		ended := make(endLog, 8)
+		pm := mustPolicyMatcher(t, compilePolicy(t, "overload.yaml", shedCostPolicy))
+		engine := limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{})
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: engine, AccessLog: ended}, u.ServeHTTP)
+
+		held := make(chan answer, 1)
+		go func() {
+			a, err := get(c, t.Context(), base+"/held")
+			if err != nil {
+				t.Error(err)
+			}
+			held <- a
+		}()
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		waited := make(chan answer, 1)
+		go func() {
+			a, err := get(c, t.Context(), base+"/waits")
+			if err != nil {
+				t.Error(err)
+			}
+			waited <- a
+		}()
+		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
+		refused, err := get(c, t.Context(), base+"/refused")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkShed(t, refused, "1")
+		checkShed(t, <-waited, "1")
+		for range 2 { // both sheds settled
+			if s := ended.wait(t); s != http.StatusServiceUnavailable {
+				t.Fatalf("a request ended with %d before the held one was let go, want 503", s)
+			}
+		}
+		release()
+		if a := <-held; a.status != http.StatusOK {
+			t.Fatalf("the held request: %d, want 200", a.status)
+		}
+		ended.wait(t)
+
+		a, err := get(c, t.Context(), base+"/after")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.status != http.StatusOK {
+			t.Fatalf("the request after: %d %q, want 200", a.status, a.body)
+		}
+		ended.wait(t)
+		// The held request's 200 and this one's reservation: the two
+		// requests shed were given back.
+		if r := remaining(t, a, "answered"); r != 2 {
+			t.Errorf("answered: %d remaining after one 200 and two sheds, want 2 (the 200 and the request's own reservation)", r)
+		}
+		// Held, shed twice, and this one: four plain charges stay.
+		if r := remaining(t, a, "per-ip"); r != 0 {
+			t.Errorf("per-ip: %d remaining after four requests the limits admitted, want 0", r)
+		}
+	})
+}
