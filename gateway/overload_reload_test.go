@@ -249,3 +249,57 @@ queue: {size: 3, per_tenant: 3, max_wait: `+maxWait+`}`)
 		}
 	})
 }
+
+// TestOverloadReloadKeepsLearntLimit: a reload that changes a route's
+// adaptive options keeps the limit it learnt, within the new bounds, and
+// does not start it again from its initial value: an upstream answering
+// 502 cuts a limit of 16 to its minimum of 2; after a reload with other
+// options (min 1, initial 16) it is still 2, not 16, which would send
+// eight times as many requests at once to the failing upstream; a reload
+// that raises min to 4 lifts it to 4, and one that lowers max to 3 brings
+// it down to 3.
+func TestOverloadReloadKeepsLearntLimit(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		h := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) }
+		block := func(adaptive string) *policy.Policy {
+			return compilePolicy(t, "overload.yaml", overloadPolicy(`
+adaptive: {`+adaptive+`, window: 20ms}
+tiers: [{name: default}]
+queue: {size: 64, per_tenant: 64, max_wait: 1s}`))
+		}
+		src := &swapSource{}
+		src.p.Store(block("min: 2, max: 32, initial: 16, min_samples: 10"))
+		pm, err := NewPolicyMatcher(src, PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t)}, h)
+		stop := drive(t, base+"/x", func(status int) bool {
+			return status == http.StatusBadGateway || status == http.StatusServiceUnavailable
+		})
+		defer stop()
+		pollUntil(t, "the limit at its minimum", func() bool { return overloadState(g).Limit == 2 })
+		stop()
+		pollUntil(t, "nothing held", func() bool { s := overloadState(g); return s.Inflight == 0 && s.Queued == 0 })
+
+		for _, step := range []struct {
+			adaptive string
+			want     int
+		}{
+			{"min: 1, max: 32, initial: 16, min_samples: 11", 2},
+			{"min: 4, max: 32, initial: 16, min_samples: 12", 4},
+			{"min: 1, max: 3, initial: 2, min_samples: 13", 3},
+		} {
+			src.p.Store(block(step.adaptive))
+			g.ForgetUpstreams()
+			// A request looks the new block up; one answer ends no window.
+			if a, err := get(c, t.Context(), base+"/x"); err != nil || a.status != http.StatusBadGateway {
+				t.Fatalf("after the reload to {%s}: %v %v, want 502", step.adaptive, a.status, err)
+			}
+			s := overloadState(g)
+			if s.Limit != step.want || !s.Adaptive {
+				t.Errorf("after the reload to {%s}: %+v, want the adaptive limit at %d", step.adaptive, s, step.want)
+			}
+		}
+	})
+}
