@@ -100,3 +100,89 @@ func TestOverloadShedGivesReservationBack(t *testing.T) {
 		}
 	})
 }
+
+// TestOverloadWaiterHoldsItsConcurrency: a request waiting in the
+// overload queue holds what its limits gave it, as one in flight does: a
+// concurrency limit of two counts it, so with one request held and one
+// waiting a third is refused by the limit (429) and never reaches the
+// queue; once the waiter is shed at max_wait its place under the limit
+// comes back, so the next request is admitted by the limit (it waits for
+// the cap, and is served) instead of finding the limit still full.
+func TestOverloadWaiterHoldsItsConcurrency(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		var once sync.Once
+		release := func() { once.Do(func() { close(u.release) }) }
+		t.Cleanup(release)
+		ended := make(endLog, 8)
+		pm := mustPolicyMatcher(t, compilePolicy(t, "overload.yaml", overloadPolicy(`
+limit: 1
+tiers: [{name: default}]
+queue: {size: 4, per_tenant: 4, max_wait: 1s}`)+`
+  - {name: two-at-a-time, algorithm: concurrency, limit: 2, key: global}
+`))
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t), AccessLog: ended}, u.ServeHTTP)
+
+		held := make(chan answer, 1)
+		go func() {
+			a, err := get(c, t.Context(), base+"/held")
+			if err != nil {
+				t.Error(err)
+			}
+			held <- a
+		}()
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		waited := make(chan answer, 1)
+		go func() {
+			a, err := get(c, t.Context(), base+"/waits")
+			if err != nil {
+				t.Error(err)
+			}
+			waited <- a
+		}()
+		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
+		third, err := get(c, t.Context(), base+"/third")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if third.status != http.StatusTooManyRequests {
+			t.Errorf("a third request beside one held and one waiting: %d, want 429 (the waiter holds its concurrency)", third.status)
+		}
+		if s := overloadState(g); s.Queued != 1 {
+			t.Errorf("state %+v, want the one waiter queued", s)
+		}
+		if a := <-waited; a.status != http.StatusServiceUnavailable {
+			t.Fatalf("the waiter: %d, want 503 at max_wait", a.status)
+		}
+		ended.wait(t) // the third
+		ended.wait(t) // the waiter: its lease given back
+
+		next := make(chan answer, 1)
+		go func() {
+			a, err := get(c, t.Context(), base+"/next")
+			if err != nil {
+				t.Error(err)
+			}
+			next <- a
+		}()
+		var a answer
+		pollUntil(t, "the next request to wait or be answered", func() bool {
+			select {
+			case a = <-next:
+				return true
+			default:
+				return overloadState(g).Queued == 1
+			}
+		})
+		release()
+		if a.status == 0 {
+			a = <-next
+		}
+		if a.status != http.StatusOK {
+			t.Errorf("the next request after the waiter was shed: %d, want 200 (the waiter's concurrency came back)", a.status)
+		}
+		if h := <-held; h.status != http.StatusOK {
+			t.Errorf("the held request: %d, want 200", h.status)
+		}
+	})
+}
