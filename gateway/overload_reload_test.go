@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/floodgate/floodgate/policy"
 )
@@ -299,6 +300,88 @@ queue: {size: 64, per_tenant: 64, max_wait: 1s}`))
 			s := overloadState(g)
 			if s.Limit != step.want || !s.Adaptive {
 				t.Errorf("after the reload to {%s}: %+v, want the adaptive limit at %d", step.adaptive, s, step.want)
+			}
+		}
+	})
+}
+
+// TestOverloadReloadKeepsEachWaitersMaxWait: a request waiting in the
+// overload queue keeps the max_wait it began its wait under, whatever a
+// reload sets: a waiter of a 60 s queue is still waiting after a reload
+// to 1 s has shed a request that waited 1 s under it, and a waiter of the
+// 1 s queue is shed at its 1 s after a reload back to 61 s, not kept for
+// a minute. Both waiters of the longer waits are served once the request
+// in flight ends.
+func TestOverloadReloadKeepsEachWaitersMaxWait(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		block := func(maxWait string) *policy.Policy {
+			return compilePolicy(t, "overload.yaml", overloadPolicy(`
+limit: 1
+tiers: [{name: default}]
+queue: {size: 8, per_tenant: 8, max_wait: `+maxWait+`}`))
+		}
+		src := &swapSource{}
+		src.p.Store(block("60s"))
+		pm, err := NewPolicyMatcher(src, PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t)}, u.ServeHTTP)
+		var wg sync.WaitGroup
+		var once sync.Once
+		release := func() { once.Do(func() { close(u.release) }); wg.Wait() }
+		defer release()
+		var mu sync.Mutex
+		answers := map[string]int{}
+		send := func(who string) {
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "X-Who", who)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				answers[who] = a.status
+				mu.Unlock()
+			})
+		}
+		answered := func(who string) (int, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			s, ok := answers[who]
+			return s, ok
+		}
+		send("held")
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		send("w60")
+		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
+
+		src.p.Store(block("1s"))
+		g.ForgetUpstreams()
+		send("w1") // looks the new block up, and waits 1 s under it
+		pollUntilFor(t, "the 1 s waiter shed", 10*time.Second, func() bool { _, ok := answered("w1"); return ok })
+		if s, ok := answered("w60"); ok {
+			t.Errorf("the waiter of the 60 s queue was answered %d after a reload to 1 s; want it still waiting", s)
+		}
+		if s := overloadState(g); s.Queued != 1 {
+			t.Errorf("state %+v, want the waiter of the 60 s queue alone queued", s)
+		}
+
+		send("w1b")
+		pollUntil(t, "2 queued", func() bool { return overloadState(g).Queued == 2 })
+		src.p.Store(block("61s"))
+		g.ForgetUpstreams()
+		send("w61") // looks the new block up
+		pollUntilFor(t, "the 1 s waiter shed after a reload to 61 s", 10*time.Second, func() bool {
+			_, ok := answered("w1b")
+			return ok
+		})
+		release()
+		want := map[string]int{"held": http.StatusOK, "w60": http.StatusOK, "w1": http.StatusServiceUnavailable,
+			"w1b": http.StatusServiceUnavailable, "w61": http.StatusOK}
+		for who, code := range want {
+			if answers[who] != code {
+				t.Errorf("%s: status %d, want %d (all: %v)", who, answers[who], code, answers)
 			}
 		}
 	})
