@@ -76,20 +76,34 @@ func TestJSONOverload(t *testing.T) {
 
 func TestCombined(t *testing.T) {
 	line := string(AppendCombined(nil, sample()))
-	want := `203.0.113.7 - ana [30/Nov/2026:10:00:00 +0000] "GET /students/9 HTTP/1.1" 429 32 "-" "curl/8.5.0" 0.001234 1796032800.124690 "partner-1" "stage.dev" "deny" "-"` + "\n"
+	want := `203.0.113.7 - ana [30/Nov/2026:10:00:00 +0000] "GET /students/9 HTTP/1.1" 429 32 "-" "curl/8.5.0" 0.001234 1796032800.124690 "partner-1" "stage.dev" "deny" "-" "-" "-" "-"` + "\n"
 	if line != want {
 		t.Errorf("got  %s\nwant %s", line, want)
 	}
 	r := &Record{Time: time.Unix(5, 0), Method: "GET", Path: "/a b\"%", User: "x y", UserAgent: `say "hi"`}
 	line = string(AppendCombined(nil, r))
-	want = `- - x\x20y [01/Jan/1970:00:00:05 +0000] "GET /a%20b%22%25 -" 0 0 "-" "say \x22hi\x22" 0.000000 5.000000 "-" "-" "none" "-"` + "\n"
+	want = `- - x\x20y [01/Jan/1970:00:00:05 +0000] "GET /a%20b%22%25 -" 0 0 "-" "say \x22hi\x22" 0.000000 5.000000 "-" "-" "none" "-" "-" "-" "-"` + "\n"
 	if line != want {
 		t.Errorf("got  %s\nwant %s", line, want)
 	}
 	// No address names the client: whom the limits counted.
 	r = &Record{Time: time.Unix(5, 0), ClientIP: netip.MustParseAddr("10.0.0.2"), ClientKey: "unknown@ip:10.0.0.2", Method: "GET", Path: "/"}
-	if line := string(AppendCombined(nil, r)); !strings.HasPrefix(line, "10.0.0.2 - ") || !strings.HasSuffix(line, `"none" "unknown@ip:10.0.0.2"`+"\n") {
+	if line := string(AppendCombined(nil, r)); !strings.HasPrefix(line, "10.0.0.2 - ") || !strings.HasSuffix(line, `"none" "unknown@ip:10.0.0.2" "-" "-" "-"`+"\n") {
 		t.Errorf("unknown client: %s", line)
+	}
+	// Decided by the failure policies, shed by overload control,
+	// answered by the gatekeeper: why, each in its field.
+	r = &Record{Time: time.Unix(5, 0), Method: "GET", Path: "/", Decision: Allow, Degraded: "deadline"}
+	if line := string(AppendCombined(nil, r)); !strings.HasSuffix(line, `"allow" "-" "deadline" "-" "-"`+"\n") {
+		t.Errorf("degraded: %s", line)
+	}
+	r = &Record{Time: time.Unix(5, 0), Method: "GET", Path: "/", Status: 503, Decision: Allow, Tier: "sheddable", Shed: "queue_full"}
+	if line := string(AppendCombined(nil, r)); !strings.HasSuffix(line, `"allow" "-" "-" "queue_full" "-"`+"\n") {
+		t.Errorf("shed: %s", line)
+	}
+	r = &Record{Time: time.Unix(5, 0), Method: "GET", Path: "/", Status: 429, Decision: None, Screened: ScreenedBanned}
+	if line := string(AppendCombined(nil, r)); !strings.HasSuffix(line, `"none" "-" "-" "-" "banned"`+"\n") {
+		t.Errorf("screened: %s", line)
 	}
 }
 
@@ -284,7 +298,7 @@ func TestConcurrentLog(t *testing.T) {
 		t.Fatalf("%d lines", len(lines))
 	}
 	for _, line := range lines {
-		if !strings.HasPrefix(line, "203.0.113.7 - user") || !strings.HasSuffix(line, `"deny" "-"`) {
+		if !strings.HasPrefix(line, "203.0.113.7 - user") || !strings.HasSuffix(line, `"deny" "-" "-" "-" "-"`) {
 			t.Fatalf("torn line %q", line)
 		}
 	}

@@ -176,13 +176,22 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 // CombinedLogFormat is FormatCombined in NGINX's log_format notation: the
 // combined format, then the request time and the log time in seconds (to
 // the microsecond; the request was decided at msec - request_time), and
-// Floodgate's API key name, binding limit and decision, and the client as
-// its limits counted it when no address names it (Record.ClientKey, ""
-// otherwise). $remote_user is the request's user.
-const CombinedLogFormat = CombinedLogFormatV1 + ` "$floodgate_client"`
+// Floodgate's API key name, binding limit and decision, the client as its
+// limits counted it when no address names it (Record.ClientKey, ""
+// otherwise), and why the limits were decided by their failure policies
+// (Record.Degraded), why overload control shed the request (Record.Shed)
+// and why the gatekeeper answered it before any limit (Record.Screened),
+// each "-" when none. $remote_user is the request's user.
+const CombinedLogFormat = CombinedLogFormatV2 + ` "$floodgate_degraded" "$floodgate_shed" "$floodgate_screened"`
+
+// CombinedLogFormatV2 is FormatCombined as written on 2026-12-06, without
+// the degraded, shed and screened fields: a replay still reads logs
+// written so.
+const CombinedLogFormatV2 = CombinedLogFormatV1 + ` "$floodgate_client"`
 
 // CombinedLogFormatV1 is FormatCombined as written until 2026-12-06,
-// without "$floodgate_client": a replay still reads logs written so.
+// without "$floodgate_client" either: a replay still reads logs written
+// so.
 const CombinedLogFormatV1 = `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent ` +
 	`"$http_referer" "$http_user_agent" $request_time $msec "$floodgate_key" "$floodgate_limit" "$floodgate_decision"`
 
@@ -380,6 +389,12 @@ func AppendCombined(b []byte, r *Record) []byte {
 	b = append(b, r.Decision.String()...)
 	b = append(b, `" "`...)
 	b = appendQuoted(b, r.ClientKey)
+	b = append(b, `" "`...)
+	b = appendQuoted(b, r.Degraded)
+	b = append(b, `" "`...)
+	b = appendQuoted(b, r.Shed)
+	b = append(b, `" "`...)
+	b = appendQuoted(b, r.Screened)
 	return append(b, "\"\n"...)
 }
 

@@ -66,7 +66,7 @@ limits:
 	}
 	// An empty field is still "-", as NGINX writes it.
 	line := string(accesslog.AppendCombined(nil, &accesslog.Record{Time: t0, Method: "GET", Path: "/", Status: 200}))
-	if want := `- - - [30/Nov/2026:10:00:00 +0000] "GET / -" 200 0 "-" "-" 0.000000 1796032800.000000 "-" "-" "none" "-"` + "\n"; line != want {
+	if want := `- - - [30/Nov/2026:10:00:00 +0000] "GET / -" 200 0 "-" "-" 0.000000 1796032800.000000 "-" "-" "none" "-" "-" "-" "-"` + "\n"; line != want {
 		t.Errorf("empty fields written\n%q, want\n%q", line, want)
 	}
 }

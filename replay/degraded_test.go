@@ -3,8 +3,6 @@ package replay
 import (
 	"bytes"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +30,7 @@ limits:
 		status   int
 		degraded string
 	}
-	var b []byte
+	var recs []*accesslog.Record
 	for i, l := range []line{
 		{accesslog.Allow, 200, ""},
 		{accesslog.Deny, 503, "breaker_open"},
@@ -40,27 +38,25 @@ limits:
 		{accesslog.Deny, 429, ""},
 		{accesslog.Allow, 200, "deadline"},
 	} {
-		b = accesslog.AppendJSON(b, &accesslog.Record{Time: t0.Add(time.Duration(i) * time.Millisecond),
+		recs = append(recs, &accesslog.Record{Time: t0.Add(time.Duration(i) * time.Millisecond),
 			ClientIP: netip.MustParseAddr("203.0.113.4"), Method: "GET", Path: "/x", Status: l.status, Route: "api",
 			Limit: "per-ip", Decision: l.decision, Degraded: l.degraded})
 	}
-	path := filepath.Join(t.TempDir(), "access.log")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := mustRun(t, Options{Policy: p, Logs: []string{path}})
-	if l := limitReport(t, r, "per-ip"); r.Requests != 5 || r.Allowed != 3 || r.Denied != 2 || l.Denied != 2 {
-		t.Errorf("%d requests, %d allowed, %d denied (per-ip %d): want 5, 3 and 2, the degraded ones decided as if the store had answered",
-			r.Requests, r.Allowed, r.Denied, l.Denied)
-	}
-	if a := r.Agreement; a == nil || a.Compared != 3 || a.Matched != 3 || a.Degraded != 2 || len(a.Mismatches) != 0 {
-		t.Fatalf("agreement %+v: want the 3 requests decided by the limits compared and matched, the 2 degraded left out", a)
-	}
-	var text bytes.Buffer
-	if err := r.WriteText(&text); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(text.String(), "2 decided by failure policies while the store failed: not compared") {
-		t.Errorf("the report does not say what it left out:\n%s", text.String())
-	}
+	eachLogFormat(t, recs, func(t *testing.T, path string) {
+		r := mustRun(t, Options{Policy: p, Logs: []string{path}})
+		if l := limitReport(t, r, "per-ip"); r.Requests != 5 || r.Allowed != 3 || r.Denied != 2 || l.Denied != 2 {
+			t.Errorf("%d requests, %d allowed, %d denied (per-ip %d): want 5, 3 and 2, the degraded ones decided as if the store had answered",
+				r.Requests, r.Allowed, r.Denied, l.Denied)
+		}
+		if a := r.Agreement; a == nil || a.Compared != 3 || a.Matched != 3 || a.Degraded != 2 || len(a.Mismatches) != 0 {
+			t.Fatalf("agreement %+v: want the 3 requests decided by the limits compared and matched, the 2 degraded left out", a)
+		}
+		var text bytes.Buffer
+		if err := r.WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(text.String(), "2 decided by failure policies while the store failed: not compared") {
+			t.Errorf("the report does not say what it left out:\n%s", text.String())
+		}
+	})
 }

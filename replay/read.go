@@ -169,7 +169,7 @@ func openSource(name string, index int, o readOptions) (*source, *bufio.Reader, 
 			return nil, nil, err
 		}
 		s.parser = t
-		if o.logFormat == "" && (lf == accesslog.CombinedLogFormat || lf == accesslog.CombinedLogFormatV1) {
+		if o.logFormat == "" && isOwnCombined(lf) {
 			s.parser, err = newOwnCombined(t, lf, o.denied, in)
 			if err != nil {
 				f.Close()
@@ -240,7 +240,7 @@ func guessTemplate(format string, first []byte, denied []int) string {
 	if format == FormatEnvoy {
 		return EnvoyDefault
 	}
-	for _, lf := range []string{accesslog.CombinedLogFormat, accesslog.CombinedLogFormatV1, NginxMain, NginxCombined} {
+	for _, lf := range []string{accesslog.CombinedLogFormat, accesslog.CombinedLogFormatV2, accesslog.CombinedLogFormatV1, NginxMain, NginxCombined} {
 		t, err := compileNginx(lf, denied, newInterner())
 		if err != nil {
 			continue

@@ -633,11 +633,12 @@ func TestSparkline(t *testing.T) {
 
 // TestShedReportedAsLogged: requests the log shows shed by overload
 // control (503 after their limits allowed them) are compared by their
-// limits as logged and counted, not simulated.
+// limits as logged and counted, not simulated, from the JSON log and from
+// the combined one.
 func TestShedReportedAsLogged(t *testing.T) {
 	t.Parallel()
 	p := compilePolicy(t, bucketPolicy)
-	var b []byte
+	var recs []*accesslog.Record
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	for i := range 4 {
 		rec := &accesslog.Record{Time: t0.Add(time.Duration(i) * time.Millisecond), ClientIP: netip.MustParseAddr("203.0.113.9"),
@@ -645,20 +646,18 @@ func TestShedReportedAsLogged(t *testing.T) {
 		if i%2 == 1 {
 			rec.Status, rec.Shed = 503, "queue_full"
 		}
-		b = accesslog.AppendJSON(b, rec)
+		recs = append(recs, rec)
 	}
-	path := filepath.Join(t.TempDir(), "shed.log")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := mustRun(t, Options{Policy: p, Logs: []string{path}})
-	a := r.Agreement
-	if a == nil || a.Compared != 4 || a.Matched != 4 || a.Shed != 2 {
-		t.Fatalf("agreement %+v, want 4 compared and matched, 2 shed", a)
-	}
-	var text bytes.Buffer
-	r.WriteText(&text)
-	if !strings.Contains(text.String(), "2 shed by overload control in the log (503): reported as logged, not simulated") {
-		t.Errorf("text:\n%s", text.String())
-	}
+	eachLogFormat(t, recs, func(t *testing.T, path string) {
+		r := mustRun(t, Options{Policy: p, Logs: []string{path}})
+		a := r.Agreement
+		if a == nil || a.Compared != 4 || a.Matched != 4 || a.Shed != 2 {
+			t.Fatalf("agreement %+v, want 4 compared and matched, 2 shed", a)
+		}
+		var text bytes.Buffer
+		r.WriteText(&text)
+		if !strings.Contains(text.String(), "2 shed by overload control in the log (503): reported as logged, not simulated") {
+			t.Errorf("text:\n%s", text.String())
+		}
+	})
 }

@@ -177,23 +177,22 @@ limits:
 		t.Fatalf("gateway answered %v, want %v", got, want)
 	}
 
-	var logFile []byte
+	var recs []*accesslog.Record
 	for i := range want {
 		lr := log.get(i)
-		logFile = accesslog.AppendJSON(logFile, &lr)
+		recs = append(recs, &lr)
 	}
-	logPath := filepath.Join(dir, "access.log")
-	if err := os.WriteFile(logPath, logFile, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := mustRun(t, Options{Policy: p, Logs: []string{logPath}})
-	if gl := limitReport(t, r, "global"); gl.Denied != 0 || gl.Allowed != 3 {
-		t.Errorf("global limit in the replay: %d allowed, %d denied; want 3 and 0, as at the gateway (the banned client's requests charged nothing)\n%s",
-			gl.Allowed, gl.Denied, logFile)
-	}
-	if a := r.Agreement; a.Matched != a.Compared {
-		t.Errorf("replay agreement: %d of %d compared match: %+v", a.Matched, a.Compared, a.Mismatches)
-	}
+	eachLogFormat(t, recs, func(t *testing.T, logPath string) {
+		r := mustRun(t, Options{Policy: p, Logs: []string{logPath}})
+		if gl := limitReport(t, r, "global"); gl.Denied != 0 || gl.Allowed != 3 {
+			logFile, _ := os.ReadFile(logPath)
+			t.Errorf("global limit in the replay: %d allowed, %d denied; want 3 and 0, as at the gateway (the banned client's requests charged nothing)\n%s",
+				gl.Allowed, gl.Denied, logFile)
+		}
+		if a := r.Agreement; a.Matched != a.Compared {
+			t.Errorf("replay agreement: %d of %d compared match: %+v", a.Matched, a.Compared, a.Mismatches)
+		}
+	})
 }
 
 // freshToken signs a token for user that no other call signs (its jti).

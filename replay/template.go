@@ -51,6 +51,9 @@ const (
 	fLimit                 // $floodgate_limit
 	fDecision              // $floodgate_decision
 	fClientKey             // $floodgate_client
+	fDegraded              // $floodgate_degraded
+	fShed                  // $floodgate_shed
+	fScreened              // $floodgate_screened
 	fAPIKey                // a CSV's api_key: the raw key
 	numFieldKinds
 )
@@ -120,7 +123,8 @@ func nginxVar(name string) tmplPart {
 		"request_uri": fRawPath, "server_protocol": fProto, "status": fStatus, "request_time": fRequestTime,
 		"host": fHost, "http_host": fHost,
 		"floodgate_key": fKey, "floodgate_limit": fLimit, "floodgate_decision": fDecision,
-		"floodgate_client": fClientKey,
+		"floodgate_client": fClientKey, "floodgate_degraded": fDegraded, "floodgate_shed": fShed,
+		"floodgate_screened": fScreened,
 	}
 	if k, ok := kinds[name]; ok {
 		return tmplPart{kind: k, field: true}
@@ -132,27 +136,46 @@ func nginxVar(name string) tmplPart {
 }
 
 // ownCombined reads Floodgate's combined log whichever way each line was
-// written: with the client's field (accesslog.CombinedLogFormat) or
-// without it (accesslog.CombinedLogFormatV1), so that a file a gateway
-// went on appending to across an upgrade, or back, reads whole. A line
-// reads as one of them only: the client's field ends the line after the
-// decision's.
+// written: with the degraded, shed and screened fields
+// (accesslog.CombinedLogFormat), with the client's field only
+// (accesslog.CombinedLogFormatV2) or with neither
+// (accesslog.CombinedLogFormatV1), so that a file a gateway went on
+// appending to across an upgrade, or back, reads whole. A line reads as
+// one of them only: the last field of each ends the line.
 type ownCombined struct {
-	t [2]*logTemplate // the format the last line read as first
+	t [3]*logTemplate // the format the last line read as first
+}
+
+// ownCombinedFormats are Floodgate's combined formats, newest first.
+var ownCombinedFormats = [3]string{accesslog.CombinedLogFormat, accesslog.CombinedLogFormatV2, accesslog.CombinedLogFormatV1}
+
+// isOwnCombined reports whether lf is one of Floodgate's combined formats.
+func isOwnCombined(lf string) bool {
+	for _, f := range ownCombinedFormats {
+		if lf == f {
+			return true
+		}
+	}
+	return false
 }
 
 // newOwnCombined reads lines as t (compiled from lf, one of Floodgate's
-// combined formats), and as the other format where t fails.
+// combined formats), and as the others where t fails.
 func newOwnCombined(t *logTemplate, lf string, denied []int, in *interner) (*ownCombined, error) {
-	other := accesslog.CombinedLogFormatV1
-	if lf == accesslog.CombinedLogFormatV1 {
-		other = accesslog.CombinedLogFormat
+	p := &ownCombined{t: [3]*logTemplate{t}}
+	n := 1
+	for _, f := range ownCombinedFormats {
+		if f == lf {
+			continue
+		}
+		o, err := compileNginx(f, denied, in)
+		if err != nil {
+			return nil, err
+		}
+		p.t[n] = o
+		n++
 	}
-	o, err := compileNginx(other, denied, in)
-	if err != nil {
-		return nil, err
-	}
-	return &ownCombined{t: [2]*logTemplate{t, o}}, nil
+	return p, nil
 }
 
 func (p *ownCombined) parse(line []byte, rec *Record) error {
@@ -161,17 +184,22 @@ func (p *ownCombined) parse(line []byte, rec *Record) error {
 	if err == nil {
 		return nil
 	}
-	*rec = was
-	if p.t[1].parse(line, rec) != nil {
+	for i := 1; i < len(p.t); i++ {
 		*rec = was
-		return err
+		if p.t[i].parse(line, rec) == nil {
+			p.t[0], p.t[i] = p.t[i], p.t[0]
+			return nil
+		}
 	}
-	p.t[0], p.t[1] = p.t[1], p.t[0]
-	return nil
+	*rec = was
+	return err
 }
 
 func (p *ownCombined) resolution() time.Duration {
-	d := max(p.t[0].digits, p.t[1].digits)
+	d := 0
+	for _, t := range p.t {
+		d = max(d, t.digits)
+	}
 	return digitsResolution(d, time.Microsecond)
 }
 
@@ -287,7 +315,7 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 		haveEnd, haveStart    bool
 		endDigits, startDigit int
 		forwarded             []byte
-		undecided             bool
+		undecided, degraded   bool
 	)
 	for i := 0; i < len(t.parts); i++ {
 		p := &t.parts[i]
@@ -409,6 +437,12 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 				rec.Logged = LoggedDeny
 			}
 			undecided = d == accesslog.None
+		case fDegraded:
+			degraded = true
+		case fShed:
+			rec.Shed = t.in.str(unescapeNginx(v))
+		case fScreened:
+			rec.screened = true
 		}
 	}
 	if pos != len(line) && !(len(t.parts) > 0 && t.parts[len(t.parts)-1].field) {
@@ -442,13 +476,17 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 			}
 		}
 	}
+	if degraded {
+		rec.Logged = LoggedDegraded
+	}
 	if rec.Method == "" {
 		return errors.New("no method")
 	}
-	// Floodgate's combined format has no route: a request with no key, no
-	// limit and no decision, answered as only a refusal before the
-	// request path is, is taken for one (Record.Refused).
-	rec.Refused = undecided && rec.Key == "" && rec.Limit == "" && rec.ClientKey == "" &&
+	// A request the gatekeeper answered (its screened field) charged no
+	// limit. Floodgate's combined format has no route: a request with no
+	// key, no limit and no decision, answered as only a refusal before
+	// the request path is, is taken for one (Record.Refused).
+	rec.Refused = rec.screened || undecided && rec.Key == "" && rec.Limit == "" && rec.ClientKey == "" &&
 		gateway.AnsweredBeforeRequestPath(rec.Status, rec.Method, rec.Path)
 	return nil
 }

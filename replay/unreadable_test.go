@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -71,9 +70,8 @@ limits:
 		logFile = accesslog.AppendJSON(logFile, &lr)
 		line := accesslog.AppendCombined(nil, &lr)
 		combined = append(combined, line...)
-		// As written before the client's field: its last quoted field off.
-		v1 := bytes.TrimSuffix(line, []byte("\n"))
-		combinedV1 = append(append(combinedV1, v1[:bytes.LastIndex(v1, []byte(` "`))]...), '\n')
+		// As written before the client's field.
+		combinedV1 = append(combinedV1, asCombinedV1(line)...)
 	}
 	if !strings.Contains(string(logFile), `"client":"unknown@127.0.0.1"`) {
 		t.Errorf("the log does not say whom the limits counted:\n%s", logFile)

@@ -49,7 +49,7 @@ limits:
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "127.0.0.1 - - [") || !strings.HasSuffix(lines[2], `"per-ip" "deny" "-"`) {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "127.0.0.1 - - [") || !strings.HasSuffix(lines[2], `"per-ip" "deny" "-" "-" "-" "-"`) {
 		t.Errorf("log:\n%s", b)
 	}
 	// The flag overrides the file: JSON on standard output.
