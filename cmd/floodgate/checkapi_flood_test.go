@@ -167,9 +167,10 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 256 open files: the check API serves at most 64 connections.
+	// 256 open files: the check API serves at most 64 connections. No
+	// ops listener: its default port may be taken on the machine.
 	cmd := exec.Command("/bin/sh", "-c", `ulimit -n 256 && exec "$0" "$@"`, bin, "serve", "--config", cfg,
-		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--ops-listen", "off", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	p := startProcCmd(t, cmd)
 	m := regexp.MustCompile(`check API on http://(\S+)`).FindStringSubmatch(p.out.String())
