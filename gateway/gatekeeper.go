@@ -51,6 +51,25 @@ func (g *Gateway) screensUsers() bool {
 	return ok && us.ScreensUsers()
 }
 
+// StatusCounter is a Gatekeeper that counts answers by their status (a
+// penalty-box rule with count_on, such as failed logins). The upstream's
+// request of a client that leaves before its status line then goes on
+// until the status is known, on the net/http engine as on the edge
+// engine, so that a client cannot keep an attempt it made from being
+// counted by hanging up once it is sent.
+type StatusCounter interface {
+	// CountsStatuses reports whether the gatekeeper counts answers by
+	// their status now.
+	CountsStatuses() bool
+}
+
+// countsStatuses reports whether the gatekeeper counts answers by their
+// status.
+func (g *Gateway) countsStatuses() bool {
+	sc, ok := g.keeper.(StatusCounter)
+	return ok && sc.CountsStatuses()
+}
+
 // screen asks the gatekeeper about st's request and answers it when it
 // refuses it; it reports whether it did.
 func (g *Gateway) screen(x Exchange, st *Flow) bool {

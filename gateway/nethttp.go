@@ -255,6 +255,20 @@ func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 			r = r.WithContext(uctx)
 		}
 		w = &x.cw
+	} else if x.next == nil && x.g.keeper != nil && x.g.countsStatuses() {
+		// The gatekeeper counts the upstream's status: its request goes
+		// on when the client leaves before the status line, and ends as
+		// soon as the status is known.
+		d := newDrainer(0)
+		uctx, cancel := context.WithCancel(&detached{parent: r.Context(), d: d})
+		d.cancel = cancel
+		stop := context.AfterFunc(r.Context(), d.clientLeft)
+		defer func() {
+			stop()
+			d.end()
+		}()
+		r = r.WithContext(uctx)
+		w = &statusWriter{ResponseWriter: w, d: d}
 	}
 	if st.ovl.held {
 		st.ow = overloadWriter{ResponseWriter: w, f: st}
@@ -274,6 +288,28 @@ func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 	}
 	return false
 }
+
+// statusWriter tells a drainer when the upstream's status is known, for
+// a request whose upstream goes on after its client left only until then.
+type statusWriter struct {
+	http.ResponseWriter
+	d *drainer
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if code >= 200 {
+		s.d.status(false)
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	s.d.status(false)
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // requestBody reads the body once (up to max bytes) and puts it back for
 // the upstream.

@@ -36,6 +36,16 @@ func (k boxKeeper) Outcome(ctx context.Context, within time.Duration, m *Match, 
 	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, by, status)
 }
 
+// CountsStatuses: the box has a rule with count_on.
+func (k boxKeeper) CountsStatuses() bool {
+	for _, r := range k.box.Rules() {
+		if len(r.CountOn) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // ScreensUsers: the box has a rule keyed by user.
 func (k boxKeeper) ScreensUsers() bool {
 	for _, r := range k.box.Rules() {

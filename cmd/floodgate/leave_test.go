@@ -249,6 +249,73 @@ limits:
 	}
 }
 
+// TestLeavingLoginsOffend: floodgate serve with a penalty-box rule of
+// failed logins (count_on: [401], three within ten minutes), against a
+// guesser that hangs up once each attempt has reached the upstream, before
+// the upstream's 401 comes (closing, then resetting). Each 401 is an
+// offence, the address is banned at the third, and the fourth is answered
+// 429 with Retry-After before it reaches the upstream. Before, on the
+// net/http engine, such a guesser was never banned.
+func TestLeavingLoginsOffend(t *testing.T) { forEngines(t, testLeavingLoginsOffend) }
+
+func testLeavingLoginsOffend(t *testing.T, engine string) {
+	var reached atomic.Int64
+	gate := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if reached.Add(1) <= 3 {
+			select {
+			case <-gate: // the guesser has hung up
+			case <-time.After(30 * time.Second):
+			}
+			select {
+			case <-r.Context().Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer up.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
+server:
+  admin:
+    tokens: [{name: ops, sha256: %q}]
+  bans:
+    - {name: logins, key: client_ip, after: 3, within: 10m, ban: 15m, count_on: [401]}
+routes:
+  - {name: login, match: {methods: [POST], paths: ["/login"]}, upstream: %q}
+`, sha256Hex("ops-token"), up.URL))
+	gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
+	u, _ := url.Parse(gw)
+	for i := range 3 {
+		c, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, rawPost("/login", fmt.Sprintf(`{"user":"ana","password":"guess-%d"}`, i))); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); reached.Load() <= int64(i); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("login %d never reached the upstream", i)
+			}
+		}
+		if i%2 == 1 {
+			_ = c.(*net.TCPConn).SetLinger(0)
+		}
+		c.Close()
+		gate <- struct{}{}
+	}
+	waitUntil(t, "the guesser's ban", 5*time.Second, func() bool {
+		var list struct{ Total int }
+		return call(t, "GET", admin+"/api/v1/bans", "ops-token", nil, &list) == 200 && list.Total == 1
+	})
+	st, h, _ := post(t, http.DefaultClient, gw+"/login", `{"user":"ana","password":"guess-3"}`)
+	if st != http.StatusTooManyRequests || h.Get("Retry-After") == "" || reached.Load() != 3 {
+		t.Fatalf("after three failed logins whose clients hung up before the 401: %d, Retry-After %q, %d reached the upstream; want 429 with Retry-After (banned) and 3",
+			st, h.Get("Retry-After"), reached.Load())
+	}
+}
+
 // TestLeavingDrainBoundFromFile holds serve to server.upstream.drain_bytes:
 // a stream whose client left is read on only that far, and then keeps its
 // estimate.

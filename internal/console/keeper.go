@@ -54,6 +54,18 @@ func (k *Keeper) ScreensUsers() bool {
 	return false
 }
 
+// CountsStatuses reports whether a penalty-box rule counts answers by
+// their status (count_on; a gateway.StatusCounter): the gateway then
+// learns the upstream's status of a request whose client left before it.
+func (k *Keeper) CountsStatuses() bool {
+	for _, r := range k.box.Rules() {
+		if len(r.CountOn) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Outcome counts the offences of a request's answer, within the time given
 // and whether or not the request's context has ended; without penalty-box
 // rules it returns at once. A refusal on a limit is an offence of the
