@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -234,5 +235,93 @@ limits:
 	call(t, "GET", admin+"/api/v1/audit", "ops-token", nil, &audit)
 	if len(audit.Entries) != 2 || audit.Entries[0].Action != "access.remove" || audit.Entries[1].Action != "access.add" {
 		t.Errorf("audit %+v", audit)
+	}
+}
+
+// TestServeAccessListsTrustOnlyProxies attacks the access lists with
+// forwarded addresses: the address they judge is the client's as resolved
+// through the trusted proxies (127.0.0.2 here), never what a client says
+// of itself. A peer that is no proxy claiming an allowed network in
+// X-Forwarded-For is charged its per-address limit and named to the
+// upstream as itself; a denied peer claiming one is answered 403; a denied
+// client behind the proxy that puts an allowed address before its own is
+// answered 403. Through the proxy, an allowed client is exempt and named
+// to the upstream by its address, and an address both denied and inside
+// an allowed network (exempt from all) is answered 403.
+func TestServeAccessListsTrustOnlyProxies(t *testing.T) {
+	forEngines(t, testServeAccessListsTrustOnlyProxies)
+}
+
+func testServeAccessListsTrustOnlyProxies(t *testing.T, engine string) {
+	seen := make(chan string, 16)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("X-Floodgate-Client")
+	}))
+	defer up.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`server:
+  trusted_proxies: [127.0.0.2]
+  upstream:
+    identity_headers: {client_ip: X-Floodgate-Client}
+  access:
+    deny: [203.0.113.0/24, 127.0.0.3, 198.51.100.7]
+    allow:
+      - {networks: [192.0.2.0/24], exempt: [per-ip]}
+      - {networks: [198.51.100.0/24], exempt: [all]}
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: %s}
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 2}
+`, up.URL))
+	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	from := func(src, xff string) (int, http.Header, string) {
+		t.Helper()
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		tr := &http.Transport{DialContext: d.DialContext}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequest("GET", gw+"/", nil)
+		req.Header.Set("X-Forwarded-For", xff)
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("from %s: %v", src, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		client := ""
+		if resp.StatusCode == 200 {
+			client = <-seen
+		}
+		return resp.StatusCode, resp.Header, client + "|" + string(b)
+	}
+
+	// A peer that is no proxy, claiming an allowed network.
+	for i, want := range []int{200, 200, 429} {
+		st, h, got := from("127.0.0.1", "192.0.2.9")
+		if st != want || !strings.Contains(h.Get("RateLimit"), `"per-ip"`) || st == 200 && !strings.HasPrefix(got, "127.0.0.1|") {
+			t.Fatalf("untrusted peer claiming 192.0.2.9, request %d: %d %q, upstream told %q; want %d, charged per-ip, named 127.0.0.1",
+				i, st, h.Get("RateLimit"), got, want)
+		}
+	}
+	// A denied peer that is no proxy, claiming an allowed network.
+	if st, _, _ := from("127.0.0.3", "192.0.2.9"); st != 403 {
+		t.Errorf("denied peer 127.0.0.3 claiming 192.0.2.9: %d, want 403", st)
+	}
+	// Through the proxy: a denied client that put an allowed address first.
+	if st, _, _ := from("127.0.0.2", "192.0.2.9, 203.0.113.5"); st != 403 {
+		t.Errorf("denied client 203.0.113.5 through the proxy, claiming 192.0.2.9 before it: %d, want 403", st)
+	}
+	// Through the proxy: an allowed client is exempt, and so named.
+	for i := range 4 {
+		st, h, got := from("127.0.0.2", "203.0.113.5, 192.0.2.9")
+		if st != 200 || strings.Contains(h.Get("RateLimit"), "per-ip") || !strings.HasPrefix(got, "192.0.2.9|") {
+			t.Fatalf("allowed client 192.0.2.9 through the proxy, request %d: %d %q, upstream told %q; want 200, exempt, named 192.0.2.9",
+				i, st, h.Get("RateLimit"), got)
+		}
+	}
+	// Denied wins over an allowed network that covers it.
+	if st, _, body := from("127.0.0.2", "198.51.100.7"); st != 403 || body != `|{"message":"Forbidden"}`+"\n" {
+		t.Errorf("198.51.100.7, denied inside an allowed network: %d %q, want 403 Forbidden", st, body)
+	}
+	if st, h, _ := from("127.0.0.2", "198.51.100.8"); st != 200 || h.Get("RateLimit") != "" {
+		t.Errorf("198.51.100.8, allowed from all: %d %q, want 200 without limits", st, h.Get("RateLimit"))
 	}
 }
