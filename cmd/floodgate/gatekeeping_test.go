@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -323,5 +325,76 @@ limits:
 	}
 	if st, h, _ := from("127.0.0.2", "198.51.100.8"); st != 200 || h.Get("RateLimit") != "" {
 		t.Errorf("198.51.100.8, allowed from all: %d %q, want 200 without limits", st, h.Get("RateLimit"))
+	}
+}
+
+// TestServeIdentityHeadersFollowAReload attacks the identity headers
+// across reloads of the file under a running floodgate serve: once a
+// version that names them and strips credentials is in force, a client's
+// forged X-Floodgate-User, its API key and its Authorization no longer
+// reach the upstream, which is told the client's address; once a later
+// version names the user header otherwise, a client's copy of the new
+// name is removed, and the old name, no longer the gateway's, passes.
+func TestServeIdentityHeadersFollowAReload(t *testing.T) {
+	forEngines(t, testServeIdentityHeadersFollowAReload)
+}
+
+func testServeIdentityHeadersFollowAReload(t *testing.T, engine string) {
+	seen := make(chan http.Header, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Look") != "" {
+			seen <- r.Header.Clone()
+		}
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gw.yaml")
+	write := func(burst int, server string) {
+		t.Helper()
+		src := fmt.Sprintf("server:\n  api_key_header: x-api-key\n%sroutes:\n  - {name: all, match: {paths: [\"/**\"]}, upstream: %s}\n"+
+			"limits:\n  - {name: hourly, rate: 1, per: 1h, burst: %d, key: global}\n", server, up.URL, burst)
+		if err := os.WriteFile(cfg+".tmp", []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(cfg+".tmp", cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged := []string{"X-Look", "1", "X-Floodgate-User", "root", "X-Auth-User", "root", "x-api-key", "guessed",
+		"Authorization", "Basic Zm9vOmJhcg==", "X-Floodgate-Client", "10.9.9.9"}
+	var gw string
+	look := func() http.Header {
+		t.Helper()
+		if st, _, body := get(t, gw+"/", forged...); st != 200 {
+			t.Fatalf("%d %s", st, body)
+		}
+		return <-seen
+	}
+	write(1000, "")
+	gw, _, _, _ = startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	if h := look(); h.Get("X-Floodgate-User") != "root" || h.Get("X-Api-Key") != "guessed" {
+		t.Fatalf("without identity headers the request is forwarded as sent: %v", h)
+	}
+
+	write(2000, "  upstream:\n    identity_headers: {user: X-Floodgate-User, client_ip: X-Floodgate-Client}\n    strip_credentials: true\n")
+	awaitPolicy(t, gw, `"hourly";q=2000`, 30*time.Second, "the version with identity headers")
+	h := look()
+	for _, name := range []string{"X-Floodgate-User", "X-Api-Key", "Authorization"} {
+		if v := h.Values(name); len(v) > 0 {
+			t.Errorf("after the reload, %s reached the upstream: %q", name, v)
+		}
+	}
+	if got := h.Values("X-Floodgate-Client"); len(got) != 1 || got[0] != "127.0.0.1" {
+		t.Errorf("after the reload, the upstream was told the client %q, want 127.0.0.1", got)
+	}
+
+	write(3000, "  upstream:\n    identity_headers: {user: X-Auth-User}\n    strip_credentials: true\n")
+	awaitPolicy(t, gw, `"hourly";q=3000`, 30*time.Second, "the version renaming the user header")
+	h = look()
+	if v := h.Values("X-Auth-User"); len(v) > 0 {
+		t.Errorf("after the second reload, X-Auth-User reached the upstream: %q", v)
+	}
+	if h.Get("X-Floodgate-User") != "root" || h.Get("X-Floodgate-Client") != "10.9.9.9" {
+		t.Errorf("after the second reload, the names no longer the gateway's were not passed on as sent: %v", h)
 	}
 }
