@@ -56,7 +56,8 @@ type Refusal struct {
 	ContentType string `yaml:"content_type"`
 	// Headers are added to the answer; they cannot replace the fields the
 	// gateway sets itself (Content-Type, Content-Length, Retry-After, the
-	// RateLimit fields, framing and connection fields).
+	// RateLimit fields and the binding limit's, framing and connection
+	// fields).
 	Headers []HeaderField `yaml:"headers"`
 }
 
@@ -171,6 +172,8 @@ func (v *validator) refusal(r *Refusal, path string) {
 			v.errorf(hp+".name", "%q is not a valid header name", h.Name)
 		case slices.Contains(reservedFields, httpCanonical(h.Name)):
 			v.errorf(hp+".name", "%s is set by the gateway itself (content_type sets Content-Type)", httpCanonical(h.Name))
+		case v.f.Server.Headers.BindingLimit != "" && httpCanonical(h.Name) == httpCanonical(v.f.Server.Headers.BindingLimit):
+			v.errorf(hp+".name", "%s is set by the gateway itself (server.headers.binding_limit)", httpCanonical(h.Name))
 		case !validFieldValue(h.Value):
 			v.errorf(hp+".value", "a header value may not hold control characters")
 		}

@@ -75,3 +75,44 @@ limits:
 		}
 	}
 }
+
+// TestRefusalCannotReplaceTheGatewaysFields attacks the fields of the
+// gateway's answers with the file: a refusal's header named as the binding
+// limit's field (server.headers.binding_limit), which replaced the name of
+// the limit that refused with its own value, and a binding_limit naming a
+// field the gateway sets itself, which put the limit's name into it
+// (Transfer-Encoding: per-ip broke the framing of every refusal on the
+// net/http engine). Each is refused at its position; a binding_limit of a
+// name of its own, beside refusal headers of other names, is taken.
+func TestRefusalCannotReplaceTheGatewaysFields(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{`server:
+  headers: {binding_limit: X-Binding-Limit}
+  refusal: {headers: [{name: x-binding-limit, value: nobody}]}
+limits: [{name: l, rate: 1}]
+`, "r.yaml:3:30: server.refusal.headers[0].name: X-Binding-Limit is set by the gateway itself (server.headers.binding_limit)"},
+		{`server:
+  headers: {binding_limit: X-Binding-Limit}
+limits: [{name: l, rate: 1, refusal: {headers: [{name: X-Binding-Limit, value: nobody}]}}]
+`, "limits[0].refusal.headers[0].name: X-Binding-Limit is set by the gateway itself (server.headers.binding_limit)"},
+	} {
+		if _, err := Parse("r.yaml", []byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want %q, got %v", tc.want, err)
+		}
+	}
+	for _, name := range []string{"Transfer-Encoding", "transfer-encoding", "Content-Length", "Content-Type", "Retry-After",
+		"RateLimit", "RateLimit-Policy", "X-RateLimit-Remaining", "Connection", "Date"} {
+		src := "server:\n  headers: {binding_limit: " + name + "}\nlimits: [{name: l, rate: 1}]\n"
+		want := "r.yaml:2:28: server.headers.binding_limit: " + httpCanonical(name) + " is set by the gateway itself"
+		if _, err := Parse("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("binding_limit %s: want %q, got %v", name, want, err)
+		}
+	}
+	if _, err := Parse("r.yaml", []byte(`server:
+  headers: {binding_limit: Floodgate-Limit}
+  refusal: {headers: [{name: X-Why, value: slow down}]}
+limits: [{name: l, rate: 1, refusal: {headers: [{name: Cache-Control, value: no-store}]}}]
+`)); err != nil {
+		t.Errorf("a binding_limit of its own beside other refusal headers: %v", err)
+	}
+}

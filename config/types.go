@@ -210,7 +210,9 @@ type Headers struct {
 	// fields (default false).
 	XRateLimit bool `yaml:"x_ratelimit"`
 	// BindingLimit, when set, is the name of a response header that names
-	// the limit that decided a denial (default: none).
+	// the limit that decided a denial (default: none); not one of the
+	// fields the gateway sets for another purpose (Retry-After, the
+	// RateLimit fields, framing and connection fields).
 	BindingLimit string `yaml:"binding_limit"`
 }
 

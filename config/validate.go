@@ -262,8 +262,10 @@ func (v *validator) server() {
 	if !validToken(s.APIKeyHeader) {
 		v.errorf("server.api_key_header", "%q is not a valid header name", s.APIKeyHeader)
 	}
-	if s.Headers.BindingLimit != "" && !validToken(s.Headers.BindingLimit) {
-		v.errorf("server.headers.binding_limit", "%q is not a valid header name", s.Headers.BindingLimit)
+	if b := s.Headers.BindingLimit; b != "" && !validToken(b) {
+		v.errorf("server.headers.binding_limit", "%q is not a valid header name", b)
+	} else if b != "" && slices.Contains(reservedFields, httpCanonical(b)) {
+		v.errorf("server.headers.binding_limit", "%s is set by the gateway itself", httpCanonical(b))
 	}
 	switch strings.ToLower(s.ForwardedHeader) {
 	case "", "x-forwarded-for", "forwarded":
