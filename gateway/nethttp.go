@@ -293,19 +293,28 @@ func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 // a request whose upstream goes on after its client left only until then.
 type statusWriter struct {
 	http.ResponseWriter
-	d *drainer
+	d     *drainer
+	known bool // the drainer was told
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	if code >= 200 {
-		s.d.status(false)
+		s.told()
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusWriter) Write(b []byte) (int, error) {
-	s.d.status(false)
+	s.told()
 	return s.ResponseWriter.Write(b)
+}
+
+// told tells the drainer, once, that the status is known.
+func (s *statusWriter) told() {
+	if !s.known {
+		s.known = true
+		s.d.status(false)
+	}
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
