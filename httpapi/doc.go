@@ -53,6 +53,14 @@
 // long), "shadow" and "degraded" (decided by a failure policy while the
 // store failed) appear when they apply.
 //
+// A check that was decided stands whether or not its caller is still
+// there to read the answer: a caller that gave up waiting (its own
+// deadline) goes ahead or not by its own failure policy, as Envoy does
+// when its rate-limit call times out, and the service cannot tell which,
+// so what it charged is kept (counting too much, never too little). A
+// reservation is different: its caller cannot settle what it never
+// learnt, so it is given back (below).
+//
 // # Costs known later: reserve, then settle
 //
 // POST /v1/reserve takes the same hits (each cost an estimate) and an
