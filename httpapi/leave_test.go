@@ -116,3 +116,26 @@ func TestSettleWhoseCallerLeftIsApplied(t *testing.T) {
 		t.Errorf("a cancel of a reservation of 500 posted by a caller that left: %v of 1000 free, want 1000", free)
 	}
 }
+
+// TestCheckWhoseCallerLeftStands: a check whose caller leaves while it is
+// decided (Redis stalls under the call) keeps what it charged once Redis
+// answers, as Envoy's rate-limit service keeps a call whose client timed
+// out: the caller may have gone ahead by its own failure policy. Unlike
+// a reservation, it is not given back.
+func TestCheckWhoseCallerLeftStands(t *testing.T) {
+	t.Parallel()
+	url, rs := onRedis(t, limiter.Options{})
+	rs.Pause()
+	postAndLeave(t, url, "/v1/check", `{"limit":"tokens","key":"c","cost":800}`, 300*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the server sees the connection close
+	rs.Resume()
+	if free := freeTokens(t, url, "c", 200); free != 200 {
+		t.Fatalf("a check of 800 whose caller left before its answer: %v of 1000 free, want 200 (the charge stands)", free)
+	}
+	// Redis applied it before the server read its answer: what the
+	// server does then must not give it back either.
+	time.Sleep(500 * time.Millisecond)
+	if free := freeTokens(t, url, "c", 200); free != 200 {
+		t.Errorf("a check of 800 whose caller left, once answered: %v of 1000 free, want 200 (the charge stands)", free)
+	}
+}
