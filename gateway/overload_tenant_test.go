@@ -1,7 +1,12 @@
 package gateway
 
 import (
+	"fmt"
+	"io"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -40,6 +45,81 @@ queue: {size: 4, per_tenant: 1, max_wait: 30s}`))
 			if answers[who] != code {
 				t.Errorf("%s: status %d, want %d (all: %v)", who, answers[who], code, answers)
 			}
+		}
+	})
+}
+
+// TestOverloadIPv6ShareIsItsPrefix: on a route whose tenants are client
+// addresses, an IPv6 client's share of the cap is its /64's: a client that
+// holds four places of a cap of 4 from four addresses of its /64, and has
+// two more waiting from two others, is one tenant above its share (2 of
+// 4, with another tenant waiting), not six tenants each below theirs. The
+// place it frees goes to the waiting client of another /64 first, and the
+// next to its own waiters; the gateway counts two tenants, not seven.
+func TestOverloadIPv6ShareIsItsPrefix(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		hold := make(chan struct{}) // each send lets one of the /64's held requests answer
+		var mu sync.Mutex
+		var seen []string
+		h := func(w http.ResponseWriter, r *http.Request) {
+			who := r.Header.Get("X-Who")
+			mu.Lock()
+			seen = append(seen, who)
+			mu.Unlock()
+			if strings.HasPrefix(who, "prefix") {
+				select {
+				case <-hold:
+				case <-r.Context().Done():
+				}
+			}
+			_, _ = io.WriteString(w, "ok")
+		}
+		g, base, c := overloadFront(t, front, "server:\n  trusted_proxies: [127.0.0.1/32]\n"+overloadPolicy(`
+limit: 4
+tiers: [{name: default}]
+queue: {size: 16, per_tenant: 8, max_wait: 5s}`), h)
+		seenNow := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(seen) }
+		var wg sync.WaitGroup
+		done := map[string]<-chan int{}
+		send := func(who, addr string) {
+			ch := make(chan int, 1)
+			done[who] = ch
+			wg.Go(func() {
+				a, err := get(c, t.Context(), base+"/x", "X-Forwarded-For", addr, "X-Who", who)
+				if err != nil {
+					t.Error(err)
+				}
+				ch <- a.status
+			})
+		}
+		defer func() {
+			close(hold)
+			wg.Wait()
+		}()
+		for i := 1; i <= 6; i++ {
+			send(fmt.Sprintf("prefix%d", i), fmt.Sprintf("2001:db8:0:1:%x::%d", i*0x1111, i))
+			if i <= 4 {
+				pollUntil(t, "the /64 in flight", func() bool { return len(seenNow()) == i })
+			} else {
+				pollUntil(t, "the /64 queued", func() bool { return overloadState(g).Queued == i-4 })
+			}
+		}
+		send("other", "2001:db8:0:2::1")
+		pollUntil(t, "the other /64 queued", func() bool { return overloadState(g).Queued == 3 })
+		if n, w := overloadTenants(g); n != 2 || w != 2 {
+			t.Errorf("tenants counted %d, waiting %d; want 2 and 2 (one per /64)", n, w)
+		}
+
+		hold <- struct{}{}
+		if got := <-done["other"]; got != http.StatusOK {
+			t.Fatalf("the other /64: status %d, want 200", got)
+		}
+		pollUntil(t, "the /64 back at the cap", func() bool {
+			s := overloadState(g)
+			return s.Inflight == 4 && s.Queued == 1 && len(seenNow()) == 6
+		})
+		if s := seenNow(); len(s) != 6 || s[4] != "other" || !strings.HasPrefix(s[5], "prefix") {
+			t.Errorf("the upstream saw %q; want the /64's four, the other /64's, then the /64's", s)
 		}
 	})
 }
