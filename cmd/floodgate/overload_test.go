@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -268,5 +270,66 @@ routes:
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestServeShedTenantsBoundedOnDefaults: floodgate serve counts sheds by
+// tenant in at most 50 (route, tenant) series of their own, without any
+// setting: a flood of 200 tenants, each named anew in its X-Tenant field
+// and shed at a full cap, leaves 50 tenant series and the folded one
+// (`_other`), which counts the other 150; no shed goes uncounted.
+func TestServeShedTenantsBoundedOnDefaults(t *testing.T) {
+	forEngines(t, testServeShedTenantsBoundedOnDefaults)
+}
+
+func testServeShedTenantsBoundedOnDefaults(t *testing.T, engine string) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	gw, admin := serveOverload(t, engine, `
+routes:
+  - name: api
+    match: {paths: ["/**"]}
+    upstream: UPSTREAM
+    overload:
+      limit: 1
+      tiers: [{name: default}]
+      tenant: header:X-Tenant
+`, up)
+	c := overloadClient(t)
+	held := make(chan int, 1)
+	go func() {
+		code, _ := fetch(c, gw+"/held", "X-Tenant", "holder")
+		held <- code
+	}()
+	defer func() {
+		close(release)
+		if code := <-held; code != 200 {
+			t.Errorf("the held request: %d", code)
+		}
+	}()
+	eventually(t, "1 in flight", func() bool { return metricValue(t, admin, `floodgate_overload_inflight{route="api"}`) == 1 })
+	const flood = 200
+	for i := range flood {
+		if code, err := fetch(c, gw+"/x", "X-Tenant", fmt.Sprintf("tenant-%03d", i)); err != nil || code != http.StatusServiceUnavailable {
+			t.Fatalf("tenant %d: %d %v, want 503", i, code, err)
+		}
+	}
+	re := regexp.MustCompile(`(?m)^floodgate_overload_shed_tenants_total\{route="api",tenant="([^"]*)"\} (\d+)$`)
+	named, total, other := 0, 0, 0
+	for _, m := range re.FindAllStringSubmatch(metricsText(t, admin), -1) {
+		n, _ := strconv.Atoi(m[2])
+		total += n
+		if m[1] == "_other" {
+			other = n
+		} else {
+			named++
+		}
+	}
+	if named != 50 || other != flood-50 || total != flood {
+		t.Errorf("%d tenant series and _other counting %d, %d sheds in all; want 50, %d and %d", named, other, total, flood-50, flood)
 	}
 }
