@@ -1,0 +1,56 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// TestOverloadRoutesBounded: the Health page's overload series are held
+// to 128 routes. Twice as many routes sampled, second after second, leave
+// the first 128 with a series each and every later one without: the
+// overview sends 128 routes, the routes past the bound take no room and
+// push no earlier route out, and the first routes keep being drawn, each
+// second's sample its own.
+func TestOverloadRoutesBounded(t *testing.T) {
+	t.Parallel()
+	if MaxSeries != 128 {
+		t.Fatalf("MaxSeries is %d; docs/overload.md promises 128 routes", MaxSeries)
+	}
+	rec := NewRecorder(1000)
+	for sec := int64(1000); sec < 1003; sec++ {
+		rec.Tick(sec)
+		for i := range 2 * MaxSeries {
+			rec.RecordOverload(fmt.Sprintf("r%03d", i), int(sec)+i, time.Duration(i)*time.Millisecond)
+		}
+	}
+	rec.Tick(1003)
+	h := NewHandler(Options{Recorder: rec, Info: func() Instance { return Instance{} }})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/ui/api/overview?since=999", nil))
+	var got struct {
+		Overload map[string][]OverloadPoint
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err, w.Body.String())
+	}
+	if len(got.Overload) != MaxSeries {
+		t.Errorf("the overview sends %d routes' overload control, want %d", len(got.Overload), MaxSeries)
+	}
+	for i := range 2 * MaxSeries {
+		route := fmt.Sprintf("r%03d", i)
+		pts, ok := got.Overload[route]
+		if i >= MaxSeries {
+			if ok {
+				t.Errorf("%s, past the bound, has a series: %v", route, pts)
+			}
+			continue
+		}
+		want := fmt.Sprint([]OverloadPoint{{1000, int64(1000 + i), float64(i)}, {1001, int64(1001 + i), float64(i)}, {1002, int64(1002 + i), float64(i)}})
+		if fmt.Sprint(pts) != want {
+			t.Errorf("%s: %v, want %s", route, pts, want)
+		}
+	}
+}
