@@ -12,6 +12,7 @@ type overloadSeries struct {
 	limit   [Window]atomic.Int64
 	latency [Window]atomic.Int64 // ns
 	stamps  [Window]atomic.Int64 // the second each slot holds
+	last    atomic.Int64         // the newest second sampled
 }
 
 // OverloadPoint is one second of a route's overload control.
@@ -23,24 +24,43 @@ type OverloadPoint struct {
 
 // RecordOverload notes the state of a route's overload control in the
 // current second: its cap and the adaptive limit's latency (0 for a fixed
-// cap). The first MaxSeries routes get a series; later ones are left out.
-// Call it from one goroutine (the one that calls Tick).
+// cap). At most MaxSeries routes have a series: a route past them gets
+// the series of one not sampled for a whole Window (a route a reload
+// renamed or removed, which has nothing left to show), else it is left
+// out. Call it from one goroutine (the one that calls Tick).
 func (r *Recorder) RecordOverload(route string, limit int, latency time.Duration) {
+	now := r.sec.Load()
 	r.mu.Lock()
 	s := r.overload[route]
-	if s == nil && len(r.overload) < MaxSeries {
-		s = &overloadSeries{route: route}
-		r.overload[route] = s
+	if s == nil {
+		if len(r.overload) >= MaxSeries {
+			r.dropStaleOverload(now)
+		}
+		if len(r.overload) < MaxSeries {
+			s = &overloadSeries{route: route}
+			r.overload[route] = s
+		}
 	}
 	r.mu.Unlock()
 	if s == nil {
 		return
 	}
-	now := r.sec.Load()
+	s.last.Store(now)
 	i := now % Window
 	s.limit[i].Store(int64(limit))
 	s.latency[i].Store(int64(latency))
 	s.stamps[i].Store(now)
+}
+
+// dropStaleOverload drops one series not sampled for a whole Window
+// before now, if there is one. r.mu is held.
+func (r *Recorder) dropStaleOverload(now int64) {
+	for route, s := range r.overload {
+		if now-s.last.Load() >= Window {
+			delete(r.overload, route)
+			return
+		}
+	}
 }
 
 // OverloadPoints returns each route's overload control per second in

@@ -54,3 +54,41 @@ func TestOverloadRoutesBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestOverloadRoutesRenamedGiveTheirSeriesBack: once MaxSeries routes have
+// had a series, a route a reload renamed or removed (not sampled for a
+// whole Window, so it has nothing left to show) gives its series to a new
+// route; a route still sampled keeps its own. Before, the first MaxSeries
+// route names ever seen kept every series until a restart, and a route
+// added after enough renames was never drawn.
+func TestOverloadRoutesRenamedGiveTheirSeriesBack(t *testing.T) {
+	t.Parallel()
+	rec := NewRecorder(1000)
+	rec.Tick(1000)
+	for i := range MaxSeries {
+		rec.RecordOverload(fmt.Sprintf("old%03d", i), 8, 0)
+	}
+	end := int64(1000 + Window)
+	rec.Tick(end - 1)
+	rec.RecordOverload("old000", 9, 0) // still configured
+	rec.Tick(end)
+	rec.RecordOverload("new", 16, time.Millisecond)
+	rec.RecordOverload("old000", 10, 0)
+	got := rec.OverloadPoints(end-2, end)
+	if want := fmt.Sprint([]OverloadPoint{{end, 16, 1}}); fmt.Sprint(got["new"]) != want {
+		t.Errorf("a route added after %d others stopped being sampled an hour ago: %v, want %s", MaxSeries, got["new"], want)
+	}
+	if want := fmt.Sprint([]OverloadPoint{{end - 1, 9, 0}, {end, 10, 0}}); fmt.Sprint(got["old000"]) != want {
+		t.Errorf("a route still sampled: %v, want %s", got["old000"], want)
+	}
+	// Only stale series go: with every series sampled within the hour,
+	// another new route is still left out.
+	for i := range MaxSeries {
+		rec.RecordOverload(fmt.Sprintf("r%03d", i), 4, 0)
+	}
+	rec.RecordOverload("late", 4, 0)
+	if pts := rec.OverloadPoints(end-1, end); len(pts) != MaxSeries || pts["late"] != nil || pts["new"] == nil || pts["old000"] == nil {
+		t.Errorf("%d series after a flood of new routes (late %v, new %v, old000 %v); want %d, the live ones kept", len(pts),
+			pts["late"] != nil, pts["new"] != nil, pts["old000"] != nil, MaxSeries)
+	}
+}
