@@ -20,15 +20,18 @@ const (
 type refusalSeries struct {
 	route string
 	slots [Window][refusedKinds]atomic.Uint64
+	last  atomic.Int64 // the newest second counted in
 }
 
 // NoRoute names the requests no route matched in the refusals.
 const NoRoute = "(no route)"
 
 // RefusedBeforeLimit counts an answer refused before any limit: 401, 403
-// or 429 (the penalty box); other statuses are not counted. The first
-// MaxSeries routes get a series of their own, the others share "other".
-// It is a gateway.RefusalObserver.
+// or 429 (the penalty box); other statuses are not counted. At most
+// MaxSeries routes have a series of their own: a route past them takes the
+// series of one that counted nothing for a whole Window (a route a reload
+// renamed or removed, which has nothing left to show), else it shares
+// "other". It is a gateway.RefusalObserver.
 func (r *Recorder) RefusedBeforeLimit(route string, status int) {
 	var k int
 	switch status {
@@ -44,34 +47,49 @@ func (r *Recorder) RefusedBeforeLimit(route string, status int) {
 	if route == "" {
 		route = NoRoute
 	}
+	now := r.sec.Load()
 	s := (*r.refused.Load())[route]
 	if s == nil {
-		s = r.refusalSeriesOf(route)
+		s = r.refusalSeriesOf(route, now)
 	}
-	s.slots[r.sec.Load()%Window][k].Add(1)
+	s.slots[now%Window][k].Add(1)
+	if s.last.Load() != now {
+		s.last.Store(now)
+	}
 }
 
 // refusalSeriesOf finds or makes a route's series (the slow path: once per
 // route). The map is copied on write, so that the request path reads it
 // without a lock.
-func (r *Recorder) refusalSeriesOf(route string) *refusalSeries {
+func (r *Recorder) refusalSeriesOf(route string, now int64) *refusalSeries {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := *r.refused.Load()
 	if s := old[route]; s != nil {
 		return s
 	}
-	name := route
+	name, stale := route, ""
 	if len(old) >= MaxSeries {
-		name = "other"
-		if s := old[name]; s != nil {
-			return s
+		for k, v := range old {
+			if k != "other" && now-v.last.Load() >= Window {
+				stale = k
+				break
+			}
+		}
+		if stale == "" {
+			name = "other"
+			if s := old[name]; s != nil {
+				return s
+			}
 		}
 	}
 	s := &refusalSeries{route: name}
+	s.last.Store(now)
 	m := make(map[string]*refusalSeries, len(old)+1)
 	for k, v := range old {
-		m[k] = v
+		if k != stale {
+			m[k] = v
+		}
 	}
 	m[name] = s
 	r.refused.Store(&m)

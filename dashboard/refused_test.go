@@ -90,3 +90,42 @@ func TestOverviewRefused(t *testing.T) {
 		t.Errorf("%+v", got)
 	}
 }
+
+// TestRefusedRoutesRenamedGiveTheirSeriesBack: once MaxSeries routes have
+// a series of refusals, a route a reload renamed or removed (nothing
+// refused on it for a whole Window, so nothing left to show) gives its
+// series to a new route; routes refused within the hour keep theirs, and
+// with none stale a new route shares "other". Before, the first MaxSeries
+// route names kept every series until a restart.
+func TestRefusedRoutesRenamedGiveTheirSeriesBack(t *testing.T) {
+	t.Parallel()
+	rec := NewRecorder(1000)
+	for i := range MaxSeries {
+		rec.RefusedBeforeLimit(fmt.Sprintf("old%03d", i), http.StatusForbidden)
+	}
+	end := int64(1000 + Window)
+	rec.Tick(end - 1)
+	rec.RefusedBeforeLimit("old000", http.StatusUnauthorized) // still configured
+	rec.Tick(end)
+	rec.RefusedBeforeLimit("new", http.StatusForbidden)
+	rec.RefusedBeforeLimit("new", http.StatusForbidden)
+	got := rec.RefusalPoints(end-2, end)
+	if fmt.Sprint(got["new"]) != "[{0 0 0} {0 2 0}]" || got["other"] != nil {
+		t.Errorf("a route added after %d others stopped being refused an hour ago: %v (other %v), want its own series", MaxSeries, got["new"], got["other"])
+	}
+	if fmt.Sprint(got["old000"]) != "[{1 0 0} {0 0 0}]" {
+		t.Errorf("a route refused within the hour: %v, want its series kept", got["old000"])
+	}
+	if len(got) != MaxSeries {
+		t.Errorf("%d series, want %d", len(got), MaxSeries)
+	}
+	// Every series in use within the hour: new routes share "other".
+	for i := range MaxSeries {
+		rec.RefusedBeforeLimit(fmt.Sprintf("r%03d", i), http.StatusForbidden)
+	}
+	got = rec.RefusalPoints(end-1, end)
+	if len(got) != MaxSeries+1 || got["new"] == nil || got["old000"] == nil || fmt.Sprint(got["other"]) != "[{0 2 0}]" {
+		t.Errorf("%d series (other %v, new kept %v, old000 kept %v); want %d and other counting the 2 past them", len(got), got["other"],
+			got["new"] != nil, got["old000"] != nil, MaxSeries)
+	}
+}
