@@ -115,8 +115,9 @@ func (r *Replayer) Decide(rec *Record) *Outcome {
 // decides as Decide does, except when its answer differs from the logged
 // one and moving the request by at most tol (a refill or a window's end
 // within the log's resolution) gives the logged answer: then it charges
-// the request as logged, at the nearest instant that gives it. Run replays each policy so,
-// with tol the larger of Options.Tolerance and the log's resolution.
+// the request as logged, at the nearest instant that gives it. Run
+// replays each policy so, with tol the larger of Options.Tolerance and the
+// log's resolution.
 func (r *Replayer) Check(rec *Record, tol time.Duration) *Outcome {
 	if r.ck == nil || r.ck.tol != int64(tol) {
 		r.ck = newChecker(tol, nil)
