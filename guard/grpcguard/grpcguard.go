@@ -216,9 +216,15 @@ func (c *call) decide() {
 }
 
 // answered notes how the handler answered, for the recorder of a
-// reservation.
+// reservation. A handler that ended with its context's own error once its
+// client left (cancelled, or past its deadline) gave no answer of its
+// own: unless a limit of the call counts by outcome (which counts that
+// code), the recorder is told its metadata without a status, as a handler
+// behind the middleware that writes nothing once its client left, so that
+// the work it did keeps its charge (the cost it told, else the estimate).
 func (c *call) answered(rec *gateway.Recorder, err error, seen *seenMetadata) {
-	c.status = HTTPStatus(codeOf(err))
+	code := codeOf(err)
+	c.status = HTTPStatus(code)
 	if rec == nil {
 		return
 	}
@@ -226,8 +232,23 @@ func (c *call) answered(rec *gateway.Recorder, err error, seen *seenMetadata) {
 	if seen != nil {
 		h = seen
 	}
-	rec.Header(c.status, h)
+	st := c.status
+	if left := c.ctx.Err(); left != nil && code == status.FromContextError(left).Code() && !c.countsOutcome() {
+		st = 0
+	}
+	rec.Header(st, h)
 	rec.SetComplete()
+}
+
+// countsOutcome reports whether a limit of the call counts by outcome
+// (count_on).
+func (c *call) countsOutcome() bool {
+	for _, on := range c.f.Match().CountOn {
+		if len(on) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *call) Context() context.Context { return c.ctx }

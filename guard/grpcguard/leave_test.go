@@ -35,7 +35,7 @@ import (
 
 // leavePolicy counts failed logins (UNAUTHENTICATED, 401) and timed-out
 // lookups (DEADLINE_EXCEEDED, 504) by outcome, and holds Hold streams
-// and Upload messages to 2 at once.
+// to 2 at once.
 const leavePolicy = `version: 1
 routes:
   - {name: upload, match: {paths: [/test.Leave/Upload]}, upstream: none, grpc_stream: per_message}
@@ -55,6 +55,16 @@ type leaveService struct {
 	ran     atomic.Int64 // handlers run
 	started chan string  // the x-do of each call whose handler started
 	ended   chan string  // the x-do of each call once every interceptor returned
+	got     chan string  // the x-do of a stream for each message its handler got
+}
+
+// gotOne tells got that the handler of the stream that asked for do got
+// a message.
+func (s *leaveService) gotOne(do string) {
+	select {
+	case s.got <- do:
+	default:
+	}
 }
 
 func doOf(ctx context.Context) string {
@@ -150,6 +160,39 @@ var leaveDesc = grpc.ServiceDesc{
 				s.ran.Add(1)
 			}
 		},
+	}, {
+		// Feed (per_stream) reads its client's messages until it
+		// half-closes or leaves, telling got of each; with x-do "spend"
+		// it sets x-cost, the messages it got, in its trailer as it
+		// ends.
+		StreamName:    "Feed",
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler: func(srv any, st grpc.ServerStream) error {
+			s := srv.(*leaveService)
+			do := doOf(st.Context())
+			s.ran.Add(1)
+			select {
+			case s.started <- do:
+			default:
+			}
+			got := 0
+			for {
+				err := st.RecvMsg(new(wrapperspb.StringValue))
+				if err != nil && do == "spend" {
+					// What it did, in the trailer, however the
+					// stream ends.
+					st.SetTrailer(metadata.Pairs("x-cost", strconv.Itoa(got)))
+				}
+				if err == io.EOF {
+					return st.SendMsg(wrapperspb.String("done"))
+				} else if err != nil {
+					return err
+				}
+				got++
+				s.gotOne(do)
+			}
+		},
 	}},
 }
 
@@ -203,7 +246,7 @@ func newLeaveRig(t *testing.T, o rigOptions) *leaveRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &leaveService{started: make(chan string, 64), ended: make(chan string, 256)}
+	svc := &leaveService{started: make(chan string, 64), ended: make(chan string, 256), got: make(chan string, 64)}
 	tellUnary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		defer func() { svc.ended <- doOf(ctx) }()
 		return h(ctx, req)
@@ -575,5 +618,112 @@ limits:
 	rig.waitEnded(t, "queued")
 	if n := rig.svc.ran.Load(); n != 1 {
 		t.Errorf("the handler was given %d messages, want the first alone", n)
+	}
+}
+
+// TestLeaveActualCost: a call whose cost its answer tells (actual) is
+// charged for the work its handler did, however the client left: a
+// handler that ends with its context's own error once its client
+// cancelled, or once the client's deadline passed, gave no answer of its
+// own, and pays what it told in its metadata, else its estimate, as a
+// handler behind the middleware that writes nothing once its client left.
+// An answer that is not a success (UNAUTHENTICATED) costs nothing, and a
+// handler that panicked gave no answer: the reservation goes back.
+func TestLeaveActualCost(t *testing.T) {
+	t.Parallel()
+	const policy = `version: 1
+limits:
+  - {name: tokens, rate: 1000, per: 1h, key: global, match: {paths: [/test.Leave/Feed, /test.Leave/Work]}, estimate: {header: x-estimate, default: 100}, actual: {header: x-cost}}
+`
+	for _, c := range []struct {
+		name, method, do string
+		msgs             int    // messages the stream's handler gets first
+		end              string // "close" (half-close), "cancel", "deadline", or "" (the call ends)
+		charged          int
+	}{
+		{"a stream telling 3, half-closed", "Feed", "spend", 3, "close", 3},
+		{"a stream telling 3, cancelled", "Feed", "spend", 3, "cancel", 3},
+		{"a stream telling nothing, cancelled", "Feed", "early", 1, "cancel", 100},
+		{"a unary call cancelled while its handler runs", "Work", "ctx", 0, "cancel", 100},
+		{"a unary call past its deadline while its handler runs", "Work", "ctx", 0, "deadline", 100},
+		{"UNAUTHENTICATED", "Work", "unauth", 0, "", 0},
+		{"a panic", "Work", "panic", 0, "", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rig := newLeaveRig(t, rigOptions{policy: policy})
+			timeout := time.Minute
+			if c.end == "deadline" {
+				timeout = 300 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-do", c.do)
+			switch c.method {
+			case "Feed":
+				st, err := rig.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/test.Leave/Feed")
+				if err != nil {
+					t.Fatal(err)
+				}
+				rig.waitStarted(t, c.do)
+				for range c.msgs {
+					if err := st.SendMsg(wrapperspb.String("part")); err != nil {
+						t.Fatal(err)
+					}
+					<-rig.svc.got
+				}
+				if c.end == "cancel" {
+					cancel()
+				} else {
+					_ = st.CloseSend()
+					for st.RecvMsg(new(wrapperspb.StringValue)) == nil {
+					}
+				}
+			default:
+				errc := make(chan error, 1)
+				go func() {
+					errc <- rig.conn.Invoke(ctx, "/test.Leave/Work", wrapperspb.String(c.do), new(wrapperspb.StringValue))
+				}()
+				if c.end == "cancel" {
+					rig.waitStarted(t, c.do)
+					cancel()
+				}
+				<-errc
+			}
+			rig.waitEnded(t, c.do)
+
+			// A probe of estimate 1 that tells no cost.
+			pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer pcancel()
+			var tr metadata.MD
+			if err := rig.conn.Invoke(metadata.AppendToOutgoingContext(pctx, "x-do", "probe", "x-estimate", "1"), "/test.Leave/Work",
+				wrapperspb.String("probe"), new(wrapperspb.StringValue), grpc.Trailer(&tr)); err != nil {
+				t.Fatalf("probe: %v", err)
+			}
+			if got := 1000 - 1 - remaining(t, tr, "tokens"); got != c.charged {
+				t.Errorf("charged %d, want %d", got, c.charged)
+			}
+		})
+	}
+}
+
+// TestLeaveCancelCountsByCode: a call its client cancels while its
+// handler runs, the handler ending with its context's error, is counted
+// by that code (CANCELLED, 499) on a limit that counts it by outcome: the
+// code stays what a count_on limit sees, however the client left.
+func TestLeaveCancelCountsByCode(t *testing.T) {
+	t.Parallel()
+	rig := newLeaveRig(t, rigOptions{policy: `version: 1
+limits:
+  - {name: abandoned, algorithm: sliding_log, limit: 3, window: 1h, count_on: [499], key: global, match: {paths: [/test.Leave/Work]}}
+`})
+	for range 2 {
+		if _, err := rig.call(t, "Work", "ctx", func() { rig.waitStarted(t, "ctx") }); status.Code(err) != codes.Canceled {
+			t.Fatalf("a call its client cancelled: %v", err)
+		}
+		rig.waitEnded(t, "ctx")
+	}
+	if got := rig.counted(t, "Work", "abandoned"); got != 2 {
+		t.Errorf("counted: %d, want 2", got)
 	}
 }
