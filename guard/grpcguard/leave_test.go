@@ -621,6 +621,131 @@ limits:
 	}
 }
 
+// TestLeaveUnarySlots: a unary call's concurrency slot comes back however
+// it ends: its client cancels before the Guard decides it (while an
+// interceptor in front holds it), while its handler runs, or once its
+// handler answered; the handler returns an error, or panics (recovered
+// outside the Guard's interceptor or inside). Three of each against a
+// limit of 2: a slot kept would show.
+func TestLeaveUnarySlots(t *testing.T) {
+	t.Parallel()
+	const policy = `version: 1
+limits:
+  - {name: slots, algorithm: concurrency, limit: 2, key: global, match: {paths: [/test.Leave/Work]}}
+`
+	for _, c := range []struct {
+		name, do     string
+		leave        string // "before" the decision, "during" the handler, "after" its answer
+		recoverInner bool
+		code         codes.Code // what the client gets (when it stays)
+	}{
+		{"the client cancels before the decision", "gone", "before", false, 0},
+		{"the client cancels while the handler runs", "hold", "during", false, 0},
+		{"the client cancels once the handler answered", "ok", "after", false, 0},
+		{"the handler returns an error", "unauth", "", false, codes.Unauthenticated},
+		{"the handler panics, recovered outside", "panic", "", false, codes.Internal},
+		{"the handler panics, recovered inside", "panic", "", true, codes.Internal},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			arrived := make(chan struct{}, 4)
+			// holdUntilGone holds a call that asked for "gone" until its
+			// client has left, as an authentication interceptor that
+			// takes its time would.
+			holdUntilGone := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if doOf(ctx) == "gone" {
+					arrived <- struct{}{}
+					<-ctx.Done()
+				}
+				return h(ctx, req)
+			}
+			rig := newLeaveRig(t, rigOptions{policy: policy, recoverInner: c.recoverInner, first: holdUntilGone})
+			for range 3 {
+				var leave func()
+				switch c.leave {
+				case "before":
+					leave = func() { <-arrived }
+				case "during":
+					leave = func() { rig.waitStarted(t, c.do) }
+				case "after":
+					leave = func() { rig.waitEnded(t, c.do) }
+				}
+				_, err := rig.call(t, "Work", c.do, leave)
+				if c.leave == "" && status.Code(err) != c.code {
+					t.Errorf("the call: %v, want %v", err, c.code)
+				}
+				if c.leave != "after" {
+					rig.waitEnded(t, c.do)
+				}
+			}
+			tr, err := rig.call(t, "Work", "probe", nil)
+			if err != nil {
+				t.Fatalf("a call once the others ended: %v, want OK (a slot kept)", err)
+			}
+			rig.waitEnded(t, "probe")
+			if held := 2 - 1 - remaining(t, tr, "slots"); held != 0 {
+				t.Errorf("%d slots held once the calls ended, want 0", held)
+			}
+		})
+	}
+}
+
+// TestLeaveStreamCountOn: a stream counted by its code (per_stream) is
+// charged as a unary call is, by the code its handler ends it with,
+// whatever its client did before: UNAUTHENTICATED counts, also when the
+// handler gives it once its client cancelled the stream; the context's
+// own error after the client left (CANCELLED) does not; a handler that
+// panicked gave no answer, and its reservation goes back.
+func TestLeaveStreamCountOn(t *testing.T) {
+	t.Parallel()
+	const policy = `version: 1
+limits:
+  - {name: login, algorithm: sliding_log, limit: 3, window: 1h, count_on: [401], key: global, match: {paths: [/test.Leave/Hold]}}
+`
+	for _, c := range []struct {
+		name, do     string
+		leave        bool
+		recoverInner bool
+		charged      int
+	}{
+		{"UNAUTHENTICATED", "unauth", false, false, 1},
+		{"UNAUTHENTICATED after the client cancelled", "late", true, false, 1},
+		{"the context's error after the client cancelled", "ctx", true, false, 0},
+		{"a panic, recovered outside the Guard", "panic", false, false, 0},
+		{"a panic, recovered inside the Guard (INTERNAL)", "panic", false, true, 0},
+		{"OK once the client half-closed", "recv", false, false, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rig := newLeaveRig(t, rigOptions{policy: policy, recoverInner: c.recoverInner})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			st := rig.openHold(t, ctx, c.do)
+			if c.leave {
+				rig.waitStarted(t, c.do)
+				cancel()
+			} else {
+				_ = st.CloseSend()
+				for st.RecvMsg(new(wrapperspb.StringValue)) == nil {
+				}
+			}
+			rig.waitEnded(t, c.do)
+
+			pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+			defer pcancel()
+			probe := rig.openHold(t, pctx, "probe")
+			_ = probe.CloseSend()
+			if err := probe.RecvMsg(new(wrapperspb.StringValue)); err != io.EOF {
+				t.Fatalf("probe: %v", err)
+			}
+			rig.waitEnded(t, "probe")
+			if got := 3 - 1 - remaining(t, probe.Trailer(), "login"); got != c.charged {
+				t.Errorf("counted: %d, want %d", got, c.charged)
+			}
+		})
+	}
+}
+
 // TestLeaveActualCost: a call whose cost its answer tells (actual) is
 // charged for the work its handler did, however the client left: a
 // handler that ends with its context's own error once its client
