@@ -147,9 +147,15 @@ var leaveDesc = grpc.ServiceDesc{
 		ClientStreams: true,
 		Handler: func(srv any, st grpc.ServerStream) error {
 			s := srv.(*leaveService)
-			if doOf(st.Context()) == "late" {
+			do := doOf(st.Context())
+			if do == "late" {
 				s.started <- "late"
 				<-st.Context().Done()
+			} else {
+				select {
+				case s.started <- do:
+				default:
+				}
 			}
 			for {
 				if err := st.RecvMsg(new(wrapperspb.StringValue)); err == io.EOF {
@@ -158,6 +164,7 @@ var leaveDesc = grpc.ServiceDesc{
 					return err
 				}
 				s.ran.Add(1)
+				s.gotOne(do)
 			}
 		},
 	}, {
@@ -687,6 +694,89 @@ limits:
 				t.Errorf("%d slots held once the calls ended, want 0", held)
 			}
 		})
+	}
+}
+
+// earlyPolicy charges a Feed stream once when it opens (per_stream), and
+// each message of an Upload stream as its handler receives it
+// (per_message), with one message decided at a time.
+const earlyPolicy = `version: 1
+routes:
+  - {name: upload, match: {paths: [/test.Leave/Upload]}, upstream: none, grpc_stream: per_message}
+  - {name: rest, match: {paths: ["/test.Leave/*"]}, upstream: none}
+limits:
+  - {name: streams, rate: 100, per: 1h, key: global, match: {paths: [/test.Leave/Feed]}}
+  - {name: parts, rate: 100, per: 1h, key: global, match: {routes: [upload]}}
+  - {name: partslots, algorithm: concurrency, limit: 1, key: global, match: {routes: [upload]}}
+`
+
+// TestLeaveStreamEarly: a stream its client cancels after 0, 1 and 3
+// messages its handler got costs the work that was done: a per_stream
+// stream its one unit, charged when it opened (its handler ran); a
+// per_message stream the messages its handler was given, no more and no
+// fewer, and no message slot stays held.
+func TestLeaveStreamEarly(t *testing.T) {
+	t.Parallel()
+	for _, method := range []string{"Feed", "Upload"} {
+		for _, n := range []int{0, 1, 3} {
+			t.Run(fmt.Sprintf("%s cancelled after %d", method, n), func(t *testing.T) {
+				t.Parallel()
+				rig := newLeaveRig(t, rigOptions{policy: earlyPolicy})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				st, err := rig.conn.NewStream(metadata.AppendToOutgoingContext(ctx, "x-do", "early"),
+					&grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/test.Leave/"+method)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rig.waitStarted(t, "early")
+				for i := range n {
+					if err := st.SendMsg(wrapperspb.String("part")); err != nil {
+						t.Fatal(err)
+					}
+					select {
+					case <-rig.svc.got:
+					case <-time.After(time.Minute):
+						t.Fatalf("the handler never got message %d", i+1)
+					}
+				}
+				cancel()
+				rig.waitEnded(t, "early")
+
+				// A probe: a stream of one message, half-closed.
+				pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+				defer pcancel()
+				probe, err := rig.conn.NewStream(metadata.AppendToOutgoingContext(pctx, "x-do", "probe"),
+					&grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/test.Leave/"+method)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := probe.SendMsg(wrapperspb.String("part")); err != nil {
+					t.Fatal(err)
+				}
+				_ = probe.CloseSend()
+				for {
+					if err := probe.RecvMsg(new(wrapperspb.StringValue)); err == io.EOF {
+						break
+					} else if err != nil {
+						t.Fatalf("the probe: %v (a message slot kept?)", err)
+					}
+				}
+				rig.waitEnded(t, "probe")
+				limit, want := "parts", n
+				if method == "Feed" {
+					limit, want = "streams", 1
+				}
+				if got := 100 - 1 - remaining(t, probe.Trailer(), limit); got != want {
+					t.Errorf("the stream cost %d, want %d", got, want)
+				}
+				if method == "Upload" {
+					if r := remaining(t, probe.Trailer(), "partslots"); r != 0 {
+						t.Errorf("partslots: %d remaining while the probe's message was decided, want 0", r)
+					}
+				}
+			})
+		}
 	}
 }
 
