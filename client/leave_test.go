@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -138,5 +139,68 @@ func TestReserveWhoseCallerLeavesWhileTheAnswerTravels(t *testing.T) {
 	}
 	if held != 0 {
 		t.Fatalf("a reservation of 800 whose caller left before its answer came holds %d, want 0", held)
+	}
+}
+
+// TestWaitWhoseCallerLeavesWhileItWaits: a Wait whose ctx is cancelled
+// while it sleeps for a RetryAfter of 20 minutes returns the context's error at
+// once, after the one attempt it made, and that denied attempt took
+// nothing: the unit left before it is still there for the next caller.
+func TestWaitWhoseCallerLeavesWhileItWaits(t *testing.T) {
+	t.Parallel()
+	r := ruletest.With(t, floodgate.Limit{Name: "sms", Algorithm: floodgate.TokenBucket, Rate: 3, Per: time.Hour, Burst: 3}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+	var checks atomic.Int64
+	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/v1/check" {
+			checks.Add(1)
+		}
+		api.ServeHTTP(w, req)
+	}))
+	defer ts.Close()
+	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+	hit := client.Hit{Limit: "sms", Key: "acct", Cost: 2}
+	if d, err := hc.Check(context.Background(), hit); err != nil || !d.Allowed {
+		t.Fatalf("the first 2 of 3: %+v %v", d, err)
+	}
+
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	denied := make(chan time.Duration, 4)
+	done := make(chan error, 1)
+	go func() {
+		_, err := client.Wait(ctx, func(ctx context.Context) (client.Decision, error) { return hc.Check(ctx, hit) },
+			client.WaitOptions{OnDenied: func(_ client.Decision, sleep time.Duration) { denied <- sleep }})
+		done <- err
+	}()
+	select {
+	case sleep := <-denied:
+		if sleep < 19*time.Minute {
+			t.Fatalf("Wait sleeps %s, want the 20 minutes a unit takes to come back", sleep)
+		}
+	case err := <-done:
+		t.Fatalf("Wait returned %v before it was denied", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait was never denied")
+	}
+	left := time.Now()
+	leave()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait: %v, want the context's cancellation", err)
+		}
+		if el := time.Since(left); el > 2*time.Second {
+			t.Errorf("Wait returned %s after its caller left, want at once", el)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still sleeps 10s after its caller left")
+	}
+	if n := checks.Load(); n != 2 {
+		t.Errorf("the service saw %d checks, want 2 (the first, and Wait's one attempt)", n)
+	}
+	d, err := hc.Check(context.Background(), client.Hit{Limit: "sms", Key: "acct"})
+	if err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Errorf("the unit left before Wait: %+v %v, want it allowed with none remaining", d, err)
 	}
 }
