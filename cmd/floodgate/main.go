@@ -156,13 +156,21 @@ var captureStdLog = false
 
 func main() {
 	captureStdLog = true
-	if len(os.Args) > 1 && servers[os.Args[1]] {
+	server := len(os.Args) > 1 && servers[os.Args[1]]
+	if server {
 		signal.Ignore(syscall.SIGPIPE)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
-		// After the first signal, a second one ends the process at once.
+		// After the first signal, a second one ends the process at once;
+		// but a server's drain is bounded and outlives SIGTERM again (a
+		// runtime stopping the container again, a supervisor and a script
+		// both signalling it), as envoyproxy/ratelimit's does: only SIGINT
+		// (Ctrl-C twice) ends it.
 		<-ctx.Done()
+		if server {
+			signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
+		}
 		stop()
 	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -24,60 +24,8 @@ import (
 // flight, the call then gets its answer, and the process exits with
 // status 0, as envoyproxy/ratelimit does and as a rollout expects.
 func TestRLSCommandDrainsOnSIGTERM(t *testing.T) {
-	bin, err := os.Executable() // this test binary, which runs main (TestMain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	writeRuntime(t, dir, map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 5}}\n"})
-	cmd := exec.Command(bin, "rls")
-	cmd.Env = []string{runMainEnv + "=1", "PATH=" + os.Getenv("PATH"), "BACKEND_TYPE=memory"}
-	for k, v := range rlsEnvFor(dir, nil) {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{}) // closed once the process has exited, with waitErr set
-	var waitErr error
-	addrs := make(chan map[string]string, 1)
-	go func() {
-		re := regexp.MustCompile(`^floodgate rls: (\S+).* on (\S+)$`)
-		m := map[string]string{}
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if g := re.FindStringSubmatch(sc.Text()); g != nil {
-				if m[g[1]] = g[2]; len(m) == 3 {
-					addrs <- m
-				}
-			}
-		}
-		waitErr = cmd.Wait()
-		close(exited)
-	}()
-	var a map[string]string
-	select {
-	case a = <-addrs:
-	case <-exited:
-		t.Fatalf("floodgate rls ended early: %v\n%s", waitErr, stderr.String())
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("floodgate rls did not start:\n%s", stderr.String())
-	}
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	p := startRLSDrainProcess(t)
+	cmd, a, stderr, exited := p.cmd, p.addrs, p.stderr, p.exited
 	health := "http://" + a["HTTP"] + "/healthcheck"
 	if code, body := httpGet(t, health); code != 200 {
 		t.Fatalf("/healthcheck before SIGTERM: %d %q", code, body)
@@ -114,7 +62,7 @@ func TestRLSCommandDrainsOnSIGTERM(t *testing.T) {
 	})
 	select {
 	case <-exited:
-		t.Fatalf("floodgate rls exited (%v) with a call in flight\n%s", waitErr, stderr.String())
+		t.Fatalf("floodgate rls exited (%v) with a call in flight\n%s", p.waitErr, stderr.String())
 	case <-time.After(300 * time.Millisecond):
 	}
 	if code, _ := httpGet(t, health); code != http.StatusInternalServerError {
@@ -135,13 +83,192 @@ func TestRLSCommandDrainsOnSIGTERM(t *testing.T) {
 	}
 	select {
 	case <-exited:
-		if waitErr != nil {
-			t.Errorf("floodgate rls after SIGTERM: %v, want exit status 0\n%s", waitErr, stderr.String())
+		if p.waitErr != nil {
+			t.Errorf("floodgate rls after SIGTERM: %v, want exit status 0\n%s", p.waitErr, stderr.String())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("floodgate rls did not exit after its last call:\n%s", stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "draining") {
 		t.Errorf("no log line says it drains:\n%s", stderr.String())
+	}
+}
+
+// rlsDrainProcess is a floodgate rls process on the embedded store, started
+// by startRLSDrainProcess, with the domain d (5 a minute for the key k).
+type rlsDrainProcess struct {
+	cmd     *exec.Cmd
+	addrs   map[string]string // "gRPC", "HTTP", "debug": the addresses it named
+	stderr  *lockedBuffer
+	exited  chan struct{} // closed once the process has exited, with waitErr set
+	waitErr error
+}
+
+// startRLSDrainProcess runs floodgate rls as a process (this test binary,
+// which runs main) and waits until it names its three listeners.
+func startRLSDrainProcess(t *testing.T) *rlsDrainProcess {
+	t.Helper()
+	bin, err := os.Executable() // this test binary, which runs main (TestMain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeRuntime(t, dir, map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 5}}\n"})
+	cmd := exec.Command(bin, "rls")
+	cmd.Env = []string{runMainEnv + "=1", "PATH=" + os.Getenv("PATH"), "BACKEND_TYPE=memory"}
+	for k, v := range rlsEnvFor(dir, nil) {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &rlsDrainProcess{cmd: cmd, stderr: stderr, exited: make(chan struct{})}
+	addrs := make(chan map[string]string, 1)
+	go func() {
+		re := regexp.MustCompile(`^floodgate rls: (\S+).* on (\S+)$`)
+		m := map[string]string{}
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if g := re.FindStringSubmatch(sc.Text()); g != nil {
+				if m[g[1]] = g[2]; len(m) == 3 {
+					addrs <- m
+				}
+			}
+		}
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case p.addrs = <-addrs:
+	case <-p.exited:
+		t.Fatalf("floodgate rls ended early: %v\n%s", p.waitErr, stderr.String())
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("floodgate rls did not start:\n%s", stderr.String())
+	}
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+// TestRLSCommandOutlivesASecondSIGTERM sends floodgate rls SIGTERM, then
+// SIGTERM again half a second into the drain (a runtime stopping the
+// container again, a supervisor and a script that both signal it), with
+// three ShouldRateLimit calls in flight: the second signal leaves the drain
+// alone, as it does envoyproxy/ratelimit's, so the calls get their answers
+// and the process exits with status 0 rather than being killed by the
+// signal (status 143) with its calls cut. SIGINT twice (Ctrl-C twice at a
+// terminal) still ends it at once.
+func TestRLSCommandOutlivesASecondSIGTERM(t *testing.T) {
+	p := startRLSDrainProcess(t)
+	conn, err := grpc.NewClient(p.addrs["gRPC"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err != nil {
+		t.Fatalf("a call before SIGTERM: %v", err)
+	}
+	var streams []grpc.ClientStream // the calls in flight, their requests held back
+	for range 3 {
+		stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+			"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, stream)
+	}
+	time.Sleep(200 * time.Millisecond) // the streams' headers reach the server
+	health := "http://" + p.addrs["HTTP"] + "/healthcheck"
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "/healthcheck to answer 500 while draining", 10*time.Second, func() bool {
+		resp, err := http.Get(health)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusInternalServerError
+	})
+	time.Sleep(500 * time.Millisecond)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+		t.Fatalf("floodgate rls ended (%v) on a second SIGTERM with 3 calls in flight\n%s", p.waitErr, p.stderr.String())
+	case <-time.After(500 * time.Millisecond):
+	}
+	for i, stream := range streams {
+		if err := stream.SendMsg(req); err != nil {
+			t.Fatalf("sending held request %d: %v", i, err)
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		var resp rlsv3.RateLimitResponse
+		if err := stream.RecvMsg(&resp); err != nil {
+			t.Fatalf("call %d in flight at the second SIGTERM got no answer: %v", i, err)
+		}
+	}
+	select {
+	case <-p.exited:
+		if p.waitErr != nil {
+			t.Errorf("floodgate rls after two SIGTERMs: %v, want exit status 0\n%s", p.waitErr, p.stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("floodgate rls did not exit after its last call:\n%s", p.stderr.String())
+	}
+
+	// SIGINT twice: the second one ends the process at once, its call cut.
+	p = startRLSDrainProcess(t)
+	conn2, err := grpc.NewClient(p.addrs["gRPC"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	if _, err := conn2.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+		"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "/healthcheck to answer 500 while draining", 10*time.Second, func() bool {
+		resp, err := http.Get("http://" + p.addrs["HTTP"] + "/healthcheck")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusInternalServerError
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+		if ee, ok := p.waitErr.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT {
+			t.Errorf("floodgate rls after a second SIGINT: %v, want ended by the signal", p.waitErr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("floodgate rls still runs 5 s after a second SIGINT with a call in flight:\n%s", p.stderr.String())
 	}
 }
