@@ -345,10 +345,12 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	if r.bool("USE_STATSD", true) && !e.disableStats && !e.usePrometheus {
 		e.statsd = sd
 	}
+	// Checked only for a sink that dials it: without statsd
+	// envoyproxy/ratelimit never reads it and starts whatever it says.
 	switch sd.Network {
 	case "tcp", "udp", "tcp4", "tcp6", "udp4", "udp6": // as net.Dial takes them there
 	default:
-		if r.err == nil {
+		if e.statsd != nil && r.err == nil {
 			r.err = fmt.Errorf("rls: STATSD_PROTOCOL=%q: want tcp or udp (or tcp4, tcp6, udp4, udp6)", sd.Network)
 		}
 	}

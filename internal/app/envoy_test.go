@@ -191,6 +191,33 @@ func TestRLSEnvStatsdSink(t *testing.T) {
 	}
 }
 
+// TestRLSEnvStatsdProtocolUnusedIsNotRefused: with statsd off (USE_STATSD=false,
+// USE_PROMETHEUS=true, DISABLE_STATS=true) envoyproxy/ratelimit never reads
+// STATSD_PROTOCOL and starts whatever it says, so a rollout that carries an
+// old or wrong value along must start floodgate rls too; with statsd on, a
+// value no statsd sink can dial still stops the start, naming it.
+func TestRLSEnvStatsdProtocolUnusedIsNotRefused(t *testing.T) {
+	t.Parallel()
+	for _, off := range []map[string]string{{"USE_STATSD": "false"}, {"USE_PROMETHEUS": "true"}, {"DISABLE_STATS": "true"}} {
+		env := map[string]string{"STATSD_PROTOCOL": "bogus"}
+		for k, v := range off {
+			env[k] = v
+		}
+		e, _, err := readRLSEnv(envOf(env))
+		if err != nil {
+			t.Errorf("%v: %v, want a start without statsd", env, err)
+			continue
+		}
+		if e.statsd != nil {
+			t.Errorf("%v: statsd %+v, want none", env, e.statsd)
+		}
+	}
+	if _, _, err := readRLSEnv(envOf(map[string]string{"STATSD_PROTOCOL": "bogus"})); err == nil ||
+		!strings.Contains(err.Error(), "STATSD_PROTOCOL") {
+		t.Errorf("STATSD_PROTOCOL=bogus with statsd on: %v, want the start stopped naming it", err)
+	}
+}
+
 // TestRLSEnvStatsdProtocolFamilies: envoyproxy/ratelimit's statsd sink
 // (lyft/gostats' net sink, which reads STATSD_PROTOCOL itself) dials with
 // the protocol as given, so udp4, udp6, tcp4 and tcp6 work there, to pin
