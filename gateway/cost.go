@@ -171,7 +171,10 @@ type Recorder struct {
 	// passed to the client whole, or read on after the client left.
 	complete bool
 	// gone says that the client left before the answer was written.
-	gone    bool
+	gone bool
+	// ownEnd says that the status is the call's own end after its client
+	// left (ClientLeft), not an answer of the upstream's.
+	ownEnd  bool
 	started bool // the response's headers are known
 	stream  bool // a text/event-stream body
 	skip    bool // the body is not read
@@ -300,6 +303,14 @@ func (c *Recorder) event(doc []byte) {
 	}
 }
 
+// ClientLeft notes that the status the recorder is given is the call's
+// own end once its client left (a gRPC handler that returned its
+// context's error, CANCELLED or DEADLINE_EXCEEDED), not an answer of the
+// upstream's: a hit counted by outcome counts that status, and a hit
+// charged by its actual cost pays what the answer told, else its
+// estimate, as for a handler that wrote nothing once its client left.
+func (c *Recorder) ClientLeft() { c.ownEnd = true }
+
 // actualCosts fills st.actual with the real cost of each reserved hit, by
 // the outcome of the request: status is the answer's (rec, when not nil,
 // also tells how the answer ended and the costs it carried).
@@ -311,7 +322,8 @@ func (c *Recorder) event(doc []byte) {
 //     cost when its list has the status and 0 otherwise, whatever the
 //     client did next.
 //   - A hit whose actual cost the response tells: an answer that is not
-//     a success (2xx) costs nothing; a cost told in a header, or in a body
+//     a success (2xx) costs nothing, unless it is the call's own end once
+//     its client left (Recorder.ClientLeft); a cost told in a header, or in a body
 //     read to its end, is the actual cost; else the estimate stays, or
 //     what the body told before it was cut short if that is more: never
 //     less than what was observed.
@@ -329,7 +341,7 @@ func (st *Flow) actualCosts(status int, rec *Recorder) {
 			if slices.Contains(m.countOn(i), status) {
 				st.actual[i] = h.Cost
 			}
-		case c != nil && c.Actual != nil && (status < 200 || status > 299):
+		case c != nil && c.Actual != nil && (status < 200 || status > 299) && (rec == nil || !rec.ownEnd):
 		case rec != nil && rec.found[i] && (rec.complete || c.Actual.Body == nil):
 			st.actual[i] = rec.values[i]
 		case rec != nil && rec.found[i]:

@@ -218,10 +218,11 @@ func (c *call) decide() {
 // answered notes how the handler answered, for the recorder of a
 // reservation. A handler that ended with its context's own error once its
 // client left (cancelled, or past its deadline) gave no answer of its
-// own: unless a limit of the call counts by outcome (which counts that
-// code), the recorder is told its metadata without a status, as a handler
-// behind the middleware that writes nothing once its client left, so that
-// the work it did keeps its charge (the cost it told, else the estimate).
+// own: the recorder is told so (gateway.Recorder.ClientLeft), so that a
+// limit counted by outcome counts that code and the work it did keeps its
+// charge on a limit charged by actual cost (the cost it told, else the
+// estimate), as for a handler behind the middleware that writes nothing
+// once its client left.
 func (c *call) answered(rec *gateway.Recorder, err error, seen *seenMetadata) {
 	code := codeOf(err)
 	c.status = HTTPStatus(code)
@@ -232,23 +233,11 @@ func (c *call) answered(rec *gateway.Recorder, err error, seen *seenMetadata) {
 	if seen != nil {
 		h = seen
 	}
-	st := c.status
-	if left := c.ctx.Err(); left != nil && code == status.FromContextError(left).Code() && !c.countsOutcome() {
-		st = 0
+	if left := c.ctx.Err(); left != nil && code == status.FromContextError(left).Code() {
+		rec.ClientLeft()
 	}
-	rec.Header(st, h)
+	rec.Header(c.status, h)
 	rec.SetComplete()
-}
-
-// countsOutcome reports whether a limit of the call counts by outcome
-// (count_on).
-func (c *call) countsOutcome() bool {
-	for _, on := range c.f.Match().CountOn {
-		if len(on) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 func (c *call) Context() context.Context { return c.ctx }

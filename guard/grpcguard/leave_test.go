@@ -907,36 +907,50 @@ limits:
 			}
 			rig.waitEnded(t, c.do)
 
-			// A probe of estimate 1 that tells no cost.
-			pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
-			defer pcancel()
-			var tr metadata.MD
-			if err := rig.conn.Invoke(metadata.AppendToOutgoingContext(pctx, "x-do", "probe", "x-estimate", "1"), "/test.Leave/Work",
-				wrapperspb.String("probe"), new(wrapperspb.StringValue), grpc.Trailer(&tr)); err != nil {
-				t.Fatalf("probe: %v", err)
-			}
-			if got := 1000 - 1 - remaining(t, tr, "tokens"); got != c.charged {
+			if got := tokensCharged(t, rig); got != c.charged {
 				t.Errorf("charged %d, want %d", got, c.charged)
 			}
 		})
 	}
 }
 
+// tokensCharged returns what the "tokens" limit of 1,000 (an estimate
+// from x-estimate, an actual cost from x-cost) has charged, read by a
+// probe of estimate 1 that tells no cost.
+func tokensCharged(t *testing.T, rig *leaveRig) int {
+	t.Helper()
+	pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer pcancel()
+	var tr metadata.MD
+	if err := rig.conn.Invoke(metadata.AppendToOutgoingContext(pctx, "x-do", "probe", "x-estimate", "1"), "/test.Leave/Work",
+		wrapperspb.String("probe"), new(wrapperspb.StringValue), grpc.Trailer(&tr)); err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	return 1000 - 1 - remaining(t, tr, "tokens")
+}
+
 // TestLeaveCancelCountsByCode: a call its client cancels while its
 // handler runs, the handler ending with its context's error, is counted
 // by that code (CANCELLED, 499) on a limit that counts it by outcome: the
-// code stays what a count_on limit sees, however the client left.
+// code stays what a count_on limit sees, however the client left. A limit
+// charged by actual cost on the same call still charges the work done
+// (its estimate of 100 each): the code is the call's own end, not a
+// failed answer. Before, a count_on limit beside it made it charge 0.
 func TestLeaveCancelCountsByCode(t *testing.T) {
 	t.Parallel()
 	rig := newLeaveRig(t, rigOptions{policy: `version: 1
 limits:
   - {name: abandoned, algorithm: sliding_log, limit: 3, window: 1h, count_on: [499], key: global, match: {paths: [/test.Leave/Work]}}
+  - {name: tokens, rate: 1000, per: 1h, key: global, match: {paths: [/test.Leave/Work]}, estimate: {header: x-estimate, default: 100}, actual: {header: x-cost}}
 `})
 	for range 2 {
 		if _, err := rig.call(t, "Work", "ctx", func() { rig.waitStarted(t, "ctx") }); status.Code(err) != codes.Canceled {
 			t.Fatalf("a call its client cancelled: %v", err)
 		}
 		rig.waitEnded(t, "ctx")
+	}
+	if got := tokensCharged(t, rig); got != 200 {
+		t.Errorf("tokens charged for 2 cancelled calls beside a count_on limit: %d, want 200 (their estimates)", got)
 	}
 	if got := rig.counted(t, "Work", "abandoned"); got != 2 {
 		t.Errorf("counted: %d, want 2", got)
