@@ -30,8 +30,9 @@ var errDrained = errors.New("gateway: the client left and the rest of the answer
 // else once the drain time has passed since both the client left and the
 // answer's status came. Until then the request goes on without its client.
 type drainer struct {
-	wait   time.Duration
-	cancel context.CancelFunc // ends the upstream request
+	wait    time.Duration
+	cancel  context.CancelFunc // ends the upstream request
+	unwatch func() bool        // stops watching the client's context
 
 	mu       sync.Mutex // guards the fields below
 	gone     bool       // the client left
@@ -40,8 +41,6 @@ type drainer struct {
 	ended    bool
 	timer    *time.Timer
 }
-
-func newDrainer(wait time.Duration) *drainer { return &drainer{wait: wait} }
 
 // clientLeft notes that the client went away.
 func (d *drainer) clientLeft() {
@@ -85,6 +84,9 @@ func (d *drainer) stop() { d.cancel() }
 
 // end is called when the exchange is over.
 func (d *drainer) end() {
+	if d.unwatch != nil {
+		d.unwatch()
+	}
 	d.mu.Lock()
 	d.ended = true
 	if d.timer != nil {

@@ -243,31 +243,17 @@ func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 			// The upstream's answer is read to its end even when the
 			// client leaves first: its request does not end with the
 			// client's, only with the drain bounds (a drainer).
-			d := newDrainer(x.g.drain.wait)
-			uctx, cancel := context.WithCancel(&detached{parent: r.Context(), d: d})
-			d.cancel = cancel
-			stop := context.AfterFunc(r.Context(), d.clientLeft)
-			defer func() {
-				stop()
-				d.end()
-			}()
-			x.cw.d = d
-			r = r.WithContext(uctx)
+			r, x.cw.d = outliveClient(r, x.g.drain.wait)
+			defer x.cw.d.end()
 		}
 		w = &x.cw
 	} else if x.next == nil && x.g.keeper != nil && x.g.countsStatuses() {
 		// The gatekeeper counts the upstream's status: its request goes
 		// on when the client leaves before the status line, and ends as
 		// soon as the status is known.
-		d := newDrainer(0)
-		uctx, cancel := context.WithCancel(&detached{parent: r.Context(), d: d})
-		d.cancel = cancel
-		stop := context.AfterFunc(r.Context(), d.clientLeft)
-		defer func() {
-			stop()
-			d.end()
-		}()
-		r = r.WithContext(uctx)
+		var d *drainer
+		r, d = outliveClient(r, 0)
+		defer d.end()
 		w = &statusWriter{ResponseWriter: w, d: d}
 	}
 	if st.ovl.held {
@@ -287,6 +273,18 @@ func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 		rec.gone = x.cw.discard || x.cw.d != nil && x.cw.d.left()
 	}
 	return false
+}
+
+// outliveClient returns r with a context that does not end when its
+// client leaves, but when the drainer it returns ends it (wait after both
+// the client left and the upstream's status is known: see drainer); the
+// caller ends the drainer once the request is done.
+func outliveClient(r *http.Request, wait time.Duration) (*http.Request, *drainer) {
+	d := &drainer{wait: wait}
+	uctx, cancel := context.WithCancel(&detached{parent: r.Context(), d: d})
+	d.cancel = cancel
+	d.unwatch = context.AfterFunc(r.Context(), d.clientLeft)
+	return r.WithContext(uctx), d
 }
 
 // statusWriter tells a drainer when the upstream's status is known, for
