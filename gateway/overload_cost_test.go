@@ -46,23 +46,9 @@ func TestOverloadShedGivesReservationBack(t *testing.T) {
 		engine := limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{})
 		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: engine, AccessLog: ended}, u.ServeHTTP)
 
-		held := make(chan answer, 1)
-		go func() {
-			a, err := get(c, t.Context(), base+"/held")
-			if err != nil {
-				t.Error(err)
-			}
-			held <- a
-		}()
+		held := getLater(t, c, base+"/held")
 		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
-		waited := make(chan answer, 1)
-		go func() {
-			a, err := get(c, t.Context(), base+"/waits")
-			if err != nil {
-				t.Error(err)
-			}
-			waited <- a
-		}()
+		waited := getLater(t, c, base+"/waits")
 		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
 		refused, err := get(c, t.Context(), base+"/refused")
 		if err != nil {
@@ -123,23 +109,9 @@ queue: {size: 4, per_tenant: 4, max_wait: 1s}`)+`
 `))
 		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t), AccessLog: ended}, u.ServeHTTP)
 
-		held := make(chan answer, 1)
-		go func() {
-			a, err := get(c, t.Context(), base+"/held")
-			if err != nil {
-				t.Error(err)
-			}
-			held <- a
-		}()
+		held := getLater(t, c, base+"/held")
 		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
-		waited := make(chan answer, 1)
-		go func() {
-			a, err := get(c, t.Context(), base+"/waits")
-			if err != nil {
-				t.Error(err)
-			}
-			waited <- a
-		}()
+		waited := getLater(t, c, base+"/waits")
 		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
 		third, err := get(c, t.Context(), base+"/third")
 		if err != nil {
@@ -157,14 +129,7 @@ queue: {size: 4, per_tenant: 4, max_wait: 1s}`)+`
 		ended.wait(t) // the third
 		ended.wait(t) // the waiter: its lease given back
 
-		next := make(chan answer, 1)
-		go func() {
-			a, err := get(c, t.Context(), base+"/next")
-			if err != nil {
-				t.Error(err)
-			}
-			next <- a
-		}()
+		next := getLater(t, c, base+"/next")
 		var a answer
 		pollUntil(t, "the next request to wait or be answered", func() bool {
 			select {

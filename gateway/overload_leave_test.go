@@ -77,14 +77,7 @@ func TestOverloadLeftWhenDisplacedIsClientGone(t *testing.T) {
 		base := serveFront(t, front, g, u.ServeHTTP)
 		c := newClient(t)
 
-		held := make(chan answer, 1)
-		go func() {
-			a, err := get(c, t.Context(), base+"/held", "X-Who", "held")
-			if err != nil {
-				t.Error(err)
-			}
-			held <- a
-		}()
+		held := getLater(t, c, base+"/held", "X-Who", "held")
 		pollUntil(t, "the first request to be held", func() bool { return u.now.Load() == 1 })
 
 		conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
@@ -105,14 +98,7 @@ func TestOverloadLeftWhenDisplacedIsClientGone(t *testing.T) {
 			t.Fatal("the gateway never saw the waiting client leave")
 		}
 
-		critical := make(chan answer, 1)
-		go func() {
-			a, err := get(c, t.Context(), base+"/critical", "X-Priority", "critical", "X-Who", "critical")
-			if err != nil {
-				t.Error(err)
-			}
-			critical <- a
-		}()
+		critical := getLater(t, c, base+"/critical", "X-Priority", "critical", "X-Who", "critical")
 		ctl := g.ovl.byRoute["api"]
 		pollUntil(t, "the critical request to displace the waiter", func() bool {
 			ctl.mu.Lock()

@@ -108,6 +108,21 @@ func get(c *http.Client, ctx context.Context, url string, hdr ...string) (answer
 	return answer{resp.StatusCode, resp.Header, string(b)}, nil
 }
 
+// getLater sends a GET on a goroutine of its own, returning where its
+// answer comes (an error fails the test and gives the zero answer).
+func getLater(t *testing.T, c *http.Client, url string, hdr ...string) <-chan answer {
+	t.Helper()
+	ch := make(chan answer, 1)
+	go func() {
+		a, err := get(c, t.Context(), url, hdr...)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- a
+	}()
+	return ch
+}
+
 const overloadRoute = `
 routes:
   - name: api
