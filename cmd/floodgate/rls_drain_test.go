@@ -30,18 +30,7 @@ func TestRLSCommandDrainsOnSIGTERM(t *testing.T) {
 	if code, body := httpGet(t, health); code != 200 {
 		t.Fatalf("/healthcheck before SIGTERM: %d %q", code, body)
 	}
-	conn, err := grpc.NewClient(a["gRPC"], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err != nil {
-		t.Fatalf("a call before SIGTERM: %v", err)
-	}
+	conn, req, ctx := p.serving(t)
 	// The call in flight: the stream is open, its request held back.
 	stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
 		"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
@@ -102,6 +91,26 @@ type rlsDrainProcess struct {
 	stderr  *lockedBuffer
 	exited  chan struct{} // closed once the process has exited, with waitErr set
 	waitErr error
+}
+
+// serving dials the process's gRPC port and makes one call, which it
+// answers: the connection (closed at the test's end), the call's request,
+// and a context of 30 s for the calls to come.
+func (p *rlsDrainProcess) serving(t *testing.T) (*grpc.ClientConn, *rlsv3.RateLimitRequest, context.Context) {
+	t.Helper()
+	conn, err := grpc.NewClient(p.addrs["gRPC"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err != nil {
+		t.Fatalf("a call before SIGTERM: %v", err)
+	}
+	return conn, req, ctx
 }
 
 // startRLSDrainProcess runs floodgate rls as a process (this test binary,
@@ -173,18 +182,7 @@ func startRLSDrainProcess(t *testing.T) *rlsDrainProcess {
 // terminal) still ends it at once.
 func TestRLSCommandOutlivesASecondSIGTERM(t *testing.T) {
 	p := startRLSDrainProcess(t)
-	conn, err := grpc.NewClient(p.addrs["gRPC"], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err != nil {
-		t.Fatalf("a call before SIGTERM: %v", err)
-	}
+	conn, req, ctx := p.serving(t)
 	var streams []grpc.ClientStream // the calls in flight, their requests held back
 	for range 3 {
 		stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
