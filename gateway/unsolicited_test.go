@@ -123,6 +123,7 @@ func unsolicitedGateway(t *testing.T, late bool) (*Gateway, <-chan struct{}) {
 			if _, err := c.Write(extra); err != nil {
 				return false
 			}
+			upstreamtest.Delivered(c, 5*time.Second)
 			select {
 			case written <- struct{}{}:
 			default:
@@ -340,6 +341,11 @@ func TestUnsolicitedBytesJustBeforeTheNextRequest(t *testing.T) {
 			if _, err := c.Write(extra); err != nil {
 				return false
 			}
+			// Written is not there yet: on a loaded machine the kernel
+			// can hand the bytes to the gateway's socket milliseconds
+			// later, and bytes that come after the next request was
+			// sent are its answer for any proxy.
+			upstreamtest.Delivered(c, 5*time.Second)
 			sent <- struct{}{}
 			return true
 		})
@@ -356,7 +362,7 @@ func TestUnsolicitedBytesJustBeforeTheNextRequest(t *testing.T) {
 			}
 			release <- struct{}{}
 			select {
-			case <-sent: // the unasked bytes are on their way: the next request goes now
+			case <-sent: // the unasked bytes are in the gateway's socket: the next request goes now
 			case <-time.After(10 * time.Second):
 				// The connection was closed (the bytes were seen): the
 				// upstream serves the next one on a new one.
