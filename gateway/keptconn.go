@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http/httptrace"
 	"runtime"
@@ -19,7 +20,18 @@ import (
 type upstreamConn struct {
 	*rawconn.Conn
 	closed atomic.Bool
+	// looking is set while checkKept looks at the idle socket, and stays
+	// set when it closes the connection: bytes a read takes meanwhile
+	// answer no request (Read).
+	looking atomic.Bool
+	// look looks at the socket for checkKept: nil for the socket's own
+	// Look (a test puts its reader's turn before that).
+	look func() rawconn.Leftover
 }
+
+// errUnasked is the read's error when the bytes it took came while
+// checkKept looked at a kept connection no request was sent on.
+var errUnasked = errors.New("gateway: the upstream sent bytes no request asked for on a kept connection")
 
 // dialUpstream dials as d does and watches the connection.
 func dialUpstream(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -35,6 +47,20 @@ func dialUpstream(d *net.Dialer) func(ctx context.Context, network, addr string)
 func (c *upstreamConn) Close() error {
 	c.closed.Store(true)
 	return c.Conn.Close()
+}
+
+// Read reads as the connection does, except that bytes it took while
+// checkKept looked at the connection, or after the connection was
+// closed, are nobody's answer: the read fails with errUnasked. (The
+// transport's reader may have woken on them just before checkKept
+// closed the connection for holding them, and a request sent meanwhile
+// would take them for its answer.)
+func (c *upstreamConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && (c.looking.Load() || c.closed.Load()) {
+		return 0, errUnasked
+	}
+	return n, err
 }
 
 // keptWaitLimit bounds how long a request waits for the transport's reader
@@ -67,10 +93,17 @@ func gotConn(info httptrace.GotConnInfo) {
 // has looked, and then those bytes answer it. So the request waits until
 // the reader waits on an empty socket (it holds nothing, nothing is
 // unread) or has closed the connection (the transport then sends the
-// request on another); after limit, it closes the connection itself. A
-// reader waiting may be parked on bytes that came since it looked, and
+// request on another); after limit, it closes the connection itself.
+//
+// A reader waiting may be parked on bytes that came since it looked, and
 // not yet have run: the socket is then looked at too (one MSG_PEEK), and
-// a connection holding bytes, or its end, is closed.
+// a connection holding bytes, or its end, is closed. A socket found empty
+// may be empty because the reader ran between the two looks and took the
+// bytes: the reader must still be waiting after the look (it stops
+// waiting before it reads), or the wait for it begins again. A reader
+// that wakes while the socket is looked at, or just before it is closed,
+// may take the bytes after all: its read fails (upstreamConn.Read), so
+// they answer no request sent after the check.
 func checkKept(c net.Conn, limit time.Duration) {
 	if tc, ok := c.(*tls.Conn); ok {
 		if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
@@ -82,8 +115,27 @@ func checkKept(c net.Conn, limit time.Duration) {
 	if !ok || uc.Raw() == nil {
 		return // not watched
 	}
+	look := uc.look
+	if look == nil {
+		look = uc.Raw().Look
+	}
 	var start time.Time
-	for i := 0; !uc.Raw().Waiting() && !uc.closed.Load(); i++ {
+	for i := 0; ; i++ {
+		if uc.closed.Load() {
+			return
+		}
+		if uc.Raw().Waiting() {
+			uc.looking.Store(true)
+			if look() != rawconn.Nothing {
+				_ = uc.Close() // looking stays set: what the reader takes now is refused
+				return
+			}
+			settled := uc.Raw().Waiting()
+			uc.looking.Store(false)
+			if settled {
+				return // parked on an empty socket, and nothing taken since
+			}
+		}
 		switch {
 		case i < 64:
 			runtime.Gosched()
@@ -95,11 +147,5 @@ func checkKept(c net.Conn, limit time.Duration) {
 		default:
 			time.Sleep(20 * time.Microsecond)
 		}
-	}
-	// A reader waiting may be parked on bytes that came since it found
-	// the socket empty and not yet have run to read them (for
-	// milliseconds on a loaded machine): the socket itself is looked at.
-	if !uc.closed.Load() && uc.Raw().Look() != rawconn.Nothing {
-		_ = uc.Close()
 	}
 }

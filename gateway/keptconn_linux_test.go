@@ -3,14 +3,18 @@
 package gateway
 
 import (
+	"errors"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/rawconn"
 )
 
 // TestCheckKept: a kept connection whose reader waits on an empty socket
 // is used at once; one whose reader does not settle (it holds bytes, or
-// never looked) is closed after the limit, and a closed one is left alone.
+// never looked, or took bytes as it was looked at) is closed after the
+// limit, and a closed one is left alone.
 func TestCheckKept(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -68,6 +72,35 @@ func TestCheckKept(t *testing.T) {
 	checkKept(uc2, 30*time.Millisecond)
 	if !uc2.closed.Load() || time.Since(start) < 30*time.Millisecond {
 		t.Fatalf("an unsettled connection: closed %v after %v", uc2.closed.Load(), time.Since(start))
+	}
+
+	// The reader is seen waiting, then wakes and takes bytes that came
+	// as the socket is looked at (as the transport's reader does with a
+	// second response): its read fails rather than hand them on, the
+	// empty socket does not make the connection fit to use, and since
+	// nobody closes it here, it is closed after the limit.
+	uc4, s4 := pair()
+	read4 := make(chan error, 1)
+	go func() {
+		_, err := uc4.Read(make([]byte, 64)) // room for all it is sent
+		read4 <- err
+	}()
+	deadline = time.Now().Add(5 * time.Second)
+	for !uc4.Raw().Waiting() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	uc4.look = func() rawconn.Leftover {
+		if _, err := s4.Write([]byte("HTTP/1.1 400 Bad Request\r\n")); err != nil {
+			t.Error(err)
+		}
+		if err := <-read4; !errors.Is(err, errUnasked) {
+			t.Errorf("a read that took bytes while the socket was looked at: %v, want %v", err, errUnasked)
+		}
+		return uc4.Raw().Look()
+	}
+	checkKept(uc4, 30*time.Millisecond)
+	if !uc4.closed.Load() {
+		t.Fatal("a connection whose reader took bytes between the two looks was left to carry a request")
 	}
 
 	// Closed already: nothing to wait for.
