@@ -337,7 +337,7 @@ func (r *Resolver) User(token string, now time.Time) (string, error) {
 	}
 	// The token may be a view of an engine's buffer: the cache keeps a
 	// copy of its own.
-	r.tokens.put(strings.Clone(token), u, until)
+	r.tokens.put(strings.Clone(token), u, until, now)
 	return u, nil
 }
 

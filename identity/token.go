@@ -2,9 +2,6 @@ package identity
 
 import (
 	"errors"
-	"hash/maphash"
-	"sync"
-	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -69,62 +66,4 @@ func reasonOf(err error) string {
 		return ReasonAlgorithm
 	}
 	return ReasonSignature
-}
-
-// DefaultTokenCacheSize is how many verified tokens a Resolver keeps.
-const DefaultTokenCacheSize = 10000
-
-// tokenCache keeps verified tokens until they expire, so that a client
-// sending the same token again is not verified again. Only tokens that
-// verified are kept (a flood of forged tokens cannot fill it with
-// anything but nothing), each compared in full on a hit; it holds at most
-// size entries, dropping an arbitrary one when full.
-type tokenCache struct {
-	seed maphash.Seed
-	size int
-
-	mu sync.Mutex // guards m
-	m  map[uint64]cachedToken
-}
-
-type cachedToken struct {
-	token string
-	user  string
-	until time.Time // exp plus the leeway
-}
-
-func newTokenCache(size int) *tokenCache {
-	if size <= 0 {
-		size = DefaultTokenCacheSize
-	}
-	return &tokenCache{seed: maphash.MakeSeed(), size: size, m: make(map[uint64]cachedToken)}
-}
-
-// get returns the user of a cached token still valid at now.
-func (c *tokenCache) get(token string, now time.Time) (string, bool) {
-	h := maphash.String(c.seed, token)
-	c.mu.Lock()
-	e, ok := c.m[h]
-	if ok && (e.token != token || !now.Before(e.until)) {
-		if e.token == token {
-			delete(c.m, h) // expired
-		}
-		ok = false
-	}
-	c.mu.Unlock()
-	return e.user, ok
-}
-
-// put keeps a verified token until until.
-func (c *tokenCache) put(token, user string, until time.Time) {
-	h := maphash.String(c.seed, token)
-	c.mu.Lock()
-	if len(c.m) >= c.size {
-		for k := range c.m {
-			delete(c.m, k)
-			break
-		}
-	}
-	c.m[h] = cachedToken{token: token, user: user, until: until}
-	c.mu.Unlock()
 }
