@@ -42,7 +42,7 @@ type Options struct {
 	// when the peer is a trusted proxy.
 	UserHeader string
 	// TokenCacheSize bounds the verified tokens kept until they expire
-	// (0: DefaultTokenCacheSize).
+	// (0: DefaultTokenCacheSize), at most TokensPerUser of one user.
 	TokenCacheSize int
 }
 
