@@ -33,7 +33,8 @@ type RetryBudgetOptions struct {
 // Give the same RetryBudget to every RetryTransport or RetryInterceptor
 // that calls one backend: they call Request for each first attempt and
 // Retry before each retry, and hand the caller the last answer when Retry
-// says no.
+// says no. A retry allowed but never sent, because its caller left while
+// it waited, is not counted.
 type RetryBudget struct {
 	ratio  float64
 	min    int64
@@ -76,17 +77,33 @@ func (b *RetryBudget) Request(now time.Time) {
 // Retry reports whether a retry may be sent at now and, if so, counts it;
 // Denied counts the refusals.
 func (b *RetryBudget) Retry(now time.Time) bool {
+	_, ok := b.take(now)
+	return ok
+}
+
+// take is Retry, and says which bucket the retry was counted in, for
+// giveBack.
+func (b *RetryBudget) take(now time.Time) (bucket int64, ok bool) {
 	b.mu.Lock()
 	req, ret := b.c.sums(now)
-	ok := float64(ret+1) <= b.ratio*float64(req)+float64(b.min)
+	ok = float64(ret+1) <= b.ratio*float64(req)+float64(b.min)
 	if ok {
-		b.c.add(now, 0, 1)
+		bucket = b.c.add(now, 0, 1)
 	}
 	b.mu.Unlock()
 	if !ok {
 		b.denied.Add(1)
 	}
-	return ok
+	return bucket, ok
+}
+
+// giveBack uncounts a retry that take allowed but that was never sent
+// (its caller left while it waited), unless its bucket has left the
+// window already.
+func (b *RetryBudget) giveBack(bucket int64) {
+	b.mu.Lock()
+	b.c.remove(bucket, 0, 1)
+	b.mu.Unlock()
 }
 
 // Denied returns the number of retries refused so far.

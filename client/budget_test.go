@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -153,4 +154,49 @@ func denied(b *RetryBudget) string {
 		return "no"
 	}
 	return strconv.FormatInt(b.Denied(), 10)
+}
+
+// TestRetryBudgetNotSpentByCallersWhoLeft: a budget of two retries; two
+// callers are told to retry in 5 s and leave while they wait. Their
+// retries were never sent, so a third caller, told to retry at once, is
+// still allowed its retry, and gets the backend's 200.
+func TestRetryBudgetNotSpentByCallersWhoLeft(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var seen atomic.Int64
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch seen.Add(1) {
+			case 1, 2:
+				w.Header().Set("Retry-After", "5")
+				w.WriteHeader(http.StatusServiceUnavailable)
+			case 3:
+				w.Header().Set("Retry-After", "0")
+				w.WriteHeader(http.StatusServiceUnavailable)
+			default:
+				w.WriteHeader(http.StatusOK)
+			}
+		})
+		b := NewRetryBudget(RetryBudgetOptions{Ratio: -1, MinRetries: 2})
+		hc := &http.Client{Transport: &RetryTransport{Base: pipeServer(t, h), MaxAttempts: 2, Budget: b}}
+		for range 2 {
+			ctx, cancel := context.WithCancel(t.Context())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://pipe/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := hc.Do(req); err == nil {
+				resp.Body.Close()
+				t.Fatalf("a caller who left got %d", resp.StatusCode)
+			}
+		}
+		resp, err := hc.Get("http://pipe/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || b.Denied() != 0 {
+			t.Fatalf("the third caller got %d with %d retries denied; want its retry's 200, none denied", resp.StatusCode, b.Denied())
+		}
+	})
 }

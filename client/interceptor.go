@@ -109,8 +109,12 @@ func (ri *RetryInterceptor) Unary(ctx context.Context, method string, req, reply
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return err
 		}
-		if ri.Budget != nil && !ri.Budget.Retry(time.Now()) {
-			return err
+		var bucket int64
+		if ri.Budget != nil {
+			var ok bool
+			if bucket, ok = ri.Budget.take(time.Now()); !ok {
+				return err
+			}
 		}
 		if ri.OnRetry != nil {
 			ri.OnRetry(attempt, err, wait)
@@ -122,6 +126,9 @@ func (ri *RetryInterceptor) Unary(ctx context.Context, method string, req, reply
 		}
 		select {
 		case <-ctx.Done():
+			if ri.Budget != nil {
+				ri.Budget.giveBack(bucket) // never sent
+			}
 			return status.FromContextError(ctx.Err()).Err()
 		case <-timer.C:
 		}

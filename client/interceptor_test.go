@@ -449,3 +449,31 @@ func TestRetryInterceptorEndsATargetWideHoldOneCallAtATime(t *testing.T) {
 		t.Errorf("the server saw %d calls, want %d", n, held+1)
 	}
 }
+
+// TestRetryInterceptorBudgetNotSpentByCallersWhoLeft: as the transport's
+// test: a budget of two retries, two callers who leave while they wait
+// 5 s to retry, and a third caller who is still allowed its retry.
+func TestRetryInterceptorBudgetNotSpentByCallersWhoLeft(t *testing.T) {
+	t.Parallel()
+	svc := &quotaService{next: func(n int, _ string) outcome {
+		switch n {
+		case 1, 2:
+			return outcome{err: exhausted(t, 5*time.Second)}
+		case 3:
+			return outcome{err: exhausted(t, time.Millisecond)}
+		}
+		return outcome{}
+	}}
+	budget := client.NewRetryBudget(client.RetryBudgetOptions{Ratio: -1, MinRetries: 2})
+	conn := startQuota(t, svc, &client.RetryInterceptor{Budget: budget, MaxAttempts: 2})
+	for range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		if err := call(ctx, conn, "x"); status.Code(err) != codes.Canceled {
+			t.Fatalf("a caller who left: %v, want CANCELLED", err)
+		}
+	}
+	if err := call(context.Background(), conn, "x"); err != nil || budget.Denied() != 0 {
+		t.Fatalf("the third call: %v with %d retries denied; want its retry's answer, none denied", err, budget.Denied())
+	}
+}

@@ -119,9 +119,13 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			next = req.Clone(ctx)
 			next.Body = body
 		}
-		if t.Budget != nil && !t.Budget.Retry(time.Now()) {
-			closeBody(next, req)
-			return resp, nil
+		var bucket int64
+		if t.Budget != nil {
+			var ok bool
+			if bucket, ok = t.Budget.take(time.Now()); !ok {
+				closeBody(next, req)
+				return resp, nil
+			}
 		}
 		if t.OnRetry != nil {
 			t.OnRetry(attempt, resp, wait)
@@ -136,6 +140,9 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-ctx.Done():
 			stop()
 			closeBody(next, req)
+			if t.Budget != nil {
+				t.Budget.giveBack(bucket) // never sent
+			}
 			return nil, ctx.Err()
 		case <-timer.C:
 		}

@@ -41,8 +41,8 @@ func (c *counts) index(now time.Time) int64 {
 	return i
 }
 
-// add counts da and db at now.
-func (c *counts) add(now time.Time, da, db int64) {
+// add counts da and db at now, and returns the bucket they went to.
+func (c *counts) add(now time.Time, da, db int64) int64 {
 	i := c.index(now)
 	s := &c.ring[i%int64(len(c.ring))]
 	if s.at != i {
@@ -50,6 +50,18 @@ func (c *counts) add(now time.Time, da, db int64) {
 	}
 	s.a += da
 	s.b += db
+	return i
+}
+
+// remove takes da and db back from bucket i, where add counted them,
+// unless the ring holds another bucket in its place now (i has left the
+// window).
+func (c *counts) remove(i, da, db int64) {
+	s := &c.ring[i%int64(len(c.ring))]
+	if s.at == i {
+		s.a -= da
+		s.b -= db
+	}
 }
 
 // sums returns the counts of the window that ends with now's bucket.
