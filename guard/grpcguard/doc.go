@@ -58,5 +58,7 @@
 // and nothing when the stream opens. A message refused is not given to
 // the handler: RecvMsg returns the refusal, which the handler returns as
 // it returns any error of RecvMsg, ending the stream. The trailers carry
-// the fields of the stream's last decision.
+// the fields of the stream's last decision. A message's answer is its
+// being taken (OK): a count_on limit on a per_message route never sees
+// the code the stream ends with.
 package grpcguard
