@@ -50,14 +50,14 @@ func (c *upstreamConn) Close() error {
 }
 
 // Read reads as the connection does, except that bytes it took while
-// checkKept looked at the connection, or after the connection was
-// closed, are nobody's answer: the read fails with errUnasked. (The
-// transport's reader may have woken on them just before checkKept
-// closed the connection for holding them, and a request sent meanwhile
-// would take them for its answer.)
+// checkKept looked at the connection, or after checkKept closed it, are
+// nobody's answer: the read fails with errUnasked. (The transport's
+// reader may have woken on them just before checkKept closed the
+// connection for holding them, and a request sent meanwhile would take
+// them for its answer.)
 func (c *upstreamConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if n > 0 && (c.looking.Load() || c.closed.Load()) {
+	if n > 0 && c.looking.Load() {
 		return 0, errUnasked
 	}
 	return n, err
