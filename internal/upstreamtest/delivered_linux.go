@@ -4,10 +4,11 @@ package upstreamtest
 
 import (
 	"net"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/floodgate/floodgate/internal/rawconn"
 )
 
 // Delivered waits until the other end of c has acknowledged every byte
@@ -17,12 +18,8 @@ import (
 // hands them over later on a loaded machine). It reports false when that
 // takes longer than limit or c has no socket to ask.
 func Delivered(c net.Conn, limit time.Duration) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawconn.SocketOf(c)
+	if rc == nil {
 		return false
 	}
 	deadline := time.Now().Add(limit)
