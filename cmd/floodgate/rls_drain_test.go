@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,61 +26,29 @@ import (
 // status 0, as envoyproxy/ratelimit does and as a rollout expects.
 func TestRLSCommandDrainsOnSIGTERM(t *testing.T) {
 	p := startRLSDrainProcess(t)
-	cmd, a, stderr, exited := p.cmd, p.addrs, p.stderr, p.exited
-	health := "http://" + a["HTTP"] + "/healthcheck"
+	health := "http://" + p.addrs["HTTP"] + "/healthcheck"
 	if code, body := httpGet(t, health); code != 200 {
 		t.Fatalf("/healthcheck before SIGTERM: %d %q", code, body)
 	}
 	conn, req, ctx := p.serving(t)
 	// The call in flight: the stream is open, its request held back.
-	stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
-		"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := p.hold(t, conn, ctx)
 	time.Sleep(200 * time.Millisecond) // the stream's headers reach the server
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "/healthcheck to answer 500 while draining", 10*time.Second, func() bool {
-		resp, err := http.Get(health)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusInternalServerError
-	})
+	p.signalDraining(t, syscall.SIGTERM)
 	select {
-	case <-exited:
-		t.Fatalf("floodgate rls exited (%v) with a call in flight\n%s", p.waitErr, stderr.String())
+	case <-p.exited:
+		t.Fatalf("floodgate rls exited (%v) with a call in flight\n%s", p.waitErr, p.stderr.String())
 	case <-time.After(300 * time.Millisecond):
 	}
 	if code, _ := httpGet(t, health); code != http.StatusInternalServerError {
 		t.Errorf("/healthcheck while draining: %d, want 500", code)
 	}
-	if err := stream.SendMsg(req); err != nil {
-		t.Fatalf("sending the held request: %v", err)
-	}
-	if err := stream.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	var resp rlsv3.RateLimitResponse
-	if err := stream.RecvMsg(&resp); err != nil {
-		t.Fatalf("the call in flight at SIGTERM got no answer: %v", err)
-	}
-	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+	if resp := p.answer(t, stream, req, "the call in flight at SIGTERM"); resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("the call in flight: %v, want OK", resp.OverallCode)
 	}
-	select {
-	case <-exited:
-		if p.waitErr != nil {
-			t.Errorf("floodgate rls after SIGTERM: %v, want exit status 0\n%s", p.waitErr, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("floodgate rls did not exit after its last call:\n%s", stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "draining") {
-		t.Errorf("no log line says it drains:\n%s", stderr.String())
+	p.exitsCleanly(t, "after SIGTERM")
+	if !strings.Contains(p.stderr.String(), "draining") {
+		t.Errorf("no log line says it drains:\n%s", p.stderr.String())
 	}
 }
 
@@ -111,6 +80,67 @@ func (p *rlsDrainProcess) serving(t *testing.T) (*grpc.ClientConn, *rlsv3.RateLi
 		t.Fatalf("a call before SIGTERM: %v", err)
 	}
 	return conn, req, ctx
+}
+
+// hold opens a ShouldRateLimit call on conn and holds its request back:
+// a call in flight.
+func (p *rlsDrainProcess) hold(t *testing.T, conn *grpc.ClientConn, ctx context.Context) grpc.ClientStream {
+	t.Helper()
+	stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+		"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+// signalDraining sends the process sig and waits until its /healthcheck
+// answers 500: it drains.
+func (p *rlsDrainProcess) signalDraining(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	health := "http://" + p.addrs["HTTP"] + "/healthcheck"
+	waitUntil(t, "/healthcheck to answer 500 while draining", 10*time.Second, func() bool {
+		resp, err := http.Get(health)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusInternalServerError
+	})
+}
+
+// answer sends a held call's request and returns its answer; what names
+// the call in a failure.
+func (p *rlsDrainProcess) answer(t *testing.T, stream grpc.ClientStream, req *rlsv3.RateLimitRequest, what string) *rlsv3.RateLimitResponse {
+	t.Helper()
+	if err := stream.SendMsg(req); err != nil {
+		t.Fatalf("sending the request of %s: %v", what, err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var resp rlsv3.RateLimitResponse
+	if err := stream.RecvMsg(&resp); err != nil {
+		t.Fatalf("%s got no answer: %v", what, err)
+	}
+	return &resp
+}
+
+// exitsCleanly waits for the process to exit with status 0 once its last
+// call was answered; when names the signals in a failure.
+func (p *rlsDrainProcess) exitsCleanly(t *testing.T, when string) {
+	t.Helper()
+	select {
+	case <-p.exited:
+		if p.waitErr != nil {
+			t.Errorf("floodgate rls %s: %v, want exit status 0\n%s", when, p.waitErr, p.stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("floodgate rls did not exit after its last call:\n%s", p.stderr.String())
+	}
 }
 
 // startRLSDrainProcess runs floodgate rls as a process (this test binary,
@@ -185,26 +215,10 @@ func TestRLSCommandOutlivesASecondSIGTERM(t *testing.T) {
 	conn, req, ctx := p.serving(t)
 	var streams []grpc.ClientStream // the calls in flight, their requests held back
 	for range 3 {
-		stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
-			"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-		if err != nil {
-			t.Fatal(err)
-		}
-		streams = append(streams, stream)
+		streams = append(streams, p.hold(t, conn, ctx))
 	}
 	time.Sleep(200 * time.Millisecond) // the streams' headers reach the server
-	health := "http://" + p.addrs["HTTP"] + "/healthcheck"
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "/healthcheck to answer 500 while draining", 10*time.Second, func() bool {
-		resp, err := http.Get(health)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusInternalServerError
-	})
+	p.signalDraining(t, syscall.SIGTERM)
 	time.Sleep(500 * time.Millisecond)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -215,25 +229,9 @@ func TestRLSCommandOutlivesASecondSIGTERM(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 	for i, stream := range streams {
-		if err := stream.SendMsg(req); err != nil {
-			t.Fatalf("sending held request %d: %v", i, err)
-		}
-		if err := stream.CloseSend(); err != nil {
-			t.Fatal(err)
-		}
-		var resp rlsv3.RateLimitResponse
-		if err := stream.RecvMsg(&resp); err != nil {
-			t.Fatalf("call %d in flight at the second SIGTERM got no answer: %v", i, err)
-		}
+		p.answer(t, stream, req, fmt.Sprintf("call %d in flight at the second SIGTERM", i))
 	}
-	select {
-	case <-p.exited:
-		if p.waitErr != nil {
-			t.Errorf("floodgate rls after two SIGTERMs: %v, want exit status 0\n%s", p.waitErr, p.stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("floodgate rls did not exit after its last call:\n%s", p.stderr.String())
-	}
+	p.exitsCleanly(t, "after two SIGTERMs")
 
 	// SIGINT twice: the second one ends the process at once, its call cut.
 	p = startRLSDrainProcess(t)
@@ -242,22 +240,9 @@ func TestRLSCommandOutlivesASecondSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn2.Close()
-	if _, err := conn2.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
-		"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"); err != nil {
-		t.Fatal(err)
-	}
+	p.hold(t, conn2, ctx)
 	time.Sleep(200 * time.Millisecond)
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "/healthcheck to answer 500 while draining", 10*time.Second, func() bool {
-		resp, err := http.Get("http://" + p.addrs["HTTP"] + "/healthcheck")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusInternalServerError
-	})
+	p.signalDraining(t, syscall.SIGINT)
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
