@@ -449,19 +449,47 @@ func (rig *leaveRig) openHold(t *testing.T, ctx context.Context, do string) grpc
 // stream takes one (its trailer says what is left).
 func (rig *leaveRig) slotsHeld(t *testing.T) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st := rig.openHold(t, ctx, "probe")
-	_ = st.CloseSend()
-	err := st.RecvMsg(new(wrapperspb.StringValue))
+	trailer, err := rig.probe(t)
 	if status.Code(err) == codes.ResourceExhausted {
 		return 2
 	}
 	if err != io.EOF {
 		t.Fatalf("probe: %v", err)
 	}
-	rig.waitEnded(t, "probe")
-	return 2 - 1 - remaining(t, st.Trailer(), "slots")
+	return 2 - 1 - remaining(t, trailer, "slots")
+}
+
+// probe opens a Hold stream with x-do: probe and half-closes it: its
+// trailer, and the error that ended it (io.EOF: OK, and its handler is
+// over).
+func (rig *leaveRig) probe(t *testing.T) (metadata.MD, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := rig.openHold(t, ctx, "probe")
+	_ = st.CloseSend()
+	err := st.RecvMsg(new(wrapperspb.StringValue))
+	if err == io.EOF {
+		rig.waitEnded(t, "probe")
+	}
+	return st.Trailer(), err
+}
+
+// runHold opens a Hold stream with x-do: do and ends it: the client
+// leaves (cancel) once its handler runs, or half-closes and reads it to
+// its end. It returns once the handler is over.
+func (rig *leaveRig) runHold(t *testing.T, ctx context.Context, cancel context.CancelFunc, do string, leave bool) {
+	t.Helper()
+	st := rig.openHold(t, ctx, do)
+	if leave {
+		rig.waitStarted(t, do)
+		cancel()
+	} else {
+		_ = st.CloseSend()
+		for st.RecvMsg(new(wrapperspb.StringValue)) == nil {
+		}
+	}
+	rig.waitEnded(t, do)
 }
 
 // TestLeaveStreamSlots: a stream's concurrency slot comes back however
@@ -486,16 +514,7 @@ func TestLeaveStreamSlots(t *testing.T) {
 			rig := newLeaveRig(t, rigOptions{recoverInner: c.recoverInner})
 			for range 3 {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				st := rig.openHold(t, ctx, c.do)
-				if c.cancel {
-					rig.waitStarted(t, c.do)
-					cancel()
-				} else {
-					_ = st.CloseSend()
-					for st.RecvMsg(new(wrapperspb.StringValue)) == nil {
-					}
-				}
-				rig.waitEnded(t, c.do)
+				rig.runHold(t, ctx, cancel, c.do, c.cancel)
 				cancel()
 			}
 			if n := rig.slotsHeld(t); n != 0 {
@@ -810,26 +829,13 @@ limits:
 			rig := newLeaveRig(t, rigOptions{policy: policy, recoverInner: c.recoverInner})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			st := rig.openHold(t, ctx, c.do)
-			if c.leave {
-				rig.waitStarted(t, c.do)
-				cancel()
-			} else {
-				_ = st.CloseSend()
-				for st.RecvMsg(new(wrapperspb.StringValue)) == nil {
-				}
-			}
-			rig.waitEnded(t, c.do)
+			rig.runHold(t, ctx, cancel, c.do, c.leave)
 
-			pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
-			defer pcancel()
-			probe := rig.openHold(t, pctx, "probe")
-			_ = probe.CloseSend()
-			if err := probe.RecvMsg(new(wrapperspb.StringValue)); err != io.EOF {
+			trailer, err := rig.probe(t)
+			if err != io.EOF {
 				t.Fatalf("probe: %v", err)
 			}
-			rig.waitEnded(t, "probe")
-			if got := 3 - 1 - remaining(t, probe.Trailer(), "login"); got != c.charged {
+			if got := 3 - 1 - remaining(t, trailer, "login"); got != c.charged {
 				t.Errorf("counted: %d, want %d", got, c.charged)
 			}
 		})
