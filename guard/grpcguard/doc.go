@@ -40,7 +40,10 @@
 // estimate from the body takes its default. Metrics count the decisions
 // as the gateway's. A handler's error counts as the code grpc-go sends
 // for it: a plain context error returned as it is (or wrapped) is
-// CANCELLED (499) or DEADLINE_EXCEEDED (504), not UNKNOWN.
+// CANCELLED (499) or DEADLINE_EXCEEDED (504), not UNKNOWN. A call
+// cancelled within 100 ms of its deadline (a quarter of the time it had,
+// when shorter) counts as DEADLINE_EXCEEDED: that is how a client's
+// deadline usually reaches the server, before the server's own timer.
 //
 // A call is a POST whatever its metadata says: a method override field
 // (x-http-method-override and its kin) never makes it meet the limits of

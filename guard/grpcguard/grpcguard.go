@@ -3,11 +3,13 @@ package grpcguard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -33,6 +35,7 @@ func UnaryServerInterceptor(g *guard.Guard) grpc.UnaryServerInterceptor {
 		c.from(ctx)
 		var resp any
 		c.run = func(rec *gateway.Recorder) error {
+			defer c.watchEnd()()
 			hctx := ctx
 			var seen *seenMetadata
 			if rec != nil {
@@ -77,6 +80,7 @@ func StreamServerInterceptor(g *guard.Guard) grpc.StreamServerInterceptor {
 			return err
 		}
 		c.run = func(rec *gateway.Recorder) error {
+			defer c.watchEnd()()
 			stream := ss
 			var seen *seenMetadata
 			if rec != nil {
@@ -145,6 +149,12 @@ type call struct {
 	status  int         // its HTTP status, or the handler's answer's
 	err     error       // the handler's error
 	ran     bool        // the handler ran
+
+	// While the handler runs (watchEnd): when the call's context ended
+	// (Unix nanoseconds; 0 not yet), and how long the call had from
+	// then to its deadline when the handler began.
+	ended   int64 // atomic
+	timeout time.Duration
 }
 
 // overrideFields are the gateway's method override fields, in metadata's
@@ -225,7 +235,7 @@ func (c *call) decide() {
 // once its client left.
 func (c *call) answered(rec *gateway.Recorder, err error, seen *seenMetadata) {
 	code := codeOf(err)
-	c.status = HTTPStatus(code)
+	c.status = HTTPStatus(c.byDeadline(code))
 	if rec == nil {
 		return
 	}
@@ -366,7 +376,56 @@ func (c *call) unanswered() {
 		err = context.Canceled // not seen: the flow gives up on a call only once its client left
 	}
 	c.refusal = status.FromContextError(err).Err()
-	c.status = HTTPStatus(codeOf(c.refusal))
+	c.status = HTTPStatus(c.byDeadline(codeOf(c.refusal)))
+}
+
+// deadlineSlack is how long before a call's deadline a cancellation from
+// its client is taken for the deadline's (byDeadline), at most.
+const deadlineSlack = 100 * time.Millisecond
+
+// watchEnd notes, while the handler runs, when the call's context ends,
+// for byDeadline; it returns the function that stops watching. A call
+// without a deadline is not watched.
+func (c *call) watchEnd() (stop func() bool) {
+	dl, ok := c.ctx.Deadline()
+	if !ok {
+		return func() bool { return false }
+	}
+	c.timeout = time.Until(dl)
+	return context.AfterFunc(c.ctx, func() { atomic.StoreInt64(&c.ended, time.Now().UnixNano()) })
+}
+
+// byDeadline returns DEADLINE_EXCEEDED for a call cancelled by its
+// client's deadline, else code. A client whose deadline passes cancels
+// its call (RST_STREAM), and that usually reaches the server before the
+// server's own timer for the same deadline (the grpc-timeout the client
+// sent) fires, so the call's context ends CANCELLED: counted as it is, a
+// count_on [504] limit would almost never see a call time out. The
+// server's deadline runs from when it read the call's headers, so on a
+// loaded server it falls after the client's by as long as that read
+// waited: a cancellation that comes within deadlineSlack of the deadline
+// (a quarter of the time the call had, when that is shorter) is taken
+// for the deadline's; one earlier stays CANCELLED (499).
+func (c *call) byDeadline(code codes.Code) codes.Code {
+	if code != codes.Canceled || !errors.Is(c.ctx.Err(), context.Canceled) {
+		return code
+	}
+	dl, ok := c.ctx.Deadline()
+	if !ok {
+		return code
+	}
+	at := time.Now() // the handler returned as its context ended, before the watch noted it
+	if n := atomic.LoadInt64(&c.ended); n != 0 {
+		at = time.Unix(0, n)
+	}
+	slack := deadlineSlack
+	if c.timeout > 0 {
+		slack = min(slack, c.timeout/4)
+	}
+	if at.Before(dl.Add(-slack)) {
+		return code
+	}
+	return codes.DeadlineExceeded
 }
 
 func (c *call) Proxies() bool { return false }

@@ -962,3 +962,71 @@ limits:
 		t.Errorf("counted: %d, want 2", got)
 	}
 }
+
+// TestLeaveDeadlineCountsAsTimeout: a call whose client's deadline passes
+// while its handler waits, the handler ending with its context's error,
+// is counted as DEADLINE_EXCEEDED (504) on a limit that counts timeouts,
+// unary or streaming: the client cancels the call as its deadline passes,
+// which reaches the server before the server's own timer for it, and the
+// context ends CANCELLED. A call its client cancels long before its
+// deadline stays CANCELLED (499). Before, no timed-out call was counted
+// as 504 in 30 tries.
+func TestLeaveDeadlineCountsAsTimeout(t *testing.T) {
+	t.Parallel()
+	const policy = `version: 1
+limits:
+  - {name: timeouts, algorithm: sliding_log, limit: 3, window: 1h, count_on: [504], key: global, match: {paths: [/test.Leave/Work, /test.Leave/Hold]}}
+  - {name: abandoned, algorithm: sliding_log, limit: 3, window: 1h, count_on: [499], key: global, match: {paths: [/test.Leave/Work, /test.Leave/Hold]}}
+`
+	const timeout = 800 * time.Millisecond // a slack of 100 ms: a loaded machine reads a call late
+	t.Run("unary", func(t *testing.T) {
+		t.Parallel()
+		rig := newLeaveRig(t, rigOptions{policy: policy})
+		for range 2 {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			err := rig.conn.Invoke(metadata.AppendToOutgoingContext(ctx, "x-do", "ctx"), "/test.Leave/Work",
+				wrapperspb.String("ctx"), new(wrapperspb.StringValue))
+			cancel()
+			if status.Code(err) != codes.DeadlineExceeded {
+				t.Fatalf("a call past its deadline: %v", err)
+			}
+			rig.waitStarted(t, "ctx")
+			rig.waitEnded(t, "ctx")
+		}
+		if _, err := rig.call(t, "Work", "ctx", func() { rig.waitStarted(t, "ctx") }); status.Code(err) != codes.Canceled {
+			t.Fatalf("a call its client cancelled: %v", err)
+		}
+		rig.waitEnded(t, "ctx")
+		if got := rig.counted(t, "Work", "timeouts"); got != 2 {
+			t.Errorf("timeouts counted: %d, want 2", got)
+		}
+		if got := rig.counted(t, "Work", "abandoned"); got != 1 {
+			t.Errorf("cancellations counted: %d, want 1", got)
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		t.Parallel()
+		rig := newLeaveRig(t, rigOptions{policy: policy})
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		st := rig.openHold(t, ctx, "hold")
+		if err := st.RecvMsg(new(wrapperspb.StringValue)); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("a stream past its deadline: %v", err)
+		}
+		rig.waitStarted(t, "hold")
+		rig.waitEnded(t, "hold")
+		ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel2()
+		rig.runHold(t, ctx2, cancel2, "hold", true)
+		trailer, err := rig.probe(t)
+		if err != io.EOF {
+			t.Fatalf("probe: %v", err)
+		}
+		if got := 3 - 1 - remaining(t, trailer, "timeouts"); got != 1 {
+			t.Errorf("timeouts counted: %d, want 1", got)
+		}
+		if got := 3 - 1 - remaining(t, trailer, "abandoned"); got != 1 {
+			t.Errorf("cancellations counted: %d, want 1", got)
+		}
+	})
+}
