@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/floodgate/floodgate/internal/rawconn"
 	"github.com/floodgate/floodgate/internal/waittest"
 )
@@ -169,22 +167,14 @@ func (r countedRaw) Read(f func(fd uintptr) bool) error {
 	})
 }
 
-// queued returns what the socket of c holds: the bytes it has received
-// that were not read (SIOCINQ), or the bytes sent that the other end has
-// not acknowledged (SIOCOUTQ).
-func queued(t *testing.T, c *net.TCPConn, req uint) int {
+// queued returns what the socket of c holds, asked with ask: the bytes
+// it has received that were not read (rawconn.Unread), or the bytes sent
+// that the other end has not acknowledged (rawconn.Unacked).
+func queued(t *testing.T, c net.Conn, ask func(net.Conn) (int, bool)) int {
 	t.Helper()
-	rc, err := c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	var ierr error
-	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), req) }); err != nil {
-		t.Fatal(err)
-	}
-	if ierr != nil {
-		t.Fatal(ierr)
+	n, ok := ask(c)
+	if !ok {
+		t.Fatal("the socket's queue could not be read")
 	}
 	return n
 }
@@ -211,7 +201,7 @@ func TestWatchPastItsBoundHoldsNoMore(t *testing.T) {
 	// The watch holds what it read; the server's socket has the next
 	// bytes, and the client some of the rest, which there is no room for.
 	waitFor(t, "past the bound: bytes left in both sockets", func() bool {
-		return queued(t, sc, unix.SIOCINQ) > 0 && queued(t, cc, unix.SIOCOUTQ) > 0
+		return queued(t, sc, rawconn.Unread) > 0 && queued(t, cc, rawconn.Unacked) > 0
 	})
 	// Time for a watch that looks in a loop to show it in its count (the
 	// count is checked below, never the time).

@@ -6,8 +6,6 @@ import (
 	"net"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/floodgate/floodgate/internal/rawconn"
 )
 
@@ -18,14 +16,10 @@ import (
 // hands them over later on a loaded machine). It reports false when that
 // takes longer than limit or c has no socket to ask.
 func Delivered(c net.Conn, limit time.Duration) bool {
-	rc := rawconn.SocketOf(c)
-	if rc == nil {
-		return false
-	}
 	deadline := time.Now().Add(limit)
 	for {
-		n, ierr := 0, error(nil)
-		if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); err != nil || ierr != nil {
+		n, ok := rawconn.Unacked(c)
+		if !ok {
 			return false
 		}
 		if n == 0 {

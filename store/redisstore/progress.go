@@ -614,3 +614,11 @@ func parseSlots(res rueidis.RedisResult, from string) (*slotMap, error) {
 	}
 	return m, nil
 }
+
+// unread reports whether bytes wait in the kernel's receive buffer of c,
+// not yet read by this process: Redis has answered, but the goroutine
+// that reads the connection has not run. Off Linux it is never told.
+func unread(c net.Conn) bool {
+	n, _ := rawconn.Unread(c)
+	return n > 0
+}
