@@ -150,11 +150,11 @@ type call struct {
 	err     error       // the handler's error
 	ran     bool        // the handler ran
 
-	// While the handler runs (watchEnd): when the call's context ended
-	// (Unix nanoseconds; 0 not yet), and how long the call had from
-	// then to its deadline when the handler began.
-	ended   int64 // atomic
+	// The time the call had left when the Guard took it (0 without a
+	// deadline), and when its context ended, noted while the handler
+	// runs (watchEnd; Unix nanoseconds, atomic, 0 not yet): byDeadline.
 	timeout time.Duration
+	ended   int64
 }
 
 // overrideFields are the gateway's method override fields, in metadata's
@@ -167,8 +167,12 @@ var overrideFields = func() []string {
 	return names
 }()
 
-// from reads the call's authority, metadata and peer from its context.
+// from reads the call's authority, metadata, peer and deadline from its
+// context.
 func (c *call) from(ctx context.Context) {
+	if dl, ok := ctx.Deadline(); ok {
+		c.timeout = time.Until(dl)
+	}
 	c.md, _ = metadata.FromIncomingContext(ctx) // a copy: the handler's stays as sent
 	if v := c.md.Get(":authority"); len(v) > 0 {
 		c.host = v[0]
@@ -387,11 +391,9 @@ const deadlineSlack = 100 * time.Millisecond
 // for byDeadline; it returns the function that stops watching. A call
 // without a deadline is not watched.
 func (c *call) watchEnd() (stop func() bool) {
-	dl, ok := c.ctx.Deadline()
-	if !ok {
+	if _, ok := c.ctx.Deadline(); !ok {
 		return func() bool { return false }
 	}
-	c.timeout = time.Until(dl)
 	return context.AfterFunc(c.ctx, func() { atomic.StoreInt64(&c.ended, time.Now().UnixNano()) })
 }
 
@@ -418,10 +420,7 @@ func (c *call) byDeadline(code codes.Code) codes.Code {
 	if n := atomic.LoadInt64(&c.ended); n != 0 {
 		at = time.Unix(0, n)
 	}
-	slack := deadlineSlack
-	if c.timeout > 0 {
-		slack = min(slack, c.timeout/4)
-	}
+	slack := min(deadlineSlack, max(c.timeout, 0)/4)
 	if at.Before(dl.Add(-slack)) {
 		return code
 	}
