@@ -35,7 +35,7 @@ func UnaryServerInterceptor(g *guard.Guard) grpc.UnaryServerInterceptor {
 		c.from(ctx)
 		var resp any
 		c.run = func(rec *gateway.Recorder) error {
-			defer c.watchEnd()()
+			defer c.watchEnd(rec)()
 			hctx := ctx
 			var seen *seenMetadata
 			if rec != nil {
@@ -80,7 +80,7 @@ func StreamServerInterceptor(g *guard.Guard) grpc.StreamServerInterceptor {
 			return err
 		}
 		c.run = func(rec *gateway.Recorder) error {
-			defer c.watchEnd()()
+			defer c.watchEnd(rec)()
 			stream := ss
 			var seen *seenMetadata
 			if rec != nil {
@@ -388,10 +388,13 @@ func (c *call) unanswered() {
 const deadlineSlack = 100 * time.Millisecond
 
 // watchEnd notes, while the handler runs, when the call's context ends,
-// for byDeadline; it returns the function that stops watching. A call
-// without a deadline is not watched.
-func (c *call) watchEnd() (stop func() bool) {
-	if _, ok := c.ctx.Deadline(); !ok {
+// for byDeadline; it returns the function that stops watching. Only a
+// call whose charge waits for its answer (rec: a limit counting by
+// outcome or by actual cost) and that has a deadline is watched; for the
+// others (their code is for the metrics and the logs) byDeadline takes
+// the handler's return for the moment.
+func (c *call) watchEnd(rec *gateway.Recorder) (stop func() bool) {
+	if _, ok := c.ctx.Deadline(); !ok || rec == nil {
 		return func() bool { return false }
 	}
 	return context.AfterFunc(c.ctx, func() { atomic.StoreInt64(&c.ended, time.Now().UnixNano()) })
