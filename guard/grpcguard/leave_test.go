@@ -49,8 +49,12 @@ limits:
 // leaveService is test.Leave. The x-do metadata of a call says how its
 // handler ends: "unauth" UNAUTHENTICATED, "late" UNAUTHENTICATED once the
 // client has gone, "ctx" the context's own error once the client has
-// gone, "deadline" a plain context.DeadlineExceeded (a backend call that
+// gone ("slowctx" the same, slowCtxAfter later), "deadline" a plain context.DeadlineExceeded (a backend call that
 // timed out, returned as it is), "panic" a panic, anything else OK.
+// slowCtxAfter is how long a "slowctx" handler takes to return once its
+// context ended.
+const slowCtxAfter = 400 * time.Millisecond
+
 type leaveService struct {
 	ran     atomic.Int64 // handlers run
 	started chan string  // the x-do of each call whose handler started
@@ -91,6 +95,10 @@ func (s *leaveService) end(ctx context.Context) error {
 		return status.Error(codes.Unauthenticated, "wrong password")
 	case "ctx", "hold":
 		<-ctx.Done()
+		return ctx.Err()
+	case "slowctx":
+		<-ctx.Done()
+		time.Sleep(slowCtxAfter)
 		return ctx.Err()
 	case "deadline":
 		return fmt.Errorf("lookup: %w", context.DeadlineExceeded)
@@ -997,11 +1005,26 @@ limits:
 			t.Fatalf("a call its client cancelled: %v", err)
 		}
 		rig.waitEnded(t, "ctx")
+		// Cancelled long before its deadline by a client that leaves,
+		// its handler returns after the deadline: still a cancellation.
+		ctx, cancel := context.WithTimeout(context.Background(), slowCtxAfter/2)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() {
+			errc <- rig.conn.Invoke(metadata.AppendToOutgoingContext(ctx, "x-do", "slowctx"), "/test.Leave/Work",
+				wrapperspb.String("slowctx"), new(wrapperspb.StringValue))
+		}()
+		rig.waitStarted(t, "slowctx")
+		cancel()
+		if err := <-errc; status.Code(err) != codes.Canceled {
+			t.Fatalf("a call its client cancelled: %v", err)
+		}
+		rig.waitEnded(t, "slowctx")
 		if got := rig.counted(t, "Work", "timeouts"); got != 2 {
 			t.Errorf("timeouts counted: %d, want 2", got)
 		}
-		if got := rig.counted(t, "Work", "abandoned"); got != 1 {
-			t.Errorf("cancellations counted: %d, want 1", got)
+		if got := rig.counted(t, "Work", "abandoned"); got != 2 {
+			t.Errorf("cancellations counted: %d, want 2", got)
 		}
 	})
 	t.Run("stream", func(t *testing.T) {
