@@ -82,8 +82,11 @@ func (b *RetryBudget) Retry(now time.Time) bool {
 }
 
 // take is Retry, and says which bucket the retry was counted in, for
-// giveBack.
+// giveBack. Without a budget (nil) every retry may be sent.
 func (b *RetryBudget) take(now time.Time) (bucket int64, ok bool) {
+	if b == nil {
+		return 0, true
+	}
 	b.mu.Lock()
 	req, ret := b.c.sums(now)
 	ok = float64(ret+1) <= b.ratio*float64(req)+float64(b.min)
@@ -101,6 +104,9 @@ func (b *RetryBudget) take(now time.Time) (bucket int64, ok bool) {
 // (its caller left while it waited), unless its bucket has left the
 // window already.
 func (b *RetryBudget) giveBack(bucket int64) {
+	if b == nil {
+		return
+	}
 	b.mu.Lock()
 	b.c.remove(bucket, 0, 1)
 	b.mu.Unlock()

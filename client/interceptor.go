@@ -109,12 +109,9 @@ func (ri *RetryInterceptor) Unary(ctx context.Context, method string, req, reply
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return err
 		}
-		var bucket int64
-		if ri.Budget != nil {
-			var ok bool
-			if bucket, ok = ri.Budget.take(time.Now()); !ok {
-				return err
-			}
+		bucket, ok := ri.Budget.take(time.Now())
+		if !ok {
+			return err
 		}
 		if ri.OnRetry != nil {
 			ri.OnRetry(attempt, err, wait)
@@ -126,9 +123,7 @@ func (ri *RetryInterceptor) Unary(ctx context.Context, method string, req, reply
 		}
 		select {
 		case <-ctx.Done():
-			if ri.Budget != nil {
-				ri.Budget.giveBack(bucket) // never sent
-			}
+			ri.Budget.giveBack(bucket) // never sent
 			return status.FromContextError(ctx.Err()).Err()
 		case <-timer.C:
 		}

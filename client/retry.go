@@ -119,13 +119,10 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			next = req.Clone(ctx)
 			next.Body = body
 		}
-		var bucket int64
-		if t.Budget != nil {
-			var ok bool
-			if bucket, ok = t.Budget.take(time.Now()); !ok {
-				closeBody(next, req)
-				return resp, nil
-			}
+		bucket, ok := t.Budget.take(time.Now())
+		if !ok {
+			closeBody(next, req)
+			return resp, nil
 		}
 		if t.OnRetry != nil {
 			t.OnRetry(attempt, resp, wait)
@@ -140,9 +137,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-ctx.Done():
 			stop()
 			closeBody(next, req)
-			if t.Budget != nil {
-				t.Budget.giveBack(bucket) // never sent
-			}
+			t.Budget.giveBack(bucket) // never sent
 			return nil, ctx.Err()
 		case <-timer.C:
 		}
