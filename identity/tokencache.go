@@ -12,11 +12,10 @@ const DefaultTokenCacheSize = 10000
 
 // TokensPerUser is how many verified tokens of one user a Resolver keeps:
 // a user's next token takes the place of the one that expires first (of
-// those, the one kept longest). One
-// account minting tokens, valid each, can then not push other users'
-// tokens out of the cache (each of theirs would cost a verification
-// again); a user with more devices than this pays a verification for
-// the tokens past it.
+// those, the one kept longest). One account minting tokens, valid each,
+// can then not push other users' tokens out of the cache (each of theirs
+// would cost a verification again); a user with more devices than this
+// pays a verification for the tokens past it.
 const TokensPerUser = 8
 
 // tokenCache keeps verified tokens until they expire, so that a client
@@ -28,9 +27,8 @@ const TokensPerUser = 8
 // one that expires first: a flood of fresh tokens would then always push
 // out the older tokens of the users it competes with).
 type tokenCache struct {
-	seed    maphash.Seed
-	size    int
-	perUser int
+	seed maphash.Seed
+	size int
 
 	mu    sync.Mutex // guards the fields below
 	m     map[uint64]cachedToken
@@ -49,11 +47,10 @@ func newTokenCache(size int) *tokenCache {
 		size = DefaultTokenCacheSize
 	}
 	return &tokenCache{
-		seed:    maphash.MakeSeed(),
-		size:    size,
-		perUser: TokensPerUser,
-		m:       make(map[uint64]cachedToken),
-		users:   make(map[string][]uint64),
+		seed:  maphash.MakeSeed(),
+		size:  size,
+		m:     make(map[uint64]cachedToken),
+		users: make(map[string][]uint64),
 	}
 }
 
@@ -85,7 +82,7 @@ func (c *tokenCache) put(token, user string, until, now time.Time) {
 		}
 		c.drop(h) // another token with the same hash
 	}
-	if ks := c.users[user]; len(ks) >= c.perUser {
+	if ks := c.users[user]; len(ks) >= TokensPerUser {
 		first := ks[0]
 		for _, k := range ks[1:] {
 			if c.m[k].until.Before(c.m[first].until) {
