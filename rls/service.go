@@ -539,13 +539,16 @@ func (lv *level) find(key, value string, compat bool) (*node, bool) {
 // counterKey names the counter of one descriptor: the domain and every
 // entry, so each distinct value counts on its own, except that an entry
 // matched by a wildcard with share_threshold counts as the wildcard (all
-// its values share one counter). Separators are control characters that
-// descriptors do not carry in practice; lengths keep the encoding
-// unambiguous anyway.
+// its values share one counter). Each entry is '|', its key's length,
+// ':', the key, then '=' and the value; a value that holds a '|' (values
+// are the caller's) is written '#', its length, ':' and the value, so
+// that no value can move the boundary between two entries: two distinct
+// descriptors never share a counter. Values without a '|' keep the keys
+// they always had.
 func counterKey(domain string, ents []*rlv3.RateLimitDescriptor_Entry, trail []step) string {
 	n := len(domain)
 	for _, e := range ents {
-		n += len(e.GetKey()) + len(e.GetValue()) + 8
+		n += len(e.GetKey()) + len(e.GetValue()) + 16
 	}
 	b := make([]byte, 0, n)
 	b = append(b, domain...)
@@ -558,7 +561,13 @@ func counterKey(domain string, ents []*rlv3.RateLimitDescriptor_Entry, trail []s
 		b = strconv.AppendInt(b, int64(len(e.GetKey())), 10)
 		b = append(b, ':')
 		b = append(b, e.GetKey()...)
-		b = append(b, '=')
+		if strings.IndexByte(v, '|') >= 0 {
+			b = append(b, '#')
+			b = strconv.AppendInt(b, int64(len(v)), 10)
+			b = append(b, ':')
+		} else {
+			b = append(b, '=')
+		}
 		b = append(b, v...)
 	}
 	return string(b)
