@@ -101,7 +101,7 @@ func (ri *RetryInterceptor) Unary(ctx context.Context, method string, req, reply
 		var header, trailer metadata.MD
 		err = invoker(ctx, method, req, reply, cc, append(callOpts, grpc.Header(&header), grpc.Trailer(&trailer))...)
 		a := grpcAnswer(err, header, trailer)
-		ri.after(tk, a, err)
+		ri.after(ctx, tk, a, err)
 		if err == nil || !a.refused || !a.hasRetry || attempt >= attempts || a.retryAfter > maxRA {
 			return err
 		}
@@ -141,10 +141,10 @@ func (ri *RetryInterceptor) Stream(ctx context.Context, desc *grpc.StreamDesc, c
 	}
 	cs, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
-		ri.after(tk, grpcAnswer(err, nil, nil), err)
+		ri.after(ctx, tk, grpcAnswer(err, nil, nil), err)
 		return nil, err
 	}
-	s := &pacedStream{ClientStream: cs, ri: ri, tk: tk, unary: !desc.ServerStreams}
+	s := &pacedStream{ClientStream: cs, ctx: ctx, ri: ri, tk: tk, unary: !desc.ServerStreams}
 	if tk != nil {
 		// However the stream ends (even abandoned with its connection
 		// closed), its flight ends; the answer, when read, still counts.
@@ -189,15 +189,20 @@ func (ri *RetryInterceptor) before(ctx context.Context, key, method string) (*ti
 	return tk, nil
 }
 
-// after tells the Pacer and the throttle how a call ended.
-func (ri *RetryInterceptor) after(tk *ticket, a *answerFields, err error) {
+// after tells the Pacer and the throttle how a call ended. A call its
+// own caller cancelled (ctx) tells the throttle nothing: the server
+// refused nothing, and callers that give up must not make it reject the
+// calls of those that stay.
+func (ri *RetryInterceptor) after(ctx context.Context, tk *ticket, a *answerFields, err error) {
 	if tk != nil {
 		tk.finish(time.Now(), a)
 	}
 	if ri.Throttle != nil {
-		if grpcAccepted(err) {
+		switch {
+		case grpcAccepted(err):
 			ri.Throttle.Accepted(time.Now())
-		} else {
+		case status.Code(err) == codes.Canceled && callerLeft(ctx):
+		default:
 			ri.Throttle.Refused(time.Now())
 		}
 	}
@@ -261,8 +266,9 @@ func (e *localError) GRPCStatus() *status.Status { return status.New(e.code, e.e
 // pacedStream reports how a stream ended to its interceptor.
 type pacedStream struct {
 	grpc.ClientStream
-	ri *RetryInterceptor
-	tk *ticket
+	ctx context.Context // the caller's, of the stream
+	ri  *RetryInterceptor
+	tk  *ticket
 	// unary is set for streams whose server sends one message: the
 	// stream ends with that message.
 	unary bool
@@ -298,6 +304,6 @@ func (s *pacedStream) end(err error) {
 			s.stop()
 		}
 		header, _ := s.ClientStream.Header()
-		s.ri.after(s.tk, grpcAnswer(err, header, s.ClientStream.Trailer()), err)
+		s.ri.after(s.ctx, s.tk, grpcAnswer(err, header, s.ClientStream.Trailer()), err)
 	})
 }

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -177,14 +179,23 @@ func (t *RetryTransport) attempt(base http.RoundTripper, req *http.Request) (*ht
 		tk.finish(time.Now(), a)
 	}
 	if t.Throttle != nil {
-		if err == nil && !retryable(resp.StatusCode) {
+		switch {
+		case err == nil && !retryable(resp.StatusCode):
 			t.Throttle.Accepted(time.Now())
-		} else {
+		case err != nil && callerLeft(req.Context()):
+			// Cancelled by its own caller: the backend refused nothing,
+			// and callers that give up must not make the throttle reject
+			// the requests of those that stay.
+		default:
 			t.Throttle.Refused(time.Now())
 		}
 	}
 	return resp, err
 }
+
+// callerLeft reports whether the caller cancelled ctx itself (its deadline
+// passing is not leaving: a backend too slow for it counts as refusing).
+func callerLeft(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
 
 // httpAnswer reads what a Pacer learns from an answer: the RateLimit
 // fields (unless the answer comes from a cache, Age > 0) and, on a 429 or

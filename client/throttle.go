@@ -41,7 +41,8 @@ type AdaptiveThrottleOptions struct {
 //
 // Give the same AdaptiveThrottle to every RetryTransport or
 // RetryInterceptor that calls one backend; they call Allow before each
-// attempt, and Accepted or Refused with its outcome.
+// attempt, and Accepted or Refused with its outcome (neither for an
+// attempt its own caller cancelled: it says nothing of the backend).
 type AdaptiveThrottle struct {
 	k        float64
 	rejected atomic.Int64
@@ -104,7 +105,8 @@ func (t *AdaptiveThrottle) Accepted(now time.Time) {
 }
 
 // Refused counts, at now, a request allowed by Allow that the backend
-// refused, or that ended without an answer.
+// refused, or that ended without an answer (other than by its caller
+// cancelling it: such a request is counted neither way).
 func (t *AdaptiveThrottle) Refused(now time.Time) {
 	t.mu.Lock()
 	t.c.add(now, 1, 0)
