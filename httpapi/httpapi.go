@@ -205,7 +205,14 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, body []byte, pee
 	}
 	req := limiter.Request{Front: limiter.FrontHTTPAPI, Peek: peek, Hits: q.hits}
 	var res limiter.Result
-	if err := h.eng.Decide(r.Context(), &req, &res); err != nil {
+	ctx := r.Context()
+	if !peek {
+		// A caller that leaves may go ahead by its own failure policy:
+		// its check is decided all the same, even one still waiting for
+		// the store, within the engine's store timeout.
+		ctx = context.WithoutCancel(ctx)
+	}
+	if err := h.eng.Decide(ctx, &req, &res); err != nil {
 		if errors.Is(err, floodgate.ErrNeverFits) {
 			writeError(w, http.StatusUnprocessableEntity, CodeNeverFits, err.Error(), nil)
 			return

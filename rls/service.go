@@ -187,11 +187,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		s.opts.Stats.serviceError()
 		return nil, err
 	}
+	// Decided whether or not the caller waits for the answer: Envoy lets
+	// a request whose call timed out through (failure_mode_deny is off
+	// by default), so a call still waiting for the store when its caller
+	// leaves is a request that went ahead, and is counted as one already
+	// sent is. The engine's store timeout bounds it.
+	dctx := context.WithoutCancel(ctx)
 	var resp *rlsv3.RateLimitResponse
 	if compat {
-		resp, err = s.decideCompat(ctx, req, app, sc)
+		resp, err = s.decideCompat(dctx, req, app, sc)
 	} else {
-		resp, err = s.decide(ctx, req, app, sc)
+		resp, err = s.decide(dctx, req, app, sc)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
