@@ -85,9 +85,10 @@ type Options struct {
 	SnapshotInterval time.Duration
 	// MaxReservations caps the reservations held at once (0:
 	// DefaultMaxReservations), each shard its share. A shard that is
-	// full drops the reservation that expires first (one past its TTL
-	// before any other), which then settles at its estimate, to make
-	// room (Stats().ReservationEvictions counts those dropped before
+	// full drops a reservation past its TTL first, else the oldest (a
+	// flood left hanging goes before the reservations made after it,
+	// whatever TTL it asked for), which then settles at its estimate, to
+	// make room (Stats().ReservationEvictions counts those dropped before
 	// their TTL).
 	MaxReservations int
 	// SweepInterval is the time between sweeps that remove idle keys (0:

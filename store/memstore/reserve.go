@@ -1,7 +1,9 @@
 package memstore
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
@@ -22,9 +24,10 @@ type resKey struct {
 type reservation struct {
 	rule string // the rule's ID, to tell hash collisions apart
 	key  string
-	cost int64 // the estimate charged
-	at   int64 // the instant it was charged at (the wall clock's, for quotas)
-	exp  int64 // when it expires and settles at its estimate (monotonic)
+	cost int64  // the estimate charged
+	at   int64  // the instant it was charged at (the wall clock's, for quotas)
+	exp  int64  // when it expires and settles at its estimate (monotonic)
+	seq  uint64 // the order it was made in, in its shard (see resFIFO)
 }
 
 // reserve keeps a settle record for every hit marked Reserve that decide
@@ -60,16 +63,20 @@ func (s *Store) reserve(w []work, hits []limiter.Hit, out []floodgate.Decision, 
 			sh.res = make(map[resKey]reservation)
 		}
 		for len(sh.res) >= s.maxRes {
-			// Full: the record that expires first goes (one past its
-			// TTL has settled at its estimate already; a live one
-			// settles at its estimate now). A flood of reservations
-			// left hanging is older than the requests that come and
-			// settle after it, and goes before them.
-			dropFirstDue(sh, now)
+			// Full: a record past its TTL goes first (it has settled
+			// at its estimate already), else the oldest (it settles at
+			// its estimate now). A flood of reservations left hanging
+			// is older than the requests that come and settle after
+			// it, and goes before them, whatever ttl it asked for: a
+			// record that expires first would be the newest request's
+			// when the flood asked for a longer ttl than it.
+			dropOldest(sh, now)
 		}
 		exp := satAdd(now, ttl)
-		sh.res[k] = reservation{rule: hit.Rule.ID(), key: hit.Key, cost: hit.Cost, at: w[i].at, exp: exp}
+		sh.resSeq++
+		sh.res[k] = reservation{rule: hit.Rule.ID(), key: hit.Key, cost: hit.Cost, at: w[i].at, exp: exp, seq: sh.resSeq}
 		sh.resDue.add(k, exp, sh.res)
+		sh.resMade.add(k, sh.resSeq, sh.res)
 		sh.writes++
 	}
 }
@@ -188,24 +195,26 @@ func sweepReservations(sh *shard, now int64) {
 	}
 }
 
-// dropFirstDue drops the settle record of sh (locked) that expires first:
-// counted as expired when its TTL has passed, else as evicted.
-func dropFirstDue(sh *shard, now int64) {
+// dropOldest drops a settle record of sh (locked) to make room: one past
+// its TTL when there is one (counted as expired), else the one made first
+// (counted as evicted).
+func dropOldest(sh *shard, now int64) {
 	for {
 		d, ok := sh.resDue.first()
-		if !ok {
+		if !ok || d.exp > now {
 			break
 		}
 		sh.resDue.pop()
 		if r, ok := sh.res[d.k]; ok && r.exp == d.exp {
 			delete(sh.res, d.k)
-			if d.exp <= now {
-				sh.resExpired++
-			} else {
-				sh.resEvictions++
-			}
+			sh.resExpired++
 			return
 		}
+	}
+	if k, ok := sh.resMade.oldest(sh.res); ok {
+		delete(sh.res, k)
+		sh.resEvictions++
+		return
 	}
 	// Every record has an entry in the queue; should one be missing,
 	// any record goes, so that the bound holds all the same.
@@ -214,6 +223,54 @@ func dropFirstDue(sh *shard, now int64) {
 		sh.resEvictions++
 		return
 	}
+}
+
+// resFIFO orders a shard's settle records by the order they were made
+// in, oldest first. A record settled or dropped by another way leaves its
+// entry behind, told apart from a live one by its seq, until it comes to
+// the head or the queue is rebuilt from the records, which add does once
+// the entries outnumber the records twice over.
+type resFIFO struct {
+	q    []resMade
+	head int
+}
+
+// resMade is one entry of a resFIFO.
+type resMade struct {
+	seq uint64
+	k   resKey
+}
+
+// add queues the record k, made as seq, of records (which holds it).
+func (f *resFIFO) add(k resKey, seq uint64, records map[resKey]reservation) {
+	if len(f.q)-f.head >= 2*len(records)+64 {
+		f.q, f.head = f.q[:0], 0
+		for k, r := range records {
+			f.q = append(f.q, resMade{r.seq, k})
+		}
+		slices.SortFunc(f.q, func(a, b resMade) int { return cmp.Compare(a.seq, b.seq) })
+		return // k is in records, so it is queued
+	}
+	if f.head > 0 && f.head >= len(f.q)/2 {
+		n := copy(f.q, f.q[f.head:])
+		clear(f.q[n:])
+		f.q, f.head = f.q[:n], 0
+	}
+	f.q = append(f.q, resMade{seq, k})
+}
+
+// oldest removes and returns the oldest record of records that the queue
+// holds; false when it holds none.
+func (f *resFIFO) oldest(records map[resKey]reservation) (resKey, bool) {
+	for f.head < len(f.q) {
+		e := f.q[f.head]
+		f.q[f.head] = resMade{}
+		f.head++
+		if r, ok := records[e.k]; ok && r.seq == e.seq {
+			return e.k, true
+		}
+	}
+	return resKey{}, false
 }
 
 // resQueue orders a shard's settle records by expiry, earliest first: a

@@ -14,11 +14,11 @@ import (
 // TestReservationFloodSparesTheNewest: a flood of reservations that are
 // never settled (requests that reserve and hang, from many clients) fills
 // a shard's share of MaxReservations; honest reservations made after it
-// are then settled while the flood goes on. A full shard drops the
-// reservation that expires first among those it looks at, so the flood's
-// older records go before the honest ones: every honest reservation
-// settles at its actual cost, and an expired record is dropped before a
-// live one. Before, a full shard dropped any record: 512 more reservations
+// are then settled while the flood goes on. A full shard drops a record
+// past its TTL first, else the oldest, so the flood's older records go
+// before the honest ones, whatever ttl the flood asked for: every honest
+// reservation settles at its actual cost, and an expired record is
+// dropped before a live one. Before, a full shard dropped any record: 512 more reservations
 // of the flood made 26 to 39 of 100 honest ones settle at their estimates
 // (a reserved concurrency slot then stays held until its lease expires).
 func TestReservationFloodSparesTheNewest(t *testing.T) {
@@ -71,8 +71,39 @@ func TestReservationFloodSparesTheNewest(t *testing.T) {
 		t.Errorf("%d of %d honest reservations made after the flood were dropped by %d more of it; want none (the flood's older records first)", lost, honest, share/2)
 	}
 
+	// The same flood asking for a day, the longest ttl, against honest
+	// reservations of the default 5 minutes: a record that expires
+	// first would then be the newest honest one.
+	s = newStore(t, memstore.Options{Shards: 1, MaxReservations: share, Now: c.now, SweepInterval: -1}) // reserve's store
+	for i := range share {
+		reserve(fmt.Sprint("flood", i), 1, 24*time.Hour)
+	}
+	c.ns += 10 * sec
+	kept = kept[:0]
+	for i := range honest {
+		kept = append(kept, reserve(fmt.Sprint("user", i), estimate, 5*time.Minute))
+	}
+	c.ns += sec
+	for i := range share / 2 {
+		reserve(fmt.Sprint("more", i), 1, 24*time.Hour)
+	}
+	lost = 0
+	for _, h := range kept {
+		h.Cost = actual
+		out := make([]limiter.Settled, 1)
+		if err := s.Settle(ctx, []limiter.Hit{h}, out); err != nil {
+			t.Fatal(err)
+		}
+		if !out[0].Found {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d honest reservations made after a flood of day-long ones were dropped by %d more of it; want none (the flood's older records first)", lost, honest, share/2)
+	}
+
 	// A share full of records past their TTL (not swept yet) and one
-	// live reservation: a new one drops an expired record, never the
+	// live reservation: new ones drop the expired records, never the
 	// live one.
 	s = newStore(t, memstore.Options{Shards: 1, MaxReservations: share, Now: c.now, SweepInterval: -1}) // reserve's store
 	live := reserve("live", estimate, 5*time.Minute)
@@ -80,8 +111,11 @@ func TestReservationFloodSparesTheNewest(t *testing.T) {
 		reserve(fmt.Sprint("short", i), 1, time.Second)
 	}
 	c.ns += 2 * sec
-	for i := range share {
+	for i := range share - 1 {
 		reserve(fmt.Sprint("next", i), 1, time.Minute)
+	}
+	if st := s.Stats(); st.ReservationEvictions != 0 || st.Reservations != share {
+		t.Errorf("%d expired records replaced: %d live ones evicted, %d held; want 0 and %d", share-1, st.ReservationEvictions, st.Reservations, share)
 	}
 	live.Cost = actual
 	out := make([]limiter.Settled, 1)

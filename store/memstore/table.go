@@ -86,10 +86,13 @@ type shardState struct {
 
 	keys keyArena // the live keys' bytes
 
-	// res holds the settle records of the reservations held here, and
-	// resDue orders them by expiry (see resQueue).
+	// res holds the settle records of the reservations held here,
+	// resDue orders them by expiry (see resQueue) and resMade by the
+	// order they were made in, resSeq the last (see resFIFO).
 	res          map[resKey]reservation
 	resDue       resQueue
+	resMade      resFIFO
+	resSeq       uint64
 	resEvictions uint64
 	resExpired   uint64
 }
