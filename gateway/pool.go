@@ -217,16 +217,23 @@ type upstreamSet struct {
 
 // UseRoutes makes the pools of f's routes (those with upstreams or
 // upstream_tls), starts their active health checks, and retires the
-// pools of the file before. Call it with each version of the file.
+// pools of the file before. Call it with each version of the file. A
+// target a route's pool had before keeps its health: a new version of the
+// file is no pass of a health check, nor the end of an ejection.
 func (g *Gateway) UseRoutes(f *config.File) error {
 	set := &upstreamSet{byRoute: map[string]*Pool{}}
+	prev := g.upstreams.Load()
 	var errs []error
 	for i := range f.Routes {
 		r := &f.Routes[i]
 		if r.UpstreamURL == nil || (len(r.UpstreamURLs) == 0 && r.UpstreamTLS.IsZero()) {
 			continue
 		}
-		p, err := g.newPool(r)
+		var was *Pool
+		if prev != nil {
+			was = prev.byRoute[r.Name]
+		}
+		p, err := g.newPool(r, was)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("routes[%d]: %w", i, err))
 			continue
@@ -288,7 +295,7 @@ func (g *Gateway) Targets() []TargetState {
 }
 
 // newPool makes the pool of r.
-func (g *Gateway) newPool(r *config.Route) (*Pool, error) {
+func (g *Gateway) newPool(r *config.Route, was *Pool) (*Pool, error) {
 	p := &Pool{route: r.Name, least: r.Balance == config.BalanceLeastRequests, first: r.UpstreamURL, log: g.log, tr: g.tr, connWait: g.connWait}
 	urls := r.UpstreamURLs
 	if len(urls) == 0 {
@@ -314,6 +321,9 @@ func (g *Gateway) newPool(r *config.Route) (*Pool, error) {
 			p.tr = p.ownTr
 		}
 	}
+	if was != nil {
+		p.keepHealth(was)
+	}
 	p.proxy = g.newUpstreamProxy(p.first, r.Name)
 	p.proxy.rp.Transport = &poolTransport{p: p}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -326,6 +336,33 @@ func (g *Gateway) newPool(r *config.Route) (*Pool, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	go p.check(ctx)
 	return p, nil
+}
+
+// keepHealth gives p's targets the health of was's targets of the same
+// name, before p's checks start: an ejection still running (to p's eject
+// time at most, and only while p ejects at all), and a target its active
+// checks took out (only while p checks: its checks bring it back). The
+// checks' runs of passes and misses are the old checker's own and start
+// again.
+func (p *Pool) keepHealth(was *Pool) {
+	byName := make(map[string]*Target, len(was.targets))
+	for _, t := range was.targets {
+		byName[t.name] = t
+	}
+	limit := time.Now().Add(p.health.Eject).UnixNano()
+	for _, t := range p.targets {
+		o := byName[t.name]
+		if o == nil {
+			continue
+		}
+		if p.health.Failures > 0 {
+			t.ejected.Store(min(o.ejected.Load(), limit))
+			t.fails.Store(o.fails.Load())
+		}
+		if p.health.Path != "" {
+			t.down.Store(o.down.Load())
+		}
+	}
 }
 
 // close stops the pool's checks and closes its own idle connections.
