@@ -162,7 +162,7 @@ func (p *Params) decideCounter(s *State, r Request, d *floodgate.Decision) error
 		ok = over == 0 && (hi < lHi || (hi == lHi && lo <= lLo))
 	}
 	if !ok {
-		if curr+r.Cost <= p.max {
+		if curr <= p.max-r.Cost { // curr+n ≤ L without overflow (n ≤ L here)
 			// Wait for the previous window's weight to decay:
 			// t = ⌈(prev·(W−e) − (L−curr−n)·W) / prev⌉.
 			bHi, bLo := bits.Mul64(uint64(p.max-curr-r.Cost), w)
