@@ -930,6 +930,12 @@ func (v *validator) paramsAt(p *Params, path, name string, cost int64, synthetic
 		v.errorf(field(pe.Param), "%s", pe.Msg)
 		return floodgate.Limit{}
 	}
+	// A limit the file's store cannot decide exactly (a count past what
+	// the Redis store keeps).
+	if err := storeurl.CheckLimit(v.f.Server.Store, &l); errors.As(err, &pe) {
+		v.errorf(field(pe.Param), "%s", pe.Msg)
+		return floodgate.Limit{}
+	}
 	return l
 }
 

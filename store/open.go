@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/storeurl"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -58,6 +59,10 @@ type Driver struct {
 	Check func(url string) error
 	// Open opens the store; closing the io.Closer releases it.
 	Open func(ctx context.Context, url string, o Options) (limiter.Store, io.Closer, error)
+	// CheckLimit, when set, reports a limit the store cannot decide
+	// exactly, as a *floodgate.ParamError; package config tells it at the
+	// limit's field in a file whose store is of the scheme.
+	CheckLimit func(l *floodgate.Limit) error
 }
 
 var (
@@ -75,6 +80,9 @@ func Register(scheme string, d Driver) {
 	}
 	if err := storeurl.Register(scheme, d.Check); err != nil {
 		panic(err.Error())
+	}
+	if d.CheckLimit != nil {
+		storeurl.RegisterLimitCheck(scheme, d.CheckLimit)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -6,12 +6,40 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/floodgate/floodgate"
 )
 
 var (
-	mu     sync.RWMutex // guards checks
+	mu     sync.RWMutex // guards checks and limitChecks
 	checks = map[string]func(url string) error{}
+	// limitChecks holds the schemes whose stores cannot decide every
+	// valid limit exactly.
+	limitChecks = map[string]func(l *floodgate.Limit) error{}
 )
+
+// RegisterLimitCheck gives scheme's stores a check of the limits they
+// decide: check reports, as a *floodgate.ParamError, a limit the store
+// cannot decide exactly (nil: it can). Package config tells such a limit
+// at its field when the file's store is of that scheme.
+func RegisterLimitCheck(scheme string, check func(l *floodgate.Limit) error) {
+	mu.Lock()
+	defer mu.Unlock()
+	limitChecks[strings.ToLower(scheme)] = check
+}
+
+// CheckLimit reports whether the store url names can decide l exactly
+// (nil), or why not: a *floodgate.ParamError from the check its scheme
+// registered. A scheme without one decides every valid limit.
+func CheckLimit(url string, l *floodgate.Limit) error {
+	mu.RLock()
+	check := limitChecks[Scheme(url)]
+	mu.RUnlock()
+	if check == nil {
+		return nil
+	}
+	return check(l)
+}
 
 // Register makes scheme known, with check reporting whether a URL of that
 // scheme can be opened (nil) or why not. It reports an error for an empty

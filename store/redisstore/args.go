@@ -71,17 +71,17 @@ func newRuleArgs(r *limiter.Rule) *ruleArgs {
 			ra.lease = strconv.FormatUint(rem, 10)
 		}
 	case floodgate.FamilyWindow:
-		ra.params = [8]string{itoa(l.Max), itoa(int64(l.Window)), "0", "0", "0", "0", "0", "0"}
+		ra.params = [8]string{itoa(min(l.Max, MaxCount)), itoa(int64(l.Window)), "0", "0", "0", "0", "0", "0"}
 		ra.twoKeys = l.Algorithm == floodgate.SlidingLog // a log keeps its members in a ZSET
 	case floodgate.FamilyConcurrency:
 		ttl := l.LeaseTTL
 		if ttl == 0 {
 			ttl = algo.DefaultLeaseTTL
 		}
-		ra.params = [8]string{itoa(l.Max), itoa(int64(ttl)), itoa(int64(time.Second)), "0", "0", "0", "0", "0"}
+		ra.params = [8]string{itoa(min(l.Max, MaxCount)), itoa(int64(ttl)), itoa(int64(time.Second)), "0", "0", "0", "0", "0"}
 		ra.twoKeys = true
 	case floodgate.FamilyQuota:
-		ra.params = [8]string{itoa(l.Max), "", "", "", "", "", "0", itoa(l.Offset)}
+		ra.params = [8]string{itoa(min(l.Max, MaxCount)), "", "", "", "", "", "0", itoa(l.Offset)}
 		if l.Offset > 0 {
 			start, _ := algo.QuotaPeriod(l, l.Start.UnixNano())
 			ra.params[6] = itoa(start / 1000)

@@ -127,7 +127,13 @@
 // time, a window) are below 2^53 ns (104 days), and while burst·Rate stays
 // below 2^53; beyond that it is rounded to doubles, never cut short: a
 // year's window (Envoy's unit: year) reports its whole wait and its key
-// lives until the window ends. A server clock that
+// lives until the window ends. Counts (a window's, a log's, a quota's, the
+// leases of a concurrency limit) are exact up to MaxCount, 2^53-1: past
+// 2^53 a double stops growing by one, so a counting limit above MaxCount
+// is decided as one of MaxCount (denying before its limit rather than
+// admitting every request once its count got there), and floodgate serve
+// refuses a file that gives one with a Redis store (CheckLimit). A server
+// clock that
 // steps back is clamped: state never moves backwards (a newer window or
 // quota period stays current, and a denial's wait and the key's TTL count
 // to its end by the server's clock).

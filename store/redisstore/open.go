@@ -12,7 +12,7 @@ import (
 
 // The Redis store opens the URLs ParseURL reads.
 func init() {
-	d := store.Driver{Check: func(u string) error { _, err := ParseURL(u); return err }, Open: open}
+	d := store.Driver{Check: func(u string) error { _, err := ParseURL(u); return err }, Open: open, CheckLimit: CheckLimit}
 	for _, s := range []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel", "redis+unix"} {
 		store.Register(s, d)
 	}
