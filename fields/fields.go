@@ -1,6 +1,8 @@
 package fields
 
 import (
+	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,7 +64,8 @@ type Limit struct {
 	Window int64
 
 	continuous bool
-	interval   time.Duration
+	rate       uint64 // Rate and Per of a continuous limit: its interval is Per/Rate
+	per        uint64
 	id         uint64
 	policy     string // `"name";q=5;w=1`
 	item       string // `"name"`
@@ -84,8 +87,10 @@ func NewLimit(l *floodgate.Limit) *Limit {
 		Kind:       t.Kind,
 		Quota:      l.Capacity(),
 		continuous: t.Continuous(),
-		interval:   l.Interval(),
 		id:         ids.Add(1),
+	}
+	if l.Rate > 0 && l.Per > 0 {
+		h.rate, h.per = uint64(l.Rate), uint64(l.Per)
 	}
 	h.Window = WindowSeconds(l)
 	h.item = quoteString(h.Name)
@@ -178,14 +183,28 @@ func (h *Limit) Reset(d *floodgate.Decision) (t int64, ok bool) {
 	// intervals, where Remaining = floor(tokens). One more unit than
 	// Remaining arrives (Limit - Remaining - 1) intervals before that.
 	wait := d.ResetAfter
-	if rest := d.Limit - d.Remaining - 1; rest > 0 && h.interval > 0 {
-		if rest > int64(wait/h.interval) {
-			wait = 0
-		} else {
-			wait -= time.Duration(rest) * h.interval
-		}
+	if rest := d.Limit - d.Remaining - 1; rest > 0 && h.rate > 0 {
+		wait -= h.intervals(uint64(rest), uint64(wait))
 	}
 	return ceilSeconds(max(wait, 0)), true
+}
+
+// intervals returns n intervals of the limit (n·Per/Rate) in nanoseconds,
+// rounded up, or atMost when that is less. An interval cut to whole
+// nanoseconds would put n of them up to n nanoseconds short, and the
+// wait left after them that long over: one second over when the wait is
+// a whole number of seconds. ResetAfter being rounded up too, the wait
+// left is then within a nanosecond of the exact one.
+func (h *Limit) intervals(n, atMost uint64) time.Duration {
+	hi, lo := bits.Mul64(n, h.per)
+	if hi >= h.rate {
+		return time.Duration(atMost) // the quotient is past 64 bits
+	}
+	q, r := bits.Div64(hi, lo, h.rate)
+	if r > 0 && q < math.MaxUint64 {
+		q++
+	}
+	return time.Duration(min(q, atMost))
 }
 
 // appendItem appends the limit's RateLimit item for a decision, e.g.
