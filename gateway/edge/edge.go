@@ -815,9 +815,40 @@ func (h *edgeHeader) Get(name string) string {
 
 var _ gateway.LineCounter = (*edgeHeader)(nil)
 
-// Lines counts the lines of a field without gathering them.
+// Lines counts the lines of a field without gathering them. fasthttp
+// keeps one line of some fields (User-Agent, Content-Type, Content-Length,
+// Trailer: the last one sent), so those are counted in the head as it
+// came, where a request that repeats one is seen doing so, as net/http
+// sees it.
 func (h *edgeHeader) Lines(name string) int {
-	return len((*fasthttp.RequestHeader)(h).PeekAll(name))
+	rh := (*fasthttp.RequestHeader)(h)
+	n := len(rh.PeekAll(name))
+	if keptOnce(name) {
+		raw := 0
+		for k := range fieldNames(rh.RawHeaders()) {
+			if bytes.EqualFold(k, s2b(name)) {
+				raw++
+			}
+		}
+		n = max(n, raw)
+	}
+	return n
+}
+
+// keptOnce reports whether fasthttp keeps a single line of the request
+// field name, whatever the number of lines sent.
+func keptOnce(name string) bool {
+	switch len(name) {
+	case 7:
+		return strings.EqualFold(name, fasthttp.HeaderTrailer)
+	case 10:
+		return strings.EqualFold(name, fasthttp.HeaderUserAgent)
+	case 12:
+		return strings.EqualFold(name, fasthttp.HeaderContentType)
+	case 14:
+		return strings.EqualFold(name, fasthttp.HeaderContentLength)
+	}
+	return false
 }
 
 func (h *edgeHeader) Values(name string) []string {
