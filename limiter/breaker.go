@@ -46,6 +46,20 @@ const (
 //     all sent within one deadline, and does not open it.
 //
 // A busy store that answers within the deadline trips neither.
+//
+// For a store that implements Partitioner (a Redis Cluster store) the
+// engine keeps one breaker per server, made on first use from these
+// options: the calls a server serves are judged by its breaker alone, so
+// that a server that fails (a stopped Cluster node) opens its own breaker
+// and costs only the hits it serves, however much of the traffic it
+// carries, while the calls to the others go on. Calls whose hits span
+// several servers, and all calls to other stores, go through one shared
+// breaker. Stats.BreakerOpen reports whether any breaker is open, but a
+// server's breaker that no call met for a whole Window (the server left
+// the Cluster's slot map after a failover, say) counts as closed: with so
+// few calls, each is a probe anyway. At most 256 servers get a breaker
+// of their own; past that, a new one takes the place of one that saw no
+// call for a Window, or else uses the shared breaker.
 type BreakerOptions struct {
 	// Window is the span over which the failure rate is taken
 	// (0: DefaultBreakerWindow). It is kept in ten slices, so the rate
@@ -66,6 +80,99 @@ type BreakerOptions struct {
 	// ProbeInterval is the least time between two probes
 	// (0: DefaultProbeInterval).
 	ProbeInterval time.Duration
+}
+
+// Partitioner is implemented by stores whose hits are served by several
+// servers that fail apart from each other: the nodes of a Redis Cluster.
+// The engine then keeps a circuit breaker per server (see
+// BreakerOptions), so that one that fails costs only the hits it serves.
+// Without it, or when Partition reports false, a store call goes through
+// the engine's shared breaker.
+type Partitioner interface {
+	// Partition returns the name of the server that serves all of hits
+	// (a Cluster node's address), and false when they span several
+	// servers or the store cannot tell. Names are compared as they are:
+	// a server renamed (a failover to another address) gets a breaker of
+	// its own. It is called before every store call made for hits, and
+	// must be cheap (it should not allocate) and safe for concurrent use.
+	Partition(hits []Hit) (part string, ok bool)
+}
+
+// maxPartitions bounds the breakers kept per partition (Partitioner).
+// Past it, a new partition takes the place of an idle one, or else shares
+// the engine's breaker.
+const maxPartitions = 256
+
+// partitions keeps the breakers of the store's partitions.
+type partitions struct {
+	m    atomic.Pointer[map[string]*breaker] // replaced whole, never written in place
+	mu   sync.Mutex                          // serializes the replacements of m
+	gone atomic.Uint64                       // the openings of breakers dropped to make room
+}
+
+// get returns the breaker of part, made from shared on first use (nil:
+// none could be kept).
+func (p *partitions) get(part string, shared *breaker) *breaker {
+	if m := p.m.Load(); m != nil {
+		if b := (*m)[part]; b != nil {
+			return b
+		}
+	}
+	return p.add(part, shared)
+}
+
+// add makes the breaker of part, dropping an idle one when maxPartitions
+// are kept already; nil when none is idle.
+func (p *partitions) add(part string, shared *breaker) *breaker {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var old map[string]*breaker
+	if m := p.m.Load(); m != nil {
+		old = *m
+	}
+	if b := old[part]; b != nil {
+		return b
+	}
+	now := shared.since()
+	drop := ""
+	if len(old) >= maxPartitions {
+		for k, b := range old {
+			if b.idle(now) {
+				drop = k
+				break
+			}
+		}
+		if drop == "" {
+			return nil
+		}
+	}
+	m := make(map[string]*breaker, len(old)+1)
+	for k, b := range old {
+		if k != drop {
+			m[k] = b
+		}
+	}
+	if drop != "" {
+		p.gone.Add(old[drop].opens.Load())
+	}
+	b := shared.clone(part, now)
+	m[part] = b
+	p.m.Store(&m)
+	return b
+}
+
+// state returns whether any partition's breaker is open at now (one
+// forsaken counts as closed), and how often they opened, those dropped
+// included.
+func (p *partitions) state(now int64) (open bool, opens uint64) {
+	opens = p.gone.Load()
+	if m := p.m.Load(); m != nil {
+		for _, b := range *m {
+			open = open || b.open.Load() && !b.forsaken(now)
+			opens += b.opens.Load()
+		}
+	}
+	return open, opens
 }
 
 // breakerSlices is the number of slices of the failure-rate window.
@@ -92,6 +199,8 @@ type breaker struct {
 	wall     bool // now is time.Now: at can use an instant already read
 	start    time.Time
 	log      *slog.Logger
+	part     string // the partition judged ("": the engine's shared breaker)
+	made     int64  // when it was made (ns since start)
 
 	slices [breakerSlices]windowSlice
 	turn   sync.Mutex // guards the reset of a slice that starts counting a new span
@@ -102,6 +211,7 @@ type breaker struct {
 	probing   atomic.Bool  // a probe is in flight
 	nextProbe atomic.Int64 // ns since start
 	opens     atomic.Uint64
+	asked     atomic.Int64 // while open: about when a call last met it (ns since start, within a slice)
 }
 
 func (b *breaker) init(o BreakerOptions, span time.Duration, now func() time.Time, log *slog.Logger) {
@@ -137,7 +247,42 @@ func (b *breaker) init(o BreakerOptions, span time.Duration, now func() time.Tim
 	b.log = log
 }
 
-// since returns the time since the breaker was made, by its clock.
+// clone returns a new closed breaker for part, made at now, with b's
+// options, clock and time base (instants on one breaker's clock are
+// instants on the other's).
+func (b *breaker) clone(part string, now int64) *breaker {
+	c := &breaker{off: b.off, minCalls: b.minCalls, ratio: b.ratio, run: b.run, span: b.span, width: b.width,
+		interval: b.interval, now: b.now, wall: b.wall, start: b.start, log: b.log, part: part, made: now}
+	c.runFrom.Store(math.MaxInt64)
+	return c
+}
+
+// idle reports that the breaker may be dropped at now: no call met it
+// within the window, nor was it made within it; and it is either
+// forsaken (see forsaken) or closed with no failure recorded since the
+// last success.
+func (b *breaker) idle(now int64) bool {
+	if b.probing.Load() || now-b.made < b.width*breakerSlices {
+		return false
+	}
+	if b.forsaken(now) {
+		return true
+	}
+	if !b.quiet() {
+		return false
+	}
+	calls, _ := b.rate(now)
+	return calls == 0
+}
+
+// forsaken reports that the breaker is open and no call met it within the
+// window that ends at now.
+func (b *breaker) forsaken(now int64) bool {
+	return b.open.Load() && now-b.asked.Load() >= b.width*breakerSlices
+}
+
+// since returns the time since the engine's shared breaker was made (the
+// time base of every breaker of the engine), by the breaker's clock.
 func (b *breaker) since() int64 { return int64(b.now().Sub(b.start)) }
 
 // at returns since() for an instant t of time.Now, without reading the
@@ -155,6 +300,9 @@ func (b *breaker) allow() (call, probe bool) {
 		return true, false
 	}
 	now := b.since()
+	if now-b.asked.Load() >= b.width {
+		b.asked.Store(now)
+	}
 	if now < b.nextProbe.Load() || !b.probing.CompareAndSwap(false, true) {
 		return false, false
 	}
@@ -213,7 +361,11 @@ func (b *breaker) success(probe bool, end int64) {
 	}
 	if b.open.Load() && b.open.CompareAndSwap(true, false) {
 		b.forget()
-		b.log.Info("limiter: store answers again, circuit breaker closed")
+		if b.part != "" {
+			b.log.Info("limiter: store answers again, circuit breaker closed", "partition", b.part)
+		} else {
+			b.log.Info("limiter: store answers again, circuit breaker closed")
+		}
 	}
 	if probe {
 		b.probing.Store(false)
@@ -244,11 +396,15 @@ func (b *breaker) failure(probe bool, sent int64) {
 		why = "rate"
 	}
 	if why != "" && b.open.CompareAndSwap(false, true) {
+		b.asked.Store(now)
 		b.nextProbe.Store(now + b.interval)
 		b.opens.Add(1)
 		calls, fails := b.rate(now)
-		b.log.Warn("limiter: store failing, circuit breaker open", "rule", why,
-			"failures_in_a_row", run, "window_calls", calls, "window_failures", fails)
+		args := []any{"rule", why, "failures_in_a_row", run, "window_calls", calls, "window_failures", fails}
+		if b.part != "" {
+			args = append(args, "partition", b.part)
+		}
+		b.log.Warn("limiter: store failing, circuit breaker open", args...)
 	}
 }
 

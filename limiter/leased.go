@@ -585,7 +585,8 @@ func (ls *leases) size(u *unitLease, now, capacity int64, instances int) int64 {
 // deadline, and reports whether it could not answer (degraded, with the
 // reason in r).
 func (l *Limiter) grant(ctx context.Context, h *Hit, want int64, back Giveback, r *Result) (Grant, bool, error) {
-	call, probe := l.breaker.allow()
+	b := l.breakerForHit(h)
+	call, probe := b.allow()
 	if !call {
 		r.Degraded = DegradedBreakerOpen
 		return Grant{}, true, nil
@@ -593,7 +594,7 @@ func (l *Limiter) grant(ctx context.Context, h *Hit, want int64, back Giveback, 
 	lc := leaseCall{h: h, want: want, back: back}
 	c, o, err := l.callStore(ctx, 0, nil, nil, nil, &lc)
 	r.StoreLatency += c.latency
-	l.judge(c, o, probe)
+	l.judge(b, c, o, probe)
 	switch {
 	case err == nil:
 		return lc.grant, false, nil
@@ -607,6 +608,15 @@ func (l *Limiter) grant(ctx context.Context, h *Hit, want int64, back Giveback, 
 		r.Degraded = DegradedDeadline
 	}
 	return Grant{}, true, nil
+}
+
+// breakerForHit is breakerFor for the one hit *h.
+func (l *Limiter) breakerForHit(h *Hit) *breaker {
+	if l.partitioner == nil {
+		return &l.breaker
+	}
+	one := [1]Hit{*h}
+	return l.breakerFor(one[:])
 }
 
 // leaseCall is a Leaser call on its way through callStore.
@@ -717,14 +727,15 @@ func (l *Limiter) giveBackDropped(batch []droppedLease) []droppedLease {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			call, probe := l.breaker.allow()
+			one := []Hit{{Rule: d.rule, Key: d.key}}
+			b := l.breakerFor(one)
+			call, probe := b.allow()
 			if call {
 				ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, time.Second))
-				h := Hit{Rule: d.rule, Key: d.key}
-				lc := leaseCall{h: &h, back: d.back}
+				lc := leaseCall{h: &one[0], back: d.back}
 				c, o, err := l.callStore(ctx, 0, nil, nil, nil, &lc)
 				cancel()
-				l.judge(c, o, probe)
+				l.judge(b, c, o, probe)
 				if err == nil {
 					return
 				}

@@ -71,7 +71,8 @@ type Options struct {
 	// ClosedRetryAfter is the RetryAfter of a denial by FailClosed
 	// (0: DefaultClosedRetryAfter).
 	ClosedRetryAfter time.Duration
-	// Breaker configures the circuit breaker.
+	// Breaker configures the circuit breaker, and the one kept per
+	// server of a store that implements Partitioner.
 	Breaker BreakerOptions
 	// DenyCache configures the deny cache, which answers denials that are
 	// certain until a known instant without asking the store. It is on
@@ -122,7 +123,9 @@ type Limiter struct {
 	closedWait  time.Duration
 	opts        Options
 	log         *slog.Logger
-	breaker     breaker
+	breaker     breaker     // the shared one, and the time base of all
+	partitioner Partitioner // the store's, when it has one and is not in process
+	parts       partitions  // the breakers of the partitioner's partitions
 	maxKey      int
 
 	scratch   sync.Pool // *scratch
@@ -243,6 +246,9 @@ func New(store Store, opts Options) *Limiter {
 		l.maxKey = max(l.maxKey, hashedKeyLen)
 	}
 	l.breaker.init(opts.Breaker, l.timeout, opts.Now, l.log)
+	if p, ok := store.(Partitioner); ok && !l.inProcess && !l.breaker.off {
+		l.partitioner = p
+	}
 	if !l.inProcess {
 		l.deny = newDenyCache(opts.DenyCache)
 		l.leases = newLeases(store, opts.Lease)
@@ -400,31 +406,50 @@ func (l *Limiter) giveBack(ctx context.Context, op storeOp, hits []Hit, out []fl
 	case opSettle:
 		what = "settle"
 	}
-	call, probe := l.breaker.allow()
+	b := l.breakerFor(hits)
+	call, probe := b.allow()
 	if !call {
 		return fmt.Errorf("limiter: %s: %w", what, ErrBreakerOpen)
 	}
 	c, o, err := l.callStore(ctx, op, hits, out, settled, nil)
-	l.judge(c, o, probe)
+	l.judge(b, c, o, probe)
 	if err != nil {
 		return fmt.Errorf("limiter: %s: %w", what, err)
 	}
 	return nil
 }
 
-// judge tells the breaker how a store call ended.
-func (l *Limiter) judge(c call, o outcome, probe bool) {
+// judge tells b, the breaker the call went through, how a store call
+// ended.
+func (l *Limiter) judge(b *breaker, c call, o outcome, probe bool) {
 	switch o {
 	case answered:
-		l.breaker.success(probe, c.end)
+		b.success(probe, c.end)
 		l.retryUnreleased()
 		l.returnDropped()
 	case storeFail:
 		l.storeFailures.Add(1)
-		l.breaker.failure(probe, c.sent)
+		b.failure(probe, c.sent)
 	default:
-		l.breaker.release(probe)
+		b.release(probe)
 	}
+}
+
+// breakerFor returns the breaker of a store call for hits: that of the
+// store's partition which serves them all (Partitioner), else the shared
+// one.
+func (l *Limiter) breakerFor(hits []Hit) *breaker {
+	if l.partitioner == nil || len(hits) == 0 {
+		return &l.breaker
+	}
+	part, ok := l.partitioner.Partition(hits)
+	if !ok {
+		return &l.breaker
+	}
+	if b := l.parts.get(part, &l.breaker); b != nil {
+		return b
+	}
+	return &l.breaker
 }
 
 // hashedKeyLen is the length of hashKey's keys.
@@ -551,11 +576,12 @@ func (l *Limiter) run(ctx context.Context, op storeOp, req *Request, r *Result) 
 // the store's latency and any degradation into r.
 func (l *Limiter) step(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, flags []HitFlags, r *Result) error {
 	degraded := DegradedBreakerOpen
-	if call, probe := l.breaker.allow(); call {
+	b := l.breakerFor(hits)
+	if call, probe := b.allow(); call {
 		c, o, err := l.callStore(ctx, op, hits, out, nil, nil)
 		r.StoreLatency += c.latency
-		if o != answered || probe || c.end >= 0 || !l.breaker.quiet() {
-			l.judge(c, o, probe)
+		if o != answered || probe || c.end >= 0 || !b.quiet() {
+			l.judge(b, c, o, probe)
 		} else {
 			l.retryUnreleased() // a success that changes nothing else
 		}
@@ -917,9 +943,12 @@ type Stats struct {
 	// store (it failed, or too many waited; see LeaseOptions).
 	DroppedLeasesWaiting  int
 	LeaseUnitsNotReturned uint64
-	// BreakerOpen reports whether the breaker is open now.
+	// BreakerOpen reports whether a circuit breaker is open now: the
+	// shared one, or that of any server of a store that keeps one per
+	// server and that calls still meet (see BreakerOptions).
 	BreakerOpen bool
-	// BreakerOpens counts how often the breaker opened.
+	// BreakerOpens counts how often a circuit breaker opened, the
+	// shared one's and those of the servers together.
 	BreakerOpens uint64
 }
 
@@ -932,6 +961,7 @@ func (l *Limiter) Stats() Stats {
 	}
 	var lk, lw int
 	var ld, lu uint64
+	bo, bn := l.parts.state(l.breaker.since())
 	if ls := l.leases; ls != nil {
 		ls.mu.Lock()
 		lk, ld, lw, lu = len(ls.m), ls.dropped, len(ls.back), ls.lost
@@ -955,7 +985,7 @@ func (l *Limiter) Stats() Stats {
 		SlowCalls:             l.slowCalls.Load(),
 		HardTimeouts:          l.hardTimeouts.Load(),
 		InFlight:              len(l.slots),
-		BreakerOpen:           l.breaker.open.Load(),
-		BreakerOpens:          l.breaker.opens.Load(),
+		BreakerOpen:           bo || l.breaker.open.Load(),
+		BreakerOpens:          bn + l.breaker.opens.Load(),
 	}
 }

@@ -12,9 +12,10 @@ import (
 // engine discovers what else a store does, once, in New: Releaser
 // (concurrency leases), Refunder (giving charges back), Reserver
 // (reservations), Leaser (leased rules), InProcess and ReplyClock (how its
-// calls are timed). A store that implements only Store takes every limit
-// but concurrency (ErrUnsupported), keeps every charge, and is asked for
-// reservations the older way (see Reserver).
+// calls are timed), Partitioner (a circuit breaker per server). A store
+// that implements only Store takes every limit but concurrency
+// (ErrUnsupported), keeps every charge, and is asked for reservations the
+// older way (see Reserver).
 type Store interface {
 	// Decide decides every hit and writes one decision per hit into out
 	// (len(out) == len(hits)). Every cost is at least 1.

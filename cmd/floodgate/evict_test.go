@@ -15,7 +15,9 @@ import (
 // through a trusted proxy, far more keys than the 1 MiB store holds. The
 // store evicts the flood's own keys, not the attacker's counter: its next
 // login is still answered 429 with the window's Retry-After, and no
-// denying key was evicted.
+// denying key was evicted. The login limit is a sliding log, so that a
+// flood that crosses a whole hour on the wall clock does not begin the
+// attacker's next window (a fixed window's would).
 func TestFloodCannotResetALogin(t *testing.T) { forEngines(t, testFloodCannotResetALogin) }
 
 func testFloodCannotResetALogin(t *testing.T, engine string) {
@@ -27,7 +29,7 @@ routes:
   - {name: login, match: {paths: ["/login"]}, upstream: none}
   - {name: all, match: {paths: ["/**"]}, upstream: none}
 limits:
-  - {name: login, algorithm: fixed_window, limit: 5, window: 1h, key: client_ip, match: {routes: [login]}}
+  - {name: login, algorithm: sliding_log, limit: 5, window: 1h, key: client_ip, match: {routes: [login]}}
   - {name: per-ip, algorithm: fixed_window, limit: 100, window: 1h, key: client_ip, scope: global}
 `)
 	gw, admin, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")

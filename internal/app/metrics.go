@@ -106,9 +106,9 @@ func b2f(b bool) float64 {
 // read when /metrics is scraped.
 func stateMetrics(eng *limiter.Limiter, main, local limiter.Store) []prometheus.Collector {
 	cs := []prometheus.Collector{
-		gauge("floodgate_breaker_open", "1 while the store's circuit breaker is open and limits follow their on_failure.",
+		gauge("floodgate_breaker_open", "1 while a circuit breaker of the store is open (the store's, or one Redis Cluster node's) and the limits it refuses follow their on_failure.",
 			func() float64 { return b2f(eng.Stats().BreakerOpen) }),
-		counter("floodgate_breaker_opens_total", "Times the store's circuit breaker opened.",
+		counter("floodgate_breaker_opens_total", "Times a circuit breaker of the store (the store's, or one Redis Cluster node's) opened.",
 			func() float64 { return float64(eng.Stats().BreakerOpens) }),
 		counter("floodgate_store_failures_total", "Store calls that failed or missed their deadline.",
 			func() float64 { return float64(eng.Stats().StoreFailures) }),

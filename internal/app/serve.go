@@ -611,7 +611,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *server) degraded() []string {
 	var out []string
 	if st := s.engine.Stats(); st.BreakerOpen {
-		out = append(out, "the store does not answer (circuit breaker open): limits follow their on_failure")
+		out = append(out, "the store does not answer (circuit breaker open; on a Redis Cluster, maybe for one node's slots only): limits follow their on_failure")
 	}
 	if ms, ok := s.stores.main.(*memstore.Store); ok {
 		if err := ms.Stats().LastSnapshotError; err != nil {

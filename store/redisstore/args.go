@@ -147,9 +147,15 @@ func slot(key string) uint16 {
 			key = key[i+1 : i+1+j]
 		}
 	}
+	return crc16(key)
+}
+
+// crc16 returns the Cluster slot of a hash tag (or of a whole key without
+// one): its CRC16, modulo the 16384 slots.
+func crc16(tag string) uint16 {
 	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[k]]
+	for k := 0; k < len(tag); k++ {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^tag[k]]
 	}
 	return crc & 16383
 }

@@ -331,6 +331,55 @@ func (s *Store) LastReply(hits []limiter.Hit) (time.Time, bool) {
 	})
 }
 
+// Partition returns the address of the Cluster node that serves all of
+// hits, as the slot map the store keeps names it, for the engine
+// (limiter.Partitioner): the engine then keeps a circuit breaker per node,
+// so that a stopped node costs only its own slots. It reports false for
+// hits on several nodes or on a slot whose node it does not know (before
+// the slot map was read, say), for a store made by NewFromClient, and
+// outside a Cluster, where one server serves every hit and the engine's
+// shared breaker is that server's.
+func (s *Store) Partition(hits []limiter.Hit) (string, bool) {
+	r := s.replies
+	if r == nil || !r.cluster || len(hits) == 0 {
+		return "", false
+	}
+	m := r.slots.Load()
+	if m == nil {
+		return "", false
+	}
+	var owner uint16
+	for i := range hits {
+		h := &hits[i]
+		if h.Rule == nil {
+			return "", false
+		}
+		o := m.owner[s.keySlot(h.Rule, h.Key)]
+		if o == 0 || i > 0 && o != owner {
+			return "", false
+		}
+		owner = o
+	}
+	return m.addrs[owner-1], true
+}
+
+var _ limiter.Partitioner = (*Store)(nil)
+
+// keySlot is slot(s.Key(r, subject)), without making the key when the
+// prefix has no '{' (the key's hash tag is then the subject's).
+func (s *Store) keySlot(r *limiter.Rule, subject string) uint16 {
+	if indexByte(s.prefix, '{') >= 0 {
+		return slot(s.Key(r, subject))
+	}
+	if subject == "" || subject[0] == '}' {
+		return crc16("#") // the tag of <prefix>#{#}<subject>:<rule id>
+	}
+	if j := indexByte(subject, '}'); j >= 0 {
+		subject = subject[:j]
+	}
+	return crc16(subject)
+}
+
 // lastReply is LastReply for n slots: slotOf(i) returns the i-th, or false
 // for none.
 func (s *Store) lastReply(n int, slotOf func(i int) (uint16, bool)) (time.Time, bool) {
