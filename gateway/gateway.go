@@ -124,6 +124,12 @@ type Match struct {
 	// (adding the peer to the chain); from any other peer the chain is the
 	// peer alone and X-Real-IP is removed.
 	PeerTrusted bool
+	// UntrustedUser, when set, is the user header (canonical) a request
+	// whose peer is not a trusted proxy carries a copy of that the gateway
+	// did not believe: it is removed before the request is passed on, so
+	// that the upstream is never told a user the client chose while the
+	// gateway charged another (or none).
+	UntrustedUser string
 	// Refusal, when set, is how the request's 429 looks when its binding
 	// limit has none of its own (the route's or the server's refusal).
 	Refusal *policy.Refusal

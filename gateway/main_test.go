@@ -9,6 +9,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(cgiChild) == "1" {
+		serveCGIChild() // the upstream of TestUnderscoreSpellingsNeverReachTheUpstream
+	}
 	code := m.Run()
 	if kit.pemPath != "" {
 		// The token kit's key file, made once for the whole package.

@@ -81,6 +81,12 @@ type resolverFor struct {
 	fields   fields.Options
 	// keyed are the header fields limits count by (keyedFields).
 	keyed []string
+	// spelled holds the fields, canonical, that say who sends a request
+	// or tell the upstream who did (the API key's, the token's, the user
+	// header, every route's identity headers and stripped credentials,
+	// the forwarded address), which a request may not carry spelled with
+	// '_' for '-' (underscored).
+	spelled *NameMatch
 }
 
 // NewPolicyMatcher returns the matcher of the policies src gives.
@@ -123,6 +129,103 @@ func (rf *resolverFor) repeated(h identity.Header) string {
 		}
 	}
 	return ""
+}
+
+// NameMatch holds field names a request may not carry spelled with '_'
+// for '-' (resolverFor.spelled).
+type NameMatch struct{ names []string }
+
+// Matches reports whether name, a field's name as sent, is one of m's
+// spelled with '_' for '-' (in any case). A name without '_' never is.
+func (m *NameMatch) Matches(name string) bool {
+	if strings.IndexByte(name, '_') < 0 {
+		return false
+	}
+	for _, s := range m.names {
+		if sameSpelled(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// NameLister is a Header that can look through the names of its field
+// lines as they were sent (an engine's own view of its header).
+type NameLister interface {
+	// FindName returns the first field name, as sent, that m matches, or
+	// "" (a view of the header: clone it to keep it).
+	FindName(m *NameMatch) string
+}
+
+// underscored returns the name of a field of h spelled with '_' for '-'
+// as one of rf.spelled, or "". An upstream that reads its request as CGI
+// variables do (HTTP_X_USER: PHP, WSGI, CGI programs) takes X_User for
+// X-User, so a client could otherwise name a user, or an identity
+// header's value, the gateway neither believed nor removed.
+func (rf *resolverFor) underscored(h identity.Header) string {
+	switch hh := h.(type) {
+	case http.Header:
+		for name := range hh {
+			if rf.spelled.Matches(name) {
+				return name
+			}
+		}
+	case NameLister:
+		return hh.FindName(rf.spelled)
+	}
+	return ""
+}
+
+// sameSpelled reports whether a and b are one name in any case, each '_'
+// read as '-'.
+func sameSpelled(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == '_' {
+			x = '-'
+		}
+		if y == '_' {
+			y = '-'
+		}
+		if x != y && lower(x) != lower(y) {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// spelledFields returns the fields of p, canonical, once each, that a
+// request may not carry spelled with '_' for '-' (resolverFor.spelled).
+func spelledFields(p *policy.Policy, keyHdr string, single []string) []string {
+	// The client's address is the gateway's to tell as well: it rewrites
+	// X-Forwarded-For, and removes X-Real-IP from a peer it does not trust.
+	out := []string{keyHdr, "X-Forwarded-For", "X-Real-Ip"}
+	add := func(name string) {
+		if name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, name := range single {
+		add(name)
+	}
+	for _, rt := range p.Routes() {
+		if f := rt.Forward; f != nil {
+			for _, name := range f.Remove {
+				add(name)
+			}
+		}
+	}
+	return out
 }
 
 // keyedFields returns the header fields a limit of p counts by (key:
@@ -170,6 +273,18 @@ func manyLines(h identity.Header, name string) bool {
 	return len(h.Values(name)) > 1
 }
 
+// anyLine reports whether h has a line of the field name (canonical),
+// an empty one among them.
+func anyLine(h identity.Header, name string) bool {
+	switch hh := h.(type) {
+	case http.Header:
+		return len(hh[name]) > 0
+	case LineCounter:
+		return hh.Lines(name) > 0
+	}
+	return len(h.Values(name)) > 0
+}
+
 func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 	if c := pm.current.Load(); c != nil && c.p == p {
 		return c, nil
@@ -180,6 +295,7 @@ func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 		return nil, fmt.Errorf("gateway: identity: %w", err)
 	}
 	c := &resolverFor{p: p, resolver: res, keyHdr: http.CanonicalHeaderKey(srv.APIKeyHeader), fields: FieldOptions(srv.Headers), keyed: keyedFields(p)}
+	c.spelled = &NameMatch{names: spelledFields(p, c.keyHdr, res.SingleFields())}
 	pm.current.Store(c)
 	return c, nil
 }
@@ -255,6 +371,9 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	if name := rf.repeated(r.Header); name != "" {
 		return &BadRequestError{Why: "more than one " + name + " field"}
 	}
+	if name := rf.underscored(r.Header); name != "" {
+		return &BadRequestError{Why: "a field named " + strings.Clone(name) + " ('_' for '-')"}
+	}
 	if v := r.header(rf.keyHdr); v != "" {
 		req.APIKey = v
 		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
@@ -281,6 +400,9 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	m.ClientIP, m.KeyID, m.User = id.ClientIP, pmm.KeyID, req.User
 	m.ClientKey, m.Plan, m.Stage, m.UserError = id.ClientKey, pmm.Plan, pmm.Stage, userError
 	m.PeerTrusted = id.PeerTrusted
+	if name := rf.resolver.UserHeader(); name != "" && !id.PeerTrusted && r.Header != nil && anyLine(r.Header, name) {
+		m.UntrustedUser = name
+	}
 	m.PlanTier = pmm.PlanTier
 	m.Refusal = p.Refusal()
 	if pmm.Route != nil {

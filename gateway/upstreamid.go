@@ -20,6 +20,9 @@ import (
 // what Match.Forward says; decided reports that st.res holds the engine's
 // verdict on the request's hits (for the remaining units).
 func (g *Gateway) handOn(x Exchange, st *Flow, rec *Recorder, decided bool) bool {
+	if name := st.m.UntrustedUser; name != "" {
+		x.DelHeader(name) // believed from a trusted proxy only
+	}
 	if f := st.m.Forward; f != nil {
 		m := &st.m
 		// The user may be a view of a header field the removals below

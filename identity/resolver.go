@@ -80,6 +80,7 @@ type Resolver struct {
 	jwt        *Verifier
 	tokens     *tokenCache
 	userHeader string
+	userField  string // userHeader, canonical
 	// single are the fields that name a request's user, in canonical
 	// form: a request may carry each once (SingleFields).
 	single []string
@@ -124,7 +125,8 @@ func NewResolver(o Options) (*Resolver, error) {
 		r.single = append(r.single, http.CanonicalHeaderKey(v.o.Header))
 	}
 	if r.userHeader != "" {
-		if h := http.CanonicalHeaderKey(r.userHeader); !slices.Contains(r.single, h) {
+		r.userField = http.CanonicalHeaderKey(r.userHeader)
+		if h := r.userField; !slices.Contains(r.single, h) {
 			r.single = append(r.single, h)
 		}
 	}
@@ -136,6 +138,12 @@ func NewResolver(o Options) (*Resolver, error) {
 // first line of each, and an upstream may read another, so a request that
 // carries one of them twice names two users and is to be refused.
 func (r *Resolver) SingleFields() []string { return r.single }
+
+// UserHeader returns the user header, in canonical form, or "" when none
+// is configured. It is believed only from a trusted proxy: a copy another
+// peer sent is to be removed before the request is passed on, so that an
+// upstream that reads it is never told a user the client chose.
+func (r *Resolver) UserHeader() string { return r.userField }
 
 // Trusted reports whether a is a trusted proxy.
 func (r *Resolver) Trusted(a netip.Addr) bool {

@@ -815,6 +815,19 @@ func (h *edgeHeader) Get(name string) string {
 
 var _ gateway.LineCounter = (*edgeHeader)(nil)
 
+var _ gateway.NameLister = (*edgeHeader)(nil)
+
+// FindName returns the first name of a field line, as it came, that m
+// matches, or "".
+func (h *edgeHeader) FindName(m *gateway.NameMatch) string {
+	for k := range fieldNames((*fasthttp.RequestHeader)(h).RawHeaders()) {
+		if m.Matches(b2s(k)) {
+			return b2s(k)
+		}
+	}
+	return ""
+}
+
 // Lines counts the lines of a field without gathering them. fasthttp
 // keeps one line of some fields (User-Agent, Content-Type, Content-Length,
 // Trailer: the last one sent), so those are counted in the head as it
