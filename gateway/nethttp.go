@@ -259,6 +259,12 @@ func (x *httpExchange) Pass(st *Flow, rec *Recorder) bool {
 	if st.ovl.held {
 		st.ow = overloadWriter{ResponseWriter: w, f: st}
 		w = &st.ow
+		if r.Body != nil && r.Body != http.NoBody {
+			// Its reads are timed: the client's pace is no latency
+			// of the upstream's.
+			st.ovl.body = &overloadBody{ReadCloser: r.Body}
+			r.Body = st.ovl.body
+		}
 	}
 	switch {
 	case x.next != nil:

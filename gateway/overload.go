@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"hash/maphash"
+	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -522,6 +525,11 @@ type overloadSlot struct {
 	gen    uint64 // the controller's useGen when the place was counted in its use, 0 if not
 	held   bool   // the slot is taken and must be released
 	late   bool   // the status came after the client left
+	// waited is how long, before the status came, the request waited
+	// on its client's body on its way upstream (UpstreamBodyWaited); body
+	// is the net/http engine's client body, which times its reads.
+	waited int64
+	body   *overloadBody
 }
 
 // tierOf returns the tier of the request: a trusted proxy's header, else
@@ -836,21 +844,60 @@ func (g *Gateway) shed(x Exchange, st *Flow, reason string) {
 // as it arrives, or the 502 or 504 the engine answers for an upstream
 // that could not be reached or timed out: the adaptive limit learns the
 // upstream's latency from it. The net/http engine tells it itself; the
-// edge engine calls it.
+// edge engine calls it. A 101 Switching Protocols is an upgrade's status
+// line: what follows is the tunnel, no latency of the upstream's.
 func (f *Flow) UpstreamStatus(status int) {
 	s := &f.ovl
-	if !s.held || s.status != 0 || status < 200 {
+	if !s.held || s.status != 0 || status < 200 && status != http.StatusSwitchingProtocols {
 		return
 	}
 	s.status = status
 	s.c.mu.Lock()
 	s.at = s.c.now()
+	if s.body != nil {
+		s.waited += s.body.wait.Load()
+	}
 	s.c.mu.Unlock()
+}
+
+// UpstreamBodyWaited tells the flow how long, sending the request
+// upstream, it waited on its client's body (its reads of it): the
+// adaptive limit leaves that time out of the latency, so that a client
+// that sends its body slowly does not read as a slow upstream (an
+// upstream that is slow to take the body still shows: waiting on it is
+// not waiting on the client). The net/http engine times the reads itself
+// (overloadBody); the edge engine calls it before the status comes.
+func (f *Flow) UpstreamBodyWaited(d time.Duration) {
+	s := &f.ovl
+	if !s.held || s.status != 0 || d <= 0 {
+		return
+	}
+	s.c.mu.Lock()
+	s.waited += int64(d)
+	s.c.mu.Unlock()
+}
+
+// overloadBody is the client's body of a request under overload control
+// on the net/http engine: it adds up how long its reads wait on the
+// client, for the adaptive limit (UpstreamBodyWaited). The upstream's
+// transport reads it, and may go on after the handler returned, so it
+// keeps what it counts itself.
+type overloadBody struct {
+	io.ReadCloser
+	wait atomic.Int64 // ns its reads took
+}
+
+func (b *overloadBody) Read(p []byte) (int, error) {
+	t := time.Now()
+	n, err := b.ReadCloser.Read(p)
+	b.wait.Add(int64(time.Since(t)))
+	return n, err
 }
 
 // releaseOverload gives the request's place back and teaches the
 // adaptive limit its outcome: the latency from forwarding to the
-// upstream's status line; dropped for a 502, 503 or 504 (from the
+// upstream's status line, less the time spent waiting on the client's
+// body; dropped for a 502, 503 or 504 (from the
 // upstream, or the gateway's for an upstream it could not reach);
 // ignored when the client left before the status came: no answer came,
 // or the one that came followed the client's leaving (a handler that
@@ -887,11 +934,15 @@ func (g *Gateway) releaseOverloadAs(st *Flow, outcome algo.Outcome) {
 		c.changeUse(s.th, -1, 0)
 	}
 	if c.ad != nil {
-		end := now
+		end, waited := now, s.waited
 		if s.status != 0 {
 			end = max(s.at, s.start)
+		} else if s.body != nil {
+			waited += s.body.wait.Load()
 		}
-		_ = c.ad.SampleFrom(now, time.Duration(end-s.start), s.level, outcome, s.th)
+		// The time the request waited on its client's body is the
+		// client's pace, not the upstream's load: it is left out.
+		_ = c.ad.SampleFrom(now, time.Duration(max(end-s.start-waited, 0)), s.level, outcome, s.th)
 	}
 	c.dispatch()
 	c.mu.Unlock()
@@ -920,11 +971,25 @@ func (w *overloadWriter) Flush() {
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
+// Hijack hands the connection over: the reverse proxy takes it once the
+// upstream accepted an upgrade with 101 Switching Protocols, before it
+// relays the 101 (the middleware's handler takes it to answer one
+// itself). That is the answer's status line: the tunnel after it, however
+// long its client or the upstream keeps it open, is no latency of the
+// upstream's, and the place is held until it ends.
+func (w *overloadWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.status(http.StatusSwitchingProtocols)
+	}
+	return c, brw, err
+}
+
 // status tells the flow the answer's status, noting whether its client
 // had left by then (its request's context is done).
 func (w *overloadWriter) status(code int) {
 	s := &w.f.ovl
-	if s.held && s.status == 0 && code >= 200 {
+	if s.held && s.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		if r := w.f.nh.r; r != nil && r.Context().Err() != nil {
 			s.late = true
 		}

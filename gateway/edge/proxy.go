@@ -344,8 +344,10 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 			err = uc.readDeadline(c, up.timeout)
 		} else {
 			bw := hc.AcquireWriter(c)
-			err = writeRequest(bw, req)
+			var waited time.Duration
+			err = writeRequest(bw, req, &waited)
 			hc.ReleaseWriter(bw)
+			f.UpstreamBodyWaited(waited) // the client's pace, not the upstream's
 			if err == nil {
 				err = uc.readDeadline(c, up.timeout)
 			}
@@ -540,8 +542,9 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 // writeRequest sends a request upstream. A body the client is still
 // sending passes as it comes: the headers go at once, then each part of
 // the body as it is read, so that the upstream sees a slow upload (and the
-// request holds its place) while it lasts, as on net/http.
-func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
+// request holds its place) while it lasts, as on net/http. It adds to
+// waited how long it waited on the client's body (its reads).
+func writeRequest(bw *bufio.Writer, req *fasthttp.Request, waited *time.Duration) error {
 	if !req.IsBodyStream() {
 		if headOnly(req) {
 			// No body, none expected, no length sent: the head alone,
@@ -581,7 +584,9 @@ func writeRequest(bw *bufio.Writer, req *fasthttp.Request) error {
 		if n >= 0 && int64(len(p)) > left {
 			p = p[:left]
 		}
+		t := time.Now()
 		m, err := body.Read(p)
+		*waited += time.Since(t)
 		if m > 0 {
 			if n < 0 {
 				fmt.Fprintf(bw, "%x\r\n", m)
