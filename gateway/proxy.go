@@ -106,6 +106,33 @@ type upstreamProxy struct {
 // client gets 502, as on the edge engine.
 var errUpstreamStatus = errors.New("gateway: the upstream answered a status that is not three digits")
 
+// errUpstreamTrailer is an upstream's answer whose trailers, or whose
+// Trailer field, hold a field no trailer may hold (RFC 9110 §6.5.1:
+// Set-Cookie, Content-Length, Authorization, ...). The edge engine's
+// parser refuses such an answer; the net/http engine passed it on, its
+// trailers with it, before 2026-12-06.
+var errUpstreamTrailer = errors.New("gateway: an upstream trailer holds a field no trailer may")
+
+// upstreamTrailerCheck is the body of an upstream's answer that may have
+// trailers: at its end it fails when they hold a field no trailer may
+// hold, so the answer is broken off (its connection closed without the
+// answer's end) rather than passed on whole with them, as on the edge
+// engine.
+type upstreamTrailerCheck struct {
+	io.ReadCloser
+	resp *http.Response
+}
+
+func (b *upstreamTrailerCheck) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		if k := badTrailer(b.resp.Trailer); k != "" {
+			return n, fmt.Errorf("%w: %s", errUpstreamTrailer, k)
+		}
+	}
+	return n, err
+}
+
 var (
 	bodyNotFound   = []byte(`{"message":"Not Found"}` + "\n")
 	bodyBadGateway = []byte(`{"message":"Bad Gateway"}` + "\n")
@@ -209,11 +236,25 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 		// (unknown length, text/event-stream) and buffers the rest.
 		ErrorLog: nil,
 		ModifyResponse: func(resp *http.Response) error {
+			if k := badTrailer(resp.Trailer); k != "" {
+				// An answer whose Trailer field names a field no trailer
+				// may hold (the transport holds the names it declares in
+				// Trailer until the body ends) is no answer, as the edge
+				// engine's parser reads it: 502, and a reservation given
+				// back.
+				return fmt.Errorf("%w: %s", errUpstreamTrailer, k)
+			}
 			g.obs.Upstream(route, resp.StatusCode)
 			if resp.StatusCode < 100 || resp.StatusCode > 999 {
 				// An HTTP/2 upstream's :status is any integer it sends;
 				// net/http can write none outside 100–999 (it panics).
 				return fmt.Errorf("%w: %d", errUpstreamStatus, resp.StatusCode)
+			}
+			if resp.StatusCode >= 200 && (resp.ContentLength < 0 || resp.ProtoMajor >= 2) {
+				// Its trailers (chunked, or HTTP/2) are looked at when
+				// its body ends. (A 101's body is the tunnel, which
+				// ReverseProxy writes to: it is left as it is.)
+				resp.Body = &upstreamTrailerCheck{ReadCloser: resp.Body, resp: resp}
 			}
 			g.watchStream(resp) // a client that leaves a silent stream
 			return nil

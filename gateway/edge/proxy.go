@@ -455,7 +455,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	noBody := head || status == 204 || status == 304
 	if noBody || n >= 0 && n <= edgeBufferBytes && !isEventStream(&resp.Header) {
 		if !noBody {
-			err = resp.ReadBody(br.Reader, 0)
+			err = readWhole(resp, br.Reader, n, uc, c, up.timeout)
 		}
 		leftover := br.Buffered() > 0 // more than the answer: the connection is not reused
 		br.release()
@@ -537,6 +537,36 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	// net/http.
 	resp.ImmediateHeaderFlush = (n < 0 || isEventStream(&resp.Header)) && !bodyCame
 	return true, true, nil
+}
+
+// readWhole reads an answer's body of n bytes (at most edgeBufferBytes)
+// into resp. A body that came with its head, nearly every one, is taken
+// at once; one still coming waits at most about d (between d/2 and d)
+// for each part of it, from when the part before came: an upstream that
+// sends a short body slowly but steadily has answered in time, as on
+// net/http (which streams it) and as for a longer body (streamed here),
+// and one that stalls is cut by that wait (502).
+func readWhole(resp *fasthttp.Response, r *bufio.Reader, n int, uc *upConn, c net.Conn, d time.Duration) error {
+	for n > 0 {
+		if r.Buffered() == 0 {
+			if _, err := r.Peek(1); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+		}
+		b, _ := r.Peek(min(n, r.Buffered()))
+		resp.AppendBody(b)
+		_, _ = r.Discard(len(b))
+		n -= len(b)
+		if n > 0 {
+			if err := uc.readDeadline(c, d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // writeRequest sends a request upstream. A body the client is still
@@ -1079,17 +1109,33 @@ func stripHopRequest(h *fasthttp.RequestHeader) (xff, realIP bool) {
 	return xff, realIP
 }
 
-// stripHopResponse removes the hop-by-hop fields of a response. A lone
+// stripHopResponse removes the hop-by-hop fields of a response, and the
+// fields whose name holds a space (RFC 9110 §5.1: a name is a token;
+// fasthttp reads "X Bad: v" as a field named "X Bad", which no client
+// can read as one, and net/http's server writes no such field). A lone
 // "Connection: keep-alive" or "close" costs one removal.
 func stripHopResponse(h *fasthttp.ResponseHeader) {
 	var found uint16
 	plain := true // no Connection field names another field
+	spaced := false
 	for k, v := range h.All() {
 		b := hopBit(k)
 		if b == 1 {
 			plain = plain && (bytes.EqualFold(v, []byte("keep-alive")) || bytes.EqualFold(v, []byte("close")))
 		}
 		found |= b
+		spaced = spaced || bytes.IndexByte(k, ' ') >= 0
+	}
+	if spaced {
+		var names [][]byte
+		for k := range h.All() {
+			if bytes.IndexByte(k, ' ') >= 0 {
+				names = append(names, bytes.Clone(k))
+			}
+		}
+		for _, k := range names {
+			h.DelBytes(k)
+		}
 	}
 	found &^= 1 << 8 // Forwarded is the request's
 	if found == 1 && plain {
