@@ -26,7 +26,7 @@ func TestReservationFloodSparesTheNewest(t *testing.T) {
 	ctx := context.Background()
 	c := &clock{ns: 1000 * sec}
 	const share = 1024
-	s := newStore(t, memstore.Options{Shards: 1, MaxReservations: share, Now: c.now, SweepInterval: -1})
+	var s *memstore.Store // each part's own (reserve's)
 	r, err := limiter.NewRule(floodgate.Limit{Name: "tokens", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: 24 * time.Hour}, floodgate.FailOpen, false)
 	if err != nil {
 		t.Fatal(err)
@@ -42,64 +42,39 @@ func TestReservationFloodSparesTheNewest(t *testing.T) {
 		}
 		return h
 	}
-	// The flood: a full share of reservations, one client each.
-	for i := range share {
-		reserve(fmt.Sprint("flood", i), 1, 5*time.Minute)
-	}
-	c.ns += 10 * sec
+	// The flood: a full share of reservations, one client each, asking
+	// for the honest ones' ttl, then for a day, the longest: a record
+	// that expires first would then be the newest honest one.
 	const honest, estimate, actual = 100, 500, 20
-	var kept []limiter.Hit
-	for i := range honest {
-		kept = append(kept, reserve(fmt.Sprint("user", i), estimate, 5*time.Minute))
-	}
-	c.ns += sec
-	for i := range share / 2 {
-		reserve(fmt.Sprint("more", i), 1, 5*time.Minute)
-	}
-	lost := 0
-	for _, h := range kept {
-		h.Cost = actual
-		out := make([]limiter.Settled, 1)
-		if err := s.Settle(ctx, []limiter.Hit{h}, out); err != nil {
-			t.Fatal(err)
+	for _, floodTTL := range []time.Duration{5 * time.Minute, 24 * time.Hour} {
+		s = newStore(t, memstore.Options{Shards: 1, MaxReservations: share, Now: c.now, SweepInterval: -1}) // reserve's store
+		for i := range share {
+			reserve(fmt.Sprint("flood", i), 1, floodTTL)
 		}
-		if !out[0].Found {
-			lost++
+		c.ns += 10 * sec
+		var kept []limiter.Hit
+		for i := range honest {
+			kept = append(kept, reserve(fmt.Sprint("user", i), estimate, 5*time.Minute))
 		}
-	}
-	if lost > 0 {
-		t.Errorf("%d of %d honest reservations made after the flood were dropped by %d more of it; want none (the flood's older records first)", lost, honest, share/2)
-	}
-
-	// The same flood asking for a day, the longest ttl, against honest
-	// reservations of the default 5 minutes: a record that expires
-	// first would then be the newest honest one.
-	s = newStore(t, memstore.Options{Shards: 1, MaxReservations: share, Now: c.now, SweepInterval: -1}) // reserve's store
-	for i := range share {
-		reserve(fmt.Sprint("flood", i), 1, 24*time.Hour)
-	}
-	c.ns += 10 * sec
-	kept = kept[:0]
-	for i := range honest {
-		kept = append(kept, reserve(fmt.Sprint("user", i), estimate, 5*time.Minute))
-	}
-	c.ns += sec
-	for i := range share / 2 {
-		reserve(fmt.Sprint("more", i), 1, 24*time.Hour)
-	}
-	lost = 0
-	for _, h := range kept {
-		h.Cost = actual
-		out := make([]limiter.Settled, 1)
-		if err := s.Settle(ctx, []limiter.Hit{h}, out); err != nil {
-			t.Fatal(err)
+		c.ns += sec
+		for i := range share / 2 {
+			reserve(fmt.Sprint("more", i), 1, floodTTL)
 		}
-		if !out[0].Found {
-			lost++
+		lost := 0
+		for _, h := range kept {
+			h.Cost = actual
+			out := make([]limiter.Settled, 1)
+			if err := s.Settle(ctx, []limiter.Hit{h}, out); err != nil {
+				t.Fatal(err)
+			}
+			if !out[0].Found {
+				lost++
+			}
 		}
-	}
-	if lost > 0 {
-		t.Errorf("%d of %d honest reservations made after a flood of day-long ones were dropped by %d more of it; want none (the flood's older records first)", lost, honest, share/2)
+		if lost > 0 {
+			t.Errorf("a flood of ttl %v: %d of %d honest reservations made after it were dropped by %d more of it; want none (the flood's older records first)",
+				floodTTL, lost, honest, share/2)
+		}
 	}
 
 	// A share full of records past their TTL (not swept yet) and one
