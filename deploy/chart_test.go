@@ -511,6 +511,75 @@ func TestChartRestartOnlyWhenNeeded(t *testing.T) {
 	}
 }
 
+// TestChartRollsForStartOnlyAdminSettings renders the gateway with
+// changes of the admin listener's settings that floodgate serve applies
+// only at start (startOnlyChanges in internal/app/serve.go: its host
+// names, its TLS files, the keys file): each must change the pods'
+// template, or the pods keep the old setting, logging only that it waits
+// for a restart. A change of the admin tokens, which serve reloads, must
+// not.
+func TestChartRollsForStartOnlyAdminSettings(t *testing.T) {
+	template := func(admin string) string {
+		t.Helper()
+		vals := values(t, "mode: gateway"+policy)
+		if admin != "" {
+			srv := vals["policy"].(map[string]any)["server"].(map[string]any)
+			srv["admin"] = values(t, admin)
+		}
+		b, err := yaml.Marshal(render(t, vals).deployment(t).Spec.Template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	before := template("")
+	for _, restart := range []string{
+		`{hosts: [floodgate-admin.example.com]}`,
+		`{tls_cert: /etc/tls/tls.crt, tls_key: /etc/tls/tls.key}`,
+		`{tls_cert: /etc/tls/tls.crt, tls_key: /etc/tls/tls.key, tls_client_ca: /etc/tls/ca.crt, tls_client_san: ops.example.com}`,
+	} {
+		if template(restart) == before {
+			t.Errorf("policy.server.admin %s leaves the pods' template as it was: serve applies it only at start, so the pods would keep the old setting", restart)
+		}
+	}
+	if template(`{tokens: [{name: ops, sha256: `+sha(adminToken)+`}]}`) != before {
+		t.Error("admin tokens in the policy change the pods' template: the pods would restart for a change they reload")
+	}
+}
+
+// TestChartPodDisruptionBudgetLetsADrainThrough renders budgets that no
+// eviction can ever satisfy (kubectl drain and a cluster's node upgrades
+// then wait for ever on the node of a pod): maxUnavailable 0, or
+// minAvailable as many as the pods (one replica with minAvailable 1, the
+// autoscaler's minimum, 100%). The rendering must fail naming the value;
+// budgets that let one pod go must render.
+func TestChartPodDisruptionBudgetLetsADrainThrough(t *testing.T) {
+	redis := "\nstore: {type: redis, redis: {url: \"" + redisURL + "\"}}"
+	for _, v := range []string{
+		"mode: gateway\npodDisruptionBudget: {maxUnavailable: 0}" + policy,
+		"mode: gateway\npodDisruptionBudget: {maxUnavailable: \"0%\"}" + policy,
+		"mode: gateway\npodDisruptionBudget: {minAvailable: 1}" + policy,
+		"mode: gateway\nreplicaCount: 3\npodDisruptionBudget: {minAvailable: \"100%\"}" + redis + policy,
+		"mode: gateway\nreplicaCount: 3\npodDisruptionBudget: {minAvailable: 3}" + redis + policy,
+		"mode: gateway\nautoscaling: {enabled: true, minReplicas: 2}\npodDisruptionBudget: {minAvailable: 2}" + redis + policy,
+	} {
+		_, _, err := renderErr(values(t, v))
+		if err == nil || !strings.Contains(err.Error(), "podDisruptionBudget") {
+			t.Errorf("%s: %v, want an error naming podDisruptionBudget", v, err)
+		}
+	}
+	for _, v := range []string{
+		"mode: gateway" + policy,
+		"mode: gateway\nreplicaCount: 3\npodDisruptionBudget: {minAvailable: 2}" + redis + policy,
+		"mode: gateway\nreplicaCount: 3\npodDisruptionBudget: {minAvailable: \"50%\"}" + redis + policy,
+		"mode: gateway\npodDisruptionBudget: {maxUnavailable: \"25%\"}" + policy,
+	} {
+		if _, _, err := renderErr(values(t, v)); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+}
+
 // TestChartRefusesValuesThatCannotWork renders values that would make pods
 // that cannot start, or a deployment that admits more than its limits: the
 // rendering fails with a message naming the value.

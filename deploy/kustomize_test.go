@@ -1,11 +1,14 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -117,5 +120,45 @@ func TestKustomizeBuilds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKustomizeLocalFallbackCountsEveryPod checks, as
+// TestChartLocalFallbackCountsEveryPod does for the chart, that the
+// server.instances of a kustomization on Redis counts every pod its
+// rollout may run: the replicas and the rolling update's surge above them
+// (Kubernetes' default, 25% rounded up, when the Deployment names none).
+// A count short of that lets the pods together admit more than a limit
+// whose on_failure is local while Redis is down during a rollout.
+func TestKustomizeLocalFallbackCountsEveryPod(t *testing.T) {
+	for _, dir := range kustomizations {
+		o := build(t, dir)
+		d := o.deployment(t)
+		p := map[string]any{}
+		if err := yaml.Unmarshal([]byte(o.configMaps["floodgate-policy"].Data["policy.yaml"]), &p); err != nil {
+			t.Fatal(err)
+		}
+		if field(p, "server", "store") == nil && !strings.Contains(strings.Join(d.Spec.Template.Spec.Containers[0].Args, " "), "--store-file") {
+			continue // the memory store: each pod counts alone
+		}
+		replicas := 1
+		if d.Spec.Replicas != nil {
+			replicas = int(*d.Spec.Replicas)
+		}
+		surge := 0
+		if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+			ms := intstr.FromString("25%")
+			if ru := d.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxSurge != nil {
+				ms = *ru.MaxSurge
+			}
+			var err error
+			if surge, err = intstr.GetScaledValueFromIntOrPercent(&ms, replicas, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := str(field(p, "server", "instances"))
+		if want := fmt.Sprint(replicas + surge); got != want {
+			t.Errorf("%s: server.instances %s, want %s (%d replicas and a surge of %d during a rollout)", dir, got, want, replicas, surge)
+		}
 	}
 }
