@@ -325,6 +325,10 @@ func (s *Service) match(req *rlsv3.RateLimitRequest, dom *domain, compat bool, s
 
 // replace drops the limits named in the replaces list of any limit that
 // applies (unlimited ones included); an unlimited limit is never dropped.
+// The lists of every limit matched count, those of limits that are
+// dropped too (a replacing b replacing c leaves a; two limits replacing
+// each other leave neither), as envoyproxy/ratelimit gathers them all
+// before it drops any: the limits are chosen first, then dropped.
 func replace(app []applied) {
 	some := false
 	for i := range app {
@@ -333,6 +337,8 @@ func replace(app []applied) {
 	if !some {
 		return
 	}
+	var drop uint64 // the first 64 descriptors: Options.MaxDescriptors' default
+	var dropMore []int
 	for i := range app {
 		rl := app[i].rl
 		if rl == nil || app[i].unlimited || rl.configName == "" {
@@ -340,10 +346,22 @@ func replace(app []applied) {
 		}
 		for j := range app {
 			if app[j].rl != nil && slices.Contains(app[j].rl.replaces, rl.configName) {
-				app[i].rl, app[i].key, app[i].stat = nil, "", ""
+				if i < 64 {
+					drop |= 1 << i
+				} else {
+					dropMore = append(dropMore, i)
+				}
 				break
 			}
 		}
+	}
+	for i := range min(len(app), 64) {
+		if drop&(1<<i) != 0 {
+			app[i].rl, app[i].key, app[i].stat = nil, "", ""
+		}
+	}
+	for _, i := range dropMore {
+		app[i].rl, app[i].key, app[i].stat = nil, "", ""
 	}
 }
 

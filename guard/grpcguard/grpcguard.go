@@ -84,8 +84,14 @@ func StreamServerInterceptor(g *guard.Guard) grpc.StreamServerInterceptor {
 			stream := ss
 			var seen *seenMetadata
 			if rec != nil {
+				// The cost may be told through the stream or through its
+				// context (grpc.SetHeader, grpc.SetTrailer): both are seen.
 				seen = &seenMetadata{}
-				stream = &seenStream{ServerStream: ss, seen: seen}
+				s := &seenStream{ServerStream: ss, seen: seen}
+				if sts := grpc.ServerTransportStreamFromContext(ctx); sts != nil {
+					s.ctx = grpc.NewContextWithServerTransportStream(ctx, &seenTransportStream{ServerTransportStream: sts, seen: seen})
+				}
+				stream = s
 			}
 			err := handler(srv, stream)
 			c.answered(rec, err, seen)
@@ -494,10 +500,19 @@ func (s *seenTransportStream) SetTrailer(md metadata.MD) error {
 	return s.ServerTransportStream.SetTrailer(md)
 }
 
-// seenStream notes the metadata a streaming handler sets.
+// seenStream notes the metadata a streaming handler sets, on the stream
+// or through its context.
 type seenStream struct {
 	grpc.ServerStream
 	seen *seenMetadata
+	ctx  context.Context // the stream's context noting what is set through it (nil: the stream's own)
+}
+
+func (s *seenStream) Context() context.Context {
+	if s.ctx != nil {
+		return s.ctx
+	}
+	return s.ServerStream.Context()
 }
 
 func (s *seenStream) SetHeader(md metadata.MD) error {
