@@ -20,6 +20,10 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is the time until the binding limit is back to full.
 	ResetAfter time.Duration
+	// Delay is, when Allowed, how long the call is to be held before it
+	// goes ahead: its place in a leaky queue (NGINX limit_req's delay),
+	// for which the service has charged it. Wait holds it that long.
+	Delay time.Duration
 	// Binding names the limit that decided (the first denying one).
 	Binding string
 }

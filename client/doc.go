@@ -5,7 +5,9 @@
 // distributed limit lets one more call through, sleeping for the
 // RetryAfter the service gives plus a little jitter, so that outbound calls
 // to a paid provider (SMS, e-mail, an AI model) stay within the provider's
-// limit across every process that shares the limit.
+// limit across every process that shares the limit. A call a leaky queue
+// lets through with a Delay (its place in the queue) is held that long
+// before Wait returns; a caller of Check holds it itself.
 //
 // HTTP.Reserve is for calls whose cost is known only afterwards (the
 // tokens of a completion): it reserves an estimate, and the Reservation's

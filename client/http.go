@@ -76,6 +76,7 @@ type answer struct {
 	Remaining  int64   `json:"remaining"`
 	RetryAfter float64 `json:"retry_after"`
 	Reset      float64 `json:"reset"`
+	Delay      float64 `json:"delay"`
 	Binding    string  `json:"binding_limit"`
 	Error      string  `json:"error"`
 	Code       string  `json:"code"`
@@ -120,6 +121,7 @@ func (c *HTTP) do(ctx context.Context, path string, hits []Hit) (Decision, error
 			Remaining:  a.Remaining,
 			RetryAfter: seconds(a.RetryAfter),
 			ResetAfter: seconds(a.Reset),
+			Delay:      seconds(a.Delay),
 			Binding:    a.Binding,
 		}, nil
 	case a.Code == "never_fits":

@@ -136,7 +136,8 @@ func (c *HTTP) reservation(in reserved) (*Reservation, error) {
 	case (in.status == http.StatusOK || in.status == http.StatusTooManyRequests) && jerr == nil && a.Allowed != nil:
 		r := &Reservation{c: c, token: a.Reservation, Decision: Decision{
 			Allowed: *a.Allowed, Limit: a.Limit, Remaining: a.Remaining,
-			RetryAfter: seconds(a.RetryAfter), ResetAfter: seconds(a.Reset), Binding: a.Binding,
+			RetryAfter: seconds(a.RetryAfter), ResetAfter: seconds(a.Reset), Delay: seconds(a.Delay),
+			Binding: a.Binding,
 		}}
 		if r.Allowed && r.token == "" {
 			return nil, fmt.Errorf("client: reserve: %w: allowed without a reservation", ErrStatus)

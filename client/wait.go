@@ -30,6 +30,12 @@ type WaitOptions struct {
 // Wait never sleeps past ctx's deadline only to fail: when the next
 // attempt cannot happen before the deadline it returns
 // context.DeadlineExceeded at once.
+//
+// An allowing decision with a Delay (a leaky queue's place) is held that
+// long before Wait returns it, so that callers let through together go
+// ahead spaced at the queue's rate. The charge stands: when ctx ends
+// while it is held, or its deadline comes before the Delay ends (then at
+// once), Wait returns the decision with ctx's error.
 func Wait(ctx context.Context, check CheckFunc, opts WaitOptions) (Decision, error) {
 	minSleep := opts.MinSleep
 	if minSleep <= 0 {
@@ -50,7 +56,7 @@ func Wait(ctx context.Context, check CheckFunc, opts WaitOptions) (Decision, err
 			return d, err
 		}
 		if d.Allowed {
-			return d, nil
+			return d, hold(ctx, d.Delay)
 		}
 		sleep := d.RetryAfter
 		if sleep <= 0 {
@@ -74,6 +80,26 @@ func Wait(ctx context.Context, check CheckFunc, opts WaitOptions) (Decision, err
 			return d, ctx.Err()
 		case <-timer.C:
 		}
+	}
+}
+
+// hold waits out an allowed call's delay, or returns ctx's error when ctx
+// ends first (at once when its deadline comes before the delay ends).
+func hold(ctx context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < delay {
+		return fmt.Errorf("client: wait: allowed after a delay of %s, past the deadline: %w",
+			delay, context.DeadlineExceeded)
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

@@ -594,8 +594,21 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	reserved := !st.peek && st.req.HasReserved()
 	if !st.peek {
 		for i := range m.Hits {
-			if m.Hits[i].Lease != 0 && !m.Hits[i].Reserve {
-				st.leases = append(st.leases, m.Hits[i])
+			h := m.Hits[i]
+			switch {
+			case h.Lease == 0:
+			case !h.Reserve:
+				st.leases = append(st.leases, h)
+			case h.Rule.Algorithm().Kind() == floodgate.KindConcurrency:
+				// A slot counted by outcome (count_on, actual) is held
+				// under its reservation's ID: it is renewed as any
+				// lease while the request runs (else it would expire
+				// at lease_ttl and let another request in), and given
+				// back by the settle; the release after it changes
+				// nothing, or frees what a renewal racing the settle
+				// took again.
+				h.Reserve = false
+				st.leases = append(st.leases, h)
 			}
 		}
 		if len(st.leases) > 0 {

@@ -94,6 +94,13 @@ type conn struct {
 	wBy    int64
 	wSet   time.Time
 	wAsked time.Time
+	// wEnd is, with server.timeouts.write, when the answer to the request
+	// being served must be written by: the write timeout from the
+	// handler's start (the end of the request's headers), as net/http
+	// counts it. fasthttp asks for its write deadline only once the
+	// handler returned, after any wait in a queue or for the upstream;
+	// SetWriteDeadline never lets that pass wEnd.
+	wEnd time.Time
 }
 
 // monoBase and monoNow read the monotonic clock alone, cheaper than a
@@ -133,6 +140,7 @@ func (c *conn) boundWrite() {
 // net/http, which bounds its own writes; the deadline fasthttp asked for
 // stays.
 func (c *conn) unboundWrite() {
+	c.wEnd = time.Time{}
 	if c.send == 0 {
 		return
 	}
@@ -144,6 +152,9 @@ func (c *conn) unboundWrite() {
 // (server.timeouts.write, per answer), keeping the write bound's when that
 // comes first.
 func (c *conn) SetWriteDeadline(t time.Time) error {
+	if !t.IsZero() && !c.wEnd.IsZero() && c.wEnd.Before(t) {
+		t = c.wEnd
+	}
 	c.wAsked = t
 	if c.wBy != 0 && !c.wSet.IsZero() && (t.IsZero() || t.After(c.wSet)) {
 		return nil // the bound's comes first, and moves as writes go on, never past t

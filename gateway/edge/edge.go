@@ -85,8 +85,9 @@ type Engine struct {
 	fallback *http.Server
 	log      *slog.Logger
 	header   time.Duration
-	send     int64   // the gateway's SendTimeout, in nanoseconds (0: none)
-	parker   *parker // nil: idle connections are not parked
+	send     int64         // the gateway's SendTimeout, in nanoseconds (0: none)
+	write    time.Duration // Options.WriteTimeout (0: none)
+	parker   *parker       // nil: idle connections are not parked
 
 	// unaskedLog holds back the lines about kept upstream connections
 	// closed for bytes no request asked for (which a client may cause):
@@ -109,7 +110,7 @@ func New(g *gateway.Gateway, o Options) *Engine {
 		return d
 	}
 	e := &Engine{g: g, fallback: o.Fallback, log: o.Logger, header: def(o.ReadHeaderTimeout, 10*time.Second),
-		send: int64(g.SendTimeout())}
+		send: int64(g.SendTimeout()), write: o.WriteTimeout}
 	if e.log == nil {
 		e.log = g.Logger()
 	}
@@ -371,12 +372,23 @@ func (e *Engine) serve(ctx *fasthttp.RequestCtx) {
 	if x := c.resume.Load(); x != nil && c.resume.CompareAndSwap(x, nil) {
 		e.step(x, x.f, true) // admitted before its body (expect), which is here now
 	} else {
+		e.startWrite(c)
 		e.serveHTTP(ctx)
 	}
 	// fasthttp writes the answer now: its write is bounded from here, not
 	// from when the request came (an upstream may take its time).
 	c.boundWrite()
 	c.handled()
+}
+
+// startWrite starts the write timeout of the request c's handler is about
+// to serve (server.timeouts.write counts from the end of its headers, as
+// on net/http, not from the end of any wait in a queue or for the
+// upstream).
+func (e *Engine) startWrite(c *conn) {
+	if e.write > 0 {
+		c.wEnd = time.Now().Add(e.write)
+	}
 }
 
 // expect decides a request that asks for 100 Continue before its body
@@ -393,6 +405,7 @@ func (e *Engine) expect(ctx *fasthttp.RequestCtx) int {
 	if !ok || ctx.Request.Header.ConnectionUpgrade() || !e.g.DecidesWithoutBody() {
 		return fasthttp.StatusContinue
 	}
+	e.startWrite(c)
 	c.expecting = true
 	e.serveHTTP(ctx)
 	c.expecting = false
