@@ -461,8 +461,13 @@ func (a *API) updateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 			rec.Disabled = *b.Disabled
 		}
 		// The store checks the same; here a refusal is the caller's fault.
-		if _, err := a.o.Policy().NewKey(rec.Name, rec.Plan, keystore.ChangeOptions(&was, rec)); err != nil {
-			return errorf(http.StatusBadRequest, "%v", err)
+		// A change that leaves the plan and the key's own limits as they
+		// were (a disable) is not checked: it holds also for a key whose
+		// plan a reload removed.
+		if o := keystore.ChangeOptions(&was, rec); !o.KeepOwn {
+			if _, err := a.o.Policy().NewKey(rec.Name, rec.Plan, o); err != nil {
+				return errorf(http.StatusBadRequest, "%v", err)
+			}
 		}
 		return nil
 	})

@@ -68,9 +68,14 @@ type FileAudit struct {
 	path string
 	max  int
 
-	mu      sync.Mutex // guards lines, skipped and the file
+	mu      sync.Mutex // guards lines, skipped, torn and the file
 	lines   int        // lines in the file, -1 until counted
 	skipped int        // lines the last List could not read
+	// torn is set when the file may end within a line: an append cut
+	// short (by a crash before this start, or a write that failed), so
+	// that the next entry starts a line of its own instead of ending that
+	// one, which would make both unreadable.
+	torn bool
 }
 
 // NewFileAudit keeps up to max (0: DefaultAuditMax) entries in path.
@@ -158,13 +163,19 @@ func (a *FileAudit) Append(_ context.Context, e Entry) error {
 	if err != nil {
 		return fmt.Errorf("admin: audit: %w", err)
 	}
-	_, err = f.Write(append(js, '\n'))
+	line := append(js, '\n')
+	if a.torn {
+		line = append([]byte{'\n'}, line...)
+	}
+	_, err = f.Write(line)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
+		a.torn = true // some of the line may be written
 		return fmt.Errorf("admin: audit: %w", err)
 	}
+	a.torn = false
 	a.lines++
 	if a.lines >= 2*a.max {
 		return a.compact()
@@ -191,20 +202,22 @@ func (a *FileAudit) compact() error {
 	if err := regfile.WriteAtomic(a.path, b.Bytes(), 0o600); err != nil {
 		return fmt.Errorf("admin: audit: %w", err)
 	}
-	a.lines = len(lines)
+	a.lines, a.torn = len(lines), false
 	return nil
 }
 
 // readLines reads the file's lines, oldest first, whatever their length;
-// a torn last line is one too. a.mu is held.
+// a torn last line is one too, and sets a.torn. a.mu is held.
 func (a *FileAudit) readLines() ([][]byte, error) {
 	data, err := regfile.Read(a.path, regfile.Own)
 	if errors.Is(err, fs.ErrNotExist) {
+		a.torn = false
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("admin: audit: %w", err)
 	}
+	a.torn = len(data) > 0 && data[len(data)-1] != '\n'
 	var out [][]byte
 	for len(data) > 0 {
 		line, rest, _ := bytes.Cut(data, []byte{'\n'})

@@ -169,7 +169,8 @@ func ServingOptions(r *Record) policy.KeyOptions {
 // ChangeOptions are the options of next, a change of the record cur: a
 // change that leaves the plan and the key's own limits as they were (a
 // rotation, a reset, a disable) is not refused for an own limit a reload
-// took from the plan; one that sets them is checked against the plan.
+// took from the plan, nor for a plan a reload removed (Update does not
+// check it); one that sets them is checked against the plan.
 func ChangeOptions(cur, next *Record) policy.KeyOptions {
 	o := options(next)
 	o.KeepOwn = next.Plan == cur.Plan && next.Rate == cur.Rate && next.Burst == cur.Burst && next.Quota == cur.Quota
@@ -592,8 +593,12 @@ func (s *Store) Update(ctx context.Context, name string, f func(r *Record) error
 		if err := f(&r); err != nil {
 			return Record{}, err
 		}
-		if !r.Revoked {
-			if _, err := s.o.Policy().NewKey(r.Name, r.Plan, ChangeOptions(cur, &r)); err != nil {
+		// A change of the plan or of the key's own limits is checked
+		// against the policy; any other (a disable, a rotation, a reset)
+		// is kept also for a key whose plan a reload removed, so that it
+		// holds when a later reload gives the plan back.
+		if o := ChangeOptions(cur, &r); !r.Revoked && !o.KeepOwn {
+			if _, err := s.o.Policy().NewKey(r.Name, r.Plan, o); err != nil {
 				return Record{}, err
 			}
 		}
