@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/limiter"
@@ -56,6 +58,9 @@ type Options struct {
 	Bans BanBox
 	// Access, when set, are the lists of /api/v1/access.
 	Access AccessLists
+	// Registerer, if set, gets floodgate_admin_audit_failures_total: the
+	// changes made whose audit entry could not be written.
+	Registerer prometheus.Registerer
 }
 
 // API serves the admin API under /api/v1/.
@@ -64,6 +69,9 @@ type API struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	tokens atomic.Pointer[[]Token] // the tokens in force: Options.Tokens, then SetTokens'
+	// auditFailures counts the changes made whose audit entry was not
+	// written (AuditFailures).
+	auditFailures prometheus.Counter
 }
 
 // New builds the API.
@@ -74,7 +82,15 @@ func New(o Options) (*API, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &API{o: o, log: o.Logger, mux: http.NewServeMux()}
+	a := &API{o: o, log: o.Logger, mux: http.NewServeMux(), auditFailures: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floodgate_admin_audit_failures_total",
+		Help: "Changes made through the admin API whose audit entry could not be written (the change stands).",
+	})}
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(a.auditFailures); err != nil {
+			return nil, fmt.Errorf("admin: metrics: %w", err)
+		}
+	}
 	a.SetTokens(o.Tokens)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
@@ -268,6 +284,9 @@ func decodeOptional(r *http.Request, v any) error {
 func (a *API) record(ctx context.Context, actor, action, target string, detail map[string]any) {
 	e := Entry{Time: a.o.Now().UTC(), Actor: actor, Action: action, Target: target, Detail: detail, Instance: a.o.Instance}
 	if err := a.o.Audit.Append(ctx, e); err != nil {
+		// The change is made (a revocation that a full disk undid would
+		// be worse): it is logged and counted, for an alert.
+		a.auditFailures.Inc()
 		a.log.Error("admin: audit entry not written", "action", action, "target", target, "err", err)
 	}
 	a.log.Info("admin: "+action, "key", target, "actor", actor)

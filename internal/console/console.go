@@ -45,6 +45,7 @@ type Console struct {
 
 	keys  *keystore.Store
 	audit admin.AuditLog
+	reg   prometheus.Registerer // Options.Registerer, for the admin API's metrics
 	rec   *dashboard.Recorder
 	// overload samples the routes' overload control (SampleOverload).
 	overload atomic.Pointer[func(each func(route string, limit int, latency time.Duration))]
@@ -137,6 +138,7 @@ func New(o Options) (*Console, error) {
 	}
 	reloader := o.Reloader
 	reg := o.Registerer
+	c.reg = reg
 	c.lists = access.New(&reloader.Policy().Server().Access, accessBackend, redisPoll, log)
 	var err error
 	if c.box, err = penalty.New(reloader.Policy().Server().Bans, penalty.Options{Backend: banBackend, Registerer: reg,
@@ -234,7 +236,7 @@ func (c *Console) Attach(eng limiter.Engine, stats func() limiter.Stats) error {
 	tokens := adminTokens(c.srv.Admin.Tokens)
 	var err error
 	c.api, err = admin.New(admin.Options{Tokens: tokens, Keys: c.keys, Audit: c.audit, Policy: c.reloader.Policy,
-		Engine: eng, Instance: c.instance, Logger: c.log, Bans: c.box, Access: c.lists})
+		Engine: eng, Instance: c.instance, Logger: c.log, Bans: c.box, Access: c.lists, Registerer: c.reg})
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
