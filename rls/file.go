@@ -227,6 +227,9 @@ func metadataValue(d *yamlfile.Decoder, n *yaml.Node, path string, depth int) (*
 			if k == nil || k.Kind != yaml.ScalarNode {
 				return nil, fmt.Errorf("line %d: want a scalar key, got %s", n.Content[i].Line, yamlfile.KindName(n.Content[i]))
 			}
+			if !d.Count(k, path) {
+				return nil, nil // the key's bytes count too: the path below copies it
+			}
 			c, err := metadataChild(d, n.Content[i+1], yamlfile.Join(path, k.Value), depth)
 			if c == nil || err != nil {
 				return nil, err

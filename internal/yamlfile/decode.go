@@ -15,6 +15,19 @@ import (
 // MaxNodes bounds the values of one file, aliases expanded.
 const MaxNodes = 1 << 18
 
+// MaxValueBytes bounds the bytes of the scalars (values and field names)
+// of one file, aliases expanded: an alias is one value, but naming a
+// scalar of a megabyte in a thousand places must not make a thousand
+// copies of it (in field paths, descriptor names and messages).
+const MaxValueBytes = MaxFileSize
+
+// MaxDepth bounds how deep the values of a file are nested (a mapping's
+// field or a list's entry is one level below it, so that a descriptor
+// file's descriptors may nest 34 levels deep, each with all its fields):
+// the field path of a value grows with its depth, and aliases can nest a
+// file deeper than it is written.
+const MaxDepth = 72
+
 // Positions maps field paths ("limits[2].burst", "" for the document) to
 // the positions of the values written there.
 type Positions map[string]Pos
@@ -86,7 +99,12 @@ type Decoder struct {
 	// nodes counts the values decoded, aliases expanded: a few aliases can
 	// name a huge tree, which must not hang the decoder.
 	nodes int
-	// overflow is the problem reported when nodes passed MaxNodes.
+	// bytes counts the bytes of the scalars decoded, aliases expanded.
+	bytes int
+	// depth is how deep the value now decoded is nested.
+	depth int
+	// overflow is the problem reported when nodes passed MaxNodes or
+	// bytes MaxValueBytes.
 	overflow *Error
 	// Twice, when set, takes a field given twice in one mapping instead of
 	// refusing it: the later value is decoded over the earlier one (a
@@ -172,14 +190,33 @@ func (d *Decoder) Count(n *yaml.Node, path string) bool {
 		return false
 	}
 	if d.nodes++; d.nodes > MaxNodes {
-		d.overflow = &Error{File: d.file, Field: path,
-			Msg: fmt.Sprintf("the file has more than %d values once its aliases are expanded", MaxNodes)}
-		if n != nil {
-			d.overflow.Line, d.overflow.Column = n.Line, n.Column
-		}
+		d.tooLarge(n, path, fmt.Sprintf("the file has more than %d values once its aliases are expanded", MaxNodes))
+		return false
+	}
+	if n != nil && n.Kind == yaml.ScalarNode {
+		return d.countBytes(n, path, len(n.Value))
+	}
+	return true
+}
+
+// countBytes counts size bytes of the scalar n at path against
+// MaxValueBytes, as Count does values.
+func (d *Decoder) countBytes(n *yaml.Node, path string, size int) bool {
+	if d.overflow != nil {
+		return false
+	}
+	if d.bytes += size; d.bytes > MaxValueBytes {
+		d.tooLarge(n, path, fmt.Sprintf("the file has more than %d bytes of values once its aliases are expanded", MaxValueBytes))
 		return false
 	}
 	return true
+}
+
+func (d *Decoder) tooLarge(n *yaml.Node, path, msg string) {
+	d.overflow = &Error{File: d.file, Field: path, Msg: msg}
+	if n != nil {
+		d.overflow.Line, d.overflow.Column = n.Line, n.Column
+	}
 }
 
 // Resolve follows aliases and unwraps a document node.
@@ -230,6 +267,10 @@ func (d *Decoder) Decode(n *yaml.Node, v reflect.Value, path string) {
 	if n == nil || !d.Count(n, path) {
 		return
 	}
+	if d.depth > MaxDepth {
+		d.ErrorAt(n, path, "nested more than %d levels deep", MaxDepth)
+		return
+	}
 	d.pos[path] = Pos{n.Line, n.Column}
 	if h := d.hooks[v.Type()]; h != nil {
 		h(d, n, v, path)
@@ -265,9 +306,11 @@ func (d *Decoder) Decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		d.depth++
 		for i, c := range n.Content {
 			d.Decode(c, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
 		}
+		d.depth--
 		v.Set(s)
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
@@ -356,6 +399,9 @@ func (d *Decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			d.ErrorAt(n.Content[i], path, "want a field name, got %s", KindName(n.Content[i]))
 			continue
 		}
+		if !d.countBytes(k, path, len(k.Value)) {
+			return
+		}
 		if k.Value == "<<" {
 			d.ErrorAt(k, path, "merge keys (<<) are not supported; write the fields out")
 			continue
@@ -381,7 +427,9 @@ func (d *Decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 				Msg: "given twice: the later value is decoded over the earlier one"})
 		}
 		seen[k.Value] = true
+		d.depth++
 		d.Decode(val, v.FieldByIndex(fi.index), fp)
+		d.depth--
 	}
 }
 

@@ -11,8 +11,10 @@
 // are empty or hold more than one document. A Decoder stores the tree into
 // a struct by its yaml tags: unknown fields (with a "did you mean"
 // suggestion), fields given twice, merge keys (<<) and wrong types are
-// problems, and aliases are expanded up to MaxNodes values so
-// that a few aliases cannot name a huge tree. Hooks decode the types with a
+// problems, and aliases are expanded up to MaxNodes values and
+// MaxValueBytes bytes of scalars so that a few aliases cannot name a huge
+// tree or copy a large scalar many times; values nested deeper than
+// MaxDepth are refused. Hooks decode the types with a
 // shape of their own. The Decoder remembers where each field path
 // ("limits[2].burst") was written, so that the checks that follow decoding
 // can report their problems at the right place with Errorf.
