@@ -57,7 +57,9 @@ const (
 // breaker. Stats.BreakerOpen reports whether any breaker is open, but a
 // server's breaker that no call met for a whole Window (the server left
 // the Cluster's slot map after a failover, say) counts as closed: with so
-// few calls, each is a probe anyway. At most 256 servers get a breaker
+// few calls, each is a probe anyway; so does the shared one of such a
+// store (it opened while the slot map was not known, say, and the calls
+// now go to the servers' own). At most 256 servers get a breaker
 // of their own; past that, a new one takes the place of one that saw no
 // call for a Window, or else uses the shared breaker.
 type BreakerOptions struct {

@@ -961,7 +961,14 @@ func (l *Limiter) Stats() Stats {
 	}
 	var lk, lw int
 	var ld, lu uint64
-	bo, bn := l.parts.state(l.breaker.since())
+	now := l.breaker.since()
+	bo, bn := l.parts.state(now)
+	// With a breaker per server, the shared one judges only the calls
+	// that span servers or whose server is not known yet (a Cluster whose
+	// slot map was not read): once the servers answer and their calls go
+	// through their own breakers, nothing may come to probe it, and one
+	// that no call met for a whole window counts as closed, as a server's.
+	shared := l.breaker.open.Load() && (l.partitioner == nil || !l.breaker.forsaken(now))
 	if ls := l.leases; ls != nil {
 		ls.mu.Lock()
 		lk, ld, lw, lu = len(ls.m), ls.dropped, len(ls.back), ls.lost
@@ -985,7 +992,7 @@ func (l *Limiter) Stats() Stats {
 		SlowCalls:             l.slowCalls.Load(),
 		HardTimeouts:          l.hardTimeouts.Load(),
 		InFlight:              len(l.slots),
-		BreakerOpen:           bo || l.breaker.open.Load(),
+		BreakerOpen:           bo || shared,
 		BreakerOpens:          bn + l.breaker.opens.Load(),
 	}
 }

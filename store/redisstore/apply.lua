@@ -35,7 +35,9 @@
 -- now µs, then per request: charged (0/1; a lease: the units taken), then 6
 -- numbers per hit: allowed, remaining, retry ns, reset ns, delay ns, never
 -- (cost > capacity). A settle's hit answers found (0/1), the units free,
--- the overrun, reset ns, 0, 0. A string is cheaper for Redis to send than
+-- the overrun (at most SPAN: an actual cost near 2^63 is rounded here, and
+-- the caller works the exact overrun out from the last two), reset ns, the
+-- estimate, the excess charged. A string is cheaper for Redis to send than
 -- many integers. The common request (op 1 or 2, one hit, of a rate
 -- algorithm or a fixed window) answers in the short form instead: one byte
 -- (charged + 2·allowed + 4·never), then remaining, the wait (retry ns when
@@ -699,7 +701,11 @@ local function general()
       return d, {zkey, hkey, lease, cost, held, sum, ttl}
     end
 
-    local function write_conc(wr)
+    -- done: the named leases this request wrote already (zkey .. ' ' ..
+    -- lease), whose units the later hits of the request add to: one
+    -- limit and key twice in one reservation holds both hits' units under
+    -- the reservation's one lease, and its release frees them all.
+    local function write_conc(wr, done)
       local zkey, hkey, lease, cost, held, sum, ttl = unpack(wr)
       if lease == '0' then
         local n = 0
@@ -710,8 +716,16 @@ local function general()
         end
       end
       redis.call('ZADD', zkey, now_us + ttl / 1000, lease)
-      local total = tonumber(redis.call('HGET', hkey, 'sum') or '0') + cost - held
-      redis.call('HSET', hkey, lease, cost, 'sum', fmt(total))
+      local weight = cost
+      local total = tonumber(redis.call('HGET', hkey, 'sum') or '0') + cost
+      local id = zkey .. ' ' .. lease
+      if done[id] then
+        weight = weight + tonumber(redis.call('HGET', hkey, lease) or '0')
+      else
+        total = total - held -- a lease held before the request is replaced
+        done[id] = true
+      end
+      redis.call('HSET', hkey, lease, weight, 'sum', fmt(total))
       -- The set lives until its last lease expires, which is later than
       -- this one's when the clock stepped back.
       local top = redis.call('ZREVRANGE', zkey, 0, 0, 'WITHSCORES')
@@ -838,6 +852,7 @@ local function general()
     local charged = 0
     if op == 'c' and not denied then
       charged = 1
+      local cdone = {}
       for _, w in ipairs(writes) do
         local wr = w[2]
         if w[1] == 's' then
@@ -845,7 +860,7 @@ local function general()
         elseif w[1] == 'l' then
           M.write_log(wr)
         else
-          M.write_conc(wr)
+          M.write_conc(wr, cdone)
         end
       end
     end
@@ -1011,7 +1026,7 @@ local function general()
         else
           put(rk, '', 0) -- deleted at the end
           local est, at = struct.unpack('<dd', rec)
-          local over, free, d = 0, 0, nil
+          local over, got, free, d = 0, 0, 0, nil
           if alg == ALG.concurrency then
             if M == nil then M = more() end
             d = M.conc('r', KEYS[k], KEYS[k+1], r, 0, lease)
@@ -1020,13 +1035,14 @@ local function general()
             if actual < est then
               give_back(r, k, est - actual, at)
             elseif actual > est then
-              over = actual - est - charge_up_to(r, k, actual - est)
+              got = charge_up_to(r, k, actual - est)
+              over = math.min(actual - est - got, SPAN)
             end
             d = try(r, k, 1)
             free = d[2]
             if d[1] == 1 then free = free + 1 end
           end
-          out[#out+1] = struct.pack('<dddddd', 1, free, over, math.min(d[4], SPAN), 0, 0)
+          out[#out+1] = struct.pack('<dddddd', 1, free, over, math.min(d[4], SPAN), est, got)
         end
         k = k + nk + 1
       end

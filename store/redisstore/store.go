@@ -838,9 +838,16 @@ func (s *Store) runOpen(ctx context.Context, op scriptOp, hits []limiter.Hit, ou
 			continue
 		case opSettle:
 			// found, free units, overrun (and a reset, not answered:
-			// the stores worked it out differently, and nothing reads it)
+			// the stores worked it out differently, and nothing reads it),
+			// the estimate and the excess charged
 			if settled[i] = (limiter.Settled{}); v[0] == 1 {
-				settled[i] = limiter.Settled{Found: true, Remaining: v[1], Overrun: v[2]}
+				over := v[2]
+				if over > 0 {
+					// Exactly, from the actual cost: the script's doubles
+					// round one near the int64 bound (2^63 is no int64).
+					over = hits[i].Cost - v[4] - v[5]
+				}
+				settled[i] = limiter.Settled{Found: true, Remaining: v[1], Overrun: over}
 			}
 			continue
 		}
