@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/fields"
-	"github.com/floodgate/floodgate/limiter"
 )
 
 // Gatekeeper screens requests once they are matched, before any of their
@@ -78,7 +77,7 @@ func (g *Gateway) screen(x Exchange, st *Flow) bool {
 		return false
 	}
 	st.screened = true
-	g.obs.Rejected(limiter.FrontGateway, "", status)
+	g.rejected(st, "", status)
 	g.refusedBeforeLimit(st, status)
 	if status == http.StatusForbidden {
 		x.Answer(status, bodyForbidden, false)
@@ -109,6 +108,9 @@ func (m *Match) Exempt(all bool, names []string) {
 		out := all
 		for _, n := range names {
 			out = out || n == name
+		}
+		if m.Trace != nil {
+			m.Trace.Exempt(i, keep, out)
 		}
 		if out {
 			continue

@@ -713,7 +713,7 @@ func (g *Gateway) deny(x Exchange, st *Flow) {
 		(i >= len(res.Flags) || res.Flags[i]&limiter.Degraded == 0) {
 		st.m.RefusedBy = st.m.Limits[i].Identities
 	}
-	g.obs.Rejected(limiter.FrontGateway, rule.Name(), status)
+	g.rejected(st, rule.Name(), status)
 	if g.log.Enabled(x.Context(), slog.LevelDebug) {
 		g.log.Debug("gateway: refused", "status", status, "limit", rule.Name(), "route", st.m.Route, "path", strings.Clone(st.view.Path), "retry_after", res.RetryAfter)
 	}
@@ -739,7 +739,7 @@ func (g *Gateway) matchFailed(x Exchange, st *Flow, err error) {
 }
 
 func (g *Gateway) badRequest(x Exchange, st *Flow, why string) {
-	g.obs.Rejected(limiter.FrontGateway, "", http.StatusBadRequest)
+	g.rejected(st, "", http.StatusBadRequest)
 	if g.log.Enabled(x.Context(), slog.LevelDebug) {
 		g.log.Debug("gateway: 400", "reason", why, "path", strings.Clone(st.view.Path))
 	}
@@ -767,7 +767,7 @@ func badRequestBody(why string) []byte {
 // reject answers the Match's Reject status.
 func (g *Gateway) reject(x Exchange, st *Flow) {
 	status := st.m.Reject
-	g.obs.Rejected(limiter.FrontGateway, "", status)
+	g.rejected(st, "", status)
 	g.refusedBeforeLimit(st, status)
 	if g.log.Enabled(x.Context(), slog.LevelDebug) {
 		g.log.Debug("gateway: rejected", "status", status, "route", st.m.Route, "path", strings.Clone(st.view.Path))
@@ -779,6 +779,15 @@ func (g *Gateway) reject(x Exchange, st *Flow) {
 		x.Answer(status, bodyUnauthorized, true)
 	default:
 		x.Answer(status, bodyInternal, false)
+	}
+}
+
+// rejected counts an answer the gateway gave itself (limit names the
+// binding limit of a 429). A look (explain) is no answer served: it is
+// not counted.
+func (g *Gateway) rejected(st *Flow, limit string, status int) {
+	if !st.peek {
+		g.obs.Rejected(limiter.FrontGateway, limit, status)
 	}
 }
 
@@ -902,7 +911,7 @@ func (g *Gateway) failed(err error, x Exchange, st *Flow) (later bool) {
 	}
 	g.log.Error("gateway: engine", "err", err, "path", strings.Clone(st.view.Path))
 	if errors.Is(err, floodgate.ErrNeverFits) {
-		g.obs.Rejected(limiter.FrontGateway, "", http.StatusTooManyRequests)
+		g.rejected(st, "", http.StatusTooManyRequests)
 		x.Answer(http.StatusTooManyRequests, bodyTooMany, false)
 		return false
 	}

@@ -36,6 +36,25 @@ type Explanation struct {
 	Forbidden string
 }
 
+// Exempt follows a hit taken out of Match.Hits or moved in it: the limit
+// of hit i is exempt (out: the access list's allow entry takes it out), or
+// its hit is now at index to.
+func (e *Explanation) Exempt(i, to int, out bool) {
+	for j := range e.Limits {
+		lm := &e.Limits[j]
+		if lm.Hit != i || !lm.Matched {
+			continue
+		}
+		if out {
+			lm.Matched, lm.Hit, lm.Key = false, -1, ""
+			lm.Reason = "the client's address is on the allow list, exempt from this limit"
+		} else {
+			lm.Hit = to
+		}
+		return
+	}
+}
+
 // Explain matches r as Match does (into m, which then holds the same
 // hits) and says, for every limit of the policy in evaluation order,
 // whether it applies to r and why.

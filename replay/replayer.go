@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/floodgate/floodgate/access"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
@@ -87,7 +88,12 @@ func NewReplayer(p *policy.Policy) (*Replayer, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	srv := p.Server()
-	r.g, err = gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, gateway.EngineOptions(srv)), MethodOverride: gateway.MethodOverrideOf(srv.MethodOverride)})
+	var keeper gateway.Gatekeeper
+	if l := access.Compile(access.FileEntries(&srv.Access)); len(l.Entries()) > 0 {
+		keeper = exemptions{l}
+	}
+	r.g, err = gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, gateway.EngineOptions(srv)), MethodOverride: gateway.MethodOverrideOf(srv.MethodOverride),
+		Gatekeeper: keeper})
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("replay: %w", err)
@@ -98,6 +104,24 @@ func NewReplayer(p *policy.Policy) (*Replayer, error) {
 	r.view.Known = &r.known
 	return r, nil
 }
+
+// exemptions is the gatekeeper of a replay: an address on the policy
+// file's allow list is exempt from the limits its entry names, as the
+// gateway exempts it. The deny list and the penalty box refused requests
+// before any limit, which the log shows (Record.Refused): they are not
+// screened again.
+type exemptions struct{ l *access.List }
+
+func (e exemptions) Screen(m *gateway.Match) (int, time.Duration) {
+	if m.ClientIP.IsValid() {
+		if all, names := e.l.Exempt(m.ClientIP); all || len(names) > 0 {
+			m.Exempt(all, names)
+		}
+	}
+	return 0, 0
+}
+
+func (exemptions) Outcome(context.Context, time.Duration, *gateway.Match, bool, int) {}
 
 // Close releases the store.
 func (r *Replayer) Close() error { return r.store.Close() }

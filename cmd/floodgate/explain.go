@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/floodgate/floodgate/access"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store"
@@ -102,7 +104,8 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// server.memory.max_key_bytes is peeked at under the SHA-256 they
 	// charge it under.
 	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, gateway.EngineOptions(p.Server())),
-		Fields: gateway.FieldOptions(p.Server().Headers), MethodOverride: gateway.MethodOverrideOf(p.Server().MethodOverride)})
+		Fields: gateway.FieldOptions(p.Server().Headers), MethodOverride: gateway.MethodOverrideOf(p.Server().MethodOverride),
+		Gatekeeper: fileLists{access.Compile(access.FileEntries(&p.Server().Access))}})
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)
 	}
@@ -126,6 +129,27 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	return writeExplanation(stdout, e)
 }
+
+// fileLists screens an explained request with the policy file's access
+// lists, as floodgate serve's gatekeeper does: an address on the deny list
+// is answered 403, and one on the allow list is exempt from the limits its
+// entry names. Entries added through the admin API are a running server's
+// (POST /v1/explain), as are its bans.
+type fileLists struct{ l *access.List }
+
+func (f fileLists) Screen(m *gateway.Match) (int, time.Duration) {
+	if m.ClientIP.IsValid() {
+		if f.l.Denied(m.ClientIP) {
+			return http.StatusForbidden, 0
+		}
+		if all, names := f.l.Exempt(m.ClientIP); all || len(names) > 0 {
+			m.Exempt(all, names)
+		}
+	}
+	return 0, 0
+}
+
+func (fileLists) Outcome(context.Context, time.Duration, *gateway.Match, bool, int) {}
 
 // writeExplanation writes an explanation for a terminal.
 func writeExplanation(w io.Writer, e *gateway.Explanation) error {
