@@ -399,7 +399,9 @@ func (s *server) listen(stdout io.Writer) error {
 	s.frontLn = s.conns
 	t := s.srv.Timeouts
 	s.front = &http.Server{
-		Handler:           s.tracing.handler(g, "gateway"),
+		// A connection must begin its first request within read_header
+		// (firstrequest.go): net/http bounds no HTTP/2 connection so.
+		Handler:           firstRequestBegins(s.tracing.handler(g, "gateway")),
 		ReadHeaderTimeout: t.ReadHeader,
 		ReadTimeout:       t.Read,
 		WriteTimeout:      t.Write,
@@ -413,7 +415,8 @@ func (s *server) listen(stdout io.Writer) error {
 		ErrorLog: log.New(newStdLogWriter(s.log, time.Now), "", 0),
 		// The gateway watches a waiting request's connection for its
 		// client leaving (also as the edge engine's Fallback).
-		ConnContext: gateway.ConnContext,
+		ConnContext: boundFirstRequest(t.ReadHeader, gateway.ConnContext),
+		ConnState:   firstRequestEnds(nil),
 		// HTTP/2 with prior knowledge (h2c) is served, never mistaken for an
 		// HTTP/1 request with the method PRI and forwarded.
 		Protocols: new(http.Protocols),
