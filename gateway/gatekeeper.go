@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/floodgate/floodgate/fields"
@@ -94,6 +95,30 @@ func (g *Gateway) screen(x Exchange, st *Flow) bool {
 func (g *Gateway) outcome(x Exchange, st *Flow) {
 	status, _ := x.Answered()
 	g.keeper.Outcome(x.Context(), g.relTO, &st.m, st.refused, status)
+}
+
+// AddressList is an allow and deny list of client addresses (an
+// access.List): the addresses it refuses, and the limits an address is
+// exempt from.
+type AddressList interface {
+	Denied(a netip.Addr) bool
+	Exempt(a netip.Addr) (all bool, names []string)
+}
+
+// ScreenByList screens m by l, as every Gatekeeper with access lists does:
+// 403 when l denies the client's address and deny is set, else 0, with
+// the limits l exempts the address from taken out of m (Exempt).
+func ScreenByList(l AddressList, m *Match, deny bool) int {
+	if !m.ClientIP.IsValid() {
+		return 0
+	}
+	if deny && l.Denied(m.ClientIP) {
+		return http.StatusForbidden
+	}
+	if all, names := l.Exempt(m.ClientIP); all || len(names) > 0 {
+		m.Exempt(all, names)
+	}
+	return 0
 }
 
 // Exempt takes out of m the hits of the limits a request is exempt from:

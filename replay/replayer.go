@@ -113,12 +113,7 @@ func NewReplayer(p *policy.Policy) (*Replayer, error) {
 type exemptions struct{ l *access.List }
 
 func (e exemptions) Screen(m *gateway.Match) (int, time.Duration) {
-	if m.ClientIP.IsValid() {
-		if all, names := e.l.Exempt(m.ClientIP); all || len(names) > 0 {
-			m.Exempt(all, names)
-		}
-	}
-	return 0, 0
+	return gateway.ScreenByList(e.l, m, false), 0
 }
 
 func (exemptions) Outcome(context.Context, time.Duration, *gateway.Match, bool, int) {}

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -138,15 +137,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 type fileLists struct{ l *access.List }
 
 func (f fileLists) Screen(m *gateway.Match) (int, time.Duration) {
-	if m.ClientIP.IsValid() {
-		if f.l.Denied(m.ClientIP) {
-			return http.StatusForbidden, 0
-		}
-		if all, names := f.l.Exempt(m.ClientIP); all || len(names) > 0 {
-			m.Exempt(all, names)
-		}
-	}
-	return 0, 0
+	return gateway.ScreenByList(f.l, m, true), 0
 }
 
 func (fileLists) Outcome(context.Context, time.Duration, *gateway.Match, bool, int) {}

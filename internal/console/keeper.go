@@ -27,12 +27,9 @@ func (c *Console) Gatekeeper() *Keeper { return &Keeper{lists: c.lists, box: c.b
 
 // Screen answers for the lists and the penalty box.
 func (k *Keeper) Screen(m *gateway.Match) (int, time.Duration) {
-	if l := k.lists.List(); l != nil && m.ClientIP.IsValid() {
-		if l.Denied(m.ClientIP) {
-			return http.StatusForbidden, 0
-		}
-		if all, names := l.Exempt(m.ClientIP); all || len(names) > 0 {
-			m.Exempt(all, names)
+	if l := k.lists.List(); l != nil {
+		if status := gateway.ScreenByList(l, m, true); status != 0 {
+			return status, 0
 		}
 	}
 	if _, until, banned := k.box.Banned(m.ClientKey, m.KeyID, m.User); banned {
