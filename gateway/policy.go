@@ -261,29 +261,21 @@ type LineCounter interface {
 	Lines(name string) int
 }
 
-// manyLines reports whether h has more than one line of the field name
-// (canonical).
-func manyLines(h identity.Header, name string) bool {
+// lines counts the lines of the field name (canonical) in h, empty ones
+// among them.
+func lines(h identity.Header, name string) int {
 	switch hh := h.(type) {
 	case http.Header:
-		return len(hh[name]) > 1
+		return len(hh[name])
 	case LineCounter:
-		return hh.Lines(name) > 1
+		return hh.Lines(name)
 	}
-	return len(h.Values(name)) > 1
+	return len(h.Values(name))
 }
 
-// anyLine reports whether h has a line of the field name (canonical),
-// an empty one among them.
-func anyLine(h identity.Header, name string) bool {
-	switch hh := h.(type) {
-	case http.Header:
-		return len(hh[name]) > 0
-	case LineCounter:
-		return hh.Lines(name) > 0
-	}
-	return len(h.Values(name)) > 0
-}
+// manyLines reports whether h has more than one line of the field name
+// (canonical).
+func manyLines(h identity.Header, name string) bool { return lines(h, name) > 1 }
 
 func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 	if c := pm.current.Load(); c != nil && c.p == p {
@@ -400,7 +392,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	m.ClientIP, m.KeyID, m.User = id.ClientIP, pmm.KeyID, req.User
 	m.ClientKey, m.Plan, m.Stage, m.UserError = id.ClientKey, pmm.Plan, pmm.Stage, userError
 	m.PeerTrusted = id.PeerTrusted
-	if name := rf.resolver.UserHeader(); name != "" && !id.PeerTrusted && r.Header != nil && anyLine(r.Header, name) {
+	if name := rf.resolver.UserHeader(); name != "" && !id.PeerTrusted && r.Header != nil && lines(r.Header, name) > 0 {
 		m.UntrustedUser = name
 	}
 	m.PlanTier = pmm.PlanTier
