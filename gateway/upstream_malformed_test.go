@@ -110,3 +110,36 @@ func TestUpstreamFieldNameNotAToken(t *testing.T) {
 		}
 	})
 }
+
+// TestUpstreamSpaceBeforeColon: a field of an upstream's answer written
+// with a space before its colon (`Set-Cookie : a=b`) reaches the client
+// on the edge engine with the space removed (RFC 9112 §5.1 lets a proxy
+// mend it so) and not at all on net/http, whose transport drops it, as
+// docs/engines.md says; on neither does a field named with the space
+// reach the client, and the rest of the answer is served.
+func TestUpstreamSpaceBeforeColon(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		addr := upstreamtest.Raw(t, func(c net.Conn, req *http.Request) bool {
+			_, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nSet-Cookie : a=b\r\nX-Kept: 1\r\nContent-Length: 2\r\n\r\nok")
+			return err == nil
+		})
+		base := serveFront(t, fr, gatewayTo(t, "http://"+addr), nil)
+		resp, body, err := rawExchange(t, base, "/x")
+		if resp.StatusCode != 200 || body != "ok" || err != nil || resp.Header.Get("X-Kept") != "1" {
+			t.Fatalf("%d %q, %v, fields %v; want 200 \"ok\" with X-Kept", resp.StatusCode, body, err, resp.Header)
+		}
+		for name := range resp.Header {
+			if strings.ContainsAny(name, " \t") {
+				t.Errorf("the client got a field named %q", name)
+			}
+		}
+		want := []string(nil) // net/http drops the field
+		if fr == "edge" {
+			want = []string{"a=b"} // the edge engine mends it
+		}
+		if got := resp.Header.Values("Set-Cookie"); strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("Set-Cookie %q, want %q", got, want)
+		}
+	})
+}
