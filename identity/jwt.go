@@ -306,6 +306,23 @@ func (v *Verifier) token(h Header) string {
 	return t
 }
 
+// notCompact returns the index of the first byte of token that the JWS
+// compact serialization (RFC 7515, section 7.1: base64url segments, without
+// padding, joined by dots) has no place for, or -1. The base64 decoder
+// skips CR and LF wherever they are, so that a signature with line breaks
+// in it would verify as the one without, and any number of tokens would
+// stand for one.
+func notCompact(token string) int {
+	for i := 0; i < len(token); i++ {
+		switch c := token[i]; {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return i
+		}
+	}
+	return -1
+}
+
 // errCritical reports a token whose header has a crit parameter: it names
 // extensions the recipient must understand (RFC 7515, section 4.1.11), and
 // Floodgate understands none.
@@ -318,6 +335,10 @@ func (v *Verifier) Verify(token string) (string, error) {
 
 // VerifyAt checks a token's signature, algorithm, exp (required), nbf, iss
 // and aud at now, and returns the user claim. Reason classifies its errors.
+// A token is taken only as the JWS compact serialization writes it: a
+// segment spelled otherwise in base64url (padded, broken by line ends, or
+// with bits set past its last byte) is malformed, so that a valid token
+// has one spelling.
 func (v *Verifier) VerifyAt(token string, now time.Time) (string, error) {
 	u, _, err := v.verify(token, now)
 	return u, err
@@ -328,7 +349,17 @@ func (v *Verifier) verify(token string, now time.Time) (string, time.Time, error
 	if len(token) > maxToken {
 		return "", time.Time{}, &TokenError{Reason: ReasonTooLong, err: fmt.Errorf("identity: token longer than %d bytes", maxToken)}
 	}
+	if i := notCompact(token); i >= 0 {
+		return "", time.Time{}, &TokenError{Reason: ReasonMalformed,
+			err: fmt.Errorf("identity: token: byte %d is neither base64url nor a dot", i)}
+	}
 	opts := []jwt.ParserOption{
+		// A segment's last character carries bits past its last byte:
+		// they must be zero (RFC 4648, section 3.5), so that a signature
+		// is written one way only. Otherwise the signature of a valid
+		// token could be rewritten 4 ways (HS256) or 16 (RS256, ES256),
+		// each a token of its own to the cache of verified tokens.
+		jwt.WithStrictDecoding(),
 		jwt.WithValidMethods([]string{v.o.Alg}),
 		jwt.WithLeeway(v.o.Leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
