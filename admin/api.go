@@ -300,7 +300,12 @@ type KeyView struct {
 	Name   string `json:"name"`
 	Plan   string `json:"plan"`
 	Source string `json:"source"` // "file" or "api"
-	State  string `json:"state"`  // "active", "disabled", "revoked" or "shadowed"
+	// State is "active" (served), "disabled", "revoked", or, for a key of
+	// the API that is neither but refused on the request path since a
+	// reload: "shadowed" (a key of the file took its name), "plan_missing"
+	// (its plan is gone) or "limits_invalid" (its own rate or burst no
+	// longer makes a limit with its plan's).
+	State string `json:"state"`
 	// Secret is the key itself, only in the answer that made it.
 	Secret     string            `json:"secret,omitempty"`
 	Secrets    []keystore.Secret `json:"secrets,omitempty"`
@@ -324,6 +329,32 @@ func viewOf(r *keystore.Record) KeyView {
 	return v
 }
 
+// servedView is the view of r, a key of the API, against the policy p: a
+// key neither revoked nor disabled is "active" only when the key store
+// serves it with p, and otherwise says why it does not (keystore: a key
+// of the file took its name, or the key does not resolve against p).
+func servedView(p *policy.Policy, r *keystore.Record) KeyView {
+	v := viewOf(r)
+	if v.State != "active" {
+		return v
+	}
+	if _, ok := p.FileKey(r.Name); ok {
+		// Refused until the file lets the name go.
+		v.State = "shadowed"
+		return v
+	}
+	if _, err := p.NewKey(r.Name, r.Plan, keystore.ServingOptions(r)); errors.Is(err, policy.ErrUnknownPlan) {
+		// Refused until a reload gives the plan back.
+		v.State = "plan_missing"
+	} else if err != nil {
+		v.State = "limits_invalid"
+	}
+	return v
+}
+
+// served is servedView against the current policy.
+func (a *API) served(r *keystore.Record) KeyView { return servedView(a.o.Policy(), r) }
+
 // Keys lists every key: the file's, then the API's, each by name.
 func (a *API) Keys() []KeyView {
 	p := a.o.Policy()
@@ -333,13 +364,7 @@ func (a *API) Keys() []KeyView {
 			Secrets: []keystore.Secret{{SHA256: k.SHA256}}})
 	}
 	for _, r := range a.o.Keys.List() {
-		v := viewOf(&r)
-		if v.State == "active" && a.fileKey(r.Name) {
-			// A key of the file took its name: this one is refused
-			// (keystore) until the file lets the name go.
-			v.State = "shadowed"
-		}
-		out = append(out, v)
+		out = append(out, servedView(p, &r))
 	}
 	return out
 }
@@ -427,7 +452,7 @@ func (a *API) createKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 		detail["disabled"] = true
 	}
 	a.record(r.Context(), actor, "key.create", b.Name, detail)
-	v := viewOf(&rec)
+	v := a.served(&rec)
 	v.Secret = raw
 	return v, nil
 }
@@ -494,7 +519,7 @@ func (a *API) updateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 		return nil, err
 	}
 	a.record(r.Context(), actor, "key.update", name, detail)
-	return viewOf(&rec), nil
+	return a.served(&rec), nil
 }
 
 func (a *API) change(r *http.Request, actor, action string, f func(*keystore.Record) error, detail map[string]any) (any, error) {
@@ -507,7 +532,7 @@ func (a *API) change(r *http.Request, actor, action string, f func(*keystore.Rec
 		return nil, err
 	}
 	a.record(r.Context(), actor, action, name, detail)
-	return viewOf(&rec), nil
+	return a.served(&rec), nil
 }
 
 // revokeKey revokes a key of the API, also one a key of the file shadows
@@ -525,7 +550,7 @@ func (a *API) revokeKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 			return nil, err
 		}
 		a.record(r.Context(), actor, "key.revoke", name, map[string]any{"shadowed": true})
-		return viewOf(&rec), nil
+		return a.served(&rec), nil
 	}
 	return a.change(r, actor, "key.revoke", revoke, nil)
 }
@@ -595,7 +620,7 @@ func (a *API) rotateKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 		return nil, err
 	}
 	a.record(r.Context(), actor, "key.rotate", name, map[string]any{"overlap": overlap.String(), "sha256_prefix": rec.Secrets[0].SHA256[:12]})
-	v := viewOf(&rec)
+	v := a.served(&rec)
 	v.Secret = raw
 	return v, nil
 }

@@ -97,13 +97,15 @@ func (r *planRig) write(src string) {
 	}
 }
 
-// reload applies the policy file src, as a SIGHUP does.
+// reload applies the policy file src, as a SIGHUP does, and has the key
+// store follow it, as serve's console does on each reload.
 func (r *planRig) reload(src string) {
 	r.t.Helper()
 	r.write(src)
 	if err := r.rl.Reload(); err != nil {
 		r.t.Fatal(err)
 	}
+	r.keys.Refresh(context.Background())
 }
 
 // call makes an admin API call and decodes its answer into out (if not
