@@ -72,7 +72,9 @@ func sameRecord(cur, old *Record) (bool, error) {
 	return bytes.Equal(a, b), nil
 }
 
-// FileBackend keeps the records in a JSON file, written by atomic rename.
+// FileBackend keeps the records in a JSON file, written by atomic rename;
+// a file that is a symbolic link is written where the link leads, and the
+// link stays.
 // Its compare-and-swap holds within one process (every Store of the
 // process sharing the FileBackend); two processes writing the same file
 // are not guarded against each other.
@@ -220,7 +222,8 @@ func (b *FileBackend) versionLocked() (string, error) {
 }
 
 // writeAtomic replaces path with data, durably (a revocation confirmed
-// stays revoked across a crash), 0600: the file lists key hashes.
+// stays revoked across a crash), 0600: the file lists key hashes. A link
+// at path is followed (regfile.WriteAtomic).
 func writeAtomic(path string, data []byte) error {
 	if err := regfile.WriteAtomic(path, data, 0o600); err != nil {
 		return fmt.Errorf("keystore: write %s: %w", path, err)

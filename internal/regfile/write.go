@@ -1,10 +1,12 @@
 package regfile
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // WriteAtomic replaces the file at path with data, whole or not at all, and
@@ -13,7 +15,16 @@ import (
 // returns nil a crash or a power cut leaves data at path, never the file
 // before it (a key revoked coming back) nor a part of data. A failure
 // leaves the file at path as it was and no temporary file behind.
+//
+// A symbolic link at path (a mounted volume's, or one an operator made)
+// is followed, as reading it does: the file it leads to is replaced, its
+// new content written beside it, in its directory, and the link stays. A
+// link to nothing yet leads to the file created.
 func WriteAtomic(path string, data []byte, perm fs.FileMode) error {
+	path, err := linkTarget(path)
+	if err != nil {
+		return err
+	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -58,4 +69,49 @@ func SyncDir(dir string) error {
 		return fmt.Errorf("sync the directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// maxLinks bounds the symbolic links linkTarget follows, as the kernel
+// bounds those it follows in one path (Linux: 40).
+const maxLinks = 40
+
+// linkTarget returns the path of the file that path leads to through
+// symbolic links: path itself, with the links of its directories
+// resolved, when it is no link or names nothing yet. Each link is read
+// relative to the real directory it is in, as the kernel reads it, so
+// that a link to ../x in a directory reached through a link leads where
+// opening it does.
+func linkTarget(path string) (string, error) {
+	p := path
+	for range maxLinks {
+		dir, base := ".", p
+		if i := strings.LastIndexByte(p, filepath.Separator); i >= 0 {
+			dir, base = p[:i+1], p[i+1:]
+		}
+		realDir, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			return "", err
+		}
+		p = filepath.Join(realDir, base)
+		st, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return p, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if st.Mode()&fs.ModeSymlink == 0 {
+			return p, nil
+		}
+		to, err := os.Readlink(p)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(to) {
+			p = to
+		} else {
+			p = realDir + string(filepath.Separator) + to
+		}
+	}
+	return "", &Error{Path: path, Msg: fmt.Sprintf("more than %d symbolic links in a row", maxLinks)}
 }
