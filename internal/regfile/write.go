@@ -21,7 +21,7 @@ import (
 // new content written beside it, in its directory, and the link stays. A
 // link to nothing yet leads to the file created.
 func WriteAtomic(path string, data []byte, perm fs.FileMode) error {
-	path, err := linkTarget(path)
+	path, err := LinkTarget(path)
 	if err != nil {
 		return err
 	}
@@ -71,17 +71,17 @@ func SyncDir(dir string) error {
 	return nil
 }
 
-// maxLinks bounds the symbolic links linkTarget follows, as the kernel
+// maxLinks bounds the symbolic links LinkTarget follows, as the kernel
 // bounds those it follows in one path (Linux: 40).
 const maxLinks = 40
 
-// linkTarget returns the path of the file that path leads to through
+// LinkTarget returns the path of the file that path leads to through
 // symbolic links: path itself, with the links of its directories
 // resolved, when it is no link or names nothing yet. Each link is read
 // relative to the real directory it is in, as the kernel reads it, so
 // that a link to ../x in a directory reached through a link leads where
 // opening it does.
-func linkTarget(path string) (string, error) {
+func LinkTarget(path string) (string, error) {
 	p := path
 	for range maxLinks {
 		dir, base := ".", p

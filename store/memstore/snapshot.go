@@ -72,7 +72,8 @@ var errBadFile = errors.New("memstore: state file rejected")
 
 // Snapshot writes every live key to the state file now: to a temporary
 // file in the same directory, synced, then renamed over the state file and
-// the directory synced. It does nothing without Options.StatePath.
+// the directory synced. A state file that is a symbolic link is written
+// where the link leads, and the link stays. It does nothing without Options.StatePath.
 func (s *Store) Snapshot() error {
 	if s.opts.StatePath == "" {
 		return nil
@@ -113,7 +114,12 @@ func (s *Store) snapshotIfChanged() {
 }
 
 func (s *Store) writeSnapshot() (err error) {
-	path := s.opts.StatePath
+	// A state file that is a symbolic link is replaced where it leads,
+	// and stays a link.
+	path, err := regfile.LinkTarget(s.opts.StatePath)
+	if err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(tempPattern(path)))
 	if err != nil {
 		return err
