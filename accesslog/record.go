@@ -18,7 +18,8 @@ const (
 	// Allow: every limit allowed (the request may still have been held
 	// in a leaky queue, or refused with 403 afterwards).
 	Allow
-	// Deny: a limit refused the request (429).
+	// Deny: a limit refused the request (429, or the status its refusal
+	// sets).
 	Deny
 	// Error: the engine could not decide (a cost above a limit's
 	// capacity, a matcher error).

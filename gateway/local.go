@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
@@ -45,6 +47,10 @@ type Handled struct {
 	// Status is the gateway's own answer (429, 403, 401, 400, 404 ...), or
 	// 0 when the request went on to the upstream.
 	Status int
+	// Refused reports that the limits refused the request: Status is then
+	// the refusal's (429, or the 503 of a refusal that says so), or 429
+	// for a cost no limit could ever take (Err).
+	Refused bool
 	// Body is the body of the gateway's own answer.
 	Body []byte
 	// Fields are the response fields the answer carries (RateLimit ...).
@@ -86,7 +92,7 @@ func (g *Gateway) Handle(ctx context.Context, r *Request, o HandleOptions) *Hand
 		g.finish(x, st)
 	}
 	h := &st.handled
-	*h = Handled{Status: x.code, Body: x.body, Fields: x.fields, Forwarded: x.forwarded, Delay: x.delay,
+	*h = Handled{Status: x.code, Refused: st.refused || errors.Is(st.err, floodgate.ErrNeverFits), Body: x.body, Fields: x.fields, Forwarded: x.forwarded, Delay: x.delay,
 		Match: &st.m, Result: &st.res, Err: st.err, Held: later, g: g, st: st}
 	if len(st.m.Hits) == 0 {
 		st.res.Decisions, st.res.Flags = st.res.Decisions[:0], st.res.Flags[:0]

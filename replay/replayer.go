@@ -52,7 +52,8 @@ type Replayer struct {
 // Outcome is the replay's decision on one request. It is valid until the
 // Replayer's next call.
 type Outcome struct {
-	// Denied reports that a limit refused the request (429).
+	// Denied reports that a limit refused the request (429, or the status
+	// its refusal sets).
 	Denied bool
 	// Forbidden reports a 403: the route requires an API key the request
 	// lacks (the limits that need no key allowed it).
@@ -173,7 +174,7 @@ func (r *Replayer) peek(t int64) bool {
 	saved := r.now
 	r.now = t
 	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Peek: true})
-	denied := h.Status == http.StatusTooManyRequests
+	denied := h.Refused
 	h.Done(0)
 	r.now = saved
 	return denied
@@ -206,7 +207,7 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 		return o
 	}
 	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Hold: true})
-	*o = Outcome{Denied: h.Status == http.StatusTooManyRequests, Forbidden: h.Status == http.StatusForbidden,
+	*o = Outcome{Denied: h.Refused, Forbidden: h.Status == http.StatusForbidden,
 		Err: h.Err, Match: h.Match, Result: h.Result}
 	if !h.Held {
 		r.cur = h

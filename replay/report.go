@@ -34,9 +34,9 @@ type Report struct {
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
 	// Requests counts the requests replayed: Allowed by every limit,
-	// Denied by one (429), Forbidden for their API key (403, once the
-	// limits that need no key allowed them), and among the allowed,
-	// Unlimited ones no limit applied to.
+	// Denied by one (429, or the 503 of its refusal), Forbidden for their
+	// API key (403, once the limits that need no key allowed them), and
+	// among the allowed, Unlimited ones no limit applied to.
 	Requests  int64 `json:"requests"`
 	Allowed   int64 `json:"allowed"`
 	Denied    int64 `json:"denied"`
