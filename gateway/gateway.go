@@ -831,14 +831,19 @@ func (g *Gateway) wait(ctx context.Context, st *Flow, delay time.Duration, watch
 		t.Stop()
 		stop()
 	}
-	// The client went away before its slot: give its place back (the
-	// rate algorithms' charges are refundable; others keep theirs).
+	g.leftLeakyQueue(ctx, st)
+	return false
+}
+
+// leftLeakyQueue gives back the place in a leaky queue of a request whose
+// client went away before its place came (the rate algorithms' charges
+// are refundable; others keep theirs).
+func (g *Gateway) leftLeakyQueue(ctx context.Context, st *Flow) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
 	if err := g.engine.Refund(rctx, plainHits(st)); err != nil {
 		g.log.Warn("gateway: refund of a queued request", "err", err)
 	}
 	cancel()
-	return false
 }
 
 // renew keeps the concurrency leases of a request in flight alive: every

@@ -39,6 +39,12 @@ type HandleOptions struct {
 	// Status is the upstream's answer to a forwarded request that is not
 	// held (default 200).
 	Status int
+	// Left, when positive, is how long after its arrival the client went
+	// away unanswered (an access log's 499 and its duration): a request
+	// that a leaky queue would hold longer than that left the queue before
+	// its place came, and gives its place back, as the HTTP engines give it
+	// back; it is not forwarded. A look (Peek) ignores it.
+	Left time.Duration
 }
 
 // Handled is a request decided in process: the answer the gateway gave
@@ -80,7 +86,7 @@ type Handled struct {
 func (g *Gateway) Handle(ctx context.Context, r *Request, o HandleOptions) *Handled {
 	st := g.get()
 	x := &st.lx
-	*x = localExchange{ctx: ctx, hold: o.Hold, upstream: o.Status}
+	*x = localExchange{g: g, ctx: ctx, hold: o.Hold, upstream: o.Status, left: o.Left}
 	if x.upstream == 0 {
 		x.upstream = 200
 	}
@@ -129,6 +135,7 @@ func (h *Handled) Done(status int) {
 
 // localExchange is the exchange of a request decided in process.
 type localExchange struct {
+	g         *Gateway
 	ctx       context.Context
 	hold      bool
 	upstream  int // the upstream's answer to a request not held
@@ -138,6 +145,7 @@ type localExchange struct {
 	forwarded bool
 	delay     time.Duration
 	rec       *Recorder // a held request's reservation
+	left      time.Duration
 }
 
 func (x *localExchange) Context() context.Context { return x.ctx }
@@ -183,8 +191,13 @@ func (x *localExchange) Proxies() bool { return false }
 
 func (x *localExchange) Answered() (int, int64) { return x.code, int64(len(x.body)) }
 
-func (x *localExchange) Wait(_ context.Context, _ *Flow, delay time.Duration) bool {
+func (x *localExchange) Wait(ctx context.Context, st *Flow, delay time.Duration) bool {
 	x.delay = delay // the request's time is not the wall clock's: it goes on at once
+	if x.left > 0 && x.left < delay && !st.peek {
+		// Its client left before its place came.
+		x.g.leftLeakyQueue(ctx, st)
+		return false
+	}
 	return true
 }
 

@@ -40,7 +40,9 @@
 // (count_on) holds a reservation while the request is in flight and keeps
 // it for the statuses it counts, by the status the log shows, and
 // concurrency leases are held until the request ends (its time plus its
-// duration). Costs a request or a response tells are not in the log: a
+// duration); a request the log shows 499 that a leaky queue would hold
+// longer than its duration left the queue first, and gives its place
+// back. Costs a request or a response tells are not in the log: a
 // limit's default estimate stands for them.
 //
 // # Reports

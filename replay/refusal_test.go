@@ -20,7 +20,7 @@ import (
 // liveGateway starts a gateway of p on loopback (its routes name their
 // upstreams), on an embedded store read at the wall clock so that its
 // access log, kept in memory, has each decision's instant.
-func liveGateway(t *testing.T, p *policy.Policy) (url string, log *recordLog) {
+func liveGateway(t *testing.T, p *policy.Policy) (url string, log *recordLog, g *gateway.Gateway) {
 	t.Helper()
 	st, err := memstore.New(memstore.Options{Now: func() int64 { return time.Now().UnixNano() }, SweepInterval: -1, SnapshotInterval: -1})
 	if err != nil {
@@ -32,13 +32,13 @@ func liveGateway(t *testing.T, p *policy.Policy) (url string, log *recordLog) {
 		t.Fatal(err)
 	}
 	log = &recordLog{}
-	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, gateway.EngineOptions(p.Server())), AccessLog: log})
+	g, err = gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, gateway.EngineOptions(p.Server())), AccessLog: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(g)
 	t.Cleanup(front.Close)
-	return front.URL, log
+	return front.URL, log, g
 }
 
 // writeAccessLog writes the first n records of log as a JSON access log
@@ -62,7 +62,7 @@ func writeAccessLog(t *testing.T, log *recordLog, n int) string {
 // loopback and returns the statuses it answered and its access log.
 func liveLog(t *testing.T, p *policy.Policy, paths []string) ([]int, string) {
 	t.Helper()
-	url, log := liveGateway(t, p)
+	url, log, _ := liveGateway(t, p)
 	var codes []int
 	for i, path := range paths {
 		resp, err := http.Get(url + path)

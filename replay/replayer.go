@@ -206,7 +206,11 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 		*o = Outcome{Match: &r.none, Result: &r.noneRes}
 		return o
 	}
-	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Hold: true})
+	var left time.Duration
+	if rec.Status == statusClientGone {
+		left = rec.Duration // a request in a leaky queue may have left it
+	}
+	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Hold: true, Left: left})
 	*o = Outcome{Denied: h.Refused, Forbidden: h.Status == http.StatusForbidden,
 		Err: h.Err, Match: h.Match, Result: h.Result}
 	if !h.Held {
@@ -222,6 +226,10 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 	r.pending.push(completion{t: rec.Time + int64(rec.Duration), h: h, status: status})
 	return o
 }
+
+// statusClientGone is the status an access log gives a request whose
+// client went away unanswered.
+const statusClientGone = 499
 
 // completion is a request held until its logged end.
 type completion struct {
