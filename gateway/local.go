@@ -45,6 +45,13 @@ type HandleOptions struct {
 	// its place came, and gives its place back, as the HTTP engines give it
 	// back; it is not forwarded. A look (Peek) ignores it.
 	Left time.Duration
+	// Shed is why its route's overload control shed the request, as an
+	// access log says (ShedFull, ShedClientGone ...), for a request decided
+	// in process, which takes no place under the cap: once its limits let
+	// it through, it is shed so, its reservation given back, and when its
+	// client left the queue (ShedClientGone) its charges given back too,
+	// as the gateway gave them back. A look (Peek) ignores it.
+	Shed string
 }
 
 // Handled is a request decided in process: the answer the gateway gave
@@ -86,7 +93,7 @@ type Handled struct {
 func (g *Gateway) Handle(ctx context.Context, r *Request, o HandleOptions) *Handled {
 	st := g.get()
 	x := &st.lx
-	*x = localExchange{g: g, ctx: ctx, hold: o.Hold, upstream: o.Status, left: o.Left}
+	*x = localExchange{g: g, ctx: ctx, hold: o.Hold, upstream: o.Status, left: o.Left, shed: o.Shed}
 	if x.upstream == 0 {
 		x.upstream = 200
 	}
@@ -146,6 +153,7 @@ type localExchange struct {
 	delay     time.Duration
 	rec       *Recorder // a held request's reservation
 	left      time.Duration
+	shed      string // why the log shows it shed
 }
 
 func (x *localExchange) Context() context.Context { return x.ctx }

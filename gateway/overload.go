@@ -631,16 +631,38 @@ type clientWatcher interface {
 // hits.
 func (g *Gateway) pass(x Exchange, st *Flow, rec *Recorder, decided bool) (later bool) {
 	if o := st.m.Overload; o != nil && !st.peek {
-		if _, local := x.(*localExchange); !local && (!x.Proxies() || st.m.Upstream != nil) {
-			if !g.admit(x, st, o) {
-				if rec != nil {
-					rec.noAnswer = true // no upstream answer began: the reservation goes back
-				}
-				return false
+		lx, local := x.(*localExchange)
+		switch {
+		case local && lx.shed != "":
+			// Decided in process, it takes no place under the cap: it is
+			// shed as its log says.
+			g.shedAsLogged(x, st, o, lx.shed)
+		case !local && (!x.Proxies() || st.m.Upstream != nil):
+			if g.admit(x, st, o) {
+				return g.handOn(x, st, rec, decided)
 			}
+		default:
+			return g.handOn(x, st, rec, decided)
 		}
+		if rec != nil {
+			rec.noAnswer = true // no upstream answer began: the reservation goes back
+		}
+		return false
 	}
 	return g.handOn(x, st, rec, decided)
+}
+
+// shedAsLogged sheds a request decided in process (HandleOptions.Shed)
+// as the gateway shed it: answered 503 with its charges kept, or, when
+// its client left while it waited (ShedClientGone), answered nothing
+// with its charges given back.
+func (g *Gateway) shedAsLogged(x Exchange, st *Flow, o *policy.Overload, reason string) {
+	st.ovl.o, st.ovl.tier = o, tierOf(o, st)
+	if reason == ShedClientGone {
+		g.leftQueue(x, st)
+		return
+	}
+	g.shed(x, st, reason)
 }
 
 // admit takes a place for the request under its route's cap, waiting in

@@ -210,7 +210,7 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 	if rec.Status == statusClientGone {
 		left = rec.Duration // a request in a leaky queue may have left it
 	}
-	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Hold: true, Left: left})
+	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Hold: true, Left: left, Shed: rec.Shed})
 	*o = Outcome{Denied: h.Refused, Forbidden: h.Status == http.StatusForbidden,
 		Err: h.Err, Match: h.Match, Result: h.Result}
 	if !h.Held {
