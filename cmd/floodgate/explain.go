@@ -223,7 +223,8 @@ func stateText(s *gateway.LimitState) string {
 		return "-"
 	}
 	if !s.Allowed {
-		return fmt.Sprintf("would deny: 0 of %d left, retry after %s", s.Limit, roundShort(time.Duration(s.RetryAfter)))
+		// What is left may be less than the request costs, not nothing.
+		return fmt.Sprintf("would deny: %d of %d left, retry after %s", s.Remaining, s.Limit, roundShort(time.Duration(s.RetryAfter)))
 	}
 	t := fmt.Sprintf("would allow: %d of %d left after it", s.Remaining, s.Limit)
 	if s.ResetAfter > 0 {

@@ -66,3 +66,43 @@ limits:
 		}
 	}
 }
+
+// TestExplainTextSaysWhatIsLeft: a request that would be refused for
+// costing more than is left is explained with the units left, as its
+// RateLimit field and the JSON answer give them, not as none left.
+func TestExplainTextSaysWhatIsLeft(t *testing.T) {
+	rs := redistest.Start(t)
+	up := replayUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "policy.yaml")
+	src := fmt.Sprintf(`version: 1
+server:
+  store: redis://%s/0
+  store_timeout: 2s
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: %s}
+limits:
+  - {name: per-tenant, algorithm: fixed_window, limit: 3, window: 1h, cost: 2, key: "header:X-Tenant"}
+`, rs.Addr, up.URL)
+	if err := os.WriteFile(cfg, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	req, _ := http.NewRequest("GET", gw+"/x", nil)
+	req.Header.Set("X-Tenant", "acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %d, want 200", resp.StatusCode)
+	}
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"explain", "--config", cfg, "--store", "redis://" + rs.Addr + "/0",
+		"--path", "/x", "--header", "X-Tenant: acme"}, &out, &errb); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "would deny: 1 of 3 left") {
+		t.Fatalf("explained:\n%s\nwant the limit said to deny with 1 of 3 left", out.String())
+	}
+}
