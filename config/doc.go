@@ -8,7 +8,9 @@
 // "file:line:col: field: message", one per line. Unknown fields (with a
 // suggestion when one is close), fields given twice, YAML merge keys (<<)
 // and files whose aliases expand to more than 262,144 values are problems
-// too. The descriptor files of the rate-limit service (package rls) are
+// too, and so is a boolean that is not YAML's true or false (True, TRUE,
+// False and FALSE too), unquoted: 1, t, yes, on and "true" are refused at
+// their field. The descriptor files of the rate-limit service (package rls) are
 // read by the same decoder and report their problems in the same format.
 // The rules of a limit's parameters are those of floodgate.Limit
 // (Limit.Problems): validation picks the algorithm, fills in the defaults,

@@ -109,6 +109,10 @@ func parseFile(name string, src []byte, twice bool) (*fileSpec, *yamlfile.Decode
 	}
 	spec := &fileSpec{}
 	d := yamlfile.NewDecoder(name, hooks)
+	// envoyproxy/ratelimit reads its files with gopkg.in/yaml.v2, whose
+	// booleans include YAML 1.1's yes, no, on and off: a file it reads must
+	// read here too.
+	d.YAML11Bools = true
 	if twice {
 		d.Twice = func(at *yamlfile.Error) { warnings = append(warnings, at) }
 	}
@@ -132,7 +136,6 @@ func lenient(plain reflect.Type, warnings *yamlfile.Errors) yamlfile.Hook {
 	return func(d *yamlfile.Decoder, n *yaml.Node, v reflect.Value, path string) {
 		if n.Kind == yaml.MappingNode {
 			var kept []*yaml.Node
-			changed := false
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k := yamlfile.Resolve(n.Content[i])
 				if k != nil && k.Kind == yaml.ScalarNode && !own[k.Value] && slices.Contains(peerKeys, k.Value) {
@@ -143,20 +146,9 @@ func lenient(plain reflect.Type, warnings *yamlfile.Errors) yamlfile.Hook {
 				if kept == nil {
 					kept = make([]*yaml.Node, 0, len(n.Content))
 				}
-				v := n.Content[i+1]
-				if k != nil && boolKeys[k.Value] {
-					if b, ok := yaml11Bool(yamlfile.Resolve(v)); ok {
-						// envoyproxy/ratelimit reads YAML 1.1, whose
-						// booleans include yes, no, on and off.
-						c := *yamlfile.Resolve(v)
-						c.Value, c.Tag = strconv.FormatBool(b), "!!bool"
-						v = &c
-					}
-				}
-				kept = append(kept, n.Content[i], v)
-				changed = changed || v != n.Content[i+1]
+				kept = append(kept, n.Content[i], n.Content[i+1])
 			}
-			if changed || len(kept) != len(n.Content) {
+			if len(kept) != len(n.Content) {
 				c := *n
 				c.Content = kept
 				n = &c
@@ -164,25 +156,6 @@ func lenient(plain reflect.Type, warnings *yamlfile.Errors) yamlfile.Hook {
 		}
 		d.Decode(n, v.Addr().Convert(reflect.PointerTo(plain)).Elem(), path)
 	}
-}
-
-// boolKeys are the keys whose values are booleans.
-var boolKeys = map[string]bool{"shadow_mode": true, "quota_mode": true, "detailed_metric": true, "value_to_metric": true,
-	"share_threshold": true, "unlimited": true, "compat": true}
-
-// yaml11Bool reads the booleans that YAML 1.1 has and YAML 1.2 has not
-// (y, yes, on, n, no, off in their usual cases), written plain.
-func yaml11Bool(n *yaml.Node) (value, ok bool) {
-	if n == nil || n.Kind != yaml.ScalarNode || n.Style != 0 || n.Tag != "!!str" {
-		return false, false
-	}
-	switch n.Value {
-	case "y", "Y", "yes", "Yes", "YES", "on", "On", "ON":
-		return true, true
-	case "n", "N", "no", "No", "NO", "off", "Off", "OFF":
-		return false, true
-	}
-	return false, false
 }
 
 // decodeMetadata reads a descriptor's metadata: a mapping of any shape,
@@ -210,8 +183,10 @@ func decodeMetadata(d *yamlfile.Decoder, n *yaml.Node, v reflect.Value, path str
 // protobuf value. Aliases are followed, so each value inside n counts
 // against the values the file may have (d.Count): a few aliases can name a
 // huge tree. Once the file has too many it returns nil and d.TooLarge
-// reports it; a number without a JSON form (NaN, infinite) is reported
-// at its field by d, and nil returned.
+// reports it; a number without a JSON form (NaN, infinite) and a scalar
+// tagged !!bool that is no boolean are reported at their field by d, and
+// nil returned. Booleans are read as gopkg.in/yaml.v2 reads them
+// (yamlfile.Bool).
 func metadataValue(d *yamlfile.Decoder, n *yaml.Node, path string, depth int) (*structpb.Value, error) {
 	n = yamlfile.Resolve(n)
 	if depth > 32 {
@@ -261,13 +236,15 @@ func metadataValue(d *yamlfile.Decoder, n *yaml.Node, path string, depth int) (*
 			if i, err := strconv.ParseInt(n.Value, 0, 64); err == nil {
 				return structpb.NewNumberValue(float64(i)), nil
 			}
-		case "!!bool":
-			if b, err := strconv.ParseBool(n.Value); err == nil {
-				return structpb.NewBoolValue(b), nil
-			}
 		}
-		if b, ok := yaml11Bool(n); ok {
+		if b, ok := yamlfile.Bool(n, true); ok {
 			return structpb.NewBoolValue(b), nil
+		}
+		if n.Tag == "!!bool" {
+			// Tagged a boolean, and not one (!!bool 1): refused as
+			// gopkg.in/yaml.v2 refuses it.
+			d.ErrorAt(n, path, "want true or false (or yes, no, on, off, y, n), got %q", n.Value)
+			return nil, nil
 		}
 		return structpb.NewStringValue(n.Value), nil
 	}

@@ -84,7 +84,8 @@ type Hook func(d *Decoder, n *yaml.Node, v reflect.Value, path string)
 // "-" or no tag skips a field; ",inline" inlines a struct), recording the
 // position of every value it sees and collecting every problem instead of
 // stopping at the first. Strings take any scalar, numbers are whole
-// decimal numbers (with optional _ separators), booleans are true or false,
+// decimal numbers (with optional _ separators), booleans are true or false
+// unquoted (True, TRUE, False and FALSE too; see Bool and YAML11Bools),
 // and time.Duration values are Go durations such as 500ms or 24h. A null
 // value keeps what the field holds. A Decoder is for one file and one
 // goroutine.
@@ -106,6 +107,9 @@ type Decoder struct {
 	// overflow is the problem reported when nodes passed MaxNodes or
 	// bytes MaxValueBytes.
 	overflow *Error
+	// YAML11Bools, when set, also reads YAML 1.1's booleans (yes, no, on,
+	// off, y, n) as gopkg.in/yaml.v2 does (Bool).
+	YAML11Bools bool
 	// Twice, when set, takes a field given twice in one mapping instead of
 	// refusing it: the later value is decoded over the earlier one (a
 	// mapping's fields merge, as gopkg.in/yaml.v2 decodes them), and Twice
@@ -319,13 +323,9 @@ func (d *Decoder) Decode(n *yaml.Node, v reflect.Value, path string) {
 		}
 		v.SetString(n.Value)
 	case reflect.Bool:
-		if n.Kind != yaml.ScalarNode {
-			d.ErrorAt(n, path, "want true or false, got %s", KindName(n))
-			return
-		}
-		b, err := strconv.ParseBool(strings.ToLower(n.Value))
-		if err != nil {
-			d.ErrorAt(n, path, "want true or false, got %q", n.Value)
+		b, ok := Bool(n, d.YAML11Bools)
+		if !ok {
+			d.ErrorAt(n, path, "%s", d.boolProblem(n))
 			return
 		}
 		v.SetBool(b)
@@ -354,6 +354,62 @@ func (d *Decoder) Decode(n *yaml.Node, v reflect.Value, path string) {
 	default:
 		d.ErrorAt(n, path, "internal: cannot decode into %s", v.Type())
 	}
+}
+
+// The spellings of a boolean: YAML 1.2's core schema (as go.yaml.in/yaml/v3
+// reads it) and those that YAML 1.1 adds (as gopkg.in/yaml.v2 reads them).
+var (
+	coreBools   = map[string]bool{"true": true, "True": true, "TRUE": true, "false": false, "False": false, "FALSE": false}
+	yaml11Bools = map[string]bool{"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+		"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false}
+)
+
+// Bool reads the scalar n as a boolean: true, True, TRUE, false, False or
+// FALSE written plain (YAML 1.2's core schema), or tagged !!bool. With
+// yaml11 it also reads YAML 1.1's y, yes, on, n, no and off (each
+// lowercase, capitalised or uppercase) written plain or tagged !!bool, as
+// gopkg.in/yaml.v2 reads a bool. Anything else is not a boolean: a quoted
+// "true" is a string, 1 a number, and t or tRuE a string, as both YAML
+// libraries read them.
+func Bool(n *yaml.Node, yaml11 bool) (value, ok bool) {
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return false, false
+	}
+	switch {
+	case n.Tag == "!!bool":
+		// Plain true and false resolve to !!bool, and so does any scalar
+		// with an explicit !!bool tag, quoted or not.
+	case yaml11 && n.Tag == "!!str" && n.Style == 0:
+		// YAML 1.2 resolves a plain yes to a string; YAML 1.1 to true.
+	default:
+		return false, false
+	}
+	if b, ok := coreBools[n.Value]; ok {
+		return b, true
+	}
+	if b, ok := yaml11Bools[n.Value]; ok && yaml11 {
+		return b, true
+	}
+	return false, false
+}
+
+// boolProblem says why n, not a boolean, was refused where one belongs.
+func (d *Decoder) boolProblem(n *yaml.Node) string {
+	want := "want true or false"
+	if d.YAML11Bools {
+		want += " (or yes, no, on, off, y, n)"
+	}
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Sprintf("%s, got %s", want, KindName(n))
+	}
+	if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+		plain := *n
+		plain.Style, plain.Tag = 0, "!!bool"
+		if _, ok := Bool(&plain, d.YAML11Bools); ok {
+			return fmt.Sprintf("%s, got the quoted string %q: a boolean is written without quotes", want, n.Value)
+		}
+	}
+	return fmt.Sprintf("%s, got %q", want, n.Value)
 }
 
 // fieldInfo is one YAML key of a struct, possibly inside an inlined struct.
