@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/tlsfile"
+	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/rls"
 	"github.com/floodgate/floodgate/store"
 )
@@ -137,6 +138,18 @@ func (r *envReader) dur(name string, def time.Duration) time.Duration {
 	return d
 }
 
+// positiveDur reads a duration that, when set, must be positive: 0 or a
+// negative value is refused, saying why the bound it sets must stay,
+// rather than replaced by a default without a word.
+func (r *envReader) positiveDur(name string, def time.Duration, example, why string) time.Duration {
+	v, set := r.get(name)
+	d := r.dur(name, def)
+	if set && d <= 0 && r.err == nil {
+		r.err = fmt.Errorf("rls: %s=%q: want a positive duration such as %s: %s", name, v, example, why)
+	}
+	return d
+}
+
 func (r *envReader) float(name string, def float64) float64 {
 	v, ok := r.get(name)
 	if !ok {
@@ -217,14 +230,12 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	e.grpcAddr = net.JoinHostPort(r.str("GRPC_HOST", "0.0.0.0"), strconv.Itoa(r.int("GRPC_PORT", 8081)))
 	e.grpcUDS = r.str("GRPC_UDS", "")
 	e.maxConnAge = r.dur("GRPC_MAX_CONNECTION_AGE", 24*time.Hour)
-	e.maxConnAgeGrace = r.dur("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour)
+	e.maxConnAgeGrace = r.positiveDur("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour, "1h",
+		"it bounds how long the calls in flight keep a connection open past its age (gRPC reads 0 as no bound)")
 	// gRPC adds a jitter of ±10% to the age, drawn at each connection: a
 	// negative age, or one under 10ns, would end the process there.
 	if (e.maxConnAge < 0 || e.maxConnAge > 0 && e.maxConnAge < rls.MinConnectionAge) && r.err == nil {
 		r.err = fmt.Errorf("rls: GRPC_MAX_CONNECTION_AGE=%v: want 0 (none) or at least %v", e.maxConnAge, rls.MinConnectionAge)
-	}
-	if e.maxConnAgeGrace < 0 && r.err == nil {
-		r.err = fmt.Errorf("rls: GRPC_MAX_CONNECTION_AGE_GRACE=%v: want a duration that is not negative", e.maxConnAgeGrace)
 	}
 	e.grpcTLS = r.bool("GRPC_SERVER_USE_TLS", false)
 	e.tlsCert, e.tlsKey = r.str("GRPC_SERVER_TLS_CERT", ""), r.str("GRPC_SERVER_TLS_KEY", "")
@@ -285,7 +296,8 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 		re.auth = r.str(prefix+"AUTH", "")
 		re.sentinelAuth = r.str(sentinelAuth, "")
 		re.tls = r.bool(prefix+"TLS", false)
-		re.timeout = r.dur(prefix+"TIMEOUT", 10*time.Second)
+		re.timeout = r.positiveDur(prefix+"TIMEOUT", 10*time.Second, "10s",
+			"it bounds connecting to Redis and each write to it, and Floodgate keeps a bound on every call to Redis (envoyproxy/ratelimit reads 0 as no timeout)")
 		re.window = r.dur(prefix+"PIPELINE_WINDOW", 0)
 		if re.socket != "tcp" && re.socket != "unix" && r.err == nil {
 			r.err = fmt.Errorf("rls: %sSOCKET_TYPE=%q: want tcp or unix", prefix, re.socket)
@@ -305,7 +317,8 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	}
 	e.prefix = r.str("CACHE_KEY_PREFIX", "")
 	e.jitter = int64(r.int("EXPIRATION_JITTER_MAX_SECONDS", 300))
-	e.storeTimeout = r.dur("FLOODGATE_STORE_TIMEOUT", 0)
+	e.storeTimeout = r.positiveDur("FLOODGATE_STORE_TIMEOUT", 0, limiter.DefaultTimeout.String(),
+		"it is the deadline of each store call, past which on_failure decides (as server.store_timeout, which must be positive too)")
 	e.heapReserveMiB = r.int("FLOODGATE_HEAP_RESERVE_MIB", DefaultHeapReserveMiB)
 	if (e.heapReserveMiB < 0 || e.heapReserveMiB > 4096) && r.err == nil {
 		r.err = fmt.Errorf("rls: FLOODGATE_HEAP_RESERVE_MIB=%d: want 0 (none) to 4096", e.heapReserveMiB)
@@ -339,7 +352,7 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	e.disableStats = r.bool("DISABLE_STATS", false)
 	sd := &Statsd{Network: strings.ToLower(r.str("STATSD_PROTOCOL", "tcp")),
 		Addr:     net.JoinHostPort(r.str("STATSD_HOST", "localhost"), strconv.Itoa(r.int("STATSD_PORT", 8125))),
-		Interval: r.dur("STATS_FLUSH_INTERVAL", 10*time.Second)}
+		Interval: r.positiveDur("STATS_FLUSH_INTERVAL", 10*time.Second, "10s", "it is the time between two flushes of the statistics")}
 	// As there, one sink: statsd unless the statistics are off or go to
 	// Prometheus (envoyproxy/ratelimit refuses to start with both).
 	if r.bool("USE_STATSD", true) && !e.disableStats && !e.usePrometheus {
@@ -353,9 +366,6 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 		if e.statsd != nil && r.err == nil {
 			r.err = fmt.Errorf("rls: STATSD_PROTOCOL=%q: want tcp or udp (or tcp4, tcp6, udp4, udp6)", sd.Network)
 		}
-	}
-	if sd.Interval <= 0 && r.err == nil {
-		r.err = fmt.Errorf("rls: STATS_FLUSH_INTERVAL=%v: want a positive duration", sd.Interval)
 	}
 	if r.err != nil {
 		return nil, nil, r.err

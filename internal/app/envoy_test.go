@@ -121,6 +121,10 @@ func TestRLSEnvRefusesWhatCannotWork(t *testing.T) {
 		"FLOODGATE_HEAP_RESERVE_MIB=-1":   "want 0 (none) to 4096",
 		"FLOODGATE_HEAP_RESERVE_MIB=9000": "want 0 (none) to 4096",
 		"FLOODGATE_HEAP_RESERVE_MIB=32M":  "want a whole number",
+		"REDIS_TIMEOUT=0":                 `REDIS_TIMEOUT="0": want a positive duration such as 10s`,
+		"FLOODGATE_STORE_TIMEOUT=-1ms":    `FLOODGATE_STORE_TIMEOUT="-1ms": want a positive duration such as 250ms`,
+		"GRPC_MAX_CONNECTION_AGE_GRACE=0": `GRPC_MAX_CONNECTION_AGE_GRACE="0": want a positive duration`,
+		"STATS_FLUSH_INTERVAL=0s":         `STATS_FLUSH_INTERVAL="0s": want a positive duration`,
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		_, _, err := readRLSEnv(envOf(map[string]string{k: v}))
