@@ -580,6 +580,77 @@ func TestChartPodDisruptionBudgetLetsADrainThrough(t *testing.T) {
 	}
 }
 
+// TestChartPodDisruptionBudgetPercentages: Kubernetes' disruption
+// controller scales a percentage of minAvailable or maxUnavailable against
+// the pods and rounds it up (intstr.GetScaledValueFromIntOrPercent with
+// roundUp true, called here as the controller calls it), so minAvailable
+// 70% of 2 pods keeps both, and no eviction can pass. The chart rendered
+// such budgets (only 100% was refused), and maxUnavailable 00%, which
+// lets none go. Every percentage must render exactly when the controller
+// would let a pod go, counted on replicaCount or, with an autoscaler, its
+// minReplicas (its fewest pods, where a percentage leaves the least room).
+func TestChartPodDisruptionBudgetPercentages(t *testing.T) {
+	redis := "\nstore: {type: redis, redis: {url: \"" + redisURL + "\"}}"
+	blocks := func(field string, pct, pods int) (bool, int) {
+		v := intstr.FromString(fmt.Sprintf("%d%%", pct))
+		n, err := intstr.GetScaledValueFromIntOrPercent(&v, pods, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if field == "minAvailable" {
+			return n >= pods, n
+		}
+		return n < 1, n
+	}
+	for _, c := range []struct {
+		field, scale string
+		pods         int
+		pcts         []int
+	}{
+		{"minAvailable", "replicaCount: 2", 2, []int{1, 49, 50, 51, 70, 99}},
+		{"minAvailable", "replicaCount: 3", 3, []int{33, 34, 66, 67, 70, 90}},
+		{"minAvailable", "replicaCount: 4", 4, []int{70, 75, 76}},
+		{"minAvailable", "replicaCount: 10", 10, []int{90, 91, 99}},
+		{"minAvailable", "autoscaling: {enabled: true, minReplicas: 2, maxReplicas: 10}", 2, []int{50, 51, 70}},
+		{"minAvailable", "autoscaling: {enabled: true, minReplicas: 4, maxReplicas: 10}", 4, []int{70, 76}},
+		{"maxUnavailable", "replicaCount: 2", 2, []int{0, 1, 49}},
+		{"maxUnavailable", "replicaCount: 10", 10, []int{0, 1, 9, 10}},
+	} {
+		for _, pct := range c.pcts {
+			v := fmt.Sprintf("mode: gateway\n%s\npodDisruptionBudget: {%s: \"%d%%\"}%s%s", c.scale, c.field, pct, redis, policy)
+			blocked, n := blocks(c.field, pct, c.pods)
+			o, _, err := renderErr(values(t, v))
+			switch {
+			case blocked && err == nil:
+				t.Errorf("%s %d%% with %s (%d of %d pods by Kubernetes' rounding): rendered, though no eviction could pass",
+					c.field, pct, c.scale, n, c.pods)
+			case blocked && !strings.Contains(err.Error(), fmt.Sprintf("podDisruptionBudget.%s %d%% of %d pods", c.field, pct, c.pods)):
+				t.Errorf("%s %d%% with %s: %v, want an error naming the value and the pods", c.field, pct, c.scale, err)
+			case !blocked && err != nil:
+				t.Errorf("%s %d%% with %s (%d of %d pods): %v, want it rendered", c.field, pct, c.scale, n, c.pods, err)
+			case !blocked:
+				if pdbs := decodeAll(t, o).pdbs; len(pdbs) != 1 {
+					t.Errorf("%s %d%% with %s: %d PodDisruptionBudgets", c.field, pct, c.scale, len(pdbs))
+				}
+			}
+		}
+	}
+	// 70% of two pods is both of them, said in the message.
+	_, _, err := renderErr(values(t, "mode: gateway\nreplicaCount: 2\npodDisruptionBudget: {minAvailable: \"70%\"}"+redis+policy))
+	if want := "podDisruptionBudget.minAvailable 70% of 2 pods keeps 2 available (Kubernetes rounds a percentage up)"; err == nil ||
+		!strings.Contains(err.Error(), want) {
+		t.Errorf("minAvailable 70%% of 2 pods: %v, want %q", err, want)
+	}
+	// Spellings of 0% are 0%; a percentage Kubernetes cannot read is refused
+	// by the schema rather than rendered.
+	for _, v := range []string{`maxUnavailable: "00%"`, `maxUnavailable: "0.5%"`, `minAvailable: "70"`, `minAvailable: -1`} {
+		if _, _, err := renderErr(values(t, "mode: gateway\nreplicaCount: 2\npodDisruptionBudget: {"+v+"}"+redis+policy)); err == nil ||
+			!strings.Contains(err.Error(), "podDisruptionBudget") {
+			t.Errorf("%s: %v, want an error naming podDisruptionBudget", v, err)
+		}
+	}
+}
+
 // TestChartRefusesValuesThatCannotWork renders values that would make pods
 // that cannot start, or a deployment that admits more than its limits: the
 // rendering fails with a message naming the value.
