@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -73,6 +74,15 @@ type redisEnv struct {
 	skipVerify         bool
 	timeout            time.Duration
 	window             time.Duration
+
+	// fromURLs says that url's addresses were given as redis:// URLs
+	// (peerURLs), which are reached over TCP whatever socket says; db
+	// is the database number one of them selects ("" for none), and
+	// urlUser and urlPass the credentials they hold, for the servers or,
+	// behind sentinels, for the sentinels.
+	fromURLs         bool
+	db               string
+	urlUser, urlPass string
 }
 
 // EnvoyNote is a variable that floodgate rls does not honour: unsupported
@@ -305,6 +315,9 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 		if re.typ != "single" && re.typ != "sentinel" && re.typ != "cluster" && r.err == nil {
 			r.err = fmt.Errorf("rls: %sTYPE=%q: want single, sentinel or cluster", prefix, re.typ)
 		}
+		if err := re.peerURLs(prefix); err != nil && r.err == nil {
+			r.err = err
+		}
 		if re.tls && r.err == nil {
 			r.err = tlsContradiction(prefix, &re)
 		}
@@ -488,16 +501,17 @@ func redisStore(re *redisEnv, prefix string) (Store, error) {
 			return Store{}, err
 		}
 	}
-	user, pass := "", re.auth
-	if u, p, ok := strings.Cut(re.auth, ":"); ok {
-		user, pass = u, p
-	}
+	user, pass := authOf(re.auth)
 	o := store.Options{Prefix: prefix, DialTimeout: re.timeout, WriteTimeout: re.timeout, TLS: tc, MaxFlushDelay: re.window}
-	if re.sentinelAuth != "" {
-		o.SentinelUsername, o.SentinelPassword = "", re.sentinelAuth
-		if u, p, ok := strings.Cut(re.sentinelAuth, ":"); ok {
-			o.SentinelUsername, o.SentinelPassword = u, p
-		}
+	o.SentinelUsername, o.SentinelPassword = authOf(re.sentinelAuth)
+	// As envoyproxy/ratelimit's Redis client: the user name and the
+	// password of the URLs stand in for those the variable leaves out,
+	// each on its own; behind sentinels the URLs are the sentinels'.
+	if re.typ == "sentinel" {
+		o.SentinelUsername = cmp.Or(o.SentinelUsername, re.urlUser)
+		o.SentinelPassword = cmp.Or(o.SentinelPassword, re.urlPass)
+	} else {
+		user, pass = cmp.Or(user, re.urlUser), cmp.Or(pass, re.urlPass)
 	}
 	u, err := redisURL(re, user, pass)
 	if err != nil {
@@ -506,11 +520,83 @@ func redisStore(re *redisEnv, prefix string) (Store, error) {
 	return Store{URL: u, Options: o}, nil
 }
 
+// authOf splits REDIS_AUTH's "user:password" (or "password" alone), as
+// envoyproxy/ratelimit does.
+func authOf(auth string) (user, pass string) {
+	if u, p, ok := strings.Cut(auth, ":"); ok {
+		return u, p
+	}
+	return "", auth
+}
+
+// peerURLs reads the addresses of REDIS_URL given as redis:// URLs as
+// envoyproxy/ratelimit's Redis client reads them, in place of host:port:
+// each becomes its host and port, reached over TCP; the user name and
+// password of its user information (or of its username and password
+// parameters) stand in for those REDIS_AUTH leaves out (behind sentinels,
+// REDIS_SENTINEL_AUTH), and a single instance's database number (its
+// path, or its db parameter) is selected. REDIS_TLS applies to them as to
+// any address. Floodgate's own URLs (rediss://, redis+cluster:// ...) are
+// left whole, as redisURL takes them; a sentinel's master name is not an
+// address. The URL is not repeated in an error: it may hold a password.
+func (re *redisEnv) peerURLs(prefix string) error {
+	addrs := strings.Split(re.url, ",")
+	first := 0
+	if re.typ == "sentinel" {
+		first = 1 // the master's name
+	}
+	for _, a := range addrs {
+		if strings.Contains(a, "://") && !strings.HasPrefix(a, "redis://") {
+			return nil // a URL of Floodgate's own, or another: taken whole
+		}
+	}
+	for i := first; i < len(addrs); i++ {
+		a := addrs[i]
+		if !strings.HasPrefix(a, "redis://") {
+			continue
+		}
+		u, err := url.Parse(a)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("rls: %sURL: address %d is not a redis:// URL that can be read (want redis://[user:password@]host:port[/db])", prefix, i+1)
+		}
+		q := u.Query()
+		user, pass := q.Get("username"), q.Get("password")
+		if n := u.User.Username(); n != "" {
+			user = n
+		}
+		if p, ok := u.User.Password(); ok {
+			pass = p
+		}
+		if re.urlUser == "" && re.urlPass == "" {
+			re.urlUser, re.urlPass = user, pass
+		}
+		db := q.Get("db")
+		if u.Path != "" && u.Path != "/" {
+			db = u.Path[1:]
+		}
+		if db != "" && re.typ == "single" {
+			if n, err := strconv.Atoi(db); err != nil || n < 0 {
+				return fmt.Errorf("rls: %sURL: database %q is not a number", prefix, db)
+			}
+			re.db = db
+		}
+		addrs[i] = u.Host
+		re.fromURLs = true
+	}
+	if re.fromURLs {
+		re.url = strings.Join(addrs, ",")
+	}
+	return nil
+}
+
 // tlsContradiction says why a Redis deployment asked for TLS cannot have
-// it, or nil: a URL given whole with a plain scheme, or a single instance
-// on a Unix socket (Redis serves TLS over TCP only). The URL itself is not
-// repeated: it may hold a password.
+// it, or nil: a URL of Floodgate's own given whole with a plain scheme, or
+// a single instance on a Unix socket (Redis serves TLS over TCP only). The
+// URL itself is not repeated: it may hold a password.
 func tlsContradiction(prefix string, re *redisEnv) error {
+	if re.fromURLs {
+		return nil // redis:// URLs as envoyproxy/ratelimit reads them: TCP, with REDIS_TLS's TLS
+	}
 	if scheme, _, ok := strings.Cut(re.url, "://"); ok {
 		if !strings.HasPrefix(strings.ToLower(scheme), "rediss") {
 			return fmt.Errorf("rls: %sTLS=true, but %sURL is a %s:// URL, which speaks without TLS: give its rediss form", prefix, prefix, scheme)
@@ -524,8 +610,9 @@ func tlsContradiction(prefix string, re *redisEnv) error {
 }
 
 // redisURL turns REDIS_URL and REDIS_TYPE into a store URL: host:port for
-// a single instance (or a redis:// URL, kept as given), "master,h1:p1,..."
-// for sentinels, "h1:p1,h2:p2,..." for a cluster.
+// a single instance (or a URL of Floodgate's own, kept as given),
+// "master,h1:p1,..." for sentinels, "h1:p1,h2:p2,..." for a cluster; the
+// addresses of redis:// URLs as peerURLs left them.
 func redisURL(re *redisEnv, user, pass string) (string, error) {
 	if strings.Contains(re.url, "://") {
 		return re.url, nil
@@ -534,7 +621,7 @@ func redisURL(re *redisEnv, user, pass string) (string, error) {
 	if pass != "" {
 		userinfo = url.PathEscape(user) + ":" + url.PathEscape(pass) + "@"
 	}
-	if re.socket == "unix" && re.typ == "single" {
+	if re.socket == "unix" && re.typ == "single" && !re.fromURLs {
 		path, err := filepath.Abs(re.url)
 		if err != nil {
 			return "", fmt.Errorf("rls: REDIS_URL=%q: %w", re.url, err)
@@ -557,6 +644,9 @@ func redisURL(re *redisEnv, user, pass string) (string, error) {
 	}
 	if len(hosts) != 1 {
 		return "", fmt.Errorf("rls: REDIS_URL=%q: a single instance has one address", re.url)
+	}
+	if re.db != "" {
+		return scheme + "://" + userinfo + re.url + "/" + re.db, nil
 	}
 	return scheme + "://" + userinfo + re.url, nil
 }

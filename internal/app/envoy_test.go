@@ -146,7 +146,7 @@ func TestRLSEnvTLSOnlyWhereItCanBe(t *testing.T) {
 	}{
 		{map[string]string{"REDIS_TLS": "true"}, "REDIS_TLS=true with REDIS_SOCKET_TYPE=unix (the default): Redis serves TLS over TCP only"},
 		{map[string]string{"REDIS_TLS": "true", "REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis.sock"}, "set REDIS_SOCKET_TYPE=tcp"},
-		{map[string]string{"REDIS_TLS": "true", "REDIS_URL": "redis://u:s3cret@cache:6379"}, "REDIS_URL is a redis:// URL, which speaks without TLS"},
+		{map[string]string{"REDIS_TLS": "true", "REDIS_URL": "redis+sentinel://u:s3cret@s1/m"}, "REDIS_URL is a redis+sentinel:// URL, which speaks without TLS"},
 		{map[string]string{"REDIS_TLS": "true", "REDIS_URL": "redis+cluster://cache:7000"}, "give its rediss form"},
 		{map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TLS": "true", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "cache:6379"},
 			"REDIS_PERSECOND_TLS=true with REDIS_PERSECOND_SOCKET_TYPE=unix"},
@@ -164,6 +164,65 @@ func TestRLSEnvTLSOnlyWhereItCanBe(t *testing.T) {
 			t.Errorf("%v: %v, want %q", list, err, c.want)
 		case err != nil && strings.Contains(err.Error(), "s3cret"):
 			t.Errorf("%v: the error repeats the password: %v", list, err)
+		}
+	}
+}
+
+// TestRLSEnvReadsRedisURLsAsEnvoyproxyRatelimit: envoyproxy/ratelimit's
+// Redis client (radix) takes a redis:// URL in place of each host:port of
+// REDIS_URL, and applies REDIS_AUTH and REDIS_TLS to it as to any
+// address: REDIS_AUTH's user name and password win, each on its own, over
+// the URL's; REDIS_TLS dials TLS to its host; its path (or db parameter)
+// selects a database; behind sentinels the URLs' credentials are the
+// sentinels'. Run by hand, the peer served with REDIS_URL=redis://host:port
+// and REDIS_AUTH=pw on a Redis with requirepass, and with REDIS_TLS=true
+// on a Redis TLS port; floodgate rls dropped REDIS_AUTH (its start
+// failed with NOAUTH) and refused REDIS_TLS ("REDIS_URL is a redis:// URL,
+// which speaks without TLS").
+func TestRLSEnvReadsRedisURLsAsEnvoyproxyRatelimit(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env                    map[string]string
+		url, sentUser, sentPwd string
+	}{
+		{map[string]string{"REDIS_URL": "redis://cache:6379", "REDIS_AUTH": "pw"}, "redis://:pw@cache:6379", "", ""},
+		{map[string]string{"REDIS_URL": "redis://cache:6379", "REDIS_AUTH": "app:pw", "REDIS_TLS": "true"}, "rediss://app:pw@cache:6379", "", ""},
+		{map[string]string{"REDIS_URL": "redis://u:old@cache:6379/2", "REDIS_AUTH": "new"}, "redis://u:new@cache:6379/2", "", ""},
+		{map[string]string{"REDIS_URL": "redis://u:p%40ss@cache:6379?db=3"}, "redis://u:p@ss@cache:6379/3", "", ""},
+		{map[string]string{"REDIS_URL": "redis://cache:6379?password=qp&username=qu"}, "redis://qu:qp@cache:6379", "", ""},
+		{map[string]string{"REDIS_URL": "redis://cache:6379", "REDIS_SOCKET_TYPE": "tcp"}, "redis://cache:6379", "", ""},
+		{map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "redis://:pw@a:7000,redis://:pw@b:7000", "REDIS_TLS": "true"},
+			"rediss+cluster://:pw@a:7000,b:7000", "", ""},
+		{map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,redis://su:sp@s1:26379,redis://su:sp@s2:26379", "REDIS_AUTH": "pw"},
+			"redis+sentinel://:pw@s1:26379,s2:26379/mymaster", "su", "sp"},
+		{map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,redis://:sp@s1:26379", "REDIS_SENTINEL_AUTH": "given"},
+			"redis+sentinel://s1:26379/mymaster", "", "given"},
+		// Floodgate's own URLs are taken whole, as before.
+		{map[string]string{"REDIS_URL": "rediss://u:p@cache:6380/1", "REDIS_AUTH": "ignored"}, "rediss://u:p@cache:6380/1", "", ""},
+		{map[string]string{"REDIS_URL": "redis+cluster://a:7000,b:7000"}, "redis+cluster://a:7000,b:7000", "", ""},
+	} {
+		_, list := envOf(c.env)
+		e, err := ReadEnvoy(envOf(c.env))
+		if err != nil {
+			t.Errorf("%v: %v", list, err)
+			continue
+		}
+		st := e.Settings.Store
+		if st.URL != c.url || st.Options.SentinelUsername != c.sentUser || st.Options.SentinelPassword != c.sentPwd {
+			t.Errorf("%v: store %s, sentinels %q:%q; want %s, %q:%q", list, st.URL, st.Options.SentinelUsername,
+				st.Options.SentinelPassword, c.url, c.sentUser, c.sentPwd)
+		}
+		if (st.Options.TLS != nil) != (c.env["REDIS_TLS"] == "true") {
+			t.Errorf("%v: TLS configuration %v, want one with REDIS_TLS=true only", list, st.Options.TLS != nil)
+		}
+	}
+	for env, want := range map[string]string{
+		"redis://cache:6379/x":   `database "x" is not a number`,
+		"redis://u:s3cret@%zz/0": "address 1 is not a redis:// URL that can be read",
+	} {
+		_, err := ReadEnvoy(envOf(map[string]string{"REDIS_URL": env}))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("REDIS_URL=%s: %v, want %q without the password", env, err, want)
 		}
 	}
 }
