@@ -43,7 +43,7 @@ type WatchOptions struct {
 // times and contents; never while a file is being written. That also follows the symbolic-link swaps with
 // which Kubernetes updates mounted ConfigMaps, the way
 // envoyproxy/ratelimit deployments usually ship their files. A configuration that does not load
-// is logged once and the running one stays. Counters of limits that did
+// is logged once, as an error, and the running one stays. Counters of limits that did
 // not change carry over. Logs name each version by the first 12
 // hexadecimal digits of its SHA-256.
 func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions) {
@@ -77,7 +77,7 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 			}
 			cfg, err := build(v, opts.Load)
 			if err != nil {
-				log.Warn("rls: configuration not reloaded; the running one stays", "sha256", v.Short(), "err", err)
+				log.Error("rls: configuration not reloaded; the running one stays", "sha256", v.Short(), "err", err)
 			} else {
 				svc.SetConfig(cfg)
 				log.Info("rls: configuration reloaded", "sha256", v.Short(), "domains", strings.Join(cfg.Domains(), ","))
@@ -88,7 +88,7 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 			if !errors.Is(err, ErrConfig) {
 				err = fmt.Errorf("%w: %w", ErrConfig, err)
 			}
-			log.Warn("rls: configuration not reloaded; the running one stays", "err", err)
+			log.Error("rls: configuration not reloaded; the running one stays", "err", err)
 			report(err)
 		},
 	})
