@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -275,6 +276,15 @@ type LoadOptions struct {
 	// Compat puts every domain in the compatibility mode (see package
 	// doc), as a file does for its own domain with "compat: true".
 	Compat bool
+	// App, when set, reads of each directory path only what
+	// envoyproxy/ratelimit reads there as the files of its
+	// RUNTIME_APPDIRECTORY when it watches RUNTIME_ROOT
+	// (RUNTIME_WATCH_ROOT=true): it names the files by their paths with
+	// '.' for '/' and takes those starting with App and a dot, so the
+	// directory named App and every file or directory whose name starts
+	// with App and a dot ("config.yaml" and "config.d/" beside "config/").
+	// A directory with none of them is reported as App missing.
+	App string
 }
 
 // configError is what Load and Parse return: every problem of the files,
@@ -372,17 +382,81 @@ func configFiles(paths []string, opts LoadOptions) ([]string, yamlfile.Errors) {
 			files = append(files, p)
 			continue
 		}
+		if opts.App != "" {
+			files, errs = appFiles(p, opts, files, errs)
+			continue
+		}
 		files, errs = dirFiles(p, opts, files, errs)
 	}
 	return files, errs
 }
 
-// dirFiles appends the files of the directory dir that Load reads.
-func dirFiles(dir string, opts LoadOptions, files []string, errs yamlfile.Errors) ([]string, yamlfile.Errors) {
+// appFiles appends the files of the directory dir that Load reads with
+// opts.App: those of the directory named App (or a link to one), and of
+// every file or directory whose name starts with App and a dot.
+func appFiles(dir string, opts LoadOptions, files []string, errs yamlfile.Errors) ([]string, yamlfile.Errors) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return files, append(errs, unreadable(dir, err))
+	}
+	found := false
+	for _, e := range ents {
+		name := e.Name()
+		if name != opts.App && !strings.HasPrefix(name, opts.App+".") {
+			continue
+		}
+		if !opts.DotFiles && strings.HasPrefix(name, ".") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		st, err := os.Stat(path)
+		switch {
+		case err != nil:
+			continue // a link to nothing, as dirFiles skips one
+		case st.IsDir():
+			found = true
+			if name == opts.App || opts.Recursive {
+				files, errs = dirFiles(path, opts, files, errs)
+			}
+		case name != opts.App && st.Mode().IsRegular():
+			// A file named App alone is no file of App's: its name has
+			// no dot after App.
+			found = true
+			if opts.takes(name) {
+				files = append(files, path)
+			}
+		}
+	}
+	if !found {
+		_, err := os.Stat(filepath.Join(dir, opts.App))
+		if err == nil {
+			err = syscall.ENOTDIR
+		}
+		errs = append(errs, unreadable(filepath.Join(dir, opts.App), err))
+	}
+	return files, errs
+}
+
+// takes says whether a directory's file of this name is read: any, with
+// AllFiles, else one with an extension of Extensions.
+func (opts LoadOptions) takes(name string) bool {
+	if opts.AllFiles {
+		return true
+	}
 	exts := opts.Extensions
 	if exts == nil {
 		exts = []string{".yaml", ".yml"}
 	}
+	for _, x := range exts {
+		if strings.EqualFold(filepath.Ext(name), x) {
+			return true
+		}
+	}
+	return false
+}
+
+// dirFiles appends the files of the directory dir that Load reads.
+func dirFiles(dir string, opts LoadOptions, files []string, errs yamlfile.Errors) ([]string, yamlfile.Errors) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return files, append(errs, unreadable(dir, err))
@@ -407,15 +481,8 @@ func dirFiles(dir string, opts LoadOptions, files []string, errs yamlfile.Errors
 		case !t.IsRegular():
 			continue
 		}
-		if opts.AllFiles {
+		if opts.takes(e.Name()) {
 			files = append(files, path)
-			continue
-		}
-		for _, x := range exts {
-			if strings.EqualFold(filepath.Ext(e.Name()), x) {
-				files = append(files, path)
-				break
-			}
 		}
 	}
 	return files, errs

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/floodgate/floodgate/internal/app"
 	"github.com/floodgate/floodgate/rls"
@@ -108,6 +109,10 @@ func rlsCheck(env *app.Envoy, stdout io.Writer) error {
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stdout, "warning:", w)
 	}
-	fmt.Fprintf(stdout, "%s: %d domains: %v\n", set.Paths[0], len(cfg.Domains()), cfg.Domains())
+	where := set.Paths[0]
+	if app := set.Load.App; app != "" {
+		where = filepath.Join(where, app) + " (and " + app + ".* beside it)"
+	}
+	fmt.Fprintf(stdout, "%s: %d domains: %v\n", where, len(cfg.Domains()), cfg.Domains())
 	return nil
 }

@@ -40,7 +40,9 @@ type rlsEnv struct {
 	// RUNTIME_SUBDIRECTORY is empty: no configuration, as there).
 	configDir string
 	// dirMustExist stops the start when configDir does not exist
-	// (RUNTIME_WATCH_ROOT=false).
+	// (RUNTIME_WATCH_ROOT=false); without it (RUNTIME_WATCH_ROOT=true)
+	// the files are those envoyproxy/ratelimit reads then, of
+	// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY (rls.LoadOptions.App).
 	dirMustExist bool
 	load         rls.LoadOptions
 
@@ -456,6 +458,13 @@ func (e *rlsEnv) settings() (*Settings, error) {
 	if e.configDir != "" {
 		r.Paths = []string{e.configDir}
 		r.PathsMustExist = e.dirMustExist
+		if !e.dirMustExist {
+			// Watching the root, envoyproxy/ratelimit reads the files of
+			// ROOT/SUBDIRECTORY named APPDIRECTORY.*: those of the
+			// directory APPDIRECTORY, and config.yaml or config.d/ beside it.
+			r.Paths = []string{filepath.Dir(e.configDir)}
+			r.Load.App = filepath.Base(e.configDir)
+		}
 	}
 	if !e.disableStats {
 		r.Stats = &rls.StatsOptions{NearLimitRatio: e.nearRatio, ConstLabels: e.extraTags, ResponseTimeMilliseconds: e.promMillis,
