@@ -323,6 +323,8 @@ type Timeouts struct {
 	// Write bounds writing a response from the end of its request's
 	// headers (default 0: none, so that long downloads and event streams
 	// work; the upstream timeouts still bound the wait for an upstream).
+	// A request a leaky queue would hold past it is refused at once (429),
+	// not forwarded when its answer can no longer be written.
 	Write time.Duration `yaml:"write"`
 	// Idle closes a kept-alive connection idle for this long (default
 	// 120s).

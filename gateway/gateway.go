@@ -622,11 +622,19 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 		}
 		return false
 	}
-	if res.Delay > 0 && !x.Wait(ctx, st, res.Delay) {
-		if reserved {
-			g.cancelReservation(ctx, st) // the client went away while queued
+	if res.Delay > 0 {
+		if over := pastWriteDeadline(st, res.Delay); over >= 0 {
+			// Its place in the queue comes when its answer can no
+			// longer be written: refused now, as by a full queue.
+			g.refuseQueued(x, st, reserved, over)
+			return false
 		}
-		return false
+		if !x.Wait(ctx, st, res.Delay) {
+			if reserved {
+				g.cancelReservation(ctx, st) // the client went away while queued
+			}
+			return false
+		}
 	}
 	st.out = g.render(st, false)
 	x.SetFields(st.out)
@@ -836,14 +844,64 @@ func (g *Gateway) wait(ctx context.Context, st *Flow, delay time.Duration, watch
 }
 
 // leftLeakyQueue gives back the place in a leaky queue of a request whose
-// client went away before its place came (the rate algorithms' charges
-// are refundable; others keep theirs).
+// client went away before its place came.
 func (g *Gateway) leftLeakyQueue(ctx context.Context, st *Flow) {
+	g.refund(ctx, st, "gateway: refund of a queued request")
+}
+
+// refund gives back what st's hits were charged, other than a
+// reservation's, for a request that will not go ahead after all (its
+// client left while it waited, or its wait would outlast its write
+// deadline): the rate algorithms' charges are refundable, others keep
+// theirs. what says which in the log line of a refund that fails.
+func (g *Gateway) refund(ctx context.Context, st *Flow, what string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
 	if err := g.engine.Refund(rctx, plainHits(st)); err != nil {
-		g.log.Warn("gateway: refund of a queued request", "err", err)
+		g.log.Warn(what, "err", err)
 	}
 	cancel()
+}
+
+// pastWriteDeadline returns by how much a wait of delay from now ends
+// after the write deadline of st's request (Request.WriteDeadline), or a
+// negative duration when it ends before it, or the request has none.
+func pastWriteDeadline(st *Flow, delay time.Duration) time.Duration {
+	if st.view.WriteDeadline.IsZero() {
+		return -1
+	}
+	return delay - time.Until(st.view.WriteDeadline)
+}
+
+// refuseQueued answers 429 a request a leaky queue let through with a
+// delay that ends over past its write deadline: held that long, it would
+// reach the upstream (which would do its work) when its answer can no
+// longer be written. It is answered at once as a full queue answers it
+// (deny, Retry-After the time after which its wait would end within a
+// write timeout), and charged as such a refusal: its charges are given
+// back as for a client that leaves while queued (its reservation in
+// full), and its leases when it finishes.
+func (g *Gateway) refuseQueued(x Exchange, st *Flow, reserved bool, over time.Duration) {
+	ctx := x.Context()
+	g.refund(ctx, st, "gateway: refund of a request refused for its wait in a queue")
+	if reserved {
+		g.cancelReservation(ctx, st)
+	}
+	res := &st.res
+	b := -1 // the queue that holds it longest binds
+	for i := range st.m.Hits {
+		d := &res.Decisions[i]
+		if res.Flags[i]&limiter.Shadow == 0 && d.Delay > 0 && (b < 0 || d.Delay > res.Decisions[b].Delay) {
+			b = i
+		}
+	}
+	over = max(over, time.Nanosecond)
+	if b >= 0 {
+		d := &res.Decisions[b]
+		d.Allowed, d.Delay, d.RetryAfter = false, 0, over
+		res.Binding = b
+	}
+	res.Allowed, res.Delay, res.RetryAfter = false, 0, over
+	g.deny(x, st)
 }
 
 // renew keeps the concurrency leases of a request in flight alive: every

@@ -50,6 +50,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		x.w = &x.aw
 	}
 	st.view.from(r)
+	st.view.WriteDeadline = writeDeadlineOf(r.Context())
 	if next == nil && len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
 		// A request with a chunked body may have carried a Content-Length
 		// too, which net/http drops: a proxy in front that framed it by

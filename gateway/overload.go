@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -823,11 +822,7 @@ func (g *Gateway) leftQueue(x Exchange, st *Flow) {
 		return
 	}
 	ctx := x.Context()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
-	if err := g.engine.Refund(rctx, plainHits(st)); err != nil {
-		g.log.Warn("gateway: refund of a request that left the overload queue", "err", err)
-	}
-	cancel()
+	g.refund(ctx, st, "gateway: refund of a request that left the overload queue")
 	if st.reserved {
 		st.reserved = false
 		g.cancelReservation(ctx, st)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/gateway"
-	"github.com/floodgate/floodgate/gateway/edge"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -52,23 +51,9 @@ func TestLeakyQueueDelayPastWriteTimeoutAlike(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch engine {
-		case "net/http":
-			srv := &http.Server{Handler: g, WriteTimeout: write}
-			go func() { _ = srv.Serve(ln) }()
-			t.Cleanup(func() { _ = srv.Close() })
-		case "edge":
-			e := edge.New(g, edge.Options{WriteTimeout: write, Fallback: &http.Server{Handler: g}})
-			done := make(chan error, 1)
-			go func() { done <- e.Serve(ln) }()
-			t.Cleanup(func() { _ = e.Close(); <-done })
-		}
+		addr := strings.TrimPrefix(serveWithWriteTimeout(t, engine, g, nil, write), "http://")
 		ask := func() string {
-			c, err := net.Dial("tcp", ln.Addr().String())
+			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}

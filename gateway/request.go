@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
+	"time"
 
 	"github.com/floodgate/floodgate/identity"
 )
@@ -46,6 +48,13 @@ type Request struct {
 	// NoOverride is set by an engine that saw every field name and no
 	// method override header among them.
 	NoOverride bool
+	// WriteDeadline is when the request's answer must be written by, as
+	// the engine serving it counts its server's write timeout
+	// (server.timeouts.write, from the end of the request's headers); the
+	// zero time for none. Past it the answer can no longer reach the
+	// client: a request whose place in a leaky queue would come then is
+	// refused at once (429) instead of being held and forwarded.
+	WriteDeadline time.Time
 }
 
 // Known is what is already known of who sent a request. Each field left
@@ -82,6 +91,18 @@ func RequestOf(r *http.Request) *Request {
 func (v *Request) from(r *http.Request) {
 	*v = Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Proto: r.Proto,
 		Peer: identity.ParsePeer(r.RemoteAddr), Header: r.Header, HTTP: r}
+}
+
+// writeDeadlineOf returns when the answer to r must be written by: its
+// server's WriteTimeout from now (a handler starts once its request's
+// headers are read, when net/http starts the timeout, for HTTP/1 as for
+// an HTTP/2 stream), or the zero time when its server has none or is not
+// known.
+func writeDeadlineOf(ctx context.Context) time.Time {
+	if srv, ok := ctx.Value(http.ServerContextKey).(*http.Server); ok && srv.WriteTimeout > 0 {
+		return time.Now().Add(srv.WriteTimeout)
+	}
+	return time.Time{}
 }
 
 // header returns the first value of a field (its name canonical).

@@ -551,6 +551,7 @@ func (e *Engine) serveRequest(ctx *fasthttp.RequestCtx, noOverride bool) {
 	}
 	if c, ok := ctx.Conn().(*conn); ok {
 		v.Peer, v.PeerText = c.peer()
+		v.WriteDeadline = c.wEnd // the flow holds no request in a queue past it
 	} else {
 		v.Peer = peerOf(ctx.RemoteAddr())
 	}
