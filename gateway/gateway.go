@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -908,6 +909,16 @@ func (g *Gateway) refuseQueued(x Exchange, st *Flow, reserved bool, over time.Du
 // third of the shortest lease lifetime it extends them, so that a slow
 // request (a slow client body, a slow upstream) never loses its slot while
 // it is still being served. It returns the function that stops it.
+//
+// A lease the store let expire (renewals kept from it longer than the
+// lease's lifetime, by an outage) is taken again by the next renewal,
+// under its own ID, when the limit has room. When another request took
+// the slot meanwhile, the request runs on over its limit: the loss is
+// logged and counted (LeaseObserver) once, and each later renewal tries
+// to take the slot again, so that it holds one again as soon as one is
+// free. The request is not cut: it was admitted, its upstream may be
+// doing its work, and the gateway has no way to end a request in flight
+// of its own accord; the excess lasts until it ends.
 func (g *Gateway) renew(ctx context.Context, leases []limiter.Hit) (stop func()) {
 	ttl := time.Duration(0)
 	for i := range leases {
@@ -922,10 +933,11 @@ func (g *Gateway) renew(ctx context.Context, leases []limiter.Hit) (stop func())
 	every := max(ttl/3, time.Millisecond)
 	// mu is held by a renewal while it runs, so that stop waits for it:
 	// after stop the leases (the request's scratch space) are not read.
-	var mu sync.Mutex // guards stopped and t
+	var mu sync.Mutex // guards stopped, t and lost
 	stopped := false
 	var t *time.Timer
-	mu.Lock() // t is set before the first renewal reads it
+	var lost []bool // by lease: lost, and not taken again since
+	mu.Lock()       // t is set before the first renewal reads it
 	defer mu.Unlock()
 	t = time.AfterFunc(every, func() {
 		mu.Lock()
@@ -934,10 +946,18 @@ func (g *Gateway) renew(ctx context.Context, leases []limiter.Hit) (stop func())
 			return
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(g.relTO, every))
-		if err := g.engine.Renew(rctx, leases); err != nil {
-			g.log.Warn("gateway: renewal of concurrency leases", "err", err, "leases", len(leases))
-		}
+		err := g.engine.Renew(rctx, leases)
 		cancel()
+		if ll, ok := errors.AsType[*limiter.LeaseLostError](err); ok {
+			if lost == nil {
+				lost = make([]bool, len(leases))
+			}
+			lost = g.leasesLost(leases, lost, ll.Lost)
+		} else if err != nil {
+			g.log.Warn("gateway: renewal of concurrency leases", "err", err, "leases", len(leases))
+		} else if lost != nil {
+			lost = g.leasesLost(leases, lost, nil)
+		}
 		t.Reset(every)
 	})
 	return func() {
@@ -946,6 +966,39 @@ func (g *Gateway) renew(ctx context.Context, leases []limiter.Hit) (stop func())
 		t.Stop()
 		mu.Unlock()
 	}
+}
+
+// leasesLost notes a renewal of leases that lost those at the indexes
+// now (the others were renewed): a lease newly lost is logged and counted,
+// one lost before and renewed now has its slot again. It returns lost,
+// which says, by lease, which are lost after it.
+func (g *Gateway) leasesLost(leases []limiter.Hit, lost []bool, now []int) []bool {
+	for i := range leases {
+		gone := slices.Contains(now, i)
+		switch {
+		case gone && !lost[i]:
+			name := leases[i].Rule.Name()
+			g.log.Warn("gateway: a request in flight lost its concurrency slot: its lease expired while the store was out of reach, "+
+				"and another request took the slot; it runs on over the limit", "limit", name)
+			if lo, ok := g.obs.(LeaseObserver); ok {
+				lo.LeaseLost(name)
+			}
+		case !gone && lost[i]:
+			g.log.Info("gateway: a request in flight took its lost concurrency slot again", "limit", leases[i].Rule.Name())
+		}
+		lost[i] = gone
+	}
+	return lost
+}
+
+// LeaseObserver is an Observer that is also told of the concurrency slots
+// requests in flight lose (*metrics.Metrics is one): a lease that expired
+// before its renewal reached the store (an outage longer than the limit's
+// lease_ttl), whose slot another request took meanwhile. The request runs
+// on over its limit until it ends or takes a slot again. Its method is
+// called off the request path, at most once per lease lost.
+type LeaseObserver interface {
+	LeaseLost(limit string)
 }
 
 // release gives back concurrency leases; it runs deferred, so it happens

@@ -19,7 +19,9 @@ type Engine interface {
 	// Release ends the concurrency leases of hits as Decide filled them in.
 	Release(ctx context.Context, hits []Hit) error
 	// Renew extends the concurrency leases of hits, for a request still in
-	// flight as its leases near their expiry.
+	// flight as its leases near their expiry; a lease that expired takes
+	// its slot again where the limit has room, and an error wrapping
+	// ErrLeaseLost (a *LeaseLostError) names those that could not.
 	Renew(ctx context.Context, hits []Hit) error
 	// Refund gives back what Decide charged for hits, for a request that
 	// will not go ahead after all (a queued client that went away).

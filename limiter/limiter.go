@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -343,10 +344,14 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 
 // Renew extends the concurrency leases of hits (as Decide filled them in)
 // by their rules' lease lifetimes, for a request still in flight: a lease
-// is re-acquired under its own ID, so it never takes a second slot. Other
+// is re-acquired under its own ID, so it never takes a second slot, and a
+// lease that expired meanwhile (its renewals kept from the store longer
+// than its lifetime) takes its slot again when the limit has room. Other
 // hits are ignored. Renewing is not a decision and is not reported to the
 // Observer. An error means the store could not be told; the lease then
-// ends at its old expiry.
+// ends at its old expiry. A *LeaseLostError (ErrLeaseLost) names the
+// leases that expired and whose limit had no room to take them again
+// (another request took the slot): the others were renewed.
 func (l *Limiter) Renew(ctx context.Context, hits []Hit) error {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
@@ -361,12 +366,94 @@ func (l *Limiter) Renew(ctx context.Context, hits []Hit) error {
 	}
 	var err error
 	if len(leases) > 0 {
-		err = l.giveBack(ctx, opCharge, leases, sc.outFor(len(leases)), nil)
+		out := sc.outFor(len(leases))
+		err = l.giveBack(ctx, opCharge, leases, out, nil)
+		if err == nil && !allAllowed(out) {
+			err = l.renewLost(ctx, hits, leases, out)
+		}
 	}
 	clear(leases)
 	sc.localHits = leases[:0]
 	return err
 }
+
+// allAllowed reports whether every decision allowed.
+func allAllowed(out []floodgate.Decision) bool {
+	for i := range out {
+		if !out[i].Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// renewLost ends a renewal some of whose leases were refused (out, as
+// the store decided leases, a subset of hits): those are lost, and since
+// a charge is all or nothing the others are renewed again without them,
+// until the store takes what is left. It returns the *LeaseLostError.
+func (l *Limiter) renewLost(ctx context.Context, hits, leases []Hit, out []floodgate.Decision) error {
+	lost := &LeaseLostError{}
+	for {
+		var v Verdict
+		keep := 0
+		for i := range leases {
+			v.Add(&leases[i], out[i].Allowed)
+			if out[i].Allowed {
+				leases[keep] = leases[i]
+				keep++
+				continue
+			}
+			if !leases[i].Rule.Shadow() { // a shadow limit's lease stops nothing
+				lost.Lost = append(lost.Lost, indexOfLease(hits, &leases[i]))
+			}
+		}
+		if !v.Refused() || keep == 0 || keep == len(leases) {
+			break // the store charged those that allowed, or there are none
+		}
+		clear(leases[keep:])
+		leases, out = leases[:keep], out[:keep]
+		if err := l.giveBack(ctx, opCharge, leases, out, nil); err != nil {
+			return err
+		}
+	}
+	if len(lost.Lost) == 0 {
+		return nil
+	}
+	slices.Sort(lost.Lost)
+	return lost
+}
+
+// indexOfLease returns the index in hits of the concurrency hit holding
+// h's lease.
+func indexOfLease(hits []Hit, h *Hit) int {
+	for i := range hits {
+		if hits[i].Lease == h.Lease && hits[i].Rule == h.Rule && hits[i].Key == h.Key {
+			return i
+		}
+	}
+	return -1
+}
+
+// ErrLeaseLost reports that a request in flight lost a concurrency lease:
+// it expired before a renewal reached the store (a store outage longer
+// than the limit's lease_ttl), and when the renewal came the limit had no
+// room to take the slot again, another request holding it.
+var ErrLeaseLost = errors.New("limiter: concurrency lease lost")
+
+// LeaseLostError is Renew's error when some leases were lost
+// (ErrLeaseLost); the others were renewed.
+type LeaseLostError struct {
+	// Lost holds the indexes, in the hits given to Renew, of the leases
+	// lost, in order.
+	Lost []int
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("limiter: renew: %d concurrency lease(s) lost: expired, and the slot taken meanwhile", len(e.Lost))
+}
+
+// Unwrap returns ErrLeaseLost.
+func (e *LeaseLostError) Unwrap() error { return ErrLeaseLost }
 
 // Refund gives back what Check charged for hits, for a request that will
 // not go ahead after all (a queued request whose client went away). Only

@@ -77,6 +77,7 @@ const OtherTenant = "_other"
 //	floodgate_rejections_total{front_end,limit,code}          answers of a front end itself: 429 per binding limit, 401 and 403 (limit "")
 //	floodgate_upstream_responses_total{route,code}            the gateway's upstream statuses (code 0: unreachable; InvalidStatus: not three digits)
 //	floodgate_queue_length{limit}                             requests waiting in a leaky queue
+//	floodgate_concurrency_leases_lost_total{limit}            concurrency slots requests in flight lost (expired in an outage, taken meanwhile)
 //	floodgate_invalid_tokens_total{reason}                    presented tokens that did not verify
 //	floodgate_overload_limit{route}                           a route's cap on requests in flight (fixed or adaptive)
 //	floodgate_overload_inflight{route}                        requests forwarded under it and not answered
@@ -96,6 +97,7 @@ type Metrics struct {
 	upstream  *prometheus.CounterVec
 	queue     *prometheus.GaugeVec
 	tokens    *prometheus.CounterVec
+	lost      *prometheus.CounterVec
 
 	// The families of the vectors above whose series count per CPU
 	// (percpu.go).
@@ -205,6 +207,10 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Name: "floodgate_invalid_tokens_total",
 			Help: "Presented tokens that did not verify, by reason.",
 		}, []string{"reason"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_concurrency_leases_lost_total",
+			Help: "Concurrency slots that requests in flight lost: their lease expired before a renewal reached the store (an outage longer than lease_ttl), and another request took the slot meanwhile, so the limit was exceeded until they ended or took a slot again.",
+		}, []string{"limit"}),
 		maxLimits: opts.MaxLimits,
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_overload_shed_total",
@@ -225,7 +231,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	m.decisionsF, m.nearF, m.rejectedF, m.latencyF = newFamily(m.decisions), newFamily(m.near), newFamily(m.rejected), newFamily(m.latency)
 	m.upstreamF = newFamily(m.upstream)
-	for _, c := range []prometheus.Collector{m.decisionsF, m.degraded, m.nearF, m.latencyF, m.rejectedF, m.upstreamF, m.queue, m.tokens,
+	for _, c := range []prometheus.Collector{m.decisionsF, m.degraded, m.nearF, m.latencyF, m.rejectedF, m.upstreamF, m.queue, m.tokens, m.lost,
 		m.shed, m.shedTenant, &m.overload} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -417,6 +423,12 @@ func (m *Metrics) Rejected(front limiter.FrontEnd, limit string, status int) {
 // Queued moves a leaky queue's length. Leaky queues are the gateway's:
 // limit is a name from the policy file.
 func (m *Metrics) Queued(limit string, delta int) { m.series(limit, true).queue.Add(float64(delta)) }
+
+// LeaseLost counts a concurrency slot a request in flight lost (the
+// gateway's LeaseObserver). Such limits are the gateway's: limit is a
+// name from the policy file. The series of a limit appears at its first
+// loss.
+func (m *Metrics) LeaseLost(limit string) { m.lost.WithLabelValues(limit).Inc() }
 
 // InvalidStatus is the code label of an upstream status that is not
 // three digits: an HTTP/2 upstream's :status is any integer it sends.

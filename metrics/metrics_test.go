@@ -139,6 +139,7 @@ func TestFrontEndAnswers(t *testing.T) {
 	m.Upstream("r", 502)
 	m.Queued("q", 1)
 	m.InvalidToken("expired")
+	m.LeaseLost("c")
 	for _, c := range []struct {
 		metric string
 		labels promtest.Labels
@@ -150,6 +151,7 @@ func TestFrontEndAnswers(t *testing.T) {
 		{"floodgate_upstream_responses_total", promtest.Labels{"route": "r", "code": "502"}, 2},
 		{"floodgate_queue_length", promtest.Labels{"limit": "q"}, 1},
 		{"floodgate_invalid_tokens_total", promtest.Labels{"reason": "expired"}, 1},
+		{"floodgate_concurrency_leases_lost_total", promtest.Labels{"limit": "c"}, 1},
 	} {
 		if got := promtest.Value(t, reg, c.metric, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.metric, c.labels, got, c.want)
