@@ -71,3 +71,50 @@ func TestKeyOfAGonePlanCanBeDisabledAndRotated(t *testing.T) {
 		t.Error("the secret rotated out while its plan was gone works again once the plan is back")
 	}
 }
+
+// TestKeyOfAGonePlanServedOnceThePlanIsBack: a key whose plan a reload
+// removed is served by the first request after a reload that gives the
+// plan back, before the store's next refresh, as every other key is
+// resolved on the spot against a policy newer than the store's view.
+func TestKeyOfAGonePlanServedOnceThePlanIsBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	polPath := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(polPath, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := policy.NewReloader(policy.ReloaderOptions{Path: polPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := New(ctx, Options{Backend: NewFileBackend(filepath.Join(dir, "keys.json")), Policy: r.Policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _, err := s.Create(ctx, "partner", "gold", policy.KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reload := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(polPath, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload(strings.ReplaceAll(testPolicy, "  - {name: gold, rate: 20, burst: 20, quota: {limit: 1000, period: DAY}}\n", ""))
+	s.Refresh(ctx)
+	if k := lookup(s, r.Policy(), raw); k != nil {
+		t.Fatal("a key whose plan is gone is served")
+	}
+	reload(testPolicy) // no refresh: the next request is the first to see it
+	if k := lookup(s, r.Policy(), raw); k == nil || k.Name() != "partner" {
+		t.Fatalf("first request after the plan came back: %v, want the key served", k)
+	}
+	if k := s.LookupKeyName(r.Policy(), "partner"); k == nil {
+		t.Fatal("by name, after the plan came back: not served")
+	}
+}

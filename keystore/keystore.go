@@ -225,7 +225,9 @@ func (s *Store) rebuildChanged(prev map[string]Record) {
 }
 
 // enter adds the key r to sn, a snapshot being built, when it is active
-// and file (the policy file has a key of its name) is false.
+// and file (the policy file has a key of its name) is false; a key that
+// does not resolve against the snapshot's policy (its plan gone, its own
+// limits no longer valid with the plan's) is added unresolved.
 func (s *Store) enter(sn *snapshot, r Record, file bool) {
 	if !r.Active() {
 		return
@@ -236,8 +238,11 @@ func (s *Store) enter(sn *snapshot, r Record, file bool) {
 	}
 	k, err := sn.pol.NewKey(r.Name, r.Plan, ServingOptions(&r))
 	if err != nil {
+		// Kept unresolved (refused while the view's policy holds): a
+		// reload that makes it usable again serves it from the first
+		// request, resolved on the spot as every key is then.
 		s.log.Warn("keystore: key not usable with this policy", "key", r.Name, "err", err)
-		return
+		k = nil
 	}
 	sn.byName[r.Name] = &entry{rec: &r, key: k}
 	for _, sec := range r.Secrets {
