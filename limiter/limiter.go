@@ -203,7 +203,13 @@ func (l *Limiter) retryUnreleased() {
 	}()
 }
 
-// New returns a limiter over store.
+// ErrNoStore reports a call to a Limiter that New was given no store for:
+// it decides nothing, and never falls back to failure policies for want
+// of a store (a FailOpen rule would allow every request).
+var ErrNoStore = errors.New("limiter: no store: New was given a nil Store")
+
+// New returns a limiter over store. A nil store makes a Limiter whose
+// every call returns ErrNoStore.
 func New(store Store, opts Options) *Limiter {
 	l := &Limiter{store: store, opts: opts, timeout: opts.Timeout, closedWait: opts.ClosedRetryAfter, log: opts.Logger}
 	l.releaser, _ = store.(Releaser)
@@ -287,8 +293,17 @@ func (l *Limiter) Peek(ctx context.Context, hits []Hit) (Result, error) {
 // A cost below 1 is floodgate.ErrInvalidCost and a cost above a rule's
 // capacity floodgate.ErrNeverFits (such a request can never pass; there is
 // no RetryAfter). A failing store is not an error: its hits are decided by
-// their failure policies and flagged Degraded.
+// their failure policies and flagged Degraded. A nil req or res is an
+// error, and so is every call to a Limiter made without a store
+// (ErrNoStore): nothing is decided then.
 func (l *Limiter) Decide(ctx context.Context, req *Request, res *Result) error {
+	if req == nil || res == nil {
+		return errors.New("limiter: decide: nil Request or Result")
+	}
+	if l.store == nil {
+		res.reset(len(req.Hits))
+		return ErrNoStore
+	}
 	o := opCharge
 	if req.Peek {
 		o = opPeek
@@ -308,6 +323,9 @@ func (l *Limiter) Decide(ctx context.Context, req *Request, res *Result) error {
 // store call that went unanswered are released so too: no caller releases
 // a refused request.
 func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
+	if l.store == nil {
+		return ErrNoStore
+	}
 	for i := range hits {
 		if hits[i].Rule == nil {
 			return fmt.Errorf("limiter: hit %d has no rule", i)
@@ -353,6 +371,9 @@ func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
 // leases that expired and whose limit had no room to take them again
 // (another request took the slot): the others were renewed.
 func (l *Limiter) Renew(ctx context.Context, hits []Hit) error {
+	if l.store == nil {
+		return ErrNoStore
+	}
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
 	leases := sc.localHits[:0]
@@ -464,6 +485,9 @@ func (e *LeaseLostError) Unwrap() error { return ErrLeaseLost }
 // the store failed are not given back, and an error means the store could
 // not be told: the units then come back as time passes.
 func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
+	if l.store == nil {
+		return ErrNoStore
+	}
 	for i := range hits {
 		if hits[i].Rule == nil {
 			return fmt.Errorf("limiter: hit %d has no rule", i)
@@ -726,6 +750,13 @@ var ErrReservationUnknown = errors.New("limiter: reservation unknown: settled al
 // could not be told; the reservation then settles at its estimate when
 // its TTL passes.
 func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res *Result) error {
+	if req == nil || res == nil {
+		return errors.New("limiter: settle: nil Request or Result")
+	}
+	if l.store == nil {
+		res.reset(len(req.Hits))
+		return ErrNoStore
+	}
 	hits := req.Hits
 	if len(actual) != len(hits) {
 		return fmt.Errorf("limiter: settle: %d actual costs for %d hits", len(actual), len(hits))

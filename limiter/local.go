@@ -100,6 +100,9 @@ func (l *Limiter) localRule(r *Rule) *Rule {
 // divided by instances (algo.SplitLimit), each at least 1 where r's is.
 // Durations, periods and the other settings stay as they are.
 func SplitRule(r *Rule, instances int) (*Rule, error) {
+	if r == nil {
+		return nil, fmt.Errorf("limiter: split: nil rule")
+	}
 	split := func(v int64) int64 {
 		if v <= 0 {
 			return v
