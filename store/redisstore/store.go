@@ -124,6 +124,8 @@ type Store struct {
 	lazy *lazyClient
 
 	evict evictionCheck
+
+	closeOnce sync.Once // Close runs once
 }
 
 // New connects to the Redis named by opts.URL. A deployment that cannot
@@ -318,8 +320,12 @@ func (s *Store) Mode() Mode { return s.mode }
 // Close waits for refunds and batches in flight and closes the
 // connections. It stops making the client of a deployment that has not
 // answered yet (see New), and waits for an attempt under way, whose dials
-// it ends.
-func (s *Store) Close() {
+// it ends. Closing a closed store does nothing; a closed store answers
+// every call with an error.
+func (s *Store) Close() { s.closeOnce.Do(s.close) }
+
+// close is Close, run once.
+func (s *Store) close() {
 	if s.lazy != nil {
 		// After this, the eviction watch (started once the client is
 		// made) is started or never will be.
