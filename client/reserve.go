@@ -179,7 +179,11 @@ func (r *Reservation) SettleLimits(ctx context.Context, actual map[string]int64)
 // the estimate back when the caller returns early because its own client
 // left. After a Settle that failed (the service may not have heard it),
 // Cancel sends that Settle again instead: the call it settles went, and
-// a deferred Cancel must not give back what it used.
+// a deferred Cancel must not give back what it used. A Settle the
+// service refused (a *StatusError: a cost it cannot take, a limit it does
+// not know) is sent again by Cancel, and refused again: the reservation
+// then keeps its estimate until its TTL, as one never settled does,
+// rather than give back the cost of a call that went.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	r.mu.Lock()
 	actual := r.unsent

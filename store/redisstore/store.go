@@ -258,7 +258,9 @@ func unreachable(err error) bool {
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
-// NewFromClient wraps a rueidis client that the caller made and closes.
+// NewFromClient wraps a rueidis client that the caller made. The store
+// takes it over: Close closes it, after which the store answers every call
+// with an error.
 // It checks Redis' eviction settings in the background (RefuseEvictable
 // does not apply: call CheckEviction to refuse).
 func NewFromClient(c rueidis.Client, opts Options) *Store {
