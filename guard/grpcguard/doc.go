@@ -52,10 +52,7 @@
 // before its handler would get it is not handed to the handler (the
 // client gets nothing; gRPC ends it CANCELLED), unless it holds a
 // reservation: as floodgate serve forwards such a request, the handler's
-// answer then decides the charge. A call (or message) whose place in a
-// leaky queue comes only after its deadline is not held until then to
-// fail: it leaves the queue at once, its place given back, and gets
-// DEADLINE_EXCEEDED.
+// answer then decides the charge.
 //
 // A streaming call is charged as its route's grpc_stream says: per_stream
 // (the default) decides once when the stream opens, and holds its

@@ -161,10 +161,6 @@ type call struct {
 	// runs (watchEnd; Unix nanoseconds, atomic, 0 not yet): byDeadline.
 	timeout time.Duration
 	ended   int64
-
-	// late is set when the call's place in a leaky queue came after its
-	// deadline: it left the queue at once (Wait).
-	late bool
 }
 
 // overrideFields are the gateway's method override fields, in metadata's
@@ -386,12 +382,7 @@ func (c *call) Pass(_ *gateway.Flow, rec *gateway.Recorder) bool {
 // ends a call its client cancelled.
 func (c *call) unanswered() {
 	err := c.ctx.Err()
-	switch {
-	case err == nil && c.late:
-		c.refusal = status.Error(codes.DeadlineExceeded, "grpcguard: the call's place in the queue comes after its deadline")
-		c.status = HTTPStatus(codes.DeadlineExceeded)
-		return
-	case err == nil:
+	if err == nil {
 		err = context.Canceled // not seen: the flow gives up on a call only once its client left
 	}
 	c.refusal = status.FromContextError(err).Err()
@@ -447,24 +438,9 @@ func (c *call) byDeadline(code codes.Code) codes.Code {
 
 func (c *call) Proxies() bool { return false }
 
-// Wait holds the call for its place in a leaky queue. A call whose place
-// comes only after its deadline leaves at once, its place given back,
-// rather than hold it until the deadline to fail then: unanswered gives it
-// DEADLINE_EXCEEDED.
 func (c *call) Wait(ctx context.Context, f *gateway.Flow, delay time.Duration) bool {
-	gone := c.ctx.Done()
-	if dl, ok := c.ctx.Deadline(); ok && time.Until(dl) < delay {
-		c.late, gone = true, closedChan
-	}
-	return c.gw.WaitInQueue(ctx, f, delay, func() (<-chan struct{}, func()) { return gone, func() {} })
+	return c.gw.WaitInQueue(ctx, f, delay, func() (<-chan struct{}, func()) { return c.ctx.Done(), func() {} })
 }
-
-// closedChan is a closed channel: a client already gone.
-var closedChan = func() chan struct{} {
-	ch := make(chan struct{})
-	close(ch)
-	return ch
-}()
 
 func (c *call) Keep(ctx context.Context, leases []limiter.Hit) func() { return c.gw.Renew(ctx, leases) }
 
