@@ -34,7 +34,9 @@ type Options struct {
 	// Fields switches the rate-limit fields added to
 	// response_headers_to_add: RateLimit-Policy and RateLimit (on by
 	// default), Retry-After on OVER_LIMIT, and the X-RateLimit-Limit,
-	// X-RateLimit-Remaining and X-RateLimit-Reset fields (Legacy).
+	// X-RateLimit-Remaining and X-RateLimit-Reset fields (Legacy), and on
+	// OVER_LIMIT the field naming the binding limit (LimitName); floodgate
+	// serve takes them from server.headers, as its gateway does.
 	// Domains in compatibility mode never get them.
 	Fields fields.Options
 	// NoFields leaves every field of Fields out, Retry-After included,

@@ -23,7 +23,6 @@ import (
 
 	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/config"
-	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/gateway/edge"
 	"github.com/floodgate/floodgate/internal/console"
@@ -234,8 +233,10 @@ func policySettings(cfgPath string, srv *config.Server, exactClock bool) *Settin
 				ClientSAN: srv.GRPCTLSClientSAN, Source: "server.grpc_tls_cert", CASource: "server.grpc_tls_client_ca"},
 			// envoyproxy/ratelimit's statistics, under its names, so
 			// that the dashboards of a migrating deployment keep working.
-			Stats:   &rls.StatsOptions{},
-			Service: rls.Options{Fields: fields.Options{Legacy: srv.Headers.XRateLimit, NoRateLimit: !srv.Headers.RateLimit}}}
+			Stats: &rls.StatsOptions{},
+			// server.headers shapes its answers' fields as the gateway's:
+			// the same switches, from the one place that reads them.
+			Service: rls.Options{Fields: gateway.FieldOptions(srv.Headers)}}
 	}
 	return set
 }
