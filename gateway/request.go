@@ -50,8 +50,9 @@ type Request struct {
 	NoOverride bool
 	// WriteDeadline is when the request's answer must be written by, as
 	// the engine serving it counts its server's write timeout
-	// (server.timeouts.write, from the end of the request's headers); the
-	// zero time for none. Past it the answer can no longer reach the
+	// (server.timeouts.write, from the end of the request's headers), or a
+	// gRPC call's deadline (package guard/grpcguard); the zero time for
+	// none. Past it the answer can no longer reach the
 	// client: a request whose place in a leaky queue would come then is
 	// refused at once (429) instead of being held and forwarded.
 	WriteDeadline time.Time

@@ -45,6 +45,12 @@
 // when shorter) counts as DEADLINE_EXCEEDED: that is how a client's
 // deadline usually reaches the server, before the server's own timer.
 //
+// A call held in a leaky queue waits there for its place, as a request
+// does; one whose place would come after its deadline is refused at once
+// (RESOURCE_EXHAUSTED with a RetryInfo of the time after which its place
+// would come within its deadline) and charged nothing, as the gateway
+// refuses a request whose place would come past its write timeout.
+//
 // A call is a POST whatever its metadata says: a method override field
 // (x-http-method-override and its kin) never makes it meet the limits of
 // another method, under method_override: honor too (reject refuses it).

@@ -224,6 +224,12 @@ func (c *call) decide() {
 	v.Proto = "HTTP/2.0"
 	v.Peer = c.peer
 	v.Header = header(c.md)
+	if dl, ok := c.ctx.Deadline(); ok {
+		// Past its deadline the call's answer reaches no one, as an HTTP
+		// answer past its server's write timeout: a place in a leaky
+		// queue that would come later is refused at once.
+		v.WriteDeadline = dl
+	}
 	defer func() {
 		c.gw.Finish(c, f)
 		c.f = nil

@@ -74,7 +74,7 @@ var echoDesc = grpc.ServiceDesc{
 	ServiceName: "test.Echo",
 	HandlerType: (*any)(nil),
 	Methods: []grpc.MethodDesc{
-		unary("Say", answer), unary("Keyed", answer), unary("Me", answer), unary("Fast", answer),
+		unary("Say", answer), unary("Keyed", answer), unary("Me", answer), unary("Fast", answer), unary("Queued", answer),
 		unary("Find", func(_ context.Context, in string) (string, error) {
 			if in != "known" {
 				return "", status.Error(codes.NotFound, "no such thing")
@@ -175,6 +175,7 @@ limits:
   - {name: fast, rate: 10, per: 1s, burst: 1, key: "header:x-client", match: {paths: [/test.Echo/Fast]}}
   - {name: hold, algorithm: concurrency, limit: 1, match: {paths: [/test.Echo/Hold]}}
   - {name: spend, rate: 10, per: 1h, key: global, match: {paths: [/test.Echo/Spend]}, actual: {header: x-cost}}
+  - {name: queued, algorithm: leaky_queue, rate: 1, per: 1h, burst: 2, key: global, match: {paths: [/test.Echo/Queued]}}
 `
 
 // start serves test.Echo behind a Guard of the policy on a loopback port

@@ -632,7 +632,9 @@ routes:
 limits:
   - {name: shaped, algorithm: leaky_queue, rate: 1, per: 1h, burst: 3, key: global, match: {routes: [upload]}}
 `, guardOptions: guard.Options{Metrics: q}})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// No deadline: a message whose place would come after the stream's
+	// deadline is refused at once (TestQueuedPastDeadlineIsRefused).
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := rig.conn.NewStream(metadata.AppendToOutgoingContext(ctx, "x-do", "queued"), &grpc.StreamDesc{ClientStreams: true}, "/test.Leave/Upload")
 	if err != nil {
