@@ -336,7 +336,8 @@ type Timeouts struct {
 	// reservation are given up as for a client that resets. It bounds each
 	// write, not the whole answer, nor the time an upstream keeps silent.
 	// On both engines (the edge engine's write may wait from about half of
-	// it to it).
+	// it to it). An HTTP/2 connection whose writes make no progress for
+	// this long (a client that stopped reading its socket) is closed.
 	Send time.Duration `yaml:"send"`
 }
 

@@ -250,7 +250,11 @@ type Options struct {
 	// takes some of it within each bound, is not cut. It bounds each
 	// write, not the whole answer (that is http.Server's WriteTimeout),
 	// and no time the upstream keeps silent. Default
-	// floodgate.DefaultSendTimeout; negative: none.
+	// floodgate.DefaultSendTimeout; negative: none. An HTTP/2 stream's
+	// reset is written on its connection: serving HTTP/2 from an
+	// http.Server of your own, set its HTTP2.WriteByteTimeout to the same
+	// bound, or a client that stops reading its socket holds its requests
+	// until it closes (floodgate serve does).
 	SendTimeout time.Duration
 }
 

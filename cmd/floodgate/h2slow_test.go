@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,4 +140,74 @@ func h2SlowClients(t *testing.T, dial func() net.Conn) {
 		}
 		t.Logf("%s: cut after %s", how, time.Since(start).Round(100*time.Millisecond))
 	}
+}
+
+// TestH2StalledSocketIsCut: an HTTP/2 client that grants its answer all
+// the flow-control window it may, then stops reading its socket, is cut
+// by server.timeouts.send as one that grants no window is
+// (gateway.TestStalledClientIsCut). Its stream's reset could not be
+// written to the full socket, so the stream was never closed: the
+// gateway's handler, its concurrency lease and its upstream exchange were
+// held for as long as the client kept its connection, the idle timeout
+// notwithstanding (a limit of one: everyone else refused 429).
+func TestH2StalledSocketIsCut(t *testing.T) {
+	t.Parallel() // it waits for timeouts, not on the CPU
+	forEngines(t, testH2StalledSocketIsCut)
+}
+
+func testH2StalledSocketIsCut(t *testing.T, engine string) {
+	var bigBegun, bigEnded atomic.Bool
+	chunk := bytes.Repeat([]byte("x"), 32<<10)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/big" {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		bigBegun.Store(true)
+		defer bigEnded.Store(true)
+		for range 2048 { // 64 MiB
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer up.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`version: 1
+server:
+  timeouts: {send: 300ms, idle: 2s}
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+limits:
+  - {name: one, algorithm: concurrency, limit: 1, lease_ttl: 1h, key: global}
+`, up.URL))
+	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	c, err := net.Dial("tcp", strings.TrimPrefix(gw, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	h := newH2Raw(t, c)
+	if err := h.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.fr.WriteWindowUpdate(0, 1<<31-1-65535); err != nil {
+		t.Fatal(err)
+	}
+	h.headers(t, 1, true, ":method", "GET", ":scheme", "http", ":authority", "x", ":path", "/big")
+	// Nothing more is read: the gateway's writes fill the sockets' buffers
+	// and wait.
+	eventually(t, "the stalled client's request to reach the upstream", bigBegun.Load)
+	var last int
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if last, _, _ = get(t, gw+"/small"); last == http.StatusOK {
+			break
+		}
+	}
+	if last != http.StatusOK {
+		t.Fatalf("a client that stopped reading its socket kept the only concurrency slot for 30 s: the next request was answered %d", last)
+	}
+	eventually(t, "the stalled client's upstream exchange to end", bigEnded.Load)
 }

@@ -421,6 +421,9 @@ func (s *server) listen(stdout io.Writer) error {
 		// HTTP/2 with prior knowledge (h2c) is served, never mistaken for an
 		// HTTP/1 request with the method PRI and forwarded.
 		Protocols: new(http.Protocols),
+		// An HTTP/2 client that stops reading its socket is cut as one
+		// that grants no window is (gateway.Options.SendTimeout).
+		HTTP2: &http.HTTP2Config{WriteByteTimeout: h2WriteBound(t)},
 	}
 	s.front.Protocols.SetHTTP1(true)
 	s.front.Protocols.SetUnencryptedHTTP2(true)
@@ -516,6 +519,26 @@ func (s *server) fileBudget() fileBudget {
 	b.api = apiConns(n)
 	b.watches = socketWatches(n)
 	return b
+}
+
+// h2WriteBound is how long a write to an HTTP/2 connection of the gateway
+// listener may make no progress before the connection is closed: the send
+// bound, else the write bound (0: none). The send bound resets a stream
+// whose write waits for window; but a client that grants window and then
+// stops reading its socket leaves the connection's writer stuck on the
+// full socket, and the reset is never written: net/http closes the stream
+// only once it is, so the stream, its handler, its leases and its upstream
+// exchange were held for as long as the client kept the connection (the
+// idle timeout's GOAWAY is stuck behind the same write). HTTP/1 needs no
+// such bound: the send bound's deadline is the connection's.
+func h2WriteBound(t config.Timeouts) time.Duration {
+	switch {
+	case t.Send > 0:
+		return t.Send
+	case t.Write > 0:
+		return t.Write
+	}
+	return 0
 }
 
 // sideServer is the HTTP server of the admin or ops listener: a request
