@@ -49,19 +49,24 @@ const (
 //
 // For a store that implements Partitioner (a Redis Cluster store) the
 // engine keeps one breaker per server, made on first use from these
-// options: the calls a server serves are judged by its breaker alone, so
-// that a server that fails (a stopped Cluster node) opens its own breaker
-// and costs only the hits it serves, however much of the traffic it
-// carries, while the calls to the others go on. Calls whose hits span
-// several servers, and all calls to other stores, go through one shared
-// breaker. Stats.BreakerOpen reports whether any breaker is open, but a
-// server's breaker that no call met for a whole Window (the server left
-// the Cluster's slot map after a failover, say) counts as closed: with so
-// few calls, each is a probe anyway; so does the shared one of such a
-// store (it opened while the slot map was not known, say, and the calls
-// now go to the servers' own). At most 256 servers get a breaker
-// of their own; past that, a new one takes the place of one that saw no
-// call for a Window, or else uses the shared breaker.
+// options, and a store call goes through the breakers of the servers its
+// hits touch: it is refused only when one of them is open (and the call
+// is not its probe), a success counts on each of them, and a failure on
+// the server the store's error names (PartitionError), else on each of
+// them. A server that fails (a stopped Cluster node) thus opens its own
+// breaker and costs only the calls that touch it, however much of the
+// traffic it carries, while the calls whose servers all answer go on,
+// those that span several of them too. The shared breaker judges the
+// calls to other stores, and the hits whose server the store cannot tell
+// (before it read the Cluster's slot map, say). Stats.BreakerOpen
+// reports whether any breaker is open, but a server's breaker that no
+// call met for a whole Window (the server left the Cluster's slot map
+// after a failover, say) counts as closed: with so few calls, each is a
+// probe anyway; so does the shared one of such a store (it opened while
+// the slot map was not known, say, and the calls now go to the servers'
+// own). At most 256 servers get a breaker of their own; past that, a new
+// one takes the place of one that saw no call for a Window, or else uses
+// the shared breaker.
 type BreakerOptions struct {
 	// Window is the span over which the failure rate is taken
 	// (0: DefaultBreakerWindow). It is kept in ten slices, so the rate
@@ -87,18 +92,36 @@ type BreakerOptions struct {
 // Partitioner is implemented by stores whose hits are served by several
 // servers that fail apart from each other: the nodes of a Redis Cluster.
 // The engine then keeps a circuit breaker per server (see
-// BreakerOptions), so that one that fails costs only the hits it serves.
-// Without it, or when Partition reports false, a store call goes through
-// the engine's shared breaker.
+// BreakerOptions), so that one that fails costs only the calls that touch
+// it. A hit whose server Partition cannot tell goes through the engine's
+// shared breaker.
 type Partitioner interface {
 	// Partition returns the name of the server that serves all of hits
 	// (a Cluster node's address), and false when they span several
 	// servers or the store cannot tell. Names are compared as they are:
 	// a server renamed (a failover to another address) gets a breaker of
-	// its own. It is called before every store call made for hits, and
-	// must be cheap (it should not allocate) and safe for concurrent use.
+	// its own. The engine calls it before every store call, for all of
+	// its hits and, when they span several servers, for each hit alone;
+	// it must be cheap (it should not allocate) and safe for concurrent
+	// use.
 	Partition(hits []Hit) (part string, ok bool)
 }
+
+// PartitionError is the error of a store call that failed on one server
+// of a Partitioner: Partition names it as Partitioner.Partition does. A
+// failed call whose hits touch several servers counts then against that
+// server's breaker alone (the others answered, or were not asked), not
+// against each of them.
+type PartitionError struct {
+	Partition string
+	Err       error
+}
+
+// Error returns the text of e.Err.
+func (e *PartitionError) Error() string { return e.Err.Error() }
+
+// Unwrap returns e.Err.
+func (e *PartitionError) Unwrap() error { return e.Err }
 
 // maxPartitions bounds the breakers kept per partition (Partitioner).
 // Past it, a new partition takes the place of an idle one, or else shares
@@ -175,6 +198,88 @@ func (p *partitions) state(now int64) (open bool, opens uint64) {
 		}
 	}
 	return open, opens
+}
+
+// gateInline is the number of breakers a gate holds without allocating.
+const gateInline = 8
+
+// gated is one breaker of a gate, and whether the call is its probe.
+type gated struct {
+	b     *breaker
+	probe bool
+}
+
+// gate is the set of breakers a store call goes through: those of the
+// partitions its hits touch (Partitioner), the shared one for hits whose
+// partition is not known, each once.
+type gate struct {
+	n    int
+	in   [gateInline]gated
+	more []gated // past gateInline
+}
+
+// at returns the i-th breaker of g.
+func (g *gate) at(i int) *gated {
+	if i < gateInline {
+		return &g.in[i]
+	}
+	return &g.more[i-gateInline]
+}
+
+// add adds b to g, unless it holds it already.
+func (g *gate) add(b *breaker) {
+	for i := range g.n {
+		if g.at(i).b == b {
+			return
+		}
+	}
+	if g.n < gateInline {
+		g.in[g.n] = gated{b: b}
+	} else {
+		g.more = append(g.more, gated{b: b})
+	}
+	g.n++
+}
+
+// find returns the breaker of g that judges part, or nil.
+func (g *gate) find(part string, shared *breaker) *breaker {
+	for i := range g.n {
+		if b := g.at(i).b; b != shared && b.part == part {
+			return b
+		}
+	}
+	return nil
+}
+
+// allow reports whether to call the store: whether each breaker of g lets
+// the call through, noting the call as the probe of those that are open.
+// When one does not, the probes the others gave are handed back.
+func (g *gate) allow() bool {
+	for i := range g.n {
+		e := g.at(i)
+		call, probe := e.b.allow()
+		if !call {
+			for j := range i {
+				f := g.at(j)
+				f.b.release(f.probe)
+				f.probe = false
+			}
+			return false
+		}
+		e.probe = probe
+	}
+	return true
+}
+
+// quiet reports that the call is no probe and that every breaker of g is
+// quiet (see breaker.quiet).
+func (g *gate) quiet() bool {
+	for i := range g.n {
+		if e := g.at(i); e.probe || !e.b.quiet() {
+			return false
+		}
+	}
+	return true
 }
 
 // breakerSlices is the number of slices of the failure-rate window.

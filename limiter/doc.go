@@ -142,8 +142,9 @@
 // BreakerOptions); while open, one request at a time, at most every probe
 // interval, probes the store, and the first success closes it. A store
 // whose servers fail apart from each other (a Redis Cluster's nodes, see
-// Partitioner) gets a breaker per server: one that fails opens its own
-// and costs only the hits it serves. The breakers read Options.Now, so
+// Partitioner) gets a breaker per server, and a call goes through those
+// of the servers its hits touch: one that fails opens its own and costs
+// only the calls that touch it. The breakers read Options.Now, so
 // tests can move their clock. The engine starts no goroutines: a call
 // never waits longer than its deadline (or the hard timeout, for a store
 // that keeps answering), provided the store honours its context.

@@ -585,16 +585,16 @@ func (ls *leases) size(u *unitLease, now, capacity int64, instances int) int64 {
 // deadline, and reports whether it could not answer (degraded, with the
 // reason in r).
 func (l *Limiter) grant(ctx context.Context, h *Hit, want int64, back Giveback, r *Result) (Grant, bool, error) {
-	b := l.breakerForHit(h)
-	call, probe := b.allow()
-	if !call {
+	var g gate
+	l.gateForHit(h, &g)
+	if !g.allow() {
 		r.Degraded = DegradedBreakerOpen
 		return Grant{}, true, nil
 	}
 	lc := leaseCall{h: h, want: want, back: back}
 	c, o, err := l.callStore(ctx, 0, nil, nil, nil, &lc)
 	r.StoreLatency += c.latency
-	l.judge(b, c, o, probe)
+	l.judge(&g, c, o, err)
 	switch {
 	case err == nil:
 		return lc.grant, false, nil
@@ -610,13 +610,14 @@ func (l *Limiter) grant(ctx context.Context, h *Hit, want int64, back Giveback, 
 	return Grant{}, true, nil
 }
 
-// breakerForHit is breakerFor for the one hit *h.
-func (l *Limiter) breakerForHit(h *Hit) *breaker {
+// gateForHit is gateFor for the one hit *h.
+func (l *Limiter) gateForHit(h *Hit, g *gate) {
 	if l.partitioner == nil {
-		return &l.breaker
+		g.add(&l.breaker)
+		return
 	}
 	one := [1]Hit{*h}
-	return l.breakerFor(one[:])
+	l.gateFor(one[:], g)
 }
 
 // leaseCall is a Leaser call on its way through callStore.
@@ -728,14 +729,14 @@ func (l *Limiter) giveBackDropped(batch []droppedLease) []droppedLease {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			one := []Hit{{Rule: d.rule, Key: d.key}}
-			b := l.breakerFor(one)
-			call, probe := b.allow()
-			if call {
+			var g gate
+			l.gateFor(one, &g)
+			if g.allow() {
 				ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, time.Second))
 				lc := leaseCall{h: &one[0], back: d.back}
 				c, o, err := l.callStore(ctx, 0, nil, nil, nil, &lc)
 				cancel()
-				l.judge(b, c, o, probe)
+				l.judge(&g, c, o, err)
 				if err == nil {
 					return
 				}

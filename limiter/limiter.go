@@ -506,7 +506,7 @@ func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
 }
 
 // giveBack runs a release, a refund, a lease renewal (opCharge) or, with
-// settled, a settle on the store, through the breaker.
+// settled, a settle on the store, through the breakers.
 func (l *Limiter) giveBack(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, settled []Settled) error {
 	what := "release"
 	switch op {
@@ -517,43 +517,87 @@ func (l *Limiter) giveBack(ctx context.Context, op storeOp, hits []Hit, out []fl
 	case opSettle:
 		what = "settle"
 	}
-	b := l.breakerFor(hits)
-	call, probe := b.allow()
-	if !call {
+	var g gate
+	l.gateFor(hits, &g)
+	if !g.allow() {
 		return fmt.Errorf("limiter: %s: %w", what, ErrBreakerOpen)
 	}
 	c, o, err := l.callStore(ctx, op, hits, out, settled, nil)
-	l.judge(b, c, o, probe)
+	l.judge(&g, c, o, err)
 	if err != nil {
 		return fmt.Errorf("limiter: %s: %w", what, err)
 	}
 	return nil
 }
 
-// judge tells b, the breaker the call went through, how a store call
-// ended.
-func (l *Limiter) judge(b *breaker, c call, o outcome, probe bool) {
+// judge tells the breakers g of a store call how it ended, err its error:
+// an answer counts on each, a failure on the one err names
+// (PartitionError), else on each, and the rest on none.
+func (l *Limiter) judge(g *gate, c call, o outcome, err error) {
 	switch o {
 	case answered:
-		b.success(probe, c.end)
+		for i := range g.n {
+			e := g.at(i)
+			e.b.success(e.probe, c.end)
+		}
 		l.retryUnreleased()
 		l.returnDropped()
 	case storeFail:
 		l.storeFailures.Add(1)
-		b.failure(probe, c.sent)
+		failed := l.failedPart(g, err)
+		for i := range g.n {
+			if e := g.at(i); failed == nil || e.b == failed {
+				e.b.failure(e.probe, c.sent)
+			} else {
+				e.b.release(e.probe)
+			}
+		}
 	default:
-		b.release(probe)
+		for i := range g.n {
+			e := g.at(i)
+			e.b.release(e.probe)
+		}
 	}
 }
 
-// breakerFor returns the breaker of a store call for hits: that of the
-// store's partition which serves them all (Partitioner), else the shared
-// one.
-func (l *Limiter) breakerFor(hits []Hit) *breaker {
-	if l.partitioner == nil || len(hits) == 0 {
-		return &l.breaker
+// failedPart returns the breaker of g whose partition err names
+// (PartitionError), or nil: none named, or none of g's.
+func (l *Limiter) failedPart(g *gate, err error) *breaker {
+	if g.n < 2 {
+		return nil
 	}
-	part, ok := l.partitioner.Partition(hits)
+	var pe *PartitionError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	return g.find(pe.Partition, &l.breaker)
+}
+
+// gateFor fills g with the breakers of a store call for hits: that of each
+// store partition they touch (Partitioner), the shared one for the hits
+// whose partition is not known, or for every hit of another store.
+func (l *Limiter) gateFor(hits []Hit, g *gate) {
+	if l.partitioner == nil || len(hits) == 0 {
+		g.add(&l.breaker)
+		return
+	}
+	if part, ok := l.partitioner.Partition(hits); ok || len(hits) == 1 {
+		// One partition (the common call), or the one hit's is not known.
+		g.add(l.partBreaker(part, ok))
+		return
+	}
+	for i := range hits {
+		part, ok := l.partitioner.Partition(hits[i : i+1])
+		if ok && g.find(part, &l.breaker) != nil {
+			continue
+		}
+		g.add(l.partBreaker(part, ok))
+	}
+}
+
+// partBreaker returns the breaker of part (the shared one when !ok, or
+// when part can get none).
+func (l *Limiter) partBreaker(part string, ok bool) *breaker {
 	if !ok {
 		return &l.breaker
 	}
@@ -681,18 +725,19 @@ func (l *Limiter) run(ctx context.Context, op storeOp, req *Request, r *Result) 
 	return nil
 }
 
-// step makes one store call for hits (through the breaker, within the
+// step makes one store call for hits (through the breakers, within the
 // deadline) and, when the store cannot answer, decides them by their
 // failure policies. It writes decisions into out and flags into flags, and
 // the store's latency and any degradation into r.
 func (l *Limiter) step(ctx context.Context, op storeOp, hits []Hit, out []floodgate.Decision, flags []HitFlags, r *Result) error {
 	degraded := DegradedBreakerOpen
-	b := l.breakerFor(hits)
-	if call, probe := b.allow(); call {
+	var g gate
+	l.gateFor(hits, &g)
+	if g.allow() {
 		c, o, err := l.callStore(ctx, op, hits, out, nil, nil)
 		r.StoreLatency += c.latency
-		if o != answered || probe || c.end >= 0 || !b.quiet() {
-			l.judge(b, c, o, probe)
+		if o != answered || c.end >= 0 || !g.quiet() {
+			l.judge(&g, c, o, err)
 		} else {
 			l.retryUnreleased() // a success that changes nothing else
 		}
@@ -1081,11 +1126,11 @@ func (l *Limiter) Stats() Stats {
 	var ld, lu uint64
 	now := l.breaker.since()
 	bo, bn := l.parts.state(now)
-	// With a breaker per server, the shared one judges only the calls
-	// that span servers or whose server is not known yet (a Cluster whose
-	// slot map was not read): once the servers answer and their calls go
-	// through their own breakers, nothing may come to probe it, and one
-	// that no call met for a whole window counts as closed, as a server's.
+	// With a breaker per server, the shared one judges only the hits
+	// whose server is not known yet (a Cluster whose slot map was not
+	// read): once the servers answer and their calls go through their
+	// own breakers, nothing may come to probe it, and one that no call
+	// met for a whole window counts as closed, as a server's.
 	shared := l.breaker.open.Load() && (l.partitioner == nil || !l.breaker.forsaken(now))
 	if ls := l.leases; ls != nil {
 		ls.mu.Lock()

@@ -15,9 +15,10 @@ import (
 )
 
 // partStore allows every hit, on servers named by the first letter of the
-// hits' keys (limiter.Partitioner); the servers named in down fail every
-// call.
+// hits' keys (limiter.Partitioner); a call that touches a server named in
+// down fails, with a limiter.PartitionError naming it when named is set.
 type partStore struct {
+	named bool
 	mu    sync.Mutex // guards down and calls
 	down  map[string]bool
 	calls map[string]int
@@ -43,14 +44,19 @@ func (s *partStore) Partition(hits []limiter.Hit) (string, bool) {
 
 func (s *partStore) Decide(_ context.Context, hits []limiter.Hit, _ bool, out []floodgate.Decision) error {
 	s.mu.Lock()
-	failed := false
+	failed := ""
 	for i := range hits {
 		part := hits[i].Key[:1]
 		s.calls[part]++
-		failed = failed || s.down[part]
+		if s.down[part] && failed == "" {
+			failed = part
+		}
 	}
 	s.mu.Unlock()
-	if failed {
+	switch {
+	case failed != "" && s.named:
+		return &limiter.PartitionError{Partition: failed, Err: errDown}
+	case failed != "":
 		return errDown
 	}
 	return allowStore{}.Decide(context.Background(), hits, false, out)
@@ -72,8 +78,8 @@ func (s *partStore) callsTo(part string) int {
 // servers (Partitioner), a server that fails opens its own breaker: the
 // calls to the others go on, however many calls the failing one gets,
 // and its probes close only its own breaker. Calls that span servers go
-// through the shared breaker, which the failing server's own calls leave
-// closed.
+// through the breakers of each: the failing server's refuses them, the
+// others let them through.
 func TestBreakerPerPartition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ps := newPartStore()
@@ -106,14 +112,17 @@ func TestBreakerPerPartition(t *testing.T) {
 		if !strings.Contains(logs.String(), "partition=a") {
 			t.Fatalf("log %q does not name the failing server", logs.String())
 		}
-		// A call that spans both servers goes through the shared breaker,
-		// closed: it reaches the store.
+		// A call that spans both servers meets the failing one's breaker,
+		// open: it is refused. One that spans two healthy servers goes on.
 		before := ps.callsTo("a")
-		if r := check(t, l, onA, onB); r.Degraded != limiter.DegradedStoreError {
-			t.Fatalf("a call on both servers: %+v, want sent and failed", r)
+		if r := check(t, l, onA, onB); r.Degraded != limiter.DegradedBreakerOpen {
+			t.Fatalf("a call on both servers: %+v, want refused by the failing one's breaker", r)
 		}
-		if ps.callsTo("a") != before+1 {
-			t.Fatal("a call on both servers did not reach the store")
+		if ps.callsTo("a") != before {
+			t.Fatal("a call on both servers reached the store")
+		}
+		if r := check(t, l, onB, limiter.Hit{Rule: w, Key: "c1", Cost: 1}); r.Degraded != limiter.NotDegraded {
+			t.Fatalf("a call on two healthy servers: %+v, want the store's decision", r)
 		}
 		// The server is back: its next probe closes its breaker.
 		ps.set("a", false)
@@ -128,6 +137,78 @@ func TestBreakerPerPartition(t *testing.T) {
 			t.Fatalf("log %q does not name the server whose breaker closed", logs.String())
 		}
 	})
+}
+
+// TestBreakerPerPartitionSpanning: a call that spans servers counts on
+// the breakers of each. With one server failing, the failed calls that
+// also touch a healthy one count against the failing one alone when the
+// store's error names it (limiter.PartitionError): the calls on the
+// healthy servers all go on, and the failing one's breaker opens and then
+// refuses every call that touches it, until its probe closes it. When
+// the error does not name it, they count against every server they
+// touched.
+func TestBreakerPerPartitionSpanning(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		named bool
+	}{{"named", true}, {"unnamed", false}} {
+		named := c.named
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ps := newPartStore()
+				ps.named = named
+				l := limiter.New(ps, limiter.Options{Timeout: 100 * time.Millisecond,
+					Breaker: limiter.BreakerOptions{Failures: 3, ProbeInterval: 50 * time.Millisecond},
+					Logger:  slog.New(slog.DiscardHandler)})
+				w := window(t, "w", 1<<40, floodgate.FailClosed)
+				hit := func(k string) limiter.Hit { return limiter.Hit{Rule: w, Key: k, Cost: 1} }
+				onAB, onBC := []limiter.Hit{hit("a1"), hit("b1")}, []limiter.Hit{hit("b2"), hit("c1")}
+				ps.set("a", true)
+				// Two calls on a and b for one on b and c, over a few
+				// deadlines.
+				refusedBC, refusedAB := 0, 0
+				for i := range 150 {
+					hits := onAB
+					if i%3 == 2 {
+						hits = onBC
+					}
+					r := check(t, l, hits...)
+					switch {
+					case hits[0].Key == "a1" && r.Degraded == limiter.DegradedBreakerOpen:
+						refusedAB++
+					case hits[0].Key == "a1" && r.Degraded != limiter.DegradedStoreError:
+						t.Fatalf("call %d on the failing server: %+v, want failed or refused", i, r)
+					case hits[0].Key == "b2" && r.Degraded == limiter.DegradedBreakerOpen:
+						refusedBC++
+					case hits[0].Key == "b2" && r.Degraded != limiter.NotDegraded:
+						t.Fatalf("call %d on healthy servers: %+v", i, r)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				if refusedAB == 0 {
+					t.Fatal("no call on the failing server was refused by an open breaker")
+				}
+				if named && refusedBC != 0 {
+					t.Fatalf("%d calls on healthy servers refused by an open breaker, want none", refusedBC)
+				}
+				if !named && refusedBC == 0 {
+					t.Fatal("failures that name no server counted against the failing one alone")
+				}
+				// The server is back: the next probe closes its breaker (and,
+				// unnamed, that of b).
+				ps.set("a", false)
+				time.Sleep(50 * time.Millisecond)
+				check(t, l, onAB...)
+				time.Sleep(50 * time.Millisecond)
+				if r := check(t, l, onAB...); r.Degraded != limiter.NotDegraded {
+					t.Fatalf("after the server came back: %+v", r)
+				}
+				if st := l.Stats(); st.BreakerOpen {
+					t.Fatalf("%+v, want every breaker closed", st)
+				}
+			})
+		})
+	}
 }
 
 // TestBreakerPerPartitionOff: with the breaker off, no server's breaker
@@ -150,8 +231,8 @@ func TestBreakerPerPartitionOff(t *testing.T) {
 	})
 }
 
-// TestBreakerPerPartitionAllocs: choosing a server's breaker allocates
-// nothing once it is made.
+// TestBreakerPerPartitionAllocs: choosing the breakers of the servers a
+// call touches allocates nothing once they are made.
 func TestBreakerPerPartitionAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops items at random; scripts/test.sh runs this without it")
@@ -170,5 +251,11 @@ func TestBreakerPerPartitionAllocs(t *testing.T) {
 	decide()
 	if n := testing.AllocsPerRun(1000, decide); n != 0 {
 		t.Fatalf("%v allocations per decision, want 0", n)
+	}
+	// A call that spans servers goes through the breaker of each.
+	req.Hits[1].Key = "b1"
+	decide()
+	if n := testing.AllocsPerRun(1000, decide); n != 0 {
+		t.Fatalf("%v allocations per decision on two servers, want 0", n)
 	}
 }

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -65,6 +66,15 @@ func TestPartition(t *testing.T) {
 		if p, ok := s.Partition(hits); p != c.want || ok != (c.want != "") {
 			t.Errorf("%q: %q, %v; want %q", c.keys, p, ok, c.want)
 		}
+	}
+	// A failure on a slot names its node, as Partition does.
+	errDown := errors.New("down")
+	var pe *limiter.PartitionError
+	if h := hit(b); !errors.As(s.nodeErr(&h, errDown), &pe) || pe.Partition != "10.0.0.2:6379" || !errors.Is(pe, errDown) {
+		t.Errorf("failure on %q: %v, want one naming 10.0.0.2:6379", b, pe)
+	}
+	if h := hit("c"); errors.As(s.nodeErr(&h, errDown), &pe) {
+		t.Errorf("failure on a slot no node serves names %q", pe.Partition)
 	}
 	if n := testing.AllocsPerRun(100, func() { s.Partition([]limiter.Hit{hit("a")}) }); n != 0 {
 		t.Errorf("%v allocations per Partition, want 0", n)

@@ -334,7 +334,10 @@ func (s *Store) LastReply(hits []limiter.Hit) (time.Time, bool) {
 // Partition returns the address of the Cluster node that serves all of
 // hits, as the slot map the store keeps names it, for the engine
 // (limiter.Partitioner): the engine then keeps a circuit breaker per node,
-// so that a stopped node costs only its own slots. It reports false for
+// and a call goes through those of the nodes its hits are on, so that a
+// stopped node costs only the calls on its slots (a call on several nodes
+// that fails names the node that failed: limiter.PartitionError). It
+// reports false for
 // hits on several nodes or on a slot whose node it does not know (before
 // the slot map was read, say), for a store made by NewFromClient, and
 // outside a Cluster, where one server serves every hit and the engine's

@@ -492,7 +492,7 @@ func (s *Store) release(ctx context.Context, hits []limiter.Hit) error {
 		rq := getRequest()
 		rq.idx = append(rq.idx, i)
 		if _, _, err := s.run(ctx, opRelease, hits, nil, nil, rq); err != nil {
-			return err
+			return s.nodeErr(&hits[i], err)
 		}
 	}
 	return nil
@@ -510,7 +510,7 @@ func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit) error {
 		r := &refundCall{args: []string{"0", "1"}}
 		s.appendHit(r, &hits[i], 0)
 		if _, err := s.eval(ctx, s.refund, r.keys, r.args); err != nil {
-			return fmt.Errorf("redisstore: refund: %w", err)
+			return s.nodeErr(&hits[i], fmt.Errorf("redisstore: refund: %w", err))
 		}
 	}
 	return nil
@@ -563,6 +563,7 @@ func (s *Store) applyCluster(ctx context.Context, op scriptOp, hits []limiter.Hi
 			for _, rest := range groups[gi+1:] {
 				putRequest(rest)
 			}
+			err = s.nodeErr(&hits[covered.idx[0]], err)
 			putRequest(covered)
 			s.refundAll(ctx, op, charged, hits, out)
 			return err
@@ -889,14 +890,36 @@ func (s *Store) settle(ctx context.Context, hits []limiter.Hit, out []limiter.Se
 	}
 	groups := s.bySlot(hits)
 	for gi, rq := range groups {
+		first := rq.idx[0] // run recycles rq
 		if _, _, err := s.run(ctx, opSettle, hits, nil, out, rq); err != nil {
 			for _, rest := range groups[gi+1:] {
 				putRequest(rest)
 			}
-			return err
+			return s.nodeErr(&hits[first], err)
 		}
 	}
 	return nil
+}
+
+// nodeErr wraps err, the failure of a call for h on a Cluster, in a
+// limiter.PartitionError that names h's node as Partition does: the
+// engine then holds a failed call whose hits span several nodes against
+// that node's breaker alone. Outside a Cluster, or for a slot whose node
+// is not known, err is left as it is.
+func (s *Store) nodeErr(h *limiter.Hit, err error) error {
+	r := s.replies
+	if r == nil || !r.cluster {
+		return err
+	}
+	m := r.slots.Load()
+	if m == nil {
+		return err
+	}
+	o := m.owner[s.keySlot(h.Rule, h.Key)]
+	if o == 0 {
+		return err
+	}
+	return &limiter.PartitionError{Partition: m.addrs[o-1], Err: err}
 }
 
 // Lease implements limiter.Leaser for token bucket, GCRA, leaky bucket and
