@@ -264,7 +264,7 @@ func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
 			}
 		}
 	}
-	sc.out = s.renderer.Render(sc.out[:0], items, binding, denied, wait, &s.opts.Fields)
+	sc.out = s.renderer.Render(sc.out[:0], items, binding, denied, wait, s.fields.Load())
 	if len(sc.out) == 0 {
 		return resp
 	}

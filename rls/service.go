@@ -36,7 +36,8 @@ type Options struct {
 	// default), Retry-After on OVER_LIMIT, and the X-RateLimit-Limit,
 	// X-RateLimit-Remaining and X-RateLimit-Reset fields (Legacy), and on
 	// OVER_LIMIT the field naming the binding limit (LimitName); floodgate
-	// serve takes them from server.headers, as its gateway does.
+	// serve takes them from server.headers, as its gateway does, and
+	// follows a reload of them (SetFields).
 	// Domains in compatibility mode never get them.
 	Fields fields.Options
 	// NoFields leaves every field of Fields out, Retry-After included,
@@ -101,6 +102,7 @@ type Service struct {
 	opts     Options
 	maxDesc  int
 	renderer fields.Renderer
+	fields   atomic.Pointer[fields.Options] // opts.Fields, then SetFields'
 
 	overrides limiter.RequestLimits[overrideKey, *rateLimit]
 }
@@ -115,6 +117,8 @@ func New(eng limiter.Engine, cfg *Config, opts Options) *Service {
 		s.maxDesc = 64
 	}
 	s.overrides.Max = opts.MaxOverrides
+	fo := opts.Fields
+	s.fields.Store(&fo)
 	if cfg == nil {
 		cfg = &Config{domains: map[string]*domain{}}
 	}
@@ -130,6 +134,11 @@ func (s *Service) SetConfig(cfg *Config) {
 	}
 	s.cfg.Store(cfg)
 }
+
+// SetFields replaces the switches of the rate-limit fields (Options.Fields)
+// for the calls that come after it: floodgate serve follows a reload of
+// server.headers so, as its gateway does.
+func (s *Service) SetFields(o fields.Options) { s.fields.Store(&o) }
 
 // Config returns the configuration in use.
 func (s *Service) Config() *Config { return s.cfg.Load() }

@@ -33,18 +33,21 @@ descriptors:
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "gw.yaml")
-	err = os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+	policy := func(headers string) []byte {
+		return []byte(fmt.Sprintf(`version: 1
 server:
   listen: "127.0.0.1:0"
   admin_listen: "127.0.0.1:0"
   grpc_listen: %q
   rls_config: [rls.yaml]
-  headers: {x_ratelimit: true, binding_limit: X-Binding-Limit}
+  headers: %s
 routes:
   - {name: all, match: {paths: ["/**"]}, upstream: %s}
 limits:
   - {name: global-cap, algorithm: fixed_window, limit: 1, window: 1h, key: global}
-`, anyPort, up.URL)), 0o644)
+`, anyPort, headers, up.URL))
+	}
+	err = os.WriteFile(cfg, policy("{x_ratelimit: true, binding_limit: X-Binding-Limit}"), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,5 +106,35 @@ limits:
 	}
 	if v := got.Get("X-Binding-Limit"); v != "messaging.to_number" {
 		t.Errorf("rate-limit service's X-Binding-Limit %q, want messaging.to_number", v)
+	}
+
+	// A reload that turns the legacy fields and the binding limit's
+	// field off: the gateway's answers and the service's both follow it.
+	if err := os.WriteFile(cfg, policy("{x_ratelimit: false}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the gateway's 429 without X-RateLimit-Limit", 30*time.Second, func() bool {
+		code, hdr, _ := get(t, gw+"/x")
+		return code == http.StatusTooManyRequests && hdr.Get("X-Ratelimit-Limit") == "" && hdr.Get("Ratelimit") != ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	resp, err = rc.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "messaging",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "to_number", Value: "+15550100"}}}}})
+	cancel()
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("after the reload: %v %v, want OVER_LIMIT", resp.GetOverallCode(), err)
+	}
+	got = http.Header{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		got.Add(h.GetKey(), h.GetValue())
+	}
+	for _, name := range []string{"X-Binding-Limit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
+		if got.Get(name) != "" {
+			t.Errorf("rate-limit service's OVER_LIMIT after a reload that turned it off still has %s: %v", name, got)
+		}
+	}
+	if got.Get("Ratelimit") == "" || got.Get("Retry-After") == "" {
+		t.Errorf("rate-limit service's OVER_LIMIT after the reload lost its RateLimit fields: %v", got)
 	}
 }

@@ -115,6 +115,11 @@ type server struct {
 	reloader *policy.Reloader
 	gateway  atomic.Pointer[gateway.Gateway]
 	routesMu sync.Mutex // serialises useRoutes
+	// rlsFields is the rate-limit service on server.grpc_listen once it
+	// is made (nil before, or without one), whose answers' fields follow
+	// server.headers; rlsMu orders its first setting and a reload's.
+	rlsMu     sync.Mutex
+	rlsFields *rls.Service
 	demo     *demo.Server
 	console  *console.Console // the admin API, the dashboard and the alarms
 	// accessLog is the access log, when there is one.
@@ -270,6 +275,12 @@ func (s *server) reloaded(p *policy.Policy) {
 				"settings", strings.Join(changed, ", "))
 		}
 	}
+	s.rlsMu.Lock()
+	if s.rlsFields != nil {
+		// Its answers' fields follow server.headers as the gateway's do.
+		s.rlsFields.SetFields(gateway.FieldOptions(n.Headers))
+	}
+	s.rlsMu.Unlock()
 	if s.console != nil {
 		s.console.Reloaded(p)
 	}
@@ -456,6 +467,13 @@ func (s *server) listen(stdout io.Writer) error {
 		if err := s.startRLS(stdout); err != nil {
 			return err
 		}
+		// Made with the headers of the file at start: a reload since
+		// then (the file is watched from before the listeners open)
+		// gives its own.
+		s.rlsMu.Lock()
+		s.rlsFields = s.rls.svc
+		s.rlsFields.SetFields(gateway.FieldOptions(s.reloader.Policy().Server().Headers))
+		s.rlsMu.Unlock()
 	}
 	if s.api, err = s.startCheckAPI(stdout, files.api); err != nil {
 		return err
