@@ -18,20 +18,8 @@ import (
 // comes back.
 func TestKeyOfAGonePlanCanBeDisabledAndRotated(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	polPath := filepath.Join(dir, "p.yaml")
-	if err := os.WriteFile(polPath, []byte(testPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err := policy.NewReloader(policy.ReloaderOptions{Path: polPath})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	s, err := New(ctx, Options{Backend: NewFileBackend(filepath.Join(dir, "keys.json")), Policy: r.Policy})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, r, reload := gonePlanRig(t)
 	off, _, err := s.Create(ctx, "off", "gold", policy.KeyOptions{Quota: 50})
 	if err != nil {
 		t.Fatal(err)
@@ -40,17 +28,12 @@ func TestKeyOfAGonePlanCanBeDisabledAndRotated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reload := func(text string) {
+	reloadAndRefresh := func(text string) {
 		t.Helper()
-		if err := os.WriteFile(polPath, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Reload(); err != nil {
-			t.Fatal(err)
-		}
+		reload(text)
 		s.Refresh(ctx)
 	}
-	reload(strings.ReplaceAll(testPolicy, "  - {name: gold, rate: 20, burst: 20, quota: {limit: 1000, period: DAY}}\n", ""))
+	reloadAndRefresh(withoutGold)
 
 	if _, err := s.Update(ctx, "off", func(r *Record) error { r.Disabled = true; return nil }); err != nil {
 		t.Errorf("disable of a key whose plan a reload removed: %v", err)
@@ -63,7 +46,7 @@ func TestKeyOfAGonePlanCanBeDisabledAndRotated(t *testing.T) {
 	}
 
 	// The plan is back.
-	reload(testPolicy)
+	reloadAndRefresh(testPolicy)
 	if k := lookup(s, r.Policy(), off); k != nil {
 		t.Error("the key disabled while its plan was gone works again once the plan is back")
 	}
@@ -78,34 +61,13 @@ func TestKeyOfAGonePlanCanBeDisabledAndRotated(t *testing.T) {
 // resolved on the spot against a policy newer than the store's view.
 func TestKeyOfAGonePlanServedOnceThePlanIsBack(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	polPath := filepath.Join(dir, "p.yaml")
-	if err := os.WriteFile(polPath, []byte(testPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err := policy.NewReloader(policy.ReloaderOptions{Path: polPath})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	s, err := New(ctx, Options{Backend: NewFileBackend(filepath.Join(dir, "keys.json")), Policy: r.Policy})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, r, reload := gonePlanRig(t)
 	raw, _, err := s.Create(ctx, "partner", "gold", policy.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reload := func(text string) {
-		t.Helper()
-		if err := os.WriteFile(polPath, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Reload(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reload(strings.ReplaceAll(testPolicy, "  - {name: gold, rate: 20, burst: 20, quota: {limit: 1000, period: DAY}}\n", ""))
+	reload(withoutGold)
 	s.Refresh(ctx)
 	if k := lookup(s, r.Policy(), raw); k != nil {
 		t.Fatal("a key whose plan is gone is served")
@@ -117,4 +79,37 @@ func TestKeyOfAGonePlanServedOnceThePlanIsBack(t *testing.T) {
 	if k := s.LookupKeyName(r.Policy(), "partner"); k == nil {
 		t.Fatal("by name, after the plan came back: not served")
 	}
+}
+
+// withoutGold is testPolicy without its plan gold.
+var withoutGold = strings.ReplaceAll(testPolicy, "  - {name: gold, rate: 20, burst: 20, quota: {limit: 1000, period: DAY}}\n", "")
+
+// gonePlanRig is a key store on a file backend serving the policy file
+// testPolicy, and reload, which writes the policy file anew and reloads
+// it (the store is not refreshed).
+func gonePlanRig(t *testing.T) (s *Store, r *policy.Reloader, reload func(text string)) {
+	t.Helper()
+	dir := t.TempDir()
+	polPath := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(polPath, []byte(testPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := policy.NewReloader(policy.ReloaderOptions{Path: polPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = New(context.Background(), Options{Backend: NewFileBackend(filepath.Join(dir, "keys.json")), Policy: r.Policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reload = func(text string) {
+		t.Helper()
+		if err := os.WriteFile(polPath, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, r, reload
 }
