@@ -22,19 +22,7 @@ import (
 // another primary. The decisions on the healthy primary must all be made
 // by Redis.
 func TestStoppedNodeWithMostTrafficCostsOnlyItsSlots(t *testing.T) {
-	c := redistest.StartClusterWith(t, redistest.ClusterConfig{
-		Args: []string{"--cluster-require-full-coverage", "no"}})
-	primaries, err := c.Primaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "redis+cluster://" + primaries[0].Addr + "," + primaries[1].Addr + "," + primaries[2].Addr
-	s, err := New(Options{URL: url, Prefix: uniquePrefix(t), EvictionCheck: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	lim := limiter.New(s, limiter.Options{Timeout: limiter.DefaultTimeout})
+	c, s, lim := stoppableCluster(t)
 	r := ruletest.With(t, floodgate.Limit{Name: "hot", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour},
 		limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	victim, err := c.PrimaryOf(int(slot(s.Key(r, "s0"))))
@@ -119,24 +107,16 @@ func TestStoppedNodeWithMostTrafficCostsOnlyItsSlots(t *testing.T) {
 // with the failing requests, are all decided by Redis, never refused by
 // an open breaker.
 func TestStoppedNodeCostsSpanningCallsOnlyItsSlots(t *testing.T) {
-	c := redistest.StartClusterWith(t, redistest.ClusterConfig{
-		Args: []string{"--cluster-require-full-coverage", "no"}})
-	primaries, err := c.Primaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "redis+cluster://" + primaries[0].Addr + "," + primaries[1].Addr + "," + primaries[2].Addr
-	s, err := New(Options{URL: url, Prefix: uniquePrefix(t), EvictionCheck: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	lim := limiter.New(s, limiter.Options{Timeout: limiter.DefaultTimeout})
+	c, s, lim := stoppableCluster(t)
 	limit := func(name string) *limiter.Rule {
 		return ruletest.With(t, floodgate.Limit{Name: name, Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour},
 			limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	}
 	perIP, perKey := limit("ip"), limit("key")
+	primaries, err := c.Primaries()
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A subject for each primary, under either limit.
 	on := map[*redistest.Server]string{}
 	for i := 0; len(on) < len(primaries); i++ {
@@ -234,4 +214,24 @@ func TestStoppedNodeCostsSpanningCallsOnlyItsSlots(t *testing.T) {
 	if lim.Stats().BreakerOpen {
 		t.Fatalf("a breaker still open after the resume: %+v", lim.Stats())
 	}
+}
+
+// stoppableCluster starts a Cluster of three primaries that serves the
+// slots it has while one of them is stopped, and an engine over a store
+// on it, with the default store timeout.
+func stoppableCluster(t *testing.T) (*redistest.Cluster, *Store, *limiter.Limiter) {
+	t.Helper()
+	c := redistest.StartClusterWith(t, redistest.ClusterConfig{
+		Args: []string{"--cluster-require-full-coverage", "no"}})
+	primaries, err := c.Primaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "redis+cluster://" + primaries[0].Addr + "," + primaries[1].Addr + "," + primaries[2].Addr
+	s, err := New(Options{URL: url, Prefix: uniquePrefix(t), EvictionCheck: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return c, s, limiter.New(s, limiter.Options{Timeout: limiter.DefaultTimeout})
 }
