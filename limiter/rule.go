@@ -57,7 +57,8 @@ func (r *Rule) Consistency() floodgate.Consistency { return r.consistency }
 
 // ID names the rule's counters in a store: the limit's name and a
 // fingerprint of its parameters, so that a changed limit starts afresh and
-// an unchanged one keeps its counts across reloads.
+// an unchanged one keeps its counts across reloads (or the ID of the rule
+// RuleOptions.CountsAs names).
 func (r *Rule) ID() string { return r.id }
 
 // IDHash returns HashID(r.ID()), worked out once when the rule was made,
@@ -89,6 +90,12 @@ type RuleOptions struct {
 	// whose traits say Leasable, and not in shadow mode). A rule's
 	// counters are the same either way, so switching keeps them.
 	Consistency floodgate.Consistency
+	// CountsAs, when set, makes the rule count in the counters of that
+	// rule: it takes its ID. Only a quota that differs from it in Max
+	// alone may (a usage plan's quota given another size for one key):
+	// what the period counted so far holds against the new size, so a
+	// size lowered below it refuses until the period ends.
+	CountsAs *Rule
 }
 
 // NewRule validates and compiles a limit.
@@ -118,7 +125,28 @@ func NewRuleWith(l floodgate.Limit, o RuleOptions) (*Rule, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b := o.CountsAs; b != nil {
+		if err := sameCounters(&l, b); err != nil {
+			return nil, err
+		}
+		id = b.id
+	}
 	return &Rule{limit: l, params: p, onFailure: o.OnFailure, shadow: o.Shadow, consistency: o.Consistency, id: id, idHash: HashID(id)}, nil
+}
+
+// sameCounters reports, as an error, a limit l that cannot count in the
+// counters of rule b: one that is not a quota, or differs from b's limit
+// in more than its Max.
+func sameCounters(l *floodgate.Limit, b *Rule) error {
+	if l.Algorithm.Family() != floodgate.FamilyQuota || b.limit.Algorithm != l.Algorithm {
+		return fmt.Errorf("limiter: %s: %w: only a quota counts in another rule's counters", l.Name, floodgate.ErrInvalidLimit)
+	}
+	m := *l
+	m.Name, m.Max = b.limit.Name, b.limit.Max
+	if id, err := ruleID(&m); err != nil || id != b.id {
+		return fmt.Errorf("limiter: %s: %w: it counts as %s only if their limits differ in size alone", l.Name, floodgate.ErrInvalidLimit, b.id)
+	}
+	return nil
 }
 
 // ruleID is the limit's name followed by a short fingerprint of every

@@ -64,7 +64,7 @@ type KeyOptions struct {
 	// Per, and the bucket).
 	Rate, Burst int64
 	// Quota replaces the plan's quota limit (requests per the plan's
-	// period).
+	// period); the key's count of the period stays.
 	Quota int64
 	// Generation counts the resets of the key's counters: each one counts
 	// the key afresh, under a new counter key.
@@ -79,8 +79,12 @@ type KeyOptions struct {
 var ErrUnknownPlan = errors.New("policy: unknown plan")
 
 // NewKey resolves a key that is not in the file against p: name, plan and
-// options. A changed rate, burst or quota is its own limit (named as the
-// plan's, counted separately), so a key that gets one starts it afresh.
+// options. A changed rate or burst is its own limit (named as the plan's,
+// counted separately), so a key that gets one starts it afresh. A changed
+// quota is the plan's at another size, counted in the plan quota's
+// counters (limiter.RuleOptions.CountsAs): the key keeps what it used in
+// the period, and a quota lowered below that refuses until the period
+// ends.
 func (p *Policy) NewKey(name, planName string, o KeyOptions) (*Key, error) {
 	pl, ok := p.plans[planName]
 	if !ok {
@@ -95,7 +99,7 @@ func (p *Policy) NewKey(name, planName string, o KeyOptions) (*Key, error) {
 		if o.Burst > 0 {
 			l.Burst = o.Burst
 		}
-		r, err := overrideLimit(rate, l)
+		r, err := overrideLimit(rate, l, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +108,9 @@ func (p *Policy) NewKey(name, planName string, o KeyOptions) (*Key, error) {
 	if o.Quota > 0 && quota != nil {
 		l := quota.Rule.Limit()
 		l.Max = o.Quota
-		q, err := overrideLimit(quota, l)
+		// Counted where the plan's quota counts the key: a new size, not
+		// a new count.
+		q, err := overrideLimit(quota, l, quota.Rule)
 		if err != nil {
 			return nil, err
 		}
@@ -120,10 +126,11 @@ func (p *Policy) NewKey(name, planName string, o KeyOptions) (*Key, error) {
 }
 
 // overrideLimit is base with the limit l (the same name and kind), and
-// base's failure policy, shadow mode and consistency.
-func overrideLimit(base *Limit, l floodgate.Limit) (*Limit, error) {
+// base's failure policy, shadow mode and consistency; counted in the
+// counters of countsAs when that is not nil (limiter.RuleOptions).
+func overrideLimit(base *Limit, l floodgate.Limit, countsAs *limiter.Rule) (*Limit, error) {
 	r, err := limiter.NewRuleWith(l, limiter.RuleOptions{OnFailure: base.Rule.OnFailure(), Shadow: base.Rule.Shadow(),
-		Consistency: base.Rule.Consistency()})
+		Consistency: base.Rule.Consistency(), CountsAs: countsAs})
 	if err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", l.Name, err)
 	}

@@ -99,13 +99,15 @@ func TestConsoleAPIEmbedded(t *testing.T) {
 			Capacity int64  `json:"capacity"`
 		} `json:"usage"`
 	}
+	// The larger quota keeps what the key used: the request before it
+	// and the one after.
 	call(t, "GET", api+"/keys/acme/usage", "ops-token", nil, &usage)
-	if len(usage.Usage) != 2 || usage.Usage[1].Limit != "basic.quota" || usage.Usage[1].Capacity != 5000 || usage.Usage[1].Used != 1 {
+	if len(usage.Usage) != 2 || usage.Usage[1].Limit != "basic.quota" || usage.Usage[1].Capacity != 5000 || usage.Usage[1].Used != 2 {
 		t.Errorf("usage %+v", usage)
 	}
 	// Reading the usage charged nothing.
 	call(t, "GET", api+"/keys/acme/usage", "ops-token", nil, &usage)
-	if usage.Usage[1].Used != 1 {
+	if usage.Usage[1].Used != 2 {
 		t.Errorf("usage after a second read: %+v", usage)
 	}
 	if code := call(t, "POST", api+"/keys/acme/reset", "ops-token", nil, nil); code != http.StatusOK {
