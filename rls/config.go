@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/internal/watch"
 	"github.com/floodgate/floodgate/internal/yamlfile"
+	"github.com/floodgate/floodgate/internal/zone"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 )
@@ -784,7 +785,7 @@ func (c *compiler) extensions(s *rateLimitSpec, r *rateLimit, where string, bad 
 			fail("quota", "calendar quotas are not available in compatibility mode, which counts fixed windows as envoyproxy/ratelimit does")
 		}
 		if written("quota.time_zone") {
-			loc, err := time.LoadLocation(q.TimeZone)
+			loc, err := zone.Load(q.TimeZone)
 			if err != nil {
 				fail("quota.time_zone", "unknown time zone %q", q.TimeZone)
 			}

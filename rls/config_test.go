@@ -42,6 +42,10 @@ func TestConfigErrorsNameFileLineAndField(t *testing.T) {
 			"a calendar quota needs unit day, week or month"},
 		{"bad zone", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, quota: {time_zone: Mars/Olympus}}\n",
 			"descriptors[0].rate_limit.quota.time_zone: unknown time zone"},
+		// Each machine's own zone: instances sharing a Redis would cut
+		// the periods of one quota at different midnights.
+		{"local zone", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, quota: {time_zone: Local}}\n",
+			"descriptors[0].rate_limit.quota.time_zone: unknown time zone \"Local\""},
 		{"bad on_failure", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, on_failure: maybe}\n",
 			"descriptors[0].rate_limit.on_failure: want allow, deny or local"},
 		{"replaces without name", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, replaces: [{}]}\n",

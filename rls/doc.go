@@ -84,7 +84,8 @@
 //	                          # (default requests_per_unit); the rate is
 //	                          # requests_per_unit per unit
 //	quota:                    # calendar quota (units day, week, month)
-//	  time_zone: Europe/Paris # IANA zone of the calendar (default UTC)
+//	  time_zone: Europe/Paris # IANA zone of the calendar (default UTC;
+//	                          # not Local, which differs between machines)
 //	  anchor_day: 15          # month quotas: the day the month starts
 //	on_failure: deny          # allow | deny | local (default): what the limit
 //	                          # does while the store fails (see package limiter)
