@@ -787,7 +787,8 @@ type Overload struct {
 	Tier string `yaml:"tier"`
 	// TierHeader names a request field holding a tier name, read only
 	// from a trusted proxy (server.trusted_proxies); an unknown name is
-	// the route's tier.
+	// the route's tier. A request carrying the field more than once is
+	// refused with 400.
 	TierHeader string `yaml:"tier_header"`
 }
 

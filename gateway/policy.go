@@ -79,7 +79,8 @@ type resolverFor struct {
 	resolver *identity.Resolver
 	keyHdr   string
 	fields   fields.Options
-	// keyed are the header fields limits count by (keyedFields).
+	// keyed are the header fields limits count by, and those overload
+	// control reads (keyedFields).
 	keyed []string
 	// spelled holds the fields, canonical, that say who sends a request
 	// or tell the upstream who did (the API key's, the token's, the user
@@ -229,10 +230,12 @@ func spelledFields(p *policy.Policy, keyHdr string, single []string) []string {
 }
 
 // keyedFields returns the header fields a limit of p counts by (key:
-// header:NAME) or a route's overload control tells tenants by (tenant:
-// header:NAME), canonical, once each. A request carrying one of them more
-// than once would be charged by its first line and may be served by
-// another.
+// header:NAME), a route's overload control tells tenants by (tenant:
+// header:NAME) or takes a trusted proxy's tier from (tier_header),
+// canonical, once each. A request carrying one of them more than once
+// would be charged by its first line and may be served by another; a
+// proxy that adds its tier line after the client's would leave the
+// client's first, to be read as the tier.
 func keyedFields(p *policy.Policy) []string {
 	var out []string
 	add := func(name string) {
@@ -248,8 +251,11 @@ func keyedFields(p *policy.Policy) []string {
 		}
 	}
 	for _, rt := range p.Routes() {
-		if o := rt.Overload; o != nil && o.Tenant == policy.TenantHeader {
-			add(o.TenantField)
+		if o := rt.Overload; o != nil {
+			if o.Tenant == policy.TenantHeader {
+				add(o.TenantField)
+			}
+			add(o.TierHeader)
 		}
 	}
 	return out
