@@ -20,7 +20,13 @@ package algo
 //
 // Bounds: Push refuses an item when its tenant has PerTenant waiting
 // (ErrTenantFull) or the queue has Total (ErrQueueFull); it never evicts
-// on its own (RemoveNewest lets a caller make room).
+// on its own (RemoveNewest and RemoveNewestOfLongest let a caller make
+// room). A full queue that refuses every newcomer would let the tenants
+// that filled it keep it full under a flood, their turns the only ones
+// left; so Longest tells a caller the most items one tenant has waiting,
+// and RemoveNewestOfLongest takes that tenant's newest, for a caller that
+// gives its place to a tenant with fewer (longest queue drop, as fq_codel
+// drops from its fattest flow).
 // Items wait at most MaxWait: Pop and Expire hand those that waited longer
 // to a function of the caller's, oldest first, so the caller answers them
 // (a 503); nothing is dropped unseen. Remove takes out an item whose
@@ -31,9 +37,11 @@ package algo
 //
 // Cost: items live in one pool of nodes in two intrusive lists (their
 // tenant's FIFO, and all items in the order of their deadlines, which is
-// the order of their pushes since MaxWait is one for all), so Push, Pop,
-// Next, PassOver, Remove and each expiry are O(1) and allocate nothing once the pool and
-// the map have grown to their peak.
+// the order of their pushes since MaxWait is one for all), and tenants in
+// one list per number of items waiting, so Push, Pop, Next, PassOver,
+// Remove, Longest and each expiry are O(1), RemoveNewestOfLongest is
+// O(PerTenant), and none allocates once the pools and the map have grown
+// to their peak.
 
 import (
 	"errors"
@@ -99,10 +107,16 @@ type FairQueue[K comparable, T any] struct {
 	credit     int   // what cur may still be served this turn
 	last       int64 // the latest Push instant
 	pushed     bool
+	pushes     uint64 // the items pushed so far (fqNode.seq)
+	// byLen[k] heads the list of the tenants with k items waiting (by
+	// lprev/lnext), -1 if none; longest is the highest k with one.
+	byLen   []int32
+	longest int
 }
 
 type fqNode[T any] struct {
 	item       T
+	seq        uint64 // its push: the queue's pushes then
 	deadline   int64
 	tenant     int32
 	prev, next int32 // in the tenant's FIFO (next also chains free nodes)
@@ -117,6 +131,8 @@ type fqTenant[K comparable] struct {
 	n          int
 	weight     int
 	prev, next int32 // in the ring of waiting tenants (next chains free records)
+	lprev      int32 // in byLen[n]
+	lnext      int32
 }
 
 // NewFairQueue returns an empty queue, or an error wrapping
@@ -184,7 +200,8 @@ func (q *FairQueue[K, T]) Push(tenant K, item T, now int64) (Ticket, error) {
 	}
 	ni := q.newNode()
 	nd := &q.nodes[ni]
-	nd.item, nd.tenant = item, ti
+	q.pushes++
+	nd.item, nd.tenant, nd.seq = item, ti, q.pushes
 	nd.deadline = math.MaxInt64
 	if q.o.MaxWait > 0 && now <= math.MaxInt64-int64(q.o.MaxWait) {
 		nd.deadline = now + int64(q.o.MaxWait)
@@ -198,7 +215,11 @@ func (q *FairQueue[K, T]) Push(tenant K, item T, now int64) (Ticket, error) {
 		t.head = ni
 	}
 	t.tail = ni
+	if t.n > 0 {
+		q.lenOut(ti)
+	}
 	t.n++
+	q.lenIn(ti)
 	// The end of all items.
 	nd.aprev, nd.anext = q.tail, -1
 	if q.tail >= 0 {
@@ -312,6 +333,59 @@ func (q *FairQueue[K, T]) RemoveNewest() (item T, ok bool) {
 	return item, true
 }
 
+// Longest returns the most items one tenant has waiting, 0 when nothing
+// waits.
+func (q *FairQueue[K, T]) Longest() int { return q.longest }
+
+// RemoveNewestOfLongest takes out the item pushed last of a tenant with
+// the most items waiting (Longest), and returns it: that tenant's newest
+// (an item passed over, PassOver, keeps the age of its Push), for a caller
+// that makes room in a full queue for a tenant with fewer. It returns
+// false when nothing waits.
+func (q *FairQueue[K, T]) RemoveNewestOfLongest() (item T, ok bool) {
+	if q.longest == 0 {
+		return item, false
+	}
+	newest := q.tenants[q.byLen[q.longest]].head
+	for ni := q.nodes[newest].next; ni >= 0; ni = q.nodes[ni].next {
+		if q.nodes[ni].seq > q.nodes[newest].seq {
+			newest = ni
+		}
+	}
+	item = q.nodes[newest].item
+	q.unlink(newest)
+	return item, true
+}
+
+// lenIn puts tenant ti, which has items waiting, in the list of the
+// tenants with as many.
+func (q *FairQueue[K, T]) lenIn(ti int32) {
+	t := &q.tenants[ti]
+	for len(q.byLen) <= t.n {
+		q.byLen = append(q.byLen, -1) // up to PerTenant + 1, once
+	}
+	t.lprev, t.lnext = -1, q.byLen[t.n]
+	if t.lnext >= 0 {
+		q.tenants[t.lnext].lprev = ti
+	}
+	q.byLen[t.n] = ti
+	q.longest = max(q.longest, t.n)
+}
+
+// lenOut takes tenant ti out of the list of the tenants with as many
+// items waiting (before its count changes).
+func (q *FairQueue[K, T]) lenOut(ti int32) {
+	t := &q.tenants[ti]
+	if t.lprev >= 0 {
+		q.tenants[t.lprev].lnext = t.lnext
+	} else {
+		q.byLen[t.n] = t.lnext
+	}
+	if t.lnext >= 0 {
+		q.tenants[t.lnext].lprev = t.lprev
+	}
+}
+
 // unlink takes node ni out of both lists and frees it; a tenant left with
 // nothing is forgotten.
 func (q *FairQueue[K, T]) unlink(ni int32) {
@@ -328,7 +402,14 @@ func (q *FairQueue[K, T]) unlink(ni int32) {
 	} else {
 		t.tail = nd.prev
 	}
+	q.lenOut(ti)
 	t.n--
+	if t.n > 0 {
+		q.lenIn(ti)
+	}
+	for q.longest > 0 && q.byLen[q.longest] < 0 {
+		q.longest--
+	}
 	if nd.aprev >= 0 {
 		q.nodes[nd.aprev].anext = nd.anext
 	} else {

@@ -50,6 +50,15 @@ func (r *refQueue) len() int {
 	return n
 }
 
+// longest returns the most items one tenant has waiting.
+func (r *refQueue) longest() int {
+	n := 0
+	for _, f := range r.fifo {
+		n = max(n, len(f))
+	}
+	return n
+}
+
 func (r *refQueue) push(k string, v int, now int64, seq int) error {
 	if len(r.fifo[k]) >= r.per {
 		return ErrTenantFull
@@ -132,7 +141,8 @@ func (r *refQueue) pop(now int64) (v int, expired []int, ok bool) {
 
 // FairQueue serves, expires and refuses exactly as deficit round robin
 // does, on random pushes (from 6 tenants of weights 1 to 3), pops,
-// expiries and removals; every item leaves exactly once.
+// expiries, removals and removals of the longest backlog's newest; every
+// item leaves exactly once, and Longest is the longest backlog.
 func TestFairQueueMatchesDRR(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(17, 19))
@@ -175,6 +185,23 @@ func TestFairQueueMatchesDRR(t *testing.T) {
 					}
 					left[x] = true
 				}
+			case op == 9 && rng.IntN(3) == 0:
+				v, ok := q.RemoveNewestOfLongest()
+				most := ref.longest()
+				if ok != (most > 0) {
+					t.Fatalf("case %d step %d: RemoveNewestOfLongest took %v with a longest backlog of %d", c, step, ok, most)
+				}
+				if !ok {
+					continue
+				}
+				k := tenantOf[v]
+				f := ref.fifo[k]
+				newest := slices.MaxFunc(f, func(a, b refItem) int { return a.seq - b.seq })
+				if len(f) != most || newest.v != v {
+					t.Fatalf("case %d step %d: RemoveNewestOfLongest took %d of %s (%d waiting); want the newest of a tenant with %d", c, step, v, k, len(f), most)
+				}
+				left[v] = true
+				ref.drop(k, v)
 			default:
 				if seq == 0 {
 					continue
@@ -191,8 +218,8 @@ func TestFairQueueMatchesDRR(t *testing.T) {
 					ref.drop(tenantOf[x], x)
 				}
 			}
-			if q.Len() != ref.len() || q.Tenants() != len(ref.ring) {
-				t.Fatalf("case %d step %d: %d items of %d tenants, want %d of %d", c, step, q.Len(), q.Tenants(), ref.len(), len(ref.ring))
+			if q.Len() != ref.len() || q.Tenants() != len(ref.ring) || q.Longest() != ref.longest() {
+				t.Fatalf("case %d step %d: %d items of %d tenants, the longest %d; want %d of %d, %d", c, step, q.Len(), q.Tenants(), q.Longest(), ref.len(), len(ref.ring), ref.longest())
 			}
 		}
 	}
@@ -497,6 +524,42 @@ func TestFairQueueRemoveNewest(t *testing.T) {
 	}
 	if !slices.Equal(got, []int{0, 1}) {
 		t.Errorf("served %v after the removals, want [0 1]", got)
+	}
+}
+
+// RemoveNewestOfLongest takes out the newest item of the tenant with the
+// most waiting, also after its oldest was passed over to the end of its
+// line, and Longest follows the backlogs down as they level.
+func TestFairQueueRemoveNewestOfLongest(t *testing.T) {
+	q := newFQ[string, int](t, FairQueueOptions[string]{Total: 8, PerTenant: 8})
+	if _, ok := q.RemoveNewestOfLongest(); ok || q.Longest() != 0 {
+		t.Fatalf("an empty queue: took %v, longest %d", ok, q.Longest())
+	}
+	for i, k := range []string{"a", "a", "b", "a", "a", "b"} {
+		if _, err := q.Push(k, i, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q.Longest() != 4 {
+		t.Fatalf("Longest = %d, want 4 (a's)", q.Longest())
+	}
+	q.PassOver() // a's line is now 1, 3, 4, 0: 0 is at its end, 4 is its newest
+	if v, ok := q.RemoveNewestOfLongest(); !ok || v != 4 {
+		t.Fatalf("RemoveNewestOfLongest = %d, %v; want 4 (a's newest, not 0 passed over)", v, ok)
+	}
+	if v, ok := q.RemoveNewestOfLongest(); !ok || v != 3 || q.Longest() != 2 {
+		t.Fatalf("RemoveNewestOfLongest = %d, %v, then longest %d; want 3 and 2", v, ok, q.Longest())
+	}
+	var got []int
+	for {
+		v, ok := q.Pop(10, nil)
+		if !ok {
+			break
+		}
+		got = append(got, v)
+	}
+	if !slices.Equal(got, []int{2, 1, 5, 0}) || q.Longest() != 0 {
+		t.Errorf("served %v, longest %d after; want [2 1 5 0], 0", got, q.Longest())
 	}
 }
 

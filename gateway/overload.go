@@ -37,8 +37,10 @@ import (
 // the tenants in turn, passing over a tenant that holds its share of the
 // cap while another waits (below). A request that finds the queue full
 // takes the place of the newest waiter of the least critical tier below
-// its own that has one, which is shed. A request that cannot wait is shed:
-// 503 Service Unavailable with Retry-After.
+// its own that has one, which is shed; without one, of the newest waiter
+// of the tenant with the most waiting in its tier, when that tenant has
+// at least two more waiting than its own. A request that cannot wait is
+// shed: 503 Service Unavailable with Retry-After.
 //
 // Share of the cap. Turns count requests, not the time they hold a place:
 // a tenant whose requests the upstream answers in a second and another's
@@ -374,14 +376,39 @@ func (c *overloadCtl) dispatch() {
 func (c *overloadCtl) displace(tier int) bool {
 	for t := len(c.queues) - 1; t > tier; t-- {
 		if w, ok := c.queues[t].RemoveNewest(); ok {
-			c.queued--
-			c.changeUse(w.th, 0, -1)
-			w.shed = ShedDisplaced
-			w.ch <- struct{}{}
+			c.displaced(w)
 			return true
 		}
 	}
 	return false
+}
+
+// displaceLongest makes room in a full queue for a request of tenant in
+// q, its tier's queue, when a tenant there has at least two more waiting
+// than tenant: the newest waiter of the tenant with the most leaves the
+// queue (its request is shed, ShedDisplaced), so that their backlogs come
+// closer to level and never cross. Without it the tenants that filled the
+// queue would keep it full under a flood, every other tenant's request
+// refused at once. It reports false, changing nothing, otherwise (mu
+// held).
+func (c *overloadCtl) displaceLongest(q *algo.FairQueue[string, *waiter], tenant string) bool {
+	if q.Longest() < q.TenantLen(tenant)+2 {
+		return false
+	}
+	w, ok := q.RemoveNewestOfLongest()
+	if ok {
+		c.displaced(w)
+	}
+	return ok
+}
+
+// displaced tells waiter w, just taken out of its queue, that it was
+// displaced (mu held).
+func (c *overloadCtl) displaced(w *waiter) {
+	c.queued--
+	c.changeUse(w.th, 0, -1)
+	w.shed = ShedDisplaced
+	w.ch <- struct{}{}
 }
 
 // stat returns the controller's state.
@@ -718,7 +745,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		g.shed(x, st, ShedTenantFull)
 		return false
 	}
-	if c.queued >= co.Queue.Total && !c.displace(s.tier) {
+	if c.queued >= co.Queue.Total && !c.displace(s.tier) && !c.displaceLongest(q, tenant) {
 		c.mu.Unlock()
 		g.shed(x, st, ShedQueueFull)
 		return false

@@ -290,10 +290,11 @@ func (o *shedReasons) get(reason string) int {
 
 // TestOverloadQueueDriven: a queue driven by many waiters of many
 // tenants, each naming its tenant in a 32 KiB field, holds no more than
-// its size and each tenant's backlog; the rest are refused at once, the
-// waiters are refused at max_wait, and nothing of them stays: no waiter,
-// no tenant counted or queued. (The middleware's queue is the net/http
-// engine's.)
+// its size and each tenant's backlog; the first newcomers take the places
+// of the longer backlogs' newest waiters until every tenant waiting has
+// one, the rest are refused at once, the waiters are refused at max_wait,
+// and nothing of them stays: no waiter, no tenant counted or queued. (The
+// middleware's queue is the net/http engine's.)
 func TestOverloadQueueDriven(t *testing.T) {
 	forFronts(t, proxyFronts, func(t *testing.T, front string) {
 		u := newHolding()
@@ -352,16 +353,20 @@ queue: {size: 8, per_tenant: 2, max_wait: 2s}`))
 			send(i)
 		}
 		pollUntil(t, "the queue full", func() bool { return overloadState(g).Queued == 8 })
-		// Many more tenants: all refused at once, the queue holds 8.
+		// Many more tenants: two take the places of the second waiters
+		// of the first two tenants, the rest are refused at once, the
+		// queue holds 8, one of each of 8 tenants.
 		for i := 6; i < 46; i++ {
 			send(i)
 		}
-		pollUntil(t, "40 refused at once", func() bool { return obs.get(ShedQueueFull) == 40 })
+		pollUntil(t, "2 displaced, 38 refused at once", func() bool {
+			return obs.get(ShedDisplaced) == 2 && obs.get(ShedQueueFull) == 38
+		})
 		if s := overloadState(g); s.Queued != 8 || s.Inflight != 1 {
 			t.Errorf("state %+v, want 8 queued and 1 in flight", s)
 		}
-		if n, w := overloadTenants(g); n != 7 || w != 6 {
-			t.Errorf("tenants counted %d, waiting %d; want 7 and 6", n, w)
+		if n, w := overloadTenants(g); n != 9 || w != 8 {
+			t.Errorf("tenants counted %d, waiting %d; want 9 and 8", n, w)
 		}
 		wg.Wait() // the waiters are refused at max_wait
 		if got := obs.get(ShedTimeout); got != 8 {
