@@ -304,6 +304,29 @@ func NewAdaptive(o AdaptiveOptions) (*Adaptive, error) {
 // Options returns the options in use, with the defaults filled in.
 func (a *Adaptive) Options() AdaptiveOptions { return a.o }
 
+// Retune puts the options o in force and keeps what the limit learnt: the
+// limit (brought within o's Min and Max; o.Initial is not used), the
+// estimate of the no-load latency and whether it is trusted, and the
+// window being measured, which ends under o. A new Adaptive would start
+// again: its first window's latency not trusted, its limit growing by half
+// a window until a window queues, then halving, so a change of options
+// under load would send half as many again to an upstream whose knee the
+// limit had found, then cut deep. It returns an error wrapping
+// floodgate.ErrInvalidLimit, changing nothing, if an option is out of
+// range (as NewAdaptive).
+func (a *Adaptive) Retune(o AdaptiveOptions) error {
+	n, err := NewAdaptive(o)
+	if err != nil {
+		return err
+	}
+	if n.o.Min != a.o.Min {
+		a.atMin = 0 // the windows in a row at the old Min
+	}
+	a.o = n.o
+	a.limit = min(max(a.limit, float64(a.o.Min)), float64(a.o.Max))
+	return nil
+}
+
 // Limit returns the current limit: the most requests the upstream should
 // have in flight. It is always within [Min, Max].
 func (a *Adaptive) Limit() int { return int(a.limit) }

@@ -308,6 +308,46 @@ func TestAdaptiveRule(t *testing.T) {
 	}
 }
 
+// Retune keeps what the limit learnt: its limit and its trusted estimate
+// of the no-load latency, so the next window grows by Growth, not by half
+// as a new limit's first windows do; the new options are in force (a
+// latency under the new tolerance does not cut), the limit is brought
+// within new bounds, and options out of range change nothing.
+func TestAdaptiveRetuneKeepsWhatItLearnt(t *testing.T) {
+	ms := time.Millisecond
+	a := newAdaptive(t, AdaptiveOptions{Initial: 100})
+	for _, rtt := range []time.Duration{10 * ms, 20 * ms, 10 * ms, 10 * ms, 20 * ms, 10 * ms} {
+		feed(t, a, 100, rtt, 0)
+	}
+	learnt := a.Limit()
+	if !a.trusted || a.NoLoadLatency() != 10*ms {
+		t.Fatalf("before the retune: trusted %v, no-load %v; want trusted at 10ms", a.trusted, a.NoLoadLatency())
+	}
+	if err := a.Retune(AdaptiveOptions{Initial: 100, Tolerance: 1.5}); err != nil {
+		t.Fatal(err)
+	}
+	if a.Limit() != learnt || !a.trusted || a.NoLoadLatency() != 10*ms {
+		t.Fatalf("after the retune: limit %d, trusted %v, no-load %v; want %d, trusted at 10ms", a.Limit(), a.trusted, a.NoLoadLatency(), learnt)
+	}
+	grown := feed(t, a, 100, 10*ms, 0)
+	if grown < learnt+1 || grown > learnt+max(1, learnt/20)+1 {
+		t.Errorf("a window at the no-load latency after the retune: limit %d → %d; want a growth by 5%% (a new limit grows by half)", learnt, grown)
+	}
+	if got := feed(t, a, 100, 14*ms, 0); got <= grown {
+		t.Errorf("1.4 × the no-load latency under a tolerance of 1.5: limit %d → %d; want no cut", grown, got)
+	}
+	if err := a.Retune(AdaptiveOptions{Min: 60, Max: 80}); err != nil || a.Limit() != 60 {
+		t.Errorf("a retune to min 60: %v, limit %d; want 60", err, a.Limit())
+	}
+	if err := a.Retune(AdaptiveOptions{Max: 20, Initial: 20}); err != nil || a.Limit() != 20 {
+		t.Errorf("a retune to max 20: %v, limit %d; want 20", err, a.Limit())
+	}
+	before := a.Options()
+	if err := a.Retune(AdaptiveOptions{Min: 5, Max: 4}); !errors.Is(err, floodgate.ErrInvalidLimit) || a.Options() != before || a.Limit() != 20 {
+		t.Errorf("a retune out of range: %v, options %+v, limit %d; want ErrInvalidLimit and nothing changed", err, a.Options(), a.Limit())
+	}
+}
+
 // At the start, a growth whose latency rises clearly less than the limit
 // puts the knee inside the step: the estimate is trusted at once and the
 // gradient cut applies, with no halving.

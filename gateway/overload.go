@@ -186,8 +186,8 @@ func newQueues(o *policy.Overload) []*algo.FairQueue[string, *waiter] {
 // in force (mu held). What the route holds stays counted: its requests in
 // flight keep their places under the new cap, which admits no more until
 // fewer are in flight than it allows; the adaptive limit keeps what it
-// learnt (with new options, it starts again from its limit now, within the
-// new bounds). The requests waiting keep their wait (and their own
+// learnt, also with new options (algo.Adaptive.Retune): its limit, within
+// the new bounds, and its estimate of the no-load latency. The requests waiting keep their wait (and their own
 // max_wait) in the new queues, in the tier of the same name (else the
 // route's tier), and the order they arrived in, so the newest arrival is
 // still the one a more critical request displaces; those the new queues
@@ -202,18 +202,13 @@ func (c *overloadCtl) retune(o *policy.Overload) {
 		c.ad = nil
 	case c.ad != nil && old.Adaptive != nil && *old.Adaptive == *a:
 		// The same options: it keeps learning.
+	case c.ad != nil:
+		// New options: it keeps its limit (within the new bounds) and
+		// its estimate of the no-load latency; starting again would
+		// grow the limit by half a window past the knee it found.
+		_ = c.ad.Retune(*a) // validated
 	default:
-		ao := *a
-		if c.ad != nil {
-			ao.Initial = c.ad.Limit()
-			if ao.Min > 0 && ao.Initial < ao.Min {
-				ao.Initial = ao.Min
-			}
-			if ao.Max > 0 && ao.Initial > ao.Max {
-				ao.Initial = ao.Max
-			}
-		}
-		c.ad, _ = algo.NewAdaptive(ao) // validated
+		c.ad, _ = algo.NewAdaptive(*a) // validated
 	}
 	now := c.now()
 	var waiting []*waiter

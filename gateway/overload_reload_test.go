@@ -386,3 +386,50 @@ queue: {size: 8, per_tenant: 8, max_wait: `+maxWait+`}`))
 		}
 	})
 }
+
+// TestOverloadReloadKeepsNoLoadLatency: a reload that changes the
+// adaptive options (here only its tolerance) keeps the limit's estimate of
+// the upstream's no-load latency, as it keeps its limit. Started again,
+// the limit forgot it: its first window's latency was not trusted and it
+// grew by half a window until one queued, then halved, so a reload under
+// a flood sent half as many again as the knee it had found to the
+// upstream (measured: 12 and 18 in flight to an upstream of 8 workers
+// where 9 and 12 were before), then cut to 4 to 6.
+func TestOverloadReloadKeepsNoLoadLatency(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		h := func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(2 * time.Millisecond)
+			_, _ = w.Write([]byte("ok"))
+		}
+		block := func(extra string) *policy.Policy {
+			return compilePolicy(t, "overload.yaml", overloadPolicy(`
+adaptive: {min: 2, max: 32, initial: 16, window: 20ms, min_samples: 10`+extra+`}
+tiers: [{name: default}]
+queue: {size: 64, per_tenant: 64, max_wait: 1s}`))
+		}
+		src := &swapSource{}
+		src.p.Store(block(""))
+		pm, err := NewPolicyMatcher(src, PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t)}, h)
+		stop := drive(t, base+"/x", func(status int) bool { return status == http.StatusOK })
+		defer stop()
+		pollUntilFor(t, "an estimate of the no-load latency", time.Minute, func() bool { return overloadState(g).NoLoad > 0 })
+		stop()
+		pollUntil(t, "nothing held", func() bool { s := overloadState(g); return s.Inflight == 0 && s.Queued == 0 })
+		before := overloadState(g)
+
+		src.p.Store(block(", tolerance: 1.5"))
+		g.ForgetUpstreams()
+		// A request looks the new block up; one answer ends no window of
+		// ten.
+		if a, err := get(c, t.Context(), base+"/x"); err != nil || a.status != http.StatusOK {
+			t.Fatalf("after the reload: %v %v", a.status, err)
+		}
+		if s := overloadState(g); !s.Adaptive || s.NoLoad == 0 {
+			t.Errorf("after a reload that changed the tolerance: %+v (before it %+v); want the estimate of the no-load latency kept", s, before)
+		}
+	})
+}
