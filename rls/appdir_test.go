@@ -34,7 +34,7 @@ func TestLoadAppReadsWhatEnvoyproxyRatelimitReadsWatchingTheRoot(t *testing.T) {
 	if _, err := Load([]string{dir}, opts); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "config")+": cannot read") {
 		t.Errorf("nothing of config's: %v, want config named missing", err)
 	}
-	write("configx.yaml", "domain: [not read\n")    // "configx.yaml" does not start with "config."
+	write("configx.yaml", "domain: [not read\n")      // "configx.yaml" does not start with "config."
 	write("other/config.yaml", "domain: [not read\n") // "other.config.yaml" neither
 	write("config.yaml", "domain: shop\ndescriptors:\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 7}\n")
 	write("config.d/other.yaml", "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")

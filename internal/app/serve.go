@@ -120,8 +120,8 @@ type server struct {
 	// server.headers; rlsMu orders its first setting and a reload's.
 	rlsMu     sync.Mutex
 	rlsFields *rls.Service
-	demo     *demo.Server
-	console  *console.Console // the admin API, the dashboard and the alarms
+	demo      *demo.Server
+	console   *console.Console // the admin API, the dashboard and the alarms
 	// accessLog is the access log, when there is one.
 	accessLog *accesslog.Logger
 
