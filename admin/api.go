@@ -312,7 +312,7 @@ type KeyView struct {
 	Rate       int64             `json:"rate,omitempty"`
 	Burst      int64             `json:"burst,omitempty"`
 	Quota      int64             `json:"quota,omitempty"`
-	Generation int               `json:"generation,omitempty"`
+	Generation int64             `json:"generation,omitempty"`
 	Created    *time.Time        `json:"created,omitempty"`
 	Updated    *time.Time        `json:"updated,omitempty"`
 }
@@ -578,10 +578,14 @@ func (a *API) deleteKey(_ http.ResponseWriter, r *http.Request, actor string) (a
 	return map[string]any{"name": name, "deleted": true}, nil
 }
 
+// resetKey moves the key to new counters: its generation becomes the
+// reset's time (keystore.NextGeneration), never one of an earlier life of
+// its name, whose counters may still hold a count of the period.
 func (a *API) resetKey(_ http.ResponseWriter, r *http.Request, actor string) (any, error) {
-	var gen int
+	var gen int64
+	now := a.o.Now()
 	return a.change(r, actor, "key.reset", func(rec *keystore.Record) error {
-		rec.Generation++
+		rec.Generation = keystore.NextGeneration(rec.Generation, now)
 		gen = rec.Generation
 		return nil
 	}, map[string]any{"generation": &gen})

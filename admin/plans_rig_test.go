@@ -38,7 +38,17 @@ type planRig struct {
 
 func newPlanRig(t *testing.T, src string, start time.Time) *planRig {
 	t.Helper()
+	return newPlanRigWith(t, src, start, nil)
+}
+
+// newPlanRigWith is newPlanRig with the API's keys in backend (nil: a key
+// file).
+func newPlanRigWith(t *testing.T, src string, start time.Time, backend keystore.Backend) *planRig {
+	t.Helper()
 	dir := t.TempDir()
+	if backend == nil {
+		backend = keystore.NewFileBackend(filepath.Join(dir, "keys.json"))
+	}
 	r := &planRig{t: t, path: filepath.Join(dir, "floodgate.yaml"), token: "ops-token"}
 	r.ns.Store(start.UnixNano())
 	r.write(src)
@@ -48,8 +58,7 @@ func newPlanRig(t *testing.T, src string, start time.Time) *planRig {
 	}
 	r.rl = rl
 	now := func() time.Time { return time.Unix(0, r.ns.Load()) }
-	keys, err := keystore.New(context.Background(), keystore.Options{Backend: keystore.NewFileBackend(filepath.Join(dir, "keys.json")),
-		Policy: rl.Policy, Now: now})
+	keys, err := keystore.New(context.Background(), keystore.Options{Backend: backend, Policy: rl.Policy, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}

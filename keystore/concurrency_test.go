@@ -151,7 +151,7 @@ func concurrentChanges(t *testing.T, n int, backend func() Backend) {
 			if !got.Revoked || lookup(s, r.Policy(), raw) != nil {
 				t.Errorf("round %d, store %d: the revoked key is back: %+v", round, i, got)
 			}
-			if got.Generation != counted {
+			if got.Generation != int64(counted) {
 				t.Errorf("round %d, store %d: generation %d after %d updates", round, i, got.Generation, counted)
 			}
 			got, err = s.Get(rot)

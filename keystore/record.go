@@ -29,8 +29,11 @@ type Record struct {
 	Rate  int64 `json:"rate,omitempty"`
 	Burst int64 `json:"burst,omitempty"`
 	Quota int64 `json:"quota,omitempty"`
-	// Generation counts the resets of the key's counters.
-	Generation int `json:"generation,omitempty"`
+	// Generation names the counters the key counts in since its last
+	// reset (0: never reset): the reset's time in Unix microseconds
+	// (NextGeneration); records written before that count their resets
+	// 1, 2, ... and keep the generation they are at until their next one.
+	Generation int64 `json:"generation,omitempty"`
 	// Created and Updated are when the key was made and last changed.
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
@@ -96,6 +99,19 @@ func NewSecret() (raw, sum string, err error) {
 	raw = "fg_" + base64.RawURLEncoding.EncodeToString(b[:])
 	h := sha256.Sum256([]byte(raw))
 	return raw, hex.EncodeToString(h[:]), nil
+}
+
+// NextGeneration returns the generation of a key's reset at now, the key
+// being at generation prev: now in Unix microseconds, or prev + 1 when
+// that is not past prev (a clock set back). A key deleted and made again
+// under its name starts again at generation 0, its earlier resets
+// forgotten with its record; a generation that is the reset's time keeps
+// each reset's counters apart from those of the name's earlier lives,
+// which may still hold counts of the period, so that every reset counts
+// afresh. Microseconds stay exact where JSON numbers are read as doubles
+// (jq, JavaScript).
+func NextGeneration(prev int64, now time.Time) int64 {
+	return max(now.UnixMicro(), prev+1)
 }
 
 // clone returns a deep copy of r.

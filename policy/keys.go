@@ -19,13 +19,13 @@ type Key struct {
 	plan    *plan
 	rate    *Limit
 	quota   *Limit
-	counter string // "key:NAME", or "key:NAME#N" after N resets
+	counter string // "key:NAME", or "key:NAME#N" at generation N
 }
 
-func newKey(name string, pl *plan, rate, quota *Limit, generation int) *Key {
+func newKey(name string, pl *plan, rate, quota *Limit, generation int64) *Key {
 	counter := "key:" + name
 	if generation > 0 {
-		counter += "#" + strconv.Itoa(generation)
+		counter += "#" + strconv.FormatInt(generation, 10)
 	}
 	return &Key{name: name, plan: pl, rate: rate, quota: quota, counter: counter}
 }
@@ -40,7 +40,8 @@ func (k *Key) Plan() string { return k.plan.name }
 // either may be nil.
 func (k *Key) Limits() (rate, quota *Limit) { return k.rate, k.quota }
 
-// Counter returns the key its limits count it under ("key:NAME").
+// Counter returns the key its limits count it under: "key:NAME", or
+// "key:NAME#N" at generation N (KeyOptions.Generation).
 func (k *Key) Counter() string { return k.counter }
 
 // Hits returns the hits of the key's plan limits at cost 1, rate first,
@@ -66,9 +67,10 @@ type KeyOptions struct {
 	// Quota replaces the plan's quota limit (requests per the plan's
 	// period); the key's count of the period stays.
 	Quota int64
-	// Generation counts the resets of the key's counters: each one counts
-	// the key afresh, under a new counter key.
-	Generation int
+	// Generation, when positive, names the key's counters ("key:NAME#N"):
+	// a reset gives the key a new one, so that it counts afresh under a
+	// new counter key. 0 counts it under "key:NAME".
+	Generation int64
 	// KeepOwn leaves out a rate, burst or quota the plan has no limit for
 	// (a reload took it from the plan) instead of refusing the key: a key
 	// that is already in use keeps working under its plan as it is now.
