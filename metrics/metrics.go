@@ -49,16 +49,37 @@ type Options struct {
 	MaxLimits int
 	// MaxTenants bounds the distinct (route, tenant) pairs of
 	// floodgate_overload_shed_tenants_total (0: DefaultMaxTenants): a
-	// tenant is whatever a client sends (an address, a header), so past
-	// the bound new tenants are counted as OtherTenant.
+	// tenant is whatever a client sends (an address, a header), so while
+	// every series is held by a tenant shed within IdleTenant, new
+	// tenants are counted as OtherTenant.
 	MaxTenants int
+	// IdleTenant is how long a tenant must go without being shed before
+	// its series of floodgate_overload_shed_tenants_total may be taken
+	// back, deleted and given to a tenant shed now (0:
+	// DefaultIdleTenant). The series go to the tenants being shed, not to
+	// the first ones ever shed, and each of the MaxTenants series changes
+	// hands at most once per IdleTenant, however fast a client makes up
+	// new names.
+	IdleTenant time.Duration
+	// Now is the clock the idleness of tenants is measured with (nil:
+	// the monotonic clock).
+	Now func() time.Time
 }
 
 // DefaultMaxTenants is how many tenants get a shed series of their own.
 const DefaultMaxTenants = 50
 
-// OtherTenant is the tenant label of every tenant past
-// Options.MaxTenants.
+// DefaultIdleTenant is how long a tenant keeps its shed series without
+// being shed. Five minutes is many scrape intervals, so a series' last
+// value has been scraped before it goes, and as long as the [5m] windows
+// of the alerts' increase(), which see nothing more of it by then; it
+// bounds the churn to DefaultMaxTenants series per five minutes (one
+// every six seconds), whatever the rate of new names.
+const DefaultIdleTenant = 5 * time.Minute
+
+// OtherTenant is the tenant label of every tenant shed while each of the
+// Options.MaxTenants series was held by a tenant shed within
+// Options.IdleTenant.
 const OtherTenant = "_other"
 
 // Metrics is Floodgate's Prometheus instrumentation. It is the engine's
@@ -85,7 +106,7 @@ const OtherTenant = "_other"
 //	floodgate_overload_latency_seconds{route}                 the adaptive limit's latency of its last window
 //	floodgate_overload_noload_latency_seconds{route}          its estimate of the upstream's latency without queueing
 //	floodgate_overload_shed_total{route,tier,reason}          requests shed (503): full, queue_full, tenant_full, timeout, client_gone, displaced
-//	floodgate_overload_shed_tenants_total{route,tenant}       the same by tenant, bounded (Options.MaxTenants)
+//	floodgate_overload_shed_tenants_total{route,tenant}       the same by tenant, bounded (Options.MaxTenants, Options.IdleTenant)
 //	floodgate_gateway_duration_seconds{route}                 the gateway's own time per request (latency.go)
 //	floodgate_upstream_duration_seconds{route}                the upstream's time per forwarded request
 type Metrics struct {
@@ -115,8 +136,12 @@ type Metrics struct {
 	shed       *prometheus.CounterVec
 	shedTenant *prometheus.CounterVec
 	maxTenants int
-	tenantMu   sync.Mutex         // guards tenants
-	tenants    map[[2]string]bool // the (route, tenant) pairs with a series
+	idleTenant time.Duration
+	clock      func() time.Duration        // the time since New (Options.Now, or the monotonic clock alone)
+	tenantMu   sync.Mutex                  // guards tenants (and the last of each) and tenantScan
+	tenants    map[[2]string]*tenantSeries // the (route, tenant) pairs with a series
+	tenantScan time.Duration               // no series in tenants is idle before then (by clock)
+	folded     sync.Map                    // route → its OtherTenant series (a prometheus.Counter)
 	overload   overloadCollector
 
 	lat       routeLatency
@@ -218,13 +243,26 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		}, []string{"route", "tier", "reason"}),
 		shedTenant: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_overload_shed_tenants_total",
-			Help: "Requests a route's overload control shed, by tenant; tenants past a bound are counted as _other.",
+			Help: "Requests a route's overload control shed, by tenant; a bounded number of tenants have series of their own, those shed lately (the series of a tenant not shed for a while, five minutes by default, is deleted and goes to the next new tenant shed), and the others are counted as _other.",
 		}, []string{"route", "tenant"}),
 		maxTenants: opts.MaxTenants,
-		tenants:    map[[2]string]bool{},
+		idleTenant: opts.IdleTenant,
+		tenants:    map[[2]string]*tenantSeries{},
 	}
 	if m.maxTenants <= 0 {
 		m.maxTenants = DefaultMaxTenants
+	}
+	if m.idleTenant <= 0 {
+		m.idleTenant = DefaultIdleTenant
+	}
+	if now := opts.Now; now != nil {
+		base := now()
+		m.clock = func() time.Duration { return now().Sub(base) }
+	} else {
+		// time.Since reads the monotonic clock alone: a shed pays half
+		// the cost of time.Now.
+		base := time.Now()
+		m.clock = func() time.Duration { return time.Since(base) }
 	}
 	if m.maxLimits <= 0 {
 		m.maxLimits = DefaultMaxLimits
@@ -507,27 +545,86 @@ func (m *Metrics) InvalidToken(reason string) {
 
 var _ limiter.Observer = (*Metrics)(nil)
 
+// tenantSeries is the series of one (route, tenant) pair of
+// floodgate_overload_shed_tenants_total, in Metrics.tenants.
+type tenantSeries struct {
+	key  [2]string // route, tenant
+	c    prometheus.Counter
+	last time.Duration // when the tenant was last shed (Metrics.clock), under Metrics.tenantMu
+}
+
 // OverloadShed counts a request shed by a route's overload control; the
-// tenant label is bounded (Options.MaxTenants). A tenant is what a client
-// sent: one that is not valid UTF-8, which no label value may hold, is
-// counted as OtherTenant.
+// tenant label is bounded (Options.MaxTenants). A tenant shed while every
+// series is held by a tenant shed within Options.IdleTenant is counted as
+// OtherTenant; otherwise it takes the series of the tenant shed longest
+// ago, which is deleted. A tenant is what a client sent: one that is not
+// valid UTF-8, which no label value may hold, is counted as OtherTenant.
 func (m *Metrics) OverloadShed(route, tier, tenant, reason string) {
 	m.shed.WithLabelValues(route, tier, reason).Inc()
-	if !utf8.ValidString(tenant) {
-		m.shedTenant.WithLabelValues(route, OtherTenant).Inc()
+	if tenant == OtherTenant || !utf8.ValidString(tenant) {
+		m.foldedOf(route).Inc()
 		return
 	}
-	k := [2]string{route, tenant}
+	now := m.clock()
 	m.tenantMu.Lock()
-	if !m.tenants[k] {
-		if len(m.tenants) < m.maxTenants {
-			m.tenants[[2]string{strings.Clone(route), strings.Clone(tenant)}] = true
-		} else {
-			tenant = OtherTenant
-		}
-	}
+	c := m.tenantCounter(route, tenant, now)
 	m.tenantMu.Unlock()
-	m.shedTenant.WithLabelValues(route, tenant).Inc()
+	if c == nil {
+		c = m.foldedOf(route)
+	}
+	// c is live: a series is taken back only once its tenant has not been
+	// shed for IdleTenant, and its last shed is the one just noted.
+	c.Inc()
+}
+
+// tenantCounter returns the series a shed of tenant on route at now
+// counts in, or nil for the route's OtherTenant series. Past the bound, a
+// new tenant takes the series of the tenant shed longest ago if that one
+// has not been shed for IdleTenant. Its caller holds tenantMu. Looking
+// for that tenant visits every series, but only when a new tenant is shed
+// at or after tenantScan, which a search that finds none idle moves to
+// the instant the oldest would be: a flood of new names makes one search
+// per series taken back, and one each time the oldest turns out to have
+// been shed meanwhile, not one per name.
+func (m *Metrics) tenantCounter(route, tenant string, now time.Duration) prometheus.Counter {
+	if s := m.tenants[[2]string{route, tenant}]; s != nil {
+		s.last = max(s.last, now) // now was read before the lock
+		return s.c
+	}
+	if len(m.tenants) >= m.maxTenants {
+		if now < m.tenantScan {
+			return nil
+		}
+		var oldest *tenantSeries
+		for _, s := range m.tenants {
+			if oldest == nil || s.last < oldest.last {
+				oldest = s
+			}
+		}
+		if oldest == nil {
+			return nil
+		}
+		if idleAt := oldest.last + m.idleTenant; now < idleAt {
+			m.tenantScan = idleAt
+			return nil
+		}
+		delete(m.tenants, oldest.key)
+		m.shedTenant.DeleteLabelValues(oldest.key[0], oldest.key[1])
+	}
+	s := &tenantSeries{key: [2]string{strings.Clone(route), strings.Clone(tenant)}, last: now}
+	s.c = m.shedTenant.WithLabelValues(s.key[0], s.key[1])
+	m.tenants[s.key] = s
+	return s.c
+}
+
+// foldedOf returns the OtherTenant series of a route.
+func (m *Metrics) foldedOf(route string) prometheus.Counter {
+	c, ok := m.folded.Load(route)
+	if !ok {
+		route = strings.Clone(route)
+		c, _ = m.folded.LoadOrStore(route, m.shedTenant.WithLabelValues(route, OtherTenant))
+	}
+	return c.(prometheus.Counter)
 }
 
 // WatchOverload makes the overload gauges read the controllers that
