@@ -70,4 +70,14 @@
 // the fields of the stream's last decision. A message's answer is its
 // being taken (OK): a count_on limit on a per_message route never sees
 // the code the stream ends with.
+//
+// A route's overload control caps the calls its handlers run at once, and
+// a call shed by it ends UNAVAILABLE. The adaptive limit learns from the
+// latency to the call's status line: the first header or message the
+// handler sends on the stream, else its return (with its code's HTTP
+// status: an UNAVAILABLE of the handler's is a drop). The time a
+// streaming handler waited in RecvMsg before that is its client's pace
+// and is left out, as a slow upload's body is on the HTTP engines: a
+// client stream or a bidi stream whose client sends slowly does not read
+// as a slow service.
 package grpcguard

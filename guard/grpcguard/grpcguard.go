@@ -49,6 +49,9 @@ func UnaryServerInterceptor(g *guard.Guard) grpc.UnaryServerInterceptor {
 			var err error
 			resp, err = handler(hctx, req)
 			c.answered(rec, err, seen)
+			// The call's message was read before the handler ran: its
+			// whole run is the service's.
+			c.answerBegins(c.status)
 			return err
 		}
 		c.decide()
@@ -82,12 +85,15 @@ func StreamServerInterceptor(g *guard.Guard) grpc.StreamServerInterceptor {
 		c.run = func(rec *gateway.Recorder) error {
 			defer c.watchEnd(rec)()
 			stream := ss
+			if c.f.Match().Overload != nil {
+				stream = &pacedStream{ServerStream: ss, c: &c}
+			}
 			var seen *seenMetadata
 			if rec != nil {
 				// The cost may be told through the stream or through its
 				// context (grpc.SetHeader, grpc.SetTrailer): both are seen.
 				seen = &seenMetadata{}
-				s := &seenStream{ServerStream: ss, seen: seen}
+				s := &seenStream{ServerStream: stream, seen: seen}
 				if sts := grpc.ServerTransportStreamFromContext(ctx); sts != nil {
 					s.ctx = grpc.NewContextWithServerTransportStream(ctx, &seenTransportStream{ServerTransportStream: sts, seen: seen})
 				}
@@ -95,6 +101,7 @@ func StreamServerInterceptor(g *guard.Guard) grpc.StreamServerInterceptor {
 			}
 			err := handler(srv, stream)
 			c.answered(rec, err, seen)
+			c.answerBegins(c.status) // nothing sent before: the code is the answer
 			return err
 		}
 		c.decide()
@@ -161,6 +168,12 @@ type call struct {
 	// runs (watchEnd; Unix nanoseconds, atomic, 0 not yet): byDeadline.
 	timeout time.Duration
 	ended   int64
+
+	// For the route's overload control: the answer began (its header
+	// went out, or the handler returned: 1, atomic), and how long before
+	// that the handler waited on the client's messages (ns, atomic).
+	began  int32
+	waited int64
 }
 
 // overrideFields are the gateway's method override fields, in metadata's
@@ -264,6 +277,49 @@ func (c *call) answered(rec *gateway.Recorder, err error, seen *seenMetadata) {
 	}
 	rec.Header(c.status, h)
 	rec.SetComplete()
+}
+
+// answerBegins tells the route's overload control, once, that the
+// call's answer begins with st (the HTTP status its code stands for, OK
+// for a header or message sent before the end): the call's status line,
+// where the adaptive limit's latency ends. The time the handler waited
+// before on the client's messages is the client's pace, not the service's
+// load: it is left out, as a slow upload's is. A client gone by then
+// leaves the status untold: its call teaches nothing.
+func (c *call) answerBegins(st int) {
+	if c.f == nil || !atomic.CompareAndSwapInt32(&c.began, 0, 1) || c.ctx.Err() != nil {
+		return
+	}
+	c.f.UpstreamBodyWaited(time.Duration(atomic.LoadInt64(&c.waited)))
+	c.f.UpstreamStatus(st)
+}
+
+// pacedStream is the stream of a call under overload control: it notes
+// when the answer begins (the first header or message sent) and how long
+// the handler waited on the client's messages before it.
+type pacedStream struct {
+	grpc.ServerStream
+	c *call
+}
+
+func (s *pacedStream) RecvMsg(m any) error {
+	if atomic.LoadInt32(&s.c.began) != 0 {
+		return s.ServerStream.RecvMsg(m)
+	}
+	t := time.Now()
+	err := s.ServerStream.RecvMsg(m)
+	atomic.AddInt64(&s.c.waited, int64(time.Since(t)))
+	return err
+}
+
+func (s *pacedStream) SendHeader(md metadata.MD) error {
+	s.c.answerBegins(http.StatusOK)
+	return s.ServerStream.SendHeader(md)
+}
+
+func (s *pacedStream) SendMsg(m any) error {
+	s.c.answerBegins(http.StatusOK)
+	return s.ServerStream.SendMsg(m)
 }
 
 func (c *call) Context() context.Context { return c.ctx }

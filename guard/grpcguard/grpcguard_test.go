@@ -30,16 +30,19 @@ import (
 )
 
 // echo is a real gRPC service, test.Echo: unary methods that answer
-// their message (Say, Keyed, Me, Fast), one that answers NOT_FOUND unless
+// their message (Say, Keyed, Me, Fast; Quick after 2 ms, or UNAVAILABLE
+// when asked "down"), one that answers NOT_FOUND unless
 // asked for "known" (Find), one that sets a cost in its trailer (Spend), a
 // server stream (Watch) sending three messages, a client stream (Upload)
-// counting what it receives, and a server stream (Hold) that stays open
-// until release is closed.
+// counting what it receives (Upload, and Drip on a route with an adaptive
+// overload limit), and a server stream (Hold) that stays open until
+// release is closed.
 type echo struct {
 	calls    atomic.Int64 // unary calls that reached a handler
-	received atomic.Int64 // messages Upload received
+	received atomic.Int64 // messages Upload and Drip received
 	held     chan struct{}
 	release  chan struct{}
+	guard    *guard.Guard // the Guard in front
 }
 
 func unary(name string, f func(ctx context.Context, in string) (string, error)) grpc.MethodDesc {
@@ -75,6 +78,13 @@ var echoDesc = grpc.ServiceDesc{
 	HandlerType: (*any)(nil),
 	Methods: []grpc.MethodDesc{
 		unary("Say", answer), unary("Keyed", answer), unary("Me", answer), unary("Fast", answer), unary("Queued", answer),
+		unary("Quick", func(ctx context.Context, in string) (string, error) {
+			time.Sleep(2 * time.Millisecond) // some work, beside which the call's own overhead is noise
+			if in == "down" {
+				return "", status.Error(codes.Unavailable, "overloaded")
+			}
+			return answer(ctx, in)
+		}),
 		unary("Find", func(_ context.Context, in string) (string, error) {
 			if in != "known" {
 				return "", status.Error(codes.NotFound, "no such thing")
@@ -110,20 +120,11 @@ var echoDesc = grpc.ServiceDesc{
 	}, {
 		StreamName:    "Upload",
 		ClientStreams: true,
-		Handler: func(srv any, st grpc.ServerStream) error {
-			n := 0
-			for {
-				in := new(wrapperspb.StringValue)
-				if err := st.RecvMsg(in); err == io.EOF {
-					break
-				} else if err != nil {
-					return err
-				}
-				n++
-				srv.(*echo).received.Add(1)
-			}
-			return st.SendMsg(wrapperspb.String(fmt.Sprintf("stored %d", n)))
-		},
+		Handler:       store,
+	}, {
+		StreamName:    "Drip",
+		ClientStreams: true,
+		Handler:       store,
 	}, {
 		StreamName:    "Hold",
 		ServerStreams: true,
@@ -146,6 +147,23 @@ var echoDesc = grpc.ServiceDesc{
 	}},
 }
 
+// store is a client stream's handler: it counts the messages it
+// receives, and answers their number once the client closes.
+func store(srv any, st grpc.ServerStream) error {
+	n := 0
+	for {
+		in := new(wrapperspb.StringValue)
+		if err := st.RecvMsg(in); err == io.EOF {
+			break
+		} else if err != nil {
+			return err
+		}
+		n++
+		srv.(*echo).received.Add(1)
+	}
+	return st.SendMsg(wrapperspb.String(fmt.Sprintf("stored %d", n)))
+}
+
 // secret is the HS256 secret of the test's tokens (not a real one).
 var secret = []byte("a test secret of at least 32 bytes, not a real one")
 
@@ -161,6 +179,10 @@ routes:
   - {name: me, match: {paths: [/test.Echo/Me]}, upstream: none}
   - {name: upload, match: {paths: [/test.Echo/Upload]}, upstream: none, grpc_stream: per_message}
   - {name: busy, match: {paths: [/test.Echo/Busy]}, upstream: none, overload: {limit: 1, tier: critical}}
+  - name: adaptive
+    match: {paths: [/test.Echo/Drip, /test.Echo/Quick]}
+    upstream: none
+    overload: {adaptive: {min: 1, max: 64, initial: 16, window: 300ms, min_samples: 1}, tier: critical}
   - {name: echo, match: {paths: ["/test.Echo/*"]}, upstream: none}
 plans:
   - {name: gold, rate: 100, per: 1h, quota: {limit: 2, period: DAY}, routes: [keyed]}
@@ -201,7 +223,7 @@ func start(t *testing.T, opts ...grpc.DialOption) (*echo, *grpc.ClientConn) {
 	}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(grpcguard.UnaryServerInterceptor(g)),
 		grpc.StreamInterceptor(grpcguard.StreamServerInterceptor(g)))
-	e := &echo{held: make(chan struct{}, 4), release: make(chan struct{})}
+	e := &echo{held: make(chan struct{}, 4), release: make(chan struct{}), guard: g}
 	srv.RegisterService(&echoDesc, e)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
