@@ -76,6 +76,16 @@ package algo
 //     cut is undone and the new latency becomes the estimate. The window
 //     after checks the undo: if the latency rose with the restored limit
 //     after all (elasticity 0.5 or more), the old estimate comes back.
+//   - an estimate trusted on a noisy start decision may still hold
+//     queueing (a small upstream, whose windows are noisy, behind a
+//     limit that started above its knee): the limit then saws around a
+//     multiple of the knee, and each cut lowers the latency in proportion
+//     to what is in flight. The last four cuts' elasticity, pooled (the
+//     latency's falls summed over what is in flight's), of 1 or more shows
+//     it (a cut that lands below the knee shows less): the estimate is no
+//     longer trusted and the limit halves, as at the start, until the
+//     latency stops following it. This is no probe: it follows only cuts
+//     that showed queueing throughout.
 //   - three windows in a row below the estimate by more than Tolerance
 //     and the noise show an upstream that became faster: the lowest of
 //     them becomes the estimate.
@@ -207,6 +217,10 @@ type Adaptive struct {
 	faster               int     // windows in a row well below the estimate
 	fasterMin, fasterSE2 float64 // the lowest latency among them
 	qLimit, qRTT, qLevel float64 // the last window that queued before the estimate was trusted
+	// The last cuts' experiments since the estimate was trusted: the share
+	// the latency fell by and the share what was in flight fell by.
+	cutFall, cutDrop [queueingCuts]float64
+	cuts             int
 
 	lastRTT float64 // the mean latency of the last window, in ns
 }
@@ -227,6 +241,7 @@ const (
 	fasterWindows    = 3
 	noisierWindow    = 4 // squared error ratio at which an older window leaves the estimate
 	stuckAtMinWindow = 4
+	queueingCuts     = 4 // cuts whose pooled elasticity shows an estimate that queues
 	dropSources      = 4 // the sources with the most drops a window counts
 )
 
@@ -615,7 +630,7 @@ func (a *Adaptive) judge(limit, level, rtt, sumSq float64, n, peak int) (next fl
 			// cut): this window is below the knee. The last window that
 			// queued shows where the knee is.
 			a.resetBase(rtt, se2)
-			a.trusted = true
+			a.trusted, a.cuts = true, 0
 			if !afterCut || a.qRTT <= 0 {
 				return limit, false, false
 			}
@@ -627,7 +642,7 @@ func (a *Adaptive) judge(limit, level, rtt, sumSq float64, n, peak int) (next fl
 			// The latency rose less than the limit did across the last
 			// growth: the knee lies within that step and the estimate,
 			// from below it, is right. The normal cut applies.
-			a.trusted = true
+			a.trusted, a.cuts = true, 0
 			return max(limit*maxCutPerWindow, a.o.Backoff*limit/r), true, true
 		case queued:
 			return limit * maxCutPerWindow, true, true
@@ -639,8 +654,20 @@ func (a *Adaptive) judge(limit, level, rtt, sumSq float64, n, peak int) (next fl
 		return limit, false, false
 	}
 
+	undo := queued && afterCut && a.prevQueued && level <= undoableCut*a.prevLevel && e < slowerUpstream
+	if afterCut && !undo && a.cutsQueue(rtt, level) {
+		// The latency has fallen with what is in flight across the last
+		// cuts, as if it were all queueing: the windows after the cuts
+		// were above the knee, so the estimate holds queueing (learnt
+		// from windows that queued). It is not trusted any more: the
+		// limit halves, as at the start, until the latency stops
+		// following it.
+		a.trusted = false
+		a.qLimit, a.qRTT, a.qLevel = limit, rtt, level
+		return limit * maxCutPerWindow, false, true
+	}
 	switch {
-	case queued && afterCut && a.prevQueued && level <= undoableCut*a.prevLevel && e < slowerUpstream:
+	case undo:
 		// The cut did not lower the latency: the upstream is slower, not
 		// queueing. Undo the cut and learn the new latency; the next
 		// window checks it.
@@ -667,6 +694,29 @@ func (a *Adaptive) judge(limit, level, rtt, sumSq float64, n, peak int) (next fl
 		step *= math.Exp2(float64(min(a.grew-accelerateAfter+1, 20)))
 	}
 	return limit + min(step, limit), false, false
+}
+
+// cutsQueue records the experiment of the cut before this window (level
+// in flight, of mean latency rtt) and reports whether the last
+// queueingCuts of them, pooled, show a latency that fell at least in
+// proportion to what was in flight (elasticity 1 or more, where a cut
+// that lands below the knee shows less). It then forgets them.
+func (a *Adaptive) cutsQueue(rtt, level float64) bool {
+	i := a.cuts % queueingCuts
+	a.cutFall[i], a.cutDrop[i] = 1-rtt/a.prevRTT, 1-level/a.prevLevel
+	if a.cuts++; a.cuts < queueingCuts {
+		return false
+	}
+	var fall, drop float64
+	for i := range a.cutFall {
+		fall += a.cutFall[i]
+		drop += a.cutDrop[i]
+	}
+	if fall < drop {
+		return false
+	}
+	a.cuts = 0
+	return true
 }
 
 // estimate holds the mean latencies of the last windows that did not

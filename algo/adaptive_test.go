@@ -101,6 +101,48 @@ func TestAdaptiveStep(t *testing.T) {
 	}
 }
 
+// A small upstream (8 workers) behind a limit that starts above its knee,
+// so that the first windows already queue in the upstream's own queue:
+// an estimate of the no-load latency learnt from them holds queueing, and
+// the limit built on it settled at twice the knee or more. The cuts show
+// it (the latency falls with what is in flight, as queueing predicts) and
+// the limit finds the knee again: from every start, over the last 30 of
+// 60 simulated seconds (some 40 windows after the start) the limit is on
+// average within [0.75, 1.5]·8, and the estimate within 30% of the
+// service time. Fed as Release does and as the gateway does (Sample with
+// what was in flight at admission).
+func TestAdaptiveSmallKneeFromAbove(t *testing.T) {
+	t.Parallel()
+	const c = 8
+	for _, load := range []float64{1.5, 3} {
+		for _, initial := range []int{0, 16, 32, 64} {
+			for _, admission := range []bool{false, true} {
+				for seed := uint64(1); seed <= 3; seed++ {
+					a := newAdaptive(t, AdaptiveOptions{Initial: initial})
+					s := newSim(seed, a, c, simService, load)
+					if admission {
+						s.withTiers(Tiers{}, 1)
+					}
+					runSim(t, s, 60*simSecond)
+					sum, n := 0, 0
+					for _, p := range s.trace {
+						if p.at >= 30*simSecond {
+							sum, n = sum+p.limit, n+1
+						}
+					}
+					mean := float64(sum) / float64(n)
+					lo, hi := s.between(30*simSecond, 60*simSecond)
+					est := float64(a.NoLoadLatency()) / float64(simService)
+					if mean < 0.75*c || mean > 1.5*c || est > 1.3 || est < 0.7 {
+						t.Errorf("load %v, initial %d, admission %v, seed %d: limit %.1f on average in the last 30 s (in [%d, %d]), no-load estimate %.2f × the service time; want within [0.75, 1.5]·%d and 1 ± 0.3",
+							load, initial, admission, seed, mean, lo, hi, est, c)
+					}
+				}
+			}
+		}
+	}
+}
+
 // On a steady upstream the limit never dips below 70% of the best: there
 // is no probing. Started at the best limit, it stays above 0.7·best for
 // two simulated minutes, and above 0.8·best almost always.
