@@ -33,7 +33,7 @@ func (k boxKeeper) Outcome(ctx context.Context, within time.Duration, m *Match, 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
 	defer cancel()
-	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, by, status)
+	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, refused, by, status)
 }
 
 // CountsStatuses: the box has a rule with count_on.

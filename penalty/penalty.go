@@ -308,15 +308,22 @@ func identityOf(r *config.Ban) policy.Identities {
 }
 
 // Outcome counts the answer a request got against every rule it offends.
-// refusedBy holds the identities the key of the limit that refused the
-// request counts per (none when no limit refused it): a rule without
-// count_on counts the refusal, whatever its status, only when they hold
-// the identity the rule bans, so that a key is banned for spending its
-// own limits, never a limit it shares with others (global, per route, per
-// plan). status is the answer's status, what a rule with count_on counts.
-func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refusedBy policy.Identities, status int) {
+// refused reports that a limit refused the request, and refusedBy holds
+// the identities the key of that limit counts per (none for a limit that
+// clients share, or for a refusal by a failure policy): a refusal offends
+// a rule only when they hold the identity the rule bans, so that a key is
+// banned for spending its own limits, never a limit it shares with others
+// (global, per route, per plan), nor for a store that did not answer. A
+// rule without count_on counts such a refusal whatever its status; a rule
+// with count_on counts the answer's status (status), of a refusal of the
+// key's own or of an answer that is no refusal (the upstream's, the
+// gateway's), so that an attacker who spends a shared limit cannot get
+// the clients it refuses banned by a rule that counts 429s.
+func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refused bool, refusedBy policy.Identities, status int) {
+	refused = refused || refusedBy != 0
 	for _, r := range *b.rules.Load() {
-		if len(r.CountOn) == 0 && !refusedBy.Has(identityOf(&r)) || len(r.CountOn) > 0 && !slices.Contains(r.CountOn, status) {
+		own := refusedBy.Has(identityOf(&r))
+		if refused && !own || len(r.CountOn) == 0 && !own || len(r.CountOn) > 0 && !slices.Contains(r.CountOn, status) {
 			continue
 		}
 		k := keyOf(&r, clientKey, apiKey, user)

@@ -29,8 +29,9 @@ var flood = config.Ban{Name: "flood", Key: config.BanKeyClientIP, After: 3, With
 // TestOffenceOnlyOnOwnLimits: a refusal is an offence of a rule without
 // count_on only when the key of the limit that refused the request holds
 // the identity the rule bans; a refusal by a limit every client shares
-// (global, per route, per plan) offends no rule, and a rule with count_on
-// counts its statuses whatever limit refused.
+// (global, per route, per plan) or by a failure policy offends no rule,
+// not even one with count_on that counts its status (429), and a rule
+// with count_on counts the statuses of answers that are no refusal.
 func TestOffenceOnlyOnOwnLimits(t *testing.T) {
 	rule := func(name, key string, countOn ...int) config.Ban {
 		return config.Ban{Name: name, Key: key, After: 1, Within: time.Minute, Ban: time.Minute, MaxBan: time.Minute,
@@ -38,7 +39,7 @@ func TestOffenceOnlyOnOwnLimits(t *testing.T) {
 	}
 	box, err := New([]config.Ban{
 		rule("ip", config.BanKeyClientIP), rule("key", config.BanKeyAPIKey), rule("user", config.BanKeyUser),
-		rule("logins", config.BanKeyUser, 401),
+		rule("logins", config.BanKeyUser, 401), rule("noisy", config.BanKeyClientIP, 429),
 	}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -46,23 +47,27 @@ func TestOffenceOnlyOnOwnLimits(t *testing.T) {
 	defer box.Close()
 	ctx := context.Background()
 	for i, c := range []struct {
+		refused   bool
 		refusedBy policy.Identities
 		status    int
-		want      []string // the rules that ban: ip, key, user, logins
+		want      []string // the rules that ban: ip, key, user, logins, noisy
 	}{
-		{0, 429, nil}, // a shared limit (global, per route, per plan)
-		{0, 503, nil}, // a shared limit with a refusal of its own
-		{0, 200, nil}, // not refused
-		{0, 401, []string{"logins"}},
-		{policy.IdentityClientIP, 429, []string{"ip"}},
-		{policy.IdentityClientIP, 503, []string{"ip"}},
-		{policy.IdentityAPIKey, 429, []string{"key"}},
-		{policy.IdentityUser, 429, []string{"user"}},
-		{policy.IdentityUser, 401, []string{"user", "logins"}},
-		{policy.IdentityClientIP | policy.IdentityAPIKey, 429, []string{"ip", "key"}}, // a composite key
+		{true, 0, 429, nil},  // a shared limit (global, per route, per plan), or a failure policy
+		{true, 0, 503, nil},  // a shared limit with a refusal of its own
+		{true, 0, 401, nil},  // a shared limit refusing with 401
+		{false, 0, 200, nil}, // not refused
+		{false, 0, 401, []string{"logins"}},
+		{false, 0, 429, []string{"noisy"}}, // the upstream's 429
+		{true, policy.IdentityClientIP, 429, []string{"ip", "noisy"}},
+		{true, policy.IdentityClientIP, 503, []string{"ip"}},
+		{true, policy.IdentityAPIKey, 429, []string{"key"}},
+		{true, policy.IdentityUser, 429, []string{"user"}},
+		{true, policy.IdentityUser, 401, []string{"user", "logins"}},
+		{true, policy.IdentityClientIP, 401, []string{"ip"}},
+		{true, policy.IdentityClientIP | policy.IdentityAPIKey, 429, []string{"ip", "key", "noisy"}}, // a composite key
 	} {
 		ip, key, user := fmt.Sprintf("ip:10.0.0.%d", i), fmt.Sprintf("key%d", i), fmt.Sprintf("user%d", i)
-		box.Outcome(ctx, ip, key, user, c.refusedBy, c.status)
+		box.Outcome(ctx, ip, key, user, c.refused, c.refusedBy, c.status)
 		bans, err := box.List(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -97,14 +102,14 @@ func TestMemoryBansGrow(t *testing.T) {
 	ctx := context.Background()
 	offend := func(n int) {
 		for range n {
-			box.Outcome(ctx, "10.0.0.1", "", "", policy.IdentityClientIP, 429)
+			box.Outcome(ctx, "10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
 		}
 	}
 	offend(2)
 	if _, _, b := box.Banned("10.0.0.1", "", ""); b {
 		t.Fatal("banned after 2 of 3")
 	}
-	box.Outcome(ctx, "10.0.0.1", "", "", 0, 200) // not an offence
+	box.Outcome(ctx, "10.0.0.1", "", "", false, 0, 200) // not an offence
 	offend(1)
 	for _, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute} {
 		rule, until, banned := box.Banned("10.0.0.1", "", "")
@@ -179,12 +184,12 @@ func TestRedisBanSharedAndLifted(t *testing.T) {
 	}
 	defer b.Close()
 	ctx := context.Background()
-	a.Outcome(ctx, "1.2.3.4", "acme", "", policy.IdentityAPIKey, 429)
-	b.Outcome(ctx, "1.2.3.5", "acme", "", policy.IdentityAPIKey, 429)
+	a.Outcome(ctx, "1.2.3.4", "acme", "", true, policy.IdentityAPIKey, 429)
+	b.Outcome(ctx, "1.2.3.5", "acme", "", true, policy.IdentityAPIKey, 429)
 	if _, _, banned := a.Banned("", "acme", ""); banned {
 		t.Fatal("banned after 2 of 3")
 	}
-	b.Outcome(ctx, "1.2.3.6", "acme", "", policy.IdentityAPIKey, 429)
+	b.Outcome(ctx, "1.2.3.6", "acme", "", true, policy.IdentityAPIKey, 429)
 	if _, _, banned := b.Banned("", "acme", ""); !banned {
 		t.Fatal("the instance that banned does not see it")
 	}
@@ -235,7 +240,7 @@ func TestBanFlood(t *testing.T) {
 	defer box.Close()
 	ctx := context.Background()
 	for i := range keys {
-		box.Outcome(ctx, fmt.Sprintf("ip:10.%d.%d", i>>8, i&255), "", "", policy.IdentityClientIP, 429)
+		box.Outcome(ctx, fmt.Sprintf("ip:10.%d.%d", i>>8, i&255), "", "", true, policy.IdentityClientIP, 429)
 	}
 	for i := range keys {
 		if _, _, banned := box.Banned(fmt.Sprintf("ip:10.%d.%d", i>>8, i&255), "", ""); !banned {
@@ -252,7 +257,7 @@ func TestBanFlood(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for i := range 1000 {
-		box.Outcome(ctx, fmt.Sprintf("ip:172.16.%d", i), "", "", policy.IdentityClientIP, 429)
+		box.Outcome(ctx, fmt.Sprintf("ip:172.16.%d", i), "", "", true, policy.IdentityClientIP, 429)
 	}
 	runtime.ReadMemStats(&after)
 	if n := mem.sweeps - sweeps; n > 1 {
@@ -270,7 +275,7 @@ func TestBanFlood(t *testing.T) {
 	// the view.
 	now.Add(int64(r.Ban + r.MaxBan + time.Second))
 	runtime.ReadMemStats(&before)
-	box.Outcome(ctx, "ip:198.51.100.7", "", "", policy.IdentityClientIP, 429)
+	box.Outcome(ctx, "ip:198.51.100.7", "", "", true, policy.IdentityClientIP, 429)
 	runtime.ReadMemStats(&after)
 	if _, _, banned := box.Banned("ip:198.51.100.7", "", ""); !banned {
 		t.Fatal("no ban made once the old ones were forgotten")
@@ -344,7 +349,7 @@ func TestRedisBansReadIncrementally(t *testing.T) {
 	ctx := context.Background()
 	const keys = 300
 	for i := range keys {
-		a.Outcome(ctx, fmt.Sprintf("ip:10.0.%d", i), "", "", policy.IdentityClientIP, 429)
+		a.Outcome(ctx, fmt.Sprintf("ip:10.0.%d", i), "", "", true, policy.IdentityClientIP, 429)
 	}
 	waitFor(t, func() bool {
 		for i := range keys {
@@ -383,7 +388,7 @@ func TestRedisBansReadIncrementally(t *testing.T) {
 	if err := c1.Do(ctx, c1.B().Set().Key(redisTrimmed).Value("1000000").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	a.Outcome(ctx, "ip:10.1.1", "", "", policy.IdentityClientIP, 429)
+	a.Outcome(ctx, "ip:10.1.1", "", "", true, policy.IdentityClientIP, 429)
 	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.1.1", "", ""); return banned })
 	if n := be.full.Load(); n < 3 {
 		t.Errorf("every ban read %d times after the log was trimmed past the version, want again", n)
@@ -474,8 +479,8 @@ func TestRedisClusterBans(t *testing.T) {
 	defer b.Close()
 	ctx := context.Background()
 	for i := range 40 {
-		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", policy.IdentityClientIP, 429)
-		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", policy.IdentityClientIP, 429)
+		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", true, policy.IdentityClientIP, 429)
+		a.Outcome(ctx, fmt.Sprintf("ip:10.9.%d", i), "", "", true, policy.IdentityClientIP, 429)
 	}
 	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.9.39", "", ""); return banned })
 	if err := a.Lift(ctx, "flood", "ip:10.9.39"); err != nil {
@@ -845,11 +850,11 @@ func TestRedisBansOnServerClock(t *testing.T) {
 		return left > r.Ban-20*time.Second && left <= r.Ban
 	}
 
-	b.Outcome(ctx, "ip:10.0.0.1", "", "", policy.IdentityClientIP, 429)
+	b.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
 	if _, until, banned := b.Banned("ip:10.0.0.1", "", ""); !banned || !near(until) {
 		t.Errorf("the instance ahead does not hold its own ban of %v: banned %v, %v left on its clock", r.Ban, banned, until.Sub(ahead()))
 	}
-	a.Outcome(ctx, "ip:10.0.0.2", "", "", policy.IdentityClientIP, 429)
+	a.Outcome(ctx, "ip:10.0.0.2", "", "", true, policy.IdentityClientIP, 429)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, until, banned := b.Banned("ip:10.0.0.2", "", "")
@@ -910,7 +915,7 @@ func TestBanNotHeldByRead(t *testing.T) {
 	}
 	defer box.Close()
 	ctx := context.Background()
-	box.Outcome(ctx, "ip:10.0.0.1", "", "", policy.IdentityClientIP, 429)
+	box.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
 
 	// The version moved without the log (an instance of an earlier
 	// version lifted a ban): the lift's refresh reads every ban, slowly.
@@ -932,7 +937,7 @@ func TestBanNotHeldByRead(t *testing.T) {
 
 	done := make(chan struct{})
 	go func() {
-		box.Outcome(ctx, "ip:10.0.0.2", "", "", policy.IdentityClientIP, 429)
+		box.Outcome(ctx, "ip:10.0.0.2", "", "", true, policy.IdentityClientIP, 429)
 		close(done)
 	}()
 	select {

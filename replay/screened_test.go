@@ -40,7 +40,7 @@ func (k boxKeeper) Outcome(ctx context.Context, within time.Duration, m *gateway
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
 	defer cancel()
-	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, by, status)
+	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, refused, by, status)
 }
 
 // ScreensUsers: a rule keyed by user has the gateway verify tokens for it.

@@ -77,5 +77,5 @@ func (k *Keeper) Outcome(ctx context.Context, within time.Duration, m *gateway.M
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
 	defer cancel()
-	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, by, status)
+	k.box.Outcome(ctx, m.ClientKey, m.KeyID, m.User, refused, by, status)
 }
