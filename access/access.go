@@ -8,7 +8,9 @@
 // for IPv6; a few in practice). A denied address is refused (403) before
 // any limit is charged, even when an allow entry covers it too; an
 // allowed one is exempt from the limits its entry names (the longest
-// matching network decides).
+// matching network decides). An address is judged as the client it is
+// counted as (identity.ClientAddr): an IPv4-mapped or NAT64 (64:ff9b::/96)
+// address as the IPv4 address it holds, and also as written.
 package access
 
 import (
@@ -28,6 +30,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/internal/follow"
 	"github.com/floodgate/floodgate/internal/redisconn"
 )
@@ -116,7 +119,20 @@ func (l *List) Denied(a netip.Addr) bool {
 	if l == nil || len(l.deny.lens) == 0 || !a.IsValid() {
 		return false
 	}
-	return l.deny.find(a.Unmap()) >= 0
+	c, raw := clientAddrs(a)
+	return l.deny.find(c) >= 0 || raw.IsValid() && l.deny.find(raw) >= 0
+}
+
+// clientAddrs returns the address a client is known by
+// (identity.ClientAddr: a NAT64 address as the IPv4 address it holds)
+// and, when it is another, a as written (without its zone): an entry in
+// either form holds.
+func clientAddrs(a netip.Addr) (client, raw netip.Addr) {
+	client, raw = identity.ClientAddr(a), a.Unmap().WithZone("")
+	if raw == client {
+		raw = netip.Addr{}
+	}
+	return client, raw
 }
 
 // Exempt returns the limits a is exempt from: all, or the names; nothing
@@ -125,7 +141,11 @@ func (l *List) Exempt(a netip.Addr) (all bool, names []string) {
 	if l == nil || len(l.allow.lens) == 0 || !a.IsValid() {
 		return false, nil
 	}
-	i := l.allow.find(a.Unmap())
+	c, raw := clientAddrs(a)
+	i := l.allow.find(c)
+	if i < 0 && raw.IsValid() {
+		i = l.allow.find(raw)
+	}
 	if i < 0 {
 		return false, nil
 	}

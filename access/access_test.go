@@ -186,3 +186,34 @@ func TestNewWithHungRedis(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestNAT64ClientsJudgedAsIPv4: an IPv4 client that a translator writes as
+// an address of 64:ff9b::/96 is counted and banned under its IPv4 address
+// (identity.ClientKey), so the lists judge it by that address too: an IPv4
+// deny entry refuses it and an IPv4 allow entry exempts it, and an entry
+// written in the translator's form still holds.
+func TestNAT64ClientsJudgedAsIPv4(t *testing.T) {
+	p := netip.MustParsePrefix
+	l := Compile([]Entry{
+		{List: Deny, Network: p("203.0.113.0/24")},
+		{List: Deny, Network: p("64:ff9b::c633:6400/120")}, // 198.51.100.0/24, as the translator writes it
+		{List: Allow, Network: p("192.0.2.10/32"), Exempt: []string{config.ExemptAll}},
+		{List: Allow, Network: p("10.0.0.0/8"), Exempt: []string{"l1"}},
+	})
+	a := netip.MustParseAddr
+	for addr, want := range map[string]bool{
+		"203.0.113.9": true, "64:ff9b::203.0.113.9": true, "64:ff9b::cb00:7109": true,
+		"198.51.100.7": false, "64:ff9b::198.51.100.7": true,
+		"64:ff9b::203.0.114.1": false, "64:ff9b:1::203.0.113.9": false,
+	} {
+		if got := l.Denied(a(addr)); got != want {
+			t.Errorf("Denied(%s) = %v, want %v", addr, got, want)
+		}
+	}
+	if all, _ := l.Exempt(a("64:ff9b::192.0.2.10")); !all {
+		t.Error("the health checker through the translator is not exempt from every limit")
+	}
+	if all, names := l.Exempt(a("64:ff9b::10.2.3.4")); all || len(names) != 1 || names[0] != "l1" {
+		t.Errorf("64:ff9b::10.2.3.4: exempt %v %v, want l1", all, names)
+	}
+}

@@ -202,13 +202,24 @@ func ClientKey(a netip.Addr, v6bits int) string {
 	return string(appendClientKey(buf[:0], a, v6bits))
 }
 
-// appendClientKey appends the key of a valid client address to dst.
-func appendClientKey(dst []byte, a netip.Addr, v6bits int) []byte {
+// ClientAddr returns the address a client is known by: an IPv4-mapped
+// address, or one of the NAT64 prefix 64:ff9b::/96, as the IPv4 address
+// it holds, and an IPv6 address without its zone. ClientKey keys a client
+// by it, and the allow and deny lists (package access) judge it by it, so
+// that an IPv4 client written as IPv6 by a translator is one client
+// everywhere.
+func ClientAddr(a netip.Addr) netip.Addr {
 	a = a.Unmap().WithZone("")
 	if a.Is6() && nat64.Contains(a) {
 		b := a.As16()
 		a = netip.AddrFrom4([4]byte(b[12:]))
 	}
+	return a
+}
+
+// appendClientKey appends the key of a valid client address to dst.
+func appendClientKey(dst []byte, a netip.Addr, v6bits int) []byte {
+	a = ClientAddr(a)
 	if a.Is4() {
 		return a.AppendTo(dst)
 	}
