@@ -158,7 +158,9 @@ func New(rules []config.Ban, o Options) (*Box, error) {
 }
 
 // SetRules replaces the rules (after a policy reload). Bans of rules that
-// are gone stay until they end or are lifted.
+// are gone refuse no one from then on: they are kept (listed, and
+// liftable) until they end, and refuse again while they last if a reload
+// brings their rule back.
 func (b *Box) SetRules(rules []config.Ban) {
 	rs := slices.Clone(rules)
 	b.rules.Store(&rs)
