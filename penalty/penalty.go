@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,10 +266,21 @@ func (b *Box) keepMade(v *view, now time.Time) {
 	}
 }
 
-// keyOf returns the key a rule bans in a request, "" when it has none.
+// keyOf returns the key a rule bans in a request, "" when it has none. A
+// rule keyed by API key has none for a key the gateway does not know ("?"
+// and its hash; no key's name starts with "?"): the client makes such a
+// key up at will, so a ban of it would hold nothing (the next request
+// sends another) while taking a place in the box that every rule shares,
+// and a flood of made-up keys would fill it, leaving no room to ban anyone.
+// Such a request is refused (403) where a key is required, throttled per
+// address (server.unknown_key_limit), and its address is banned by the
+// rules keyed by client_ip.
 func keyOf(r *config.Ban, clientKey, apiKey, user string) string {
 	switch r.Key {
 	case config.BanKeyAPIKey:
+		if strings.HasPrefix(apiKey, "?") {
+			return ""
+		}
 		return apiKey
 	case config.BanKeyUser:
 		return user
@@ -278,7 +290,8 @@ func keyOf(r *config.Ban, clientKey, apiKey, user string) string {
 
 // Banned reports whether a request with this client key, API key (its
 // name, as the gateway logs it) and user is banned, by which rule and
-// until when; it counts the refusal.
+// until when; it counts the refusal. A key the gateway does not know ("?"
+// and its hash) is banned by no rule keyed by API key (keyOf).
 func (b *Box) Banned(clientKey, apiKey, user string) (rule string, until time.Time, banned bool) {
 	v := b.view.Load()
 	if v.n.Load() == 0 {
@@ -320,7 +333,9 @@ func identityOf(r *config.Ban) policy.Identities {
 // with count_on counts the answer's status (status), of a refusal of the
 // key's own or of an answer that is no refusal (the upstream's, the
 // gateway's), so that an attacker who spends a shared limit cannot get
-// the clients it refuses banned by a rule that counts 429s.
+// the clients it refuses banned by a rule that counts 429s. A key the
+// gateway does not know offends no rule keyed by API key: a flood of
+// made-up keys earns no bans to fill the box with (keyOf).
 func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refused bool, refusedBy policy.Identities, status int) {
 	refused = refused || refusedBy != 0
 	for _, r := range *b.rules.Load() {
