@@ -31,8 +31,19 @@ type Memory struct {
 const sweepEvery = time.Second
 
 type offences struct {
-	n   int64
-	end time.Time // the window's end
+	n     int64
+	after int64     // the rule's After: the sweep ranks n/after
+	end   time.Time // the window's end
+}
+
+// progress is how near o is to its ban, in levels: n/after of levels
+// (0 to levels-1, as n < after), so that the sweep keeps the counters
+// nearest a ban whatever the After of their rules.
+func (o offences) progress() int {
+	if o.after <= 0 || o.n >= o.after {
+		return levels - 1
+	}
+	return int(o.n * levels / o.after)
 }
 
 type memBan struct {
@@ -70,6 +81,7 @@ func (m *Memory) Offend(_ context.Context, r *config.Ban, key string) (*Ban, err
 		o = offences{end: now.Add(r.Within)}
 	}
 	o.n++
+	o.after = r.After
 	if o.n < r.After {
 		m.offences[k] = o
 		return nil, nil
@@ -146,8 +158,9 @@ func (m *Memory) sweepBans(now time.Time) {
 	}
 }
 
-// levels is how many strike or offence counts the sweeps tell apart: those
-// of levels-1 or more are alike.
+// levels is how many strike counts, or steps of an offence counter's
+// progress toward its ban, the sweeps tell apart: strikes of levels-1 or
+// more are alike.
 const levels = 64
 
 // dropLevel returns which entries a sweep drops to remove excess of them,
@@ -163,19 +176,22 @@ func dropLevel(counts *[levels]int, excess int) (least, rest int) {
 
 // sweepOffences drops the counters whose window passed and, when that
 // leaves less than an eighth of the bound free (a flood of keys), those
-// holding the fewest offences until an eighth is free: the counters
-// closest to a ban are kept, and the next sweep waits for an eighth of the
-// bound of new keys, so that a steady flood pays for one sweep per
+// furthest from a ban (their offences over their rule's After) until an
+// eighth is free: the counters closest to a ban are kept, whatever the
+// rule, so that a flood of offences under a rule of a high After cannot
+// push out a key near its ban under a rule of a low one (2 of 3 outranks
+// 99 of 200, and ties 66 of 100); and the next sweep waits for an eighth
+// of the bound of new keys, so that a steady flood pays for one sweep per
 // max/8 new keys, not for one per key.
 func (m *Memory) sweepOffences(now time.Time) {
 	m.offenceSweeps++
-	var held [levels]int // counters of levels-1 offences or more share the last
+	var held [levels]int // counters by progress
 	for k, o := range m.offences {
 		if !o.end.After(now) {
 			delete(m.offences, k)
 			continue
 		}
-		held[min(o.n, levels-1)]++
+		held[o.progress()]++
 	}
 	excess := len(m.offences) - (m.max - max(m.max/8, 1))
 	if excess <= 0 {
@@ -183,7 +199,7 @@ func (m *Memory) sweepOffences(now time.Time) {
 	}
 	least, excess := dropLevel(&held, excess)
 	for k, o := range m.offences {
-		switch n := int(min(o.n, levels-1)); {
+		switch n := o.progress(); {
 		case n < least:
 			delete(m.offences, k)
 		case n == least && excess > 0:

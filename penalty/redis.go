@@ -22,12 +22,14 @@ import (
 // it has rather than every ban, the bans by the time their strikes are
 // forgotten, so that each new ban drops a few forgotten ones, the bans
 // by their end, so that a full box drops one that has ended rather than
-// refuse a new ban, the counters by the end of their window and by the
-// offences they hold, so that there are never more of them than the most
-// bans: a new counter past the bound drops the one holding the fewest
-// offences (a flood of new keys does not reset the counter of a key close
-// to its ban, as on the memory backend), and the epoch of the version:
-// the server's time when the first change was logged, which goes with the data (a
+// refuse a new ban, the counters by the end of their window and by their
+// progress toward a ban (their offences over their rule's After), so that
+// there are never more of them than the most bans: a new counter past the
+// bound drops the one furthest from its ban (neither a flood of new keys
+// nor one of offences under a rule of a high After resets the counter of a
+// key close to its ban under a rule of a low one, as on the memory
+// backend), and the epoch of the version: the server's time when the
+// first change was logged, which goes with the data (a
 // Redis restarted empty, flushed, or an empty server in its place), so
 // that a version counted again from zero is not taken for the one an
 // instance has read. Each change is tagged with the server's time: the
@@ -93,8 +95,8 @@ end
 // counters), the counters' prefix. It returns
 // {0} (counted), {1, until, strikes, now} (banned), or {2} (banned
 // already, or the box is full). A new counter first drops the counters
-// whose window ended and, past the bound, those holding the fewest
-// offences; a ban first drops up to 100 bans whose strikes are forgotten
+// whose window ended and, past the bound, those furthest from a ban
+// (the fewest offences over the rule's After); a ban first drops up to 100 bans whose strikes are forgotten
 // and, when the bans are still full, the ban that ended first (its
 // strikes forgotten early): only bans in force fill the box. The bans by
 // their end are checked against the bans (a ban lifted or made again by
@@ -130,7 +132,7 @@ if n < tonumber(ARGV[2]) then
     end
     redis.call('ZADD', KEYS[8], now + tonumber(ARGV[3]), f)
   end
-  redis.call('ZADD', KEYS[9], n, f)
+  redis.call('ZADD', KEYS[9], string.format('%.17g', n / tonumber(ARGV[2])), f)
   return {0}
 end
 redis.call('DEL', KEYS[1])
