@@ -321,8 +321,10 @@ func (a *Adaptive) Options() AdaptiveOptions { return a.o }
 
 // Retune puts the options o in force and keeps what the limit learnt: the
 // limit (brought within o's Min and Max; o.Initial is not used), the
-// estimate of the no-load latency and whether it is trusted, and the
-// window being measured, which ends under o. A new Adaptive would start
+// estimate of the no-load latency and whether it is trusted. The window
+// being measured is dropped and the next begins with the next request
+// answered, so that the answers counted under the old options and limit
+// never end a window under the new ones. A new Adaptive would start
 // again: its first window's latency not trusted, its limit growing by half
 // a window until a window queues, then halving, so a change of options
 // under load would send half as many again to an upstream whose knee the
@@ -339,6 +341,11 @@ func (a *Adaptive) Retune(o AdaptiveOptions) error {
 	}
 	a.o = n.o
 	a.limit = min(max(a.limit, float64(a.o.Min)), float64(a.o.Max))
+	// A window of its own from the next answer (see sample), the limit's
+	// history (the last window's latency, its cuts) kept.
+	a.n, a.drops, a.sum, a.sumSq, a.level, a.peak, a.refused = 0, 0, 0, 0, 0, a.inflight, false
+	a.srcSeen, a.mixed, a.dropSrc = false, false, [dropSources]srcDrops{}
+	a.seen = false
 	return nil
 }
 

@@ -599,3 +599,32 @@ func TestAdaptiveRegrowsSlowlyToTheLastKnee(t *testing.T) {
 		t.Errorf("the growth never sped up past the last knee %d (limit %d after 40 windows)", knee, prev)
 	}
 }
+
+// TestAdaptiveRetuneStartsAWindow: the answers a window counted before a
+// retune do not end a window under the new options: twelve drops counted
+// under min_samples 12 whose span has not passed, then a retune to
+// min_samples 13 and one more drop, long after: the limit stays where the
+// retune put it, as a new window needs 13 answers of its own.
+func TestAdaptiveRetuneStartsAWindow(t *testing.T) {
+	a, err := NewAdaptive(AdaptiveOptions{Min: 1, Max: 32, Initial: 4, Window: 20 * time.Millisecond, MinSamples: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 12 {
+		if err := a.Sample(int64(i+1)*int64(time.Millisecond), time.Millisecond, 4, OutcomeDropped); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.Limit() != 4 {
+		t.Fatalf("limit %d before the window's span passed, want 4", a.Limit())
+	}
+	if err := a.Retune(AdaptiveOptions{Min: 1, Max: 3, Initial: 2, Window: 20 * time.Millisecond, MinSamples: 13}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sample(int64(500*time.Millisecond), time.Millisecond, 1, OutcomeDropped); err != nil {
+		t.Fatal(err)
+	}
+	if a.Limit() != 3 {
+		t.Errorf("limit %d after a retune to max 3 and one answer, want 3: the answers counted before the retune ended a window", a.Limit())
+	}
+}
