@@ -160,21 +160,35 @@ func main() {
 	if server {
 		signal.Ignore(syscall.SIGPIPE)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
 	go func() {
 		// After the first signal, a second one ends the process at once;
 		// but a server's drain is bounded and outlives SIGTERM again (a
 		// runtime stopping the container again, a supervisor and a script
 		// both signalling it), as envoyproxy/ratelimit's does: only SIGINT
-		// (Ctrl-C twice) ends it.
-		<-ctx.Done()
+		// (Ctrl-C twice) ends it. The signals' own actions are back before
+		// the drain begins (stop), so that a second signal sent once the
+		// drain shows is never lost; one that came before that is acted on
+		// here, as it would have been.
+		<-sigs
 		if server {
 			signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
+		}
+		signal.Stop(sigs)
+		select {
+		case s := <-sigs:
+			if sig, ok := s.(syscall.Signal); ok && !(server && sig == syscall.SIGTERM) {
+				_ = syscall.Kill(os.Getpid(), sig)
+			}
+		default:
 		}
 		stop()
 	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	signal.Stop(sigs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
