@@ -6,29 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// lockedLog is a log's output that Watch's goroutine writes while the
-// test reads it.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestWatchLogsARejectedFileAsAnError: a mounted ConfigMap swapped by
 // Kubernetes (a new "..2026_..." directory, then the "..data" link renamed
@@ -70,7 +50,7 @@ func TestWatchLogsARejectedFileAsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := New(nil, cfg, Options{})
-	out := &lockedLog{}
+	out := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelError})) // LOG_LEVEL=error
 	results := make(chan error, 10)
 	ctx, cancel := context.WithCancel(context.Background())
