@@ -168,7 +168,8 @@ type Server struct {
 	// floodgate_store_evictable) or refuse to start.
 	RedisEviction string `yaml:"redis_eviction"`
 	// APIAuth is how the HTTP check API (api_listen) authenticates callers:
-	// token (default: a bearer token of APITokens) or none.
+	// token (default: a bearer token of APITokens) or none, which answers
+	// no browser (package httpapi).
 	APIAuth string `yaml:"api_auth"`
 	// APITokens are the check API's bearer tokens, stored as SHA-256 like
 	// API keys ("floodgate key new" makes one).

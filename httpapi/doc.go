@@ -107,4 +107,19 @@
 // unsupported_limit (a concurrency limit in a check: reserve it instead);
 // 503 unavailable. An invalid
 // request is rejected before the engine is asked and changes no count.
+//
+// # Browsers
+//
+// Without tokens (Options.Tokens nil) the API trusts whoever reaches it,
+// and a browser that reaches it sends what any page it opens asks: a page of another site can post without a CORS preflight (a
+// form, a no-cors fetch of text/plain), and one whose name was rebound to
+// the API's address (DNS rebinding) calls it as its own origin and reads
+// the answers. So an API without tokens answers no browser: a request
+// carrying Origin (which browsers add to every POST, "null" when the page
+// hides its origin) or Sec-Fetch-Site (which they add to requests for a
+// loopback or https address) is 403 browser and asks the engine nothing. Services send
+// neither. With tokens, a page cannot send one it does not hold (the API
+// grants no CORS preflight, so a page of another site cannot send
+// Authorization at all), and a request carrying a token is served whoever
+// sent it.
 package httpapi

@@ -86,7 +86,9 @@ type Options struct {
 	Observer Observer
 	// Tokens, when set, authenticates callers: a request must carry
 	// "Authorization: Bearer TOKEN" with a token Tokens knows, else it is
-	// answered 401 and asks the engine nothing. Nil leaves the API open.
+	// answered 401 and asks the engine nothing. Nil leaves the API open
+	// to services, and answers no browser (see the package
+	// documentation).
 	Tokens Tokens
 }
 
@@ -157,6 +159,7 @@ const (
 	CodeNotFound         = "not_found"
 	CodeUnavailable      = "unavailable"
 	CodeUnauthorized     = "unauthorized"
+	CodeBrowser          = "browser"
 )
 
 // ServeHTTP routes /v1/check, /v1/peek, /v1/reserve and /v1/settle.
@@ -178,6 +181,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, CodeMethod, "use POST", nil)
+		return
+	}
+	// Without tokens the API trusts whoever reaches it, and a browser
+	// reaches it for any page it opens: a page of another site posts
+	// without a preflight (a form, a no-cors fetch of text/plain), and
+	// one whose name was rebound to the API's address reads the answers
+	// as its own origin's. Services send neither field a browser adds.
+	if h.tokens == nil && fromBrowser(r) {
+		if h.obs != nil {
+			h.obs.Rejected(limiter.FrontHTTPAPI, "", http.StatusForbidden)
+		}
+		writeError(w, http.StatusForbidden, CodeBrowser, "this check API takes no token, so it answers no browser "+
+			"(the request carries Origin or Sec-Fetch-Site): any page the browser opens could send it", nil)
 		return
 	}
 	if h.tokens != nil && !h.authorized(r) {
@@ -222,6 +238,13 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, body []byte, pee
 		return
 	}
 	h.answer(w, peek, q, &res, nil)
+}
+
+// fromBrowser reports whether a browser sent r: browsers add Origin to
+// every POST (the Fetch standard; "null" when the page hides its origin),
+// and Sec-Fetch-Site to requests for a loopback or https address.
+func fromBrowser(r *http.Request) bool {
+	return r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != ""
 }
 
 // authorized reports whether r carries a known bearer token.

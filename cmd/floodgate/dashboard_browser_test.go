@@ -31,9 +31,9 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// browser starts a headless Chromium with a fresh profile and collects
-// the page's console errors and exceptions.
-func browser(t *testing.T) (context.Context, func() []string) {
+// browser starts a headless Chromium with a fresh profile (and the options
+// extra) and collects the page's console errors and exceptions.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) (context.Context, func() []string) {
 	t.Helper()
 	// Chromium keeps its singleton socket in a directory of its own under
 	// TMPDIR, which outlives a browser that is stopped; its path must fit
@@ -55,6 +55,7 @@ func browser(t *testing.T) (context.Context, func() []string) {
 		chromedp.WindowSize(1400, 1000),
 		chromedp.Env("TMPDIR=" + tmp),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
