@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -374,15 +375,57 @@ func tryAgain(err error) bool {
 	return ok && re.IsTryAgain()
 }
 
-// evalOnce is one attempt of eval.
+// evalOnce is one attempt of eval. A READONLY reply (the server is a
+// replica now) closes the connections made before the call was sent (see
+// replicaAnswered), and the call, which wrote nothing (a replica refuses
+// a script's first write), is sent once more, on a new connection.
 func (s *Store) evalOnce(ctx context.Context, script *rueidis.Lua, keys, args []string) (res rueidis.RedisResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("the client refused the call: %v", p)
 		}
 	}()
-	res = script.Exec(ctx, s.client, keys, args)
-	return res, res.Error()
+	for again := true; ; again = false {
+		sent := time.Now()
+		res = script.Exec(ctx, s.client, keys, args)
+		err = res.Error()
+		if !readOnly(err) || !s.replicaAnswered(sent, err) || !again || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
+// readOnly reports whether err is Redis' READONLY: a write sent to a
+// replica.
+func readOnly(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(re.Error(), "READONLY")
+}
+
+// replicaAnswered closes the connections to a standalone or Sentinel-managed
+// server made before sent, a call sent then having been answered READONLY:
+// the server they reach is a replica now. After a failover behind one
+// address (a DNS name or a virtual IP moved to the new primary, as managed
+// services do) Redis keeps the old primary's connections open, so without
+// this every decision would be refused there until the process restarted;
+// the next call connects again and reaches the primary. A Cluster answers
+// MOVED instead, which its client follows. It reports whether the store
+// follows such a failover (not on a Cluster, nor on connections made by
+// the caller of NewFromClient): a call sent again then goes on a
+// connection made after sent.
+func (s *Store) replicaAnswered(sent time.Time, err error) bool {
+	if s.replies == nil || s.replies.cluster {
+		return false
+	}
+	n := s.replies.all.closeDialledBefore(sent)
+	if n == 0 {
+		return true // closed already, by a call answered beside this one
+	}
+	if held, ok := s.replicaLog.Pass(time.Now()); ok {
+		s.log.Warn("redisstore: Redis answered as a replica (READONLY), as after a failover: its connections are closed and the next call connects again",
+			"err", err, "closed", n, "not_logged_since", held)
+	}
+	return true
 }
 
 // exec sends the requests in one script call and writes each answer (or

@@ -113,6 +113,16 @@
 // decisions on the moved slots were answered by the new primary 1.0–1.3 s
 // after it won the election (7.1 s before the store read the slot map).
 //
+// A standalone or Sentinel-managed server that answers a script call
+// READONLY has become a replica, as after a failover behind one address
+// (a managed Redis' primary endpoint, a DNS name or a virtual IP moved to
+// the promoted replica): Redis keeps the connections made to the old
+// primary open, and would refuse every decision on them. The store closes
+// the connections made before that call was sent, logs a warning (at most
+// one a second), and sends the call once more, on a new connection; a
+// replica refuses a script's first write, so the refused call wrote
+// nothing (TestFailoverBehindOneAddress).
+//
 // # Time
 //
 // The script reads the server's clock (TIME), so every instance shares one

@@ -108,10 +108,18 @@ func (v *server) replied(now time.Time) time.Time {
 
 // closeAll closes the open connections.
 func (v *server) closeAll() int {
+	return v.closeDialledBefore(time.Time{})
+}
+
+// closeDialledBefore closes the open connections dialled before t (all of
+// them when t is zero) and returns how many it closed.
+func (v *server) closeDialledBefore(t time.Time) int {
 	v.mu.Lock()
 	cs := make([]*trackedConn, 0, len(v.conns))
 	for c := range v.conns {
-		cs = append(cs, c)
+		if t.IsZero() || c.dialled.Before(t) {
+			cs = append(cs, c)
+		}
 	}
 	v.mu.Unlock()
 	for _, c := range cs {
@@ -127,6 +135,7 @@ type trackedConn struct {
 	net.Conn          // what the client reads and writes: the TCP or TLS connection
 	raw      net.Conn // the TCP connection beneath
 	srv      *server
+	dialled  time.Time // when it was connected
 	once     sync.Once
 
 	rmu, wmu sync.Mutex // guard in, out
@@ -310,7 +319,7 @@ func (r *replies) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.
 	if v == nil {
 		return conn, nil
 	}
-	tc := &trackedConn{Conn: conn, raw: raw, srv: v}
+	tc := &trackedConn{Conn: conn, raw: raw, srv: v, dialled: time.Now()}
 	v.mu.Lock()
 	v.conns[tc] = struct{}{}
 	v.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/redis/rueidis"
 )
@@ -79,8 +80,9 @@ type Options struct {
 	// RefuseEvictable makes New fail with ErrEvictable when a server may
 	// evict the limiter's keys (a check that cannot tell only warns).
 	RefuseEvictable bool
-	// Logger receives connection problems, refund failures and eviction
-	// warnings. Default: discard.
+	// Logger receives connection problems (a server answering as a
+	// replica among them), refund failures and eviction warnings.
+	// Default: discard.
 	Logger *slog.Logger
 }
 
@@ -124,6 +126,8 @@ type Store struct {
 	lazy *lazyClient
 
 	evict evictionCheck
+
+	replicaLog lograte.Gate // the warning of replicaAnswered
 
 	closeOnce sync.Once // Close runs once
 }
