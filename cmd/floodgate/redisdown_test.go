@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,67 @@ limits:
 	waitUntil(t, "/readyz to say ready", 30*time.Second, func() bool {
 		code, _, body := get(t, admin+"/readyz")
 		return code == 200 && body == "ready\n"
+	})
+}
+
+// TestServeStartsWhileRedisIsFull: the same with a Redis that holds
+// maxclients connections already, as when the pods of a rollout start
+// before the old ones have left: it accepts each connection, says "max
+// number of clients reached" and closes it. serve stopped at its start
+// ("redisstore: connect ...: EOF"); it serves by on_failure now, and the
+// limit counts in Redis once a connection is free.
+func TestServeStartsWhileRedisIsFull(t *testing.T) {
+	rs, err := redistest.StartServer(redistest.Config{Dir: t.TempDir(), Args: []string{"--maxclients", "8"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Stop)
+	var held []net.Conn
+	release := func() {
+		for _, c := range held {
+			c.Close()
+		}
+		held = nil
+	}
+	t.Cleanup(release)
+	buf := make([]byte, 128)
+	for full := false; !full; {
+		if len(held) > 100 {
+			t.Fatal("Redis took 100 connections and refused none")
+		}
+		c, err := net.DialTimeout("tcp", rs.Addr, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("PING\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full = strings.HasPrefix(string(buf[:n]), "-ERR max number of clients reached")
+	}
+	up := newUpstream(t)
+	cfg := writeConfig(t, fmt.Sprintf(`server:
+  store: redis://%s/0
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: %s}
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 2, on_failure: allow}
+`, rs.Addr, up))
+	gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	for i := range 5 {
+		if st, _, _ := fetchURL(t, gw+"/", nil); st != 200 {
+			t.Fatalf("request %d with Redis full: %d; want 200 (on_failure: allow)", i, st)
+		}
+	}
+	release()
+	waitUntil(t, "a refusal of the limit counted in Redis", 30*time.Second, func() bool {
+		st, _, _ := fetchURL(t, gw+"/", nil)
+		return st == 429
 	})
 }
 

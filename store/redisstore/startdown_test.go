@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,94 @@ func TestStartRefusedWhereRedisMustAnswer(t *testing.T) {
 		if !strings.Contains(err.Error(), "connect") || strings.Contains(name, "password") != errors.As(err, &re) {
 			t.Errorf("%s: %v; want the connection's error", name, err)
 		}
+	}
+}
+
+// holdEveryClient connects to the Redis at addr until it refuses a
+// connection for having maxclients already, and returns the connections it
+// holds (closed at the test's end).
+func holdEveryClient(t *testing.T, addr string) []net.Conn {
+	t.Helper()
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	buf := make([]byte, 128)
+	for range 1000 {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		if _, err := c.Write([]byte("PING\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(string(buf[:n]), "-ERR max number of clients reached") {
+			return held
+		}
+	}
+	t.Fatal("Redis took 1,000 connections and refused none")
+	return nil
+}
+
+// TestStartsWhileRedisIsFull: a store opened while its Redis holds
+// maxclients connections already (as when the instances of a rollout
+// start before the old ones have left) starts all the same, as it does
+// while Redis is down: Redis accepts each connection, says "max number of
+// clients reached" and closes it, which is no answer to wait for rather
+// than a refusal. Its decisions follow the failure policy, and are Redis'
+// once a connection is free. The store refused to open before (connect:
+// EOF), so the process could not start while Redis was full.
+func TestStartsWhileRedisIsFull(t *testing.T) {
+	srv := startRedis(t, "--maxclients", "8")
+	held := holdEveryClient(t, srv.Addr)
+	s, err := New(Options{URL: "redis://" + srv.Addr, Prefix: uniquePrefix(t)})
+	if err != nil {
+		t.Fatalf("New with Redis full: %v; want a store that decides by policy until Redis takes its connection", err)
+	}
+	defer s.Close()
+	rule := ruletest.With(t, floodgate.Limit{Name: "full", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour},
+		limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+	lim := limiter.New(s, limiter.Options{Timeout: 2 * time.Second, Breaker: limiter.BreakerOptions{ProbeInterval: 50 * time.Millisecond}})
+	decide := func() *limiter.Result {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r := new(limiter.Result)
+		if err := lim.Decide(ctx, &limiter.Request{Hits: []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}}, r); err != nil {
+			t.Fatalf("Decide: %v", err)
+		}
+		return r
+	}
+	avoidHourBoundary()
+	for i := range 5 {
+		if r := decide(); r.Allowed || r.Degraded == limiter.NotDegraded {
+			t.Fatalf("decision %d with Redis full: allowed %v, degraded %v; want refused by the failure policy", i, r.Allowed, r.Degraded)
+		}
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	r := decide()
+	for r.Degraded != limiter.NotDegraded {
+		if time.Now().After(deadline) {
+			t.Fatal("30 s after Redis had room, decisions are still made by the failure policy")
+		}
+		time.Sleep(20 * time.Millisecond)
+		r = decide()
+	}
+	allowed := 0
+	for ; r.Degraded == limiter.NotDegraded && r.Allowed; r = decide() {
+		allowed++
+	}
+	if allowed != 2 || r.Degraded != limiter.NotDegraded {
+		t.Errorf("%d allowed by a window of 2 once Redis had room, then degraded %v; want 2 and Redis' refusal", allowed, r.Degraded)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -249,17 +251,21 @@ func startsWithout(opts Options, err error) bool {
 }
 
 // unreachable reports whether err says that Redis could not be reached
-// (a dial refused or timed out, a name not found), rather than that it
-// answered with an error.
+// (a dial refused or timed out, a name not found, a connection closed
+// before it answered: a Redis holding maxclients connections already says
+// "max number of clients reached" and closes it, as a proxy in front of a
+// Redis that is down closes it), rather than that it answered with an
+// error.
 func unreachable(err error) bool {
 	var re *rueidis.RedisError
 	if errors.As(err, &re) {
-		return false
+		return strings.HasPrefix(re.Error(), "ERR max number of clients reached")
 	}
 	var op *net.OpError
 	var dns *net.DNSError
 	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // NewFromClient wraps a rueidis client that the caller made. The store
