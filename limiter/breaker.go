@@ -480,8 +480,10 @@ func (b *breaker) success(probe bool, end int64) {
 }
 
 // failure records a store call, sent at instant sent (ns since start),
-// that failed in the store.
-func (b *breaker) failure(probe bool, sent int64) {
+// that failed in the store with err. The warning of a breaker that opens
+// names err, so that the log says why the store fails (a Redis that is
+// full, a replica, down), not only that it does.
+func (b *breaker) failure(probe bool, sent int64, err error) {
 	if probe {
 		b.probing.Store(false) // stays open until the next probe
 		return
@@ -510,6 +512,9 @@ func (b *breaker) failure(probe bool, sent int64) {
 		args := []any{"rule", why, "failures_in_a_row", run, "window_calls", calls, "window_failures", fails}
 		if b.part != "" {
 			args = append(args, "partition", b.part)
+		}
+		if err != nil {
+			args = append(args, "err", err)
 		}
 		b.log.Warn("limiter: store failing, circuit breaker open", args...)
 	}

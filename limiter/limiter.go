@@ -547,7 +547,7 @@ func (l *Limiter) judge(g *gate, c call, o outcome, err error) {
 		failed := l.failedPart(g, err)
 		for i := range g.n {
 			if e := g.at(i); failed == nil || e.b == failed {
-				e.b.failure(e.probe, c.sent)
+				e.b.failure(e.probe, c.sent, err)
 			} else {
 				e.b.release(e.probe)
 			}

@@ -38,7 +38,7 @@ func TestPartitionsBounded(t *testing.T) {
 		b := p.get(name(i), &shared)
 		switch i {
 		case 0:
-			b.failure(false, b.since())
+			b.failure(false, b.since(), nil)
 		case 1:
 		default:
 			b.success(false, b.since())
@@ -88,7 +88,7 @@ func TestForsakenPartitionBreaker(t *testing.T) {
 		func() time.Time { return base.Add(time.Duration(clock.Load())) }, slog.New(slog.DiscardHandler))
 	var p partitions
 	old := p.get("old", &shared)
-	old.failure(false, old.since())
+	old.failure(false, old.since(), nil)
 	clock.Add(int64(900 * time.Millisecond))
 	if call, _ := old.allow(); call {
 		t.Fatal("open breaker let a call through within the probe interval")
