@@ -40,8 +40,13 @@ func (s *Service) decideCompat(ctx context.Context, req *rlsv3.RateLimitRequest,
 			return s.answerCompat(app), nil
 		}
 		// The engine decides instead, by the limits' failure policies.
+		// Every request fails so while Redis does: the warning passes
+		// once a second, so that the log is not flooded at the request
+		// rate (the redis_error statistic counts each one).
 		sc.storeFailed = true
-		s.log.Warn("rls: envoyproxy/ratelimit's counters", "domain", req.GetDomain(), "err", err)
+		if held, ok := s.peerLog.Pass(time.Now()); ok {
+			s.log.Warn("rls: envoyproxy/ratelimit's counters", "domain", req.GetDomain(), "err", err, "not_logged_since", held)
+		}
 	}
 	res := &sc.res
 	if len(hits) > 0 {

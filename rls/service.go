@@ -21,6 +21,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -105,6 +106,8 @@ type Service struct {
 	fields   atomic.Pointer[fields.Options] // opts.Fields, then SetFields'
 
 	overrides limiter.RequestLimits[overrideKey, *rateLimit]
+
+	peerLog lograte.Gate // decideCompat's warning of a failed peer count: one a second
 }
 
 // New returns a service deciding with eng under cfg (nil: no domains).
