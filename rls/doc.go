@@ -151,7 +151,10 @@
 // QuotaMode and DynamicMetadata are its SHADOW_MODE, QUOTA_MODE and
 // RESPONSE_DYNAMIC_METADATA. hits_addend is the cost (0 means 1); a
 // descriptor's own hits_addend, when set, overrides it; a cost past every
-// limit is over the limit (counted as 2^32), never refused. A request the
+// limit is over the limit (counted as 2^32), never refused. A request of
+// more than Options.MaxDescriptors descriptors, or with a descriptor of
+// more than Options.MaxEntries entries (64 each by default), is refused
+// with InvalidArgument; over gRPC before it is decoded. A request the
 // engine cannot decide at all is answered with gRPC Unavailable, so Envoy
 // applies its failure_mode_deny setting; a failing store normally does not
 // get that far, because each limit's on_failure policy decides instead.

@@ -258,7 +258,7 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rlsv3.RegisterRateLimitServiceServer(g, svc)
+	svc.Register(g)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -316,9 +316,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 // Register adds the rate-limit service to a gRPC server the caller owns
 // (with its own health service, credentials and options); NewServer does
-// this and more for a server of its own.
+// this and more for a server of its own. Requests over
+// Options.MaxDescriptors or Options.MaxEntries are refused before they are
+// decoded.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
-	rlsv3.RegisterRateLimitServiceServer(g, s)
+	g.RegisterService(&serviceDesc, s)
 }
 
 // boundedCalls are the methods whose calls boundCalls bounds: the unary

@@ -32,6 +32,11 @@ type Options struct {
 	// MaxDescriptors bounds the descriptors of one request; more is
 	// InvalidArgument. Zero means 64.
 	MaxDescriptors int
+	// MaxEntries bounds the entries of one descriptor; more is
+	// InvalidArgument. Zero means 64. Over gRPC (NewServer, Register)
+	// both bounds are checked before the request is decoded, so that a
+	// message of many small entries never becomes as many objects.
+	MaxEntries int
 	// Fields switches the rate-limit fields added to
 	// response_headers_to_add: RateLimit-Policy and RateLimit (on by
 	// default), Retry-After on OVER_LIMIT, and the X-RateLimit-Limit,
@@ -102,6 +107,7 @@ type Service struct {
 	log      *slog.Logger
 	opts     Options
 	maxDesc  int
+	maxEnts  int
 	renderer fields.Renderer
 	fields   atomic.Pointer[fields.Options] // opts.Fields, then SetFields'
 
@@ -118,6 +124,9 @@ func New(eng limiter.Engine, cfg *Config, opts Options) *Service {
 	}
 	if s.maxDesc <= 0 {
 		s.maxDesc = 64
+	}
+	if s.maxEnts = opts.MaxEntries; s.maxEnts <= 0 {
+		s.maxEnts = 64
 	}
 	s.overrides.Max = opts.MaxOverrides
 	fo := opts.Fields
@@ -235,7 +244,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // validate refuses requests that cannot be decided: those
 // envoyproxy/ratelimit refuses (no domain, no descriptors) and those with
-// more descriptors than Options.MaxDescriptors. A hits_addend of any size
+// more descriptors than Options.MaxDescriptors or a descriptor with more
+// entries than Options.MaxEntries. A hits_addend of any size
 // is decided (see cost): refusing one would let Envoy, whose
 // failure_mode_deny is false by default, pass the request.
 func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
@@ -247,7 +257,12 @@ func (s *Service) validate(req *rlsv3.RateLimitRequest) error {
 		return status.Error(codes.InvalidArgument, "rls: descriptor list must not be empty")
 	}
 	if len(descs) > s.maxDesc {
-		return status.Errorf(codes.InvalidArgument, "rls: %d descriptors, at most %d", len(descs), s.maxDesc)
+		return tooManyDescriptors(len(descs), s.maxDesc)
+	}
+	for i, d := range descs {
+		if n := len(d.GetEntries()); n > s.maxEnts {
+			return tooManyEntries(i, n, s.maxEnts)
+		}
 	}
 	return nil
 }
