@@ -154,7 +154,7 @@
 // limit is over the limit (counted as 2^32), never refused. A request of
 // more than Options.MaxDescriptors descriptors, or with a descriptor of
 // more than Options.MaxEntries entries (64 each by default), is refused
-// with InvalidArgument; over gRPC before it is decoded. A request the
+// with InvalidArgument (400 on /json), before it is decoded. A request the
 // engine cannot decide at all is answered with gRPC Unavailable, so Envoy
 // applies its failure_mode_deny setting; a failing store normally does not
 // get that far, because each limit's on_failure policy decides instead.

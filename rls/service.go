@@ -34,8 +34,9 @@ type Options struct {
 	MaxDescriptors int
 	// MaxEntries bounds the entries of one descriptor; more is
 	// InvalidArgument. Zero means 64. Over gRPC (NewServer, Register)
-	// both bounds are checked before the request is decoded, so that a
-	// message of many small entries never becomes as many objects.
+	// and on JSONHandler both bounds are checked before the request is
+	// decoded, so that a message of many small entries never becomes as
+	// many objects.
 	MaxEntries int
 	// Fields switches the rate-limit fields added to
 	// response_headers_to_add: RateLimit-Policy and RateLimit (on by
