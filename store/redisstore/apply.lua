@@ -90,6 +90,27 @@ else
 end
 local sub_ns = (now_us - now_s * 1000000) * 1000 -- ns into the current second
 
+-- UNPACK is the most values a command is given by one unpack: Lua's C stack
+-- holds about 8,000, and a longer unpack fails the script ("too many
+-- results to unpack"); a batch of 128 requests of 64 hits names 8,192 keys.
+local UNPACK = 4000
+
+-- callall runs the command cmd (with key first, unless nil) on the values
+-- of list, UNPACK at a time, and returns the replies that are lists joined
+-- into one (MGET, HMGET: one value for each of list's).
+local function callall(cmd, key, list)
+  local out = {}
+  for i = 1, #list, UNPACK do
+    local j = math.min(i + UNPACK - 1, #list)
+    local got
+    if key == nil then got = redis.call(cmd, unpack(list, i, j)) else got = redis.call(cmd, key, unpack(list, i, j)) end
+    if type(got) == 'table' then
+      for k = 1, #got do out[#out+1] = got[k] end
+    end
+  end
+  return out
+end
+
 -- A TTL in whole ms, at least 1 and at most 10^13 (317 years), so that it
 -- prints as an integer.
 local function ceil_ms(ns)
@@ -1067,7 +1088,7 @@ for j = 1, nrules do rules[j] = rule(j) end
 -- Read every state string of the batch at once, in one call (the ZSETs and
 -- hashes of the sliding log and concurrency read as nil and are not used).
 if #KEYS > 1 then
-  local got = redis.call('MGET', unpack(KEYS))
+  local got = callall('MGET', nil, KEYS)
   for j = 1, #KEYS do vals[KEYS[j]] = got[j] or '' end
 end
 
@@ -1146,5 +1167,5 @@ for i = 1, #dirty do
     rcall('SET', key, v, 'PX', ttl)
   end
 end
-if #gone > 0 then redis.call('DEL', unpack(gone)) end
+if #gone > 0 then callall('DEL', nil, gone) end
 return table.concat(out)

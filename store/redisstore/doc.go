@@ -51,7 +51,10 @@
 // in flight carry, wait beside them, so a few callers are decided as with
 // two. 128 requests hold
 // Redis for well under a millisecond. Options.MaxBatch 1 sends one call
-// per request.
+// per request. A call may name any number of keys (128 requests of 64 hits,
+// as many as Envoy's rate-limit service takes, name 8,192): the script
+// hands them to Redis in parts of 4,000, where one Lua unpack of more than
+// about 8,000 would fail the call and every request in it.
 //
 // Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT, so a restart
 // or SCRIPT FLUSH never reaches a caller. A NOSCRIPT reply means that the
