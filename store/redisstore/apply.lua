@@ -92,7 +92,8 @@ local sub_ns = (now_us - now_s * 1000000) * 1000 -- ns into the current second
 
 -- UNPACK is the most values a command is given by one unpack: Lua's C stack
 -- holds about 8,000, and a longer unpack fails the script ("too many
--- results to unpack"); a batch of 128 requests of 64 hits names 8,192 keys.
+-- results to unpack"); a batch of 128 requests of 64 hits names 8,192 keys,
+-- and a sliding log or a concurrency limit may hold more entries.
 local UNPACK = 4000
 
 -- callall runs the command cmd (with key first, unless nil) on the values
@@ -598,7 +599,7 @@ local function general()
         sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
         local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', cut)
         if #gone > 0 then
-          local ws = redis.call('HMGET', hkey, unpack(gone))
+          local ws = callall('HMGET', hkey, gone)
           for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
         end
         st = {sum = sum, gone = gone, add = 0}
@@ -614,16 +615,22 @@ local function general()
       if newest ~= nil then d[4] = w - (now_us - newest) * 1000 end
       if cost > max then d[6] = 1; return d, nil end
       if cost > max - sum then
-        local need, acc = sum + cost - max, 0
-        local live = redis.call('ZRANGEBYSCORE', zkey, '(' .. fmt(cut), '+inf')
-        local ws = {}
-        if #live > 0 then ws = redis.call('HMGET', hkey, unpack(live)) end
-        for k = 1, #live do
-          acc = acc + tonumber(ws[k] or '0')
-          if acc >= need then
-            d[3] = w - (now_us - tonumber(live[k])) * 1000
-            break
+        -- The live entries, oldest first, a page at a time (a member is
+        -- its score): the wait ends when enough of them have passed, which
+        -- is most often the first.
+        local need, acc, from, page = sum + cost - max, 0, cut, 64
+        while acc < need do
+          local live = redis.call('ZRANGEBYSCORE', zkey, '(' .. fmt(from), '+inf', 'LIMIT', 0, page)
+          if #live == 0 then break end
+          local ws = redis.call('HMGET', hkey, unpack(live))
+          for k = 1, #live do
+            acc = acc + tonumber(ws[k] or '0')
+            if acc >= need then
+              d[3] = w - (now_us - tonumber(live[k])) * 1000
+              break
+            end
           end
+          from, page = tonumber(live[#live]), math.min(2 * page, UNPACK)
         end
         if acc < need and st.add > 0 then d[3] = w end
         return d, nil
@@ -639,8 +646,8 @@ local function general()
       if not st.cleaned then
         st.cleaned = true
         if #st.gone > 0 then
-          redis.call('ZREM', zkey, unpack(st.gone))
-          redis.call('HDEL', hkey, unpack(st.gone))
+          callall('ZREM', zkey, st.gone)
+          callall('HDEL', hkey, st.gone)
         end
       end
       local m = fmt(now_us)
@@ -666,11 +673,11 @@ local function general()
       local sum = tonumber(redis.call('HGET', hkey, 'sum') or '0')
       local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', now_us)
       if #gone > 0 then
-        local ws = redis.call('HMGET', hkey, unpack(gone))
+        local ws = callall('HMGET', hkey, gone)
         for k = 1, #ws do sum = sum - tonumber(ws[k] or '0') end
         if sum < 0 then sum = 0 end
-        redis.call('ZREM', zkey, unpack(gone))
-        redis.call('HDEL', hkey, unpack(gone))
+        callall('ZREM', zkey, gone)
+        callall('HDEL', hkey, gone)
         redis.call('HSET', hkey, 'sum', fmt(sum))
       end
       if op == 'r' then
@@ -698,20 +705,25 @@ local function general()
       if #newest > 0 then d[4] = (tonumber(newest[2]) - now_us) * 1000 end
       if cost > max then d[6] = 1; return d, nil end
       if cost > max - inflight then
-        local need, acc, wait = inflight + cost - max, 0, hint
-        local live = redis.call('ZRANGE', zkey, 0, -1, 'WITHSCORES')
-        local names = {}
-        for k = 1, #live, 2 do names[#names+1] = live[k] end
-        local ws = {}
-        if #names > 0 then ws = redis.call('HMGET', hkey, unpack(names)) end
-        for k = 1, #names do
-          if names[k] ~= lease or lease == '0' then
-            acc = acc + tonumber(ws[k] or '0')
-            if acc >= need then
-              wait = math.min(wait, (tonumber(live[2*k]) - now_us) * 1000)
-              break
+        -- The leases, soonest to expire first, a page at a time: the
+        -- wait ends when enough of them have expired.
+        local need, acc, wait, from, page = inflight + cost - max, 0, hint, 0, 64
+        while acc < need do
+          local live = redis.call('ZRANGE', zkey, from, from + page - 1, 'WITHSCORES')
+          if #live == 0 then break end
+          local names = {}
+          for k = 1, #live, 2 do names[#names+1] = live[k] end
+          local ws = redis.call('HMGET', hkey, unpack(names))
+          for k = 1, #names do
+            if names[k] ~= lease or lease == '0' then
+              acc = acc + tonumber(ws[k] or '0')
+              if acc >= need then
+                wait = math.min(wait, (tonumber(live[2*k]) - now_us) * 1000)
+                break
+              end
             end
           end
+          from, page = from + #names, math.min(2 * page, UNPACK)
         end
         d[3] = wait
         return d, nil
