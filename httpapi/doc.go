@@ -99,7 +99,9 @@
 // policies while the store failed, which hold nothing to settle).
 //
 // Errors are JSON {"error": "...", "code": "..."}: 400 bad_json,
-// bad_request (a limit or key that is not exact text, among others) or
+// bad_request (a limit or key that is not exact text, more hits than
+// Options.MaxHits, 32 by default, which is refused before the body is
+// decoded, among others) or
 // invalid_cost (cost below 1, not a whole number, or not a number); 404
 // unknown_limit or unknown_reservation; 405 method_not_allowed; 413
 // too_large (body over Options.MaxBodyBytes, 64 KiB by default); 422

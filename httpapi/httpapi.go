@@ -75,7 +75,8 @@ func (f policyLimits) Limit(name string) (Limit, bool) {
 type Options struct {
 	// MaxBodyBytes caps a request body; larger is 413. Zero means 64 KiB.
 	MaxBodyBytes int64
-	// MaxHits caps the hits of one request. Zero means 32.
+	// MaxHits caps the hits of one request: a body with more is refused
+	// before it is decoded. Zero means 32.
 	MaxHits int
 	// MaxKeyBytes caps a key's length. Zero means 512.
 	MaxKeyBytes int
@@ -339,13 +340,17 @@ func decodeError(err error) *apiError {
 	if errors.As(err, &ef) {
 		return bad(http.StatusBadRequest, CodeBadRequest, "%v", ef)
 	}
+	var el *lengthError
+	if errors.As(err, &el) {
+		return bad(http.StatusBadRequest, CodeBadRequest, "%v", el)
+	}
 	return bad(http.StatusBadRequest, CodeBadJSON, "invalid JSON: %v", err)
 }
 
 // parse turns a body into a query; it never charges anything.
 func (h *Handler) parse(body []byte) (*query, *apiError) {
 	var req wireRequest
-	if err := decodeBody(body, &req); err != nil {
+	if err := decodeBody(body, &req, h.maxHits); err != nil {
 		return nil, decodeError(err)
 	}
 	single := req.Limit != nil || req.Key != nil || req.Cost != nil

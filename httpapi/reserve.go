@@ -79,7 +79,7 @@ type wireReserve struct {
 // names the reservation (or its ttl passes: it then keeps its estimate).
 func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _ bool) {
 	var in wireReserve
-	if err := decodeBody(body, &in); err != nil {
+	if err := decodeBody(body, &in, h.maxHits); err != nil {
 		e := decodeError(err)
 		writeError(w, e.status, e.code, e.msg, nil)
 		return
@@ -250,7 +250,7 @@ type SettleResponse struct {
 // caller leaves before the answer.
 func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ bool) {
 	var in wireSettle
-	if err := decodeBody(body, &in); err != nil {
+	if err := decodeBody(body, &in, h.maxHits); err != nil {
 		e := decodeError(err)
 		writeError(w, e.status, e.code, e.msg, nil)
 		return
@@ -332,7 +332,7 @@ func (h *Handler) decodeReservation(tok string) ([]wireHit, uint64, *apiError) {
 		return nil, 0, badTok
 	}
 	var rsv reservation
-	if err := decodeBody(raw, &rsv); err != nil {
+	if err := decodeBody(raw, &rsv, h.maxHits); err != nil {
 		return nil, 0, badTok
 	}
 	id, err := strconv.ParseUint(rsv.ID, 16, 64)

@@ -104,7 +104,7 @@ func FuzzCheckKeys(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body string) {
 		b := []byte(body)
 		for _, sh := range []*shape{nil, check} {
-			err := checkKeys(b, sh)
+			err := checkKeys(b, sh, 0)
 			if !json.Valid(b) {
 				continue // anything but a panic
 			}
@@ -191,7 +191,7 @@ func BenchmarkCheckKeys(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := checkKeys(body, sh); err != nil {
+				if err := checkKeys(body, sh, 0); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -207,7 +207,7 @@ func BenchmarkDecodeBody(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var req wireRequest
-			if err := decodeBody(body, &req); err != nil {
+			if err := decodeBody(body, &req, 0); err != nil {
 				b.Fatal(err)
 			}
 		}
