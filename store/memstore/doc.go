@@ -58,10 +58,13 @@
 // leases) follows the store's timeline: the monotonic time since the store
 // started, counted from the wall-clock reading of that moment, or from
 // where the state file leaves off (below): a step of the wall clock, back
-// or forward, neither freezes nor refills them. Options.Elapsed sets that
-// clock beside Options.Now. Decisions report (Decision.At) their instant
-// on the timeline less the shift the state file made, the wall clock's
-// instant as the store reckons it.
+// or forward, neither freezes nor refills them. A wall clock stepped back
+// does not take a quota's period back either: a quota counted in a period
+// keeps its count until the wall clock leaves that period, and a denial's
+// wait (and the key's reset) counts to the period's end by the wall clock.
+// Options.Elapsed sets that clock beside Options.Now. Decisions report
+// (Decision.At) their instant on the timeline less the shift the state
+// file made, the wall clock's instant as the store reckons it.
 //
 // # State file
 //

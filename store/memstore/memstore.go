@@ -508,7 +508,7 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	idx := sh.find(h, hit.Rule, hit.Key)
 	if idx >= 0 {
 		e = sh.at(idx)
-		if e.exp > now {
+		if s.live(e, now) {
 			if inPlace(p.Algorithm()) {
 				err := s.decideInPlace(sh, e, p, hit, out, now, peek)
 				sh.mu.Unlock()
@@ -519,11 +519,13 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 		oldExt = extCost(e.st.Ext) // before Decide, which may grow it in place
 	}
 	t, wall := s.instant(p, now)
+	read := t
 	if t < st.Last {
 		t = st.Last
 		sh.clamps++
 	}
 	err := p.DecideInto(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out)
+	onWall(out, wall, t-read)
 	out.At = now - s.rebase
 	switch {
 	case err != nil || peek:
@@ -539,7 +541,7 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 			s.insert(sh, h, hit.Rule, hit.Key, st, exp, now, noPins)
 		}
 		sh.writes++
-	case e != nil && e.exp > now:
+	case e != nil && s.live(e, now):
 		denied(e, expiryBase(t, now, wall), out.RetryAfter)
 	}
 	sh.mu.Unlock()
@@ -650,7 +652,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			wk.idx = sh.find(wk.h, hit.Rule, hit.Key)
 			if wk.idx >= 0 {
 				e := sh.at(wk.idx)
-				if e.exp > now {
+				if s.live(e, now) {
 					wk.st, wk.exp = e.st, e.exp
 					if multi && !peek && wk.st.Ext != nil {
 						wk.st.Ext = cloneExt(wk.st.Ext)
@@ -659,12 +661,14 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			}
 		}
 		t, wall := s.instant(hit.Rule.Params(), now)
+		read := t
 		if t < wk.st.Last {
 			t = wk.st.Last
 			sh.clamps++
 		}
 		wk.at = t
 		d, err := hit.Rule.Params().Decide(&wk.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek || hit.Check, Lease: hit.Lease})
+		onWall(&d, wall, t-read)
 		d.At = now - s.rebase
 		out[i] = d
 		if err != nil {
@@ -676,7 +680,7 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 			wk.allowed = true
 			wk.exp = max(wk.exp, expiry(hit.Rule, &wk.st, &d, expiryBase(t, now, wall)))
 		case !d.Allowed && !peek && wk.idx >= 0:
-			if e := sh.at(wk.idx); e.exp > now {
+			if e := sh.at(wk.idx); s.live(e, now) {
 				denied(e, expiryBase(t, now, wall), d.RetryAfter)
 			}
 		}
@@ -768,6 +772,49 @@ func (s *Store) instant(p *algo.Params, now int64) (t int64, wall bool) {
 	return now, false
 }
 
+// onWall moves the waits of a decision d made at an instant that was
+// clamped up by lag to the newest one its key had seen onto the wall
+// clock, when the instant is the wall clock's (wall): after the wall clock
+// stepped back, a calendar quota's period ends lag later than d says by
+// the clock that cuts it, and so do the key's expiry and a denial's wait.
+// Instants on the monotonic timeline are clamped by a tick at most, and
+// their waits stay as they are.
+func onWall(d *floodgate.Decision, wall bool, lag int64) {
+	if !wall || lag <= 0 {
+		return
+	}
+	if d.RetryAfter > 0 {
+		d.RetryAfter = time.Duration(satAdd(int64(d.RetryAfter), lag))
+	}
+	if d.ResetAfter > 0 {
+		d.ResetAfter = time.Duration(satAdd(int64(d.ResetAfter), lag))
+	}
+}
+
+// live reports whether entry e, in a shard whose lock is held, still holds
+// its state at now (the monotonic timeline): its expiry has not passed, or
+// it is a calendar quota's whose count is for a period that the wall clock
+// has not left yet. A quota's expiry is set on the monotonic timeline from
+// the wall clock's time to the period's end, so a wall clock stepped back
+// since moves the end later than the expiry says; live then moves the
+// expiry there, for the sweep, the state file and eviction to see.
+func (s *Store) live(e *entry, now int64) bool {
+	return e.exp > now || s.liveOnWall(e, now)
+}
+
+// liveOnWall is live for an entry whose expiry has passed.
+func (s *Store) liveOnWall(e *entry, now int64) bool {
+	if e.rule == nil || e.st.A <= 0 || e.rule.Params().Algorithm().Family() != floodgate.FamilyQuota {
+		return false
+	}
+	left := e.st.C - s.wall()
+	if left <= 0 {
+		return false
+	}
+	e.exp = satAdd(now, left)
+	return true
+}
+
 // expiryBase is the instant on the monotonic timeline that the expiry of a
 // decision made at t counts from.
 func expiryBase(t, now int64, wall bool) int64 {
@@ -807,7 +854,7 @@ func (s *Store) sweep() {
 			sh.mu.Lock()
 			now := s.now()
 			for i := lo; i < min(lo+chunkSize, sh.used); i++ {
-				if e := sh.at(i); e.rule != nil && e.exp <= now {
+				if e := sh.at(i); e.rule != nil && !s.live(e, now) {
 					s.remove(sh, i)
 					sh.expired++
 				}

@@ -126,12 +126,13 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 		old := int64(0)
 		if wk.idx = sh.find(wk.h, hit.Rule, hit.Key); wk.idx >= 0 {
 			e = sh.at(wk.idx)
-			if e.exp > now {
+			if s.live(e, now) {
 				st = e.st
 			}
 			old = extCost(e.st.Ext)
 		}
 		t, wall := s.instant(p, now)
+		read := t
 		if t < st.Last {
 			t = st.Last
 			sh.clamps++
@@ -158,6 +159,7 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 		if err != nil {
 			return err
 		}
+		onWall(&d, wall, t-read)
 		out[i] = limiter.Settled{Found: true, Remaining: free, Overrun: overrun}
 		if !changed {
 			continue

@@ -147,7 +147,7 @@ func (s *Store) writeSnapshot() (err error) {
 		now := s.now()
 		for i := int32(0); i < sh.used; i++ {
 			e := sh.at(i)
-			if e.rule == nil || e.exp <= now {
+			if e.rule == nil || !s.live(e, now) {
 				continue
 			}
 			buf = appendRecord(buf, e)

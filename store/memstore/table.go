@@ -238,7 +238,7 @@ const denyingWorth = 1 << 32
 // weighed on the wall clock, which worth reads into *wall the first time
 // it needs it.
 func (s *Store) worth(e *entry, now int64, wall *int64) uint64 {
-	if e.exp <= now {
+	if !s.live(e, now) {
 		return 0
 	}
 	p := e.rule.Params()
