@@ -1,6 +1,10 @@
 // Package alarm fires quota alarms: when an API key's use of its plan's
 // quota reaches a threshold of the plan (80% and 100%, say), a log line, a
 // metric and a webhook say so, once per key, threshold and quota period.
+// The period is the one whose end the store's decision reports (its
+// ResetAfter, on the store's clock), taken to the nearest boundary of the
+// quota's calendar, so that instances whose clocks are off from the
+// store's (by up to half a period) name it alike.
 //
 // Alarms is a limiter.Observer. On the request path it only compares a
 // quota hit's use with its plan's thresholds (a hit decided by its failure
