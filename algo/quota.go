@@ -69,6 +69,18 @@ func anchorDate(y int, m time.Month, anchor int, loc *time.Location) time.Time {
 	return midnight(y, m, day, loc)
 }
 
+// DayStart returns the first instant of the date y-m-d (normalized) in
+// loc: 00:00, or the instant the day begins where a change of the clocks
+// skips 00:00 (Havana and Santiago move from 00:00 to 01:00), for which
+// time.Date may give an instant of the evening before. Quota periods
+// begin at such instants.
+func DayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
+	if loc == nil {
+		loc = time.UTC
+	}
+	return midnight(y, m, d, loc)
+}
+
 // midnight returns the first instant of the local day y-m-d (normalized).
 // That is 00:00, except where a DST change skips 00:00 (Chile, Lebanon,
 // Paraguay, …): time.Date then may pick an instant of the evening before,

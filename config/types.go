@@ -534,7 +534,9 @@ type Params struct {
 	AnchorDay int `yaml:"anchor_day"`
 	// Offset units are taken from the period that contains Start.
 	Offset int64 `yaml:"offset"`
-	// Start is the first period's date (2026-01-15) or instant (RFC 3339).
+	// Start is the first period's date (2026-01-15: the first instant of
+	// that date in TimeZone, 01:00 where the clocks skip 00:00 that day)
+	// or instant (RFC 3339).
 	Start string `yaml:"start"`
 	// OnFailure is allow, deny or local (the default, which validation
 	// writes in): what the limit does when the store cannot answer in

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/accesslog"
+	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/identity"
 	"github.com/floodgate/floodgate/internal/storeurl"
 	"github.com/floodgate/floodgate/internal/yamlfile"
@@ -946,9 +947,12 @@ func loadZone(name string) (*time.Location, error) {
 	return zone.Load(name)
 }
 
+// parseStart reads a quota's start: a date is the first instant of that
+// date in the quota's zone (loc), which is not 00:00 where the clocks skip
+// it that day; an RFC 3339 time is that instant.
 func parseStart(s string, loc *time.Location) (time.Time, error) {
-	if t, err := time.ParseInLocation("2006-01-02", s, loc); err == nil {
-		return t, nil
+	if d, err := time.Parse("2006-01-02", s); err == nil {
+		return algo.DayStart(d.Year(), d.Month(), d.Day(), loc), nil
 	}
 	return time.Parse(time.RFC3339, s)
 }

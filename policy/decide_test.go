@@ -273,6 +273,33 @@ func TestQuotaOffset(t *testing.T) {
 	}
 }
 
+// TestQuotaOffsetStartsOnADayWithoutMidnight: a quota whose start is a
+// date that begins at 01:00 (Havana moves its clocks from 00:00 to 01:00
+// on 8 March 2026) takes its offset from the period of that date, not
+// from the day before, for a daily quota and a monthly one anchored on
+// the 8th.
+func TestQuotaOffsetStartsOnADayWithoutMidnight(t *testing.T) {
+	t.Parallel()
+	havana, _ := time.LoadLocation("America/Havana")
+	for _, c := range []struct {
+		period      string
+		before, day string // statuses the day before the start and on it
+	}{
+		{"DAY", "200 200 200 200 200 200 200 200 200 200 429", "200 200 200 200 200 200 429"},
+		{"MONTH, anchor_day: 8", "200 200 200 200 200 200 200 200 200 200 429", "200 200 200 200 200 200 429"},
+	} {
+		quota := "limit: 10, offset: 4, start: 2026-03-08, time_zone: America/Havana, period: " + c.period
+		r, req := quotaRig(t, quota, time.Date(2026, 3, 7, 12, 0, 0, 0, havana))
+		if got := r.statuses(11, req); got != c.before {
+			t.Errorf("%s, 7 March, the day before the start: %s, want %s", c.period, got, c.before)
+		}
+		r.clk.set(time.Date(2026, 3, 8, 12, 0, 0, 0, havana))
+		if got := r.statuses(7, req); got != c.day {
+			t.Errorf("%s, 8 March, the first period (10 less the offset of 4): %s, want %s", c.period, got, c.day)
+		}
+	}
+}
+
 // TestForbiddenAfterTheKeylessLimits: a request refused for its API key
 // is answered 403 once the limits that need no key are charged, so that
 // guessing keys is throttled like anything else: past the unknown-key
