@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
@@ -656,10 +657,18 @@ func (a *API) Peek(ctx context.Context, l *policy.Limit, key string) (Use, error
 		left++ // a peek reports what would be left after this request
 	}
 	left = min(left, d.Limit)
-	now := a.o.Now().UTC()
+	degraded := res.Degraded != limiter.NotDegraded
+	resets := a.o.Now().UTC().Add(d.ResetAfter)
+	if l.Rule.Algorithm() == floodgate.Quota && d.ResetAfter > 0 && !degraded {
+		// The store measured ResetAfter on its clock; the calendar's
+		// boundary is the same instant on every instance, whatever the
+		// skew of this one's clock.
+		lim := l.Rule.Limit()
+		resets = time.Unix(0, algo.QuotaBoundary(&lim, resets.UnixNano())).UTC()
+	}
 	return Use{Limit: l.Name, Algorithm: l.Rule.Algorithm().String(), Key: key, Capacity: d.Limit,
-		Used: d.Limit - left, Left: left, ResetsAt: now.Add(d.ResetAfter).Truncate(time.Millisecond),
-		ResetIn: d.ResetAfter.Seconds(), Allowed: d.Allowed, Degraded: res.Degraded != limiter.NotDegraded}, nil
+		Used: d.Limit - left, Left: left, ResetsAt: resets.Truncate(time.Millisecond),
+		ResetIn: d.ResetAfter.Seconds(), Allowed: d.Allowed, Degraded: degraded}, nil
 }
 
 // Resolve finds a key by name: the file's first, then the API's.

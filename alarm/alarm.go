@@ -326,24 +326,14 @@ func reached(used, limit int64, percent int) bool {
 	return uh > th || (uh == th && ul >= tl)
 }
 
-// periodEnd returns the end of the quota period of l that a decision
-// reports at reset (this instance's clock plus the decision's ResetAfter,
-// which the store measured on its own clock): the period boundary nearest
-// to reset, so that every instance names the same period whichever way
-// its clock is off from the store's, by up to half a period.
-func periodEnd(l *floodgate.Limit, reset int64) int64 {
-	start, end := algo.QuotaPeriod(l, reset)
-	if reset-start < end-reset {
-		return start
-	}
-	return end
-}
-
 // crossed queues an alarm not seen yet in this process.
 func (a *Alarms) crossed(h *limiter.Hit, d *floodgate.Decision, pa *planAlarm, threshold int, used int64) {
 	now := a.o.Now()
 	l := h.Rule.Limit()
-	end := periodEnd(&l, now.Add(d.ResetAfter).UnixNano())
+	// The period's end, at the calendar's boundary nearest the store's
+	// reset, so that every instance names it alike whatever its clock's
+	// skew from the store's.
+	end := algo.QuotaBoundary(&l, now.Add(d.ResetAfter).UnixNano())
 	k := seenKey{counter: h.Key, limit: h.Rule.Name(), threshold: threshold, periodEnd: end}
 	a.mu.Lock()
 	if until, dup := a.seen[k]; dup && until > now.UnixNano() {

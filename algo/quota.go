@@ -56,6 +56,19 @@ func QuotaPeriod(l *floodgate.Limit, now int64) (start, end int64) {
 	return start, end
 }
 
+// QuotaBoundary returns the boundary between two periods of the quota l
+// (Unix ns) nearest to the instant at: the period end that a decision's
+// ResetAfter, added to another clock than the store's, points at. A clock
+// off from the store's by less than half a period names the same
+// boundary, the calendar's own instant.
+func QuotaBoundary(l *floodgate.Limit, at int64) int64 {
+	start, end := QuotaPeriod(l, at)
+	if at-start < end-at {
+		return start
+	}
+	return end
+}
+
 // lastInstant is the last instant Unix nanoseconds in an int64 hold.
 var lastInstant = time.Unix(0, math.MaxInt64)
 
