@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/internal/browser"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -189,7 +190,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// without a preflight (a form, a no-cors fetch of text/plain), and
 	// one whose name was rebound to the API's address reads the answers
 	// as its own origin's. Services send neither field a browser adds.
-	if h.tokens == nil && fromBrowser(r) {
+	if h.tokens == nil && browser.Sent(r) {
 		if h.obs != nil {
 			h.obs.Rejected(limiter.FrontHTTPAPI, "", http.StatusForbidden)
 		}
@@ -239,13 +240,6 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, body []byte, pee
 		return
 	}
 	h.answer(w, peek, q, &res, nil)
-}
-
-// fromBrowser reports whether a browser sent r: browsers add Origin to
-// every POST (the Fetch standard; "null" when the page hides its origin),
-// and Sec-Fetch-Site to requests for a loopback or https address.
-func fromBrowser(r *http.Request) bool {
-	return r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != ""
 }
 
 // authorized reports whether r carries a known bearer token.

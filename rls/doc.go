@@ -21,6 +21,22 @@
 // Stats counts its statistics, exposed under the names its Prometheus
 // exporter gives them.
 //
+// # Browsers
+//
+// /json takes no token, as envoyproxy/ratelimit's, and a browser that
+// reaches it sends what any page it opens asks: a page of another site can
+// post without a CORS preflight (a form, a no-cors fetch of text/plain),
+// and one whose name was rebound to the service's address (DNS rebinding)
+// calls it as its own origin and reads the answers. So /json answers no
+// browser, where envoyproxy/ratelimit serves them: a request carrying
+// Origin (which browsers add to every POST, "null" when the page hides its
+// origin) or Sec-Fetch-Site (which they add to requests for a loopback or
+// https address) is 403 and charges nothing. Services, Envoy among them,
+// send neither. The gRPC port needs nothing of the kind: a page cannot
+// make a browser send a gRPC call (no browser speaks HTTP/2 without TLS,
+// and gRPC's content type needs a CORS preflight, which gRPC does not
+// grant).
+//
 // # Configuration
 //
 // A file holds one domain, exactly as envoyproxy/ratelimit reads it:

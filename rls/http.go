@@ -16,6 +16,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/floodgate/floodgate/internal/browser"
 )
 
 // maxJSONBody bounds the body of a /json request.
@@ -65,9 +67,21 @@ func badJSON(w http.ResponseWriter, status int, why string) {
 // is decoded), or a request the service refuses or cannot decide (as
 // envoyproxy/ratelimit answers both), with the reason after the status's
 // text, and 500 for an answer it cannot write.
+//
+// A request a browser sent (it carries Origin or Sec-Fetch-Site) is
+// answered 403, with the reason, and charges nothing: see the package
+// documentation.
 func JSONHandler(svc *Service) http.Handler {
 	large := make(chan struct{}, largeJSONReads)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// /json takes no token: a page of another site posts to it
+		// without a preflight, and one rebound to its address reads the
+		// answers. Services send neither field a browser adds.
+		if browser.Sent(r) {
+			badJSON(w, http.StatusForbidden, "/json takes no token, so it answers no browser "+
+				"(the request carries Origin or Sec-Fetch-Site): any page the browser opens could send it")
+			return
+		}
 		body, err := readJSONBody(w, r, large)
 		if err != nil {
 			var tooLarge *http.MaxBytesError

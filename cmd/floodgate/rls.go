@@ -31,7 +31,8 @@ BACKEND_TYPE=memory uses the embedded store. See docs/envoy.md.
 
 Ports, as envoyproxy/ratelimit has them: GRPC_PORT is the rate-limit
 service (gRPC, with gRPC's health service); PORT serves POST /json (a
-decision, as the gRPC call) and GET /healthcheck (the probe); DEBUG_PORT
+decision, as the gRPC call; a browser's request, with Origin or
+Sec-Fetch-Site, is 403) and GET /healthcheck (the probe); DEBUG_PORT
 serves /rlconfig, /stats, /metrics and /debug/pprof/ (no data about keys,
 but profiles: keep it private); with USE_PROMETHEUS=true, PROMETHEUS_ADDR
 serves PROMETHEUS_PATH (/metrics) alone.
