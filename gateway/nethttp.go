@@ -27,6 +27,7 @@ type httpExchange struct {
 	next http.Handler // the middleware's next handler; nil: forward upstream
 	aw   accessWriter
 	cw   costWriter
+	iw   interimWriter // the reverse proxy's
 	// left says a watch saw the client leave while the request waited
 	// (Wait, WatchClient); answered that the flow answered or passed the
 	// request on.

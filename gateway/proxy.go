@@ -160,12 +160,96 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *Flow) {
 	}
 	st.UpstreamBegan()
 	defer st.UpstreamEnded()
+	iw := &st.nh.iw
+	iw.start(w)
 	if p := g.PoolOf(st.m.Route, u); p != nil {
-		p.proxy.rp.ServeHTTP(w, r)
+		p.proxy.rp.ServeHTTP(iw, r)
 		return
 	}
-	g.proxyOf(u, st.m.Route).rp.ServeHTTP(w, r)
+	g.proxyOf(u, st.m.Route).rp.ServeHTTP(iw, r)
 }
+
+// interimWriter is the writer the reverse proxy answers a client through.
+// ReverseProxy relays an upstream's interim answer (a 1xx but 101: 100
+// Continue, 102 Processing, 103 Early Hints) by adding its fields to the
+// writer's, writing it, and clearing the writer's fields. The fields the
+// gateway set before forwarding (the RateLimit fields, Connection: close
+// after a chunked body) went out on the interim answer and were gone from
+// the final one. interimWriter writes an interim answer with its own
+// fields alone and puts the gateway's back for the final answer (or the
+// gateway's own, a 502 or 504).
+type interimWriter struct {
+	http.ResponseWriter
+	own  []headerField  // the gateway's fields when the request was forwarded
+	room [6]headerField // own's, so that a request allocates none
+	// relayed says an interim answer was written: own is put back at the
+	// next use of the writer, after ReverseProxy cleared the fields.
+	relayed bool
+}
+
+// headerField is a field's name and values.
+type headerField struct {
+	name   string
+	values []string
+}
+
+// start readies w to answer through rw, holding the fields set on rw so
+// far as the gateway's.
+func (w *interimWriter) start(rw http.ResponseWriter) {
+	w.ResponseWriter, w.relayed = rw, false
+	w.own = w.room[:0]
+	for name, v := range rw.Header() {
+		// Capped: a value ReverseProxy appends to the field goes to a
+		// slice of its own.
+		w.own = append(w.own, headerField{name, v[:len(v):len(v)]})
+	}
+}
+
+// Header returns the answer's fields, the gateway's put back after an
+// interim answer.
+func (w *interimWriter) Header() http.Header {
+	h := w.ResponseWriter.Header()
+	if w.relayed {
+		w.relayed = false
+		clear(h)
+		for _, f := range w.own {
+			h[f.name] = f.values
+		}
+	}
+	return h
+}
+
+func (w *interimWriter) WriteHeader(code int) {
+	if code < 100 || code > 199 || code == http.StatusSwitchingProtocols {
+		w.Header()
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	// The fields hold the gateway's, then the interim answer's, which
+	// ReverseProxy added after them: the interim answer goes with its
+	// own alone.
+	h := w.ResponseWriter.Header()
+	for _, f := range w.own {
+		if v := h[f.name]; len(v) > len(f.values) {
+			h[f.name] = v[len(f.values):]
+		} else {
+			delete(h, f.name)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+	w.relayed = true
+}
+
+func (w *interimWriter) Write(b []byte) (int, error) {
+	w.Header()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *interimWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// upstreamFailed passes the upstream's failure on (markFailed).
+func (w *interimWriter) upstreamFailed() { markFailed(w.ResponseWriter) }
 
 // upstreamProxies are the proxies of one upstream, one per route that
 // sends requests there (routes may share an upstream, as every route does
