@@ -123,3 +123,30 @@ func interimStatuses(answers []*http.Response) []int {
 	}
 	return out
 }
+
+// TestInterimAnswersNotSentToHTTP10Clients: an HTTP/1.0 client is sent no
+// interim answer (RFC 9110 §15.2: a server must not send one a 1xx), on
+// both engines, so a client that keeps its connection gets one answer a
+// request, each its own. Before 2026-12-06 the net/http engine relayed an
+// upstream's 103 Early Hints to it: two requests on a kept connection were
+// answered 103 200 103 200, and a client of HTTP/1.0 took the 103 for the
+// first request's answer and the first request's 200 for the second's.
+func TestInterimAnswersNotSentToHTTP10Clients(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		up, paths := earlyHintsUpstream(t)
+		base := serveFront(t, fr, gatewayTo(t, up), nil)
+		answers, closed := interimExchange(t, base, "GET /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\nGET /b HTTP/1.0\r\nHost: x\r\n\r\n")
+		if got := interimStatuses(answers); len(got) != 2 || got[0] != http.StatusOK || got[1] != http.StatusOK || !closed {
+			t.Errorf("two HTTP/1.0 requests on a kept connection: answered %v, closed %v; want 200 200, then closed", got, closed)
+		}
+		for _, a := range answers {
+			if _, ok := a.Header["Ratelimit"]; !ok {
+				t.Errorf("the %d answer has no RateLimit field: %v", a.StatusCode, a.Header)
+			}
+		}
+		if got := strings.Join(paths(), ", "); got != "GET /a, GET /b" {
+			t.Errorf("the upstream was asked for %s, want GET /a, GET /b", got)
+		}
+	})
+}

@@ -161,7 +161,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *Flow) {
 	st.UpstreamBegan()
 	defer st.UpstreamEnded()
 	iw := &st.nh.iw
-	iw.start(w)
+	iw.start(w, r.ProtoMajor == 1 && r.ProtoMinor == 0)
 	if p := g.PoolOf(st.m.Route, u); p != nil {
 		p.proxy.rp.ServeHTTP(iw, r)
 		return
@@ -177,11 +177,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *Flow) {
 // after a chunked body) went out on the interim answer and were gone from
 // the final one. interimWriter writes an interim answer with its own
 // fields alone and puts the gateway's back for the final answer (or the
-// gateway's own, a 502 or 504).
+// gateway's own, a 502 or 504). An HTTP/1.0 client is sent no interim
+// answer (RFC 9110 §15.2: it cannot tell one from the final answer, and
+// would take the final answer for the next request's), as on the edge
+// engine, which reads past them.
 type interimWriter struct {
 	http.ResponseWriter
-	own  []headerField  // the gateway's fields when the request was forwarded
-	room [6]headerField // own's, so that a request allocates none
+	http10 bool           // the client speaks HTTP/1.0: it is sent no interim answer
+	own    []headerField  // the gateway's fields when the request was forwarded
+	room   [6]headerField // own's, so that a request allocates none
 	// relayed says an interim answer was written: own is put back at the
 	// next use of the writer, after ReverseProxy cleared the fields.
 	relayed bool
@@ -194,9 +198,9 @@ type headerField struct {
 }
 
 // start readies w to answer through rw, holding the fields set on rw so
-// far as the gateway's.
-func (w *interimWriter) start(rw http.ResponseWriter) {
-	w.ResponseWriter, w.relayed = rw, false
+// far as the gateway's; http10 says its client speaks HTTP/1.0.
+func (w *interimWriter) start(rw http.ResponseWriter, http10 bool) {
+	w.ResponseWriter, w.http10, w.relayed = rw, http10, false
 	w.own = w.room[:0]
 	for name, v := range rw.Header() {
 		// Capped: a value ReverseProxy appends to the field goes to a
@@ -236,7 +240,9 @@ func (w *interimWriter) WriteHeader(code int) {
 			delete(h, f.name)
 		}
 	}
-	w.ResponseWriter.WriteHeader(code)
+	if !w.http10 {
+		w.ResponseWriter.WriteHeader(code)
+	}
 	w.relayed = true
 }
 
