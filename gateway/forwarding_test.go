@@ -557,3 +557,46 @@ func testConnectionCannotNameFraming(t *testing.T, fr string) {
 		t.Fatal("the request never reached the upstream")
 	}
 }
+
+// TestHTTP10ChunkedWithLengthClosesTheConnection: an HTTP/1.0 request
+// with Transfer-Encoding: chunked and a Content-Length, kept alive, never
+// has what follows its length read as a request, on each engine: RFC 9112
+// §6.1 has such framing taken as faulty and the connection closed, as a
+// proxy in front that reads the body as chunked would otherwise see its
+// client's chunk as another request. The edge engine refuses it (501);
+// net/http's server drops the field unseen and frames the body by its
+// length, so the gateway closes the connection after every HTTP/1.0
+// request with a body. Before 2026-12-06 the net/http engine kept the
+// connection and forwarded the hidden GET /smuggled to the upstream.
+func TestHTTP10ChunkedWithLengthClosesTheConnection(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		var mu sync.Mutex
+		var seen []string
+		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s %q", r.Method, r.URL.Path, b))
+			mu.Unlock()
+			_, _ = io.WriteString(w, "ok")
+		})
+		base := serveFront(t, fr, gatewayTo(t, up.URL), nil)
+		// Read as chunked, the body is one chunk holding the GET; read by
+		// its length, it is the chunk's size line, and the GET follows.
+		smuggled := "GET /smuggled HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+		size := fmt.Sprintf("%x\r\n", len(smuggled))
+		chunk := size + smuggled + "\r\n0\r\n\r\n"
+		head := fmt.Sprintf("POST /upload HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: %d\r\n\r\n", len(size))
+		answers, closed := interimExchange(t, base, head+chunk)
+		if len(answers) != 1 || !closed {
+			t.Errorf("answered %v, closed %v; want one answer, then the connection closed", interimStatuses(answers), closed)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range seen {
+			if strings.Contains(s, "/smuggled") {
+				t.Errorf("the upstream got %s", s)
+			}
+		}
+	})
+}
