@@ -37,6 +37,9 @@ tiers:
 		g, base, c := overloadFront(t, front, src, h)
 		held := getLater(t, c, base+"/hold")
 		pollUntil(t, "1 in flight", func() bool { return overloadState(g).Inflight == 1 })
+		// Admitted is not yet forwarded: the count below starts once the
+		// held request is at the upstream.
+		pollUntil(t, "the held request at the upstream", func() bool { return reached.Load() == 1 })
 		defer func() {
 			close(hold)
 			if a := <-held; a.status != 200 {
