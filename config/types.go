@@ -408,7 +408,10 @@ type Match struct {
 	// Methods are HTTP methods, upper case (GET, POST ...).
 	Methods []string `yaml:"methods"`
 	// Paths are path patterns: literal segments, {name} or * for exactly
-	// one segment, and a final /** for any rest (including none).
+	// one segment, and a final /** for any rest (including none). A path
+	// with an escaped slash ("%2F") is read both decoded and with the
+	// slash inside its segment ("/users/a%2Fb" is "/users/{id}" to
+	// net/http's ServeMux): a limit applies when either reading matches.
 	Paths []string `yaml:"paths"`
 	// Hosts are host names, exact or *.example.com (any subdomain); the
 	// port is ignored.

@@ -342,6 +342,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 		Method:    r.Method,
 		Host:      r.Host,
 		Path:      r.Path,
+		RawPath:   r.RawPath,
 		ClientIP:  id.ClientIP,
 		ClientKey: id.ClientKey,
 		User:      id.User,
@@ -385,6 +386,11 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 		*m.Trace = p.Explain(&req, pmm)
 	} else {
 		p.Match(&req, pmm)
+	}
+	if pmm.RouteAmbiguous {
+		// Forwarded, it would be limited as one route and served as
+		// another by an upstream that reads the slash the other way.
+		return &BadRequestError{Why: "an escaped slash (%2F) in the path would move it to another route"}
 	}
 	switch {
 	case pmm.Forbidden:

@@ -25,6 +25,11 @@ type Request struct {
 	Host string
 	// Path is the target's path, decoded.
 	Path string
+	// RawPath is the target's path as sent, escaped, when it is not
+	// Path's default escaping (url.URL.RawPath), or "": a path holding an
+	// escaped slash ("%2F") has another reading by some upstreams, which
+	// limits also match (policy.Request.RawPath).
+	RawPath string
 	// Proto is the protocol, such as "HTTP/1.1".
 	Proto string
 	// Peer is the address of the connection's other end (the zero Addr
@@ -90,7 +95,7 @@ func RequestOf(r *http.Request) *Request {
 
 // from fills v from a net/http request.
 func (v *Request) from(r *http.Request) {
-	*v = Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Proto: r.Proto,
+	*v = Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, RawPath: r.URL.RawPath, Proto: r.Proto,
 		Peer: identity.ParsePeer(r.RemoteAddr), Header: r.Header, HTTP: r}
 }
 

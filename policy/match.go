@@ -83,6 +83,66 @@ func cleanPath(p string) string {
 	return p
 }
 
+// segmentPath returns the path raw (as sent: escaped) as a reader that
+// splits a path at its slashes before it decodes each segment reads it
+// (net/http's ServeMux for a pattern's wildcards, Express, Rails): every
+// escaped slash ("%2F") stays inside its segment, written "%2F", the rest
+// is decoded and then cleaned as cleanPath cleans a path. It returns ""
+// when raw holds no escaped slash or an escape that does not decode: the
+// decoded path is then the only reading.
+func segmentPath(raw string) string {
+	if !hasEscapedSlash(raw) {
+		return ""
+	}
+	var b strings.Builder
+	b.Grow(len(raw))
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(raw) || !isHex(raw[i+1]) || !isHex(raw[i+2]) {
+			return ""
+		}
+		switch c = unhex(raw[i+1])<<4 | unhex(raw[i+2]); c {
+		case '/':
+			b.WriteString("%2F")
+		default:
+			b.WriteByte(c)
+		}
+		i += 2
+	}
+	return cleanPath(b.String())
+}
+
+// hasEscapedSlash reports whether raw holds "%2F" in either case.
+func hasEscapedSlash(raw string) bool {
+	for i := strings.IndexByte(raw, '%'); i >= 0 && i+2 < len(raw); {
+		if raw[i+1] == '2' && (raw[i+2] == 'F' || raw[i+2] == 'f') {
+			return true
+		}
+		j := strings.IndexByte(raw[i+1:], '%')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return false
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
 // stripParams removes the ";..." part of every path segment.
 func stripParams(p string) string {
 	var b strings.Builder
@@ -152,6 +212,10 @@ func compileMatch(m config.Match, foldCase bool) matcher {
 // req is a request reduced to what matchers read.
 type req struct {
 	method, host, path, stage, route string
+	// alt, when set, is another reading of the path (segmentPath): a
+	// limit's paths match when either reading matches. Routes are chosen
+	// by path alone.
+	alt string
 }
 
 func (m *matcher) match(r *req) bool {
@@ -183,7 +247,7 @@ func (m *matcher) match(r *req) bool {
 	if len(m.paths) > 0 {
 		ok := false
 		for i := range m.paths {
-			if m.paths[i].match(r.path) {
+			if m.paths[i].match(r.path) || r.alt != "" && m.paths[i].match(r.alt) {
 				ok = true
 				break
 			}

@@ -669,6 +669,16 @@ type Request struct {
 	Host string
 	// Path is the URL path, already percent-decoded (URL.Path).
 	Path string
+	// RawPath is the URL path as sent, escaped (URL.EscapedPath), or ""
+	// when the caller does not have it. When it holds an escaped slash
+	// ("%2F"), the path has a second reading, the one of servers that
+	// split a path at its slashes before decoding its segments (net/http's
+	// ServeMux for "/users/{id}", Express, Rails): "/users/a%2Fb" is one
+	// segment after "/users" there, and three segments decoded. A limit
+	// then applies when its paths match either reading, and a request
+	// whose two readings choose different routes is marked
+	// Match.RouteAmbiguous.
+	RawPath string
 	// Stage overrides the route's stage when set.
 	Stage string
 	// ClientIP is the resolved client address.
@@ -747,6 +757,12 @@ type Match struct {
 	// UserPending is set when Request.UserPending left out limits that
 	// count per user.
 	UserPending bool
+	// RouteAmbiguous is set when the two readings of a path with an
+	// escaped slash (Request.RawPath) choose different routes: Route is
+	// then the decoded path's, which an upstream that keeps the slash
+	// inside its segment would not serve as that route, so a caller
+	// should refuse the request rather than forward it.
+	RouteAmbiguous bool
 
 	buf []byte
 }
@@ -788,7 +804,21 @@ func (p *Policy) route(rq *req) *Route {
 func (p *Policy) Match(r *Request, m *Match) {
 	m.Reset()
 	rq := p.req(r.Method, r.Host, r.Path)
-	if m.Route = p.route(&rq); m.Route != nil {
+	m.Route = p.route(&rq)
+	if r.RawPath != "" {
+		if alt := segmentPath(r.RawPath); alt != "" {
+			if p.foldCase {
+				alt = strings.ToLower(alt)
+			}
+			if alt != rq.path {
+				arq := rq
+				arq.path = alt
+				m.RouteAmbiguous = p.route(&arq) != m.Route
+				rq.alt = alt
+			}
+		}
+	}
+	if m.Route != nil {
 		rq.route = m.Route.Name
 	}
 	m.Stage = r.Stage

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +149,52 @@ routes:
 		}
 		if rt := p.Route(tc.method, tc.host, tc.path); rt != m.Route {
 			t.Errorf("%s %s%s: Route gives %v, Match %v", tc.method, tc.host, tc.path, rt, m.Route)
+		}
+	}
+}
+
+// TestEscapedSlashReadings: a path with "%2F" is matched by a limit that
+// either reading matches, decoded ("/users/a/b") or with the slash inside
+// its segment ("/users/{id}", as net/http's ServeMux reads it), also with
+// case_insensitive paths; a path whose readings choose different routes
+// is marked RouteAmbiguous.
+func TestEscapedSlashReadings(t *testing.T) {
+	t.Parallel()
+	for _, fold := range []string{"exact", "case_insensitive"} {
+		p := compile(t, `
+server: {path_matching: `+fold+`}
+routes:
+  - {name: admin, match: {paths: ["/admin/{id}"]}, upstream: none}
+  - {name: rest, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: user, rate: 1, per: 1h, match: {paths: ["/Users/{id}"]}}
+  - {name: deep, rate: 1, per: 1h, match: {paths: ["/Users/*/b"]}}
+`)
+		for _, tc := range []struct {
+			path, raw, route string
+			limits           []string
+			ambiguous        bool
+		}{
+			{"/Users/a/b", "/Users/a%2Fb", "rest", []string{"user", "deep"}, false},
+			{"/Users/a/b", "/Users/a%2fb", "rest", []string{"user", "deep"}, false},
+			{"/Users/a/b", "", "rest", []string{"deep"}, false},
+			{"/Users/a/b", "/Users/a/b", "rest", []string{"deep"}, false},
+			{"/Users//b", "/Users/%2Fb", "rest", []string{"user"}, false},
+			{"/Users/a/b", "/Users/a%2Fb%zz", "rest", []string{"deep"}, false},
+			{"/admin/a/b", "/admin/a%2Fb", "rest", nil, true},
+			{"/admin/x", "/admin%2Fx", "admin", nil, true},
+			{"/admin//x", "/admin/%2Fx", "admin", nil, false},
+		} {
+			var m Match
+			p.Match(&Request{Method: "GET", Path: tc.path, RawPath: tc.raw}, &m)
+			var got []string
+			for _, l := range m.Limits {
+				got = append(got, l.Name)
+			}
+			if m.Route == nil || m.Route.Name != tc.route || m.RouteAmbiguous != tc.ambiguous || !slices.Equal(got, tc.limits) {
+				t.Errorf("%s: %s (raw %q): route %v, ambiguous %v, limits %v; want %s, %v, %v",
+					fold, tc.path, tc.raw, m.Route, m.RouteAmbiguous, got, tc.route, tc.ambiguous, tc.limits)
+			}
 		}
 	}
 }

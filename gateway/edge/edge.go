@@ -545,6 +545,7 @@ func (e *Engine) serveRequest(ctx *fasthttp.RequestCtx, noOverride bool) {
 	v.Method = methodOf(h.Method())
 	v.Host = b2s(ctx.Host())
 	v.Path = b2s(ctx.Path())
+	v.RawPath = b2s(ctx.URI().PathOriginal())
 	v.Proto = "HTTP/1.1"
 	if !h.IsHTTP11() {
 		v.Proto = "HTTP/1.0"
@@ -735,6 +736,7 @@ func (x *exchange) Pass(f *gateway.Flow, rec *gateway.Recorder) bool {
 		// (abandon): the flow's views of them are copied.
 		v, m := f.Request(), f.Match()
 		v.Host, v.Path, m.User = strings.Clone(v.Host), strings.Clone(v.Path), strings.Clone(m.User)
+		v.RawPath = strings.Clone(v.RawPath)
 		x.rec = rec
 		c.resume.Store(x)
 		return true

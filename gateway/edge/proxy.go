@@ -142,6 +142,7 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 		// the client sent.
 		v.Host = strings.Clone(v.Host)
 		v.Path = strings.Clone(v.Path)
+		v.RawPath = strings.Clone(v.RawPath)
 	}
 	clientClose := req.Header.ConnectionClose() || !req.Header.IsHTTP11() && !bytes.EqualFold(req.Header.Peek("Connection"), []byte("keep-alive"))
 	rewriteRequest(ctx, up, v, m.PeerTrusted)
