@@ -330,6 +330,7 @@ func hostsMeet(a, b string) bool {
 // pathsMeet reports whether some path matches both path patterns
 // (CheckPathPattern), whatever the case of their literal segments.
 func pathsMeet(a, b string) bool {
+	a, b = TrimPathPattern(a), TrimPathPattern(b)
 	return segmentsMeet(strings.Split(strings.TrimPrefix(a, "/"), "/"), strings.Split(strings.TrimPrefix(b, "/"), "/"))
 }
 

@@ -412,6 +412,8 @@ type Match struct {
 	// with an escaped slash ("%2F") is read both decoded and with the
 	// slash inside its segment ("/users/a%2Fb" is "/users/{id}" to
 	// net/http's ServeMux): a limit applies when either reading matches.
+	// A pattern's trailing slash is ignored, as a path's is, and a pattern
+	// no path could match is refused (CheckPathPattern).
 	Paths []string `yaml:"paths"`
 	// Hosts are host names, exact or *.example.com (any subdomain); the
 	// port is ignored.

@@ -556,6 +556,8 @@ func (v *validator) match(m *Match, path string, routes, stages map[string]bool)
 	for i, p := range m.Paths {
 		if err := CheckPathPattern(p); err != nil {
 			v.errorf(fmt.Sprintf("%s.paths[%d]", path, i), "%v", err)
+		} else {
+			m.Paths[i] = TrimPathPattern(p)
 		}
 	}
 	for i, h := range m.Hosts {
@@ -580,7 +582,22 @@ func (v *validator) match(m *Match, path string, routes, stages map[string]bool)
 	}
 }
 
-// CheckPathPattern reports what is wrong with a path pattern, if anything.
+// TrimPathPattern returns a path pattern (CheckPathPattern) as it is
+// matched: without a trailing slash, but for "/". A request's path is
+// matched with one trailing slash removed, so "/accounts/login/" is the
+// pattern "/accounts/login", and meets the requests it names.
+func TrimPathPattern(p string) string {
+	if len(p) > 1 && p[len(p)-1] == '/' {
+		return p[:len(p)-1]
+	}
+	return p
+}
+
+// CheckPathPattern reports what is wrong with a path pattern, if anything:
+// besides its syntax, a segment that no path is matched with, as paths are
+// matched decoded, with their dot segments resolved and their path
+// parameters (";...") removed, so that a limit cannot load and then apply
+// to no request.
 func CheckPathPattern(p string) error {
 	if !strings.HasPrefix(p, "/") {
 		return fmt.Errorf("path pattern %q must start with /", p)
@@ -601,9 +618,36 @@ func CheckPathPattern(p string) error {
 			return fmt.Errorf("path pattern %q: * must be a whole segment", p)
 		case s == "" && i != len(segs)-1:
 			return fmt.Errorf("path pattern %q has an empty segment", p)
+		case s == "." || s == "..":
+			return fmt.Errorf("path pattern %q: a %q segment matches no path (a path is matched with its dot segments resolved)", p, s)
+		case strings.IndexByte(s, ';') >= 0:
+			return fmt.Errorf("path pattern %q: %q matches no path (a path is matched without its path parameters, \";...\")", p, s)
+		}
+		if d := decodeSegment(s); d != s {
+			return fmt.Errorf("path pattern %q: %q matches no path (a path is matched decoded); write %q", p, s, d)
 		}
 	}
 	return nil
+}
+
+// decodeSegment returns a pattern's segment as the paths it could match
+// spell it: its escapes decoded but for an escaped slash, which a path
+// read with the slash inside its segment holds as "%2F" (the policy's
+// second reading of such a path); a segment whose escapes do not decode is
+// returned as it is (a path may hold "%" decoded).
+func decodeSegment(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	parts := strings.Split(strings.ReplaceAll(s, "%2f", "%2F"), "%2F")
+	for i, part := range parts {
+		d, err := url.PathUnescape(part)
+		if err != nil {
+			return s
+		}
+		parts[i] = d
+	}
+	return strings.Join(parts, "%2F")
 }
 
 func (v *validator) plan(i int, routes map[string]bool) {

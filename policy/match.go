@@ -17,6 +17,7 @@ type pathPattern struct {
 
 func compilePath(p string) pathPattern {
 	var pp pathPattern
+	p = config.TrimPathPattern(p)
 	segs := strings.Split(p[1:], "/")
 	for i, s := range segs {
 		if s == "**" && i == len(segs)-1 {

@@ -153,6 +153,28 @@ routes:
 	}
 }
 
+// TestTrailingSlashPattern: a request's path is matched with its trailing
+// slash removed, so a pattern written with one ("/accounts/login/", as
+// Django spells its paths) loaded and matched no request at all; it is now
+// the pattern without it, for limits and routes alike.
+func TestTrailingSlashPattern(t *testing.T) {
+	t.Parallel()
+	p := compile(t, `
+routes:
+  - {name: account, match: {paths: ["/accounts/*/"]}, upstream: none}
+  - {name: rest, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: login, rate: 5, per: 1m, match: {paths: ["/accounts/login/"]}}
+`)
+	for _, path := range []string{"/accounts/login/", "/accounts/login", "//accounts/login//", "/accounts/./login/"} {
+		var m Match
+		p.Match(&Request{Method: "POST", Path: path}, &m)
+		if m.Route == nil || m.Route.Name != "account" || len(m.Limits) != 1 || m.Limits[0].Name != "login" {
+			t.Errorf("%s: route %v, limits %v; want the account route and the login limit", path, m.Route, m.Limits)
+		}
+	}
+}
+
 // TestEscapedSlashReadings: a path with "%2F" is matched by a limit that
 // either reading matches, decoded ("/users/a/b") or with the slash inside
 // its segment ("/users/{id}", as net/http's ServeMux reads it), also with
