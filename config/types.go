@@ -416,7 +416,8 @@ type Match struct {
 	// no path could match is refused (CheckPathPattern).
 	Paths []string `yaml:"paths"`
 	// Hosts are host names, exact or *.example.com (any subdomain); the
-	// port is ignored.
+	// port is ignored, and a final dot (api.example.com.), in a request's
+	// host as in a pattern.
 	Hosts []string `yaml:"hosts"`
 	// Stages limit the match to requests on these stages (limits only).
 	Stages []string `yaml:"stages"`

@@ -561,9 +561,13 @@ func (v *validator) match(m *Match, path string, routes, stages map[string]bool)
 		}
 	}
 	for i, h := range m.Hosts {
-		hh := strings.TrimPrefix(h, "*.")
-		if hh == "" || strings.ContainsAny(hh, "*/: ") || strings.ToLower(h) != h {
+		// A request's host is matched without a final dot (the absolute
+		// form of a name, "api.example.com."), and so is a pattern.
+		hh := strings.TrimPrefix(strings.TrimSuffix(h, "."), "*.")
+		if hh == "" || strings.HasSuffix(hh, ".") || strings.ContainsAny(hh, "*/: ") || strings.ToLower(h) != h {
 			v.errorf(fmt.Sprintf("%s.hosts[%d]", path, i), "%q is not a lower-case host name or *.domain", h)
+		} else {
+			m.Hosts[i] = strings.TrimSuffix(h, ".")
 		}
 	}
 	if stages != nil {

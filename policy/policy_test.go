@@ -175,6 +175,35 @@ limits:
 	}
 }
 
+// TestTrailingDotHostPattern: a request's host is matched without its final
+// dot ("api.example.com." is the absolute form of the name), so a pattern
+// written with one loaded and matched no request; it is now the name
+// without it.
+func TestTrailingDotHostPattern(t *testing.T) {
+	t.Parallel()
+	p := compile(t, `
+routes:
+  - {name: rest, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: api, rate: 5, per: 1m, match: {hosts: ["api.example.com."]}}
+  - {name: org, rate: 5, per: 1m, match: {hosts: ["*.example.org."]}}
+`)
+	for _, tc := range []struct{ host, limit string }{
+		{"api.example.com", "api"}, {"api.example.com.", "api"}, {"API.example.com.:8443", "api"},
+		{"a.example.org", "org"}, {"a.example.org.", "org"},
+	} {
+		var m Match
+		p.Match(&Request{Method: "GET", Host: tc.host, Path: "/"}, &m)
+		if len(m.Limits) != 1 || m.Limits[0].Name != tc.limit {
+			var got []string
+			for _, l := range m.Limits {
+				got = append(got, l.Name)
+			}
+			t.Errorf("%s: limits %v, want [%s]", tc.host, got, tc.limit)
+		}
+	}
+}
+
 // TestEscapedSlashReadings: a path with "%2F" is matched by a limit that
 // either reading matches, decoded ("/users/a/b") or with the slash inside
 // its segment ("/users/{id}", as net/http's ServeMux reads it), also with
