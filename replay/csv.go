@@ -123,7 +123,7 @@ func (p *csvParser) parse(line []byte, rec *Record) error {
 		case fPath:
 			rec.Path = stripQuery(v)
 		case fRawPath:
-			rec.Path = unescapePath(stripQuery(v))
+			setTarget(rec, v)
 		case fStatus:
 			n, err := strconv.Atoi(v)
 			if err != nil {

@@ -408,3 +408,28 @@ limits:
 		t.Errorf("%d requests, %d denied: want 3 and 1 (two upstream 400s charged)", r.Requests, r.Denied)
 	}
 }
+
+// TestEscapedSlashReplayedAsTheGatewayMatchedIt: the gateway charges a
+// limit that a path with an escaped slash matches read either way
+// ("/users/al%2Fice" is "/users/{id}" to net/http's ServeMux); a replay
+// of a log that holds the target as sent matches it the same way, and a
+// log that holds only the decoded path matches that.
+func TestEscapedSlashReplayedAsTheGatewayMatchedIt(t *testing.T) {
+	t.Parallel()
+	p := compilePolicy(t, `
+limits:
+  - {name: users, algorithm: fixed_window, limit: 1, window: 1h, key: client_ip, scope: global, match: {paths: ["/users/{id}"]}}
+`)
+	var b []byte
+	for _, target := range []string{"/users/alice", "/users/al%2Fice", "/users/al%2fice?x=1", "http://a.example/users/a%2Fb"} {
+		b = fmt.Appendf(b, `203.0.113.7 - - [30/Nov/2026:10:30:00 +0000] "GET %s HTTP/1.1" 200 0 "-" "-"`+"\n", target)
+	}
+	log := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(log, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, Options{Policy: p, Logs: []string{log}})
+	if l := limitReport(t, r, "users"); r.Requests != 4 || l.Seen != 4 || l.Denied != 3 {
+		t.Errorf("%d requests; the limit saw %d and refused %d, want 4 and 3", r.Requests, l.Seen, l.Denied)
+	}
+}

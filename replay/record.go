@@ -57,6 +57,11 @@ type Record struct {
 	ClientKey string
 	// Method, Host and Path are the request's; Path is without its query.
 	Method, Host, Path string
+	// RawPath is the path as sent, escaped, when the log holds the target
+	// as sent ($request_uri, a request line) and it differs from Path: a
+	// path with an escaped slash is matched as the gateway matched it
+	// (gateway.Request.RawPath).
+	RawPath string
 	// Status is the answer's status; Duration the time to answer it.
 	Status   int
 	Duration time.Duration
@@ -132,6 +137,16 @@ func originPath(p string) string {
 
 // unescapePath decodes %XX escapes of a logged path; a malformed escape is
 // kept as written.
+// setTarget sets rec's Path from raw, a target as sent (without its query
+// or with it), and its RawPath when decoding changed it.
+func setTarget(rec *Record, raw string) {
+	raw = stripQuery(raw)
+	rec.Path = unescapePath(raw)
+	if rec.Path != raw {
+		rec.RawPath = raw
+	}
+}
+
 func unescapePath(p string) string {
 	if strings.IndexByte(p, '%') < 0 {
 		return p

@@ -164,7 +164,7 @@ func (r *Replayer) prepare(rec *Record) {
 		// The user a trusted proxy named, as the log holds it.
 		r.known.User = r.hdr.Get(r.userHdr)
 	}
-	r.view = gateway.Request{Method: rec.Method, Host: rec.Host, Path: rec.Path, Proto: "HTTP/1.1", Peer: rec.ClientIP,
+	r.view = gateway.Request{Method: rec.Method, Host: rec.Host, Path: rec.Path, RawPath: rec.RawPath, Proto: "HTTP/1.1", Peer: rec.ClientIP,
 		Header: r.hdr, Known: &r.known}
 }
 

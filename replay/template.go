@@ -395,7 +395,7 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 		case fPath:
 			rec.Path = string(unescapeNginx(v))
 		case fRawPath:
-			rec.Path = unescapePath(stripQuery(string(v)))
+			setTarget(rec, string(v))
 		case fProto:
 		case fStatus:
 			n, ok := atoi(v)
@@ -506,7 +506,7 @@ func (t *logTemplate) request(v []byte, rec *Record) error {
 	if len(uri) == 0 {
 		return fmt.Errorf("bad request line %q", v)
 	}
-	rec.Path = unescapePath(stripQuery(string(unescapeNginx(uri))))
+	setTarget(rec, string(unescapeNginx(uri)))
 	return nil
 }
 
