@@ -14,6 +14,7 @@ import (
 // Schema's enumerations are made from them.
 var choices = map[string][]string{
 	"server.path_matching":      {PathExact, PathCaseInsensitive},
+	"server.format_suffix":      {FormatSuffixKeep, FormatSuffixIgnore},
 	"server.method_override":    {MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor},
 	"server.engine":             {EngineFast, EngineNetHTTP},
 	"server.redis_eviction":     {RedisEvictionWarn, RedisEvictionRefuse},

@@ -99,7 +99,7 @@ const (
 	DefaultAdminMaxKeys = 100000
 )
 
-// Values of server.path_matching, server.method_override, server.engine,
+// Values of server.path_matching, server.format_suffix, server.method_override, server.engine,
 // server.api_auth, routes[].on_invalid_token, routes[].grpc_stream,
 // server.redis_eviction and server.memory.soft_limit.
 const (
@@ -108,6 +108,9 @@ const (
 
 	PathExact           = "exact"
 	PathCaseInsensitive = "case_insensitive"
+
+	FormatSuffixKeep   = "keep"
+	FormatSuffixIgnore = "ignore"
 
 	MethodOverrideStrip  = "strip"
 	MethodOverrideReject = "reject"
@@ -151,6 +154,7 @@ func setDefaults(f *File) {
 			DrainBytes:   floodgate.DefaultDrainBytes,
 		},
 		PathMatching:   PathExact,
+		FormatSuffix:   FormatSuffixKeep,
 		MethodOverride: MethodOverrideStrip,
 		Engine:         EngineFast,
 		Timeouts: Timeouts{

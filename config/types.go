@@ -139,6 +139,13 @@ type Server struct {
 	// "/LOGIN" meets the limits of "/login", for upstreams that do not tell
 	// them apart.
 	PathMatching string `yaml:"path_matching"`
+	// FormatSuffix is keep (default) or ignore: whether "/login.json"
+	// meets the limits and routes of "/login", for upstreams that route a
+	// path with a final ".format" as the path without it (Rails, whose
+	// routes are "/login(.:format)", and Spring's suffix pattern
+	// matching). With ignore, the text after the last dot of a path's last
+	// segment is removed before matching, the dot with it.
+	FormatSuffix string `yaml:"format_suffix"`
 	// MethodOverride says what the gateway does with
 	// X-HTTP-Method-Override and its kin: strip (default: remove them),
 	// reject (400 when a line names a method), or honor (match with the

@@ -144,6 +144,18 @@ func unhex(c byte) byte {
 	return c - 'a' + 10
 }
 
+// stripFormat returns a cleaned path without the final ".format" of its
+// last segment ("/login.json" is "/login"), as Rails routes "/login(.:format)":
+// the text after the segment's last dot, and the dot. A segment that is
+// nothing but its suffix (".env") is kept.
+func stripFormat(p string) string {
+	last := strings.LastIndexByte(p, '/')
+	if dot := strings.LastIndexByte(p[last+1:], '.'); dot > 0 {
+		return p[:last+1+dot]
+	}
+	return p
+}
+
 // stripParams removes the ";..." part of every path segment.
 func stripParams(p string) string {
 	var b strings.Builder
@@ -198,10 +210,14 @@ type matcher struct {
 }
 
 // compileMatch compiles a match; with foldCase its paths match whatever
-// the case (the request's path is lower-cased before matching).
-func compileMatch(m config.Match, foldCase bool) matcher {
+// the case (the request's path is lower-cased before matching), and with
+// noFormat without a final ".format", as the request's path is matched.
+func compileMatch(m config.Match, foldCase, noFormat bool) matcher {
 	mt := matcher{methods: m.Methods, hosts: m.Hosts, stages: m.Stages, routes: m.Routes, src: m}
 	for _, p := range m.Paths {
+		if noFormat && !strings.HasSuffix(p, "/**") {
+			p = stripFormat(config.TrimPathPattern(p))
+		}
 		if foldCase {
 			p = strings.ToLower(p)
 		}

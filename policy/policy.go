@@ -281,6 +281,7 @@ type plan struct {
 type Policy struct {
 	file       *config.File
 	foldCase   bool // paths match whatever their case
+	noFormat   bool // paths match without a final ".format"
 	unknownKey *Limit
 	routes     []*Route
 	plans      map[string]*plan
@@ -377,6 +378,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 		c.p.v6bits = identity.DefaultIPv6Prefix
 	}
 	c.p.foldCase = f.Server.PathMatching == config.PathCaseInsensitive
+	c.p.noFormat = f.Server.FormatSuffix == config.FormatSuffixIgnore
 	if prev != nil {
 		c.p.dynamic = prev.dynamic
 	}
@@ -441,7 +443,7 @@ func (c *compiler) routes() {
 			AnonymousOnInvalidToken: cr.OnInvalidToken == config.InvalidTokenAnonymous,
 			StreamPerMessage:        cr.GRPCStream == config.GRPCStreamPerMessage,
 			Overload:                compileOverload(cr.Name, cr.Overload, &c.p.file.Server),
-			match:                   compileMatch(cr.Match, c.p.foldCase), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
+			match:                   compileMatch(cr.Match, c.p.foldCase, c.p.noFormat), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 	}
 }
 
@@ -559,7 +561,7 @@ func (c *compiler) scoped() error {
 		l := newLimit(cl.Name, scope, r, parts, cl.Cost)
 		l.CountOn = cl.CountOn
 		l.Costs = compileCosts(cl)
-		l.match = compileMatch(cl.Match, c.p.foldCase)
+		l.match = compileMatch(cl.Match, c.p.foldCase, c.p.noFormat)
 		l.MatchText = cl.Match.String()
 		named[si] = append(named[si], l)
 	}
@@ -783,11 +785,20 @@ func (p *Policy) Route(method, host, path string) *Route {
 
 // req returns what matching reads of a request's method, host and path.
 func (p *Policy) req(method, host, path string) req {
-	rq := req{method: upper(method), host: hostOnly(host), path: cleanPath(path)}
-	if p.foldCase {
-		rq.path = strings.ToLower(rq.path)
+	return req{method: upper(method), host: hostOnly(host), path: p.matchPath(cleanPath(path))}
+}
+
+// matchPath returns a cleaned path as the policy's paths match it: without
+// its final ".format" (server.format_suffix: ignore) and in lower case
+// (path_matching: case_insensitive) when the file says so.
+func (p *Policy) matchPath(path string) string {
+	if p.noFormat {
+		path = stripFormat(path)
 	}
-	return rq
+	if p.foldCase {
+		path = strings.ToLower(path)
+	}
+	return path
 }
 
 // route returns the first route that matches rq, or nil.
@@ -807,10 +818,7 @@ func (p *Policy) Match(r *Request, m *Match) {
 	m.Route = p.route(&rq)
 	if r.RawPath != "" {
 		if alt := segmentPath(r.RawPath); alt != "" {
-			if p.foldCase {
-				alt = strings.ToLower(alt)
-			}
-			if alt != rq.path {
+			if alt = p.matchPath(alt); alt != rq.path {
 				arq := rq
 				arq.path = alt
 				m.RouteAmbiguous = p.route(&arq) != m.Route

@@ -204,6 +204,36 @@ limits:
 	}
 }
 
+// TestFormatSuffixIgnored: with server.format_suffix: ignore, a path and
+// the patterns are matched without a final ".format", as Rails routes
+// "/login(.:format)"; a segment that is only a suffix is kept.
+func TestFormatSuffixIgnored(t *testing.T) {
+	t.Parallel()
+	p := compile(t, `
+server: {format_suffix: ignore, path_matching: case_insensitive}
+routes:
+  - {name: rest, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: login, rate: 1, per: 1h, match: {paths: ["/login"]}}
+  - {name: feed, rate: 1, per: 1h, match: {paths: ["/feed.xml", "/users/{id}/"]}}
+`)
+	for _, tc := range []struct{ path, limit string }{
+		{"/login", "login"}, {"/Login.JSON", "login"}, {"/login.json/", "login"},
+		{"/feed", "feed"}, {"/feed.rss", "feed"}, {"/users/john.doe", "feed"},
+		{"/.login", ""}, {"/login.d/x", ""},
+	} {
+		var m Match
+		p.Match(&Request{Method: "GET", Path: tc.path, RawPath: tc.path}, &m)
+		got := ""
+		if len(m.Limits) == 1 {
+			got = m.Limits[0].Name
+		}
+		if got != tc.limit || len(m.Limits) > 1 {
+			t.Errorf("%s: %d limits (%q), want %q", tc.path, len(m.Limits), got, tc.limit)
+		}
+	}
+}
+
 // TestEscapedSlashReadings: a path with "%2F" is matched by a limit that
 // either reading matches, decoded ("/users/a/b") or with the slash inside
 // its segment ("/users/{id}", as net/http's ServeMux reads it), also with
