@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/rueidis"
 
@@ -109,7 +110,7 @@ func (b *FileBackend) loadLocked() ([]Record, string, error) {
 	}
 	var fd fileData
 	if err := json.Unmarshal(data, &fd); err != nil {
-		return nil, "", fmt.Errorf("keystore: %s: %w", b.path, err)
+		return nil, "", fmt.Errorf("keystore: %s: %w", placeJSON(b.path, data, err), err)
 	}
 	// A name listed twice (files merged or a record copied by hand) is
 	// refused: one record would be served and the other changed, so a
@@ -123,6 +124,30 @@ func (b *FileBackend) loadLocked() ([]Record, string, error) {
 	}
 	v, err := b.versionLocked()
 	return fd.Keys, v, err
+}
+
+// placeJSON returns path with the line and column (in characters) of the
+// byte at which decoding data failed ("keys.json:7:15": a syntax error's
+// offending byte, a value of the wrong type's last), when err says where,
+// and path alone otherwise.
+func placeJSON(path string, data []byte, err error) string {
+	var off int64
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		off = syn.Offset
+	case errors.As(err, &typ):
+		off = typ.Offset
+	default:
+		return path
+	}
+	// Offset counts the bytes read when decoding failed, the byte that
+	// failed it included.
+	before := data[:min(max(off-1, 0), int64(len(data)))]
+	line := bytes.Count(before, []byte{'\n'}) + 1
+	col := utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+	return fmt.Sprintf("%s:%d:%d", path, line, col)
 }
 
 // Swap rewrites the file with r added or replaced, if the file's record

@@ -108,7 +108,7 @@ func fileCases(t *testing.T, dir string) []fileCase {
 			"", "cannot load the keys made through the admin API: ", abs("logs")),
 		fc("keys file not JSON", "server.admin.keys_file", "bad.keys.json",
 			server("  admin: {keys_file: bad.keys.json}\n"),
-			"cannot load the keys made through the admin API: "+abs("bad.keys.json")+": invalid character 'o' in literal null (expecting 'u')"),
+			"cannot load the keys made through the admin API: "+abs("bad.keys.json")+":1:2: invalid character 'o' in literal null (expecting 'u')"),
 		fc("webhook secret missing", "plans[0].alarms.secret_file", "missing.secret", plan("missing.secret"),
 			"cannot read the secret: open "+abs("missing.secret")+": no such file or directory"),
 		fc("webhook secret blank", "plans[0].alarms.secret_file", "blank.secret", plan("blank.secret"),
