@@ -89,7 +89,7 @@
 // body (usage.total_tokens; in a Server-Sent Events stream, the last event
 // that carries it); a response that does not tell keeps the estimate.
 // count_on keeps a reservation only for the statuses it lists and gives it
-// back for the others. A reservation not settled within reserve_ttl
+// back for the others, as soon as the upstream's status is known. A reservation not settled within reserve_ttl
 // (default 5m) keeps its estimate. A request holds its reservation while
 // it waits in its route's overload queue, so a limit whose reserve_ttl is
 // not longer than the queue's max_wait, on a route where the limit may

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -186,6 +187,11 @@ type Recorder struct {
 	found  []bool
 	// bodyHits lists the hits whose actual cost is in the body.
 	bodyHits []int
+	// g, when set, settles the hits counted by outcome as soon as the
+	// upstream's status is known (Gateway.settleStatus), under ctx, the
+	// request's; nil leaves every hit to the settle at the request's end.
+	g   *Gateway
+	ctx context.Context
 }
 
 // Recorder returns st's recorder, reset for its request.
@@ -213,7 +219,7 @@ const keepBytes = 64 << 10
 // release drops what the recorder holds of its request, before its
 // Flow goes back to the pool.
 func (c *Recorder) release() {
-	c.st, c.hdr = nil, nil
+	c.st, c.hdr, c.g, c.ctx = nil, nil, nil, nil
 	if cap(c.buf) > keepBytes {
 		c.buf = nil
 	}
@@ -226,12 +232,16 @@ func (c *Recorder) release() {
 }
 
 // header tells the recorder the response's status and header fields: the
-// first final status counts (1xx answers are interim).
+// first final status counts (1xx answers are interim), and settles the
+// hits it decides (Gateway.settleStatus).
 func (c *Recorder) header(code int, h Getter) {
 	c.hdr = h
 	if c.status == 0 && code >= 200 {
 		c.status = code
 		c.start()
+		if c.g != nil {
+			c.g.settleStatus(c.ctx, c.st)
+		}
 	}
 }
 
@@ -370,6 +380,60 @@ func (g *Gateway) settle(ctx context.Context, st *Flow, status int, rec *Recorde
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
 	defer cancel()
 	if err := g.engine.Settle(cctx, &st.req, st.actual, &st.settled); err != nil {
+		level := "error"
+		if errors.Is(err, limiter.ErrReservationUnknown) {
+			level = "expired" // held past its TTL: it kept its estimate
+		}
+		g.log.Warn("gateway: settle", "err", err, "route", st.m.Route, "problem", level)
+	}
+}
+
+// byStatus reports whether hit i of st, when reserved, is settled as soon
+// as the upstream's status is known: a hit counted by outcome (count_on),
+// whose charge the status alone decides, other than a concurrency slot,
+// which is held until the request ends (the upstream still works on it)
+// and given back by the settle at its end.
+func (st *Flow) byStatus(i int) bool {
+	return len(st.m.countOn(i)) > 0 && st.m.Hits[i].Rule.Algorithm().Kind() != floodgate.KindConcurrency
+}
+
+// settleStatus settles the reserved hits of st that the upstream's status
+// decides (byStatus) once it is known, not when the answer ends: an
+// answer that streams on (an event stream, a long poll, a tunnel) is no
+// attempt in flight any more, so it holds no reservation for other
+// requests to meet, and none that would outlive its TTL and so be charged
+// at its estimate whatever the status. Those hits are then no longer
+// reserved, and the settle at the request's end (finish) settles the
+// others. A status the gateway gave for an upstream that gave none
+// (Recorder.noAnswer) is left to that settle.
+func (g *Gateway) settleStatus(ctx context.Context, st *Flow) {
+	rec := &st.rec
+	if rec.noAnswer || st.res.Degraded != limiter.NotDegraded {
+		return
+	}
+	hits := st.m.Hits
+	early := false
+	for i := range hits {
+		early = early || hits[i].Reserve && st.byStatus(i)
+	}
+	if !early {
+		return
+	}
+	// The other reserved hits are left out of this settle (Settle settles
+	// only the hits marked Reserve), and marked again after it.
+	for i := range hits {
+		if !st.byStatus(i) {
+			hits[i].Reserve = false
+		}
+	}
+	st.actualCosts(rec.status, rec)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
+	err := g.engine.Settle(cctx, &st.req, st.actual, &st.settled)
+	cancel()
+	for i := range hits {
+		hits[i].Reserve = st.m.reserves(i) && !st.byStatus(i)
+	}
+	if err != nil {
 		level := "error"
 		if errors.Is(err, limiter.ErrReservationUnknown) {
 			level = "expired" // held past its TTL: it kept its estimate

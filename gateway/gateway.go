@@ -648,6 +648,7 @@ func (g *Gateway) handle(x Exchange, st *Flow) (later bool) {
 	}
 	// The reservation is settled whatever happens next (finish).
 	rec := st.Recorder()
+	rec.g, rec.ctx = g, ctx // the hits the status decides are settled by it
 	st.reserved = true
 	if x.Proxies() && len(rec.bodyHits) > 0 {
 		// Ask the upstream for a body that is not compressed, so that the
