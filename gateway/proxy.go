@@ -154,6 +154,14 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, st *Flow) {
 		delete(r.Header, "X-Real-Ip")
 	}
 	if r.Body != nil && r.Body != http.NoBody {
+		// The body goes on to the upstream while the answer comes back
+		// (an upstream may answer, even stream its answer, before it has
+		// read the body): the server must not read the rest of the body
+		// itself and close it once the answer's head is written, as it
+		// does by default, taking from the upstream what it had not yet
+		// read and failing the transport's next read, which then closes
+		// the upstream connection and cuts the answer short.
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		// What fails reading the client's body is told apart from what
 		// fails upstream (the ErrorHandler).
 		r.Body = &clientBody{ReadCloser: r.Body, f: st, chunked: len(r.TransferEncoding) > 0}
