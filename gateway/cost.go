@@ -285,13 +285,16 @@ func (c *Recorder) read(b []byte) {
 	c.buf = append(c.buf, b...)
 }
 
-// finish reads the actual costs of a JSON body once it has passed.
+// finish reads the actual costs of a JSON body once it has passed, or
+// what came of it when it was cut short: a whole document before the cut
+// told its cost (actualCosts keeps at least the estimate then), and a
+// document cut in two tells none.
 func (c *Recorder) finish() {
 	if !c.started && c.complete {
 		c.start() // the handler set headers and wrote nothing
 	}
-	if c.skip || c.stream || len(c.buf) == 0 || !c.complete {
-		return // a body cut short is not a JSON document
+	if c.skip || c.stream || len(c.buf) == 0 {
+		return
 	}
 	c.event(c.buf)
 }

@@ -470,9 +470,12 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		}
 		if err != nil {
 			// The upstream's status is known: its answer began, and the
-			// reservation is settled by it (the body cut short tells no
-			// cost).
+			// reservation is settled by it, and by the cost what came of
+			// the body before the cut told, if it told one.
 			e.log.Warn("gateway: upstream body", "route", route, "upstream", up.host, "err", err)
+			if rec != nil {
+				rec.Read(resp.Body())
+			}
 			resp.Reset()
 			x.Answer(502, gateway.Body(502), false)
 			if clientClose {
