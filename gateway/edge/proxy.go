@@ -478,6 +478,11 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 			}
 			resp.Reset()
 			x.Answer(502, gateway.Body(502), false)
+			// The request is counted by the upstream's status, as its
+			// reservation is and as on net/http: a penalty rule's offence
+			// (count_on), the access log (so a replay counts it alike)
+			// and the pool's health see it, not the 502 its client gets.
+			x.status = status
 			if clientClose {
 				resp.SetConnectionClose()
 			}
