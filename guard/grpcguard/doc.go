@@ -36,7 +36,8 @@
 // UNAVAILABLE 503, OK 200 (and so on, as google.rpc.Code documents). A
 // cost is read from metadata where a policy file says header: an
 // estimate from the call's metadata, an actual cost from the header or
-// trailer metadata the handler sets. No message is read for a cost: an
+// trailer metadata the handler sets (the last value it set, the
+// trailer's before the header's). No message is read for a cost: an
 // estimate from the body takes its default. Metrics count the decisions
 // as the gateway's. A handler's error counts as the code grpc-go sends
 // for it: a plain context error returned as it is (or wrapped) is

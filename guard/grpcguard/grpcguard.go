@@ -526,17 +526,22 @@ type noMetadata struct{}
 func (noMetadata) Get(string) string { return "" }
 
 // seenMetadata is the header and trailer metadata a handler set, read as
-// the header fields of its answer (the header first).
+// the header fields of its answer.
 type seenMetadata struct {
 	header, trailer metadata.MD
 }
 
+// Get returns the last value the handler set for name: the trailer's
+// before the header's, each the last one set. A handler may tell its cost
+// as its work goes (each grpc.SetTrailer adds its values to those set
+// before, as the client receives them), so that a call ended early still
+// tells what it did: its last word is its cost, not its first.
 func (s *seenMetadata) Get(name string) string {
-	if v := s.header.Get(name); len(v) > 0 {
-		return v[0]
-	}
 	if v := s.trailer.Get(name); len(v) > 0 {
-		return v[0]
+		return v[len(v)-1]
+	}
+	if v := s.header.Get(name); len(v) > 0 {
+		return v[len(v)-1]
 	}
 	return ""
 }
