@@ -15,6 +15,7 @@ import (
 var choices = map[string][]string{
 	"server.path_matching":      {PathExact, PathCaseInsensitive},
 	"server.format_suffix":      {FormatSuffixKeep, FormatSuffixIgnore},
+	"server.escaped_slash":      {EscapedSlashBoth, EscapedSlashSegment, EscapedSlashDecoded, EscapedSlashReject},
 	"server.method_override":    {MethodOverrideStrip, MethodOverrideReject, MethodOverrideHonor},
 	"server.engine":             {EngineFast, EngineNetHTTP},
 	"server.redis_eviction":     {RedisEvictionWarn, RedisEvictionRefuse},

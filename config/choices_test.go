@@ -18,6 +18,7 @@ func TestChoicesAreWhatValidationAccepts(t *testing.T) {
 	files := map[string]struct{ src, field string }{
 		"server.path_matching":     {"server:\n  path_matching: W\n", "server.path_matching"},
 		"server.format_suffix":     {"server:\n  format_suffix: W\n", "server.format_suffix"},
+		"server.escaped_slash":     {"server:\n  escaped_slash: W\n", "server.escaped_slash"},
 		"server.method_override":   {"server:\n  method_override: W\n", "server.method_override"},
 		"server.engine":            {"server:\n  engine: W\n", "server.engine"},
 		"server.redis_eviction":    {"server:\n  redis_eviction: W\n", "server.redis_eviction"},

@@ -99,9 +99,10 @@ const (
 	DefaultAdminMaxKeys = 100000
 )
 
-// Values of server.path_matching, server.format_suffix, server.method_override, server.engine,
-// server.api_auth, routes[].on_invalid_token, routes[].grpc_stream,
-// server.redis_eviction and server.memory.soft_limit.
+// Values of server.path_matching, server.format_suffix, server.escaped_slash,
+// server.method_override, server.engine, server.api_auth,
+// routes[].on_invalid_token, routes[].grpc_stream, server.redis_eviction and
+// server.memory.soft_limit.
 const (
 	EngineFast    = "fast"
 	EngineNetHTTP = "net/http"
@@ -111,6 +112,11 @@ const (
 
 	FormatSuffixKeep   = "keep"
 	FormatSuffixIgnore = "ignore"
+
+	EscapedSlashBoth    = "both"
+	EscapedSlashSegment = "segment"
+	EscapedSlashDecoded = "decoded"
+	EscapedSlashReject  = "reject"
 
 	MethodOverrideStrip  = "strip"
 	MethodOverrideReject = "reject"
@@ -155,6 +161,7 @@ func setDefaults(f *File) {
 		},
 		PathMatching:   PathExact,
 		FormatSuffix:   FormatSuffixKeep,
+		EscapedSlash:   EscapedSlashBoth,
 		MethodOverride: MethodOverrideStrip,
 		Engine:         EngineFast,
 		Timeouts: Timeouts{

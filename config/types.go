@@ -146,6 +146,15 @@ type Server struct {
 	// matching). With ignore, the text after the last dot of a path's last
 	// segment is removed before matching, the dot with it.
 	FormatSuffix string `yaml:"format_suffix"`
+	// EscapedSlash says how a path with an escaped slash ("%2F") is read
+	// for routes and limits, as the upstream reads it: both (default: read
+	// decoded and with the slash kept inside its segment; a limit applies
+	// when either reading matches, and a path whose two readings choose
+	// different routes gets 400), segment (the slash kept inside its
+	// segment, as net/http's ServeMux, Express, Rails and GitLab route
+	// "/projects/group%2Fproject"), decoded (as NGINX and Django route),
+	// or reject (400 for any path with one).
+	EscapedSlash string `yaml:"escaped_slash"`
 	// MethodOverride says what the gateway does with
 	// X-HTTP-Method-Override and its kin: strip (default: remove them),
 	// reject (400 when a line names a method), or honor (match with the
@@ -416,9 +425,10 @@ type Match struct {
 	Methods []string `yaml:"methods"`
 	// Paths are path patterns: literal segments, {name} or * for exactly
 	// one segment, and a final /** for any rest (including none). A path
-	// with an escaped slash ("%2F") is read both decoded and with the
-	// slash inside its segment ("/users/a%2Fb" is "/users/{id}" to
-	// net/http's ServeMux): a limit applies when either reading matches.
+	// with an escaped slash ("%2F") is read as server.escaped_slash says:
+	// by default both decoded and with the slash inside its segment
+	// ("/users/a%2Fb" is "/users/{id}" to net/http's ServeMux), a limit
+	// applying when either reading matches.
 	// A pattern's trailing slash is ignored, as a path's is, and a pattern
 	// no path could match is refused (CheckPathPattern).
 	Paths []string `yaml:"paths"`

@@ -323,6 +323,7 @@ func (v *validator) hardening() {
 	}
 	oneOf("path_matching", s.PathMatching)
 	oneOf("format_suffix", s.FormatSuffix)
+	oneOf("escaped_slash", s.EscapedSlash)
 	oneOf("method_override", s.MethodOverride)
 	oneOf("api_auth", s.APIAuth)
 	oneOf("redis_eviction", s.RedisEviction)

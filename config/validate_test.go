@@ -106,3 +106,25 @@ func TestDocumentedJWTRules(t *testing.T) {
 		}
 	}
 }
+
+// TestEscapedSlash: server.escaped_slash is both unless the file says
+// segment, decoded or reject; another word is refused at its position.
+func TestEscapedSlash(t *testing.T) {
+	f, err := Parse("e.yaml", []byte("limits:\n  - {name: a, rate: 7}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Server.EscapedSlash != EscapedSlashBoth {
+		t.Errorf("default %q, want %q", f.Server.EscapedSlash, EscapedSlashBoth)
+	}
+	for _, w := range []string{EscapedSlashBoth, EscapedSlashSegment, EscapedSlashDecoded, EscapedSlashReject} {
+		if f, err := Parse("e.yaml", []byte("server:\n  escaped_slash: "+w+"\n")); err != nil || f.Server.EscapedSlash != w {
+			t.Errorf("%s: %v", w, err)
+		}
+	}
+	_, err = Parse("e.yaml", []byte("server:\n  path_matching: exact\n  escaped_slash: keep\n"))
+	const want = `e.yaml:3:18: server.escaped_slash: escaped_slash must be both, segment, decoded or reject, got "keep"`
+	if err == nil || err.Error() != want {
+		t.Errorf("a wrong word: %v, want %s", err, want)
+	}
+}

@@ -392,6 +392,9 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 		// another by an upstream that reads the slash the other way.
 		return &BadRequestError{Why: "an escaped slash (%2F) in the path would move it to another route"}
 	}
+	if pmm.EscapedSlash {
+		return &BadRequestError{Why: "an escaped slash (%2F) in the path (server.escaped_slash: reject)"}
+	}
 	switch {
 	case pmm.Forbidden:
 		m.Reject = http.StatusForbidden

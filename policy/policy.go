@@ -280,8 +280,9 @@ type plan struct {
 // use.
 type Policy struct {
 	file       *config.File
-	foldCase   bool // paths match whatever their case
-	noFormat   bool // paths match without a final ".format"
+	foldCase   bool   // paths match whatever their case
+	noFormat   bool   // paths match without a final ".format"
+	slash      string // server.escaped_slash: how a path with "%2F" is read
 	unknownKey *Limit
 	routes     []*Route
 	plans      map[string]*plan
@@ -379,6 +380,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 	}
 	c.p.foldCase = f.Server.PathMatching == config.PathCaseInsensitive
 	c.p.noFormat = f.Server.FormatSuffix == config.FormatSuffixIgnore
+	c.p.slash = f.Server.EscapedSlash
 	if prev != nil {
 		c.p.dynamic = prev.dynamic
 	}
@@ -676,10 +678,13 @@ type Request struct {
 	// ("%2F"), the path has a second reading, the one of servers that
 	// split a path at its slashes before decoding its segments (net/http's
 	// ServeMux for "/users/{id}", Express, Rails): "/users/a%2Fb" is one
-	// segment after "/users" there, and three segments decoded. A limit
-	// then applies when its paths match either reading, and a request
-	// whose two readings choose different routes is marked
-	// Match.RouteAmbiguous.
+	// segment after "/users" there, and three segments decoded. Which
+	// reading routes and matches is server.escaped_slash's: with both (the
+	// default) a limit applies when its paths match either reading, and a
+	// request whose two readings choose different routes is marked
+	// Match.RouteAmbiguous; with segment only the second reading is
+	// matched, with decoded only Path, and with reject the request is
+	// marked Match.EscapedSlash.
 	RawPath string
 	// Stage overrides the route's stage when set.
 	Stage string
@@ -765,6 +770,10 @@ type Match struct {
 	// inside its segment would not serve as that route, so a caller
 	// should refuse the request rather than forward it.
 	RouteAmbiguous bool
+	// EscapedSlash is set under server.escaped_slash: reject when the
+	// path holds an escaped slash (Request.RawPath): a caller should
+	// refuse the request rather than forward it.
+	EscapedSlash bool
 
 	buf []byte
 }
@@ -811,20 +820,47 @@ func (p *Policy) route(rq *req) *Route {
 	return nil
 }
 
+// escapedSlash reads a path with an escaped slash (raw, as sent) as
+// server.escaped_slash says: under both it returns the reading with the
+// slash inside its segment, for limits to match beside rq's decoded path;
+// under segment it sets rq's path to that reading alone; under reject it
+// marks m.EscapedSlash. Under decoded, or when raw holds no escaped slash,
+// rq keeps the decoded path alone. It returns "" when there is no second
+// reading.
+func (p *Policy) escapedSlash(raw string, rq *req, m *Match) string {
+	if raw == "" || p.slash == config.EscapedSlashDecoded || !hasEscapedSlash(raw) {
+		return ""
+	}
+	if p.slash == config.EscapedSlashReject {
+		m.EscapedSlash = true
+		return ""
+	}
+	alt := segmentPath(raw)
+	if alt == "" {
+		return ""
+	}
+	if alt = p.matchPath(alt); alt == rq.path {
+		return ""
+	}
+	if p.slash == config.EscapedSlashSegment {
+		rq.path = alt
+		return ""
+	}
+	return alt
+}
+
 // Match finds the route and the limits that apply to r, writing into m.
 func (p *Policy) Match(r *Request, m *Match) {
 	m.Reset()
 	rq := p.req(r.Method, r.Host, r.Path)
+	alt := p.escapedSlash(r.RawPath, &rq, m)
 	m.Route = p.route(&rq)
-	if r.RawPath != "" {
-		if alt := segmentPath(r.RawPath); alt != "" {
-			if alt = p.matchPath(alt); alt != rq.path {
-				arq := rq
-				arq.path = alt
-				m.RouteAmbiguous = p.route(&arq) != m.Route
-				rq.alt = alt
-			}
-		}
+	if alt != "" {
+		// Routes are chosen by one reading; limits match either.
+		arq := rq
+		arq.path = alt
+		m.RouteAmbiguous = p.route(&arq) != m.Route
+		rq.alt = alt
 	}
 	if m.Route != nil {
 		rq.route = m.Route.Name

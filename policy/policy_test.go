@@ -280,6 +280,66 @@ limits:
 	}
 }
 
+// TestEscapedSlashModes: server.escaped_slash picks the reading of a path
+// with "%2F" that routes and matches: segment (the slash inside its
+// segment) or decoded alone, both (either for limits, RouteAmbiguous when
+// their routes differ), or none under reject, which marks EscapedSlash.
+func TestEscapedSlashModes(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		route     string
+		limits    []string
+		ambiguous bool
+		refused   bool
+	}
+	for _, tc := range []struct {
+		path, raw                      string
+		both, segment, decoded, reject want
+	}{
+		{"/api/v4/projects/group/project/issues", "/api/v4/projects/group%2Fproject/issues",
+			want{"rest", []string{"issues"}, true, false}, want{"issues", []string{"issues"}, false, false},
+			want{"rest", nil, false, false}, want{"rest", nil, false, true}},
+		{"/api/v4/projects/x/issues", "/api/v4/projects%2Fx/issues",
+			want{"issues", []string{"issues"}, true, false}, want{"rest", nil, false, false},
+			want{"issues", []string{"issues"}, false, false}, want{"issues", []string{"issues"}, false, true}},
+		{"/users/a/b", "/users/a%2fb",
+			want{"rest", []string{"user", "deep"}, false, false}, want{"rest", []string{"user"}, false, false},
+			want{"rest", []string{"deep"}, false, false}, want{"rest", []string{"deep"}, false, true}},
+		// No escaped slash: every mode reads the path alone.
+		{"/users/a b", "/users/a%20b",
+			want{"rest", []string{"user"}, false, false}, want{"rest", []string{"user"}, false, false},
+			want{"rest", []string{"user"}, false, false}, want{"rest", []string{"user"}, false, false}},
+	} {
+		for mode, w := range map[string]want{"both": tc.both, "segment": tc.segment, "decoded": tc.decoded, "reject": tc.reject} {
+			p := compile(t, `
+server: {escaped_slash: `+mode+`}
+routes:
+  - {name: issues, match: {paths: ["/api/v4/projects/*/issues"]}, upstream: none}
+  - {name: rest, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: issues, rate: 1, per: 1h, match: {paths: ["/api/v4/projects/*/issues"]}}
+  - {name: user, rate: 1, per: 1h, match: {paths: ["/users/{id}"]}}
+  - {name: deep, rate: 1, per: 1h, match: {paths: ["/users/*/b"]}}
+`)
+			var m Match
+			p.Match(&Request{Method: "GET", Path: tc.path, RawPath: tc.raw}, &m)
+			var got []string
+			for _, l := range m.Limits {
+				got = append(got, l.Name)
+			}
+			route := "none"
+			if m.Route != nil {
+				route = m.Route.Name
+			}
+			if route != w.route || m.RouteAmbiguous != w.ambiguous || m.EscapedSlash != w.refused ||
+				!w.refused && !slices.Equal(got, w.limits) {
+				t.Errorf("%s: %s: route %s, ambiguous %v, refused %v, limits %v; want %+v",
+					mode, tc.raw, route, m.RouteAmbiguous, m.EscapedSlash, got, w)
+			}
+		}
+	}
+}
+
 // TestStreamPerMessage: a route's grpc_stream is per_stream unless the
 // file says per_message, and Route finds the route of a gRPC method.
 func TestStreamPerMessage(t *testing.T) {

@@ -433,3 +433,44 @@ limits:
 		t.Errorf("%d requests; the limit saw %d and refused %d, want 4 and 3", r.Requests, l.Seen, l.Denied)
 	}
 }
+
+// TestEscapedSlashModesReplayed: a replay reads a path with an escaped
+// slash as server.escaped_slash tells the gateway to (TestEscapedSlashModes
+// in package gateway): a GitLab-style target is charged by the issues
+// route's limit under segment, passes it under decoded, and charges no
+// limit where the gateway answers 400 (both, reject).
+func TestEscapedSlashModesReplayed(t *testing.T) {
+	t.Parallel()
+	var b []byte
+	for _, target := range []string{"/api/v4/projects/group%2Fproject/issues", "/api/v4/projects/plain/issues",
+		"/api/v4/projects%2Fx/issues", "/api/v4/projects/group%2Fproject/issues"} {
+		b = fmt.Appendf(b, `203.0.113.7 - - [30/Nov/2026:10:30:00 +0000] "GET %s HTTP/1.1" 200 0 "-" "-"`+"\n", target)
+	}
+	log := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(log, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode         string
+		seen, denied int64
+	}{
+		{"both", 1, 0},    // gitlab 400, plain, moved 400, gitlab 400
+		{"segment", 3, 2}, // gitlab, plain 429, moved to rest, gitlab 429
+		{"decoded", 2, 1}, // gitlab to rest, plain, moved 429, gitlab to rest
+		{"reject", 1, 0},  // every escaped slash 400
+	} {
+		p := compilePolicy(t, `
+server: {escaped_slash: `+tc.mode+`}
+routes:
+  - {name: issues, match: {paths: ["/api/v4/projects/*/issues"]}, upstream: none}
+  - {name: rest, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: issues, algorithm: fixed_window, limit: 1, window: 1h, key: client_ip, match: {routes: [issues]}}
+`)
+		r := mustRun(t, Options{Policy: p, Logs: []string{log}})
+		if l := limitReport(t, r, "issues"); r.Requests != 4 || l.Seen != tc.seen || l.Denied != tc.denied {
+			t.Errorf("%s: %d requests; the limit saw %d and refused %d, want 4, %d and %d (report %+v)",
+				tc.mode, r.Requests, l.Seen, l.Denied, tc.seen, tc.denied, r)
+		}
+	}
+}

@@ -42,6 +42,7 @@ var notes = map[string]string{
 	"Server.unknown_key_limit":    `{"description": "Limit per client address of requests refused for a missing or unknown API key: 20 a minute in bursts of 20 when not given."}`,
 	"Server.path_matching":        `{"default": "exact", "description": "Whether /LOGIN meets the limits of /login (default exact)."}`,
 	"Server.format_suffix":        `{"default": "keep", "description": "Whether /login.json meets the limits and routes of /login, as Rails routes it (default keep)."}`,
+	"Server.escaped_slash":        `{"default": "both", "description": "How a path with an escaped slash (%2F) is read for routes and limits, as the upstream reads it: both (default; decoded and with the slash inside its segment, 400 when the two choose different routes), segment (net/http's ServeMux, Express, Rails, GitLab), decoded (NGINX, Django), or reject (400)."}`,
 	"Server.method_override":      `{"default": "strip", "description": "X-HTTP-Method-Override and its kin: strip them (default strip), reject the request with 400, or honor them (match with the method they name)."}`,
 	"Server.engine":               `{"default": "fast", "description": "The gateway listener's HTTP engine: fast (default; HTTP/1.1 on fasthttp, HTTP/2 with prior knowledge and upgraded connections handed to net/http) or net/http (every request on net/http)."}`,
 	"Server.timeouts":             `{"description": "Bounds on the gateway's client connections."}`,
