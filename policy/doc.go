@@ -3,7 +3,12 @@
 // most specific first (usage plan, then method and route limits, then the
 // stage, then global and account limits), with the key each limit counts
 // the request under. The engine (package limiter) then checks and charges
-// them all at once.
+// them all at once. Routes and limits are indexed by their path patterns'
+// segments (and limits without paths by the routes they name), so a match
+// looks only at those the request's path and route may meet: its cost grows
+// with the path's length and the number of such candidates, not with the
+// number of routes and limits in the file, and it finds exactly what a scan
+// of all of them in order finds.
 //
 // API keys come from the file and, through a KeySource (package keystore,
 // keys managed through the admin API), from outside it: the file's keys are

@@ -292,6 +292,13 @@ type Policy struct {
 	stages     map[string]*Limit
 	account    *Limit
 	scoped     [4][]*Limit // method, route, stage, global
+	// routeIndex numbers the routes as routes does; limitIndex numbers
+	// the scoped limits as flat does, with those of scope global from
+	// globalAt on (the stages' default limits come before them).
+	routeIndex pathIndex
+	limitIndex pathIndex
+	flat       []*Limit
+	globalAt   int32
 	ordered    []*Limit
 	byName     map[string]*Limit
 	rules      map[string]*limiter.Rule
@@ -446,6 +453,7 @@ func (c *compiler) routes() {
 			StreamPerMessage:        cr.GRPCStream == config.GRPCStreamPerMessage,
 			Overload:                compileOverload(cr.Name, cr.Overload, &c.p.file.Server),
 			match:                   compileMatch(cr.Match, c.p.foldCase, c.p.noFormat), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
+		c.p.routeIndex.add(int32(i), &c.p.routes[i].match, false)
 	}
 }
 
@@ -568,11 +576,16 @@ func (c *compiler) scoped() error {
 		named[si] = append(named[si], l)
 	}
 	for si := range named {
+		if si == scopeIndex[ScopeGlobal] {
+			c.p.globalAt = int32(len(c.p.flat))
+		}
 		for _, l := range named[si] {
 			if err := c.add(l); err != nil {
 				return err
 			}
 			c.p.scoped[si] = append(c.p.scoped[si], l)
+			c.p.limitIndex.add(int32(len(c.p.flat)), &l.match, true)
+			c.p.flat = append(c.p.flat, l)
 		}
 		if si == scopeIndex[ScopeStage] {
 			if err := c.stages(); err != nil {
@@ -775,14 +788,15 @@ type Match struct {
 	// refuse the request rather than forward it.
 	EscapedSlash bool
 
-	buf []byte
+	buf  []byte
+	cand []int32 // the limits the index found, by number
 }
 
 // Reset empties m for reuse.
 func (m *Match) Reset() {
 	clear(m.Hits)
 	clear(m.Limits)
-	*m = Match{Hits: m.Hits[:0], Limits: m.Limits[:0], buf: m.buf[:0]}
+	*m = Match{Hits: m.Hits[:0], Limits: m.Limits[:0], buf: m.buf[:0], cand: m.cand[:0]}
 }
 
 // Route returns the route of a request with this method, host and path,
@@ -810,12 +824,16 @@ func (p *Policy) matchPath(path string) string {
 	return path
 }
 
-// route returns the first route that matches rq, or nil.
+// route returns the first route that matches rq, or nil. Only the routes
+// that the index finds for rq's path are looked at.
 func (p *Policy) route(rq *req) *Route {
-	for _, rt := range p.routes {
-		if rt.match.match(rq) {
-			return rt
-		}
+	best := int32(len(p.routes))
+	best = p.firstRoute(&p.routeIndex.root, rq.path[1:], false, rq, best)
+	if rq.alt != "" {
+		best = p.firstRoute(&p.routeIndex.root, rq.alt[1:], false, rq, best)
+	}
+	if best = p.firstOf(p.routeIndex.always, rq, best); best < int32(len(p.routes)) {
+		return p.routes[best]
 	}
 	return nil
 }
@@ -909,20 +927,33 @@ func (p *Policy) Match(r *Request, m *Match) {
 			p.hit(m, l, &kc)
 		}
 	}
-	for si := range p.scoped {
-		for _, l := range p.scoped[si] {
-			if l.match.match(&rq) {
-				p.hit(m, l, &kc)
-			}
+	// The method, route, stage and global limits, in that order, with the
+	// stage's default limit before the global ones: only those that the
+	// index finds for the request's path and route are looked at.
+	m.cand = p.limitIndex.candidates(m.cand[:0], rq.path, rq.alt, rq.route)
+	stage := m.Stage != ""
+	for _, id := range m.cand {
+		if stage && id >= p.globalAt {
+			p.stageHit(m, &kc)
+			stage = false
 		}
-		if si == 2 && m.Stage != "" {
-			if l := p.stages[m.Stage]; l != nil {
-				p.hit(m, l, &kc)
-			}
+		if l := p.flat[id]; l.match.match(&rq) {
+			p.hit(m, l, &kc)
 		}
+	}
+	if stage {
+		p.stageHit(m, &kc)
 	}
 	if p.account != nil {
 		p.hit(m, p.account, &kc)
+	}
+}
+
+// stageHit adds the hit of the default limit of the request's stage, if
+// it has one.
+func (p *Policy) stageHit(m *Match, kc *keyCtx) {
+	if l := p.stages[m.Stage]; l != nil {
+		p.hit(m, l, kc)
 	}
 }
 
