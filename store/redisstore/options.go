@@ -63,7 +63,9 @@ type Address struct {
 //	redis+unix://[user:password@]/path/of/the.sock               (a standalone server's Unix socket)
 //
 // (rediss+cluster and rediss+sentinel for TLS). The port defaults to 6379
-// (26379 for sentinels).
+// (26379 for sentinels). A user name or password is percent-encoded: one
+// holding a / written as it is (a base64 password, say) is refused, with
+// a message that shows none of it; no message shows a password.
 func ParseURL(raw string) (Address, error) {
 	bad := func(format string, args ...any) (Address, error) {
 		return Address{}, fmt.Errorf("redisstore: address %q: %s", redact(raw), fmt.Sprintf(format, args...))
@@ -95,6 +97,12 @@ func ParseURL(raw string) (Address, error) {
 		return bad("query parameters and fragments are not supported; use the store's options")
 	}
 	hostpart, path, _ := strings.Cut(rest, "/")
+	if !strings.Contains(hostpart, "@") && strings.Contains(path, "@") {
+		// A "/" in the user information (a base64 password, say) ends
+		// the host part early: what follows is not a host, and the
+		// parts of it a message would show are the password's.
+		return bad("a user name or password holding / must write it %%2F")
+	}
 	if at := strings.LastIndex(hostpart, "@"); at >= 0 {
 		info := hostpart[:at]
 		hostpart = hostpart[at+1:]
@@ -190,26 +198,23 @@ func parseUnix(raw, rest string) (Address, error) {
 	return a, nil
 }
 
-// redact hides the password of a URL in error messages.
+// redact hides the password of a URL in error messages: all of what
+// comes before the URL's last @ is its user information, so that a
+// password holding a / (which ParseURL refuses) is hidden too.
 func redact(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return raw
 	}
-	hostpart, path, hasPath := strings.Cut(rest, "/")
-	at := strings.LastIndex(hostpart, "@")
+	at := strings.LastIndex(rest, "@")
 	if at < 0 {
 		return raw
 	}
-	user, _, hasPass := strings.Cut(hostpart[:at], ":")
+	user, _, hasPass := strings.Cut(rest[:at], ":")
 	if hasPass {
 		user += ":xxxxx"
 	}
-	out := scheme + "://" + user + "@" + hostpart[at+1:]
-	if hasPath {
-		out += "/" + path
-	}
-	return out
+	return scheme + "://" + user + "@" + rest[at+1:]
 }
 
 // clientOption turns the address and options into rueidis' options.

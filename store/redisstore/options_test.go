@@ -68,6 +68,40 @@ func TestParseURLErrors(t *testing.T) {
 	}
 }
 
+// TestPasswordWithSlashNeverShown: a password holding a / (as base64
+// passwords do) written into a URL unescaped is refused without any part
+// of it in the message, and hidden where a URL is logged.
+func TestPasswordWithSlashNeverShown(t *testing.T) {
+	const pass = "k3/Zq+w9hunter2"
+	for _, in := range []string{
+		"redis://:" + pass + "@h:6379",
+		"redis://user:" + pass + "@h:6379/0",
+		"rediss://:" + pass + "@h",
+		"redis+cluster://:" + pass + "@a:7000,b:7001",
+		"redis+sentinel://:" + pass + "@s1:26379/mymaster",
+	} {
+		_, err := ParseURL(in)
+		if err == nil || !strings.Contains(err.Error(), "%2F") {
+			t.Errorf("ParseURL(%q): %v, want a refusal saying to write / as %%2F", in, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), "k3") || strings.Contains(err.Error(), "hunter2")) {
+			t.Errorf("ParseURL(%q): the error shows the password: %v", in, err)
+		}
+		if r := redact(in); strings.Contains(r, "k3") || strings.Contains(r, "hunter2") {
+			t.Errorf("redact(%q) = %q", in, r)
+		}
+	}
+	// A Unix socket's URL takes such a password; its URL is logged while
+	// Redis does not answer at the start.
+	in := "redis+unix://:" + pass + "@/run/redis.sock"
+	if a, err := ParseURL(in); err != nil || a.Password != pass {
+		t.Fatalf("ParseURL(%q) = %+v, %v", in, a, err)
+	}
+	if r := redact(in); r != "redis+unix://:xxxxx@/run/redis.sock" {
+		t.Errorf("redact(%q) = %q", in, r)
+	}
+}
+
 func FuzzParseURL(f *testing.F) {
 	for _, s := range []string{"redis://h:1/2", "rediss://u:p@h", "redis+cluster://a:1,b:2",
 		"redis+sentinel://s:1/m/2", "redis://[::1]:1", "redis://:@/", "x://", "redis+unix://u:p@/s.sock"} {
