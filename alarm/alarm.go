@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -727,7 +728,10 @@ func (a *Alarms) deliver(ctx context.Context, k targetKey, d *delivery) {
 func (a *Alarms) post(ctx context.Context, pa *planAlarm, body []byte) (retry bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, pa.Webhook, strings.NewReader(string(body)))
 	if err != nil {
-		return false, fmt.Errorf("alarm: %w", err)
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may hold a token
+		}
+		return false, fmt.Errorf("alarm: webhook %s: %w", WebhookName(pa.Webhook), err)
 	}
 	ts := strconv.FormatInt(a.o.Now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")
@@ -740,6 +744,12 @@ func (a *Alarms) post(ctx context.Context, pa *planAlarm, body []byte) (retry bo
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// net/http names the whole URL; its path and query may
+			// hold the receiver's token.
+			err = fmt.Errorf("%s %s: %w", ue.Op, WebhookName(pa.Webhook), ue.Err)
+		}
 		// A refused address stays refused: no retry.
 		return !errors.Is(err, ErrRefusedTarget), fmt.Errorf("alarm: webhook: %w", err)
 	}

@@ -84,10 +84,14 @@ func (g guard) control(_, address string, _ syscall.RawConn) error {
 func (g guard) checkURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("alarm: webhook: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may hold a token
+		}
+		return fmt.Errorf("alarm: webhook: not a URL: %w", err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("alarm: webhook: want an http:// or https:// URL, got %q", raw)
+		return fmt.Errorf("alarm: webhook: want an http:// or https:// URL, got %s", WebhookName(raw))
 	}
 	host := u.Hostname()
 	if ip, err := netip.ParseAddr(host); err == nil {
@@ -98,6 +102,23 @@ func (g guard) checkURL(raw string) error {
 			ErrRefusedTarget, host)
 	}
 	return nil
+}
+
+// WebhookName is how messages and logs show the webhook URL raw: its
+// scheme and host, and "/…" for a path or query, which may carry the
+// receiver's token (Slack's and Discord's webhooks hold theirs in the
+// path); a URL that does not parse, or has no host, is shown as
+// "a webhook URL that is not http(s)://host/...".
+func WebhookName(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "a webhook URL that is not http(s)://host/..."
+	}
+	name := u.Scheme + "://" + u.Host
+	if u.Opaque != "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
+		name += "/…"
+	}
+	return name
 }
 
 // CheckWebhook reports whether raw may be a webhook: an http:// or

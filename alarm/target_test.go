@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -292,4 +293,56 @@ func dnsAnswer(q []byte, answer func(name string) []netip.Addr) []byte {
 		out = append(out, rr...)
 	}
 	return out
+}
+
+// TestWebhookSecretsNeverShown: a webhook URL carrying its token in its
+// path or query (as Slack's and Discord's do) is shown by its scheme and
+// host alone, in the log of a failed delivery (a receiver that drops the
+// connection) and in SetPolicy's refusal of a URL that does not parse or
+// lacks its scheme.
+func TestWebhookSecretsNeverShown(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cretT0ken"
+	dropper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			c.Close()
+		}
+	}))
+	defer dropper.Close()
+	reg := prometheus.NewRegistry()
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	a, err := New(Options{Dedup: NewLocalDedup(), Registerer: reg, MaxAttempts: 2, Backoff: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plansPolicy(t)
+	for _, bad := range []string{"hooks.example.com/services/T0/B0/" + secret, "https://hooks.example.com/services/" + secret + "\x7f"} {
+		err := a.SetPolicy(p, map[string]Plan{"slow": {Thresholds: []int{100}, Webhook: bad, Secret: []byte("s")}})
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("SetPolicy with webhook %q: %v, want a refusal without its token", bad, err)
+		}
+	}
+	if err := a.SetPolicy(p, map[string]Plan{
+		"slow": {Thresholds: []int{100}, Webhook: dropper.URL + "/services/T0/B0/" + secret, Secret: []byte("s")},
+		"fast": {Thresholds: []int{100}, Webhook: dropper.URL + "/hook?token=" + secret, Secret: []byte("s")},
+	}); err != nil {
+		t.Fatalf("SetPolicy: %v", err)
+	}
+	runAlarms(t, a)
+	usePlan(a, p, "slow", "key:s", 10)
+	usePlan(a, p, "fast", "key:f", 10)
+	waitFor(t, "both webhooks to fail", func() bool {
+		return promtest.Value(t, reg, "floodgate_alarm_webhooks_total", promtest.Labels{"result": "failed"}) == 2
+	})
+	logMu.Lock()
+	defer logMu.Unlock()
+	out := logs.String()
+	if strings.Contains(out, secret) {
+		t.Errorf("the log shows a webhook's token:\n%s", out)
+	}
+	if strings.Count(out, "http://"+dropper.Listener.Addr().String()) != 2 {
+		t.Errorf("the log does not name the webhooks' hosts:\n%s", out)
+	}
 }

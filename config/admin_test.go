@@ -63,3 +63,24 @@ plans:
 		}
 	}
 }
+
+// TestWebhookTokenNotShown: a webhook URL the file gets wrong is refused
+// without its path or query, which may hold the receiver's token.
+func TestWebhookTokenNotShown(t *testing.T) {
+	for _, hook := range []string{"hooks.example.com/services/T0/B0/s3cretT0ken", "ftp://hooks.example.com/s3cretT0ken",
+		"https://hooks.example.com/services/s3cretT0ken\\u007f", "http:///hook?token=s3cretT0ken"} {
+		_, err := Parse("p.yaml", []byte(`
+routes: [{name: r, match: {paths: ["/**"]}, upstream: none}]
+plans:
+  - name: basic
+    quota: {limit: 10, period: DAY}
+    alarms: {thresholds: [80], webhook: "`+hook+`", secret_file: s}
+`))
+		if err == nil || !strings.Contains(err.Error(), "plans[0].alarms.webhook: want an http:// or https:// URL") {
+			t.Errorf("webhook %q: %v, want it refused", hook, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("webhook %q: the error shows its token: %v", hook, err)
+		}
+	}
+}

@@ -705,7 +705,13 @@ func (v *validator) alarms(a *Alarms, path string, quota bool) {
 	}
 	if a.Webhook != "" {
 		if u, err := url.Parse(a.Webhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			v.errorf(path+".webhook", "want an http:// or https:// URL, got %q", a.Webhook)
+			// Not the URL itself: its path or query may hold the
+			// receiver's token.
+			got := "no URL with a host"
+			if err == nil && u.Scheme != "" && u.Host != "" {
+				got = "a " + u.Scheme + ":// URL"
+			}
+			v.errorf(path+".webhook", "want an http:// or https:// URL, got %s", got)
 		}
 		if a.SecretFile == "" {
 			v.errorf(path+".secret_file", "a webhook needs secret_file, the secret that signs its body")
