@@ -101,14 +101,16 @@ func Check(url string) error {
 	return nil
 }
 
-// Open opens the store url names.
+// Open opens the store url names. Its errors show no more of a URL of an
+// unknown scheme than the scheme, and nothing of a value that is not a URL
+// (it may be a password given where the URL was meant).
 func Open(ctx context.Context, url string, o Options) (limiter.Store, io.Closer, error) {
 	scheme := storeurl.Scheme(url)
 	mu.RLock()
 	d, ok := drivers[scheme]
 	mu.RUnlock()
 	if !ok {
-		return nil, nil, fmt.Errorf("%w %q (this program opens %v)", ErrUnknownScheme, scheme, storeurl.Schemes())
+		return nil, nil, fmt.Errorf("%w %s (this program opens %v)", ErrUnknownScheme, storeurl.SchemeShown(url), storeurl.Schemes())
 	}
 	if err := d.Check(url); err != nil {
 		return nil, nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +47,31 @@ func TestOpenUnknownScheme(t *testing.T) {
 	_, _, err := store.Open(context.Background(), "memcache://a:11211", store.Options{})
 	if !errors.Is(err, store.ErrUnknownScheme) {
 		t.Fatalf("Open of an unknown scheme: %v, want ErrUnknownScheme", err)
+	}
+}
+
+// TestStoreURLMistypedNeverShown: a store URL mistyped without its "://",
+// or a password given where the URL was meant (a store file from the
+// wrong key of a Secret), is refused by Check and Open without showing
+// it; a URL of an unknown scheme is refused naming its scheme.
+func TestStoreURLMistypedNeverShown(t *testing.T) {
+	for _, url := range []string{"redis//:s3cret@127.0.0.1:6379", "redis:/:s3cret@127.0.0.1:6379",
+		":s3cret@127.0.0.1:6379", "s3cretPassw0rd", "redis:s3cret@h://x", "memory://:s3cret@h"} {
+		for name, err := range map[string]error{
+			"Check": store.Check(url),
+			"Open": func() error {
+				_, _, err := store.Open(context.Background(), url, store.Options{})
+				return err
+			}(),
+		} {
+			if err == nil || strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("%s(%q): %v, want a refusal that does not show it", name, url, err)
+			}
+		}
+	}
+	if err := store.Check("memcache://:s3cret@a:11211"); err == nil || !strings.Contains(err.Error(), `unknown store scheme "memcache"`) ||
+		strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("Check of an unknown scheme: %v, want it named alone", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -72,9 +73,36 @@ func Check(url string) error {
 	check, ok := checks[scheme]
 	mu.RUnlock()
 	if !ok {
-		return fmt.Errorf("unknown store scheme %q (this program opens %s)", scheme, strings.Join(Schemes(), ", "))
+		return fmt.Errorf("unknown store scheme %s (this program opens %s)", SchemeShown(url), strings.Join(Schemes(), ", "))
 	}
 	return check(url)
+}
+
+// SchemeShown is how a message shows the scheme of url: quoted, or, for
+// a value without "://" or whose scheme is not written as RFC 3986 writes
+// one, a phrase that shows none of it. A URL mistyped without its "://"
+// ("redis:/:pass@host"), or a password given where the URL was meant,
+// would otherwise be shown whole as its scheme.
+func SchemeShown(url string) string {
+	scheme, _, ok := strings.Cut(url, "://")
+	if !ok || !validScheme(scheme) {
+		return "in a value not shown, as it may hold a password: it is not a URL such as redis://host:6379"
+	}
+	return strconv.Quote(strings.ToLower(scheme))
+}
+
+// validScheme reports whether s is a URL scheme: a letter, then letters,
+// digits, "+", "-" and ".".
+func validScheme(s string) bool {
+	for i, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Schemes returns the registered schemes, sorted.
