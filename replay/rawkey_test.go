@@ -106,3 +106,51 @@ keys:
 		}
 	}
 }
+
+// TestTrailingFieldsNeverShown: a log whose lines carry more fields than
+// its format names (an NGINX log_format that adds $http_authorization or
+// $http_x_api_key after the combined fields, replayed as combined) is
+// unreadable, and the report says so without showing what follows the
+// fields it knows: credentials, in such a log.
+func TestTrailingFieldsNeverShown(t *testing.T) {
+	t.Parallel()
+	pol := compilePolicy(t, `
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: wide, algorithm: fixed_window, limit: 100, window: 1h}
+`)
+	secrets := []string{"Bearer eyJhbGciOiJIUzI1NiJ9.s3cret-claims.s3cret-sig", "raw-api-key-s3cret"}
+	var lines []string
+	for i, s := range secrets {
+		at := t0.Add(time.Duration(i) * time.Second)
+		lines = append(lines, fmt.Sprintf(`198.51.100.1 - - [%s] "GET /a HTTP/1.1" 200 2 "-" "curl/8" "%s"`,
+			at.Format("02/Jan/2006:15:04:05 -0700"), s))
+	}
+	path := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, Options{Logs: []string{path}, Format: "nginx", LogFormat: NginxCombined, Policy: pol})
+	if r.Logs[0].Skipped != 2 {
+		t.Fatalf("%d unreadable lines, want 2", r.Logs[0].Skipped)
+	}
+	var text, page, js bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.NewEncoder(&js).Encode(r); err != nil {
+		t.Fatal(err)
+	}
+	for out, s := range map[string]string{"text": text.String(), "HTML": page.String(), "JSON": js.String()} {
+		if strings.Contains(s, "s3cret") {
+			t.Errorf("the %s report shows what follows the known fields:\n%s", out, s)
+		}
+	}
+	if !strings.Contains(text.String(), "at the end") {
+		t.Errorf("the text report does not say why the lines are unreadable:\n%s", text.String())
+	}
+}

@@ -446,7 +446,9 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 		}
 	}
 	if pos != len(line) && !(len(t.parts) > 0 && t.parts[len(t.parts)-1].field) {
-		return fmt.Errorf("unexpected %q at the end", line[pos:])
+		// Not the text itself: fields the format does not name, such as
+		// $http_authorization, may hold credentials.
+		return fmt.Errorf("unexpected %d bytes at the end, not shown (they may hold a credential): the format names fewer fields than the line has", len(line)-pos)
 	}
 	rec.Duration = time.Duration(dur)
 	switch {
