@@ -132,6 +132,37 @@ local function units(ns, rem, den, per)
   return q
 end
 
+-- muldiv returns q = floor(a*b/c) and r = a*b - q*c, exactly, for whole
+-- numbers a, b in [0, 2^53) and c in [1, 2^53) whose quotient is below 2^53:
+-- a product past 2^53 is not exact in a double, so it is then built from
+-- b's bits, one at a time, with every sum kept below c.
+local function muldiv(a, b, c)
+  local x = a * b
+  if x < BIG then
+    local q = x / c
+    q = q - q % 1
+    return q, x - q * c
+  end
+  local qa = a / c
+  qa = qa - qa % 1
+  local ra = a - qa * c -- a = qa*c + ra, ra < c
+  local q, r = 0, 0     -- ra*(b's bits so far) = q*c + r, r < c
+  local bits, m = {}, b
+  while m > 0 do
+    local bit = m % 2
+    bits[#bits + 1] = bit
+    m = (m - bit) / 2
+  end
+  for i = #bits, 1, -1 do
+    q = q + q
+    if r >= c - r then r = r - (c - r); q = q + 1 else r = r + r end
+    if bits[i] == 1 then
+      if r >= c - ra then r = r - (c - ra); q = q + 1 else r = r + ra end
+    end
+  end
+  return qa * b + q, r
+end
+
 -- KEEP as a TTL writes a state string with the TTL its key has: a fixed
 -- window written again within the window it was written in, whose key
 -- already expires at the window's end. SET ... KEEPTTL costs Redis about
@@ -565,19 +596,28 @@ local function general()
       end
       if curr < 0 then curr = 0 end
       if prev < 0 then prev = 0 end
-      -- in µs: pw = prev·(W−e); weighted = ⌈pw/W⌉
-      local pw = prev * (wus - e)
-      local weighted = math.ceil(pw / wus)
+      -- in µs: pw = prev·(W−e) = pq·W + pr (pr < W); weighted = ⌈pw/W⌉.
+      -- pw passes 2^53 with long windows and large counts, so it is kept
+      -- as its quotient and remainder (muldiv), exactly, as algo does in
+      -- 128 bits.
+      local pq, pr = muldiv(prev, wus - e, wus)
+      local weighted = pq
+      if pr > 0 then weighted = pq + 1 end
       local left = (ahead + wus - e) * 1000
       local d = {0, math.max(0, max - curr - weighted), 0, left, 0, 0}
       if curr > 0 then d[4] = left + w end
       if cost > max then d[6] = 1; return d, nil end
-      local ok = curr + cost <= max and pw + (curr + cost) * wus <= max * wus
+      -- allow iff pw + (curr+n)·W ≤ L·W, that is pw ≤ (L−curr−n)·W
+      local b = max - curr - cost
+      local ok = b >= 0 and (pq < b or (pq == b and pr == 0))
       if not ok then
-        if curr + cost <= max then
-          d[3] = ahead * 1000 + math.ceil((pw - (max - curr - cost) * wus) * 1000 / prev)
+        if b >= 0 then
+          -- ⌈(pw − b·W)·1000 / prev⌉ = (W−e)·1000 − ⌊b·W·1000 / prev⌋
+          d[3] = (ahead + wus - e) * 1000 - muldiv(b, w, prev)
         else
-          d[3] = left + math.ceil((curr - (max - cost)) * w / curr)
+          local q, rm = muldiv(curr - (max - cost), w, curr)
+          if rm > 0 then q = q + 1 end
+          d[3] = left + q
         end
         return d, nil
       end

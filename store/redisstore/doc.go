@@ -138,7 +138,10 @@
 // instant are the same as algo's (the tests compare them field by field).
 // The arithmetic stays exact while the spans involved (a burst's worth of
 // time, a window) are below 2^53 ns (104 days), and while burst·Rate stays
-// below 2^53; beyond that it is rounded to doubles, never cut short: a
+// below 2^53 (a sliding window counter's weighted count, count·window,
+// which passes 2^53 with a window of days and counts of thousands, is
+// kept as a quotient and a remainder, exactly); beyond that it is rounded
+// to doubles, never cut short: a
 // year's window (Envoy's unit: year) reports its whole wait and its key
 // lives until the window ends. Counts (a window's, a log's, a quota's, the
 // leases of a concurrency limit) are exact up to MaxCount, 2^53-1: past
