@@ -567,7 +567,17 @@ func (s *Store) applyCluster(ctx context.Context, op scriptOp, hits []limiter.Hi
 	var firstErr error
 	for gi, rq := range groups {
 		covered := s.keep(rq) // run recycles rq
+		// A slot of one check is sent as a peek (prepare): it charges
+		// nothing, and stops the request only when its check does.
+		lone := curOp == opCharge && len(rq.idx) == 1 && hits[rq.idx[0]].Check
 		ok, mark, err := s.runOpen(ctx, curOp, hits, out, nil, rq, open)
+		if lone && err == nil {
+			h := &hits[covered.idx[0]]
+			if out[covered.idx[0]].Allowed || h.Group != 0 || h.Rule.Shadow() {
+				putRequest(covered)
+				continue
+			}
+		}
 		if err != nil && !errors.Is(err, floodgate.ErrNeverFits) {
 			// The state of this slot is unknown; give back what is known.
 			for _, rest := range groups[gi+1:] {
