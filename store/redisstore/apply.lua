@@ -897,6 +897,9 @@ local function general()
         return nil, 'ERR floodgate: unknown algorithm ' .. tostring(alg)
       end
       res[h] = d
+      -- A cost above the capacity can never pass: the call fails (as
+      -- algo's does) and charges nothing, whatever its group or flags.
+      if d[6] == 1 then denied = true end
       if not r[2] then
         if grp == 0 then
           if d[1] == 0 then denied = true end
