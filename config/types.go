@@ -389,7 +389,10 @@ type Token struct {
 // Upstream holds the reverse proxy's timeouts.
 type Upstream struct {
 	// Timeout bounds the wait for the upstream's response headers
-	// (default 30s).
+	// (default 30s), and each write of a request to the upstream: an
+	// upstream that takes none of a request's body for that long (at
+	// least half of it on a kept connection) fails it with 504 as one
+	// that does not answer.
 	Timeout time.Duration `yaml:"timeout"`
 	// DialTimeout bounds connecting to the upstream (default 5s).
 	DialTimeout time.Duration `yaml:"dial_timeout"`

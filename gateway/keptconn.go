@@ -27,21 +27,70 @@ type upstreamConn struct {
 	// look looks at the socket for checkKept: nil for the socket's own
 	// Look (a test puts its reader's turn before that).
 	look func() rawconn.Leftover
+	// writeBound bounds each write's wait for the upstream to take its
+	// bytes (0: none); writeDeadline is the write deadline set, in Unix
+	// nanoseconds (0: none).
+	writeBound    time.Duration
+	writeDeadline atomic.Int64
 }
 
 // errUnasked is the read's error when the bytes it took came while
 // checkKept looked at a kept connection no request was sent on.
 var errUnasked = errors.New("gateway: the upstream sent bytes no request asked for on a kept connection")
 
-// dialUpstream dials as d does and watches the connection.
-func dialUpstream(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// dialUpstream dials as d does and watches the connection; each write on
+// it fails when the upstream takes none of it for writeBound (0: no
+// bound).
+func dialUpstream(d *net.Dialer, writeBound time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return &upstreamConn{Conn: rawconn.Wrap(c)}, nil
+		return &upstreamConn{Conn: rawconn.Wrap(c), writeBound: writeBound}, nil
 	}
+}
+
+// SetDeadline sets the connection's deadlines, and keeps the write
+// deadline for Write.
+func (c *upstreamConn) SetDeadline(t time.Time) error {
+	c.keepWriteDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+// SetWriteDeadline sets the write deadline, and keeps it for Write.
+func (c *upstreamConn) SetWriteDeadline(t time.Time) error {
+	c.keepWriteDeadline(t)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *upstreamConn) keepWriteDeadline(t time.Time) {
+	if t.IsZero() {
+		c.writeDeadline.Store(0)
+	} else {
+		c.writeDeadline.Store(t.UnixNano())
+	}
+}
+
+// Write writes b, within the connection's write bound: net/http's
+// transport bounds the wait for an answer only once the request is
+// written, so an upstream that reads nothing of a request's body (a
+// process stopped, or one that never reads) would otherwise hold the
+// request, its client and its concurrency slot for ever. The deadline is
+// moved only when less than half the bound is left, so each write may
+// wait between half the bound and the bound.
+func (c *upstreamConn) Write(b []byte) (int, error) {
+	if c.writeBound > 0 {
+		now := time.Now()
+		if d := c.writeDeadline.Load(); d == 0 || time.Duration(d-now.UnixNano()) <= c.writeBound/2 {
+			t := now.Add(c.writeBound)
+			c.writeDeadline.Store(t.UnixNano())
+			if err := c.Conn.SetWriteDeadline(t); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return c.Conn.Write(b)
 }
 
 func (c *upstreamConn) Close() error {

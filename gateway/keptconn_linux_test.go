@@ -22,7 +22,7 @@ func TestCheckKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	dial := dialUpstream(&net.Dialer{Timeout: time.Second})
+	dial := dialUpstream(&net.Dialer{Timeout: time.Second}, 0)
 	pair := func() (*upstreamConn, net.Conn) {
 		t.Helper()
 		c, err := dial(t.Context(), "tcp", ln.Addr().String())

@@ -31,7 +31,9 @@ type TransportOptions struct {
 	// TLSHandshakeTimeout bounds the TLS handshake [5s].
 	TLSHandshakeTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the upstream's response
-	// headers once the request is sent [30s].
+	// headers once the request is sent [30s], and each write of the
+	// request: an upstream that takes none of a request's body for that
+	// long fails the request as one that does not answer.
 	ResponseHeaderTimeout time.Duration
 	// IdleConnTimeout closes idle upstream connections [90s].
 	IdleConnTimeout time.Duration
@@ -78,16 +80,19 @@ func NewTransport(o TransportOptions) *http.Transport {
 		idle = min(idle, o.MaxConnsPerHost)
 	}
 	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
+	answer := def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout)
 	return &http.Transport{
-		Proxy:                  nil, // an upstream is reached directly, never through the environment's proxy
-		DialContext:            dialUpstream(dialer),
+		Proxy: nil, // an upstream is reached directly, never through the environment's proxy
+		// A write of a request (its head or its body) waits for the
+		// upstream to take it as long as the answer is waited for.
+		DialContext:            dialUpstream(dialer, answer),
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           4 * idle,
 		MaxIdleConnsPerHost:    idle,
 		MaxConnsPerHost:        max(o.MaxConnsPerHost, 0),
 		IdleConnTimeout:        def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
 		TLSHandshakeTimeout:    def(o.TLSHandshakeTimeout, 5*time.Second),
-		ResponseHeaderTimeout:  def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
+		ResponseHeaderTimeout:  answer,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: floodgate.UpstreamHeadBytes,
 		DisableCompression:     true,

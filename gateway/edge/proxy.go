@@ -62,6 +62,7 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 		}
 	}
 	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
+	answer := def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout)
 	maxConns := o.MaxConnsPerHost
 	if maxConns <= 0 {
 		maxConns = 1 << 20 // no cap, as net/http's transport
@@ -75,14 +76,14 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 				if err != nil {
 					return nil, err
 				}
-				return &upConn{Conn: rawconn.Wrap(c), fd: fdOf(c)}, nil
+				return &upConn{Conn: rawconn.Wrap(c), fd: fdOf(c), writeBound: answer}, nil
 			},
 			TLSConfig:           upstreamTLS(o.TLS, pool),
 			MaxConns:            maxConns,
 			MaxIdleConnDuration: def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
 			// Past the cap a request waits for a connection to come free,
 			// as long as it would wait for an answer.
-			MaxConnWaitTimeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
+			MaxConnWaitTimeout: answer,
 			// An answer's head that does not fit is read again with a
 			// buffer of UpstreamHeadBytes (answerReader).
 			ReadBufferSize:   16 << 10,
@@ -92,7 +93,7 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 		host:    u.Host,
 		base:    strings.TrimSuffix(u.EscapedPath(), "/"),
 		query:   u.RawQuery,
-		timeout: def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout),
+		timeout: answer,
 	}
 	p, _ := e.ups.LoadOrStore(u, up)
 	return p.(*upstream)
@@ -336,9 +337,9 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		if uc != nil {
 			uc.used = true
 		}
-		// No write deadline is ever set on an upstream connection (the TLS
-		// handshake's is cleared when it ends): the request is written
-		// without moving one.
+		// A write deadline is moved only when less than half the upstream
+		// timeout is left of it (upConn.Write): the request is mostly
+		// written without moving one.
 		if first {
 			req.Header.Del(fasthttp.HeaderContentLength)
 			raw.SendFirst(req.Header.Header())
@@ -686,6 +687,52 @@ type upConn struct {
 	fd       int // its descriptor, for unasked (-1: none)
 	used     bool
 	deadline time.Time // the read deadline set, zero for none
+	// writeBound bounds each write's wait for the upstream to take its
+	// bytes (the upstream timeout; 0: none); writeDeadline is the write
+	// deadline set, in Unix nanoseconds (0: none).
+	writeBound    time.Duration
+	writeDeadline atomic.Int64
+}
+
+// SetDeadline sets the connection's deadlines, and keeps the write
+// deadline for Write.
+func (u *upConn) SetDeadline(t time.Time) error {
+	u.keepWriteDeadline(t)
+	return u.Conn.SetDeadline(t)
+}
+
+// SetWriteDeadline sets the write deadline, and keeps it for Write.
+func (u *upConn) SetWriteDeadline(t time.Time) error {
+	u.keepWriteDeadline(t)
+	return u.Conn.SetWriteDeadline(t)
+}
+
+func (u *upConn) keepWriteDeadline(t time.Time) {
+	if t.IsZero() {
+		u.writeDeadline.Store(0)
+	} else {
+		u.writeDeadline.Store(t.UnixNano())
+	}
+}
+
+// Write writes b, within the write bound: an upstream that reads nothing
+// of a request's body (a process stopped, or one that never reads) fails
+// the request instead of holding it, its client and its concurrency slot
+// for ever, as the wait for the answer would only begin once the request
+// is written. The deadline is moved only when less than half the bound is
+// left, so each write may wait between half the bound and the bound.
+func (u *upConn) Write(b []byte) (int, error) {
+	if u.writeBound > 0 {
+		now := time.Now()
+		if d := u.writeDeadline.Load(); d == 0 || time.Duration(d-now.UnixNano()) <= u.writeBound/2 {
+			t := now.Add(u.writeBound)
+			u.writeDeadline.Store(t.UnixNano())
+			if err := u.Conn.SetWriteDeadline(t); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return u.Conn.Write(b)
 }
 
 // raw returns the raw reader and writer of u when c, the connection a
