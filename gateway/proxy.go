@@ -23,6 +23,10 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
+// DefaultTLSHandshakeTimeout bounds the TLS handshake with an upstream
+// on both engines (TransportOptions.TLSHandshakeTimeout).
+const DefaultTLSHandshakeTimeout = 5 * time.Second
+
 // TransportOptions tune the reverse proxy's upstream connections. Zero
 // fields take the defaults in brackets.
 type TransportOptions struct {
@@ -91,7 +95,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 		MaxIdleConnsPerHost:    idle,
 		MaxConnsPerHost:        max(o.MaxConnsPerHost, 0),
 		IdleConnTimeout:        def(o.IdleConnTimeout, floodgate.DefaultUpstreamIdleTimeout),
-		TLSHandshakeTimeout:    def(o.TLSHandshakeTimeout, 5*time.Second),
+		TLSHandshakeTimeout:    def(o.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout),
 		ResponseHeaderTimeout:  answer,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: floodgate.UpstreamHeadBytes,

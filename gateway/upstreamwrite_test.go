@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/policy"
 )
 
 // zeros reads as an endless run of zero bytes.
@@ -27,20 +29,7 @@ func (zeros) Read(b []byte) (int, error) {
 // concurrency slot comes back, so the next request is served too.
 func TestUpstreamThatReadsNothingTimesOut(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
+	ln := silentUpstream(t)
 	if d := NewTransport(TransportOptions{}).ResponseHeaderTimeout; d != 30*time.Second {
 		t.Fatalf("the default upstream timeout is %s, want 30s", d)
 	}
@@ -57,32 +46,7 @@ limits:
 `, "http://"+ln.Addr().String()))
 	for _, front := range []string{frontNetHTTP, frontEdge} {
 		t.Run(front, func(t *testing.T) {
-			pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := New(Options{Matcher: pm, Engine: memEngine(t),
-				Upstream: TransportOptions{ResponseHeaderTimeout: 300 * time.Millisecond}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.UseRoutes(p.File()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(g.CloseRoutes)
-			var addr string
-			if front == frontNetHTTP {
-				fl, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				srv := &http.Server{Handler: g}
-				go func() { _ = srv.Serve(fl) }()
-				t.Cleanup(func() { _ = srv.Close() })
-				addr = fl.Addr().String()
-			} else {
-				addr = EdgeFrontTimeouts(t, g, time.Minute)
-			}
+			addr := serveOn(t, front, p, TransportOptions{ResponseHeaderTimeout: 300 * time.Millisecond})
 			c := &http.Client{Timeout: 10 * time.Second}
 			post := func(size int64) (*http.Response, string, error) {
 				resp, err := c.Post("http://"+addr+"/a", "application/octet-stream", io.LimitReader(zeros{}, size))
@@ -112,6 +76,91 @@ limits:
 			}
 			if resp.StatusCode != http.StatusGatewayTimeout {
 				t.Errorf("the next request: %s %q, want 504", resp.Status, body)
+			}
+		})
+	}
+}
+
+// silentUpstream listens on loopback, accepts every connection and never
+// reads from it nor writes to it, until the test ends.
+func silentUpstream(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	return ln
+}
+
+// serveOn serves a gateway of p with upstream options o on front (net/http
+// or edge) on loopback until the test ends, and returns its address.
+func serveOn(t *testing.T, front string, p *policy.Policy, o TransportOptions) string {
+	t.Helper()
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: memEngine(t), Upstream: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.UseRoutes(p.File()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.CloseRoutes)
+	if front == frontEdge {
+		return EdgeFrontTimeouts(t, g, time.Minute)
+	}
+	fl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: g}
+	go func() { _ = srv.Serve(fl) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return fl.Addr().String()
+}
+
+// TestUpstreamTLSHandshakeBounded: an https upstream that accepts the
+// connection and never answers its TLS handshake costs a request 504 at
+// the handshake timeout on both engines (net/http's transport bounded it;
+// the edge engine waited for ever), and the next request is answered too.
+func TestUpstreamTLSHandshakeBounded(t *testing.T) {
+	t.Parallel()
+	if d := NewTransport(TransportOptions{}).TLSHandshakeTimeout; d != 5*time.Second {
+		t.Fatalf("the default handshake timeout is %s, want 5s", d)
+	}
+	ln := silentUpstream(t)
+	p := compilePolicy(t, "handshake.yaml", fmt.Sprintf(`version: 1
+routes:
+  - name: api
+    match: {paths: ["/**"]}
+    upstream: %q
+`, "https://"+ln.Addr().String()))
+	for _, front := range []string{frontNetHTTP, frontEdge} {
+		t.Run(front, func(t *testing.T) {
+			addr := serveOn(t, front, p, TransportOptions{TLSHandshakeTimeout: 300 * time.Millisecond})
+			c := &http.Client{Timeout: 10 * time.Second}
+			for i := range 2 {
+				resp, err := c.Get("http://" + addr + "/a")
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusGatewayTimeout {
+					t.Errorf("request %d: %s %q, want 504", i, resp.Status, strings.TrimSpace(string(b)))
+				}
 			}
 		})
 	}

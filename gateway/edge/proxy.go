@@ -63,6 +63,7 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 	}
 	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
 	answer := def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout)
+	handshake := def(o.TLSHandshakeTimeout, gateway.DefaultTLSHandshakeTimeout)
 	maxConns := o.MaxConnsPerHost
 	if maxConns <= 0 {
 		maxConns = 1 << 20 // no cap, as net/http's transport
@@ -76,7 +77,20 @@ func (e *Engine) upstreamOf(u *url.URL, pool *gateway.Pool) *upstream {
 				if err != nil {
 					return nil, err
 				}
-				return &upConn{Conn: rawconn.Wrap(c), fd: fdOf(c), writeBound: answer}, nil
+				uc := &upConn{Conn: rawconn.Wrap(c), fd: fdOf(c), writeBound: answer}
+				if tls {
+					// fasthttp hands the connection on unshaken (it bounds a
+					// handshake only with a write timeout, which the engine
+					// does not set): the handshake runs with the request's
+					// first write, and its reads are bounded here, as
+					// net/http's transport bounds them. The wait for the
+					// answer sets the read deadline afresh (readDeadline).
+					if err := uc.Conn.SetReadDeadline(time.Now().Add(handshake)); err != nil {
+						c.Close()
+						return nil, err
+					}
+				}
+				return uc, nil
 			},
 			TLSConfig:           upstreamTLS(o.TLS, pool),
 			MaxConns:            maxConns,
