@@ -35,7 +35,16 @@ type Options struct {
 	// failing: until Run reads them, no key of the backend is found
 	// (the policy file's keys are) and changes fail as the backend does.
 	LoadLater bool
+	// RefreshTimeout bounds one look at the backend by Run and Refresh
+	// (its version, and the records that changed), whatever the caller's
+	// context: a backend that stopped answering (a Redis stopped or cut
+	// off behind an open connection) holds neither a policy reload nor
+	// the poll, which looks again at its next tick (default 5 s).
+	RefreshTimeout time.Duration
 }
+
+// defaultRefreshTimeout is Options.RefreshTimeout's default.
+const defaultRefreshTimeout = 5 * time.Second
 
 // unread is the version of a store whose records were never read: it
 // starts with a NUL byte, which no backend's version holds, so the first
@@ -332,9 +341,19 @@ func (s *Store) Run(ctx context.Context) {
 	}
 }
 
+// refreshTimeout is Options.RefreshTimeout or its default.
+func (s *Store) refreshTimeout() time.Duration {
+	if s.o.RefreshTimeout > 0 {
+		return s.o.RefreshTimeout
+	}
+	return defaultRefreshTimeout
+}
+
 // refresh reloads when the backend changed and rebuilds when the policy
 // did.
 func (s *Store) refresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.refreshTimeout())
+	defer cancel()
 	v, err := s.o.Backend.Version(ctx)
 	if err != nil {
 		s.log.Warn("keystore: version", "err", err)
@@ -355,7 +374,8 @@ func (s *Store) refresh(ctx context.Context) {
 
 // Refresh reads now the records that changed, if the backend did, and
 // rebuilds the snapshot if the policy changed (tests, and a policy
-// reload).
+// reload). A backend that does not answer within Options.RefreshTimeout
+// is logged and left for Run's next look.
 func (s *Store) Refresh(ctx context.Context) { s.refresh(ctx) }
 
 // List returns every record, by name.
