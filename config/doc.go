@@ -25,7 +25,7 @@
 // The top-level sections are all optional:
 //
 //	version: 1
-//	server:   listen, admin_listen, ops_listen, grpc_listen (with rls_config,
+//	server:   listen, admin_listen, ops_listen, ops_hosts, grpc_listen (with rls_config,
 //	          grpc_tls_cert, grpc_tls_key, grpc_tls_client_ca,
 //	          grpc_tls_client_san), api_listen (with api_tls_cert,
 //	          api_tls_key, api_tls_client_ca, api_tls_client_san), store

@@ -60,6 +60,13 @@ type Server struct {
 	// about keys: the listener for probes and scrapes (default
 	// "127.0.0.1:9102"; "off" disables it).
 	OpsListen string `yaml:"ops_listen"`
+	// OpsHosts are the names, besides IP addresses and localhost, by which
+	// the ops listener may be reached (the Host of its requests, without
+	// the port), such as a service's name that scrapes use. A request
+	// naming another host is answered 421, so that a page whose name was
+	// made to point at the listener (DNS rebinding) cannot read /metrics.
+	// Probes and scrapes of the pod's address need none.
+	OpsHosts []string `yaml:"ops_hosts"`
 	// GRPCListen, when set, serves Envoy's rate-limit service (RLS v3).
 	GRPCListen string `yaml:"grpc_listen"`
 	// APIListen, when set, serves the HTTP decision API (/v1/check).

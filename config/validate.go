@@ -225,6 +225,7 @@ func (v *validator) server() {
 			v.errorf("server."+l.field, "%s", msg)
 		}
 	}
+	v.hostNames("server.ops_hosts", s.OpsHosts)
 	if s.GRPCListen != "" && len(s.RLSConfig) == 0 {
 		v.errorf("server.grpc_listen", "grpc_listen needs rls_config: the descriptor files of the rate-limit service")
 	}
@@ -406,6 +407,17 @@ func checkListenAddr(addr string) string {
 		return fmt.Sprintf("%q: %q is neither an IP address nor a host name", addr, host)
 	}
 	return ""
+}
+
+// hostNames checks the names of a listener's hosts setting at path and
+// writes them in lower case without their final dot.
+func (v *validator) hostNames(path string, names []string) {
+	for i, h := range names {
+		if !validHostName(h) {
+			v.errorf(fmt.Sprintf("%s[%d]", path, i), "%q is not a host name (no port, no scheme; IP addresses and localhost are always taken)", h)
+		}
+		names[i] = strings.ToLower(strings.TrimSuffix(h, "."))
+	}
 }
 
 // validHostName reports whether s is a DNS host name: dot-separated labels
@@ -741,12 +753,7 @@ func (v *validator) admin(a *Admin) {
 		t.SHA256 = h
 	}
 	v.listenerTLS("server.admin.tls_", a.TLSCert, a.TLSKey, a.TLSClientCA, a.TLSClientSAN)
-	for i, h := range a.Hosts {
-		if !validHostName(h) {
-			v.errorf(fmt.Sprintf("server.admin.hosts[%d]", i), "%q is not a host name (no port, no scheme; IP addresses and localhost are always taken)", h)
-		}
-		a.Hosts[i] = strings.ToLower(strings.TrimSuffix(h, "."))
-	}
+	v.hostNames("server.admin.hosts", a.Hosts)
 	if a.MaxKeys < 1 {
 		v.errorf("server.admin.max_keys", "must be at least 1, got %d", a.MaxKeys)
 	}

@@ -491,6 +491,7 @@ func TestChartRestartOnlyWhenNeeded(t *testing.T) {
 		`{policy: {server: {memory: {max_bytes: 1000000}}}}`,
 		`{store: {type: redis, redis: {url: "redis://a:6379"}}}`,
 		`{opsListen: "0.0.0.0:9200"}`,
+		`{policy: {server: {ops_hosts: [floodgate.ns.svc]}}}`,
 		// Read when serve starts (the access log is opened, the store
 		// connected, the listeners' TLS and the check API built then).
 		`{policy: {server: {access_log: {path: "-"}}}}`,

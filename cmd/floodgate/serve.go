@@ -22,7 +22,8 @@ instead (a Redis URL with its password, kept out of the policy file).
 
 Endpoints: the gateway on server.listen (--listen); /healthz, /readyz and
 /metrics alone on server.ops_listen (--ops-listen, default 127.0.0.1:9102;
-"off" disables it), for probes and scrapes; the admin API (/api/v1/), the
+"off" disables it), for probes and scrapes naming it by an IP address,
+localhost or a name in server.ops_hosts (others get 421); the admin API (/api/v1/), the
 dashboard (/ui/), POST /v1/explain and the same three on
 server.admin_listen (--admin-listen, default 127.0.0.1:9090; "off"
 disables it), which refuses an address other than loopback unless

@@ -29,12 +29,12 @@ limits:
 }
 
 // TestOpsListenerServesProbesAndMetricsOnly: the ops listener answers
-// /healthz, /readyz (and ?strict) and /metrics, whatever Host a probe or a
+// /healthz, /readyz (and ?strict) and /metrics, to the Host a probe or a
 // scrape names, and nothing else: no admin API, no dashboard, no explain.
 // The admin listener still serves the three, and with admin tokens its
 // data (/ui/api/*, /api/v1/*, /v1/explain) answers 401 without one.
 func TestOpsListenerServesProbesAndMetricsOnly(t *testing.T) {
-	cfg := opsConfig(t, true, "  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  ops_listen: 127.0.0.1:0\n")
+	cfg := opsConfig(t, true, "  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  ops_listen: 127.0.0.1:0\n  ops_hosts: [floodgate.monitoring.svc]\n")
 	_, admin, _, out := startServe(t, "--config", cfg, "--log-level", "error", "--ops-listen", "") // the file's address
 	ops := opsURL(t, out.String())
 	for _, base := range []string{ops, admin} {
@@ -47,8 +47,8 @@ func TestOpsListenerServesProbesAndMetricsOnly(t *testing.T) {
 			}
 		}
 	}
-	// A probe naming the pod's address or a scrape naming a service: the
-	// ops listener answers any Host.
+	// A probe naming the pod's address or a scrape naming a service listed
+	// in server.ops_hosts (TestOpsListenerChecksHost: no other name).
 	if code, _, _ := get(t, ops+"/metrics", "Host", "floodgate.monitoring.svc:9102"); code != 200 {
 		t.Errorf("ops /metrics for another Host: %d", code)
 	}
@@ -77,6 +77,43 @@ func TestOpsListenerServesProbesAndMetricsOnly(t *testing.T) {
 	}
 	if code := call(t, "POST", admin+"/v1/explain", "", map[string]string{"path": "/x"}, nil); code != 401 {
 		t.Errorf("admin POST /v1/explain without a token: %d, want 401", code)
+	}
+}
+
+// TestOpsListenerChecksHost: the ops listener serves only requests that
+// name it by an IP address (a probe or a scrape of the pod's address),
+// localhost or a name in server.ops_hosts (a scrape through a service's
+// name); any other Host, such as a name a page rebinds to 127.0.0.1 (DNS
+// rebinding) to read /metrics as its own origin, is answered 421 with the
+// reason, on every path.
+func TestOpsListenerChecksHost(t *testing.T) {
+	cfg := opsConfig(t, false, "  ops_hosts: [floodgate.monitoring.svc]\n")
+	_, _, _, out := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0", "--log-level", "error")
+	ops := opsURL(t, out.String())
+	port := ops[strings.LastIndexByte(ops, ':')+1:]
+	for _, c := range []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1:" + port, 200},
+		{"10.1.2.3:9102", 200},
+		{"[fd00::7]:9102", 200},
+		{"localhost:" + port, 200},
+		{"floodgate.monitoring.svc:9102", 200},
+		{"Floodgate.Monitoring.Svc.", 200},
+		{"rebound.example:" + port, 421},
+		{"rebound.example", 421},
+		{"floodgate.monitoring.svc.rebound.example", 421},
+	} {
+		for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+			code, _, body := get(t, ops+path, "Host", c.host)
+			if code != c.want {
+				t.Errorf("ops %s with Host %q: %d %.80q, want %d", path, c.host, code, body, c.want)
+			}
+			if c.want == 421 && !strings.Contains(body, "server.ops_hosts") {
+				t.Errorf("ops %s with Host %q: the answer gives no reason: %q", path, c.host, body)
+			}
+		}
 	}
 }
 
@@ -173,7 +210,7 @@ func canListen(network, addr string) bool {
 // once ran the process out of descriptors and the gateway's accept ended
 // it.
 func TestSideListenersHoldABoundedShare(t *testing.T) {
-	cfg := opsConfig(t, true, "  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  ops_listen: 127.0.0.1:0\n")
+	cfg := opsConfig(t, true, "  listen: 127.0.0.1:0\n  admin_listen: 127.0.0.1:0\n  ops_listen: 127.0.0.1:0\n  ops_hosts: [floodgate.monitoring.svc]\n")
 	gw, admin, _, out := startServe(t, "--config", cfg, "--log-level", "error", "--ops-listen", "")
 	ops := opsURL(t, out.String())
 	for _, base := range []string{ops, admin} {

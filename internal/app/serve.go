@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate/floodgate/gateway/edge"
 	"github.com/floodgate/floodgate/internal/console"
 	"github.com/floodgate/floodgate/internal/demo"
+	"github.com/floodgate/floodgate/internal/hostcheck"
 	"github.com/floodgate/floodgate/internal/sdnotify"
 	"github.com/floodgate/floodgate/internal/tlsfile"
 	"github.com/floodgate/floodgate/limiter"
@@ -314,6 +315,7 @@ func startOnlyChanges(first, n *config.Server) []string {
 		n.APITLSClientCA != first.APITLSClientCA || n.APITLSClientSAN != first.APITLSClientSAN, "server.api_tls_*")
 	add(n.APIAuth != first.APIAuth, "server.api_auth")
 	add(!reflect.DeepEqual(n.Admin.Hosts, first.Admin.Hosts), "server.admin.hosts")
+	add(!reflect.DeepEqual(n.OpsHosts, first.OpsHosts), "server.ops_hosts")
 	add(n.Admin.TLSCert != first.Admin.TLSCert || n.Admin.TLSKey != first.Admin.TLSKey ||
 		n.Admin.TLSClientCA != first.Admin.TLSClientCA || n.Admin.TLSClientSAN != first.Admin.TLSClientSAN, "server.admin.tls_*")
 	add(n.Admin.KeysFile != first.Admin.KeysFile, "server.admin.keys_file")
@@ -580,12 +582,16 @@ func (s *server) adminHandler() http.Handler {
 
 // opsHandler serves the ops listener: the ops routes and nothing else, so
 // that probes and scrapes can reach it from anywhere without reaching any
-// data about keys. It answers whatever Host a request names: a probe or a
-// scrape may name the pod's address or a service's name.
+// data about keys. It answers, as the admin listener does, only requests
+// that name it by an IP address (a probe or a scrape of the pod's
+// address), localhost or a name in server.ops_hosts (a service's name), on
+// any address it is bound to: a page a browser opens, whose name was made
+// to resolve to 127.0.0.1 or to the pod's address (DNS rebinding), cannot
+// read /metrics (routes, upstreams, shed tenants) as its own origin.
 func (s *server) opsHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.opsRoutes(mux)
-	return mux
+	return hostcheck.Handler(hostcheck.Options{Listener: "ops", Setting: "server.ops_hosts", Names: s.srv.OpsHosts}, mux)
 }
 
 // opsRoutes are GET /healthz, /readyz and /metrics.

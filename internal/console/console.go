@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,6 +25,7 @@ import (
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/dashboard"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/internal/hostcheck"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/penalty"
@@ -453,34 +452,15 @@ func (c *Console) Close() {
 // AdminHosts serves next only to requests that name the admin listener by
 // an IP address, localhost (or a name under .localhost), or one of the
 // names in server.admin.hosts: a request naming another host is answered
-// 421 with the reason. A browser sends the name it resolved, so a page of
-// another site whose name was made to point at the listener (DNS
-// rebinding) cannot read /metrics, the dashboard or anything else there.
-// A request without a Host (HTTP/1.0) names no site and is served.
+// 421 with the reason (hostcheck.Handler). A browser sends the name it
+// resolved, so a page of another site whose name was made to point at the
+// listener (DNS rebinding) cannot read /metrics, the dashboard or anything
+// else there.
 //
 // Every answer, the 421 included, carries the admin listener's security
 // headers (webHeaders).
 func AdminHosts(names []string, next http.Handler) http.Handler {
-	allowed := make(map[string]bool, len(names))
-	for _, n := range names {
-		allowed[strings.ToLower(strings.TrimSuffix(n, "."))] = true
-	}
-	return webHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
-		if _, err := netip.ParseAddr(host); err == nil || host == "" || host == "localhost" ||
-			strings.HasSuffix(host, ".localhost") || allowed[host] {
-			next.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Connection", "close")
-		w.WriteHeader(http.StatusMisdirectedRequest)
-		fmt.Fprintf(w, "421 Misdirected Request: the admin listener is not %q; it answers to IP addresses, localhost and the names in server.admin.hosts\n", r.Host)
-	}))
+	return webHeaders(hostcheck.Handler(hostcheck.Options{Listener: "admin", Setting: "server.admin.hosts", Names: names}, next))
 }
 
 // webHeaders sets, on every answer of next, what keeps a browser from

@@ -19,6 +19,7 @@ var notes = map[string]string{
 	"Server.listen":               `{"default": ":8080", "description": "Gateway address (default :8080)."}`,
 	"Server.admin_listen":         `{"default": "127.0.0.1:9090", "description": "Admin API, dashboard, metrics and health address (default 127.0.0.1:9090; off disables); beyond loopback it needs admin.tokens."}`,
 	"Server.ops_listen":           `{"default": "127.0.0.1:9102", "description": "Probes and metrics only: /healthz, /readyz, /metrics (default 127.0.0.1:9102; off disables)."}`,
+	"Server.ops_hosts":            `{"description": "Host names, besides IP addresses and localhost, by which the ops listener may be reached (a service's name that scrapes use); a request naming another host is answered 421 (against DNS rebinding)."}`,
 	"Server.grpc_listen":          `{"description": "Envoy rate-limit service (RLS v3) address, if any."}`,
 	"Server.api_listen":           `{"description": "HTTP decision API (/v1/check) address, if any."}`,
 	"Server.rls_config":           `{"description": "Descriptor files or directories (envoyproxy/ratelimit format) of the rate-limit service on grpc_listen; relative to the policy file."}`,

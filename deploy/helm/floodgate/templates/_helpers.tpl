@@ -106,7 +106,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* restartSettings are the settings of the server section that floodgate serve applies only at start (the others are reloaded with the file). */}}
 {{- define "floodgate.restartSettings" -}}
 {{- $srv := include "floodgate.server" . | fromYaml -}}
-{{- $out := pick $srv "listen" "admin_listen" "ops_listen" "grpc_listen" "api_listen" "rls_config" "store" "state_file" "store_timeout" "store_hard_timeout" "instances" "upstream" "timeouts" "max_connections" "memory" "method_override" "engine" "tls" "grpc_tls_cert" "grpc_tls_key" "grpc_tls_client_ca" "grpc_tls_client_san" "api_tls_cert" "api_tls_key" "api_tls_client_ca" "api_tls_client_san" "api_auth" "access_log" "redis_eviction" -}}
+{{- $out := pick $srv "listen" "admin_listen" "ops_listen" "ops_hosts" "grpc_listen" "api_listen" "rls_config" "store" "state_file" "store_timeout" "store_hard_timeout" "instances" "upstream" "timeouts" "max_connections" "memory" "method_override" "engine" "tls" "grpc_tls_cert" "grpc_tls_key" "grpc_tls_client_ca" "grpc_tls_client_san" "api_tls_cert" "api_tls_key" "api_tls_client_ca" "api_tls_client_san" "api_auth" "access_log" "redis_eviction" -}}
 {{- /* The admin listener's host names, TLS files and keys file are read at start too; its tokens are reloaded. */ -}}
 {{- $_ := set $out "admin" (pick (default (dict) $srv.admin) "hosts" "tls_cert" "tls_key" "tls_client_ca" "tls_client_san" "keys_file") -}}
 {{- toYaml $out -}}
