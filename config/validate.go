@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate/floodgate/accesslog"
 	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/internal/hostcheck"
 	"github.com/floodgate/floodgate/internal/storeurl"
 	"github.com/floodgate/floodgate/internal/yamlfile"
 	"github.com/floodgate/floodgate/internal/zone"
@@ -420,27 +421,9 @@ func (v *validator) hostNames(path string, names []string) {
 	}
 }
 
-// validHostName reports whether s is a DNS host name: dot-separated labels
-// of letters, digits and inner hyphens, the last one not all digits (so
-// that 300.1.2.3, a mistyped address, is not taken for a name).
+// validHostName reports whether s is a DNS host name (hostcheck.ValidName).
 func validHostName(s string) bool {
-	s = strings.TrimSuffix(s, ".")
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	labels := strings.Split(s, ".")
-	for _, l := range labels {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(l); i++ {
-			c := l[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return strings.TrimLeft(labels[len(labels)-1], "0123456789") != ""
+	return hostcheck.ValidName(s)
 }
 
 func (v *validator) jwt(j *JWT) {

@@ -27,7 +27,9 @@ RateLimit and Retry-After fields, FLOODGATE_STORE_TIMEOUT sets the deadline
 of a store call after which the limits' failure policies decide (default
 250ms), FLOODGATE_HEAP_RESERVE_MIB sizes the heap reserve that spares the
 garbage collector (default 32; 0 for none; address space, not memory),
-BACKEND_TYPE=memory uses the embedded store. See docs/envoy.md.
+FLOODGATE_DEBUG_HOSTS lists the host names, besides IP addresses and
+localhost, the debug port and the Prometheus address answer to (others get
+421), BACKEND_TYPE=memory uses the embedded store. See docs/envoy.md.
 
 Ports, as envoyproxy/ratelimit has them: GRPC_PORT is the rate-limit
 service (gRPC, with gRPC's health service); PORT serves POST /json (a

@@ -40,6 +40,7 @@ func envOf(m map[string]string) (func(string) (string, bool), []string) {
 // rlsProc is one "floodgate rls" running in this process.
 type rlsProc struct {
 	grpc, http, debug string
+	prom              string // the Prometheus address, with USE_PROMETHEUS=true
 	stderr            *lockedBuffer
 	stop              func() error
 }
@@ -59,6 +60,10 @@ func startRLS(t *testing.T, env map[string]string, args ...string) *rlsProc {
 	}()
 	re := regexp.MustCompile(`^floodgate rls: (\S+).* on (\S+)$`)
 	found := make(chan struct{})
+	want := 3
+	if env["USE_PROMETHEUS"] == "true" {
+		want = 4
+	}
 	go func() {
 		sc := bufio.NewScanner(pr)
 		n := 0
@@ -71,8 +76,10 @@ func startRLS(t *testing.T, env map[string]string, args ...string) *rlsProc {
 					p.http = "http://" + m[2]
 				case "debug":
 					p.debug = "http://" + m[2]
+				case "Prometheus":
+					p.prom = "http://" + m[2]
 				}
-				if n++; n == 3 {
+				if n++; n == want {
 					close(found)
 				}
 			}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/hostcheck"
 	"github.com/floodgate/floodgate/internal/tlsfile"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/rls"
@@ -61,6 +62,7 @@ type rlsEnv struct {
 
 	usePrometheus      bool
 	promAddr, promPath string
+	debugHosts         []string
 	promMillis         bool
 	extraTags          map[string]string
 	disableStats       bool
@@ -112,6 +114,24 @@ func (r *envReader) str(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// hosts reads a comma-separated list of host names (hostcheck.ValidName):
+// no ports, no schemes.
+func (r *envReader) hosts(name string) []string {
+	v, ok := r.get(name)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if !hostcheck.ValidName(h) && r.err == nil {
+			r.err = fmt.Errorf("rls: %s=%q: %q is not a host name (no port, no scheme; IP addresses and localhost are always taken)", name, v, h)
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 func (r *envReader) bool(name string, def bool) bool {
@@ -362,6 +382,7 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 	e.usePrometheus = r.bool("USE_PROMETHEUS", false)
 	e.promAddr = r.str("PROMETHEUS_ADDR", ":9090")
 	e.promPath = r.str("PROMETHEUS_PATH", "/metrics")
+	e.debugHosts = r.hosts("FLOODGATE_DEBUG_HOSTS")
 	e.promMillis = r.bool("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)
 	e.extraTags = r.tags("EXTRA_TAGS")
 	e.disableStats = r.bool("DISABLE_STATS", false)
@@ -447,7 +468,7 @@ func (e *rlsEnv) settings() (*Settings, error) {
 	set := &Settings{Engine: Engine{Timeout: e.storeTimeout}}
 	r := &RLS{Addr: e.grpcAddr, Load: e.load, ForceStart: e.forceStart, WaitForConfig: true, Service: e.service,
 		MaxConnectionAge: e.maxConnAge, MaxConnectionAgeGrace: e.maxConnAgeGrace, HealthyWithConfig: e.healthyWithConfig,
-		HTTPAddr: e.httpAddr, DebugAddr: e.debugAddr, HeapReserveMiB: e.heapReserveMiB}
+		HTTPAddr: e.httpAddr, DebugAddr: e.debugAddr, DebugHosts: e.debugHosts, HeapReserveMiB: e.heapReserveMiB}
 	if e.grpcUDS != "" {
 		r.Network, r.Addr = "unix", e.grpcUDS
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/hostcheck"
 	"github.com/floodgate/floodgate/internal/sdnotify"
 	"github.com/floodgate/floodgate/internal/statsd"
 	"github.com/floodgate/floodgate/limiter"
@@ -263,10 +264,18 @@ func (r *root) openRLSListeners(stdout io.Writer) error {
 		return fmt.Errorf("%s: metrics: %w", r.name, err)
 	}
 	mh := metricsHandler(r.registry, r.log)
+	// The debug port and the Prometheus address answer, as serve's admin
+	// and ops listeners do, only requests that name them by an IP address,
+	// localhost or a name of FLOODGATE_DEBUG_HOSTS: a page a browser opens,
+	// its name made to resolve to the listener (DNS rebinding), cannot read
+	// the descriptors, the statistics or the command line, nor run profiles.
+	named := func(listener string, h http.Handler) http.Handler {
+		return hostcheck.Handler(hostcheck.Options{Listener: listener, Setting: "FLOODGATE_DEBUG_HOSTS", Names: set.DebugHosts}, h)
+	}
 	if set.DebugAddr != "" {
-		debug := rls.DebugHandler(s.svc, map[string]rls.DebugEndpoint{
+		debug := named("debug", rls.DebugHandler(s.svc, map[string]rls.DebugEndpoint{
 			"/metrics": {Help: "Prometheus metrics", Handler: mh},
-		})
+		}))
 		if _, err := r.openRLSHTTP(debug, set.DebugAddr, "debug (/rlconfig, /metrics, /debug/pprof/)", s.conns.side, stdout); err != nil {
 			r.log.Error("rls: the debug port is not served; the rate-limit service runs without it", "addr", set.DebugAddr, "err", err)
 		}
@@ -274,7 +283,7 @@ func (r *root) openRLSListeners(stdout io.Writer) error {
 	if set.PromAddr != "" {
 		pm := http.NewServeMux()
 		pm.Handle(set.PromPath, mh)
-		if _, err := r.openRLSHTTP(pm, set.PromAddr, "Prometheus ("+set.PromPath+")", s.conns.side, stdout); err != nil {
+		if _, err := r.openRLSHTTP(named("Prometheus", pm), set.PromAddr, "Prometheus ("+set.PromPath+")", s.conns.side, stdout); err != nil {
 			r.log.Error("rls: the Prometheus address is not served; the rate-limit service runs without it", "addr", set.PromAddr, "err", err)
 		}
 	}

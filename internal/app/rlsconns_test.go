@@ -370,7 +370,7 @@ type httpConn struct {
 // (0 when the connection fails).
 func (c *httpConn) roundTrip(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://rls"+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, "http://127.0.0.1"+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,6 +86,10 @@ type RLS struct {
 	// /metrics and /debug/pprof/, PromAddr the metrics on PromPath ("" for
 	// none of each).
 	HTTPAddr, DebugAddr, PromAddr, PromPath string
+	// DebugHosts are the names, besides IP addresses and localhost, by
+	// which the debug port and the Prometheus address may be reached
+	// (hostcheck); a request naming another host is answered 421.
+	DebugHosts []string
 	// HeapReserveMiB is the heap reserve that RunRLS holds, in MiB (0:
 	// none; see holdHeapReserve).
 	HeapReserveMiB int

@@ -4,5 +4,6 @@
 // name the operator listed, and answers any other 421 Misdirected Request.
 // A browser sends the name it resolved, so a page whose name was made to
 // resolve to the listener's address (DNS rebinding) cannot read it as its
-// own origin. The admin and the ops listeners of floodgate serve use it.
+// own origin. The admin and the ops listeners of floodgate serve, and the
+// debug port and the Prometheus address of floodgate rls, use it.
 package hostcheck

@@ -59,3 +59,27 @@ func allowed(host string, names map[string]bool) bool {
 func normal(name string) string {
 	return strings.ToLower(strings.TrimSuffix(name, "."))
 }
+
+// ValidName reports whether s is a DNS host name, with or without a final
+// dot: dot-separated labels of letters, digits and inner hyphens, the last
+// one not all digits (so that 300.1.2.3, a mistyped address, is not taken
+// for a name). A name with a port or a scheme is not one.
+func ValidName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return strings.TrimLeft(labels[len(labels)-1], "0123456789") != ""
+}
