@@ -236,3 +236,55 @@ func TestExplainRequestTakesFieldsAsTheGateway(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainSaysWhatTheGatewayDoes: a request the gateway limits by a
+// header-keyed limit (its path matched whatever its case, without its
+// format suffix, with its escaped slash kept in its segment) is explained,
+// without the header, as missing the header, never as a path the limit
+// does not match.
+func TestExplainSaysWhatTheGatewayDoes(t *testing.T) {
+	for _, tc := range []struct{ server, pattern, path string }{
+		{"path_matching: case_insensitive", "/api/orders", "/API/Orders"},
+		{"format_suffix: ignore", "/api/orders", "/api/orders.json"},
+		{"escaped_slash: segment", "/files/{id}", "/files/a%2Fb"},
+		{"escaped_slash: both", "/files/{id}", "/files/a%2Fb"},
+	} {
+		p := compilePolicy(t, "explain.yaml", `
+server: {`+tc.server+`}
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+limits:
+  - {name: tenant, rate: 1, per: 1h, burst: 1, key: "header:X-Tenant", match: {paths: ["`+tc.pattern+`"]}}
+`)
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+		var codes []int
+		for range 2 {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, newReq("GET", tc.path, "198.51.100.7:5000", "X-Tenant", "t1"))
+			codes = append(codes, w.Code)
+		}
+		if codes[0] != 200 || codes[1] != 429 {
+			t.Fatalf("%s: %s with X-Tenant got %v, want the limit to apply", tc.server, tc.path, codes)
+		}
+		er := ExplainRequest{Path: tc.path, IP: "198.51.100.7"}
+		r, o, err := er.HTTPRequest(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := g.Explain(context.Background(), r, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := limitOf(t, e, "tenant"); l.Matched || l.Missing != "header:X-Tenant" || !strings.Contains(l.Reason, "no X-Tenant header") {
+			t.Errorf("%s: %s without X-Tenant explained as %+v; the gateway limits it once the header is there", tc.server, tc.path, l)
+		}
+	}
+}

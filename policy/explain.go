@@ -57,14 +57,17 @@ func (e *Explanation) Exempt(i, to int, out bool) {
 
 // Explain matches r as Match does (into m, which then holds the same
 // hits) and says, for every limit of the policy in evaluation order,
-// whether it applies to r and why.
+// whether it applies to r and why. Whether a limit applies is Match's
+// answer; the reason a limit does not is read off the request as Match
+// read it (its path case-folded, without its format suffix, in the
+// readings of an escaped slash that the policy's server block picks).
 func (p *Policy) Explain(r *Request, m *Match) Explanation {
-	p.Match(r, m)
+	// The reasons read the request as Match read it: its path lower-cased
+	// and without its format suffix where the file says so, in the
+	// reading (or both) of an escaped slash that server.escaped_slash
+	// picks.
+	rq := p.match(r, m)
 	var e Explanation
-	rq := req{method: upper(r.Method), host: hostOnly(r.Host), path: cleanPath(r.Path), stage: m.Stage}
-	if m.Route != nil {
-		rq.route = m.Route.Name
-	}
 	key, _, presented := p.apiKey(r)
 	if m.Forbidden {
 		e.Forbidden = p.forbidden(m, key, presented)
@@ -208,6 +211,9 @@ func (mt *matcher) why(r *req) string {
 			return fmt.Sprintf("the request has no host (the limit is for %s)", strings.Join(mt.hosts, " or "))
 		}
 		return fmt.Sprintf("host %q is not %s", r.host, strings.Join(mt.hosts, " or "))
+	}
+	if r.alt != "" {
+		return fmt.Sprintf("path %q (or %q, its escaped slash kept) does not match %s", r.path, r.alt, strings.Join(mt.src.Paths, " or "))
 	}
 	return fmt.Sprintf("path %q does not match %s", r.path, strings.Join(mt.src.Paths, " or "))
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -202,5 +203,118 @@ func TestExplainReasons(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExplainReadsThePathAsMatch: the reason Explain gives for a limit
+// that does not apply is about the path as Match reads it (lower-cased,
+// without its format suffix, with each reading of an escaped slash), so
+// a limit whose path the request meets is said to miss for the header it
+// lacks, never for a path it matches, and one whose path it misses says
+// so.
+func TestExplainReadsThePathAsMatch(t *testing.T) {
+	t.Parallel()
+	const limits = `
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: orders, rate: 5, key: "header:X-Tenant", match: {paths: ["/api/orders"]}}
+  - {name: file, rate: 5, key: "header:X-Tenant", match: {paths: ["/files/{id}"]}}
+  - {name: deep, rate: 5, key: "header:X-Tenant", match: {paths: ["/files/*/b"]}}
+`
+	type want struct{ limit, reason, missing string }
+	for _, tc := range []struct {
+		server    string
+		path, raw string
+		tenant    bool
+		want      want
+	}{
+		{"path_matching: case_insensitive", "/API/Orders", "", false, want{"orders", "no X-Tenant header", "header:X-Tenant"}},
+		{"format_suffix: ignore", "/api/orders.json", "", false, want{"orders", "no X-Tenant header", "header:X-Tenant"}},
+		{"format_suffix: ignore, path_matching: case_insensitive", "/API/orders.JSON/", "", false, want{"orders", "no X-Tenant header", "header:X-Tenant"}},
+		{"escaped_slash: both", "/files/a/b", "/files/a%2Fb", false, want{"file", "no X-Tenant header", "header:X-Tenant"}},
+		{"escaped_slash: segment", "/files/a/b", "/files/a%2Fb", false, want{"file", "no X-Tenant header", "header:X-Tenant"}},
+		{"escaped_slash: segment", "/files/a/b", "/files/a%2Fb", true, want{"deep", `path "/files/a%2Fb" does not match /files/*/b`, ""}},
+		{"escaped_slash: decoded", "/files/a/b", "/files/a%2Fb", true, want{"file", `path "/files/a/b" does not match /files/{id}`, ""}},
+		{"escaped_slash: reject", "/files/a/b", "/files/a%2Fb", false, want{"deep", "no X-Tenant header", "header:X-Tenant"}},
+	} {
+		p := compile(t, "server: {"+tc.server+"}\n"+limits)
+		h := http.Header{}
+		if tc.tenant {
+			h.Set("X-Tenant", "t1")
+		}
+		r := Request{Method: "GET", Path: tc.path, RawPath: tc.raw, ClientIP: ip("198.51.100.7"), Header: h}
+		var m Match
+		e := p.Explain(&r, &m)
+		for _, lm := range e.Limits {
+			if lm.Limit.Name != tc.want.limit {
+				continue
+			}
+			if lm.Matched || !strings.Contains(lm.Reason, tc.want.reason) || lm.Missing != tc.want.missing {
+				t.Errorf("%s: %s (raw %q): %s matched=%v reason %q missing %q; want reason %q missing %q",
+					tc.server, tc.path, tc.raw, lm.Limit.Name, lm.Matched, lm.Reason, lm.Missing, tc.want.reason, tc.want.missing)
+			}
+		}
+	}
+}
+
+// TestExplainAgreesWithMatch: with random files of routes and limits (the
+// generators of TestIndexMatchesAsTheScan, under every escaped_slash
+// setting) and random requests near their patterns, the limits Explain
+// says apply are Match's and the scan's, in Match's order, and every limit
+// that does not apply is given the reason the request as Match reads it
+// gives: the first condition of its match it misses, or the part of its
+// key it lacks.
+func TestExplainAgreesWithMatch(t *testing.T) {
+	t.Parallel()
+	modes := []string{config.EscapedSlashBoth, config.EscapedSlashSegment, config.EscapedSlashDecoded, config.EscapedSlashReject}
+	for seed := range uint64(120) {
+		rnd := rand.New(rand.NewPCG(seed, 63))
+		f := randomFile(t, rnd)
+		f.Server.EscapedSlash = modes[seed%uint64(len(modes))]
+		p, err := Compile(f, nil)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		var m, em Match
+		for range 200 {
+			r := randomRequest(rnd)
+			if rnd.IntN(2) == 0 {
+				r.Header = http.Header{"X-Tenant": {"t1"}}
+			}
+			p.Match(r, &m)
+			e := p.Explain(r, &em)
+			_, _, scanned := scanMatch(p, r)
+			ref, _, _ := scanReq(p, r)
+			applies := make([]*Limit, len(em.Limits))
+			n := 0
+			for i, lm := range e.Limits {
+				if lm.Limit != p.Limits()[i] {
+					t.Fatalf("seed %d: limit %d is %s, want evaluation order", seed, i, lm.Limit.Name)
+				}
+				if lm.Matched {
+					applies[lm.Hit] = lm.Limit
+					n++
+					continue
+				}
+				l := lm.Limit
+				if l.Scope == ScopePlan || l.Stage != "" || l == p.unknownKey {
+					continue
+				}
+				want := l.match.why(&ref)
+				if want == "" {
+					want, _ = missingPart(l, r, &m)
+				}
+				if lm.Reason != want {
+					t.Fatalf("seed %d (%s): %s %s %q (raw %q): %s: reason %q; the request as Match reads it gives %q",
+						seed, f.Server.EscapedSlash, r.Method, r.Host, r.Path, r.RawPath, l.Name, lm.Reason, want)
+				}
+			}
+			if n != len(em.Limits) || !slices.Equal(applies, m.Limits) || !slices.Equal(m.Limits, scanned) ||
+				em.Route != m.Route || !slices.Equal(em.Hits, m.Hits) {
+				t.Fatalf("seed %d (%s): %s %s %q (raw %q): Explain applies %v (route %v), Match %v (route %v), the scan %v",
+					seed, f.Server.EscapedSlash, r.Method, r.Host, r.Path, r.RawPath, names(applies), em.Route, names(m.Limits), m.Route, names(scanned))
+			}
+		}
 	}
 }

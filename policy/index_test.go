@@ -28,27 +28,8 @@ func scanRoute(p *Policy, rq *req) *Route {
 // different routes, and the method, route, stage, stage default and
 // global limits (then the account limit) that apply.
 func scanMatch(p *Policy, r *Request) (*Route, bool, []*Limit) {
-	rq := p.req(r.Method, r.Host, r.Path)
-	route := scanRoute(p, &rq)
-	ambiguous := false
-	if r.RawPath != "" {
-		if alt := segmentPath(r.RawPath); alt != "" {
-			if alt = p.matchPath(alt); alt != rq.path {
-				arq := rq
-				arq.path = alt
-				ambiguous = scanRoute(p, &arq) != route
-				rq.alt = alt
-			}
-		}
-	}
-	stage := r.Stage
-	if route != nil {
-		rq.route = route.Name
-		if stage == "" {
-			stage = route.Stage
-		}
-	}
-	rq.stage = stage
+	rq, route, ambiguous := scanReq(p, r)
+	stage := rq.stage
 	var limits []*Limit
 	for si := range p.scoped {
 		for _, l := range p.scoped[si] {
@@ -66,6 +47,37 @@ func scanMatch(p *Policy, r *Request) (*Route, bool, []*Limit) {
 		limits = append(limits, p.account)
 	}
 	return route, ambiguous, limits
+}
+
+// scanReq reads r as scanMatch does: the path (the escaped slashes kept
+// in their segments with escaped_slash: segment) and, with both, its other
+// reading, the route, the stage, and whether the readings choose different
+// routes.
+func scanReq(p *Policy, r *Request) (req, *Route, bool) {
+	rq := p.req(r.Method, r.Host, r.Path)
+	route := scanRoute(p, &rq)
+	ambiguous := false
+	if r.RawPath != "" && (p.slash == config.EscapedSlashBoth || p.slash == config.EscapedSlashSegment) {
+		if alt := segmentPath(r.RawPath); alt != "" {
+			if alt = p.matchPath(alt); alt != rq.path && p.slash == config.EscapedSlashSegment {
+				rq.path = alt
+				route = scanRoute(p, &rq)
+			} else if alt != rq.path {
+				arq := rq
+				arq.path = alt
+				ambiguous = scanRoute(p, &arq) != route
+				rq.alt = alt
+			}
+		}
+	}
+	rq.stage = r.Stage
+	if route != nil {
+		rq.route = route.Name
+		if rq.stage == "" {
+			rq.stage = route.Stage
+		}
+	}
+	return rq, route, ambiguous
 }
 
 // Pattern segments: literals (one with an escaped slash, some with a

@@ -869,6 +869,13 @@ func (p *Policy) escapedSlash(raw string, rq *req, m *Match) string {
 
 // Match finds the route and the limits that apply to r, writing into m.
 func (p *Policy) Match(r *Request, m *Match) {
+	p.match(r, m)
+}
+
+// match is Match; it returns r as the limits were matched against it (the
+// path as the policy reads it, its other reading, the route and the
+// stage), for Explain to say why the others do not apply.
+func (p *Policy) match(r *Request, m *Match) req {
 	m.Reset()
 	rq := p.req(r.Method, r.Host, r.Path)
 	alt := p.escapedSlash(r.RawPath, &rq, m)
@@ -947,6 +954,7 @@ func (p *Policy) Match(r *Request, m *Match) {
 	if p.account != nil {
 		p.hit(m, p.account, &kc)
 	}
+	return rq
 }
 
 // stageHit adds the hit of the default limit of the request's stage, if

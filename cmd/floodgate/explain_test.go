@@ -469,3 +469,46 @@ func TestExplainRepeatedKeyedHeader(t *testing.T) {
 		t.Errorf("floodgate explain: answer %+v, binding %q; the gateway answers 400", e.Answer, e.Binding)
 	}
 }
+
+// TestExplainCLIReadsThePathAsServe: floodgate explain gives the reason a
+// header-keyed limit does not apply to a path with an escaped slash as
+// floodgate serve reads it under server.escaped_slash: segment and a
+// case-insensitive match: the header is missing, as the second request
+// that carries it, limited by serve, shows.
+func TestExplainCLIReadsThePathAsServe(t *testing.T) {
+	up := replayUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "paths.yaml")
+	body := fmt.Sprintf(`version: 1
+server: {escaped_slash: segment, path_matching: case_insensitive}
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: %s}
+limits:
+  - {name: tenant, rate: 1, per: 1h, burst: 1, key: "header:X-Tenant", match: {paths: ["/files/{id}"]}}
+`, up.URL)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const path = "/Files/a%2Fb"
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"explain", "--config", cfg, "--path", path, "--json"}, &out, &errb); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	var e gateway.Explanation
+	if err := json.Unmarshal(out.Bytes(), &e); err != nil {
+		t.Fatal(err)
+	}
+	gw, _, _, _ := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+	var codes []int
+	for range 2 {
+		code, _, _ := get(t, gw+path, "X-Tenant", "t1")
+		codes = append(codes, code)
+	}
+	if codes[0] != 200 || codes[1] != 429 {
+		t.Fatalf("serve: %s with X-Tenant got %v, want the tenant limit to apply", path, codes)
+	}
+	for _, l := range e.Limits {
+		if l.Name == "tenant" && (l.Matched || l.Missing != "header:X-Tenant" || !strings.Contains(l.Reason, "no X-Tenant header")) {
+			t.Errorf("explain: %s without X-Tenant: %+v; serve limits it once the header is there", path, l)
+		}
+	}
+}
