@@ -288,3 +288,54 @@ limits:
 		}
 	}
 }
+
+// TestExplainEscapedSlashRefusedChargesNoLimit: a path the gateway
+// refuses 400 for its escaped slash (server.escaped_slash: reject, or a
+// slash whose two readings choose different routes) is explained with no
+// limit applying, as none counts it: the limit of its path still has its
+// whole burst after the refusals.
+func TestExplainEscapedSlashRefusedChargesNoLimit(t *testing.T) {
+	for _, mode := range []string{"reject", "both"} {
+		p := compilePolicy(t, "explain.yaml", `
+server: {escaped_slash: `+mode+`}
+routes:
+  - {name: one, match: {paths: ["/files/{id}"]}, upstream: "http://127.0.0.1:9"}
+  - {name: all, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+limits:
+  - {name: files, rate: 1, per: 1h, burst: 1, key: client_ip, match: {paths: ["/files/**"]}}
+`)
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+		er := ExplainRequest{Path: "/files/a%2Fb", IP: "198.51.100.7"}
+		r, o, err := er.HTTPRequest(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := g.Explain(context.Background(), r, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var codes []int
+		for _, path := range []string{"/files/a%2Fb", "/files/a%2Fb", "/files/x"} {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, newReq("GET", path, "198.51.100.7:5000"))
+			codes = append(codes, w.Code)
+		}
+		if codes[0] != 400 || codes[1] != 400 || codes[2] != 200 {
+			t.Fatalf("%s: gateway answered %v, want 400, 400 and 200 (nothing counted for the refused)", mode, codes)
+		}
+		if e.Answer.Status != 400 {
+			t.Errorf("%s: explained answer %+v, the gateway answers 400", mode, e.Answer)
+		}
+		if l := limitOf(t, e, "files"); l.Matched || l.CounterKey != "" || !strings.Contains(l.Reason, "400") {
+			t.Errorf("%s: files explained as %+v; the gateway refuses the request 400 and counts it under no limit", mode, l)
+		}
+	}
+}

@@ -387,13 +387,18 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	} else {
 		p.Match(&req, pmm)
 	}
-	if pmm.RouteAmbiguous {
-		// Forwarded, it would be limited as one route and served as
-		// another by an upstream that reads the slash the other way.
-		return &BadRequestError{Why: "an escaped slash (%2F) in the path would move it to another route"}
-	}
-	if pmm.EscapedSlash {
-		return &BadRequestError{Why: "an escaped slash (%2F) in the path (server.escaped_slash: reject)"}
+	if pmm.RouteAmbiguous || pmm.EscapedSlash {
+		// Forwarded, an ambiguous one would be limited as one route and
+		// served as another by an upstream that reads the slash the
+		// other way. No limit counts it.
+		why := "an escaped slash (%2F) in the path would move it to another route"
+		if !pmm.RouteAmbiguous {
+			why = "an escaped slash (%2F) in the path (server.escaped_slash: reject)"
+		}
+		if m.Trace != nil {
+			m.Trace.Refuse("the request is refused (400): " + why)
+		}
+		return &BadRequestError{Why: why}
 	}
 	switch {
 	case pmm.Forbidden:

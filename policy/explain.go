@@ -55,6 +55,19 @@ func (e *Explanation) Exempt(i, to int, out bool) {
 	}
 }
 
+// Refuse follows a request refused before any limit counts it (400 for
+// an escaped slash): no limit applies, and each that Match gave a hit says
+// why it is not checked.
+func (e *Explanation) Refuse(why string) {
+	for j := range e.Limits {
+		lm := &e.Limits[j]
+		if lm.Matched {
+			lm.Matched, lm.Hit, lm.Key = false, -1, ""
+			lm.Reason = "not checked: " + why
+		}
+	}
+}
+
 // Explain matches r as Match does (into m, which then holds the same
 // hits) and says, for every limit of the policy in evaluation order,
 // whether it applies to r and why. Whether a limit applies is Match's
