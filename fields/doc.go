@@ -10,4 +10,8 @@
 // its Renderer for the fields, the binding limit first. The gateway writes
 // them into an http.Header, the Envoy rate-limit service into
 // response_headers_to_add, the HTTP check API into its answer.
+//
+// A limit's name is told as it is up to MaxNameLen bytes; a longer one (a
+// name an RLS request builds from its values) by a short form that stays
+// the same from answer to answer, so that the fields stay small.
 package fields

@@ -1,6 +1,8 @@
 package fields
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"math/bits"
 	"strconv"
@@ -54,7 +56,7 @@ var ids atomic.Uint64
 // make one per limit when they are compiled; it is immutable.
 type Limit struct {
 	// Name is the limit's name as it appears in the fields (printable
-	// ASCII only).
+	// ASCII only, at most MaxNameLen bytes: see NewLimit).
 	Name string
 	// Kind is the limit's kind.
 	Kind floodgate.Kind
@@ -80,10 +82,14 @@ type Limit struct {
 // completely (at least one second); 86400 or 604800 for daily and weekly
 // quotas (monthly quotas have no fixed length and omit w). A concurrency
 // limit has qu="concurrent-requests" and no w.
+//
+// A name longer than MaxNameLen bytes (e.g. one an Envoy RLS request built
+// from a descriptor value of a megabyte) is told by a short stable form:
+// its first bytes, "~" and a hash of the whole name (see shortName).
 func NewLimit(l *floodgate.Limit) *Limit {
 	t := l.Algorithm.Traits()
 	h := &Limit{
-		Name:       sanitizeName(l.Name),
+		Name:       shortName(sanitizeName(l.Name)),
 		Kind:       t.Kind,
 		Quota:      l.Capacity(),
 		continuous: t.Continuous(),
@@ -518,6 +524,31 @@ func sanitizeName(s string) string {
 		return "limit"
 	}
 	return b.String()
+}
+
+// MaxNameLen is the longest limit name the fields tell as it is. 64
+// limits (an RLS request's most descriptors) of names this long, each in
+// RateLimit-Policy and RateLimit, make about 35 KB of fields, under the
+// 60 KiB Envoy allows response headers by default; names written in a
+// configuration are far shorter.
+const MaxNameLen = 256
+
+// shortPrefixLen is how much of a long name shortName keeps.
+const shortPrefixLen = MaxNameLen - 1 - 2*shortHashLen
+
+// shortHashLen is the number of bytes of SHA-256 shortName writes, in hex.
+const shortHashLen = 8
+
+// shortName returns s when it is at most MaxNameLen bytes long, else its
+// first shortPrefixLen bytes, "~" and the first 8 bytes of its SHA-256 in
+// hex: MaxNameLen bytes that stay the same from answer to answer, and that
+// two long names sharing a prefix do not share.
+func shortName(s string) string {
+	if len(s) <= MaxNameLen {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return s[:shortPrefixLen] + "~" + hex.EncodeToString(sum[:shortHashLen])
 }
 
 // quoteString returns s as an RFC 9651 String ("..." with \ and " escaped);

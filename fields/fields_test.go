@@ -1,6 +1,7 @@
 package fields
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -269,5 +270,33 @@ func TestHugeLimitsAreStructuredFields(t *testing.T) {
 	}
 	if got := get(fs, NamePolicy); got != `"unlimited";q=999999999999999;w=86400, "slow";q=999999999999999;w=4611686019` {
 		t.Errorf("RateLimit-Policy %s", got)
+	}
+}
+
+// TestLongNameToldShort: a name of MaxNameLen bytes is told as it is; a
+// longer one, up to a megabyte, by MaxNameLen bytes that are the same for
+// the same name and differ for names that share their first bytes, in a
+// RateLimit-Policy item that still parses.
+func TestLongNameToldShort(t *testing.T) {
+	exact := strings.Repeat("n", MaxNameLen)
+	if got := NewLimit(tokenBucket(exact, 1, time.Second, 1)).Name; got != exact {
+		t.Errorf("a name of %d bytes told as %q", MaxNameLen, got)
+	}
+	long := strings.Repeat("n", 1<<20)
+	a := NewLimit(tokenBucket(long, 1, time.Second, 1))
+	b := NewLimit(tokenBucket(long, 1, time.Second, 1))
+	c := NewLimit(tokenBucket(long+"x", 1, time.Second, 1))
+	if len(a.Name) != MaxNameLen || !strings.HasPrefix(a.Name, exact[:MaxNameLen-17]+"~") {
+		t.Errorf("a name of 1 MiB told as %q", a.Name)
+	}
+	if a.Name != b.Name || a.PolicyItem() != b.PolicyItem() {
+		t.Errorf("the same name told as %q and %q", a.Name, b.Name)
+	}
+	if a.Name == c.Name {
+		t.Errorf("two long names told alike: %q", a.Name)
+	}
+	items, err := sfv.ParseList(a.PolicyItem())
+	if err != nil || len(items) != 1 || items[0].Value != a.Name {
+		t.Errorf("RateLimit-Policy %q: %v, %v", a.PolicyItem(), items, err)
 	}
 }

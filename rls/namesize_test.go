@@ -1,0 +1,69 @@
+package rls
+
+import (
+	"strings"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/floodgate/floodgate/internal/sfv"
+)
+
+// TestHugeDescriptorValueHeadersBounded: a limit named by a request's
+// descriptor value of 100 KB and of 800 KB (a limit override, named by
+// its path as envoyproxy/ratelimit names it) is told in RateLimit-Policy
+// and RateLimit by a short stable form, so that the headers to add stay
+// far under Envoy's 60 KiB for response headers; the fields still parse
+// as structured field lists and name the same limit alike in both, and
+// a short name is told as it is.
+func TestHugeDescriptorValueHeadersBounded(t *testing.T) {
+	c, _ := startService(t, mustParse(t, basic), newClock(), Options{})
+	override := func(value string) *rlv3.RateLimitDescriptor {
+		d := desc("tenant", value)
+		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
+		return d
+	}
+	headersSize := func(r *rlsv3.RateLimitResponse) int {
+		n := 0
+		for _, h := range r.GetResponseHeadersToAdd() {
+			n += len(h.GetKey()) + len(h.GetValue())
+		}
+		return n
+	}
+	var names []string
+	for _, size := range []int{100 << 10, 800 << 10} {
+		for _, d := range []*rlv3.RateLimitDescriptor{desc("user", strings.Repeat("u", size)), override(strings.Repeat("v", size))} {
+			r := ask(t, c, "d", d)
+			if got := headersSize(r); got > 2048 {
+				t.Errorf("a descriptor value of %d bytes: headers to add of %d bytes, want at most 2048", size, got)
+			}
+			pol, rl := header(r, "RateLimit-Policy"), header(r, "RateLimit")
+			pl, err := sfv.ParseList(pol)
+			if err != nil || len(pl) != 1 {
+				t.Fatalf("RateLimit-Policy %.200q: %v", pol, err)
+			}
+			ll, err := sfv.ParseList(rl)
+			if err != nil || len(ll) != 1 {
+				t.Fatalf("RateLimit %.200q: %v", rl, err)
+			}
+			if pl[0].Value != ll[0].Value {
+				t.Errorf("RateLimit-Policy names %v, RateLimit %v", pl[0].Value, ll[0].Value)
+			}
+			names = append(names, pol)
+		}
+	}
+	// The same request names its limit alike; another value another way.
+	if r := ask(t, c, "d", override(strings.Repeat("v", 800<<10))); header(r, "RateLimit-Policy") != names[3] {
+		t.Errorf("the same limit told as %q, then as %q", names[3], header(r, "RateLimit-Policy"))
+	}
+	if names[1] == names[3] {
+		t.Errorf("limits of values of 100 KB and 800 KB told alike: %q", names[1])
+	}
+	// A short name is told in full.
+	r := ask(t, c, "d", override("acme"))
+	if got, want := header(r, "RateLimit-Policy"), `"d.tenant_acme";q=5;w=60`; got != want {
+		t.Errorf("RateLimit-Policy of a short name: %q, want %q", got, want)
+	}
+}
