@@ -39,6 +39,8 @@ type Share struct {
 	info func() Instance
 	log  *slog.Logger
 
+	warned time.Time // when Run last logged a failed sync; Run's own
+
 	mu        sync.Mutex               // guards everything below
 	remote    map[string]*remoteSeries // by series name; see ring
 	limits    int                      // how many of remote's names are limits
@@ -73,6 +75,14 @@ const (
 	shareTTL    = 15 * time.Second
 )
 
+// syncTimeout bounds one Sync, whatever its caller's context: the sync
+// interval, so that a Redis that stopped answering (stopped, or cut off
+// behind an open connection) holds no sync past the next tick.
+const syncTimeout = time.Second
+
+// syncWarnEvery is how often Run logs failed syncs at most.
+const syncWarnEvery = time.Minute
+
 // NewShare shares rec's aggregates as instance id through c; info
 // describes this instance.
 func NewShare(c rueidis.Client, id string, rec *Recorder, info func() Instance, log *slog.Logger) *Share {
@@ -89,7 +99,10 @@ type shareBlob struct {
 	Top      []Hitter           `json:"top"`
 }
 
-// Run publishes and merges once a second until ctx ends.
+// Run publishes and merges once a second until ctx ends. A failed sync
+// (Redis down, or not answering within a second) is logged as a warning
+// at most once a minute; the others' data is then as of the last sync
+// that succeeded, and an instance not heard from for 15 s drops out.
 func (s *Share) Run(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -99,14 +112,21 @@ func (s *Share) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := s.Sync(ctx); err != nil {
-			s.log.Debug("dashboard: share", "err", err)
+		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
+			if now := time.Now(); now.Sub(s.warned) >= syncWarnEvery {
+				s.warned = now
+				s.log.Warn("dashboard: share", "err", err)
+			}
 		}
 	}
 }
 
 // Sync publishes this instance's aggregates and merges the others' now.
+// It ends within a second (the sync interval) whatever ctx's deadline,
+// with an error if Redis has not answered by then.
 func (s *Share) Sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
 	now := s.rec.Now()
 	from := now - ShareSeconds
 	info := s.info()
