@@ -154,3 +154,49 @@ limits:
 		t.Errorf("the text report does not say why the lines are unreadable:\n%s", text.String())
 	}
 }
+
+// TestBadRequestLineQueryNeverShown: a log line whose request line has no
+// space (a client that sent a bare target, as scanners do) is unreadable,
+// and the report says so showing the line up to its query, never the
+// query, which may hold a credential (?api_key=...).
+func TestBadRequestLineQueryNeverShown(t *testing.T) {
+	t.Parallel()
+	pol := compilePolicy(t, `
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: none}
+limits:
+  - {name: wide, algorithm: fixed_window, limit: 100, window: 1h}
+`)
+	var lines []string
+	for i, req := range []string{"/x?api_key=s3cret-one", "GET/x?token=s3cret-two"} {
+		at := t0.Add(time.Duration(i) * time.Second)
+		lines = append(lines, fmt.Sprintf(`198.51.100.1 - - [%s] "%s" 400 2 "-" "curl/8"`,
+			at.Format("02/Jan/2006:15:04:05 -0700"), req))
+	}
+	path := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, Options{Logs: []string{path}, Format: "nginx", LogFormat: NginxCombined, Policy: pol})
+	if r.Logs[0].Skipped != 2 {
+		t.Fatalf("%d unreadable lines, want 2", r.Logs[0].Skipped)
+	}
+	var text, page, js bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.NewEncoder(&js).Encode(r); err != nil {
+		t.Fatal(err)
+	}
+	for out, s := range map[string]string{"text": text.String(), "HTML": page.String(), "JSON": js.String()} {
+		if strings.Contains(s, "s3cret") {
+			t.Errorf("the %s report shows a request line's query:\n%s", out, s)
+		}
+	}
+	if !strings.Contains(text.String(), "bad request line") {
+		t.Errorf("the text report does not say why the lines are unreadable:\n%s", text.String())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -498,7 +499,7 @@ func (t *logTemplate) parse(line []byte, rec *Record) error {
 func (t *logTemplate) request(v []byte, rec *Record) error {
 	sp := bytes.IndexByte(v, ' ')
 	if sp <= 0 {
-		return fmt.Errorf("bad request line %q", v)
+		return fmt.Errorf("bad request line %s", requestShown(v))
 	}
 	rec.Method = t.in.method(unescapeNginx(v[:sp]))
 	uri := v[sp+1:]
@@ -506,10 +507,21 @@ func (t *logTemplate) request(v []byte, rec *Record) error {
 		uri = uri[:k]
 	}
 	if len(uri) == 0 {
-		return fmt.Errorf("bad request line %q", v)
+		return fmt.Errorf("bad request line %s", requestShown(v))
 	}
 	setTarget(rec, string(unescapeNginx(uri)))
 	return nil
+}
+
+// requestShown is how an error shows the request line v: quoted up to its
+// query, whose bytes are counted, never shown, as it may hold a
+// credential (?api_key=...).
+func requestShown(v []byte) string {
+	i := bytes.IndexByte(v, '?')
+	if i < 0 {
+		return strconv.Quote(string(v))
+	}
+	return fmt.Sprintf("%q and a query of %d bytes, not shown (it may hold a credential)", v[:i], len(v)-i)
 }
 
 // timeLocal parses $time_local, reusing the last result: consecutive
