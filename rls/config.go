@@ -32,6 +32,20 @@ import (
 // config.Errors).
 var ErrConfig = errors.New("rls: invalid configuration")
 
+// DefaultMaxFiles and DefaultMaxBytes bound what one Load (and every
+// reload of Watch) reads when LoadOptions leave MaxFiles and MaxBytes
+// zero: the number of descriptor files, and their bytes in all. Loading
+// costs about 80 times the bytes read (parse trees, positions, compiled
+// limits), so without a total bound a directory that grows (a templating
+// loop, a sync tool duplicating files) could take the process's memory
+// at a reload. envoyproxy/ratelimit deployments have a few files of a
+// few KB each; the bounds leave room for a thousand such files and for
+// one file as large as a single file may be (yamlfile.MaxFileSize).
+const (
+	DefaultMaxFiles = 1024
+	DefaultMaxBytes = yamlfile.MaxFileSize
+)
+
 // Unit is a time unit of an envoyproxy/ratelimit rate limit.
 type Unit uint8
 
@@ -286,6 +300,72 @@ type LoadOptions struct {
 	// with App and a dot ("config.yaml" and "config.d/" beside "config/").
 	// A directory with none of them is reported as App missing.
 	App string
+	// MaxFiles bounds the number of files read; zero means
+	// DefaultMaxFiles. More files is an error naming the paths, the
+	// count and the bound, and nothing is loaded.
+	MaxFiles int
+	// MaxBytes bounds the bytes of all the files read together; zero
+	// means DefaultMaxBytes. Reading stops past it, with an error naming
+	// the paths, the total and the bound, and nothing is loaded.
+	MaxBytes int64
+}
+
+// maxFiles is the bound on the number of files, default applied.
+func (opts LoadOptions) maxFiles() int {
+	if opts.MaxFiles > 0 {
+		return opts.MaxFiles
+	}
+	return DefaultMaxFiles
+}
+
+// maxBytes is the bound on the bytes of all the files, default applied.
+func (opts LoadOptions) maxBytes() int64 {
+	if opts.MaxBytes > 0 {
+		return opts.MaxBytes
+	}
+	return DefaultMaxBytes
+}
+
+// tooManyFiles is the problem of n files listed for paths, more than
+// opts allow.
+func tooManyFiles(paths []string, n int, opts LoadOptions) *yamlfile.Error {
+	return &yamlfile.Error{File: strings.Join(paths, ", "),
+		Msg: fmt.Sprintf("%d descriptor files, more than the %d allowed; nothing was loaded", n, opts.maxFiles())}
+}
+
+// tooManyBytes is the problem of files of paths holding more than total
+// bytes together, more than opts allow.
+func tooManyBytes(paths []string, total int64, opts LoadOptions) *yamlfile.Error {
+	return &yamlfile.Error{File: strings.Join(paths, ", "),
+		Msg: fmt.Sprintf("descriptor files of at least %d bytes in all, more than the %d allowed; nothing was loaded",
+			total, opts.maxBytes())}
+}
+
+// sizeBound reports files whose sizes, as the file system gives them,
+// add up to more than opts allow, before they are read.
+func sizeBound(paths, files []string, opts LoadOptions) *yamlfile.Error {
+	var total int64
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
+			total += st.Size()
+			if total > opts.maxBytes() {
+				return tooManyBytes(paths, total, opts)
+			}
+		}
+	}
+	return nil
+}
+
+// checkBytes reports files of v holding more bytes than opts allow.
+func checkBytes(paths []string, v *watch.Version, opts LoadOptions) error {
+	var total int64
+	for _, f := range v.Files {
+		total += int64(len(f.Data))
+	}
+	if total > opts.maxBytes() {
+		return invalid(yamlfile.Errors{tooManyBytes(paths, total, opts)})
+	}
+	return nil
 }
 
 // configError is what Load and Parse return: every problem of the files,
@@ -345,7 +425,11 @@ func readVersion(paths []string, opts LoadOptions) (*watch.Version, error) {
 	if len(errs) > 0 {
 		return nil, invalid(errs)
 	}
+	if bad := sizeBound(paths, files, opts); bad != nil {
+		return nil, invalid(yamlfile.Errors{bad})
+	}
 	v := &watch.Version{Files: make([]watch.File, 0, len(files))}
+	var total int64
 	for _, f := range files {
 		// Not os.ReadFile: a named pipe at a path (or linked from a
 		// directory read) must not hang the start, nor a huge file take
@@ -359,6 +443,10 @@ func readVersion(paths []string, opts LoadOptions) (*watch.Version, error) {
 		if err != nil {
 			errs = append(errs, unreadable(f, err))
 			continue
+		}
+		// The sizes seen before reading may have grown since.
+		if total += int64(len(b)); total > opts.maxBytes() {
+			return nil, invalid(yamlfile.Errors{tooManyBytes(paths, total, opts)})
 		}
 		v.Files = append(v.Files, watch.File{Path: f, Data: b})
 	}
@@ -388,6 +476,9 @@ func configFiles(paths []string, opts LoadOptions) ([]string, yamlfile.Errors) {
 			continue
 		}
 		files, errs = dirFiles(p, opts, files, errs)
+	}
+	if len(files) > opts.maxFiles() {
+		errs = append(errs, tooManyFiles(paths, len(files), opts))
 	}
 	return files, errs
 }

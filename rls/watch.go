@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/watch"
+	"github.com/floodgate/floodgate/internal/yamlfile"
 )
 
 // WatchOptions configure Watch. The zero value is usable.
@@ -66,6 +67,9 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 			if len(errs) > 0 {
 				return nil, invalid(errs)
 			}
+			if bad := sizeBound(paths, files, opts.Load); bad != nil {
+				return nil, invalid(yamlfile.Errors{bad})
+			}
 			return files, nil
 		},
 		// Compare with the files the running configuration was loaded
@@ -75,7 +79,11 @@ func Watch(ctx context.Context, svc *Service, paths []string, opts WatchOptions)
 			if v.Hash == svc.Config().version {
 				return
 			}
-			cfg, err := build(v, opts.Load)
+			err := checkBytes(paths, v, opts.Load)
+			var cfg *Config
+			if err == nil {
+				cfg, err = build(v, opts.Load)
+			}
 			if err != nil {
 				log.Error("rls: configuration not reloaded; the running one stays", "sha256", v.Short(), "err", err)
 			} else {

@@ -304,7 +304,13 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 		e.configDir = filepath.Join(root, sub, app)
 	}
 	e.load = rls.LoadOptions{AllFiles: true, Recursive: true, DotFiles: !r.bool("RUNTIME_IGNOREDOTFILES", false),
-		MergeDomains: r.bool("MERGE_DOMAIN_CONFIG", false), Compat: r.bool("FLOODGATE_COMPAT", false)}
+		MergeDomains: r.bool("MERGE_DOMAIN_CONFIG", false), Compat: r.bool("FLOODGATE_COMPAT", false),
+		MaxFiles: r.int("FLOODGATE_MAX_DESCRIPTOR_FILES", rls.DefaultMaxFiles),
+		MaxBytes: int64(r.int("FLOODGATE_MAX_DESCRIPTOR_BYTES", rls.DefaultMaxBytes))}
+	if (e.load.MaxFiles < 1 || e.load.MaxBytes < 1) && r.err == nil {
+		r.err = fmt.Errorf("rls: FLOODGATE_MAX_DESCRIPTOR_FILES=%d, FLOODGATE_MAX_DESCRIPTOR_BYTES=%d: want at least 1",
+			e.load.MaxFiles, e.load.MaxBytes)
+	}
 
 	e.backend = strings.ToLower(r.str("BACKEND_TYPE", "redis"))
 	switch e.backend {

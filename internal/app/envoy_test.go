@@ -68,6 +68,7 @@ func TestRLSEnvReadsEnvoyproxyRatelimitSettings(t *testing.T) {
 		"USE_PROMETHEUS": "true", "EXTRA_TAGS": "team:edge,env:prod", "CACHE_KEY_PREFIX": "rl:",
 		"LOCAL_CACHE_SIZE_IN_BYTES": "1000000", "USE_DOG_STATSD": "true", "MEMCACHE_HOST_PORT": "m:11211",
 		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false", "TRACING_ENABLED": "true",
+		"FLOODGATE_MAX_DESCRIPTOR_FILES": "5000", "FLOODGATE_MAX_DESCRIPTOR_BYTES": "1000000",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +76,8 @@ func TestRLSEnvReadsEnvoyproxyRatelimitSettings(t *testing.T) {
 	if e.grpcAddr != "127.0.0.1:9000" || e.httpAddr != "127.0.0.2:9001" || e.debugAddr != "0.0.0.0:9002" || e.maxConnAge != 5*time.Minute {
 		t.Errorf("addresses %+v", e)
 	}
-	if e.configDir != filepath.Join("/srv/rt/current", "ratelimit", "config") || e.load.DotFiles || !e.load.MergeDomains || !e.load.Compat {
+	if e.configDir != filepath.Join("/srv/rt/current", "ratelimit", "config") || e.load.DotFiles || !e.load.MergeDomains || !e.load.Compat ||
+		e.load.MaxFiles != 5000 || e.load.MaxBytes != 1000000 {
 		t.Errorf("configuration %s %+v", e.configDir, e.load)
 	}
 	if u, _ := redisURL(&e.redis, "app", "s3cret"); u != "redis+sentinel://app:s3cret@s1:26379,s2:26379/mymaster" || e.redis.sentinelAuth != "sentinelpw" {
@@ -121,6 +123,8 @@ func TestRLSEnvRefusesWhatCannotWork(t *testing.T) {
 		"FLOODGATE_HEAP_RESERVE_MIB=-1":          "want 0 (none) to 4096",
 		"FLOODGATE_HEAP_RESERVE_MIB=9000":        "want 0 (none) to 4096",
 		"FLOODGATE_HEAP_RESERVE_MIB=32M":         "want a whole number",
+		"FLOODGATE_MAX_DESCRIPTOR_FILES=0":       "FLOODGATE_MAX_DESCRIPTOR_FILES=0, FLOODGATE_MAX_DESCRIPTOR_BYTES=16777216: want at least 1",
+		"FLOODGATE_MAX_DESCRIPTOR_BYTES=-1":      "want at least 1",
 		"REDIS_TIMEOUT=0":                        `REDIS_TIMEOUT="0": want a positive duration such as 10s`,
 		"FLOODGATE_STORE_TIMEOUT=-1ms":           `FLOODGATE_STORE_TIMEOUT="-1ms": want a positive duration such as 250ms`,
 		"GRPC_MAX_CONNECTION_AGE_GRACE=0":        `GRPC_MAX_CONNECTION_AGE_GRACE="0": want a positive duration`,
