@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -418,7 +419,24 @@ type fieldInfo struct {
 	index []int
 }
 
+// fieldsOf holds the fields of every struct type decoded so far
+// (reflect.Type to []fieldInfo): a type's fields are worked out once, not
+// at each of its mappings. The slices are never changed once stored.
+var fieldsOf sync.Map
+
+// structFields lists the YAML keys of the struct type t, inlined structs
+// included.
 func structFields(t reflect.Type) []fieldInfo {
+	if f, ok := fieldsOf.Load(t); ok {
+		return f.([]fieldInfo)
+	}
+	f := listFields(t)
+	fieldsOf.Store(t, f)
+	return f
+}
+
+// listFields is structFields, worked out.
+func listFields(t reflect.Type) []fieldInfo {
 	var out []fieldInfo
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
