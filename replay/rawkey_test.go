@@ -135,23 +135,14 @@ limits:
 	if r.Logs[0].Skipped != 2 {
 		t.Fatalf("%d unreadable lines, want 2", r.Logs[0].Skipped)
 	}
-	var text, page, js bytes.Buffer
-	if err := r.WriteText(&text); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.WriteHTML(&page); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.NewEncoder(&js).Encode(r); err != nil {
-		t.Fatal(err)
-	}
-	for out, s := range map[string]string{"text": text.String(), "HTML": page.String(), "JSON": js.String()} {
+	reports := writeReports(t, r)
+	for out, s := range reports {
 		if strings.Contains(s, "s3cret") {
 			t.Errorf("the %s report shows what follows the known fields:\n%s", out, s)
 		}
 	}
-	if !strings.Contains(text.String(), "at the end") {
-		t.Errorf("the text report does not say why the lines are unreadable:\n%s", text.String())
+	if !strings.Contains(reports["text"], "at the end") {
+		t.Errorf("the text report does not say why the lines are unreadable:\n%s", reports["text"])
 	}
 }
 
@@ -181,6 +172,20 @@ limits:
 	if r.Logs[0].Skipped != 2 {
 		t.Fatalf("%d unreadable lines, want 2", r.Logs[0].Skipped)
 	}
+	reports := writeReports(t, r)
+	for out, s := range reports {
+		if strings.Contains(s, "s3cret") {
+			t.Errorf("the %s report shows a request line's query:\n%s", out, s)
+		}
+	}
+	if !strings.Contains(reports["text"], "bad request line") {
+		t.Errorf("the text report does not say why the lines are unreadable:\n%s", reports["text"])
+	}
+}
+
+// writeReports returns r's text, HTML and JSON reports, by their names.
+func writeReports(t *testing.T, r *Report) map[string]string {
+	t.Helper()
 	var text, page, js bytes.Buffer
 	if err := r.WriteText(&text); err != nil {
 		t.Fatal(err)
@@ -191,12 +196,5 @@ limits:
 	if err := json.NewEncoder(&js).Encode(r); err != nil {
 		t.Fatal(err)
 	}
-	for out, s := range map[string]string{"text": text.String(), "HTML": page.String(), "JSON": js.String()} {
-		if strings.Contains(s, "s3cret") {
-			t.Errorf("the %s report shows a request line's query:\n%s", out, s)
-		}
-	}
-	if !strings.Contains(text.String(), "bad request line") {
-		t.Errorf("the text report does not say why the lines are unreadable:\n%s", text.String())
-	}
+	return map[string]string{"text": text.String(), "HTML": page.String(), "JSON": js.String()}
 }
