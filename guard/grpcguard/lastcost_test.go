@@ -1,22 +1,13 @@
 package grpcguard_test
 
 import (
-	"context"
-	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/floodgate/floodgate/guard"
-	"github.com/floodgate/floodgate/guard/grpcguard"
 )
 
 // TestCostToldAsTheWorkGoesIsTheLast: a streaming handler that tells its
@@ -34,14 +25,6 @@ func TestCostToldAsTheWorkGoesIsTheLast(t *testing.T) {
 limits:
   - {name: tokens, rate: 100, per: 1h, key: global, match: {paths: [/test.Cost/Steps, /test.Cost/Header]}, actual: {header: x-cost}}
 `
-	file := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g, err := guard.New(guard.File(file), guard.Options{ReloadInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	steps := func(_ any, st grpc.ServerStream) error {
 		if err := st.RecvMsg(new(wrapperspb.StringValue)); err != nil {
 			return err
@@ -64,44 +47,10 @@ limits:
 		st.SetTrailer(metadata.Pairs("x-cost", "30"))
 		return st.SendMsg(wrapperspb.String("done"))
 	}
-	desc := grpc.ServiceDesc{ServiceName: "test.Cost", HandlerType: (*any)(nil), Streams: []grpc.StreamDesc{
+	call := costStreams(t, policy, []grpc.StreamDesc{
 		{StreamName: "Steps", ServerStreams: true, Handler: steps},
 		{StreamName: "Header", ServerStreams: true, Handler: header},
-	}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.StreamInterceptor(grpcguard.StreamServerInterceptor(g)))
-	srv.RegisterService(&desc, struct{}{})
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Stop()
-		<-done
-		_ = g.Close()
 	})
-	call := func(method string) metadata.MD {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Cost/"+method)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.SendMsg(wrapperspb.String("x")); err != nil {
-			t.Fatal(err)
-		}
-		_ = st.CloseSend()
-		for st.RecvMsg(new(wrapperspb.StringValue)) == nil {
-		}
-		return st.Trailer()
-	}
 	if got := call("Steps")["x-cost"]; strings.Join(got, " ") != "10 20 30" {
 		t.Fatalf("the costs the client was told: %q, want 10 20 30", got)
 	}

@@ -29,14 +29,6 @@ func TestStreamCostSetThroughItsContext(t *testing.T) {
 limits:
   - {name: tokens, rate: 100, per: 1h, key: global, match: {paths: [/test.Cost/Trailer, /test.Cost/Header]}, actual: {header: x-cost}}
 `
-	file := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g, err := guard.New(guard.File(file), guard.Options{ReloadInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	handler := func(set func(context.Context, metadata.MD) error) grpc.StreamHandler {
 		return func(_ any, st grpc.ServerStream) error {
 			in := new(wrapperspb.StringValue)
@@ -49,10 +41,32 @@ limits:
 			return st.SendMsg(wrapperspb.String("done"))
 		}
 	}
-	desc := grpc.ServiceDesc{ServiceName: "test.Cost", HandlerType: (*any)(nil), Streams: []grpc.StreamDesc{
+	call := costStreams(t, policy, []grpc.StreamDesc{
 		{StreamName: "Trailer", ServerStreams: true, Handler: handler(grpc.SetTrailer)},
 		{StreamName: "Header", ServerStreams: true, Handler: handler(grpc.SetHeader)},
-	}}
+	})
+	call("Trailer")
+	call("Header")
+	// 100 an hour, 30 and 30 told: the next stream's estimate of 1 leaves 39.
+	if got := first(call("Trailer"), "ratelimit"); !strings.HasPrefix(got, `"tokens";r=39;`) {
+		t.Errorf("after two streams that told 30 each: ratelimit %q, want r=39 (each charged what it told)", got)
+	}
+}
+
+// costStreams serves the streams of a service test.Cost behind the guard
+// of policy, and returns a call of one of them that sends a message,
+// reads every answer and returns the call's trailer.
+func costStreams(t *testing.T, policy string, streams []grpc.StreamDesc) func(method string) metadata.MD {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := guard.New(guard.File(file), guard.Options{ReloadInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := grpc.ServiceDesc{ServiceName: "test.Cost", HandlerType: (*any)(nil), Streams: streams}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -87,10 +101,5 @@ limits:
 		}
 		return st.Trailer()
 	}
-	call("Trailer")
-	call("Header")
-	// 100 an hour, 30 and 30 told: the next stream's estimate of 1 leaves 39.
-	if got := first(call("Trailer"), "ratelimit"); !strings.HasPrefix(got, `"tokens";r=39;`) {
-		t.Errorf("after two streams that told 30 each: ratelimit %q, want r=39 (each charged what it told)", got)
-	}
+	return call
 }
