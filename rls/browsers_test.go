@@ -4,12 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/store/memstore"
 )
 
 // TestJSONRefusesBrowsers: /json takes no token, so what a page can make
@@ -21,13 +17,7 @@ import (
 // own origin, with any method. A service (neither field) is then charged
 // as if no browser had come: its limit of 10 is whole.
 func TestJSONRefusesBrowsers(t *testing.T) {
-	st, err := memstore.New(memstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ts := httptest.NewServer(JSONHandler(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{})))
-	defer ts.Close()
+	ts := jsonServer(t)
 	send := func(method, ct string, hdr map[string]string, body string) (int, string) {
 		t.Helper()
 		req, err := http.NewRequest(method, ts.URL+"/json", strings.NewReader(body))

@@ -1,15 +1,10 @@
 package rls
 
 import (
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/store/memstore"
 )
 
 // TestJSONEntriesRefusedUndecoded: /json refuses a body of more objects
@@ -19,23 +14,8 @@ import (
 // with 400 naming it; braces inside strings, escaped quotes beside them,
 // count for nothing.
 func TestJSONEntriesRefusedUndecoded(t *testing.T) {
-	st, err := memstore.New(memstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ts := httptest.NewServer(JSONHandler(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{})))
-	defer ts.Close()
-	post := func(body string) (int, string) {
-		t.Helper()
-		resp, err := http.Post(ts.URL+"/json", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ts := jsonServer(t)
+	post := func(body string) (int, string) { return postJSON(t, ts.URL, body) }
 	withEntries := func(n int, entry string) string {
 		var b strings.Builder
 		b.WriteString(`{"domain":"d","descriptors":[{"entries":[{"key":"user","value":"a"}`)

@@ -20,23 +20,8 @@ import (
 // decoder refuses duplicate and unknown fields, and matches names
 // exactly); this test holds it to that.
 func TestJSONStrictFields(t *testing.T) {
-	st, err := memstore.New(memstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ts := httptest.NewServer(JSONHandler(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{})))
-	defer ts.Close()
-	post := func(body string) (int, string) {
-		t.Helper()
-		resp, err := http.Post(ts.URL+"/json", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ts := jsonServer(t)
+	post := func(body string) (int, string) { return postJSON(t, ts.URL, body) }
 	entry := func(key, value string) string { return `{"entries":[{"key":"` + key + `","value":"` + value + `"}]}` }
 	for _, c := range []struct{ name, body, why string }{
 		{"duplicate domain", `{"domain":"x","domain":"d","descriptors":[` + entry("user", "a") + `]}`, `duplicate field "domain"`},
@@ -70,4 +55,31 @@ func TestJSONStrictFields(t *testing.T) {
 			t.Errorf("%s: user=a has %d left, want %d (the refused requests charged nothing)", body, got, want)
 		}
 	}
+}
+
+// jsonServer serves /json of a service of the basic config on a memory
+// store, closed at the test's end.
+func jsonServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ts := httptest.NewServer(JSONHandler(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{})))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// postJSON posts body to url's /json and returns the status and body of
+// the answer.
+func postJSON(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url+"/json", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
