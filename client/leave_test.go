@@ -204,3 +204,70 @@ func TestWaitWhoseCallerLeavesWhileItWaits(t *testing.T) {
 		t.Errorf("the unit left before Wait: %+v %v, want it allowed with none remaining", d, err)
 	}
 }
+
+// TestCancelAfterARefusedSettle: a Settle the service read and refused
+// (400: a cost below 0, a limit the reservation does not hold) will be
+// refused every time it is sent again, so the Cancel that "defer
+// r.Cancel(ctx)" runs next ends the reservation at its estimates, what its
+// TTL would keep: the tokens stay charged, and its concurrency slot comes
+// back now rather than when its lease runs out a minute later.
+func TestCancelAfterARefusedSettle(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		settle func(context.Context, *client.Reservation) error
+	}{
+		{"a cost below 0", func(ctx context.Context, r *client.Reservation) error {
+			_, err := r.Settle(ctx, -1)
+			return err
+		}},
+		{"a limit it does not hold", func(ctx context.Context, r *client.Reservation) error {
+			_, err := r.SettleLimits(ctx, map[string]int64{"token": 100})
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			tokens := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+			slot := ruletest.With(t, floodgate.Limit{Name: "slot", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Minute}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+			ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules(tokens, slot), httpapi.Options{}))
+			defer ts.Close()
+			hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+			hits := []client.Hit{{Limit: "tokens", Key: "k", Cost: 800}, {Limit: "slot", Key: "k"}}
+
+			ctx := context.Background()
+			var cancelErr error
+			func() {
+				res, err := hc.Reserve(ctx, 0, hits...)
+				if err != nil || !res.Allowed {
+					t.Fatalf("reserve: %+v %v", res, err)
+				}
+				defer func() { cancelErr = res.Cancel(ctx) }()
+				var se *client.StatusError
+				if err := c.settle(ctx, res); !errors.As(err, &se) || se.Code != http.StatusBadRequest {
+					t.Fatalf("settle with %s: %v, want the service's 400", c.name, err)
+				}
+			}()
+			if cancelErr != nil {
+				t.Errorf("the deferred Cancel after the refused settle: %v", cancelErr)
+			}
+			d, err := hc.Peek(ctx, client.Hit{Limit: "tokens", Key: "k", Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held := 1000 - 1 - d.Remaining; held != 800 {
+				t.Errorf("the reservation of 800 whose settle was refused holds %d tokens, want its estimate, 800", held)
+			}
+			next, err := hc.Reserve(ctx, 0, hits[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !next.Allowed {
+				t.Fatalf("the slot of a reservation whose settle was refused, then cancelled, is still held (retry in %v)", next.RetryAfter)
+			}
+			if err := next.Cancel(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

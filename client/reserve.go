@@ -33,9 +33,11 @@ type Reservation struct {
 
 	mu    sync.Mutex // guards state and unsent
 	state reservationState
-	// unsent is the actual cost of a Settle that failed (nil: none): the
-	// service may not have heard it, and a Cancel then sends it again
-	// rather than give back what the call used.
+	// unsent is the actual cost a Cancel sends after a Settle that failed
+	// (nil: none, a Cancel gives everything back): that Settle's cost when
+	// the service may not have heard it, or the estimates (an empty map)
+	// when it read it and refused it. The call went either way, and a
+	// Cancel must not give back what it used.
 	unsent any
 }
 
@@ -179,11 +181,11 @@ func (r *Reservation) SettleLimits(ctx context.Context, actual map[string]int64)
 // the estimate back when the caller returns early because its own client
 // left. After a Settle that failed (the service may not have heard it),
 // Cancel sends that Settle again instead: the call it settles went, and
-// a deferred Cancel must not give back what it used. A Settle the
-// service refused (a *StatusError: a cost it cannot take, a limit it does
-// not know) is sent again by Cancel, and refused again: the reservation
-// then keeps its estimate until its TTL, as one never settled does,
-// rather than give back the cost of a call that went.
+// a deferred Cancel must not give back what it used. After a Settle the
+// service read and refused (a *StatusError of code 400: a cost below 0, a
+// limit the reservation does not hold), which it would refuse again,
+// Cancel settles the reservation at its estimates: they stay charged, as
+// they would once its TTL passed, and its concurrency slots come back now.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	r.mu.Lock()
 	actual := r.unsent
@@ -213,8 +215,15 @@ func (r *Reservation) settle(ctx context.Context, actual any) (Settlement, error
 	r.mu.Lock()
 	r.state = done
 	if err != nil && !errors.Is(err, ErrUnknownReservation) {
-		r.state = held // the service may not have heard: try again
-		if actual != nil {
+		r.state = held // the service may not have heard, or refused: settle again
+		var se *StatusError
+		switch {
+		case actual == nil:
+		case errors.As(err, &se) && se.Code == http.StatusBadRequest:
+			// Read and refused: sent again it is refused again. The
+			// estimates are what the TTL would keep.
+			r.unsent = map[string]int64{}
+		default:
 			r.unsent = actual
 		}
 	}
