@@ -271,3 +271,60 @@ func TestCancelAfterARefusedSettle(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelDuringASettle: a Cancel that comes while a Settle of the same
+// Reservation is on its way (a deferred Cancel beside a Settle sent from
+// another goroutine) waits for it, and when that Settle fails (here the
+// service answers it 503) sends it again: the call went and pays what it
+// used, not its estimate until the TTL.
+func TestCancelDuringASettle(t *testing.T) {
+	t.Parallel()
+	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	var settles atomic.Int32
+	arrived, release := make(chan struct{}), make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/v1/settle" && settles.Add(1) == 1 {
+			close(arrived)
+			<-release
+			http.Error(w, `{"error":"restarting"}`, http.StatusServiceUnavailable)
+			return
+		}
+		api.ServeHTTP(w, req)
+	}))
+	defer ts.Close()
+	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+
+	ctx := context.Background()
+	res, err := hc.Reserve(ctx, time.Hour, client.Hit{Limit: "tokens", Key: "k", Cost: 800})
+	if err != nil || !res.Allowed {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	settled := make(chan error, 1)
+	go func() {
+		_, err := res.Settle(ctx, 100)
+		settled <- err
+	}()
+	<-arrived
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- res.Cancel(ctx) }()
+	select {
+	case err := <-cancelled: // returned while the settle was still on its way
+		cancelled <- err
+	case <-time.After(300 * time.Millisecond): // waits for it, or has not begun
+	}
+	close(release)
+	if err := <-settled; err == nil {
+		t.Fatal("the settle was answered 503 and did not fail")
+	}
+	if err := <-cancelled; err != nil {
+		t.Errorf("the Cancel beside the failed settle: %v", err)
+	}
+	d, err := hc.Peek(ctx, client.Hit{Limit: "tokens", Key: "k", Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := 1000 - 1 - d.Remaining; held != 100 || settles.Load() != 2 {
+		t.Fatalf("after a settle of 100 that failed while a Cancel came: %d held, %d settles sent; want 100 held, 2 sent", held, settles.Load())
+	}
+}

@@ -31,8 +31,11 @@ type Reservation struct {
 	c     *HTTP
 	token string
 
-	mu    sync.Mutex // guards state and unsent
+	mu    sync.Mutex // guards state, unsent and busy
 	state reservationState
+	// busy, while a Settle or Cancel is on its way, is closed when it
+	// ends: another one waits for it, and goes on only if it failed.
+	busy chan struct{}
 	// unsent is the actual cost a Cancel sends after a Settle that failed
 	// (nil: none, a Cancel gives everything back): that Settle's cost when
 	// the service may not have heard it, or the estimates (an empty map)
@@ -45,9 +48,8 @@ type Reservation struct {
 type reservationState uint8
 
 const (
-	held     reservationState = iota // to be settled
-	settling                         // a Settle or Cancel is under way
-	done                             // settled, cancelled, or denied
+	held reservationState = iota // to be settled
+	done                         // settled, cancelled, or denied
 )
 
 // Settlement is the service's answer to a Settle.
@@ -158,12 +160,14 @@ func (c *HTTP) reservation(in reserved) (*Reservation, error) {
 // reserved hit: below the estimate the difference is given back; above
 // it the excess is charged as far as each limit allows, and what did not
 // fit is the Settlement's Overrun. A second Settle is ErrSettled; a
-// reservation the service no longer holds is ErrUnknownReservation.
+// reservation the service no longer holds is ErrUnknownReservation. A
+// Settle or Cancel that comes while another is on its way waits for it,
+// and is sent only if that one failed.
 // Settle is sent even when ctx has ended (the caller's own client went
 // away after the call), within the client's timeout: the reservation is
 // settled by what the call cost, not held at its estimate until its TTL.
 func (r *Reservation) Settle(ctx context.Context, actual int64) (Settlement, error) {
-	return r.settle(ctx, actual)
+	return r.settle(ctx, actual, false)
 }
 
 // SettleLimits is Settle with a cost per limit name: the limits not named
@@ -172,7 +176,7 @@ func (r *Reservation) SettleLimits(ctx context.Context, actual map[string]int64)
 	if actual == nil {
 		actual = map[string]int64{} // sent as {}: a nil map would be null, which the service refuses
 	}
-	return r.settle(ctx, actual)
+	return r.settle(ctx, actual, false)
 }
 
 // Cancel gives the whole reservation back (an actual cost of 0). It does
@@ -186,33 +190,47 @@ func (r *Reservation) SettleLimits(ctx context.Context, actual map[string]int64)
 // limit the reservation does not hold), which it would refuse again,
 // Cancel settles the reservation at its estimates: they stay charged, as
 // they would once its TTL passed, and its concurrency slots come back now.
+// A Cancel that comes while a Settle is on its way waits for it and does
+// this once it has failed.
 func (r *Reservation) Cancel(ctx context.Context) error {
-	r.mu.Lock()
-	actual := r.unsent
-	r.mu.Unlock()
-	_, err := r.settle(ctx, actual)
+	_, err := r.settle(ctx, nil, true)
 	if errors.Is(err, ErrSettled) {
 		return nil
 	}
 	return err
 }
 
-// settle posts /v1/settle with actual (nil: cancel). It is sent even when
-// ctx has ended (the caller's own client went away), within the client's
-// timeout: a settle or cancel that the caller's leaving kept from the
-// service would leave the estimate held until the TTL, or have a deferred
-// Cancel give back a cost the caller meant to settle.
-func (r *Reservation) settle(ctx context.Context, actual any) (Settlement, error) {
+// settle posts /v1/settle with actual (nil: cancel), or for a Cancel
+// (cancel set) with what a failed Settle left unsent. It is sent even
+// when ctx has ended (the caller's own client went away), within the
+// client's timeout: a settle or cancel that the caller's leaving kept
+// from the service would leave the estimate held until the TTL, or have a
+// deferred Cancel give back a cost the caller meant to settle. It first
+// waits for a settle on its way, which the client's timeout bounds too.
+func (r *Reservation) settle(ctx context.Context, actual any, cancel bool) (Settlement, error) {
 	ctx = context.WithoutCancel(ctx)
 	r.mu.Lock()
+	for r.busy != nil {
+		busy := r.busy
+		r.mu.Unlock()
+		<-busy
+		r.mu.Lock()
+	}
 	if r.state != held {
 		r.mu.Unlock()
 		return Settlement{}, ErrSettled
 	}
-	r.state = settling
+	if cancel {
+		actual = r.unsent
+	}
+	busy := make(chan struct{})
+	r.busy = busy
 	r.mu.Unlock()
 	st, err := r.post(ctx, actual)
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.busy = nil
+	close(busy)
 	r.state = done
 	if err != nil && !errors.Is(err, ErrUnknownReservation) {
 		r.state = held // the service may not have heard, or refused: settle again
@@ -227,7 +245,6 @@ func (r *Reservation) settle(ctx context.Context, actual any) (Settlement, error
 			r.unsent = actual
 		}
 	}
-	r.mu.Unlock()
 	return st, err
 }
 
