@@ -328,3 +328,46 @@ func TestCancelDuringASettle(t *testing.T) {
 		t.Fatalf("after a settle of 100 that failed while a Cancel came: %d held, %d settles sent; want 100 held, 2 sent", held, settles.Load())
 	}
 }
+
+// TestReserveWhoseCallerLeftCancelsAgain: the reservation a Reserve
+// brings after its ctx ended is cancelled for the caller, who never sees
+// it; when the service answers that cancel 503 (a store that failed a
+// moment), it is sent again, as a deferred Cancel sends a failed Settle
+// again, rather than the estimate held until the TTL.
+func TestReserveWhoseCallerLeftCancelsAgain(t *testing.T) {
+	t.Parallel()
+	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	var settles atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/v1/settle" && settles.Add(1) == 1 {
+			http.Error(w, `{"error":"the limiter cannot decide now","code":"unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		api.ServeHTTP(w, req) // buffered: sent when the handler returns
+		if req.URL.Path == "/v1/reserve" {
+			time.Sleep(time.Second)
+		}
+	}))
+	defer ts.Close()
+	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if res, err := hc.Reserve(ctx, time.Hour, client.Hit{Limit: "tokens", Key: "k", Cost: 800}); err == nil {
+		t.Fatalf("a Reserve whose ctx ended at 100ms: %+v, want ctx's error", res)
+	}
+	var held int64
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		d, err := hc.Peek(context.Background(), client.Hit{Limit: "tokens", Key: "k", Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held = 1000 - 1 - d.Remaining; held == 0 || time.Now().After(end) {
+			break
+		}
+	}
+	if held != 0 || settles.Load() != 2 {
+		t.Fatalf("a reservation of 800 whose caller left, its cancel answered 503 once: %d held, %d cancels sent; want 0 held, 2 sent", held, settles.Load())
+	}
+}

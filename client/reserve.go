@@ -82,8 +82,9 @@ type SettledLimit struct {
 //
 // When ctx ends before the answer, Reserve returns ctx's error at once;
 // the exchange goes on without the caller, within the client's timeout,
-// and a reservation it brings is cancelled: the service may have made it
-// already, and no one else can settle it.
+// and a reservation it brings is cancelled (sent twice should the first
+// cancel fail): the service may have made it already, and no one else can
+// settle it.
 func (c *HTTP) Reserve(ctx context.Context, ttl time.Duration, hits ...Hit) (*Reservation, error) {
 	if len(hits) == 0 {
 		return nil, fmt.Errorf("client: reserve: no hits")
@@ -112,8 +113,15 @@ func (c *HTTP) Reserve(ctx context.Context, ttl time.Duration, hits ...Hit) (*Re
 	case <-ctx.Done():
 	}
 	go func() {
-		if r, err := c.reservation(<-answered); err == nil && r.Allowed {
-			_ = r.Cancel(ctx) // sent though ctx has ended, as every settle is
+		r, err := c.reservation(<-answered)
+		if err != nil || !r.Allowed {
+			return
+		}
+		// Sent though ctx has ended, as every settle is, and once more
+		// when it fails, as a deferred Cancel sends a failed Settle
+		// again: no one else can give the reservation back.
+		if r.Cancel(ctx) != nil {
+			_ = r.Cancel(ctx)
 		}
 	}()
 	return nil, fmt.Errorf("client: reserve: %w", ctx.Err())
