@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -369,5 +370,65 @@ func TestReserveWhoseCallerLeftCancelsAgain(t *testing.T) {
 	}
 	if held != 0 || settles.Load() != 2 {
 		t.Fatalf("a reservation of 800 whose caller left, its cancel answered 503 once: %d held, %d cancels sent; want 0 held, 2 sent", held, settles.Load())
+	}
+}
+
+// TestSettleWhileTheServiceRestarts: a Settle sent while the service is
+// down between its Reserve and the Settle (restarting on the same store:
+// its reservations kept, as on Redis or its state file) cannot connect;
+// it tries again until the service is back, within the client's
+// timeout, rather than fail, have the deferred Cancel fail the same way
+// at once, and leave the estimate charged for a call that used less.
+func TestSettleWhileTheServiceRestarts(t *testing.T) {
+	t.Parallel()
+	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	first := &http.Server{Handler: api}
+	go func() { _ = first.Serve(lis) }()
+	hc := client.NewHTTP("http://"+addr, client.HTTPOptions{Timeout: 10 * time.Second})
+
+	ctx := context.Background()
+	res, err := hc.Reserve(ctx, time.Hour, client.Hit{Limit: "tokens", Key: "k", Cost: 800})
+	if err != nil || !res.Allowed {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	if err := first.Close(); err != nil { // the service stops
+		t.Fatal(err)
+	}
+	restarted := make(chan *http.Server, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("listen again on %s: %v", addr, err)
+			restarted <- nil
+			return
+		}
+		again := &http.Server{Handler: api}
+		restarted <- again
+		_ = again.Serve(lis)
+	}()
+	func() {
+		defer res.Cancel(ctx)
+		if _, err := res.Settle(ctx, 100); err != nil {
+			t.Logf("settle while the service restarts: %v", err)
+		}
+	}()
+	again := <-restarted
+	if again == nil {
+		return
+	}
+	defer again.Close()
+	d, err := hc.Peek(ctx, client.Hit{Limit: "tokens", Key: "k", Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := 1000 - 1 - d.Remaining; held != 100 {
+		t.Fatalf("a reservation of 800 settled at 100 while the service restarted holds %d, want 100", held)
 	}
 }

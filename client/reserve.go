@@ -104,7 +104,7 @@ func (c *HTTP) Reserve(ctx context.Context, ttl time.Duration, hits ...Hit) (*Re
 	answered := make(chan reserved, 1)
 	go func() {
 		var a reserved
-		a.status, a.raw, a.err = c.post(context.WithoutCancel(ctx), "/v1/reserve", in)
+		a.status, a.raw, a.err = c.post(context.WithoutCancel(ctx), "/v1/reserve", in, false)
 		answered <- a
 	}()
 	select {
@@ -174,6 +174,9 @@ func (c *HTTP) reservation(in reserved) (*Reservation, error) {
 // Settle is sent even when ctx has ended (the caller's own client went
 // away after the call), within the client's timeout: the reservation is
 // settled by what the call cost, not held at its estimate until its TTL.
+// For the same reason a Settle that gets no answer (the service cannot be
+// reached, or the connection breaks: it is restarting) is sent again
+// until it gets one, within the client's timeout.
 func (r *Reservation) Settle(ctx context.Context, actual int64) (Settlement, error) {
 	return r.settle(ctx, actual, false)
 }
@@ -263,7 +266,7 @@ func (r *Reservation) post(ctx context.Context, actual any) (Settlement, error) 
 		Actual      any    `json:"actual,omitempty"`
 		Cancel      bool   `json:"cancel,omitempty"`
 	}{Reservation: r.token, Actual: actual, Cancel: actual == nil}
-	status, raw, err := r.c.post(ctx, "/v1/settle", in)
+	status, raw, err := r.c.post(ctx, "/v1/settle", in, true)
 	if err != nil {
 		return Settlement{}, fmt.Errorf("client: settle: %w", err)
 	}
@@ -285,22 +288,33 @@ func (r *Reservation) post(ctx context.Context, actual any) (Settlement, error) 
 }
 
 // post sends in as JSON to the service's path and returns the status and
-// the body of the answer (at most 1 MiB).
-func (c *HTTP) post(ctx context.Context, path string, in any) (int, []byte, error) {
+// the body of the answer (at most 1 MiB), within the client's timeout.
+// With again set, a request that got no answer (the connection could not
+// be made, or broke before the answer: the service restarting) is sent
+// again until one comes or the timeout passes, pausing 50ms, then twice
+// as long each time up to a second. That is safe for a settle: the
+// service applies one settle of a reservation, and a copy that comes
+// after it changes nothing.
+func (c *HTTP) post(ctx context.Context, path string, in any, again bool) (int, []byte, error) {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return 0, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return 0, nil, err
+	var resp *http.Response
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+		if err != nil {
+			return 0, nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err = c.client.Do(req); err == nil {
+			break
+		}
+		if !again || !sleep(ctx, pause) {
+			return 0, nil, err
+		}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -308,4 +322,16 @@ func (c *HTTP) post(ctx context.Context, path string, in any) (int, []byte, erro
 		return 0, nil, fmt.Errorf("read answer: %w", err)
 	}
 	return resp.StatusCode, raw, nil
+}
+
+// sleep pauses for d, and reports false when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
