@@ -339,3 +339,63 @@ limits:
 		}
 	}
 }
+
+// TestExplainRepeatedFieldRefusedChargesNoLimit: a request the gateway
+// refuses 400 for a field sent twice that a limit is keyed by, or for the
+// API key's field spelled with '_' for '-', is explained as the escaped slash's
+// 400 is: every limit of the policy listed, those its path meets "not
+// checked", none with a counter key, and the answer 400.
+func TestExplainRepeatedFieldRefusedChargesNoLimit(t *testing.T) {
+	p := compilePolicy(t, "explain.yaml", `
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+limits:
+  - {name: tenant, rate: 1, per: 1h, burst: 1, key: "header:X-Tenant", match: {paths: ["/api/**"]}}
+  - {name: per-ip, rate: 1, per: 1h, burst: 1, key: client_ip}
+  - {name: admin, rate: 1, per: 1h, burst: 1, key: client_ip, match: {paths: ["/admin/**"]}}
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+	for _, hdr := range []map[string]string{
+		{"X-Tenant": "a", "x-tenant": "b"},  // two lines of the field
+		{"X_API_Key": "k", "X-Tenant": "a"}, // the API key's field, '_' for '-'
+	} {
+		er := ExplainRequest{Path: "/api/x", IP: "198.51.100.7", Headers: hdr}
+		r, o, err := er.HTTPRequest(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := g.Explain(context.Background(), r, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r.Clone(context.Background()))
+		if w.Code != 400 || e.Answer.Status != 400 {
+			t.Fatalf("%v: gateway answered %d, explained %+v; want 400 for both", hdr, w.Code, e.Answer)
+		}
+		if len(e.Limits) != len(p.Limits()) {
+			t.Fatalf("%v: explained %d limits %+v, want the policy's %d", hdr, len(e.Limits), e.Limits, len(p.Limits()))
+		}
+		for _, name := range []string{"tenant", "per-ip"} {
+			if l := limitOf(t, e, name); l.Matched || l.CounterKey != "" || !strings.Contains(l.Reason, "not checked") || !strings.Contains(l.Reason, "400") {
+				t.Errorf("%v: %s explained as %+v; the gateway refuses the request 400 and counts it under no limit", hdr, name, l)
+			}
+		}
+		if l := limitOf(t, e, "admin"); l.Matched || strings.Contains(l.Reason, "not checked") {
+			t.Errorf("%v: admin explained as %+v; its path does not match, whatever the refusal", hdr, l)
+		}
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, newReq("GET", "/api/x", "198.51.100.7:5000", "X-Tenant", "a"))
+	if w.Code != 200 {
+		t.Fatalf("after the refusals the gateway answered %d, want 200: nothing counted for them", w.Code)
+	}
+}

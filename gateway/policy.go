@@ -367,11 +367,14 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 			}
 		}
 	}
+	badField := ""
 	if name := rf.repeated(r.Header); name != "" {
-		return &BadRequestError{Why: "more than one " + name + " field"}
+		badField = "more than one " + name + " field"
+	} else if name := rf.underscored(r.Header); name != "" {
+		badField = "a field named " + strings.Clone(name) + " ('_' for '-')"
 	}
-	if name := rf.underscored(r.Header); name != "" {
-		return &BadRequestError{Why: "a field named " + strings.Clone(name) + " ('_' for '-')"}
+	if badField != "" && m.Trace == nil {
+		return &BadRequestError{Why: badField}
 	}
 	if v := r.header(rf.keyHdr); v != "" {
 		req.APIKey = v
@@ -387,12 +390,18 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	} else {
 		p.Match(&req, pmm)
 	}
-	if pmm.RouteAmbiguous || pmm.EscapedSlash {
+	if badField != "" || pmm.RouteAmbiguous || pmm.EscapedSlash {
 		// Forwarded, an ambiguous one would be limited as one route and
 		// served as another by an upstream that reads the slash the
-		// other way. No limit counts it.
-		why := "an escaped slash (%2F) in the path would move it to another route"
-		if !pmm.RouteAmbiguous {
+		// other way. No limit counts it, nor a request refused for its
+		// fields (which an explanation matched only to say which limits
+		// go unchecked).
+		why := badField
+		switch {
+		case why != "":
+		case pmm.RouteAmbiguous:
+			why = "an escaped slash (%2F) in the path would move it to another route"
+		default:
 			why = "an escaped slash (%2F) in the path (server.escaped_slash: reject)"
 		}
 		if m.Trace != nil {

@@ -56,9 +56,11 @@ func (e *Explanation) Exempt(i, to int, out bool) {
 }
 
 // Refuse follows a request refused before any limit counts it (400 for
-// an escaped slash): no limit applies, and each that Match gave a hit says
-// why it is not checked.
+// an escaped slash, a field sent twice): no limit applies, each that
+// Match gave a hit says why it is not checked, and the request is not
+// refused for its API key (Forbidden) but for why.
 func (e *Explanation) Refuse(why string) {
+	e.Forbidden = ""
 	for j := range e.Limits {
 		lm := &e.Limits[j]
 		if lm.Matched {
