@@ -14,9 +14,12 @@ type Comparison struct {
 	// Policy names the other policy; Limits is its report, as Report's.
 	Policy string        `json:"policy"`
 	Limits []LimitReport `json:"limits"`
-	// Allowed and Denied count the other policy's decisions.
-	Allowed int64 `json:"allowed"`
-	Denied  int64 `json:"denied"`
+	// Allowed and Denied count the other policy's decisions, Answered the
+	// requests the gateway answered before any limit under it
+	// (Outcome.Answered).
+	Allowed  int64 `json:"allowed"`
+	Denied   int64 `json:"denied"`
+	Answered int64 `json:"answered"`
 	// Flips counts the requests decided differently: ToDenied are allowed
 	// by the first policy and refused by the other, ToAllowed the other
 	// way round.
@@ -91,9 +94,12 @@ func newComparer(otherName string, names []string, v6bits int) *comparer {
 
 // add compares the two decisions on rec; it returns the flip, if any.
 func (cp *comparer) add(rec *Record, a, b *Outcome) *Flip {
-	if b.Denied {
+	switch {
+	case b.Denied:
 		cp.c.Denied++
-	} else {
+	case b.Answered != 0:
+		cp.c.Answered++
+	default:
 		cp.c.Allowed++
 	}
 	if a.Denied == b.Denied {

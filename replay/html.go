@@ -138,6 +138,7 @@ svg .ok{fill:#cfe3cf}svg .shadow{fill:#f0a35e}.legend span{display:inline-block;
 <div class="card">allowed<b>{{commas .Allowed}}</b></div>
 <div class="card">denied<b class="bad">{{commas .Denied}}</b>{{percent .Denied .Requests}}</div>
 {{if .Forbidden}}<div class="card">403 (API key)<b>{{commas .Forbidden}}</b></div>{{end}}
+{{if .Answered}}<div class="card">answered before any limit<b>{{commas .Answered}}</b></div>{{end}}
 {{with .Agreement}}<div class="card">as in the log<b class="{{if .Unexplained}}bad{{else}}good{{end}}">{{fine .Matched .Compared}}</b>{{commas .Matched}} of {{commas .Compared}}</div>{{end}}
 {{with .Compare}}<div class="card">flips<b class="bad">{{commas .Flips}}</b>with {{.Policy}}</div>{{end}}
 </div>

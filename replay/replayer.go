@@ -58,6 +58,12 @@ type Outcome struct {
 	// Forbidden reports a 403: the route requires an API key the request
 	// lacks (the limits that need no key allowed it).
 	Forbidden bool
+	// Answered is the status of the answer the gateway gave the request
+	// before any limit decided it, 0 otherwise: its own 400 (an escaped
+	// slash, a field sent twice), or what the log shows it answered so
+	// (Record.Refused: the deny list's 403, the penalty box's 429, an
+	// engine's refusal). No limit allowed or refused such a request.
+	Answered int
 	// Err is set when the engine could not decide (a cost above a limit's
 	// capacity); the request is then refused.
 	Err error
@@ -203,7 +209,10 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 	if rec.Refused {
 		// Refused before any limit: nothing was charged.
 		r.none = gateway.Match{}
-		*o = Outcome{Match: &r.none, Result: &r.noneRes}
+		*o = Outcome{Answered: rec.Status, Match: &r.none, Result: &r.noneRes}
+		if o.Answered == 0 {
+			o.Answered = http.StatusBadRequest // a log that says refused without a status
+		}
 		return o
 	}
 	var left time.Duration
@@ -213,6 +222,9 @@ func (r *Replayer) decide(rec *Record) *Outcome {
 	h := r.g.Handle(context.Background(), &r.view, gateway.HandleOptions{Hold: true, Left: left, Shed: rec.Shed})
 	*o = Outcome{Denied: h.Refused, Forbidden: h.Status == http.StatusForbidden,
 		Err: h.Err, Match: h.Match, Result: h.Result}
+	if !h.Refused && h.Status == http.StatusBadRequest {
+		o.Answered = h.Status // the gateway's own 400, before any limit
+	}
 	if !h.Held {
 		r.cur = h
 		return o

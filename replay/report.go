@@ -35,12 +35,15 @@ type Report struct {
 	To   time.Time `json:"to"`
 	// Requests counts the requests replayed: Allowed by every limit,
 	// Denied by one (429, or the 503 of its refusal), Forbidden for their
-	// API key (403, once the limits that need no key allowed them), and
-	// among the allowed, Unlimited ones no limit applied to.
+	// API key (403, once the limits that need no key allowed them),
+	// Answered by the gateway before any limit (Outcome.Answered: its own
+	// 400s, the deny list's 403, the penalty box's 429), and among the
+	// allowed, Unlimited ones no limit applied to.
 	Requests  int64 `json:"requests"`
 	Allowed   int64 `json:"allowed"`
 	Denied    int64 `json:"denied"`
 	Forbidden int64 `json:"forbidden"`
+	Answered  int64 `json:"answered"`
 	Unlimited int64 `json:"unlimited"`
 	// Errors counts requests the engine could not decide (a cost above a
 	// limit's capacity): refused, and counted in Denied too.
@@ -165,6 +168,8 @@ func (t *tally) add(rec *Record, o *Outcome) {
 		}
 	case o.Forbidden:
 		r.Forbidden++
+	case o.Answered != 0:
+		r.Answered++
 	default:
 		r.Allowed++
 		if len(o.Match.Hits) == 0 {

@@ -45,6 +45,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Forbidden > 0 {
 		fmt.Fprintf(&b, ", %s refused with 403 (API key)", commas(r.Forbidden))
 	}
+	if r.Answered > 0 {
+		fmt.Fprintf(&b, ", %s answered before any limit (the gateway's own 400s, access lists, penalty box)", commas(r.Answered))
+	}
 	b.WriteString("\n\n")
 	writeLimits(&b, r.Limits)
 	writeAffected(&b, "clients refused most", r.TopClients)
@@ -253,8 +256,12 @@ func writeAgreement(b *strings.Builder, a *Agreement) {
 }
 
 func writeComparison(b *strings.Builder, r *Report, c *Comparison) {
-	fmt.Fprintf(b, "%s instead of %s: %s allowed, %s denied; %s requests flip (%s): %s allowed → denied, %s denied → allowed\n",
-		c.Policy, r.Policy, commas(c.Allowed), commas(c.Denied), commas(c.Flips), percentFine(c.Flips, r.Requests),
+	answered := ""
+	if c.Answered > 0 {
+		answered = fmt.Sprintf(", %s answered before any limit", commas(c.Answered))
+	}
+	fmt.Fprintf(b, "%s instead of %s: %s allowed, %s denied%s; %s requests flip (%s): %s allowed → denied, %s denied → allowed\n",
+		c.Policy, r.Policy, commas(c.Allowed), commas(c.Denied), answered, commas(c.Flips), percentFine(c.Flips, r.Requests),
 		commas(c.ToDenied), commas(c.ToAllowed))
 	if len(c.Groups) > 0 {
 		rows := [][]string{{"flip", "limit", "client", "count", "from – to", "first request"}}
