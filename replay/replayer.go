@@ -81,10 +81,13 @@ func (o *Outcome) Binding() *policy.Limit {
 	return nil
 }
 
-// NewReplayer returns a Replayer of p on a store of its own.
+// NewReplayer returns a Replayer of p on a store of its own, capped at the
+// policy's server.memory.max_bytes as floodgate serve's embedded store is:
+// past it, keys are evicted as serve evicts them.
 func NewReplayer(p *policy.Policy) (*Replayer, error) {
 	r := &Replayer{p: p, hdr: http.Header{}}
-	st, err := memstore.New(memstore.Options{Now: func() int64 { return r.now }, SnapshotInterval: -1, SweepInterval: -1})
+	srv := p.Server()
+	st, err := memstore.New(memstore.Options{Now: func() int64 { return r.now }, MaxBytes: srv.Memory.MaxBytes, SnapshotInterval: -1, SweepInterval: -1})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -94,7 +97,6 @@ func NewReplayer(p *policy.Policy) (*Replayer, error) {
 		st.Close()
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	srv := p.Server()
 	var keeper gateway.Gatekeeper
 	if l := access.Compile(access.FileEntries(&srv.Access)); len(l.Entries()) > 0 {
 		keeper = exemptions{l}
