@@ -155,6 +155,7 @@ svg .ok{fill:#cfe3cf}svg .shadow{fill:#f0a35e}.legend span{display:inline-block;
 <td class="n">{{commas .Seen}}</td><td class="n">{{commas .Allowed}}</td><td class="n">{{commas .Denied}}</td><td class="n">{{commas .Binding}}</td><td>{{bar .}}</td>
 <td>{{range $i, $e := .Episodes}}{{if lt $i 3}}{{clock $e.Start}}–{{clock $e.End}} ({{commas $e.Denied}})<br>{{end}}{{end}}{{if gt (len .Episodes) 3}}<span class="sub">and {{sub (i64 (len .Episodes)) 3}} more runs</span>{{end}}</td></tr>
 {{end}}</table>
+{{range .Limits}}{{if .Unheld}}<div class="sub bad"><code>{{.Name}}</code> is keyed by {{range $i, $h := .Unheld}}{{if $i}}, {{end}}<code>{{$h}}</code>{{end}}, which no line of the logs holds: replayed as if no request carried it</div>{{end}}{{end}}
 
 {{if .TopClients}}<h2>Clients refused most</h2>
 <table><tr><th>client</th><th class="n">denied</th><th>last limit</th><th>from – to</th></tr>

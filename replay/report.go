@@ -100,6 +100,11 @@ type LimitReport struct {
 	// maxEpisodes.
 	Episodes        []Episode `json:"episodes,omitempty"`
 	EpisodesLeftOut int       `json:"episodes_left_out,omitempty"`
+	// Unheld names the header fields the limit is keyed by that no line
+	// of the logs held (header:X-Tenant): Floodgate's access log holds
+	// only the User-Agent and the Referer, so the limit was replayed as
+	// if no request carried them.
+	Unheld []string `json:"unheld,omitempty"`
 }
 
 // Episode is a run of one limit's denials.
@@ -136,13 +141,27 @@ type tally struct {
 	tl      *Timeline
 	episode []struct{ start, end, n int64 }
 	first   bool
+	// keyed holds, per limit, the header fields it is keyed by; held
+	// whether a record held each such field.
+	keyed [][]string
+	held  map[string]bool
 }
 
 func newTally(p *policy.Policy, name string) *tally {
 	t := &tally{r: &Report{Policy: name}, limits: map[*policy.Limit]int{}, clients: newTopK(512), keys: newTopK(512), first: true}
+	t.keyed = make([][]string, len(p.Limits()))
 	for i, l := range p.Limits() {
 		t.limits[l] = i
 		t.r.Limits = append(t.r.Limits, LimitReport{Name: l.Name, Scope: l.Scope, Algorithm: l.Rule.Algorithm().String(), Shadow: l.Shadow})
+		for _, part := range l.Key {
+			if part.Kind == policy.KeyHeader {
+				if t.held == nil {
+					t.held = map[string]bool{}
+				}
+				t.held[part.Header] = false
+				t.keyed[i] = append(t.keyed[i], part.Header)
+			}
+		}
 	}
 	t.episode = make([]struct{ start, end, n int64 }, len(t.r.Limits))
 	t.tl = newTimeline(len(t.r.Limits))
@@ -157,6 +176,13 @@ func (t *tally) add(rec *Record, o *Outcome) {
 	}
 	r.To = time.Unix(0, rec.Time).UTC()
 	r.Requests++
+	if t.held != nil {
+		for _, h := range rec.Headers {
+			if held, ok := t.held[h.Name]; ok && !held && h.Value != "" {
+				t.held[h.Name] = true
+			}
+		}
+	}
 	b := t.tl.bucket(rec.Time)
 	t.tl.Requests[b]++
 	switch {
@@ -238,6 +264,11 @@ func (t *tally) closeEpisode(li int) {
 func (t *tally) finish(top int) *Report {
 	for li := range t.episode {
 		t.closeEpisode(li)
+		for _, h := range t.keyed[li] {
+			if !t.held[h] && t.r.Requests > 0 {
+				t.r.Limits[li].Unheld = append(t.r.Limits[li].Unheld, policy.KeyPart{Kind: policy.KeyHeader, Header: h}.String())
+			}
+		}
 	}
 	t.tl.finish()
 	t.r.Timeline = t.tl

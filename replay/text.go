@@ -94,6 +94,12 @@ func writeLimits(b *strings.Builder, limits []LimitReport) {
 	if shadow {
 		b.WriteString("(* shadow: counted, never enforced; its denials are the ones it would make)\n")
 	}
+	for _, l := range limits {
+		if len(l.Unheld) > 0 {
+			fmt.Fprintf(b, "(%s is keyed by %s, which no line of the logs holds: replayed as if no request carried it)\n",
+				l.Name, strings.Join(l.Unheld, ", "))
+		}
+	}
 	b.WriteString("\n")
 }
 

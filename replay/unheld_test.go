@@ -1,0 +1,88 @@
+package replay
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLimitKeyedByAFieldTheLogLacksIsNamed attacks a replay of
+// Floodgate's JSON access log through a policy with a limit keyed by a
+// header field the log does not hold (header:X-Tenant): the gateway
+// refused the tenant's third request, and the replay, which cannot know
+// the tenant, lets it through. The report must say so, naming the limit
+// and the field, rather than show the limit as seen by no request; a log
+// that holds the field (a CSV's header:X-Tenant column) replays it, and
+// the report names nothing.
+func TestLimitKeyedByAFieldTheLogLacksIsNamed(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
+	defer up.Close()
+	p := compilePolicy(t, fmt.Sprintf(`version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: %q}
+limits:
+  - {name: tenant, rate: 1, per: 1h, burst: 2, key: "header:X-Tenant"}
+  - {name: per-ip, rate: 100, per: 1s, burst: 100, key: client_ip}
+`, up.URL))
+	url, log, _ := liveGateway(t, p)
+	var codes []int
+	for i := range 3 {
+		req, err := http.NewRequest("GET", url+"/x", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Tenant", "acme")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		log.wait(t, i+1)
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Fatalf("the gateway answered %v, want [200 200 429]", codes)
+	}
+	r := mustRun(t, Options{Policy: p, Logs: []string{writeAccessLog(t, log, 3)}})
+	if l := limitReport(t, r, "tenant"); fmt.Sprint(l.Unheld) != "[header:X-Tenant]" {
+		t.Errorf("tenant: %+v; want it named as keyed by header:X-Tenant, which the log does not hold", l)
+	}
+	if l := limitReport(t, r, "per-ip"); len(l.Unheld) != 0 {
+		t.Errorf("per-ip: %+v; it is keyed by nothing the log lacks", l)
+	}
+	var text, page bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if want := "(tenant is keyed by header:X-Tenant, which no line of the logs holds: replayed as if no request carried it)"; !strings.Contains(text.String(), want) {
+		t.Errorf("text report:\n%s\nwant %q", text.String(), want)
+	}
+	if err := r.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), "which no line of the logs holds") {
+		t.Errorf("the HTML report does not name the limit keyed by a field the log lacks")
+	}
+
+	// A CSV that holds the field replays the limit as the gateway decided.
+	csv := "time,ip,method,path,header:X-Tenant\n"
+	for i := range 3 {
+		csv += fmt.Sprintf("%s,192.0.2.7,GET,/x,acme\n", t0.Add(time.Duration(i)*100*time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00"))
+	}
+	path := filepath.Join(t.TempDir(), "app.csv")
+	if err := os.WriteFile(path, []byte(csv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = mustRun(t, Options{Policy: p, Logs: []string{path}})
+	if l := limitReport(t, r, "tenant"); len(l.Unheld) != 0 || l.Seen != 3 || l.Denied != 1 {
+		t.Errorf("tenant from a CSV holding the field: %+v; want 3 seen, 1 denied, nothing unheld", l)
+	}
+}
