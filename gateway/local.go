@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -112,6 +113,21 @@ func (g *Gateway) Handle(ctx context.Context, r *Request, o HandleOptions) *Hand
 		st.res.Allowed, st.res.Binding = true, -1
 	}
 	return h
+}
+
+// Renew extends the concurrency leases of a held request, as the gateway
+// does every third of their lifetime while a request is in flight; a
+// caller that keeps its own clock (a replay, whose requests are held for
+// the durations a log gives) calls it as that clock goes on. A lease the
+// store let expire is taken again when its limit has room.
+func (h *Handled) Renew(ctx context.Context) error {
+	if h.g == nil || !h.Held || len(h.st.leases) == 0 {
+		return nil
+	}
+	if err := h.g.engine.Renew(ctx, h.st.leases); err != nil {
+		return fmt.Errorf("gateway: renew: %w", err)
+	}
+	return nil
 }
 
 // Done ends the request: a held one settles its reservation with the

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/access"
+	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
@@ -36,6 +38,10 @@ type Replayer struct {
 	pending   completions
 	lastSweep int64
 	peakKeys  int
+	// renewEvery is a third of the shortest lease lifetime of the
+	// policy's concurrency limits (0: none), lastRenew when the leases of
+	// the requests in flight were last renewed (renew).
+	renewEvery, lastRenew int64
 
 	view  gateway.Request
 	known gateway.Known
@@ -111,6 +117,18 @@ func NewReplayer(p *policy.Policy) (*Replayer, error) {
 		r.userHdr = http.CanonicalHeaderKey(srv.User.Header)
 	}
 	r.view.Known = &r.known
+	for _, l := range p.Limits() {
+		if l.Rule.Algorithm().Kind() != floodgate.KindConcurrency {
+			continue
+		}
+		ttl := l.Rule.Limit().LeaseTTL
+		if ttl <= 0 {
+			ttl = algo.DefaultLeaseTTL
+		}
+		if every := max(int64(ttl/3), 1); r.renewEvery == 0 || every < r.renewEvery {
+			r.renewEvery = every
+		}
+	}
 	return r, nil
 }
 
@@ -306,12 +324,32 @@ func (r *Replayer) advance(t int64) {
 		c.h.Done(c.status)
 	}
 	r.now = max(r.now, t)
+	r.renew()
 	if r.now-r.lastSweep >= sweepEvery {
 		if r.lastSweep != 0 {
 			r.peakKeys = max(r.peakKeys, r.store.Stats().Keys)
 			r.store.Sweep()
 		}
 		r.lastSweep = r.now
+	}
+}
+
+// renew extends the concurrency leases of the requests in flight, as the
+// gateway renews them every third of their lifetime until they end: a
+// request longer than its limit's lease_ttl keeps its slot. It renews
+// before a decision whenever that third has passed since the last
+// renewal, so that no lease has expired when a request is decided (one
+// that lapsed in a gap of the log is taken again at once: nothing was
+// decided in the gap that could have taken its slot).
+func (r *Replayer) renew() {
+	if r.renewEvery == 0 || len(r.pending) == 0 || r.now-r.lastRenew < r.renewEvery {
+		return
+	}
+	r.lastRenew = r.now
+	for i := range r.pending {
+		// A lease whose slot another request took runs on over its
+		// limit, as at the gateway.
+		_ = r.pending[i].h.Renew(context.Background())
 	}
 }
 
