@@ -168,12 +168,18 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // charging anything. r goes through the admission flow of every request
 // (Handle, with Peek): its identity is resolved as the gateway resolves it
 // (a token is verified where a limit the request matched needs the user),
-// and the state of every limit that applies is peeked at.
+// and the state of every limit that applies is peeked at. Its answer is
+// floodgate serve's, whose engines refuse a request a leaky queue would
+// hold past the policy's server.timeouts.write.
 func (g *Gateway) Explain(ctx context.Context, r *http.Request, o ExplainOptions) (*Explanation, error) {
-	if _, ok := g.matcher.(*PolicyMatcher); !ok {
+	pm, ok := g.matcher.(*PolicyMatcher)
+	if !ok {
 		return nil, ErrNotExplainable
 	}
 	v := RequestOf(r)
+	if wt := pm.WriteTimeout(); wt > 0 {
+		v.WriteDeadline = time.Now().Add(wt)
+	}
 	if o.KeyName != "" {
 		v.Known = &Known{KeyName: o.KeyName}
 	}

@@ -399,3 +399,47 @@ limits:
 		t.Fatalf("after the refusals the gateway answered %d, want 200: nothing counted for them", w.Code)
 	}
 }
+
+// TestExplainQueuePastWriteTimeout: a request a leaky queue would hold
+// past the policy's server.timeouts.write is refused at once by both
+// engines (429); explain says so, rather than "forwarded after" a wait
+// whose answer could no longer be written, and gives nothing back that
+// its look did not take (explained twice, it is refused twice).
+func TestExplainQueuePastWriteTimeout(t *testing.T) {
+	p := compilePolicy(t, "explain.yaml", `
+server: {timeouts: {write: 400ms}}
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+limits:
+  - {name: queue, algorithm: leaky_queue, rate: 1, per: 2s, burst: 3, key: global}
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, newReq("GET", "/x", "198.51.100.7:5000"))
+	if w.Code != 200 {
+		t.Fatalf("the first request got %d, want 200 at once", w.Code)
+	}
+	for i := range 2 {
+		er := ExplainRequest{Path: "/x", IP: "198.51.100.7"}
+		r, o, err := er.HTTPRequest(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := g.Explain(context.Background(), r, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Answer.Status != http.StatusTooManyRequests || e.Answer.Forwarded || e.Binding != "queue" {
+			t.Errorf("explanation %d: binding %q, answer %+v; want 429 by the queue, its wait of about 2s past the write timeout of 400ms",
+				i+1, e.Binding, e.Answer)
+		}
+	}
+}

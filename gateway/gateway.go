@@ -888,7 +888,9 @@ func pastWriteDeadline(st *Flow, delay time.Duration) time.Duration {
 // full), and its leases when it finishes.
 func (g *Gateway) refuseQueued(x Exchange, st *Flow, reserved bool, over time.Duration) {
 	ctx := x.Context()
-	g.refund(ctx, st, "gateway: refund of a request refused for its wait in a queue")
+	if !st.peek { // a look (explain) charged nothing to give back
+		g.refund(ctx, st, "gateway: refund of a request refused for its wait in a queue")
+	}
 	if reserved {
 		g.cancelReservation(ctx, st)
 	}

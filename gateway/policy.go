@@ -310,6 +310,14 @@ func (pm *PolicyMatcher) Match(r *Request, m *Match) error {
 // cost from a request's body (BodyReader).
 func (pm *PolicyMatcher) ReadsBodies() bool { return pm.src.Policy().ReadsBodies() }
 
+// WriteTimeout returns the policy's server.timeouts.write (0: none): the
+// engines of floodgate serve refuse a request a leaky queue would hold
+// past it (Request.WriteDeadline), and so does a request decided in
+// process as serve would decide it (explain, a replay).
+func (pm *PolicyMatcher) WriteTimeout() time.Duration {
+	return pm.src.Policy().Server().Timeouts.Write
+}
+
 // MatchUser matches r again with its token verified: the user's limits are
 // included. A token that does not verify is counted and logged by reason;
 // the request is then refused with 401 (Match.Reject) once the limits that
