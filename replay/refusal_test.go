@@ -22,6 +22,13 @@ import (
 // access log, kept in memory, has each decision's instant.
 func liveGateway(t *testing.T, p *policy.Policy) (url string, log *recordLog, g *gateway.Gateway) {
 	t.Helper()
+	return liveGatewayServer(t, p, func(*http.Server) {})
+}
+
+// liveGatewayServer is liveGateway with its HTTP server set up by setup
+// before it starts (its timeouts).
+func liveGatewayServer(t *testing.T, p *policy.Policy, setup func(*http.Server)) (url string, log *recordLog, g *gateway.Gateway) {
+	t.Helper()
 	st, err := memstore.New(memstore.Options{Now: func() int64 { return time.Now().UnixNano() }, SweepInterval: -1, SnapshotInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +43,9 @@ func liveGateway(t *testing.T, p *policy.Policy) (url string, log *recordLog, g 
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(g)
+	front := httptest.NewUnstartedServer(g)
+	setup(front.Config)
+	front.Start()
 	t.Cleanup(front.Close)
 	return front.URL, log, g
 }

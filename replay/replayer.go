@@ -34,6 +34,10 @@ type Replayer struct {
 	g       *gateway.Gateway
 	now     int64
 	userHdr string
+	// writeTimeout is the policy's server.timeouts.write: a request a
+	// leaky queue would hold past it is refused, as serve's engines
+	// refuse it.
+	writeTimeout time.Duration
 
 	pending   completions
 	lastSweep int64
@@ -116,6 +120,7 @@ func NewReplayer(p *policy.Policy) (*Replayer, error) {
 	if srv.User.Header != "" {
 		r.userHdr = http.CanonicalHeaderKey(srv.User.Header)
 	}
+	r.writeTimeout = srv.Timeouts.Write
 	r.view.Known = &r.known
 	for _, l := range p.Limits() {
 		if l.Rule.Algorithm().Kind() != floodgate.KindConcurrency {
@@ -192,6 +197,11 @@ func (r *Replayer) prepare(rec *Record) {
 	}
 	r.view = gateway.Request{Method: rec.Method, Host: rec.Host, Path: rec.Path, RawPath: rec.RawPath, Proto: "HTTP/1.1", Peer: rec.ClientIP,
 		Header: r.hdr, Known: &r.known}
+	if r.writeTimeout > 0 {
+		// The request is decided now, its answer due within the write
+		// timeout: a queue's wait is set against it as the engines set it.
+		r.view.WriteDeadline = time.Now().Add(r.writeTimeout)
+	}
 }
 
 // peek decides the prepared request at instant t without charging it:
