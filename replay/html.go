@@ -150,6 +150,7 @@ svg .ok{fill:#cfe3cf}svg .shadow{fill:#f0a35e}.legend span{display:inline-block;
 {{with .Timeline}}<div class="sub">one bar per {{per .Width}}</div>{{end}}
 
 <h2>Limits, in evaluation order</h2>
+{{range .Unheld}}{{if eq . "host"}}<div class="sub bad">The policy matches routes or limits by host, which no line of the logs holds: replayed as if no request named one.</div>{{end}}{{end}}
 <table><tr><th>limit</th><th>scope</th><th>algorithm</th><th class="n">seen</th><th class="n">allowed</th><th class="n">denied</th><th class="n">binding</th><th></th><th>denials</th></tr>
 {{range .Limits}}<tr><td><code>{{.Name}}</code>{{if .Shadow}} <span class="sub">shadow</span>{{end}}</td><td>{{.Scope}}</td><td>{{.Algorithm}}</td>
 <td class="n">{{commas .Seen}}</td><td class="n">{{commas .Allowed}}</td><td class="n">{{commas .Denied}}</td><td class="n">{{commas .Binding}}</td><td>{{bar .}}</td>

@@ -60,6 +60,11 @@ type Report struct {
 	Agreement *Agreement `json:"agreement,omitempty"`
 	// Compare lists the requests another policy decides differently.
 	Compare *Comparison `json:"compare,omitempty"`
+	// Unheld names what the policy matches requests by that no line of
+	// the logs held ("host": Floodgate's and NGINX's combined formats hold
+	// none), replayed as if no request carried it; LimitReport.Unheld
+	// names the fields a limit is keyed by.
+	Unheld []string `json:"unheld,omitempty"`
 	// Late counts records that arrived later than the reorder window
 	// allowed (replayed at the time the replay had reached), MaxLate by
 	// how much at most.
@@ -145,10 +150,21 @@ type tally struct {
 	// whether a record held each such field.
 	keyed [][]string
 	held  map[string]bool
+	// byHost reports that a route or a limit of the policy matches by
+	// host, hostHeld that a record held a host.
+	byHost, hostHeld bool
 }
 
 func newTally(p *policy.Policy, name string) *tally {
 	t := &tally{r: &Report{Policy: name}, limits: map[*policy.Limit]int{}, clients: newTopK(512), keys: newTopK(512), first: true}
+	if f := p.File(); f != nil {
+		for _, rt := range f.Routes {
+			t.byHost = t.byHost || len(rt.Match.Hosts) > 0
+		}
+		for _, l := range f.Limits {
+			t.byHost = t.byHost || len(l.Match.Hosts) > 0
+		}
+	}
 	t.keyed = make([][]string, len(p.Limits()))
 	for i, l := range p.Limits() {
 		t.limits[l] = i
@@ -176,6 +192,9 @@ func (t *tally) add(rec *Record, o *Outcome) {
 	}
 	r.To = time.Unix(0, rec.Time).UTC()
 	r.Requests++
+	if rec.Host != "" {
+		t.hostHeld = true
+	}
 	if t.held != nil {
 		for _, h := range rec.Headers {
 			if held, ok := t.held[h.Name]; ok && !held && h.Value != "" {
@@ -269,6 +288,9 @@ func (t *tally) finish(top int) *Report {
 				t.r.Limits[li].Unheld = append(t.r.Limits[li].Unheld, policy.KeyPart{Kind: policy.KeyHeader, Header: h}.String())
 			}
 		}
+	}
+	if t.byHost && !t.hostHeld && t.r.Requests > 0 {
+		t.r.Unheld = append(t.r.Unheld, "host")
 	}
 	t.tl.finish()
 	t.r.Timeline = t.tl

@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, ", %s answered before any limit (the gateway's own 400s, access lists, penalty box)", commas(r.Answered))
 	}
 	b.WriteString("\n\n")
+	if slices.Contains(r.Unheld, "host") {
+		b.WriteString("(the policy matches routes or limits by host, which no line of the logs holds: replayed as if no request named one)\n\n")
+	}
 	writeLimits(&b, r.Limits)
 	writeAffected(&b, "clients refused most", r.TopClients)
 	writeAffected(&b, "API keys refused most", r.TopKeys)

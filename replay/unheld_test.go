@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/accesslog"
 )
 
 // TestLimitKeyedByAFieldTheLogLacksIsNamed attacks a replay of
@@ -84,5 +86,71 @@ limits:
 	r = mustRun(t, Options{Policy: p, Logs: []string{path}})
 	if l := limitReport(t, r, "tenant"); len(l.Unheld) != 0 || l.Seen != 3 || l.Denied != 1 {
 		t.Errorf("tenant from a CSV holding the field: %+v; want 3 seen, 1 denied, nothing unheld", l)
+	}
+}
+
+// TestHostRoutesFromACombinedLogAreNamed attacks a replay of Floodgate's
+// combined access log, which holds no host, through a policy that routes
+// by host: the gateway refused the third request to its host's route, and
+// the replay, which cannot tell the host, matches no route for it. The
+// report must say so; the JSON log, which holds the host, replays every
+// request as the gateway decided it and names nothing.
+func TestHostRoutesFromACombinedLogAreNamed(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
+	defer up.Close()
+	p := compilePolicy(t, fmt.Sprintf(`version: 1
+routes:
+  - {name: api, match: {hosts: [api.example.com]}, upstream: %[1]q}
+  - {name: rest, match: {paths: ["/**"]}, upstream: %[1]q}
+limits:
+  - {name: api, rate: 1, per: 1h, burst: 2, key: client_ip, match: {routes: [api]}}
+`, up.URL))
+	url, log, _ := liveGateway(t, p)
+	var codes []int
+	for i := range 3 {
+		req, err := http.NewRequest("GET", url+"/x", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "api.example.com"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		log.wait(t, i+1)
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Fatalf("the gateway answered %v, want [200 200 429]", codes)
+	}
+	var combined []byte
+	for i := range 3 {
+		lr := log.get(i)
+		combined = accesslog.AppendCombined(combined, &lr)
+	}
+	path := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(path, combined, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, Options{Policy: p, Logs: []string{path}})
+	if r.Requests != 3 || r.Logs[0].Skipped != 0 {
+		t.Fatalf("combined log: %d requests, %d lines unreadable", r.Requests, r.Logs[0].Skipped)
+	}
+	if fmt.Sprint(r.Unheld) != "[host]" {
+		t.Errorf("combined log: unheld %v; want [host], the policy routing by the host the log does not hold", r.Unheld)
+	}
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if want := "(the policy matches routes or limits by host, which no line of the logs holds: replayed as if no request named one)"; !strings.Contains(text.String(), want) {
+		t.Errorf("text report:\n%s\nwant %q", text.String(), want)
+	}
+
+	r = mustRun(t, Options{Policy: p, Logs: []string{writeAccessLog(t, log, 3)}})
+	if len(r.Unheld) != 0 || r.Allowed != 2 || r.Denied != 1 {
+		t.Errorf("JSON log: unheld %v, %d allowed, %d denied; want nothing unheld, 2 allowed, 1 denied", r.Unheld, r.Allowed, r.Denied)
 	}
 }
