@@ -600,3 +600,51 @@ func TestHTTP10ChunkedWithLengthClosesTheConnection(t *testing.T) {
 		}
 	})
 }
+
+// TestHTTP10ChunkedWithoutLengthClosesTheConnection: an HTTP/1.0 request
+// kept alive with Transfer-Encoding: chunked and no Content-Length never
+// has its chunks read as a request, on each engine. net/http's server drops
+// the field of an HTTP/1.0 request unseen and reads the request as one
+// without a body, so what a proxy in front sends as its chunks would be
+// read as the next request: a chunk size line that a lenient proxy reads
+// as the last chunk with an extension ("0 /smuggled HTTP/1.1") and a
+// trailer section (Host: x) reached the upstream as a request of its own,
+// and a well-formed chunk made a second answer that the proxy in front
+// would give its next request. The edge engine refuses such a request
+// (501); on the net/http engine, which cannot tell it from one without the
+// field, no HTTP/1.0 connection is kept.
+func TestHTTP10ChunkedWithoutLengthClosesTheConnection(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		var mu sync.Mutex
+		var seen []string
+		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s %q", r.Method, r.URL.Path, b))
+			mu.Unlock()
+			_, _ = io.WriteString(w, "ok")
+		})
+		base := serveFront(t, fr, gatewayTo(t, up.URL), nil)
+		next := "GET /next HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+		for _, c := range []struct{ name, method, chunks string }{
+			{"a chunk size line read as a request", "POST", "0 /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"},
+			{"the same on a GET", "GET", "0 /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"},
+			{"well-formed chunks", "POST", "3\r\nabc\r\n0\r\n\r\n"},
+		} {
+			head := c.method + " /upload HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+			answers, closed := interimExchange(t, base, head+c.chunks+next)
+			if len(answers) > 1 || !closed {
+				t.Errorf("%s: answered %v, closed %v; want at most one answer, then the connection closed",
+					c.name, interimStatuses(answers), closed)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range seen {
+			if !strings.HasPrefix(s, "POST /upload ") && !strings.HasPrefix(s, "GET /upload ") {
+				t.Errorf("the upstream got %s", s)
+			}
+		}
+	})
+}

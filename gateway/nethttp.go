@@ -52,18 +52,19 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	st.view.from(r)
 	st.view.WriteDeadline = writeDeadlineOf(r.Context())
-	if next == nil && r.ProtoMajor == 1 && (len(r.TransferEncoding) > 0 || r.ProtoMinor == 0 && r.ContentLength > 0) {
+	if next == nil && r.ProtoMajor == 1 && (len(r.TransferEncoding) > 0 || r.ProtoMinor == 0) {
 		// A request with a chunked body may have carried a Content-Length
 		// too, which net/http drops: a proxy in front that framed it by
 		// that length would see what follows as another request. Closing
 		// the connection after the answer leaves nothing to smuggle.
 		// net/http drops the Transfer-Encoding of an HTTP/1.0 request
-		// unseen and frames its body by its Content-Length, where RFC
-		// 9112 §6.1 has the framing taken as faulty and the connection
-		// closed: a proxy in front that read the body as chunked would
-		// see what follows the length as another request. Such a request
-		// cannot be told from one without the field, so every HTTP/1.0
-		// request with a body has its connection closed after the answer.
+		// unseen and frames its body by its Content-Length, or takes it
+		// for a request without a body, where RFC 9112 §6.1 has the
+		// framing taken as faulty and the connection closed: a proxy in
+		// front that read the body as chunked would see what follows the
+		// length, or the chunks themselves, as another request. Such a
+		// request cannot be told from one without the field, so no
+		// HTTP/1.0 connection is kept after its answer.
 		w.Header()["Connection"] = []string{"close"}
 	}
 	// finish runs whatever the handler or the upstream does (errors,

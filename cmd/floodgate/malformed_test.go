@@ -196,6 +196,7 @@ func malformedCorpus() []malformed {
 	add("Transfer_Encoding", "POST /te HTTP/1.1\r\nHost: x\r\nTransfer_Encoding: chunked\r\n\r\n"+chunked+smuggled)
 	add("Transfer-Encoding on a GET", "GET /te HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+chunked+smuggled)
 	add("Transfer-Encoding on HTTP/1.0", "POST /te HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+chunked+smuggled)
+	add("Transfer-Encoding on HTTP/1.0 kept alive", "POST /te HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0 /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
 	add("Transfer-Encoding and Content-Length on HTTP/1.0 kept alive", fmt.Sprintf("POST /te HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(smuggled), smuggled))
 
 	// Chunked bodies.
