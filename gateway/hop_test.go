@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,6 +252,65 @@ limits:
 		if h := <-got; h != c.xfh {
 			t.Errorf("%s with Host %s: the upstream was told %q, want %q", c.target, c.host, h, c.xfh)
 		}
+	}
+}
+
+// TestAbsoluteFormWithoutAHostIsRefused: an absolute-form target whose
+// authority names no host (http:///x, user info or a port alone) is
+// refused with 400 before any route or limit on each engine, as RFC 9110
+// §4.2.1 has a recipient reject an http URI with an empty host. Before
+// 2026-12-06 net/http's server took the Host field's host for it and the
+// edge engine no host at all, so one request was routed and limited by
+// api.example.com on one engine and by the routes for any host on the
+// other, past that host's limits, the upstream told no X-Forwarded-Host.
+func TestAbsoluteFormWithoutAHostIsRefused(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testAbsoluteFormWithoutAHostIsRefused)
+}
+
+func testAbsoluteFormWithoutAHostIsRefused(t *testing.T, fr string) {
+	p := compilePolicy(t, "hosts.yaml", `version: 1
+routes:
+  - name: api
+    match: {hosts: [api.example.com], paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+  - name: rest
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: api-limit
+    match: {routes: [api]}
+    algorithm: fixed_window
+    limit: 5
+    window: 1h
+    key: global
+  - name: rest-limit
+    match: {routes: [rest]}
+    algorithm: fixed_window
+    limit: 7
+    window: 1h
+    key: global
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served atomic.Int64
+	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) { served.Add(1) })
+	for _, target := range []string{"http:///x", "HTTPS:///x", "http://u@/x", "http://:80/x", "http://?q=1"} {
+		answers, closed := interimExchange(t, base, "GET "+target+" HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+		if len(answers) != 1 || answers[0].StatusCode != http.StatusBadRequest || !closed {
+			t.Errorf("%s: answered %v (closed %v), want 400, then closed", target, interimStatuses(answers), closed)
+		}
+		for _, a := range answers {
+			if pol := a.Header.Get("RateLimit-Policy"); pol != "" {
+				t.Errorf("%s: limited by %s, want no limit", target, pol)
+			}
+		}
+	}
+	if n := served.Load(); n != 0 {
+		t.Errorf("the upstream served %d of them", n)
 	}
 }
 

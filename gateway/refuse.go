@@ -42,6 +42,11 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 	case target == "*":
 		// PRI * on HTTP/1 is HTTP/2's preface sent as HTTP/1.1: no request.
 		return http.StatusBadRequest, "400 Bad Request: the target * is for OPTIONS only", true
+	case absoluteWithoutHost(target):
+		// RFC 9110 §4.2.1: an http URI with an empty host is invalid.
+		// net/http's server would take the Host field's host for it and
+		// fasthttp none: one request routed and limited by two hosts.
+		return http.StatusBadRequest, "400 Bad Request: an absolute target without a host", true
 	case strings.IndexByte(target, '#') >= 0:
 		// RFC 9112 3.2: a target has no fragment. fasthttp would end the
 		// path at "#" and the upstream get the whole target: limited as
@@ -62,6 +67,42 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 		return http.StatusBadRequest, "400 Bad Request: malformed Host header", true
 	}
 	return 0, "", false
+}
+
+// absoluteWithoutHost reports whether target is in absolute form with an
+// authority ("scheme://") that names no host: none at all, or user info
+// or a port alone (http:///x, http://u@/x, http://:80/x).
+func absoluteWithoutHost(target string) bool {
+	i := strings.Index(target, "://")
+	if i <= 0 || !validScheme(target[:i]) {
+		return false
+	}
+	auth := target[i+3:]
+	if j := strings.IndexAny(auth, "/?#"); j >= 0 {
+		auth = auth[:j]
+	}
+	if j := strings.LastIndexByte(auth, '@'); j >= 0 {
+		auth = auth[j+1:]
+	}
+	if j := strings.LastIndexByte(auth, ':'); j >= 0 && strings.IndexByte(auth[j:], ']') < 0 {
+		auth = auth[:j]
+	}
+	return auth == ""
+}
+
+// validScheme reports whether s is a URI scheme (RFC 3986 §3.1): a letter,
+// then letters, digits, "+", "-" and ".".
+func validScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 // targetPath returns the path of a request target (origin or absolute

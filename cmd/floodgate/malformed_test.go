@@ -88,6 +88,9 @@ func malformedCorpus() []malformed {
 	add("an absolute target without a path", "GET http://other.example HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
 	add("an absolute target with user info", "GET http://u@other.example/abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
 	add("an absolute target of another scheme", "GET ftp://other.example/abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	add("an absolute target without a host", "GET http:///abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	add("an absolute target with user info and no host", "GET http://u@/abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	add("an absolute target with a port and no host", "GET http://:80/abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
 	add("an absolute target with an empty Host", "GET http://other.example/abs HTTP/1.1\r\nHost: \r\n\r\n")
 	add("an absolute target without Host", "GET http://other.example/abs HTTP/1.1\r\n\r\n")
 
