@@ -648,3 +648,129 @@ func TestHTTP10ChunkedWithoutLengthClosesTheConnection(t *testing.T) {
 		}
 	})
 }
+
+// TestDotSegmentsForwardedAsLimited: a target whose path holds dot
+// segments ("..", ".", escaped as %2e or not) is forwarded with them
+// resolved as the gateway resolved them to route and limit it, on each
+// engine, so an upstream that does not resolve them (Flask serves
+// /admin/../public/x by its /admin/<path> route, as Express does) is asked
+// for the path that was limited, and one behind a route's path prefix is
+// never taken out of it. Before 2026-12-06 both engines forwarded the path
+// as sent: /admin/../public/x was charged the public route's limit and
+// reached the upstream as /admin/../public/x, and /../x sent to an
+// upstream at /base reached it as /base/../x.
+func TestDotSegmentsForwardedAsLimited(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testDotSegmentsForwardedAsLimited)
+}
+
+func testDotSegmentsForwardedAsLimited(t *testing.T, fr string) {
+	p := compilePolicy(t, "dots.yaml", `version: 1
+routes:
+  - name: admin
+    match: {paths: ["/admin/**"]}
+    upstream: http://127.0.0.1:9
+  - name: public
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: admin-limit
+    match: {routes: [admin]}
+    algorithm: fixed_window
+    limit: 100
+    window: 1h
+    key: global
+  - name: public-limit
+    match: {routes: [public]}
+    algorithm: fixed_window
+    limit: 200
+    window: 1h
+    key: global
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI })
+	get := func(base, target string) (*http.Response, string) {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(conn, "GET "+target+" HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d, want 200", target, resp.StatusCode)
+		}
+		return resp, <-got
+	}
+	for _, c := range []struct{ target, limit, upstream string }{
+		{"/admin/../public/x", "public-limit", "/public/x"},
+		{"/admin/%2e%2e/public/x", "public-limit", "/public/x"},
+		{"/admin/.%2E/public/x?q=/admin/../y", "public-limit", "/public/x?q=/admin/../y"},
+		{"/admin/./../public/x", "public-limit", "/public/x"},
+		{"/admin//../public/x", "public-limit", "/public/x"},
+		{"/../admin/x", "admin-limit", "/admin/x"},
+		{"/public/../admin/x/.", "admin-limit", "/admin/x/"},
+		{"/public/..", "public-limit", "/"},
+		{"http://a.example/admin/../public/x", "public-limit", "/public/x"},
+		{"/admin/.x/..y/%2e%2ex", "admin-limit", "/admin/.x/..y/%2e%2ex"},
+	} {
+		resp, u := get(base, c.target)
+		limit, _, _ := strings.Cut(resp.Header.Get("RateLimit-Policy"), ";")
+		if limit != `"`+c.limit+`"` || u != c.upstream {
+			t.Errorf("%s: limited by %s, the upstream asked for %s; want %s and %s", c.target, limit, u, c.limit, c.upstream)
+		}
+	}
+
+	// A path with an escaped slash goes as sent: under escaped_slash:
+	// decoded the gateway limited it decoded, as the upstream reads it.
+	pd := compilePolicy(t, "decoded.yaml", `version: 1
+server:
+  escaped_slash: decoded
+routes:
+  - name: admin
+    match: {paths: ["/admin/**"]}
+    upstream: http://127.0.0.1:9
+  - name: public
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: public-limit
+    match: {routes: [public]}
+    algorithm: fixed_window
+    limit: 200
+    window: 1h
+    key: global
+`)
+	pmd, err := NewPolicyMatcher(Fixed(pd), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, decoded, _ := startFront(t, fr, Options{Matcher: pmd, Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI })
+	if resp, u := get(decoded, "/admin/b%2F../../public/x"); u != "/admin/b%2F../../public/x" ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit-Policy"), `"public-limit"`) {
+		t.Errorf("an escaped slash under decoded: limited by %s, the upstream asked for %s; want public-limit and the path as sent",
+			resp.Header.Get("RateLimit-Policy"), u)
+	}
+
+	// Behind a path prefix.
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI })
+	prefixed := serveFront(t, fr, gatewayTo(t, up.URL+"/base"), nil)
+	for target, want := range map[string]string{"/../x": "/base/x", "/a/%2e%2e/../x/": "/base/x/"} {
+		if _, u := get(prefixed, target); u != want {
+			t.Errorf("%s behind /base: the upstream was asked for %s, want %s", target, u, want)
+		}
+	}
+}

@@ -320,6 +320,15 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 			// proxy rewrote one with a semicolon: dropped what it could not
 			// parse, sorted the rest). The gateway reads no query.
 			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			// The path as the request was routed and limited: an upstream
+			// that does not resolve dot segments (Flask, Express) would
+			// serve /admin/../x by its /admin route, and one behind a path
+			// prefix would be taken out of it.
+			if p, ok := ResolveDotSegments(pr.In.URL.EscapedPath()); ok {
+				if d, err := url.PathUnescape(p); err == nil {
+					pr.Out.URL.Path, pr.Out.URL.RawPath = d, p
+				}
+			}
 			pr.SetURL(target)
 			// Keep the chain of proxies and add this hop, as NGINX's
 			// $proxy_add_x_forwarded_for does (forward removed it when the

@@ -148,3 +148,71 @@ func upperMethod(m string) string {
 	}
 	return m
 }
+
+// ResolveDotSegments returns the path p of a request target (as sent,
+// escaped, without its query) with its dot segments resolved as the
+// gateway resolves them to route and limit the request: a segment that is
+// "." or ".." (escaped or not: "%2e", ".%2E") is removed, or removes the
+// one before it, and empty segments go with them, as path.Clean reads the
+// decoded path. Every other segment is kept as it was sent. It returns p
+// and false when p holds no dot segment, or an escaped slash ("%2F"): such
+// a target goes upstream as sent, since which segment a ".." removes
+// depends on the reading server.escaped_slash names, and the upstream that
+// reading is chosen for resolves the path its own way. Both engines
+// forward the path it returns, so that an upstream that does not resolve
+// dot segments itself is asked for the path the gateway limited.
+func ResolveDotSegments(p string) (string, bool) {
+	if !strings.Contains(p, "/.") && !strings.Contains(p, "/%2e") && !strings.Contains(p, "/%2E") ||
+		strings.Contains(p, "%2F") || strings.Contains(p, "%2f") {
+		return p, false
+	}
+	segs := strings.Split(p, "/")
+	found := false
+	for _, s := range segs {
+		if dotSegment(s) != 0 {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return p, false
+	}
+	kept := make([]string, 0, len(segs))
+	for _, s := range segs {
+		switch dotSegment(s) {
+		case 1:
+		case 2:
+			if len(kept) > 0 {
+				kept = kept[:len(kept)-1]
+			}
+		default:
+			if s != "" {
+				kept = append(kept, s)
+			}
+		}
+	}
+	out := "/" + strings.Join(kept, "/")
+	if last := segs[len(segs)-1]; len(kept) > 0 && (last == "" || dotSegment(last) != 0) {
+		out += "/"
+	}
+	return out, true
+}
+
+// dotSegment returns 1 when the segment s (escaped) is ".", 2 when it is
+// "..", else 0; "%2e" in either case is a dot.
+func dotSegment(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '.':
+		case s[i] == '%' && i+2 < len(s) && s[i+1] == '2' && (s[i+2] == 'e' || s[i+2] == 'E'):
+			i += 2
+		default:
+			return 0
+		}
+		if n++; n > 2 {
+			return 0
+		}
+	}
+	return n
+}

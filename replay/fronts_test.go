@@ -88,7 +88,9 @@ limits:
 
 // frontsService is the upstream of the proxies and the next handler of
 // the middlewares: POST /login is 401 without the right password,
-// anything else 200 with its method and path.
+// anything else 200 with its method and path. It reads the path with its
+// dot segments resolved, as NGINX does: the proxies send it so resolved
+// (gateway.ResolveDotSegments), the middlewares pass it on as it came.
 var frontsService = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, r.Body)
 	if r.URL.Path == "/login" && r.Header.Get("X-Password") != "right" {
@@ -96,7 +98,8 @@ var frontsService = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request
 		io.WriteString(w, "wrong password\n")
 		return
 	}
-	io.WriteString(w, "ok "+r.Method+" "+r.URL.EscapedPath()+"\n")
+	p, _ := gateway.ResolveDotSegments(r.URL.EscapedPath())
+	io.WriteString(w, "ok "+r.Method+" "+p+"\n")
 })
 
 // frontsReq is one request of a sequence: its raw head's parts, the

@@ -1054,6 +1054,16 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 	if len(raw) == 0 || raw[0] != '/' {
 		raw = req.URI().RequestURI() // absolute form: the path and query only
 	}
+	// The path as the request was routed and limited, its dot segments
+	// resolved (gateway.ResolveDotSegments).
+	path, query, hasQuery := bytes.Cut(raw, []byte("?"))
+	if p, ok := gateway.ResolveDotSegments(b2s(path)); ok {
+		resolved := append([]byte(p), query...)
+		if hasQuery {
+			resolved = append(append([]byte(p), '?'), query...)
+		}
+		raw = resolved
+	}
 	if up.base != "" || up.query != "" {
 		raw = joinTarget(up.base, up.query, raw)
 	}
