@@ -380,3 +380,83 @@ func testProxyAnswersWhatItNeverForwards(t *testing.T, fr string) {
 		t.Errorf("the first request that reaches the limit: %d", a.status)
 	}
 }
+
+// TestAbsoluteFormPathForwardedAsSent: the path and query of an
+// absolute-form target reach the upstream as the client sent them, as an
+// origin-form target's do, on each engine: the escapes the gateway read
+// (an escaped slash under server.escaped_slash: segment above all) are the
+// upstream's too. Before 2026-12-06 the edge engine forwarded the path
+// fasthttp had decoded and cleaned: http://a.example/admin%2Fx, limited
+// as the one segment "admin%2Fx" by the route for any path, reached the
+// upstream as /admin/x, its admin route's path.
+func TestAbsoluteFormPathForwardedAsSent(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testAbsoluteFormPathForwardedAsSent)
+}
+
+func testAbsoluteFormPathForwardedAsSent(t *testing.T, fr string) {
+	p := compilePolicy(t, "segment.yaml", `version: 1
+server:
+  escaped_slash: segment
+routes:
+  - name: admin
+    match: {paths: ["/admin/**"]}
+    upstream: http://127.0.0.1:9
+  - name: rest
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: admin-limit
+    match: {routes: [admin]}
+    algorithm: fixed_window
+    limit: 100
+    window: 1h
+    key: global
+  - name: rest-limit
+    match: {routes: [rest]}
+    algorithm: fixed_window
+    limit: 200
+    window: 1h
+    key: global
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI })
+	for _, c := range []struct{ target, limit, upstream string }{
+		{"http://a.example/admin%2Fx", "rest-limit", "/admin%2Fx"},
+		{"http://a.example/admin%2f..%2fx", "rest-limit", "/admin%2f..%2fx"},
+		{"http://a.example/users/a%2Fb?x=%2F", "rest-limit", "/users/a%2Fb?x=%2F"},
+		{"http://a.example/%61dmin/x", "admin-limit", "/%61dmin/x"},
+		{"http://a.example", "rest-limit", "/"},
+		{"http://a.example?q=1", "rest-limit", "/?q=1"},
+		{"HTTP://a.example:80/admin/x", "admin-limit", "/admin/x"},
+		{"/admin%2Fx", "rest-limit", "/admin%2Fx"},
+	} {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(conn, "GET "+c.target+" HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", c.target, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d, want 200", c.target, resp.StatusCode)
+			continue
+		}
+		limit, _, _ := strings.Cut(resp.Header.Get("RateLimit-Policy"), ";")
+		if u := <-got; limit != `"`+c.limit+`"` || u != c.upstream {
+			t.Errorf("%s: limited by %s, the upstream asked for %s; want %s and %s", c.target, limit, u, c.limit, c.upstream)
+		}
+	}
+}
