@@ -713,7 +713,8 @@ type Limit struct {
 	// Key is what the limit counts per: client_ip, api_key, user, route,
 	// stage, global, header:NAME, or a list of them (a composite key).
 	// Default client_ip. A request lacking a part (no user, no header) is
-	// not counted by the limit.
+	// not counted by the limit. header:Host is the host the request is
+	// routed by, as routes read it.
 	Key KeySpec `yaml:"key"`
 	// Cost is the units one request takes (default 1).
 	Cost int64 `yaml:"cost"`

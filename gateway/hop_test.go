@@ -460,3 +460,56 @@ limits:
 		}
 	}
 }
+
+// TestHostKeyCountsTheRoutedHost: a limit keyed by header:Host counts a
+// request by the host it was routed by (an absolute-form target's, else
+// the Host field's), read as routes read it (no port, no final dot, in
+// lower case), on each engine. Before 2026-12-06 net/http's server had
+// taken Host out of the header fields, so on the net/http engine such a
+// limit found no field and counted nothing; the edge engine counted the
+// field as sent, so A.example, a.example., a.example:80 or any Host beside
+// an absolute-form target were each a counter of their own.
+func TestHostKeyCountsTheRoutedHost(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testHostKeyCountsTheRoutedHost)
+}
+
+func testHostKeyCountsTheRoutedHost(t *testing.T, fr string) {
+	p := compilePolicy(t, "hostkey.yaml", `version: 1
+routes:
+  - name: tenants
+    match: {hosts: [a.example, b.example], paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - name: per-host
+    match: {routes: [tenants]}
+    algorithm: fixed_window
+    limit: 2
+    window: 1h
+    key: header:Host
+`)
+	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+		func(w http.ResponseWriter, r *http.Request) {})
+	for _, c := range []struct {
+		target, host string
+		status       int
+	}{
+		{"/x", "a.example", 200},
+		{"/x", "a.example", 200},
+		{"/x", "a.example", 429},
+		{"/x", "A.example", 429},
+		{"/x", "a.example.", 429},
+		{"/x", "a.example:80", 429},
+		{"http://a.example/x", "b.example", 429},
+		{"http://a.example/x", "z.example", 429},
+		{"/x", "b.example", 200}, // another host, counted apart
+	} {
+		if status, _ := rawAnswer(t, base, "GET "+c.target+" HTTP/1.1\r\nHost: "+c.host+"\r\nConnection: close\r\n\r\n"); status != c.status {
+			t.Errorf("%s with Host %s: %d, want %d", c.target, c.host, status, c.status)
+		}
+	}
+}

@@ -737,8 +737,16 @@ type Header interface {
 	Get(name string) string
 }
 
-// header returns the first value of a field of r, or "".
+// header returns the first value of a field of r, or "". Host is the host
+// the request is routed by (r.Host, as routes read it: no port, no final
+// dot, lower case), whatever the fields say: net/http's server takes the
+// field out of the header, and an absolute-form target's host wins over
+// it, so a limit keyed by header:Host would otherwise count nothing on one
+// engine and a field no route reads on the other.
 func (r *Request) header(name string) string {
+	if name == "Host" {
+		return hostOnly(r.Host)
+	}
 	if r.Header == nil {
 		return ""
 	}
