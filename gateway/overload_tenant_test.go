@@ -123,3 +123,63 @@ queue: {size: 16, per_tenant: 8, max_wait: 5s}`), h)
 		}
 	})
 }
+
+// TestOverloadHostTenantIsTheRoutedHost: on a route whose tenants are told
+// by header:Host, a request's tenant is the host it is routed by, read as
+// routes read it, on every front: B.example:80 is the tenant b.example,
+// refused (tenant_full) while b.example waits with a backlog of one, and
+// c.example waits beside it. Before 2026-12-06 net/http's server had taken
+// Host out of the header fields, so on the net/http engine and the
+// middleware every request was the one tenant "" and c.example was
+// refused; the edge engine took the field as sent, so a client spelling
+// its host another way (case, port, final dot) was a tenant of its own
+// each time, past per_tenant.
+func TestOverloadHostTenantIsTheRoutedHost(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		h := startHeldFront(t, front, overloadPolicy(`
+limit: 1
+tenant: header:Host
+tiers: [{name: default}]
+queue: {size: 4, per_tenant: 1, max_wait: 30s}`))
+		send := func(who, host string) {
+			h.wg.Go(func() {
+				req, err := http.NewRequestWithContext(t.Context(), "GET", h.base+"/x", nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				req.Host = host
+				req.Header.Set("X-Who", who)
+				resp, err := h.c.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				h.mu.Lock()
+				h.answers[who] = resp.StatusCode
+				h.mu.Unlock()
+			})
+		}
+		send("held", "a.example")
+		pollUntil(t, "1 in flight", func() bool { return h.u.now.Load() == 1 })
+		send("first", "b.example")
+		pollUntil(t, "1 queued", func() bool { return overloadState(h.g).Queued == 1 })
+		send("same-host", "B.example:80")
+		pollUntil(t, "the same host refused or waiting", func() bool {
+			return h.obs.get(ShedTenantFull) == 1 || overloadState(h.g).Queued == 2
+		})
+		send("other-host", "c.example")
+		pollUntil(t, "the other host waiting or refused", func() bool {
+			return h.obs.get(ShedTenantFull)+overloadState(h.g).Queued == 3
+		})
+		answers := h.release()
+		want := map[string]int{"held": http.StatusOK, "first": http.StatusOK, "same-host": http.StatusServiceUnavailable, "other-host": http.StatusOK}
+		for who, code := range want {
+			if answers[who] != code {
+				t.Errorf("%s: status %d, want %d (all: %v)", who, answers[who], code, answers)
+			}
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/identity"
+	"github.com/floodgate/floodgate/policy"
 )
 
 // Request is what the request path and its Matcher read of an HTTP
@@ -111,8 +112,14 @@ func writeDeadlineOf(ctx context.Context) time.Time {
 	return time.Time{}
 }
 
-// header returns the first value of a field (its name canonical).
+// header returns the first value of a field (its name canonical). Host is
+// the host the request is routed by, as routes read it (policy.HostOnly),
+// as header:Host keys read it: net/http's server takes the field out of
+// the header, and an absolute-form target's host wins over it.
 func (v *Request) header(name string) string {
+	if name == "Host" {
+		return policy.HostOnly(v.Host)
+	}
 	if v.Header == nil {
 		return ""
 	}

@@ -185,6 +185,10 @@ func upper(m string) string {
 	return m
 }
 
+// HostOnly returns a request's host as routes match it: without its port,
+// brackets or final dot, in lower case.
+func HostOnly(h string) string { return hostOnly(h) }
+
 // hostOnly lower-cases a Host value and removes its port.
 func hostOnly(h string) string {
 	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
