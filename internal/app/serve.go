@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate/floodgate/gateway/edge"
 	"github.com/floodgate/floodgate/internal/console"
 	"github.com/floodgate/floodgate/internal/demo"
+	"github.com/floodgate/floodgate/internal/h2guard"
 	"github.com/floodgate/floodgate/internal/hostcheck"
 	"github.com/floodgate/floodgate/internal/sdnotify"
 	"github.com/floodgate/floodgate/internal/tlsfile"
@@ -442,6 +443,11 @@ func (s *server) listen(stdout io.Writer) error {
 	s.front.Protocols.SetUnencryptedHTTP2(true)
 	if err := s.serveTLS(); err != nil {
 		return err
+	}
+	// A client's HTTP/2 frames that are not requests (PINGs, SETTINGS,
+	// WINDOW_UPDATEs...) are held to a budget (internal/h2guard).
+	if err := h2guard.Install(s.front); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	if admin := firstNonEmpty(s.cfg.AdminListen, s.srv.AdminListen); admin != "off" && admin != "" {
 		if s.adminLn, err = net.Listen("tcp", admin); err != nil {

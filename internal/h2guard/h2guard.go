@@ -1,0 +1,391 @@
+package h2guard
+
+import (
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The budget of a connection's frames that are not requests (PING,
+// SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, GOAWAY, CONTINUATION,
+// DATA and trailers that carry nothing, frames of unknown types). A
+// browser sends a few dozen over a page's life, a gRPC client one PING
+// each keepalive interval (10 s at the least), and a client taking a
+// download one or two WINDOW_UPDATEs for each DATA frame it reads.
+const (
+	// Burst is what a connection may send at once.
+	Burst = 1000
+	// PerSecond is what comes back each second, up to Burst.
+	PerSecond = 10
+	// PerStream is what each stream a client opens earns.
+	PerStream = 10
+	// PerData is what each DATA frame the server sends earns, for the
+	// WINDOW_UPDATEs that answer it.
+	PerData = 4
+)
+
+// ErrCalm is the error a Conn's Read returns once its client has spent
+// its budget.
+var ErrCalm = errors.New("h2guard: too many HTTP/2 frames that are not requests")
+
+// errPreface is the error a Conn's Read returns when a TLS client's first
+// bytes are not HTTP/2's preface.
+var errPreface = errors.New("h2guard: the client's HTTP/2 preface is wrong")
+
+// preface is what an HTTP/2 client sends first (RFC 9113 §3.4).
+const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// Frame types and flags (RFC 9113 §6).
+const (
+	frameData         = 0x0
+	frameHeaders      = 0x1
+	frameSettings     = 0x4
+	framePing         = 0x6
+	frameGoAway       = 0x7
+	flagAck           = 0x1
+	flagEndStream     = 0x1
+	flagPadded        = 0x8
+	codeEnhanceCalm   = 0xb
+	frameHeaderLength = 9
+)
+
+// header is a frame's header.
+type header struct {
+	length uint32
+	typ    byte
+	flags  byte
+	stream uint32
+}
+
+// scanner follows the frames in one direction of a connection through the
+// bytes that pass, telling each frame once its header is whole (a padded
+// DATA frame's once its pad length is too): at the frame's start, before
+// its payload has passed.
+type scanner struct {
+	buf  [frameHeaderLength]byte
+	n    int    // bytes of buf had
+	left uint32 // payload bytes of the current frame still to pass
+	pad  bool   // the next byte is the current DATA frame's pad length
+	cur  header
+}
+
+// feed passes p through s, calling frame for each frame whose start it
+// holds with the frame and, for DATA, the bytes of data it carries (its
+// payload but its padding).
+func (s *scanner) feed(p []byte, frame func(h header, data uint32)) {
+	for len(p) > 0 {
+		switch {
+		case s.pad:
+			s.pad = false
+			data := uint32(0)
+			if pad := uint32(p[0]); s.cur.length > 1+pad {
+				data = s.cur.length - 1 - pad
+			}
+			s.left--
+			p = p[1:]
+			frame(s.cur, data)
+		case s.left > 0:
+			k := min(uint32(len(p)), s.left)
+			s.left -= k
+			p = p[k:]
+		default:
+			k := copy(s.buf[s.n:], p)
+			s.n += k
+			p = p[k:]
+			if s.n < frameHeaderLength {
+				return
+			}
+			s.n = 0
+			s.cur = header{
+				length: uint32(s.buf[0])<<16 | uint32(s.buf[1])<<8 | uint32(s.buf[2]),
+				typ:    s.buf[3],
+				flags:  s.buf[4],
+				stream: binary.BigEndian.Uint32(s.buf[5:9]) & (1<<31 - 1),
+			}
+			s.left = s.cur.length
+			if s.cur.typ == frameData && s.cur.flags&flagPadded != 0 && s.cur.length > 0 {
+				s.pad = true
+				continue
+			}
+			frame(s.cur, s.cur.length)
+		}
+	}
+}
+
+// between reports whether s stands between two frames.
+func (s *scanner) between() bool { return s.n == 0 && s.left == 0 && !s.pad }
+
+// budget is what a connection may still send of frames that are not
+// requests. The reader spends it and the writer adds to it, at once.
+type budget struct {
+	left atomic.Int64
+	last time.Time // when it last came back with time; the reader's alone
+}
+
+func newBudget(now time.Time) *budget {
+	b := &budget{last: now}
+	b.left.Store(Burst)
+	return b
+}
+
+// earn adds n.
+func (b *budget) earn(n int64) { b.left.Add(n) }
+
+// spend takes one frame and reports whether the budget held it, giving
+// back, once it is spent, what came back with time by now.
+func (b *budget) spend(now func() time.Time) bool {
+	if b.left.Add(-1) >= 0 {
+		return true
+	}
+	return b.refill(now()) >= 0
+}
+
+// refill gives back PerSecond for each whole second since it last did, up
+// to Burst, and returns what is left.
+func (b *budget) refill(now time.Time) int64 {
+	back := int64(now.Sub(b.last) / (time.Second / PerSecond))
+	if back <= 0 {
+		return b.left.Load()
+	}
+	b.last = b.last.Add(time.Duration(back) * (time.Second / PerSecond))
+	for {
+		left := b.left.Load()
+		n := min(left+back, max(left, Burst))
+		if b.left.CompareAndSwap(left, n) {
+			return n
+		}
+	}
+}
+
+// Conn is an HTTP/2 connection whose client's frames that are not requests
+// are counted against a budget: Burst at first, PerSecond more each second
+// up to Burst, PerStream for each stream the client opens and PerData for
+// each DATA frame the server sends. A frame past the budget makes Read
+// fail with ErrCalm, after a GOAWAY with ENHANCE_YOUR_CALM is written
+// between two of the server's frames, and every later write fail.
+type Conn struct {
+	net.Conn
+	b *budget
+
+	// The reader's alone.
+	in       scanner
+	preface  int    // bytes of the preface still to read and drop
+	streams  uint32 // the highest stream the client opened
+	calm     bool   // the budget is spent
+	inFrames func(header, uint32)
+
+	// wmu guards the order of the bytes written: a write, the scanner of
+	// the frames written, which the GOAWAY must not cut, and the write
+	// deadline, which the GOAWAY sets.
+	wmu       sync.Mutex
+	out       scanner
+	pending   bool // the GOAWAY waits for the server's frame written to end
+	shut      bool // the GOAWAY was written: nothing more is
+	outFrames func(header, uint32)
+}
+
+// New returns c as a Conn. With stripPreface, the client's first bytes
+// must be HTTP/2's preface, which is read and dropped: for a connection
+// handed over before anyone read it.
+func New(c net.Conn, stripPreface bool) *Conn {
+	g := &Conn{Conn: c, b: newBudget(time.Now())}
+	if stripPreface {
+		g.preface = len(preface)
+	}
+	g.inFrames = g.clientFrame
+	g.outFrames = g.serverFrame
+	return g
+}
+
+// clientFrame counts a frame the client sent.
+func (c *Conn) clientFrame(h header, data uint32) {
+	if c.calm {
+		return
+	}
+	switch {
+	case h.typ == frameData && (data > 0 || h.flags&flagEndStream != 0):
+		return
+	case h.typ == frameHeaders && h.stream%2 == 1 && h.stream > c.streams:
+		c.streams = h.stream
+		c.b.earn(PerStream)
+		return
+	}
+	c.calm = !c.b.spend(time.Now)
+}
+
+// serverFrame counts a frame the server sent: DATA, and a SETTINGS or
+// PING the client is to acknowledge, earn what their answers spend.
+func (c *Conn) serverFrame(h header, data uint32) {
+	switch {
+	case h.typ == frameData && h.length > 0:
+		c.b.earn(PerData)
+	case (h.typ == frameSettings || h.typ == framePing) && h.flags&flagAck == 0:
+		c.b.earn(1)
+	}
+}
+
+// Read reads the client's bytes, as net.Conn's Read does, until its
+// budget is spent.
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.calm {
+		return 0, ErrCalm
+	}
+	for c.preface > 0 {
+		var buf [len(preface)]byte
+		got := buf[:c.preface]
+		n, err := c.Conn.Read(got)
+		if string(got[:n]) != preface[len(preface)-c.preface:][:n] {
+			return 0, errPreface
+		}
+		c.preface -= n
+		if err != nil {
+			return 0, err
+		}
+	}
+	n, err := c.Conn.Read(p)
+	c.in.feed(p[:n], c.inFrames)
+	if c.calm {
+		c.goAway()
+	}
+	return n, err
+}
+
+// goAway writes a GOAWAY with ENHANCE_YOUR_CALM once the server's frames
+// written stand whole, then lets the server write nothing more. The GOAWAY
+// is the server's last word only if its client takes it before the
+// connection's close: a client that keeps sending may see its connection
+// reset first.
+func (c *Conn) goAway() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.shut {
+		return
+	}
+	if !c.out.between() {
+		// The server's next write that ends a frame writes it.
+		c.pending = true
+		return
+	}
+	c.writeGoAway()
+}
+
+// writeGoAway writes the GOAWAY and shuts the server's writes; wmu is held.
+func (c *Conn) writeGoAway() {
+	c.shut = true
+	const debug = "too many frames that are not requests"
+	f := make([]byte, frameHeaderLength+8+len(debug))
+	f[2] = byte(8 + len(debug))
+	f[3] = frameGoAway
+	binary.BigEndian.PutUint32(f[9:], c.streams)
+	binary.BigEndian.PutUint32(f[13:], codeEnhanceCalm)
+	copy(f[17:], debug)
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Conn.Write(f)
+}
+
+// Write writes the server's bytes, as net.Conn's Write does, until the
+// client's budget is spent.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.shut {
+		return 0, ErrCalm
+	}
+	n, err := c.Conn.Write(p)
+	c.out.feed(p[:n], c.outFrames)
+	if c.pending && c.out.between() {
+		c.writeGoAway()
+	}
+	return n, err
+}
+
+// SetWriteDeadline sets the connection's write deadline, as net.Conn's
+// does, in turn with the GOAWAY's own.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetDeadline sets the connection's deadlines, as net.Conn's does, in
+// turn with the GOAWAY's own.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+// tlsConn is a Conn over TLS, which tells its TLS state as *tls.Conn does.
+type tlsConn struct {
+	*Conn
+	tc *tls.Conn
+}
+
+// ConnectionState returns the TLS connection's state.
+func (c tlsConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
+
+// unencrypted is the key of net/http's Server.TLSNextProto under which its
+// HTTP/2 server takes connections without TLS whose preface was read: a
+// *tls.Conn that never shook hands, around a net.Conn whose
+// UnencryptedNetConn method gives the connection itself.
+const unencrypted = "unencrypted_http2"
+
+// handoff is the net.Conn inside such a *tls.Conn.
+type handoff struct {
+	net.Conn // nil: never used
+	conn     net.Conn
+}
+
+// UnencryptedNetConn returns the connection handed over.
+func (h handoff) UnencryptedNetConn() net.Conn { return h.conn }
+
+// errNotYet is what the listener that makes net/http set up HTTP/2 says.
+var errNotYet = errors.New("h2guard: setting up")
+
+// notYet is a listener that accepts nothing.
+type notYet struct{}
+
+func (notYet) Accept() (net.Conn, error) { return nil, errNotYet }
+func (notYet) Close() error              { return nil }
+func (notYet) Addr() net.Addr            { return &net.TCPAddr{} }
+
+// Install makes each HTTP/2 connection srv serves, over TLS (h2) or
+// without (h2c), a Conn, served by net/http's own HTTP/2 server. It must
+// be called once srv's Protocols, TLSConfig and HTTP2 are set and before
+// srv serves; it does nothing when srv serves no HTTP/2.
+func Install(srv *http.Server) error {
+	// net/http sets up its HTTP/2 server in TLSNextProto when it first
+	// serves: a listener that accepts nothing makes it do so now.
+	if err := srv.Serve(notYet{}); !errors.Is(err, errNotYet) {
+		return fmt.Errorf("h2guard: set up HTTP/2: %w", err)
+	}
+	h2c := srv.TLSNextProto[unencrypted]
+	if h2c == nil {
+		if len(srv.TLSNextProto) > 0 {
+			return errors.New("h2guard: net/http takes no HTTP/2 connection without TLS: its HTTP/2 connections cannot be guarded")
+		}
+		return nil
+	}
+	srv.TLSNextProto[unencrypted] = func(hs *http.Server, tc *tls.Conn, h http.Handler) {
+		u, ok := tc.NetConn().(interface{ UnencryptedNetConn() net.Conn })
+		if !ok {
+			h2c(hs, tc, h) // which refuses it
+			return
+		}
+		h2c(hs, tls.Client(handoff{conn: New(u.UnencryptedNetConn(), false)}, nil), h)
+	}
+	if _, ok := srv.TLSNextProto["h2"]; ok {
+		// The h2c entry takes it too, its preface dropped by the Conn,
+		// and reads its TLS state from the Conn.
+		srv.TLSNextProto["h2"] = func(hs *http.Server, tc *tls.Conn, h http.Handler) {
+			h2c(hs, tls.Client(handoff{conn: tlsConn{New(tc, true), tc}}, nil), h)
+		}
+	}
+	return nil
+}

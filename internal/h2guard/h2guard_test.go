@@ -1,0 +1,375 @@
+package h2guard
+
+import (
+	"bytes"
+	"crypto/tls"
+
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/floodgate/floodgate/internal/testcerts"
+)
+
+// serve serves h on loopback with net/http, HTTP/1.1 and h2c, HTTP/2 over
+// TLS too when tc is not nil, its HTTP/2 through Install, and returns the
+// address.
+func serve(t *testing.T, h http.Handler, tc *tls.Config) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, Protocols: new(http.Protocols), TLSConfig: tc}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	if tc != nil {
+		srv.Protocols.SetHTTP2(true)
+		ln = tls.NewListener(ln, tc)
+	}
+	if err := Install(srv); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
+
+// serverTLS returns a server's TLS configuration offering h2 and the
+// client's trusting it.
+func serverTLS(t *testing.T) (server, client *tls.Config) {
+	t.Helper()
+	ca, err := testcerts.NewCA(t.TempDir(), "h2guard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ca.Server("server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(p.Cert, p.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}},
+		&tls.Config{RootCAs: ca.Pool, ServerName: "localhost", NextProtos: []string{"h2"}}
+}
+
+// h2Client is a raw HTTP/2 client on its own connection.
+type h2Client struct {
+	c   net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf bytes.Buffer
+}
+
+func dialH2(t *testing.T, addr string, tc *tls.Config, settings ...http2.Setting) *h2Client {
+	t.Helper()
+	var c net.Conn
+	var err error
+	if tc != nil {
+		c, err = tls.Dial("tcp", addr, tc)
+	} else {
+		c, err = net.Dial("tcp", addr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	h := &h2Client{c: c, fr: http2.NewFramer(c, c)}
+	h.enc = hpack.NewEncoder(&h.buf)
+	if err := h.fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// request opens stream id with a request for path, its body to come unless
+// end.
+func (h *h2Client) request(id uint32, path string, end bool) error {
+	h.buf.Reset()
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "localhost"}} {
+		_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.buf.Bytes(), EndHeaders: true, EndStream: end})
+}
+
+// floods are the frames that are not requests a client may send over and
+// over; each writes the i-th.
+var floods = map[string]func(h *h2Client, i int) error{
+	"PING":                 func(h *h2Client, i int) error { return h.fr.WritePing(false, [8]byte{byte(i)}) },
+	"SETTINGS":             func(h *h2Client, i int) error { return h.fr.WriteSettings() },
+	"WINDOW_UPDATE":        func(h *h2Client, i int) error { return h.fr.WriteWindowUpdate(0, 1) },
+	"stream WINDOW_UPDATE": func(h *h2Client, i int) error { return h.fr.WriteWindowUpdate(1, 1) },
+	"PRIORITY": func(h *h2Client, i int) error {
+		return h.fr.WritePriority(uint32(1001+2*i), http2.PriorityParam{Weight: 1})
+	},
+	"empty DATA":   func(h *h2Client, i int) error { return h.fr.WriteData(1, false, nil) },
+	"padding DATA": func(h *h2Client, i int) error { return h.fr.WriteDataPadded(1, false, nil, []byte{0, 0}) },
+	"unknown type": func(h *h2Client, i int) error { return h.fr.WriteRawFrame(0x77, 0, 0, []byte("x")) },
+	"empty CONTINUATION": func(h *h2Client, i int) error {
+		if i == 0 {
+			h.buf.Reset()
+			_ = h.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "GET"})
+			if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: h.buf.Bytes()}); err != nil {
+				return err
+			}
+		}
+		return h.fr.WriteContinuation(3, false, nil)
+	},
+}
+
+// TestFloodsAreCut: a client that sends 100,000 frames that are not
+// requests of one kind on one connection, reading what the server
+// answers, gets a GOAWAY with ENHANCE_YOUR_CALM (unless the close's reset
+// overtakes it) and its connection closed once its budget is spent, over
+// h2c and over TLS. Go's HTTP/2 server
+// alone answered all 100,000 PINGs (and SETTINGS) and took every other
+// frame, its connection kept.
+func TestFloodsAreCut(t *testing.T) {
+	stc, ctc := serverTLS(t)
+	hold := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
+	for _, over := range []string{"h2c", "TLS"} {
+		var tc *tls.Config
+		if over == "TLS" {
+			tc = ctc
+		}
+		addr := serve(t, hold, map[string]*tls.Config{"TLS": stc}[over])
+		for kind, send := range floods {
+			t.Run(over+"/"+kind, func(t *testing.T) {
+				h := dialH2(t, addr, tc)
+				// A request, its body still to come, on stream 1.
+				if err := h.request(1, "/", false); err != nil {
+					t.Fatal(err)
+				}
+				end := make(chan string, 1)
+				acks := make(chan int, 1)
+				go func() {
+					rd := http2.NewFramer(nil, h.c)
+					n := 0
+					defer func() { acks <- n }()
+					for {
+						f, err := rd.ReadFrame()
+						if err != nil {
+							end <- "closed without a GOAWAY: " + err.Error()
+							return
+						}
+						switch f := f.(type) {
+						case *http2.PingFrame:
+							n++
+						case *http2.SettingsFrame:
+							if f.IsAck() {
+								n++
+							}
+						case *http2.GoAwayFrame:
+							end <- f.ErrCode.String()
+							_, _ = io.Copy(io.Discard, h.c)
+							return
+						}
+					}
+				}()
+				const n = 100000
+				sent := 0
+				for ; sent < n; sent++ {
+					if send(h, sent) != nil {
+						break
+					}
+				}
+				_ = h.c.SetDeadline(time.Now().Add(10 * time.Second))
+				// The GOAWAY may be lost: the server closes with the
+				// client's frames unread, which resets the connection.
+				got := <-end
+				if got != "ENHANCE_YOUR_CALM" && (sent == n || !strings.Contains(got, "reset") && !strings.Contains(got, "EOF")) {
+					t.Fatalf("%d of %d frames sent; the connection ended with %s", sent, n, got)
+				}
+				if acked := <-acks; acked >= Burst+100 {
+					t.Errorf("%d answers before the end, past a budget of %d", acked, Burst)
+				}
+			})
+		}
+	}
+}
+
+// TestHeavyTrafficIsNotCut: clients that make the server work hard with
+// frames that are not requests but for what they asked are never cut: a
+// 64 MiB download through a window of 1 KiB granted back after each DATA
+// frame, on the stream and the connection; 2,000 requests on one
+// connection with a PING after each; a 16 MiB upload and many streams at
+// once through net/http's client; over h2c and over TLS.
+func TestHeavyTrafficIsNotCut(t *testing.T) {
+	stc, ctc := serverTLS(t)
+	chunk := bytes.Repeat([]byte("x"), 32<<10)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			return
+		}
+		if r.URL.Path != "/big" {
+			fmt.Fprintf(w, "%d", n)
+			return
+		}
+		for range (64 << 20) / len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	for _, over := range []string{"h2c", "TLS"} {
+		var tc *tls.Config
+		if over == "TLS" {
+			tc = ctc
+		}
+		addr := serve(t, h, map[string]*tls.Config{"TLS": stc}[over])
+		t.Run(over+"/download", func(t *testing.T) {
+			c := dialH2(t, addr, tc, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 10})
+			if err := c.request(1, "/big", true); err != nil {
+				t.Fatal(err)
+			}
+			got := 0
+			for {
+				f, err := c.fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("after %d bytes: %v", got, err)
+				}
+				if g, ok := f.(*http2.GoAwayFrame); ok {
+					t.Fatalf("after %d bytes: GOAWAY %v", got, g.ErrCode)
+				}
+				d, ok := f.(*http2.DataFrame)
+				if !ok {
+					continue
+				}
+				got += len(d.Data())
+				if d.StreamEnded() {
+					break
+				}
+				if n := uint32(len(d.Data())); n > 0 {
+					if err := c.fr.WriteWindowUpdate(1, n); err != nil {
+						t.Fatal(err)
+					}
+					if err := c.fr.WriteWindowUpdate(0, n); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if got != 64<<20 {
+				t.Fatalf("got %d bytes", got)
+			}
+		})
+		t.Run(over+"/requests and pings", func(t *testing.T) {
+			c := dialH2(t, addr, tc)
+			for i := range 2000 {
+				id := uint32(1 + 2*i)
+				if err := c.request(id, "/", true); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.fr.WritePing(false, [8]byte{1}); err != nil {
+					t.Fatal(err)
+				}
+				for ended := false; !ended; {
+					f, err := c.fr.ReadFrame()
+					if err != nil {
+						t.Fatalf("request %d: %v", i+1, err)
+					}
+					switch f := f.(type) {
+					case *http2.GoAwayFrame:
+						t.Fatalf("request %d: GOAWAY %v", i+1, f.ErrCode)
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							_ = c.fr.WriteSettingsAck()
+						}
+					case *http2.DataFrame:
+						ended = f.StreamEnded() && f.StreamID == id
+					case *http2.HeadersFrame:
+						ended = f.StreamEnded() && f.StreamID == id
+					}
+				}
+			}
+		})
+		t.Run(over+"/net/http client", func(t *testing.T) {
+			tr := &http.Transport{Protocols: new(http.Protocols), TLSClientConfig: tc}
+			scheme := "https"
+			if tc == nil {
+				tr.Protocols.SetUnencryptedHTTP2(true)
+				scheme = "http"
+			} else {
+				tr.Protocols.SetHTTP2(true)
+			}
+			defer tr.CloseIdleConnections()
+			cl := &http.Client{Transport: tr}
+			res, err := cl.Post(scheme+"://"+addr+"/", "text/plain", io.LimitReader(zeros{}, 16<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if string(b) != fmt.Sprint(16<<20) || res.ProtoMajor != 2 {
+				t.Fatalf("upload: HTTP/%d %q", res.ProtoMajor, b)
+			}
+			errs := make(chan error, 200)
+			for range 200 {
+				go func() {
+					res, err := cl.Post(scheme+"://"+addr+"/", "text/plain", strings.NewReader("hi"))
+					if err == nil {
+						_, err = io.Copy(io.Discard, res.Body)
+						res.Body.Close()
+					}
+					errs <- err
+				}()
+			}
+			for range 200 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestBudgetComesBack: the budget spent comes back at PerSecond a second
+// up to Burst, so a gRPC client's keepalive PING every 10 s for a day is
+// never cut, and one flooding is cut at Burst.
+func TestBudgetComesBack(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(t time.Time) func() time.Time { return func() time.Time { return t } }
+	b := newBudget(t0)
+	for i := range 24 * 360 {
+		if !b.spend(at(t0.Add(time.Duration(i) * 10 * time.Second))) {
+			t.Fatalf("keepalive PING %d cut", i+1)
+		}
+	}
+	b = newBudget(t0)
+	for i := range Burst {
+		if !b.spend(at(t0)) {
+			t.Fatalf("frame %d cut within the burst", i+1)
+		}
+	}
+	if b.spend(at(t0.Add(time.Second / PerSecond / 2))) {
+		t.Fatal("a frame past the burst was let through")
+	}
+	b = newBudget(t0)
+	b.left.Store(-1)
+	if !b.spend(at(t0.Add(time.Second))) || b.left.Load() != PerSecond-2 {
+		t.Fatalf("after a second: %d left, want %d", b.left.Load(), PerSecond-2)
+	}
+	if got := b.refill(t0.Add(time.Hour)); got != Burst {
+		t.Fatalf("after an hour: %d, want %d", got, Burst)
+	}
+	b.earn(5 * Burst)
+	if got := b.refill(t0.Add(2 * time.Hour)); got != 6*Burst {
+		t.Fatalf("earned: %d, want %d", got, 6*Burst)
+	}
+}
