@@ -12,10 +12,13 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
+
+	"github.com/floodgate/floodgate/internal/h2guard"
 )
 
 // ServiceName is the name the health service reports the RLS under.
@@ -151,7 +154,10 @@ type ServerOptions struct {
 	// context ends before cutting them off. Zero means 10s.
 	GracePeriod time.Duration
 	// ExtraOptions are appended to the server options (interceptors,
-	// stats handlers ...).
+	// stats handlers ...). A grpc.Creds among them replaces the server's
+	// own, and with them the budget that holds each connection's HTTP/2
+	// frames that are not calls (SETTINGS, WINDOW_UPDATEs...), past which
+	// a client gets a GOAWAY with ENHANCE_YOUR_CALM.
 	ExtraOptions []grpc.ServerOption
 }
 
@@ -174,21 +180,26 @@ type Server struct {
 const MinConnectionAge = time.Millisecond
 
 // NewServer returns a server with svc and the health service registered.
+// A connection's HTTP/2 frames that are not calls are held to a budget,
+// as the gateway's are: past it the client gets a GOAWAY with
+// ENHANCE_YOUR_CALM and its connection is closed.
 func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	if opts.MaxConnectionAge < 0 || opts.MaxConnectionAge > 0 && opts.MaxConnectionAge < MinConnectionAge {
 		return nil, fmt.Errorf("rls: MaxConnectionAge %v: want 0 (none) or at least %v", opts.MaxConnectionAge, MinConnectionAge)
 	}
-	var so []grpc.ServerOption
+	// A client's HTTP/2 frames that are not calls (SETTINGS,
+	// WINDOW_UPDATEs...) are held to a budget (internal/h2guard).
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
 	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
 		if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
 			return nil, errors.New("rls: TLS needs both a certificate and a key file")
 		}
-		creds, err := credentials.NewServerTLSFromFile(opts.TLSCertFile, opts.TLSKeyFile)
-		if err != nil {
+		var err error
+		if creds, err = credentials.NewServerTLSFromFile(opts.TLSCertFile, opts.TLSKeyFile); err != nil {
 			return nil, fmt.Errorf("rls: tls: %w", err)
 		}
-		so = append(so, grpc.Creds(creds))
 	}
+	so := []grpc.ServerOption{grpc.Creds(guardedCreds{creds})}
 	kp := keepalive.ServerParameters{
 		MaxConnectionIdle:     opts.MaxConnectionIdle,
 		MaxConnectionAge:      opts.MaxConnectionAge,
@@ -453,4 +464,27 @@ func (c *writeBoundConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// guardedCreds makes each connection its credentials hand to gRPC an
+// h2guard.Conn, whose client's frames that are not calls are held to a
+// budget: grpc-go bounds PINGs (keepalive's too_many_pings), but answers
+// every SETTINGS frame and takes every WINDOW_UPDATE, PRIORITY and frame
+// of an unknown type for as long as the client reads.
+type guardedCreds struct {
+	credentials.TransportCredentials
+}
+
+// ServerHandshake shakes hands as the credentials do.
+func (g guardedCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	c, info, err := g.TransportCredentials.ServerHandshake(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h2guard.New(c, h2guard.PrefacePassed), info, nil
+}
+
+// Clone returns a copy.
+func (g guardedCreds) Clone() credentials.TransportCredentials {
+	return guardedCreds{g.TransportCredentials.Clone()}
 }

@@ -176,6 +176,7 @@ type Conn struct {
 	// The reader's alone.
 	in       scanner
 	preface  int    // bytes of the preface still to read and drop
+	pass     int    // bytes of the preface still to pass unscanned
 	streams  uint32 // the highest stream the client opened
 	calm     bool   // the budget is spent
 	inFrames func(header, uint32)
@@ -190,13 +191,30 @@ type Conn struct {
 	outFrames func(header, uint32)
 }
 
-// New returns c as a Conn. With stripPreface, the client's first bytes
-// must be HTTP/2's preface, which is read and dropped: for a connection
-// handed over before anyone read it.
-func New(c net.Conn, stripPreface bool) *Conn {
+// Preface says where a connection handed to New stands in its client's
+// preface.
+type Preface int
+
+const (
+	// PrefaceRead is a connection whose preface was read.
+	PrefaceRead Preface = iota
+	// PrefaceDropped is a connection whose preface is still to come, and
+	// is read and dropped by the Conn, for a server that takes
+	// connections whose preface was read.
+	PrefaceDropped
+	// PrefacePassed is a connection whose preface is still to come, and
+	// is passed to the server, which reads it.
+	PrefacePassed
+)
+
+// New returns c as a Conn.
+func New(c net.Conn, p Preface) *Conn {
 	g := &Conn{Conn: c, b: newBudget(time.Now())}
-	if stripPreface {
+	switch p {
+	case PrefaceDropped:
 		g.preface = len(preface)
+	case PrefacePassed:
+		g.pass = len(preface)
 	}
 	g.inFrames = g.clientFrame
 	g.outFrames = g.serverFrame
@@ -249,7 +267,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := c.Conn.Read(p)
-	c.in.feed(p[:n], c.inFrames)
+	skip := min(n, c.pass)
+	c.pass -= skip
+	c.in.feed(p[skip:n], c.inFrames)
 	if c.calm {
 		c.goAway()
 	}
@@ -378,13 +398,13 @@ func Install(srv *http.Server) error {
 			h2c(hs, tc, h) // which refuses it
 			return
 		}
-		h2c(hs, tls.Client(handoff{conn: New(u.UnencryptedNetConn(), false)}, nil), h)
+		h2c(hs, tls.Client(handoff{conn: New(u.UnencryptedNetConn(), PrefaceRead)}, nil), h)
 	}
 	if _, ok := srv.TLSNextProto["h2"]; ok {
 		// The h2c entry takes it too, its preface dropped by the Conn,
 		// and reads its TLS state from the Conn.
 		srv.TLSNextProto["h2"] = func(hs *http.Server, tc *tls.Conn, h http.Handler) {
-			h2c(hs, tls.Client(handoff{conn: tlsConn{New(tc, true), tc}}, nil), h)
+			h2c(hs, tls.Client(handoff{conn: tlsConn{New(tc, PrefaceDropped), tc}}, nil), h)
 		}
 	}
 	return nil

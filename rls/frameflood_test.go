@@ -1,0 +1,131 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
+)
+
+// TestServerCutsFrameFloods: a gRPC client that sends 100,000 HTTP/2
+// frames that are not calls of one kind on its connection, reading what
+// the server answers, is sent a GOAWAY with ENHANCE_YOUR_CALM (unless the
+// close's reset overtakes it) and closed once its budget is spent
+// (internal/h2guard). grpc-go alone cut PINGs (too_many_pings) but
+// answered all 100,000 SETTINGS and took every WINDOW_UPDATE, PRIORITY
+// and unknown frame, the connection kept.
+func TestServerCutsFrameFloods(t *testing.T) {
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}), ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, cancel, _ := start(t, srv)
+	defer cancel()
+	floods := map[string]func(fr *http2.Framer, i int) error{
+		"SETTINGS":      func(fr *http2.Framer, i int) error { return fr.WriteSettings() },
+		"WINDOW_UPDATE": func(fr *http2.Framer, i int) error { return fr.WriteWindowUpdate(0, 1) },
+		"PRIORITY": func(fr *http2.Framer, i int) error {
+			return fr.WritePriority(uint32(1001+2*i), http2.PriorityParam{Weight: 1})
+		},
+		"unknown type": func(fr *http2.Framer, i int) error { return fr.WriteRawFrame(0x77, 0, 0, []byte("x")) },
+	}
+	for kind, send := range floods {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+			t.Fatal(err)
+		}
+		fr := http2.NewFramer(c, c)
+		if err := fr.WriteSettings(); err != nil {
+			t.Fatal(err)
+		}
+		end := make(chan string, 1)
+		go func() {
+			rd := http2.NewFramer(nil, c)
+			for {
+				f, err := rd.ReadFrame()
+				if err != nil {
+					end <- "closed without a GOAWAY: " + err.Error()
+					return
+				}
+				if g, ok := f.(*http2.GoAwayFrame); ok {
+					end <- g.ErrCode.String()
+					_, _ = io.Copy(io.Discard, c)
+					return
+				}
+			}
+		}()
+		const n = 100000
+		sent := 0
+		for ; sent < n; sent++ {
+			if send(fr, sent) != nil {
+				break
+			}
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if got := <-end; got != "ENHANCE_YOUR_CALM" && (sent == n || !strings.Contains(got, "reset") && !strings.Contains(got, "EOF")) {
+			t.Errorf("%s: %d of %d sent; the connection ended with %s", kind, sent, n, got)
+		}
+	}
+}
+
+// TestServerKeepsBusyClients: a client making 3,000 calls on its one
+// connection, 200 of them at once, with gRPC's own window updates and
+// pings, is never cut by the budget of frames that are not calls: it
+// dials once.
+func TestServerKeepsBusyClients(t *testing.T) {
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}), ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, cancel, _ := start(t, srv)
+	defer cancel()
+	var dials atomic.Int32
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			dials.Add(1)
+			return (&net.Dialer{}).DialContext(ctx, "tcp", a)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	for i := range 2800 {
+		ask(t, c, "d", desc("user", fmt.Sprint(i)))
+	}
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() { ask(t, c, "d", desc("user", fmt.Sprint("at once ", i))) })
+	}
+	wg.Wait()
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("the client dialed %d times: its connection was cut", n)
+	}
+}
