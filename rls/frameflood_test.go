@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -46,6 +48,18 @@ func TestServerCutsFrameFloods(t *testing.T) {
 			return fr.WritePriority(uint32(1001+2*i), http2.PriorityParam{Weight: 1})
 		},
 		"unknown type": func(fr *http2.Framer, i int) error { return fr.WriteRawFrame(0x77, 0, 0, []byte("x")) },
+		// Calls past the 256 a connection may have at once, each refused
+		// with a RST_STREAM: no handler runs.
+		"refused HEADERS": func(fr *http2.Framer, i int) error {
+			if i == 0 {
+				for id := uint32(1); id < 1+2*DefaultMaxConcurrentStreams; id += 2 {
+					if err := writeCall(fr, id, false); err != nil {
+						return err
+					}
+				}
+			}
+			return writeCall(fr, uint32(1+2*DefaultMaxConcurrentStreams+2*i), true)
+		},
 	}
 	for kind, send := range floods {
 		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -128,4 +142,16 @@ func TestServerKeepsBusyClients(t *testing.T) {
 	if n := dials.Load(); n != 1 {
 		t.Fatalf("the client dialed %d times: its connection was cut", n)
 	}
+}
+
+// writeCall opens stream id with the headers of a call of ShouldRateLimit,
+// its message to come unless end.
+func writeCall(fr *http2.Framer, id uint32, end bool) error {
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "rls"},
+		{":path", rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b.Bytes(), EndHeaders: true, EndStream: end})
 }

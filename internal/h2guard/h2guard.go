@@ -14,10 +14,12 @@ import (
 
 // The budget of a connection's frames that are not requests (PING,
 // SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, GOAWAY, CONTINUATION,
-// DATA and trailers that carry nothing, frames of unknown types). A
+// DATA that carries nothing, trailers, frames of unknown types). A
 // browser sends a few dozen over a page's life, a gRPC client one PING
 // each keepalive interval (10 s at the least), and a client taking a
-// download one or two WINDOW_UPDATEs for each DATA frame it reads.
+// download one or two WINDOW_UPDATEs for each DATA frame it reads. A
+// stream the server refuses or resets for the client's fault costs
+// PerStream+1 (Conn.serverFrame).
 const (
 	// Burst is what a connection may send at once.
 	Burst = 1000
@@ -34,62 +36,83 @@ const (
 // its budget.
 var ErrCalm = errors.New("h2guard: too many HTTP/2 frames that are not requests")
 
-// errPreface is the error a Conn's Read returns when a TLS client's first
-// bytes are not HTTP/2's preface.
+// errPreface is the error a Conn's Read returns when the first bytes of
+// a client whose preface it drops are not HTTP/2's preface.
 var errPreface = errors.New("h2guard: the client's HTTP/2 preface is wrong")
 
 // preface is what an HTTP/2 client sends first (RFC 9113 §3.4).
 const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// Frame types and flags (RFC 9113 §6).
+// Frame types, flags and error codes (RFC 9113 §6, §7).
 const (
 	frameData         = 0x0
 	frameHeaders      = 0x1
+	frameRSTStream    = 0x3
 	frameSettings     = 0x4
 	framePing         = 0x6
 	frameGoAway       = 0x7
 	flagAck           = 0x1
 	flagEndStream     = 0x1
 	flagPadded        = 0x8
+	codeNoError       = 0x0
+	codeProtocol      = 0x1
+	codeFlowControl   = 0x3
+	codeStreamClosed  = 0x5
+	codeFrameSize     = 0x6
+	codeRefusedStream = 0x7
 	codeEnhanceCalm   = 0xb
 	frameHeaderLength = 9
 )
 
-// header is a frame's header.
+// header is a frame's header, with what its payload's first bytes tell:
+// for DATA, the bytes of data it carries (its payload but its padding);
+// for RST_STREAM, its error code.
 type header struct {
 	length uint32
 	typ    byte
 	flags  byte
 	stream uint32
+	data   uint32 // DATA's
+	code   uint32 // RST_STREAM's
 }
 
 // scanner follows the frames in one direction of a connection through the
-// bytes that pass, telling each frame once its header is whole (a padded
-// DATA frame's once its pad length is too): at the frame's start, before
-// its payload has passed.
+// bytes that pass, telling each frame at its start, once its header is
+// whole and, for a padded DATA frame and RST_STREAM, the first bytes of
+// its payload too.
 type scanner struct {
 	buf  [frameHeaderLength]byte
 	n    int    // bytes of buf had
 	left uint32 // payload bytes of the current frame still to pass
-	pad  bool   // the next byte is the current DATA frame's pad length
+	need int    // payload bytes still to have before the frame is told
+	got  [4]byte
+	gotN int
 	cur  header
 }
 
 // feed passes p through s, calling frame for each frame whose start it
-// holds with the frame and, for DATA, the bytes of data it carries (its
-// payload but its padding).
-func (s *scanner) feed(p []byte, frame func(h header, data uint32)) {
+// holds.
+func (s *scanner) feed(p []byte, frame func(h header)) {
 	for len(p) > 0 {
 		switch {
-		case s.pad:
-			s.pad = false
-			data := uint32(0)
-			if pad := uint32(p[0]); s.cur.length > 1+pad {
-				data = s.cur.length - 1 - pad
+		case s.need > 0:
+			k := copy(s.got[s.gotN:s.gotN+s.need], p)
+			s.gotN += k
+			s.need -= k
+			s.left -= uint32(k)
+			p = p[k:]
+			if s.need > 0 {
+				return
 			}
-			s.left--
-			p = p[1:]
-			frame(s.cur, data)
+			if s.cur.typ == frameData {
+				s.cur.data = 0
+				if pad := uint32(s.got[0]); s.cur.length > 1+pad {
+					s.cur.data = s.cur.length - 1 - pad
+				}
+			} else {
+				s.cur.code = binary.BigEndian.Uint32(s.got[:])
+			}
+			frame(s.cur)
 		case s.left > 0:
 			k := min(uint32(len(p)), s.left)
 			s.left -= k
@@ -109,17 +132,22 @@ func (s *scanner) feed(p []byte, frame func(h header, data uint32)) {
 				stream: binary.BigEndian.Uint32(s.buf[5:9]) & (1<<31 - 1),
 			}
 			s.left = s.cur.length
-			if s.cur.typ == frameData && s.cur.flags&flagPadded != 0 && s.cur.length > 0 {
-				s.pad = true
-				continue
+			s.gotN = 0
+			switch {
+			case s.cur.typ == frameData && s.cur.flags&flagPadded != 0 && s.cur.length > 0:
+				s.need = 1
+			case s.cur.typ == frameRSTStream && s.cur.length == 4:
+				s.need = 4
+			default:
+				s.cur.data = s.cur.length
+				frame(s.cur)
 			}
-			frame(s.cur, s.cur.length)
 		}
 	}
 }
 
 // between reports whether s stands between two frames.
-func (s *scanner) between() bool { return s.n == 0 && s.left == 0 && !s.pad }
+func (s *scanner) between() bool { return s.n == 0 && s.left == 0 }
 
 // budget is what a connection may still send of frames that are not
 // requests. The reader spends it and the writer adds to it, at once.
@@ -144,6 +172,12 @@ func (b *budget) spend(now func() time.Time) bool {
 		return true
 	}
 	return b.refill(now()) >= 0
+}
+
+// spent reports whether the budget is spent, once what came back with
+// time by now is given back.
+func (b *budget) spent(now func() time.Time) bool {
+	return b.left.Load() < 0 && b.refill(now()) < 0
 }
 
 // refill gives back PerSecond for each whole second since it last did, up
@@ -179,16 +213,17 @@ type Conn struct {
 	pass     int    // bytes of the preface still to pass unscanned
 	streams  uint32 // the highest stream the client opened
 	calm     bool   // the budget is spent
-	inFrames func(header, uint32)
+	inFrames func(header)
 
 	// wmu guards the order of the bytes written: a write, the scanner of
-	// the frames written, which the GOAWAY must not cut, and the write
-	// deadline, which the GOAWAY sets.
+	// the frames written (which the GOAWAY must not cut) and what they
+	// tell, and the write deadline, which the GOAWAY sets.
 	wmu       sync.Mutex
 	out       scanner
 	pending   bool // the GOAWAY waits for the server's frame written to end
+	late      int  // DATA frames on streams answered early that may still come
 	shut      bool // the GOAWAY was written: nothing more is
-	outFrames func(header, uint32)
+	outFrames func(header)
 }
 
 // Preface says where a connection handed to New stands in its client's
@@ -221,32 +256,56 @@ func New(c net.Conn, p Preface) *Conn {
 	return g
 }
 
-// clientFrame counts a frame the client sent.
-func (c *Conn) clientFrame(h header, data uint32) {
+// clientFrame counts a frame the client sent. A DATA frame that carries
+// data or ends its stream and a HEADERS frame that opens a stream spend
+// nothing, but tell whether what the server refused spent the budget.
+func (c *Conn) clientFrame(h header) {
 	if c.calm {
 		return
 	}
 	switch {
-	case h.typ == frameData && (data > 0 || h.flags&flagEndStream != 0):
-		return
+	case h.typ == frameData && (h.data > 0 || h.flags&flagEndStream != 0):
+		c.calm = c.b.spent(time.Now)
 	case h.typ == frameHeaders && h.stream%2 == 1 && h.stream > c.streams:
 		c.streams = h.stream
 		c.b.earn(PerStream)
-		return
+		c.calm = c.b.spent(time.Now)
+	default:
+		c.calm = !c.b.spend(time.Now)
 	}
-	c.calm = !c.b.spend(time.Now)
 }
 
 // serverFrame counts a frame the server sent: DATA, and a SETTINGS or
-// PING the client is to acknowledge, earn what their answers spend.
-func (c *Conn) serverFrame(h header, data uint32) {
+// PING the client is to acknowledge, earn what their answers spend. A
+// RST_STREAM that refuses a stream (REFUSED_STREAM, past those the server
+// takes at once, or PROTOCOL_ERROR) or ends it for the client's breaking
+// its flow control or frame size costs what the stream's opening earned
+// and a frame more: no handler and no limit ever see it. One for a DATA
+// frame on a stream closed (STREAM_CLOSED) costs a frame, but for the
+// frames a client may have sent before it learnt its stream was answered
+// (NO_ERROR: before its body was read), a window of 1 MiB in frames of
+// 16 KiB each.
+func (c *Conn) serverFrame(h header) {
 	switch {
 	case h.typ == frameData && h.length > 0:
 		c.b.earn(PerData)
 	case (h.typ == frameSettings || h.typ == framePing) && h.flags&flagAck == 0:
 		c.b.earn(1)
+	case h.typ != frameRSTStream:
+	case h.code == codeNoError:
+		c.late += lateFrames
+	case h.code == codeStreamClosed && c.late > 0:
+		c.late--
+	case h.code == codeStreamClosed:
+		c.b.earn(-1)
+	case h.code == codeProtocol || h.code == codeFlowControl || h.code == codeFrameSize || h.code == codeRefusedStream:
+		c.b.earn(-(PerStream + 1))
 	}
 }
+
+// lateFrames is how many DATA frames of a stream answered before its body
+// was read may come after it closed: 1 MiB in frames of 16 KiB.
+const lateFrames = 64
 
 // Read reads the client's bytes, as net.Conn's Read does, until its
 // budget is spent.

@@ -2,6 +2,7 @@ package h2guard
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,6 +119,28 @@ var floods = map[string]func(h *h2Client, i int) error{
 	"empty DATA":   func(h *h2Client, i int) error { return h.fr.WriteData(1, false, nil) },
 	"padding DATA": func(h *h2Client, i int) error { return h.fr.WriteDataPadded(1, false, nil, []byte{0, 0}) },
 	"unknown type": func(h *h2Client, i int) error { return h.fr.WriteRawFrame(0x77, 0, 0, []byte("x")) },
+	// A byte at a time on a stream answered, each refused with a
+	// RST_STREAM.
+	"DATA on a closed stream": func(h *h2Client, i int) error {
+		if i == 0 {
+			if err := h.request(3, "/", true); err != nil {
+				return err
+			}
+		}
+		return h.fr.WriteData(3, false, []byte{0})
+	},
+	// Streams past the 250 the server takes at once, each refused with a
+	// RST_STREAM: no handler runs, no limit sees them.
+	"refused HEADERS": func(h *h2Client, i int) error {
+		if i == 0 {
+			for id := uint32(3); id < 3+2*250; id += 2 {
+				if err := h.request(id, "/", false); err != nil {
+					return err
+				}
+			}
+		}
+		return h.request(uint32(3+2*250+2*i), "/", true)
+	},
 	"empty CONTINUATION": func(h *h2Client, i int) error {
 		if i == 0 {
 			h.buf.Reset()
@@ -133,9 +157,9 @@ var floods = map[string]func(h *h2Client, i int) error{
 // requests of one kind on one connection, reading what the server
 // answers, gets a GOAWAY with ENHANCE_YOUR_CALM (unless the close's reset
 // overtakes it) and its connection closed once its budget is spent, over
-// h2c and over TLS. Go's HTTP/2 server
-// alone answered all 100,000 PINGs (and SETTINGS) and took every other
-// frame, its connection kept.
+// h2c and over TLS. Go's HTTP/2 server alone answered all 100,000 PINGs
+// (and SETTINGS), refused every stream past those it takes at once, and
+// took every other frame, its connection kept.
 func TestFloodsAreCut(t *testing.T) {
 	stc, ctc := serverTLS(t)
 	hold := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
@@ -204,12 +228,18 @@ func TestFloodsAreCut(t *testing.T) {
 // frames that are not requests but for what they asked are never cut: a
 // 64 MiB download through a window of 1 KiB granted back after each DATA
 // frame, on the stream and the connection; 2,000 requests on one
-// connection with a PING after each; a 16 MiB upload and many streams at
-// once through net/http's client; over h2c and over TLS.
+// connection with a PING after each; 50 uploads of 63 KiB in frames of
+// 1 KiB, each answered before its body was read, the rest of its frames
+// refused; a 16 MiB upload and many streams at once through net/http's
+// client; over h2c and over TLS.
 func TestHeavyTrafficIsNotCut(t *testing.T) {
 	stc, ctc := serverTLS(t)
 	chunk := bytes.Repeat([]byte("x"), 32<<10)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refuse" {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
 		n, err := io.Copy(io.Discard, r.Body)
 		if err != nil {
 			return
@@ -295,8 +325,55 @@ func TestHeavyTrafficIsNotCut(t *testing.T) {
 				}
 			}
 		})
+		t.Run(over+"/uploads answered before their body", func(t *testing.T) {
+			c := dialH2(t, addr, tc)
+			window := 65535 // the connection's, for the client's DATA
+			chunk := make([]byte, 1<<10)
+			for i := range 50 {
+				id := uint32(1 + 2*i)
+				if err := c.request(id, "/refuse", false); err != nil {
+					t.Fatal(err)
+				}
+				answered := false
+				read := func() {
+					f, err := c.fr.ReadFrame()
+					if err != nil {
+						t.Fatalf("upload %d: %v", i+1, err)
+					}
+					switch f := f.(type) {
+					case *http2.GoAwayFrame:
+						t.Fatalf("upload %d: GOAWAY %v", i+1, f.ErrCode)
+					case *http2.WindowUpdateFrame:
+						if f.StreamID == 0 {
+							window += int(f.Increment)
+						}
+					case *http2.HeadersFrame:
+						answered = answered || f.StreamID == id
+					}
+				}
+				// 63 KiB, within the stream's first window, sent as the
+				// answer comes: most of it after the stream was closed.
+				for range 63 {
+					for window < len(chunk) {
+						read()
+					}
+					if err := c.fr.WriteData(id, false, chunk); err != nil {
+						t.Fatal(err)
+					}
+					window -= len(chunk)
+				}
+				for !answered {
+					read()
+				}
+			}
+		})
 		t.Run(over+"/net/http client", func(t *testing.T) {
-			tr := &http.Transport{Protocols: new(http.Protocols), TLSClientConfig: tc}
+			var dials atomic.Int32
+			tr := &http.Transport{Protocols: new(http.Protocols), TLSClientConfig: tc,
+				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					dials.Add(1)
+					return (&net.Dialer{}).DialContext(ctx, network, addr)
+				}}
 			scheme := "https"
 			if tc == nil {
 				tr.Protocols.SetUnencryptedHTTP2(true)
@@ -330,6 +407,9 @@ func TestHeavyTrafficIsNotCut(t *testing.T) {
 				if err := <-errs; err != nil {
 					t.Fatal(err)
 				}
+			}
+			if n := dials.Load(); n != 1 {
+				t.Fatalf("the client dialed %d times: its connection was cut", n)
 			}
 		})
 	}
