@@ -30,13 +30,19 @@ const (
 // Failures times in a row is taken out for Eject. Active health checks
 // run when Path is set: every Interval each target is asked GET Path; a
 // 2xx or 3xx within Timeout is a pass, and Unhealthy failures in a row
-// take it out until Healthy passes in a row bring it back.
+// take it out until Healthy passes in a row bring it back. A check fails
+// at Timeout only when the target has given nothing in that time (no byte
+// of its answer, its TLS handshake or no connection accepted): one whose
+// answer has reached the gateway's socket, or whose request the gateway
+// had not yet written, is waited for up to one Interval more, so that a
+// gateway short of CPU does not take out a target that answered at once.
 type Health struct {
 	// Path is the path asked by active checks ("" for none).
 	Path string `yaml:"path"`
 	// Interval is the time between two checks of a target (default 5s).
 	Interval time.Duration `yaml:"interval"`
-	// Timeout bounds one check (default 2s).
+	// Timeout bounds one check (default 2s): the target's time to answer
+	// its request once written (see Health).
 	Timeout time.Duration `yaml:"timeout"`
 	// Healthy is the passes in a row that bring a target back (default 2).
 	Healthy int `yaml:"healthy"`

@@ -9,12 +9,15 @@ import (
 	"math/bits"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/rawconn"
 	"github.com/floodgate/floodgate/internal/tlsfile"
 )
 
@@ -332,7 +335,8 @@ func (g *Gateway) newPool(r *config.Route, was *Pool) (*Pool, error) {
 		close(p.done)
 		return p, nil
 	}
-	p.checker = &http.Client{Transport: p.tr, Timeout: p.health.Timeout,
+	// No Timeout: probe bounds each check itself (checkWait).
+	p.checker = &http.Client{Transport: p.tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	go p.check(ctx)
 	return p, nil
@@ -398,11 +402,17 @@ func (p *Pool) check(ctx context.Context) {
 	}
 }
 
-// probe asks one target once and moves its state by the runs.
+// probe asks one target once and moves its state by the runs. A check
+// whose answer has not come at its timeout is a miss only when the target
+// has given nothing (checkWait): one whose answer has begun to reach its
+// connection, or whose connection the target accepted, is waited for
+// while this process takes it up.
 func (p *Pool) probe(ctx context.Context, t *Target) {
 	u := *t.URL
 	u.Path, u.RawPath, u.RawQuery = p.health.Path, "", ""
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	w := newCheckWait(ctx, p.health.Timeout, p.health.Interval)
+	defer w.stop()
+	req, err := http.NewRequestWithContext(w.ctx, http.MethodGet, u.String(), nil)
 	ok := false
 	if err == nil {
 		req.Header.Set("User-Agent", "floodgate-health-check")
@@ -414,6 +424,12 @@ func (p *Pool) probe(ctx context.Context, t *Target) {
 		}
 	}
 	if ctx.Err() != nil {
+		return
+	}
+	if !ok && w.held.Load() {
+		// What the target gave waited in this process past the wait's
+		// bound: the target answered; this process did not run to take
+		// it up. No verdict.
 		return
 	}
 	if ok {
@@ -429,6 +445,129 @@ func (p *Pool) probe(ctx context.Context, t *Target) {
 		t.down.Store(true)
 		p.log.Warn("gateway: upstream target failed its health check", "route", p.route, "target", t.name, "path", p.health.Path)
 	}
+}
+
+// checkWait bounds one active health check by its timeout, judged by what
+// the target was given and gave rather than by the clock alone: on a busy
+// machine (or a process short of CPU) the goroutines that connect, write
+// and read a check may wait their turn past the timeout while the timer
+// that ends the check does not, and a target that answered at once would
+// be taken out. At the timeout a check ends as a miss only when the
+// target has had its request for a whole timeout (from when this process
+// wrote it) and no byte of its answer has reached the check's connection,
+// read or not; or when the check has no connection yet and the target
+// has not accepted the one the gateway's transport dials for it, or has
+// sent nothing back a whole timeout after its TLS handshake began.
+// Otherwise the check is looked at again (at the end of the target's
+// timeout, or every quarter of it), up to one interval past the timeout;
+// a check still unanswered then ends with no verdict (held) when this
+// process holds it up (its request not yet written or not for a whole
+// timeout, part of its answer unread, its connection accepted and not yet
+// taken up), and as a miss otherwise.
+type checkWait struct {
+	ctx       context.Context
+	cancel    context.CancelFunc
+	timer     *time.Timer
+	timeout   time.Duration
+	every     time.Duration // between two looks past the timeout
+	until     time.Time     // the last look
+	sock      atomic.Pointer[checkConn]
+	dial      atomic.Pointer[syscall.RawConn] // the socket being dialed for the check
+	wrote     atomic.Int64                    // when the request was written (Unix nanoseconds; 0: not yet)
+	handshake atomic.Int64                    // when its TLS handshake began (Unix nanoseconds; 0: none yet)
+	held      atomic.Bool                     // this process held the check up at the last look
+}
+
+// checkConn is the connection a check was sent on, and how many bytes its
+// socket had received before.
+type checkConn struct {
+	c    net.Conn
+	base uint64
+	ok   bool // base was read
+}
+
+// checkKey is the context key of a check's checkWait.
+type checkKey struct{}
+
+// noteCheckDial is the ControlContext of the transport's dialer: it notes
+// the socket dialed for a health check, so that the check's wait can see
+// the target accept it before the dial's goroutine does.
+func noteCheckDial(ctx context.Context, _, _ string, c syscall.RawConn) error {
+	if w, _ := ctx.Value(checkKey{}).(*checkWait); w != nil {
+		w.dial.Store(&c)
+	}
+	return nil
+}
+
+// newCheckWait returns the wait of a check made within ctx, with its
+// timeout and the checks' interval.
+func newCheckWait(ctx context.Context, timeout, interval time.Duration) *checkWait {
+	w := &checkWait{timeout: timeout, every: max(timeout/4, time.Millisecond), until: time.Now().Add(timeout + interval)}
+	ctx, w.cancel = context.WithCancel(context.WithValue(ctx, checkKey{}, w))
+	w.ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			n, ok := rawconn.Received(info.Conn)
+			w.sock.Store(&checkConn{c: info.Conn, base: n, ok: ok})
+		},
+		TLSHandshakeStart: func() { w.handshake.CompareAndSwap(0, time.Now().UnixNano()) },
+		WroteRequest:      func(httptrace.WroteRequestInfo) { w.wrote.CompareAndSwap(0, time.Now().UnixNano()) },
+	})
+	w.timer = time.AfterFunc(time.Hour, w.due) // armed once set: due resets it
+	w.timer.Reset(timeout)
+	return w
+}
+
+// due ends the check, or looks at it again later while this process holds
+// it up.
+func (w *checkWait) due() {
+	now := time.Now()
+	next, held := w.look(now)
+	if next > 0 && now.Before(w.until) {
+		w.timer.Reset(min(next, w.until.Sub(now)))
+		return
+	}
+	w.held.Store(held)
+	w.cancel()
+}
+
+// look tells when to look at the check again (0: end it now) and whether
+// this process holds it up.
+func (w *checkWait) look(now time.Time) (next time.Duration, held bool) {
+	if s := w.sock.Load(); s != nil {
+		unread, _ := rawconn.Unread(s.c)
+		got, ok := rawconn.Received(s.c)
+		if unread > 0 || s.ok && ok && got > s.base {
+			return w.every, unread > 0 // its answer has begun to arrive
+		}
+		wrote := w.wrote.Load()
+		if wrote == 0 {
+			return w.every, true // not written yet
+		}
+		if end := time.Unix(0, wrote).Add(w.timeout); now.Before(end) {
+			return end.Sub(now), true // written late: the target has its timeout from then
+		}
+		return 0, false
+	}
+	if d := w.dial.Load(); d != nil {
+		if accepted, got, _ := rawconn.Connected(*d); accepted {
+			hs := w.handshake.Load()
+			switch {
+			case got > 0 || hs == 0:
+				return w.every, true // taking up the TLS handshake's answer, or the connection
+			case now.Before(time.Unix(0, hs).Add(w.timeout)):
+				return time.Unix(0, hs).Add(w.timeout).Sub(now), true // its handshake began late
+			}
+			// A whole timeout since its TLS handshake began, and not a
+			// byte back.
+		}
+	}
+	return 0, false
+}
+
+// stop ends the wait once the check is over.
+func (w *checkWait) stop() {
+	w.timer.Stop()
+	w.cancel()
 }
 
 // poolTransport carries the net/http engine's requests of a pool: each

@@ -83,7 +83,8 @@ func NewTransport(o TransportOptions) *http.Transport {
 	if o.MaxConnsPerHost > 0 {
 		idle = min(idle, o.MaxConnsPerHost)
 	}
-	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second}
+	dialer := &net.Dialer{Timeout: def(o.DialTimeout, floodgate.DefaultUpstreamDialTimeout), KeepAlive: 30 * time.Second,
+		ControlContext: noteCheckDial}
 	answer := def(o.ResponseHeaderTimeout, floodgate.DefaultUpstreamTimeout)
 	return &http.Transport{
 		Proxy: nil, // an upstream is reached directly, never through the environment's proxy
