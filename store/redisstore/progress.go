@@ -68,6 +68,9 @@ type server struct {
 	// before they are recorded: the moment a reply has left the socket
 	// and is not yet progress.
 	held atomic.Pointer[func([]byte)]
+	// writing, when set (in tests), runs before each write: the moment a
+	// command waits in this process for the goroutine that writes it.
+	writing atomic.Pointer[func([]byte)]
 
 	mu    sync.Mutex // guards conns
 	conns map[*trackedConn]struct{}
@@ -84,24 +87,36 @@ func (v *server) lastReply() time.Time {
 }
 
 // replied returns the instant the server last answered: its newest read
-// that returned bytes; or now when it owes no reply on any connection
-// (every command written was answered: a call still waiting waits in this
-// process, not for the server), or when bytes wait unread on one of them
-// (the goroutine that reads it has not run: this process is short of CPU,
-// not the server of progress).
+// that returned bytes, or, when later, the instant the connection that has
+// owed replies longest began to owe them (a command written to a
+// connection that owed none: the server cannot have answered before it
+// was asked, however long it had nothing to answer); or now when it owes
+// no reply on any connection (every command written was answered: a call
+// still waiting waits in this process, not for the server), or when bytes
+// wait unread on one of them (the goroutine that reads it has not run:
+// this process is short of CPU, not the server of progress).
 func (v *server) replied(now time.Time) time.Time {
 	last := v.lastReply()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	owes := false
+	var asked time.Time // when the connection owing replies longest began to
 	for c := range v.conns {
 		if unread(c.raw) {
 			return now
 		}
-		owes = owes || c.owes()
+		if c.owes() {
+			if at := c.owingSince(); !owes || at.Before(asked) {
+				asked = at
+			}
+			owes = true
+		}
 	}
 	if !owes {
 		return now
+	}
+	if asked.After(last) {
+		return asked
 	}
 	return last
 }
@@ -143,6 +158,10 @@ type trackedConn struct {
 	replies  atomic.Int64
 	commands atomic.Int64
 	lost     atomic.Bool // a count could not follow the stream
+	// owing is when the connection last began to owe replies (a write
+	// while it owed none), in ns after its server's base, plus 1; 0:
+	// never.
+	owing atomic.Int64
 }
 
 func (c *trackedConn) Read(b []byte) (int, error) {
@@ -168,12 +187,20 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 // caller's command): there, measured, the raw write made each decision
 // 8 µs slower, pinned or not (docs/redis.md).
 func (c *trackedConn) Write(b []byte) (int, error) {
+	if h := c.srv.writing.Load(); h != nil {
+		(*h)(b)
+	}
 	w := c.Conn
-	if rc, ok := w.(*rawconn.Conn); ok && !c.owes() {
+	idle := !c.owes()
+	if rc, ok := w.(*rawconn.Conn); ok && idle {
 		w = rc.PlainConn()
 	}
 	n, err := w.Write(b)
 	if n > 0 {
+		if idle {
+			// Asked now: it owed nothing until this write.
+			c.owing.Store(int64(time.Since(c.srv.base)) + 1)
+		}
 		c.wmu.Lock()
 		c.commands.Store(c.out.feed(b[:n]))
 		lost := c.out.lost
@@ -183,6 +210,16 @@ func (c *trackedConn) Write(b []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// owingSince returns when the connection last began to owe replies (the
+// zero time when that cannot be told).
+func (c *trackedConn) owingSince() time.Time {
+	n := c.owing.Load()
+	if n == 0 || c.lost.Load() {
+		return time.Time{}
+	}
+	return c.srv.base.Add(time.Duration(n - 1))
 }
 
 // owes reports whether the server has not answered every command written,
@@ -328,7 +365,9 @@ func (r *replies) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.
 
 // LastReply returns when a reply last arrived from the Redis server that
 // serves hits (on a Cluster, the least recent among their nodes), for the
-// engine (limiter.ReplyClock). It reports false for a store made by
+// engine (limiter.ReplyClock): or when it was last asked, if later, a
+// connection that owed it nothing having been written to since; or now
+// while it owes nothing, or its replies wait unread. It reports false for a store made by
 // NewFromClient, whose connections it does not see, and on a Cluster for
 // a slot whose node it does not know yet.
 func (s *Store) LastReply(hits []limiter.Hit) (time.Time, bool) {

@@ -384,9 +384,10 @@ func TestClusterFollowsFailover(t *testing.T) {
 // TestSilentServerOwesReplies: a server is silent only while it owes
 // replies. With nothing written, or with every command answered, it is
 // not (a call still waiting waits in this process); with a command
-// unanswered (a stopped server) it is, since its last reply; and an answer
-// waiting unread in the receive buffer, because the goroutine that reads
-// the connection has not run, counts as an answer.
+// unanswered (a stopped server) it is, since it was asked (the write that
+// made the connection owe a reply) or its last reply, whichever is later;
+// and an answer waiting unread in the receive buffer, because the
+// goroutine that reads the connection has not run, counts as an answer.
 func TestSilentServerOwesReplies(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("only Linux tells what waits unread")
@@ -404,14 +405,16 @@ func TestSilentServerOwesReplies(t *testing.T) {
 		t.Fatalf("nothing written: last reply %v, want now (nothing owed)", last)
 	}
 	srv.Pause()
+	asking := time.Now()
 	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
 		t.Fatal(err)
 	}
+	asked := time.Now()
 	if !tc.owes() || unread(tc.raw) {
 		t.Fatalf("a PING to a stopped server: owes %v, unread %v; want owed, nothing unread", tc.owes(), unread(tc.raw))
 	}
-	if last := rp.all.replied(time.Now()); !last.IsZero() {
-		t.Fatalf("a stopped server owes a reply: last reply %v, want none ever", last)
+	if last := rp.all.replied(asked.Add(time.Hour)); last.Before(asking) || last.After(asked) {
+		t.Fatalf("a stopped server owes a reply, no reply ever: silent since %v, want since it was asked (%v to %v)", last, asking, asked)
 	}
 	srv.Resume()
 	before := time.Now()
