@@ -19,7 +19,8 @@ type Hit struct {
 	Limit string `json:"limit"`
 	// Key is the subject the limit counts for (an IP, a user ...).
 	Key string `json:"key"`
-	// Cost is the number of units; 0 means 1.
+	// Cost is the number of units; 0 sends none, and the service charges
+	// one request of the limit (its cost in the policy file, 1 by default).
 	Cost int64 `json:"cost,omitempty"`
 }
 

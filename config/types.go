@@ -716,7 +716,8 @@ type Limit struct {
 	// not counted by the limit. header:Host is the host the request is
 	// routed by, as routes read it.
 	Key KeySpec `yaml:"key"`
-	// Cost is the units one request takes (default 1).
+	// Cost is the units one request takes (default 1), and what a check
+	// API hit of the limit that gives no cost takes.
 	Cost int64 `yaml:"cost"`
 	// CountOn, when set, charges only responses with these statuses: the
 	// cost is reserved before the request is forwarded, so that requests

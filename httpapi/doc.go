@@ -15,8 +15,10 @@
 //
 // "limit" names a limit of the policy (required); "key" is the subject it
 // counts for (default "", one shared counter); "cost" is a JSON number, a
-// whole number of units, at least 1 (default 1): "1", a string, is
-// invalid_cost. "limit" and "key" are text, kept exactly as sent: a string
+// whole number of units, at least 1: "1", a string, is invalid_cost. A hit
+// without a cost is one request of its limit, charged what the gateway
+// charges one: the limit's cost in the policy file (1 unless it sets
+// cost), or its estimate's default when it reads an estimate. "limit" and "key" are text, kept exactly as sent: a string
 // with bytes that are not UTF-8, or a \u escape of a lone surrogate, is
 // 400 bad_request (decoding them to U+FFFD, as encoding/json does, would
 // put different keys on one counter); send a binary key encoded (hex,

@@ -28,6 +28,10 @@ import (
 type Limit struct {
 	Rule   *limiter.Rule
 	Fields *fields.Limit
+	// Cost is what a hit that gives no cost takes: one request of the
+	// limit, as the gateway charges it (policy.Limit.DefaultCost). Zero
+	// means 1.
+	Cost int64
 }
 
 // Limits finds a limit by name.
@@ -69,7 +73,7 @@ func (f policyLimits) Limit(name string) (Limit, bool) {
 	if !ok || l == nil || l.Rule == nil {
 		return Limit{}, false
 	}
-	return Limit{Rule: l.Rule, Fields: l.Fields}, true
+	return Limit{Rule: l.Rule, Fields: l.Fields, Cost: l.DefaultCost()}, true
 }
 
 // Options configure a Handler. The zero value is usable.
@@ -382,12 +386,8 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 		if len(key) > h.maxKey {
 			return nil, bad(http.StatusBadRequest, CodeBadRequest, "hit %d: key longer than %d bytes", i, h.maxKey)
 		}
-		cost := int64(1)
-		if x.Cost != nil {
-			cost = *x.Cost
-			if cost < 1 {
-				return nil, bad(http.StatusBadRequest, CodeInvalidCost, "hit %d: cost must be at least 1, got %d", i, cost)
-			}
+		if x.Cost != nil && *x.Cost < 1 {
+			return nil, bad(http.StatusBadRequest, CodeInvalidCost, "hit %d: cost must be at least 1, got %d", i, *x.Cost)
 		}
 		lim, ok := h.limits.Limit(*x.Limit)
 		rule := lim.Rule
@@ -395,6 +395,12 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 			e := bad(http.StatusNotFound, CodeUnknownLimit, "hit %d: unknown limit %q", i, *x.Limit)
 			e.extra = map[string]any{"limit": *x.Limit}
 			return nil, e
+		}
+		// A hit that gives no cost is one request of its limit, charged
+		// what the gateway charges one.
+		cost := max(lim.Cost, 1)
+		if x.Cost != nil {
+			cost = *x.Cost
 		}
 		if rule.Algorithm().Kind() == floodgate.KindConcurrency && !reserve {
 			return nil, bad(http.StatusUnprocessableEntity, CodeUnsupportedLimit,

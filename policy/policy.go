@@ -177,6 +177,20 @@ type Limit struct {
 	needsKey  bool
 }
 
+// DefaultCost is the units one request takes when it does not tell its
+// cost: its estimate's default for a limit that reads an estimate (at
+// most the limit's capacity, as every estimate), else Cost. Every front
+// end charges a request that names no cost this much.
+func (l *Limit) DefaultCost() int64 {
+	if c := l.Costs; c != nil && c.Estimate != nil && c.Default > 0 {
+		if l.Rule != nil {
+			return min(c.Default, l.Rule.Capacity())
+		}
+		return c.Default
+	}
+	return max(l.Cost, 1)
+}
+
 // Cost says where a limit's cost is read when it is not the fixed Cost.
 type Cost struct {
 	// Estimate is where the request tells the cost (nil: Limit.Cost).
