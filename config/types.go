@@ -225,7 +225,9 @@ func (s *Server) StoreKind() string {
 	return storeurl.Scheme(s.Store)
 }
 
-// Headers switches the rate-limit fields of responses.
+// Headers switches the rate-limit fields of responses: the gateway's,
+// and those of the answers of the Envoy rate-limit service and the check
+// API that floodgate serve runs.
 type Headers struct {
 	// RateLimit adds the IETF RateLimit-Policy and RateLimit fields
 	// (default true).

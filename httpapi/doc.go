@@ -41,7 +41,10 @@
 // A decision is JSON with status 200 when allowed and 429 when denied
 // (with Retry-After in whole seconds, rounded up). /v1/peek always answers
 // 200. Both carry the RateLimit-Policy and RateLimit fields of the
-// non-shadow limits, the binding one first:
+// non-shadow limits, the binding one first, shaped by Options.Fields (in
+// floodgate serve by the policy file's server.headers, as the gateway's
+// are: ratelimit: false leaves them out, x_ratelimit adds the legacy
+// X-RateLimit fields, binding_limit names the binding limit of a 429):
 //
 //	{"allowed": false, "limit": 5, "remaining": 0, "retry_after": 41.2,
 //	 "reset": 41.2, "binding_limit": "login",

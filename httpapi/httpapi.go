@@ -90,6 +90,13 @@ type Options struct {
 	// Observer receives the API's own answers (its 429s), for metrics;
 	// the decisions themselves are counted by the engine.
 	Observer Observer
+	// Fields, when set, returns the switches of the answers' rate-limit
+	// fields, asked at each answer so that a reload applies at once: in
+	// floodgate serve the policy file's server.headers, read as the
+	// gateway reads them, so that a check is answered the fields a
+	// request through the gateway gets. Nil: RateLimit-Policy, RateLimit
+	// and, on a denial, Retry-After.
+	Fields func() fields.Options
 	// Tokens, when set, authenticates callers: a request must carry
 	// "Authorization: Bearer TOKEN" with a token Tokens knows, else it is
 	// answered 401 and asks the engine nothing. Nil leaves the API open
@@ -130,13 +137,14 @@ type Handler struct {
 	maxHits  int
 	maxKey   int
 	tokens   Tokens
+	fields   func() fields.Options
 	renderer fields.Renderer
 }
 
 // New returns the HTTP check API over eng, with limits found in limits.
 func New(eng limiter.Engine, limits Limits, opts Options) *Handler {
 	h := &Handler{eng: eng, limits: limits, log: opts.Logger, obs: opts.Observer, tokens: opts.Tokens,
-		maxBody: opts.MaxBodyBytes, maxHits: opts.MaxHits, maxKey: opts.MaxKeyBytes}
+		fields: opts.Fields, maxBody: opts.MaxBodyBytes, maxHits: opts.MaxHits, maxKey: opts.MaxKeyBytes}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -598,8 +606,13 @@ func (h *Handler) answer(w http.ResponseWriter, peek bool, q *query, res *limite
 	}
 	denied := !res.Allowed && !peek
 	items, bi := fields.AppendResult(nil, res, q.fields)
+	var fo *fields.Options
+	if h.fields != nil {
+		o := h.fields()
+		fo = &o
+	}
 	hdr := w.Header()
-	for _, f := range h.renderer.Render(nil, items, bi, denied, res.RetryAfter, nil) {
+	for _, f := range h.renderer.Render(nil, items, bi, denied, res.RetryAfter, fo) {
 		hdr.Set(f.Name, f.Value)
 	}
 	hdr.Set("Content-Type", "application/json")

@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/httpapi"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -57,7 +59,10 @@ func (s *server) startCheckAPI(stdout io.Writer, conns int) (*checkAPI, error) {
 		limited.speaksTLS()
 		ln, scheme = tls.NewListener(ln, tc), "https"
 	}
-	opts := httpapi.Options{Logger: s.log, Observer: s.metrics}
+	opts := httpapi.Options{Logger: s.log, Observer: s.metrics,
+		// Its answers' fields follow server.headers, and each reload of
+		// it, as the gateway's and the rate-limit service's do.
+		Fields: func() fields.Options { return gateway.FieldOptions(s.reloader.Policy().Server().Headers) }}
 	if srv.APIAuth != config.APIAuthNone {
 		opts.Tokens = policyTokens(s.reloader.Policy)
 	}
