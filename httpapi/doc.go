@@ -36,6 +36,36 @@
 // checked together and charged only if all allow (all or nothing); list
 // them most specific first.
 //
+// # A check and the gateway
+//
+// A check names its limits and the keys they count for; it does not
+// describe a request, so nothing the gateway reads of one applies: the
+// routes and a limit's match (a check counts on any limit it names),
+// access lists, the penalty box (a refused check is no offence), API keys
+// and their plans (a plan's limits are named like any other). Of a
+// limit's settings a check takes its parameters, shadow and failure
+// policy, and, for a hit without a cost, the cost of one request (see
+// above). It does not take count_on or actual, which wait for a response
+// the check API never sees: a check of a login limit with count_on [401]
+// is charged at once, so a service that counts failed logins only peeks
+// before a login and checks after a failure, or reserves the hit and
+// settles it with 0 when the login succeeds. A leaky queue's place is allowed with its "delay",
+// however long (the gateway refuses a place past server.timeouts.write;
+// the service holds the action itself). A limit's refusal (status, body,
+// headers) shapes the gateway's 429 only: a denied check is 429.
+//
+// A limit's counter for a key is the same whichever front end names it,
+// and the gateway names a request's key as it spells it: "global" for a
+// limit keyed global, "ip:192.0.2.1" for a client's address, "user:ana",
+// "key:acme" (the keys GET /api/v1/usage of the admin API takes). A check
+// of such a key counts on the gateway's counter, which is how a service
+// shares a limit with the gateway ({"limit": "cap", "key": "global"});
+// a check of any other key, "192.0.2.1" or none, counts apart from the
+// gateway's requests, for a limit keyed global too. So a service that
+// checks keys its users choose (a login name) gives them a prefix of its
+// own: a user who could name "ip:192.0.2.1" would spend that client's
+// counter at the gateway.
+//
 // # Answers
 //
 // A decision is JSON with status 200 when allowed and 429 when denied

@@ -34,9 +34,10 @@ func agreeAnswerOf(resp *http.Response) agreeAnswer {
 }
 
 // agreeGateway serves the policy file src (its routes forwarded to an
-// upstream that answers 200) as the gateway and as the check API, each on
-// an embedded store of its own on one fixed clock.
-func agreeGateway(t *testing.T, src string) (gw, api string) {
+// upstream that answers 200) as the gateway and as
+// the check API, each on an embedded store of its own on one fixed clock,
+// or with shared on one engine, as floodgate serve runs them.
+func agreeGateway(t *testing.T, src string, shared bool) (gw, api string) {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -67,13 +68,19 @@ func agreeGateway(t *testing.T, src string) (gw, api string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: newEngine(), Fields: gateway.FieldOptions(p.Server().Headers)})
+	gwEngine, apiEngine := newEngine(), limiter.Engine(nil)
+	if shared {
+		apiEngine = gwEngine
+	} else {
+		apiEngine = newEngine()
+	}
+	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: gwEngine, Fields: gateway.FieldOptions(p.Server().Headers)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := httptest.NewServer(g)
 	t.Cleanup(gs.Close)
-	as := httptest.NewServer(New(newEngine(), PolicyLimits(func() *policy.Policy { return p }), Options{}))
+	as := httptest.NewServer(New(apiEngine, PolicyLimits(func() *policy.Policy { return p }), Options{}))
 	t.Cleanup(as.Close)
 	return gs.URL, as.URL
 }
@@ -95,7 +102,7 @@ limits:
   - {name: guessed, algorithm: fixed_window, limit: 10, window: 1m, key: global, match: {paths: ["/guessed"]},
      estimate: {header: X-Cost, default: 50}}
   - {name: plain, algorithm: token_bucket, rate: 2, per: 1m, burst: 2, key: global, match: {paths: ["/plain"]}}
-`)
+`, false)
 	for _, limit := range []string{"heavy", "estimated", "guessed", "plain"} {
 		for i := range 5 {
 			resp, err := http.Get(gw + "/" + limit)
@@ -110,5 +117,46 @@ limits:
 				t.Errorf("%s, request %d:\n  gateway   %s\n  check API %s", limit, i+1, want, got)
 			}
 		}
+	}
+}
+
+// TestCheckKeysAndTheGateways holds what the package documentation says a
+// check shares with the gateway, both on one engine: a check of a key as
+// the gateway spells it ("global") counts on the gateway's counter, one
+// of a client's address as sent, or of no key on a global limit, on
+// counters the gateway's requests do not touch; and a limit's count_on,
+// which waits for a response, charges a check at once.
+func TestCheckKeysAndTheGateways(t *testing.T) {
+	gw, api := agreeGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: UPSTREAM}
+limits:
+  - {name: everyone, algorithm: fixed_window, limit: 10, window: 1m, key: global, match: {paths: ["/x"]}}
+  - {name: per-client, algorithm: fixed_window, limit: 10, window: 1m, key: client_ip, match: {paths: ["/x"]}}
+  - {name: login, algorithm: fixed_window, limit: 10, window: 1m, key: global, count_on: [401], match: {paths: ["/ok"]}}
+`, true)
+	for range 3 {
+		for _, path := range []string{"/x", "/ok"} {
+			resp, err := http.Get(gw + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	for body, want := range map[string]float64{
+		`{"limit": "everyone"}`:                       9, // a peek counts its own cost as taken
+		`{"limit": "per-client", "key": "127.0.0.1"}`: 9,
+		`{"limit": "everyone", "key": "global"}`:      6, // the gateway's three requests and the peek
+		`{"limit": "login"}`:                          9, // the gateway's 200s charged nothing
+	} {
+		if _, m := post(t, api+"/v1/peek", body); m["remaining"] != want {
+			t.Errorf("peek %s: remaining %v, want %v", body, m["remaining"], want)
+		}
+	}
+	post(t, api+"/v1/check", `{"limit": "login"}`)
+	if _, m := post(t, api+"/v1/peek", `{"limit": "login"}`); m["remaining"] != 8.0 {
+		t.Errorf("a check of a count_on limit: remaining %v after it, want 8", m["remaining"])
 	}
 }
