@@ -644,9 +644,12 @@ type Use struct {
 	Degraded  bool      `json:"degraded,omitempty"`
 }
 
-// Peek reads one hit's state without charging it.
+// Peek reads one hit's state without charging it: Allowed says whether
+// one request of the limit would pass now, costing what the gateway
+// charges one (policy.Limit.DefaultCost).
 func (a *API) Peek(ctx context.Context, l *policy.Limit, key string) (Use, error) {
-	req := limiter.Request{Peek: true, Hits: []limiter.Hit{{Rule: l.Rule, Key: key, Cost: 1}}}
+	cost := l.DefaultCost()
+	req := limiter.Request{Peek: true, Hits: []limiter.Hit{{Rule: l.Rule, Key: key, Cost: cost}}}
 	var res limiter.Result
 	if err := a.o.Engine.Decide(ctx, &req, &res); err != nil {
 		return Use{}, err
@@ -654,7 +657,7 @@ func (a *API) Peek(ctx context.Context, l *policy.Limit, key string) (Use, error
 	d := res.Decisions[0]
 	left := d.Remaining
 	if d.Allowed {
-		left++ // a peek reports what would be left after this request
+		left += cost // a peek reports what would be left after this request
 	}
 	left = min(left, d.Limit)
 	degraded := res.Degraded != limiter.NotDegraded
