@@ -269,6 +269,31 @@ func TestAbsoluteFormWithoutAHostIsRefused(t *testing.T) {
 }
 
 func testAbsoluteFormWithoutAHostIsRefused(t *testing.T, fr string) {
+	targetsRefused(t, fr, []string{"http:///x", "HTTPS:///x", "http://u@/x", "http://:80/x", "http://?q=1"}, nil)
+}
+
+// TestTargetNeitherPathNorAbsoluteURIIsRefused: a target that is neither a
+// path nor an absolute URI with an authority (http:/x, x:/y, x:y) is
+// refused with 400 before any route or limit on each engine, as RFC 9112
+// §3.2 allows no other form but CONNECT's and OPTIONS *. Before
+// 2026-12-06 net/http's server took http:/x for the path /x on the Host
+// field's host and forwarded it, limited, where the edge engine answered
+// 400. A path with a colon, a URI in the query and an absolute URI are
+// still served.
+func TestTargetNeitherPathNorAbsoluteURIIsRefused(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		targetsRefused(t, fr, []string{"http:/x", "https:/x", "HTTP:x", "x:/y", "x:y", "x:/a://b"},
+			[]string{"/a:b", "/x?u=http:/y", "/x?u=http://y", "http://api.example.com/x"})
+	})
+}
+
+// targetsRefused sends each target of refused and served to front fr,
+// routed and limited by host, and fails unless each of refused is answered
+// 400 before any limit, then the connection closed, and the upstream gets
+// each of served.
+func targetsRefused(t *testing.T, fr string, refused, served []string) {
+	t.Helper()
 	p := compilePolicy(t, "hosts.yaml", `version: 1
 routes:
   - name: api
@@ -295,10 +320,10 @@ limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var served atomic.Int64
+	var got atomic.Int64
 	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
-		func(w http.ResponseWriter, r *http.Request) { served.Add(1) })
-	for _, target := range []string{"http:///x", "HTTPS:///x", "http://u@/x", "http://:80/x", "http://?q=1"} {
+		func(w http.ResponseWriter, r *http.Request) { got.Add(1) })
+	for _, target := range refused {
 		answers, closed := interimExchange(t, base, "GET "+target+" HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
 		if len(answers) != 1 || answers[0].StatusCode != http.StatusBadRequest || !closed {
 			t.Errorf("%s: answered %v (closed %v), want 400, then closed", target, interimStatuses(answers), closed)
@@ -309,8 +334,15 @@ limits:
 			}
 		}
 	}
-	if n := served.Load(); n != 0 {
+	if n := got.Load(); n != 0 {
 		t.Errorf("the upstream served %d of them", n)
+	}
+	for _, target := range served {
+		before := got.Load()
+		answers, _ := interimExchange(t, base, "GET "+target+" HTTP/1.1\r\nHost: api.example.com\r\nConnection: close\r\n\r\n")
+		if len(answers) != 1 || answers[0].StatusCode != http.StatusOK || got.Load() != before+1 {
+			t.Errorf("%s: answered %v, the upstream got %d, want it served", target, interimStatuses(answers), got.Load()-before)
+		}
 	}
 }
 

@@ -42,6 +42,13 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 	case target == "*":
 		// PRI * on HTTP/1 is HTTP/2's preface sent as HTTP/1.1: no request.
 		return http.StatusBadRequest, "400 Bad Request: the target * is for OPTIONS only", true
+	case !strings.HasPrefix(target, "/") && !absoluteForm(target):
+		// RFC 9112 §3.2: a target is a path, an absolute URI, an authority
+		// (CONNECT) or * (OPTIONS), and an http URI has an authority (RFC
+		// 9110 §4.2.1). net/http's server would take http:/x or x:/y for the
+		// path /x or /y on the Host field's host and fasthttp refuse it:
+		// one request forwarded by one engine, refused by the other.
+		return http.StatusBadRequest, "400 Bad Request: a target neither a path nor an absolute URI", true
 	case absoluteWithoutHost(target):
 		// RFC 9110 §4.2.1: an http URI with an empty host is invalid.
 		// net/http's server would take the Host field's host for it and
@@ -67,6 +74,13 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 		return http.StatusBadRequest, "400 Bad Request: malformed Host header", true
 	}
 	return 0, "", false
+}
+
+// absoluteForm reports whether target is in absolute form: a scheme, then
+// "://" and an authority.
+func absoluteForm(target string) bool {
+	i := strings.Index(target, "://")
+	return i > 0 && validScheme(target[:i])
 }
 
 // absoluteWithoutHost reports whether target is in absolute form with an

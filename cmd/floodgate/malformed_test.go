@@ -91,6 +91,12 @@ func malformedCorpus() []malformed {
 	add("an absolute target without a host", "GET http:///abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
 	add("an absolute target with user info and no host", "GET http://u@/abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
 	add("an absolute target with a port and no host", "GET http://:80/abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	add("a scheme without an authority", "GET http:/abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	add("an https scheme without an authority", "GET https:abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	add("another scheme without an authority", "GET x:/abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	add("an opaque target", "GET x:abs HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	add("a colon in the path", get("GET /a:b HTTP/1.1"))
+	add("a URI in the query", get("GET /q?u=http:/y HTTP/1.1"))
 	add("an absolute target with an empty Host", "GET http://other.example/abs HTTP/1.1\r\nHost: \r\n\r\n")
 	add("an absolute target without Host", "GET http://other.example/abs HTTP/1.1\r\n\r\n")
 
