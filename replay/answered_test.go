@@ -8,9 +8,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/policy"
 )
 
 // TestGatewaysOwn400sNotCountedAsAllowed attacks the counts of a
@@ -91,5 +94,69 @@ limits:
 	if r.Requests != 2 || r.Allowed != 1 || r.Answered != 1 {
 		t.Errorf("NGINX log: %d requests: %d allowed, %d answered before any limit; want 2: 1 allowed, 1 answered (400)",
 			r.Requests, r.Allowed, r.Answered)
+	}
+}
+
+// TestCompareFlagsTheGatewaysOwnAnswers attacks --compare with a change
+// that makes the gateway answer requests itself: server.escaped_slash
+// from segment to reject. A request the first policy forwards and the
+// other answers 400 before any limit flips to refused, and the reverse
+// comparison flips it back, each shown with the answer for its limit; a
+// request one policy's limit refuses and the other answers 400 is refused
+// by both and flips neither way. Before 2026-12-06 a flip was a change of
+// Outcome.Denied alone: the first went unflagged, and the second was shown
+// as refused → allowed by the limit.
+func TestCompareFlagsTheGatewaysOwnAnswers(t *testing.T) {
+	t.Parallel()
+	var b []byte
+	for i, target := range []string{"/files/a%2Fb", "/files/b", "/files/c%2Fd", "/files/e"} {
+		b = fmt.Appendf(b, `203.0.113.7 - - [30/Nov/2026:10:30:0%d +0000] "GET %s HTTP/1.1" 200 0 "-" "-"`+"\n", i, target)
+	}
+	log := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(log, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	policyOf := func(mode string) string {
+		return `
+server: {escaped_slash: ` + mode + `}
+routes:
+  - {name: files, match: {paths: ["/files/*"]}, upstream: none}
+limits:
+  - {name: files, algorithm: fixed_window, limit: 2, window: 1h, key: client_ip, match: {routes: [files]}}
+`
+	}
+	segment, reject := compilePolicy(t, policyOf("segment")), compilePolicy(t, policyOf("reject"))
+	answered := "(400: answered before any limit)"
+	for _, tc := range []struct {
+		name      string
+		from, to  *policy.Policy
+		want      string // direction, limit and first line of each group
+		flipLines []int64
+	}{
+		// segment: allowed, allowed, 429, 429; reject: 400, allowed, 400, allowed.
+		{"segment to reject", segment, reject, "to_allowed files 4; to_denied " + answered + " 1", []int64{1, 4}},
+		{"reject to segment", reject, segment, "to_allowed " + answered + " 1; to_denied files 4", []int64{1, 4}},
+	} {
+		var lines []int64
+		r := mustRun(t, Options{Policy: tc.from, Logs: []string{log}, Format: "nginx", Compare: tc.to,
+			OnFlip: func(f *Flip) { lines = append(lines, f.Line) }})
+		c := r.Compare
+		var groups []string
+		for _, g := range c.Groups {
+			groups = append(groups, fmt.Sprintf("%s %s %d", g.Direction, g.Limit, g.Examples[0].Line))
+		}
+		slices.Sort(groups)
+		if c.Flips != 2 || c.ToDenied != 1 || c.ToAllowed != 1 || strings.Join(groups, "; ") != tc.want ||
+			!slices.Equal(lines, tc.flipLines) {
+			t.Errorf("%s: %d flips (%d to denied, %d to allowed), groups %q, lines %v; want 2 (1, 1), groups %q, lines %v",
+				tc.name, c.Flips, c.ToDenied, c.ToAllowed, groups, lines, tc.want, tc.flipLines)
+		}
+		var text bytes.Buffer
+		if err := r.WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(text.String(), answered) {
+			t.Errorf("%s: text report:\n%s\nwant the flip to the gateway's own 400 shown", tc.name, text.String())
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"fmt"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -22,7 +23,10 @@ type Comparison struct {
 	Answered int64 `json:"answered"`
 	// Flips counts the requests decided differently: ToDenied are allowed
 	// by the first policy and refused by the other, ToAllowed the other
-	// way round.
+	// way round. Refused is refused by a limit, for a missing API key
+	// (403), or by the gateway's own answer before any limit (a 400 for an
+	// escaped slash under server.escaped_slash: reject, say); a request
+	// each policy refuses, one way or another, is no flip.
 	Flips     int64 `json:"flips"`
 	ToDenied  int64 `json:"to_denied"`
 	ToAllowed int64 `json:"to_allowed"`
@@ -38,7 +42,9 @@ type FlipGroup struct {
 	// Direction is "to_denied" or "to_allowed".
 	Direction string `json:"direction"`
 	// Limit is the limit that refuses: the other policy's for to_denied,
-	// the first policy's for to_allowed.
+	// the first policy's for to_allowed; "(403: API key)" for a missing
+	// key, and "(400: answered before any limit)" (with the answer's
+	// status) for the gateway's own answer.
 	Limit  string    `json:"limit"`
 	Client string    `json:"client"`
 	Count  int64     `json:"count"`
@@ -60,7 +66,7 @@ type Flip struct {
 	Path      string    `json:"path"`
 	Key       string    `json:"key,omitempty"`
 	Direction string    `json:"direction"`
-	// Limit is the limit that refuses it.
+	// Limit is the limit that refuses it, as FlipGroup.Limit.
 	Limit string `json:"limit"`
 }
 
@@ -102,7 +108,7 @@ func (cp *comparer) add(rec *Record, a, b *Outcome) *Flip {
 	default:
 		cp.c.Allowed++
 	}
-	if a.Denied == b.Denied {
+	if a.Refused() == b.Refused() {
 		return nil
 	}
 	f := Flip{Time: time.Unix(0, rec.Time).UTC(), Line: rec.Line, Method: rec.Method, Path: rec.Path, Key: a.Match.KeyID}
@@ -113,7 +119,7 @@ func (cp *comparer) add(rec *Record, a, b *Outcome) *Flip {
 		f.ClientIP = rec.ClientIP.String()
 	}
 	refusing := b
-	if b.Denied {
+	if b.Refused() {
 		f.Direction = "to_denied"
 		cp.c.ToDenied++
 	} else {
@@ -121,9 +127,14 @@ func (cp *comparer) add(rec *Record, a, b *Outcome) *Flip {
 		cp.c.ToAllowed++
 		refusing = a
 	}
-	if l := refusing.Binding(); l != nil {
-		f.Limit = l.Name
-	} else if refusing.Forbidden {
+	switch {
+	case refusing.Answered != 0:
+		f.Limit = fmt.Sprintf("(%d: answered before any limit)", refusing.Answered)
+	case refusing.Denied:
+		if l := refusing.Binding(); l != nil {
+			f.Limit = l.Name
+		}
+	case refusing.Forbidden:
 		f.Limit = "(403: API key)"
 	}
 	cp.c.Flips++

@@ -83,6 +83,15 @@ type Outcome struct {
 	Result *limiter.Result
 }
 
+// Refused reports whether the gateway refused the request rather than
+// pass it on: a limit refused it, the route's API key was missing (403),
+// or the gateway answered it before any limit (its own 400, an access
+// list, the penalty box). A comparison flips a request only when one
+// policy refuses it and the other does not.
+func (o *Outcome) Refused() bool {
+	return o.Denied || o.Forbidden || o.Answered != 0
+}
+
 // Binding returns the binding limit, or nil when no limit applied.
 func (o *Outcome) Binding() *policy.Limit {
 	if b := o.Result.Binding; b >= 0 && b < len(o.Match.Limits) && len(o.Match.Hits) > 0 {

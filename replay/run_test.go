@@ -480,7 +480,7 @@ func TestCompareExact(t *testing.T) {
 		// The log records decisions (its statuses): each request is
 		// held to them, boundaries decided as logged.
 		err := Records(context.Background(), Options{Logs: []string{path}}, func(rec *Record) error {
-			denied[rec.Line] = rp.Check(rec, DefaultTolerance).Denied
+			denied[rec.Line] = rp.Check(rec, DefaultTolerance).Refused()
 			return nil
 		})
 		if rp.ck == nil || rp.ck.a.Boundary == 0 {

@@ -43,8 +43,9 @@ them for the policy (its key file beside the state or policy file, or its
 Redis store), or from --keys.
 
 --compare OTHER replays the same requests through a second policy and
-lists exactly the requests that flip between allowed and denied, grouped
-by limit and client; with --fail-above it exits with status 1 when more
+lists exactly the requests that flip between allowed and refused (by a
+limit, or by the gateway's own answer before any limit), grouped by
+limit and client; with --fail-above it exits with status 1 when more
 flip than allowed (for a CI job). It also exits with status 1 when it
 replayed no request, or could not read more lines than it replayed: a
 comparison of nothing passes no change.

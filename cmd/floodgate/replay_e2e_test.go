@@ -344,7 +344,7 @@ func checkCompare(t *testing.T, cfg, logPath string) {
 		defer rp.Close()
 		denied := map[int64]bool{}
 		if err := replay.Records(context.Background(), replay.Options{Logs: []string{logPath}}, func(rec *replay.Record) error {
-			denied[rec.Line] = rp.Check(rec, replay.DefaultTolerance).Denied
+			denied[rec.Line] = rp.Check(rec, replay.DefaultTolerance).Refused()
 			return nil
 		}); err != nil {
 			t.Fatal(err)
