@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -28,14 +29,19 @@ import (
 // close's reset overtakes it) and closed once its budget is spent
 // (internal/h2guard). grpc-go alone cut PINGs (too_many_pings) but
 // answered all 100,000 SETTINGS and took every WINDOW_UPDATE, PRIORITY
-// and unknown frame, the connection kept.
+// and unknown frame, the connection kept. Each cut is counted
+// (Server.ConnectionsCut) under the kind of frame that spent most of the
+// budget and logged as a warning naming the client; before, a cut left no
+// trace.
 func TestServerCutsFrameFloods(t *testing.T) {
 	st, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv, err := NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}), ServerOptions{})
+	var log syncBuffer
+	srv, err := NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}),
+		ServerOptions{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +108,28 @@ func TestServerCutsFrameFloods(t *testing.T) {
 			t.Errorf("%s: %d of %d sent; the connection ended with %s", kind, sent, n, got)
 		}
 	}
+	// The count follows the GOAWAY, which the client may read first.
+	want := map[string]int64{"settings": 1, "window_update": 1, "priority": 1, "unknown": 1, "refused_stream": 1}
+	cut := srv.ConnectionsCut()
+	for i := 0; i < 100 && fmt.Sprint(cut) != fmt.Sprint(withZeros(cut, want)); i++ {
+		time.Sleep(100 * time.Millisecond)
+		cut = srv.ConnectionsCut()
+	}
+	if fmt.Sprint(cut) != fmt.Sprint(withZeros(cut, want)) {
+		t.Errorf("connections cut %v, want %v", cut, want)
+	}
+	if l := log.String(); !strings.Contains(l, "level=WARN msg=\"h2guard: HTTP/2 connection cut") || !strings.Contains(l, "client=127.0.0.1:") {
+		t.Errorf("the cuts are not logged with their clients:\n%s", l)
+	}
+}
+
+// withZeros returns want with a zero for each key of all it lacks.
+func withZeros(all, want map[string]int64) map[string]int64 {
+	m := make(map[string]int64, len(all))
+	for k := range all {
+		m[k] = want[k]
+	}
+	return m
 }
 
 // TestServerKeepsBusyClients: a client making 3,000 calls on its one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"sync/atomic"
@@ -159,6 +160,12 @@ type ServerOptions struct {
 	// frames that are not calls (SETTINGS, WINDOW_UPDATEs...), past which
 	// a client gets a GOAWAY with ENHANCE_YOUR_CALM.
 	ExtraOptions []grpc.ServerOption
+	// Logger gets a warning, at most one a second (the next saying how
+	// many were held back), for each connection cut for spending its
+	// budget of frames that are not calls, naming the client's address
+	// and the kind of frame that spent most of it. Nil logs none; the cuts
+	// are counted either way (Server.ConnectionsCut).
+	Logger *slog.Logger
 }
 
 // Server is a gRPC server carrying the RLS and the standard health
@@ -172,6 +179,20 @@ type Server struct {
 	grace  time.Duration
 	// stall bounds each write to a connection (0: no bound).
 	stall time.Duration
+	cuts  *h2guard.Cuts
+}
+
+// ConnectionsCut returns how many connections were sent a GOAWAY with
+// ENHANCE_YOUR_CALM and closed for spending their budget of frames that
+// are not calls, by the kind of frame that spent most of it: "ping",
+// "settings", "window_update", "priority", "rst_stream", "empty_data",
+// "continuation", "unknown", "refused_stream" or "other".
+func (s *Server) ConnectionsCut() map[string]int64 {
+	m := make(map[string]int64, h2guard.NumKinds)
+	for k := range h2guard.NumKinds {
+		m[k.String()] = s.cuts.Count(k)
+	}
+	return m
 }
 
 // MinConnectionAge is the shortest ServerOptions.MaxConnectionAge but 0:
@@ -199,7 +220,8 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 			return nil, fmt.Errorf("rls: tls: %w", err)
 		}
 	}
-	so := []grpc.ServerOption{grpc.Creds(guardedCreds{creds})}
+	cuts := &h2guard.Cuts{Log: opts.Logger}
+	so := []grpc.ServerOption{grpc.Creds(guardedCreds{creds, cuts})}
 	kp := keepalive.ServerParameters{
 		MaxConnectionIdle:     opts.MaxConnectionIdle,
 		MaxConnectionAge:      opts.MaxConnectionAge,
@@ -285,7 +307,7 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	case stall < 0:
 		stall = 0
 	}
-	return &Server{GRPC: g, Health: hs, grace: grace, stall: stall}, nil
+	return &Server{GRPC: g, Health: hs, grace: grace, stall: stall, cuts: cuts}, nil
 }
 
 // Serve answers on lis until ctx ends, then reports NOT_SERVING, lets
@@ -473,6 +495,7 @@ func (c *writeBoundConn) CloseWrite() error {
 // of an unknown type for as long as the client reads.
 type guardedCreds struct {
 	credentials.TransportCredentials
+	cuts *h2guard.Cuts
 }
 
 // ServerHandshake shakes hands as the credentials do.
@@ -481,10 +504,10 @@ func (g guardedCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInf
 	if err != nil {
 		return nil, nil, err
 	}
-	return h2guard.New(c, h2guard.PrefacePassed), info, nil
+	return h2guard.New(c, h2guard.PrefacePassed, g.cuts), info, nil
 }
 
 // Clone returns a copy.
 func (g guardedCreds) Clone() credentials.TransportCredentials {
-	return guardedCreds{g.TransportCredentials.Clone()}
+	return guardedCreds{g.TransportCredentials.Clone(), g.cuts}
 }

@@ -22,7 +22,10 @@ import (
 // once its budget of frames that are not
 // requests is spent (internal/h2guard), over h2c and TLS, on each engine.
 // Before, all 100,000 were answered and the connection kept: nothing but
-// requests was ever counted.
+// requests was ever counted. The cut is counted in /metrics
+// (floodgate_http2_connections_cut_total{frame="ping",front="serve"} 1) and
+// logged as a warning naming the client's address and the frame kind;
+// before, it left no trace.
 func TestH2ControlFloodIsCut(t *testing.T) { forEngines(t, testH2ControlFloodIsCut) }
 
 func testH2ControlFloodIsCut(t *testing.T, engine string) {
@@ -46,7 +49,7 @@ routes:
 `, tlsLine, up.URL)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
+		gw, admin, _, _, logs := startServeLogged(t, "--engine", engine, "--config", cfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
 		addr := gw[strings.Index(gw, "//")+2:]
 		var c net.Conn
 		var err error
@@ -114,5 +117,65 @@ routes:
 			t.Fatalf("%s: %d PINGs sent, %d answered; the connection ended with %s", over, sent, got.pings, got.how)
 		}
 		t.Logf("%s: %d PINGs sent, %d answered, then %s", over, sent, got.pings, got.how)
+		// The count follows the GOAWAY, which the client may read first.
+		const series = `floodgate_http2_connections_cut_total{frame="ping",front="serve"}`
+		cut := metricValue(t, admin, series)
+		for i := 0; cut == 0 && i < 100; i++ {
+			time.Sleep(100 * time.Millisecond)
+			cut = metricValue(t, admin, series)
+		}
+		if cut != 1 {
+			t.Errorf("%s: %s %d, want 1", over, series, cut)
+		}
+		if log := logs.String(); !strings.Contains(log, "h2guard: HTTP/2 connection cut") ||
+			!strings.Contains(log, "client="+c.LocalAddr().String()) || !strings.Contains(log, "frame=ping") ||
+			!strings.Contains(log, "front=serve") {
+			t.Errorf("%s: the cut is not logged with its client and frame kind:\n%s", over, log)
+		}
+	}
+}
+
+// TestRLSFrameFloodCutIsCounted: a gRPC client of floodgate rls that sends
+// 100,000 SETTINGS frames on its connection, reading every answer, is cut
+// (internal/h2guard), and the cut is counted in the Prometheus address's
+// /metrics as floodgate_http2_connections_cut_total{frame="settings",
+// front="rls"} and logged as a warning naming the client's address and the
+// frame kind. Before, it left no trace.
+func TestRLSFrameFloodCutIsCounted(t *testing.T) {
+	dir := t.TempDir()
+	writeRuntime(t, dir, map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"})
+	p := startRLS(t, rlsEnvFor(dir, map[string]string{"BACKEND_TYPE": "memory", "USE_PROMETHEUS": "true",
+		"PROMETHEUS_ADDR": "127.0.0.1:0", "LOG_LEVEL": "warn"}))
+	c, err := net.Dial("tcp", p.grpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	end := make(chan struct{})
+	go func() {
+		defer close(end)
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	for i := 0; i < 100000 && fr.WriteSettings() == nil; i++ {
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	<-end
+	// The count follows the GOAWAY, which the client may read first.
+	const series = `floodgate_http2_connections_cut_total{frame="settings",front="rls"}`
+	cut := metricValue(t, p.prom, series)
+	for i := 0; cut == 0 && i < 100; i++ {
+		time.Sleep(100 * time.Millisecond)
+		cut = metricValue(t, p.prom, series)
+	}
+	if cut != 1 {
+		t.Errorf("%s %d, want 1", series, cut)
+	}
+	if log := p.stderr.String(); !strings.Contains(log, "h2guard: HTTP/2 connection cut") ||
+		!strings.Contains(log, c.LocalAddr().String()) || !strings.Contains(log, "settings") {
+		t.Errorf("the cut is not logged with its client and frame kind:\n%s", log)
 	}
 }

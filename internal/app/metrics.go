@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floodgate/floodgate/internal/buildinfo"
+	"github.com/floodgate/floodgate/internal/h2guard"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -93,6 +94,23 @@ func shedCounter(listener string, ln func() *connLimit) prometheus.Collector {
 			}
 			return float64(l.shed.Load())
 		})
+}
+
+// h2CutHelp is the help of floodgate_http2_connections_cut_total.
+const h2CutHelp = "HTTP/2 connections sent a GOAWAY with ENHANCE_YOUR_CALM and closed because their client spent its budget " +
+	"of frames that are not requests (PING, SETTINGS, WINDOW_UPDATE... or streams the server refused), by front " +
+	"(serve: the gateway listener; rls: the rate-limit service's gRPC listener) and by the kind of frame that spent most of it."
+
+// h2CutCounters are floodgate_http2_connections_cut_total of one front,
+// one series for each kind of frame, read from count.
+func h2CutCounters(front string, count func(h2guard.Kind) int64) []prometheus.Collector {
+	cs := make([]prometheus.Collector, 0, h2guard.NumKinds)
+	for k := range h2guard.NumKinds {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "floodgate_http2_connections_cut_total", Help: h2CutHelp,
+			ConstLabels: prometheus.Labels{"front": front, "frame": k.String()}},
+			func() float64 { return float64(count(k)) }))
+	}
+	return cs
 }
 
 func b2f(b bool) float64 {
@@ -198,7 +216,7 @@ func register(reg prometheus.Registerer, cs []prometheus.Collector) error {
 // serveMetrics are floodgate serve's series of the policy and the
 // gateway's connections, read when /metrics is scraped.
 func (s *server) serveMetrics() []prometheus.Collector {
-	return []prometheus.Collector{
+	return append([]prometheus.Collector{
 		counter("floodgate_config_reloads_total", "New versions of the policy file applied.",
 			func() float64 { return float64(s.reloader.Reloads()) }),
 		counter("floodgate_config_rejected_total", "Versions of the policy file refused as invalid.",
@@ -220,5 +238,5 @@ func (s *server) serveMetrics() []prometheus.Collector {
 		shedCounter("gateway", func() *connLimit { return s.conns }),
 		shedCounter("api", s.apiConns.Load),
 		newTargetHealth(s),
-	}
+	}, h2CutCounters("serve", s.h2cuts.Count)...)
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/h2guard"
 	"github.com/floodgate/floodgate/internal/hostcheck"
 	"github.com/floodgate/floodgate/internal/sdnotify"
 	"github.com/floodgate/floodgate/internal/statsd"
@@ -166,7 +167,7 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 	s.svc = rls.New(r.engine, cfg, opts)
 
 	so := rls.ServerOptions{MaxConnectionAge: set.MaxConnectionAge, MaxConnectionAgeGrace: set.MaxConnectionAgeGrace,
-		ExtraOptions: r.tracing.grpcOptions()}
+		ExtraOptions: r.tracing.grpcOptions(), Logger: r.log.With("front", "rls")}
 	if s.stats != nil {
 		so.ExtraOptions = append(so.ExtraOptions, grpc.UnaryInterceptor(s.stats.UnaryInterceptor()))
 	}
@@ -233,7 +234,9 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 // openRLSListeners opens the service's gRPC listener and the HTTP ones the
 // settings name, and says where on stdout. The connections the gRPC
 // listener and the /json one shed are counted in the process's /metrics
-// (floodgate_connections_shed_total{listener="rls_grpc"|"rls_http"}).
+// (floodgate_connections_shed_total{listener="rls_grpc"|"rls_http"}), and
+// so are its gRPC connections cut for their HTTP/2 frames that are not
+// calls (floodgate_http2_connections_cut_total{front="rls"}).
 // Without the gRPC or the /json listener there is no service, and the
 // error is returned; the debug port and the Prometheus address only serve
 // operators, so one that cannot be opened (another process holds it) is
@@ -250,6 +253,8 @@ func (r *root) openRLSListeners(stdout io.Writer) error {
 		return err
 	}
 	sheds := []prometheus.Collector{shedCounter("rls_grpc", func() *connLimit { return grpcLn })}
+	// Its HTTP/2 connections cut for their frames that are not calls.
+	sheds = append(sheds, h2CutCounters("rls", func(k h2guard.Kind) int64 { return s.grpc.ConnectionsCut()[k.String()] })...)
 	if set.HTTPAddr != "" {
 		api := http.NewServeMux()
 		api.Handle("/json", r.tracing.handler(rls.JSONHandler(s.svc), "rls_json"))

@@ -136,8 +136,11 @@ type server struct {
 	front, admin, ops       *http.Server
 	edge                    *edge.Engine // the edge engine, when it serves the gateway listener
 	frontCerts              *certSet     // the gateway listener's certificates, with server.tls
-	engineName              string
-	api                     *checkAPI // the HTTP check API, when server.api_listen names one
+	// h2cuts counts and logs the gateway's HTTP/2 connections cut for
+	// spending their budget of frames that are not requests.
+	h2cuts     *h2guard.Cuts
+	engineName string
+	api        *checkAPI // the HTTP check API, when server.api_listen names one
 	// apiConns is the check API's listener once it is open, read by
 	// /metrics (floodgate_connections_shed_total{listener="api"}) from
 	// the other listeners, which may serve before it opens.
@@ -148,7 +151,7 @@ type server struct {
 
 // newServer loads the policy and opens the root and the console.
 func newServer(ctx context.Context, o *ServeOptions, log *slog.Logger) (*server, error) {
-	s := &server{cfg: o, log: log}
+	s := &server{cfg: o, log: log, h2cuts: &h2guard.Cuts{Log: log.With("front", "serve")}}
 	var err error
 	s.reloader, err = policy.NewReloader(policy.ReloaderOptions{Path: o.Config, Logger: log, OnReload: s.reloaded,
 		OnReject: s.rejected})
@@ -446,7 +449,7 @@ func (s *server) listen(stdout io.Writer) error {
 	}
 	// A client's HTTP/2 frames that are not requests (PINGs, SETTINGS,
 	// WINDOW_UPDATEs...) are held to a budget (internal/h2guard).
-	if err := h2guard.Install(s.front); err != nil {
+	if err := h2guard.Install(s.front, s.h2cuts); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if admin := firstNonEmpty(s.cfg.AdminListen, s.srv.AdminListen); admin != "off" && admin != "" {

@@ -9,7 +9,10 @@
 // requests ever sees them. A Conn follows the frames a client sends and
 // keeps a budget of those that are not requests, as nginx, Envoy and h2o
 // do; past it the client is sent a GOAWAY with ENHANCE_YOUR_CALM and its
-// connection is closed.
+// connection is closed. A Cuts given to New or Install counts each
+// connection cut by the kind of frame that spent most of its budget (a
+// fixed few kinds, whatever the client sends) and logs it, at most one
+// line a second.
 //
 // Install puts a net/http server's HTTP/2 connections (h2 over TLS, and
 // h2c) through a Conn; the HTTP/2 server that serves them is still

@@ -5,11 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/lograte"
 )
 
 // The budget of a connection's frames that are not requests (PING,
@@ -47,10 +50,13 @@ const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 const (
 	frameData         = 0x0
 	frameHeaders      = 0x1
+	framePriority     = 0x2
 	frameRSTStream    = 0x3
 	frameSettings     = 0x4
 	framePing         = 0x6
 	frameGoAway       = 0x7
+	frameWindowUpdate = 0x8
+	frameContinuation = 0x9
 	flagAck           = 0x1
 	flagEndStream     = 0x1
 	flagPadded        = 0x8
@@ -63,6 +69,110 @@ const (
 	codeEnhanceCalm   = 0xb
 	frameHeaderLength = 9
 )
+
+// Kind is a kind of frame that spends a connection's budget: the label
+// under which a connection cut is counted, of the kind that spent most of
+// its budget. The kinds are a fixed few, whatever frames a client sends.
+type Kind uint8
+
+// The kinds of frames that spend a budget.
+const (
+	KindPing         Kind = iota // PING, and their acknowledgements
+	KindSettings                 // SETTINGS, and their acknowledgements
+	KindWindowUpdate             // WINDOW_UPDATE
+	KindPriority                 // PRIORITY
+	KindRSTStream                // RST_STREAM the client sent
+	KindEmptyData                // DATA that carries nothing and ends no stream
+	KindContinuation             // CONTINUATION
+	KindUnknown                  // frames of a type net/http's server does not know
+	// KindRefusedStream is the server's RST_STREAM refusing a stream (past
+	// those it takes at once, or for the client's breaking the protocol,
+	// flow control or frame size) or a DATA frame on a stream closed.
+	KindRefusedStream
+	KindOther // GOAWAY, PUSH_PROMISE, HEADERS that open no stream (trailers)
+	// NumKinds is how many kinds there are: Kind(0) to NumKinds-1.
+	NumKinds
+)
+
+var kindNames = [NumKinds]string{"ping", "settings", "window_update", "priority", "rst_stream",
+	"empty_data", "continuation", "unknown", "refused_stream", "other"}
+
+// String returns k's label: "ping", "settings", "window_update",
+// "priority", "rst_stream", "empty_data", "continuation", "unknown",
+// "refused_stream" or "other".
+func (k Kind) String() string {
+	if k >= NumKinds {
+		return "other"
+	}
+	return kindNames[k]
+}
+
+// kindOf is the kind of a frame a client sent that spends the budget.
+func kindOf(h header) Kind {
+	switch h.typ {
+	case framePing:
+		return KindPing
+	case frameSettings:
+		return KindSettings
+	case frameWindowUpdate:
+		return KindWindowUpdate
+	case framePriority:
+		return KindPriority
+	case frameRSTStream:
+		return KindRSTStream
+	case frameData:
+		return KindEmptyData
+	case frameContinuation:
+		return KindContinuation
+	}
+	if h.typ > frameContinuation {
+		return KindUnknown
+	}
+	return KindOther
+}
+
+// Cuts counts the connections its Conns cut, by the kind of frame that
+// spent most of each one's budget, and logs each cut as a warning to Log,
+// naming the client's address and that kind: at most one line a second,
+// the next that passes saying how many were held back, so that a flood of
+// connections cut cannot flood the log. Its zero value counts the cuts
+// and logs none; it is safe for concurrent use.
+type Cuts struct {
+	// Log gets the warnings; nil logs none.
+	Log *slog.Logger
+
+	gate lograte.Gate
+	n    [NumKinds]atomic.Int64
+}
+
+// Count returns how many connections were cut whose budget frames of kind
+// k spent most of.
+func (c *Cuts) Count(k Kind) int64 {
+	if c == nil || k >= NumKinds {
+		return 0
+	}
+	return c.n[k].Load()
+}
+
+// cut counts and logs the cut of a connection to client addr whose budget
+// frames of kind k spent most of.
+func (c *Cuts) cut(addr net.Addr, k Kind) {
+	if c == nil {
+		return
+	}
+	c.n[k].Add(1)
+	if c.Log == nil {
+		return
+	}
+	if held, ok := c.gate.Pass(time.Now()); ok {
+		client := ""
+		if addr != nil {
+			client = addr.String()
+		}
+		c.Log.Warn("h2guard: HTTP/2 connection cut with a GOAWAY (ENHANCE_YOUR_CALM): too many frames that are not requests",
+			"client", client, "frame", k.String(), "not_logged_since", held)
+	}
+}
 
 // header is a frame's header, with what its payload's first bytes tell:
 // for DATA, the bytes of data it carries (its payload but its padding);
@@ -205,7 +315,13 @@ func (b *budget) refill(now time.Time) int64 {
 // between two of the server's frames, and every later write fail.
 type Conn struct {
 	net.Conn
-	b *budget
+	b    *budget
+	cuts *Cuts
+
+	// spentBy is what each kind of the client's frames spent of the
+	// budget; the reader's alone, but for KindRefusedStream's, the
+	// server's, which wmu guards.
+	spentBy [NumKinds]int64
 
 	// The reader's alone.
 	in       scanner
@@ -242,9 +358,10 @@ const (
 	PrefacePassed
 )
 
-// New returns c as a Conn.
-func New(c net.Conn, p Preface) *Conn {
-	g := &Conn{Conn: c, b: newBudget(time.Now())}
+// New returns c as a Conn, whose cut, if its client spends its budget, is
+// counted and logged by cuts (nil: neither).
+func New(c net.Conn, p Preface, cuts *Cuts) *Conn {
+	g := &Conn{Conn: c, b: newBudget(time.Now()), cuts: cuts}
 	switch p {
 	case PrefaceDropped:
 		g.preface = len(preface)
@@ -271,6 +388,7 @@ func (c *Conn) clientFrame(h header) {
 		c.b.earn(PerStream)
 		c.calm = c.b.spent(time.Now)
 	default:
+		c.spentBy[kindOf(h)]++
 		c.calm = !c.b.spend(time.Now)
 	}
 }
@@ -297,8 +415,10 @@ func (c *Conn) serverFrame(h header) {
 	case h.code == codeStreamClosed && c.late > 0:
 		c.late--
 	case h.code == codeStreamClosed:
+		c.spentBy[KindRefusedStream]++
 		c.b.earn(-1)
 	case h.code == codeProtocol || h.code == codeFlowControl || h.code == codeFrameSize || h.code == codeRefusedStream:
+		c.spentBy[KindRefusedStream] += PerStream + 1
 		c.b.earn(-(PerStream + 1))
 	}
 }
@@ -330,7 +450,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.pass -= skip
 	c.in.feed(p[skip:n], c.inFrames)
 	if c.calm {
-		c.goAway()
+		k := c.goAway()
+		c.cuts.cut(c.Conn.RemoteAddr(), k)
 	}
 	return n, err
 }
@@ -339,19 +460,27 @@ func (c *Conn) Read(p []byte) (int, error) {
 // written stand whole, then lets the server write nothing more. The GOAWAY
 // is the server's last word only if its client takes it before the
 // connection's close: a client that keeps sending may see its connection
-// reset first.
-func (c *Conn) goAway() {
+// reset first. It returns the kind of frame that spent most of the
+// budget.
+func (c *Conn) goAway() Kind {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	most := KindOther
+	for k := range NumKinds {
+		if c.spentBy[k] > c.spentBy[most] {
+			most = k
+		}
+	}
 	if c.shut {
-		return
+		return most
 	}
 	if !c.out.between() {
 		// The server's next write that ends a frame writes it.
 		c.pending = true
-		return
+		return most
 	}
 	c.writeGoAway()
+	return most
 }
 
 // writeGoAway writes the GOAWAY and shuts the server's writes; wmu is held.
@@ -437,8 +566,9 @@ func (notYet) Addr() net.Addr            { return &net.TCPAddr{} }
 // Install makes each HTTP/2 connection srv serves, over TLS (h2) or
 // without (h2c), a Conn, served by net/http's own HTTP/2 server. It must
 // be called once srv's Protocols, TLSConfig and HTTP2 are set and before
-// srv serves; it does nothing when srv serves no HTTP/2.
-func Install(srv *http.Server) error {
+// srv serves; it does nothing when srv serves no HTTP/2. The connections
+// cut are counted and logged by cuts (nil: neither).
+func Install(srv *http.Server, cuts *Cuts) error {
 	// net/http sets up its HTTP/2 server in TLSNextProto when it first
 	// serves: a listener that accepts nothing makes it do so now.
 	if err := srv.Serve(notYet{}); !errors.Is(err, errNotYet) {
@@ -457,13 +587,13 @@ func Install(srv *http.Server) error {
 			h2c(hs, tc, h) // which refuses it
 			return
 		}
-		h2c(hs, tls.Client(handoff{conn: New(u.UnencryptedNetConn(), PrefaceRead)}, nil), h)
+		h2c(hs, tls.Client(handoff{conn: New(u.UnencryptedNetConn(), PrefaceRead, cuts)}, nil), h)
 	}
 	if _, ok := srv.TLSNextProto["h2"]; ok {
 		// The h2c entry takes it too, its preface dropped by the Conn,
 		// and reads its TLS state from the Conn.
 		srv.TLSNextProto["h2"] = func(hs *http.Server, tc *tls.Conn, h http.Handler) {
-			h2c(hs, tls.Client(handoff{conn: tlsConn{New(tc, PrefaceDropped), tc}}, nil), h)
+			h2c(hs, tls.Client(handoff{conn: tlsConn{New(tc, PrefaceDropped, cuts), tc}}, nil), h)
 		}
 	}
 	return nil

@@ -7,9 +7,11 @@ import (
 
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +27,12 @@ import (
 // address.
 func serve(t *testing.T, h http.Handler, tc *tls.Config) string {
 	t.Helper()
+	return serveCuts(t, h, tc, nil)
+}
+
+// serveCuts is serve with its connections cut counted and logged by cuts.
+func serveCuts(t *testing.T, h http.Handler, tc *tls.Config, cuts *Cuts) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +44,7 @@ func serve(t *testing.T, h http.Handler, tc *tls.Config) string {
 		srv.Protocols.SetHTTP2(true)
 		ln = tls.NewListener(ln, tc)
 	}
-	if err := Install(srv); err != nil {
+	if err := Install(srv, cuts); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(ln) }()
@@ -171,57 +179,151 @@ func TestFloodsAreCut(t *testing.T) {
 		addr := serve(t, hold, map[string]*tls.Config{"TLS": stc}[over])
 		for kind, send := range floods {
 			t.Run(over+"/"+kind, func(t *testing.T) {
-				h := dialH2(t, addr, tc)
-				// A request, its body still to come, on stream 1.
-				if err := h.request(1, "/", false); err != nil {
-					t.Fatal(err)
-				}
-				end := make(chan string, 1)
-				acks := make(chan int, 1)
-				go func() {
-					rd := http2.NewFramer(nil, h.c)
-					n := 0
-					defer func() { acks <- n }()
-					for {
-						f, err := rd.ReadFrame()
-						if err != nil {
-							end <- "closed without a GOAWAY: " + err.Error()
-							return
-						}
-						switch f := f.(type) {
-						case *http2.PingFrame:
-							n++
-						case *http2.SettingsFrame:
-							if f.IsAck() {
-								n++
-							}
-						case *http2.GoAwayFrame:
-							end <- f.ErrCode.String()
-							_, _ = io.Copy(io.Discard, h.c)
-							return
-						}
-					}
-				}()
-				const n = 100000
-				sent := 0
-				for ; sent < n; sent++ {
-					if send(h, sent) != nil {
-						break
-					}
-				}
-				_ = h.c.SetDeadline(time.Now().Add(10 * time.Second))
-				// The GOAWAY may be lost: the server closes with the
-				// client's frames unread, which resets the connection.
-				got := <-end
-				if got != "ENHANCE_YOUR_CALM" && (sent == n || !strings.Contains(got, "reset") && !strings.Contains(got, "EOF")) {
-					t.Fatalf("%d of %d frames sent; the connection ended with %s", sent, n, got)
-				}
-				if acked := <-acks; acked >= Burst+100 {
+				if acked := floodUntilCut(t, dialH2(t, addr, tc), send); acked >= Burst+100 {
 					t.Errorf("%d answers before the end, past a budget of %d", acked, Burst)
 				}
 			})
 		}
 	}
+}
+
+// floodUntilCut opens a request on h's stream 1, its body still to come,
+// then sends 100,000 frames with send, reading what the server answers,
+// and fails t unless the connection ends with a GOAWAY with
+// ENHANCE_YOUR_CALM or, the GOAWAY lost to the close's reset, before all
+// were sent. It returns how many PINGs and SETTINGS were acknowledged.
+func floodUntilCut(t *testing.T, h *h2Client, send func(h *h2Client, i int) error) int {
+	t.Helper()
+	// A request, its body still to come, on stream 1.
+	if err := h.request(1, "/", false); err != nil {
+		t.Fatal(err)
+	}
+	end := make(chan string, 1)
+	acks := make(chan int, 1)
+	go func() {
+		rd := http2.NewFramer(nil, h.c)
+		n := 0
+		defer func() { acks <- n }()
+		for {
+			f, err := rd.ReadFrame()
+			if err != nil {
+				end <- "closed without a GOAWAY: " + err.Error()
+				return
+			}
+			switch f := f.(type) {
+			case *http2.PingFrame:
+				n++
+			case *http2.SettingsFrame:
+				if f.IsAck() {
+					n++
+				}
+			case *http2.GoAwayFrame:
+				end <- f.ErrCode.String()
+				_, _ = io.Copy(io.Discard, h.c)
+				return
+			}
+		}
+	}()
+	const n = 100000
+	sent := 0
+	for ; sent < n; sent++ {
+		if send(h, sent) != nil {
+			break
+		}
+	}
+	_ = h.c.SetDeadline(time.Now().Add(10 * time.Second))
+	// The GOAWAY may be lost: the server closes with the
+	// client's frames unread, which resets the connection.
+	got := <-end
+	if got != "ENHANCE_YOUR_CALM" && (sent == n || !strings.Contains(got, "reset") && !strings.Contains(got, "EOF")) {
+		t.Fatalf("%d of %d frames sent; the connection ended with %s", sent, n, got)
+	}
+	return <-acks
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use, for a log.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// floodKinds is the kind each flood of floods is counted under.
+var floodKinds = map[string]Kind{
+	"PING": KindPing, "SETTINGS": KindSettings, "WINDOW_UPDATE": KindWindowUpdate,
+	"stream WINDOW_UPDATE": KindWindowUpdate, "PRIORITY": KindPriority, "empty DATA": KindEmptyData,
+	"padding DATA": KindEmptyData, "unknown type": KindUnknown, "DATA on a closed stream": KindRefusedStream,
+	"refused HEADERS": KindRefusedStream, "empty CONTINUATION": KindContinuation,
+}
+
+// TestCutsAreCountedAndLogged: each connection cut for spending its budget
+// is counted under the kind of frame that spent most of it, and logged as
+// a warning naming its client's address and that kind; cuts past the
+// first in a second are held back from the log, and the next line that
+// passes says how many were. Before, a cut left no trace.
+func TestCutsAreCountedAndLogged(t *testing.T) {
+	hold := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
+	// count waits until cuts has counted want of kind k; the count
+	// follows the GOAWAY, which the client may read first.
+	count := func(t *testing.T, cuts *Cuts, k Kind, want int64) {
+		t.Helper()
+		for i := 0; cuts.Count(k) < want && i < 1000; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := cuts.Count(k); got != want {
+			t.Fatalf("%d connections counted as cut by %s frames, want %d", got, k, want)
+		}
+	}
+	for kind, send := range floods {
+		t.Run(kind, func(t *testing.T) {
+			var log syncBuffer
+			cuts := &Cuts{Log: slog.New(slog.NewTextHandler(&log, nil))}
+			addr := serveCuts(t, hold, nil, cuts)
+			h := dialH2(t, addr, nil)
+			floodUntilCut(t, h, send)
+			want := floodKinds[kind]
+			count(t, cuts, want, 1)
+			for k := range NumKinds {
+				if n := cuts.Count(k); k != want && n != 0 {
+					t.Errorf("%d counted as cut by %s frames too", n, k)
+				}
+			}
+			line := log.String()
+			for _, s := range []string{"level=WARN", "client=" + h.c.LocalAddr().String(), "frame=" + want.String(), "not_logged_since=0"} {
+				if !strings.Contains(line, s) {
+					t.Errorf("the log %q does not say %s", line, s)
+				}
+			}
+		})
+	}
+	t.Run("held back", func(t *testing.T) {
+		stc, ctc := serverTLS(t)
+		var log syncBuffer
+		cuts := &Cuts{Log: slog.New(slog.NewTextHandler(&log, nil))}
+		addr := serveCuts(t, hold, stc, cuts)
+		// Three floods over TLS, one after the other: as many lines as
+		// seconds passed, at most, and the count whole.
+		start := time.Now()
+		for i := range 3 {
+			floodUntilCut(t, dialH2(t, addr, ctc), floods["PING"])
+			count(t, cuts, KindPing, int64(i+1))
+		}
+		lines := strings.Count(log.String(), "h2guard: HTTP/2 connection cut")
+		if lines < 1 || lines > 1+int(time.Since(start)/time.Second) {
+			t.Fatalf("%d lines for 3 cuts in %v:\n%s", lines, time.Since(start), log.String())
+		}
+	})
 }
 
 // TestHeavyTrafficIsNotCut: clients that make the server work hard with
