@@ -87,6 +87,12 @@ type ServerOptions struct {
 	// TLSCertFile and TLSKeyFile, when both set, serve TLS with this
 	// certificate and key (PEM files).
 	TLSCertFile, TLSKeyFile string
+	// Creds, when not nil, are the credentials connections are served
+	// with, in place of TLSCertFile and TLSKeyFile (credentials.NewTLS of
+	// a configuration that reloads its certificate, say). Unlike a
+	// grpc.Creds among ExtraOptions, they keep each connection's HTTP/2
+	// frames that are not calls held to the budget.
+	Creds credentials.TransportCredentials
 	// MaxConnectionAge closes connections after this long (with ±10%
 	// jitter) so that clients re-resolve and spread over new instances;
 	// 0 means never.
@@ -158,7 +164,7 @@ type ServerOptions struct {
 	// stats handlers ...). A grpc.Creds among them replaces the server's
 	// own, and with them the budget that holds each connection's HTTP/2
 	// frames that are not calls (SETTINGS, WINDOW_UPDATEs...), past which
-	// a client gets a GOAWAY with ENHANCE_YOUR_CALM.
+	// a client gets a GOAWAY with ENHANCE_YOUR_CALM: set Creds instead.
 	ExtraOptions []grpc.ServerOption
 	// Logger gets a warning, at most one a second (the next saying how
 	// many were held back), for each connection cut for spending its
@@ -211,7 +217,12 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	// A client's HTTP/2 frames that are not calls (SETTINGS,
 	// WINDOW_UPDATEs...) are held to a budget (internal/h2guard).
 	var creds credentials.TransportCredentials = insecure.NewCredentials()
-	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
+	switch {
+	case opts.Creds != nil && (opts.TLSCertFile != "" || opts.TLSKeyFile != ""):
+		return nil, errors.New("rls: Creds and a TLS certificate file both set")
+	case opts.Creds != nil:
+		creds = opts.Creds
+	case opts.TLSCertFile != "" || opts.TLSKeyFile != "":
 		if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
 			return nil, errors.New("rls: TLS needs both a certificate and a key file")
 		}

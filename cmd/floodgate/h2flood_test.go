@@ -136,17 +136,37 @@ routes:
 }
 
 // TestRLSFrameFloodCutIsCounted: a gRPC client of floodgate rls that sends
-// 100,000 SETTINGS frames on its connection, reading every answer, is cut
-// (internal/h2guard), and the cut is counted in the Prometheus address's
-// /metrics as floodgate_http2_connections_cut_total{frame="settings",
-// front="rls"} and logged as a warning naming the client's address and the
-// frame kind. Before, it left no trace.
+// 100,000 SETTINGS frames on its connection, reading every answer, over
+// plaintext and over TLS (GRPC_SERVER_USE_TLS), is cut (internal/h2guard),
+// and the cut is counted in the Prometheus address's /metrics as
+// floodgate_http2_connections_cut_total{frame="settings",front="rls"} and
+// logged as a warning naming the client's address and the frame kind.
+// Before, a cut left no trace, and over TLS none happened: the TLS
+// credentials replaced the ones that hold connections to the budget, and
+// all 100,000 SETTINGS were acknowledged, the connection kept.
 func TestRLSFrameFloodCutIsCounted(t *testing.T) {
+	for _, over := range []string{"plaintext", "TLS"} {
+		t.Run(over, func(t *testing.T) { testRLSFrameFloodCutIsCounted(t, over == "TLS") })
+	}
+}
+
+func testRLSFrameFloodCutIsCounted(t *testing.T, overTLS bool) {
 	dir := t.TempDir()
 	writeRuntime(t, dir, map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"})
-	p := startRLS(t, rlsEnvFor(dir, map[string]string{"BACKEND_TYPE": "memory", "USE_PROMETHEUS": "true",
-		"PROMETHEUS_ADDR": "127.0.0.1:0", "LOG_LEVEL": "warn"}))
-	c, err := net.Dial("tcp", p.grpc)
+	env := map[string]string{"BACKEND_TYPE": "memory", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0", "LOG_LEVEL": "warn"}
+	var pki *tlsPKI
+	if overTLS {
+		pki = newTLSPKI(t, dir)
+		env["GRPC_SERVER_USE_TLS"], env["GRPC_SERVER_TLS_CERT"], env["GRPC_SERVER_TLS_KEY"] = "true", pki.serverPair.Cert, pki.serverPair.Key
+	}
+	p := startRLS(t, rlsEnvFor(dir, env))
+	var c net.Conn
+	var err error
+	if overTLS {
+		c, err = tls.Dial("tcp", p.grpc, pki.clientTLS())
+	} else {
+		c, err = net.Dial("tcp", p.grpc)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,10 +180,15 @@ func TestRLSFrameFloodCutIsCounted(t *testing.T) {
 		defer close(end)
 		_, _ = io.Copy(io.Discard, c)
 	}()
-	for i := 0; i < 100000 && fr.WriteSettings() == nil; i++ {
+	const n = 100000
+	sent := 0
+	for ; sent < n && fr.WriteSettings() == nil; sent++ {
 	}
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	<-end
+	if sent == n {
+		t.Errorf("all %d SETTINGS were taken: the connection was not cut", n)
+	}
 	// The count follows the GOAWAY, which the client may read first.
 	const series = `floodgate_http2_connections_cut_total{frame="settings",front="rls"}`
 	cut := metricValue(t, p.prom, series)

@@ -178,7 +178,10 @@ func (r *root) startRLSCapped(stdout io.Writer, conns rlsConns) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.name, err)
 		}
-		so.ExtraOptions = append(so.ExtraOptions, grpc.Creds(credentials.NewTLS(tc)))
+		// As the service's own credentials, which hold each
+		// connection's frames that are not calls to the budget (a
+		// grpc.Creds among ExtraOptions would replace them).
+		so.Creds = credentials.NewTLS(tc)
 	}
 	if s.grpc, err = rls.NewServer(s.svc, so); err != nil {
 		return fmt.Errorf("%s: rate-limit service: %w", r.name, err)
