@@ -3,9 +3,7 @@ package replay
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,8 +23,6 @@ import (
 // and when the replay's own gateway answers them so (an NGINX log, which
 // holds the target as sent).
 func TestGatewaysOwn400sNotCountedAsAllowed(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
-	defer up.Close()
 	p := compilePolicy(t, fmt.Sprintf(`version: 1
 routes:
   - {name: files, match: {paths: ["/files/{id}"]}, upstream: %[1]q}
@@ -34,34 +30,22 @@ routes:
 limits:
   - {name: tenant, rate: 5, per: 1h, burst: 5, key: "header:X-Tenant", match: {paths: ["/api/**"]}}
   - {name: per-ip, rate: 1, per: 1h, burst: 1, key: client_ip, match: {paths: ["/api/**"]}}
-`, up.URL))
+`, okUpstream(t)))
 	url, log, _ := liveGateway(t, p)
-	var codes []int
+	var reqs []*http.Request
 	for i, hdr := range [][]string{{}, {"X-Tenant", "a", "X-Tenant", "b"}, {"X-Tenant", "a"}, {"X-Tenant", "a"}} {
 		path := "/api/x"
 		if i == 0 {
 			path = "/files/a%2Fb"
 		}
-		req, err := http.NewRequest("GET", url+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req := newGet(t, url+path)
 		for j := 0; j+1 < len(hdr); j += 2 {
 			req.Header.Add(hdr[j], hdr[j+1])
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
-		log.wait(t, i+1)
+		reqs = append(reqs, req)
 	}
-	if fmt.Sprint(codes) != "[400 400 200 429]" {
-		t.Fatalf("the gateway answered %v, want [400 400 200 429]", codes)
-	}
-	file := writeAccessLog(t, log, len(codes))
+	sendAnswered(t, log, "[400 400 200 429]", reqs)
+	file := writeAccessLog(t, log, len(reqs))
 	r := mustRun(t, Options{Policy: p, Logs: []string{file}, Compare: p})
 	if r.Requests != 4 || r.Allowed != 1 || r.Unlimited != 0 || r.Denied != 1 || r.Answered != 2 {
 		t.Errorf("JSON log: %d requests: %d allowed (%d with no limit), %d denied, %d answered before any limit; want 4: 1 allowed (0), 1 denied, 2 answered",

@@ -2,9 +2,7 @@ package replay
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 )
@@ -18,8 +16,6 @@ import (
 // through a gateway on loopback whose server has that timeout: the first
 // request passes, the two after it would wait about 2 s and are refused.
 func TestQueuePastWriteTimeoutReplayedAsRefused(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
-	defer up.Close()
 	const write = 400 * time.Millisecond
 	p := compilePolicy(t, fmt.Sprintf(`version: 1
 server: {timeouts: {write: %s}}
@@ -27,22 +23,9 @@ routes:
   - {name: all, match: {paths: ["/**"]}, upstream: %q}
 limits:
   - {name: queue, algorithm: leaky_queue, rate: 1, per: 2s, burst: 3, key: global}
-`, write, up.URL))
+`, write, okUpstream(t)))
 	url, log, _ := liveGatewayServer(t, p, func(s *http.Server) { s.WriteTimeout = write })
-	var codes []int
-	for i := range 3 {
-		resp, err := http.Get(url + "/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
-		log.wait(t, i+1)
-	}
-	if fmt.Sprint(codes) != "[200 429 429]" {
-		t.Fatalf("the gateway answered %v, want [200 429 429]", codes)
-	}
+	sendAnswered(t, log, "[200 429 429]", []*http.Request{newGet(t, url+"/x"), newGet(t, url+"/x"), newGet(t, url+"/x")})
 	r := mustRun(t, Options{Policy: p, Logs: []string{writeAccessLog(t, log, 3)}})
 	if r.Allowed != 1 || r.Denied != 2 {
 		t.Errorf("replayed: %d allowed, %d denied; want 1 allowed and the 2 queued past the write timeout refused", r.Allowed, r.Denied)

@@ -67,14 +67,33 @@ func writeAccessLog(t *testing.T, log *recordLog, n int) string {
 	return file
 }
 
-// liveLog sends each path of paths in turn through a gateway of p on
-// loopback and returns the statuses it answered and its access log.
-func liveLog(t *testing.T, p *policy.Policy, paths []string) ([]int, string) {
+// okUpstream starts an upstream on loopback that answers every request
+// 200 "ok", closed when t ends, and returns its URL.
+func okUpstream(t *testing.T) string {
 	t.Helper()
-	url, log, _ := liveGateway(t, p)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
+	t.Cleanup(up.Close)
+	return up.URL
+}
+
+// newGet returns a GET request for url.
+func newGet(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// sendEach sends each request of reqs in turn to the gateway whose access
+// log is log, waiting for the gateway to log each before the next, and
+// returns the statuses it answered.
+func sendEach(t *testing.T, log *recordLog, reqs []*http.Request) []int {
+	t.Helper()
 	var codes []int
-	for i, path := range paths {
-		resp, err := http.Get(url + path)
+	for i, req := range reqs {
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,6 +102,28 @@ func liveLog(t *testing.T, p *policy.Policy, paths []string) ([]int, string) {
 		codes = append(codes, resp.StatusCode)
 		log.wait(t, i+1)
 	}
+	return codes
+}
+
+// sendAnswered is sendEach that stops t at once unless the statuses the
+// gateway answered print as want ("[200 429]").
+func sendAnswered(t *testing.T, log *recordLog, want string, reqs []*http.Request) {
+	t.Helper()
+	if codes := sendEach(t, log, reqs); fmt.Sprint(codes) != want {
+		t.Fatalf("the gateway answered %v, want %s", codes, want)
+	}
+}
+
+// liveLog sends each path of paths in turn through a gateway of p on
+// loopback and returns the statuses it answered and its access log.
+func liveLog(t *testing.T, p *policy.Policy, paths []string) ([]int, string) {
+	t.Helper()
+	url, log, _ := liveGateway(t, p)
+	var reqs []*http.Request
+	for _, path := range paths {
+		reqs = append(reqs, newGet(t, url+path))
+	}
+	codes := sendEach(t, log, reqs)
 	return codes, writeAccessLog(t, log, len(paths))
 }
 

@@ -3,9 +3,7 @@ package replay
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,35 +22,21 @@ import (
 // that holds the field (a CSV's header:X-Tenant column) replays it, and
 // the report names nothing.
 func TestLimitKeyedByAFieldTheLogLacksIsNamed(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
-	defer up.Close()
 	p := compilePolicy(t, fmt.Sprintf(`version: 1
 routes:
   - {name: all, match: {paths: ["/**"]}, upstream: %q}
 limits:
   - {name: tenant, rate: 1, per: 1h, burst: 2, key: "header:X-Tenant"}
   - {name: per-ip, rate: 100, per: 1s, burst: 100, key: client_ip}
-`, up.URL))
+`, okUpstream(t)))
 	url, log, _ := liveGateway(t, p)
-	var codes []int
-	for i := range 3 {
-		req, err := http.NewRequest("GET", url+"/x", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+	var reqs []*http.Request
+	for range 3 {
+		req := newGet(t, url+"/x")
 		req.Header.Set("X-Tenant", "acme")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
-		log.wait(t, i+1)
+		reqs = append(reqs, req)
 	}
-	if fmt.Sprint(codes) != "[200 200 429]" {
-		t.Fatalf("the gateway answered %v, want [200 200 429]", codes)
-	}
+	sendAnswered(t, log, "[200 200 429]", reqs)
 	r := mustRun(t, Options{Policy: p, Logs: []string{writeAccessLog(t, log, 3)}})
 	if l := limitReport(t, r, "tenant"); fmt.Sprint(l.Unheld) != "[header:X-Tenant]" {
 		t.Errorf("tenant: %+v; want it named as keyed by header:X-Tenant, which the log does not hold", l)
@@ -96,35 +80,21 @@ limits:
 // report must say so; the JSON log, which holds the host, replays every
 // request as the gateway decided it and names nothing.
 func TestHostRoutesFromACombinedLogAreNamed(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
-	defer up.Close()
 	p := compilePolicy(t, fmt.Sprintf(`version: 1
 routes:
   - {name: api, match: {hosts: [api.example.com]}, upstream: %[1]q}
   - {name: rest, match: {paths: ["/**"]}, upstream: %[1]q}
 limits:
   - {name: api, rate: 1, per: 1h, burst: 2, key: client_ip, match: {routes: [api]}}
-`, up.URL))
+`, okUpstream(t)))
 	url, log, _ := liveGateway(t, p)
-	var codes []int
-	for i := range 3 {
-		req, err := http.NewRequest("GET", url+"/x", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+	var reqs []*http.Request
+	for range 3 {
+		req := newGet(t, url+"/x")
 		req.Host = "api.example.com"
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
-		log.wait(t, i+1)
+		reqs = append(reqs, req)
 	}
-	if fmt.Sprint(codes) != "[200 200 429]" {
-		t.Fatalf("the gateway answered %v, want [200 200 429]", codes)
-	}
+	sendAnswered(t, log, "[200 200 429]", reqs)
 	var combined []byte
 	for i := range 3 {
 		lr := log.get(i)
