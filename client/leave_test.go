@@ -35,10 +35,7 @@ func TestReservationAfterTheCallerLeft(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
-			ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{}))
-			defer ts.Close()
-			hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+			hc := serve(t, tokensAPI(t))
 
 			ctx, leave := context.WithCancel(context.Background())
 			func() {
@@ -52,11 +49,7 @@ func TestReservationAfterTheCallerLeft(t *testing.T) {
 					_, _ = res.Settle(ctx, c.used) // the call went, and used this much
 				}
 			}()
-			d, err := hc.Peek(context.Background(), client.Hit{Limit: "tokens", Key: "k", Cost: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if held := 1000 - 1 - d.Remaining; held != c.wantC {
+			if held := heldTokens(t, hc); held != c.wantC {
 				t.Fatalf("after the caller left (%s), the reservation of 800 holds %d, want %d", c.name, held, c.wantC)
 			}
 		})
@@ -70,18 +63,15 @@ func TestReservationAfterTheCallerLeft(t *testing.T) {
 // pays what it used, not 0.
 func TestCancelAfterAFailedSettle(t *testing.T) {
 	t.Parallel()
-	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
-	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	api := tokensAPI(t)
 	var settles atomic.Int32
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	hc := serve(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/v1/settle" && settles.Add(1) == 1 {
 			http.Error(w, `{"error":"restarting"}`, http.StatusServiceUnavailable)
 			return
 		}
 		api.ServeHTTP(w, req)
 	}))
-	defer ts.Close()
-	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
 
 	ctx := context.Background()
 	func() {
@@ -94,11 +84,7 @@ func TestCancelAfterAFailedSettle(t *testing.T) {
 			t.Fatal("the first settle was answered 503 and did not fail")
 		}
 	}()
-	d, err := hc.Peek(ctx, client.Hit{Limit: "tokens", Key: "k", Cost: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if held := 1000 - 1 - d.Remaining; held != 100 || settles.Load() != 2 {
+	if held := heldTokens(t, hc); held != 100 || settles.Load() != 2 {
 		t.Fatalf("after a failed settle of 100 and a deferred cancel: %d held, %d settles sent; want 100 held, 2 sent", held, settles.Load())
 	}
 }
@@ -110,16 +96,13 @@ func TestCancelAfterAFailedSettle(t *testing.T) {
 // back rather than held at its estimate until its TTL.
 func TestReserveWhoseCallerLeavesWhileTheAnswerTravels(t *testing.T) {
 	t.Parallel()
-	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
-	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	api := tokensAPI(t)
+	hc := serve(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		api.ServeHTTP(w, req) // buffered: sent when the handler returns
 		if req.URL.Path == "/v1/reserve" {
 			time.Sleep(time.Second)
 		}
 	}))
-	defer ts.Close()
-	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -128,16 +111,7 @@ func TestReserveWhoseCallerLeavesWhileTheAnswerTravels(t *testing.T) {
 	if took := time.Since(start); err == nil || took > 800*time.Millisecond {
 		t.Fatalf("a Reserve whose ctx ended at 100ms: %+v %v after %v; want ctx's error at once", res, err, took)
 	}
-	var held int64
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		d, err := hc.Peek(context.Background(), client.Hit{Limit: "tokens", Key: "k", Cost: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if held = 1000 - 1 - d.Remaining; held == 0 || time.Now().After(end) {
-			break
-		}
-	}
+	held := heldTokensSettled(t, hc)
 	if held != 0 {
 		t.Fatalf("a reservation of 800 whose caller left before its answer came holds %d, want 0", held)
 	}
@@ -152,14 +126,12 @@ func TestWaitWhoseCallerLeavesWhileItWaits(t *testing.T) {
 	r := ruletest.With(t, floodgate.Limit{Name: "sms", Algorithm: floodgate.TokenBucket, Rate: 3, Per: time.Hour, Burst: 3}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 	var checks atomic.Int64
 	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	hc := serve(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/v1/check" {
 			checks.Add(1)
 		}
 		api.ServeHTTP(w, req)
 	}))
-	defer ts.Close()
-	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
 	hit := client.Hit{Limit: "sms", Key: "acct", Cost: 2}
 	if d, err := hc.Check(context.Background(), hit); err != nil || !d.Allowed {
 		t.Fatalf("the first 2 of 3: %+v %v", d, err)
@@ -229,7 +201,7 @@ func TestCancelAfterARefusedSettle(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			tokens := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+			tokens := tokensRule(t)
 			slot := ruletest.With(t, floodgate.Limit{Name: "slot", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Minute}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
 			ts := httptest.NewServer(httpapi.New(memEngine(t), httpapi.Rules(tokens, slot), httpapi.Options{}))
 			defer ts.Close()
@@ -252,11 +224,7 @@ func TestCancelAfterARefusedSettle(t *testing.T) {
 			if cancelErr != nil {
 				t.Errorf("the deferred Cancel after the refused settle: %v", cancelErr)
 			}
-			d, err := hc.Peek(ctx, client.Hit{Limit: "tokens", Key: "k", Cost: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if held := 1000 - 1 - d.Remaining; held != 800 {
+			if held := heldTokens(t, hc); held != 800 {
 				t.Errorf("the reservation of 800 whose settle was refused holds %d tokens, want its estimate, 800", held)
 			}
 			next, err := hc.Reserve(ctx, 0, hits[1])
@@ -280,11 +248,10 @@ func TestCancelAfterARefusedSettle(t *testing.T) {
 // used, not its estimate until the TTL.
 func TestCancelDuringASettle(t *testing.T) {
 	t.Parallel()
-	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
-	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	api := tokensAPI(t)
 	var settles atomic.Int32
 	arrived, release := make(chan struct{}), make(chan struct{})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	hc := serve(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/v1/settle" && settles.Add(1) == 1 {
 			close(arrived)
 			<-release
@@ -293,8 +260,6 @@ func TestCancelDuringASettle(t *testing.T) {
 		}
 		api.ServeHTTP(w, req)
 	}))
-	defer ts.Close()
-	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
 
 	ctx := context.Background()
 	res, err := hc.Reserve(ctx, time.Hour, client.Hit{Limit: "tokens", Key: "k", Cost: 800})
@@ -321,11 +286,7 @@ func TestCancelDuringASettle(t *testing.T) {
 	if err := <-cancelled; err != nil {
 		t.Errorf("the Cancel beside the failed settle: %v", err)
 	}
-	d, err := hc.Peek(ctx, client.Hit{Limit: "tokens", Key: "k", Cost: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if held := 1000 - 1 - d.Remaining; held != 100 || settles.Load() != 2 {
+	if held := heldTokens(t, hc); held != 100 || settles.Load() != 2 {
 		t.Fatalf("after a settle of 100 that failed while a Cancel came: %d held, %d settles sent; want 100 held, 2 sent", held, settles.Load())
 	}
 }
@@ -337,10 +298,9 @@ func TestCancelDuringASettle(t *testing.T) {
 // again, rather than the estimate held until the TTL.
 func TestReserveWhoseCallerLeftCancelsAgain(t *testing.T) {
 	t.Parallel()
-	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
-	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	api := tokensAPI(t)
 	var settles atomic.Int32
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	hc := serve(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/v1/settle" && settles.Add(1) == 1 {
 			http.Error(w, `{"error":"the limiter cannot decide now","code":"unavailable"}`, http.StatusServiceUnavailable)
 			return
@@ -350,24 +310,13 @@ func TestReserveWhoseCallerLeftCancelsAgain(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 	}))
-	defer ts.Close()
-	hc := client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if res, err := hc.Reserve(ctx, time.Hour, client.Hit{Limit: "tokens", Key: "k", Cost: 800}); err == nil {
 		t.Fatalf("a Reserve whose ctx ended at 100ms: %+v, want ctx's error", res)
 	}
-	var held int64
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		d, err := hc.Peek(context.Background(), client.Hit{Limit: "tokens", Key: "k", Cost: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if held = 1000 - 1 - d.Remaining; held == 0 || time.Now().After(end) {
-			break
-		}
-	}
+	held := heldTokensSettled(t, hc)
 	if held != 0 || settles.Load() != 2 {
 		t.Fatalf("a reservation of 800 whose caller left, its cancel answered 503 once: %d held, %d cancels sent; want 0 held, 2 sent", held, settles.Load())
 	}
@@ -381,8 +330,7 @@ func TestReserveWhoseCallerLeftCancelsAgain(t *testing.T) {
 // at once, and leave the estimate charged for a call that used less.
 func TestSettleWhileTheServiceRestarts(t *testing.T) {
 	t.Parallel()
-	r := ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
-	api := httpapi.New(memEngine(t), httpapi.Rules(r), httpapi.Options{})
+	api := tokensAPI(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -424,11 +372,54 @@ func TestSettleWhileTheServiceRestarts(t *testing.T) {
 		return
 	}
 	defer again.Close()
-	d, err := hc.Peek(ctx, client.Hit{Limit: "tokens", Key: "k", Cost: 1})
+	if held := heldTokens(t, hc); held != 100 {
+		t.Fatalf("a reservation of 800 settled at 100 while the service restarted holds %d, want 100", held)
+	}
+}
+
+// tokensRule is the limit these tests reserve from: "tokens", a bucket
+// of 1000 that refills one an hour, failing closed.
+func tokensRule(t *testing.T) *limiter.Rule {
+	t.Helper()
+	return ruletest.With(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}, limiter.RuleOptions{OnFailure: floodgate.FailClosed})
+}
+
+// tokensAPI is the service's HTTP API over tokensRule alone, on an
+// embedded store.
+func tokensAPI(t *testing.T) http.Handler {
+	t.Helper()
+	return httpapi.New(memEngine(t), httpapi.Rules(tokensRule(t)), httpapi.Options{})
+}
+
+// serve serves h on loopback until t ends and returns an HTTP client of
+// it with a timeout of 5 s.
+func serve(t *testing.T, h http.Handler) *client.HTTP {
+	t.Helper()
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return client.NewHTTP(ts.URL, client.HTTPOptions{Timeout: 5 * time.Second})
+}
+
+// heldTokens is how many units of tokensRule key "k" holds now, by a Peek
+// of hc (the Peek's own unit aside).
+func heldTokens(t *testing.T, hc *client.HTTP) int64 {
+	t.Helper()
+	d, err := hc.Peek(context.Background(), client.Hit{Limit: "tokens", Key: "k", Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if held := 1000 - 1 - d.Remaining; held != 100 {
-		t.Fatalf("a reservation of 800 settled at 100 while the service restarted holds %d, want 100", held)
+	return 1000 - 1 - d.Remaining
+}
+
+// heldTokensSettled is heldTokens once it is 0, or after 5 s of asking
+// every 20 ms: a reservation given back for a caller who left is given
+// back a moment after the caller's call returned.
+func heldTokensSettled(t *testing.T, hc *client.HTTP) int64 {
+	t.Helper()
+	var held int64
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if held = heldTokens(t, hc); held == 0 || time.Now().After(end) {
+			return held
+		}
 	}
 }
