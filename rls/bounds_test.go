@@ -3,9 +3,7 @@ package rls
 import (
 	"bytes"
 	"context"
-	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,30 +25,9 @@ import (
 // client once held 20,000 calls that never sent their message (and 200 MB)
 // on one connection.
 func TestServerBoundsEachConnection(t *testing.T) {
-	st, err := memstore.New(memstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}), ServerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, cancel, _ := start(t, srv)
+	_, addr, cancel, _ := basicServer(t, ServerOptions{})
 	defer cancel()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	_, fr := rawH2(t, addr, 10*time.Second)
 	got := map[http2.SettingID]uint32{}
 	for {
 		f, err := fr.ReadFrame()

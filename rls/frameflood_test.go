@@ -18,9 +18,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/store/memstore"
 )
 
 // TestServerCutsFrameFloods: a gRPC client that sends 100,000 HTTP/2
@@ -34,18 +31,8 @@ import (
 // budget and logged as a warning naming the client; before, a cut left no
 // trace.
 func TestServerCutsFrameFloods(t *testing.T) {
-	st, err := memstore.New(memstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	var log syncBuffer
-	srv, err := NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}),
-		ServerOptions{Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, cancel, _ := start(t, srv)
+	srv, addr, cancel, _ := basicServer(t, ServerOptions{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	defer cancel()
 	floods := map[string]func(fr *http2.Framer, i int) error{
 		"SETTINGS":      func(fr *http2.Framer, i int) error { return fr.WriteSettings() },
@@ -68,18 +55,7 @@ func TestServerCutsFrameFloods(t *testing.T) {
 		},
 	}
 	for kind, send := range floods {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-			t.Fatal(err)
-		}
-		fr := http2.NewFramer(c, c)
-		if err := fr.WriteSettings(); err != nil {
-			t.Fatal(err)
-		}
+		c, fr := rawH2(t, addr, 0)
 		end := make(chan string, 1)
 		go func() {
 			rd := http2.NewFramer(nil, c)
@@ -137,16 +113,7 @@ func withZeros(all, want map[string]int64) map[string]int64 {
 // pings, is never cut by the budget of frames that are not calls: it
 // dials once.
 func TestServerKeepsBusyClients(t *testing.T) {
-	st, err := memstore.New(memstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}), ServerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, cancel, _ := start(t, srv)
+	_, addr, cancel, _ := basicServer(t, ServerOptions{})
 	defer cancel()
 	var dials atomic.Int32
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -47,20 +47,8 @@ func TestServerClosesIdleConnections(t *testing.T) {
 
 	// A connection that never calls: after its HTTP/2 preface, nothing
 	// but the answers to the server's SETTINGS and PINGs.
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	// A bound for failing only: the GOAWAY is due after 100 ms.
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	c, fr := rawH2(t, addr, 10*time.Second)
 	for goaway := false; !goaway; {
 		f, err := fr.ReadFrame()
 		if err != nil {

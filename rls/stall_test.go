@@ -137,18 +137,50 @@ func grpcPrefix(n uint32) []byte {
 	return b
 }
 
-func boundedServer(t *testing.T, so ServerOptions) string {
+// basicServer starts a Server of the basic config with so, on an
+// embedded store closed when t ends, and returns it with what start
+// returns.
+func basicServer(t *testing.T, so ServerOptions) (srv *Server, addr string, stop context.CancelFunc, served <-chan error) {
 	t.Helper()
 	st, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	srv, err := NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}), so)
+	srv, err = NewServer(New(limiter.New(st, limiter.Options{}), mustParse(t, basic), Options{}), so)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, stop, served := start(t, srv)
+	addr, stop, served = start(t, srv)
+	return srv, addr, stop, served
+}
+
+// rawH2 connects to addr, with a deadline bound from now unless bound is
+// 0, and sends the HTTP/2 preface and an empty SETTINGS; the connection
+// is closed when t ends.
+func rawH2(t *testing.T, addr string, bound time.Duration) (net.Conn, *http2.Framer) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if bound != 0 {
+		_ = c.SetDeadline(time.Now().Add(bound))
+	}
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return c, fr
+}
+
+func boundedServer(t *testing.T, so ServerOptions) string {
+	t.Helper()
+	_, addr, stop, served := basicServer(t, so)
 	t.Cleanup(func() {
 		stop()
 		if err := <-served; err != nil {
