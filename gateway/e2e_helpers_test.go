@@ -263,6 +263,19 @@ func startFront(t testing.TB, front string, opts Options, h http.HandlerFunc) (*
 	return g, base, &http.Client{Transport: tr, Timeout: 60 * time.Second}
 }
 
+// policyFront serves on front a gateway enforcing the policy file src
+// (named name) on a new embedded store, every route forwarded to h as
+// startFront does, and returns its base URL.
+func policyFront(t testing.TB, front, name, src string, h http.HandlerFunc) string {
+	t.Helper()
+	pm, err := NewPolicyMatcher(Fixed(compilePolicy(t, name, src)), PolicyMatcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, base, _ := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t)}, h)
+	return base
+}
+
 // EdgeFront serves g on the edge engine (package gateway/edge) on
 // loopback until the test ends, and returns its base URL. The edge engine
 // imports this package, so its tests set EdgeFront from package

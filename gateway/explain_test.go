@@ -34,17 +34,33 @@ limits:
 
 func explainGateway(t *testing.T) (*Gateway, http.Handler) {
 	t.Helper()
-	p := compilePolicy(t, "explain.yaml", strings.Replace(explainPolicy, "KEYHASH", config.HashKey("secret-trial"), 1))
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
+	return policyMiddleware(t, compilePolicy(t, "explain.yaml", strings.Replace(explainPolicy, "KEYHASH", config.HashKey("secret-trial"), 1)))
+}
+
+// policyMiddleware is a gateway enforcing p on a new embedded store and
+// its middleware in front of a handler that answers 200.
+func policyMiddleware(t *testing.T, p *policy.Policy) (*Gateway, http.Handler) {
+	t.Helper()
+	g, err := New(Options{Matcher: mustPolicyMatcher(t, p), Engine: memEngine(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) })
 	return g, g.Middleware(ok)
+}
+
+// explainOf is er made into a request and g's explanation of it.
+func explainOf(t *testing.T, g *Gateway, er ExplainRequest) (*http.Request, *Explanation) {
+	t.Helper()
+	r, o, err := er.HTTPRequest(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := g.Explain(context.Background(), r, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, e
 }
 
 func newReq(method, target, remote string, hdr ...string) *http.Request {
@@ -256,15 +272,7 @@ routes:
 limits:
   - {name: tenant, rate: 1, per: 1h, burst: 1, key: "header:X-Tenant", match: {paths: ["`+tc.pattern+`"]}}
 `)
-		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+		g, h := policyMiddleware(t, p)
 		var codes []int
 		for range 2 {
 			w := httptest.NewRecorder()
@@ -274,15 +282,7 @@ limits:
 		if codes[0] != 200 || codes[1] != 429 {
 			t.Fatalf("%s: %s with X-Tenant got %v, want the limit to apply", tc.server, tc.path, codes)
 		}
-		er := ExplainRequest{Path: tc.path, IP: "198.51.100.7"}
-		r, o, err := er.HTTPRequest(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := g.Explain(context.Background(), r, o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, e := explainOf(t, g, ExplainRequest{Path: tc.path, IP: "198.51.100.7"})
 		if l := limitOf(t, e, "tenant"); l.Matched || l.Missing != "header:X-Tenant" || !strings.Contains(l.Reason, "no X-Tenant header") {
 			t.Errorf("%s: %s without X-Tenant explained as %+v; the gateway limits it once the header is there", tc.server, tc.path, l)
 		}
@@ -304,24 +304,8 @@ routes:
 limits:
   - {name: files, rate: 1, per: 1h, burst: 1, key: client_ip, match: {paths: ["/files/**"]}}
 `)
-		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
-		er := ExplainRequest{Path: "/files/a%2Fb", IP: "198.51.100.7"}
-		r, o, err := er.HTTPRequest(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := g.Explain(context.Background(), r, o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		g, h := policyMiddleware(t, p)
+		_, e := explainOf(t, g, ExplainRequest{Path: "/files/a%2Fb", IP: "198.51.100.7"})
 		var codes []int
 		for _, path := range []string{"/files/a%2Fb", "/files/a%2Fb", "/files/x"} {
 			w := httptest.NewRecorder()
@@ -354,28 +338,12 @@ limits:
   - {name: per-ip, rate: 1, per: 1h, burst: 1, key: client_ip}
   - {name: admin, rate: 1, per: 1h, burst: 1, key: client_ip, match: {paths: ["/admin/**"]}}
 `)
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+	g, h := policyMiddleware(t, p)
 	for _, hdr := range []map[string]string{
 		{"X-Tenant": "a", "x-tenant": "b"},  // two lines of the field
 		{"X_API_Key": "k", "X-Tenant": "a"}, // the API key's field, '_' for '-'
 	} {
-		er := ExplainRequest{Path: "/api/x", IP: "198.51.100.7", Headers: hdr}
-		r, o, err := er.HTTPRequest(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := g.Explain(context.Background(), r, o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, e := explainOf(t, g, ExplainRequest{Path: "/api/x", IP: "198.51.100.7", Headers: hdr})
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r.Clone(context.Background()))
 		if w.Code != 400 || e.Answer.Status != 400 {
@@ -413,30 +381,14 @@ routes:
 limits:
   - {name: queue, algorithm: leaky_queue, rate: 1, per: 2s, burst: 3, key: global}
 `)
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+	g, h := policyMiddleware(t, p)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, newReq("GET", "/x", "198.51.100.7:5000"))
 	if w.Code != 200 {
 		t.Fatalf("the first request got %d, want 200 at once", w.Code)
 	}
 	for i := range 2 {
-		er := ExplainRequest{Path: "/x", IP: "198.51.100.7"}
-		r, o, err := er.HTTPRequest(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := g.Explain(context.Background(), r, o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, e := explainOf(t, g, ExplainRequest{Path: "/x", IP: "198.51.100.7"})
 		if e.Answer.Status != http.StatusTooManyRequests || e.Answer.Forwarded || e.Binding != "queue" {
 			t.Errorf("explanation %d: binding %q, answer %+v; want 429 by the queue, its wait of about 2s past the write timeout of 400ms",
 				i+1, e.Binding, e.Answer)

@@ -558,6 +558,27 @@ func testConnectionCannotNameFraming(t *testing.T, fr string) {
 	}
 }
 
+// recordingFront serves on front a gateway to an upstream that answers
+// "ok" and records each request it gets as its method, path and quoted
+// body; it returns the front's base URL and what the upstream got so far.
+func recordingFront(t *testing.T, front string) (string, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s %s %q", r.Method, r.URL.Path, b))
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	})
+	return serveFront(t, front, gatewayTo(t, up.URL), nil), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
 // TestHTTP10ChunkedWithLengthClosesTheConnection: an HTTP/1.0 request
 // with Transfer-Encoding: chunked and a Content-Length, kept alive, never
 // has what follows its length read as a request, on each engine: RFC 9112
@@ -571,16 +592,7 @@ func testConnectionCannotNameFraming(t *testing.T, fr string) {
 func TestHTTP10ChunkedWithLengthClosesTheConnection(t *testing.T) {
 	t.Parallel()
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
-		var mu sync.Mutex
-		var seen []string
-		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-			b, _ := io.ReadAll(r.Body)
-			mu.Lock()
-			seen = append(seen, fmt.Sprintf("%s %s %q", r.Method, r.URL.Path, b))
-			mu.Unlock()
-			_, _ = io.WriteString(w, "ok")
-		})
-		base := serveFront(t, fr, gatewayTo(t, up.URL), nil)
+		base, seen := recordingFront(t, fr)
 		// Read as chunked, the body is one chunk holding the GET; read by
 		// its length, it is the chunk's size line, and the GET follows.
 		smuggled := "GET /smuggled HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
@@ -591,9 +603,7 @@ func TestHTTP10ChunkedWithLengthClosesTheConnection(t *testing.T) {
 		if len(answers) != 1 || !closed {
 			t.Errorf("answered %v, closed %v; want one answer, then the connection closed", interimStatuses(answers), closed)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, s := range seen {
+		for _, s := range seen() {
 			if strings.Contains(s, "/smuggled") {
 				t.Errorf("the upstream got %s", s)
 			}
@@ -616,16 +626,7 @@ func TestHTTP10ChunkedWithLengthClosesTheConnection(t *testing.T) {
 func TestHTTP10ChunkedWithoutLengthClosesTheConnection(t *testing.T) {
 	t.Parallel()
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
-		var mu sync.Mutex
-		var seen []string
-		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-			b, _ := io.ReadAll(r.Body)
-			mu.Lock()
-			seen = append(seen, fmt.Sprintf("%s %s %q", r.Method, r.URL.Path, b))
-			mu.Unlock()
-			_, _ = io.WriteString(w, "ok")
-		})
-		base := serveFront(t, fr, gatewayTo(t, up.URL), nil)
+		base, seen := recordingFront(t, fr)
 		next := "GET /next HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
 		for _, c := range []struct{ name, method, chunks string }{
 			{"a chunk size line read as a request", "POST", "0 /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"},
@@ -639,9 +640,7 @@ func TestHTTP10ChunkedWithoutLengthClosesTheConnection(t *testing.T) {
 					c.name, interimStatuses(answers), closed)
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, s := range seen {
+		for _, s := range seen() {
 			if !strings.HasPrefix(s, "POST /upload ") && !strings.HasPrefix(s, "GET /upload ") {
 				t.Errorf("the upstream got %s", s)
 			}
@@ -665,50 +664,18 @@ func TestDotSegmentsForwardedAsLimited(t *testing.T) {
 }
 
 func testDotSegmentsForwardedAsLimited(t *testing.T, fr string) {
-	p := compilePolicy(t, "dots.yaml", `version: 1
-routes:
-  - name: admin
-    match: {paths: ["/admin/**"]}
-    upstream: http://127.0.0.1:9
-  - name: public
-    match: {paths: ["/**"]}
-    upstream: http://127.0.0.1:9
-limits:
-  - name: admin-limit
-    match: {routes: [admin]}
-    algorithm: fixed_window
-    limit: 100
-    window: 1h
-    key: global
-  - name: public-limit
-    match: {routes: [public]}
-    algorithm: fixed_window
-    limit: 200
-    window: 1h
-    key: global
-`)
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := make(chan string, 1)
-	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
-		func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI })
+	record := func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI }
+	base := policyFront(t, fr, "dots.yaml", `version: 1
+routes:
+  - {name: admin, match: {paths: ["/admin/**"]}, upstream: "http://127.0.0.1:9"}
+  - {name: public, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+limits:
+  - {name: admin-limit, match: {routes: [admin]}, algorithm: fixed_window, limit: 100, window: 1h, key: global}
+  - {name: public-limit, match: {routes: [public]}, algorithm: fixed_window, limit: 200, window: 1h, key: global}
+`, record)
 	get := func(base, target string) (*http.Response, string) {
-		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(conn, "GET "+target+" HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			t.Fatalf("%s: %v", target, err)
-		}
-		resp.Body.Close()
+		resp := rawGet(t, base, target, "a.example")
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: %d, want 200", target, resp.StatusCode)
 		}
@@ -735,30 +702,14 @@ limits:
 
 	// A path with an escaped slash goes as sent: under escaped_slash:
 	// decoded the gateway limited it decoded, as the upstream reads it.
-	pd := compilePolicy(t, "decoded.yaml", `version: 1
-server:
-  escaped_slash: decoded
+	decoded := policyFront(t, fr, "decoded.yaml", `version: 1
+server: {escaped_slash: decoded}
 routes:
-  - name: admin
-    match: {paths: ["/admin/**"]}
-    upstream: http://127.0.0.1:9
-  - name: public
-    match: {paths: ["/**"]}
-    upstream: http://127.0.0.1:9
+  - {name: admin, match: {paths: ["/admin/**"]}, upstream: "http://127.0.0.1:9"}
+  - {name: public, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
 limits:
-  - name: public-limit
-    match: {routes: [public]}
-    algorithm: fixed_window
-    limit: 200
-    window: 1h
-    key: global
-`)
-	pmd, err := NewPolicyMatcher(Fixed(pd), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, decoded, _ := startFront(t, fr, Options{Matcher: pmd, Engine: memEngine(t)},
-		func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI })
+  - {name: public-limit, match: {routes: [public]}, algorithm: fixed_window, limit: 200, window: 1h, key: global}
+`, record)
 	if resp, u := get(decoded, "/admin/b%2F../../public/x"); u != "/admin/b%2F../../public/x" ||
 		!strings.HasPrefix(resp.Header.Get("RateLimit-Policy"), `"public-limit"`) {
 		t.Errorf("an escaped slash under decoded: limited by %s, the upstream asked for %s; want public-limit and the path as sent",
@@ -766,7 +717,7 @@ limits:
 	}
 
 	// Behind a path prefix.
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI })
+	up := newUpstream(t, record)
 	prefixed := serveFront(t, fr, gatewayTo(t, up.URL+"/base"), nil)
 	for target, want := range map[string]string{"/../x": "/base/x", "/a/%2e%2e/../x/": "/base/x/"} {
 		if _, u := get(prefixed, target); u != want {

@@ -191,7 +191,8 @@ func TestAbsoluteFormTargetHost(t *testing.T) {
 }
 
 func testAbsoluteFormTargetHost(t *testing.T, fr string) {
-	p := compilePolicy(t, "hosts.yaml", `version: 1
+	got := make(chan string, 4)
+	base := policyFront(t, fr, "hosts.yaml", `version: 1
 routes:
   - name: api
     match: {hosts: [api.example.com], paths: ["/**"]}
@@ -212,16 +213,9 @@ limits:
     limit: 7
     window: 1h
     key: global
-`)
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan string, 4)
-	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
-		func(w http.ResponseWriter, r *http.Request) {
-			got <- r.Header.Get("X-Forwarded-Host") + " " + r.URL.Path
-		})
+`, func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("X-Forwarded-Host") + " " + r.URL.Path
+	})
 	for _, c := range []struct {
 		target, host string
 		policy, xfh  string
@@ -230,20 +224,7 @@ limits:
 		{"http://api.example.com/y", "other.example", `"api-limit";q=5;w=3600`, "api.example.com /y"},
 		{"/z", "other.example", `"other-limit";q=7;w=3600`, "other.example /z"},
 	} {
-		c1, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c1.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c1, "GET "+c.target+" HTTP/1.1\r\nHost: "+c.host+"\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c1), nil)
-		c1.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		resp := rawGet(t, base, c.target, c.host)
 		if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != c.policy {
 			t.Errorf("%s with Host %s: %d, limited by %q; want 200 and %q", c.target, c.host, resp.StatusCode,
 				resp.Header.Get("RateLimit-Policy"), c.policy)
@@ -294,35 +275,15 @@ func TestTargetNeitherPathNorAbsoluteURIIsRefused(t *testing.T) {
 // each of served.
 func targetsRefused(t *testing.T, fr string, refused, served []string) {
 	t.Helper()
-	p := compilePolicy(t, "hosts.yaml", `version: 1
-routes:
-  - name: api
-    match: {hosts: [api.example.com], paths: ["/**"]}
-    upstream: http://127.0.0.1:9
-  - name: rest
-    match: {paths: ["/**"]}
-    upstream: http://127.0.0.1:9
-limits:
-  - name: api-limit
-    match: {routes: [api]}
-    algorithm: fixed_window
-    limit: 5
-    window: 1h
-    key: global
-  - name: rest-limit
-    match: {routes: [rest]}
-    algorithm: fixed_window
-    limit: 7
-    window: 1h
-    key: global
-`)
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got atomic.Int64
-	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
-		func(w http.ResponseWriter, r *http.Request) { got.Add(1) })
+	base := policyFront(t, fr, "hosts.yaml", `version: 1
+routes:
+  - {name: api, match: {hosts: [api.example.com], paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+  - {name: rest, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+limits:
+  - {name: api-limit, match: {routes: [api]}, algorithm: fixed_window, limit: 5, window: 1h, key: global}
+  - {name: rest-limit, match: {routes: [rest]}, algorithm: fixed_window, limit: 7, window: 1h, key: global}
+`, func(w http.ResponseWriter, r *http.Request) { got.Add(1) })
 	for _, target := range refused {
 		answers, closed := interimExchange(t, base, "GET "+target+" HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
 		if len(answers) != 1 || answers[0].StatusCode != http.StatusBadRequest || !closed {
@@ -427,37 +388,16 @@ func TestAbsoluteFormPathForwardedAsSent(t *testing.T) {
 }
 
 func testAbsoluteFormPathForwardedAsSent(t *testing.T, fr string) {
-	p := compilePolicy(t, "segment.yaml", `version: 1
-server:
-  escaped_slash: segment
-routes:
-  - name: admin
-    match: {paths: ["/admin/**"]}
-    upstream: http://127.0.0.1:9
-  - name: rest
-    match: {paths: ["/**"]}
-    upstream: http://127.0.0.1:9
-limits:
-  - name: admin-limit
-    match: {routes: [admin]}
-    algorithm: fixed_window
-    limit: 100
-    window: 1h
-    key: global
-  - name: rest-limit
-    match: {routes: [rest]}
-    algorithm: fixed_window
-    limit: 200
-    window: 1h
-    key: global
-`)
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := make(chan string, 1)
-	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
-		func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI })
+	base := policyFront(t, fr, "segment.yaml", `version: 1
+server: {escaped_slash: segment}
+routes:
+  - {name: admin, match: {paths: ["/admin/**"]}, upstream: "http://127.0.0.1:9"}
+  - {name: rest, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+limits:
+  - {name: admin-limit, match: {routes: [admin]}, algorithm: fixed_window, limit: 100, window: 1h, key: global}
+  - {name: rest-limit, match: {routes: [rest]}, algorithm: fixed_window, limit: 200, window: 1h, key: global}
+`, func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI })
 	for _, c := range []struct{ target, limit, upstream string }{
 		{"http://a.example/admin%2Fx", "rest-limit", "/admin%2Fx"},
 		{"http://a.example/admin%2f..%2fx", "rest-limit", "/admin%2f..%2fx"},
@@ -468,20 +408,7 @@ limits:
 		{"HTTP://a.example:80/admin/x", "admin-limit", "/admin/x"},
 		{"/admin%2Fx", "rest-limit", "/admin%2Fx"},
 	} {
-		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(conn, "GET "+c.target+" HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		conn.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", c.target, err)
-		}
-		resp.Body.Close()
+		resp := rawGet(t, base, c.target, "a.example")
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%s: %d, want 200", c.target, resp.StatusCode)
 			continue
@@ -507,25 +434,12 @@ func TestHostKeyCountsTheRoutedHost(t *testing.T) {
 }
 
 func testHostKeyCountsTheRoutedHost(t *testing.T, fr string) {
-	p := compilePolicy(t, "hostkey.yaml", `version: 1
+	base := policyFront(t, fr, "hostkey.yaml", `version: 1
 routes:
-  - name: tenants
-    match: {hosts: [a.example, b.example], paths: ["/**"]}
-    upstream: http://127.0.0.1:9
+  - {name: tenants, match: {hosts: [a.example, b.example], paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
 limits:
-  - name: per-host
-    match: {routes: [tenants]}
-    algorithm: fixed_window
-    limit: 2
-    window: 1h
-    key: header:Host
-`)
-	pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
-		func(w http.ResponseWriter, r *http.Request) {})
+  - {name: per-host, match: {routes: [tenants]}, algorithm: fixed_window, limit: 2, window: 1h, key: "header:Host"}
+`, func(w http.ResponseWriter, r *http.Request) {})
 	for _, c := range []struct {
 		target, host string
 		status       int

@@ -132,6 +132,23 @@ limits:
 // returns the answer's status and body.
 func rawAnswer(t *testing.T, base, head string) (int, string) {
 	t.Helper()
+	resp, body := rawResponse(t, base, head)
+	return resp.StatusCode, body
+}
+
+// rawGet sends GET target over HTTP/1.1 with the Host field host on a
+// connection of its own to the front at base and returns the answer, its
+// body read.
+func rawGet(t *testing.T, base, target, host string) *http.Response {
+	t.Helper()
+	resp, _ := rawResponse(t, base, "GET "+target+" HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+	return resp
+}
+
+// rawResponse sends head on a connection of its own to the front at base
+// and returns the answer, its body read, and the body.
+func rawResponse(t *testing.T, base, head string) (*http.Response, string) {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +164,7 @@ func rawAnswer(t *testing.T, base, head string) (int, string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp, string(b)
 }
 
 // startTestNginx runs NGINX on a loopback port, answering "admin URI" under
