@@ -63,6 +63,10 @@
 //	          refusal}
 //	account:  {<limit parameters>}               keyed globally
 //
+// A match's methods naming GET match HEAD too, as NGINX's limit_except GET
+// and Go's ServeMux pattern "GET /x" do: upstreams answer HEAD with their
+// GET handlers, so a HEAD request is routed and limited as its GET.
+//
 // The limit parameters are algorithm (token_bucket, gcra, leaky_bucket,
 // leaky_queue, fixed_window, sliding_log, sliding_window, concurrency,
 // quota), rate, per, burst, delay, limit, window, lease_ttl, period,

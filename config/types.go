@@ -433,7 +433,10 @@ type Upstream struct {
 // Match selects requests. Every non-empty list must match (and within a
 // list, any entry); an empty Match selects every request.
 type Match struct {
-	// Methods are HTTP methods, upper case (GET, POST ...).
+	// Methods are HTTP methods, upper case (GET, POST ...). GET includes
+	// HEAD, as NGINX's limit_except GET and Go's ServeMux pattern "GET /x"
+	// do (upstreams answer HEAD with their GET handlers); HEAD alone
+	// matches HEAD alone.
 	Methods []string `yaml:"methods"`
 	// Paths are path patterns: literal segments, {name} or * for exactly
 	// one segment, and a final /** for any rest (including none). A path

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/floodgate/floodgate/config"
@@ -216,8 +217,9 @@ type matcher struct {
 // compileMatch compiles a match; with foldCase its paths match whatever
 // the case (the request's path is lower-cased before matching), and with
 // noFormat without a final ".format", as the request's path is matched.
+// Methods naming GET also match HEAD (withHead).
 func compileMatch(m config.Match, foldCase, noFormat bool) matcher {
-	mt := matcher{methods: m.Methods, hosts: m.Hosts, stages: m.Stages, routes: m.Routes, src: m}
+	mt := matcher{methods: withHead(m.Methods), hosts: m.Hosts, stages: m.Stages, routes: m.Routes, src: m}
 	for _, p := range m.Paths {
 		if noFormat && !strings.HasSuffix(p, "/**") {
 			p = stripFormat(config.TrimPathPattern(p))
@@ -228,6 +230,19 @@ func compileMatch(m config.Match, foldCase, noFormat bool) matcher {
 		mt.paths = append(mt.paths, compilePath(p))
 	}
 	return mt
+}
+
+// withHead returns methods with HEAD added when they name GET and not
+// HEAD: upstreams answer HEAD with their GET handlers (net/http's ServeMux
+// pattern "GET /x", Flask, Express) and RFC 9110 §9.3.2 has the answer
+// carry GET's status and fields, so a GET limit or route that HEAD escaped
+// would let a client read past the limit what GET answers. NGINX's
+// limit_except GET allows HEAD too. HEAD alone stays HEAD alone.
+func withHead(methods []string) []string {
+	if !contains(methods, "GET") || contains(methods, "HEAD") {
+		return methods
+	}
+	return append(slices.Clip(methods), "HEAD")
 }
 
 // req is a request reduced to what matchers read.

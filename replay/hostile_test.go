@@ -474,3 +474,29 @@ limits:
 		}
 	}
 }
+
+// TestHeadReplayedAgainstGetLimits: a HEAD request in a log is charged by
+// a limit whose match names GET, as the gateway charges it (the upstream
+// answers HEAD with its GET handler), and a limit naming HEAD alone
+// charges no GET.
+func TestHeadReplayedAgainstGetLimits(t *testing.T) {
+	t.Parallel()
+	p := compilePolicy(t, `
+limits:
+  - {name: exists, algorithm: fixed_window, limit: 2, window: 1h, key: client_ip, scope: global, match: {methods: [GET], paths: ["/exists"]}}
+  - {name: heads, algorithm: fixed_window, limit: 100, window: 1h, key: client_ip, scope: global, match: {methods: [HEAD], paths: ["/exists"]}}
+`)
+	var b []byte
+	for _, method := range []string{"GET", "GET", "HEAD", "HEAD", "HEAD"} {
+		b = fmt.Appendf(b, `203.0.113.7 - - [30/Nov/2026:10:30:00 +0000] "%s /exists?name=x HTTP/1.1" 200 0 "-" "-"`+"\n", method)
+	}
+	log := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(log, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, Options{Policy: p, Logs: []string{log}})
+	l, h := limitReport(t, r, "exists"), limitReport(t, r, "heads")
+	if r.Requests != 5 || l.Seen != 5 || l.Denied != 3 || h.Seen != 3 {
+		t.Errorf("%d requests; the GET limit saw %d and refused %d, the HEAD one saw %d; want 5, 5, 3 and 3", r.Requests, l.Seen, l.Denied, h.Seen)
+	}
+}

@@ -107,6 +107,7 @@ var notes = map[string]string{
 	"Token":                       `{"required": ["name", "sha256"]}`,
 	"Token.name":                  `{"minLength": 1}`,
 	"Token.sha256":                `{"pattern": "^[0-9a-fA-F]{64}$"}`,
+	"Match.methods":               `{"description": "Upper case; GET includes HEAD, as NGINX's limit_except GET and Go's ServeMux do."}`,
 	"Match.methods[]":             `{"pattern": "^[A-Z]+$"}`,
 	"Match.paths[]":               `{"pattern": "^/"}`,
 	"Match.paths":                 `{"description": "Literal segments, {name} or * for one segment, a final /** for any rest."}`,
