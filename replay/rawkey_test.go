@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/policy"
 )
 
 // TestRawKeysNeverShown attacks the reports of a log that holds API keys
@@ -127,23 +128,7 @@ limits:
 		lines = append(lines, fmt.Sprintf(`198.51.100.1 - - [%s] "GET /a HTTP/1.1" 200 2 "-" "curl/8" "%s"`,
 			at.Format("02/Jan/2006:15:04:05 -0700"), s))
 	}
-	path := filepath.Join(t.TempDir(), "access.log")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := mustRun(t, Options{Logs: []string{path}, Format: "nginx", LogFormat: NginxCombined, Policy: pol})
-	if r.Logs[0].Skipped != 2 {
-		t.Fatalf("%d unreadable lines, want 2", r.Logs[0].Skipped)
-	}
-	reports := writeReports(t, r)
-	for out, s := range reports {
-		if strings.Contains(s, "s3cret") {
-			t.Errorf("the %s report shows what follows the known fields:\n%s", out, s)
-		}
-	}
-	if !strings.Contains(reports["text"], "at the end") {
-		t.Errorf("the text report does not say why the lines are unreadable:\n%s", reports["text"])
-	}
+	unreadableNeverShown(t, pol, lines, "what follows the known fields", "at the end")
 }
 
 // TestBadRequestLineQueryNeverShown: a log line whose request line has no
@@ -164,23 +149,7 @@ limits:
 		lines = append(lines, fmt.Sprintf(`198.51.100.1 - - [%s] "%s" 400 2 "-" "curl/8"`,
 			at.Format("02/Jan/2006:15:04:05 -0700"), req))
 	}
-	path := filepath.Join(t.TempDir(), "access.log")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := mustRun(t, Options{Logs: []string{path}, Format: "nginx", LogFormat: NginxCombined, Policy: pol})
-	if r.Logs[0].Skipped != 2 {
-		t.Fatalf("%d unreadable lines, want 2", r.Logs[0].Skipped)
-	}
-	reports := writeReports(t, r)
-	for out, s := range reports {
-		if strings.Contains(s, "s3cret") {
-			t.Errorf("the %s report shows a request line's query:\n%s", out, s)
-		}
-	}
-	if !strings.Contains(reports["text"], "bad request line") {
-		t.Errorf("the text report does not say why the lines are unreadable:\n%s", reports["text"])
-	}
+	unreadableNeverShown(t, pol, lines, "a request line's query", "bad request line")
 }
 
 // writeReports returns r's text, HTML and JSON reports, by their names.
@@ -197,4 +166,35 @@ func writeReports(t *testing.T, r *Report) map[string]string {
 		t.Fatal(err)
 	}
 	return map[string]string{"text": text.String(), "HTML": page.String(), "JSON": js.String()}
+}
+
+// writeLines writes lines to a log file of their own and returns its path.
+func writeLines(t *testing.T, lines []string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// unreadableNeverShown replays lines, each unreadable as NGINX's combined
+// format, through pol, and fails the test unless every one is counted
+// unreadable, no report shows any of their "s3cret" text (what it would
+// be showing), and the text report says why (its words).
+func unreadableNeverShown(t *testing.T, pol *policy.Policy, lines []string, what, why string) {
+	t.Helper()
+	r := mustRun(t, Options{Logs: []string{writeLines(t, lines)}, Format: "nginx", LogFormat: NginxCombined, Policy: pol})
+	if r.Logs[0].Skipped != int64(len(lines)) {
+		t.Fatalf("%d unreadable lines, want %d", r.Logs[0].Skipped, len(lines))
+	}
+	reports := writeReports(t, r)
+	for out, s := range reports {
+		if strings.Contains(s, "s3cret") {
+			t.Errorf("the %s report shows %s:\n%s", out, what, s)
+		}
+	}
+	if !strings.Contains(reports["text"], why) {
+		t.Errorf("the text report does not say why the lines are unreadable:\n%s", reports["text"])
+	}
 }

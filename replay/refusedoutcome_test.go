@@ -2,9 +2,6 @@ package replay
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -32,11 +29,7 @@ limits:
 		lines = append(lines, fmt.Sprintf(`192.0.2.7 - - [%s] "GET /api/a HTTP/1.1" %d 197 "-" "curl/8" 0.000 %d.%03d`,
 			at.Format("02/Jan/2006:15:04:05 -0700"), status, at.Unix(), at.Nanosecond()/1e6))
 	}
-	path := filepath.Join(t.TempDir(), "access.log")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := mustRun(t, Options{Policy: p, Logs: []string{path}, Format: "nginx", LogFormat: format})
+	r := mustRun(t, Options{Policy: p, Logs: []string{writeLines(t, lines)}, Format: "nginx", LogFormat: format})
 	if r.Requests != 5 || r.Logs[0].Skipped != 0 {
 		t.Fatalf("%d requests replayed, %d lines unreadable: %q", r.Requests, r.Logs[0].Skipped, r.Logs[0].Samples)
 	}

@@ -2,9 +2,7 @@ package replay
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -62,9 +60,7 @@ limits:
 				lines = append(lines, fmt.Sprintf(`%s - - [%s] "GET /x HTTP/1.1" %d 2 "-" "curl/8"`,
 					q.ip, t0.Add(q.at).Format("02/Jan/2006:15:04:05 -0700"), q.status))
 			}
-			if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			path = writeLines(t, lines)
 		} else {
 			path = writeLog(t, filepath.Dir(path), "access.log", logged)
 		}
