@@ -31,11 +31,20 @@ plans: [{name: small, quota: {limit: 10, period: DAY}}]
 	return p
 }
 
+// untilDayEnds is what a store answers as a daily quota's reset: the time
+// until the next UTC midnight, where its period ends. (A fixed hour would
+// put the boundary nearest the reset at the midnight just past whenever it
+// is before 11:00 UTC, and every decision then in a period of its own.)
+func untilDayEnds() time.Duration {
+	now := time.Now().UTC()
+	return time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC).Sub(now)
+}
+
 // use tells a that the key has used `used` of the plan's quota of 10.
 func use(a *Alarms, p *policy.Policy, counter string, used int64) {
 	l, _ := p.Limit("small.quota")
 	req := &limiter.Request{Hits: []limiter.Hit{{Rule: l.Rule, Key: counter, Cost: 1}}}
-	res := &limiter.Result{Allowed: true, Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 10 - used, ResetAfter: time.Hour}}}
+	res := &limiter.Result{Allowed: true, Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 10 - used, ResetAfter: untilDayEnds()}}}
 	a.ObserveDecision(req, res)
 }
 

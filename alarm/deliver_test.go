@@ -44,7 +44,7 @@ plans:
 func usePlan(a *Alarms, p *policy.Policy, plan, counter string, used int64) {
 	l, _ := p.Limit(plan + ".quota")
 	req := &limiter.Request{Hits: []limiter.Hit{{Rule: l.Rule, Key: counter, Cost: 1}}}
-	res := &limiter.Result{Allowed: true, Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 10 - used, ResetAfter: time.Hour}}}
+	res := &limiter.Result{Allowed: true, Decisions: []floodgate.Decision{{Allowed: true, Limit: 10, Remaining: 10 - used, ResetAfter: untilDayEnds()}}}
 	a.ObserveDecision(req, res)
 }
 
