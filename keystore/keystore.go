@@ -38,8 +38,9 @@ type Options struct {
 	// RefreshTimeout bounds one look at the backend by Run and Refresh
 	// (its version, and the records that changed), whatever the caller's
 	// context: a backend that stopped answering (a Redis stopped or cut
-	// off behind an open connection) holds neither a policy reload nor
-	// the poll, which looks again at its next tick (default 5 s).
+	// off behind an open connection) does not hold the poll, which looks
+	// again at its next tick (default 5 s). A policy reload does not
+	// look at the backend (Follow).
 	RefreshTimeout time.Duration
 }
 
@@ -373,10 +374,24 @@ func (s *Store) refresh(ctx context.Context) {
 }
 
 // Refresh reads now the records that changed, if the backend did, and
-// rebuilds the snapshot if the policy changed (tests, and a policy
-// reload). A backend that does not answer within Options.RefreshTimeout
-// is logged and left for Run's next look.
+// rebuilds the snapshot if the policy changed (tests). A backend that
+// does not answer within Options.RefreshTimeout is logged and left for
+// Run's next look.
 func (s *Store) Refresh(ctx context.Context) { s.refresh(ctx) }
+
+// Follow rebuilds the snapshot if the policy changed since it was built,
+// without reading the backend (a policy reload: the records are the
+// same), and has Run look at the backend at once. A reload calls it with
+// the reloader's lock held, so a backend that stopped answering holds
+// neither that reload nor the next.
+func (s *Store) Follow() {
+	s.mu.Lock()
+	if sn := s.snap.Load(); sn == nil || sn.pol != s.o.Policy() {
+		s.rebuild()
+	}
+	s.mu.Unlock()
+	s.signal()
+}
 
 // List returns every record, by name.
 func (s *Store) List() []Record {

@@ -402,7 +402,7 @@ func (c *Console) Reloaded(p *policy.Policy) {
 	if err := c.alarms.SetPolicy(p, c.alarmPlans(p)); err != nil {
 		c.log.Error("alarm webhooks refused", "err", err)
 	}
-	c.keys.Refresh(c.ctx)
+	c.keys.Follow() // no I/O: a stalled Redis holds neither this reload nor the next
 	c.lists.SetFile(&p.Server().Access)
 	c.box.SetRules(p.Server().Bans)
 	c.addReload(dashboard.Reload{Time: time.Now().UTC(), Version: p.Version(), OK: true})
