@@ -192,10 +192,13 @@
 // sum of the costs of the requests that are in flight on it and will be
 // refunded, each for about two round trips (the later slot's call and the
 // refund). That error only ever denies too much, never admits too much. A
-// refund that fails (the node went away) leaves its charge in place until
-// the window or period passes or the key's TTL runs out; such failures are
-// counted (RefundErrors) and logged. On a standalone server or within one
-// slot there is no such error.
+// refund is given up after 10 seconds without an answer; one answered
+// after a second is logged as applied late. A refund that Redis refuses
+// leaves its charge in place until the window or period passes or the
+// key's TTL runs out, and so may one that gets no answer (the node went
+// away; Redis gives the charge back if the call reached it): both are
+// counted (RefundErrors) and logged, each as what it is. On a standalone
+// server or within one slot there is no such error.
 //
 // # Reservations
 //

@@ -58,9 +58,15 @@ func newStandalone(t testing.TB) *Store {
 // newCluster returns a store on the shared Cluster.
 func newCluster(t testing.TB) *Store {
 	t.Helper()
+	return newClusterWith(t, Options{})
+}
+
+// newClusterWith is newCluster with options o (its URL and prefix set).
+func newClusterWith(t testing.TB, o Options) *Store {
+	t.Helper()
 	c := sharedCluster(t)
-	url := "redis+cluster://" + c.Addrs()[0] + "," + c.Addrs()[1]
-	s, err := New(Options{URL: url, Prefix: uniquePrefix(t)})
+	o.URL, o.Prefix = "redis+cluster://"+c.Addrs()[0]+","+c.Addrs()[1], uniquePrefix(t)
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

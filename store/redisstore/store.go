@@ -356,7 +356,8 @@ func (s *Store) close() {
 }
 
 // RefundErrors counts refunds (Cluster only) that failed, leaving a charge
-// in place until its key's window passes or its TTL expires.
+// in place until its key's window passes or its TTL expires, or that got
+// no answer within 10 seconds (which Redis applies if they reached it).
 func (s *Store) RefundErrors() int64 { return s.refundErrors.Load() }
 
 // Key returns the Redis key of a rule's counter for a subject:
@@ -643,7 +644,8 @@ type charge struct {
 // (or an answer this process reads late) never makes a request wait past
 // its deadline. A refund whose answer comes after that is not sent again:
 // it was sent and Redis applies it, and a charge is never given back
-// twice. Flush waits for the refunds still on their way.
+// twice. The log says what became of each refund (refundEnded). Flush
+// waits for the refunds still on their way.
 func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hits []limiter.Hit, out []floodgate.Decision) {
 	for _, d := range charged {
 		r := &refundCall{args: []string{itoa(d.mark), ""}}
@@ -671,11 +673,11 @@ func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hi
 		go func() {
 			defer s.refunds.Done()
 			defer close(done)
+			sent := time.Now()
 			rctx, cancel := context.WithTimeout(context.Background(), refundTimeout)
 			defer cancel()
-			if _, err := s.eval(rctx, s.refund, r.keys, r.args); err != nil {
-				s.refundFailed(err)
-			}
+			_, err := s.eval(rctx, s.refund, r.keys, r.args)
+			s.refundEnded(err, time.Since(sent))
 		}()
 		select {
 		case <-done:
@@ -684,16 +686,40 @@ func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hi
 	}
 }
 
-// refundTimeout bounds the call of one refund (Cluster only).
-const refundTimeout = time.Second
+// refundTimeout bounds the call of one refund (Cluster only): as long as
+// the client waits for an answer on a connection by default (its write
+// timeout, past which it closes the connection), so that a refund that
+// Redis applies late is known to be applied rather than taken for lost.
+const refundTimeout = 10 * time.Second
 
-func (s *Store) refundFailed(err error) {
+// refundLate is how long a refund's answer takes before it is logged as
+// late: a node that slow holds the charge for as long, and the requests
+// meanwhile see it.
+const refundLate = time.Second
+
+// refundEnded logs and counts what became of a refund, given the error of
+// its call and how long it took: given back (logged when it was late),
+// refused by Redis (the charge stays), or unanswered (sent, so Redis
+// gives the charge back if the call reached it; counted with the
+// failures, as the charge may stay).
+func (s *Store) refundEnded(err error, took time.Duration) {
+	if err == nil {
+		if took >= refundLate {
+			s.log.Info("redisstore: refund applied late; the charge was held until then", "after", took.Round(time.Millisecond))
+		}
+		return
+	}
 	s.refundErrors.Add(1)
-	s.log.Warn("redisstore: refund failed; the charge stays until its window passes", "err", err)
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		s.log.Warn("redisstore: refund failed; the charge stays until its window passes", "err", err)
+		return
+	}
+	s.log.Warn("redisstore: refund unanswered; Redis gives the charge back if the call reached it, else it stays until its window passes",
+		"after", took.Round(time.Millisecond), "err", err)
 }
 
 // Flush waits until every refund started so far has finished (Cluster only;
-// each gives up after one second).
+// each gives up after refundTimeout, 10 seconds).
 func (s *Store) Flush() { s.refunds.Wait() }
 
 // refundCall is a call of refund.lua.
