@@ -17,7 +17,8 @@
 // clock, so that every instance sharing the Redis counts towards the same
 // ban, and each instance reads the bans again whenever their version
 // changes (it polls the version ten times a second): a ban made by one
-// instance holds on all of them within the poll. Both backends are
+// instance holds on all of them within the poll, and ends on all of them
+// at the moment the server's clock set, however late each reads it. Both backends are
 // bounded (MaxBans bans and counters) and forget a key's strikes MaxBan
 // after its last ban ended, or sooner when the bans are full: a ban that
 // has ended makes room for a new one, so that only bans in force fill the

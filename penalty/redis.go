@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -271,13 +272,18 @@ const dropBatch = 1000
 
 // Redis keeps offences and bans in Redis, shared by every instance. The
 // bans are made on the server's clock; it returns their ends on the local
-// clock (the Box's), as far from the local time the server's answer came
-// at as they are from the server's time, so that an instance whose clock
-// is not the server's still holds a ban for its length.
+// clock (the Box's), placed by what its calls have learnt of the server's
+// clock (observe), so that an instance whose clock is not the server's
+// still holds a ban for its length, and an answer this process reads late
+// does not hold a ban longer here than on the other instances.
 type Redis struct {
 	c     rueidis.Client
 	max   int
 	clock func() time.Time // the local clock
+
+	mu    sync.Mutex // guards ref and refMs
+	ref   time.Time  // a local instant; zero until a call was answered
+	refMs int64      // the server's time (ms) at ref, as far as the calls tell
 }
 
 // NewRedis keeps the penalty box in the Redis c talks to, with at most
@@ -298,12 +304,37 @@ func local(ms, serverNow int64, at time.Time) time.Time {
 	return at.Add(time.Duration(ms-serverNow) * time.Millisecond)
 }
 
+// observe learns from a call sent at sent and answered at got (on the
+// local clock), in which the server's clock read now (ms), and returns
+// where the server's instants are on the local clock: the server's time
+// (ms) at a local instant. The server read its clock between sent and
+// got, so the place kept is moved only when it would put that reading
+// outside them, to the nearer end: an answer read late (a loaded machine,
+// a slow network) or a call Redis ran late (a server stalled) leaves it,
+// and each answer read sooner than the ones before brings it closer.
+// Every instance then places a ban's end within its quickest call of the
+// moment the server's clock says, and a server whose clock steps is
+// followed at its next answer.
+func (b *Redis) observe(sent, got time.Time, now int64) (int64, time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ref.IsZero() {
+		b.ref, b.refMs = got, now
+	} else if at := local(now, b.refMs, b.ref); at.Before(sent) {
+		b.ref, b.refMs = sent, now
+	} else if at.After(got) {
+		b.ref, b.refMs = got, now
+	}
+	return b.refMs, b.ref
+}
+
 func field(rule, key string) string { return rule + "|" + key }
 
 // Offend counts an offence of key against r, and bans it at the After-th.
 func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, error) {
 	f := field(r.Name, key)
 	ms := func(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
+	sent := b.clock()
 	res, err := offendScript.Exec(ctx, b.c,
 		[]string{redisOffences + f, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch, redisCounters, redisCounts,
 			redisTag, redisTags, redisEnds},
@@ -315,7 +346,8 @@ func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, er
 	if len(res) < 4 || res[0] != 1 {
 		return nil, nil
 	}
-	return &Ban{Rule: r.Name, Key: key, Kind: r.Key, Until: local(res[1], res[3], b.clock()), Strikes: int(res[2]),
+	refMs, ref := b.observe(sent, b.clock(), res[3])
+	return &Ban{Rule: r.Name, Key: key, Kind: r.Key, Until: local(res[1], refMs, ref), Strikes: int(res[2]),
 		end: res[1]}, nil
 }
 
@@ -325,6 +357,7 @@ func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, er
 func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 	// The epoch is set here when there is none yet, so that the version
 	// read now stays the one of the bans' first change.
+	sent := b.clock()
 	res := b.c.DoMulti(ctx, b.c.B().Eval().Script(redisconn.EpochScript).Numkeys(1).Key(redisEpoch).Build(),
 		b.c.B().Mget().Key(redisEpoch, redisVersion, redisTag).Build(), b.c.B().Hgetall().Key(redisBans).Build(),
 		b.c.B().Eval().Script(timeScript).Numkeys(1).Key(redisBans).Build())
@@ -344,6 +377,7 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("penalty: redis: time: %w", err)
 	}
+	refMs, ref := b.observe(sent, at, now)
 	var out []Ban
 	var stale []string
 	for f, val := range m {
@@ -358,7 +392,7 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 			continue
 		}
 		if until > now {
-			out = append(out, Ban{Rule: rule, Key: key, Until: local(until, now, at), Strikes: int(strikes), end: until})
+			out = append(out, Ban{Rule: rule, Key: key, Until: local(until, refMs, ref), Strikes: int(strikes), end: until})
 		}
 	}
 	for len(stale) > 0 {
@@ -414,6 +448,7 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 	if len(parts) != 3 {
 		return nil, nil, "", true, nil
 	}
+	sent := b.clock()
 	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisChanges, redisTrimmed, redisBans, redisEpoch, redisTag, redisTags},
 		[]string{parts[1], parts[0], parts[2]}).ToArray()
 	at := b.clock()
@@ -427,6 +462,7 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 	if err != nil {
 		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
 	}
+	refMs, ref := b.observe(sent, at, now)
 	v, err := res[0].AsInt64()
 	if err != nil {
 		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
@@ -459,7 +495,7 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 			gone = append(gone, id{rule, key})
 			continue
 		}
-		made = append(made, Ban{Rule: rule, Key: key, Until: local(until, now, at), Strikes: int(strikes), end: until})
+		made = append(made, Ban{Rule: rule, Key: key, Until: local(until, refMs, ref), Strikes: int(strikes), end: until})
 	}
 	return made, gone, version, false, nil
 }
