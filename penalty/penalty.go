@@ -92,6 +92,7 @@ type Box struct {
 	seed  maphash.Seed // of the view's parts
 
 	banLog lograte.Gate // ban lines: one a second, however many keys a flood bans
+	offLog lograte.Gate // lines of offences not counted: one a second, however many a store outage fails
 	mu     sync.Mutex   // serialises refreshes; held while they read the backend
 
 	viewMu  sync.Mutex // guards the writes of the view, reading and made
@@ -349,7 +350,7 @@ func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refus
 		}
 		ban, err := b.be.Offend(ctx, &r, k)
 		if err != nil {
-			b.log.Warn("penalty: offence not counted", "ban", r.Name, "err", err)
+			b.offenceFailed(r.Name, err)
 			continue
 		}
 		if ban != nil {
@@ -361,6 +362,24 @@ func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refus
 			b.add(*ban)
 		}
 	}
+}
+
+// offenceFailed logs an offence of rule whose call to the backend failed
+// with err, at most one line a second with the count of those held back
+// (a store that is down fails every offence of a flood). A call that got
+// no answer in time was sent, and the store counts it if it got it (a
+// Redis that answers late bans the key then, and every instance reads the
+// ban): it is not said to be uncounted.
+func (b *Box) offenceFailed(rule string, err error) {
+	held, ok := b.offLog.Pass(b.now())
+	if !ok {
+		return
+	}
+	msg := "penalty: offence not counted"
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		msg = "penalty: offence not answered in time; counted if the store got it"
+	}
+	b.log.Warn(msg, "ban", rule, "err", err, "not_logged_since", held)
 }
 
 // add puts a ban this process made in its view at once, without waiting
