@@ -15,12 +15,19 @@ import (
 // chunked long poll) whose client leaves while the upstream sends nothing
 // more: the request ends when the client leaves, not when the upstream next
 // writes, so its concurrency slot comes back and the upstream's request is
-// ended.
+// ended. An HTTP/1.0 client, whose answer is ended by the close, is watched
+// alike.
 func TestLeaveSilentStream(t *testing.T) {
 	t.Parallel()
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
-		for _, kind := range []string{"text/event-stream", "application/json"} {
-			t.Run(kind, func(t *testing.T) {
+		for _, sc := range []struct{ kind, proto string }{
+			{"text/event-stream", "HTTP/1.1"},
+			{"application/json", "HTTP/1.1"},
+			{"text/event-stream", "HTTP/1.0"},
+			{"application/json", "HTTP/1.0"},
+		} {
+			kind, proto := sc.kind, sc.proto
+			t.Run(kind+" "+proto, func(t *testing.T) {
 				rule := ruletest.Rule(t, floodgate.Limit{Name: "one", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Hour})
 				ended := make(chan bool, 1)
 				_, srvURL, c := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)}, func(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +44,7 @@ func TestLeaveSilentStream(t *testing.T) {
 						ended <- false
 					}
 				})
-				leaver{until: func(b []byte) bool { return bytes.Contains(b, []byte("first")) }}.run(t, srvURL, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+				leaver{until: func(b []byte) bool { return bytes.Contains(b, []byte("first")) }}.run(t, srvURL, "GET /stream "+proto+"\r\nHost: x\r\n\r\n")
 				deadline := time.Now().Add(20 * time.Second)
 				for {
 					a := do(t, c, "GET", srvURL+"/other", nil)

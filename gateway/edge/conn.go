@@ -75,6 +75,12 @@ type conn struct {
 	expecting bool
 	resume    atomic.Pointer[exchange]
 
+	// untilClose holds the body of an answer the engine writes itself once
+	// fasthttp hands the connection over (Engine.untilClose), until it
+	// does: a connection fasthttp closes instead (a failed flush of an
+	// answer before it) ends that body's request.
+	untilClose atomic.Pointer[body]
+
 	// Each write to the client waits at most send (the gateway's
 	// SendTimeout, nanoseconds; 0: no bound) for the client to take it:
 	// one that keeps its connection and reads nothing is cut, and its
@@ -165,10 +171,15 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 
 // Close closes the connection, or parks it when fasthttp let it go to be
 // parked. A request admitted before its body whose body never came is
-// finished first.
+// finished first, and so is one whose answer the engine was to write
+// (untilClose).
 func (c *conn) Close() error {
 	if x := c.resume.Swap(nil); x != nil {
 		x.e.abandon(x)
+	}
+	if b := c.untilClose.Swap(nil); b != nil {
+		_ = b.CloseWithError(net.ErrClosed)
+		b.e.closing.Add(-1)
 	}
 	if c.parkNext.CompareAndSwap(true, false) {
 		go c.p.park(c)

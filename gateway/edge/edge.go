@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -88,6 +89,10 @@ type Engine struct {
 	send     int64         // the gateway's SendTimeout, in nanoseconds (0: none)
 	write    time.Duration // Options.WriteTimeout (0: none)
 	parker   *parker       // nil: idle connections are not parked
+	// closing counts the answers streamed to HTTP/1.0 clients until
+	// their connection closes (untilClose), which fasthttp no longer
+	// counts as open: Shutdown waits for them too.
+	closing atomic.Int64
 
 	// unaskedLog holds back the lines about kept upstream connections
 	// closed for bytes no request asked for (which a client may cause):
@@ -272,6 +277,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	err := e.srv.ShutdownWithContext(ctx)
+	if err == nil {
+		err = e.waitUntilClose(ctx)
+	}
 	if e.parker != nil {
 		e.parker.closeParked()
 	}

@@ -3,6 +3,7 @@ package edge
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -483,6 +484,12 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		if head {
 			resp.SkipBody = true
 		}
+		if noBody && f.Request().Proto == "HTTP/1.0" {
+			// An HTTP/1.0 client is sent no transfer coding (RFC 9112
+			// §6.1), not even in the head of a HEAD's answer, which says
+			// what a GET would get (untilClose).
+			resp.Header.Del(fasthttp.HeaderTransferEncoding)
+		}
 		if err != nil {
 			// The upstream's status is known: its answer began, and the
 			// reservation is settled by it, and by the cost what came of
@@ -549,6 +556,10 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		// upstream connection until the upstream next writes.
 		b.watchClient(ec, rec != nil && rec.ReadsBody())
 	}
+	if n < 0 && f.Request().Proto == "HTTP/1.0" {
+		e.untilClose(ctx, b)
+		return true, true, nil
+	}
 	resp.SetBodyStream(b, n)
 	// The head of an answer of unknown length or an event stream goes out
 	// at once, not with the body's first bytes, when those have not come
@@ -561,6 +572,81 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 	// net/http.
 	resp.ImmediateHeaderFlush = (n < 0 || isEventStream(&resp.Header)) && !bodyCame
 	return true, true, nil
+}
+
+// untilClose answers an HTTP/1.0 client whose answer has a body of
+// unknown length (an upstream's chunked answer, an event stream, one that
+// runs until the upstream closes) with that body as it comes, ended by
+// the connection's close: no chunked coding, which an HTTP/1.0 client
+// cannot read (RFC 9112 §7: it would take the chunks' size lines for the
+// body), and which fasthttp writes for any body of unknown length. The
+// connection is taken from fasthttp (hijacked) once the handler returns,
+// its answer written by the engine, and closed after it, as net/http's
+// server answers such a client; the request finishes when the body ends
+// (body.CloseWithError), as it does when fasthttp writes it.
+func (e *Engine) untilClose(ctx *fasthttp.RequestCtx, b *body) {
+	h := &ctx.Response.Header
+	h.Del(fasthttp.HeaderTransferEncoding)
+	h.SetContentLength(-2) // until the close, which it says
+	h.SetConnectionClose()
+	ec := b.client
+	e.closing.Add(1)
+	if ec != nil {
+		ec.noPark = true // the engine's from now on
+		ec.untilClose.Store(b)
+	}
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		if ec != nil && ec.untilClose.Swap(nil) == nil {
+			return // closed before it came here (conn.Close)
+		}
+		defer e.closing.Add(-1)
+		if ec != nil && !ec.wEnd.IsZero() {
+			// fasthttp cleared the deadlines as it let the connection go:
+			// the write timeout (server.timeouts.write) holds, as for an
+			// answer fasthttp writes. The send bound moves with each part
+			// of the body (body.Read).
+			_ = ec.SetWriteDeadline(ec.wEnd)
+		}
+		_, err := c.Write(h.Header())
+		if err == nil {
+			bp := bufpool.Copy.Get()
+			buf := bp[:16<<10]
+			for {
+				n, rerr := b.Read(buf)
+				if n > 0 {
+					if _, err = c.Write(buf[:n]); err != nil {
+						break
+					}
+				}
+				if rerr != nil {
+					if rerr != io.EOF {
+						err = rerr
+					}
+					break
+				}
+			}
+			bufpool.Copy.Put(bp)
+		}
+		_ = b.CloseWithError(err)
+		_ = c.Close()
+	})
+}
+
+// waitUntilClose waits, until ctx ends, for the answers streamed until
+// their connection closes (untilClose) to end, as fasthttp's Shutdown
+// waits for the answers it writes.
+func (e *Engine) waitUntilClose(ctx context.Context) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for e.closing.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // readWhole reads an answer's body of n bytes (at most edgeBufferBytes)

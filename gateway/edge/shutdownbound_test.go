@@ -23,9 +23,20 @@ import (
 // requests in flight may finish), however long that takes beside the send
 // bound. The parker's clock, by which the write bound is moved, stops with
 // the parker's sweeps at Shutdown; a bound still moved by it would never
-// move again and cut the answer within one bound.
+// move again and cut the answer within one bound. An HTTP/1.0 client's
+// answer, which the engine writes itself (ended by the close), is waited
+// for as well: Shutdown does not return while it streams.
 func TestWriteBoundDuringShutdown(t *testing.T) {
 	t.Parallel()
+	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			testWriteBoundDuringShutdown(t, proto)
+		})
+	}
+}
+
+func testWriteBoundDuringShutdown(t *testing.T, proto string) {
 	const (
 		every  = 50 * time.Millisecond
 		send   = 8 * every // long enough beside the sweeps to use the parker's clock
@@ -81,7 +92,7 @@ limits:
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Duration(chunks)*gap + 10*time.Second))
-	if _, err := c.Write([]byte("GET /events HTTP/1.1\r\nHost: a\r\n\r\n")); err != nil {
+	if _, err := c.Write([]byte("GET /events " + proto + "\r\nHost: a\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
 	res, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -100,6 +111,13 @@ limits:
 			continue
 		}
 		got++
+		if got == chunks-1 {
+			select {
+			case err := <-shut:
+				t.Fatalf("Shutdown returned (%v) while an answer streamed", err)
+			default:
+			}
+		}
 		if got == 1 {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(chunks)*gap+10*time.Second)
