@@ -109,7 +109,9 @@ func dropH2CUpgrade(r *http.Request) {
 // field names a field no trailer may hold, as the edge engine's parser
 // refuses it; it reports whether it answered. The trailers of a chunked
 // body are checked at its end. An HTTP/1.0 client's Expect field is not
-// passed on: it cannot take the upstream's 100 Continue.
+// passed on: it cannot take the upstream's 100 Continue. Nor is its Upgrade
+// field (RFC 9110 §7.8 has a server ignore it): the request is served as
+// the plain request it is, and opens no tunnel.
 func (g *Gateway) refusedHTTP(w http.ResponseWriter, r *http.Request) bool {
 	status, text, closeIt := Preflight(r.Method, r.RequestURI, r.Host, r.ProtoMajor == 1 && r.ProtoMinor >= 1)
 	if status == 0 && (badTrailer(r.Trailer) != "" || badDeclaredTrailer(r.Header) != "") {
@@ -120,6 +122,7 @@ func (g *Gateway) refusedHTTP(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
 		delete(r.Header, "Expect")
+		delete(r.Header, "Upgrade")
 	}
 	if status == 0 {
 		return false

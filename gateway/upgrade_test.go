@@ -75,3 +75,62 @@ func testUpgradeTunnels(t *testing.T, fr string) {
 		t.Errorf("a second upgrade over the limit: %d, want 429", resp.StatusCode)
 	}
 }
+
+// TestHTTP10UpgradeIsIgnored: an HTTP/1.0 request that asks to upgrade its
+// connection is served as the plain request it is, on each engine (RFC
+// 9110 §7.8 has a server ignore the Upgrade of an HTTP/1.0 request, and a
+// WebSocket handshake is HTTP/1.1 at least, RFC 6455 §4.1): the upstream is
+// not asked to upgrade, no tunnel opens past the limits, and the answer
+// says no Upgrade. Before 2026-12-07 both engines forwarded the upgrade,
+// answered 101 with both `Connection: close` and `Connection: Upgrade`,
+// and tunnelled what the client sent next to the upstream.
+func TestHTTP10UpgradeIsIgnored(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		rule := ruletest.Rule(t, floodgate.Limit{Name: "ws", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour})
+		asked := make(chan string, 4)
+		_, base, _ := startFront(t, fr, Options{Matcher: oneRule(rule), Engine: memEngine(t)},
+			func(w http.ResponseWriter, r *http.Request) {
+				asked <- r.Header.Get("Upgrade")
+				if r.Header.Get("Upgrade") == "" {
+					_, _ = io.WriteString(w, "plain")
+					return
+				}
+				c, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+				_ = brw.Flush()
+				if line, err := brw.ReadString('\n'); err == nil {
+					_, _ = brw.WriteString("echo: " + line)
+					_ = brw.Flush()
+				}
+			})
+		for _, conn := range []string{"Upgrade", "Upgrade, keep-alive"} {
+			c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(c, "GET /ws HTTP/1.0\r\nHost: x\r\nConnection: "+conn+"\r\nUpgrade: echo\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
+			resp.Body.Close()
+			c.Close()
+			if resp.StatusCode != http.StatusOK || string(body) != "plain" || resp.Header.Get("Upgrade") != "" {
+				t.Errorf("Connection: %s: answered %d %q, Upgrade %q; want the plain request's 200",
+					conn, resp.StatusCode, body, resp.Header.Get("Upgrade"))
+			}
+			if up := <-asked; up != "" {
+				t.Errorf("Connection: %s: the upstream was asked to upgrade to %q", conn, up)
+			}
+		}
+	})
+}

@@ -462,7 +462,9 @@ func (e *Engine) serveHTTP(ctx *fasthttp.RequestCtx) {
 	if !e.admit(ctx, f.expect) {
 		return
 	}
-	if f.upgrade && ctx.Request.Header.ConnectionUpgrade() && len(ctx.Request.Header.Peek("Upgrade")) > 0 {
+	// The Upgrade of an HTTP/1.0 request is ignored (RFC 9110 §7.8): it is
+	// served as a plain request, its Upgrade field dropped as hop-by-hop.
+	if f.upgrade && h.IsHTTP11() && ctx.Request.Header.ConnectionUpgrade() && len(ctx.Request.Header.Peek("Upgrade")) > 0 {
 		e.upgrade(ctx)
 		return
 	}
