@@ -78,7 +78,7 @@ type SettledLimit struct {
 // "defer r.Cancel(ctx)" gives the estimate back on every early return.
 // When denied, RetryAfter says when to ask again and there is nothing to
 // settle. ttl bounds how long the service holds the reservation (0: its
-// default, 5 minutes).
+// default, the limits' reserve_ttl, 5 minutes when they have none).
 //
 // When ctx ends before the answer, Reserve returns ctx's error at once;
 // the exchange goes on without the caller, within the client's timeout,

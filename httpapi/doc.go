@@ -99,7 +99,10 @@
 // # Costs known later: reserve, then settle
 //
 // POST /v1/reserve takes the same hits (each cost an estimate) and an
-// optional "ttl" in seconds (default 300, at most 86400):
+// optional "ttl" in seconds, at most 86400. Without one the reservation
+// is held for its limits' reserve_ttl (the longest, when several have
+// one), as the gateway holds a reservation of them; 300 when none has
+// one:
 //
 //	{"hits": [{"limit": "tokens", "key": "key-1", "cost": 1000},
 //	          {"limit": "requests", "key": "key-1"}], "ttl": 120}

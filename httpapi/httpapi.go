@@ -32,6 +32,10 @@ type Limit struct {
 	// limit, as the gateway charges it (policy.Limit.DefaultCost). Zero
 	// means 1.
 	Cost int64
+	// ReserveTTL is how long a reservation of the limit is held when the
+	// reserve names no ttl: the limit's reserve_ttl, as the gateway holds
+	// its reservations of it. Zero means floodgate.DefaultReservationTTL.
+	ReserveTTL time.Duration
 }
 
 // Limits finds a limit by name.
@@ -73,7 +77,11 @@ func (f policyLimits) Limit(name string) (Limit, bool) {
 	if !ok || l == nil || l.Rule == nil {
 		return Limit{}, false
 	}
-	return Limit{Rule: l.Rule, Fields: l.Fields, Cost: l.DefaultCost()}, true
+	out := Limit{Rule: l.Rule, Fields: l.Fields, Cost: l.DefaultCost()}
+	if l.Costs != nil {
+		out.ReserveTTL = l.Costs.TTL
+	}
+	return out, true
 }
 
 // Options configure a Handler. The zero value is usable.
@@ -296,6 +304,10 @@ type query struct {
 	names  []string
 	keys   []string // as sent: the engine may replace a long hit key by its hash
 	fields []*fields.Limit
+	// ttl is the longest ReserveTTL of the hits' limits (0: none has
+	// one), which a reservation without a ttl is held for, as the
+	// gateway holds one of these limits.
+	ttl time.Duration
 }
 
 // readBody reads the body, at most Options.MaxBodyBytes of it.
@@ -423,6 +435,7 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 		q.keys[i] = key
 		q.names[i] = *x.Limit
 		q.fields[i] = lim.Fields
+		q.ttl = max(q.ttl, lim.ReserveTTL)
 		if q.fields[i] == nil {
 			q.fields[i] = fields.ForRule(rule)
 		}

@@ -90,7 +90,7 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 		writeError(w, e.status, e.code, e.msg, nil)
 		return
 	}
-	ttl, asked := floodgate.DefaultReservationTTL, false
+	ttl, asked := time.Duration(0), false
 	if !isNull(in.TTL) {
 		asked = true
 		raw := bytes.TrimSpace(in.TTL)
@@ -119,6 +119,14 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 	if apiErr != nil {
 		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
 		return
+	}
+	if !asked {
+		// The limits' reserve_ttl, as the gateway holds a reservation
+		// of them.
+		ttl = q.ttl
+		if ttl <= 0 {
+			ttl = floodgate.DefaultReservationTTL
+		}
 	}
 	if name, lease, ok := shortestLease(q); ok && ttl > lease {
 		if asked {
