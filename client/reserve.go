@@ -294,7 +294,8 @@ func (r *Reservation) post(ctx context.Context, actual any) (Settlement, error) 
 // again until one comes or the timeout passes, pausing 50ms, then twice
 // as long each time up to a second. That is safe for a settle: the
 // service applies one settle of a reservation, and a copy that comes
-// after it changes nothing.
+// after it changes nothing and is answered as the settle was (within a
+// minute), so a settle whose answer was lost returns its Settlement.
 func (c *HTTP) post(ctx context.Context, path string, in any, again bool) (int, []byte, error) {
 	body, err := json.Marshal(in)
 	if err != nil {

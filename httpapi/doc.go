@@ -131,8 +131,10 @@
 //
 // A settle is applied once its body has arrived, whether or not its
 // caller stays for the answer. A reservation not settled within its ttl
-// keeps its estimate. A second
-// settle, or one after the ttl, is 404 unknown_reservation; so is a
+// keeps its estimate. The same settle sent again within a minute (the
+// same actual costs: its caller never got the answer) is answered as the
+// first was and changes nothing. A second settle at other costs, or one
+// after the ttl, is 404 unknown_reservation; so is a
 // settle of a reservation answered "degraded" (decided by failure
 // policies while the store failed, which hold nothing to settle).
 //

@@ -253,8 +253,9 @@ type SettleResponse struct {
 // settle answers POST /v1/settle: the reservation named by the token ends
 // with the actual costs (below the estimate the rest is given back, above
 // it the excess is charged as far as each limit allows and the rest is
-// reported as overrun). A second settle of the same reservation is 404
-// unknown_reservation. A settle read whole is applied even when its
+// reported as overrun). The same settle sent again within
+// limiter.SettledTTL is answered as the first was; a second settle of the
+// same reservation at other costs is 404 unknown_reservation. A settle read whole is applied even when its
 // caller leaves before the answer.
 func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ bool) {
 	var in wireSettle

@@ -46,7 +46,9 @@
 // the excess is charged as far as the limit allows, never below zero
 // credit, and what did not fit is reported as Decision.Overrun. A
 // reservation not settled within its TTL settles at its estimate (its
-// charge stays), and a second Settle is ErrReservationUnknown. A
+// charge stays). The same Settle sent again within SettledTTL (the same
+// actual costs: its answer was lost) is answered as the first was and
+// changes nothing; one at other costs is ErrReservationUnknown. A
 // reservation decided by failure policies while the store failed holds
 // nothing to settle.
 //

@@ -791,7 +791,9 @@ var ErrReservationUnknown = errors.New("limiter: reservation unknown: settled al
 // found. A reservation that is not (settled already, expired, never made)
 // changes nothing, and Settle returns an error wrapping
 // ErrReservationUnknown unless only shadow hits were missing: a second
-// Settle of the same reservation is refused. Another error means the store
+// Settle of the same reservation at other actual costs is refused. The
+// same Settle sent again within SettledTTL (its answer lost on the way)
+// is answered as the first was and changes nothing. Another error means the store
 // could not be told; the reservation then settles at its estimate when
 // its TTL passes.
 func (l *Limiter) Settle(ctx context.Context, req *Request, actual []int64, res *Result) error {

@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -167,8 +168,12 @@ func TestSettleSameLimitTwice(t *testing.T) {
 	if got := remaining("k"); got != 500 || res.Decisions[0] != res.Decisions[1] || res.Decisions[0].Remaining != 500 {
 		t.Fatalf("after settling at the estimates: %d free, decisions %+v; want 500 and both alike", got, res.Decisions)
 	}
-	if err := l.Settle(ctx, req, []int64{300, 200}, &res); !errors.Is(err, limiter.ErrReservationUnknown) {
-		t.Fatalf("a second settle: %v, want ErrReservationUnknown", err)
+	first := slices.Clone(res.Decisions)
+	if err := l.Settle(ctx, req, []int64{300, 200}, &res); err != nil || !slices.Equal(res.Decisions, first) {
+		t.Fatalf("the same settle sent again: %v %+v, want the first answer %+v", err, res.Decisions, first)
+	}
+	if err := l.Settle(ctx, req, []int64{300, 100}, &res); !errors.Is(err, limiter.ErrReservationUnknown) {
+		t.Fatalf("a settle at other costs after the first: %v, want ErrReservationUnknown", err)
 	}
 	// Above the estimates, the overrun is reported once.
 	req2 := &limiter.Request{Hits: []limiter.Hit{

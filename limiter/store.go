@@ -81,9 +81,19 @@ type Reserver interface {
 	// (algo.Params.ChargeUpTo), and what did not fit is the Overrun. A
 	// concurrency reservation's lease is released. A reservation that is
 	// not found (settled already, expired, or never charged: a shadow hit
-	// that denied) changes nothing.
+	// that denied) changes nothing. The same settle sent again within
+	// SettledTTL of the first (at the same actual cost: its caller never
+	// got the first answer) is answered as the first was and changes
+	// nothing; one at another cost is not found.
 	Settle(ctx context.Context, hits []Hit, out []Settled) error
 }
+
+// SettledTTL is how long a Reserver keeps what a settle did, so that the
+// same settle sent again, when its answer was lost on the way, is
+// answered alike rather than not found. It covers the retries of a
+// caller's timeout (the Go client sends a settle again until an answer
+// comes within its own).
+const SettledTTL = time.Minute
 
 // Settled is what a Settle did to one reservation: every store answers
 // these fields alike (storetest.RunReservations holds them to it).

@@ -89,7 +89,9 @@ type Options struct {
 	// flood left hanging goes before the reservations made after it,
 	// whatever TTL it asked for), which then settles at its estimate, to
 	// make room (Stats().ReservationEvictions counts those dropped before
-	// their TTL).
+	// their TTL). What the settles of the last limiter.SettledTTL did,
+	// kept so that a settle sent again is answered alike, is capped
+	// alike, apart.
 	MaxReservations int
 	// SweepInterval is the time between sweeps that remove idle keys (0:
 	// DefaultSweepInterval; negative: keys are only removed when touched
@@ -409,7 +411,8 @@ func (s *Store) Reserve(_ context.Context, hits []limiter.Hit, out []floodgate.D
 }
 
 // Settle ends the reservations the hits name with their actual costs
-// (limiter.Reserver).
+// (limiter.Reserver). The same settle sent again within
+// limiter.SettledTTL is answered as the first was and changes nothing.
 func (s *Store) Settle(_ context.Context, hits []limiter.Hit, out []limiter.Settled) error {
 	if len(out) != len(hits) {
 		return fmt.Errorf("memstore: %d answers for %d hits", len(out), len(hits))

@@ -30,6 +30,53 @@ type reservation struct {
 	seq  uint64 // the order it was made in, in its shard (see resFIFO)
 }
 
+// settledRes is what the settle of one reserved hit did: the actual cost
+// it was settled at and its answer, kept for limiter.SettledTTL, so that the same settle sent again (its answer lost on the way) is
+// answered as it was and changes nothing, while a settle at another cost
+// is refused as before.
+type settledRes struct {
+	rule   string
+	key    string
+	actual int64
+	exp    int64
+	out    limiter.Settled
+}
+
+// settledOf returns what the settle of hit's reservation did, when it was
+// settled at hit.Cost within its TTL. The shard sh is locked.
+func settledOf(sh *shard, k resKey, hit *limiter.Hit, now int64) (limiter.Settled, bool) {
+	d, ok := sh.settled[k]
+	if ok && d.exp <= now {
+		delete(sh.settled, k)
+		return limiter.Settled{}, false
+	}
+	if !ok || d.rule != hit.Rule.ID() || d.key != hit.Key || d.actual != hit.Cost {
+		return limiter.Settled{}, false
+	}
+	return d.out, true
+}
+
+// keepSettled keeps d, the settle of the record k of sh (locked). A full
+// shard drops one past its TTL, else another (a settle of that
+// reservation sent again is then refused, as it was before any was kept):
+// the kept settles never outnumber the reservations a shard holds.
+func (s *Store) keepSettled(sh *shard, k resKey, d settledRes, now int64) {
+	if sh.settled == nil {
+		sh.settled = make(map[resKey]settledRes)
+	}
+	if len(sh.settled) >= s.maxRes {
+		n := 0
+		for j, v := range sh.settled {
+			n++
+			if v.exp <= now || n >= 8 {
+				delete(sh.settled, j)
+				break
+			}
+		}
+	}
+	sh.settled[k] = d
+}
+
 // reserve keeps a settle record for every hit marked Reserve that decide
 // just charged: when the request went ahead (limiter.Verdict: a group of
 // hits stops it only when all of them deny), each reserved hit that
@@ -88,7 +135,9 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 	// that is not a shadow one is missing (settled already, expired,
 	// dropped, never made), nothing is settled and every hit is answered
 	// not found, so that the engine's "unknown reservation" never follows
-	// units given back.
+	// units given back. A settle sent again at the same costs, every
+	// such hit settled by it, is answered as it was and changes nothing.
+	open, again := 0, 0
 	for i := range hits {
 		hit := &hits[i]
 		if hit.Rule.Shadow() {
@@ -100,10 +149,28 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 			delete(sh.res, k) // it settled at its estimate
 			ok = false
 		}
-		if !ok || r.rule != hit.Rule.ID() || r.key != hit.Key {
+		switch {
+		case ok && r.rule == hit.Rule.ID() && r.key == hit.Key:
+			open++
+		case !ok:
+			if _, done := settledOf(sh, k, hit, now); done {
+				again++
+				continue
+			}
+			fallthrough
+		default:
 			clear(out)
 			return nil
 		}
+	}
+	if again > 0 {
+		clear(out)
+		if open == 0 {
+			for i := range hits {
+				out[i], _ = settledOf(&s.shards[w[i].sh], resKey{w[i].h, hits[i].Lease}, &hits[i], now)
+			}
+		}
+		return nil
 	}
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
@@ -161,6 +228,7 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 		}
 		onWall(&d, wall, t-read)
 		out[i] = limiter.Settled{Found: true, Remaining: free, Overrun: overrun}
+		s.keepSettled(sh, k, settledRes{rule: r.rule, key: r.key, actual: hit.Cost, exp: satAdd(now, int64(limiter.SettledTTL)), out: out[i]}, now)
 		if !changed {
 			continue
 		}
@@ -182,8 +250,14 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 }
 
 // sweepReservations drops the expired settle records of sh (locked): their
-// reservations settle at their estimates.
+// reservations settle at their estimates. It drops the settles kept past
+// limiter.SettledTTL too.
 func sweepReservations(sh *shard, now int64) {
+	for k, d := range sh.settled {
+		if d.exp <= now {
+			delete(sh.settled, k)
+		}
+	}
 	for {
 		d, ok := sh.resDue.first()
 		if !ok || d.exp > now {

@@ -95,6 +95,10 @@ type shardState struct {
 	resSeq       uint64
 	resEvictions uint64
 	resExpired   uint64
+	// settled holds what the settles of the reservations settled here
+	// did, until their TTLs, so that a settle sent again answers alike
+	// (see settledRes).
+	settled map[resKey]settledRes
 }
 
 // shard pads shardState to whole cache-line pairs so that two shards'

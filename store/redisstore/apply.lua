@@ -50,10 +50,13 @@
 -- index of a fixed or sliding window, the period start of a quota, else
 -- the instant (µs; a sliding log's entry). The record expires after its
 -- TTL, and the reservation then settles at its estimate: nothing is left
--- to do. A settle reads and deletes the record (none: the hit answers not
--- found and nothing changes); below the estimate it applies the exact
--- inverse of the charge where it was made (as refund.lua does; a window or
--- period that has moved on is left alone), above it charges as much of the
+-- to do. A settle reads the record (none: the hit answers not found and
+-- nothing changes) and replaces it by what it did (the actual cost and
+-- the answer, 6 numbers) for SETTLED_MS, so that the same settle sent
+-- again is answered alike and changes nothing, and another is not found.
+-- Below the estimate it applies the exact inverse of the charge where it
+-- was made (as refund.lua does; a window or period that has moved on is
+-- left alone), above it charges as much of the
 -- excess as fits now, never below zero credit, and answers the rest as the
 -- overrun; a concurrency reservation's lease is released.
 --
@@ -168,6 +171,10 @@ end
 -- already expires at the window's end. SET ... KEEPTTL costs Redis about
 -- half of what SET ... PX does.
 local KEEP = -1
+-- How long a settled record keeps what its settle did (ms), so that the
+-- same settle sent again is answered alike: limiter.SettledTTL, held equal
+-- by TestSettledTTLInScript.
+local SETTLED_MS = 60000
 
 -- A rate algorithm's state is its theoretical arrival time E, the instant
 -- its bucket is full again: whole seconds s, nanoseconds n and a fraction
@@ -1097,10 +1104,18 @@ local function general()
         if alg == ALG.sliding_log or alg == ALG.concurrency then nk = 2 end
         local rk = KEYS[k + nk]
         local rec = get(rk)
-        if #rec ~= 16 then
+        if #rec == 48 then
+          -- Settled already: the same settle sent again (its answer was
+          -- lost) is answered as it was; another is not found.
+          local a, f0, o0, r0, e0, g0 = struct.unpack('<dddddd', rec)
+          if a == actual then
+            out[#out+1] = struct.pack('<dddddd', 1, f0, o0, r0, e0, g0)
+          else
+            out[#out+1] = struct.pack('<dddddd', 0, 0, 0, 0, 0, 0)
+          end
+        elseif #rec ~= 16 then
           out[#out+1] = struct.pack('<dddddd', 0, 0, 0, 0, 0, 0)
         else
-          put(rk, '', 0) -- deleted at the end
           local est, at = struct.unpack('<dd', rec)
           local over, got, free, d = 0, 0, 0, nil
           if alg == ALG.concurrency then
@@ -1118,7 +1133,10 @@ local function general()
             free = d[2]
             if d[1] == 1 then free = free + 1 end
           end
-          out[#out+1] = struct.pack('<dddddd', 1, free, over, math.min(d[4], SPAN), est, got)
+          local reset = math.min(d[4], SPAN)
+          out[#out+1] = struct.pack('<dddddd', 1, free, over, reset, est, got)
+          -- The record becomes what the settle did, for SETTLED_MS.
+          put(rk, struct.pack('<dddddd', actual, free, over, reset, est, got), SETTLED_MS)
         end
         k = k + nk + 1
       end

@@ -211,18 +211,21 @@
 // else the server's instant, which names a sliding log's entry), with the
 // reservation's TTL as its PX. A record that expires settles its
 // reservation at its estimate: the charge stays, and nothing is left to
-// do. A Settle reads and deletes each hit's record in the script that
-// applies it: without one (settled already, expired, never made, or a
-// shadow hit that denied) the hit answers not found and nothing changes.
+// do. A Settle reads each hit's record in the script that applies it:
+// without one (settled already, expired, never made, or a shadow hit that
+// denied) the hit answers not found and nothing changes. It replaces the
+// record by what it did (the actual cost and its answer, 48 bytes) for
+// limiter.SettledTTL: the same settle sent again (its answer lost) is
+// answered alike and changes nothing, one at another cost not found.
 // Below the estimate it applies the exact inverse of the charge where the
 // charge was made, as refund.lua does (a rate algorithm's arrival time
 // moves back; a window or quota period is lowered when it is still the one
 // charged, a sliding log's entry loses the weight; one that has passed is
 // left alone); above it, it charges as much of the excess as the limit
 // has now, never below zero credit, and answers the rest as the overrun;
-// a concurrency reservation's lease is released. A reservation in flight
-// takes about 230 bytes of Redis memory (its record, for a subject of 32
-// bytes).
+// a concurrency reservation's lease is released. A reservation in flight,
+// or settled within the last limiter.SettledTTL, takes about 230 bytes of
+// Redis memory (its record, for a subject of 32 bytes).
 //
 // On a Cluster a Reserve goes slot by slot as a charge does: when a later
 // slot denies, the refund of each slot reserved before it also deletes the

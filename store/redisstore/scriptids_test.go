@@ -4,8 +4,10 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/limiter"
 )
 
 // TestScriptAlgorithmIDs holds the algorithm ids written in the scripts
@@ -53,5 +55,17 @@ func TestScriptAlgorithmIDs(t *testing.T) {
 				t.Errorf("%s: RATE[%s] = %v, want %v (its family)", name, a, inRate[a.String()], want)
 			}
 		}
+	}
+}
+
+// TestSettledTTLInScript holds how long the script keeps a settled
+// record equal to limiter.SettledTTL.
+func TestSettledTTLInScript(t *testing.T) {
+	m := regexp.MustCompile(`local SETTLED_MS = (\d+)\n`).FindStringSubmatch(applySource)
+	if m == nil {
+		t.Fatal("apply.lua: no SETTLED_MS")
+	}
+	if ms, _ := strconv.Atoi(m[1]); time.Duration(ms)*time.Millisecond != limiter.SettledTTL {
+		t.Errorf("apply.lua: SETTLED_MS = %s ms, limiter.SettledTTL is %v", m[1], limiter.SettledTTL)
 	}
 }

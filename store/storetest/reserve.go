@@ -36,6 +36,7 @@ func runReservations(t *testing.T, newStore func(t *testing.T) limiter.Store, c 
 		{"SettleBelow", testSettleBelow},
 		{"SettleAbove", testSettleAbove},
 		{"SettleTwice", testSettleTwice},
+		{"SettleSentAgain", testSettleSentAgain},
 		{"ReserveAllOrNothing", testReserveAllOrNothing},
 		{"ReserveConcurrency", testReserveConcurrency},
 		{"ReserveShadow", testReserveShadow},
@@ -175,6 +176,43 @@ func testSettleTwice(t *testing.T, s limiter.Store) {
 		if n := free(t, s, h); n != 9 {
 			t.Fatalf("%s: %d free, want 9 (one unit kept by the one settle)", r.Algorithm(), n)
 		}
+	}
+}
+
+// testSettleSentAgain: the same settle sent again (its answer lost on the
+// way) is answered as it was the first time, overrun included, and
+// changes nothing; a settle of that reservation at another cost is
+// refused. A concurrency reservation settled again frees no second slot.
+func testSettleSentAgain(t *testing.T, s limiter.Store) {
+	for _, r := range counting(t) {
+		k := key("again-" + r.Algorithm().String())
+		h := reserved(r, k, 4, 0x75)
+		must(t, s, reserveOp, h)
+		first := settle(t, s, h, 12) // 8 above the estimate, 6 left: 2 overrun
+		if !first.Found || first.Overrun != 2 || first.Remaining != 0 {
+			t.Fatalf("%s: settle 12 of 4 with 6 left: %+v, want found, overrun 2, nothing free", r.Algorithm(), first)
+		}
+		if again := settle(t, s, h, 12); again != first {
+			t.Fatalf("%s: the same settle sent again: %+v, want the first answer %+v", r.Algorithm(), again, first)
+		}
+		if d := settle(t, s, h, 4); d != (limiter.Settled{}) {
+			t.Fatalf("%s: a settle at another cost after the first: %+v, want not found", r.Algorithm(), d)
+		}
+		if n := free(t, s, h); n != 0 {
+			t.Fatalf("%s: %d free, want 0 (settled once)", r.Algorithm(), n)
+		}
+	}
+	c := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.Concurrency, Max: 1})
+	k := key("again-conc")
+	h1, h2, h3 := reserved(c, k, 1, 0x76), reserved(c, k, 1, 0x77), reserved(c, k, 1, 0x78)
+	must(t, s, reserveOp, h1)
+	settle(t, s, h1, 1)
+	must(t, s, reserveOp, h2)
+	if d := settle(t, s, h1, 1); !d.Found {
+		t.Fatalf("the same settle of a lease sent again: %+v, want found", d)
+	}
+	if d := must(t, s, reserveOp, h3)[0]; d.Allowed {
+		t.Fatalf("a settle sent again freed the slot another reservation holds: %+v", d)
 	}
 }
 
