@@ -130,7 +130,14 @@
 //	  "key": "key-1", "capacity": 90000, "remaining": 88766}, ...]}
 //
 // A settle is applied once its body has arrived, whether or not its
-// caller stays for the answer. A reservation not settled within its ttl
+// caller stays for the answer. A reservation is settled on the limit it
+// was made on, as the gateway settles a request in flight across a
+// reload: a reload that changes its limit (a changed limit counts afresh)
+// or removes it leaves it to be settled there, even above the estimate
+// of a limit shrunk below it, by a service that ran the version it was
+// made on (PolicyLimits remembers the limits reloads replaced for
+// floodgate.MaxReservationTTL); on one that never did, it is 404
+// unknown_reservation. A reservation not settled within its ttl
 // keeps its estimate. The same settle sent again within a minute (the
 // same actual costs: its caller never got the answer) is answered as the
 // first was and changes nothing. A second settle at other costs, or one

@@ -12,8 +12,11 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -62,14 +65,97 @@ func (s ruleSet) Limit(name string) (Limit, bool) {
 
 // PolicyLimits finds limits in the policy current returns at each call,
 // such as (*policy.Reloader).Policy, so that reloads take effect at once.
+// It remembers the limits a reload changed or removed, for
+// floodgate.MaxReservationTTL, so that a reservation made before the
+// reload is settled on the limit it was made on, as the gateway settles a
+// request in flight across a reload (a changed limit counts afresh).
 func PolicyLimits(current func() *policy.Policy) Limits {
-	return policyLimits(current)
+	return &policyLimits{current: current}
 }
 
-type policyLimits func() *policy.Policy
+type policyLimits struct {
+	current func() *policy.Policy
+	seen    atomic.Pointer[policy.Policy] // the policy current last returned
+	mu      sync.Mutex                    // serialises observe; guards replaced
+	// replaced holds, by limit name, the rules reloads replaced, the
+	// most recent first, each until no reservation made on it lives.
+	replaced map[string][]replacedRule
+}
 
-func (f policyLimits) Limit(name string) (Limit, bool) {
-	p := f()
+// replacedRule is a rule a reload replaced, kept until a reservation made
+// on it has expired.
+type replacedRule struct {
+	rule  *limiter.Rule
+	until time.Time
+}
+
+// maxReplaced caps the rules remembered per limit name.
+const maxReplaced = 4
+
+// replacer is implemented by Limits that remember the rules reloads
+// replaced (PolicyLimits).
+type replacer interface {
+	// Replaced returns the rules of the limit name that reloads
+	// replaced, the most recent first.
+	Replaced(name string) []*limiter.Rule
+}
+
+// policy returns the current policy, noting the rules a reload replaced.
+func (f *policyLimits) policy() *policy.Policy {
+	p := f.current()
+	if p != nil && f.seen.Load() != p {
+		f.observe(p)
+	}
+	return p
+}
+
+// observe notes p as the current policy and remembers the rules of the
+// one before it that p changed or removed.
+func (f *policyLimits) observe(p *policy.Policy) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.seen.Swap(p)
+	if old == nil || old == p {
+		return
+	}
+	now := time.Now()
+	if f.replaced == nil {
+		f.replaced = make(map[string][]replacedRule)
+	}
+	for name, list := range f.replaced {
+		f.replaced[name] = slices.DeleteFunc(list, func(r replacedRule) bool { return !r.until.After(now) })
+		if len(f.replaced[name]) == 0 {
+			delete(f.replaced, name)
+		}
+	}
+	for _, l := range old.Limits() {
+		if l == nil || l.Rule == nil {
+			continue
+		}
+		if n, ok := p.Limit(l.Name); ok && n != nil && n.Rule != nil && n.Rule.ID() == l.Rule.ID() {
+			continue
+		}
+		list := slices.DeleteFunc(f.replaced[l.Name], func(r replacedRule) bool { return r.rule.ID() == l.Rule.ID() })
+		list = slices.Insert(list, 0, replacedRule{rule: l.Rule, until: now.Add(floodgate.MaxReservationTTL)})
+		f.replaced[l.Name] = list[:min(len(list), maxReplaced)]
+	}
+}
+
+// Replaced returns the rules of the limit name that reloads replaced
+// within floodgate.MaxReservationTTL, the most recent first.
+func (f *policyLimits) Replaced(name string) []*limiter.Rule {
+	f.policy()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*limiter.Rule
+	for _, r := range f.replaced[name] {
+		out = append(out, r.rule)
+	}
+	return out
+}
+
+func (f *policyLimits) Limit(name string) (Limit, bool) {
+	p := f.policy()
 	if p == nil {
 		return Limit{}, false
 	}
@@ -381,12 +467,15 @@ func (h *Handler) parse(body []byte) (*query, *apiError) {
 	case single:
 		wh = []wireHit{req.wireHit}
 	}
-	return h.query(wh, false)
+	return h.query(wh, false, false)
 }
 
 // query validates the hits of a request into a query; reserve allows
-// concurrency limits, whose leases a settle ends.
-func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
+// concurrency limits, whose leases a settle ends. For a settle (the hits
+// of a reservation token), a cost is the estimate reserved, which no
+// capacity refuses (a reload may have shrunk the limit since), and a
+// limit a reload removed is the last rule it had.
+func (h *Handler) query(wh []wireHit, reserve, settle bool) (*query, *apiError) {
 	if len(wh) == 0 {
 		return nil, bad(http.StatusBadRequest, CodeBadRequest, `no hits: post {"limit": "...", "key": "...", "cost": 1} or {"hits": [...]}`)
 	}
@@ -410,6 +499,11 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 			return nil, bad(http.StatusBadRequest, CodeInvalidCost, "hit %d: cost must be at least 1, got %d", i, *x.Cost)
 		}
 		lim, ok := h.limits.Limit(*x.Limit)
+		if !ok && settle {
+			if rs := h.replaced(*x.Limit); len(rs) > 0 {
+				lim, ok = Limit{Rule: rs[0]}, true
+			}
+		}
 		rule := lim.Rule
 		if !ok {
 			e := bad(http.StatusNotFound, CodeUnknownLimit, "hit %d: unknown limit %q", i, *x.Limit)
@@ -426,7 +520,7 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 			return nil, bad(http.StatusUnprocessableEntity, CodeUnsupportedLimit,
 				"hit %d: %q is a concurrency limit, which needs a release: reserve it (POST /v1/reserve) and settle it", i, *x.Limit)
 		}
-		if c := rule.Params().Capacity(); cost > c {
+		if c := rule.Params().Capacity(); cost > c && !settle {
 			e := bad(http.StatusUnprocessableEntity, CodeNeverFits, "hit %d: cost %d exceeds the capacity %d of %q and can never pass", i, cost, c, *x.Limit)
 			e.extra = map[string]any{"binding_limit": *x.Limit, "limit": c}
 			return nil, e
@@ -441,6 +535,15 @@ func (h *Handler) query(wh []wireHit, reserve bool) (*query, *apiError) {
 		}
 	}
 	return q, nil
+}
+
+// replaced returns the rules of the limit name that reloads replaced, the
+// most recent first (none when the Limits remember none).
+func (h *Handler) replaced(name string) []*limiter.Rule {
+	if r, ok := h.limits.(replacer); ok {
+		return r.Replaced(name)
+	}
+	return nil
 }
 
 // hashedPrefix begins the key the engine counts a key longer than it

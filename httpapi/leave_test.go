@@ -22,6 +22,21 @@ import (
 // (5s) outlasts every pause of the tests; opts tunes it further.
 func onRedis(t *testing.T, opts limiter.Options) (string, *redistest.Server) {
 	t.Helper()
+	eng, rs := redisEngine(t, opts)
+	limits := Rules(
+		ruletest.Rule(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}),
+		ruletest.Rule(t, floodgate.Limit{Name: "slot", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Minute}),
+	)
+	ts := httptest.NewServer(New(eng, limits, Options{}))
+	t.Cleanup(ts.Close)
+	return ts.URL, rs
+}
+
+// redisEngine returns an engine over a Redis store on a redis-server of
+// its own (returned, to be paused), with a store deadline of 5s; opts
+// tunes it further.
+func redisEngine(t *testing.T, opts limiter.Options) (*limiter.Limiter, *redistest.Server) {
+	t.Helper()
 	rs := redistest.Start(t)
 	t.Cleanup(rs.Resume) // before the server stops, should a test fail while it is paused
 	st, err := redisstore.New(redisstore.Options{URL: "redis://" + rs.Addr})
@@ -30,14 +45,7 @@ func onRedis(t *testing.T, opts limiter.Options) (string, *redistest.Server) {
 	}
 	t.Cleanup(func() { st.Close() })
 	opts.Timeout = 5 * time.Second
-	eng := limiter.New(st, opts)
-	limits := Rules(
-		ruletest.Rule(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.TokenBucket, Rate: 1, Per: time.Hour, Burst: 1000}),
-		ruletest.Rule(t, floodgate.Limit{Name: "slot", Algorithm: floodgate.Concurrency, Max: 1, LeaseTTL: time.Minute}),
-	)
-	ts := httptest.NewServer(New(eng, limits, Options{}))
-	t.Cleanup(ts.Close)
-	return ts.URL, rs
+	return limiter.New(st, opts), rs
 }
 
 // postAndLeave posts body to path on a connection of its own and closes

@@ -115,7 +115,7 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 	case single:
 		wh = []wireHit{one}
 	}
-	q, apiErr := h.query(wh, true)
+	q, apiErr := h.query(wh, true, false)
 	if apiErr != nil {
 		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
 		return
@@ -269,7 +269,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ 
 		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
 		return
 	}
-	q, apiErr := h.query(rsv, true)
+	q, apiErr := h.query(rsv, true, true)
 	if apiErr != nil {
 		writeError(w, apiErr.status, apiErr.code, apiErr.msg, apiErr.extra)
 		return
@@ -290,7 +290,11 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ 
 	// the ttl.
 	ctx, cancel := detached(r.Context())
 	defer cancel()
-	if err := h.eng.Settle(ctx, &req, actual, &res); err != nil {
+	err := h.eng.Settle(ctx, &req, actual, &res)
+	if errors.Is(err, limiter.ErrReservationUnknown) {
+		err = h.settleReplaced(ctx, q, &req, actual, &res)
+	}
+	if err != nil {
 		h.engineError(w, err)
 		return
 	}
@@ -303,6 +307,42 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ 
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(&out)
+}
+
+// settleReplaced settles req, which the store did not find on the
+// current rules of its limits, on the rules reloads replaced, the most
+// recent first, as the gateway settles a request in flight across a
+// reload on the rules it reserved on (a changed limit counts afresh, so
+// the reservation holds its estimate on the rule it was made on). It
+// returns ErrReservationUnknown when none holds it. A try that finds
+// nothing changes nothing (on Redis, each hit found is settled, and the
+// same settle sent again is answered alike).
+func (h *Handler) settleReplaced(ctx context.Context, q *query, req *limiter.Request, actual []int64, res *limiter.Result) error {
+	current := make([]*limiter.Rule, len(req.Hits))
+	replaced := make([][]*limiter.Rule, len(req.Hits))
+	tries := 0
+	for i := range req.Hits {
+		current[i] = req.Hits[i].Rule
+		replaced[i] = h.replaced(q.names[i])
+		tries = max(tries, len(replaced[i]))
+	}
+	err := fmt.Errorf("httpapi: settle: %w", limiter.ErrReservationUnknown)
+	for k := range tries {
+		changed := false
+		for i := range req.Hits {
+			req.Hits[i].Rule = current[i]
+			if k < len(replaced[i]) && replaced[i][k].ID() != current[i].ID() {
+				req.Hits[i].Rule, changed = replaced[i][k], true
+			}
+		}
+		if !changed {
+			continue
+		}
+		if err = h.eng.Settle(ctx, req, actual, res); !errors.Is(err, limiter.ErrReservationUnknown) {
+			return err
+		}
+	}
+	return err
 }
 
 // detachedTimeout bounds what is done for a caller after it may have

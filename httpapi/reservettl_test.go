@@ -20,6 +20,20 @@ import (
 // applies it, as SIGHUP does.
 func policyAPI(t *testing.T, src string) (url string, now *atomic.Int64, reload func(src string)) {
 	t.Helper()
+	now = new(atomic.Int64)
+	now.Store(fixedNow)
+	st, err := memstore.New(memstore.Options{Now: now.Load, SweepInterval: -1, SnapshotInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	url, reload = policyAPIOn(t, src, limiter.New(st, limiter.Options{}))
+	return url, now, reload
+}
+
+// policyAPIOn is policyAPI over the engine eng.
+func policyAPIOn(t *testing.T, src string, eng limiter.Engine) (url string, reload func(src string)) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	write := func(src string) {
 		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
@@ -31,16 +45,9 @@ func policyAPI(t *testing.T, src string) (url string, now *atomic.Int64, reload 
 	if err != nil {
 		t.Fatal(err)
 	}
-	now = new(atomic.Int64)
-	now.Store(fixedNow)
-	st, err := memstore.New(memstore.Options{Now: now.Load, SweepInterval: -1, SnapshotInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ts := httptest.NewServer(New(limiter.New(st, limiter.Options{}), PolicyLimits(rl.Policy), Options{}))
+	ts := httptest.NewServer(New(eng, PolicyLimits(rl.Policy), Options{}))
 	t.Cleanup(ts.Close)
-	return ts.URL, now, func(src string) {
+	return ts.URL, func(src string) {
 		t.Helper()
 		write(src)
 		if err := rl.Reload(); err != nil {
