@@ -674,9 +674,9 @@ func (g *Gateway) pass(x Exchange, st *Flow, rec *Recorder, decided bool) (later
 }
 
 // shedAsLogged sheds a request decided in process (HandleOptions.Shed)
-// as the gateway shed it: answered 503 with its charges kept, or, when
-// its client left while it waited (ShedClientGone), answered nothing
-// with its charges given back.
+// as the gateway shed it: answered 503, or, when its client left while it
+// waited (ShedClientGone), answered nothing; either way its charges are
+// given back.
 func (g *Gateway) shedAsLogged(x Exchange, st *Flow, o *policy.Overload, reason string) {
 	st.ovl.o, st.ovl.tier = o, tierOf(o, st)
 	if reason == ShedClientGone {
@@ -863,12 +863,19 @@ func (g *Gateway) overloadShed(st *Flow, reason string) {
 }
 
 // shed answers 503 Service Unavailable with Retry-After: the route's
-// max_wait in whole seconds, at least one. The RateLimit fields stay; the
-// charges stay as for an upstream that could not be reached (a
-// reservation goes back in full).
+// max_wait in whole seconds, at least one. The RateLimit fields stay (they
+// say what its limits gave). The request is refused by capacity every
+// client shares, which another client's flood can take: what it was
+// charged is given back before it is answered, as for a client that left
+// the queue (the rate algorithms' charges refunded; a reservation goes
+// back in full once the request ends), so that a flood that sheds a
+// client's requests does not spend that client's limits.
 func (g *Gateway) shed(x Exchange, st *Flow, reason string) {
 	st.ovl.shed = reason
 	g.overloadShed(st, reason)
+	if len(st.m.Hits) > 0 && st.err == nil && st.res.Allowed {
+		g.refund(x.Context(), st, "gateway: refund of a request shed by overload control")
+	}
 	g.obs.Rejected(limiter.FrontGateway, "", http.StatusServiceUnavailable)
 	secs := int64(1)
 	if w := st.ovl.o.MaxWait(); w > time.Second {

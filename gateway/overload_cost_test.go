@@ -4,8 +4,11 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/redisstore"
 )
 
 // shedCostPolicy is a route that admits one request at a time, with a
@@ -29,12 +32,13 @@ limits:
 // TestOverloadShedGivesReservationBack: a request shed by overload
 // control got no upstream answer, so what it reserved goes back in full,
 // although the limit counts the answers 200 and 503 (count_on) and the
-// shed itself is a 503 written by no upstream; its plain charge stays, as
-// the limits admitted it. One request is held in flight and answered 200,
-// a second waits and is shed at max_wait (timeout), a third is refused at
-// once (tenant_full); the next request finds the counted limit charged
-// with the 200 and its own reservation alone, and the plain rate charged
-// for all four requests. On a frozen clock, so nothing refills meanwhile.
+// shed itself is a 503 written by no upstream; its plain charge is given
+// back too (TestOverloadShedSpendsNoVictimsLimits). One request is held in
+// flight and answered 200, a second waits and is shed at max_wait
+// (timeout), a third is refused at once (tenant_full); the next request
+// finds the counted limit charged with the 200 and its own reservation
+// alone, and the plain rate charged for the two requests served. On a
+// frozen clock, so nothing refills meanwhile.
 func TestOverloadShedGivesReservationBack(t *testing.T) {
 	forFronts(t, allFronts, func(t *testing.T, front string) {
 		u := newHolding()
@@ -80,9 +84,9 @@ func TestOverloadShedGivesReservationBack(t *testing.T) {
 		if r := remaining(t, a, "answered"); r != 2 {
 			t.Errorf("answered: %d remaining after one 200 and two sheds, want 2 (the 200 and the request's own reservation)", r)
 		}
-		// Held, shed twice, and this one: four plain charges stay.
-		if r := remaining(t, a, "per-ip"); r != 0 {
-			t.Errorf("per-ip: %d remaining after four requests the limits admitted, want 0", r)
+		// Held and this one: the two sheds' plain charges were given back.
+		if r := remaining(t, a, "per-ip"); r != 2 {
+			t.Errorf("per-ip: %d remaining after two requests served and two shed, want 2", r)
 		}
 	})
 }
@@ -150,4 +154,92 @@ queue: {size: 4, per_tenant: 4, max_wait: 1s}`)+`
 			t.Errorf("the held request: %d, want 200", h.status)
 		}
 	})
+}
+
+// floodPolicy is a route that admits one request at a time, with a queue
+// of two places (one a client) and a short wait, under a rate of one an
+// hour per client address with a burst of four; the clients' addresses
+// come from X-Forwarded-For.
+const floodPolicy = `
+server:
+  trusted_proxies: [127.0.0.1]
+routes:
+  - name: api
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+    overload:
+      limit: 1
+      tiers: [{name: default}]
+      queue: {size: 2, per_tenant: 1, max_wait: 200ms}
+limits:
+  - {name: per-ip, rate: 1, per: 1h, burst: 4}
+`
+
+// TestOverloadShedSpendsNoVictimsLimits: an attacker that floods a route
+// makes its overload control shed a victim's requests (one waits and is
+// shed at max_wait, three are refused at once for the victim's backlog);
+// no upstream served them, and the capacity was the attacker's doing, so
+// they spend none of the victim's rate: after the flood the victim's next
+// request is served with three of its four left, on memory and on Redis.
+func TestOverloadShedSpendsNoVictimsLimits(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		testShedSpendsNoVictimsLimits(t, front, limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{}))
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		store, err := redisstore.New(redisstore.Options{URL: "redis://" + srv.Addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(store.Close)
+		testShedSpendsNoVictimsLimits(t, frontNetHTTP, limiter.New(store, limiter.Options{Timeout: 2 * time.Second}))
+	})
+}
+
+func testShedSpendsNoVictimsLimits(t *testing.T, front string, engine *limiter.Limiter) {
+	u := newHolding()
+	var once sync.Once
+	release := func() { once.Do(func() { close(u.release) }) }
+	t.Cleanup(release)
+	pm := mustPolicyMatcher(t, compilePolicy(t, "flood.yaml", floodPolicy))
+	g, base, c := startFront(t, front, Options{Matcher: pm, Engine: engine}, u.ServeHTTP)
+	attacker := []string{"X-Forwarded-For", "192.0.2.1"}
+	victim := []string{"X-Forwarded-For", "192.0.2.2"}
+
+	held := getLater(t, c, base+"/held", attacker...)
+	pollUntil(t, "the attacker's request in flight", func() bool { return u.now.Load() == 1 })
+	waiting := getLater(t, c, base+"/waits", attacker...)
+	pollUntil(t, "the attacker's request queued", func() bool { return overloadState(g).Queued == 1 })
+	for range 6 {
+		if a, err := get(c, t.Context(), base+"/flood", attacker...); err != nil || a.status == http.StatusOK {
+			t.Fatalf("the attacker's flood: %d %v, want a refusal", a.status, err)
+		}
+	}
+	waited := getLater(t, c, base+"/victim", victim...)
+	pollUntil(t, "the victim's request queued", func() bool { return overloadState(g).Queued == 2 })
+	for range 3 {
+		a, err := get(c, t.Context(), base+"/victim", victim...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkShed(t, a, "1")
+	}
+	checkShed(t, <-waited, "1")
+	<-waiting
+	release()
+	if a := <-held; a.status != http.StatusOK {
+		t.Fatalf("the attacker's held request: %d, want 200", a.status)
+	}
+
+	a, err := get(c, t.Context(), base+"/after", victim...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.status != http.StatusOK {
+		t.Fatalf("the victim after the flood: %d %q, want 200 (its four shed requests spent its burst of four)", a.status, a.body)
+	}
+	if r := remaining(t, a, "per-ip"); r != 3 {
+		t.Errorf("the victim after the flood: %d of 4 remaining, want 3 (this request alone charged)", r)
+	}
 }
