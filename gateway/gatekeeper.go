@@ -23,8 +23,11 @@ type Gatekeeper interface {
 	Screen(m *Match) (status int, retryAfter time.Duration)
 	// Outcome is told the answer of a request Screen let through: refused
 	// reports a refusal on a limit, whose key holds the identities
-	// m.RefusedBy (a refusal is an offence of those alone), status the
-	// answer's status (0: none was written). ctx is the request's, which
+	// m.RefusedBy (a refusal is an offence of those alone), or by the
+	// route's overload control (a shed 503: m.RefusedBy holds none, as
+	// for a limit that clients share, since another client's flood can
+	// take the capacity), status the answer's status (0: none was
+	// written). ctx is the request's, which
 	// may have ended (the answer is written, or its client left): work
 	// that must still be done detaches from it (context.WithoutCancel)
 	// and takes at most within. A gatekeeper with nothing to count
@@ -92,9 +95,16 @@ func (g *Gateway) screen(x Exchange, st *Flow) bool {
 }
 
 // outcome tells the gatekeeper how a request it let through was answered.
+// A request its route's overload control shed is refused by no identity
+// of its own: its 503 is the gateway's, for capacity clients share, and
+// offends no rule (the upstream's own 503 does, where a rule counts it).
 func (g *Gateway) outcome(x Exchange, st *Flow) {
 	status, _ := x.Answered()
-	g.keeper.Outcome(x.Context(), g.relTO, &st.m, st.refused, status)
+	refused := st.refused
+	if s := st.ovl.shed; s != "" && s != ShedClientGone {
+		refused = true
+	}
+	g.keeper.Outcome(x.Context(), g.relTO, &st.m, refused, status)
 }
 
 // AddressList is an allow and deny list of client addresses (an
