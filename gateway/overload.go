@@ -269,6 +269,35 @@ func (c *overloadCtl) retune(o *policy.Overload) {
 	c.dispatch()
 }
 
+// lift lets every request waiting go on at once, in the order they
+// arrived, after a reload that took the route's overload block away (or
+// the route): nothing caps the route now. They, and the requests in
+// flight, hold their places until they end (mu held).
+func (c *overloadCtl) lift() {
+	if c.queued == 0 {
+		return
+	}
+	now := c.now()
+	var waiting []*waiter
+	for _, q := range c.queues {
+		for {
+			w, ok := q.Pop(now, nil)
+			if !ok {
+				break
+			}
+			waiting = append(waiting, w)
+		}
+	}
+	slices.SortFunc(waiting, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	for _, w := range waiting {
+		c.queued--
+		c.inflight++
+		c.changeUse(w.th, 1, -1)
+		w.admitted, w.level, w.gen = true, c.inflight, c.useGen
+		w.ch <- struct{}{}
+	}
+}
+
 // changeUse adds din requests in flight and dq waiting to tenant th's
 // counts, forgetting a tenant left with neither (mu held, with a queue).
 func (c *overloadCtl) changeUse(th uint64, din, dq int32) {
@@ -480,14 +509,39 @@ func (g *Gateway) controller(o *policy.Overload, route string) *overloadCtl {
 
 // forgetOverload follows a reload: the next requests look their
 // controllers up again, and those idle and not looked up since the last
-// reload go.
+// reload go. Under a PolicyMatcher the reload's policy is put in force at
+// once for the requests waiting: a route whose overload block changed is
+// retuned (as its next request would retune it), and one whose block (or
+// the route itself) is gone has its waiters go on at once (lift), as
+// nothing caps the route any more; without it they would wait for places
+// under a cap no new request keeps, and be shed at max_wait while the
+// route's new requests pass.
 func (g *Gateway) forgetOverload() {
+	var blocks map[string]*policy.Overload
+	if pm, ok := g.matcher.(*PolicyMatcher); ok {
+		if p := pm.src.Policy(); p != nil {
+			blocks = map[string]*policy.Overload{}
+			for _, r := range p.Routes() {
+				if r.Overload != nil {
+					blocks[r.Overload.Route] = r.Overload
+				}
+			}
+		}
+	}
 	g.ovl.mu.Lock()
 	defer g.ovl.mu.Unlock()
 	g.ovl.byPtr.Clear()
 	g.ovl.ptrs = 0
 	for k, c := range g.ovl.byRoute {
 		c.mu.Lock()
+		if blocks != nil {
+			switch o := blocks[k]; {
+			case o == nil:
+				c.lift()
+			case c.o.Key != o.Key && o.Seq > c.o.Seq:
+				c.retune(o)
+			}
+		}
 		idle := !c.used && c.inflight == 0 && c.queued == 0
 		c.used = false
 		c.mu.Unlock()

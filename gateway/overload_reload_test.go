@@ -433,3 +433,67 @@ queue: {size: 64, per_tenant: 64, max_wait: 1s}`))
 		}
 	})
 }
+
+// TestOverloadReloadReachesTheWaiters: a reload puts its overload block
+// in force at once for the requests waiting, without waiting for a new
+// request of the route to look it up. One that takes the route's block
+// away lets the waiter go on to the upstream at once (nothing caps the
+// route now: a new request passes beside the two), where it waited out
+// its max_wait, to be shed with 503, while new requests passed. One that
+// raises the cap from 1 to 2 gives the waiter the new place at once.
+func TestOverloadReloadReachesTheWaiters(t *testing.T) {
+	const noBlock = `
+routes:
+  - name: api
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+limits:
+  - {name: per-ip, rate: 1000000000, burst: 1000000000}
+`
+	for name, after := range map[string]string{
+		"removed": noBlock,
+		"raised":  overloadPolicy("limit: 2\ntiers: [{name: default}]\nqueue: {size: 4, per_tenant: 4, max_wait: 60s}"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			forFronts(t, allFronts, func(t *testing.T, front string) {
+				u := newHolding()
+				src := &swapSource{}
+				src.p.Store(compilePolicy(t, "overload.yaml", overloadPolicy("limit: 1\ntiers: [{name: default}]\nqueue: {size: 4, per_tenant: 4, max_wait: 60s}")))
+				pm, err := NewPolicyMatcher(src, PolicyMatcherOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t)}, u.ServeHTTP)
+				var once sync.Once
+				release := func() { once.Do(func() { close(u.release) }) }
+				t.Cleanup(release) // before the servers close, if the test fails
+				held := getLater(t, c, base+"/held")
+				pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+				waiter := getLater(t, c, base+"/waits")
+				pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
+
+				src.p.Store(compilePolicy(t, "overload.yaml", after))
+				g.ForgetUpstreams()
+				if s := overloadState(g); s.Queued != 0 || s.Inflight != 2 {
+					t.Errorf("right after the reload: %+v, want nothing queued and 2 in flight (the waiter went on)", s)
+				}
+				pollUntilFor(t, "the waiter at the upstream", 10*time.Second, func() bool { return u.now.Load() == 2 })
+				var later <-chan answer
+				if name == "removed" {
+					later = getLater(t, c, base+"/new")
+					pollUntil(t, "the new request at the upstream", func() bool { return u.now.Load() == 3 })
+				}
+				release()
+				for what, ch := range map[string]<-chan answer{"held": held, "waiter": waiter, "new": later} {
+					if ch == nil {
+						continue
+					}
+					if a := <-ch; a.status != http.StatusOK {
+						t.Errorf("%s: %d, want 200", what, a.status)
+					}
+				}
+				pollUntil(t, "nothing held", func() bool { return overloadState(g).Inflight == 0 })
+			})
+		})
+	}
+}

@@ -472,7 +472,9 @@ func (connWaitError) Timeout() bool   { return true }
 func (connWaitError) Temporary() bool { return true }
 
 // ForgetUpstreams drops the proxies of upstreams no longer used, after a
-// policy reload.
+// policy reload. Under a PolicyMatcher it also puts the reloaded overload
+// blocks in force for the requests waiting under them, and lets go on at
+// once those of a route that has none any more.
 func (g *Gateway) ForgetUpstreams() {
 	g.proxies.Clear()
 	g.forgetOverload()
