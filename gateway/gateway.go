@@ -859,13 +859,16 @@ func (g *Gateway) leftLeakyQueue(ctx context.Context, st *Flow) {
 // reservation's, for a request that will not go ahead after all (its
 // client left while it waited, or its wait would outlast its write
 // deadline): the rate algorithms' charges are refundable, others keep
-// theirs. what says which in the log line of a refund that fails.
-func (g *Gateway) refund(ctx context.Context, st *Flow, what string) {
+// theirs. what says which in the log line of a refund that fails, whose
+// error it returns.
+func (g *Gateway) refund(ctx context.Context, st *Flow, what string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
-	if err := g.engine.Refund(rctx, plainHits(st)); err != nil {
+	err := g.engine.Refund(rctx, plainHits(st))
+	if err != nil {
 		g.log.Warn(what, "err", err)
 	}
 	cancel()
+	return err
 }
 
 // pastWriteDeadline returns by how much a wait of delay from now ends

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"io"
+	"math/bits"
 	"net"
 	"net/http"
 	"slices"
@@ -917,18 +918,22 @@ func (g *Gateway) overloadShed(st *Flow, reason string) {
 }
 
 // shed answers 503 Service Unavailable with Retry-After: the route's
-// max_wait in whole seconds, at least one. The RateLimit fields stay (they
-// say what its limits gave). The request is refused by capacity every
-// client shares, which another client's flood can take: what it was
-// charged is given back before it is answered, as for a client that left
-// the queue (the rate algorithms' charges refunded; a reservation goes
-// back in full once the request ends), so that a flood that sheds a
-// client's requests does not spend that client's limits.
+// max_wait in whole seconds, at least one. The request is refused by
+// capacity every client shares, which another client's flood can take:
+// what it was charged is given back before it is answered, as for a
+// client that left the queue (the rate algorithms' charges refunded; a
+// reservation goes back in full once the request ends), so that a flood
+// that sheds a client's requests does not spend that client's limits.
+// Its RateLimit fields say what its limits hold once that is back.
 func (g *Gateway) shed(x Exchange, st *Flow, reason string) {
 	st.ovl.shed = reason
 	g.overloadShed(st, reason)
 	if len(st.m.Hits) > 0 && st.err == nil && st.res.Allowed {
-		g.refund(x.Context(), st, "gateway: refund of a request shed by overload control")
+		if g.refund(x.Context(), st, "gateway: refund of a request shed by overload control") == nil {
+			// Its fields say what its limits hold now.
+			refunded(st)
+			st.out = g.render(st, false)
+		}
 	}
 	g.obs.Rejected(limiter.FrontGateway, "", http.StatusServiceUnavailable)
 	secs := int64(1)
@@ -938,6 +943,42 @@ func (g *Gateway) shed(x Exchange, st *Flow, reason string) {
 	st.out = append(st.out, fields.Field{Name: fields.NameRetryAfter, Value: fields.Itoa(secs)})
 	x.SetFields(st.out)
 	x.Answer(http.StatusServiceUnavailable, bodyUnavailable, false)
+}
+
+// refunded makes st's decisions say what its limits hold once the charges
+// refund gave back are back, for the fields of its answer: a limit whose
+// algorithm is refundable (a bucket, GCRA) has the request's cost back in
+// its remaining units, never above its capacity, and is full that many
+// intervals sooner (rounded down, so that its t never comes early).
+// Shadow limits, those decided by a failure policy, reservations and
+// hits that charged nothing (checks, a group's denials) are left as they
+// were.
+func refunded(st *Flow) {
+	res := &st.res
+	for i := range st.m.Hits {
+		h := &st.m.Hits[i]
+		if i >= len(res.Decisions) || i >= len(res.Flags) || h.Reserve || h.Check || !res.Decisions[i].Allowed ||
+			res.Flags[i]&(limiter.Shadow|limiter.Degraded) != 0 {
+			continue
+		}
+		l := h.Rule.Limit()
+		if !l.Algorithm.Traits().Refundable || l.Rate <= 0 || l.Per <= 0 {
+			continue
+		}
+		d := &res.Decisions[i]
+		d.Remaining = min(d.Limit, d.Remaining+h.Cost)
+		hi, lo := bits.Mul64(uint64(h.Cost), uint64(l.Per))
+		if hi >= uint64(l.Rate) {
+			d.ResetAfter = 0
+			continue
+		}
+		back, _ := bits.Div64(hi, lo, uint64(l.Rate))
+		if back >= uint64(d.ResetAfter) {
+			d.ResetAfter = 0
+		} else {
+			d.ResetAfter -= time.Duration(back)
+		}
+	}
 }
 
 // UpstreamStatus tells the flow the status line of the upstream's answer

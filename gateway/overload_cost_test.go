@@ -243,3 +243,42 @@ func testShedSpendsNoVictimsLimits(t *testing.T, front string, engine *limiter.L
 		t.Errorf("the victim after the flood: %d of 4 remaining, want 3 (this request alone charged)", r)
 	}
 }
+
+// TestOverloadShedFieldsSayTheRefund: a shed request's RateLimit fields
+// say what its limits hold once its charge is given back, so a client
+// that paces itself by them (client.Pacer) is not held back for units it
+// has: with an attacker holding the route's only place, a victim's
+// request waits, holding one of its four units; a second, refused at once
+// for its backlog, says three remain (not two) and the next comes in an
+// hour, and the waiter, shed at max_wait, says four.
+func TestOverloadShedFieldsSayTheRefund(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		pm := mustPolicyMatcher(t, compilePolicy(t, "flood.yaml", floodPolicy))
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{})}, u.ServeHTTP)
+		var once sync.Once
+		release := func() { once.Do(func() { close(u.release) }) }
+		t.Cleanup(release)
+		victim := []string{"X-Forwarded-For", "192.0.2.2"}
+
+		held := getLater(t, c, base+"/held", "X-Forwarded-For", "192.0.2.1")
+		pollUntil(t, "the attacker's request in flight", func() bool { return u.now.Load() == 1 })
+		waited := getLater(t, c, base+"/waits", victim...)
+		pollUntil(t, "the victim's request queued", func() bool { return overloadState(g).Queued == 1 })
+		a, err := get(c, t.Context(), base+"/refused", victim...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkShed(t, a, "1")
+		// Three remain (its own unit given back, the waiter's held), the
+		// next in an hour.
+		checkFields(t, a, "per-ip", 3, 3600, 0)
+		w := <-waited
+		checkShed(t, w, "1")
+		if r := remaining(t, w, "per-ip"); r != 4 {
+			t.Errorf("the waiter shed at max_wait says %d remaining, want 4 (its unit given back)", r)
+		}
+		release()
+		<-held
+	})
+}
