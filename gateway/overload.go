@@ -140,6 +140,9 @@ type overloadCtl struct {
 	last     int64                              // the latest instant given to ad and the queues
 	arrivals uint64                             // the waiters queued so far (waiter.seq)
 	used     bool                               // looked up since the last reload
+	// lifted says a reload took the route's overload block away (lift):
+	// a request matched before it that comes now is not capped either.
+	lifted bool
 	// use holds, with a queue, each tenant's requests in flight and
 	// waiting, by tenantHash; a tenant with neither has no entry, so it
 	// holds at most inflight + queued entries. useGen numbers the maps
@@ -197,6 +200,7 @@ func newQueues(o *policy.Overload) []*algo.FairQueue[string, *waiter] {
 func (c *overloadCtl) retune(o *policy.Overload) {
 	old := c.o
 	c.o = o
+	c.lifted = false
 	c.cur.Store(o)
 	switch a := o.Adaptive; {
 	case a == nil:
@@ -272,9 +276,12 @@ func (c *overloadCtl) retune(o *policy.Overload) {
 
 // lift lets every request waiting go on at once, in the order they
 // arrived, after a reload that took the route's overload block away (or
-// the route): nothing caps the route now. They, and the requests in
-// flight, hold their places until they end (mu held).
+// the route): nothing caps the route now, also for a request matched
+// before the reload that comes later (from a leaky queue's wait). They,
+// and the requests in flight, hold their places until they end (mu
+// held).
 func (c *overloadCtl) lift() {
+	c.lifted = true
 	if c.queued == 0 {
 		return
 	}
@@ -541,6 +548,8 @@ func (g *Gateway) forgetOverload() {
 				c.lift()
 			case c.o.Key != o.Key && o.Seq > c.o.Seq:
 				c.retune(o)
+			default:
+				c.lifted = false // the block is back as it was
 			}
 		}
 		idle := !c.used && c.inflight == 0 && c.queued == 0
@@ -767,7 +776,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		c.mu.Unlock() // retuned meanwhile: again, with its new settings
 	}
 	co := s.o
-	if c.fits(s.tier) {
+	if c.lifted || c.fits(s.tier) {
 		c.inflight++
 		if c.use != nil {
 			c.changeUse(s.th, 1, 0)

@@ -3,6 +3,9 @@ package gateway
 import (
 	"maps"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -496,4 +499,91 @@ limits:
 			})
 		})
 	}
+}
+
+// TestOverloadReloadLiftsRequestsMatchedBefore: a request matched before
+// a reload that takes its route's overload block away, which reaches the
+// control only after it (it waited in a leaky queue meanwhile), is not
+// capped either: it goes on at once beside the request held and the
+// waiter the reload let go, where it waited behind them under the cap no
+// request keeps any more. A reload that brings the block back as it was
+// caps the route again.
+func TestOverloadReloadLiftsRequestsMatchedBefore(t *testing.T) {
+	const limits = `
+limits:
+  - {name: shaper, algorithm: leaky_queue, rate: 1, per: 50ms, burst: 4, key: global, match: {paths: ["/late"]}}
+`
+	before := overloadPolicy("limit: 1\ntiers: [{name: default}]\nqueue: {size: 4, per_tenant: 4, max_wait: 60s}") + strings.TrimPrefix(limits, "\nlimits:\n")
+	after := `
+routes:
+  - name: api
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+` + limits
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := newHolding()
+		var cur atomic.Pointer[holdingUpstream] // the upstream now
+		cur.Store(u)
+		serve := func(w http.ResponseWriter, r *http.Request) { cur.Load().ServeHTTP(w, r) }
+		src := &swapSource{}
+		src.p.Store(compilePolicy(t, "overload.yaml", before))
+		pm, err := NewPolicyMatcher(src, PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if front != frontMiddleware {
+			up := httptest.NewServer(http.HandlerFunc(serve))
+			t.Cleanup(up.Close)
+			pm.upstream, _ = url.Parse(up.URL)
+		}
+		g, err := New(Options{Matcher: pm, Engine: memEngine(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delayed, reloaded := make(chan struct{}), make(chan struct{})
+		g.leakyWaitHook = func(<-chan struct{}) {
+			close(delayed)
+			<-reloaded
+		}
+		base := serveFront(t, front, g, serve)
+		c := newClient(t)
+		var once sync.Once
+		release := func() { once.Do(func() { close(u.release) }) }
+		t.Cleanup(release)
+
+		held := getLater(t, c, base+"/held")
+		pollUntil(t, "1 in flight", func() bool { return u.now.Load() == 1 })
+		waiter := getLater(t, c, base+"/late") // the shaper lets it through at once
+		pollUntil(t, "1 queued", func() bool { return overloadState(g).Queued == 1 })
+		late := getLater(t, c, base+"/late") // the shaper holds it 50 ms
+		<-delayed
+		src.p.Store(compilePolicy(t, "overload.yaml", after))
+		g.ForgetUpstreams()
+		close(reloaded)
+		pollUntilFor(t, "the late request at the upstream beside the two", 10*time.Second, func() bool { return u.now.Load() == 3 })
+		release()
+		for what, ch := range map[string]<-chan answer{"held": held, "waiter": waiter, "late": late} {
+			if a := <-ch; a.status != http.StatusOK {
+				t.Errorf("%s: %d, want 200", what, a.status)
+			}
+		}
+
+		u2 := newHolding()
+		cur.Store(u2)
+		var once2 sync.Once
+		release2 := func() { once2.Do(func() { close(u2.release) }) }
+		t.Cleanup(release2)
+		src.p.Store(compilePolicy(t, "overload.yaml", before))
+		g.ForgetUpstreams()
+		held = getLater(t, c, base+"/held")
+		pollUntil(t, "1 in flight again", func() bool { return u2.now.Load() == 1 })
+		waiter = getLater(t, c, base+"/waits")
+		pollUntil(t, "1 queued under the block brought back", func() bool { return overloadState(g).Queued == 1 || u2.now.Load() > 1 })
+		if n := u2.now.Load(); n != 1 {
+			t.Errorf("the upstream holds %d requests under the block brought back with its cap of 1", n)
+		}
+		release2()
+		<-held
+		<-waiter
+	})
 }
