@@ -5,8 +5,9 @@
 // WINDOW_UPDATE, PRIORITY, empty DATA or CONTINUATION frame and every
 // frame of an unknown type, and refuses every stream past those it takes
 // at once and every DATA frame on a stream closed, as fast as a client
-// sends them, for as long as the client reads the answers: no limit on
-// requests ever sees them. A Conn follows the frames a client sends and
+// sends them, for as long as the client reads the answers, and answers
+// itself every request whose headers pass its bound (431) or hold a
+// header HTTP/2 forbids (400): no limit on requests ever sees them. A Conn follows the frames a client sends and
 // keeps a budget of those that are not requests, as nginx, Envoy and h2o
 // do; past it the client is sent a GOAWAY with ENHANCE_YOUR_CALM and its
 // connection is closed. A Cuts given to New or Install counts each

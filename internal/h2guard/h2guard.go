@@ -1,6 +1,7 @@
 package h2guard
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -22,16 +23,23 @@ import (
 // each keepalive interval (10 s at the least), and a client taking a
 // download one or two WINDOW_UPDATEs for each DATA frame it reads. A
 // stream the server refuses or resets for the client's fault costs
-// PerStream+1 (Conn.serverFrame).
+// PerStream+1 (Conn.serverFrame). On a connection of Install's, a stream
+// earns only once net/http hands its request to the server's handler: one
+// net/http answers itself (431 for headers past the server's bound, 400
+// for a header HTTP/2 forbids) or refuses costs its HEADERS frame.
 const (
 	// Burst is what a connection may send at once.
 	Burst = 1000
 	// PerSecond is what comes back each second, up to Burst.
 	PerSecond = 10
-	// PerStream is what each stream a client opens earns.
+	// PerStream is what each stream a client opens earns (on a
+	// connection of Install's, each stream whose request reaches the
+	// server's handler).
 	PerStream = 10
 	// PerData is what each DATA frame the server sends earns, for the
-	// WINDOW_UPDATEs that answer it.
+	// WINDOW_UPDATEs that answer it, but the last of its stream's, which
+	// no stream's WINDOW_UPDATE answers: the only one of a short answer,
+	// whose stream has earned already, or of net/http's own 431.
 	PerData = 4
 )
 
@@ -87,7 +95,9 @@ const (
 	KindUnknown                  // frames of a type net/http's server does not know
 	// KindRefusedStream is the server's RST_STREAM refusing a stream (past
 	// those it takes at once, or for the client's breaking the protocol,
-	// flow control or frame size) or a DATA frame on a stream closed.
+	// flow control or frame size) or a DATA frame on a stream closed, and
+	// on a connection of Install's a stream whose request never reached
+	// the server's handler (answered 431 or 400 by net/http itself).
 	KindRefusedStream
 	KindOther // GOAWAY, PUSH_PROMISE, HEADERS that open no stream (trailers)
 	// NumKinds is how many kinds there are: Kind(0) to NumKinds-1.
@@ -310,9 +320,10 @@ func (b *budget) refill(now time.Time) int64 {
 // Conn is an HTTP/2 connection whose client's frames that are not requests
 // are counted against a budget: Burst at first, PerSecond more each second
 // up to Burst, PerStream for each stream the client opens and PerData for
-// each DATA frame the server sends. A frame past the budget makes Read
-// fail with ErrCalm, after a GOAWAY with ENHANCE_YOUR_CALM is written
-// between two of the server's frames, and every later write fail.
+// each DATA frame the server sends that leaves its stream open. A frame
+// past the budget makes Read fail with ErrCalm, after a GOAWAY with
+// ENHANCE_YOUR_CALM is written between two of the server's frames, and
+// every later write fail.
 type Conn struct {
 	net.Conn
 	b    *budget
@@ -322,6 +333,13 @@ type Conn struct {
 	// budget; the reader's alone, but for KindRefusedStream's, the
 	// server's, which wmu guards.
 	spentBy [NumKinds]int64
+
+	// byHandler says that a stream earns when its request reaches the
+	// server's handler (handled), not when it is opened: set by Install
+	// before the Conn is used.
+	byHandler bool
+	handled   atomic.Int64 // the requests the handler was handed
+	opened    int64        // the streams the client opened; the reader's alone
 
 	// The reader's alone.
 	in       scanner
@@ -385,6 +403,12 @@ func (c *Conn) clientFrame(h header) {
 		c.calm = c.b.spent(time.Now)
 	case h.typ == frameHeaders && h.stream%2 == 1 && h.stream > c.streams:
 		c.streams = h.stream
+		c.opened++
+		if c.byHandler {
+			// Spent now, given back with PerStream by the handler.
+			c.calm = !c.b.spend(time.Now)
+			break
+		}
 		c.b.earn(PerStream)
 		c.calm = c.b.spent(time.Now)
 	default:
@@ -393,19 +417,22 @@ func (c *Conn) clientFrame(h header) {
 	}
 }
 
-// serverFrame counts a frame the server sent: DATA, and a SETTINGS or
-// PING the client is to acknowledge, earn what their answers spend. A
-// RST_STREAM that refuses a stream (REFUSED_STREAM, past those the server
-// takes at once, or PROTOCOL_ERROR) or ends it for the client's breaking
-// its flow control or frame size costs what the stream's opening earned
-// and a frame more: no handler and no limit ever see it. One for a DATA
+// serverFrame counts a frame the server sent: DATA that leaves its stream
+// open, and a SETTINGS or PING the client is to acknowledge, earn what
+// their answers spend. A RST_STREAM that refuses a stream
+// (REFUSED_STREAM, past those the server takes at once, or
+// PROTOCOL_ERROR) or ends it for the client's breaking its flow control or
+// frame size costs what the stream's opening earned and a frame more: no
+// handler and no limit ever see it. One for a DATA
 // frame on a stream closed (STREAM_CLOSED) costs a frame, but for the
 // frames a client may have sent before it learnt its stream was answered
 // (NO_ERROR: before its body was read), a window of 1 MiB in frames of
-// 16 KiB each.
+// 16 KiB each. On a connection of Install's, a stream earns only when its
+// request reaches the handler, so one refused costs the frame that opened
+// it, and its RST_STREAM nothing more.
 func (c *Conn) serverFrame(h header) {
 	switch {
-	case h.typ == frameData && h.length > 0:
+	case h.typ == frameData && h.length > 0 && h.flags&flagEndStream == 0:
 		c.b.earn(PerData)
 	case (h.typ == frameSettings || h.typ == framePing) && h.flags&flagAck == 0:
 		c.b.earn(1)
@@ -417,6 +444,7 @@ func (c *Conn) serverFrame(h header) {
 	case h.code == codeStreamClosed:
 		c.spentBy[KindRefusedStream]++
 		c.b.earn(-1)
+	case c.byHandler:
 	case h.code == codeProtocol || h.code == codeFlowControl || h.code == codeFrameSize || h.code == codeRefusedStream:
 		c.spentBy[KindRefusedStream] += PerStream + 1
 		c.b.earn(-(PerStream + 1))
@@ -465,9 +493,14 @@ func (c *Conn) Read(p []byte) (int, error) {
 func (c *Conn) goAway() Kind {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	spent := c.spentBy
+	if c.byHandler {
+		// The streams whose request the handler was not handed.
+		spent[KindRefusedStream] += max(c.opened-c.handled.Load(), 0)
+	}
 	most := KindOther
 	for k := range NumKinds {
-		if c.spentBy[k] > c.spentBy[most] {
+		if spent[k] > spent[most] {
 			most = k
 		}
 	}
@@ -529,6 +562,39 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	return c.Conn.SetDeadline(t)
 }
 
+// earner is a connection's handler: each request it is handed gives back
+// its Conn's budget what the HEADERS frame that opened the stream spent
+// and PerStream. net/http answers a request whose headers pass the
+// server's bound (431), or that holds a header HTTP/2 forbids (400),
+// without it: no limit sees such a request, and it earns nothing.
+type earner struct {
+	h http.Handler
+	c *Conn
+}
+
+func (h earner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.c.handled.Add(1)
+	h.c.b.earn(PerStream + 1)
+	h.h.ServeHTTP(w, r)
+}
+
+// BaseContext returns the connection's base context, which net/http's
+// HTTP/2 server reads from the handler it is given.
+func (h earner) BaseContext() context.Context {
+	if bc, ok := h.h.(interface{ BaseContext() context.Context }); ok {
+		return bc.BaseContext()
+	}
+	return context.Background()
+}
+
+// guarded returns c as a Conn of Install's, and h as the handler of its
+// requests.
+func guarded(c net.Conn, p Preface, cuts *Cuts, h http.Handler) (*Conn, http.Handler) {
+	g := New(c, p, cuts)
+	g.byHandler = true
+	return g, earner{h: h, c: g}
+}
+
 // tlsConn is a Conn over TLS, which tells its TLS state as *tls.Conn does.
 type tlsConn struct {
 	*Conn
@@ -567,7 +633,10 @@ func (notYet) Addr() net.Addr            { return &net.TCPAddr{} }
 // without (h2c), a Conn, served by net/http's own HTTP/2 server. It must
 // be called once srv's Protocols, TLSConfig and HTTP2 are set and before
 // srv serves; it does nothing when srv serves no HTTP/2. The connections
-// cut are counted and logged by cuts (nil: neither).
+// cut are counted and logged by cuts (nil: neither). A stream earns its
+// connection's budget once its request reaches srv's handler, so that the
+// requests net/http answers itself (431, 400), unseen by any handler or
+// limit, cannot be sent without end.
 func Install(srv *http.Server, cuts *Cuts) error {
 	// net/http sets up its HTTP/2 server in TLSNextProto when it first
 	// serves: a listener that accepts nothing makes it do so now.
@@ -587,13 +656,15 @@ func Install(srv *http.Server, cuts *Cuts) error {
 			h2c(hs, tc, h) // which refuses it
 			return
 		}
-		h2c(hs, tls.Client(handoff{conn: New(u.UnencryptedNetConn(), PrefaceRead, cuts)}, nil), h)
+		g, gh := guarded(u.UnencryptedNetConn(), PrefaceRead, cuts, h)
+		h2c(hs, tls.Client(handoff{conn: g}, nil), gh)
 	}
 	if _, ok := srv.TLSNextProto["h2"]; ok {
 		// The h2c entry takes it too, its preface dropped by the Conn,
 		// and reads its TLS state from the Conn.
 		srv.TLSNextProto["h2"] = func(hs *http.Server, tc *tls.Conn, h http.Handler) {
-			h2c(hs, tls.Client(handoff{conn: tlsConn{New(tc, PrefaceDropped, cuts), tc}}, nil), h)
+			g, gh := guarded(tc, PrefaceDropped, cuts, h)
+			h2c(hs, tls.Client(handoff{conn: tlsConn{g, tc}}, nil), gh)
 		}
 	}
 	return nil

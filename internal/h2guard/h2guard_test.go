@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -107,12 +107,37 @@ func dialH2(t *testing.T, addr string, tc *tls.Config, settings ...http2.Setting
 // request opens stream id with a request for path, its body to come unless
 // end.
 func (h *h2Client) request(id uint32, path string, end bool) error {
+	return h.requestWith(id, path, end)
+}
+
+// requestWith is request with header fields of its own after the pseudo
+// ones.
+func (h *h2Client) requestWith(id uint32, path string, end bool, fields ...[2]string) error {
 	h.buf.Reset()
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "localhost"}} {
+	all := append([][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "localhost"}}, fields...)
+	for _, f := range all {
 		_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.buf.Bytes(), EndHeaders: true, EndStream: end})
 }
+
+// bigField is a header field that HPACK's table (4,096 bytes) holds alone:
+// named by one byte once it is there.
+var bigField = [2]string{"x-big", strings.Repeat("b", 4000)}
+
+// oversized opens stream id with a request whose header fields pass
+// net/http's default bound of 1 MiB: bigField 270 times, a frame of under
+// 300 bytes once the table holds it. The server answers 431 itself.
+func (h *h2Client) oversized(id uint32) error {
+	fields := make([][2]string, 270)
+	for i := range fields {
+		fields[i] = bigField
+	}
+	return h.requestWith(id, "/", true, fields...)
+}
+
+// errEnough ends a flood that was sent in full.
+var errEnough = errors.New("the flood was sent in full")
 
 // floods are the frames that are not requests a client may send over and
 // over; each writes the i-th.
@@ -149,6 +174,23 @@ var floods = map[string]func(h *h2Client, i int) error{
 		}
 		return h.request(uint32(3+2*250+2*i), "/", true)
 	},
+	// Requests net/http refuses itself, no handler run and no limit
+	// seeing them: headers past the server's bound (431), each named by
+	// a byte in the table of HPACK once it holds them, and a header
+	// HTTP/2 forbids (400). 5,000 of each: the first thousand spend the
+	// budget.
+	"431 HEADERS": func(h *h2Client, i int) error {
+		if i >= 5000 {
+			return errEnough
+		}
+		return h.oversized(uint32(3 + 2*i))
+	},
+	"400 HEADERS": func(h *h2Client, i int) error {
+		if i >= 5000 {
+			return errEnough
+		}
+		return h.requestWith(uint32(3+2*i), "/", true, [2]string{"connection", "close"})
+	},
 	"empty CONTINUATION": func(h *h2Client, i int) error {
 		if i == 0 {
 			h.buf.Reset()
@@ -167,7 +209,9 @@ var floods = map[string]func(h *h2Client, i int) error{
 // overtakes it) and its connection closed once its budget is spent, over
 // h2c and over TLS. Go's HTTP/2 server alone answered all 100,000 PINGs
 // (and SETTINGS), refused every stream past those it takes at once, and
-// took every other frame, its connection kept.
+// took every other frame, its connection kept. Before 2026-12-07 each
+// request net/http answers itself (431, 400) earned the budget as a
+// request the handler serves: 5,000 of each were answered, never cut.
 func TestFloodsAreCut(t *testing.T) {
 	stc, ctc := serverTLS(t)
 	hold := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
@@ -264,7 +308,8 @@ var floodKinds = map[string]Kind{
 	"PING": KindPing, "SETTINGS": KindSettings, "WINDOW_UPDATE": KindWindowUpdate,
 	"stream WINDOW_UPDATE": KindWindowUpdate, "PRIORITY": KindPriority, "empty DATA": KindEmptyData,
 	"padding DATA": KindEmptyData, "unknown type": KindUnknown, "DATA on a closed stream": KindRefusedStream,
-	"refused HEADERS": KindRefusedStream, "empty CONTINUATION": KindContinuation,
+	"refused HEADERS": KindRefusedStream, "431 HEADERS": KindRefusedStream, "400 HEADERS": KindRefusedStream,
+	"empty CONTINUATION": KindContinuation,
 }
 
 // TestCutsAreCountedAndLogged: each connection cut for spending its budget
