@@ -687,7 +687,9 @@ func redisURL(re *redisEnv, user, pass string) (string, error) {
 	return scheme + "://" + userinfo + re.url, nil
 }
 
-// redisTLS is the client TLS configuration of REDIS_TLS_*.
+// redisTLS is the client TLS configuration of REDIS_TLS_*: the
+// certificates of REDIS_TLS_CACERT are trusted beside the system's roots,
+// as envoyproxy/ratelimit trusts them.
 func redisTLS(re *redisEnv) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if re.cert != "" || re.key != "" {
@@ -698,9 +700,19 @@ func redisTLS(re *redisEnv) (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{pair}
 	}
 	if re.ca != "" {
-		pool, err := tlsfile.CertPool(re.ca)
+		// Added to the system's roots, as envoyproxy/ratelimit adds it:
+		// one REDIS_TLS_CACERT serves REDIS_ and REDIS_PERSECOND_ alike,
+		// one of which may hold a certificate of a public CA.
+		pem, err := tlsfile.Read(re.ca)
 		if err != nil {
 			return nil, fmt.Errorf("rls: REDIS_TLS_CACERT: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("rls: REDIS_TLS_CACERT: %w in %s", tlsfile.ErrNoCertificate, re.ca)
 		}
 		tc.RootCAs = pool
 	}
