@@ -223,6 +223,18 @@ func (nd *node) matches(value string) bool {
 	return true
 }
 
+// answerName is the limit's name in an answer's current_limit: its name,
+// or when that is longer than fields.MaxNameLen (a name a request built
+// from its descriptor values) the short stable form the rate-limit fields
+// tell it by. Envoy writes it into X-RateLimit-Limit; envoyproxy/ratelimit
+// names a limit given in a request "" there.
+func (r *rateLimit) answerName() string {
+	if len(r.name) <= fields.MaxNameLen || r.fields == nil {
+		return r.name
+	}
+	return r.fields.Name
+}
+
 // literal counts the characters of the pattern that are not '*'.
 func (nd *node) literal() int { return len(nd.value) - (len(nd.parts) - 1) }
 

@@ -218,7 +218,7 @@ func (s *Service) answer(app []applied, sc *scratch) *rlsv3.RateLimitResponse {
 			continue
 		}
 		lim := &limits[i]
-		lim.Name, lim.RequestsPerUnit, lim.Unit = rl.name, rl.perUnit, rlsv3.RateLimitResponse_RateLimit_Unit(rl.unit)
+		lim.Name, lim.RequestsPerUnit, lim.Unit = rl.answerName(), rl.perUnit, rlsv3.RateLimitResponse_RateLimit_Unit(rl.unit)
 		st.CurrentLimit = lim
 		d := a.d
 		a.threshold = d.Limit

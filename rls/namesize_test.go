@@ -1,13 +1,16 @@
 package rls
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/internal/sfv"
 )
 
@@ -65,5 +68,49 @@ func TestHugeDescriptorValueHeadersBounded(t *testing.T) {
 	r := ask(t, c, "d", override("acme"))
 	if got, want := header(r, "RateLimit-Policy"), `"d.tenant_acme";q=5;w=60`; got != want {
 		t.Errorf("RateLimit-Policy of a short name: %q, want %q", got, want)
+	}
+}
+
+// TestCurrentLimitNameBounded: the current_limit of a limit named by a
+// request's descriptor values (an override of 800 KB, and 64 of 15 KB in
+// one request) names it by the short stable form RateLimit-Policy tells it
+// by, so that the answer stays small: Envoy writes the name into
+// X-RateLimit-Limit (`;name="..."`) when it adds those headers, and
+// envoyproxy/ratelimit names such a limit "" in every answer. A short
+// name is told whole. Before, the name was carried whole: an answer of
+// 820 KB to the one, of 1 MB to the other.
+func TestCurrentLimitNameBounded(t *testing.T) {
+	c, _ := startService(t, mustParse(t, basic), newClock(), Options{})
+	override := func(value string) *rlv3.RateLimitDescriptor {
+		d := desc("tenant", value)
+		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
+		return d
+	}
+	name := func(r *rlsv3.RateLimitResponse, i int) string { return r.GetStatuses()[i].GetCurrentLimit().GetName() }
+	huge := override(strings.Repeat("v", 800<<10))
+	r := ask(t, c, "d", huge)
+	got := name(r, 0)
+	if len(got) > fields.MaxNameLen || proto.Size(r) > 8<<10 {
+		t.Fatalf("an override of 800 KB: current_limit.name of %d bytes, an answer of %d bytes", len(got), proto.Size(r))
+	}
+	pl, err := sfv.ParseList(header(r, "RateLimit-Policy"))
+	if err != nil || len(pl) != 1 || pl[0].Value != got {
+		t.Errorf("current_limit.name %.80q; RateLimit-Policy names %.80v (%v)", got, pl, err)
+	}
+	if again := name(ask(t, c, "d", huge), 0); again != got {
+		t.Errorf("the same limit named %.80q, then %.80q", got, again)
+	}
+	if other := name(ask(t, c, "d", override(strings.Repeat("v", 800<<10)+"w")), 0); other == got {
+		t.Errorf("limits of two values named alike: %.80q", got)
+	}
+	var many []*rlv3.RateLimitDescriptor
+	for i := range 64 {
+		many = append(many, override(fmt.Sprintf("%d-%s", i, strings.Repeat("m", 15<<10))))
+	}
+	if r := ask(t, c, "d", many...); proto.Size(r) > 64<<10 {
+		t.Errorf("64 overrides of 15 KB: an answer of %d bytes", proto.Size(r))
+	}
+	if got := name(ask(t, c, "d", override("acme")), 0); got != "d.tenant_acme" {
+		t.Errorf("a short name told as %.80q, want d.tenant_acme", got)
 	}
 }
