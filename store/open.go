@@ -41,6 +41,9 @@ type Options struct {
 	// DialTimeout and WriteTimeout bound connecting to Redis and writing
 	// to a connection (default 1s each).
 	DialTimeout, WriteTimeout time.Duration
+	// Network, "tcp4" or "tcp6", connects to Redis over that family of
+	// addresses only ("": either).
+	Network string
 	// SentinelUsername and SentinelPassword authenticate to the sentinels.
 	SentinelUsername, SentinelPassword string
 	// MaxFlushDelay, MaxBatch, BatchesInFlight and PipelineMultiplex tune

@@ -337,8 +337,11 @@ func readRLSEnv(lookup func(string) (string, bool), environ []string) (*rlsEnv, 
 		re.timeout = r.positiveDur(prefix+"TIMEOUT", 10*time.Second, "10s",
 			"it bounds connecting to Redis and each write to it, and Floodgate keeps a bound on every call to Redis (envoyproxy/ratelimit reads 0 as no timeout)")
 		re.window = r.dur(prefix+"PIPELINE_WINDOW", 0)
-		if re.socket != "tcp" && re.socket != "unix" && r.err == nil {
-			r.err = fmt.Errorf("rls: %sSOCKET_TYPE=%q: want tcp or unix", prefix, re.socket)
+		// As envoyproxy/ratelimit dials it: tcp4 and tcp6 over that family
+		// of addresses only, for a single instance (a cluster's and the
+		// sentinels' are dialled over either).
+		if re.socket != "tcp" && re.socket != "tcp4" && re.socket != "tcp6" && re.socket != "unix" && r.err == nil {
+			r.err = fmt.Errorf("rls: %sSOCKET_TYPE=%q: want tcp, tcp4, tcp6 or unix", prefix, re.socket)
 		}
 		if re.typ != "single" && re.typ != "sentinel" && re.typ != "cluster" && r.err == nil {
 			r.err = fmt.Errorf("rls: %sTYPE=%q: want single, sentinel or cluster", prefix, re.typ)
@@ -539,6 +542,9 @@ func redisStore(re *redisEnv, prefix string) (Store, error) {
 	}
 	user, pass := authOf(re.auth)
 	o := store.Options{Prefix: prefix, DialTimeout: re.timeout, WriteTimeout: re.timeout, TLS: tc, MaxFlushDelay: re.window}
+	if re.typ == "single" && (re.socket == "tcp4" || re.socket == "tcp6") {
+		o.Network = re.socket
+	}
 	o.SentinelUsername, o.SentinelPassword = authOf(re.sentinelAuth)
 	// As envoyproxy/ratelimit's Redis client: the user name and the
 	// password of the URLs stand in for those the variable leaves out,

@@ -113,7 +113,7 @@ func TestRLSEnvRefusesWhatCannotWork(t *testing.T) {
 		"BACKEND_TYPE=memcache":                  "no Memcache backend",
 		"CONFIG_TYPE=GRPC_XDS_SOTW":              "only FILE is supported",
 		"REDIS_TYPE=ring":                        "want single, sentinel or cluster",
-		"REDIS_SOCKET_TYPE=udp":                  "want tcp or unix",
+		"REDIS_SOCKET_TYPE=udp":                  "want tcp, tcp4, tcp6 or unix",
 		"NEAR_LIMIT_RATIO=2":                     "want a number in (0, 1]",
 		"PORT=http":                              "PORT=\"http\": want a whole number",
 		"SHADOW_MODE=maybe":                      "want true or false",

@@ -37,7 +37,7 @@ func options(u string, o store.Options) Options {
 	return Options{URL: u, Prefix: o.Prefix, DialTimeout: o.DialTimeout, WriteTimeout: o.WriteTimeout, TLSConfig: o.TLS,
 		SentinelUsername: o.SentinelUsername, SentinelPassword: o.SentinelPassword, PipelineMultiplex: o.PipelineMultiplex,
 		MaxFlushDelay: o.MaxFlushDelay, MaxBatch: o.MaxBatch, BatchesInFlight: o.BatchesInFlight,
-		RefuseEvictable: o.RefuseEvictable, Logger: o.Logger}
+		RefuseEvictable: o.RefuseEvictable, Logger: o.Logger, Network: o.Network}
 }
 
 func open(_ context.Context, u string, o store.Options) (limiter.Store, io.Closer, error) {

@@ -38,6 +38,11 @@ type Options struct {
 	Prefix string
 	// DialTimeout bounds connecting. Default 1s.
 	DialTimeout time.Duration
+	// Network, "tcp4" or "tcp6", dials Redis over TCP with that family of
+	// addresses only, as net.Dial does with that network: a host name's
+	// addresses of the other are not tried, and an address of the other
+	// fails (any other value: either).
+	Network string
 	// WriteTimeout bounds writing to a connection and detects dead ones.
 	// Default 1s. The deadline of each decision comes from its context.
 	WriteTimeout time.Duration
@@ -162,6 +167,9 @@ func New(opts Options) (*Store, error) {
 	}
 	co := addr.clientOption(&opts)
 	rp := newReplies(addr)
+	if rp.network == "tcp" && (opts.Network == "tcp4" || opts.Network == "tcp6") {
+		rp.network = opts.Network
+	}
 	co.DialCtxFn = rp.dial
 	co.Sentinel.Dialer.Resolver = rp.sentinel
 	c, err := rueidis.NewClient(co)
