@@ -22,6 +22,14 @@ type arrival struct {
 	instance int
 }
 
+// burst is one item of --arrivals: count arrivals alike. A burst is kept
+// as one item, never as its arrivals, so that '0*10000000' takes no more
+// memory than '0'.
+type burst struct {
+	arrival
+	count int64
+}
+
 // maxArrivals bounds a trace, so that a typo like *1e12 fails cleanly
 // instead of exhausting memory.
 const maxArrivals = 10_000_000
@@ -30,8 +38,9 @@ const maxArrivals = 10_000_000
 // duration (0.5s, 100ms) or plain seconds (0.5), COUNT repeats the arrival
 // (default 1), COST is its cost (default 1) and INSTANCE the instance it
 // reaches with --instances (default: round robin). Times must not decrease.
-func parseArrivals(spec string) ([]arrival, error) {
-	var out []arrival
+func parseArrivals(spec string) ([]burst, error) {
+	var out []burst
+	var total int64
 	last := int64(-1)
 	for i, item := range strings.Split(spec, ",") {
 		item = strings.TrimSpace(item)
@@ -68,12 +77,11 @@ func parseArrivals(spec string) ([]arrival, error) {
 			return nil, fmt.Errorf("arrival %d (%q): times must not decrease", i+1, item)
 		}
 		last = at
-		if count > maxArrivals-int64(len(out)) {
+		if count > maxArrivals-total {
 			return nil, fmt.Errorf("more than %d arrivals", maxArrivals)
 		}
-		for range count {
-			out = append(out, arrival{at: at, cost: cost, instance: instance})
-		}
+		total += count
+		out = append(out, burst{arrival{at: at, cost: cost, instance: instance}, count})
 	}
 	return out, nil
 }
@@ -132,12 +140,14 @@ func parseSeconds(b []byte) (int64, error) {
 	return whole*int64(time.Second) + frac, nil
 }
 
-// readArrivals reads a trace file: one 'SECONDS [COST]' per line; blank
-// lines and lines starting with # are skipped. Times must not decrease.
-func readArrivals(r io.Reader) ([]arrival, error) {
+// scanArrivals reads a trace file: one 'SECONDS [COST]' per line; blank
+// lines and lines starting with # are skipped. Times must not decrease. It
+// hands each arrival to fn as it reads it, holding none, and stops at the
+// first error, fn's or the file's.
+func scanArrivals(r io.Reader, fn func(a arrival) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	out := make([]arrival, 0, 1024)
+	n := 0
 	last := int64(-1)
 	for line := 1; sc.Scan(); line++ {
 		b := bytes.TrimSpace(sc.Bytes())
@@ -150,27 +160,27 @@ func readArrivals(r io.Reader) ([]arrival, error) {
 		}
 		at, err := parseSeconds(atB)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %q: %w", line, b, err)
+			return fmt.Errorf("line %d: %q: %w", line, b, err)
 		}
 		cost := int64(1)
 		if len(costB) > 0 {
 			if cost, err = parseInt(costB); err != nil || cost < 1 {
-				return nil, fmt.Errorf("line %d: cost %q must be a whole number ≥ 1", line, costB)
+				return fmt.Errorf("line %d: cost %q must be a whole number ≥ 1", line, costB)
 			}
 		}
 		if at < last {
-			return nil, fmt.Errorf("line %d: times must not decrease", line)
+			return fmt.Errorf("line %d: times must not decrease", line)
 		}
 		last = at
-		if len(out) >= maxArrivals {
-			return nil, fmt.Errorf("line %d: more than %d arrivals", line, maxArrivals)
+		if n >= maxArrivals {
+			return fmt.Errorf("line %d: more than %d arrivals", line, maxArrivals)
 		}
-		out = append(out, arrival{at: at, cost: cost})
+		n++
+		if err := fn(arrival{at: at, cost: cost}); err != nil {
+			return err
+		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return sc.Err()
 }
 
 // parseInt reads a decimal integer, optionally negative, without

@@ -2,13 +2,14 @@ package simulate
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 )
 
 func TestParseArrivals(t *testing.T) {
 	t.Parallel()
-	got, err := parseArrivals(" 0s*2 , 0.5:3, 1.25s*2:4,2@2 ")
+	got, err := expandArrivals(" 0s*2 , 0.5:3, 1.25s*2:4,2@2 ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,12 +35,37 @@ func TestParseArrivals(t *testing.T) {
 	}
 }
 
+// expandArrivals is parseArrivals with each burst written out.
+func expandArrivals(spec string) ([]arrival, error) {
+	bursts, err := parseArrivals(spec)
+	if err != nil {
+		return nil, err
+	}
+	var out []arrival
+	for _, b := range bursts {
+		for range b.count {
+			out = append(out, b.arrival)
+		}
+	}
+	return out, nil
+}
+
+// readArrivals is scanArrivals collecting the arrivals.
+func readArrivals(r io.Reader) ([]arrival, error) {
+	var out []arrival
+	err := scanArrivals(r, func(a arrival) error {
+		out = append(out, a)
+		return nil
+	})
+	return out, err
+}
+
 func FuzzParseArrivals(f *testing.F) {
 	for _, s := range []string{"0s*12,0.5s*5", "0:8,2:7,2:6", "0.9s*10,1.1s*10", "1h*2:3", "", "x*", "1.5:", "9999999999*1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, spec string) {
-		arr, err := parseArrivals(spec)
+		arr, err := expandArrivals(spec)
 		if err != nil {
 			return
 		}

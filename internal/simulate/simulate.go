@@ -56,7 +56,6 @@ type simulateConfig struct {
 	start        int64
 	hold         time.Duration
 	instances    int
-	arrivals     []arrival
 	json         bool
 	arrivalsSpec string
 	arrivalsFile string
@@ -65,37 +64,156 @@ type simulateConfig struct {
 // Run is floodgate simulate: it replays the arrivals of args through one
 // algorithm and writes every decision and a summary to stdout.
 func Run(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	return run(args, os.Stdin, stdout)
+}
+
+// run is Run reading --arrivals-file - from stdin. It replays the
+// arrivals twice and holds none of them: the first pass finds the
+// summary (which the JSON writes first) and any error, so that a run that
+// fails writes nothing; the second writes each decision as it is made.
+func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	cfg, err := parseSimulateFlags(args, stdout)
 	if err != nil || cfg == nil {
 		return err
 	}
-	if cfg.arrivalsFile != "" {
-		var r io.Reader = os.Stdin
-		if cfg.arrivalsFile != "-" {
-			f, err := os.Open(cfg.arrivalsFile)
-			if err != nil {
-				return cli.Usagef("simulate: --arrivals-file: %v", err)
-			}
-			defer f.Close()
-			r = f
+	src := &source{name: cfg.arrivalsFile}
+	defer src.close()
+	if cfg.arrivalsFile == "" {
+		if src.bursts, err = parseArrivals(cfg.arrivalsSpec); err != nil {
+			return cli.Usagef("simulate: --arrivals: %v", err)
 		}
-		if cfg.arrivals, err = readArrivals(r); err != nil {
-			return cli.Usagef("simulate: --arrivals-file %s: %v", cfg.arrivalsFile, err)
+	} else if cfg.arrivalsFile == "-" {
+		src.r = stdin
+	} else {
+		f, err := os.Open(cfg.arrivalsFile)
+		if err != nil {
+			return cli.Usagef("simulate: --arrivals-file: %v", err)
 		}
-	} else if cfg.arrivals, err = parseArrivals(cfg.arrivalsSpec); err != nil {
-		return cli.Usagef("simulate: --arrivals: %v", err)
+		src.file = f
+		src.r = f
 	}
-	res, err := simulate(cfg)
+	res, err := simulate(cfg, src, nil)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriterSize(stdout, 64*1024)
+	rep := &report{w: w, cfg: cfg, res: res, queue: cfg.limit.Algorithm.Kind() == floodgate.KindQueue}
 	if cfg.json {
-		writeSimulationJSON(w, cfg, res)
+		rep.jsonHead()
+		_, err = simulate(cfg, src, rep.jsonRow)
+		rep.jsonTail()
 	} else {
-		writeSimulationTable(w, cfg, res)
+		rep.tableHead()
+		_, err = simulate(cfg, src, rep.tableRow)
+		rep.tableTail()
+	}
+	if err != nil {
+		return err
 	}
 	return w.Flush()
+}
+
+// source is where a run's arrivals come from: the bursts of --arrivals, or
+// the lines of --arrivals-file, read once per pass. A file that cannot be
+// read again from where it started (standard input from a pipe) is copied
+// to a temporary file on the first pass, which the second reads.
+type source struct {
+	bursts []burst
+	name   string    // --arrivals-file
+	r      io.Reader // the file, or standard input
+	file   *os.File  // the file opened, closed at the end
+	pos    int64     // where the first pass started, when r can seek back
+	spool  *os.File  // the copy of r, when it cannot
+	spoolW *bufio.Writer
+	passes int
+	count  int // the arrivals of the first pass
+}
+
+// each hands every arrival to fn in order, with its index. An error of fn
+// stops the pass and is returned as it is; an unreadable line is an error
+// naming the file, as it would be without fn's: the first pass reads the
+// whole file before it returns fn's error.
+func (s *source) each(fn func(i int, a arrival) error) error {
+	s.passes++
+	if s.name == "" {
+		i := 0
+		for _, b := range s.bursts {
+			for range b.count {
+				if err := fn(i, b.arrival); err != nil {
+					return err
+				}
+				i++
+			}
+		}
+		return nil
+	}
+	r, err := s.rewind()
+	if err != nil {
+		return fmt.Errorf("simulate: --arrivals-file %s: %w", s.name, err)
+	}
+	i := 0
+	var fnErr error
+	err = scanArrivals(r, func(a arrival) error {
+		if fnErr == nil {
+			fnErr = fn(i, a)
+			if fnErr != nil && s.passes > 1 {
+				return fnErr
+			}
+		}
+		i++
+		return nil
+	})
+	switch {
+	case s.passes > 1 && fnErr != nil:
+		return fnErr
+	case err != nil:
+		return cli.Usagef("simulate: --arrivals-file %s: %v", s.name, err)
+	case fnErr != nil:
+		return fnErr
+	case s.passes == 1:
+		s.count = i
+	case i != s.count:
+		return fmt.Errorf("simulate: --arrivals-file %s: changed while it was read (%d arrivals, then %d)", s.name, s.count, i)
+	}
+	return nil
+}
+
+// rewind is the reader of the next pass over the file.
+func (s *source) rewind() (io.Reader, error) {
+	if s.passes == 1 {
+		if sk, ok := s.r.(io.Seeker); ok {
+			if pos, err := sk.Seek(0, io.SeekCurrent); err == nil {
+				s.pos = pos
+				return s.r, nil
+			}
+		}
+		spool, err := os.CreateTemp("", "floodgate-simulate-*")
+		if err != nil {
+			return nil, err
+		}
+		s.spool, s.spoolW = spool, bufio.NewWriterSize(spool, 64*1024)
+		return io.TeeReader(s.r, s.spoolW), nil
+	}
+	if s.spool == nil {
+		_, err := s.r.(io.Seeker).Seek(s.pos, io.SeekStart)
+		return s.r, err
+	}
+	if err := s.spoolW.Flush(); err != nil {
+		return nil, err
+	}
+	_, err := s.spool.Seek(0, io.SeekStart)
+	return s.spool, err
+}
+
+// close closes the file and removes the copy of standard input.
+func (s *source) close() {
+	if s.file != nil {
+		s.file.Close()
+	}
+	if s.spool != nil {
+		s.spool.Close()
+		os.Remove(s.spool.Name())
+	}
 }
 
 // durationFlag accepts a Go duration or plain seconds.
@@ -248,76 +366,109 @@ func algorithmList() string {
 	return strings.Join(names, ", ")
 }
 
-// simulation is the outcome of a replay.
+// simulation is the summary of a replay: what the report writes besides
+// the decisions, which it writes as they are made.
 type simulation struct {
-	decisions []floodgate.Decision
-	never     []bool // the cost could never fit
-	allowed   int
-	delayed   int
-	// With several instances: the instance of each arrival, the limit each
-	// enforces, what one shared limit would have allowed, and the seed's
-	// wrongly_denied over the whole replay.
-	instance      []int
+	arrivals int
+	allowed  int
+	delayed  int
+	// With several instances: the limit each enforces, what one shared
+	// limit would have allowed, and the seed's wrongly_denied over the
+	// whole replay.
 	split         int64
 	globalAllowed int
 	wrongly       int64
 }
 
-// simulate replays the arrivals through the configured limit, starting from
-// a fresh key. For concurrency with a hold, each admitted request is
-// released hold after its arrival; releases due at or before an arrival
-// happen first.
-func simulate(cfg *simulateConfig) (*simulation, error) {
+// decided is one decision of a replay, handed to the report as it is made.
+// instance is the instance that decided it (0…N-1), or -1 without
+// --instances.
+type decided struct {
+	i        int
+	a        arrival
+	d        floodgate.Decision
+	never    bool
+	instance int
+}
+
+// simulate replays the arrivals of src through the configured limit,
+// starting from a fresh key, handing each decision to emit (when not nil)
+// and returning the summary. For concurrency with a hold, each admitted
+// request is released hold after its arrival; releases due at or before an
+// arrival happen first.
+func simulate(cfg *simulateConfig, src *source, emit func(*decided)) (*simulation, error) {
 	if cfg.instances > 1 {
-		return simulateInstances(cfg)
+		return simulateInstances(cfg, src, emit)
 	}
-	for i, a := range cfg.arrivals {
-		if a.instance > 0 {
-			return nil, cli.Usagef("simulate: arrival %d names instance %d but --instances is not set", i+1, a.instance)
+	var item int64
+	for _, b := range src.bursts {
+		if b.instance > 0 {
+			return nil, cli.Usagef("simulate: arrival %d names instance %d but --instances is not set", item+1, b.instance)
 		}
+		item += b.count
 	}
 	p, err := algo.Compile(&cfg.limit)
 	if err != nil {
 		return nil, cli.Usagef("simulate: %v", err)
 	}
-	res := &simulation{
-		decisions: make([]floodgate.Decision, len(cfg.arrivals)),
-		never:     make([]bool, len(cfg.arrivals)),
-	}
+	res := &simulation{}
 	type release struct {
 		at    int64
 		lease uint64
 	}
-	var pending []release // in time order: arrivals are, and hold is constant
+	// In time order: arrivals are, and hold is constant. A lease expires
+	// at or before a hold as long as its lease_ttl, and releasing it then
+	// does nothing, so no release is kept for it: pending holds at most the
+	// leases the limit does, whatever the number of arrivals.
+	var pending []release
+	keep := cfg.hold > 0 && cfg.hold < cfg.leaseTTL()
 	var s algo.State
-	for i, a := range cfg.arrivals {
+	var dec decided
+	dec.instance = -1
+	err = src.each(func(i int, a arrival) error {
 		now, err := arrivalInstant(cfg, i, a)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for len(pending) > 0 && pending[0].at <= now {
 			if err := p.Release(&s, pending[0].at, pending[0].lease); err != nil {
-				return nil, fmt.Errorf("simulate: release: %w", err)
+				return fmt.Errorf("simulate: release: %w", err)
 			}
 			pending = pending[1:]
 		}
 		lease := uint64(i + 1)
 		d, never, err := decideArrival(&p, &s, now, i, a, lease)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		res.decisions[i], res.never[i] = d, never
+		res.arrivals++
 		if d.Allowed {
 			res.allowed++
 			if d.Delay > 0 {
 				res.delayed++
 			}
-			if cfg.hold > 0 {
+			if keep {
 				pending = append(pending, release{at: now + int64(cfg.hold), lease: lease})
 			}
 		}
+		if emit != nil {
+			dec.i, dec.a, dec.d, dec.never = i, a, d, never
+			emit(&dec)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return res, nil
+}
+
+// leaseTTL is the life of a concurrency lease that is not released.
+func (cfg *simulateConfig) leaseTTL() time.Duration {
+	if cfg.limit.LeaseTTL == 0 {
+		return algo.DefaultLeaseTTL
+	}
+	return cfg.limit.LeaseTTL
 }
 
 // arrivalInstant is the absolute instant of arrival i.
@@ -345,8 +496,8 @@ func decideArrival(p *algo.Params, s *algo.State, now int64, i int, a arrival, l
 // simulateInstances replays the arrivals over cfg.instances independent
 // instances, arrival i on instance i mod N, each enforcing
 // algo.SplitLimit(limit, N), and beside them one shared limit. The
-// decisions shown are the instances'.
-func simulateInstances(cfg *simulateConfig) (*simulation, error) {
+// decisions handed to emit are the instances'.
+func simulateInstances(cfg *simulateConfig, src *source, emit func(*decided)) (*simulation, error) {
 	n := cfg.instances
 	global, err := algo.Compile(&cfg.limit)
 	if err != nil {
@@ -361,44 +512,47 @@ func simulateInstances(cfg *simulateConfig) (*simulation, error) {
 	if err != nil {
 		return nil, cli.Usagef("simulate: %v", err)
 	}
-	res := &simulation{
-		decisions: make([]floodgate.Decision, len(cfg.arrivals)),
-		never:     make([]bool, len(cfg.arrivals)),
-		instance:  make([]int, len(cfg.arrivals)),
-		split:     split.Max,
-	}
+	res := &simulation{split: split.Max}
 	states := make([]algo.State, n)
 	counts := make([]int64, n)
 	var shared algo.State
-	for i, a := range cfg.arrivals {
+	var dec decided
+	err = src.each(func(i int, a arrival) error {
 		now, err := arrivalInstant(cfg, i, a)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		k := i % n
 		if a.instance > 0 {
 			if a.instance > n {
-				return nil, cli.Usagef("simulate: arrival %d goes to instance %d of only %d", i+1, a.instance, n)
+				return cli.Usagef("simulate: arrival %d goes to instance %d of only %d", i+1, a.instance, n)
 			}
 			k = a.instance - 1
 		}
-		res.instance[i] = k
 		counts[k] += a.cost
 		d, never, err := decideArrival(&local, &states[k], now, i, a, uint64(i+1))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		res.decisions[i], res.never[i] = d, never
+		res.arrivals++
 		if d.Allowed {
 			res.allowed++
 		}
 		g, _, err := decideArrival(&global, &shared, now, i, a, uint64(i+1))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if g.Allowed {
 			res.globalAllowed++
 		}
+		if emit != nil {
+			dec = decided{i: i, a: a, d: d, never: never, instance: k}
+			emit(&dec)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	res.wrongly = wronglyDenied(cfg.limit.Max, counts)
 	return res, nil
@@ -447,64 +601,79 @@ func describeLimit(l *floodgate.Limit) string {
 	return s
 }
 
-func writeSimulationTable(w *bufio.Writer, cfg *simulateConfig, res *simulation) {
-	queue := cfg.limit.Algorithm.Kind() == floodgate.KindQueue
-	fmt.Fprintln(w, describeLimit(&cfg.limit))
+// report writes a run's decisions as they are made, between a head and a
+// tail; the summary comes from the run's first pass.
+type report struct {
+	w     *bufio.Writer
+	cfg   *simulateConfig
+	res   *simulation
+	queue bool
+	buf   []byte
+}
+
+func (r *report) tableHead() {
+	w := r.w
+	fmt.Fprintln(w, describeLimit(&r.cfg.limit))
 	fmt.Fprintf(w, "%12s %6s %8s %10s %12s", "time", "cost", "allowed", "remaining", "retry-after")
-	if res.instance != nil {
+	if r.cfg.instances > 1 {
 		fmt.Fprintf(w, " %8s", "instance")
 	}
-	if queue {
+	if r.queue {
 		fmt.Fprintf(w, " %10s", "delay")
 	}
 	w.WriteByte('\n')
-	var buf []byte
-	for i, a := range cfg.arrivals {
-		d := res.decisions[i]
-		verdict := "no"
-		switch {
-		case res.never[i]:
-			verdict = "never"
-		case d.Allowed:
-			verdict = "yes"
-		}
-		retry := "-"
-		if d.RetryAfter > 0 {
-			retry = formatSeconds(int64(d.RetryAfter)) + "s"
-		}
-		buf = buf[:0]
-		buf = appendPadded(buf, formatSeconds(a.at)+"s", 12)
-		buf = append(buf, ' ')
-		buf = appendPadded(buf, strconv.FormatInt(a.cost, 10), 6)
-		buf = append(buf, ' ')
-		buf = appendPadded(buf, verdict, 8)
-		buf = append(buf, ' ')
-		buf = appendPadded(buf, strconv.FormatInt(d.Remaining, 10), 10)
-		buf = append(buf, ' ')
-		buf = appendPadded(buf, retry, 12)
-		if res.instance != nil {
-			buf = append(buf, ' ')
-			buf = appendPadded(buf, strconv.Itoa(res.instance[i]+1), 8)
-		}
-		if queue {
-			delay := "-"
-			if d.Delay > 0 {
-				delay = formatSeconds(int64(d.Delay)) + "s"
-			}
-			buf = append(buf, ' ')
-			buf = appendPadded(buf, delay, 10)
-		}
-		buf = append(buf, '\n')
-		w.Write(buf)
+}
+
+func (r *report) tableRow(x *decided) {
+	a, d := x.a, x.d
+	verdict := "no"
+	switch {
+	case x.never:
+		verdict = "never"
+	case d.Allowed:
+		verdict = "yes"
 	}
-	fmt.Fprintf(w, "allowed %d of %d", res.allowed, len(cfg.arrivals))
-	if queue {
+	retry := "-"
+	if d.RetryAfter > 0 {
+		retry = formatSeconds(int64(d.RetryAfter)) + "s"
+	}
+	buf := r.buf[:0]
+	buf = appendPadded(buf, formatSeconds(a.at)+"s", 12)
+	buf = append(buf, ' ')
+	buf = appendPadded(buf, strconv.FormatInt(a.cost, 10), 6)
+	buf = append(buf, ' ')
+	buf = appendPadded(buf, verdict, 8)
+	buf = append(buf, ' ')
+	buf = appendPadded(buf, strconv.FormatInt(d.Remaining, 10), 10)
+	buf = append(buf, ' ')
+	buf = appendPadded(buf, retry, 12)
+	if x.instance >= 0 {
+		buf = append(buf, ' ')
+		buf = appendPadded(buf, strconv.Itoa(x.instance+1), 8)
+	}
+	if r.queue {
+		delay := "-"
+		if d.Delay > 0 {
+			delay = formatSeconds(int64(d.Delay)) + "s"
+		}
+		buf = append(buf, ' ')
+		buf = appendPadded(buf, delay, 10)
+	}
+	buf = append(buf, '\n')
+	r.w.Write(buf)
+	r.buf = buf
+}
+
+func (r *report) tableTail() {
+	w, cfg, res := r.w, r.cfg, r.res
+	fmt.Fprintf(w, "allowed %d of %d", res.allowed, res.arrivals)
+	if r.queue {
 		fmt.Fprintf(w, " (%d delayed)", res.delayed)
 	}
 	w.WriteByte('\n')
-	if res.instance != nil {
+	if cfg.instances > 1 {
 		fmt.Fprintf(w, "%d instances at split_limit(%d, %d) = %d each; one shared limit allows %d of %d; wrongly_denied = %d\n",
-			cfg.instances, cfg.limit.Max, cfg.instances, res.split, res.globalAllowed, len(cfg.arrivals), res.wrongly)
+			cfg.instances, cfg.limit.Max, cfg.instances, res.split, res.globalAllowed, res.arrivals, res.wrongly)
 	}
 }
 
@@ -516,16 +685,16 @@ func appendPadded(b []byte, s string, width int) []byte {
 	return append(b, s...)
 }
 
-func writeSimulationJSON(w *bufio.Writer, cfg *simulateConfig, res *simulation) {
-	queue := cfg.limit.Algorithm.Kind() == floodgate.KindQueue
+func (r *report) jsonHead() {
+	res := r.res
 	b := make([]byte, 0, 256)
 	b = append(b, `{"allowed": `...)
 	b = strconv.AppendInt(b, int64(res.allowed), 10)
 	b = append(b, `, "denied": `...)
-	b = strconv.AppendInt(b, int64(len(cfg.arrivals)-res.allowed), 10)
-	if res.instance != nil {
+	b = strconv.AppendInt(b, int64(res.arrivals-res.allowed), 10)
+	if r.cfg.instances > 1 {
 		b = append(b, `, "instances": `...)
-		b = strconv.AppendInt(b, int64(cfg.instances), 10)
+		b = strconv.AppendInt(b, int64(r.cfg.instances), 10)
 		b = append(b, `, "split_limit": `...)
 		b = strconv.AppendInt(b, res.split, 10)
 		b = append(b, `, "global_allowed": `...)
@@ -534,41 +703,47 @@ func writeSimulationJSON(w *bufio.Writer, cfg *simulateConfig, res *simulation) 
 		b = strconv.AppendInt(b, res.wrongly, 10)
 	}
 	b = append(b, `, "decisions": [`...)
-	w.Write(b)
-	for i, a := range cfg.arrivals {
-		d := res.decisions[i]
-		b = b[:0]
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, "\n  {\"at\": "...)
-		b = appendSeconds(b, a.at)
-		b = append(b, `, "cost": `...)
-		b = strconv.AppendInt(b, a.cost, 10)
-		b = append(b, `, "allowed": `...)
-		b = strconv.AppendBool(b, d.Allowed)
-		b = append(b, `, "remaining": `...)
-		b = strconv.AppendInt(b, d.Remaining, 10)
-		b = append(b, `, "retry_after": `...)
-		b = appendSeconds(b, int64(d.RetryAfter))
-		b = append(b, `, "reset_after": `...)
-		b = appendSeconds(b, int64(d.ResetAfter))
-		if queue {
-			b = append(b, `, "delay": `...)
-			b = appendSeconds(b, int64(d.Delay))
-		}
-		if res.instance != nil {
-			b = append(b, `, "instance": `...)
-			b = strconv.AppendInt(b, int64(res.instance[i]+1), 10)
-		}
-		if res.never[i] {
-			b = append(b, `, "never_fits": true`...)
-		}
-		b = append(b, '}')
-		w.Write(b)
+	r.w.Write(b)
+	r.buf = b
+}
+
+func (r *report) jsonRow(x *decided) {
+	a, d := x.a, x.d
+	b := r.buf[:0]
+	if x.i > 0 {
+		b = append(b, ',')
 	}
-	if len(cfg.arrivals) > 0 {
-		w.WriteByte('\n')
+	b = append(b, "\n  {\"at\": "...)
+	b = appendSeconds(b, a.at)
+	b = append(b, `, "cost": `...)
+	b = strconv.AppendInt(b, a.cost, 10)
+	b = append(b, `, "allowed": `...)
+	b = strconv.AppendBool(b, d.Allowed)
+	b = append(b, `, "remaining": `...)
+	b = strconv.AppendInt(b, d.Remaining, 10)
+	b = append(b, `, "retry_after": `...)
+	b = appendSeconds(b, int64(d.RetryAfter))
+	b = append(b, `, "reset_after": `...)
+	b = appendSeconds(b, int64(d.ResetAfter))
+	if r.queue {
+		b = append(b, `, "delay": `...)
+		b = appendSeconds(b, int64(d.Delay))
 	}
-	w.WriteString("]}\n")
+	if x.instance >= 0 {
+		b = append(b, `, "instance": `...)
+		b = strconv.AppendInt(b, int64(x.instance+1), 10)
+	}
+	if x.never {
+		b = append(b, `, "never_fits": true`...)
+	}
+	b = append(b, '}')
+	r.w.Write(b)
+	r.buf = b
+}
+
+func (r *report) jsonTail() {
+	if r.res.arrivals > 0 {
+		r.w.WriteByte('\n')
+	}
+	r.w.WriteString("]}\n")
 }
