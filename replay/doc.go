@@ -18,8 +18,11 @@
 // Memory follows the traffic's rate over the window and the policy's keys
 // (idle counters are swept every minute of the log's time), not the log's
 // length. A line longer than 1 MiB, a time before 1970 or from 2200 on,
-// and a duration below zero or above ten years make a line unreadable:
-// counted, and shown with its line number. A replay ends with its
+// a time ahead of its log (a line the next line comes back from by more
+// than the window, up to 8 in a row: a clock's error, which would stretch
+// the report over the years between), and a duration below zero or above
+// ten years make a line unreadable: counted, and shown with its line
+// number. A replay ends with its
 // context, also while it waits for a log that stalls (a pipe).
 //
 // # Requests

@@ -18,6 +18,14 @@ import (
 // more memory than one. A record that arrives later than that (a request
 // longer than Window) is replayed at the time the replay has reached, and
 // counted.
+//
+// A line dated far ahead of its log (a clock's error: a year from now in a
+// log of today) would be replayed last and stretch the report's span and
+// timeline over the years between. The merger holds the lines that jump
+// more than Window past their log, up to maxAhead of them: when the log
+// comes back from them by more than Window, they are counted as
+// unreadable, with their lines; when it goes on from there, or ends, they
+// are replayed.
 type merger struct {
 	ctx    context.Context // waiting for a log ends with it
 	srcs   []*source
@@ -74,6 +82,7 @@ func (m *merger) next(rec *Record) (bool, error) {
 			return false, fmt.Errorf("replay: %w", m.ctx.Err())
 		}
 		if !ok {
+			m.release(s)
 			s.done = true
 			continue
 		}
@@ -81,11 +90,68 @@ func (m *merger) next(rec *Record) (bool, error) {
 			return false, b.err
 		}
 		for i := range b.recs {
-			m.push(&b.recs[i])
-			s.maxSeen = max(s.maxSeen, b.recs[i].Time)
+			m.take(s, &b.recs[i])
 		}
 		s.recycle(b)
 	}
+}
+
+// maxAhead bounds the lines of a log held as possibly ahead of it: a
+// longer run past the log's time is a jump of the log itself.
+const maxAhead = 8
+
+// take reads the next record of s, in the order of its log: it is merged,
+// or held while it may be ahead of its log, or it shows the lines held
+// before it to be ahead: they are counted as unreadable and not replayed.
+// A line is ahead when it arrived more than the window after every
+// request merged before it ended, and a line after it ends more than the
+// window before it arrived: a log written as requests end, or sorted by
+// arrival, puts a long request in neither place. The first lines of a log
+// are held until it shows where its time is.
+func (m *merger) take(s *source, r *Record) {
+	end := r.Time + int64(r.Duration)
+	if len(s.ahead) > 0 {
+		switch {
+		case end < s.ahead[0].Time-m.window:
+			back := time.Unix(0, end).UTC().Format(time.RFC3339Nano)
+			for i := range s.ahead {
+				s.skip(s.ahead[i].Line, fmt.Errorf("time %s is ahead of its log: line %d comes back to %s, more than the window (%v) before it",
+					time.Unix(0, s.ahead[i].Time).UTC().Format(time.RFC3339Nano), r.Line, back, time.Duration(m.window)))
+			}
+			clear(s.ahead)
+			s.ahead = s.ahead[:0]
+		case r.Time <= s.aheadEnd+m.window && len(s.ahead) < maxAhead:
+			s.ahead = append(s.ahead, *r)
+			s.aheadEnd = max(s.aheadEnd, end)
+			return
+		default:
+			// The log goes on from the lines held, or jumps past them.
+			m.release(s)
+		}
+	}
+	if !s.based || r.Time > s.base+m.window {
+		s.ahead = append(s.ahead, *r)
+		s.aheadEnd = end
+		return
+	}
+	m.accept(s, r)
+}
+
+// release merges the records s holds: its log went on from them, or
+// ended.
+func (m *merger) release(s *source) {
+	for i := range s.ahead {
+		m.accept(s, &s.ahead[i])
+	}
+	clear(s.ahead)
+	s.ahead = s.ahead[:0]
+}
+
+// accept merges a record of s.
+func (m *merger) accept(s *source, r *Record) {
+	m.push(r)
+	s.maxSeen = max(s.maxSeen, r.Time)
+	s.base, s.based = max(s.base, r.Time+int64(r.Duration)), true
 }
 
 // watermark is the arrival up to which every record has been read, as

@@ -83,6 +83,13 @@ type source struct {
 
 	maxSeen int64 // the latest arrival seen (by the merger)
 	done    bool
+	// The merger's reading of the log's time: the latest end of a request
+	// merged, and the lines held as possibly ahead of it, the latest
+	// ending at aheadEnd (see merger.take).
+	base     int64
+	based    bool
+	ahead    []Record
+	aheadEnd int64
 }
 
 // resolution is the precision of the times read so far.
