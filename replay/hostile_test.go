@@ -500,3 +500,28 @@ limits:
 		t.Errorf("%d requests; the GET limit saw %d and refused %d, the HEAD one saw %d; want 5, 5, 3 and 3", r.Requests, l.Seen, l.Denied, h.Seen)
 	}
 }
+
+// TestHeaderFieldNamesBounded: a JSON log whose lines name ever new
+// header:NAME fields (80,000 distinct names over 20,000 lines) keeps at
+// most maxHeaderNames of their canonical names, not one per name the log
+// ever held; each field is still read under its canonical name.
+func TestHeaderFieldNamesBounded(t *testing.T) {
+	t.Parallel()
+	p := newJSONParser(newInterner())
+	var r Record
+	for i := range 20_000 {
+		var b strings.Builder
+		b.WriteString(`{"time":"2026-11-30T10:00:00Z","ip":"192.0.2.1","method":"GET","path":"/x","status":200`)
+		for k := range 4 {
+			fmt.Fprintf(&b, `,"header:x-tenant-%d":"t"`, 4*i+k)
+		}
+		b.WriteString(`,"header:x-tenant":"acme"}`)
+		r = parseOne(t, p, b.String())
+	}
+	if n := len(p.hdrNames); n > maxHeaderNames {
+		t.Errorf("%d header names held after 80,001 distinct ones, want at most %d", n, maxHeaderNames)
+	}
+	if got := fmt.Sprint(r.Headers); got != "[{X-Tenant-79996 t} {X-Tenant-79997 t} {X-Tenant-79998 t} {X-Tenant-79999 t} {X-Tenant acme}]" {
+		t.Errorf("the last line's fields: %s", got)
+	}
+}

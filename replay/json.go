@@ -23,6 +23,11 @@ type jsonParser struct {
 	hdrNames map[string]string // header:NAME fields, canonical names
 }
 
+// maxHeaderNames bounds the canonical names of header:NAME fields a
+// parser keeps: a log's own are a few, and a log that names ever new ones
+// then has each canonicalised where it is read, holding no more.
+const maxHeaderNames = 256
+
 func newJSONParser(in *interner) *jsonParser {
 	return &jsonParser{in: in, hdrNames: map[string]string{}}
 }
@@ -161,7 +166,9 @@ func (p *jsonParser) setString(rec *Record, key, v []byte) error {
 			h, ok := p.hdrNames[string(name)]
 			if !ok {
 				h = http.CanonicalHeaderKey(string(name))
-				p.hdrNames[string(name)] = h
+				if len(p.hdrNames) < maxHeaderNames {
+					p.hdrNames[string(name)] = h
+				}
 			}
 			rec.Headers = append(rec.Headers, Header{Name: h, Value: p.in.str(v)})
 		}
