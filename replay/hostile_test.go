@@ -525,3 +525,38 @@ func TestHeaderFieldNamesBounded(t *testing.T) {
 		t.Errorf("the last line's fields: %s", got)
 	}
 }
+
+// TestUnreadableSamplesCut: lines made unreadable by a value of 600 KB
+// (a time, an address, a status, a duration) are shown in every report
+// by their file, line and why, cut to maxSampleBytes: the reports of a
+// log of a few lines stay a few kilobytes, not megabytes of what the
+// lines held.
+func TestUnreadableSamplesCut(t *testing.T) {
+	t.Parallel()
+	p := compilePolicy(t, bucketPolicy)
+	huge := strings.Repeat("9", 600_000)
+	const rest = `"method":"GET","path":"/x"`
+	lines := []string{
+		`{"time":"2026-11-30T10:00:00Z","ip":"192.0.2.1",` + rest + `,"status":200}`,
+		`{"time":"` + huge + `","ip":"192.0.2.1",` + rest + `,"status":200}`,
+		`{"time":"2026-11-30T10:00:01Z","ip":"` + huge + `",` + rest + `,"status":200}`,
+		`{"time":"2026-11-30T10:00:01Z","ip":"192.0.2.1",` + rest + `,"status":"` + huge + `"}`,
+		`{"time":"2026-11-30T10:00:02Z","ip":"192.0.2.1",` + rest + `,"status":200,"duration_us":"` + huge + `"}`,
+		`{"time":"2026-11-30T10:00:02Z","ip":"192.0.2.1",` + rest + `,"status":200}`,
+	}
+	r := mustRun(t, Options{Policy: p, Logs: []string{writeLines(t, lines)}})
+	l := r.Logs[0]
+	if r.Requests != 2 || l.Skipped != 4 || len(l.Samples) != 4 {
+		t.Fatalf("%d requests, %d unreadable, %d shown", r.Requests, l.Skipped, len(l.Samples))
+	}
+	for i, want := range []string{"access.log:2: time: bad time", "access.log:3: ip: ", "access.log:4: status: bad status", "access.log:5: duration_us: bad duration"} {
+		if s := l.Samples[i]; !strings.Contains(s, want) || len(s) > len(l.Name)+maxSampleBytes+32 {
+			t.Errorf("sample %d: %d bytes %.80q…, want %q cut to %d bytes", i, len(s), s, want, maxSampleBytes)
+		}
+	}
+	for out, s := range writeReports(t, r) {
+		if len(s) > 64<<10 {
+			t.Errorf("the %s report of a log of 6 lines: %d bytes", out, len(s))
+		}
+	}
+}

@@ -56,8 +56,12 @@ const maxLine = 1 << 20
 // errLongLine marks a line longer than maxLine.
 var errLongLine = errors.New("line longer than 1 MiB")
 
-// maxSamples bounds the examples of unreadable lines a report keeps.
-const maxSamples = 5
+// maxSamples bounds the examples of unreadable lines a report keeps, and
+// maxSampleBytes what each shows of why (which may quote the line).
+const (
+	maxSamples     = 5
+	maxSampleBytes = 512
+)
 
 // source is one log being read, by a goroutine of its own.
 type source struct {
@@ -372,6 +376,6 @@ func (s *source) skip(line int64, err error) {
 	defer s.mu.Unlock()
 	s.skipped++
 	if len(s.samples) < maxSamples {
-		s.samples = append(s.samples, fmt.Sprintf("%s:%d: %v", s.name, line, err))
+		s.samples = append(s.samples, fmt.Sprintf("%s:%d: %s", s.name, line, clip(err.Error(), maxSampleBytes)))
 	}
 }
