@@ -379,11 +379,12 @@ type Memory struct {
 	// under its SHA-256 instead.
 	MaxKeyBytes int `yaml:"max_key_bytes"`
 	// SoftLimit is "auto" (default) or "off". With auto, floodgate serve
-	// sets the Go runtime's soft memory limit to MaxBytes and a tenth of
-	// it, plus what the rest of the process holds and the room GOGC gives
-	// that, and keeps it following the rest: the garbage a flood of
-	// distinct keys leaves is collected before the process grows past
-	// that. GOMEMLIMIT in the environment takes precedence over both.
+	// (and floodgate replay, for its stores) sets the Go runtime's soft
+	// memory limit to MaxBytes and a tenth of it, plus what the rest of
+	// the process holds and the room GOGC gives that, and keeps it
+	// following the rest: the garbage a flood of distinct keys leaves is
+	// collected before the process grows past that. GOMEMLIMIT in the
+	// environment takes precedence over both.
 	SoftLimit string `yaml:"soft_limit"`
 }
 

@@ -162,6 +162,13 @@ func (exemptions) Outcome(context.Context, time.Duration, *gateway.Match, bool, 
 // Close releases the store.
 func (r *Replayer) Close() error { return r.store.Close() }
 
+// capBytes is what the replayer's store may hold: the policy file's
+// server.memory.max_bytes.
+func (r *Replayer) capBytes() int64 { return r.p.Server().Memory.MaxBytes }
+
+// storeBytes is what the replayer's store holds, as counted for its cap.
+func (r *Replayer) storeBytes() int64 { return r.store.Stats().Bytes }
+
 // Policy returns the policy the requests are decided by.
 func (r *Replayer) Policy() *policy.Policy { return r.p }
 

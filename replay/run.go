@@ -58,6 +58,15 @@ type Options struct {
 	// OnFlip, when set, is called with every request the two policies
 	// decide differently.
 	OnFlip func(*Flip)
+	// MemoryLimit, when set, is called once the replay's embedded stores
+	// are made, with the policy file's server.memory.soft_limit, the bytes
+	// the stores may hold together (each policy's max_bytes) and a
+	// function that counts what they hold; the function it returns is
+	// called when the replay ends. floodgate replay sets the process's
+	// soft memory limit with it, as floodgate serve does, so that the
+	// garbage of evicted counters is collected before the process grows
+	// past the cap and a tenth.
+	MemoryLimit func(mode string, capBytes int64, held func() int64) (stop func())
 }
 
 // Progress says how far a replay got.
@@ -128,6 +137,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		defer other.Close()
 		ot = newTally(o.Compare, o.CompareName)
 		cp = newComparer(o.CompareName, names, o.Policy.Server().IPv6Prefix)
+	}
+
+	if o.MemoryLimit != nil {
+		capBytes, held := main.capBytes(), main.storeBytes
+		if other != nil {
+			capBytes += other.capBytes()
+			held = func() int64 { return main.storeBytes() + other.storeBytes() }
+		}
+		defer o.MemoryLimit(o.Policy.Server().Memory.SoftLimit, capBytes, held)()
 	}
 
 	m := newMerger(ctx, srcs, o.Window)

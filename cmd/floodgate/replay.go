@@ -8,12 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/app"
 	"github.com/floodgate/floodgate/internal/console"
 	"github.com/floodgate/floodgate/keystore"
 	"github.com/floodgate/floodgate/policy"
@@ -100,7 +102,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	o := replay.Options{Policy: p, PolicyName: f.config, Logs: f.logs, Format: f.format, LogFormat: f.logFormat,
-		DeniedStatuses: denied, Window: f.window, Tolerance: f.tolerance, Top: f.top}
+		DeniedStatuses: denied, Window: f.window, Tolerance: f.tolerance, Top: f.top,
+		MemoryLimit: func(mode string, capBytes int64, held func() int64) func() {
+			return app.StartMemLimit(mode, capBytes, held, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		}}
 	if f.compare != "" {
 		crl, err := policy.NewReloader(policy.ReloaderOptions{Path: f.compare})
 		if err != nil {

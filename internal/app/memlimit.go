@@ -3,6 +3,7 @@ package app
 import (
 	"log/slog"
 	"math"
+	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -101,6 +102,17 @@ type memLimit struct {
 	readContainer func() int64
 	container     int64
 	readAt        time.Time
+}
+
+// StartMemLimit sets the process's soft memory limit as floodgate serve
+// does, for embedded stores that may hold capBytes together and whose
+// count held reports, and keeps it following the process until the
+// returned function is called: floodgate replay's stores are kept as
+// serve's are. mode is server.memory.soft_limit ("off" leaves the limit
+// alone), and GOMEMLIMIT in the environment takes precedence.
+func StartMemLimit(mode string, capBytes int64, held func() int64, log *slog.Logger) (stop func()) {
+	return startMemLimit(mode, capBytes, held, os.Getenv,
+		func() int64 { return containerMemoryMax(cgroupRoot, selfCgroupFile) }, log)
 }
 
 // startMemLimit sets the soft memory limit for a store capped at capBytes
