@@ -3,6 +3,7 @@ package simulate
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -35,5 +36,25 @@ func TestStartPastTheEndOfTime(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, c.want) || strings.Contains(msg, "backwards") {
 			t.Errorf("%v: message %q does not name %s", c.args, msg, c.want)
 		}
+	}
+}
+
+// TestInstancesBounded: --instances past maxInstances is a bad flag (one
+// line naming it, exit status 2), not an attempt to make a state for each
+// of a billion instances, which ended the process out of memory; the
+// bound itself runs.
+func TestInstancesBounded(t *testing.T) {
+	t.Parallel()
+	args := func(n string) []string {
+		return []string{"--algorithm", "fixed_window", "--limit", "100000000000", "--window", "1s", "--instances", n, "--arrivals", "0*3,1@100000"}
+	}
+	var out, errb bytes.Buffer
+	err := Run(context.Background(), args("1000000000"), &out, &errb)
+	if code := cli.ExitCode(err); code != 2 || !strings.Contains(fmt.Sprint(err), "--instances must be at most 100000") || out.Len() != 0 {
+		t.Errorf("--instances 1000000000: exit status %d, %v, %d bytes written", code, err, out.Len())
+	}
+	out.Reset()
+	if err := Run(context.Background(), args("100000"), &out, &errb); err != nil || !strings.Contains(out.String(), "allowed 4 of 4\n100000 instances at split_limit(100000000000, 100000) = 1000000 each") {
+		t.Errorf("--instances 100000: %v\n%s", err, out.String())
 	}
 }

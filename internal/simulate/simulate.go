@@ -50,6 +50,11 @@ windows are aligned to the Unix epoch, quota periods to the calendar.
 Flags:
 `
 
+// maxInstances bounds --instances: each instance holds its own state,
+// made up front, so that a typo like 1000000000 fails cleanly instead of
+// exhausting memory.
+const maxInstances = 100_000
+
 // simulateConfig is what the flags of floodgate simulate describe.
 type simulateConfig struct {
 	limit        floodgate.Limit
@@ -258,7 +263,7 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 	fs.StringVar(&cfg.arrivalsSpec, "arrivals", "", "arrivals 'AT[*COUNT][:COST],...'")
 	fs.StringVar(&cfg.arrivalsFile, "arrivals-file", "", "file with one 'SECONDS [COST]' per line")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object instead of a table")
-	fs.IntVar(&cfg.instances, "instances", 1, "independent instances, each enforcing limit/N (count algorithms)")
+	fs.IntVar(&cfg.instances, "instances", 1, "independent instances (at most 100000), each enforcing limit/N (count algorithms)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, simulateUsage)
@@ -314,6 +319,9 @@ func parseSimulateFlags(args []string, stdout io.Writer) (*simulateConfig, error
 	}
 	if cfg.instances < 1 {
 		return nil, cli.Usagef("simulate: --instances must be at least 1, got %d", cfg.instances)
+	}
+	if cfg.instances > maxInstances {
+		return nil, cli.Usagef("simulate: --instances must be at most %d, got %d", maxInstances, cfg.instances)
 	}
 	if cfg.instances > 1 && int64(cfg.instances) > l.Max {
 		return nil, cli.Usagef("simulate: --instances %d leaves each instance a limit of 0 (limit %d)", cfg.instances, l.Max)
