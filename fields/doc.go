@@ -11,7 +11,8 @@
 // them into an http.Header, the Envoy rate-limit service into
 // response_headers_to_add, the HTTP check API into its answer.
 //
-// A limit's name is told as it is up to MaxNameLen bytes; a longer one (a
-// name an RLS request builds from its values) by a short form that stays
-// the same from answer to answer, so that the fields stay small.
+// A limit's name is told as it is up to MaxNameLen bytes, each quote and
+// backslash counted twice as the fields escape it; a longer one (a name
+// an RLS request builds from its values) by a short form that stays the
+// same from answer to answer, so that the fields stay small.
 package fields

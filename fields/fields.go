@@ -56,7 +56,7 @@ var ids atomic.Uint64
 // make one per limit when they are compiled; it is immutable.
 type Limit struct {
 	// Name is the limit's name as it appears in the fields (printable
-	// ASCII only, at most MaxNameLen bytes: see NewLimit).
+	// ASCII only, at most MaxNameLen bytes once quoted: see NewLimit).
 	Name string
 	// Kind is the limit's kind.
 	Kind floodgate.Kind
@@ -83,8 +83,9 @@ type Limit struct {
 // quotas (monthly quotas have no fixed length and omit w). A concurrency
 // limit has qu="concurrent-requests" and no w.
 //
-// A name longer than MaxNameLen bytes (e.g. one an Envoy RLS request built
-// from a descriptor value of a megabyte) is told by a short stable form:
+// A name longer than MaxNameLen bytes, its quotes and backslashes counted
+// twice as the fields escape them (e.g. one an Envoy RLS request built
+// from a descriptor value of a megabyte), is told by a short stable form:
 // its first bytes, "~" and a hash of the whole name (see shortName).
 func NewLimit(l *floodgate.Limit) *Limit {
 	t := l.Algorithm.Traits()
@@ -526,11 +527,12 @@ func sanitizeName(s string) string {
 	return b.String()
 }
 
-// MaxNameLen is the longest limit name the fields tell as it is. 64
-// limits (an RLS request's most descriptors) of names this long, each in
-// RateLimit-Policy and RateLimit, make about 35 KB of fields, under the
-// 60 KiB Envoy allows response headers by default; names written in a
-// configuration are far shorter.
+// MaxNameLen is the longest limit name the fields tell as it is, in the
+// bytes it takes in a field: a quote or backslash, escaped there, counts
+// twice. 64 limits (an RLS request's most descriptors) of names this long,
+// each in RateLimit-Policy and RateLimit, make about 35 KB of fields,
+// under the 60 KiB Envoy allows response headers by default; names
+// written in a configuration are far shorter.
 const MaxNameLen = 256
 
 // shortPrefixLen is how much of a long name shortName keeps.
@@ -539,16 +541,29 @@ const shortPrefixLen = MaxNameLen - 1 - 2*shortHashLen
 // shortHashLen is the number of bytes of SHA-256 shortName writes, in hex.
 const shortHashLen = 8
 
-// shortName returns s when it is at most MaxNameLen bytes long, else its
-// first shortPrefixLen bytes, "~" and the first 8 bytes of its SHA-256 in
-// hex: MaxNameLen bytes that stay the same from answer to answer, and that
-// two long names sharing a prefix do not share.
+// shortName returns s when it takes at most MaxNameLen bytes in a field
+// (quoteString), else the longest start of it that takes at most
+// shortPrefixLen there, "~" and the first 8 bytes of its SHA-256 in hex:
+// at most MaxNameLen bytes in a field, that stay the same from answer to
+// answer, and that two long names sharing a prefix do not share. Counting
+// the escapes keeps a name of quotes or backslashes (a request's values
+// may hold them) from taking twice the room of a name of letters.
 func shortName(s string) string {
-	if len(s) <= MaxNameLen {
-		return s
+	n, cut := 0, len(s)
+	for i := 0; i < len(s); i++ {
+		w := 1
+		if s[i] == '"' || s[i] == '\\' {
+			w = 2
+		}
+		if n+w > shortPrefixLen && cut == len(s) {
+			cut = i
+		}
+		if n += w; n > MaxNameLen {
+			sum := sha256.Sum256([]byte(s))
+			return s[:cut] + "~" + hex.EncodeToString(sum[:shortHashLen])
+		}
 	}
-	sum := sha256.Sum256([]byte(s))
-	return s[:shortPrefixLen] + "~" + hex.EncodeToString(sum[:shortHashLen])
+	return s
 }
 
 // quoteString returns s as an RFC 9651 String ("..." with \ and " escaped);

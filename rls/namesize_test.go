@@ -114,3 +114,39 @@ func TestCurrentLimitNameBounded(t *testing.T) {
 		t.Errorf("a short name told as %.80q, want d.tenant_acme", got)
 	}
 }
+
+// TestEscapedNamesHeadersBounded: the fields write a name as a quoted
+// String, a quote or backslash in it escaped with a backslash, so a name
+// of quotes takes twice its bytes in each field. 64 limit overrides (a
+// request's most descriptors) named by values of quotes and backslashes,
+// names of 256 and of 309 bytes, make headers to add as small as names of
+// letters do (34 KB): far under Envoy's 60 KiB for response headers, and
+// the fields still parse and name every limit. Names measured unescaped
+// made 66 KB and 64 KB.
+func TestEscapedNamesHeadersBounded(t *testing.T) {
+	c, _ := startService(t, mustParse(t, basic), newClock(), Options{})
+	for _, size := range []int{256 - len("d.tenant_"), 300} {
+		var ds []*rlv3.RateLimitDescriptor
+		for i := range 64 {
+			// Distinct values: i quotes, then backslashes.
+			d := desc("tenant", strings.Repeat(`"`, i)+strings.Repeat(`\`, size-i))
+			d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
+			ds = append(ds, d)
+		}
+		r := ask(t, c, "d", ds...)
+		n := 0
+		for _, h := range r.GetResponseHeadersToAdd() {
+			n += len(h.GetKey()) + len(h.GetValue())
+		}
+		// Names of letters make about 35 KB (fields.MaxNameLen).
+		if n > 40<<10 {
+			t.Errorf("64 names of %d bytes of quotes and backslashes: headers to add of %d bytes, want at most 40 KiB", len("d.tenant_")+size, n)
+		}
+		for _, f := range []string{"RateLimit-Policy", "RateLimit"} {
+			l, err := sfv.ParseList(header(r, f))
+			if err != nil || len(l) != 64 {
+				t.Errorf("%s of 64 escaped names: %d items, %v", f, len(l), err)
+			}
+		}
+	}
+}
