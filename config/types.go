@@ -150,8 +150,9 @@ type Server struct {
 	// meets the limits and routes of "/login", for upstreams that route a
 	// path with a final ".format" as the path without it (Rails, whose
 	// routes are "/login(.:format)", and Spring's suffix pattern
-	// matching). With ignore, the text after the last dot of a path's last
-	// segment is removed before matching, the dot with it.
+	// matching). With ignore, the text from the first dot of a path's last
+	// segment on (but for a dot that starts the segment) is removed before
+	// matching, as Spring serves "/login.a.json" as "/login".
 	FormatSuffix string `yaml:"format_suffix"`
 	// EscapedSlash says how a path with an escaped slash ("%2F") is read
 	// for routes and limits, as the upstream reads it: both (default: read

@@ -147,12 +147,20 @@ func unhex(c byte) byte {
 
 // stripFormat returns a cleaned path without the final ".format" of its
 // last segment ("/login.json" is "/login"), as Rails routes "/login(.:format)":
-// the text after the segment's last dot, and the dot. A segment that is
-// nothing but its suffix (".env") is kept.
+// the text from the segment's first dot on, but for a dot that starts it.
+// From the first dot, not the last: Spring's suffix pattern matching
+// serves "/login.a.json" as "/login" (its route is "/login.*"), so the
+// text after the last dot alone ("/login.a") would let a limit on
+// "/login" be dodged by a second dot. A segment that is nothing but its
+// suffix (".env") is kept.
 func stripFormat(p string) string {
 	last := strings.LastIndexByte(p, '/')
-	if dot := strings.LastIndexByte(p[last+1:], '.'); dot > 0 {
-		return p[:last+1+dot]
+	seg := p[last+1:]
+	if seg == "" {
+		return p
+	}
+	if dot := strings.IndexByte(seg[1:], '.'); dot >= 0 {
+		return p[:last+2+dot]
 	}
 	return p
 }
