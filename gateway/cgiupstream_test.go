@@ -14,13 +14,14 @@ import (
 const cgiChild = "FLOODGATE_TEST_CGI_CHILD"
 
 // serveCGIChild is the CGI program of cgiUpstream: it answers the user the
-// request names in X-Floodgate-User and X-User, and its X-Forwarded-For,
-// as a CGI program reads them (HTTP_X_FLOODGATE_USER, HTTP_X_USER,
-// HTTP_X_FORWARDED_FOR), and exits.
+// request names in X-Floodgate-User and X-User, its X-Forwarded-For and
+// the tenant it names in X-Tenant, as a CGI program reads them
+// (HTTP_X_FLOODGATE_USER, HTTP_X_USER, HTTP_X_FORWARDED_FOR,
+// HTTP_X_TENANT), and exits.
 func serveCGIChild() {
 	err := cgi.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "identity=%q user=%q for=%q", os.Getenv("HTTP_X_FLOODGATE_USER"), os.Getenv("HTTP_X_USER"),
-			os.Getenv("HTTP_X_FORWARDED_FOR"))
+		fmt.Fprintf(w, "identity=%q user=%q for=%q tenant=%q", os.Getenv("HTTP_X_FLOODGATE_USER"), os.Getenv("HTTP_X_USER"),
+			os.Getenv("HTTP_X_FORWARDED_FOR"), os.Getenv("HTTP_X_TENANT"))
 	}))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -76,8 +77,50 @@ limits:
 			if a.status == http.StatusBadRequest {
 				continue // refused: nothing reached the upstream
 			}
-			if a.status != 200 || a.body != `identity="" user="" for="127.0.0.1"` {
+			if a.status != 200 || a.body != `identity="" user="" for="127.0.0.1" tenant=""` {
 				t.Errorf("%v: status %d, the upstream read %s", hdr, a.status, a.body)
+			}
+		}
+	})
+}
+
+// TestUnderscoreSpellingOfAKeyedFieldRefused: to an upstream that reads
+// its request as CGI variables do, X_Tenant is X-Tenant, so a field a
+// limit counts by spelled with '_' for '-' is a second copy of it, which
+// the upstream may serve where the gateway charged the first, or the only
+// one, which the gateway charged nothing: a limit of one request an hour
+// per X-Tenant spent by tenant acme, acme's requests spelled X_Tenant,
+// alone and beside another tenant's X-Tenant, are refused 400 and reach
+// no upstream, as are those of a field an overload tenant and tier are
+// read from.
+func TestUnderscoreSpellingOfAKeyedFieldRefused(t *testing.T) {
+	src := `
+routes:
+  - name: api
+    match: {paths: ["/**"]}
+    upstream: "http://127.0.0.1:1"
+    overload: {limit: 100, tenant: "header:X-Org", tier_header: X-Priority}
+limits:
+  - {name: per-tenant, rate: 1, per: 1h, burst: 1, key: "header:X-Tenant"}
+`
+	forFronts(t, proxyFronts, func(t *testing.T, front string) {
+		pm, err := NewPolicyMatcher(Fixed(compilePolicy(t, "cgi.yaml", src)), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, base, c := startFront(t, front, Options{Matcher: pm, Engine: memEngine(t)}, cgiUpstream().ServeHTTP)
+		if a := do(t, c, "GET", base+"/x", map[string]string{"X-Tenant": "acme"}); a.status != 200 || a.body != `identity="" user="" for="127.0.0.1" tenant="acme"` {
+			t.Fatalf("acme's one request: %d %s", a.status, a.body)
+		}
+		for _, hdr := range []map[string]string{
+			{"X_Tenant": "acme"},
+			{"x_tenant": "acme"},
+			{"X-Tenant": "other", "X_Tenant": "acme"},
+			{"X_Org": "acme"},
+			{"X_Priority": "critical"},
+		} {
+			if a := do(t, c, "GET", base+"/x", hdr); a.status != http.StatusBadRequest {
+				t.Errorf("%v: status %d, the upstream read %s; want 400", hdr, a.status, a.body)
 			}
 		}
 	})

@@ -85,8 +85,8 @@ type resolverFor struct {
 	// spelled holds the fields, canonical, that say who sends a request
 	// or tell the upstream who did (the API key's, the token's, the user
 	// header, every route's identity headers and stripped credentials,
-	// the forwarded address), which a request may not carry spelled with
-	// '_' for '-' (underscored).
+	// the forwarded address), and those keyed holds, which a request may
+	// not carry spelled with '_' for '-' (underscored).
 	spelled *NameMatch
 }
 
@@ -206,8 +206,12 @@ func lower(c byte) byte {
 }
 
 // spelledFields returns the fields of p, canonical, once each, that a
-// request may not carry spelled with '_' for '-' (resolverFor.spelled).
-func spelledFields(p *policy.Policy, keyHdr string, single []string) []string {
+// request may not carry spelled with '_' for '-' (resolverFor.spelled):
+// those that say who sends it, and the fields limits and overload control
+// count by (keyed). To an upstream that reads CGI variables X_Tenant is
+// X-Tenant: a tenant named so would be served where the gateway charged
+// another tenant's X-Tenant, or none.
+func spelledFields(p *policy.Policy, keyHdr string, single, keyed []string) []string {
 	// The client's address is the gateway's to tell as well: it rewrites
 	// X-Forwarded-For, and removes X-Real-IP from a peer it does not trust.
 	out := []string{keyHdr, "X-Forwarded-For", "X-Real-Ip"}
@@ -217,6 +221,9 @@ func spelledFields(p *policy.Policy, keyHdr string, single []string) []string {
 		}
 	}
 	for _, name := range single {
+		add(name)
+	}
+	for _, name := range keyed {
 		add(name)
 	}
 	for _, rt := range p.Routes() {
@@ -293,7 +300,7 @@ func (pm *PolicyMatcher) resolverFor(p *policy.Policy) (*resolverFor, error) {
 		return nil, fmt.Errorf("gateway: identity: %w", err)
 	}
 	c := &resolverFor{p: p, resolver: res, keyHdr: http.CanonicalHeaderKey(srv.APIKeyHeader), fields: FieldOptions(srv.Headers), keyed: keyedFields(p)}
-	c.spelled = &NameMatch{names: spelledFields(p, c.keyHdr, res.SingleFields())}
+	c.spelled = &NameMatch{names: spelledFields(p, c.keyHdr, res.SingleFields(), c.keyed)}
 	pm.current.Store(c)
 	return c, nil
 }
