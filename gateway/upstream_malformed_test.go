@@ -18,6 +18,17 @@ import (
 // and the error that broke it off (nil when it was read to its end).
 func rawExchange(t *testing.T, base, path string) (*http.Response, string, error) {
 	t.Helper()
+	resp, body, err := tryExchange(t, base, path)
+	if resp == nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return resp, body, err
+}
+
+// tryExchange is rawExchange, but for an answer whose head never comes:
+// its response is then nil, and the error says why.
+func tryExchange(t *testing.T, base, path string) (*http.Response, string, error) {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +40,7 @@ func rawExchange(t *testing.T, base, path string) (*http.Response, string, error
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		t.Fatalf("%s: %v", path, err)
+		return nil, "", err
 	}
 	b, err := io.ReadAll(resp.Body)
 	return resp, string(b), err
@@ -140,6 +151,47 @@ func TestUpstreamSpaceBeforeColon(t *testing.T) {
 		}
 		if got := resp.Header.Values("Set-Cookie"); strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Errorf("Set-Cookie %q, want %q", got, want)
+		}
+	})
+}
+
+// TestUpstreamLongChunkLineLeavesNothing: an upstream's chunked answer
+// whose chunk line is longer than 4 KiB (an extension of 8 KB) is read
+// whole by the edge engine, which skips extensions of any length, and
+// broken off by net/http, which reads chunk lines of at most 4 KiB; either
+// way nothing of it is left on the upstream connection for another
+// request. The chunk after the long line holds a whole answer of its own:
+// an engine that dropped the line and kept the connection would give it to
+// the next request. Each later request gets the upstream's own answer.
+func TestUpstreamLongChunkLineLeavesNothing(t *testing.T) {
+	t.Parallel()
+	fake := "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"
+	long := fmt.Sprintf("%x;x=%s\r\n%s\r\n", len(fake), strings.Repeat("a", 8<<10), fake)
+	answers := map[string]string{
+		"/first":  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + long + "0\r\n\r\n",
+		"/second": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n" + long + "0\r\n\r\n",
+		"/next":   "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
+	}
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		addr := upstreamtest.Raw(t, func(c net.Conn, req *http.Request) bool {
+			_, err := io.WriteString(c, answers[req.URL.Path])
+			return err == nil
+		})
+		base := serveFront(t, fr, gatewayTo(t, "http://"+addr), nil)
+		for _, path := range []string{"/first", "/second"} {
+			for range 3 {
+				resp, body, err := tryExchange(t, base, path)
+				switch {
+				case fr == frontEdge && (resp == nil || resp.StatusCode != 200 || err != nil || !strings.HasSuffix(body, fake)):
+					t.Errorf("%s: %v %q, %v; want 200 with the chunk read whole", path, resp, body, err)
+				case fr == frontNetHTTP && resp != nil && resp.StatusCode != http.StatusBadGateway && err == nil:
+					t.Errorf("%s: %d %q read whole; want nothing, a 502 or the answer broken off", path, resp.StatusCode, body)
+				}
+				resp, body, err = rawExchange(t, base, "/next")
+				if resp.StatusCode != 200 || body != "next" || err != nil {
+					t.Errorf("after %s: /next answered %d %q, %v; want the upstream's own 200 \"next\"", path, resp.StatusCode, body, err)
+				}
+			}
 		}
 	})
 }
