@@ -725,3 +725,49 @@ limits:
 		}
 	}
 }
+
+// TestDotSegmentsBesideAnEscapedSlashForwardedAsLimited: a target whose
+// dot segments both readings of its escaped slash resolve alike
+// (/admin/../public/x%2Fy: the ".." is a segment of its own whether "%2F"
+// is read as a slash or kept inside its segment) is forwarded resolved, the
+// escaped slash kept, under every server.escaped_slash that serves it, on
+// each engine: an upstream that does not resolve dot segments (Flask,
+// which decodes the slash, serves /admin/../public/x/y by its
+// /admin/<path> route) is asked for the path that was limited. Before
+// 2026-12-07 any escaped slash made the target go as sent: a client added
+// one to reach the admin route charged by the public route's limit.
+func TestDotSegmentsBesideAnEscapedSlashForwardedAsLimited(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		got := make(chan string, 1)
+		record := func(w http.ResponseWriter, r *http.Request) { got <- r.RequestURI }
+		for _, mode := range []string{"both", "segment", "decoded"} {
+			base := policyFront(t, fr, "dots.yaml", `version: 1
+server: {escaped_slash: `+mode+`}
+routes:
+  - {name: admin, match: {paths: ["/admin/**"]}, upstream: "http://127.0.0.1:9"}
+  - {name: public, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+limits:
+  - {name: admin-limit, match: {routes: [admin]}, algorithm: fixed_window, limit: 100, window: 1h, key: global}
+  - {name: public-limit, match: {routes: [public]}, algorithm: fixed_window, limit: 200, window: 1h, key: global}
+`, record)
+			for _, c := range []struct{ target, limit, upstream string }{
+				{"/admin/../public/x%2Fy", "public-limit", "/public/x%2Fy"},
+				{"/admin/%2e%2e/public/x%2fy?q=1", "public-limit", "/public/x%2fy?q=1"},
+				{"/admin/./../public%2Fx/./", "public-limit", "/public%2Fx/"},
+				{"/public/../admin/a%2Fb", "admin-limit", "/admin/a%2Fb"},
+			} {
+				resp := rawGet(t, base, c.target, "a.example")
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("%s: %s: %d, want 200", mode, c.target, resp.StatusCode)
+					continue
+				}
+				u := <-got
+				limit, _, _ := strings.Cut(resp.Header.Get("RateLimit-Policy"), ";")
+				if limit != `"`+c.limit+`"` || u != c.upstream {
+					t.Errorf("%s: %s: limited by %s, the upstream asked for %s; want %s and %s", mode, c.target, limit, u, c.limit, c.upstream)
+				}
+			}
+		}
+	})
+}

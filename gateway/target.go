@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"net/http"
+	"net/url"
+	"path"
 	"slices"
 	"strings"
 )
@@ -155,15 +157,19 @@ func upperMethod(m string) string {
 // "." or ".." (escaped or not: "%2e", ".%2E") is removed, or removes the
 // one before it, and empty segments go with them, as path.Clean reads the
 // decoded path. Every other segment is kept as it was sent. It returns p
-// and false when p holds no dot segment, or an escaped slash ("%2F"): such
-// a target goes upstream as sent, since which segment a ".." removes
-// depends on the reading server.escaped_slash names, and the upstream that
-// reading is chosen for resolves the path its own way. Both engines
-// forward the path it returns, so that an upstream that does not resolve
-// dot segments itself is asked for the path the gateway limited.
+// and false when p holds no dot segment. A path that also holds an escaped
+// slash ("%2F") is resolved only when both readings of it agree (the slash
+// decoded, or kept inside its segment): when its dot segments are
+// segments of their own whichever way "%2F" is read
+// (/admin/../public/x%2Fy), and decoding the result leaves no dot segment;
+// such a path is resolved alike under every server.escaped_slash, so the
+// result is what was routed and limited, the escaped slash kept. Otherwise
+// which segment a ".." removes depends on the reading, and the target goes
+// upstream as sent, to the upstream that reading is chosen for. Both
+// engines forward the path it returns, so that an upstream that does not
+// resolve dot segments itself is asked for the path the gateway limited.
 func ResolveDotSegments(p string) (string, bool) {
-	if !strings.Contains(p, "/.") && !strings.Contains(p, "/%2e") && !strings.Contains(p, "/%2E") ||
-		strings.Contains(p, "%2F") || strings.Contains(p, "%2f") {
+	if !strings.Contains(p, "/.") && !strings.Contains(p, "/%2e") && !strings.Contains(p, "/%2E") {
 		return p, false
 	}
 	segs := strings.Split(p, "/")
@@ -195,7 +201,36 @@ func ResolveDotSegments(p string) (string, bool) {
 	if last := segs[len(segs)-1]; len(kept) > 0 && (last == "" || dotSegment(last) != 0) {
 		out += "/"
 	}
+	if strings.Contains(p, "%2F") || strings.Contains(p, "%2f") {
+		if !readingsAgree(p, out) {
+			return p, false
+		}
+	}
 	return out, true
+}
+
+// readingsAgree reports whether out, the path p (escaped) with its dot
+// segments resolved segment by segment, an escaped slash kept inside its
+// segment, is also p's decoded reading resolved: decoded, out holds no
+// dot segment and is the path p decodes to, cleaned.
+func readingsAgree(p, out string) bool {
+	dp, err := url.PathUnescape(p)
+	if err != nil {
+		return false
+	}
+	do, err := url.PathUnescape(out)
+	if err != nil {
+		return false
+	}
+	for s := range strings.SplitSeq(do, "/") {
+		if s == "." || s == ".." {
+			return false
+		}
+	}
+	if do != "/" {
+		do = strings.TrimSuffix(do, "/")
+	}
+	return do == path.Clean(dp)
 }
 
 // dotSegment returns 1 when the segment s (escaped) is ".", 2 when it is
