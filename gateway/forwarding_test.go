@@ -700,8 +700,10 @@ limits:
 		}
 	}
 
-	// A path with an escaped slash goes as sent: under escaped_slash:
-	// decoded the gateway limited it decoded, as the upstream reads it.
+	// A path whose escaped slash makes its dot segments resolve two ways
+	// is refused (TestDotSegmentsBesideAnEscapedSlashForwardedAsLimited):
+	// under escaped_slash: decoded the gateway limited it decoded, and an
+	// upstream that does not resolve them served it as sent.
 	decoded := policyFront(t, fr, "decoded.yaml", `version: 1
 server: {escaped_slash: decoded}
 routes:
@@ -710,10 +712,8 @@ routes:
 limits:
   - {name: public-limit, match: {routes: [public]}, algorithm: fixed_window, limit: 200, window: 1h, key: global}
 `, record)
-	if resp, u := get(decoded, "/admin/b%2F../../public/x"); u != "/admin/b%2F../../public/x" ||
-		!strings.HasPrefix(resp.Header.Get("RateLimit-Policy"), `"public-limit"`) {
-		t.Errorf("an escaped slash under decoded: limited by %s, the upstream asked for %s; want public-limit and the path as sent",
-			resp.Header.Get("RateLimit-Policy"), u)
+	if resp := rawGet(t, decoded, "/admin/b%2F../../public/x", "a.example"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("an escaped slash that makes dot segments resolve two ways, under decoded: %d, want 400", resp.StatusCode)
 	}
 
 	// Behind a path prefix.
@@ -733,9 +733,12 @@ limits:
 // escaped slash kept, under every server.escaped_slash that serves it, on
 // each engine: an upstream that does not resolve dot segments (Flask,
 // which decodes the slash, serves /admin/../public/x/y by its
-// /admin/<path> route) is asked for the path that was limited. Before
-// 2026-12-07 any escaped slash made the target go as sent: a client added
-// one to reach the admin route charged by the public route's limit.
+// /admin/<path> route) is asked for the path that was limited. One whose
+// readings resolve it two ways is refused 400 before any limit, under
+// every mode. Before 2026-12-07 any escaped slash made the target go as
+// sent: a client added one to reach the admin route charged by the public
+// route's limit, and under segment and decoded one that resolved two ways
+// was limited by one reading and served as sent.
 func TestDotSegmentsBesideAnEscapedSlashForwardedAsLimited(t *testing.T) {
 	t.Parallel()
 	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
@@ -766,6 +769,16 @@ limits:
 				limit, _, _ := strings.Cut(resp.Header.Get("RateLimit-Policy"), ";")
 				if limit != `"`+c.limit+`"` || u != c.upstream {
 					t.Errorf("%s: %s: limited by %s, the upstream asked for %s; want %s and %s", mode, c.target, limit, u, c.limit, c.upstream)
+				}
+			}
+			for _, target := range []string{"/admin/b%2F../../public/x", "/admin/../x%2F..%2Fadmin", "/admin%2Fq/../public",
+				"http://a.example/admin/b%2f../../public/x?q=1"} {
+				if resp := rawGet(t, base, target, "a.example"); resp.StatusCode != http.StatusBadRequest {
+					u := ""
+					if resp.StatusCode == http.StatusOK {
+						u = <-got
+					}
+					t.Errorf("%s: %s, resolved two ways: %d (the upstream asked for %q), want 400", mode, target, resp.StatusCode, u)
 				}
 			}
 		}

@@ -68,6 +68,10 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 		// dot segments resolved already (fasthttp's), with the parameter's
 		// segment counted as one.
 		return http.StatusBadRequest, "400 Bad Request: a path parameter on an empty or \".\" segment before \"..\"", true
+	case ambiguousDots(target):
+		// Resolved one way by the gateway and served as sent, by its first
+		// segments, by an upstream that does not resolve dot segments.
+		return http.StatusBadRequest, "400 Bad Request: dot segments that an escaped slash (%2F) makes resolve two ways", true
 	case http11 && host == "":
 		return http.StatusBadRequest, "400 Bad Request: missing required Host header", true
 	case !validHost(host):

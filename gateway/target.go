@@ -164,11 +164,22 @@ func upperMethod(m string) string {
 // (/admin/../public/x%2Fy), and decoding the result leaves no dot segment;
 // such a path is resolved alike under every server.escaped_slash, so the
 // result is what was routed and limited, the escaped slash kept. Otherwise
-// which segment a ".." removes depends on the reading, and the target goes
-// upstream as sent, to the upstream that reading is chosen for. Both
-// engines forward the path it returns, so that an upstream that does not
-// resolve dot segments itself is asked for the path the gateway limited.
+// which segment a ".." removes depends on the reading: Preflight refuses
+// such a target (ambiguousDots), and p goes back unchanged. Both engines
+// forward the path it returns, so that an upstream that does not resolve
+// dot segments itself is asked for the path the gateway limited.
 func ResolveDotSegments(p string) (string, bool) {
+	out, found := resolveDots(p)
+	if !found || hasEscapedSlash(p) && !readingsAgree(p, out) {
+		return p, false
+	}
+	return out, true
+}
+
+// resolveDots returns the path p (escaped) with its dot segments resolved
+// segment by segment, an escaped slash kept inside its segment, and
+// whether it held any; p and false when it held none.
+func resolveDots(p string) (string, bool) {
 	if !strings.Contains(p, "/.") && !strings.Contains(p, "/%2e") && !strings.Contains(p, "/%2E") {
 		return p, false
 	}
@@ -201,18 +212,45 @@ func ResolveDotSegments(p string) (string, bool) {
 	if last := segs[len(segs)-1]; len(kept) > 0 && (last == "" || dotSegment(last) != 0) {
 		out += "/"
 	}
-	if strings.Contains(p, "%2F") || strings.Contains(p, "%2f") {
-		if !readingsAgree(p, out) {
-			return p, false
-		}
-	}
 	return out, true
+}
+
+// hasEscapedSlash reports whether p holds "%2F" in either case.
+func hasEscapedSlash(p string) bool {
+	return strings.Contains(p, "%2F") || strings.Contains(p, "%2f")
+}
+
+// ambiguousDots reports whether the path of a request target (as sent)
+// holds dot segments that the two readings of its escaped slash resolve
+// differently (/admin/b%2F../../public/x: /public/x with the slash
+// decoded, /admin/public/x with it kept inside its segment), which the
+// gateway refuses before any limit: whichever reading it limited, an
+// upstream that does not resolve dot segments would serve the path as
+// sent, by its first segments.
+func ambiguousDots(target string) bool {
+	if !hasEscapedSlash(target) || !strings.Contains(target, "/.") && !strings.Contains(target, "/%2e") && !strings.Contains(target, "/%2E") {
+		return false
+	}
+	p := target
+	if absoluteForm(p) {
+		rest := p[strings.Index(p, "://")+3:]
+		i := strings.IndexAny(rest, "/?")
+		if i < 0 || rest[i] != '/' {
+			return false
+		}
+		p = rest[i:]
+	}
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		p = p[:i]
+	}
+	out, found := resolveDots(p)
+	return found && hasEscapedSlash(p) && !readingsAgree(p, out)
 }
 
 // readingsAgree reports whether out, the path p (escaped) with its dot
 // segments resolved segment by segment, an escaped slash kept inside its
 // segment, is also p's decoded reading resolved: decoded, out holds no
-// dot segment and is the path p decodes to, cleaned.
+// dot segment and cleans to the path p decodes to, cleaned.
 func readingsAgree(p, out string) bool {
 	dp, err := url.PathUnescape(p)
 	if err != nil {
@@ -227,10 +265,7 @@ func readingsAgree(p, out string) bool {
 			return false
 		}
 	}
-	if do != "/" {
-		do = strings.TrimSuffix(do, "/")
-	}
-	return do == path.Clean(dp)
+	return path.Clean(do) == path.Clean(dp)
 }
 
 // dotSegment returns 1 when the segment s (escaped) is ".", 2 when it is
