@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,5 +73,72 @@ func TestHugeResponseHeaderRefused(t *testing.T) {
 	waitFor(t, "the webhook's outcome", func() bool { return result("delivered")+result("failed") == 1 })
 	if d, f := result("delivered"), result("failed"); d != 0 || f != 1 {
 		t.Errorf("an answer with 4 MiB of header: %v delivered, %v failed; want the attempt failed past the 64 KiB bound", d, f)
+	}
+}
+
+// TestEndlessResponseBodyNotRead: a receiver that answers 200 and then
+// sends a body without end (a gigabyte, a chunk at a time) has taken the
+// alarm, and the delivery reads at most maxResponseBody of the body before
+// it closes the connection: the receiver can write no more than the
+// sockets' buffers hold past that, far from the gigabyte a delivery that
+// read the body whole would take from it.
+func TestEndlessResponseBodyNotRead(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written atomic.Int64
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // a bound for failing only
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+					return
+				}
+				chunk := "10000\r\n" + strings.Repeat("b", 64<<10) + "\r\n"
+				for range 16 << 10 { // 1 GiB
+					n, err := io.WriteString(c, chunk)
+					written.Add(int64(n))
+					if err != nil {
+						return // the delivery closed the connection
+					}
+				}
+			})
+		}
+	})
+	reg := prometheus.NewRegistry()
+	a, err := New(Options{Dedup: NewLocalDedup(), Registerer: reg, Backoff: time.Millisecond, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPolicy(t)
+	a.SetPolicy(p, map[string]Plan{"small": {Thresholds: []int{100}, Webhook: "http://" + ln.Addr().String() + "/hook", Secret: []byte("s")}})
+	runAlarms(t, a)
+	use(a, p, "key:k", 10)
+	result := func(r string) float64 {
+		return promtest.Value(t, reg, "floodgate_alarm_webhooks_total", promtest.Labels{"result": r})
+	}
+	waitFor(t, "the webhook's outcome", func() bool { return result("delivered")+result("failed") == 1 })
+	if d := result("delivered"); d != 1 {
+		t.Errorf("an answer of 200 with an endless body: %v delivered, want 1", d)
+	}
+	ln.Close()
+	wg.Wait()
+	if n := written.Load(); n > 64<<20 {
+		t.Errorf("the receiver wrote %d MiB of body before the delivery let go of it, want far under the gigabyte it had", n>>20)
 	}
 }
