@@ -140,16 +140,33 @@ func parseSeconds(b []byte) (int64, error) {
 	return whole*int64(time.Second) + frac, nil
 }
 
+// maxLine is the longest line of a trace file, and maxQuote what an error
+// quotes of it.
+const (
+	maxLine  = 1 << 20
+	maxQuote = 64
+)
+
+// quote is b quoted for an error, cut after maxQuote bytes with its length
+// said, so that an error never holds megabytes of a line.
+func quote(b []byte) string {
+	if len(b) <= maxQuote {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%q… (%d bytes)", b[:maxQuote], len(b))
+}
+
 // scanArrivals reads a trace file: one 'SECONDS [COST]' per line; blank
 // lines and lines starting with # are skipped. Times must not decrease. It
 // hands each arrival to fn as it reads it, holding none, and stops at the
-// first error, fn's or the file's.
+// first error, fn's or the file's; an error names its line.
 func scanArrivals(r io.Reader, fn func(a arrival) error) error {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	sc.Buffer(make([]byte, 64*1024), maxLine)
 	n := 0
 	last := int64(-1)
-	for line := 1; sc.Scan(); line++ {
+	line := 1
+	for ; sc.Scan(); line++ {
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 || b[0] == '#' {
 			continue
@@ -160,12 +177,12 @@ func scanArrivals(r io.Reader, fn func(a arrival) error) error {
 		}
 		at, err := parseSeconds(atB)
 		if err != nil {
-			return fmt.Errorf("line %d: %q: %w", line, b, err)
+			return fmt.Errorf("line %d: %s: %w", line, quote(b), err)
 		}
 		cost := int64(1)
 		if len(costB) > 0 {
 			if cost, err = parseInt(costB); err != nil || cost < 1 {
-				return fmt.Errorf("line %d: cost %q must be a whole number ≥ 1", line, costB)
+				return fmt.Errorf("line %d: cost %s must be a whole number ≥ 1", line, quote(costB))
 			}
 		}
 		if at < last {
@@ -180,7 +197,12 @@ func scanArrivals(r io.Reader, fn func(a arrival) error) error {
 			return err
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("line %d: longer than 1 MiB", line)
+	} else if err != nil {
+		return fmt.Errorf("line %d: %w", line, err)
+	}
+	return nil
 }
 
 // parseInt reads a decimal integer, optionally negative, without

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -56,5 +58,33 @@ func TestInstancesBounded(t *testing.T) {
 	out.Reset()
 	if err := Run(context.Background(), args("100000"), &out, &errb); err != nil || !strings.Contains(out.String(), "allowed 4 of 4\n100000 instances at split_limit(100000000000, 100000) = 1000000 each") {
 		t.Errorf("--instances 100000: %v\n%s", err, out.String())
+	}
+}
+
+// TestBadArrivalsLineNamedAndCut: an --arrivals-file line longer than the
+// reader's 1 MiB is a bad flag naming the file and the line, not a bare
+// "token too long"; a bad time or cost of 900 KB is quoted cut after
+// maxQuote bytes, not whole on stderr.
+func TestBadArrivalsLineNamedAndCut(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	huge := strings.Repeat("x", 900<<10)
+	for _, c := range []struct {
+		name, body, want string
+	}{
+		{"long.txt", "0\n0.5 2\n1 " + strings.Repeat("9", 2<<20) + "\n", "long.txt: line 3: longer than 1 MiB"},
+		{"cost.txt", "0\n1 " + huge + "\n", `cost.txt: line 2: cost "xxxx`},
+		{"time.txt", "# a trace\n" + huge + " 1\n", `time.txt: line 2: "xxxx`},
+	} {
+		path := filepath.Join(dir, c.name)
+		if err := os.WriteFile(path, []byte(c.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		err := Run(context.Background(), []string{"--algorithm", "token_bucket", "--rate", "1", "--burst", "1", "--arrivals-file", path}, &out, &errb)
+		msg := fmt.Sprint(err)
+		if code := cli.ExitCode(err); code != 2 || !strings.Contains(msg, c.want) || len(msg) > len(path)+maxQuote+128 {
+			t.Errorf("%s: exit status %d, %d bytes %.200q, want %q cut", c.name, code, len(msg), msg, c.want)
+		}
 	}
 }
