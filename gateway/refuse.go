@@ -87,6 +87,26 @@ func absoluteForm(target string) bool {
 	return i > 0 && validScheme(target[:i])
 }
 
+// OriginPath returns a request target as the gateway routes it: of a
+// target in absolute form (any scheme: "ftp://host/x" as "http://host/x",
+// as net/http and fasthttp read it), what follows its authority ("/x",
+// "/" when nothing does, "/?q" for a query alone); any other target as it
+// is. A replay reads a logged request line with it.
+func OriginPath(target string) string {
+	if !absoluteForm(target) {
+		return target
+	}
+	rest := target[strings.Index(target, "://")+3:]
+	i := strings.IndexAny(rest, "/?")
+	switch {
+	case i < 0:
+		return "/"
+	case rest[i] == '?':
+		return "/" + rest[i:]
+	}
+	return rest[i:]
+}
+
 // absoluteWithoutHost reports whether target is in absolute form with an
 // authority ("scheme://") that names no host: none at all, or user info
 // or a port alone (http:///x, http://u@/x, http://:80/x).

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/floodgate/floodgate/accesslog"
+	"github.com/floodgate/floodgate/gateway"
 )
 
 // TestOutOfRangeTimesAndDurationsRefused: a line whose time is before
@@ -557,6 +558,36 @@ func TestUnreadableSamplesCut(t *testing.T) {
 	for out, s := range writeReports(t, r) {
 		if len(s) > 64<<10 {
 			t.Errorf("the %s report of a log of 6 lines: %d bytes", out, len(s))
+		}
+	}
+}
+
+// TestAbsoluteFormOfAnySchemeRequestLine: a request line in absolute form
+// of a scheme other than http or https (GET ftp://host/api/x HTTP/1.1) is
+// routed by NGINX and both gateway engines by its path, /api/x: the
+// replay reads it so too, not as the path "ftp://host/api/x" no route
+// matches; a path that only holds "://" stays the path it is.
+func TestAbsoluteFormOfAnySchemeRequestLine(t *testing.T) {
+	t.Parallel()
+	p := compilePolicy(t, `
+limits:
+  - {name: api, algorithm: fixed_window, limit: 1, window: 1h, key: client_ip, scope: global, match: {paths: ["/api/**"]}}
+`)
+	var b []byte
+	for i, target := range []string{"ftp://api.example.com/api/x", "FTP://api.example.com/api/x", "git+ssh.v2://u@api.example.com:22/api/x?q=1", "/api/x://y", "/other/http://api.example.com/api/x"} {
+		b = fmt.Appendf(b, `203.0.113.%d - - [30/Nov/2026:10:30:00 +0000] "GET %s HTTP/1.1" 200 0 "-" "-"`+"\n", 1+i/4, target)
+	}
+	log := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(log, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, Options{Policy: p, Logs: []string{log}})
+	if l := limitReport(t, r, "api"); r.Requests != 5 || l.Seen != 4 || l.Denied != 3 || r.Unlimited != 1 {
+		t.Errorf("%d requests, %d unlimited; the route's limit saw %d and refused %d", r.Requests, r.Unlimited, l.Seen, l.Denied)
+	}
+	for _, c := range [][2]string{{"ftp://h/x", "/x"}, {"ws://h", "/"}, {"ws://h?q", "/?q"}, {"/a://b", "/a://b"}, {"1x://h/x", "1x://h/x"}, {"*", "*"}} {
+		if got := gateway.OriginPath(c[0]); got != c[1] {
+			t.Errorf("gateway.OriginPath(%q) = %q, want %q", c[0], got, c[1])
 		}
 	}
 }

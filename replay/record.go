@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/gateway"
 )
 
 // Logged is what a log says the limits decided about a request.
@@ -106,33 +108,15 @@ type Record struct {
 }
 
 // stripQuery removes a URL's query and fragment, and the scheme and
-// authority of an absolute-form target (GET http://host/path HTTP/1.1,
-// which a client may send and NGINX logs as sent): a server routes it by
-// its path, and so does the replay.
+// authority of an absolute-form target of any scheme (GET http://host/path
+// HTTP/1.1 or GET ftp://host/path HTTP/1.1, which a client may send and
+// NGINX logs as sent): a server routes it by its path, and so does the
+// replay, reading it as the gateway does (gateway.OriginPath).
 func stripQuery(p string) string {
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
 	}
-	return originPath(p)
-}
-
-// originPath returns the path of an absolute-form target ("/" when it
-// has none), and any other target as it is.
-func originPath(p string) string {
-	rest, ok := "", false
-	for _, scheme := range []string{"http://", "https://"} {
-		if len(p) >= len(scheme) && strings.EqualFold(p[:len(scheme)], scheme) {
-			rest, ok = p[len(scheme):], true
-			break
-		}
-	}
-	if !ok {
-		return p
-	}
-	if i := strings.IndexByte(rest, '/'); i >= 0 {
-		return rest[i:]
-	}
-	return "/"
+	return gateway.OriginPath(p)
 }
 
 // unescapePath decodes %XX escapes of a logged path; a malformed escape is
