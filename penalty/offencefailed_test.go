@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/promtest"
 	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/policy"
@@ -68,5 +71,79 @@ func TestOffencesFailedLoggedOnceASecond(t *testing.T) {
 	}
 	if n := lines("offence not"); n > 10 {
 		t.Errorf("%d offences with Redis down logged %d lines, want one a second", offences, n)
+	}
+}
+
+// TestLateBanCountedOnce: a ban Redis makes after the instance whose
+// offence made it gave up waiting (Redis stopped with SIGSTOP past the
+// call's deadline) is counted in floodgate_bans_total and logged
+// "penalty: banned" once across the instances: by the first to read it
+// from the change log. Before, no instance counted or logged it, though
+// both enforced it. A ban answered in time is counted once too, however
+// the instances' reads fall around it.
+func TestLateBanCountedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	r := flood
+	r.After = 2
+	var logged bytes.Buffer
+	var logMu sync.Mutex
+	banLines := func(key string) (n int) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		for _, l := range strings.Split(logged.String(), "\n") {
+			if strings.Contains(l, `msg="penalty: banned"`) && strings.Contains(l, " key="+key+" ") {
+				n++
+			}
+		}
+		return n
+	}
+	var boxes [2]*Box
+	var regs [2]*prometheus.Registry
+	for i := range boxes {
+		c, err := redisconn.Open("redis://" + srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		regs[i] = prometheus.NewRegistry()
+		log := slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil)).With("instance", i)
+		boxes[i], err = New([]config.Ban{r}, Options{Backend: NewRedis(c, 0), Poll: 10 * time.Millisecond, Logger: log, Registerer: regs[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer boxes[i].Close()
+	}
+	a := boxes[0]
+	counted := func() float64 {
+		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
+	}
+	bannedEverywhere := func(ip string) func() bool {
+		return func() bool {
+			_, _, x := boxes[0].Banned(ip, "", "")
+			_, _, y := boxes[1].Banned(ip, "", "")
+			return x && y
+		}
+	}
+
+	// A first offence of the key, answered: Redis has the script when it
+	// is stopped, and the second offence bans.
+	a.Outcome(context.Background(), "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	a.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
+	cancel()
+	srv.Resume()
+	waitFor(t, bannedEverywhere("ip:10.0.0.1"))
+
+	// A ban answered in time, after it: once both instances hold it, both
+	// have read the late one's change too.
+	a.Outcome(context.Background(), "ip:10.0.0.2", "", "", true, policy.IdentityClientIP, 429)
+	a.Outcome(context.Background(), "ip:10.0.0.2", "", "", true, policy.IdentityClientIP, 429)
+	waitFor(t, bannedEverywhere("ip:10.0.0.2"))
+	if n := counted(); n != 2 {
+		t.Errorf("floodgate_bans_total over both instances: %v, want 2 (a late ban and one in time)", n)
+	}
+	if n := banLines("ip:10.0.0.1"); n != 1 {
+		t.Errorf("the late ban logged %d times, want once:\n%s", n, logged.String())
 	}
 }

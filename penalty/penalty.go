@@ -43,6 +43,13 @@ type Ban struct {
 	Strikes int `json:"strikes"`
 
 	end int64 // Until on the store's clock (ms; Redis), 0 when the store has none
+	// unseen marks a ban Offend made that another instance counts: one
+	// that read it from the store's change log before this one's answer
+	// came (Redis slow), or any, when the answer came too late.
+	unseen bool
+	// claimed marks a ban read from the store's change log that no
+	// instance had counted: the one that read it counts it.
+	claimed bool
 }
 
 // id is a ban's identity: its rule and key.
@@ -129,7 +136,7 @@ func New(rules []config.Ban, o Options) (*Box, error) {
 	b.seed = maphash.MakeSeed()
 	b.view.Store(newView(b.seed, nil))
 	b.bans = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_bans_total",
-		Help: "Keys banned by the penalty box, by rule (on the instance that banned them)."}, []string{"ban"})
+		Help: "Keys banned by the penalty box, by rule (on the instance that banned them, or, for a ban the store answered late, the first to read it)."}, []string{"ban"})
 	b.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "floodgate_banned_requests_total",
 		Help: "Requests refused because their key was banned, by rule."}, []string{"ban"})
 	if o.Registerer != nil {
@@ -204,12 +211,24 @@ type changer interface {
 	Changes(ctx context.Context, since string) (made []Ban, gone []id, version string, full bool, err error)
 }
 
-// refresh reads the bans again: what changed since the version the view
+// refresh reads the bans again (read), and counts and logs those it was
+// the first to read that no instance had counted: bans the store made
+// after the instance that asked for them gave up waiting.
+func (b *Box) refresh(ctx context.Context) error {
+	late, err := b.read(ctx)
+	for _, ban := range late {
+		b.banned(ban)
+	}
+	return err
+}
+
+// read reads the bans again: what changed since the version the view
 // has, when the backend can tell and its log reaches back that far, else
 // all of them. The bans this process makes while it reads are put in the
 // view at once (add) and kept in what it read, unless that holds a later
-// ban of their key.
-func (b *Box) refresh(ctx context.Context) error {
+// ban of their key. It returns the bans read that this process claimed
+// the counting of (Ban.claimed).
+func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.viewMu.Lock()
@@ -224,7 +243,7 @@ func (b *Box) refresh(ctx context.Context) error {
 		if since := b.ver.Load(); since != nil {
 			made, gone, v, full, err := c.Changes(ctx, *since)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if !full {
 				b.viewMu.Lock()
@@ -235,16 +254,19 @@ func (b *Box) refresh(ctx context.Context) error {
 				}
 				for _, ban := range made {
 					view.add(ban, now)
+					if ban.claimed {
+						late = append(late, ban)
+					}
 				}
 				b.keepMade(view, now)
 				b.ver.Store(&v)
-				return nil
+				return late, nil
 			}
 		}
 	}
 	bans, v, err := b.be.Bans(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	view := newView(b.seed, bans)
 	b.viewMu.Lock()
@@ -252,7 +274,7 @@ func (b *Box) refresh(ctx context.Context) error {
 	b.keepMade(view, b.now())
 	b.view.Store(view)
 	b.ver.Store(&v)
-	return nil
+	return nil, nil
 }
 
 // keepMade puts in v the bans this process made while a refresh read the
@@ -354,13 +376,26 @@ func (b *Box) Outcome(ctx context.Context, clientKey, apiKey, user string, refus
 			continue
 		}
 		if ban != nil {
-			b.bans.WithLabelValues(r.Name).Inc()
-			if held, ok := b.banLog.Pass(b.now()); ok {
-				b.log.Info("penalty: banned", "ban", r.Name, "key", k, "until", ban.Until, "strikes", ban.Strikes,
-					"not_logged_since", held)
+			if !ban.unseen {
+				b.banned(*ban)
 			}
 			b.add(*ban)
 		}
+	}
+}
+
+// banned counts a ban in floodgate_bans_total and logs it, at most one
+// line a second (a flood bans many keys at once). Each ban is counted by
+// one instance: the one that made it, or, when its answer came late, the
+// first to read it from the store's change log (read_late in the line).
+func (b *Box) banned(ban Ban) {
+	b.bans.WithLabelValues(ban.Rule).Inc()
+	if held, ok := b.banLog.Pass(b.now()); ok {
+		attrs := []any{"ban", ban.Rule, "key", ban.Key, "until", ban.Until, "strikes", ban.Strikes, "not_logged_since", held}
+		if ban.claimed {
+			attrs = append(attrs, "read_late", true)
+		}
+		b.log.Info("penalty: banned", attrs...)
 	}
 }
 

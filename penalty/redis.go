@@ -57,6 +57,12 @@ const (
 	// makes room from one that has ended (kept only for its strikes)
 	// rather than refuse a key that offends now.
 	redisEnds = redisconn.Prefix + "penalty:ends"
+	// redisUnseen holds the bans no instance has counted and logged yet
+	// ("VERSION:FIELD", scored by the version that made them): the
+	// instance that made one takes it out when the answer reaches it in
+	// time, else the first instance to read the ban from the change log
+	// does (Changes), so that each ban is counted once across instances.
+	redisUnseen = redisconn.Prefix + "penalty:unseen"
 )
 
 // changeLog is how many changed fields the log keeps: an instance whose
@@ -91,10 +97,10 @@ end
 // change log, its highest trimmed version, the bans by forget time, the
 // version's epoch, the counters by the end of their window, the counters
 // by their offences, the tag of the last change, the tags by count, the
-// bans by their end. ARGV:
+// bans by their end, the bans no instance counted yet. ARGV:
 // the field, after, within, ban, max_ban (ms), growth, the most bans (and
 // counters), the counters' prefix. It returns
-// {0} (counted), {1, until, strikes, now} (banned), or {2} (banned
+// {0} (counted), {1, until, strikes, now, version} (banned), or {2} (banned
 // already, or the box is full). A new counter first drops the counters
 // whose window ended and, past the bound, those furthest from a ban
 // (the fewest offences over the rule's After); a ban first drops up to 100 bans whose strikes are forgotten
@@ -103,7 +109,7 @@ end
 // their end are checked against the bans (a ban lifted or made again by
 // an instance of an earlier version, which keeps no end), so that a ban
 // in force is never the one dropped.
-var offendScript = rueidis.NewLuaScript(`
+var offendScript = rueidis.NewLuaScript(strings.ReplaceAll(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local f = ARGV[1]
@@ -173,9 +179,11 @@ local untl = now + d
 redis.call('HSET', KEYS[2], f, string.format('%d %d %d', untl, strikes + 1, untl + maxd))
 redis.call('ZADD', KEYS[6], untl + maxd, f)
 redis.call('ZADD', KEYS[12], untl, f)
-` + logChange + `
-return {1, untl, strikes + 1, now}
-`)
+`+logChange+`
+redis.call('ZADD', KEYS[13], v, v .. ':' .. f)
+redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', '(' .. (v - CAP))
+return {1, untl, strikes + 1, now, v}
+`, "CAP", strconv.Itoa(changeLog)))
 
 // liftScript ends a ban and forgets its strikes. KEYS: those of
 // offendScript (the counter and the counters' sets unused). ARGV: the
@@ -195,10 +203,13 @@ return {prev, now}
 // changesScript reads what changed since version ARGV[1] of epoch
 // ARGV[2], made by the change tagged ARGV[3]. KEYS: the version, the
 // change log, its highest trimmed version, the bans, the version's epoch,
-// the tag of the last change, the tags by count. It returns {version, 1,
-// epoch, now, tag} when the log cannot tell every change since that
-// version, else {version, 0, epoch, now, tag, field, value or false,
-// ...}, now the server's time (ms). The log cannot tell when it does not
+// the tag of the last change, the tags by count, the bans no instance
+// counted yet. It returns {version, 1, epoch, now, tag} when the log
+// cannot tell every change since that version, else {version, 0, epoch,
+// now, tag, claimed, field, value or false, ...}, now the server's time
+// (ms) and claimed the fields of the bans made since that version that no
+// instance had counted, which it takes out of KEYS[8]: the caller counts
+// them. The log cannot tell when it does not
 // reach back that far, when the epoch is another (a Redis emptied, whose
 // version may have gone back and past the one asked for since), when the
 // version went back, when the change that made the count asked for is
@@ -220,14 +231,19 @@ local trimmed = tonumber(redis.call('GET', KEYS[3]) or '0')
 if e ~= ARGV[2] or not since or since > v or trimmed > since then return {v, 1, e, now, tag} end
 if since == v then
   if tag ~= ARGV[3] then return {v, 1, e, now, tag} end
-  return {v, 0, e, now, tag}
+  return {v, 0, e, now, tag, {}}
 end
 if since > 0 then
   local at = redis.call('ZRANGEBYSCORE', KEYS[7], since, since)
   if #at ~= 1 or string.match(at[1], '^%d+:(%d+)$') ~= ARGV[3] then return {v, 1, e, now, tag} end
 end
 if redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], v) < v - since then return {v, 1, e, now, tag} end
-local out = {v, 0, e, now, tag}
+local claimed = {}
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. ARGV[1], v)) do
+  redis.call('ZREM', KEYS[8], m)
+  claimed[#claimed + 1] = string.match(m, '^%d+:(.*)$')
+end
+local out = {v, 0, e, now, tag, claimed}
 for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf')) do
   out[#out + 1] = f
   out[#out + 1] = redis.call('HGET', KEYS[4], f)
@@ -337,18 +353,23 @@ func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, er
 	sent := b.clock()
 	res, err := offendScript.Exec(ctx, b.c,
 		[]string{redisOffences + f, redisBans, redisVersion, redisChanges, redisTrimmed, redisForget, redisEpoch, redisCounters, redisCounts,
-			redisTag, redisTags, redisEnds},
+			redisTag, redisTags, redisEnds, redisUnseen},
 		[]string{f, strconv.FormatInt(r.After, 10), ms(r.Within), ms(r.Ban), ms(r.MaxBan), strconv.FormatInt(r.Growth, 10),
 			strconv.Itoa(b.max), redisOffences}).AsIntSlice()
 	if err != nil {
 		return nil, fmt.Errorf("penalty: redis: %w", err)
 	}
-	if len(res) < 4 || res[0] != 1 {
+	if len(res) < 5 || res[0] != 1 {
 		return nil, nil
 	}
 	refMs, ref := b.observe(sent, b.clock(), res[3])
-	return &Ban{Rule: r.Name, Key: key, Kind: r.Key, Until: local(res[1], refMs, ref), Strikes: int(res[2]),
-		end: res[1]}, nil
+	ban := &Ban{Rule: r.Name, Key: key, Kind: r.Key, Until: local(res[1], refMs, ref), Strikes: int(res[2]),
+		end: res[1]}
+	// The ban is this process's to count unless an instance that read it
+	// from the change log since claimed it (or the claim got no answer).
+	n, err := b.c.Do(ctx, b.c.B().Zrem().Key(redisUnseen).Member(strconv.FormatInt(res[4], 10)+":"+f).Build()).AsInt64()
+	ban.unseen = err != nil || n == 0
+	return ban, nil
 }
 
 // Bans returns the bans in force and their version; entries whose
@@ -449,14 +470,14 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 		return nil, nil, "", true, nil
 	}
 	sent := b.clock()
-	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisChanges, redisTrimmed, redisBans, redisEpoch, redisTag, redisTags},
+	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisChanges, redisTrimmed, redisBans, redisEpoch, redisTag, redisTags, redisUnseen},
 		[]string{parts[1], parts[0], parts[2]}).ToArray()
 	at := b.clock()
 	if err != nil {
 		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
 	}
-	if len(res) < 5 || len(res)%2 == 0 {
-		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %d values, want 5 and pairs", len(res))
+	if len(res) < 5 {
+		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %d values, want 5 and more", len(res))
 	}
 	now, err := res[3].AsInt64()
 	if err != nil {
@@ -479,7 +500,18 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 	if f, _ := res[1].AsInt64(); f == 1 {
 		return nil, nil, version, true, nil
 	}
-	for i := 5; i+1 < len(res); i += 2 {
+	if len(res) < 6 || len(res)%2 != 0 {
+		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %d values, want 6 and pairs", len(res))
+	}
+	fields, err := res[5].AsStrSlice()
+	if err != nil {
+		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
+	}
+	claimed := make(map[string]bool, len(fields))
+	for _, f := range fields {
+		claimed[f] = true
+	}
+	for i := 6; i+1 < len(res); i += 2 {
 		f, err := res[i].ToString()
 		if err != nil {
 			return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
@@ -495,7 +527,7 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 			gone = append(gone, id{rule, key})
 			continue
 		}
-		made = append(made, Ban{Rule: rule, Key: key, Until: local(until, refMs, ref), Strikes: int(strikes), end: until})
+		made = append(made, Ban{Rule: rule, Key: key, Until: local(until, refMs, ref), Strikes: int(strikes), end: until, claimed: claimed[f]})
 	}
 	return made, gone, version, false, nil
 }
