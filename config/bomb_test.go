@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -50,5 +51,24 @@ wait:
 	}
 	if msg := err.Error(); !strings.HasPrefix(msg, "big.yaml:") || !strings.Contains(msg, "limits[") || len(msg) > 64<<10 {
 		t.Errorf("a message of %d bytes: %.300s", len(msg), msg)
+	}
+}
+
+// TestLongValuesCutInProblems: a policy file whose values are of 300 KB
+// (an algorithm, a window, a key) is refused by problems naming the file,
+// line and field that quote each value's first bytes and its length, not
+// the whole value: before, the message held every value whole (900 KB).
+func TestLongValuesCutInProblems(t *testing.T) {
+	huge := strings.Repeat("x", 300_000)
+	_, err := Parse("p.yaml", []byte("limits:\n  - {name: a, algorithm: "+huge+", rate: 1, per: 1s, burst: 2, key: client_ip}\n"+
+		"  - {name: b, rate: 1, per: "+huge+", burst: 2, key: client_ip}\n  - {name: c, rate: 1, per: 1s, burst: 2, key: \"header:"+huge+"\"}\n"))
+	msg := fmt.Sprint(err)
+	for _, want := range []string{"p.yaml:2:", "limits[0].algorithm: unknown algorithm \"xxx", "p.yaml:3:", "limits[1].per: bad duration \"xxx", "p.yaml:4:", "limits[2].key: unknown key \"header:xxx", "… (300000 bytes)"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("no %q in the problems (%d bytes): %.600s", want, len(msg), msg)
+		}
+	}
+	if len(msg) > 4<<10 {
+		t.Errorf("the problems of three values of 300 KB: %d bytes", len(msg))
 	}
 }

@@ -92,3 +92,23 @@ func TestConfigRefusesWhatTheDecoderRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestLongValuesCutInProblems: a descriptor file whose values are of 300
+// KB (a unit, a count, a boolean) is refused by problems naming the file,
+// line and field that quote each value's first bytes and its length, not
+// the whole value.
+func TestLongValuesCutInProblems(t *testing.T) {
+	t.Parallel()
+	huge := strings.Repeat("x", 300_000)
+	_, err := Parse("d.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: "+huge+", requests_per_unit: 5}\n"+
+		"  - key: b\n    rate_limit: {unit: second, requests_per_unit: "+huge+"}\n  - key: c\n    shadow_mode: "+huge+"\n"))
+	msg := fmt.Sprint(err)
+	for _, want := range []string{"d.yaml:4:", "descriptors[0].rate_limit.unit", "d.yaml:6:", "descriptors[1].rate_limit.requests_per_unit", "d.yaml:8:", "descriptors[2].shadow_mode", "… (300000 bytes)"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("no %q in the problems (%d bytes): %.600s", want, len(msg), msg)
+		}
+	}
+	if len(msg) > 4<<10 {
+		t.Errorf("the problems of three values of 300 KB: %d bytes", len(msg))
+	}
+}

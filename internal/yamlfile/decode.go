@@ -156,9 +156,11 @@ func (d *Decoder) Err() error {
 	return slices.Clone(errs).Sorted()
 }
 
-// ErrorAt records a problem of the value n at the field path.
+// ErrorAt records a problem of the value n at the field path. A string
+// or error among args longer than 1 KiB is shown by its first 128 bytes
+// and its length (shown).
 func (d *Decoder) ErrorAt(n *yaml.Node, field, format string, args ...any) {
-	e := &Error{File: d.file, Field: field, Msg: fmt.Sprintf(format, args...)}
+	e := &Error{File: d.file, Field: field, Msg: fmt.Sprintf(format, shown(args)...)}
 	if n != nil {
 		e.Line, e.Column = n.Line, n.Column
 	}
@@ -181,7 +183,7 @@ func (d *Decoder) ErrorOf(at, field, format string, args ...any) {
 	d.bad[field] = true
 	p := d.pos.Of(at)
 	d.errs = append(d.errs, &Error{File: d.file, Line: p.Line, Column: p.Column, Field: field,
-		Msg: fmt.Sprintf(format, args...)})
+		Msg: fmt.Sprintf(format, shown(args)...)})
 }
 
 // Count counts n, a value at the field path, against the MaxNodes values
@@ -259,7 +261,7 @@ func KindName(n *yaml.Node) string {
 		if n.Tag == "!!null" {
 			return "null"
 		}
-		return fmt.Sprintf("%q", n.Value)
+		return fmt.Sprintf("%q", show(n.Value))
 	}
 	return "an unexpected node"
 }
@@ -407,10 +409,10 @@ func (d *Decoder) boolProblem(n *yaml.Node) string {
 		plain := *n
 		plain.Style, plain.Tag = 0, "!!bool"
 		if _, ok := Bool(&plain, d.YAML11Bools); ok {
-			return fmt.Sprintf("%s, got the quoted string %q: a boolean is written without quotes", want, n.Value)
+			return fmt.Sprintf("%s, got the quoted string %q: a boolean is written without quotes", want, show(n.Value))
 		}
 	}
-	return fmt.Sprintf("%s, got %q", want, n.Value)
+	return fmt.Sprintf("%s, got %q", want, show(n.Value))
 }
 
 // fieldInfo is one YAML key of a struct, possibly inside an inlined struct.

@@ -2,8 +2,10 @@ package yamlfile
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxErrors is the most problems reported for one file; a last item says
@@ -30,7 +32,9 @@ type Error struct {
 	Msg string
 }
 
-// Error formats the problem as "file:line:col: field: message".
+// Error formats the problem as "file:line:col: field: message". A field
+// or message longer than maxField or maxMsg (a key or a value of the file
+// quoted whole) is cut, with its length said.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
@@ -39,11 +43,95 @@ func (e *Error) Error() string {
 	}
 	b.WriteString(": ")
 	if e.Field != "" {
-		b.WriteString(e.Field)
+		b.WriteString(cut(e.Field, maxField))
 		b.WriteString(": ")
 	}
-	b.WriteString(e.Msg)
+	b.WriteString(cut(e.Msg, maxMsg))
 	return b.String()
+}
+
+// A problem's argument longer than maxArg (a value of the file, quoted) is
+// shown by its first maxShown bytes (Decoder.ErrorAt); maxField and maxMsg
+// bound a problem's field and message however they were made, so that a
+// file of a value or a key of megabytes is never written back whole to a
+// terminal or a log.
+const (
+	maxArg   = 1024
+	maxShown = 128
+	maxField = 512
+	maxMsg   = 2048
+)
+
+// prefix returns s cut after n bytes (at a character's start) and
+// whether it was cut.
+func prefix(s string, n int) (string, bool) {
+	if len(s) <= n {
+		return s, false
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n], true
+}
+
+// cut returns s cut after n bytes with its length said, when it is longer.
+func cut(s string, n int) string {
+	p, c := prefix(s, n)
+	if !c {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes)", p, len(s))
+}
+
+// show is s as an argument of a problem's message: cut when it is longer
+// than maxArg.
+func show(s string) any {
+	if len(s) > maxArg {
+		return shownValue(s)
+	}
+	return s
+}
+
+// shownValue is a long string argument of a problem's message: formatted
+// (%s, %q, %v) cut after maxShown bytes.
+type shownValue string
+
+// Format writes v cut after maxShown bytes, quoted for %q.
+func (v shownValue) Format(f fmt.State, verb rune) {
+	p, _ := prefix(string(v), maxShown)
+	if verb == 'q' {
+		fmt.Fprintf(f, "%q… (%d bytes)", p, len(v))
+		return
+	}
+	fmt.Fprintf(f, "%s… (%d bytes)", p, len(v))
+}
+
+// shown replaces the strings and errors among args longer than maxArg by
+// their cut form.
+func shown(args []any) []any {
+	var out []any
+	for i, a := range args {
+		var s string
+		switch a := a.(type) {
+		case string:
+			s = a
+		case error:
+			s = a.Error()
+		default:
+			continue
+		}
+		if len(s) <= maxArg {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(args)
+		}
+		out[i] = shownValue(s)
+	}
+	if out == nil {
+		return args
+	}
+	return out
 }
 
 // Errors is every problem found in one or more files, sorted by file and

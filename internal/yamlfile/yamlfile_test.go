@@ -1,10 +1,12 @@
 package yamlfile
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -172,5 +174,27 @@ func TestSortedDropsDuplicatesAndCaps(t *testing.T) {
 	}
 	if last := got[len(got)-1].Error(); last != "b: and 11 more problems" {
 		t.Errorf("last item %q", last)
+	}
+}
+
+// TestLongValuesCutInProblems: a problem quoting a value of 100 KB (a
+// count, a duration, a boolean, a hook's error) shows its first maxShown
+// bytes and its length, never the whole value; a key of 100 KB named as the
+// problem's field is cut too. Each still names the file, line and field.
+func TestLongValuesCutInProblems(t *testing.T) {
+	huge := strings.Repeat("é", 50_000) // 100 KB, cut at a character's start
+	_, _, err := decode(t, "inner: {count: "+huge+", wait: "+huge+"}\non: "+huge+"\n? "+huge+"\n: 1\n")
+	es, ok := err.(Errors)
+	if !ok || len(es) != 4 {
+		t.Fatalf("got %d bytes: %.300v", len(fmt.Sprint(err)), err)
+	}
+	for i, want := range []string{"f.yaml:1:16: inner.count: want a whole number, got \"éé", "f.yaml:1:", "f.yaml:2:5: on: want true or false", "f.yaml:3:3: éé"} {
+		s := es[i].Error()
+		if !strings.HasPrefix(s, want) || len(s) > maxMsg+64 || !utf8.ValidString(s) {
+			t.Errorf("problem %d: %d bytes %.200q, want %q… cut", i, len(s), s, want)
+		}
+	}
+	if s := err.Error(); !strings.Contains(s, "… (100000 bytes)") || len(s) > 8<<10 {
+		t.Errorf("the problems: %d bytes %.300q", len(s), s)
 	}
 }
