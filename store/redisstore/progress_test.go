@@ -209,8 +209,12 @@ func testPausedRedisFailsWithinTheDeadline(t *testing.T, srv *redistest.Server, 
 	if time.Duration(slowest.Load()) >= limiter.DefaultHardTimeout/2 {
 		t.Fatalf("slowest decision %v on a stopped Redis, want well within the hard timeout %v", time.Duration(slowest.Load()), limiter.DefaultHardTimeout)
 	}
-	if !st.BreakerOpen || st.SlowCalls != 0 || st.HardTimeouts != 0 {
-		t.Fatalf("%+v; want the breaker open and no call given more time", st)
+	// A call's silence counts from when its command was written (the
+	// progress rule), so one whose command went out a moment after it
+	// began may be given that moment (SlowCalls), never more: the slowest
+	// call above is held to half the hard timeout, and none reaches it.
+	if !st.BreakerOpen || st.HardTimeouts != 0 {
+		t.Fatalf("%+v; want the breaker open and no call held to the hard timeout", st)
 	}
 }
 
