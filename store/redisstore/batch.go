@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -378,22 +380,38 @@ func tryAgain(err error) bool {
 // evalOnce is one attempt of eval. A READONLY reply (the server is a
 // replica now) closes the connections made before the call was sent (see
 // replicaAnswered), and the call, which wrote nothing (a replica refuses
-// a script's first write), is sent once more, on a new connection.
+// a script's first write), is sent once more, on a new connection. The
+// client learns of that close when it next reads or writes the connection:
+// a call sent again before it has may be written to the closed connection
+// and fail there, unsent (net.ErrClosed), and is then sent again, at most
+// closedRetries times.
 func (s *Store) evalOnce(ctx context.Context, script *rueidis.Lua, keys, args []string) (res rueidis.RedisResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("the client refused the call: %v", p)
 		}
 	}()
-	for again := true; ; again = false {
+	followed, closed := false, 0
+	for {
 		sent := time.Now()
 		res = script.Exec(ctx, s.client, keys, args)
 		err = res.Error()
-		if !readOnly(err) || !s.replicaAnswered(sent, err) || !again || ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
+			return res, err
+		case !followed && readOnly(err) && s.replicaAnswered(sent, err):
+			followed = true
+		case followed && closed < closedRetries && errors.Is(err, net.ErrClosed):
+			closed++
+		default:
 			return res, err
 		}
 	}
 }
+
+// closedRetries bounds how many times a call sent again after a READONLY
+// answer is sent once more when it met a connection that answer closed.
+const closedRetries = 3
 
 // readOnly reports whether err is Redis' READONLY: a write sent to a
 // replica.

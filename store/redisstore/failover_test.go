@@ -171,8 +171,8 @@ func TestFailoverBehindOneAddress(t *testing.T) {
 	allowed, degraded := decide(50)
 	t.Logf("after the failover: %d allowed, %d degraded of 50; breaker open %v", allowed, degraded, lim.Stats().BreakerOpen)
 	if degraded != 0 || allowed != max-20 {
-		t.Fatalf("after the failover: %d of 50 degraded, %d allowed; want 0 degraded and %d allowed (the limit of %d less the 20 counted before)",
-			degraded, allowed, max-20, max)
+		t.Fatalf("after the failover: %d of 50 degraded, %d allowed; want 0 degraded and %d allowed (the limit of %d less the 20 counted before); log:\n%s",
+			degraded, allowed, max-20, max, logs.String())
 	}
 	if !strings.Contains(logs.String(), "READONLY") {
 		t.Errorf("no warning names the READONLY answer; log:\n%s", logs.String())
