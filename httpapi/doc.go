@@ -135,8 +135,11 @@
 // reload: a reload that changes its limit (a changed limit counts afresh)
 // or removes it leaves it to be settled there, even above the estimate
 // of a limit shrunk below it, by a service that ran the version it was
-// made on (PolicyLimits remembers the limits reloads replaced for
-// floodgate.MaxReservationTTL); on one that never did, it is 404
+// made on, however many reloads changed the limit since (the token names
+// the rule it was made on, and PolicyLimits remembers the rules
+// reservations were made on that reloads replaced, until those
+// reservations expire, at most 4096 at once: past that, those whose
+// reservations end first are forgotten); on one that never did, it is 404
 // unknown_reservation. A reservation not settled within its ttl
 // keeps its estimate. The same settle sent again within a minute (the
 // same actual costs: its caller never got the answer) is answered as the

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -65,10 +66,14 @@ func (s ruleSet) Limit(name string) (Limit, bool) {
 
 // PolicyLimits finds limits in the policy current returns at each call,
 // such as (*policy.Reloader).Policy, so that reloads take effect at once.
-// It remembers the limits a reload changed or removed, for
-// floodgate.MaxReservationTTL, so that a reservation made before the
-// reload is settled on the limit it was made on, as the gateway settles a
-// request in flight across a reload (a changed limit counts afresh).
+// It remembers the rules that reservations were made on and that a reload
+// then changed or removed, each until the last reservation made on it
+// expires, so that a reservation made before the reload is settled on the
+// limit it was made on, as the gateway settles a request in flight across
+// a reload (a changed limit counts afresh), however many reloads changed
+// that limit since. It remembers at most maxReplaced such rules, those
+// whose reservations end first going first when more are open, and none
+// that no reservation was made on.
 func PolicyLimits(current func() *policy.Policy) Limits {
 	return &policyLimits{current: current}
 }
@@ -76,27 +81,66 @@ func PolicyLimits(current func() *policy.Policy) Limits {
 type policyLimits struct {
 	current func() *policy.Policy
 	seen    atomic.Pointer[policy.Policy] // the policy current last returned
-	mu      sync.Mutex                    // serialises observe; guards replaced
-	// replaced holds, by limit name, the rules reloads replaced, the
-	// most recent first, each until no reservation made on it lives.
-	replaced map[string][]replacedRule
+	// reserved holds, by ruleKey, the rules reservations were made on
+	// (*reservedRule) since the last reload that kept them; observe
+	// moves those a reload replaced to replaced.
+	reserved sync.Map
+	mu       sync.Mutex // serialises observe; guards replaced
+	// replaced holds the rules reloads replaced, by ruleKey, each while
+	// a reservation made on it may live.
+	replaced map[ruleKey]replacedRule
+	seq      uint64 // the order rules were replaced in
 }
 
-// replacedRule is a rule a reload replaced, kept until a reservation made
-// on it has expired.
-type replacedRule struct {
+// ruleKey names a rule as a reservation token does: its limit's name and
+// the rule's ID (limits may share an ID, counts_as).
+type ruleKey struct{ name, id string }
+
+// reservedRule is a rule reservations were made on, and the instant (Unix
+// nanoseconds) until which the last of them is held.
+type reservedRule struct {
 	rule  *limiter.Rule
-	until time.Time
+	until atomic.Int64
 }
 
-// maxReplaced caps the rules remembered per limit name.
-const maxReplaced = 4
+// hold notes a reservation on r held until until. It moves r's instant
+// a second past it, so that a rule reserved on all the time is written
+// about once a second.
+func (r *reservedRule) hold(until int64) {
+	for {
+		old := r.until.Load()
+		if until <= old || r.until.CompareAndSwap(old, until+int64(time.Second)) {
+			return
+		}
+	}
+}
+
+// replacedRule is a rule a reload replaced, kept while a reservation made
+// on it may live.
+type replacedRule struct {
+	*reservedRule
+	seq uint64
+}
+
+// maxReplaced caps the replaced rules remembered.
+const maxReplaced = 4096
+
+// maxReplacedByName caps the replaced rules a settle of a token that names
+// no rule (one made before tokens named them) tries, the most recent
+// first.
+const maxReplacedByName = 4
 
 // replacer is implemented by Limits that remember the rules reloads
 // replaced (PolicyLimits).
 type replacer interface {
+	// Reserved notes that a reservation was made on rule, the rule of the
+	// limit name, and is held until until.
+	Reserved(name string, rule *limiter.Rule, until time.Time)
+	// ReplacedRule returns the rule of the limit name whose ID is id
+	// that a reservation was made on, nil when none is remembered.
+	ReplacedRule(name, id string) *limiter.Rule
 	// Replaced returns the rules of the limit name that reloads
-	// replaced, the most recent first.
+	// replaced, the most recent first, at most maxReplacedByName.
 	Replaced(name string) []*limiter.Rule
 }
 
@@ -109,8 +153,9 @@ func (f *policyLimits) policy() *policy.Policy {
 	return p
 }
 
-// observe notes p as the current policy and remembers the rules of the
-// one before it that p changed or removed.
+// observe notes p as the current policy and remembers the rules
+// reservations were made on that p changed or removed, while a
+// reservation made on them may live.
 func (f *policyLimits) observe(p *policy.Policy) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -118,37 +163,91 @@ func (f *policyLimits) observe(p *policy.Policy) {
 	if old == nil || old == p {
 		return
 	}
-	now := time.Now()
+	now := time.Now().UnixNano()
 	if f.replaced == nil {
-		f.replaced = make(map[string][]replacedRule)
+		f.replaced = make(map[ruleKey]replacedRule)
 	}
-	for name, list := range f.replaced {
-		f.replaced[name] = slices.DeleteFunc(list, func(r replacedRule) bool { return !r.until.After(now) })
-		if len(f.replaced[name]) == 0 {
-			delete(f.replaced, name)
+	for k, r := range f.replaced {
+		if r.until.Load() <= now {
+			delete(f.replaced, k)
 		}
 	}
-	for _, l := range old.Limits() {
-		if l == nil || l.Rule == nil {
-			continue
+	f.reserved.Range(func(key, value any) bool {
+		k, r := key.(ruleKey), value.(*reservedRule)
+		if l, ok := p.Limit(k.name); ok && l != nil && l.Rule != nil && l.Rule.ID() == k.id && r.until.Load() > now {
+			return true // still the limit's rule
 		}
-		if n, ok := p.Limit(l.Name); ok && n != nil && n.Rule != nil && n.Rule.ID() == l.Rule.ID() {
-			continue
+		f.reserved.Delete(k)
+		if r.until.Load() <= now {
+			return true // no reservation made on it lives
 		}
-		list := slices.DeleteFunc(f.replaced[l.Name], func(r replacedRule) bool { return r.rule.ID() == l.Rule.ID() })
-		list = slices.Insert(list, 0, replacedRule{rule: l.Rule, until: now.Add(floodgate.MaxReservationTTL)})
-		f.replaced[l.Name] = list[:min(len(list), maxReplaced)]
+		if was, ok := f.replaced[k]; ok {
+			r.hold(was.until.Load()) // noted again by a reserve that raced a reload
+		}
+		f.seq++
+		f.replaced[k] = replacedRule{reservedRule: r, seq: f.seq}
+		return true
+	})
+	if over := len(f.replaced) - maxReplaced; over > 0 {
+		// Full: the rules whose reservations end first go (a settle of
+		// them is then 404 unknown_reservation, as after a restart).
+		keys := make([]ruleKey, 0, len(f.replaced))
+		for k := range f.replaced {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, func(a, b ruleKey) int {
+			return cmp.Compare(f.replaced[a].until.Load(), f.replaced[b].until.Load())
+		})
+		for _, k := range keys[:over] {
+			delete(f.replaced, k)
+		}
 	}
 }
 
+// Reserved notes that a reservation was made on rule, the rule of the
+// limit name, held until until.
+func (f *policyLimits) Reserved(name string, rule *limiter.Rule, until time.Time) {
+	k := ruleKey{name, rule.ID()}
+	v, ok := f.reserved.Load(k)
+	if !ok {
+		v, _ = f.reserved.LoadOrStore(k, &reservedRule{rule: rule})
+	}
+	v.(*reservedRule).hold(until.UnixNano())
+}
+
+// ReplacedRule returns the rule of the limit name whose ID is id that a
+// reservation was made on and a reload replaced, while a reservation
+// made on it may live.
+func (f *policyLimits) ReplacedRule(name, id string) *limiter.Rule {
+	f.policy()
+	k := ruleKey{name, id}
+	if v, ok := f.reserved.Load(k); ok {
+		return v.(*reservedRule).rule
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.replaced[k]; ok && r.until.Load() > time.Now().UnixNano() {
+		return r.rule
+	}
+	return nil
+}
+
 // Replaced returns the rules of the limit name that reloads replaced
-// within floodgate.MaxReservationTTL, the most recent first.
+// while a reservation made on them may live, the most recent first, at
+// most maxReplacedByName.
 func (f *policyLimits) Replaced(name string) []*limiter.Rule {
 	f.policy()
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	var list []replacedRule
+	for k, r := range f.replaced {
+		if k.name == name {
+			list = append(list, r)
+		}
+	}
+	f.mu.Unlock()
+	slices.SortFunc(list, func(a, b replacedRule) int { return cmp.Compare(b.seq, a.seq) })
 	var out []*limiter.Rule
-	for _, r := range f.replaced[name] {
+	for _, r := range list[:min(len(list), maxReplacedByName)] {
 		out = append(out, r.rule)
 	}
 	return out
@@ -375,6 +474,9 @@ type wireHit struct {
 	Limit *string `json:"limit"`
 	Key   *string `json:"key"`
 	Cost  *int64  `json:"cost"`
+	// rule is, for a hit of a reservation token, the ID of the rule it
+	// was reserved on ("" in a token made before tokens named it).
+	rule string
 }
 
 // wireRequest is a posted body: either {"hits": [...]} or one hit.
@@ -499,6 +601,13 @@ func (h *Handler) query(wh []wireHit, reserve, settle bool) (*query, *apiError) 
 			return nil, bad(http.StatusBadRequest, CodeInvalidCost, "hit %d: cost must be at least 1, got %d", i, *x.Cost)
 		}
 		lim, ok := h.limits.Limit(*x.Limit)
+		if settle && x.rule != "" && (!ok || lim.Rule.ID() != x.rule) {
+			// The token names the rule it was made on, which a reload
+			// replaced: settled there when it is remembered.
+			if r := h.replacedRule(*x.Limit, x.rule); r != nil {
+				lim, ok = Limit{Rule: r}, true
+			}
+		}
 		if !ok && settle {
 			if rs := h.replaced(*x.Limit); len(rs) > 0 {
 				lim, ok = Limit{Rule: rs[0]}, true
@@ -544,6 +653,27 @@ func (h *Handler) replaced(name string) []*limiter.Rule {
 		return r.Replaced(name)
 	}
 	return nil
+}
+
+// replacedRule returns the rule of the limit name with the ID id that a
+// reservation was made on, when the Limits remember it (nil otherwise).
+func (h *Handler) replacedRule(name, id string) *limiter.Rule {
+	if r, ok := h.limits.(replacer); ok {
+		return r.ReplacedRule(name, id)
+	}
+	return nil
+}
+
+// reserved notes, for Limits that remember replaced rules, that a
+// reservation of q was made, held until until.
+func (h *Handler) reserved(q *query, until time.Time) {
+	r, ok := h.limits.(replacer)
+	if !ok {
+		return
+	}
+	for i := range q.hits {
+		r.Reserved(q.names[i], q.hits[i].Rule, until)
+	}
 }
 
 // hashedPrefix begins the key the engine counts a key longer than it
@@ -795,4 +925,11 @@ func Serve(ctx context.Context, lis net.Listener, handler http.Handler, grace ti
 		return fmt.Errorf("httpapi: serve: %w", err)
 	}
 	return nil
+}
+
+// remembered returns how many replaced rules f remembers.
+func (f *policyLimits) remembered() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.replaced)
 }

@@ -35,6 +35,9 @@ type reservationHit struct {
 	Limit string `json:"l"`
 	Key   string `json:"k"`
 	Cost  int64  `json:"c"`
+	// Rule is the ID of the rule the hit was reserved on, so that a
+	// settle after reloads that changed the limit finds it at once.
+	Rule string `json:"r,omitempty"`
 }
 
 // UnmarshalJSON reads a hit of a token, its limit and key decoded exactly
@@ -44,6 +47,7 @@ func (x *reservationHit) UnmarshalJSON(b []byte) error {
 		Limit json.RawMessage `json:"l"`
 		Key   json.RawMessage `json:"k"`
 		Cost  int64           `json:"c"`
+		Rule  json.RawMessage `json:"r"`
 	}
 	if err := decodePart(b, &raw); err != nil {
 		return err
@@ -56,7 +60,13 @@ func (x *reservationHit) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	*x = reservationHit{Limit: l, Key: k, Cost: raw.Cost}
+	var r string
+	if raw.Rule != nil {
+		if r, err = unquote(raw.Rule); err != nil {
+			return err
+		}
+	}
+	*x = reservationHit{Limit: l, Key: k, Cost: raw.Cost, Rule: r}
 	return nil
 }
 
@@ -157,7 +167,10 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 	}
 	rsv := &reservation{ID: strconv.FormatUint(req.Reservation, 16), Hits: make([]reservationHit, len(q.hits))}
 	for i := range q.hits {
-		rsv.Hits[i] = reservationHit{Limit: q.names[i], Key: keyOf(wh[i]), Cost: q.hits[i].Cost}
+		rsv.Hits[i] = reservationHit{Limit: q.names[i], Key: keyOf(wh[i]), Cost: q.hits[i].Cost, Rule: q.hits[i].Rule.ID()}
+	}
+	if res.Allowed {
+		h.reserved(q, time.Now().Add(ttl))
 	}
 	h.answer(w, false, q, &res, rsv)
 }
@@ -292,7 +305,7 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ 
 	defer cancel()
 	err := h.eng.Settle(ctx, &req, actual, &res)
 	if errors.Is(err, limiter.ErrReservationUnknown) {
-		err = h.settleReplaced(ctx, q, &req, actual, &res)
+		err = h.settleReplaced(ctx, q, rsv, &req, actual, &res)
 	}
 	if err != nil {
 		h.engineError(w, err)
@@ -316,14 +329,18 @@ func (h *Handler) settle(w http.ResponseWriter, r *http.Request, body []byte, _ 
 // the reservation holds its estimate on the rule it was made on). It
 // returns ErrReservationUnknown when none holds it. A try that finds
 // nothing changes nothing (on Redis, each hit found is settled, and the
-// same settle sent again is answered alike).
-func (h *Handler) settleReplaced(ctx context.Context, q *query, req *limiter.Request, actual []int64, res *limiter.Result) error {
+// same settle sent again is answered alike). Only hits of a token that
+// names no rule (one made before tokens named them) are tried on other
+// rules: query found the others' rule already.
+func (h *Handler) settleReplaced(ctx context.Context, q *query, wh []wireHit, req *limiter.Request, actual []int64, res *limiter.Result) error {
 	current := make([]*limiter.Rule, len(req.Hits))
 	replaced := make([][]*limiter.Rule, len(req.Hits))
 	tries := 0
 	for i := range req.Hits {
 		current[i] = req.Hits[i].Rule
-		replaced[i] = h.replaced(q.names[i])
+		if wh[i].rule == "" {
+			replaced[i] = h.replaced(q.names[i])
+		}
 		tries = max(tries, len(replaced[i]))
 	}
 	err := fmt.Errorf("httpapi: settle: %w", limiter.ErrReservationUnknown)
@@ -391,7 +408,7 @@ func (h *Handler) decodeReservation(tok string) ([]wireHit, uint64, *apiError) {
 	wh := make([]wireHit, len(rsv.Hits))
 	for i := range rsv.Hits {
 		x := &rsv.Hits[i]
-		wh[i] = wireHit{Limit: &x.Limit, Key: &x.Key, Cost: &x.Cost}
+		wh[i] = wireHit{Limit: &x.Limit, Key: &x.Key, Cost: &x.Cost, rule: x.Rule}
 	}
 	return wh, id, nil
 }

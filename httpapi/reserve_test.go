@@ -141,7 +141,12 @@ func TestSettleRepeatedHit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hit := `{"l":"login","k":"j","c":2}`
+	start := strings.Index(string(raw), `{"l":"login","k":"j","c":2`)
+	end := strings.Index(string(raw[max(start, 0):]), "}")
+	if start < 0 || end < 0 {
+		t.Fatalf("token %s has no hit to repeat", raw)
+	}
+	hit := string(raw[start : start+end+1])
 	forged := strings.Replace(string(raw), hit, hit+","+hit, 1)
 	if forged == string(raw) {
 		t.Fatalf("token %s has no hit to repeat", raw)

@@ -22,8 +22,8 @@ func TestSettleOfAnUnknownHitChangesNothing(t *testing.T) {
 	if free("v") != 2 {
 		t.Fatalf("after reserving 1 of 3: %v free", free("v"))
 	}
-	hit := `{"l":"login","k":"v","c":1}`
-	tok := forge(t, raw, hit, hit+`,{"l":"global","k":"v","c":1}`)
+	hit := `{"l":"login","k":"v","c":1`
+	tok := forge(t, raw, hit, `{"l":"global","k":"v","c":1},`+hit)
 	resp, m := post(t, url+"/v1/settle", `{"reservation":"`+tok+`","actual":0}`)
 	if resp.StatusCode == http.StatusNotFound && free("v") != 2 {
 		t.Fatalf("settle answered %d %v, yet login gave its unit back (%v free, want 2): half applied behind a 404",

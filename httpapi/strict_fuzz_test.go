@@ -174,7 +174,7 @@ func TestShapes(t *testing.T) {
 		t.Errorf("hits: %+v", hits)
 	}
 	tok := shapeFor(reflect.TypeOf(&reservation{})).fields[1].shape
-	if !tok.array || names(tok.elem) != "l,k,c" {
+	if !tok.array || names(tok.elem) != "l,k,c,r" {
 		t.Errorf("a token's hits: %+v", tok)
 	}
 }
