@@ -44,6 +44,11 @@ type conn struct {
 	// tls says the connection came through TLS (X-Forwarded-Proto: https).
 	tls bool
 
+	// eng is the engine that serves the connection on fasthttp, which
+	// holds it among its live ones until it closes (nil for one handed
+	// over to net/http).
+	eng *Engine
+
 	// Parking (park.go). p is the engine's parker (nil: never parked),
 	// noPark says the connection was handed over (never parked).
 	// ended says the handler returned: the next read deadline fasthttp
@@ -187,6 +192,9 @@ func (c *conn) Close() error {
 	}
 	if c.p != nil {
 		c.p.remove(c)
+	}
+	if c.eng != nil {
+		c.eng.untrack(c)
 	}
 	return c.Conn.Close()
 }

@@ -99,6 +99,14 @@ type Engine struct {
 	// one a second.
 	unaskedLog lograte.Gate
 
+	// live holds the client connections served on fasthttp, until they
+	// close, so that Close closes them whatever they are doing (fasthttp
+	// leaves those whose answers stream, and those the engine took over
+	// to write an answer itself, untilClose); liveClosed says Close did.
+	liveMu     sync.Mutex
+	live       map[*conn]struct{}
+	liveClosed bool
+
 	mu     sync.Mutex // guards ln, fast, slow and closed
 	ln     net.Listener
 	fast   *chanListener
@@ -259,6 +267,10 @@ func (e *Engine) route(c net.Conn) {
 			ec.Conn = rawconn.Wrap(ec.Conn)
 		}
 		ec.send = e.send
+		if !e.track(ec) {
+			c.Close() // the engine was closed
+			return
+		}
 		if e.parker != nil {
 			e.parker.add(ec)
 		}
@@ -302,15 +314,62 @@ func (e *Engine) Parked() int {
 	return int(e.parker.parked.Load())
 }
 
-// Close closes the engine's listeners and connections at once.
+// Close closes the engine's listeners and connections at once, those
+// whose answers are being written too (their requests end as for a client
+// that left), as net/http's Server.Close does.
 func (e *Engine) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := e.Shutdown(ctx)
+	e.closeLive()
 	if e.fallback != nil {
 		_ = e.fallback.Close()
 	}
 	return err
+}
+
+// track notes c, a connection about to be served on fasthttp, among the
+// live ones; false when the engine was closed (c is to be closed).
+func (e *Engine) track(c *conn) bool {
+	e.liveMu.Lock()
+	defer e.liveMu.Unlock()
+	if e.liveClosed {
+		return false
+	}
+	if e.live == nil {
+		e.live = make(map[*conn]struct{})
+	}
+	c.eng = e
+	e.live[c] = struct{}{}
+	return true
+}
+
+// untrack forgets c, which is closed.
+func (e *Engine) untrack(c *conn) {
+	e.liveMu.Lock()
+	delete(e.live, c)
+	e.liveMu.Unlock()
+}
+
+// closeLive closes the live connections' sockets under whatever reads or
+// writes them (fasthttp, or the engine writing an answer itself), which
+// then fail and close the connections as a client that left does. A TLS
+// connection's socket is closed under its TLS layer, which would wait to
+// write its close alert to a client that may read nothing.
+func (e *Engine) closeLive() {
+	e.liveMu.Lock()
+	e.liveClosed = true
+	live := make([]net.Conn, 0, len(e.live))
+	for c := range e.live {
+		live = append(live, c.Conn)
+	}
+	e.liveMu.Unlock()
+	for _, c := range live {
+		if tc, ok := c.(*tls.Conn); ok {
+			c = tc.NetConn()
+		}
+		_ = c.Close()
+	}
 }
 
 // readError answers a request fasthttp could not read as net/http would:
