@@ -41,8 +41,10 @@ type Options struct {
 	// entries of sliding logs and leases of concurrency limits (24 bytes
 	// each). Each shard keeps within MaxBytes/Shards. It does not count
 	// the rule IDs, which keys of one rule share, nor the reservations
-	// (MaxReservations). A cap below three chunks of entries (120 KiB) per
-	// shard lowers the number of shards.
+	// (MaxReservations); the settles kept so that a settle sent again is
+	// answered alike take at most a sixteenth of it beside it. A cap below
+	// three chunks of entries (120 KiB) per shard lowers the number of
+	// shards.
 	MaxBytes int64
 	// Now returns the wall clock's current instant in Unix nanoseconds.
 	// Calendar quotas follow it (their periods are days of a calendar);
@@ -91,7 +93,10 @@ type Options struct {
 	// make room (Stats().ReservationEvictions counts those dropped before
 	// their TTL). What the settles of the last limiter.SettledTTL did,
 	// kept so that a settle sent again is answered alike, is capped
-	// alike, apart.
+	// alike, apart, and with MaxBytes to a sixteenth of it (past that, one
+	// past its TTL goes first, else another: the same settle sent again
+	// is then refused, 404 on the check API, as a settle of an unknown
+	// reservation).
 	MaxReservations int
 	// SweepInterval is the time between sweeps that remove idle keys (0:
 	// DefaultSweepInterval; negative: keys are only removed when touched

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
@@ -42,12 +43,35 @@ type settledRes struct {
 	out    limiter.Settled
 }
 
+// settledRecordBytes is what a kept settle takes beside its key's bytes:
+// its map entry (key and value) in a map that may have grown to twice its
+// entries, and the key's string header and allocation rounding.
+const settledRecordBytes = 2*int64(unsafe.Sizeof(resKey{})+unsafe.Sizeof(settledRes{})+1) + 16
+
+// settledBytes returns what the kept settle d takes, counted as the keys
+// are (their bytes half as much again for the allocator's rounding).
+func settledBytes(d *settledRes) int64 {
+	return settledRecordBytes + int64(len(d.key))*3/2
+}
+
+// settledShare is the part of a shard's byte budget (MaxBytes) that the
+// settles it keeps may take: 1/settledShare.
+const settledShare = 16
+
+// dropSettled drops the kept settle k of sh (locked).
+func dropSettled(sh *shard, k resKey) {
+	if d, ok := sh.settled[k]; ok {
+		sh.settledBytes -= settledBytes(&d)
+		delete(sh.settled, k)
+	}
+}
+
 // settledOf returns what the settle of hit's reservation did, when it was
 // settled at hit.Cost within its TTL. The shard sh is locked.
 func settledOf(sh *shard, k resKey, hit *limiter.Hit, now int64) (limiter.Settled, bool) {
 	d, ok := sh.settled[k]
 	if ok && d.exp <= now {
-		delete(sh.settled, k)
+		dropSettled(sh, k)
 		return limiter.Settled{}, false
 	}
 	if !ok || d.rule != hit.Rule.ID() || d.key != hit.Key || d.actual != hit.Cost {
@@ -59,22 +83,30 @@ func settledOf(sh *shard, k resKey, hit *limiter.Hit, now int64) (limiter.Settle
 // keepSettled keeps d, the settle of the record k of sh (locked). A full
 // shard drops one past its TTL, else another (a settle of that
 // reservation sent again is then refused, as it was before any was kept):
-// the kept settles never outnumber the reservations a shard holds.
+// the kept settles never outnumber the reservations a shard holds, nor,
+// with MaxBytes, take more than a sixteenth of the shard's byte budget.
 func (s *Store) keepSettled(sh *shard, k resKey, d settledRes, now int64) {
 	if sh.settled == nil {
 		sh.settled = make(map[resKey]settledRes)
 	}
-	if len(sh.settled) >= s.maxRes {
-		n := 0
+	dropSettled(sh, k)
+	b := settledBytes(&d)
+	for len(sh.settled) > 0 && (len(sh.settled) >= s.maxRes ||
+		(sh.budget > 0 && sh.settledBytes+b > sh.budget/settledShare)) {
+		n, last := 0, min(len(sh.settled), 8)
 		for j, v := range sh.settled {
 			n++
-			if v.exp <= now || n >= 8 {
-				delete(sh.settled, j)
+			if v.exp <= now || n >= last {
+				dropSettled(sh, j)
 				break
 			}
 		}
 	}
+	if sh.budget > 0 && b > sh.budget/settledShare {
+		return // larger than the share on its own
+	}
 	sh.settled[k] = d
+	sh.settledBytes += b
 }
 
 // reserve keeps a settle record for every hit marked Reserve that decide
@@ -255,7 +287,7 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 func sweepReservations(sh *shard, now int64) {
 	for k, d := range sh.settled {
 		if d.exp <= now {
-			delete(sh.settled, k)
+			dropSettled(sh, k)
 		}
 	}
 	for {

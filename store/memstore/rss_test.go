@@ -148,3 +148,45 @@ func TestHeapWithinCap(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 }
+
+// TestSettledWithinByteCap: the settles a store keeps so that the same
+// settle sent again is answered alike (limiter.SettledTTL) take at most a
+// sixteenth of MaxBytes beside the keys, however many reservations of
+// distinct keys are made and settled within that time: a check API
+// client that reserves and settles under ever new keys (as many as
+// MaxReservations and more) grows the heap by no more than the cap and
+// that share.
+func TestSettledWithinByteCap(t *testing.T) {
+	const capBytes = 8 << 20
+	r := ruletest.Rule(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour})
+	heap0, _ := settled()
+	s := newStore(t, memstore.Options{MaxBytes: capBytes, SweepInterval: -1})
+	pad := strings.Repeat("k", 200)
+	out := make([]floodgate.Decision, 1)
+	so := make([]limiter.Settled, 1)
+	const n = memstore.DefaultMaxReservations + memstore.DefaultMaxReservations/2
+	again := limiter.Hit{}
+	for i := range n {
+		h := limiter.Hit{Rule: r, Key: pad + strconv.Itoa(i), Cost: 5, Lease: uint64(i + 1), Reserve: true, TTL: 5 * time.Minute}
+		if err := s.Reserve(context.Background(), []limiter.Hit{h}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("reserve %d: %+v %v", i, out[0], err)
+		}
+		h.Cost = 1
+		if err := s.Settle(context.Background(), []limiter.Hit{h}, so); err != nil || !so[0].Found {
+			t.Fatalf("settle %d: %+v %v", i, so[0], err)
+		}
+		again = h
+	}
+	// The last settle, sent again, is still answered as the first was.
+	if err := s.Settle(context.Background(), []limiter.Hit{again}, so); err != nil || !so[0].Found {
+		t.Fatalf("the last settle sent again: %+v %v, want it answered as it was", so[0], err)
+	}
+	heap1, _ := settled()
+	st := s.Stats()
+	heap := int64(heap1) - int64(heap0)
+	t.Logf("%d reservations settled: %d keys, %d bytes counted, %d bytes of heap in use (%.3f of the cap)", n, st.Keys, st.Bytes, heap, float64(heap)/capBytes)
+	if limit := int64(capBytes) * 5 / 4; heap > limit {
+		t.Errorf("the store keeps %d bytes of heap after %d settles of distinct keys, more than 125%% of its cap %d", heap, n, capBytes)
+	}
+	runtime.KeepAlive(s)
+}

@@ -99,6 +99,8 @@ type shardState struct {
 	// did, until their TTLs, so that a settle sent again answers alike
 	// (see settledRes).
 	settled map[resKey]settledRes
+	// settledBytes is what settled holds, as settledBytes counts it.
+	settledBytes int64
 }
 
 // shard pads shardState to whole cache-line pairs so that two shards'
