@@ -40,9 +40,10 @@ type Options struct {
 	// as allocated, the keys' own bytes half as much again, and the
 	// entries of sliding logs and leases of concurrency limits (24 bytes
 	// each). Each shard keeps within MaxBytes/Shards. It does not count
-	// the rule IDs, which keys of one rule share, nor the reservations
-	// (MaxReservations); the settles kept so that a settle sent again is
-	// answered alike take at most a sixteenth of it beside it. A cap below
+	// the rule IDs, which keys of one rule share, nor the reservations'
+	// settle records, which take at most an eighth of it beside it (and
+	// MaxReservations), nor the settles kept so that a settle sent again
+	// is answered alike, which take at most a sixteenth of it. A cap below
 	// three chunks of entries (120 KiB) per shard lowers the number of
 	// shards.
 	MaxBytes int64
@@ -86,7 +87,8 @@ type Options struct {
 	// DefaultSnapshotInterval; negative: only on Close).
 	SnapshotInterval time.Duration
 	// MaxReservations caps the reservations held at once (0:
-	// DefaultMaxReservations), each shard its share. A shard that is
+	// DefaultMaxReservations), each shard its share; with MaxBytes, their
+	// settle records also take at most an eighth of it. A shard that is
 	// full drops a reservation past its TTL first, else the oldest (a
 	// flood left hanging goes before the reservations made after it,
 	// whatever TTL it asked for), which then settles at its estimate, to

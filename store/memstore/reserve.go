@@ -43,6 +43,31 @@ type settledRes struct {
 	out    limiter.Settled
 }
 
+// resRecordBytes is what a settle record takes beside its key's bytes:
+// its map entry in a map that may have grown to twice its entries, and
+// its entries in the two queues that order the records (each holds at
+// most about two a record), and the key's string header and rounding.
+const resRecordBytes = 2*int64(unsafe.Sizeof(resKey{})+unsafe.Sizeof(reservation{})+1) +
+	2*int64(unsafe.Sizeof(resDue{})+unsafe.Sizeof(resMade{})) + 16
+
+// resBytes returns what the settle record of a reservation of key takes,
+// counted as the keys are (their bytes half as much again).
+func resBytes(key string) int64 {
+	return resRecordBytes + int64(len(key))*3/2
+}
+
+// resShare is the part of a shard's byte budget (MaxBytes) that its
+// settle records may take: 1/resShare.
+const resShare = 8
+
+// dropRes drops the settle record k of sh (locked).
+func dropRes(sh *shard, k resKey) {
+	if r, ok := sh.res[k]; ok {
+		sh.resBytes -= resBytes(r.key)
+		delete(sh.res, k)
+	}
+}
+
 // settledRecordBytes is what a kept settle takes beside its key's bytes:
 // its map entry (key and value) in a map that may have grown to twice its
 // entries, and the key's string header and allocation rounding.
@@ -141,7 +166,8 @@ func (s *Store) reserve(w []work, hits []limiter.Hit, out []floodgate.Decision, 
 		if sh.res == nil {
 			sh.res = make(map[resKey]reservation)
 		}
-		for len(sh.res) >= s.maxRes {
+		b := resBytes(hit.Key)
+		for len(sh.res) >= s.maxRes || (sh.budget > 0 && len(sh.res) > 0 && sh.resBytes+b > sh.budget/resShare) {
 			// Full: a record past its TTL goes first (it has settled
 			// at its estimate already), else the oldest (it settles at
 			// its estimate now). A flood of reservations left hanging
@@ -154,6 +180,7 @@ func (s *Store) reserve(w []work, hits []limiter.Hit, out []floodgate.Decision, 
 		exp := satAdd(now, ttl)
 		sh.resSeq++
 		sh.res[k] = reservation{rule: hit.Rule.ID(), key: hit.Key, cost: hit.Cost, at: w[i].at, exp: exp, seq: sh.resSeq}
+		sh.resBytes += b
 		sh.resDue.add(k, exp, sh.res)
 		sh.resMade.add(k, sh.resSeq, sh.res)
 		sh.writes++
@@ -178,7 +205,7 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 		sh, k := &s.shards[w[i].sh], resKey{w[i].h, hit.Lease}
 		r, ok := sh.res[k]
 		if ok && r.exp <= now {
-			delete(sh.res, k) // it settled at its estimate
+			dropRes(sh, k) // it settled at its estimate
 			ok = false
 		}
 		switch {
@@ -211,14 +238,14 @@ func (s *Store) settle(w []work, hits []limiter.Hit, out []limiter.Settled, now 
 		k := resKey{wk.h, hit.Lease}
 		r, ok := sh.res[k]
 		if ok && r.exp <= now {
-			delete(sh.res, k)
+			dropRes(sh, k)
 			ok = false
 		}
 		if !ok || r.rule != hit.Rule.ID() || r.key != hit.Key {
 			out[i] = limiter.Settled{}
 			continue
 		}
-		delete(sh.res, k)
+		dropRes(sh, k)
 		sh.writes++
 		var st algo.State
 		var e *entry
@@ -297,7 +324,7 @@ func sweepReservations(sh *shard, now int64) {
 		}
 		sh.resDue.pop()
 		if r, ok := sh.res[d.k]; ok && r.exp == d.exp {
-			delete(sh.res, d.k)
+			dropRes(sh, d.k)
 			sh.resExpired++
 		}
 	}
@@ -314,20 +341,20 @@ func dropOldest(sh *shard, now int64) {
 		}
 		sh.resDue.pop()
 		if r, ok := sh.res[d.k]; ok && r.exp == d.exp {
-			delete(sh.res, d.k)
+			dropRes(sh, d.k)
 			sh.resExpired++
 			return
 		}
 	}
 	if k, ok := sh.resMade.oldest(sh.res); ok {
-		delete(sh.res, k)
+		dropRes(sh, k)
 		sh.resEvictions++
 		return
 	}
 	// Every record has an entry in the queue; should one be missing,
 	// any record goes, so that the bound holds all the same.
 	for k := range sh.res {
-		delete(sh.res, k)
+		dropRes(sh, k)
 		sh.resEvictions++
 		return
 	}

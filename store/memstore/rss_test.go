@@ -190,3 +190,40 @@ func TestSettledWithinByteCap(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 }
+
+// TestReservationsWithinByteCap: the settle records of reservations left
+// hanging (requests that reserve and never settle, under ever new keys:
+// as many as MaxReservations and more) take at most an eighth of
+// MaxBytes beside the keys, the oldest settling at their estimates to
+// make room, so they grow the heap by no more than the cap and that
+// share; the newest reservation still settles.
+func TestReservationsWithinByteCap(t *testing.T) {
+	const capBytes = 8 << 20
+	r := ruletest.Rule(t, floodgate.Limit{Name: "tokens", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour})
+	heap0, _ := settled()
+	s := newStore(t, memstore.Options{MaxBytes: capBytes, SweepInterval: -1})
+	pad := strings.Repeat("k", 200)
+	out := make([]floodgate.Decision, 1)
+	const n = memstore.DefaultMaxReservations + memstore.DefaultMaxReservations/2
+	last := limiter.Hit{}
+	for i := range n {
+		last = limiter.Hit{Rule: r, Key: pad + strconv.Itoa(i), Cost: 5, Lease: uint64(i + 1), Reserve: true, TTL: 5 * time.Minute}
+		if err := s.Reserve(context.Background(), []limiter.Hit{last}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("reserve %d: %+v %v", i, out[0], err)
+		}
+	}
+	heap1, _ := settled()
+	st := s.Stats()
+	heap := int64(heap1) - int64(heap0)
+	t.Logf("%d reservations left hanging: %d held, %d keys, %d bytes counted, %d bytes of heap in use (%.3f of the cap)",
+		n, st.Reservations, st.Keys, st.Bytes, heap, float64(heap)/capBytes)
+	if limit := int64(capBytes) * 5 / 4; heap > limit {
+		t.Errorf("the store keeps %d bytes of heap after %d reservations of distinct keys, more than 125%% of its cap %d", heap, n, capBytes)
+	}
+	so := make([]limiter.Settled, 1)
+	last.Cost = 1
+	if err := s.Settle(context.Background(), []limiter.Hit{last}, so); err != nil || !so[0].Found {
+		t.Errorf("the newest reservation's settle: %+v %v, want it found", so[0], err)
+	}
+	runtime.KeepAlive(s)
+}

@@ -93,6 +93,7 @@ type shardState struct {
 	resDue       resQueue
 	resMade      resFIFO
 	resSeq       uint64
+	resBytes     int64 // what res holds, as resBytes counts it
 	resEvictions uint64
 	resExpired   uint64
 	// settled holds what the settles of the reservations settled here
