@@ -197,8 +197,13 @@
 // leaves its charge in place until the window or period passes or the
 // key's TTL runs out, and so may one that gets no answer (the node went
 // away; Redis gives the charge back if the call reached it): both are
-// counted (RefundErrors) and logged, each as what it is. On a standalone
-// server or within one slot there is no such error.
+// counted (RefundErrors) and logged, each as what it is. At most 1024
+// refunds are in flight at once (each holds a goroutine until it is
+// answered or given up): while that many wait, for a node that stopped
+// answering while requests charged there were denied elsewhere, a further
+// refund is not sent, its charge left in place as a failed one's is, and
+// counted (RefundErrors) and logged at most once a second. On a
+// standalone server or within one slot there is no such error.
 //
 // # Reservations
 //

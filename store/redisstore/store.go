@@ -122,6 +122,10 @@ type Store struct {
 
 	refundErrors atomic.Int64
 	refunds      sync.WaitGroup // refunds in flight
+	refunding    atomic.Int64   // refunds in flight (maxRefunds)
+	// refundsDropped holds back the lines about refunds not sent past
+	// maxRefunds.
+	refundsDropped lograte.Gate
 
 	replies *replies // nil: the connections are the caller's (NewFromClient)
 	// looked, when set (in tests), runs after each look at the reply
@@ -676,10 +680,25 @@ func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hi
 			r.keys = append(r.keys, recs...)
 			r.args = append(r.args, strconv.Itoa(len(recs)))
 		}
+		if s.refunding.Add(1) > maxRefunds {
+			// maxRefunds refunds already wait for their nodes: a node
+			// has stopped answering (its client's queue of calls to it
+			// would not even take this one, and would hold the request
+			// past its deadline). This one is not sent, and its charge
+			// stays until its window passes, as a failed refund's does.
+			s.refunding.Add(-1)
+			s.refundErrors.Add(1)
+			if held, ok := s.refundsDropped.Pass(time.Now()); ok {
+				s.log.Warn("redisstore: refund not sent, as many wait for a node that does not answer; the charge stays until its window passes",
+					"waiting", maxRefunds, "held_back", held)
+			}
+			continue
+		}
 		done := make(chan struct{})
 		s.refunds.Add(1)
 		go func() {
 			defer s.refunds.Done()
+			defer s.refunding.Add(-1)
 			defer close(done)
 			sent := time.Now()
 			rctx, cancel := context.WithTimeout(context.Background(), refundTimeout)
@@ -699,6 +718,13 @@ func (s *Store) refundAll(ctx context.Context, op scriptOp, charged []charge, hi
 // timeout, past which it closes the connection), so that a refund that
 // Redis applies late is known to be applied rather than taken for lost.
 const refundTimeout = 10 * time.Second
+
+// maxRefunds caps the refunds in flight, each on a goroutine of its own
+// for up to refundTimeout, past its request's deadline: a node that stops
+// answering while requests charged there are denied elsewhere (as many as
+// clients send) holds at most that many; a refund past them is not sent
+// (counted in RefundErrors, logged at most once a second).
+const maxRefunds = 1024
 
 // refundLate is how long a refund's answer takes before it is logged as
 // late: a node that slow holds the charge for as long, and the requests
