@@ -36,7 +36,9 @@ type reservationHit struct {
 	Key   string `json:"k"`
 	Cost  int64  `json:"c"`
 	// Rule is the ID of the rule the hit was reserved on, so that a
-	// settle after reloads that changed the limit finds it at once.
+	// settle after reloads that changed the limit finds it at once. It is
+	// read, not yet written: a version that writes it needs every
+	// instance it shares reservations with to read it first.
 	Rule string `json:"r,omitempty"`
 }
 
@@ -167,7 +169,10 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, body []byte, _
 	}
 	rsv := &reservation{ID: strconv.FormatUint(req.Reservation, 16), Hits: make([]reservationHit, len(q.hits))}
 	for i := range q.hits {
-		rsv.Hits[i] = reservationHit{Limit: q.names[i], Key: keyOf(wh[i]), Cost: q.hits[i].Cost, Rule: q.hits[i].Rule.ID()}
+		// The token does not name its rule yet (Rule): an instance of an
+		// earlier version refuses a token with a field it does not know,
+		// and during a rolling upgrade it may be asked to settle one.
+		rsv.Hits[i] = reservationHit{Limit: q.names[i], Key: keyOf(wh[i]), Cost: q.hits[i].Cost}
 	}
 	if res.Allowed {
 		h.reserved(q, time.Now().Add(ttl))
