@@ -27,4 +27,12 @@ type Decision struct {
 	// stores that say (the memory store does; 0 otherwise): what an access
 	// log records, so that a replay decides at the same instant.
 	At int64
+	// Mark is, for a charge of a window, a sliding log or a quota, where
+	// the store counted it: the instant of the charge in Unix nanoseconds
+	// on the store's own clock (memstore's timeline, the Redis server's).
+	// It is 0 for other stores, other algorithms, a peek, a check or a
+	// charge that did not go ahead. A refund names it (limiter.Hit.Mark)
+	// to give back exactly that charge, from the window, log entry or
+	// period that holds it, if that still counts.
+	Mark int64
 }

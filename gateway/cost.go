@@ -532,20 +532,26 @@ func (s *sseScanner) field(line []byte) {
 	s.data = append(s.data, '\n')
 }
 
-// plainHits returns the hits of st that are not reservations (a
-// reservation is given back by its settle), reusing st.leases' storage
-// after the leases.
-func plainHits(st *Flow) []limiter.Hit {
-	if !st.req.HasReserved() {
-		return st.m.Hits
-	}
-	n := len(st.leases)
-	for _, h := range st.m.Hits {
-		if !h.Reserve {
-			st.leases = append(st.leases, h)
+// refundHits returns the hits of st to refund: those that are not
+// reservations (a reservation is given back by its settle), each naming
+// where the store counted its charge (limiter.Hit.Mark, from its
+// decision), so that a window's, a log's or a quota's charge comes back
+// too; a hit decided by its failure policy names none. It reuses the
+// storage of st.leases past its length, which it leaves as it is.
+func refundHits(st *Flow) []limiter.Hit {
+	hits := st.leases[len(st.leases):]
+	reserved := st.req.HasReserved()
+	for i, h := range st.m.Hits {
+		if reserved && h.Reserve {
+			continue
 		}
+		h.Mark = 0
+		if i < len(st.res.Decisions) && i < len(st.res.Flags) && st.res.Flags[i]&limiter.Degraded == 0 {
+			h.Mark = st.res.Decisions[i].Mark
+		}
+		hits = append(hits, h)
 	}
-	return st.leases[n:]
+	return hits
 }
 
 // cancelReservation gives the whole reservation of st back: the request

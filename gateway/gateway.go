@@ -472,6 +472,9 @@ type Flow struct {
 	refused  bool           // the request was refused on a limit
 	lat      bool           // timing is kept for a LatencyObserver
 	timing   timing
+	// refundDone reports that refund gave its charges back (or tried): a
+	// second refund would take other requests' charges from a window.
+	refundDone bool
 }
 
 // get returns an empty Flow (put empties one before pooling it).
@@ -489,7 +492,7 @@ func (g *Gateway) put(st *Flow) {
 	st.req = limiter.Request{}
 	st.rec.release()
 	st.reserved, st.stop, st.peek, st.err = false, nil, false, nil
-	st.screened, st.refused = false, false
+	st.screened, st.refused, st.refundDone = false, false, false
 	st.body, st.bodyRead = nil, false
 	st.lat, st.timing = false, timing{}
 	st.view = Request{}
@@ -858,12 +861,20 @@ func (g *Gateway) leftLeakyQueue(ctx context.Context, st *Flow) {
 // refund gives back what st's hits were charged, other than a
 // reservation's, for a request that will not go ahead after all (its
 // client left while it waited, or its wait would outlast its write
-// deadline): the rate algorithms' charges are refundable, others keep
-// theirs. what says which in the log line of a refund that fails, whose
+// deadline, or overload control shed it): the rate algorithms' charges,
+// and those of windows, sliding logs and quotas from the window, entry or
+// period that counted them unless it has passed since (a concurrency
+// lease is released when the request ends). what says which in the log line of a refund that fails, whose
 // error it returns.
 func (g *Gateway) refund(ctx context.Context, st *Flow, what string) error {
+	if st.refundDone {
+		return nil
+	}
+	st.refundDone = true
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
-	err := g.engine.Refund(rctx, plainHits(st))
+	hits := refundHits(st)
+	err := g.engine.Refund(rctx, hits)
+	clear(hits) // st.leases' storage past its length: keep no rule alive
 	if err != nil {
 		g.log.Warn(what, "err", err)
 	}

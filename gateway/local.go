@@ -49,9 +49,8 @@ type HandleOptions struct {
 	// Shed is why its route's overload control shed the request, as an
 	// access log says (ShedFull, ShedClientGone ...), for a request decided
 	// in process, which takes no place under the cap: once its limits let
-	// it through, it is shed so, its reservation and its rate algorithms'
-	// charges given back, as the gateway gave them back. A look (Peek)
-	// ignores it.
+	// it through, it is shed so, its reservation and its plain charges
+	// given back, as the gateway gave them back. A look (Peek) ignores it.
 	Shed string
 }
 

@@ -958,7 +958,9 @@ func (g *Gateway) shed(x Exchange, st *Flow, reason string) {
 // refund gave back are back, for the fields of its answer: a limit whose
 // algorithm is refundable (a bucket, GCRA) has the request's cost back in
 // its remaining units, never above its capacity, and is full that many
-// intervals sooner (rounded down, so that its t never comes early).
+// intervals sooner (rounded down, so that its t never comes early); a
+// window, sliding log or quota whose decision says where its charge was
+// counted (Decision.Mark) has the cost back in its remaining units.
 // Shadow limits, those decided by a failure policy, reservations and
 // hits that charged nothing (checks, a group's denials) are left as they
 // were.
@@ -971,10 +973,16 @@ func refunded(st *Flow) {
 			continue
 		}
 		l := h.Rule.Limit()
+		d := &res.Decisions[i]
+		if d.Mark != 0 {
+			// A window's, a log's or a quota's charge, given back from
+			// where it was counted: its reset stays as it was.
+			d.Remaining = min(d.Limit, d.Remaining+h.Cost)
+			continue
+		}
 		if !l.Algorithm.Traits().Refundable || l.Rate <= 0 || l.Per <= 0 {
 			continue
 		}
-		d := &res.Decisions[i]
 		d.Remaining = min(d.Limit, d.Remaining+h.Cost)
 		hi, lo := bits.Mul64(uint64(h.Cost), uint64(l.Per))
 		if hi >= uint64(l.Rate) {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -183,7 +184,7 @@ limits:
 // request is served with three of its four left, on memory and on Redis.
 func TestOverloadShedSpendsNoVictimsLimits(t *testing.T) {
 	forFronts(t, allFronts, func(t *testing.T, front string) {
-		testShedSpendsNoVictimsLimits(t, front, limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{}))
+		testShedSpendsNoVictimsLimits(t, front, limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{}), floodPolicy)
 	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
@@ -193,16 +194,55 @@ func TestOverloadShedSpendsNoVictimsLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(store.Close)
-		testShedSpendsNoVictimsLimits(t, frontNetHTTP, limiter.New(store, limiter.Options{Timeout: 2 * time.Second}))
+		testShedSpendsNoVictimsLimits(t, frontNetHTTP, limiter.New(store, limiter.Options{Timeout: 2 * time.Second}), floodPolicy)
 	})
 }
 
-func testShedSpendsNoVictimsLimits(t *testing.T, front string, engine *limiter.Limiter) {
+// windowLimits are the victim's limit of four in TestOverloadShedGivesWindowsBack
+// and TestQueuedClientGivesWindowsBack: a fixed window, a sliding log, a
+// sliding window of an hour and a daily quota.
+var windowLimits = []struct{ name, limit string }{
+	{"fixed_window", "{name: per-ip, algorithm: fixed_window, limit: 4, window: 1h}"},
+	{"sliding_log", "{name: per-ip, algorithm: sliding_log, limit: 4, window: 1h}"},
+	{"sliding_window", "{name: per-ip, algorithm: sliding_window, limit: 4, window: 1h}"},
+	{"quota", "{name: per-ip, algorithm: quota, limit: 4, period: DAY}"},
+}
+
+// TestOverloadShedGivesWindowsBack is TestOverloadShedSpendsNoVictimsLimits
+// with the victim's limit a fixed window, a sliding log, a sliding window
+// and a daily quota, on memory and on Redis: the four shed requests spend
+// none of them, as they spend none of a rate (their charges are given back
+// from the window, log or period that counted them), so an attacker who
+// makes overload control shed a victim's requests cannot spend the
+// victim's quota for the day.
+func TestOverloadShedGivesWindowsBack(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, w := range windowLimits {
+		policy := strings.Replace(floodPolicy, "{name: per-ip, rate: 1, per: 1h, burst: 4}", w.limit, 1)
+		t.Run(w.name, func(t *testing.T) {
+			t.Parallel()
+			forFronts(t, allFronts, func(t *testing.T, front string) {
+				testShedSpendsNoVictimsLimits(t, front, limiter.New(newMemStore(t, newTestClock().Now), limiter.Options{}), policy)
+			})
+			t.Run("redis", func(t *testing.T) {
+				t.Parallel()
+				store, err := redisstore.New(redisstore.Options{URL: "redis://" + srv.Addr, Prefix: "shed-" + w.name + ":"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(store.Close)
+				testShedSpendsNoVictimsLimits(t, frontNetHTTP, limiter.New(store, limiter.Options{Timeout: 2 * time.Second}), policy)
+			})
+		})
+	}
+}
+
+func testShedSpendsNoVictimsLimits(t *testing.T, front string, engine *limiter.Limiter, policy string) {
 	u := newHolding()
 	var once sync.Once
 	release := func() { once.Do(func() { close(u.release) }) }
 	t.Cleanup(release)
-	pm := mustPolicyMatcher(t, compilePolicy(t, "flood.yaml", floodPolicy))
+	pm := mustPolicyMatcher(t, compilePolicy(t, "flood.yaml", policy))
 	g, base, c := startFront(t, front, Options{Matcher: pm, Engine: engine}, u.ServeHTTP)
 	attacker := []string{"X-Forwarded-For", "192.0.2.1"}
 	victim := []string{"X-Forwarded-For", "192.0.2.2"}
@@ -225,7 +265,11 @@ func testShedSpendsNoVictimsLimits(t *testing.T, front string, engine *limiter.L
 		}
 		checkShed(t, a, "1")
 	}
-	checkShed(t, <-waited, "1")
+	w := <-waited
+	checkShed(t, w, "1")
+	if r := remaining(t, w, "per-ip"); r != 4 {
+		t.Errorf("the victim's waiter shed at max_wait says %d remaining, want 4 (its unit given back)", r)
+	}
 	<-waiting
 	release()
 	if a := <-held; a.status != http.StatusOK {

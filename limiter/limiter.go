@@ -477,13 +477,18 @@ func (e *LeaseLostError) Error() string {
 func (e *LeaseLostError) Unwrap() error { return ErrLeaseLost }
 
 // Refund gives back what Check charged for hits, for a request that will
-// not go ahead after all (a queued request whose client went away). Only
-// rules whose algo.Params are Refundable (token bucket, GCRA, leaky bucket
-// and leaky queue) give anything back; the others keep the charge, and so
-// does every rule on a store that does not implement Refunder. A refund
-// never fills a bucket beyond full. Charges made by a failure policy while
-// the store failed are not given back, and an error means the store could
-// not be told: the units then come back as time passes.
+// not go ahead after all (a queued request whose client went away). Rules
+// whose algo.Params are Refundable (token bucket, GCRA, leaky bucket and
+// leaky queue) give their charge back; a fixed or sliding window, a
+// sliding log or a quota gives it back when its hit names the charge's
+// Decision.Mark (Hit.Mark), from the window, log entry or period that
+// counted it, unless that has passed since. The others keep the charge,
+// and so does every rule on a store that does not implement Refunder. A
+// refund never fills a bucket beyond full, and each charge is to be
+// refunded once: a second refund would take another request's. Charges
+// made by a failure policy while the store failed are not given back, and
+// an error means the store could not be told: the units then come back as
+// time passes.
 func (l *Limiter) Refund(ctx context.Context, hits []Hit) error {
 	if l.store == nil {
 		return ErrNoStore

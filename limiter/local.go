@@ -196,6 +196,7 @@ func (l *Limiter) decideByPolicy(ctx context.Context, op storeOp, hits []Hit, ou
 		} else {
 			for j, i := range idx {
 				out[i] = lout[j]
+				out[i].Mark = 0 // counted by the local store: the store's refund cannot give it back
 			}
 		}
 	}

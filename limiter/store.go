@@ -47,11 +47,14 @@ type Releaser interface {
 
 // Refunder is implemented by stores that can give back what a charge took
 // (a queued request whose client went away). Without it, the engine's
-// Refund gives nothing back: every charge stays, as a window's does.
+// Refund gives nothing back: every charge stays.
 type Refunder interface {
 	// Refund gives back Hit.Cost units (at least 1) of each hit whose
 	// algorithm is Refundable (algo.Params.Refund: a bucket never fills
-	// beyond full); the other hits are left alone.
+	// beyond full), and of each window, sliding log or quota hit that
+	// names the Decision.Mark of its charge (algo.Params.RefundAt: from
+	// the window, entry or period that counted it, if it has not passed
+	// since); the other hits are left alone.
 	Refund(ctx context.Context, hits []Hit) error
 }
 
@@ -156,6 +159,13 @@ type Hit struct {
 	// allow are charged and those that deny are not (an Envoy descriptor
 	// in quota mode).
 	Group uint8
+	// Mark is, for a refund, the Decision.Mark of the charge to give
+	// back. With it, the charge of a fixed or sliding window, a sliding log
+	// or a quota is given back from the window, log entry or period that
+	// counted it, if that has not passed since (algo.Params.RefundAt);
+	// without it (0) only the rate algorithms' charges are. Other verbs
+	// ignore it.
+	Mark int64
 }
 
 // Verdict works out whether a charge goes ahead from its hits' decisions,

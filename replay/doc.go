@@ -70,7 +70,7 @@
 // simulate a route's overload control (the cap, its tiers and its queue).
 // Requests are decided by their limits alone, and the requests the log
 // shows shed (its shed field) are shed as logged once their limits let
-// them through (gateway.HandleOptions.Shed: a reservation and the rate
-// algorithms' charges given back, as the gateway gives them back), and
-// counted and reported as logged (Agreement.Shed).
+// them through (gateway.HandleOptions.Shed: a reservation and the plain
+// charges given back, as the gateway gives them back), and counted and
+// reported as logged (Agreement.Shed).
 package replay

@@ -536,10 +536,13 @@ func (s *Store) applyOne(hit *limiter.Hit, out *floodgate.Decision, peek bool) e
 	}
 	err := p.DecideInto(&st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out)
 	onWall(out, wall, t-read)
-	out.At = now - s.rebase
+	out.At, out.Mark = now-s.rebase, 0
 	switch {
 	case err != nil || peek:
 	case out.Allowed:
+		if marked(p.Algorithm()) {
+			out.Mark = t
+		}
 		exp := expiry(hit.Rule, &st, out, expiryBase(t, now, wall))
 		if e != nil {
 			e.st, e.exp, e.rule, e.deny = st, exp, hit.Rule, 0
@@ -580,7 +583,7 @@ func (s *Store) decideInPlace(sh *shard, e *entry, p *algo.Params, hit *limiter.
 	if err := p.DecideInto(&e.st, algo.Request{Now: t, Cost: hit.Cost, Peek: peek, Lease: hit.Lease}, out); err != nil {
 		return fmt.Errorf("memstore: %s: %w", hit.Rule.ID(), err)
 	}
-	out.At = now - s.rebase
+	out.At, out.Mark = now-s.rebase, 0
 	switch {
 	case peek:
 	case out.Allowed:
@@ -698,6 +701,11 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 	if peek || verdict.Refused() {
 		return nil
 	}
+	for i := range hits {
+		if out[i].Allowed && !hits[i].Check && marked(hits[i].Rule.Params().Algorithm()) {
+			out[i].Mark = w[i].at
+		}
+	}
 	// Existing entries first, then the new ones; an insert may evict, but
 	// never an entry of this request (pins). Byte budgets are enforced once
 	// everything is written.
@@ -727,28 +735,42 @@ func (s *Store) decide(w []work, hits []limiter.Hit, out []floodgate.Decision, n
 	return nil
 }
 
+// marked reports whether a charge of alg says where it was counted
+// (Decision.Mark), for a refund: those of windows, sliding logs and
+// quotas do.
+func marked(alg floodgate.Algorithm) bool {
+	return alg.Kind() != floodgate.KindConcurrency && alg.Family() != floodgate.FamilyRate
+}
+
 // giveBack ends the leases named by the concurrency hits (a release) or
-// gives back the charges of refundable hits (refund). Other hits are left
-// alone.
+// gives back the charges of refundable hits, and of the windows', logs'
+// and quotas' hits that name their charges' marks (refund). Other hits
+// are left alone.
 func (s *Store) giveBack(w []work, hits []limiter.Hit, now int64, refund bool) error {
 	for i := range hits {
 		hit, wk := &hits[i], &w[i]
 		p := hit.Rule.Params()
-		if (!refund && p.Algorithm().Kind() != floodgate.KindConcurrency) || (refund && !p.Algorithm().Traits().Refundable) {
+		alg := p.Algorithm()
+		exact := refund && hit.Mark != 0 && marked(alg)
+		if (!refund && alg.Kind() != floodgate.KindConcurrency) || (refund && !alg.Traits().Refundable && !exact) {
 			continue
 		}
 		sh := &s.shards[wk.sh]
 		var st algo.State
 		var e *entry
-		t := now
+		t, wall := s.instant(p, now) // a quota's is the wall clock's
 		if idx := sh.find(wk.h, hit.Rule, hit.Key); idx >= 0 {
-			if e = sh.at(idx); e.exp > now {
+			if e = sh.at(idx); s.live(e, now) {
 				if t < e.st.Last {
 					t = e.st.Last
 					sh.clamps++
 				}
 				old := extCost(e.st.Ext)
-				if refund {
+				if exact {
+					if err := p.RefundAt(&e.st, t, hit.Mark, hit.Cost); err != nil {
+						return fmt.Errorf("memstore: %s: refund: %w", hit.Rule.ID(), err)
+					}
+				} else if refund {
 					if err := p.Refund(&e.st, t, hit.Cost); err != nil {
 						return fmt.Errorf("memstore: %s: refund: %w", hit.Rule.ID(), err)
 					}
@@ -765,7 +787,7 @@ func (s *Store) giveBack(w []work, hits []limiter.Hit, now int64, refund bool) e
 			return err
 		}
 		if e != nil && e.rule != nil {
-			e.exp = expiry(hit.Rule, &e.st, &d, t)
+			e.exp = expiry(hit.Rule, &e.st, &d, expiryBase(t, now, wall))
 			sh.writes++
 		}
 	}

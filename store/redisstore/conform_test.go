@@ -140,6 +140,7 @@ func conform(t *testing.T, s *Store, r *limiter.Rule) {
 		if op == opRelease {
 			continue
 		}
+		out[0].Mark = 0 // where the store counted it: algo has no store
 		if out[0] != want {
 			t.Fatalf("%s:\n redis %+v\n algo  %+v", desc, out[0], want)
 		}

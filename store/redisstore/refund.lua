@@ -1,5 +1,7 @@
 -- Floodgate: give back what apply.lua charged for some hits of one request
--- (Redis Cluster, when a later slot denied). Only exact inverses are
+-- (Redis Cluster, when a later slot denied; a refund of a request that
+-- did not go ahead, whose window, log or quota hit names the mark of its
+-- charge, limiter.Hit.Mark). Only exact inverses are
 -- applied, and only to the state the charge wrote: a window or period that
 -- has moved on since is left alone.
 --

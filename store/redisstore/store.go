@@ -523,15 +523,23 @@ func (s *Store) release(ctx context.Context, hits []limiter.Hit) error {
 
 // refundHits gives back the charges of the refundable hits (token bucket,
 // GCRA, leaky bucket and queue: the refund script moves their TAT back by
-// the cost, an exact inverse that needs no instant), one script call per
-// hit; the others keep their charge.
+// the cost, an exact inverse that needs no instant), and of the windows',
+// logs' and quotas' hits that name their charges' marks (the server's
+// instant of the charge: the script takes the cost from the window,
+// log entry or period that holds it, if it is still the key's), one
+// script call per hit; the others keep their charge.
 func (s *Store) refundHits(ctx context.Context, hits []limiter.Hit) error {
 	for i := range hits {
-		if !hits[i].Rule.Algorithm().Traits().Refundable {
-			continue
+		h := &hits[i]
+		mark := int64(0)
+		if !h.Rule.Algorithm().Traits().Refundable {
+			if h.Mark <= 0 || !marked(h.Rule) {
+				continue
+			}
+			mark = h.Mark / 1000 // the server's instant in µs
 		}
-		r := &refundCall{args: []string{"0", "1"}}
-		s.appendHit(r, &hits[i], 0)
+		r := &refundCall{args: []string{itoa(mark), "1"}}
+		s.appendHit(r, h, mark*1000)
 		if _, err := s.eval(ctx, s.refund, r.keys, r.args); err != nil {
 			return s.nodeErr(&hits[i], fmt.Errorf("redisstore: refund: %w", err))
 		}
@@ -574,6 +582,17 @@ func (s *Store) applyCluster(ctx context.Context, op scriptOp, hits []limiter.Hi
 	defer func() {
 		for _, c := range charged {
 			putRequest(c.rq)
+		}
+		// A request that did not go ahead was given back what its slots
+		// charged: its decisions name no charge to refund.
+		var v limiter.Verdict
+		for i := range hits {
+			v.Add(&hits[i], out[i].Allowed)
+		}
+		if v.Refused() {
+			for i := range out {
+				out[i].Mark = 0
+			}
 		}
 	}()
 	curOp := op
@@ -806,6 +825,14 @@ func (s *Store) now() (goNow int64, scriptNow string) {
 	return 0, ""
 }
 
+// marked reports whether a charge of r's algorithm says where it was
+// counted (Decision.Mark: the server's instant of the script call, in
+// Unix ns), for a refund: those of windows, sliding logs and quotas do.
+func marked(r *limiter.Rule) bool {
+	alg := r.Algorithm()
+	return alg.Kind() != floodgate.KindConcurrency && alg.Family() != floodgate.FamilyRate
+}
+
 // flagged reports whether some hit is a check or in a group.
 func flagged(hits []limiter.Hit) bool {
 	for i := range hits {
@@ -947,6 +974,9 @@ func (s *Store) runOpen(ctx context.Context, op scriptOp, hits []limiter.Hit, ou
 			RetryAfter: time.Duration(v[2]),
 			ResetAfter: time.Duration(v[3]),
 			Delay:      time.Duration(v[4]),
+		}
+		if (op == opCharge || op == opReserve) && rq.got == 1 && v[0] == 1 && !hits[i].Check && marked(hits[i].Rule) {
+			out[i].Mark = rq.mark * 1000 // µs to ns
 		}
 		if v[5] == 1 && never == nil {
 			never = fmt.Errorf("redisstore: %s: %w", hits[i].Rule.ID(), floodgate.ErrNeverFits)

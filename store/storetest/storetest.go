@@ -62,6 +62,8 @@ func run(t *testing.T, newStore func(t *testing.T) limiter.Store, c clock) {
 		{"Release", testRelease, releaseOp},
 		{"ReleaseOtherAlgorithms", testReleaseOther, releaseOp},
 		{"Refund", testRefund, refundOp},
+		{"RefundMarked", testRefundMarked, refundOp},
+		{"RefundMarkedAfterTheWindow", func(t *testing.T, s limiter.Store) { testRefundMarkedAfterTheWindow(t, s, c) }, refundOp},
 		{"PeekCostAboveCapacity", testPeekNeverFits, 0},
 		{"LeakyQueueTwoStage", testLeakyQueueTwoStage, 0},
 		{"IdleExpiry", func(t *testing.T, s limiter.Store) { testIdleExpiry(t, s, c) }, 0},
@@ -254,7 +256,8 @@ func testLeakyQueue(t *testing.T, s limiter.Store) {
 
 // testRefund gives back charges: a queued request that leaves frees its
 // place for the next one, a bucket never refills beyond full, and a
-// window keeps its count (it is not refundable).
+// window keeps its count when the refund does not say where it was
+// charged (Hit.Mark; testRefundMarked gives it back).
 func testRefund(t *testing.T, s limiter.Store) {
 	q := ruletest.Rule(t, floodgate.Limit{Algorithm: floodgate.LeakyQueue, Rate: 1, Per: hour, Burst: 2})
 	h := limiter.Hit{Rule: q, Key: key("refundq"), Cost: 1}
@@ -295,6 +298,77 @@ func testRefund(t *testing.T, s limiter.Store) {
 	hw.Cost = 0
 	if _, err := apply(s, refundOp, hw); !errors.Is(err, floodgate.ErrInvalidCost) {
 		t.Fatalf("refund of cost 0: %v, want ErrInvalidCost", err)
+	}
+}
+
+// testRefundMarked gives back the charge of a window, a sliding log, a
+// sliding window and a quota whose refund names where it was counted
+// (Decision.Mark): exactly the refund's cost, not the other charges.
+// A store whose decisions carry no mark gives those charges nothing back
+// (testRefund holds it to that), and is left out.
+func testRefundMarked(t *testing.T, s limiter.Store) {
+	for _, l := range []floodgate.Limit{
+		{Algorithm: floodgate.FixedWindow, Max: 3, Window: long},
+		{Algorithm: floodgate.SlidingLog, Max: 3, Window: long},
+		{Algorithm: floodgate.SlidingWindow, Max: 3, Window: long},
+		{Algorithm: floodgate.Quota, Max: 3, Period: floodgate.Month},
+	} {
+		r := ruletest.Rule(t, l)
+		h := limiter.Hit{Rule: r, Key: key("refundmark"), Cost: 1}
+		wantAllowed(t, l.Algorithm.String()+" cost 1", charge(t, s, h), 3, 2)
+		h.Cost = 2
+		d := charge(t, s, h)
+		wantAllowed(t, l.Algorithm.String()+" cost 2", d, 3, 0)
+		if d.Mark == 0 {
+			t.Skipf("%s: the store's decisions carry no mark", l.Algorithm)
+		}
+		h.Mark = d.Mark
+		must(t, s, refundOp, h)
+		h.Mark = 0
+		wantAllowed(t, l.Algorithm.String()+" after the refund (peek of 2)", peek(t, s, h), 3, 0)
+		wantAllowed(t, l.Algorithm.String()+" charged again", charge(t, s, h), 3, 0)
+		h.Cost = 1
+		if d := peek(t, s, h); d.Allowed {
+			t.Fatalf("%s: the refund gave back more than its charge: %+v", l.Algorithm, d)
+		}
+	}
+}
+
+// testRefundMarkedAfterTheWindow refunds a charge of a one-second fixed
+// window, and of a sliding log of a second, once the window it was
+// counted in has passed and a new charge counts in the next: the window
+// that passed has nothing to give back, and the new one keeps its charge.
+func testRefundMarkedAfterTheWindow(t *testing.T, s limiter.Store, c clock) {
+	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingLog} {
+		r := ruletest.Rule(t, floodgate.Limit{Algorithm: alg, Max: 2, Window: time.Second})
+		h := limiter.Hit{Rule: r, Key: key("refundmarkold"), Cost: 2}
+		old := charge(t, s, h)
+		if !old.Allowed {
+			t.Fatalf("%s: the first charge: %+v, want allowed", alg, old)
+		}
+		if old.Mark == 0 {
+			t.Skipf("%s: the store's decisions carry no mark", alg)
+		}
+		deadline := c.now().Add(20 * time.Second)
+		for {
+			c.sleep(1100 * time.Millisecond)
+			if d := peek(t, s, h); d.Allowed {
+				break
+			}
+			if c.now().After(deadline) {
+				t.Fatalf("%s: key still charged 20 s after a 1 s window: %+v", alg, peek(t, s, h))
+			}
+		}
+		h.Cost = 1
+		if d := charge(t, s, h); !d.Allowed {
+			t.Fatalf("%s: a charge in the next window: %+v, want allowed", alg, d)
+		}
+		h.Cost, h.Mark = 2, old.Mark
+		must(t, s, refundOp, h)
+		h.Cost, h.Mark = 2, 0
+		if d := peek(t, s, h); d.Allowed || d.Remaining != 1 {
+			t.Fatalf("%s: a refund of a charge whose window passed took from the next: peek of 2 %+v, want denied with 1 remaining", alg, d)
+		}
 	}
 }
 
