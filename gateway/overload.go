@@ -216,18 +216,7 @@ func (c *overloadCtl) retune(o *policy.Overload) {
 		c.ad, _ = algo.NewAdaptive(*a) // validated
 	}
 	now := c.now()
-	var waiting []*waiter
-	for _, q := range c.queues {
-		for {
-			w, ok := q.Pop(now, nil)
-			if !ok {
-				break
-			}
-			waiting = append(waiting, w)
-		}
-	}
-	// Popped in turn; pushed again in the order they arrived.
-	slices.SortFunc(waiting, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	waiting := c.popAll(now) // pushed again in the order they arrived
 	keepsUse := old.Queue != nil && o.Queue != nil
 	for _, w := range waiting {
 		c.queued--
@@ -274,18 +263,10 @@ func (c *overloadCtl) retune(o *policy.Overload) {
 	c.dispatch()
 }
 
-// lift lets every request waiting go on at once, in the order they
-// arrived, after a reload that took the route's overload block away (or
-// the route): nothing caps the route now, also for a request matched
-// before the reload that comes later (from a leaky queue's wait). They,
-// and the requests in flight, hold their places until they end (mu
+// popAll takes every request waiting out of the route's queues (popped
+// in turn, tier by tier) and returns them in the order they arrived (mu
 // held).
-func (c *overloadCtl) lift() {
-	c.lifted = true
-	if c.queued == 0 {
-		return
-	}
-	now := c.now()
+func (c *overloadCtl) popAll(now int64) []*waiter {
 	var waiting []*waiter
 	for _, q := range c.queues {
 		for {
@@ -297,7 +278,21 @@ func (c *overloadCtl) lift() {
 		}
 	}
 	slices.SortFunc(waiting, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
-	for _, w := range waiting {
+	return waiting
+}
+
+// lift lets every request waiting go on at once, in the order they
+// arrived, after a reload that took the route's overload block away (or
+// the route): nothing caps the route now, also for a request matched
+// before the reload that comes later (from a leaky queue's wait). They,
+// and the requests in flight, hold their places until they end (mu
+// held).
+func (c *overloadCtl) lift() {
+	c.lifted = true
+	if c.queued == 0 {
+		return
+	}
+	for _, w := range c.popAll(c.now()) {
 		c.queued--
 		c.inflight++
 		c.changeUse(w.th, 1, -1)
