@@ -44,9 +44,9 @@ type conn struct {
 	// tls says the connection came through TLS (X-Forwarded-Proto: https).
 	tls bool
 
-	// eng is the engine that serves the connection on fasthttp, which
-	// holds it among its live ones until it closes (nil for one handed
-	// over to net/http).
+	// eng is the engine that accepted the connection, which holds it
+	// among its live ones until it closes or is handed over to net/http
+	// (Engine.track).
 	eng *Engine
 
 	// Parking (park.go). p is the engine's parker (nil: never parked),

@@ -99,12 +99,15 @@ type Engine struct {
 	// one a second.
 	unaskedLog lograte.Gate
 
-	// live holds the client connections served on fasthttp, until they
-	// close, so that Close closes them whatever they are doing (fasthttp
-	// leaves those whose answers stream, and those the engine took over
-	// to write an answer itself, untilClose); liveClosed says Close did.
+	// live holds the client connections from their accept until they
+	// close or go to net/http, each with the socket under it, so that
+	// Close closes them whatever they are doing (fasthttp leaves those
+	// whose answers stream, and those the engine took over to write an
+	// answer itself, untilClose; the engine reads a new connection's
+	// first bytes, or makes its TLS handshake, before fasthttp has it);
+	// liveClosed says Close did.
 	liveMu     sync.Mutex
-	live       map[*conn]struct{}
+	live       map[*conn]net.Conn
 	liveClosed bool
 
 	mu     sync.Mutex // guards ln, fast, slow and closed
@@ -244,22 +247,29 @@ func acceptPasses(err error) bool {
 
 // route reads the first bytes of a new connection and hands it to the
 // engine that speaks its protocol: HTTP/2 with prior knowledge, and
-// requests whose lines end in a bare LF, go to net/http.
+// requests whose lines end in a bare LF, go to net/http. The connection is
+// among the live ones from its accept on, so that Close ends its handshake
+// or its first read too.
 func (e *Engine) route(c net.Conn) {
 	ec := &conn{Conn: c}
+	if !e.track(ec) {
+		c.Close() // the engine was closed
+		return
+	}
 	if tc, ok := c.(*tls.Conn); ok {
-		if ec = e.routeTLS(tc); ec == nil {
+		if !e.routeTLS(ec, tc) {
 			return
 		}
 	}
 	h2, bareLF, err := ec.sniff(time.Now().Add(e.header))
 	switch {
 	case err != nil:
-		c.Close() // nothing came in time, or the client left
+		ec.Close() // nothing came in time, or the client left
 	case (h2 || bareLF) && e.fallback != nil:
+		e.untrack(ec) // net/http's from now on
 		e.slow.push(ec)
 	case h2:
-		c.Close()
+		ec.Close()
 	default:
 		if !ec.tls {
 			// A plain TCP connection served by fasthttp is read and
@@ -267,10 +277,6 @@ func (e *Engine) route(c net.Conn) {
 			ec.Conn = rawconn.Wrap(ec.Conn)
 		}
 		ec.send = e.send
-		if !e.track(ec) {
-			c.Close() // the engine was closed
-			return
-		}
 		if e.parker != nil {
 			e.parker.add(ec)
 		}
@@ -316,7 +322,8 @@ func (e *Engine) Parked() int {
 
 // Close closes the engine's listeners and connections at once, those
 // whose answers are being written too (their requests end as for a client
-// that left), as net/http's Server.Close does.
+// that left) and those whose first request has not come yet (in their TLS
+// handshake too), as net/http's Server.Close does.
 func (e *Engine) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -328,23 +335,29 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// track notes c, a connection about to be served on fasthttp, among the
-// live ones; false when the engine was closed (c is to be closed).
+// track notes c, a connection just accepted, among the live ones; false
+// when the engine was closed (c is to be closed).
 func (e *Engine) track(c *conn) bool {
+	sock := c.Conn
+	if tc, ok := sock.(*tls.Conn); ok {
+		// Closed under its TLS layer, which would wait to write its close
+		// alert to a client that may read nothing.
+		sock = tc.NetConn()
+	}
 	e.liveMu.Lock()
 	defer e.liveMu.Unlock()
 	if e.liveClosed {
 		return false
 	}
 	if e.live == nil {
-		e.live = make(map[*conn]struct{})
+		e.live = make(map[*conn]net.Conn)
 	}
 	c.eng = e
-	e.live[c] = struct{}{}
+	e.live[c] = sock
 	return true
 }
 
-// untrack forgets c, which is closed.
+// untrack forgets c, which is closed or handed over to net/http.
 func (e *Engine) untrack(c *conn) {
 	e.liveMu.Lock()
 	delete(e.live, c)
@@ -352,23 +365,19 @@ func (e *Engine) untrack(c *conn) {
 }
 
 // closeLive closes the live connections' sockets under whatever reads or
-// writes them (fasthttp, or the engine writing an answer itself), which
-// then fail and close the connections as a client that left does. A TLS
-// connection's socket is closed under its TLS layer, which would wait to
-// write its close alert to a client that may read nothing.
+// writes them (a TLS handshake, the engine's first read, fasthttp, or the
+// engine writing an answer itself), which then fail and close the
+// connections as a client that left does.
 func (e *Engine) closeLive() {
 	e.liveMu.Lock()
 	e.liveClosed = true
 	live := make([]net.Conn, 0, len(e.live))
-	for c := range e.live {
-		live = append(live, c.Conn)
+	for _, sock := range e.live {
+		live = append(live, sock)
 	}
 	e.liveMu.Unlock()
-	for _, c := range live {
-		if tc, ok := c.(*tls.Conn); ok {
-			c = tc.NetConn()
-		}
-		_ = c.Close()
+	for _, sock := range live {
+		_ = sock.Close()
 	}
 }
 

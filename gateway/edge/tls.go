@@ -25,20 +25,22 @@ func (e *Engine) handshake(tc *tls.Conn) (h2 bool, err error) {
 	return tc.ConnectionState().NegotiatedProtocol == "h2", nil
 }
 
-// routeTLS takes a TLS connection through its handshake: it returns the
-// connection for the edge engine to serve, or nil when the connection was
-// handed over (HTTP/2) or closed.
-func (e *Engine) routeTLS(tc *tls.Conn) *conn {
+// routeTLS takes ec, a TLS connection (tc), through its handshake: it
+// reports whether the edge engine serves it, else it was handed over
+// (HTTP/2) or closed.
+func (e *Engine) routeTLS(ec *conn, tc *tls.Conn) bool {
 	h2, err := e.handshake(tc)
 	switch {
 	case err != nil:
-		tc.Close()
+		ec.Close()
 	case h2 && e.fallback != nil:
+		e.untrack(ec) // net/http's from now on
 		e.slow.push(tc)
 	case h2:
-		tc.Close()
+		ec.Close()
 	default:
-		return &conn{Conn: tc, tls: true}
+		ec.tls = true
+		return true
 	}
-	return nil
+	return false
 }
