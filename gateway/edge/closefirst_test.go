@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -19,10 +20,41 @@ import (
 // server.max_connections and a goroutine that long after Close returned.
 func TestCloseEndsConnectionsBeforeTheirFirstRequest(t *testing.T) {
 	t.Parallel()
+	kinds := append([]string{"plain, 2 bytes"}, firstKinds...)
+	firstRequestNeverComes(t, kinds, func(e *Engine) {
+		_ = e.Close() // context.Canceled when a request was under way
+	})
+}
+
+// TestShutdownEndsConnectionsBeforeTheirFirstRequest: Shutdown closes the
+// connections whose first request has not come, plain or TLS, before,
+// during and after their TLS handshake, as it closes idle ones: fasthttp
+// could serve none of them any more, and before, Shutdown returned with
+// them still open, each holding its descriptor, its place under
+// server.max_connections and a goroutine until ReadHeaderTimeout (a
+// minute here).
+func TestShutdownEndsConnectionsBeforeTheirFirstRequest(t *testing.T) {
+	t.Parallel()
+	firstRequestNeverComes(t, firstKinds, func(e *Engine) {
+		if err := e.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// firstKinds are the connections firstRequestNeverComes opens that send no
+// byte of a request.
+var firstKinds = []string{"plain", "TLS, no handshake", "TLS, half a handshake", "TLS, handshake done"}
+
+// firstRequestNeverComes opens, for each of kinds, connections to an engine
+// whose ReadHeaderTimeout is a minute that send no whole request, stops the
+// engine with stop, and checks that each connection is closed well before
+// that minute.
+func firstRequestNeverComes(t *testing.T, kinds []string, stop func(e *Engine)) {
 	certs := httptest.NewUnstartedServer(http.NotFoundHandler())
 	certs.StartTLS()
 	t.Cleanup(certs.Close)
-	for _, kind := range []string{"plain", "plain, 2 bytes", "TLS, no handshake", "TLS, half a handshake", "TLS, handshake done"} {
+	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			e := New(echoGateway(t, echoPath, ""), Options{ReadHeaderTimeout: time.Minute})
@@ -68,7 +100,7 @@ func TestCloseEndsConnectionsBeforeTheirFirstRequest(t *testing.T) {
 			}
 			// Let the engine take them all in.
 			time.Sleep(200 * time.Millisecond)
-			_ = e.Close() // context.Canceled when a request was under way
+			stop(e)
 			// A bound for a loaded machine, not a speed: well short of
 			// ReadHeaderTimeout.
 			timeout := time.After(20 * time.Second)
@@ -76,7 +108,7 @@ func TestCloseEndsConnectionsBeforeTheirFirstRequest(t *testing.T) {
 				select {
 				case <-ended:
 				case <-timeout:
-					t.Fatal(fmt.Sprintf("%d of %d connections still open 20 s after Close", n-i, n))
+					t.Fatal(fmt.Sprintf("%d of %d connections still open 20 s after the engine stopped", n-i, n))
 				}
 			}
 			if err := <-served; err != nil {
@@ -84,4 +116,51 @@ func TestCloseEndsConnectionsBeforeTheirFirstRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShutdownEndsConnectionsBeforeTheirFirstRequestAtOnce: Shutdown
+// closes a connection whose first request has not come as it begins, not
+// once the requests in flight have finished: beside an answer that streams
+// until its client leaves, such a connection is closed well before
+// Shutdown's minute (and ReadHeaderTimeout's) has passed.
+func TestShutdownEndsConnectionsBeforeTheirFirstRequestAtOnce(t *testing.T) {
+	t.Parallel()
+	g := echoGateway(t, func(w io.Writer, r *http.Request) {
+		w.(http.ResponseWriter).Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: tick\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}, "")
+	e := New(g, Options{ReadHeaderTimeout: time.Minute})
+	addr, stop := serveOn(t, e)
+	streaming, br := dial(t, addr)
+	if _, err := io.WriteString(streaming, "GET /events HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	idle, _ := dial(t, addr)
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, idle)
+		ended <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the engine takes it in
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		shut <- e.Shutdown(ctx)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second): // a bound for a loaded machine
+		t.Error("a connection that sent nothing was still open 20 s into Shutdown")
+	}
+	streaming.Close() // the stream's request ends, and with it Shutdown
+	if err := <-shut; err != nil {
+		t.Error(err)
+	}
+	stop()
 }

@@ -48,6 +48,10 @@ type conn struct {
 	// among its live ones until it closes or is handed over to net/http
 	// (Engine.track).
 	eng *Engine
+	// first says the engine waits for the connection's first request (or
+	// its TLS handshake), before fasthttp or net/http has it: Shutdown
+	// closes it then (Engine.closeFirst).
+	first atomic.Bool
 
 	// Parking (park.go). p is the engine's parker (nil: never parked),
 	// noPark says the connection was handed over (never parked).

@@ -105,10 +105,12 @@ type Engine struct {
 	// whose answers stream, and those the engine took over to write an
 	// answer itself, untilClose; the engine reads a new connection's
 	// first bytes, or makes its TLS handshake, before fasthttp has it);
-	// liveClosed says Close did.
-	liveMu     sync.Mutex
-	live       map[*conn]net.Conn
-	liveClosed bool
+	// liveClosed says Close did, firstClosed that Shutdown closed those
+	// whose first request had not come (Engine.closeFirst).
+	liveMu      sync.Mutex
+	live        map[*conn]net.Conn
+	liveClosed  bool
+	firstClosed bool
 
 	mu     sync.Mutex // guards ln, fast, slow and closed
 	ln     net.Listener
@@ -252,8 +254,9 @@ func acceptPasses(err error) bool {
 // or its first read too.
 func (e *Engine) route(c net.Conn) {
 	ec := &conn{Conn: c}
+	ec.first.Store(true)
 	if !e.track(ec) {
-		c.Close() // the engine was closed
+		c.Close() // the engine was shut down
 		return
 	}
 	if tc, ok := c.(*tls.Conn); ok {
@@ -266,6 +269,7 @@ func (e *Engine) route(c net.Conn) {
 	case err != nil:
 		ec.Close() // nothing came in time, or the client left
 	case (h2 || bareLF) && e.fallback != nil:
+		ec.first.Store(false)
 		e.untrack(ec) // net/http's from now on
 		e.slow.push(ec)
 	case h2:
@@ -277,6 +281,7 @@ func (e *Engine) route(c net.Conn) {
 			ec.Conn = rawconn.Wrap(ec.Conn)
 		}
 		ec.send = e.send
+		ec.first.Store(false)
 		if e.parker != nil {
 			e.parker.add(ec)
 		}
@@ -286,14 +291,22 @@ func (e *Engine) route(c net.Conn) {
 
 // Shutdown stops accepting, lets the requests in flight finish (until ctx
 // ends) and closes the connections, the clients' and the idle ones to the
-// upstreams.
+// upstreams; a client connection whose first request has not come (in its
+// TLS handshake too) is closed at once, as it could not be served.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
 	if e.ln != nil {
 		_ = e.ln.Close() // Serve's accept loop ends
 	}
+	fast := e.fast
 	e.mu.Unlock()
+	if fast != nil {
+		// fasthttp takes no more connections: those whose first request
+		// has not come could not be served.
+		_ = fast.Close()
+	}
+	e.closeFirst()
 	err := e.srv.ShutdownWithContext(ctx)
 	if err == nil {
 		err = e.waitUntilClose(ctx)
@@ -346,7 +359,7 @@ func (e *Engine) track(c *conn) bool {
 	}
 	e.liveMu.Lock()
 	defer e.liveMu.Unlock()
-	if e.liveClosed {
+	if e.liveClosed || e.firstClosed {
 		return false
 	}
 	if e.live == nil {
@@ -362,6 +375,26 @@ func (e *Engine) untrack(c *conn) {
 	e.liveMu.Lock()
 	delete(e.live, c)
 	e.liveMu.Unlock()
+}
+
+// closeFirst closes the live connections whose first request has not come
+// (in their TLS handshake too), and those accepted from now on, once
+// fasthttp takes no more connections (Shutdown): none of them could be
+// served any more, and the engine would otherwise wait for their first
+// bytes until ReadHeaderTimeout, also after Shutdown returned.
+func (e *Engine) closeFirst() {
+	e.liveMu.Lock()
+	e.firstClosed = true
+	var first []net.Conn
+	for c, sock := range e.live {
+		if c.first.Load() {
+			first = append(first, sock)
+		}
+	}
+	e.liveMu.Unlock()
+	for _, sock := range first {
+		_ = sock.Close()
+	}
 }
 
 // closeLive closes the live connections' sockets under whatever reads or
