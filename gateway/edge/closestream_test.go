@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -79,5 +80,73 @@ func TestCloseEndsStreamingAnswers(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestCloseDuringShutdown: Close called while a Shutdown waits for an
+// answer that streams on (net/http's pattern: Shutdown on the first
+// signal, Close on the second) cuts that answer and returns at once, and
+// the Shutdown returns with it; before, Close waited behind the Shutdown
+// for the whole of its timeout (a minute here), the stream going on.
+func TestCloseDuringShutdown(t *testing.T) {
+	t.Parallel()
+	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			g := echoGateway(t, func(w io.Writer, r *http.Request) {
+				w.(http.ResponseWriter).Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, "data: tick\n\n")
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+			}, "")
+			e := New(g, Options{})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := make(chan error, 1)
+			go func() { served <- e.Serve(ln) }()
+			c, br := dial(t, ln.Addr().String())
+			if _, err := fmt.Fprintf(c, "GET /events %s\r\nHost: a\r\n\r\n", proto); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := br.ReadString('\n'); err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			read := make(chan error, 1)
+			go func() {
+				_, err := io.Copy(io.Discard, br)
+				read <- err
+			}()
+			shut := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				shut <- e.Shutdown(ctx)
+			}()
+			time.Sleep(300 * time.Millisecond) // the Shutdown waits for the stream
+			closed := make(chan struct{})
+			go func() {
+				_ = e.Close()
+				close(closed)
+			}()
+			// Bounds for a loaded machine, well short of the Shutdown's minute.
+			select {
+			case <-closed:
+			case <-time.After(20 * time.Second):
+				c.Close()
+				t.Fatal("Close waited 20 s behind the Shutdown")
+			}
+			select {
+			case <-read:
+			case <-time.After(20 * time.Second):
+				c.Close()
+				t.Fatal("the client's stream went on after Close")
+			}
+			<-shut
+			if err := <-served; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -337,11 +337,18 @@ func (e *Engine) Parked() int {
 // whose answers are being written too (their requests end as for a client
 // that left) and those whose first request has not come yet (in their TLS
 // handshake too), as net/http's Server.Close does.
+//
+// A Shutdown under way ends with it: the connections are closed before
+// Close shuts the engine down (fasthttp lets one shutdown at a time wait
+// for its connections).
 func (e *Engine) Close() error {
+	if e.parker != nil {
+		e.parker.closeParked() // through the parker, which holds their sockets
+	}
+	e.closeLive()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := e.Shutdown(ctx)
-	e.closeLive()
 	if e.fallback != nil {
 		_ = e.fallback.Close()
 	}
