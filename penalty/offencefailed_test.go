@@ -5,12 +5,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/internal/promtest"
@@ -145,5 +148,68 @@ func TestLateBanCountedOnce(t *testing.T) {
 	}
 	if n := banLines("ip:10.0.0.1"); n != 1 {
 		t.Errorf("the late ban logged %d times, want once:\n%s", n, logged.String())
+	}
+}
+
+// stalledClaim is a client that stops its Redis (SIGSTOP) before it sends
+// the first claim of a ban with a deadline, and resumes it once the call
+// has given up: a Redis that stalls right after it answered the ban, and
+// runs the claim its caller no longer waits for.
+type stalledClaim struct {
+	rueidis.Client
+	srv  *redistest.Server
+	done atomic.Bool
+}
+
+func (s *stalledClaim) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c := cmd.Commands() // read before the call, which recycles them
+	claim := slices.Contains(c, redisUnseen) && !slices.Contains(c, redisChanges)
+	if _, timed := ctx.Deadline(); !claim || !timed || s.done.Swap(true) {
+		return s.Client.Do(ctx, cmd)
+	}
+	s.srv.Pause()
+	defer s.srv.Resume()
+	return s.Client.Do(ctx, cmd)
+}
+
+// TestClaimAnsweredLateCounted: a ban whose maker claimed it (took it
+// out of the bans no instance counted) while Redis stalled past the
+// offence's deadline is counted once, by its maker, when the claim runs
+// after the caller gave up. Before, the maker took the unanswered claim
+// for another instance's, and Redis, running it once resumed, left the
+// ban to no instance: floodgate_bans_total counted 2 of 3 bans.
+func TestClaimAnsweredLateCounted(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisconn.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := flood
+	r.After = 1
+	reg := prometheus.NewRegistry()
+	box, err := New([]config.Ban{r}, Options{Backend: NewRedis(&stalledClaim{Client: c, srv: srv}, 0), Poll: 10 * time.Millisecond,
+		Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	// A ban first, so that Redis has the scripts when it is stopped.
+	box.Outcome(context.Background(), "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	box.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
+	cancel()
+	if _, _, banned := box.Banned("ip:10.0.0.1", "", ""); !banned {
+		t.Fatal("the key is not banned")
+	}
+	// A ban answered in time, once the stalled claim has run.
+	box.Outcome(context.Background(), "ip:10.0.0.2", "", "", true, policy.IdentityClientIP, 429)
+	counted := func() float64 { return promtest.Value(t, reg, "floodgate_bans_total", nil) }
+	for deadline := time.Now().Add(5 * time.Second); counted() < 3 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // polls that would count a ban again
+	if n := counted(); n != 3 {
+		t.Errorf("floodgate_bans_total: %v, want 3 (one ban whose claim Redis answered late, two in time)", n)
 	}
 }

@@ -190,14 +190,28 @@ func (b *Box) poll(ctx context.Context, every time.Duration) {
 		func(err error) { b.log.Warn("penalty: bans not read", "err", err) })
 }
 
-// look reads the bans' version, and the bans again when it is not the one
-// the view has: one poll.
+// look counts the bans this process made whose claim got no answer in
+// time and that the claim sent again says are its own (lateCounter), then
+// reads the bans' version, and the bans again when it is not the one the
+// view has: one poll.
 func (b *Box) look(ctx context.Context) error {
+	if l, ok := b.be.(lateCounter); ok {
+		for _, ban := range l.Late(ctx) {
+			b.banned(ban)
+		}
+	}
 	v, err := b.be.Version(ctx)
 	if err != nil || (b.ver.Load() != nil && *b.ver.Load() == v) {
 		return err
 	}
 	return b.refresh(ctx)
+}
+
+// lateCounter is a Backend whose claim of the counting of a ban it made
+// can get no answer in time (Redis): Late returns the bans this process
+// made that such a claim, sent again, says are its to count.
+type lateCounter interface {
+	Late(ctx context.Context) []Ban
 }
 
 // clocked is a Backend on another clock than the process's (Redis): it

@@ -2,6 +2,7 @@ package penalty
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"strconv"
 	"strings"
@@ -63,6 +64,11 @@ const (
 	// time, else the first instance to read the ban from the change log
 	// does (Changes), so that each ban is counted once across instances.
 	redisUnseen = redisconn.Prefix + "penalty:unseen"
+	// redisClaims holds the bans their maker claimed from redisUnseen
+	// ("VERSION:FIELD MAKER", scored by the version that made them; the
+	// last changeLog versions), so that a claim Redis ran after its
+	// caller gave up waiting, sent again, says it was the maker's.
+	redisClaims = redisconn.Prefix + "penalty:claims"
 )
 
 // changeLog is how many changed fields the log keeps: an instance whose
@@ -251,6 +257,25 @@ end
 return out
 `)
 
+// claimScript claims the counting of a ban its maker made: it takes ARGV[1]
+// ("VERSION:FIELD") out of the bans no instance counted (KEYS[1]) and
+// records it as claimed by the maker ARGV[2] in KEYS[2], at the ban's
+// version ARGV[3], trimming the claims older than the last changeLog
+// versions. It returns 1 when the ban is the maker's to count: it took
+// it now, or a claim of the maker's sent before took it (the caller
+// gave up waiting for its answer); 0 when an instance that read the ban
+// from the change log took it first.
+var claimScript = rueidis.NewLuaScript(strings.ReplaceAll(`
+local mine = ARGV[1] .. ' ' .. ARGV[2]
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[2], ARGV[3], mine)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(ARGV[3]) - CAP))
+  return 1
+end
+if redis.call('ZSCORE', KEYS[2], mine) then return 1 end
+return 0
+`, "CAP", strconv.Itoa(changeLog)))
+
 // dropScript drops the bans of fields ARGV whose strikes are forgotten,
 // or whose value is not a ban, as the server's clock and the bans are
 // now: a field banned again since it was read is kept. KEYS: the bans, the
@@ -300,6 +325,18 @@ type Redis struct {
 	mu    sync.Mutex // guards ref and refMs
 	ref   time.Time  // a local instant; zero until a call was answered
 	refMs int64      // the server's time (ms) at ref, as far as the calls tell
+
+	id      string      // names this process's claims (claimScript)
+	claimMu sync.Mutex  // guards pending
+	pending []lateClaim // bans made whose claim got no answer, oldest first
+}
+
+// lateClaim is a ban this process made whose claim (claimScript) got no
+// answer in time: Redis may have run it, so it is sent again (Late).
+type lateClaim struct {
+	member string // "VERSION:FIELD"
+	v      int64
+	ban    Ban
 }
 
 // NewRedis keeps the penalty box in the Redis c talks to, with at most
@@ -308,7 +345,7 @@ func NewRedis(c rueidis.Client, max int) *Redis {
 	if max <= 0 {
 		max = DefaultMaxBans
 	}
-	return &Redis{c: c, max: max, clock: time.Now}
+	return &Redis{c: c, max: max, clock: time.Now, id: rand.Text()}
 }
 
 // useClock makes now the local clock (a Box's).
@@ -366,10 +403,55 @@ func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, er
 	ban := &Ban{Rule: r.Name, Key: key, Kind: r.Key, Until: local(res[1], refMs, ref), Strikes: int(res[2]),
 		end: res[1]}
 	// The ban is this process's to count unless an instance that read it
-	// from the change log since claimed it (or the claim got no answer).
-	n, err := b.c.Do(ctx, b.c.B().Zrem().Key(redisUnseen).Member(strconv.FormatInt(res[4], 10)+":"+f).Build()).AsInt64()
+	// from the change log since claimed it. A claim that got no answer is
+	// sent again at the next poll (Late): Redis may have run it.
+	member := strconv.FormatInt(res[4], 10) + ":" + f
+	n, err := b.claim(ctx, member, res[4])
+	if err != nil {
+		b.claimMu.Lock()
+		if len(b.pending) >= changeLog {
+			b.pending = b.pending[1:]
+		}
+		b.pending = append(b.pending, lateClaim{member, res[4], *ban})
+		b.claimMu.Unlock()
+	}
 	ban.unseen = err != nil || n == 0
 	return ban, nil
+}
+
+// claim claims the counting of the ban member made at version v
+// (claimScript); it returns 1 when it is this process's to count.
+func (b *Redis) claim(ctx context.Context, member string, v int64) (int64, error) {
+	return claimScript.Exec(ctx, b.c, []string{redisUnseen, redisClaims},
+		[]string{member, b.id, strconv.FormatInt(v, 10)}).AsInt64()
+}
+
+// Late sends again the claims of bans this process made that got no
+// answer in time, and returns the bans they say are its to count. The
+// claims still unanswered are kept for the next call.
+func (b *Redis) Late(ctx context.Context) []Ban {
+	b.claimMu.Lock()
+	pending := b.pending
+	b.pending = nil
+	b.claimMu.Unlock()
+	var out []Ban
+	for i, p := range pending {
+		n, err := b.claim(ctx, p.member, p.v)
+		if err != nil {
+			b.claimMu.Lock()
+			b.pending = append(pending[i:len(pending):len(pending)], b.pending...)
+			if over := len(b.pending) - changeLog; over > 0 {
+				b.pending = b.pending[over:]
+			}
+			b.claimMu.Unlock()
+			break
+		}
+		if n == 1 {
+			p.ban.unseen, p.ban.claimed = false, true
+			out = append(out, p.ban)
+		}
+	}
+	return out
 }
 
 // Bans returns the bans in force and their version; entries whose
