@@ -213,3 +213,77 @@ func TestClaimAnsweredLateCounted(t *testing.T) {
 		t.Errorf("floodgate_bans_total: %v, want 3 (one ban whose claim Redis answered late, two in time)", n)
 	}
 }
+
+// stalledRead is a client that, once armed, stops its Redis (SIGSTOP)
+// before it sends its next read of what changed, and resumes it once the
+// poll has given up on it: Redis runs the read, and its claims, that no
+// one waits for.
+type stalledRead struct {
+	rueidis.Client
+	srv   *redistest.Server
+	armed atomic.Bool
+}
+
+func (s *stalledRead) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c := cmd.Commands() // read before the call, which recycles them
+	changes := len(c) > 4 && (c[0] == "EVALSHA" || c[0] == "EVAL") && c[3] == redisVersion && c[4] == redisChanges
+	if !changes || !s.armed.Swap(false) {
+		return s.Client.Do(ctx, cmd)
+	}
+	s.srv.Pause()
+	defer s.srv.Resume()
+	return s.Client.Do(ctx, cmd)
+}
+
+// TestClaimReadLateCounted: a ban Redis made after its maker gave up
+// waiting is counted once when the read of the instance that claimed it
+// gets no answer in time (Redis stopped past the poll's 1 s timeout):
+// the instance's next read, from the same version, counts it. Before, the
+// claim was taken from the bans no instance counted and its answer lost:
+// of two bans, floodgate_bans_total summed 1 over the instances.
+func TestClaimReadLateCounted(t *testing.T) {
+	srv := redistest.Start(t)
+	open := func() rueidis.Client {
+		c, err := redisconn.Open("redis://" + srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	r := flood
+	r.After = 1
+	regs := [2]*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour, Registerer: regs[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	stalled := &stalledRead{Client: open(), srv: srv}
+	b, err := New([]config.Ban{r}, Options{Backend: NewRedis(stalled, 0), Poll: 10 * time.Millisecond, Registerer: regs[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	counted := func() float64 {
+		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
+	}
+	// A ban in time first: Redis has the scripts when it is stopped.
+	a.Outcome(context.Background(), "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
+	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.0.0.9", "", ""); return banned })
+
+	stalled.armed.Store(true)
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	a.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
+	cancel()
+	srv.Resume()
+	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.0.0.1", "", ""); return banned })
+	for deadline := time.Now().Add(5 * time.Second); counted() < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // polls that would count a ban again
+	if n := counted(); n != 2 {
+		t.Errorf("floodgate_bans_total over both instances: %v, want 2 (a ban whose claiming read Redis answered late, one in time)", n)
+	}
+}

@@ -64,10 +64,11 @@ const (
 	// time, else the first instance to read the ban from the change log
 	// does (Changes), so that each ban is counted once across instances.
 	redisUnseen = redisconn.Prefix + "penalty:unseen"
-	// redisClaims holds the bans their maker claimed from redisUnseen
-	// ("VERSION:FIELD MAKER", scored by the version that made them; the
-	// last changeLog versions), so that a claim Redis ran after its
-	// caller gave up waiting, sent again, says it was the maker's.
+	// redisClaims holds the bans claimed from redisUnseen by their maker
+	// ("VERSION:FIELD MAKER") or by a reader of the change log
+	// ("VERSION:FIELD r:READER"), scored by the version that made them
+	// (the last changeLog versions), so that a claim Redis ran after its
+	// caller gave up waiting, sent again, says it was the caller's.
 	redisClaims = redisconn.Prefix + "penalty:claims"
 )
 
@@ -210,12 +211,15 @@ return {prev, now}
 // ARGV[2], made by the change tagged ARGV[3]. KEYS: the version, the
 // change log, its highest trimmed version, the bans, the version's epoch,
 // the tag of the last change, the tags by count, the bans no instance
-// counted yet. It returns {version, 1, epoch, now, tag} when the log
-// cannot tell every change since that version, else {version, 0, epoch,
-// now, tag, claimed, field, value or false, ...}, now the server's time
-// (ms) and claimed the fields of the bans made since that version that no
-// instance had counted, which it takes out of KEYS[8]: the caller counts
-// them. The log cannot tell when it does not
+// counted yet, the claims. ARGV[4] names the reader. It returns {version,
+// 1, epoch, now, tag} when the log cannot tell every change since that
+// version, else {version, 0, epoch, now, tag, claimed, field, value or
+// false, ...}, now the server's time (ms) and claimed the fields of the
+// bans made since that version that no instance had counted, which it
+// takes out of KEYS[8] and records as the reader's in KEYS[9] (the last
+// changeLog versions), and those of them it claimed before: a read whose
+// answer did not reach the reader in time, which reads from the same
+// version again. The caller counts them. The log cannot tell when it does not
 // reach back that far, when the epoch is another (a Redis emptied, whose
 // version may have gone back and past the one asked for since), when the
 // version went back, when the change that made the count asked for is
@@ -226,7 +230,7 @@ return {prev, now}
 // of an earlier version during a rolling upgrade), or a field changed
 // twice since (its entry moved to the later version), which a full read
 // covers too.
-var changesScript = rueidis.NewLuaScript(`
+var changesScript = rueidis.NewLuaScript(strings.ReplaceAll(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -245,17 +249,25 @@ if since > 0 then
 end
 if redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], v) < v - since then return {v, 1, e, now, tag} end
 local claimed = {}
+local mine = ' r:' .. ARGV[4]
+for _, c in ipairs(redis.call('ZRANGEBYSCORE', KEYS[9], '(' .. ARGV[1], v)) do
+  if string.sub(c, -#mine) == mine then
+    claimed[#claimed + 1] = string.match(string.sub(c, 1, -#mine - 1), '^%d+:(.*)$')
+  end
+end
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. ARGV[1], v)) do
   redis.call('ZREM', KEYS[8], m)
+  redis.call('ZADD', KEYS[9], tonumber(string.match(m, '^(%d+):')), m .. mine)
   claimed[#claimed + 1] = string.match(m, '^%d+:(.*)$')
 end
+redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. (v - CAP))
 local out = {v, 0, e, now, tag, claimed}
 for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf')) do
   out[#out + 1] = f
   out[#out + 1] = redis.call('HGET', KEYS[4], f)
 end
 return out
-`)
+`, "CAP", strconv.Itoa(changeLog)))
 
 // claimScript claims the counting of a ban its maker made: it takes ARGV[1]
 // ("VERSION:FIELD") out of the bans no instance counted (KEYS[1]) and
@@ -552,8 +564,8 @@ func (b *Redis) Changes(ctx context.Context, since string) (made []Ban, gone []i
 		return nil, nil, "", true, nil
 	}
 	sent := b.clock()
-	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisChanges, redisTrimmed, redisBans, redisEpoch, redisTag, redisTags, redisUnseen},
-		[]string{parts[1], parts[0], parts[2]}).ToArray()
+	res, err := changesScript.Exec(ctx, b.c, []string{redisVersion, redisChanges, redisTrimmed, redisBans, redisEpoch, redisTag, redisTags, redisUnseen,
+		redisClaims}, []string{parts[1], parts[0], parts[2], b.id}).ToArray()
 	at := b.clock()
 	if err != nil {
 		return nil, nil, "", false, fmt.Errorf("penalty: redis: changes: %w", err)
