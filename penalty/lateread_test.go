@@ -106,3 +106,63 @@ func TestRedisBanEndsAgree(t *testing.T) {
 	a.Outcome(ctx, "ip:10.0.0.2", "", "", true, policy.IdentityClientIP, 429)
 	agree("ip:10.0.0.2")
 }
+
+// lateFirstRead is a client that takes the answer to its first read of
+// every ban (Bans) 3 s late: a process that starts on a loaded machine.
+type lateFirstRead struct {
+	rueidis.Client
+	reads atomic.Int32
+}
+
+func (l *lateFirstRead) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	res := l.Client.DoMulti(ctx, multi...)
+	if l.reads.Add(1) == 1 {
+		time.Sleep(3 * time.Second)
+	}
+	return res
+}
+
+// TestRedisFirstReadLateBanEndsAgree: an instance that reads the answer
+// to its first read of the bans 3 s late ends the bans it read then when
+// the instance that made them does, once a quicker call tells it where
+// the server's time is. Before, it held them to the end its first, late
+// answer placed: 3 s after the other instance.
+func TestRedisFirstReadLateBanEndsAgree(t *testing.T) {
+	srv := redistest.Start(t)
+	open := func() rueidis.Client {
+		c, err := redisconn.Open("redis://" + srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	r := flood
+	r.After = 1
+	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx := context.Background()
+	a.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
+	b, err := New([]config.Ban{r}, Options{Backend: NewRedis(&lateFirstRead{Client: open()}, 0), Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// A ban the other instance reads from the change log, quickly.
+	a.Outcome(ctx, "ip:10.0.0.2", "", "", true, policy.IdentityClientIP, 429)
+	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.0.0.2", "", ""); return banned })
+	for _, key := range []string{"ip:10.0.0.1", "ip:10.0.0.2"} {
+		_, ua, _ := a.Banned(key, "", "")
+		_, ub, banned := b.Banned(key, "", "")
+		if !banned {
+			t.Fatalf("%s is not banned by the other instance", key)
+		}
+		t.Logf("%s's ban ends %v apart on the two instances", key, ub.Sub(ua))
+		if d := ub.Sub(ua).Abs(); d > time.Second {
+			t.Errorf("%s's ban ends %v on one instance, %v on the other: %v apart", key, ua, ub, ub.Sub(ua))
+		}
+	}
+}

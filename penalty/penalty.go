@@ -214,6 +214,11 @@ type lateCounter interface {
 	Late(ctx context.Context) []Ban
 }
 
+// replacer is a Backend on another clock than the process's that can tell
+// when the bans it returned were placed off it (Redis: a first answer
+// read late, a server's clock that stepped): they are all read again.
+type replacer interface{ Replace() bool }
+
 // clocked is a Backend on another clock than the process's (Redis): it
 // returns the bans' ends on the clock it is given, the Box's.
 type clocked interface{ useClock(now func() time.Time) }
@@ -259,6 +264,16 @@ func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 			if err != nil {
 				return nil, err
 			}
+			if r, ok := b.be.(replacer); ok && r.Replace() {
+				// The bans held were placed off the store's clock: all
+				// are read again, those just read counted.
+				for _, ban := range made {
+					if ban.claimed {
+						late = append(late, ban)
+					}
+				}
+				full = true
+			}
 			if !full {
 				b.viewMu.Lock()
 				defer b.viewMu.Unlock()
@@ -280,7 +295,7 @@ func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 	}
 	bans, v, err := b.be.Bans(ctx)
 	if err != nil {
-		return nil, err
+		return late, err
 	}
 	view := newView(b.seed, bans)
 	b.viewMu.Lock()
@@ -288,7 +303,7 @@ func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 	b.keepMade(view, b.now())
 	b.view.Store(view)
 	b.ver.Store(&v)
-	return nil, nil
+	return late, nil
 }
 
 // keepMade puts in v the bans this process made while a refresh read the

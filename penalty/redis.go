@@ -334,9 +334,10 @@ type Redis struct {
 	max   int
 	clock func() time.Time // the local clock
 
-	mu    sync.Mutex // guards ref and refMs
+	mu    sync.Mutex // guards ref, refMs and moved
 	ref   time.Time  // a local instant; zero until a call was answered
 	refMs int64      // the server's time (ms) at ref, as far as the calls tell
+	moved bool       // a call moved ref by more than replace since Replace
 
 	id      string      // names this process's claims (claimScript)
 	claimMu sync.Mutex  // guards pending
@@ -380,17 +381,39 @@ func local(ms, serverNow int64, at time.Time) time.Time {
 // Every instance then places a ban's end within its quickest call of the
 // moment the server's clock says, and a server whose clock steps is
 // followed at its next answer.
+//
+// A call that moves the place by more than replace (the first answer was
+// read late, or the server's clock stepped) makes Replace say so: the
+// bans read before it were placed that far off.
 func (b *Redis) observe(sent, got time.Time, now int64) (int64, time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ref.IsZero() {
 		b.ref, b.refMs = got, now
 	} else if at := local(now, b.refMs, b.ref); at.Before(sent) {
+		b.moved = b.moved || sent.Sub(at) > replace
 		b.ref, b.refMs = sent, now
 	} else if at.After(got) {
+		b.moved = b.moved || at.Sub(got) > replace
 		b.ref, b.refMs = got, now
 	}
 	return b.refMs, b.ref
+}
+
+// replace is how far a call may move where the server's instants are on
+// the local clock before the bans read until then are placed again.
+const replace = 100 * time.Millisecond
+
+// Replace says whether a call moved where the server's instants are on
+// the local clock by more than replace since the last time it said so:
+// the bans read before then end that far off here, and are to be read
+// again (Bans) to end when the server's clock says.
+func (b *Redis) Replace() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := b.moved
+	b.moved = false
+	return m
 }
 
 func field(rule, key string) string { return rule + "|" + key }
