@@ -430,8 +430,8 @@ routes:
 	if code, _, _ := get(t, admin+"/healthz"); code != 200 {
 		t.Errorf("/healthz during the flood: %d", code)
 	}
-	if _, _, text := get(t, admin+"/metrics"); !strings.Contains(text, "floodgate_connections_shed_total ") {
-		t.Error("/metrics has no floodgate_connections_shed_total")
+	if _, _, text := get(t, admin+"/metrics"); !strings.Contains(text, fmt.Sprintf("floodgate_connections_shed_total{listener=\"gateway\"} %d\n", shed)) {
+		t.Errorf("/metrics does not count the %d connections shed: %q", shed, grepLines(text, "floodgate_connections_shed_total"))
 	}
 	close(release)
 	for range 10 {
