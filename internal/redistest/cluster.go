@@ -200,14 +200,34 @@ func (c *Cluster) ReplicaOf(primary *Server) (*Server, error) {
 	return nil, nil
 }
 
-// PrimaryOf returns the primary that serves a hash slot, as the first node
-// that answers CLUSTER NODES sees it.
+// PrimaryOf returns the primary that serves a hash slot, as a node that
+// answers CLUSTER NODES sees it. A primary another test stopped a moment
+// ago may still be flagged failed in every view: PrimaryOf waits up to
+// primaryWait for one that is not, and fails only then.
 func (c *Cluster) PrimaryOf(slot int) (*Server, error) {
+	deadline := time.Now().Add(primaryWait)
+	for {
+		s, err := c.primaryOf(slot)
+		if err == nil || time.Now().After(deadline) {
+			return s, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// primaryWait bounds PrimaryOf's wait for a slot's primary.
+const primaryWait = 10 * time.Second
+
+// primaryOf is one look of PrimaryOf: the first view that names a primary
+// not flagged failed for slot.
+func (c *Cluster) primaryOf(slot int) (*Server, error) {
+	answered := false
 	for _, n := range c.Nodes {
 		out, err := n.Do("CLUSTER", "NODES")
 		if err != nil {
 			continue
 		}
+		answered = true
 		// id host:port@cport flags primary ping pong epoch link slots...
 		for _, line := range strings.Split(out, "\n") {
 			f := strings.Fields(line)
@@ -229,6 +249,8 @@ func (c *Cluster) PrimaryOf(slot int) (*Server, error) {
 				}
 			}
 		}
+	}
+	if answered {
 		return nil, fmt.Errorf("redistest: no primary serves slot %d", slot)
 	}
 	return nil, errors.New("redistest: no node answers CLUSTER NODES")
