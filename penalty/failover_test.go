@@ -9,7 +9,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate/config"
-	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/internal/redistest"
 )
 
@@ -22,14 +21,7 @@ import (
 // it had read (the same count), or read only those past its count.
 func TestRedisFailoverThatLostBans(t *testing.T) {
 	srv := redistest.Start(t)
-	open := func() rueidis.Client {
-		c, err := redisconn.Open("redis://" + srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	open := clientsOf(t, srv)
 	raw := open()
 	ctx := context.Background()
 	r := flood

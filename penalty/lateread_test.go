@@ -9,7 +9,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate/floodgate/config"
-	"github.com/floodgate/floodgate/internal/redisconn"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/policy"
 )
@@ -43,14 +42,7 @@ func (l *lateChanges) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 // after the other.
 func TestRedisBanEndsAgree(t *testing.T) {
 	srv := redistest.Start(t)
-	open := func() rueidis.Client {
-		c, err := redisconn.Open("redis://" + srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	open := clientsOf(t, srv)
 	r := flood
 	r.After = 1
 	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour})
@@ -129,14 +121,7 @@ func (l *lateFirstRead) DoMulti(ctx context.Context, multi ...rueidis.Completed)
 // answer placed: 3 s after the other instance.
 func TestRedisFirstReadLateBanEndsAgree(t *testing.T) {
 	srv := redistest.Start(t)
-	open := func() rueidis.Client {
-		c, err := redisconn.Open("redis://" + srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	open := clientsOf(t, srv)
 	r := flood
 	r.After = 1
 	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour})

@@ -243,14 +243,7 @@ func (s *stalledRead) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 // of two bans, floodgate_bans_total summed 1 over the instances.
 func TestClaimReadLateCounted(t *testing.T) {
 	srv := redistest.Start(t)
-	open := func() rueidis.Client {
-		c, err := redisconn.Open("redis://" + srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	open := clientsOf(t, srv)
 	r := flood
 	r.After = 1
 	regs := [2]*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}

@@ -204,6 +204,19 @@ func TestRedisBanSharedAndLifted(t *testing.T) {
 	waitFor(t, func() bool { _, _, banned := b.Banned("", "acme", ""); return !banned })
 }
 
+// clientsOf returns a function that opens a client of srv, closed when
+// the test ends: one for each penalty box that shares it.
+func clientsOf(t *testing.T, srv *redistest.Server) func() rueidis.Client {
+	return func() rueidis.Client {
+		c, err := redisconn.Open("redis://" + srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+}
+
 func waitFor(t *testing.T, ok func() bool) {
 	t.Helper()
 	for range 250 {
@@ -324,14 +337,7 @@ func (c *countingRedis) Bans(ctx context.Context) ([]Ban, string, error) {
 // bans whose strikes are forgotten.
 func TestRedisBansReadIncrementally(t *testing.T) {
 	srv := redistest.Start(t)
-	open := func() rueidis.Client {
-		c, err := redisconn.Open("redis://" + srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	open := clientsOf(t, srv)
 	c1, c2 := open(), open()
 	r := flood
 	r.After = 1
@@ -625,14 +631,7 @@ func TestRedisOffenceFloodKeepsNearBan(t *testing.T) {
 // its old version, so it misses none of the bans made since the restart.
 func TestRedisRestartBansSeen(t *testing.T) {
 	srv := redistest.Start(t)
-	open := func() rueidis.Client {
-		c, err := redisconn.Open("redis://" + srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	open := clientsOf(t, srv)
 	r := flood
 	r.After = 1
 	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour})
@@ -718,14 +717,7 @@ func (a *afterRead) DoMulti(ctx context.Context, multi ...rueidis.Completed) []r
 // the same key just after the read: the key stays banned.
 func TestRedisFullReadKeepsNewBan(t *testing.T) {
 	srv := redistest.Start(t)
-	open := func() rueidis.Client {
-		c, err := redisconn.Open("redis://" + srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	open := clientsOf(t, srv)
 	writer := NewRedis(open(), 0)
 	ctx := context.Background()
 	brief := flood
@@ -822,14 +814,7 @@ func TestNewWithHungRedis(t *testing.T) {
 // and those another instance made, rather than taking them for ended.
 func TestRedisBansOnServerClock(t *testing.T) {
 	srv := redistest.Start(t)
-	open := func() rueidis.Client {
-		c, err := redisconn.Open("redis://" + srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	open := clientsOf(t, srv)
 	r := flood
 	r.After = 1
 	const skew = 10 * time.Minute
