@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -41,6 +42,28 @@ func TestLateRefundLoggedAsApplied(t *testing.T) {
 	}
 }
 
+// subjectsOnTwoNodes returns a subject of ra and one of rb whose keys are
+// on two different primaries of c, and those primaries.
+func subjectsOnTwoNodes(t *testing.T, s *Store, c *redistest.Cluster, ra, rb *limiter.Rule) (a, b string, na, nb *redistest.Server) {
+	t.Helper()
+	for i := range 200 {
+		a, b = fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
+		pa, err := c.PrimaryOf(int(slot(s.Key(ra, a))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb, err := c.PrimaryOf(int(slot(s.Key(rb, b))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pa != pb {
+			return a, b, pa, pb
+		}
+	}
+	t.Fatal("no two subjects on two nodes")
+	return
+}
+
 // lateRefund runs on s, a Cluster store, a request charged in one slot and
 // denied in another, whose refund in the first is answered after the
 // request's 1 s deadline, hold after it; it checks that the charge was
@@ -54,28 +77,7 @@ func lateRefund(t *testing.T, s *Store, hold time.Duration) {
 	fw := ruletest.Rule(t, floodgate.Limit{Name: "late_refund_fw", Algorithm: floodgate.FixedWindow, Max: 1,
 		Window: 1000 * time.Hour})
 	// Two subjects on two nodes.
-	var a, b string
-	var na, nb interface {
-		Pause()
-		Resume()
-	}
-	for i := 0; i < 200 && nb == nil; i++ {
-		a, b = fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
-		pa, err := c.PrimaryOf(int(slot(s.Key(tb, a))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pb, err := c.PrimaryOf(int(slot(s.Key(fw, b))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if pa != pb {
-			na, nb = pa, pb
-		}
-	}
-	if nb == nil {
-		t.Fatal("no two subjects on two nodes")
-	}
+	a, b, na, nb := subjectsOnTwoNodes(t, s, c, tb, fw)
 	free := func() int64 {
 		t.Helper()
 		out := make([]floodgate.Decision, 1)

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -29,28 +28,7 @@ func TestRefundsWaitingForANodeAreBounded(t *testing.T) {
 		Per: time.Second, Burst: 100000})
 	fw := ruletest.Rule(t, floodgate.Limit{Name: "flood_refund_fw", Algorithm: floodgate.FixedWindow, Max: 1,
 		Window: 1000 * time.Hour})
-	var a, b string
-	var na, nb interface {
-		Pause()
-		Resume()
-	}
-	for i := 0; i < 200 && nb == nil; i++ {
-		a, b = fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
-		pa, err := c.PrimaryOf(int(slot(s.Key(tb, a))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pb, err := c.PrimaryOf(int(slot(s.Key(fw, b))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if pa != pb {
-			na, nb = pa, pb
-		}
-	}
-	if nb == nil {
-		t.Fatal("no two subjects on two nodes")
-	}
+	a, b, na, nb := subjectsOnTwoNodes(t, s, c, tb, fw)
 	// The window's one unit taken; a denied request loads the refund
 	// script on a's node.
 	for range 2 {
