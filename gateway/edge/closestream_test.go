@@ -41,24 +41,7 @@ func TestCloseEndsStreamingAnswers(t *testing.T) {
 					}
 				}, "")
 				e := New(g, Options{ParkIdleAfter: park})
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				served := make(chan error, 1)
-				go func() { served <- e.Serve(ln) }()
-				c, br := dial(t, ln.Addr().String())
-				if _, err := fmt.Fprintf(c, "GET /events %s\r\nHost: a\r\n\r\n", proto); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := br.ReadString('\n'); err != nil {
-					t.Fatalf("no answer: %v", err)
-				}
-				read := make(chan error, 1)
-				go func() {
-					_, err := io.Copy(io.Discard, br)
-					read <- err
-				}()
+				c, served, read := openStream(t, e, proto)
 				_ = e.Close()
 				// Bounds for a loaded machine, not speeds: the stream ticks
 				// every 20 ms, and is never to end of itself.
@@ -100,24 +83,7 @@ func TestCloseDuringShutdown(t *testing.T) {
 				<-r.Context().Done()
 			}, "")
 			e := New(g, Options{})
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			served := make(chan error, 1)
-			go func() { served <- e.Serve(ln) }()
-			c, br := dial(t, ln.Addr().String())
-			if _, err := fmt.Fprintf(c, "GET /events %s\r\nHost: a\r\n\r\n", proto); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := br.ReadString('\n'); err != nil {
-				t.Fatalf("no answer: %v", err)
-			}
-			read := make(chan error, 1)
-			go func() {
-				_, err := io.Copy(io.Discard, br)
-				read <- err
-			}()
+			c, served, read := openStream(t, e, proto)
 			shut := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -149,4 +115,31 @@ func TestCloseDuringShutdown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openStream serves e on a loopback listener, asks it for /events over
+// proto and reads the answer's status line; the rest of the answer is
+// read in the background until the connection ends (read). served gets
+// what Serve returned.
+func openStream(t *testing.T, e *Engine, proto string) (c net.Conn, served, read chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served = make(chan error, 1)
+	go func() { served <- e.Serve(ln) }()
+	c, br := dial(t, ln.Addr().String())
+	if _, err := fmt.Fprintf(c, "GET /events %s\r\nHost: a\r\n\r\n", proto); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	read = make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, br)
+		read <- err
+	}()
+	return c, served, read
 }
