@@ -455,6 +455,7 @@ type Flow struct {
 	actual   []int64
 	leases   []limiter.Hit
 	settled  limiter.Result
+	look     limiter.Result // a shed request's limits looked at after its wait
 	rec      Recorder
 	peek     bool   // the request is only looked at: nothing is charged
 	err      error  // the engine's, when it could not decide

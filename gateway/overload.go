@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/algo"
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/limiter"
@@ -742,7 +744,7 @@ func (g *Gateway) shedAsLogged(x Exchange, st *Flow, o *policy.Overload, reason 
 		g.leftQueue(x, st)
 		return
 	}
-	g.shed(x, st, reason)
+	g.shed(x, st, reason, false)
 }
 
 // admit takes a place for the request under its route's cap, waiting in
@@ -787,7 +789,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	}
 	if c.queues == nil {
 		c.mu.Unlock()
-		g.shed(x, st, ShedFull)
+		g.shed(x, st, ShedFull, false)
 		return false
 	}
 	// A request its tenant's backlog refuses is refused before it may
@@ -796,12 +798,12 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	q := c.queues[s.tier]
 	if q.TenantLen(tenant) >= co.Queue.PerTenant {
 		c.mu.Unlock()
-		g.shed(x, st, ShedTenantFull)
+		g.shed(x, st, ShedTenantFull, false)
 		return false
 	}
 	if c.queued >= co.Queue.Total && !c.displace(s.tier) && !c.displaceLongest(q, tenant) {
 		c.mu.Unlock()
-		g.shed(x, st, ShedQueueFull)
+		g.shed(x, st, ShedQueueFull, false)
 		return false
 	}
 	c.arrivals++
@@ -809,7 +811,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	tk, err := q.Push(w.tenant, w, c.now())
 	if err != nil {
 		c.mu.Unlock()
-		g.shed(x, st, ShedQueueFull)
+		g.shed(x, st, ShedQueueFull, false)
 		return false
 	}
 	w.q, w.tk = q, tk
@@ -879,7 +881,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 		g.leftQueue(x, st)
 		return false
 	}
-	g.shed(x, st, reason)
+	g.shed(x, st, reason, true)
 	return false
 }
 
@@ -928,14 +930,20 @@ func (g *Gateway) overloadShed(st *Flow, reason string) {
 // client that left the queue (the rate algorithms' charges refunded; a
 // reservation goes back in full once the request ends), so that a flood
 // that sheds a client's requests does not spend that client's limits.
-// Its RateLimit fields say what its limits hold once that is back.
-func (g *Gateway) shed(x Exchange, st *Flow, reason string) {
+// Its RateLimit fields say what its limits hold once that is back: those
+// of a request shed at once are its charge's decisions with the charge
+// given back (refunded); a request that waited in the queue (waited) is
+// answered from a fresh look at its limits (lookAgain), since the window
+// or period that counted its charge may have ended while it waited.
+func (g *Gateway) shed(x Exchange, st *Flow, reason string, waited bool) {
 	st.ovl.shed = reason
 	g.overloadShed(st, reason)
 	if len(st.m.Hits) > 0 && st.err == nil && st.res.Allowed {
 		if g.refund(x.Context(), st, "gateway: refund of a request shed by overload control") == nil {
 			// Its fields say what its limits hold now.
-			refunded(st)
+			if !waited || !g.lookAgain(x.Context(), st) {
+				refunded(st)
+			}
 			st.out = g.render(st, false)
 		}
 	}
@@ -949,48 +957,105 @@ func (g *Gateway) shed(x Exchange, st *Flow, reason string) {
 	x.Answer(http.StatusServiceUnavailable, bodyUnavailable, false)
 }
 
-// refunded makes st's decisions say what its limits hold once the charges
-// refund gave back are back, for the fields of its answer: a limit whose
-// algorithm is refundable (a bucket, GCRA) has the request's cost back in
-// its remaining units, never above its capacity, and is full that many
-// intervals sooner (rounded down, so that its t never comes early); a
-// window, sliding log or quota whose decision says where its charge was
-// counted (Decision.Mark) has the cost back in its remaining units.
-// Shadow limits, those decided by a failure policy, reservations and
-// hits that charged nothing (checks, a group's denials) are left as they
-// were.
-func refunded(st *Flow) {
+// givenBack reports whether hit i of st is one whose charge refund gave
+// back and whose fields say so: a charge (not a reservation, a check, a
+// shadow limit, one decided by a failure policy, or a group's denial) of
+// a rate algorithm that refunds (a bucket, GCRA), or of a window, sliding
+// log or quota whose decision says where it was counted (Decision.Mark).
+func givenBack(st *Flow, i int) bool {
 	res := &st.res
+	h := &st.m.Hits[i]
+	if i >= len(res.Decisions) || i >= len(res.Flags) || h.Reserve || h.Check || !res.Decisions[i].Allowed ||
+		res.Flags[i]&(limiter.Shadow|limiter.Degraded) != 0 {
+		return false
+	}
+	if res.Decisions[i].Mark != 0 {
+		return true
+	}
+	l := h.Rule.Limit()
+	return l.Algorithm.Traits().Refundable && l.Rate > 0 && l.Per > 0
+}
+
+// refunded makes st's decisions say what its limits hold once the charges
+// refund gave back are back, for the fields of its answer (givenBack
+// names the hits; the others are left as they were).
+func refunded(st *Flow) {
 	for i := range st.m.Hits {
-		h := &st.m.Hits[i]
-		if i >= len(res.Decisions) || i >= len(res.Flags) || h.Reserve || h.Check || !res.Decisions[i].Allowed ||
-			res.Flags[i]&(limiter.Shadow|limiter.Degraded) != 0 {
-			continue
-		}
-		l := h.Rule.Limit()
-		d := &res.Decisions[i]
-		if d.Mark != 0 {
-			// A window's, a log's or a quota's charge, given back from
-			// where it was counted: its reset stays as it was.
-			d.Remaining = min(d.Limit, d.Remaining+h.Cost)
-			continue
-		}
-		if !l.Algorithm.Traits().Refundable || l.Rate <= 0 || l.Per <= 0 {
-			continue
-		}
-		d.Remaining = min(d.Limit, d.Remaining+h.Cost)
-		hi, lo := bits.Mul64(uint64(h.Cost), uint64(l.Per))
-		if hi >= uint64(l.Rate) {
-			d.ResetAfter = 0
-			continue
-		}
-		back, _ := bits.Div64(hi, lo, uint64(l.Rate))
-		if back >= uint64(d.ResetAfter) {
-			d.ResetAfter = 0
-		} else {
-			d.ResetAfter -= time.Duration(back)
+		if givenBack(st, i) {
+			d := &st.res.Decisions[i]
+			giveBack(d, &st.m.Hits[i], d.Mark != 0)
 		}
 	}
+}
+
+// giveBack makes d, a decision that charged h (or a look that would
+// have), say what h's limit holds without that charge: a window's, a
+// log's or a quota's (counted) has the cost back in its remaining units,
+// never above its capacity, its reset as it was; a refundable rate
+// algorithm's has the cost back in its remaining units and is full that
+// many intervals sooner (rounded down, so that its t never comes early).
+func giveBack(d *floodgate.Decision, h *limiter.Hit, counted bool) {
+	d.Remaining = min(d.Limit, d.Remaining+h.Cost)
+	if counted {
+		return
+	}
+	l := h.Rule.Limit()
+	hi, lo := bits.Mul64(uint64(h.Cost), uint64(l.Per))
+	if hi >= uint64(l.Rate) {
+		d.ResetAfter = 0
+		return
+	}
+	back, _ := bits.Div64(hi, lo, uint64(l.Rate))
+	if back >= uint64(d.ResetAfter) {
+		d.ResetAfter = 0
+	} else {
+		d.ResetAfter -= time.Duration(back)
+	}
+}
+
+// lookAgain makes st's decisions of the hits whose charges refund gave
+// back (givenBack) say what their limits hold now, from a look at them
+// that charges nothing, for the answer of a request shed after it waited
+// in the queue: the window or quota period that counted its charge may
+// have ended while it waited (the refund then gave nothing back to the
+// one in force), and a bucket refilled. A look that allows says what the
+// limit would hold with the request's cost charged, which is given back
+// (giveBack); one that refuses says what it holds. It reports false,
+// changing nothing, when the store could not be looked at (an error, or
+// failure policies decided).
+func (g *Gateway) lookAgain(ctx context.Context, st *Flow) bool {
+	hits := st.leases[len(st.leases):] // scratch, as refund's
+	defer func() { clear(hits) }()     // keep no rule alive
+	for i := range st.m.Hits {
+		if givenBack(st, i) {
+			h := st.m.Hits[i]
+			h.Mark = 0
+			hits = append(hits, h)
+		}
+	}
+	if len(hits) == 0 {
+		return true
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.relTO)
+	err := g.engine.Decide(rctx, &limiter.Request{Front: limiter.FrontGateway, Peek: true, Hits: hits}, &st.look)
+	cancel()
+	if err != nil || st.look.Degraded != limiter.NotDegraded || len(st.look.Decisions) != len(hits) {
+		g.log.Warn("gateway: look at the limits of a request shed by overload control", "err", err, "degraded", st.look.Degraded)
+		return false
+	}
+	k := 0
+	for i := range st.m.Hits {
+		if !givenBack(st, i) {
+			continue
+		}
+		d, now := &st.res.Decisions[i], st.look.Decisions[k]
+		if now.Allowed {
+			giveBack(&now, &hits[k], d.Mark != 0)
+		}
+		d.Limit, d.Remaining, d.ResetAfter = now.Limit, now.Remaining, now.ResetAfter
+		k++
+	}
+	return true
 }
 
 // UpstreamStatus tells the flow the status line of the upstream's answer

@@ -326,3 +326,79 @@ func TestOverloadShedFieldsSayTheRefund(t *testing.T) {
 		<-held
 	})
 }
+
+// shedWindowPolicy is a route that admits one request at a time, with a
+// queue of one place that a critical request takes from a default one,
+// and a route beside it without overload control; one fixed window of
+// four an hour per client counts the requests of both.
+const shedWindowPolicy = `
+server:
+  trusted_proxies: [127.0.0.1]
+routes:
+  - name: free
+    match: {paths: ["/free"]}
+    upstream: http://127.0.0.1:9
+  - name: api
+    match: {paths: ["/**"]}
+    upstream: http://127.0.0.1:9
+    overload:
+      limit: 1
+      tier_header: X-Priority
+      tiers: [{name: critical}, {name: default}]
+      queue: {size: 1, per_tenant: 1, max_wait: 60s}
+limits:
+  - {name: per-ip, algorithm: fixed_window, limit: 4, window: 1h}
+`
+
+// TestOverloadShedFieldsSayTheWindowOfTheAnswer: a request charged in one
+// window that waits in the queue past the window's end, and is shed then,
+// answers with the RateLimit fields of the window its 503 is answered in,
+// not those of the window it arrived in: its refund went to the window
+// that ended, and the new one holds what the client spent since. With an
+// attacker holding the route's only place, a victim's request waits from
+// 10:00 (three of its four left, the window ends in an hour); at 11:30 the
+// victim spends two on a route beside it (two left, the window ends in
+// half an hour), and the waiter, displaced by a critical request, says two
+// remain and the window ends in 1,800 s.
+func TestOverloadShedFieldsSayTheWindowOfTheAnswer(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		u := &gatedUpstream{}
+		clk := newTestClock()
+		pm := mustPolicyMatcher(t, compilePolicy(t, "flood.yaml", shedWindowPolicy))
+		g, base, c := startFront(t, front, Options{Matcher: pm, Engine: limiter.New(newMemStore(t, clk.Now), limiter.Options{})}, u.ServeHTTP)
+		var once sync.Once
+		release := func() { once.Do(func() { u.open("held"); u.open("critical") }) }
+		t.Cleanup(release)
+		victim := []string{"X-Forwarded-For", "192.0.2.2"}
+
+		held := getLater(t, c, base+"/held", "X-Forwarded-For", "192.0.2.1", "X-Who", "held")
+		pollUntil(t, "the attacker's request in flight", func() bool { return u.holding() == 1 })
+		waited := getLater(t, c, base+"/waits", victim...)
+		pollUntil(t, "the victim's request queued", func() bool { return overloadState(g).Queued == 1 })
+
+		clk.Advance(90 * time.Minute) // 11:30: the waiter's window ended at 11:00
+		u.open("free")
+		for i, want := range []int64{3, 2} {
+			a, err := get(c, t.Context(), base+"/free", append(victim, "X-Who", "free")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.status != http.StatusOK {
+				t.Fatalf("the victim's request %d beside the queue: %d %q, want 200", i+1, a.status, a.body)
+			}
+			checkFields(t, a, "per-ip", want, 1800, 0)
+		}
+		critical := getLater(t, c, base+"/critical", "X-Forwarded-For", "192.0.2.3", "X-Who", "critical", "X-Priority", "critical")
+		w := <-waited
+		checkShed(t, w, "60")
+		// Two remain in the window of 11:00 (the waiter's unit went back
+		// to the window of 10:00), which ends in half an hour.
+		checkFields(t, w, "per-ip", 2, 1800, 0)
+		release()
+		for _, ch := range []<-chan answer{held, critical} {
+			if a := <-ch; a.status != http.StatusOK {
+				t.Errorf("a held request: %d %q, want 200", a.status, a.body)
+			}
+		}
+	})
+}
