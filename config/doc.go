@@ -97,7 +97,8 @@
 // (default 5m) keeps its estimate. A request holds its reservation while
 // it waits in its route's overload queue, so a limit whose reserve_ttl is
 // not longer than the queue's max_wait, on a route where the limit may
-// apply, is refused.
+// apply (their paths read as the gateway reads them: PathReading), is
+// refused.
 //
 // Limits are evaluated most specific first: the usage plan of the
 // request's API key (its rate, then its quota), then the limits of scope

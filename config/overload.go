@@ -244,6 +244,7 @@ func (v *validator) planTiers() {
 // is to be given back or settled at less. Taking the reservation after the
 // queue would let requests that wait race past the limit.
 func (v *validator) queuedReservations() {
+	pr := v.f.Server.PathReading()
 	for i := range v.f.Limits {
 		l := &v.f.Limits[i]
 		if l.Actual == nil && len(l.CountOn) == 0 || l.ReserveTTL <= 0 {
@@ -251,7 +252,7 @@ func (v *validator) queuedReservations() {
 		}
 		for j := range v.f.Routes {
 			r := &v.f.Routes[j]
-			if r.Overload == nil || r.Overload.Queue == nil || r.Overload.Queue.MaxWait < l.ReserveTTL || !mayApply(&l.Match, r) {
+			if r.Overload == nil || r.Overload.Queue == nil || r.Overload.Queue.MaxWait < l.ReserveTTL || !mayApply(&l.Match, r, pr) {
 				continue
 			}
 			v.errorf(fmt.Sprintf("limits[%d].reserve_ttl", i), "reserve_ttl %v is not longer than the max_wait %v of the overload queue of route %q "+
@@ -265,9 +266,19 @@ func (v *validator) queuedReservations() {
 }
 
 // mayApply reports whether a limit of match m may apply to a request on
-// route r: whether some request could match both r's match and m. It errs
-// towards yes (a request on r might be matched by an earlier route).
-func mayApply(m *Match, r *Route) bool {
+// route r: whether some request could match both r's match and m, their
+// paths read as the gateway reads them (pr: a path and the patterns
+// without a final ".format" under server.format_suffix: ignore, in lower
+// case under path_matching: case_insensitive). It errs towards yes (a
+// request on r might be matched by an earlier route).
+//
+// The readings of an escaped slash (server.escaped_slash) add nothing:
+// under segment and decoded, a request is routed and limited by one
+// reading of its path; under both, the limits match either reading but
+// the request is refused (400, before any limit) unless both readings
+// choose r, whose patterns then match the reading the limit matched. In
+// every case one path, as read, matches both r's and m's patterns.
+func mayApply(m *Match, r *Route, pr PathReading) bool {
 	if len(m.Routes) > 0 && !slices.Contains(m.Routes, r.Name) {
 		return false
 	}
@@ -280,6 +291,7 @@ func mayApply(m *Match, r *Route) bool {
 	if len(m.Hosts) > 0 && len(r.Match.Hosts) > 0 && !anyMeet(m.Hosts, r.Match.Hosts, hostsMeet) {
 		return false
 	}
+	pathsMeet := func(a, b string) bool { return patternsMeet(pr.Pattern(a), pr.Pattern(b)) }
 	if len(m.Paths) > 0 && len(r.Match.Paths) > 0 && !anyMeet(m.Paths, r.Match.Paths, pathsMeet) {
 		return false
 	}
@@ -327,10 +339,12 @@ func hostsMeet(a, b string) bool {
 	return a == b
 }
 
-// pathsMeet reports whether some path matches both path patterns
-// (CheckPathPattern), whatever the case of their literal segments.
-func pathsMeet(a, b string) bool {
-	a, b = TrimPathPattern(a), TrimPathPattern(b)
+// patternsMeet reports whether some path matches both path patterns, as
+// the gateway matches them (PathReading.Pattern, beside PathReading.Path).
+// It errs towards yes where a final /** meets nothing but a segment that
+// no path as read spells (a last segment with a ".format" under
+// format_suffix: ignore).
+func patternsMeet(a, b string) bool {
 	return segmentsMeet(strings.Split(strings.TrimPrefix(a, "/"), "/"), strings.Split(strings.TrimPrefix(b, "/"), "/"))
 }
 
@@ -349,8 +363,17 @@ func segmentsMeet(a, b []string) bool {
 }
 
 // segmentMeets reports whether a path segment matches both segment
-// patterns: * and {name} match any one segment.
+// patterns: * and {name} match any one segment but an empty one (the
+// root's, "/"), a literal segment itself alone.
 func segmentMeets(a, b string) bool {
 	wild := func(s string) bool { return s == "*" || strings.HasPrefix(s, "{") }
-	return wild(a) || wild(b) || strings.EqualFold(a, b)
+	switch {
+	case wild(a) && wild(b):
+		return true
+	case wild(a):
+		return b != ""
+	case wild(b):
+		return a != ""
+	}
+	return a == b
 }

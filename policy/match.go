@@ -145,26 +145,6 @@ func unhex(c byte) byte {
 	return c - 'a' + 10
 }
 
-// stripFormat returns a cleaned path without the final ".format" of its
-// last segment ("/login.json" is "/login"), as Rails routes "/login(.:format)":
-// the text from the segment's first dot on, but for a dot that starts it.
-// From the first dot, not the last: Spring's suffix pattern matching
-// serves "/login.a.json" as "/login" (its route is "/login.*"), so the
-// text after the last dot alone ("/login.a") would let a limit on
-// "/login" be dodged by a second dot. A segment that is nothing but its
-// suffix (".env") is kept.
-func stripFormat(p string) string {
-	last := strings.LastIndexByte(p, '/')
-	seg := p[last+1:]
-	if seg == "" {
-		return p
-	}
-	if dot := strings.IndexByte(seg[1:], '.'); dot >= 0 {
-		return p[:last+2+dot]
-	}
-	return p
-}
-
 // stripParams removes the ";..." part of every path segment.
 func stripParams(p string) string {
 	var b strings.Builder
@@ -222,20 +202,14 @@ type matcher struct {
 	src     config.Match
 }
 
-// compileMatch compiles a match; with foldCase its paths match whatever
-// the case (the request's path is lower-cased before matching), and with
-// noFormat without a final ".format", as the request's path is matched.
-// Methods naming GET also match HEAD (withHead).
-func compileMatch(m config.Match, foldCase, noFormat bool) matcher {
+// compileMatch compiles a match; its paths match as pr reads them
+// (config.PathReading.Pattern), as the request's path is read
+// (Policy.matchPath): whatever the case (FoldCase), without a final
+// ".format" (NoFormat). Methods naming GET also match HEAD (withHead).
+func compileMatch(m config.Match, pr config.PathReading) matcher {
 	mt := matcher{methods: withHead(m.Methods), hosts: m.Hosts, stages: m.Stages, routes: m.Routes, src: m}
 	for _, p := range m.Paths {
-		if noFormat && !strings.HasSuffix(p, "/**") {
-			p = stripFormat(config.TrimPathPattern(p))
-		}
-		if foldCase {
-			p = strings.ToLower(p)
-		}
-		mt.paths = append(mt.paths, compilePath(p))
+		mt.paths = append(mt.paths, compilePath(pr.Pattern(p)))
 	}
 	return mt
 }

@@ -294,9 +294,8 @@ type plan struct {
 // use.
 type Policy struct {
 	file       *config.File
-	foldCase   bool   // paths match whatever their case
-	noFormat   bool   // paths match without a final ".format"
-	slash      string // server.escaped_slash: how a path with "%2F" is read
+	reading    config.PathReading // how paths are read: case, format suffix
+	slash      string             // server.escaped_slash: how a path with "%2F" is read
 	unknownKey *Limit
 	routes     []*Route
 	plans      map[string]*plan
@@ -399,8 +398,7 @@ func Compile(f *config.File, prev *Policy) (*Policy, error) {
 	if c.p.v6bits == 0 {
 		c.p.v6bits = identity.DefaultIPv6Prefix
 	}
-	c.p.foldCase = f.Server.PathMatching == config.PathCaseInsensitive
-	c.p.noFormat = f.Server.FormatSuffix == config.FormatSuffixIgnore
+	c.p.reading = f.Server.PathReading()
 	c.p.slash = f.Server.EscapedSlash
 	if prev != nil {
 		c.p.dynamic = prev.dynamic
@@ -466,7 +464,7 @@ func (c *compiler) routes() {
 			AnonymousOnInvalidToken: cr.OnInvalidToken == config.InvalidTokenAnonymous,
 			StreamPerMessage:        cr.GRPCStream == config.GRPCStreamPerMessage,
 			Overload:                compileOverload(cr.Name, cr.Overload, &c.p.file.Server),
-			match:                   compileMatch(cr.Match, c.p.foldCase, c.p.noFormat), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
+			match:                   compileMatch(cr.Match, c.p.reading), routeKey: "route:" + cr.Name, stageKey: "stage:" + cr.Stage})
 		c.p.routeIndex.add(int32(i), &c.p.routes[i].match, false)
 	}
 }
@@ -585,7 +583,7 @@ func (c *compiler) scoped() error {
 		l := newLimit(cl.Name, scope, r, parts, cl.Cost)
 		l.CountOn = cl.CountOn
 		l.Costs = compileCosts(cl)
-		l.match = compileMatch(cl.Match, c.p.foldCase, c.p.noFormat)
+		l.match = compileMatch(cl.Match, c.p.reading)
 		l.MatchText = cl.Match.String()
 		named[si] = append(named[si], l)
 	}
@@ -835,15 +833,10 @@ func (p *Policy) req(method, host, path string) req {
 
 // matchPath returns a cleaned path as the policy's paths match it: without
 // its final ".format" (server.format_suffix: ignore) and in lower case
-// (path_matching: case_insensitive) when the file says so.
+// (path_matching: case_insensitive) when the file says so
+// (config.PathReading.Path).
 func (p *Policy) matchPath(path string) string {
-	if p.noFormat {
-		path = stripFormat(path)
-	}
-	if p.foldCase {
-		path = strings.ToLower(path)
-	}
-	return path
+	return p.reading.Path(path)
 }
 
 // route returns the first route that matches rq, or nil. Only the routes
