@@ -156,19 +156,13 @@ func (g *Gateway) LogRefused(peer netip.Addr, method, target, host, proto string
 }
 
 // targetLogPath is the part of a request target an access record keeps:
-// an absolute form's path, and nothing from the query on (it may carry
-// secrets).
+// an absolute form's path (OriginPath), and nothing from the query on (it
+// may carry secrets). It stays as sent, escapes and all: the target of a
+// refused request need not decode.
 func targetLogPath(target string) string {
+	target = OriginPath(target)
 	if i := strings.IndexByte(target, '?'); i >= 0 {
 		target = target[:i]
-	}
-	if target != "" && target[0] != '/' && target != "*" {
-		if _, rest, ok := strings.Cut(target, "://"); ok {
-			target = "/"
-			if j := strings.IndexByte(rest, '/'); j >= 0 {
-				target = rest[j:]
-			}
-		}
 	}
 	return target
 }

@@ -27,7 +27,9 @@ type recordSink struct {
 func (s *recordSink) Log(r *accesslog.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.recs = append(s.recs, *r)
+	c := *r
+	c.Path = strings.Clone(c.Path)
+	s.recs = append(s.recs, c)
 }
 
 func (s *recordSink) last(t *testing.T) accesslog.Record {

@@ -64,9 +64,8 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 		// the query; an upstream would read either its own way.
 		return http.StatusBadRequest, "400 Bad Request: a broken percent escape in the target", true
 	case paramBeforeDotDot(targetPath(target)):
-		// Checked on the target as sent: the edge engine's path has its
-		// dot segments resolved already (fasthttp's), with the parameter's
-		// segment counted as one.
+		// Checked on the target as sent, before any limit, whatever the
+		// engine (badTarget reads the same path later, for Handle).
 		return http.StatusBadRequest, "400 Bad Request: a path parameter on an empty or \".\" segment before \"..\"", true
 	case ambiguousDots(target):
 		// Resolved one way by the gateway and served as sent, by its first
@@ -105,6 +104,35 @@ func OriginPath(target string) string {
 		return "/" + rest[i:]
 	}
 	return rest[i:]
+}
+
+// TargetPath returns the path of a request target as the gateway routes,
+// limits and logs it, the one reading of both engines: the path of
+// OriginPath(target) (the part before its query) decoded, and raw, that
+// path as sent when it is not path's default escaping (else ""), as
+// net/http's server reads a target into URL.Path and URL.RawPath; but "/"
+// for an absolute-form target without a path, where net/http's is "".
+// Nothing else is read into it: no dot segment resolved, no slash merged
+// (the edge engine's parser does both), so a path the gateway refuses
+// (badTarget) is refused by both engines and logged alike. A target
+// without an escape is returned without a copy.
+func TargetPath(target string) (path, raw string) {
+	p := OriginPath(target)
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		p = p[:i]
+	}
+	path = p
+	if strings.IndexByte(p, '%') >= 0 {
+		d, err := url.PathUnescape(p)
+		if err != nil {
+			return p, "" // Preflight refuses a broken escape before any path is read
+		}
+		path = d
+	}
+	if (&url.URL{Path: path}).EscapedPath() != p {
+		raw = p
+	}
+	return path, raw
 }
 
 // absoluteWithoutHost reports whether target is in absolute form with an
@@ -151,21 +179,8 @@ func targetPath(target string) string {
 		!strings.Contains(target, "%3b") && !strings.Contains(target, "%3B")) {
 		return ""
 	}
-	if i := strings.IndexByte(target, '?'); i >= 0 {
-		target = target[:i]
-	}
-	if i := strings.Index(target, "://"); i >= 0 && target[0] != '/' {
-		target = target[i+3:]
-		j := strings.IndexByte(target, '/')
-		if j < 0 {
-			return ""
-		}
-		target = target[j:]
-	}
-	if p, err := url.PathUnescape(target); err == nil {
-		return p
-	}
-	return target
+	p, _ := TargetPath(target)
+	return p
 }
 
 // validEscapes reports whether every % in a request target starts an

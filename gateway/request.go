@@ -94,10 +94,16 @@ func RequestOf(r *http.Request) *Request {
 	return v
 }
 
-// from fills v from a net/http request.
+// from fills v from a net/http request. Its path is net/http's reading of
+// the target (URL.Path and URL.RawPath), which TargetPath reads alike for
+// the edge engine, but for the "" of an absolute-form target without a
+// path, which is "/" on both.
 func (v *Request) from(r *http.Request) {
 	*v = Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, RawPath: r.URL.RawPath, Proto: r.Proto,
 		Peer: identity.ParsePeer(r.RemoteAddr), Header: r.Header, HTTP: r}
+	if v.Path == "" {
+		v.Path = "/"
+	}
 }
 
 // writeDeadlineOf returns when the answer to r must be written by: its

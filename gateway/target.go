@@ -231,15 +231,7 @@ func ambiguousDots(target string) bool {
 	if !hasEscapedSlash(target) || !strings.Contains(target, "/.") && !strings.Contains(target, "/%2e") && !strings.Contains(target, "/%2E") {
 		return false
 	}
-	p := target
-	if absoluteForm(p) {
-		rest := p[strings.Index(p, "://")+3:]
-		i := strings.IndexAny(rest, "/?")
-		if i < 0 || rest[i] != '/' {
-			return false
-		}
-		p = rest[i:]
-	}
+	p := OriginPath(target)
 	if i := strings.IndexByte(p, '?'); i >= 0 {
 		p = p[:i]
 	}

@@ -662,8 +662,10 @@ func (e *Engine) serveRequest(ctx *fasthttp.RequestCtx, noOverride bool) {
 	h := &ctx.Request.Header
 	v.Method = methodOf(h.Method())
 	v.Host = b2s(ctx.Host())
-	v.Path = b2s(ctx.Path())
-	v.RawPath = b2s(ctx.URI().PathOriginal())
+	// The path as the net/http engine reads it (gateway.TargetPath), not
+	// fasthttp's, which merges slashes and resolves dot segments: read so,
+	// /a%00/../b would be served as /b here and refused on net/http.
+	v.Path, v.RawPath = gateway.TargetPath(b2s(h.RequestURI()))
 	v.Proto = "HTTP/1.1"
 	if !h.IsHTTP11() {
 		v.Proto = "HTTP/1.0"

@@ -1138,7 +1138,13 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 	}
 	raw := h.RequestURI()
 	if len(raw) == 0 || raw[0] != '/' {
-		raw = originForm(raw, req)
+		// Of an absolute-form target, its path and query as the client
+		// sent them (gateway.OriginPath), as net/http's reverse proxy
+		// forwards them: fasthttp's own (req.URI().RequestURI()) has the
+		// path decoded and cleaned, so an escaped slash the gateway read
+		// inside its segment (server.escaped_slash: segment) would reach
+		// the upstream as a slash.
+		raw = s2b(gateway.OriginPath(b2s(raw)))
 	}
 	// The path as the request was routed and limited, its dot segments
 	// resolved (gateway.ResolveDotSegments).
@@ -1156,27 +1162,6 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 	req.SetRequestURIBytes(raw)
 	h.SetHost(up.host)
 	h.SetProtocol("HTTP/1.1") // what the upstream is spoken to in, whatever the client spoke
-}
-
-// originForm returns the path and query of an absolute-form target as the
-// client sent them ("/" for no path), as net/http's reverse proxy forwards
-// them: fasthttp's own (req.URI().RequestURI()) has the path decoded and
-// cleaned, so an escaped slash the gateway read inside its segment
-// (server.escaped_slash: segment) would reach the upstream as a slash. A
-// target in no form it knows gets fasthttp's.
-func originForm(target []byte, req *fasthttp.Request) []byte {
-	_, rest, ok := bytes.Cut(target, []byte("://"))
-	if !ok {
-		return req.URI().RequestURI()
-	}
-	i := bytes.IndexAny(rest, "/?")
-	switch {
-	case i < 0:
-		return []byte("/")
-	case rest[i] == '?':
-		return append([]byte("/"), rest[i:]...)
-	}
-	return rest[i:]
 }
 
 // joinTarget prefixes a request target with the upstream's path and
