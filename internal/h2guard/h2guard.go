@@ -23,18 +23,20 @@ import (
 // each keepalive interval (10 s at the least), and a client taking a
 // download one or two WINDOW_UPDATEs for each DATA frame it reads. A
 // stream the server refuses or resets for the client's fault costs
-// PerStream+1 (Conn.serverFrame). On a connection of Install's, a stream
-// earns only once net/http hands its request to the server's handler: one
-// net/http answers itself (431 for headers past the server's bound, 400
-// for a header HTTP/2 forbids) or refuses costs its HEADERS frame.
+// PerStream+1 (Conn.serverFrame). On a connection of NewHandled's or
+// Install's, a stream earns only once its request reaches the server's
+// handler (Conn.Handled): one the server answers itself (net/http's 431
+// for headers past the server's bound or 400 for a header HTTP/2 forbids,
+// grpc-go's Unimplemented for a method no service has) or refuses costs
+// its HEADERS frame.
 const (
 	// Burst is what a connection may send at once.
 	Burst = 1000
 	// PerSecond is what comes back each second, up to Burst.
 	PerSecond = 10
 	// PerStream is what each stream a client opens earns (on a
-	// connection of Install's, each stream whose request reaches the
-	// server's handler).
+	// connection of NewHandled's or Install's, each stream whose request
+	// reaches the server's handler).
 	PerStream = 10
 	// PerData is what each DATA frame the server sends earns, for the
 	// WINDOW_UPDATEs that answer it, but the last of its stream's, which
@@ -96,8 +98,9 @@ const (
 	// KindRefusedStream is the server's RST_STREAM refusing a stream (past
 	// those it takes at once, or for the client's breaking the protocol,
 	// flow control or frame size) or a DATA frame on a stream closed, and
-	// on a connection of Install's a stream whose request never reached
-	// the server's handler (answered 431 or 400 by net/http itself).
+	// on a connection of NewHandled's or Install's a stream whose request
+	// never reached the server's handler (answered 431 or 400 by net/http
+	// itself, Unimplemented or 415 by grpc-go itself, or reset).
 	KindRefusedStream
 	KindOther // GOAWAY, PUSH_PROMISE, HEADERS that open no stream (trailers)
 	// NumKinds is how many kinds there are: Kind(0) to NumKinds-1.
@@ -335,8 +338,8 @@ type Conn struct {
 	spentBy [NumKinds]int64
 
 	// byHandler says that a stream earns when its request reaches the
-	// server's handler (handled), not when it is opened: set by Install
-	// before the Conn is used.
+	// server's handler (Handled), not when it is opened: set by
+	// NewHandled.
 	byHandler bool
 	handled   atomic.Int64 // the requests the handler was handed
 	opened    int64        // the streams the client opened; the reader's alone
@@ -391,6 +394,31 @@ func New(c net.Conn, p Preface, cuts *Cuts) *Conn {
 	return g
 }
 
+// NewHandled returns c as a Conn as New does, but whose streams earn
+// their budget only when Handled tells that their call reached the
+// server's handler, not when they are opened: the HEADERS frame that
+// opens a stream spends the budget, and Handled gives it back with
+// PerStream. A server that answers a stream itself (a method it does not
+// know, headers it refuses) cannot then be made to do so without end.
+func NewHandled(c net.Conn, p Preface, cuts *Cuts) *Conn {
+	g := New(c, p, cuts)
+	g.byHandler = true
+	return g
+}
+
+// Handled tells a Conn of NewHandled's (or of Install's) that the request
+// of one of its streams reached the server's handler: it gives back what
+// the HEADERS frame that opened the stream spent, and PerStream. It is
+// safe for concurrent use, and does nothing on a Conn of New's, whose
+// streams earned when they were opened.
+func (c *Conn) Handled() {
+	if !c.byHandler {
+		return
+	}
+	c.handled.Add(1)
+	c.b.earn(PerStream + 1)
+}
+
 // clientFrame counts a frame the client sent. A DATA frame that carries
 // data or ends its stream and a HEADERS frame that opens a stream spend
 // nothing, but tell whether what the server refused spent the budget.
@@ -427,9 +455,9 @@ func (c *Conn) clientFrame(h header) {
 // frame on a stream closed (STREAM_CLOSED) costs a frame, but for the
 // frames a client may have sent before it learnt its stream was answered
 // (NO_ERROR: before its body was read), a window of 1 MiB in frames of
-// 16 KiB each. On a connection of Install's, a stream earns only when its
-// request reaches the handler, so one refused costs the frame that opened
-// it, and its RST_STREAM nothing more.
+// 16 KiB each. On a connection of NewHandled's or Install's, a stream
+// earns only when its request reaches the handler, so one refused costs
+// the frame that opened it, and its RST_STREAM nothing more.
 func (c *Conn) serverFrame(h header) {
 	switch {
 	case h.typ == frameData && h.length > 0 && h.flags&flagEndStream == 0:
@@ -573,8 +601,7 @@ type earner struct {
 }
 
 func (h earner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.c.handled.Add(1)
-	h.c.b.earn(PerStream + 1)
+	h.c.Handled()
 	h.h.ServeHTTP(w, r)
 }
 
@@ -590,8 +617,7 @@ func (h earner) BaseContext() context.Context {
 // guarded returns c as a Conn of Install's, and h as the handler of its
 // requests.
 func guarded(c net.Conn, p Preface, cuts *Cuts, h http.Handler) (*Conn, http.Handler) {
-	g := New(c, p, cuts)
-	g.byHandler = true
+	g := NewHandled(c, p, cuts)
 	return g, earner{h: h, c: g}
 }
 
