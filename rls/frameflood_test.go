@@ -13,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // TestServerCutsFrameFloods: a gRPC client that sends 100,000 HTTP/2
@@ -110,10 +113,26 @@ func withZeros(all, want map[string]int64) map[string]int64 {
 
 // TestServerKeepsBusyClients: a client making 3,000 calls on its one
 // connection, 200 of them at once, with gRPC's own window updates and
-// pings, is never cut by the budget of frames that are not calls: it
-// dials once.
+// pings, after 2,000 calls the service refuses (InvalidArgument, answered
+// without a message, whose DATA frames would earn the budget), is never
+// cut by the budget of frames that are not calls: it dials once. Each of
+// its calls reached the service's handler. So too with an interceptor of
+// the server's own among ExtraOptions (floodgate rls counts its calls
+// with one), which runs before the one that tells each call reached a
+// handler.
 func TestServerKeepsBusyClients(t *testing.T) {
-	_, addr, cancel, _ := basicServer(t, ServerOptions{})
+	outer := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(ctx, req)
+	}
+	for _, so := range []ServerOptions{{}, {ExtraOptions: []grpc.ServerOption{grpc.UnaryInterceptor(outer)}}} {
+		keepsBusyClient(t, so)
+	}
+}
+
+// keepsBusyClient makes the calls of TestServerKeepsBusyClients to a
+// server of so.
+func keepsBusyClient(t *testing.T, so ServerOptions) {
+	_, addr, cancel, _ := basicServer(t, so)
 	defer cancel()
 	var dials atomic.Int32
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -126,6 +145,15 @@ func TestServerKeepsBusyClients(t *testing.T) {
 	}
 	defer conn.Close()
 	c := rlsv3.NewRateLimitServiceClient(conn)
+	// Calls the service refuses, answered without a message.
+	for range 2000 {
+		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}})
+		stop()
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("a call without a domain: %v, want InvalidArgument", err)
+		}
+	}
 	for i := range 2800 {
 		ask(t, c, "d", desc("user", fmt.Sprint(i)))
 	}

@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -17,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/tap"
 
 	"github.com/floodgate/floodgate/internal/h2guard"
@@ -186,6 +190,7 @@ type Server struct {
 	// stall bounds each write to a connection (0: no bound).
 	stall time.Duration
 	cuts  *h2guard.Cuts
+	conns *guardedConns
 }
 
 // ConnectionsCut returns how many connections were sent a GOAWAY with
@@ -231,8 +236,9 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 			return nil, fmt.Errorf("rls: tls: %w", err)
 		}
 	}
-	cuts := &h2guard.Cuts{Log: opts.Logger}
-	so := []grpc.ServerOption{grpc.Creds(guardedCreds{creds, cuts})}
+	cuts, conns := &h2guard.Cuts{Log: opts.Logger}, &guardedConns{}
+	so := []grpc.ServerOption{grpc.Creds(guardedCreds{creds, cuts, conns}),
+		grpc.ChainUnaryInterceptor(conns.unary), grpc.ChainStreamInterceptor(conns.stream)}
 	kp := keepalive.ServerParameters{
 		MaxConnectionIdle:     opts.MaxConnectionIdle,
 		MaxConnectionAge:      opts.MaxConnectionAge,
@@ -318,7 +324,7 @@ func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	case stall < 0:
 		stall = 0
 	}
-	return &Server{GRPC: g, Health: hs, grace: grace, stall: stall, cuts: cuts}, nil
+	return &Server{GRPC: g, Health: hs, grace: grace, stall: stall, cuts: cuts, conns: conns}, nil
 }
 
 // Serve answers on lis until ctx ends, then reports NOT_SERVING, lets
@@ -503,10 +509,13 @@ func (c *writeBoundConn) CloseWrite() error {
 // h2guard.Conn, whose client's frames that are not calls are held to a
 // budget: grpc-go bounds PINGs (keepalive's too_many_pings), but answers
 // every SETTINGS frame and takes every WINDOW_UPDATE, PRIORITY and frame
-// of an unknown type for as long as the client reads.
+// of an unknown type for as long as the client reads. A stream earns the
+// budget only once its call reaches a handler of the server's services
+// (guardedConns.unary, .stream).
 type guardedCreds struct {
 	credentials.TransportCredentials
-	cuts *h2guard.Cuts
+	cuts  *h2guard.Cuts
+	conns *guardedConns
 }
 
 // ServerHandshake shakes hands as the credentials do.
@@ -515,10 +524,86 @@ func (g guardedCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInf
 	if err != nil {
 		return nil, nil, err
 	}
-	return h2guard.New(c, h2guard.PrefacePassed, g.cuts), info, nil
+	return g.conns.guard(c, g.cuts), info, nil
 }
 
 // Clone returns a copy.
 func (g guardedCreds) Clone() credentials.TransportCredentials {
-	return guardedCreds{g.TransportCredentials.Clone(), g.cuts}
+	return guardedCreds{g.TransportCredentials.Clone(), g.cuts, g.conns}
+}
+
+// guardedConns are a server's h2guard.Conns whose streams earn their
+// budget only once their call reaches a handler of the server's services,
+// each found from its calls by the client's address gRPC gives them
+// (peer.Addr): the value the Conn's RemoteAddr returns, one pointer for
+// each of net's TCP and Unix connections. grpc-go answers itself, and
+// without end, a stream of a method no service has (Unimplemented), of a
+// content-type or :method not gRPC's (415, 405), and a call without its
+// message; and a stream reset as soon as it is opened is no call: 20,000
+// of each on one connection were taken when a stream earned at its
+// opening. It holds each Conn weakly: one gRPC let go is freed, and
+// forgotten.
+type guardedConns struct {
+	m sync.Map // net.Addr → weak.Pointer[h2guard.Conn]
+}
+
+// guard returns c as an h2guard.Conn whose streams earn once their call
+// reaches a handler, or, when its client's address does not tell it from
+// every other connection (one of a listener of its own kind), once they
+// are opened.
+func (gc *guardedConns) guard(c net.Conn, cuts *h2guard.Cuts) *h2guard.Conn {
+	addr, ok := connKey(c.RemoteAddr())
+	if !ok || c.RemoteAddr() != addr {
+		return h2guard.New(c, h2guard.PrefacePassed, cuts)
+	}
+	g := h2guard.NewHandled(c, h2guard.PrefacePassed, cuts)
+	wp := weak.Make(g)
+	if _, taken := gc.m.LoadOrStore(addr, wp); taken {
+		return h2guard.New(c, h2guard.PrefacePassed, cuts)
+	}
+	runtime.AddCleanup(g, func(a net.Addr) { gc.m.CompareAndDelete(a, wp) }, addr)
+	return g
+}
+
+// connKey returns a, when it is an address of net's TCP or Unix
+// connections: a pointer of one connection.
+func connKey(a net.Addr) (net.Addr, bool) {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a, a != nil
+	case *net.UnixAddr:
+		return a, a != nil
+	}
+	return nil, false
+}
+
+// handled tells the Conn of the connection of ctx's call that the call
+// reached a handler.
+func (gc *guardedConns) handled(ctx context.Context) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return
+	}
+	addr, ok := connKey(p.Addr)
+	if !ok {
+		return
+	}
+	if wp, ok := gc.m.Load(addr); ok {
+		if g := wp.(weak.Pointer[h2guard.Conn]).Value(); g != nil {
+			g.Handled()
+		}
+	}
+}
+
+// unary is the interceptor of unary calls that tells their connection's
+// Conn each reached a handler.
+func (gc *guardedConns) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	gc.handled(ctx)
+	return h(ctx, req)
+}
+
+// stream is unary's interceptor of streaming calls (a health Watch).
+func (gc *guardedConns) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	gc.handled(ss.Context())
+	return h(srv, ss)
 }

@@ -35,6 +35,7 @@ type h2Client struct {
 
 	events chan h2Event // each call's end, in the order read
 	gone   chan error   // the read loop's end
+	away   chan string  // the GOAWAY's error code and debug data, if one came
 }
 
 // h2Event is how the server ended a call: its grpc-status from the
@@ -57,7 +58,8 @@ func dialH2(t *testing.T, addr string) *h2Client {
 	t.Cleanup(func() { c.Close() })
 	// A bound for failing only.
 	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
-	h := &h2Client{c: c, fr: http2.NewFramer(c, c), events: make(chan h2Event, 4096), gone: make(chan error, 1)}
+	h := &h2Client{c: c, fr: http2.NewFramer(c, c), events: make(chan h2Event, 4096), gone: make(chan error, 1),
+		away: make(chan string, 1)}
 	h.hp = hpack.NewEncoder(&h.hb)
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
 		t.Fatal(err)
@@ -107,6 +109,11 @@ func (h *h2Client) read() {
 			}
 		case *http2.RSTStreamFrame:
 			h.events <- h2Event{stream: f.StreamID, status: -1, rst: f.ErrCode}
+		case *http2.GoAwayFrame:
+			select {
+			case h.away <- f.ErrCode.String() + " " + string(f.DebugData()):
+			default:
+			}
 		}
 	}
 }
@@ -114,20 +121,33 @@ func (h *h2Client) read() {
 // open starts call id of method: its HEADERS, and then data, if any.
 func (h *h2Client) open(t *testing.T, id uint32, method string, data []byte, end bool) {
 	t.Helper()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.hb.Reset()
-	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", method}, {":authority", "rls"},
-		{"content-type", "application/grpc"}, {"te", "trailers"}} {
-		_ = h.hp.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
-	}
-	err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true, EndStream: end && data == nil})
+	err := h.headers(id, callFields(method), end && data == nil)
 	if err == nil && data != nil {
+		h.mu.Lock()
 		err = h.fr.WriteData(id, end, data)
+		h.mu.Unlock()
 	}
 	if err != nil {
 		t.Fatalf("call %d: %v", id, err)
 	}
+}
+
+// callFields are the header fields of a call of method.
+func callFields(method string) [][2]string {
+	return [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", method}, {":authority", "rls"},
+		{"content-type", "application/grpc"}, {"te", "trailers"}}
+}
+
+// headers opens stream id with a HEADERS frame of fields, ending the
+// stream if end.
+func (h *h2Client) headers(id uint32, fields [][2]string, end bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hb.Reset()
+	for _, kv := range fields {
+		_ = h.hp.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true, EndStream: end})
 }
 
 // grpcPrefix is the prefix of a gRPC message of n bytes, uncompressed.
