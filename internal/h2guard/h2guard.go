@@ -167,13 +167,14 @@ func (c *Cuts) Count(k Kind) int64 {
 	return c.n[k].Load()
 }
 
-// cut counts and logs the cut of a connection to client addr whose budget
+// cut logs and counts the cut of a connection to client addr whose budget
 // frames of kind k spent most of.
 func (c *Cuts) cut(addr net.Addr, k Kind) {
 	if c == nil {
 		return
 	}
-	c.n[k].Add(1)
+	// Counted once logged: whoever reads the count finds the line.
+	defer c.n[k].Add(1)
 	if c.Log == nil {
 		return
 	}
