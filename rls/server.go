@@ -214,7 +214,12 @@ const MinConnectionAge = time.Millisecond
 // NewServer returns a server with svc and the health service registered.
 // A connection's HTTP/2 frames that are not calls are held to a budget,
 // as the gateway's are: past it the client gets a GOAWAY with
-// ENHANCE_YOUR_CALM and its connection is closed.
+// ENHANCE_YOUR_CALM and its connection is closed. A stream earns the
+// budget once its call reaches a handler of the server's services (an
+// interceptor of the server's tells it), so that the streams gRPC answers
+// itself, or that the client resets at once, are held to it; a
+// connection of a listener whose addresses are not net's TCP or Unix
+// addresses earns when a stream opens.
 func NewServer(svc *Service, opts ServerOptions) (*Server, error) {
 	if opts.MaxConnectionAge < 0 || opts.MaxConnectionAge > 0 && opts.MaxConnectionAge < MinConnectionAge {
 		return nil, fmt.Errorf("rls: MaxConnectionAge %v: want 0 (none) or at least %v", opts.MaxConnectionAge, MinConnectionAge)

@@ -17,5 +17,7 @@
 //
 // Install puts a net/http server's HTTP/2 connections (h2 over TLS, and
 // h2c) through a Conn; the HTTP/2 server that serves them is still
-// net/http's own.
+// net/http's own. NewHandled makes a Conn for another server (grpc-go's),
+// whose streams earn only when the server tells it, by Conn.Handled, that
+// their call reached its handler.
 package h2guard
