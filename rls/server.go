@@ -190,6 +190,7 @@ type Server struct {
 	// stall bounds each write to a connection (0: no bound).
 	stall time.Duration
 	cuts  *h2guard.Cuts
+	// conns finds a call's connection, to tell it the call was handled.
 	conns *guardedConns
 }
 
