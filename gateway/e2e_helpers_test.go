@@ -30,6 +30,9 @@ func newTestClock() *testClock {
 func (c *testClock) Now() int64              { return c.ns.Load() }
 func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
+// Time is Now as a time.Time, for a gateway's clock (Options.Now).
+func (c *testClock) Time() time.Time { return time.Unix(0, c.Now()) }
+
 func newMemStore(t testing.TB, now func() int64) *memstore.Store {
 	t.Helper()
 	s, err := memstore.New(memstore.Options{Now: now, SnapshotInterval: -1, SweepInterval: -1})

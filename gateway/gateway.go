@@ -256,6 +256,14 @@ type Options struct {
 	// bound, or a client that stops reading its socket holds its requests
 	// until it closes (floodgate serve does).
 	SendTimeout time.Duration
+	// Now is the clock of overload control (default time.Now): the
+	// instants its adaptive limits learn latencies from, and how long a
+	// request waited in a route's queue, which the RateLimit fields of
+	// its answer count from once it is admitted. A clock of your own
+	// belongs with the store's (memstore.Options.Now), for tests that move
+	// time by hand; the waits themselves (max_wait) follow the runtime's
+	// timers.
+	Now func() time.Time
 }
 
 // DefaultSocketWatches is Options.SocketWatches' default.
@@ -292,8 +300,9 @@ type Gateway struct {
 
 	socketWatches    atomic.Int64 // the net/http engine's socket watches now
 	maxSocketWatches int64
-	streamWatchAfter time.Duration // see watchStream
-	send             time.Duration // Options.SendTimeout (0: none)
+	streamWatchAfter time.Duration    // see watchStream
+	send             time.Duration    // Options.SendTimeout (0: none)
+	now              func() time.Time // Options.Now
 
 	// waitHook, when set (by the tests, before the Gateway serves), is
 	// called with the channel that tells its client left once a request
@@ -330,6 +339,10 @@ func New(opts Options) (*Gateway, error) {
 
 		maxSocketWatches: int64(opts.SocketWatches),
 		streamWatchAfter: streamWatchAfter,
+		now:              opts.Now,
+	}
+	if g.now == nil {
+		g.now = time.Now
 	}
 	if g.maxSocketWatches <= 0 {
 		g.maxSocketWatches = DefaultSocketWatches

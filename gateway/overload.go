@@ -128,8 +128,9 @@ type tenantUse struct{ inflight, queued int32 }
 // flight and waiting stay counted under the new settings.
 type overloadCtl struct {
 	route string
-	epoch time.Time    // instants are nanoseconds since, on the monotonic clock
-	seed  maphash.Seed // of tenantHash, the controller's own
+	clock func() time.Time // Options.Now
+	epoch time.Time        // instants are nanoseconds since, on clock
+	seed  maphash.Seed     // of tenantHash, the controller's own
 	// cur is o, for a request to read before it takes mu.
 	cur atomic.Pointer[policy.Overload]
 
@@ -160,8 +161,8 @@ type overloadCtl struct {
 // source).
 func countsTenants(o *policy.Overload) bool { return o.Adaptive != nil || o.Queue != nil }
 
-func newOverloadCtl(o *policy.Overload, route string) *overloadCtl {
-	c := &overloadCtl{o: o, route: route, epoch: time.Now(), seed: maphash.MakeSeed()}
+func newOverloadCtl(o *policy.Overload, route string, clock func() time.Time) *overloadCtl {
+	c := &overloadCtl{o: o, route: route, clock: clock, epoch: clock(), seed: maphash.MakeSeed()}
 	c.cur.Store(o)
 	if o.Adaptive != nil {
 		c.ad, _ = algo.NewAdaptive(*o.Adaptive) // validated
@@ -332,7 +333,7 @@ func (c *overloadCtl) atShare(th uint64) bool {
 // now returns the instant, never before one already used (called with mu
 // held).
 func (c *overloadCtl) now() int64 {
-	n := int64(time.Since(c.epoch))
+	n := int64(c.clock().Sub(c.epoch))
 	if n < c.last {
 		return c.last
 	}
@@ -494,7 +495,7 @@ func (g *Gateway) controller(o *policy.Overload, route string) *overloadCtl {
 			g.ovl.byPtr.Clear()
 			g.ovl.ptrs = 0
 		}
-		c = newOverloadCtl(o, route)
+		c = newOverloadCtl(o, route, g.now)
 		g.ovl.byRoute[route] = c
 	}
 	c.mu.Lock()
@@ -808,7 +809,8 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	}
 	c.arrivals++
 	w := &waiter{ch: make(chan struct{}, 1), tier: co.Tiers[s.tier], tenant: strings.Clone(tenant), th: s.th, seq: c.arrivals}
-	tk, err := q.Push(w.tenant, w, c.now())
+	queued := c.now()
+	tk, err := q.Push(w.tenant, w, queued)
 	if err != nil {
 		c.mu.Unlock()
 		g.shed(x, st, ShedQueueFull, false)
@@ -876,6 +878,7 @@ func (g *Gateway) admit(x Exchange, st *Flow, o *policy.Overload) bool {
 	}
 	switch {
 	case admitted:
+		g.admittedAfter(x, st, time.Duration(s.start-queued))
 		return true
 	case reason == ShedClientGone:
 		g.leftQueue(x, st)
@@ -941,7 +944,7 @@ func (g *Gateway) shed(x Exchange, st *Flow, reason string, waited bool) {
 	if len(st.m.Hits) > 0 && st.err == nil && st.res.Allowed {
 		if g.refund(x.Context(), st, "gateway: refund of a request shed by overload control") == nil {
 			// Its fields say what its limits hold now.
-			if !waited || !g.lookAgain(x.Context(), st) {
+			if !waited || !g.lookAgain(x.Context(), st, func(int) bool { return true }) {
 				refunded(st)
 			}
 			st.out = g.render(st, false)
@@ -972,7 +975,12 @@ func givenBack(st *Flow, i int) bool {
 	if res.Decisions[i].Mark != 0 {
 		return true
 	}
-	l := h.Rule.Limit()
+	return rateKind(h.Rule.Limit())
+}
+
+// rateKind reports whether l is of a rate algorithm that refunds (a
+// bucket, GCRA, a leaky bucket), with a rate.
+func rateKind(l floodgate.Limit) bool {
 	return l.Algorithm.Traits().Refundable && l.Rate > 0 && l.Per > 0
 }
 
@@ -1013,21 +1021,26 @@ func giveBack(d *floodgate.Decision, h *limiter.Hit, counted bool) {
 	}
 }
 
-// lookAgain makes st's decisions of the hits whose charges refund gave
-// back (givenBack) say what their limits hold now, from a look at them
-// that charges nothing, for the answer of a request shed after it waited
-// in the queue: the window or quota period that counted its charge may
-// have ended while it waited (the refund then gave nothing back to the
-// one in force), and a bucket refilled. A look that allows says what the
-// limit would hold with the request's cost charged, which is given back
-// (giveBack); one that refuses says what it holds. It reports false,
-// changing nothing, when the store could not be looked at (an error, or
-// failure policies decided).
-func (g *Gateway) lookAgain(ctx context.Context, st *Flow) bool {
+// lookAgain makes st's decisions of the hits pick names, among those
+// whose charges refund gives back (givenBack), say what their limits hold
+// now, from one look at them that charges nothing. It serves two answers.
+// A request shed after it waited in the queue (pick: every such hit): the
+// window or quota period that counted its charge may have ended while it
+// waited (the refund then gave nothing back to the one in force), and a
+// bucket refilled. A request admitted after it waited (aged), for the hits
+// whose charge no longer weighs on their limit: the window, log entry or
+// quota period that counted it has ended, or the bucket drained it. In
+// both the limit as it stands holds none of the request's charge, so a
+// look that allows, which says what the limit would hold with the
+// request's cost charged once more, gets that cost back (giveBack); one
+// that refuses says what the limit holds. It reports false, changing
+// nothing, when the store could not be looked at (an error, or failure
+// policies decided).
+func (g *Gateway) lookAgain(ctx context.Context, st *Flow, pick func(i int) bool) bool {
 	hits := st.leases[len(st.leases):] // scratch, as refund's
 	defer func() { clear(hits) }()     // keep no rule alive
 	for i := range st.m.Hits {
-		if givenBack(st, i) {
+		if givenBack(st, i) && pick(i) {
 			h := st.m.Hits[i]
 			h.Mark = 0
 			hits = append(hits, h)
@@ -1040,12 +1053,12 @@ func (g *Gateway) lookAgain(ctx context.Context, st *Flow) bool {
 	err := g.engine.Decide(rctx, &limiter.Request{Front: limiter.FrontGateway, Peek: true, Hits: hits}, &st.look)
 	cancel()
 	if err != nil || st.look.Degraded != limiter.NotDegraded || len(st.look.Decisions) != len(hits) {
-		g.log.Warn("gateway: look at the limits of a request shed by overload control", "err", err, "degraded", st.look.Degraded)
+		g.log.Warn("gateway: look at the limits of a request that waited for overload control", "err", err, "degraded", st.look.Degraded)
 		return false
 	}
 	k := 0
 	for i := range st.m.Hits {
-		if !givenBack(st, i) {
+		if !givenBack(st, i) || !pick(i) {
 			continue
 		}
 		d, now := &st.res.Decisions[i], st.look.Decisions[k]
@@ -1056,6 +1069,77 @@ func (g *Gateway) lookAgain(ctx context.Context, st *Flow) bool {
 		k++
 	}
 	return true
+}
+
+// admittedAfter makes the RateLimit fields of a request admitted after it
+// waited in the queue for waited (on the controller's clock) say what its
+// limits hold as it leaves the queue (aged), in place of those of its
+// arrival, before it goes upstream. A request admitted at once keeps the
+// fields it has and pays nothing more.
+func (g *Gateway) admittedAfter(x Exchange, st *Flow, waited time.Duration) {
+	if waited <= 0 || len(st.m.Hits) == 0 || st.err != nil || !st.res.Allowed {
+		return
+	}
+	g.aged(x.Context(), st, waited)
+	st.out = g.render(st, false)
+	x.SetFields(st.out)
+}
+
+// aged makes st's decisions, made waited ago, say what their limits hold
+// now, with the least the store can be asked: waited is taken off every
+// decision's ResetAfter (its reset did not move; the answer's t counts
+// from now), never below zero, and a bucket's remaining units are those
+// it has refilled to meanwhile (elapsed). Only when the wait reached the
+// reset of a hit that charged (givenBack) is its limit looked at again,
+// in one look for all such hits (lookAgain): the window or quota period
+// that counted the charge has ended, the log entry has expired or the
+// bucket is full again, so what the decision says is of a state gone,
+// and others may have spent since. The charge stays (the request goes
+// ahead), but it sits in that ended window or drained bucket, not in the
+// state in force: the look's remaining units get the request's cost back,
+// as a shed request's do. A look the store does not answer leaves the
+// decisions as worked out.
+func (g *Gateway) aged(ctx context.Context, st *Flow, waited time.Duration) {
+	res := &st.res
+	look := false
+	for i := range min(len(res.Decisions), len(res.Flags), len(st.m.Hits)) {
+		d := &res.Decisions[i]
+		if d.ResetAfter <= 0 {
+			continue
+		}
+		d.ResetAfter = max(d.ResetAfter-waited, 0)
+		if res.Flags[i]&limiter.Degraded == 0 {
+			elapsed(d, &st.m.Hits[i])
+		}
+		look = look || d.ResetAfter == 0 && givenBack(st, i)
+	}
+	if look {
+		g.lookAgain(ctx, st, func(i int) bool { return res.Decisions[i].ResetAfter == 0 })
+	}
+}
+
+// elapsed makes d, a decision of h's limit whose ResetAfter was moved
+// on to now, say the units a rate algorithm's (a bucket, GCRA, a leaky
+// bucket) has now: one is back every interval, so the limit, full at
+// its reset, lacks as many units as intervals are left to it (rounded
+// up, so that no unit is said to be there early), never fewer than the
+// decision said. Other algorithms' decisions are left as they are.
+func elapsed(d *floodgate.Decision, h *limiter.Hit) {
+	l := h.Rule.Limit()
+	if !rateKind(l) || d.Remaining >= d.Limit {
+		return
+	}
+	hi, lo := bits.Mul64(uint64(d.ResetAfter), uint64(l.Rate))
+	if hi >= uint64(l.Per) {
+		return
+	}
+	lack, r := bits.Div64(hi, lo, uint64(l.Per))
+	if r > 0 {
+		lack++
+	}
+	if lack < uint64(d.Limit) {
+		d.Remaining = max(d.Remaining, d.Limit-int64(lack))
+	}
 }
 
 // UpstreamStatus tells the flow the status line of the upstream's answer

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -399,6 +400,81 @@ func TestOverloadShedFieldsSayTheWindowOfTheAnswer(t *testing.T) {
 			if a := <-ch; a.status != http.StatusOK {
 				t.Errorf("a held request: %d %q, want 200", a.status, a.body)
 			}
+		}
+	})
+}
+
+// TestOverloadAdmittedFieldsCountFromTheAnswer: a request charged as it
+// arrives that waits in the queue and is then admitted goes upstream with
+// the RateLimit fields of the moment it leaves the queue, not of its
+// arrival. With an attacker holding the route's only place, a victim's
+// request waits from 10:00 (three of four left in a window that ends in
+// an hour). Let go after 10 minutes, it says three remain and the window
+// ends in 3,000 s, worked out from its own decision with no call to the
+// store. Let go at 11:30, after its client spent two on a route beside it
+// in the window of 11:00, it says two remain and the window ends in
+// 1,800 s, from one look at the limit that charges nothing (its own unit
+// went to the window of 10:00, which has ended).
+func TestOverloadAdmittedFieldsCountFromTheAnswer(t *testing.T) {
+	forFronts(t, allFronts, func(t *testing.T, front string) {
+		for _, tc := range []struct {
+			name  string
+			wait  time.Duration // how long the victim's request waits
+			spent int64         // what its client spends beside the queue meanwhile
+			r, t  int64         // its answer's fields
+			looks int64         // the looks at the limits its admission takes
+		}{
+			{"within its window", 10 * time.Minute, 0, 3, 3000, 0},
+			{"past its window", 90 * time.Minute, 2, 2, 1800, 1},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				u := &gatedUpstream{}
+				clk := newTestClock()
+				var looks atomic.Int64
+				obs := limiter.ObserverFunc(func(req *limiter.Request, _ *limiter.Result) {
+					if req.Peek {
+						looks.Add(1)
+					}
+				})
+				pm := mustPolicyMatcher(t, compilePolicy(t, "flood.yaml", shedWindowPolicy))
+				engine := limiter.New(newMemStore(t, clk.Now), limiter.Options{Observer: obs})
+				g, base, c := startFront(t, front, Options{Matcher: pm, Engine: engine, Now: clk.Time}, u.ServeHTTP)
+				var once sync.Once
+				release := func() { once.Do(func() { u.open("held") }) }
+				t.Cleanup(release)
+				victim := []string{"X-Forwarded-For", "192.0.2.2"}
+				u.open("waits")
+				u.open("free")
+
+				held := getLater(t, c, base+"/held", "X-Forwarded-For", "192.0.2.1", "X-Who", "held")
+				pollUntil(t, "the attacker's request in flight", func() bool { return u.holding() == 1 })
+				waited := getLater(t, c, base+"/waits", append(victim, "X-Who", "waits")...)
+				pollUntil(t, "the victim's request queued", func() bool { return overloadState(g).Queued == 1 })
+
+				clk.Advance(tc.wait)
+				for i := range tc.spent {
+					a, err := get(c, t.Context(), base+"/free", append(victim, "X-Who", "free")...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if a.status != http.StatusOK {
+						t.Fatalf("the victim's request %d beside the queue: %d %q, want 200", i+1, a.status, a.body)
+					}
+					checkFields(t, a, "per-ip", 3-i, 1800, 0)
+				}
+				release()
+				w := <-waited
+				if w.status != http.StatusOK || w.body != "ok" {
+					t.Fatalf("the waiter: %d %q, want the upstream's 200", w.status, w.body)
+				}
+				checkFields(t, w, "per-ip", tc.r, tc.t, 0)
+				if n := looks.Load(); n != tc.looks {
+					t.Errorf("%d looks at the limits, want %d", n, tc.looks)
+				}
+				if a := <-held; a.status != http.StatusOK {
+					t.Errorf("the attacker's request: %d %q, want 200", a.status, a.body)
+				}
+			})
 		}
 	})
 }
