@@ -834,7 +834,11 @@ func (g *Gateway) refusedBeforeLimit(st *Flow, status int) {
 // engines: gone, from the engine's watch, is closed when the client leaves
 // first (stop ends the watch). It returns false then, and the charge is
 // refunded where the engine can. A client seen gone when the delay ends
-// left, whichever the wait saw first: its request is not forwarded.
+// left, whichever the wait saw first: its request is not forwarded. A
+// request whose place came goes on with its decisions made delay ago
+// moved on to now (aged), so that the RateLimit fields of its answer
+// count from its departure, as they would from an arrival then: the
+// leaky queue it left has drained to it, and every reset is delay nearer.
 func (g *Gateway) wait(ctx context.Context, st *Flow, delay time.Duration, watch func() (gone <-chan struct{}, stop func())) bool {
 	name := ""
 	for i := range st.m.Hits {
@@ -854,6 +858,7 @@ func (g *Gateway) wait(ctx context.Context, st *Flow, delay time.Duration, watch
 	case <-t.C:
 		if !closed(gone) {
 			stop()
+			g.aged(ctx, st, delay)
 			return true
 		}
 		// Its client left as its slot came: it left.

@@ -1027,9 +1027,10 @@ func giveBack(d *floodgate.Decision, h *limiter.Hit, counted bool) {
 // A request shed after it waited in the queue (pick: every such hit): the
 // window or quota period that counted its charge may have ended while it
 // waited (the refund then gave nothing back to the one in force), and a
-// bucket refilled. A request admitted after it waited (aged), for the hits
-// whose charge no longer weighs on their limit: the window, log entry or
-// quota period that counted it has ended, or the bucket drained it. In
+// bucket refilled. A request admitted after it waited, or whose place in
+// a leaky queue came (aged), for the hits whose charge no longer weighs
+// on their limit: the window, log entry or quota period that counted it
+// has ended, or the bucket drained it. In
 // both the limit as it stands holds none of the request's charge, so a
 // look that allows, which says what the limit would hold with the
 // request's cost charged once more, gets that cost back (giveBack); one
@@ -1053,7 +1054,7 @@ func (g *Gateway) lookAgain(ctx context.Context, st *Flow, pick func(i int) bool
 	err := g.engine.Decide(rctx, &limiter.Request{Front: limiter.FrontGateway, Peek: true, Hits: hits}, &st.look)
 	cancel()
 	if err != nil || st.look.Degraded != limiter.NotDegraded || len(st.look.Decisions) != len(hits) {
-		g.log.Warn("gateway: look at the limits of a request that waited for overload control", "err", err, "degraded", st.look.Degraded)
+		g.log.Warn("gateway: look at the limits of a request that waited", "err", err, "degraded", st.look.Degraded)
 		return false
 	}
 	k := 0

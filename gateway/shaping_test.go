@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/ruletest"
+	"github.com/floodgate/floodgate/internal/sfv"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -78,6 +79,66 @@ func TestLeakyQueueSpacing(t *testing.T) {
 		want := []time.Duration{0, interval, 2 * interval, 3 * interval, 4 * interval, 5 * interval}
 		if !slices.Equal(departures, want) {
 			t.Errorf("departures at %v, want one every %v: %v", departures, interval, want)
+		}
+	})
+}
+
+// TestLeakyQueueFieldsCountFromTheDeparture: a request a leaky queue
+// delays goes on with the RateLimit fields of the moment it leaves the
+// queue, not of its arrival. Four requests come in one instant to a
+// leaky queue of one a second with room for three, under a window of 100
+// an hour: they leave 0, 1, 2 and 3 s later. As each leaves, the queue
+// has drained to it alone, so it has room for three again and its next
+// place comes in a second (r=3, t=1); the window ends 3,600 s after their
+// arrival, so the one that waited k seconds says 3,600 − k. It runs the
+// middleware in a synctest bubble, where the queue's timers follow a fake
+// clock and the store's clock stands still.
+func TestLeakyQueueFieldsCountFromTheDeparture(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		queue := ruletest.Rule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: time.Second, Burst: 3})
+		hour := ruletest.Rule(t, floodgate.Limit{Name: "hour", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour})
+		both := funcMatcher(func(_ *Request, m *Match) error {
+			m.Hits = append(m.Hits, limiter.Hit{Rule: queue, Key: "k", Cost: 1}, limiter.Hit{Rule: hour, Key: "k", Cost: 1})
+			return nil
+		})
+		clock := newTestClock()
+		g, err := New(Options{Matcher: both, Engine: limiter.New(newMemStore(t, clock.Now), limiter.Options{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		var wg sync.WaitGroup
+		answers := make([]answer, 4)
+		for i := range answers {
+			wg.Go(func() { answers[i] = serve(h, "GET", "/", nil) })
+		}
+		wg.Wait()
+		seen := map[int64]bool{}
+		for _, a := range answers {
+			if a.status != http.StatusOK {
+				t.Fatalf("status %d, want 200", a.status)
+			}
+			items, err := sfv.ParseList(a.header.Get("RateLimit"))
+			if err != nil || len(items) != 2 {
+				t.Fatalf("RateLimit %q: %v", a.header.Get("RateLimit"), err)
+			}
+			var r, tt [2]int64
+			for j, name := range []string{"queue", "hour"} {
+				if n, _ := items[j].Name(); n != name {
+					t.Fatalf("RateLimit %q: item %d is %q, want %q", a.header.Get("RateLimit"), j, n, name)
+				}
+				r[j], _ = items[j].Int("r")
+				tt[j], _ = items[j].Int("t")
+			}
+			k := 99 - r[1] // the seconds it waited: the window had 99-k left
+			seen[k] = true
+			if r[0] != 3 || tt[0] != 1 || tt[1] != 3600-k {
+				t.Errorf("after %d s in the queue: RateLimit %q, want queue r=3 t=1 and hour t=%d", k, a.header.Get("RateLimit"), 3600-k)
+			}
+		}
+		if len(seen) != 4 {
+			t.Errorf("the window's remaining units %v, want 99, 98, 97 and 96", seen)
 		}
 	})
 }
