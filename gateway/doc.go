@@ -32,10 +32,14 @@
 // Every response that a limit covered carries the IETF RateLimit-Policy and
 // RateLimit fields (package fields), the binding limit first. The legacy
 // X-RateLimit-Limit/Remaining/Reset fields and a field naming the binding
-// limit of a denial are behind switches. Shadow limits add nothing and
-// block nothing. Decisions are counted by the engine's Observer; the
-// gateway's Observer takes only what the gateway alone sees (its own
-// answers, upstream statuses, queue lengths).
+// limit of a denial are behind switches. A request that waited, for its
+// place in a leaky queue or in overload control's queue, goes on with
+// fields that count from the moment its wait ended, not from its arrival
+// (its resets that much nearer, a bucket refilled meanwhile, and a limit
+// whose window ended meanwhile looked at again). Shadow limits add
+// nothing and block nothing. Decisions are counted by the engine's
+// Observer; the gateway's Observer takes only what the gateway alone sees
+// (its own answers, upstream statuses, queue lengths).
 //
 // A Match's Refusal (or its binding limit's) changes how a 429 looks:
 // its status (429 or 503), body, content type and extra header fields;
