@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -450,6 +451,95 @@ func TestCloseEndsHTTP2OverTLS(t *testing.T) {
 	}
 	endedAll(t, cls)
 	r.settled(t, "after Close")
+	if err := <-r.served; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestShutdownEndsHTTP2OverTLS: Shutdown closes the HTTP/2 connections
+// over TLS that serve no request at once, and the TLS handshakes never
+// finished, while answers stream on other connections (over HTTP/2 and
+// HTTP/1.1); once its deadline passed with those still streaming, Close
+// (which floodgate serve calls then) ends them. Every client sees its
+// connection end, and nothing is left counted open, held or served.
+func TestShutdownEndsHTTP2OverTLS(t *testing.T) {
+	// Not parallel: the goroutines serving connections are counted.
+	r := newH2Rig(t, 1<<20)
+	// Not those whose preface has not come: net/http's HTTP/2 server tells
+	// its connections to go away one at a time, and waits for each of those
+	// to read its preface first, up to its own bound of 10 s. Close ends
+	// them (TestCloseEndsHTTP2OverTLS).
+	kinds := slices.DeleteFunc(slices.Clone(h2Kinds), func(k string) bool { return k == kindNoPreface })
+	cls := openH2Flood(t, r, kinds, 20)
+	// An HTTP/1.1 answer streams too, on the engine itself.
+	h1, err := tls.Dial("tcp", r.addr, r.clientTLS("http/1.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h1.Close()
+	if _, err := io.WriteString(h1, "GET /events HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	h1r := bufio.NewReader(h1)
+	if _, err := h1r.ReadString('\n'); err != nil {
+		t.Fatalf("no answer over HTTP/1.1: %v", err)
+	}
+	h1Ended := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, h1r)
+		close(h1Ended)
+	}()
+	waitFor(t, "the HTTP/1.1 stream", func() bool { return r.streams.Load() == int64(2*20+1) })
+
+	const grace = 3 * time.Second
+	r.stopping()
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- r.e.Shutdown(ctx) }()
+	// Within the grace, those that serve no request are closed.
+	var quiet, busy []h2Client
+	for _, c := range cls {
+		if c.kind == kindStreaming || c.kind == kindStalled {
+			busy = append(busy, c)
+		} else {
+			quiet = append(quiet, c)
+		}
+	}
+	half := time.Now().Add(grace / 2)
+	left := map[string]int{}
+	for _, c := range quiet {
+		select {
+		case <-c.ended:
+			continue
+		case <-time.After(time.Until(half)):
+		}
+		left[c.kind]++
+	}
+	if len(left) > 0 {
+		t.Errorf("connections serving no request still open %v into Shutdown, beside answers streaming, by kind: %v",
+			grace/2, left)
+	}
+	for _, c := range busy {
+		select {
+		case <-c.ended:
+			t.Fatalf("a connection of kind %q ended while Shutdown let its answer stream", c.kind)
+		default:
+		}
+	}
+	if err := <-shut; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown returned %v with answers streaming past its deadline, want %v", err, context.DeadlineExceeded)
+	}
+	if err := r.e.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	endedAll(t, cls)
+	select {
+	case <-h1Ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the HTTP/1.1 stream went on after Close")
+	}
+	r.settled(t, "after Shutdown and Close")
 	if err := <-r.served; err != nil {
 		t.Fatal(err)
 	}

@@ -292,7 +292,12 @@ func (e *Engine) route(c net.Conn) {
 // Shutdown stops accepting, lets the requests in flight finish (until ctx
 // ends) and closes the connections, the clients' and the idle ones to the
 // upstreams; a client connection whose first request has not come (in its
-// TLS handshake too) is closed at once, as it could not be served.
+// TLS handshake too) is closed at once, as it could not be served. The
+// fallback server is shut down at once too, beside the engine's own
+// requests: its HTTP/2 connections (h2c, or by ALPN over TLS) are told to
+// go away and closed once they serve no request, as net/http's Shutdown
+// does (it tells them one at a time, and waits up to 10 s on each one
+// whose preface has not come).
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
@@ -307,6 +312,14 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		_ = fast.Close()
 	}
 	e.closeFirst()
+	var fallback chan error
+	if e.fallback != nil {
+		// The connections handed to net/http (HTTP/2 ones, by ALPN over
+		// TLS too) are told to go away, and those serving no request
+		// closed, now, not once the engine's own requests have finished.
+		fallback = make(chan error, 1)
+		go func() { fallback <- e.fallback.Shutdown(ctx) }()
+	}
 	err := e.srv.ShutdownWithContext(ctx)
 	if err == nil {
 		err = e.waitUntilClose(ctx)
@@ -314,8 +327,8 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	if e.parker != nil {
 		e.parker.closeParked()
 	}
-	if e.fallback != nil {
-		if ferr := e.fallback.Shutdown(ctx); err == nil {
+	if fallback != nil {
+		if ferr := <-fallback; err == nil {
 			err = ferr
 		}
 	}
@@ -336,7 +349,8 @@ func (e *Engine) Parked() int {
 // Close closes the engine's listeners and connections at once, those
 // whose answers are being written too (their requests end as for a client
 // that left) and those whose first request has not come yet (in their TLS
-// handshake too), as net/http's Server.Close does.
+// handshake too), as net/http's Server.Close does; those handed to the
+// fallback server (HTTP/2, upgraded ones) are closed by its Close.
 //
 // A Shutdown under way ends with it: the connections are closed before
 // Close shuts the engine down (fasthttp lets one shutdown at a time wait
