@@ -230,6 +230,14 @@ type changer interface {
 	Changes(ctx context.Context, since string) (made []Ban, gone []id, version string, full bool, err error)
 }
 
+// allReader is a Backend whose read of every ban claims the counting of
+// the bans no instance counted made up to the version it reads (Redis):
+// the reads of what changed since that version start past them. since is
+// the version the reader has, up to which its claims are counted.
+type allReader interface {
+	ReadAll(ctx context.Context, since string) (bans, claimed []Ban, version string, err error)
+}
+
 // refresh reads the bans again (read), and counts and logs those it was
 // the first to read that no instance had counted: bans the store made
 // after the instance that asked for them gave up waiting.
@@ -246,7 +254,7 @@ func (b *Box) refresh(ctx context.Context) error {
 // all of them. The bans this process makes while it reads are put in the
 // view at once (add) and kept in what it read, unless that holds a later
 // ban of their key. It returns the bans read that this process claimed
-// the counting of (Ban.claimed).
+// the counting of (Ban.claimed), by either read (allReader).
 func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -258,6 +266,12 @@ func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 		b.reading, b.made = false, nil
 		b.viewMu.Unlock()
 	}()
+	// counted is the version up to which the bans this process claimed
+	// are counted: a full read counts its claims made after it.
+	var counted string
+	if since := b.ver.Load(); since != nil {
+		counted = *since
+	}
 	if c, ok := b.be.(changer); ok {
 		if since := b.ver.Load(); since != nil {
 			made, gone, v, full, err := c.Changes(ctx, *since)
@@ -271,6 +285,9 @@ func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 					if ban.claimed {
 						late = append(late, ban)
 					}
+				}
+				if !full {
+					counted = v
 				}
 				full = true
 			}
@@ -293,10 +310,17 @@ func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 			}
 		}
 	}
-	bans, v, err := b.be.Bans(ctx)
+	var bans, claimed []Ban
+	var v string
+	if a, ok := b.be.(allReader); ok {
+		bans, claimed, v, err = a.ReadAll(ctx, counted)
+	} else {
+		bans, v, err = b.be.Bans(ctx)
+	}
 	if err != nil {
 		return late, err
 	}
+	late = append(late, claimed...)
 	view := newView(b.seed, bans)
 	b.viewMu.Lock()
 	defer b.viewMu.Unlock()

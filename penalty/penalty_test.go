@@ -330,6 +330,11 @@ func (c *countingRedis) Bans(ctx context.Context) ([]Ban, string, error) {
 	return c.Redis.Bans(ctx)
 }
 
+func (c *countingRedis) ReadAll(ctx context.Context, since string) ([]Ban, []Ban, string, error) {
+	c.full.Add(1)
+	return c.Redis.ReadAll(ctx, since)
+}
+
 // TestRedisBansReadIncrementally: an instance polling a Redis that a
 // flood of keys fills with bans reads what changed since its version, not
 // every ban, and reads every ban again only when the change log no longer

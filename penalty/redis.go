@@ -61,14 +61,17 @@ const (
 	// redisUnseen holds the bans no instance has counted and logged yet
 	// ("VERSION:FIELD", scored by the version that made them): the
 	// instance that made one takes it out when the answer reaches it in
-	// time, else the first instance to read the ban from the change log
-	// does (Changes), so that each ban is counted once across instances.
+	// time, else the first instance to read the ban, from the change log
+	// (Changes) or with every ban (ReadAll), does, so that each ban is
+	// counted once across instances.
 	redisUnseen = redisconn.Prefix + "penalty:unseen"
 	// redisClaims holds the bans claimed from redisUnseen by their maker
-	// ("VERSION:FIELD MAKER") or by a reader of the change log
-	// ("VERSION:FIELD r:READER"), scored by the version that made them
-	// (the last changeLog versions), so that a claim Redis ran after its
-	// caller gave up waiting, sent again, says it was the caller's.
+	// ("VERSION:FIELD MAKER"), scored by the version that made them, or by
+	// a reader of the bans ("VERSION:FIELD r:READER"), scored by the
+	// version it read (the last changeLog versions), so that a claim
+	// Redis ran after its caller gave up waiting, sent again, says it was
+	// the caller's: a read from the version before it, however old the
+	// ban (a read of every ban claims those made before the change log).
 	redisClaims = redisconn.Prefix + "penalty:claims"
 )
 
@@ -207,6 +210,34 @@ redis.call('ZREM', KEYS[12], f)
 return {prev, now}
 `)
 
+// claimUnseen returns the Lua with which a read of the bans up to
+// version v (a local) claims the counting of the bans no instance counted
+// (KEYS[unseen], "VERSION:FIELD") made from version from (a bound of
+// ZRANGEBYSCORE, in Lua) to v: it takes them out, and records them as
+// the claims of the reader named by reader (Lua) in KEYS[claims], at v
+// (kept for changeLog versions). The local claimed gets their fields, after
+// those of the reader's claims made after version since (a local): a read
+// whose answer did not reach the reader (which reads from since again)
+// made them, and they are the reader's to count.
+func claimUnseen(unseen, claims int, reader, from string) string {
+	return strings.NewReplacer("UNSEEN", strconv.Itoa(unseen), "CLAIMS", strconv.Itoa(claims), "READER", reader, "FROM", from,
+		"CAP", strconv.Itoa(changeLog)).Replace(`
+local claimed = {}
+local mine = ' r:' .. READER
+for _, c in ipairs(redis.call('ZRANGEBYSCORE', KEYS[CLAIMS], '(' .. since, v)) do
+  if string.sub(c, -#mine) == mine then
+    claimed[#claimed + 1] = string.match(string.sub(c, 1, -#mine - 1), '^%d+:(.*)$')
+  end
+end
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[UNSEEN], FROM, v)) do
+  redis.call('ZREM', KEYS[UNSEEN], m)
+  redis.call('ZADD', KEYS[CLAIMS], v, m .. mine)
+  claimed[#claimed + 1] = string.match(m, '^%d+:(.*)$')
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[CLAIMS], '-inf', '(' .. (v - CAP))
+`)
+}
+
 // changesScript reads what changed since version ARGV[1] of epoch
 // ARGV[2], made by the change tagged ARGV[3]. KEYS: the version, the
 // change log, its highest trimmed version, the bans, the version's epoch,
@@ -230,7 +261,7 @@ return {prev, now}
 // of an earlier version during a rolling upgrade), or a field changed
 // twice since (its entry moved to the later version), which a full read
 // covers too.
-var changesScript = rueidis.NewLuaScript(strings.ReplaceAll(`
+var changesScript = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -248,26 +279,33 @@ if since > 0 then
   if #at ~= 1 or string.match(at[1], '^%d+:(%d+)$') ~= ARGV[3] then return {v, 1, e, now, tag} end
 end
 if redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[1], v) < v - since then return {v, 1, e, now, tag} end
-local claimed = {}
-local mine = ' r:' .. ARGV[4]
-for _, c in ipairs(redis.call('ZRANGEBYSCORE', KEYS[9], '(' .. ARGV[1], v)) do
-  if string.sub(c, -#mine) == mine then
-    claimed[#claimed + 1] = string.match(string.sub(c, 1, -#mine - 1), '^%d+:(.*)$')
-  end
-end
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. ARGV[1], v)) do
-  redis.call('ZREM', KEYS[8], m)
-  redis.call('ZADD', KEYS[9], tonumber(string.match(m, '^(%d+):')), m .. mine)
-  claimed[#claimed + 1] = string.match(m, '^%d+:(.*)$')
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. (v - CAP))
+` + claimUnseen(8, 9, "ARGV[4]", "'(' .. since") + `
 local out = {v, 0, e, now, tag, claimed}
 for _, f in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[1], '+inf')) do
   out[#out + 1] = f
   out[#out + 1] = redis.call('HGET', KEYS[4], f)
 end
 return out
-`, "CAP", strconv.Itoa(changeLog)))
+`)
+
+// readAllScript reads the bans' version (KEYS: its epoch, its count, the
+// tag of its last change) for a read of every ban, and claims the
+// counting of every ban no instance counted made up to it (KEYS[4], as
+// changesScript does, into KEYS[5]), so that the bans a full read covers
+// are counted too: the reads after it start past them. ARGV: the epoch
+// and the count of the version the reader has (its claims made after it
+// are its to count: a read whose answer did not reach it), the reader. It
+// returns {{epoch, count, tag}, claimed}.
+var readAllScript = `
+local e = redis.call('GET', KEYS[1]) or ''
+local c = redis.call('GET', KEYS[2]) or ''
+local tag = redis.call('GET', KEYS[3]) or ''
+local v = tonumber(c) or 0
+local since = '0'
+if e == ARGV[1] and tonumber(ARGV[2]) then since = ARGV[2] end
+` + claimUnseen(4, 5, "ARGV[3]", "'-inf'") + `
+return {{e, c, tag}, claimed}
+`
 
 // claimScript claims the counting of a ban its maker made: it takes ARGV[1]
 // ("VERSION:FIELD") out of the bans no instance counted (KEYS[1]) and
@@ -493,30 +531,62 @@ func (b *Redis) Late(ctx context.Context) []Ban {
 // strikes are forgotten are removed, and the version's epoch is set when
 // there is none.
 func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
+	bans, _, v, err := b.all(ctx, nil)
+	return bans, v, err
+}
+
+// ReadAll reads every ban as Bans does, for a reader that has the bans'
+// version since (a Box reading every ban again), and claims the counting
+// of the bans no instance counted made up to the version read
+// (readAllScript): it returns them too, those that are still kept
+// (ended ones included), the reader's to count. The reads from the
+// version read start past them, so that without the claim no instance
+// would count them.
+func (b *Redis) ReadAll(ctx context.Context, since string) (bans, claimed []Ban, version string, err error) {
+	return b.all(ctx, &since)
+}
+
+// all reads every ban and their version, claiming the bans no instance
+// counted for a reader that has the version *since (ReadAll) unless since
+// is nil (Bans).
+func (b *Redis) all(ctx context.Context, since *string) (bans, claimed []Ban, version string, err error) {
 	// The epoch is set here when there is none yet, so that the version
 	// read now stays the one of the bans' first change.
+	stamp := b.c.B().Mget().Key(redisEpoch, redisVersion, redisTag).Build()
+	if since != nil {
+		parts := strings.SplitN(*since, ":", 3)
+		for len(parts) < 2 {
+			parts = append(parts, "")
+		}
+		stamp = b.c.B().Eval().Script(readAllScript).Numkeys(5).Key(redisEpoch, redisVersion, redisTag, redisUnseen, redisClaims).
+			Arg(parts[0], parts[1], b.id).Build()
+	}
 	sent := b.clock()
 	res := b.c.DoMulti(ctx, b.c.B().Eval().Script(redisconn.EpochScript).Numkeys(1).Key(redisEpoch).Build(),
-		b.c.B().Mget().Key(redisEpoch, redisVersion, redisTag).Build(), b.c.B().Hgetall().Key(redisBans).Build(),
+		stamp, b.c.B().Hgetall().Key(redisBans).Build(),
 		b.c.B().Eval().Script(timeScript).Numkeys(1).Key(redisBans).Build())
 	at := b.clock()
 	if err := res[0].Error(); err != nil {
-		return nil, "", fmt.Errorf("penalty: redis: epoch: %w", err)
+		return nil, nil, "", fmt.Errorf("penalty: redis: epoch: %w", err)
 	}
-	v, err := redisconn.StampOf(res[1])
+	var fields []string
+	if since == nil {
+		version, err = redisconn.StampOf(res[1])
+	} else {
+		version, fields, err = readAllOf(res[1])
+	}
 	if err != nil {
-		return nil, "", fmt.Errorf("penalty: redis: %w", err)
+		return nil, nil, "", fmt.Errorf("penalty: redis: %w", err)
 	}
 	m, err := res[2].AsStrMap()
 	if err != nil {
-		return nil, "", fmt.Errorf("penalty: redis: %w", err)
+		return nil, nil, "", fmt.Errorf("penalty: redis: %w", err)
 	}
 	now, err := res[3].AsInt64()
 	if err != nil {
-		return nil, "", fmt.Errorf("penalty: redis: time: %w", err)
+		return nil, nil, "", fmt.Errorf("penalty: redis: time: %w", err)
 	}
 	refMs, ref := b.observe(sent, at, now)
-	var out []Ban
 	var stale []string
 	for f, val := range m {
 		rule, key, ok := strings.Cut(f, "|")
@@ -530,7 +600,15 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 			continue
 		}
 		if until > now {
-			out = append(out, Ban{Rule: rule, Key: key, Until: local(until, refMs, ref), Strikes: int(strikes), end: until})
+			bans = append(bans, Ban{Rule: rule, Key: key, Until: local(until, refMs, ref), Strikes: int(strikes), end: until})
+		}
+	}
+	for _, f := range fields {
+		rule, key, ok := strings.Cut(f, "|")
+		until, strikes, _, parsed := parseBan(m[f])
+		if ok && parsed { // else lifted since, as a read of the changes leaves it
+			claimed = append(claimed, Ban{Rule: rule, Key: key, Until: local(until, refMs, ref), Strikes: int(strikes), end: until,
+				claimed: true})
 		}
 	}
 	for len(stale) > 0 {
@@ -540,7 +618,30 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 		}
 		stale = stale[n:]
 	}
-	return out, v, nil
+	return bans, claimed, version, nil
+}
+
+// readAllOf reads the answer of readAllScript: the bans' version and the
+// fields of the bans claimed.
+func readAllOf(res rueidis.RedisResult) (version string, fields []string, err error) {
+	vs, err := res.ToArray()
+	if err != nil {
+		return "", nil, fmt.Errorf("read all: %w", err)
+	}
+	if len(vs) != 2 {
+		return "", nil, fmt.Errorf("read all: %d values, want 2", len(vs))
+	}
+	stamp, err := vs[0].AsStrSlice()
+	if err != nil {
+		return "", nil, fmt.Errorf("read all: version: %w", err)
+	}
+	if len(stamp) != 3 {
+		return "", nil, fmt.Errorf("read all: version: %d values, want 3", len(stamp))
+	}
+	if fields, err = vs[1].AsStrSlice(); err != nil {
+		return "", nil, fmt.Errorf("read all: claimed: %w", err)
+	}
+	return redisconn.TaggedStamp(stamp[0], stamp[1], stamp[2]), fields, nil
 }
 
 // Version returns the bans' version: its epoch, its count and the tag of

@@ -1,0 +1,196 @@
+package penalty
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/promtest"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// lateBan makes a ban of key by box, on srv, after box gave up waiting for
+// it (Redis stopped with SIGSTOP past the offence's deadline), and waits
+// until Redis made it: a ban in the set no instance counted, with no
+// claim of its maker's to send again.
+func lateBan(t *testing.T, srv *redistest.Server, box *Box, key string) {
+	t.Helper()
+	unseen := func() int {
+		n, err := srv.Do("ZCARD", redisUnseen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := strconv.Atoi(n)
+		return c
+	}
+	before := unseen()
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	box.Outcome(ctx, key, "", "", true, policy.IdentityClientIP, 429)
+	cancel()
+	srv.Resume()
+	waitFor(t, func() bool { return unseen() == before+1 })
+}
+
+// trimLog makes more changes than the change log keeps (lifts of keys
+// never banned), through be: an instance whose version was read before
+// reads every ban again.
+func trimLog(t *testing.T, be *Redis) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i <= changeLog; i += 8 {
+				if _, err := be.Lift(context.Background(), "flood", fmt.Sprintf("ip:10.9.%d.%d", i/256, i%256)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestLateBanCountedByFullRead: a ban Redis made after its maker gave up
+// waiting is counted once when the instances that read it read every ban
+// again (their version older than the change log: more than 10,000
+// changes since) rather than what changed. Before, a full read claimed
+// nothing, and the reads after it started past the ban: no instance
+// counted it: it was left in the set of those no instance counted (until
+// a ban 10,000 versions later trimmed it), and floodgate_bans_total
+// summed 2 of 3 bans over the instances.
+func TestLateBanCountedByFullRead(t *testing.T) {
+	srv := redistest.Start(t)
+	open := clientsOf(t, srv)
+	r := flood
+	r.After = 1
+	regs := [2]*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	var boxes [2]*Box
+	for i := range boxes {
+		var err error
+		boxes[i], err = New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour, Registerer: regs[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer boxes[i].Close()
+	}
+	a := boxes[0]
+	counted := func() float64 {
+		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
+	}
+	ctx := context.Background()
+	// A ban in time first: Redis has the scripts when it is stopped.
+	a.Outcome(ctx, "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
+	lateBan(t, srv, a, "ip:10.0.0.1")
+
+	trimLog(t, NewRedis(open(), 0))
+
+	for _, box := range boxes {
+		if err := box.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, banned := box.Banned("ip:10.0.0.1", "", ""); !banned {
+			t.Fatal("the late ban is not held after a full read")
+		}
+	}
+	if n, _ := srv.Do("ZCARD", redisUnseen); n != "0" {
+		t.Errorf("after the full reads, %s bans left that no instance counted, want 0", n)
+	}
+	// The reads after the full one, from the version it read.
+	a.Outcome(ctx, "ip:10.0.0.2", "", "", true, policy.IdentityClientIP, 429)
+	for _, box := range boxes {
+		if err := box.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := counted(); n != 3 {
+		t.Errorf("floodgate_bans_total over both instances: %v, want 3 (a ban read only by full reads, two in time)", n)
+	}
+}
+
+// stalledFullRead is a client that, once armed, stops its Redis (SIGSTOP)
+// before it sends its next read of every ban, and resumes it once the
+// read has given up: Redis runs the read, and its claims, that no one
+// waits for.
+type stalledFullRead struct {
+	rueidis.Client
+	srv   *redistest.Server
+	armed atomic.Bool
+}
+
+func (s *stalledFullRead) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	full := false
+	for _, cmd := range multi {
+		c := cmd.Commands() // read before the call, which recycles them
+		full = full || len(c) > 1 && c[0] == "EVAL" && c[1] == readAllScript
+	}
+	if !full || !s.armed.Swap(false) {
+		return s.Client.DoMulti(ctx, multi...)
+	}
+	s.srv.Pause()
+	defer s.srv.Resume()
+	return s.Client.DoMulti(ctx, multi...)
+}
+
+// TestFullReadLateCounted: a ban Redis made after its maker gave up
+// waiting, claimed by a full read whose answer did not reach the reader
+// in time (Redis stopped past the read's deadline), is counted once: by
+// the reader's next read, which reads from the same version.
+func TestFullReadLateCounted(t *testing.T) {
+	srv := redistest.Start(t)
+	open := clientsOf(t, srv)
+	r := flood
+	r.After = 1
+	regs := [2]*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour, Registerer: regs[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	stalled := &stalledFullRead{Client: open(), srv: srv}
+	b, err := New([]config.Ban{r}, Options{Backend: NewRedis(stalled, 0), Poll: time.Hour, Registerer: regs[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	counted := func() float64 {
+		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
+	}
+	ctx := context.Background()
+	a.Outcome(ctx, "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
+	lateBan(t, srv, a, "ip:10.0.0.1")
+	trimLog(t, NewRedis(open(), 0))
+
+	stalled.armed.Store(true)
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = b.refresh(rctx)
+	cancel()
+	if err == nil {
+		t.Fatal("the stalled full read was answered")
+	}
+	if n, _ := srv.Do("ZCARD", redisUnseen); n != "0" {
+		t.Fatalf("%s bans left that no instance claimed after the stalled read, want 0", n)
+	}
+	for _, box := range []*Box{b, a, b} {
+		if err := box.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := counted(); n != 2 {
+		t.Errorf("floodgate_bans_total over both instances: %v, want 2 (a ban claimed by a full read answered late, one in time)", n)
+	}
+}
