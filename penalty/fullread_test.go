@@ -194,3 +194,45 @@ func TestFullReadLateCounted(t *testing.T) {
 		t.Errorf("floodgate_bans_total over both instances: %v, want 2 (a ban claimed by a full read answered late, one in time)", n)
 	}
 }
+
+// TestLateBanCountedOnceWhenReadAgain: a ban Redis made after its maker
+// gave up waiting, claimed by a read of the change log after which the
+// instance reads every ban again (its first read, answered 3 s late,
+// placed the bans off the server's clock), is counted once: the read of
+// every ban counts only what the change log's read did not.
+func TestLateBanCountedOnceWhenReadAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	open := clientsOf(t, srv)
+	r := flood
+	r.After = 1
+	regs := [2]*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour, Registerer: regs[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	reader := &countingRedis{Redis: NewRedis(&lateFirstRead{Client: open()}, 0)}
+	b, err := New([]config.Ban{r}, Options{Backend: reader, Poll: time.Hour, Registerer: regs[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	counted := func() float64 {
+		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
+	}
+	ctx := context.Background()
+	a.Outcome(ctx, "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
+	lateBan(t, srv, a, "ip:10.0.0.1")
+	if err := b.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := reader.full.Load(); n != 2 {
+		t.Fatalf("every ban read %d times, want twice (at the start, and again once the clock's estimate moved)", n)
+	}
+	if err := b.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := counted(); n != 2 {
+		t.Errorf("floodgate_bans_total over both instances: %v, want 2 (a ban claimed by a read followed by a full one, one in time)", n)
+	}
+}
