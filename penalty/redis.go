@@ -307,24 +307,40 @@ if e == ARGV[1] and tonumber(ARGV[2]) then since = ARGV[2] end
 return {{e, c, tag}, claimed}
 `
 
-// claimScript claims the counting of a ban its maker made: it takes ARGV[1]
-// ("VERSION:FIELD") out of the bans no instance counted (KEYS[1]) and
-// records it as claimed by the maker ARGV[2] in KEYS[2], at the ban's
-// version ARGV[3], trimming the claims older than the last changeLog
-// versions. It returns 1 when the ban is the maker's to count: it took
-// it now, or a claim of the maker's sent before took it (the caller
-// gave up waiting for its answer); 0 when an instance that read the ban
-// from the change log took it first.
+// claimScript claims the counting of bans their maker ARGV[1] made: for
+// each pair of ARGV after it, "VERSION:FIELD" and VERSION, it takes the
+// ban out of the bans no instance counted (KEYS[1]) and records it as
+// claimed by the maker in KEYS[2], at the ban's version, trimming the
+// claims older than the last changeLog versions. It returns, for each, 1
+// when the ban is the maker's to count: it took it now, or a claim of the
+// maker's sent before took it (the caller gave up waiting for its
+// answer); 0 when an instance that read the ban took it first. The claims
+// of many bans go in one call: those a stall left unanswered, sent again
+// together (Late).
 var claimScript = rueidis.NewLuaScript(strings.ReplaceAll(`
-local mine = ARGV[1] .. ' ' .. ARGV[2]
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  redis.call('ZADD', KEYS[2], ARGV[3], mine)
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(ARGV[3]) - CAP))
-  return 1
+local out = {}
+local top = 0
+for i = 2, #ARGV, 2 do
+  local m, v = ARGV[i], tonumber(ARGV[i + 1])
+  local mine = m .. ' ' .. ARGV[1]
+  if redis.call('ZREM', KEYS[1], m) == 1 then
+    redis.call('ZADD', KEYS[2], v, mine)
+    out[#out + 1] = 1
+  elseif redis.call('ZSCORE', KEYS[2], mine) then
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+  if v > top then top = v end
 end
-if redis.call('ZSCORE', KEYS[2], mine) then return 1 end
-return 0
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (top - CAP))
+return out
 `, "CAP", strconv.Itoa(changeLog)))
+
+// claimBatch bounds the claims one call of claimScript sends, so that
+// the claims a long stall left unanswered (changeLog at most) do not hold
+// Redis for long: they go in at most changeLog/claimBatch calls.
+const claimBatch = 1000
 
 // dropScript drops the bans of fields ARGV whose strikes are forgotten,
 // or whose value is not a ban, as the server's clock and the bans are
@@ -478,51 +494,68 @@ func (b *Redis) Offend(ctx context.Context, r *config.Ban, key string) (*Ban, er
 	// The ban is this process's to count unless an instance that read it
 	// from the change log since claimed it. A claim that got no answer is
 	// sent again at the next poll (Late): Redis may have run it.
-	member := strconv.FormatInt(res[4], 10) + ":" + f
-	n, err := b.claim(ctx, member, res[4])
+	c := lateClaim{strconv.FormatInt(res[4], 10) + ":" + f, res[4], *ban}
+	n, err := b.claim(ctx, []lateClaim{c})
 	if err != nil {
 		b.claimMu.Lock()
 		if len(b.pending) >= changeLog {
 			b.pending = b.pending[1:]
 		}
-		b.pending = append(b.pending, lateClaim{member, res[4], *ban})
+		b.pending = append(b.pending, c)
 		b.claimMu.Unlock()
 	}
-	ban.unseen = err != nil || n == 0
+	ban.unseen = err != nil || n[0] == 0
 	return ban, nil
 }
 
-// claim claims the counting of the ban member made at version v
-// (claimScript); it returns 1 when it is this process's to count.
-func (b *Redis) claim(ctx context.Context, member string, v int64) (int64, error) {
-	return claimScript.Exec(ctx, b.c, []string{redisUnseen, redisClaims},
-		[]string{member, b.id, strconv.FormatInt(v, 10)}).AsInt64()
+// claim claims the counting of the bans of claims (at most claimBatch)
+// in one call (claimScript); it returns, for each, 1 when it is this
+// process's to count.
+func (b *Redis) claim(ctx context.Context, claims []lateClaim) ([]int64, error) {
+	args := make([]string, 0, 1+2*len(claims))
+	args = append(args, b.id)
+	for _, c := range claims {
+		args = append(args, c.member, strconv.FormatInt(c.v, 10))
+	}
+	res, err := claimScript.Exec(ctx, b.c, []string{redisUnseen, redisClaims}, args).AsIntSlice()
+	if err != nil {
+		return nil, fmt.Errorf("penalty: redis: claim: %w", err)
+	}
+	if len(res) != len(claims) {
+		return nil, fmt.Errorf("penalty: redis: claim: %d answers, want %d", len(res), len(claims))
+	}
+	return res, nil
 }
 
 // Late sends again the claims of bans this process made that got no
-// answer in time, and returns the bans they say are its to count. The
-// claims still unanswered are kept for the next call.
+// answer in time, claimBatch to a call, and returns the bans they say are
+// its to count. The claims still unanswered are kept for the next call.
 func (b *Redis) Late(ctx context.Context) []Ban {
 	b.claimMu.Lock()
 	pending := b.pending
 	b.pending = nil
 	b.claimMu.Unlock()
 	var out []Ban
-	for i, p := range pending {
-		n, err := b.claim(ctx, p.member, p.v)
+	for len(pending) > 0 {
+		batch := pending[:min(len(pending), claimBatch)]
+		res, err := b.claim(ctx, batch)
 		if err != nil {
 			b.claimMu.Lock()
-			b.pending = append(pending[i:len(pending):len(pending)], b.pending...)
+			b.pending = append(pending[:len(pending):len(pending)], b.pending...)
 			if over := len(b.pending) - changeLog; over > 0 {
 				b.pending = b.pending[over:]
 			}
 			b.claimMu.Unlock()
 			break
 		}
-		if n == 1 {
-			p.ban.unseen, p.ban.claimed = false, true
-			out = append(out, p.ban)
+		for i, n := range res {
+			if n == 1 {
+				ban := batch[i].ban
+				ban.unseen, ban.claimed = false, true
+				out = append(out, ban)
+			}
 		}
+		pending = pending[len(batch):]
 	}
 	return out
 }

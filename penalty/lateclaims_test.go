@@ -1,0 +1,122 @@
+package penalty
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate/floodgate/config"
+	"github.com/floodgate/floodgate/internal/promtest"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/policy"
+)
+
+// stalledClaims is a client that, while armed, stops its Redis (SIGSTOP)
+// before it sends each claim of a ban its maker made, gives the claim
+// 10 ms, and resumes Redis once the claim has given up: a Redis that
+// stalls right after each ban it answers, and runs the claims their
+// callers no longer wait for.
+type stalledClaims struct {
+	rueidis.Client
+	srv   *redistest.Server
+	armed atomic.Bool
+}
+
+func (s *stalledClaims) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c := cmd.Commands() // read before the call, which recycles them
+	claim := slices.Contains(c, redisUnseen) && !slices.Contains(c, redisChanges)
+	if !claim || !s.armed.Load() {
+		return s.Client.Do(ctx, cmd)
+	}
+	s.srv.Pause()
+	defer s.srv.Resume()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	return s.Client.Do(ctx, cmd)
+}
+
+// scriptCalls returns how many scripts the Redis at srv ran (EVAL and
+// EVALSHA), from its commandstats.
+func scriptCalls(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	info, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		for _, cmd := range []string{"cmdstat_eval:calls=", "cmdstat_evalsha:calls="} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				c, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				if err != nil {
+					t.Fatalf("commandstats: %q: %v", line, err)
+				}
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// TestLateClaimsSentTogether: after a Redis stall that left the claims of
+// 100 bans unanswered (Redis stopped with SIGSTOP after each ban it
+// answered, past its claim's deadline), the next poll sends them again in
+// one call, and counts the 100 bans. Before, it sent them one call each:
+// 100 calls, and as many as 10,000 after a longer stall.
+func TestLateClaimsSentTogether(t *testing.T) {
+	srv := redistest.Start(t)
+	r := flood
+	r.After = 1
+	reg := prometheus.NewRegistry()
+	stalled := &stalledClaims{Client: clientsOf(t, srv)(), srv: srv}
+	be := NewRedis(stalled, 0)
+	box, err := New([]config.Ban{r}, Options{Backend: be, Poll: time.Hour, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	ctx := context.Background()
+	// A ban first, so that Redis has the scripts when it is stopped.
+	box.Outcome(ctx, "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
+	const bans = 100
+	stalled.armed.Store(true)
+	for i := range bans {
+		box.Outcome(ctx, fmt.Sprintf("ip:10.1.0.%d", i), "", "", true, policy.IdentityClientIP, 429)
+	}
+	stalled.armed.Store(false)
+	be.claimMu.Lock()
+	pending := len(be.pending)
+	be.claimMu.Unlock()
+	if pending != bans {
+		t.Fatalf("%d claims unanswered, want %d", pending, bans)
+	}
+
+	before := scriptCalls(t, srv)
+	late := be.Late(ctx)
+	calls := scriptCalls(t, srv) - before
+	t.Logf("%d claims sent again in %d calls", bans, calls)
+	if calls != 1 {
+		t.Errorf("%d claims sent again in %d calls, want 1", bans, calls)
+	}
+	if len(late) != bans {
+		t.Errorf("%d bans counted from the claims sent again, want %d", len(late), bans)
+	}
+	for _, ban := range late {
+		box.banned(ban)
+	}
+	if err := box.look(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := promtest.Value(t, reg, "floodgate_bans_total", nil); n != bans+1 {
+		t.Errorf("floodgate_bans_total: %v, want %d", n, bans+1)
+	}
+}
