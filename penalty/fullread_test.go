@@ -136,7 +136,7 @@ func (s *stalledFullRead) DoMulti(ctx context.Context, multi ...rueidis.Complete
 	full := false
 	for _, cmd := range multi {
 		c := cmd.Commands() // read before the call, which recycles them
-		full = full || len(c) > 1 && c[0] == "EVAL" && c[1] == readAllScript
+		full = full || len(c) == 2 && c[0] == "HGETALL" && c[1] == redisBans
 	}
 	if !full || !s.armed.Swap(false) {
 		return s.Client.DoMulti(ctx, multi...)
@@ -234,5 +234,55 @@ func TestLateBanCountedOnceWhenReadAgain(t *testing.T) {
 	}
 	if n := counted(); n != 2 {
 		t.Errorf("floodgate_bans_total over both instances: %v, want 2 (a ban claimed by a read followed by a full one, one in time)", n)
+	}
+}
+
+// TestLateBanCountedOnceWhenReadAgainLate: a ban Redis made after its
+// maker gave up waiting, claimed by a read of the changes after which the
+// instance reads every ban again (its first read answered 3 s late), is
+// counted once when that read of every ban gets no answer in time (Redis
+// stopped past its 300 ms deadline): by the next read, from the same
+// version. Before, the read of the changes counted it, and the next read,
+// from the same version, counted it again: 3 of 2 bans.
+func TestLateBanCountedOnceWhenReadAgainLate(t *testing.T) {
+	srv := redistest.Start(t)
+	open := clientsOf(t, srv)
+	r := flood
+	r.After = 1
+	regs := [2]*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour, Registerer: regs[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	stalled := &stalledFullRead{Client: &lateFirstRead{Client: open()}, srv: srv}
+	b, err := New([]config.Ban{r}, Options{Backend: NewRedis(stalled, 0), Poll: time.Hour, Registerer: regs[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	counted := func() float64 {
+		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
+	}
+	ctx := context.Background()
+	a.Outcome(ctx, "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
+	lateBan(t, srv, a, "ip:10.0.0.1")
+	stalled.armed.Store(true)
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = b.refresh(rctx)
+	cancel()
+	if err == nil {
+		t.Fatal("the stalled read of every ban was answered")
+	}
+	for range 2 {
+		if err := b.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, banned := b.Banned("ip:10.0.0.1", "", ""); !banned {
+		t.Fatal("the late ban is not held")
+	}
+	if n := counted(); n != 2 {
+		t.Errorf("floodgate_bans_total over both instances: %v, want 2 (a ban claimed by a read whose read of every ban came late, one in time)", n)
 	}
 }

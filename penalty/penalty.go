@@ -226,15 +226,15 @@ type clocked interface{ useClock(now func() time.Time) }
 // changer is a Backend that can tell what changed since a version of
 // the bans (Redis): a Box then reads only that, not every ban, however
 // many a flood of keys has earned.
+//
+// Its read of every ban (ReadAll, for a reader that has the version
+// since) claims the counting of the bans no instance counted made up to
+// the version it reads, as Changes claims those made since: the reads of
+// what changed since that version start past them. It returns them too,
+// and the reader's claims made after since (a read whose answer came too
+// late, or a read of the changes that a read of every ban follows).
 type changer interface {
 	Changes(ctx context.Context, since string) (made []Ban, gone []id, version string, full bool, err error)
-}
-
-// allReader is a Backend whose read of every ban claims the counting of
-// the bans no instance counted made up to the version it reads (Redis):
-// the reads of what changed since that version start past them. since is
-// the version the reader has, up to which its claims are counted.
-type allReader interface {
 	ReadAll(ctx context.Context, since string) (bans, claimed []Ban, version string, err error)
 }
 
@@ -254,7 +254,7 @@ func (b *Box) refresh(ctx context.Context) error {
 // all of them. The bans this process makes while it reads are put in the
 // view at once (add) and kept in what it read, unless that holds a later
 // ban of their key. It returns the bans read that this process claimed
-// the counting of (Ban.claimed), by either read (allReader).
+// the counting of (Ban.claimed), by either read (changer).
 func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -266,13 +266,8 @@ func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 		b.reading, b.made = false, nil
 		b.viewMu.Unlock()
 	}()
-	// counted is the version up to which the bans this process claimed
-	// are counted: a full read counts its claims made after it.
-	var counted string
-	if since := b.ver.Load(); since != nil {
-		counted = *since
-	}
-	if c, ok := b.be.(changer); ok {
+	c, changes := b.be.(changer)
+	if changes {
 		if since := b.ver.Load(); since != nil {
 			made, gone, v, full, err := c.Changes(ctx, *since)
 			if err != nil {
@@ -280,15 +275,8 @@ func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 			}
 			if r, ok := b.be.(replacer); ok && r.Replace() {
 				// The bans held were placed off the store's clock: all
-				// are read again, those just read counted.
-				for _, ban := range made {
-					if ban.claimed {
-						late = append(late, ban)
-					}
-				}
-				if !full {
-					counted = v
-				}
+				// are read again, from the same version, which counts
+				// the bans just claimed too.
 				full = true
 			}
 			if !full {
@@ -312,22 +300,25 @@ func (b *Box) read(ctx context.Context) (late []Ban, err error) {
 	}
 	var bans, claimed []Ban
 	var v string
-	if a, ok := b.be.(allReader); ok {
-		bans, claimed, v, err = a.ReadAll(ctx, counted)
+	if changes {
+		var since string
+		if p := b.ver.Load(); p != nil {
+			since = *p
+		}
+		bans, claimed, v, err = c.ReadAll(ctx, since)
 	} else {
 		bans, v, err = b.be.Bans(ctx)
 	}
 	if err != nil {
-		return late, err
+		return nil, err
 	}
-	late = append(late, claimed...)
 	view := newView(b.seed, bans)
 	b.viewMu.Lock()
 	defer b.viewMu.Unlock()
 	b.keepMade(view, b.now())
 	b.view.Store(view)
 	b.ver.Store(&v)
-	return late, nil
+	return claimed, nil
 }
 
 // keepMade puts in v the bans this process made while a refresh read the

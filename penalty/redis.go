@@ -571,10 +571,11 @@ func (b *Redis) Bans(ctx context.Context) ([]Ban, string, error) {
 // ReadAll reads every ban as Bans does, for a reader that has the bans'
 // version since (a Box reading every ban again), and claims the counting
 // of the bans no instance counted made up to the version read
-// (readAllScript): it returns them too, those that are still kept
-// (ended ones included), the reader's to count. The reads from the
-// version read start past them, so that without the claim no instance
-// would count them.
+// (readAllScript): the reads from the version read start past them, so
+// that without the claim no instance would count them. It returns them,
+// and the reader's claims made after since (by a read whose answer came
+// too late, or by the read of the changes a read of every ban follows),
+// those still kept (ended ones included): the reader's to count.
 func (b *Redis) ReadAll(ctx context.Context, since string) (bans, claimed []Ban, version string, err error) {
 	return b.all(ctx, &since)
 }
