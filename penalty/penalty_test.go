@@ -219,13 +219,21 @@ func clientsOf(t *testing.T, srv *redistest.Server) func() rueidis.Client {
 
 func waitFor(t *testing.T, ok func() bool) {
 	t.Helper()
-	for range 250 {
-		if ok() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !within(5*time.Second, ok) {
+		t.Fatal("not within 5s")
 	}
-	t.Fatal("not within 5s")
+}
+
+// within reports whether ok holds within d, looking every 20 ms.
+func within(d time.Duration, ok func() bool) bool {
+	for end := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if ok() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
 }
 
 // TestBanFlood: a flood of keys, each banned at once, from more addresses
