@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -458,20 +457,16 @@ func TestCloseEndsHTTP2OverTLS(t *testing.T) {
 }
 
 // TestShutdownEndsHTTP2OverTLS: Shutdown closes the HTTP/2 connections
-// over TLS that serve no request at once, and the TLS handshakes never
-// finished, while answers stream on other connections (over HTTP/2 and
-// HTTP/1.1); once its deadline passed with those still streaming, Close
-// (which floodgate serve calls then) ends them. Every client sees its
-// connection end, and nothing is left counted open, held or served.
+// over TLS that serve no request at once (idle after their preface, or
+// whose preface never came), and the TLS handshakes never finished, while
+// answers stream on other connections (over HTTP/2 and HTTP/1.1); once its
+// deadline passed with those still streaming, Close (which floodgate serve
+// calls then) ends them. Every client sees its connection end, and nothing
+// is left counted open, held or served.
 func TestShutdownEndsHTTP2OverTLS(t *testing.T) {
 	// Not parallel: the goroutines serving connections are counted.
 	r := newH2Rig(t, 1<<20)
-	// Not those whose preface has not come: net/http's HTTP/2 server tells
-	// its connections to go away one at a time, and waits for each of those
-	// to read its preface first, up to its own bound of 10 s. Close ends
-	// them (TestCloseEndsHTTP2OverTLS).
-	kinds := slices.DeleteFunc(slices.Clone(h2Kinds), func(k string) bool { return k == kindNoPreface })
-	cls := openH2Flood(t, r, kinds, 20)
+	cls := openH2Flood(t, r, h2Kinds, 20)
 	// An HTTP/1.1 answer streams too, on the engine itself.
 	h1, err := tls.Dial("tcp", r.addr, r.clientTLS("http/1.1"))
 	if err != nil {
@@ -516,6 +511,11 @@ func TestShutdownEndsHTTP2OverTLS(t *testing.T) {
 		select {
 		case <-c.ended:
 			continue
+		default: // once half passed, one that ended is not counted left by chance
+		}
+		select {
+		case <-c.ended:
+			continue
 		case <-time.After(time.Until(half)):
 		}
 		left[c.kind]++
@@ -544,6 +544,80 @@ func TestShutdownEndsHTTP2OverTLS(t *testing.T) {
 		t.Fatal("the HTTP/1.1 stream went on after Close")
 	}
 	r.settled(t, "after Shutdown and Close")
+	if err := <-r.served; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestShutdownEndsHTTP2BeforeTheirPreface: Shutdown closes at once the
+// connections over TLS that chose HTTP/2 by ALPN and sent nothing after
+// their handshake (net/http's HTTP/2 server reads a connection's preface
+// before anything else, the GOAWAY of its Shutdown included, and waits 10 s
+// for it), beside idle HTTP/2 connections, which are told to go away and
+// closed about a second after (net/http's wait for their clients to close
+// first); with nothing in flight Shutdown returns then, its deadline a
+// minute away.
+func TestShutdownEndsHTTP2BeforeTheirPreface(t *testing.T) {
+	// Not parallel: the goroutines serving connections are counted.
+	r := newH2Rig(t, 1<<20)
+	const n = 20
+	cls := openH2Flood(t, r, []string{kindNoPreface, kindIdle}, n)
+	r.stopping()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	shut := make(chan error, 1)
+	go func() { shut <- r.e.Shutdown(ctx) }()
+	// 5 s: a bound for a loaded machine, short of the 10 s net/http waits
+	// for a preface.
+	const bound = 5 * time.Second
+	type end struct {
+		kind string
+		at   time.Duration
+	}
+	ends := make(chan end, len(cls))
+	for _, c := range cls {
+		go func() {
+			<-c.ended
+			ends <- end{c.kind, time.Since(start)}
+		}()
+	}
+	late := map[string]int{}
+	for _, c := range cls {
+		late[c.kind]++
+	}
+	last := map[string]time.Duration{}
+	deadline := time.After(bound)
+collect:
+	for range cls {
+		select {
+		case e := <-ends:
+			late[e.kind]--
+			if late[e.kind] == 0 {
+				delete(late, e.kind)
+			}
+			last[e.kind] = max(last[e.kind], e.at.Round(time.Millisecond))
+		case <-deadline:
+			break collect
+		}
+	}
+	t.Logf("the last closed of each kind, into Shutdown: %v", last)
+	if len(late) > 0 {
+		t.Errorf("connections still open %v into Shutdown, with nothing in flight, by kind: %v", bound, late)
+	}
+	select {
+	case err := <-shut:
+		t.Logf("Shutdown returned %v in", time.Since(start).Round(time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Until(start.Add(bound))):
+		err := <-shut
+		t.Errorf("Shutdown returned %v in (%v), with nothing in flight: want within %v",
+			time.Since(start).Round(time.Millisecond), err, bound)
+	}
+	endedAll(t, cls)
+	r.settled(t, "after Shutdown")
 	if err := <-r.served; err != nil {
 		t.Fatal(err)
 	}

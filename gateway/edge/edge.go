@@ -54,9 +54,12 @@ type Options struct {
 	// the answer is 431 [64 KiB].
 	MaxHeaderBytes int
 	// Fallback serves what the edge engine hands over: connections that
-	// speak HTTP/2 with prior knowledge, and requests that upgrade their
-	// connection. Its Handler is usually the gateway itself. Nil: such
-	// connections are closed and such requests answered 501.
+	// speak HTTP/2 with prior knowledge, or over TLS chose it by ALPN, and
+	// requests that upgrade their connection. Its Handler is usually the
+	// gateway itself. Nil: such connections are closed and such requests
+	// answered 501. New sets its ConnState to one that calls the one it
+	// had: the engine learns from it when an HTTP/2 connection's preface
+	// was read.
 	Fallback *http.Server
 	// Logger receives the engine's errors (default: the gateway's).
 	Logger *slog.Logger
@@ -111,6 +114,15 @@ type Engine struct {
 	live        map[*conn]net.Conn
 	liveClosed  bool
 	firstClosed bool
+	// awaiting holds the connections over TLS handed to net/http as
+	// HTTP/2 (chosen by ALPN) whose preface net/http has not read, each
+	// with the socket under its TLS: net/http's HTTP/2 server tells the
+	// fallback's ConnState of a connection once it has read its preface
+	// (prefaceCame), and net/http when it closed one. Shutdown closes
+	// those left (closeFirst). nAwaiting is its length, read without
+	// liveMu.
+	awaiting  map[*tls.Conn]net.Conn
+	nAwaiting atomic.Int64
 
 	mu     sync.Mutex // guards ln, fast, slow and closed
 	ln     net.Listener
@@ -134,6 +146,17 @@ func New(g *gateway.Gateway, o Options) *Engine {
 	}
 	up := g.Upstream()
 	e.drain = drainBounds{wait: up.DrainTimeout, bytes: up.DrainBytes}
+	if e.fallback != nil {
+		next := e.fallback.ConnState
+		e.fallback.ConnState = func(c net.Conn, st http.ConnState) {
+			if st != http.StateNew && e.nAwaiting.Load() > 0 {
+				e.prefaceCame(c)
+			}
+			if next != nil {
+				next(c, st)
+			}
+		}
+	}
 	e.xs.New = func() any { return new(exchange) }
 	if o.ParkIdleAfter >= 0 {
 		e.parker = newParker(e, def(o.ParkIdleAfter, time.Second))
@@ -292,12 +315,17 @@ func (e *Engine) route(c net.Conn) {
 // Shutdown stops accepting, lets the requests in flight finish (until ctx
 // ends) and closes the connections, the clients' and the idle ones to the
 // upstreams; a client connection whose first request has not come (in its
-// TLS handshake too) is closed at once, as it could not be served. The
-// fallback server is shut down at once too, beside the engine's own
+// TLS handshake too) is closed at once, as it could not be served. So is
+// one handed to the fallback server as HTTP/2 over TLS (chosen by ALPN)
+// whose preface net/http's HTTP/2 server has not read: that server reads a
+// connection's preface before anything else, the GOAWAY of its Shutdown
+// included, and would hold the connection, and Shutdown, until the
+// preface came or its own bound of 10 s passed. A client whose first
+// request or preface comes just as Shutdown begins is closed unanswered
+// too. The fallback server is shut down at once, beside the engine's own
 // requests: its HTTP/2 connections (h2c, or by ALPN over TLS) are told to
 // go away and closed once they serve no request, as net/http's Shutdown
-// does (it tells them one at a time, and waits up to 10 s on each one
-// whose preface has not come).
+// does.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
@@ -402,7 +430,11 @@ func (e *Engine) untrack(c *conn) {
 // (in their TLS handshake too), and those accepted from now on, once
 // fasthttp takes no more connections (Shutdown): none of them could be
 // served any more, and the engine would otherwise wait for their first
-// bytes until ReadHeaderTimeout, also after Shutdown returned.
+// bytes until ReadHeaderTimeout, also after Shutdown returned. So it does
+// with the HTTP/2 connections over TLS handed to net/http whose preface
+// it has not read (awaiting): net/http's HTTP/2 server reads a
+// connection's preface before anything else, the GOAWAY of a Shutdown
+// included, and waits 10 s for it.
 func (e *Engine) closeFirst() {
 	e.liveMu.Lock()
 	e.firstClosed = true
@@ -412,9 +444,68 @@ func (e *Engine) closeFirst() {
 			first = append(first, sock)
 		}
 	}
+	for _, sock := range e.awaiting {
+		first = append(first, sock)
+	}
 	e.liveMu.Unlock()
 	for _, sock := range first {
 		_ = sock.Close()
+	}
+}
+
+// handOver hands tc, a TLS connection of ec whose client chose HTTP/2, to
+// the fallback server, among those awaiting their preface; once Shutdown
+// began (closeFirst) it closes tc instead, whose preface could not be read
+// any more.
+func (e *Engine) handOver(ec *conn, tc *tls.Conn) {
+	sock := tc.NetConn() // closed under its TLS, as track's
+	e.liveMu.Lock()
+	ec.first.Store(false)
+	delete(e.live, ec) // net/http's from now on
+	closing := e.firstClosed
+	if !closing {
+		if e.awaiting == nil {
+			e.awaiting = make(map[*tls.Conn]net.Conn)
+		}
+		e.awaiting[tc] = sock
+		e.nAwaiting.Store(int64(len(e.awaiting)))
+	}
+	e.liveMu.Unlock()
+	if closing {
+		_ = sock.Close()
+		return
+	}
+	e.slow.push(tc)
+}
+
+// prefaceCame takes c out of the connections awaiting their preface: the
+// fallback server told a state of it past new (its HTTP/2 server read its
+// preface, or it closed). c is the *tls.Conn handed over, or one that
+// stands for it where a TLSNextProto wrapper served it as one
+// without TLS whose preface was read (as net/http's own h2c does), whose
+// connection it gives (UnencryptedNetConn, NetConn).
+func (e *Engine) prefaceCame(c net.Conn) {
+	e.liveMu.Lock()
+	defer e.liveMu.Unlock()
+	for range 4 {
+		if tc, ok := c.(*tls.Conn); ok {
+			if _, ok := e.awaiting[tc]; ok {
+				delete(e.awaiting, tc)
+				e.nAwaiting.Store(int64(len(e.awaiting)))
+				return
+			}
+		}
+		switch u := c.(type) {
+		case interface{ UnencryptedNetConn() net.Conn }:
+			c = u.UnencryptedNetConn()
+		case interface{ NetConn() net.Conn }:
+			c = u.NetConn()
+		default:
+			return
+		}
+		if c == nil {
+			return
+		}
 	}
 }
 

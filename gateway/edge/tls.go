@@ -34,9 +34,7 @@ func (e *Engine) routeTLS(ec *conn, tc *tls.Conn) bool {
 	case err != nil:
 		ec.Close()
 	case h2 && e.fallback != nil:
-		ec.first.Store(false)
-		e.untrack(ec) // net/http's from now on
-		e.slow.push(tc)
+		e.handOver(ec, tc)
 	case h2:
 		ec.Close()
 	default:

@@ -631,6 +631,12 @@ type tlsConn struct {
 // ConnectionState returns the TLS connection's state.
 func (c tlsConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
 
+// NetConn returns the TLS connection, as net/http's server accepted it:
+// whoever holds what net/http's HTTP/2 server serves (the *tls.Conn made
+// around a handoff, which its ConnState is told of) finds it through
+// NetConn, UnencryptedNetConn and NetConn again.
+func (c tlsConn) NetConn() net.Conn { return c.tc }
+
 // unencrypted is the key of net/http's Server.TLSNextProto under which its
 // HTTP/2 server takes connections without TLS whose preface was read: a
 // *tls.Conn that never shook hands, around a net.Conn whose
