@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -466,7 +467,8 @@ func TestCloseEndsHTTP2OverTLS(t *testing.T) {
 func TestShutdownEndsHTTP2OverTLS(t *testing.T) {
 	// Not parallel: the goroutines serving connections are counted.
 	r := newH2Rig(t, 1<<20)
-	cls := openH2Flood(t, r, h2Kinds, 20)
+	kinds := slices.DeleteFunc(slices.Clone(h2Kinds), func(k string) bool { return k == kindNoPreface })
+	cls := openH2Flood(t, r, kinds, 20)
 	// An HTTP/1.1 answer streams too, on the engine itself.
 	h1, err := tls.Dial("tcp", r.addr, r.clientTLS("http/1.1"))
 	if err != nil {
@@ -486,6 +488,13 @@ func TestShutdownEndsHTTP2OverTLS(t *testing.T) {
 		close(h1Ended)
 	}()
 	waitFor(t, "the HTTP/1.1 stream", func() bool { return r.streams.Load() == int64(2*20+1) })
+	// Those whose preface never comes are opened last, so that net/http's
+	// bound of 10 s on a preface cannot pass before the shutdown (on a
+	// loaded machine, under the race detector, the rest take seconds).
+	for range 20 {
+		cls = append(cls, r.openH2Kind(t, kindNoPreface))
+	}
+	waitFor(t, "all counted open", func() bool { return r.ln.open.Load() == int64(len(cls)+1) })
 
 	// net/http closes an HTTP/2 connection told to go away a second after
 	// (unless its client closes it first): half the grace is a bound for a
@@ -561,7 +570,9 @@ func TestShutdownEndsHTTP2BeforeTheirPreface(t *testing.T) {
 	// Not parallel: the goroutines serving connections are counted.
 	r := newH2Rig(t, 1<<20)
 	const n = 20
-	cls := openH2Flood(t, r, []string{kindNoPreface, kindIdle}, n)
+	// Those whose preface never comes last, so that net/http's bound on it
+	// cannot pass before the shutdown.
+	cls := openH2Flood(t, r, []string{kindIdle, kindNoPreface}, n)
 	r.stopping()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
