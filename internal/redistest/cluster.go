@@ -122,19 +122,9 @@ func NewClusterWith(cfg ClusterConfig) (*Cluster, error) {
 		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %w: %s", err, out)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for _, n := range c.Nodes {
-		for {
-			info, ierr := n.Do("CLUSTER", "INFO")
-			if ierr == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				c.Stop()
-				err = fmt.Errorf("redistest: cluster node %s not ok after 20s: %v %s", n.Addr, ierr, info)
-				return nil, err
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+	if err = c.waitOK(deadline); err != nil {
+		c.Stop()
+		return nil, err
 	}
 	// A replica that has not synced with its primary does not take over
 	// from it.
@@ -292,9 +282,38 @@ func (c *Cluster) FlushAll() error {
 // Shared starts one cluster per test binary on first use and returns it to
 // every later caller. Call StopShared from TestMain after m.Run so that no
 // process outlives the tests.
+//
+// A test before may have stopped or paused a node of it, and the cluster
+// can say CLUSTERDOWN for a while after the node is back (until every node
+// has seen it alive again): Shared waits up to sharedWait for every node to
+// say its state is ok, and returns the cluster as it is after that.
 func Shared() (*Cluster, error) {
 	sharedOnce.Do(func() { shared, sharedErr = NewCluster("") })
+	if sharedErr == nil {
+		_ = shared.waitOK(time.Now().Add(sharedWait))
+	}
 	return shared, sharedErr
+}
+
+// sharedWait bounds Shared's wait for a cluster whose state is ok.
+const sharedWait = 15 * time.Second
+
+// waitOK waits until every node of c answers CLUSTER INFO with
+// cluster_state:ok, or until deadline.
+func (c *Cluster) waitOK(deadline time.Time) error {
+	for _, n := range c.Nodes {
+		for {
+			info, err := n.Do("CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("redistest: cluster node %s not ok: %v %s", n.Addr, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // StopShared stops the cluster that Shared started, if any.
