@@ -206,8 +206,12 @@ func TestLateCheckOnAStoppedRedisEnds(t *testing.T) {
 	if a.err != nil || a.res.Allowed || a.res.Degraded != limiter.DegradedDeadline || st.LateDeadlines != 1 || st.StoreFailures != 0 || st.HardTimeouts != 0 {
 		t.Fatalf("a stopped Redis, seen late: %+v, %v, %+v; want denied by policy, one late deadline, nothing held against the store", a.res, a.err, st)
 	}
-	if a.took > 620*time.Millisecond+timeout {
-		t.Fatalf("the call ended after %v, want within the stop and half a deadline more (%v)", a.took, 600*time.Millisecond+timeout/2)
+	// Ended by the second look (the stop and half a deadline: 700 ms),
+	// not by the hard timeout (5 s). The bound leaves the second look room
+	// for the scheduling of a loaded machine: on one running seven other
+	// test processes it came at 1.0 s.
+	if a.took > 2500*time.Millisecond {
+		t.Fatalf("the call ended after %v, want by the second look (the stop and half a deadline, %v), long before the hard timeout (5s)", a.took, 600*time.Millisecond+timeout/2)
 	}
 }
 
@@ -297,7 +301,11 @@ func TestProgressContextOnAStoppedRedisEnds(t *testing.T) {
 	if !errors.Is(a.err, context.DeadlineExceeded) {
 		t.Fatalf("a stopped Redis: %v; want the deadline", a.err)
 	}
-	if a.took > 620*time.Millisecond+timeout {
-		t.Fatalf("the call ended after %v, want within the stop and half a deadline more (%v)", a.took, 600*time.Millisecond+timeout/2)
+	// Ended by the second look (the stop and half a deadline: 700 ms),
+	// not by the hard timeout (5 s). The bound leaves the second look room
+	// for the scheduling of a loaded machine: on one running seven other
+	// test processes it came at 1.0 s.
+	if a.took > 2500*time.Millisecond {
+		t.Fatalf("the call ended after %v, want by the second look (the stop and half a deadline, %v), long before the hard timeout (5s)", a.took, 600*time.Millisecond+timeout/2)
 	}
 }
