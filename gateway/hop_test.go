@@ -459,3 +459,53 @@ limits:
 		}
 	}
 }
+
+// TestForwardedFieldsSentOnce: a client that sends X-Forwarded-For,
+// X-Forwarded-Host or X-Forwarded-Proto on several lines has the
+// upstream told one line of each, the gateway's, on each engine: the chain
+// it extends from a trusted proxy (every line of it, in order), the peer
+// alone from another, the host it routed by and its scheme. An upstream
+// that reads the last line, or joins the lines and takes the last hop as
+// its client (Express's "trust proxy" 1, Rails' remote_ip), would
+// otherwise be told an address or a host the client wrote.
+func TestForwardedFieldsSentOnce(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, testForwardedFieldsSentOnce)
+}
+
+func testForwardedFieldsSentOnce(t *testing.T, fr string) {
+	for _, c := range []struct {
+		trusted string
+		xff     string
+	}{
+		{"", "127.0.0.1"},
+		{"trusted_proxies: [127.0.0.1/32]", "203.0.113.1, 198.51.100.2, 127.0.0.1"},
+	} {
+		p := compilePolicy(t, "once.yaml", fmt.Sprintf(`version: 1
+server:
+  %s
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: "http://127.0.0.1:9"}
+`, c.trusted))
+		pm, err := NewPolicyMatcher(Fixed(p), PolicyMatcherOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan http.Header, 1)
+		_, base, _ := startFront(t, fr, Options{Matcher: pm, Engine: memEngine(t)},
+			func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() })
+		status, _ := rawAnswer(t, base, "GET /x HTTP/1.1\r\nHost: a.example\r\n"+
+			"X-Forwarded-For: 203.0.113.1\r\nX-Forwarded-For: 198.51.100.2\r\n"+
+			"X-Forwarded-Host: evil.example\r\nX-Forwarded-Host: evil2.example\r\n"+
+			"X-Forwarded-Proto: https\r\nX-Forwarded-Proto: https\r\nConnection: close\r\n\r\n")
+		if status != http.StatusOK {
+			t.Fatalf("%q: status %d", c.trusted, status)
+		}
+		h := <-got
+		for k, want := range map[string]string{"X-Forwarded-For": c.xff, "X-Forwarded-Host": "a.example", "X-Forwarded-Proto": "http"} {
+			if v := h.Values(k); len(v) != 1 || v[0] != want {
+				t.Errorf("%q: the upstream got %s %q, want [%q]", c.trusted, k, v, want)
+			}
+		}
+	}
+}

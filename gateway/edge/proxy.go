@@ -1119,7 +1119,7 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 			}
 		}
 		b = v.Peer.AppendTo(b)
-		h.SetCanonical(xForwardedFor, b)
+		setOnce(h, xForwardedFor, b)
 	case xff && !trusted:
 		h.DelBytes(xForwardedFor)
 	}
@@ -1127,14 +1127,14 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 		h.DelBytes(xRealIP)
 	}
 	if len(v.Host) > 0 {
-		h.SetCanonical(xForwardedHost, s2b(v.Host))
+		setOnce(h, xForwardedHost, s2b(v.Host))
 	} else {
 		h.DelBytes(xForwardedHost)
 	}
 	if ec, ok := ctx.Conn().(*conn); ok && ec.tls {
-		h.SetCanonical(xForwardedProto, schemeHTTPS)
+		setOnce(h, xForwardedProto, schemeHTTPS)
 	} else {
-		h.SetCanonical(xForwardedProto, schemeHTTP)
+		setOnce(h, xForwardedProto, schemeHTTP)
 	}
 	raw := h.RequestURI()
 	if len(raw) == 0 || raw[0] != '/' {
@@ -1162,6 +1162,15 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 	req.SetRequestURIBytes(raw)
 	h.SetHost(up.host)
 	h.SetProtocol("HTTP/1.1") // what the upstream is spoken to in, whatever the client spoke
+}
+
+// setOnce sets the field key to value on one line, as net/http's
+// Header.Set does: fasthttp's SetCanonical replaces the first of a
+// client's lines and leaves the others, so an upstream that reads the last
+// line (or joins them) would read what the client wrote.
+func setOnce(h *fasthttp.RequestHeader, key, value []byte) {
+	h.DelBytes(key)
+	h.SetCanonical(key, value)
 }
 
 // joinTarget prefixes a request target with the upstream's path and
