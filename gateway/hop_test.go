@@ -509,3 +509,21 @@ routes:
 		}
 	}
 }
+
+// TestNoHostNoForwardedHost: a request without a host (HTTP/1.0 without
+// Host) reaches the upstream without X-Forwarded-Host on each engine,
+// rather than with an empty one on net/http: there is no host to tell.
+func TestNoHostNoForwardedHost(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		got := make(chan http.Header, 1)
+		_, base, _ := startFront(t, fr, Options{Matcher: MatcherFunc(func(*Request, *Match) error { return nil }), Engine: memEngine(t)},
+			func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() })
+		if status, _ := rawAnswer(t, base, "GET /x HTTP/1.0\r\nX-Forwarded-Host: evil.example\r\n\r\n"); status != http.StatusOK {
+			t.Fatalf("status %d", status)
+		}
+		if v, ok := (<-got)["X-Forwarded-Host"]; ok {
+			t.Errorf("the upstream got X-Forwarded-Host %q, want none", v)
+		}
+	})
+}

@@ -338,6 +338,11 @@ func (g *Gateway) newUpstreamProxy(target *url.URL, route string) *upstreamProxy
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}
 			pr.SetXForwarded()
+			if pr.In.Host == "" {
+				// No host to tell (HTTP/1.0 without Host): no field, as
+				// on the edge engine, rather than an empty one.
+				pr.Out.Header.Del("X-Forwarded-Host")
+			}
 			// The gateway answers Expect itself: the server says 100
 			// Continue when the body is first read, once the request is
 			// admitted (as NGINX and Envoy do). Sent on, an upstream's 100
