@@ -20,6 +20,23 @@ func init() {
 	gateway.EdgeFrontTimeouts = func(t testing.TB, g *gateway.Gateway, read time.Duration) string {
 		return serveEdge(t, g, edge.Options{ReadHeaderTimeout: read, ReadTimeout: read})
 	}
+	gateway.EdgeFrontAs = func(t testing.TB, g *gateway.Gateway, front *http.Server) string {
+		return serveEdgeAs(t, g, front)
+	}
+}
+
+// serveEdgeAs serves g on the edge engine as floodgate serve does on
+// engine fast: its bounds and timeouts those of front, the net/http
+// server it hands what it cannot serve to.
+func serveEdgeAs(t testing.TB, g *gateway.Gateway, front *http.Server) string {
+	return serveEdge(t, g, edge.Options{
+		ReadHeaderTimeout: front.ReadHeaderTimeout,
+		ReadTimeout:       front.ReadTimeout,
+		WriteTimeout:      front.WriteTimeout,
+		IdleTimeout:       front.IdleTimeout,
+		MaxHeaderBytes:    front.MaxHeaderBytes,
+		Fallback:          front,
+	})
 }
 
 // serveEdge serves g on the edge engine with o (net/http as its fallback)
@@ -30,7 +47,9 @@ func serveEdge(t testing.TB, g *gateway.Gateway, o edge.Options) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Fallback = &http.Server{Handler: g}
+	if o.Fallback == nil {
+		o.Fallback = &http.Server{Handler: g}
+	}
 	e := edge.New(g, o)
 	done := make(chan error, 1)
 	go func() { done <- e.Serve(ln) }()
