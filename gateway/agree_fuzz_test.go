@@ -184,7 +184,7 @@ type exchange struct {
 // agreeQuiet is how long a connection may stay silent, its answers
 // given, before the client shuts its side down: an engine then either
 // answers what it still holds or closes.
-const agreeQuiet = 200 * time.Millisecond
+const agreeQuiet = 150 * time.Millisecond
 
 // comparedFields are the answer's fields compared: the RateLimit fields
 // and Retry-After.
@@ -193,7 +193,7 @@ var comparedFields = []string{"RateLimit", "RateLimit-Policy", "Retry-After", "X
 
 // sendRaw writes raw on a new connection to addr and reads every answer
 // until the engine closes the connection.
-func sendRaw(addr string, raw []byte) ([]reply, error) {
+func sendRaw(addr string, raw []byte, quiet time.Duration) ([]reply, error) {
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
@@ -207,7 +207,7 @@ func sendRaw(addr string, raw []byte) ([]reply, error) {
 	shut := false
 	for range 64 {
 		if !shut {
-			_ = c.SetReadDeadline(time.Now().Add(agreeQuiet))
+			_ = c.SetReadDeadline(time.Now().Add(quiet))
 			if _, err := br.Peek(1); err != nil {
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() {
@@ -234,11 +234,17 @@ func sendRaw(addr string, raw []byte) ([]reply, error) {
 		resp.Body.Close()
 		r := reply{Status: resp.StatusCode, Fields: map[string]string{}}
 		for _, k := range comparedFields {
-			if v, ok := resp.Header[k]; ok {
+			if v := resp.Header.Values(k); v != nil {
 				r.Fields[k] = strings.Join(v, "\n")
 			}
 		}
 		out = append(out, r)
+		if resp.Close {
+			// The engine closes: what follows (the body of a refusal
+			// written to a HEAD, which the engine answered before it
+			// knew the method) is no answer.
+			return out, nil
+		}
 	}
 	return out, nil
 }
@@ -251,10 +257,17 @@ func isReset(err error) bool {
 // documented to send differently (docs/engines.md, "Where they still
 // differ"), and what either transport adds of its own.
 func normalise(rs []received, upstream string) []received {
+	// "A request body that breaks (a broken chunk, a cut-off body)
+	// ... either way no whole request reaches the upstream": a request
+	// whose body was broken off is no request the upstream acts on.
+	rs = slices.DeleteFunc(rs, func(r received) bool { return r.BodyErr })
 	for i := range rs {
 		if rs[i].Host == upstream { // each engine has its own upstream
 			rs[i].Host = "upstream"
 		}
+		// "A byte above 0x7F in the path reaches the upstream as it
+		// came on the edge engine and percent-encoded (%FF) on net/http".
+		rs[i].Target = escapeHigh(rs[i].Target)
 		h := rs[i].Header
 		// "X-Forwarded-Host is the host in lower case on the edge
 		// engine (fasthttp's), as the client wrote it on net/http".
@@ -270,6 +283,20 @@ func normalise(rs []received, upstream string) []received {
 	return rs
 }
 
+// escapeHigh percent-encodes the bytes of s above 0x7F, as net/http's
+// reverse proxy sends them.
+func escapeHigh(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c > 0x7F {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
 // FuzzEnginesAgree sends the same raw HTTP/1.x bytes over TCP to both
 // engines, each in front of the same policy on its own memory store (on
 // one clock that does not move) and its own upstream, twice (so that
@@ -283,7 +310,7 @@ func FuzzEnginesAgree(f *testing.F) {
 	}
 	p := compilePolicy(f, "agree.yaml", agreePolicy)
 	var conns sync.WaitGroup
-	f.Cleanup(func() {
+	f.Cleanup(func() { // after the fronts' own cleanups
 		done := make(chan struct{})
 		go func() { conns.Wait(); close(done) }()
 		select {
@@ -292,58 +319,91 @@ func FuzzEnginesAgree(f *testing.F) {
 			f.Error("net/http connections still open 5 s after the last request")
 		}
 	})
+	// One pair of engines for every input, on a clock moved two hours
+	// (past every window of the policy) before each: what an input
+	// charged does not reach the next.
+	clock := newTestClock()
+	fronts := map[string]agreeFront{}
+	for _, fr := range proxyFronts {
+		fronts[fr] = startAgreeFront(f, fr, p, clock, &conns)
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if len(raw) > 200<<10 {
 			return
 		}
-		clock := newTestClock()
-		fronts := map[string]agreeFront{}
-		for _, fr := range proxyFronts {
-			fronts[fr] = startAgreeFront(t, fr, p, clock, &conns)
-		}
-		for round := 1; round <= 2; round++ {
-			got := map[string]exchange{}
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			for fr, a := range fronts {
-				wg.Go(func() {
-					rs, err := sendRaw(a.addr, raw)
-					if err != nil {
-						t.Errorf("%s, round %d: %v", fr, round, err)
-					}
-					mu.Lock()
-					got[fr] = exchange{rs, nil}
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
-			for fr, a := range fronts {
-				x := got[fr]
-				x.Upstream = normalise(a.up.take(), a.host)
-				got[fr] = x
-			}
-			n, e := got[frontNetHTTP], got[frontEdge]
-			switch k := documentedDifference(raw); {
-			case k == 0:
-				return
-			case k > 0:
-				n.Replies, e.Replies = n.Replies[:min(k, len(n.Replies))], e.Replies[:min(k, len(e.Replies))]
-				n.Upstream, e.Upstream = n.Upstream[:min(k, len(n.Upstream))], e.Upstream[:min(k, len(e.Upstream))]
-			}
-			if hasField(raw, "expect") {
-				// "Expect: 100-continue on a request without a body ...
-				// gets a 100 Continue before its answer on the edge
-				// engine, the answer alone on net/http" (docs/engines.md).
-				n.Replies, e.Replies = final(n.Replies), final(e.Replies)
-			}
-			if !agreeReplies(n.Replies, e.Replies) {
-				t.Fatalf("round %d: the engines answer %q differently:\nnet/http: %+v\nedge:     %+v", round, raw, n.Replies, e.Replies)
-			}
-			if !agreeUpstream(n.Upstream, e.Upstream) {
-				t.Fatalf("round %d: the engines forward %q differently:\nnet/http: %+v\nedge:     %+v", round, raw, n.Upstream, e.Upstream)
+		// A client that shuts its side down while its request is served
+		// has left (docs/engines.md): on a loaded machine an engine may
+		// take longer than the short wait to answer, so a disagreement is
+		// looked at again with a long one before it fails the input.
+		if msg := compareEngines(fronts, clock, raw, agreeQuiet); msg != "" {
+			if msg := compareEngines(fronts, clock, raw, 10*agreeQuiet); msg != "" {
+				t.Fatal(msg)
 			}
 		}
 	})
+}
+
+// compareEngines sends raw twice to each engine of fronts, the clock
+// moved past every window first, and says how they disagree ("" for
+// not), quiet being how long a connection may stay silent before the
+// client shuts its side down.
+func compareEngines(fronts map[string]agreeFront, clock *testClock, raw []byte, quiet time.Duration) string {
+	clock.Advance(2 * time.Hour)
+	for _, a := range fronts {
+		a.up.take()
+	}
+	for round := 1; round <= 2; round++ {
+		got := map[string]exchange{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var errs []string
+		for fr, a := range fronts {
+			wg.Go(func() {
+				rs, err := sendRaw(a.addr, raw, quiet)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, fmt.Sprintf("%s, round %d: %v", fr, round, err))
+				}
+				got[fr] = exchange{rs, nil}
+			})
+		}
+		wg.Wait()
+		if len(errs) > 0 {
+			return strings.Join(errs, "\n")
+		}
+		for fr, a := range fronts {
+			x := got[fr]
+			x.Upstream = normalise(a.up.take(), a.host)
+			got[fr] = x
+		}
+		n, e := got[frontNetHTTP], got[frontEdge]
+		if hasField(raw, "expect") {
+			// "Expect: 100-continue on a request without a body ...
+			// gets a 100 Continue before its answer on the edge
+			// engine, the answer alone on net/http" (docs/engines.md).
+			n.Replies, e.Replies = final(n.Replies), final(e.Replies)
+		}
+		switch k := documentedDifference(raw); {
+		case k == 0:
+			return ""
+		case k > 0:
+			// What follows the first answers may be charged on one
+			// engine and not the other: no second round.
+			if round > 1 {
+				return ""
+			}
+			n.Replies, e.Replies = n.Replies[:min(k, len(n.Replies))], e.Replies[:min(k, len(e.Replies))]
+			n.Upstream, e.Upstream = n.Upstream[:min(k, len(n.Upstream))], e.Upstream[:min(k, len(e.Upstream))]
+		}
+		if !agreeReplies(n.Replies, e.Replies) {
+			return fmt.Sprintf("round %d: the engines answer %q differently:\nnet/http: %+v\nedge:     %+v", round, raw, n.Replies, e.Replies)
+		}
+		if !agreeUpstream(n.Upstream, e.Upstream) {
+			return fmt.Sprintf("round %d: the engines forward %q differently:\nnet/http: %+v\nedge:     %+v", round, raw, n.Upstream, e.Upstream)
+		}
+	}
+	return ""
 }
 
 // documentedDifference says how many of the answers and forwarded
@@ -388,6 +448,10 @@ func documentedDifference(raw []byte) int {
 	// "An upgrade request with a body"
 	case hasField(raw, "upgrade"):
 		return 0
+	// "Expect: 100-continue on a request without a body": refused, its
+	// connection is closed on the edge engine and kept on net/http.
+	case hasField(raw, "expect"):
+		return 1
 	// "HTTP/1.0 kept alive": net/http keeps no HTTP/1.0 connection.
 	case strings.Contains(s, "HTTP/1.0"):
 		return 1
@@ -477,8 +541,17 @@ func final(rs []reply) []reply {
 
 func agreeReplies(a, b []reply) bool {
 	return slices.EqualFunc(a, b, func(x, y reply) bool {
-		return x.Status == y.Status && fmt.Sprint(x.Fields) == fmt.Sprint(y.Fields)
+		return (x.Status == y.Status || refusedEither(x, y)) && fmt.Sprint(x.Fields) == fmt.Sprint(y.Fields)
 	})
+}
+
+// refusedEither reports whether x and y are 400 and 501, the refusals of
+// "A request with two faults" (docs/engines.md): each engine may name
+// the one it reads first, a broken field line or an unknown transfer
+// coding.
+func refusedEither(x, y reply) bool {
+	bad := func(s int) bool { return s == http.StatusBadRequest || s == http.StatusNotImplemented }
+	return bad(x.Status) && bad(y.Status) && len(x.Fields) == 0 && len(y.Fields) == 0
 }
 
 func agreeUpstream(a, b []received) bool {
