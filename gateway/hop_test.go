@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -524,6 +525,31 @@ func TestNoHostNoForwardedHost(t *testing.T) {
 		}
 		if v, ok := (<-got)["X-Forwarded-Host"]; ok {
 			t.Errorf("the upstream got X-Forwarded-Host %q, want none", v)
+		}
+	})
+}
+
+// TestOptionsStarWithABadHostIsRefused: OPTIONS * with a Host field the
+// gateway refuses on any other request (an unclosed "[", user info) is
+// refused 400 on each engine, as net/http's server refuses it without a
+// Host: before 2026-12-07 the net/http engine answered it 200 (the
+// gateway's OPTIONS * was answered before the Host field was looked at)
+// and the edge engine 400.
+func TestOptionsStarWithABadHostIsRefused(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		// Served as floodgate serve serves it: net/http's server leaves
+		// OPTIONS * to the gateway (DisableGeneralOptionsHandler).
+		var conns sync.WaitGroup
+		t.Cleanup(conns.Wait)
+		base := "http://" + startAgreeFront(t, fr, compilePolicy(t, "agree.yaml", agreePolicy), newTestClock(), &conns).addr
+		for _, host := range []string{"a.e[ample", "u@a.example"} {
+			if status, _ := rawAnswer(t, base, "OPTIONS * HTTP/1.1\r\nHost: "+host+"\r\n\r\n"); status != http.StatusBadRequest {
+				t.Errorf("Host %q: status %d, want 400", host, status)
+			}
+		}
+		if status, _ := rawAnswer(t, base, "OPTIONS * HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n"); status != http.StatusOK {
+			t.Errorf("a good Host: status %d, want 200", status)
 		}
 	})
 }

@@ -35,6 +35,11 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 	case method == http.MethodConnect:
 		// A reverse proxy opens no tunnels, as NGINX answers CONNECT.
 		return http.StatusMethodNotAllowed, "405 Method Not Allowed: CONNECT is not served", true
+	case !validHost(host):
+		// Before OPTIONS *, which net/http's server refuses as any
+		// request with a Host it does not take (user info), and fasthttp
+		// as well (an unclosed "["): refused alike on each engine.
+		return http.StatusBadRequest, "400 Bad Request: malformed Host header", true
 	case target == "*" && method == http.MethodOptions:
 		// The server's own options, as net/http's server answers them: no
 		// upstream is asked for a path "*".
@@ -73,8 +78,6 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 		return http.StatusBadRequest, "400 Bad Request: dot segments that an escaped slash (%2F) makes resolve two ways", true
 	case http11 && host == "":
 		return http.StatusBadRequest, "400 Bad Request: missing required Host header", true
-	case !validHost(host):
-		return http.StatusBadRequest, "400 Bad Request: malformed Host header", true
 	}
 	return 0, "", false
 }
