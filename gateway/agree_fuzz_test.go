@@ -277,6 +277,11 @@ func normalise(rs []received, upstream string) []received {
 		// "TE: trailers from the client reaches the upstream on
 		// net/http ...; the edge engine ... drops it".
 		h.Del("Te")
+		// "Content-Length: 0 on a request of another method than POST,
+		// PUT and PATCH": the same empty body either way.
+		if rs[i].ContentLength == 0 && h.Get("Content-Length") == "0" {
+			h.Del("Content-Length")
+		}
 	}
 	return rs
 }
