@@ -288,8 +288,8 @@ func normalise(rs []received, upstream string) []received {
 
 // FuzzEnginesAgree sends the same raw HTTP/1.x bytes over TCP to both
 // engines, each in front of the same policy on its own memory store (on
-// one clock that does not move) and its own upstream, twice (so that
-// what the first round charged shows in the second's fields), and
+// one clock, moved only between inputs) and its own upstream, twice (so
+// that what the first round charged shows in the second's fields), and
 // compares the statuses of the answers, their RateLimit fields and
 // Retry-After, and what each upstream received: the same request must get
 // the same answer whichever engine serves it (docs/engines.md).
