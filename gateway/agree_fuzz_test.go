@@ -556,12 +556,14 @@ func agreeReplies(a, b []reply) bool {
 	})
 }
 
-// refusedEither reports whether x and y are 400 and 501, the refusals of
-// "A request with two faults" (docs/engines.md): each engine may name
-// the one it reads first, a broken field line or an unknown transfer
-// coding.
+// refusedEither reports whether x and y are each 400, 501 or 505, the
+// refusals of "A request with two faults" (docs/engines.md): each engine
+// may name the one it reads first, a broken field line or Host, an
+// unknown transfer coding, another HTTP version.
 func refusedEither(x, y reply) bool {
-	bad := func(s int) bool { return s == http.StatusBadRequest || s == http.StatusNotImplemented }
+	bad := func(s int) bool {
+		return s == http.StatusBadRequest || s == http.StatusNotImplemented || s == http.StatusHTTPVersionNotSupported
+	}
 	return bad(x.Status) && bad(y.Status) && len(x.Fields) == 0 && len(y.Fields) == 0
 }
 
