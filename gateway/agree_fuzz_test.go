@@ -390,6 +390,13 @@ func compareEngines(fronts map[string]agreeFront, clock *testClock, raw []byte, 
 			n.Replies, e.Replies = n.Replies[:min(k, len(n.Replies))], e.Replies[:min(k, len(e.Replies))]
 			n.Upstream, e.Upstream = n.Upstream[:min(k, len(n.Upstream))], e.Upstream[:min(k, len(e.Upstream))]
 		}
+		if len(e.Replies) == len(n.Replies)+1 && e.Replies[len(n.Replies)].Status == http.StatusBadRequest &&
+			len(e.Replies[len(n.Replies)].Fields) == 0 {
+			// "A connection that ends inside a request's head": 400
+			// on the edge engine, no answer on net/http
+			// (docs/engines.md).
+			e.Replies = e.Replies[:len(n.Replies)]
+		}
 		if !agreeReplies(n.Replies, e.Replies) {
 			return fmt.Sprintf("round %d: the engines answer %q differently:\nnet/http: %+v\nedge:     %+v", round, raw, n.Replies, e.Replies)
 		}
