@@ -553,3 +553,26 @@ func TestOptionsStarWithABadHostIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestAbsoluteFormWithAMalformedHostIsRefused: an absolute-form target
+// whose host a Host field could not hold (a byte above 0x7F) is refused
+// 400 on each engine: its host wins over the Host field, and before
+// 2026-12-07 net/http's server refused it while the edge engine routed,
+// charged and forwarded it by that host.
+func TestAbsoluteFormWithAMalformedHostIsRefused(t *testing.T) {
+	t.Parallel()
+	forFronts(t, proxyFronts, func(t *testing.T, fr string) {
+		var reached atomic.Int64
+		_, base, _ := startFront(t, fr, Options{Matcher: MatcherFunc(func(*Request, *Match) error { return nil }), Engine: memEngine(t)},
+			func(http.ResponseWriter, *http.Request) { reached.Add(1) })
+		if status, _ := rawAnswer(t, base, "GET http://b.examp\x89e/x HTTP/1.1\r\nHost: a.example\r\n\r\n"); status != http.StatusBadRequest {
+			t.Errorf("status %d, want 400", status)
+		}
+		if n := reached.Load(); n != 0 {
+			t.Errorf("the upstream got %d requests", n)
+		}
+		if status, _ := rawAnswer(t, base, "GET http://b.example:8080/x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n"); status != http.StatusOK {
+			t.Errorf("a good host: status %d, want 200", status)
+		}
+	})
+}

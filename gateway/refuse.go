@@ -59,6 +59,12 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 		// net/http's server would take the Host field's host for it and
 		// fasthttp none: one request routed and limited by two hosts.
 		return http.StatusBadRequest, "400 Bad Request: an absolute target without a host", true
+	case absoluteBadHost(target):
+		// The target's host wins over the Host field (RFC 9112 §3.2.2),
+		// so it is held to what a Host field is: net/http's server
+		// refuses a byte above 0x7F there, fasthttp took it and the
+		// request was routed, limited and forwarded by it.
+		return http.StatusBadRequest, "400 Bad Request: a malformed host in the target", true
 	case strings.IndexByte(target, '#') >= 0:
 		// RFC 9112 3.2: a target has no fragment. fasthttp would end the
 		// path at "#" and the upstream get the whole target: limited as
@@ -157,6 +163,24 @@ func absoluteWithoutHost(target string) bool {
 		auth = auth[:j]
 	}
 	return auth == ""
+}
+
+// absoluteBadHost reports whether target is in absolute form with an
+// authority whose host and port are not those of a valid Host field
+// (validHost).
+func absoluteBadHost(target string) bool {
+	i := strings.Index(target, "://")
+	if i <= 0 || !validScheme(target[:i]) {
+		return false
+	}
+	auth := target[i+3:]
+	if j := strings.IndexAny(auth, "/?#"); j >= 0 {
+		auth = auth[:j]
+	}
+	if j := strings.LastIndexByte(auth, '@'); j >= 0 {
+		auth = auth[j+1:]
+	}
+	return !validHost(auth)
 }
 
 // validScheme reports whether s is a URI scheme (RFC 3986 §3.1): a letter,
