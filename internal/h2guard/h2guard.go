@@ -18,17 +18,17 @@ import (
 
 // The budget of a connection's frames that are not requests (PING,
 // SETTINGS, WINDOW_UPDATE, PRIORITY, RST_STREAM, GOAWAY, CONTINUATION,
-// DATA that carries nothing, trailers, frames of unknown types). A
-// browser sends a few dozen over a page's life, a gRPC client one PING
-// each keepalive interval (10 s at the least), and a client taking a
-// download one or two WINDOW_UPDATEs for each DATA frame it reads. A
-// stream the server refuses or resets for the client's fault costs
-// PerStream+1 (Conn.serverFrame). On a connection of NewHandled's or
-// Install's, a stream earns only once its request reaches the server's
-// handler (Conn.Handled): one the server answers itself (net/http's 431
-// for headers past the server's bound or 400 for a header HTTP/2 forbids,
-// grpc-go's Unimplemented for a method no service has) or refuses costs
-// its HEADERS frame.
+// DATA that carries nothing, trailers, frames of unknown types, DATA on a
+// stream the client ended). A browser sends a few dozen over a page's
+// life, a gRPC client one PING each keepalive interval (10 s at the
+// least), and a client taking a download one or two WINDOW_UPDATEs for
+// each DATA frame it reads. A stream the server refuses or resets for the
+// client's fault costs PerStream+1 (Conn.serverFrame). On a connection of
+// NewHandled's or Install's, a stream earns only once its request reaches
+// the server's handler (Conn.Handled): one the server answers itself
+// (net/http's 431 for headers past the server's bound or 400 for a header
+// HTTP/2 forbids, grpc-go's Unimplemented for a method no service has) or
+// refuses costs its HEADERS frame.
 const (
 	// Burst is what a connection may send at once.
 	Burst = 1000
@@ -334,9 +334,14 @@ type Conn struct {
 	cuts *Cuts
 
 	// spentBy is what each kind of the client's frames spent of the
-	// budget; the reader's alone, but for KindRefusedStream's, the
-	// server's, which wmu guards.
+	// budget when they were read; the reader's alone.
 	spentBy [NumKinds]int64
+	// refused is what the server's refusals spent; wmu guards it.
+	refused int64
+	// early is how many DATA frames on streams the client ended were
+	// charged when read, whose refusal (STREAM_CLOSED) is still to be
+	// written and then costs nothing more; the writer takes from it.
+	early atomic.Int64
 
 	// byHandler says that a stream earns when its request reaches the
 	// server's handler (Handled), not when it is opened: set by
@@ -352,6 +357,15 @@ type Conn struct {
 	streams  uint32 // the highest stream the client opened
 	calm     bool   // the budget is spent
 	inFrames func(header)
+	// open holds the streams the client opened and has not ended (with
+	// END_STREAM or RST_STREAM), up to maxOpen: a DATA frame on any
+	// other it opened above forgot is refused for sure, and is charged
+	// when read, not when the server refuses it, which a server whose
+	// writes lag its reads may never do before it closes the connection
+	// itself. forgot is the highest stream open held when it was full and
+	// emptied: whether the client ended those up to it is not known.
+	open   map[uint32]struct{}
+	forgot uint32
 
 	// wmu guards the order of the bytes written: a write, the scanner of
 	// the frames written (which the GOAWAY must not cut) and what they
@@ -383,7 +397,7 @@ const (
 // New returns c as a Conn, whose cut, if its client spends its budget, is
 // counted and logged by cuts (nil: neither).
 func New(c net.Conn, p Preface, cuts *Cuts) *Conn {
-	g := &Conn{Conn: c, b: newBudget(time.Now()), cuts: cuts}
+	g := &Conn{Conn: c, b: newBudget(time.Now()), cuts: cuts, open: make(map[uint32]struct{})}
 	switch p {
 	case PrefaceDropped:
 		g.preface = len(preface)
@@ -420,19 +434,42 @@ func (c *Conn) Handled() {
 	c.b.earn(PerStream + 1)
 }
 
+// maxOpen is how many streams a Conn holds as opened and not ended by the
+// client: more than a server takes at once.
+const maxOpen = 1024
+
 // clientFrame counts a frame the client sent. A DATA frame that carries
-// data or ends its stream and a HEADERS frame that opens a stream spend
-// nothing, but tell whether what the server refused spent the budget.
+// data or ends its stream spends nothing, but on a stream the client
+// ended, and tells whether what the server refused spent the budget, as
+// a HEADERS frame that opens a stream does.
 func (c *Conn) clientFrame(h header) {
 	if c.calm {
 		return
 	}
 	switch {
 	case h.typ == frameData && (h.data > 0 || h.flags&flagEndStream != 0):
+		if c.ended(h.stream) {
+			// The server refuses it (STREAM_CLOSED), or lets it pass
+			// while its refusal of an earlier one waits.
+			c.spentBy[KindRefusedStream]++
+			c.early.Add(1)
+			c.calm = !c.b.spend(time.Now)
+			break
+		}
+		if h.flags&flagEndStream != 0 {
+			delete(c.open, h.stream)
+		}
 		c.calm = c.b.spent(time.Now)
 	case h.typ == frameHeaders && h.stream%2 == 1 && h.stream > c.streams:
 		c.streams = h.stream
 		c.opened++
+		if h.flags&flagEndStream == 0 {
+			if len(c.open) == maxOpen {
+				c.forgot = h.stream - 2
+				clear(c.open)
+			}
+			c.open[h.stream] = struct{}{}
+		}
 		if c.byHandler {
 			// Spent now, given back with PerStream by the handler.
 			c.calm = !c.b.spend(time.Now)
@@ -441,9 +478,22 @@ func (c *Conn) clientFrame(h header) {
 		c.b.earn(PerStream)
 		c.calm = c.b.spent(time.Now)
 	default:
+		if h.typ == frameRSTStream || h.typ == frameHeaders && h.flags&flagEndStream != 0 {
+			delete(c.open, h.stream)
+		}
 		c.spentBy[kindOf(h)]++
 		c.calm = !c.b.spend(time.Now)
 	}
+}
+
+// ended reports whether the client ended stream id, which it opened: a
+// DATA frame on it is refused.
+func (c *Conn) ended(id uint32) bool {
+	if id%2 == 0 || id > c.streams || id <= c.forgot {
+		return false
+	}
+	_, open := c.open[id]
+	return !open
 }
 
 // serverFrame counts a frame the server sent: DATA that leaves its stream
@@ -453,7 +503,8 @@ func (c *Conn) clientFrame(h header) {
 // PROTOCOL_ERROR) or ends it for the client's breaking its flow control or
 // frame size costs what the stream's opening earned and a frame more: no
 // handler and no limit ever see it. One for a DATA
-// frame on a stream closed (STREAM_CLOSED) costs a frame, but for the
+// frame on a stream closed (STREAM_CLOSED) costs a frame, but for one
+// charged when read, on a stream the client ended, and for the
 // frames a client may have sent before it learnt its stream was answered
 // (NO_ERROR: before its body was read), a window of 1 MiB in frames of
 // 16 KiB each. On a connection of NewHandled's or Install's, a stream
@@ -468,14 +519,16 @@ func (c *Conn) serverFrame(h header) {
 	case h.typ != frameRSTStream:
 	case h.code == codeNoError:
 		c.late += lateFrames
+	case h.code == codeStreamClosed && c.early.Load() > 0:
+		c.early.Add(-1)
 	case h.code == codeStreamClosed && c.late > 0:
 		c.late--
 	case h.code == codeStreamClosed:
-		c.spentBy[KindRefusedStream]++
+		c.refused++
 		c.b.earn(-1)
 	case c.byHandler:
 	case h.code == codeProtocol || h.code == codeFlowControl || h.code == codeFrameSize || h.code == codeRefusedStream:
-		c.spentBy[KindRefusedStream] += PerStream + 1
+		c.refused += PerStream + 1
 		c.b.earn(-(PerStream + 1))
 	}
 }
@@ -507,6 +560,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.pass -= skip
 	c.in.feed(p[skip:n], c.inFrames)
 	if c.calm {
+		// A server's write the client does not read gives way within a
+		// second to the GOAWAY, which waits for it, and to the cut.
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 		k := c.goAway()
 		c.cuts.cut(c.Conn.RemoteAddr(), k)
 	}
@@ -523,6 +579,7 @@ func (c *Conn) goAway() Kind {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	spent := c.spentBy
+	spent[KindRefusedStream] += c.refused
 	if c.byHandler {
 		// The streams whose request the handler was not handed.
 		spent[KindRefusedStream] += max(c.opened-c.handled.Load(), 0)
