@@ -144,13 +144,13 @@ func TargetPath(target string) (path, raw string) {
 	return path, raw
 }
 
-// absoluteWithoutHost reports whether target is in absolute form with an
-// authority ("scheme://") that names no host: none at all, or user info
-// or a port alone (http:///x, http://u@/x, http://:80/x).
-func absoluteWithoutHost(target string) bool {
+// absoluteAuthority returns the host and port of an absolute-form target
+// with an authority ("scheme://"), its user info left out, and false for
+// a target in another form.
+func absoluteAuthority(target string) (string, bool) {
 	i := strings.Index(target, "://")
 	if i <= 0 || !validScheme(target[:i]) {
-		return false
+		return "", false
 	}
 	auth := target[i+3:]
 	if j := strings.IndexAny(auth, "/?#"); j >= 0 {
@@ -158,6 +158,17 @@ func absoluteWithoutHost(target string) bool {
 	}
 	if j := strings.LastIndexByte(auth, '@'); j >= 0 {
 		auth = auth[j+1:]
+	}
+	return auth, true
+}
+
+// absoluteWithoutHost reports whether target is in absolute form with an
+// authority that names no host: none at all, or user info or a port
+// alone (http:///x, http://u@/x, http://:80/x).
+func absoluteWithoutHost(target string) bool {
+	auth, ok := absoluteAuthority(target)
+	if !ok {
+		return false
 	}
 	if j := strings.LastIndexByte(auth, ':'); j >= 0 && strings.IndexByte(auth[j:], ']') < 0 {
 		auth = auth[:j]
@@ -169,18 +180,8 @@ func absoluteWithoutHost(target string) bool {
 // authority whose host and port are not those of a valid Host field
 // (validHost).
 func absoluteBadHost(target string) bool {
-	i := strings.Index(target, "://")
-	if i <= 0 || !validScheme(target[:i]) {
-		return false
-	}
-	auth := target[i+3:]
-	if j := strings.IndexAny(auth, "/?#"); j >= 0 {
-		auth = auth[:j]
-	}
-	if j := strings.LastIndexByte(auth, '@'); j >= 0 {
-		auth = auth[j+1:]
-	}
-	return !validHost(auth)
+	auth, ok := absoluteAuthority(target)
+	return ok && !validHost(auth)
 }
 
 // validScheme reports whether s is a URI scheme (RFC 3986 §3.1): a letter,
