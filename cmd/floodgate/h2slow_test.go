@@ -55,21 +55,7 @@ routes:
 	}
 
 	// The same over TLS, HTTP/2 chosen by ALPN.
-	dir := t.TempDir()
-	ca := newOwnCA(t)
-	ca.issue(t, filepath.Join(dir, "gw.crt"), filepath.Join(dir, "gw.key"), "gw.example", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	tlsCfg := filepath.Join(dir, "gw.yaml")
-	if err := os.WriteFile(tlsCfg, []byte(fmt.Sprintf(`version: 1
-server:
-  timeouts: {read_header: 1s, read: 2s, idle: 60s}
-  tls: {certs: [{cert: gw.crt, key: gw.key}]}
-routes:
-  - name: all
-    match: {paths: ["/**"]}
-    upstream: %s
-`, up.URL)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	tlsCfg, ca := tlsGatewayFile(t, "{read_header: 1s, read: 2s, idle: 60s}", up.URL)
 	gw, _, _, _ = startServe(t, "--engine", engine, "--config", tlsCfg, "--watch=false", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	addr = strings.TrimPrefix(gw, "https://")
 	h2SlowClients(t, func() net.Conn {
@@ -210,4 +196,27 @@ limits:
 		t.Fatalf("a client that stopped reading its socket kept the only concurrency slot for 30 s: the next request was answered %d", last)
 	}
 	eventually(t, "the stalled client's upstream exchange to end", bigEnded.Load)
+}
+
+// tlsGatewayFile writes, in a directory of its own, a policy file serving
+// every path from upstream over TLS with the given server.timeouts, its
+// certificate for gw.example issued by the CA it returns.
+func tlsGatewayFile(t *testing.T, timeouts, upstream string) (string, *ownCA) {
+	t.Helper()
+	dir := t.TempDir()
+	ca := newOwnCA(t)
+	ca.issue(t, filepath.Join(dir, "gw.crt"), filepath.Join(dir, "gw.key"), "gw.example", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	cfg := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
+server:
+  timeouts: %s
+  tls: {certs: [{cert: gw.crt, key: gw.key}]}
+routes:
+  - name: all
+    match: {paths: ["/**"]}
+    upstream: %s
+`, timeouts, upstream)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, ca
 }

@@ -2,10 +2,7 @@ package main
 
 import (
 	"crypto/tls"
-	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,21 +24,7 @@ func TestShutdownTellsHTTP2ClientsBesideSilentOnes(t *testing.T) {
 func testShutdownTellsHTTP2ClientsBesideSilentOnes(t *testing.T, engine string) {
 	const silent, idle = 20, 20
 	up := newRecordingUpstream(t)
-	dir := t.TempDir()
-	ca := newOwnCA(t)
-	ca.issue(t, filepath.Join(dir, "gw.crt"), filepath.Join(dir, "gw.key"), "gw.example", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	cfg := filepath.Join(dir, "gw.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 1
-server:
-  timeouts: {read_header: 1m, read: 1m, idle: 1m}
-  tls: {certs: [{cert: gw.crt, key: gw.key}]}
-routes:
-  - name: all
-    match: {paths: ["/**"]}
-    upstream: %s
-`, up.URL)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg, ca := tlsGatewayFile(t, "{read_header: 1m, read: 1m, idle: 1m}", up.URL)
 	gw, _, stop, _ := startServe(t, "--engine", engine, "--config", cfg, "--watch=false", "--shutdown-timeout", "1m",
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	addr := strings.TrimPrefix(gw, "https://")
