@@ -148,6 +148,9 @@ func TargetPath(target string) (path, raw string) {
 // with an authority ("scheme://"), its user info left out, and false for
 // a target in another form.
 func absoluteAuthority(target string) (string, bool) {
+	if len(target) == 0 || target[0] == '/' {
+		return "", false // origin form, as most are: no search for "://"
+	}
 	i := strings.Index(target, "://")
 	if i <= 0 || !validScheme(target[:i]) {
 		return "", false

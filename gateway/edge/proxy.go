@@ -1101,7 +1101,8 @@ func connOf(c net.Conn) *upConn {
 func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, trusted bool) {
 	req := &ctx.Request
 	h := &req.Header
-	xff, realIP := stripHopRequest(h)
+	seen := stripHopRequest(h)
+	xff := seen.xff
 	h.ResetConnectionClose()
 	h.SetNoDefaultContentType(true) // a body without a type goes on without one
 	switch {
@@ -1119,22 +1120,22 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 			}
 		}
 		b = v.Peer.AppendTo(b)
-		setOnce(h, xForwardedFor, b)
+		setOnce(h, xForwardedFor, b, xff)
 	case xff && !trusted:
 		h.DelBytes(xForwardedFor)
 	}
-	if realIP && !trusted {
+	if seen.realIP && !trusted {
 		h.DelBytes(xRealIP)
 	}
 	if len(v.Host) > 0 {
-		setOnce(h, xForwardedHost, s2b(v.Host))
-	} else {
+		setOnce(h, xForwardedHost, s2b(v.Host), seen.host)
+	} else if seen.host {
 		h.DelBytes(xForwardedHost)
 	}
 	if ec, ok := ctx.Conn().(*conn); ok && ec.tls {
-		setOnce(h, xForwardedProto, schemeHTTPS)
+		setOnce(h, xForwardedProto, schemeHTTPS, seen.proto)
 	} else {
-		setOnce(h, xForwardedProto, schemeHTTP)
+		setOnce(h, xForwardedProto, schemeHTTP, seen.proto)
 	}
 	raw := h.RequestURI()
 	if len(raw) == 0 || raw[0] != '/' {
@@ -1167,9 +1168,13 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 // setOnce sets the field key to value on one line, as net/http's
 // Header.Set does: fasthttp's SetCanonical replaces the first of a
 // client's lines and leaves the others, so an upstream that reads the last
-// line (or joins them) would read what the client wrote.
-func setOnce(h *fasthttp.RequestHeader, key, value []byte) {
-	h.DelBytes(key)
+// line (or joins them) would read what the client wrote. The client's
+// lines are removed first when it sent the field (sent, as
+// stripHopRequest saw), and only then: a removal is a look at every field.
+func setOnce(h *fasthttp.RequestHeader, key, value []byte, sent bool) {
+	if sent {
+		h.DelBytes(key)
+	}
 	h.SetCanonical(key, value)
 }
 
@@ -1269,25 +1274,34 @@ func framing(name string) bool {
 		strings.EqualFold(name, "Host")
 }
 
+// forwardingSeen says which of the fields the gateway sets or removes for
+// its upstream a request came with.
+type forwardingSeen struct {
+	xff, realIP, host, proto bool // X-Forwarded-For, X-Real-IP, X-Forwarded-Host, -Proto
+}
+
 // stripHopRequest removes the hop-by-hop fields of a request, and
 // Forwarded, after one look at its fields (a field is removed only when
-// it is there); it reports whether the request has an X-Forwarded-For and
-// an X-Real-IP.
-func stripHopRequest(h *fasthttp.RequestHeader) (xff, realIP bool) {
+// it is there); it reports which of the forwarding fields the request has.
+func stripHopRequest(h *fasthttp.RequestHeader) (seen forwardingSeen) {
 	var found uint16
 	for k := range fieldNames(h.RawHeaders()) {
 		found |= hopBit(k)
 		switch len(k) {
 		case len(xForwardedFor):
-			xff = xff || bytes.EqualFold(k, xForwardedFor)
+			seen.xff = seen.xff || bytes.EqualFold(k, xForwardedFor)
 		case len(xRealIP):
-			realIP = realIP || bytes.EqualFold(k, xRealIP)
+			seen.realIP = seen.realIP || bytes.EqualFold(k, xRealIP)
+		case len(xForwardedHost):
+			seen.host = seen.host || bytes.EqualFold(k, xForwardedHost)
+		case len(xForwardedProto):
+			seen.proto = seen.proto || bytes.EqualFold(k, xForwardedProto)
 		}
 	}
 	if found != 0 {
 		stripHop(h, found)
 	}
-	return xff, realIP
+	return seen
 }
 
 // stripHopResponse removes the hop-by-hop fields of a response, and the
