@@ -83,7 +83,12 @@ func TestServerCutsFrameFloods(t *testing.T) {
 			}
 		}
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if got := <-end; got != "ENHANCE_YOUR_CALM" && (sent == n || !strings.Contains(got, "reset") && !strings.Contains(got, "EOF")) {
+		// The GOAWAY may be lost: the server closes with the client's
+		// frames unread, which resets the connection, however many the
+		// client had still to send (none, when the sockets' buffers took
+		// them all before the cut). Whether the guard cut it, not grpc-go,
+		// the counts below tell: one cut of each kind.
+		if got := <-end; got != "ENHANCE_YOUR_CALM" && !strings.Contains(got, "reset") && !strings.Contains(got, "EOF") {
 			t.Errorf("%s: %d of %d sent; the connection ended with %s", kind, sent, n, got)
 		}
 	}
