@@ -560,10 +560,15 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.pass -= skip
 	c.in.feed(p[skip:n], c.inFrames)
 	if c.calm {
-		// A server's write the client does not read gives way within a
-		// second to the GOAWAY, which waits for it, and to the cut.
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+		// A server's write the client does not read holds wmu, which the
+		// GOAWAY waits for: past a second the connection is closed under
+		// it, so that the write gives way and the cut is made. (Not a
+		// write deadline set from here: the connection under a Conn may
+		// take its deadlines from one goroutine at a time, as the
+		// edge engine's does, and wmu keeps them so.)
+		t := time.AfterFunc(time.Second, func() { _ = c.Conn.Close() })
 		k := c.goAway()
+		t.Stop()
 		c.cuts.cut(c.Conn.RemoteAddr(), k)
 	}
 	return n, err
