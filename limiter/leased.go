@@ -168,6 +168,7 @@ type leases struct {
 	m        map[leaseKey]*unitLease
 	dropped  uint64
 	back     []droppedLease // waiting to go back (see queue)
+	sending  int            // of them, taken by returnDropped and not yet answered
 	lost     uint64         // units of dropped leases not known to have gone back
 	waiting  atomic.Int32   // len(back)
 	running  atomic.Bool    // a give-back is under way
@@ -685,24 +686,24 @@ func (l *Limiter) returnDropped() {
 			ls.mu.Lock()
 			batch := ls.back
 			ls.back = nil
+			ls.sending = len(batch)
 			ls.waiting.Store(0)
 			ls.mu.Unlock()
 			if len(batch) == 0 {
 				break
 			}
 			again := l.giveBackDropped(batch)
-			if len(again) > 0 {
+			ls.mu.Lock()
+			ls.sending = 0
+			for _, d := range again {
 				failed = true
-				ls.mu.Lock()
-				for _, d := range again {
-					if d.tries >= maxReturnTries {
-						ls.lost += uint64(d.back.Units)
-					} else {
-						ls.queue(d)
-					}
+				if d.tries >= maxReturnTries {
+					ls.lost += uint64(d.back.Units)
+				} else {
+					ls.queue(d)
 				}
-				ls.mu.Unlock()
 			}
+			ls.mu.Unlock()
 		}
 		ls.running.Store(false)
 		if !failed {

@@ -1107,8 +1107,9 @@ type Stats struct {
 	LeasedKeys    int
 	LeasesDropped uint64
 	// DroppedLeasesWaiting is the number of give-backs waiting to go to
-	// the store now: the units of dropped leases, and those of refused
-	// requests whose lease was renewed meanwhile; LeaseUnitsNotReturned
+	// the store now, or sent and not yet answered: the units of dropped
+	// leases, and those of refused requests whose lease was renewed
+	// meanwhile; LeaseUnitsNotReturned
 	// counts the units of such give-backs not known to have reached the
 	// store (it failed, or too many waited; see LeaseOptions).
 	DroppedLeasesWaiting  int
@@ -1141,7 +1142,7 @@ func (l *Limiter) Stats() Stats {
 	shared := l.breaker.open.Load() && (l.partitioner == nil || !l.breaker.forsaken(now))
 	if ls := l.leases; ls != nil {
 		ls.mu.Lock()
-		lk, ld, lw, lu = len(ls.m), ls.dropped, len(ls.back), ls.lost
+		lk, ld, lw, lu = len(ls.m), ls.dropped, len(ls.back)+ls.sending, ls.lost
 		ls.mu.Unlock()
 	}
 	return Stats{
