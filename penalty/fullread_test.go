@@ -166,21 +166,8 @@ func TestFullReadLateCounted(t *testing.T) {
 	open := clientsOf(t, srv)
 	r := flood
 	r.After = 1
-	regs := [2]*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
-	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour, Registerer: regs[0]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
 	stalled := &stalledFullRead{Client: open(), srv: srv}
-	b, err := New([]config.Ban{r}, Options{Backend: NewRedis(stalled, 0), Poll: time.Hour, Registerer: regs[1]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	counted := func() float64 {
-		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
-	}
+	a, b, counted := twoBoxes(t, r, NewRedis(open(), 0), NewRedis(stalled, 0))
 	ctx := context.Background()
 	a.Outcome(ctx, "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
 	lateBan(t, srv, a, "ip:10.0.0.1")
@@ -192,7 +179,7 @@ func TestFullReadLateCounted(t *testing.T) {
 	for i := 0; ; i++ {
 		stalled.armed.Store(true)
 		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		err = b.refresh(rctx)
+		err := b.refresh(rctx)
 		cancel()
 		if err == nil {
 			t.Fatal("the stalled full read was answered")
@@ -225,21 +212,8 @@ func TestLateBanCountedOnceWhenReadAgain(t *testing.T) {
 	open := clientsOf(t, srv)
 	r := flood
 	r.After = 1
-	regs := [2]*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
-	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour, Registerer: regs[0]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
 	reader := &countingRedis{Redis: NewRedis(&lateFirstRead{Client: open()}, 0)}
-	b, err := New([]config.Ban{r}, Options{Backend: reader, Poll: time.Hour, Registerer: regs[1]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	counted := func() float64 {
-		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
-	}
+	a, b, counted := twoBoxes(t, r, NewRedis(open(), 0), reader)
 	ctx := context.Background()
 	a.Outcome(ctx, "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
 	lateBan(t, srv, a, "ip:10.0.0.1")
@@ -269,27 +243,14 @@ func TestLateBanCountedOnceWhenReadAgainLate(t *testing.T) {
 	open := clientsOf(t, srv)
 	r := flood
 	r.After = 1
-	regs := [2]*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
-	a, err := New([]config.Ban{r}, Options{Backend: NewRedis(open(), 0), Poll: time.Hour, Registerer: regs[0]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
 	stalled := &stalledFullRead{Client: &lateFirstRead{Client: open()}, srv: srv}
-	b, err := New([]config.Ban{r}, Options{Backend: NewRedis(stalled, 0), Poll: time.Hour, Registerer: regs[1]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	counted := func() float64 {
-		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
-	}
+	a, b, counted := twoBoxes(t, r, NewRedis(open(), 0), NewRedis(stalled, 0))
 	ctx := context.Background()
 	a.Outcome(ctx, "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
 	lateBan(t, srv, a, "ip:10.0.0.1")
 	stalled.armed.Store(true)
 	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	err = b.refresh(rctx)
+	err := b.refresh(rctx)
 	cancel()
 	if err == nil {
 		t.Fatal("the stalled read of every ban was answered")
@@ -304,5 +265,26 @@ func TestLateBanCountedOnceWhenReadAgainLate(t *testing.T) {
 	}
 	if n := counted(); n != 2 {
 		t.Errorf("floodgate_bans_total over both instances: %v, want 2 (a ban claimed by a read whose read of every ban came late, one in time)", n)
+	}
+}
+
+// twoBoxes returns two boxes of rule r polling once an hour, on backends
+// ea and eb, closed when t ends, and what floodgate_bans_total sums to
+// over the two.
+func twoBoxes(t *testing.T, r config.Ban, ea, eb Backend) (a, b *Box, counted func() float64) {
+	t.Helper()
+	var regs [2]*prometheus.Registry
+	var boxes [2]*Box
+	for i, be := range []Backend{ea, eb} {
+		regs[i] = prometheus.NewRegistry()
+		box, err := New([]config.Ban{r}, Options{Backend: be, Poll: time.Hour, Registerer: regs[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(box.Close)
+		boxes[i] = box
+	}
+	return boxes[0], boxes[1], func() float64 {
+		return promtest.Value(t, regs[0], "floodgate_bans_total", nil) + promtest.Value(t, regs[1], "floodgate_bans_total", nil)
 	}
 }
