@@ -152,7 +152,7 @@ func stateMetrics(eng *limiter.Limiter, main, local limiter.Store) []prometheus.
 			func() float64 { return float64(eng.Stats().LeasedKeys) }),
 		counter("floodgate_leases_dropped_total", "Leases dropped to keep within the bound on leased keys; their units go back to the store.",
 			func() float64 { return float64(eng.Stats().LeasesDropped) }),
-		gauge("floodgate_dropped_leases_waiting", "Give-backs of leased units waiting to go to the store: those of dropped leases, and of refused requests whose lease was renewed meanwhile.",
+		gauge("floodgate_dropped_leases_waiting", "Give-backs of leased units waiting to go to the store or for its answer: those of dropped leases, and of refused requests whose lease was renewed meanwhile.",
 			func() float64 { return float64(eng.Stats().DroppedLeasesWaiting) }),
 		counter("floodgate_lease_units_not_returned_total", "Leased units not known to have gone back to the store (their give-back failed, or too many waited).",
 			func() float64 { return float64(eng.Stats().LeaseUnitsNotReturned) }),
