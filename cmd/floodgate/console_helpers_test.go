@@ -50,15 +50,20 @@ func startProcCmd(t testing.TB, cmd *exec.Cmd) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// copied closes once every line the process wrote is in p.out, so
+	// that p.done means its output is all there.
+	copied := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		pw.Close()
+		<-copied
 		close(p.done)
 	}()
 	gwRe := regexp.MustCompile(`gateway on (http://\S+)`)
 	adRe := regexp.MustCompile(`admin on (https?://\S+)`)
 	found := make(chan struct{})
 	go func() {
+		defer close(copied)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			line := sc.Text()
@@ -71,6 +76,7 @@ func startProcCmd(t testing.TB, cmd *exec.Cmd) *proc {
 				close(found)
 			}
 		}
+		_, _ = io.Copy(io.Discard, pr) // past a line too long to scan
 	}()
 	select {
 	case <-found:

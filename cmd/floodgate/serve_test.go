@@ -47,7 +47,11 @@ func startServeLogged(t *testing.T, args ...string) (gw, admin string, stop func
 	adRe := regexp.MustCompile(`admin on (http://\S+)`)
 	sc := bufio.NewScanner(pr)
 	found := make(chan struct{})
+	// copied closes once every line serve wrote is in out: serve's end
+	// (done) comes before the last lines are copied.
+	copied := make(chan struct{})
 	go func() {
+		defer close(copied)
 		for sc.Scan() {
 			line := sc.Text()
 			out.Write([]byte(line + "\n"))
@@ -59,6 +63,7 @@ func startServeLogged(t *testing.T, args ...string) (gw, admin string, stop func
 				close(found)
 			}
 		}
+		_, _ = io.Copy(io.Discard, pr) // past a line too long to scan
 	}()
 	select {
 	case <-found:
@@ -76,6 +81,7 @@ func startServeLogged(t *testing.T, args ...string) (gw, admin string, stop func
 			cancel()
 			select {
 			case stopErr = <-done:
+				<-copied
 			case <-time.After(60 * time.Second):
 				stopErr = fmt.Errorf("serve did not stop")
 			}
