@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 )
@@ -98,13 +99,15 @@ func (r *root) closeStores() error {
 }
 
 // NewLogger returns the logger of a process: text or JSON lines on w at
-// level.
+// level. Lines above debug are held back past ten of one message a second
+// (lograte.Handler): many are caused by clients, one a request.
 func NewLogger(w io.Writer, json bool, level slog.Level) *slog.Logger {
 	o := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, o)
 	if json {
-		return slog.New(slog.NewJSONHandler(w, o))
+		h = slog.NewJSONHandler(w, o)
 	}
-	return slog.New(slog.NewTextHandler(w, o))
+	return slog.New(lograte.NewHandler(h, lograte.HandlerOptions{}))
 }
 
 // displayAddr turns a listener's address into one a client can use: an

@@ -1,0 +1,148 @@
+package lograte
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a clock a test moves by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func newTestLogger(o HandlerOptions) (*slog.Logger, *bytes.Buffer, *clock) {
+	var buf bytes.Buffer
+	c := &clock{t: time.Unix(1000, 0)}
+	o.Now = c.now
+	h := slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}})
+	return slog.New(NewHandler(h, o)), &buf, c
+}
+
+// count returns the lines of buf holding sub, and the sum of their
+// not_logged_since values.
+func count(t *testing.T, buf *bytes.Buffer, sub string) (lines int, held int64) {
+	t.Helper()
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if !strings.Contains(l, sub) {
+			continue
+		}
+		lines++
+		if _, v, ok := strings.Cut(l, "not_logged_since="); ok {
+			var n int64
+			if _, err := fmt.Sscan(v, &n); err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+			held += n
+		}
+	}
+	return lines, held
+}
+
+// TestHandlerHoldsBackAFlood: 10,000 warnings of one message from eight
+// goroutines in one second cost ten lines; the first line of the next
+// second says how many were held back, so every line is accounted for.
+// Another message, and the same message at another level, keep their own
+// allowance; debug lines all pass.
+func TestHandlerHoldsBackAFlood(t *testing.T) {
+	l, buf, c := newTestLogger(HandlerOptions{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 1250 {
+				l.Warn("gateway: upstream error", "route", "r")
+			}
+		}()
+	}
+	wg.Wait()
+	if n, _ := count(t, buf, "upstream error"); n != 10 {
+		t.Fatalf("%d lines of a flood of 10,000 in one second, want 10", n)
+	}
+	l.Error("gateway: upstream error", "route", "r")
+	l.Warn("gateway: settle")
+	for range 50 {
+		l.Debug("gateway: client gone")
+	}
+	if n, _ := count(t, buf, "level=ERROR"); n != 1 {
+		t.Errorf("the same message at another level: %d lines", n)
+	}
+	if n, _ := count(t, buf, "settle"); n != 1 {
+		t.Errorf("another message: %d lines", n)
+	}
+	if n, _ := count(t, buf, "client gone"); n != 50 {
+		t.Errorf("debug lines: %d of 50", n)
+	}
+	c.add(999 * time.Millisecond)
+	l.Warn("gateway: upstream error", "route", "r")
+	if n, _ := count(t, buf, "level=WARN msg=\"gateway: upstream error\""); n != 10 {
+		t.Fatalf("a line within the second passed: %d lines", n)
+	}
+	c.add(time.Millisecond)
+	l.With("a", 1).Warn("gateway: upstream error", "route", "r")
+	n, held := count(t, buf, "level=WARN msg=\"gateway: upstream error\"")
+	if n != 11 || int64(n)+held != 10_002 {
+		t.Fatalf("%d lines saying %d held back, want 11 accounting for 10,002:\n%s", n, held, buf.String())
+	}
+}
+
+// TestHandlerBoundsItsMessages: lines of more distinct messages than
+// Messages share one allowance past it, so a message text that varies
+// (if one ever did) cannot grow the table or pass a line each.
+func TestHandlerBoundsItsMessages(t *testing.T) {
+	l, buf, _ := newTestLogger(HandlerOptions{Messages: 4, Burst: 2})
+	h := l.Handler().(*Handler)
+	for i := range 1000 {
+		l.Warn(fmt.Sprintf("message %d %s", i, strings.Repeat("x", 1000)))
+	}
+	if n, _ := count(t, buf, "message"); n != 4+2 {
+		t.Errorf("%d lines of 1,000 messages, want 6 (the first four's, two shared)", n)
+	}
+	h.t.mu.Lock()
+	defer h.t.mu.Unlock()
+	if len(h.t.m) != 4 {
+		t.Errorf("%d messages kept, want 4", len(h.t.m))
+	}
+	for k := range h.t.m {
+		if len(k.msg) > maxKeyBytes {
+			t.Errorf("a message of %d bytes kept", len(k.msg))
+		}
+	}
+}
+
+// ExampleHandler holds back a flood of one warning.
+func ExampleHandler() {
+	t := time.Unix(0, 0)
+	h := slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}})
+	l := slog.New(NewHandler(h, HandlerOptions{Burst: 2, Now: func() time.Time { return t }}))
+	for range 100 {
+		l.Warn("upstream error")
+	}
+	t = t.Add(time.Second)
+	l.Warn("upstream error")
+	// Output:
+	// level=WARN msg="upstream error"
+	// level=WARN msg="upstream error"
+	// level=WARN msg="upstream error" not_logged_since=98
+}
