@@ -12,8 +12,9 @@ import (
 
 // TestServeLogHoldsBackAFloodOfUpstreamErrors: a client that sends 300
 // requests to a route whose upstream is down causes a warning each; the
-// log takes ten of them a second, and the first line after says how many
-// it held back, so every failure is accounted for.
+// log takes ten of them a second, and the last one held back, written at
+// the second's end, says how many others it held back (as would the next
+// line to pass), so every failure is accounted for.
 func TestServeLogHoldsBackAFloodOfUpstreamErrors(t *testing.T) {
 	forEngines(t, testServeLogHoldsBackAFlood)
 }

@@ -21,17 +21,23 @@ type HandlerOptions struct {
 	Messages int
 	// Now reads the clock (time.Now when nil).
 	Now func() time.Time
+	// AfterFunc runs f after d (time.AfterFunc when nil): the end of a
+	// window in which lines were held back.
+	AfterFunc func(d time.Duration, f func())
 }
 
 // Handler is a slog.Handler that holds back, per message and level, the
 // lines past Burst in a Window, so that lines a client can cause at will
 // (an upstream that fails for each of its requests, a store out of reach
 // for each decision) cannot flood the log: a flood of them costs Burst
-// lines a Window whatever its rate. The first line of a message to pass
-// after some were held back says how many in its "not_logged_since"
-// attribute. Debug lines, which an operator turns on to see each request,
-// all pass. The allowance is shared by the handlers WithAttrs and
-// WithGroup derive, and it is safe for concurrent use.
+// lines a Window whatever its rate, and one more at its end. The first
+// line of a message to pass after some were held back says how many in
+// its "not_logged_since" attribute; when none passes by the end of the
+// window, the last line held back is written then, saying how many others
+// were, so that no line is held back unseen (a burst of warnings at a
+// reload, one per route). Debug lines, which an operator turns on to see
+// each request, all pass. The allowance is shared by the handlers
+// WithAttrs and WithGroup derive, and it is safe for concurrent use.
 type Handler struct {
 	next slog.Handler
 	t    *table
@@ -52,6 +58,9 @@ func NewHandler(next slog.Handler, o HandlerOptions) *Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.AfterFunc == nil {
+		o.AfterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
+	}
 	return &Handler{next: next, t: &table{o: o, m: make(map[lineKey]*window)}}
 }
 
@@ -71,11 +80,16 @@ type lineKey struct {
 }
 
 // window is a message's allowance: from start, n lines passed, held
-// held back since the last line that passed.
+// held back since the last line that passed, the last of them last (to
+// be written through lastTo at the window's end unless a line passes
+// before); flushing says that end is awaited.
 type window struct {
-	start time.Time
-	n     int
-	held  int64
+	start    time.Time
+	n        int
+	held     int64
+	last     slog.Record
+	lastTo   slog.Handler
+	flushing bool
 }
 
 // Enabled reports whether next handles level.
@@ -92,7 +106,7 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	if len(msg) > maxKeyBytes {
 		msg = msg[:maxKeyBytes] // a long message is told apart by its start
 	}
-	held, ok := h.t.pass(lineKey{r.Level, msg})
+	held, ok := h.t.pass(lineKey{r.Level, msg}, &r, h.next)
 	if !ok {
 		return nil
 	}
@@ -103,7 +117,9 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	return h.next.Handle(ctx, r)
 }
 
-func (t *table) pass(k lineKey) (held int64, ok bool) {
+// pass reports whether r, a line of k to be written through to, passes,
+// and how many lines of k it is to say were held back.
+func (t *table) pass(k lineKey, r *slog.Record, to slog.Handler) (held int64, ok bool) {
 	now := t.o.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -122,11 +138,41 @@ func (t *table) pass(k lineKey) (held int64, ok bool) {
 	}
 	if w.n >= t.o.Burst {
 		w.held++
+		w.last, w.lastTo = r.Clone(), to
+		if !w.flushing {
+			w.flushing = true
+			t.o.AfterFunc(w.start.Add(t.o.Window).Sub(now), func() { t.flush(w) })
+		}
 		return 0, false
 	}
 	w.n++
 	held, w.held = w.held, 0
+	w.last, w.lastTo = slog.Record{}, nil
 	return held, true
+}
+
+// flush writes, at the end of w's window, the last line held back since a
+// line of w passed, saying how many others were; it counts as a line of
+// the window it is written in.
+func (t *table) flush(w *window) {
+	now := t.o.Now()
+	t.mu.Lock()
+	w.flushing = false
+	if w.held == 0 {
+		t.mu.Unlock()
+		return
+	}
+	r, to, others := w.last, w.lastTo, w.held-1
+	w.held, w.last, w.lastTo = 0, slog.Record{}, nil
+	if now.Sub(w.start) >= t.o.Window || now.Before(w.start) {
+		w.start, w.n = now, 0
+	}
+	w.n++
+	t.mu.Unlock()
+	if others > 0 {
+		r.AddAttrs(slog.Int64("not_logged_since", others))
+	}
+	_ = to.Handle(context.Background(), r)
 }
 
 // WithAttrs returns a Handler for next.WithAttrs(attrs) sharing h's

@@ -13,17 +13,37 @@ import (
 
 // clock is a clock a test moves by hand.
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu   sync.Mutex
+	t    time.Time
+	ends []func()
 }
 
 func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
+// clock is also the timer of the window ends: ends holds what is to run
+// at them, in the order they were asked for, run by fire.
+func (c *clock) afterFunc(d time.Duration, f func()) {
+	c.mu.Lock()
+	c.ends = append(c.ends, f)
+	c.mu.Unlock()
+}
+
+// fire runs what was to run at the ends of windows.
+func (c *clock) fire() {
+	c.mu.Lock()
+	ends := c.ends
+	c.ends = nil
+	c.mu.Unlock()
+	for _, f := range ends {
+		f()
+	}
+}
+
 func newTestLogger(o HandlerOptions) (*slog.Logger, *bytes.Buffer, *clock) {
 	var buf bytes.Buffer
 	c := &clock{t: time.Unix(1000, 0)}
-	o.Now = c.now
+	o.Now, o.AfterFunc = c.now, c.afterFunc
 	h := slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
@@ -100,6 +120,40 @@ func TestHandlerHoldsBackAFlood(t *testing.T) {
 	if n != 11 || int64(n)+held != 10_002 {
 		t.Fatalf("%d lines saying %d held back, want 11 accounting for 10,002:\n%s", n, held, buf.String())
 	}
+	c.fire() // the first window's end: what it held was told since
+	if n, _ := count(t, buf, "level=WARN msg=\"gateway: upstream error\""); n != 11 {
+		t.Fatalf("a window's end wrote a line told already: %d lines", n)
+	}
+}
+
+// TestHandlerWritesTheLastLineHeldBack: lines held back that no later
+// line tells of (a burst of 25 warnings at a reload, then none) are told
+// at the window's end by the last of them, which says how many others
+// were held back; it counts as a line of the next window.
+func TestHandlerWritesTheLastLineHeldBack(t *testing.T) {
+	l, buf, c := newTestLogger(HandlerOptions{})
+	for i := range 25 {
+		l.Warn("config: a route shadows another", "route", i)
+	}
+	if n, _ := count(t, buf, "shadows"); n != 10 {
+		t.Fatalf("%d lines of a burst of 25, want 10", n)
+	}
+	c.add(time.Second)
+	c.fire()
+	n, held := count(t, buf, "shadows")
+	if n != 11 || held != 14 || !strings.Contains(buf.String(), "route=24 not_logged_since=14") {
+		t.Fatalf("%d lines saying %d held back, want the 25th saying 14:\n%s", n, held, buf.String())
+	}
+	for i := range 20 {
+		l.Warn("config: a route shadows another", "route", 100+i)
+	}
+	if n, _ := count(t, buf, "shadows"); n != 11+9 {
+		t.Fatalf("the window the last line was told in let %d more through, want 9", n-11)
+	}
+	c.fire()
+	if n, held := count(t, buf, "shadows"); n != 21 || int64(n)+held != 45 {
+		t.Fatalf("%d lines saying %d held back, want 21 accounting for 45:\n%s", n, held, buf.String())
+	}
 }
 
 // TestHandlerBoundsItsMessages: lines of more distinct messages than
@@ -135,14 +189,25 @@ func ExampleHandler() {
 		}
 		return a
 	}})
-	l := slog.New(NewHandler(h, HandlerOptions{Burst: 2, Now: func() time.Time { return t }}))
-	for range 100 {
-		l.Warn("upstream error")
+	var windowEnd func()
+	l := slog.New(NewHandler(h, HandlerOptions{Burst: 2,
+		Now:       func() time.Time { return t },
+		AfterFunc: func(_ time.Duration, f func()) { windowEnd = f },
+	}))
+	for i := range 100 {
+		l.Warn("upstream error", "request", i)
 	}
 	t = t.Add(time.Second)
-	l.Warn("upstream error")
+	l.Warn("upstream error", "request", 100)
+	for i := 101; i < 105; i++ {
+		l.Warn("upstream error", "request", i)
+	}
+	t = t.Add(time.Second)
+	windowEnd() // nothing passed since the last two were held back
 	// Output:
-	// level=WARN msg="upstream error"
-	// level=WARN msg="upstream error"
-	// level=WARN msg="upstream error" not_logged_since=98
+	// level=WARN msg="upstream error" request=0
+	// level=WARN msg="upstream error" request=1
+	// level=WARN msg="upstream error" request=100 not_logged_since=98
+	// level=WARN msg="upstream error" request=101
+	// level=WARN msg="upstream error" request=104 not_logged_since=2
 }
