@@ -1,13 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/lograte"
 )
 
 // TestServeLogHoldsBackAFloodOfUpstreamErrors: a client that sends 300
@@ -47,19 +47,9 @@ routes:
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	lines, held := 0, int64(0)
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if !strings.Contains(l, `msg="gateway: upstream error"`) {
-			continue
-		}
-		lines++
-		if _, v, ok := strings.Cut(l, "not_logged_since="); ok {
-			var n int64
-			if _, err := fmt.Sscan(v, &n); err != nil {
-				t.Fatalf("%q: %v", l, err)
-			}
-			held += n
-		}
+	lines, held, err := lograte.Count(logs.String(), `msg="gateway: upstream error"`)
+	if err != nil {
+		t.Fatal(err)
 	}
 	most := 10 * (int(elapsed/time.Second) + 2)
 	if lines > most || int64(lines)+held != flood+1 {

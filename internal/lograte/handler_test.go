@@ -58,18 +58,9 @@ func newTestLogger(o HandlerOptions) (*slog.Logger, *bytes.Buffer, *clock) {
 // not_logged_since values.
 func count(t *testing.T, buf *bytes.Buffer, sub string) (lines int, held int64) {
 	t.Helper()
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		if !strings.Contains(l, sub) {
-			continue
-		}
-		lines++
-		if _, v, ok := strings.Cut(l, "not_logged_since="); ok {
-			var n int64
-			if _, err := fmt.Sscan(v, &n); err != nil {
-				t.Fatalf("%q: %v", l, err)
-			}
-			held += n
-		}
+	lines, held, err := Count(buf.String(), sub)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return lines, held
 }
@@ -210,4 +201,29 @@ func ExampleHandler() {
 	// level=WARN msg="upstream error" request=100 not_logged_since=98
 	// level=WARN msg="upstream error" request=101
 	// level=WARN msg="upstream error" request=104 not_logged_since=2
+}
+
+// TestCountReadsTextAndJSON: Count accounts for a flood in either form of
+// slog's lines, and refuses a count that is no number.
+func TestCountReadsTextAndJSON(t *testing.T) {
+	for _, json := range []bool{false, true} {
+		var buf bytes.Buffer
+		var h slog.Handler = slog.NewTextHandler(&buf, nil)
+		if json {
+			h = slog.NewJSONHandler(&buf, nil)
+		}
+		var end func()
+		l := slog.New(NewHandler(h, HandlerOptions{Burst: 3, AfterFunc: func(_ time.Duration, f func()) { end = f }}))
+		for range 40 {
+			l.Warn("upstream error")
+		}
+		end()
+		lines, held, err := Count(buf.String(), "upstream error")
+		if err != nil || lines != 4 || int64(lines)+held != 40 {
+			t.Errorf("json %v: %d lines saying %d held back (%v), want 4 accounting for 40:\n%s", json, lines, held, err, buf.String())
+		}
+	}
+	if _, _, err := Count(`msg=x not_logged_since=many`, "x"); err == nil {
+		t.Error("a count that is no number was read")
+	}
 }
