@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/policy"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -46,7 +47,11 @@ type Metrics interface {
 // nothing and follows a policy file, looking at it every second.
 type Options struct {
 	// Logger receives reloads, rejected versions of the policy file and
-	// the errors of the engine and the store (default: discard).
+	// the errors of the engine and the store (default: discard). Some are
+	// written once a request (a refund that fails while the store is out
+	// of reach): the Guard holds back its lines past ten of one message a
+	// second, the next one saying how many were held back
+	// (lograte.Handler); the Logger's other lines are left alone.
 	Logger *slog.Logger
 	// Metrics, when set, is told every decision and every answer of the
 	// Guard's own.
@@ -76,7 +81,8 @@ type StoreConfig struct {
 	// RefuseEvictable asks for an error when the store may evict the
 	// limiter's keys (server.redis_eviction: refuse).
 	RefuseEvictable bool
-	// Logger is Options.Logger.
+	// Logger is the Guard's logger: Options.Logger, its lines held back
+	// as the Guard's are.
 	Logger *slog.Logger
 }
 
@@ -101,9 +107,9 @@ type Guard struct {
 // invalid (a config.Errors value holds every problem) or the store cannot
 // be opened.
 func New(src Source, o Options) (*Guard, error) {
-	g := &Guard{log: o.Logger}
-	if g.log == nil {
-		g.log = slog.New(slog.DiscardHandler)
+	g := &Guard{log: slog.New(slog.DiscardHandler)}
+	if o.Logger != nil {
+		g.log = slog.New(lograte.NewHandler(o.Logger.Handler(), lograte.HandlerOptions{}))
 	}
 	var reloader *policy.Reloader
 	var pol *policy.Policy

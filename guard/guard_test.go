@@ -25,6 +25,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/config"
 	"github.com/floodgate/floodgate/guard"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/metrics"
 	"github.com/floodgate/floodgate/store/memstore"
@@ -419,4 +420,47 @@ func TestMetrics(t *testing.T) {
 	if d, r := m.decisions.Load(), m.rejected.Load(); d != 2 || r != 1 {
 		t.Errorf("%d decisions and %d refusals observed, want 2 and 1", d, r)
 	}
+}
+
+// TestLoggerHoldsBackAFlood: the logger a Guard gives its engine and
+// store holds back past ten lines of one message a second, as serve's
+// does: 100 warnings of a store (one a request while Redis is out of
+// reach) reach the embedder's log as ten, then the last held back at the
+// second's end says how many others were.
+func TestLoggerHoldsBackAFlood(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, file, "version: 1\nserver: {store: \"redis://127.0.0.1:1/0\"}\nlimits:\n  - {name: one, rate: 1, per: 1h}\n")
+	var buf syncBuffer
+	_, err := guard.New(guard.File(file), guard.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+		OpenStore: func(c guard.StoreConfig) (limiter.Store, func() error, error) {
+			for range 100 {
+				c.Logger.Warn("redisstore: refund failed; the charge stays until its window passes")
+			}
+			c.Logger.Info("another message")
+			return nil, nil, errors.New("no Redis here")
+		}})
+	if err == nil {
+		t.Fatal("the opener's error was not returned")
+	}
+	count := func() (int, int64) {
+		lines, held, err := lograte.Count(buf.String(), "refund failed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lines, held
+	}
+	if lines, _ := count(); lines != 10 {
+		t.Fatalf("%d lines of 100 in a second, want 10:\n%s", lines, buf.String())
+	}
+	if !strings.Contains(buf.String(), "another message") {
+		t.Errorf("another message was held back:\n%s", buf.String())
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if lines, held := count(); lines == 11 && held == 89 {
+			return
+		}
+	}
+	lines, held := count()
+	t.Fatalf("%d lines saying %d held back, want 11 accounting for 100:\n%s", lines, held, buf.String())
 }
