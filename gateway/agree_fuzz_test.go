@@ -564,11 +564,17 @@ func trailersCutOff(s string) bool {
 	return !strings.HasSuffix(s, "\n\r\n") && !strings.HasSuffix(s, "\n\n")
 }
 
-// connectRefused reads a 400 as CONNECT's 405.
+// connectRefused reads a CONNECT's refusals as its 405: a 400 (net/http's
+// for a CONNECT to a target that is no authority), and a 501 or 505 that
+// another fault of the same request may get on one engine while the other
+// names the CONNECT or a third fault ("CONNECT : HTTP/0.0" with a broken
+// field line is 505 on net/http and 400 on the edge engine: "A request
+// with two faults").
 func connectRefused(rs []reply) []reply {
 	rs = slices.Clone(rs)
 	for i := range rs {
-		if rs[i].Status == http.StatusBadRequest {
+		switch rs[i].Status {
+		case http.StatusBadRequest, http.StatusNotImplemented, http.StatusHTTPVersionNotSupported:
 			rs[i].Status = http.StatusMethodNotAllowed
 		}
 	}
@@ -589,13 +595,10 @@ func agreeReplies(a, b []reply) bool {
 // refusedEither reports whether x and y are each 400, 501 or 505, the
 // refusals of "A request with two faults" (docs/engines.md): each engine
 // may name the one it reads first, a broken field line or Host, an
-// unknown transfer coding, another HTTP version. A CONNECT's 400 is read
-// as 405 (connectRefused), so 405 is one of them too: "CONNECT : HTTP/0.0"
-// with a broken field line is 505 on net/http and 400 on the edge engine.
+// unknown transfer coding, another HTTP version.
 func refusedEither(x, y reply) bool {
 	bad := func(s int) bool {
-		return s == http.StatusBadRequest || s == http.StatusNotImplemented || s == http.StatusHTTPVersionNotSupported ||
-			s == http.StatusMethodNotAllowed
+		return s == http.StatusBadRequest || s == http.StatusNotImplemented || s == http.StatusHTTPVersionNotSupported
 	}
 	return bad(x.Status) && bad(y.Status) && len(x.Fields) == 0 && len(y.Fields) == 0
 }
