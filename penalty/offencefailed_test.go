@@ -54,17 +54,38 @@ func TestOffencesFailedLoggedOnceASecond(t *testing.T) {
 
 	// An offence first, so that Redis has the script when it is stopped.
 	box.Outcome(context.Background(), "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
-	srv.Pause()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	box.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
-	cancel()
-	srv.Resume()
+	// The offence reaches Redis once its caller gave up waiting. One Redis
+	// never ran (on a loaded machine the call may not be written before
+	// its deadline) is made again, ten times at most; each try logs a line
+	// at most.
+	bans := func() string {
+		n, err := srv.Do("HLEN", redisBans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	made, tries := false, 0
+	for ; tries < 10 && !made; tries++ {
+		srv.Pause()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		box.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
+		cancel()
+		srv.Resume()
+		for i := 0; i < 25 && !made; i++ {
+			made = bans() == "2"
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !made {
+		t.Fatal("no ban of ip:10.0.0.1 made after its caller gave up waiting, in 10 tries")
+	}
 	waitFor(t, func() bool { _, _, banned := box.Banned("ip:10.0.0.1", "", ""); return banned })
 	if n := lines("offence not counted"); n != 0 {
 		t.Errorf("an offence Redis counted late is logged as not counted (%d lines)", n)
 	}
-	if n := lines("offence not answered in time"); n != 1 {
-		t.Errorf("%d lines of an offence not answered in time, want 1", n)
+	if n := lines("offence not answered in time"); n < 1 || n > tries {
+		t.Errorf("%d lines of an offence not answered in time in %d tries, want 1 to %d", n, tries, tries)
 	}
 
 	srv.Stop()
