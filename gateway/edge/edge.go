@@ -766,7 +766,7 @@ func (e *Engine) serveRequest(ctx *fasthttp.RequestCtx, noOverride bool) {
 	v := f.Request()
 	h := &ctx.Request.Header
 	v.Method = methodOf(h.Method())
-	v.Host = b2s(ctx.Host())
+	v.Host = b2s(hostOf(ctx))
 	// The path as the net/http engine reads it (gateway.TargetPath), not
 	// fasthttp's, which merges slashes and resolves dot segments: read so,
 	// /a%00/../b would be served as /b here and refused on net/http.
@@ -1115,6 +1115,44 @@ func (h *edgeHeader) Values(name string) []string {
 		out[i] = b2s(v)
 	}
 	return out
+}
+
+// hostOf returns the host a request is routed by as fasthttp's
+// ctx.Host() reads it (an absolute-form target's host, else the Host
+// field's, lowercased and unescaped), without fasthttp's parse of the
+// whole target, path and all, when the target is a path and the field is
+// plain: lowercase letters, digits, dots and hyphens, and a port, as
+// nearly every request sends it, which that parse returns unchanged. The
+// bytes are the header's: valid until the header is rewritten.
+func hostOf(ctx *fasthttp.RequestCtx) []byte {
+	h := &ctx.Request.Header
+	uri, host := h.RequestURI(), h.Host()
+	if len(uri) > 0 && uri[0] == '/' && (len(uri) == 1 || uri[1] != '/') && plainHost(host) {
+		return host
+	}
+	return ctx.Host()
+}
+
+// plainHost reports whether h is a host of lowercase letters, digits,
+// dots and hyphens, with or without a port of digits after one colon.
+func plainHost(h []byte) bool {
+	if len(h) == 0 {
+		return false
+	}
+	colon := false
+	for _, c := range h {
+		switch {
+		case '0' <= c && c <= '9':
+		case colon:
+			return false
+		case 'a' <= c && c <= 'z' || c == '.' || c == '-':
+		case c == ':':
+			colon = true
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // methodOf returns a method as a string, without allocating for the

@@ -299,3 +299,38 @@ func TestNextRequestDuringTheAnswer(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// FuzzHostOf: the host a request is routed by is the one fasthttp's
+// ctx.Host() reads, whatever the target and Host field, on the first
+// request of a connection and on the next, when fasthttp reads a host it
+// parsed before from memory.
+func FuzzHostOf(f *testing.F) {
+	for _, s := range [][2]string{
+		{"/x", "gateway.example"}, {"/", "gateway.example:8080"}, {"/x", "Gateway.Example"},
+		{"/x", "ex%61mple.com"}, {"/x", "[::1]:80"}, {"/x", "a:1:2"}, {"/x", "a:b"}, {"/x", "a:"},
+		{"//x/y", "gateway.example"}, {"http://other.example/x", "gateway.example"},
+		{"http://OTHER.example:81/x?y", "gateway.example"}, {"/x", ""}, {"/a/../b", "h-1.example"},
+		{"/x", "user@host"}, {"/x", "ho_st"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, target, host string) {
+		raw := "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n"
+		var want fasthttp.RequestCtx
+		if err := want.Request.Header.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Skip()
+		}
+		var ctx fasthttp.RequestCtx
+		for i := range 2 {
+			ctx.Request.Reset()
+			if err := ctx.Request.Header.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+				t.Fatal(err)
+			}
+			w := string(want.Host())
+			if got := string(hostOf(&ctx)); got != w {
+				t.Fatalf("request %d: target %q, Host %q: host %q, fasthttp reads %q", i+1, target, host, got, w)
+			}
+			_ = ctx.Host() // what fasthttp keeps of it for the next request
+		}
+	})
+}
