@@ -52,8 +52,8 @@ go vet ./...
 # detector's shadow memory would hide: the process's under a flood, and
 # the rate-limit service's heap reserve. Allocations on the request path,
 # which it would add to (its sync.Pool drops items at random): overload
-# control's, a refusal's served again and again, and the choice of a
-# Cluster node's circuit breaker. Built static and
+# control's, a refusal's served again and again, a request the edge
+# engine forwards, and the choice of a Cluster node's circuit breaker. Built static and
 # with -trimpath, as the image's binary is: the packages they compile are
 # then the ones the deploy module's tests and cmd/floodgate's static and
 # version builds need, compiled once for all of them.
@@ -61,6 +61,7 @@ static=(env CGO_ENABLED=0 go test -trimpath)
 "${static[@]}" -count=1 -timeout 5m -run '^TestFloodRSSWithinCap$' ./cmd/floodgate
 "${static[@]}" -count=1 -timeout 5m -run '^(TestHeapReserveNotResident|TestServedRefusalAllocatesNothing)$' ./internal/app
 "${static[@]}" -count=1 -timeout 5m -run '^(TestOverloadAllocs|TestOverloadShareAllocs)$' ./gateway
+"${static[@]}" -count=1 -timeout 5m -run '^TestForwardedRequestAllocatesNothing$' ./gateway/edge
 "${static[@]}" -count=1 -timeout 5m -run '^TestBreakerPerPartitionAllocs$' ./limiter
 # The deployment artefacts (deploy/: the Helm chart, the kustomize base,
 # the dashboard and the alert rules), a module of its own so that Helm's

@@ -369,8 +369,9 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 				err = uc.readDeadline(c, up.timeout)
 			}
 		}
-		var we *writeError
-		if errors.As(err, &we) && uc.readDeadline(c, up.timeout) == nil {
+		// errors.AsType, not errors.As: As's target would be allocated on
+		// every request, the answered ones too.
+		if _, ok := errors.AsType[*writeError](err); ok && uc.readDeadline(c, up.timeout) == nil {
 			// The upstream stopped taking the request: it may have
 			// answered before reading all of it (a failed login or a 413
 			// refused before the body, then its connection closed), and
@@ -423,8 +424,7 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		}
 		err = br.head(&resp.Header) // the next one
 	}
-	var low *lowStatusError
-	if errors.As(err, &low) {
+	if low, ok := errors.AsType[*lowStatusError](err); ok {
 		// Answered, and counted as answered, with a status no client can
 		// be given (fasthttp reads 000 as 200): 502, and no answer began,
 		// so a reservation is given back, as on net/http.
