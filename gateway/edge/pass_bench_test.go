@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -165,5 +166,28 @@ func BenchmarkEdgePass(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		one()
+	}
+}
+
+// TestHopBit: each hop-by-hop name, in any case, has its own bit; a name
+// of the same length that is not one, or one a byte longer or shorter,
+// has none.
+func TestHopBit(t *testing.T) {
+	for i, n := range hopNames {
+		for _, k := range []string{n, strings.ToLower(n), strings.ToUpper(n)} {
+			if b := hopBit([]byte(k)); b != 1<<i {
+				t.Errorf("hopBit(%q) = %b, want %b", k, b, 1<<i)
+			}
+		}
+		for _, k := range []string{n[:len(n)-1], n + "x", strings.Repeat("x", len(n))} {
+			if b := hopBit([]byte(k)); b != 0 {
+				t.Errorf("hopBit(%q) = %b, want 0", k, b)
+			}
+		}
+	}
+	for _, k := range []string{"Server", "Cookie", "User-Agent", "Content-Type", "Date", "X-Forwarded-For"} {
+		if b := hopBit([]byte(k)); b != 0 {
+			t.Errorf("hopBit(%q) = %b, want 0", k, b)
+		}
 	}
 }

@@ -1217,7 +1217,7 @@ func hopBit(k []byte) uint16 {
 	switch len(k) {
 	case 2, 6, 7, 9, 10, 16, 18, 19:
 		for i, n := range hopNames {
-			if bytes.EqualFold(k, s2b(n)) {
+			if len(n) == len(k) && bytes.EqualFold(k, s2b(n)) {
 				return 1 << i
 			}
 		}
