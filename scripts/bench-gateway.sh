@@ -57,10 +57,25 @@
 # what they gave back to the system (gateway/edge/park.go), so the default
 # waits for that.
 #
+# Each row also says how often the load generator slept a request (wrk's
+# voluntary context switches over the run, from GNU time): a server's
+# answer to a wrk thread asleep in epoll_wait has the kernel wake that
+# thread, from the server's write, at a cost of a few microseconds counted
+# in the server's CPU. A server slower than wrk finds it asleep at most of
+# its answers, a faster one seldom: CPU per request counts part of that
+# difference twice.
+#
+# PIN=1 pins the measured servers to SERVER_CPUS (0; the Go servers with
+# GOMAXPROCS set to their number, NGINX with as many workers) and wrk and
+# the upstream to LOAD_CPUS (1), with THREADS 1 by default: no server is
+# taken off its CPU by wrk, and CPU per request and req/s vary less from
+# round to round on a small machine. Unpinned (the default) is the setup
+# of the table in docs/engines.md.
+#
 # Environment: DURATION (default 10s), ROUNDS (3), CONNECTIONS (50),
 # HIGH_CONNECTIONS (400), HIGH_ROUNDS (ROUNDS), IDLE_CONNECTIONS (10000, fewer when the file
-# descriptor limit does not allow them), IDLE_WAIT (35), THREADS (2),
-# BASE_PORT (18100). GOGC, when set, reaches the Go programs alike.
+# descriptor limit does not allow them), IDLE_WAIT (35), THREADS (2, 1 with PIN=1),
+# PIN, SERVER_CPUS, LOAD_CPUS, BASE_PORT (18100). GOGC, when set, reaches the Go programs alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,13 +86,22 @@ HIGH_CONNECTIONS=${HIGH_CONNECTIONS:-400}
 HIGH_ROUNDS=${HIGH_ROUNDS:-$ROUNDS}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-10000}
 IDLE_WAIT=${IDLE_WAIT:-35}
-THREADS=${THREADS:-2}
+PIN=${PIN:-}
+SERVER_CPUS=${SERVER_CPUS:-0}
+LOAD_CPUS=${LOAD_CPUS:-1}
+if [ -n "$PIN" ] && [ "$PIN" != 0 ]; then
+	THREADS=${THREADS:-1}
+else
+	PIN=""
+	THREADS=${THREADS:-2}
+fi
 BASE_PORT=${BASE_PORT:-18100}
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=()
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+[ -x /usr/bin/time ] || need+=(time)
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
 	need+=(nginx)
 fi
@@ -97,6 +121,18 @@ if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+# on_server and on_load: what a command runs under, on the servers' CPUs
+# or the load's (nothing unpinned). SERVER_PROCS: the Go servers'
+# GOMAXPROCS and NGINX's workers (auto unpinned).
+on_server=()
+on_load=()
+SERVER_PROCS=auto
+if [ -n "$PIN" ]; then
+	command -v taskset >/dev/null 2>&1 || { echo "bench-gateway: PIN=1 needs taskset (util-linux)" >&2; exit 1; }
+	SERVER_PROCS=$(taskset -c "$SERVER_CPUS" nproc)
+	on_server=(env GOMAXPROCS="$SERVER_PROCS" taskset -c "$SERVER_CPUS")
+	on_load=(taskset -c "$LOAD_CPUS")
+fi
 # The idle connections take a descriptor each in the client and in the
 # server (whose processes inherit the limit, and raise their own).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -157,29 +193,29 @@ nginx_conf upstream 1 "    server {
         listen 127.0.0.1:$UP;
         location / { default_type application/json; return 200 '{\"ok\":true}\n'; }
     }"
-"$NGINX" -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' 2>"$work/upstream/stderr" &
+"${on_load[@]}" "$NGINX" -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' 2>"$work/upstream/stderr" &
 pids+=($!)
 PID_UP=$!
 
-"$work/benchgw" proxy -addr "127.0.0.1:$BARE" -target "http://127.0.0.1:$UP" >/dev/null &
+"${on_server[@]}" "$work/benchgw" proxy -addr "127.0.0.1:$BARE" -target "http://127.0.0.1:$UP" >/dev/null &
 pids+=($!)
 PID_BARE=$!
-"$work/benchgw" fixed429 -addr "127.0.0.1:$BARE_429" >/dev/null &
+"${on_server[@]}" "$work/benchgw" fixed429 -addr "127.0.0.1:$BARE_429" >/dev/null &
 pids+=($!)
 PID_BARE_429=$!
-"$work/benchgw" conn429 -addr "127.0.0.1:$BARE_429_CONN" >/dev/null &
+"${on_server[@]}" "$work/benchgw" conn429 -addr "127.0.0.1:$BARE_429_CONN" >/dev/null &
 pids+=($!)
 PID_BARE_429_CONN=$!
-"$work/benchgw" loop429 -addr "127.0.0.1:$BARE_429_LOOP" >/dev/null &
+"${on_server[@]}" "$work/benchgw" loop429 -addr "127.0.0.1:$BARE_429_LOOP" >/dev/null &
 pids+=($!)
 PID_BARE_429_LOOP=$!
-"$work/benchgw" fastproxy -addr "127.0.0.1:$BARE_FAST" -target "http://127.0.0.1:$UP" >/dev/null &
+"${on_server[@]}" "$work/benchgw" fastproxy -addr "127.0.0.1:$BARE_FAST" -target "http://127.0.0.1:$UP" >/dev/null &
 pids+=($!)
 PID_BARE_FAST=$!
-"$work/benchgw" connproxy -addr "127.0.0.1:$BARE_CONN" -target "http://127.0.0.1:$UP" >/dev/null &
+"${on_server[@]}" "$work/benchgw" connproxy -addr "127.0.0.1:$BARE_CONN" -target "http://127.0.0.1:$UP" >/dev/null &
 pids+=($!)
 PID_BARE_CONN=$!
-"$work/benchgw" loopproxy -addr "127.0.0.1:$BARE_LOOP" -target "http://127.0.0.1:$UP" >/dev/null &
+"${on_server[@]}" "$work/benchgw" loopproxy -addr "127.0.0.1:$BARE_LOOP" -target "http://127.0.0.1:$UP" >/dev/null &
 pids+=($!)
 PID_BARE_LOOP=$!
 
@@ -191,7 +227,7 @@ for job in pass reject; do
 done
 declare -A PID
 start_floodgate() { # NAME ENGINE CONFIG PORT
-	"$work/floodgate" serve --engine "$2" --config "$work/$3" --listen "127.0.0.1:$4" --log-level error >/dev/null &
+	"${on_server[@]}" "$work/floodgate" serve --engine "$2" --config "$work/$3" --listen "127.0.0.1:$4" --log-level error >/dev/null &
 	pids+=($!)
 	PID[$1]=$!
 }
@@ -200,7 +236,7 @@ start_floodgate fast-429 fast reject.yaml "$FAST_REJECT"
 start_floodgate net-pass net/http pass.yaml "$NET_PASS"
 start_floodgate net-429 net/http reject.yaml "$NET_REJECT"
 
-nginx_conf front auto "    upstream up { server 127.0.0.1:$UP; keepalive 256; }
+nginx_conf front "$SERVER_PROCS" "    upstream up { server 127.0.0.1:$UP; keepalive 256; }
     limit_req_zone \$binary_remote_addr zone=pass:10m rate=1000000r/s;
     limit_req_zone \$binary_remote_addr zone=tiny:10m rate=1r/m;
     limit_req_status 429;
@@ -225,7 +261,7 @@ nginx_conf front auto "    upstream up { server 127.0.0.1:$UP; keepalive 256; }
             proxy_pass http://up;
         }
     }"
-"$NGINX" -p "$work/front" -c "$work/front/nginx.conf" -g 'daemon off;' 2>"$work/front/stderr" &
+"${on_server[@]}" "$NGINX" -p "$work/front" -c "$work/front/nginx.conf" -g 'daemon off;' 2>"$work/front/stderr" &
 pids+=($!)
 PID_NGINX=$!
 
@@ -299,22 +335,24 @@ to_ms() {
 }
 
 # measure NAME CONNS: run wrk on NAME; appends "rps p99 cpu_us user_us
-# preempted_per_request" to $work/results/NAME-CONNS and prints the line.
+# preempted_per_request wrk_sleeps_per_request" to $work/results/NAME-CONNS
+# and prints the line.
 mkdir -p "$work/results"
 measure() {
-	local name=$1 conns=$2 url pid out before after ubefore uafter pbefore pafter reqs rps p99 cpu user pre non2xx file
+	local name=$1 conns=$2 url pid out before after ubefore uafter pbefore pafter reqs rps p99 cpu user pre non2xx file sleeps
 	url=${URL[$name]}
 	pid=${SPID[$name]}
 	# A short warm-up opens the connections.
-	wrk -t"$THREADS" -c"$conns" -d2s "$url" >/dev/null 2>&1 || true
+	"${on_load[@]}" wrk -t"$THREADS" -c"$conns" -d2s "$url" >/dev/null 2>&1 || true
 	before=$(cpu_ticks "$pid")
 	ubefore=$(user_ticks "$pid")
 	pbefore=$(preemptions "$pid")
-	out=$(wrk -t"$THREADS" -c"$conns" -d"$DURATION" --latency "$url")
+	out=$("${on_load[@]}" /usr/bin/time -f %w -o "$work/wrk-waits" wrk -t"$THREADS" -c"$conns" -d"$DURATION" --latency "$url")
 	after=$(cpu_ticks "$pid")
 	uafter=$(user_ticks "$pid")
 	pafter=$(preemptions "$pid")
 	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+	sleeps=$(awk -v n="$reqs" 'END {printf "%.3f", $1 / n}' "$work/wrk-waits")
 	rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<<"$out")
 	p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$out")")
 	cpu=$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$reqs" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
@@ -323,12 +361,12 @@ measure() {
 	non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
 	errors=$(awk '/Socket errors:/ {print $0}' <<<"$out")
 	file="$work/results/$(tr ' /' '__' <<<"$name")-$conns"
-	echo "$rps $p99 $cpu $user $pre" >>"$file"
+	echo "$rps $p99 $cpu $user $pre $sleeps" >>"$file"
 	case $name in
 	*429) # every answer must be a 429: count the others
 		echo "$name $((reqs - ${non2xx:-0}))" >>"$work/results/passed" ;;
 	esac
-	printf '  %-26s c=%-4s %8s req/s   p99 %8s ms   %6s us CPU/req (user %s)   preempted %s/req   non-2xx %s %s\n' "$name" "$conns" "$rps" "$p99" "$cpu" "$user" "$pre" "${non2xx:-0}" "$errors"
+	printf '  %-26s c=%-4s %8s req/s   p99 %8s ms   %6s us CPU/req (user %s)   preempted %s/req   wrk slept %s/req   non-2xx %s %s\n' "$name" "$conns" "$rps" "$p99" "$cpu" "$user" "$pre" "$sleeps" "${non2xx:-0}" "$errors"
 }
 # median NAME CONNS FIELD: the median of a result's field over the rounds.
 median() {
@@ -350,7 +388,9 @@ while IFS='|' read -r name kib; do
 	echo "  $name: ${IDLE[$name]} KiB an idle connection ($IDLE_CONNECTIONS held ${IDLE_WAIT}s)"
 done < <(idle_kib "$IDLE_CONNECTIONS" "$IDLE_WAIT" "" "${specs[@]}")
 
-echo "wrk -t$THREADS -d$DURATION, $ROUNDS interleaved rounds at -c$CONNECTIONS, $HIGH_ROUNDS at -c$HIGH_CONNECTIONS; $(nproc) CPUs;" \
+pinned="unpinned"
+[ -n "$PIN" ] && pinned="servers on CPUs $SERVER_CPUS ($SERVER_PROCS), wrk and the upstream on CPUs $LOAD_CPUS"
+echo "wrk -t$THREADS -d$DURATION, $ROUNDS interleaved rounds at -c$CONNECTIONS, $HIGH_ROUNDS at -c$HIGH_CONNECTIONS; $(nproc) CPUs, $pinned;" \
 	"nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), $(go version | awk '{print $3}'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "(CPU/req counts the measured server only: the proxies' upstream is not included)"
 # rounds COUNT CONNS LABEL NAME...: COUNT rounds measuring every NAME once
@@ -374,15 +414,16 @@ rounds "$HIGH_ROUNDS" "$HIGH_CONNECTIONS" "at -c$HIGH_CONNECTIONS, " \
 m() { median "$1" "$2" "$3"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 echo
-echo "| server | job | req/s (c=$CONNECTIONS) | vs nginx | CPU per request | vs nginx | of it in user space | preempted a request | p99 c=$CONNECTIONS | p99 c=$HIGH_CONNECTIONS | KiB per idle connection |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| server | job | req/s (c=$CONNECTIONS) | vs nginx | CPU per request | vs nginx | of it in user space | preempted a request | wrk slept a request | p99 c=$CONNECTIONS | p99 c=$HIGH_CONNECTIONS | KiB per idle connection |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 row() { # NAME JOB NGINX-NAME
-	local name=$1 rps p99 cpu user pre hp99 idle vs vsc
+	local name=$1 rps p99 cpu user pre sleeps hp99 idle vs vsc
 	rps=$(m "$name" "$CONNECTIONS" 1)
 	p99=$(m "$name" "$CONNECTIONS" 2)
 	cpu=$(m "$name" "$CONNECTIONS" 3)
 	user=$(m "$name" "$CONNECTIONS" 4)
 	pre=$(m "$name" "$CONNECTIONS" 5)
+	sleeps=$(m "$name" "$CONNECTIONS" 6)
 	hp99="-"
 	[ -f "$work/results/$(tr ' /' '__' <<<"$name")-$HIGH_CONNECTIONS" ] && hp99="$(m "$name" "$HIGH_CONNECTIONS" 2) ms"
 	idle=${IDLE[$name]:--}
@@ -392,7 +433,7 @@ row() { # NAME JOB NGINX-NAME
 		vs="$(ratio "$rps" "$(m "$3" "$CONNECTIONS" 1)")x"
 		vsc="$(ratio "$cpu" "$(m "$3" "$CONNECTIONS" 3)")x"
 	fi
-	printf '| %s | %s | %.0f | %s | %s us | %s | %s us | %s | %s ms | %s | %s |\n' "$name" "$2" "$rps" "$vs" "$cpu" "$vsc" "$user" "$pre" "$p99" "$hp99" "$idle"
+	printf '| %s | %s | %.0f | %s | %s us | %s | %s us | %s | %s | %s ms | %s | %s |\n' "$name" "$2" "$rps" "$vs" "$cpu" "$vsc" "$user" "$pre" "$sleeps" "$p99" "$hp99" "$idle"
 }
 row "floodgate fast 429" "429 path" "nginx 429"
 row "floodgate net/http 429" "429 path" "nginx 429"
