@@ -120,3 +120,109 @@ func TestLateClaimsSentTogether(t *testing.T) {
 		t.Errorf("floodgate_bans_total: %v, want %d", n, bans+1)
 	}
 }
+
+// lostClaims is a client that, while armed, loses each claim of a ban
+// its maker made: Redis is sent a command it does not know in its place,
+// so the call fails and the claim never runs, as over a connection that
+// broke, and the claim is the maker's to send again.
+type lostClaims struct {
+	rueidis.Client
+	armed atomic.Bool
+}
+
+func (l *lostClaims) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c := cmd.Commands() // read before the call, which recycles them
+	if l.armed.Load() && slices.Contains(c, redisUnseen) && !slices.Contains(c, redisChanges) {
+		return l.Client.Do(ctx, l.Client.B().Arbitrary("NOSUCHCOMMAND").Build())
+	}
+	return l.Client.Do(ctx, cmd)
+}
+
+// TestManyLateClaims: the claims of more bans than one call sends
+// (claimBatch), lost on their way, are sent again in calls of claimBatch
+// and count every ban once; and the claims kept to send again stay within
+// the change log (changeLog) however many bans lose theirs, the newest
+// kept. Before, no test made more than 100.
+func TestManyLateClaims(t *testing.T) {
+	srv := redistest.Start(t)
+	r := flood
+	r.After = 1
+	lost := &lostClaims{Client: clientsOf(t, srv)()}
+	be := NewRedis(lost, 2*changeLog)
+	reg := prometheus.NewRegistry()
+	box, err := New([]config.Ban{r}, Options{Backend: be, Poll: time.Hour, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	ctx := context.Background()
+	pending := func() (n int, first, last string) {
+		be.claimMu.Lock()
+		defer be.claimMu.Unlock()
+		if n = len(be.pending); n > 0 {
+			first, last = be.pending[0].ban.Key, be.pending[n-1].ban.Key
+		}
+		return n, first, last
+	}
+	offend := func(from, to int) {
+		for i := from; i < to; i++ {
+			box.Outcome(ctx, fmt.Sprintf("ip:10.%d.%d.%d", i>>16, i>>8&255, i&255), "", "", true, policy.IdentityClientIP, 429)
+		}
+	}
+	counted := func() float64 { return promtest.Value(t, reg, "floodgate_bans_total", nil) }
+	// A ban first, so that Redis has the scripts: a script it does not
+	// have costs a second call (EVALSHA, then EVAL).
+	box.Outcome(ctx, "ip:192.0.2.1", "", "", true, policy.IdentityClientIP, 429)
+
+	// More than two calls' worth of lost claims.
+	const some = 2*claimBatch + 500
+	lost.armed.Store(true)
+	offend(0, some)
+	lost.armed.Store(false)
+	if n, _, _ := pending(); n != some {
+		t.Fatalf("%d claims kept to send again, want %d", n, some)
+	}
+	before := scriptCalls(t, srv)
+	late := be.Late(ctx)
+	if calls := scriptCalls(t, srv) - before; calls != 3 {
+		t.Errorf("%d claims sent again in %d calls, want 3", some, calls)
+	}
+	if len(late) != some {
+		t.Errorf("%d bans counted from the claims sent again, want %d", len(late), some)
+	}
+	for _, ban := range late {
+		box.banned(ban)
+	}
+	if err := box.look(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := counted(); n != some+1 {
+		t.Errorf("floodgate_bans_total: %v, want %d", n, some+1)
+	}
+	if n, _, _ := pending(); n != 0 {
+		t.Errorf("%d claims still kept after they were answered", n)
+	}
+
+	// More lost claims than the change log holds: the oldest are let go,
+	// the newest changeLog kept.
+	const more = changeLog + 700
+	lost.armed.Store(true)
+	offend(some, some+more)
+	lost.armed.Store(false)
+	n, first, last := pending()
+	wantFirst := fmt.Sprintf("ip:10.%d.%d.%d", (some+700)>>16, (some+700)>>8&255, (some+700)&255)
+	wantLast := fmt.Sprintf("ip:10.%d.%d.%d", (some+more-1)>>16, (some+more-1)>>8&255, (some+more-1)&255)
+	if n != changeLog || first != wantFirst || last != wantLast {
+		t.Fatalf("%d claims kept, %s to %s; want %d, %s to %s", n, first, last, changeLog, wantFirst, wantLast)
+	}
+	before = scriptCalls(t, srv)
+	late = be.Late(ctx)
+	calls := scriptCalls(t, srv) - before
+	t.Logf("%d claims kept of %d lost, sent again in %d calls, %d bans counted from them", n, more, calls, len(late))
+	if calls != changeLog/claimBatch {
+		t.Errorf("%d claims sent again in %d calls, want %d", n, calls, changeLog/claimBatch)
+	}
+	if len(late) != changeLog {
+		t.Errorf("%d bans counted from the claims sent again, want %d", len(late), changeLog)
+	}
+}
