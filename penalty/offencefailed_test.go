@@ -54,32 +54,11 @@ func TestOffencesFailedLoggedOnceASecond(t *testing.T) {
 
 	// An offence first, so that Redis has the script when it is stopped.
 	box.Outcome(context.Background(), "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
-	// The offence reaches Redis once its caller gave up waiting. One Redis
-	// never ran (on a loaded machine the call may not be written before
-	// its deadline) is made again, ten times at most; each try logs a line
-	// at most.
-	bans := func() string {
-		n, err := srv.Do("HLEN", redisBans)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	made, tries := false, 0
-	for ; tries < 10 && !made; tries++ {
-		srv.Pause()
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		box.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
-		cancel()
-		srv.Resume()
-		for i := 0; i < 25 && !made; i++ {
-			made = bans() == "2"
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	if !made {
-		t.Fatal("no ban of ip:10.0.0.1 made after its caller gave up waiting, in 10 tries")
-	}
+	// The offence reaches Redis once its caller gave up waiting (made
+	// again when Redis never ran it: offendLate); each try logs a line at
+	// most.
+	bans := bansHeld(t, srv)
+	tries := offendLate(t, srv, box, "ip:10.0.0.1", func() bool { return bans() == "2" }, nil)
 	waitFor(t, func() bool { _, _, banned := box.Banned("ip:10.0.0.1", "", ""); return banned })
 	if n := lines("offence not counted"); n != 0 {
 		t.Errorf("an offence Redis counted late is logged as not counted (%d lines)", n)
@@ -297,32 +276,10 @@ func TestClaimReadLateCounted(t *testing.T) {
 	a.Outcome(context.Background(), "ip:10.0.0.9", "", "", true, policy.IdentityClientIP, 429)
 	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.0.0.9", "", ""); return banned })
 
-	// The offence reaches Redis once its caller gave up waiting. One Redis
-	// never ran (on a loaded machine the call may not be written before
-	// its deadline) is made again, ten times at most.
-	bans := func() string {
-		n, err := srv.Do("HLEN", redisBans)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	made := false
-	for try := 0; try < 10 && !made; try++ {
-		stalled.armed.Store(true)
-		srv.Pause()
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		a.Outcome(ctx, "ip:10.0.0.1", "", "", true, policy.IdentityClientIP, 429)
-		cancel()
-		srv.Resume()
-		for i := 0; i < 25 && !made; i++ {
-			made = bans() == "2"
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	if !made {
-		t.Fatal("no ban of ip:10.0.0.1 made after its caller gave up waiting, in 10 tries")
-	}
+	// The offence reaches Redis once its caller gave up waiting (made
+	// again when Redis never ran it: offendLate).
+	bans := bansHeld(t, srv)
+	offendLate(t, srv, a, "ip:10.0.0.1", func() bool { return bans() == "2" }, func() { stalled.armed.Store(true) })
 	waitFor(t, func() bool { _, _, banned := b.Banned("ip:10.0.0.1", "", ""); return banned })
 	for deadline := time.Now().Add(5 * time.Second); counted() < 2 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)

@@ -9,70 +9,20 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-)
 
-// rawUpstream answers every request without a body on a loopback
-// listener with the same small JSON answer, allocating nothing per
-// request, so that a benchmark's allocations are the engine's. It is
-// closed, its connections too, with the test.
-func rawUpstream(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	answer := []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"ok\":true}\n")
-	var mu sync.Mutex
-	var conns []net.Conn
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadSlice('\n')
-					if err != nil {
-						return
-					}
-					if len(bytes.TrimRight(line, "\r\n")) > 0 {
-						continue
-					}
-					if _, err := c.Write(answer); err != nil {
-						return
-					}
-				}
-			})
-		}
-	})
-	tb.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
+	"github.com/floodgate/floodgate/internal/upstreamtest"
+)
 
 // passOnce sets up the pass-through of scripts/bench-gateway.sh (a
 // per-address limit that never binds, scripts/bench-gateway/pass.yaml)
-// through the edge engine on loopback, in front of rawUpstream, and
-// returns a function that sends one request over a kept-alive connection
-// and reads its answer. The engine is shut down with the test.
+// through the edge engine on loopback, in front of an upstream that
+// allocates nothing (upstreamtest.Fixed), and returns a function that
+// sends one request over a kept-alive connection and reads its answer.
+// The engine is shut down with the test.
 func passOnce(tb testing.TB) func() {
 	tb.Helper()
-	up := rawUpstream(tb)
+	up := upstreamtest.Fixed(tb, []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"ok\":true}\n"))
 	g := policyGateway(tb, `version: 1
 server:
   headers: {ratelimit: true}

@@ -5,6 +5,7 @@ package upstreamtest
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -18,21 +19,68 @@ import (
 // the test. It returns its address.
 func Raw(t testing.TB, answer func(c net.Conn, req *http.Request) bool) string {
 	t.Helper()
+	return serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			if !answer(c, req) {
+				return
+			}
+		}
+	})
+}
+
+// Fixed is an upstream on loopback that answers every request without a
+// body with answer, as written, and allocates nothing per request: a
+// benchmark's allocations are then those of what stands in front of it.
+// It reads a request's head line by line and takes no body. Its listener
+// and connections end with the test. It returns its address.
+func Fixed(t testing.TB, answer []byte) string {
+	t.Helper()
+	return serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			if len(bytes.TrimRight(line, "\r\n")) > 0 {
+				continue // a line of the head
+			}
+			if _, err := c.Write(answer); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// serve accepts connections on a loopback listener and runs each on a
+// goroutine of its own with conn, closing it after; the listener and the
+// connections end with the test, and the goroutines before it ends. It
+// returns the listener's address.
+func serve(t testing.TB, conn func(c net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	var conns []net.Conn
+	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		_ = ln.Close()
 		mu.Lock()
-		defer mu.Unlock()
 		for _, c := range conns {
 			_ = c.Close() // a gateway's kept connections end with the test
 		}
+		mu.Unlock()
+		wg.Wait()
 	})
-	go func() {
+	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -41,21 +89,11 @@ func Raw(t testing.TB, answer func(c net.Conn, req *http.Request) bool) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			go func() {
+			wg.Go(func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if !answer(c, req) {
-						return
-					}
-				}
-			}()
+				conn(c)
+			})
 		}
-	}()
+	})
 	return ln.Addr().String()
 }
