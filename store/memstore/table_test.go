@@ -210,8 +210,12 @@ func TestCoarseClock(t *testing.T) {
 			t.Fatalf("first read %d, want the system clock's %d", n, w)
 		}
 		// While read, it keeps up with the system clock: never behind it by
-		// more than a tick, never ahead, never back.
+		// more than a tick, never ahead, never back. The reads fall half a
+		// step off the ticks: a read at a tick's instant would race the
+		// clock's goroutine, which marks the clock unread there, between
+		// the read and the look at its state.
 		prev := c.now()
+		time.Sleep(clockTick / 20)
 		for range 200 {
 			time.Sleep(clockTick / 10)
 			n, w := c.now(), wall()
