@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/bufpool"
+	"github.com/floodgate/floodgate/internal/racecheck"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -248,7 +249,7 @@ func BenchmarkOverloadPass(b *testing.B) {
 // TestOverloadAllocs: overload control adds no allocation to a request
 // it admits at once.
 func TestOverloadAllocs(t *testing.T) {
-	if raceEnabled {
+	if racecheck.Enabled {
 		t.Skip("under the race detector sync.Pool drops items at random: allocations are not counted")
 	}
 	allocs := map[string]float64{}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/floodgate/floodgate/internal/racecheck"
 )
 
 // The overload control driven by those it limits: a tenant whose requests
@@ -674,7 +676,7 @@ queue: {size: 64, per_tenant: 32, max_wait: 2s}`))
 // allocation to a request admitted at once on a route with a queue,
 // whatever names its tenants.
 func TestOverloadShareAllocs(t *testing.T) {
-	if raceEnabled {
+	if racecheck.Enabled {
 		t.Skip("under the race detector sync.Pool drops items at random: allocations are not counted")
 	}
 	allocs := map[string]float64{}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/racecheck"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -234,7 +235,7 @@ func TestBreakerPerPartitionOff(t *testing.T) {
 // TestBreakerPerPartitionAllocs: choosing the breakers of the servers a
 // call touches allocates nothing once they are made.
 func TestBreakerPerPartitionAllocs(t *testing.T) {
-	if raceEnabled {
+	if racecheck.Enabled {
 		t.Skip("the race detector's sync.Pool drops items at random; scripts/test.sh runs this without it")
 	}
 	ps := newPartStore()

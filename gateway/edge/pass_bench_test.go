@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/floodgate/floodgate/internal/racecheck"
 	"github.com/floodgate/floodgate/internal/upstreamtest"
 )
 
@@ -91,7 +92,7 @@ limits:
 // each allocated twice: the targets of two errors.As, called whether the
 // exchange failed or not.
 func TestForwardedRequestAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if racecheck.Enabled {
 		t.Skip("under the race detector sync.Pool drops items at random: allocations are not counted")
 	}
 	one := passOnce(t)

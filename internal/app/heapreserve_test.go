@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/floodgate/floodgate/internal/racecheck"
 )
 
 // heapLive is the bytes of heap live after a collection made now.
@@ -124,7 +126,7 @@ const reserveChildEnv = "FLOODGATE_TEST_HEAP_RESERVE_CHILD"
 // detector's shadow memory moves the resident size, so scripts/test.sh
 // runs this without -race.
 func TestHeapReserveNotResident(t *testing.T) {
-	if raceEnabled {
+	if racecheck.Enabled {
 		t.Skip("the race detector's shadow memory moves the resident size; scripts/test.sh runs this without -race")
 	}
 	if os.Getenv(reserveChildEnv) == "1" {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/internal/racecheck"
 )
 
 // servedRejectPolicy is the 429 path's policy of scripts/bench-gateway.sh,
@@ -66,7 +67,7 @@ func refuseOnce(tb testing.TB, g *gateway.Gateway, r *gateway.Request) bool {
 // RateLimit value are the strings built for its first refusal), so a
 // flood does not make the collector run.
 func TestServedRefusalAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if racecheck.Enabled {
 		t.Skip("under the race detector sync.Pool drops items at random: allocations are not counted")
 	}
 	g, r := servedRejecter(t)

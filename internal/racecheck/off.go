@@ -1,0 +1,6 @@
+//go:build !race
+
+package racecheck
+
+// Enabled reports whether the binary runs under the race detector.
+const Enabled = false
