@@ -100,9 +100,7 @@ func TestLateClaimsSentTogether(t *testing.T) {
 		t.Fatalf("%d claims unanswered, want %d", pending, bans)
 	}
 
-	before := scriptCalls(t, srv)
-	late := be.Late(ctx)
-	calls := scriptCalls(t, srv) - before
+	late, calls := sendLate(t, srv, be)
 	t.Logf("%d claims sent again in %d calls", bans, calls)
 	if calls != 1 {
 		t.Errorf("%d claims sent again in %d calls, want 1", bans, calls)
@@ -110,12 +108,7 @@ func TestLateClaimsSentTogether(t *testing.T) {
 	if len(late) != bans {
 		t.Errorf("%d bans counted from the claims sent again, want %d", len(late), bans)
 	}
-	for _, ban := range late {
-		box.banned(ban)
-	}
-	if err := box.look(ctx); err != nil {
-		t.Fatal(err)
-	}
+	countLate(t, box, late)
 	if n := promtest.Value(t, reg, "floodgate_bans_total", nil); n != bans+1 {
 		t.Errorf("floodgate_bans_total: %v, want %d", n, bans+1)
 	}
@@ -182,20 +175,14 @@ func TestManyLateClaims(t *testing.T) {
 	if n, _, _ := pending(); n != some {
 		t.Fatalf("%d claims kept to send again, want %d", n, some)
 	}
-	before := scriptCalls(t, srv)
-	late := be.Late(ctx)
-	if calls := scriptCalls(t, srv) - before; calls != 3 {
+	late, calls := sendLate(t, srv, be)
+	if calls != 3 {
 		t.Errorf("%d claims sent again in %d calls, want 3", some, calls)
 	}
 	if len(late) != some {
 		t.Errorf("%d bans counted from the claims sent again, want %d", len(late), some)
 	}
-	for _, ban := range late {
-		box.banned(ban)
-	}
-	if err := box.look(ctx); err != nil {
-		t.Fatal(err)
-	}
+	countLate(t, box, late)
 	if n := counted(); n != some+1 {
 		t.Errorf("floodgate_bans_total: %v, want %d", n, some+1)
 	}
@@ -215,14 +202,34 @@ func TestManyLateClaims(t *testing.T) {
 	if n != changeLog || first != wantFirst || last != wantLast {
 		t.Fatalf("%d claims kept, %s to %s; want %d, %s to %s", n, first, last, changeLog, wantFirst, wantLast)
 	}
-	before = scriptCalls(t, srv)
-	late = be.Late(ctx)
-	calls := scriptCalls(t, srv) - before
+	late, calls = sendLate(t, srv, be)
 	t.Logf("%d claims kept of %d lost, sent again in %d calls, %d bans counted from them", n, more, calls, len(late))
 	if calls != changeLog/claimBatch {
 		t.Errorf("%d claims sent again in %d calls, want %d", n, calls, changeLog/claimBatch)
 	}
 	if len(late) != changeLog {
 		t.Errorf("%d bans counted from the claims sent again, want %d", len(late), changeLog)
+	}
+}
+
+// sendLate sends again the claims be kept (Redis.Late) and returns the
+// bans they say are be's to count, and how many script calls Redis at srv
+// ran meanwhile.
+func sendLate(t *testing.T, srv *redistest.Server, be *Redis) ([]Ban, int) {
+	t.Helper()
+	before := scriptCalls(t, srv)
+	late := be.Late(context.Background())
+	return late, scriptCalls(t, srv) - before
+}
+
+// countLate has box count the bans of late, as its poll does with what
+// Late returns, and read what changed.
+func countLate(t *testing.T, box *Box, late []Ban) {
+	t.Helper()
+	for _, ban := range late {
+		box.banned(ban)
+	}
+	if err := box.look(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

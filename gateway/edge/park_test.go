@@ -60,7 +60,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // serveOn starts e on a loopback port and returns its address and a stop
 // that shuts it down and checks that Serve ended cleanly.
-func serveOn(t *testing.T, e *Engine) (addr string, stop func()) {
+func serveOn(t testing.TB, e *Engine) (addr string, stop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,7 +71,7 @@ func serveOn(t *testing.T, e *Engine) (addr string, stop func()) {
 
 // serveListener serves e on ln and returns a stop that shuts it down and
 // checks that Serve ended cleanly.
-func serveListener(t *testing.T, e *Engine, ln net.Listener) (stop func()) {
+func serveListener(t testing.TB, e *Engine, ln net.Listener) (stop func()) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- e.Serve(ln) }()

@@ -3,7 +3,6 @@ package edge
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"math"
 	"net"
@@ -32,25 +31,14 @@ routes:
 limits:
   - {name: per-ip, rate: 1000000, burst: 1000000, key: client_ip, scope: global}
 `)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e := New(g, Options{})
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ln) }()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr, stop := serveOn(tb, New(g, Options{}))
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
 		c.Close()
-		if err := e.Shutdown(context.Background()); err != nil {
-			tb.Error(err)
-		}
-		if err := <-done; err != nil {
-			tb.Error(err)
-		}
+		stop()
 	})
 	br := bufio.NewReader(c)
 	req := []byte("GET /students/9 HTTP/1.1\r\nHost: gateway.example\r\nUser-Agent: bench\r\n\r\n")
