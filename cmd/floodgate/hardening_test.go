@@ -146,7 +146,11 @@ routes:
 
 // TestSlowHeadersAreCut: a client that sends its headers a byte at a time
 // (slowloris) is cut off by server.timeouts.read_header on each engine,
-// without an answer, and never reaches the upstream.
+// without an answer, and never reaches the upstream: on a new connection
+// (silent, or trickling its first request), and on a kept-alive one whose
+// next request's head trickles, whether it came after the answer, behind
+// the request before it in one write (pipelined), or after the connection
+// waited long enough to be parked.
 func TestSlowHeadersAreCut(t *testing.T) {
 	t.Parallel() // it waits for timeouts, not on the CPU
 	forEngines(t, testSlowHeadersAreCut)
@@ -164,43 +168,77 @@ routes:
 `, up.URL))
 	gw, _, _, _ := startServe(t, "--engine", engine, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", "error")
 	addr := strings.TrimPrefix(gw, "http://")
-	for _, first := range []string{"", "GET / HTTP/1.1\r\n"} { // silent, then trickling
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if first != "" {
-			if _, err := io.WriteString(c, first); err != nil {
+	// OPTIONS * is answered by the gateway (200, the connection kept),
+	// never by the upstream.
+	const answered = "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, c := range []struct {
+		name         string
+		before, head string        // sent, then the answers to before are read, then head
+		idle         time.Duration // waited between the two
+	}{
+		{name: "silent"},
+		{name: "trickling", head: "GET / HTTP/1.1\r\n"},
+		{name: "kept alive", before: answered, head: "GET / HTTP/1.1\r\n"},
+		{name: "pipelined", before: answered + "GET / HTTP/1.1\r\n"},
+		{name: "parked", before: answered, idle: 2500 * time.Millisecond, head: "GET / HTTP/1.1\r\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		cut := make(chan []byte, 1)
-		go func() {
-			b, _ := io.ReadAll(c) // until the gateway closes
-			cut <- b
-		}()
-		deadline := time.After(20 * time.Second)
-	trickle:
-		for i := 0; ; i++ {
-			select {
-			case b := <-cut:
-				if len(b) > 0 {
-					t.Errorf("a slow client (%q) was answered %q", first, b)
+			defer conn.Close()
+			br := bufio.NewReader(conn)
+			if c.before != "" {
+				if _, err := io.WriteString(conn, c.before); err != nil {
+					t.Fatal(err)
 				}
-				break trickle
-			case <-deadline:
-				t.Fatalf("a slow client (%q) was never cut off", first)
-			case <-time.After(200 * time.Millisecond):
-				if first != "" {
-					_, _ = fmt.Fprintf(c, "X-%d: y\r\n", i)
+				_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("the request before: %v", err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("the request before: %d", resp.StatusCode)
+				}
+				_ = conn.SetReadDeadline(time.Time{})
+				time.Sleep(c.idle)
+			}
+			if c.head != "" {
+				if _, err := io.WriteString(conn, c.head); err != nil {
+					t.Fatal(err)
 				}
 			}
+			cut := make(chan []byte, 1)
+			go func() {
+				b, _ := io.ReadAll(br) // until the gateway closes
+				cut <- b
+			}()
+			deadline := time.After(20 * time.Second)
+			for i := 0; ; i++ {
+				select {
+				case b := <-cut:
+					if len(b) > 0 {
+						t.Errorf("a slow client was answered %q", b)
+					}
+					return
+				case <-deadline:
+					t.Fatal("a slow client was never cut off")
+				case <-time.After(200 * time.Millisecond):
+					if c.head != "" || c.before != "" {
+						_, _ = fmt.Fprintf(conn, "X-%d: y\r\n", i)
+					}
+				}
+			}
+		})
+	}
+	t.Cleanup(func() {
+		if got := up.take(); len(got) > 0 {
+			t.Errorf("the upstream got %q", got)
 		}
-	}
-	if got := up.take(); len(got) > 0 {
-		t.Errorf("the upstream got %q", got)
-	}
+	})
 }
 
 // TestRefusedRequestsAreNotCounted: what the gateway answers before any

@@ -26,14 +26,19 @@ type conn struct {
 	// a connection parked in the idle set gives it back.
 	head *[sniffBytes]byte
 
-	// fasthttp moves a connection's read deadline three times a request
-	// (the headers' bound, the body's, then the idle one), each costing
-	// timer work in the runtime. The deadline it asks for is noted
-	// (want); the connection's own (set) is moved only to bring it
-	// earlier, and a read cut by it before want is retried with set
-	// moved to want: a busy connection moves its real deadline about
-	// once per read_header, not three times a request.
+	// A request's read deadline moves up to three times (the head's
+	// bound, the body's, then the idle one), each costing timer work in
+	// the runtime. The deadline asked for is noted (want); the
+	// connection's own (set) is moved only to bring it earlier, and a
+	// read cut by it before want is retried with set moved to want: a
+	// busy connection moves its real deadline about once per
+	// read_header, not three times a request.
 	want, set time.Time
+	// headNext says fasthttp's idle deadline was taken: the deadline it
+	// sets next, none, once the next request's first byte came, is where
+	// that request's head starts, bounded here (headDeadline) rather
+	// than by fasthttp's ReadTimeout, which would read the clock for it.
+	headNext bool
 
 	// The address of the other end, and its text for an IPv4 one (the
 	// key it is counted under), worked out on the first request.
@@ -227,12 +232,19 @@ func (c *conn) peer() (netip.Addr, string) {
 // SetReadDeadline notes t as the read deadline, moving the connection's
 // only when t is earlier than what it has (or it has none).
 func (c *conn) SetReadDeadline(t time.Time) error {
+	if c.headNext {
+		c.headNext = false
+		if t.IsZero() {
+			t = c.headDeadline()
+		}
+	}
 	// The first deadline set after the handler returned is fasthttp's idle
 	// one, set before it waits for the next request.
 	// A request already read ahead (pipelined) sets the next deadline
 	// without that wait: its reads are not one.
 	if c.ended || c.idleRead {
 		c.idleRead = c.ended && !t.IsZero()
+		c.headNext = c.ended && !t.IsZero()
 		c.ended = false
 	}
 	c.want = t
@@ -241,6 +253,24 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 	}
 	c.set = t
 	return c.Conn.SetReadDeadline(t)
+}
+
+// headDeadline returns the deadline of a kept-alive connection's next
+// request's head, whose first byte has just come: read_header from now.
+// Where read_header is at least eight of the parker's sweeps, now is the
+// parker's clock (at most a sweep behind, read for free) plus a sweep, the
+// latest it can be: the head may then take up to a sweep more, never less.
+func (c *conn) headDeadline() time.Time {
+	if c.eng == nil {
+		return time.Time{}
+	}
+	h := c.eng.header
+	if c.p != nil && h >= 8*c.p.every {
+		if swept := c.p.now.Load(); swept != 0 {
+			return monoBase.Add(time.Duration(swept-1) + c.p.every + h)
+		}
+	}
+	return time.Now().Add(h)
 }
 
 // SetDeadline sets both deadlines; the read one as SetReadDeadline does.

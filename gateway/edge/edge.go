@@ -38,11 +38,16 @@ import (
 // Options configure the edge engine (New). Zero fields take the defaults
 // in brackets.
 type Options struct {
-	// ReadHeaderTimeout bounds reading a request's headers, and the first
-	// bytes of a new connection [10s].
+	// ReadHeaderTimeout bounds reading a request's headers, from their
+	// first byte, and the first bytes of a new connection [10s]. Where it
+	// is at least eight times ParkIdleAfter, a kept-alive connection's
+	// next head may take up to one ParkIdleAfter more (its bound is read
+	// from the parker's clock), never less.
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a request's body, from the end of its
-	// headers [60s].
+	// headers [60s]. A request without a body has no read bound while it
+	// is served: the engine reads nothing of it then but to see its
+	// client leave.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds writing a response [0: none, so that long
 	// downloads and event streams work].
@@ -172,12 +177,20 @@ func New(g *gateway.Gateway, o Options) *Engine {
 		Handler:       e.serve,
 		ErrorHandler:  e.readError,
 		ExpectHandler: e.expect,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-			// The headers are in: the body has ReadTimeout.
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			// The headers are in: a body has ReadTimeout, from now (its
+			// first byte is read before the handler). A request without
+			// one reads nothing more: serve drops its deadline.
+			if noBody(h) {
+				return fasthttp.RequestConfig{}
+			}
 			return fasthttp.RequestConfig{ReadTimeout: read}
 		},
-		Name:            "",
-		ReadTimeout:     e.header,
+		Name: "",
+		// No ReadTimeout: the engine's connection bounds each request's
+		// head itself (conn.headNext), from a clock read for free; only
+		// the idle deadline is fasthttp's, which marks the wait for the
+		// next request. Each deadline fasthttp sets costs it a clock read.
 		WriteTimeout:    o.WriteTimeout,
 		IdleTimeout:     def(o.IdleTimeout, 120*time.Second),
 		ReadBufferSize:  maxHeader,
@@ -305,6 +318,7 @@ func (e *Engine) route(c net.Conn) {
 		}
 		ec.send = e.send
 		ec.first.Store(false)
+		_ = ec.SetReadDeadline(time.Now().Add(e.header)) // the first request's head
 		if e.parker != nil {
 			e.parker.add(ec)
 		}
@@ -593,6 +607,11 @@ func (e *Engine) serve(ctx *fasthttp.RequestCtx) {
 	if x := c.resume.Load(); x != nil && c.resume.CompareAndSwap(x, nil) {
 		e.step(x, x.f, true) // admitted before its body (expect), which is here now
 	} else {
+		if noBody(&ctx.Request.Header) {
+			// Nothing more to read for it (HeaderReceived set no body
+			// deadline): no bound on a watch of the client while it waits.
+			_ = c.SetReadDeadline(time.Time{})
+		}
 		e.startWrite(c)
 		e.serveHTTP(ctx)
 	}
@@ -726,6 +745,14 @@ func (e *Engine) admit(ctx *fasthttp.RequestCtx, expect bool) bool {
 		return false
 	}
 	return true
+}
+
+// noBody reports whether a request has no body: a Content-Length of 0, or
+// neither Content-Length nor chunked coding (fasthttp reads those as -2,
+// then 0 once it looked for the body).
+func noBody(h *fasthttp.RequestHeader) bool {
+	n := h.ContentLength()
+	return n == 0 || n == -2
 }
 
 // logRefused writes the access record of a request admit answered.

@@ -1,0 +1,77 @@
+package edge
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestKeptHeadBoundedFromItsFirstByte: the head of a kept-alive
+// connection's next request has ReadHeaderTimeout from its first byte,
+// read from the parker's clock when the bound is eight of its sweeps or
+// more: a head that trickles is cut, never before the bound, whether it
+// came after the answer before it or behind that request (pipelined).
+func TestKeptHeadBoundedFromItsFirstByte(t *testing.T) {
+	t.Parallel()
+	g := policyGateway(t, `version: 1
+routes:
+  - {name: all, match: {paths: ["/**"]}, upstream: none}
+`)
+	const head = 400 * time.Millisecond
+	// 400 ms is 16 sweeps of 25 ms: the parker's clock is read.
+	e := New(g, Options{ParkIdleAfter: 25 * time.Millisecond, ReadHeaderTimeout: head})
+	if head < 8*e.parker.every {
+		t.Fatalf("the bound %v is under eight sweeps of %v", head, e.parker.every)
+	}
+	addr, stop := serveOn(t, e)
+	defer stop()
+	// OPTIONS * is answered by the engine, the connection kept.
+	const options = "OPTIONS * HTTP/1.1\r\nHost: gateway.example\r\n\r\n"
+	for _, pipelined := range []bool{false, true} {
+		c, br := dial(t, addr)
+		first := options
+		if pipelined {
+			first += "GET / HTTP/1.1\r\n"
+		}
+		if _, err := io.WriteString(c, first); err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("OPTIONS *: %d", res.StatusCode)
+		}
+		if !pipelined {
+			began = time.Now()
+			if _, err := io.WriteString(c, "GET / HTTP/1.1\r\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cut := make(chan time.Time, 1)
+		go func() {
+			_, _ = io.ReadAll(br) // until the engine closes
+			cut <- time.Now()
+		}()
+		deadline := time.After(10 * time.Second)
+	trickle:
+		for i := 0; ; i++ {
+			select {
+			case at := <-cut:
+				if d := at.Sub(began); d < head {
+					t.Errorf("pipelined %v: a trickling head was cut after %v, before its bound of %v", pipelined, d, head)
+				}
+				break trickle
+			case <-deadline:
+				t.Fatalf("pipelined %v: a trickling head was never cut", pipelined)
+			case <-time.After(20 * time.Millisecond):
+				_, _ = fmt.Fprintf(c, "X-%d: y\r\n", i)
+			}
+		}
+	}
+}
