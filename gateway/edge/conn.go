@@ -36,9 +36,14 @@ type conn struct {
 	want, set time.Time
 	// headNext says fasthttp's idle deadline was taken: the deadline it
 	// sets next, none, once the next request's first byte came, is where
-	// that request's head starts, bounded here (headDeadline) rather
-	// than by fasthttp's ReadTimeout, which would read the clock for it.
-	headNext bool
+	// that request's head starts, bounded here rather than by fasthttp's
+	// ReadTimeout, which would read the clock for it. headRead says the
+	// head has begun and has no bound yet: the first read of it from the
+	// connection sets read_header from then. A head that came whole
+	// with its first byte (most do) is parsed without a read, and costs
+	// no clock read; one that did not is read under its bound from
+	// within microseconds of its first byte.
+	headNext, headRead bool
 
 	// The address of the other end, and its text for an IPv4 one (the
 	// key it is counted under), worked out on the first request.
@@ -232,10 +237,11 @@ func (c *conn) peer() (netip.Addr, string) {
 // SetReadDeadline notes t as the read deadline, moving the connection's
 // only when t is earlier than what it has (or it has none).
 func (c *conn) SetReadDeadline(t time.Time) error {
+	c.headRead = false
 	if c.headNext {
 		c.headNext = false
-		if t.IsZero() {
-			t = c.headDeadline()
+		if t.IsZero() && c.eng != nil {
+			c.headRead = true // bounded by its first read (Read)
 		}
 	}
 	// The first deadline set after the handler returned is fasthttp's idle
@@ -253,24 +259,6 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 	}
 	c.set = t
 	return c.Conn.SetReadDeadline(t)
-}
-
-// headDeadline returns the deadline of a kept-alive connection's next
-// request's head, whose first byte has just come: read_header from now.
-// Where read_header is at least eight of the parker's sweeps, now is the
-// parker's clock (at most a sweep behind, read for free) plus a sweep, the
-// latest it can be: the head may then take up to a sweep more, never less.
-func (c *conn) headDeadline() time.Time {
-	if c.eng == nil {
-		return time.Time{}
-	}
-	h := c.eng.header
-	if c.p != nil && h >= 8*c.p.every {
-		if swept := c.p.now.Load(); swept != 0 {
-			return monoBase.Add(time.Duration(swept-1) + c.p.every + h)
-		}
-	}
-	return time.Now().Add(h)
 }
 
 // SetDeadline sets both deadlines; the read one as SetReadDeadline does.
@@ -327,6 +315,9 @@ func (c *conn) dropHead() {
 }
 
 func (c *conn) Read(b []byte) (int, error) {
+	if c.headRead {
+		_ = c.SetReadDeadline(time.Now().Add(c.eng.header)) // clears headRead
+	}
 	if len(c.pre) > 0 {
 		n := copy(b, c.pre)
 		c.pre = c.pre[n:]

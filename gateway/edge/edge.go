@@ -39,10 +39,7 @@ import (
 // in brackets.
 type Options struct {
 	// ReadHeaderTimeout bounds reading a request's headers, from their
-	// first byte, and the first bytes of a new connection [10s]. Where it
-	// is at least eight times ParkIdleAfter, a kept-alive connection's
-	// next head may take up to one ParkIdleAfter more (its bound is read
-	// from the parker's clock), never less.
+	// first byte, and the first bytes of a new connection [10s].
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a request's body, from the end of its
 	// headers [60s]. A request without a body has no read bound while it
@@ -188,9 +185,10 @@ func New(g *gateway.Gateway, o Options) *Engine {
 		},
 		Name: "",
 		// No ReadTimeout: the engine's connection bounds each request's
-		// head itself (conn.headNext), from a clock read for free; only
-		// the idle deadline is fasthttp's, which marks the wait for the
-		// next request. Each deadline fasthttp sets costs it a clock read.
+		// head itself (conn.headRead), reading the clock only for a head
+		// that did not come whole; only the idle deadline is fasthttp's,
+		// which marks the wait for the next request. Each deadline
+		// fasthttp sets costs it a clock read.
 		WriteTimeout:    o.WriteTimeout,
 		IdleTimeout:     def(o.IdleTimeout, 120*time.Second),
 		ReadBufferSize:  maxHeader,

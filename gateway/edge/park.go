@@ -301,7 +301,7 @@ func (p *parker) resume(c *conn) {
 	}
 	p.unpark(c)
 	// fasthttp takes it as a new connection, whose head the engine bounds
-	// (conn.headNext): from now, as its first bytes are in.
+	// (conn.headRead): from now, as its first bytes are in.
 	c.headNext = false
 	_ = c.SetReadDeadline(time.Now().Add(p.e.header))
 	p.e.fast.push(c)
