@@ -237,7 +237,12 @@ func (c *conn) peer() (netip.Addr, string) {
 // SetReadDeadline notes t as the read deadline, moving the connection's
 // only when t is earlier than what it has (or it has none).
 func (c *conn) SetReadDeadline(t time.Time) error {
-	c.headRead = false
+	// The flags are written only when set: a connection handed over to
+	// net/http, which never sets them, has its deadlines set and its
+	// reads made from more than one goroutine.
+	if c.headRead {
+		c.headRead = false
+	}
 	if c.headNext {
 		c.headNext = false
 		if t.IsZero() && c.eng != nil {
