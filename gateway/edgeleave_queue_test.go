@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/ruletest"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/store/memstore"
 )
 
 // TestQueuedClientShutsItsSideDown: a client that sends its request and
@@ -36,40 +37,75 @@ func TestQueuedClientShutsItsSideDown(t *testing.T) {
 				reached.Add(1)
 				_, _ = io.WriteString(w, "served")
 			})
-		nextDelay := func() time.Duration {
-			t.Helper()
-			out := make([]floodgate.Decision, 1)
-			if err := store.Decide(context.Background(), []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}, true, out); err != nil {
-				t.Fatal(err)
-			}
-			return out[0].Delay
-		}
 		if a := do(t, client, "GET", srvURL, nil); a.status != 200 {
 			t.Fatalf("first request %d", a.status)
 		}
-		c, err := net.Dial("tcp", strings.TrimPrefix(srvURL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-		if _, err := io.WriteString(c, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(20 * time.Second); nextDelay() != 2*time.Minute; {
-			if time.Now().After(deadline) {
-				t.Fatalf("the request never took its place in the queue (next place %v out)", nextDelay())
-			}
-			time.Sleep(time.Millisecond)
-		}
-		leavesUnanswered(t, c, "queued")
-		if n := reached.Load(); n != 1 {
-			t.Errorf("the upstream was reached %d times, want 1 (the queued request never goes on)", n)
-		}
-		if d := nextDelay(); d != time.Minute {
-			t.Errorf("the next place is %v out, want 1m0s: the place of the request whose client left was not given back", d)
-		}
+		leaveQueued(t, strings.TrimPrefix(srvURL, "http://"), store, rule, &reached, 0)
 	})
+}
+
+// leaveQueued queues a request on a connection of its own at addr, whose
+// gateway holds rule's leaky queue on store with its first place taken
+// (the request of key "k" served, reached counting 1), waits wait once
+// the request has its place, shuts that connection's side down, and
+// checks that the request left unanswered, never reached the upstream and
+// gave its place back.
+func leaveQueued(t *testing.T, addr string, store *memstore.Store, rule *limiter.Rule, reached *atomic.Int64, wait time.Duration) {
+	t.Helper()
+	nextDelay := func() time.Duration { return nextPlace(t, store, rule) }
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); nextDelay() != 2*time.Minute; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the request never took its place in the queue (next place %v out)", nextDelay())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(wait)
+	leavesUnanswered(t, c, "queued")
+	if n := reached.Load(); n != 1 {
+		t.Errorf("the upstream was reached %d times, want 1 (the queued request never goes on)", n)
+	}
+	if d := nextDelay(); d != time.Minute {
+		t.Errorf("the next place is %v out, want 1m0s: the place of the request whose client left was not given back", d)
+	}
+}
+
+// nextPlace returns how long the next request of key "k" would wait in
+// rule's leaky queue on store, taking no place.
+func nextPlace(t *testing.T, store *memstore.Store, rule *limiter.Rule) time.Duration {
+	t.Helper()
+	out := make([]floodgate.Decision, 1)
+	if err := store.Decide(context.Background(), []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}, true, out); err != nil {
+		t.Fatal(err)
+	}
+	return out[0].Delay
+}
+
+// countingQueueGateway is a gateway limiting every request by rule on
+// store, in front of an upstream that answers "served" and counts the
+// requests that reach it (reached).
+func countingQueueGateway(t *testing.T, rule *limiter.Rule, store *memstore.Store) (g *Gateway, reached *atomic.Int64) {
+	t.Helper()
+	reached = new(atomic.Int64)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		_, _ = io.WriteString(w, "served")
+	}))
+	t.Cleanup(up.Close)
+	upURL, _ := url.Parse(up.URL)
+	g, err := New(Options{Matcher: MatcherFunc(withUpstream{oneRule(rule), upURL}.Match), Engine: limiter.New(store, limiter.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, reached
 }
 
 // TestOverloadQueuedClientShutsItsSideDown: the same for a request waiting
@@ -159,17 +195,7 @@ func TestLeakyQueueLeftAsSlotCameIsLeft(t *testing.T) {
 		const interval = 20 * time.Millisecond
 		rule := ruletest.Rule(t, floodgate.Limit{Name: "queue", Algorithm: floodgate.LeakyQueue, Rate: 1, Per: interval, Burst: 100})
 		store := newMemStore(t, newTestClock().Now) // its clock stands still
-		var reached atomic.Int64
-		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			reached.Add(1)
-			_, _ = io.WriteString(w, "served")
-		}))
-		t.Cleanup(up.Close)
-		upURL, _ := url.Parse(up.URL)
-		g, err := New(Options{Matcher: MatcherFunc(withUpstream{oneRule(rule), upURL}.Match), Engine: limiter.New(store, limiter.Options{})})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g, reached := countingQueueGateway(t, rule, store)
 		g.leakyWaitHook = func(gone <-chan struct{}) {
 			select {
 			case <-gone:
@@ -179,14 +205,7 @@ func TestLeakyQueueLeftAsSlotCameIsLeft(t *testing.T) {
 			time.Sleep(interval) // the delay has passed too
 		}
 		srvURL := serveFront(t, fr, g, nil)
-		nextDelay := func() time.Duration {
-			t.Helper()
-			out := make([]floodgate.Decision, 1)
-			if err := store.Decide(context.Background(), []limiter.Hit{{Rule: rule, Key: "k", Cost: 1}}, true, out); err != nil {
-				t.Fatal(err)
-			}
-			return out[0].Delay
-		}
+		nextDelay := func() time.Duration { return nextPlace(t, store, rule) }
 		if a := do(t, newClient(t), "GET", srvURL, nil); a.status != 200 {
 			t.Fatalf("first request %d", a.status)
 		}
