@@ -112,11 +112,13 @@ func NewPolicyMatcher(src PolicySource, o PolicyMatcherOptions) (*PolicyMatcher,
 // API key's, the token's, the user header) and that h carries more than
 // once, or "". The gateway reads the first line of each; an upstream may
 // read another, and would then serve a client other than the one charged.
-func (rf *resolverFor) repeated(h identity.Header) string {
+// keyLines is the number of lines of the API key's field, which the caller
+// counted.
+func (rf *resolverFor) repeated(h identity.Header, keyLines int) string {
 	if h == nil {
 		return ""
 	}
-	if manyLines(h, rf.keyHdr) {
+	if keyLines > 1 {
 		return rf.keyHdr
 	}
 	for _, name := range rf.resolver.SingleFields() {
@@ -130,6 +132,17 @@ func (rf *resolverFor) repeated(h identity.Header) string {
 		}
 	}
 	return ""
+}
+
+// apiKeyField returns the value of the request's API key field, which
+// has keyLines lines: none is read when it has none (nearly every
+// request of a client without a key), but Host, which net/http takes out
+// of the header (Request.header).
+func (rf *resolverFor) apiKeyField(r *Request, keyLines int) string {
+	if keyLines == 0 && rf.keyHdr != "Host" {
+		return ""
+	}
+	return r.header(rf.keyHdr)
 }
 
 // NameMatch holds field names a request may not carry spelled with '_'
@@ -382,8 +395,12 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 			}
 		}
 	}
+	keyLines := 0 // the lines of the API key's field
+	if r.Header != nil {
+		keyLines = lines(r.Header, rf.keyHdr)
+	}
 	badField := ""
-	if name := rf.repeated(r.Header); name != "" {
+	if name := rf.repeated(r.Header, keyLines); name != "" {
 		badField = "more than one " + name + " field"
 	} else if name := rf.underscored(r.Header); name != "" {
 		badField = "a field named " + strings.Clone(name) + " ('_' for '-')"
@@ -391,7 +408,7 @@ func (pm *PolicyMatcher) match(r *Request, m *Match, verify bool) error {
 	if badField != "" && m.Trace == nil {
 		return &BadRequestError{Why: badField}
 	}
-	if v := r.header(rf.keyHdr); v != "" {
+	if v := rf.apiKeyField(r, keyLines); v != "" {
 		req.APIKey = v
 		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 			req.APIKey = strings.TrimSpace(v[7:]) // "Authorization: Bearer KEY"
