@@ -946,18 +946,21 @@ func (x *exchange) Answer(status int, body []byte, challenge bool) {
 // binding limit first.
 func (x *exchange) addFields() {
 	h := &x.ctx.Response.Header
-	var theirs []fields.Field // the upstream's lines of those names, in order
-	for i, f := range x.fields {
-		if seenName(x.fields[:i], f.Name) {
-			continue
-		}
-		name := b2s(fieldName(f.Name))
-		lines := h.PeekAll(name)
-		for _, v := range lines {
-			theirs = append(theirs, fields.Field{Name: f.Name, Value: string(v)})
-		}
-		if len(lines) > 0 {
-			h.Del(name)
+	// The upstream's lines of those names, in order: seldom any.
+	var theirs []fields.Field
+	if x.upstreamSent(h) {
+		for i, f := range x.fields {
+			if seenName(x.fields[:i], f.Name) {
+				continue
+			}
+			name := b2s(fieldName(f.Name))
+			lines := h.PeekAll(name)
+			for _, v := range lines {
+				theirs = append(theirs, fields.Field{Name: f.Name, Value: string(v)})
+			}
+			if len(lines) > 0 {
+				h.Del(name)
+			}
 		}
 	}
 	for _, f := range x.fields {
@@ -966,6 +969,19 @@ func (x *exchange) addFields() {
 	for _, f := range theirs {
 		h.AddBytesKV(fieldName(f.Name), s2b(f.Value))
 	}
+}
+
+// upstreamSent reports whether the upstream's answer h has a line named
+// as one of the pending fields (in any case), in one look at its lines.
+func (x *exchange) upstreamSent(h *fasthttp.ResponseHeader) bool {
+	for k := range h.All() {
+		for _, f := range x.fields {
+			if len(k) == len(f.Name) && strings.EqualFold(b2s(k), f.Name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // seenName reports whether fs holds a field named name.

@@ -1119,7 +1119,11 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 				b = append(b, ", "...)
 			}
 		}
-		b = v.Peer.AppendTo(b)
+		if v.PeerText != "" {
+			b = append(b, v.PeerText...) // the connection's, written once
+		} else {
+			b = v.Peer.AppendTo(b)
+		}
 		setOnce(h, xForwardedFor, b, xff)
 	case xff && !trusted:
 		h.DelBytes(xForwardedFor)
