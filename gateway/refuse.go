@@ -40,25 +40,6 @@ func Preflight(method, target, host string, http11 bool) (status int, text strin
 		// request with a Host it does not take (user info), and fasthttp
 		// as well (an unclosed "["): refused alike on each engine.
 		return http.StatusBadRequest, "400 Bad Request: malformed Host header", true
-	}
-	// A path without '#', '%' or ';', as nearly every one is, is one that
-	// none of targetAnswer's checks refuses
-	// (TestPlainTargetsPassEveryTargetCheck).
-	if !plainOriginTarget(target) {
-		if status, text, close := targetAnswer(method, target); status != 0 {
-			return status, text, close
-		}
-	}
-	if http11 && host == "" {
-		return http.StatusBadRequest, "400 Bad Request: missing required Host header", true
-	}
-	return 0, "", false
-}
-
-// targetAnswer returns Preflight's answer to a request for its target, or
-// 0.
-func targetAnswer(method, target string) (status int, text string, close bool) {
-	switch {
 	case target == "*" && method == http.MethodOptions:
 		// The server's own options, as net/http's server answers them: no
 		// upstream is asked for a path "*".
@@ -101,16 +82,10 @@ func targetAnswer(method, target string) (status int, text string, close bool) {
 		// Resolved one way by the gateway and served as sent, by its first
 		// segments, by an upstream that does not resolve dot segments.
 		return http.StatusBadRequest, "400 Bad Request: dot segments that an escaped slash (%2F) makes resolve two ways", true
+	case http11 && host == "":
+		return http.StatusBadRequest, "400 Bad Request: missing required Host header", true
 	}
 	return 0, "", false
-}
-
-// plainOriginTarget reports whether target is in origin form (a path, a
-// query perhaps) without a '#', an escape or a ';': no fragment, no broken
-// escape, no escaped slash or path parameter, nothing of an absolute URI.
-func plainOriginTarget(target string) bool {
-	return len(target) > 0 && target[0] == '/' && strings.IndexByte(target, '%') < 0 &&
-		strings.IndexByte(target, ';') < 0 && strings.IndexByte(target, '#') < 0
 }
 
 // absoluteForm reports whether target is in absolute form: a scheme, then
