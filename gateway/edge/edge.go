@@ -972,8 +972,12 @@ func (x *exchange) addFields() {
 }
 
 // upstreamSent reports whether the upstream's answer h has a line named
-// as one of the pending fields (in any case), in one look at its lines.
+// as one of the pending fields (in any case), in one look at its lines;
+// with no field pending (the RateLimit fields off) it looks at none.
 func (x *exchange) upstreamSent(h *fasthttp.ResponseHeader) bool {
+	if len(x.fields) == 0 {
+		return false
+	}
 	for k := range h.All() {
 		for _, f := range x.fields {
 			if len(k) == len(f.Name) && strings.EqualFold(b2s(k), f.Name) {
