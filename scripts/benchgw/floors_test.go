@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/gateway/edge"
 )
 
 // freeAddr returns a loopback address nothing listens on.
@@ -187,6 +191,92 @@ func TestFloors429Answer(t *testing.T) {
 	for name, n := range sizes {
 		if n != sizes["fixed429"] {
 			t.Errorf("%s answers %d bytes of fields and body, fixed429 %d", name, n, sizes["fixed429"])
+		}
+	}
+}
+
+// TestFlowLoopAnswersAsTheEdgeEngine checks that the flow loop runs the
+// gateway's flow: over the bench's reject.yaml (one request a minute per
+// address) its first request is passed, which it does not serve (502, the
+// connection closed), and each of three pipelined requests after it is
+// refused with the status, fields and body the edge engine answers over
+// the same file, so that the bench measures the same answer.
+func TestFlowLoopAnswersAsTheEdgeEngine(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the flow loop needs epoll")
+	}
+	const file = "../bench-gateway/reject.yaml"
+	refusals := func(name string, serve func(addr string) error) []*http.Response {
+		addr := freeAddr(t)
+		errc := make(chan error, 1)
+		go func() { errc <- serve(addr) }()
+		first := dialFloor(t, name, addr, errc)
+		fmt.Fprint(first, "GET /first HTTP/1.1\r\nHost: bench\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(first), nil)
+		first.Close()
+		if err != nil || resp.StatusCode == http.StatusTooManyRequests {
+			t.Fatalf("%s: the first request: %v %v, want it passed", name, resp, err)
+		}
+		c := dialFloor(t, name, addr, errc)
+		defer c.Close()
+		fmt.Fprint(c, "GET /a HTTP/1.1\r\nHost: bench\r\n\r\nGET /b HTTP/1.1\r\nHost: bench\r\n\r\nGET /c HTTP/1.1\r\nHost: bench\r\n\r\n")
+		br := bufio.NewReader(c)
+		var out []*http.Response
+		for i := 0; i < 3; i++ {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s: answer %d: %v", name, i, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatalf("%s: answer %d: %v", name, i, err)
+			}
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			resp.ContentLength = int64(len(body))
+			out = append(out, resp)
+		}
+		return out
+	}
+	fl, closeFlow, err := policyGateway(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFlow()
+	loopAnswers := refusals("flowloop", func(addr string) error { return flowLoop(addr, fl) })
+	eg, closeEdge, err := policyGateway(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeEdge()
+	e := edge.New(eg, edge.Options{})
+	defer e.Close()
+	edgeAnswers := refusals("edge engine", func(addr string) error {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		return e.Serve(ln)
+	})
+	for i := range loopAnswers {
+		a, b := loopAnswers[i], edgeAnswers[i]
+		ab, _ := io.ReadAll(a.Body)
+		bb, _ := io.ReadAll(b.Body)
+		if a.StatusCode != http.StatusTooManyRequests || a.StatusCode != b.StatusCode || !bytes.Equal(ab, bb) {
+			t.Fatalf("answer %d: flowloop %d %q, edge engine %d %q", i, a.StatusCode, ab, b.StatusCode, bb)
+		}
+		delete(a.Header, "Date")
+		delete(b.Header, "Date")
+		if len(a.Header) != len(b.Header) {
+			t.Fatalf("answer %d: flowloop's fields %v, the edge engine's %v", i, a.Header, b.Header)
+		}
+		for k := range b.Header {
+			if a.Header.Get(k) == "" {
+				t.Fatalf("answer %d: flowloop has no %s (%v)", i, k, a.Header)
+			}
+		}
+		if p := a.Header.Get("RateLimit-Policy"); p != b.Header.Get("RateLimit-Policy") || !strings.Contains(a.Header.Get("RateLimit"), "r=0") {
+			t.Fatalf("answer %d: flowloop's fields %v, the edge engine's %v", i, a.Header, b.Header)
 		}
 	}
 }

@@ -2,7 +2,11 @@
 
 package main
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/floodgate/floodgate/gateway"
+)
 
 // loopProxy needs epoll.
 func loopProxy(addr, target string) error {
@@ -12,4 +16,9 @@ func loopProxy(addr, target string) error {
 // loop429 needs epoll.
 func loop429(addr string) error {
 	return errors.New("loop429: needs Linux")
+}
+
+// flowLoop needs epoll.
+func flowLoop(addr string, g *gateway.Gateway) error {
+	return errors.New("flowloop: needs Linux")
 }

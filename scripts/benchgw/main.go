@@ -5,7 +5,9 @@
 // per-address limit answers (what the edge engine's 429 path costs without
 // the gateway) and the same answer from a goroutine per connection over
 // net.Conn with no HTTP library and from event loops of its own driving
-// epoll, three floors under the pass-through (a bare fasthttp proxy set up
+// epoll, the gateway's flow for a policy file on those event loops with a
+// head parser of their own and its answers written as bytes (the 429 path
+// of an engine of the gateway's own), three floors under the pass-through (a bare fasthttp proxy set up
 // as the edge engine's, a goroutine per connection, event loops), and a
 // client that holds idle keep-alive connections open, to measure what each
 // costs a server.
@@ -15,6 +17,7 @@
 //	benchgw fixed429 -addr 127.0.0.1:18104
 //	benchgw conn429 -addr 127.0.0.1:18108
 //	benchgw loop429 -addr 127.0.0.1:18109
+//	benchgw flowloop -addr 127.0.0.1:18110 -policy scripts/bench-gateway/reject.yaml
 //	benchgw fastproxy -addr 127.0.0.1:18105 -target http://127.0.0.1:18101
 //	benchgw connproxy -addr 127.0.0.1:18107 -target http://127.0.0.1:18101 [-deadlines 30s]
 //	benchgw loopproxy -addr 127.0.0.1:18106 -target http://127.0.0.1:18101
@@ -61,7 +64,7 @@ func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchgw upstream|proxy|fixed429|conn429|loop429|fastproxy|connproxy|loopproxy|idle|tls [flags]")
+		return errors.New("usage: benchgw upstream|proxy|fixed429|conn429|loop429|flowloop|fastproxy|connproxy|loopproxy|idle|tls [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
@@ -72,6 +75,7 @@ func run(args []string) error {
 	tlsMode := fs.String("mode", "handshake", "handshake (a full handshake per connection) or request (HTTP/1.1 requests on kept-alive TLS connections) (tls)")
 	tlsConns := fs.Int("c", 8, "concurrent clients (tls)")
 	tlsDuration := fs.Duration("d", 5*time.Second, "how long to measure (tls)")
+	policyFile := fs.String("policy", "", "the policy file whose gateway answers (flowloop)")
 	deadlines := fs.Duration("deadlines", 0, "a read and a write deadline this far ahead on both connections, set for every request (connproxy; 0: none)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -87,6 +91,14 @@ func run(args []string) error {
 	}
 	if args[0] == "loop429" {
 		return loop429(*addr)
+	}
+	if args[0] == "flowloop" {
+		g, closeStore, err := policyGateway(*policyFile)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		return flowLoop(*addr, g)
 	}
 	if args[0] == "fastproxy" {
 		return fastProxy(*addr, *target)
