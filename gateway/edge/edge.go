@@ -77,6 +77,11 @@ type Options struct {
 	// (floodgate serve turns it on); off, the Go runtime returns the
 	// memory at its own pace.
 	ReturnMemory bool
+	// NoFront serves every request on fasthttp's loop. By default a
+	// plain connection's plain requests (a GET of HTTP/1.1 without a
+	// body; front.go) are read and answered by the engine's own loop
+	// first, which hands the connection to fasthttp at the first other.
+	NoFront bool
 }
 
 // Engine is the gateway's edge engine: an HTTP/1.1 reverse proxy on
@@ -94,9 +99,14 @@ type Engine struct {
 	send     int64         // the gateway's SendTimeout, in nanoseconds (0: none)
 	write    time.Duration // Options.WriteTimeout (0: none)
 	parker   *parker       // nil: idle connections are not parked
+	noFront  bool          // Options.NoFront
+	// stopping says Shutdown began: the front answers with Connection:
+	// close and closes its idle connections.
+	stopping atomic.Bool
 	// closing counts the answers streamed to HTTP/1.0 clients until
 	// their connection closes (untilClose), which fasthttp no longer
-	// counts as open: Shutdown waits for them too.
+	// counts as open, and the requests the front is serving (front.go):
+	// Shutdown waits for them too.
 	closing atomic.Int64
 
 	// unaskedLog holds back the lines about kept upstream connections
@@ -142,7 +152,7 @@ func New(g *gateway.Gateway, o Options) *Engine {
 		return d
 	}
 	e := &Engine{g: g, fallback: o.Fallback, log: o.Logger, header: def(o.ReadHeaderTimeout, 10*time.Second),
-		send: int64(g.SendTimeout()), write: o.WriteTimeout}
+		send: int64(g.SendTimeout()), write: o.WriteTimeout, noFront: o.NoFront}
 	if e.log == nil {
 		e.log = g.Logger()
 	}
@@ -283,7 +293,8 @@ func acceptPasses(err error) bool {
 
 // route reads the first bytes of a new connection and hands it to the
 // engine that speaks its protocol: HTTP/2 with prior knowledge, and
-// requests whose lines end in a bare LF, go to net/http. The connection is
+// requests whose lines end in a bare LF, go to net/http; the others to the
+// front (front.go), which hands to fasthttp what it does not serve. The connection is
 // among the live ones from its accept on, so that Close ends its handshake
 // or its first read too.
 func (e *Engine) route(c net.Conn) {
@@ -320,7 +331,7 @@ func (e *Engine) route(c net.Conn) {
 		if e.parker != nil {
 			e.parker.add(ec)
 		}
-		e.fast.push(ec)
+		e.enter(ec)
 	}
 }
 
@@ -339,6 +350,7 @@ func (e *Engine) route(c net.Conn) {
 // go away and closed once they serve no request, as net/http's Shutdown
 // does.
 func (e *Engine) Shutdown(ctx context.Context) error {
+	e.stopping.Store(true)
 	e.mu.Lock()
 	e.closed = true
 	if e.ln != nil {

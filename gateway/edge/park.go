@@ -21,7 +21,9 @@ import (
 // into the connection's own 512-byte buffer and hands the connection back
 // to fasthttp as a new one. A connection is never parked in the middle of
 // a request: only in the wait that fasthttp starts with its idle deadline
-// once an answer is written.
+// once an answer is written. The front (front.go) waits for a next request
+// through the same read and lets a connection go to be parked the same
+// way; a connection that comes back goes to the front.
 
 // What parked connections gave back (fasthttp's 64 KiB read buffers and
 // request contexts, in its pools, and the stacks of its goroutines, which
@@ -259,7 +261,7 @@ func (c *conn) leave(read []byte) (int, error) {
 
 // park waits for the next request of c (or the end of its idle time) in
 // the idle set, or on a goroutine of its own where the set cannot hold c,
-// then hands c back to fasthttp.
+// then hands c back to the engine.
 func (p *parker) park(c *conn) {
 	p.mu.Lock()
 	closing := p.closing
@@ -288,7 +290,7 @@ func (p *parker) expire(c *conn) { _ = c.Close() }
 
 // resume reads the first bytes of the next request of c, parked, unless
 // they were read already (waiting for them, or the end of its idle time),
-// then hands c back to fasthttp.
+// then hands c back to the engine (the front, or fasthttp).
 func (p *parker) resume(c *conn) {
 	if len(c.pre) == 0 {
 		n, err := c.read(c.headBuf())
@@ -304,5 +306,5 @@ func (p *parker) resume(c *conn) {
 	// (conn.headRead): from now, as its first bytes are in.
 	c.headNext = false
 	_ = c.SetReadDeadline(time.Now().Add(p.e.header))
-	p.e.fast.push(c)
+	p.e.enter(c)
 }

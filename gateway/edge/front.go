@@ -1,0 +1,732 @@
+package edge
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate/fields"
+	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/valyala/fasthttp"
+)
+
+// The front serves a plain connection's requests on the connection's own
+// goroutine before fasthttp does, for the requests nearly every client
+// sends and every flood is made of: a GET of HTTP/1.1 with no body, its
+// head whole within frontHeadBytes, CRLF line ends, a target of visible
+// ASCII beginning with "/", one plain Host and field lines of tokens and
+// visible ASCII, none that the edge engine treats apart (a body's, Expect,
+// Upgrade, Cookie, Trailer). Such a request is read with a parser of the
+// front's own, which keeps each field line as offsets into the read buffer
+// and copies nothing, and it runs through the gateway's flow as on
+// fasthttp (the same checks before it, the same view of the request); an
+// answer of the gateway's own (a refusal, 403, 404) is written as bytes,
+// as fasthttp writes it, with no request or response object filled. A
+// request the flow goes on with (passed upstream, held in a queue, its
+// leases kept, its header rewritten) is given fasthttp's request object
+// then, parsed from the same head, and goes on exactly as on fasthttp: the
+// edge engine's exchange forwards it, and its answer is written as
+// fasthttp writes one. Any other request, and every request after it, is
+// served by fasthttp: the front hands over the connection with what it
+// read, unparsed. Between requests the connection waits as on fasthttp
+// (its idle time, parking), and a parked connection comes back to the
+// front. The front calls the connection's deadlines as fasthttp does, so
+// that the engine's bounds (conn.go) hold alike.
+
+// frontHeadBytes is the largest head the front reads; a longer one goes
+// to fasthttp, whose bound is MaxHeaderBytes.
+const frontHeadBytes = 4 << 10
+
+// front is a connection being served by the front: its read buffer, the
+// answers not yet written, and what serves its requests.
+type front struct {
+	e   *Engine
+	c   *conn
+	buf []byte // read, from buf[0]; len is what was read
+	out []byte // answers of the gateway's own not yet written
+	x   frontExchange
+
+	// For requests the flow goes on with: fasthttp's request context,
+	// set up once a connection, the reader its head is parsed from, and
+	// the writer of its answer.
+	ctx   *fasthttp.RequestCtx
+	hr    bytes.Reader
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	ready bool // ctx is set up for c
+}
+
+var fronts = sync.Pool{New: func() any {
+	return &front{buf: make([]byte, 0, frontHeadBytes), out: make([]byte, 0, 1024)}
+}}
+
+// coarseNow is the time on the parker's clock while its sweeps run (at
+// most a sweep behind; no clock read), else the clock's.
+func (e *Engine) coarseNow() time.Time {
+	if e.parker != nil {
+		if m := e.parker.now.Load(); m != 0 {
+			return monoBase.Add(time.Duration(m - 1))
+		}
+	}
+	return time.Now()
+}
+
+// frontDate is the Date field line of the front's answers, made again
+// when the second changes.
+var frontDate atomic.Pointer[dateLineOf]
+
+type dateLineOf struct {
+	sec  int64
+	line []byte
+}
+
+// dateLine returns the Date field line for now: on the parker's clock
+// (at most a sweep behind, as fasthttp's Date is at most a second behind)
+// while its sweeps run, which costs no clock read, else the clock's.
+func (e *Engine) dateLine() []byte {
+	now := e.coarseNow()
+	sec := now.Unix()
+	if d := frontDate.Load(); d != nil && d.sec == sec {
+		return d.line
+	}
+	d := &dateLineOf{sec: sec, line: []byte("Date: " + now.UTC().Format(http.TimeFormat) + "\r\n")}
+	frontDate.Store(d)
+	return d.line
+}
+
+// enter hands c, a plain connection whose next request's first bytes may
+// already be read (c.pre), to the front, or to fasthttp where the front
+// is off.
+func (e *Engine) enter(c *conn) {
+	if e.noFront || c.tls {
+		e.fast.push(c)
+		return
+	}
+	if e.stopping.Load() {
+		_ = c.Close() // as fasthttp, which takes no more connections then
+		return
+	}
+	fr := fronts.Get().(*front)
+	fr.e, fr.c = e, c
+	fr.x.fr = fr
+	fr.serve()
+	*fr = front{buf: fr.buf[:0], out: fr.out[:0], br: fr.br, bw: fr.bw, ctx: fr.ctx}
+	fronts.Put(fr)
+}
+
+// serve serves c's requests until it closes, is parked or goes to
+// fasthttp.
+func (fr *front) serve() {
+	e, c := fr.e, fr.c
+	// What was read ahead of the front comes first.
+	if len(c.pre) > 0 {
+		fr.buf = append(fr.buf[:0], c.pre...)
+		c.pre = nil
+	}
+	c.dropHead()
+	for n := 1; ; n++ {
+		if n > 1 {
+			// fasthttp's idle deadline: the next request may take that
+			// long to begin, the connection parked meanwhile (counted on
+			// the parker's clock, as dateLine's, at most a sweep early).
+			_ = c.SetReadDeadline(e.coarseNow().Add(e.srv.IdleTimeout))
+			if len(fr.buf) == 0 {
+				// Waiting for a request: Shutdown closes it at once, as
+				// fasthttp closes its idle connections.
+				c.first.Store(true)
+				if e.stopping.Load() {
+					_ = c.Close()
+					return
+				}
+			}
+		}
+		end, ok := fr.readHead(n > 1)
+		c.first.Store(false)
+		if !ok {
+			return
+		}
+		head := fr.buf[:end]
+		req, plain := readPlain(head, &fr.x.h)
+		if !plain {
+			fr.handOver()
+			return
+		}
+		if status, _, _ := gateway.Preflight(http.MethodGet, b2s(req.target), req.host, true); status != 0 {
+			fr.handOver() // answered as fasthttp answers it
+			return
+		}
+		e.closing.Add(1) // Shutdown waits for the answer
+		keep := fr.request(req, head)
+		fr.buf = fr.buf[:copy(fr.buf, fr.buf[end:])]
+		if keep && !bytes.Contains(fr.buf, crlf2) {
+			keep = fr.flush()
+		}
+		e.closing.Add(-1)
+		if !keep {
+			_ = fr.flush()
+			_ = c.Close()
+			return
+		}
+	}
+}
+
+var crlf2 = []byte("\r\n\r\n")
+
+// readHead reads until the buffer holds a whole head and returns its
+// length, its last CRLF and the empty line included. false: the
+// connection was closed, parked or handed over.
+func (fr *front) readHead(next bool) (int, bool) {
+	c := fr.c
+	first := true
+	for {
+		if i := bytes.Index(fr.buf, crlf2); i >= 0 {
+			if next && first {
+				// As fasthttp, once the next request's first bytes are
+				// in: its head is bounded from now (conn.headRead).
+				_ = c.SetReadDeadline(time.Time{})
+			}
+			return i + 4, true
+		}
+		if len(fr.buf) == cap(fr.buf) {
+			fr.handOver() // a head longer than the front reads
+			return 0, false
+		}
+		k, err := c.Read(fr.buf[len(fr.buf):cap(fr.buf)])
+		fr.buf = fr.buf[:len(fr.buf)+k]
+		if err != nil {
+			if len(fr.buf) == 0 || isTimeout(err) {
+				// The client left, the idle time or the head's bound
+				// ended (a client too slow gets no answer, as on
+				// fasthttp), or the parker takes the connection (its
+				// Close parks it).
+				_ = c.Close()
+				return 0, false
+			}
+			// A head cut short: fasthttp answers it as it does.
+			fr.handOver()
+			return 0, false
+		}
+		if k > 0 && next && first {
+			first = false
+			_ = c.SetReadDeadline(time.Time{})
+		}
+	}
+}
+
+// handOver gives the connection to fasthttp with what the front read of
+// it, unanswered: fasthttp takes it as a new connection, its head under
+// the bound it is under now.
+func (fr *front) handOver() {
+	if !fr.flush() {
+		_ = fr.c.Close()
+		return
+	}
+	c := fr.c
+	if len(fr.buf) > 0 {
+		c.pre = append([]byte(nil), fr.buf...)
+		fr.buf = fr.buf[:0]
+	}
+	fr.e.fast.push(c)
+}
+
+// flush writes the answers of the gateway's own not yet written; false
+// when the client did not take them.
+func (fr *front) flush() bool {
+	if len(fr.out) == 0 {
+		return true
+	}
+	if fr.e.write > 0 {
+		_ = fr.c.SetWriteDeadline(time.Now().Add(fr.e.write))
+	}
+	fr.c.boundWrite()
+	_, err := fr.c.Write(fr.out)
+	fr.out = fr.out[:0]
+	return err == nil
+}
+
+// request serves one plain request whose head is head; it reports
+// whether the connection goes on.
+func (fr *front) request(req plainRequest, head []byte) (keep bool) {
+	e, c, x := fr.e, fr.c, &fr.x
+	// As serve: a request without a body reads nothing more (no read
+	// bound while it is served), and its write bound starts now.
+	_ = c.SetReadDeadline(time.Time{})
+	e.startWrite(c)
+	g := e.g
+	f := g.Begin()
+	x.f, x.head, x.edge = f, head, nil
+	x.fields, x.status, x.bytes = nil, 0, 0
+	v := f.Request()
+	v.Method = http.MethodGet
+	v.Host = req.host
+	v.Path, v.RawPath = gateway.TargetPath(b2s(req.target))
+	v.Proto = "HTTP/1.1"
+	v.Peer, v.PeerText = c.peer()
+	v.WriteDeadline = c.wEnd
+	v.Header = &x.h
+	v.NoOverride = !req.override
+	later := fr.run(f)
+	c.boundWrite()
+	c.handled()
+	ex := x.edge
+	if ex == nil {
+		// Answered by the gateway: the answer is in fr.out.
+		if x.status == 0 {
+			// No answer at all (never, as the flow answers or passes
+			// every request): closed as fasthttp closes a request it
+			// did not answer.
+			g.Finish(x, f)
+			return false
+		}
+		g.Finish(x, f)
+		if req.close || e.stopping.Load() {
+			x.closeAnswer()
+			return false
+		}
+		return true
+	}
+	// Gone on as on fasthttp: finished as the handler returns (step),
+	// then its answer written as fasthttp writes one, after those of the
+	// requests before it.
+	ctx := ex.ctx
+	left := !later && ex.left && ex.status == 0
+	if left {
+		e.left(ex) // closes the connection, unanswered
+	}
+	if !later {
+		e.finish(ex)
+	}
+	if left {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		return false
+	}
+	keep = fr.flush()
+	closeIt := req.close || ctx.Response.Header.ConnectionClose() || e.stopping.Load()
+	if closeIt {
+		ctx.Response.Header.SetConnectionClose()
+	}
+	if keep {
+		if e.write > 0 {
+			_ = c.SetWriteDeadline(time.Now().Add(e.write))
+		}
+		if fr.bw == nil {
+			fr.bw = bufio.NewWriterSize(c, 4<<10)
+		} else {
+			fr.bw.Reset(c)
+		}
+		err := ctx.Response.Write(fr.bw)
+		if err == nil {
+			err = fr.bw.Flush()
+		}
+		keep = err == nil
+		fr.bw.Reset(nil)
+	}
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	return keep && !closeIt
+}
+
+// run runs f's flow; a panic is answered 500 as on fasthttp (step).
+func (fr *front) run(f *gateway.Flow) (later bool) {
+	x := &fr.x
+	defer func() {
+		if p := recover(); p != nil {
+			fr.e.log.Error("gateway: edge: panic", "panic", p)
+			ex := x.convert()
+			ctx := ex.ctx
+			ctx.Response.Reset()
+			ctx.SetConnectionClose()
+			plainError(ctx, http.StatusInternalServerError)
+			later = false
+		}
+	}()
+	return fr.e.g.Run(x, f)
+}
+
+// frontExchange is a request the front serves: what the gateway answers
+// itself is written as bytes; anything further converts it to the edge
+// engine's exchange (convert), which serves the rest.
+type frontExchange struct {
+	fr     *front
+	h      frontHeader
+	f      *gateway.Flow
+	head   []byte
+	fields []fields.Field
+	status int
+	bytes  int64
+	edge   *exchange // once converted
+
+	// The answer written as bytes: where it begins in fr.out and where
+	// its head's last empty line is, and what it was, for a request
+	// converted after it (convert).
+	at, tail  int
+	body      []byte
+	challenge bool
+}
+
+// closeAnswer says Connection: close in the answer written as bytes, as
+// fasthttp says it, after the other fields.
+func (x *frontExchange) closeAnswer() {
+	fr := x.fr
+	rest := append([]byte("Connection: close\r\n"), fr.out[x.tail:]...)
+	fr.out = append(fr.out[:x.tail], rest...)
+}
+
+// convert gives the request fasthttp's request object, parsed from its
+// head, and the edge engine's exchange, which serves it from now on.
+func (x *frontExchange) convert() *exchange {
+	if x.edge != nil {
+		return x.edge
+	}
+	fr := x.fr
+	e := fr.e
+	if fr.ctx == nil {
+		fr.ctx = new(fasthttp.RequestCtx)
+	}
+	ctx := fr.ctx
+	if !fr.ready {
+		ctx.Init2(fr.c, edgeLogger{e}, true)
+		fr.ready = true
+	}
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	ctx.Response.Header.SetNoDefaultContentType(true)
+	fr.hr.Reset(x.head)
+	if fr.br == nil {
+		fr.br = bufio.NewReaderSize(&fr.hr, frontHeadBytes)
+	} else {
+		fr.br.Reset(&fr.hr)
+	}
+	if err := ctx.Request.Header.Read(fr.br); err != nil {
+		// Never for a head the front reads (TestFrontReadsAsFasthttp):
+		// answered as a head fasthttp cannot read.
+		e.log.Error("gateway: edge: front: a plain head fasthttp cannot read", "err", err)
+		plainError(ctx, http.StatusBadRequest)
+	}
+	fr.br.Reset(nil)
+	ex := e.xs.Get().(*exchange)
+	*ex = exchange{e: e, ctx: ctx, f: x.f, fields: x.fields}
+	x.f.Request().Header = (*edgeHeader)(&ctx.Request.Header)
+	x.edge = ex
+	if x.status != 0 {
+		// Answered already: that answer is fasthttp's to write now.
+		fr.out = fr.out[:x.at]
+		ex.Answer(x.status, x.body, x.challenge)
+	}
+	return ex
+}
+
+func (x *frontExchange) Context() context.Context { return context.Background() }
+
+func (x *frontExchange) DelHeader(name string) { x.convert().DelHeader(name) }
+
+func (x *frontExchange) SetHeader(name, value string) { x.convert().SetHeader(name, value) }
+
+func (x *frontExchange) RequestBody(max int) []byte { return x.convert().RequestBody(max) }
+
+func (x *frontExchange) SetFields(fs []fields.Field) {
+	if x.edge != nil {
+		x.edge.SetFields(fs)
+		return
+	}
+	x.fields = fs
+}
+
+func (x *frontExchange) Proxies() bool { return true }
+
+func (x *frontExchange) Answered() (int, int64) {
+	if x.edge != nil {
+		return x.edge.Answered()
+	}
+	return x.status, x.bytes
+}
+
+func (x *frontExchange) Pass(f *gateway.Flow, rec *gateway.Recorder) bool {
+	return x.convert().Pass(f, rec)
+}
+
+func (x *frontExchange) Wait(ctx context.Context, f *gateway.Flow, delay time.Duration) bool {
+	return x.convert().Wait(ctx, f, delay)
+}
+
+func (x *frontExchange) WatchClient() (<-chan struct{}, func()) { return x.convert().WatchClient() }
+
+func (x *frontExchange) Keep(ctx context.Context, leases []limiter.Hit) func() {
+	return x.convert().Keep(ctx, leases)
+}
+
+// Answer writes an answer of the gateway's own as fasthttp writes the edge
+// engine's (exchange.Answer): the status line, Date, the type, the length,
+// the fields, the challenge.
+func (x *frontExchange) Answer(status int, body []byte, challenge bool) {
+	if x.edge != nil {
+		x.edge.Answer(status, body, challenge)
+		return
+	}
+	ctype, asBytes := frontFields(x.fields)
+	if !asBytes {
+		// Fields fasthttp writes its own way (a second line of a name,
+		// Set-Cookie, Connection, ...): fasthttp writes the answer.
+		x.convert().Answer(status, body, challenge)
+		return
+	}
+	fr := x.fr
+	if x.status != 0 {
+		fr.out = fr.out[:x.at] // answered again: the last answer stands
+	}
+	x.at, x.body, x.challenge = len(fr.out), body, challenge
+	o := append(fr.out, "HTTP/1.1 "...)
+	o = strconv.AppendInt(o, int64(status), 10)
+	o = append(o, ' ')
+	o = append(o, statusText(status)...)
+	o = append(o, "\r\n"...)
+	o = append(o, fr.e.dateLine()...)
+	o = append(o, "Content-Type: "...)
+	o = append(o, ctype...)
+	o = append(o, "\r\nContent-Length: "...)
+	o = strconv.AppendInt(o, int64(len(body)), 10)
+	o = append(o, "\r\n"...)
+	for _, f := range x.fields {
+		if len(f.Name) == len("Content-Type") && strings.EqualFold(f.Name, "Content-Type") {
+			continue
+		}
+		o = append(o, fieldName(f.Name)...)
+		o = append(o, ": "...)
+		o = append(o, f.Value...)
+		o = append(o, "\r\n"...)
+	}
+	if challenge {
+		o = append(o, wwwAuthenticate...)
+		o = append(o, ": "...)
+		o = append(o, bearerChallengeBytes...)
+		o = append(o, "\r\n"...)
+	}
+	x.tail = len(o)
+	o = append(o, "\r\n"...)
+	fr.out = append(o, body...)
+	x.status, x.bytes = status, int64(len(body))
+}
+
+// frontFields returns the type of an answer of the gateway's own with the
+// fields fs (application/json, or the last Content-Type among them, as
+// fasthttp keeps it), and whether the front writes that answer as fasthttp
+// would: not when a name comes twice (fasthttp keeps the last value where
+// the first was) or is one fasthttp writes its own way.
+func frontFields(fs []fields.Field) (ctype string, ok bool) {
+	ctype = "application/json"
+	for i, f := range fs {
+		// Those names all begin with c, d, s or t.
+		if c := f.Name[0] | 0x20; c == 'c' || c == 'd' || c == 's' || c == 't' {
+			if strings.EqualFold(f.Name, "Content-Type") {
+				ctype = f.Value
+				continue
+			}
+			for _, special := range fasthttpWritesItsWay {
+				if strings.EqualFold(f.Name, special) {
+					return "", false
+				}
+			}
+		}
+		for _, g := range fs[:i] {
+			if strings.EqualFold(g.Name, f.Name) {
+				return "", false
+			}
+		}
+	}
+	return ctype, true
+}
+
+// fasthttpWritesItsWay are the fields of an answer that fasthttp does not
+// write as a line of their own where they were set.
+// They all begin with c, d, s or t.
+var fasthttpWritesItsWay = []string{"Content-Length", "Content-Encoding", "Connection", "Server", "Set-Cookie",
+	"Transfer-Encoding", "Trailer", "Date"}
+
+// statusText is the reason phrase fasthttp writes for status.
+func statusText(status int) string {
+	if t := http.StatusText(status); t != "" {
+		return t
+	}
+	return "Unknown Status Code"
+}
+
+// plainRequest is what the front reads of a plain request's line and
+// fields.
+type plainRequest struct {
+	target   []byte
+	host     string
+	override bool // a method override field
+	close    bool // Connection: close
+}
+
+// frontHeader is a plain request's field lines, as offsets into its head:
+// the start and end of the name, of the value.
+type frontHeader struct {
+	head  []byte
+	lines [][4]int32
+}
+
+// readPlain reads head as a plain request (the front's comment above),
+// into h; false: it is not one.
+func readPlain(head []byte, h *frontHeader) (r plainRequest, ok bool) {
+	if len(head) < 18 || string(head[:5]) != "GET /" {
+		return r, false
+	}
+	i := 4
+	for i < len(head) && head[i] > ' ' && head[i] < 0x7f {
+		i++
+	}
+	r.target = head[4:i]
+	if len(head)-i < 11 || string(head[i:i+11]) != " HTTP/1.1\r\n" {
+		return r, false
+	}
+	p := i + 11
+	h.head, h.lines = head, h.lines[:0]
+	hosts, agents, conns := 0, 0, 0
+	for {
+		if len(head)-p < 2 {
+			return r, false
+		}
+		if head[p] == '\r' {
+			if head[p+1] != '\n' || p+2 != len(head) || hosts != 1 || agents > 1 || conns > 1 {
+				return r, false
+			}
+			return r, true
+		}
+		// The name: a token, right before its colon.
+		ns := p
+		for p < len(head) && tokenChar[head[p]] {
+			p++
+		}
+		if p == ns || p == len(head) || head[p] != ':' {
+			return r, false
+		}
+		ne := p
+		p++
+		for p < len(head) && (head[p] == ' ' || head[p] == '\t') {
+			p++
+		}
+		vs := p
+		for p < len(head) && (head[p] >= ' ' && head[p] < 0x7f || head[p] == '\t') {
+			p++
+		}
+		if len(head)-p < 2 || head[p] != '\r' || head[p+1] != '\n' {
+			return r, false
+		}
+		ve := p
+		for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
+			ve--
+		}
+		p += 2
+		name, value := head[ns:ne], head[vs:ve]
+		switch len(name) {
+		case 4:
+			if bytes.EqualFold(name, []byte("host")) {
+				if !plainHost(value) {
+					return r, false
+				}
+				hosts++
+				r.host = b2s(value)
+			}
+		case 6:
+			if bytes.EqualFold(name, []byte("cookie")) || bytes.EqualFold(name, []byte("expect")) {
+				return r, false
+			}
+		case 7:
+			if bytes.EqualFold(name, []byte("upgrade")) || bytes.EqualFold(name, []byte("trailer")) {
+				return r, false
+			}
+		case 10:
+			if bytes.EqualFold(name, []byte("connection")) {
+				switch string(value) {
+				case "close":
+					r.close = true
+				case "keep-alive":
+				default:
+					return r, false
+				}
+				conns++
+			} else if bytes.EqualFold(name, []byte("user-agent")) {
+				agents++
+			}
+		case 12:
+			if bytes.EqualFold(name, []byte("content-type")) {
+				return r, false
+			}
+		case 14:
+			if bytes.EqualFold(name, []byte("content-length")) {
+				return r, false
+			}
+		case 17:
+			if bytes.EqualFold(name, []byte("transfer-encoding")) {
+				return r, false
+			}
+		}
+		if len(name) >= 13 && (name[0] == 'X' || name[0] == 'x') && (hasPrefixFold(name[1:], "-http-method") ||
+			hasPrefixFold(name[1:], "-method-override")) {
+			r.override = true
+		}
+		h.lines = append(h.lines, [4]int32{int32(ns), int32(ne), int32(vs), int32(ve)})
+	}
+}
+
+func (h *frontHeader) is(ln [4]int32, name string) bool {
+	return int(ln[1]-ln[0]) == len(name) && strings.EqualFold(b2s(h.head[ln[0]:ln[1]]), name)
+}
+
+// Get returns the first value of a field, or "".
+func (h *frontHeader) Get(name string) string {
+	for _, ln := range h.lines {
+		if h.is(ln, name) {
+			return b2s(h.head[ln[2]:ln[3]])
+		}
+	}
+	return ""
+}
+
+// Values returns every value of a field, one per line.
+func (h *frontHeader) Values(name string) []string {
+	var out []string
+	for _, ln := range h.lines {
+		if h.is(ln, name) {
+			out = append(out, b2s(h.head[ln[2]:ln[3]]))
+		}
+	}
+	return out
+}
+
+// Lines counts the lines of a field (gateway.LineCounter).
+func (h *frontHeader) Lines(name string) int {
+	n := 0
+	for _, ln := range h.lines {
+		if h.is(ln, name) {
+			n++
+		}
+	}
+	return n
+}
+
+// FindName returns the first field name, as it came, that m matches, or
+// "" (gateway.NameLister).
+func (h *frontHeader) FindName(m *gateway.NameMatch) string {
+	for _, ln := range h.lines {
+		if k := b2s(h.head[ln[0]:ln[1]]); m.Matches(k) {
+			return k
+		}
+	}
+	return ""
+}
+
+var (
+	_ gateway.LineCounter = (*frontHeader)(nil)
+	_ gateway.NameLister  = (*frontHeader)(nil)
+	_ gateway.Exchange    = (*frontExchange)(nil)
+)
