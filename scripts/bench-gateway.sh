@@ -15,7 +15,10 @@
 # engine's (its buffers, timeouts, streamed request bodies), is the floor
 # under the edge engine's 429 path; the same answer from a goroutine per
 # connection with no HTTP library (benchgw conn429) and from event loops
-# (benchgw loop429) show what the engine itself costs. Three floors under
+# (benchgw loop429) show what the engine itself costs, and the gateway's
+# own flow over the same reject.yaml on those event loops, with a head
+# parser of their own and its answers written as bytes (benchgw flowloop),
+# what an engine of the gateway's own would cost there. Three floors under
 # the pass-through,
 # none doing a gateway's work: a bare fasthttp proxy set up the same way
 # (benchgw fastproxy); a goroutine per connection over net.Conn passing
@@ -154,6 +157,7 @@ pick BARE
 pick BARE_429
 pick BARE_429_CONN
 pick BARE_429_LOOP
+pick FLOW_429_LOOP
 pick BARE_FAST
 pick BARE_CONN
 pick BARE_LOOP
@@ -231,6 +235,9 @@ start_floodgate() { # NAME ENGINE CONFIG PORT
 	pids+=($!)
 	PID[$1]=$!
 }
+"${on_server[@]}" "$work/benchgw" flowloop -addr "127.0.0.1:$FLOW_429_LOOP" -policy "$work/reject.yaml" >/dev/null &
+pids+=($!)
+PID_FLOW_429_LOOP=$!
 start_floodgate fast-pass fast pass.yaml "$FAST_PASS"
 start_floodgate fast-429 fast reject.yaml "$FAST_REJECT"
 start_floodgate net-pass net/http pass.yaml "$NET_PASS"
@@ -265,12 +272,12 @@ nginx_conf front "$SERVER_PROCS" "    upstream up { server 127.0.0.1:$UP; keepal
 pids+=($!)
 PID_NGINX=$!
 
-for p in $UP $BARE $BARE_429 $BARE_429_CONN $BARE_429_LOOP $BARE_FAST $BARE_CONN $BARE_LOOP $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_PASS $NG_REJECT; do
+for p in $UP $BARE $BARE_429 $BARE_429_CONN $BARE_429_LOOP $FLOW_429_LOOP $BARE_FAST $BARE_CONN $BARE_LOOP $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_PASS $NG_REJECT; do
 	wait_http "http://127.0.0.1:$p/"
 done
 # The tiny limits: spend the one request, check that all answer 429.
 spent_at=$(date +%s)
-for p in $FAST_REJECT $NET_REJECT $NG_REJECT $BARE_429 $BARE_429_CONN $BARE_429_LOOP; do
+for p in $FAST_REJECT $NET_REJECT $NG_REJECT $BARE_429 $BARE_429_CONN $BARE_429_LOOP $FLOW_429_LOOP; do
 	curl -s -o /dev/null "http://127.0.0.1:$p/" || true
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/")
 	if [ "$code" != 429 ]; then
@@ -289,7 +296,7 @@ done
 # The servers measured: name, URL, PID whose processes are counted.
 NAMES=("upstream (direct)" "bare Go proxy" "floodgate fast pass" "floodgate net/http pass" "nginx pass"
 	"floodgate fast 429" "floodgate net/http 429" "nginx 429" "bare fasthttp 429"
-	"bare goroutine 429" "bare event loop 429" "bare fasthttp proxy" "bare goroutine proxy" "bare event loop proxy")
+	"bare goroutine 429" "bare event loop 429" "flow on event loops 429" "bare fasthttp proxy" "bare goroutine proxy" "bare event loop proxy")
 declare -A URL=(
 	["upstream (direct)"]="http://127.0.0.1:$UP/"
 	["bare Go proxy"]="http://127.0.0.1:$BARE/"
@@ -302,6 +309,7 @@ declare -A URL=(
 	["bare fasthttp 429"]="http://127.0.0.1:$BARE_429/"
 	["bare goroutine 429"]="http://127.0.0.1:$BARE_429_CONN/"
 	["bare event loop 429"]="http://127.0.0.1:$BARE_429_LOOP/"
+	["flow on event loops 429"]="http://127.0.0.1:$FLOW_429_LOOP/"
 	["bare fasthttp proxy"]="http://127.0.0.1:$BARE_FAST/"
 	["bare goroutine proxy"]="http://127.0.0.1:$BARE_CONN/"
 	["bare event loop proxy"]="http://127.0.0.1:$BARE_LOOP/"
@@ -318,6 +326,7 @@ declare -A SPID=(
 	["bare fasthttp 429"]=$PID_BARE_429
 	["bare goroutine 429"]=$PID_BARE_429_CONN
 	["bare event loop 429"]=$PID_BARE_429_LOOP
+	["flow on event loops 429"]=$PID_FLOW_429_LOOP
 	["bare fasthttp proxy"]=$PID_BARE_FAST
 	["bare goroutine proxy"]=$PID_BARE_CONN
 	["bare event loop proxy"]=$PID_BARE_LOOP
@@ -440,6 +449,7 @@ row "floodgate net/http 429" "429 path" "nginx 429"
 row "bare fasthttp 429" "429 path" "nginx 429"
 row "bare goroutine 429" "429 path" "nginx 429"
 row "bare event loop 429" "429 path" "nginx 429"
+row "flow on event loops 429" "429 path" "nginx 429"
 row "nginx 429" "429 path" ""
 row "floodgate fast pass" "pass-through" "nginx pass"
 row "floodgate net/http pass" "pass-through" "nginx pass"
