@@ -304,8 +304,8 @@ func (fr *front) request(req plainRequest, head []byte) (keep bool) {
 		e.finish(ex)
 	}
 	if left {
-		ctx.Request.Reset()
 		ctx.Response.Reset()
+		ctx.Request.Reset()
 		return false
 	}
 	keep = fr.flush()
@@ -329,8 +329,11 @@ func (fr *front) request(req plainRequest, head []byte) (keep bool) {
 		keep = err == nil
 		fr.bw.Reset(nil)
 	}
-	ctx.Request.Reset()
+	// The response first: a streamed body not written is closed by its
+	// reset, which finishes its request (its access record reads the
+	// request's fields).
 	ctx.Response.Reset()
+	ctx.Request.Reset()
 	return keep && !closeIt
 }
 
