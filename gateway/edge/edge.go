@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/internal/lograte"
+	"github.com/floodgate/floodgate/internal/plainhead"
 	"github.com/floodgate/floodgate/internal/rawconn"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/valyala/fasthttp"
@@ -294,9 +295,9 @@ func acceptPasses(err error) bool {
 // route reads the first bytes of a new connection and hands it to the
 // engine that speaks its protocol: HTTP/2 with prior knowledge, and
 // requests whose lines end in a bare LF, go to net/http; the others to the
-// front (front.go), which hands to fasthttp what it does not serve. The connection is
-// among the live ones from its accept on, so that Close ends its handshake
-// or its first read too.
+// front (front.go), which hands to fasthttp what it does not serve. The
+// connection is among the live ones from its accept on, so that Close ends
+// its handshake or its first read too.
 func (e *Engine) route(c net.Conn) {
 	ec := &conn{Conn: c}
 	ec.first.Store(true)
@@ -1184,32 +1185,10 @@ func (h *edgeHeader) Values(name string) []string {
 func hostOf(ctx *fasthttp.RequestCtx) []byte {
 	h := &ctx.Request.Header
 	uri, host := h.RequestURI(), h.Host()
-	if len(uri) > 0 && uri[0] == '/' && (len(uri) == 1 || uri[1] != '/') && plainHost(host) {
+	if len(uri) > 0 && uri[0] == '/' && (len(uri) == 1 || uri[1] != '/') && plainhead.PlainHost(host) {
 		return host
 	}
 	return ctx.Host()
-}
-
-// plainHost reports whether h is a host of lowercase letters, digits,
-// dots and hyphens, with or without a port of digits after one colon.
-func plainHost(h []byte) bool {
-	if len(h) == 0 {
-		return false
-	}
-	colon := false
-	for _, c := range h {
-		switch {
-		case '0' <= c && c <= '9':
-		case colon:
-			return false
-		case 'a' <= c && c <= 'z' || c == '.' || c == '-':
-		case c == ':':
-			colon = true
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // methodOf returns a method as a string, without allocating for the
@@ -1272,7 +1251,7 @@ func badFields(h *fasthttp.RequestHeader) (why string, f fieldsSeen) {
 			return "invalid header name", fieldsSeen{}
 		}
 		for _, c := range k {
-			if !tokenChar[c] {
+			if !plainhead.Token(c) {
 				return "invalid header name", fieldsSeen{}
 			}
 		}
@@ -1282,27 +1261,12 @@ func badFields(h *fasthttp.RequestHeader) (why string, f fieldsSeen) {
 		case 7:
 			f.upgrade = f.upgrade || bytes.EqualFold(k, []byte("Upgrade"))
 		}
-		if len(k) >= 13 && (k[0] == 'X' || k[0] == 'x') && (hasPrefixFold(k[1:], "-http-method") ||
-			hasPrefixFold(k[1:], "-method-override")) {
+		if plainhead.IsOverride(k) {
 			f.override = true
 		}
 	}
 	return "", f
 }
-
-// tokenChar says which bytes a token (a field name) may hold.
-var tokenChar = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
 
 // drainBounds bound reading an answer after its client left (the
 // gateway's TransportOptions.DrainTimeout and DrainBytes).
@@ -1348,11 +1312,6 @@ func fieldNames(raw []byte) iter.Seq[[]byte] {
 			}
 		}
 	}
-}
-
-// hasPrefixFold reports whether b begins with prefix, in any case.
-func hasPrefixFold(b []byte, prefix string) bool {
-	return len(b) >= len(prefix) && bytes.EqualFold(b[:len(prefix)], s2b(prefix))
 }
 
 // hasField reports whether raw, a request's header fields as sent, has a

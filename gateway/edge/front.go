@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/internal/plainhead"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/valyala/fasthttp"
 )
@@ -23,9 +24,9 @@ import (
 // head whole within frontHeadBytes, CRLF line ends, a target of visible
 // ASCII beginning with "/", one plain Host and field lines of tokens and
 // visible ASCII, none that the edge engine treats apart (a body's, Expect,
-// Upgrade, Cookie, Trailer). Such a request is read with a parser of the
-// front's own, which keeps each field line as offsets into the read buffer
-// and copies nothing, and it runs through the gateway's flow as on
+// Upgrade, Cookie, Trailer): package plainhead's plain request. It is read
+// by that package, which keeps each field line as offsets into the read
+// buffer and copies nothing, and it runs through the gateway's flow as on
 // fasthttp (the same checks before it, the same view of the request); an
 // answer of the gateway's own (a refusal, 403, 404) is written as bytes,
 // as fasthttp writes it, with no request or response object filled. A
@@ -153,12 +154,12 @@ func (fr *front) serve() {
 			return
 		}
 		head := fr.buf[:end]
-		req, plain := readPlain(head, &fr.x.h)
+		req, plain := plainhead.Read(head, &fr.x.h)
 		if !plain {
 			fr.handOver()
 			return
 		}
-		if status, _, _ := gateway.Preflight(http.MethodGet, b2s(req.target), req.host, true); status != 0 {
+		if status, _, _ := gateway.Preflight(http.MethodGet, b2s(req.Target), req.Host, true); status != 0 {
 			fr.handOver() // answered as fasthttp answers it
 			return
 		}
@@ -253,7 +254,7 @@ func (fr *front) flush() bool {
 
 // request serves one plain request whose head is head; it reports
 // whether the connection goes on.
-func (fr *front) request(req plainRequest, head []byte) (keep bool) {
+func (fr *front) request(req plainhead.Request, head []byte) (keep bool) {
 	e, c, x := fr.e, fr.c, &fr.x
 	// As serve: a request without a body reads nothing more (no read
 	// bound while it is served), and its write bound starts now.
@@ -265,13 +266,13 @@ func (fr *front) request(req plainRequest, head []byte) (keep bool) {
 	x.fields, x.status, x.bytes = nil, 0, 0
 	v := f.Request()
 	v.Method = http.MethodGet
-	v.Host = req.host
-	v.Path, v.RawPath = gateway.TargetPath(b2s(req.target))
+	v.Host = req.Host
+	v.Path, v.RawPath = gateway.TargetPath(b2s(req.Target))
 	v.Proto = "HTTP/1.1"
 	v.Peer, v.PeerText = c.peer()
 	v.WriteDeadline = c.wEnd
 	v.Header = &x.h
-	v.NoOverride = !req.override
+	v.NoOverride = !req.Override
 	later := fr.run(f)
 	c.boundWrite()
 	c.handled()
@@ -286,7 +287,7 @@ func (fr *front) request(req plainRequest, head []byte) (keep bool) {
 			return false
 		}
 		g.Finish(x, f)
-		if req.close || e.stopping.Load() {
+		if req.Close || e.stopping.Load() {
 			x.closeAnswer()
 			return false
 		}
@@ -309,7 +310,7 @@ func (fr *front) request(req plainRequest, head []byte) (keep bool) {
 		return false
 	}
 	keep = fr.flush()
-	closeIt := req.close || ctx.Response.Header.ConnectionClose() || e.stopping.Load()
+	closeIt := req.Close || ctx.Response.Header.ConnectionClose() || e.stopping.Load()
 	if closeIt {
 		ctx.Response.Header.SetConnectionClose()
 	}
@@ -359,7 +360,7 @@ func (fr *front) run(f *gateway.Flow) (later bool) {
 // engine's exchange (convert), which serves the rest.
 type frontExchange struct {
 	fr     *front
-	h      frontHeader
+	h      plainhead.Header
 	f      *gateway.Flow
 	head   []byte
 	fields []fields.Field
@@ -561,175 +562,4 @@ func statusText(status int) string {
 	return "Unknown Status Code"
 }
 
-// plainRequest is what the front reads of a plain request's line and
-// fields.
-type plainRequest struct {
-	target   []byte
-	host     string
-	override bool // a method override field
-	close    bool // Connection: close
-}
-
-// frontHeader is a plain request's field lines, as offsets into its head:
-// the start and end of the name, of the value.
-type frontHeader struct {
-	head  []byte
-	lines [][4]int32
-}
-
-// readPlain reads head as a plain request (the front's comment above),
-// into h; false: it is not one.
-func readPlain(head []byte, h *frontHeader) (r plainRequest, ok bool) {
-	if len(head) < 18 || string(head[:5]) != "GET /" {
-		return r, false
-	}
-	i := 4
-	for i < len(head) && head[i] > ' ' && head[i] < 0x7f {
-		i++
-	}
-	r.target = head[4:i]
-	if len(head)-i < 11 || string(head[i:i+11]) != " HTTP/1.1\r\n" {
-		return r, false
-	}
-	p := i + 11
-	h.head, h.lines = head, h.lines[:0]
-	hosts, agents, conns := 0, 0, 0
-	for {
-		if len(head)-p < 2 {
-			return r, false
-		}
-		if head[p] == '\r' {
-			if head[p+1] != '\n' || p+2 != len(head) || hosts != 1 || agents > 1 || conns > 1 {
-				return r, false
-			}
-			return r, true
-		}
-		// The name: a token, right before its colon.
-		ns := p
-		for p < len(head) && tokenChar[head[p]] {
-			p++
-		}
-		if p == ns || p == len(head) || head[p] != ':' {
-			return r, false
-		}
-		ne := p
-		p++
-		for p < len(head) && (head[p] == ' ' || head[p] == '\t') {
-			p++
-		}
-		vs := p
-		for p < len(head) && (head[p] >= ' ' && head[p] < 0x7f || head[p] == '\t') {
-			p++
-		}
-		if len(head)-p < 2 || head[p] != '\r' || head[p+1] != '\n' {
-			return r, false
-		}
-		ve := p
-		for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
-			ve--
-		}
-		p += 2
-		name, value := head[ns:ne], head[vs:ve]
-		switch len(name) {
-		case 4:
-			if bytes.EqualFold(name, []byte("host")) {
-				if !plainHost(value) {
-					return r, false
-				}
-				hosts++
-				r.host = b2s(value)
-			}
-		case 6:
-			if bytes.EqualFold(name, []byte("cookie")) || bytes.EqualFold(name, []byte("expect")) {
-				return r, false
-			}
-		case 7:
-			if bytes.EqualFold(name, []byte("upgrade")) || bytes.EqualFold(name, []byte("trailer")) {
-				return r, false
-			}
-		case 10:
-			if bytes.EqualFold(name, []byte("connection")) {
-				switch string(value) {
-				case "close":
-					r.close = true
-				case "keep-alive":
-				default:
-					return r, false
-				}
-				conns++
-			} else if bytes.EqualFold(name, []byte("user-agent")) {
-				agents++
-			}
-		case 12:
-			if bytes.EqualFold(name, []byte("content-type")) {
-				return r, false
-			}
-		case 14:
-			if bytes.EqualFold(name, []byte("content-length")) {
-				return r, false
-			}
-		case 17:
-			if bytes.EqualFold(name, []byte("transfer-encoding")) {
-				return r, false
-			}
-		}
-		if len(name) >= 13 && (name[0] == 'X' || name[0] == 'x') && (hasPrefixFold(name[1:], "-http-method") ||
-			hasPrefixFold(name[1:], "-method-override")) {
-			r.override = true
-		}
-		h.lines = append(h.lines, [4]int32{int32(ns), int32(ne), int32(vs), int32(ve)})
-	}
-}
-
-func (h *frontHeader) is(ln [4]int32, name string) bool {
-	return int(ln[1]-ln[0]) == len(name) && strings.EqualFold(b2s(h.head[ln[0]:ln[1]]), name)
-}
-
-// Get returns the first value of a field, or "".
-func (h *frontHeader) Get(name string) string {
-	for _, ln := range h.lines {
-		if h.is(ln, name) {
-			return b2s(h.head[ln[2]:ln[3]])
-		}
-	}
-	return ""
-}
-
-// Values returns every value of a field, one per line.
-func (h *frontHeader) Values(name string) []string {
-	var out []string
-	for _, ln := range h.lines {
-		if h.is(ln, name) {
-			out = append(out, b2s(h.head[ln[2]:ln[3]]))
-		}
-	}
-	return out
-}
-
-// Lines counts the lines of a field (gateway.LineCounter).
-func (h *frontHeader) Lines(name string) int {
-	n := 0
-	for _, ln := range h.lines {
-		if h.is(ln, name) {
-			n++
-		}
-	}
-	return n
-}
-
-// FindName returns the first field name, as it came, that m matches, or
-// "" (gateway.NameLister).
-func (h *frontHeader) FindName(m *gateway.NameMatch) string {
-	for _, ln := range h.lines {
-		if k := b2s(h.head[ln[0]:ln[1]]); m.Matches(k) {
-			return k
-		}
-	}
-	return ""
-}
-
-var (
-	_ gateway.LineCounter = (*frontHeader)(nil)
-	_ gateway.NameLister  = (*frontHeader)(nil)
-	_ gateway.Exchange    = (*frontExchange)(nil)
-)
+var _ gateway.Exchange = (*frontExchange)(nil)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/plainhead"
 	"github.com/valyala/fasthttp"
 )
 
@@ -82,8 +83,8 @@ func FuzzFrontReadsAsFasthttp(f *testing.F) {
 // t when it does and fasthttp reads it otherwise.
 func checkFrontHead(t *testing.T, head []byte) bool {
 	t.Helper()
-	var fh frontHeader
-	r, ok := readPlain(head, &fh)
+	var fh plainhead.Header
+	r, ok := plainhead.Read(head, &fh)
 	if !ok {
 		return false
 	}
@@ -93,14 +94,14 @@ func checkFrontHead(t *testing.T, head []byte) bool {
 	}
 	var ctx fasthttp.RequestCtx
 	h.CopyTo(&ctx.Request.Header)
-	if string(h.Method()) != "GET" || string(h.RequestURI()) != string(r.target) || string(hostOf(&ctx)) != r.host ||
-		h.ConnectionClose() != r.close {
-		t.Fatalf("%q: the front reads GET %q host %q close %v; fasthttp %s %q host %q close %v", head, r.target, r.host, r.close,
+	if string(h.Method()) != "GET" || string(h.RequestURI()) != string(r.Target) || string(hostOf(&ctx)) != r.Host ||
+		h.ConnectionClose() != r.Close {
+		t.Fatalf("%q: the front reads GET %q host %q close %v; fasthttp %s %q host %q close %v", head, r.Target, r.Host, r.Close,
 			h.Method(), h.RequestURI(), hostOf(&ctx), h.ConnectionClose())
 	}
 	names := []string{"Host", "User-Agent", "Connection", "X-Api-Key", "Authorization", "X-Forwarded-For", "Accept", "Missing"}
-	for _, ln := range fh.lines {
-		names = append(names, string(head[ln[0]:ln[1]]))
+	for name := range fh.Names {
+		names = append(names, name)
 	}
 	eh := (*edgeHeader)(&h)
 	for _, n := range names {
@@ -145,14 +146,8 @@ limits:
 		e := New(policyGateway(t, src), Options{NoFront: noFront})
 		addr, stop := serveOn(t, e)
 		defer stop()
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		c, br := dialKept(t, addr)
 		var all []byte
-		br := bufio.NewReader(c)
 		for _, req := range []string{
 			"GET /elsewhere HTTP/1.1\r\nHost: gw.example\r\n\r\n",
 			"GET /api/a HTTP/1.1\r\nHost: gw.example\r\nUser-Agent: t\r\n\r\n",
@@ -184,6 +179,19 @@ limits:
 	if n := sent.Load(); n != 2 {
 		t.Errorf("the upstream was sent %d requests, want 1 on each engine", n)
 	}
+}
+
+// dialKept connects to addr for a test's exchanges, closed with the test,
+// with a deadline for them.
+func dialKept(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
 }
 
 // readAnswer reads one answer with a Content-Length, head and body, as it
@@ -238,13 +246,7 @@ limits:
 `), Options{})
 	addr, stop := serveOn(t, e)
 	defer stop()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := dialKept(t, addr)
 	send := func(reqs string, paths ...string) {
 		t.Helper()
 		if _, err := io.WriteString(c, reqs); err != nil {

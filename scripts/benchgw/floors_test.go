@@ -165,15 +165,8 @@ func TestFloors429Answer(t *testing.T) {
 		errc := make(chan error, 1)
 		go func() { errc <- serve(addr) }()
 		c := dialFloor(t, name, addr, errc)
-		fmt.Fprint(c, "GET /a HTTP/1.1\r\nHost: bench\r\n\r\nGET /b HTTP/1.1\r\nHost: bench\r\n\r\nGET /c HTTP/1.1\r\nHost: bench\r\n\r\n")
-		br := bufio.NewReader(c)
-		for i := 0; i < 3; i++ {
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("%s: answer %d: %v", name, i, err)
-			}
+		for i, resp := range threePipelined(t, name, c) {
 			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
 			if err != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "60" ||
 				resp.Header.Get("RateLimit") == "" || resp.Header.Get("Date") == "" {
 				t.Fatalf("%s: answer %d: %d %v %q %v", name, i, resp.StatusCode, resp.Header, body, err)
@@ -219,24 +212,7 @@ func TestFlowLoopAnswersAsTheEdgeEngine(t *testing.T) {
 		}
 		c := dialFloor(t, name, addr, errc)
 		defer c.Close()
-		fmt.Fprint(c, "GET /a HTTP/1.1\r\nHost: bench\r\n\r\nGET /b HTTP/1.1\r\nHost: bench\r\n\r\nGET /c HTTP/1.1\r\nHost: bench\r\n\r\n")
-		br := bufio.NewReader(c)
-		var out []*http.Response
-		for i := 0; i < 3; i++ {
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("%s: answer %d: %v", name, i, err)
-			}
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				t.Fatalf("%s: answer %d: %v", name, i, err)
-			}
-			resp.Body = io.NopCloser(bytes.NewReader(body))
-			resp.ContentLength = int64(len(body))
-			out = append(out, resp)
-		}
-		return out
+		return threePipelined(t, name, c)
 	}
 	fl, closeFlow, err := policyGateway(file)
 	if err != nil {
@@ -279,4 +255,28 @@ func TestFlowLoopAnswersAsTheEdgeEngine(t *testing.T) {
 			t.Fatalf("answer %d: flowloop's fields %v, the edge engine's %v", i, a.Header, b.Header)
 		}
 	}
+}
+
+// threePipelined sends three GETs on c in one write and returns their
+// answers, each body read whole.
+func threePipelined(t *testing.T, name string, c net.Conn) []*http.Response {
+	t.Helper()
+	fmt.Fprint(c, "GET /a HTTP/1.1\r\nHost: bench\r\n\r\nGET /b HTTP/1.1\r\nHost: bench\r\n\r\nGET /c HTTP/1.1\r\nHost: bench\r\n\r\n")
+	br := bufio.NewReader(c)
+	var out []*http.Response
+	for i := 0; i < 3; i++ {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: answer %d: %v", name, i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s: answer %d: %v", name, i, err)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.ContentLength = int64(len(body))
+		out = append(out, resp)
+	}
+	return out
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -19,19 +18,20 @@ import (
 
 	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/gateway"
+	"github.com/floodgate/floodgate/internal/plainhead"
 	"github.com/floodgate/floodgate/limiter"
 )
 
 // flowLoop serves the gateway g on addr from event loops as loop429's (one
 // per GOMAXPROCS, each on a locked thread with its own epoll set and
-// listening socket), reading each request's head with a parser of its own
-// (the field lines kept as offsets into the read buffer, nothing copied or
-// made canonical), running it through the gateway's flow unchanged
-// (Preflight, Begin, Run, Finish) and writing the gateway's own answers
-// as bytes. It serves no request the flow passes (it answers 502 and
-// closes the connection), no body, no other version than HTTP/1.1: the
-// 429 path of an engine of the gateway's own, with no bound on time or
-// size, beside the edge engine's and the floors'.
+// listening socket), reading each request's head as the edge engine's
+// front does (package plainhead: the field lines kept as offsets into the
+// read buffer, nothing copied or made canonical), running it through the
+// gateway's flow unchanged (Preflight, Begin, Run, Finish) and writing the
+// gateway's own answers as bytes. It serves no request the flow passes
+// (it answers 502 and closes the connection) and no request that is not
+// plain: the 429 path of an engine of the gateway's own, with no bound on
+// time or size, beside the edge engine's and the floors'.
 func flowLoop(addr string, g *gateway.Gateway) error {
 	listen, err := sockaddr(addr)
 	if err != nil || listen.Port == 0 {
@@ -85,34 +85,19 @@ type flowLoopState struct {
 }
 
 func (l *flowLoopState) run() error {
-	runtime.LockOSThread()
-	evs := make([]unix.EpollEvent, 256)
-	for {
-		n, err := unix.EpollWait(l.ep, evs, -1)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return fmt.Errorf("flowloop: epoll_wait: %w", err)
+	return l.runWith(l.accept, func(fd int) {
+		if c := l.conns[fd]; c != nil {
+			l.readable(c)
 		}
-		for _, ev := range evs[:n] {
-			fd := int(ev.Fd)
-			if fd == l.ln {
-				l.accept()
-			} else if c := l.conns[fd]; c != nil {
-				l.readable(c)
-			}
-		}
-	}
+	})
 }
 
 func (l *flowLoopState) accept() {
 	for {
-		fd, sa, err := unix.Accept4(l.ln, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-		if err != nil {
+		fd, sa, ok := l.acceptOne()
+		if !ok {
 			return
 		}
-		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		c := &flowConn{fd: fd}
 		if s4, ok := sa.(*unix.SockaddrInet4); ok {
 			c.peer = netip.AddrFrom4(s4.Addr)
@@ -152,7 +137,7 @@ func (l *flowLoopState) readable(c *flowConn) {
 		if i < 0 {
 			break
 		}
-		keep = l.serve(c, data[:i+2])
+		keep = l.serve(c, data[:i+4])
 		data = data[i+4:]
 	}
 	c.in = append(c.in[:0], data...)
@@ -166,160 +151,36 @@ func (l *flowLoopState) readable(c *flowConn) {
 	}
 }
 
-// serve answers one head (its last line's CRLF kept); false: the
-// connection closes after what was written.
+// serve answers one head (its empty last line included); false: the
+// connection closes after what was written. A head that is not a plain
+// request (package plainhead, as the edge engine's front reads it) is not
+// served.
 func (l *flowLoopState) serve(c *flowConn, head []byte) bool {
-	method, target, ok := requestLine(head)
+	x := &l.x
+	req, ok := plainhead.Read(head, &x.h)
 	if !ok {
 		return false
 	}
-	x := &l.x
-	if !x.h.parse(head) {
+	if status, _, _ := gateway.Preflight(http.MethodGet, b2s(req.Target), req.Host, true); status != 0 {
 		return false
-	}
-	host := x.h.Get("Host")
-	if status, _, _ := gateway.Preflight(b2s(method), b2s(target), host, true); status != 0 {
-		return false
-	}
-	if x.h.Lines("Content-Length") > 0 || x.h.Lines("Transfer-Encoding") > 0 {
-		return false // a body: not served
 	}
 	g := l.g
 	f := g.Begin()
 	v := f.Request()
-	v.Method = methodName(method)
-	v.Host = host
-	v.Path, v.RawPath = gateway.TargetPath(b2s(target))
+	v.Method = http.MethodGet
+	v.Host = req.Host
+	v.Path, v.RawPath = gateway.TargetPath(b2s(req.Target))
 	v.Proto = "HTTP/1.1"
 	v.Peer, v.PeerText = c.peer, c.peerText
 	v.Header = &x.h
+	v.NoOverride = !req.Override
 	x.fields, x.status, x.bytes, x.passed = nil, 0, 0, false
 	if g.Run(x, f) {
 		return false // an answer that goes on later: never, as nothing is passed
 	}
 	g.Finish(x, f)
-	return x.status != 0 && !x.passed
+	return x.status != 0 && !x.passed && !req.Close
 }
-
-// requestLine reads an HTTP/1.1 request line.
-func requestLine(head []byte) (method, target []byte, ok bool) {
-	end := bytes.IndexByte(head, '\r')
-	if end < 0 {
-		return nil, nil, false
-	}
-	line := head[:end]
-	sp := bytes.IndexByte(line, ' ')
-	if sp <= 0 {
-		return nil, nil, false
-	}
-	rest := line[sp+1:]
-	sp2 := bytes.IndexByte(rest, ' ')
-	if sp2 <= 0 || string(rest[sp2+1:]) != "HTTP/1.1" {
-		return nil, nil, false
-	}
-	return line[:sp], rest[:sp2], true
-}
-
-// methodName returns the method as a string, the common ones without
-// allocating.
-func methodName(b []byte) string {
-	switch string(b) {
-	case http.MethodGet:
-		return http.MethodGet
-	case http.MethodHead:
-		return http.MethodHead
-	case http.MethodPost:
-		return http.MethodPost
-	}
-	return string(b)
-}
-
-// rawHead is a request head's field lines as offsets into it: name start
-// and end, value start and end.
-type rawHead struct {
-	head  []byte
-	lines [][4]int
-}
-
-// parse reads the field lines after the request line; false for a line
-// without a colon or a name.
-func (h *rawHead) parse(head []byte) bool {
-	h.head, h.lines = head, h.lines[:0]
-	p := bytes.IndexByte(head, '\n') + 1
-	for p > 0 && p < len(head) {
-		e := bytes.IndexByte(head[p:], '\n')
-		if e < 0 {
-			return false
-		}
-		line := bytes.TrimSuffix(head[p:p+e], []byte("\r"))
-		col := bytes.IndexByte(line, ':')
-		if col <= 0 {
-			return false
-		}
-		vs, ve := col+1, len(line)
-		for vs < ve && (line[vs] == ' ' || line[vs] == '\t') {
-			vs++
-		}
-		for ve > vs && (line[ve-1] == ' ' || line[ve-1] == '\t') {
-			ve--
-		}
-		h.lines = append(h.lines, [4]int{p, p + col, p + vs, p + ve})
-		p += e + 1
-	}
-	return true
-}
-
-func (h *rawHead) is(ln [4]int, name string) bool {
-	return ln[1]-ln[0] == len(name) && strings.EqualFold(b2s(h.head[ln[0]:ln[1]]), name)
-}
-
-// Get returns the first value of a field, or "".
-func (h *rawHead) Get(name string) string {
-	for _, ln := range h.lines {
-		if h.is(ln, name) {
-			return b2s(h.head[ln[2]:ln[3]])
-		}
-	}
-	return ""
-}
-
-// Values returns every value of a field.
-func (h *rawHead) Values(name string) []string {
-	var out []string
-	for _, ln := range h.lines {
-		if h.is(ln, name) {
-			out = append(out, b2s(h.head[ln[2]:ln[3]]))
-		}
-	}
-	return out
-}
-
-// Lines counts the lines of a field (gateway.LineCounter).
-func (h *rawHead) Lines(name string) int {
-	n := 0
-	for _, ln := range h.lines {
-		if h.is(ln, name) {
-			n++
-		}
-	}
-	return n
-}
-
-// FindName returns the first field name m matches, or ""
-// (gateway.NameLister).
-func (h *rawHead) FindName(m *gateway.NameMatch) string {
-	for _, ln := range h.lines {
-		if k := b2s(h.head[ln[0]:ln[1]]); m.Matches(k) {
-			return k
-		}
-	}
-	return ""
-}
-
-var (
-	_ gateway.LineCounter = (*rawHead)(nil)
-	_ gateway.NameLister  = (*rawHead)(nil)
-)
 
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
@@ -327,7 +188,7 @@ func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 // are appended to the loop's output as bytes.
 type flowExchange struct {
 	fl     *flowLoopState
-	h      rawHead
+	h      plainhead.Header
 	fields []fields.Field
 	status int
 	bytes  int64

@@ -126,6 +126,17 @@ func newLoop(listen, up *unix.SockaddrInet4) (*loop, error) {
 }
 
 func (l *loop) run() error {
+	return l.runWith(l.accept, func(fd int) {
+		if c := l.conns[fd]; c != nil {
+			l.readable(c)
+		}
+	})
+}
+
+// runWith waits for the loop's events on a locked thread: accept is called
+// when the listening socket has connections, ready with each other socket
+// that has bytes.
+func (l *loop) runWith(accept func(), ready func(fd int)) error {
 	runtime.LockOSThread()
 	evs := make([]unix.EpollEvent, 256)
 	for {
@@ -137,11 +148,10 @@ func (l *loop) run() error {
 			return fmt.Errorf("loopproxy: epoll_wait: %w", err)
 		}
 		for _, ev := range evs[:n] {
-			fd := int(ev.Fd)
-			if fd == l.ln {
-				l.accept()
-			} else if c := l.conns[fd]; c != nil {
-				l.readable(c)
+			if fd := int(ev.Fd); fd == l.ln {
+				accept()
+			} else {
+				ready(fd)
 			}
 		}
 	}
@@ -149,13 +159,23 @@ func (l *loop) run() error {
 
 func (l *loop) accept() {
 	for {
-		fd, _, err := unix.Accept4(l.ln, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-		if err != nil {
+		fd, _, ok := l.acceptOne()
+		if !ok {
 			return
 		}
-		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		l.add(&loopConn{fd: fd, client: true})
 	}
+}
+
+// acceptOne accepts a connection waiting on the listening socket, without
+// Nagle's delay; false when none waits.
+func (l *loop) acceptOne() (fd int, sa unix.Sockaddr, ok bool) {
+	fd, sa, err := unix.Accept4(l.ln, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+	if err != nil {
+		return 0, nil, false
+	}
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	return fd, sa, true
 }
 
 func (l *loop) add(c *loopConn) {

@@ -1,0 +1,22 @@
+package plainhead_test
+
+import (
+	"fmt"
+
+	"github.com/floodgate/floodgate/internal/plainhead"
+)
+
+func ExampleRead() {
+	var h plainhead.Header
+	head := []byte("GET /students/9?x=1 HTTP/1.1\r\nHost: api.example:8080\r\nX-Api-Key:  key-1 \r\nConnection: close\r\n\r\n")
+	r, ok := plainhead.Read(head, &h)
+	fmt.Println(ok, string(r.Target), r.Host, r.Close)
+	fmt.Printf("%q %d\n", h.Get("x-api-key"), h.Lines("X-API-KEY"))
+
+	_, ok = plainhead.Read([]byte("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"), &h)
+	fmt.Println(ok)
+	// Output:
+	// true /students/9?x=1 api.example:8080 true
+	// "key-1" 1
+	// false
+}
