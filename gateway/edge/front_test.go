@@ -3,6 +3,7 @@ package edge
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -266,5 +267,44 @@ limits:
 	defer mu.Unlock()
 	if got := strings.Join(bodies, "|"); got != "GET /a |GET /b |POST /c hello|GET /d " {
 		t.Errorf("the upstream was sent %q", got)
+	}
+}
+
+// TestShutdownClosesTheFrontsIdleConnections: a kept-alive connection
+// waiting in the front for its next request is closed by Shutdown at once,
+// as fasthttp closes its idle ones, and Shutdown does not wait for it.
+func TestShutdownClosesTheFrontsIdleConnections(t *testing.T) {
+	e := New(policyGateway(t, `version: 1
+routes:
+  - {name: only, match: {paths: ["/only"]}, upstream: none}
+`), Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.Serve(ln) }()
+	c, br := dialKept(t, ln.Addr().String())
+	if _, err := io.WriteString(c, "GET /elsewhere HTTP/1.1\r\nHost: gw\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if a := readAnswer(t, br); !bytes.HasPrefix(a, []byte("HTTP/1.1 404 ")) {
+		t.Fatalf("answered %q", a)
+	}
+	time.Sleep(50 * time.Millisecond) // the front waits for the next request
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := e.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("the idle connection after Shutdown: %v, want it closed", err)
+	}
+	if d := time.Since(began); d > 2*time.Second {
+		t.Errorf("Shutdown and the close took %v", d)
 	}
 }
