@@ -149,7 +149,6 @@ func (fr *front) serve() {
 			}
 		}
 		end, ok := fr.readHead(n > 1)
-		c.first.Store(false)
 		if !ok {
 			return
 		}
@@ -216,6 +215,7 @@ func (fr *front) readHead(next bool) (int, bool) {
 		}
 		if k > 0 && next && first {
 			first = false
+			c.first.Store(false) // a request began: Shutdown lets it be answered
 			_ = c.SetReadDeadline(time.Time{})
 		}
 	}
