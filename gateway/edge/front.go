@@ -279,14 +279,13 @@ func (fr *front) request(req plainhead.Request, head []byte) (keep bool) {
 	ex := x.edge
 	if ex == nil {
 		// Answered by the gateway: the answer is in fr.out.
+		g.Finish(x, f)
 		if x.status == 0 {
 			// No answer at all (never, as the flow answers or passes
 			// every request): closed as fasthttp closes a request it
 			// did not answer.
-			g.Finish(x, f)
 			return false
 		}
-		g.Finish(x, f)
 		if req.Close || e.stopping.Load() {
 			x.closeAnswer()
 			return false
@@ -490,7 +489,7 @@ func (x *frontExchange) Answer(status int, body []byte, challenge bool) {
 	o := append(fr.out, "HTTP/1.1 "...)
 	o = strconv.AppendInt(o, int64(status), 10)
 	o = append(o, ' ')
-	o = append(o, statusText(status)...)
+	o = append(o, fasthttp.StatusMessage(status)...)
 	o = append(o, "\r\n"...)
 	o = append(o, fr.e.dateLine()...)
 	o = append(o, "Content-Type: "...)
@@ -553,13 +552,5 @@ func frontFields(fs []fields.Field) (ctype string, ok bool) {
 // They all begin with c, d, s or t.
 var fasthttpWritesItsWay = []string{"Content-Length", "Content-Encoding", "Connection", "Server", "Set-Cookie",
 	"Transfer-Encoding", "Trailer", "Date"}
-
-// statusText is the reason phrase fasthttp writes for status.
-func statusText(status int) string {
-	if t := http.StatusText(status); t != "" {
-		return t
-	}
-	return "Unknown Status Code"
-}
 
 var _ gateway.Exchange = (*frontExchange)(nil)

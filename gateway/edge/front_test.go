@@ -3,7 +3,6 @@ package edge
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -278,13 +277,8 @@ func TestShutdownClosesTheFrontsIdleConnections(t *testing.T) {
 routes:
   - {name: only, match: {paths: ["/only"]}, upstream: none}
 `), Options{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- e.Serve(ln) }()
-	c, br := dialKept(t, ln.Addr().String())
+	addr, stop := serveOn(t, e)
+	c, br := dialKept(t, addr)
 	if _, err := io.WriteString(c, "GET /elsewhere HTTP/1.1\r\nHost: gw\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -292,15 +286,8 @@ routes:
 		t.Fatalf("answered %q", a)
 	}
 	time.Sleep(50 * time.Millisecond) // the front waits for the next request
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	began := time.Now()
-	if err := e.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if err := <-served; err != nil {
-		t.Fatalf("Serve: %v", err)
-	}
+	stop() // Shutdown, and Serve ended cleanly
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("the idle connection after Shutdown: %v, want it closed", err)
 	}
