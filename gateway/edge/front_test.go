@@ -181,17 +181,12 @@ limits:
 	}
 }
 
-// dialKept connects to addr for a test's exchanges, closed with the test,
-// with a deadline for them.
+// dialKept is dial with a deadline for the test's exchanges.
 func dialKept(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c, br := dial(t, addr)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	return c, bufio.NewReader(c)
+	return c, br
 }
 
 // readAnswer reads one answer with a Content-Length, head and body, as it
