@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"os"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -44,19 +42,11 @@ func flowLoop(addr string, g *gateway.Gateway) error {
 			d.set(now)
 		}
 	}()
-	n := runtime.GOMAXPROCS(0)
-	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
-		l, err := newLoop(listen, nil)
-		if err != nil {
-			return err
-		}
+	return runLoops(addr, listen, nil, func(l *loop) func() error {
 		fl := &flowLoopState{loop: l, g: g, date: d, conns: map[int]*flowConn{}}
 		fl.x.fl = fl
-		go func() { errs <- fl.run() }()
-	}
-	fmt.Fprintln(os.Stdout, "listening on", addr)
-	return <-errs
+		return fl.run
+	})
 }
 
 // dateLine is the Date field line of the answers, set once a second.

@@ -34,6 +34,13 @@ func loopProxy(addr, target string) error {
 	if err != nil || listen.Port == 0 {
 		return fmt.Errorf("loopproxy: addr %q: want a numeric IPv4 host and a port (%v)", addr, err)
 	}
+	return runLoops(addr, listen, up, func(l *loop) func() error { return l.run })
+}
+
+// runLoops starts one loop per GOMAXPROCS listening on listen (passing to
+// up, when not nil), each run by what run returns for it, says where they
+// listen, and returns the first error a loop ends with.
+func runLoops(addr string, listen, up *unix.SockaddrInet4, run func(*loop) func() error) error {
 	n := runtime.GOMAXPROCS(0)
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
@@ -41,7 +48,8 @@ func loopProxy(addr, target string) error {
 		if err != nil {
 			return err
 		}
-		go func() { errs <- l.run() }()
+		r := run(l)
+		go func() { errs <- r() }()
 	}
 	fmt.Fprintln(os.Stdout, "listening on", addr)
 	return <-errs
@@ -56,19 +64,11 @@ func loop429(addr string) error {
 	if err != nil || listen.Port == 0 {
 		return fmt.Errorf("loop429: addr %q: want a numeric IPv4 host and a port (%v)", addr, err)
 	}
-	n := runtime.GOMAXPROCS(0)
-	errs := make(chan error, n)
 	answer := raw429()
-	for i := 0; i < n; i++ {
-		l, err := newLoop(listen, nil)
-		if err != nil {
-			return err
-		}
+	return runLoops(addr, listen, nil, func(l *loop) func() error {
 		l.answer = answer
-		go func() { errs <- l.run() }()
-	}
-	fmt.Fprintln(os.Stdout, "listening on", addr)
-	return <-errs
+		return l.run
+	})
 }
 
 // sockaddr resolves a numeric IPv4 host:port.
