@@ -41,8 +41,8 @@ import (
 // front. The front calls the connection's deadlines as fasthttp does, so
 // that the engine's bounds (conn.go) hold alike.
 
-// frontHeadBytes is the largest head the front reads; a longer one goes
-// to fasthttp, whose bound is MaxHeaderBytes.
+// frontHeadBytes bounds the heads the front reads; a longer one goes to
+// fasthttp, whose bound is MaxHeaderBytes.
 const frontHeadBytes = 4 << 10
 
 // front is a connection being served by the front: its read buffer, the
@@ -181,12 +181,19 @@ var crlf2 = []byte("\r\n\r\n")
 
 // readHead reads until the buffer holds a whole head and returns its
 // length, its last CRLF and the empty line included. false: the
-// connection was closed, parked or handed over.
+// connection was closed, parked or handed over. A head as long as the
+// front reads, or as MaxHeaderBytes when that is less, goes to fasthttp,
+// which answers one over MaxHeaderBytes 431.
 func (fr *front) readHead(next bool) (int, bool) {
 	c := fr.c
 	first := true
+	limit := min(cap(fr.buf), fr.e.srv.ReadBufferSize)
 	for {
 		if i := bytes.Index(fr.buf, crlf2); i >= 0 {
+			if i+4 >= limit {
+				fr.handOver()
+				return 0, false
+			}
 			if next && first {
 				// As fasthttp, once the next request's first bytes are
 				// in: its head is bounded from now (conn.headRead).
@@ -194,7 +201,7 @@ func (fr *front) readHead(next bool) (int, bool) {
 			}
 			return i + 4, true
 		}
-		if len(fr.buf) == cap(fr.buf) {
+		if len(fr.buf) >= limit {
 			fr.handOver() // a head longer than the front reads
 			return 0, false
 		}

@@ -290,3 +290,32 @@ routes:
 		t.Errorf("Shutdown and the close took %v", d)
 	}
 }
+
+// TestFrontKeepsMaxHeaderBytes: a plain head longer than MaxHeaderBytes
+// (below what the front reads) is answered 431 as fasthttp answers it,
+// and one within it is served, with the front on and off alike.
+func TestFrontKeepsMaxHeaderBytes(t *testing.T) {
+	for _, noFront := range []bool{false, true} {
+		e := New(policyGateway(t, `version: 1
+routes:
+  - {name: only, match: {paths: ["/only"]}, upstream: none}
+`), Options{MaxHeaderBytes: 1024, NoFront: noFront})
+		addr, stop := serveOn(t, e)
+		for _, tc := range []struct {
+			pad    int
+			status string
+		}{{100, "404"}, {1500, "431"}} {
+			c, br := dialKept(t, addr)
+			req := "GET /elsewhere HTTP/1.1\r\nHost: gw\r\nX-Pad: " + strings.Repeat("p", tc.pad) + "\r\n\r\n"
+			if _, err := io.WriteString(c, req); err != nil {
+				t.Fatal(err)
+			}
+			line, err := br.ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, "HTTP/1.1 "+tc.status+" ") {
+				t.Errorf("front off %v, a field of %d bytes: %q %v, want %s", noFront, tc.pad, line, err, tc.status)
+			}
+			c.Close()
+		}
+		stop()
+	}
+}
