@@ -29,7 +29,11 @@
 # rotates from round to round), so that a busy machine weighs on all
 # alike; the table gives the median of the rounds. Then the p99 latency at
 # HIGH_CONNECTIONS connections, in HIGH_ROUNDS rounds of its own (the order
-# rotating the same way; the median), and the memory each server spends per idle
+# rotating the same way; the median), of the gateway on both engines, NGINX,
+# and the 429 path's floors of a goroutine per connection and of event
+# loops with and without the flow (how much of the gateway's tail there
+# belongs to serving a connection on a goroutine, whatever the work a
+# request), and the memory each server spends per idle
 # kept-alive connection (the growth of its resident memory while
 # IDLE_CONNECTIONS of them are held open, divided by their number).
 #
@@ -418,7 +422,8 @@ rounds() {
 }
 rounds "$ROUNDS" "$CONNECTIONS" "" "${NAMES[@]}"
 rounds "$HIGH_ROUNDS" "$HIGH_CONNECTIONS" "at -c$HIGH_CONNECTIONS, " \
-	"floodgate fast pass" "floodgate net/http pass" "nginx pass" "floodgate fast 429" "floodgate net/http 429" "nginx 429"
+	"floodgate fast pass" "floodgate net/http pass" "nginx pass" "floodgate fast 429" "floodgate net/http 429" "nginx 429" \
+	"bare goroutine 429" "bare event loop 429" "flow on event loops 429"
 
 m() { median "$1" "$2" "$3"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
@@ -469,6 +474,12 @@ awk -v f4="$(m "floodgate fast 429" "$CONNECTIONS" 1)" -v n4="$(m "nginx 429" "$
 	printf "fast engine, 429 path: %.2fx nginx limit_req req/s (goal 0.8x), %.2fx its requests per CPU second\n", f4 / n4, n4c / f4c
 	printf "fast engine, pass-through: %.2fx nginx proxy_pass req/s (goal 0.8x), %.2fx its requests per CPU second\n", fp / np, npc / fpc
 	printf "p99 at c='"$HIGH_CONNECTIONS"': 429 path %.2fx nginx, pass-through %.2fx nginx (goal at most 1.5x)\n", f4h / n4h, fph / nph
+}'
+# The 429 path's floors at HIGH_CONNECTIONS: a goroutine per connection
+# doing no HTTP work at all against event loops, and the flow on loops.
+awk -v g="$(m "bare goroutine 429" "$HIGH_CONNECTIONS" 2)" -v l="$(m "bare event loop 429" "$HIGH_CONNECTIONS" 2)" \
+	-v fl="$(m "flow on event loops 429" "$HIGH_CONNECTIONS" 2)" -v n="$(m "nginx 429" "$HIGH_CONNECTIONS" 2)" 'BEGIN {
+	printf "p99 at c='"$HIGH_CONNECTIONS"', 429 path floors: a goroutine per connection %.2fx nginx, event loops %.2fx, the flow on event loops %.2fx\n", g / n, l / n, fl / n
 }'
 # The req/s ratio of each round (the two servers measured minutes apart at
 # most), and a warning when NGINX's own rounds spread by more than 15%:
