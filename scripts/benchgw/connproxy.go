@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strconv"
 	"time"
 )
 
@@ -177,18 +176,46 @@ var (
 	transferEncoding = []byte("\r\ntransfer-encoding:")
 )
 
-// lengthOf finds the Content-Length of an answer's head.
+// lengthOf finds the Content-Length of an answer's head (its lines ended
+// by CRLF), with no allocation.
 func lengthOf(head []byte) (int, bool) {
-	j := bytes.Index(bytes.ToLower(head), contentLength)
-	if j < 0 {
-		return 0, false
+	name := contentLength[2:] // "content-length:"
+	for len(head) > 0 {
+		line := head
+		if k := bytes.Index(head, headEnd[:2]); k >= 0 {
+			line, head = head[:k], head[k+2:]
+		} else {
+			head = nil
+		}
+		if len(line) <= len(name) || !asciiFoldPrefix(line, name) {
+			continue
+		}
+		v := bytes.TrimSpace(line[len(name):])
+		n := 0
+		for _, c := range v {
+			if c < '0' || c > '9' || n > 1<<40 {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, len(v) > 0
 	}
-	v := head[j+len(contentLength):]
-	if k := bytes.IndexByte(v, '\r'); k >= 0 {
-		v = v[:k]
+	return 0, false
+}
+
+// asciiFoldPrefix reports whether b begins with prefix, a lower-case
+// name, in any case.
+func asciiFoldPrefix(b, prefix []byte) bool {
+	for i, c := range prefix {
+		d := b[i]
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if d != c {
+			return false
+		}
 	}
-	n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
-	return n, err == nil && n >= 0
+	return true
 }
 
 // targetHost is the host:port of a floor's target, an http:// URL.

@@ -9,11 +9,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/gateway/edge"
 )
 
@@ -198,6 +201,19 @@ func TestFlowLoopAnswersAsTheEdgeEngine(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the flow loop needs epoll")
 	}
+	flowFloorAnswersAsTheEdgeEngine(t, "flowloop", flowLoop)
+}
+
+// TestFlowConnAnswersAsTheEdgeEngine: the flow on a goroutine per
+// connection refuses as the edge engine does, as flowloop.
+func TestFlowConnAnswersAsTheEdgeEngine(t *testing.T) {
+	flowFloorAnswersAsTheEdgeEngine(t, "flowconn", flowConns)
+}
+
+// flowFloorAnswersAsTheEdgeEngine checks that the floor name, serving the
+// 429 path's policy file, answers three pipelined requests refused with the
+// edge engine's answers (the same status, body and fields, bar the Date).
+func flowFloorAnswersAsTheEdgeEngine(t *testing.T, name string, floor func(addr string, g *gateway.Gateway) error) {
 	const file = "../bench-gateway/reject.yaml"
 	refusals := func(name string, serve func(addr string) error) []*http.Response {
 		addr := freeAddr(t)
@@ -219,7 +235,7 @@ func TestFlowLoopAnswersAsTheEdgeEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeFlow()
-	loopAnswers := refusals("flowloop", func(addr string) error { return flowLoop(addr, fl) })
+	loopAnswers := refusals(name, func(addr string) error { return floor(addr, fl) })
 	eg, closeEdge, err := policyGateway(file)
 	if err != nil {
 		t.Fatal(err)
@@ -239,20 +255,20 @@ func TestFlowLoopAnswersAsTheEdgeEngine(t *testing.T) {
 		ab, _ := io.ReadAll(a.Body)
 		bb, _ := io.ReadAll(b.Body)
 		if a.StatusCode != http.StatusTooManyRequests || a.StatusCode != b.StatusCode || !bytes.Equal(ab, bb) {
-			t.Fatalf("answer %d: flowloop %d %q, edge engine %d %q", i, a.StatusCode, ab, b.StatusCode, bb)
+			t.Fatalf("answer %d: %s %d %q, edge engine %d %q", i, name, a.StatusCode, ab, b.StatusCode, bb)
 		}
 		delete(a.Header, "Date")
 		delete(b.Header, "Date")
 		if len(a.Header) != len(b.Header) {
-			t.Fatalf("answer %d: flowloop's fields %v, the edge engine's %v", i, a.Header, b.Header)
+			t.Fatalf("answer %d: %s's fields %v, the edge engine's %v", i, name, a.Header, b.Header)
 		}
 		for k := range b.Header {
 			if a.Header.Get(k) == "" {
-				t.Fatalf("answer %d: flowloop has no %s (%v)", i, k, a.Header)
+				t.Fatalf("answer %d: %s has no %s (%v)", i, name, k, a.Header)
 			}
 		}
 		if p := a.Header.Get("RateLimit-Policy"); p != b.Header.Get("RateLimit-Policy") || !strings.Contains(a.Header.Get("RateLimit"), "r=0") {
-			t.Fatalf("answer %d: flowloop's fields %v, the edge engine's %v", i, a.Header, b.Header)
+			t.Fatalf("answer %d: %s's fields %v, the edge engine's %v", i, name, a.Header, b.Header)
 		}
 	}
 }
@@ -279,4 +295,58 @@ func threePipelined(t *testing.T, name string, c net.Conn) []*http.Response {
 		out = append(out, resp)
 	}
 	return out
+}
+
+// TestFlowConnPasses: the flow on a goroutine per connection, serving the
+// pass-through's policy file pointed at a real upstream, forwards kept-alive
+// requests with the upstream's Host and the client's address in
+// X-Forwarded-For, and answers with the upstream's answer and the
+// RateLimit fields the edge engine adds, for each of three requests.
+func TestFlowConnPasses(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Upstream", "yes")
+		fmt.Fprintf(w, "path=%s host=%s xff=%s agent=%s", r.URL.Path, r.Host, r.Header.Get("X-Forwarded-For"), r.UserAgent())
+	}))
+	defer up.Close()
+	src, err := os.ReadFile("../bench-gateway/pass.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "pass.yaml")
+	policy := strings.Replace(string(src), "upstream: http://127.0.0.1:9\n", "upstream: "+up.URL+"\n", 1)
+	if policy == string(src) {
+		t.Fatal("pass.yaml: no upstream line to point at the test's upstream")
+	}
+	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, closeStore, err := policyGateway(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	addr := freeAddr(t)
+	errc := make(chan error, 1)
+	go func() { errc <- flowConns(addr, g) }()
+	c := dialFloor(t, "flowconn", addr, errc)
+	defer c.Close()
+	br := bufio.NewReader(c)
+	upHost := strings.TrimPrefix(up.URL, "http://")
+	for i := 0; i < 3; i++ {
+		path := fmt.Sprintf("/r%d", i)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: gateway.example\r\nUser-Agent: bench\r\n\r\n", path)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := "path=" + path + " host=" + upHost + " xff=127.0.0.1 agent=bench"
+		if err != nil || resp.StatusCode != 200 || string(body) != want {
+			t.Fatalf("request %d: %d %q %v, want 200 %q", i, resp.StatusCode, body, err, want)
+		}
+		if resp.Header.Get("X-Upstream") != "yes" || resp.Header.Get("RateLimit-Policy") == "" || resp.Header.Get("RateLimit") == "" {
+			t.Fatalf("request %d: fields %v, want the upstream's and RateLimit's", i, resp.Header)
+		}
+	}
 }

@@ -2,22 +2,13 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
-	"strconv"
-	"sync/atomic"
-	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/floodgate/floodgate/fields"
 	"github.com/floodgate/floodgate/gateway"
-	"github.com/floodgate/floodgate/internal/plainhead"
-	"github.com/floodgate/floodgate/limiter"
 )
 
 // flowLoop serves the gateway g on addr from event loops as loop429's (one
@@ -35,26 +26,12 @@ func flowLoop(addr string, g *gateway.Gateway) error {
 	if err != nil || listen.Port == 0 {
 		return fmt.Errorf("flowloop: addr %q: want a numeric IPv4 host and a port (%v)", addr, err)
 	}
-	d := &dateLine{}
-	d.set(time.Now())
-	go func() {
-		for now := range time.Tick(time.Second) {
-			d.set(now)
-		}
-	}()
+	d := newDateLine()
 	return runLoops(addr, listen, nil, func(l *loop) func() error {
-		fl := &flowLoopState{loop: l, g: g, date: d, conns: map[int]*flowConn{}}
-		fl.x.fl = fl
+		fl := &flowLoopState{loop: l, g: g, conns: map[int]*flowConn{}}
+		fl.x.date = d
 		return fl.run
 	})
-}
-
-// dateLine is the Date field line of the answers, set once a second.
-type dateLine struct{ p atomic.Pointer[[]byte] }
-
-func (d *dateLine) set(now time.Time) {
-	b := []byte("Date: " + now.UTC().Format(http.TimeFormat) + "\r\n")
-	d.p.Store(&b)
 }
 
 // flowConn is a client connection of a flow loop: what it sent past the
@@ -69,9 +46,8 @@ type flowConn struct {
 type flowLoopState struct {
 	*loop
 	g     *gateway.Gateway
-	date  *dateLine
 	conns map[int]*flowConn
-	x     flowExchange
+	x     flowExchange // its Pass answers 502
 }
 
 func (l *flowLoopState) run() error {
@@ -120,19 +96,19 @@ func (l *flowLoopState) readable(c *flowConn) {
 		c.in = append(c.in, data...)
 		data = c.in
 	}
-	l.out = l.out[:0]
+	l.x.out = l.x.out[:0]
 	keep := true
 	for keep {
 		i := bytes.Index(data, headEnd)
 		if i < 0 {
 			break
 		}
-		keep = l.serve(c, data[:i+4])
+		keep = serveHead(l.g, &l.x, c.peer, c.peerText, data[:i+4])
 		data = data[i+4:]
 	}
 	c.in = append(c.in[:0], data...)
-	if len(l.out) > 0 {
-		if w, err := unix.Write(c.fd, l.out); err != nil || w != len(l.out) {
+	if out := l.x.out; len(out) > 0 {
+		if w, err := unix.Write(c.fd, out); err != nil || w != len(out) {
 			keep = false
 		}
 	}
@@ -141,86 +117,3 @@ func (l *flowLoopState) readable(c *flowConn) {
 	}
 }
 
-// serve answers one head (its empty last line included); false: the
-// connection closes after what was written. A head that is not a plain
-// request (package plainhead, as the edge engine's front reads it) is not
-// served.
-func (l *flowLoopState) serve(c *flowConn, head []byte) bool {
-	x := &l.x
-	req, ok := plainhead.Read(head, &x.h)
-	if !ok {
-		return false
-	}
-	if status, _, _ := gateway.Preflight(http.MethodGet, b2s(req.Target), req.Host, true); status != 0 {
-		return false
-	}
-	g := l.g
-	f := g.Begin()
-	v := f.Request()
-	v.Method = http.MethodGet
-	v.Host = req.Host
-	v.Path, v.RawPath = gateway.TargetPath(b2s(req.Target))
-	v.Proto = "HTTP/1.1"
-	v.Peer, v.PeerText = c.peer, c.peerText
-	v.Header = &x.h
-	v.NoOverride = !req.Override
-	x.fields, x.status, x.bytes, x.passed = nil, 0, 0, false
-	if g.Run(x, f) {
-		return false // an answer that goes on later: never, as nothing is passed
-	}
-	g.Finish(x, f)
-	return x.status != 0 && !x.passed && !req.Close
-}
-
-func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
-
-// flowExchange is the request a flow loop serves: the gateway's answers
-// are appended to the loop's output as bytes.
-type flowExchange struct {
-	fl     *flowLoopState
-	h      plainhead.Header
-	fields []fields.Field
-	status int
-	bytes  int64
-	passed bool
-}
-
-func (x *flowExchange) Context() context.Context                                { return context.Background() }
-func (x *flowExchange) DelHeader(string)                                        {}
-func (x *flowExchange) SetHeader(string, string)                                {}
-func (x *flowExchange) RequestBody(int) []byte                                  { return nil }
-func (x *flowExchange) SetFields(fs []fields.Field)                             { x.fields = fs }
-func (x *flowExchange) Proxies() bool                                           { return true }
-func (x *flowExchange) Answered() (int, int64)                                  { return x.status, x.bytes }
-func (x *flowExchange) Keep(context.Context, []limiter.Hit) func()              { return nil }
-func (x *flowExchange) Wait(context.Context, *gateway.Flow, time.Duration) bool { return true }
-
-// Answer appends the answer: status line, Date, type, the flow's fields,
-// length, body.
-func (x *flowExchange) Answer(status int, body []byte, challenge bool) {
-	o := append(x.fl.out, "HTTP/1.1 "...)
-	o = strconv.AppendInt(o, int64(status), 10)
-	o = append(o, ' ')
-	o = append(o, http.StatusText(status)...)
-	o = append(o, "\r\n"...)
-	o = append(o, *x.fl.date.p.Load()...)
-	o = append(o, "Content-Type: application/json\r\n"...)
-	for _, f := range x.fields {
-		o = append(append(append(append(o, f.Name...), ": "...), f.Value...), "\r\n"...)
-	}
-	if challenge {
-		o = append(o, "WWW-Authenticate: Bearer\r\n"...)
-	}
-	o = append(o, "Content-Length: "...)
-	o = strconv.AppendInt(o, int64(len(body)), 10)
-	o = append(append(o, "\r\n\r\n"...), body...)
-	x.fl.out = o
-	x.status, x.bytes = status, int64(len(body))
-}
-
-// Pass is not served: a 502, and the connection closes.
-func (x *flowExchange) Pass(*gateway.Flow, *gateway.Recorder) bool {
-	x.Answer(http.StatusBadGateway, []byte(`{"message":"not passed by benchgw flowloop"}`+"\n"), false)
-	x.passed = true
-	return false
-}

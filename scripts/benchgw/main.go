@@ -18,6 +18,7 @@
 //	benchgw conn429 -addr 127.0.0.1:18108
 //	benchgw loop429 -addr 127.0.0.1:18109
 //	benchgw flowloop -addr 127.0.0.1:18110 -policy scripts/bench-gateway/reject.yaml
+//	benchgw flowconn -addr 127.0.0.1:18111 -policy scripts/bench-gateway/pass.yaml
 //	benchgw fastproxy -addr 127.0.0.1:18105 -target http://127.0.0.1:18101
 //	benchgw connproxy -addr 127.0.0.1:18107 -target http://127.0.0.1:18101 [-deadlines 30s]
 //	benchgw loopproxy -addr 127.0.0.1:18106 -target http://127.0.0.1:18101
@@ -64,7 +65,7 @@ func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchgw upstream|proxy|fixed429|conn429|loop429|flowloop|fastproxy|connproxy|loopproxy|idle|tls [flags]")
+		return errors.New("usage: benchgw upstream|proxy|fixed429|conn429|loop429|flowloop|flowconn|fastproxy|connproxy|loopproxy|idle|tls [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
@@ -75,7 +76,7 @@ func run(args []string) error {
 	tlsMode := fs.String("mode", "handshake", "handshake (a full handshake per connection) or request (HTTP/1.1 requests on kept-alive TLS connections) (tls)")
 	tlsConns := fs.Int("c", 8, "concurrent clients (tls)")
 	tlsDuration := fs.Duration("d", 5*time.Second, "how long to measure (tls)")
-	policyFile := fs.String("policy", "", "the policy file whose gateway answers (flowloop)")
+	policyFile := fs.String("policy", "", "the policy file whose gateway answers (flowloop, flowconn)")
 	deadlines := fs.Duration("deadlines", 0, "a read and a write deadline this far ahead on both connections, set for every request (connproxy; 0: none)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -99,6 +100,14 @@ func run(args []string) error {
 		}
 		defer closeStore()
 		return flowLoop(*addr, g)
+	}
+	if args[0] == "flowconn" {
+		g, closeStore, err := policyGateway(*policyFile)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		return flowConns(*addr, g)
 	}
 	if args[0] == "fastproxy" {
 		return fastProxy(*addr, *target)
