@@ -18,8 +18,13 @@
 # (benchgw loop429) show what the engine itself costs, and the gateway's
 # own flow over the same reject.yaml on those event loops, with a head
 # parser of their own and its answers written as bytes (benchgw flowloop),
-# what an engine of the gateway's own would cost there. Three floors under
-# the pass-through,
+# what an engine of the gateway's own would cost there; the same flow on a
+# goroutine per connection (benchgw flowconn), as the edge engine's front
+# reads and answers, which also forwards what the flow passes with no HTTP
+# library (the head as it came, its Host the upstream's, X-Forwarded-For
+# added; the answer copied back with the flow's fields): what a
+# forwarding path of the front's own would cost at least, on both jobs.
+# Three floors under the pass-through,
 # none doing a gateway's work: a bare fasthttp proxy set up the same way
 # (benchgw fastproxy); a goroutine per connection over net.Conn passing
 # requests as they came, with no HTTP library (benchgw connproxy); and the
@@ -162,6 +167,8 @@ pick BARE_429
 pick BARE_429_CONN
 pick BARE_429_LOOP
 pick FLOW_429_LOOP
+pick FLOW_429_CONN
+pick FLOW_PASS_CONN
 pick BARE_FAST
 pick BARE_CONN
 pick BARE_LOOP
@@ -242,6 +249,12 @@ start_floodgate() { # NAME ENGINE CONFIG PORT
 "${on_server[@]}" "$work/benchgw" flowloop -addr "127.0.0.1:$FLOW_429_LOOP" -policy "$work/reject.yaml" >/dev/null &
 pids+=($!)
 PID_FLOW_429_LOOP=$!
+"${on_server[@]}" "$work/benchgw" flowconn -addr "127.0.0.1:$FLOW_429_CONN" -policy "$work/reject.yaml" >/dev/null &
+pids+=($!)
+PID_FLOW_429_CONN=$!
+"${on_server[@]}" "$work/benchgw" flowconn -addr "127.0.0.1:$FLOW_PASS_CONN" -policy "$work/pass.yaml" >/dev/null &
+pids+=($!)
+PID_FLOW_PASS_CONN=$!
 start_floodgate fast-pass fast pass.yaml "$FAST_PASS"
 start_floodgate fast-429 fast reject.yaml "$FAST_REJECT"
 start_floodgate net-pass net/http pass.yaml "$NET_PASS"
@@ -276,12 +289,12 @@ nginx_conf front "$SERVER_PROCS" "    upstream up { server 127.0.0.1:$UP; keepal
 pids+=($!)
 PID_NGINX=$!
 
-for p in $UP $BARE $BARE_429 $BARE_429_CONN $BARE_429_LOOP $FLOW_429_LOOP $BARE_FAST $BARE_CONN $BARE_LOOP $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_PASS $NG_REJECT; do
+for p in $UP $BARE $BARE_429 $BARE_429_CONN $BARE_429_LOOP $FLOW_429_LOOP $FLOW_429_CONN $FLOW_PASS_CONN $BARE_FAST $BARE_CONN $BARE_LOOP $FAST_PASS $FAST_REJECT $NET_PASS $NET_REJECT $NG_PASS $NG_REJECT; do
 	wait_http "http://127.0.0.1:$p/"
 done
 # The tiny limits: spend the one request, check that all answer 429.
 spent_at=$(date +%s)
-for p in $FAST_REJECT $NET_REJECT $NG_REJECT $BARE_429 $BARE_429_CONN $BARE_429_LOOP $FLOW_429_LOOP; do
+for p in $FAST_REJECT $NET_REJECT $NG_REJECT $BARE_429 $BARE_429_CONN $BARE_429_LOOP $FLOW_429_LOOP $FLOW_429_CONN; do
 	curl -s -o /dev/null "http://127.0.0.1:$p/" || true
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/")
 	if [ "$code" != 429 ]; then
@@ -289,7 +302,7 @@ for p in $FAST_REJECT $NET_REJECT $NG_REJECT $BARE_429 $BARE_429_CONN $BARE_429_
 		exit 1
 	fi
 done
-for p in $BARE $BARE_FAST $BARE_CONN $BARE_LOOP $FAST_PASS $NET_PASS $NG_PASS; do
+for p in $BARE $BARE_FAST $BARE_CONN $BARE_LOOP $FLOW_PASS_CONN $FAST_PASS $NET_PASS $NG_PASS; do
 	code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/")
 	if [ "$code" != 200 ]; then
 		echo "bench-gateway: port $p answers $code, not 200" >&2
@@ -300,7 +313,8 @@ done
 # The servers measured: name, URL, PID whose processes are counted.
 NAMES=("upstream (direct)" "bare Go proxy" "floodgate fast pass" "floodgate net/http pass" "nginx pass"
 	"floodgate fast 429" "floodgate net/http 429" "nginx 429" "bare fasthttp 429"
-	"bare goroutine 429" "bare event loop 429" "flow on event loops 429" "bare fasthttp proxy" "bare goroutine proxy" "bare event loop proxy")
+	"bare goroutine 429" "bare event loop 429" "flow on event loops 429" "flow on goroutines 429" "bare fasthttp proxy" "bare goroutine proxy"
+	"bare event loop proxy" "flow on goroutines pass")
 declare -A URL=(
 	["upstream (direct)"]="http://127.0.0.1:$UP/"
 	["bare Go proxy"]="http://127.0.0.1:$BARE/"
@@ -314,6 +328,8 @@ declare -A URL=(
 	["bare goroutine 429"]="http://127.0.0.1:$BARE_429_CONN/"
 	["bare event loop 429"]="http://127.0.0.1:$BARE_429_LOOP/"
 	["flow on event loops 429"]="http://127.0.0.1:$FLOW_429_LOOP/"
+	["flow on goroutines 429"]="http://127.0.0.1:$FLOW_429_CONN/"
+	["flow on goroutines pass"]="http://127.0.0.1:$FLOW_PASS_CONN/"
 	["bare fasthttp proxy"]="http://127.0.0.1:$BARE_FAST/"
 	["bare goroutine proxy"]="http://127.0.0.1:$BARE_CONN/"
 	["bare event loop proxy"]="http://127.0.0.1:$BARE_LOOP/"
@@ -331,6 +347,8 @@ declare -A SPID=(
 	["bare goroutine 429"]=$PID_BARE_429_CONN
 	["bare event loop 429"]=$PID_BARE_429_LOOP
 	["flow on event loops 429"]=$PID_FLOW_429_LOOP
+	["flow on goroutines 429"]=$PID_FLOW_429_CONN
+	["flow on goroutines pass"]=$PID_FLOW_PASS_CONN
 	["bare fasthttp proxy"]=$PID_BARE_FAST
 	["bare goroutine proxy"]=$PID_BARE_CONN
 	["bare event loop proxy"]=$PID_BARE_LOOP
@@ -455,6 +473,7 @@ row "bare fasthttp 429" "429 path" "nginx 429"
 row "bare goroutine 429" "429 path" "nginx 429"
 row "bare event loop 429" "429 path" "nginx 429"
 row "flow on event loops 429" "429 path" "nginx 429"
+row "flow on goroutines 429" "429 path" "nginx 429"
 row "nginx 429" "429 path" ""
 row "floodgate fast pass" "pass-through" "nginx pass"
 row "floodgate net/http pass" "pass-through" "nginx pass"
@@ -462,6 +481,7 @@ row "bare Go proxy" "pass-through" "nginx pass"
 row "bare fasthttp proxy" "pass-through" "nginx pass"
 row "bare goroutine proxy" "pass-through" "nginx pass"
 row "bare event loop proxy" "pass-through" "nginx pass"
+row "flow on goroutines pass" "pass-through" "nginx pass"
 row "nginx pass" "pass-through" ""
 row "upstream (direct)" "upstream" ""
 echo

@@ -116,4 +116,3 @@ func (l *flowLoopState) readable(c *flowConn) {
 		l.closeConn(c)
 	}
 }
-
