@@ -20,3 +20,19 @@ func ExampleRead() {
 	// "key-1" 1
 	// false
 }
+
+func ExampleHeader_Field() {
+	var h plainhead.Header
+	head := []byte("GET / HTTP/1.1\r\nHost: a\r\nx-tab:\tv \r\nAccept: */*\r\n\r\n")
+	if _, ok := plainhead.Read(head, &h); !ok {
+		return
+	}
+	for i := range h.Len() {
+		name, value, line := h.Field(i)
+		fmt.Printf("%s=%q %q\n", name, value, line)
+	}
+	// Output:
+	// Host="a" "Host: a\r\n"
+	// x-tab="v" "x-tab:\tv \r\n"
+	// Accept="*/*" "Accept: */*\r\n"
+}

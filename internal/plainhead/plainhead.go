@@ -257,6 +257,20 @@ func (h *Header) Names(yield func(name string) bool) {
 	}
 }
 
+// Len returns the number of field lines.
+func (h *Header) Len() int { return len(h.lines) }
+
+// Field returns the i-th field line's name and value, as they came, and
+// the whole line, from its name to its CRLF included.
+func (h *Header) Field(i int) (name, value, line []byte) {
+	ln := h.lines[i]
+	end := len(h.head) - 2 // the empty line's
+	if i+1 < len(h.lines) {
+		end = int(h.lines[i+1][0])
+	}
+	return h.head[ln[0]:ln[1]], h.head[ln[2]:ln[3]], h.head[ln[0]:end]
+}
+
 var (
 	_ gateway.LineCounter = (*Header)(nil)
 	_ gateway.NameLister  = (*Header)(nil)

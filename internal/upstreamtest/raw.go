@@ -58,6 +58,34 @@ func Fixed(t testing.TB, answer []byte) string {
 	})
 }
 
+// Heads is an upstream on loopback that reads each request's head as it
+// came, line by line, with no body (requests without one), and answers it
+// with what answer returns for it, as written, closing the connection
+// after it when keep is false. head is only valid during the call. Its
+// listener and connections end with the test. It returns its address.
+func Heads(t testing.TB, answer func(head []byte) (out []byte, keep bool)) string {
+	t.Helper()
+	return serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		var head []byte
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			head = append(head, line...)
+			if len(bytes.TrimRight(line, "\r\n")) > 0 {
+				continue // a line of the head
+			}
+			out, keep := answer(head)
+			head = head[:0]
+			if _, err := c.Write(out); err != nil || !keep {
+				return
+			}
+		}
+	})
+}
+
 // serve accepts connections on a loopback listener and runs each on a
 // goroutine of its own with conn, closing it after; the listener and the
 // connections end with the test, and the goroutines before it ends. It
