@@ -225,28 +225,34 @@ func (e *Engine) forward(x *exchange, f *gateway.Flow, rec *gateway.Recorder) bo
 			tried &^= pool.Bit(target) // the same target, on a fresh connection
 		}
 	}
+	status := e.failedUpstream(f, rec, up, err)
+	resp.Reset()
+	x.Answer(status, gateway.Body(status), false)
+	if req.IsBodyStream() || clientClose {
+		ctx.SetConnectionClose() // the body may be half read
+	}
+	return false
+}
+
+// failedUpstream ends the upstream's part of a request that no upstream
+// answered, with err: counted, logged, its reservation given back; it
+// returns the status its client gets, 504 when the wait for the answer
+// timed out, else 502.
+func (e *Engine) failedUpstream(f *gateway.Flow, rec *gateway.Recorder, up *upstream, err error) int {
+	route := f.Match().Route
 	f.UpstreamEnded()
 	e.g.UpstreamAnswered(route, 0)
 	if rec != nil {
 		rec.SetNoAnswer() // a reservation of the request is given back
 	}
-	resp.Reset()
 	if isTimeout(err) {
 		f.UpstreamStatus(504)
-	} else {
-		f.UpstreamStatus(502)
-	}
-	if isTimeout(err) {
 		e.log.Warn("gateway: upstream timeout", "route", route, "upstream", up.host, "err", err)
-		x.Answer(504, gateway.Body(504), false)
-	} else {
-		e.log.Warn("gateway: upstream error", "route", route, "upstream", up.host, "err", err)
-		x.Answer(502, gateway.Body(502), false)
+		return 504
 	}
-	if req.IsBodyStream() || clientClose {
-		ctx.SetConnectionClose() // the body may be half read
-	}
-	return false
+	f.UpstreamStatus(502)
+	e.log.Warn("gateway: upstream error", "route", route, "upstream", up.host, "err", err)
+	return 502
 }
 
 // clientBodyFailed answers x when err says its client's body failed
@@ -412,6 +418,27 @@ func (e *Engine) exchangeUpstream(x *exchange, f *gateway.Flow, rec *gateway.Rec
 		}
 		break
 	}
+	return answerUpstream(e, x, f, rec, up, clientClose, hc, cc, c, uc, br, broken, reused, err)
+}
+
+// connPool is a pool of upstream connections of type C
+// (fasthttp.HostClient's).
+type connPool[C any] interface {
+	CloseConn(C)
+	ReleaseConn(C)
+}
+
+// answerUpstream reads the rest of the upstream's answer to x and sets
+// x's answer from it, as exchangeUpstream says. Its head was read into
+// the response's header, ending with err; it came over c (uc), the
+// connection cc of hc, read through br; broken says the request's write
+// failed and this answer came before, reused that the connection was kept
+// from an earlier request.
+func answerUpstream[C any](e *Engine, x *exchange, f *gateway.Flow, rec *gateway.Recorder, up *upstream, clientClose bool,
+	hc connPool[C], cc C, c net.Conn, uc *upConn, br answerReader, broken, reused bool, err error) (later, reusedConn bool, _ error) {
+	route := f.Match().Route
+	ctx := x.ctx
+	req, resp := &ctx.Request, &ctx.Response
 	// Interim answers (100 Continue, 102 Processing, 103 Early Hints) are
 	// read past, as many as come before the upstream's timeout (an upstream
 	// may say 102 every second of a slow request, as net/http's transport
@@ -657,26 +684,52 @@ func (e *Engine) waitUntilClose(ctx context.Context) error {
 // net/http (which streams it) and as for a longer body (streamed here),
 // and one that stalls is cut by that wait (502).
 func readWhole(resp *fasthttp.Response, r *bufio.Reader, n int, uc *upConn, c net.Conn, d time.Duration) error {
-	for n > 0 {
-		if r.Buffered() == 0 {
-			if _, err := r.Peek(1); err != nil {
-				if errors.Is(err, io.EOF) {
-					err = io.ErrUnexpectedEOF
-				}
-				return err
-			}
+	for first := true; n > 0; first = false {
+		b, err := bodyPart(r, n, uc, c, d, first)
+		if err != nil {
+			return err
 		}
-		b, _ := r.Peek(min(n, r.Buffered()))
 		resp.AppendBody(b)
 		_, _ = r.Discard(len(b))
 		n -= len(b)
-		if n > 0 {
-			if err := uc.readDeadline(c, d); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
+}
+
+// appendWhole is readWhole appending the body to dst.
+func appendWhole(dst []byte, r *bufio.Reader, n int, uc *upConn, c net.Conn, d time.Duration) ([]byte, error) {
+	for first := true; n > 0; first = false {
+		b, err := bodyPart(r, n, uc, c, d, first)
+		if err != nil {
+			return dst, err
+		}
+		dst = append(dst, b...)
+		_, _ = r.Discard(len(b))
+		n -= len(b)
+	}
+	return dst, nil
+}
+
+// bodyPart returns the next part of a body of which n bytes are left to
+// read: what r holds of it, else what the connection sends next, waited
+// for within d (the first part within the wait for the head). The caller
+// takes it from r.
+func bodyPart(r *bufio.Reader, n int, uc *upConn, c net.Conn, d time.Duration, first bool) ([]byte, error) {
+	if r.Buffered() == 0 {
+		if !first {
+			if err := uc.readDeadline(c, d); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := r.Peek(1); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	b, _ := r.Peek(min(n, r.Buffered()))
+	return b, nil
 }
 
 // writeRequest sends a request upstream. A body the client is still
@@ -1185,8 +1238,13 @@ func setOnce(h *fasthttp.RequestHeader, key, value []byte, sent bool) {
 // joinTarget prefixes a request target with the upstream's path and
 // merges its query, as net/http's reverse proxy does.
 func joinTarget(base, query string, target []byte) []byte {
+	return appendTarget(make([]byte, 0, len(base)+len(target)+len(query)+2), base, query, target)
+}
+
+// appendTarget appends target joined with the upstream's path and query
+// (joinTarget).
+func appendTarget(out []byte, base, query string, target []byte) []byte {
 	path, q, hasQ := bytes.Cut(target, []byte("?"))
-	out := make([]byte, 0, len(base)+len(target)+len(query)+2)
 	out = append(out, base...)
 	if len(path) == 0 || path[0] != '/' {
 		out = append(out, '/')
