@@ -29,6 +29,12 @@ import (
 // store.
 func policyGateway(tb testing.TB, src string) *gateway.Gateway {
 	tb.Helper()
+	return policyGatewayWith(tb, src, gateway.TransportOptions{})
+}
+
+// policyGatewayWith is policyGateway with the upstream options up.
+func policyGatewayWith(tb testing.TB, src string, up gateway.TransportOptions) *gateway.Gateway {
+	tb.Helper()
 	f, err := config.Parse("bench.yaml", []byte(src))
 	if err != nil {
 		tb.Fatal(err)
@@ -46,7 +52,7 @@ func policyGateway(tb testing.TB, src string) *gateway.Gateway {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { st.Close() })
-	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, limiter.Options{})})
+	g, err := gateway.New(gateway.Options{Matcher: pm, Engine: limiter.New(st, limiter.Options{}), Upstream: up})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -30,11 +30,15 @@ import (
 // fasthttp (the same checks before it, the same view of the request); an
 // answer of the gateway's own (a refusal, 403, 404) is written as bytes,
 // as fasthttp writes it, with no request or response object filled. A
-// request the flow goes on with (passed upstream, held in a queue, its
-// leases kept, its header rewritten) is given fasthttp's request object
-// then, parsed from the same head, and goes on exactly as on fasthttp: the
-// edge engine's exchange forwards it, and its answer is written as
-// fasthttp writes one. Any other request, and every request after it, is
+// request the flow passes to a plain HTTP upstream is forwarded by the
+// front too, from the head it read to the answer's bytes, where the
+// answer is plain (frontpass.go). A request the flow goes on with
+// otherwise (held in a queue, its leases kept, its header rewritten, its
+// answer's body telling a cost, an upstream over TLS or a pool of them),
+// or whose answer is not plain, is given fasthttp's request object then,
+// parsed from the same head, and goes on exactly as on fasthttp: the edge
+// engine's exchange forwards it, or reads its answer on, and its answer is
+// written as fasthttp writes one. Any other request, and every request after it, is
 // served by fasthttp: the front hands over the connection with what it
 // read, unparsed. Between requests the connection waits as on fasthttp
 // (its idle time, parking), and a parked connection comes back to the
@@ -51,7 +55,8 @@ type front struct {
 	e   *Engine
 	c   *conn
 	buf []byte // read, from buf[0]; len is what was read
-	out []byte // answers of the gateway's own not yet written
+	out []byte // answers not yet written
+	up  []byte // the head of the request going upstream (frontPass)
 	x   frontExchange
 
 	// For requests the flow goes on with: fasthttp's request context,
@@ -118,7 +123,7 @@ func (e *Engine) enter(c *conn) {
 	fr.e, fr.c = e, c
 	fr.x.fr = fr
 	fr.serve()
-	*fr = front{buf: fr.buf[:0], out: fr.out[:0], br: fr.br, bw: fr.bw, ctx: fr.ctx}
+	*fr = front{buf: fr.buf[:0], out: fr.out[:0], up: fr.up[:0], br: fr.br, bw: fr.bw, ctx: fr.ctx}
 	fronts.Put(fr)
 }
 
@@ -165,7 +170,9 @@ func (fr *front) serve() {
 		e.closing.Add(1) // Shutdown waits for the answer
 		keep := fr.request(req, head)
 		fr.buf = fr.buf[:copy(fr.buf, fr.buf[end:])]
-		if keep && !bytes.Contains(fr.buf, crlf2) {
+		// Answers to pipelined requests go out together, up to
+		// frontOutBytes of them (an upstream's answer may be long).
+		if keep && (len(fr.out) >= frontOutBytes || !bytes.Contains(fr.buf, crlf2)) {
 			keep = fr.flush()
 		}
 		e.closing.Add(-1)
@@ -178,6 +185,10 @@ func (fr *front) serve() {
 }
 
 var crlf2 = []byte("\r\n\r\n")
+
+// frontOutBytes bounds the answers the front holds before it writes them;
+// past it, the room they took is not kept (flush).
+const frontOutBytes = 16 << 10
 
 // readHead reads until the buffer holds a whole head and returns its
 // length, its last CRLF and the empty line included. false: the
@@ -256,6 +267,9 @@ func (fr *front) flush() bool {
 	fr.c.boundWrite()
 	_, err := fr.c.Write(fr.out)
 	fr.out = fr.out[:0]
+	if cap(fr.out) > frontOutBytes {
+		fr.out = make([]byte, 0, 1024) // a long answer's room is not kept
+	}
 	return err == nil
 }
 
@@ -269,7 +283,7 @@ func (fr *front) request(req plainhead.Request, head []byte) (keep bool) {
 	e.startWrite(c)
 	g := e.g
 	f := g.Begin()
-	x.f, x.head, x.edge = f, head, nil
+	x.f, x.head, x.edge, x.target, x.close = f, head, nil, req.Target, req.Close
 	x.fields, x.status, x.bytes = nil, 0, 0
 	v := f.Request()
 	v.Method = http.MethodGet
@@ -369,6 +383,8 @@ type frontExchange struct {
 	h      plainhead.Header
 	f      *gateway.Flow
 	head   []byte
+	target []byte // the request's, as sent
+	close  bool   // the client asked to close after the answer
 	fields []fields.Field
 	status int
 	bytes  int64
@@ -460,6 +476,13 @@ func (x *frontExchange) Answered() (int, int64) {
 }
 
 func (x *frontExchange) Pass(f *gateway.Flow, rec *gateway.Recorder) bool {
+	if x.edge == nil && rec == nil {
+		// Nothing waits for the answer's body to tell a cost: the front
+		// forwards it where it can.
+		if done, later := x.frontPass(f, x.close); done {
+			return later
+		}
+	}
 	return x.convert().Pass(f, rec)
 }
 

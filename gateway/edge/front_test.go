@@ -3,18 +3,24 @@ package edge
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/gateway"
 	"github.com/floodgate/floodgate/internal/plainhead"
+	"github.com/floodgate/floodgate/internal/upstreamtest"
 	"github.com/valyala/fasthttp"
 )
 
@@ -189,12 +195,13 @@ func dialKept(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	return c, br
 }
 
-// readAnswer reads one answer with a Content-Length, head and body, as it
-// came.
+// readAnswer reads one answer with a Content-Length or a chunked body,
+// head and body, as it came.
 func readAnswer(t *testing.T, br *bufio.Reader) []byte {
 	t.Helper()
 	var out []byte
 	n := 0
+	chunked := false
 	for {
 		line, err := br.ReadSlice('\n')
 		if err != nil {
@@ -208,7 +215,29 @@ func readAnswer(t *testing.T, br *bufio.Reader) []byte {
 			for _, d := range strings.TrimSpace(v) {
 				n = 10*n + int(d-'0')
 			}
+		} else if ok && strings.EqualFold(k, "Transfer-Encoding") && strings.TrimSpace(v) == "chunked" {
+			chunked = true
 		}
+	}
+	for chunked {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			t.Fatalf("reading a chunk: %v (so far %q)", err, out)
+		}
+		out = append(out, line...)
+		size, err := strconv.ParseInt(strings.TrimSpace(string(line)), 16, 32)
+		if err != nil {
+			t.Fatalf("a chunk's size: %v (so far %q)", err, out)
+		}
+		if size == 0 {
+			n, chunked = 2, false // the empty line after it
+			break
+		}
+		chunk := make([]byte, size+2)
+		if _, err := io.ReadFull(br, chunk); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, chunk...)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(br, body); err != nil {
@@ -317,5 +346,282 @@ routes:
 			c.Close()
 		}
 		stop()
+	}
+}
+
+// frontForwarded are the requests TestFrontForwardsAsFasthttp sends on
+// one kept connection, and the answer its upstream gives each (by the
+// target's last segment): keep is false where it closes after it.
+var frontForwarded = []struct {
+	req, answer string
+	keep        bool
+}{
+	{"GET /api/plain?q=1&r=%20 HTTP/1.1\r\nHost: gw.example\r\nUser-Agent: t/1\r\nAccept: */*\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nDate: Mon, 07 Dec 2026 00:00:00 GMT\r\nServer: up\r\nx-lower:  yes \r\nContent-Length: 5\r\n\r\nhello", true},
+	{"GET /api/cookie HTTP/1.1\r\nHost: gw.example\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nSet-Cookie: a=b; Path=/\r\nContent-Length: 1\r\nX-After: 1\r\n\r\nc", true},
+	{"GET /api/unchanged HTTP/1.1\r\nHost: gw.example\r\nIf-None-Match: \"x\"\r\n\r\n",
+		"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nConnection: keep-alive, Keep-Alive\r\nKeep-Alive: timeout=5\r\n\r\n", true},
+	{"GET /api/fields HTTP/1.1\r\nhost: gw.example\r\nX-Forwarded-For: 192.0.2.9\r\nX-Real-Ip: 192.0.2.9\r\nx-custom: a\r\nX-Custom: b\r\n" +
+		"Keep-Alive: 300\r\nX-Forwarded-Proto: https\r\nConnection: keep-alive\r\nuser-agent: t/2\r\n\r\n",
+		"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-up: 1\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n" +
+			"RateLimit-Policy: \"up\";q=9\r\ncontent-length: 2\r\nX-Up: 2\r\n\r\n{}", true},
+	{"GET /api/empty HTTP/1.1\r\nHost: gw.example\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\nX-A: b\r\n\r\n", true},
+	{"GET /api/reason/./x/../made HTTP/1.1\r\nHost: gw.example:8080\r\n\r\n",
+		"HTTP/1.1 201 Made It\r\nContent-Length: 0\r\nContent-Encoding: identity\r\n\r\n", true},
+	{"GET /api/missing HTTP/1.1\r\nHost: gw.example\r\n\r\n",
+		"HTTP/1.0 404 Not Here\r\nContent-Type: text/html\r\nContent-Length: 4\r\n\r\nnone", true},
+	{"GET /api/chunked HTTP/1.1\r\nHost: gw.example\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n3\r\nabc\r\n0\r\n\r\n", true},
+	{"GET /api/barelf HTTP/1.1\r\nHost: gw.example\r\n\r\n",
+		"HTTP/1.1 200 OK\nContent-Length: 2\nX-Bare: lf\n\nok", true},
+	{"GET /api/extra HTTP/1.1\r\nHost: gw.example\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nunasked", true},
+	{"GET /api/silentclose HTTP/1.1\r\nHost: gw.example\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsilent", false},
+	{"GET /api/cut HTTP/1.1\r\nHost: gw.example\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false},
+	{"GET /api/closeup HTTP/1.1\r\nHost: gw.example\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbye", false},
+	{"GET /api/last HTTP/1.1\r\nHost: gw.example\r\nConnection: close\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nlast", true},
+}
+
+// TestFrontForwardsAsFasthttp: requests the front serves and the flow
+// passes (fields of any case, a client's own forwarding and hop-by-hop
+// fields, a path with dot segments, a host with a port, a client that
+// closes) reach the upstream as they do with the front off, and so do
+// its answers the client: plain ones, which the front answers itself
+// (fields of any case, its own hop-by-hop fields, no body, a reason of its
+// own, HTTP/1.0, bytes after the answer, a close with or without saying
+// so, a body cut short), and those it hands to the edge engine's exchange
+// (its own RateLimit fields, Set-Cookie, chunked, bare LFs). "As they do"
+// is the same status lines and bodies, and the same fields (field lines
+// of one name in the same order); the front keeps names in the case they
+// came in and writes its own Date.
+func TestFrontForwardsAsFasthttp(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		heads []byte
+	)
+	addr := upstreamtest.Heads(t, func(head []byte) ([]byte, bool) {
+		mu.Lock()
+		heads = append(heads, head...)
+		mu.Unlock()
+		line, _, _ := bytes.Cut(head, []byte(" HTTP/"))
+		line, _, _ = bytes.Cut(line, []byte("?"))
+		for _, f := range frontForwarded {
+			target := strings.Fields(f.req)[1]
+			target, _, _ = strings.Cut(target, "?")
+			if path.Base(target) == path.Base(string(line)) {
+				return []byte(f.answer), f.keep
+			}
+		}
+		return []byte("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"), true
+	})
+	src := `version: 1
+server:
+  headers: {ratelimit: true}
+routes:
+  - {name: api, match: {paths: ["/api/**"]}, upstream: "http://` + addr + `/base?k=v"}
+limits:
+  - {name: per-ip, rate: 1000, per: 1h, burst: 1000, key: client_ip, scope: global}
+`
+	exchange := func(noFront bool) (answers, sent []byte) {
+		mu.Lock()
+		heads = nil
+		mu.Unlock()
+		e := New(policyGateway(t, src), Options{NoFront: noFront})
+		addr, stop := serveOn(t, e)
+		defer stop()
+		c, br := dialKept(t, addr)
+		for _, f := range frontForwarded {
+			if _, err := io.WriteString(c, f.req); err != nil {
+				t.Fatal(err)
+			}
+			answers = append(answers, readAnswer(t, br)...)
+		}
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("after Connection: close: %v, want the connection closed", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return answers, bytes.Clone(heads)
+	}
+	date := regexp.MustCompile(`(?m)^Date: [^\r]*\r$`)
+	answersFront, sentFront := exchange(false)
+	answersFast, sentFast := exchange(true)
+	answersFront = date.ReplaceAll(answersFront, []byte("Date: -\r"))
+	answersFast = date.ReplaceAll(answersFast, []byte("Date: -\r"))
+	if a, b := fieldsInOrder(sentFront), fieldsInOrder(sentFast); a != b {
+		t.Errorf("the upstream was sent, with the front\n%s\nwith fasthttp\n%s", a, b)
+	}
+	if a, b := fieldsInOrder(answersFront), fieldsInOrder(answersFast); a != b {
+		t.Errorf("the client was answered, with the front\n%s\nwith fasthttp\n%s", a, b)
+	}
+	if n := bytes.Count(sentFront, []byte("GET /base/api/")); n != len(frontForwarded) {
+		t.Errorf("the upstream was sent %d requests, want %d:\n%s", n, len(frontForwarded), sentFront)
+	}
+	for _, want := range []string{"GET /base/api/plain?k=v&q=1&r=%20 HTTP/1.1\r\n", "GET /base/api/reason/made?k=v HTTP/1.1\r\n",
+		"Host: " + addr + "\r\n", "X-Forwarded-Host: gw.example:8080\r\n", "X-Forwarded-For: 127.0.0.1\r\n"} {
+		if !bytes.Contains(sentFront, []byte(want)) {
+			t.Errorf("no %q in what the upstream was sent:\n%s", want, sentFront)
+		}
+	}
+	// The front forwarded them: the names keep the case they came in.
+	if !bytes.Contains(sentFront, []byte("\r\nx-custom: a\r\n")) || !bytes.Contains(answersFront, []byte("\r\nx-lower:  yes \r\n")) {
+		t.Errorf("the front forwarded no request itself: the upstream was sent\n%s\nthe client answered\n%s", sentFront, answersFront)
+	}
+	for _, unwanted := range []string{"192.0.2.9", "Keep-Alive", "https"} {
+		if bytes.Contains(sentFront, []byte(unwanted)) {
+			t.Errorf("%q in what the upstream was sent:\n%s", unwanted, sentFront)
+		}
+	}
+	for _, want := range []string{"HTTP/1.1 200 OK", "HTTP/1.1 204 No Content", "HTTP/1.1 201 Created", "HTTP/1.1 404 Not Found",
+		"Ratelimit-Policy", "Connection: close\r\n", "\r\n\r\nhello", "\r\n\r\nlast", "\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"\r\n\r\nok", "\r\n\r\nsilent", "HTTP/1.1 502 Bad Gateway"} {
+		if !bytes.Contains(answersFront, []byte(want)) {
+			t.Errorf("no %q in the answers:\n%s", want, answersFront)
+		}
+	}
+}
+
+// fieldsInOrder returns the messages b holds (heads and Content-Length
+// bodies) with the field lines of each head as they mean: names in
+// fasthttp's case, values without white space around them, sorted by
+// name (lines of one name in the order they came, the only order that
+// means anything).
+func fieldsInOrder(b []byte) string {
+	var out strings.Builder
+	br := bufio.NewReader(bytes.NewReader(b))
+	for {
+		start, err := br.ReadString('\n')
+		if err != nil {
+			out.WriteString(start)
+			return out.String()
+		}
+		out.WriteString(start)
+		var lines []string
+		n := 0
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+			name, value, _ := strings.Cut(strings.TrimRight(line, "\r\n"), ":")
+			name = http.CanonicalHeaderKey(name)
+			value = strings.TrimSpace(value)
+			if name == "Content-Length" {
+				n, _ = strconv.Atoi(value)
+			}
+			lines = append(lines, name+": "+value+"\r\n")
+		}
+		sort.SliceStable(lines, func(i, j int) bool {
+			return strings.SplitN(lines[i], ":", 2)[0] < strings.SplitN(lines[j], ":", 2)[0]
+		})
+		out.WriteString(strings.Join(lines, "") + "\r\n")
+		body := make([]byte, n)
+		k, _ := io.ReadFull(br, body)
+		out.Write(body[:k])
+	}
+}
+
+// FuzzFrontForwardsAsFasthttp looks for an upstream's answer that reaches
+// the client otherwise with the front on than with it off (as
+// TestFrontForwardsAsFasthttp compares them): the answers the front
+// answers itself, and those it hands on after reading their head.
+func FuzzFrontForwardsAsFasthttp(f *testing.F) {
+	for _, fw := range frontForwarded {
+		f.Add([]byte(fw.answer))
+	}
+	for _, a := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Type:\r\nContent-Length: 1\r\n\r\nx",
+		"HTTP/1.1 200 OK\r\nX-Empty:\r\nServer:  \r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\nContent-Type: text/plain\r\n\r\n",
+		"HTTP/1.1 200\r\nContent-Length: 00\r\n\r\n",
+		"HTTP/1.1 599 Whatever\r\nContent-Length: 1\r\nConnection: close, X-A\r\nX-A: 1\r\n\r\n!",
+		"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n!",
+		"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcdef",
+		"HTTP/1.1 200 OK\r\n\r\nuntil the close",
+	} {
+		f.Add([]byte(a))
+	}
+	var answer atomic.Pointer[[]byte]
+	addr := upstreamtest.Heads(f, func([]byte) ([]byte, bool) { return *answer.Load(), false })
+	src := `version: 1
+server:
+  headers: {ratelimit: true}
+routes:
+  - {name: api, match: {paths: ["/api/**"]}, upstream: "http://` + addr + `"}
+limits:
+  - {name: per-ip, rate: 1000000, per: 1h, burst: 1000000, key: client_ip, scope: global}
+`
+	var addrs [2]string
+	for i, noFront := range []bool{false, true} {
+		e := New(policyGatewayWith(f, src, gateway.TransportOptions{ResponseHeaderTimeout: 300 * time.Millisecond}), Options{NoFront: noFront})
+		a, stop := serveOn(f, e)
+		f.Cleanup(stop)
+		addrs[i] = a
+	}
+	date := regexp.MustCompile(`(?m)^Date: [^\r]*\r$`)
+	rl := regexp.MustCompile(`(?m)^Ratelimit: [^\r]*\r$`)
+	ask := func(t *testing.T, addr string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET /api/f HTTP/1.1\r\nHost: gw.example\r\nConnection: close\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		all, err := io.ReadAll(c)
+		if err != nil {
+			t.Fatalf("%v after %q", err, all)
+		}
+		all = date.ReplaceAll(all, []byte("Date: -\r"))
+		return fieldsInOrder(rl.ReplaceAll(all, []byte("Ratelimit: -\r")))
+	}
+	f.Fuzz(func(t *testing.T, a []byte) {
+		answer.Store(&a)
+		front, fast := ask(t, addrs[0]), ask(t, addrs[1])
+		if front != fast {
+			t.Fatalf("the upstream answered %q; the client got, with the front\n%q\nwith fasthttp\n%q", a, front, fast)
+		}
+	})
+}
+
+// TestFrontPipelinesLongAnswers: answers the front forwards itself to
+// requests pipelined in one write, each longer than the front holds
+// before it writes, reach the client whole and in order.
+func TestFrontPipelinesLongAnswers(t *testing.T) {
+	const n, size = 40, 40 << 10
+	addr := upstreamtest.Heads(t, func(head []byte) ([]byte, bool) {
+		path, _, _ := bytes.Cut(bytes.TrimPrefix(head, []byte("GET /")), []byte(" "))
+		body := bytes.Repeat(path, size/len(path))
+		return append([]byte("HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...), true
+	})
+	e := New(policyGateway(t, `version: 1
+routes:
+  - {name: api, match: {paths: ["/**"]}, upstream: "http://`+addr+`"}
+`), Options{})
+	gw, stop := serveOn(t, e)
+	defer stop()
+	c, br := dialKept(t, gw)
+	var heads []byte
+	for i := range n {
+		heads = fmt.Appendf(heads, "GET /%04d HTTP/1.1\r\nHost: gw.example\r\n\r\n", i)
+	}
+	if _, err := c.Write(heads); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		answer := readAnswer(t, br)
+		_, body, _ := bytes.Cut(answer, crlf2)
+		want := bytes.Repeat(fmt.Appendf(nil, "%04d", i), size/4)
+		if !bytes.HasPrefix(answer, []byte("HTTP/1.1 200 OK\r\n")) || !bytes.Equal(body, want) {
+			t.Fatalf("answer %d: %.80q..., want the body of %04d", i, answer, i)
+		}
 	}
 }
