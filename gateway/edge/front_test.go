@@ -388,6 +388,20 @@ var frontForwarded = []struct {
 		"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nlast", true},
 }
 
+// frontPassPolicy is a policy that passes /api/** to upstream under a
+// per-address limit of n an hour that the test does not reach, with the
+// RateLimit fields.
+func frontPassPolicy(upstream string, n int) string {
+	return `version: 1
+server:
+  headers: {ratelimit: true}
+routes:
+  - {name: api, match: {paths: ["/api/**"]}, upstream: "` + upstream + `"}
+limits:
+  - {name: per-ip, rate: ` + strconv.Itoa(n) + `, per: 1h, burst: ` + strconv.Itoa(n) + `, key: client_ip, scope: global}
+`
+}
+
 // TestFrontForwardsAsFasthttp: requests the front serves and the flow
 // passes (fields of any case, a client's own forwarding and hop-by-hop
 // fields, a path with dot segments, a host with a port, a client that
@@ -420,14 +434,8 @@ func TestFrontForwardsAsFasthttp(t *testing.T) {
 		}
 		return []byte("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"), true
 	})
-	src := `version: 1
-server:
-  headers: {ratelimit: true}
-routes:
-  - {name: api, match: {paths: ["/api/**"]}, upstream: "http://` + addr + `/base?k=v"}
-limits:
-  - {name: per-ip, rate: 1000, per: 1h, burst: 1000, key: client_ip, scope: global}
-`
+	// Slow to fill again: the same RateLimit fields on both runs.
+	src := frontPassPolicy("http://"+addr+"/base?k=v", 1000)
 	exchange := func(noFront bool) (answers, sent []byte) {
 		mu.Lock()
 		heads = nil
@@ -549,14 +557,7 @@ func FuzzFrontForwardsAsFasthttp(f *testing.F) {
 	}
 	var answer atomic.Pointer[[]byte]
 	addr := upstreamtest.Heads(f, func([]byte) ([]byte, bool) { return *answer.Load(), false })
-	src := `version: 1
-server:
-  headers: {ratelimit: true}
-routes:
-  - {name: api, match: {paths: ["/api/**"]}, upstream: "http://` + addr + `"}
-limits:
-  - {name: per-ip, rate: 1000000, per: 1h, burst: 1000000, key: client_ip, scope: global}
-`
+	src := frontPassPolicy("http://"+addr, 1000000)
 	var addrs [2]string
 	for i, noFront := range []bool{false, true} {
 		e := New(policyGatewayWith(f, src, gateway.TransportOptions{ResponseHeaderTimeout: 300 * time.Millisecond}), Options{NoFront: noFront})

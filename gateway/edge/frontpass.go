@@ -391,20 +391,7 @@ func fieldLine(b []byte) (line, name, value []byte, ok bool) {
 // one only, X-Forwarded-Host and -Proto).
 func appendUpstreamHead(dst []byte, h *plainhead.Header, target []byte, up *upstream, v *gateway.Request, trusted bool) []byte {
 	dst = append(dst, "GET "...)
-	raw := target
-	path, query, hasQuery := bytes.Cut(raw, []byte("?"))
-	if p, ok := gateway.ResolveDotSegments(b2s(path)); ok {
-		resolved := append([]byte(p), query...)
-		if hasQuery {
-			resolved = append(append([]byte(p), '?'), query...)
-		}
-		raw = resolved
-	}
-	if up.base != "" || up.query != "" {
-		dst = appendTarget(dst, up.base, up.query, raw)
-	} else {
-		dst = append(dst, raw...)
-	}
+	dst = appendUpstreamTarget(dst, target, up)
 	dst = append(dst, " HTTP/1.1\r\nHost: "...)
 	dst = append(dst, up.host...)
 	dst = append(dst, "\r\n"...)

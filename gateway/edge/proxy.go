@@ -1204,20 +1204,8 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 		// the upstream as a slash.
 		raw = s2b(gateway.OriginPath(b2s(raw)))
 	}
-	// The path as the request was routed and limited, its dot segments
-	// resolved (gateway.ResolveDotSegments).
-	path, query, hasQuery := bytes.Cut(raw, []byte("?"))
-	if p, ok := gateway.ResolveDotSegments(b2s(path)); ok {
-		resolved := append([]byte(p), query...)
-		if hasQuery {
-			resolved = append(append([]byte(p), '?'), query...)
-		}
-		raw = resolved
-	}
-	if up.base != "" || up.query != "" {
-		raw = joinTarget(up.base, up.query, raw)
-	}
-	req.SetRequestURIBytes(raw)
+	var buf [256]byte
+	req.SetRequestURIBytes(appendUpstreamTarget(buf[:0], raw, up))
 	h.SetHost(up.host)
 	h.SetProtocol("HTTP/1.1") // what the upstream is spoken to in, whatever the client spoke
 }
@@ -1235,14 +1223,28 @@ func setOnce(h *fasthttp.RequestHeader, key, value []byte, sent bool) {
 	h.SetCanonical(key, value)
 }
 
-// joinTarget prefixes a request target with the upstream's path and
-// merges its query, as net/http's reverse proxy does.
-func joinTarget(base, query string, target []byte) []byte {
-	return appendTarget(make([]byte, 0, len(base)+len(target)+len(query)+2), base, query, target)
+// appendUpstreamTarget appends the target a request goes upstream with:
+// raw, its path and query as the client sent them, the path as the request
+// was routed and limited, its dot segments resolved
+// (gateway.ResolveDotSegments), joined with the upstream's path and query
+// (appendTarget).
+func appendUpstreamTarget(dst, raw []byte, up *upstream) []byte {
+	path, query, hasQuery := bytes.Cut(raw, []byte("?"))
+	if p, ok := gateway.ResolveDotSegments(b2s(path)); ok {
+		resolved := append([]byte(p), query...)
+		if hasQuery {
+			resolved = append(append([]byte(p), '?'), query...)
+		}
+		raw = resolved
+	}
+	if up.base != "" || up.query != "" {
+		return appendTarget(dst, up.base, up.query, raw)
+	}
+	return append(dst, raw...)
 }
 
-// appendTarget appends target joined with the upstream's path and query
-// (joinTarget).
+// appendTarget appends target prefixed with the upstream's path and its
+// query merged with the upstream's, as net/http's reverse proxy joins them.
 func appendTarget(out []byte, base, query string, target []byte) []byte {
 	path, q, hasQ := bytes.Cut(target, []byte("?"))
 	out = append(out, base...)
