@@ -351,34 +351,14 @@ func once(seen *uint8, bit uint8) bool {
 	return was
 }
 
-// fieldLine reads the field line that b begins with: a token, a colon,
-// optional white space, a value of visible ASCII, spaces and tabs, CRLF.
-// line is all of it, CRLF included; value has no white space around it.
+// fieldLine reads the field line that b begins with
+// (plainhead.FieldLine): line is all of it, CRLF included.
 func fieldLine(b []byte) (line, name, value []byte, ok bool) {
-	i := 0
-	for i < len(b) && plainhead.Token(b[i]) {
-		i++
-	}
-	if i == 0 || i == len(b) || b[i] != ':' {
+	n, ne, vs, ve, ok := plainhead.FieldLine(b)
+	if !ok {
 		return nil, nil, nil, false
 	}
-	name = b[:i]
-	i++
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
-		i++
-	}
-	vs := i
-	for i < len(b) && (b[i] >= ' ' && b[i] < 0x7f || b[i] == '\t') {
-		i++
-	}
-	if len(b)-i < 2 || b[i] != '\r' || b[i+1] != '\n' {
-		return nil, nil, nil, false
-	}
-	ve := i
-	for ve > vs && (b[ve-1] == ' ' || b[ve-1] == '\t') {
-		ve--
-	}
-	return b[:i+2], name, b[vs:ve], true
+	return b[:n], b[:ne], b[vs:ve], true
 }
 
 // appendUpstreamHead appends the head of the request that goes upstream

@@ -36,3 +36,14 @@ func ExampleHeader_Field() {
 	// x-tab="v" "x-tab:\tv \r\n"
 	// Accept="*/*" "Accept: */*\r\n"
 }
+
+func ExampleFieldLine() {
+	b := []byte("Content-Type:  text/plain \r\nContent-Length: 5\r\n\r\n")
+	n, nameEnd, valueStart, valueEnd, ok := plainhead.FieldLine(b)
+	fmt.Println(ok, n, string(b[:nameEnd]), string(b[valueStart:valueEnd]))
+	_, _, _, _, ok = plainhead.FieldLine([]byte("X Bad: v\r\n"))
+	fmt.Println(ok)
+	// Output:
+	// true 28 Content-Type text/plain
+	// false
+}

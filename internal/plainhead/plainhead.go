@@ -72,31 +72,12 @@ func Read(head []byte, h *Header) (r Request, ok bool) {
 			}
 			return r, true
 		}
-		// The name: a token, right before its colon.
-		ns := p
-		for p < len(head) && tokenChar[head[p]] {
-			p++
-		}
-		if p == ns || p == len(head) || head[p] != ':' {
+		n, nameEnd, valueStart, valueEnd, ok := FieldLine(head[p:])
+		if !ok {
 			return r, false
 		}
-		ne := p
-		p++
-		for p < len(head) && (head[p] == ' ' || head[p] == '\t') {
-			p++
-		}
-		vs := p
-		for p < len(head) && (head[p] >= ' ' && head[p] < 0x7f || head[p] == '\t') {
-			p++
-		}
-		if len(head)-p < 2 || head[p] != '\r' || head[p+1] != '\n' {
-			return r, false
-		}
-		ve := p
-		for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
-			ve--
-		}
-		p += 2
+		ns, ne, vs, ve := p, p+nameEnd, p+valueStart, p+valueEnd
+		p += n
 		name, value := head[ns:ne], head[vs:ve]
 		switch len(name) {
 		case 4:
@@ -146,6 +127,39 @@ func Read(head []byte, h *Header) (r Request, ok bool) {
 		}
 		h.lines = append(h.lines, [4]int32{int32(ns), int32(ne), int32(vs), int32(ve)})
 	}
+}
+
+// FieldLine reads the field line that b begins with, as Read reads one
+// (of a request or an answer): a token, a colon, optional white space, a
+// value of visible ASCII, spaces and tabs, CRLF. It returns the line's
+// length, CRLF included, where its name ends, and where its value, without
+// the white space around it, begins and ends; ok is false for anything
+// else.
+func FieldLine(b []byte) (n, nameEnd, valueStart, valueEnd int, ok bool) {
+	p := 0
+	for p < len(b) && tokenChar[b[p]] {
+		p++
+	}
+	if p == 0 || p == len(b) || b[p] != ':' {
+		return 0, 0, 0, 0, false
+	}
+	nameEnd = p
+	p++
+	for p < len(b) && (b[p] == ' ' || b[p] == '\t') {
+		p++
+	}
+	valueStart = p
+	for p < len(b) && (b[p] >= ' ' && b[p] < 0x7f || b[p] == '\t') {
+		p++
+	}
+	if len(b)-p < 2 || b[p] != '\r' || b[p+1] != '\n' {
+		return 0, 0, 0, 0, false
+	}
+	valueEnd = p
+	for valueEnd > valueStart && (b[valueEnd-1] == ' ' || b[valueEnd-1] == '\t') {
+		valueEnd--
+	}
+	return p + 2, nameEnd, valueStart, valueEnd, true
 }
 
 // PlainHost reports whether h is a host of lowercase letters, digits,
