@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"net/url"
@@ -1179,15 +1180,15 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 		}
 		setOnce(h, xForwardedFor, b, xff)
 	case xff && !trusted:
-		h.DelBytes(xForwardedFor)
+		delStable(h, xForwardedFor)
 	}
 	if seen.realIP && !trusted {
-		h.DelBytes(xRealIP)
+		delStable(h, xRealIP)
 	}
 	if len(v.Host) > 0 {
 		setOnce(h, xForwardedHost, s2b(v.Host), seen.host)
 	} else if seen.host {
-		h.DelBytes(xForwardedHost)
+		delStable(h, xForwardedHost)
 	}
 	if ec, ok := ctx.Conn().(*conn); ok && ec.tls {
 		setOnce(h, xForwardedProto, schemeHTTPS, seen.proto)
@@ -1218,7 +1219,7 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 // stripHopRequest saw), and only then: a removal is a look at every field.
 func setOnce(h *fasthttp.RequestHeader, key, value []byte, sent bool) {
 	if sent {
-		h.DelBytes(key)
+		delStable(h, key)
 	}
 	h.SetCanonical(key, value)
 }
@@ -1299,7 +1300,74 @@ func bodyMethod(m []byte) bool {
 // fieldRemover is the header of a request or a response.
 type fieldRemover interface {
 	PeekAll(string) [][]byte
-	Del(string)
+	PeekKeys() [][]byte
+	All() iter.Seq2[[]byte, []byte]
+	DelBytes([]byte)
+	AddBytesKV(key, value []byte)
+}
+
+// delStable removes the lines of the field key (in any case) from h and
+// keeps the lines of every other name in their order. fasthttp's removal
+// moves the header's last line into each place it empties, so two lines
+// of one name after a removed one would reach their reader reversed (a
+// list whose order means something: Accept, Link, Via, Cache-Control):
+// when there are such lines, those names' lines are removed and added
+// again, in their order, after the others.
+func delStable(h fieldRemover, key []byte) {
+	keys := h.PeekKeys() // fasthttp's own room: no allocation
+	first := -1
+	for i, k := range keys {
+		if bytes.EqualFold(k, key) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return
+	}
+	rest := keys[first+1:]
+	var names [][]byte // the names of two lines or more after key's first
+	for i, a := range rest {
+		if bytes.EqualFold(a, key) || bytes.EqualFold(a, setCookie) || containsFold(names, a) {
+			continue
+		}
+		for _, b := range rest[i+1:] {
+			if bytes.EqualFold(a, b) {
+				names = append(names, bytes.Clone(a))
+				break
+			}
+		}
+	}
+	if len(names) == 0 {
+		h.DelBytes(key)
+		return
+	}
+	type line struct{ k, v []byte }
+	var lines []line
+	for k, v := range h.All() {
+		if containsFold(names, k) {
+			lines = append(lines, line{bytes.Clone(k), bytes.Clone(v)})
+		}
+	}
+	h.DelBytes(key)
+	for _, n := range names {
+		h.DelBytes(n)
+	}
+	for _, l := range lines {
+		h.AddBytesKV(l.k, l.v)
+	}
+}
+
+var setCookie = []byte("Set-Cookie")
+
+// containsFold reports whether names holds name, in any case.
+func containsFold(names [][]byte, name []byte) bool {
+	for _, n := range names {
+		if bytes.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // stripHop removes the hop-by-hop fields found (hopBit's bits) of a
@@ -1321,12 +1389,12 @@ func stripHop(h fieldRemover, found uint16) {
 			}
 		}
 		for _, name := range named {
-			h.Del(name)
+			delStable(h, s2b(name))
 		}
 	}
 	for i, n := range hopNames {
 		if found&(1<<i) != 0 {
-			h.Del(n)
+			delStable(h, s2b(n))
 		}
 	}
 }
@@ -1393,12 +1461,12 @@ func stripHopResponse(h *fasthttp.ResponseHeader) {
 			}
 		}
 		for _, k := range names {
-			h.DelBytes(k)
+			delStable(h, k)
 		}
 	}
 	found &^= 1 << 8 // Forwarded is the request's
 	if found == 1 && plain {
-		h.Del("Connection")
+		delStable(h, s2b(hopNames[0]))
 		return
 	}
 	if found != 0 {
