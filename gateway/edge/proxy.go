@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"net"
 	"net/http"
 	"net/url"
@@ -1180,15 +1179,15 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 		}
 		setOnce(h, xForwardedFor, b, xff)
 	case xff && !trusted:
-		delStable(h, xForwardedFor)
+		h.DelBytes(xForwardedFor)
 	}
 	if seen.realIP && !trusted {
-		delStable(h, xRealIP)
+		h.DelBytes(xRealIP)
 	}
 	if len(v.Host) > 0 {
 		setOnce(h, xForwardedHost, s2b(v.Host), seen.host)
 	} else if seen.host {
-		delStable(h, xForwardedHost)
+		h.DelBytes(xForwardedHost)
 	}
 	if ec, ok := ctx.Conn().(*conn); ok && ec.tls {
 		setOnce(h, xForwardedProto, schemeHTTPS, seen.proto)
@@ -1219,7 +1218,7 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 // stripHopRequest saw), and only then: a removal is a look at every field.
 func setOnce(h *fasthttp.RequestHeader, key, value []byte, sent bool) {
 	if sent {
-		delStable(h, key)
+		h.DelBytes(key)
 	}
 	h.SetCanonical(key, value)
 }
@@ -1300,74 +1299,7 @@ func bodyMethod(m []byte) bool {
 // fieldRemover is the header of a request or a response.
 type fieldRemover interface {
 	PeekAll(string) [][]byte
-	PeekKeys() [][]byte
-	All() iter.Seq2[[]byte, []byte]
-	DelBytes([]byte)
-	AddBytesKV(key, value []byte)
-}
-
-// delStable removes the lines of the field key (in any case) from h and
-// keeps the lines of every other name in their order. fasthttp's removal
-// moves the header's last line into each place it empties, so two lines
-// of one name after a removed one would reach their reader reversed (a
-// list whose order means something: Accept, Link, Via, Cache-Control):
-// when there are such lines, those names' lines are removed and added
-// again, in their order, after the others.
-func delStable(h fieldRemover, key []byte) {
-	keys := h.PeekKeys() // fasthttp's own room: no allocation
-	first := -1
-	for i, k := range keys {
-		if bytes.EqualFold(k, key) {
-			first = i
-			break
-		}
-	}
-	if first < 0 {
-		return
-	}
-	rest := keys[first+1:]
-	var names [][]byte // the names of two lines or more after key's first
-	for i, a := range rest {
-		if bytes.EqualFold(a, key) || bytes.EqualFold(a, setCookie) || containsFold(names, a) {
-			continue
-		}
-		for _, b := range rest[i+1:] {
-			if bytes.EqualFold(a, b) {
-				names = append(names, bytes.Clone(a))
-				break
-			}
-		}
-	}
-	if len(names) == 0 {
-		h.DelBytes(key)
-		return
-	}
-	type line struct{ k, v []byte }
-	var lines []line
-	for k, v := range h.All() {
-		if containsFold(names, k) {
-			lines = append(lines, line{bytes.Clone(k), bytes.Clone(v)})
-		}
-	}
-	h.DelBytes(key)
-	for _, n := range names {
-		h.DelBytes(n)
-	}
-	for _, l := range lines {
-		h.AddBytesKV(l.k, l.v)
-	}
-}
-
-var setCookie = []byte("Set-Cookie")
-
-// containsFold reports whether names holds name, in any case.
-func containsFold(names [][]byte, name []byte) bool {
-	for _, n := range names {
-		if bytes.EqualFold(n, name) {
-			return true
-		}
-	}
-	return false
+	Del(string)
 }
 
 // stripHop removes the hop-by-hop fields found (hopBit's bits) of a
@@ -1389,12 +1321,12 @@ func stripHop(h fieldRemover, found uint16) {
 			}
 		}
 		for _, name := range named {
-			delStable(h, s2b(name))
+			h.Del(name)
 		}
 	}
 	for i, n := range hopNames {
 		if found&(1<<i) != 0 {
-			delStable(h, s2b(n))
+			h.Del(n)
 		}
 	}
 }
@@ -1461,12 +1393,12 @@ func stripHopResponse(h *fasthttp.ResponseHeader) {
 			}
 		}
 		for _, k := range names {
-			delStable(h, k)
+			h.DelBytes(k)
 		}
 	}
 	found &^= 1 << 8 // Forwarded is the request's
 	if found == 1 && plain {
-		delStable(h, s2b(hopNames[0]))
+		h.Del("Connection")
 		return
 	}
 	if found != 0 {
