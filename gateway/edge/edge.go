@@ -899,7 +899,7 @@ type exchange struct {
 // waits in a queue watches its connection instead (watch).
 func (x *exchange) Context() context.Context { return context.Background() }
 
-func (x *exchange) DelHeader(name string) { x.ctx.Request.Header.Del(name) }
+func (x *exchange) DelHeader(name string) { delStable(&x.ctx.Request.Header, s2b(name)) }
 
 func (x *exchange) SetHeader(name, value string) { x.ctx.Request.Header.Set(name, value) }
 
@@ -972,7 +972,7 @@ func (x *exchange) addFields() {
 				theirs = append(theirs, fields.Field{Name: f.Name, Value: string(v)})
 			}
 			if len(lines) > 0 {
-				h.Del(name)
+				delStable(h, s2b(name))
 			}
 		}
 	}

@@ -366,6 +366,8 @@ var frontForwarded = []struct {
 		"Keep-Alive: 300\r\nX-Forwarded-Proto: https\r\nConnection: keep-alive\r\nuser-agent: t/2\r\n\r\n",
 		"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-up: 1\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n" +
 			"RateLimit-Policy: \"up\";q=9\r\ncontent-length: 2\r\nX-Up: 2\r\n\r\n{}", true},
+	{"GET /api/order HTTP/1.1\r\nConnection: keep-alive\r\nHost: gw.example\r\nAccept: a\r\nX-Forwarded-For: 192.0.2.9\r\nVia: 1\r\nAccept: b\r\nVia: 2\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nLink: <a>\r\nKeep-Alive: timeout=5\r\nX-A: 1\r\nLink: <b>\r\nContent-Length: 0\r\n\r\n", true},
 	{"GET /api/empty HTTP/1.1\r\nHost: gw.example\r\n\r\n",
 		"HTTP/1.1 204 No Content\r\nX-A: b\r\n\r\n", true},
 	{"GET /api/reason/./x/../made HTTP/1.1\r\nHost: gw.example:8080\r\n\r\n",
@@ -480,6 +482,15 @@ func TestFrontForwardsAsFasthttp(t *testing.T) {
 	// The front forwarded them: the names keep the case they came in.
 	if !bytes.Contains(sentFront, []byte("\r\nx-custom: a\r\n")) || !bytes.Contains(answersFront, []byte("\r\nx-lower:  yes \r\n")) {
 		t.Errorf("the front forwarded no request itself: the upstream was sent\n%s\nthe client answered\n%s", sentFront, answersFront)
+	}
+	// Lines of one name keep their order where a field before them is
+	// removed, on both ways.
+	for _, b := range [][]byte{sentFront, sentFast, answersFront, answersFast} {
+		if !regexp.MustCompile(`(?is)accept: a\r\n.*accept: b\r\n`).Match(b) && bytes.Contains(b, []byte("Accept: b")) ||
+			!regexp.MustCompile(`(?is)via: 1\r\n.*via: 2\r\n`).Match(b) && bytes.Contains(b, []byte("Via: 2")) ||
+			!regexp.MustCompile(`(?is)link: <a>\r\n.*link: <b>\r\n`).Match(b) && bytes.Contains(b, []byte("<b>")) {
+			t.Errorf("lines of one name reordered:\n%s", b)
+		}
 	}
 	for _, unwanted := range []string{"192.0.2.9", "Keep-Alive", "https"} {
 		if bytes.Contains(sentFront, []byte(unwanted)) {

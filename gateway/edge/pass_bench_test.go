@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"iter"
 	"math"
 	"net"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/racecheck"
 	"github.com/floodgate/floodgate/internal/upstreamtest"
+	"github.com/valyala/fasthttp"
 )
 
 // passOnce sets up the pass-through of scripts/bench-gateway.sh (a
@@ -129,4 +131,74 @@ func TestHopBit(t *testing.T) {
 			t.Errorf("hopBit(%q) = %b, want 0", k, b)
 		}
 	}
+}
+
+// TestDelStable: removing a field keeps the lines of each other name in
+// their order (fasthttp's own removal moves the last line into the place
+// it empties), in a request's header and a response's, and allocates
+// nothing when no name has two lines after the removed one.
+func TestDelStable(t *testing.T) {
+	var req fasthttp.RequestHeader
+	if err := req.Read(bufio.NewReader(strings.NewReader("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nAccept: a\r\n" +
+		"X-Forwarded-For: 1\r\nVia: 1\r\nAccept: b\r\nVia: 2\r\nX-Last: z\r\n\r\n"))); err != nil {
+		t.Fatal(err)
+	}
+	delStable(&req, []byte("Connection"))
+	delStable(&req, []byte("x-forwarded-for"))
+	if got := fieldOrder(req.All()); !before(got, "Accept:a", "Accept:b") || !before(got, "Via:1", "Via:2") ||
+		!strings.Contains(got, "X-Last") || strings.Contains(got, "Connection") || strings.Contains(got, "X-Forwarded-For") {
+		t.Errorf("request fields after the removals: %s", got)
+	}
+	var resp fasthttp.ResponseHeader
+	if err := resp.Read(bufio.NewReader(strings.NewReader("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nLink: <a>\r\n" +
+		"Keep-Alive: timeout=5\r\nLink: <b>\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 0\r\n\r\n"))); err != nil {
+		t.Fatal(err)
+	}
+	stripHopResponse(&resp)
+	if got := fieldOrder(resp.All()); !before(got, "Link:<a>", "Link:<b>") || strings.Contains(got, "Keep-Alive") ||
+		strings.Contains(got, "Connection") || !before(got, "Set-Cookie:a=1", "Set-Cookie:b=2") {
+		t.Errorf("response fields after the hop-by-hop ones went: %s", got)
+	}
+	if racecheck.Enabled {
+		return // sync.Pool and the detector's own allocations
+	}
+	var h fasthttp.ResponseHeader
+	h.Set("Connection", "keep-alive")
+	h.Set("X-A", "1")
+	key := []byte("Connection")
+	if n := testing.AllocsPerRun(100, func() {
+		h.Set("Connection", "keep-alive")
+		delStable(&h, key)
+	}); n != 0 {
+		t.Errorf("a removal allocates %v times", n)
+	}
+}
+
+// fieldOrder lists a header's lines in order, with the value of each
+// line of a name that comes twice.
+func fieldOrder(all iter.Seq2[[]byte, []byte]) string {
+	var names, out []string
+	var values []string
+	for k, v := range all {
+		names, values = append(names, string(k)), append(values, string(v))
+	}
+	for i, n := range names {
+		twice := false
+		for j, m := range names {
+			twice = twice || j != i && m == n
+		}
+		if twice {
+			n += ":" + values[i]
+		}
+		if n != "Content-Length" && n != "Content-Type" {
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// before reports whether s holds a and then b.
+func before(s, a, b string) bool {
+	i, j := strings.Index(s, a), strings.Index(s, b)
+	return i >= 0 && j > i
 }

@@ -1179,15 +1179,15 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 		}
 		setOnce(h, xForwardedFor, b, xff)
 	case xff && !trusted:
-		h.DelBytes(xForwardedFor)
+		delStable(h, xForwardedFor)
 	}
 	if seen.realIP && !trusted {
-		h.DelBytes(xRealIP)
+		delStable(h, xRealIP)
 	}
 	if len(v.Host) > 0 {
 		setOnce(h, xForwardedHost, s2b(v.Host), seen.host)
 	} else if seen.host {
-		h.DelBytes(xForwardedHost)
+		delStable(h, xForwardedHost)
 	}
 	if ec, ok := ctx.Conn().(*conn); ok && ec.tls {
 		setOnce(h, xForwardedProto, schemeHTTPS, seen.proto)
@@ -1218,7 +1218,7 @@ func rewriteRequest(ctx *fasthttp.RequestCtx, up *upstream, v *gateway.Request, 
 // stripHopRequest saw), and only then: a removal is a look at every field.
 func setOnce(h *fasthttp.RequestHeader, key, value []byte, sent bool) {
 	if sent {
-		h.DelBytes(key)
+		delStable(h, key)
 	}
 	h.SetCanonical(key, value)
 }
@@ -1299,7 +1299,81 @@ func bodyMethod(m []byte) bool {
 // fieldRemover is the header of a request or a response.
 type fieldRemover interface {
 	PeekAll(string) [][]byte
-	Del(string)
+	DelBytes([]byte)
+	AddBytesKV(key, value []byte)
+}
+
+// delStable removes the lines of the field key (in any case) from h and
+// keeps the lines of every other name in their order. fasthttp's removal
+// moves the header's last line into each place it empties, so two lines
+// of one name after a removed one would reach their reader reversed (a
+// list whose order means something: Accept, Link, Via, Cache-Control):
+// when a name has two lines or more, its lines are removed and added
+// again, in their order, after the others. A request's names are read
+// from its head as it came (fasthttp's list of them would collect its
+// Cookie lines into one), a response's from fasthttp's list; Cookie and
+// Set-Cookie lines, which fasthttp keeps apart, are left as they are.
+func delStable(h fieldRemover, key []byte) {
+	var room [32][]byte
+	seen, names := room[:0], [][]byte(nil)
+	switch h := h.(type) {
+	case *fasthttp.RequestHeader:
+		for k := range fieldNames(h.RawHeaders()) {
+			seen, names = repeated(seen, names, k, key, cookie)
+		}
+	case *fasthttp.ResponseHeader:
+		for _, k := range h.PeekKeys() { // fasthttp's own room: no allocation
+			seen, names = repeated(seen, names, k, key, setCookie)
+		}
+	}
+	if len(names) == 0 {
+		h.DelBytes(key)
+		return
+	}
+	type line struct{ k, v []byte }
+	var lines []line
+	for _, n := range names {
+		for _, v := range h.PeekAll(string(n)) {
+			lines = append(lines, line{n, bytes.Clone(v)})
+		}
+	}
+	h.DelBytes(key)
+	for _, n := range names {
+		h.DelBytes(n)
+	}
+	for _, l := range lines {
+		h.AddBytesKV(l.k, l.v)
+	}
+}
+
+// repeated adds k, a header's next name, to seen (the names so far, once
+// each) or, when it is there already, to names (those of two lines or
+// more, copied), but for key and skip. A request's names are those it
+// came with, whose lines of one name are in their order as long as each
+// removal keeps it.
+func repeated(seen, names [][]byte, k, key, skip []byte) ([][]byte, [][]byte) {
+	switch {
+	case bytes.EqualFold(k, key) || bytes.EqualFold(k, skip) || containsFold(names, k):
+	case containsFold(seen, k):
+		names = append(names, bytes.Clone(k))
+	default:
+		seen = append(seen, k)
+	}
+	return seen, names
+}
+
+var cookie = []byte("Cookie")
+
+var setCookie = []byte("Set-Cookie")
+
+// containsFold reports whether names holds name, in any case.
+func containsFold(names [][]byte, name []byte) bool {
+	for _, n := range names {
+		if bytes.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // stripHop removes the hop-by-hop fields found (hopBit's bits) of a
@@ -1321,12 +1395,12 @@ func stripHop(h fieldRemover, found uint16) {
 			}
 		}
 		for _, name := range named {
-			h.Del(name)
+			delStable(h, s2b(name))
 		}
 	}
 	for i, n := range hopNames {
 		if found&(1<<i) != 0 {
-			h.Del(n)
+			delStable(h, s2b(n))
 		}
 	}
 }
@@ -1393,12 +1467,12 @@ func stripHopResponse(h *fasthttp.ResponseHeader) {
 			}
 		}
 		for _, k := range names {
-			h.DelBytes(k)
+			delStable(h, k)
 		}
 	}
 	found &^= 1 << 8 // Forwarded is the request's
 	if found == 1 && plain {
-		h.Del("Connection")
+		delStable(h, s2b(hopNames[0]))
 		return
 	}
 	if found != 0 {
